@@ -1,0 +1,27 @@
+"""jitgrad: PyTorch's autograd surface, with step functions that compile.
+
+>>> import jitgrad as jg
+>>> x = jg.tensor([1., 2., 3.], requires_grad=True)
+>>> y = (x * x).sum()
+>>> y.backward()
+>>> x.grad
+tensor([2., 4., 6.])
+"""
+from .ir.dtypes import DType as dtype, float32, float64, int32, int64, bool_ as bool  # noqa: A001
+from .runtime.tensor import Tensor, Device as device
+from .runtime.grad_mode import no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled, \
+    is_inference_mode_enabled
+from .runtime.anomaly import is_anomaly_enabled, is_anomaly_check_nan_enabled, set_anomaly_enabled
+from .runtime.factories import tensor, as_tensor, zeros, ones, full, empty, arange, linspace, eye, rand, randn, \
+    randint, randperm, zeros_like, ones_like, empty_like, full_like, rand_like, randn_like, from_numpy, from_dlpack, \
+    manual_seed, seed
+from .runtime.functions import *  # noqa: F401,F403
+from .runtime.functions import where, cat, concat, stack, max, min, abs, sum, pow  # noqa: A004
+from . import autograd, nn  # noqa: E402
+
+float = float32   # noqa: A001  torch aliases
+double = float64
+long = int64
+int = int32   # noqa: A001
+
+__version__ = "0.1.0"

@@ -1,0 +1,130 @@
+"""jitgrad dtypes and PyTorch's type-promotion rules.
+
+A `DType` wraps a NumPy dtype.  Promotion follows torch, not NumPy: Python scalars and 0-dim tensors
+only decide the *category* (bool < int < float) unless no dimensioned tensor reaches it, and an integer
+meeting a Python float becomes the default float dtype (float32), never float64.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class DType:
+    """A tensor element type, e.g. ``jitgrad.float32``."""
+
+    __slots__ = ("name", "np", "short", "category", "is_floating_point", "itemsize")
+
+    def __init__(self, name: str, np_dtype, short: str, category: int):
+        self.name = name
+        self.np = np.dtype(np_dtype)
+        self.short = short                  # printer form: f32, i64, ...
+        self.category = category            # 0 bool, 1 integer, 2 floating
+        self.is_floating_point = category == 2
+        self.itemsize = self.np.itemsize
+
+    def __repr__(self):
+        return f"jitgrad.{self.name}"
+
+    def __reduce__(self):
+        return (_by_name, (self.name,))
+
+
+float32 = DType("float32", np.float32, "f32", 2)
+float64 = DType("float64", np.float64, "f64", 2)
+int32 = DType("int32", np.int32, "i32", 1)
+int64 = DType("int64", np.int64, "i64", 1)
+bool_ = DType("bool", np.bool_, "bool", 0)
+
+ALL = (float32, float64, int32, int64, bool_)
+_FROM_NP = {d.np: d for d in ALL}
+_BY_NAME = {d.name: d for d in ALL}
+DEFAULT_FLOAT = float32
+DEFAULT_INT = int64
+_CATEGORY_DEFAULT = {0: bool_, 1: int64, 2: float32}
+# aliases users reach for
+_ALIASES = {"float": float32, "double": float64, "long": int64, "int": int32, "bool": bool_,
+            "f32": float32, "f64": float64, "i64": int64, "i32": int32}
+
+
+def _by_name(name):
+    return _BY_NAME[name]
+
+
+def from_numpy_dtype(npdt) -> DType:
+    """The jitgrad dtype for a NumPy dtype, or a TypeError naming the unsupported one."""
+    d = _FROM_NP.get(np.dtype(npdt))
+    if d is None:
+        raise TypeError(f"jitgrad: unsupported dtype {np.dtype(npdt)}; supported: "
+                        + ", ".join(x.name for x in ALL))
+    return d
+
+
+def as_dtype(x) -> DType:
+    """Accept a DType, a NumPy dtype/type, a Python type or a name."""
+    if isinstance(x, DType):
+        return x
+    if x is float:
+        return DEFAULT_FLOAT
+    if x is int:
+        return DEFAULT_INT
+    if x is bool:
+        return bool_
+    if isinstance(x, str) and x in _ALIASES:
+        return _ALIASES[x]
+    if isinstance(x, str) and x in _BY_NAME:
+        return _BY_NAME[x]
+    try:
+        return from_numpy_dtype(x)
+    except TypeError:
+        raise
+    except Exception:
+        raise TypeError(f"jitgrad: cannot interpret {x!r} as a dtype") from None
+
+
+def _promote2(a: DType, b: DType) -> DType:
+    if a is b:
+        return a
+    if a.category != b.category:
+        return a if a.category > b.category else b
+    return _FROM_NP[np.promote_types(a.np, b.np)]
+
+
+def scalar_category(v) -> int:
+    if isinstance(v, (bool, np.bool_)):
+        return 0
+    if isinstance(v, (int, np.integer)):
+        return 1
+    if isinstance(v, (float, np.floating)):
+        return 2
+    raise TypeError(f"jitgrad: unsupported scalar {v!r} of type {type(v).__name__}")
+
+
+def result_type(dims_dtypes, scalars=()) -> DType:
+    """torch.result_type over (ndim, dtype) pairs of tensors and a list of Python scalars.
+
+    Three priority groups: tensors with ndim > 0, 0-dim tensors, Python scalars.  A lower group only
+    contributes when its category is above every higher group's.
+    """
+    dim_t = zero_t = None
+    for nd, dt in dims_dtypes:
+        if nd > 0:
+            dim_t = dt if dim_t is None else _promote2(dim_t, dt)
+        else:
+            zero_t = dt if zero_t is None else _promote2(zero_t, dt)
+    sc = -1
+    for s in scalars:
+        c = scalar_category(s)
+        if c > sc:
+            sc = c
+    res = dim_t
+    if zero_t is not None:
+        if res is None:
+            res = zero_t
+        elif zero_t.category > res.category:
+            res = zero_t if res.category < zero_t.category else res
+    if sc >= 0:
+        if res is None:
+            res = _CATEGORY_DEFAULT[sc]
+        elif sc > res.category:
+            res = _CATEGORY_DEFAULT[sc]
+    return res

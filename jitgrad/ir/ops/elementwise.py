@@ -1,0 +1,221 @@
+"""Elementwise primitives: NumPy impl, vjp and scalar body side by side.
+
+The scalar body is the expression the loop generators inline (``exp`` etc. name `codegen/mathlib.py`
+functions).  Elementwise vjps return cotangents of the *broadcast* shape; `_ew_vjp` sums them back to each
+input's shape and dtype, so the rules below stay pure calculus.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import special as _sp
+
+from .. import dtypes as dt
+from .opdef import Aval, OpDef, OpError, broadcast_shapes, register, result_dtype
+
+_SQRT_2_OVER_PI = 2.0 / math.sqrt(math.pi)
+
+
+def _rule(name: str, kind: str):
+    """kind: 'same' (promoted dtype), 'float' (ints become float32), 'bool' (comparisons/logic)."""
+    def shape_dtype(avals, params):
+        shape = broadcast_shapes(name, [a.shape for a in avals]) if len(avals) > 1 else avals[0].shape
+        d = result_dtype(avals)
+        if kind == "float" and not d.is_floating_point:
+            d = dt.DEFAULT_FLOAT
+        elif kind == "bool":
+            d = dt.bool_
+        elif kind == "cast":
+            d = params["dtype"]
+        elif kind == "nobool" and d is dt.bool_:
+            raise OpError(f"{name}: not supported for bool tensors (got {', '.join(a.dtype.name for a in avals)}); "
+                          f"use logical ops or convert with .int()/.float() first")
+        return [Aval(shape, d)]
+    return shape_dtype
+
+
+def _ew_vjp(rule):
+    def vjp(ctx, g):
+        cts = rule(ctx, g)
+        out = []
+        for i, c in enumerate(cts):
+            if c is None or not ctx.needs_grad[i]:
+                out.append(None)
+                continue
+            if c.shape != ctx.shapes[i]:
+                c = c.sum_to_size(ctx.shapes[i])
+            if c.dtype is not ctx.dtypes[i]:
+                c = c.to(ctx.dtypes[i])
+            out.append(c)
+        return tuple(out)
+    vjp.rule = rule
+    return vjp
+
+
+def ew(name, impl, vjp=None, scalar=None, kind="same", saves_in=(), saves_out=(), grad_name=None,
+       nondiff_inputs=(), doc=""):
+    return register(OpDef(name, "elementwise", _rule(name, kind), impl, _ew_vjp(vjp) if vjp else None,
+                          scalar=scalar, grad_name=grad_name, saves_in=saves_in, saves_out=saves_out,
+                          nondiff_inputs=nondiff_inputs, doc=doc))
+
+
+def _in(ctx, i=0):
+    return ctx.inputs[i]
+
+
+def _out(ctx):
+    return ctx.outputs[0]
+
+
+# ---- unary ----------------------------------------------------------------------------------------
+ew("neg", np.negative, lambda c, g: (-g,), lambda x: f"(-{x})", kind="nobool")
+ew("copy", np.copy, lambda c, g: (g,), lambda x: x, grad_name="CloneBackward0")
+ew("exp", np.exp, lambda c, g: (g * _out(c),), lambda x: f"exp({x})", "float", saves_out=(0,))
+ew("log", np.log, lambda c, g: (g / _in(c),), lambda x: f"log({x})", "float", saves_in=(0,))
+ew("log1p", np.log1p, lambda c, g: (g / (_in(c) + 1.0),), lambda x: f"log1p({x})", "float", saves_in=(0,))
+ew("expm1", np.expm1, lambda c, g: (g * (_out(c) + 1.0),), lambda x: f"expm1({x})", "float", saves_out=(0,))
+ew("sqrt", np.sqrt, lambda c, g: (g / (_out(c) * 2.0),), lambda x: f"sqrt({x})", "float", saves_out=(0,))
+ew("rsqrt", lambda x: 1.0 / np.sqrt(x), lambda c, g: (g * (_out(c) ** 3) * -0.5,),
+   lambda x: f"(1.0 / sqrt({x}))", "float", saves_out=(0,))
+ew("sin", np.sin, lambda c, g: (g * _in(c).cos(),), lambda x: f"sin({x})", "float", saves_in=(0,))
+ew("cos", np.cos, lambda c, g: (-(g * _in(c).sin()),), lambda x: f"cos({x})", "float", saves_in=(0,))
+ew("tan", np.tan, lambda c, g: (g * (_out(c) * _out(c) + 1.0),), lambda x: f"tan({x})", "float", saves_out=(0,))
+ew("tanh", np.tanh, lambda c, g: (g * (1.0 - _out(c) * _out(c)),), lambda x: f"tanh({x})", "float",
+   saves_out=(0,))
+
+
+def _sigmoid(x):
+    return _sp.expit(x)
+
+
+ew("sigmoid", _sigmoid, lambda c, g: (g * _out(c) * (1.0 - _out(c)),), lambda x: f"sigmoid({x})", "float",
+   saves_out=(0,))
+ew("relu", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False), lambda c, g: (g * (_out(c) > 0),),
+   lambda x: f"max({x}, 0)", saves_out=(0,), kind="nobool")
+ew("abs", np.abs, lambda c, g: (g * _in(c).sign(),), lambda x: f"abs({x})", saves_in=(0,))
+ew("sign", np.sign, lambda c, g: (g * 0.0,), lambda x: f"sign({x})", grad_name="SgnBackward0", kind="nobool")
+ew("reciprocal", lambda x: np.reciprocal(x.astype(np.result_type(x.dtype, np.float32), copy=False)),
+   lambda c, g: (-(g * _out(c) * _out(c)),), lambda x: f"(1.0 / {x})", "float", saves_out=(0,))
+ew("erf", _sp.erf, lambda c, g: (g * (-(_in(c) * _in(c))).exp() * _SQRT_2_OVER_PI,), lambda x: f"erf({x})",
+   "float", saves_in=(0,))
+ew("isfinite", np.isfinite, None, lambda x: f"isfinite({x})", "bool")
+ew("logical_not", np.logical_not, None, lambda x: f"(not {x})", "bool")
+register(OpDef("cast", "elementwise", _rule("cast", "cast"),
+               lambda x, dtype: np.asarray(x).astype(dtype.np),
+               _ew_vjp(lambda c, g: (g,)), scalar=lambda x, dtype: f"{dtype.name}({x})",
+               grad_name="ToCopyBackward0"))
+
+# ---- binary ---------------------------------------------------------------------------------------
+ew("add", np.add, lambda c, g: (g, g), lambda x, y: f"({x} + {y})")
+ew("sub", np.subtract, lambda c, g: (g, -g), lambda x, y: f"({x} - {y})", kind="nobool")
+ew("mul", np.multiply, lambda c, g: (g * _in(c, 1) if c.needs_grad[0] else None,
+                                     g * _in(c, 0) if c.needs_grad[1] else None),
+   lambda x, y: f"({x} * {y})", saves_in=(0, 1))
+ew("div", np.true_divide, lambda c, g: (g / _in(c, 1) if c.needs_grad[0] else None,
+                                        -(g * _in(c, 0)) / (_in(c, 1) * _in(c, 1)) if c.needs_grad[1] else None),
+   lambda x, y: f"({x} / {y})", "float", saves_in=(0, 1))
+
+
+def _floordiv(x, y):
+    return np.floor_divide(x, y)
+
+
+ew("floordiv", _floordiv, None, lambda x, y: f"({x} // {y})", kind="nobool")
+ew("mod", np.remainder, lambda c, g: (g, -(g * (_in(c, 0) // _in(c, 1))) if c.needs_grad[1] else None),
+   lambda x, y: f"({x} % {y})", saves_in=(0, 1), grad_name="RemainderBackward0", kind="nobool")
+
+
+def _pow_vjp(c, g):
+    x, y = _in(c, 0), _in(c, 1)
+    gx = gy = None
+    if c.needs_grad[0]:
+        d = g * y * x ** (y - 1.0)
+        gx = d.where(y != 0, 0.0) if (not isinstance(y, (int, float)) or y == 0) else d
+    if c.needs_grad[1]:
+        gy = (g * _out(c) * x.log()).where(~((x == 0) & (y >= 0)), 0.0)
+    return gx, gy
+
+
+def _pow_impl(x, y):
+    r = np.power(x, y)
+    return r
+
+
+ew("pow", _pow_impl, _pow_vjp, lambda x, y: f"pow({x}, {y})", saves_in=(0, 1), saves_out=(0,), kind="nobool")
+
+
+def _max_vjp(c, g):
+    x, y = _in(c, 0), _in(c, 1)
+    tie = (x == y) * 0.5
+    return (g * ((x > y) + tie) if c.needs_grad[0] else None,
+            g * ((y > x) + tie) if c.needs_grad[1] else None)
+
+
+def _min_vjp(c, g):
+    x, y = _in(c, 0), _in(c, 1)
+    tie = (x == y) * 0.5
+    return (g * ((x < y) + tie) if c.needs_grad[0] else None,
+            g * ((y < x) + tie) if c.needs_grad[1] else None)
+
+
+ew("maximum", np.maximum, _max_vjp, lambda x, y: f"max({x}, {y})", saves_in=(0, 1))
+ew("minimum", np.minimum, _min_vjp, lambda x, y: f"min({x}, {y})", saves_in=(0, 1))
+
+for _n, _f, _s in (("lt", np.less, "<"), ("le", np.less_equal, "<="), ("gt", np.greater, ">"),
+                   ("ge", np.greater_equal, ">="), ("eq", np.equal, "=="), ("ne", np.not_equal, "!=")):
+    ew(_n, _f, None, (lambda s: lambda x, y: f"({x} {s} {y})")(_s), "bool")
+ew("logical_and", np.logical_and, None, lambda x, y: f"({x} and {y})", "bool")
+ew("logical_or", np.logical_or, None, lambda x, y: f"({x} or {y})", "bool")
+
+
+# ---- ternary --------------------------------------------------------------------------------------
+def _where_rule(avals, params):
+    c, x, y = avals
+    if c.dtype is not dt.bool_ and not c.weak:
+        raise OpError(f"where: expected condition to be a boolean tensor, but got a tensor with dtype {c.dtype.name}")
+    shape = broadcast_shapes("where", [a.shape for a in avals])
+    return [Aval(shape, result_dtype([x, y]))]
+
+
+register(OpDef("where", "elementwise", _where_rule, np.where,
+               _ew_vjp(lambda c, g: (None, g.where(_in(c, 0), 0.0), g.where(~_in(c, 0), 0.0))),
+               scalar=lambda c, x, y: f"({x} if {c} else {y})", saves_in=(0,), nondiff_inputs=(0,)))
+
+
+def _clamp_rule(avals, params):
+    (x,) = avals
+    d = x.dtype
+    for v in (params.get("min"), params.get("max")):
+        if v is not None and isinstance(v, float) and not d.is_floating_point:
+            d = dt.DEFAULT_FLOAT
+    if d is dt.bool_:
+        raise OpError("clamp: not implemented for 'bool' tensors")
+    return [Aval(x.shape, d)]
+
+
+def _clamp_impl(x, min=None, max=None):
+    return np.clip(x, min, max)
+
+
+def _clamp_vjp(c, g):
+    x, lo, hi = _in(c), c.params.get("min"), c.params.get("max")
+    mask = None
+    if lo is not None:
+        mask = x >= lo
+    if hi is not None:
+        mask = (x <= hi) if mask is None else (mask & (x <= hi))
+    return (g if mask is None else g * mask,)
+
+
+def _clamp_scalar(x, min=None, max=None):
+    e = x
+    if min is not None:
+        e = f"max({e}, {min!r})"
+    if max is not None:
+        e = f"min({e}, {max!r})"
+    return e
+
+
+register(OpDef("clamp", "elementwise", _clamp_rule, _clamp_impl, _ew_vjp(_clamp_vjp), scalar=_clamp_scalar,
+               saves_in=(0,), grad_name="ClampBackward1"))

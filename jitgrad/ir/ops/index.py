@@ -1,0 +1,131 @@
+"""Indexing primitives.
+
+``getitem(x, *index_tensors; spec)`` and ``index_put(x, v, *index_tensors; spec, accumulate)``.  ``spec`` is a
+hashable tuple describing the index: ints, None, Ellipsis, ``("slice", start, stop, step)`` and
+``("tensor", k)`` for the k-th integer index tensor input.  Boolean masks are turned into integer index
+tensors before binding (their shape depends on data).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes as dt
+from .opdef import Aval, OpDef, OpError, fmt_shape, register
+
+
+def np_index(spec, arrays):
+    out = []
+    for s in spec:
+        if type(s) is tuple:
+            if s[0] == "slice":
+                out.append(slice(s[1], s[2], s[3]))
+            else:
+                out.append(arrays[s[1]])
+        else:
+            out.append(s)
+    return tuple(out)
+
+
+def spec_str(spec) -> str:
+    parts = []
+    for s in spec:
+        if type(s) is tuple:
+            if s[0] == "slice":
+                a, b, c = s[1:]
+                parts.append(("" if a is None else str(a)) + ":" + ("" if b is None else str(b))
+                             + ("" if c is None else f":{c}"))
+            else:
+                parts.append(f"idx{s[1]}")
+        elif s is None:
+            parts.append("None")
+        elif s is Ellipsis:
+            parts.append("...")
+        else:
+            parts.append(str(s))
+    return "[" + ", ".join(parts) + "]"
+
+
+def _index_shape(name, x: Aval, idx_avals, spec):
+    for a in idx_avals:
+        if a.dtype not in (dt.int64, dt.int32):
+            raise OpError(f"{name}: tensors used as indices must be long, int or bool tensors, got {a.dtype.name}")
+    # zero-stride stand-ins: NumPy computes the result shape (and raises on bad indices) without data
+    dummy = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), x.shape, (0,) * x.ndim)
+    idx = np_index(spec, [np.zeros(a.shape, np.intp) for a in idx_avals])
+    try:
+        return dummy[idx].shape
+    except IndexError as e:
+        raise OpError(f"{name}: index {spec_str(spec)} is invalid for a tensor of shape {fmt_shape(x.shape)}: {e}") from None
+
+
+def _getitem_rule(avals, params):
+    x, *idx = avals
+    return [Aval(_index_shape("getitem", x, idx, params["spec"]), x.dtype)]
+
+
+def _getitem_impl(x, *idx, spec):
+    r = x[np_index(spec, idx)]
+    return r if isinstance(r, np.ndarray) else np.asarray(r)
+
+
+def _getitem_vjp(c, g):
+    x_shape = c.shapes[0]
+    idx = c.inputs[1:]
+    zeros = g.new_zeros(x_shape)
+    return (c.bind("index_put", zeros, g, *idx, spec=c.params["spec"], accumulate=True),) + (None,) * len(idx)
+
+
+def _is_basic(spec):
+    return not any(type(s) is tuple and s[0] == "tensor" for s in spec)
+
+
+register(OpDef("getitem", "index", _getitem_rule, _getitem_impl, _getitem_vjp,
+               saves_in=tuple(range(1, 64)), view=True, grad_name="IndexBackward0"))
+
+
+def _index_put_rule(avals, params):
+    x, v, *idx = avals
+    tgt = _index_shape("index_put", x, idx, params["spec"])
+    # the value must broadcast to the indexed region
+    nd = len(tgt)
+    if v.ndim > nd and any(d != 1 for d in v.shape[:v.ndim - nd]):
+        raise OpError(f"index_put: shape mismatch: value tensor of shape {fmt_shape(v.shape)} cannot be broadcast "
+                      f"to indexing result of shape {fmt_shape(tgt)}")
+    for a, b in zip(v.shape[::-1], tgt[::-1]):
+        if a != 1 and a != b:
+            raise OpError(f"index_put: shape mismatch: value tensor of shape {fmt_shape(v.shape)} cannot be "
+                          f"broadcast to indexing result of shape {fmt_shape(tgt)}")
+    return [Aval(x.shape, x.dtype)]
+
+
+def _index_put_impl(x, v, *idx, spec, accumulate):
+    out = np.array(x, copy=True)
+    ix = np_index(spec, idx)
+    v = np.asarray(v).astype(out.dtype, copy=False)
+    if accumulate:
+        if _is_basic(spec):
+            out[ix] += v
+        else:
+            np.add.at(out, ix, np.broadcast_to(v, out[ix].shape))
+    else:
+        out[ix] = v
+    return out
+
+
+def _index_put_vjp(c, g):
+    spec, idx = c.params["spec"], c.inputs[2:]
+    gx = gv = None
+    if c.needs_grad[0]:
+        gx = g if c.params["accumulate"] else c.bind("index_put", g, 0.0, *idx, spec=spec, accumulate=False)
+    if c.needs_grad[1]:
+        gv = c.bind("getitem", g, *idx, spec=spec)
+        vshape = c.shapes[1]
+        if gv.shape != vshape:
+            gv = gv.sum_to_size(vshape)
+        if gv.dtype is not c.dtypes[1]:
+            gv = gv.to(c.dtypes[1])
+    return (gx, gv) + (None,) * len(idx)
+
+
+register(OpDef("index_put", "index", _index_put_rule, _index_put_impl, _index_put_vjp,
+               saves_in=tuple(range(2, 64)), grad_name="IndexPutBackward0"))

@@ -1,0 +1,52 @@
+"""matmul with NumPy semantics (1-D promotion, batched broadcasting); BLAS in every backend."""
+from __future__ import annotations
+
+import numpy as np
+
+from .opdef import Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register
+
+
+def _matmul_rule(avals, params):
+    x, y = avals
+    if x.ndim == 0 or y.ndim == 0:
+        raise OpError(f"matmul: both arguments to matmul need to be at least 1D, but they are {x.ndim}D and {y.ndim}D")
+    if x.dtype is not y.dtype:
+        raise OpError(f"matmul: expected both operands to have the same dtype, but got {x.dtype.name} and "
+                      f"{y.dtype.name} (shapes {fmt_shape(x.shape)} and {fmt_shape(y.shape)}); convert one with .to()")
+    xs = (1,) + x.shape if x.ndim == 1 else x.shape
+    ys = y.shape + (1,) if y.ndim == 1 else y.shape
+    if xs[-1] != ys[-2]:
+        raise OpError(f"matmul: mat1 and mat2 shapes cannot be multiplied ({fmt_shape(x.shape)} @ {fmt_shape(y.shape)}:"
+                      f" {xs[-1]} != {ys[-2]})")
+    batch = broadcast_shapes("matmul", [xs[:-2], ys[:-2]])
+    shape = batch + (xs[-2], ys[-1])
+    if x.ndim == 1:
+        shape = shape[:-2] + shape[-1:]
+    if y.ndim == 1:
+        shape = shape[:-1]
+    return [Aval(shape, x.dtype)]
+
+
+def _matmul_vjp(c, g):
+    x, y = c.inputs
+    xs, ys = c.shapes
+    # promote 1-D operands to matrices so one pair of formulas covers every case
+    x2 = x.reshape((1,) + xs) if len(xs) == 1 else x
+    y2 = y.reshape(ys + (1,)) if len(ys) == 1 else y
+    g2 = g
+    if len(xs) == 1:
+        g2 = g2.unsqueeze(-2)
+    if len(ys) == 1:
+        g2 = g2.unsqueeze(-1)
+    gx = gy = None
+    if c.needs_grad[0]:
+        gx = g2 @ y2.mT
+        gx = gx.sum_to_size(x2.shape).reshape(xs) if gx.shape != xs else gx
+    if c.needs_grad[1]:
+        gy = x2.mT @ g2
+        gy = gy.sum_to_size(y2.shape).reshape(ys) if gy.shape != ys else gy
+    return gx, gy
+
+
+register(OpDef("matmul", "linalg", _matmul_rule, np.matmul, _matmul_vjp, saves_in=(0, 1),
+               grad_name="MmBackward0"))

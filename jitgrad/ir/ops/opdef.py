@@ -1,0 +1,146 @@
+"""OpDef: everything about one primitive in one place, and the registry of all of them.
+
+A vjp rule has the signature ``vjp(ctx, *cotangents) -> tuple`` (one entry per input, ``None`` for "no
+gradient").  It is written with tensor *methods and operators only* (``g * ctx.inputs[1]``,
+``g.sum_to_size(shape)``), so the same rule runs on eager tensors, on symbolic tensors while tracing, and
+records a graph of its own when ``create_graph=True``: the rules are differentiable by construction.
+
+``ctx`` provides:
+  inputs   tuple, the input values the op declared in ``saves_in`` (others are None)
+  outputs  tuple, the outputs declared in ``saves_out`` (others are None)
+  shapes   tuple of input shapes;  dtypes: tuple of input DTypes
+  params   dict of the op's static parameters
+  needs_grad tuple of bools, which inputs want a cotangent
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from .. import dtypes as dt
+
+
+class Aval:
+    """Abstract value: shape, dtype, and ``weak`` for Python scalars (category-only for promotion)."""
+
+    __slots__ = ("shape", "dtype", "weak")
+
+    def __init__(self, shape: tuple, dtype: dt.DType, weak: bool = False):
+        self.shape = shape
+        self.dtype = dtype
+        self.weak = weak
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def __eq__(self, other):
+        return isinstance(other, Aval) and (self.shape, self.dtype, self.weak) == (other.shape, other.dtype, other.weak)
+
+    def __hash__(self):
+        return hash((self.shape, self.dtype.name, self.weak))
+
+    def __repr__(self):
+        return f"{self.dtype.short}[{','.join(map(str, self.shape))}]"
+
+
+class OpError(RuntimeError):
+    """An op was given inputs it cannot take; the message names the op, shapes and dtypes."""
+
+
+class OpDef:
+    """One primitive.
+
+    name        IR name (``mul``)
+    family      elementwise | reduce | shape | linalg | index
+    shape_dtype (avals, params) -> list[Aval] of outputs; raises OpError naming the op
+    impl        (*arrays, **params) -> array, or tuple of arrays when nout > 1 (NumPy)
+    vjp         (ctx, *cotangents) -> tuple of per-input cotangents, or None if not differentiable
+    scalar      elementwise only: (*arg_exprs, **params) -> expression string of the scalar body
+    grad_name   the backward node's name (``MulBackward0``)
+    saves_in    input indices the vjp reads;  saves_out: output indices the vjp reads
+    view        the output may alias input 0's memory (shares its version counter)
+    """
+
+    __slots__ = ("name", "family", "shape_dtype", "impl", "vjp", "scalar", "grad_name", "saves_in",
+                 "saves_out", "nout", "view", "differentiable", "nondiff_inputs", "compute_float", "doc")
+
+    def __init__(self, name: str, family: str, shape_dtype: Callable, impl: Callable, vjp: Callable | None,
+                 *, scalar: Callable | None = None, grad_name: str | None = None, saves_in=(), saves_out=(),
+                 nout: int = 1, view: bool = False, nondiff_inputs=(), doc: str = ""):
+        self.name = name
+        self.family = family
+        self.shape_dtype = shape_dtype
+        self.impl = impl
+        self.vjp = vjp
+        self.scalar = scalar
+        self.grad_name = grad_name or (name.title().replace("_", "") + "Backward0")
+        self.saves_in = tuple(saves_in)
+        self.saves_out = tuple(saves_out)
+        self.nout = nout
+        self.view = view
+        self.differentiable = vjp is not None
+        self.nondiff_inputs = frozenset(nondiff_inputs)
+        self.doc = doc
+
+    def __repr__(self):
+        return f"OpDef({self.name})"
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def register(op: OpDef) -> OpDef:
+    if op.name in OPS:
+        raise ValueError(f"duplicate OpDef {op.name}")
+    OPS[op.name] = op
+    return op
+
+
+# ---- shared shape rules --------------------------------------------------------------------------
+
+def fmt_shape(s) -> str:
+    return "[" + ", ".join(str(d) for d in s) + "]"
+
+
+def broadcast_shapes(opname: str, shapes) -> tuple:
+    """NumPy/torch broadcasting; the error names the op and every shape."""
+    nd = max((len(s) for s in shapes), default=0)
+    out = [1] * nd
+    for s in shapes:
+        off = nd - len(s)
+        for i, d in enumerate(s):
+            o = out[off + i]
+            if o == 1:
+                out[off + i] = d
+            elif d != 1 and d != o:
+                raise OpError(f"{opname}: the shapes {' and '.join(fmt_shape(x) for x in shapes)} cannot be "
+                              f"broadcast together (size {o} vs {d} at dimension {off + i - nd})")
+    return tuple(out)
+
+
+def normalize_axis(opname: str, axis: int, ndim: int) -> int:
+    lo, hi = (-ndim, ndim - 1) if ndim > 0 else (-1, 0)
+    if not lo <= axis <= hi:
+        raise OpError(f"{opname}: Dimension out of range (expected to be in range of [{lo}, {hi}], but got {axis})")
+    return axis % ndim if ndim > 0 else 0
+
+
+def normalize_axes(opname: str, axes, ndim: int) -> tuple:
+    """None -> all axes; int or sequence -> sorted tuple of non-negative axes."""
+    if axes is None:
+        return tuple(range(ndim))
+    if isinstance(axes, int):
+        axes = (axes,)
+    out = tuple(sorted({normalize_axis(opname, int(a), ndim) for a in axes}))
+    if len(out) != len(tuple(axes)):
+        raise OpError(f"{opname}: dim {tuple(axes)} appears multiple times in the list of dims")
+    return out
+
+
+def result_dtype(avals) -> dt.DType:
+    strong = [(len(a.shape), a.dtype) for a in avals if not a.weak]
+    weak = [a.dtype for a in avals if a.weak]
+    return dt.result_type(strong, [_weak_proto[w.category] for w in weak])
+
+
+_weak_proto = {0: True, 1: 1, 2: 1.0}

@@ -1,0 +1,94 @@
+"""Shape primitives: reshape, permute, broadcast_to, cat.  Views share storage with their input."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .opdef import Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register, result_dtype
+
+
+def _reshape_rule(avals, params):
+    (x,) = avals
+    shape = params["shape"]
+    if math.prod(shape) != math.prod(x.shape):
+        raise OpError(f"reshape: shape '{fmt_shape(shape)}' is invalid for input of size {math.prod(x.shape)}")
+    return [Aval(tuple(shape), x.dtype)]
+
+
+register(OpDef("reshape", "shape", _reshape_rule, lambda x, shape: np.reshape(x, shape),
+               lambda c, g: (g.reshape(c.shapes[0]),), view=True, grad_name="ViewBackward0"))
+
+
+def _permute_rule(avals, params):
+    (x,) = avals
+    perm = params["perm"]
+    if sorted(perm) != list(range(x.ndim)):
+        raise OpError(f"permute: dims {tuple(perm)} are not a permutation of the {x.ndim} dims of a tensor "
+                      f"of shape {fmt_shape(x.shape)}")
+    return [Aval(tuple(x.shape[p] for p in perm), x.dtype)]
+
+
+def _permute_vjp(c, g):
+    perm = c.params["perm"]
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return (g.permute(*inv),)
+
+
+register(OpDef("permute", "shape", _permute_rule, lambda x, perm: np.transpose(x, perm), _permute_vjp,
+               view=True))
+
+
+def _bcast_rule(avals, params):
+    (x,) = avals
+    shape = tuple(params["shape"])
+    if len(shape) < x.ndim or broadcast_shapes("expand", [x.shape, shape]) != shape:
+        raise OpError(f"expand: the expanded size of the tensor must match the existing size at each "
+                      f"non-singleton dimension (target {fmt_shape(shape)}, tensor {fmt_shape(x.shape)})")
+    return [Aval(shape, x.dtype)]
+
+
+register(OpDef("broadcast_to", "shape", _bcast_rule, lambda x, shape: np.broadcast_to(x, shape),
+               lambda c, g: (g.sum_to_size(c.shapes[0]),), view=True, grad_name="ExpandBackward0"))
+
+
+def _cat_rule(avals, params):
+    axis = params["axis"]
+    if not avals:
+        raise OpError("cat: expected a non-empty list of Tensors")
+    nd = avals[0].ndim
+    ref = avals[0].shape
+    total = 0
+    for a in avals:
+        if a.ndim != nd:
+            raise OpError(f"cat: tensors must have same number of dimensions: got {nd} and {a.ndim}")
+        for i in range(nd):
+            if i != axis and a.shape[i] != ref[i]:
+                raise OpError(f"cat: sizes of tensors must match except in dimension {axis}; got shapes "
+                              f"{', '.join(fmt_shape(b.shape) for b in avals)}")
+        total += a.shape[axis]
+    shape = ref[:axis] + (total,) + ref[axis + 1:]
+    return [Aval(shape, result_dtype([Aval(x.shape, x.dtype) for x in avals]))]
+
+
+def _cat_impl(*xs, axis):
+    d = np.result_type(*xs)
+    return np.concatenate([x.astype(d, copy=False) for x in xs], axis=axis)
+
+
+def _cat_vjp(c, g):
+    axis, out, start = c.params["axis"], [], 0
+    for i, s in enumerate(c.shapes):
+        n = s[axis]
+        if c.needs_grad[i]:
+            gi = g[(slice(None),) * axis + (slice(start, start + n),)]
+            out.append(gi.to(c.dtypes[i]) if gi.dtype is not c.dtypes[i] else gi)
+        else:
+            out.append(None)
+        start += n
+    return tuple(out)
+
+
+register(OpDef("cat", "shape", _cat_rule, _cat_impl, _cat_vjp))

@@ -1,0 +1,2 @@
+"""``jitgrad.nn``: for now the functional ops (modules come with a later issue)."""
+from . import functional  # noqa: F401

@@ -1,0 +1,117 @@
+"""``jitgrad.nn.functional``: loss and activation functions, written as compositions of primitives."""
+from __future__ import annotations
+
+import math
+
+from ..runtime import functions as F
+from ..runtime.tensor import Tensor
+
+relu = F.relu
+sigmoid = F.sigmoid
+tanh = F.tanh
+
+
+def softmax(input, dim=None, dtype=None):
+    return F.softmax(input, -1 if dim is None else dim, dtype)
+
+
+def log_softmax(input, dim=None, dtype=None):
+    return F.log_softmax(input, -1 if dim is None else dim, dtype)
+
+
+def gelu(input, approximate="none"):
+    """GELU: ``x * Phi(x)``; ``approximate='tanh'`` uses the tanh formula."""
+    if approximate == "tanh":
+        return 0.5 * input * (1.0 + F.tanh(math.sqrt(2.0 / math.pi) * (input + 0.044715 * input * input * input)))
+    if approximate != "none":
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return 0.5 * input * (1.0 + F.erf(input * (1.0 / math.sqrt(2.0))))
+
+
+def _reduce(loss, reduction, what):
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "none":
+        return loss
+    raise ValueError(f"{what}: {reduction} is not a valid value for reduction")
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    if input.shape != target.shape:
+        import warnings
+        warnings.warn(f"Using a target size ({list(target.shape)}) that is different to the input size "
+                      f"({list(input.shape)}). This will likely lead to incorrect results due to broadcasting. "
+                      "Please ensure they have the same size.", stacklevel=2)
+    d = input - target
+    return _reduce(d * d, reduction, "mse_loss")
+
+
+def l1_loss(input, target, reduction="mean"):
+    return _reduce(F.abs(input - target), reduction, "l1_loss")
+
+
+def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
+    """Negative log likelihood of class indices ``target`` under log-probabilities ``input`` (N, C, ...)."""
+    if input.ndim == 1:
+        input, target = input.unsqueeze(0), target.reshape(1)
+    if target.dtype.name not in ("int64", "int32"):
+        raise RuntimeError(f"nll_loss: expected target of dtype int64 (class indices), got {target.dtype.name}")
+    if target.shape != input.shape[:1] + input.shape[2:]:
+        raise RuntimeError(f"nll_loss: expected target of shape {list(input.shape[:1] + input.shape[2:])} for input "
+                           f"of shape {list(input.shape)}, got {list(target.shape)}")
+    C = input.shape[1]
+    valid = target != ignore_index
+    safe = target.where(valid, 0)
+    if safe.numel() and (int(safe._data.min()) < 0 or int(safe._data.max()) >= C):
+        raise IndexError(f"nll_loss: Target {int(safe._data.max()) if int(safe._data.max()) >= C else int(safe._data.min())} "
+                         f"is out of bounds (number of classes {C})")
+    picked = -F.gather(input, 1, safe.unsqueeze(1)).squeeze(1)
+    w = valid.to(input.dtype)
+    if weight is not None:
+        w = w * weight[safe]
+    loss = picked * w
+    if reduction == "mean":
+        return loss.sum() / w.sum()
+    return _reduce(loss, reduction, "nll_loss")
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+                  label_smoothing=0.0):
+    """Cross entropy between logits ``input`` (N, C, ...) or (C,) and class indices or class probabilities."""
+    cdim = 0 if input.ndim == 1 else 1
+    logp = F.log_softmax(input, cdim)
+    if isinstance(target, Tensor) and target.is_floating_point():
+        if target.shape != input.shape:
+            raise RuntimeError(f"cross_entropy: probability target shape {list(target.shape)} must match input "
+                               f"shape {list(input.shape)}")
+        C = input.shape[cdim]
+        if label_smoothing:
+            target = target * (1 - label_smoothing) + label_smoothing / C
+        term = logp * target
+        if weight is not None:
+            term = term * weight.reshape((C,) + (1,) * (input.ndim - cdim - 1))
+        loss = -term.sum(cdim)
+        if reduction == "mean":
+            return loss.sum() / (loss.numel() / 1 if input.ndim > 1 else 1)
+        return _reduce(loss, reduction, "cross_entropy")
+    nll = nll_loss(logp, target, weight, ignore_index, reduction)
+    if not label_smoothing:
+        return nll
+    C = input.shape[cdim]
+    lp = logp if input.ndim > 1 else logp.unsqueeze(0)
+    t = target if input.ndim > 1 else target.reshape(1)
+    valid = (t != ignore_index).to(input.dtype)
+    wsum = lp if weight is None else lp * weight.reshape((C,) + (1,) * (lp.ndim - 2))
+    smooth = -wsum.sum(1) * valid
+    if reduction == "mean":
+        denom = valid.sum() if weight is None else (weight[t.where(t != ignore_index, 0)] * valid).sum()
+        smooth = smooth.sum() / denom
+    elif reduction == "sum":
+        smooth = smooth.sum()
+    return nll * (1 - label_smoothing) + smooth * (label_smoothing / C)
+
+
+__all__ = ["relu", "sigmoid", "tanh", "softmax", "log_softmax", "gelu", "mse_loss", "l1_loss", "nll_loss",
+           "cross_entropy"]

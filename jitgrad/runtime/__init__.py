@@ -1,0 +1,1 @@
+"""Eager runtime: Tensor, bind, the autograd engine, grad modes, Function, anomaly mode, profiler, gradcheck."""

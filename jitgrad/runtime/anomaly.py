@@ -1,0 +1,99 @@
+"""Anomaly detection (seeds 000, 002): forward tracebacks in backward errors, NaN/Inf checks."""
+from __future__ import annotations
+
+import functools
+import warnings
+
+
+class _Anomaly:
+    enabled = False
+    check_nan = True
+    check_forward = False
+
+
+STATE = _Anomaly()
+
+
+def is_anomaly_enabled() -> bool:
+    return STATE.enabled
+
+
+def is_anomaly_check_nan_enabled() -> bool:
+    return STATE.check_nan
+
+
+def set_anomaly_enabled(enabled: bool, check_nan: bool = True, check_forward: bool = False):
+    STATE.enabled = bool(enabled)
+    STATE.check_nan = bool(check_nan)
+    STATE.check_forward = bool(check_forward) and bool(enabled)
+
+
+class detect_anomaly:
+    r"""Context manager and decorator that enables anomaly detection for the autograd engine.
+
+    - Running the forward pass with detection enabled lets the backward pass report the traceback of the
+      forward operation that created a failing backward function (in the exception message).
+    - If ``check_nan`` is True, a backward function producing NaN/Inf raises a RuntimeError.
+    - jitgrad extension: ``check_forward=True`` also checks forward op outputs.
+
+    >>> import jitgrad as jg
+    >>> import warnings; warnings.simplefilter("ignore")
+    >>> x = jg.tensor([0.0], requires_grad=True)
+    >>> try:
+    ...     with jg.autograd.detect_anomaly():
+    ...         x.sqrt().sum().backward()
+    ... except RuntimeError as e:
+    ...     print(str(e).splitlines()[0])
+    Function 'SqrtBackward0' returned nan values in its 0th output.
+    """
+
+    def __init__(self, check_nan: bool = True, check_forward: bool = False):
+        self.check_nan = check_nan
+        self.check_forward = check_forward
+        self.prev = (STATE.enabled, STATE.check_nan, STATE.check_forward)
+        warnings.warn("Anomaly Detection has been enabled. This mode will increase the runtime and should only "
+                      "be enabled for debugging.", stacklevel=2)
+
+    def __enter__(self):
+        self.prev = (STATE.enabled, STATE.check_nan, STATE.check_forward)
+        set_anomaly_enabled(True, self.check_nan, self.check_forward)
+        return self
+
+    def __exit__(self, *args):
+        STATE.enabled, STATE.check_nan, STATE.check_forward = self.prev
+        return False
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with _Scoped(self.check_nan, self.check_forward):
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+class _Scoped:
+    def __init__(self, check_nan, check_forward):
+        self.args = (check_nan, check_forward)
+
+    def __enter__(self):
+        self.prev = (STATE.enabled, STATE.check_nan, STATE.check_forward)
+        set_anomaly_enabled(True, *self.args)
+
+    def __exit__(self, *exc):
+        STATE.enabled, STATE.check_nan, STATE.check_forward = self.prev
+        return False
+
+
+class set_detect_anomaly:
+    """Turn anomaly detection on or off: as a plain call, or as a context manager restoring the previous state."""
+
+    def __init__(self, mode: bool, check_nan: bool = True, check_forward: bool = False):
+        self.prev = (STATE.enabled, STATE.check_nan, STATE.check_forward)
+        set_anomaly_enabled(mode, check_nan, check_forward)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *args):
+        STATE.enabled, STATE.check_nan, STATE.check_forward = self.prev
+        return False

@@ -1,0 +1,169 @@
+"""bind: the one dispatch every op goes through.
+
+Concrete inputs run now (the OpDef's NumPy impl).  When grad mode is on and an input requires grad the
+output gets a ``grad_fn`` Node holding the op, the values its vjp reads, and the user's SourceLoc.  The
+tracer (``@jg.compile``) hooks in here too: a symbolic input routes the op to the active trace.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import dtypes as dt
+from ..ir.ops import Aval, OpError
+from ..ir.ops.opdef import fmt_shape
+from . import anomaly, grad_mode, profiler_state
+from .node import Node
+from .source import user_loc, user_stack
+
+_FROM_NP = dt._FROM_NP
+_WEAK = {bool: Aval((), dt.bool_, True), int: Aval((), dt.int64, True), float: Aval((), dt.float32, True)}
+_GM = grad_mode.STATE
+_AN = anomaly.STATE
+_PROF = profiler_state.STATE
+
+
+def _describe(avals) -> str:
+    return ", ".join("scalar " + a.dtype.name if a.weak else f"{a.dtype.name}{fmt_shape(a.shape)}" for a in avals)
+
+
+def _with_loc(msg: str) -> str:
+    loc = user_loc(3)
+    if loc is None:
+        return msg
+    return f"{msg}\n  at {loc.file}:{loc.line} in {loc.function}: {loc.text}"
+
+
+def op_error(op, avals, e: Exception, cls=None):
+    """Re-raise an impl/rule failure as an error naming the op, the inputs' shapes/dtypes and the user's line."""
+    text = str(e)
+    if not text.startswith(op.name):
+        text = f"{op.name}: {text}"
+    if "input" not in text:
+        text += f" (inputs: {_describe(avals)})"
+    cls = cls or (IndexError if isinstance(e, IndexError) else RuntimeError)
+    return cls(_with_loc(text))
+
+
+def bind(op, *args, **params):
+    """Apply primitive ``op`` to tensors / Python scalars ``args``; returns a Tensor (or tuple if nout > 1)."""
+    if _PROF.active is not None:
+        return _PROF.active.record_op(op, args, params, _bind)
+    return _bind(op, args, params)
+
+
+def _bind(op, args, params):
+    avals = []
+    arrays = []
+    need = False
+    for a in args:
+        if isinstance(a, Tensor):
+            d = a._data
+            arrays.append(d)
+            avals.append(Aval(d.shape, _FROM_NP[d.dtype]))
+            if a._requires_grad or a.grad_fn is not None:
+                need = True
+        else:
+            w = _WEAK.get(type(a))
+            if w is None:
+                if isinstance(a, (np.generic,)):
+                    w = _WEAK[bool if isinstance(a, np.bool_) else int if isinstance(a, np.integer) else float]
+                    a = a.item()
+                else:
+                    raise TypeError(_with_loc(f"{op.name}: unsupported argument of type {type(a).__name__}: {a!r}"))
+            arrays.append(a)
+            avals.append(w)
+    try:
+        out_avals = op.shape_dtype(avals, params)
+    except OpError as e:
+        raise op_error(op, avals, e) from None
+    try:
+        out = op.impl(*arrays, **params)
+    except (ValueError, TypeError, IndexError, FloatingPointError, OverflowError) as e:
+        raise op_error(op, avals, e) from None
+    want = out_avals[0].dtype.np
+    if type(out) is not np.ndarray:
+        out = np.asarray(out, dtype=want)
+    elif out.dtype != want:
+        out = out.astype(want)
+    t = Tensor.__new__(Tensor)
+    t._data = out
+    t._requires_grad = False
+    t.grad_fn = None
+    t._grad = None
+    t._hooks = None
+    t._retains_grad = False
+    t._acc = None
+    t._out_nr = 0
+    t._inference = _GM.inference
+    base = args[0] if op.view else None
+    if base is not None and np.may_share_memory(out, base._data):
+        t._vc = base._vc
+        t._base = base if base._base is None else base._base
+    else:
+        t._vc = [0]
+        t._base = None
+    if need and _GM.grad_enabled and op.vjp is not None:
+        _record(op, params, args, avals, t)
+    if _AN.enabled and _AN.check_forward and out.dtype.kind == "f" and not np.isfinite(out).all():
+        _forward_nan(op, avals, t)
+    return t
+
+
+def _record(op, params, args, avals, t):
+    nf = []
+    needs = []
+    for i, a in enumerate(args):
+        if isinstance(a, Tensor) and i not in op.nondiff_inputs:
+            if a.grad_fn is not None:
+                nf.append((a.grad_fn, a._out_nr))
+                needs.append(True)
+                continue
+            if a._requires_grad:
+                nf.append((a._accumulator(), 0))
+                needs.append(True)
+                continue
+        nf.append((None, 0))
+        needs.append(False)
+    node = Node(op, params, tuple(nf), tuple(needs))
+    node.shapes = tuple(a.shape for a in avals)
+    node.dtypes = tuple(a.dtype for a in avals)
+    si = op.saves_in
+    if si:
+        ins = [None] * len(args)
+        vers = []
+        for i in si:
+            if i >= len(args):
+                break
+            a = args[i]
+            ins[i] = a
+            if isinstance(a, Tensor):
+                if a._inference:
+                    raise RuntimeError(_with_loc(f"{op.name}: Inference tensors cannot be saved for backward. To work "
+                                                 "around you can make a clone to get a normal tensor and use it in autograd."))
+                vers.append((i, a._vc[0]))
+        node.inputs = tuple(ins)
+        node.versions = vers
+    else:
+        node.inputs = (None,) * len(args)
+        node.versions = None
+    if op.saves_out:
+        node.outputs = (t,)
+        node.out_versions = [(0, t._vc[0])]
+    else:
+        node.outputs = (None,)
+        node.out_versions = None
+    node.out_meta = ((t._data.shape, _FROM_NP[t._data.dtype]),)
+    node.loc = user_loc(3)
+    if _AN.enabled:
+        node.stack = user_stack(3)
+    t.grad_fn = node
+
+
+def _forward_nan(op, avals, t):
+    loc = user_loc(3)
+    where = f"\n  at {loc.file}:{loc.line} in {loc.function}: {loc.text}" if loc else ""
+    raise RuntimeError(f"Function '{op.name}' (forward) returned nan values in its 0th output. "
+                       f"Output shape {fmt_shape(t.shape)}, dtype {t.dtype.name}; inputs: {_describe(avals)}{where}")
+
+
+from .tensor import Tensor  # noqa: E402  (Tensor's methods call bind; bind builds Tensors)

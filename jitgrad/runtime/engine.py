@@ -1,0 +1,369 @@
+"""The autograd engine: ``backward`` and ``grad`` over the graph of ``grad_fn`` Nodes.
+
+One pass: find the nodes that lead from the roots to what we want (leaf accumulators, or the inputs of
+``grad``), count dependencies, and run each node once all its output cotangents are summed.  With
+``create_graph`` the vjp rules run with grad mode on, so the cotangents carry a graph of their own.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from . import anomaly, grad_mode, profiler_state
+from .node import AccumulateGrad, zeros_for
+from .source import format_stack
+from .tensor import Tensor
+
+_AN = anomaly.STATE
+_PROF = profiler_state.STATE
+
+
+def _as_tuple(x):
+    if x is None:
+        return None
+    if isinstance(x, Tensor):
+        return (x,)
+    return tuple(x)
+
+
+def _root_edge(t: Tensor):
+    if t.grad_fn is not None:
+        return t.grad_fn, t._out_nr
+    return t._accumulator(), 0
+
+
+def _make_root_grads(outputs, grad_outputs, create_graph):
+    grads = []
+    for i, (out, g) in enumerate(zip(outputs, grad_outputs)):
+        if g is None:
+            if out._data.size != 1:
+                raise RuntimeError(f"grad can be implicitly created only for scalar outputs (output {i} has shape "
+                                   f"{list(out.shape)}); pass gradient= / grad_outputs= of that shape")
+            g = Tensor._make(np.ones(out.shape, out._data.dtype))
+        else:
+            if not isinstance(g, Tensor):
+                g = Tensor._make(np.asarray(g, dtype=out._data.dtype))
+            if g.shape != out.shape:
+                raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {list(g.shape)} and "
+                                   f"output[{i}] has a shape of {list(out.shape)}.")
+            if g.is_floating_point() != out.is_floating_point():
+                raise RuntimeError(f"For complex Tensors, both grad_output and output are required to have the same "
+                                   f"dtype. Mismatch in dtype: grad_output[{i}] has a dtype of {g.dtype.name} and "
+                                   f"output[{i}] has a dtype of {out.dtype.name}.")
+            if not create_graph and g.requires_grad:
+                g = g.detach()
+        grads.append(g)
+    return grads
+
+
+def _check_outputs(outputs):
+    for i, t in enumerate(outputs):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"element {i} of tensors is not a Tensor (got {type(t).__name__})")
+        if not t.requires_grad:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, grad_variables=None, inputs=None):
+    """Compute the sum of gradients of ``tensors`` w.r.t. graph leaves and accumulate them into ``.grad``.
+
+    >>> import jitgrad as jg
+    >>> x = jg.tensor([1., 2.], requires_grad=True)
+    >>> jg.autograd.backward([(x * 3).sum()])
+    >>> x.grad
+    tensor([3., 3.])
+    """
+    if grad_variables is not None:
+        warnings.warn("'grad_variables' is deprecated. Use 'grad_tensors' instead.", FutureWarning, stacklevel=2)
+        if grad_tensors is not None:
+            raise RuntimeError("'grad_tensors' and 'grad_variables' (deprecated) arguments both passed to "
+                               "backward(). Please only use 'grad_tensors'.")
+        grad_tensors = grad_variables
+    tensors = _as_tuple(tensors)
+    inputs = _as_tuple(inputs)
+    if inputs is not None and len(inputs) == 0:
+        raise RuntimeError("'inputs' argument to backward() cannot be empty.")
+    grad_tensors = _as_tuple(grad_tensors) or (None,) * len(tensors)
+    if len(grad_tensors) != len(tensors):
+        raise RuntimeError(f"grad_tensors has {len(grad_tensors)} entries but tensors has {len(tensors)}")
+    _check_outputs(tensors)
+    if retain_graph is None:
+        retain_graph = create_graph
+    roots = _make_root_grads(tensors, grad_tensors, create_graph)
+    if inputs is None:
+        run(tensors, roots, retain_graph, create_graph, None, accumulate=True)
+        return
+    for t in inputs:
+        if not isinstance(t, Tensor) or not t.requires_grad:
+            raise RuntimeError("One of the differentiated Tensors does not require grad")
+    captured = run(tensors, roots, retain_graph, create_graph, inputs, accumulate=False)
+    for t, g in zip(inputs, captured):
+        if g is not None:
+            _accumulate(t, g, create_graph)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, only_inputs=True,
+         allow_unused=None, is_grads_batched=False, materialize_grads=False):
+    """Return the sum of gradients of ``outputs`` w.r.t. ``inputs`` (nothing is accumulated into ``.grad``).
+
+    >>> import jitgrad as jg
+    >>> x = jg.tensor(3., requires_grad=True)
+    >>> g, = jg.autograd.grad(x ** 3, x, create_graph=True)
+    >>> g2, = jg.autograd.grad(g, x)
+    >>> float(g), float(g2)
+    (27.0, 18.0)
+    """
+    if is_grads_batched:
+        raise NotImplementedError("jitgrad.autograd.grad: is_grads_batched=True is not supported")
+    if not only_inputs:
+        warnings.warn("only_inputs argument is deprecated and is ignored now (defaults to True). To accumulate "
+                      "gradient for other parts of the graph, please use torch.autograd.backward.",
+                      FutureWarning, stacklevel=2)
+    if allow_unused is None:
+        allow_unused = materialize_grads
+    if materialize_grads and allow_unused is False:
+        raise ValueError("Expected allow_unused to be True or not passed when materialize_grads=True, but got: "
+                         "allow_unused=False.")
+    single = isinstance(inputs, Tensor)
+    outputs = _as_tuple(outputs)
+    inputs = _as_tuple(inputs)
+    grad_outputs = _as_tuple(grad_outputs) or (None,) * len(outputs)
+    if len(grad_outputs) != len(outputs):
+        raise RuntimeError(f"grad requires one grad_output per output (got {len(grad_outputs)} for "
+                           f"{len(outputs)} outputs)")
+    _check_outputs(outputs)
+    for t in inputs:
+        if not isinstance(t, Tensor) or not t.requires_grad:
+            raise RuntimeError("One of the differentiated Tensors does not require grad")
+    if retain_graph is None:
+        retain_graph = create_graph
+    roots = _make_root_grads(outputs, grad_outputs, create_graph)
+    res = run(outputs, roots, retain_graph, create_graph, inputs, accumulate=False)
+    out = []
+    for i, (t, g) in enumerate(zip(inputs, res)):
+        if g is None:
+            if not allow_unused:
+                raise RuntimeError(f"One of the differentiated Tensors (input {i}, shape {list(t.shape)}) appears to "
+                                   "not have been used in the graph. Set allow_unused=True if this is the desired "
+                                   "behavior.")
+            if materialize_grads:
+                g = Tensor._make(np.zeros(t.shape, t._data.dtype))
+        out.append(g)
+    del single
+    return tuple(out)
+
+
+def _accumulate(t: Tensor, g: Tensor, create_graph: bool):
+    """AccumulateGrad: add ``g`` into ``t.grad`` (a fresh buffer, never aliasing a user's tensor)."""
+    if g.dtype is not t.dtype:
+        g = g.to(t.dtype)
+    old = t._grad
+    if create_graph:
+        t._grad = g if old is None else old + g
+        return
+    if g.requires_grad:
+        g = g.detach()
+    if old is None:
+        t._grad = Tensor._make(np.array(g._data, copy=True))
+    elif old.requires_grad:
+        with grad_mode.no_grad():
+            t._grad = old + g
+    else:
+        np.add(old._data, g._data, out=old._data, casting="unsafe")
+        old._vc[0] += 1
+
+
+def _run_tensor_hooks(hooks, g):
+    for fn in list(hooks.values()):
+        r = fn(g)
+        if r is not None:
+            if not isinstance(r, Tensor) or r.shape != g.shape:
+                raise RuntimeError(f"hook '{getattr(fn, '__name__', fn)}' has changed the size of value: expected "
+                                   f"{list(g.shape)}, got {list(getattr(r, 'shape', ()))}")
+            g = r
+    return g
+
+
+def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
+    """Execute the backward graph.  Returns the captured gradients for ``inputs`` (when given)."""
+    # capture points: (node, output_nr) -> input positions
+    captures = {}
+    if inputs is not None:
+        for k, t in enumerate(inputs):
+            captures.setdefault(_root_edge(t), []).append(k)
+    cap_nodes = {n for n, _ in captures}
+
+    # discover the graph reachable from the roots
+    root_edges = [_root_edge(t) for t in outputs]
+    children = {}
+    order = []
+    stack = [n for n, _ in root_edges]
+    seen = set(stack)
+    while stack:
+        n = stack.pop()
+        order.append(n)
+        kids = [e[0] for e in n.next_functions if e[0] is not None]
+        children[n] = kids
+        for c in kids:
+            if c not in seen:
+                seen.add(c)
+                stack.append(c)
+
+    # which nodes matter: with inputs, only those on a path to a capture point
+    if inputs is None:
+        needed = seen
+        execute = seen
+    else:
+        needed = set(cap_nodes & seen)
+        changed = True
+        # fixed point over the (acyclic) graph, walking in reverse discovery order
+        while changed:
+            changed = False
+            for n in order:
+                if n not in needed and any(c in needed for c in children[n]):
+                    needed.add(n)
+                    changed = True
+        execute = {n for n in needed if any(c in needed for c in children[n])}
+
+    deps = dict.fromkeys(needed, 0)
+    for n in execute:
+        for c in children[n]:
+            if c in deps:
+                deps[c] += 1
+
+    buffers = {}
+    for (n, nr), g in zip(root_edges, root_grads):
+        if n not in needed:
+            continue
+        buf = buffers.get(n)
+        if buf is None:
+            buf = buffers[n] = [None] * max(1, len(getattr(n, "out_meta", ())))
+        buf[nr] = g if buf[nr] is None else buf[nr] + g
+
+    captured = [None] * (len(inputs) if inputs is not None else 0)
+    ready = [n for n in needed if deps[n] == 0]
+    ready.sort(key=lambda n: n.seq)
+    prev_mode = grad_mode.STATE.grad_enabled
+    grad_mode.STATE.grad_enabled = create_graph
+    try:
+        while ready:
+            node = ready.pop()
+            grads = buffers.pop(node, None)
+            if grads is None:
+                grads = [None]
+            # hooks registered on the tensors this node produced; retain_grad
+            if node.tensor_hooks:
+                for nr, hooks in node.tensor_hooks.items():
+                    if grads[nr] is not None and hooks:
+                        grads[nr] = _run_tensor_hooks(hooks, grads[nr])
+            if node.retain_grad_refs:
+                for nr, ref in node.retain_grad_refs.items():
+                    t = ref()
+                    if t is not None and grads[nr] is not None:
+                        g = grads[nr]
+                        if t._grad is None:
+                            t._grad = g if create_graph else Tensor._make(np.array(g._data, copy=True))
+                        else:
+                            t._grad = t._grad + (g if create_graph else g.detach())
+            if isinstance(node, AccumulateGrad):
+                var = node.variable
+                g = grads[0]
+                if g is not None and var._hooks:
+                    g = _run_tensor_hooks(var._hooks, g)
+                if node in cap_nodes:
+                    for k in captures.get((node, 0), ()):
+                        captured[k] = g
+                elif accumulate and g is not None:
+                    if _PROF.active is not None:
+                        with _PROF.active.range("AccumulateGrad", [var.shape]):
+                            _accumulate(var, g, create_graph)
+                    else:
+                        _accumulate(var, g, create_graph)
+                continue
+            if node in cap_nodes:
+                for nr in range(len(grads)):
+                    for k in captures.get((node, nr), ()):
+                        captured[k] = grads[nr]
+            if node not in execute:
+                continue
+            in_grads = _apply_node(node, grads, create_graph)
+            if not retain_graph:
+                node.release()
+            for (child, nr), g in zip(node.next_functions, in_grads):
+                if child is None or child not in deps:
+                    continue
+                if g is not None:
+                    buf = buffers.get(child)
+                    if buf is None:
+                        buf = buffers[child] = [None] * max(1, len(child.out_meta))
+                    buf[nr] = g if buf[nr] is None else buf[nr] + g
+                deps[child] -= 1
+                if deps[child] == 0:
+                    ready.append(child)
+    finally:
+        grad_mode.STATE.grad_enabled = prev_mode
+    return captured
+
+
+def _apply_node(node, grads, create_graph):
+    if node._pre_hooks:
+        for fn in list(node._pre_hooks.values()):
+            r = fn(tuple(grads))
+            if r is not None:
+                grads = list(r)
+    if node.materialize():
+        for i, g in enumerate(grads):
+            if g is None and node.out_meta[i][1] is not None:
+                grads[i] = zeros_for(node.out_meta[i])
+    prof = _PROF.active
+    try:
+        if prof is not None:
+            with prof.range(node.name(), [m[0] for m in node.out_meta]):
+                out = node.apply(grads)
+        else:
+            out = node.apply(grads)
+    except Exception as e:
+        if _AN.enabled and node.stack:
+            raise _with_forward_trace(e, node) from e
+        raise
+    if len(out) != len(node.next_functions):
+        raise RuntimeError(f"function {node.name()} returned an incorrect number of gradients (expected "
+                           f"{len(node.next_functions)}, got {len(out)})")
+    if _AN.enabled and _AN.check_nan:
+        for i, g in enumerate(out):
+            if g is not None and g._data.dtype.kind == "f" and not np.isfinite(g._data).all():
+                raise _nan_error(node, i, g)
+    if node._hooks:
+        for fn in list(node._hooks.values()):
+            r = fn(tuple(out), tuple(grads))
+            if r is not None:
+                out = tuple(r)
+    return out
+
+
+def _forward_trace(node) -> str:
+    return "Traceback of forward call that caused the error:\n" + format_stack(node.stack) if node.stack else ""
+
+
+def _with_forward_trace(e: Exception, node) -> Exception:
+    tb = _forward_trace(node)
+    warnings.warn(f"Error detected in {node.name()}. {tb}", UserWarning, stacklevel=4)
+    msg = f"{e}\n\n[jitgrad anomaly mode] Error detected in {node.name()}. {tb}"
+    try:
+        new = type(e)(msg)
+    except Exception:
+        new = RuntimeError(msg)
+    if hasattr(new, "add_note"):
+        new.add_note(tb)
+    return new
+
+
+def _nan_error(node, i, g) -> RuntimeError:
+    kind = "nan" if np.isnan(g._data).any() else "inf"
+    op = getattr(node.op, "name", node.name())
+    where = f" at {node.loc.file}:{node.loc.line} ({node.loc.text})" if node.loc is not None else ""
+    msg = (f"Function '{node.name()}' returned {kind} values in its {i}th output.\n"
+           f"  op: {op} (backward of the forward call{where}); gradient shape {list(g.shape)}, dtype "
+           f"{g.dtype.name}\n\n" + _forward_trace(node))
+    return RuntimeError(msg)

@@ -1,0 +1,224 @@
+"""Tensor factories: tensor, zeros, ones, full, empty, arange, linspace, eye, rand*, *_like, from_numpy, dlpack."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import dtypes as dt
+from .tensor import Tensor, check_device
+
+_RNG = [np.random.default_rng()]
+
+
+def manual_seed(seed: int):
+    """Seed jitgrad's random number generator (rand, randn, randint, dropout)."""
+    _RNG[0] = np.random.default_rng(int(seed))
+    return _RNG[0]
+
+
+def seed():
+    s = int(np.random.SeedSequence().entropy % (2 ** 63))
+    manual_seed(s)
+    return s
+
+
+def _infer_dtype(data) -> dt.DType:
+    """torch.tensor's inference: any float -> float32, else any int -> int64, else bool."""
+    kinds = set()
+
+    def walk(x):
+        if isinstance(x, (list, tuple)):
+            for v in x:
+                walk(v)
+        elif isinstance(x, Tensor):
+            kinds.add(x.dtype.category)
+        elif isinstance(x, (bool, np.bool_)):
+            kinds.add(0)
+        elif isinstance(x, (int, np.integer)):
+            kinds.add(1)
+        elif isinstance(x, (float, np.floating)):
+            kinds.add(2)
+        else:
+            raise TypeError(f"jitgrad.tensor: could not infer dtype of {type(x).__name__}")
+    walk(data)
+    return {0: dt.bool_, 1: dt.int64, 2: dt.float32}[max(kinds)] if kinds else dt.float32
+
+
+def as_array(data, dtype=None) -> np.ndarray:
+    d = dt.as_dtype(dtype) if dtype is not None else None
+    if isinstance(data, Tensor):
+        a = data._data
+        return a.astype(d.np) if d is not None and a.dtype != d.np else a.copy()
+    if isinstance(data, np.ndarray):
+        if d is None:
+            d = dt.from_numpy_dtype(data.dtype) if data.dtype in dt._FROM_NP else (
+                dt.float64 if data.dtype.kind == "f" else dt.int64 if data.dtype.kind in "iu" else None)
+            if d is None:
+                raise TypeError(f"jitgrad.tensor: unsupported NumPy dtype {data.dtype}")
+        return np.array(data, dtype=d.np, copy=True)
+    if isinstance(data, (list, tuple)):
+        data = [x._data if isinstance(x, Tensor) else x for x in data] if any(isinstance(x, Tensor) for x in data) else data
+    if d is None:
+        d = _infer_dtype(data) if not isinstance(data, np.generic) else dt.as_dtype(data.dtype)
+    try:
+        a = np.array(data, dtype=d.np)
+    except ValueError as e:
+        raise ValueError(f"jitgrad.tensor: {e}") from None
+    if a.dtype == object:
+        raise TypeError("jitgrad.tensor: ragged nested sequences are not supported")
+    return a
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False) -> Tensor:
+    """Construct a tensor by copying ``data`` (nested lists, scalars, NumPy arrays).
+
+    >>> import jitgrad as jg
+    >>> jg.tensor([[0.1, 1.2], [2.2, 3.1]])
+    tensor([[0.1000, 1.2000],
+            [2.2000, 3.1000]])
+    """
+    check_device(device)
+    t = Tensor._make(as_array(data, dtype))
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def as_tensor(data, dtype=None, device=None) -> Tensor:
+    if isinstance(data, Tensor) and (dtype is None or data.dtype is dt.as_dtype(dtype)):
+        return data
+    if isinstance(data, np.ndarray) and (dtype is None or data.dtype == dt.as_dtype(dtype).np) and data.dtype in dt._FROM_NP:
+        return from_numpy(data)
+    return tensor(data, dtype=dtype, device=device)
+
+
+def from_numpy(ndarray: np.ndarray) -> Tensor:
+    """A tensor sharing memory with ``ndarray`` (writes to either are visible in both)."""
+    if not isinstance(ndarray, np.ndarray):
+        raise TypeError(f"expected np.ndarray (got {type(ndarray).__name__})")
+    dt.from_numpy_dtype(ndarray.dtype)
+    return Tensor._make(ndarray)
+
+
+def from_dlpack(ext) -> Tensor:
+    """Zero-copy import of any object with ``__dlpack__`` (NumPy, PyTorch, JAX arrays, jitgrad tensors)."""
+    if isinstance(ext, Tensor):
+        return Tensor._make(ext._data)
+    return from_numpy(np.from_dlpack(ext))
+
+
+def _size(size):
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = size[0]
+    return tuple(int(s) for s in size)
+
+
+def _new(arr, requires_grad):
+    t = Tensor._make(arr)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _dt(dtype, default=dt.float32):
+    return dt.as_dtype(dtype) if dtype is not None else default
+
+
+def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    check_device(device)
+    return _new(np.zeros(_size(size), _dt(dtype).np), requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    check_device(device)
+    return _new(np.ones(_size(size), _dt(dtype).np), requires_grad)
+
+
+def empty(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    check_device(device)
+    return _new(np.empty(_size(size), _dt(dtype).np), requires_grad)
+
+
+def full(size, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
+    check_device(device)
+    if dtype is None:
+        dtype = dt.result_type([], [fill_value])
+    return _new(np.full(_size((size,)), fill_value, _dt(dtype).np), requires_grad)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False) -> Tensor:
+    check_device(device)
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        dtype = dt.result_type([], [start, end, step])
+    return _new(np.arange(start, end, step).astype(_dt(dtype).np), requires_grad)
+
+
+def linspace(start, end, steps, dtype=None, device=None, requires_grad=False) -> Tensor:
+    check_device(device)
+    return _new(np.linspace(start, end, int(steps)).astype(_dt(dtype).np), requires_grad)
+
+
+def eye(n, m=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    check_device(device)
+    return _new(np.eye(n, m, dtype=_dt(dtype).np), requires_grad)
+
+
+def rand(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
+    check_device(device)
+    d = _dt(dtype)
+    return _new(_RNG[0].random(_size(size), dtype=d.np), requires_grad)
+
+
+def randn(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
+    check_device(device)
+    d = _dt(dtype)
+    return _new(_RNG[0].standard_normal(_size(size), dtype=d.np), requires_grad)
+
+
+def randint(low=0, high=None, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    check_device(device)
+    if high is None:
+        low, high = 0, low
+    if size is None:
+        raise TypeError("randint() missing required argument 'size'")
+    return _new(_RNG[0].integers(low, high, _size((size,))).astype(_dt(dtype, dt.int64).np), requires_grad)
+
+
+def randperm(n, dtype=None, device=None) -> Tensor:
+    check_device(device)
+    return Tensor._make(_RNG[0].permutation(n).astype(_dt(dtype, dt.int64).np))
+
+
+def _like(t, dtype):
+    return t.shape, (dt.as_dtype(dtype) if dtype is not None else t.dtype)
+
+
+def zeros_like(input, dtype=None, device=None, requires_grad=False) -> Tensor:
+    shape, d = _like(input, dtype)
+    return _new(np.zeros(shape, d.np), requires_grad)
+
+
+def ones_like(input, dtype=None, device=None, requires_grad=False) -> Tensor:
+    shape, d = _like(input, dtype)
+    return _new(np.ones(shape, d.np), requires_grad)
+
+
+def empty_like(input, dtype=None, device=None, requires_grad=False) -> Tensor:
+    shape, d = _like(input, dtype)
+    return _new(np.empty(shape, d.np), requires_grad)
+
+
+def full_like(input, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
+    shape, d = _like(input, dtype)
+    return _new(np.full(shape, fill_value, d.np), requires_grad)
+
+
+def rand_like(input, dtype=None, device=None, requires_grad=False) -> Tensor:
+    shape, d = _like(input, dtype)
+    return _new(_RNG[0].random(shape, dtype=d.np), requires_grad)
+
+
+def randn_like(input, dtype=None, device=None, requires_grad=False) -> Tensor:
+    shape, d = _like(input, dtype)
+    return _new(_RNG[0].standard_normal(shape, dtype=d.np), requires_grad)

@@ -1,0 +1,268 @@
+"""Custom autograd Functions (``jg.autograd.Function``) with torch's full ctx API."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import anomaly, grad_mode
+from .node import Node, zeros_for
+from .source import user_loc, user_stack
+from .tensor import Tensor
+
+
+class FunctionCtx:
+    """The ``ctx`` passed to forward/backward: save_for_backward, saved_tensors, mark_dirty,
+    mark_non_differentiable, needs_input_grad, set_materialize_grads, and any attribute you set."""
+
+    def __init__(self):
+        self._saved = None
+        self._saved_versions = None
+        self._dirty = ()
+        self._non_diff = ()
+        self.materialize_grads = True
+        self.needs_input_grad = ()
+        self._freed = False
+        self._node = None
+
+    def save_for_backward(self, *tensors):
+        for t in tensors:
+            if t is not None and not isinstance(t, Tensor):
+                raise TypeError(f"save_for_backward can only save variables, but argument is of type "
+                                f"{type(t).__name__}")
+        self._saved = tensors
+
+    def save_for_forward(self, *tensors):
+        self._saved_forward = tensors
+
+    def mark_dirty(self, *args):
+        self._dirty = args
+
+    def mark_non_differentiable(self, *args):
+        self._non_diff = args
+
+    def set_materialize_grads(self, value: bool):
+        self.materialize_grads = bool(value)
+
+    @property
+    def saved_tensors(self):
+        if self._freed:
+            from .node import FREED_MSG
+            raise RuntimeError(FREED_MSG)
+        if self._saved is None:
+            return ()
+        if self._saved_versions is not None:
+            for i, (t, v) in enumerate(zip(self._saved, self._saved_versions)):
+                if t is not None and t._vc[0] != v:
+                    name = self._node.name() if self._node is not None else "a custom Function"
+                    raise RuntimeError(
+                        "one of the variables needed for gradient computation has been modified by an inplace "
+                        f"operation: [jitgrad.{t.dtype.name} {list(t.shape)}], which is saved tensor {i} of {name}, "
+                        f"is at version {t._vc[0]}; expected version {v} instead. Hint: enable anomaly detection to "
+                        "find the operation that failed to compute its gradient, with "
+                        "jitgrad.autograd.set_detect_anomaly(True).")
+        return self._saved
+
+    saved_variables = saved_tensors
+
+
+class _FnOp:
+    """Stands in for an OpDef on a custom Function's node."""
+
+    saves_in = saves_out = ()
+
+    def __init__(self, cls):
+        self.name = cls.__name__
+        self.grad_name = cls.__name__ + "Backward"
+        self.cls = cls
+
+
+class BackwardCFunction(Node):
+    """The grad_fn of a custom Function's outputs: calls ``cls.backward(ctx, *grads)``."""
+
+    __slots__ = ("ctx", "input_meta")
+
+    def apply(self, grads):
+        ctx = self.ctx
+        if ctx._freed:
+            if ctx._saved:
+                from .node import FREED_MSG
+                raise RuntimeError(FREED_MSG)
+        res = self.op.cls.backward(ctx, *grads)
+        if not isinstance(res, tuple):
+            res = (res,)
+        n = len(self.next_functions)
+        if len(res) != n:
+            if len(res) > n and all(r is None for r in res[n:]):
+                res = res[:n]
+            else:
+                raise RuntimeError(f"function {self.name()} returned an incorrect number of gradients (expected {n}, "
+                                   f"got {len(res)})")
+        out = []
+        for i, (g, (shape, dtype, is_tensor)) in enumerate(zip(res, self.input_meta)):
+            if g is None or not self.needs_grad[i]:
+                if g is not None and not is_tensor:
+                    raise RuntimeError(f"function {self.name()} returned a gradient different than None at position "
+                                       f"{i + 1}, but the corresponding forward input was not a Variable")
+                out.append(None)
+                continue
+            if not isinstance(g, Tensor):
+                raise TypeError(f"function {self.name()} returned a non-Tensor gradient at index {i}: {type(g).__name__}")
+            if g.shape != shape:
+                try:
+                    np.broadcast_shapes(shape, g.shape)
+                    if np.broadcast_shapes(shape, g.shape) != g.shape:
+                        raise ValueError
+                    g = g.sum_to_size(shape)
+                except ValueError:
+                    raise RuntimeError(f"Function {self.name()} returned an invalid gradient at index {i} - got "
+                                       f"{list(g.shape)} but expected shape compatible with {list(shape)}") from None
+            if g.dtype is not dtype:
+                g = g.to(dtype)
+            out.append(g)
+        return tuple(out)
+
+    def materialize(self):
+        return self.ctx.materialize_grads
+
+    def release(self):
+        self._freed = True
+        self.ctx._freed = True
+        self.ctx._saved = None
+
+
+class _FunctionMeta(type):
+    def __init__(cls, name, bases, attrs):
+        super().__init__(name, bases, attrs)
+        cls._op = _FnOp(cls)
+
+
+class Function(metaclass=_FunctionMeta):
+    """Define a differentiable op with static ``forward(ctx, *args)`` and ``backward(ctx, *grads)``.
+
+    >>> import jitgrad as jg
+    >>> class Exp(jg.autograd.Function):
+    ...     @staticmethod
+    ...     def forward(ctx, i):
+    ...         result = i.exp()
+    ...         ctx.save_for_backward(result)
+    ...         return result
+    ...     @staticmethod
+    ...     def backward(ctx, grad_output):
+    ...         result, = ctx.saved_tensors
+    ...         return grad_output * result
+    >>> x = jg.tensor([0., 1.], requires_grad=True)
+    >>> Exp.apply(x).sum().backward()
+    >>> x.grad
+    tensor([1.0000, 2.7183])
+    """
+
+    @staticmethod
+    def forward(ctx, *args, **kwargs):
+        raise NotImplementedError("You must implement the forward function for custom autograd.Function.")
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        raise NotImplementedError("You must implement either the backward or vjp method for your custom "
+                                  "autograd.Function to use it with backward mode AD.")
+
+    vjp = backward
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        return NotImplemented
+
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError("Legacy autograd function with non-static forward method is deprecated. Please use new-style "
+                           "autograd function with static forward method. (Example: "
+                           "https://pytorch.org/docs/stable/autograd.html#torch.autograd.Function)")
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        ctx = FunctionCtx()
+        tensors_in = [a for a in args if isinstance(a, Tensor)]
+        record = grad_mode.STATE.grad_enabled and any(t.requires_grad for t in tensors_in)
+        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
+        versions_before = {id(t): t._vc[0] for t in tensors_in}
+        with grad_mode.no_grad():
+            if cls.setup_context is not Function.setup_context:
+                out = cls.forward(*args, **kwargs)
+                cls.setup_context(ctx, args, out)
+            else:
+                out = cls.forward(ctx, *args, **kwargs)
+        single = not isinstance(out, tuple)
+        outs = (out,) if single else out
+        dirty = {id(t) for t in ctx._dirty}
+        for t in ctx._dirty:
+            if t._vc[0] == versions_before.get(id(t), -1):
+                t._vc[0] += 1   # modified through .data / numpy: still count it as a write
+        non_diff = {id(t) for t in ctx._non_diff}
+        if ctx._saved is not None:
+            ctx._saved_versions = [None if t is None else t._vc[0] for t in ctx._saved]
+        if not record:
+            return out
+        nf, needs, meta = [], [], []
+        for a in args:
+            if isinstance(a, Tensor) and a.requires_grad:
+                nf.append((a.grad_fn, a._out_nr) if a.grad_fn is not None else (a._accumulator(), 0))
+                needs.append(True)
+            else:
+                nf.append((None, 0))
+                needs.append(False)
+            meta.append((a.shape, a.dtype, True) if isinstance(a, Tensor) else ((), None, False))
+        node = BackwardCFunction(cls._op, {}, tuple(nf), tuple(needs))
+        node.ctx = ctx
+        ctx._node = node
+        node.input_meta = meta
+        node.shapes = tuple(m[0] for m in meta)
+        node.dtypes = tuple(m[1] for m in meta)
+        node.inputs = node.outputs = ()
+        node.versions = node.out_versions = None
+        node.loc = user_loc(2)
+        if anomaly.STATE.enabled:
+            node.stack = user_stack(2)
+        new_outs = []
+        out_meta = []
+        input_ids = {id(t) for t in tensors_in}
+        for k, o in enumerate(outs):
+            if not isinstance(o, Tensor):
+                new_outs.append(o)
+                out_meta.append(((), None))
+                continue
+            if id(o) in dirty:
+                if o.grad_fn is None and o._requires_grad:
+                    raise RuntimeError("a leaf Variable that requires grad has been used in an in-place operation.")
+                t = o
+            elif id(o) in input_ids:
+                t = o.detach()      # an input returned as is: a new tensor viewing it
+            else:
+                t = o
+            out_meta.append((t.shape, t.dtype))
+            if id(o) not in non_diff and t.is_floating_point():
+                t.grad_fn = node
+                t._out_nr = k
+                t._requires_grad = False
+            new_outs.append(t)
+        node.out_meta = tuple(out_meta)
+        # materialized zero grads for outputs that receive none
+        return new_outs[0] if single else tuple(new_outs)
+
+
+class InplaceFunction(Function):
+    pass
+
+
+class NestedIOFunction(Function):
+    pass
+
+
+def once_differentiable(fn):
+    """Marks a backward as not differentiable twice: with create_graph it runs without recording."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(ctx, *args):
+        with grad_mode.no_grad():
+            return fn(ctx, *args)
+    return wrapper
+
+
+__all__ = ["Function", "FunctionCtx", "once_differentiable", "zeros_for"]

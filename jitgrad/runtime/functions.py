@@ -1,0 +1,599 @@
+"""The public math, reduction and shape functions (``jg.exp(x)`` and ``x.exp()``).
+
+Each is a primitive ``bind`` or a composition of primitives (var, std, logsumexp, softmax, gather, ...),
+so compositions need no vjp rule of their own.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir import dtypes as dt
+from ..ir.ops import OPS as O
+from ..ir.ops import OpError, normalize_axes, normalize_axis
+from .dispatch import bind, op_error
+from .tensor import Tensor
+
+
+def _t(x, like=None):
+    if isinstance(x, Tensor):
+        return x
+    from .factories import tensor
+    return tensor(x, dtype=like.dtype if like is not None and isinstance(x, float) and like.is_floating_point() else None)
+
+
+def _axes(name, x, dim):
+    try:
+        return normalize_axes(name, dim, x.ndim)
+    except OpError as e:
+        raise IndexError(str(e)) from None
+
+
+def _axis(name, x, dim):
+    try:
+        return normalize_axis(name, dim, x.ndim)
+    except OpError as e:
+        raise IndexError(str(e)) from None
+
+
+# ---- elementwise ----------------------------------------------------------------------------------
+def _unary(name):
+    op = O[name]
+
+    def f(input):
+        return bind(op, _t(input))
+    f.__name__ = name
+    f.__doc__ = f"Elementwise ``{name}``; differentiable (see OpDef ``{name}``)."
+    return f
+
+
+exp = _unary("exp")
+log = _unary("log")
+log1p = _unary("log1p")
+expm1 = _unary("expm1")
+sqrt = _unary("sqrt")
+rsqrt = _unary("rsqrt")
+sin = _unary("sin")
+cos = _unary("cos")
+tan = _unary("tan")
+tanh = _unary("tanh")
+sigmoid = _unary("sigmoid")
+relu = _unary("relu")
+abs = _unary("abs")
+sign = _unary("sign")
+neg = _unary("neg")
+reciprocal = _unary("reciprocal")
+erf = _unary("erf")
+isfinite = _unary("isfinite")
+logical_not = _unary("logical_not")
+negative = neg
+
+
+def log2(input):
+    return log(input) * (1.0 / math.log(2.0))
+
+
+def log10(input):
+    return log(input) * (1.0 / math.log(10.0))
+
+
+def square(input):
+    return input * input
+
+
+def isnan(input):
+    return input != input
+
+
+def isinf(input):
+    return (abs(input) == math.inf)
+
+
+def _binary(name, opname):
+    op = O[opname]
+
+    def f(input, other):
+        if not isinstance(input, Tensor) and not isinstance(other, Tensor):
+            input = _t(input)
+        return bind(op, input, other)
+    f.__name__ = name
+    return f
+
+
+add_ = _binary("add", "add")
+sub_ = _binary("sub", "sub")
+mul = _binary("mul", "mul")
+multiply = mul
+div = _binary("div", "div")
+divide = true_divide = div
+floor_divide = _binary("floor_divide", "floordiv")
+remainder = _binary("remainder", "mod")
+pow = _binary("pow", "pow")
+maximum = _binary("maximum", "maximum")
+minimum = _binary("minimum", "minimum")
+eq = _binary("eq", "eq")
+ne = _binary("ne", "ne")
+lt = _binary("lt", "lt")
+le = _binary("le", "le")
+gt = _binary("gt", "gt")
+ge = _binary("ge", "ge")
+logical_and = _binary("logical_and", "logical_and")
+logical_or = _binary("logical_or", "logical_or")
+matmul = _binary("matmul", "matmul")
+
+
+def add(input, other, *, alpha=1):
+    return add_(input, other if alpha == 1 else other * alpha)
+
+
+def sub(input, other, *, alpha=1):
+    return sub_(input, other if alpha == 1 else other * alpha)
+
+
+subtract = sub
+
+
+def where(condition, input=None, other=None):
+    """``where(cond, x, y)``: x where cond else y (broadcasting).  ``where(cond)`` returns nonzero indices."""
+    if input is None and other is None:
+        return nonzero(condition, as_tuple=True)
+    if not isinstance(condition, Tensor):
+        condition = _t(condition)
+    return bind(O["where"], condition, input, other)
+
+
+def clamp(input, min=None, max=None):
+    """Clamp into [min, max]; tensor bounds compose maximum/minimum, scalar bounds use the clamp primitive."""
+    if min is None and max is None:
+        raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
+    if isinstance(min, Tensor) or isinstance(max, Tensor):
+        r = input
+        if min is not None:
+            r = maximum(r, min)
+        if max is not None:
+            r = minimum(r, max)
+        return r
+    return bind(O["clamp"], input, min=min, max=max)
+
+
+clip = clamp
+
+
+def nonzero(input, *, as_tuple=False):
+    idx = np.nonzero(input._data)
+    if as_tuple:
+        return tuple(Tensor._make(i.astype(np.int64)) for i in idx)
+    return Tensor._make(np.stack(idx, axis=1).astype(np.int64) if idx else np.zeros((0, 0), np.int64))
+
+
+# ---- reductions -----------------------------------------------------------------------------------
+def _red(opname, x, dim, keepdim):
+    return bind(O[opname], x, axes=_axes(opname, x, dim), keepdims=bool(keepdim))
+
+
+def sum(input, dim=None, keepdim=False, *, dtype=None):
+    if dtype is not None:
+        input = input.to(dtype)
+    return _red("sum", input, dim, keepdim)
+
+
+def mean(input, dim=None, keepdim=False, *, dtype=None):
+    if dtype is not None:
+        input = input.to(dtype)
+    if not input.is_floating_point():
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a floating point or "
+                           f"complex dtype. Got: {input.dtype.name}")
+    axes = _axes("mean", input, dim)
+    n = 1
+    for a in axes:
+        n *= input.shape[a]
+    s = bind(O["sum"], input, axes=axes, keepdims=bool(keepdim))
+    return s / n if n else s * math.nan
+
+
+def prod(input, dim=None, keepdim=False, *, dtype=None):
+    if dtype is not None:
+        input = input.to(dtype)
+    return _red("prod", input, dim, keepdim)
+
+
+def amax(input, dim=(), keepdim=False):
+    return _red("amax", input, None if dim == () else dim, keepdim)
+
+
+def amin(input, dim=(), keepdim=False):
+    return _red("amin", input, None if dim == () else dim, keepdim)
+
+
+def argmax(input, dim=None, keepdim=False):
+    ax = None if dim is None else _axis("argmax", input, dim)
+    x = input if ax is not None else input.reshape(-1)
+    r = bind(O["argmax"], x, axis=ax, keepdims=bool(keepdim) and ax is not None)
+    return r.reshape((1,) * input.ndim) if keepdim and ax is None else r
+
+
+def argmin(input, dim=None, keepdim=False):
+    ax = None if dim is None else _axis("argmin", input, dim)
+    x = input if ax is not None else input.reshape(-1)
+    r = bind(O["argmin"], x, axis=ax, keepdims=bool(keepdim) and ax is not None)
+    return r.reshape((1,) * input.ndim) if keepdim and ax is None else r
+
+
+class _ValuesIndices(tuple):
+    """``(values, indices)`` with named fields, like torch.return_types.max."""
+
+    @property
+    def values(self):
+        return self[0]
+
+    @property
+    def indices(self):
+        return self[1]
+
+
+def _max_min(name, input, dim, keepdim, other):
+    if isinstance(dim, Tensor) and other is None:
+        other, dim = dim, None
+    if other is not None:
+        return (maximum if name == "max" else minimum)(input, other)
+    if dim is None:
+        return _red("amax" if name == "max" else "amin", input, None, False)
+    ax = _axis(name, input, dim)
+    idx = (argmax if name == "max" else argmin)(input, ax, keepdim=True)
+    values = gather(input, ax, idx)
+    if not keepdim:
+        values, idx = values.squeeze(ax), idx.squeeze(ax)
+    return _ValuesIndices((values, idx))
+
+
+def max(input, dim=None, keepdim=False, *, other=None):
+    """``max(x)`` (all elements), ``max(x, dim)`` -> (values, indices), or ``max(x, other)`` elementwise."""
+    return _max_min("max", input, dim, keepdim, other)
+
+
+def min(input, dim=None, keepdim=False, *, other=None):
+    return _max_min("min", input, dim, keepdim, other)
+
+
+def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """Variance over ``dim`` with Bessel's ``correction`` (``unbiased=True`` means correction=1)."""
+    if correction is None:
+        correction = 1 if unbiased is None or unbiased else 0
+    axes = _axes("var", input, dim)
+    n = 1
+    for a in axes:
+        n *= input.shape[a]
+    mu = bind(O["sum"], input, axes=axes, keepdims=True) / (n if n else 1)
+    d = input - mu
+    return bind(O["sum"], d * d, axes=axes, keepdims=bool(keepdim)) / builtins_max(n - correction, 0)
+
+
+def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return sqrt(var(input, dim, unbiased, keepdim, correction=correction))
+
+
+def logsumexp(input, dim, keepdim=False):
+    """log(sum(exp(x))) computed stably (the max is subtracted first and detached)."""
+    axes = _axes("logsumexp", input, dim)
+    if not input.is_floating_point():
+        input = input.float()
+    m = bind(O["amax"], input, axes=axes, keepdims=True).detach() if input.numel() else input.new_zeros(
+        tuple(1 if i in axes else s for i, s in enumerate(input.shape)))
+    m = m.where(isfinite(m), 0.0)
+    s = log(bind(O["sum"], exp(input - m), axes=axes, keepdims=True)) + m
+    return s if keepdim else s.reshape(tuple(d for i, d in enumerate(s.shape) if i not in axes))
+
+
+def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
+    """Vector p-norm over ``dim`` (default all elements); p in {2, 'fro', inf, -inf, 1, any float}."""
+    if dtype is not None:
+        input = input.to(dtype)
+    if p in ("fro", 2, 2.0, None):
+        return bind(O["norm2"], input, axes=_axes("norm", input, dim), keepdims=bool(keepdim))
+    if p == math.inf:
+        return amax(abs(input), dim if dim is not None else (), keepdim)
+    if p == -math.inf:
+        return amin(abs(input), dim if dim is not None else (), keepdim)
+    if p == 0:
+        return sum((input != 0).to(input.dtype), dim, keepdim)
+    return sum(abs(input) ** p, dim, keepdim) ** (1.0 / p)
+
+
+def softmax(input, dim, dtype=None):
+    if dtype is not None:
+        input = input.to(dtype)
+    ax = _axis("softmax", input, dim)
+    m = bind(O["amax"], input, axes=(ax,), keepdims=True).detach()
+    e = exp(input - m.where(isfinite(m), 0.0))
+    return e / bind(O["sum"], e, axes=(ax,), keepdims=True)
+
+
+def log_softmax(input, dim, dtype=None):
+    if dtype is not None:
+        input = input.to(dtype)
+    return input - logsumexp(input, dim, keepdim=True)
+
+
+# ---- shape ----------------------------------------------------------------------------------------
+def _shape_arg(shape):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    return tuple(int(s) for s in shape)
+
+
+def _infer(name, shape, numel):
+    if shape.count(-1) > 1:
+        raise RuntimeError(f"{name}: only one dimension can be inferred")
+    if -1 in shape:
+        known = 1
+        for s in shape:
+            if s != -1:
+                known *= s
+        if known == 0 or numel % known:
+            raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
+        shape = tuple(numel // known if s == -1 else s for s in shape)
+    return shape
+
+
+def reshape(input, *shape):
+    shape = _infer("reshape", _shape_arg(shape), input.numel())
+    if shape == input.shape:
+        return input
+    return bind(O["reshape"], input, shape=shape)
+
+
+def view(input, *shape):
+    if len(shape) == 1 and isinstance(shape[0], dt.DType):
+        raise NotImplementedError("view(dtype) is not supported; use .to(dtype)")
+    if not input._data.flags.c_contiguous and input.numel() > 1:
+        raise RuntimeError("view size is not compatible with input tensor's size and stride (at least one dimension "
+                           "spans across two contiguous subspaces). Use .reshape(...) instead.")
+    return reshape(input, *shape)
+
+
+def flatten(input, start_dim=0, end_dim=-1):
+    if input.ndim == 0:
+        return input.reshape(1)
+    s = _axis("flatten", input, start_dim)
+    e = _axis("flatten", input, end_dim)
+    if s > e:
+        raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+    shape = input.shape[:s] + (int(np.prod(input.shape[s:e + 1])),) + input.shape[e + 1:]
+    return reshape(input, shape)
+
+
+def squeeze(input, dim=None):
+    if dim is None:
+        shape = tuple(d for d in input.shape if d != 1)
+    else:
+        axes = _axes("squeeze", input, dim) if input.ndim else ()
+        shape = tuple(d for i, d in enumerate(input.shape) if not (i in axes and d == 1))
+    return reshape(input, shape)
+
+
+def unsqueeze(input, dim):
+    ax = dim if dim >= 0 else dim + input.ndim + 1
+    if not 0 <= ax <= input.ndim:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-input.ndim - 1}, {input.ndim}], "
+                         f"but got {dim})")
+    return bind(O["reshape"], input, shape=input.shape[:ax] + (1,) + input.shape[ax:])
+
+
+def permute(input, *dims):
+    dims = _shape_arg(dims)
+    if len(dims) != input.ndim:
+        raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does not match the length "
+                           f"of the desired ordering of dimensions i.e. input.dim() = {input.ndim} is not equal to "
+                           f"len(dims) = {len(dims)}")
+    perm = tuple(_axis("permute", input, d) for d in dims)
+    if perm == tuple(range(input.ndim)):
+        return input
+    return bind(O["permute"], input, perm=perm)
+
+
+def transpose(input, dim0, dim1):
+    a, b = _axis("transpose", input, dim0), _axis("transpose", input, dim1)
+    perm = list(range(input.ndim))
+    perm[a], perm[b] = perm[b], perm[a]
+    return permute(input, perm)
+
+
+swapaxes = transpose
+
+
+def t(input):
+    if input.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {input.ndim}D")
+    return transpose(input, 0, 1) if input.ndim == 2 else input
+
+
+def expand(input, *sizes):
+    sizes = _shape_arg(sizes)
+    lead = len(sizes) - input.ndim
+    if lead < 0:
+        raise RuntimeError(f"expand: the number of sizes provided ({len(sizes)}) must be greater or equal to the "
+                           f"number of dimensions in the tensor ({input.ndim})")
+    shape = tuple(input.shape[i - lead] if (s == -1 and i >= lead) else s for i, s in enumerate(sizes))
+    if shape == input.shape:
+        return input
+    return bind(O["broadcast_to"], input, shape=shape)
+
+
+def broadcast_to(input, shape):
+    return expand(input, tuple(shape))
+
+
+def expand_as(input, other):
+    return expand(input, other.shape)
+
+
+def broadcast_tensors(*tensors):
+    shape = np.broadcast_shapes(*(x.shape for x in tensors))
+    return tuple(expand(x, shape) for x in tensors)
+
+
+def cat(tensors, dim=0):
+    tensors = [x for x in tensors]
+    if not tensors:
+        raise RuntimeError("cat(): expected a non-empty list of Tensors")
+    ax = _axis("cat", tensors[0], dim)
+    if len(tensors) == 1:
+        return tensors[0]
+    return bind(O["cat"], *tensors, axis=ax)
+
+
+concat = concatenate = cat
+
+
+def stack(tensors, dim=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("stack expects a non-empty TensorList")
+    shape = tensors[0].shape
+    for i, x in enumerate(tensors):
+        if x.shape != shape:
+            raise RuntimeError(f"stack expects each tensor to be equal size, but got {list(shape)} at entry 0 and "
+                               f"{list(x.shape)} at entry {i}")
+    ax = dim if dim >= 0 else dim + len(shape) + 1
+    return cat([unsqueeze(x, ax) for x in tensors], ax) if len(tensors) > 1 else unsqueeze(tensors[0], ax)
+
+
+def split(tensor, split_size_or_sections, dim=0):
+    ax = _axis("split", tensor, dim)
+    n = tensor.shape[ax]
+    if isinstance(split_size_or_sections, int):
+        step = split_size_or_sections
+        if step <= 0 and n:
+            raise RuntimeError(f"split_size can only be 0 if dimension size is 0, but got dimension size of {n}")
+        sizes = [builtins_min(step, n - i) for i in range(0, n, step)] if n else [0]
+    else:
+        sizes = list(split_size_or_sections)
+        if builtins_sum(sizes) != n:
+            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size at "
+                               f"dimension {dim}), but got split_sizes={sizes}")
+    out, start = [], 0
+    for s in sizes:
+        out.append(tensor[(slice(None),) * ax + (slice(start, start + s),)])
+        start += s
+    return tuple(out)
+
+
+def chunk(input, chunks, dim=0):
+    if chunks <= 0:
+        raise RuntimeError("chunk expects `chunks` to be greater than 0")
+    n = input.shape[_axis("chunk", input, dim)]
+    return split(input, builtins_max(1, -(-n // chunks)), dim)
+
+
+def unbind(input, dim=0):
+    ax = _axis("unbind", input, dim)
+    return tuple(input[(slice(None),) * ax + (i,)] for i in range(input.shape[ax]))
+
+
+def gather(input, dim, index):
+    """``out[i][j][k] = input[index[i][j][k]][j][k]`` (dim=0), as torch.gather, via advanced indexing."""
+    ax = _axis("gather", input, dim)
+    if index.ndim != input.ndim:
+        raise RuntimeError(f"gather(): Index tensor must have the same number of dimensions as input tensor "
+                           f"(index {list(index.shape)}, input {list(input.shape)})")
+    for i in range(input.ndim):
+        if i != ax and index.shape[i] > input.shape[i]:
+            raise RuntimeError(f"gather(): Size does not match at dimension {i} expected index {list(index.shape)} to "
+                               f"be smaller than self {list(input.shape)} apart from dimension {ax}")
+    if index.numel() and (index._data.min() < -input.shape[ax] or index._data.max() >= input.shape[ax]):
+        raise IndexError(f"gather(): index {int(index._data.max())} is out of bounds for dimension {ax} with size "
+                         f"{input.shape[ax]}")
+    key = []
+    for i in range(input.ndim):
+        if i == ax:
+            key.append(index)
+        else:
+            shp = [1] * input.ndim
+            shp[i] = index.shape[i]
+            key.append(Tensor._make(np.arange(index.shape[i], dtype=np.int64).reshape(shp)))
+    return input[tuple(key)]
+
+
+def take_along_dim(input, indices, dim):
+    return gather(input, dim, indices)
+
+
+def index_select(input, dim, index):
+    ax = _axis("index_select", input, dim)
+    if index.ndim > 1:
+        raise IndexError("index_select(): Index is supposed to be a vector")
+    return input[(slice(None),) * ax + (index.reshape(-1),)]
+
+
+def diag_embed_not_supported(*a, **k):  # pragma: no cover - placeholder name guard
+    raise NotImplementedError
+
+
+def outer(input, vec2):
+    return unsqueeze(input, 1) * unsqueeze(vec2, 0)
+
+
+def dot(input, other):
+    if input.ndim != 1 or other.ndim != 1:
+        raise RuntimeError(f"1D tensors expected, but got {input.ndim}D and {other.ndim}D tensors")
+    return matmul(input, other)
+
+
+def mm(input, mat2):
+    if input.ndim != 2 or mat2.ndim != 2:
+        raise RuntimeError(f"mm: expected 2D tensors, got {input.ndim}D and {mat2.ndim}D")
+    return matmul(input, mat2)
+
+
+def bmm(input, mat2):
+    if input.ndim != 3 or mat2.ndim != 3:
+        raise RuntimeError(f"bmm: expected 3D tensors, got {input.ndim}D and {mat2.ndim}D")
+    return matmul(input, mat2)
+
+
+def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    return bool(np.allclose(input._data, other._data, rtol=rtol, atol=atol, equal_nan=equal_nan))
+
+
+def equal(input, other):
+    return input.shape == other.shape and bool(np.array_equal(input._data, other._data))
+
+
+import builtins as _b  # noqa: E402
+
+builtins_max, builtins_min, builtins_sum = _b.max, _b.min, _b.sum
+
+
+# ---- attach as methods ----------------------------------------------------------------------------
+_METHODS = ["exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "sigmoid", "relu", "abs",
+            "sign", "neg", "negative", "reciprocal", "erf", "log2", "log10", "square", "isnan", "isinf", "isfinite",
+            "logical_not", "logical_and", "logical_or", "add", "sub", "subtract", "mul", "multiply", "div", "divide",
+            "true_divide", "floor_divide", "remainder", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt",
+            "ge", "matmul", "clamp", "clip", "nonzero", "sum", "mean", "prod", "amax", "amin", "argmax", "argmin",
+            "max", "min", "var", "std", "logsumexp", "norm", "softmax", "log_softmax", "reshape", "view", "flatten",
+            "squeeze", "unsqueeze", "permute", "transpose", "swapaxes", "t", "expand", "broadcast_to", "expand_as",
+            "split", "chunk", "unbind", "gather", "take_along_dim", "index_select", "outer", "dot", "mm", "bmm",
+            "allclose", "equal"]
+for _n in _METHODS:
+    if not hasattr(Tensor, _n):
+        setattr(Tensor, _n, globals()[_n])
+
+
+def _view_as(self, other):
+    return reshape(self, other.shape)
+
+
+def _reshape_as(self, other):
+    return reshape(self, other.shape)
+
+
+Tensor.view_as = _view_as
+Tensor.reshape_as = _reshape_as
+Tensor.T = property(lambda self: permute(self, tuple(range(self.ndim))[::-1]))
+Tensor.mT = property(lambda self: transpose(self, -2, -1))
+Tensor.mH = Tensor.mT
+
+__all__ = [n for n in _METHODS] + ["where", "cat", "concat", "concatenate", "stack", "broadcast_tensors",
+                                    "take_along_dim", "outer", "dot", "mm", "bmm", "multiply"]
+del op_error

@@ -1,0 +1,146 @@
+"""Grad modes (thread-local): no_grad, enable_grad, set_grad_enabled, inference_mode."""
+from __future__ import annotations
+
+import functools
+import threading
+
+
+class _State(threading.local):
+    def __init__(self):
+        self.grad_enabled = True
+        self.inference = False
+
+
+STATE = _State()
+
+
+def is_grad_enabled() -> bool:
+    """True if gradient recording is on in this thread."""
+    return STATE.grad_enabled
+
+
+def is_inference_mode_enabled() -> bool:
+    return STATE.inference
+
+
+class _DecoratorContextManager:
+    """A context manager that also decorates functions (each call runs inside a fresh context)."""
+
+    def __call__(self, fn):
+        if not callable(fn):
+            raise TypeError(f"{type(self).__name__} can only decorate callables, got {fn!r}")
+        clone = self._clone
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with clone():
+                return fn(*args, **kwargs)
+        return wrapper
+
+    def _clone(self):
+        return type(self)()
+
+
+class _NoParamDecorator(_DecoratorContextManager):
+    """Allows both ``@no_grad()`` and bare ``@no_grad``."""
+
+    def __new__(cls, orig_func=None):
+        if orig_func is None:
+            return super().__new__(cls)
+        return cls()(orig_func)
+
+
+class no_grad(_NoParamDecorator):
+    """Context manager (and decorator) that disables gradient recording.
+
+    >>> import jitgrad as jg
+    >>> x = jg.tensor([1.], requires_grad=True)
+    >>> with jg.no_grad():
+    ...     y = x * 2
+    >>> y.requires_grad
+    False
+    """
+
+    def __enter__(self):
+        self.prev = STATE.grad_enabled
+        STATE.grad_enabled = False
+
+    def __exit__(self, *exc):
+        STATE.grad_enabled = self.prev
+        return False
+
+
+class enable_grad(_NoParamDecorator):
+    """Context manager (and decorator) that enables gradient recording inside no_grad.
+
+    >>> import jitgrad as jg
+    >>> x = jg.tensor([1.], requires_grad=True)
+    >>> with jg.no_grad():
+    ...     with jg.enable_grad():
+    ...         y = x * 2
+    >>> y.requires_grad
+    True
+    """
+
+    def __enter__(self):
+        self.prev = STATE.grad_enabled
+        STATE.grad_enabled = True
+
+    def __exit__(self, *exc):
+        STATE.grad_enabled = self.prev
+        return False
+
+
+class set_grad_enabled(_DecoratorContextManager):
+    """Set grad mode on or off: as a plain call, a context manager (restores on exit) or a decorator.
+
+    >>> import jitgrad as jg
+    >>> x = jg.tensor([1.], requires_grad=True)
+    >>> with jg.set_grad_enabled(False):
+    ...     y = x * 2
+    >>> y.requires_grad
+    False
+    """
+
+    def __init__(self, mode: bool):
+        self.prev = STATE.grad_enabled
+        self.mode = bool(mode)
+        STATE.grad_enabled = self.mode
+
+    def _clone(self):
+        # as a decorator the mode applies to each call only
+        STATE.grad_enabled = self.prev
+        return set_grad_enabled(self.mode)
+
+    def __enter__(self):
+        pass
+
+    def __exit__(self, *exc):
+        STATE.grad_enabled = self.prev
+        return False
+
+
+class inference_mode(_DecoratorContextManager):
+    """Like no_grad, and tensors created inside are inference tensors: they can't be saved for backward
+    or modified in place outside inference mode."""
+
+    def __new__(cls, mode=True):
+        if callable(mode):
+            return cls()(mode)
+        return super().__new__(cls)
+
+    def __init__(self, mode: bool = True):
+        self.mode = bool(mode)
+
+    def _clone(self):
+        return inference_mode(self.mode)
+
+    def __enter__(self):
+        self.prev = (STATE.grad_enabled, STATE.inference)
+        if self.mode:
+            STATE.grad_enabled = False
+            STATE.inference = True
+
+    def __exit__(self, *exc):
+        STATE.grad_enabled, STATE.inference = self.prev
+        return False

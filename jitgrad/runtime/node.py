@@ -1,0 +1,155 @@
+"""Backward graph nodes (``grad_fn``): one per recorded op, plus AccumulateGrad for leaves.
+
+A Node is also the ``ctx`` its OpDef's vjp receives (inputs/outputs/shapes/dtypes/params/needs_grad/bind).
+"""
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+
+import numpy as np
+
+from ..ir.ops import OPS
+
+_seq = itertools.count()
+_hook_ids = itertools.count()
+
+FREED_MSG = ("Trying to backward through the graph a second time (or directly access saved tensors after they have "
+             "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
+             "autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or "
+             "if you need to access saved tensors after calling backward.")
+
+
+class RemovableHandle:
+    """Returned by ``register_hook``; ``remove()`` unregisters the hook."""
+
+    __slots__ = ("_store", "id")
+
+    def __init__(self, store: dict):
+        self._store = store
+        self.id = next(_hook_ids)
+
+    def remove(self):
+        self._store.pop(self.id, None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+class Node:
+    """A backward function.  ``name()`` is e.g. ``MulBackward0``; ``next_functions`` the edges to inputs."""
+
+    __slots__ = ("op", "params", "inputs", "outputs", "shapes", "dtypes", "needs_grad", "next_functions",
+                 "versions", "out_versions", "out_meta", "loc", "stack", "seq", "_freed", "_pre_hooks", "_hooks",
+                 "tensor_hooks", "retain_grad_refs", "metadata", "__weakref__")
+
+    def __init__(self, op, params, next_functions, needs_grad):
+        self.op = op
+        self.params = params
+        self.next_functions = next_functions
+        self.needs_grad = needs_grad
+        self.seq = next(_seq)
+        self._freed = False
+        self._pre_hooks = None
+        self._hooks = None
+        self.tensor_hooks = None     # {output_nr: OrderedDict of hooks registered on that output tensor}
+        self.retain_grad_refs = None  # {output_nr: weakref to the tensor that retains its grad}
+        self.stack = None
+        self.metadata = {}
+
+    # --- torch.autograd.graph.Node surface -------------------------------------------------------
+    def name(self) -> str:
+        return self.op.grad_name
+
+    def __repr__(self):
+        return f"<{self.name()} object at {hex(id(self))}>"
+
+    def register_hook(self, fn):
+        """fn(grad_inputs, grad_outputs) -> None or replacement grad_inputs; runs after this node."""
+        if self._hooks is None:
+            self._hooks = OrderedDict()
+        h = RemovableHandle(self._hooks)
+        self._hooks[h.id] = fn
+        return h
+
+    def register_prehook(self, fn):
+        """fn(grad_outputs) -> None or replacement grad_outputs; runs before this node."""
+        if self._pre_hooks is None:
+            self._pre_hooks = OrderedDict()
+        h = RemovableHandle(self._pre_hooks)
+        self._pre_hooks[h.id] = fn
+        return h
+
+    # --- vjp ctx surface -------------------------------------------------------------------------
+    def bind(self, opname, *args, **params):
+        from .dispatch import bind
+        return bind(OPS[opname], *args, **params)
+
+    @property
+    def saved_any(self) -> bool:
+        return bool(self.op.saves_in or self.op.saves_out)
+
+    def release(self):
+        self._freed = True
+        self.inputs = self.outputs = None
+
+    def check_saved(self):
+        """Raise if saved values were freed or modified in place since they were saved."""
+        if self._freed:
+            if self.saved_any:
+                raise RuntimeError(FREED_MSG)
+            return
+        for vals, versions, what in ((self.inputs, self.versions, "input"), (self.outputs, self.out_versions, "output")):
+            if versions is None:
+                continue
+            for i, v in versions:
+                t = vals[i]
+                if t._vc[0] != v:
+                    gf = t.grad_fn
+                    origin = (f"which is output {t._out_nr} of {gf.name()}" if gf is not None else "which is a leaf")
+                    raise RuntimeError(
+                        "one of the variables needed for gradient computation has been modified by an inplace "
+                        f"operation: [jitgrad.{t.dtype.name} {list(t.shape)}], {origin}, is at version {t._vc[0]}; "
+                        f"expected version {v} instead (saved as {what} {i} of {self.name()}"
+                        + (f", created at {self.loc.short()}: {self.loc.text}" if self.loc is not None else "")
+                        + "). Hint: enable anomaly detection to find the operation that failed to compute its "
+                        "gradient, with jitgrad.autograd.set_detect_anomaly(True).")
+
+    def materialize(self) -> bool:
+        """Whether outputs that received no gradient get zeros (custom Functions may opt out)."""
+        return True
+
+    def apply(self, grads):
+        """Cotangents of the outputs -> cotangents of the inputs (a tuple, None for 'no gradient')."""
+        self.check_saved()
+        return self.op.vjp(self, *grads)
+
+
+class _AccOp:
+    name = "AccumulateGrad"
+    grad_name = "AccumulateGrad"
+    saves_in = saves_out = ()
+
+
+class AccumulateGrad(Node):
+    """The node at a leaf that requires grad: runs the leaf's hooks and adds into ``.grad``."""
+
+    __slots__ = ("variable",)
+
+    def __init__(self, variable):
+        super().__init__(_AccOp, {}, (), ())
+        self.variable = variable
+        self.out_meta = ((variable.shape, variable.dtype),)
+        self.loc = None
+
+    def apply(self, grads):
+        return ()
+
+
+def zeros_for(meta):
+    from .tensor import Tensor
+    shape, dtype = meta
+    return Tensor._make(np.zeros(shape, dtype.np))

@@ -1,0 +1,8 @@
+"""The active profiler, if any (read on every bind, so kept in a tiny module of its own)."""
+
+
+class _State:
+    active = None   # a runtime.profiler.profile while one is recording
+
+
+STATE = _State()

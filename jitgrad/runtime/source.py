@@ -1,0 +1,34 @@
+"""Finding the user's line: the first frame outside the jitgrad package."""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+from ..ir.graph import SourceLoc
+
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def user_frame(depth: int = 2):
+    f = sys._getframe(depth)
+    while f is not None and f.f_code.co_filename.startswith(_PKG):
+        f = f.f_back
+    return f
+
+
+def user_loc(depth: int = 2) -> SourceLoc | None:
+    f = user_frame(depth + 1)
+    if f is None:
+        return None
+    return SourceLoc(f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
+
+
+def user_stack(depth: int = 2) -> list:
+    """The forward traceback (outermost first) up to the user's call, jitgrad frames dropped."""
+    f = user_frame(depth + 1)
+    return traceback.extract_stack(f) if f is not None else []
+
+
+def format_stack(stack) -> str:
+    return "".join(traceback.format_list(stack))
