@@ -7,6 +7,12 @@
 >>> x.grad
 tensor([2., 4., 6.])
 """
+import warnings as _warnings
+
+# torch gives inf/nan silently for log(0), 0/0, ...; NumPy's floating-point warnings from our own kernels would
+# only be noise (anomaly mode is the tool for finding them)
+_warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"jitgrad\.")
+
 from .ir.dtypes import DType as dtype, float32, float64, int32, int64, bool_ as bool  # noqa: A001
 from .runtime.tensor import Tensor, Device as device
 from .runtime.grad_mode import no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled, \

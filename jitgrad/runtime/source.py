@@ -8,11 +8,17 @@ import traceback
 from ..ir.graph import SourceLoc
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# modules of the package that are *user code* (they call jitgrad like a user would)
+_USER_MODULES = (_PKG + "demo.py", _PKG + "bench.py")
+
+
+def _internal(filename: str) -> bool:
+    return filename.startswith(_PKG) and not filename.startswith(_USER_MODULES)
 
 
 def user_frame(depth: int = 2):
     f = sys._getframe(depth)
-    while f is not None and f.f_code.co_filename.startswith(_PKG):
+    while f is not None and _internal(f.f_code.co_filename):
         f = f.f_back
     return f
 

@@ -1,0 +1,25 @@
+"""``python -m jitgrad demo`` trains a small model; ``python -m jitgrad bench`` runs the benchmark suite."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import demo as _demo
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m jitgrad")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("demo", help="train a small MLP and show an anomaly-mode catch")
+    d.add_argument("--steps", type=int, default=200)
+    b = sub.add_parser("bench", help="run the benchmark suite (jitgrad and any installed peers)")
+    b.add_argument("--only", nargs="*", default=None, help="workload ids, e.g. B5 B7")
+    args = p.parse_args(argv)
+    if args.cmd == "demo":
+        return _demo.run(steps=args.steps)
+    from .bench import run_suite
+    return run_suite(args.only)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

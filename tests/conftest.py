@@ -1,0 +1,26 @@
+"""Shared test settings: hypothesis profiles sized for a 2-core CI machine."""
+import os
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import settings, HealthCheck
+
+settings.register_profile("ci", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_state():
+    """Each test starts with grad mode on and anomaly mode off, whatever the previous one did."""
+    import jitgrad as jg
+    from jitgrad.runtime import anomaly, grad_mode
+    grad_mode.STATE.grad_enabled = True
+    grad_mode.STATE.inference = False
+    anomaly.set_anomaly_enabled(False)
+    jg.manual_seed(0)
+    yield
+    grad_mode.STATE.grad_enabled = True
+    grad_mode.STATE.inference = False
+    anomaly.set_anomaly_enabled(False)
