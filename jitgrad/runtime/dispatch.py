@@ -51,31 +51,61 @@ def bind(op, *args, **params):
     return _bind(op, args, params)
 
 
-def _bind(op, args, params):
+# (op, input signature, params) -> (output avals, input avals): the rules are pure, so eager dispatch
+# evaluates each rule once per signature
+_RULES: dict = {}
+
+
+def _avals(op, args):
     avals = []
+    for a in args:
+        if isinstance(a, Tensor):
+            avals.append(Aval(a._data.shape, _FROM_NP[a._data.dtype]))
+        else:
+            avals.append(_WEAK[type(a)])
+    return avals
+
+
+def _bind(op, args, params):
     arrays = []
+    sig = [op]
     need = False
     for a in args:
         if isinstance(a, Tensor):
             d = a._data
             arrays.append(d)
-            avals.append(Aval(d.shape, _FROM_NP[d.dtype]))
+            sig.append(d.shape)
+            sig.append(d.dtype)
             if a._requires_grad or a.grad_fn is not None:
                 need = True
         else:
-            w = _WEAK.get(type(a))
-            if w is None:
-                if isinstance(a, (np.generic,)):
-                    w = _WEAK[bool if isinstance(a, np.bool_) else int if isinstance(a, np.integer) else float]
-                    a = a.item()
+            ta = type(a)
+            if ta not in _WEAK:
+                if isinstance(a, np.generic):   # NumPy scalars act as Python scalars
+                    return _bind(op, tuple(x.item() if isinstance(x, np.generic) else x for x in args), params)
                 else:
-                    raise TypeError(_with_loc(f"{op.name}: unsupported argument of type {type(a).__name__}: {a!r}"))
+                    raise TypeError(_with_loc(f"{op.name}: unsupported argument of type {ta.__name__}: {a!r}"))
             arrays.append(a)
-            avals.append(w)
+            sig.append(ta)
+    if params:
+        sig.append(tuple(params.items()))
+    key = tuple(sig)
     try:
-        out_avals = op.shape_dtype(avals, params)
-    except OpError as e:
-        raise op_error(op, avals, e) from None
+        hit = _RULES.get(key)
+    except TypeError:       # unhashable params: evaluate the rule uncached
+        hit = None
+        key = None
+    if hit is None:
+        avals = _avals(op, args)
+        try:
+            hit = (op.shape_dtype(avals, params), avals)
+        except OpError as e:
+            raise op_error(op, avals, e) from None
+        if key is not None:
+            if len(_RULES) > 50000:
+                _RULES.clear()
+            _RULES[key] = hit
+    out_avals, avals = hit
     try:
         out = op.impl(*arrays, **params)
     except (ValueError, TypeError, IndexError, FloatingPointError, OverflowError) as e:

@@ -12,13 +12,20 @@ _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _USER_MODULES = (_PKG + "demo.py", _PKG + "bench.py")
 
 
-def _internal(filename: str) -> bool:
-    return filename.startswith(_PKG) and not filename.startswith(_USER_MODULES)
+_INTERNAL: dict = {}   # code object -> is it jitgrad's own code
+
+
+def _internal(code) -> bool:
+    r = _INTERNAL.get(code)
+    if r is None:
+        fn = code.co_filename
+        r = _INTERNAL[code] = fn.startswith(_PKG) and not fn.startswith(_USER_MODULES)
+    return r
 
 
 def user_frame(depth: int = 2):
     f = sys._getframe(depth)
-    while f is not None and _internal(f.f_code.co_filename):
+    while f is not None and _internal(f.f_code):
         f = f.f_back
     return f
 
