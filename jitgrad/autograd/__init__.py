@@ -5,13 +5,18 @@ from ..runtime.function import Function, FunctionCtx, once_differentiable, Inpla
 from ..runtime.grad_mode import no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled
 from ..runtime.gradcheck import gradcheck, gradgradcheck, GradcheckError
 from ..runtime.tensor import Tensor
-from . import functional, profiler, graph  # noqa: F401
+from . import functional, profiler, graph, function  # noqa: F401
 
 
 def Variable(tensor, requires_grad=False, volatile=False):
-    """Deprecated: returns ``tensor`` itself (a Tensor), with ``requires_grad`` set when asked."""
-    from ..runtime.factories import tensor as _tensor
-    t = tensor if isinstance(tensor, Tensor) else _tensor(tensor)
+    """Deprecated: returns a Tensor (a new leaf sharing ``tensor``'s storage), requiring grad when asked.
+
+    As in torch, the argument itself is left alone: ``Variable(t, requires_grad=True)`` does not make ``t``
+    require grad.
+    """
+    if not isinstance(tensor, Tensor):
+        raise TypeError(f"Variable data has to be a tensor, but got {type(tensor).__name__}")
+    t = tensor.detach()
     if requires_grad:
         t.requires_grad_(True)
     return t

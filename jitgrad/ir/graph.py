@@ -37,3 +37,204 @@ class SourceLoc:
 
     def __hash__(self):
         return hash((self.file, self.line, self.function))
+
+
+# ---- the SSA graph --------------------------------------------------------------------------------
+import itertools as _it
+
+import numpy as _np
+
+from .dtypes import DType
+from .ops.opdef import Aval
+
+_var_ids = _it.count()
+
+
+class _Flags:
+    c_contiguous = True
+    writeable = True
+
+
+class Var:
+    """An SSA value: defined once (a graph input or one Eqn's output).  Mimics an ndarray's metadata
+    (``shape``, ``dtype`` as a NumPy dtype, ``ndim``, ``size``) so a Tensor can hold a Var as its payload."""
+
+    __slots__ = ("id", "aval")
+    flags = _Flags()
+
+    def __init__(self, aval: Aval):
+        self.id = next(_var_ids)
+        self.aval = aval
+
+    @property
+    def shape(self) -> tuple:
+        return self.aval.shape
+
+    @property
+    def dtype(self):
+        return self.aval.dtype.np
+
+    @property
+    def jdtype(self) -> DType:
+        return self.aval.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.aval.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.aval.shape:
+            n *= d
+        return n
+
+    @property
+    def itemsize(self) -> int:
+        return self.aval.dtype.itemsize
+
+    def __repr__(self):
+        return f"Var(%{self.id}: {self.aval})"
+
+
+class Lit:
+    """A constant: a Python scalar (weak type) or a NumPy array baked into the graph."""
+
+    __slots__ = ("value", "aval")
+
+    def __init__(self, value, aval: Aval):
+        self.value = value
+        self.aval = aval
+
+    def __repr__(self):
+        return f"Lit({_lit_str(self)})"
+
+
+def _lit_str(lit: "Lit") -> str:
+    v = lit.value
+    if isinstance(v, _np.ndarray):
+        if v.size <= 4:
+            return _np.array2string(v, separator=",").replace("\n", "") + f":{lit.aval}"
+        return f"const:{lit.aval}"
+    return repr(v)
+
+
+class Eqn:
+    """``outs = op(ins; params) @ loc``.
+
+    diff:  gradients flow through this eqn (it was recorded by autograd when traced);
+    needs: per input, whether that input required grad when traced;
+    fwd:   for eqns made by the transpose pass, the SourceLoc of the forward op they differentiate.
+    """
+
+    __slots__ = ("op", "ins", "outs", "params", "loc", "diff", "needs", "fwd")
+
+    def __init__(self, op, ins, outs, params, loc=None, diff=False, needs=None, fwd=None):
+        self.op = op
+        self.ins = list(ins)
+        self.outs = list(outs)
+        self.params = dict(params)
+        self.loc = loc
+        self.diff = diff
+        self.needs = tuple(needs) if needs is not None else tuple(isinstance(v, Var) for v in ins)
+        self.fwd = fwd
+
+    def __repr__(self):
+        return f"Eqn({self.op.name})"
+
+
+class Graph:
+    """inputs (Vars), eqns (in a valid order), outputs (Vars or Lits)."""
+
+    __slots__ = ("inputs", "eqns", "outputs")
+
+    def __init__(self, inputs, eqns, outputs):
+        self.inputs = list(inputs)
+        self.eqns = list(eqns)
+        self.outputs = list(outputs)
+
+    def __str__(self):
+        return format_graph(self)
+
+    __repr__ = __str__
+
+    def copy(self) -> "Graph":
+        return Graph(self.inputs, [Eqn(e.op, e.ins, e.outs, e.params, e.loc, e.diff, e.needs, e.fwd)
+                                   for e in self.eqns], self.outputs)
+
+
+def _fmt_param(v) -> str:
+    if isinstance(v, DType):
+        return v.name
+    return repr(v)
+
+
+def format_graph(g: Graph, name: str = "graph") -> str:
+    """The printer: every Var with its type, every eqn with the user's file:line."""
+    names = {}
+
+    def nm(v):
+        if isinstance(v, Lit):
+            return _lit_str(v)
+        if v not in names:
+            names[v] = f"%{len(names)}"
+        return names[v]
+
+    head = ", ".join(f"{nm(v)}: {v.aval}" for v in g.inputs)
+    lines = [f"{name}({head}) {{"]
+    for e in g.eqns:
+        outs = ", ".join(f"{nm(o)}: {o.aval}" for o in e.outs)
+        params = ""
+        if e.params:
+            params = "[" + ", ".join(f"{k}={_fmt_param(v)}" for k, v in e.params.items()) + "]"
+        body = f"  {outs} = {e.op.name}{params} " + " ".join(nm(v) for v in e.ins)
+        where = []
+        if e.loc is not None:
+            where.append(f"{e.loc.short()} {e.loc.function}")
+        if e.fwd is not None and e.fwd is not e.loc:
+            where.append(f"grad of {e.fwd.short()}")
+        if not e.diff and e.op.vjp is not None:
+            where.append("nograd")
+        lines.append(body.ljust(60) + ("  # " + "; ".join(where) if where else ""))
+    lines.append("  return " + ", ".join(nm(v) for v in g.outputs))
+    lines.append("}")
+    return "\n".join(lines)
+
+
+class GraphError(AssertionError):
+    pass
+
+
+def verify(g: Graph) -> bool:
+    """Check SSA form and types: each Var defined once before use, avals agree with the ops' rules."""
+    defined = set()
+    for v in g.inputs:
+        if not isinstance(v, Var):
+            raise GraphError(f"graph input {v!r} is not a Var")
+        if v in defined:
+            raise GraphError(f"graph input {v!r} appears twice")
+        defined.add(v)
+    for i, e in enumerate(g.eqns):
+        for v in e.ins:
+            if isinstance(v, Var) and v not in defined:
+                raise GraphError(f"eqn {i} ({e.op.name}) uses {v!r} before it is defined")
+            if not isinstance(v, (Var, Lit)):
+                raise GraphError(f"eqn {i} ({e.op.name}) has an input that is neither Var nor Lit: {v!r}")
+        try:
+            want = e.op.shape_dtype([v.aval for v in e.ins], e.params)
+        except Exception as err:  # noqa: BLE001 - report any rule failure as a graph error
+            raise GraphError(f"eqn {i} ({e.op.name}) fails its shape/dtype rule: {err}") from None
+        if len(want) != len(e.outs):
+            raise GraphError(f"eqn {i} ({e.op.name}) has {len(e.outs)} outputs, rule says {len(want)}")
+        for o, w in zip(e.outs, want):
+            if o in defined:
+                raise GraphError(f"eqn {i} ({e.op.name}) redefines {o!r}")
+            if o.aval.shape != w.shape or o.aval.dtype is not w.dtype:
+                raise GraphError(f"eqn {i} ({e.op.name}) output {o!r} has type {o.aval}, rule says {w}")
+            defined.add(o)
+        if len(e.needs) != len(e.ins):
+            raise GraphError(f"eqn {i} ({e.op.name}) needs has {len(e.needs)} entries for {len(e.ins)} inputs")
+    for v in g.outputs:
+        if isinstance(v, Var) and v not in defined:
+            raise GraphError(f"graph output {v!r} is not defined")
+    return True

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..runtime import functions as F
 from ..runtime.tensor import Tensor
 
@@ -54,7 +56,8 @@ def l1_loss(input, target, reduction="mean"):
 
 def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     """Negative log likelihood of class indices ``target`` under log-probabilities ``input`` (N, C, ...)."""
-    if input.ndim == 1:
+    unbatched = input.ndim == 1
+    if unbatched:
         input, target = input.unsqueeze(0), target.reshape(1)
     if target.dtype.name not in ("int64", "int32"):
         raise RuntimeError(f"nll_loss: expected target of dtype int64 (class indices), got {target.dtype.name}")
@@ -64,7 +67,8 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     C = input.shape[1]
     valid = target != ignore_index
     safe = target.where(valid, 0)
-    if safe.numel() and (int(safe._data.min()) < 0 or int(safe._data.max()) >= C):
+    # bounds are checked on concrete targets (inside @compile the value is not known while tracing)
+    if safe.numel() and type(safe._data) is np.ndarray and (int(safe._data.min()) < 0 or int(safe._data.max()) >= C):
         raise IndexError(f"nll_loss: Target {int(safe._data.max()) if int(safe._data.max()) >= C else int(safe._data.min())} "
                          f"is out of bounds (number of classes {C})")
     picked = -F.gather(input, 1, safe.unsqueeze(1)).squeeze(1)
@@ -74,6 +78,8 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     loss = picked * w
     if reduction == "mean":
         return loss.sum() / w.sum()
+    if unbatched and reduction == "none":
+        return loss.reshape(())      # torch: an unbatched (C,) input gives a 0-dim loss
     return _reduce(loss, reduction, "nll_loss")
 
 
@@ -110,6 +116,8 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         smooth = smooth.sum() / denom
     elif reduction == "sum":
         smooth = smooth.sum()
+    elif input.ndim == 1:
+        smooth = smooth.reshape(())
     return nll * (1 - label_smoothing) + smooth * (label_smoothing / C)
 
 

@@ -14,6 +14,8 @@ from ..ir.ops.opdef import fmt_shape
 from . import anomaly, grad_mode, profiler_state
 from .node import Node
 from .source import user_loc, user_stack
+from ..ir.graph import Lit, Var
+from ..tracer import STATE as _TR
 
 _FROM_NP = dt._FROM_NP
 _WEAK = {bool: Aval((), dt.bool_, True), int: Aval((), dt.int64, True), float: Aval((), dt.float32, True)}
@@ -67,6 +69,9 @@ def _avals(op, args):
 
 
 def _bind(op, args, params):
+    tr = _TR.active
+    if tr is not None:
+        return _bind_traced(tr, op, args, params)
     arrays = []
     sig = [op]
     need = False
@@ -83,6 +88,8 @@ def _bind(op, args, params):
             if ta not in _WEAK:
                 if isinstance(a, np.generic):   # NumPy scalars act as Python scalars
                     return _bind(op, tuple(x.item() if isinstance(x, np.generic) else x for x in args), params)
+                if ta is np.ndarray and a.dtype in _FROM_NP:   # NumPy arrays act as tensors, as in torch
+                    return _bind(op, tuple(Tensor._make(x) if type(x) is np.ndarray else x for x in args), params)
                 else:
                     raise TypeError(_with_loc(f"{op.name}: unsupported argument of type {ta.__name__}: {a!r}"))
             arrays.append(a)
@@ -132,11 +139,18 @@ def _bind(op, args, params):
     else:
         t._vc = [0]
         t._base = None
-    if need and _GM.grad_enabled and op.vjp is not None:
+    if need and _GM.grad_enabled and not _GM.inference and op.vjp is not None:   # inference mode wins over enable_grad
         _record(op, params, args, avals, t)
     if _AN.enabled and _AN.check_forward and out.dtype.kind == "f" and not np.isfinite(out).all():
         _forward_nan(op, avals, t)
     return t
+
+
+# input i of these ops is read only by the gradients of the listed inputs (mul: d/da = g * b, d/db = g * a), so
+# it is saved (and its version checked) only when one of them needs a gradient: ``y = h * c; h.add_(1)`` with a
+# constant ``c`` is fine, as in torch
+_SAVED_ONLY_FOR = {"mul": {0: (1,), 1: (0,)}, "div": {0: (1,)}, "matmul": {0: (1,), 1: (0,)},
+                   "mod": {0: (1,), 1: (1,)}}
 
 
 def _record(op, params, args, avals, t):
@@ -161,9 +175,12 @@ def _record(op, params, args, avals, t):
     if si:
         ins = [None] * len(args)
         vers = []
+        only_for = _SAVED_ONLY_FOR.get(op.name)
         for i in si:
             if i >= len(args):
                 break
+            if only_for is not None and i in only_for and not any(needs[j] for j in only_for[i]):
+                continue    # as torch: not saved when no input whose gradient reads it needs one
             a = args[i]
             ins[i] = a
             if isinstance(a, Tensor):
@@ -187,6 +204,57 @@ def _record(op, params, args, avals, t):
     if _AN.enabled:
         node.stack = user_stack(3)
     t.grad_fn = node
+
+
+def _bind_traced(tr, op, args, params):
+    """The traced path: append an Eqn to the active trace; autograd recording is the same as eager."""
+    ins = []
+    need = False
+    for a in args:
+        if isinstance(a, Tensor):
+            d = a._data
+            if type(d) is not Var:
+                if type(d) is np.ndarray and id(a) in tr.created or tr.on_capture is None:
+                    ins.append(Lit(d, Aval(d.shape, _FROM_NP[d.dtype])))
+                else:
+                    ins.append(tr.on_capture(a))
+            else:
+                ins.append(d)
+            if a._requires_grad or a.grad_fn is not None:
+                need = True
+        elif isinstance(a, np.generic):
+            ins.append(Lit(a.item(), _WEAK[type(a.item())]))
+        elif type(a) is np.ndarray and a.dtype in _FROM_NP:
+            return _bind_traced(tr, op, tuple(Tensor._make(x) if type(x) is np.ndarray else x for x in args), params)
+        else:
+            w = _WEAK.get(type(a))
+            if w is None:
+                raise TypeError(_with_loc(f"{op.name}: unsupported argument of type {type(a).__name__}: {a!r}"))
+            ins.append(Lit(a, w))
+    avals = [v.aval for v in ins]
+    try:
+        out_avals = op.shape_dtype(avals, params)
+    except OpError as e:
+        raise op_error(op, avals, e) from None
+    diff = need and _GM.grad_enabled and op.vjp is not None
+    needs = tuple(isinstance(a, Tensor) and a.requires_grad and i not in op.nondiff_inputs
+                  for i, a in enumerate(args)) if diff else (False,) * len(args)
+    outs = tr.add_eqn(op, ins, params, out_avals, user_loc(2), diff, needs)
+    t = Tensor.__new__(Tensor)
+    t._data = outs[0]
+    t._requires_grad = False
+    t.grad_fn = None
+    t._grad = None
+    t._hooks = None
+    t._retains_grad = False
+    t._acc = None
+    t._out_nr = 0
+    t._inference = False
+    t._vc = [0]
+    t._base = None
+    if diff:
+        _record(op, params, args, avals, t)
+    return t
 
 
 def _forward_nan(op, avals, t):

@@ -14,6 +14,7 @@ from . import anomaly, grad_mode, profiler_state
 from .node import AccumulateGrad, zeros_for
 from .source import format_stack
 from .tensor import Tensor
+from ..tracer import STATE as _TR
 
 _AN = anomaly.STATE
 _PROF = profiler_state.STATE
@@ -159,19 +160,33 @@ def _accumulate(t: Tensor, g: Tensor, create_graph: bool):
     if g.dtype is not t.dtype:
         g = g.to(t.dtype)
     old = t._grad
+    tr = _TR.active
+    if tr is not None and tr.on_grad_write is not None:
+        tr.on_grad_write(t)     # inside @compile: functional update, written back after the call
     if create_graph:
         t._grad = g if old is None else old + g
+        return
+    if tr is not None or type(g._data) is not np.ndarray:
+        with grad_mode.no_grad():
+            t._grad = g.detach() if old is None else old + g
         return
     if g.requires_grad:
         g = g.detach()
     if old is None:
-        t._grad = Tensor._make(np.array(g._data, copy=True))
+        t._grad = _fresh(g)
     elif old.requires_grad:
         with grad_mode.no_grad():
             t._grad = old + g
     else:
         np.add(old._data, g._data, out=old._data, casting="unsafe")
         old._vc[0] += 1
+
+
+def _fresh(g: Tensor) -> Tensor:
+    """A detached copy of g (traced values are immutable: no copy needed)."""
+    if type(g._data) is not np.ndarray:
+        return g.detach()
+    return Tensor._make(np.array(g._data, copy=True))
 
 
 def _run_tensor_hooks(hooks, g):
@@ -263,7 +278,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                     if t is not None and grads[nr] is not None:
                         g = grads[nr]
                         if t._grad is None:
-                            t._grad = g if create_graph else Tensor._make(np.array(g._data, copy=True))
+                            t._grad = g if create_graph else _fresh(g)
                         else:
                             t._grad = t._grad + (g if create_graph else g.detach())
             if isinstance(node, AccumulateGrad):
@@ -317,6 +332,14 @@ def _apply_node(node, grads, create_graph):
             if g is None and node.out_meta[i][1] is not None:
                 grads[i] = zeros_for(node.out_meta[i])
     prof = _PROF.active
+    tr = _TR.active
+    if tr is not None:   # traced backward: its eqns carry the location of the forward op they differentiate
+        with tr.located(node.loc):
+            return _apply_node_inner(node, grads, prof)
+    return _apply_node_inner(node, grads, prof)
+
+
+def _apply_node_inner(node, grads, prof):
     try:
         if prof is not None:
             with prof.range(node.name(), [m[0] for m in node.out_meta]):
@@ -324,7 +347,7 @@ def _apply_node(node, grads, create_graph):
         else:
             out = node.apply(grads)
     except Exception as e:
-        if _AN.enabled and node.stack:
+        if _AN.enabled:
             raise _with_forward_trace(e, node) from e
         raise
     if len(out) != len(node.next_functions):
@@ -332,7 +355,8 @@ def _apply_node(node, grads, create_graph):
                            f"{len(node.next_functions)}, got {len(out)})")
     if _AN.enabled and _AN.check_nan:
         for i, g in enumerate(out):
-            if g is not None and g._data.dtype.kind == "f" and not np.isfinite(g._data).all():
+            if g is not None and type(g._data) is np.ndarray and g._data.dtype.kind == "f" and \
+                    not np.isfinite(g._data).all():
                 raise _nan_error(node, i, g)
     if node._hooks:
         for fn in list(node._hooks.values()):
@@ -343,7 +367,10 @@ def _apply_node(node, grads, create_graph):
 
 
 def _forward_trace(node) -> str:
-    return "Traceback of forward call that caused the error:\n" + format_stack(node.stack) if node.stack else ""
+    if not node.stack:
+        return ("No forward pass information available. Enable detect anomaly during forward pass for more "
+                "information.")
+    return "Traceback of forward call that caused the error:\n" + format_stack(node.stack)
 
 
 def _with_forward_trace(e: Exception, node) -> Exception:
@@ -354,16 +381,15 @@ def _with_forward_trace(e: Exception, node) -> Exception:
         new = type(e)(msg)
     except Exception:
         new = RuntimeError(msg)
-    if hasattr(new, "add_note"):
-        new.add_note(tb)
     return new
 
 
 def _nan_error(node, i, g) -> RuntimeError:
+    # torch's wording ("returned nan values") for NaN and Inf alike (API.md); the details say which it was
     kind = "nan" if np.isnan(g._data).any() else "inf"
     op = getattr(node.op, "name", node.name())
     where = f" at {node.loc.file}:{node.loc.line} ({node.loc.text})" if node.loc is not None else ""
-    msg = (f"Function '{node.name()}' returned {kind} values in its {i}th output.\n"
+    msg = (f"Function '{node.name()}' returned nan values in its {i}th output.\n"
            f"  op: {op} (backward of the forward call{where}); gradient shape {list(g.shape)}, dtype "
-           f"{g.dtype.name}\n\n" + _forward_trace(node))
+           f"{g.dtype.name}, contains {kind}\n\n" + _forward_trace(node))
     return RuntimeError(msg)

@@ -178,6 +178,8 @@ def randn(*size, dtype=None, device=None, requires_grad=False, generator=None) -
 
 def randint(low=0, high=None, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     check_device(device)
+    if size is None and isinstance(high, (tuple, list)):   # randint(high, size), as torch
+        low, high, size = 0, low, high
     if high is None:
         low, high = 0, low
     if size is None:

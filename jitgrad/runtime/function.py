@@ -123,6 +123,16 @@ class BackwardCFunction(Node):
     def materialize(self):
         return self.ctx.materialize_grads
 
+    def __getattr__(self, name):
+        # torch: a custom Function's grad_fn is its ctx (``y.grad_fn.saved_tensors``, attributes set in forward)
+        if name in ("ctx", "input_meta") or name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            ctx = self.ctx
+        except AttributeError:
+            raise AttributeError(name) from None
+        return getattr(ctx, name)
+
     def release(self):
         self._freed = True
         self.ctx._freed = True
@@ -179,7 +189,8 @@ class Function(metaclass=_FunctionMeta):
     def apply(cls, *args, **kwargs):
         ctx = FunctionCtx()
         tensors_in = [a for a in args if isinstance(a, Tensor)]
-        record = grad_mode.STATE.grad_enabled and any(t.requires_grad for t in tensors_in)
+        record = (grad_mode.STATE.grad_enabled and not grad_mode.STATE.inference
+                  and any(t.requires_grad for t in tensors_in))
         ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
         versions_before = {id(t): t._vc[0] for t in tensors_in}
         with grad_mode.no_grad():
@@ -198,6 +209,12 @@ class Function(metaclass=_FunctionMeta):
         if ctx._saved is not None:
             ctx._saved_versions = [None if t is None else t._vc[0] for t in ctx._saved]
         if not record:
+            # an input returned as is still comes back as a new tensor (as in torch: under no_grad it must not
+            # carry the input's requires_grad)
+            dirty_or_in = {id(t) for t in tensors_in} - dirty
+            if any(isinstance(o, Tensor) and id(o) in dirty_or_in for o in outs):
+                outs = tuple(o.detach() if isinstance(o, Tensor) and id(o) in dirty_or_in else o for o in outs)
+                return outs[0] if single else outs
             return out
         nf, needs, meta = [], [], []
         for a in args:

@@ -161,6 +161,10 @@ clip = clamp
 
 
 def nonzero(input, *, as_tuple=False):
+    if type(input._data) is not np.ndarray:
+        from ..tracer import TraceError
+        raise TraceError("nonzero(): the result's shape depends on the data, which a compiled function cannot "
+                         "trace; use jitgrad.where(cond, a, b) or a mask multiply instead")
     idx = np.nonzero(input._data)
     if as_tuple:
         return tuple(Tensor._make(i.astype(np.int64)) for i in idx)
@@ -310,9 +314,18 @@ def softmax(input, dim, dtype=None):
 
 
 def log_softmax(input, dim, dtype=None):
+    """``(x - m) - log(sum(exp(x - m)))`` with the max ``m`` detached: exact where ``x - logsumexp(x)`` would
+    lose the digits of a large ``m`` (in float32, 1000.31 - 1001.31 keeps only 4 decimals)."""
     if dtype is not None:
         input = input.to(dtype)
-    return input - logsumexp(input, dim, keepdim=True)
+    ax = _axis("log_softmax", input, dim)
+    if not input.is_floating_point():
+        input = input.float()
+    if input.numel() == 0:
+        return input * 1.0
+    m = bind(O["amax"], input, axes=(ax,), keepdims=True).detach()
+    s = input - m.where(isfinite(m), 0.0)
+    return s - log(bind(O["sum"], exp(s), axes=(ax,), keepdims=True))
 
 
 # ---- shape ----------------------------------------------------------------------------------------
@@ -322,22 +335,29 @@ def _shape_arg(shape):
     return tuple(int(s) for s in shape)
 
 
-def _infer(name, shape, numel):
+def _infer(name, shape, input):
+    numel = input.numel()
+
+    def error(msg):
+        from .dispatch import op_error as _op_error
+        from ..ir.ops import Aval
+        return _op_error(O["reshape"], [Aval(input.shape, input.dtype)],
+                         OpError(f"{name}: {msg} (input shape {list(input.shape)})"))
     if shape.count(-1) > 1:
-        raise RuntimeError(f"{name}: only one dimension can be inferred")
+        raise error("only one dimension can be inferred")
     if -1 in shape:
         known = 1
         for s in shape:
             if s != -1:
                 known *= s
         if known == 0 or numel % known:
-            raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
+            raise error(f"shape '{list(shape)}' is invalid for input of size {numel}")
         shape = tuple(numel // known if s == -1 else s for s in shape)
     return shape
 
 
 def reshape(input, *shape):
-    shape = _infer("reshape", _shape_arg(shape), input.numel())
+    shape = _infer("reshape", _shape_arg(shape), input)
     if shape == input.shape:
         return input
     return bind(O["reshape"], input, shape=shape)
@@ -501,7 +521,8 @@ def gather(input, dim, index):
         if i != ax and index.shape[i] > input.shape[i]:
             raise RuntimeError(f"gather(): Size does not match at dimension {i} expected index {list(index.shape)} to "
                                f"be smaller than self {list(input.shape)} apart from dimension {ax}")
-    if index.numel() and (index._data.min() < -input.shape[ax] or index._data.max() >= input.shape[ax]):
+    if index.numel() and type(index._data) is np.ndarray and (
+            index._data.min() < -input.shape[ax] or index._data.max() >= input.shape[ax]):
         raise IndexError(f"gather(): index {int(index._data.max())} is out of bounds for dimension {ax} with size "
                          f"{input.shape[ax]}")
     key = []

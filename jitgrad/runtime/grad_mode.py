@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 
 
@@ -30,6 +31,8 @@ class _DecoratorContextManager:
         if not callable(fn):
             raise TypeError(f"{type(self).__name__} can only decorate callables, got {fn!r}")
         clone = self._clone
+        if inspect.isgeneratorfunction(fn):
+            return _wrap_generator(fn, clone)
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
@@ -39,6 +42,33 @@ class _DecoratorContextManager:
 
     def _clone(self):
         return type(self)()
+
+
+def _wrap_generator(fn, clone):
+    """A decorated generator function runs each step (not only its creation) inside the context, as in torch."""
+
+    @functools.wraps(fn)
+    def gen_wrapper(*args, **kwargs):
+        gen = fn(*args, **kwargs)
+        try:
+            with clone():
+                response = gen.send(None)
+            while True:
+                try:
+                    request = yield response
+                except GeneratorExit:
+                    with clone():
+                        gen.close()
+                    raise
+                except BaseException as e:
+                    with clone():
+                        response = gen.throw(e)
+                else:
+                    with clone():
+                        response = gen.send(request)
+        except StopIteration as e:
+            return e.value
+    return gen_wrapper
 
 
 class _NoParamDecorator(_DecoratorContextManager):
@@ -107,9 +137,12 @@ class set_grad_enabled(_DecoratorContextManager):
         self.mode = bool(mode)
         STATE.grad_enabled = self.mode
 
-    def _clone(self):
-        # as a decorator the mode applies to each call only
+    def __call__(self, fn):
+        # as a decorator the mode applies to each call only: undo the switch __init__ made
         STATE.grad_enabled = self.prev
+        return super().__call__(fn)
+
+    def _clone(self):
         return set_grad_enabled(self.mode)
 
     def __enter__(self):
@@ -137,9 +170,9 @@ class inference_mode(_DecoratorContextManager):
 
     def __enter__(self):
         self.prev = (STATE.grad_enabled, STATE.inference)
-        if self.mode:
-            STATE.grad_enabled = False
-            STATE.inference = True
+        # as torch's InferenceMode(enabled): grad mode is the opposite of ``mode`` (inference_mode(False) enables it)
+        STATE.grad_enabled = not self.mode
+        STATE.inference = self.mode
 
     def __exit__(self, *exc):
         STATE.grad_enabled, STATE.inference = self.prev

@@ -108,8 +108,9 @@ class Node:
             for i, v in versions:
                 t = vals[i]
                 if t._vc[0] != v:
-                    gf = t.grad_fn
-                    origin = (f"which is output {t._out_nr} of {gf.name()}" if gf is not None else "which is a leaf")
+                    # a saved output names this node (its grad_fn when saved), as torch does
+                    gf, nr = (self, i) if what == "output" else (t.grad_fn, t._out_nr)
+                    origin = (f"which is output {nr} of {gf.name()}" if gf is not None else "which is a leaf")
                     raise RuntimeError(
                         "one of the variables needed for gradient computation has been modified by an inplace "
                         f"operation: [jitgrad.{t.dtype.name} {list(t.shape)}], {origin}, is at version {t._vc[0]}; "

@@ -1,8 +1,574 @@
-"""profiler (filled in by its work item)."""
+"""The autograd profiler: ``jg.autograd.profiler.profile``, ``record_function``, ``emit_nvtx``, ``load_nvprof``.
+
+While a :class:`profile` is entered, ``profiler_state.STATE.active`` points at it.  ``dispatch.bind`` then
+routes every op through :meth:`profile.record_op` (one event named by the op: ``mul``, ``tanh``), the engine
+wraps each backward function and each leaf accumulation in :meth:`profile.range` (``MulBackward0``,
+``AccumulateGrad``), and ``record_function`` / compiled code add their own ranges.  Events nest per thread
+(a stack per thread): ``children`` / ``parent`` link them and self time is total time minus direct children.
+Times are taken with ``time.perf_counter_ns`` and reported in microseconds, like torch.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import json
+import os
+import threading
+import warnings
+from time import perf_counter_ns
+
+from . import profiler_state
+from .source import user_stack
+from .tensor import Tensor
+
+_STATE = profiler_state.STATE
+_CUDA_WARNED = False
+MAX_NAME_COLUMN_WIDTH = 55
+MAX_SHAPES_COLUMN_WIDTH = 80
+MAX_SRC_COLUMN_WIDTH = 75
+_SORT_KEYS = ("cpu_time", "cuda_time", "cpu_time_total", "cuda_time_total", "self_cpu_time_total",
+              "self_cuda_time_total", "self_cpu_time", "count", "cpu_memory_usage", "self_cpu_memory_usage",
+              "cuda_memory_usage", "self_cuda_memory_usage")
+
+
+def _fmt_time(us: float) -> str:
+    """Format a time in microseconds like torch: ``691.816us``, ``32.048ms``, ``1.500s``."""
+    if us >= 1e6:
+        return f"{us / 1e6:.3f}s"
+    if us >= 1e3:
+        return f"{us / 1e3:.3f}ms"
+    return f"{us:.3f}us"
+
+
+def _fmt_mem(nbytes: int) -> str:
+    for unit, k in (("Gb", 1 << 30), ("Mb", 1 << 20), ("Kb", 1 << 10)):
+        if abs(nbytes) >= k:
+            return f"{nbytes / k:.2f} {unit}"
+    return f"{nbytes} b"
+
+
+class Interval(collections.namedtuple("Interval", "start end")):
+    """A time range in microseconds since the profile started."""
+
+    def elapsed_us(self) -> float:
+        return self.end - self.start
+
+
+class _NoCuda:
+    """CPU-only build: every CUDA quantity is zero (so ``sort_by="cuda_time"`` sorts by 0)."""
+
+    __slots__ = ()
+
+    cuda_time = cuda_time_total = self_cuda_time_total = 0.0
+    cuda_memory_usage = self_cuda_memory_usage = 0
+
+
+class FunctionEvent(_NoCuda):
+    """One recorded range: an op (``mul``), a backward function (``MulBackward0``), ``AccumulateGrad``,
+    a ``record_function`` label, a compiled kernel or a compile phase.
+
+    Times are in microseconds: ``cpu_time_total`` (end - start), ``self_cpu_time_total`` (minus direct
+    ``children``), ``start`` / ``end`` (since the profile started).  ``input_shapes`` is a list per input
+    (``[]`` for a Python scalar) when the profile has ``record_shapes=True``, else ``[]``.
+    """
+
+    __slots__ = ("id", "name", "thread", "_start", "_end", "input_shapes", "children", "parent", "stack", "cat",
+                 "args", "_mem")
+    count = 1
+
+    def __init__(self, id, name, thread, start_ns, input_shapes=None, parent=None, stack=None, cat="cpu_op",
+                 args=None):
+        self.id, self.name, self.thread, self._start, self._end = id, name, thread, start_ns, None
+        self.input_shapes = input_shapes if input_shapes is not None else []
+        self.children, self.parent, self.stack, self.cat, self.args, self._mem = [], parent, stack or [], cat, args, 0
+
+    key = property(lambda self: self.name, doc="The grouping key (the name).")
+    cpu_parent = property(lambda self: self.parent)
+    cpu_children = property(lambda self: self.children)
+    start = property(lambda self: self._start / 1000.0, doc="Start, us since the profile started.")
+    end = property(lambda self: (self._end if self._end is not None else self._start) / 1000.0,
+                   doc="End, us since the profile started.")
+    time_range = property(lambda self: Interval(self.start, self.end))
+
+    def _ns(self) -> int:
+        return (self._end if self._end is not None else self._start) - self._start
+
+    @property
+    def cpu_time_total(self) -> float:
+        return self._ns() / 1000.0
+
+    cpu_time = cpu_time_total
+
+    @property
+    def self_cpu_time_total(self) -> float:
+        return (self._ns() - sum(c._ns() for c in self.children)) / 1000.0
+
+    self_cpu_time = self_cpu_time_total
+
+    @property
+    def self_cpu_memory_usage(self) -> int:
+        """Bytes of the tensors this op returned (views excluded; only with ``profile_memory=True``)."""
+        return self._mem
+
+    @property
+    def cpu_memory_usage(self) -> int:
+        return self._mem + sum(c.cpu_memory_usage for c in self.children)
+
+    def __repr__(self):
+        return (f"<FunctionEvent id={self.id} name={self.name} cpu_time={_fmt_time(self.cpu_time_total)} "
+                f"start={self.start:.3f} end={self.end:.3f} cpu_children={[c.id for c in self.children]} "
+                f"input_shapes={self.input_shapes}>")
+
+
+class FunctionEventAvg(_NoCuda):
+    """Statistics of the events sharing a key (see :meth:`EventList.key_averages`): ``count``,
+    ``cpu_time_total`` / ``self_cpu_time_total`` (sums, us) and ``cpu_time`` / ``self_cpu_time`` (per call).
+    """
+
+    def __init__(self):
+        self.key = None
+        self.count = 0
+        self.cpu_time_total = self.self_cpu_time_total = 0.0
+        self.cpu_memory_usage = self.self_cpu_memory_usage = 0
+        self.input_shapes = None
+        self.stack = []
+
+    def add(self, other):
+        """Add a FunctionEvent or a FunctionEventAvg with the same key into this one; returns self."""
+        if self.key is None:
+            self.key, self.input_shapes, self.stack = other.key, other.input_shapes, other.stack
+        elif other.key != self.key:
+            raise ValueError(f"cannot add an event with key {other.key!r} to the average of {self.key!r}")
+        self.count += other.count
+        self.cpu_time_total += other.cpu_time_total
+        self.self_cpu_time_total += other.self_cpu_time_total
+        self.cpu_memory_usage += other.cpu_memory_usage
+        self.self_cpu_memory_usage += other.self_cpu_memory_usage
+        return self
+
+    __iadd__ = add
+
+    cpu_time = property(lambda self: self.cpu_time_total / self.count if self.count else 0.0,
+                        doc="Average total time per call, us.")
+    self_cpu_time = property(lambda self: self.self_cpu_time_total / self.count if self.count else 0.0,
+                             doc="Average self time per call, us.")
+
+    def __repr__(self):
+        return (f"<FunctionEventAvg key={self.key} self_cpu_time={_fmt_time(self.self_cpu_time_total)} "
+                f"cpu_time={_fmt_time(self.cpu_time_total)} count={self.count} input_shapes={self.input_shapes}>")
+
+
+class EventList(list):
+    """A list of :class:`FunctionEvent` (``prof.function_events``) or :class:`FunctionEventAvg`
+    (``prof.key_averages()``), with torch's table, averaging and chrome-trace export."""
+
+    def __init__(self, *args, use_cuda=False, profile_memory=False):
+        super().__init__(*args)
+        self._use_cuda, self._profile_memory = use_cuda, profile_memory
+
+    @property
+    def self_cpu_time_total(self) -> float:
+        """Sum of the self times of all events, us."""
+        return sum(e.self_cpu_time_total for e in self)
+
+    def key_averages(self, group_by_input_shape=False, group_by_stack_n=0):
+        """Average the events over their name (and input shapes with ``group_by_input_shape=True``, and the
+        innermost ``group_by_stack_n`` stack frames).  Returns an EventList of FunctionEventAvg, in order of
+        first appearance."""
+        stats = {}
+        for e in self:
+            k = (e.key, str(e.input_shapes) if group_by_input_shape else None,
+                 tuple(e.stack[:group_by_stack_n]) if group_by_stack_n else None)
+            avg = stats.get(k)
+            if avg is None:
+                avg = stats[k] = FunctionEventAvg()
+            avg.add(e)
+        out = EventList(stats.values(), use_cuda=self._use_cuda, profile_memory=self._profile_memory)
+        for avg in out:
+            avg.stack = list(avg.stack[:group_by_stack_n]) if group_by_stack_n else []
+            if not group_by_input_shape:
+                avg.input_shapes = None
+        return out
+
+    def total_average(self):
+        """Average all the events: a FunctionEventAvg with key ``"Total"``."""
+        total = FunctionEventAvg()
+        for e in self:
+            total.key = None
+            total.add(e)
+        total.key = "Total"
+        return total
+
+    def table(self, sort_by=None, row_limit=100, header=None, top_level_events_only=False):
+        """The events as a formatted table (a string), like torch's.
+
+        ``sort_by``: one of ``cpu_time``, ``cuda_time``, ``cpu_time_total``, ``cuda_time_total``,
+        ``self_cpu_time_total``, ``self_cuda_time_total``, ``count``, ``cpu_memory_usage``,
+        ``self_cpu_memory_usage`` (descending; CUDA keys are all 0 here); default: recording order.
+        ``row_limit``: at most this many rows (negative: all).  ``header``: a title line above the table.
+        """
+        return _build_table(self, sort_by, row_limit, header, top_level_events_only, self._profile_memory)
+
+    def export_chrome_trace(self, path):
+        """Write the events to ``path`` as Trace Event JSON (``"ph": "X"`` complete events, ``ts`` / ``dur``
+        in us), loadable in chrome://tracing and https://ui.perfetto.dev."""
+        if not all(isinstance(e, FunctionEvent) for e in self):
+            raise TypeError("export_chrome_trace needs FunctionEvents (prof.function_events), not averages")
+        pid = os.getpid()
+        trace = [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": "jitgrad"}}]
+        for e in sorted(self, key=_trace_order):
+            args = {}
+            if e.input_shapes:
+                args["Input Shapes"] = e.input_shapes
+            if e.args is not None:
+                args["Record function args"] = e.args
+            if e.stack:
+                args["Call stack"] = ";".join(e.stack)
+            end = e._end if e._end is not None else e._start
+            trace.append({"name": e.name, "ph": "X", "ts": e._start / 1000.0, "dur": (end - e._start) / 1000.0,
+                          "pid": pid, "tid": e.thread, "cat": e.cat, "args": args})
+        with open(path, "w") as f:
+            json.dump({"traceEvents": trace, "displayTimeUnit": "ms"}, f)
+
+    def __str__(self):
+        return self.table()
+
+
+def _trace_order(e):
+    # parents before children: earlier start first, then the longer (enclosing) event, then recording order
+    return (e.thread, e._start, -(e._end if e._end is not None else e._start), e.id)
+
+
+def _build_table(events, sort_by, row_limit, header, top_level_only, profile_memory):
+    if len(events) == 0:
+        return ""
+    if sort_by is not None:
+        if sort_by not in _SORT_KEYS:
+            raise ValueError(f"table(sort_by={sort_by!r}): expected one of {', '.join(_SORT_KEYS)}")
+        events = sorted(events, key=lambda e: getattr(e, sort_by), reverse=True)
+    self_total = sum(e.self_cpu_time_total for e in events)
+
+    def pct(part):
+        return f"{100.0 * part / self_total:.2f}%" if self_total > 0 else "0.00%"
+
+    def clip(s, w):
+        return s if len(s) <= w else s[:w - 3] + "..."
+
+    rows = []
+    for e in events:
+        if len(rows) == row_limit:
+            break
+        if not (top_level_only and getattr(e, "parent", None) is not None):
+            rows.append(e)
+    has_shapes = any(e.input_shapes for e in events)
+    has_stack = any(e.stack for e in events)
+    has_mem = profile_memory or any(e.cpu_memory_usage for e in events)
+    name_w = min(max([len(e.key) for e in rows] + [4]) + 4, MAX_NAME_COLUMN_WIDTH)
+    cols = [("Name", name_w, "<")] + [(h, 12, ">") for h in (
+        "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg")]
+    if has_mem:
+        cols += [("CPU Mem", 12, ">"), ("Self CPU Mem", 12, ">")]
+    cols.append(("# of Calls", 12, ">"))
+    if has_shapes:
+        cols.append(("Input Shapes", min(max(len(str(e.input_shapes)) for e in rows) + 4 if rows else 16,
+                                         MAX_SHAPES_COLUMN_WIDTH), "<"))
+    if has_stack:
+        cols.append(("Source Location", min(max([len(s) for e in rows for s in e.stack] + [15]) + 4,
+                                            MAX_SRC_COLUMN_WIDTH), "<"))
+    fmt = "  ".join("{:%s%d}" % (a, w) for _, w, a in cols)
+    sep = "  ".join("-" * w for _, w, _ in cols)
+    out = []
+    if header is not None:
+        out += ["=" * len(sep), header]
+    out += [sep, fmt.format(*[clip(h, w) for h, w, _ in cols]).rstrip(), sep]
+    for e in rows:
+        row = [clip(e.key, name_w), pct(e.self_cpu_time_total), _fmt_time(e.self_cpu_time_total),
+               pct(e.cpu_time_total), _fmt_time(e.cpu_time_total), _fmt_time(e.cpu_time)]
+        if has_mem:
+            row += [_fmt_mem(e.cpu_memory_usage), _fmt_mem(e.self_cpu_memory_usage)]
+        row.append(str(e.count))
+        if has_shapes:
+            row.append(clip(str(e.input_shapes) if e.input_shapes is not None else "", cols[len(row)][1]))
+        stack = e.stack[:5]
+        if has_stack:
+            row.append(clip(stack[0] if stack else "", cols[-1][1]))
+        out.append(fmt.format(*row).rstrip())
+        for s in stack[1:]:
+            out.append(fmt.format(*([""] * (len(cols) - 1) + [clip(s, cols[-1][1])])).rstrip())
+    out += [sep, f"Self CPU time total: {_fmt_time(self_total)}"]
+    return "\n".join(out) + "\n"
+
+
+def _out_nbytes(out) -> int:
+    outs = out if isinstance(out, tuple) else (out,)
+    return sum(t._data.nbytes for t in outs if isinstance(t, Tensor) and t._base is None)
+
+
+class _Range:
+    """The context manager :meth:`profile.range` returns (one event from ``__enter__`` to ``__exit__``)."""
+
+    __slots__ = ("_p", "_name", "_shapes", "_cat", "_args", "_tok")
+
+    def __init__(self, p, name, shapes, cat, args):
+        self._p, self._name, self._shapes, self._cat, self._args = p, name, shapes, cat, args
+
+    def __enter__(self):
+        self._tok = self._p._begin(self._name, self._shapes, self._cat, self._args)
+        return self
+
+    def __exit__(self, *exc):
+        self._p._end(self._tok)
+        return False
 
 
 class profile:
-    pass
+    """Context manager that records every op, backward function and gradient accumulation run inside it.
+
+    Args:
+        enabled: False makes it a no-op (nothing is recorded).
+        use_cuda: accepted for torch compatibility; this build is CPU-only, so it warns once and times CPU only.
+        record_shapes: record each op's input shapes (a list per input, ``[]`` for Python scalars); group
+            by them with ``prof.key_averages(group_by_input_shape=True)``.
+        with_stack: record the user's call stack (innermost frame first) for each event.
+        profile_memory: record the bytes of the tensors each op returns (``cpu_memory_usage``).
+
+    Profiles may nest: while an inner one records, the outer one records the same events too.
+
+    Example::
+
+        >>> import jitgrad as jg
+        >>> x = jg.randn((1, 1), requires_grad=True)
+        >>> with jg.autograd.profiler.profile() as prof:
+        ...     for _ in range(100):  # any normal python code, really!
+        ...         y = x ** 2
+        ...         y.backward()
+        >>> print(prof.key_averages().table(sort_by="self_cpu_time_total"))  # doctest: +SKIP
+    """
+
+    def __init__(self, enabled=True, use_cuda=False, record_shapes=False, *, with_stack=False, profile_memory=False):
+        global _CUDA_WARNED
+        self.enabled, self.use_cuda, self.record_shapes = enabled, use_cuda, record_shapes
+        self.with_stack, self.profile_memory = with_stack, profile_memory
+        if enabled and use_cuda and not _CUDA_WARNED:
+            _CUDA_WARNED = True
+            warnings.warn("profile(use_cuda=True): CUDA is not available in this CPU-only build of jitgrad; "
+                          "only CPU time is recorded", UserWarning, stacklevel=2)
+        self.entered = self._done = self._shapes = self._stacks = self._mem = False
+        self._events, self._tls, self._prev, self._chain = [], threading.local(), None, (self,)
+        self._function_events = None
+
+    # --- the context manager ------------------------------------------------------------------------
+    def __enter__(self):
+        if not self.enabled:
+            return self
+        if self.entered:
+            raise RuntimeError("profiler context manager is not reentrant")
+        self.entered = True
+        self._prev = prev = _STATE.active
+        self._chain = (self,) + (prev._chain if isinstance(prev, profile) else ())
+        self._shapes = any(p.record_shapes for p in self._chain)
+        self._stacks = any(p.with_stack for p in self._chain)
+        self._mem = any(p.profile_memory for p in self._chain)
+        self._t0 = perf_counter_ns()
+        _STATE.active = self
+        return self
+
+    def __exit__(self, *exc):
+        if not self.enabled:
+            return False
+        _STATE.active = self._prev
+        self._prev = None
+        t = perf_counter_ns() - self._t0
+        for e in self._events:
+            if e._end is None:   # a range still open (entered in here, not yet exited): close it now
+                e._end = t
+        self._function_events = EventList(sorted(self._events, key=lambda e: e._start), use_cuda=self.use_cuda,
+                                          profile_memory=self.profile_memory)
+        self._events = []
+        self._done = True
+        return False
+
+    # --- the recording hooks (bind, the engine, record_function, compiled code) ---------------------
+    def record_op(self, op, args, params, fn):
+        """Run ``fn(op, args, params)`` (dispatch's ``_bind``) as one event named ``op.name``."""
+        shapes = [list(a.shape) if isinstance(a, Tensor) else [] for a in args] if self._shapes else None
+        tok = self._begin(op.name, shapes, "cpu_op", None)
+        try:
+            out = fn(op, args, params)
+        except BaseException:
+            self._end(tok)
+            raise
+        self._end(tok, out)
+        return out
+
+    def range(self, name, shapes=None, cat="cpu_op", args=None):
+        """A context manager recording one event ``name`` (``shapes``: its input shapes, kept under
+        ``record_shapes``; ``cat``: the chrome-trace category; ``args``: a string shown in the trace)."""
+        return _Range(self, name, shapes, cat, args)
+
+    def _begin(self, name, shapes, cat, args):
+        stack = None
+        if self._stacks:
+            stack = [f"{f.filename}({f.lineno}): {f.name}" for f in reversed(user_stack(1))]
+        t = perf_counter_ns()
+        return [p._push(name, shapes, cat, args, t, stack) for p in self._chain]
+
+    def _end(self, tok, out=None):
+        t = perf_counter_ns()
+        mem = _out_nbytes(out) if out is not None and self._mem else 0
+        for p, e in reversed(tok):
+            p._pop(e, t, mem)
+
+    def _push(self, name, shapes, cat, args, t, stack):
+        tls = self._tls
+        st = getattr(tls, "stack", None)
+        if st is None:
+            st = tls.stack = []
+            tls.tid = threading.get_native_id()
+        parent = st[-1] if st else None
+        e = FunctionEvent(len(self._events), name, tls.tid, t - self._t0,
+                          [list(s) for s in shapes] if shapes is not None and self.record_shapes else None,
+                          parent, stack if self.with_stack else None, cat, args)
+        if parent is not None:
+            parent.children.append(e)
+        st.append(e)
+        self._events.append(e)
+        return self, e
+
+    def _pop(self, e, t, mem):
+        if e._end is None:
+            e._end = t - self._t0
+            if self.profile_memory:
+                e._mem = mem
+        st = self._tls.stack
+        if st and st[-1] is e:
+            st.pop()
+        elif e in st:   # ranges exited out of order: drop this one wherever it is
+            st.remove(e)
+
+    # --- results ------------------------------------------------------------------------------------
+    @property
+    def function_events(self):
+        """All recorded events (an EventList of FunctionEvent, ordered by start time)."""
+        if not self.enabled:
+            return EventList()
+        if not self._done:
+            raise RuntimeError("Profiler didn't finish running")
+        return self._function_events
+
+    def events(self):
+        """The recorded events (same as ``function_events``)."""
+        return self.function_events
+
+    def table(self, sort_by=None, row_limit=100, header=None, top_level_events_only=False):
+        """The recorded events (not averaged) as a table; see :meth:`EventList.table`."""
+        return self.function_events.table(sort_by, row_limit, header, top_level_events_only)
+
+    def key_averages(self, group_by_input_shape=False, group_by_stack_n=0):
+        """Averages all function events over their keys (name, and input shapes with
+        ``group_by_input_shape=True``).  Returns an EventList of FunctionEventAvg."""
+        return self.function_events.key_averages(group_by_input_shape, group_by_stack_n)
+
+    def total_average(self):
+        """Averages all events: a FunctionEventAvg with key ``"Total"``."""
+        return self.function_events.total_average()
+
+    def export_chrome_trace(self, path):
+        """Export the events as a Chrome tracing (Trace Event JSON) file, for chrome://tracing or Perfetto."""
+        return self.function_events.export_chrome_trace(path)
+
+    @property
+    def self_cpu_time_total(self) -> float:
+        """Total time spent on CPU (us), the sum of all self times across all the events."""
+        return self.function_events.self_cpu_time_total
+
+    def __str__(self):
+        return self.table()
+
+    def __repr__(self):
+        return repr(self.function_events) if self._done else "<unfinished profiler.profile>"
 
 
-record_function = emit_nvtx = load_nvprof = EventList = FunctionEvent = FunctionEventAvg = profile
+class record_function:
+    """Context manager (and decorator) that adds a label to a block of Python code when running the profiler.
+
+    Costs one attribute read when no profiler is active.  ``args``: an optional string shown in the trace.
+
+    Example::
+
+        >>> import jitgrad as jg
+        >>> x = jg.randn((1, 1), requires_grad=True)
+        >>> with jg.autograd.profiler.profile() as prof:
+        ...     y = x ** 2
+        ...     with jg.autograd.profiler.record_function("label-z"):  # label the block
+        ...         z = y ** 3
+        ...     y.backward()
+        >>> "label-z" in [e.key for e in prof.key_averages()]
+        True
+    """
+
+    def __init__(self, name, args=None):
+        self.name, self.args = name, args
+        self._tok = []
+
+    def __enter__(self):
+        p = _STATE.active
+        self._tok.append(p._begin(self.name, None, "user_annotation", self.args) if p is not None else None)
+        return self
+
+    def __exit__(self, *exc):
+        tok = self._tok.pop()
+        if tok is not None:
+            tok[0][0]._end(tok)
+        return False
+
+    def __call__(self, fn):
+        name, args = self.name, self.args
+
+        @functools.wraps(fn)
+        def wrapper(*a, **k):
+            p = _STATE.active
+            if p is None:
+                return fn(*a, **k)
+            tok = p._begin(name, None, "user_annotation", args)
+            try:
+                return fn(*a, **k)
+            finally:
+                p._end(tok)
+        return wrapper
+
+
+class emit_nvtx:
+    """torch's NVTX-range emitter.  jitgrad runs on the CPU with no CUDA / NVTX, so entering it warns that no
+    ranges are emitted and otherwise does nothing (use :class:`profile` instead).
+
+    Example::
+
+        >>> with jg.autograd.profiler.emit_nvtx():  # doctest: +SKIP
+        ...     model(x)
+    """
+
+    def __init__(self, enabled=True, record_shapes=False):
+        self.enabled, self.record_shapes = enabled, record_shapes
+        self.entered = False
+
+    def __enter__(self):
+        if not self.enabled:
+            return self
+        if self.entered:
+            raise RuntimeError("NVTX annotation context manager is not reentrant")
+        self.entered = True
+        warnings.warn("emit_nvtx: NVTX ranges are not emitted: no CUDA/NVTX is available in this CPU-only build "
+                      "of jitgrad; use jg.autograd.profiler.profile() to time ops", UserWarning, stacklevel=2)
+        return self
+
+    def __exit__(self, *exc):
+        self.entered = False
+        return False
+
+
+def load_nvprof(path):
+    """Open an nvprof trace file.  Not supported: jitgrad is CPU-only and never runs under nvprof, so this
+    raises RuntimeError (export a profile with ``prof.export_chrome_trace`` instead)."""
+    raise RuntimeError(f"load_nvprof({str(path)!r}): nvprof traces are not supported by jitgrad (CPU-only, no "
+                       "CUDA/nvprof); record with jg.autograd.profiler.profile() and use export_chrome_trace()")

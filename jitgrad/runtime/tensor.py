@@ -14,6 +14,7 @@ from ..ir import dtypes as dt
 from ..ir.ops import OPS
 from . import grad_mode
 from .node import AccumulateGrad, RemovableHandle
+from ..tracer import STATE as _TR
 
 _GM = grad_mode.STATE
 _FROM_NP = dt._FROM_NP
@@ -97,6 +98,10 @@ class Tensor:
         t._acc = None
         t._out_nr = 0
         t._inference = _GM.inference
+        tr = _TR.active
+        if tr is not None:   # made while tracing: a constant of the graph, not an input
+            tr.created.add(id(t))
+            tr.keep.append(t)
         return t
 
     def __init__(self, data=None, *, dtype=None, requires_grad=False):
@@ -198,6 +203,9 @@ class Tensor:
 
     @grad.setter
     def grad(self, value):
+        tr = _TR.active
+        if tr is not None and tr.on_grad_write is not None:
+            tr.on_grad_write(self)
         if value is not None:
             if not isinstance(value, Tensor):
                 raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type "
@@ -272,12 +280,11 @@ class Tensor:
     def detach(self) -> "Tensor":
         """A new tensor sharing storage (and version counter) that never requires grad."""
         t = Tensor._make(self._data)
-        t._vc = self._vc
-        t._base = self._base if self._base is not None else self
-        return t
+        t._vc = self._vc    # shared: in-place changes through either one are seen by the saved-tensor checks
+        return t            # not an autograd view (torch: in-place on ``x.detach()`` is allowed)
 
     def detach_(self) -> "Tensor":
-        if self._base is not None and self._base.requires_grad:
+        if self._base is not None:
             raise RuntimeError("Can't detach views in-place. Use detach() instead.")
         self.grad_fn = None
         self._requires_grad = False
@@ -285,8 +292,7 @@ class Tensor:
 
     @property
     def data(self) -> "Tensor":
-        t = Tensor._make(self._data)
-        t._base = self
+        t = Tensor._make(self._data)   # own version counter, not a view: ``p.data.add_()`` is allowed
         return t
 
     @data.setter
@@ -295,6 +301,8 @@ class Tensor:
 
     # --- conversion ------------------------------------------------------------------------------
     def _check_readable(self, what):
+        if type(self._data) is not np.ndarray:
+            _traced_read(self, what)
         if self.requires_grad:
             raise RuntimeError(f"Can't call {what} on Tensor that requires grad. Use tensor.detach().{what} instead.")
 
@@ -311,25 +319,41 @@ class Tensor:
         return a.copy() if copy else a
 
     def item(self):
+        if type(self._data) is not np.ndarray:
+            _traced_read(self, "item()")
         if self._data.size != 1:
             raise RuntimeError(f"a Tensor with {self._data.size} elements cannot be converted to Scalar")
         return self._data.reshape(()).item()
 
     def tolist(self):
+        if type(self._data) is not np.ndarray:
+            _traced_read(self, "tolist()")
         return self._data.tolist()
 
     def __bool__(self):
+        if type(self._data) is not np.ndarray:
+            _traced_read(self, "bool()")
         if self._data.size != 1:
             raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
         return bool(self._data.reshape(()))
 
     def __float__(self):
+        if type(self._data) is not np.ndarray:
+            _traced_read(self, "float()")
+        if self._data.size != 1:
+            raise ValueError("only one element tensors can be converted to Python scalars")
         return float(self.item())
 
     def __int__(self):
+        if type(self._data) is not np.ndarray:
+            _traced_read(self, "int()")
+        if self._data.size != 1:
+            raise ValueError("only one element tensors can be converted to Python scalars")
         return int(self.item())
 
     def __index__(self):
+        if type(self._data) is not np.ndarray:
+            _traced_read(self, "__index__()")
         if self._data.dtype.kind not in "iu" or self._data.size != 1:
             raise TypeError("only integer tensors of a single element can be converted to an index")
         return int(self.item())
@@ -348,10 +372,15 @@ class Tensor:
         return id(self)
 
     def __repr__(self):
+        if type(self._data) is not np.ndarray:
+            gf = f", grad_fn=<{self.grad_fn.name()}>" if self.grad_fn is not None else ""
+            return f"tensor(<traced {self._data.aval}>{gf})"
         from .printing import tensor_repr
         return tensor_repr(self)
 
     def __dlpack__(self, *args, **kwargs):
+        if self.requires_grad:
+            raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
         return self._data.__dlpack__(*args, **kwargs)
 
     def __dlpack_device__(self):
@@ -550,7 +579,10 @@ class Tensor:
                                    "supported; use index assignment on the base tensor (y[idx] = v) or an "
                                    "out-of-place op")
             # the new node may save its input 0: give it a snapshot that the write below cannot touch
-            src = Tensor._make(self._data.copy(), self._requires_grad)
+            # (traced values are immutable: the snapshot is the value itself)
+            tr = _TR.active
+            src = Tensor._make(_traced_payload(self, tr) if tr is not None else self._data.copy(),
+                               self._requires_grad)
             src.grad_fn, src._out_nr, src._acc = self.grad_fn, self._out_nr, self._accumulator() if self._requires_grad else None
             r = fn(src, *others)
         else:
@@ -559,8 +591,13 @@ class Tensor:
         if r.shape != self.shape:
             raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(r.shape)}")
         if r.dtype is not self.dtype and not np.can_cast(r._data.dtype, self._data.dtype, "same_kind"):
-            raise RuntimeError(f"result type {r.dtype.name} can't be cast to the desired output type {self.dtype.name}")
-        np.copyto(self._data, r._data, casting="unsafe")
+            raise RuntimeError(f"result type {_TORCH_NAME[r.dtype.name]} can't be cast to the desired output type "
+                               f"{_TORCH_NAME[self.dtype.name]}")
+        tr = _TR.active
+        if tr is not None or type(self._data) is not np.ndarray:
+            _traced_write(self, r, tr)
+        else:
+            np.copyto(self._data, r._data, casting="unsafe")
         self._vc[0] += 1
         if recording:
             if r.dtype is not self.dtype:
@@ -592,7 +629,15 @@ class Tensor:
         return self.fill_(0)
 
     def fill_(self, value):
-        if not (_GM.grad_enabled and (self.requires_grad or isinstance(value, Tensor) and value.requires_grad)):
+        if isinstance(value, Tensor) and value.ndim != 0:
+            raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} "
+                               "dimensions.")
+        return self._fill(value)
+
+    def _fill(self, value):
+        """Write ``value`` (a scalar or a tensor broadcastable to self) into self: fill_ and copy_."""
+        if not (_GM.grad_enabled and (self.requires_grad or isinstance(value, Tensor) and value.requires_grad)) \
+                and _TR.active is None:
             self._check_inplace()
             self._data[...] = value._data if isinstance(value, Tensor) else value
             self._vc[0] += 1
@@ -602,7 +647,12 @@ class Tensor:
     def copy_(self, src):
         if not isinstance(src, Tensor):
             src = Tensor._make(np.asarray(src))
-        return self.fill_(src)
+        try:
+            np.broadcast_to(src._data, self.shape)
+        except ValueError:
+            raise RuntimeError(f"copy_: the source of shape {list(src.shape)} cannot be broadcast to the "
+                               f"destination of shape {list(self.shape)}") from None
+        return self._fill(src)
 
     def __iadd__(self, o):
         return self.add_(o)
@@ -619,22 +669,31 @@ class Tensor:
     # --- indexing --------------------------------------------------------------------------------
     def __getitem__(self, key):
         spec, idx = _parse_index(key, self)
-        if not idx and type(key) is int and self.grad_fn is None and not self._requires_grad:
-            pass
         return _bind(O["getitem"], self, *idx, spec=spec)
 
     def __setitem__(self, key, value):
         spec, idx = _parse_index(key, self)
-        if _GM.grad_enabled and (self.requires_grad or isinstance(value, Tensor) and value.requires_grad):
+        if _TR.active is not None or _GM.grad_enabled and (
+                self.requires_grad or isinstance(value, Tensor) and value.requires_grad):
             self._apply_inplace(lambda s, v: _bind(O["index_put"], s, v, *idx, spec=spec, accumulate=False), value)
             return
         self._check_inplace()
         from ..ir.ops.index import np_index
         v = value._data if isinstance(value, Tensor) else value
+        ix = np_index(spec, [i._data for i in idx])
         try:
-            self._data[np_index(spec, [i._data for i in idx])] = v
+            self._data[ix] = v
         except (ValueError, IndexError) as e:
-            raise type(e)(f"index_put: {e} (tensor {self.dtype.name}{list(self.shape)})") from None
+            from .dispatch import _with_loc
+            if isinstance(e, ValueError) and np.shape(v) != ():
+                try:
+                    region = list(self._data[ix].shape)
+                except IndexError:
+                    region = None
+                if region is not None:    # torch's words, not NumPy's "could not broadcast input array"
+                    e = RuntimeError(f"shape mismatch: value tensor of shape {list(np.shape(v))} cannot be "
+                                     f"broadcast to indexing result of shape {region}")
+            raise type(e)(_with_loc(f"index_put: {e} (tensor {self.dtype.name}{list(self.shape)})")) from None
         self._vc[0] += 1
 
     # --- methods the vjp rules rely on -----------------------------------------------------------
@@ -658,6 +717,43 @@ class Tensor:
     def where(self, condition, other) -> "Tensor":
         """``where(condition, self, other)``."""
         return _bind(O["where"], condition, self, other)
+
+
+def _traced_read(t, what):
+    from ..tracer import TracedValueError
+    from .source import user_loc
+    loc = user_loc(3)
+    where = f"{loc.file}:{loc.line} ({loc.text})" if loc is not None else "an unknown line"
+    raise TracedValueError(
+        f"{what} reads the value of a traced tensor ({t._data.aval}) inside a @jitgrad.compile function, at {where}. "
+        "A compiled function is traced once and replayed, so Python cannot branch on or convert tensor values. "
+        "Fix: use tensor ops instead (jitgrad.where(cond, a, b) for an `if`, keep results as tensors and convert "
+        "outside the compiled function), or pass fullgraph=False to run this signature eagerly.")
+
+
+def _traced_payload(t, tr):
+    """The Var a tensor stands for in the active trace (capturing it as a graph input if needed)."""
+    d = t._data
+    if type(d) is np.ndarray and tr is not None and tr.on_capture is not None and id(t) not in tr.created:
+        tr.on_capture(t)
+        d = t._data
+    return d
+
+
+def _traced_write(t, r, tr):
+    """In-place write inside a trace: the tensor's payload becomes the new traced value (functionalised;
+    the compiled call writes it back into the real buffer afterwards)."""
+    if r.dtype is not t.dtype:
+        with grad_mode.no_grad():
+            r = r.to(t.dtype)
+    if tr is not None:
+        _traced_payload(t, tr)
+        if tr.on_mutate is not None:
+            tr.on_mutate(t)
+    t._data = r._data
+
+
+_TORCH_NAME = {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int", "bool": "Bool"}
 
 
 def _parse_index(key, t):

@@ -53,8 +53,22 @@ def _ew_vjp(rule):
     return vjp
 
 
+def _float_inputs(impl):
+    """A float-valued op computes integer and bool inputs in float32 (float64 beside a float64 input), as torch
+    does: left to itself NumPy picks float16 for bool (exp(True) = 2.719) and float64 for integers."""
+    def f(*xs, **params):
+        if any(type(x) is np.ndarray and x.dtype.kind in "biu" for x in xs):
+            ft = np.float64 if any(type(x) is np.ndarray and x.dtype == np.float64 for x in xs) else np.float32
+            xs = tuple(x.astype(ft) if type(x) is np.ndarray and x.dtype.kind in "biu" else x for x in xs)
+        return impl(*xs, **params)
+    f.__name__ = getattr(impl, "__name__", "impl")
+    return f
+
+
 def ew(name, impl, vjp=None, scalar=None, kind="same", saves_in=(), saves_out=(), grad_name=None,
        nondiff_inputs=(), doc=""):
+    if kind == "float":
+        impl = _float_inputs(impl)
     return register(OpDef(name, "elementwise", _rule(name, kind), impl, _ew_vjp(vjp) if vjp else None,
                           scalar=scalar, grad_name=grad_name, saves_in=saves_in, saves_out=saves_out,
                           nondiff_inputs=nondiff_inputs, doc=doc))
@@ -117,12 +131,29 @@ ew("div", np.true_divide, lambda c, g: (g / _in(c, 1) if c.needs_grad[0] else No
    lambda x, y: f"({x} / {y})", "float", saves_in=(0, 1))
 
 
+def _int_zero_check(y):
+    """torch raises on integer division by zero where NumPy returns 0 with a warning."""
+    if type(y) is np.ndarray:
+        if y.dtype.kind in "iub" and not y.all():
+            raise ValueError("ZeroDivisionError: integer division or modulo by zero")
+    elif type(y) in (int, bool) and not y:
+        raise ValueError("ZeroDivisionError: integer division or modulo by zero")
+
+
 def _floordiv(x, y):
+    if x.dtype.kind in "iub" if type(x) is np.ndarray else type(x) in (int, bool):
+        _int_zero_check(y)
     return np.floor_divide(x, y)
 
 
+def _remainder(x, y):
+    if x.dtype.kind in "iub" if type(x) is np.ndarray else type(x) in (int, bool):
+        _int_zero_check(y)
+    return np.remainder(x, y)
+
+
 ew("floordiv", _floordiv, None, lambda x, y: f"({x} // {y})", kind="nobool")
-ew("mod", np.remainder, lambda c, g: (g, -(g * (_in(c, 0) // _in(c, 1))) if c.needs_grad[1] else None),
+ew("mod", _remainder, lambda c, g: (g, -(g * (_in(c, 0) // _in(c, 1))) if c.needs_grad[1] else None),
    lambda x, y: f"({x} % {y})", saves_in=(0, 1), grad_name="RemainderBackward0", kind="nobool")
 
 

@@ -45,6 +45,10 @@ def spec_str(spec) -> str:
     return "[" + ", ".join(parts) + "]"
 
 
+class IndexOpError(OpError, IndexError):
+    """An index out of range or too many indices: an IndexError (as in torch and Python) naming the op."""
+
+
 def _index_shape(name, x: Aval, idx_avals, spec):
     for a in idx_avals:
         if a.dtype not in (dt.int64, dt.int32):
@@ -55,7 +59,8 @@ def _index_shape(name, x: Aval, idx_avals, spec):
     try:
         return dummy[idx].shape
     except IndexError as e:
-        raise OpError(f"{name}: index {spec_str(spec)} is invalid for a tensor of shape {fmt_shape(x.shape)}: {e}") from None
+        raise IndexOpError(f"{name}: index {spec_str(spec)} is invalid for a tensor of shape {fmt_shape(x.shape)}: "
+                           f"{e}") from None
 
 
 def _getitem_rule(avals, params):

@@ -31,8 +31,8 @@ def _matmul_vjp(c, g):
     x, y = c.inputs
     xs, ys = c.shapes
     # promote 1-D operands to matrices so one pair of formulas covers every case
-    x2 = x.reshape((1,) + xs) if len(xs) == 1 else x
-    y2 = y.reshape(ys + (1,)) if len(ys) == 1 else y
+    x2 = x.reshape((1,) + xs) if len(xs) == 1 and x is not None else x   # None: not saved (not needed)
+    y2 = y.reshape(ys + (1,)) if len(ys) == 1 and y is not None else y
     g2 = g
     if len(xs) == 1:
         g2 = g2.unsqueeze(-2)

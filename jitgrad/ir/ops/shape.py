@@ -12,7 +12,8 @@ def _reshape_rule(avals, params):
     (x,) = avals
     shape = params["shape"]
     if math.prod(shape) != math.prod(x.shape):
-        raise OpError(f"reshape: shape '{fmt_shape(shape)}' is invalid for input of size {math.prod(x.shape)}")
+        raise OpError(f"reshape: shape '{fmt_shape(shape)}' is invalid for input of size {math.prod(x.shape)} "
+                      f"(input shape {fmt_shape(x.shape)})")
     return [Aval(tuple(shape), x.dtype)]
 
 

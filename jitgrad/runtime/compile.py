@@ -1,0 +1,417 @@
+"""``@jg.compile``: trace a step function into one SSA graph, cache it by signature, replay it.
+
+Tracing runs the user's function once with symbolic payloads:
+- tensor arguments, and concrete tensors met while tracing (parameters in a closure, optimiser state, their
+  ``.grad``), become graph inputs *by identity*: their payload is swapped for an input Var during the trace
+  and restored after, and every call reads them afresh;
+- in-place updates and ``.grad`` writes are functionalised (the tensor's payload/grad becomes a traced value)
+  and turned into extra graph outputs written back after each call;
+- ``.backward()`` / ``autograd.grad`` inside run the ordinary engine on symbolic tensors.
+The cache key holds the arguments' structure, shapes, dtypes, requires_grad, static values, grad and
+anomaly modes; each entry guards the identity, shape, dtype, requires_grad and grad-is-None of what it
+captured.
+"""
+from __future__ import annotations
+
+import functools
+import time
+import warnings
+import weakref
+
+import numpy as np
+
+from ..ir.graph import Graph, Lit, Var, format_graph
+from ..ir.ops import Aval
+from ..ir.passes import run_pipeline
+from ..ir import dtypes as dt
+from ..tracer import Trace, TraceError, TracedValueError, flatten, unflatten
+from ..tracer.pytree import treedef_key
+from . import anomaly, grad_mode
+from .graph_function import GraphFunction
+from .tensor import Tensor
+
+RETRACE_WARN = 8
+_is_tensor = lambda x: isinstance(x, Tensor)  # noqa: E731
+
+
+class _Captured:
+    """A concrete tensor that became a graph input: guards and what to restore after tracing."""
+
+    __slots__ = ("ref", "shape", "dtype", "requires_grad", "grad_is_none", "var", "orig_data", "orig_grad_fn",
+                 "orig_requires_grad", "orig_grad")
+
+    def __init__(self, t: Tensor, var: Var):
+        self.ref = weakref.ref(t)
+        self.shape = t._data.shape
+        self.dtype = t._data.dtype
+        self.requires_grad = t.requires_grad
+        self.grad_is_none = t._grad is None
+        self.var = var
+        self.orig_data = t._data
+        self.orig_grad_fn = (t.grad_fn, t._out_nr)
+        self.orig_requires_grad = t._requires_grad
+        self.orig_grad = t._grad
+
+    def ok(self) -> bool:
+        t = self.ref()
+        return (t is not None and t._data.shape == self.shape and t._data.dtype == self.dtype
+                and t.requires_grad == self.requires_grad and (t._grad is None) == self.grad_is_none)
+
+    def describe(self) -> str:
+        t = self.ref()
+        if t is None:
+            return "a captured tensor was freed"
+        return (f"captured tensor {list(self.shape)} {dt._FROM_NP[self.dtype].name}: now shape {list(t.shape)}, "
+                f"requires_grad={t.requires_grad}, grad is None={t._grad is None}")
+
+
+class _Entry:
+    """One traced signature: the graph and how to feed it and write back after it."""
+
+    def __init__(self):
+        self.graph = None
+        self.gf = None
+        self.captured: list[_Captured] = []   # graph inputs after the argument leaves, in order
+        self.n_args = 0
+        self.out_treedef = None
+        self.n_user_out = 0
+        self.writes = []        # (captured index or weakref, graph output index): payload write-backs
+        self.grad_writes = []   # (weakref tensor, kind, value): kind "none" | "out" (graph output index) | "obj"
+        self.one_shot = False
+        self.eager = False
+        self.raw_graph = None
+
+    def guards_ok(self) -> bool:
+        return all(c.ok() for c in self.captured)
+
+
+class _Tracer:
+    """Runs one trace of the user's function, with capture and functionalisation hooks installed."""
+
+    def __init__(self, arg_leaves):
+        self.trace = Trace()
+        self.captured = {}        # id(tensor) -> _Captured
+        self.order = []           # _Captured in input order
+        self.mutated = {}         # id(tensor) -> tensor whose payload was replaced
+        self.grad_touched = {}    # id(tensor) -> (tensor, grad object before the trace)
+        self.arg_ids = set()
+        tr = self.trace
+        tr.on_capture = self.capture
+        tr.on_mutate = self.on_mutate
+        tr.on_grad_write = self.on_grad_write
+        for a in arg_leaves:
+            self.capture(a)
+            self.arg_ids.add(id(a))
+
+    def capture(self, t: Tensor) -> Var:
+        c = self.captured.get(id(t))
+        if c is not None:
+            return c.var
+        d = t._data
+        if type(d) is Var:
+            raise TraceError("a traced tensor from another compiled function leaked into this one")
+        var = self.trace.new_input(Aval(d.shape, dt._FROM_NP[d.dtype]))
+        c = _Captured(t, var)
+        self.captured[id(t)] = c
+        self.order.append(c)
+        # inside the trace the tensor is a leaf with a symbolic payload
+        t._data = var
+        if t.grad_fn is not None:
+            t.grad_fn = None
+            t._requires_grad = True
+        return var
+
+    def on_mutate(self, t: Tensor):
+        self.mutated.setdefault(id(t), t)
+
+    def on_grad_write(self, t: Tensor):
+        if id(t) not in self.grad_touched:
+            self.grad_touched[id(t)] = (t, t._grad)
+
+    def restore(self):
+        for c in self.order:
+            t = c.ref()
+            if t is None:
+                continue
+            t._data = c.orig_data
+            t.grad_fn, t._out_nr = c.orig_grad_fn
+            t._requires_grad = c.orig_requires_grad
+        for t, g in self.grad_touched.values():
+            t._grad = g
+        for c in self.order:      # the entry keeps guards, not the buffers
+            c.orig_data = c.orig_grad = None
+            c.orig_grad_fn = (None, 0)
+
+
+def _static_key(treedef):
+    return treedef_key(treedef)
+
+
+class CompiledFunction:
+    """The callable ``@jg.compile`` returns.  ``f.ir(*args)``, ``f.source(*args)``, ``f.stats``."""
+
+    def __init__(self, fn, device=None, anomaly=None, cache=True, parallel=None, backend="interpret",
+                 fullgraph=True):
+        if backend not in ("interpret", "numba"):
+            raise ValueError(f"jitgrad.compile: unknown backend {backend!r} (expected 'numba' or 'interpret')")
+        if device not in (None, "cpu"):
+            raise RuntimeError(f"jitgrad.compile: device {device!r} is not available (CUDA codegen is not built yet)")
+        self.fn = fn
+        self.backend = backend
+        self.fullgraph = fullgraph
+        self.anomaly = anomaly
+        self.use_cache = cache
+        self.parallel = parallel
+        self._cache: dict = {}
+        self._last_key = None
+        self._warned_retrace = False
+        self._warned_eager = False
+        self.stats = {"traces": 0, "hits": 0, "calls": 0, "compile_seconds": 0.0, "eager_fallbacks": 0}
+        functools.update_wrapper(self, fn)
+
+    # --- keys ----------------------------------------------------------------------------------------
+    def _key(self, leaves, treedef):
+        ids = [id(t) for t in leaves]
+        first = tuple(ids.index(i) for i in ids)     # which leaves are the same object
+        sig = tuple((t._data.shape, str(t._data.dtype), t.requires_grad) for t in leaves)
+        an = anomaly.STATE
+        modes = (grad_mode.STATE.grad_enabled, an.enabled, an.check_nan, an.check_forward, self.anomaly)
+        return (_static_key(treedef), sig, first, modes)
+
+    def _describe_change(self, old, new) -> str:
+        if old is None:
+            return "first call"
+        if old[0] != new[0]:
+            return "the arguments' structure or a static (non-tensor) argument changed"
+        if old[1] != new[1]:
+            for i, (a, b) in enumerate(zip(old[1], new[1])):
+                if a != b:
+                    return (f"tensor argument {i} changed from shape {list(a[0])} {a[1]} requires_grad={a[2]} to "
+                            f"shape {list(b[0])} {b[1]} requires_grad={b[2]}")
+            return "the number of tensor arguments changed"
+        if old[2] != new[2]:
+            return "which arguments are the same tensor changed"
+        if old[3] != new[3]:
+            return "grad mode or anomaly mode changed"
+        return "a captured tensor (closure parameter or its .grad) changed identity, shape, dtype or requires_grad"
+
+    # --- calling -------------------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        self.stats["calls"] += 1
+        leaves, treedef = flatten((args, kwargs), _is_tensor)
+        key = self._key(leaves, treedef)
+        entries = self._cache.get(key)
+        if entries:
+            for e in entries:
+                if e.guards_ok():
+                    self.stats["hits"] += 1
+                    return self._run(e, leaves, args, kwargs)
+        e = self._trace(leaves, treedef, args, kwargs, key)
+        if e.eager:
+            return self.fn(*args, **kwargs)
+        return self._run(e, leaves, args, kwargs)
+
+    def _trace(self, leaves, treedef, args, kwargs, key) -> _Entry:
+        if self.stats["traces"] >= RETRACE_WARN and not self._warned_retrace:
+            self._warned_retrace = True
+            warnings.warn(f"jitgrad.compile: {getattr(self.fn, '__name__', 'function')} has been traced "
+                          f"{self.stats['traces'] + 1} times; the latest retrace because "
+                          f"{self._describe_change(self._last_key, key)}. Each trace costs a compile: keep shapes, "
+                          "dtypes, requires_grad and static arguments stable.", stacklevel=3)
+        t0 = time.perf_counter()
+        self.stats["traces"] += 1
+        e = _Entry()
+        tracer = _Tracer(leaves)
+        try:
+            with tracer.trace, grad_mode.set_grad_enabled(grad_mode.STATE.grad_enabled):
+                out = self.fn(*args, **kwargs)
+                self._finish(e, tracer, out)
+        except TracedValueError:
+            tracer.restore()
+            if self.fullgraph:
+                raise
+            e.eager = True
+            self.stats["eager_fallbacks"] += 1
+            if not self._warned_eager:
+                self._warned_eager = True
+                warnings.warn(f"jitgrad.compile(fullgraph=False): {getattr(self.fn, '__name__', 'function')} reads "
+                              "a traced value; this signature runs eagerly.", stacklevel=3)
+        except BaseException:
+            tracer.restore()
+            raise
+        else:
+            tracer.restore()
+        self.stats["compile_seconds"] += time.perf_counter() - t0
+        self._last_key = key
+        if not e.one_shot:
+            self._cache.setdefault(key, []).append(e)
+        return e
+
+    def _finish(self, e: _Entry, tracer: _Tracer, out):
+        tr = tracer.trace
+        out_leaves, e.out_treedef = flatten(out, _is_tensor)
+        outputs, out_diff = [], []
+        for t in out_leaves:
+            outputs.append(_payload_of(t, tracer))
+            out_diff.append(t.requires_grad)
+        e.n_user_out = len(outputs)
+        # payload write-backs
+        for t in tracer.mutated.values():
+            c = tracer.captured.get(id(t))
+            if c is None:
+                e.one_shot = True      # state created inside the trace: retrace once it exists
+                continue
+            if t._data is c.var:
+                continue
+            e.writes.append((tracer.order.index(c), len(outputs)))
+            outputs.append(_payload_of(t, tracer))
+            out_diff.append(False)
+        # .grad write-backs
+        for t, before in tracer.grad_touched.values():
+            after = t._grad
+            ref = weakref.ref(t)
+            if after is before:
+                continue      # same object: a payload change is already a write-back
+            if after is None:
+                e.grad_writes.append((ref, "none", None))
+            elif id(after) in tracer.captured and after._data is tracer.captured[id(after)].var:
+                e.grad_writes.append((ref, "obj", weakref.ref(after)))
+            else:
+                e.grad_writes.append((ref, "out", len(outputs)))
+                outputs.append(_payload_of(after, tracer))
+                out_diff.append(False)
+        e.n_args = len(tracer.arg_ids)
+        e.captured = tracer.order[e.n_args:]      # arguments come first and are not guarded by identity
+        raw = Graph(tr.inputs, tr.eqns, outputs)
+        e.raw_graph = raw
+        e.graph = run_pipeline(raw, getattr(self.fn, "__name__", "compiled"))
+        e.gf = GraphFunction(e.graph, out_diff, self.backend, getattr(self.fn, "__name__", "compiled"),
+                             stats=self.stats)
+
+    def _run(self, e: _Entry, leaves, args, kwargs):
+        # graph inputs: the distinct argument tensors in leaf order, then the captured tensors
+        inputs = []
+        seen = set()
+        for t in leaves:
+            if id(t) not in seen:
+                seen.add(id(t))
+                inputs.append(t)
+        inputs.extend(c.ref() for c in e.captured)
+        outs = e.gf(inputs)
+        # write-backs: payload mutations, then grads
+        for ci, oi in e.writes:
+            t = inputs[ci]
+            np.copyto(t._data, outs[oi]._data, casting="unsafe")
+            t._vc[0] += 1
+        for ref, kind, val in e.grad_writes:
+            t = ref()
+            if t is None:
+                continue
+            if kind == "none":
+                t._grad = None
+            elif kind == "obj":
+                t._grad = val()
+            else:
+                g = outs[val]
+                old = t._grad
+                if old is not None and old.shape == g.shape and old.dtype is g.dtype and type(old._data) is np.ndarray \
+                        and old._data.flags.writeable and not old.requires_grad:
+                    np.copyto(old._data, g._data)
+                    old._vc[0] += 1
+                else:
+                    t._grad = Tensor._make(g._data)
+        return unflatten(e.out_treedef, outs[:e.n_user_out])
+
+    # --- introspection --------------------------------------------------------------------------------
+    def _entry_for(self, args, kwargs) -> _Entry:
+        leaves, treedef = flatten((args, kwargs), _is_tensor)
+        key = self._key(leaves, treedef)
+        for e in self._cache.get(key, []):
+            if e.guards_ok():
+                return e
+        return self._trace(leaves, treedef, args, kwargs, key)
+
+    def ir(self, *args, **kwargs) -> str:
+        """The printed SSA IR for these arguments: the forward graph and, when inputs require grad, the
+        backward graph the transpose pass derives for the outputs' grad_fn."""
+        e = self._entry_for(args, kwargs)
+        if e.eager:
+            return "# this signature runs eagerly (fullgraph=False fallback)"
+        name = getattr(self.fn, "__name__", "compiled")
+        parts = [format_graph(e.graph, name)]
+        if grad_mode.STATE.grad_enabled:
+            leaves, _ = flatten((args, kwargs), _is_tensor)
+            uniq = list({id(t): t for t in leaves}.values())
+            wrt = tuple(i for i, t in enumerate(uniq + [c.ref() for c in e.captured]) if t.requires_grad)
+            if wrt:
+                plan = e.gf.plan(wrt)
+                if plan.diff_outs:
+                    bwd = run_pipeline(plan.transposed.bwd)
+                    parts.append(format_graph(bwd, name + "_backward"))
+        return "\n\n".join(parts)
+
+    def source(self, *args, **kwargs) -> str:
+        """The program that runs for these arguments.  With the reference interpreter backend this is the
+        straight-line listing of primitive calls the interpreter executes (Numba source comes with codegen)."""
+        e = self._entry_for(args, kwargs)
+        if e.eager:
+            return "# this signature runs eagerly (fullgraph=False fallback)"
+        return straight_line_source(e.graph, getattr(self.fn, "__name__", "compiled"))
+
+
+def _payload_of(t: Tensor, tracer: _Tracer):
+    d = t._data
+    if type(d) is Var:
+        return d
+    if id(t) in tracer.trace.created or not isinstance(d, np.ndarray):
+        return Lit(d, Aval(d.shape, dt._FROM_NP[d.dtype]))
+    return tracer.capture(t)   # an untouched outside tensor returned as is
+
+
+def straight_line_source(g: Graph, name: str) -> str:
+    names = {}
+
+    def nm(v):
+        if isinstance(v, Lit):
+            return repr(v.value) if not isinstance(v.value, np.ndarray) else f"const_{len(names)}"
+        if v not in names:
+            names[v] = f"v{len(names)}"
+        return names[v]
+    args = ", ".join(nm(v) for v in g.inputs)
+    lines = [f"def {name}({args}):"]
+    for eq in g.eqns:
+        params = "".join(f", {k}={v!r}" for k, v in eq.params.items())
+        loc = f"  # {eq.loc.short()}" if eq.loc is not None else ""
+        lines.append(f"    {nm(eq.outs[0])} = {eq.op.name}({', '.join(nm(v) for v in eq.ins)}{params}){loc}")
+    lines.append(f"    return {', '.join(nm(v) for v in g.outputs)}")
+    return "\n".join(lines)
+
+
+def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, backend="interpret", fullgraph=True):
+    """Compile a step function: trace it on first call into SSA IR, derive backward graphs with the
+    transpose pass, cache by signature and replay.
+
+    >>> import jitgrad as jg
+    >>> w = jg.tensor([1., 2.], requires_grad=True)
+    >>> @jg.compile
+    ... def step(x):
+    ...     loss = (x * w).sum()
+    ...     loss.backward()
+    ...     with jg.no_grad():
+    ...         w.sub_(0.1 * w.grad)
+    ...         w.grad = None
+    ...     return loss.detach()
+    >>> step(jg.tensor([1., 1.]))
+    tensor(3.)
+    >>> w
+    tensor([0.9000, 1.9000], requires_grad=True)
+    """
+    def wrap(f):
+        return CompiledFunction(f, device=device, anomaly=anomaly, cache=cache, parallel=parallel, backend=backend,
+                                fullgraph=fullgraph)
+    if fn is not None:
+        return wrap(fn)
+    return wrap
+
+
+__all__ = ["compile", "CompiledFunction", "TraceError", "TracedValueError"]

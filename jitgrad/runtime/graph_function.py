@@ -1,0 +1,210 @@
+"""GraphFunction: run a Graph on tensors, with autograd through the transpose pass.
+
+Called on inputs that require grad (with grad mode on), the forward also returns the residuals its
+transposed graph reads, and each differentiable output gets a ``CompiledFunctionBackward`` node.  That
+node runs the backward graph as another GraphFunction, so with ``create_graph=True`` the backward is itself
+differentiable (the residuals are then recomputed by a differentiable GraphFunction of the inputs): any order.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+
+import numpy as np
+
+from ..ir import interpret as _interp
+from ..ir.graph import Graph, Lit, Var
+from ..ir.ops import OPS, Aval
+from ..ir.passes import dce, run_pipeline, transpose, active_vars
+from ..tracer import Trace, STATE as _TR
+from . import grad_mode
+from .node import Node
+from .tensor import Tensor
+
+
+class _Front:
+    """The frontend protocol the transpose pass needs (see ir/passes/transpose.py)."""
+
+    @contextlib.contextmanager
+    def tracing(self):
+        tr = Trace()
+        prev_mode = grad_mode.STATE.grad_enabled
+        grad_mode.STATE.grad_enabled = True   # record, so the backward graph is differentiable again
+        with tr:
+            try:
+                yield tr
+            finally:
+                grad_mode.STATE.grad_enabled = prev_mode
+
+    @staticmethod
+    def wrap(v, requires_grad):
+        if isinstance(v, Lit):
+            if isinstance(v.value, np.ndarray):
+                return Tensor._make(v.value)
+            return v.value
+        t = Tensor._make(v)
+        if requires_grad:
+            t._requires_grad = True
+        return t
+
+    @staticmethod
+    def unwrap(t):
+        d = t._data
+        if type(d) is Var:
+            return d
+        return Lit(d, Aval(d.shape, t.dtype))
+
+    @staticmethod
+    def bind_name(opname, *args, **params):
+        from .dispatch import bind
+        return bind(OPS[opname], *args, **params)
+
+    @staticmethod
+    def zeros(aval):
+        return Tensor._make(np.zeros(aval.shape, aval.dtype.np))
+
+
+FRONT = _Front()
+
+
+def execute(graph: Graph, arrays, backend: str):
+    """Run a graph on arrays with a backend (the interpreter until the Numba codegen lands)."""
+    return _interp.interpret(graph, arrays)
+
+
+class _CompiledOp:
+    saves_in = (0,)
+    saves_out = ()
+
+    def __init__(self, name):
+        self.name = name
+        self.grad_name = name
+
+
+class CompiledBackward(Node):
+    """grad_fn of a GraphFunction's differentiable outputs."""
+
+    __slots__ = ("plan", "saved", "saved_versions", "input_versions", "residuals")
+
+    def apply(self, grads):
+        if self._freed:
+            from .node import FREED_MSG
+            raise RuntimeError(FREED_MSG)
+        # residuals that alias inputs always matter; with create_graph every input is read again
+        checks = self.saved_versions + (self.input_versions if grad_mode.STATE.grad_enabled else [])
+        for t, v in checks:
+            if t._vc[0] != v:
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been modified by an inplace "
+                    f"operation: [jitgrad.{t.dtype.name} {list(t.shape)}], which is an input of {self.name()}, is at "
+                    f"version {t._vc[0]}; expected version {v} instead. Hint: a compiled function that updates "
+                    "its inputs in place cannot be differentiated afterwards.")
+        plan = self.plan
+        if grad_mode.STATE.grad_enabled:
+            # create_graph: residuals as differentiable functions of the inputs, recomputed
+            res = plan.residual_fn()(self.saved) if plan.transposed.residuals else []
+        else:
+            res = [Tensor._make(a) for a in self.residuals]
+        outs = plan.backward_fn()(list(grads) + list(res))
+        it = iter(outs)
+        full = [next(it) if p else None for p in plan.transposed.present]
+        return tuple(full)
+
+    def release(self):
+        self._freed = True
+        self.saved = None
+        self.residuals = None
+
+
+class _Plan:
+    """Forward-with-residuals and the lazily built backward for one set of inputs needing grad."""
+
+    def __init__(self, gf, wrt_idx):
+        g = gf.graph
+        self.gf = gf
+        self.wrt_idx = wrt_idx
+        wrt = [g.inputs[i] for i in wrt_idx]
+        act = active_vars(g, wrt)
+        self.diff_outs = [k for k, v in enumerate(g.outputs) if gf.out_diff[k] and isinstance(v, Var) and v in act]
+        t0 = time.perf_counter()
+        self.transposed = transpose(g, self.diff_outs, wrt, FRONT)
+        self.fwd = Graph(g.inputs, g.eqns, list(g.outputs) + list(self.transposed.residuals))
+        gf.stats_add("transpose_seconds", time.perf_counter() - t0)
+        self._bwd = None
+        self._res = None
+        self.residual_alias = [g.inputs.index(r) for r in self.transposed.residuals if r in set(g.inputs)]
+
+    def backward_fn(self) -> "GraphFunction":
+        if self._bwd is None:
+            t = self.transposed
+            bwd = run_pipeline(t.bwd, f"{self.gf.name} backward")
+            self._bwd = GraphFunction(bwd, [True] * len(bwd.outputs), self.gf.backend, self.gf.name + "_bwd",
+                                      stats=self.gf.stats)
+        return self._bwd
+
+    def residual_fn(self) -> "GraphFunction":
+        if self._res is None:
+            g = self.gf.graph
+            rg = dce(Graph(g.inputs, g.eqns, list(self.transposed.residuals)))
+            self._res = GraphFunction(rg, [True] * len(rg.outputs), self.gf.backend, self.gf.name + "_res",
+                                      stats=self.gf.stats)
+        return self._res
+
+
+class GraphFunction:
+    """A Graph callable on tensors: ``gf(list_of_tensors) -> list_of_tensors``."""
+
+    def __init__(self, graph: Graph, out_diff, backend="interpret", name="compiled", stats=None):
+        self.graph = graph
+        self.out_diff = list(out_diff)
+        self.backend = backend
+        self.name = name
+        self.stats = stats if stats is not None else {}
+        self._plans = {}
+
+    def stats_add(self, key, v):
+        self.stats[key] = self.stats.get(key, 0.0) + v
+
+    def plan(self, wrt_idx) -> _Plan:
+        p = self._plans.get(wrt_idx)
+        if p is None:
+            p = self._plans[wrt_idx] = _Plan(self, wrt_idx)
+        return p
+
+    def __call__(self, inputs):
+        arrays = [t._data for t in inputs]
+        wrt = ()
+        if grad_mode.STATE.grad_enabled:
+            wrt = tuple(i for i, t in enumerate(inputs) if t.requires_grad)
+        plan = self.plan(wrt) if wrt else None
+        if plan is None or not plan.diff_outs:
+            outs = execute(self.graph, arrays, self.backend)
+            return [Tensor._make(a) for a in outs]
+        allout = execute(plan.fwd, arrays, self.backend)
+        n = len(self.graph.outputs)
+        outs = [Tensor._make(a) for a in allout[:n]]
+        nf = tuple((inputs[i].grad_fn, inputs[i]._out_nr) if inputs[i].grad_fn is not None
+                   else (inputs[i]._accumulator(), 0) for i in wrt)
+        node = CompiledBackward(_CompiledOp("CompiledFunctionBackward"), {}, nf, (True,) * len(wrt))
+        node.plan = plan
+        node.saved = list(inputs)
+        node.residuals = allout[n:]
+        node.saved_versions = [(inputs[i], inputs[i]._vc[0]) for i in plan.residual_alias]
+        node.input_versions = [(t, t._vc[0]) for t in inputs]
+        node.inputs = node.outputs = ()
+        node.versions = node.out_versions = None
+        node.shapes = tuple(t.shape for t in inputs)
+        node.dtypes = tuple(t.dtype for t in inputs)
+        node.loc = None
+        meta = []
+        for j, k in enumerate(plan.diff_outs):
+            o = outs[k]
+            o.grad_fn = node
+            o._out_nr = j
+            meta.append((o.shape, o.dtype))
+        node.out_meta = tuple(meta)
+        return outs
+
+
+__all__ = ["GraphFunction", "FRONT", "execute"]
+del _TR
