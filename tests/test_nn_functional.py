@@ -148,6 +148,7 @@ def test_cross_entropy_known_value():
     assert math.isclose(got.item(), math.log1p(math.exp(-5.0)), rel_tol=1e-6)
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # x / 0 and 0 / 0 on purpose
 def test_cross_entropy_all_ignored_mean_is_nan():
     got = F.cross_entropy(jg.tensor([[1.0, 2.0]]), jg.tensor([-100]))
     assert math.isnan(got.item())
@@ -378,3 +379,14 @@ def test_losses_are_differentiable_end_to_end():
         W -= 0.5 * W.grad
     loss1 = F.cross_entropy(F.gelu(X) @ W, y)
     assert loss1.item() < loss0.item()
+
+
+@pytest.mark.skipif(not GRADCHECK, reason="jg.autograd.gradcheck not implemented yet")
+@pytest.mark.parametrize("fn", [
+    lambda x: F.gelu(x), lambda x: F.gelu(x, approximate="tanh"), lambda x: F.softmax(x, dim=1),
+    lambda x: F.log_softmax(x, dim=0), lambda x: F.cross_entropy(x, jg.tensor([0, 2, 1]), label_smoothing=0.1),
+    lambda x: F.mse_loss(x, jg.ones(3, 3, dtype=jg.float64)), lambda x: F.relu(x) * x],
+    ids=["gelu", "gelu_tanh", "softmax", "log_softmax", "cross_entropy", "mse_loss", "relu"])
+def test_second_order(fn):
+    x = jg.tensor(np.random.default_rng(5).standard_normal((3, 3)), requires_grad=True)
+    assert jg.autograd.gradgradcheck(fn, (x,))

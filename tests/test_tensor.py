@@ -67,6 +67,15 @@ class TestFactories:
         assert jg.tensor(np.float64(1.5)).dtype is jg.float64
         assert jg.tensor(np.int32(3)).dtype is jg.int32
 
+    def test_tensor_from_list_of_tensors(self):
+        assert jg.tensor([jg.tensor(1.0), jg.tensor(2.0)]).tolist() == [1.0, 2.0]
+        assert jg.tensor([jg.tensor(1.0, dtype=jg.float64), jg.tensor(2.0)]).dtype is jg.float64
+        assert jg.tensor([jg.tensor(1, dtype=jg.int32)]).dtype is jg.int32
+        t = jg.tensor([jg.tensor(1), 2.5])
+        assert t.dtype is jg.float32 and t.tolist() == [1.0, 2.5]
+        if torch is not None:
+            assert torch.tensor([torch.tensor(1), 2.5]).dtype == torch.float32
+
     def test_tensor_from_tensor_copies(self):
         a = jg.tensor([1.0, 2.0])
         b = jg.tensor(a)
@@ -412,6 +421,7 @@ def _expected_promotion(a, b):
     return a if a.itemsize >= b.itemsize else b
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # x / 0 and 0 / 0 on purpose
 @pytest.mark.parametrize("a", ALL_DTYPES)
 @pytest.mark.parametrize("b", ALL_DTYPES)
 def test_promotion_tensor_tensor(a, b):
@@ -530,6 +540,7 @@ def test_reflected_operators_with_scalars(name, op, npop, scalar):
     np.testing.assert_allclose(right.numpy(), npop(a, np.float32(scalar)), rtol=1e-6)
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # x / 0 and 0 / 0 on purpose
 def test_int_operator_semantics_match_torch():
     x = jg.tensor([5, -5])
     assert (x // 2).tolist() == [2, -3]               # floor, like Python and torch

@@ -205,6 +205,8 @@ class CompiledFunction:
             for e in entries:
                 if e.guards_ok():
                     self.stats["hits"] += 1
+                    if e.eager:      # fullgraph=False fallback for this signature
+                        return self.fn(*args, **kwargs)
                     return self._run(e, leaves, args, kwargs)
         e = self._trace(leaves, treedef, args, kwargs, key)
         if e.eager:
@@ -356,6 +358,9 @@ class CompiledFunction:
         e = self._entry_for(args, kwargs)
         if e.eager:
             return "# this signature runs eagerly (fullgraph=False fallback)"
+        if self.backend == "numba":
+            from .graph_function import compiled_graph
+            return compiled_graph(e.graph).source
         return straight_line_source(e.graph, getattr(self.fn, "__name__", "compiled"))
 
 

@@ -139,7 +139,8 @@ def _bind(op, args, params):
     else:
         t._vc = [0]
         t._base = None
-    if need and _GM.grad_enabled and not _GM.inference and op.vjp is not None:   # inference mode wins over enable_grad
+    # inference mode wins over enable_grad; integer and bool results are never differentiable (torch)
+    if need and _GM.grad_enabled and not _GM.inference and op.vjp is not None and out.dtype.kind == "f":
         _record(op, params, args, avals, t)
     if _AN.enabled and _AN.check_forward and out.dtype.kind == "f" and not np.isfinite(out).all():
         _forward_nan(op, avals, t)

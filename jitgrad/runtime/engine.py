@@ -145,8 +145,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     for i, (t, g) in enumerate(zip(inputs, res)):
         if g is None:
             if not allow_unused:
-                raise RuntimeError(f"One of the differentiated Tensors (input {i}, shape {list(t.shape)}) appears to "
-                                   "not have been used in the graph. Set allow_unused=True if this is the desired "
+                raise RuntimeError(f"The differentiated Tensor at index {i} (shape {list(t.shape)}) appears to not "
+                                   "have been used in the graph. Set allow_unused=True if this is the desired "
                                    "behavior.")
             if materialize_grads:
                 g = Tensor._make(np.zeros(t.shape, t._data.dtype))
@@ -231,14 +231,23 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
         execute = seen
     else:
         needed = set(cap_nodes & seen)
-        changed = True
-        # fixed point over the (acyclic) graph, walking in reverse discovery order
-        while changed:
-            changed = False
-            for n in order:
-                if n not in needed and any(c in needed for c in children[n]):
-                    needed.add(n)
-                    changed = True
+        # one pass over the (acyclic) graph in reverse topological order: children before parents
+        indeg = dict.fromkeys(order, 0)
+        for n in order:
+            for c in children[n]:
+                indeg[c] += 1
+        topo = []
+        todo = [n for n in order if indeg[n] == 0]
+        while todo:
+            n = todo.pop()
+            topo.append(n)
+            for c in children[n]:
+                indeg[c] -= 1
+                if indeg[c] == 0:
+                    todo.append(c)
+        for n in reversed(topo):
+            if n not in needed and any(c in needed for c in children[n]):
+                needed.add(n)
         execute = {n for n in needed if any(c in needed for c in children[n])}
 
     deps = dict.fromkeys(needed, 0)

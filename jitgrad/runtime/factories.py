@@ -22,15 +22,19 @@ def seed():
 
 
 def _infer_dtype(data) -> dt.DType:
-    """torch.tensor's inference: any float -> float32, else any int -> int64, else bool."""
+    """torch.tensor's inference: any float -> float32, else any int -> int64, else bool; tensors (arrays) in the
+    list promote with each other and with the scalars like 0-dim tensors (``[tensor(1., float64), 2.]`` is float64)."""
     kinds = set()
+    tensors = []
 
     def walk(x):
         if isinstance(x, (list, tuple)):
             for v in x:
                 walk(v)
         elif isinstance(x, Tensor):
-            kinds.add(x.dtype.category)
+            tensors.append(x.dtype)
+        elif isinstance(x, np.ndarray):
+            tensors.append(dt.from_numpy_dtype(x.dtype))
         elif isinstance(x, (bool, np.bool_)):
             kinds.add(0)
         elif isinstance(x, (int, np.integer)):
@@ -40,6 +44,8 @@ def _infer_dtype(data) -> dt.DType:
         else:
             raise TypeError(f"jitgrad.tensor: could not infer dtype of {type(x).__name__}")
     walk(data)
+    if tensors:
+        return dt.result_type([(0, d) for d in tensors], [{0: True, 1: 1, 2: 1.0}[k] for k in kinds])
     return {0: dt.bool_, 1: dt.int64, 2: dt.float32}[max(kinds)] if kinds else dt.float32
 
 

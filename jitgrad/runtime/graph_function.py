@@ -67,8 +67,21 @@ class _Front:
 FRONT = _Front()
 
 
+_COMPILED: dict = {}   # id(graph) -> CompiledGraph (graphs live as long as their GraphFunction)
+
+
+def compiled_graph(graph: Graph):
+    cg = _COMPILED.get(id(graph))
+    if cg is None or cg.graph is not graph:
+        from ..codegen.cpu import CompiledGraph
+        cg = _COMPILED[id(graph)] = CompiledGraph(graph)
+    return cg
+
+
 def execute(graph: Graph, arrays, backend: str):
-    """Run a graph on arrays with a backend (the interpreter until the Numba codegen lands)."""
+    """Run a graph on arrays: ``interpret`` (the reference) or ``numba`` (fused CPU kernels)."""
+    if backend == "numba":
+        return compiled_graph(graph).run(*arrays)
     return _interp.interpret(graph, arrays)
 
 

@@ -731,6 +731,17 @@ def _traced_read(t, what):
         "outside the compiled function), or pass fullgraph=False to run this signature eagerly.")
 
 
+def _traced_mask(t):
+    from ..tracer import TracedValueError
+    from .source import user_loc
+    loc = user_loc(3)
+    where = f"{loc.file}:{loc.line} ({loc.text})" if loc is not None else "an unknown line"
+    raise TracedValueError(
+        f"indexing with a traced boolean mask ({t._data.aval}) inside a @jitgrad.compile function, at {where}: the "
+        "result's shape depends on the data, which a compiled function cannot trace. Fix: use "
+        "jitgrad.where(mask, x, 0) or multiply by the mask instead, or pass fullgraph=False to run eagerly.")
+
+
 def _traced_payload(t, tr):
     """The Var a tensor stands for in the active trace (capturing it as a graph input if needed)."""
     d = t._data
@@ -766,6 +777,8 @@ def _parse_index(key, t):
         if isinstance(k, Tensor) or isinstance(k, (list, np.ndarray)):
             a = k._data if isinstance(k, Tensor) else np.asarray(k)
             if a.dtype == np.bool_:
+                if type(a) is not np.ndarray:
+                    _traced_mask(k)
                 for comp in np.nonzero(a):
                     spec.append(("tensor", len(idx)))
                     idx.append(Tensor._make(comp.astype(np.int64)))

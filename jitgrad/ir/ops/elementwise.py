@@ -17,6 +17,13 @@ from .opdef import Aval, OpDef, OpError, broadcast_shapes, register, result_dtyp
 _SQRT_2_OVER_PI = 2.0 / math.sqrt(math.pi)
 
 
+_SUB_BOOL = {  # torch's words; keyed by "both operands are bool"
+    True: "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or `logical_xor()` "
+          "operator instead.",
+    False: "Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert a mask, "
+           "use the `~` or `logical_not()` operator instead."}
+
+
 def _rule(name: str, kind: str):
     """kind: 'same' (promoted dtype), 'float' (ints become float32), 'bool' (comparisons/logic)."""
     def shape_dtype(avals, params):
@@ -28,7 +35,12 @@ def _rule(name: str, kind: str):
             d = dt.bool_
         elif kind == "cast":
             d = params["dtype"]
+        elif name == "sub" and any(a.dtype is dt.bool_ for a in avals):
+            raise OpError("sub: " + _SUB_BOOL[all(a.dtype is dt.bool_ for a in avals)])
         elif kind == "nobool" and d is dt.bool_:
+            if name == "neg":
+                raise OpError("neg: Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
+                              "to invert a mask, use the `~` or `logical_not()` operator instead.")
             raise OpError(f"{name}: not supported for bool tensors (got {', '.join(a.dtype.name for a in avals)}); "
                           f"use logical ops or convert with .int()/.float() first")
         return [Aval(shape, d)]

@@ -34,17 +34,20 @@ def _matmul_vjp(c, g):
     x2 = x.reshape((1,) + xs) if len(xs) == 1 and x is not None else x   # None: not saved (not needed)
     y2 = y.reshape(ys + (1,)) if len(ys) == 1 and y is not None else y
     g2 = g
+    if len(ys) == 1:    # first: for 1-D @ 1-D, g is 0-D and becomes [1, 1]
+        g2 = g2.unsqueeze(-1)
     if len(xs) == 1:
         g2 = g2.unsqueeze(-2)
-    if len(ys) == 1:
-        g2 = g2.unsqueeze(-1)
     gx = gy = None
+    # the promoted shapes come from c.shapes: an operand whose partner needs no gradient is not saved (None)
+    xs2 = (1,) + xs if len(xs) == 1 else xs
+    ys2 = ys + (1,) if len(ys) == 1 else ys
     if c.needs_grad[0]:
         gx = g2 @ y2.mT
-        gx = gx.sum_to_size(x2.shape).reshape(xs) if gx.shape != xs else gx
+        gx = gx.sum_to_size(xs2).reshape(xs) if gx.shape != xs else gx
     if c.needs_grad[1]:
         gy = x2.mT @ g2
-        gy = gy.sum_to_size(y2.shape).reshape(ys) if gy.shape != ys else gy
+        gy = gy.sum_to_size(ys2).reshape(ys) if gy.shape != ys else gy
     return gx, gy
 
 

@@ -33,6 +33,13 @@ class Aval:
     def ndim(self):
         return len(self.shape)
 
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
     def __eq__(self, other):
         return isinstance(other, Aval) and (self.shape, self.dtype, self.weak) == (other.shape, other.dtype, other.weak)
 

@@ -9,9 +9,15 @@ from ..graph import Eqn, Graph, Lit, Var
 _FOLD_MAX = 1 << 16   # fold constants up to this many elements; bigger ones stay computed
 
 
-def _is_const(v, value) -> bool:
+def _is_const(v, value, defs=None) -> bool:
+    """v is a literal (or a broadcast of one) equal to ``value`` everywhere."""
     if not isinstance(v, Lit):
-        return False
+        d = defs.get(v) if defs is not None else None
+        if d is None or d.op.name != "broadcast_to":
+            return False
+        v = d.ins[0]
+        if not isinstance(v, Lit):
+            return False
     a = np.asarray(v.value)
     return a.size > 0 and bool(np.all(a == value))
 
@@ -25,11 +31,11 @@ def _identity_of(e, defs):
     name, ins, out = e.op.name, e.ins, e.outs[0]
     cand = None
     if name == "mul":
-        cand = ins[0] if _is_const(ins[1], 1) else ins[1] if _is_const(ins[0], 1) else None
+        cand = ins[0] if _is_const(ins[1], 1, defs) else ins[1] if _is_const(ins[0], 1, defs) else None
     elif name == "add":
-        cand = ins[0] if _is_const(ins[1], 0) else ins[1] if _is_const(ins[0], 0) else None
+        cand = ins[0] if _is_const(ins[1], 0, defs) else ins[1] if _is_const(ins[0], 0, defs) else None
     elif name in ("sub", "div"):
-        cand = ins[0] if _is_const(ins[1], 0 if name == "sub" else 1) else None
+        cand = ins[0] if _is_const(ins[1], 0 if name == "sub" else 1, defs) else None
     elif name in ("reshape", "broadcast_to", "cast", "copy"):
         cand = ins[0] if name != "copy" else None
     elif name == "permute":

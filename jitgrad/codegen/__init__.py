@@ -1,0 +1,1 @@
+"""Code generation: Graph -> Numba source -> callable (imports jitgrad.ir only)."""

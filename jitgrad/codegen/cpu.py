@@ -1,0 +1,305 @@
+"""Graph -> Python driver + fused Numba loop kernels (the CPU backend).
+
+Each fusion group (``ir/passes/fuse.py``) becomes one ``@njit`` loop nest with static bounds: broadcast inputs
+are read through index arithmetic, intermediate values live in registers, the scalar bodies come from the
+OpDefs, and math functions resolve to ``mathlib`` (vectorisable, precision-specific: float32 stays float32).
+Matmul calls BLAS (``np.matmul``); other ops call their NumPy impl.  The driver allocates the buffers and
+calls the steps in order.  Fastmath never includes ``nnan``/``ninf``, so NaN/inf propagate (anomaly mode
+relies on it).
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from ..ir import dtypes as dt
+from ..ir.graph import Graph, Lit, Var
+from ..ir.interpret import run_eqn
+from ..ir.ops.opdef import result_dtype
+from ..ir.passes.fuse import Group, plan as fusion_plan
+
+FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
+PARALLEL_MIN = 1 << 17      # elements; below this a kernel runs serial (thread start-up costs more)
+_MATH = ("exp", "log", "log1p", "expm1", "tanh", "sigmoid", "erf", "sin", "cos", "tan", "pow", "sqrt", "isfinite")
+_MATH_RE = re.compile(r"\b(" + "|".join(_MATH) + r")\(")
+_NP_TYPE = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "b1"}
+
+
+def _math_namespace():
+    """name_suffix -> njit function.  mathlib when available; otherwise libm through Numba."""
+    try:
+        from . import mathlib
+        ns = {}
+        for d in ("float32", "float64"):
+            for k, f in mathlib.scalar_namespace(d).items():
+                ns[f"{k}_{_NP_TYPE[d]}"] = f
+        if all(f"{m}_f32" in ns for m in _MATH):
+            return ns
+    except Exception:  # noqa: BLE001 - mathlib not built yet: fall back to libm
+        pass
+    import numba
+    ns = {}
+    for suffix, T in (("f32", np.float32), ("f64", np.float64)):
+        ns.update(_libm(suffix, T, numba))
+    return ns
+
+
+def _libm(suffix, T, numba):
+    j = numba.njit(inline="always")
+    one = T(1.0)
+    ns = {
+        f"exp_{suffix}": j(lambda x: math.exp(x)), f"log_{suffix}": j(lambda x: math.log(x) if x > 0 else (
+            -math.inf if x == 0 else math.nan)),
+        f"log1p_{suffix}": j(lambda x: math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)),
+        f"expm1_{suffix}": j(lambda x: math.expm1(x)), f"tanh_{suffix}": j(lambda x: math.tanh(x)),
+        f"sigmoid_{suffix}": j(lambda x: one / (one + math.exp(-x))), f"erf_{suffix}": j(lambda x: math.erf(x)),
+        f"sin_{suffix}": j(lambda x: math.sin(x)), f"cos_{suffix}": j(lambda x: math.cos(x)),
+        f"tan_{suffix}": j(lambda x: math.tan(x)), f"pow_{suffix}": j(lambda x, y: x ** y),
+        f"sqrt_{suffix}": j(lambda x: math.sqrt(x) if x >= 0 else math.nan),
+        f"isfinite_{suffix}": j(lambda x: math.isfinite(x)),
+    }
+    return ns
+
+
+_NS = None
+
+
+def namespace():
+    global _NS
+    if _NS is None:
+        import numba
+        _NS = dict(_math_namespace())
+        _NS.update(np=np, math=math, prange=numba.prange, float32=np.float32, float64=np.float64,
+                   int32=np.int32, int64=np.int64)
+    return _NS
+
+
+def _tname(d: dt.DType) -> str:
+    return {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int64", "bool": "bool"}[d.name]
+
+
+class KernelSource:
+    def __init__(self, name, source, args, outputs, parallel):
+        self.name = name
+        self.source = source
+        self.args = args          # input Vars/Lit arrays in call order
+        self.outputs = outputs    # output Vars in call order
+        self.parallel = parallel
+
+
+def _index(shape, it_shape, ivars):
+    """Index expression reading an array of ``shape`` broadcast into the iteration space."""
+    nd, lead = len(shape), len(it_shape) - len(shape)
+    if nd == 0:
+        return "[()]"
+    parts = []
+    for k, d in enumerate(shape):
+        parts.append("0" if d == 1 and it_shape[lead + k] != 1 else ivars[lead + k])
+    return "[" + ", ".join(parts) + "]"
+
+
+def _compute_dtype(e):
+    name = e.op.name
+    if name in ("lt", "le", "gt", "ge", "eq", "ne"):
+        return result_dtype([v.aval for v in e.ins])
+    if name in ("cast", "isfinite", "logical_not", "logical_and", "logical_or", "where"):
+        return None
+    return e.outs[0].aval.dtype
+
+
+def _literal(v, d: dt.DType, consts):
+    val = v.value
+    if d is None:
+        d = v.aval.dtype if not v.aval.weak else dt.result_type([], [val])
+    if isinstance(val, bool) and d is not dt.bool_:
+        val = int(val)
+    if d is dt.bool_:
+        return "True" if val else "False"
+    if isinstance(val, float) and not math.isfinite(val):
+        name = f"c{len(consts)}"
+        consts[name] = d.np.type(val)
+        return name
+    name = f"c{len(consts)}"
+    consts[name] = d.np.type(val)
+    return name
+
+
+def gen_group(g: Group, name: str, consts: dict) -> KernelSource:
+    shape = g.shape
+    nd = len(shape)
+    ivars = [f"i{k}" for k in range(nd)]
+    size = 1
+    for d in shape:
+        size *= d
+    arrays_in = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
+    argname = {v: f"a{k}" for k, v in enumerate(arrays_in)}
+    red = g.reduce
+    outs = list(g.outputs)
+    outname = {v: f"o{k}" for k, v in enumerate(outs)}
+    body = []
+    local = {}
+    for k, v in enumerate(arrays_in):
+        local[v] = f"x{k}"
+        body.append(f"x{k} = {argname[v]}{_index(v.aval.shape, shape, ivars)}")
+
+    def ref(v, cd):
+        if isinstance(v, Lit) and v not in argname:
+            return _literal(v, cd if v.aval.weak else v.aval.dtype, consts)
+        expr = local[v]
+        if cd is not None and v.aval.dtype is not cd:
+            expr = f"{_tname(cd)}({expr})"
+        return expr
+
+    for n, e in enumerate(g.eqns):
+        cd = _compute_dtype(e)
+        od = e.outs[0].aval.dtype
+        if e.op.name == "where":
+            args = [ref(e.ins[0], None), ref(e.ins[1], od), ref(e.ins[2], od)]
+        elif e.op.name in ("cast", "broadcast_to"):
+            args = [ref(e.ins[0], None)]
+        else:
+            args = [ref(v, cd) for v in e.ins]
+        expr = args[0] if e.op.name == "broadcast_to" else e.op.scalar(*args, **e.params)
+        suffix = _NP_TYPE[(cd or od).name]
+        if (cd or od).is_floating_point:
+            expr = _MATH_RE.sub(lambda m: f"{m.group(1)}_{suffix}(", expr)
+        else:
+            expr = _MATH_RE.sub(lambda m: f"{m.group(1)}_f64(", expr)
+        if od is dt.bool_:
+            expr = f"bool({expr})"
+        else:
+            expr = f"{_tname(od)}({expr})"
+        t = f"t{n}"
+        body.append(f"{t} = {expr}")
+        local[e.outs[0]] = t
+        if e.outs[0] in outname:
+            body.append(f"{outname[e.outs[0]]}{_index(shape, shape, ivars)} = {t}")
+    pre, post = [], []
+    parallel = size >= PARALLEL_MIN and nd > 0
+    if red is not None:
+        src = red.ins[0]
+        v = ref(src, None) if src in local or isinstance(src, Lit) else None
+        if v is None:
+            local[src] = "x_red"
+            body.append(f"x_red = {argname[src]}{_index(src.aval.shape, shape, ivars)}")
+            v = "x_red"
+        od = red.outs[0].aval.dtype
+        v = f"{_tname(od)}({v})"
+        axes = red.params["axes"]
+        full = len(axes) == nd
+        init = {"sum": "0", "amax": "-np.inf", "amin": "np.inf"}[red.op.name]
+        if not od.is_floating_point and red.op.name != "sum":
+            init = {"amax": str(np.iinfo(od.np).min), "amin": str(np.iinfo(od.np).max)}[red.op.name]
+        combine = {"sum": "{a} + {v}", "amax": "{v} if ({v} > {a} or {v} != {v}) else {a}",
+                   "amin": "{v} if ({v} < {a} or {v} != {v}) else {a}"}[red.op.name]
+        ro = outname[red.outs[0]]
+        if full:
+            pre.append(f"acc = {_tname(od)}({init})")
+            body.append(f"rv = {v}")
+            body.append("acc = " + combine.format(a="acc", v="rv"))
+            post.append(f"{ro}[()] = acc")
+            parallel = parallel and red.op.name == "sum"
+        else:
+            kidx = "[" + ", ".join("0" if k in axes else ivars[k] for k in range(nd)) + "]"
+            pre.append(f"{ro}[...] = {_tname(od)}({init})")
+            body.append(f"rv = {v}")
+            body.append(f"{ro}{kidx} = " + combine.format(a=f"{ro}{kidx}", v="rv"))
+            parallel = False
+    lines = [f"def {name}({', '.join([argname[v] for v in arrays_in] + [outname[v] for v in outs])}):"]
+    lines += ["    " + p for p in pre]
+    ind = "    "
+    for k in range(nd):
+        rng = "prange" if (k == 0 and parallel) else "range"
+        lines.append(f"{ind}for {ivars[k]} in {rng}({shape[k]}):")
+        ind += "    "
+    lines += [ind + b for b in body]
+    lines += ["    " + p for p in post]
+    return KernelSource(name, "\n".join(lines), arrays_in, outs, parallel)
+
+
+class CompiledGraph:
+    """A graph compiled for the CPU: ``runner(*arrays) -> list of arrays``; ``source`` is what was generated."""
+
+    def __init__(self, graph: Graph):
+        import numba
+        self.graph = graph
+        self.plan = fusion_plan(graph)
+        consts = {}
+        kernels = []
+        for g in self.plan.groups:
+            kernels.append(gen_group(g, f"fused_{g.index}", consts))
+        self.kernels = kernels
+        ns = dict(namespace())
+        ns.update(consts)
+        ksrc = "\n\n".join(k.source for k in kernels)
+        exec(compile(ksrc or "pass", f"<jitgrad kernels {id(self):x}>", "exec"), ns)
+        for k in kernels:
+            ns[k.name] = numba.njit(fastmath=FASTMATH, parallel=k.parallel, error_model="numpy")(ns[k.name])
+        self.kernel_source = ksrc
+        self.driver_source, dns = self._driver(ns, {k.name: k for k in kernels})
+        exec(compile(self.driver_source, f"<jitgrad driver {id(self):x}>", "exec"), dns)
+        self.run = dns["run"]
+        self.names = {g.index: g.name for g in self.plan.groups}
+
+    @property
+    def source(self) -> str:
+        return f"# fusion plan\n# " + str(self.plan).replace("\n", "\n# ") + "\n\n" + self.kernel_source + \
+            "\n\n" + self.driver_source
+
+    def _driver(self, ns, kernels):
+        g = self.graph
+        names = {}
+        dns = {"np": np, "_run_eqn": run_eqn}
+
+        def nm(v):
+            if isinstance(v, Lit):
+                key = f"L{len(dns)}"
+                dns[key] = v.value if isinstance(v.value, np.ndarray) else np.asarray(v.value, v.aval.dtype.np)
+                return key
+            if v not in names:
+                names[v] = f"v{len(names)}"
+            return names[v]
+
+        lines = [f"def run({', '.join(nm(v) for v in g.inputs)}):"]
+        gi = 0
+        for step in self.plan.steps:
+            if isinstance(step, Group):
+                k = kernels[f"fused_{step.index}"]
+                dns[k.name] = ns[k.name]
+                for o in k.outputs:
+                    shape = o.aval.shape
+                    if step.reduce is not None and o is step.reduce.outs[0]:
+                        axes = step.reduce.params["axes"]
+                        full = len(axes) == len(step.shape)
+                        shape = () if full else tuple(1 if i in axes else d for i, d in enumerate(step.shape))
+                        lines.append(f"    {nm(o)}_k = np.empty({shape!r}, np.{o.aval.dtype.np.name})")
+                    else:
+                        lines.append(f"    {nm(o)} = np.empty({shape!r}, np.{o.aval.dtype.np.name})")
+                args = [nm(v) for v in k.args]
+                outs = []
+                for o in k.outputs:
+                    if step.reduce is not None and o is step.reduce.outs[0]:
+                        outs.append(f"{nm(o)}_k")
+                    else:
+                        outs.append(nm(o))
+                lines.append(f"    {k.name}({', '.join(args + outs)})  # {step.name} {step.lines()}")
+                if step.reduce is not None:
+                    o = step.reduce.outs[0]
+                    lines.append(f"    {nm(o)} = {nm(o)}_k.reshape({o.aval.shape!r})")
+                gi += 1
+                continue
+            e = step
+            if e.op.name == "matmul":
+                lines.append(f"    {nm(e.outs[0])} = np.matmul({nm(e.ins[0])}, {nm(e.ins[1])})")
+                continue
+            key = f"E{len(dns)}"
+            dns[key] = e
+            lines.append(f"    {nm(e.outs[0])} = _run_eqn({key}, [{', '.join(nm(v) for v in e.ins)}])"
+                         f"  # {e.op.name}")
+        lines.append(f"    return [{', '.join(nm(v) for v in g.outputs)}]")
+        return "\n".join(lines), dns
+
+
+__all__ = ["CompiledGraph", "gen_group", "FASTMATH", "PARALLEL_MIN"]

@@ -1,0 +1,139 @@
+"""Fusion planning: group runs of elementwise eqns over one iteration space into loop kernels.
+
+A group is a maximal run of consecutive elementwise eqns (in the graph's order) whose outputs share one
+shape, the iteration space; inputs of smaller shapes are broadcast by index arithmetic, not materialised.
+A reduction (sum/amax/amin) whose input has the group's shape ends the group: the producers are inlined
+into the reduction loop.  Everything else (matmul -> BLAS, shape ops, indexing) is a step of its own.
+A value computed inside a group is written to memory only if something outside the group reads it.
+"""
+from __future__ import annotations
+
+from ..graph import Graph, Var
+
+REDUCTIONS = ("sum", "amax", "amin")
+
+
+class Group:
+    """A fused loop kernel: ``eqns`` over iteration ``shape``, reading ``inputs`` and writing ``outputs``."""
+
+    def __init__(self, shape):
+        self.shape = shape
+        self.eqns = []
+        self.reduce = None        # the closing reduction eqn, if any
+        self.inputs = []          # Vars/Lits read from outside (order of first use)
+        self.outputs = []         # Vars written to memory
+        self.index = 0
+
+    @property
+    def all_eqns(self):
+        return self.eqns + ([self.reduce] if self.reduce is not None else [])
+
+    @property
+    def name(self) -> str:
+        return f"fused_{self.index}[{','.join(e.op.name for e in self.all_eqns)}]"
+
+    def lines(self) -> str:
+        locs = [e.loc for e in self.all_eqns if e.loc is not None]
+        if not locs:
+            return ""
+        import os
+        files = {lo.file for lo in locs}
+        lo, hi = min(x.line for x in locs), max(x.line for x in locs)
+        f = os.path.basename(next(iter(files))) if len(files) == 1 else "*"
+        return f"{f}:{lo}" + (f"-{hi}" if hi != lo else "")
+
+
+class Plan:
+    """The graph as a sequence of steps: Groups and single eqns."""
+
+    def __init__(self, graph: Graph, steps):
+        self.graph = graph
+        self.steps = steps
+
+    @property
+    def groups(self):
+        return [s for s in self.steps if isinstance(s, Group)]
+
+    def __str__(self):
+        out = []
+        for s in self.steps:
+            if isinstance(s, Group):
+                out.append(f"  {s.name}  over {list(s.shape)}  # {s.lines()}")
+            else:
+                out.append(f"  {s.op.name}  # {s.loc.short() if s.loc else ''}")
+        return "plan {\n" + "\n".join(out) + "\n}"
+
+
+def _fusable(e) -> bool:
+    # broadcast_to is elementwise too: the loop reads its input through broadcast indexing
+    return (e.op.family == "elementwise" and e.op.scalar is not None or e.op.name == "broadcast_to") \
+        and len(e.outs) == 1
+
+
+def plan(graph: Graph) -> Plan:
+    users = {}
+    for i, e in enumerate(graph.eqns):
+        for v in e.ins:
+            if isinstance(v, Var):
+                users.setdefault(v, set()).add(i)
+    outs = {v for v in graph.outputs if isinstance(v, Var)}
+    steps = []
+    cur = None
+    where = {}   # eqn index -> group
+
+    def close():
+        nonlocal cur
+        if cur is not None:
+            steps.append(cur)
+            cur = None
+
+    for i, e in enumerate(graph.eqns):
+        if _fusable(e):
+            shape = e.outs[0].aval.shape
+            if cur is None or cur.shape != shape or cur.reduce is not None:
+                close()
+                cur = Group(shape)
+            cur.eqns.append((i, e))
+            where[i] = cur
+            continue
+        if e.op.name in REDUCTIONS and cur is not None and e.ins[0].aval.shape == cur.shape \
+                and e.outs[0].aval.dtype.is_floating_point == e.ins[0].aval.dtype.is_floating_point:
+            cur.reduce = (i, e)
+            where[i] = cur
+            close()
+            continue
+        if e.op.name in REDUCTIONS and e.ins[0].aval.size > 0:
+            g = Group(e.ins[0].aval.shape)     # a lone reduction is still a loop kernel
+            g.reduce = (i, e)
+            where[i] = g
+            close()
+            steps.append(g)
+            continue
+        close()
+        steps.append(e)
+    close()
+
+    # inputs and materialised outputs of each group
+    for n, g in enumerate([s for s in steps if isinstance(s, Group)]):
+        g.index = n
+        members = [i for i, _ in g.eqns] + ([g.reduce[0]] if g.reduce else [])
+        mset = set(members)
+        defined = set()
+        for i in members:
+            e = graph.eqns[i]
+            for v in e.ins:
+                if isinstance(v, Var) and v in defined:
+                    continue
+                if v not in g.inputs:
+                    g.inputs.append(v)
+            for o in e.outs:
+                defined.add(o)
+                if i == (g.reduce[0] if g.reduce else -1) or o in outs or users.get(o, set()) - mset:
+                    g.outputs.append(o)
+        g.eqns = [e for _, e in g.eqns]
+        if g.reduce is not None:
+            g.reduce = g.reduce[1]
+    return Plan(graph, steps)
+
+
+__all__ = ["plan", "Plan", "Group", "REDUCTIONS"]
