@@ -162,8 +162,9 @@ def gen_group(g: Group, name: str, consts: dict) -> KernelSource:
         else:
             args = [ref(v, cd) for v in e.ins]
         expr = args[0] if e.op.name == "broadcast_to" else e.op.scalar(*args, **e.params)
-        suffix = _NP_TYPE[(cd or od).name]
-        if (cd or od).is_floating_point:
+        sd = cd or (e.ins[0].aval.dtype if e.op.name == "isfinite" else od)
+        suffix = _NP_TYPE[sd.name]
+        if sd.is_floating_point:
             expr = _MATH_RE.sub(lambda m: f"{m.group(1)}_{suffix}(", expr)
         else:
             expr = _MATH_RE.sub(lambda m: f"{m.group(1)}_f64(", expr)
@@ -219,8 +220,72 @@ def gen_group(g: Group, name: str, consts: dict) -> KernelSource:
     return KernelSource(name, "\n".join(lines), arrays_in, outs, parallel)
 
 
+def _all_tensor_spec(spec, ndim):
+    """The spec indexes every dim with an integer tensor (x[i0, i1, ...]): a gather/scatter loop."""
+    return len(spec) == ndim and all(type(s) is tuple and s[0] == "tensor" for s in spec)
+
+
+def _basic_spec(spec):
+    return all(type(s) is int or (type(s) is tuple and s[0] == "slice") for s in spec)
+
+
+def _basic_index_src(spec):
+    parts = []
+    for s in spec:
+        if type(s) is int:
+            parts.append(str(s))
+        else:
+            a, b, c = s[1:]
+            parts.append(("" if a is None else str(a)) + ":" + ("" if b is None else str(b))
+                         + ("" if c is None else f":{c}"))
+    return "[" + ", ".join(parts) + ("," if len(parts) == 1 else "") + "]"
+
+
+def gen_gather(e, name):
+    """getitem(x, i0, ..., i_{n-1}) with one integer index tensor per dim, broadcast together."""
+    x, idx = e.ins[0], e.ins[1:]
+    out = e.outs[0].aval.shape
+    iv = [f"b{k}" for k in range(len(out))]
+    lines = [f"def {name}(x, {', '.join(f'i{k}' for k in range(len(idx)))}, out):"]
+    ind = "    "
+    for k, d in enumerate(out):
+        lines.append(f"{ind}for {iv[k]} in range({d}):")
+        ind += "    "
+    for k, v in enumerate(idx):
+        n = x.aval.shape[k]
+        lines.append(f"{ind}j{k} = i{k}{_index(v.aval.shape, out, iv)}")
+        lines.append(f"{ind}j{k} = j{k} + {n} if j{k} < 0 else j{k}")
+    lines.append(f"{ind}out{_index(out, out, iv)} = x[{', '.join(f'j{k}' for k in range(len(idx)))}]")
+    return "\n".join(lines)
+
+
+def gen_scatter(e, name):
+    """index_put(base, v, i0, ..., i_{n-1}; accumulate) with one integer index tensor per dim."""
+    base, v, idx = e.ins[0], e.ins[1], e.ins[2:]
+    bshape = np.broadcast_shapes(*[i.aval.shape for i in idx]) if idx else ()
+    iv = [f"b{k}" for k in range(len(bshape))]
+    acc = e.params["accumulate"]
+    lines = [f"def {name}(out, v, {', '.join(f'i{k}' for k in range(len(idx)))}):"]
+    ind = "    "
+    for k, d in enumerate(bshape):
+        lines.append(f"{ind}for {iv[k]} in range({d}):")
+        ind += "    "
+    for k, iv_ in enumerate(idx):
+        n = base.aval.shape[k]
+        lines.append(f"{ind}j{k} = i{k}{_index(iv_.aval.shape, bshape, iv)}")
+        lines.append(f"{ind}j{k} = j{k} + {n} if j{k} < 0 else j{k}")
+    tgt = f"out[{', '.join(f'j{k}' for k in range(len(idx)))}]"
+    val = f"v{_index(v.aval.shape, bshape, iv)}" if isinstance(v, Var) or isinstance(v.value, np.ndarray) else "v"
+    lines.append(f"{ind}{tgt} = {tgt + ' + ' if acc else ''}{val}")
+    return "\n".join(lines)
+
+
 class CompiledGraph:
-    """A graph compiled for the CPU: ``runner(*arrays) -> list of arrays``; ``source`` is what was generated."""
+    """A graph compiled for the CPU: ``run(*arrays) -> sequence of arrays``; ``source`` is what was generated.
+
+    When every step has a nopython form the driver itself is ``@njit`` (one dispatch per call); otherwise a
+    Python driver calls the kernels and the NumPy impls of the remaining ops.
+    """
 
     def __init__(self, graph: Graph):
         import numba
@@ -230,75 +295,127 @@ class CompiledGraph:
         kernels = []
         for g in self.plan.groups:
             kernels.append(gen_group(g, f"fused_{g.index}", consts))
+        extra = []
+        for n, step in enumerate(self.plan.steps):
+            if isinstance(step, Group):
+                continue
+            if step.op.name == "getitem" and _all_tensor_spec(step.params["spec"], step.ins[0].aval.ndim):
+                extra.append(gen_gather(step, f"gather_{n}"))
+            elif step.op.name == "index_put" and _all_tensor_spec(step.params["spec"], step.ins[0].aval.ndim):
+                extra.append(gen_scatter(step, f"scatter_{n}"))
         self.kernels = kernels
         ns = dict(namespace())
         ns.update(consts)
-        ksrc = "\n\n".join(k.source for k in kernels)
+        ksrc = "\n\n".join([k.source for k in kernels] + extra)
         exec(compile(ksrc or "pass", f"<jitgrad kernels {id(self):x}>", "exec"), ns)
         for k in kernels:
             ns[k.name] = numba.njit(fastmath=FASTMATH, parallel=k.parallel, error_model="numpy")(ns[k.name])
+        for src in extra:
+            kname = src.split("(")[0][4:]
+            ns[kname] = numba.njit(error_model="numpy")(ns[kname])
         self.kernel_source = ksrc
+        self.nopython = all(self._nopython_step(s) for s in self.plan.steps)
         self.driver_source, dns = self._driver(ns, {k.name: k for k in kernels})
         exec(compile(self.driver_source, f"<jitgrad driver {id(self):x}>", "exec"), dns)
-        self.run = dns["run"]
+        run = dns["run"]
+        if self.nopython:
+            run = numba.njit(error_model="numpy")(run)
+        self.run = run
         self.names = {g.index: g.name for g in self.plan.groups}
+
+    @staticmethod
+    def _nopython_step(step) -> bool:
+        if isinstance(step, Group):
+            return True
+        name, ins = step.op.name, step.ins
+        if name == "matmul":
+            return all(v.aval.ndim <= 2 for v in ins) and ins[0].aval.dtype.is_floating_point
+        if name in ("reshape", "permute"):
+            return True
+        if name in ("getitem", "index_put"):
+            spec = step.params["spec"]
+            return _all_tensor_spec(spec, ins[0].aval.ndim) or (_basic_spec(spec) and name == "getitem")
+        return False
 
     @property
     def source(self) -> str:
-        return f"# fusion plan\n# " + str(self.plan).replace("\n", "\n# ") + "\n\n" + self.kernel_source + \
-            "\n\n" + self.driver_source
+        return (f"# fusion plan\n# " + str(self.plan).replace("\n", "\n# ") + "\n\n" + self.kernel_source
+                + "\n\n" + ("@njit  # the whole call is one dispatch\n" if self.nopython else "")
+                + self.driver_source)
 
     def _driver(self, ns, kernels):
         g = self.graph
         names = {}
+        nopy = self.nopython
         dns = {"np": np, "_run_eqn": run_eqn}
 
         def nm(v):
             if isinstance(v, Lit):
                 key = f"L{len(dns)}"
-                dns[key] = v.value if isinstance(v.value, np.ndarray) else np.asarray(v.value, v.aval.dtype.np)
+                val = v.value if isinstance(v.value, np.ndarray) else np.asarray(v.value, v.aval.dtype.np)
+                dns[key] = np.array(val, order="C", copy=True) if nopy else val   # keeps 0-d arrays 0-d
                 return key
             if v not in names:
                 names[v] = f"v{len(names)}"
             return names[v]
 
+        def dtype_src(aval):
+            return f"np.{aval.dtype.np.name}" if aval.dtype.name != "bool" else "np.bool_"
+
         lines = [f"def run({', '.join(nm(v) for v in g.inputs)}):"]
-        gi = 0
-        for step in self.plan.steps:
+        for n, step in enumerate(self.plan.steps):
             if isinstance(step, Group):
                 k = kernels[f"fused_{step.index}"]
                 dns[k.name] = ns[k.name]
+                outs = []
                 for o in k.outputs:
                     shape = o.aval.shape
-                    if step.reduce is not None and o is step.reduce.outs[0]:
+                    is_red = step.reduce is not None and o is step.reduce.outs[0]
+                    if is_red:
                         axes = step.reduce.params["axes"]
                         full = len(axes) == len(step.shape)
                         shape = () if full else tuple(1 if i in axes else d for i, d in enumerate(step.shape))
-                        lines.append(f"    {nm(o)}_k = np.empty({shape!r}, np.{o.aval.dtype.np.name})")
-                    else:
-                        lines.append(f"    {nm(o)} = np.empty({shape!r}, np.{o.aval.dtype.np.name})")
+                    tgt = f"{nm(o)}_k" if is_red else nm(o)
+                    lines.append(f"    {tgt} = np.empty({shape!r}, {dtype_src(o.aval)})")
+                    outs.append(tgt)
                 args = [nm(v) for v in k.args]
-                outs = []
-                for o in k.outputs:
-                    if step.reduce is not None and o is step.reduce.outs[0]:
-                        outs.append(f"{nm(o)}_k")
-                    else:
-                        outs.append(nm(o))
                 lines.append(f"    {k.name}({', '.join(args + outs)})  # {step.name} {step.lines()}")
                 if step.reduce is not None:
                     o = step.reduce.outs[0]
                     lines.append(f"    {nm(o)} = {nm(o)}_k.reshape({o.aval.shape!r})")
-                gi += 1
                 continue
             e = step
-            if e.op.name == "matmul":
-                lines.append(f"    {nm(e.outs[0])} = np.matmul({nm(e.ins[0])}, {nm(e.ins[1])})")
-                continue
-            key = f"E{len(dns)}"
-            dns[key] = e
-            lines.append(f"    {nm(e.outs[0])} = _run_eqn({key}, [{', '.join(nm(v) for v in e.ins)}])"
-                         f"  # {e.op.name}")
-        lines.append(f"    return [{', '.join(nm(v) for v in g.outputs)}]")
+            out = nm(e.outs[0])
+            ins = [nm(v) for v in e.ins]
+            name = e.op.name
+            if name == "matmul":
+                if nopy:   # BLAS wants contiguous operands (a no-op when they already are)
+                    lines.append(f"    {out} = np.dot(np.ascontiguousarray({ins[0]}), np.ascontiguousarray({ins[1]}))")
+                else:
+                    lines.append(f"    {out} = np.matmul({ins[0]}, {ins[1]})")
+            elif nopy and name == "reshape":
+                lines.append(f"    {out} = np.ascontiguousarray({ins[0]}).reshape({e.params['shape']!r})")
+            elif nopy and name == "permute":
+                lines.append(f"    {out} = np.transpose({ins[0]}, {tuple(e.params['perm'])!r})")
+            elif name == "getitem" and _all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim):
+                dns[f"gather_{n}"] = ns[f"gather_{n}"]
+                lines.append(f"    {out} = np.empty({e.outs[0].aval.shape!r}, {dtype_src(e.outs[0].aval)})")
+                lines.append(f"    gather_{n}({', '.join(ins)}, {out})")
+            elif name == "index_put" and _all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim):
+                dns[f"scatter_{n}"] = ns[f"scatter_{n}"]
+                lines.append(f"    {out} = {ins[0]}.copy()")
+                v = ins[1]
+                if isinstance(e.ins[1], Lit) and not isinstance(e.ins[1].value, np.ndarray):
+                    v = repr(e.outs[0].aval.dtype.np.type(e.ins[1].value).item())
+                lines.append(f"    scatter_{n}({out}, {v}, {', '.join(ins[2:])})")
+            elif nopy and name == "getitem":
+                lines.append(f"    {out} = {ins[0]}{_basic_index_src(e.params['spec'])}")
+            else:
+                key = f"E{len(dns)}"
+                dns[key] = e
+                lines.append(f"    {out} = _run_eqn({key}, [{', '.join(ins)}])  # {name}")
+        outs = [nm(v) for v in g.outputs]
+        lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
         return "\n".join(lines), dns
 
 

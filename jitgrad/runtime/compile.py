@@ -14,6 +14,7 @@ captured.
 from __future__ import annotations
 
 import functools
+import gc
 import time
 import warnings
 import weakref
@@ -78,6 +79,7 @@ class _Entry:
         self.writes = []        # (captured index or weakref, graph output index): payload write-backs
         self.grad_writes = []   # (weakref tensor, kind, value): kind "none" | "out" (graph output index) | "obj"
         self.one_shot = False
+        self.materialize = []   # (weakref tensor, graph output index): state made inside a one-shot trace
         self.eager = False
         self.raw_graph = None
 
@@ -99,6 +101,7 @@ class _Tracer:
         tr.on_capture = self.capture
         tr.on_mutate = self.on_mutate
         tr.on_grad_write = self.on_grad_write
+        tr.made = []
         for a in arg_leaves:
             self.capture(a)
             self.arg_ids.add(id(a))
@@ -227,7 +230,8 @@ class CompiledFunction:
         try:
             with tracer.trace, grad_mode.set_grad_enabled(grad_mode.STATE.grad_enabled):
                 out = self.fn(*args, **kwargs)
-                self._finish(e, tracer, out)
+                outputs, out_diff = self._finish(e, tracer, out)
+                del out
         except TracedValueError:
             tracer.restore()
             if self.fullgraph:
@@ -243,6 +247,8 @@ class CompiledFunction:
             raise
         else:
             tracer.restore()
+            self._materialize_leaks(e, tracer, outputs, out_diff)
+            self._build(e, tracer, outputs, out_diff)
         self.stats["compile_seconds"] += time.perf_counter() - t0
         self._last_key = key
         if not e.one_shot:
@@ -284,6 +290,38 @@ class CompiledFunction:
                 out_diff.append(False)
         e.n_args = len(tracer.arg_ids)
         e.captured = tracer.order[e.n_args:]      # arguments come first and are not guarded by identity
+        return outputs, out_diff
+
+    @staticmethod
+    def _materialize_leaks(e: _Entry, tracer: _Tracer, outputs, out_diff):
+        """Tensors made inside the trace that outlive it (a momentum buffer created lazily on the first call, a
+        value stored in a closure's dict) hold traced values: each becomes an extra graph output whose value is
+        set into the tensor after the call, and the entry is one-shot (the next call retraces with the new
+        state captured by identity)."""
+        tr = tracer.trace
+        _break_cycles(tr.made, tr.keep)
+        cands = [weakref.ref(t) for t in tr.made + tr.keep if type(t._data) is Var]
+        tr.made, tr.keep = None, []
+        tracer.mutated.clear()
+        tracer.grad_touched.clear()
+        if not cands:
+            return
+
+        def alive():
+            return [t for t in (r() for r in cands) if t is not None and type(t._data) is Var]
+        leaked = alive()
+        if leaked:      # autograd nodes and their outputs form cycles: only what survives a collection leaked
+            leaked = None
+            gc.collect()
+            leaked = alive()
+        for t in leaked:
+            e.one_shot = True
+            e.materialize.append((weakref.ref(t), len(outputs)))
+            outputs.append(t._data)
+            out_diff.append(False)
+
+    def _build(self, e: _Entry, tracer: _Tracer, outputs, out_diff):
+        tr = tracer.trace
         raw = Graph(tr.inputs, tr.eqns, outputs)
         e.raw_graph = raw
         e.graph = run_pipeline(raw, getattr(self.fn, "__name__", "compiled"))
@@ -300,6 +338,12 @@ class CompiledFunction:
                 inputs.append(t)
         inputs.extend(c.ref() for c in e.captured)
         outs = e.gf(inputs)
+        for ref, oi in e.materialize:       # state made by a one-shot trace gets its value
+            t = ref()
+            if t is not None:
+                t._data = np.array(outs[oi]._data)
+                t.grad_fn = None
+                t._base = None
         # write-backs: payload mutations, then grads
         for ci, oi in e.writes:
             t = inputs[ci]
@@ -362,6 +406,17 @@ class CompiledFunction:
             from .graph_function import compiled_graph
             return compiled_graph(e.graph).source
         return straight_line_source(e.graph, getattr(self.fn, "__name__", "compiled"))
+
+
+def _break_cycles(made, kept):
+    """The traced autograd graph is dead after the trace: break its reference cycles (a node saving its own
+    output, a leaf's AccumulateGrad) so that what is garbage goes at once, without a collection."""
+    for t in made:
+        n = t.grad_fn
+        if n is not None and not n._freed:
+            n.release()
+    for t in kept:
+        t._acc = None
 
 
 def _payload_of(t: Tensor, tracer: _Tracer):

@@ -154,11 +154,42 @@ _SAVED_ONLY_FOR = {"mul": {0: (1,), 1: (0,)}, "div": {0: (1,)}, "matmul": {0: (1
                    "mod": {0: (1,), 1: (1,)}}
 
 
+def refresh_view(a):
+    """Give view ``a`` a current grad_fn when its base was modified in place (recorded) after ``a`` was made.
+
+    The view shares the base's memory, so its value is now that of the modified base: as torch does, later uses
+    of ``a`` must differentiate through the base's new history (uses made before keep the old node).
+    """
+    node = a.grad_fn
+    if node is None:
+        return
+    vargs = getattr(node, "view_args", None)
+    if vargs is None or a._base.grad_fn is node.view_base_fn:
+        return
+    prev = _GM.grad_enabled
+    _GM.grad_enabled = True
+    try:
+        r = _bind(node.op, vargs, node.params)      # refreshes a view parent first (a view of a view)
+    finally:
+        _GM.grad_enabled = prev
+    new = r.grad_fn
+    if new is not None:
+        # retain_grad follows ``a`` to its new node; hooks registered before stay on the old one (as in torch)
+        if node.retain_grad_refs and a._out_nr in node.retain_grad_refs:
+            if new.retain_grad_refs is None:
+                new.retain_grad_refs = {}
+            new.retain_grad_refs[0] = node.retain_grad_refs[a._out_nr]
+    a.grad_fn = new
+    a._out_nr = 0
+
+
 def _record(op, params, args, avals, t):
     nf = []
     needs = []
     for i, a in enumerate(args):
         if isinstance(a, Tensor) and i not in op.nondiff_inputs:
+            if a._base is not None:
+                refresh_view(a)
             if a.grad_fn is not None:
                 nf.append((a.grad_fn, a._out_nr))
                 needs.append(True)
@@ -204,6 +235,9 @@ def _record(op, params, args, avals, t):
     node.loc = user_loc(3)
     if _AN.enabled:
         node.stack = user_stack(3)
+    if t._base is not None:
+        node.view_args = args
+        node.view_base_fn = t._base.grad_fn
     t.grad_fn = node
 
 
@@ -253,6 +287,8 @@ def _bind_traced(tr, op, args, params):
     t._inference = False
     t._vc = [0]
     t._base = None
+    if tr.made is not None:
+        tr.made.append(t)
     if diff:
         _record(op, params, args, avals, t)
     return t

@@ -13,6 +13,7 @@ import numpy as np
 from . import anomaly, grad_mode, profiler_state
 from .node import AccumulateGrad, zeros_for
 from .source import format_stack
+from .dispatch import refresh_view
 from .tensor import Tensor
 from ..tracer import STATE as _TR
 
@@ -29,6 +30,8 @@ def _as_tuple(x):
 
 
 def _root_edge(t: Tensor):
+    if t._base is not None:
+        refresh_view(t)         # a view whose base was modified in place since: its current history
     if t.grad_fn is not None:
         return t.grad_fn, t._out_nr
     return t._accumulator(), 0

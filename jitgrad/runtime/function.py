@@ -6,6 +6,7 @@ import numpy as np
 from . import anomaly, grad_mode
 from .node import Node, zeros_for
 from .source import user_loc, user_stack
+from .dispatch import refresh_view
 from .tensor import Tensor
 
 
@@ -218,6 +219,8 @@ class Function(metaclass=_FunctionMeta):
             return out
         nf, needs, meta = [], [], []
         for a in args:
+            if isinstance(a, Tensor) and a._base is not None:
+                refresh_view(a)
             if isinstance(a, Tensor) and a.requires_grad:
                 nf.append((a.grad_fn, a._out_nr) if a.grad_fn is not None else (a._accumulator(), 0))
                 needs.append(True)

@@ -24,6 +24,8 @@ def _t(x, like=None):
 
 
 def _axes(name, x, dim):
+    if name != "squeeze" and isinstance(dim, (tuple, list)) and len(dim) == 0:
+        dim = None      # torch: a reduction over dim=() / [] reduces every dim (squeeze(dim=()) squeezes none)
     try:
         return normalize_axes(name, dim, x.ndim)
     except OpError as e:
@@ -87,6 +89,8 @@ def isnan(input):
 
 
 def isinf(input):
+    if not input.is_floating_point():
+        return input != input       # integers and bools are never infinite (and abs() rejects bools)
     return (abs(input) == math.inf)
 
 

@@ -44,7 +44,7 @@ class Node:
 
     __slots__ = ("op", "params", "inputs", "outputs", "shapes", "dtypes", "needs_grad", "next_functions",
                  "versions", "out_versions", "out_meta", "loc", "stack", "seq", "_freed", "_pre_hooks", "_hooks",
-                 "tensor_hooks", "retain_grad_refs", "metadata", "__weakref__")
+                 "tensor_hooks", "retain_grad_refs", "metadata", "view_args", "view_base_fn", "__weakref__")
 
     def __init__(self, op, params, next_functions, needs_grad):
         self.op = op
@@ -59,6 +59,9 @@ class Node:
         self.retain_grad_refs = None  # {output_nr: weakref to the tensor that retains its grad}
         self.stack = None
         self.metadata = {}
+        # for a view op's node: the op's args and its base's grad_fn when the view was made (see refresh_view)
+        self.view_args = None
+        self.view_base_fn = None
 
     # --- torch.autograd.graph.Node surface -------------------------------------------------------
     def name(self) -> str:

@@ -21,7 +21,10 @@ def flatten(tree, is_leaf):
         if hasattr(x, "_fields") and isinstance(x, tuple):
             return ("named", type(x), tuple(walk(v) for v in x))
         return ("static", _static_key(x), x)
-    return leaves, walk(tree)
+    try:
+        return leaves, walk(tree)
+    finally:
+        del walk    # the recursive closure refers to itself: break the cycle so the leaves are freed at once
 
 
 def _static_key(x):
@@ -48,7 +51,10 @@ def unflatten(treedef, leaves):
         if kind == "named":
             return d[1](*(build(c) for c in d[2]))
         return d[2]
-    return build(treedef)
+    try:
+        return build(treedef)
+    finally:
+        del build   # break the self-referencing closure's cycle
 
 
 def treedef_key(treedef):

@@ -33,6 +33,7 @@ class Trace:
         self.created: set = set()
         self.loc_override = None
         self.keep = []    # objects whose ids are in `created`, kept alive so ids are not reused
+        self.made = None  # a list when set: tensors bind made while tracing (compile checks which outlive the trace)
         self.on_capture = None   # tensor -> Var: a concrete tensor met while tracing becomes a graph input
         self.on_mutate = None    # tensor: its payload is about to be replaced by a traced value
         self.on_grad_write = None  # tensor: its .grad is about to be replaced

@@ -119,8 +119,15 @@ ew("sigmoid", _sigmoid, lambda c, g: (g * _out(c) * (1.0 - _out(c)),), lambda x:
    saves_out=(0,))
 ew("relu", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False), lambda c, g: (g * (_out(c) > 0),),
    lambda x: f"max({x}, 0)", saves_out=(0,), kind="nobool")
-ew("abs", np.abs, lambda c, g: (g * _in(c).sign(),), lambda x: f"abs({x})", saves_in=(0,))
-ew("sign", np.sign, lambda c, g: (g * 0.0,), lambda x: f"sign({x})", grad_name="SgnBackward0", kind="nobool")
+ew("abs", np.abs, lambda c, g: (g * _in(c).sign(),), lambda x: f"abs({x})", saves_in=(0,), kind="nobool")
+
+
+def _sign(x):
+    """sign; a bool tensor is its own sign, as in torch (NumPy has no bool loop)."""
+    return x.copy() if x.dtype == np.bool_ else np.sign(x)
+
+
+ew("sign", _sign, lambda c, g: (g * 0.0,), lambda x: f"sign({x})", grad_name="SignBackward0")
 ew("reciprocal", lambda x: np.reciprocal(x.astype(np.result_type(x.dtype, np.float32), copy=False)),
    lambda c, g: (-(g * _out(c) * _out(c)),), lambda x: f"(1.0 / {x})", "float", saves_out=(0,))
 ew("erf", _sp.erf, lambda c, g: (g * (-(_in(c) * _in(c))).exp() * _SQRT_2_OVER_PI,), lambda x: f"erf({x})",

@@ -1,0 +1,423 @@
+"""jitgrad.codegen.cache: the on-disk store of generated Numba modules (DESIGN.md, "Codegen (Numba)")."""
+import ast
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jitgrad.codegen import cache
+
+REPO = Path(__file__).resolve().parents[1]
+
+# the generated-source contract: @njit(cache=CACHE_ENABLED), CACHE_ENABLED is injected by the loader
+NJIT_SRC = textwrap.dedent('''\
+    import numpy as np
+    from numba import njit
+
+
+    @njit(cache=CACHE_ENABLED)
+    def twice_sum(x):
+        s = 0.0
+        for i in range(x.shape[0]):
+            s += 2.0 * x[i]
+        return s
+    ''')
+
+PLAIN_SRC = "def answer():\n    return 42\n"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path, monkeypatch):
+    """Every test gets its own cache dir, fresh counters and warn-once memory, and Numba caching next to the
+    entries (NUMBA_CACHE_DIR would move Numba's files elsewhere)."""
+    monkeypatch.setenv("JITGRAD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    cache.stats.reset()
+    cache._warned.clear()
+    cache._environment.cache_clear()
+    yield
+    cache.stats.reset()
+    cache._warned.clear()
+    cache._environment.cache_clear()
+
+
+def _cache_warnings(record):
+    return [str(w.message) for w in record if issubclass(w.category, cache.JitgradCacheWarning)]
+
+
+# ------------------------------------------------------------------------------------------------ directory
+
+def test_cache_dir_is_created_private(tmp_path, monkeypatch):
+    target = tmp_path / "a" / "b" / "jitgrad"
+    monkeypatch.setenv("JITGRAD_CACHE_DIR", str(target))
+    old = os.umask(0o000)              # even with a permissive umask the dir ends up 0o700
+    try:
+        d = cache.cache_dir()
+    finally:
+        os.umask(old)
+    assert d == target and d.is_dir()
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
+
+
+def test_cache_dir_default_is_under_home(tmp_path, monkeypatch):
+    monkeypatch.delenv("JITGRAD_CACHE_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache.cache_dir() == tmp_path / "home" / ".cache" / "jitgrad"
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
+def test_world_writable_dir_is_refused_and_compiles_in_memory(tmp_path):
+    d = tmp_path / "cache"
+    d.mkdir()
+    os.chmod(d, 0o777)
+    with pytest.warns(cache.JitgradCacheWarning) as rec:
+        assert cache.cache_dir() is None
+    (msg,) = _cache_warnings(rec)
+    assert str(d) in msg and "writable" in msg and "0o777" in msg
+    # load_module still works (in memory: CACHE_ENABLED is False, so Numba does not try to cache)
+    key = cache.cache_key(NJIT_SRC)
+    mod = cache.load_module(key, NJIT_SRC, "unsafe")
+    assert mod.CACHE_ENABLED is False and mod.__jitgrad_cache_path__ is None
+    assert mod.twice_sum(np.arange(4.0)) == 12.0
+    assert cache.stats.in_memory == 1 and cache.stats.misses == 0
+    assert list(d.iterdir()) == []      # nothing was written into the refused dir
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX ownership")
+def test_dir_owned_by_someone_else_is_refused(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    d.mkdir(mode=0o700)
+    me = os.geteuid()
+    monkeypatch.setattr(cache.os, "geteuid", lambda: me + 12345)
+    with pytest.warns(cache.JitgradCacheWarning, match="owned by uid") as rec:
+        assert cache.cache_dir() is None
+    assert str(d) in _cache_warnings(rec)[0]
+    mod = cache.load_module(cache.cache_key(PLAIN_SRC), PLAIN_SRC, "foreign")
+    assert mod.answer() == 42 and cache.stats.in_memory == 1
+
+
+def test_unwritable_dir_is_refused(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    d.mkdir(mode=0o700)
+    # running as root makes chmod 0o500 ineffective, so simulate the access check
+    monkeypatch.setattr(cache.os, "access", lambda path, mode: False)
+    with pytest.warns(cache.JitgradCacheWarning, match="not writable"):
+        assert cache.cache_dir() is None
+
+
+def test_cache_dir_that_is_a_file_is_refused(tmp_path, monkeypatch):
+    f = tmp_path / "afile"
+    f.write_text("user data")
+    monkeypatch.setenv("JITGRAD_CACHE_DIR", str(f))
+    with pytest.warns(cache.JitgradCacheWarning, match="not a directory"):
+        assert cache.cache_dir() is None
+    assert f.read_text() == "user data"
+
+
+def test_refusal_warns_once(tmp_path):
+    d = tmp_path / "cache"
+    d.mkdir()
+    os.chmod(d, 0o777)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            assert cache.cache_dir() is None
+            cache.load_module(cache.cache_key(PLAIN_SRC), PLAIN_SRC, "x")
+    assert len(_cache_warnings(rec)) == 1
+
+
+def test_failed_write_falls_back_to_memory(monkeypatch):
+    def boom(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(cache, "_publish", boom)
+    with pytest.warns(cache.JitgradCacheWarning, match="No space left"):
+        mod = cache.load_module(cache.cache_key(PLAIN_SRC), PLAIN_SRC, "full")
+    assert mod.answer() == 42 and mod.CACHE_ENABLED is False
+
+
+# ------------------------------------------------------------------------------------------------ keys
+
+def test_key_is_deterministic_and_depends_on_source_and_extra():
+    k = cache.cache_key(PLAIN_SRC)
+    assert len(k) == 64 and set(k) <= set("0123456789abcdef")
+    assert cache.cache_key(PLAIN_SRC) == k
+    assert cache.cache_key(PLAIN_SRC + " ") != k
+    assert cache.cache_key(PLAIN_SRC, extra=("parallel",)) != k
+    assert cache.cache_key(PLAIN_SRC, extra=(1,)) != cache.cache_key(PLAIN_SRC, extra=("1",))
+    assert cache.cache_key(PLAIN_SRC, extra=(("a", "b"),)) != cache.cache_key(PLAIN_SRC, extra=("a", "b"))
+    with pytest.raises(TypeError):
+        cache.cache_key(PLAIN_SRC, extra=({"a"},))     # a set's repr is not stable across processes
+
+
+@pytest.mark.parametrize("dist", ["jitgrad", "numba", "llvmlite", "numpy"])
+def test_key_changes_with_versions(monkeypatch, dist):
+    k = cache.cache_key(PLAIN_SRC)
+    real = cache._dist_version
+    monkeypatch.setattr(cache, "_dist_version", lambda name: "999.0" if name == dist else real(name))
+    cache._environment.cache_clear()
+    assert cache.cache_key(PLAIN_SRC) != k
+
+
+def test_key_changes_with_python_and_cpu(monkeypatch):
+    k = cache.cache_key(PLAIN_SRC)
+    monkeypatch.setattr(cache, "_cpu", lambda: ("x86_64-unknown-linux-gnu", "generic", ""))
+    cache._environment.cache_clear()
+    k_cpu = cache.cache_key(PLAIN_SRC)
+    assert k_cpu != k
+    monkeypatch.setattr(cache.sys, "version", sys.version + "+other")
+    cache._environment.cache_clear()
+    assert cache.cache_key(PLAIN_SRC) not in (k, k_cpu)
+
+
+def test_key_includes_cpu_features():
+    env = dict(cache._environment())
+    triple, name, feats = env["cpu"]
+    assert name and "+" in feats          # llvmlite's flattened "+avx2,-avx512f,..." list
+
+
+def test_bad_keys_are_rejected():
+    for bad in ["../../etc/passwd", "ABC", "0" * 63, "g" * 64, None]:
+        with pytest.raises(ValueError):
+            cache.load_module(bad, PLAIN_SRC, "x")
+
+
+# ------------------------------------------------------------------------------------------------ entries
+
+def test_entry_written_once_and_identical_rewrite_keeps_mtime(tmp_path):
+    key = cache.cache_key(PLAIN_SRC)
+    m1 = cache.load_module(key, PLAIN_SRC, "plain")
+    path = cache.entry_path(key)
+    assert path == tmp_path / "cache" / key[:2] / f"{key}.py"
+    assert path.read_text() == PLAIN_SRC
+    assert stat.S_IMODE(os.stat(path).st_mode) & 0o077 == 0
+    assert m1.answer() == 42 and m1.CACHE_ENABLED is True and m1.__jitgrad_cache_path__ == str(path)
+    assert m1.__name__ in sys.modules and m1.__name__.startswith("_jitgrad_gen_plain_")
+    st1 = os.stat(path)
+    time.sleep(0.01)
+    m2 = cache.load_module(key, PLAIN_SRC, "plain")
+    st2 = os.stat(path)
+    assert (st2.st_mtime_ns, st2.st_ino) == (st1.st_mtime_ns, st1.st_ino)
+    assert m2 is not m1 and m2.answer() == 42
+    assert cache.stats.as_dict() == {"hits": 1, "misses": 1, "rebuilt": 0, "in_memory": 0}
+    # no temp files, no .pyc (the verified text is executed, bytecode files are neither written nor trusted)
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+def test_truncated_entry_is_rebuilt_with_warning():
+    key = cache.cache_key(NJIT_SRC)
+    cache.load_module(key, NJIT_SRC, "trunc")
+    path = cache.entry_path(key)
+    with open(path, "r+b") as f:
+        f.truncate(40)
+    with pytest.warns(cache.JitgradCacheWarning, match="truncated") as rec:
+        mod = cache.load_module(key, NJIT_SRC, "trunc")
+    assert str(path) in _cache_warnings(rec)[0]
+    assert path.read_text() == NJIT_SRC
+    assert mod.twice_sum(np.arange(3.0)) == 6.0
+    assert cache.stats.rebuilt == 1
+
+
+def test_garbage_entry_is_rebuilt_not_executed(tmp_path):
+    key = cache.cache_key(PLAIN_SRC)
+    cache.load_module(key, PLAIN_SRC, "garbage")
+    path = cache.entry_path(key)
+    st = os.stat(path)
+    # same length, valid Python, same mtime: would be trusted by a size/mtime check
+    evil = "import sys; sys.exit(3)\n".ljust(len(PLAIN_SRC) - 1, "#") + "\n"
+    assert len(evil) == len(PLAIN_SRC)
+    path.write_text(evil)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.warns(cache.JitgradCacheWarning, match="does not match"):
+        mod = cache.load_module(key, PLAIN_SRC, "garbage")
+    assert mod.answer() == 42
+    assert path.read_text() == PLAIN_SRC
+    assert os.stat(path).st_mtime_ns != st.st_mtime_ns     # a new stamp for Numba's index
+
+
+def test_symlinked_entry_is_replaced_and_target_untouched(tmp_path):
+    key = cache.cache_key(PLAIN_SRC)
+    outside = tmp_path / "outside.py"
+    outside.write_text("SECRET = 1\n")
+    path = tmp_path / "cache" / key[:2] / f"{key}.py"
+    path.parent.mkdir(parents=True)
+    os.symlink(outside, path)
+    with pytest.warns(cache.JitgradCacheWarning, match="symbolic link"):
+        mod = cache.load_module(key, PLAIN_SRC, "link")
+    assert mod.answer() == 42
+    assert not path.is_symlink() and path.read_text() == PLAIN_SRC
+    assert outside.read_text() == "SECRET = 1\n"
+
+
+def test_symlinked_shard_dir_is_not_written_through(tmp_path):
+    key = cache.cache_key(PLAIN_SRC)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "cache").mkdir(mode=0o700)
+    os.symlink(elsewhere, tmp_path / "cache" / key[:2])
+    with pytest.warns(cache.JitgradCacheWarning, match="not a directory"):
+        mod = cache.load_module(key, PLAIN_SRC, "shardlink")
+    assert mod.answer() == 42 and mod.CACHE_ENABLED is False
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_losing_the_create_race_uses_the_winners_file(monkeypatch):
+    """Another process publishes the entry between our check and our write: we must not replace it."""
+    key = cache.cache_key(PLAIN_SRC)
+    path = cache.entry_path(key)
+    real_read = cache._read_entry
+    calls = []
+
+    def racing_read(p, expected):
+        calls.append(p)
+        why = real_read(p, expected)
+        if len(calls) == 1:            # the other writer wins right after our first look
+            assert why == "missing"
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(expected)
+            calls.append(os.stat(p).st_ino)
+        return why
+
+    monkeypatch.setattr(cache, "_read_entry", racing_read)
+    mod = cache.load_module(key, PLAIN_SRC, "race")
+    assert mod.answer() == 42 and len(calls) == 3
+    assert cache.stats.hits == 1 and cache.stats.misses == 0
+    assert os.stat(path).st_ino == calls[1]                                # the winner's file, not replaced
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]    # our temp file is gone
+
+
+def test_errors_in_the_source_propagate_and_leave_no_module():
+    src = "x = 1\nraise ValueError('generated code bug')\n"
+    key = cache.cache_key(src)
+    with pytest.raises(ValueError, match="generated code bug"):
+        cache.load_module(key, src, "bug")
+    assert cache._module_name("bug", key) not in sys.modules
+
+
+def test_clear_removes_only_our_files(tmp_path):
+    key = cache.cache_key(NJIT_SRC)
+    mod = cache.load_module(key, NJIT_SRC, "clear")
+    assert mod.twice_sum(np.ones(2)) == 4.0              # Numba writes its .nbi/.nbc next to the entry
+    shard = tmp_path / "cache" / key[:2]
+    assert any(p.suffix == ".nbi" for p in (shard / "__pycache__").iterdir())
+    root = tmp_path / "cache"
+    (root / "notes.txt").write_text("mine")
+    (shard / "user.txt").write_text("mine too")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.py").write_text("keep")
+    os.symlink(outside, root / "ff")                   # looks like a shard, is a link out of the dir
+    n = cache.clear()
+    assert n >= 3                                      # the entry, the index, the object file
+    assert not cache.entry_path(key).exists()
+    assert (root / "notes.txt").read_text() == "mine"
+    assert (shard / "user.txt").read_text() == "mine too"
+    assert (outside / "keep.py").read_text() == "keep"
+    assert not (shard / "__pycache__").exists()
+    # and it can be used again after clearing
+    assert cache.load_module(key, NJIT_SRC, "clear").twice_sum(np.ones(2)) == 4.0
+
+
+def test_codegen_layering():
+    """codegen imports only jitgrad.ir (and this module needs none of jitgrad)."""
+    tree = ast.parse(Path(cache.__file__).read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 0 and not (node.module or "").startswith("jitgrad"), ast.dump(node)
+        elif isinstance(node, ast.Import):
+            assert all(not a.name.startswith("jitgrad") for a in node.names)
+
+
+# ------------------------------------------------------------------------------------------------ processes
+
+CHILD = textwrap.dedent('''\
+    import json, sys, time, warnings
+    import numpy as np
+    from jitgrad.codegen import cache
+    src = open(sys.argv[1]).read()
+    start = float(sys.argv[2])
+    key = cache.cache_key(src)
+    while time.time() < start:      # line the processes up
+        pass
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        mod = cache.load_module(key, src, "child")
+    val = mod.twice_sum(np.arange(5.0))
+    print(json.dumps({"key": key, "value": val, "stats": cache.stats.as_dict(),
+                      "numba_hits": sum(mod.twice_sum.stats.cache_hits.values()),
+                      "numba_misses": sum(mod.twice_sum.stats.cache_misses.values()),
+                      "warnings": [str(w.message) for w in rec if issubclass(w.category, cache.JitgradCacheWarning)],
+                      "path": mod.__jitgrad_cache_path__}))
+    ''')
+
+
+def _spawn(tmp_path, src_text, start=0.0):
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    src = tmp_path / "gen_src.txt"
+    src.write_text(src_text)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.Popen([sys.executable, str(script), str(src), repr(start)], cwd=str(tmp_path), env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _result(proc):
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_new_process_reuses_numba_cache(tmp_path):
+    first = _result(_spawn(tmp_path, NJIT_SRC))
+    assert first["value"] == 20.0 and first["warnings"] == []
+    assert first["stats"]["misses"] == 1 and first["numba_misses"] == 1 and first["numba_hits"] == 0
+    entry = Path(first["path"])
+    pycache = entry.parent / "__pycache__"
+    nb = sorted(p.name for p in pycache.iterdir())
+    assert any(n.endswith(".nbi") for n in nb) and any(n.endswith(".nbc") for n in nb)
+    mtime = os.stat(entry).st_mtime_ns
+
+    second = _result(_spawn(tmp_path, NJIT_SRC))
+    assert second["key"] == first["key"] and second["value"] == 20.0
+    assert second["stats"]["hits"] == 1 and second["stats"]["misses"] == 0
+    assert second["numba_hits"] == 1 and second["numba_misses"] == 0     # machine code loaded, not compiled
+    assert os.stat(entry).st_mtime_ns == mtime
+
+
+def test_corrupt_entry_with_stale_numba_cache_is_rebuilt_in_new_process(tmp_path):
+    first = _result(_spawn(tmp_path, NJIT_SRC))
+    entry = Path(first["path"])
+    st = os.stat(entry)
+    # a different function of the same length/mtime: must neither be executed nor matched to the old index
+    bad = NJIT_SRC.replace("2.0 * x[i]", "3.0 * x[i]")
+    assert len(bad) == len(NJIT_SRC)
+    entry.write_text(bad)
+    os.utime(entry, ns=(st.st_atime_ns, st.st_mtime_ns))
+    second = _result(_spawn(tmp_path, NJIT_SRC))
+    assert second["value"] == 20.0
+    assert second["stats"]["rebuilt"] == 1 and any("corrupt" in w for w in second["warnings"])
+    assert entry.read_text() == NJIT_SRC
+
+
+def test_concurrent_writers_same_key(tmp_path):
+    start = time.time() + 2.0        # both are past their imports by then
+    procs = [_spawn(tmp_path, NJIT_SRC, start) for _ in range(2)]
+    results = [_result(p) for p in procs]
+    assert [r["value"] for r in results] == [20.0, 20.0]
+    assert all(r["warnings"] == [] for r in results)
+    assert results[0]["key"] == results[1]["key"] and results[0]["path"] == results[1]["path"]
+    entry = Path(results[0]["path"])
+    assert entry.read_text() == NJIT_SRC
+    leftovers = [p.name for p in entry.parent.iterdir() if p.name.endswith(".tmp")]
+    assert leftovers == []
+    # exactly one of them published it (os.link: first writer wins), the other verified and used it
+    assert sorted((r["stats"]["misses"], r["stats"]["hits"], r["stats"]["rebuilt"]) for r in results) == \
+        [(0, 1, 0), (1, 0, 0)]
