@@ -24,3 +24,10 @@ def _fresh_state():
     grad_mode.STATE.grad_enabled = True
     grad_mode.STATE.inference = False
     anomaly.set_anomaly_enabled(False)
+
+
+@pytest.fixture(params=["eager", "compiled"])
+def mode(request):
+    """Run a test's programs eagerly and under ``@jg.compile``: pair it with ``compiled.maybe_compile(fn, mode)``
+    (tests/compiled.py) so compiled code is tested on everything eager code is."""
+    return request.param

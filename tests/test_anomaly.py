@@ -8,6 +8,8 @@ import pytest
 import jitgrad as jg
 from jitgrad import autograd
 
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")   # NumPy on purpose-made NaN/Inf
+
 ENABLED_WARNING = "Anomaly Detection has been enabled"
 
 

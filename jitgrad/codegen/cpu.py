@@ -287,9 +287,10 @@ class CompiledGraph:
     Python driver calls the kernels and the NumPy impls of the remaining ops.
     """
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, writes=()):
         import numba
         self.graph = graph
+        self.writes = tuple(writes)
         self.plan = fusion_plan(graph)
         consts = {}
         kernels = []
@@ -415,6 +416,8 @@ class CompiledGraph:
                 dns[key] = e
                 lines.append(f"    {out} = _run_eqn({key}, [{', '.join(ins)}])  # {name}")
         outs = [nm(v) for v in g.outputs]
+        for o, i in self.writes:     # in-place state updates, after every read of the old values
+            lines.append(f"    {nm(g.inputs[i])}[...] = {outs[o]}")
         lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
         return "\n".join(lines), dns
 

@@ -176,7 +176,7 @@ class CompiledFunction:
     def _key(self, leaves, treedef):
         ids = [id(t) for t in leaves]
         first = tuple(ids.index(i) for i in ids)     # which leaves are the same object
-        sig = tuple((t._data.shape, str(t._data.dtype), t.requires_grad) for t in leaves)
+        sig = tuple((t._data.shape, t._data.dtype, t._requires_grad or t.grad_fn is not None) for t in leaves)
         an = anomaly.STATE
         modes = (grad_mode.STATE.grad_enabled, an.enabled, an.check_nan, an.check_forward, self.anomaly)
         return (_static_key(treedef), sig, first, modes)
@@ -201,7 +201,10 @@ class CompiledFunction:
     # --- calling -------------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         self.stats["calls"] += 1
-        leaves, treedef = flatten((args, kwargs), _is_tensor)
+        if not kwargs and all(type(a) is Tensor for a in args):   # the common case: skip the pytree walk
+            leaves, treedef = list(args), ("tuple", (("tuple", (("*",),) * len(args)), ("dict", (), ())))
+        else:
+            leaves, treedef = flatten((args, kwargs), _is_tensor)
         key = self._key(leaves, treedef)
         entries = self._cache.get(key)
         if entries:
@@ -325,8 +328,10 @@ class CompiledFunction:
         raw = Graph(tr.inputs, tr.eqns, outputs)
         e.raw_graph = raw
         e.graph = run_pipeline(raw, getattr(self.fn, "__name__", "compiled"))
+        # payload write-backs happen inside the call (into the inputs' buffers); those outputs stay arrays
         e.gf = GraphFunction(e.graph, out_diff, self.backend, getattr(self.fn, "__name__", "compiled"),
-                             stats=self.stats)
+                             stats=self.stats, writes=[(oi, ci) for ci, oi in e.writes],
+                             array_outs=[oi for _, oi in e.writes])
 
     def _run(self, e: _Entry, leaves, args, kwargs):
         # graph inputs: the distinct argument tensors in leaf order, then the captured tensors
@@ -345,10 +350,8 @@ class CompiledFunction:
                 t.grad_fn = None
                 t._base = None
         # write-backs: payload mutations, then grads
-        for ci, oi in e.writes:
-            t = inputs[ci]
-            np.copyto(t._data, outs[oi]._data, casting="unsafe")
-            t._vc[0] += 1
+        for ci, _ in e.writes:      # already written by the call; count the writes
+            inputs[ci]._vc[0] += 1
         for ref, kind, val in e.grad_writes:
             t = ref()
             if t is None:

@@ -67,22 +67,29 @@ class _Front:
 FRONT = _Front()
 
 
-_COMPILED: dict = {}   # id(graph) -> CompiledGraph (graphs live as long as their GraphFunction)
+_COMPILED: dict = {}   # (id(graph), writes) -> CompiledGraph (graphs live as long as their GraphFunction)
 
 
-def compiled_graph(graph: Graph):
-    cg = _COMPILED.get(id(graph))
+def compiled_graph(graph: Graph, writes=()):
+    key = (id(graph), writes)
+    cg = _COMPILED.get(key)
     if cg is None or cg.graph is not graph:
         from ..codegen.cpu import CompiledGraph
-        cg = _COMPILED[id(graph)] = CompiledGraph(graph)
+        cg = _COMPILED[key] = CompiledGraph(graph, writes)
     return cg
 
 
-def execute(graph: Graph, arrays, backend: str):
-    """Run a graph on arrays: ``interpret`` (the reference) or ``numba`` (fused CPU kernels)."""
+def execute(graph: Graph, arrays, backend: str, writes=()):
+    """Run a graph on arrays: ``interpret`` (the reference) or ``numba`` (fused CPU kernels).
+
+    ``writes``: (output index, input index) pairs whose output is copied into the input's buffer at the end
+    of the call (in-place state updates; the numba driver does it inside the compiled call)."""
     if backend == "numba":
-        return compiled_graph(graph).run(*arrays)
-    return _interp.interpret(graph, arrays)
+        return compiled_graph(graph, writes).run(*arrays)
+    outs = _interp.interpret(graph, arrays)
+    for o, i in writes:
+        np.copyto(arrays[i], outs[o], casting="unsafe")
+    return outs
 
 
 class _CompiledOp:
@@ -167,7 +174,10 @@ class _Plan:
 class GraphFunction:
     """A Graph callable on tensors: ``gf(list_of_tensors) -> list_of_tensors``."""
 
-    def __init__(self, graph: Graph, out_diff, backend="interpret", name="compiled", stats=None):
+    def __init__(self, graph: Graph, out_diff, backend="interpret", name="compiled", stats=None, writes=(),
+                 array_outs=()):
+        self.writes = tuple(writes)             # (output, input): written into the input's buffer
+        self.array_outs = frozenset(array_outs)  # outputs returned as NumPy arrays, not tensors
         self.graph = graph
         self.out_diff = list(out_diff)
         self.backend = backend
@@ -184,18 +194,23 @@ class GraphFunction:
             p = self._plans[wrt_idx] = _Plan(self, wrt_idx)
         return p
 
+    def _wrap(self, arrays):
+        ao = self.array_outs
+        if not ao:
+            return [Tensor._make(a) for a in arrays]
+        return [a if k in ao else Tensor._make(a) for k, a in enumerate(arrays)]
+
     def __call__(self, inputs):
         arrays = [t._data for t in inputs]
         wrt = ()
         if grad_mode.STATE.grad_enabled:
-            wrt = tuple(i for i, t in enumerate(inputs) if t.requires_grad)
+            wrt = tuple([i for i, t in enumerate(inputs) if t._requires_grad or t.grad_fn is not None])
         plan = self.plan(wrt) if wrt else None
         if plan is None or not plan.diff_outs:
-            outs = execute(self.graph, arrays, self.backend)
-            return [Tensor._make(a) for a in outs]
-        allout = execute(plan.fwd, arrays, self.backend)
+            return self._wrap(execute(self.graph, arrays, self.backend, self.writes))
+        allout = execute(plan.fwd, arrays, self.backend, self.writes)
         n = len(self.graph.outputs)
-        outs = [Tensor._make(a) for a in allout[:n]]
+        outs = self._wrap(allout[:n])
         nf = tuple((inputs[i].grad_fn, inputs[i]._out_nr) if inputs[i].grad_fn is not None
                    else (inputs[i]._accumulator(), 0) for i in wrt)
         node = CompiledBackward(_CompiledOp("CompiledFunctionBackward"), {}, nf, (True,) * len(wrt))

@@ -1,0 +1,455 @@
+"""Shared benchmark harness: warm-up, median of N timed runs, output checks, peak RSS, tables.
+
+Every workload script builds one :class:`Bench`, registers configurations with :meth:`Bench.run` (each
+configuration is a factory returning a step callable, or ``(step, probe)`` where ``probe(first_result)``
+returns the quantities to check), then calls :meth:`Bench.finish`, which prints the table of medians and
+ratios, the reference lines, the output checks (a mismatch is printed loudly; nothing aborts the table) and
+the target verdicts.  With ``JITGRAD_BENCH_JSON=path`` set, each table is also appended to ``path`` as one
+JSON line (``python benchmarks/report.py path`` turns that file into the tables of ``BENCHMARKS.md``).
+
+Environment knobs: ``JITGRAD_BENCH_SCALE`` (float, default 1) multiplies every run count and time budget
+(e.g. 0.2 for a quick smoke run).
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import json
+import math
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+import traceback
+
+import numpy as np
+
+SCALE = float(os.environ.get("JITGRAD_BENCH_SCALE", "1") or 1)
+JSON_PATH = os.environ.get("JITGRAD_BENCH_JSON", "")
+TORCH_THREADS = 2
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+# ------------------------------------------------------------------------------------------------ environment
+
+def have(module: str) -> bool:
+    """Whether ``module`` can be imported (without importing it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def import_torch():
+    """torch with the suite's thread setting, or None when it is not installed."""
+    if not have("torch"):
+        return None
+    import torch
+    torch.set_num_threads(TORCH_THREADS)
+    return torch
+
+
+def import_jax():
+    if not have("jax"):
+        return None
+    import jax
+    return jax
+
+
+def _version(mod):
+    try:
+        return importlib.import_module(mod).__version__
+    except Exception:  # noqa: BLE001
+        return "not installed"
+
+
+
+def machine_info() -> dict:
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "nproc": os.cpu_count(),
+        "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "numpy": _version("numpy"),
+        "numba": _version("numba"),
+        "torch": _version("torch") if have("torch") else "not installed",
+        "jax": _version("jax") if have("jax") else "not installed",
+        "torch_threads": TORCH_THREADS,
+    }
+
+
+# ------------------------------------------------------------------------------------------------ memory
+
+def _proc_status_kb(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def rss_kb() -> int | None:
+    """Current resident set size (VmRSS) in KiB, from /proc."""
+    return _proc_status_kb("VmRSS")
+
+
+def peak_rss_kb() -> int | None:
+    """Peak resident set size of this process so far (VmHWM) in KiB, from /proc."""
+    return _proc_status_kb("VmHWM")
+
+
+def reset_peak_rss() -> bool:
+    """Reset VmHWM to the current RSS (Linux: write 5 to /proc/self/clear_refs).  False when not allowed."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+# ------------------------------------------------------------------------------------------------ timing
+
+class Timeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def time_limit(seconds):
+    """Raise :class:`Timeout` in the main thread after ``seconds`` (SIGALRM); no-op when None."""
+    if not seconds or threading_main() is False or not hasattr(signal, "SIGALRM"):
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Timeout(f"exceeded the {seconds:.0f} s limit for compile + first call")
+    old = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def threading_main():
+    import threading
+    return threading.current_thread() is threading.main_thread()
+
+
+def block(r):
+    """Wait for asynchronous results (JAX arrays); a no-op for everything else."""
+    if type(r).__module__.startswith("jax") or (isinstance(r, (tuple, list)) and r and
+                                                  type(r[0]).__module__.startswith("jax")):
+        import jax
+        jax.block_until_ready(r)
+    return r
+
+
+def measure(step, runs, warmup=3, budget_s=3.0, min_runs=5, first=True):
+    """Run ``step`` ``warmup`` times, then time up to ``runs`` calls (stopping early once ``budget_s`` of timed
+    calls have run and ``min_runs`` are done).  Returns (median seconds, number of timed runs)."""
+    runs = max(min_runs, int(runs * SCALE))
+    budget_s = budget_s * max(SCALE, 0.05)
+    for _ in range(warmup):
+        block(step())
+    ts = []
+    total = 0.0
+    while len(ts) < runs:
+        t = time.perf_counter()
+        block(step())
+        dt = time.perf_counter() - t
+        ts.append(dt)
+        total += dt
+        if total > budget_s and len(ts) >= min_runs:
+            break
+    return float(np.median(ts)), len(ts)
+
+
+# ------------------------------------------------------------------------------------------------ checks
+
+def max_rel_err(got, ref) -> float:
+    """max |got - ref| / max(|ref|, tiny): the error relative to the reference's scale."""
+    g = np.asarray(to_numpy(got), dtype=np.float64)
+    r = np.asarray(to_numpy(ref), dtype=np.float64)
+    if g.shape != r.shape:
+        return math.inf
+    if not np.all(np.isfinite(g)):
+        return math.inf
+    scale = max(float(np.max(np.abs(r))) if r.size else 0.0, 1e-30)
+    return float(np.max(np.abs(g - r))) / scale if r.size else 0.0
+
+
+def to_numpy(x):
+    if isinstance(x, np.ndarray) or np.isscalar(x):
+        return np.asarray(x)
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        return x.detach().cpu().numpy()
+    if mod.startswith("jitgrad"):
+        return np.asarray(x.detach().numpy()) if hasattr(x, "detach") else np.asarray(x)
+    return np.asarray(x)
+
+
+# ------------------------------------------------------------------------------------------------ tables
+
+def fmt_time(sec, unit):
+    if sec is None or (isinstance(sec, float) and not math.isfinite(sec)):
+        return "-"
+    v = sec * {"s": 1, "ms": 1e3, "us": 1e6}[unit]
+    return f"{v:,.0f} {unit}" if v >= 1000 else (f"{v:.1f} {unit}" if v >= 10 else f"{v:.2f} {unit}")
+
+
+def fmt_ratio(r):
+    if r is None or not math.isfinite(r):
+        return "-"
+    return f"{r:.2f}x" if r < 100 else f"{r:.0f}x"
+
+
+def print_table(headers, rows, out=None):
+    out = out or sys.stdout
+    w = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h)) for i, h in enumerate(headers)]
+    line = "  ".join(str(h).ljust(w[i]) for i, h in enumerate(headers))
+    print("  " + line, file=out)
+    print("  " + "  ".join("-" * x for x in w), file=out)
+    for r in rows:
+        print("  " + "  ".join(str(c).ljust(w[i]) if i == 0 else str(c).rjust(w[i]) for i, c in enumerate(r)),
+              file=out)
+
+
+def emit(record: dict):
+    """Append one JSON record (a finished table) to $JITGRAD_BENCH_JSON when it is set."""
+    if not JSON_PATH:
+        return
+    with open(JSON_PATH, "a") as f:
+        f.write(json.dumps(record, default=str) + "\n")
+
+
+class Row:
+    def __init__(self, name, kind, note=""):
+        self.name = name
+        self.kind = kind            # "jitgrad" | "peer" | "floor"
+        self.median = None
+        self.first = None
+        self.runs = 0
+        self.note = note
+        self.error = None
+        self.checks = []            # (quantity, rel err, tol, ok)
+
+
+class Bench:
+    """One workload's table.  ``reference``: quantity -> array (float64 NumPy reference) checked with
+    ``tol[quantity]`` (relative to the reference's largest magnitude)."""
+
+    def __init__(self, wid, title, unit="ms", reference=None, tol=None, baselines=("fastest peer",)):
+        self.id = wid
+        self.title = title
+        self.unit = unit
+        self.reference = reference or {}
+        self.tol = tol or {}
+        self.baselines = list(baselines)
+        self.rows: list[Row] = []
+        self.refs: list[str] = []
+        self.notes: list[str] = []
+        self.targets: list[tuple[str, str, str]] = []   # (target, verdict, detail)
+        self.mismatches: list[str] = []
+        self.t0 = time.perf_counter()
+        print(f"\n=== {wid}: {title}", flush=True)
+
+    # -- configurations -----------------------------------------------------------------------------------
+    def run(self, name, kind, factory, runs, warmup=3, budget_s=3.0, min_runs=5, first_limit_s=None, note=""):
+        """Build and time one configuration.  Exceptions are recorded in the row, never raised."""
+        row = Row(name, kind, note)
+        self.rows.append(row)
+        print(f"  .. {name}", end="", flush=True)
+        try:
+            with time_limit(first_limit_s):
+                t = time.perf_counter()
+                made = factory()
+                step, probe = made if isinstance(made, tuple) else (made, None)
+                r = block(step())
+                row.first = time.perf_counter() - t
+            if probe is not None:
+                self._check(row, probe(r))
+            row.median, row.runs = measure(step, runs, warmup=warmup, budget_s=budget_s, min_runs=min_runs)
+            print(f"  {fmt_time(row.median, self.unit)} (median of {row.runs}; first call "
+                  f"{fmt_time(row.first, 'ms')})", flush=True)
+        except Exception as e:  # noqa: BLE001 - a failing configuration is a result
+            row.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            print(f"  FAILED: {row.error}", flush=True)
+            tb = traceback.format_exc().strip().splitlines()
+            print("     " + "\n     ".join(tb[-6:]), flush=True)
+        return row
+
+    def skip(self, name, kind, why):
+        row = Row(name, kind, note=f"skipped: {why}")
+        self.rows.append(row)
+        print(f"  .. {name}  skipped ({why})", flush=True)
+        return row
+
+    def add(self, name, kind, median, note=""):
+        """A row measured elsewhere (e.g. in a subprocess)."""
+        row = Row(name, kind, note)
+        row.median = median
+        self.rows.append(row)
+        return row
+
+    def _check(self, row, got: dict):
+        for q, val in got.items():
+            if q not in self.reference:
+                continue
+            err = max_rel_err(val, self.reference[q])
+            tol = self.tol.get(q, 1e-4)
+            ok = err <= tol
+            row.checks.append((q, err, tol, ok))
+            if not ok:
+                msg = (f"!!! MISMATCH {self.id} {row.name}: {q} max rel err {err:.3g} > tol {tol:g} "
+                       f"(got {summary(val)}, reference {summary(self.reference[q])})")
+                self.mismatches.append(msg)
+                print("\n" + msg, flush=True)
+
+    # -- report -------------------------------------------------------------------------------------------
+    def row(self, name):
+        for r in self.rows:
+            if r.name == name:
+                return r
+        return None
+
+    def fastest_peer(self):
+        peers = [r for r in self.rows if r.kind == "peer" and r.median is not None]
+        return min(peers, key=lambda r: r.median) if peers else None
+
+    def baseline(self, which):
+        if which == "fastest peer":
+            return self.fastest_peer()
+        return self.row(which)
+
+    def ref(self, text):
+        self.refs.append(text)
+
+    def note(self, text):
+        self.notes.append(text)
+
+    def target(self, text, met, detail=""):
+        verdict = "n/a" if met is None else ("MET" if met else "MISSED")
+        self.targets.append((text, verdict, detail))
+
+    def table(self):
+        headers = ["configuration", "median", "first call"]
+        bases = []
+        for b in self.baselines:
+            r = self.baseline(b)
+            bases.append(r)
+            headers.append(f"vs {b}" + (f" ({r.name})" if (r is not None and b == 'fastest peer') else ""))
+        headers += ["runs", "check", "notes"]
+        rows = []
+        for r in self.rows:
+            cells = [r.name, fmt_time(r.median, self.unit), fmt_time(r.first, "ms")]
+            for b in bases:
+                cells.append(fmt_ratio(r.median / b.median) if (r.median is not None and b is not None
+                                                                 and b.median) else "-")
+            cells.append(str(r.runs) if r.runs else "-")
+            if r.checks:
+                bad = [c for c in r.checks if not c[3]]
+                cells.append("MISMATCH " + ",".join(c[0] for c in bad) if bad else
+                             "ok (" + ", ".join(f"{c[0]} {c[1]:.0e}" for c in r.checks) + ")")
+            else:
+                cells.append("-")
+            note = r.note
+            if r.error:
+                note = ("FAILED: " + r.error + ("; " + note if note else ""))
+            cells.append(note)
+            rows.append(cells)
+        return headers, rows
+
+    def finish(self, extra_tables=()):
+        headers, rows = self.table()
+        print(f"\n{self.id}: {self.title}  (medians; ratio = this / baseline, lower is better)")
+        print_table(headers, rows)
+        for h, rs, title in extra_tables:
+            print(f"\n  {title}")
+            print_table(h, rs)
+        if self.refs:
+            print("  reference lines (shared/BENCHMARKS.md, another machine; not measured here):")
+            for t in self.refs:
+                print("    - " + t)
+        for t in self.notes:
+            print("  note: " + t)
+        for text, verdict, detail in self.targets:
+            print(f"  target: {text}: {verdict}" + (f" ({detail})" if detail else ""))
+        if self.mismatches:
+            print("  " + "!" * 60)
+            for m in self.mismatches:
+                print("  " + m)
+            print("  " + "!" * 60)
+        wall = time.perf_counter() - self.t0
+        print(f"  [{self.id} wall time {wall:.1f} s]", flush=True)
+        emit({"id": self.id, "title": self.title, "headers": headers, "rows": rows,
+              "extra_tables": [{"title": t, "headers": h, "rows": rs} for h, rs, t in extra_tables],
+              "refs": self.refs, "notes": self.notes, "targets": self.targets, "mismatches": self.mismatches,
+              "wall_s": wall, "machine": machine_info()})
+
+
+def summary(x):
+    a = np.asarray(to_numpy(x), dtype=np.float64)
+    if a.size == 1:
+        return f"{float(a.reshape(())):.7g}"
+    return f"array{list(a.shape)} |max|={np.max(np.abs(a)):.4g}"
+
+
+# ------------------------------------------------------------------------------------------------ subprocesses
+
+def run_child(args, env=None, timeout=600):
+    """Run ``python args...`` in a fresh process; returns (wall seconds, last JSON line printed or None,
+    stdout+stderr tail)."""
+    e = dict(os.environ)
+    e.pop("JITGRAD_BENCH_JSON", None)
+    if env:
+        e.update(env)
+    t = time.perf_counter()
+    try:
+        p = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=e, timeout=timeout,
+                           cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return time.perf_counter() - t, None, f"timed out after {timeout} s"
+    wall = time.perf_counter() - t
+    out = p.stdout + p.stderr
+    res = None
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith("{"):
+            try:
+                res = json.loads(line)
+                break
+            except ValueError:
+                pass
+    if p.returncode != 0 and res is None:
+        res = {"error": f"exit {p.returncode}: " + (out.strip().splitlines() or ["?"])[-1]}
+    return wall, res, out[-2000:]
+
+
+def mlp_data(B, D, H, C, seed=0):
+    """The anchors' B1/B5 data: x (B,D) float32, labels y (B,), six parameters (float32)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((B, D), dtype=np.float32)
+    y = rng.integers(0, C, B)
+    ws = [rng.standard_normal((D, H), dtype=np.float32) * 0.05, np.zeros(H, np.float32),
+          rng.standard_normal((H, H), dtype=np.float32) * 0.05, np.zeros(H, np.float32),
+          rng.standard_normal((H, C), dtype=np.float32) * 0.05, np.zeros(C, np.float32)]
+    return x, y, ws
