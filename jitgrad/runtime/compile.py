@@ -73,18 +73,20 @@ class _Entry:
         self.graph = None
         self.gf = None
         self.captured: list[_Captured] = []   # graph inputs after the argument leaves, in order
+        self.grad_src = []      # per captured tensor: None (read by identity) or i: it is argument i's .grad
         self.n_args = 0
         self.out_treedef = None
         self.n_user_out = 0
         self.writes = []        # (captured index or weakref, graph output index): payload write-backs
-        self.grad_writes = []   # (weakref tensor, kind, value): kind "none" | "out" (graph output index) | "obj"
+        self.grad_writes = []   # (target, kind, value): kind "none" | "out" (graph output index) | "obj" (tensor);
+        #                         target and an "obj" value are argument indices or weakrefs to other tensors
         self.one_shot = False
         self.materialize = []   # (weakref tensor, graph output index): state made inside a one-shot trace
         self.eager = False
         self.raw_graph = None
 
     def guards_ok(self) -> bool:
-        return all(c.ok() for c in self.captured)
+        return all(s is not None or c.ok() for c, s in zip(self.captured, self.grad_src))
 
 
 class _Tracer:
@@ -176,7 +178,8 @@ class CompiledFunction:
     def _key(self, leaves, treedef):
         ids = [id(t) for t in leaves]
         first = tuple(ids.index(i) for i in ids)     # which leaves are the same object
-        sig = tuple((t._data.shape, t._data.dtype, t._requires_grad or t.grad_fn is not None) for t in leaves)
+        sig = tuple((t._data.shape, t._data.dtype, t._requires_grad or t.grad_fn is not None, t._grad is None)
+                    for t in leaves)
         an = anomaly.STATE
         modes = (grad_mode.STATE.grad_enabled, an.enabled, an.check_nan, an.check_forward, self.anomaly)
         return (_static_key(treedef), sig, first, modes)
@@ -189,8 +192,9 @@ class CompiledFunction:
         if old[1] != new[1]:
             for i, (a, b) in enumerate(zip(old[1], new[1])):
                 if a != b:
-                    return (f"tensor argument {i} changed from shape {list(a[0])} {a[1]} requires_grad={a[2]} to "
-                            f"shape {list(b[0])} {b[1]} requires_grad={b[2]}")
+                    return (f"tensor argument {i} changed from shape {list(a[0])} {a[1]} requires_grad={a[2]} "
+                            f"grad is None={a[3]} to shape {list(b[0])} {b[1]} requires_grad={b[2]} "
+                            f"grad is None={b[3]}")
             return "the number of tensor arguments changed"
         if old[2] != new[2]:
             return "which arguments are the same tensor changed"
@@ -277,22 +281,30 @@ class CompiledFunction:
             e.writes.append((tracer.order.index(c), len(outputs)))
             outputs.append(_payload_of(t, tracer))
             out_diff.append(False)
-        # .grad write-backs
+        # .grad write-backs: an argument's by its position (each call has its own argument tensors)
+        e.n_args = len(tracer.arg_ids)
+        arg_index = {id(c.ref()): i for i, c in enumerate(tracer.order[:e.n_args])}
         for t, before in tracer.grad_touched.values():
             after = t._grad
-            ref = weakref.ref(t)
+            ref = arg_index.get(id(t))
+            if ref is None:
+                ref = weakref.ref(t)
             if after is before:
                 continue      # same object: a payload change is already a write-back
             if after is None:
                 e.grad_writes.append((ref, "none", None))
             elif id(after) in tracer.captured and after._data is tracer.captured[id(after)].var:
-                e.grad_writes.append((ref, "obj", weakref.ref(after)))
+                val = arg_index.get(id(after))
+                e.grad_writes.append((ref, "obj", weakref.ref(after) if val is None else val))
             else:
                 e.grad_writes.append((ref, "out", len(outputs)))
                 outputs.append(_payload_of(after, tracer))
                 out_diff.append(False)
-        e.n_args = len(tracer.arg_ids)
         e.captured = tracer.order[e.n_args:]      # arguments come first and are not guarded by identity
+        # an argument's existing .grad that backward accumulated into: read from that argument at each call
+        grad_of = {id(before): arg_index[id(t)] for t, before in tracer.grad_touched.values()
+                   if before is not None and id(t) in arg_index}
+        e.grad_src = [grad_of.get(id(c.ref())) for c in e.captured]
         return outputs, out_diff
 
     @staticmethod
@@ -341,7 +353,7 @@ class CompiledFunction:
             if id(t) not in seen:
                 seen.add(id(t))
                 inputs.append(t)
-        inputs.extend(c.ref() for c in e.captured)
+        inputs.extend(c.ref() if s is None else inputs[s]._grad for c, s in zip(e.captured, e.grad_src))
         outs = e.gf(inputs)
         for ref, oi in e.materialize:       # state made by a one-shot trace gets its value
             t = ref()
@@ -353,13 +365,13 @@ class CompiledFunction:
         for ci, _ in e.writes:      # already written by the call; count the writes
             inputs[ci]._vc[0] += 1
         for ref, kind, val in e.grad_writes:
-            t = ref()
+            t = inputs[ref] if type(ref) is int else ref()
             if t is None:
                 continue
             if kind == "none":
                 t._grad = None
             elif kind == "obj":
-                t._grad = val()
+                t._grad = inputs[val] if type(val) is int else val()
             else:
                 g = outs[val]
                 old = t._grad

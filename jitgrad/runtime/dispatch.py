@@ -147,13 +147,6 @@ def _bind(op, args, params):
     return t
 
 
-# input i of these ops is read only by the gradients of the listed inputs (mul: d/da = g * b, d/db = g * a), so
-# it is saved (and its version checked) only when one of them needs a gradient: ``y = h * c; h.add_(1)`` with a
-# constant ``c`` is fine, as in torch
-_SAVED_ONLY_FOR = {"mul": {0: (1,), 1: (0,)}, "div": {0: (1,)}, "matmul": {0: (1,), 1: (0,)},
-                   "mod": {0: (1,), 1: (1,)}}
-
-
 def refresh_view(a):
     """Give view ``a`` a current grad_fn when its base was modified in place (recorded) after ``a`` was made.
 
@@ -207,11 +200,11 @@ def _record(op, params, args, avals, t):
     if si:
         ins = [None] * len(args)
         vers = []
-        only_for = _SAVED_ONLY_FOR.get(op.name)
+        only_for = op.saved_for
         for i in si:
             if i >= len(args):
                 break
-            if only_for is not None and i in only_for and not any(needs[j] for j in only_for[i]):
+            if i in only_for and not any(needs[j] for j in only_for[i]):
                 continue    # as torch: not saved when no input whose gradient reads it needs one
             a = args[i]
             ins[i] = a

@@ -78,12 +78,12 @@ def _float_inputs(impl):
 
 
 def ew(name, impl, vjp=None, scalar=None, kind="same", saves_in=(), saves_out=(), grad_name=None,
-       nondiff_inputs=(), doc=""):
+       nondiff_inputs=(), saved_for=None, doc=""):
     if kind == "float":
         impl = _float_inputs(impl)
     return register(OpDef(name, "elementwise", _rule(name, kind), impl, _ew_vjp(vjp) if vjp else None,
                           scalar=scalar, grad_name=grad_name, saves_in=saves_in, saves_out=saves_out,
-                          nondiff_inputs=nondiff_inputs, doc=doc))
+                          nondiff_inputs=nondiff_inputs, saved_for=saved_for, doc=doc))
 
 
 def _in(ctx, i=0):
@@ -144,10 +144,10 @@ ew("add", np.add, lambda c, g: (g, g), lambda x, y: f"({x} + {y})")
 ew("sub", np.subtract, lambda c, g: (g, -g), lambda x, y: f"({x} - {y})", kind="nobool")
 ew("mul", np.multiply, lambda c, g: (g * _in(c, 1) if c.needs_grad[0] else None,
                                      g * _in(c, 0) if c.needs_grad[1] else None),
-   lambda x, y: f"({x} * {y})", saves_in=(0, 1))
+   lambda x, y: f"({x} * {y})", saves_in=(0, 1), saved_for={0: (1,), 1: (0,)})
 ew("div", np.true_divide, lambda c, g: (g / _in(c, 1) if c.needs_grad[0] else None,
                                         -(g * _in(c, 0)) / (_in(c, 1) * _in(c, 1)) if c.needs_grad[1] else None),
-   lambda x, y: f"({x} / {y})", "float", saves_in=(0, 1))
+   lambda x, y: f"({x} / {y})", "float", saves_in=(0, 1), saved_for={0: (1,)})
 
 
 def _int_zero_check(y):
@@ -173,7 +173,8 @@ def _remainder(x, y):
 
 ew("floordiv", _floordiv, None, lambda x, y: f"({x} // {y})", kind="nobool")
 ew("mod", _remainder, lambda c, g: (g, -(g * (_in(c, 0) // _in(c, 1))) if c.needs_grad[1] else None),
-   lambda x, y: f"({x} % {y})", saves_in=(0, 1), grad_name="RemainderBackward0", kind="nobool")
+   lambda x, y: f"({x} % {y})", saves_in=(0, 1), grad_name="RemainderBackward0", kind="nobool",
+   saved_for={0: (1,), 1: (1,)})
 
 
 def _pow_vjp(c, g):

@@ -52,4 +52,4 @@ def _matmul_vjp(c, g):
 
 
 register(OpDef("matmul", "linalg", _matmul_rule, np.matmul, _matmul_vjp, saves_in=(0, 1),
-               grad_name="MmBackward0"))
+               saved_for={0: (1,), 1: (0,)}, grad_name="MmBackward0"))

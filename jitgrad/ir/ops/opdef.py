@@ -65,15 +65,17 @@ class OpDef:
     scalar      elementwise only: (*arg_exprs, **params) -> expression string of the scalar body
     grad_name   the backward node's name (``MulBackward0``)
     saves_in    input indices the vjp reads;  saves_out: output indices the vjp reads
+    saved_for   {input i: inputs whose gradient reads it}: input i is saved only if one of those needs a
+                gradient (mul: d/da = g*b reads b), so ``h * const`` doesn't pin ``h`` (torch does the same)
     view        the output may alias input 0's memory (shares its version counter)
     """
 
     __slots__ = ("name", "family", "shape_dtype", "impl", "vjp", "scalar", "grad_name", "saves_in",
-                 "saves_out", "nout", "view", "differentiable", "nondiff_inputs", "compute_float", "doc")
+                 "saves_out", "saved_for", "nout", "view", "differentiable", "nondiff_inputs", "compute_float", "doc")
 
     def __init__(self, name: str, family: str, shape_dtype: Callable, impl: Callable, vjp: Callable | None,
                  *, scalar: Callable | None = None, grad_name: str | None = None, saves_in=(), saves_out=(),
-                 nout: int = 1, view: bool = False, nondiff_inputs=(), doc: str = ""):
+                 saved_for=None, nout: int = 1, view: bool = False, nondiff_inputs=(), doc: str = ""):
         self.name = name
         self.family = family
         self.shape_dtype = shape_dtype
@@ -83,6 +85,7 @@ class OpDef:
         self.grad_name = grad_name or (name.title().replace("_", "") + "Backward0")
         self.saves_in = tuple(saves_in)
         self.saves_out = tuple(saves_out)
+        self.saved_for = dict(saved_for or {})
         self.nout = nout
         self.view = view
         self.differentiable = vjp is not None
