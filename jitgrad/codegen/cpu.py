@@ -27,53 +27,20 @@ _MATH_RE = re.compile(r"\b(" + "|".join(_MATH) + r")\(")
 _NP_TYPE = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "b1"}
 
 
-def _math_namespace():
-    """name_suffix -> njit function.  mathlib when available; otherwise libm through Numba."""
-    try:
-        from . import mathlib
-        ns = {}
-        for d in ("float32", "float64"):
-            for k, f in mathlib.scalar_namespace(d).items():
-                ns[f"{k}_{_NP_TYPE[d]}"] = f
-        if all(f"{m}_f32" in ns for m in _MATH):
-            return ns
-    except Exception:  # noqa: BLE001 - mathlib not built yet: fall back to libm
-        pass
-    import numba
-    ns = {}
-    for suffix, T in (("f32", np.float32), ("f64", np.float64)):
-        ns.update(_libm(suffix, T, numba))
-    return ns
+_MODULES = ("mathlib", "libm")
 
 
-def _libm(suffix, T, numba):
-    j = numba.njit(inline="always")
-    one = T(1.0)
-    ns = {
-        f"exp_{suffix}": j(lambda x: math.exp(x)), f"log_{suffix}": j(lambda x: math.log(x) if x > 0 else (
-            -math.inf if x == 0 else math.nan)),
-        f"log1p_{suffix}": j(lambda x: math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)),
-        f"expm1_{suffix}": j(lambda x: math.expm1(x)), f"tanh_{suffix}": j(lambda x: math.tanh(x)),
-        f"sigmoid_{suffix}": j(lambda x: one / (one + math.exp(-x))), f"erf_{suffix}": j(lambda x: math.erf(x)),
-        f"sin_{suffix}": j(lambda x: math.sin(x)), f"cos_{suffix}": j(lambda x: math.cos(x)),
-        f"tan_{suffix}": j(lambda x: math.tan(x)), f"pow_{suffix}": j(lambda x, y: x ** y),
-        f"sqrt_{suffix}": j(lambda x: math.sqrt(x) if x >= 0 else math.nan),
-        f"isfinite_{suffix}": j(lambda x: math.isfinite(x)),
-    }
-    return ns
-
-
-_NS = None
-
-
-def namespace():
-    global _NS
-    if _NS is None:
-        import numba
-        _NS = dict(_math_namespace())
-        _NS.update(np=np, math=math, prange=numba.prange, float32=np.float32, float64=np.float64,
-                   int32=np.int32, int64=np.int64)
-    return _NS
+def _math_import(name: str) -> str:
+    """The module a math helper (``tanh_f32``) is imported from: mathlib if it has it, else libm."""
+    import importlib
+    for m in _MODULES:
+        try:
+            mod = importlib.import_module(f"jitgrad.codegen.{m}")
+        except ImportError:
+            continue
+        if hasattr(mod, name):
+            return m
+    raise KeyError(f"no scalar math function {name}")
 
 
 def _tname(d: dt.DType) -> str:
@@ -110,6 +77,8 @@ def _compute_dtype(e):
 
 
 def _literal(v, d: dt.DType, consts):
+    """A typed module-level constant for a scalar literal (``c0 = np.float32(0.1)``): never a bare Python
+    float, which would promote float32 arithmetic to float64."""
     val = v.value
     if d is None:
         d = v.aval.dtype if not v.aval.weak else dt.result_type([], [val])
@@ -117,12 +86,10 @@ def _literal(v, d: dt.DType, consts):
         val = int(val)
     if d is dt.bool_:
         return "True" if val else "False"
-    if isinstance(val, float) and not math.isfinite(val):
-        name = f"c{len(consts)}"
-        consts[name] = d.np.type(val)
-        return name
+    val = d.np.type(val).item()
+    text = repr(val) if not (isinstance(val, float) and not math.isfinite(val)) else f"float('{val}')"
     name = f"c{len(consts)}"
-    consts[name] = d.np.type(val)
+    consts[name] = f"np.{d.np.name}({text})"
     return name
 
 
@@ -288,14 +255,12 @@ class CompiledGraph:
     """
 
     def __init__(self, graph: Graph, writes=()):
-        import numba
+        from . import cache
         self.graph = graph
         self.writes = tuple(writes)
         self.plan = fusion_plan(graph)
         consts = {}
-        kernels = []
-        for g in self.plan.groups:
-            kernels.append(gen_group(g, f"fused_{g.index}", consts))
+        kernels = [gen_group(g, f"fused_{g.index}", consts) for g in self.plan.groups]
         extra = []
         for n, step in enumerate(self.plan.steps):
             if isinstance(step, Group):
@@ -305,23 +270,36 @@ class CompiledGraph:
             elif step.op.name == "index_put" and _all_tensor_spec(step.params["spec"], step.ins[0].aval.ndim):
                 extra.append(gen_scatter(step, f"scatter_{n}"))
         self.kernels = kernels
-        ns = dict(namespace())
-        ns.update(consts)
-        ksrc = "\n\n".join([k.source for k in kernels] + extra)
-        exec(compile(ksrc or "pass", f"<jitgrad kernels {id(self):x}>", "exec"), ns)
-        for k in kernels:
-            ns[k.name] = numba.njit(fastmath=FASTMATH, parallel=k.parallel, error_model="numpy")(ns[k.name])
-        for src in extra:
-            kname = src.split("(")[0][4:]
-            ns[kname] = numba.njit(error_model="numpy")(ns[kname])
-        self.kernel_source = ksrc
         self.nopython = all(self._nopython_step(s) for s in self.plan.steps)
-        self.driver_source, dns = self._driver(ns, {k.name: k for k in kernels})
-        exec(compile(self.driver_source, f"<jitgrad driver {id(self):x}>", "exec"), dns)
-        run = dns["run"]
+        fm = "{" + ", ".join(repr(f) for f in sorted(FASTMATH)) + "}"
+        body = []
+        for k in kernels:
+            body.append(f"@njit(cache=CACHE_ENABLED, fastmath={fm}, parallel={k.parallel}, error_model='numpy')\n"
+                        + k.source)
+        for src in extra:
+            body.append("@njit(cache=CACHE_ENABLED, error_model='numpy')\n" + src)
+        self.driver_source, dns, self.lits = self._driver({k.name: k for k in kernels})
         if self.nopython:
-            run = numba.njit(error_model="numpy")(run)
-        self.run = run
+            body.append("@njit(cache=CACHE_ENABLED, error_model='numpy')\n" + self.driver_source)
+        text = "\n\n\n".join(body)
+        used = sorted(set(m.group(0)[:-1] for m in re.finditer(r"\b[a-z0-9]+_(?:f32|f64)\(", text)))
+        header = ["# generated by jitgrad.codegen.cpu", "import numpy as np", "from numba import njit, prange",
+                  "from numpy import float32, float64, int32, int64"]
+        header += [f"from jitgrad.codegen.{_math_import(n)} import {n}" for n in used]
+        header += [f"{k} = {v}" for k, v in consts.items()]
+        self.module_source = "\n".join(header) + "\n\n\n" + text + "\n"
+        key = cache.cache_key(self.module_source, extra=("cpu", 1))
+        self.module = cache.load_module(key, self.module_source, "graph")
+        if self.nopython:
+            run, lits = self.module.run, tuple(self.lits)
+            self.run = (lambda *a: run(*a, *lits)) if lits else run
+        else:
+            for k in kernels:
+                dns[k.name] = getattr(self.module, k.name)
+            for n in dns.get("__steps__", ()):
+                dns[n] = getattr(self.module, n)
+            exec(compile(self.driver_source, f"<jitgrad driver {id(self):x}>", "exec"), dns)
+            self.run = dns["run"]
         self.names = {g.index: g.name for g in self.plan.groups}
 
     @staticmethod
@@ -340,21 +318,25 @@ class CompiledGraph:
 
     @property
     def source(self) -> str:
-        return (f"# fusion plan\n# " + str(self.plan).replace("\n", "\n# ") + "\n\n" + self.kernel_source
-                + "\n\n" + ("@njit  # the whole call is one dispatch\n" if self.nopython else "")
-                + self.driver_source)
+        src = "# fusion plan\n# " + str(self.plan).replace("\n", "\n# ") + "\n\n" + self.module_source
+        if not self.nopython:
+            src += "\n\n# Python driver (some steps have no nopython form)\n" + self.driver_source
+        return src
 
-    def _driver(self, ns, kernels):
+    def _driver(self, kernels):
+        """The driver's source; with the njit driver, literal arrays become trailing parameters."""
         g = self.graph
         names = {}
         nopy = self.nopython
-        dns = {"np": np, "_run_eqn": run_eqn}
+        dns = {"np": np, "_run_eqn": run_eqn, "__steps__": []}
+        lits = []
 
         def nm(v):
             if isinstance(v, Lit):
-                key = f"L{len(dns)}"
                 val = v.value if isinstance(v.value, np.ndarray) else np.asarray(v.value, v.aval.dtype.np)
-                dns[key] = np.array(val, order="C", copy=True) if nopy else val   # keeps 0-d arrays 0-d
+                key = f"L{len(lits)}"
+                lits.append(np.array(val, order="C", copy=True))    # keeps 0-d arrays 0-d
+                dns[key] = lits[-1]
                 return key
             if v not in names:
                 names[v] = f"v{len(names)}"
@@ -363,11 +345,10 @@ class CompiledGraph:
         def dtype_src(aval):
             return f"np.{aval.dtype.np.name}" if aval.dtype.name != "bool" else "np.bool_"
 
-        lines = [f"def run({', '.join(nm(v) for v in g.inputs)}):"]
+        lines = [None]
         for n, step in enumerate(self.plan.steps):
             if isinstance(step, Group):
                 k = kernels[f"fused_{step.index}"]
-                dns[k.name] = ns[k.name]
                 outs = []
                 for o in k.outputs:
                     shape = o.aval.shape
@@ -399,11 +380,11 @@ class CompiledGraph:
             elif nopy and name == "permute":
                 lines.append(f"    {out} = np.transpose({ins[0]}, {tuple(e.params['perm'])!r})")
             elif name == "getitem" and _all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim):
-                dns[f"gather_{n}"] = ns[f"gather_{n}"]
+                dns["__steps__"].append(f"gather_{n}")
                 lines.append(f"    {out} = np.empty({e.outs[0].aval.shape!r}, {dtype_src(e.outs[0].aval)})")
                 lines.append(f"    gather_{n}({', '.join(ins)}, {out})")
             elif name == "index_put" and _all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim):
-                dns[f"scatter_{n}"] = ns[f"scatter_{n}"]
+                dns["__steps__"].append(f"scatter_{n}")
                 lines.append(f"    {out} = {ins[0]}.copy()")
                 v = ins[1]
                 if isinstance(e.ins[1], Lit) and not isinstance(e.ins[1].value, np.ndarray):
@@ -419,7 +400,9 @@ class CompiledGraph:
         for o, i in self.writes:     # in-place state updates, after every read of the old values
             lines.append(f"    {nm(g.inputs[i])}[...] = {outs[o]}")
         lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
-        return "\n".join(lines), dns
+        params = [nm(v) for v in g.inputs] + ([f"L{k}" for k in range(len(lits))] if nopy else [])
+        lines[0] = f"def run({', '.join(params)}):"
+        return "\n".join(lines), dns, lits
 
 
 __all__ = ["CompiledGraph", "gen_group", "FASTMATH", "PARALLEL_MIN"]

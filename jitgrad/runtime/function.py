@@ -8,6 +8,7 @@ from .node import Node, zeros_for
 from .source import user_loc, user_stack
 from .dispatch import refresh_view
 from .tensor import Tensor
+from ..tracer import STATE as _TR
 
 
 class FunctionCtx:
@@ -88,38 +89,7 @@ class BackwardCFunction(Node):
                 from .node import FREED_MSG
                 raise RuntimeError(FREED_MSG)
         res = self.op.cls.backward(ctx, *grads)
-        if not isinstance(res, tuple):
-            res = (res,)
-        n = len(self.next_functions)
-        if len(res) != n:
-            if len(res) > n and all(r is None for r in res[n:]):
-                res = res[:n]
-            else:
-                raise RuntimeError(f"function {self.name()} returned an incorrect number of gradients (expected {n}, "
-                                   f"got {len(res)})")
-        out = []
-        for i, (g, (shape, dtype, is_tensor)) in enumerate(zip(res, self.input_meta)):
-            if g is None or not self.needs_grad[i]:
-                if g is not None and not is_tensor:
-                    raise RuntimeError(f"function {self.name()} returned a gradient different than None at position "
-                                       f"{i + 1}, but the corresponding forward input was not a Variable")
-                out.append(None)
-                continue
-            if not isinstance(g, Tensor):
-                raise TypeError(f"function {self.name()} returned a non-Tensor gradient at index {i}: {type(g).__name__}")
-            if g.shape != shape:
-                try:
-                    np.broadcast_shapes(shape, g.shape)
-                    if np.broadcast_shapes(shape, g.shape) != g.shape:
-                        raise ValueError
-                    g = g.sum_to_size(shape)
-                except ValueError:
-                    raise RuntimeError(f"Function {self.name()} returned an invalid gradient at index {i} - got "
-                                       f"{list(g.shape)} but expected shape compatible with {list(shape)}") from None
-            if g.dtype is not dtype:
-                g = g.to(dtype)
-            out.append(g)
-        return tuple(out)
+        return _checked_grads(self.name(), res, self.input_meta, self.needs_grad)
 
     def materialize(self):
         return self.ctx.materialize_grads
@@ -138,6 +108,112 @@ class BackwardCFunction(Node):
         self._freed = True
         self.ctx._freed = True
         self.ctx._saved = None
+
+
+def _checked_grads(name, res, input_meta, needs_grad):
+    """A custom backward's results, checked against the forward inputs: count, shapes (broadcast results are
+    summed down), dtypes; None where no gradient is wanted."""
+    if not isinstance(res, tuple):
+        res = (res,)
+    n = len(input_meta)
+    if len(res) != n:
+        if len(res) > n and all(r is None for r in res[n:]):
+            res = res[:n]
+        else:
+            raise RuntimeError(f"function {name} returned an incorrect number of gradients (expected {n}, "
+                               f"got {len(res)})")
+    out = []
+    for i, (g, (shape, dtype, is_tensor)) in enumerate(zip(res, input_meta)):
+        if g is None or not needs_grad[i]:
+            if g is not None and not is_tensor:
+                raise RuntimeError(f"function {name} returned a gradient different than None at position "
+                                   f"{i + 1}, but the corresponding forward input was not a Variable")
+            out.append(None)
+            continue
+        if not isinstance(g, Tensor):
+            raise TypeError(f"function {name} returned a non-Tensor gradient at index {i}: {type(g).__name__}")
+        if g.shape != shape:
+            try:
+                np.broadcast_shapes(shape, g.shape)
+                if np.broadcast_shapes(shape, g.shape) != g.shape:
+                    raise ValueError
+                g = g.sum_to_size(shape)
+            except ValueError:
+                raise RuntimeError(f"Function {name} returned an invalid gradient at index {i} - got "
+                                   f"{list(g.shape)} but expected shape compatible with {list(shape)}") from None
+        if g.dtype is not dtype:
+            g = g.to(dtype)
+        out.append(g)
+    return tuple(out)
+
+
+def _trace_custom(tr, cls, ctx, node, args, outs, loc):
+    """Under @jg.compile: give each differentiable output of a custom Function an eqn ``custom_function`` whose
+    value is the forward's and whose vjp calls ``cls.backward``, so the transpose pass (compiled backward,
+    any order) differentiates the Function as its backward says, not through its forward (which ran without
+    recording).  The eqn reads the tensor arguments, the saved tensors and the tensors set as ctx attributes:
+    in the vjp those are the backward graph's values of them.  One eqn per output; its vjp calls backward
+    with that output's cotangent and zeros for the others (backward is linear in them)."""
+    from ..ir.graph import Lit, Var
+    from ..ir.ops import Aval
+    from ..ir.ops.opdef import OpDef
+    from ..ir import dtypes as dt
+    from .tensor import _traced_payload
+
+    def payload(t):
+        d = _traced_payload(t, tr)
+        return d if type(d) is Var else Lit(d, Aval(d.shape, dt._FROM_NP[d.dtype]))
+
+    arg_pos = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+    saved = list(ctx._saved or ())
+    saved_pos = [i for i, t in enumerate(saved) if isinstance(t, Tensor)]
+    attrs = [k for k, v in vars(ctx).items() if not k.startswith("_") and isinstance(v, Tensor)]
+    ins = ([payload(args[i]) for i in arg_pos] + [payload(saved[i]) for i in saved_pos]
+           + [payload(getattr(ctx, k)) for k in attrs])
+    n_a, n_s = len(arg_pos), len(saved_pos)
+    needs = tuple(node.needs_grad[i] for i in arg_pos) + (False,) * (len(ins) - n_a + 1)
+    diff_k = [k for k, o in enumerate(outs) if isinstance(o, Tensor) and o.grad_fn is node]
+    out_avals = [(o.shape, o.dtype) if isinstance(o, Tensor) else None for o in outs]
+    meta = node.input_meta
+    name = node.name()
+
+    def vjp_for(k):
+        def vjp(c, g):
+            lifted = list(c.inputs)
+            prev = ctx._saved, ctx._saved_versions, ctx._freed, {a: getattr(ctx, a) for a in attrs}
+            new_saved = list(saved)
+            for j, i in enumerate(saved_pos):
+                new_saved[i] = lifted[n_a + j]
+            ctx._saved, ctx._saved_versions, ctx._freed = tuple(new_saved), None, False
+            for j, a in enumerate(attrs):
+                setattr(ctx, a, lifted[n_a + n_s + j])
+            grads = []
+            for j, av in enumerate(out_avals):
+                if j == k:
+                    grads.append(g)
+                elif av is None or not ctx.materialize_grads:
+                    grads.append(None)
+                else:
+                    grads.append(Tensor._make(np.zeros(av[0], av[1].np)))
+            try:
+                res = cls.backward(ctx, *grads)
+            finally:
+                ctx._saved, ctx._saved_versions, ctx._freed = prev[:3]
+                for a, v in prev[3].items():
+                    setattr(ctx, a, v)
+            res = _checked_grads(name, res, meta, node.needs_grad)
+            return tuple(res[i] for i in arg_pos) + (None,) * (len(ins) - n_a + 1)
+        return vjp
+
+    for k in diff_k:
+        o = outs[k]
+        src = payload(o)
+        aval = src.aval
+        op = OpDef("custom_function", "custom", lambda avals, params: [avals[-1]],
+                   lambda *xs, **params: xs[-1], vjp_for(k), saves_in=range(n_a, len(ins)),
+                   grad_name=name)
+        (v,) = tr.add_eqn(op, ins + [src], {"fn": cls.__name__, "output": k}, [aval], loc, True, needs)
+        o._data = v
 
 
 class _FunctionMeta(type):
@@ -262,6 +338,9 @@ class Function(metaclass=_FunctionMeta):
                 t._requires_grad = False
             new_outs.append(t)
         node.out_meta = tuple(out_meta)
+        tr = _TR.active
+        if tr is not None:
+            _trace_custom(tr, cls, ctx, node, args, new_outs, node.loc)
         # materialized zero grads for outputs that receive none
         return new_outs[0] if single else tuple(new_outs)
 

@@ -27,9 +27,10 @@ def _axes(name, x, dim):
     if name != "squeeze" and isinstance(dim, (tuple, list)) and len(dim) == 0:
         dim = None      # torch: a reduction over dim=() / [] reduces every dim (squeeze(dim=()) squeezes none)
     try:
-        return normalize_axes(name, dim, x.ndim)
+        axes = normalize_axes(name, dim, x.ndim)
     except OpError as e:
         raise IndexError(str(e)) from None
+    return axes if x.ndim else ()    # a 0-d tensor takes dim 0 / -1 (torch), and has no axis to reduce
 
 
 def _axis(name, x, dim):
@@ -197,7 +198,9 @@ def mean(input, dim=None, keepdim=False, *, dtype=None):
     for a in axes:
         n *= input.shape[a]
     s = bind(O["sum"], input, axes=axes, keepdims=bool(keepdim))
-    return s / n if n else s * math.nan
+    # mean of nothing is nan; "+ nan" (not "* nan") keeps the derivative w.r.t. the incoming gradient finite
+    # (it is a sum over no elements), as torch's expand-then-divide backward does
+    return s / n if n else s + math.nan
 
 
 def prod(input, dim=None, keepdim=False, *, dtype=None):
@@ -216,6 +219,8 @@ def amin(input, dim=(), keepdim=False):
 
 def argmax(input, dim=None, keepdim=False):
     ax = None if dim is None else _axis("argmax", input, dim)
+    if input.ndim == 0:
+        ax = None   # dim 0 / -1 of a 0-d tensor: its only element
     x = input if ax is not None else input.reshape(-1)
     r = bind(O["argmax"], x, axis=ax, keepdims=bool(keepdim) and ax is not None)
     return r.reshape((1,) * input.ndim) if keepdim and ax is None else r
@@ -223,6 +228,8 @@ def argmax(input, dim=None, keepdim=False):
 
 def argmin(input, dim=None, keepdim=False):
     ax = None if dim is None else _axis("argmin", input, dim)
+    if input.ndim == 0:
+        ax = None   # dim 0 / -1 of a 0-d tensor: its only element
     x = input if ax is not None else input.reshape(-1)
     r = bind(O["argmin"], x, axis=ax, keepdims=bool(keepdim) and ax is not None)
     return r.reshape((1,) * input.ndim) if keepdim and ax is None else r
@@ -274,7 +281,10 @@ def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
         n *= input.shape[a]
     mu = bind(O["sum"], input, axes=axes, keepdims=True) / (n if n else 1)
     d = input - mu
-    return bind(O["sum"], d * d, axes=axes, keepdims=bool(keepdim)) / builtins_max(n - correction, 0)
+    ss = bind(O["sum"], d * d, axes=axes, keepdims=bool(keepdim))
+    if n == 0:
+        return ss + math.nan       # as mean(): nan, with a finite double backward
+    return ss / builtins_max(n - correction, 0)
 
 
 def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):

@@ -31,7 +31,7 @@ def cse(g: Graph) -> Graph:
     for e in g.eqns:
         ins = [subst.get(v, v) if not isinstance(v, Lit) else v for v in e.ins]
         pk = _params_key(e.params)
-        key = None if pk is None else (e.op.name, tuple(_key_of(v) for v in ins), pk, e.diff, e.needs)
+        key = None if pk is None else (e.op, tuple(_key_of(v) for v in ins), pk, e.diff, e.needs)
         if key is not None and key in seen:
             for o, prev in zip(e.outs, seen[key].outs):
                 subst[o] = prev
