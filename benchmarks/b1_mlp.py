@@ -71,6 +71,7 @@ def main():
     b.ref("hand NumPy 15.3 ms, PyTorch eager 13.8 ms, torch.compile 13.8 ms, JAX jit 13.0 ms, HIPS autograd 29.9 ms")
     b.note("jitgrad compiled steps return loss.detach(); PyTorch's returns the loss (graph already freed by "
            "backward); JAX returns (params, loss).")
+    b.time_all()
     fp = b.fastest_peer()
     for name in ("jitgrad compile(interpret)", "jitgrad compile(numba)"):
         r = b.row(name)

@@ -127,6 +127,27 @@ def reset_peak_rss() -> bool:
 
 # ------------------------------------------------------------------------------------------------ timing
 
+def cpu_ticks():
+    """(machine busy seconds from /proc/stat, this process's + children's CPU seconds) or None."""
+    try:
+        with open("/proc/stat") as f:
+            parts = f.readline().split()
+        hz = os.sysconf("SC_CLK_TCK")
+        busy = sum(int(v) for v in parts[1:4]) + sum(int(v) for v in parts[6:9])   # user nice system irq softirq steal
+        t = os.times()
+        return busy / hz, t.user + t.system + t.children_user + t.children_system
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def foreign_load(a, b, wall):
+    """Average number of CPUs kept busy by processes other than this one (and its children) between two
+    :func:`cpu_ticks` samples: the background load of a shared machine."""
+    if a is None or b is None or wall <= 0:
+        return None
+    return max(0.0, ((b[0] - a[0]) - (b[1] - a[1])) / wall)
+
+
 class Timeout(Exception):
     pass
 
@@ -213,6 +234,8 @@ def to_numpy(x):
 def fmt_time(sec, unit):
     if sec is None or (isinstance(sec, float) and not math.isfinite(sec)):
         return "-"
+    if unit == "us" and sec >= 0.01:
+        unit = "ms"
     v = sec * {"s": 1, "ms": 1e3, "us": 1e6}[unit]
     return f"{v:,.0f} {unit}" if v >= 1000 else (f"{v:.1f} {unit}" if v >= 10 else f"{v:.2f} {unit}")
 
@@ -252,6 +275,14 @@ class Row:
         self.note = note
         self.error = None
         self.checks = []            # (quantity, rel err, tol, ok)
+        self.step = None            # the prepared step, until it is timed
+        self.times = None
+        self.est = self.budget = 0.0
+        self.want = self.min_runs = 0
+
+    def ok(self):
+        """Ran and every checked output matched the reference."""
+        return self.error is None and all(c[3] for c in self.checks)
 
 
 class Bench:
@@ -271,11 +302,14 @@ class Bench:
         self.targets: list[tuple[str, str, str]] = []   # (target, verdict, detail)
         self.mismatches: list[str] = []
         self.t0 = time.perf_counter()
+        self.load0 = cpu_ticks()
         print(f"\n=== {wid}: {title}", flush=True)
 
     # -- configurations -----------------------------------------------------------------------------------
     def run(self, name, kind, factory, runs, warmup=3, budget_s=3.0, min_runs=5, first_limit_s=None, note=""):
-        """Build and time one configuration.  Exceptions are recorded in the row, never raised."""
+        """Build one configuration: first call (timed, including any compile), output check, warm-up.  The
+        timed runs happen later in :meth:`time_all`, interleaved with the other configurations.  Exceptions
+        are recorded in the row, never raised."""
         row = Row(name, kind, note)
         self.rows.append(row)
         print(f"  .. {name}", end="", flush=True)
@@ -288,15 +322,62 @@ class Bench:
                 row.first = time.perf_counter() - t
             if probe is not None:
                 self._check(row, probe(r))
-            row.median, row.runs = measure(step, runs, warmup=warmup, budget_s=budget_s, min_runs=min_runs)
-            print(f"  {fmt_time(row.median, self.unit)} (median of {row.runs}; first call "
-                  f"{fmt_time(row.first, 'ms')})", flush=True)
+            ts = []
+            for _ in range(max(1, warmup)):
+                t = time.perf_counter()
+                block(step())
+                ts.append(time.perf_counter() - t)
+            row.est = float(np.median(ts))
+            row.step = step
+            row.want = max(min_runs, int(runs * SCALE))
+            row.min_runs = min_runs
+            row.budget = budget_s * max(SCALE, 0.05)
+            print(f"  first call {fmt_time(row.first, 'ms')}; warm-up ~{fmt_time(row.est, self.unit)}", flush=True)
         except Exception as e:  # noqa: BLE001 - a failing configuration is a result
-            row.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-            print(f"  FAILED: {row.error}", flush=True)
-            tb = traceback.format_exc().strip().splitlines()
-            print("     " + "\n     ".join(tb[-6:]), flush=True)
+            self._fail(row, e)
         return row
+
+    def _fail(self, row, e):
+        row.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        row.step = None
+        print(f"  FAILED: {row.error}", flush=True)
+        tb = traceback.format_exc().strip().splitlines()
+        print("     " + "\n     ".join(tb[-6:]), flush=True)
+
+    def time_all(self, round_s=0.15):
+        """Time every prepared configuration in interleaved rounds (each round: one untimed call, then a batch
+        of timed calls per configuration), so that drifting background load on a shared machine hits all of
+        them alike.  A configuration stops after ``runs`` timed calls, or once ``budget_s`` of timed calls and
+        ``min_runs`` are done.  Its median is over all its timed calls."""
+        todo = [r for r in self.rows if getattr(r, "step", None) is not None and r.median is None]
+        if not todo:
+            return
+        print(f"  .. timing {len(todo)} configurations in interleaved rounds", flush=True)
+        for r in todo:
+            r.times, r.spent = [], 0.0
+        while todo:
+            for r in list(todo):
+                k = int(min(max(1, round(round_s / max(r.est, 1e-7))), r.want - len(r.times)))
+                try:
+                    block(r.step())
+                    for _ in range(max(k, 1)):
+                        t = time.perf_counter()
+                        block(r.step())
+                        dt = time.perf_counter() - t
+                        r.times.append(dt)
+                        r.spent += dt
+                except Exception as e:  # noqa: BLE001
+                    self._fail(r, e)
+                    todo.remove(r)
+                    continue
+                if len(r.times) >= r.want or (r.spent >= r.budget and len(r.times) >= r.min_runs):
+                    todo.remove(r)
+        for r in self.rows:
+            if getattr(r, "times", None):
+                r.median = float(np.median(r.times))
+                r.runs = len(r.times)
+                print(f"     {r.name}: {fmt_time(r.median, self.unit)} (median of {r.runs})", flush=True)
+            r.step = None     # release the configuration's buffers
 
     def skip(self, name, kind, why):
         row = Row(name, kind, note=f"skipped: {why}")
@@ -333,7 +414,7 @@ class Bench:
         return None
 
     def fastest_peer(self):
-        peers = [r for r in self.rows if r.kind == "peer" and r.median is not None]
+        peers = [r for r in self.rows if r.kind == "peer" and r.median is not None and r.ok()]
         return min(peers, key=lambda r: r.median) if peers else None
 
     def baseline(self, which):
@@ -373,6 +454,8 @@ class Bench:
             else:
                 cells.append("-")
             note = r.note
+            if r.kind == "peer" and r.median is not None and not r.ok():
+                note = "wrong result: not counted as fastest peer" + ("; " + note if note else "")
             if r.error:
                 note = ("FAILED: " + r.error + ("; " + note if note else ""))
             cells.append(note)
@@ -380,6 +463,7 @@ class Bench:
         return headers, rows
 
     def finish(self, extra_tables=()):
+        self.time_all()
         headers, rows = self.table()
         print(f"\n{self.id}: {self.title}  (medians; ratio = this / baseline, lower is better)")
         print_table(headers, rows)
@@ -400,11 +484,13 @@ class Bench:
                 print("  " + m)
             print("  " + "!" * 60)
         wall = time.perf_counter() - self.t0
-        print(f"  [{self.id} wall time {wall:.1f} s]", flush=True)
+        other = foreign_load(self.load0, cpu_ticks(), wall)
+        load = f"; other processes used {other:.2f} of {os.cpu_count()} CPUs on average" if other is not None else ""
+        print(f"  [{self.id} wall time {wall:.1f} s{load}]", flush=True)
         emit({"id": self.id, "title": self.title, "headers": headers, "rows": rows,
               "extra_tables": [{"title": t, "headers": h, "rows": rs} for h, rs, t in extra_tables],
               "refs": self.refs, "notes": self.notes, "targets": self.targets, "mismatches": self.mismatches,
-              "wall_s": wall, "machine": machine_info()})
+              "wall_s": wall, "foreign_cpus": other, "machine": machine_info()})
 
 
 def summary(x):

@@ -76,6 +76,8 @@ def evaluate(fn, arrays, mode, ws=None, second_order=True):
     xs = [jg.tensor(a) for a in arrays]
     outs = flat(F(*xs))
     again = flat(F(*xs))
+    if mode == "compiled":      # traced once, replayed once: nothing made it one-shot or broke its guards
+        assert (F.stats["traces"], F.stats["hits"]) == (1, 1), F.stats
     res["values"] = [_np(o) for o in outs]
     res["values_again"] = [_np(o) for o in again]
     if ws is None:
@@ -96,6 +98,8 @@ def evaluate(fn, arrays, mode, ws=None, second_order=True):
         xs = [jg.tensor(a, requires_grad=True) for a in arrays]
         S(*xs)
         grads = [_np(x.grad) if x.grad is not None else np.zeros_like(a) for x, a in zip(xs, arrays)]
+    if mode == "compiled":
+        assert (S.stats["traces"], S.stats["hits"]) == (1, 1), S.stats
     res["grads"] = grads
 
     # outer autograd.grad of the function's outputs, then second order

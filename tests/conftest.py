@@ -6,6 +6,11 @@ import numpy as np
 import pytest
 from hypothesis import settings, HealthCheck
 
+# generated kernels go to a cache shared by this checkout's test runs (and xdist workers), never to the
+# user's ~/.cache/jitgrad
+_CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".jitgrad-test-cache")
+os.environ.setdefault("JITGRAD_CACHE_DIR", _CACHE)
+
 settings.register_profile("ci", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

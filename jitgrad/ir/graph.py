@@ -195,7 +195,7 @@ def format_graph(g: Graph, name: str = "graph") -> str:
             where.append(f"grad of {e.fwd.short()}")
         if not e.diff and e.op.vjp is not None:
             where.append("nograd")
-        lines.append(body.ljust(60) + ("  # " + "; ".join(where) if where else ""))
+        lines.append(body.ljust(60) + "  # " + "; ".join(where) if where else body)
     lines.append("  return " + ", ".join(nm(v) for v in g.outputs))
     lines.append("}")
     return "\n".join(lines)

@@ -25,7 +25,7 @@ from ..ir.graph import Graph, Lit, Var, format_graph
 from ..ir.ops import Aval
 from ..ir.passes import run_pipeline
 from ..ir import dtypes as dt
-from ..tracer import Trace, TraceError, TracedValueError, flatten, unflatten
+from ..tracer import STATE as _TR, Trace, TraceError, TracedValueError, flatten, unflatten
 from ..tracer.pytree import treedef_key
 from . import anomaly, grad_mode
 from .graph_function import GraphFunction
@@ -39,7 +39,7 @@ class _Captured:
     """A concrete tensor that became a graph input: guards and what to restore after tracing."""
 
     __slots__ = ("ref", "shape", "dtype", "requires_grad", "grad_is_none", "var", "orig_data", "orig_grad_fn",
-                 "orig_requires_grad", "orig_grad")
+                 "orig_requires_grad", "orig_grad", "orig_version")
 
     def __init__(self, t: Tensor, var: Var):
         self.ref = weakref.ref(t)
@@ -52,6 +52,7 @@ class _Captured:
         self.orig_grad_fn = (t.grad_fn, t._out_nr)
         self.orig_requires_grad = t._requires_grad
         self.orig_grad = t._grad
+        self.orig_version = t._vc[0]     # in-place writes while tracing bump it; the call counts the real writes
 
     def ok(self) -> bool:
         t = self.ref()
@@ -74,6 +75,7 @@ class _Entry:
         self.gf = None
         self.captured: list[_Captured] = []   # graph inputs after the argument leaves, in order
         self.grad_src = []      # per captured tensor: None (read by identity) or i: it is argument i's .grad
+        self.bindings = []      # (closure cell, None, k) or (globals dict, name, k): names bound to captured[k]
         self.n_args = 0
         self.out_treedef = None
         self.n_user_out = 0
@@ -83,10 +85,20 @@ class _Entry:
         self.one_shot = False
         self.materialize = []   # (weakref tensor, graph output index): state made inside a one-shot trace
         self.eager = False
+        self.copy_outs = []     # output indices whose buffers are copied after each call (see _build)
         self.raw_graph = None
 
     def guards_ok(self) -> bool:
-        return all(s is not None or c.ok() for c, s in zip(self.captured, self.grad_src))
+        if not all(s is not None or c.ok() for c, s in zip(self.captured, self.grad_src)):
+            return False
+        for where, name, k in self.bindings:    # the closure variable / global still names that tensor
+            try:
+                now = where.cell_contents if name is None else where.get(name)
+            except ValueError:
+                return False
+            if now is not self.captured[k].ref():
+                return False
+        return True
 
 
 class _Tracer:
@@ -141,6 +153,7 @@ class _Tracer:
             t._data = c.orig_data
             t.grad_fn, t._out_nr = c.orig_grad_fn
             t._requires_grad = c.orig_requires_grad
+            t._vc[0] = c.orig_version
         for t, g in self.grad_touched.values():
             t._grad = g
         for c in self.order:      # the entry keeps guards, not the buffers
@@ -205,6 +218,8 @@ class CompiledFunction:
     # --- calling -------------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         self.stats["calls"] += 1
+        if _TR.active is not None:      # called while another function is being traced: trace through it
+            return self.fn(*args, **kwargs)
         if not kwargs and all(type(a) is Tensor for a in args):   # the common case: skip the pytree walk
             leaves, treedef = list(args), ("tuple", (("tuple", (("*",),) * len(args)), ("dict", (), ())))
         else:
@@ -274,8 +289,7 @@ class CompiledFunction:
         for t in tracer.mutated.values():
             c = tracer.captured.get(id(t))
             if c is None:
-                e.one_shot = True      # state created inside the trace: retrace once it exists
-                continue
+                continue      # made inside the trace: a temporary, or state that outlives it (see _materialize_leaks)
             if t._data is c.var:
                 continue
             e.writes.append((tracer.order.index(c), len(outputs)))
@@ -305,6 +319,7 @@ class CompiledFunction:
         grad_of = {id(before): arg_index[id(t)] for t, before in tracer.grad_touched.values()
                    if before is not None and id(t) in arg_index}
         e.grad_src = [grad_of.get(id(c.ref())) for c in e.captured]
+        e.bindings = _bindings(self.fn, e.captured)
         return outputs, out_diff
 
     @staticmethod
@@ -344,6 +359,11 @@ class CompiledFunction:
         e.gf = GraphFunction(e.graph, out_diff, self.backend, getattr(self.fn, "__name__", "compiled"),
                              stats=self.stats, writes=[(oi, ci) for ci, oi in e.writes],
                              array_outs=[oi for _, oi in e.writes])
+        # outputs that are graph inputs or constants come back as those very buffers: copied per call, so a
+        # returned tensor or a new .grad never aliases an argument, a parameter or the graph's constants
+        ins, written = set(e.graph.inputs), {oi for _, oi in e.writes}
+        e.copy_outs = [k for k, v in enumerate(e.graph.outputs)
+                       if k not in written and (isinstance(v, Lit) or v in ins)]
 
     def _run(self, e: _Entry, leaves, args, kwargs):
         # graph inputs: the distinct argument tensors in leaf order, then the captured tensors
@@ -355,6 +375,8 @@ class CompiledFunction:
                 inputs.append(t)
         inputs.extend(c.ref() if s is None else inputs[s]._grad for c, s in zip(e.captured, e.grad_src))
         outs = e.gf(inputs)
+        for k in e.copy_outs:
+            outs[k]._data = np.array(outs[k]._data)
         for ref, oi in e.materialize:       # state made by a one-shot trace gets its value
             t = ref()
             if t is not None:
@@ -421,6 +443,27 @@ class CompiledFunction:
             from .graph_function import compiled_graph
             return compiled_graph(e.graph).source
         return straight_line_source(e.graph, getattr(self.fn, "__name__", "compiled"))
+
+
+def _bindings(fn, captured):
+    """The function's closure cells and globals that name a captured tensor: guarded by identity, so rebinding
+    the name to another tensor retraces even while the old tensor is still alive."""
+    pos = {id(c.ref()): k for k, c in enumerate(captured)}
+    out = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            v = cell.cell_contents
+        except ValueError:
+            continue
+        if isinstance(v, Tensor) and id(v) in pos:
+            out.append((cell, None, pos[id(v)]))
+    code, g = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
+    if code is not None and g is not None:
+        for name in code.co_names:
+            v = g.get(name)
+            if isinstance(v, Tensor) and id(v) in pos:
+                out.append((g, name, pos[id(v)]))
+    return out
 
 
 def _break_cycles(made, kept):

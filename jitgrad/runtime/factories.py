@@ -5,8 +5,25 @@ import numpy as np
 
 from ..ir import dtypes as dt
 from .tensor import Tensor, check_device
+from ..tracer import STATE as _TR
 
 _RNG = [np.random.default_rng()]
+
+
+def _rng(what):
+    """The generator; inside a @jitgrad.compile trace a random factory would be baked into the graph as a
+    constant (the same numbers at every call), so it is refused there with a clear error."""
+    tr = _TR.active
+    if tr is not None and tr.on_capture is not None:
+        from ..tracer import TraceError
+        from .source import user_loc
+        loc = user_loc(3)
+        where = f" at {loc.file}:{loc.line} ({loc.text})" if loc is not None else ""
+        raise TraceError(f"jitgrad.{what}() inside a @jitgrad.compile function{where}: random numbers are not "
+                         "compiled yet, and traced once they would be the same at every call. Draw them outside "
+                         "and pass them in as an argument (noise = jitgrad.randn(...); f(x, noise)), or call the "
+                         "function without @jitgrad.compile.")
+    return _RNG[0]
 
 
 def manual_seed(seed: int):
@@ -83,7 +100,12 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
             [2.2000, 3.1000]])
     """
     check_device(device)
-    t = Tensor._make(as_array(data, dtype))
+    if isinstance(data, Tensor) and type(data._data) is not np.ndarray:   # a traced value (inside @compile)
+        from .grad_mode import no_grad
+        with no_grad():
+            t = (data if dtype is None else data.to(dtype)).detach().clone()
+    else:
+        t = Tensor._make(as_array(data, dtype))
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -173,13 +195,13 @@ def eye(n, m=None, dtype=None, device=None, requires_grad=False) -> Tensor:
 def rand(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
     check_device(device)
     d = _dt(dtype)
-    return _new(_RNG[0].random(_size(size), dtype=d.np), requires_grad)
+    return _new(_rng("rand").random(_size(size), dtype=d.np), requires_grad)
 
 
 def randn(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
     check_device(device)
     d = _dt(dtype)
-    return _new(_RNG[0].standard_normal(_size(size), dtype=d.np), requires_grad)
+    return _new(_rng("randn").standard_normal(_size(size), dtype=d.np), requires_grad)
 
 
 def randint(low=0, high=None, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -190,12 +212,12 @@ def randint(low=0, high=None, size=None, dtype=None, device=None, requires_grad=
         low, high = 0, low
     if size is None:
         raise TypeError("randint() missing required argument 'size'")
-    return _new(_RNG[0].integers(low, high, _size((size,))).astype(_dt(dtype, dt.int64).np), requires_grad)
+    return _new(_rng("randint").integers(low, high, _size((size,))).astype(_dt(dtype, dt.int64).np), requires_grad)
 
 
 def randperm(n, dtype=None, device=None) -> Tensor:
     check_device(device)
-    return Tensor._make(_RNG[0].permutation(n).astype(_dt(dtype, dt.int64).np))
+    return Tensor._make(_rng("randperm").permutation(n).astype(_dt(dtype, dt.int64).np))
 
 
 def _like(t, dtype):
@@ -224,9 +246,9 @@ def full_like(input, fill_value, dtype=None, device=None, requires_grad=False) -
 
 def rand_like(input, dtype=None, device=None, requires_grad=False) -> Tensor:
     shape, d = _like(input, dtype)
-    return _new(_RNG[0].random(shape, dtype=d.np), requires_grad)
+    return _new(_rng("rand_like").random(shape, dtype=d.np), requires_grad)
 
 
 def randn_like(input, dtype=None, device=None, requires_grad=False) -> Tensor:
     shape, d = _like(input, dtype)
-    return _new(_RNG[0].standard_normal(shape, dtype=d.np), requires_grad)
+    return _new(_rng("randn_like").standard_normal(shape, dtype=d.np), requires_grad)

@@ -1,6 +1,8 @@
 """Custom autograd Functions (``jg.autograd.Function``) with torch's full ctx API."""
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from . import anomaly, grad_mode
@@ -170,38 +172,43 @@ def _trace_custom(tr, cls, ctx, node, args, outs, loc):
     attrs = [k for k, v in vars(ctx).items() if not k.startswith("_") and isinstance(v, Tensor)]
     ins = ([payload(args[i]) for i in arg_pos] + [payload(saved[i]) for i in saved_pos]
            + [payload(getattr(ctx, k)) for k in attrs])
-    n_a, n_s = len(arg_pos), len(saved_pos)
-    needs = tuple(node.needs_grad[i] for i in arg_pos) + (False,) * (len(ins) - n_a + 1)
+    n_a, n_s, n_saved = len(arg_pos), len(saved_pos), len(saved)
+    needs_grad, meta, name = node.needs_grad, node.input_meta, node.name()
+    needs = tuple(needs_grad[i] for i in arg_pos) + (False,) * (len(ins) - n_a + 1)
     diff_k = [k for k, o in enumerate(outs) if isinstance(o, Tensor) and o.grad_fn is node]
     out_avals = [(o.shape, o.dtype) if isinstance(o, Tensor) else None for o in outs]
-    meta = node.input_meta
-    name = node.name()
+    # the backward's ctx: the user's attributes, without the traced tensors (the graph must not keep them)
+    bctx = copy.copy(ctx)
+    bctx._saved = bctx._saved_versions = bctx._node = None
+    bctx._freed = False
+    for a in attrs:
+        setattr(bctx, a, None)
+    del saved
 
     def vjp_for(k):
         def vjp(c, g):
             lifted = list(c.inputs)
-            prev = ctx._saved, ctx._saved_versions, ctx._freed, {a: getattr(ctx, a) for a in attrs}
-            new_saved = list(saved)
+            new_saved = [None] * n_saved
             for j, i in enumerate(saved_pos):
                 new_saved[i] = lifted[n_a + j]
-            ctx._saved, ctx._saved_versions, ctx._freed = tuple(new_saved), None, False
+            bctx._saved = tuple(new_saved)
             for j, a in enumerate(attrs):
-                setattr(ctx, a, lifted[n_a + n_s + j])
+                setattr(bctx, a, lifted[n_a + n_s + j])
             grads = []
             for j, av in enumerate(out_avals):
                 if j == k:
                     grads.append(g)
-                elif av is None or not ctx.materialize_grads:
+                elif av is None or not bctx.materialize_grads:
                     grads.append(None)
                 else:
                     grads.append(Tensor._make(np.zeros(av[0], av[1].np)))
             try:
-                res = cls.backward(ctx, *grads)
+                res = cls.backward(bctx, *grads)
             finally:
-                ctx._saved, ctx._saved_versions, ctx._freed = prev[:3]
-                for a, v in prev[3].items():
-                    setattr(ctx, a, v)
-            res = _checked_grads(name, res, meta, node.needs_grad)
+                bctx._saved = None
+                for a in attrs:
+                    setattr(bctx, a, None)
+            res = _checked_grads(name, res, meta, needs_grad)
             return tuple(res[i] for i in arg_pos) + (None,) * (len(ins) - n_a + 1)
         return vjp
 

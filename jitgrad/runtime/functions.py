@@ -166,10 +166,9 @@ clip = clamp
 
 
 def nonzero(input, *, as_tuple=False):
-    if type(input._data) is not np.ndarray:
-        from ..tracer import TraceError
-        raise TraceError("nonzero(): the result's shape depends on the data, which a compiled function cannot "
-                         "trace; use jitgrad.where(cond, a, b) or a mask multiply instead")
+    if type(input._data) is not np.ndarray:     # its shape depends on the data: not traceable
+        from .tensor import _traced_read
+        _traced_read(input, "nonzero()")
     idx = np.nonzero(input._data)
     if as_tuple:
         return tuple(Tensor._make(i.astype(np.int64)) for i in idx)
@@ -531,6 +530,8 @@ def gather(input, dim, index):
     if index.ndim != input.ndim:
         raise RuntimeError(f"gather(): Index tensor must have the same number of dimensions as input tensor "
                            f"(index {list(index.shape)}, input {list(input.shape)})")
+    if input.ndim == 0:     # torch treats a 0-d tensor as one element along dim 0
+        return gather(input.reshape(1), 0, index.reshape(1)).reshape(())
     for i in range(input.ndim):
         if i != ax and index.shape[i] > input.shape[i]:
             raise RuntimeError(f"gather(): Size does not match at dimension {i} expected index {list(index.shape)} to "

@@ -85,7 +85,10 @@ def execute(graph: Graph, arrays, backend: str, writes=()):
     ``writes``: (output index, input index) pairs whose output is copied into the input's buffer at the end
     of the call (in-place state updates; the numba driver does it inside the compiled call)."""
     if backend == "numba":
-        return compiled_graph(graph, writes).run(*arrays)
+        run = compiled_graph(graph, writes).run
+        if run is not None:
+            return run(*arrays)
+        # still compiling in the background (or codegen failed): the reference interpreter meanwhile
     outs = _interp.interpret(graph, arrays)
     for o, i in writes:
         np.copyto(arrays[i], outs[o], casting="unsafe")
