@@ -209,7 +209,7 @@ def test_printer_snapshot_hand_built():
         "snap(%0: f32[2,3], %1: f32[3,4]) {\n"
         "  %2: f32[2,4] = matmul %0 %1\n"
         "  %3: f32[2,4] = mul %2 0.5\n"
-        "  %4: f32[2] = sum[axes=(1,), keepdims=False] %3" + " " * 14 + "  # nograd\n"
+        + "  %4: f32[2] = sum[axes=(1,), keepdims=False] %3".ljust(60) + "  # nograd\n"
         "  return %4, [1.,2.]:f32[2]\n"
         "}")
     assert str(g).startswith("graph(%0: f32[2,3], %1: f32[3,4]) {")

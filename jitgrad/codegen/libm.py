@@ -138,3 +138,48 @@ def sqrt_f64(x):
 @njit(inline="always", cache=True)
 def isfinite_f64(x):
     return math.isfinite(x)
+
+
+@njit(inline="always", cache=True)
+def max_f32(a, b):
+    """np.maximum: NaN propagates from either side."""
+    a = np.float32(a)
+    b = np.float32(b)
+    return a if (a > b or a != a) else b
+
+
+@njit(inline="always", cache=True)
+def min_f32(a, b):
+    a = np.float32(a)
+    b = np.float32(b)
+    return a if (a < b or a != a) else b
+
+
+@njit(inline="always", cache=True)
+def sign_f32(x):
+    return np.float32(1.0) if x > 0 else (np.float32(-1.0) if x < 0 else x * np.float32(0.0))
+
+
+@njit(inline="always", cache=True)
+def max_f64(a, b):
+    """np.maximum: NaN propagates from either side."""
+    a = np.float64(a)
+    b = np.float64(b)
+    return a if (a > b or a != a) else b
+
+
+@njit(inline="always", cache=True)
+def min_f64(a, b):
+    a = np.float64(a)
+    b = np.float64(b)
+    return a if (a < b or a != a) else b
+
+
+@njit(inline="always", cache=True)
+def sign_f64(x):
+    return np.float64(1.0) if x > 0 else (np.float64(-1.0) if x < 0 else x * np.float64(0.0))
+
+
+@njit(inline="always", cache=True)
+def sign_i64(x):
+    return 1 if x > 0 else (-1 if x < 0 else 0)
