@@ -465,8 +465,12 @@ class Bench:
     def finish(self, extra_tables=()):
         self.time_all()
         headers, rows = self.table()
-        print(f"\n{self.id}: {self.title}  (medians; ratio = this / baseline, lower is better)")
-        print_table(headers, rows)
+        print(f"\n{self.id}: {self.title}" + ("  (medians; ratio = this / baseline, lower is better)"
+                                             if self.baselines else ""))
+        if self.rows:
+            print_table(headers, rows)
+        else:
+            headers, rows = [], []
         for h, rs, title in extra_tables:
             print(f"\n  {title}")
             print_table(h, rs)

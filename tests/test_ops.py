@@ -340,6 +340,24 @@ def test_binary_forward_dtype_grid(name, seen_ops):
     assert checked >= 50 and name in seen_ops
 
 
+@given(shapes2=pairs, seed=seeds, d=st.sampled_from([jg.float32, jg.float64, jg.int64]))
+def test_binary_forward_broadcasting(shapes2, seed, d):
+    sa, sb = shapes2.input_shapes
+    rng = np.random.default_rng(seed)
+    if d.is_floating_point:
+        a, b = rng.standard_normal(sa).astype(NP[d]), values(rng, sb, "nonzero").astype(NP[d])
+    else:
+        a, b = rng.integers(-9, 9, sa), rng.choice([-3, -2, -1, 1, 2, 4], sb)
+    for name in ("add", "sub", "mul", "div", "floordiv", "mod", "maximum", "minimum", "lt", "eq", "ne"):
+        fn, ref, _ = BINARY[name]
+        got = fn(jg.tensor(a), jg.tensor(b))
+        with np.errstate(all="ignore"):
+            expect = ref(a.astype(np.float64) if name == "div" else a, b.astype(np.float64) if name == "div" else b)
+        assert got.shape == np.broadcast_shapes(sa, sb)
+        np.testing.assert_allclose(npy(got).astype(np.float64), np.asarray(expect).astype(np.float64),
+                                   rtol=1e-6 if d is not jg.float64 else 1e-12, atol=1e-6, err_msg=name)
+
+
 UNARY = {
     # name: (numpy reference on float64, result kind, domain of test values)
     "neg": (np.negative, "same", "any"),

@@ -53,7 +53,8 @@ def _warmup_source(calls) -> str:
         lines.append(f"    {name}({', '.join(parts)})")
     lines.append("    return None")
     return "\n".join(lines)
-PARALLEL_MIN = 1 << 17      # elements; below this a kernel runs serial (thread start-up costs more)
+PARALLEL_MIN = 1 << 20      # elements; below this a kernel runs serial (see BENCHMARKS.md: thread wake-up
+                            # costs ~10 us on an idle machine and ~20 ms when the cores are busy)
 _MATH = ("exp", "log", "log1p", "expm1", "tanh", "sigmoid", "erf", "sin", "cos", "tan", "pow", "sqrt", "isfinite",
          "max", "min", "sign")
 _MATH_RE = re.compile(r"\b(" + "|".join(_MATH) + r")\(")
@@ -126,7 +127,7 @@ def _literal(v, d: dt.DType, consts):
     return name
 
 
-def gen_group(g: Group, name: str, consts: dict) -> KernelSource:
+def gen_group(g: Group, name: str, consts: dict, parallel=None) -> KernelSource:
     shape = g.shape
     nd = len(shape)
     ivars = [f"i{k}" for k in range(nd)]
@@ -179,7 +180,8 @@ def gen_group(g: Group, name: str, consts: dict) -> KernelSource:
         if e.outs[0] in outname:
             body.append(f"{outname[e.outs[0]]}{_index(shape, shape, ivars)} = {t}")
     pre, post = [], []
-    parallel = size >= PARALLEL_MIN and nd > 0
+    want = parallel
+    parallel = nd > 0 and (size >= PARALLEL_MIN if want is None else bool(want) and size >= 4096)
     if red is not None:
         src = red.ins[0]
         v = ref(src, None) if src in local or isinstance(src, Lit) else None
@@ -288,13 +290,13 @@ class CompiledGraph:
     Python driver calls the kernels and the NumPy impls of the remaining ops.
     """
 
-    def __init__(self, graph: Graph, writes=(), background=None):
+    def __init__(self, graph: Graph, writes=(), background=None, parallel=None):
         from . import cache
         self.graph = graph
         self.writes = tuple(writes)
         self.plan = fusion_plan(graph)
         consts = {}
-        kernels = [gen_group(g, f"fused_{g.index}", consts) for g in self.plan.groups]
+        kernels = [gen_group(g, f"fused_{g.index}", consts, parallel) for g in self.plan.groups]
         extra = []
         for n, step in enumerate(self.plan.steps):
             if isinstance(step, Group):

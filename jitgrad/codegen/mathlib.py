@@ -584,7 +584,8 @@ def tan_f64(x):
 
 @_jit
 def _log_dd_f64(a):
-    """log a as hi + lo with about 2^-60 relative error, a > 0 finite (for pow)."""
+    """log a as hi + lo with about 2^-58 relative error, a > 0 finite (for pow: y*log a up to 745 must
+    stay within 1e-15 absolute)."""
     sub = a < 2.2250738585072014e-308
     xs = a * 18014398509481984.0 if sub else a
     ix = f64_as_i64(xs) + (_D_ONE - _D_SQRTH)
@@ -635,7 +636,6 @@ def pow_f64(x, y):
     zc = zh if zh < 1000.0 else 1000.0                    # nan (inf*0) -> 1000, fixed below
     zc = zc if zc > -1000.0 else -1000.0
     r = _exp_dd_f64(zc, zl)
-    # special logs: a == 0 -> log -inf, a == inf -> log +inf (then y*log is +-inf)
     ay = abs(y)
     big = ay >= 9007199254740992.0                        # 2^53: integer and even
     yc = y if ay < 9007199254740992.0 else 0.0
@@ -652,6 +652,7 @@ def pow_f64(x, y):
 
 @_jit
 def pow_f32(x, y):
+    """float64 inside, one rounding at the end (as musl/glibc powf): float32 y*log x would lose ~7 bits."""
     return F(pow_f64(np.float64(x), np.float64(y)))
 
 

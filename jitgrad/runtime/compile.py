@@ -358,7 +358,7 @@ class CompiledFunction:
         # payload write-backs happen inside the call (into the inputs' buffers); those outputs stay arrays
         e.gf = GraphFunction(e.graph, out_diff, self.backend, getattr(self.fn, "__name__", "compiled"),
                              stats=self.stats, writes=[(oi, ci) for ci, oi in e.writes],
-                             array_outs=[oi for _, oi in e.writes])
+                             array_outs=[oi for _, oi in e.writes], parallel=self.parallel)
         # outputs that are graph inputs or constants come back as those very buffers: copied per call, so a
         # returned tensor or a new .grad never aliases an argument, a parameter or the graph's constants
         ins, written = set(e.graph.inputs), {oi for _, oi in e.writes}

@@ -70,22 +70,22 @@ FRONT = _Front()
 _COMPILED: dict = {}   # (id(graph), writes) -> CompiledGraph (graphs live as long as their GraphFunction)
 
 
-def compiled_graph(graph: Graph, writes=()):
-    key = (id(graph), writes)
+def compiled_graph(graph: Graph, writes=(), parallel=None):
+    key = (id(graph), writes, parallel)
     cg = _COMPILED.get(key)
     if cg is None or cg.graph is not graph:
         from ..codegen.cpu import CompiledGraph
-        cg = _COMPILED[key] = CompiledGraph(graph, writes)
+        cg = _COMPILED[key] = CompiledGraph(graph, writes, parallel=parallel)
     return cg
 
 
-def execute(graph: Graph, arrays, backend: str, writes=()):
+def execute(graph: Graph, arrays, backend: str, writes=(), parallel=None):
     """Run a graph on arrays: ``interpret`` (the reference) or ``numba`` (fused CPU kernels).
 
     ``writes``: (output index, input index) pairs whose output is copied into the input's buffer at the end
     of the call (in-place state updates; the numba driver does it inside the compiled call)."""
     if backend == "numba":
-        run = compiled_graph(graph, writes).run
+        run = compiled_graph(graph, writes, parallel).run
         if run is not None:
             return run(*arrays)
         # still compiling in the background (or codegen failed): the reference interpreter meanwhile
@@ -162,7 +162,7 @@ class _Plan:
             t = self.transposed
             bwd = run_pipeline(t.bwd, f"{self.gf.name} backward")
             self._bwd = GraphFunction(bwd, [True] * len(bwd.outputs), self.gf.backend, self.gf.name + "_bwd",
-                                      stats=self.gf.stats)
+                                      stats=self.gf.stats, parallel=self.gf.parallel)
         return self._bwd
 
     def residual_fn(self) -> "GraphFunction":
@@ -170,7 +170,7 @@ class _Plan:
             g = self.gf.graph
             rg = dce(Graph(g.inputs, g.eqns, list(self.transposed.residuals)))
             self._res = GraphFunction(rg, [True] * len(rg.outputs), self.gf.backend, self.gf.name + "_res",
-                                      stats=self.gf.stats)
+                                      stats=self.gf.stats, parallel=self.gf.parallel)
         return self._res
 
 
@@ -178,7 +178,8 @@ class GraphFunction:
     """A Graph callable on tensors: ``gf(list_of_tensors) -> list_of_tensors``."""
 
     def __init__(self, graph: Graph, out_diff, backend="interpret", name="compiled", stats=None, writes=(),
-                 array_outs=()):
+                 array_outs=(), parallel=None):
+        self.parallel = parallel
         self.writes = tuple(writes)             # (output, input): written into the input's buffer
         self.array_outs = frozenset(array_outs)  # outputs returned as NumPy arrays, not tensors
         self.graph = graph
@@ -210,8 +211,8 @@ class GraphFunction:
             wrt = tuple([i for i, t in enumerate(inputs) if t._requires_grad or t.grad_fn is not None])
         plan = self.plan(wrt) if wrt else None
         if plan is None or not plan.diff_outs:
-            return self._wrap(execute(self.graph, arrays, self.backend, self.writes))
-        allout = execute(plan.fwd, arrays, self.backend, self.writes)
+            return self._wrap(execute(self.graph, arrays, self.backend, self.writes, self.parallel))
+        allout = execute(plan.fwd, arrays, self.backend, self.writes, self.parallel)
         n = len(self.graph.outputs)
         outs = self._wrap(allout[:n])
         nf = tuple((inputs[i].grad_fn, inputs[i]._out_nr) if inputs[i].grad_fn is not None
