@@ -499,6 +499,30 @@ def test_ir_of_a_step_with_backward_inside_shows_the_update():
     close(w, [1.0, 2.0])      # ir() does not run the step
 
 
+def test_ir_before_the_first_call_of_a_step_that_creates_state():
+    w = jg.tensor([1.0, 2.0], requires_grad=True)
+    state = {}
+
+    def step(x):
+        (x * w).sum().backward()
+        with jg.no_grad():
+            if "m" not in state:
+                state["m"] = w.grad.clone()
+            else:
+                state["m"].mul_(0.9).add_(w.grad)
+            w.sub_(0.1 * state["m"])
+            w.grad = None
+
+    f = jg.compile(step)
+    with pytest.warns(UserWarning, match="creates state"):
+        f.ir(jg.tensor([1.0, 1.0]))
+    assert type(state["m"]._data) is np.ndarray      # never left holding a traced value
+    close(state["m"], [1.0, 1.0])
+    close(w, [1.0, 2.0])
+    f(jg.tensor([1.0, 1.0]))
+    close(state["m"], [1.9, 1.9], rtol=1e-6)
+
+
 # ---- autograd through compiled functions -----------------------------------------------------------------
 
 def test_hooks_on_compiled_inputs_fire_on_outer_backward():

@@ -59,6 +59,26 @@ class _ScaleShift(autograd.Function):
         return g1 * b * ctx.k + g2, g1 * a * ctx.k + g2, None
 
 
+class _CtxAttr(autograd.Function):
+    """A tensor kept as a ctx attribute (not save_for_backward), an integer output marked non-differentiable,
+    and set_materialize_grads(False)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.w = w
+        ctx.x = x
+        ctx.set_materialize_grads(False)
+        idx = x.argmax(dim=-1)
+        ctx.mark_non_differentiable(idx)
+        return (x * w).tanh(), idx
+
+    @staticmethod
+    def backward(ctx, g, _):
+        y = (ctx.x * ctx.w).tanh()
+        d = g * (1 - y * y)
+        return d * ctx.w, (d * ctx.x).sum(0)
+
+
 IDX = jg.tensor([2, 0, 1, 2])
 GATHER_IDX = jg.tensor([[0, 2, 1, 0], [3, 3, 0, 1], [1, 0, 2, 3]])
 TARGETS = jg.tensor([1, 0, 3])
@@ -211,6 +231,7 @@ PROGRAMS = [
     # custom autograd.Function (its backward written with jitgrad ops, so differentiable)
     ("custom_function", lambda x: _Square.apply(x.sin()) * x, [(3, 4)], ANY),
     ("custom_function_multi", lambda a, b: _ScaleShift.apply(a, b.exp(), 1.5), [(3,), (3,)], ANY),
+    ("custom_function_ctx_attr", lambda x, w: _CtxAttr.apply(x.sin(), w), [(2, 3), (3,)], ANY),
     # detach and no_grad regions inside
     ("detach", lambda x: x * x.detach().exp(), [(3, 4)], ANY),
     ("no_grad_region", _no_grad_region, [(3, 4)], ANY),

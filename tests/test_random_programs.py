@@ -8,7 +8,7 @@ Values come from a drawn seed (not hypothesis floats), so no input sits on a kin
 """
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 import jitgrad as jg
 
@@ -211,6 +211,7 @@ def test_strategy_covers_the_op_kinds():
     """The generator reaches every kind of op (a guard against a strategy that silently degenerates)."""
     seen = set()
 
+    @settings(max_examples=200, database=None)
     @given(programs())
     def collect(prog):
         seen.update(op[0] for op in prog[1])

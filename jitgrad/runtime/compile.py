@@ -412,7 +412,23 @@ class CompiledFunction:
         for e in self._cache.get(key, []):
             if e.guards_ok():
                 return e
-        return self._trace(leaves, treedef, args, kwargs, key)
+        e = self._trace(leaves, treedef, args, kwargs, key)
+        if e.materialize:
+            # the trace made state that outlives it (an optimiser buffer created on the first call): it must not
+            # keep a traced value, so it gets the value this call would give it; nothing else is updated
+            from ..ir.interpret import interpret
+            inputs = list({id(t): t for t in leaves}.values())
+            inputs += [c.ref() if s is None else inputs[s]._grad for c, s in zip(e.captured, e.grad_src)]
+            outs = interpret(e.graph, [t._data for t in inputs])
+            for ref, oi in e.materialize:
+                t = ref()
+                if t is not None:
+                    t._data, t.grad_fn, t._base = np.array(outs[oi]), None, None
+            warnings.warn(f"jitgrad.compile: {getattr(self.fn, '__name__', 'function')}.ir()/.source() traced a "
+                          "call that creates state (a tensor made inside and kept, e.g. a buffer created on the "
+                          "first call); that state now holds the value this call would give it, but the call did "
+                          "not run. Call the function once before asking for its IR.", stacklevel=3)
+        return e
 
     def ir(self, *args, **kwargs) -> str:
         """The printed SSA IR for these arguments: the forward graph and, when inputs require grad, the

@@ -13,7 +13,7 @@ from ..ir.ops import Aval, OpError
 from ..ir.ops.opdef import fmt_shape
 from . import anomaly, grad_mode, profiler_state
 from .node import Node
-from .source import user_loc, user_stack
+from .source import user_code_line, user_loc, user_stack
 from ..ir.graph import Lit, Var
 from ..tracer import STATE as _TR
 
@@ -225,7 +225,7 @@ def _record(op, params, args, avals, t):
         node.outputs = (None,)
         node.out_versions = None
     node.out_meta = ((t._data.shape, _FROM_NP[t._data.dtype]),)
-    node.loc = user_loc(3)
+    node._loc = user_code_line(3)
     if _AN.enabled:
         node.stack = user_stack(3)
     if t._base is not None:

@@ -180,6 +180,8 @@ def _trace_custom(tr, cls, ctx, node, args, outs, loc):
     # the backward's ctx: the user's attributes, without the traced tensors (the graph must not keep them)
     bctx = copy.copy(ctx)
     bctx._saved = bctx._saved_versions = bctx._node = None
+    bctx._dirty = bctx._non_diff = ()
+    bctx.__dict__.pop("_saved_forward", None)
     bctx._freed = False
     for a in attrs:
         setattr(bctx, a, None)

@@ -737,7 +737,6 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps: float = 1e-6, atol: f
     num_outputs = len(tupled_grad_outputs)
     n_in = len(tupled_inputs)
     diff_in = {i for i, x in enumerate(tupled_inputs) if _is_diff(x)}
-    diff_go = {i for i, x in enumerate(tupled_grad_outputs) if _is_diff(x)}
 
     def _split(args):
         input_args = tuple(x.requires_grad_() if i in diff_in and not x.requires_grad else x
@@ -762,7 +761,6 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps: float = 1e-6, atol: f
             grads = _grad(outputs, diff_args, gouts, allow_unused=True)
         return tuple(g for g in grads if g is not None)
 
-    del diff_go
     kw = dict(eps=eps, atol=atol, rtol=rtol, nondet_tol=nondet_tol, check_undefined_grad=check_undefined_grad,
               check_grad_dtypes=check_grad_dtypes, check_batched_grad=check_batched_grad,
               check_forward_ad=check_fwd_over_rev, check_backward_ad=check_rev_over_rev, fast_mode=fast_mode,

@@ -9,6 +9,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..ir.graph import SourceLoc
 from ..ir.ops import OPS
 
 _seq = itertools.count()
@@ -43,7 +44,7 @@ class Node:
     """A backward function.  ``name()`` is e.g. ``MulBackward0``; ``next_functions`` the edges to inputs."""
 
     __slots__ = ("op", "params", "inputs", "outputs", "shapes", "dtypes", "needs_grad", "next_functions",
-                 "versions", "out_versions", "out_meta", "loc", "stack", "seq", "_freed", "_pre_hooks", "_hooks",
+                 "versions", "out_versions", "out_meta", "_loc", "stack", "seq", "_freed", "_pre_hooks", "_hooks",
                  "tensor_hooks", "retain_grad_refs", "metadata", "view_args", "view_base_fn", "__weakref__")
 
     def __init__(self, op, params, next_functions, needs_grad):
@@ -62,6 +63,20 @@ class Node:
         # for a view op's node: the op's args and its base's grad_fn when the view was made (see refresh_view)
         self.view_args = None
         self.view_base_fn = None
+
+    @property
+    def loc(self):
+        """The SourceLoc of the user's line that created this node (built on first use: recording keeps only
+        the code object and line number, which is cheaper on the eager hot path)."""
+        lo = self._loc
+        if type(lo) is tuple:
+            code, line = lo
+            lo = self._loc = SourceLoc(code.co_filename, line, code.co_name)
+        return lo
+
+    @loc.setter
+    def loc(self, value):
+        self._loc = value
 
     # --- torch.autograd.graph.Node surface -------------------------------------------------------
     def name(self) -> str:
