@@ -30,6 +30,8 @@ import numpy as np
 SCALE = float(os.environ.get("JITGRAD_BENCH_SCALE", "1") or 1)
 JSON_PATH = os.environ.get("JITGRAD_BENCH_JSON", "")
 TORCH_THREADS = 2
+QUIET = float(os.environ.get("JITGRAD_BENCH_QUIET", "0.3") or 0.3)             # CPUs of background load
+QUIET_WAIT = float(os.environ.get("JITGRAD_BENCH_QUIET_WAIT", "20") or 20)    # seconds per table, at most
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -138,6 +140,19 @@ def cpu_ticks():
         return busy / hz, t.user + t.system + t.children_user + t.children_system
     except (OSError, ValueError, IndexError):
         return None
+
+
+def wait_quiet(max_s, window=0.25):
+    """Sleep until other processes keep fewer than ``QUIET`` CPUs busy (sampled over ``window``), at most
+    ``max_s`` seconds; returns the seconds waited."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < max_s:
+        a, t = cpu_ticks(), time.perf_counter()
+        time.sleep(window)
+        ld = foreign_load(a, cpu_ticks(), time.perf_counter() - t)
+        if ld is None or ld < QUIET:
+            break
+    return time.perf_counter() - t0
 
 
 def foreign_load(a, b, wall):
@@ -279,6 +294,8 @@ class Row:
         self.times = None
         self.est = self.budget = 0.0
         self.want = self.min_runs = 0
+        self.samples = None
+        self.load = None
 
     def ok(self):
         """Ran and every checked output matched the reference."""
@@ -303,6 +320,7 @@ class Bench:
         self.mismatches: list[str] = []
         self.t0 = time.perf_counter()
         self.load0 = cpu_ticks()
+        self.waited = 0.0
         print(f"\n=== {wid}: {title}", flush=True)
 
     # -- configurations -----------------------------------------------------------------------------------
@@ -347,36 +365,60 @@ class Bench:
     def time_all(self, round_s=0.15):
         """Time every prepared configuration in interleaved rounds (each round: one untimed call, then a batch
         of timed calls per configuration), so that drifting background load on a shared machine hits all of
-        them alike.  A configuration stops after ``runs`` timed calls, or once ``budget_s`` of timed calls and
-        ``min_runs`` are done.  Its median is over all its timed calls."""
+        them alike.  The background load (CPUs kept busy by other processes) is measured for every batch; a
+        round that follows a loaded one first waits (up to ``JITGRAD_BENCH_QUIET_WAIT`` seconds per table in
+        all) for the machine to quieten.  A configuration stops after ``runs`` quiet timed calls, or once
+        ``budget_s`` of timed calls and ``min_runs`` are done.  Its median is over the calls of quiet batches
+        (background load below ``JITGRAD_BENCH_QUIET`` CPUs) when there are at least ``min_runs`` of them, else
+        over all its calls (flagged "noisy")."""
         todo = [r for r in self.rows if getattr(r, "step", None) is not None and r.median is None]
         if not todo:
             return
         print(f"  .. timing {len(todo)} configurations in interleaved rounds", flush=True)
         for r in todo:
-            r.times, r.spent = [], 0.0
+            r.times, r.spent, r.samples = [], 0.0, []
+        wait_budget = QUIET_WAIT * max(SCALE, 0.25)
+        last_load = math.inf
         while todo:
+            if last_load >= QUIET and self.waited < wait_budget:
+                self.waited += wait_quiet(wait_budget - self.waited)
+            last_load = 0.0
             for r in list(todo):
-                k = int(min(max(1, round(round_s / max(r.est, 1e-7))), r.want - len(r.times)))
+                k = int(min(max(1, round(round_s / max(r.est, 1e-7))), max(1, r.want - len(r.times))))
+                batch = []
                 try:
                     block(r.step())
-                    for _ in range(max(k, 1)):
+                    a, t0 = cpu_ticks(), time.perf_counter()
+                    for _ in range(k):
                         t = time.perf_counter()
                         block(r.step())
-                        dt = time.perf_counter() - t
-                        r.times.append(dt)
-                        r.spent += dt
+                        batch.append(time.perf_counter() - t)
+                    load = foreign_load(a, cpu_ticks(), time.perf_counter() - t0)
                 except Exception as e:  # noqa: BLE001
                     self._fail(r, e)
                     todo.remove(r)
                     continue
-                if len(r.times) >= r.want or (r.spent >= r.budget and len(r.times) >= r.min_runs):
+                r.samples.append((batch, load))
+                r.times.extend(batch)
+                r.spent += sum(batch)
+                last_load = max(last_load, load if load is not None else 0.0)
+                quiet_n = sum(len(b) for b, ld in r.samples if ld is None or ld < QUIET)
+                if quiet_n >= r.want or (r.spent >= r.budget and len(r.times) >= r.min_runs):
                     todo.remove(r)
         for r in self.rows:
-            if getattr(r, "times", None):
-                r.median = float(np.median(r.times))
-                r.runs = len(r.times)
-                print(f"     {r.name}: {fmt_time(r.median, self.unit)} (median of {r.runs})", flush=True)
+            if getattr(r, "samples", None):
+                quiet = [(b, ld) for b, ld in r.samples if ld is None or ld < QUIET]
+                used = quiet if sum(len(b) for b, _ in quiet) >= r.min_runs else r.samples
+                times = [t for b, _ in used for t in b]
+                loads = [ld for _, ld in used if ld is not None]
+                r.median = float(np.median(times))
+                r.runs = len(times)
+                r.load = float(np.mean(loads)) if loads else None
+                if used is not quiet:
+                    r.note = (f"noisy: only {sum(len(b) for b, _ in quiet)} calls ran in quiet batches" +
+                              ("; " + r.note if r.note else ""))
+                print(f"     {r.name}: {fmt_time(r.median, self.unit)} (median of {r.runs}"
+                      + (f", background load {r.load:.2f} CPUs" if r.load is not None else "") + ")", flush=True)
             r.step = None     # release the configuration's buffers
 
     def skip(self, name, kind, why):
@@ -439,7 +481,7 @@ class Bench:
             r = self.baseline(b)
             bases.append(r)
             headers.append(f"vs {b}" + (f" ({r.name})" if (r is not None and b == 'fastest peer') else ""))
-        headers += ["runs", "check", "notes"]
+        headers += ["runs", "bg load", "check", "notes"]
         rows = []
         for r in self.rows:
             cells = [r.name, fmt_time(r.median, self.unit), fmt_time(r.first, "ms")]
@@ -447,6 +489,7 @@ class Bench:
                 cells.append(fmt_ratio(r.median / b.median) if (r.median is not None and b is not None
                                                                  and b.median) else "-")
             cells.append(str(r.runs) if r.runs else "-")
+            cells.append(f"{r.load:.2f}" if r.load is not None else "-")
             if r.checks:
                 bad = [c for c in r.checks if not c[3]]
                 cells.append("MISMATCH " + ",".join(c[0] for c in bad) if bad else
@@ -490,6 +533,8 @@ class Bench:
         wall = time.perf_counter() - self.t0
         other = foreign_load(self.load0, cpu_ticks(), wall)
         load = f"; other processes used {other:.2f} of {os.cpu_count()} CPUs on average" if other is not None else ""
+        if self.waited:
+            load += f"; waited {self.waited:.1f} s for quiet"
         print(f"  [{self.id} wall time {wall:.1f} s{load}]", flush=True)
         emit({"id": self.id, "title": self.title, "headers": headers, "rows": rows,
               "extra_tables": [{"title": t, "headers": h, "rows": rs} for h, rs, t in extra_tables],

@@ -15,6 +15,8 @@ except ImportError:  # pragma: no cover - torch is optional
     torch = None
 
 needs_torch = pytest.mark.skipif(torch is None, reason="torch not installed")
+# torch's own vectorized/forward-mode functional code scripts helpers with the deprecated torch.jit.script
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
 
 RNG = np.random.default_rng(1234)
 X = RNG.standard_normal((2, 3))

@@ -29,6 +29,13 @@ from ..ir.passes.fuse import Group, plan as fusion_plan
 FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
 
 
+_REPORT_SOURCE = """@njit(cache=CACHE_ENABLED)
+def _report(err, cid, nans):
+    if cid < err[0]:
+        err[0] = cid
+        err[1] = 1 if nans > 0 else 0"""
+
+
 class CodegenWarning(UserWarning):
     """Numba code generation failed for a graph; it runs on the reference interpreter instead."""
 
@@ -127,7 +134,10 @@ def _literal(v, d: dt.DType, consts):
     return name
 
 
-def gen_group(g: Group, name: str, consts: dict, parallel=None) -> KernelSource:
+def gen_group(g: Group, name: str, consts: dict, parallel=None, check_ids=None) -> KernelSource:
+    """One loop nest for a fusion group.  ``check_ids`` (anomaly mode): eqn -> id for values that must be
+    finite; each gets two integer reduction counters (non-finite, NaN) that vectorise with the loop, and after
+    the loop a non-zero count reports the id through the ``err`` slot: no branch leaves the fast path."""
     shape = g.shape
     nd = len(shape)
     ivars = [f"i{k}" for k in range(nd)]
@@ -140,6 +150,7 @@ def gen_group(g: Group, name: str, consts: dict, parallel=None) -> KernelSource:
     outs = list(g.outputs)
     outname = {v: f"o{k}" for k, v in enumerate(outs)}
     body = []
+    checks = []
     local = {}
     for k, v in enumerate(arrays_in):
         local[v] = f"x{k}"
@@ -177,6 +188,11 @@ def gen_group(g: Group, name: str, consts: dict, parallel=None) -> KernelSource:
         t = f"t{n}"
         body.append(f"{t} = {expr}")
         local[e.outs[0]] = t
+        if check_ids and e in check_ids and od.is_floating_point:
+            cid = check_ids[e]
+            checks.append(cid)
+            body.append(f"k{cid} += 0 if isfinite_{_NP_TYPE[od.name]}({t}) else 1")
+            body.append(f"q{cid} += 0 if {t} == {t} else 1")
         if e.outs[0] in outname:
             body.append(f"{outname[e.outs[0]]}{_index(shape, shape, ivars)} = {t}")
     pre, post = [], []
@@ -211,7 +227,11 @@ def gen_group(g: Group, name: str, consts: dict, parallel=None) -> KernelSource:
             body.append(f"rv = {v}")
             body.append(f"{ro}{kidx} = " + combine.format(a=f"{ro}{kidx}", v="rv"))
             parallel = False
-    lines = [f"def {name}({', '.join([argname[v] for v in arrays_in] + [outname[v] for v in outs])}):"]
+    if checks:
+        pre += [f"k{c} = 0\nq{c} = 0".replace("\n", "\n    ") for c in checks]
+        post += [f"if k{c} > 0:\n        _report(err, {c}, q{c})" for c in checks]
+    params = [argname[v] for v in arrays_in] + [outname[v] for v in outs] + (["err"] if checks else [])
+    lines = [f"def {name}({', '.join(params)}):"]
     lines += ["    " + p for p in pre]
     ind = "    "
     for k in range(nd):
@@ -220,7 +240,9 @@ def gen_group(g: Group, name: str, consts: dict, parallel=None) -> KernelSource:
         ind += "    "
     lines += [ind + b for b in body]
     lines += ["    " + p for p in post]
-    return KernelSource(name, "\n".join(lines), arrays_in, outs, parallel)
+    ks = KernelSource(name, "\n".join(lines), arrays_in, outs, parallel)
+    ks.checked = bool(checks)
+    return ks
 
 
 def _all_tensor_spec(spec, ndim):
@@ -296,7 +318,10 @@ class CompiledGraph:
         self.writes = tuple(writes)
         self.plan = fusion_plan(graph)
         consts = {}
-        kernels = [gen_group(g, f"fused_{g.index}", consts, parallel) for g in self.plan.groups]
+        # anomaly mode: the values that must be finite, by id (the err slot reports the smallest failing id)
+        self.checks = [e for e in graph.eqns if e.check is not None and e.outs[0].aval.dtype.is_floating_point]
+        self.check_ids = {e: i for i, e in enumerate(self.checks)}
+        kernels = [gen_group(g, f"fused_{g.index}", consts, parallel, self.check_ids) for g in self.plan.groups]
         extra = []
         for n, step in enumerate(self.plan.steps):
             if isinstance(step, Group):
@@ -314,6 +339,8 @@ class CompiledGraph:
                         + k.source)
         for src in extra:
             body.append("@njit(cache=CACHE_ENABLED, error_model='numpy')\n" + src)
+        if self.checks:
+            body.append(_REPORT_SOURCE)
         self.driver_source, self._dns, self.lits = self._driver({k.name: k for k in kernels})
         if self.nopython:
             body.append("@njit(cache=CACHE_ENABLED, error_model='numpy')\n" + self.driver_source)
@@ -428,7 +455,16 @@ class CompiledGraph:
             return f"np.{aval.dtype.np.name}" if aval.dtype.name != "bool" else "np.bool_"
 
         lines = [None]
+        pending = []     # the previous step's checked output, verified before the next step runs
+
+        def check_after(e, var_name):
+            if e in self.check_ids:
+                lines.append(f"    if not np.isfinite({var_name}).all():")
+                lines.append(f"        _report(err, {self.check_ids[e]}, np.isnan({var_name}).sum())")
+
         for n, step in enumerate(self.plan.steps):
+            while pending:
+                check_after(*pending.pop())
             if isinstance(step, Group):
                 k = kernels[f"fused_{step.index}"]
                 outs = []
@@ -443,6 +479,8 @@ class CompiledGraph:
                     lines.append(f"    {tgt} = np.empty({shape!r}, {dtype_src(o.aval)})")
                     outs.append(tgt)
                 args = [nm(v) for v in k.args]
+                if getattr(k, "checked", False):
+                    outs.append("err")
                 lines.append(f"    {k.name}({', '.join(args + outs)})  # {step.name} {step.lines()}")
                 out_avals = []
                 for o in k.outputs:
@@ -453,12 +491,16 @@ class CompiledGraph:
                             1 if i in axes else d for i, d in enumerate(step.shape))
                     out_avals.append((shape, o.aval.dtype.np.name))
                 self.kernel_avals[k.name] = [(v.aval.shape, v.aval.dtype.np.name) for v in k.args] + out_avals
+                if getattr(k, "checked", False):
+                    self.kernel_avals[k.name] = self.kernel_avals[k.name] + [((2,), "int64")]
                 warm.append((k.name, self.kernel_avals[k.name]))
                 if step.reduce is not None:
                     o = step.reduce.outs[0]
                     lines.append(f"    {nm(o)} = {nm(o)}_k.reshape({o.aval.shape!r})")
+                    pending.append((step.reduce, nm(o)))
                 continue
             e = step
+            pending.append((e, nm(e.outs[0])))
             out = nm(e.outs[0])
             ins = [nm(v) for v in e.ins]
             name = e.op.name
@@ -493,9 +535,18 @@ class CompiledGraph:
                 key = f"E{len(dns)}"
                 dns[key] = e
                 lines.append(f"    {out} = _run_eqn({key}, [{', '.join(ins)}])  # {name}")
+        while pending:
+            check_after(*pending.pop())
         outs = [nm(v) for v in g.outputs]
+        if self.checks:
+            lines.insert(1, f"    err = np.array([{len(self.checks)}, 0], np.int64)")
+            outs.append("err")
+        ind = "    "
+        if self.checks and self.writes:    # an anomaly leaves the user's state untouched
+            lines.append(f"    if err[0] == {len(self.checks)}:")
+            ind = "        "
         for o, i in self.writes:     # in-place state updates, after every read of the old values
-            lines.append(f"    {nm(g.inputs[i])}[...] = {outs[o]}")
+            lines.append(f"{ind}{nm(g.inputs[i])}[...] = {outs[o]}")
         lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
         params = [nm(v) for v in g.inputs] + ([f"L{k}" for k in range(len(lits))] if nopy else [])
         lines[0] = f"def run({', '.join(params)}):"

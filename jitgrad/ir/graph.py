@@ -125,11 +125,13 @@ class Eqn:
     diff:  gradients flow through this eqn (it was recorded by autograd when traced);
     needs: per input, whether that input required grad when traced;
     fwd:   for eqns made by the transpose pass, the SourceLoc of the forward op they differentiate.
+    check: anomaly mode only: ``AnomalyCheck`` for a value whose NaN/Inf must raise (a backward function's
+           result, or any forward value under check_forward).
     """
 
-    __slots__ = ("op", "ins", "outs", "params", "loc", "diff", "needs", "fwd")
+    __slots__ = ("op", "ins", "outs", "params", "loc", "diff", "needs", "fwd", "check", "stack")
 
-    def __init__(self, op, ins, outs, params, loc=None, diff=False, needs=None, fwd=None):
+    def __init__(self, op, ins, outs, params, loc=None, diff=False, needs=None, fwd=None, check=None, stack=None):
         self.op = op
         self.ins = list(ins)
         self.outs = list(outs)
@@ -138,9 +140,33 @@ class Eqn:
         self.diff = diff
         self.needs = tuple(needs) if needs is not None else tuple(isinstance(v, Var) for v in ins)
         self.fwd = fwd
+        self.check = check
+        self.stack = stack      # the forward Python stack (traced with anomaly mode on)
+
+    def replace(self, **changes) -> "Eqn":
+        """A copy with some fields changed (passes use it so no annotation is dropped)."""
+        e = Eqn(self.op, self.ins, self.outs, self.params, self.loc, self.diff, self.needs, self.fwd, self.check,
+                self.stack)
+        for k, v in changes.items():
+            setattr(e, k, list(v) if k in ("ins", "outs") else tuple(v) if k == "needs" else v)
+        return e
 
     def __repr__(self):
         return f"Eqn({self.op.name})"
+
+
+class AnomalyCheck:
+    """What anomaly mode reports if an eqn's output is not finite: the backward function's name (or the
+    forward op's), which of its outputs, forward or backward, and the forward Python stack."""
+
+    __slots__ = ("name", "index", "backward", "loc", "stack")
+
+    def __init__(self, name, index, backward, loc, stack=None):
+        self.name = name
+        self.index = index
+        self.backward = backward
+        self.loc = loc
+        self.stack = stack
 
 
 class Graph:
@@ -159,8 +185,7 @@ class Graph:
     __repr__ = __str__
 
     def copy(self) -> "Graph":
-        return Graph(self.inputs, [Eqn(e.op, e.ins, e.outs, e.params, e.loc, e.diff, e.needs, e.fwd)
-                                   for e in self.eqns], self.outputs)
+        return Graph(self.inputs, [e.replace() for e in self.eqns], self.outputs)
 
 
 def _fmt_param(v) -> str:

@@ -17,14 +17,22 @@ def run_eqn(e, vals):
     return out
 
 
-def interpret(graph: Graph, args) -> list:
-    """Evaluate ``graph`` on NumPy arrays ``args``; returns the output arrays."""
+def interpret(graph: Graph, args, on_nonfinite=None) -> list:
+    """Evaluate ``graph`` on NumPy arrays ``args``; returns the output arrays.  ``on_nonfinite(eqn, value)`` is
+    called for an eqn carrying an anomaly check whose value is not all finite (it raises)."""
     if len(args) != len(graph.inputs):
         raise TypeError(f"graph takes {len(graph.inputs)} inputs, got {len(args)}")
     env = {}
     for v, a in zip(graph.inputs, args):
         env[v] = a
+    with np.errstate(all="ignore"):     # inf/nan arise silently, as in torch; anomaly mode is the check
+        _run_eqns(graph, env, on_nonfinite)
+    return [env[v] if type(v) is not Lit else np.asarray(v.value, v.aval.dtype.np) for v in graph.outputs]
+
+
+def _run_eqns(graph, env, on_nonfinite):
     for e in graph.eqns:
         vals = [env[v] if type(v) is not Lit else v.value for v in e.ins]
-        env[e.outs[0]] = run_eqn(e, vals)
-    return [env[v] if type(v) is not Lit else np.asarray(v.value, v.aval.dtype.np) for v in graph.outputs]
+        out = env[e.outs[0]] = run_eqn(e, vals)
+        if e.check is not None and on_nonfinite is not None and out.dtype.kind == "f" and not np.isfinite(out).all():
+            on_nonfinite(e, out)

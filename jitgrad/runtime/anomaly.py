@@ -97,3 +97,28 @@ class set_detect_anomaly:
     def __exit__(self, *args):
         STATE.enabled, STATE.check_nan, STATE.check_forward = self.prev
         return False
+
+
+def forward_trace_text(stack) -> str:
+    from .source import format_stack
+    if not stack:
+        return ("No forward pass information available. Enable detect anomaly during forward pass for more "
+                "information.")
+    return "Traceback of forward call that caused the error:\n" + format_stack(stack)
+
+
+def nonfinite_message(name, index, kind, shape, dtype_name, loc, stack, backward=True, op=None,
+                      compiled=False) -> str:
+    """The one wording for a NaN/Inf caught by anomaly mode, eager or inside compiled code: torch's first line
+    ("Function 'XBackward0' returned nan values in its 0th output."), then the op, forward/backward, the
+    user's file:line and source text, shape and dtype, and the forward traceback."""
+    where = f" at {loc.file}:{loc.line} ({loc.text})" if loc is not None else ""
+    if backward:
+        head = f"Function '{name}' returned nan values in its {index}th output."
+        what = f"  op: {op or name} (backward of the forward call{where})"
+    else:
+        head = f"Function '{name}' (forward) returned nan values in its {index}th output."
+        what = f"  op: {op or name} (forward{where})"
+    inside = " [checked inside compiled code]" if compiled else ""
+    return (f"{head}\n{what}; {'gradient' if backward else 'output'} shape {list(shape)}, dtype {dtype_name}, "
+            f"contains {kind}{inside}\n\n" + forward_trace_text(stack))

@@ -105,7 +105,8 @@ class _Tracer:
     """Runs one trace of the user's function, with capture and functionalisation hooks installed."""
 
     def __init__(self, arg_leaves):
-        self.trace = Trace()
+        from .graph_function import new_trace
+        self.trace = new_trace()
         self.captured = {}        # id(tensor) -> _Captured
         self.order = []           # _Captured in input order
         self.mutated = {}         # id(tensor) -> tensor whose payload was replaced

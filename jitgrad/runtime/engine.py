@@ -346,8 +346,13 @@ def _apply_node(node, grads, create_graph):
     prof = _PROF.active
     tr = _TR.active
     if tr is not None:   # traced backward: its eqns carry the location of the forward op they differentiate
-        with tr.located(node.loc):
-            return _apply_node_inner(node, grads, prof)
+        with tr.located(node.loc, node.name(), node.stack):
+            start = len(tr.eqns)
+            out = _apply_node_inner(node, grads, prof)
+            tr.mark_results(start, [(i, g._data) for i, g in enumerate(out)
+                                    if g is not None and type(g._data) is not np.ndarray],
+                            node.name(), node.loc, node.stack)
+            return out
     return _apply_node_inner(node, grads, prof)
 
 
@@ -379,10 +384,7 @@ def _apply_node_inner(node, grads, prof):
 
 
 def _forward_trace(node) -> str:
-    if not node.stack:
-        return ("No forward pass information available. Enable detect anomaly during forward pass for more "
-                "information.")
-    return "Traceback of forward call that caused the error:\n" + format_stack(node.stack)
+    return anomaly.forward_trace_text(node.stack)
 
 
 def _with_forward_trace(e: Exception, node) -> Exception:
@@ -400,8 +402,5 @@ def _nan_error(node, i, g) -> RuntimeError:
     # torch's wording ("returned nan values") for NaN and Inf alike (API.md); the details say which it was
     kind = "nan" if np.isnan(g._data).any() else "inf"
     op = getattr(node.op, "name", node.name())
-    where = f" at {node.loc.file}:{node.loc.line} ({node.loc.text})" if node.loc is not None else ""
-    msg = (f"Function '{node.name()}' returned nan values in its {i}th output.\n"
-           f"  op: {op} (backward of the forward call{where}); gradient shape {list(g.shape)}, dtype "
-           f"{g.dtype.name}, contains {kind}\n\n" + _forward_trace(node))
-    return RuntimeError(msg)
+    return RuntimeError(anomaly.nonfinite_message(node.name(), i, kind, g.shape, g.dtype.name, node.loc, node.stack,
+                                                  op=op))

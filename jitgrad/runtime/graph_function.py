@@ -27,7 +27,7 @@ class _Front:
 
     @contextlib.contextmanager
     def tracing(self):
-        tr = Trace()
+        tr = new_trace()
         prev_mode = grad_mode.STATE.grad_enabled
         grad_mode.STATE.grad_enabled = True   # record, so the backward graph is differentiable again
         with tr:
@@ -67,6 +67,32 @@ class _Front:
 FRONT = _Front()
 
 
+def nonfinite_error(e, kind) -> RuntimeError:
+    """The eager anomaly-mode error for an eqn whose anomaly check failed inside compiled code."""
+    from .anomaly import nonfinite_message
+    c = e.check
+    aval = e.outs[0].aval
+    return RuntimeError(nonfinite_message(c.name, c.index, kind, aval.shape, aval.dtype.name, c.loc, c.stack,
+                                          backward=c.backward, op=e.op.name, compiled=True))
+
+
+def _on_nonfinite(e, value):
+    raise nonfinite_error(e, "nan" if np.isnan(value).any() else "inf")
+
+
+def new_trace() -> Trace:
+    """A Trace configured with the current anomaly mode (checks and forward stacks go into the graph)."""
+    from . import anomaly
+    from .source import user_stack
+    tr = Trace()
+    an = anomaly.STATE
+    if an.enabled:
+        tr.anomaly = an.check_nan
+        tr.check_forward = an.check_nan and an.check_forward
+        tr.stack_of = lambda: user_stack(4)
+    return tr
+
+
 _COMPILED: dict = {}   # (id(graph), writes) -> CompiledGraph (graphs live as long as their GraphFunction)
 
 
@@ -85,11 +111,18 @@ def execute(graph: Graph, arrays, backend: str, writes=(), parallel=None):
     ``writes``: (output index, input index) pairs whose output is copied into the input's buffer at the end
     of the call (in-place state updates; the numba driver does it inside the compiled call)."""
     if backend == "numba":
-        run = compiled_graph(graph, writes, parallel).run
+        cg = compiled_graph(graph, writes, parallel)
+        run = cg.run
         if run is not None:
-            return run(*arrays)
+            res = run(*arrays)
+            if cg.checks:
+                err = res[-1]
+                if err[0] < len(cg.checks):
+                    raise nonfinite_error(cg.checks[err[0]], "nan" if err[1] else "inf")
+                return res[:-1]
+            return res
         # still compiling in the background (or codegen failed): the reference interpreter meanwhile
-    outs = _interp.interpret(graph, arrays)
+    outs = _interp.interpret(graph, arrays, _on_nonfinite)
     for o, i in writes:
         np.copyto(arrays[i], outs[o], casting="unsafe")
     return outs

@@ -53,9 +53,18 @@ def user_loc(depth: int = 2) -> SourceLoc | None:
 
 
 def user_stack(depth: int = 2) -> list:
-    """The forward traceback (outermost first) up to the user's call, jitgrad frames dropped."""
+    """The forward traceback (outermost first) up to the user's call, jitgrad frames dropped (also those
+    between user frames, e.g. a compiled function calling the user's step function)."""
     f = user_frame(depth + 1)
-    return traceback.extract_stack(f) if f is not None else []
+    if f is None:
+        return []
+    frames = []
+    while f is not None:
+        if not _internal(f.f_code):
+            frames.append((f, f.f_lineno))
+        f = f.f_back
+    frames.reverse()
+    return traceback.StackSummary.extract(frames)
 
 
 def format_stack(stack) -> str:

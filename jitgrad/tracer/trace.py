@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from ..ir.graph import Eqn, Graph, Lit, Var
+from ..ir.graph import AnomalyCheck, Eqn, Graph, Lit, Var
 
 
 class TraceError(RuntimeError):
@@ -32,6 +32,11 @@ class Trace:
         self.eqns: list[Eqn] = []
         self.created: set = set()
         self.loc_override = None
+        self.fwd_name = None      # inside a backward function: its name and the forward op's stack
+        self.fwd_stack = None
+        self.anomaly = False      # set by the runtime: anomaly mode with check_nan while tracing
+        self.check_forward = False
+        self.stack_of = None      # callable -> the user's Python stack (anomaly mode keeps it per eqn)
         self.keep = []    # objects whose ids are in `created`, kept alive so ids are not reused
         self.made = None  # a list when set: tensors bind made while tracing (compile checks which outlive the trace)
         self.on_capture = None   # tensor -> Var: a concrete tensor met while tracing becomes a graph input
@@ -46,22 +51,44 @@ class Trace:
 
     def add_eqn(self, op, ins, params, out_avals, loc, diff, needs):
         outs = [Var(a) for a in out_avals]
-        fwd = None
+        fwd = stack = check = None
         if self.loc_override is not None:
             fwd = self.loc_override
             loc = fwd
-        self.eqns.append(Eqn(op, ins, outs, params, loc, diff, needs, fwd))
+            stack = self.fwd_stack
+        elif self.stack_of is not None:
+            stack = self.stack_of()
+            if self.check_forward and out_avals[0].dtype.is_floating_point:
+                check = AnomalyCheck(op.name, 0, False, loc, stack)
+        self.eqns.append(Eqn(op, ins, outs, params, loc, diff, needs, fwd, check, stack))
         return outs
 
     @contextlib.contextmanager
-    def located(self, loc):
-        """Eqns added inside carry ``loc`` (the forward op a backward eqn differentiates)."""
-        prev = self.loc_override
-        self.loc_override = loc if loc is not None else prev
+    def located(self, loc, name=None, stack=None):
+        """Eqns added inside carry ``loc`` (the forward op a backward eqn differentiates), and in anomaly mode
+        the backward function's name and the forward stack."""
+        prev = (self.loc_override, self.fwd_name, self.fwd_stack)
+        self.loc_override = loc if loc is not None else prev[0]
+        self.fwd_name = name if name is not None else prev[1]
+        self.fwd_stack = stack if stack is not None else prev[2]
         try:
             yield self
         finally:
-            self.loc_override = prev
+            self.loc_override, self.fwd_name, self.fwd_stack = prev
+
+    def mark_results(self, start: int, results, name, loc, stack):
+        """Anomaly mode: the values a backward function returned (``(output index, Var)`` pairs) must be
+        finite; the eqns since ``start`` that define them get a check naming the function."""
+        if not self.anomaly:
+            return
+        defs = {}
+        for e in self.eqns[start:]:
+            for o in e.outs:
+                defs[o] = e
+        for i, v in results:
+            e = defs.get(v)
+            if e is not None and e.check is None and v.aval.dtype.is_floating_point:
+                e.check = AnomalyCheck(name, i, True, loc, stack)
 
     def finish(self, inputs, outputs) -> Graph:
         return Graph(inputs, self.eqns, outputs)

@@ -36,7 +36,7 @@ def cse(g: Graph) -> Graph:
             for o, prev in zip(e.outs, seen[key].outs):
                 subst[o] = prev
             continue
-        ne = Eqn(e.op, ins, e.outs, e.params, e.loc, e.diff, e.needs, e.fwd)
+        ne = e.replace(ins=ins)
         if key is not None:
             seen[key] = ne
         eqns.append(ne)

@@ -57,7 +57,7 @@ def simplify(g: Graph) -> Graph:
     eqns = []
     for e in g.eqns:
         ins = [subst.get(v, v) if isinstance(v, Var) else v for v in e.ins]
-        e = Eqn(e.op, ins, e.outs, e.params, e.loc, e.diff, e.needs, e.fwd)
+        e = e.replace(ins=ins)
         out = e.outs[0]
         same = _identity_of(e, defs)
         if same is not None:
@@ -66,7 +66,7 @@ def simplify(g: Graph) -> Graph:
         if e.op.name == "reshape":
             d = defs.get(ins[0])
             if d is not None and d.op.name == "reshape" and d.diff == e.diff:
-                e = Eqn(e.op, [d.ins[0]], e.outs, e.params, e.loc, e.diff, (d.needs[0] and e.needs[0],), e.fwd)
+                e = e.replace(ins=[d.ins[0]], needs=(d.needs[0] and e.needs[0],))
         if all(isinstance(v, Lit) for v in ins) and len(e.outs) == 1 and out.size <= _FOLD_MAX:
             val = e.op.impl(*[v.value for v in ins], **e.params)
             subst[out] = Lit(np.asarray(val).astype(out.aval.dtype.np), out.aval)

@@ -82,9 +82,15 @@ def transpose(g: Graph, out_idx, wrt, front, loc_of=None) -> Transposed:
             ctx.params = e.params
             ctx.needs_grad = needs
             ctx.bind = front.bind_name
-            with tb.located(e.loc):
+            name = e.op.grad_name
+            if e.fwd is not None:     # differentiating a backward eqn: say whose backward it was part of
+                name = f"{name} (double backward, through {e.check.name if e.check else 'a backward function'})"
+            with tb.located(e.loc, name, e.stack):
+                start = len(tb.eqns)
                 gs = [front.zeros(o.aval) if x is None else x for x, o in zip(gs, e.outs)]
                 res = e.op.vjp(ctx, *gs)
+                tb.mark_results(start, [(i, front.unwrap(r)) for i, r in enumerate(res)
+                                        if r is not None and isinstance(front.unwrap(r), Var)], name, e.loc, e.stack)
                 for v, n, r in zip(e.ins, needs, res):
                     if n and r is not None:
                         ct[v] = r if v not in ct else ct[v] + r
