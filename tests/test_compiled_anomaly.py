@@ -8,7 +8,8 @@ import pytest
 
 import jitgrad as jg
 
-pytestmark = pytest.mark.filterwarnings("ignore:Anomaly Detection has been enabled")
+pytestmark = [pytest.mark.filterwarnings("ignore:Anomaly Detection has been enabled"),
+              pytest.mark.filterwarnings("error::jitgrad.codegen.cpu.CodegenWarning")]
 HERE = os.path.basename(__file__)
 
 
@@ -136,6 +137,7 @@ def test_check_forward(backend):
     assert f"{HERE}:{line}" in msg
 
 
+@pytest.mark.filterwarnings("error:Error detected in")   # the report is complete: no second wrapper
 def test_outer_backward_of_compiled_function(backend):
     g = jg.compile(lambda x: (jg.sqrt(x) * 0.0).sum(), backend=backend)
     with jg.autograd.detect_anomaly():

@@ -459,8 +459,8 @@ class CompiledGraph:
 
         def check_after(e, var_name):
             if e in self.check_ids:
-                lines.append(f"    if not np.isfinite({var_name}).all():")
-                lines.append(f"        _report(err, {self.check_ids[e]}, np.isnan({var_name}).sum())")
+                lines.append(f"    if not np.isfinite(np.ravel({var_name})).all():")
+                lines.append(f"        _report(err, {self.check_ids[e]}, np.isnan(np.ravel({var_name})).sum())")
 
         for n, step in enumerate(self.plan.steps):
             while pending:

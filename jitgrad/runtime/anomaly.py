@@ -99,6 +99,10 @@ class set_detect_anomaly:
         return False
 
 
+class AnomalyError(RuntimeError):
+    """A NaN/Inf caught by anomaly mode (a RuntimeError, as in torch); its message is complete."""
+
+
 def forward_trace_text(stack) -> str:
     from .source import format_stack
     if not stack:

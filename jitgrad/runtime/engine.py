@@ -363,6 +363,8 @@ def _apply_node_inner(node, grads, prof):
                 out = node.apply(grads)
         else:
             out = node.apply(grads)
+    except anomaly.AnomalyError:
+        raise                       # already a complete report (e.g. from checks inside compiled code)
     except Exception as e:
         if _AN.enabled:
             raise _with_forward_trace(e, node) from e
@@ -402,5 +404,5 @@ def _nan_error(node, i, g) -> RuntimeError:
     # torch's wording ("returned nan values") for NaN and Inf alike (API.md); the details say which it was
     kind = "nan" if np.isnan(g._data).any() else "inf"
     op = getattr(node.op, "name", node.name())
-    return RuntimeError(anomaly.nonfinite_message(node.name(), i, kind, g.shape, g.dtype.name, node.loc, node.stack,
-                                                  op=op))
+    return anomaly.AnomalyError(anomaly.nonfinite_message(node.name(), i, kind, g.shape, g.dtype.name, node.loc,
+                                                          node.stack, op=op))

@@ -69,10 +69,10 @@ FRONT = _Front()
 
 def nonfinite_error(e, kind) -> RuntimeError:
     """The eager anomaly-mode error for an eqn whose anomaly check failed inside compiled code."""
-    from .anomaly import nonfinite_message
+    from .anomaly import AnomalyError, nonfinite_message
     c = e.check
     aval = e.outs[0].aval
-    return RuntimeError(nonfinite_message(c.name, c.index, kind, aval.shape, aval.dtype.name, c.loc, c.stack,
+    return AnomalyError(nonfinite_message(c.name, c.index, kind, aval.shape, aval.dtype.name, c.loc, c.stack,
                                           backward=c.backward, op=e.op.name, compiled=True))
 
 
