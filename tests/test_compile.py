@@ -748,10 +748,35 @@ def test_data_dependent_shapes_are_a_clear_trace_error(what):
     close(got, fn(x))
 
 
-def test_a_concrete_mask_from_outside_is_fine():
-    mask = jg.tensor([True, False, True])
-    f = jg.compile(lambda x: x[mask] * 2)
+def test_a_constant_mask_made_inside_is_fine():
+    f = jg.compile(lambda x: x[jg.tensor([True, False, True])] * 2)
     close(f(jg.tensor([1.0, 2.0, 3.0])), [2.0, 6.0])
+    close(f(jg.tensor([1.0, 2.0, 4.0])), [2.0, 8.0])
+
+
+def test_reading_a_tensor_from_outside_is_refused_not_baked_in():
+    """A closure tensor is read afresh at every call, so its trace-time value must not become a constant."""
+    lr = jg.tensor(0.1)
+    mask = jg.tensor([True, False, True])
+
+    def scaled(x):
+        return x * lr.item()
+
+    def masked(x):
+        return x[mask]
+
+    for fn, text in ((scaled, "lr.item()"), (masked, "x[mask]")):
+        with pytest.raises(TracedValueError) as ei:
+            jg.compile(fn)(jg.ones(3))
+        assert "outside" in str(ei.value) and f"{THIS}:{line_of(fn, text)}" in str(ei.value)
+    # the supported forms: use it as a tensor (a graph input, read at each call)
+    f = jg.compile(lambda x: x * lr)
+    close(f(jg.ones(2)), [0.1, 0.1], rtol=1e-6)
+    lr.fill_(1.0)
+    close(f(jg.ones(2)), [1.0, 1.0])
+    assert f.stats["traces"] == 1
+    with pytest.raises(TracedValueError, match="allclose"):
+        jg.compile(lambda x: jg.allclose(x, x))(jg.ones(2))
 
 
 def test_random_factories_inside_are_refused():

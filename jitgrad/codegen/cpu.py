@@ -9,6 +9,7 @@ relies on it).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -312,7 +313,7 @@ class CompiledGraph:
     Python driver calls the kernels and the NumPy impls of the remaining ops.
     """
 
-    def __init__(self, graph: Graph, writes=(), background=None, parallel=None):
+    def __init__(self, graph: Graph, writes=(), background=None, parallel=None, phase=None):
         from . import cache
         self.graph = graph
         self.writes = tuple(writes)
@@ -355,6 +356,7 @@ class CompiledGraph:
         self.key = cache.cache_key(self.module_source, extra=("cpu", 1))
         self.names = {g.index: g.name for g in self.plan.groups}
         self.run = None          # set once compiled; until then callers use the interpreter
+        self._phase = phase      # name -> context manager: profiler events for a synchronous build
         self.error = None
         self.seconds = 0.0
         if background is None:
@@ -376,8 +378,11 @@ class CompiledGraph:
                 cache.load_module(self.key, self.module_source, "graph")     # writes the entry
                 subprocess.run([sys.executable, "-c", _CHILD, self.key, str(path)], check=True,
                                capture_output=True, timeout=600)
-            mod = cache.load_module(self.key, self.module_source, "graph")
-            mod.__warmup__()
+            hit = path is not None and path.exists()
+            with (self._phase("compile/cache_hit" if hit else "compile/numba")
+                  if self._phase is not None and not background else contextlib.nullcontext()):
+                mod = cache.load_module(self.key, self.module_source, "graph")
+                mod.__warmup__()
             self.module = mod
             if self.nopython:
                 run, lits = mod.run, tuple(self.lits)
@@ -388,6 +393,8 @@ class CompiledGraph:
                     dns[k.name] = getattr(mod, k.name)
                 for n in dns.get("__steps__", ()):
                     dns[n] = getattr(mod, n)
+                if self.checks:
+                    dns["_report"] = mod._report
                 exec(compile(self.driver_source, f"<jitgrad driver {self.key[:8]}>", "exec"), dns)
                 run_fn = dns["run"]
             self.seconds = time.perf_counter() - t0
@@ -399,6 +406,22 @@ class CompiledGraph:
             warnings.warn(f"jitgrad: Numba code generation failed for a graph ({', '.join(self.names.values())[:200]});"
                           f" running it on the reference interpreter instead.\n{detail}", CodegenWarning,
                           stacklevel=2)
+
+    def profiled_run(self, prof):
+        """The instrumented variant (one profiler event per kernel and BLAS call), built on first use."""
+        if getattr(self, "_profiled", None) is None:
+            src, dns, lits = self._driver({k.name: k for k in self.kernels}, profile=True)
+            for k in self.kernels:
+                dns[k.name] = getattr(self.module, k.name)
+            for n in dns.get("__steps__", ()):
+                dns[n] = getattr(self.module, n)
+            if self.checks:
+                dns["_report"] = self.module._report
+            exec(compile(src, f"<jitgrad profiled driver {self.key[:8]}>", "exec"), dns)
+            self._profiled = dns
+        dns = self._profiled
+        dns["_P"] = prof
+        return dns["run"]
 
     def wait(self, timeout=None) -> bool:
         """Block until the background build finished (True if compiled code is available)."""
@@ -430,15 +453,18 @@ class CompiledGraph:
             src += "\n\n# Python driver (some steps have no nopython form)\n" + self.driver_source
         return src
 
-    def _driver(self, kernels):
-        """The driver's source; with the njit driver, literal arrays become trailing parameters."""
+    def _driver(self, kernels, profile=False):
+        """The driver's source; with the njit driver, literal arrays become trailing parameters.  ``profile``:
+        a Python driver timing each step as a profiler event (``_P.range``), built only while profiling."""
         g = self.graph
         names = {}
-        nopy = self.nopython
+        nopy = self.nopython and not profile
         dns = {"np": np, "_run_eqn": run_eqn, "__steps__": []}
         lits = []
-        warm = self.warm_calls = []     # (kernel, [aval or scalar...]): typed dummy calls that compile it
-        self.kernel_avals = {}          # kernel -> [(shape, dtype name)] of its arguments
+        warm = []                       # (kernel, [aval or scalar...]): typed dummy calls that compile it
+        kernel_avals = {}               # kernel -> [(shape, dtype name)] of its arguments
+        if not profile:
+            self.warm_calls, self.kernel_avals = warm, kernel_avals
 
         def nm(v):
             if isinstance(v, Lit):
@@ -462,9 +488,18 @@ class CompiledGraph:
                 lines.append(f"    if not np.isfinite(np.ravel({var_name})).all():")
                 lines.append(f"        _report(err, {self.check_ids[e]}, np.isnan(np.ravel({var_name})).sum())")
 
+        def timed(mark, name, shapes):
+            """Profile mode: the step's lines (from ``mark``) run inside one profiler event."""
+            if profile:
+                body = ["    " + ln for ln in lines[mark:]]
+                del lines[mark:]
+                lines.append(f"    with _P.range({name!r}, {shapes!r}, 'kernel'):")
+                lines.extend(body)
+
         for n, step in enumerate(self.plan.steps):
             while pending:
                 check_after(*pending.pop())
+            mark = len(lines)
             if isinstance(step, Group):
                 k = kernels[f"fused_{step.index}"]
                 outs = []
@@ -490,14 +525,15 @@ class CompiledGraph:
                         shape = () if len(axes) == len(step.shape) else tuple(
                             1 if i in axes else d for i, d in enumerate(step.shape))
                     out_avals.append((shape, o.aval.dtype.np.name))
-                self.kernel_avals[k.name] = [(v.aval.shape, v.aval.dtype.np.name) for v in k.args] + out_avals
+                kernel_avals[k.name] = [(v.aval.shape, v.aval.dtype.np.name) for v in k.args] + out_avals
                 if getattr(k, "checked", False):
-                    self.kernel_avals[k.name] = self.kernel_avals[k.name] + [((2,), "int64")]
-                warm.append((k.name, self.kernel_avals[k.name]))
+                    kernel_avals[k.name] = kernel_avals[k.name] + [((2,), "int64")]
+                warm.append((k.name, kernel_avals[k.name]))
                 if step.reduce is not None:
                     o = step.reduce.outs[0]
                     lines.append(f"    {nm(o)} = {nm(o)}_k.reshape({o.aval.shape!r})")
                     pending.append((step.reduce, nm(o)))
+                timed(mark, f"{step.name} {step.lines()}".strip(), [list(v.aval.shape) for v in k.args])
                 continue
             e = step
             pending.append((e, nm(e.outs[0])))
@@ -535,6 +571,7 @@ class CompiledGraph:
                 key = f"E{len(dns)}"
                 dns[key] = e
                 lines.append(f"    {out} = _run_eqn({key}, [{', '.join(ins)}])  # {name}")
+            timed(mark, "matmul (BLAS)" if name == "matmul" else name, [list(v.aval.shape) for v in e.ins])
         while pending:
             check_after(*pending.pop())
         outs = [nm(v) for v in g.outputs]

@@ -17,22 +17,28 @@ def run_eqn(e, vals):
     return out
 
 
-def interpret(graph: Graph, args, on_nonfinite=None) -> list:
+def interpret(graph: Graph, args, on_nonfinite=None, profiler=None) -> list:
     """Evaluate ``graph`` on NumPy arrays ``args``; returns the output arrays.  ``on_nonfinite(eqn, value)`` is
-    called for an eqn carrying an anomaly check whose value is not all finite (it raises)."""
+    called for an eqn carrying an anomaly check whose value is not all finite (it raises).  ``profiler``: an
+    object with ``range(name, shapes, cat)``; each eqn becomes one event."""
     if len(args) != len(graph.inputs):
         raise TypeError(f"graph takes {len(graph.inputs)} inputs, got {len(args)}")
     env = {}
     for v, a in zip(graph.inputs, args):
         env[v] = a
     with np.errstate(all="ignore"):     # inf/nan arise silently, as in torch; anomaly mode is the check
-        _run_eqns(graph, env, on_nonfinite)
+        _run_eqns(graph, env, on_nonfinite, profiler)
     return [env[v] if type(v) is not Lit else np.asarray(v.value, v.aval.dtype.np) for v in graph.outputs]
 
 
-def _run_eqns(graph, env, on_nonfinite):
+def _run_eqns(graph, env, on_nonfinite, profiler):
     for e in graph.eqns:
         vals = [env[v] if type(v) is not Lit else v.value for v in e.ins]
-        out = env[e.outs[0]] = run_eqn(e, vals)
+        if profiler is not None:
+            loc = f" {e.loc.short()}" if e.loc is not None else ""
+            with profiler.range(f"{e.op.name}{loc}", [list(np.shape(v)) for v in vals], "kernel"):
+                out = env[e.outs[0]] = run_eqn(e, vals)
+        else:
+            out = env[e.outs[0]] = run_eqn(e, vals)
         if e.check is not None and on_nonfinite is not None and out.dtype.kind == "f" and not np.isfinite(out).all():
             on_nonfinite(e, out)

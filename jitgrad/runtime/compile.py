@@ -13,6 +13,7 @@ captured.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import time
@@ -30,6 +31,9 @@ from ..tracer.pytree import treedef_key
 from . import anomaly, grad_mode
 from .graph_function import GraphFunction
 from .tensor import Tensor
+from . import profiler_state
+
+_PROF = profiler_state.STATE
 
 RETRACE_WARN = 8
 _is_tensor = lambda x: isinstance(x, Tensor)  # noqa: E731
@@ -218,6 +222,13 @@ class CompiledFunction:
 
     # --- calling -------------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        prof = _PROF.active
+        if prof is not None and _TR.active is None:   # the call is one event; kernels and compile phases nest in it
+            with prof.range(f"compiled:{getattr(self.fn, '__name__', 'function')}", None, "compiled"):
+                return self._call(args, kwargs)
+        return self._call(args, kwargs)
+
+    def _call(self, args, kwargs):
         self.stats["calls"] += 1
         if _TR.active is not None:      # called while another function is being traced: trace through it
             return self.fn(*args, **kwargs)
@@ -252,7 +263,8 @@ class CompiledFunction:
         tracer = _Tracer(leaves)
         try:
             with tracer.trace, grad_mode.set_grad_enabled(grad_mode.STATE.grad_enabled):
-                out = self.fn(*args, **kwargs)
+                with _phase("compile/trace"):
+                    out = self.fn(*args, **kwargs)
                 outputs, out_diff = self._finish(e, tracer, out)
                 del out
         except TracedValueError:
@@ -355,7 +367,8 @@ class CompiledFunction:
         tr = tracer.trace
         raw = Graph(tr.inputs, tr.eqns, outputs)
         e.raw_graph = raw
-        e.graph = run_pipeline(raw, getattr(self.fn, "__name__", "compiled"))
+        with _phase("compile/passes"):
+            e.graph = run_pipeline(raw, getattr(self.fn, "__name__", "compiled"))
         # payload write-backs happen inside the call (into the inputs' buffers); those outputs stay arrays
         e.gf = GraphFunction(e.graph, out_diff, self.backend, getattr(self.fn, "__name__", "compiled"),
                              stats=self.stats, writes=[(oi, ci) for ci, oi in e.writes],
@@ -492,6 +505,12 @@ def _break_cycles(made, kept):
             n.release()
     for t in kept:
         t._acc = None
+
+
+def _phase(name):
+    """A profiler event for a compile phase (nothing when no profiler is active)."""
+    prof = _PROF.active
+    return prof.range(name, None, "compile") if prof is not None else contextlib.nullcontext()
 
 
 def _payload_of(t: Tensor, tracer: _Tracer):

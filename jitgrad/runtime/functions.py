@@ -588,11 +588,20 @@ def bmm(input, mat2):
     return matmul(input, mat2)
 
 
+def _read_values(what, *ts):
+    from .tensor import _is_traced, _traced_read
+    for t in ts:
+        if _is_traced(t):
+            _traced_read(t, what)
+
+
 def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    _read_values("allclose()", input, other)
     return bool(np.allclose(input._data, other._data, rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
 def equal(input, other):
+    _read_values("equal()", input, other)
     return input.shape == other.shape and bool(np.array_equal(input._data, other._data))
 
 

@@ -17,7 +17,7 @@ from ..ir.graph import Graph, Lit, Var
 from ..ir.ops import OPS, Aval
 from ..ir.passes import dce, run_pipeline, transpose, active_vars
 from ..tracer import Trace, STATE as _TR
-from . import grad_mode
+from . import grad_mode, profiler_state
 from .node import Node
 from .tensor import Tensor
 
@@ -65,6 +65,7 @@ class _Front:
 
 
 FRONT = _Front()
+_PROF = profiler_state.STATE
 
 
 def nonfinite_error(e, kind) -> RuntimeError:
@@ -101,7 +102,10 @@ def compiled_graph(graph: Graph, writes=(), parallel=None):
     cg = _COMPILED.get(key)
     if cg is None or cg.graph is not graph:
         from ..codegen.cpu import CompiledGraph
-        cg = _COMPILED[key] = CompiledGraph(graph, writes, parallel=parallel)
+        prof = _PROF.active
+        phase = (lambda name: prof.range(name, None, "compile")) if prof is not None else None
+        with (phase("compile/codegen") if phase else contextlib.nullcontext()):
+            cg = _COMPILED[key] = CompiledGraph(graph, writes, parallel=parallel, phase=phase)
     return cg
 
 
@@ -114,6 +118,9 @@ def execute(graph: Graph, arrays, backend: str, writes=(), parallel=None):
         cg = compiled_graph(graph, writes, parallel)
         run = cg.run
         if run is not None:
+            prof = _PROF.active
+            if prof is not None:        # the instrumented driver: one event per kernel / BLAS call
+                run = cg.profiled_run(prof)
             res = run(*arrays)
             if cg.checks:
                 err = res[-1]
@@ -122,7 +129,7 @@ def execute(graph: Graph, arrays, backend: str, writes=(), parallel=None):
                 return res[:-1]
             return res
         # still compiling in the background (or codegen failed): the reference interpreter meanwhile
-    outs = _interp.interpret(graph, arrays, _on_nonfinite)
+    outs = _interp.interpret(graph, arrays, _on_nonfinite, _PROF.active)
     for o, i in writes:
         np.copyto(arrays[i], outs[o], casting="unsafe")
     return outs

@@ -301,7 +301,7 @@ class Tensor:
 
     # --- conversion ------------------------------------------------------------------------------
     def _check_readable(self, what):
-        if type(self._data) is not np.ndarray:
+        if _is_traced(self):
             _traced_read(self, what)
         if self.requires_grad:
             raise RuntimeError(f"Can't call {what} on Tensor that requires grad. Use tensor.detach().{what} instead.")
@@ -319,40 +319,40 @@ class Tensor:
         return a.copy() if copy else a
 
     def item(self):
-        if type(self._data) is not np.ndarray:
+        if _is_traced(self):
             _traced_read(self, "item()")
         if self._data.size != 1:
             raise RuntimeError(f"a Tensor with {self._data.size} elements cannot be converted to Scalar")
         return self._data.reshape(()).item()
 
     def tolist(self):
-        if type(self._data) is not np.ndarray:
+        if _is_traced(self):
             _traced_read(self, "tolist()")
         return self._data.tolist()
 
     def __bool__(self):
-        if type(self._data) is not np.ndarray:
+        if _is_traced(self):
             _traced_read(self, "bool()")
         if self._data.size != 1:
             raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
         return bool(self._data.reshape(()))
 
     def __float__(self):
-        if type(self._data) is not np.ndarray:
+        if _is_traced(self):
             _traced_read(self, "float()")
         if self._data.size != 1:
             raise ValueError("only one element tensors can be converted to Python scalars")
         return float(self.item())
 
     def __int__(self):
-        if type(self._data) is not np.ndarray:
+        if _is_traced(self):
             _traced_read(self, "int()")
         if self._data.size != 1:
             raise ValueError("only one element tensors can be converted to Python scalars")
         return int(self.item())
 
     def __index__(self):
-        if type(self._data) is not np.ndarray:
+        if _is_traced(self):
             _traced_read(self, "__index__()")
         if self._data.dtype.kind not in "iu" or self._data.size != 1:
             raise TypeError("only integer tensors of a single element can be converted to an index")
@@ -719,13 +719,26 @@ class Tensor:
         return _bind(O["where"], condition, self, other)
 
 
+def _is_traced(t) -> bool:
+    """Whether reading ``t``'s value in Python would bake a trace-time value into a compiled graph: a traced value,
+    or (inside a @jitgrad.compile trace) a tensor from outside the function, which is read afresh at each call."""
+    if type(t._data) is not np.ndarray:
+        return True
+    tr = _TR.active
+    return tr is not None and tr.on_capture is not None and id(t) not in tr.created
+
+
 def _traced_read(t, what):
     from ..tracer import TracedValueError
     from .source import user_loc
     loc = user_loc(3)
     where = f"{loc.file}:{loc.line} ({loc.text})" if loc is not None else "an unknown line"
+    d = t._data
+    kind = (f"a traced tensor ({d.aval})" if type(d) is not np.ndarray else
+            f"a tensor from outside the function ({_FROM_NP[d.dtype].short}[{','.join(map(str, d.shape))}]: a "
+            "closure or global, read afresh at every call)")
     raise TracedValueError(
-        f"{what} reads the value of a traced tensor ({t._data.aval}) inside a @jitgrad.compile function, at {where}. "
+        f"{what} reads the value of {kind} inside a @jitgrad.compile function, at {where}. "
         "A compiled function is traced once and replayed, so Python cannot branch on or convert tensor values. "
         "Fix: use tensor ops instead (jitgrad.where(cond, a, b) for an `if`, keep results as tensors and convert "
         "outside the compiled function), or pass fullgraph=False to run this signature eagerly.")
@@ -736,8 +749,10 @@ def _traced_mask(t):
     from .source import user_loc
     loc = user_loc(3)
     where = f"{loc.file}:{loc.line} ({loc.text})" if loc is not None else "an unknown line"
+    d = t._data
+    what = d.aval if type(d) is not np.ndarray else f"{_FROM_NP[d.dtype].short}[{','.join(map(str, d.shape))}] from outside"
     raise TracedValueError(
-        f"indexing with a traced boolean mask ({t._data.aval}) inside a @jitgrad.compile function, at {where}: the "
+        f"indexing with a traced boolean mask ({what}) inside a @jitgrad.compile function, at {where}: the "
         "result's shape depends on the data, which a compiled function cannot trace. Fix: use "
         "jitgrad.where(mask, x, 0) or multiply by the mask instead, or pass fullgraph=False to run eagerly.")
 
@@ -777,7 +792,7 @@ def _parse_index(key, t):
         if isinstance(k, Tensor) or isinstance(k, (list, np.ndarray)):
             a = k._data if isinstance(k, Tensor) else np.asarray(k)
             if a.dtype == np.bool_:
-                if type(a) is not np.ndarray:
+                if isinstance(k, Tensor) and _is_traced(k):
                     _traced_mask(k)
                 for comp in np.nonzero(a):
                     spec.append(("tensor", len(idx)))
