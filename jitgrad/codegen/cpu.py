@@ -46,6 +46,26 @@ _CHILD = ("import sys; from jitgrad.codegen import cache; key, path = sys.argv[1
           "src = open(path).read(); cache.load_module(key, src, 'graph').__warmup__()")
 
 
+_QUEUE = None     # background builds, one at a time (one compiling child process, never a swarm)
+
+
+def _background(cg):
+    global _QUEUE
+    import queue
+    if _QUEUE is None:
+        _QUEUE = queue.Queue()
+
+        def worker():
+            while True:
+                job = _QUEUE.get()
+                try:
+                    job._build(True)
+                finally:
+                    _QUEUE.task_done()
+        threading.Thread(target=worker, daemon=True, name="jitgrad-compile").start()
+    _QUEUE.put(cg)
+
+
 def _warmup_source(calls) -> str:
     """A plain function calling every compiled function once with dummy arguments of the exact types, so
     that loading the module compiles (or loads from Numba's cache) everything before real calls arrive."""
@@ -362,8 +382,7 @@ class CompiledGraph:
         if background is None:
             background = os.environ.get("JITGRAD_BACKGROUND_COMPILE", "1") != "0"
         if background:
-            threading.Thread(target=self._build, args=(True,), daemon=True,
-                             name=f"jitgrad-compile-{self.key[:8]}").start()
+            _background(self)
         else:
             self._build(False)
 
