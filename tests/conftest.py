@@ -10,6 +10,8 @@ from hypothesis import settings, HealthCheck
 # user's ~/.cache/jitgrad
 _CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".jitgrad-test-cache")
 os.environ.setdefault("JITGRAD_CACHE_DIR", _CACHE)
+# tests check the compiled code itself, not the interpreter that serves calls while a background build runs
+os.environ.setdefault("JITGRAD_BACKGROUND_COMPILE", "0")
 
 settings.register_profile("ci", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
