@@ -26,7 +26,7 @@ from ..ir.graph import Graph, Lit, Var, format_graph
 from ..ir.ops import Aval
 from ..ir.passes import run_pipeline
 from ..ir import dtypes as dt
-from ..tracer import STATE as _TR, Trace, TraceError, TracedValueError, flatten, unflatten
+from ..tracer import STATE as _TR, TraceError, TracedValueError, flatten, unflatten
 from ..tracer.pytree import treedef_key
 from . import anomaly, grad_mode
 from .graph_function import GraphFunction
@@ -291,7 +291,6 @@ class CompiledFunction:
         return e
 
     def _finish(self, e: _Entry, tracer: _Tracer, out):
-        tr = tracer.trace
         out_leaves, e.out_treedef = flatten(out, _is_tensor)
         outputs, out_diff = [], []
         for t in out_leaves:

@@ -12,7 +12,6 @@ import numpy as np
 
 from . import anomaly, grad_mode, profiler_state
 from .node import AccumulateGrad, zeros_for
-from .source import format_stack
 from .dispatch import refresh_view
 from .tensor import Tensor
 from ..tracer import STATE as _TR

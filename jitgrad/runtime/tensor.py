@@ -4,7 +4,6 @@ Math and shape methods that are compositions live in ``functions.py`` and are at
 """
 from __future__ import annotations
 
-import math
 import warnings
 from collections import OrderedDict
 

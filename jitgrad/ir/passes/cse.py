@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import Eqn, Graph, Lit
+from ..graph import Graph, Lit
 
 
 def _key_of(v):

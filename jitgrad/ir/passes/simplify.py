@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import Eqn, Graph, Lit, Var
+from ..graph import Graph, Lit, Var
 
 _FOLD_MAX = 1 << 16   # fold constants up to this many elements; bigger ones stay computed
 
