@@ -211,27 +211,40 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
             captures.setdefault(_root_edge(t), []).append(k)
     cap_nodes = {n for n, _ in captures}
 
-    # discover the graph reachable from the roots
     root_edges = [_root_edge(t) for t in outputs]
-    children = {}
-    order = []
-    stack = [n for n, _ in root_edges]
-    seen = set(stack)
-    while stack:
-        n = stack.pop()
-        order.append(n)
-        kids = [e[0] for e in n.next_functions if e[0] is not None]
-        children[n] = kids
-        for c in kids:
-            if c not in seen:
-                seen.add(c)
-                stack.append(c)
-
-    # which nodes matter: with inputs, only those on a path to a capture point
     if inputs is None:
-        needed = seen
-        execute = seen
+        # plain backward: every reachable node runs; count dependencies while discovering them
+        deps = {n: 0 for n, _ in root_edges}
+        stack = list(deps)
+        while stack:
+            n = stack.pop()
+            for c, _ in n.next_functions:
+                if c is None:
+                    continue
+                d = deps.get(c)
+                if d is None:
+                    deps[c] = 1
+                    stack.append(c)
+                else:
+                    deps[c] = d + 1
+        needed = execute = deps.keys()
     else:
+        deps = None
+        # discover the graph reachable from the roots
+        children = {}
+        order = []
+        stack = [n for n, _ in root_edges]
+        seen = set(stack)
+        while stack:
+            n = stack.pop()
+            order.append(n)
+            kids = [e[0] for e in n.next_functions if e[0] is not None]
+            children[n] = kids
+            for c in kids:
+                if c not in seen:
+                    seen.add(c)
+                    stack.append(c)
+        # which nodes matter: only those on a path to a capture point
         needed = set(cap_nodes & seen)
         # one pass over the (acyclic) graph in reverse topological order: children before parents
         indeg = dict.fromkeys(order, 0)
@@ -251,12 +264,11 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
             if n not in needed and any(c in needed for c in children[n]):
                 needed.add(n)
         execute = {n for n in needed if any(c in needed for c in children[n])}
-
-    deps = dict.fromkeys(needed, 0)
-    for n in execute:
-        for c in children[n]:
-            if c in deps:
-                deps[c] += 1
+        deps = dict.fromkeys(needed, 0)
+        for n in execute:
+            for c in children[n]:
+                if c in deps:
+                    deps[c] += 1
 
     buffers = {}
     for (n, nr), g in zip(root_edges, root_grads):
