@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from hypothesis import settings, HealthCheck
 
-# generated kernels go to a cache shared by this checkout's test runs (and xdist workers), never to the
-# user's ~/.cache/jitgrad
-_CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".jitgrad-test-cache")
+# generated kernels go to a cache of their own shared by test runs and xdist workers (entries are keyed by
+# content, so a stale one is never used), never to the user's ~/.cache/jitgrad
+_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "jitgrad-tests")
 os.environ.setdefault("JITGRAD_CACHE_DIR", _CACHE)
 # tests check the compiled code itself, not the interpreter that serves calls while a background build runs
 os.environ.setdefault("JITGRAD_BACKGROUND_COMPILE", "0")
@@ -33,8 +33,11 @@ def _fresh_state():
     anomaly.set_anomaly_enabled(False)
 
 
-@pytest.fixture(params=["eager", "compiled"])
+@pytest.fixture(params=["eager", "compiled", "numba"])
 def mode(request):
-    """Run a test's programs eagerly and under ``@jg.compile``: pair it with ``compiled.maybe_compile(fn, mode)``
+    """Run a test's programs eagerly and under ``@jg.compile`` on both backends ("compiled" is the reference
+    interpreter, "numba" the generated kernels): pair it with ``compiled.maybe_compile(fn, mode)``
     (tests/compiled.py) so compiled code is tested on everything eager code is."""
+    if request.param == "numba":
+        request.applymarker(pytest.mark.filterwarnings("error::jitgrad.codegen.cpu.CodegenWarning"))
     return request.param

@@ -247,7 +247,7 @@ def test_program(name, fn, shapes, domain, mode):
     arrays = _arrays(name, shapes, domain)
     got = evaluate(fn, arrays, mode)
     assert_close_lists(got["values_again"], got["values"], 0, 0, "values on the second call")
-    if mode == "compiled":
+    if mode != "eager":
         want = evaluate(fn, arrays, "eager")
         assert_agree(got, want)
     if "grads" not in got or name in NO_FD:
@@ -275,7 +275,7 @@ def test_gradcheck_compiled(name, mode):
     f = maybe_compile(fn, mode)
     assert autograd.gradcheck(f, xs)
     assert autograd.gradgradcheck(f, xs)
-    if mode == "compiled":
+    if mode != "eager":
         assert f.stats["traces"] >= 1 and f.stats["hits"] >= 1
 
 

@@ -173,12 +173,16 @@ class CompiledGraph:
             self.seconds = time.perf_counter() - t0
             self.run = run_fn
         except BaseException as e:  # noqa: BLE001 - any codegen failure falls back to the interpreter, loudly
-            detail = e.stderr.decode(errors="replace")[-2000:] if isinstance(e, subprocess.CalledProcessError) \
-                else f"{type(e).__name__}: {e}"
-            self.error = detail
-            warnings.warn(f"jitgrad: Numba code generation failed for a graph ({', '.join(self.names.values())[:200]});"
-                          f" running it on the reference interpreter instead.\n{detail}", CodegenWarning,
-                          stacklevel=2)
+            self.fail(e)
+
+    def fail(self, e):
+        """Give up on compiled code for this graph: warn once, and let callers use the interpreter."""
+        detail = e.stderr.decode(errors="replace")[-2000:] if isinstance(e, subprocess.CalledProcessError) \
+            else f"{type(e).__name__}: {e}"
+        self.error = detail
+        self.run = None
+        warnings.warn(f"jitgrad: Numba code generation failed for a graph ({', '.join(self.names.values())[:200]});"
+                      f" running it on the reference interpreter instead.\n{detail}", CodegenWarning, stacklevel=3)
 
     def profiled_run(self, prof):
         """The instrumented variant (one profiler event per kernel and BLAS call), built on first use."""
@@ -314,8 +318,9 @@ class CompiledGraph:
             ins = [nm(v) for v in e.ins]
             name = e.op.name
             if name == "matmul":
-                if nopy:   # BLAS wants contiguous operands (a no-op when they already are)
-                    lines.append(f"    {out} = np.dot(np.ascontiguousarray({ins[0]}), np.ascontiguousarray({ins[1]}))")
+                if nopy:   # BLAS wants contiguous operands (a no-op when they already are); vec @ vec -> 0-d array
+                    dot = f"np.dot(np.ascontiguousarray({ins[0]}), np.ascontiguousarray({ins[1]}))"
+                    lines.append(f"    {out} = np.asarray({dot})" if e.outs[0].aval.ndim == 0 else f"    {out} = {dot}")
                 else:
                     lines.append(f"    {out} = np.matmul({ins[0]}, {ins[1]})")
             elif nopy and name == "reshape":

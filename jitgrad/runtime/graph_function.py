@@ -121,7 +121,14 @@ def execute(graph: Graph, arrays, backend: str, writes=(), parallel=None):
             prof = _PROF.active
             if prof is not None:        # the instrumented driver: one event per kernel / BLAS call
                 run = cg.profiled_run(prof)
-            res = run(*arrays)
+            arrays = [a if type(a) is np.ndarray else np.asarray(a) for a in arrays]
+            try:
+                res = run(*arrays)
+            except Exception as e:  # noqa: BLE001 - a Numba failure at call time: interpreter, loudly
+                if not type(e).__module__.startswith("numba"):
+                    raise
+                cg.fail(e)
+                return execute(graph, arrays, "interpret", writes, parallel)
             if cg.checks:
                 err = res[-1]
                 if err[0] < len(cg.checks):
