@@ -8,7 +8,13 @@ the target verdicts.  With ``JITGRAD_BENCH_JSON=path`` set, each table is also a
 JSON line (``python benchmarks/report.py path`` turns that file into the tables of ``BENCHMARKS.md``).
 
 Environment knobs: ``JITGRAD_BENCH_SCALE`` (float, default 1) multiplies every run count and time budget
-(e.g. 0.2 for a quick smoke run).
+(e.g. 0.2 for a quick smoke run); ``JITGRAD_BENCH_QUIET_WAIT`` (seconds per table, default 10) bounds the
+waiting for a quiet machine.
+
+Importing this module sets ``JITGRAD_BACKGROUND_COMPILE=0`` unless it is already set: the steady-state tables
+then build the Numba code synchronously at the first call (the "first call" column includes it) and time
+compiled code only.  With the default background build, calls run on the reference interpreter until the
+compile finishes, which would mix interpreted and compiled calls in the medians.  B4 measures both modes.
 """
 from __future__ import annotations
 
@@ -24,14 +30,16 @@ import subprocess
 import sys
 import time
 import traceback
+import warnings
 
 import numpy as np
 
 SCALE = float(os.environ.get("JITGRAD_BENCH_SCALE", "1") or 1)
 JSON_PATH = os.environ.get("JITGRAD_BENCH_JSON", "")
 TORCH_THREADS = 2
+os.environ.setdefault("JITGRAD_BACKGROUND_COMPILE", "0")
 QUIET = float(os.environ.get("JITGRAD_BENCH_QUIET", "0.3") or 0.3)             # CPUs of background load
-QUIET_WAIT = float(os.environ.get("JITGRAD_BENCH_QUIET_WAIT", "20") or 20)    # seconds per table, at most
+QUIET_WAIT = float(os.environ.get("JITGRAD_BENCH_QUIET_WAIT", "10") or 10)    # seconds per table, at most
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -140,6 +148,25 @@ def cpu_ticks():
         return busy / hz, t.user + t.system + t.children_user + t.children_system
     except (OSError, ValueError, IndexError):
         return None
+
+
+def cpu_stall_us():
+    """Total microseconds in which some task waited for a CPU (Linux PSI, /proc/pressure/cpu), or None."""
+    try:
+        with open("/proc/pressure/cpu") as f:
+            return int(f.readline().split("total=")[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def contended(stall_frac, other):
+    """A batch is contended when other processes used CPU during it *and* tasks were kept waiting for a CPU
+    (PSI) for a noticeable part of it.  Waiting caused only by this process's own threads does not count."""
+    if other is None:
+        return False
+    if stall_frac is None:
+        return other >= QUIET
+    return other >= 0.15 and stall_frac >= 0.15
 
 
 def wait_quiet(max_s, window=0.25):
@@ -332,19 +359,22 @@ class Bench:
         self.rows.append(row)
         print(f"  .. {name}", end="", flush=True)
         try:
-            with time_limit(first_limit_s):
-                t = time.perf_counter()
-                made = factory()
-                step, probe = made if isinstance(made, tuple) else (made, None)
-                r = block(step())
-                row.first = time.perf_counter() - t
-            if probe is not None:
-                self._check(row, probe(r))
-            ts = []
-            for _ in range(max(1, warmup)):
-                t = time.perf_counter()
-                block(step())
-                ts.append(time.perf_counter() - t)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                with time_limit(first_limit_s):
+                    t = time.perf_counter()
+                    made = factory()
+                    step, probe = made if isinstance(made, tuple) else (made, None)
+                    r = block(step())
+                    row.first = time.perf_counter() - t
+                if probe is not None:
+                    self._check(row, probe(r))
+                ts = []
+                for _ in range(max(1, warmup)):
+                    t = time.perf_counter()
+                    block(step())
+                    ts.append(time.perf_counter() - t)
+            self._warnings(row, caught)
             row.est = float(np.median(ts))
             row.step = step
             row.want = max(min_runs, int(runs * SCALE))
@@ -354,6 +384,21 @@ class Bench:
         except Exception as e:  # noqa: BLE001 - a failing configuration is a result
             self._fail(row, e)
         return row
+
+    def _warnings(self, row, caught):
+        """jitgrad warnings met while building a configuration (e.g. a Numba codegen failure that falls back to
+        the interpreter) go into the row's notes; peers' warnings are ignored."""
+        seen = []
+        for w in caught:
+            mod = getattr(w.category, "__module__", "")
+            text = str(w.message).strip().splitlines()[0] if str(w.message).strip() else ""
+            if (mod.startswith("jitgrad") or "jitgrad" in text) and "Anomaly Detection" not in text:
+                item = f"{w.category.__name__}: {text[:160]}"
+                if item not in seen:
+                    seen.append(item)
+        for item in seen[:2]:
+            row.note = (row.note + "; " if row.note else "") + "WARNING " + item
+            print(f"\n     warning: {item}", flush=True)
 
     def _fail(self, row, e):
         row.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
@@ -369,8 +414,9 @@ class Bench:
         round that follows a loaded one first waits (up to ``JITGRAD_BENCH_QUIET_WAIT`` seconds per table in
         all) for the machine to quieten.  A configuration stops after ``runs`` quiet timed calls, or once
         ``budget_s`` of timed calls and ``min_runs`` are done.  Its median is over the calls of quiet batches
-        (background load below ``JITGRAD_BENCH_QUIET`` CPUs) when there are at least ``min_runs`` of them, else
-        over all its calls (flagged "noisy")."""
+        when there are at least ``min_runs`` of them, else over all its calls (flagged "noisy").  A batch is
+        contended (:func:`contended`) when other processes used CPU during it while tasks waited for a CPU
+        (PSI); the "uncontended" column gives the share of a configuration's timed calls that were not."""
         todo = [r for r in self.rows if getattr(r, "step", None) is not None and r.median is None]
         if not todo:
             return
@@ -388,12 +434,16 @@ class Bench:
                 batch = []
                 try:
                     block(r.step())
-                    a, t0 = cpu_ticks(), time.perf_counter()
+                    a, p0, t0 = cpu_ticks(), cpu_stall_us(), time.perf_counter()
                     for _ in range(k):
                         t = time.perf_counter()
                         block(r.step())
                         batch.append(time.perf_counter() - t)
-                    load = foreign_load(a, cpu_ticks(), time.perf_counter() - t0)
+                    wall = time.perf_counter() - t0
+                    other = foreign_load(a, cpu_ticks(), wall)
+                    p1 = cpu_stall_us()
+                    stall = (p1 - p0) / 1e6 / wall if (p0 is not None and p1 is not None and wall > 0) else None
+                    load = 1.0 if contended(stall, other) else 0.0
                 except Exception as e:  # noqa: BLE001
                     self._fail(r, e)
                     todo.remove(r)
@@ -401,24 +451,24 @@ class Bench:
                 r.samples.append((batch, load))
                 r.times.extend(batch)
                 r.spent += sum(batch)
-                last_load = max(last_load, load if load is not None else 0.0)
-                quiet_n = sum(len(b) for b, ld in r.samples if ld is None or ld < QUIET)
+                last_load = max(last_load, load)
+                quiet_n = sum(len(b) for b, ld in r.samples if not ld)
                 if quiet_n >= r.want or (r.spent >= r.budget and len(r.times) >= r.min_runs):
                     todo.remove(r)
         for r in self.rows:
             if getattr(r, "samples", None):
-                quiet = [(b, ld) for b, ld in r.samples if ld is None or ld < QUIET]
-                used = quiet if sum(len(b) for b, _ in quiet) >= r.min_runs else r.samples
+                quiet = [(b, ld) for b, ld in r.samples if not ld]
+                nq = sum(len(b) for b, _ in quiet)
+                used = quiet if nq >= r.min_runs else r.samples
                 times = [t for b, _ in used for t in b]
-                loads = [ld for _, ld in used if ld is not None]
                 r.median = float(np.median(times))
                 r.runs = len(times)
-                r.load = float(np.mean(loads)) if loads else None
+                r.load = nq / len(r.times)          # share of its timed calls that ran uncontended
                 if used is not quiet:
-                    r.note = (f"noisy: only {sum(len(b) for b, _ in quiet)} calls ran in quiet batches" +
+                    r.note = (f"noisy: only {nq} of {len(r.times)} calls ran uncontended" +
                               ("; " + r.note if r.note else ""))
-                print(f"     {r.name}: {fmt_time(r.median, self.unit)} (median of {r.runs}"
-                      + (f", background load {r.load:.2f} CPUs" if r.load is not None else "") + ")", flush=True)
+                print(f"     {r.name}: {fmt_time(r.median, self.unit)} (median of {r.runs}; "
+                      f"{r.load:.0%} of calls uncontended)", flush=True)
             r.step = None     # release the configuration's buffers
 
     def skip(self, name, kind, why):
@@ -481,7 +531,7 @@ class Bench:
             r = self.baseline(b)
             bases.append(r)
             headers.append(f"vs {b}" + (f" ({r.name})" if (r is not None and b == 'fastest peer') else ""))
-        headers += ["runs", "bg load", "check", "notes"]
+        headers += ["runs", "uncontended", "check", "notes"]
         rows = []
         for r in self.rows:
             cells = [r.name, fmt_time(r.median, self.unit), fmt_time(r.first, "ms")]
@@ -489,7 +539,7 @@ class Bench:
                 cells.append(fmt_ratio(r.median / b.median) if (r.median is not None and b is not None
                                                                  and b.median) else "-")
             cells.append(str(r.runs) if r.runs else "-")
-            cells.append(f"{r.load:.2f}" if r.load is not None else "-")
+            cells.append(f"{r.load:.0%}" if r.load is not None else "-")
             if r.checks:
                 bad = [c for c in r.checks if not c[3]]
                 cells.append("MISMATCH " + ",".join(c[0] for c in bad) if bad else

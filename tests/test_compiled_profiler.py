@@ -64,3 +64,26 @@ def test_no_profiler_no_instrumented_variant():
     step(jg.randn(4, 16))
     assert all(getattr(cg, "_profiled", None) is None for cg in _COMPILED.values() if cg.graph is
                list(step._cache.values())[0][0].graph)
+
+
+@pytest.mark.parametrize("backend", ["numba", "interpret"])
+def test_record_function_inside_compiled_function_is_a_range(backend):
+    W = jg.randn(8, 4)
+
+    @jg.compile(backend=backend)
+    def f(x):
+        h = jg.tanh(x @ W)
+        with jg.autograd.profiler.record_function("label-inner"):
+            y = (h * h).sum()
+        return y + 1.0
+    x = jg.randn(3, 8)
+    f(x)                           # traced (and compiled) before profiling
+    with jg.autograd.profiler.profile() as prof:
+        f(x)
+        f(x)
+    counts = {e.key: e.count for e in prof.key_averages()}
+    assert counts.get("label-inner") == 2, counts
+    events = prof.function_events
+    inner = [e for e in events if e.name == "label-inner"]
+    kids = [c.name for e in inner for c in e.cpu_children]
+    assert kids and all(not k.startswith("matmul") for k in kids), kids    # only the labelled block's work

@@ -21,7 +21,7 @@ import warnings
 import numpy as np
 
 from ..ir.graph import Graph, Lit
-from ..ir.interpret import run_eqn
+from ..ir.interpret import ScopeTracker, run_eqn
 from ..ir.passes.fuse import Group, plan as fusion_plan
 from .loops import (PARALLEL_MIN, all_tensor_spec, basic_index_src, basic_spec, gen_gather, gen_group,  # noqa: F401
                     gen_scatter, math_import)
@@ -109,16 +109,21 @@ class CompiledGraph:
         self.nopython = all(self._nopython_step(s) for s in self.plan.steps)
         fm = "{" + ", ".join(repr(f) for f in sorted(FASTMATH)) + "}"
         body = []
+        # with an njit driver every kernel is inlined into it (Numba IR inlining): one compilation unit per graph
+        # instead of one per kernel, which is most of the compile time of a many-kernel graph
+        inl = ", inline='always'" if self.nopython else ""
         for k in kernels:
-            body.append(f"@njit(cache=CACHE_ENABLED, fastmath={fm}, parallel={k.parallel}, error_model='numpy')\n"
+            body.append(f"@njit(cache=CACHE_ENABLED, fastmath={fm}, parallel={k.parallel}, error_model='numpy'{inl})\n"
                         + k.source)
         for src in extra:
-            body.append("@njit(cache=CACHE_ENABLED, error_model='numpy')\n" + src)
+            body.append(f"@njit(cache=CACHE_ENABLED, error_model='numpy'{inl})\n" + src)
         if self.checks:
             body.append(_REPORT_SOURCE)
         self.driver_source, self._dns, self.lits = self._driver({k.name: k for k in kernels})
         if self.nopython:
-            body.append("@njit(cache=CACHE_ENABLED, error_model='numpy')\n" + self.driver_source)
+            par = any(k.parallel for k in kernels)
+            body.append(f"@njit(cache=CACHE_ENABLED, fastmath={fm}, parallel={par}, error_model='numpy')\n"
+                        + self.driver_source)
         body.append(_warmup_source(self.warm_calls))
         text = "\n\n\n".join(body)
         used = sorted(set(m.group(0)[:-1] for m in re.finditer(r"\b[a-z0-9]+_(?:f32|f64|i64)\(", text)))
@@ -198,6 +203,7 @@ class CompiledGraph:
             self._profiled = dns
         dns = self._profiled
         dns["_P"] = prof
+        dns["_SC"] = ScopeTracker(prof)
         return dns["run"]
 
     def wait(self, timeout=None) -> bool:
@@ -276,6 +282,9 @@ class CompiledGraph:
         for n, step in enumerate(self.plan.steps):
             while pending:
                 check_after(*pending.pop())
+            if profile:     # record_function blocks traced inside the function open/close around their steps
+                first = step.all_eqns[0] if isinstance(step, Group) else step
+                lines.append(f"    _SC.enter({tuple(first.scope)!r})")
             mark = len(lines)
             if isinstance(step, Group):
                 k = kernels[f"fused_{step.index}"]
@@ -352,6 +361,8 @@ class CompiledGraph:
             timed(mark, "matmul (BLAS)" if name == "matmul" else name, [list(v.aval.shape) for v in e.ins])
         while pending:
             check_after(*pending.pop())
+        if profile:
+            lines.append("    _SC.close()")
         outs = [nm(v) for v in g.outputs]
         if self.checks:
             lines.insert(1, f"    err = np.array([{len(self.checks)}, 0], np.int64)")

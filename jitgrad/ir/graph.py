@@ -129,7 +129,7 @@ class Eqn:
            result, or any forward value under check_forward).
     """
 
-    __slots__ = ("op", "ins", "outs", "params", "loc", "diff", "needs", "fwd", "check", "stack")
+    __slots__ = ("op", "ins", "outs", "params", "loc", "diff", "needs", "fwd", "check", "stack", "scope")
 
     def __init__(self, op, ins, outs, params, loc=None, diff=False, needs=None, fwd=None, check=None, stack=None):
         self.op = op
@@ -142,11 +142,13 @@ class Eqn:
         self.fwd = fwd
         self.check = check
         self.stack = stack      # the forward Python stack (traced with anomaly mode on)
+        self.scope = ()         # names of the record_function ranges open when the eqn was traced
 
     def replace(self, **changes) -> "Eqn":
         """A copy with some fields changed (passes use it so no annotation is dropped)."""
         e = Eqn(self.op, self.ins, self.outs, self.params, self.loc, self.diff, self.needs, self.fwd, self.check,
                 self.stack)
+        e.scope = self.scope
         for k, v in changes.items():
             setattr(e, k, list(v) if k in ("ins", "outs") else tuple(v) if k == "needs" else v)
         return e

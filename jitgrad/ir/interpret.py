@@ -31,8 +31,42 @@ def interpret(graph: Graph, args, on_nonfinite=None, profiler=None) -> list:
     return [env[v] if type(v) is not Lit else np.asarray(v.value, v.aval.dtype.np) for v in graph.outputs]
 
 
+class ScopeTracker:
+    """Opens and closes the profiler ranges of ``record_function`` blocks traced inside a compiled function, as
+    consecutive steps enter and leave them (each eqn carries the names of the blocks it was traced in)."""
+
+    def __init__(self, profiler):
+        self.profiler = profiler
+        self.open = []      # (name, context manager)
+
+    def enter(self, scope):
+        k = 0
+        while k < len(self.open) and k < len(scope) and self.open[k][0] == scope[k]:
+            k += 1
+        self.close(k)
+        for name in scope[k:]:
+            cm = self.profiler.range(name, None, "user_annotation")
+            cm.__enter__()
+            self.open.append((name, cm))
+
+    def close(self, depth=0):
+        while len(self.open) > depth:
+            self.open.pop()[1].__exit__(None, None, None)
+
+
 def _run_eqns(graph, env, on_nonfinite, profiler):
+    scopes = ScopeTracker(profiler) if profiler is not None else None
+    try:
+        _run_all(graph, env, on_nonfinite, profiler, scopes)
+    finally:
+        if scopes is not None:
+            scopes.close()
+
+
+def _run_all(graph, env, on_nonfinite, profiler, scopes):
     for e in graph.eqns:
+        if scopes is not None:
+            scopes.enter(e.scope)
         vals = [env[v] if type(v) is not Lit else v.value for v in e.ins]
         if profiler is not None:
             loc = f" {e.loc.short()}" if e.loc is not None else ""

@@ -17,6 +17,7 @@ import threading
 import warnings
 from time import perf_counter_ns
 
+from ..tracer import STATE as _TR
 from . import profiler_state
 from .source import user_stack
 from .tensor import Tensor
@@ -514,12 +515,18 @@ class record_function:
     def __enter__(self):
         p = _STATE.active
         self._tok.append(p._begin(self.name, None, "user_annotation", self.args) if p is not None else None)
+        tr = _TR.active
+        if tr is not None:       # inside @compile: the ops traced here carry the label; replayed at run time
+            tr.scope = tr.scope + (self.name,)
         return self
 
     def __exit__(self, *exc):
         tok = self._tok.pop()
         if tok is not None:
             tok[0][0]._end(tok)
+        tr = _TR.active
+        if tr is not None and tr.scope and tr.scope[-1] == self.name:
+            tr.scope = tr.scope[:-1]
         return False
 
     def __call__(self, fn):
@@ -528,6 +535,9 @@ class record_function:
         @functools.wraps(fn)
         def wrapper(*a, **k):
             p = _STATE.active
+            if _TR.active is not None:
+                with record_function(name, args):
+                    return fn(*a, **k)
             if p is None:
                 return fn(*a, **k)
             tok = p._begin(name, None, "user_annotation", args)

@@ -37,6 +37,7 @@ class Trace:
         self.anomaly = False      # set by the runtime: anomaly mode with check_nan while tracing
         self.check_forward = False
         self.stack_of = None      # callable -> the user's Python stack (anomaly mode keeps it per eqn)
+        self.scope = ()           # record_function ranges open while tracing: replayed by the profiler
         self.keep = []    # objects whose ids are in `created`, kept alive so ids are not reused
         self.made = None  # a list when set: tensors bind made while tracing (compile checks which outlive the trace)
         self.on_capture = None   # tensor -> Var: a concrete tensor met while tracing becomes a graph input
@@ -60,7 +61,9 @@ class Trace:
             stack = self.stack_of()
             if self.check_forward and out_avals[0].dtype.is_floating_point:
                 check = AnomalyCheck(op.name, 0, False, loc, stack)
-        self.eqns.append(Eqn(op, ins, outs, params, loc, diff, needs, fwd, check, stack))
+        e = Eqn(op, ins, outs, params, loc, diff, needs, fwd, check, stack)
+        e.scope = self.scope
+        self.eqns.append(e)
         return outs
 
     @contextlib.contextmanager

@@ -90,13 +90,15 @@ def plan(graph: Graph) -> Plan:
     for i, e in enumerate(graph.eqns):
         if _fusable(e):
             shape = e.outs[0].aval.shape
-            if cur is None or cur.shape != shape or cur.reduce is not None:
+            # record_function blocks are fusion barriers, so the profiler can time exactly the labelled work
+            if cur is None or cur.shape != shape or cur.reduce is not None or cur.eqns[0][1].scope != e.scope:
                 close()
                 cur = Group(shape)
             cur.eqns.append((i, e))
             where[i] = cur
             continue
         if e.op.name in REDUCTIONS and cur is not None and e.ins[0].aval.shape == cur.shape \
+                and cur.eqns[0][1].scope == e.scope \
                 and e.outs[0].aval.dtype.is_floating_point == e.ins[0].aval.dtype.is_floating_point:
             cur.reduce = (i, e)
             where[i] = cur
