@@ -27,7 +27,7 @@ import harness as H  # noqa: E402
 import mlp  # noqa: E402
 
 SHAPE = (256, 784, 512, 10)
-WARM_RUNS = 2
+WARM_RUNS = 3
 # (name, child argument, kind, extra environment)
 CONFIGS = [("jitgrad compile(numba), background build (default)", "numba", "jitgrad",
             {"JITGRAD_BACKGROUND_COMPILE": "1"}),
@@ -121,7 +121,7 @@ def main():
         env = {"JITGRAD_CACHE_DIR": os.path.join(root, "jitgrad"), "NUMBA_CACHE_DIR": os.path.join(root, "numba"),
                "TORCHINDUCTOR_CACHE_DIR": os.path.join(root, "inductor"), "B4_JAX_CACHE": os.path.join(root, "jax"),
                **extra_env}
-        runs, errs, notes = [], [], []
+        runs, errs, notes, cache_notes = [], [], [], []
         try:
             for i in range(1 + WARM_RUNS):
                 wall, r, tail = H.run_child([os.path.abspath(__file__), "--child", which], env=env, timeout=300)
@@ -142,8 +142,9 @@ def main():
                     msg = f"!!! MISMATCH B4 {name} {label}: loss {r['loss']!r} vs reference {ref_loss:.7g}"
                     b.mismatches.append(msg)
                     print(msg, flush=True)
-                if "jitgrad_cache" in r:
-                    notes.append(f"{label} cache {r['jitgrad_cache']}")
+                c = r.get("jitgrad_cache")
+                if c and (c.get("hits") or c.get("misses")):
+                    cache_notes.append(f"{label} {c.get('hits', 0)}/{c.get('misses', 0)}")
                 print(f"  .. {name} {label}: first call {r['first_s'] * 1e3:.1f} ms, process {wall:.2f} s", flush=True)
         finally:
             shutil.rmtree(root, ignore_errors=True)
@@ -152,6 +153,8 @@ def main():
         warm = runs[1:]
         wf = float(np.median([r["first_s"] for r in warm])) if warm else None
         ww = float(np.median([r["wall_s"] for r in warm])) if warm else None
+        if cache_notes:
+            notes.append("jitgrad disk cache hits/misses: " + ", ".join(cache_notes))
         note = "; ".join(["FAILED " + e for e in errs] + notes)
         rows.append([name, H.fmt_time(cold["first_s"], "ms") if cold else "-", H.fmt_time(wf, "ms"),
                      f"{cold['wall_s']:.2f} s" if cold else "-", f"{ww:.2f} s" if ww is not None else "-", note])

@@ -34,6 +34,13 @@ def main(argv):
           f"{m['numpy']}, Numba {m['numba']}, PyTorch {m['torch']} ({m['torch_threads']} threads), JAX {m['jax']}."
           + (f" Suite wall time {wall:.0f} s." if wall else ""))
     print()
+    print("Columns: *median* of the timed calls (interleaved rounds across configurations); *first call* "
+          "includes tracing/compiling; *vs ...* = this median / that row's median (lower is better; \"fastest "
+          "peer\" excludes peers whose outputs failed the check); *uncontended* = share of the timed calls that ran "
+          "while no other process competed for the CPUs (when at least 5 did, the median uses only those; "
+          "otherwise the row is marked *noisy*); *check* = max error relative to the float64 NumPy reference's "
+          "largest magnitude.")
+    print()
     summary = []
     for r in recs:
         print(f"## {r['id']}: {r['title']}\n")

@@ -12,6 +12,9 @@ _CACHE = os.path.join(os.path.expanduser("~"), ".cache", "jitgrad-tests")
 os.environ.setdefault("JITGRAD_CACHE_DIR", _CACHE)
 # tests check the compiled code itself, not the interpreter that serves calls while a background build runs
 os.environ.setdefault("JITGRAD_BACKGROUND_COMPILE", "0")
+# jg.compile without backend= runs the reference interpreter in tests (Numba builds cost seconds each); the numba
+# backend is tested explicitly: the "numba" mode of the ``mode`` fixture and tests that pass backend="numba"
+os.environ.setdefault("JITGRAD_BACKEND", "interpret")
 
 settings.register_profile("ci", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

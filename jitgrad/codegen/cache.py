@@ -457,19 +457,19 @@ def _in_memory(modname: str, key: str, source: str) -> types.ModuleType:
     return module
 
 
-def load_module(key: str, source: str, name: str) -> types.ModuleType:
+def load_module(key: str, source: str, name: str, use_disk: bool = True) -> types.ModuleType:
     """Store ``source`` under ``key`` (from ``cache_key(source, extra)``) and import it as a fresh module.
 
     The module gets ``CACHE_ENABLED`` (True when backed by the cache file) and ``__jitgrad_cache_path__``
     (the entry's path or None) before the source runs.  Falls back to an in-memory module when there is no
     usable cache directory or the entry cannot be written (``JitgradCacheWarning``).  Errors raised by the
-    source itself propagate.
+    source itself propagate.  ``use_disk=False`` compiles in memory without touching the cache directory.
     """
     _check_key(key)
     if not isinstance(source, str):
         raise TypeError(f"load_module: source must be str, not {type(source).__name__}")
     modname = _module_name(name, key)
-    root = cache_dir()
+    root = cache_dir() if use_disk else None
     if root is None:
         return _in_memory(modname, key, source)
     data = source.encode("utf-8", "surrogatepass")

@@ -87,7 +87,7 @@ class CompiledGraph:
     Python driver calls the kernels and the NumPy impls of the remaining ops.
     """
 
-    def __init__(self, graph: Graph, writes=(), background=None, parallel=None, phase=None):
+    def __init__(self, graph: Graph, writes=(), background=None, parallel=None, phase=None, disk_cache=True):
         from . import cache
         self.graph = graph
         self.writes = tuple(writes)
@@ -136,6 +136,7 @@ class CompiledGraph:
         self.names = {g.index: g.name for g in self.plan.groups}
         self.run = None          # set once compiled; until then callers use the interpreter
         self._phase = phase      # name -> context manager: profiler events for a synchronous build
+        self.disk_cache = disk_cache
         self.error = None
         self.seconds = 0.0
         if background is None:
@@ -151,15 +152,15 @@ class CompiledGraph:
         from . import cache
         t0 = time.perf_counter()
         try:
-            path = cache.entry_path(self.key)
+            path = cache.entry_path(self.key) if self.disk_cache else None
             if background and path is not None and not path.exists():
-                cache.load_module(self.key, self.module_source, "graph")     # writes the entry
+                cache.load_module(self.key, self.module_source, "graph", self.disk_cache)     # writes the entry
                 subprocess.run([sys.executable, "-c", _CHILD, self.key, str(path)], check=True,
                                capture_output=True, timeout=600)
             hit = path is not None and path.exists()
             with (self._phase("compile/cache_hit" if hit else "compile/numba")
                   if self._phase is not None and not background else contextlib.nullcontext()):
-                mod = cache.load_module(self.key, self.module_source, "graph")
+                mod = cache.load_module(self.key, self.module_source, "graph", self.disk_cache)
                 mod.__warmup__()
             self.module = mod
             if self.nopython:

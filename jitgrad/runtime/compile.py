@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import gc
 import time
 import warnings
@@ -173,8 +174,10 @@ def _static_key(treedef):
 class CompiledFunction:
     """The callable ``@jg.compile`` returns.  ``f.ir(*args)``, ``f.source(*args)``, ``f.stats``."""
 
-    def __init__(self, fn, device=None, anomaly=None, cache=True, parallel=None, backend="interpret",
+    def __init__(self, fn, device=None, anomaly=None, cache=True, parallel=None, backend=None,
                  fullgraph=True):
+        if backend is None:
+            backend = os.environ.get("JITGRAD_BACKEND", "numba")
         if backend not in ("interpret", "numba"):
             raise ValueError(f"jitgrad.compile: unknown backend {backend!r} (expected 'numba' or 'interpret')")
         if device not in (None, "cpu"):
@@ -371,7 +374,8 @@ class CompiledFunction:
         # payload write-backs happen inside the call (into the inputs' buffers); those outputs stay arrays
         e.gf = GraphFunction(e.graph, out_diff, self.backend, getattr(self.fn, "__name__", "compiled"),
                              stats=self.stats, writes=[(oi, ci) for ci, oi in e.writes],
-                             array_outs=[oi for _, oi in e.writes], parallel=self.parallel)
+                             array_outs=[oi for _, oi in e.writes], parallel=self.parallel,
+                             disk_cache=self.use_cache)
         # outputs that are graph inputs or constants come back as those very buffers: copied per call, so a
         # returned tensor or a new .grad never aliases an argument, a parameter or the graph's constants
         ins, written = set(e.graph.inputs), {oi for _, oi in e.writes}
@@ -540,9 +544,15 @@ def straight_line_source(g: Graph, name: str) -> str:
     return "\n".join(lines)
 
 
-def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, backend="interpret", fullgraph=True):
+def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, backend=None, fullgraph=True):
     """Compile a step function: trace it on first call into SSA IR, derive backward graphs with the
     transpose pass, cache by signature and replay.
+
+    ``backend``: ``"numba"`` (the default; ``JITGRAD_BACKEND`` overrides it) generates fused CPU kernels, run on
+    the reference interpreter until they are built (``JITGRAD_BACKGROUND_COMPILE=0`` builds them before the first
+    call); ``"interpret"`` is the reference interpreter.  ``cache=False`` keeps generated code out of the disk
+    cache.  ``parallel``: None picks ``prange`` loops for large kernels, True/False forces it.  ``anomaly``:
+    checks inside the generated code follow ``detect_anomaly`` (part of the cache key).
 
     >>> import jitgrad as jg
     >>> w = jg.tensor([1., 2.], requires_grad=True)

@@ -97,25 +97,25 @@ def new_trace() -> Trace:
 _COMPILED: dict = {}   # (id(graph), writes) -> CompiledGraph (graphs live as long as their GraphFunction)
 
 
-def compiled_graph(graph: Graph, writes=(), parallel=None):
-    key = (id(graph), writes, parallel)
+def compiled_graph(graph: Graph, writes=(), parallel=None, disk_cache=True):
+    key = (id(graph), writes, parallel, disk_cache)
     cg = _COMPILED.get(key)
     if cg is None or cg.graph is not graph:
         from ..codegen.cpu import CompiledGraph
         prof = _PROF.active
         phase = (lambda name: prof.range(name, None, "compile")) if prof is not None else None
         with (phase("compile/codegen") if phase else contextlib.nullcontext()):
-            cg = _COMPILED[key] = CompiledGraph(graph, writes, parallel=parallel, phase=phase)
+            cg = _COMPILED[key] = CompiledGraph(graph, writes, parallel=parallel, phase=phase, disk_cache=disk_cache)
     return cg
 
 
-def execute(graph: Graph, arrays, backend: str, writes=(), parallel=None):
+def execute(graph: Graph, arrays, backend: str, writes=(), parallel=None, disk_cache=True):
     """Run a graph on arrays: ``interpret`` (the reference) or ``numba`` (fused CPU kernels).
 
     ``writes``: (output index, input index) pairs whose output is copied into the input's buffer at the end
     of the call (in-place state updates; the numba driver does it inside the compiled call)."""
     if backend == "numba":
-        cg = compiled_graph(graph, writes, parallel)
+        cg = compiled_graph(graph, writes, parallel, disk_cache)
         run = cg.run
         if run is not None:
             prof = _PROF.active
@@ -128,7 +128,7 @@ def execute(graph: Graph, arrays, backend: str, writes=(), parallel=None):
                 if not type(e).__module__.startswith("numba"):
                     raise
                 cg.fail(e)
-                return execute(graph, arrays, "interpret", writes, parallel)
+                return execute(graph, arrays, "interpret", writes, parallel, disk_cache)
             if cg.checks:
                 err = res[-1]
                 if err[0] < len(cg.checks):
@@ -209,7 +209,8 @@ class _Plan:
             t = self.transposed
             bwd = run_pipeline(t.bwd, f"{self.gf.name} backward")
             self._bwd = GraphFunction(bwd, [True] * len(bwd.outputs), self.gf.backend, self.gf.name + "_bwd",
-                                      stats=self.gf.stats, parallel=self.gf.parallel)
+                                      stats=self.gf.stats, parallel=self.gf.parallel,
+                                      disk_cache=self.gf.disk_cache)
         return self._bwd
 
     def residual_fn(self) -> "GraphFunction":
@@ -217,7 +218,8 @@ class _Plan:
             g = self.gf.graph
             rg = dce(Graph(g.inputs, g.eqns, list(self.transposed.residuals)))
             self._res = GraphFunction(rg, [True] * len(rg.outputs), self.gf.backend, self.gf.name + "_res",
-                                      stats=self.gf.stats, parallel=self.gf.parallel)
+                                      stats=self.gf.stats, parallel=self.gf.parallel,
+                                      disk_cache=self.gf.disk_cache)
         return self._res
 
 
@@ -225,8 +227,9 @@ class GraphFunction:
     """A Graph callable on tensors: ``gf(list_of_tensors) -> list_of_tensors``."""
 
     def __init__(self, graph: Graph, out_diff, backend="interpret", name="compiled", stats=None, writes=(),
-                 array_outs=(), parallel=None):
+                 array_outs=(), parallel=None, disk_cache=True):
         self.parallel = parallel
+        self.disk_cache = disk_cache
         self.writes = tuple(writes)             # (output, input): written into the input's buffer
         self.array_outs = frozenset(array_outs)  # outputs returned as NumPy arrays, not tensors
         self.graph = graph
@@ -258,8 +261,8 @@ class GraphFunction:
             wrt = tuple([i for i, t in enumerate(inputs) if t._requires_grad or t.grad_fn is not None])
         plan = self.plan(wrt) if wrt else None
         if plan is None or not plan.diff_outs:
-            return self._wrap(execute(self.graph, arrays, self.backend, self.writes, self.parallel))
-        allout = execute(plan.fwd, arrays, self.backend, self.writes, self.parallel)
+            return self._wrap(execute(self.graph, arrays, self.backend, self.writes, self.parallel, self.disk_cache))
+        allout = execute(plan.fwd, arrays, self.backend, self.writes, self.parallel, self.disk_cache)
         n = len(self.graph.outputs)
         outs = self._wrap(allout[:n])
         nf = tuple((inputs[i].grad_fn, inputs[i]._out_nr) if inputs[i].grad_fn is not None
