@@ -160,7 +160,7 @@ def _trace_custom(tr, cls, ctx, node, args, outs, loc):
     from ..ir.ops import Aval
     from ..ir.ops.opdef import OpDef
     from ..ir import dtypes as dt
-    from .tensor import _traced_payload
+    from .traced import traced_payload as _traced_payload
 
     def payload(t):
         d = _traced_payload(t, tr)

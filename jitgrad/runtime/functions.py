@@ -167,7 +167,7 @@ clip = clamp
 
 def nonzero(input, *, as_tuple=False):
     if type(input._data) is not np.ndarray:     # its shape depends on the data: not traceable
-        from .tensor import _traced_read
+        from .traced import traced_read as _traced_read
         _traced_read(input, "nonzero()")
     idx = np.nonzero(input._data)
     if as_tuple:
@@ -589,7 +589,7 @@ def bmm(input, mat2):
 
 
 def _read_values(what, *ts):
-    from .tensor import _is_traced, _traced_read
+    from .traced import is_traced as _is_traced, traced_read as _traced_read
     for t in ts:
         if _is_traced(t):
             _traced_read(t, what)

@@ -14,6 +14,8 @@ from ..ir.ops import OPS
 from . import grad_mode
 from .node import AccumulateGrad, RemovableHandle
 from ..tracer import STATE as _TR
+from .mutation import InPlaceOps
+from .traced import is_traced as _is_traced, traced_read as _traced_read
 
 _GM = grad_mode.STATE
 _FROM_NP = dt._FROM_NP
@@ -68,7 +70,7 @@ def _bind(op, *args, **params):
     return _dispatch_bind(op, *args, **params)
 
 
-class Tensor:
+class Tensor(InPlaceOps):
     """A multi-dimensional array with autograd, like ``torch.Tensor``.
 
     >>> import jitgrad as jg
@@ -550,151 +552,6 @@ class Tensor:
     def __ne__(self, o):
         return _bind(O["ne"], self, o)
 
-    # --- in-place ops ----------------------------------------------------------------------------
-    def _check_inplace(self):
-        if _GM.grad_enabled and self.grad_fn is None and self._requires_grad:
-            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
-        b = self._base
-        if b is not None and _GM.grad_enabled and b.requires_grad:
-            if b.grad_fn is None:
-                raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place "
-                                   "operation.")
-        if self._inference and not _GM.inference:
-            raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed. You can "
-                               "make a clone to get a normal tensor before doing inplace update.")
-        if not self._data.flags.writeable:
-            raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
-                               "single memory location. Please clone() the tensor before performing the operation.")
-
-    def _apply_inplace(self, fn, *others):
-        """Run ``fn(self_value, *others)`` out of place, write the result into self's buffer, bump the version,
-        and rebase self's history onto the new node when it is recorded."""
-        self._check_inplace()
-        recording = _GM.grad_enabled and (self.requires_grad or any(
-            isinstance(o, Tensor) and o.requires_grad for o in others))
-        if recording:
-            if self._base is not None and self._base.requires_grad:
-                raise RuntimeError("jitgrad: in-place modification of a view of a tensor that requires grad is not "
-                                   "supported; use index assignment on the base tensor (y[idx] = v) or an "
-                                   "out-of-place op")
-            # the new node may save its input 0: give it a snapshot that the write below cannot touch
-            # (traced values are immutable: the snapshot is the value itself)
-            tr = _TR.active
-            src = Tensor._make(_traced_payload(self, tr) if tr is not None else self._data.copy(),
-                               self._requires_grad)
-            src.grad_fn, src._out_nr, src._acc = self.grad_fn, self._out_nr, self._accumulator() if self._requires_grad else None
-            r = fn(src, *others)
-        else:
-            with grad_mode.no_grad():
-                r = fn(self, *others)
-        if r.shape != self.shape:
-            raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(r.shape)}")
-        if r.dtype is not self.dtype and not np.can_cast(r._data.dtype, self._data.dtype, "same_kind"):
-            raise RuntimeError(f"result type {_TORCH_NAME[r.dtype.name]} can't be cast to the desired output type "
-                               f"{_TORCH_NAME[self.dtype.name]}")
-        tr = _TR.active
-        if tr is not None or type(self._data) is not np.ndarray:
-            _traced_write(self, r, tr)
-        else:
-            np.copyto(self._data, r._data, casting="unsafe")
-        self._vc[0] += 1
-        if recording:
-            if r.dtype is not self.dtype:
-                r = r.to(self.dtype)
-            self.grad_fn = r.grad_fn
-            self._out_nr = r._out_nr
-            self._requires_grad = False
-        return self
-
-    def add_(self, other, *, alpha=1):
-        return self._apply_inplace(lambda s, o: s + (o if alpha == 1 else o * alpha), other)
-
-    def sub_(self, other, *, alpha=1):
-        return self._apply_inplace(lambda s, o: s - (o if alpha == 1 else o * alpha), other)
-
-    def mul_(self, other):
-        return self._apply_inplace(lambda s, o: s * o, other)
-
-    def div_(self, other):
-        return self._apply_inplace(lambda s, o: s / o, other)
-
-    def pow_(self, other):
-        return self._apply_inplace(lambda s, o: s ** o, other)
-
-    def clamp_(self, min=None, max=None):
-        return self._apply_inplace(lambda s: s.clamp(min, max))
-
-    def zero_(self):
-        return self.fill_(0)
-
-    def fill_(self, value):
-        if isinstance(value, Tensor) and value.ndim != 0:
-            raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} "
-                               "dimensions.")
-        return self._fill(value)
-
-    def _fill(self, value):
-        """Write ``value`` (a scalar or a tensor broadcastable to self) into self: fill_ and copy_."""
-        if not (_GM.grad_enabled and (self.requires_grad or isinstance(value, Tensor) and value.requires_grad)) \
-                and _TR.active is None:
-            self._check_inplace()
-            self._data[...] = value._data if isinstance(value, Tensor) else value
-            self._vc[0] += 1
-            return self
-        return self._apply_inplace(lambda s, v: _bind(O["index_put"], s, v, spec=(Ellipsis,), accumulate=False), value)
-
-    def copy_(self, src):
-        if not isinstance(src, Tensor):
-            src = Tensor._make(np.asarray(src))
-        try:
-            np.broadcast_to(src._data, self.shape)
-        except ValueError:
-            raise RuntimeError(f"copy_: the source of shape {list(src.shape)} cannot be broadcast to the "
-                               f"destination of shape {list(self.shape)}") from None
-        return self._fill(src)
-
-    def __iadd__(self, o):
-        return self.add_(o)
-
-    def __isub__(self, o):
-        return self.sub_(o)
-
-    def __imul__(self, o):
-        return self.mul_(o)
-
-    def __itruediv__(self, o):
-        return self.div_(o)
-
-    # --- indexing --------------------------------------------------------------------------------
-    def __getitem__(self, key):
-        spec, idx = _parse_index(key, self)
-        return _bind(O["getitem"], self, *idx, spec=spec)
-
-    def __setitem__(self, key, value):
-        spec, idx = _parse_index(key, self)
-        if _TR.active is not None or _GM.grad_enabled and (
-                self.requires_grad or isinstance(value, Tensor) and value.requires_grad):
-            self._apply_inplace(lambda s, v: _bind(O["index_put"], s, v, *idx, spec=spec, accumulate=False), value)
-            return
-        self._check_inplace()
-        from ..ir.ops.index import np_index
-        v = value._data if isinstance(value, Tensor) else value
-        ix = np_index(spec, [i._data for i in idx])
-        try:
-            self._data[ix] = v
-        except (ValueError, IndexError) as e:
-            from .dispatch import _with_loc
-            if isinstance(e, ValueError) and np.shape(v) != ():
-                try:
-                    region = list(self._data[ix].shape)
-                except IndexError:
-                    region = None
-                if region is not None:    # torch's words, not NumPy's "could not broadcast input array"
-                    e = RuntimeError(f"shape mismatch: value tensor of shape {list(np.shape(v))} cannot be "
-                                     f"broadcast to indexing result of shape {region}")
-            raise type(e)(_with_loc(f"index_put: {e} (tensor {self.dtype.name}{list(self.shape)})")) from None
-        self._vc[0] += 1
-
     # --- methods the vjp rules rely on -----------------------------------------------------------
     def sum_to_size(self, *size) -> "Tensor":
         """Sum broadcast dimensions so the result has shape ``size`` (the adjoint of ``expand``)."""
@@ -716,107 +573,6 @@ class Tensor:
     def where(self, condition, other) -> "Tensor":
         """``where(condition, self, other)``."""
         return _bind(O["where"], condition, self, other)
-
-
-def _is_traced(t) -> bool:
-    """Whether reading ``t``'s value in Python would bake a trace-time value into a compiled graph: a traced value,
-    or (inside a @jitgrad.compile trace) a tensor from outside the function, which is read afresh at each call."""
-    if type(t._data) is not np.ndarray:
-        return True
-    tr = _TR.active
-    return tr is not None and tr.on_capture is not None and id(t) not in tr.created
-
-
-def _traced_read(t, what):
-    from ..tracer import TracedValueError
-    from .source import user_loc
-    loc = user_loc(3)
-    where = f"{loc.file}:{loc.line} ({loc.text})" if loc is not None else "an unknown line"
-    d = t._data
-    kind = (f"a traced tensor ({d.aval})" if type(d) is not np.ndarray else
-            f"a tensor from outside the function ({_FROM_NP[d.dtype].short}[{','.join(map(str, d.shape))}]: a "
-            "closure or global, read afresh at every call)")
-    raise TracedValueError(
-        f"{what} reads the value of {kind} inside a @jitgrad.compile function, at {where}. "
-        "A compiled function is traced once and replayed, so Python cannot branch on or convert tensor values. "
-        "Fix: use tensor ops instead (jitgrad.where(cond, a, b) for an `if`, keep results as tensors and convert "
-        "outside the compiled function), or pass fullgraph=False to run this signature eagerly.")
-
-
-def _traced_mask(t):
-    from ..tracer import TracedValueError
-    from .source import user_loc
-    loc = user_loc(3)
-    where = f"{loc.file}:{loc.line} ({loc.text})" if loc is not None else "an unknown line"
-    d = t._data
-    what = d.aval if type(d) is not np.ndarray else f"{_FROM_NP[d.dtype].short}[{','.join(map(str, d.shape))}] from outside"
-    raise TracedValueError(
-        f"indexing with a traced boolean mask ({what}) inside a @jitgrad.compile function, at {where}: the "
-        "result's shape depends on the data, which a compiled function cannot trace. Fix: use "
-        "jitgrad.where(mask, x, 0) or multiply by the mask instead, or pass fullgraph=False to run eagerly.")
-
-
-def _traced_payload(t, tr):
-    """The Var a tensor stands for in the active trace (capturing it as a graph input if needed)."""
-    d = t._data
-    if type(d) is np.ndarray and tr is not None and tr.on_capture is not None and id(t) not in tr.created:
-        tr.on_capture(t)
-        d = t._data
-    return d
-
-
-def _traced_write(t, r, tr):
-    """In-place write inside a trace: the tensor's payload becomes the new traced value (functionalised;
-    the compiled call writes it back into the real buffer afterwards)."""
-    if r.dtype is not t.dtype:
-        with grad_mode.no_grad():
-            r = r.to(t.dtype)
-    if tr is not None:
-        _traced_payload(t, tr)
-        if tr.on_mutate is not None:
-            tr.on_mutate(t)
-    t._data = r._data
-
-
-_TORCH_NAME = {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int", "bool": "Bool"}
-
-
-def _parse_index(key, t):
-    """Python index -> (hashable spec, list of int64 index tensors).  Bool masks become integer indices."""
-    if type(key) is not tuple:
-        key = (key,)
-    spec = []
-    idx = []
-    for k in key:
-        if isinstance(k, Tensor) or isinstance(k, (list, np.ndarray)):
-            a = k._data if isinstance(k, Tensor) else np.asarray(k)
-            if a.dtype == np.bool_:
-                if isinstance(k, Tensor) and _is_traced(k):
-                    _traced_mask(k)
-                for comp in np.nonzero(a):
-                    spec.append(("tensor", len(idx)))
-                    idx.append(Tensor._make(comp.astype(np.int64)))
-                continue
-            if a.dtype.kind not in "iu":
-                raise IndexError(f"tensors used as indices must be long, int or bool tensors, got {a.dtype}")
-            spec.append(("tensor", len(idx)))
-            idx.append(k if isinstance(k, Tensor) else Tensor._make(a.astype(np.int64)))
-        elif isinstance(k, slice):
-            if k.step is not None and int(k.step) <= 0:
-                raise ValueError("step must be greater than zero")
-            spec.append(("slice", _opt_int(k.start), _opt_int(k.stop), _opt_int(k.step)))
-        elif k is None or k is Ellipsis or isinstance(k, bool):
-            spec.append(k)
-        elif isinstance(k, (int, np.integer)):
-            spec.append(int(k))
-        else:
-            raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None and long or bool tensors are valid "
-                             f"indices (got {type(k).__name__})")
-    return tuple(spec), idx
-
-
-def _opt_int(v):
-    return None if v is None else int(v.__index__())
 
 
 from .dispatch import bind as _dispatch_bind  # noqa: E402

@@ -1,0 +1,210 @@
+"""In-place ops and index assignment for Tensor (a mixin): the version counter, PyTorch's in-place errors,
+rebasing a non-leaf's history onto the in-place op's node, and the functionalised form inside a trace."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.ops import OPS as O
+from ..tracer import STATE as _TR
+from . import grad_mode
+from .traced import is_traced, traced_mask, traced_payload, traced_write
+
+_GM = grad_mode.STATE
+_TORCH_NAME = {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int", "bool": "Bool"}
+
+
+def _bind(op, *args, **params):
+    from .dispatch import bind
+    return bind(op, *args, **params)
+
+
+class InPlaceOps:
+    """Indexing (``x[idx]``, ``x[idx] = v``) and the in-place ops (``add_ sub_ mul_ div_ pow_ clamp_ zero_ fill_
+    copy_``, ``+= -= *= /=``)."""
+
+    __slots__ = ()
+
+    # --- in-place ops ----------------------------------------------------------------------------
+    def _check_inplace(self):
+        if _GM.grad_enabled and self.grad_fn is None and self._requires_grad:
+            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+        b = self._base
+        if b is not None and _GM.grad_enabled and b.requires_grad:
+            if b.grad_fn is None:
+                raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place "
+                                   "operation.")
+        if self._inference and not _GM.inference:
+            raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed. You can "
+                               "make a clone to get a normal tensor before doing inplace update.")
+        if not self._data.flags.writeable:
+            raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
+                               "single memory location. Please clone() the tensor before performing the operation.")
+
+    def _apply_inplace(self, fn, *others):
+        """Run ``fn(self_value, *others)`` out of place, write the result into self's buffer, bump the version,
+        and rebase self's history onto the new node when it is recorded."""
+        self._check_inplace()
+        recording = _GM.grad_enabled and (self.requires_grad or any(
+            isinstance(o, InPlaceOps) and o.requires_grad for o in others))
+        if recording:
+            if self._base is not None and self._base.requires_grad:
+                raise RuntimeError("jitgrad: in-place modification of a view of a tensor that requires grad is not "
+                                   "supported; use index assignment on the base tensor (y[idx] = v) or an "
+                                   "out-of-place op")
+            # the new node may save its input 0: give it a snapshot that the write below cannot touch
+            # (traced values are immutable: the snapshot is the value itself)
+            tr = _TR.active
+            src = self._make(traced_payload(self, tr) if tr is not None else self._data.copy(),
+                               self._requires_grad)
+            src.grad_fn, src._out_nr, src._acc = self.grad_fn, self._out_nr, self._accumulator() if self._requires_grad else None
+            r = fn(src, *others)
+        else:
+            with grad_mode.no_grad():
+                r = fn(self, *others)
+        if r.shape != self.shape:
+            raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(r.shape)}")
+        if r.dtype is not self.dtype and not np.can_cast(r._data.dtype, self._data.dtype, "same_kind"):
+            raise RuntimeError(f"result type {_TORCH_NAME[r.dtype.name]} can't be cast to the desired output type "
+                               f"{_TORCH_NAME[self.dtype.name]}")
+        tr = _TR.active
+        if tr is not None or type(self._data) is not np.ndarray:
+            traced_write(self, r, tr)
+        else:
+            np.copyto(self._data, r._data, casting="unsafe")
+        self._vc[0] += 1
+        if recording:
+            if r.dtype is not self.dtype:
+                r = r.to(self.dtype)
+            self.grad_fn = r.grad_fn
+            self._out_nr = r._out_nr
+            self._requires_grad = False
+        return self
+
+    def add_(self, other, *, alpha=1):
+        return self._apply_inplace(lambda s, o: s + (o if alpha == 1 else o * alpha), other)
+
+    def sub_(self, other, *, alpha=1):
+        return self._apply_inplace(lambda s, o: s - (o if alpha == 1 else o * alpha), other)
+
+    def mul_(self, other):
+        return self._apply_inplace(lambda s, o: s * o, other)
+
+    def div_(self, other):
+        return self._apply_inplace(lambda s, o: s / o, other)
+
+    def pow_(self, other):
+        return self._apply_inplace(lambda s, o: s ** o, other)
+
+    def clamp_(self, min=None, max=None):
+        return self._apply_inplace(lambda s: s.clamp(min, max))
+
+    def zero_(self):
+        return self.fill_(0)
+
+    def fill_(self, value):
+        if isinstance(value, InPlaceOps) and value.ndim != 0:
+            raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} "
+                               "dimensions.")
+        return self._fill(value)
+
+    def _fill(self, value):
+        """Write ``value`` (a scalar or a tensor broadcastable to self) into self: fill_ and copy_."""
+        if not (_GM.grad_enabled and (self.requires_grad or isinstance(value, InPlaceOps) and value.requires_grad)) \
+                and _TR.active is None:
+            self._check_inplace()
+            self._data[...] = value._data if isinstance(value, InPlaceOps) else value
+            self._vc[0] += 1
+            return self
+        return self._apply_inplace(lambda s, v: _bind(O["index_put"], s, v, spec=(Ellipsis,), accumulate=False), value)
+
+    def copy_(self, src):
+        if not isinstance(src, InPlaceOps):
+            src = self._make(np.asarray(src))
+        try:
+            np.broadcast_to(src._data, self.shape)
+        except ValueError:
+            raise RuntimeError(f"copy_: the source of shape {list(src.shape)} cannot be broadcast to the "
+                               f"destination of shape {list(self.shape)}") from None
+        return self._fill(src)
+
+    def __iadd__(self, o):
+        return self.add_(o)
+
+    def __isub__(self, o):
+        return self.sub_(o)
+
+    def __imul__(self, o):
+        return self.mul_(o)
+
+    def __itruediv__(self, o):
+        return self.div_(o)
+
+    # --- indexing --------------------------------------------------------------------------------
+    def __getitem__(self, key):
+        spec, idx = parse_index(key, self)
+        return _bind(O["getitem"], self, *idx, spec=spec)
+
+    def __setitem__(self, key, value):
+        spec, idx = parse_index(key, self)
+        if _TR.active is not None or _GM.grad_enabled and (
+                self.requires_grad or isinstance(value, InPlaceOps) and value.requires_grad):
+            self._apply_inplace(lambda s, v: _bind(O["index_put"], s, v, *idx, spec=spec, accumulate=False), value)
+            return
+        self._check_inplace()
+        from ..ir.ops.index import np_index
+        v = value._data if isinstance(value, InPlaceOps) else value
+        ix = np_index(spec, [i._data for i in idx])
+        try:
+            self._data[ix] = v
+        except (ValueError, IndexError) as e:
+            from .dispatch import _with_loc
+            if isinstance(e, ValueError) and np.shape(v) != ():
+                try:
+                    region = list(self._data[ix].shape)
+                except IndexError:
+                    region = None
+                if region is not None:    # torch's words, not NumPy's "could not broadcast input array"
+                    e = RuntimeError(f"shape mismatch: value tensor of shape {list(np.shape(v))} cannot be "
+                                     f"broadcast to indexing result of shape {region}")
+            raise type(e)(_with_loc(f"index_put: {e} (tensor {self.dtype.name}{list(self.shape)})")) from None
+        self._vc[0] += 1
+
+
+
+
+def parse_index(key, t):
+    """Python index -> (hashable spec, list of int64 index tensors).  Bool masks become integer indices."""
+    if type(key) is not tuple:
+        key = (key,)
+    spec = []
+    idx = []
+    for k in key:
+        if isinstance(k, InPlaceOps) or isinstance(k, (list, np.ndarray)):
+            a = k._data if isinstance(k, InPlaceOps) else np.asarray(k)
+            if a.dtype == np.bool_:
+                if isinstance(k, InPlaceOps) and is_traced(k):
+                    traced_mask(k)
+                for comp in np.nonzero(a):
+                    spec.append(("tensor", len(idx)))
+                    idx.append(type(t)._make(comp.astype(np.int64)))
+                continue
+            if a.dtype.kind not in "iu":
+                raise IndexError(f"tensors used as indices must be long, int or bool tensors, got {a.dtype}")
+            spec.append(("tensor", len(idx)))
+            idx.append(k if isinstance(k, InPlaceOps) else type(t)._make(a.astype(np.int64)))
+        elif isinstance(k, slice):
+            if k.step is not None and int(k.step) <= 0:
+                raise ValueError("step must be greater than zero")
+            spec.append(("slice", _opt_int(k.start), _opt_int(k.stop), _opt_int(k.step)))
+        elif k is None or k is Ellipsis or isinstance(k, bool):
+            spec.append(k)
+        elif isinstance(k, (int, np.integer)):
+            spec.append(int(k))
+        else:
+            raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None and long or bool tensors are valid "
+                             f"indices (got {type(k).__name__})")
+    return tuple(spec), idx
+
+
+def _opt_int(v):
+    return None if v is None else int(v.__index__())

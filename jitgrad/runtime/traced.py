@@ -1,0 +1,71 @@
+"""Tensors inside a @jitgrad.compile trace: reading their values (an error naming the user's line), capturing
+outside tensors as graph inputs, and functionalised in-place writes."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import dtypes as dt
+from ..tracer import STATE as _TR
+from . import grad_mode
+
+_FROM_NP = dt._FROM_NP
+
+
+def is_traced(t) -> bool:
+    """Whether reading ``t``'s value in Python would bake a trace-time value into a compiled graph: a traced value,
+    or (inside a @jitgrad.compile trace) a tensor from outside the function, which is read afresh at each call."""
+    if type(t._data) is not np.ndarray:
+        return True
+    tr = _TR.active
+    return tr is not None and tr.on_capture is not None and id(t) not in tr.created
+
+
+def traced_read(t, what):
+    from ..tracer import TracedValueError
+    from .source import user_loc
+    loc = user_loc(3)
+    where = f"{loc.file}:{loc.line} ({loc.text})" if loc is not None else "an unknown line"
+    d = t._data
+    kind = (f"a traced tensor ({d.aval})" if type(d) is not np.ndarray else
+            f"a tensor from outside the function ({_FROM_NP[d.dtype].short}[{','.join(map(str, d.shape))}]: a "
+            "closure or global, read afresh at every call)")
+    raise TracedValueError(
+        f"{what} reads the value of {kind} inside a @jitgrad.compile function, at {where}. "
+        "A compiled function is traced once and replayed, so Python cannot branch on or convert tensor values. "
+        "Fix: use tensor ops instead (jitgrad.where(cond, a, b) for an `if`, keep results as tensors and convert "
+        "outside the compiled function), or pass fullgraph=False to run this signature eagerly.")
+
+
+def traced_mask(t):
+    from ..tracer import TracedValueError
+    from .source import user_loc
+    loc = user_loc(3)
+    where = f"{loc.file}:{loc.line} ({loc.text})" if loc is not None else "an unknown line"
+    d = t._data
+    what = d.aval if type(d) is not np.ndarray else f"{_FROM_NP[d.dtype].short}[{','.join(map(str, d.shape))}] from outside"
+    raise TracedValueError(
+        f"indexing with a traced boolean mask ({what}) inside a @jitgrad.compile function, at {where}: the "
+        "result's shape depends on the data, which a compiled function cannot trace. Fix: use "
+        "jitgrad.where(mask, x, 0) or multiply by the mask instead, or pass fullgraph=False to run eagerly.")
+
+
+def traced_payload(t, tr):
+    """The Var a tensor stands for in the active trace (capturing it as a graph input if needed)."""
+    d = t._data
+    if type(d) is np.ndarray and tr is not None and tr.on_capture is not None and id(t) not in tr.created:
+        tr.on_capture(t)
+        d = t._data
+    return d
+
+
+def traced_write(t, r, tr):
+    """In-place write inside a trace: the tensor's payload becomes the new traced value (functionalised;
+    the compiled call writes it back into the real buffer afterwards)."""
+    if r.dtype is not t.dtype:
+        with grad_mode.no_grad():
+            r = r.to(t.dtype)
+    if tr is not None:
+        traced_payload(t, tr)
+        if tr.on_mutate is not None:
+            tr.on_mutate(t)
+    t._data = r._data
