@@ -1469,16 +1469,20 @@ def test_variable_shim():
 
 # ---- graph traversal -------------------------------------------------------------------------------------
 
-def test_grad_on_deep_graph_is_linear_time():
-    import time
+def test_grad_on_deep_graph_visits_each_node_once(monkeypatch):
+    # it was quadratic in the depth when inputs were given: count the work instead of timing it
+    from jitgrad.runtime import engine
     x = jg.tensor([1.], requires_grad=True)
     a = jg.tensor([0.5], requires_grad=True)
     y = x
     for _ in range(2000):
         y = y * a + (y * 0.1).tanh()
-    t0 = time.perf_counter()
+    calls = []
+    real = engine._apply_node
+    monkeypatch.setattr(engine, "_apply_node", lambda n, g, c: calls.append(n) or real(n, g, c))
     gx, ga = autograd.grad(y.sum(), [x, a])
-    assert time.perf_counter() - t0 < 2.0          # was quadratic in the depth when inputs were given
+    assert len(calls) == len(set(calls)) <= 5 * 2000 + 2
+    assert gx.shape == (1,) and ga.shape == (1,)
 
 
 def test_grad_with_intermediate_inputs_on_dag_matches_torch():
