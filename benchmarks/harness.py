@@ -276,7 +276,7 @@ def to_numpy(x):
 def fmt_time(sec, unit):
     if sec is None or (isinstance(sec, float) and not math.isfinite(sec)):
         return "-"
-    if unit == "us" and sec >= 0.01:
+    if unit == "us" and sec >= 1e-3:
         unit = "ms"
     v = sec * {"s": 1, "ms": 1e3, "us": 1e6}[unit]
     return f"{v:,.0f} {unit}" if v >= 1000 else (f"{v:.1f} {unit}" if v >= 10 else f"{v:.2f} {unit}")

@@ -42,7 +42,9 @@ def main(argv):
           "largest magnitude.")
     print()
     summary = []
+    ids = [r["id"] for r in recs]
     for r in recs:
+        label = r["id"] if ids.count(r["id"]) == 1 else f"{r['id']} ({r['title'].split(' of ')[0]})"
         print(f"## {r['id']}: {r['title']}\n")
         other = r.get("foreign_cpus")
         if other is not None:
@@ -61,7 +63,7 @@ def main(argv):
             print(f"- Note: {n}")
         for text, verdict, detail in r.get("targets", []):
             print(f"- **Target** {text}: **{verdict}**" + (f" ({detail})" if detail else ""))
-            summary.append((r["id"], text, verdict, detail))
+            summary.append((label, text, verdict, detail))
         for mm in r.get("mismatches", []):
             print(f"- **MISMATCH**: `{mm}`")
         print()
