@@ -20,7 +20,7 @@ import warnings
 
 import numpy as np
 
-from ..ir.graph import Graph, Lit
+from ..ir.graph import Graph, Lit, Var
 from ..ir.interpret import ScopeTracker, run_eqn
 from ..ir.passes.fuse import Group, plan as fusion_plan
 from .loops import (PARALLEL_MIN, all_tensor_spec, basic_index_src, basic_spec, gen_gather, gen_group,  # noqa: F401
@@ -80,6 +80,57 @@ def _warmup_source(calls) -> str:
         lines.append(f"    {name}({', '.join(parts)})")
     lines.append("    return None")
     return "\n".join(lines)
+class _BufferPool:
+    """Buffer reuse in the driver: an intermediate's buffer (with every view of it) is free once its last reader
+    has run and it is not a graph output; a later step needing the same shape and dtype takes it instead of a
+    fresh ``np.empty``."""
+
+    def __init__(self, plan, graph, check_ids):
+        self.last = {}
+        for n, step in enumerate(plan.steps):
+            ins = step.inputs if isinstance(step, Group) else step.ins
+            for v in ins:
+                if isinstance(v, Var):
+                    self.last[v] = n
+            for e in (step.all_eqns if isinstance(step, Group) else [step]):
+                if e in check_ids:          # checked at the start of the next step
+                    for o in e.outs:
+                        self.last[o] = max(self.last.get(o, n), n + 1)
+        self.keep = {v for v in graph.outputs if isinstance(v, Var)} | set(graph.inputs)
+        self.root = {}        # var -> the var that owns its buffer
+        self.members = {}     # owner -> vars sharing its buffer
+        self.owned = {}       # owner -> (buffer name, key)
+        self.free = {}        # key -> buffer names free for reuse
+        self.n_reused = 0
+
+    def alloc(self, v, name, shape, dtype_src) -> str:
+        key = (tuple(shape), dtype_src)
+        self.root[v] = v
+        self.members[v] = [v]
+        self.owned[v] = (name, key)
+        names = self.free.get(key)
+        if names:
+            self.n_reused += 1
+            return names.pop()
+        return f"np.empty({tuple(shape)!r}, {dtype_src})"
+
+    def view(self, v, of):
+        r = self.root.get(of, of)
+        self.root[v] = r
+        self.members.setdefault(r, [r]).append(v)
+
+    def pin(self, v):
+        """``v``'s buffer is never reused (an op run through its NumPy impl may return views of its inputs)."""
+        self.keep.add(self.root.get(v, v))
+
+    def release_after(self, n):
+        for owner, (name, key) in list(self.owned.items()):
+            ms = self.members[owner]
+            if all(self.last.get(m, -1) <= n and m not in self.keep for m in ms):
+                del self.owned[owner]
+                self.free.setdefault(key, []).append(name)
+
+
 class CompiledGraph:
     """A graph compiled for the CPU: ``run(*arrays) -> sequence of arrays``; ``source`` is what was generated.
 
@@ -280,9 +331,13 @@ class CompiledGraph:
                 lines.append(f"    with _P.range({name!r}, {shapes!r}, 'kernel'):")
                 lines.extend(body)
 
+        pool = _BufferPool(self.plan, g, self.check_ids)
+
         for n, step in enumerate(self.plan.steps):
             while pending:
                 check_after(*pending.pop())
+            if n:
+                pool.release_after(n - 1)
             if profile:     # record_function blocks traced inside the function open/close around their steps
                 first = step.all_eqns[0] if isinstance(step, Group) else step
                 lines.append(f"    _SC.enter({tuple(first.scope)!r})")
@@ -298,7 +353,7 @@ class CompiledGraph:
                         full = len(axes) == len(step.shape)
                         shape = () if full else tuple(1 if i in axes else d for i, d in enumerate(step.shape))
                     tgt = f"{nm(o)}_k" if is_red else nm(o)
-                    lines.append(f"    {tgt} = np.empty({shape!r}, {dtype_src(o.aval)})")
+                    lines.append(f"    {tgt} = {pool.alloc(o, tgt, shape, dtype_src(o.aval))}")
                     outs.append(tgt)
                 args = [nm(v) for v in k.args]
                 if getattr(k, "checked", False):
@@ -324,6 +379,8 @@ class CompiledGraph:
                 continue
             e = step
             pending.append((e, nm(e.outs[0])))
+            if e.op.view and isinstance(e.ins[0], Var):
+                pool.view(e.outs[0], e.ins[0])
             out = nm(e.outs[0])
             ins = [nm(v) for v in e.ins]
             name = e.op.name
@@ -339,7 +396,7 @@ class CompiledGraph:
                 lines.append(f"    {out} = np.transpose({ins[0]}, {tuple(e.params['perm'])!r})")
             elif name == "getitem" and all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim):
                 dns["__steps__"].append(f"gather_{n}")
-                lines.append(f"    {out} = np.empty({e.outs[0].aval.shape!r}, {dtype_src(e.outs[0].aval)})")
+                lines.append(f"    {out} = {pool.alloc(e.outs[0], out, e.outs[0].aval.shape, dtype_src(e.outs[0].aval))}")
                 lines.append(f"    gather_{n}({', '.join(ins)}, {out})")
                 warm.append((f"gather_{n}", [(v.aval.shape, v.aval.dtype.np.name) for v in e.ins + e.outs]))
             elif name == "index_put" and all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim):
@@ -358,6 +415,9 @@ class CompiledGraph:
             else:
                 key = f"E{len(dns)}"
                 dns[key] = e
+                for v in e.ins:
+                    if isinstance(v, Var):
+                        pool.pin(v)
                 lines.append(f"    {out} = _run_eqn({key}, [{', '.join(ins)}])  # {name}")
             timed(mark, "matmul (BLAS)" if name == "matmul" else name, [list(v.aval.shape) for v in e.ins])
         while pending:
