@@ -1186,3 +1186,11 @@ class TestProtocols:
     def test_hash_is_identity(self):
         a, b = jg.tensor([1.0]), jg.tensor([1.0])
         assert len({a, b}) == 2 and a in {a}
+
+
+def test_legacy_tensor_constructor_uses_the_default_float_dtype():
+    t = jg.Tensor([1, 2])                      # torch.Tensor([1, 2]) is float32 too
+    assert t.dtype is jg.float32 and t.tolist() == [1.0, 2.0]
+    r = jg.Tensor([1.0, 2.0], requires_grad=True) * 2
+    r.sum().backward()
+    assert r.grad_fn.name() == "MulBackward0"

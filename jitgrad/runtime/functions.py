@@ -562,10 +562,6 @@ def index_select(input, dim, index):
     return input[(slice(None),) * ax + (index.reshape(-1),)]
 
 
-def diag_embed_not_supported(*a, **k):  # pragma: no cover - placeholder name guard
-    raise NotImplementedError
-
-
 def outer(input, vec2):
     return unsqueeze(input, 1) * unsqueeze(vec2, 0)
 

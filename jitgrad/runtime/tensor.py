@@ -106,13 +106,12 @@ class Tensor(InPlaceOps):
         return t
 
     def __init__(self, data=None, *, dtype=None, requires_grad=False):
+        """``jitgrad.Tensor(data)``: like ``torch.Tensor(data)``, a copy in the default float dtype (prefer
+        ``jitgrad.tensor``, which infers the dtype)."""
         from .factories import as_array
-        self.__dict_init(as_array(data if data is not None else [], dtype), requires_grad)
-
-    def __dict_init(self, arr, requires_grad):
-        src = Tensor._make(arr)
-        for s in Tensor.__slots__[:-1]:
-            object.__setattr__(self, s, getattr(src, s))
+        src = Tensor._make(as_array(data if data is not None else [], dtype or dt.DEFAULT_FLOAT))
+        for name in Tensor.__slots__[:-1]:          # all slots but __weakref__
+            object.__setattr__(self, name, getattr(src, name))
         self.requires_grad = requires_grad
 
     # --- metadata --------------------------------------------------------------------------------
