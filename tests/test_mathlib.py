@@ -337,3 +337,13 @@ def test_two_over_pi_table_is_exact():
     with mp.workdps(450):
         want = int(mp.floor(2 / mp.pi * mp.mpf(2) ** 1300))
     assert M._two_over_pi_bits(1300) >> 40 == want >> 40
+
+
+def test_codegen_import_table_matches_the_modules():
+    # codegen decides where a helper comes from without importing mathlib (which imports Numba)
+    from jitgrad.codegen import libm, mathlib
+    from jitgrad.codegen.loops import MATHLIB_FUNCS, math_import
+    for base in MATHLIB_FUNCS:
+        for suf in ("f32", "f64"):
+            assert math_import(f"{base}_{suf}") == "mathlib" and hasattr(mathlib, f"{base}_{suf}")
+    assert math_import("sign_i64") == "libm" and hasattr(libm, "sign_i64")

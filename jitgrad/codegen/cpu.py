@@ -139,7 +139,6 @@ class CompiledGraph:
     """
 
     def __init__(self, graph: Graph, writes=(), background=None, parallel=None, phase=None, disk_cache=True):
-        from . import cache
         self.graph = graph
         self.writes = tuple(writes)
         self.plan = fusion_plan(graph)
@@ -183,7 +182,7 @@ class CompiledGraph:
         header += [f"from jitgrad.codegen.{math_import(n)} import {n}" for n in used]
         header += [f"{k} = {v}" for k, v in consts.items()]
         self.module_source = "\n".join(header) + "\n\n\n" + text + "\n"
-        self.key = cache.cache_key(self.module_source, extra=("cpu", 1))
+        self.key = None          # the cache key (hashing versions, CPU features) is computed by the build
         self.names = {g.index: g.name for g in self.plan.groups}
         self.run = None          # set once compiled; until then callers use the interpreter
         self._phase = phase      # name -> context manager: profiler events for a synchronous build
@@ -192,10 +191,17 @@ class CompiledGraph:
         self.seconds = 0.0
         if background is None:
             background = os.environ.get("JITGRAD_BACKGROUND_COMPILE", "1") != "0"
-        if background:
-            _background(self)
-        else:
+        # background: the build is queued by ``start()``, which the caller invokes *after* serving the first call
+        # on the interpreter, so loading Numba never competes with the first result for the interpreter lock
+        self.pending = background
+        if not background:
             self._build(False)
+
+    def start(self):
+        """Queue the background build (once)."""
+        if self.pending:
+            self.pending = False
+            _background(self)
 
     def _build(self, background: bool):
         """Load the module and compile (or load from Numba's cache) every function; then publish ``run``.
@@ -203,6 +209,7 @@ class CompiledGraph:
         from . import cache
         t0 = time.perf_counter()
         try:
+            self.key = cache.cache_key(self.module_source, extra=("cpu", 1))
             path = cache.entry_path(self.key) if self.disk_cache else None
             if background and path is not None and not path.exists():
                 cache.load_module(self.key, self.module_source, "graph", self.disk_cache)     # writes the entry

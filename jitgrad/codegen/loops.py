@@ -24,20 +24,18 @@ _MATH_RE = re.compile(r"\b(" + "|".join(_MATH) + r")\(")
 _NP_TYPE = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "b1"}
 
 
-_MODULES = ("mathlib", "libm")
+# what mathlib provides, per precision (tests check this table against the module): generating source must not
+# import mathlib, which imports Numba (~0.15 s) before the first call has been served
+MATHLIB_FUNCS = ("exp", "log", "log1p", "expm1", "tanh", "sigmoid", "erf", "sin", "cos", "tan", "pow", "sqrt", "rsqrt",
+                 "abs", "sign", "max", "min", "isfinite")
 
 
 def math_import(name: str) -> str:
     """The module a math helper (``tanh_f32``) is imported from: mathlib if it has it, else libm."""
-    import importlib
-    for m in _MODULES:
-        try:
-            mod = importlib.import_module(f"jitgrad.codegen.{m}")
-        except ImportError:
-            continue
-        if hasattr(mod, name):
-            return m
-    raise KeyError(f"no scalar math function {name}")
+    base, _, suffix = name.rpartition("_")
+    if suffix in ("f32", "f64") and base in MATHLIB_FUNCS:
+        return "mathlib"
+    return "libm"
 
 
 def _tname(d: dt.DType) -> str:

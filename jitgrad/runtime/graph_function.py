@@ -136,6 +136,11 @@ def execute(graph: Graph, arrays, backend: str, writes=(), parallel=None, disk_c
                 return res[:-1]
             return res
         # still compiling in the background (or codegen failed): the reference interpreter meanwhile
+        outs = _interp.interpret(graph, arrays, _on_nonfinite, _PROF.active)
+        for o, i in writes:
+            np.copyto(arrays[i], outs[o], casting="unsafe")
+        cg.start()          # the first result is computed: now let the build use the cores
+        return outs
     outs = _interp.interpret(graph, arrays, _on_nonfinite, _PROF.active)
     for o, i in writes:
         np.copyto(arrays[i], outs[o], casting="unsafe")
