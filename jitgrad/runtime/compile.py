@@ -94,8 +94,16 @@ class _Entry:
         self.raw_graph = None
 
     def guards_ok(self) -> bool:
-        if not all(s is not None or c.ok() for c, s in zip(self.captured, self.grad_src)):
-            return False
+        for c, s in zip(self.captured, self.grad_src):     # inline ``c.ok()``: this runs on every call
+            if s is not None:
+                continue
+            t = c.ref()
+            if t is None:
+                return False
+            d = t._data
+            if d.shape != c.shape or d.dtype != c.dtype or (t._requires_grad or t.grad_fn is not None) \
+                    != c.requires_grad or (t._grad is None) != c.grad_is_none:
+                return False
         for where, name, k in self.bindings:    # the closure variable / global still names that tensor
             try:
                 now = where.cell_contents if name is None else where.get(name)
@@ -196,14 +204,14 @@ class CompiledFunction:
         functools.update_wrapper(self, fn)
 
     # --- keys ----------------------------------------------------------------------------------------
-    def _key(self, leaves, treedef):
+    def _key(self, leaves, treedef, tkey=None):
         ids = [id(t) for t in leaves]
         first = tuple(ids.index(i) for i in ids)     # which leaves are the same object
         sig = tuple((t._data.shape, t._data.dtype, t._requires_grad or t.grad_fn is not None, t._grad is None)
                     for t in leaves)
         an = anomaly.STATE
         modes = (grad_mode.STATE.grad_enabled, an.enabled, an.check_nan, an.check_forward, self.anomaly)
-        return (_static_key(treedef), sig, first, modes)
+        return (_static_key(treedef) if tkey is None else tkey, sig, first, modes)
 
     def _describe_change(self, old, new) -> str:
         if old is None:
@@ -235,11 +243,13 @@ class CompiledFunction:
         self.stats["calls"] += 1
         if _TR.active is not None:      # called while another function is being traced: trace through it
             return self.fn(*args, **kwargs)
+        tkey = None
         if not kwargs and all(type(a) is Tensor for a in args):   # the common case: skip the pytree walk
-            leaves, treedef = list(args), ("tuple", (("tuple", (("*",),) * len(args)), ("dict", (), ())))
+            leaves = list(args)
+            treedef, tkey = _positional_treedef(len(args))
         else:
             leaves, treedef = flatten((args, kwargs), _is_tensor)
-        key = self._key(leaves, treedef)
+        key = self._key(leaves, treedef, tkey)
         entries = self._cache.get(key)
         if entries:
             for e in entries:
@@ -420,6 +430,8 @@ class CompiledFunction:
                     old._vc[0] += 1
                 else:
                     t._grad = Tensor._make(g._data)
+        if e.out_treedef == ("*",):
+            return outs[0]
         return unflatten(e.out_treedef, outs[:e.n_user_out])
 
     # --- introspection --------------------------------------------------------------------------------
@@ -508,6 +520,18 @@ def _break_cycles(made, kept):
             n.release()
     for t in kept:
         t._acc = None
+
+
+_POSITIONAL = {}
+
+
+def _positional_treedef(n):
+    """The treedef (and its key) of ``(args, {})`` for n tensor arguments, built once per n."""
+    r = _POSITIONAL.get(n)
+    if r is None:
+        treedef = ("tuple", (("tuple", (("*",),) * n), ("dict", (), ())))
+        r = _POSITIONAL[n] = (treedef, _static_key(treedef))
+    return r
 
 
 def _phase(name):
