@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from ..ir.graph import AnomalyCheck, Eqn, Graph, Lit, Var
+from ..ir.graph import AnomalyCheck, Eqn, Graph, Var
 
 
 class TraceError(RuntimeError):
@@ -105,7 +105,3 @@ class Trace:
     def __exit__(self, *exc):
         STATE.active = self._prev
         return False
-
-
-def lit(value, aval) -> Lit:
-    return Lit(value, aval)
