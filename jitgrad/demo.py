@@ -52,7 +52,7 @@ def train_step(params, x, y, lr=0.5):
 def run_compiled(steps: int) -> None:
     """The same step under @jg.compile: forward, backward and update traced into one graph, fused and compiled
     by Numba in the background while the first calls run on the reference interpreter."""
-    from jitgrad.runtime.graph_function import _COMPILED
+    from jitgrad.jit.graph_function import _COMPILED
     x, y = make_data()
     params = init_params()
     step = jg.compile(lambda x, y: train_step(params, x, y).detach())

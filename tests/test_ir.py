@@ -15,7 +15,7 @@ from jitgrad.ir.graph import Eqn, Graph, GraphError, Lit, Var, format_graph, ver
 from jitgrad.ir.interpret import interpret
 from jitgrad.ir.ops import OPS, Aval
 from jitgrad.ir.passes import PIPELINE, cse, dce, run_pipeline, simplify, transpose
-from jitgrad.runtime.graph_function import FRONT
+from jitgrad.jit.graph_function import FRONT
 
 from test_compile_agreement import PROGRAMS, _arrays
 

@@ -29,10 +29,10 @@ from ..ir.passes import run_pipeline
 from ..ir import dtypes as dt
 from ..tracer import STATE as _TR, TraceError, TracedValueError, flatten, unflatten
 from ..tracer.pytree import treedef_key
-from . import anomaly, grad_mode
+from ..runtime import anomaly, grad_mode
 from .graph_function import GraphFunction
-from .tensor import Tensor
-from . import profiler_state
+from ..runtime.tensor import Tensor
+from ..runtime import profiler_state
 
 _PROF = profiler_state.STATE
 

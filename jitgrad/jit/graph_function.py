@@ -17,9 +17,9 @@ from ..ir.graph import Graph, Lit, Var
 from ..ir.ops import OPS, Aval
 from ..ir.passes import dce, run_pipeline, transpose, active_vars
 from ..tracer import Trace, STATE as _TR
-from . import grad_mode, profiler_state
-from .node import Node
-from .tensor import Tensor
+from ..runtime import grad_mode, profiler_state
+from ..runtime.node import Node
+from ..runtime.tensor import Tensor
 
 
 class _Front:
@@ -56,7 +56,7 @@ class _Front:
 
     @staticmethod
     def bind_name(opname, *args, **params):
-        from .dispatch import bind
+        from ..runtime.dispatch import bind
         return bind(OPS[opname], *args, **params)
 
     @staticmethod
@@ -70,7 +70,7 @@ _PROF = profiler_state.STATE
 
 def nonfinite_error(e, kind) -> RuntimeError:
     """The eager anomaly-mode error for an eqn whose anomaly check failed inside compiled code."""
-    from .anomaly import AnomalyError, nonfinite_message
+    from ..runtime.anomaly import AnomalyError, nonfinite_message
     c = e.check
     aval = e.outs[0].aval
     return AnomalyError(nonfinite_message(c.name, c.index, kind, aval.shape, aval.dtype.name, c.loc, c.stack,
@@ -83,8 +83,8 @@ def _on_nonfinite(e, value):
 
 def new_trace() -> Trace:
     """A Trace configured with the current anomaly mode (checks and forward stacks go into the graph)."""
-    from . import anomaly
-    from .source import user_stack
+    from ..runtime import anomaly
+    from ..runtime.source import user_stack
     tr = Trace()
     an = anomaly.STATE
     if an.enabled:
@@ -163,7 +163,7 @@ class CompiledBackward(Node):
 
     def apply(self, grads):
         if self._freed:
-            from .node import FREED_MSG
+            from ..runtime.node import FREED_MSG
             raise RuntimeError(FREED_MSG)
         # residuals that alias inputs always matter; with create_graph every input is read again
         checks = self.saved_versions + (self.input_versions if grad_mode.STATE.grad_enabled else [])
