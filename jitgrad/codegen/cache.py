@@ -72,7 +72,7 @@ from dataclasses import dataclass, asdict
 from pathlib import Path
 
 __all__ = ["JitgradCacheWarning", "CacheStats", "stats", "cache_dir", "cache_key", "load_module", "entry_path",
-           "clear"]
+           "clear", "store_entry", "compiled_on_disk"]
 
 ENV_VAR = "JITGRAD_CACHE_DIR"
 FORMAT = "jitgrad-codegen-cache/1"          # bump to invalidate every key when the layout/contract changes
@@ -489,6 +489,30 @@ def load_module(key: str, source: str, name: str, use_disk: bool = True) -> type
         _warn_once((str(root), "numba-locator"), f"jitgrad cache: Numba cannot cache next to {path} ({e}); "
                                                  f"compiling in memory only")
         return _in_memory(modname, key, source)
+
+
+def store_entry(key: str, source: str) -> Path | None:
+    """Write ``source`` as the entry for ``key`` without importing it (a build process will); None when there is
+    no usable cache directory or the write failed."""
+    _check_key(key)
+    root = cache_dir()
+    if root is None:
+        return None
+    try:
+        return _store(root, key, source.encode("utf-8", "surrogatepass"))
+    except OSError:
+        return None
+
+
+def compiled_on_disk(path: Path | None) -> bool:
+    """Numba has an index file for some function of the entry at ``path`` (its code was compiled and saved)."""
+    if path is None:
+        return False
+    pyc = path.parent / "__pycache__"
+    try:
+        return any(n.startswith(path.stem + ".") and n.endswith(".nbi") for n in os.listdir(pyc))
+    except OSError:
+        return False
 
 
 def clear(directory: Path | str | None = None) -> int:

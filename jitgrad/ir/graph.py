@@ -174,12 +174,13 @@ class AnomalyCheck:
 class Graph:
     """inputs (Vars), eqns (in a valid order), outputs (Vars or Lits)."""
 
-    __slots__ = ("inputs", "eqns", "outputs")
+    __slots__ = ("inputs", "eqns", "outputs", "compiled")
 
     def __init__(self, inputs, eqns, outputs):
         self.inputs = list(inputs)
         self.eqns = list(eqns)
         self.outputs = list(outputs)
+        self.compiled = {}      # backends keep what they built for this graph here (it lives as long as the graph)
 
     def __str__(self):
         return format_graph(self)

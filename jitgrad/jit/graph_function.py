@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import weakref
 
 import numpy as np
 
@@ -94,18 +95,23 @@ def new_trace() -> Trace:
     return tr
 
 
-_COMPILED: dict = {}   # (id(graph), writes) -> CompiledGraph (graphs live as long as their GraphFunction)
+_COMPILED = weakref.WeakValueDictionary()   # (id(graph), ...) -> CompiledGraph: for introspection and tests
 
 
-def compiled_graph(graph: Graph, writes=(), parallel=None, disk_cache=True):
-    key = (id(graph), writes, parallel, disk_cache)
-    cg = _COMPILED.get(key)
-    if cg is None or cg.graph is not graph:
+def compiled_graph(graph: Graph, writes=(), parallel=None, disk_cache=True, background=None):
+    """The CompiledGraph of ``graph``, kept on the graph itself: it (and its workspace) lives as long as the
+    compiled function that holds the graph."""
+    key = (writes, parallel, disk_cache)
+    per_graph = graph.compiled
+    cg = per_graph.get(key)
+    if cg is None:
         from ..codegen.cpu import CompiledGraph
         prof = _PROF.active
         phase = (lambda name: prof.range(name, None, "compile")) if prof is not None else None
         with (phase("compile/codegen") if phase else contextlib.nullcontext()):
-            cg = _COMPILED[key] = CompiledGraph(graph, writes, parallel=parallel, phase=phase, disk_cache=disk_cache)
+            cg = per_graph[key] = CompiledGraph(graph, writes, parallel=parallel, phase=phase, disk_cache=disk_cache,
+                                                background=background)
+        _COMPILED[(id(graph),) + key] = cg
     return cg
 
 
@@ -124,6 +130,8 @@ def execute(graph: Graph, arrays, backend: str, writes=(), parallel=None, disk_c
             arrays = [a if type(a) is np.ndarray else np.asarray(a) for a in arrays]
             try:
                 res = run(*arrays)
+                if res is None:         # this call's buffers don't fit the compiled layout: the interpreter
+                    return execute(graph, arrays, "interpret", writes, parallel, disk_cache)
             except Exception as e:  # noqa: BLE001 - a Numba failure at call time: interpreter, loudly
                 if not type(e).__module__.startswith("numba"):
                     raise

@@ -1,0 +1,464 @@
+"""Memory layout of a compiled graph: where every value lives, and the argument blocks of every step.
+
+A graph has fixed shapes, so all of this is computed once, in Python, when the graph is compiled:
+- every Var gets a *place*: a root buffer (a graph input, a fresh output array, a workspace slot, a literal)
+  plus an element offset, shape and element strides.  View ops (reshape of contiguous data, permute, expand,
+  basic indexing) cost nothing at run time: their place is computed here, by applying the op's NumPy impl to a
+  strided dummy array (views never read data);
+- intermediates live in one workspace allocated on the first call and kept with the compiled graph; a slot is
+  reused by a later value of the same byte size once every reader has run;
+- each step's argument block (sizes, addresses, strides; ``codegen/abi.py``) is written into one int64 table.
+  Addresses of workspace and literal buffers are final here; those of inputs and fresh outputs are patched by
+  the driver on every call (``dynamic``: slot -> root, with the element offset in ``OFF``).
+
+Nothing here depends on Numba; the driver source built from this (``cpu.py``) depends on structure only, so it
+is shared across batch sizes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import dtypes as dt
+from ..ir.graph import Lit, Var
+from ..ir.passes.fuse import Group
+from .loops import (BCAST, CONTIG, PARALLEL_MIN, STRIDED, all_tensor_spec, gen_check, gen_copy, gen_gather,
+                    gen_group, gen_scatter)
+
+_ALIGN = 64
+
+
+class Place:
+    __slots__ = ("root", "offset", "shape", "strides", "dtype")
+
+    def __init__(self, root, offset, shape, strides, dtype):
+        self.root, self.offset, self.shape, self.strides, self.dtype = root, offset, tuple(shape), tuple(strides), dtype
+
+    def contiguous(self) -> bool:
+        return self.strides == _c_strides(self.shape) or int(np.prod(self.shape)) <= 1
+
+
+class Root:
+    """A buffer: ``kind`` in input | fresh | ws | lit; ``index`` (input/fresh number), ``array`` (lit),
+    ``offset`` (ws byte offset)."""
+    __slots__ = ("kind", "index", "array", "offset", "nbytes", "shape", "dtype")
+
+    def __init__(self, kind, index=None, array=None, nbytes=0, shape=(), dtype=None):
+        self.kind, self.index, self.array, self.nbytes = kind, index, array, nbytes
+        self.shape, self.dtype, self.offset = tuple(shape), dtype, None
+
+
+def _c_strides(shape):
+    st, acc = [], 1
+    for d in reversed(shape):
+        st.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(st))
+
+
+def _bcast_strides(place: Place, it_shape):
+    """Element strides of ``place`` broadcast into iteration space ``it_shape`` (0 where broadcast)."""
+    lead = len(it_shape) - len(place.shape)
+    out = [0] * lead
+    for k, d in enumerate(place.shape):
+        out.append(0 if (d == 1 and it_shape[lead + k] != 1) or d == 1 else place.strides[k])
+    return out
+
+
+def _cls(strides):
+    if not strides:
+        return CONTIG
+    s = strides[-1]
+    return CONTIG if s == 1 else BCAST if s == 0 else STRIDED
+
+
+class Step:
+    """One call of the program: ``kind`` kernel | gemm | py (NumPy impl); ``block``: its slot in the table."""
+    __slots__ = ("kind", "kernel", "block", "label", "eqn", "ins", "out", "shapes", "scope", "guarded", "gemm")
+
+    def __init__(self, kind, kernel=None, label="", eqn=None, shapes=(), scope=()):
+        self.kind, self.kernel, self.label, self.eqn, self.shapes, self.scope = kind, kernel, label, eqn, shapes, scope
+        self.block, self.ins, self.out, self.guarded, self.gemm = None, (), None, False, None
+
+
+class Program:
+    """The steps, kernels, places and tables of one graph (see the module docstring)."""
+
+    def __init__(self, graph, plan, writes=(), parallel=None, check_ids=None):
+        self.graph = graph
+        self.check_ids = check_ids or {}
+        self.parallel = parallel
+        self.places = {}
+        self.roots = []
+        self.steps = []
+        self.kernels = {}            # key -> Kernel (each distinct loop once)
+        self.table = []              # the int64 argument table
+        self.dynamic = []            # (slot, root, element offset): patched per call
+        self.params = bytearray()    # BLAS scalar arguments (chars, int32s, alpha/beta)
+        self.param_slots = []        # (table slot, params byte offset): address patched once params is allocated
+        self.lit_slots = []          # (table slot, lit array, byte offset)
+        self.ws_slots = []           # (table slot, root, byte offset)
+        self.err_slots = []          # table slots that receive the err array's address
+        self.native = True
+        self._users_end = len(plan.steps)
+        self._plan_liveness(plan, writes)
+        self._free = {}
+        self.ws_size = 0
+        for v, k in zip(graph.inputs, range(len(graph.inputs))):
+            if v not in self.places:
+                r = self._root("input", index=k, shape=v.aval.shape, dtype=v.aval.dtype)
+                self.places[v] = Place(r, 0, v.aval.shape, _c_strides(v.aval.shape), v.aval.dtype)
+        self.fresh = []              # fresh output roots, in allocation order
+        for n, s in enumerate(plan.steps):
+            self._step(n, s)
+            self._release(n)
+        self.outputs = [self._output(v) for v in graph.outputs]
+        self.writes = []
+        for o, i in writes:
+            src, dst = self.places.get(graph.outputs[o]) or self._lit_place(graph.outputs[o]), \
+                self.places[graph.inputs[i]]
+            st = self._copy_step(src, dst, "write-back")
+            st.guarded = True
+            self.writes.append(st)
+
+    # ---- liveness ---------------------------------------------------------------------------------------
+    def _plan_liveness(self, plan, writes):
+        self.last_use = {}
+        for n, s in enumerate(plan.steps):
+            ins = s.inputs if isinstance(s, Group) else s.ins
+            for v in ins:
+                if isinstance(v, Var):
+                    self.last_use[v] = n
+        end = len(plan.steps)
+        for v in self.graph.outputs:
+            if isinstance(v, Var):
+                self.last_use[v] = end
+        self.pending_roots = []
+
+    def _release(self, n):
+        keep = []
+        for r, vars_ in self.pending_roots:
+            if all(self.last_use.get(v, -1) <= n for v in vars_):
+                self._free.setdefault(r.nbytes, []).append(r.offset)
+            else:
+                keep.append((r, vars_))
+        self.pending_roots = keep
+
+    # ---- roots and places ---------------------------------------------------------------------------------
+    def _root(self, kind, **kw):
+        r = Root(kind, **kw)
+        self.roots.append(r)
+        return r
+
+    def _new_buffer(self, v, shape, dtype: dt.DType, fresh=None):
+        """A contiguous buffer for ``v``: fresh if it is a graph output, else a workspace slot."""
+        nbytes = max(int(np.prod(shape)) * dtype.np.itemsize, 1)
+        if fresh is None:
+            fresh = v is not None and any(o is v for o in self.graph.outputs)
+        if fresh:
+            r = self._root("fresh", index=len(self.fresh), shape=shape, dtype=dtype, nbytes=nbytes)
+            self.fresh.append(r)
+        else:
+            r = self._root("ws", shape=shape, dtype=dtype, nbytes=-(-nbytes // _ALIGN) * _ALIGN)
+            free = self._free.get(r.nbytes)
+            if free:
+                r.offset = free.pop()
+            else:
+                r.offset = self.ws_size
+                self.ws_size += r.nbytes
+            if v is not None:
+                self.pending_roots.append((r, [v]))
+        return Place(r, 0, shape, _c_strides(shape), dtype)
+
+    def _track_view(self, v, place):
+        for r, vars_ in self.pending_roots:
+            if r is place.root:
+                vars_.append(v)
+
+    def _lit_place(self, v: Lit) -> Place:
+        a = np.array(v.value if isinstance(v.value, np.ndarray) else np.asarray(v.value, v.aval.dtype.np),
+                     dtype=v.aval.dtype.np, order="C", copy=True)
+        r = self._root("lit", array=a, shape=a.shape, dtype=v.aval.dtype)
+        return Place(r, 0, a.shape, _c_strides(a.shape), v.aval.dtype)
+
+    def place(self, v) -> Place:
+        if isinstance(v, Lit):
+            p = self.places.get(id(v))
+            if p is None:
+                p = self.places[id(v)] = self._lit_place(v)
+            return p
+        return self.places[v]
+
+    # ---- the table ----------------------------------------------------------------------------------------
+    def _slot_addr(self, place: Place):
+        """Append the address of ``place`` to the table (patched per call, or final)."""
+        slot = len(self.table)
+        self.table.append(0)
+        r = place.root
+        byte_off = place.offset * place.dtype.np.itemsize
+        if r.kind in ("input", "fresh"):
+            self.dynamic.append((slot, r, byte_off))
+        elif r.kind == "lit":
+            self.lit_slots.append((slot, r.array, byte_off))
+        else:
+            self.ws_slots.append((slot, r, byte_off))
+        return slot
+
+    def _operand(self, place, strides):
+        self._slot_addr(place)
+        self.table.extend(int(s) for s in strides)
+
+    def _add(self, step: Step):
+        if step.kernel is not None:
+            step.kernel = self.kernels.setdefault(step.kernel.key, step.kernel)
+        self.steps.append(step)
+        return step
+
+    # ---- steps --------------------------------------------------------------------------------------------
+    def _copy_step(self, src: Place, dst: Place, label) -> Step:
+        it = dst.shape
+        sst = _bcast_strides(src, it) if src.shape != it else list(src.strides)
+        dst_st = list(dst.strides)
+        size = int(np.prod(it))
+        par = self._parallel(size)
+        if dst_st and dst_st[-1] != 1 or not dst.contiguous():
+            # the destination is a strided view (state written back into a view): copy in plain NumPy
+            self.native = False
+            st = Step("pycopy", label=label)
+            st.ins, st.out = (src,), dst
+            return self._add(st)
+        k = gen_copy(src.dtype, dst.dtype, len(it), _cls(sst), par)
+        st = Step("kernel", k, label=label, shapes=[list(it)])
+        st.block = len(self.table)
+        self.table.extend(int(d) for d in it)
+        self._operand(src, sst)
+        self._operand(dst, dst_st)
+        return self._add(st)
+
+    def _parallel(self, size):
+        want = self.parallel
+        return size >= PARALLEL_MIN if want is None else bool(want) and size >= 4096
+
+    def _check(self, e, place: Place):
+        if e not in self.check_ids:
+            return
+        k = gen_check(place.dtype, len(place.shape), _cls(place.strides))
+        st = Step("kernel", k, label=f"check {e.op.name}")
+        st.block = len(self.table)
+        self.table.extend(int(d) for d in place.shape)
+        self._operand(place, place.strides)
+        self.err_slots.append(len(self.table))
+        self.table.extend([0, self.check_ids[e]])
+        self._add(st)
+
+    def _step(self, n, s):
+        if isinstance(s, Group):
+            return self._group(s)
+        e = s
+        name = e.op.name
+        if e.op.view and name != "getitem" or (name == "getitem" and not any(
+                type(x) is tuple and x[0] == "tensor" for x in e.params["spec"])):
+            self._view(e)
+        elif name == "matmul" and self._gemm(e):
+            pass
+        elif name == "getitem" and all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim):
+            self._gather(e)
+        elif name == "index_put" and all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim) \
+                and e.outs[0].aval.size > 0:
+            self._scatter(e)
+        else:
+            self._py(e)
+        self._check(e, self.places[e.outs[0]])
+
+    def _group(self, g: Group):
+        it = g.shape
+        ins = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
+        in_st = [_bcast_strides(self.place(v), it) for v in ins]
+        out_places, out_st = [], []
+        red = g.reduce
+        for o in g.outputs:
+            if red is not None and o is red.outs[0]:
+                p = self._new_buffer(o, o.aval.shape, o.aval.dtype)
+                axes = red.params["axes"]
+                kd = tuple(1 if i in axes else d for i, d in enumerate(it))
+                cs = _c_strides(kd)
+                out_st.append([0 if i in axes else cs[i] for i in range(len(it))])
+            else:
+                p = self._new_buffer(o, o.aval.shape, o.aval.dtype)
+                out_st.append(list(_c_strides(it)))
+            self.places[o] = p
+            out_places.append(p)
+        size = int(np.prod(it)) if it else 1
+        classes = [_cls(st) for st in in_st] + [CONTIG] * len(out_places)
+        k = gen_group(g, classes, len(it) > 0 and self._parallel(size), self.check_ids)
+        st = Step("kernel", k, label=f"{g.name} {g.lines()}".strip(), shapes=[list(self.place(v).shape) for v in ins],
+                  scope=g.all_eqns[0].scope)
+        st.block = len(self.table)
+        self.table.extend(int(d) for d in it)
+        for v, s_ in zip(ins, in_st):
+            self._operand(self.place(v), s_)
+        for p, s_ in zip(out_places, out_st):
+            self._operand(p, s_)
+        if red is not None:
+            self.table.append(int(np.prod(red.outs[0].aval.shape)))
+        if k.checks:
+            self.err_slots.append(len(self.table))
+            self.table.append(0)
+            self.table.extend(k.checks)
+        self._add(st)
+
+    def _materialize(self, v, place: Place) -> Place:
+        """A contiguous copy of ``place`` in a workspace slot (tracked as ``v``'s buffer)."""
+        dst = self._new_buffer(None, place.shape, place.dtype)
+        self.pending_roots.append((dst.root, [v]))
+        self._copy_step(place, dst, "copy (layout)")
+        return dst
+
+    def _view(self, e):
+        src = self.place(e.ins[0])
+        out = e.outs[0]
+        if e.op.name == "reshape":
+            if not src.contiguous():
+                src = self._materialize(e.ins[0], src)
+            p = Place(src.root, src.offset, out.aval.shape, _c_strides(out.aval.shape), src.dtype)
+        else:
+            item = src.dtype.np.itemsize
+            dummy = np.lib.stride_tricks.as_strided(np.zeros(1, src.dtype.np), src.shape,
+                                                    [s * item for s in src.strides])
+            base = dummy.__array_interface__["data"][0]
+            res = e.op.impl(dummy, **e.params)
+            if not isinstance(res, np.ndarray) or not np.may_share_memory(res, dummy) or res.shape != out.aval.shape:
+                return self._py(e)
+            off = (res.__array_interface__["data"][0] - base) // item
+            p = Place(src.root, src.offset + off, res.shape, [s // item for s in res.strides], src.dtype)
+        self.places[out] = p
+        self._track_view(out, p)
+
+    def _gemm(self, e) -> bool:
+        a, b = e.ins
+        out = e.outs[0]
+        if not (a.aval.ndim <= 2 and b.aval.ndim <= 2 and out.aval.dtype.name in ("float32", "float64")
+                and a.aval.dtype is b.aval.dtype is out.aval.dtype):
+            return False
+        ash = a.aval.shape if a.aval.ndim == 2 else (1,) + a.aval.shape
+        bsh = b.aval.shape if b.aval.ndim == 2 else b.aval.shape + (1,)
+        m, k = ash
+        n = bsh[1]
+        if k == 0 or m == 0 or n == 0:
+            return False
+
+        def operand(v, shape2):
+            p = self.place(v)
+            rows, cols = shape2
+            if v.aval.ndim == 1:        # a vector is a contiguous row (left operand) or column (right operand)
+                if p.strides[0] != 1 and p.shape[0] != 1:
+                    return operand_copy(v, shape2)
+                st = (max(cols, 1), 1) if v is a else (1, 1)
+            else:
+                st = p.strides
+            if st[1] == 1 and (st[0] >= max(1, cols) or rows == 1):
+                return p, "N", max(st[0], cols, 1)          # row-major: column-major transposed, ld = row stride
+            if st[0] == 1 and (st[1] >= max(1, rows) or cols == 1):
+                return p, "T", max(st[1], rows, 1)          # a transposed view: BLAS transposes it for free
+            return operand_copy(v, shape2)
+
+        def operand_copy(v, shape2):
+            p = self._materialize(v, self.place(v))
+            return p, "N", max(shape2[1], 1)
+
+        pa, ta, lda = operand(a, ash)
+        pb, tb, ldb = operand(b, bsh)
+        pc = self._new_buffer(out, out.aval.shape, out.aval.dtype)
+        self.places[out] = pc
+        # C (m x n, row-major) = A B  <=>  C^T (n x m, column-major) = B^T A^T: B goes first
+        f32 = out.aval.dtype.name == "float32"
+        one = np.array([1.0], np.float32 if f32 else np.float64).tobytes()
+        zero = np.array([0.0], np.float32 if f32 else np.float64).tobytes()
+        offs = {}
+        for name, data in (("ta", tb.encode().ljust(8, b"\0")), ("tb", ta.encode().ljust(8, b"\0")),
+                           ("m", np.int32(n).tobytes().ljust(8, b"\0")), ("n", np.int32(m).tobytes().ljust(8, b"\0")),
+                           ("k", np.int32(k).tobytes().ljust(8, b"\0")), ("alpha", one.ljust(8, b"\0")),
+                           ("lda", np.int32(ldb).tobytes().ljust(8, b"\0")), ("ldb", np.int32(lda).tobytes().ljust(8, b"\0")),
+                           ("beta", zero.ljust(8, b"\0")), ("ldc", np.int32(max(n, 1)).tobytes().ljust(8, b"\0"))):
+            offs[name] = len(self.params)
+            self.params += data
+        st = Step("gemm", label="matmul (BLAS)", eqn=e, shapes=[list(a.aval.shape), list(b.aval.shape)],
+                  scope=e.scope)
+        st.gemm = "sgemm" if f32 else "dgemm"
+        st.block = len(self.table)
+        for item in ("ta", "tb", "m", "n", "k", "alpha", pb, "lda", pa, "ldb", "beta", pc, "ldc"):
+            if isinstance(item, str):
+                self.param_slots.append((len(self.table), offs[item]))
+                self.table.append(0)
+            else:
+                self._slot_addr(item)
+        self._add(st)
+        return True
+
+    def _gather(self, e):
+        x, idx = e.ins[0], e.ins[1:]
+        out = e.outs[0]
+        k = gen_gather(e)
+        it = out.aval.shape
+        po = self._new_buffer(out, it, out.aval.dtype)
+        self.places[out] = po
+        px = self.place(x)
+        st = Step("kernel", k, label="gather", shapes=[list(x.aval.shape)], scope=e.scope)
+        st.block = len(self.table)
+        self.table.extend(int(d) for d in it)
+        self._slot_addr(px)
+        self.table.extend(px.strides)
+        self.table.extend(px.shape)
+        for v in idx:
+            self._operand(self.place(v), _bcast_strides(self.place(v), it))
+        self._operand(po, _c_strides(it))
+        self._add(st)
+
+    def _scatter(self, e):
+        base, v, idx = e.ins[0], e.ins[1], e.ins[2:]
+        out = e.outs[0]
+        po = self._new_buffer(out, out.aval.shape, out.aval.dtype)
+        self.places[out] = po
+        self._copy_step(self.place(base), po, "copy (index_put)")
+        k = gen_scatter(e)
+        it = np.broadcast_shapes(*[i.aval.shape for i in idx]) if idx else ()
+        st = Step("kernel", k, label="scatter", shapes=[list(out.aval.shape)], scope=e.scope)
+        st.block = len(self.table)
+        self.table.extend(int(d) for d in it)
+        self._slot_addr(po)
+        self.table.extend(po.strides)
+        self.table.extend(po.shape)
+        pv = self.place(v)
+        self._operand(pv, _bcast_strides(pv, it))
+        for iv in idx:
+            self._operand(self.place(iv), _bcast_strides(self.place(iv), it))
+        self._add(st)
+
+    def _py(self, e):
+        """An op with no loop form runs its NumPy impl: the graph gets a Python driver."""
+        self.native = False
+        st = Step("py", label=e.op.name, eqn=e, shapes=[list(v.aval.shape) for v in e.ins], scope=e.scope)
+        st.ins = tuple(self.place(v) for v in e.ins)
+        outs = []
+        for o in e.outs:
+            p = self._new_buffer(o, o.aval.shape, o.aval.dtype)
+            self.places[o] = p
+            outs.append(p)
+        st.out = outs
+        self._add(st)
+
+    def _output(self, v):
+        """How output ``v`` reaches the user: ("input", k) as is, ("fresh", j) a fresh array, or copied."""
+        if isinstance(v, Var) and v in self.graph.inputs and self.places[v].root.kind == "input" \
+                and self.places[v].offset == 0 and self.places[v].contiguous() \
+                and self.places[v].shape == self.places[v].root.shape:
+            return ("input", self.places[v].root.index)
+        p = self.place(v)
+        if p.root.kind == "fresh" and p.offset == 0 and p.shape == p.root.shape and p.contiguous() \
+                and p.dtype is p.root.dtype:
+            return ("fresh", p.root.index)
+        dst = self._new_buffer(None, p.shape, p.dtype, fresh=True)
+        self._copy_step(p, dst, "copy (output)")
+        return ("fresh", dst.root.index)
+
+
+__all__ = ["Program", "Place", "Root", "Step"]
