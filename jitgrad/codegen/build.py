@@ -55,12 +55,18 @@ def kernel_address(kernel, disk=True) -> int:
             addr = _ADDRESSES.get(key)
             if addr is None:
                 how = _count("kernel", key, disk)
-                mod = cache.load_module(key, kernel.source, kernel.kind, disk)
+                mod = cache.load_module(key, kernel.source, "kernel", disk)
                 addr = mod.kernel.address
                 _MODULES[key] = mod
                 _ADDRESSES[key] = addr
                 COUNTS[f"kernels_{how}"] += 1
     return addr
+
+
+def kernel_module(kernel):
+    """The loaded module of ``kernel`` (its ``kernel`` attribute is the cfunc)."""
+    kernel_address(kernel)
+    return _MODULES[kernel_key(kernel)]
 
 
 def load_driver(source: str, signature: str, disk=True):

@@ -150,6 +150,7 @@ class CompiledGraph:
                 procs = _build.build(self.kernels, self._driver_spec(), self.disk_cache, detach_all=background)
                 addrs, run, errors = _build.finish(self.kernels, self._driver_spec(), self.disk_cache, procs)
             self._addrs = addrs
+            self.driver = run        # the njit driver's dispatcher (None with a Python driver)
             self._tables()
             if self.nopython:
                 A, F, D, OFF = self.A, self.F, self.D, self.OFF

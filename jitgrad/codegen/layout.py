@@ -117,6 +117,7 @@ class Program:
             src, dst = self.places.get(graph.outputs[o]) or self._lit_place(graph.outputs[o]), \
                 self.places[graph.inputs[i]]
             st = self._copy_step(src, dst, "write-back")
+            self.steps.remove(st)        # write-backs run after every step, and only when no check failed
             st.guarded = True
             self.writes.append(st)
 
@@ -288,7 +289,7 @@ class Program:
             self.places[o] = p
             out_places.append(p)
         size = int(np.prod(it)) if it else 1
-        classes = [_cls(st) for st in in_st] + [CONTIG] * len(out_places)
+        classes = [_cls(st) for st in in_st] + [_cls(st) for st in out_st]
         k = gen_group(g, classes, len(it) > 0 and self._parallel(size), self.check_ids)
         st = Step("kernel", k, label=f"{g.name} {g.lines()}".strip(), shapes=[list(self.place(v).shape) for v in ins],
                   scope=g.all_eqns[0].scope)

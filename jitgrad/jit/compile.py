@@ -183,7 +183,7 @@ class CompiledFunction:
     """The callable ``@jg.compile`` returns.  ``f.ir(*args)``, ``f.source(*args)``, ``f.stats``."""
 
     def __init__(self, fn, device=None, anomaly=None, cache=True, parallel=None, backend=None,
-                 fullgraph=True):
+                 fullgraph=True, background=None):
         if backend is None:
             backend = os.environ.get("JITGRAD_BACKEND", "numba")
         if backend not in ("interpret", "numba"):
@@ -196,12 +196,37 @@ class CompiledFunction:
         self.anomaly = anomaly
         self.use_cache = cache
         self.parallel = parallel
+        if background is None:
+            background = os.environ.get("JITGRAD_BACKGROUND_COMPILE", "1") != "0"
+        self.background = bool(background)
         self._cache: dict = {}
         self._last_key = None
         self._warned_retrace = False
         self._warned_eager = False
-        self.stats = {"traces": 0, "hits": 0, "calls": 0, "compile_seconds": 0.0, "eager_fallbacks": 0}
+        # compiled_calls / interpreted_calls: graph executions on generated code / on the reference interpreter
+        # (the interpreter serves calls while a background build runs, or when codegen failed)
+        self.stats = {"traces": 0, "hits": 0, "calls": 0, "compile_seconds": 0.0, "eager_fallbacks": 0,
+                      "compiled_calls": 0, "interpreted_calls": 0}
         functools.update_wrapper(self, fn)
+
+    def wait(self, timeout=None) -> bool:
+        """Block until every build this function started has finished; True when all of them produced compiled
+        code (the interpreter keeps serving the rest).  Useful with the default background build:
+
+        >>> import jitgrad as jg
+        >>> f = jg.compile(lambda x: (x * 2).sum())
+        >>> _ = f(jg.ones(3)); f.wait()
+        True
+        """
+        if self.backend != "numba":
+            return True
+        ok = True
+        for entries in self._cache.values():
+            for e in entries:
+                gf = getattr(e, "gf", None)
+                if gf is not None:
+                    ok = gf.wait(timeout) and ok
+        return ok
 
     # --- keys ----------------------------------------------------------------------------------------
     def _key(self, leaves, treedef, tkey=None):
@@ -385,7 +410,7 @@ class CompiledFunction:
         e.gf = GraphFunction(e.graph, out_diff, self.backend, getattr(self.fn, "__name__", "compiled"),
                              stats=self.stats, writes=[(oi, ci) for ci, oi in e.writes],
                              array_outs=[oi for _, oi in e.writes], parallel=self.parallel,
-                             disk_cache=self.use_cache)
+                             disk_cache=self.use_cache, background=self.background)
         # outputs that are graph inputs or constants come back as those very buffers: copied per call, so a
         # returned tensor or a new .grad never aliases an argument, a parameter or the graph's constants
         ins, written = set(e.graph.inputs), {oi for _, oi in e.writes}
@@ -568,7 +593,8 @@ def straight_line_source(g: Graph, name: str) -> str:
     return "\n".join(lines)
 
 
-def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, backend=None, fullgraph=True):
+def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, backend=None, fullgraph=True,
+            background=None):
     """Compile a step function: trace it on first call into SSA IR, derive backward graphs with the
     transpose pass, cache by signature and replay.
 
@@ -595,6 +621,7 @@ def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, ba
     """
     def wrap(f):
         return CompiledFunction(f, device=device, anomaly=anomaly, cache=cache, parallel=parallel, backend=backend,
+                                background=background,
                                 fullgraph=fullgraph)
     if fn is not None:
         return wrap(fn)

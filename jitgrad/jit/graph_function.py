@@ -115,13 +115,14 @@ def compiled_graph(graph: Graph, writes=(), parallel=None, disk_cache=True, back
     return cg
 
 
-def execute(graph: Graph, arrays, backend: str, writes=(), parallel=None, disk_cache=True):
+def execute(graph: Graph, arrays, backend: str, writes=(), parallel=None, disk_cache=True, background=None,
+            stats=None):
     """Run a graph on arrays: ``interpret`` (the reference) or ``numba`` (fused CPU kernels).
 
     ``writes``: (output index, input index) pairs whose output is copied into the input's buffer at the end
     of the call (in-place state updates; the numba driver does it inside the compiled call)."""
     if backend == "numba":
-        cg = compiled_graph(graph, writes, parallel, disk_cache)
+        cg = compiled_graph(graph, writes, parallel, disk_cache, background)
         run = cg.run
         if run is not None:
             prof = _PROF.active
@@ -131,12 +132,14 @@ def execute(graph: Graph, arrays, backend: str, writes=(), parallel=None, disk_c
             try:
                 res = run(*arrays)
                 if res is None:         # this call's buffers don't fit the compiled layout: the interpreter
-                    return execute(graph, arrays, "interpret", writes, parallel, disk_cache)
+                    return execute(graph, arrays, "interpret", writes, parallel, disk_cache, stats=stats)
             except Exception as e:  # noqa: BLE001 - a Numba failure at call time: interpreter, loudly
                 if not type(e).__module__.startswith("numba"):
                     raise
                 cg.fail(e)
-                return execute(graph, arrays, "interpret", writes, parallel, disk_cache)
+                return execute(graph, arrays, "interpret", writes, parallel, disk_cache, stats=stats)
+            if stats is not None:
+                stats["compiled_calls"] = stats.get("compiled_calls", 0) + 1
             if cg.checks:
                 err = res[-1]
                 if err[0] < len(cg.checks):
@@ -148,7 +151,11 @@ def execute(graph: Graph, arrays, backend: str, writes=(), parallel=None, disk_c
         for o, i in writes:
             np.copyto(arrays[i], outs[o], casting="unsafe")
         cg.start()          # the first result is computed: now let the build use the cores
+        if stats is not None:
+            stats["interpreted_calls"] = stats.get("interpreted_calls", 0) + 1
         return outs
+    if stats is not None:
+        stats["interpreted_calls"] = stats.get("interpreted_calls", 0) + 1
     outs = _interp.interpret(graph, arrays, _on_nonfinite, _PROF.active)
     for o, i in writes:
         np.copyto(arrays[i], outs[o], casting="unsafe")
@@ -223,7 +230,7 @@ class _Plan:
             bwd = run_pipeline(t.bwd, f"{self.gf.name} backward")
             self._bwd = GraphFunction(bwd, [True] * len(bwd.outputs), self.gf.backend, self.gf.name + "_bwd",
                                       stats=self.gf.stats, parallel=self.gf.parallel,
-                                      disk_cache=self.gf.disk_cache)
+                                      disk_cache=self.gf.disk_cache, background=self.gf.background)
         return self._bwd
 
     def residual_fn(self) -> "GraphFunction":
@@ -232,7 +239,7 @@ class _Plan:
             rg = dce(Graph(g.inputs, g.eqns, list(self.transposed.residuals)))
             self._res = GraphFunction(rg, [True] * len(rg.outputs), self.gf.backend, self.gf.name + "_res",
                                       stats=self.gf.stats, parallel=self.gf.parallel,
-                                      disk_cache=self.gf.disk_cache)
+                                      disk_cache=self.gf.disk_cache, background=self.gf.background)
         return self._res
 
 
@@ -240,8 +247,9 @@ class GraphFunction:
     """A Graph callable on tensors: ``gf(list_of_tensors) -> list_of_tensors``."""
 
     def __init__(self, graph: Graph, out_diff, backend="interpret", name="compiled", stats=None, writes=(),
-                 array_outs=(), parallel=None, disk_cache=True):
+                 array_outs=(), parallel=None, disk_cache=True, background=None):
         self.parallel = parallel
+        self.background = background
         self.disk_cache = disk_cache
         self.writes = tuple(writes)             # (output, input): written into the input's buffer
         self.array_outs = frozenset(array_outs)  # outputs returned as NumPy arrays, not tensors
@@ -251,6 +259,23 @@ class GraphFunction:
         self.name = name
         self.stats = stats if stats is not None else {}
         self._plans = {}
+
+    def wait(self, timeout=None) -> bool:
+        """Wait for the builds of this function's graphs (forward, with residuals, backward) to finish."""
+        if self.backend != "numba":
+            return True
+        ok = True
+        graphs = [self.graph] + [g for p in self._plans.values()
+                                 for g in (p.fwd, p._bwd.graph if p._bwd is not None else None,
+                                           p._res.graph if p._res is not None else None) if g is not None]
+        for g in graphs:
+            for cg in g.compiled.values():
+                ok = cg.wait(timeout) and ok
+        for p in self._plans.values():
+            for sub in (p._bwd, p._res):
+                if sub is not None:
+                    ok = sub.wait(timeout) and ok
+        return ok
 
     def stats_add(self, key, v):
         self.stats[key] = self.stats.get(key, 0.0) + v
@@ -274,8 +299,10 @@ class GraphFunction:
             wrt = tuple([i for i, t in enumerate(inputs) if t._requires_grad or t.grad_fn is not None])
         plan = self.plan(wrt) if wrt else None
         if plan is None or not plan.diff_outs:
-            return self._wrap(execute(self.graph, arrays, self.backend, self.writes, self.parallel, self.disk_cache))
-        allout = execute(plan.fwd, arrays, self.backend, self.writes, self.parallel, self.disk_cache)
+            return self._wrap(execute(self.graph, arrays, self.backend, self.writes, self.parallel, self.disk_cache,
+                                      self.background, self.stats))
+        allout = execute(plan.fwd, arrays, self.backend, self.writes, self.parallel, self.disk_cache,
+                         self.background, self.stats)
         n = len(self.graph.outputs)
         outs = self._wrap(allout[:n])
         nf = tuple((inputs[i].grad_fn, inputs[i]._out_nr) if inputs[i].grad_fn is not None
