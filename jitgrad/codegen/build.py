@@ -129,28 +129,38 @@ def _split(todo, parts):
 
 
 def build(kernels, driver=None, disk=True, detach_all=False):
-    """Make every kernel (and the driver ``(source, signature)``) available in this process.
+    """Start compiling what is missing: returns ``(processes, mine)``, the build processes started and the keys
+    this process compiles itself (in ``finish``).
 
     ``detach_all``: compile everything in build processes (a background build: this process only loads the
-    results), else this process compiles a share itself and build processes take the rest in parallel."""
+    results), else this process compiles a share itself while build processes take the rest in parallel."""
     todo = _pending(kernels, driver) if disk else None
-    procs = []
-    if todo:
-        cores = _cores()
-        if detach_all:
-            shares = _split(todo, min(cores, len(todo)))
-            procs = [spawn(s) for s in shares]
-        else:
-            # a build process costs ~0.4 s to start Numba; it pays off from a few kernels on
-            helpers = min(cores - 1, len(todo) // 4)
-            if helpers > 0:
-                shares = _split(todo, helpers + 1)
-                procs = [spawn(s) for s in shares[1:]]
-    return procs
+    if not todo:
+        return [], None
+    cores = _cores()
+    if detach_all:
+        return [spawn(s) for s in _split(todo, min(cores, len(todo)))], set()
+    # a build process costs ~0.4 s to start Numba; it pays off from a few kernels on.  The driver goes to a
+    # build process: this one also traces and runs the first call.
+    helpers = min(cores - 1, len(todo) // 4)
+    if helpers <= 0:
+        return [], None
+    drv = [j for j in todo if j[2] != "k"]
+    ks = [j for j in todo if j[2] == "k"]
+    shares = _split(ks, helpers + 1)
+    mine = shares[0] if shares else []
+    rest = shares[1:] or [[]]
+    rest[0] = drv + rest[0]
+    return [spawn(s) for s in rest if s], {key for key, _, _ in mine}
 
 
-def finish(kernels, driver, disk, procs):
-    """Wait for build processes, then load (or compile what is still missing) in this process."""
+def finish(kernels, driver, disk, started):
+    """Compile this process's share, wait for the build processes, then load everything (from the cache)."""
+    procs, mine = started
+    if mine:
+        for k in kernels:
+            if kernel_key(k) in mine:
+                kernel_address(k, disk)
     errors = []
     for p in procs:
         if p is None:

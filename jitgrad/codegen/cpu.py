@@ -147,8 +147,8 @@ class CompiledGraph:
         try:
             phase = self._phase if (self._phase is not None and not background) else None
             with (phase("compile/numba") if phase else contextlib.nullcontext()):
-                procs = _build.build(self.kernels, self._driver_spec(), self.disk_cache, detach_all=background)
-                addrs, run, errors = _build.finish(self.kernels, self._driver_spec(), self.disk_cache, procs)
+                started = _build.build(self.kernels, self._driver_spec(), self.disk_cache, detach_all=background)
+                addrs, run, errors = _build.finish(self.kernels, self._driver_spec(), self.disk_cache, started)
             self._addrs = addrs
             self.driver = run        # the njit driver's dispatcher (None with a Python driver)
             self._tables()

@@ -64,6 +64,27 @@ def _bcast_strides(place: Place, it_shape):
     return out
 
 
+def _coalesce(shape, strides):
+    """Drop size-1 dims and merge neighbours that every operand walks as one (``strides``: per operand), so
+    that one kernel serves every rank and shape with the same access pattern (an SGD update of a matrix and of
+    a vector is the same 1-D loop)."""
+    if any(d == 0 for d in shape):
+        return list(shape), [list(s) for s in strides]
+    keep = [d for d in range(len(shape)) if shape[d] != 1]
+    shape = [shape[d] for d in keep]
+    sts = [[s[d] for d in keep] for s in strides]
+    i = len(shape) - 2
+    while i >= 0:
+        if all(st[i] == st[i + 1] * shape[i + 1] for st in sts):
+            shape[i] *= shape[i + 1]
+            del shape[i + 1]
+            for st in sts:
+                st[i] = st[i + 1]
+                del st[i + 1]
+        i -= 1
+    return shape, sts
+
+
 def _cls(strides):
     if not strides:
         return CONTIG
@@ -108,12 +129,23 @@ class Program:
                 r = self._root("input", index=k, shape=v.aval.shape, dtype=v.aval.dtype)
                 self.places[v] = Place(r, 0, v.aval.shape, _c_strides(v.aval.shape), v.aval.dtype)
         self.fresh = []              # fresh output roots, in allocation order
+        # state updates computed straight into the state's buffer when nothing reads the old value afterwards
+        # and no anomaly check could veto the update: no copy pass, no fresh buffer (an SGD step over all params)
+        outs = [v for v in graph.outputs if isinstance(v, Var)]
+        self._inplace = {} if self.check_ids else {
+            graph.outputs[o]: i for o, i in writes
+            if isinstance(graph.outputs[o], Var) and outs.count(graph.outputs[o]) == 1
+            and graph.outputs[o] not in graph.inputs}
+        self.inplace_done = set()
         for n, s in enumerate(plan.steps):
+            self._n = n
             self._step(n, s)
             self._release(n)
         self.outputs = [self._output(v) for v in graph.outputs]
         self.writes = []
         for o, i in writes:
+            if graph.outputs[o] in self.inplace_done:
+                continue
             src, dst = self.places.get(graph.outputs[o]) or self._lit_place(graph.outputs[o]), \
                 self.places[graph.inputs[i]]
             st = self._copy_step(src, dst, "write-back")
@@ -227,10 +259,11 @@ class Program:
             st = Step("pycopy", label=label)
             st.ins, st.out = (src,), dst
             return self._add(st)
-        k = gen_copy(src.dtype, dst.dtype, len(it), _cls(sst), par)
+        shape, (sst, dst_st) = _coalesce(it, [sst, dst_st])
+        k = gen_copy(src.dtype, dst.dtype, len(shape), _cls(sst), par and len(shape) > 0)
         st = Step("kernel", k, label=label, shapes=[list(it)])
         st.block = len(self.table)
-        self.table.extend(int(d) for d in it)
+        self.table.extend(int(d) for d in shape)
         self._operand(src, sst)
         self._operand(dst, dst_st)
         return self._add(st)
@@ -242,11 +275,12 @@ class Program:
     def _check(self, e, place: Place):
         if e not in self.check_ids:
             return
-        k = gen_check(place.dtype, len(place.shape), _cls(place.strides))
+        shape, (sts,) = _coalesce(place.shape, [list(place.strides)])
+        k = gen_check(place.dtype, len(shape), _cls(sts))
         st = Step("kernel", k, label=f"check {e.op.name}")
         st.block = len(self.table)
-        self.table.extend(int(d) for d in place.shape)
-        self._operand(place, place.strides)
+        self.table.extend(int(d) for d in shape)
+        self._operand(place, sts)
         self.err_slots.append(len(self.table))
         self.table.extend([0, self.check_ids[e]])
         self._add(st)
@@ -283,21 +317,30 @@ class Program:
                 kd = tuple(1 if i in axes else d for i, d in enumerate(it))
                 cs = _c_strides(kd)
                 out_st.append([0 if i in axes else cs[i] for i in range(len(it))])
+            elif self._writes_in_place(o, g):
+                p = self.places[self.graph.inputs[self._inplace[o]]]
+                self.inplace_done.add(o)
+                out_st.append(list(_c_strides(it)))
             else:
                 p = self._new_buffer(o, o.aval.shape, o.aval.dtype)
                 out_st.append(list(_c_strides(it)))
             self.places[o] = p
             out_places.append(p)
         size = int(np.prod(it)) if it else 1
-        classes = [_cls(st) for st in in_st] + [_cls(st) for st in out_st]
-        k = gen_group(g, classes, len(it) > 0 and self._parallel(size), self.check_ids)
+        shape, sts = _coalesce(it, in_st + out_st)
+        classes = [_cls(st) for st in sts]
+        red_axes = None
+        if red is not None:
+            ro = sts[len(ins) + g.outputs.index(red.outs[0])]
+            red_axes = tuple(d for d in range(len(shape)) if ro[d] == 0)
+        k = gen_group(g, classes, len(shape) > 0 and self._parallel(size), self.check_ids, len(shape), red_axes)
         st = Step("kernel", k, label=f"{g.name} {g.lines()}".strip(), shapes=[list(self.place(v).shape) for v in ins],
                   scope=g.all_eqns[0].scope)
         st.block = len(self.table)
-        self.table.extend(int(d) for d in it)
-        for v, s_ in zip(ins, in_st):
+        self.table.extend(int(d) for d in shape)
+        for v, s_ in zip(ins, sts[:len(ins)]):
             self._operand(self.place(v), s_)
-        for p, s_ in zip(out_places, out_st):
+        for p, s_ in zip(out_places, sts[len(ins):]):
             self._operand(p, s_)
         if red is not None:
             self.table.append(int(np.prod(red.outs[0].aval.shape)))
@@ -306,6 +349,23 @@ class Program:
             self.table.append(0)
             self.table.extend(k.checks)
         self._add(st)
+
+    def _writes_in_place(self, o, g) -> bool:
+        """Output ``o`` of group ``g`` may be written straight into the state input it updates: same shape and
+        dtype as the iteration space, and every read of that input's buffer happens before this step, or in it
+        at the very element being written."""
+        i = self._inplace.get(o)
+        if i is None:
+            return False
+        v = self.graph.inputs[i]
+        p = self.places[v]
+        if o.aval.shape != g.shape or v.aval.shape != g.shape or o.aval.dtype is not v.aval.dtype:
+            return False
+        n = self._n
+        for u, pu in self.places.items():
+            if isinstance(pu, Place) and pu.root is p.root and u is not v and self.last_use.get(u, -1) >= n:
+                return False
+        return self.last_use.get(v, -1) <= n
 
     def _materialize(self, v, place: Place) -> Place:
         """A contiguous copy of ``place`` in a workspace slot (tracked as ``v``'s buffer)."""
@@ -454,6 +514,8 @@ class Program:
                 and self.places[v].shape == self.places[v].root.shape:
             return ("input", self.places[v].root.index)
         p = self.place(v)
+        if v in self.inplace_done:      # the caller ignores write-back outputs: hand back the state itself
+            return ("input", p.root.index)
         if p.root.kind == "fresh" and p.offset == 0 and p.shape == p.root.shape and p.contiguous() \
                 and p.dtype is p.root.dtype:
             return ("fresh", p.root.index)

@@ -173,19 +173,21 @@ def _report(checks):
     return out
 
 
-def gen_group(g, classes, parallel, check_ids=None) -> Kernel:
+def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None) -> Kernel:
     """The loop nest of a fusion group.  ``classes``: inner layout class per operand (inputs then outputs);
-    ``check_ids``: eqn -> id for values that must be finite (anomaly mode): integer counters that vectorise
-    with the loop, reported through the err slot after it, so no branch leaves the fast path."""
-    rank = len(g.shape)
+    ``rank``/``red_axes``: the iteration rank and folded axes after the layout merged dims (default: the
+    group's own); ``check_ids``: eqn -> id for values that must be finite (anomaly mode): integer counters that
+    vectorise with the loop, reported through the err slot after it, so no branch leaves the fast path."""
+    rank = len(g.shape) if rank is None else rank
     arrays_in = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
     outs = list(g.outputs)
     operands = arrays_in + outs
     red = g.reduce
-    full = red is not None and len(red.params["axes"]) == rank
+    if red is not None and red_axes is None:
+        red_axes = tuple(sorted(red.params["axes"]))
+    full = red is not None and len(red_axes) == rank
     if red is not None:
-        axes = red.params["axes"]
-        parallel = parallel and ((full and red.op.name == "sum") or (not full and 0 not in axes))
+        parallel = parallel and ((full and red.op.name == "sum") or (not full and 0 not in red_axes))
     nest = _Nest(rank, classes, parallel)
     for j, v in enumerate(operands):
         nest.operand(j, v.aval.dtype)
@@ -233,7 +235,6 @@ def gen_group(g, classes, parallel, check_ids=None) -> Kernel:
         if e.outs[0] in outslot and (red is None or e.outs[0] is not red.outs[0]):
             body.append(_store(outslot[e.outs[0]], nest, od, t))
     pre, post = [], []
-    red_axes = None
     if red is not None:
         src = red.ins[0]
         v = ref(src, None)
@@ -245,7 +246,6 @@ def gen_group(g, classes, parallel, check_ids=None) -> Kernel:
         combine = {"sum": "{a} + {v}", "amax": "{v} if ({v} > {a} or {v} != {v}) else {a}",
                    "amin": "{v} if ({v} < {a} or {v} != {v}) else {a}"}[red.op.name]
         ro = outslot[red.outs[0]]
-        red_axes = tuple(sorted(red.params["axes"]))
         if full:
             pre.append(f"acc = {_tname(od)}({init})")
             body += [f"rv = {v}", "acc = " + combine.format(a="acc", v="rv")]
