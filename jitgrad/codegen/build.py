@@ -118,7 +118,7 @@ def spawn(jobs) -> subprocess.Popen | None:
         args += [key, str(path), kind]
     COUNTS["build_processes"] += 1
     return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True, env=dict(os.environ, JITGRAD_BUILD_CHILD="1"))
+                            start_new_session=True)
 
 
 def _split(todo, parts):

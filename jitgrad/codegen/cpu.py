@@ -73,12 +73,12 @@ def _background(cg):
             while True:
                 job = _QUEUE.get()
                 try:
-                    _QUEUED.remove(job)
-                except ValueError:
-                    pass
-                try:
                     job._build(True)
                 finally:
+                    try:
+                        _QUEUED.remove(job)
+                    except ValueError:
+                        pass
                     _QUEUE.task_done()
         threading.Thread(target=worker, daemon=True, name="jitgrad-compile").start()
     _QUEUED.append(cg)
@@ -88,6 +88,8 @@ def _background(cg):
 def _leftovers():
     """At exit: builds still queued go to detached build processes, so the next run finds them compiled."""
     for cg in list(_QUEUED):
+        if cg._spawned:
+            continue
         todo = _build._pending(cg.kernels, cg._driver_spec()) if cg.disk_cache else None
         if todo:
             _build.defer(todo)
@@ -122,6 +124,7 @@ class CompiledGraph:
         self.error = None
         self.seconds = 0.0
         self._ws = None
+        self._spawned = False    # its build processes have been started (they finish even if we exit)
         self._busy = False
         self._lock = threading.Lock()
         if background is None:
@@ -148,6 +151,7 @@ class CompiledGraph:
             phase = self._phase if (self._phase is not None and not background) else None
             with (phase("compile/numba") if phase else contextlib.nullcontext()):
                 started = _build.build(self.kernels, self._driver_spec(), self.disk_cache, detach_all=background)
+                self._spawned = True
                 addrs, run, errors = _build.finish(self.kernels, self._driver_spec(), self.disk_cache, started)
             self._addrs = addrs
             self.driver = run        # the njit driver's dispatcher (None with a Python driver)
