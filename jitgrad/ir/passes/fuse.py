@@ -8,7 +8,7 @@ A value computed inside a group is written to memory only if something outside t
 """
 from __future__ import annotations
 
-from ..graph import Graph, Var
+from ..graph import Graph, Var, cell_label
 
 REDUCTIONS = ("sum", "amax", "amin")
 
@@ -39,6 +39,9 @@ class Group:
         import os
         files = {lo.file for lo in locs}
         lo, hi = min(x.line for x in locs), max(x.line for x in locs)
+        cell = cell_label(next(iter(files))) if len(files) == 1 else None
+        if cell is not None:        # a notebook cell, named as IPython names it
+            return f"{cell}, line {lo}" if hi == lo else f"{cell}, lines {lo}-{hi}"
         f = os.path.basename(next(iter(files))) if len(files) == 1 else "*"
         return f"{f}:{lo}" + (f"-{hi}" if hi != lo else "")
 
