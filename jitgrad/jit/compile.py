@@ -146,6 +146,9 @@ class _Tracer:
             raise TraceError("a traced tensor from another compiled function leaked into this one")
         var = self.trace.new_input(Aval(d.shape, dt._FROM_NP[d.dtype]))
         c = _Captured(t, var)
+        touched = self.grad_touched.get(id(t))
+        if touched is not None:     # its .grad was replaced before it was met (``opt.zero_grad()`` first): guard
+            c.grad_is_none = touched[1] is None     # the state a call starts from, not the traced one
         self.captured[id(t)] = c
         self.order.append(c)
         # inside the trace the tensor is a leaf with a symbolic payload
