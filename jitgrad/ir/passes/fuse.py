@@ -38,10 +38,16 @@ class Group:
             return ""
         import os
         files = {lo.file for lo in locs}
+        cells = {f: cell_label(f) for f in files}
+        if any(cells.values()):     # notebook cells, named as IPython names them, each with its line range
+            parts = []
+            for f in sorted(files, key=lambda f: min(x.line for x in locs if x.file == f)):
+                lo = min(x.line for x in locs if x.file == f)
+                hi = max(x.line for x in locs if x.file == f)
+                name = cells[f] or os.path.basename(f)
+                parts.append(f"{name}, line {lo}" if hi == lo else f"{name}, lines {lo}-{hi}")
+            return "; ".join(parts)
         lo, hi = min(x.line for x in locs), max(x.line for x in locs)
-        cell = cell_label(next(iter(files))) if len(files) == 1 else None
-        if cell is not None:        # a notebook cell, named as IPython names it
-            return f"{cell}, line {lo}" if hi == lo else f"{cell}, lines {lo}-{hi}"
         f = os.path.basename(next(iter(files))) if len(files) == 1 else "*"
         return f"{f}:{lo}" + (f"-{hi}" if hi != lo else "")
 
