@@ -79,6 +79,7 @@ def run_notebook(tmp_path, monkeypatch):
     pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(jitgrad.__file__)))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([pkg_parent] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")     # kernels built before the first call: deterministic
+    monkeypatch.delenv("JITGRAD_BACKEND", raising=False)      # the notebooks' own backends, as a user runs them
     work = tmp_path / "work"
     work.mkdir()
 
@@ -105,6 +106,7 @@ def test_01_autograd_tour(run_notebook):
 
 def test_02_compile_a_training_step(run_notebook):
     nb, _ = run_notebook("02_compile_a_training_step")
+    assert "backend numba, first call" in _text(_cell(nb, "step = jg.compile(train_step)"))
     ir = _cell(nb, "step.ir(x, y)")
     html = _html(ir)
     assert "<table" in html and "matmul" in html
