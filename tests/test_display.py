@@ -114,8 +114,19 @@ def test_interpreter_source_listing():
 
 
 def test_numba_source_listing_is_preformatted():
-    f = jg.compile(lambda x: (x * x + 1.0).sum(), backend="numba")
-    src = f.source(jg.tensor([1.0, 2.0, 3.0]))
+    from jitgrad.jit.graph_function import _COMPILED
+    acc = jg.tensor([1.0, 2.0, 3.0])
+
+    def fn(x):
+        with jg.no_grad():
+            acc.add_(x * 2.0)               # a write-back: the compiled graph that runs has writes
+        return (acc * x + 1.0).sum()
+    f = jg.compile(fn, backend="numba")
+    x = jg.tensor([1.0, 2.0, 3.0])
+    f(x)
+    built = len(_COMPILED)
+    src = f.source(x)
+    assert len(_COMPILED) == built          # the source of the code that runs, not a second build
     assert isinstance(src, Listing) and src.rows is None and "fused_0" in src
     page = src._repr_html_()
     assert page.startswith('<pre class="jitgrad-listing">') and html.unescape(page[29:-6]) == str(src)

@@ -494,7 +494,8 @@ class CompiledFunction:
             return Listing(_EAGER_NOTE)
         if self.backend == "numba":
             from .graph_function import compiled_graph
-            return Listing(compiled_graph(e.graph).source)
+            gf = e.gf    # the CompiledGraph the calls run (same write-backs and options): nothing built twice
+            return Listing(compiled_graph(e.graph, gf.writes, gf.parallel, gf.disk_cache).source)
         return straight_line_listing(e.graph, getattr(self.fn, "__name__", "compiled"))
 
     def fusion_plan(self, *args, **kwargs) -> Listing:
