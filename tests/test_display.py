@@ -178,6 +178,10 @@ def test_locations_in_a_cell_read_as_ipython_says(ipython_cell):
     assert re.search(r"= sqrt %0 +# Cell In\[7\], line 2 cell_fn", text), text
     plan = f.fusion_plan(jg.tensor([1.0, 4.0]))
     assert "# Cell In[7], lines 2-3" in plan
+    # generated code keeps the cell's file name: a cell number changes on every re-run, and would change the
+    # generated source (and its cache key) with it
+    group = fusion_plan(_entry(f, jg.tensor([1.0, 4.0])).graph).groups[0]
+    assert (group.lines(), group.where()) == ("1887378078.py:2-3", "Cell In[7], lines 2-3")
     assert "Cell In[7], line 2" in f.source(jg.tensor([1.0, 4.0]))
 
 

@@ -80,7 +80,7 @@ def plan_listing(plan) -> Listing:
     for s in plan.steps:
         if isinstance(s, Group):
             locs = sorted(_locs(*(e.loc for e in s.all_eqns)), key=lambda lo: (lo.file, lo.line))
-            rows.append((f"  {s.name}  over {list(s.shape)}", s.lines(), tuple(locs)))
+            rows.append((f"  {s.name}  over {list(s.shape)}", s.where(), tuple(locs)))
         else:
             rows.append((f"  {s.op.name}", s.loc.short() if s.loc else "", _locs(s.loc)))
     rows.append(("}", None, ()))
