@@ -499,9 +499,10 @@ class CompiledFunction:
         return straight_line_listing(e.graph, getattr(self.fn, "__name__", "compiled"))
 
     def fusion_plan(self, *args, **kwargs) -> Listing:
-        """How the graph for these arguments is cut into fused loop kernels and single steps (the plan the
-        Numba backend generates code for, whatever the backend): each group's ops, iteration shape and the
-        user's lines it covers.  A ``str`` (a :class:`~jitgrad.ir.display.Listing`) with a notebook view."""
+        """How the step's graph for these arguments (the first graph ``f.ir`` prints) is cut into fused loop
+        kernels and single steps: the plan the Numba backend generates code for, whatever the backend.  Each
+        group shows its ops, iteration shape and the user's lines it covers.  A ``str`` (a
+        :class:`~jitgrad.ir.display.Listing`) with a notebook view."""
         e = self._entry_for(args, kwargs)
         if e.eager:
             return Listing(_EAGER_NOTE)
