@@ -834,3 +834,27 @@ def test_custom_function_inside_compile_uses_its_backward():
 def test_backend_argument_is_checked():
     with pytest.raises(ValueError, match="backend"):
         jg.compile(lambda x: x, backend="tpu")
+
+
+def test_zero_grad_first_step_retraces_once():
+    # torch's idiom: opt.zero_grad() at the start of the step.  The guard on a parameter's .grad must record the
+    # state a call starts from (a grad left by the previous step), not the None the trace itself set
+    w = jg.tensor([[0.5, -1.0], [2.0, 0.25]], requires_grad=True)
+    w_ref = w.detach().clone().requires_grad_(True)
+
+    def make(p):
+        def step(x):
+            p.grad = None
+            loss = (x @ p).tanh().sum()
+            loss.backward()
+            with jg.no_grad():
+                p.sub_(0.1 * p.grad)
+            return loss.detach()
+        return step
+
+    f, ref = jg.compile(make(w), backend="interpret"), make(w_ref)
+    x = jg.tensor([[1.0, 2.0], [-1.0, 0.5]])
+    for _ in range(5):
+        np.testing.assert_allclose(f(x).numpy(), ref(x).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(w.detach().numpy(), w_ref.detach().numpy(), rtol=1e-6)
+    assert f.stats["traces"] == 2 and f.stats["hits"] == 3     # grad None on the first call, a tensor after

@@ -2,6 +2,24 @@
 from __future__ import annotations
 
 import linecache
+import os
+import sys
+
+
+def cell_label(file: str) -> str | None:
+    """``"Cell In[3]"`` when ``file`` is the name IPython compiled a cell under (``/tmp/ipykernel_1/18873.py``
+    in a kernel, ``<ipython-input-3-...>`` in a terminal), as IPython's own tracebacks name it; else None.
+    IPython is asked only when it is already loaded, at formatting time, so a re-run cell shows its latest
+    number as IPython would."""
+    ipy = sys.modules.get("IPython")
+    if ipy is None:
+        return None
+    try:
+        shell = ipy.get_ipython()
+        named = shell.compile.format_code_name(file) if shell is not None else None
+    except Exception:  # noqa: BLE001 - an IPython without this API names no cells
+        return None
+    return f"{named[0]} {named[1]}" if named else None
 
 
 class SourceLoc:
@@ -22,10 +40,23 @@ class SourceLoc:
         return self._text
 
     def short(self) -> str:
-        import os
+        """``train.py:14``; in a notebook, ``Cell In[3], line 4``."""
+        cell = cell_label(self.file)
+        if cell is not None:
+            return f"{cell}, line {self.line}"
         return f"{os.path.basename(self.file)}:{self.line}"
 
+    def where(self) -> str:
+        """The full ``/path/train.py:14`` for messages; in a notebook, ``Cell In[3], line 4``."""
+        cell = cell_label(self.file)
+        if cell is not None:
+            return f"{cell}, line {self.line}"
+        return f"{self.file}:{self.line}"
+
     def __str__(self):
+        cell = cell_label(self.file)
+        if cell is not None:
+            return f"{cell}, line {self.line}, in {self.function}"
         return f'File "{self.file}", line {self.line}, in {self.function}'
 
     def __repr__(self):
@@ -187,6 +218,10 @@ class Graph:
 
     __repr__ = __str__
 
+    def _repr_html_(self) -> str:
+        from .display import graph_listing
+        return graph_listing(self)._repr_html_()
+
     def copy(self) -> "Graph":
         return Graph(self.inputs, [e.replace() for e in self.eqns], self.outputs)
 
@@ -199,6 +234,13 @@ def _fmt_param(v) -> str:
 
 def format_graph(g: Graph, name: str = "graph") -> str:
     """The printer: every Var with its type, every eqn with the user's file:line."""
+    return "\n".join(body.ljust(60) + "  # " + notes if notes else body
+                     for body, notes, _ in graph_rows(g, name))
+
+
+def graph_rows(g: Graph, name: str = "graph") -> list:
+    """The printed graph as rows ``(code, notes, loc)``: ``notes`` is the trailing comment (the user's
+    file:line, "grad of ...", "nograd") or None, ``loc`` the SourceLoc whose line the row comes from."""
     names = {}
 
     def nm(v):
@@ -209,7 +251,7 @@ def format_graph(g: Graph, name: str = "graph") -> str:
         return names[v]
 
     head = ", ".join(f"{nm(v)}: {v.aval}" for v in g.inputs)
-    lines = [f"{name}({head}) {{"]
+    rows = [(f"{name}({head}) {{", None, None)]
     for e in g.eqns:
         outs = ", ".join(f"{nm(o)}: {o.aval}" for o in e.outs)
         params = ""
@@ -223,10 +265,10 @@ def format_graph(g: Graph, name: str = "graph") -> str:
             where.append(f"grad of {e.fwd.short()}")
         if not e.diff and e.op.vjp is not None:
             where.append("nograd")
-        lines.append(body.ljust(60) + "  # " + "; ".join(where) if where else body)
-    lines.append("  return " + ", ".join(nm(v) for v in g.outputs))
-    lines.append("}")
-    return "\n".join(lines)
+        rows.append((body, "; ".join(where) if where else None, e.loc if e.loc is not None else e.fwd))
+    rows.append(("  return " + ", ".join(nm(v) for v in g.outputs), None, None))
+    rows.append(("}", None, None))
+    return rows
 
 
 class GraphError(AssertionError):

@@ -23,7 +23,9 @@ import weakref
 
 import numpy as np
 
-from ..ir.graph import Graph, Lit, Var, format_graph
+from ..ir.display import Listing, graphs_listing, plan_listing, straight_line_listing
+from ..ir.graph import Graph, Lit, Var
+from ..ir.passes.fuse import plan as fusion_plan
 from ..ir.ops import Aval
 from ..ir.passes import run_pipeline
 from ..ir import dtypes as dt
@@ -37,6 +39,7 @@ from ..runtime import profiler_state
 _PROF = profiler_state.STATE
 
 RETRACE_WARN = 8
+_EAGER_NOTE = "# this signature runs eagerly (fullgraph=False fallback)"
 _is_tensor = lambda x: isinstance(x, Tensor)  # noqa: E731
 
 
@@ -143,6 +146,9 @@ class _Tracer:
             raise TraceError("a traced tensor from another compiled function leaked into this one")
         var = self.trace.new_input(Aval(d.shape, dt._FROM_NP[d.dtype]))
         c = _Captured(t, var)
+        touched = self.grad_touched.get(id(t))
+        if touched is not None:     # its .grad was replaced before it was met (``opt.zero_grad()`` first): guard
+            c.grad_is_none = touched[1] is None     # the state a call starts from, not the traced one
         self.captured[id(t)] = c
         self.order.append(c)
         # inside the trace the tensor is a leaf with a symbolic payload
@@ -484,14 +490,15 @@ class CompiledFunction:
                           "not run. Call the function once before asking for its IR.", stacklevel=3)
         return e
 
-    def ir(self, *args, **kwargs) -> str:
+    def ir(self, *args, **kwargs) -> Listing:
         """The printed SSA IR for these arguments: the forward graph and, when inputs require grad, the
-        backward graph the transpose pass derives for the outputs' grad_fn."""
+        backward graph the transpose pass derives for the outputs' grad_fn.  A :class:`~jitgrad.ir.display.Listing`:
+        a ``str`` (the text) that a notebook shows as a table with each eqn's user line."""
         e = self._entry_for(args, kwargs)
         if e.eager:
-            return "# this signature runs eagerly (fullgraph=False fallback)"
+            return Listing(_EAGER_NOTE)
         name = getattr(self.fn, "__name__", "compiled")
-        parts = [format_graph(e.graph, name)]
+        parts = [(e.graph, name)]
         if grad_mode.STATE.grad_enabled:
             leaves, _ = flatten((args, kwargs), _is_tensor)
             uniq = list({id(t): t for t in leaves}.values())
@@ -500,19 +507,31 @@ class CompiledFunction:
                 plan = e.gf.plan(wrt)
                 if plan.diff_outs:
                     bwd = run_pipeline(plan.transposed.bwd)
-                    parts.append(format_graph(bwd, name + "_backward"))
-        return "\n\n".join(parts)
+                    parts.append((bwd, name + "_backward"))
+        return graphs_listing(parts)
 
-    def source(self, *args, **kwargs) -> str:
+    def source(self, *args, **kwargs) -> Listing:
         """The program that runs for these arguments.  With the reference interpreter backend this is the
-        straight-line listing of primitive calls the interpreter executes (Numba source comes with codegen)."""
+        straight-line listing of primitive calls the interpreter executes; with ``numba``, the fusion plan and
+        the generated module.  A ``str`` (a :class:`~jitgrad.ir.display.Listing`) with a notebook view."""
         e = self._entry_for(args, kwargs)
         if e.eager:
-            return "# this signature runs eagerly (fullgraph=False fallback)"
+            return Listing(_EAGER_NOTE)
         if self.backend == "numba":
             from .graph_function import compiled_graph
-            return compiled_graph(e.graph).source
-        return straight_line_source(e.graph, getattr(self.fn, "__name__", "compiled"))
+            gf = e.gf    # the CompiledGraph the calls run (same write-backs and options): nothing built twice
+            return Listing(compiled_graph(e.graph, gf.writes, gf.parallel, gf.disk_cache, gf.background).source)
+        return straight_line_listing(e.graph, getattr(self.fn, "__name__", "compiled"))
+
+    def fusion_plan(self, *args, **kwargs) -> Listing:
+        """How the step's graph for these arguments (the first graph ``f.ir`` prints) is cut into fused loop
+        kernels and single steps: the plan the Numba backend generates code for, whatever the backend.  Each
+        group shows its ops, iteration shape and the user's lines it covers.  A ``str`` (a
+        :class:`~jitgrad.ir.display.Listing`) with a notebook view."""
+        e = self._entry_for(args, kwargs)
+        if e.eager:
+            return Listing(_EAGER_NOTE)
+        return plan_listing(fusion_plan(e.graph))
 
 
 def _bindings(fn, captured):
@@ -572,25 +591,6 @@ def _payload_of(t: Tensor, tracer: _Tracer):
     if id(t) in tracer.trace.created or not isinstance(d, np.ndarray):
         return Lit(d, Aval(d.shape, dt._FROM_NP[d.dtype]))
     return tracer.capture(t)   # an untouched outside tensor returned as is
-
-
-def straight_line_source(g: Graph, name: str) -> str:
-    names = {}
-
-    def nm(v):
-        if isinstance(v, Lit):
-            return repr(v.value) if not isinstance(v.value, np.ndarray) else f"const_{len(names)}"
-        if v not in names:
-            names[v] = f"v{len(names)}"
-        return names[v]
-    args = ", ".join(nm(v) for v in g.inputs)
-    lines = [f"def {name}({args}):"]
-    for eq in g.eqns:
-        params = "".join(f", {k}={v!r}" for k, v in eq.params.items())
-        loc = f"  # {eq.loc.short()}" if eq.loc is not None else ""
-        lines.append(f"    {nm(eq.outs[0])} = {eq.op.name}({', '.join(nm(v) for v in eq.ins)}{params}){loc}")
-    lines.append(f"    return {', '.join(nm(v) for v in g.outputs)}")
-    return "\n".join(lines)
 
 
 def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, backend=None, fullgraph=True,

@@ -116,7 +116,7 @@ def nonfinite_message(name, index, kind, shape, dtype_name, loc, stack, backward
     """The one wording for a NaN/Inf caught by anomaly mode, eager or inside compiled code: torch's first line
     ("Function 'XBackward0' returned nan values in its 0th output."), then the op, forward/backward, the
     user's file:line and source text, shape and dtype, and the forward traceback."""
-    where = f" at {loc.file}:{loc.line} ({loc.text})" if loc is not None else ""
+    where = f" at {loc.where()} ({loc.text})" if loc is not None else ""
     if backward:
         head = f"Function '{name}' returned nan values in its {index}th output."
         what = f"  op: {op or name} (backward of the forward call{where})"

@@ -32,7 +32,7 @@ def _with_loc(msg: str) -> str:
     loc = user_loc(3)
     if loc is None:
         return msg
-    return f"{msg}\n  at {loc.file}:{loc.line} in {loc.function}: {loc.text}"
+    return f"{msg}\n  at {loc.where()} in {loc.function}: {loc.text}"
 
 
 def op_error(op, avals, e: Exception, cls=None):
@@ -289,7 +289,7 @@ def _bind_traced(tr, op, args, params):
 
 def _forward_nan(op, avals, t):
     loc = user_loc(3)
-    where = f"\n  at {loc.file}:{loc.line} in {loc.function}: {loc.text}" if loc else ""
+    where = f"\n  at {loc.where()} in {loc.function}: {loc.text}" if loc else ""
     raise RuntimeError(f"Function '{op.name}' (forward) returned nan values in its 0th output. "
                        f"Output shape {fmt_shape(t.shape)}, dtype {t.dtype.name}; inputs: {_describe(avals)}{where}")
 

@@ -18,7 +18,7 @@ def _rng(what):
         from ..tracer import TraceError
         from .source import user_loc
         loc = user_loc(3)
-        where = f" at {loc.file}:{loc.line} ({loc.text})" if loc is not None else ""
+        where = f" at {loc.where()} ({loc.text})" if loc is not None else ""
         raise TraceError(f"jitgrad.{what}() inside a @jitgrad.compile function{where}: random numbers are not "
                          "compiled yet, and traced once they would be the same at every call. Draw them outside "
                          "and pass them in as an argument (noise = jitgrad.randn(...); f(x, noise)), or call the "

@@ -19,35 +19,12 @@ from time import perf_counter_ns
 
 from ..tracer import STATE as _TR
 from . import profiler_state
-from .source import user_stack
+from .profiler_table import _build_table, _fmt_mem, _fmt_time, _html_table  # noqa: F401 (_fmt_mem: read here by tests)
+from .source import frame_file, user_stack
 from .tensor import Tensor
 
 _STATE = profiler_state.STATE
 _CUDA_WARNED = False
-MAX_NAME_COLUMN_WIDTH = 55
-MAX_SHAPES_COLUMN_WIDTH = 80
-MAX_SRC_COLUMN_WIDTH = 75
-_SORT_KEYS = ("cpu_time", "cuda_time", "cpu_time_total", "cuda_time_total", "self_cpu_time_total",
-              "self_cuda_time_total", "self_cpu_time", "count", "cpu_memory_usage", "self_cpu_memory_usage",
-              "cuda_memory_usage", "self_cuda_memory_usage")
-
-
-def _fmt_time(us: float) -> str:
-    """Format a time in microseconds like torch: ``691.816us``, ``32.048ms``, ``1.500s``."""
-    if us >= 1e6:
-        return f"{us / 1e6:.3f}s"
-    if us >= 1e3:
-        return f"{us / 1e3:.3f}ms"
-    return f"{us:.3f}us"
-
-
-def _fmt_mem(nbytes: int) -> str:
-    for unit, k in (("Gb", 1 << 30), ("Mb", 1 << 20), ("Kb", 1 << 10)):
-        if abs(nbytes) >= k:
-            return f"{nbytes / k:.2f} {unit}"
-    return f"{nbytes} b"
-
-
 class Interval(collections.namedtuple("Interval", "start end")):
     """A time range in microseconds since the profile started."""
 
@@ -234,70 +211,13 @@ class EventList(list):
     def __str__(self):
         return self.table()
 
+    def _repr_html_(self) -> str:
+        return _html_table(self, profile_memory=self._profile_memory)
+
 
 def _trace_order(e):
     # parents before children: earlier start first, then the longer (enclosing) event, then recording order
     return (e.thread, e._start, -(e._end if e._end is not None else e._start), e.id)
-
-
-def _build_table(events, sort_by, row_limit, header, top_level_only, profile_memory):
-    if len(events) == 0:
-        return ""
-    if sort_by is not None:
-        if sort_by not in _SORT_KEYS:
-            raise ValueError(f"table(sort_by={sort_by!r}): expected one of {', '.join(_SORT_KEYS)}")
-        events = sorted(events, key=lambda e: getattr(e, sort_by), reverse=True)
-    self_total = sum(e.self_cpu_time_total for e in events)
-
-    def pct(part):
-        return f"{100.0 * part / self_total:.2f}%" if self_total > 0 else "0.00%"
-
-    def clip(s, w):
-        return s if len(s) <= w else s[:w - 3] + "..."
-
-    rows = []
-    for e in events:
-        if len(rows) == row_limit:
-            break
-        if not (top_level_only and getattr(e, "parent", None) is not None):
-            rows.append(e)
-    has_shapes = any(e.input_shapes for e in events)
-    has_stack = any(e.stack for e in events)
-    has_mem = profile_memory or any(e.cpu_memory_usage for e in events)
-    name_w = min(max([len(e.key) for e in rows] + [4]) + 4, MAX_NAME_COLUMN_WIDTH)
-    cols = [("Name", name_w, "<")] + [(h, 12, ">") for h in (
-        "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg")]
-    if has_mem:
-        cols += [("CPU Mem", 12, ">"), ("Self CPU Mem", 12, ">")]
-    cols.append(("# of Calls", 12, ">"))
-    if has_shapes:
-        cols.append(("Input Shapes", min(max(len(str(e.input_shapes)) for e in rows) + 4 if rows else 16,
-                                         MAX_SHAPES_COLUMN_WIDTH), "<"))
-    if has_stack:
-        cols.append(("Source Location", min(max([len(s) for e in rows for s in e.stack] + [15]) + 4,
-                                            MAX_SRC_COLUMN_WIDTH), "<"))
-    fmt = "  ".join("{:%s%d}" % (a, w) for _, w, a in cols)
-    sep = "  ".join("-" * w for _, w, _ in cols)
-    out = []
-    if header is not None:
-        out += ["=" * len(sep), header]
-    out += [sep, fmt.format(*[clip(h, w) for h, w, _ in cols]).rstrip(), sep]
-    for e in rows:
-        row = [clip(e.key, name_w), pct(e.self_cpu_time_total), _fmt_time(e.self_cpu_time_total),
-               pct(e.cpu_time_total), _fmt_time(e.cpu_time_total), _fmt_time(e.cpu_time)]
-        if has_mem:
-            row += [_fmt_mem(e.cpu_memory_usage), _fmt_mem(e.self_cpu_memory_usage)]
-        row.append(str(e.count))
-        if has_shapes:
-            row.append(clip(str(e.input_shapes) if e.input_shapes is not None else "", cols[len(row)][1]))
-        stack = e.stack[:5]
-        if has_stack:
-            row.append(clip(stack[0] if stack else "", cols[-1][1]))
-        out.append(fmt.format(*row).rstrip())
-        for s in stack[1:]:
-            out.append(fmt.format(*([""] * (len(cols) - 1) + [clip(s, cols[-1][1])])).rstrip())
-    out += [sep, f"Self CPU time total: {_fmt_time(self_total)}"]
-    return "\n".join(out) + "\n"
 
 
 def _out_nbytes(out) -> int:
@@ -410,7 +330,7 @@ class profile:
     def _begin(self, name, shapes, cat, args):
         stack = None
         if self._stacks:
-            stack = [f"{f.filename}({f.lineno}): {f.name}" for f in reversed(user_stack(1))]
+            stack = [f"{frame_file(f.filename)}({f.lineno}): {f.name}" for f in reversed(user_stack(1))]
         t = perf_counter_ns()
         return [p._push(name, shapes, cat, args, t, stack) for p in self._chain]
 

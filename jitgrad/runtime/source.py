@@ -5,7 +5,7 @@ import os
 import sys
 import traceback
 
-from ..ir.graph import SourceLoc
+from ..ir.graph import SourceLoc, cell_label
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # modules of the package that are *user code* (they call jitgrad like a user would)
@@ -52,20 +52,55 @@ def user_loc(depth: int = 2) -> SourceLoc | None:
     return SourceLoc(f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
 
 
+# Modules of an interactive kernel (Jupyter/IPython) and its event loop: the frames they add outside the user's
+# cell are machinery, not the user's program, and are dropped from forward tracebacks.
+_KERNEL_MODULES = ("IPython", "ipykernel", "ipykernel_launcher", "tornado", "asyncio", "zmq", "jupyter_client",
+                   "traitlets", "runpy", "anyio", "nest_asyncio")
+_KERNEL: dict = {}    # code object -> is it kernel machinery
+
+
+def _kernel_frame(f) -> bool:
+    code = f.f_code
+    r = _KERNEL.get(code)
+    if r is None:
+        mod = f.f_globals.get("__name__") or ""
+        r = _KERNEL[code] = (mod.split(".", 1)[0] in _KERNEL_MODULES
+                             or code.co_filename.endswith(("ipykernel_launcher.py", "<frozen runpy>")))
+    return r
+
+
 def user_stack(depth: int = 2) -> list:
     """The forward traceback (outermost first) up to the user's call, jitgrad frames dropped (also those
-    between user frames, e.g. a compiled function calling the user's step function)."""
+    between user frames, e.g. a compiled function calling the user's step function), and so are the frames of
+    an interactive kernel (ipykernel, IPython, tornado, asyncio) around a notebook cell."""
     f = user_frame(depth + 1)
     if f is None:
         return []
     frames = []
     while f is not None:
-        if not _internal(f.f_code):
+        if not _internal(f.f_code) and not _kernel_frame(f):
             frames.append((f, f.f_lineno))
         f = f.f_back
     frames.reverse()
     return traceback.StackSummary.extract(frames)
 
 
+def frame_file(filename: str) -> str:
+    """A frame's file as a traceback shows it: a notebook cell reads ``Cell In[3]`` (as IPython says)."""
+    return cell_label(filename) or filename
+
+
 def format_stack(stack) -> str:
-    return "".join(traceback.format_list(stack))
+    """Like ``traceback.format_list``, with notebook cells named as IPython names them
+    (``Cell In[3], line 4, in step``)."""
+    out = []
+    for fs in stack:
+        cell = cell_label(fs.filename)
+        if cell is None:
+            out.extend(traceback.format_list([fs]))
+            continue
+        text = f"  {cell}, line {fs.lineno}, in {fs.name}\n"
+        if fs.line:
+            text += f"    {fs.line.strip()}\n"
+        out.append(text)
+    return "".join(out)

@@ -24,7 +24,7 @@ def traced_read(t, what):
     from ..tracer import TracedValueError
     from .source import user_loc
     loc = user_loc(3)
-    where = f"{loc.file}:{loc.line} ({loc.text})" if loc is not None else "an unknown line"
+    where = f"{loc.where()} ({loc.text})" if loc is not None else "an unknown line"
     d = t._data
     kind = (f"a traced tensor ({d.aval})" if type(d) is not np.ndarray else
             f"a tensor from outside the function ({_FROM_NP[d.dtype].short}[{','.join(map(str, d.shape))}]: a "
@@ -40,7 +40,7 @@ def traced_mask(t):
     from ..tracer import TracedValueError
     from .source import user_loc
     loc = user_loc(3)
-    where = f"{loc.file}:{loc.line} ({loc.text})" if loc is not None else "an unknown line"
+    where = f"{loc.where()} ({loc.text})" if loc is not None else "an unknown line"
     d = t._data
     what = d.aval if type(d) is not np.ndarray else f"{_FROM_NP[d.dtype].short}[{','.join(map(str, d.shape))}] from outside"
     raise TracedValueError(

@@ -8,7 +8,7 @@ A value computed inside a group is written to memory only if something outside t
 """
 from __future__ import annotations
 
-from ..graph import Graph, Var
+from ..graph import Graph, Var, cell_label
 
 REDUCTIONS = ("sum", "amax", "amin")
 
@@ -33,6 +33,8 @@ class Group:
         return f"fused_{self.index}[{','.join(e.op.name for e in self.all_eqns)}]"
 
     def lines(self) -> str:
+        """``train.py:4-6``: the user's lines the group covers, by file name (stable: generated code and its
+        cache key may contain it)."""
         locs = [e.loc for e in self.all_eqns if e.loc is not None]
         if not locs:
             return ""
@@ -41,6 +43,23 @@ class Group:
         lo, hi = min(x.line for x in locs), max(x.line for x in locs)
         f = os.path.basename(next(iter(files))) if len(files) == 1 else "*"
         return f"{f}:{lo}" + (f"-{hi}" if hi != lo else "")
+
+    def where(self) -> str:
+        """``lines()`` for people: in a notebook, each cell named as IPython names it (``Cell In[3], lines 4-6``;
+        the number changes when a cell is re-run, so it stays out of generated code)."""
+        locs = [e.loc for e in self.all_eqns if e.loc is not None]
+        files = {lo.file for lo in locs}
+        cells = {f: cell_label(f) for f in files}
+        if not any(cells.values()):
+            return self.lines()
+        import os
+        parts = []
+        for f in sorted(files, key=lambda f: min(x.line for x in locs if x.file == f)):
+            lo = min(x.line for x in locs if x.file == f)
+            hi = max(x.line for x in locs if x.file == f)
+            name = cells[f] or os.path.basename(f)
+            parts.append(f"{name}, line {lo}" if hi == lo else f"{name}, lines {lo}-{hi}")
+        return "; ".join(parts)
 
 
 class Plan:
@@ -58,7 +77,7 @@ class Plan:
         out = []
         for s in self.steps:
             if isinstance(s, Group):
-                out.append(f"  {s.name}  over {list(s.shape)}  # {s.lines()}")
+                out.append(f"  {s.name}  over {list(s.shape)}  # {s.where()}")
             else:
                 out.append(f"  {s.op.name}  # {s.loc.short() if s.loc else ''}")
         return "plan {\n" + "\n".join(out) + "\n}"
