@@ -21,6 +21,7 @@ import numpy as np
 
 from ..ir.graph import Graph
 from ..ir.interpret import ScopeTracker, run_eqn
+from ..ir.ops import blas
 from ..ir.passes.fuse import plan as fusion_plan
 from . import build as _build
 from .layout import Program
@@ -34,21 +35,11 @@ class CodegenWarning(UserWarning):
 ALLOCATIONS = {"workspaces": 0, "fresh_arrays": 0}    # counted, so tests can check reuse (never timed)
 _KERNEL_CALL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _GEMM_CALL = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 13))
-_BLAS = {}
 
 
 def blas_address(name: str) -> int:
-    """Address of SciPy's Fortran BLAS routine (``sgemm``/``dgemm``): the same OpenBLAS NumPy's matmul uses."""
-    addr = _BLAS.get(name)
-    if addr is None:
-        from scipy.linalg import cython_blas
-        cap = cython_blas.__pyx_capi__[name]
-        get_name = ctypes.pythonapi.PyCapsule_GetName
-        get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
-        get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
-        get_ptr.restype, get_ptr.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-        addr = _BLAS[name] = get_ptr(cap, get_name(cap))
-    return addr
+    """Address of SciPy's Fortran BLAS routine (``sgemm``/``dgemm``): the library eager matmul calls too."""
+    return blas.gemm_address(name)
 
 
 def _np_dtype_src(d) -> str:

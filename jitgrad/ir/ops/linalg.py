@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import blas
 from .opdef import Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register
 
 
@@ -51,5 +52,5 @@ def _matmul_vjp(c, g):
     return gx, gy
 
 
-register(OpDef("matmul", "linalg", _matmul_rule, np.matmul, _matmul_vjp, saves_in=(0, 1),
+register(OpDef("matmul", "linalg", _matmul_rule, blas.matmul, _matmul_vjp, saves_in=(0, 1),
                saved_for={0: (1,), 1: (0,)}, grad_name="MmBackward0"))

@@ -1,0 +1,189 @@
+"""The BLAS behind ``matmul`` in every backend: SciPy's OpenBLAS, with kernels chosen for this CPU.
+
+Eager 2-D float matmuls (and the reference interpreter) call SciPy's ``sgemm``/``dgemm`` through
+:func:`matmul2d`; compiled graphs call the same routines by address (:func:`gemm_address`). One library, so eager
+and compiled agree to the last bit on a GEMM, and one place that decides which kernels run.
+
+Why jitgrad touches the kernel choice: OpenBLAS built with ``DYNAMIC_ARCH`` picks its kernels at load time, from
+the CPU or from ``OPENBLAS_CORETYPE``. On CPUs with AVX-512 it may pick (or be told to pick) the AVX2
+``Haswell`` kernels, which are ~1.6x slower on B1's GEMMs than the AVX-512 ``SkylakeX`` kernels
+(measured 2026-11-23, 256x784 @ 784x512 float32: 1.02 ms vs 0.64 ms). So, when jitgrad first needs BLAS:
+
+* ``JITGRAD_BLAS_CORETYPE`` unset or ``auto``: if the CPU has AVX-512 (F, CD, BW, DQ, VL) and SciPy's OpenBLAS
+  runs narrower kernels, jitgrad selects ``SkylakeX`` for **SciPy's** OpenBLAS (NumPy's own OpenBLAS, which
+  ``np.dot``/``@`` on arrays use, is a separate library and is left alone);
+* ``keep``: jitgrad never changes the kernel choice;
+* any other value (``Haswell``, ``SkylakeX``, ``Zen`` ...): that OpenBLAS core type.
+
+The switch uses OpenBLAS's own re-initialisation entry points (``gotoblas_dynamic_quit``/``_init``, with
+``OPENBLAS_CORETYPE`` set only for that call and restored at once), right after SciPy loads its BLAS for jitgrad.
+If the user's code had loaded SciPy's BLAS already, the switch happens all the same, once, at jitgrad's first
+matmul: do not let that first matmul race a SciPy BLAS call in another thread (or set ``keep``).
+:func:`info` says what was chosen and why.
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import sys
+import threading
+
+import numpy as np
+
+ENV_VAR = "JITGRAD_BLAS_CORETYPE"
+_AVX512 = frozenset({"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"})
+_WIDE = frozenset({"skylakex", "cooperlake", "sapphirerapids"})   # AVX-512 kernels already
+_LOCK = threading.Lock()
+_STATE: dict = {}          # "lib", "corename", "before", "action", "addresses"
+# below this many multiply-adds the f2py call costs more than NumPy's own matmul saves
+EAGER_MIN_MACS = 32 * 32 * 32
+
+
+def _cpu_flags() -> frozenset:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def _library_path():
+    import scipy
+    base = os.path.dirname(os.path.dirname(scipy.__file__))
+    found = sorted(glob.glob(os.path.join(base, "scipy.libs", "libscipy_openblas*.so*")))
+    return found[0] if found else None
+
+
+def _loaded(path) -> bool:
+    try:
+        with open("/proc/self/maps") as f:
+            return any(path in line for line in f)
+    except OSError:
+        return False
+
+
+def _corename(lib) -> str:
+    for sym in ("scipy_openblas_get_corename", "openblas_get_corename"):
+        fn = getattr(lib, sym, None)
+        if fn is not None:
+            fn.restype = ctypes.c_char_p
+            return (fn() or b"").decode().strip()
+    return ""
+
+
+def _wanted(current: str):
+    setting = os.environ.get(ENV_VAR, "auto").strip()
+    if setting.lower() == "keep":
+        return None, "JITGRAD_BLAS_CORETYPE=keep"
+    if setting.lower() != "auto":
+        return (None if setting.lower() == current.lower() else setting), f"JITGRAD_BLAS_CORETYPE={setting}"
+    if current.lower() in _WIDE:
+        return None, "OpenBLAS already runs AVX-512 kernels"
+    if not _AVX512 <= _cpu_flags():
+        return None, "the CPU has no AVX-512 (F, CD, BW, DQ, VL)"
+    return "SkylakeX", f"the CPU has AVX-512 and OpenBLAS chose {current or 'its default'}"
+
+
+def _setup():
+    """Load SciPy's BLAS with the kernels :func:`_wanted` asks for; idempotent."""
+    with _LOCK:
+        if "lib" in _STATE:
+            return
+        path = _library_path() if sys.platform.startswith("linux") else None
+        action = "left as loaded"
+        before = ""
+        if path is None:                      # not the scipy-openblas wheel layout: use SciPy's BLAS as it is
+            from scipy.linalg import cython_blas  # noqa: F401
+            _STATE.update(lib=None, corename="", before="", action="unknown BLAS library: left as loaded",
+                          addresses={})
+            return
+        # when SciPy had not loaded its BLAS yet, nothing else can be inside it while it is re-initialised
+        _STATE["was_loaded"] = _loaded(path)
+        from scipy.linalg import cython_blas  # noqa: F401  (loads the library)
+        lib = ctypes.CDLL(path)
+        before = _corename(lib)
+        want, why = _wanted(before)
+        if want is not None:
+            quit_, init = getattr(lib, "gotoblas_dynamic_quit", None), getattr(lib, "gotoblas_dynamic_init", None)
+            if quit_ is not None and init is not None:
+                old = os.environ.get("OPENBLAS_CORETYPE")
+                os.environ["OPENBLAS_CORETYPE"] = want
+                try:
+                    quit_()
+                    init()
+                finally:
+                    if old is None:
+                        del os.environ["OPENBLAS_CORETYPE"]
+                    else:
+                        os.environ["OPENBLAS_CORETYPE"] = old
+                action = f"switched to {want}: {why}"
+            else:
+                action = f"wanted {want} ({why}), but this OpenBLAS has no re-initialisation entry points"
+        else:
+            action = f"left as loaded: {why}"
+        _STATE.update(lib=lib, corename=_corename(lib), before=before, action=action, addresses={})
+
+
+def info() -> dict:
+    """What BLAS jitgrad's matmuls run: ``{"library", "corename", "before", "action"}``.
+
+    >>> from jitgrad.ir.ops import blas
+    >>> sorted(blas.info())
+    ['action', 'before', 'corename', 'library']
+    """
+    _setup()
+    lib = _STATE["lib"]
+    return {"library": getattr(lib, "_name", None), "corename": _STATE["corename"], "before": _STATE["before"],
+            "action": _STATE["action"]}
+
+
+def gemm_address(name: str) -> int:
+    """Address of SciPy's Fortran-ABI ``sgemm``/``dgemm`` (compiled graphs call it directly)."""
+    addr = _STATE.get("addresses", {}).get(name)
+    if addr is None:
+        _setup()
+        from scipy.linalg import cython_blas
+        cap = cython_blas.__pyx_capi__[name]
+        get_name = ctypes.pythonapi.PyCapsule_GetName
+        get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+        get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
+        get_ptr.restype, get_ptr.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        addr = _STATE["addresses"][name] = get_ptr(cap, get_name(cap))
+    return addr
+
+
+_GEMM = {}
+
+
+def _operand(x):
+    """``(F-ordered array M, trans)`` with ``op(M) = x.T``: BLAS sees row-major data as its transpose."""
+    if x.flags.c_contiguous:
+        return x.T, 0
+    if x.flags.f_contiguous:
+        return x, 1
+    return np.ascontiguousarray(x).T, 0
+
+
+def matmul2d(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` for 2-D float32/float64 arrays of one dtype, through SciPy's BLAS (transposed views by flag)."""
+    if not _GEMM:
+        _setup()
+        from scipy.linalg import blas as fblas
+        _GEMM[np.dtype(np.float32)] = fblas.sgemm
+        _GEMM[np.dtype(np.float64)] = fblas.dgemm
+    # C = A B computed as C^T = B^T A^T in column-major: C^T comes back Fortran-ordered, so C is C-ordered
+    mb, tb = _operand(b)
+    ma, ta = _operand(a)
+    return _GEMM[a.dtype](1.0, mb, ma, trans_a=tb, trans_b=ta).T
+
+
+def matmul(a, b):
+    """NumPy ``matmul`` semantics; large 2-D float GEMMs go to :func:`matmul2d`."""
+    if (a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype and a.dtype.kind == "f" and a.dtype.itemsize in (4, 8)
+            and a.shape[0] * a.shape[1] * b.shape[1] >= EAGER_MIN_MACS and a.shape[1] == b.shape[0]):
+        return matmul2d(a, b)
+    return np.matmul(a, b)
