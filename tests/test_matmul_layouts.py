@@ -157,3 +157,55 @@ def test_blas_kernel_choice_reported_and_respected():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "keep" in out.stdout or "unknown BLAS" in out.stdout, out.stdout
+
+
+def _run_steps(step_fn, n, compiled):
+    step, x, y = step_fn()
+    f = jg.compile(step, backend="numba", background=False) if compiled else step
+    before = set(_COMPILED.keys())
+    losses = [float(f(x, y)) for _ in range(n)]
+    new = [v for k, v in _COMPILED.items() if k not in before]
+    return losses, step, new
+
+
+def _params_of(step):
+    return [c.cell_contents for c in step.__closure__ if isinstance(c.cell_contents, list)][0]
+
+
+def test_sgd_update_folds_into_the_weight_gradient_gemm_and_matches_eager():
+    seed = int(R.integers(1 << 30))
+
+    def make():
+        global R
+        R = np.random.default_rng(seed)
+        return _mlp_step((24, 16, 4), 8)
+    le, se, _ = _run_steps(make, 3, compiled=False)
+    lc, sc, cgs = _run_steps(make, 3, compiled=True)
+    np.testing.assert_allclose(lc, le, rtol=1e-5)
+    for a, b in zip(_params_of(sc), _params_of(se)):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6)
+    labels = [s.label for s in cgs[-1].program.steps if s.kind == "gemm"]
+    assert labels.count("matmul (BLAS) + update") == 3, labels       # W1, W2, W3: no update pass of their own
+
+
+def test_update_not_folded_when_the_old_weight_is_read_after_its_gradient():
+    def program(x, W):
+        loss = (x @ W).tanh().sum()
+        loss.backward()
+        later = (W * W).sum()            # reads W's old value after W's gradient GEMM: the update must wait
+        with jg.no_grad():
+            W -= 0.1 * W.grad
+        W.grad = None
+        return later.detach()
+
+    x = jg.tensor(R.standard_normal((5, 4)))
+    W0 = R.standard_normal((4, 3))
+    We, Wc = jg.tensor(W0.copy(), requires_grad=True), jg.tensor(W0.copy(), requires_grad=True)
+    f = jg.compile(lambda x: program(x, Wc), backend="numba", background=False)
+    before = set(_COMPILED.keys())
+    for _ in range(2):
+        e, c = program(x, We), f(x)
+        labels = [s.label for v in [v for k, v in _COMPILED.items() if k not in before] for s in v.program.steps]
+        assert "matmul (BLAS) + update" not in labels, labels
+        np.testing.assert_allclose(c.numpy(), e.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(Wc.detach().numpy(), We.detach().numpy(), rtol=1e-12)

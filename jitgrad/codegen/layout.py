@@ -156,11 +156,14 @@ class Program:
     # ---- liveness ---------------------------------------------------------------------------------------
     def _plan_liveness(self, plan, writes):
         self.last_use = {}
+        self.uses = {}               # Var -> plan step indices that read it
+        self.gemm_outs = {}          # Var -> (gemm step, plan index, alpha/beta byte offsets, C's table slot)
         for n, s in enumerate(plan.steps):
             ins = s.inputs if isinstance(s, Group) else s.ins
             for v in ins:
                 if isinstance(v, Var):
                     self.last_use[v] = n
+                    self.uses.setdefault(v, []).append(n)
         end = len(plan.steps)
         for v in self.graph.outputs:
             if isinstance(v, Var):
@@ -226,6 +229,10 @@ class Program:
         """Append the address of ``place`` to the table (patched per call, or final)."""
         slot = len(self.table)
         self.table.append(0)
+        self._register_slot(slot, place)
+        return slot
+
+    def _register_slot(self, slot, place: Place):
         r = place.root
         byte_off = place.offset * place.dtype.np.itemsize
         if r.kind in ("input", "fresh"):
@@ -234,7 +241,12 @@ class Program:
             self.lit_slots.append((slot, r.array, byte_off))
         else:
             self.ws_slots.append((slot, r, byte_off))
-        return slot
+
+    def _move_slot(self, slot, place: Place):
+        """Point an already written table slot at ``place`` instead."""
+        for lst in (self.dynamic, self.lit_slots, self.ws_slots):
+            lst[:] = [t for t in lst if t[0] != slot]
+        self._register_slot(slot, place)
 
     def _operand(self, place, strides):
         self._slot_addr(place)
@@ -305,6 +317,8 @@ class Program:
         self._check(e, self.places[e.outs[0]])
 
     def _group(self, g: Group):
+        if self._fold_update_into_gemm(g):
+            return
         it = g.shape
         ins = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
         in_st = [_bcast_strides(self.place(v), it) for v in ins]
@@ -446,13 +460,59 @@ class Program:
                   scope=e.scope)
         st.gemm = "sgemm" if f32 else "dgemm"
         st.block = len(self.table)
+        c_slot = None
         for item in ("ta", "tb", "m", "n", "k", "alpha", pb, "lda", pa, "ldb", "beta", pc, "ldc"):
             if isinstance(item, str):
                 self.param_slots.append((len(self.table), offs[item]))
                 self.table.append(0)
             else:
-                self._slot_addr(item)
+                slot = self._slot_addr(item)
+                if item is pc:
+                    c_slot = slot
         self._add(st)
+        self.gemm_outs[out] = (st, self._n, offs["alpha"], offs["beta"], c_slot)
+        return True
+
+    def _fold_update_into_gemm(self, g: Group) -> bool:
+        """``p - c * (A @ B)`` (or ``p + c * (A @ B)``) written into the state ``p`` it updates, as one GEMM with
+        ``alpha = -c, beta = 1`` into ``p``'s own buffer: an SGD update of a weight whose gradient nothing else
+        reads costs no pass over memory of its own. Only when no step between the GEMM and this group reads
+        ``p`` (or a view of it), so moving the write earlier changes nothing another step sees."""
+        if g.reduce is not None or len(g.eqns) != 2 or len(g.outputs) != 1:
+            return False
+        m, u = g.eqns
+        o = g.outputs[0]
+        if m.op.name != "mul" or u.op.name not in ("sub", "add") or o is not u.outs[0] or o not in self._inplace:
+            return False
+        mo = m.outs[0]
+        lits = [x for x in m.ins if isinstance(x, Lit) and np.ndim(x.value) == 0]
+        grads = [x for x in m.ins if isinstance(x, Var) and x in self.gemm_outs]
+        if len(lits) != 1 or len(grads) != 1:
+            return False
+        d, c = grads[0], float(lits[0].value)
+        p_var = self.graph.inputs[self._inplace[o]]
+        a0, a1 = u.ins
+        if not ((a0 is p_var and a1 is mo) or (u.op.name == "add" and a0 is mo and a1 is p_var)):
+            return False
+        st, n_gemm, alpha_off, beta_off, c_slot = self.gemm_outs[d]
+        pp = self.places[p_var]
+        dt_ = o.aval.dtype
+        if (self.last_use.get(d) != self._n or any(x is d for x in self.graph.outputs) or not pp.contiguous()
+                or tuple(pp.shape) != tuple(d.aval.shape) or d.aval.dtype is not dt_ or p_var.aval.dtype is not dt_
+                or not self._writes_in_place(o, g)):
+            return False
+        for v, pv in self.places.items():
+            if isinstance(pv, Place) and pv.root is pp.root:
+                if any(n_gemm <= k < self._n or (k == self._n and v is not p_var) for k in self.uses.get(v, ())):
+                    return False
+        alpha = -c if u.op.name == "sub" else c
+        sc = np.float32 if dt_.name == "float32" else np.float64
+        self.params[alpha_off:alpha_off + 8] = np.array([alpha], sc).tobytes().ljust(8, b"\0")
+        self.params[beta_off:beta_off + 8] = np.array([1.0], sc).tobytes().ljust(8, b"\0")
+        self._move_slot(c_slot, pp)
+        st.label = "matmul (BLAS) + update"
+        self.places[o] = pp
+        self.inplace_done.add(o)
         return True
 
     def _gather(self, e):
