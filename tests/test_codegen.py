@@ -187,13 +187,24 @@ def _setitem(a, b):
     return y
 
 
+def jax_tree(x):
+    return list(x) if isinstance(x, (tuple, list)) else [x]
+
+
 def test_parallel_loop_above_threshold_serial_below():
     from jitgrad.codegen import cpu
     big = _b2_inputs(n=cpu.PARALLEL_MIN)
     small = _b2_inputs(n=64)
     fb, fs = jg.compile(b2, backend="numba"), jg.compile(b2, backend="numba")
-    fb(*big)
+    got = fb(*big)
     fs(*small)
+    # the parallel kernels' values (Numba's parfors once dropped raw-pointer stores: a prange loop wrote nothing)
+    want = jg.compile(b2, backend="interpret")(*big)
+    for g, w in zip(jax_tree(got), jax_tree(want)):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-4, atol=2e-6)
+    rows = jg.compile(lambda x: ((x * 2).sum(1), x + 1), backend="numba")(jg.ones(2048, cpu.PARALLEL_MIN // 1024))
+    assert float(rows[0].min()) == float(rows[0].max()) == 2.0 * cpu.PARALLEL_MIN // 1024
+    assert float(rows[1].min()) == 2.0
     assert all(k.parallel for k in _compiled(fb).kernels)
     assert not any(k.parallel for k in _compiled(fs).kernels)
     body = lambda src: "\n".join(ln for ln in src.splitlines() if not ln.startswith("from "))  # noqa: E731

@@ -43,7 +43,8 @@ def test_kernels_and_compile_phases_are_events(backend, tmp_path):
         assert any(n.startswith("fused_0[tanh,mul,sum] test_compiled_profiler.py:") for n in fused), fused
         assert "matmul (BLAS)" in names
         counts = {e.key: e.count for e in prof.key_averages()}
-        assert counts["compiled:step"] == 3 and counts["matmul (BLAS)"] == 6
+        assert counts["compiled:step"] == 3
+        assert counts["matmul (BLAS)"] + counts.get("matmul (BLAS) + update", 0) == 6   # W's update rides its GEMM
     else:
         assert any(n.startswith("tanh test_compiled_profiler.py:") for n in names), names
     # grouped by input shape, the kernels carry their input shapes

@@ -49,6 +49,22 @@ def _pointer_cast(nbtype, lltype):
     return cast
 
 
+@intrinsic
+def store(typingctx, ptr, idx, val):
+    """``ptr[idx] = val``. Generated kernels write through this, not a setitem: Numba's parfor pass drops
+    setitems on raw pointers inside a ``prange`` body as dead stores (Numba 0.68: a parallel kernel wrote
+    nothing), while an intrinsic call is kept; it compiles to the same single store."""
+    if not isinstance(ptr, types.CPointer) or not isinstance(idx, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        i = context.cast(builder, args[1], sig.args[1], types.int64)
+        v = context.cast(builder, args[2], sig.args[2], ptr.dtype)
+        builder.store(v, builder.gep(args[0], [i]))
+        return context.get_dummy_value()
+    return types.void(ptr, idx, val), codegen
+
+
 # typed views of an address; bool data is read and written as bytes (0/1), like NumPy stores it
 ptr_f32 = _pointer_cast(types.float32, ir.FloatType())
 ptr_f64 = _pointer_cast(types.float64, ir.DoubleType())
