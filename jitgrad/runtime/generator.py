@@ -111,7 +111,8 @@ class Generator:
 
 def _read(t: Tensor, what):
     d = t._data
-    if type(d) is not np.ndarray:
+    if type(d) is not np.ndarray or (_TR.active is not None and _TR.active.on_capture is not None):
+        # traced, the value would be baked into the graph and go stale after the next manual_seed
         from ..tracer import TraceError
         raise TraceError(f"Generator.{what}() reads the generator's state, which is not known while a "
                          "@jitgrad.compile function is traced; call it outside the compiled function")

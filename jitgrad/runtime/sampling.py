@@ -170,8 +170,8 @@ def uniform_(self, from_=0.0, to=1.0, *, generator=None, **kw):
         raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={from_} > to={to}")
     d = self.dtype if self.is_floating_point() else dt.DEFAULT_FLOAT
     with no_grad():
-        u = _uniform(self.shape, d, generator)
-        return self.copy_(u * float(to - from_) + float(from_))
+        src = _uniform(self.shape, d, generator) * float(to - from_) + float(from_)
+    return self.copy_(src)
 
 
 def normal_(self, mean=0.0, std=1.0, *, generator=None):
@@ -180,14 +180,15 @@ def normal_(self, mean=0.0, std=1.0, *, generator=None):
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
     d = self.dtype if self.is_floating_point() else dt.DEFAULT_FLOAT
     with no_grad():
-        return self.copy_(_normal(self.shape, d, generator) * float(std) + float(mean))
+        src = _normal(self.shape, d, generator) * float(std) + float(mean)
+    return self.copy_(src)
 
 
 def bernoulli_(self, p=0.5, *, generator=None):
     """Fill with 0/1 drawn with probability ``p`` (a float or a tensor broadcast to self)."""
     with no_grad():
         src = bernoulli(self.detach(), p if isinstance(p, Tensor) else float(p), generator=generator)
-        return self.copy_(src)
+    return self.copy_(src)
 
 
 def random_(self, from_=None, to=None, *, generator=None, **kw):
@@ -201,7 +202,8 @@ def random_(self, from_=None, to=None, *, generator=None, **kw):
         d = self.dtype
         to = {dt.float32: (1 << 24) + 1, dt.float64: (1 << 53) + 1, dt.int64: 1 << 63}.get(d, 1 << 31)
     with no_grad():
-        return self.copy_(_scaled_ints(self.shape, int(from_ or 0), int(to), self.dtype, generator))
+        src = _scaled_ints(self.shape, int(from_ or 0), int(to), self.dtype, generator)
+    return self.copy_(src)
 
 
 def _tensor_bernoulli(self, p=None, *, generator=None):
