@@ -402,12 +402,15 @@ def test_compiled_dropout_backward_uses_the_mask(numba_fns):
     np.testing.assert_allclose(gc, ge, rtol=1e-5)
 
 
-def test_compiled_whole_array_draws_and_generators_interpret():
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_compiled_whole_array_draws_and_generators(backend):
+    # randperm and multinomial run their NumPy impls as Python steps of the compiled graph
     g = jg.Generator().manual_seed(4)
 
     def fn(p):
-        return jg.randperm(10, generator=g), jg.multinomial(p, 5, True, generator=g), jg.multinomial(p, 2)
-    f = jg.compile(fn, backend="interpret")
+        return (jg.randperm(10, generator=g), jg.multinomial(p, 5, True, generator=g), jg.multinomial(p, 2),
+                jg.rand(0), jg.randn(()))
+    f = jg.compile(fn, backend=backend, background=False)
     p = jg.tensor([0.5, 0.25, 0.25])
     jg.manual_seed(8)
     a = f(p)
