@@ -34,16 +34,26 @@ _U = np.uint64
 def philox4x32(ctr, key, rounds=10):
     """Philox4x32-``rounds`` on arrays: ``ctr`` four arrays of uint32 values, ``key`` two (any integer dtype,
     broadcast together).  Returns the four output words as uint64 arrays holding 32-bit values."""
-    c0, c1, c2, c3 = (np.asarray(c).astype(_U) & _U(MASK32) for c in ctr)
+    shape = np.broadcast_shapes(*(np.shape(c) for c in ctr), *(np.shape(k) for k in key))
+    # four counter lanes, updated in place (no temporaries per round: eager draws are memory-bound)
+    c0, c1, c2, c3 = (np.array(np.broadcast_to(np.asarray(c).astype(_U) & _U(MASK32), shape)) for c in ctr)
     k0, k1 = (np.asarray(k).astype(_U) & _U(MASK32) for k in key)
     m0, m1, mask, s32 = _U(M0), _U(M1), _U(MASK32), _U(32)
+    p0, p1 = np.empty_like(c0), np.empty_like(c0)
     for r in range(rounds):
         if r:
             k0 = (k0 + _U(W0)) & mask
             k1 = (k1 + _U(W1)) & mask
-        p0 = c0 * m0            # 32 x 32 -> 64-bit products: exact in uint64
-        p1 = c2 * m1
-        c0, c1, c2, c3 = (p1 >> s32) ^ c1 ^ k0, p1 & mask, (p0 >> s32) ^ c3 ^ k1, p0 & mask
+        np.multiply(c0, m0, out=p0)     # 32 x 32 -> 64-bit products: exact in uint64
+        np.multiply(c2, m1, out=p1)
+        np.right_shift(p1, s32, out=c0)     # c0' = hi(p1) ^ c1 ^ k0
+        c0 ^= c1
+        c0 ^= k0
+        np.right_shift(p0, s32, out=c2)     # c2' = hi(p0) ^ c3 ^ k1
+        c2 ^= c3
+        c2 ^= k1
+        np.bitwise_and(p1, mask, out=c1)    # c1' = lo(p1)
+        np.bitwise_and(p0, mask, out=c3)    # c3' = lo(p0)
     return c0, c1, c2, c3
 
 

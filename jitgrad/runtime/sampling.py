@@ -117,7 +117,7 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
     if not ts and std < 0:
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
     if ts and _concrete(std) and std.numel() and (std._data < 0).any():
-        raise RuntimeError(f"normal expects all elements of std >= 0.0")
+        raise RuntimeError("normal expects all elements of std >= 0.0")
     with no_grad():
         if not tm and not ts:
             if size is None:
