@@ -102,7 +102,7 @@ def test_generator_isolation_and_generator_argument():
 
 def test_seeds_state_round_trip_and_errors():
     g = jg.Generator()
-    assert g.initial_seed() == 67280421310721        # torch's default seed
+    assert g.initial_seed() == 67280421310721 and g.device.type == "cpu"     # torch's default seed
     assert g.manual_seed(2 ** 64 - 1) is g and g.initial_seed() == 2 ** 64 - 1
     assert g.manual_seed(-5).initial_seed() == 2 ** 64 - 5        # negative seeds wrap, as in torch
     for bad in (2 ** 64, -2 ** 63 - 1):
@@ -177,6 +177,10 @@ def test_randint_randperm_normal_bernoulli():
     assert not jg.normal(m, 1.0).requires_grad       # no gradient through a draw, as torch
     with pytest.raises(RuntimeError, match="normal expects std >= 0.0"):
         jg.normal(jg.zeros(2), -1.0)
+    with pytest.raises(NotImplementedError, match="\"check_uniform_bounds\" not implemented for 'Long'"):
+        jg.rand(2, dtype=jg.int64)
+    with pytest.raises(NotImplementedError, match="\"normal_kernel_cpu\" not implemented for 'Int'"):
+        jg.randn(2, dtype=jg.int32)
     b = jg.bernoulli(jg.full((20000,), 0.3, dtype=jg.float64))
     assert b.dtype is jg.float64 and set(np.unique(b.numpy())) <= {0.0, 1.0}
     assert abs(float(b.mean()) - 0.3) < 0.015

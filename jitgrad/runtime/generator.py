@@ -52,8 +52,7 @@ class Generator:
     """
 
     def __init__(self, device="cpu"):
-        check_device(device)
-        self.device = "cpu"
+        self.device = check_device(device)
         self._seed = Tensor._make(np.array(_as_i64(DEFAULT_SEED), np.int64))
         self._offset = Tensor._make(np.array(0, np.int64))
 

@@ -24,10 +24,14 @@ def _size(size):
     return tuple(int(s) for s in size)
 
 
-def _float_dtype(dtype, what):
+_TORCH_NAME = {"int64": "Long", "int32": "Int", "bool": "Bool", "uint8": "Byte"}
+
+
+def _float_dtype(dtype, kernel):
+    """The dtype of a float draw; torch's error for an integer one (``kernel`` names torch's kernel)."""
     d = dt.as_dtype(dtype) if dtype is not None else dt.DEFAULT_FLOAT
     if not d.is_floating_point:
-        raise TypeError(f"{what}: expected a floating-point dtype (float32 or float64), got {d.name}")
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{_TORCH_NAME.get(d.name, d.name)}\'')
     return d
 
 
@@ -54,13 +58,13 @@ def _concrete(t: Tensor) -> bool:
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Uniform numbers in [0, 1) (never 1.0), float32 by default."""
     check_device(device)
-    return _finish(_uniform(_size(size), _float_dtype(dtype, "rand"), generator), requires_grad)
+    return _finish(_uniform(_size(size), _float_dtype(dtype, "check_uniform_bounds"), generator), requires_grad)
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Standard normal numbers (Box-Muller), float32 by default."""
     check_device(device)
-    return _finish(_normal(_size(size), _float_dtype(dtype, "randn"), generator), requires_grad)
+    return _finish(_normal(_size(size), _float_dtype(dtype, "normal_kernel_cpu"), generator), requires_grad)
 
 
 def rand_like(input, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
@@ -123,7 +127,7 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
             if size is None:
                 raise TypeError("normal() received an invalid combination of arguments: floats mean and std "
                                 "need a size")
-            z = _normal(_size((size,)), _float_dtype(dtype, "normal"), generator)
+            z = _normal(_size((size,)), _float_dtype(dtype, "normal_kernel_cpu"), generator)
             return _finish(z * float(std) + float(mean), requires_grad)
         parts = [x.detach() if isinstance(x, Tensor) else x for x in (mean, std)]
         ref = parts[0] if tm else parts[1]
