@@ -369,6 +369,7 @@ def test_compiled_dropout_new_mask_per_call_and_reproducible(numba_fns):
     np.testing.assert_array_equal(f(x).numpy(), b.numpy())
     jg.manual_seed(0)
     np.testing.assert_array_equal(F.dropout(x, 0.5).numpy(), a.numpy())   # eager draws the same mask
+    assert f.stats["traces"] == 1       # the seed and offset are graph inputs: reseeding never retraces
     # mask statistics: kept fraction ~ 1 - p per call, and a chi-square bound over 20 calls of 4096 elements
     jg.manual_seed(123)
     kept = np.array([(f(x).numpy() != 0).sum() for _ in range(20)])
@@ -428,3 +429,14 @@ def test_compiled_whole_array_draws_and_generators(backend):
     from jitgrad.tracer import TraceError
     with pytest.raises(TraceError, match="initial_seed"):
         jg.compile(lambda x: x + g.initial_seed())(jg.ones(1))
+
+
+def test_compiled_dropout_inside_an_eager_graph():
+    # the compiled forward returns the mask as a residual: the backward graph multiplies by the same mask
+    f = jg.compile(lambda x: F.dropout(x * 3.0, 0.5))
+    x = jg.randn(5, 4, dtype=jg.float64, requires_grad=True)
+    y = f(x)
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), (y.detach().numpy() != 0) * 6.0)
+    jg.manual_seed(3)
+    assert jg.autograd.gradcheck(lambda a: (jg.manual_seed(3), f(a))[1], (x,))
