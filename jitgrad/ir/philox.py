@@ -31,15 +31,29 @@ TWO_PI = 6.283185307179586
 _U = np.uint64
 
 
+_CHUNK = 1 << 13     # elements per pass: the lanes of a chunk stay in the L1/L2 cache across the ten rounds
+
+
 def philox4x32(ctr, key, rounds=10):
     """Philox4x32-``rounds`` on arrays: ``ctr`` four arrays of uint32 values, ``key`` two (any integer dtype,
     broadcast together).  Returns the four output words as uint64 arrays holding 32-bit values."""
     shape = np.broadcast_shapes(*(np.shape(c) for c in ctr), *(np.shape(k) for k in key))
-    # four counter lanes, updated in place (no temporaries per round: eager draws are memory-bound)
-    c0, c1, c2, c3 = (np.array(np.broadcast_to(np.asarray(c).astype(_U) & _U(MASK32), shape)) for c in ctr)
-    k0, k1 = (np.asarray(k).astype(_U) & _U(MASK32) for k in key)
+    lanes = [np.array(np.broadcast_to(np.asarray(c).astype(_U) & _U(MASK32), shape)).reshape(-1) for c in ctr]
+    keys = [np.asarray(k).astype(_U) & _U(MASK32) for k in key]
+    # one key for every element (a draw's seed) stays a scalar; per-element keys are walked like the lanes
+    keys = [k.reshape(()) if k.size == 1 else np.broadcast_to(k, shape).reshape(-1) for k in keys]
+    n = lanes[0].size
+    scratch = (np.empty(min(n, _CHUNK), _U), np.empty(min(n, _CHUNK), _U))
+    for lo in range(0, n, _CHUNK):
+        hi = min(n, lo + _CHUNK)
+        _rounds(*(c[lo:hi] for c in lanes), *(k[lo:hi] if k.ndim else k for k in keys),
+                *(w[:hi - lo] for w in scratch), rounds)
+    return tuple(c.reshape(shape) for c in lanes)
+
+
+def _rounds(c0, c1, c2, c3, k0, k1, p0, p1, rounds):
+    """The rounds on one chunk, in place (no temporaries: the lanes are the output)."""
     m0, m1, mask, s32 = _U(M0), _U(M1), _U(MASK32), _U(32)
-    p0, p1 = np.empty_like(c0), np.empty_like(c0)
     for r in range(rounds):
         if r:
             k0 = (k0 + _U(W0)) & mask
@@ -54,7 +68,6 @@ def philox4x32(ctr, key, rounds=10):
         c2 ^= k1
         np.bitwise_and(p1, mask, out=c1)    # c1' = lo(p1)
         np.bitwise_and(p0, mask, out=c3)    # c3' = lo(p0)
-    return c0, c1, c2, c3
 
 
 def words(seed, offset, n):
