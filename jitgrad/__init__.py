@@ -21,6 +21,9 @@ from .runtime.anomaly import is_anomaly_enabled, is_anomaly_check_nan_enabled, s
 from .runtime.factories import tensor, as_tensor, zeros, ones, full, empty, arange, linspace, eye, rand, randn, \
     randint, randperm, zeros_like, ones_like, empty_like, full_like, rand_like, randn_like, from_numpy, from_dlpack, \
     manual_seed, seed
+from .runtime.generator import Generator, default_generator, initial_seed, get_rng_state, set_rng_state
+from .runtime.sampling import normal, bernoulli, multinomial, randint_like
+from .ir.dtypes import uint8
 from .runtime.functions import *  # noqa: F401,F403
 from .runtime.functions import where, cat, concat, stack, max, min, abs, sum, pow  # noqa: A004
 from .jit.compile import compile  # noqa: E402,A004

@@ -37,7 +37,7 @@ NP = {jg.float32: np.float32, jg.float64: np.float64, jg.int64: np.int64, jg.int
 
 # primitives without a vjp on purpose: their outputs are bool or integer (or piecewise constant: floordiv)
 NONDIFF = {"lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not", "isfinite", "argmax",
-           "argmin", "floordiv"}
+           "argmin", "floordiv", "rand_uniform", "rand_normal", "multinomial", "randperm"}
 
 
 # ---- (c): the rule of every concrete op call agrees with its impl ------------------------------------
@@ -165,8 +165,11 @@ def test_opdef_has_its_rules(name):
         assert isinstance(op.grad_name, str) and op.grad_name.endswith(("Backward0", "Backward1"))
     if op.family == "elementwise":
         assert callable(op.scalar), f"{name}: elementwise op without a scalar body"
-        names = ["a", "b", "c"][:{"where": 3}.get(name, 2 if name in BINARY_OPS else 1)]
-        params = {"clamp": {"min": 0.0, "max": 1.0}, "cast": {"dtype": jg.float32}}.get(name, {})
+        names = ["a", "b", "c"][:{"where": 3, "rand_uniform": 2, "rand_normal": 2}.get(
+            name, 2 if name in BINARY_OPS else 1)]
+        params = {"clamp": {"min": 0.0, "max": 1.0}, "cast": {"dtype": jg.float32},
+                  "rand_uniform": {"shape": (2,), "dtype": jg.float32},
+                  "rand_normal": {"shape": (2,), "dtype": jg.float64}}.get(name, {})
         body = op.scalar(*names, **params)
         assert isinstance(body, str) and all(n in body for n in names), f"{name}: scalar body {body!r}"
 
@@ -1108,6 +1111,10 @@ SMOKE = {
     "matmul": lambda: _g(lambda a, b: a @ b, (2, 3), (3, 2)),
     "getitem": lambda: _g(lambda a: a[1:, jg.tensor([0, 2, 2])], (2, 3)),
     "index_put": lambda: SMOKE_index_put(),
+    "rand_uniform": lambda: jg.rand(2, 3),
+    "rand_normal": lambda: jg.randn(2, 3, dtype=jg.float64),
+    "multinomial": lambda: jg.multinomial(jg.tensor([0.2, 0.8]), 3, True),
+    "randperm": lambda: jg.randperm(5),
 }
 
 

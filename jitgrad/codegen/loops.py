@@ -33,6 +33,11 @@ _NP_TYPE = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", 
 MATHLIB_FUNCS = ("exp", "log", "log1p", "expm1", "tanh", "sigmoid", "erf", "sin", "cos", "tan", "pow", "sqrt", "rsqrt",
                  "abs", "sign", "max", "min", "isfinite")
 
+# elementwise ops whose scalar body also takes the element's row-major index in the iteration space (the random
+# draws: a group's iteration space is their output shape, and dropping size-1 dims or merging neighbours, as the
+# layout does, keeps row-major indices)
+INDEXED_OPS = ("rand_uniform", "rand_normal")
+
 # layout classes of an operand's innermost dimension
 CONTIG, BCAST, STRIDED = "c", "b", "s"
 
@@ -40,6 +45,8 @@ CONTIG, BCAST, STRIDED = "c", "b", "s"
 def math_import(name: str) -> str:
     """The module a math helper (``tanh_f32``) is imported from: mathlib if it has it, else libm."""
     base, _, suffix = name.rpartition("_")
+    if base.startswith("rng"):      # Philox draws (rand_uniform, rand_normal)
+        return "philox"
     if suffix in ("f32", "f64") and base in MATHLIB_FUNCS:
         return "mathlib"
     return "libm"
@@ -84,7 +91,7 @@ def _compute_dtype(e):
     name = e.op.name
     if name in ("lt", "le", "gt", "ge", "eq", "ne"):
         return result_dtype([v.aval for v in e.ins])
-    if name in ("cast", "isfinite", "logical_not", "logical_and", "logical_or", "where"):
+    if name in ("cast", "isfinite", "logical_not", "logical_and", "logical_or", "where") or name in INDEXED_OPS:
         return None
     return e.outs[0].aval.dtype
 
@@ -205,6 +212,11 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None) ->
             expr = f"{_tname(cd)}({expr})"
         return expr
 
+    if any(e.op.name in INDEXED_OPS for e in g.eqns):
+        flat = "i0" if rank else "0"
+        for d in range(1, rank):
+            flat = f"({flat}) * n{d} + i{d}"
+        body.append(f"fi = int64({flat})")
     outslot = {v: len(arrays_in) + k for k, v in enumerate(outs)}
     for n, e in enumerate(g.eqns):
         cd = _compute_dtype(e)
@@ -213,6 +225,8 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None) ->
             args = [ref(e.ins[0], None), ref(e.ins[1], od), ref(e.ins[2], od)]
         elif e.op.name in ("cast", "broadcast_to"):
             args = [ref(e.ins[0], None)]
+        elif e.op.name in INDEXED_OPS:
+            args = [ref(v, None) for v in e.ins] + ["fi"]
         else:
             args = [ref(v, cd) for v in e.ins]
         expr = args[0] if e.op.name == "broadcast_to" else e.op.scalar(*args, **e.params)

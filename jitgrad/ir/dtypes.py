@@ -41,6 +41,10 @@ _BY_NAME = {d.name: d for d in ALL}
 DEFAULT_FLOAT = float32
 DEFAULT_INT = int64
 _CATEGORY_DEFAULT = {0: bool_, 1: int64, 2: float32}
+# uint8 exists for generator states (torch's ByteTensor); it is not one of the compute dtypes in ALL
+uint8 = DType("uint8", np.uint8, "u8", 1)
+_FROM_NP[uint8.np] = uint8
+_BY_NAME[uint8.name] = uint8
 # aliases users reach for
 _ALIASES = {"float": float32, "double": float64, "long": int64, "int": int32, "bool": bool_,
             "f32": float32, "f64": float64, "i64": int64, "i32": int32}

@@ -5,8 +5,11 @@ import math
 
 import numpy as np
 
+from ..ir import dtypes as dt
 from ..runtime import functions as F
+from ..runtime.factories import arange
 from ..runtime.tensor import Tensor
+from .dropout import dropout  # noqa: F401  (F.dropout)
 
 relu = F.relu
 sigmoid = F.sigmoid
@@ -121,5 +124,27 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     return nll * (1 - label_smoothing) + smooth * (label_smoothing / C)
 
 
-__all__ = ["relu", "sigmoid", "tanh", "softmax", "log_softmax", "gelu", "mse_loss", "l1_loss", "nll_loss",
+def one_hot(tensor, num_classes=-1):
+    """``[..., num_classes]`` int64 tensor with a 1 at each value of ``tensor`` (an int64 tensor of class
+    indices); ``num_classes=-1`` takes the largest value plus one (which reads the values: not inside
+    ``@jitgrad.compile``)."""
+    if not isinstance(tensor, Tensor) or tensor.dtype is not dt.int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    concrete = type(tensor._data) is np.ndarray
+    if num_classes == -1:
+        if tensor.numel() == 0:
+            raise RuntimeError("Can not infer total number of classes from empty tensor.")
+        num_classes = int(tensor.max().item()) + 1
+    elif num_classes < -1:
+        raise RuntimeError("num_classes should be positive")
+    if concrete and tensor.numel():
+        if tensor._data.min() < 0:
+            raise RuntimeError("Class values must be non-negative.")
+        if tensor._data.max() >= num_classes:
+            raise RuntimeError("Class values must be smaller than num_classes.")
+    classes = arange(int(num_classes), dtype=dt.int64)
+    return (tensor.unsqueeze(-1) == classes).to(dt.int64)
+
+
+__all__ = ["one_hot", "dropout", "relu", "sigmoid", "tanh", "softmax", "log_softmax", "gelu", "mse_loss", "l1_loss", "nll_loss",
            "cross_entropy"]

@@ -5,37 +5,10 @@ import numpy as np
 
 from ..ir import dtypes as dt
 from .tensor import Tensor, check_device
-from ..tracer import STATE as _TR
 
-_RNG = [np.random.default_rng()]
-
-
-def _rng(what):
-    """The generator; inside a @jitgrad.compile trace a random factory would be baked into the graph as a
-    constant (the same numbers at every call), so it is refused there with a clear error."""
-    tr = _TR.active
-    if tr is not None and tr.on_capture is not None:
-        from ..tracer import TraceError
-        from .source import user_loc
-        loc = user_loc(3)
-        where = f" at {loc.where()} ({loc.text})" if loc is not None else ""
-        raise TraceError(f"jitgrad.{what}() inside a @jitgrad.compile function{where}: random numbers are not "
-                         "compiled yet, and traced once they would be the same at every call. Draw them outside "
-                         "and pass them in as an argument (noise = jitgrad.randn(...); f(x, noise)), or call the "
-                         "function without @jitgrad.compile.")
-    return _RNG[0]
-
-
-def manual_seed(seed: int):
-    """Seed jitgrad's random number generator (rand, randn, randint, dropout)."""
-    _RNG[0] = np.random.default_rng(int(seed))
-    return _RNG[0]
-
-
-def seed():
-    s = int(np.random.SeedSequence().entropy % (2 ** 63))
-    manual_seed(s)
-    return s
+# a NumPy generator for internal test inputs (gradgradcheck's random grad_outputs); reseeded by manual_seed.  The
+# random functions (rand, randn, ...) draw from jitgrad.Generator objects instead (runtime/sampling.py).
+_RNG = [np.random.default_rng(0)]
 
 
 def _infer_dtype(data) -> dt.DType:
@@ -192,34 +165,6 @@ def eye(n, m=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     return _new(np.eye(n, m, dtype=_dt(dtype).np), requires_grad)
 
 
-def rand(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
-    check_device(device)
-    d = _dt(dtype)
-    return _new(_rng("rand").random(_size(size), dtype=d.np), requires_grad)
-
-
-def randn(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
-    check_device(device)
-    d = _dt(dtype)
-    return _new(_rng("randn").standard_normal(_size(size), dtype=d.np), requires_grad)
-
-
-def randint(low=0, high=None, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
-    check_device(device)
-    if size is None and isinstance(high, (tuple, list)):   # randint(high, size), as torch
-        low, high, size = 0, low, high
-    if high is None:
-        low, high = 0, low
-    if size is None:
-        raise TypeError("randint() missing required argument 'size'")
-    return _new(_rng("randint").integers(low, high, _size((size,))).astype(_dt(dtype, dt.int64).np), requires_grad)
-
-
-def randperm(n, dtype=None, device=None) -> Tensor:
-    check_device(device)
-    return Tensor._make(_rng("randperm").permutation(n).astype(_dt(dtype, dt.int64).np))
-
-
 def _like(t, dtype):
     return t.shape, (dt.as_dtype(dtype) if dtype is not None else t.dtype)
 
@@ -244,11 +189,5 @@ def full_like(input, fill_value, dtype=None, device=None, requires_grad=False) -
     return _new(np.full(shape, fill_value, d.np), requires_grad)
 
 
-def rand_like(input, dtype=None, device=None, requires_grad=False) -> Tensor:
-    shape, d = _like(input, dtype)
-    return _new(_rng("rand_like").random(shape, dtype=d.np), requires_grad)
-
-
-def randn_like(input, dtype=None, device=None, requires_grad=False) -> Tensor:
-    shape, d = _like(input, dtype)
-    return _new(_rng("randn_like").standard_normal(shape, dtype=d.np), requires_grad)
+from .sampling import rand, randn, randint, randperm, rand_like, randn_like  # noqa: E402,F401  (re-exported)
+from .generator import manual_seed, seed  # noqa: E402,F401

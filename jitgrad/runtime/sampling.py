@@ -1,0 +1,229 @@
+"""The random functions: rand, randn, randint, randperm, normal, bernoulli, multinomial (and their in-place and
+``*_like`` forms), each honouring ``generator=``.
+
+Every draw is one primitive bound on the generator's state tensors (``Generator._draw``), so the same code runs
+eagerly (NumPy Philox) and inside ``@jitgrad.compile`` (Philox in the generated loops); everything else is a
+composition of ordinary ops: randint scales a float64 uniform, bernoulli compares a uniform with the
+probabilities, normal scales a standard normal.  Draws carry no gradient, as in torch.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import dtypes as dt
+from ..ir.ops import OPS as O
+from .dispatch import bind
+from .generator import generator_of
+from .grad_mode import no_grad
+from .tensor import Tensor, check_device
+
+
+def _size(size):
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = size[0]
+    return tuple(int(s) for s in size)
+
+
+_TORCH_NAME = {"int64": "Long", "int32": "Int", "bool": "Bool", "uint8": "Byte"}
+
+
+def _float_dtype(dtype, kernel):
+    """The dtype of a float draw; torch's error for an integer one (``kernel`` names torch's kernel)."""
+    d = dt.as_dtype(dtype) if dtype is not None else dt.DEFAULT_FLOAT
+    if not d.is_floating_point:
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{_TORCH_NAME.get(d.name, d.name)}\'')
+    return d
+
+
+def _finish(t: Tensor, requires_grad) -> Tensor:
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _uniform(shape, dtype, generator) -> Tensor:
+    return generator_of(generator)._draw(
+        lambda seed, offset: bind(O["rand_uniform"], seed, offset, shape=tuple(shape), dtype=dtype))
+
+
+def _normal(shape, dtype, generator) -> Tensor:
+    return generator_of(generator)._draw(
+        lambda seed, offset: bind(O["rand_normal"], seed, offset, shape=tuple(shape), dtype=dtype))
+
+
+def _concrete(t: Tensor) -> bool:
+    return type(t._data) is np.ndarray
+
+
+def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """Uniform numbers in [0, 1) (never 1.0), float32 by default."""
+    check_device(device)
+    return _finish(_uniform(_size(size), _float_dtype(dtype, "check_uniform_bounds"), generator), requires_grad)
+
+
+def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """Standard normal numbers (Box-Muller), float32 by default."""
+    check_device(device)
+    return _finish(_normal(_size(size), _float_dtype(dtype, "normal_kernel_cpu"), generator), requires_grad)
+
+
+def rand_like(input, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
+    return rand(input.shape, dtype=dtype or input.dtype, requires_grad=requires_grad, generator=generator)
+
+
+def randn_like(input, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
+    return randn(input.shape, dtype=dtype or input.dtype, requires_grad=requires_grad, generator=generator)
+
+
+def _scaled_ints(shape, low, high, dtype, generator) -> Tensor:
+    """Integers uniform in [low, high): floor(u * (high - low)) + low with a 53-bit uniform u (bias below
+    (high - low) / 2**53)."""
+    if low >= high:
+        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
+    with no_grad():
+        u = _uniform(shape, dt.float64, generator)
+        return ((u * float(high - low)).to(dt.int64) + int(low)).to(dtype)
+
+
+def randint(low=0, high=None, size=None, *, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """Integers uniform in [low, high); ``randint(high, size)`` or ``randint(low, high, size)``, int64 by
+    default."""
+    check_device(device)
+    if size is None and isinstance(high, (tuple, list)):   # randint(high, size), as torch
+        low, high, size = 0, low, high
+    if high is None:
+        low, high = 0, low
+    if size is None:
+        raise TypeError("randint() missing required argument 'size'")
+    d = dt.as_dtype(dtype) if dtype is not None else dt.int64
+    return _finish(_scaled_ints(_size((size,)), int(low), int(high), d, generator), requires_grad)
+
+
+def randint_like(input, low=0, high=None, *, dtype=None, generator=None) -> Tensor:
+    if high is None:
+        low, high = 0, low
+    return _scaled_ints(input.shape, int(low), int(high), dtype or input.dtype, generator)
+
+
+def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """A random permutation of ``0 .. n-1`` (int64 by default)."""
+    check_device(device)
+    d = dt.as_dtype(dtype) if dtype is not None else dt.int64
+    return _finish(generator_of(generator)._draw(
+        lambda seed, offset: bind(O["randperm"], seed, offset, n=int(n), dtype=d)), requires_grad)
+
+
+def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """Normal numbers with the given ``mean`` and ``std`` (tensors broadcast together, or floats with
+    ``size``).  As in torch, the result carries no gradient to ``mean``/``std``."""
+    check_device(device)
+    tm, ts = isinstance(mean, Tensor), isinstance(std, Tensor)
+    if not ts and std < 0:
+        raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
+    if ts and _concrete(std) and std.numel() and (std._data < 0).any():
+        raise RuntimeError("normal expects all elements of std >= 0.0")
+    with no_grad():
+        if not tm and not ts:
+            if size is None:
+                raise TypeError("normal() received an invalid combination of arguments: floats mean and std "
+                                "need a size")
+            z = _normal(_size((size,)), _float_dtype(dtype, "normal_kernel_cpu"), generator)
+            return _finish(z * float(std) + float(mean), requires_grad)
+        parts = [x.detach() if isinstance(x, Tensor) else x for x in (mean, std)]
+        ref = parts[0] if tm else parts[1]
+        shape = np.broadcast_shapes(*[p.shape for p in parts if isinstance(p, Tensor)])
+        d = ref.dtype if ref.is_floating_point() else dt.DEFAULT_FLOAT
+        if tm and ts:
+            d = dt.result_type([(1, mean.dtype), (1, std.dtype)]) if mean.is_floating_point() else d
+        z = _normal(shape, d, generator)
+        return _finish(z * parts[1] + parts[0], requires_grad)
+
+
+def bernoulli(input, p=None, *, generator=None) -> Tensor:
+    """Draws 0/1 with probability ``input`` (or the float ``p``) per element, in ``input``'s dtype."""
+    probs = input if p is None else p
+    if isinstance(probs, Tensor):
+        if _concrete(probs) and probs.numel() and not ((probs._data >= 0) & (probs._data <= 1)).all():
+            raise RuntimeError("Expected p_in >= 0 && p_in <= 1 to be true, but got false.")
+    elif not 0 <= probs <= 1:
+        raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={probs}")
+    d = input.dtype
+    ud = dt.float64 if d is dt.float64 or (isinstance(probs, Tensor) and probs.dtype is dt.float64) else dt.float32
+    with no_grad():
+        u = _uniform(input.shape, ud, generator)
+        pr = probs.detach() if isinstance(probs, Tensor) else probs
+        return (u < pr).to(d)
+
+
+def multinomial(input, num_samples, replacement=False, *, generator=None) -> Tensor:
+    """Indices drawn from the categories of each row of ``input`` (non-negative weights, 1-D or 2-D): with
+    replacement by inverse CDF, without by torch's exponential race."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"multinomial(): argument 'input' must be Tensor, not {type(input).__name__}")
+    with no_grad():
+        x = input.detach()
+        return generator_of(generator)._draw(lambda seed, offset: bind(
+            O["multinomial"], x, seed, offset, num_samples=int(num_samples), replacement=bool(replacement)))
+
+
+# ---- in-place forms (Tensor methods) ---------------------------------------------------------------------------
+def uniform_(self, from_=0.0, to=1.0, *, generator=None, **kw):
+    """Fill with numbers uniform in [from, to)."""
+    from_ = kw.pop("from", from_)
+    if from_ > to:
+        raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={from_} > to={to}")
+    d = self.dtype if self.is_floating_point() else dt.DEFAULT_FLOAT
+    with no_grad():
+        src = _uniform(self.shape, d, generator) * float(to - from_) + float(from_)
+    return self.copy_(src)
+
+
+def normal_(self, mean=0.0, std=1.0, *, generator=None):
+    """Fill with normal numbers of the given mean and std."""
+    if std < 0:
+        raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
+    d = self.dtype if self.is_floating_point() else dt.DEFAULT_FLOAT
+    with no_grad():
+        src = _normal(self.shape, d, generator) * float(std) + float(mean)
+    return self.copy_(src)
+
+
+def bernoulli_(self, p=0.5, *, generator=None):
+    """Fill with 0/1 drawn with probability ``p`` (a float or a tensor broadcast to self)."""
+    with no_grad():
+        src = bernoulli(self.detach(), p if isinstance(p, Tensor) else float(p), generator=generator)
+    return self.copy_(src)
+
+
+def random_(self, from_=None, to=None, *, generator=None, **kw):
+    """Fill with integers uniform in [from, to); ``random_(to)`` is [0, to); with neither, [0, 2**24] for
+    float32 and [0, 2**53] for float64 (the integers the dtype holds exactly, as torch) and [0, 2**63) or
+    [0, 2**31) for int64 / int32."""
+    from_ = kw.pop("from", from_)
+    if from_ is not None and to is None:
+        from_, to = 0, from_
+    if to is None:
+        d = self.dtype
+        to = {dt.float32: (1 << 24) + 1, dt.float64: (1 << 53) + 1, dt.int64: 1 << 63}.get(d, 1 << 31)
+    with no_grad():
+        src = _scaled_ints(self.shape, int(from_ or 0), int(to), self.dtype, generator)
+    return self.copy_(src)
+
+
+def _tensor_bernoulli(self, p=None, *, generator=None):
+    return bernoulli(self, p, generator=generator)
+
+
+def _tensor_multinomial(self, num_samples, replacement=False, *, generator=None):
+    return multinomial(self, num_samples, replacement, generator=generator)
+
+
+Tensor.uniform_ = uniform_
+Tensor.normal_ = normal_
+Tensor.bernoulli_ = bernoulli_
+Tensor.random_ = random_
+Tensor.bernoulli = _tensor_bernoulli
+Tensor.multinomial = _tensor_multinomial
+
+__all__ = ["rand", "randn", "rand_like", "randn_like", "randint", "randint_like", "randperm", "normal",
+           "bernoulli", "multinomial"]
