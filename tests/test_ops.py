@@ -37,7 +37,7 @@ NP = {jg.float32: np.float32, jg.float64: np.float64, jg.int64: np.int64, jg.int
 
 # primitives without a vjp on purpose: their outputs are bool or integer (or piecewise constant: floordiv)
 NONDIFF = {"lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not", "isfinite", "argmax",
-           "argmin", "floordiv"}
+           "argmin", "floordiv", "argsort", "histc"}
 
 
 # ---- (c): the rule of every concrete op call agrees with its impl ------------------------------------
@@ -157,7 +157,7 @@ def test_opdef_has_its_rules(name):
     op = OPS[name]
     assert callable(op.shape_dtype), f"{name}: no shape_dtype rule"
     assert callable(op.impl), f"{name}: no NumPy impl"
-    assert op.family in {"elementwise", "reduce", "shape", "linalg", "index"}, f"{name}: family {op.family!r}"
+    assert op.family in {"elementwise", "reduce", "shape", "linalg", "index", "scan", "sort"}, f"{name}: family {op.family!r}"
     if name in NONDIFF:
         assert op.vjp is None, f"{name} is listed as non-differentiable but has a vjp"
     else:
@@ -1108,6 +1108,10 @@ SMOKE = {
     "matmul": lambda: _g(lambda a, b: a @ b, (2, 3), (3, 2)),
     "getitem": lambda: _g(lambda a: a[1:, jg.tensor([0, 2, 2])], (2, 3)),
     "index_put": lambda: SMOKE_index_put(),
+    "flip": lambda: _g(lambda a: a.flip(1), (2, 3)),
+    "cumsum": lambda: _g(lambda a: a.cumsum(1), (2, 3)),
+    "argsort": lambda: jg.argsort(_x()),
+    "histc": lambda: jg.histc(_x(), 3),
 }
 
 

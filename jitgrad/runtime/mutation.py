@@ -179,7 +179,7 @@ def parse_index(key, t):
     spec = []
     idx = []
     for k in key:
-        if isinstance(k, InPlaceOps) or isinstance(k, (list, np.ndarray)):
+        if isinstance(k, InPlaceOps) or isinstance(k, (list, range, np.ndarray)):   # range: an index list
             a = k._data if isinstance(k, InPlaceOps) else np.asarray(k)
             if a.dtype == np.bool_:
                 if isinstance(k, InPlaceOps) and is_traced(k):
