@@ -188,13 +188,11 @@ def _wrap_all(namespace: dict, rules: dict):
 
 
 def _named_getitem(getitem):
-    from .mutation import parse_index
-
     def __getitem__(self, key):
         r = getitem(self, key)
-        if r.grad_fn is not None and r is not self:
-            spec, _ = parse_index(key, self) if type(key) is not int else ((key,), None)
-            r.grad_fn.torch_name = getitem_name(spec)
+        gf = r.grad_fn
+        if gf is not None and r is not self and gf.op.name == "getitem":
+            gf.torch_name = getitem_name(gf.params["spec"])
         return r
     return __getitem__
 
