@@ -223,9 +223,7 @@ def install(jg: dict):
     methods = set(functions._METHODS) | {n for mod in (ordering, counting, masking) for n in mod.METHODS}
     for n in dict.fromkeys(public):
         fn = getattr(functions, n)
-        wrapped = torch_function(fn, n, "")
-        if n in jg or n in ("all", "any") or n in ordering.METHODS + counting.METHODS + masking.METHODS:
-            jg[n] = wrapped
+        jg[n] = torch_function(fn, n, "")
         if n in methods and (n not in Tensor.__dict__ or Tensor.__dict__[n] is before.get(n)):
             setattr(Tensor, n, torch_function(fn, n, "Tensor."))
     for n in nnF.__all__:
@@ -234,6 +232,12 @@ def install(jg: dict):
             setattr(nnF, n, torch_function(f, n, "nn.functional."))
     for n in ("where", "cat", "concat", "max", "min", "abs", "sum", "pow"):
         jg[n] = torch_function(getattr(functions, n), n, "")
+    from . import factories     # torch.randn(..., pin_memory=True) and the like: "not supported yet" too
+    for n in ("tensor", "as_tensor", "zeros", "ones", "full", "empty", "arange", "linspace", "eye", "rand", "randn",
+              "randint", "randperm", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like",
+              "randn_like"):
+        if jg.get(n) is getattr(factories, n, None) is not None:
+            jg[n] = torch_function(jg[n], n, "")
 
     # 4. names torch has and jitgrad lacks
     Tensor.__getattr__ = _tensor_getattr
