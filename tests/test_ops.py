@@ -1110,6 +1110,7 @@ SMOKE = {
     "index_put": lambda: SMOKE_index_put(),
     "flip": lambda: _g(lambda a: a.flip(1), (2, 3)),
     "cumsum": lambda: _g(lambda a: a.cumsum(1), (2, 3)),
+    "cumprod": lambda: _g(lambda a: a.cumprod(1), (2, 3)),
     "argsort": lambda: jg.argsort(_x()),
     "histc": lambda: jg.histc(_x(), 3),
 }

@@ -237,6 +237,8 @@ GRADS = {
     "flip": lambda x: jg.flip(x * x, (0, 1)),
     "cumsum": lambda x: (x * x).cumsum(1),
     "cumsum0": lambda x: jg.cumsum(x, 0) * x,
+    "cumprod": lambda x: (x * 2).cumprod(1),
+    "cumprod with zeros": lambda x: jg.cumprod(x.clamp_min(0.0) * x, 0),
     "sort": lambda x: jg.sort(x * x, 1, descending=True).values * x,
     "topk": lambda x: x.topk(2, dim=0).values ** 2,
     "masked_fill": lambda x: (x * x).masked_fill(x > 0.3, 0.5),
@@ -253,6 +255,22 @@ def test_gradcheck_and_gradgradcheck(name):
     a = np.random.default_rng(1).permutation(12).reshape(3, 4) / 7.0 - 0.8   # distinct, away from the kinks
     a = a + 0.013
     both_checks(GRADS[name], a)
+
+
+def test_cumprod_values_and_exact_gradient_at_zeros():
+    a = np.array([[0.5, 2.0, 0.0, 3.0, 0.0, 1.5], [1.2, -0.7, 0.9, 2.0, 1.1, 0.0]])
+    x = t64(a, True)
+    y = x.cumprod(1)
+    assert np.allclose(y.detach().numpy(), np.cumprod(a, 1)) and y.grad_fn.name() == "CumprodBackward0"
+    assert jg.tensor([1, 2, 3]).cumprod(0).tolist() == [1, 2, 6]
+    y.sum().backward()
+    # d/dx_k of sum_i prod_{j<=i} x_j, by brute force: each term differentiated with x_k left out
+    want = np.zeros_like(a)
+    for r in range(2):
+        for k in range(6):
+            want[r, k] = sum(np.prod(np.delete(a[r, :i + 1], k)) for i in range(k, 6))
+    assert np.allclose(x.grad.numpy(), want)
+    assert gradcheck(lambda x: x.cumprod(1), (t64(a, True),))
 
 
 def test_masked_fill_gradient_to_a_tensor_value():
@@ -274,6 +292,7 @@ def test_against_torch_values_and_grads():
         lambda m, x: m.flip(x, (1,)) * 2,
         lambda m, x: m.cumsum(x, 1) ** 2,
         lambda m, x: m.cumsum(x, 0).flip(0) * x,
+        lambda m, x: m.cumprod(x.clamp_min(0), 1) + x.cumprod(0),
         lambda m, x: m.sort(x, 1, descending=True).values.cumsum(1),
         lambda m, x: x.topk(3, dim=1).values * 3,
         lambda m, x: x.topk(2, dim=0, largest=False).values,
@@ -392,7 +411,7 @@ def _step(x, w):
     h = h.masked_fill(h > 0.5, 0.5).flip(1)
     c = h.cumsum(1)
     out = jg.zeros(2, 4, dtype=x.dtype).scatter_add(0, jg.tensor([[0, 1, 1, 0], [1, 0, 1, 1], [0, 0, 1, 0]]), c)
-    loss = (out * out).sum() + c[range(3), jg.tensor([0, 3, 2])].sum()
+    loss = (out * out).sum() + c[range(3), jg.tensor([0, 3, 2])].sum() + h.cumprod(0).sum()
     loss.backward()
     return loss.detach(), w.grad
 
@@ -411,11 +430,11 @@ def test_compiled_step_with_flip_cumsum_masked_fill_scatter_add(backend):
         assert np.allclose(loss.numpy(), want_loss.numpy()) and np.allclose(g.numpy(), want_g)
     if backend == "numba":
         src = str(f.source(t64(xs), w))
-        assert "cumsum" in src and "Python driver" not in src
+        assert "cumsum" in src and "cumprod" in src and "Python driver" not in src
 
 
-def test_compiled_cumsum_gradient_to_second_order():
-    f = jg.compile(lambda x: (jg.cumsum(x, 1) ** 2).flip(0), backend="interpret")
+def test_compiled_cumsum_cumprod_gradient_to_second_order():
+    f = jg.compile(lambda x: (jg.cumsum(x, 1) ** 2).flip(0) + x.cumprod(0), backend="interpret")
     x = t64(rnd(2, 3), True)
     assert gradcheck(f, (x,)) and gradgradcheck(f, (x,))
 

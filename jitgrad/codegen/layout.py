@@ -300,7 +300,7 @@ class Program:
         elif name == "index_put" and all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim) \
                 and e.outs[0].aval.size > 0:
             self._scatter(e)
-        elif name == "cumsum" and e.ins[0].aval.ndim > 0 and e.outs[0].aval.size > 0:
+        elif name in ("cumsum", "cumprod") and e.ins[0].aval.ndim > 0 and e.outs[0].aval.size > 0:
             self._scan(e)
         else:
             self._py(e)
@@ -497,7 +497,7 @@ class Program:
         self._add(st)
 
     def _scan(self, e):
-        """cumsum along one axis: the other dims are the iteration space (codegen/scan_loops.py)."""
+        """cumsum/cumprod along one axis: the other dims are the iteration space (codegen/scan_loops.py)."""
         from .scan_loops import gen_scan
         x, out = e.ins[0], e.outs[0]
         ax = e.params["axis"]
@@ -506,7 +506,7 @@ class Program:
         px = self.place(x)
         ost = _c_strides(out.aval.shape)
         outer = [d for i, d in enumerate(out.aval.shape) if i != ax]
-        st = Step("kernel", gen_scan(e), label="cumsum", shapes=[list(x.aval.shape)], scope=e.scope)
+        st = Step("kernel", gen_scan(e), label=e.op.name, shapes=[list(x.aval.shape)], scope=e.scope)
         st.block = len(self.table)
         self.table.extend(int(d) for d in outer)
         self._operand(px, [s for i, s in enumerate(px.strides) if i != ax])

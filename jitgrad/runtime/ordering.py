@@ -1,7 +1,7 @@
-"""Order along a dim: ``flip``, ``cumsum``, ``sort``, ``argsort``, ``topk`` (functions and Tensor methods).
+"""Order along a dim: ``flip``, ``cumsum``, ``cumprod``, ``sort``, ``argsort``, ``topk`` (functions and Tensor methods).
 
 Sorted values are ``gather(x, dim, argsort(x))``: the gradient is the gather's, so only the index computation
-(the ``argsort`` primitive, no gradient) is new.  ``cumsum`` is a primitive with a native scan kernel.
+(the ``argsort`` primitive, no gradient) is new.  ``cumsum`` and ``cumprod`` are primitives with a native scan kernel.
 """
 from __future__ import annotations
 
@@ -56,6 +56,14 @@ def cumsum(input, dim, *, dtype=None):
     return bind(O["cumsum"], input, axis=ax, reverse=False)
 
 
+def cumprod(input, dim, *, dtype=None):
+    """Cumulative product along ``dim``; differentiable (exactly, also where ``input`` has zeros)."""
+    if dtype is not None:
+        input = input.to(dtype)
+    ax = _axis("cumprod", input, dim)
+    return bind(O["cumprod"], input, axis=ax)
+
+
 def argsort(input, dim=-1, descending=False, stable=False):
     """Indices that sort ``input`` along ``dim`` (always stable here; NaN sorts as the largest value)."""
     ax = _axis("argsort", input, dim)
@@ -96,5 +104,5 @@ def _zero_index():
     return np.zeros((), np.int64)
 
 
-METHODS = ["flip", "fliplr", "flipud", "cumsum", "argsort", "sort", "topk", "msort"]
+METHODS = ["flip", "fliplr", "flipud", "cumsum", "cumprod", "argsort", "sort", "topk", "msort"]
 __all__ = METHODS
