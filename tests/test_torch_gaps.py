@@ -311,7 +311,8 @@ def test_against_torch_values_and_grads():
         rj.backward(jg.tensor(g))
         rt.backward(torch.tensor(g))
         assert np.allclose(xj.grad.numpy(), xt.grad.numpy()), i
-    for fn in (lambda m, x: m.argsort(x, dim=1, descending=True, stable=True), lambda m, x: x.sort(dim=0, stable=True)[1],
+    for fn in (lambda m, x: m.argsort(x, dim=1, descending=True, stable=True),
+               lambda m, x: x.sort(dim=0, stable=True)[1],
                lambda m, x: m.all(x > 0, 1), lambda m, x: x.any(0, keepdim=True) if m is jg else x.any(0, True),
                lambda m, x: m.histc(x, 4), lambda m, x: m.histogram(x, 3, density=True).hist):
         xj, xt = _pair(torch, np.round(a, 0), rg=False)
@@ -349,7 +350,8 @@ def test_grad_fn_names_equal_torch():
         "clamp": lambda m, F, x: x.clamp(-1, 1), "masked_fill": lambda m, F, x: x.masked_fill(x > 0, 0.0),
         "sort": lambda m, F, x: x.sort(1).values, "topk": lambda m, F, x: x.topk(2).values,
         "scatter_add": lambda m, F, x: m.zeros(3, 4).scatter_add(0, m.tensor([[0, 1, 2, 0]]), x),
-        "gather": lambda m, F, x: x.gather(1, m.tensor([[0], [1], [2]])), "where": lambda m, F, x: m.where(x > 0, x, 0.0),
+        "gather": lambda m, F, x: x.gather(1, m.tensor([[0], [1], [2]])),
+        "where": lambda m, F, x: m.where(x > 0, x, 0.0),
         "relu": lambda m, F, x: F.relu(x), "sigmoid": lambda m, F, x: x.sigmoid(), "clone": lambda m, F, x: x.clone(),
         "double": lambda m, F, x: x.double(), "expand": lambda m, F, x: x.expand(2, 3, 4),
     }
