@@ -35,3 +35,6 @@ long = int64
 int = int32   # noqa: A001
 
 __version__ = "0.1.0"
+
+from .runtime.torch_surface import install as _install_torch_surface  # noqa: E402
+_install_torch_surface(globals())   # keepdims aliases, torch's grad_fn names, "not supported yet" errors

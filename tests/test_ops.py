@@ -37,7 +37,7 @@ NP = {jg.float32: np.float32, jg.float64: np.float64, jg.int64: np.int64, jg.int
 
 # primitives without a vjp on purpose: their outputs are bool or integer (or piecewise constant: floordiv)
 NONDIFF = {"lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not", "isfinite", "argmax",
-           "argmin", "floordiv", "rand_uniform", "rand_normal", "multinomial", "randperm"}
+           "argmin", "floordiv", "rand_uniform", "rand_normal", "multinomial", "randperm", "argsort", "histc"}
 
 
 # ---- (c): the rule of every concrete op call agrees with its impl ------------------------------------
@@ -157,7 +157,7 @@ def test_opdef_has_its_rules(name):
     op = OPS[name]
     assert callable(op.shape_dtype), f"{name}: no shape_dtype rule"
     assert callable(op.impl), f"{name}: no NumPy impl"
-    assert op.family in {"elementwise", "reduce", "shape", "linalg", "index"}, f"{name}: family {op.family!r}"
+    assert op.family in {"elementwise", "reduce", "shape", "linalg", "index", "scan", "sort"}, f"{name}: family {op.family!r}"
     if name in NONDIFF:
         assert op.vjp is None, f"{name} is listed as non-differentiable but has a vjp"
     else:
@@ -1115,6 +1115,11 @@ SMOKE = {
     "rand_normal": lambda: jg.randn(2, 3, dtype=jg.float64),
     "multinomial": lambda: jg.multinomial(jg.tensor([0.2, 0.8]), 3, True),
     "randperm": lambda: jg.randperm(5),
+    "flip": lambda: _g(lambda a: a.flip(1), (2, 3)),
+    "cumsum": lambda: _g(lambda a: a.cumsum(1), (2, 3)),
+    "cumprod": lambda: _g(lambda a: a.cumprod(1), (2, 3)),
+    "argsort": lambda: jg.argsort(_x()),
+    "histc": lambda: jg.histc(_x(), 3),
 }
 
 

@@ -312,6 +312,8 @@ class Program:
         elif name == "index_put" and all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim) \
                 and e.outs[0].aval.size > 0:
             self._scatter(e)
+        elif name in ("cumsum", "cumprod") and e.ins[0].aval.ndim > 0 and e.outs[0].aval.size > 0:
+            self._scan(e)
         else:
             self._py(e)
         self._check(e, self.places[e.outs[0]])
@@ -552,6 +554,24 @@ class Program:
         self._operand(pv, _bcast_strides(pv, it))
         for iv in idx:
             self._operand(self.place(iv), _bcast_strides(self.place(iv), it))
+        self._add(st)
+
+    def _scan(self, e):
+        """cumsum/cumprod along one axis: the other dims are the iteration space (codegen/scan_loops.py)."""
+        from .scan_loops import gen_scan
+        x, out = e.ins[0], e.outs[0]
+        ax = e.params["axis"]
+        po = self._new_buffer(out, out.aval.shape, out.aval.dtype)
+        self.places[out] = po
+        px = self.place(x)
+        ost = _c_strides(out.aval.shape)
+        outer = [d for i, d in enumerate(out.aval.shape) if i != ax]
+        st = Step("kernel", gen_scan(e), label=e.op.name, shapes=[list(x.aval.shape)], scope=e.scope)
+        st.block = len(self.table)
+        self.table.extend(int(d) for d in outer)
+        self._operand(px, [s for i, s in enumerate(px.strides) if i != ax])
+        self._operand(po, [s for i, s in enumerate(ost) if i != ax])
+        self.table.extend([int(out.aval.shape[ax]), int(px.strides[ax]), int(ost[ax])])
         self._add(st)
 
     def _py(self, e):

@@ -179,8 +179,9 @@ def parse_index(key, t):
     spec = []
     idx = []
     for k in key:
-        if isinstance(k, InPlaceOps) or isinstance(k, (list, np.ndarray)):
-            a = k._data if isinstance(k, InPlaceOps) else np.asarray(k)
+        if isinstance(k, InPlaceOps) or isinstance(k, (list, range, np.ndarray)):   # range: an index list
+            a = k._data if isinstance(k, InPlaceOps) else np.arange(k.start, k.stop, k.step, dtype=np.int64) \
+                if isinstance(k, range) else np.asarray(k)
             if a.dtype == np.bool_:
                 if isinstance(k, InPlaceOps) and is_traced(k):
                     traced_mask(k)

@@ -45,7 +45,7 @@ class Node:
 
     __slots__ = ("op", "params", "inputs", "outputs", "shapes", "dtypes", "needs_grad", "next_functions",
                  "versions", "out_versions", "out_meta", "_loc", "stack", "seq", "_freed", "_pre_hooks", "_hooks",
-                 "tensor_hooks", "retain_grad_refs", "metadata", "view_args", "view_base_fn", "__weakref__")
+                 "tensor_hooks", "retain_grad_refs", "metadata", "view_args", "view_base_fn", "torch_name", "__weakref__")
 
     def __init__(self, op, params, next_functions, needs_grad):
         self.op = op
@@ -63,6 +63,7 @@ class Node:
         # for a view op's node: the op's args and its base's grad_fn when the view was made (see refresh_view)
         self.view_args = None
         self.view_base_fn = None
+        self.torch_name = None   # set by a composition (mean, log_softmax, ...) to torch's name for the whole
 
     @property
     def loc(self):
@@ -80,7 +81,7 @@ class Node:
 
     # --- torch.autograd.graph.Node surface -------------------------------------------------------
     def name(self) -> str:
-        return self.op.grad_name
+        return self.torch_name or self.op.grad_name
 
     def __repr__(self):
         return f"<{self.name()} object at {hex(id(self))}>"

@@ -93,3 +93,16 @@ def _cat_vjp(c, g):
 
 
 register(OpDef("cat", "shape", _cat_rule, _cat_impl, _cat_vjp))
+
+
+def _flip_rule(avals, params):
+    (x,) = avals
+    for a in params["axes"]:
+        if not 0 <= a < max(x.ndim, 1):
+            raise OpError(f"flip: dim {a} out of range for a tensor of shape {fmt_shape(x.shape)}")
+    return [Aval(x.shape, x.dtype)]
+
+
+# a reversed view (negative strides); the public ``flip`` copies it, as torch's flip returns new memory
+register(OpDef("flip", "shape", _flip_rule, lambda x, axes: np.flip(x, axes) if x.ndim else x,
+               lambda c, g: (c.bind("flip", g, axes=c.params["axes"]),), view=True, grad_name="FlipBackward0"))

@@ -1,0 +1,79 @@
+"""Sorting and counting primitives; none of them has a gradient of its own.
+
+``argsort(x; axis, descending, stable)``: int64 indices that sort ``x`` along ``axis`` (NaN counts as the largest
+value, as in torch).  The sorted values are ``gather(x, axis, indices)``, whose gradient is the gather's: so sort
+and topk are differentiable without a rule here.
+
+``histc(x, [weight]; bins, lo, hi)``: counts (or summed weights) of ``x`` in ``bins`` equal bins over [lo, hi]
+(the last bin closed); ``lo == hi`` means the data's min and max (widened by ``pad`` when they are equal).
+
+In compiled code both run as a Python step (their NumPy impl) of the graph's driver; their output shapes do not
+depend on the data, so they trace.  ``bincount`` (output length depends on the data) is eager-only.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes as dt
+from .opdef import Aval, OpDef, OpError, fmt_shape, register
+
+
+def _argsort_rule(avals, params):
+    (x,) = avals
+    if not 0 <= params["axis"] < max(x.ndim, 1):
+        raise OpError(f"argsort: dim {params['axis']} out of range for a tensor of shape {list(x.shape)}")
+    return [Aval(x.shape, dt.int64)]
+
+
+def _argsort_impl(x, axis, descending, stable):
+    if x.ndim == 0:
+        return np.zeros((), np.int64)
+    if descending:
+        # sort a decreasing key stably, so equal elements keep their input order: -x with NaN as the largest
+        # value (first) for floats; ~x (= -x - 1, no overflow) for integers and bools
+        x = np.where(np.isnan(x), -np.inf, -x) if x.dtype.kind == "f" else ~x
+    return np.argsort(x, axis=axis, kind="stable").astype(np.int64)
+
+
+register(OpDef("argsort", "sort", _argsort_rule, _argsort_impl, None,
+               doc="Indices that sort along ``axis`` (stable; NaN sorts as the largest value)."))
+
+
+def _histc_rule(avals, params):
+    x = avals[0]
+    if not x.dtype.is_floating_point:
+        raise OpError(f"histc: \"histogram_cpu\" not implemented for '{x.dtype.name}' (expected a floating point "
+                      f"input)")
+    if params["bins"] <= 0:
+        raise OpError(f"histc: bins must be > 0, but got {params['bins']}")
+    if len(avals) == 2 and avals[1].shape != x.shape:
+        raise OpError(f"histogram: if weight tensor is provided it should have the same shape as the input tensor "
+                      f"(input {fmt_shape(x.shape)}, weight {fmt_shape(avals[1].shape)})")
+    if params["lo"] > params["hi"]:
+        raise OpError(f"histc: max must be larger than min (min {params['lo']}, max {params['hi']})")
+    return [Aval((params["bins"],), x.dtype)]
+
+
+def data_range(x, lo, hi, pad):
+    """[lo, hi], or the data's [min, max] when lo == hi (widened by ``pad`` each side when still equal)."""
+    if lo == hi:
+        finite = x[np.isfinite(x)]
+        if finite.size:
+            lo, hi = float(finite.min()), float(finite.max())
+        else:
+            lo = hi = 0.0
+    if lo == hi:
+        lo, hi = lo - pad, hi + pad
+    return lo, hi
+
+
+def _histc_impl(x, *weight, bins, lo, hi, pad):
+    lo, hi = data_range(x, lo, hi, pad)
+    flat = x.reshape(-1).astype(np.float64)
+    w = weight[0].reshape(-1).astype(np.float64) if weight else None
+    counts, _ = np.histogram(flat, bins=bins, range=(lo, hi), weights=w)
+    return counts.astype(x.dtype)
+
+
+register(OpDef("histc", "sort", _histc_rule, _histc_impl, None,
+               doc="Counts in ``bins`` equal bins over [lo, hi]; values outside and NaN are ignored."))

@@ -1,0 +1,109 @@
+"""Masked and scattered writes, one-sided clamps, addmm: ``masked_fill``, ``scatter_add``, ``clamp_min``,
+``clamp_max``, ``addmm`` (functions and Tensor methods), each a composition of primitives with torch's grad_fn
+name.  ``scatter_add`` is an accumulating ``index_put`` with one index tensor per dim, which compiles to the
+native scatter kernel (and its gradient to the native gather)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.ops import OPS as O
+from .dispatch import bind
+from .functions import _axis, clamp, where
+from .grad_names import named
+from .tensor import Tensor
+
+
+def masked_fill(input, mask, value):
+    """``value`` where ``mask`` (bool, broadcast to ``input``) is True, else ``input``; keeps ``input``'s dtype."""
+    if not isinstance(mask, Tensor) or mask.dtype.name != "bool":
+        got = mask.dtype.name if isinstance(mask, Tensor) else type(mask).__name__
+        raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype {got}")
+    if isinstance(value, Tensor) and value.ndim != 0:
+        raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with "
+                           f"{value.ndim} dimension(s).")
+    if isinstance(value, float) and not input.is_floating_point():
+        value = int(value)      # torch casts the fill value to the tensor's dtype
+    r = where(mask, value, input)
+    if r.dtype is not input.dtype:
+        r = r.to(input.dtype)
+    if r.shape != input.shape:
+        raise RuntimeError(f"masked_fill: the mask of shape {list(mask.shape)} does not broadcast to the tensor's "
+                           f"shape {list(input.shape)}")
+    return named(r, "MaskedFillBackward0")
+
+
+def _masked_fill_(self, mask, value):
+    """In place: ``self.copy_(masked_fill(self, mask, value))``."""
+    return self.copy_(masked_fill(self, mask, value))
+
+
+def _scatter_key(input, dim, index):
+    ax = _axis("scatter_add", input, dim)
+    key = []
+    for i in range(index.ndim):
+        if i == ax:
+            key.append(index)
+        else:
+            shp = [1] * index.ndim
+            shp[i] = index.shape[i]
+            key.append(Tensor._make(np.arange(index.shape[i], dtype=np.int64).reshape(shp)))
+    return ax, key
+
+
+def scatter_add(input, dim, index, src):
+    """``out = input.clone(); out[index[i][j]][j] += src[i][j]`` (dim=0), as torch.scatter_add."""
+    ax = _axis("scatter_add", input, dim)
+    if index.dtype.name != "int64":
+        raise RuntimeError(f"scatter_add(): Expected dtype int64 for index, got {index.dtype.name}")
+    if not (index.ndim == input.ndim == src.ndim):
+        raise RuntimeError(f"Index tensor must have the same number of dimensions as self tensor (index "
+                           f"{list(index.shape)}, self {list(input.shape)}, src {list(src.shape)})")
+    for i in range(index.ndim):
+        if index.shape[i] > src.shape[i] or (i != ax and index.shape[i] > input.shape[i]):
+            raise RuntimeError(f"Size does not match at dimension {i} expected index {list(index.shape)} to be "
+                               f"smaller than self {list(input.shape)} apart from dimension {ax} and to be "
+                               f"smaller size than src {list(src.shape)}")
+    if index.numel() and type(index._data) is np.ndarray and (
+            index._data.min() < 0 or index._data.max() >= input.shape[ax]):
+        bad = int(index._data.max() if index._data.max() >= input.shape[ax] else index._data.min())
+        raise RuntimeError(f"index {bad} is out of bounds for dimension {ax} with size {input.shape[ax]}")
+    if src.shape != index.shape:
+        src = src[tuple(slice(0, n) for n in index.shape)]
+    if index.numel() == 0:
+        return named(input.clone(), "ScatterAddBackward0")
+    _, key = _scatter_key(input, ax, index)
+    spec = tuple(("tensor", k) for k in range(len(key)))
+    return named(bind(O["index_put"], input, src, *key, spec=spec, accumulate=True), "ScatterAddBackward0")
+
+
+def _scatter_add_(self, dim, index, src):
+    """In place: ``self.copy_(scatter_add(self, dim, index, src))``."""
+    return self.copy_(scatter_add(self, dim, index, src))
+
+
+def clamp_min(input, min):
+    """``max(input, min)`` elementwise (``clamp(input, min=min)``)."""
+    return named(clamp(input, min=min), "ClampMinBackward0")
+
+
+def clamp_max(input, max):
+    """``min(input, max)`` elementwise (``clamp(input, max=max)``)."""
+    return named(clamp(input, max=max), "ClampMaxBackward0")
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):
+    """``beta * input + alpha * (mat1 @ mat2)`` for 2-d ``mat1``, ``mat2`` (``nn.Linear``'s op)."""
+    if mat1.ndim != 2 or mat2.ndim != 2:
+        raise RuntimeError(f"addmm: mat1 must be a matrix, got {mat1.ndim}-D tensor" if mat1.ndim != 2 else
+                           f"addmm: mat2 must be a matrix, got {mat2.ndim}-D tensor")
+    prod = mat1 @ mat2
+    if alpha != 1:
+        prod = prod * alpha
+    if beta == 0:
+        return named(prod * 1, "AddmmBackward0")
+    return named((input if beta == 1 else input * beta) + prod, "AddmmBackward0")
+
+
+METHODS = ["masked_fill", "scatter_add", "clamp_min", "clamp_max", "addmm"]
+INPLACE = {"masked_fill_": _masked_fill_, "scatter_add_": _scatter_add_}
+__all__ = METHODS
