@@ -123,3 +123,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
 
 __all__ = ["relu", "sigmoid", "tanh", "softmax", "log_softmax", "gelu", "mse_loss", "l1_loss", "nll_loss",
            "cross_entropy"]
+
+from .functional_layers import linear, embedding, layer_norm, batch_norm  # noqa: E402
+
+__all__ += ["linear", "embedding", "layer_norm", "batch_norm"]
