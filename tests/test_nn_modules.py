@@ -419,3 +419,48 @@ def test_clip_grad_norm_matches_torch():
                                                      "is non-finite, so it cannot be clipped.")):
         nn.utils.clip_grad_norm_(p, 1.0, error_if_nonfinite=True)
     assert math.isnan(float(nn.utils.clip_grad_norm_([p], 1.0)))
+
+
+def test_docstring_examples_run():
+    import doctest
+    from jitgrad.nn import module, parameter
+    from jitgrad.optim import sgd
+    for mod in (module, parameter, sgd):
+        r = doctest.testmod(mod)
+        assert r.attempted > 0 and r.failed == 0, mod.__name__
+
+
+def test_deepcopy_and_pickle_keep_layout():
+    import copy
+    import pickle
+    m = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))
+    for c in (copy.deepcopy(m), pickle.loads(pickle.dumps(m))):
+        assert list(c.state_dict()) == list(m.state_dict())
+        assert isinstance(c[0].weight, nn.Parameter) and c[0].weight is not m[0].weight
+        for k, v in m.state_dict().items():
+            np.testing.assert_array_equal(c.state_dict()[k].numpy(), v.numpy())
+
+
+def test_modules_in_compiled_function_match_eager():
+    """Embedding lookups, LayerNorm and BatchNorm1d(momentum=None) (factor read from num_batches_tracked in
+    the graph) inside @jg.compile (reference interpreter) equal eager, call after call."""
+    def make():
+        jg.manual_seed(3)
+        return nn.ModuleDict({"emb": nn.Embedding(5, 4, padding_idx=0), "ln": nn.LayerNorm(4),
+                              "bn": nn.BatchNorm1d(4, momentum=None)}).double()
+    a, b = make(), make()
+
+    def run(m, idx):
+        h = m["bn"](m["ln"](m["emb"](idx)).reshape(-1, 4))
+        h.sum().backward()
+        return h.detach()
+    f = jg.compile(lambda idx: run(a, idx), backend="interpret")
+    for i in range(3):
+        idx = jg.tensor(RNG.integers(0, 5, (2, 3)))
+        np.testing.assert_allclose(f(idx).numpy(), run(b, idx).numpy(), rtol=1e-12)
+    assert f.stats["traces"] <= 2      # the first call starts from grads that are None
+    for k, v in b.state_dict().items():
+        np.testing.assert_allclose(a.state_dict()[k].numpy(), v.numpy(), rtol=1e-12, err_msg=k)
+    for (n, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-12, err_msg=n)
+    assert int(a["bn"].num_batches_tracked) == 3
