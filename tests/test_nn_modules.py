@@ -464,3 +464,13 @@ def test_modules_in_compiled_function_match_eager():
     for (n, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
         np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-12, err_msg=n)
     assert int(a["bn"].num_batches_tracked) == 3
+
+
+def test_relu_inplace():
+    x = jg.tensor([-1.0, 2.0], requires_grad=True)
+    h = x * 1
+    out = nn.ReLU(inplace=True)(h)
+    assert out is h and out.tolist() == [0.0, 2.0]
+    out.sum().backward()
+    assert x.grad.tolist() == [0.0, 1.0]
+    assert repr(nn.ReLU(inplace=True)) == "ReLU(inplace=True)"

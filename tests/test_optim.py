@@ -379,3 +379,19 @@ def test_compiled_clip_grad_norm_in_step():
     assert f.stats["traces"] == 1
     _assert_same_jg(ma, mb)
     assert math.isfinite(float(f(x, y)))
+
+
+def test_param_group_lr_tensor_follows_every_write():
+    """The tensor a compiled step reads for lr follows item assignment, update() and load_state_dict (which
+    updates the groups in place)."""
+    p = nn.Parameter(jg.zeros(2))
+    opt = jg.optim.SGD([p], lr=0.1)
+    g = opt.param_groups[0]
+    t = g.lr_tensor
+    g["lr"] = 0.2
+    assert float(t) == 0.2
+    g.update(lr=0.3)
+    assert float(t) == 0.3
+    opt.load_state_dict({"state": {}, "param_groups": [{**g, "lr": 0.4, "params": [0]}]})
+    assert opt.param_groups[0] is g and g["params"][0] is p and float(t) == 0.4
+    assert isinstance(g, dict) and dict(g) == g

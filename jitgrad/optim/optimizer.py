@@ -63,8 +63,10 @@ class _ParamGroup(dict):
             self._sync_lr()
 
     def update(self, *args, **kwargs):
-        super().update(*args, **kwargs)
-        self._sync_lr()
+        new = dict(*args, **kwargs)
+        super().update(new)
+        if "lr" in new:
+            self._sync_lr()
 
     def setdefault(self, key, default=None):
         r = super().setdefault(key, default)
@@ -198,12 +200,11 @@ class Optimizer:
             else:
                 state[k] = v
         self.state = state
-        new_groups = []
-        for g, s in zip(groups, saved_groups):
+        for g, s in zip(groups, saved_groups):     # in place: each group keeps its lr tensor
             s = dict(s)
             s["params"] = g["params"]
-            new_groups.append(_ParamGroup(s))
-        self.param_groups = new_groups
+            dict.clear(g)
+            g.update(s)
 
     @staticmethod
     def _cast_state(p, key, value):
@@ -223,7 +224,7 @@ class Optimizer:
             hyper = tuple((k, v) for k, v in g.items() if k not in ("params", "lr", "initial_lr") and not isinstance(v, Tensor))
             st = tuple(tuple((k, id(v)) for k, v in self.state[p].items()) if p in self.state else None
                        for p in g["params"])
-            out.append((hyper, st))
+            out.append((hyper, st, id(g.lr_tensor)))
         return tuple(out)
 
     def _guard_trace(self, value=None):
