@@ -395,3 +395,33 @@ def test_param_group_lr_tensor_follows_every_write():
     opt.load_state_dict({"state": {}, "param_groups": [{**g, "lr": 0.4, "params": [0]}]})
     assert opt.param_groups[0] is g and g["params"][0] is p and float(t) == 0.4
     assert isinstance(g, dict) and dict(g) == g
+
+
+@pytest.mark.parametrize("name,kw", [("Adam", dict(lr=0.01)), ("SGD", dict(lr=0.1, momentum=0.9, dampening=0.5))])
+def test_ir_before_first_call_leaves_correct_state(name, kw):
+    """Asking for the IR before the first call traces the step without running it: the state it creates must
+    still give torch's first step when the function then runs."""
+    ma, mb = _mlp(nn), _mlp(nn)
+    oa, ob = getattr(jg.optim, name)(ma.parameters(), **kw), getattr(jg.optim, name)(mb.parameters(), **kw)
+    f = _interp_step(ma, oa)
+    x, y = jg.tensor(X), jg.tensor(Y)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert "sub" in str(f.ir(x, y))
+    if name == "SGD":       # the one-shot trace gave the buffer the first step's value; torch would not have one
+        mb_state = ob.state
+        _jg_step_end_zero(mb, ob)
+        for p in mb.parameters():
+            p.grad = None
+        for pa, pb in zip(ma.parameters(), mb.parameters()):
+            np.testing.assert_allclose(oa.state[pa]["momentum_buffer"].numpy(),
+                                       mb_state[pb]["momentum_buffer"].numpy(), rtol=1e-12)
+        with jg.no_grad():      # the IR call did not update the parameters: align the eager model with that
+            for pa, pb in zip(ma.parameters(), mb.parameters()):
+                pb.copy_(pa)
+            for ba, bb in zip(ma.buffers(), mb.buffers()):
+                bb.copy_(ba)
+    for _ in range(3):
+        assert float(f(x, y)) == pytest.approx(_jg_step_end_zero(mb, ob), rel=1e-12)
+    _assert_same_jg(ma, mb)

@@ -59,12 +59,14 @@ class SGD(Optimizer):
                         state = self.state[p]
                         buf = state.get("momentum_buffer")
                         if buf is None:
-                            buf = state["momentum_buffer"] = _zeros_like(p)
                             if dampening == 0:
                                 # momentum * 0 + g == g exactly: the same graph as every later step
+                                buf = state["momentum_buffer"] = _zeros_like(p)
                                 buf.mul_(momentum).add_(g)
                             else:
-                                buf.copy_(g)        # torch's first step: buf = g, whatever the dampening
+                                # torch's first step, buf = g whatever the dampening: a graph of its own; made
+                                # inside a trace, the buffer gets its value after the call (a one-shot trace)
+                                buf = state["momentum_buffer"] = g.clone()
                                 first_copy = True
                         else:
                             buf.mul_(momentum).add_(g, alpha=1 - dampening)
