@@ -81,7 +81,8 @@ def test_layer_matches_torch(name, make, shapes):
     j, t = _run_pair(jm, tm, xs, torch)
     _assert_close(j, t)
     for (k, b) in tm.named_buffers():       # running statistics after one training step
-        np.testing.assert_allclose(jm.get_buffer(k).detach().numpy(), b.detach().numpy(), rtol=1e-12, atol=1e-14, err_msg=k)
+        np.testing.assert_allclose(jm.get_buffer(k).detach().numpy(), b.detach().numpy(), rtol=1e-12, atol=1e-14,
+                                   err_msg=k)
 
 
 def test_batchnorm_running_stats_and_eval():

@@ -282,7 +282,8 @@ def test_compiled_sgd_momentum_with_lr_changes():
         if i == 6:
             for o in (jopt, eopt, topt):
                 o.param_groups[0]["lr"] = 0.3
-    assert jopt.param_groups[0]["lr"] == topt.param_groups[0]["lr"] == 0.15 and f.stats["traces"] == 1 and f.stats["compiled_calls"] == 10
+    assert jopt.param_groups[0]["lr"] == topt.param_groups[0]["lr"] == 0.15
+    assert f.stats["traces"] == 1 and f.stats["compiled_calls"] == 10
     _assert_same_model(jm, tm)
     _assert_same_model(jm_e, tm)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ..runtime import functions as F
 from ..runtime import grad_mode
-from ..runtime.tensor import Tensor
 
 
 def linear(input, weight, bias=None):
@@ -61,7 +60,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     if training:
         n = input.numel() // C
         if n <= 1:
-            raise ValueError(f"Expected more than 1 value per channel when training, got input size {list(input.shape)}")
+            raise ValueError(f"Expected more than 1 value per channel when training, got input size "
+                             f"{list(input.shape)}")
         mean = input.mean(dims, keepdim=True)
         d = input - mean
         var = (d * d).mean(dims, keepdim=True)

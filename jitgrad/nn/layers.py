@@ -6,7 +6,6 @@ import math
 
 from ..ir import dtypes as dt
 from ..runtime import factories
-from ..runtime import functions as F
 from ..runtime.tensor import check_device
 from . import init
 from . import functional_layers as FL

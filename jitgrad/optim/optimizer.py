@@ -221,7 +221,8 @@ class Optimizer:
         (by identity).  A compiled step is valid while this is unchanged."""
         out = []
         for g in self.param_groups:
-            hyper = tuple((k, v) for k, v in g.items() if k not in ("params", "lr", "initial_lr") and not isinstance(v, Tensor))
+            hyper = tuple((k, v) for k, v in g.items()
+                          if k not in ("params", "lr", "initial_lr") and not isinstance(v, Tensor))
             st = tuple(tuple((k, id(v)) for k, v in self.state[p].items()) if p in self.state else None
                        for p in g["params"])
             out.append((hyper, st, id(g.lr_tensor)))
