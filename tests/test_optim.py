@@ -426,3 +426,27 @@ def test_ir_before_first_call_leaves_correct_state(name, kw):
     for _ in range(3):
         assert float(f(x, y)) == pytest.approx(_jg_step_end_zero(mb, ob), rel=1e-12)
     _assert_same_jg(ma, mb)
+
+
+def test_float32_model_stays_float32():
+    """lr and bias corrections are float64 0-d tensors; a float32 model's parameters and state stay float32
+    (torch's promotion: a 0-d tensor does not widen a dimensioned one), eagerly and compiled."""
+    def make():
+        jg.manual_seed(0)
+        return nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
+    ma, mb = make(), make()
+    oa, ob = jg.optim.Adam(ma.parameters(), lr=0.01), jg.optim.Adam(mb.parameters(), lr=0.01)
+    f = _interp_step(ma, oa)
+    x, y = jg.tensor(X, dtype=jg.float32), jg.tensor(Y)
+    for _ in range(3):
+        f(x, y)
+        loss = nn.functional.cross_entropy(mb(x), y)
+        loss.backward()
+        ob.step()
+        ob.zero_grad()
+    for m, o in ((ma, oa), (mb, ob)):
+        assert all(p.dtype == jg.float32 for p in m.parameters())
+        st = o.state[m[0].weight]
+        assert st["exp_avg"].dtype == jg.float32 and st["step"].dtype == jg.float32
+    for k, v in mb.state_dict().items():
+        np.testing.assert_allclose(ma.state_dict()[k].numpy(), v.numpy(), rtol=1e-5, atol=1e-6, err_msg=k)
