@@ -95,6 +95,7 @@ class _Entry:
         self.eager = False
         self.copy_outs = []     # output indices whose buffers are copied after each call (see _build)
         self.raw_graph = None
+        self.guards = []        # (fn, value): Python conditions the trace relied on (jit/guards.py)
 
     def guards_ok(self) -> bool:
         for c, s in zip(self.captured, self.grad_src):     # inline ``c.ok()``: this runs on every call
@@ -113,6 +114,9 @@ class _Entry:
             except ValueError:
                 return False
             if now is not self.captured[k].ref():
+                return False
+        for fn, value in self.guards:
+            if fn() != value:
                 return False
         return True
 
@@ -133,6 +137,7 @@ class _Tracer:
         tr.on_mutate = self.on_mutate
         tr.on_grad_write = self.on_grad_write
         tr.made = []
+        tr.guards = []      # filled by jit.guards.guard while the function runs
         for a in arg_leaves:
             self.capture(a)
             self.arg_ids.add(id(a))
@@ -376,6 +381,7 @@ class CompiledFunction:
                    if before is not None and id(t) in arg_index}
         e.grad_src = [grad_of.get(id(c.ref())) for c in e.captured]
         e.bindings = _bindings(self.fn, e.captured)
+        e.guards = tracer.trace.guards
         return outputs, out_diff
 
     @staticmethod

@@ -1,3 +1,17 @@
-"""``jitgrad.nn``: for now the functional ops (modules come with a later issue)."""
+"""``jitgrad.nn``: modules with torch's names, signatures, defaults, initialisation and parameter layout, plus
+``functional``, ``init`` and ``utils``.  Modules are plain Python over Tensor ops, so a training step that calls
+them compiles under ``@jitgrad.compile``."""
 from . import functional  # noqa: F401
-from .dropout import Dropout  # noqa: F401,E402
+from . import init  # noqa: F401
+from . import utils  # noqa: F401
+from .parameter import Parameter
+from .module import Module
+from .containers import Sequential, ModuleList, ModuleDict
+from .layers import Identity, Flatten, Linear, Embedding, LayerNorm, BatchNorm1d
+from .activation import ReLU, GELU, Tanh, Sigmoid, Softmax
+from .loss import MSELoss, NLLLoss, CrossEntropyLoss
+from .dropout import Dropout
+
+__all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Flatten", "Linear",
+           "Embedding", "LayerNorm", "BatchNorm1d", "ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "MSELoss",
+           "NLLLoss", "CrossEntropyLoss", "Dropout"]

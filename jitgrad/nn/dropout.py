@@ -11,6 +11,7 @@ from ..ir import dtypes as dt
 from ..runtime.grad_mode import no_grad
 from ..runtime.sampling import rand
 from ..runtime.tensor import Tensor
+from .module import Module
 
 
 def _check_p(p):
@@ -32,40 +33,27 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
     return input.mul_(mask) if inplace else input * mask
 
 
-class Dropout:
+class Dropout(Module):
     """During training, zero each element with probability ``p`` and scale the rest by ``1 / (1 - p)``;
     in eval mode, the identity (torch.nn.Dropout).
 
-    A small stand-alone class with the torch interface (``p``, ``inplace``, ``training``, ``train()``,
-    ``eval()``, ``forward``, ``__call__``, ``extra_repr``); it becomes an ``nn.Module`` subclass when modules
-    land."""
+    >>> import jitgrad as jg
+    >>> m = jg.nn.Dropout(p=0.2)
+    >>> m(jg.ones(4, 5)).shape
+    jitgrad.Size([4, 5])
+    """
 
     def __init__(self, p: float = 0.5, inplace: bool = False):
+        super().__init__()
         _check_p(p)
         self.p = p
         self.inplace = inplace
-        self.training = True
-
-    def train(self, mode: bool = True) -> "Dropout":
-        if not isinstance(mode, bool):
-            raise ValueError("training mode is expected to be boolean")
-        self.training = mode
-        return self
-
-    def eval(self) -> "Dropout":
-        return self.train(False)
 
     def forward(self, input: Tensor) -> Tensor:
         return dropout(input, self.p, self.training, self.inplace)
 
-    def __call__(self, input: Tensor) -> Tensor:
-        return self.forward(input)
-
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"
-
-    def __repr__(self):
-        return f"{type(self).__name__}({self.extra_repr()})"
 
 
 __all__ = ["dropout", "Dropout"]

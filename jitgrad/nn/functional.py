@@ -148,3 +148,7 @@ def one_hot(tensor, num_classes=-1):
 
 __all__ = ["one_hot", "dropout", "relu", "sigmoid", "tanh", "softmax", "log_softmax", "gelu", "mse_loss", "l1_loss", "nll_loss",
            "cross_entropy"]
+
+from .functional_layers import linear, embedding, layer_norm, batch_norm  # noqa: E402
+
+__all__ += ["linear", "embedding", "layer_norm", "batch_norm"]

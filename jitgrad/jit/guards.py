@@ -1,0 +1,48 @@
+"""Hooks for library code that runs inside a ``@jitgrad.compile`` trace (optimisers, modules).
+
+- :func:`guard`: the graph being traced is valid only while a Python condition holds (an optimiser's
+  hyperparameters and which state tensors exist); a later call where it does not hold retraces.
+- :func:`outside_trace`: tensors made inside are ordinary concrete state (an optimiser's buffers created on its
+  first step), captured by identity when the trace first uses them, instead of constants of the graph.
+"""
+from __future__ import annotations
+
+import contextlib
+
+from ..tracer import STATE as _TR
+
+
+def _compile_trace():
+    tr = _TR.active
+    while tr is not None and getattr(tr, "guards", None) is None:
+        tr = tr.parent
+    return tr
+
+
+def is_compiling() -> bool:
+    """Whether a ``@jitgrad.compile`` trace is running (the Python code now runs once, then is replayed)."""
+    return _compile_trace() is not None
+
+
+def guard(fn, value=None):
+    """While a ``@jitgrad.compile`` trace runs: the graph is valid only while ``fn() == value`` (default: ``fn()``
+    now); the compiled function checks ``fn()`` at each call and retraces when it differs.  Outside a trace this
+    does nothing.  ``fn`` must be cheap and must not read traced values."""
+    tr = _compile_trace()
+    if tr is not None:
+        tr.guards.append((fn, fn() if value is None else value))
+
+
+@contextlib.contextmanager
+def outside_trace():
+    """Run a block as if no trace were active: tensors made inside are concrete state, not graph constants.
+    Only for making new concrete tensors (zeros for optimiser state); traced values must not flow in."""
+    prev = _TR.active
+    _TR.active = None
+    try:
+        yield
+    finally:
+        _TR.active = prev
+
+
+__all__ = ["guard", "outside_trace", "is_compiling"]

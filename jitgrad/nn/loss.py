@@ -1,0 +1,69 @@
+"""Loss modules: ``CrossEntropyLoss``, ``NLLLoss``, ``MSELoss`` (thin wrappers over ``nn.functional``)."""
+from __future__ import annotations
+
+import warnings
+
+from . import functional
+from .module import Module
+
+
+def _legacy_reduction(size_average, reduce):
+    """torch's deprecated ``size_average``/``reduce`` pair as a ``reduction`` string."""
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    ret = "none" if not reduce else ("mean" if size_average else "sum")
+    warnings.warn(f"size_average and reduce args will be deprecated, please use reduction='{ret}' instead.",
+                  stacklevel=3)
+    return ret
+
+
+class _Loss(Module):
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
+        super().__init__()
+        if size_average is not None or reduce is not None:
+            reduction = _legacy_reduction(size_average, reduce)
+        self.reduction = reduction
+
+
+class _WeightedLoss(_Loss):
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction: str = "mean"):
+        super().__init__(size_average, reduce, reduction)
+        self.register_buffer("weight", weight)
+
+
+class MSELoss(_Loss):
+    """Mean squared error; ``reduction`` 'mean' | 'sum' | 'none'."""
+
+    def forward(self, input, target):
+        return functional.mse_loss(input, target, reduction=self.reduction)
+
+
+class NLLLoss(_WeightedLoss):
+    """Negative log likelihood of class indices under log-probabilities; ``weight`` per class,
+    ``ignore_index``."""
+
+    def __init__(self, weight=None, size_average=None, ignore_index: int = -100, reduce=None, reduction="mean"):
+        super().__init__(weight, size_average, reduce, reduction)
+        self.ignore_index = ignore_index
+
+    def forward(self, input, target):
+        return functional.nll_loss(input, target, weight=self.weight, ignore_index=self.ignore_index,
+                                   reduction=self.reduction)
+
+
+class CrossEntropyLoss(_WeightedLoss):
+    """Cross entropy of logits against class indices or probabilities; ``weight``, ``ignore_index``,
+    ``label_smoothing``."""
+
+    def __init__(self, weight=None, size_average=None, ignore_index: int = -100, reduce=None, reduction="mean",
+                 label_smoothing: float = 0.0):
+        super().__init__(weight, size_average, reduce, reduction)
+        self.ignore_index = ignore_index
+        self.label_smoothing = label_smoothing
+
+    def forward(self, input, target):
+        return functional.cross_entropy(input, target, weight=self.weight, ignore_index=self.ignore_index,
+                                        reduction=self.reduction, label_smoothing=self.label_smoothing)
+
+
+__all__ = ["MSELoss", "NLLLoss", "CrossEntropyLoss"]

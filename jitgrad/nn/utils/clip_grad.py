@@ -1,0 +1,53 @@
+"""``clip_grad_norm_`` and ``clip_grad_value_``: tensor ops only, so they compile inside a training step."""
+from __future__ import annotations
+
+import math
+
+from ...runtime import functions as F
+from ...runtime import grad_mode
+from ...runtime.tensor import Tensor
+
+
+def _grads(parameters):
+    if isinstance(parameters, Tensor):
+        parameters = [parameters]
+    return [p.grad for p in parameters if p.grad is not None]
+
+
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+    """Scale the gradients in place so that their joint ``norm_type`` norm is at most ``max_norm``; returns the
+    total norm (before clipping) as a 0-d tensor.  The scale is ``min(max_norm / (norm + 1e-6), 1)``, applied
+    as a tensor (no data-dependent branch), as torch does."""
+    grads = _grads(parameters)
+    max_norm, norm_type = float(max_norm), float(norm_type)
+    if not grads:
+        from ...runtime.factories import tensor
+        return tensor(0.0)
+    with grad_mode.no_grad():
+        if norm_type == math.inf:
+            norms = [g.abs().amax() for g in grads]
+            total = norms[0] if len(norms) == 1 else F.stack(norms).amax()
+        else:
+            norms = [F.norm(g.reshape(-1), norm_type) for g in grads]
+            total = F.norm(F.stack(norms), norm_type)
+        # a Python branch on the value: inside a compiled step this raises the traced-value error
+        if error_if_nonfinite and bool(F.logical_not(F.isfinite(total))):
+            raise RuntimeError(f"The total norm of order {norm_type} for gradients from `parameters` is "
+                               "non-finite, so it cannot be clipped. To disable this error and scale the gradients "
+                               "by the non-finite norm anyway, set `error_if_nonfinite=False`")
+        clip_coef = max_norm / (total + 1e-6)
+        clip_coef = F.clamp(clip_coef, max=1.0)
+        for g in grads:
+            g.mul_(clip_coef.to(g.dtype))
+    return total
+
+
+def clip_grad_value_(parameters, clip_value, foreach=None):
+    """Clamp the gradients in place to ``[-clip_value, clip_value]``."""
+    clip_value = float(clip_value)
+    with grad_mode.no_grad():
+        for g in _grads(parameters):
+            g.clamp_(-clip_value, clip_value)
+
+
+__all__ = ["clip_grad_norm_", "clip_grad_value_"]

@@ -1,0 +1,105 @@
+"""``jitgrad.optim.Adam`` and ``AdamW``."""
+from __future__ import annotations
+
+from ..ir import dtypes as dt
+from ..runtime import functions as F
+from ..runtime import grad_mode
+from .optimizer import Optimizer, _check_unsupported, _scalar, _zeros_like
+
+
+def _check(lr, betas, eps, weight_decay):
+    if lr < 0.0:
+        raise ValueError(f"Invalid learning rate: {lr}")
+    if eps < 0.0:
+        raise ValueError(f"Invalid epsilon value: {eps}")
+    if not 0.0 <= betas[0] < 1.0:
+        raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+    if not 0.0 <= betas[1] < 1.0:
+        raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+    if weight_decay < 0.0:
+        raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+
+
+class Adam(Optimizer):
+    """Like ``torch.optim.Adam`` (its single-tensor algorithm, the CPU default).  Per parameter:
+    ``step += 1``; ``g = grad (+ weight_decay * p)`` (or ``p *= 1 - lr * weight_decay`` when
+    ``decoupled_weight_decay``); ``exp_avg`` and ``exp_avg_sq`` moving averages; with ``amsgrad`` the running
+    maximum of ``exp_avg_sq``; ``p -= lr / (1 - beta1**step) * exp_avg / (sqrt(v) / sqrt(1 - beta2**step) + eps)``.
+    State: ``step`` (0-d float32 tensor, as torch), ``exp_avg``, ``exp_avg_sq`` (and ``max_exp_avg_sq``), all
+    tensors, so a compiled step reads and writes them as graph state; bias corrections are computed from the
+    ``step`` tensor inside the graph."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, *,
+                 foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
+                 decoupled_weight_decay=False):
+        _check(lr, betas, eps, weight_decay)
+        _check_unsupported(differentiable)
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                        maximize=maximize, foreach=foreach, capturable=capturable, differentiable=differentiable,
+                        fused=fused, decoupled_weight_decay=decoupled_weight_decay)
+        super().__init__(params, defaults)
+
+    def _state_for(self, p, amsgrad):
+        state = self.state[p]
+        if len(state) == 0:      # made concretely, even inside a trace: zeros are the first step's input
+            state["step"] = _scalar(0.0, dt.float32)
+            state["exp_avg"] = _zeros_like(p)
+            state["exp_avg_sq"] = _zeros_like(p)
+            if amsgrad:
+                state["max_exp_avg_sq"] = _zeros_like(p)
+        elif amsgrad and "max_exp_avg_sq" not in state:
+            state["max_exp_avg_sq"] = _zeros_like(p)
+        return state
+
+    def step(self, closure=None):
+        """One update of every parameter that has a gradient; returns ``closure()``'s loss when given."""
+        loss = None
+        if closure is not None:
+            with grad_mode.enable_grad():
+                loss = closure()
+        with grad_mode.no_grad():
+            for group in self.param_groups:
+                lr = group.lr_tensor
+                beta1, beta2 = group["betas"]
+                eps, wd, amsgrad = group["eps"], group["weight_decay"], group["amsgrad"]
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    g = -p.grad if group["maximize"] else p.grad
+                    state = self._state_for(p, amsgrad)
+                    step_t, exp_avg, exp_avg_sq = state["step"], state["exp_avg"], state["exp_avg_sq"]
+                    step_t.add_(1)
+                    if wd != 0:
+                        if group["decoupled_weight_decay"]:
+                            p.mul_(1 - lr * wd)
+                        else:
+                            g = g + wd * p
+                    exp_avg.add_((g - exp_avg) * (1 - beta1))          # lerp_(g, 1 - beta1)
+                    exp_avg_sq.mul_(beta2).add_(g * g * (1 - beta2))   # addcmul_(g, g, value=1 - beta2)
+                    step = step_t.to(dt.float64)
+                    bias_correction1 = 1 - beta1 ** step
+                    bias_correction2_sqrt = F.sqrt(1 - beta2 ** step)
+                    step_size = lr / bias_correction1
+                    if amsgrad:
+                        m = state["max_exp_avg_sq"]
+                        m.copy_(F.maximum(m, exp_avg_sq))
+                        denom = F.sqrt(m) / bias_correction2_sqrt + eps
+                    else:
+                        denom = F.sqrt(exp_avg_sq) / bias_correction2_sqrt + eps
+                    p.sub_(step_size * (exp_avg / denom))
+        self._guard_trace()
+        return loss
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (``torch.optim.AdamW``, default ``weight_decay=1e-2``):
+    ``p *= 1 - lr * weight_decay`` before the Adam update."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
+                 maximize=False, foreach=None, capturable=False, differentiable=False, fused=None):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                         foreach=foreach, maximize=maximize, capturable=capturable, differentiable=differentiable,
+                         fused=fused, decoupled_weight_decay=True)
+
+
+__all__ = ["Adam", "AdamW"]

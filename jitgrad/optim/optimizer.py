@@ -1,0 +1,267 @@
+"""``jitgrad.optim.Optimizer``: param groups, per-parameter state, torch's state_dict format, and what makes an
+optimiser step compile.
+
+How a step behaves inside ``@jitgrad.compile``:
+- state (momentum buffers, exp_avg, step counts) is ordinary tensors, created *concretely* when first needed
+  (even if that happens while a trace runs, see :func:`jitgrad.jit.guards.outside_trace`): the trace captures
+  them by identity as graph inputs and their in-place updates become write-backs, so every call continues from
+  the state the previous call left;
+- each group's ``lr`` is mirrored into a 0-d float64 tensor that the step reads (a graph input): changing
+  ``group['lr']`` by hand or by a scheduler between calls takes effect without a retrace;
+- everything else the step's Python branches on (the other hyperparameters, which state tensors exist) is a
+  compile guard (:func:`jitgrad.jit.guards.guard`): changing it retraces.
+"""
+from __future__ import annotations
+
+import copy
+import weakref
+from collections import defaultdict
+
+import numpy as np
+
+from ..ir import dtypes as dt
+from ..jit.guards import guard, is_compiling, outside_trace
+from ..runtime import factories
+from ..runtime.tensor import Tensor
+
+
+class _Required:
+    def __repr__(self):
+        return "<required parameter>"
+
+
+required = _Required()
+
+
+def _as_float(v):
+    return float(v.item()) if isinstance(v, Tensor) else float(v)
+
+
+class _ParamGroup(dict):
+    """A parameter group: a plain dict to the user (``group['lr'] = 0.01``).  Its ``lr`` is also kept in
+    ``lr_tensor`` (0-d float64), which the step reads, so a compiled step sees the current value."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        with outside_trace():
+            self.lr_tensor = factories.tensor(0.0, dtype=dt.float64)
+        self._sync_lr(check=False)
+
+    def _sync_lr(self, check=True):
+        if "lr" not in self:
+            return
+        if check and is_compiling():
+            raise RuntimeError("optimizer: a param group's 'lr' was changed inside a @jitgrad.compile function; "
+                               "that Python code runs only while tracing, so later calls would keep the old value. "
+                               "Change lr (or call scheduler.step()) outside the compiled function: the compiled "
+                               "step reads the current lr at every call.")
+        self.lr_tensor._data[...] = _as_float(self["lr"])
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        if key == "lr":
+            self._sync_lr()
+
+    def update(self, *args, **kwargs):
+        new = dict(*args, **kwargs)
+        super().update(new)
+        if "lr" in new:
+            self._sync_lr()
+
+    def setdefault(self, key, default=None):
+        r = super().setdefault(key, default)
+        if key == "lr":
+            self._sync_lr(check=False)
+        return r
+
+    def __reduce__(self):
+        return (_ParamGroup, (dict(self),))
+
+    def __deepcopy__(self, memo):
+        return _ParamGroup({k: copy.deepcopy(v, memo) for k, v in self.items()})
+
+
+def _zeros_like(p, dtype=None):
+    """Concrete zeros shaped like ``p``: optimiser state, even when made while a trace runs."""
+    with outside_trace():
+        return factories.zeros(*p.shape, dtype=p.dtype if dtype is None else dtype)
+
+
+def _scalar(value, dtype):
+    with outside_trace():
+        return factories.tensor(value, dtype=dtype)
+
+
+class Optimizer:
+    """Base class of optimisers (``torch.optim.Optimizer``): ``param_groups`` (dicts with ``'params'`` and the
+    hyperparameters), ``state`` (per parameter), ``add_param_group``, ``zero_grad``, ``state_dict`` /
+    ``load_state_dict`` in torch's format.  Subclasses implement ``step``."""
+
+    def __init__(self, params, defaults):
+        self.defaults = defaults
+        if isinstance(params, Tensor):
+            raise TypeError("params argument given to the optimizer should be an iterable of Tensors or dicts, but "
+                            f"got {_typename(params)}")
+        self.state = defaultdict(dict)
+        self.param_groups = []
+        param_groups = list(params)
+        if len(param_groups) == 0:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(param_groups[0], dict):
+            param_groups = [{"params": param_groups}]
+        for group in param_groups:
+            self.add_param_group(dict(group))
+
+    def add_param_group(self, param_group: dict) -> None:
+        """Add a group of parameters, with hyperparameters not given taken from the optimiser's defaults."""
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, but got {type(param_group).__name__}")
+        params = param_group["params"]
+        if isinstance(params, Tensor):
+            param_group["params"] = [params]
+        elif isinstance(params, set):
+            raise TypeError("optimizer parameters need to be organized in ordered collections, but the ordering of "
+                            "tensors in sets will change between runs. Please use a list instead.")
+        else:
+            param_group["params"] = list(params)
+        for p in param_group["params"]:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"optimizer can only optimize Tensors, but one of the params is {_typename(p)}")
+            if not p.is_leaf:
+                raise ValueError("can't optimize a non-leaf Tensor")
+        for name, default in self.defaults.items():
+            if default is required and name not in param_group:
+                raise ValueError(f"parameter group didn't specify a value of required optimization parameter {name}")
+            param_group.setdefault(name, default)
+        if len({id(p) for p in param_group["params"]}) != len(param_group["params"]):
+            import warnings
+            warnings.warn("optimizer contains a parameter group with duplicate parameters; in future, this will "
+                          "cause an error; see github.com/pytorch/pytorch/issues/40967 for more information",
+                          stacklevel=3)
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        if any(id(p) in seen for p in param_group["params"]):
+            raise ValueError("some parameters appear in more than one parameter group")
+        self.param_groups.append(_ParamGroup(param_group))
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Reset the gradients of all optimised parameters: to None (the default) or to zeros in place."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    g = p.grad
+                    if g.grad_fn is not None:
+                        g.detach_()
+                    else:
+                        g.requires_grad_(False)
+                    g.zero_()
+
+    def step(self, closure=None):
+        raise NotImplementedError(f"{type(self).__name__}.step is not implemented")
+
+    # --- state_dict ---------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """``{'state': {index: {...}}, 'param_groups': [{..., 'params': [indices]}]}``: parameters are numbered
+        in group order; the state tensors are the optimiser's own (not copies), as in torch."""
+        index = {}
+        groups = []
+        for g in self.param_groups:
+            packed = {k: v for k, v in g.items() if k != "params"}
+            for p in g["params"]:
+                index.setdefault(id(p), len(index))
+            packed["params"] = [index[id(p)] for p in g["params"]]
+            groups.append(packed)
+        state = {(index[id(k)] if isinstance(k, Tensor) else k): v for k, v in self.state.items()}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load a ``state_dict()`` (of this optimiser class, with the same group sizes).  State tensors are
+        copied (floating ones cast to their parameter's dtype, ``step`` kept as is); hyperparameters come from
+        the saved groups."""
+        state_dict = copy.deepcopy(dict(state_dict))
+        groups, saved_groups = self.param_groups, state_dict["param_groups"]
+        if len(groups) != len(saved_groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        if any(len(g["params"]) != len(s["params"]) for g, s in zip(groups, saved_groups)):
+            raise ValueError("loaded state dict contains a parameter group that doesn't match the size of "
+                             "optimizer's group")
+        id_map = {}
+        for g, s in zip(groups, saved_groups):
+            for old_id, p in zip(s["params"], g["params"]):
+                id_map[old_id] = p
+        state = defaultdict(dict)
+        for k, v in state_dict["state"].items():
+            if k in id_map:
+                p = id_map[k]
+                state[p] = {key: self._cast_state(p, key, val) for key, val in v.items()}
+            else:
+                state[k] = v
+        self.state = state
+        for g, s in zip(groups, saved_groups):     # in place: each group keeps its lr tensor
+            s = dict(s)
+            s["params"] = g["params"]
+            dict.clear(g)
+            g.update(s)
+
+    @staticmethod
+    def _cast_state(p, key, value):
+        if not isinstance(value, Tensor):
+            return value
+        arr = value._data
+        if key != "step" and p.dtype.is_floating_point and arr.dtype.kind == "f":
+            arr = arr.astype(p.dtype.np)
+        return Tensor._make(np.array(arr, copy=True))
+
+    # --- compile support ----------------------------------------------------------------------------------
+    def _trace_key(self):
+        """What the step's Python code branches on: hyperparameters other than lr, and which state tensors exist
+        (by identity).  A compiled step is valid while this is unchanged."""
+        out = []
+        for g in self.param_groups:
+            hyper = tuple((k, v) for k, v in g.items()
+                          if k not in ("params", "lr", "initial_lr") and not isinstance(v, Tensor))
+            st = tuple(tuple((k, id(v)) for k, v in self.state[p].items()) if p in self.state else None
+                       for p in g["params"])
+            out.append((hyper, st, id(g.lr_tensor)))
+        return tuple(out)
+
+    def _guard_trace(self, value=None):
+        """Inside a compile trace: the compiled step is valid while ``_trace_key()`` equals ``value`` (default:
+        its value now, after this step made its state)."""
+        if not is_compiling():
+            return
+        ref = weakref.ref(self)
+
+        def key():
+            o = ref()
+            return None if o is None else o._trace_key()
+        guard(key, self._trace_key() if value is None else value)
+
+    def __repr__(self):
+        s = type(self).__name__ + " ("
+        for i, group in enumerate(self.param_groups):
+            s += f"\nParameter Group {i}\n"
+            for key in sorted(group.keys()):
+                if key != "params":
+                    s += f"    {key}: {group[key]}\n"
+        return s + ")"
+
+
+def _typename(x):
+    if isinstance(x, Tensor):
+        return "torch." + {"float32": "FloatTensor", "float64": "DoubleTensor"}.get(x.dtype.name, "Tensor")
+    return type(x).__module__ + "." + type(x).__name__ if type(x).__module__ != "builtins" else type(x).__name__
+
+
+
+
+def _check_unsupported(differentiable, capturable=False):
+    if differentiable:
+        raise NotImplementedError("jitgrad.optim: differentiable=True (autograd through the optimiser step) is not "
+                                  "supported")
+
+
+__all__ = ["Optimizer", "required"]
