@@ -128,7 +128,8 @@ def _sign(x):
     return x.copy() if x.dtype == np.bool_ else np.sign(x)
 
 
-ew("sign", _sign, lambda c, g: (g * 0.0,), lambda x: f"sign({x})", grad_name="SignBackward0")
+# torch: zeros_like(grad), not grad * 0 (nan where the incoming gradient is inf)
+ew("sign", _sign, lambda c, g: (g.new_zeros(g.shape),), lambda x: f"sign({x})", grad_name="SignBackward0")
 ew("reciprocal", lambda x: np.reciprocal(x.astype(np.result_type(x.dtype, np.float32), copy=False)),
    lambda c, g: (-g * (_out(c) * _out(c)),), lambda x: f"(1.0 / {x})", "float", saves_out=(0,))  # torch's order
 def _erf(x):

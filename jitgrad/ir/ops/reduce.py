@@ -133,6 +133,27 @@ register(OpDef("norm2", "reduce", _rule("norm", "float"),
                _norm_vjp, saves_in=(0,), saves_out=(0,), grad_name="NormBackward1"))
 
 
+def _normp_impl(x, axes, keepdims, p):
+    return np.sum(np.abs(x) ** p, axis=axes, keepdims=keepdims) ** (1.0 / p)
+
+
+def _normp_vjp(c, g):
+    # torch's norm_backward for a finite p other than 0 and 2, term for term: its masks put the subgradient 0 at
+    # zero elements (p < 1) and at zero vectors, where the composition sum(|x| ** p) ** (1 / p) gives 0 * inf
+    x, n, g, p = c.inputs[0], _keep(c, c.outputs[0]), _keep(c, g), c.params["p"]
+    if p == 1:
+        return (x.sign() * g,)
+    if p < 1:
+        scaled = x.sign() * (x.abs() ** (p - 1)).where(x != 0, 0.0)
+        return (scaled * g * n ** (1 - p),)
+    scaled = x.sign() * x.abs() ** (p - 1) if p < 2 else x * x.abs() ** (p - 2)
+    return (scaled * (g / n ** (p - 1)).where(n != 0, 0.0),)
+
+
+register(OpDef("normp", "reduce", _rule("norm", "float"), _normp_impl, _normp_vjp, saves_in=(0,), saves_out=(0,),
+               grad_name="LinalgVectorNormBackward0"))
+
+
 def _arg_rule(name):
     def shape_dtype(avals, params):
         (x,) = avals
