@@ -2,8 +2,9 @@
 
 For every sample: the value, the gradient of ``sum(out * w)`` and the Hessian-vector product (the gradient of
 ``sum(grad * v)``, through ``create_graph=True``) are compared with torch float64, NaN and inf positions included,
-in eager mode and compiled (the whole computation, double backward included, inside one ``jg.compile``d function,
-on the reference interpreter and on the Numba backend).  A registry test requires every OpDef to have samples.
+in eager mode and compiled: the whole computation, double backward included, inside one ``jg.compile``d function
+(on the reference interpreter and on the Numba backend), and the forward alone compiled with the derivatives taken
+outside through its compiled backward graphs.  A registry test requires every OpDef to have samples.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 import jitgrad as jg
 from jitgrad.ir.ops import OPS
 
-from singular_samples import COMPOSITE_SAMPLES, EXEMPT, OP_SAMPLES, SAMPLES
+from singular_samples import COMPOSITE_SAMPLES, EXEMPT, OP_SAMPLES, SAMPLES, Sample
 
 CASES = [pytest.param(name, k, id=f"{name}-{k}" + (f"-{s.label}" if s.label else ""),
                       marks=[pytest.mark.xfail(reason=s.xfail, strict=True)] if s.xfail else [])
@@ -150,3 +151,16 @@ def test_compiled_matches_torch(name, k, backend):
     sample = SAMPLES[name][k]
     results, ws, vs = _compiled(sample, backend)
     check(sample, results, ws, vs)
+
+
+@pytest.mark.parametrize("name,k", CASES)
+def test_compiled_forward_eager_derivatives_match_torch(name, k):
+    """The forward compiled alone (reference interpreter); gradient and second order taken outside, through the
+    compiled function's backward and double-backward graphs (the transpose pass on the same rules)."""
+    sample = SAMPLES[name][k]
+    ws, vs = _weights(sample)
+    F = jg.compile(lambda *xs: sample.fn(jg, *xs), backend="interpret")
+    outer = Sample(lambda m, *xs: F(*xs), sample.inputs, second_order=sample.second_order,
+                   differentiable=sample.differentiable)
+    outs, gs, hs = derivatives(jg, outer, _inputs(jg, sample), ws, vs)
+    check(sample, (_np(outs), _np(gs), _np(hs)), ws, vs)
