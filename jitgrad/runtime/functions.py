@@ -265,8 +265,9 @@ def _max_min(name, input, dim, keepdim, other):
         other, dim = dim, None
     if other is not None:
         return (maximum if name == "max" else minimum)(input, other)
-    if dim is None:
-        return _red("amax" if name == "max" else "amin", input, None, False)
+    if dim is None:     # torch's max()/min(): a NaN result sends the gradient to the NaN elements
+        return bind(O["amax" if name == "max" else "amin"], input, axes=_axes(name, input, None), keepdims=False,
+                    evenly=True)
     ax = _axis(name, input, dim)
     idx = (argmax if name == "max" else argmin)(input, ax, keepdim=True)
     values = gather(input, ax, idx)

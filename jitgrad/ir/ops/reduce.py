@@ -50,16 +50,24 @@ def _sum_vjp(c, g):
 
 
 def _amax_vjp(c, g):
+    # torch.amax: (grad / count) * mask, mask = x == out (a NaN result: nan everywhere).  ``evenly`` (max() and
+    # min() of a whole tensor): torch's evenly_distribute_backward, where a NaN result's mask is the NaN elements
+    # and the rest get an exact 0
     x, out = c.inputs[0], _keep(c, c.outputs[0])
     mask = x == out
-    return (_keep(c, g) * mask / mask.sum(c.params["axes"], keepdim=True),)
+    if c.params.get("evenly"):
+        mask = mask | ((x != x) & (out != out))
+        return ((_keep(c, g) / mask.sum(c.params["axes"], keepdim=True)).where(mask, 0.0),)
+    return ((_keep(c, g) / mask.sum(c.params["axes"], keepdim=True)) * mask,)
 
 
 register(OpDef("sum", "reduce", _rule("sum", "acc"), _sum_impl, _sum_vjp,
                scalar=lambda acc, x: f"{acc} + {x}"))
-register(OpDef("amax", "reduce", _rule("amax"), lambda x, axes, keepdims: np.amax(x, axis=axes, keepdims=keepdims),
+register(OpDef("amax", "reduce", _rule("amax"),
+               lambda x, axes, keepdims, evenly=False: np.amax(x, axis=axes, keepdims=keepdims),
                _amax_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda acc, x: f"max({acc}, {x})"))
-register(OpDef("amin", "reduce", _rule("amin"), lambda x, axes, keepdims: np.amin(x, axis=axes, keepdims=keepdims),
+register(OpDef("amin", "reduce", _rule("amin"),
+               lambda x, axes, keepdims, evenly=False: np.amin(x, axis=axes, keepdims=keepdims),
                _amax_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda acc, x: f"min({acc}, {x})"))
 
 
