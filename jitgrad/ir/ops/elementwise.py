@@ -119,7 +119,7 @@ def _sigmoid(x):
 ew("sigmoid", _sigmoid, lambda c, g: (g * _out(c) * (1.0 - _out(c)),), lambda x: f"sigmoid({x})", "float",
    saves_out=(0,))
 ew("relu", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False),
-   lambda c, g: (g.where(~(_out(c) <= 0), 0.0),),     # torch's threshold_backward: a NaN passes the gradient
+   lambda c, g: (c.bind("where", _out(c) <= 0, 0.0, g),),     # torch's threshold_backward: NaN passes g
    lambda x: f"max({x}, 0)", saves_out=(0,), kind="nobool")
 ew("abs", np.abs, lambda c, g: (g * _in(c).sign(),), lambda x: f"abs({x})", saves_in=(0,), kind="nobool")
 
@@ -233,15 +233,15 @@ def _max_vjp(c, g):
     # (no order either way) passes it whole to both inputs
     x, y = _in(c, 0), _in(c, 1)
     h = (g / 2).where(x == y, g)
-    return (h.where(~(x < y), 0.0) if c.needs_grad[0] else None,
-            h.where(~(x > y), 0.0) if c.needs_grad[1] else None)
+    return (c.bind("where", x < y, 0.0, h) if c.needs_grad[0] else None,
+            c.bind("where", x > y, 0.0, h) if c.needs_grad[1] else None)
 
 
 def _min_vjp(c, g):
     x, y = _in(c, 0), _in(c, 1)
     h = (g / 2).where(x == y, g)
-    return (h.where(~(x > y), 0.0) if c.needs_grad[0] else None,
-            h.where(~(x < y), 0.0) if c.needs_grad[1] else None)
+    return (c.bind("where", x > y, 0.0, h) if c.needs_grad[0] else None,
+            c.bind("where", x < y, 0.0, h) if c.needs_grad[1] else None)
 
 
 ew("maximum", np.maximum, _max_vjp, lambda x, y: f"max({x}, {y})", saves_in=(0, 1))
