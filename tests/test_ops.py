@@ -1102,6 +1102,7 @@ SMOKE = {
     "prod": lambda: _g(lambda a: a.prod(1), (2, 3), domain="nonzero"),
     "prod_others": lambda: _g(lambda a: a.prod(0), (2, 3), domain="nonzero"),   # prod's backward binds it
     "norm2": lambda: _g(lambda a: a.norm(dim=1), (2, 3)),
+    "normp": lambda: [_g(lambda a: a.norm(p=p, dim=1), (2, 3)) for p in (3, 1.5, 0.5, 1, -2)],
     "argmax": lambda: jg.argmax(_x()),
     "argmin": lambda: jg.argmin(_x(), 0),
     "reshape": lambda: _g(lambda a: a.reshape(3, 2), (2, 3)),

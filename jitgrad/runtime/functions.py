@@ -153,16 +153,30 @@ def clamp(input, min=None, max=None):
     if min is None and max is None:
         raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
     if isinstance(min, Tensor) or isinstance(max, Tensor):
-        r = input
-        if min is not None:
-            r = maximum(r, min)
-        if max is not None:
-            r = minimum(r, max)
-        return r
+        return _clamp_tensor_bounds(input, min, max)
     return bind(O["clamp"], input, min=min, max=max)
 
 
 clip = clamp
+
+
+def _clamp_tensor_bounds(input, min, max):
+    """min(max(x, lo), hi) with torch's clamp_backward_min_max: the gradient goes to x where lo <= x <= hi, to lo
+    where x < lo < hi, to hi where x > hi or hi < lo, and nowhere at a tie x < lo == hi (not split in halves, as
+    maximum/minimum do at ties)."""
+    r = input
+    if min is not None:
+        r = maximum(r, min)
+    if max is not None:
+        r = minimum(r, max)
+    r = r.detach()     # the value where no mask below holds (x < lo == hi, nan)
+    if min is not None and max is not None:
+        r = where((input > max) | (max < min), max, r)
+        r = where((input < min) & (min < max), min, r)
+        return where((input >= min) & (input <= max), input, r)
+    if min is not None:
+        return where(input >= min, input, where(input < min, min, r))
+    return where(input <= max, input, where(input > max, max, r))
 
 
 def nonzero(input, *, as_tuple=False):
@@ -251,8 +265,9 @@ def _max_min(name, input, dim, keepdim, other):
         other, dim = dim, None
     if other is not None:
         return (maximum if name == "max" else minimum)(input, other)
-    if dim is None:
-        return _red("amax" if name == "max" else "amin", input, None, False)
+    if dim is None:     # torch's max()/min(): a NaN result sends the gradient to the NaN elements
+        return bind(O["amax" if name == "max" else "amin"], input, axes=_axes(name, input, None), keepdims=False,
+                    evenly=True)
     ax = _axis(name, input, dim)
     idx = (argmax if name == "max" else argmin)(input, ax, keepdim=True)
     values = gather(input, ax, idx)
@@ -287,7 +302,12 @@ def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 
 def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    return sqrt(var(input, dim, unbiased, keepdim, correction=correction))
+    """sqrt(var), with torch's gradient 0 (not 0 * inf = nan) where the variance is 0 (a constant row): torch's
+    std_backward masks grad / (2 std) where std == 0.  The sqrt runs on a variance made 1 there, so no NaN
+    derivative hides under the mask (second order included)."""
+    v = var(input, dim, unbiased, keepdim, correction=correction)
+    zero = v == 0
+    return sqrt(v.where(~zero, 1.0)).where(~zero, 0.0)
 
 
 def logsumexp(input, dim, keepdim=False):
@@ -314,15 +334,16 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
         return amin(abs(input), dim if dim is not None else (), keepdim)
     if p == 0:
         return sum((input != 0).to(input.dtype), dim, keepdim)
-    return sum(abs(input) ** p, dim, keepdim) ** (1.0 / p)
+    return bind(O["normp"], input, axes=_axes("norm", input, dim), keepdims=bool(keepdim), p=float(p))
 
 
 def softmax(input, dim, dtype=None):
     if dtype is not None:
         input = input.to(dtype)
     ax = _axis("softmax", input, dim)
+    # the max is subtracted as is, as torch does: a row holding +inf (or all -inf) is nan throughout
     m = bind(O["amax"], input, axes=(ax,), keepdims=True).detach()
-    e = exp(input - m.where(isfinite(m), 0.0))
+    e = exp(input - m)
     return e / bind(O["sum"], e, axes=(ax,), keepdims=True)
 
 
@@ -337,7 +358,7 @@ def log_softmax(input, dim, dtype=None):
     if input.numel() == 0:
         return input * 1.0
     m = bind(O["amax"], input, axes=(ax,), keepdims=True).detach()
-    s = input - m.where(isfinite(m), 0.0)
+    s = input - m       # as torch: a row holding +inf (or all -inf) is nan throughout
     return s - log(bind(O["sum"], exp(s), axes=(ax,), keepdims=True))
 
 

@@ -118,7 +118,8 @@ def _sigmoid(x):
 
 ew("sigmoid", _sigmoid, lambda c, g: (g * _out(c) * (1.0 - _out(c)),), lambda x: f"sigmoid({x})", "float",
    saves_out=(0,))
-ew("relu", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False), lambda c, g: (g * (_out(c) > 0),),
+ew("relu", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False),
+   lambda c, g: (c.bind("where", _out(c) <= 0, 0.0, g),),     # torch's threshold_backward: NaN passes g
    lambda x: f"max({x}, 0)", saves_out=(0,), kind="nobool")
 ew("abs", np.abs, lambda c, g: (g * _in(c).sign(),), lambda x: f"abs({x})", saves_in=(0,), kind="nobool")
 
@@ -128,9 +129,10 @@ def _sign(x):
     return x.copy() if x.dtype == np.bool_ else np.sign(x)
 
 
-ew("sign", _sign, lambda c, g: (g * 0.0,), lambda x: f"sign({x})", grad_name="SignBackward0")
+# torch: zeros_like(grad), not grad * 0 (nan where the incoming gradient is inf)
+ew("sign", _sign, lambda c, g: (g.new_zeros(g.shape),), lambda x: f"sign({x})", grad_name="SignBackward0")
 ew("reciprocal", lambda x: np.reciprocal(x.astype(np.result_type(x.dtype, np.float32), copy=False)),
-   lambda c, g: (-(g * _out(c) * _out(c)),), lambda x: f"(1.0 / {x})", "float", saves_out=(0,))
+   lambda c, g: (-g * (_out(c) * _out(c)),), lambda x: f"(1.0 / {x})", "float", saves_out=(0,))  # torch's order
 def _erf(x):
     from scipy.special import erf   # imported on first use: keeps `import jitgrad` fast
     return erf(x)
@@ -151,9 +153,22 @@ ew("sub", np.subtract, lambda c, g: (g, -g), lambda x, y: f"({x} - {y})", kind="
 ew("mul", np.multiply, lambda c, g: (g * _in(c, 1) if c.needs_grad[0] else None,
                                      g * _in(c, 0) if c.needs_grad[1] else None),
    lambda x, y: f"({x} * {y})", saves_in=(0, 1), saved_for={0: (1,), 1: (0,)})
-ew("div", np.true_divide, lambda c, g: (g / _in(c, 1) if c.needs_grad[0] else None,
-                                        -(g * _in(c, 0)) / (_in(c, 1) * _in(c, 1)) if c.needs_grad[1] else None),
-   lambda x, y: f"({x} / {y})", "float", saves_in=(0, 1), saved_for={0: (1,)})
+def _div_vjp(c, g):
+    # torch's formulas, term for term, so that infinities, zeros and the second order agree:
+    # d/dy = -g * ((x / y) / y).  A Python-number numerator is torch's ``s / t = t.reciprocal() * s``, whose
+    # gradient is reciprocal's: -(g * s) * (r * r)
+    x, y = _in(c, 0), _in(c, 1)
+    gy = None
+    if c.needs_grad[1]:
+        if isinstance(x, (int, float)):
+            r = y.reciprocal()
+            gy = -(g * x) * (r * r)
+        else:
+            gy = -g * ((x / y) / y)
+    return (g / y if c.needs_grad[0] else None, gy)
+
+
+ew("div", np.true_divide, _div_vjp, lambda x, y: f"({x} / {y})", "float", saves_in=(0, 1), saved_for={0: (1,)})
 
 
 def _int_zero_check(y):
@@ -184,18 +199,24 @@ ew("mod", _remainder, lambda c, g: (g, -(g * (_in(c, 0) // _in(c, 1))) if c.need
 
 
 def _pow_vjp(c, g):
+    # torch's pow_backward_self / pow_backward_exponent, term for term (their where()s decide the NaNs of
+    # the second order): d/dx = where(y == 0, 0, g * (y * x ** (y - 1))), and a Python-number exponent 0 gives
+    # zeros with no graph; d/dy = g * where((x == 0) & (y >= 0), 0, out * log(x))
     x, y = _in(c, 0), _in(c, 1)
     gx = gy = None
     if c.needs_grad[0]:
-        d = g * y * x ** (y - 1.0)
-        gx = d.where(y != 0, 0.0) if (not isinstance(y, (int, float)) or y == 0) else d
-    if c.needs_grad[1]:
-        if isinstance(x, (int, float)):     # a Python-scalar base (2.0 ** t): log(x) is a constant
-            gy = g * _out(c) * (math.log(x) if x > 0 else -math.inf if x == 0 else math.nan)
-            if x == 0:
-                gy = gy.where(y < 0, 0.0)
+        if not isinstance(y, (int, float)):
+            gx = (g * (y * x ** (y - 1.0))).where(y != 0, 0.0)
+        elif y == 0:
+            gx = g.new_zeros(g.shape)
         else:
-            gy = (g * _out(c) * x.log()).where(~((x == 0) & (y >= 0)), 0.0)
+            gx = g * (y * x ** (y - 1.0))
+    if c.needs_grad[1]:
+        if isinstance(x, (int, float)):     # a Python-number base (2.0 ** t): log(x) is a constant
+            log_x = math.log(x) if x > 0 else -math.inf if x == 0 else math.nan
+            gy = g * (_out(c) * log_x if x != 0 else (_out(c) * log_x).where(y < 0, 0.0))
+        else:
+            gy = g * (_out(c) * x.log()).where(~((x == 0) & (y >= 0)), 0.0)
     return gx, gy
 
 
@@ -208,17 +229,19 @@ ew("pow", _pow_impl, _pow_vjp, lambda x, y: f"pow({x}, {y})", saves_in=(0, 1), s
 
 
 def _max_vjp(c, g):
+    # torch: where(x == y, g / 2, g).masked_fill_(x < y, 0) (and x > y for y): a tie splits the gradient, a NaN
+    # (no order either way) passes it whole to both inputs
     x, y = _in(c, 0), _in(c, 1)
-    tie = (x == y) * 0.5
-    return (g * ((x > y) + tie) if c.needs_grad[0] else None,
-            g * ((y > x) + tie) if c.needs_grad[1] else None)
+    h = (g / 2).where(x == y, g)
+    return (c.bind("where", x < y, 0.0, h) if c.needs_grad[0] else None,
+            c.bind("where", x > y, 0.0, h) if c.needs_grad[1] else None)
 
 
 def _min_vjp(c, g):
     x, y = _in(c, 0), _in(c, 1)
-    tie = (x == y) * 0.5
-    return (g * ((x < y) + tie) if c.needs_grad[0] else None,
-            g * ((y < x) + tie) if c.needs_grad[1] else None)
+    h = (g / 2).where(x == y, g)
+    return (c.bind("where", x > y, 0.0, h) if c.needs_grad[0] else None,
+            c.bind("where", x < y, 0.0, h) if c.needs_grad[1] else None)
 
 
 ew("maximum", np.maximum, _max_vjp, lambda x, y: f"max({x}, {y})", saves_in=(0, 1))

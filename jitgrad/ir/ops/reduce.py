@@ -50,25 +50,44 @@ def _sum_vjp(c, g):
 
 
 def _amax_vjp(c, g):
+    # torch.amax: (grad / count) * mask, mask = x == out (a NaN result: nan everywhere).  ``evenly`` (max() and
+    # min() of a whole tensor): torch's evenly_distribute_backward, where a NaN result's mask is the NaN elements
+    # and the rest get an exact 0
     x, out = c.inputs[0], _keep(c, c.outputs[0])
     mask = x == out
-    return (_keep(c, g) * mask / mask.sum(c.params["axes"], keepdim=True),)
+    if c.params.get("evenly"):
+        mask = mask | ((x != x) & (out != out))
+        return ((_keep(c, g) / mask.sum(c.params["axes"], keepdim=True)).where(mask, 0.0),)
+    return ((_keep(c, g) / mask.sum(c.params["axes"], keepdim=True)) * mask,)
 
 
 register(OpDef("sum", "reduce", _rule("sum", "acc"), _sum_impl, _sum_vjp,
                scalar=lambda acc, x: f"{acc} + {x}"))
-register(OpDef("amax", "reduce", _rule("amax"), lambda x, axes, keepdims: np.amax(x, axis=axes, keepdims=keepdims),
+register(OpDef("amax", "reduce", _rule("amax"),
+               lambda x, axes, keepdims, evenly=False: np.amax(x, axis=axes, keepdims=keepdims),
                _amax_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda acc, x: f"max({acc}, {x})"))
-register(OpDef("amin", "reduce", _rule("amin"), lambda x, axes, keepdims: np.amin(x, axis=axes, keepdims=keepdims),
+register(OpDef("amin", "reduce", _rule("amin"),
+               lambda x, axes, keepdims, evenly=False: np.amin(x, axis=axes, keepdims=keepdims),
                _amax_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda acc, x: f"min({acc}, {x})"))
 
 
 def _prod_vjp(c, g):
-    return (_keep(c, g) * c.bind("prod_others", c.inputs[0], axes=c.params["axes"]),)
+    # torch's prod_backward: when the *whole* input has no zero, grad * (result / input) (so an inf element gets
+    # nan, inf / inf; torch does that, we match it); when some element anywhere is 0, the product of the others
+    # computed without division (exact: finite second order at one zero, 0 at two or more).  The choice is a
+    # data-dependent branch in torch; here both branches are computed and one is selected, each on inputs made
+    # harmless where it is not selected (a where() alone would let its NaN derivatives leak into the second order).
+    x, out, g = c.inputs[0], _keep(c, c.outputs[0]), _keep(c, g)
+    if x.ndim == 0:
+        return (g,)
+    any_zero = (x == 0).sum() > 0
+    by_division = g * (out / x.where(~any_zero, 1.0))
+    exact = g * c.bind("prod_others", x.where(any_zero, 1.0), axes=c.params["axes"])
+    return (exact.where(any_zero, by_division),)
 
 
 register(OpDef("prod", "reduce", _rule("prod", "acc"), lambda x, axes, keepdims: np.prod(x, axis=axes, keepdims=keepdims),
-               _prod_vjp, saves_in=(0,), scalar=lambda acc, x: f"{acc} * {x}"))
+               _prod_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda acc, x: f"{acc} * {x}"))
 
 
 def _prod_others_impl(x, axes):
@@ -84,25 +103,63 @@ def _prod_others_impl(x, axes):
 
 
 def _prod_others_vjp(c, h):
-    # d/dx_k sum_i h_i prod_{j!=i} x_j = (sum_i h_i P_i - h_k P_k) / x_k  (second order assumes no zeros)
-    x, p = c.inputs[0], c.outputs[0]
-    hp = h * p
-    return ((hp.sum(c.params["axes"], keepdim=True) - hp) / x,)
+    # d/dx_k sum_i h_i prod_{j!=i} x_j = sum_{i!=k} h_i prod_{j!=i,k} x_j, without division (exact at zeros):
+    # row k of the matrix X[k, j] = (x_j if j != k else 1) has prod_others(X[k])_i = prod_{j!=i,k} x_j for i != k
+    x, axes = c.inputs[0], c.params["axes"]
+    shape = c.shapes[0]
+    keep = [i for i in range(len(shape)) if i not in axes]
+    perm = keep + list(axes)
+    inv = [perm.index(i) for i in range(len(shape))]
+    batch = tuple(shape[i] for i in keep)
+    n = 1
+    for a in axes:
+        n *= shape[a]
+    if n <= 1:
+        return (h.new_zeros(shape),)
+    xf = x.permute(*perm).reshape(batch + (n,))
+    hf = h.permute(*perm).reshape(batch + (n,))
+    off = ~np.eye(n, dtype=bool)
+    rows = xf.unsqueeze(-2).expand(batch + (n, n)).where(off, 1.0)
+    others2 = c.bind("prod_others", rows, axes=(len(batch) + 1,))
+    t = (hf.unsqueeze(-2) * others2).where(off, 0.0).sum(-1)
+    return (t.reshape(tuple(shape[i] for i in perm)).permute(*inv),)
 
 
 register(OpDef("prod_others", "reduce", lambda av, p: [Aval(av[0].shape, av[0].dtype)], _prod_others_impl,
-               _prod_others_vjp, saves_in=(0,), saves_out=(0,), grad_name="ProdBackward0"))
+               _prod_others_vjp, saves_in=(0,), grad_name="ProdBackward0"))
 
 
 def _norm_vjp(c, g):
+    # torch's norm_backward for p=2: grad * (self / norm).masked_fill_(norm == 0, 0): the subgradient 0 at a zero
+    # vector, and (as torch) a NaN second order there, from the 0/0 under the mask
     x, n = c.inputs[0], _keep(c, c.outputs[0])
-    safe = n.where(n != 0, 1.0)  # the subgradient 0 at x == 0, as torch; keeps double backward finite
-    return (_keep(c, g) * x / safe,)
+    return (_keep(c, g) * (x / n).where(n != 0, 0.0),)
 
 
 register(OpDef("norm2", "reduce", _rule("norm", "float"),
                lambda x, axes, keepdims: np.sqrt(np.sum(x * x, axis=axes, keepdims=keepdims)),
                _norm_vjp, saves_in=(0,), saves_out=(0,), grad_name="NormBackward1"))
+
+
+def _normp_impl(x, axes, keepdims, p):
+    return np.sum(np.abs(x) ** p, axis=axes, keepdims=keepdims) ** (1.0 / p)
+
+
+def _normp_vjp(c, g):
+    # torch's norm_backward for a finite p other than 0 and 2, term for term: its masks put the subgradient 0 at
+    # zero elements (p < 1) and at zero vectors, where the composition sum(|x| ** p) ** (1 / p) gives 0 * inf
+    x, n, g, p = c.inputs[0], _keep(c, c.outputs[0]), _keep(c, g), c.params["p"]
+    if p == 1:
+        return (x.sign() * g,)
+    if p < 1:
+        scaled = x.sign() * (x.abs() ** (p - 1)).where(x != 0, 0.0)
+        return (scaled * g * n ** (1 - p),)
+    scaled = x.sign() * x.abs() ** (p - 1) if p < 2 else x * x.abs() ** (p - 2)
+    return (scaled * (g / n ** (p - 1)).where(n != 0, 0.0),)
+
+
+register(OpDef("normp", "reduce", _rule("norm", "float"), _normp_impl, _normp_vjp, saves_in=(0,), saves_out=(0,),
+               grad_name="LinalgVectorNormBackward0"))
 
 
 def _arg_rule(name):

@@ -1,0 +1,280 @@
+"""Singular samples: the points where autograd systems disagree, for every primitive (an OpInfo-like table).
+
+``SAMPLES`` maps a name to a list of ``Sample``: a program ``fn(m, *xs)`` written against the public API shared
+by jitgrad and torch (``m`` is the module: ``jg`` or ``torch``; tensor methods are the same in both) and its
+float64 inputs.  Keys of ``OP_SAMPLES`` are OpDef names (``jitgrad.ir.ops.OPS``); ``COMPOSITE_SAMPLES`` covers
+public functions written as compositions of primitives (var, std, softmax, norm with p != 2...), whose
+derivatives at singular points come from the composition, not from one rule.
+
+Inputs are chosen at zeros, ties (max/min/abs/relu/clamp), the bounds of a domain (log at 0, sqrt at 0, pow with a
+0 base or exponent), infinities, saturated values (tanh/sigmoid of large arguments), constant rows
+(var/std/softmax/norm), empty and size-1 dims.  Each op has few samples, each packing many singular points into
+one tensor (rows of a matrix for reductions), so a compiled check builds few graphs.
+
+``EXEMPT`` names the OpDefs with no singular-point behaviour of their own to check, and why;
+``tests/test_singular.py`` fails when an OpDef is in neither table.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+inf, nan = math.inf, math.nan
+
+# the generated kernels' fastmath flags (codegen/loops.py FASTMATH: reassoc, arcp, nsz, afn, contract) let LLVM
+# rewrite t + (-t) to 0 and (a / b) / b to a * (1 / b) * (1 / b): the reference interpreter keeps torch's inf - inf =
+# nan and its overflow points, the Numba backend does not
+_FASTMATH = ("Numba backend only: the kernels' fastmath flags (reassoc, arcp) let LLVM fold {what}; the reference "
+             "interpreter matches torch")
+
+
+@dataclass
+class Sample:
+    """``fn(m, *xs)`` on ``inputs`` (NumPy arrays: float inputs are differentiated, integer/bool ones are not).
+
+    ``second_order``: compare Hessian-vector products too (off for ops whose result is not differentiable).
+    ``differentiable``: False: no input requires grad (values only).
+    ``xfail``: a reason, for a case jitgrad does not match torch yet (reported, never silently passed).
+    ``numba_xfail``: a reason, for a case only the Numba backend gets wrong.
+    """
+    fn: Callable
+    inputs: list
+    label: str = ""
+    second_order: bool = True
+    differentiable: bool = True
+    xfail: str | None = None
+    numba_xfail: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def a(*vals):
+    return np.array(vals, dtype=np.float64)
+
+
+def rows(*rs):
+    return np.array(rs, dtype=np.float64)
+
+
+# every unary elementwise op sees the same general points, plus its own domain bounds
+_GENERAL = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, inf, -inf, 1e-300, -1e-300, 1e300]
+
+
+def _unary(method, *special):
+    pts = _GENERAL + [p for p in special if p not in _GENERAL]
+    return [Sample(lambda m, x: getattr(x, method)(), [np.array(pts, dtype=np.float64)], method)]
+
+
+# a 2-D pair grid for binary ops: every left point against every right point
+def _grid(left, right):
+    x, y = np.meshgrid(np.array(left, np.float64), np.array(right, np.float64), indexing="ij")
+    return [x.reshape(-1), y.reshape(-1)]
+
+
+_BIN = [0.0, -0.0, 1.0, -2.0, 0.5, inf, -inf, 1e-200, 1e200]
+
+OP_SAMPLES: dict[str, list[Sample]] = {
+    # ---- unary elementwise -------------------------------------------------------------------------
+    "neg": _unary("neg"),
+    "copy": [Sample(lambda m, x: x.clone(), [a(0.0, -0.0, inf, -inf, 1.0)])],
+    "exp": _unary("exp", 709.0, 710.0, -745.0, -750.0),
+    "log": _unary("log"),
+    "log1p": _unary("log1p", -1.0, -1.0 + 1e-16, -1e-300),
+    "expm1": _unary("expm1", 709.0, 710.0, -40.0),
+    "sqrt": _unary("sqrt"),
+    "rsqrt": _unary("rsqrt"),
+    "sin": _unary("sin", math.pi),
+    "cos": _unary("cos", math.pi / 2),
+    "tan": _unary("tan", math.pi / 2),
+    "tanh": _unary("tanh", 20.0, -20.0, 400.0, -400.0),
+    "sigmoid": _unary("sigmoid", 40.0, -40.0, 800.0, -800.0),
+    "relu": _unary("relu") + [Sample(lambda m, x, y: x.relu() * y, [a(nan, 0.0, -1.0, 1.0), a(1.0, inf, inf, inf)],
+                                     "nan input, inf cotangent")],
+    "abs": _unary("abs") + [Sample(lambda m, x: x.abs(), [a(nan)], "nan",
+                                   xfail="torch's sign(nan) is 0 (its kernel computes (0 < x) - (x < 0)), so abs's "
+                                         "gradient at nan is 0; jitgrad's sign is NumPy's (nan), gradient nan")],
+    "sign": _unary("sign") + [Sample(lambda m, x, y: x.sign() * y, [a(0.0, 1.0, -1.0, 2.0), a(inf, inf, nan, 1.0)],
+                                     "inf cotangent")],
+    "reciprocal": _unary("reciprocal"),
+    "erf": _unary("erf", 6.0, -6.0, 30.0, -30.0),
+    "isfinite": [Sample(lambda m, x: m.isfinite(x), [a(0.0, inf, -inf, nan, 1.0)], second_order=False)],
+    "logical_not": [Sample(lambda m, x: m.logical_not(x), [a(0.0, -0.0, inf, nan, 1.0)], second_order=False)],
+    "cast": [Sample(lambda m, x: x.to(m.float32).to(m.float64) * x, [a(0.0, -0.0, 1e300, -1e300, 1e-300, inf, 1.0)])],
+    # ---- binary elementwise ------------------------------------------------------------------------
+    "add": [Sample(lambda m, x, y: x + y, _grid(_BIN, _BIN))],
+    "sub": [Sample(lambda m, x, y: x - y, _grid(_BIN, _BIN))],
+    "mul": [Sample(lambda m, x, y: x * y, _grid(_BIN, _BIN))],
+    "div": [Sample(lambda m, x, y: x / y, _grid(_BIN, _BIN),
+                   numba_xfail=_FASTMATH.format(what="-g * ((x / y) / y) into -g * x * (1 / y) ** 2, so the second "
+                                                     "order at y = 1e-200 overflows to inf where torch gets inf * 0 = nan")),
+            Sample(lambda m, x: 1.0 / x, [a(0.0, -0.0, inf, -inf, 1e-200, 2.0)], "scalar / x")],
+    "pow": [Sample(lambda m, x, y: x ** y, _grid([0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, inf, -inf],
+                                                  [0.0, -0.0, 1.0, 2.0, 3.0, 0.5, 1.5, -1.0, -2.0, -0.5, inf, -inf])),
+            Sample(lambda m, x: x ** 2.0, [a(0.0, -0.0, 1.0, -3.0, inf, -inf)], "x ** 2"),
+            Sample(lambda m, x: x ** 0.5, [a(0.0, 1.0, -3.0, inf)], "x ** 0.5"),
+            Sample(lambda m, x: x ** -0.5, [a(0.0, 1.0, -3.0, inf)], "x ** -0.5"),
+            *[Sample((lambda e: lambda m, x: x ** e)(e), [a(-0.0)], f"x ** {e} at -0.0",
+                     xfail="torch computes a tensor to the power of the number 0.5 / -0.5 as sqrt / rsqrt, which keep "
+                           "the sign of -0.0 (sqrt(-0.) = -0., rsqrt(-0.) = -inf); jitgrad's pow is C99 pow "
+                           "(pow(-0., 0.5) = +0., pow(-0., -0.5) = +inf), so the value or gradient at -0.0 has the "
+                           "other sign of inf") for e in (0.5, -0.5)],
+            Sample(lambda m, x: x ** 0.0, [a(0.0, -0.0, 1.0, -3.0, inf)], "x ** 0"),
+            Sample(lambda m, x: x ** -1.0, [a(0.0, -0.0, 1.0, -3.0, inf)], "x ** -1"),
+            Sample(lambda m, x: 2.0 ** x, [a(0.0, -0.0, 1.0, -3.0, inf, -inf, 1100.0)], "2 ** x"),
+            Sample(lambda m, x: 0.0 ** x, [a(0.0, -0.0, 1.0, -3.0, 0.5, inf)], "0 ** x")],
+    "maximum": [Sample(lambda m, x, y: m.maximum(x, y), _grid([0.0, -0.0, 1.0, inf, -inf, nan], [0.0, -0.0, 1.0, inf, -inf, nan]))],
+    "minimum": [Sample(lambda m, x, y: m.minimum(x, y), _grid([0.0, -0.0, 1.0, inf, -inf, nan], [0.0, -0.0, 1.0, inf, -inf, nan]))],
+    "mod": [Sample(lambda m, x, y: m.remainder(x, y), _grid([0.0, 1.0, -1.0, 3.5, -3.5], [0.0, 1.0, -1.0, 2.0, -2.0]))],
+    "floordiv": [Sample(lambda m, x, y: m.floor_divide(x, y), _grid([0.0, 1.0, -1.0, 3.5, inf], [0.0, 1.0, -2.0, inf]),
+                        "values only: torch raises 'derivative for aten::floor_divide is not implemented' in backward",
+                        differentiable=False)],
+    "where": [Sample(lambda m, c, x, y: m.where(c, x, y),
+                     [np.array([True, False, True, False, True]), a(0.0, inf, nan, 1.0, -inf), a(inf, 0.0, 1.0, nan, 2.0)])],
+    "clamp": [Sample(lambda m, x: x.clamp(0.0, 1.0), [a(-1.0, 0.0, -0.0, 0.5, 1.0, 2.0, inf, -inf)], "clamp(0, 1)"),
+              Sample(lambda m, x: x.clamp(min=0.0), [a(-1.0, 0.0, -0.0, 0.5, inf, -inf)], "clamp(min=0)"),
+              Sample(lambda m, x: x.clamp(max=0.0), [a(-1.0, 0.0, -0.0, 0.5, inf, -inf)], "clamp(max=0)"),
+              Sample(lambda m, x: x.clamp(1.0, 0.0), [a(-1.0, 0.0, 0.5, 1.0, 2.0)], "clamp(min > max)")],
+    **{name: [Sample((lambda op: lambda m, x, y: getattr(m, op)(x, y))(name),
+                     _grid([0.0, -0.0, inf, -inf, nan], [0.0, -0.0, inf, -inf, nan]), second_order=False)]
+       for name in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or")},
+    # ---- reductions ---------------------------------------------------------------------------------
+    "sum": [Sample(lambda m, x: x.sum(1), [rows([0.0, 0.0, 0.0], [inf, -inf, 1.0], [inf, 1.0, 2.0], [1.0, 2.0, 3.0])]),
+            Sample(lambda m, x: x.sum(1), [np.zeros((3, 0))], "empty dim"),
+            Sample(lambda m, x: x.sum(), [np.zeros((0,))], "empty")],
+    "amax": [Sample(lambda m, x: x.amax(1), [rows([1.0, 1.0, 0.0], [2.0, 2.0, 2.0], [inf, inf, 1.0], [-inf, -inf, -inf],
+                                                  [0.0, -0.0, -1.0], [3.0, 1.0, 2.0])]),
+             Sample(lambda m, x: x.amax(), [rows([1.0, 3.0], [3.0, 3.0])], "all"),
+             Sample(lambda m, x: x.amax(1), [rows([5.0], [-inf])], "size-1 dim")],
+    "amin": [Sample(lambda m, x: x.amin(1), [rows([1.0, 1.0, 2.0], [2.0, 2.0, 2.0], [-inf, -inf, 1.0], [inf, inf, inf],
+                                                  [0.0, -0.0, 1.0], [3.0, 1.0, 2.0])]),
+             Sample(lambda m, x: x.amin(), [rows([1.0, 0.0], [0.0, 3.0])], "all")],
+    "prod": [Sample(lambda m, x: x.prod(1), [rows([2.0, 3.0, 4.0], [0.0, 3.0, 4.0], [2.0, 0.0, 4.0], [2.0, 3.0, 0.0],
+                                                  [0.0, 0.0, 4.0], [0.0, 3.0, 0.0], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0])],
+                    "zeros in rows"),
+             Sample(lambda m, x: x.prod(1), [rows([2.0, 3.0, 4.0], [-1.0, 0.5, 4.0], [1.0, 1.0, 1.0])], "no zeros"),
+             Sample(lambda m, x: x.prod(1), [rows([2.0, inf, 4.0], [-1.0, 0.5, 4.0], [inf, inf, 1.0])], "inf, no zeros"),
+             Sample(lambda m, x: x.prod(1), [rows([2.0, inf, 4.0], [0.0, 0.5, 4.0])], "inf beside a zero row",
+                    xfail="second order only: torch differentiates its cumprod-based formula (cumprod_backward's "
+                          "O(n^2) loop) and gets inf/nan where jitgrad's product-of-others gets nan/finite at the "
+                          "inf element; values and gradients match"),
+             Sample(lambda m, x: x.prod(), [a(2.0, 0.0, 3.0, 5.0)], "all, one zero"),
+             Sample(lambda m, x: x.prod(), [a(2.0, 0.0, 3.0, 0.0)], "all, two zeros"),
+             Sample(lambda m, x: x.prod(), [a(2.0, -3.0, 0.5)], "all, no zero"),
+             Sample(lambda m, x: x.prod(1), [rows([0.0], [inf], [2.0])], "size-1 dim"),
+             Sample(lambda m, x: x.prod(1), [np.zeros((2, 0))], "empty dim"),
+             Sample(lambda m, x: x.prod(0), [np.array(0.0)], "0-d")],
+    "normp": [Sample(lambda m, x: x.norm(p=3, dim=1), [rows([0.0, 0.0], [-0.0, 2.0], [3.0, -4.0])], "p=3, zero rows")],
+    "norm2": [Sample(lambda m, x: x.norm(dim=1), [rows([0.0, 0.0, 0.0], [3.0, 4.0, 0.0], [inf, 1.0, 0.0], [1e-200, 0.0, 0.0],
+                                                       [1e200, 1e200, 0.0], [-0.0, 0.0, -0.0])]),
+              Sample(lambda m, x: x.norm(), [a(0.0, 0.0)], "all, zero vector"),
+              Sample(lambda m, x: x.norm(dim=1), [np.zeros((2, 0))], "empty dim")],
+    "argmax": [Sample(lambda m, x: x.argmax(1), [rows([1.0, 1.0, 0.0], [-inf, -inf, -inf], [0.0, inf, inf], [-0.0, 0.0, -1.0])],
+                      second_order=False)],
+    "argmin": [Sample(lambda m, x: x.argmin(1), [rows([1.0, 1.0, 2.0], [inf, inf, inf], [0.0, -inf, -inf], [0.0, -0.0, 1.0])],
+                      second_order=False)],
+    # ---- shape, index, linalg ---------------------------------------------------------------------
+    "reshape": [Sample(lambda m, x: x.reshape(3, 0), [np.zeros((0, 3))], "empty"),
+                Sample(lambda m, x: x.reshape(2, 1) * x.reshape(1, 2), [a(inf, 0.0)], "inf * 0")],
+    "permute": [Sample(lambda m, x: x.permute(1, 0, 2), [np.zeros((2, 0, 1))], "empty"),
+                Sample(lambda m, x: x.permute(1, 0) * x, [rows([inf, 0.0], [0.0, 1.0])], "inf * 0")],
+    "broadcast_to": [Sample(lambda m, x: x.expand(3, 2) * x, [rows([inf, 0.0])], "inf * 0"),
+                     Sample(lambda m, x: x.expand(0, 2), [rows([1.0, 2.0])], "to empty")],
+    "cat": [Sample(lambda m, x, y: m.cat([x, y], 1) * m.cat([y, x], 1), [np.zeros((2, 0)), rows([inf, 0.0], [1.0, -0.0])])],
+    "getitem": [Sample(lambda m, x: x[m.tensor([0, 0, 2])] * x[m.tensor([2, 2, 0])], [a(inf, 1.0, 0.0)], "repeated index"),
+                Sample(lambda m, x: x[:, 0:0], [rows([1.0, 2.0])], "empty slice"),
+                Sample(lambda m, x: x[1] * x, [rows([0.0, inf], [inf, 0.0])], "int index")],
+    "index_put": [Sample(lambda m, x, v: _setitem(x, (slice(0, 2),), v) * x, [a(inf, 0.0, 2.0), a(0.0, inf)], "slice <- v"),
+                  Sample(lambda m, x, v: _setitem(x, (m.tensor([0, 2]),), v) * v.sum(), [a(inf, 0.0, 2.0), a(0.0, inf)],
+                         "index <- v")],
+    "matmul": [Sample(lambda m, x, y: x @ y, [rows([inf, 0.0], [1.0, 2.0]), rows([0.0, 1.0], [inf, 0.0])], "inf * 0"),
+               Sample(lambda m, x, y: x @ y, [np.zeros((2, 0)), np.zeros((0, 3))], "empty inner dim"),
+               Sample(lambda m, x, y: x @ y, [a(0.0, inf), a(inf, 0.0)], "1-D dot")],
+}
+
+
+def _setitem(x, key, v):
+    y = x.clone()
+    y[key] = v
+    return y
+
+
+# public functions that are compositions of primitives
+COMPOSITE_SAMPLES: dict[str, list[Sample]] = {
+    "mean": [Sample(lambda m, x: x.mean(1), [rows([inf, -inf], [inf, 1.0], [0.0, 0.0])]),
+             Sample(lambda m, x: x.mean(1), [np.zeros((2, 0))], "empty dim")],
+    "var": [Sample(lambda m, x: x.var(1), [rows([2.0, 2.0, 2.0], [0.0, 0.0, 0.0], [1.0, 2.0, 3.0], [-0.0, 0.0, -0.0])],
+                   "constant rows"),
+            Sample(lambda m, x: x.var(1), [rows([inf, 1.0, 1.0], [1.0, 2.0, 3.0])], "a row holding inf",
+                   xfail="torch's closed-form var_backward 2 / (n - c) * grad * (x - mean) gives [nan, -inf, -inf]; "
+                         "jitgrad's var is a composition whose mean path adds sum(x - mean) = nan to every element"),
+            Sample(lambda m, x: x.var(1), [rows([2.0], [0.0])], "size-1 dim (n - 1 = 0)",
+                   numba_xfail=_FASTMATH.format(what="the backward's t + (-t) (t = inf * 0 paths of sum and mean) to 0, "
+                                                     "where torch's gradient is nan")),
+            Sample(lambda m, x: x.var(1, unbiased=False), [rows([2.0], [0.0])], "size-1 dim, biased"),
+            Sample(lambda m, x: x.var(1), [np.zeros((2, 0))], "empty dim")],
+    "std": [Sample(lambda m, x: x.std(1), [rows([2.0, 2.0, 2.0], [0.0, 0.0, 0.0], [1.0, 2.0, 3.0], [-0.0, 0.0, -0.0])],
+                   "constant rows"),
+            Sample(lambda m, x: x.std(1), [rows([inf, 1.0, 1.0], [1.0, 2.0, 3.0])], "a row holding inf"),
+            Sample(lambda m, x: x.std(), [a(5.0, 5.0)], "all, constant"),
+            Sample(lambda m, x: x.std(1), [rows([2.0], [0.0])], "size-1 dim (n - 1 = 0)",
+                   numba_xfail=_FASTMATH.format(what="the backward's t + (-t) (t = inf * 0 paths of sum and mean) to 0, "
+                                                     "where torch's gradient is nan")),
+            Sample(lambda m, x: x.std(1, unbiased=False), [rows([2.0], [0.0])], "size-1 dim, biased")],
+    "norm": [Sample(lambda m, x: x.norm(p=1, dim=1), [rows([0.0, 0.0], [-0.0, 2.0], [inf, 1.0])], "p=1"),
+             Sample(lambda m, x: x.norm(p=3, dim=1), [rows([0.0, 0.0], [-0.0, 2.0], [3.0, -4.0])], "p=3"),
+             Sample(lambda m, x: x.norm(p=1.5, dim=1), [rows([0.0, 0.0], [-0.0, 2.0], [3.0, -4.0])], "p=1.5"),
+             Sample(lambda m, x: x.norm(p=0.5, dim=1), [rows([0.0, 0.0], [-0.0, 2.0], [3.0, -4.0])], "p=0.5"),
+             Sample(lambda m, x: x.norm(p=3, dim=1), [rows([inf, 0.0], [1e-200, 0.0], [1e200, 1.0])], "p=3, inf/tiny/huge"),
+             Sample(lambda m, x: x.norm(p=-1.5), [a(0.0, 2.0, -1.0)], "p=-1.5"),
+             Sample(lambda m, x: x.norm(p=inf, dim=1), [rows([0.0, 0.0], [-2.0, 2.0], [3.0, -4.0])], "p=inf"),
+             Sample(lambda m, x: x.norm(p=-inf, dim=1), [rows([0.0, 0.0], [-2.0, 2.0], [3.0, -4.0])], "p=-inf")],
+    "softmax": [Sample(lambda m, x: x.softmax(1), [rows([1.0, 1.0, 1.0], [0.0, -inf, 1.0], [-inf, -inf, -inf], [800.0, 0.0, -800.0],
+                                                        [inf, 0.0, 1.0], [inf, inf, 1.0], [-inf, 1.0, 2.0])])],
+    "log_softmax": [Sample(lambda m, x: x.log_softmax(1), [rows([1.0, 1.0, 1.0], [0.0, -inf, 1.0], [-inf, -inf, -inf],
+                                                                [800.0, 0.0, -800.0], [inf, 0.0, 1.0], [inf, inf, 1.0],
+                                                                [-inf, 1.0, 2.0])])],
+    "logsumexp": [Sample(lambda m, x: x.logsumexp(1), [rows([1.0, 1.0, 1.0], [0.0, -inf, 1.0], [-inf, -inf, -inf],
+                                                            [800.0, 0.0, -800.0], [inf, 0.0, 1.0], [inf, inf, 1.0],
+                                                            [-inf, 1.0, 2.0])])],
+    "softmax (size-1 and empty dims)": [Sample(lambda m, x: x.softmax(1), [rows([inf], [-inf], [2.0])], "size-1 dim"),
+                                        Sample(lambda m, x: x.softmax(1), [np.zeros((0, 3))], "empty batch")],
+    "log_softmax (size-1 and empty dims)": [Sample(lambda m, x: x.log_softmax(1), [rows([inf], [-inf], [2.0])], "size-1 dim"),
+                                            Sample(lambda m, x: x.log_softmax(1), [np.zeros((0, 3))], "empty batch")],
+    "logsumexp (size-1 and empty dims)": [Sample(lambda m, x: x.logsumexp(1), [rows([inf], [-inf], [2.0])], "size-1 dim"),
+                                          Sample(lambda m, x: x.logsumexp(1), [np.zeros((2, 0))], "empty dim")],
+    "max(dim)": [Sample(lambda m, x: x.max(1)[0], [rows([1.0, 1.0, 0.0], [inf, inf, 1.0], [0.0, -0.0, -1.0])])],
+    "min(dim)": [Sample(lambda m, x: x.min(1)[0], [rows([1.0, 1.0, 2.0], [-inf, -inf, 1.0], [0.0, -0.0, 1.0])])],
+    "max()": [Sample(lambda m, x: x.max(), [rows([1.0, 3.0], [3.0, 3.0])]),
+              Sample(lambda m, x: x.max(), [rows([1.0, nan], [nan, 3.0])], "nan"),
+              Sample(lambda m, x: x.max() * m.tensor(inf), [rows([1.0, 3.0], [3.0, -inf])], "inf cotangent")],
+    "min()": [Sample(lambda m, x: x.min(), [rows([1.0, -3.0], [-3.0, 3.0])]),
+              Sample(lambda m, x: x.min(), [rows([1.0, nan], [nan, 3.0])], "nan")],
+    "amax/amin (nan)": [Sample(lambda m, x: x.amax(1) + x.amin(), [rows([1.0, nan], [2.0, 3.0])])],
+    "max(dim) (nan)": [Sample(lambda m, x: x.max(1)[0] + x.min(1)[0], [rows([1.0, nan, nan], [nan, 3.0, 4.0], [1.0, 2.0, 2.0])])],
+    "norm(p=inf) (nan)": [Sample(lambda m, x: x.norm(p=inf, dim=1), [rows([1.0, nan], [2.0, -3.0])],
+                                 xfail="torch's sign(nan) is 0, so the gradient at the nan element is 0; jitgrad's sign "
+                                       "is NumPy's (nan)")],
+    "clamp(tensor bounds)": [Sample(lambda m, x, lo, hi: m.clamp(x, lo, hi),
+                                    [a(0.0, 1.0, 0.5, 2.0, -1.0, 1.0), a(0.0, 0.0, 0.0, 1.0, 1.0, 1.0),
+                                     a(1.0, 1.0, 1.0, 0.0, 1.0, 1.0)]),
+                             Sample(lambda m, x, lo: m.clamp(x, min=lo), [a(0.0, 1.0, -1.0, nan), a(0.0, 0.0, 0.0, 0.0)], "min only"),
+                             Sample(lambda m, x, hi: m.clamp(x, max=hi), [a(0.0, 1.0, -1.0, inf), a(0.0, 0.0, 0.0, inf)], "max only")],
+    "gelu": [Sample(lambda m, x: m.nn.functional.gelu(x), [a(0.0, -0.0, 40.0, -40.0, inf, -inf)]),
+             Sample(lambda m, x: m.nn.functional.gelu(x, approximate="tanh"), [a(0.0, -0.0, 40.0, -40.0, 1e100)], "tanh")],
+    "l1_loss": [Sample(lambda m, x, y: m.nn.functional.l1_loss(x, y), [a(0.0, 1.0, -1.0, 2.0), a(0.0, 1.0, 1.0, inf)])],
+    "mse_loss": [Sample(lambda m, x, y: m.nn.functional.mse_loss(x, y), [a(0.0, 1.0, inf), a(0.0, 1.0, 1.0)])],
+    "cross_entropy": [Sample(lambda m, x: m.nn.functional.cross_entropy(x, m.tensor([0, 1, 2])),
+                             [rows([0.0, -inf, 1.0], [1.0, 1.0, 1.0], [800.0, 0.0, -800.0])])],
+    "square": [Sample(lambda m, x: m.square(x), [a(0.0, -0.0, inf, -inf, 1e200)])],
+    "log2": [Sample(lambda m, x: m.log2(x), [a(0.0, -0.0, inf, -1.0, 1.0)])],
+}
+
+SAMPLES = {**OP_SAMPLES, **COMPOSITE_SAMPLES}
+
+# OpDefs with no samples of their own, and why
+EXEMPT = {
+    "prod_others": "an internal primitive: the vjp of prod (its first and second derivatives are prod's second and "
+                   "third), checked through the prod samples",
+}
