@@ -1108,7 +1108,18 @@ SMOKE = {
     "matmul": lambda: _g(lambda a, b: a @ b, (2, 3), (3, 2)),
     "getitem": lambda: _g(lambda a: a[1:, jg.tensor([0, 2, 2])], (2, 3)),
     "index_put": lambda: SMOKE_index_put(),
+    # fused primitives: eager softmax / log_softmax / nll_loss bind them (ir/ops/fused.py)
+    "softmax": lambda: _g(lambda a: jg.softmax(a, 1), (2, 3)),
+    "log_softmax": lambda: _g(lambda a: jg.log_softmax(a, 0), (2, 3)),
+    "nll_loss": lambda: SMOKE_nll_loss(),
 }
+
+
+def SMOKE_nll_loss():
+    import jitgrad.nn.functional as F
+    target = jg.tensor([0, 2, -100])
+    for red in ("mean", "sum", "none"):
+        _g(lambda a: F.nll_loss(a, target, reduction=red), (3, 3))
 
 
 def SMOKE_index_put():

@@ -14,6 +14,7 @@ from ..ir.ops import OPS as O
 from ..ir.ops import OpError, normalize_axes, normalize_axis
 from .dispatch import bind, op_error
 from .tensor import Tensor
+from ..tracer import STATE as _TR
 
 
 def _t(x, like=None):
@@ -321,6 +322,8 @@ def softmax(input, dim, dtype=None):
     if dtype is not None:
         input = input.to(dtype)
     ax = _axis("softmax", input, dim)
+    if _TR.active is None and input.ndim and input._data.size and input._data.dtype.kind == "f":
+        return bind(O["softmax"], input, axis=ax)      # fused in eager mode (see ir/ops/fused.py)
     m = bind(O["amax"], input, axes=(ax,), keepdims=True).detach()
     e = exp(input - m.where(isfinite(m), 0.0))
     return e / bind(O["sum"], e, axes=(ax,), keepdims=True)
@@ -336,6 +339,8 @@ def log_softmax(input, dim, dtype=None):
         input = input.float()
     if input.numel() == 0:
         return input * 1.0
+    if _TR.active is None and input.ndim:
+        return bind(O["log_softmax"], input, axis=ax)  # fused in eager mode (see ir/ops/fused.py)
     m = bind(O["amax"], input, axes=(ax,), keepdims=True).detach()
     s = input - m.where(isfinite(m), 0.0)
     return s - log(bind(O["sum"], exp(s), axes=(ax,), keepdims=True))
