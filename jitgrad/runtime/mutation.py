@@ -58,9 +58,8 @@ class InPlaceOps:
                                self._requires_grad)
             src.grad_fn, src._out_nr, src._acc = self.grad_fn, self._out_nr, self._accumulator() if self._requires_grad else None
             r = fn(src, *others)
-        else:
-            with grad_mode.no_grad():
-                r = fn(self, *others)
+        else:       # nothing requires grad, or grad mode is off: the op records nothing either way
+            r = fn(self, *others)
         if r.shape != self.shape:
             raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(r.shape)}")
         if r.dtype is not self.dtype and not np.can_cast(r._data.dtype, self._data.dtype, "same_kind"):

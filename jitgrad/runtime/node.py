@@ -14,6 +14,7 @@ from ..ir.ops import OPS
 
 _seq = itertools.count()
 _hook_ids = itertools.count()
+_bind = None
 
 FREED_MSG = ("Trying to backward through the graph a second time (or directly access saved tensors after they have "
              "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
@@ -103,8 +104,10 @@ class Node:
 
     # --- vjp ctx surface -------------------------------------------------------------------------
     def bind(self, opname, *args, **params):
-        from .dispatch import bind
-        return bind(OPS[opname], *args, **params)
+        global _bind
+        if _bind is None:      # dispatch imports this module: import it back on first use
+            from .dispatch import bind as _bind
+        return _bind(OPS[opname], *args, **params)
 
     @property
     def saved_any(self) -> bool:
@@ -172,3 +175,4 @@ def zeros_for(meta):
     from .tensor import Tensor
     shape, dtype = meta
     return Tensor._make(np.zeros(shape, dtype.np))
+

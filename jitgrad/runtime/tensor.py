@@ -566,6 +566,8 @@ class Tensor(InPlaceOps):
                 axes.append(lead + i)
             elif d != self.shape[lead + i]:
                 raise RuntimeError(f"size {list(shape)} is not expandable to size {list(self.shape)}")
+        if axes and axes[-1] < lead:     # only leading dims to drop: one reduction, no reshape
+            return _bind(O["sum"], self, axes=tuple(axes), keepdims=False)
         r = _bind(O["sum"], self, axes=tuple(axes), keepdims=True) if axes else self
         return r.reshape(shape) if r.shape != shape else r
 

@@ -27,20 +27,20 @@ def _float_rule(name):
 
 def _shifted(x, axis):
     """x minus its max along ``axis`` (a non-finite max shifts by 0, as the composition's ``where`` does)."""
-    m = np.amax(x, axis=axis, keepdims=True)
-    if not np.isfinite(m).all():
+    m = x.max(axis=axis, keepdims=True)       # the methods skip np.amax's Python wrapper (small-tensor cost)
+    if not np.isfinite(m.sum()):                # rare: an overflowing sum only sends finite maxima the slow way
         m = np.where(np.isfinite(m), m, 0).astype(x.dtype, copy=False)
     return x - m
 
 
 def _log_softmax_impl(x, axis):
     s = _shifted(x, axis)
-    return s - np.log(np.sum(np.exp(s), axis=axis, keepdims=True))
+    return s - np.log(np.exp(s).sum(axis=axis, keepdims=True))
 
 
 def _softmax_impl(x, axis):
     e = np.exp(_shifted(x, axis))
-    return e / np.sum(e, axis=axis, keepdims=True)
+    return e / e.sum(axis=axis, keepdims=True)
 
 
 def _log_softmax_vjp(c, g):
@@ -79,14 +79,30 @@ def _nll_rule(avals, params):
     return [Aval(logp.shape[:1] if params["reduction"] == "none" else (), logp.dtype)]
 
 
+_ARANGE: dict = {}     # n -> np.arange(n): row indices, reused across calls
+
+
+def _rows(n):
+    r = _ARANGE.get(n)
+    if r is None:
+        if len(_ARANGE) > 64:
+            _ARANGE.clear()
+        r = _ARANGE[n] = np.arange(n)
+        r.flags.writeable = False
+    return r
+
+
 def _nll_weights(target, ignore_index):
     valid = target != ignore_index
     return valid, np.where(valid, target, 0)
 
 
 def _nll_impl(logp, target, ignore_index, reduction):
+    rows = _rows(target.shape[0])
+    if reduction == "mean" and not (target == ignore_index).any():     # the common case: nothing ignored
+        return -(logp[rows, target].sum(dtype=logp.dtype) / logp.dtype.type(target.shape[0]))
     valid, safe = _nll_weights(target, ignore_index)
-    picked = -logp[np.arange(target.shape[0]), safe] * valid.astype(logp.dtype)
+    picked = -logp[rows, safe] * valid.astype(logp.dtype)
     if reduction == "none":
         return picked
     total = picked.sum(dtype=logp.dtype)
@@ -109,7 +125,7 @@ def _nll_vjp(c, g):
         n = valid.sum()
         with np.errstate(all="ignore"):
             scale = scale / dtype.type(n) if n else scale * np.nan
-    w[np.arange(n_rows), safe] = scale
+    w[_rows(n_rows), safe] = scale
     if red == "none":
         g = c.bind("reshape", g, shape=(n_rows, 1))
     return (g * w, None)       # an ndarray operand binds as a constant tensor

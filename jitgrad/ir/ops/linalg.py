@@ -27,6 +27,12 @@ def _matmul_rule(avals, params):
     return [Aval(shape, x.dtype)]
 
 
+def _mT(c, t):
+    """The last two dims swapped: one permute bind (the ``.mT`` property's argument checks are not needed here)."""
+    n = t.ndim
+    return c.bind("permute", t, perm=tuple(range(n - 2)) + (n - 1, n - 2))
+
+
 def _matmul_vjp(c, g):
     x, y = c.inputs
     xs, ys = c.shapes
@@ -43,10 +49,10 @@ def _matmul_vjp(c, g):
     xs2 = (1,) + xs if len(xs) == 1 else xs
     ys2 = ys + (1,) if len(ys) == 1 else ys
     if c.needs_grad[0]:
-        gx = g2 @ y2.mT
+        gx = g2 @ _mT(c, y2)
         gx = gx.sum_to_size(xs2).reshape(xs) if gx.shape != xs else gx
     if c.needs_grad[1]:
-        gy = x2.mT @ g2
+        gy = _mT(c, x2) @ g2
         gy = gy.sum_to_size(ys2).reshape(ys) if gy.shape != ys else gy
     return gx, gy
 
