@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 
 from . import anomaly, grad_mode, profiler_state
-from .node import AccumulateGrad, zeros_for
+from .node import AccumulateGrad, Node, zeros_for
 from .dispatch import refresh_view
 from .tensor import Tensor
 from ..tracer import STATE as _TR
@@ -284,6 +284,11 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
     ready.sort(key=lambda n: n.seq)
     prev_mode = grad_mode.STATE.grad_enabled
     grad_mode.STATE.grad_enabled = create_graph
+    # the common case (no profiler, no trace, no anomaly mode) calls the vjp directly, not via _apply_node
+    plain = _PROF.active is None and _TR.active is None and not _AN.enabled
+    capturing = bool(cap_nodes)
+    every = inputs is None           # plain backward: every discovered node executes
+    acc_type = AccumulateGrad
     try:
         while ready:
             node = ready.pop()
@@ -296,20 +301,13 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                     if grads[nr] is not None and hooks:
                         grads[nr] = _run_tensor_hooks(hooks, grads[nr])
             if node.retain_grad_refs:
-                for nr, ref in node.retain_grad_refs.items():
-                    t = ref()
-                    if t is not None and grads[nr] is not None:
-                        g = grads[nr]
-                        if t._grad is None:
-                            t._grad = g if create_graph else _fresh(g)
-                        else:
-                            t._grad = t._grad + (g if create_graph else g.detach())
-            if isinstance(node, AccumulateGrad):
+                _retain(node, grads, create_graph)
+            if type(node) is acc_type:
                 var = node.variable
                 g = grads[0]
                 if g is not None and var._hooks:
                     g = _run_tensor_hooks(var._hooks, g)
-                if node in cap_nodes:
+                if capturing and node in cap_nodes:
                     for k in captures.get((node, 0), ()):
                         captured[k] = g
                 elif accumulate and g is not None:
@@ -319,29 +317,57 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                     else:
                         _accumulate(var, g, create_graph)
                 continue
-            if node in cap_nodes:
+            if capturing and node in cap_nodes:
                 for nr in range(len(grads)):
                     for k in captures.get((node, nr), ()):
                         captured[k] = grads[nr]
-            if node not in execute:
+            if not every and node not in execute:
                 continue
-            in_grads = _apply_node(node, grads, create_graph)
+            if plain and node._pre_hooks is None and node._hooks is None and type(node).apply is _NODE_APPLY:
+                # Node.apply inlined: zeros for outputs with no cotangent, saved-value checks, the vjp rule
+                for i, g in enumerate(grads):
+                    if g is None and node.out_meta[i][1] is not None:
+                        grads[i] = zeros_for(node.out_meta[i])
+                node.check_saved()
+                in_grads = node.op.vjp(node, *grads)
+                if len(in_grads) != len(node.next_functions):
+                    raise RuntimeError(f"function {node.name()} returned an incorrect number of gradients "
+                                       f"(expected {len(node.next_functions)}, got {len(in_grads)})")
+            else:
+                in_grads = _apply_node(node, grads, create_graph)
             if not retain_graph:
                 node.release()
             for (child, nr), g in zip(node.next_functions, in_grads):
-                if child is None or child not in deps:
+                if child is None:
+                    continue
+                d = deps.get(child)
+                if d is None:
                     continue
                 if g is not None:
                     buf = buffers.get(child)
                     if buf is None:
-                        buf = buffers[child] = [None] * max(1, len(child.out_meta))
-                    buf[nr] = g if buf[nr] is None else buf[nr] + g
-                deps[child] -= 1
-                if deps[child] == 0:
+                        buf = buffers[child] = [None] * (len(child.out_meta) or 1)
+                        buf[nr] = g
+                    else:
+                        buf[nr] = g if buf[nr] is None else buf[nr] + g
+                if d == 1:
                     ready.append(child)
+                deps[child] = d - 1
     finally:
         grad_mode.STATE.grad_enabled = prev_mode
     return captured
+
+
+def _retain(node, grads, create_graph):
+    """retain_grad(): the tensors that retain their gradient get it (a fresh buffer unless create_graph)."""
+    for nr, ref in node.retain_grad_refs.items():
+        t = ref()
+        if t is not None and grads[nr] is not None:
+            g = grads[nr]
+            if t._grad is None:
+                t._grad = g if create_graph else _fresh(g)
+            else:
+                t._grad = t._grad + (g if create_graph else g.detach())
 
 
 def _apply_node(node, grads, create_graph):
@@ -417,3 +443,6 @@ def _nan_error(node, i, g) -> RuntimeError:
     op = getattr(node.op, "name", node.name())
     return anomaly.AnomalyError(anomaly.nonfinite_message(node.name(), i, kind, g.shape, g.dtype.name, node.loc,
                                                           node.stack, op=op))
+
+
+_NODE_APPLY = Node.apply

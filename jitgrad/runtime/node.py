@@ -123,6 +123,18 @@ class Node:
             if self.saved_any:
                 raise RuntimeError(FREED_MSG)
             return
+        versions, inputs = self.versions, self.inputs
+        if versions:            # the common case first: every saved value still at its saved version
+            for i, v in versions:
+                if inputs[i]._vc[0] != v:
+                    break
+            else:
+                versions = None
+        ov = self.out_versions
+        if ov and self.outputs[ov[0][0]]._vc[0] == ov[0][1] and len(ov) == 1:
+            ov = None
+        if not versions and not ov:
+            return
         for vals, versions, what in ((self.inputs, self.versions, "input"), (self.outputs, self.out_versions, "output")):
             if versions is None:
                 continue
