@@ -72,31 +72,39 @@ def _bind(op, args, params):
     tr = _TR.active
     if tr is not None:
         return _bind_traced(tr, op, args, params)
-    arrays = []
-    sig = [op]
-    need = False
-    for a in args:
-        if type(a) is Tensor or isinstance(a, Tensor):
-            d = a._data
-            arrays.append(d)
-            sig.append(d.shape)
-            sig.append(d.dtype)
-            if a._requires_grad or a.grad_fn is not None:
-                need = True
+    # the common signatures (one or two tensors, or a tensor and a Python scalar) build their cache key directly;
+    # the key is the same tuple the general loop below builds
+    n = len(args)
+    a0 = args[0] if n else None
+    if type(a0) is Tensor and n <= 2:
+        d0 = a0._data
+        need = a0._requires_grad or a0.grad_fn is not None
+        if n == 1:
+            arrays = (d0,)
+            key = (op, d0.shape, d0.dtype)
         else:
-            ta = type(a)
-            if ta not in _WEAK:
-                if isinstance(a, np.generic):   # NumPy scalars act as Python scalars
-                    return _bind(op, tuple(x.item() if isinstance(x, np.generic) else x for x in args), params)
-                if ta is np.ndarray and a.dtype in _FROM_NP:   # NumPy arrays act as tensors, as in torch
-                    return _bind(op, tuple(Tensor._make(x) if type(x) is np.ndarray else x for x in args), params)
-                else:
-                    raise TypeError(_with_loc(f"{op.name}: unsupported argument of type {ta.__name__}: {a!r}"))
-            arrays.append(a)
-            sig.append(ta)
-    if params:
-        sig.append(tuple(params.items()))
-    key = tuple(sig)
+            a1 = args[1]
+            t1 = type(a1)
+            if t1 is Tensor:
+                d1 = a1._data
+                arrays = (d0, d1)
+                key = (op, d0.shape, d0.dtype, d1.shape, d1.dtype)
+                if a1._requires_grad or a1.grad_fn is not None:
+                    need = True
+            elif t1 is float or t1 is int or t1 is bool:
+                arrays = (d0, a1)
+                key = (op, d0.shape, d0.dtype, t1)
+            else:
+                arrays = None
+        if params and arrays is not None:
+            key += (tuple(params.items()),)
+    else:
+        arrays = None
+    if arrays is None:
+        r = _general_key(op, args, params)
+        if type(r) is Tensor:
+            return r
+        arrays, key, need = r
     try:
         hit = _RULES.get(key)
     except TypeError:       # unhashable params: evaluate the rule uncached
@@ -140,6 +148,36 @@ def _bind(op, args, params):
     if _AN.enabled and _AN.check_forward and out.dtype.kind == "f" and not np.isfinite(out).all():
         _forward_nan(op, hit[1], t)
     return t
+
+
+def _general_key(op, args, params):
+    """The cache key of any other signature: (arrays, key, need), or the result of re-dispatching NumPy
+    scalars and arrays as Python scalars and tensors."""
+    arrays = []
+    sig = [op]
+    need = False
+    for a in args:
+        if type(a) is Tensor or isinstance(a, Tensor):
+            d = a._data
+            arrays.append(d)
+            sig.append(d.shape)
+            sig.append(d.dtype)
+            if a._requires_grad or a.grad_fn is not None:
+                need = True
+        else:
+            ta = type(a)
+            if ta not in _WEAK:
+                if isinstance(a, np.generic):   # NumPy scalars act as Python scalars
+                    return _bind(op, tuple(x.item() if isinstance(x, np.generic) else x for x in args), params)
+                if ta is np.ndarray and a.dtype in _FROM_NP:   # NumPy arrays act as tensors, as in torch
+                    return _bind(op, tuple(Tensor._make(x) if type(x) is np.ndarray else x for x in args), params)
+                else:
+                    raise TypeError(_with_loc(f"{op.name}: unsupported argument of type {ta.__name__}: {a!r}"))
+            arrays.append(a)
+            sig.append(ta)
+    if params:
+        sig.append(tuple(params.items()))
+    return arrays, tuple(sig), need
 
 
 _new = object.__new__

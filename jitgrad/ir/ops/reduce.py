@@ -41,8 +41,11 @@ def _keep(ctx, t):
 
 
 def _sum_impl(x, axes, keepdims):
-    r = np.sum(x, axis=axes, keepdims=keepdims)
-    return r
+    # the ufunc's reduce is np.sum without its Python wrapper (small-tensor cost); it widens ints and bools the same
+    return _add_reduce(x, axis=axes, keepdims=keepdims)
+
+
+_add_reduce = np.add.reduce
 
 
 def _sum_vjp(c, g):
@@ -57,9 +60,9 @@ def _amax_vjp(c, g):
 
 register(OpDef("sum", "reduce", _rule("sum", "acc"), _sum_impl, _sum_vjp,
                scalar=lambda acc, x: f"{acc} + {x}"))
-register(OpDef("amax", "reduce", _rule("amax"), lambda x, axes, keepdims: np.amax(x, axis=axes, keepdims=keepdims),
+register(OpDef("amax", "reduce", _rule("amax"), lambda x, axes, keepdims: np.maximum.reduce(x, axis=axes, keepdims=keepdims),
                _amax_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda acc, x: f"max({acc}, {x})"))
-register(OpDef("amin", "reduce", _rule("amin"), lambda x, axes, keepdims: np.amin(x, axis=axes, keepdims=keepdims),
+register(OpDef("amin", "reduce", _rule("amin"), lambda x, axes, keepdims: np.minimum.reduce(x, axis=axes, keepdims=keepdims),
                _amax_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda acc, x: f"min({acc}, {x})"))
 
 
