@@ -71,8 +71,8 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     if weight is None and input.ndim == 2 and _TR.active is None and reduction in ("mean", "sum", "none"):
         # eager: one fused primitive (ir/ops/fused.py); traced: the composition below, for codegen
         t = target._data
-        if t.size:
-            safe = np.where(t != ignore_index, t, 0)
+        if t.size and not (0 <= np.minimum.reduce(t, axis=None) and np.maximum.reduce(t, axis=None) < C):
+            safe = np.where(t != ignore_index, t, 0)        # ignored entries may lie outside [0, C)
             lo, hi = int(safe.min()), int(safe.max())
             if lo < 0 or hi >= C:
                 raise IndexError(f"nll_loss: Target {hi if hi >= C else lo} is out of bounds (number of classes {C})")

@@ -98,6 +98,14 @@ def _bind(op, args, params):
                 arrays = None
         if params and arrays is not None:
             key += (tuple(params.items()),)
+    elif n == 2 and type(args[1]) is Tensor and (type(a0) is float or type(a0) is int):     # 0.1 * t
+        a1 = args[1]
+        d1 = a1._data
+        arrays = (a0, d1)
+        key = (op, type(a0), d1.shape, d1.dtype)
+        if params:
+            key += (tuple(params.items()),)
+        need = a1._requires_grad or a1.grad_fn is not None
     else:
         arrays = None
     if arrays is None:
@@ -135,7 +143,7 @@ def _bind(op, args, params):
     t._acc = None
     t._out_nr = 0
     t._inference = _GM.inference
-    if op.view and np.may_share_memory(out, args[0]._data):
+    if op.view and _may_share_memory(out, args[0]._data):
         base = args[0]
         t._vc = base._vc
         t._base = base if base._base is None else base._base
@@ -181,6 +189,8 @@ def _general_key(op, args, params):
 
 
 _new = object.__new__
+# the C function under NumPy's __array_function__ dispatcher (its Python layer costs more than the check)
+_may_share_memory = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
 
 
 def _rule_entry(op, args, params):
@@ -257,8 +267,12 @@ def _record(op, params, args, hit, t):
         for i in si:
             if i >= len(args):
                 break
-            if only_for and i in only_for and not any(needs[j] for j in only_for[i]):
-                continue    # as torch: not saved when no input whose gradient reads it needs one
+            if only_for and i in only_for:
+                for j in only_for[i]:
+                    if needs[j]:
+                        break
+                else:
+                    continue    # as torch: not saved when no input whose gradient reads it needs one
             a = args[i]
             ins[i] = a
             if type(a) is Tensor or isinstance(a, Tensor):

@@ -43,7 +43,8 @@ def _make_root_grads(outputs, grad_outputs, create_graph):
             if out._data.size != 1:
                 raise RuntimeError(f"grad can be implicitly created only for scalar outputs (output {i} has shape "
                                    f"{list(out.shape)}); pass gradient= / grad_outputs= of that shape")
-            g = Tensor._make(np.ones(out.shape, out._data.dtype))
+            d = out._data
+            g = Tensor._make(np.array(1, d.dtype) if d.ndim == 0 else np.ones(d.shape, d.dtype))
         else:
             if not isinstance(g, Tensor):
                 g = Tensor._make(np.asarray(g, dtype=out._data.dtype))
@@ -159,6 +160,11 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
 
 def _accumulate(t: Tensor, g: Tensor, create_graph: bool):
     """AccumulateGrad: add ``g`` into ``t.grad`` (a fresh buffer, never aliasing a user's tensor)."""
+    gd = g._data
+    if t._grad is None and not create_graph and _TR.active is None and type(gd) is np.ndarray \
+            and gd.dtype == t._data.dtype:
+        t._grad = Tensor._make(gd.copy())       # the common first write: a detached copy
+        return
     if g.dtype is not t.dtype:
         g = g.to(t.dtype)
     old = t._grad

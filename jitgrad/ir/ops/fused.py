@@ -117,10 +117,13 @@ def _nll_vjp(c, g):
     target = c.inputs[1]._data
     n_rows, n_cls = c.shapes[0]
     dtype = np.dtype(c.dtypes[0].np)
-    valid, safe = _nll_weights(target, c.params["ignore_index"])
-    w = np.zeros((n_rows, n_cls), dtype)
-    scale = -valid.astype(dtype)
     red = c.params["reduction"]
+    w = np.zeros((n_rows, n_cls), dtype)
+    if red == "mean" and not (target == c.params["ignore_index"]).any():     # nothing ignored
+        w[_rows(n_rows), target] = -1.0 / n_rows
+        return (g * w, None)
+    valid, safe = _nll_weights(target, c.params["ignore_index"])
+    scale = -valid.astype(dtype)
     if red == "mean":
         n = valid.sum()
         with np.errstate(all="ignore"):

@@ -49,6 +49,8 @@ _add_reduce = np.add.reduce
 
 
 def _sum_vjp(c, g):
+    if len(c.params["axes"]) == len(c.shapes[0]):     # a full reduction: the 0-d cotangent broadcasts as it is
+        return (c.bind("broadcast_to", g, shape=c.shapes[0]) if c.shapes[0] != g.shape else g,)
     return (_keep(c, g).expand(c.shapes[0]),)
 
 
