@@ -1112,7 +1112,17 @@ SMOKE = {
     "softmax": lambda: _g(lambda a: jg.softmax(a, 1), (2, 3)),
     "log_softmax": lambda: _g(lambda a: jg.log_softmax(a, 0), (2, 3)),
     "nll_loss": lambda: SMOKE_nll_loss(),
+    "log_softmax_backward": lambda: SMOKE_log_softmax_backward(),
 }
+
+
+def SMOKE_log_softmax_backward():
+    # log_softmax's eager vjp binds it; differentiating that vjp again (create_graph) exercises its own vjp
+    def f(a, v):
+        y = jg.log_softmax(a, 1)
+        g, = jg.autograd.grad((y * v).sum(), a, create_graph=True)
+        return g
+    _g(f, (2, 3), (2, 3))
 
 
 def SMOKE_nll_loss():

@@ -295,6 +295,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
     capturing = bool(cap_nodes)
     every = inputs is None           # plain backward: every discovered node executes
     acc_type = AccumulateGrad
+    node_type = Node            # an op's node (subclasses with their own apply take _apply_node)
     try:
         while ready:
             node = ready.pop()
@@ -329,11 +330,12 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                         captured[k] = grads[nr]
             if not every and node not in execute:
                 continue
-            if plain and node._pre_hooks is None and node._hooks is None and type(node).apply is _NODE_APPLY:
+            if plain and type(node) is node_type and node._pre_hooks is None and node._hooks is None:
                 # Node.apply inlined: zeros for outputs with no cotangent, saved-value checks, the vjp rule
-                for i, g in enumerate(grads):
-                    if g is None and node.out_meta[i][1] is not None:
-                        grads[i] = zeros_for(node.out_meta[i])
+                if len(grads) != 1 or grads[0] is None:
+                    for i, g in enumerate(grads):
+                        if g is None and node.out_meta[i][1] is not None:
+                            grads[i] = zeros_for(node.out_meta[i])
                 node.check_saved()
                 in_grads = node.op.vjp(node, *grads)
                 if len(in_grads) != len(node.next_functions):
@@ -450,5 +452,3 @@ def _nan_error(node, i, g) -> RuntimeError:
     return anomaly.AnomalyError(anomaly.nonfinite_message(node.name(), i, kind, g.shape, g.dtype.name, node.loc,
                                                           node.stack, op=op))
 
-
-_NODE_APPLY = Node.apply

@@ -18,6 +18,7 @@ from .mutation import InPlaceOps
 from .traced import is_traced as _is_traced, traced_read as _traced_read
 
 _GM = grad_mode.STATE
+_engine = None
 _FROM_NP = dt._FROM_NP
 O = OPS
 
@@ -274,8 +275,11 @@ class Tensor(InPlaceOps):
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         """Accumulate the gradient of this tensor w.r.t. graph leaves into their ``.grad``."""
-        from .engine import backward
-        backward((self,), None if gradient is None else (gradient,), retain_graph, create_graph, inputs=inputs)
+        global _engine
+        if _engine is None:     # the engine imports this module: import it on first use
+            from . import engine as _engine
+        _engine.backward((self,), None if gradient is None else (gradient,), retain_graph, create_graph,
+                         inputs=inputs)
 
     def detach(self) -> "Tensor":
         """A new tensor sharing storage (and version counter) that never requires grad."""

@@ -46,7 +46,32 @@ def _softmax_impl(x, axis):
 def _log_softmax_vjp(c, g):
     # d/dx (x - logsumexp x) . g = g - softmax(x) * sum(g)
     out = c.outputs[0]
-    return (g - c.bind("exp", out) * c.bind("sum", g, axes=(c.params["axis"],), keepdims=True),)
+    ax = c.params["axis"]
+    if type(g._data) is np.ndarray and type(out._data) is np.ndarray:     # eager: one fused op
+        return (c.bind("log_softmax_backward", g, out, axis=ax),)
+    return (g - c.bind("exp", out) * c.bind("sum", g, axes=(ax,), keepdims=True),)     # traced: primitives
+
+
+def _lsm_bwd_rule(avals, params):
+    g, out = avals
+    if g.shape != out.shape or g.dtype is not out.dtype or not g.dtype.is_floating_point:
+        raise OpError(f"log_softmax_backward: expected matching float gradient and output, got "
+                      f"{g.dtype.name}{fmt_shape(g.shape)} and {out.dtype.name}{fmt_shape(out.shape)}")
+    return [Aval(g.shape, g.dtype)]
+
+
+def _lsm_bwd_impl(g, out, axis):
+    return g - np.exp(out) * g.sum(axis=axis, keepdims=True)
+
+
+def _lsm_bwd_vjp(c, h):
+    # y = g - e * sum(g), e = exp(out):  dy/dg . h = h - sum(h * e);  dy/dout . h = -h * e * sum(g)
+    g, out = c.inputs
+    ax = (c.params["axis"],)
+    e = c.bind("exp", out)
+    dg = h - c.bind("sum", h * e, axes=ax, keepdims=True) if c.needs_grad[0] else None
+    dout = -(h * e * c.bind("sum", g, axes=ax, keepdims=True)) if c.needs_grad[1] else None
+    return dg, dout
 
 
 def _softmax_vjp(c, g):
@@ -58,6 +83,9 @@ def _softmax_vjp(c, g):
 register(OpDef("log_softmax", "reduce", _float_rule("log_softmax"), _log_softmax_impl, _log_softmax_vjp,
                saves_out=(0,), grad_name="LogSoftmaxBackward0",
                doc="log_softmax(x; axis): x - logsumexp(x, axis), computed around the detached max"))
+register(OpDef("log_softmax_backward", "reduce", _lsm_bwd_rule, _lsm_bwd_impl, _lsm_bwd_vjp, saves_in=(0, 1),
+               grad_name="LogSoftmaxBackwardBackward0",
+               doc="log_softmax's vjp in eager mode, g - exp(out) * sum(g, axis): one op instead of four"))
 register(OpDef("softmax", "reduce", _float_rule("softmax"), _softmax_impl, _softmax_vjp,
                saves_out=(0,), grad_name="SoftmaxBackward0",
                doc="softmax(x; axis): exp(x - max) / sum(exp(x - max))"))
