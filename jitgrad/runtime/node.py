@@ -46,7 +46,7 @@ class Node:
 
     __slots__ = ("op", "params", "inputs", "outputs", "shapes", "dtypes", "needs_grad", "next_functions",
                  "versions", "out_versions", "out_meta", "_loc", "stack", "seq", "_freed", "_pre_hooks", "_hooks",
-                 "tensor_hooks", "retain_grad_refs", "metadata", "view_args", "view_base_fn", "__weakref__")
+                 "tensor_hooks", "retain_grad_refs", "_metadata", "view_args", "view_base_fn", "__weakref__")
 
     def __init__(self, op, params, next_functions, needs_grad):
         self.op = op
@@ -60,7 +60,7 @@ class Node:
         self.tensor_hooks = None     # {output_nr: OrderedDict of hooks registered on that output tensor}
         self.retain_grad_refs = None  # {output_nr: weakref to the tensor that retains its grad}
         self.stack = None
-        self.metadata = {}
+        self._metadata = None        # torch's Node.metadata dict, made on first use
         # for a view op's node: the op's args and its base's grad_fn when the view was made (see refresh_view)
         self.view_args = None
         self.view_base_fn = None
@@ -80,6 +80,14 @@ class Node:
         self._loc = value
 
     # --- torch.autograd.graph.Node surface -------------------------------------------------------
+    @property
+    def metadata(self) -> dict:
+        """A dict for the user's own annotations of this node (``torch.autograd.graph.Node.metadata``)."""
+        m = self._metadata
+        if m is None:
+            m = self._metadata = {}
+        return m
+
     def name(self) -> str:
         return self.op.grad_name
 
