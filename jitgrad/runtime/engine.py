@@ -235,44 +235,35 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                     deps[c] = d + 1
         needed = execute = deps.keys()
     else:
-        deps = None
-        # discover the graph reachable from the roots
-        children = {}
-        order = []
-        stack = [n for n, _ in root_edges]
-        seen = set(stack)
+        # the nodes on a path from a root to a capture point, in one iterative post-order walk (the graph is
+        # acyclic, so a node's children are final when it is): needed = it is a capture point or has a needed
+        # child; execute = it has a needed child (its vjp must run)
+        status = {}
+        needed = set()
+        execute = set()
+        stack = [(n, False) for n, _ in root_edges]
         while stack:
-            n = stack.pop()
-            order.append(n)
-            kids = [e[0] for e in n.next_functions if e[0] is not None]
-            children[n] = kids
-            for c in kids:
-                if c not in seen:
-                    seen.add(c)
-                    stack.append(c)
-        # which nodes matter: only those on a path to a capture point
-        needed = set(cap_nodes & seen)
-        # one pass over the (acyclic) graph in reverse topological order: children before parents
-        indeg = dict.fromkeys(order, 0)
-        for n in order:
-            for c in children[n]:
-                indeg[c] += 1
-        topo = []
-        todo = [n for n in order if indeg[n] == 0]
-        while todo:
-            n = todo.pop()
-            topo.append(n)
-            for c in children[n]:
-                indeg[c] -= 1
-                if indeg[c] == 0:
-                    todo.append(c)
-        for n in reversed(topo):
-            if n not in needed and any(c in needed for c in children[n]):
-                needed.add(n)
-        execute = {n for n in needed if any(c in needed for c in children[n])}
+            n, expanded = stack.pop()
+            if expanded:
+                for c, _ in n.next_functions:
+                    if c is not None and status[c]:
+                        execute.add(n)
+                        break
+                r = n in execute or n in cap_nodes
+                status[n] = r
+                if r:
+                    needed.add(n)
+                continue
+            if n in status:
+                continue
+            status[n] = False
+            stack.append((n, True))
+            for c, _ in n.next_functions:
+                if c is not None and c not in status:
+                    stack.append((c, False))
         deps = dict.fromkeys(needed, 0)
         for n in execute:
-            for c in children[n]:
+            for c, _ in n.next_functions:
                 if c in deps:
                     deps[c] += 1
 
