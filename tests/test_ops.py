@@ -165,7 +165,7 @@ def test_opdef_has_its_rules(name):
         assert isinstance(op.grad_name, str) and op.grad_name.endswith(("Backward0", "Backward1"))
     if op.family == "elementwise":
         assert callable(op.scalar), f"{name}: elementwise op without a scalar body"
-        names = ["a", "b", "c"][:{"where": 3}.get(name, 2 if name in BINARY_OPS else 1)]
+        names = ["a", "b", "c"][:{"where": 3, "tanh_backward": 2}.get(name, 2 if name in BINARY_OPS else 1)]
         params = {"clamp": {"min": 0.0, "max": 1.0}, "cast": {"dtype": jg.float32}}.get(name, {})
         body = op.scalar(*names, **params)
         assert isinstance(body, str) and all(n in body for n in names), f"{name}: scalar body {body!r}"
@@ -1113,7 +1113,16 @@ SMOKE = {
     "log_softmax": lambda: _g(lambda a: jg.log_softmax(a, 0), (2, 3)),
     "nll_loss": lambda: SMOKE_nll_loss(),
     "log_softmax_backward": lambda: SMOKE_log_softmax_backward(),
+    "tanh_backward": lambda: SMOKE_tanh_backward(),
 }
+
+
+def SMOKE_tanh_backward():
+    # tanh's eager vjp binds it; create_graph differentiates it again
+    def f(a, v):
+        g, = jg.autograd.grad((jg.tanh(a) * v).sum(), a, create_graph=True)
+        return g
+    _g(f, (2, 3), (2, 3))
 
 
 def SMOKE_log_softmax_backward():

@@ -1,4 +1,5 @@
-"""Fused primitives for composite functions eager mode calls often: ``softmax``, ``log_softmax``, ``nll_loss``.
+"""Fused primitives for composite functions eager mode calls often: ``softmax``, ``log_softmax``, ``nll_loss``,
+and the eager vjps of log_softmax and tanh.
 
 Each one is a composition of smaller primitives (``runtime/functions.py`` and ``nn/functional.py`` hold the
 compositions).  Eager mode binds the fused OpDef instead, so one NumPy call and one backward node replace six
@@ -86,6 +87,41 @@ register(OpDef("log_softmax", "reduce", _float_rule("log_softmax"), _log_softmax
 register(OpDef("log_softmax_backward", "reduce", _lsm_bwd_rule, _lsm_bwd_impl, _lsm_bwd_vjp, saves_in=(0, 1),
                grad_name="LogSoftmaxBackwardBackward0",
                doc="log_softmax's vjp in eager mode, g - exp(out) * sum(g, axis): one op instead of four"))
+def _tanh_bwd_rule(avals, params):
+    g, y = avals
+    if g.shape != y.shape or g.dtype is not y.dtype or not g.dtype.is_floating_point:
+        raise OpError(f"tanh_backward: expected matching float gradient and output, got "
+                      f"{g.dtype.name}{fmt_shape(g.shape)} and {y.dtype.name}{fmt_shape(y.shape)}")
+    return [Aval(g.shape, g.dtype)]
+
+
+def _tanh_bwd_impl(g, y):
+    if y.ndim == 0:                 # 0-d arithmetic gives NumPy scalars, which take no out=
+        return g * (1 - y * y)
+    t = y * y                       # g * (1 - y^2) with one temporary
+    np.subtract(1, t, out=t)
+    np.multiply(g, t, out=t)
+    return t
+
+
+def _tanh_bwd_vjp(c, h):
+    # z = g * (1 - y^2):  dz/dg . h = h * (1 - y^2);  dz/dy . h = -2 * h * g * y
+    g, y = c.inputs
+    dg = dy = None
+    if c.needs_grad[0]:
+        hd, yd = h._data, y._data
+        if type(hd) is np.ndarray and type(yd) is np.ndarray and hd.dtype == yd.dtype and hd.shape == yd.shape:
+            dg = c.bind("tanh_backward", h, y)
+        else:
+            dg = h * (1.0 - y * y)
+    if c.needs_grad[1]:
+        dy = h * g * y * -2.0
+    return dg, dy
+
+
+register(OpDef("tanh_backward", "elementwise", _tanh_bwd_rule, _tanh_bwd_impl, _tanh_bwd_vjp,
+               scalar=lambda g, y: f"({g} * (1.0 - {y} * {y}))", saves_in=(0, 1), grad_name="TanhBackwardBackward0",
+               doc="tanh's vjp in eager mode, g * (1 - y^2): one op instead of three"))
 register(OpDef("softmax", "reduce", _float_rule("softmax"), _softmax_impl, _softmax_vjp,
                saves_out=(0,), grad_name="SoftmaxBackward0",
                doc="softmax(x; axis): exp(x - max) / sum(exp(x - max))"))
