@@ -165,7 +165,7 @@ def test_opdef_has_its_rules(name):
         assert isinstance(op.grad_name, str) and op.grad_name.endswith(("Backward0", "Backward1"))
     if op.family == "elementwise":
         assert callable(op.scalar), f"{name}: elementwise op without a scalar body"
-        names = ["a", "b", "c"][:{"where": 3, "rand_uniform": 2, "rand_normal": 2}.get(
+        names = ["a", "b", "c"][:{"where": 3, "rand_uniform": 2, "rand_normal": 2, "tanh_backward": 2}.get(
             name, 2 if name in BINARY_OPS else 1)]
         params = {"clamp": {"min": 0.0, "max": 1.0}, "cast": {"dtype": jg.float32},
                   "rand_uniform": {"shape": (2,), "dtype": jg.float32},
@@ -1121,7 +1121,37 @@ SMOKE = {
     "cumprod": lambda: _g(lambda a: a.cumprod(1), (2, 3)),
     "argsort": lambda: jg.argsort(_x()),
     "histc": lambda: jg.histc(_x(), 3),
+    # fused primitives: eager softmax / log_softmax / nll_loss bind them (ir/ops/fused.py)
+    "softmax": lambda: _g(lambda a: jg.softmax(a, 1), (2, 3)),
+    "log_softmax": lambda: _g(lambda a: jg.log_softmax(a, 0), (2, 3)),
+    "nll_loss": lambda: SMOKE_nll_loss(),
+    "log_softmax_backward": lambda: SMOKE_log_softmax_backward(),
+    "tanh_backward": lambda: SMOKE_tanh_backward(),
 }
+
+
+def SMOKE_tanh_backward():
+    # tanh's eager vjp binds it; create_graph differentiates it again
+    def f(a, v):
+        g, = jg.autograd.grad((jg.tanh(a) * v).sum(), a, create_graph=True)
+        return g
+    _g(f, (2, 3), (2, 3))
+
+
+def SMOKE_log_softmax_backward():
+    # log_softmax's eager vjp binds it; differentiating that vjp again (create_graph) exercises its own vjp
+    def f(a, v):
+        y = jg.log_softmax(a, 1)
+        g, = jg.autograd.grad((y * v).sum(), a, create_graph=True)
+        return g
+    _g(f, (2, 3), (2, 3))
+
+
+def SMOKE_nll_loss():
+    import jitgrad.nn.functional as F
+    target = jg.tensor([0, 2, -100])
+    for red in ("mean", "sum", "none"):
+        _g(lambda a: F.nll_loss(a, target, reduction=red), (3, 3))
 
 
 def SMOKE_index_put():

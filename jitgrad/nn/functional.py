@@ -7,8 +7,11 @@ import numpy as np
 
 from ..ir import dtypes as dt
 from ..runtime import functions as F
+from ..ir.ops import OPS as O
+from ..runtime.dispatch import bind
 from ..runtime.factories import arange
 from ..runtime.tensor import Tensor
+from ..tracer import STATE as _TR
 from .dropout import dropout  # noqa: F401  (F.dropout)
 
 relu = F.relu
@@ -68,6 +71,16 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
         raise RuntimeError(f"nll_loss: expected target of shape {list(input.shape[:1] + input.shape[2:])} for input "
                            f"of shape {list(input.shape)}, got {list(target.shape)}")
     C = input.shape[1]
+    if weight is None and input.ndim == 2 and _TR.active is None and reduction in ("mean", "sum", "none"):
+        # eager: one fused primitive (ir/ops/fused.py); traced: the composition below, for codegen
+        t = target._data
+        if t.size and not (0 <= np.minimum.reduce(t, axis=None) and np.maximum.reduce(t, axis=None) < C):
+            safe = np.where(t != ignore_index, t, 0)        # ignored entries may lie outside [0, C)
+            lo, hi = int(safe.min()), int(safe.max())
+            if lo < 0 or hi >= C:
+                raise IndexError(f"nll_loss: Target {hi if hi >= C else lo} is out of bounds (number of classes {C})")
+        loss = bind(O["nll_loss"], input, target, ignore_index=int(ignore_index), reduction=reduction)
+        return loss.reshape(()) if unbatched and reduction == "none" else loss
     valid = target != ignore_index
     safe = target.where(valid, 0)
     # bounds are checked on concrete targets (inside @compile the value is not known while tracing)

@@ -72,11 +72,100 @@ def _bind(op, args, params):
     tr = _TR.active
     if tr is not None:
         return _bind_traced(tr, op, args, params)
+    # the common signatures (one or two tensors, or a tensor and a Python scalar) build their cache key directly;
+    # the key is the same tuple the general loop below builds
+    n = len(args)
+    a0 = args[0] if n else None
+    if type(a0) is Tensor and n <= 2:
+        d0 = a0._data
+        need = a0._requires_grad or a0.grad_fn is not None
+        if n == 1:
+            arrays = (d0,)
+            key = (op, d0.shape, d0.dtype)
+        else:
+            a1 = args[1]
+            t1 = type(a1)
+            if t1 is Tensor:
+                d1 = a1._data
+                arrays = (d0, d1)
+                key = (op, d0.shape, d0.dtype, d1.shape, d1.dtype)
+                if a1._requires_grad or a1.grad_fn is not None:
+                    need = True
+            elif t1 is float or t1 is int or t1 is bool:
+                arrays = (d0, a1)
+                key = (op, d0.shape, d0.dtype, t1)
+            else:
+                arrays = None
+        if params and arrays is not None:
+            key += (tuple(params.items()),)
+    elif n == 2 and type(args[1]) is Tensor and (type(a0) is float or type(a0) is int):     # 0.1 * t
+        a1 = args[1]
+        d1 = a1._data
+        arrays = (a0, d1)
+        key = (op, type(a0), d1.shape, d1.dtype)
+        if params:
+            key += (tuple(params.items()),)
+        need = a1._requires_grad or a1.grad_fn is not None
+    else:
+        arrays = None
+    if arrays is None:
+        r = _general_key(op, args, params)
+        if type(r) is Tensor:
+            return r
+        arrays, key, need = r
+    try:
+        hit = _RULES.get(key)
+    except TypeError:       # unhashable params: evaluate the rule uncached
+        hit = None
+        key = None
+    if hit is None:
+        hit = _rule_entry(op, args, params)
+        if key is not None:
+            if len(_RULES) > 50000:
+                _RULES.clear()
+            _RULES[key] = hit
+    try:
+        out = op.impl(*arrays, **params)
+    except (ValueError, TypeError, IndexError, FloatingPointError, OverflowError) as e:
+        raise op_error(op, hit[1], e) from None
+    want = hit[2]
+    if type(out) is not np.ndarray:
+        out = np.asarray(out, dtype=want)
+    elif out.dtype != want:
+        out = out.astype(want)
+    t = _new(Tensor)
+    t._data = out
+    t._requires_grad = False
+    t.grad_fn = None
+    t._grad = None
+    t._hooks = None
+    t._retains_grad = False
+    t._acc = None
+    t._out_nr = 0
+    t._inference = _GM.inference
+    if op.view and _may_share_memory(out, args[0]._data):
+        base = args[0]
+        t._vc = base._vc
+        t._base = base if base._base is None else base._base
+    else:
+        t._vc = [0]
+        t._base = None
+    # inference mode wins over enable_grad; integer and bool results are never differentiable (torch)
+    if need and hit[3] and _GM.grad_enabled and not _GM.inference:
+        _record(op, params, args, hit, t)
+    if _AN.enabled and _AN.check_forward and out.dtype.kind == "f" and not np.isfinite(out).all():
+        _forward_nan(op, hit[1], t)
+    return t
+
+
+def _general_key(op, args, params):
+    """The cache key of any other signature: (arrays, key, need), or the result of re-dispatching NumPy
+    scalars and arrays as Python scalars and tensors."""
     arrays = []
     sig = [op]
     need = False
     for a in args:
-        if isinstance(a, Tensor):
+        if type(a) is Tensor or isinstance(a, Tensor):
             d = a._data
             arrays.append(d)
             sig.append(d.shape)
@@ -96,55 +185,25 @@ def _bind(op, args, params):
             sig.append(ta)
     if params:
         sig.append(tuple(params.items()))
-    key = tuple(sig)
+    return arrays, tuple(sig), need
+
+
+_new = object.__new__
+# the C function under NumPy's __array_function__ dispatcher (its Python layer costs more than the check)
+_may_share_memory = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
+
+
+def _rule_entry(op, args, params):
+    """What eager dispatch keeps per signature: (output avals, input avals, output NumPy dtype, differentiable
+    (a vjp and a float result), input shapes, input dtypes)."""
+    avals = _avals(op, args)
     try:
-        hit = _RULES.get(key)
-    except TypeError:       # unhashable params: evaluate the rule uncached
-        hit = None
-        key = None
-    if hit is None:
-        avals = _avals(op, args)
-        try:
-            hit = (op.shape_dtype(avals, params), avals)
-        except OpError as e:
-            raise op_error(op, avals, e) from None
-        if key is not None:
-            if len(_RULES) > 50000:
-                _RULES.clear()
-            _RULES[key] = hit
-    out_avals, avals = hit
-    try:
-        out = op.impl(*arrays, **params)
-    except (ValueError, TypeError, IndexError, FloatingPointError, OverflowError) as e:
+        out_avals = op.shape_dtype(avals, params)
+    except OpError as e:
         raise op_error(op, avals, e) from None
     want = out_avals[0].dtype.np
-    if type(out) is not np.ndarray:
-        out = np.asarray(out, dtype=want)
-    elif out.dtype != want:
-        out = out.astype(want)
-    t = Tensor.__new__(Tensor)
-    t._data = out
-    t._requires_grad = False
-    t.grad_fn = None
-    t._grad = None
-    t._hooks = None
-    t._retains_grad = False
-    t._acc = None
-    t._out_nr = 0
-    t._inference = _GM.inference
-    base = args[0] if op.view else None
-    if base is not None and np.may_share_memory(out, base._data):
-        t._vc = base._vc
-        t._base = base if base._base is None else base._base
-    else:
-        t._vc = [0]
-        t._base = None
-    # inference mode wins over enable_grad; integer and bool results are never differentiable (torch)
-    if need and _GM.grad_enabled and not _GM.inference and op.vjp is not None and out.dtype.kind == "f":
-        _record(op, params, args, avals, t)
-    if _AN.enabled and _AN.check_forward and out.dtype.kind == "f" and not np.isfinite(out).all():
-        _forward_nan(op, avals, t)
-    return t
+    return (out_avals, avals, want, op.vjp is not None and np.dtype(want).kind == "f",
+            tuple(a.shape for a in avals), tuple(a.dtype for a in avals))
 
 
 def refresh_view(a):
@@ -176,26 +235,30 @@ def refresh_view(a):
     a._out_nr = 0
 
 
-def _record(op, params, args, avals, t):
+def _record(op, params, args, hit, t):
+    """Give ``t`` a grad_fn Node; ``hit`` is the signature's entry from ``_rule_entry``."""
     nf = []
     needs = []
+    nondiff = op.nondiff_inputs
     for i, a in enumerate(args):
-        if isinstance(a, Tensor) and i not in op.nondiff_inputs:
+        if (type(a) is Tensor or isinstance(a, Tensor)) and (not nondiff or i not in nondiff):
             if a._base is not None:
                 refresh_view(a)
-            if a.grad_fn is not None:
-                nf.append((a.grad_fn, a._out_nr))
+            gf = a.grad_fn
+            if gf is not None:
+                nf.append((gf, a._out_nr))
                 needs.append(True)
                 continue
             if a._requires_grad:
-                nf.append((a._accumulator(), 0))
+                acc = a._acc
+                nf.append((acc if acc is not None else a._accumulator(), 0))
                 needs.append(True)
                 continue
-        nf.append((None, 0))
+        nf.append(_NO_EDGE)
         needs.append(False)
     node = Node(op, params, tuple(nf), tuple(needs))
-    node.shapes = tuple(a.shape for a in avals)
-    node.dtypes = tuple(a.dtype for a in avals)
+    node.shapes = hit[4]
+    node.dtypes = hit[5]
     si = op.saves_in
     if si:
         ins = [None] * len(args)
@@ -204,11 +267,15 @@ def _record(op, params, args, avals, t):
         for i in si:
             if i >= len(args):
                 break
-            if i in only_for and not any(needs[j] for j in only_for[i]):
-                continue    # as torch: not saved when no input whose gradient reads it needs one
+            if only_for and i in only_for:
+                for j in only_for[i]:
+                    if needs[j]:
+                        break
+                else:
+                    continue    # as torch: not saved when no input whose gradient reads it needs one
             a = args[i]
             ins[i] = a
-            if isinstance(a, Tensor):
+            if type(a) is Tensor or isinstance(a, Tensor):
                 if a._inference:
                     raise RuntimeError(_with_loc(f"{op.name}: Inference tensors cannot be saved for backward. To work "
                                                  "around you can make a clone to get a normal tensor and use it in autograd."))
@@ -222,9 +289,9 @@ def _record(op, params, args, avals, t):
         node.outputs = (t,)
         node.out_versions = [(0, t._vc[0])]
     else:
-        node.outputs = (None,)
+        node.outputs = _NO_OUTPUT
         node.out_versions = None
-    node.out_meta = ((t._data.shape, _FROM_NP[t._data.dtype]),)
+    node.out_meta = ((t._data.shape, hit[0][0].dtype),)
     node._loc = user_code_line(3)
     if _AN.enabled:
         node.stack = user_stack(3)
@@ -232,6 +299,10 @@ def _record(op, params, args, avals, t):
         node.view_args = args
         node.view_base_fn = t._base.grad_fn
     t.grad_fn = node
+
+
+_NO_EDGE = (None, 0)
+_NO_OUTPUT = (None,)
 
 
 def _bind_traced(tr, op, args, params):
@@ -283,7 +354,8 @@ def _bind_traced(tr, op, args, params):
     if tr.made is not None:
         tr.made.append(t)
     if diff:
-        _record(op, params, args, avals, t)
+        _record(op, params, args, (out_avals, avals, None, True, tuple(a.shape for a in avals),
+                                   tuple(a.dtype for a in avals)), t)
     return t
 
 

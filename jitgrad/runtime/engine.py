@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 
 from . import anomaly, grad_mode, profiler_state
-from .node import AccumulateGrad, zeros_for
+from .node import AccumulateGrad, Node, zeros_for
 from .dispatch import refresh_view
 from .tensor import Tensor
 from ..tracer import STATE as _TR
@@ -43,7 +43,8 @@ def _make_root_grads(outputs, grad_outputs, create_graph):
             if out._data.size != 1:
                 raise RuntimeError(f"grad can be implicitly created only for scalar outputs (output {i} has shape "
                                    f"{list(out.shape)}); pass gradient= / grad_outputs= of that shape")
-            g = Tensor._make(np.ones(out.shape, out._data.dtype))
+            d = out._data
+            g = Tensor._make(np.array(1, d.dtype) if d.ndim == 0 else np.ones(d.shape, d.dtype))
         else:
             if not isinstance(g, Tensor):
                 g = Tensor._make(np.asarray(g, dtype=out._data.dtype))
@@ -159,6 +160,11 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
 
 def _accumulate(t: Tensor, g: Tensor, create_graph: bool):
     """AccumulateGrad: add ``g`` into ``t.grad`` (a fresh buffer, never aliasing a user's tensor)."""
+    gd = g._data
+    if t._grad is None and not create_graph and _TR.active is None and type(gd) is np.ndarray \
+            and gd.dtype == t._data.dtype:
+        t._grad = Tensor._make(gd.copy())       # the common first write: a detached copy
+        return
     if g.dtype is not t.dtype:
         g = g.to(t.dtype)
     old = t._grad
@@ -229,44 +235,35 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                     deps[c] = d + 1
         needed = execute = deps.keys()
     else:
-        deps = None
-        # discover the graph reachable from the roots
-        children = {}
-        order = []
-        stack = [n for n, _ in root_edges]
-        seen = set(stack)
+        # the nodes on a path from a root to a capture point, in one iterative post-order walk (the graph is
+        # acyclic, so a node's children are final when it is): needed = it is a capture point or has a needed
+        # child; execute = it has a needed child (its vjp must run)
+        status = {}
+        needed = set()
+        execute = set()
+        stack = [(n, False) for n, _ in root_edges]
         while stack:
-            n = stack.pop()
-            order.append(n)
-            kids = [e[0] for e in n.next_functions if e[0] is not None]
-            children[n] = kids
-            for c in kids:
-                if c not in seen:
-                    seen.add(c)
-                    stack.append(c)
-        # which nodes matter: only those on a path to a capture point
-        needed = set(cap_nodes & seen)
-        # one pass over the (acyclic) graph in reverse topological order: children before parents
-        indeg = dict.fromkeys(order, 0)
-        for n in order:
-            for c in children[n]:
-                indeg[c] += 1
-        topo = []
-        todo = [n for n in order if indeg[n] == 0]
-        while todo:
-            n = todo.pop()
-            topo.append(n)
-            for c in children[n]:
-                indeg[c] -= 1
-                if indeg[c] == 0:
-                    todo.append(c)
-        for n in reversed(topo):
-            if n not in needed and any(c in needed for c in children[n]):
-                needed.add(n)
-        execute = {n for n in needed if any(c in needed for c in children[n])}
+            n, expanded = stack.pop()
+            if expanded:
+                for c, _ in n.next_functions:
+                    if c is not None and status[c]:
+                        execute.add(n)
+                        break
+                r = n in execute or n in cap_nodes
+                status[n] = r
+                if r:
+                    needed.add(n)
+                continue
+            if n in status:
+                continue
+            status[n] = False
+            stack.append((n, True))
+            for c, _ in n.next_functions:
+                if c is not None and c not in status:
+                    stack.append((c, False))
         deps = dict.fromkeys(needed, 0)
         for n in execute:
-            for c in children[n]:
+            for c, _ in n.next_functions:
                 if c in deps:
                     deps[c] += 1
 
@@ -284,6 +281,12 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
     ready.sort(key=lambda n: n.seq)
     prev_mode = grad_mode.STATE.grad_enabled
     grad_mode.STATE.grad_enabled = create_graph
+    # the common case (no profiler, no trace, no anomaly mode) calls the vjp directly, not via _apply_node
+    plain = _PROF.active is None and _TR.active is None and not _AN.enabled
+    capturing = bool(cap_nodes)
+    every = inputs is None           # plain backward: every discovered node executes
+    acc_type = AccumulateGrad
+    node_type = Node            # an op's node (subclasses with their own apply take _apply_node)
     try:
         while ready:
             node = ready.pop()
@@ -296,20 +299,13 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                     if grads[nr] is not None and hooks:
                         grads[nr] = _run_tensor_hooks(hooks, grads[nr])
             if node.retain_grad_refs:
-                for nr, ref in node.retain_grad_refs.items():
-                    t = ref()
-                    if t is not None and grads[nr] is not None:
-                        g = grads[nr]
-                        if t._grad is None:
-                            t._grad = g if create_graph else _fresh(g)
-                        else:
-                            t._grad = t._grad + (g if create_graph else g.detach())
-            if isinstance(node, AccumulateGrad):
+                _retain(node, grads, create_graph)
+            if type(node) is acc_type:
                 var = node.variable
                 g = grads[0]
                 if g is not None and var._hooks:
                     g = _run_tensor_hooks(var._hooks, g)
-                if node in cap_nodes:
+                if capturing and node in cap_nodes:
                     for k in captures.get((node, 0), ()):
                         captured[k] = g
                 elif accumulate and g is not None:
@@ -319,29 +315,58 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                     else:
                         _accumulate(var, g, create_graph)
                 continue
-            if node in cap_nodes:
+            if capturing and node in cap_nodes:
                 for nr in range(len(grads)):
                     for k in captures.get((node, nr), ()):
                         captured[k] = grads[nr]
-            if node not in execute:
+            if not every and node not in execute:
                 continue
-            in_grads = _apply_node(node, grads, create_graph)
+            if plain and type(node) is node_type and node._pre_hooks is None and node._hooks is None:
+                # Node.apply inlined: zeros for outputs with no cotangent, saved-value checks, the vjp rule
+                if len(grads) != 1 or grads[0] is None:
+                    for i, g in enumerate(grads):
+                        if g is None and node.out_meta[i][1] is not None:
+                            grads[i] = zeros_for(node.out_meta[i])
+                node.check_saved()
+                in_grads = node.op.vjp(node, *grads)
+                if len(in_grads) != len(node.next_functions):
+                    raise RuntimeError(f"function {node.name()} returned an incorrect number of gradients "
+                                       f"(expected {len(node.next_functions)}, got {len(in_grads)})")
+            else:
+                in_grads = _apply_node(node, grads, create_graph)
             if not retain_graph:
                 node.release()
             for (child, nr), g in zip(node.next_functions, in_grads):
-                if child is None or child not in deps:
+                if child is None:
+                    continue
+                d = deps.get(child)
+                if d is None:
                     continue
                 if g is not None:
                     buf = buffers.get(child)
                     if buf is None:
-                        buf = buffers[child] = [None] * max(1, len(child.out_meta))
-                    buf[nr] = g if buf[nr] is None else buf[nr] + g
-                deps[child] -= 1
-                if deps[child] == 0:
+                        buf = buffers[child] = [None] * (len(child.out_meta) or 1)
+                        buf[nr] = g
+                    else:
+                        buf[nr] = g if buf[nr] is None else buf[nr] + g
+                if d == 1:
                     ready.append(child)
+                deps[child] = d - 1
     finally:
         grad_mode.STATE.grad_enabled = prev_mode
     return captured
+
+
+def _retain(node, grads, create_graph):
+    """retain_grad(): the tensors that retain their gradient get it (a fresh buffer unless create_graph)."""
+    for nr, ref in node.retain_grad_refs.items():
+        t = ref()
+        if t is not None and grads[nr] is not None:
+            g = grads[nr]
+            if t._grad is None:
+                t._grad = g if create_graph else _fresh(g)
+            else:
+                t._grad = t._grad + (g if create_graph else g.detach())
 
 
 def _apply_node(node, grads, create_graph):
@@ -417,3 +442,4 @@ def _nan_error(node, i, g) -> RuntimeError:
     op = getattr(node.op, "name", node.name())
     return anomaly.AnomalyError(anomaly.nonfinite_message(node.name(), i, kind, g.shape, g.dtype.name, node.loc,
                                                           node.stack, op=op))
+

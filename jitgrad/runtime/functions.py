@@ -14,6 +14,7 @@ from ..ir.ops import OPS as O
 from ..ir.ops import OpError, normalize_axes, normalize_axis
 from .dispatch import bind, op_error
 from .tensor import Tensor
+from ..tracer import STATE as _TR
 
 
 def _t(x, like=None):
@@ -341,6 +342,8 @@ def softmax(input, dim, dtype=None):
     if dtype is not None:
         input = input.to(dtype)
     ax = _axis("softmax", input, dim)
+    if _TR.active is None and input.ndim and input._data.size and input._data.dtype.kind == "f":
+        return bind(O["softmax"], input, axis=ax)      # fused in eager mode (see ir/ops/fused.py)
     # the max is subtracted as is, as torch does: a row holding +inf (or all -inf) is nan throughout
     m = bind(O["amax"], input, axes=(ax,), keepdims=True).detach()
     e = exp(input - m)
@@ -357,6 +360,8 @@ def log_softmax(input, dim, dtype=None):
         input = input.float()
     if input.numel() == 0:
         return input * 1.0
+    if _TR.active is None and input.ndim:
+        return bind(O["log_softmax"], input, axis=ax)  # fused in eager mode (see ir/ops/fused.py)
     m = bind(O["amax"], input, axes=(ax,), keepdims=True).detach()
     s = input - m       # as torch: a row holding +inf (or all -inf) is nan throughout
     return s - log(bind(O["sum"], exp(s), axes=(ax,), keepdims=True))
@@ -366,10 +371,12 @@ def log_softmax(input, dim, dtype=None):
 def _shape_arg(shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
-    return tuple(int(s) for s in shape)
+    return tuple(map(int, shape))
 
 
 def _infer(name, shape, input):
+    if -1 not in shape:
+        return shape
     numel = input.numel()
 
     def error(msg):
@@ -446,7 +453,15 @@ def permute(input, *dims):
     return bind(O["permute"], input, perm=perm)
 
 
+def _swap_last2(input):
+    """``.mT`` / ``.t()`` of a matrix: one permute bind, no argument normalisation."""
+    n = input.ndim
+    return bind(O["permute"], input, perm=tuple(range(n - 2)) + (n - 1, n - 2))
+
+
 def transpose(input, dim0, dim1):
+    if input.ndim == 2 and type(dim0) is int and type(dim1) is int and -2 <= dim0 <= 1 and -2 <= dim1 <= 1:
+        return _swap_last2(input) if dim0 % 2 != dim1 % 2 else input
     a, b = _axis("transpose", input, dim0), _axis("transpose", input, dim1)
     perm = list(range(input.ndim))
     perm[a], perm[b] = perm[b], perm[a]
@@ -652,8 +667,8 @@ def _reshape_as(self, other):
 
 Tensor.view_as = _view_as
 Tensor.reshape_as = _reshape_as
-Tensor.T = property(lambda self: permute(self, tuple(range(self.ndim))[::-1]))
-Tensor.mT = property(lambda self: transpose(self, -2, -1))
+Tensor.T = property(lambda self: _swap_last2(self) if self.ndim == 2 else permute(self, tuple(range(self.ndim))[::-1]))
+Tensor.mT = property(lambda self: _swap_last2(self) if self.ndim >= 2 else transpose(self, -2, -1))
 Tensor.mH = Tensor.mT
 
 __all__ = [n for n in _METHODS] + ["where", "cat", "concat", "concatenate", "stack", "broadcast_tensors",

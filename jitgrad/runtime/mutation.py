@@ -58,19 +58,19 @@ class InPlaceOps:
                                self._requires_grad)
             src.grad_fn, src._out_nr, src._acc = self.grad_fn, self._out_nr, self._accumulator() if self._requires_grad else None
             r = fn(src, *others)
-        else:
-            with grad_mode.no_grad():
-                r = fn(self, *others)
-        if r.shape != self.shape:
+        else:       # nothing requires grad, or grad mode is off: the op records nothing either way
+            r = fn(self, *others)
+        rd, sd = r._data, self._data
+        if rd.shape != sd.shape:
             raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(r.shape)}")
-        if r.dtype is not self.dtype and not np.can_cast(r._data.dtype, self._data.dtype, "same_kind"):
+        if rd.dtype != sd.dtype and not np.can_cast(rd.dtype, sd.dtype, "same_kind"):
             raise RuntimeError(f"result type {_TORCH_NAME[r.dtype.name]} can't be cast to the desired output type "
                                f"{_TORCH_NAME[self.dtype.name]}")
         tr = _TR.active
-        if tr is not None or type(self._data) is not np.ndarray:
+        if tr is not None or type(sd) is not np.ndarray:
             traced_write(self, r, tr)
         else:
-            np.copyto(self._data, r._data, casting="unsafe")
+            sd[...] = rd        # same shape; assignment casts like copyto(casting="unsafe"), without its wrapper
         self._vc[0] += 1
         if recording:
             if r.dtype is not self.dtype:

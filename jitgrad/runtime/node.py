@@ -14,6 +14,7 @@ from ..ir.ops import OPS
 
 _seq = itertools.count()
 _hook_ids = itertools.count()
+_bind = None
 
 FREED_MSG = ("Trying to backward through the graph a second time (or directly access saved tensors after they have "
              "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
@@ -45,7 +46,8 @@ class Node:
 
     __slots__ = ("op", "params", "inputs", "outputs", "shapes", "dtypes", "needs_grad", "next_functions",
                  "versions", "out_versions", "out_meta", "_loc", "stack", "seq", "_freed", "_pre_hooks", "_hooks",
-                 "tensor_hooks", "retain_grad_refs", "metadata", "view_args", "view_base_fn", "torch_name", "__weakref__")
+                 "tensor_hooks", "retain_grad_refs", "_metadata", "view_args", "view_base_fn", "torch_name",
+                 "__weakref__")
 
     def __init__(self, op, params, next_functions, needs_grad):
         self.op = op
@@ -59,7 +61,7 @@ class Node:
         self.tensor_hooks = None     # {output_nr: OrderedDict of hooks registered on that output tensor}
         self.retain_grad_refs = None  # {output_nr: weakref to the tensor that retains its grad}
         self.stack = None
-        self.metadata = {}
+        self._metadata = None        # torch's Node.metadata dict, made on first use
         # for a view op's node: the op's args and its base's grad_fn when the view was made (see refresh_view)
         self.view_args = None
         self.view_base_fn = None
@@ -80,6 +82,14 @@ class Node:
         self._loc = value
 
     # --- torch.autograd.graph.Node surface -------------------------------------------------------
+    @property
+    def metadata(self) -> dict:
+        """A dict for the user's own annotations of this node (``torch.autograd.graph.Node.metadata``)."""
+        m = self._metadata
+        if m is None:
+            m = self._metadata = {}
+        return m
+
     def name(self) -> str:
         return self.torch_name or self.op.grad_name
 
@@ -104,8 +114,10 @@ class Node:
 
     # --- vjp ctx surface -------------------------------------------------------------------------
     def bind(self, opname, *args, **params):
-        from .dispatch import bind
-        return bind(OPS[opname], *args, **params)
+        global _bind
+        if _bind is None:      # dispatch imports this module: import it back on first use
+            from .dispatch import bind as _bind
+        return _bind(OPS[opname], *args, **params)
 
     @property
     def saved_any(self) -> bool:
@@ -120,6 +132,18 @@ class Node:
         if self._freed:
             if self.saved_any:
                 raise RuntimeError(FREED_MSG)
+            return
+        versions, inputs = self.versions, self.inputs
+        if versions:            # the common case first: every saved value still at its saved version
+            for i, v in versions:
+                if inputs[i]._vc[0] != v:
+                    break
+            else:
+                versions = None
+        ov = self.out_versions
+        if ov and self.outputs[ov[0][0]]._vc[0] == ov[0][1] and len(ov) == 1:
+            ov = None
+        if not versions and not ov:
             return
         for vals, versions, what in ((self.inputs, self.versions, "input"), (self.outputs, self.out_versions, "output")):
             if versions is None:
@@ -173,3 +197,4 @@ def zeros_for(meta):
     from .tensor import Tensor
     shape, dtype = meta
     return Tensor._make(np.zeros(shape, dtype.np))
+

@@ -18,6 +18,7 @@ from .mutation import InPlaceOps
 from .traced import is_traced as _is_traced, traced_read as _traced_read
 
 _GM = grad_mode.STATE
+_engine = None
 _FROM_NP = dt._FROM_NP
 O = OPS
 
@@ -274,8 +275,11 @@ class Tensor(InPlaceOps):
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         """Accumulate the gradient of this tensor w.r.t. graph leaves into their ``.grad``."""
-        from .engine import backward
-        backward((self,), None if gradient is None else (gradient,), retain_graph, create_graph, inputs=inputs)
+        global _engine
+        if _engine is None:     # the engine imports this module: import it on first use
+            from . import engine as _engine
+        _engine.backward((self,), None if gradient is None else (gradient,), retain_graph, create_graph,
+                         inputs=inputs)
 
     def detach(self) -> "Tensor":
         """A new tensor sharing storage (and version counter) that never requires grad."""
@@ -566,6 +570,8 @@ class Tensor(InPlaceOps):
                 axes.append(lead + i)
             elif d != self.shape[lead + i]:
                 raise RuntimeError(f"size {list(shape)} is not expandable to size {list(self.shape)}")
+        if axes and axes[-1] < lead:     # only leading dims to drop: one reduction, no reshape
+            return _bind(O["sum"], self, axes=tuple(axes), keepdims=False)
         r = _bind(O["sum"], self, axes=tuple(axes), keepdims=True) if axes else self
         return r.reshape(shape) if r.shape != shape else r
 
@@ -575,3 +581,4 @@ class Tensor(InPlaceOps):
 
 
 from .dispatch import bind as _dispatch_bind  # noqa: E402
+_bind = _dispatch_bind   # noqa: E305  (the methods above call bind itself: one Python frame less per op)

@@ -49,15 +49,17 @@ def _rule(name: str, kind: str):
 def _ew_vjp(rule):
     def vjp(ctx, g):
         cts = rule(ctx, g)
+        needs, shapes, dtypes = ctx.needs_grad, ctx.shapes, ctx.dtypes
         out = []
         for i, c in enumerate(cts):
-            if c is None or not ctx.needs_grad[i]:
+            if c is None or not needs[i]:
                 out.append(None)
                 continue
-            if c.shape != ctx.shapes[i]:
-                c = c.sum_to_size(ctx.shapes[i])
-            if c.dtype is not ctx.dtypes[i]:
-                c = c.to(ctx.dtypes[i])
+            d = c._data         # an ndarray, or a Var while tracing: both have shape and a NumPy dtype
+            if d.shape != shapes[i]:
+                c = c.sum_to_size(shapes[i])
+            if c._data.dtype != dtypes[i].np:
+                c = c.to(dtypes[i])
             out.append(c)
         return tuple(out)
     vjp.rule = rule
@@ -68,9 +70,13 @@ def _float_inputs(impl):
     """A float-valued op computes integer and bool inputs in float32 (float64 beside a float64 input), as torch
     does: left to itself NumPy picks float16 for bool (exp(True) = 2.719) and float64 for integers."""
     def f(*xs, **params):
-        if any(type(x) is np.ndarray and x.dtype.kind in "biu" for x in xs):
-            ft = np.float64 if any(type(x) is np.ndarray and x.dtype == np.float64 for x in xs) else np.float32
-            xs = tuple(x.astype(ft) if type(x) is np.ndarray and x.dtype.kind in "biu" else x for x in xs)
+        for x in xs:
+            if type(x) is np.ndarray and x.dtype.kind in "biu":
+                break
+        else:
+            return impl(*xs, **params)      # the common case: float inputs
+        ft = np.float64 if any(type(x) is np.ndarray and x.dtype == np.float64 for x in xs) else np.float32
+        xs = tuple(x.astype(ft) if type(x) is np.ndarray and x.dtype.kind in "biu" else x for x in xs)
         return impl(*xs, **params)
     f.__name__ = getattr(impl, "__name__", "impl")
     return f
@@ -106,8 +112,15 @@ ew("rsqrt", lambda x: 1.0 / np.sqrt(x), lambda c, g: (g * (_out(c) ** 3) * -0.5,
 ew("sin", np.sin, lambda c, g: (g * _in(c).cos(),), lambda x: f"sin({x})", "float", saves_in=(0,))
 ew("cos", np.cos, lambda c, g: (-(g * _in(c).sin()),), lambda x: f"cos({x})", "float", saves_in=(0,))
 ew("tan", np.tan, lambda c, g: (g * (_out(c) * _out(c) + 1.0),), lambda x: f"tan({x})", "float", saves_out=(0,))
-ew("tanh", np.tanh, lambda c, g: (g * (1.0 - _out(c) * _out(c)),), lambda x: f"tanh({x})", "float",
-   saves_out=(0,))
+def _tanh_vjp(c, g):
+    y = _out(c)
+    gd, yd = g._data, y._data
+    if type(gd) is np.ndarray and type(yd) is np.ndarray and gd.dtype == yd.dtype and gd.shape == yd.shape:
+        return (c.bind("tanh_backward", g, y),)     # eager: one fused op (ir/ops/fused.py)
+    return (g * (1.0 - y * y),)                     # traced: the primitives codegen fuses
+
+
+ew("tanh", np.tanh, _tanh_vjp, lambda x: f"tanh({x})", "float", saves_out=(0,))
 
 
 def _sigmoid(x):

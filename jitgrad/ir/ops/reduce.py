@@ -41,11 +41,16 @@ def _keep(ctx, t):
 
 
 def _sum_impl(x, axes, keepdims):
-    r = np.sum(x, axis=axes, keepdims=keepdims)
-    return r
+    # the ufunc's reduce is np.sum without its Python wrapper (small-tensor cost); it widens ints and bools the same
+    return _add_reduce(x, axis=axes, keepdims=keepdims)
+
+
+_add_reduce = np.add.reduce
 
 
 def _sum_vjp(c, g):
+    if len(c.params["axes"]) == len(c.shapes[0]):     # a full reduction: the 0-d cotangent broadcasts as it is
+        return (c.bind("broadcast_to", g, shape=c.shapes[0]) if c.shapes[0] != g.shape else g,)
     return (_keep(c, g).expand(c.shapes[0]),)
 
 
@@ -64,10 +69,10 @@ def _amax_vjp(c, g):
 register(OpDef("sum", "reduce", _rule("sum", "acc"), _sum_impl, _sum_vjp,
                scalar=lambda acc, x: f"{acc} + {x}"))
 register(OpDef("amax", "reduce", _rule("amax"),
-               lambda x, axes, keepdims, evenly=False: np.amax(x, axis=axes, keepdims=keepdims),
+               lambda x, axes, keepdims, evenly=False: np.maximum.reduce(x, axis=axes, keepdims=keepdims),
                _amax_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda acc, x: f"max({acc}, {x})"))
 register(OpDef("amin", "reduce", _rule("amin"),
-               lambda x, axes, keepdims, evenly=False: np.amin(x, axis=axes, keepdims=keepdims),
+               lambda x, axes, keepdims, evenly=False: np.minimum.reduce(x, axis=axes, keepdims=keepdims),
                _amax_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda acc, x: f"min({acc}, {x})"))
 
 

@@ -17,7 +17,7 @@ def _reshape_rule(avals, params):
     return [Aval(tuple(shape), x.dtype)]
 
 
-register(OpDef("reshape", "shape", _reshape_rule, lambda x, shape: np.reshape(x, shape),
+register(OpDef("reshape", "shape", _reshape_rule, lambda x, shape: x.reshape(shape),
                lambda c, g: (g.reshape(c.shapes[0]),), view=True, grad_name="ViewBackward0"))
 
 
@@ -38,7 +38,7 @@ def _permute_vjp(c, g):
     return (g.permute(*inv),)
 
 
-register(OpDef("permute", "shape", _permute_rule, lambda x, perm: np.transpose(x, perm), _permute_vjp,
+register(OpDef("permute", "shape", _permute_rule, lambda x, perm: x.transpose(perm), _permute_vjp,
                view=True))
 
 
