@@ -24,7 +24,7 @@ from .runtime.factories import tensor, as_tensor, zeros, ones, full, empty, aran
 from .runtime.functions import *  # noqa: F401,F403
 from .runtime.functions import where, cat, concat, stack, max, min, abs, sum, pow  # noqa: A004
 from .jit.compile import compile  # noqa: E402,A004
-from . import autograd, nn  # noqa: E402
+from . import autograd, nn, cuda  # noqa: E402
 
 float = float32   # noqa: A001  torch aliases
 double = float64

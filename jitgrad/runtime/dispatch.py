@@ -78,6 +78,8 @@ def _bind(op, args, params):
     for a in args:
         if isinstance(a, Tensor):
             d = a._data
+            if type(d) is not np.ndarray:    # a device tensor: its backend runs the op (runtime/devices.py)
+                return _device_bind(op, args, params)
             arrays.append(d)
             sig.append(d.shape)
             sig.append(d.dtype)
@@ -224,7 +226,7 @@ def _record(op, params, args, avals, t):
     else:
         node.outputs = (None,)
         node.out_versions = None
-    node.out_meta = ((t._data.shape, _FROM_NP[t._data.dtype]),)
+    node.out_meta = ((t.shape, _FROM_NP[t._data.dtype]),)
     node._loc = user_code_line(3)
     if _AN.enabled:
         node.stack = user_stack(3)
@@ -243,7 +245,7 @@ def _bind_traced(tr, op, args, params):
             d = a._data
             if type(d) is not Var:
                 if type(d) is np.ndarray and id(a) in tr.created or tr.on_capture is None:
-                    ins.append(Lit(d, Aval(d.shape, _FROM_NP[d.dtype])))
+                    ins.append(Lit(d, Aval(tuple(d.shape), _FROM_NP[d.dtype])))
                 else:
                     ins.append(tr.on_capture(a))
             else:
@@ -287,6 +289,25 @@ def _bind_traced(tr, op, args, params):
     return t
 
 
+def _device_bind(op, args, params):
+    """An op with a device tensor among its inputs: every tensor must be on that device (torch's rule, with
+    its error), then the device's backend runs it (``jitgrad.cuda`` registers one)."""
+    dev = None
+    for a in args:
+        if isinstance(a, Tensor):
+            b = backend_of_payload(a._data)
+            if b is not None:
+                dev = b
+                ref = a
+                break
+    for k, a in enumerate(args):
+        if isinstance(a, Tensor) and a.device != ref.device:
+            raise RuntimeError(_with_loc(
+                f"Expected all tensors to be on the same device, but found at least two devices, {ref.device} and "
+                f"{a.device}! (when checking argument for argument {k} in method {op.name})"))
+    return dev.bind(op, args, params)
+
+
 def _forward_nan(op, avals, t):
     loc = user_loc(3)
     where = f"\n  at {loc.where()} in {loc.function}: {loc.text}" if loc else ""
@@ -294,4 +315,5 @@ def _forward_nan(op, avals, t):
                        f"Output shape {fmt_shape(t.shape)}, dtype {t.dtype.name}; inputs: {_describe(avals)}{where}")
 
 
-from .tensor import Tensor  # noqa: E402  (Tensor's methods call bind; bind builds Tensors)
+from .tensor import Tensor  # noqa: E402
+from .devices import backend_of_payload  # noqa: E402  (Tensor's methods call bind; bind builds Tensors)

@@ -43,7 +43,7 @@ def _make_root_grads(outputs, grad_outputs, create_graph):
             if out._data.size != 1:
                 raise RuntimeError(f"grad can be implicitly created only for scalar outputs (output {i} has shape "
                                    f"{list(out.shape)}); pass gradient= / grad_outputs= of that shape")
-            g = Tensor._make(np.ones(out.shape, out._data.dtype))
+            g = out._same_device(Tensor._make(np.ones(out.shape, out._data.dtype)))
         else:
             if not isinstance(g, Tensor):
                 g = Tensor._make(np.asarray(g, dtype=out._data.dtype))

@@ -1,0 +1,99 @@
+"""Eager CUDA ops: each primitive on CUDA tensors runs as a one-op graph through the CUDA code generator.
+
+The graph of one op is cached by the op, its parameters and its inputs' shapes, dtypes (and scalar literals), so
+a training loop compiles each kernel once; kernels themselves are shared by structure (``codegen/cuda.py``).
+Autograd records the op exactly as eager CPU mode does (``runtime/dispatch._record``): the vjp rules then run on
+CUDA tensors and come back here, so gradients live on the device.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import dtypes as dt
+from ..ir.graph import Eqn, Graph, Lit, Var
+from ..ir.ops import Aval, OpError
+from ..runtime import anomaly, grad_mode
+from ..runtime.dispatch import _WEAK, _forward_nan, _record, op_error
+from ..runtime.tensor import Tensor
+
+_FROM_NP = dt._FROM_NP
+_GM = grad_mode.STATE
+_AN = anomaly.STATE
+_GRAPHS: dict = {}       # (op, params, input signature) -> CudaGraph
+
+
+def _signature(op, args, params):
+    sig = [op.name]
+    for a in args:
+        if isinstance(a, Tensor):
+            sig.append((tuple(a._data.shape), a._data.dtype.str))
+        else:
+            sig.append(("lit", type(a), a))
+    try:
+        return tuple(sig) + (tuple(sorted(params.items(), key=lambda kv: kv[0])),), True
+    except TypeError:
+        return None, False
+
+
+def _one_op_graph(op, args, params, avals, out_avals) -> Graph:
+    ins, graph_in = [], []
+    for a, av in zip(args, avals):
+        if isinstance(a, Tensor):
+            v = Var(av)
+            ins.append(v)
+            graph_in.append(v)
+        else:
+            ins.append(Lit(a, av))
+    outs = [Var(av) for av in out_avals]
+    return Graph(graph_in, [Eqn(op, ins, outs, dict(params))], outs)
+
+
+def compiled_op(op, args, params, avals, out_avals):
+    """The CudaGraph running ``op`` on inputs like ``args`` (cached by signature)."""
+    from ..codegen.cuda import CudaGraph
+    key, ok = _signature(op, args, params)
+    cg = _GRAPHS.get(key) if ok else None
+    if cg is None:
+        cg = CudaGraph(_one_op_graph(op, args, params, avals, out_avals))
+        if ok:
+            if len(_GRAPHS) > 4096:
+                _GRAPHS.clear()
+            _GRAPHS[key] = cg
+    return cg
+
+
+def bind_cuda(op, args, params):
+    """Run primitive ``op`` on CUDA tensors (and Python scalars) ``args``; autograd as in eager CPU mode."""
+    avals, arrays, need = [], [], False
+    for a in args:
+        if isinstance(a, Tensor):
+            d = a._data
+            avals.append(Aval(tuple(d.shape), _FROM_NP[np.dtype(d.dtype)]))
+            arrays.append(d)
+            if a._requires_grad or a.grad_fn is not None:
+                need = True
+        else:
+            if isinstance(a, np.generic):
+                a = a.item()
+            w = _WEAK.get(type(a))
+            if w is None:
+                raise TypeError(f"{op.name}: unsupported argument of type {type(a).__name__}: {a!r}")
+            avals.append(w)
+    args = tuple(a.item() if isinstance(a, np.generic) else a for a in args)
+    try:
+        out_avals = op.shape_dtype(avals, params)
+    except OpError as e:
+        raise op_error(op, avals, e) from None
+    cg = compiled_op(op, args, params, avals, out_avals)
+    out = cg.run(*arrays)[0]
+    t = Tensor._make(out)
+    t._inference = _GM.inference
+    if need and _GM.grad_enabled and not _GM.inference and op.vjp is not None and out_avals[0].dtype.is_floating_point:
+        _record(op, params, args, avals, t)
+    if _AN.enabled and _AN.check_forward and out_avals[0].dtype.is_floating_point \
+            and not np.isfinite(out.copy_to_host()).all():
+        _forward_nan(op, avals, t)
+    return t
+
+
+__all__ = ["bind_cuda", "compiled_op"]
