@@ -336,6 +336,11 @@ def test_sim_profiler_events_per_kernel():
     assert any(n.startswith("compiled:") for n in names)
     assert any("tiled GEMM" in n for n in names) and any(n.startswith("fused_") for n in names)
     assert "mul" in names
+    kernels = [e for e in prof.function_events if e.name.startswith(("fused_", "matmul"))]
+    assert kernels and all(e.self_cuda_time_total > 0 for e in kernels)    # CUDA-event times
+    assert all(e.self_cuda_time_total == 0 for e in prof.function_events if e.name == "compiled:<lambda>")
+    table = prof.key_averages().table(sort_by="self_cuda_time_total")
+    assert "Self CUDA" in table and "Self CUDA time total" in table
 
 
 # ==== PTX ======================================================================================================
@@ -365,3 +370,29 @@ def test_ptx_kernels_of_several_programs_target_sm90():
         assert ".target sm_90" in text, name
         assert text.count(".entry ") == 1, name
     assert any("atom.global.add" in t or "red.global.add" in t for t in kernels.values())   # counters, scatter-add
+
+
+@sim
+def test_sim_eager_anomaly_on_cuda_names_the_forward_line():
+    x = jg.tensor([1.0, -1.0], device="cuda", requires_grad=True)
+    with jg.autograd.detect_anomaly():
+        y = x.sqrt()                            # the forward line anomaly mode must name
+        with pytest.raises(RuntimeError) as ei:
+            y.sum().backward()
+    assert "Function 'SqrtBackward0' returned nan values in its 0th output." in str(ei.value)
+    assert "y = x.sqrt()" in str(ei.value)
+
+
+@sim
+def test_sim_kernels_are_keyed_by_structure_and_cat_is_native():
+    from jitgrad.cuda.eager import _GRAPHS
+    _GRAPHS.clear()
+    jg.ones(2, 3, device="cuda").tanh()
+    jg.ones(7, device="cuda").tanh()        # another size, another rank after coalescing: the same loop
+    keys = [set(cg.kernels) for cg in _GRAPHS.values()]
+    assert len(keys) == 2 and keys[0] == keys[1]
+    a = np.arange(6.0).reshape(2, 3)
+    b = np.arange(4, dtype=np.int64).reshape(2, 2)
+    out = jg.cat([jg.tensor(a, device="cuda"), jg.tensor(b, device="cuda"), jg.tensor(a, device="cuda")], 1)
+    np.testing.assert_array_equal(out.cpu().numpy(), np.concatenate([a, b, a], 1))
+    assert all(st.kind != "host" for cg in _GRAPHS.values() for st in cg.steps)

@@ -15,6 +15,7 @@ no check failed (as on the CPU).
 from __future__ import annotations
 
 import contextlib
+import time
 
 import numpy as np
 
@@ -171,6 +172,8 @@ class CudaGraph:
         elif name == "matmul" and e.outs[0].aval.dtype.is_floating_point and e.ins[0].aval.dtype is \
                 e.ins[1].aval.dtype and e.outs[0].aval.size > 0:
             self._gemm(e)
+        elif name == "cat" and e.outs[0].aval.ndim > 0:
+            self._cat(e)
         elif name == "getitem" and all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim) and e.outs[0].aval.size:
             self._gather(e)
         elif name == "index_put" and all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim) \
@@ -297,6 +300,20 @@ class CudaGraph:
         self._add(K.gen_gemm(out.aval.dtype, nb, tile), M * N * B, args, "matmul (tiled GEMM)", e.scope,
                   grid=grid, block=(tile, tile))
 
+    def _cat(self, e):
+        """Each input copied (and cast) into its slab of the output."""
+        out = e.outs[0]
+        axis = e.params["axis"] % out.aval.ndim
+        po = self._new(out, out.aval.shape, out.aval.dtype)
+        self.places[out] = po
+        start = 0
+        for v in e.ins:
+            n = v.aval.shape[axis]
+            if v.aval.size:
+                dst = Place(po.root, po.offset + start * po.strides[axis], v.aval.shape, po.strides, po.dtype)
+                self._copy(self.place(v), dst, "cat (copy)")
+            start += n
+
     def _gather(self, e):
         x, idx = e.ins[0], e.ins[1:]
         out = e.outs[0]
@@ -386,6 +403,8 @@ class CudaGraph:
         err = cuda.to_device(np.zeros(2 * len(self.checks), np.int64)) if self.checks else None
         env["err"] = err
         failed = None
+        timed = []      # (profiler range, start event, end event, host ns): kernels timed by CUDA events
+        use_cuda = prof is not None and getattr(prof, "use_cuda", False)
         for st in self.steps:
             if st.guarded and err is not None:
                 if failed is None:
@@ -396,9 +415,23 @@ class CudaGraph:
             with cm:
                 if st.kind == "kernel":
                     args = [env[id(a)] if type(a) is Root else (env[a] if type(a) is str else a) for a in st.args]
-                    _dispatcher(st.kernel)[st.grid, st.block](*args)
+                    if use_cuda:
+                        ev0, ev1 = cuda.event(), cuda.event()
+                        t0 = time.perf_counter_ns()
+                        ev0.record()
+                        _dispatcher(st.kernel)[st.grid, st.block](*args)
+                        ev1.record()
+                        timed.append((cm, ev0, ev1, time.perf_counter_ns() - t0))
+                    else:
+                        _dispatcher(st.kernel)[st.grid, st.block](*args)
                 elif st.kind == "host":
                     self._run_host(st, env, cuda)
+        if timed:
+            cuda.synchronize()
+            for cm, ev0, ev1, host_ns in timed:
+                ms = ev0.elapsed_time(ev1)
+                # the simulator's events carry no time (-1): its launches are synchronous, so the host time is it
+                cm.set_device_time(ms * 1000.0 if ms >= 0 else host_ns / 1000.0)
         outs = [arrays[r.index] if r.kind == "input" else fresh[id(r)] for r in self.outputs]
         if err is not None:
             outs.append(failed if failed is not None else self._first_failure(err))

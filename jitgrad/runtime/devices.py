@@ -13,7 +13,8 @@ import numpy as np
 from ..ir.graph import Var
 
 BACKENDS: dict = {}      # device type ("cuda") -> backend object (see register)
-_BY_TYPE: dict = {}      # payload type -> backend, filled as payloads are seen
+_BY_TYPE: dict = {}      # payload type -> backend (or None: host), filled as payloads are seen
+_UNSEEN = object()
 
 
 def register(device_type: str, backend):
@@ -28,12 +29,14 @@ def backend_of_payload(d):
     t = type(d)
     if t is np.ndarray or t is Var:
         return None
-    b = _BY_TYPE.get(t)
-    if b is None:
+    b = _BY_TYPE.get(t, _UNSEEN)
+    if b is _UNSEEN:
+        b = None
         for cand in BACKENDS.values():
             if cand.owns(d):
-                b = _BY_TYPE[t] = cand
+                b = cand
                 break
+        _BY_TYPE[t] = b         # None too: a NumPy scalar payload is on the CPU
     return b
 
 

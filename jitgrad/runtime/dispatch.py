@@ -78,7 +78,8 @@ def _bind(op, args, params):
     for a in args:
         if isinstance(a, Tensor):
             d = a._data
-            if type(d) is not np.ndarray:    # a device tensor: its backend runs the op (runtime/devices.py)
+            if type(d) is not np.ndarray and backend_of_payload(d) is not None:
+                # a device tensor: its backend runs the op (runtime/devices.py)
                 return _device_bind(op, args, params)
             arrays.append(d)
             sig.append(d.shape)

@@ -14,6 +14,7 @@ from . import anomaly, grad_mode, profiler_state
 from .node import AccumulateGrad, zeros_for
 from .dispatch import refresh_view
 from .tensor import Tensor
+from .devices import backend_of_payload, to_host
 from ..tracer import STATE as _TR
 
 _AN = anomaly.STATE
@@ -385,8 +386,12 @@ def _apply_node_inner(node, grads, prof):
                            f"{len(node.next_functions)}, got {len(out)})")
     if _AN.enabled and _AN.check_nan:
         for i, g in enumerate(out):
-            if g is not None and type(g._data) is np.ndarray and g._data.dtype.kind == "f" and \
-                    not np.isfinite(g._data).all():
+            if g is None:
+                continue
+            d = g._data
+            if type(d) is not np.ndarray and backend_of_payload(d) is not None:
+                d = to_host(d)      # a device tensor: its values come back for the check (anomaly mode only)
+            if type(d) is np.ndarray and d.dtype.kind == "f" and not np.isfinite(d).all():
                 raise _nan_error(node, i, g)
     if node._hooks:
         for fn in list(node._hooks.values()):

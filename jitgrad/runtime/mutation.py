@@ -8,7 +8,7 @@ from ..ir.ops import OPS as O
 from ..tracer import STATE as _TR
 from . import grad_mode
 from .traced import is_traced, traced_mask, traced_payload, traced_write
-from .devices import copy_payload
+from .devices import backend_of_payload, copy_payload
 
 _GM = grad_mode.STATE
 _TORCH_NAME = {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int", "bool": "Bool"}
@@ -111,7 +111,7 @@ class InPlaceOps:
     def _fill(self, value):
         """Write ``value`` (a scalar or a tensor broadcastable to self) into self: fill_ and copy_."""
         if not (_GM.grad_enabled and (self.requires_grad or isinstance(value, InPlaceOps) and value.requires_grad)) \
-                and _TR.active is None and type(self._data) is np.ndarray:
+                and _TR.active is None and backend_of_payload(self._data) is None:
             self._check_inplace()
             self._data[...] = value._data if isinstance(value, InPlaceOps) else value
             self._vc[0] += 1
@@ -148,7 +148,7 @@ class InPlaceOps:
 
     def __setitem__(self, key, value):
         spec, idx = parse_index(key, self)
-        if _TR.active is not None or type(self._data) is not np.ndarray or _GM.grad_enabled and (
+        if _TR.active is not None or backend_of_payload(self._data) is not None or _GM.grad_enabled and (
                 self.requires_grad or isinstance(value, InPlaceOps) and value.requires_grad):
             self._apply_inplace(lambda s, v: _bind(O["index_put"], s, v, *idx, spec=spec, accumulate=False), value)
             return
