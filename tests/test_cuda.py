@@ -396,3 +396,53 @@ def test_sim_kernels_are_keyed_by_structure_and_cat_is_native():
     out = jg.cat([jg.tensor(a, device="cuda"), jg.tensor(b, device="cuda"), jg.tensor(a, device="cuda")], 1)
     np.testing.assert_array_equal(out.cpu().numpy(), np.concatenate([a, b, a], 1))
     assert all(st.kind != "host" for cg in _GRAPHS.values() for st in cg.steps)
+
+
+# the compile-agreement programs on CUDA (a representative subset: the simulator is slow; programs that read
+# module-level CPU tensors, e.g. fixed index tensors, are left out since those would be a device mix)
+AGREEMENT = ["exp", "sigmoid", "where_scalar", "pow_tensor", "sum_tuple_dims", "amax_amin", "logsumexp",
+             "transpose_permute", "getitem_basic", "setitem_nonleaf", "cat_dim1", "stack", "matmul_vec",
+             "layernorm_by_hand", "gelu"]     # ~100 s on the simulator (softmax, var_std, batched matmul: 25-60 s each)
+
+
+@sim
+@pytest.mark.parametrize("name", AGREEMENT)
+def test_sim_compile_agreement_programs_on_cuda(name):
+    sys.path.insert(0, os.path.dirname(__file__))
+    from compiled import evaluate
+    from test_compile_agreement import PROGRAMS, _arrays
+    _, fn, shapes, domain = next(p for p in PROGRAMS if p[0] == name)
+    arrays = _arrays(name, shapes, domain)
+    want = evaluate(fn, arrays, "eager")
+    got = evaluate(fn, arrays, "compiled", device="cuda")
+    for key in ("values", "grads", "outer", "hvp", "inner_hvp"):
+        if key not in want:
+            continue
+        assert len(got[key]) == len(want[key]), key
+        for a, b in zip(got[key], want[key]):
+            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-11, err_msg=f"{name}: {key}")
+
+
+@sim
+def test_sim_emit_nvtx_pushes_a_range_per_op_kernel_and_block(monkeypatch):
+    nvtx = pytest.importorskip("nvtx")
+    pushed, depth = [], [0]
+
+    def push(name):
+        pushed.append(name)
+        depth[0] += 1
+
+    def pop():
+        depth[0] -= 1
+    monkeypatch.setattr(nvtx, "push_range", push)
+    monkeypatch.setattr(nvtx, "pop_range", pop)
+    f = jg.compile(lambda a: (a * 2.0).tanh().sum())
+    a = jg.ones(3, device="cuda")
+    f(a)
+    with jg.autograd.profiler.emit_nvtx():
+        with jg.autograd.profiler.record_function("my_block"):
+            f(a)
+            a.exp()
+    assert depth[0] == 0
+    assert "my_block" in pushed and "exp" in pushed and "compiled:<lambda>" in pushed
+    assert any(n.startswith("fused_") for n in pushed)

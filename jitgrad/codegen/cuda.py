@@ -467,6 +467,10 @@ class CudaGraph:
             if src.size:
                 dst[p.offset:p.offset + src.size].copy_to_device(src)
 
+    def wait(self, timeout=None) -> bool:
+        """CUDA graphs build synchronously (kernels compile at their first launch): always ready."""
+        return True
+
     def profiled_run(self, prof):
         return lambda *arrays: self._run(*arrays, prof=prof)
 

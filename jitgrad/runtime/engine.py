@@ -352,9 +352,11 @@ def _apply_node(node, grads, create_graph):
             if r is not None:
                 grads = list(r)
     if node.materialize():
+        ref = next((g for g in grads if g is not None), None)     # zeros go where the other grads are
         for i, g in enumerate(grads):
             if g is None and node.out_meta[i][1] is not None:
-                grads[i] = zeros_for(node.out_meta[i])
+                z = zeros_for(node.out_meta[i])
+                grads[i] = z if ref is None else ref._same_device(z)
     prof = _PROF.active
     tr = _TR.active
     if tr is not None:   # traced backward: its eqns carry the location of the forward op they differentiate

@@ -492,8 +492,10 @@ class record_function:
 
 
 class emit_nvtx:
-    """torch's NVTX-range emitter.  jitgrad runs on the CPU with no CUDA / NVTX, so entering it warns that no
-    ranges are emitted and otherwise does nothing (use :class:`profile` instead).
+    """torch's NVTX-range emitter: every op, backward function, compiled call, CUDA kernel and
+    ``record_function`` block inside becomes an NVTX range (seen by Nsight Systems / nvprof), named as the
+    profiler names its events.  Needs a CUDA device and the ``nvtx`` package (``pip install 'jitgrad[cuda]'``);
+    without them entering it warns that no ranges are emitted and otherwise does nothing.
 
     Example::
 
@@ -504,6 +506,7 @@ class emit_nvtx:
     def __init__(self, enabled=True, record_shapes=False):
         self.enabled, self.record_shapes = enabled, record_shapes
         self.entered = False
+        self._prof = None
 
     def __enter__(self):
         if not self.enabled:
@@ -511,13 +514,51 @@ class emit_nvtx:
         if self.entered:
             raise RuntimeError("NVTX annotation context manager is not reentrant")
         self.entered = True
-        warnings.warn("emit_nvtx: NVTX ranges are not emitted: no CUDA/NVTX is available in this CPU-only build "
-                      "of jitgrad; use jg.autograd.profiler.profile() to time ops", UserWarning, stacklevel=2)
+        nvtx = _nvtx_module()
+        if nvtx is None:
+            warnings.warn("emit_nvtx: NVTX ranges are not emitted: it needs a CUDA device and the nvtx package "
+                          "(pip install 'jitgrad[cuda]'); use jg.autograd.profiler.profile() to time ops",
+                          UserWarning, stacklevel=2)
+            return self
+        self._prof = _NvtxRanges(nvtx, record_shapes=self.record_shapes)
+        self._prof.__enter__()
         return self
 
     def __exit__(self, *exc):
         self.entered = False
+        if self._prof is not None:
+            self._prof.__exit__(*exc)
+            self._prof = None
         return False
+
+
+def _nvtx_module():
+    """The ``nvtx`` package when a CUDA device is there to be profiled, else None."""
+    if _devices.backend("cuda", required=False) is None:
+        return None
+    try:
+        import nvtx
+    except ImportError:
+        return None
+    return nvtx
+
+
+class _NvtxRanges(profile):
+    """A profile whose every range is also pushed as an NVTX range (what emit_nvtx installs)."""
+
+    def __init__(self, nvtx, record_shapes=False):
+        super().__init__(record_shapes=record_shapes)
+        self._nvtx = nvtx
+
+    def _push(self, name, shapes, cat, args, t, stack):
+        label = name if not (self.record_shapes and shapes) else f"{name}, sizes = {[list(x) for x in shapes]}"
+        self._nvtx.push_range(label)
+        return super()._push(name, shapes, cat, args, t, stack)
+
+    def _pop(self, e, t, mem):
+        if e._end is None:
+            self._nvtx.pop_range()
+        super()._pop(e, t, mem)
 
 
 def load_nvprof(path):
