@@ -421,12 +421,13 @@ class Tensor(InPlaceOps):
 
     def __reduce__(self):
         from .factories import tensor
-        return (tensor, (self._data.copy(),), None)
+        dev = self.device
+        return (tensor, (self._host().copy(), None, None if dev.type == "cpu" else str(dev)), None)
 
     def __deepcopy__(self, memo):
-        t = Tensor._make(self._data.copy(), self._requires_grad if self.grad_fn is None else False)
+        t = Tensor._make(_devices.copy_payload(self._data), self._requires_grad if self.grad_fn is None else False)
         if self._grad is not None:
-            t._grad = Tensor._make(self._grad._data.copy())
+            t._grad = Tensor._make(_devices.copy_payload(self._grad._data))
         memo[id(self)] = t
         return t
 
