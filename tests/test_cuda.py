@@ -495,3 +495,20 @@ def test_sim_deepcopy_and_pickle_keep_the_device():
     assert q.is_cuda and q.requires_grad and q.grad.is_cuda and q.grad.cpu().tolist() == [2.0, 4.0]
     r = pickle.loads(pickle.dumps(p.detach()))
     assert r.is_cuda and r.cpu().tolist() == [1.0, 2.0]
+
+
+@sim
+def test_sim_inplace_writes_reach_aliases():
+    x = jg.tensor([1.0, 2.0, 3.0], device="cuda")
+    d = x.detach()
+    d.add_(1.0)
+    assert x.cpu().tolist() == [2.0, 3.0, 4.0]
+    p = jg.tensor([1.0, 2.0], device="cuda", requires_grad=True)
+    p.data.mul_(3.0)                   # old-style SGD through .data
+    assert p.detach().cpu().tolist() == [3.0, 6.0]
+    x[1] = 10.0
+    x[jg.tensor([0, 2], device="cuda")] += 1.0
+    assert x.cpu().tolist() == [3.0, 10.0, 5.0] and x._version >= 3
+    y = x.to(jg.float64)
+    y *= 2
+    assert y.dtype is jg.float64 and y.cpu().tolist() == [6.0, 20.0, 10.0]

@@ -88,6 +88,11 @@ class _CudaBackend:
         return out
 
     @staticmethod
+    def write(dst, src):
+        """Copy device array ``src`` into ``dst`` (same shape and dtype), on the device."""
+        dst.copy_to_device(src)
+
+    @staticmethod
     def bind(op, args, params):
         from .eager import bind_cuda
         return bind_cuda(op, args, params)

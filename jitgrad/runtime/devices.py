@@ -20,7 +20,8 @@ _UNSEEN = object()
 def register(device_type: str, backend):
     """Register ``backend`` for ``device_type``.  A backend provides ``is_available()``, ``owns(payload)``,
     ``device_of(payload) -> Device``, ``to_device(ndarray, device) -> payload``, ``to_host(payload) -> ndarray``,
-    ``bind(op, args, params) -> Tensor`` (one primitive on device tensors), ``copy(payload)``, ``synchronize()``."""
+    ``bind(op, args, params) -> Tensor`` (one primitive on device tensors), ``copy(payload)``, ``write(dst, src)``
+    (copy into an existing payload), ``synchronize()``."""
     BACKENDS[device_type] = backend
 
 

@@ -68,7 +68,13 @@ class InPlaceOps:
             raise RuntimeError(f"result type {_TORCH_NAME[r.dtype.name]} can't be cast to the desired output type "
                                f"{_TORCH_NAME[self.dtype.name]}")
         tr = _TR.active
-        if tr is not None or type(self._data) is not np.ndarray:
+        dev = backend_of_payload(self._data) if tr is None else None
+        if dev is not None:     # a device tensor: written into its own buffer, so aliases (detach, .data) see it
+            if r.dtype is not self.dtype:
+                with grad_mode.no_grad():
+                    r = r.to(self.dtype)
+            dev.write(self._data, r._data)
+        elif tr is not None or type(self._data) is not np.ndarray:
             traced_write(self, r, tr)
         else:
             np.copyto(self._data, r._data, casting="unsafe")
