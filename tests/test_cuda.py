@@ -512,3 +512,12 @@ def test_sim_inplace_writes_reach_aliases():
     y = x.to(jg.float64)
     y *= 2
     assert y.dtype is jg.float64 and y.cpu().tolist() == [6.0, 20.0, 10.0]
+
+
+@sim
+def test_sim_tensor_metadata_on_cuda():
+    g = jg.ones(2, 3, device="cuda", dtype=jg.float64)
+    assert g.is_contiguous() and g.contiguous() is g and g.element_size() == 8 and g.numel() == 6
+    c = jg.zeros(1, dtype=jg.float32).to(g)        # to(other): other's dtype and device
+    assert c.is_cuda and c.dtype is jg.float64
+    assert g.new_zeros((2,)).is_cuda and len(g) == 2 and [r.cpu().tolist() for r in g] == [[1.0] * 3] * 2

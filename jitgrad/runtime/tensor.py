@@ -172,13 +172,15 @@ class Tensor(InPlaceOps):
     nelement = numel
 
     def element_size(self) -> int:
-        return self._data.itemsize
+        return np.dtype(self._data.dtype).itemsize
 
     def is_floating_point(self) -> bool:
         return self._data.dtype.kind == "f"
 
     def is_contiguous(self) -> bool:
-        return self._data.flags.c_contiguous
+        d = self._data
+        return d.flags.c_contiguous if type(d) is np.ndarray or _devices.backend_of_payload(d) is None \
+            else True      # device payloads are always contiguous buffers
 
     def is_inference(self) -> bool:
         return self._inference
@@ -434,8 +436,9 @@ class Tensor(InPlaceOps):
     def to(self, *args, dtype=None, device=None, copy=False, **kw):
         """``to(dtype)``, ``to(device)``, ``to(other_tensor)``: a differentiable cast (or self if nothing changes)."""
         for a in args:
-            if isinstance(a, Tensor):
+            if isinstance(a, Tensor):       # to(other): other's dtype and device
                 dtype = a.dtype
+                device = a.device
             elif isinstance(a, (str, Device)) and str(a).split(":")[0] in ("cpu", "cuda"):
                 device = a
             else:
@@ -481,7 +484,7 @@ class Tensor(InPlaceOps):
         return _bind(O["copy"], self)
 
     def contiguous(self) -> "Tensor":
-        return self if self._data.flags.c_contiguous else self.clone()
+        return self if self.is_contiguous() else self.clone()
 
     def new_zeros(self, shape, dtype=None) -> "Tensor":
         return self._same_device(Tensor._make(np.zeros(tuple(shape), (dtype or self.dtype).np)))
