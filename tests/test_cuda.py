@@ -521,3 +521,12 @@ def test_sim_tensor_metadata_on_cuda():
     c = jg.zeros(1, dtype=jg.float32).to(g)        # to(other): other's dtype and device
     assert c.is_cuda and c.dtype is jg.float64
     assert g.new_zeros((2,)).is_cuda and len(g) == 2 and [r.cpu().tolist() for r in g] == [[1.0] * 3] * 2
+
+
+@sim
+def test_sim_gpu_benchmark_smoke(capsys):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    import cuda_b1_b2_b3
+    assert cuda_b1_b2_b3.main(["--smoke"]) == 0
+    out = capsys.readouterr().out
+    assert "B1 MLP step" in out and "B3 hvp" in out and "B2 achieved bandwidth" in out
