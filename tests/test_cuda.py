@@ -530,3 +530,16 @@ def test_sim_gpu_benchmark_smoke(capsys):
     assert cuda_b1_b2_b3.main(["--smoke"]) == 0
     out = capsys.readouterr().out
     assert "B1 MLP step" in out and "B3 hvp" in out and "B2 achieved bandwidth" in out
+
+
+@sim
+def test_sim_gradcheck_and_gradgradcheck_on_cuda_inputs():
+    x = jg.tensor(np.array([0.3, -0.7, 1.2]), device="cuda", requires_grad=True)
+    w = jg.tensor(np.array([[0.3, -0.7], [1.0, 2.0], [0.5, 0.1]]), device="cuda", requires_grad=True)
+
+    def f(a, b):
+        return ((a @ b).tanh() * a.sum()).exp()
+    assert jg.autograd.gradcheck(f, (x, w))
+    assert jg.autograd.gradgradcheck(f, (x, w))
+    assert jg.autograd.gradcheck(jg.compile(f), (x, w))
+    assert x.grad is None and x.is_cuda
