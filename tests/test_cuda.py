@@ -543,3 +543,15 @@ def test_sim_gradcheck_and_gradgradcheck_on_cuda_inputs():
     assert jg.autograd.gradgradcheck(f, (x, w))
     assert jg.autograd.gradcheck(jg.compile(f), (x, w))
     assert x.grad is None and x.is_cuda
+
+
+@sim
+def test_sim_cpu_scalar_tensors_mix_with_cuda_as_in_torch():
+    g = jg.tensor([1.0, 2.0], device="cuda", requires_grad=True)
+    s = jg.tensor(3.0, requires_grad=True)          # 0-dim, on the CPU
+    y = (g * s).sum()
+    y.backward()
+    assert y.is_cuda and g.grad.is_cuda and s.grad.device == "cpu" and s.grad.item() == 3.0
+    lr = jg.tensor(0.5)
+    f = jg.compile(lambda a: a * lr)                 # a captured CPU scalar inside a compiled CUDA function
+    assert f(g.detach()).cpu().tolist() == [0.5, 1.0]

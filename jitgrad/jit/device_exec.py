@@ -41,12 +41,15 @@ def cuda_graph(graph: Graph, writes=(), config=None):
 
 def execute_on_device(graph: Graph, arrays, writes=(), stats=None, name="compiled"):
     """Run ``graph`` on device arrays; every array must be on the same device (torch's error otherwise)."""
-    devs = {str(device_of(a)) for a in arrays}
+    devs = {str(device_of(a)) for a in arrays if not (type(a) is np.ndarray and a.ndim == 0)}
     if len(devs) > 1:
         a, b = sorted(devs, key=lambda d: d == "cpu")[:2]
         raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a} and "
                            f"{b}! (when checking arguments of the compiled function {name})")
     from .graph_function import nonfinite_error
+    if any(type(a) is np.ndarray for a in arrays):     # CPU scalar tensors (torch allows them): uploaded
+        from numba import cuda
+        arrays = [cuda.to_device(a) if type(a) is np.ndarray else a for a in arrays]
     cg = cuda_graph(graph, writes)
     prof = _PROF.active
     run = cg.profiled_run(prof) if prof is not None else cg.run

@@ -303,6 +303,10 @@ def _device_bind(op, args, params):
                 break
     for k, a in enumerate(args):
         if isinstance(a, Tensor) and a.device != ref.device:
+            if a.ndim == 0 and a.device.type == "cpu":      # a CPU scalar tensor goes along, as in torch
+                from .devices import transfer
+                args = args[:k] + (transfer(a, ref.device),) + args[k + 1:]
+                continue
             raise RuntimeError(_with_loc(
                 f"Expected all tensors to be on the same device, but found at least two devices, {ref.device} and "
                 f"{a.device}! (when checking argument for argument {k} in method {op.name})"))
