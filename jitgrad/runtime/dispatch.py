@@ -293,18 +293,11 @@ def _bind_traced(tr, op, args, params):
 def _device_bind(op, args, params):
     """An op with a device tensor among its inputs: every tensor must be on that device (torch's rule, with
     its error), then the device's backend runs it (``jitgrad.cuda`` registers one)."""
-    dev = None
-    for a in args:
-        if isinstance(a, Tensor):
-            b = backend_of_payload(a._data)
-            if b is not None:
-                dev = b
-                ref = a
-                break
+    dev, ref = next((backend_of_payload(a._data), a) for a in args
+                    if isinstance(a, Tensor) and backend_of_payload(a._data) is not None)
     for k, a in enumerate(args):
         if isinstance(a, Tensor) and a.device != ref.device:
             if a.ndim == 0 and a.device.type == "cpu":      # a CPU scalar tensor goes along, as in torch
-                from .devices import transfer
                 args = args[:k] + (transfer(a, ref.device),) + args[k + 1:]
                 continue
             raise RuntimeError(_with_loc(
@@ -320,5 +313,5 @@ def _forward_nan(op, avals, t):
                        f"Output shape {fmt_shape(t.shape)}, dtype {t.dtype.name}; inputs: {_describe(avals)}{where}")
 
 
-from .tensor import Tensor  # noqa: E402
-from .devices import backend_of_payload  # noqa: E402  (Tensor's methods call bind; bind builds Tensors)
+from .tensor import Tensor  # noqa: E402  (Tensor's methods call bind; bind builds Tensors)
+from .devices import backend_of_payload, transfer  # noqa: E402
