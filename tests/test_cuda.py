@@ -555,3 +555,18 @@ def test_sim_cpu_scalar_tensors_mix_with_cuda_as_in_torch():
     lr = jg.tensor(0.5)
     f = jg.compile(lambda a: a * lr)                 # a captured CPU scalar inside a compiled CUDA function
     assert f(g.detach()).cpu().tolist() == [0.5, 1.0]
+
+
+@sim
+def test_sim_inplace_through_a_view_reaches_the_base():
+    x = jg.zeros(2, 3, device="cuda")
+    v = x[0]
+    v += 1.0
+    x[1, 1:] += 2.0
+    t = x.T
+    t[0].mul_(5.0)                                  # a view of a view: through permute and getitem
+    x.reshape(6)[5] = 7.0
+    assert x.cpu().tolist() == [[5.0, 1.0, 1.0], [0.0, 2.0, 7.0]]
+    p = jg.ones(3, device="cuda", requires_grad=True) * 1.0
+    with pytest.raises(RuntimeError, match="in-place modification of a view"):
+        p[0:2].mul_(2.0)

@@ -93,6 +93,12 @@ class _CudaBackend:
         dst.copy_to_device(src)
 
     @staticmethod
+    def after_write(t):
+        """``t`` was written in place: if it is a view, its base gets the new values."""
+        from .eager import write_through
+        write_through(t)
+
+    @staticmethod
     def bind(op, args, params):
         from .eager import bind_cuda
         return bind_cuda(op, args, params)

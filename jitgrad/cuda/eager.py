@@ -7,6 +7,8 @@ CUDA tensors and come back here, so gradients live on the device.
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..ir import dtypes as dt
@@ -20,6 +22,9 @@ _FROM_NP = dt._FROM_NP
 _GM = grad_mode.STATE
 _AN = anomaly.STATE
 _GRAPHS: dict = {}       # (op, params, input signature) -> CudaGraph
+# Views on CUDA are copies (a kernel's output is a fresh buffer).  So that an in-place write through a view still
+# reaches its base, as in torch, each view remembers how it was made: id(view) -> (weakref, base, op, params)
+_VIEWS: dict = {}
 
 
 def _signature(op, args, params):
@@ -87,6 +92,8 @@ def bind_cuda(op, args, params):
     cg = compiled_op(op, args, params, avals, out_avals)
     out = cg.run(*arrays)[0]
     t = Tensor._make(out)
+    if op.view and not (op.name == "getitem" and any(type(s) is tuple and s[0] == "tensor" for s in params["spec"])):
+        _VIEWS[id(t)] = (weakref.ref(t, lambda _, k=id(t): _VIEWS.pop(k, None)), args[0], op, params)
     t._inference = _GM.inference
     if need and _GM.grad_enabled and not _GM.inference and op.vjp is not None and out_avals[0].dtype.is_floating_point:
         _record(op, params, args, avals, t)
@@ -96,4 +103,33 @@ def bind_cuda(op, args, params):
     return t
 
 
-__all__ = ["bind_cuda", "compiled_op"]
+def write_through(t):
+    """After an in-place write into CUDA view ``t``: write its new value into the base it was made from (and
+    on up a chain of views), so the base sees it as with a torch view."""
+    rec = _VIEWS.get(id(t))
+    if rec is None or rec[0]() is not t:
+        return
+    _, base, op, params = rec
+    from ..ir.ops import OPS
+    from ..runtime.dispatch import bind
+    if _GM.grad_enabled and base.requires_grad:
+        raise RuntimeError("jitgrad: in-place modification of a view of a CUDA tensor that requires grad is not "
+                           "supported; use index assignment on the base tensor (y[idx] = v) or an out-of-place op")
+    with grad_mode.no_grad():
+        if op.name == "reshape":
+            new = t.reshape(base.shape)
+        elif op.name == "permute":
+            new = t.permute(*np.argsort(params["perm"]).tolist())
+        elif op.name == "getitem":
+            new = bind(OPS["index_put"], base, t, spec=params["spec"], accumulate=False)
+        else:
+            raise RuntimeError(f"jitgrad: in-place write into the result of {op.name} (an expanded view: several "
+                               "elements share one memory location) is not supported")
+    if new.dtype is not base.dtype:
+        new = new.to(base.dtype)
+    base._data.copy_to_device(new._data)
+    base._vc[0] += 1
+    write_through(base)
+
+
+__all__ = ["bind_cuda", "compiled_op", "write_through"]

@@ -21,7 +21,7 @@ def register(device_type: str, backend):
     """Register ``backend`` for ``device_type``.  A backend provides ``is_available()``, ``owns(payload)``,
     ``device_of(payload) -> Device``, ``to_device(ndarray, device) -> payload``, ``to_host(payload) -> ndarray``,
     ``bind(op, args, params) -> Tensor`` (one primitive on device tensors), ``copy(payload)``, ``write(dst, src)``
-    (copy into an existing payload), ``synchronize()``."""
+    (copy into an existing payload), ``after_write(tensor)`` (an in-place write happened), ``synchronize()``."""
     BACKENDS[device_type] = backend
 
 

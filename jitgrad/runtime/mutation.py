@@ -74,6 +74,7 @@ class InPlaceOps:
                 with grad_mode.no_grad():
                     r = r.to(self.dtype)
             dev.write(self._data, r._data)
+            dev.after_write(self)       # a view (a copy on the device) passes the write on to its base
         elif tr is not None or type(self._data) is not np.ndarray:
             traced_write(self, r, tr)
         else:
