@@ -567,6 +567,9 @@ def test_sim_inplace_through_a_view_reaches_the_base():
     t[0].mul_(5.0)                                  # a view of a view: through permute and getitem
     x.reshape(6)[5] = 7.0
     assert x.cpu().tolist() == [[5.0, 1.0, 1.0], [0.0, 2.0, 7.0]]
+    assert v.cpu().tolist() == [5.0, 1.0, 1.0] and t.cpu().tolist() == [[5.0, 0.0], [1.0, 2.0], [1.0, 7.0]]
+    x.add_(1.0)                                     # views made earlier see the base's new values
+    assert v.cpu().tolist() == [6.0, 2.0, 2.0] and t[1].cpu().tolist() == [2.0, 3.0]
     p = jg.ones(3, device="cuda", requires_grad=True) * 1.0
     with pytest.raises(RuntimeError, match="in-place modification of a view"):
         p[0:2].mul_(2.0)

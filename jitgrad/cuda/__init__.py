@@ -94,9 +94,9 @@ class _CudaBackend:
 
     @staticmethod
     def after_write(t):
-        """``t`` was written in place: if it is a view, its base gets the new values."""
-        from .eager import write_through
-        write_through(t)
+        """``t`` was written in place: its base (if it is a view) and its views get the new values."""
+        from .eager import after_write
+        after_write(t)
 
     @staticmethod
     def bind(op, args, params):

@@ -25,6 +25,7 @@ _GRAPHS: dict = {}       # (op, params, input signature) -> CudaGraph
 # Views on CUDA are copies (a kernel's output is a fresh buffer).  So that an in-place write through a view still
 # reaches its base, as in torch, each view remembers how it was made: id(view) -> (weakref, base, op, params)
 _VIEWS: dict = {}
+_CHILDREN: dict = {}     # id(base) -> {id(view)}: the live views made from it, refreshed when it is written
 
 
 def _signature(op, args, params):
@@ -93,7 +94,8 @@ def bind_cuda(op, args, params):
     out = cg.run(*arrays)[0]
     t = Tensor._make(out)
     if op.view and not (op.name == "getitem" and any(type(s) is tuple and s[0] == "tensor" for s in params["spec"])):
-        _VIEWS[id(t)] = (weakref.ref(t, lambda _, k=id(t): _VIEWS.pop(k, None)), args[0], op, params)
+        _VIEWS[id(t)] = (weakref.ref(t, lambda _, k=id(t): _forget(k)), args[0], op, params)
+        _CHILDREN.setdefault(id(args[0]), set()).add(id(t))
     t._inference = _GM.inference
     if need and _GM.grad_enabled and not _GM.inference and op.vjp is not None and out_avals[0].dtype.is_floating_point:
         _record(op, params, args, avals, t)
@@ -101,6 +103,37 @@ def bind_cuda(op, args, params):
             and not np.isfinite(out.copy_to_host()).all():
         _forward_nan(op, avals, t)
     return t
+
+
+def _forget(k):
+    rec = _VIEWS.pop(k, None)
+    if rec is not None:
+        kids = _CHILDREN.get(id(rec[1]))
+        if kids is not None:
+            kids.discard(k)
+            if not kids:
+                _CHILDREN.pop(id(rec[1]), None)
+
+
+def after_write(t):
+    """``t`` was written in place: its base (if it is a view) and the views made from it get the new values."""
+    write_through(t)
+    refresh_views(t)
+
+
+def refresh_views(t, skip=None):
+    """Recompute the live views of ``t`` from its current value (and their views in turn)."""
+    for k in list(_CHILDREN.get(id(t), ())):
+        rec = _VIEWS.get(k)
+        v = rec[0]() if rec is not None else None
+        if v is None or v is skip or rec[1] is not t:
+            continue
+        with grad_mode.no_grad():
+            from ..runtime.dispatch import bind
+            new = bind(rec[2], t, **rec[3])
+        v._data.copy_to_device(new._data)
+        v._vc[0] += 1
+        refresh_views(v)
 
 
 def write_through(t):
@@ -129,7 +162,8 @@ def write_through(t):
         new = new.to(base.dtype)
     base._data.copy_to_device(new._data)
     base._vc[0] += 1
+    refresh_views(base, skip=t)     # the view's siblings
     write_through(base)
 
 
-__all__ = ["bind_cuda", "compiled_op", "write_through"]
+__all__ = ["bind_cuda", "compiled_op", "after_write", "write_through", "refresh_views"]
