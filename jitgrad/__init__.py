@@ -27,7 +27,7 @@ from .ir.dtypes import uint8
 from .runtime.functions import *  # noqa: F401,F403
 from .runtime.functions import where, cat, concat, stack, max, min, abs, sum, pow  # noqa: A004
 from .jit.compile import compile  # noqa: E402,A004
-from . import autograd, nn, optim  # noqa: E402
+from . import autograd, nn, optim, cuda  # noqa: E402
 
 float = float32   # noqa: A001  torch aliases
 double = float64

@@ -14,10 +14,15 @@ def main(argv=None):
     d.add_argument("--steps", type=int, default=200)
     b = sub.add_parser("bench", help="run the benchmark suite (jitgrad and any installed peers)")
     b.add_argument("--only", nargs="*", default=None, help="workload ids, e.g. B5 B7")
+    b.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="cuda: B1, B2, B3 on the GPU (benchmarks/cuda_b1_b2_b3.py)")
+    b.add_argument("--smoke", action="store_true", help="with --device cuda: tiny sizes (runs on the simulator)")
     args = p.parse_args(argv)
     if args.cmd == "demo":
         return _demo.run(steps=args.steps)
-    from .bench import run_suite
+    from .bench import run_suite, run_cuda
+    if args.device == "cuda":
+        return run_cuda(args.smoke)
     return run_suite(args.only)
 
 

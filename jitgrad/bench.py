@@ -72,3 +72,12 @@ def run_suite(only=None) -> int:
         print("jitgrad bench: scripts that exited with an error: " + ", ".join(failed), flush=True)
         return 1
     return 0
+
+
+def run_cuda(smoke=False) -> int:
+    """``python -m jitgrad bench --device cuda``: B1, B2, B3 on the GPU in a fresh process."""
+    path = os.path.join(_DIR, "cuda_b1_b2_b3.py")
+    if not os.path.exists(path):
+        print(f"jitgrad bench: {path} not found; run from a source checkout", file=sys.stderr)
+        return 2
+    return subprocess.call([sys.executable, path] + (["--smoke"] if smoke else []), cwd=_ROOT)

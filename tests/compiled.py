@@ -43,7 +43,7 @@ def flat(out):
 
 
 def _np(t):
-    return None if t is None else t.detach().numpy().copy()
+    return None if t is None else t.detach().cpu().numpy().copy()
 
 
 def _is_float(t) -> bool:
@@ -61,7 +61,7 @@ def loss_of(outs, ws):
     for o, w in zip(outs, ws):
         if w is None:
             continue
-        term = (o * jg.tensor(w, dtype=o.dtype)).sum()
+        term = (o * jg.tensor(w, dtype=o.dtype, device=o.device)).sum()
         total = term if total is None else total + term
     return total
 
@@ -71,11 +71,12 @@ def directions(arrays, seed=2):
     return [rng.standard_normal(a.shape) for a in arrays]
 
 
-def evaluate(fn, arrays, mode, ws=None, second_order=True):
-    """Run ``fn`` on float64 ``arrays`` in ``mode``; returns a dict of NumPy results (see the module doc)."""
+def evaluate(fn, arrays, mode, ws=None, second_order=True, device=None):
+    """Run ``fn`` on float64 ``arrays`` in ``mode``; returns a dict of NumPy results (see the module doc).
+    ``device``: where the argument tensors live ("cuda" runs the program on the CUDA target)."""
     res = {}
     F = maybe_compile(fn, mode)
-    xs = [jg.tensor(a) for a in arrays]
+    xs = [jg.tensor(a, device=device) for a in arrays]
     outs = flat(F(*xs))
     again = flat(F(*xs))
     if mode != "eager":         # traced once, replayed once: nothing made it one-shot or broke its guards
@@ -97,7 +98,7 @@ def evaluate(fn, arrays, mode, ws=None, second_order=True):
     S = maybe_compile(step, mode)
     grads = None
     for _ in range(2):          # trace + replay
-        xs = [jg.tensor(a, requires_grad=True) for a in arrays]
+        xs = [jg.tensor(a, requires_grad=True, device=device) for a in arrays]
         S(*xs)
         grads = [_np(x.grad) if x.grad is not None else np.zeros_like(a) for x, a in zip(xs, arrays)]
     if mode != "eager":
@@ -105,7 +106,7 @@ def evaluate(fn, arrays, mode, ws=None, second_order=True):
     res["grads"] = grads
 
     # outer autograd.grad of the function's outputs, then second order
-    xs = [jg.tensor(a, requires_grad=True) for a in arrays]
+    xs = [jg.tensor(a, requires_grad=True, device=device) for a in arrays]
     outs = flat(F(*xs))
     loss = loss_of(outs, ws)
     g1 = autograd.grad(loss, xs, create_graph=second_order, allow_unused=True)
@@ -122,11 +123,11 @@ def evaluate(fn, arrays, mode, ws=None, second_order=True):
         for g, v in zip(gs, vs):
             if g is None or not g.requires_grad:
                 continue
-            term = (g * jg.tensor(v)).sum()
+            term = (g * jg.tensor(v, device=g.device)).sum()
             total = term if total is None else total + term
         return total
     I = maybe_compile(inner, mode)
-    xs = [jg.tensor(a, requires_grad=True) for a in arrays]
+    xs = [jg.tensor(a, requires_grad=True, device=device) for a in arrays]
     s = I(*xs)
     if s is None or not s.requires_grad:
         res["inner_hvp"] = [np.zeros_like(a) for a in arrays]
@@ -141,7 +142,7 @@ def _hvp(g1, xs, vs, arrays):
     for g, v in zip(g1, vs):
         if g is None or not g.requires_grad:
             continue
-        term = (g * jg.tensor(v, dtype=g.dtype)).sum()
+        term = (g * jg.tensor(v, dtype=g.dtype, device=g.device)).sum()
         total = term if total is None else total + term
     if total is None:
         return [np.zeros_like(a) for a in arrays]

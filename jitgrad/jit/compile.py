@@ -51,7 +51,7 @@ class _Captured:
 
     def __init__(self, t: Tensor, var: Var):
         self.ref = weakref.ref(t)
-        self.shape = t._data.shape
+        self.shape = tuple(t._data.shape)
         self.dtype = t._data.dtype
         self.requires_grad = t.requires_grad
         self.grad_is_none = t._grad is None
@@ -64,7 +64,7 @@ class _Captured:
 
     def ok(self) -> bool:
         t = self.ref()
-        return (t is not None and t._data.shape == self.shape and t._data.dtype == self.dtype
+        return (t is not None and tuple(t._data.shape) == self.shape and t._data.dtype == self.dtype
                 and t.requires_grad == self.requires_grad and (t._grad is None) == self.grad_is_none)
 
     def describe(self) -> str:
@@ -149,7 +149,7 @@ class _Tracer:
         d = t._data
         if type(d) is Var:
             raise TraceError("a traced tensor from another compiled function leaked into this one")
-        var = self.trace.new_input(Aval(d.shape, dt._FROM_NP[d.dtype]))
+        var = self.trace.new_input(Aval(tuple(d.shape), dt._FROM_NP[d.dtype]))
         c = _Captured(t, var)
         touched = self.grad_touched.get(id(t))
         if touched is not None:     # its .grad was replaced before it was met (``opt.zero_grad()`` first): guard
@@ -199,8 +199,12 @@ class CompiledFunction:
             backend = os.environ.get("JITGRAD_BACKEND", "numba")
         if backend not in ("interpret", "numba"):
             raise ValueError(f"jitgrad.compile: unknown backend {backend!r} (expected 'numba' or 'interpret')")
-        if device not in (None, "cpu"):
-            raise RuntimeError(f"jitgrad.compile: device {device!r} is not available (CUDA codegen is not built yet)")
+        if device is not None:
+            from ..runtime.tensor import check_device
+            device = check_device(device)    # raises when the device has no backend (no CUDA)
+            if device.type == "cuda" and device.index is None:
+                device = type(device)("cuda", 0)
+        self.device = device
         self.fn = fn
         self.backend = backend
         self.fullgraph = fullgraph
@@ -243,8 +247,8 @@ class CompiledFunction:
     def _key(self, leaves, treedef, tkey=None):
         ids = [id(t) for t in leaves]
         first = tuple(ids.index(i) for i in ids)     # which leaves are the same object
-        sig = tuple((t._data.shape, t._data.dtype, t._requires_grad or t.grad_fn is not None, t._grad is None)
-                    for t in leaves)
+        sig = tuple((tuple(t._data.shape), t._data.dtype, t._requires_grad or t.grad_fn is not None, t._grad is None,
+                     type(t._data)) for t in leaves)     # the payload's type: its device
         an = anomaly.STATE
         modes = (grad_mode.STATE.grad_enabled, an.enabled, an.check_nan, an.check_forward, self.anomaly)
         return (_static_key(treedef) if tkey is None else tkey, sig, first, modes)
@@ -429,7 +433,18 @@ class CompiledFunction:
         e.copy_outs = [k for k, v in enumerate(e.graph.outputs)
                        if k not in written and (isinstance(v, Lit) or v in ins)]
 
+    def _check_device(self, leaves):
+        """``device=``: every argument tensor must be on it (as torch, no implicit transfers)."""
+        for k, t in enumerate(leaves):
+            if t.device != self.device:
+                raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                                   f"{self.device} and {t.device}! (when checking argument {k} of the compiled "
+                                   f"function {getattr(self.fn, '__name__', 'function')}, compiled for "
+                                   f"device='{self.device}')")
+
     def _run(self, e: _Entry, leaves, args, kwargs):
+        if self.device is not None:
+            self._check_device(leaves)
         # graph inputs: the distinct argument tensors in leaf order, then the captured tensors
         inputs = []
         seen = set()
@@ -440,11 +455,11 @@ class CompiledFunction:
         inputs.extend(c.ref() if s is None else inputs[s]._grad for c, s in zip(e.captured, e.grad_src))
         outs = e.gf(inputs)
         for k in e.copy_outs:
-            outs[k]._data = np.array(outs[k]._data)
+            outs[k]._data = _copy_payload(outs[k]._data)
         for ref, oi in e.materialize:       # state made by a one-shot trace gets its value
             t = ref()
             if t is not None:
-                t._data = np.array(outs[oi]._data)
+                t._data = _copy_payload(outs[oi]._data)
                 t.grad_fn = None
                 t._base = None
         # write-backs: payload mutations, then grads
@@ -523,11 +538,44 @@ class CompiledFunction:
         e = self._entry_for(args, kwargs)
         if e.eager:
             return Listing(_EAGER_NOTE)
+        if self._on_cuda(args, kwargs):
+            from .device_exec import cuda_graph
+            gf = e.gf
+            return Listing(cuda_graph(e.graph, gf.writes).source)
         if self.backend == "numba":
             from .graph_function import compiled_graph
             gf = e.gf    # the CompiledGraph the calls run (same write-backs and options): nothing built twice
             return Listing(compiled_graph(e.graph, gf.writes, gf.parallel, gf.disk_cache, gf.background).source)
         return straight_line_listing(e.graph, getattr(self.fn, "__name__", "compiled"))
+
+    def _on_cuda(self, args, kwargs) -> bool:
+        if self.device is not None:
+            return self.device.type == "cuda"
+        leaves, _ = flatten((args, kwargs), _is_tensor)
+        return any(t.is_cuda for t in leaves)
+
+    def ptx(self, *args, cc=(9, 0), **kwargs) -> dict:
+        """The PTX of every CUDA kernel the call with these arguments runs (forward and, when inputs require
+        grad, backward), built by NVVM for compute capability ``cc``; needs numba-cuda with NVVM
+        (``pip install 'jitgrad[cuda]'``), no GPU.  Returns ``{kernel name: PTX text}``."""
+        from ..codegen.cuda import GPU_CONFIG
+        from .device_exec import cuda_graph
+        e = self._entry_for(args, kwargs)
+        if e.eager:
+            raise RuntimeError(_EAGER_NOTE)
+        graphs = [(e.graph, e.gf.writes)]
+        if grad_mode.STATE.grad_enabled:
+            leaves, _ = flatten((args, kwargs), _is_tensor)
+            uniq = list({id(t): t for t in leaves}.values())
+            wrt = tuple(i for i, t in enumerate(uniq + [c.ref() for c in e.captured]) if t.requires_grad)
+            if wrt:
+                plan = e.gf.plan(wrt)
+                if plan.diff_outs:
+                    graphs.append((run_pipeline(plan.transposed.bwd), ()))
+        out = {}
+        for g, writes in graphs:
+            out.update(cuda_graph(g, writes, GPU_CONFIG).ptx(cc))
+        return out
 
     def fusion_plan(self, *args, **kwargs) -> Listing:
         """How the step's graph for these arguments (the first graph ``f.ir`` prints) is cut into fused loop
@@ -538,6 +586,14 @@ class CompiledFunction:
         if e.eager:
             return Listing(_EAGER_NOTE)
         return plan_listing(fusion_plan(e.graph))
+
+
+def _copy_payload(d):
+    """A copy of an output's payload (a NumPy array, or a device array copied on its device)."""
+    if type(d) is np.ndarray:
+        return np.array(d)
+    from ..runtime.devices import copy_payload
+    return copy_payload(d)
 
 
 def _bindings(fn, captured):
@@ -595,7 +651,7 @@ def _payload_of(t: Tensor, tracer: _Tracer):
     if type(d) is Var:
         return d
     if id(t) in tracer.trace.created or not isinstance(d, np.ndarray):
-        return Lit(d, Aval(d.shape, dt._FROM_NP[d.dtype]))
+        return Lit(d, Aval(tuple(d.shape), dt._FROM_NP[d.dtype]))
     return tracer.capture(t)   # an untouched outside tensor returned as is
 
 

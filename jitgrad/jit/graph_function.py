@@ -21,6 +21,7 @@ from ..tracer import Trace, STATE as _TR
 from ..runtime import grad_mode, profiler_state
 from ..runtime.node import Node
 from ..runtime.tensor import Tensor
+from .device_exec import execute_on_device, on_device
 
 
 class _Front:
@@ -53,7 +54,7 @@ class _Front:
         d = t._data
         if type(d) is Var:
             return d
-        return Lit(d, Aval(d.shape, t.dtype))
+        return Lit(d, Aval(tuple(d.shape), t.dtype))
 
     @staticmethod
     def bind_name(opname, *args, **params):
@@ -120,7 +121,10 @@ def execute(graph: Graph, arrays, backend: str, writes=(), parallel=None, disk_c
     """Run a graph on arrays: ``interpret`` (the reference) or ``numba`` (fused CPU kernels).
 
     ``writes``: (output index, input index) pairs whose output is copied into the input's buffer at the end
-    of the call (in-place state updates; the numba driver does it inside the compiled call)."""
+    of the call (in-place state updates; the numba driver does it inside the compiled call).  Arrays on a device
+    (CUDA tensors' payloads) run there, whatever the backend (``device_exec.py``)."""
+    if on_device(arrays):
+        return execute_on_device(graph, arrays, writes, stats)
     if backend == "numba":
         cg = compiled_graph(graph, writes, parallel, disk_cache, background)
         run = cg.run

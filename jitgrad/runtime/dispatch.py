@@ -76,7 +76,7 @@ def _bind(op, args, params):
     # the key is the same tuple the general loop below builds
     n = len(args)
     a0 = args[0] if n else None
-    if type(a0) is Tensor and n <= 2:
+    if type(a0) is Tensor and n <= 2 and type(a0._data) is np.ndarray:   # device payloads: the general path
         d0 = a0._data
         need = a0._requires_grad or a0.grad_fn is not None
         if n == 1:
@@ -85,7 +85,7 @@ def _bind(op, args, params):
         else:
             a1 = args[1]
             t1 = type(a1)
-            if t1 is Tensor:
+            if t1 is Tensor and type(a1._data) is np.ndarray:
                 d1 = a1._data
                 arrays = (d0, d1)
                 key = (op, d0.shape, d0.dtype, d1.shape, d1.dtype)
@@ -98,7 +98,8 @@ def _bind(op, args, params):
                 arrays = None
         if params and arrays is not None:
             key += (tuple(params.items()),)
-    elif n == 2 and type(args[1]) is Tensor and (type(a0) is float or type(a0) is int):     # 0.1 * t
+    elif n == 2 and type(args[1]) is Tensor and (type(a0) is float or type(a0) is int) \
+            and type(args[1]._data) is np.ndarray:     # 0.1 * t
         a1 = args[1]
         d1 = a1._data
         arrays = (a0, d1)
@@ -167,6 +168,9 @@ def _general_key(op, args, params):
     for a in args:
         if type(a) is Tensor or isinstance(a, Tensor):
             d = a._data
+            if type(d) is not np.ndarray and backend_of_payload(d) is not None:
+                # a device tensor: its backend runs the op (runtime/devices.py)
+                return _device_bind(op, args, params)
             arrays.append(d)
             sig.append(d.shape)
             sig.append(d.dtype)
@@ -314,7 +318,7 @@ def _bind_traced(tr, op, args, params):
             d = a._data
             if type(d) is not Var:
                 if type(d) is np.ndarray and id(a) in tr.created or tr.on_capture is None:
-                    ins.append(Lit(d, Aval(d.shape, _FROM_NP[d.dtype])))
+                    ins.append(Lit(d, Aval(tuple(d.shape), _FROM_NP[d.dtype])))
                 else:
                     ins.append(tr.on_capture(a))
             else:
@@ -359,6 +363,22 @@ def _bind_traced(tr, op, args, params):
     return t
 
 
+def _device_bind(op, args, params):
+    """An op with a device tensor among its inputs: every tensor must be on that device (torch's rule, with
+    its error), then the device's backend runs it (``jitgrad.cuda`` registers one)."""
+    dev, ref = next((backend_of_payload(a._data), a) for a in args
+                    if isinstance(a, Tensor) and backend_of_payload(a._data) is not None)
+    for k, a in enumerate(args):
+        if isinstance(a, Tensor) and a.device != ref.device:
+            if a.ndim == 0 and a.device.type == "cpu":      # a CPU scalar tensor goes along, as in torch
+                args = args[:k] + (transfer(a, ref.device),) + args[k + 1:]
+                continue
+            raise RuntimeError(_with_loc(
+                f"Expected all tensors to be on the same device, but found at least two devices, {ref.device} and "
+                f"{a.device}! (when checking argument for argument {k} in method {op.name})"))
+    return dev.bind(op, args, params)
+
+
 def _forward_nan(op, avals, t):
     loc = user_loc(3)
     where = f"\n  at {loc.where()} in {loc.function}: {loc.text}" if loc else ""
@@ -367,3 +387,4 @@ def _forward_nan(op, avals, t):
 
 
 from .tensor import Tensor  # noqa: E402  (Tensor's methods call bind; bind builds Tensors)
+from .devices import backend_of_payload, transfer  # noqa: E402

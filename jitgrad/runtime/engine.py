@@ -14,6 +14,7 @@ from . import anomaly, grad_mode, profiler_state
 from .node import AccumulateGrad, Node, zeros_for
 from .dispatch import refresh_view
 from .tensor import Tensor
+from .devices import backend_of_payload, to_host
 from ..tracer import STATE as _TR
 
 _AN = anomaly.STATE
@@ -44,7 +45,7 @@ def _make_root_grads(outputs, grad_outputs, create_graph):
                 raise RuntimeError(f"grad can be implicitly created only for scalar outputs (output {i} has shape "
                                    f"{list(out.shape)}); pass gradient= / grad_outputs= of that shape")
             d = out._data
-            g = Tensor._make(np.array(1, d.dtype) if d.ndim == 0 else np.ones(d.shape, d.dtype))
+            g = out._same_device(Tensor._make(np.array(1, d.dtype) if d.ndim == 0 else np.ones(d.shape, d.dtype)))
         else:
             if not isinstance(g, Tensor):
                 g = Tensor._make(np.asarray(g, dtype=out._data.dtype))
@@ -376,9 +377,11 @@ def _apply_node(node, grads, create_graph):
             if r is not None:
                 grads = list(r)
     if node.materialize():
+        ref = next((g for g in grads if g is not None), None)     # zeros go where the other grads are
         for i, g in enumerate(grads):
             if g is None and node.out_meta[i][1] is not None:
-                grads[i] = zeros_for(node.out_meta[i])
+                z = zeros_for(node.out_meta[i])
+                grads[i] = z if ref is None else ref._same_device(z)
     prof = _PROF.active
     tr = _TR.active
     if tr is not None:   # traced backward: its eqns carry the location of the forward op they differentiate
@@ -410,8 +413,12 @@ def _apply_node_inner(node, grads, prof):
                            f"{len(node.next_functions)}, got {len(out)})")
     if _AN.enabled and _AN.check_nan:
         for i, g in enumerate(out):
-            if g is not None and type(g._data) is np.ndarray and g._data.dtype.kind == "f" and \
-                    not np.isfinite(g._data).all():
+            if g is None:
+                continue
+            d = g._data
+            if type(d) is not np.ndarray and backend_of_payload(d) is not None:
+                d = to_host(d)      # a device tensor: its values come back for the check (anomaly mode only)
+            if type(d) is np.ndarray and d.dtype.kind == "f" and not np.isfinite(d).all():
                 raise _nan_error(node, i, g)
     if node._hooks:
         for fn in list(node._hooks.values()):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import dtypes as dt
-from .tensor import Tensor, check_device
+from .tensor import Tensor, check_device, on_device
 
 # a NumPy generator for internal test inputs (gradgradcheck's random grad_outputs); reseeded by manual_seed.  The
 # random functions (rand, randn, ...) draw from jitgrad.Generator objects instead (runtime/sampling.py).
@@ -78,7 +78,8 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
         with no_grad():
             t = (data if dtype is None else data.to(dtype)).detach().clone()
     else:
-        t = Tensor._make(as_array(data, dtype))
+        src = data._host() if isinstance(data, Tensor) else data
+        t = on_device(Tensor._make(as_array(src, dtype)), device)
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -113,8 +114,8 @@ def _size(size):
     return tuple(int(s) for s in size)
 
 
-def _new(arr, requires_grad):
-    t = Tensor._make(arr)
+def _new(arr, requires_grad, device=None):
+    t = on_device(Tensor._make(arr), device)
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -126,24 +127,24 @@ def _dt(dtype, default=dt.float32):
 
 def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
     check_device(device)
-    return _new(np.zeros(_size(size), _dt(dtype).np), requires_grad)
+    return _new(np.zeros(_size(size), _dt(dtype).np), requires_grad, device)
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
     check_device(device)
-    return _new(np.ones(_size(size), _dt(dtype).np), requires_grad)
+    return _new(np.ones(_size(size), _dt(dtype).np), requires_grad, device)
 
 
 def empty(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
     check_device(device)
-    return _new(np.empty(_size(size), _dt(dtype).np), requires_grad)
+    return _new(np.empty(_size(size), _dt(dtype).np), requires_grad, device)
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
     check_device(device)
     if dtype is None:
         dtype = dt.result_type([], [fill_value])
-    return _new(np.full(_size((size,)), fill_value, _dt(dtype).np), requires_grad)
+    return _new(np.full(_size((size,)), fill_value, _dt(dtype).np), requires_grad, device)
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -152,41 +153,50 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
         start, end = 0, start
     if dtype is None:
         dtype = dt.result_type([], [start, end, step])
-    return _new(np.arange(start, end, step).astype(_dt(dtype).np), requires_grad)
+    return _new(np.arange(start, end, step).astype(_dt(dtype).np), requires_grad, device)
 
 
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False) -> Tensor:
     check_device(device)
-    return _new(np.linspace(start, end, int(steps)).astype(_dt(dtype).np), requires_grad)
+    return _new(np.linspace(start, end, int(steps)).astype(_dt(dtype).np), requires_grad, device)
 
 
 def eye(n, m=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     check_device(device)
-    return _new(np.eye(n, m, dtype=_dt(dtype).np), requires_grad)
+    return _new(np.eye(n, m, dtype=_dt(dtype).np), requires_grad, device)
 
 
 def _like(t, dtype):
     return t.shape, (dt.as_dtype(dtype) if dtype is not None else t.dtype)
 
 
+def _like_device(t, device):
+    """``*_like`` factories default to the input's device, as torch's do."""
+    return device if device is not None else (None if t.device.type == "cpu" else t.device)
+
+
 def zeros_like(input, dtype=None, device=None, requires_grad=False) -> Tensor:
     shape, d = _like(input, dtype)
-    return _new(np.zeros(shape, d.np), requires_grad)
+    device = _like_device(input, device)
+    return _new(np.zeros(shape, d.np), requires_grad, device)
 
 
 def ones_like(input, dtype=None, device=None, requires_grad=False) -> Tensor:
     shape, d = _like(input, dtype)
-    return _new(np.ones(shape, d.np), requires_grad)
+    device = _like_device(input, device)
+    return _new(np.ones(shape, d.np), requires_grad, device)
 
 
 def empty_like(input, dtype=None, device=None, requires_grad=False) -> Tensor:
     shape, d = _like(input, dtype)
-    return _new(np.empty(shape, d.np), requires_grad)
+    device = _like_device(input, device)
+    return _new(np.empty(shape, d.np), requires_grad, device)
 
 
 def full_like(input, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
     shape, d = _like(input, dtype)
-    return _new(np.full(shape, fill_value, d.np), requires_grad)
+    device = _like_device(input, device)
+    return _new(np.full(shape, fill_value, d.np), requires_grad, device)
 
 
 from .sampling import rand, randn, randint, randperm, rand_like, randn_like  # noqa: E402,F401  (re-exported)

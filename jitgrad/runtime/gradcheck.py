@@ -342,8 +342,26 @@ def gradcheck(func, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: floa
     return _gradcheck_helper(func, inputs, **kw)
 
 
+def _through_host(func, inputs):
+    """Device inputs (CUDA tensors): the check perturbs host copies, and ``func`` runs on the device through
+    differentiable transfers, so the device's kernels and vjps are what is checked."""
+    devs = [x.device if isinstance(x, Tensor) else None for x in inputs]
+    if all(d is None or d.type == "cpu" for d in devs):
+        return func, inputs
+    host = tuple(x.detach().cpu().requires_grad_(x.requires_grad) if d is not None and d.type != "cpu" else x
+                 for x, d in zip(inputs, devs))
+
+    def on_device(*xs):
+        out = func(*[x.to(d) if d is not None and isinstance(x, Tensor) else x for x, d in zip(xs, devs)])
+        if isinstance(out, (tuple, list)):
+            return tuple(o.cpu() if isinstance(o, Tensor) else o for o in out)
+        return out.cpu() if isinstance(out, Tensor) else out
+    return on_device, host
+
+
 def _gradcheck_helper(func, inputs, *, eps, atol, rtol, nondet_tol, check_undefined_grad, check_grad_dtypes,
                       check_batched_grad, check_forward_ad, check_backward_ad, fast_mode, _value_fn=None):
+    func, inputs = _through_host(func, _as_tuple(inputs))
     tupled_inputs = _as_tuple(inputs)
     _check_inputs(tupled_inputs)
     func_out = func(*tupled_inputs)
@@ -386,7 +404,11 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps: float = 1e-6, atol: f
     if check_batched_grad and not check_rev_over_rev:
         raise AssertionError("Setting check_batched_grad=True requires check_rev_over_rev to be True")
     from .factories import _RNG
+    func, inputs = _through_host(func, _as_tuple(inputs))
     tupled_inputs = _as_tuple(inputs)
+    if grad_outputs is not None:        # the check runs on host copies (see _through_host)
+        grad_outputs = tuple(g.detach().cpu().requires_grad_(g.requires_grad) if isinstance(g, Tensor) else g
+                             for g in _as_tuple(grad_outputs))
     if grad_outputs is None:
         outs = _differentiable_outputs(func(*tupled_inputs))
         gos = []

@@ -8,6 +8,7 @@ from ..ir.ops import OPS as O
 from ..tracer import STATE as _TR
 from . import grad_mode
 from .traced import is_traced, traced_mask, traced_payload, traced_write
+from .devices import backend_of_payload, copy_payload
 
 _GM = grad_mode.STATE
 _TORCH_NAME = {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int", "bool": "Bool"}
@@ -36,7 +37,7 @@ class InPlaceOps:
         if self._inference and not _GM.inference:
             raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed. You can "
                                "make a clone to get a normal tensor before doing inplace update.")
-        if not self._data.flags.writeable:
+        if type(self._data) is np.ndarray and not self._data.flags.writeable:
             raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
                                "single memory location. Please clone() the tensor before performing the operation.")
 
@@ -54,7 +55,7 @@ class InPlaceOps:
             # the new node may save its input 0: give it a snapshot that the write below cannot touch
             # (traced values are immutable: the snapshot is the value itself)
             tr = _TR.active
-            src = self._make(traced_payload(self, tr) if tr is not None else self._data.copy(),
+            src = self._make(traced_payload(self, tr) if tr is not None else copy_payload(self._data),
                                self._requires_grad)
             src.grad_fn, src._out_nr, src._acc = self.grad_fn, self._out_nr, self._accumulator() if self._requires_grad else None
             r = fn(src, *others)
@@ -67,7 +68,14 @@ class InPlaceOps:
             raise RuntimeError(f"result type {_TORCH_NAME[r.dtype.name]} can't be cast to the desired output type "
                                f"{_TORCH_NAME[self.dtype.name]}")
         tr = _TR.active
-        if tr is not None or type(sd) is not np.ndarray:
+        dev = backend_of_payload(sd) if tr is None else None
+        if dev is not None:     # a device tensor: written into its own buffer, so aliases (detach, .data) see it
+            if r.dtype is not self.dtype:
+                with grad_mode.no_grad():
+                    r = r.to(self.dtype)
+            dev.write(self._data, r._data)
+            dev.after_write(self)       # a view (a copy on the device) passes the write on to its base
+        elif tr is not None or type(sd) is not np.ndarray:
             traced_write(self, r, tr)
         else:
             sd[...] = rd        # same shape; assignment casts like copyto(casting="unsafe"), without its wrapper
@@ -110,7 +118,7 @@ class InPlaceOps:
     def _fill(self, value):
         """Write ``value`` (a scalar or a tensor broadcastable to self) into self: fill_ and copy_."""
         if not (_GM.grad_enabled and (self.requires_grad or isinstance(value, InPlaceOps) and value.requires_grad)) \
-                and _TR.active is None:
+                and _TR.active is None and backend_of_payload(self._data) is None:
             self._check_inplace()
             self._data[...] = value._data if isinstance(value, InPlaceOps) else value
             self._vc[0] += 1
@@ -121,7 +129,8 @@ class InPlaceOps:
         if not isinstance(src, InPlaceOps):
             src = self._make(np.asarray(src))
         try:
-            np.broadcast_to(src._data, self.shape)
+            np.broadcast_to(np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), src.shape, (0,) * src.ndim),
+                            self.shape)     # shapes only: the source may live on a device
         except ValueError:
             raise RuntimeError(f"copy_: the source of shape {list(src.shape)} cannot be broadcast to the "
                                f"destination of shape {list(self.shape)}") from None
@@ -146,7 +155,7 @@ class InPlaceOps:
 
     def __setitem__(self, key, value):
         spec, idx = parse_index(key, self)
-        if _TR.active is not None or _GM.grad_enabled and (
+        if _TR.active is not None or backend_of_payload(self._data) is not None or _GM.grad_enabled and (
                 self.requires_grad or isinstance(value, InPlaceOps) and value.requires_grad):
             self._apply_inplace(lambda s, v: _bind(O["index_put"], s, v, *idx, spec=spec, accumulate=False), value)
             return

@@ -116,8 +116,9 @@ def _add_suffixes(body, suffixes, indent):
     return "".join(out)
 
 
-def tensor_repr(t) -> str:
-    a = t._data
+def tensor_repr(t, data=None, device=None) -> str:
+    """torch's repr; ``data``/``device``: a device tensor's host copy and its device (named in the suffix)."""
+    a = t._data if data is None else data
     prefix = "tensor("
     indent = len(prefix)
     suffixes = []
@@ -130,6 +131,8 @@ def tensor_repr(t) -> str:
     elif d not in (dt.float32, dt.int64, dt.bool_):
         suffixes.append(f"dtype=jitgrad.{d.name}")
     body = format_data(a, indent)
+    if device is not None:
+        suffixes.insert(0, f"device='{device}'")
     if t.grad_fn is not None:
         suffixes.append(f"grad_fn=<{t.grad_fn.name()}>")
     elif t._requires_grad:

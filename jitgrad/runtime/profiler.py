@@ -22,6 +22,7 @@ from . import profiler_state
 from .profiler_table import _build_table, _fmt_mem, _fmt_time, _html_table  # noqa: F401 (_fmt_mem: read here by tests)
 from .source import frame_file, user_stack
 from .tensor import Tensor
+from . import devices as _devices
 
 _STATE = profiler_state.STATE
 _CUDA_WARNED = False
@@ -51,7 +52,7 @@ class FunctionEvent(_NoCuda):
     """
 
     __slots__ = ("id", "name", "thread", "_start", "_end", "input_shapes", "children", "parent", "stack", "cat",
-                 "args", "_mem")
+                 "args", "_mem", "_cuda_us")
     count = 1
 
     def __init__(self, id, name, thread, start_ns, input_shapes=None, parent=None, stack=None, cat="cpu_op",
@@ -59,6 +60,18 @@ class FunctionEvent(_NoCuda):
         self.id, self.name, self.thread, self._start, self._end = id, name, thread, start_ns, None
         self.input_shapes = input_shapes if input_shapes is not None else []
         self.children, self.parent, self.stack, self.cat, self.args, self._mem = [], parent, stack or [], cat, args, 0
+        self._cuda_us = 0.0     # device time (CUDA events) of a kernel, under profile(use_cuda=True)
+
+    @property
+    def cuda_time_total(self) -> float:
+        """Device time in us (CUDA events around the kernel; 0 for host work)."""
+        return self._cuda_us + sum(c.cuda_time_total for c in self.children)
+
+    cuda_time = cuda_time_total
+
+    @property
+    def self_cuda_time_total(self) -> float:
+        return self._cuda_us
 
     key = property(lambda self: self.name, doc="The grouping key (the name).")
     cpu_parent = property(lambda self: self.parent)
@@ -107,6 +120,7 @@ class FunctionEventAvg(_NoCuda):
         self.key = None
         self.count = 0
         self.cpu_time_total = self.self_cpu_time_total = 0.0
+        self.cuda_time_total = self.self_cuda_time_total = 0.0
         self.cpu_memory_usage = self.self_cpu_memory_usage = 0
         self.input_shapes = None
         self.stack = []
@@ -120,6 +134,8 @@ class FunctionEventAvg(_NoCuda):
         self.count += other.count
         self.cpu_time_total += other.cpu_time_total
         self.self_cpu_time_total += other.self_cpu_time_total
+        self.cuda_time_total += other.cuda_time_total
+        self.self_cuda_time_total += other.self_cuda_time_total
         self.cpu_memory_usage += other.cpu_memory_usage
         self.self_cpu_memory_usage += other.self_cpu_memory_usage
         return self
@@ -130,6 +146,8 @@ class FunctionEventAvg(_NoCuda):
                         doc="Average total time per call, us.")
     self_cpu_time = property(lambda self: self.self_cpu_time_total / self.count if self.count else 0.0,
                              doc="Average self time per call, us.")
+    cuda_time = property(lambda self: self.cuda_time_total / self.count if self.count else 0.0,
+                         doc="Average device time per call, us.")
 
     def __repr__(self):
         return (f"<FunctionEventAvg key={self.key} self_cpu_time={_fmt_time(self.self_cpu_time_total)} "
@@ -241,6 +259,11 @@ class _Range:
         self._p._end(self._tok)
         return False
 
+    def set_device_time(self, us: float):
+        """The device time of this range's work (a kernel timed by CUDA events), known after a synchronize."""
+        for _, e in self._tok:
+            e._cuda_us = us
+
 
 class profile:
     """Context manager that records every op, backward function and gradient accumulation run inside it.
@@ -270,9 +293,9 @@ class profile:
         global _CUDA_WARNED
         self.enabled, self.use_cuda, self.record_shapes = enabled, use_cuda, record_shapes
         self.with_stack, self.profile_memory = with_stack, profile_memory
-        if enabled and use_cuda and not _CUDA_WARNED:
+        if enabled and use_cuda and not _CUDA_WARNED and _devices.backend("cuda", required=False) is None:
             _CUDA_WARNED = True
-            warnings.warn("profile(use_cuda=True): CUDA is not available in this CPU-only build of jitgrad; "
+            warnings.warn("profile(use_cuda=True): CUDA is not available (no numba-cuda or no GPU); "
                           "only CPU time is recorded", UserWarning, stacklevel=2)
         self.entered = self._done = self._shapes = self._stacks = self._mem = False
         self._events, self._tls, self._prev, self._chain = [], threading.local(), None, (self,)
@@ -469,8 +492,10 @@ class record_function:
 
 
 class emit_nvtx:
-    """torch's NVTX-range emitter.  jitgrad runs on the CPU with no CUDA / NVTX, so entering it warns that no
-    ranges are emitted and otherwise does nothing (use :class:`profile` instead).
+    """torch's NVTX-range emitter: every op, backward function, compiled call, CUDA kernel and
+    ``record_function`` block inside becomes an NVTX range (seen by Nsight Systems / nvprof), named as the
+    profiler names its events.  Needs a CUDA device and the ``nvtx`` package (``pip install 'jitgrad[cuda]'``);
+    without them entering it warns that no ranges are emitted and otherwise does nothing.
 
     Example::
 
@@ -481,6 +506,7 @@ class emit_nvtx:
     def __init__(self, enabled=True, record_shapes=False):
         self.enabled, self.record_shapes = enabled, record_shapes
         self.entered = False
+        self._prof = None
 
     def __enter__(self):
         if not self.enabled:
@@ -488,13 +514,51 @@ class emit_nvtx:
         if self.entered:
             raise RuntimeError("NVTX annotation context manager is not reentrant")
         self.entered = True
-        warnings.warn("emit_nvtx: NVTX ranges are not emitted: no CUDA/NVTX is available in this CPU-only build "
-                      "of jitgrad; use jg.autograd.profiler.profile() to time ops", UserWarning, stacklevel=2)
+        nvtx = _nvtx_module()
+        if nvtx is None:
+            warnings.warn("emit_nvtx: NVTX ranges are not emitted: it needs a CUDA device and the nvtx package "
+                          "(pip install 'jitgrad[cuda]'); use jg.autograd.profiler.profile() to time ops",
+                          UserWarning, stacklevel=2)
+            return self
+        self._prof = _NvtxRanges(nvtx, record_shapes=self.record_shapes)
+        self._prof.__enter__()
         return self
 
     def __exit__(self, *exc):
         self.entered = False
+        if self._prof is not None:
+            self._prof.__exit__(*exc)
+            self._prof = None
         return False
+
+
+def _nvtx_module():
+    """The ``nvtx`` package when a CUDA device is there to be profiled, else None."""
+    if _devices.backend("cuda", required=False) is None:
+        return None
+    try:
+        import nvtx
+    except ImportError:
+        return None
+    return nvtx
+
+
+class _NvtxRanges(profile):
+    """A profile whose every range is also pushed as an NVTX range (what emit_nvtx installs)."""
+
+    def __init__(self, nvtx, record_shapes=False):
+        super().__init__(record_shapes=record_shapes)
+        self._nvtx = nvtx
+
+    def _push(self, name, shapes, cat, args, t, stack):
+        label = name if not (self.record_shapes and shapes) else f"{name}, sizes = {[list(x) for x in shapes]}"
+        self._nvtx.push_range(label)
+        return super()._push(name, shapes, cat, args, t, stack)
+
+    def _pop(self, e, t, mem):
+        if e._end is None:
+            self._nvtx.pop_range()
+        super()._pop(e, t, mem)
 
 
 def load_nvprof(path):

@@ -49,6 +49,9 @@ def _build_table(events, sort_by, row_limit, header, top_level_only, profile_mem
         for s in (stack or [])[1:]:
             out.append(fmt.format(*([""] * (len(cols) - 1) + [clip(s, cols[-1][1])])).rstrip())
     out += [sep, f"Self CPU time total: {_fmt_time(self_total)}"]
+    cuda_total = sum(e.self_cuda_time_total for e in events)
+    if cuda_total:
+        out.append(f"Self CUDA time total: {_fmt_time(cuda_total)}")
     return "\n".join(out) + "\n"
 
 
@@ -75,9 +78,12 @@ def _table_layout(events, sort_by, row_limit, top_level_only, profile_memory):
     has_shapes = any(e.input_shapes for e in events)
     has_stack = any(e.stack for e in events)
     has_mem = profile_memory or any(e.cpu_memory_usage for e in events)
+    has_cuda = any(e.self_cuda_time_total for e in events)     # kernels timed by CUDA events
     name_w = min(max([len(e.key) for e in rows] + [4]) + 4, MAX_NAME_COLUMN_WIDTH)
     cols = [("Name", name_w, "<")] + [(h, 12, ">") for h in (
         "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg")]
+    if has_cuda:
+        cols += [(h, 12, ">") for h in ("Self CUDA", "Self CUDA %", "CUDA total", "CUDA time avg")]
     if has_mem:
         cols += [("CPU Mem", 12, ">"), ("Self CPU Mem", 12, ">")]
     cols.append(("# of Calls", 12, ">"))
@@ -91,6 +97,11 @@ def _table_layout(events, sort_by, row_limit, top_level_only, profile_memory):
     for e in rows:
         row = [e.key, pct(e.self_cpu_time_total), _fmt_time(e.self_cpu_time_total),
                pct(e.cpu_time_total), _fmt_time(e.cpu_time_total), _fmt_time(e.cpu_time)]
+        if has_cuda:
+            cuda_total = sum(x.self_cuda_time_total for x in events)
+            row += [_fmt_time(e.self_cuda_time_total),
+                    f"{100.0 * e.self_cuda_time_total / cuda_total:.2f}%" if cuda_total > 0 else "0.00%",
+                    _fmt_time(e.cuda_time_total), _fmt_time(e.cuda_time)]
         if has_mem:
             row += [_fmt_mem(e.cpu_memory_usage), _fmt_mem(e.self_cpu_memory_usage)]
         row.append(str(e.count))

@@ -15,7 +15,7 @@ from ..ir.ops import OPS as O
 from .dispatch import bind
 from .generator import generator_of
 from .grad_mode import no_grad
-from .tensor import Tensor, check_device
+from .tensor import Tensor, check_device, on_device
 
 
 def _size(size):
@@ -35,7 +35,8 @@ def _float_dtype(dtype, kernel):
     return d
 
 
-def _finish(t: Tensor, requires_grad) -> Tensor:
+def _finish(t: Tensor, requires_grad, device=None) -> Tensor:
+    t = on_device(t, device)      # drawn on the CPU (one Philox for every device), then placed
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -58,21 +59,23 @@ def _concrete(t: Tensor) -> bool:
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Uniform numbers in [0, 1) (never 1.0), float32 by default."""
     check_device(device)
-    return _finish(_uniform(_size(size), _float_dtype(dtype, "check_uniform_bounds"), generator), requires_grad)
+    return _finish(_uniform(_size(size), _float_dtype(dtype, "check_uniform_bounds"), generator), requires_grad, device)
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Standard normal numbers (Box-Muller), float32 by default."""
     check_device(device)
-    return _finish(_normal(_size(size), _float_dtype(dtype, "normal_kernel_cpu"), generator), requires_grad)
+    return _finish(_normal(_size(size), _float_dtype(dtype, "normal_kernel_cpu"), generator), requires_grad, device)
 
 
 def rand_like(input, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
-    return rand(input.shape, dtype=dtype or input.dtype, requires_grad=requires_grad, generator=generator)
+    return rand(input.shape, dtype=dtype or input.dtype, requires_grad=requires_grad, generator=generator,
+                device=device if device is not None else input.device)
 
 
 def randn_like(input, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
-    return randn(input.shape, dtype=dtype or input.dtype, requires_grad=requires_grad, generator=generator)
+    return randn(input.shape, dtype=dtype or input.dtype, requires_grad=requires_grad, generator=generator,
+                 device=device if device is not None else input.device)
 
 
 def _scaled_ints(shape, low, high, dtype, generator) -> Tensor:
@@ -96,7 +99,7 @@ def randint(low=0, high=None, size=None, *, generator=None, dtype=None, device=N
     if size is None:
         raise TypeError("randint() missing required argument 'size'")
     d = dt.as_dtype(dtype) if dtype is not None else dt.int64
-    return _finish(_scaled_ints(_size((size,)), int(low), int(high), d, generator), requires_grad)
+    return _finish(_scaled_ints(_size((size,)), int(low), int(high), d, generator), requires_grad, device)
 
 
 def randint_like(input, low=0, high=None, *, dtype=None, generator=None) -> Tensor:
@@ -110,7 +113,7 @@ def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False)
     check_device(device)
     d = dt.as_dtype(dtype) if dtype is not None else dt.int64
     return _finish(generator_of(generator)._draw(
-        lambda seed, offset: bind(O["randperm"], seed, offset, n=int(n), dtype=d)), requires_grad)
+        lambda seed, offset: bind(O["randperm"], seed, offset, n=int(n), dtype=d)), requires_grad, device)
 
 
 def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -128,14 +131,14 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
                 raise TypeError("normal() received an invalid combination of arguments: floats mean and std "
                                 "need a size")
             z = _normal(_size((size,)), _float_dtype(dtype, "normal_kernel_cpu"), generator)
-            return _finish(z * float(std) + float(mean), requires_grad)
+            return _finish(z * float(std) + float(mean), requires_grad, device)
         parts = [x.detach() if isinstance(x, Tensor) else x for x in (mean, std)]
         ref = parts[0] if tm else parts[1]
         shape = np.broadcast_shapes(*[p.shape for p in parts if isinstance(p, Tensor)])
         d = ref.dtype if ref.is_floating_point() else dt.DEFAULT_FLOAT
         if tm and ts:
             d = dt.result_type([(1, mean.dtype), (1, std.dtype)]) if mean.is_floating_point() else d
-        z = _normal(shape, d, generator)
+        z = on_device(_normal(shape, d, generator), ref.device)     # drawn on the CPU, used on mean's device
         return _finish(z * parts[1] + parts[0], requires_grad)
 
 

@@ -58,13 +58,27 @@ CPU = Device("cpu")
 
 
 def check_device(device):
+    """The Device named by ``device`` (None: the CPU); raises when its backend is absent or has no device."""
     if device is None:
         return CPU
     d = device if isinstance(device, Device) else Device(device)
-    if d.type == "cuda":
-        raise RuntimeError("jitgrad: no CUDA device is available to eager tensors in this build; eager tensors live "
-                           "on the CPU (the CUDA target belongs to @jg.compile(device='cuda'))")
+    if d.type != "cpu":
+        _devices.backend(d.type)
     return d
+
+
+def on_device(t: "Tensor", device) -> "Tensor":
+    """A factory's result placed on ``device`` (None or the CPU: ``t`` itself), keeping ``requires_grad`` a
+    leaf flag, as torch's ``device=`` does."""
+    if device is None:
+        return t
+    d = check_device(device)
+    if d.type == "cpu":
+        return t
+    rg = t._requires_grad
+    out = Tensor._make(_devices.backend(d.type).to_device(t._data, d))
+    out._requires_grad = rg
+    return out
 
 
 def _bind(op, *args, **params):
@@ -122,7 +136,8 @@ class Tensor(InPlaceOps):
 
     @property
     def shape(self) -> tuple:
-        return self._data.shape
+        s = self._data.shape
+        return s if type(s) is tuple else tuple(s)     # a device array's shape may be a tuple subclass
 
     @property
     def ndim(self) -> int:
@@ -130,16 +145,24 @@ class Tensor(InPlaceOps):
 
     @property
     def device(self) -> Device:
-        return CPU
+        d = self._data
+        if type(d) is np.ndarray:
+            return CPU
+        return _devices.device_of(d)
 
     @property
     def is_cuda(self) -> bool:
-        return False
+        return self.device.type == "cuda"
+
+    def _host(self) -> np.ndarray:
+        """The value as a NumPy array (a copy from the device for a device tensor)."""
+        d = self._data
+        return d if type(d) is np.ndarray else _devices.to_host(d)
 
     def size(self, dim=None):
         if dim is None:
-            return self._data.shape
-        return self._data.shape[dim]
+            return self.shape
+        return self.shape[dim]
 
     def dim(self) -> int:
         return self._data.ndim
@@ -150,13 +173,15 @@ class Tensor(InPlaceOps):
     nelement = numel
 
     def element_size(self) -> int:
-        return self._data.itemsize
+        return np.dtype(self._data.dtype).itemsize
 
     def is_floating_point(self) -> bool:
         return self._data.dtype.kind == "f"
 
     def is_contiguous(self) -> bool:
-        return self._data.flags.c_contiguous
+        d = self._data
+        return d.flags.c_contiguous if type(d) is np.ndarray or _devices.backend_of_payload(d) is None \
+            else True      # device payloads are always contiguous buffers
 
     def is_inference(self) -> bool:
         return self._inference
@@ -310,13 +335,20 @@ class Tensor(InPlaceOps):
         if self.requires_grad:
             raise RuntimeError(f"Can't call {what} on Tensor that requires grad. Use tensor.detach().{what} instead.")
 
+    def _check_on_cpu(self):
+        if _devices.backend_of_payload(self._data) is not None:
+            raise TypeError(f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to copy the "
+                            "tensor to host memory first.")
+
     def numpy(self, *, force: bool = False) -> np.ndarray:
         if not force:
             self._check_readable("numpy()")
+        self._check_on_cpu()
         return self._data
 
     def __array__(self, dtype=None, copy=None):
         self._check_readable("numpy()")
+        self._check_on_cpu()
         a = self._data
         if dtype is not None and a.dtype != dtype:
             return a.astype(dtype)
@@ -327,19 +359,19 @@ class Tensor(InPlaceOps):
             _traced_read(self, "item()")
         if self._data.size != 1:
             raise RuntimeError(f"a Tensor with {self._data.size} elements cannot be converted to Scalar")
-        return self._data.reshape(()).item()
+        return self._host().reshape(()).item()
 
     def tolist(self):
         if _is_traced(self):
             _traced_read(self, "tolist()")
-        return self._data.tolist()
+        return self._host().tolist()
 
     def __bool__(self):
         if _is_traced(self):
             _traced_read(self, "bool()")
         if self._data.size != 1:
             raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
-        return bool(self._data.reshape(()))
+        return bool(self._host().reshape(()))
 
     def __float__(self):
         if _is_traced(self):
@@ -376,6 +408,9 @@ class Tensor(InPlaceOps):
         return id(self)
 
     def __repr__(self):
+        if _devices.backend_of_payload(self._data) is not None:
+            from .printing import tensor_repr
+            return tensor_repr(self, self._host(), self.device)
         if type(self._data) is not np.ndarray:
             gf = f", grad_fn=<{self.grad_fn.name()}>" if self.grad_fn is not None else ""
             return f"tensor(<traced {self._data.aval}>{gf})"
@@ -392,32 +427,35 @@ class Tensor(InPlaceOps):
 
     def __reduce__(self):
         from .factories import tensor
-        return (tensor, (self._data.copy(),), None)
+        dev = self.device
+        return (tensor, (self._host().copy(), None, None if dev.type == "cpu" else str(dev)), None)
 
     def __deepcopy__(self, memo):
-        t = Tensor._make(self._data.copy(), self._requires_grad if self.grad_fn is None else False)
+        t = Tensor._make(_devices.copy_payload(self._data), self._requires_grad if self.grad_fn is None else False)
         if self._grad is not None:
-            t._grad = Tensor._make(self._grad._data.copy())
+            t._grad = Tensor._make(_devices.copy_payload(self._grad._data))
         memo[id(self)] = t
         return t
 
     def to(self, *args, dtype=None, device=None, copy=False, **kw):
         """``to(dtype)``, ``to(device)``, ``to(other_tensor)``: a differentiable cast (or self if nothing changes)."""
         for a in args:
-            if isinstance(a, Tensor):
+            if isinstance(a, Tensor):       # to(other): other's dtype and device
                 dtype = a.dtype
+                device = a.device
             elif isinstance(a, (str, Device)) and str(a).split(":")[0] in ("cpu", "cuda"):
                 device = a
             else:
                 dtype = a
+        t = self
         if device is not None:
-            check_device(device)
+            t = _devices.transfer(self, check_device(device))
         if dtype is None:
-            return self
+            return t
         dtype = dt.as_dtype(dtype)
-        if dtype is self.dtype and not copy:
-            return self
-        return _bind(O["cast"], self, dtype=dtype)
+        if dtype is t.dtype and not copy:
+            return t
+        return _bind(O["cast"], t, dtype=dtype)
 
     def type(self, dtype=None):
         if dtype is None:
@@ -440,25 +478,33 @@ class Tensor(InPlaceOps):
         return self.to(dt.bool_)
 
     def cpu(self):
-        return self
+        return _devices.transfer(self, CPU)
 
     def cuda(self, device=None):
-        check_device("cuda")
+        d = check_device("cuda" if device is None else device if not isinstance(device, int) else f"cuda:{device}")
+        return _devices.transfer(self, d)
 
     def clone(self) -> "Tensor":
         return _bind(O["copy"], self)
 
     def contiguous(self) -> "Tensor":
-        return self if self._data.flags.c_contiguous else self.clone()
+        return self if self.is_contiguous() else self.clone()
 
     def new_zeros(self, shape, dtype=None) -> "Tensor":
-        return Tensor._make(np.zeros(tuple(shape), (dtype or self.dtype).np))
+        return self._same_device(Tensor._make(np.zeros(tuple(shape), (dtype or self.dtype).np)))
 
     def new_ones(self, shape, dtype=None) -> "Tensor":
-        return Tensor._make(np.ones(tuple(shape), (dtype or self.dtype).np))
+        return self._same_device(Tensor._make(np.ones(tuple(shape), (dtype or self.dtype).np)))
 
     def new_full(self, shape, value, dtype=None) -> "Tensor":
-        return Tensor._make(np.full(tuple(shape), value, (dtype or self.dtype).np))
+        return self._same_device(Tensor._make(np.full(tuple(shape), value, (dtype or self.dtype).np)))
+
+    def _same_device(self, t: "Tensor") -> "Tensor":
+        """``t`` (made on the CPU) on this tensor's device."""
+        d = self._data
+        if type(d) is np.ndarray or _devices.backend_of_payload(d) is None:
+            return t
+        return on_device(t, self.device)
 
     def new_tensor(self, data, dtype=None) -> "Tensor":
         from .factories import tensor
@@ -582,3 +628,4 @@ class Tensor(InPlaceOps):
 
 from .dispatch import bind as _dispatch_bind  # noqa: E402
 _bind = _dispatch_bind   # noqa: E305  (the methods above call bind itself: one Python frame less per op)
+from . import devices as _devices  # noqa: E402

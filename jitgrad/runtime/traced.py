@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import dtypes as dt
+from ..ir.graph import Var
 from ..tracer import STATE as _TR
 from . import grad_mode
 
@@ -14,8 +15,12 @@ _FROM_NP = dt._FROM_NP
 def is_traced(t) -> bool:
     """Whether reading ``t``'s value in Python would bake a trace-time value into a compiled graph: a traced value,
     or (inside a @jitgrad.compile trace) a tensor from outside the function, which is read afresh at each call."""
-    if type(t._data) is not np.ndarray:
+    d = t._data
+    if type(d) is Var:
         return True
+    if type(d) is not np.ndarray:   # a device array: traced only when captured from outside, as below
+        tr = _TR.active
+        return tr is not None and tr.on_capture is not None and id(t) not in tr.created
     tr = _TR.active
     return tr is not None and tr.on_capture is not None and id(t) not in tr.created
 

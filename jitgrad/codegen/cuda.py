@@ -1,0 +1,495 @@
+"""Graph -> CUDA kernels + a launcher (the CUDA backend).
+
+The same fusion plan as the CPU backend (``ir/passes/fuse.py``); each step becomes a kernel from
+``cuda_kernels.py`` (fused elementwise loops, block-tree reductions with a second pass, a tiled GEMM, gathers,
+scatters, copies, anomaly checks), or, for an op with no CUDA form, a documented host step (the op's NumPy impl
+on a copy, uploaded back: correct, and slow, so every primitive runs on a CUDA tensor).  View ops cost nothing:
+like ``layout.py`` they only compute a place (a buffer, an element offset, strides).
+
+Places and launch sizes are computed once per graph; kernels are compiled once per process by identity (their
+text), with explicit signatures, so ``ptx()`` builds every kernel's PTX with NVVM and no GPU.  Intermediates live
+in a workspace of device arrays kept with the graph; outputs are fresh device arrays.  Anomaly checks count
+non-finite values per check in one device array, read once after the step; write-backs of state run only when
+no check failed (as on the CPU).
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+
+import numpy as np
+
+from ..ir import dtypes as dt
+from ..ir.graph import Graph, Lit, Var
+from ..ir.interpret import run_eqn
+from ..ir.passes.fuse import Group, plan as fusion_plan
+from .layout import _bcast_strides, _c_strides, _coalesce
+from .loops import all_tensor_spec
+from . import cuda_kernels as K
+
+_KERNELS: dict = {}        # key -> compiled dispatcher (one per kernel identity, per process)
+
+
+GPU_CONFIG = {"threads": 256, "blocks": 1024, "tpb": 256, "tile": 16}
+SIMULATOR_CONFIG = {"threads": 32, "blocks": 4, "tpb": 16, "tile": 4}
+
+
+def launch_config():
+    """Threads per block for loops, reductions and GEMM tiles: smaller on the simulator (each thread is a
+    Python thread there)."""
+    from numba import config
+    return SIMULATOR_CONFIG if config.ENABLE_CUDASIM else GPU_CONFIG
+
+
+def _dispatcher(kern: K.CudaKernel):
+    fn = _KERNELS.get(kern.key)
+    if fn is None:
+        from numba import cuda
+        ns = {}
+        exec(compile(kern.source, f"<jitgrad cuda {kern.name}>", "exec"), ns)
+        fn = _KERNELS[kern.key] = cuda.jit(kern.signature)(ns["kernel"])
+    return fn
+
+
+def ptx_of(kern: K.CudaKernel, cc=(9, 0)) -> str:
+    """The PTX of one kernel for compute capability ``cc``, built by NVVM (no GPU or driver needed)."""
+    from numba import cuda
+    ns = {}
+    exec(compile(kern.source, f"<jitgrad cuda {kern.name}>", "exec"), ns)
+    ptx, _ = cuda.compile_ptx(ns["kernel"], kern.signature, cc=tuple(cc))
+    return ptx
+
+
+class Place:
+    __slots__ = ("root", "offset", "shape", "strides", "dtype")
+
+    def __init__(self, root, offset, shape, strides, dtype):
+        self.root, self.offset, self.shape, self.strides, self.dtype = root, offset, tuple(shape), tuple(strides), dtype
+
+    def contiguous(self):
+        return self.strides == _c_strides(self.shape) or int(np.prod(self.shape)) <= 1
+
+
+class Root:
+    """A device buffer: ``input`` (k-th graph input), ``fresh`` (an output, new per call), ``ws`` (kept
+    between calls) or ``lit`` (a constant, uploaded once)."""
+    __slots__ = ("kind", "index", "shape", "dtype", "array")
+
+    def __init__(self, kind, index, shape, dtype, array=None):
+        self.kind, self.index, self.shape, self.dtype, self.array = kind, index, tuple(shape), dtype, array
+
+
+class Step:
+    """A kernel launch (``kernel``, ``grid``, ``block``, ``args``: ints or Roots) or a host step (``eqn``)."""
+    __slots__ = ("kind", "kernel", "grid", "block", "args", "label", "eqn", "ins", "outs", "guarded", "scope")
+
+    def __init__(self, kind, label, kernel=None, grid=0, block=0, args=(), eqn=None, scope=()):
+        self.kind, self.label, self.kernel, self.grid, self.block, self.args = kind, label, kernel, grid, block, args
+        self.eqn, self.ins, self.outs, self.guarded, self.scope = eqn, (), (), False, scope
+
+
+class CudaGraph:
+    """A graph compiled for CUDA: ``run(*device_arrays) -> list of device arrays`` (plus, with anomaly checks,
+    a host array ``[first failing check id, is_nan]`` as on the CPU).  ``kernels``: the distinct kernels."""
+
+    def __init__(self, graph: Graph, writes=(), config=None):
+        self.graph = graph
+        self.writes = tuple(writes)
+        self.cfg = config or launch_config()
+        self.plan = fusion_plan(graph)
+        self.checks = [e for e in graph.eqns if e.check is not None and e.outs[0].aval.dtype.is_floating_point]
+        self.check_ids = {e: i for i, e in enumerate(self.checks)}
+        self.places, self.roots, self.steps, self.kernels = {}, [], [], {}
+        self.native = True
+        for k, v in enumerate(graph.inputs):
+            if v not in self.places:
+                self.places[v] = self._buffer("input", v.aval.shape, v.aval.dtype, k)
+        outs = {v for v in graph.outputs if isinstance(v, Var)}
+        self._outs = outs
+        for s in self.plan.steps:
+            self._step(s)
+        self._claimed = []      # fresh roots already handed out as an output
+        self.outputs = [self._output(v) for v in graph.outputs]
+        for o, i in self.writes:
+            st = self._copy(self.place(graph.outputs[o]), self.places[graph.inputs[i]], "write-back")
+            self.steps.remove(st)
+            st.guarded = True
+            self.steps.append(st)
+        self._ws = None
+        self.run = self._run
+
+    # ---- places -----------------------------------------------------------------------------------------
+    def _buffer(self, kind, shape, dtype, index=None, array=None) -> Place:
+        r = Root(kind, len(self.roots) if index is None else index, shape, dtype, array)
+        self.roots.append(r)
+        return Place(r, 0, shape, _c_strides(shape), dtype)
+
+    def _new(self, v, shape, dtype) -> Place:
+        return self._buffer("fresh" if v in self._outs else "ws", shape, dtype)
+
+    def place(self, v) -> Place:
+        if isinstance(v, Lit):
+            p = self.places.get(id(v))
+            if p is None:
+                a = np.array(v.value, dtype=v.aval.dtype.np, copy=True) if isinstance(v.value, np.ndarray) else \
+                    np.asarray(v.value, v.aval.dtype.np).copy()
+                p = self.places[id(v)] = self._buffer("lit", a.shape, v.aval.dtype, array=a)
+            return p
+        return self.places[v]
+
+    # ---- steps --------------------------------------------------------------------------------------------
+    def _add(self, kern, n, args, label, scope=(), grid=None, block=None) -> Step:
+        kern = self.kernels.setdefault(kern.key, kern)
+        if grid is None:
+            t = self.cfg["threads"]
+            grid, block = max(1, min(-(-n // t), self.cfg["blocks"])), t
+        st = Step("kernel", label, kern, grid, block, list(args), scope=scope)
+        if n == 0:
+            st.kind = "empty"
+        self.steps.append(st)
+        return st
+
+    @staticmethod
+    def _operand(place, strides):
+        return [place.root, place.offset] + [int(s) for s in strides]
+
+    def _copy(self, src: Place, dst: Place, label) -> Step:
+        it = dst.shape
+        sst = _bcast_strides(src, it) if src.shape != it else list(src.strides)
+        shape, (sst, dst_st) = _coalesce(it, [sst, list(dst.strides)])
+        n = int(np.prod(it)) if it else 1
+        kern = K.gen_copy(src.dtype, dst.dtype, len(shape))
+        return self._add(kern, n, [n] + shape + self._operand(src, sst) + self._operand(dst, dst_st), label)
+
+    def _step(self, s):
+        if isinstance(s, Group):
+            return self._group(s)
+        e = s
+        name = e.op.name
+        if e.op.view and name != "getitem" or (name == "getitem" and not any(
+                type(x) is tuple and x[0] == "tensor" for x in e.params["spec"])):
+            self._view(e)
+        elif name == "matmul" and e.outs[0].aval.dtype.is_floating_point and e.ins[0].aval.dtype is \
+                e.ins[1].aval.dtype and e.outs[0].aval.size > 0:
+            self._gemm(e)
+        elif name == "cat" and e.outs[0].aval.ndim > 0:
+            self._cat(e)
+        elif name == "getitem" and all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim) and e.outs[0].aval.size:
+            self._gather(e)
+        elif name == "index_put" and all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim) \
+                and e.outs[0].aval.size > 0:
+            self._scatter(e)
+        else:
+            self._host(e)
+        self._check(e, self.places[e.outs[0]])
+
+    def _check(self, e, place: Place):
+        if e not in self.check_ids:
+            return
+        shape, (sts,) = _coalesce(place.shape, [list(place.strides)])
+        n = int(np.prod(place.shape)) if place.shape else 1
+        self._add(K.gen_check(place.dtype, len(shape)), n, [n] + shape + self._operand(place, sts) +
+                  ["err", self.check_ids[e]], f"check {e.op.name}", e.scope)
+
+    def _group(self, g: Group):
+        it = g.shape
+        ins = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
+        in_st = [_bcast_strides(self.place(v), it) for v in ins]
+        red = g.reduce
+        out_places, out_st = [], []
+        for o in g.outputs:
+            p = self._new(o, o.aval.shape, o.aval.dtype)
+            self.places[o] = p
+            out_places.append(p)
+            if red is not None and o is red.outs[0]:
+                axes = red.params["axes"]
+                cs = _c_strides(tuple(1 if i in axes else d for i, d in enumerate(it)))
+                out_st.append([0 if i in axes else cs[i] for i in range(len(it))])
+            else:
+                out_st.append(list(_c_strides(it)))
+        shape, sts = _coalesce(it, in_st + out_st)
+        size = int(np.prod(it)) if it else 1
+        args = []
+        for v, s_ in zip(ins, sts[:len(ins)]):
+            args += self._operand(self.place(v), s_)
+        red_axes = None
+        if red is not None:
+            ro = g.outputs.index(red.outs[0])
+            red_axes = tuple(d for d in range(len(shape)) if sts[len(ins) + ro][d] == 0)
+        kern = K.gen_group(g, len(shape), red_axes, self.check_ids, self.cfg["tpb"])
+        checks = [self.check_ids[e] for e in g.eqns if e in self.check_ids and e.outs[0].aval.dtype.is_floating_point]
+        tail = (["err"] + checks) if checks else []
+        label = f"{g.name} {g.lines()}".strip()
+        scope = g.all_eqns[0].scope
+        if red is None:
+            for p, s_ in zip(out_places, sts[len(ins):]):
+                args += self._operand(p, s_)
+            self._add(kern, size, [size] + shape + args + tail, label, scope)
+        else:
+            M = int(np.prod(red.outs[0].aval.shape)) if red.outs[0].aval.shape else 1
+            Kn = size // M if M else 0
+            tpb = self.cfg["tpb"]
+            P = 1 if Kn <= 4 * tpb else min(-(-Kn // (4 * tpb)), 64)
+            rp = out_places[ro]
+            target = rp if P == 1 else self._buffer("ws", (M * P,), rp.dtype)
+            for j, (p, s_) in enumerate(zip(out_places, sts[len(ins):])):
+                args += self._operand(target if j == ro else p, s_)
+            blocks = max(1, min(M * P, 65535))
+            st = self._add(kern, size, [M, Kn, P] + shape + args + tail, label, scope, grid=blocks, block=tpb)
+            if size == 0:   # an empty reduction: the identity everywhere, computed by a host step
+                self.steps.remove(st)
+                return self._host_fill(red, rp)
+            if P > 1:
+                fin = K.gen_finish(red.op.name, rp.dtype, tpb)
+                self._add(fin, M, [M, P, target.root, rp.root, rp.offset], f"finish {red.op.name}", scope,
+                          grid=max(1, min(M, 65535)), block=tpb)
+            if red in self.check_ids:
+                self._check(red, rp)
+
+    def _host_fill(self, e, place):
+        st = Step("host", e.op.name, eqn=e, scope=e.scope)
+        st.ins, st.outs = tuple(self.place(v) for v in e.ins), (place,)
+        self.native = False
+        self.steps.append(st)
+
+    def _view(self, e):
+        src = self.place(e.ins[0])
+        out = e.outs[0]
+        if e.op.name == "reshape":
+            if not src.contiguous():
+                dst = self._buffer("ws", src.shape, src.dtype)
+                self._copy(src, dst, "copy (layout)")
+                src = dst
+            p = Place(src.root, src.offset, out.aval.shape, _c_strides(out.aval.shape), src.dtype)
+        else:
+            item = src.dtype.np.itemsize
+            dummy = np.lib.stride_tricks.as_strided(np.zeros(1, src.dtype.np), src.shape,
+                                                    [s * item for s in src.strides])
+            base = dummy.__array_interface__["data"][0]
+            res = e.op.impl(dummy, **e.params)
+            if not isinstance(res, np.ndarray) or not np.may_share_memory(res, dummy) or res.shape != out.aval.shape:
+                return self._host(e)
+            off = (res.__array_interface__["data"][0] - base) // item
+            p = Place(src.root, src.offset + off, res.shape, [s // item for s in res.strides], src.dtype)
+        self.places[out] = p
+
+    def _gemm(self, e):
+        a, b = e.ins
+        out = e.outs[0]
+        pa, pb = self.place(a), self.place(b)
+        ash, bsh = a.aval.shape, b.aval.shape
+        # 1-D operands: a row vector on the left, a column on the right (stride 0 along the added dim)
+        a_sh, a_st = ((1,) + ash, (0,) + pa.strides) if len(ash) == 1 else (ash, pa.strides)
+        b_sh, b_st = (bsh + (1,), pb.strides + (0,)) if len(bsh) == 1 else (bsh, pb.strides)
+        M, Kd, N = a_sh[-2], a_sh[-1], b_sh[-1]
+        batch = tuple(np.broadcast_shapes(a_sh[:-2], b_sh[:-2]))
+        nb = len(batch)
+
+        def bstrides(sh, st):
+            lead = nb - (len(sh) - 2)
+            return [0] * lead + [0 if sh[k] == 1 else st[k] for k in range(len(sh) - 2)]
+        pc = self._new(out, out.aval.shape, out.aval.dtype)
+        self.places[out] = pc
+        if pc.offset != 0:
+            raise AssertionError("gemm output must be a fresh buffer")
+        tile = self.cfg["tile"]
+        B = int(np.prod(batch)) if batch else 1
+        args = [M, N, Kd] + list(batch) + [pa.root, pa.offset] + bstrides(a_sh, a_st) + [a_st[-2], a_st[-1]]
+        args += [pb.root, pb.offset] + bstrides(b_sh, b_st) + [b_st[-2], b_st[-1], pc.root]
+        grid = (-(-N // tile), -(-M // tile), B)
+        self._add(K.gen_gemm(out.aval.dtype, nb, tile), M * N * B, args, "matmul (tiled GEMM)", e.scope,
+                  grid=grid, block=(tile, tile))
+
+    def _cat(self, e):
+        """Each input copied (and cast) into its slab of the output."""
+        out = e.outs[0]
+        axis = e.params["axis"] % out.aval.ndim
+        po = self._new(out, out.aval.shape, out.aval.dtype)
+        self.places[out] = po
+        start = 0
+        for v in e.ins:
+            n = v.aval.shape[axis]
+            if v.aval.size:
+                dst = Place(po.root, po.offset + start * po.strides[axis], v.aval.shape, po.strides, po.dtype)
+                self._copy(self.place(v), dst, "cat (copy)")
+            start += n
+
+    def _gather(self, e):
+        x, idx = e.ins[0], e.ins[1:]
+        out = e.outs[0]
+        it = out.aval.shape
+        po = self._new(out, it, out.aval.dtype)
+        self.places[out] = po
+        px = self.place(x)
+        n = int(np.prod(it)) if it else 1
+        kern = K.gen_gather(x.aval.dtype, [v.aval.dtype for v in idx], len(it))
+        args = [n] + list(it)
+        for v in idx:
+            args += self._operand(self.place(v), _bcast_strides(self.place(v), it))
+        args += self._operand(po, _c_strides(it)) + [px.root, px.offset] + list(px.strides) + list(px.shape)
+        self._add(kern, n, args, "gather", e.scope)
+
+    def _scatter(self, e):
+        base, v, idx = e.ins[0], e.ins[1], e.ins[2:]
+        out = e.outs[0]
+        po = self._new(out, out.aval.shape, out.aval.dtype)
+        self.places[out] = po
+        self._copy(self.place(base), po, "copy (index_put)")
+        it = tuple(np.broadcast_shapes(*[i.aval.shape for i in idx])) if idx else ()
+        n = int(np.prod(it)) if it else 1
+        kern = K.gen_scatter(out.aval.dtype, v.aval.dtype, [i.aval.dtype for i in idx], len(it),
+                             bool(e.params["accumulate"]))
+        pv = self.place(v)
+        args = [n] + list(it) + self._operand(pv, _bcast_strides(pv, it))
+        for iv in idx:
+            args += self._operand(self.place(iv), _bcast_strides(self.place(iv), it))
+        args += [po.root, po.offset] + list(po.strides) + list(po.shape)
+        self._add(kern, n, args, "scatter", e.scope)
+
+    def _host(self, e):
+        """An op with no CUDA kernel: its NumPy impl on host copies of the inputs, the result uploaded."""
+        self.native = False
+        st = Step("host", f"{e.op.name} (host)", eqn=e, scope=e.scope)
+        st.ins = tuple(self.place(v) for v in e.ins)
+        outs = []
+        for o in e.outs:
+            p = self._new(o, o.aval.shape, o.aval.dtype)
+            self.places[o] = p
+            outs.append(p)
+        st.outs = tuple(outs)
+        self.steps.append(st)
+
+    def _output(self, v):
+        if isinstance(v, Var) and v in self.graph.inputs:
+            p = self.places[v]
+            if p.root.kind == "input" and p.offset == 0 and p.contiguous() and p.shape == p.root.shape:
+                return p.root
+        p = self.place(v)
+        if p.root.kind == "fresh" and p.offset == 0 and p.shape == p.root.shape and p.contiguous() \
+                and p.dtype is p.root.dtype and not any(r is p.root for r in self._claimed):
+            self._claimed.append(p.root)
+            return p.root
+        dst = self._buffer("fresh", p.shape, p.dtype)
+        self._copy(p, dst, "copy (output)")
+        self._claimed.append(dst.root)
+        return dst.root
+
+    # ---- running --------------------------------------------------------------------------------------------
+    def _workspace(self, cuda):
+        if self._ws is None:
+            ws = {}
+            for r in self.roots:
+                if r.kind == "ws":
+                    ws[id(r)] = cuda.device_array(max(int(np.prod(r.shape)) if r.shape else 1, 1), r.dtype.np)
+                elif r.kind == "lit":
+                    ws[id(r)] = cuda.to_device(np.ascontiguousarray(r.array).reshape(-1) if r.array.size
+                                               else np.zeros(1, r.array.dtype))
+            self._ws = ws
+        return self._ws
+
+    def _run(self, *arrays, prof=None):
+        from numba import cuda
+        env = dict(self._workspace(cuda))
+        fresh = {}
+        flat = {}
+        for r in self.roots:
+            if r.kind == "input":
+                a = arrays[r.index]
+                flat[id(r)] = a.reshape(-1) if a.size else cuda.device_array(1, a.dtype)
+            elif r.kind == "fresh":
+                a = fresh[id(r)] = cuda.device_array(r.shape, r.dtype.np)
+                flat[id(r)] = a.reshape(-1) if a.size else cuda.device_array(1, r.dtype.np)
+        env.update(flat)
+        err = cuda.to_device(np.zeros(2 * len(self.checks), np.int64)) if self.checks else None
+        env["err"] = err
+        failed = None
+        timed = []      # (profiler range, start event, end event, host ns): kernels timed by CUDA events
+        use_cuda = prof is not None and getattr(prof, "use_cuda", False)
+        for st in self.steps:
+            if st.guarded and err is not None:
+                if failed is None:
+                    failed = self._first_failure(err)
+                if failed[0] < len(self.checks):
+                    continue
+            cm = prof.range(st.label, None, "kernel") if prof is not None else contextlib.nullcontext()
+            with cm:
+                if st.kind == "kernel":
+                    args = [env[id(a)] if type(a) is Root else (env[a] if type(a) is str else a) for a in st.args]
+                    if use_cuda:
+                        ev0, ev1 = cuda.event(), cuda.event()
+                        t0 = time.perf_counter_ns()
+                        ev0.record()
+                        _dispatcher(st.kernel)[st.grid, st.block](*args)
+                        ev1.record()
+                        timed.append((cm, ev0, ev1, time.perf_counter_ns() - t0))
+                    else:
+                        _dispatcher(st.kernel)[st.grid, st.block](*args)
+                elif st.kind == "host":
+                    self._run_host(st, env, cuda)
+        if timed:
+            cuda.synchronize()
+            for cm, ev0, ev1, host_ns in timed:
+                ms = ev0.elapsed_time(ev1)
+                # the simulator's events carry no time (-1): its launches are synchronous, so the host time is it
+                cm.set_device_time(ms * 1000.0 if ms >= 0 else host_ns / 1000.0)
+        outs = [arrays[r.index] if r.kind == "input" else fresh[id(r)] for r in self.outputs]
+        if err is not None:
+            outs.append(failed if failed is not None else self._first_failure(err))
+        return outs
+
+    def _first_failure(self, err):
+        """The anomaly counters, read once: ``[smallest failing check id (or n), 1 if it saw a NaN]``."""
+        counts = err.copy_to_host().reshape(-1, 2)
+        bad = np.nonzero(counts[:, 0])[0]
+        if not len(bad):
+            return np.array([len(self.checks), 0], np.int64)
+        return np.array([bad[0], 1 if counts[bad[0], 1] else 0], np.int64)
+
+    def _host_view(self, p: Place, env, cache):
+        r = p.root
+        flat = cache.get(id(r))
+        if flat is None:
+            flat = cache[id(r)] = env[id(r)].copy_to_host().reshape(-1)
+        item = p.dtype.np.itemsize
+        if int(np.prod(p.shape)) == 0:
+            return np.empty(p.shape, p.dtype.np)
+        return np.lib.stride_tricks.as_strided(flat[p.offset:], p.shape, [s * item for s in p.strides])
+
+    def _run_host(self, st, env, cuda):
+        cache = {}
+        vals = [self._host_view(p, env, cache) for p in st.ins]
+        with np.errstate(all="ignore"):
+            res = run_eqn(st.eqn, vals)
+        p = st.outs[0]
+        if p.root.kind == "fresh" or p.root.kind == "ws":
+            dst = env[id(p.root)]
+            src = np.ascontiguousarray(res, p.dtype.np).reshape(-1)
+            if src.size:
+                dst[p.offset:p.offset + src.size].copy_to_device(src)
+
+    def wait(self, timeout=None) -> bool:
+        """CUDA graphs build synchronously (kernels compile at their first launch): always ready."""
+        return True
+
+    def profiled_run(self, prof):
+        return lambda *arrays: self._run(*arrays, prof=prof)
+
+    # ---- introspection -------------------------------------------------------------------------------------
+    @property
+    def source(self) -> str:
+        src = "# CUDA target\n# fusion plan\n# " + str(self.plan).replace("\n", "\n# ") + "\n\n# launches\n"
+        for st in self.steps:
+            if st.kind == "kernel":
+                src += f"#   {st.kernel.name}[{st.grid}, {st.block}]  # {st.label}\n"
+            else:
+                src += f"#   host step: {st.label}\n"
+        for k in self.kernels.values():
+            src += f"\n# kernel {k.name}: {k.label}\n{k.source}\n"
+        return src
+
+    def ptx(self, cc=(9, 0)) -> dict:
+        """``{kernel name: PTX}`` for every kernel of the graph, built by NVVM for compute capability ``cc``."""
+        return {k.name: ptx_of(k, cc) for k in self.kernels.values()}
+
+
+__all__ = ["CudaGraph", "ptx_of", "launch_config", "GPU_CONFIG", "SIMULATOR_CONFIG"]

@@ -1,0 +1,113 @@
+"""``jitgrad.cuda``: the CUDA device, as ``torch.cuda``.
+
+Importing this module costs nothing: Numba's CUDA target is imported on first use (``is_available()``, a tensor
+moved to ``"cuda"``), so a CPU-only install never loads it.  The device is Numba's: a real GPU, or the CUDA
+simulator when ``NUMBA_ENABLE_CUDASIM=1`` (which the test-suite uses).  This package registers the ``cuda``
+backend into eager runtime's device table (``runtime/devices.py``): transfers, and each primitive on CUDA
+tensors as a one-op graph through the CUDA code generator (``codegen/cuda.py``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..runtime import devices as _devices
+
+_STATE = {"available": None}
+
+
+def _numba_cuda():
+    from numba import cuda
+    return cuda
+
+
+def is_available() -> bool:
+    """Whether CUDA tensors can be made: numba-cuda is installed and finds a GPU (or runs its simulator)."""
+    if _STATE["available"] is None:
+        try:
+            cuda = _numba_cuda()
+            _STATE["available"] = bool(cuda.is_available())
+        except Exception:  # noqa: BLE001 - no numba-cuda, no driver, a broken toolkit: no CUDA device
+            _STATE["available"] = False
+    return _STATE["available"]
+
+
+def is_simulator() -> bool:
+    """Whether the device is Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``)."""
+    try:
+        from numba import config
+    except ImportError:
+        return False
+    return bool(config.ENABLE_CUDASIM)
+
+
+def device_count() -> int:
+    """The number of CUDA devices (jitgrad uses the first)."""
+    return 1 if is_available() else 0
+
+
+def current_device() -> int:
+    return 0
+
+
+def synchronize(device=None) -> None:
+    """Wait for every kernel launched on the device to finish."""
+    if is_available():
+        _numba_cuda().synchronize()
+
+
+class _CudaBackend:
+    """The ``cuda`` entry of eager runtime's device table."""
+
+    type_module = "numba.cuda"
+
+    @staticmethod
+    def is_available():
+        return is_available()
+
+    @staticmethod
+    def owns(payload) -> bool:
+        return type(payload).__module__.startswith("numba.cuda")
+
+    @staticmethod
+    def device_of(payload):
+        from ..runtime.tensor import Device
+        return Device("cuda", 0)
+
+    @staticmethod
+    def to_device(array: np.ndarray, device=None):
+        return _numba_cuda().to_device(np.ascontiguousarray(array))
+
+    @staticmethod
+    def to_host(payload) -> np.ndarray:
+        return payload.copy_to_host()
+
+    @staticmethod
+    def copy(payload):
+        out = _numba_cuda().device_array(payload.shape, payload.dtype)
+        out.copy_to_device(payload)
+        return out
+
+    @staticmethod
+    def write(dst, src):
+        """Copy device array ``src`` into ``dst`` (same shape and dtype), on the device."""
+        dst.copy_to_device(src)
+
+    @staticmethod
+    def after_write(t):
+        """``t`` was written in place: its base (if it is a view) and its views get the new values."""
+        from .eager import after_write
+        after_write(t)
+
+    @staticmethod
+    def bind(op, args, params):
+        from .eager import bind_cuda
+        return bind_cuda(op, args, params)
+
+    @staticmethod
+    def synchronize():
+        synchronize()
+
+
+_devices.register("cuda", _CudaBackend())
+
+__all__ = ["is_available", "device_count", "current_device", "synchronize", "is_simulator"]

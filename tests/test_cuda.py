@@ -1,0 +1,575 @@
+"""The CUDA target, tested on Numba's CUDA simulator and (PTX) with numba-cuda's NVVM, no GPU needed.
+
+How it runs: the CUDA set needs ``NUMBA_ENABLE_CUDASIM=1`` set before Numba's CUDA module is imported, which
+must not leak into the other tests' processes; and PTX must be built by the real CUDA target, which the
+simulator replaces.  So the ordinary test process runs two tests, each of which starts a fresh pytest process
+on this file: ``test_cuda_set_on_the_simulator`` (the ``sim`` tests below, with the simulator on) and
+``test_ptx_for_sm90`` (the ``ptx`` tests, without it).  In those child processes the other tests skip.
+Everything skips cleanly when numba-cuda is not installed (``pip install -e '.[cuda]'``; the test extra has it).
+On a machine with a GPU, ``JITGRAD_CUDA_REAL=1`` runs the ``sim`` set on the device instead of the simulator.
+
+The simulator runs each CUDA thread as a Python thread, so shapes are tiny and the set is representative:
+every primitive's forward and gradient against the CPU (one small case each), a compiled training step (values,
+state updates, gradients), double backward through a compiled function, anomaly mode naming the user's line,
+the profiler, and the device errors.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+_ROLE = os.environ.get("JITGRAD_CUDA_TEST_ROLE", "")      # "", "sim" or "ptx"
+_HAVE = importlib.util.find_spec("numba_cuda") is not None
+
+sim = pytest.mark.skipif(_ROLE != "sim", reason="runs in its own process on the CUDA simulator "
+                                                "(test_cuda_set_on_the_simulator)")
+ptx = pytest.mark.skipif(_ROLE != "ptx", reason="runs in its own process (test_ptx_for_sm90)")
+parent = pytest.mark.skipif(_ROLE != "", reason="the parent test of a child process")
+
+
+def _child(role, extra_env):
+    if not _HAVE:
+        pytest.skip("numba-cuda is not installed (pip install -e '.[cuda]')")
+    env = dict(os.environ, JITGRAD_CUDA_TEST_ROLE=role, **extra_env)
+    if role == "ptx":
+        env.pop("NUMBA_ENABLE_CUDASIM", None)
+    cmd = [sys.executable, "-m", "pytest", __file__, "-q", "-o", "addopts=", "-p", "no:cacheprovider", "-k", role]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-8000:]
+    assert " passed" in out and " failed" not in out, out[-3000:]
+    return out
+
+
+@parent
+def test_cuda_set_on_the_simulator():
+    sim_env = {} if os.environ.get("JITGRAD_CUDA_REAL") == "1" else {"NUMBA_ENABLE_CUDASIM": "1"}
+    _child("sim", sim_env)
+
+
+@parent
+def test_ptx_for_sm90():
+    _child("ptx", {})
+
+
+@parent
+def test_cpu_work_never_imports_cuda_modules():
+    code = ("import sys, jitgrad as jg\n"
+            "x = jg.ones(3, requires_grad=True)\n"
+            "(x * 2).tanh().sum().backward()\n"
+            "f = jg.compile(lambda a: (a * 2).sum(), backend='interpret')\n"
+            "f(jg.ones(2)); print(x.device, x.is_cuda, repr(x.cpu()))\n"
+            "bad = [m for m in sys.modules if m.startswith(('numba.cuda', 'numba_cuda'))]\n"
+            "assert not bad, bad\n")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "cpu False tensor([1., 1., 1.], requires_grad=True)" in r.stdout
+
+
+# ==== the simulator set ======================================================================================
+
+if _ROLE in ("sim", "ptx"):
+    import jitgrad as jg
+    from jitgrad.ir.ops import OPS
+
+
+def _t(a, device, rg=False):
+    return jg.tensor(np.asarray(a), device=device, requires_grad=rg)
+
+
+def _values(rng, shape, domain):
+    if domain == "pos":
+        return rng.uniform(0.5, 2.0, shape)
+    if domain == "unit":
+        return rng.uniform(-0.9, 0.9, shape)
+    if domain == "distinct":
+        return rng.permutation(np.prod(shape)).reshape(shape) * 0.37 - 1.0
+    v = rng.uniform(-2.0, 2.0, shape)
+    return np.where(np.abs(v) < 0.2, 0.7, v)        # away from 0 (abs, sign, relu, division)
+
+
+# one small case per primitive: (function of tensors, input shapes, domain); the function may use ops around
+# the primitive (a gradient needs floats), and must bind the primitive itself on CUDA tensors
+CASES = {
+    "neg": (lambda a: -a, [(2, 3)], "any"), "copy": (lambda a: a.clone(), [(2, 3)], "any"),
+    "exp": (lambda a: a.exp(), [(2, 3)], "any"),
+    "log": (lambda a: a.log(), [(2, 3)], "pos"), "log1p": (lambda a: a.log1p(), [(2, 3)], "pos"),
+    "expm1": (lambda a: a.expm1(), [(2, 3)], "any"), "sqrt": (lambda a: a.sqrt(), [(2, 3)], "pos"),
+    "rsqrt": (lambda a: a.rsqrt(), [(2, 3)], "pos"), "sin": (lambda a: a.sin(), [(2, 3)], "any"),
+    "cos": (lambda a: a.cos(), [(2, 3)], "any"), "tan": (lambda a: a.tan(), [(2, 3)], "unit"),
+    "tanh": (lambda a: a.tanh(), [(2, 3)], "any"), "sigmoid": (lambda a: a.sigmoid(), [(2, 3)], "any"),
+    "relu": (lambda a: a.relu(), [(2, 3)], "any"), "abs": (lambda a: a.abs(), [(2, 3)], "any"),
+    "sign": (lambda a: a.sign() * a, [(2, 3)], "any"), "reciprocal": (lambda a: a.reciprocal(), [(2, 3)], "any"),
+    "erf": (lambda a: a.erf(), [(2, 3)], "any"),
+    "isfinite": (lambda a: jg.where(a.isfinite(), a, 0.0), [(2, 3)], "any"),
+    "logical_not": (lambda a: jg.where(jg.logical_not(a > 0), a, 0.0), [(2, 3)], "any"),
+    "cast": (lambda a: a.to(jg.float32).to(jg.float64) * a, [(2, 3)], "any"),
+    "add": (lambda a, b: a + b, [(2, 3), (3,)], "any"), "sub": (lambda a, b: a - b, [(2, 3), (3,)], "any"),
+    "mul": (lambda a, b: a * b, [(2, 3), (1, 3)], "any"), "div": (lambda a, b: a / b, [(2, 3), (3,)], "any"),
+    "floordiv": (lambda a: (a // 0.75) * a, [(2, 3)], "any"), "mod": (lambda a: a % 0.75, [(2, 3)], "pos"),
+    "pow": (lambda a, b: a ** b, [(2, 3), (3,)], "pos"),
+    "maximum": (lambda a, b: jg.maximum(a, b), [(2, 3), (3,)], "any"),
+    "minimum": (lambda a, b: jg.minimum(a, b), [(2, 3), (3,)], "any"),
+    "lt": (lambda a: jg.where(a < 0.5, a, 1.0), [(2, 3)], "any"),
+    "le": (lambda a: jg.where(a <= 0.5, a, 1.0), [(2, 3)], "any"),
+    "gt": (lambda a: jg.where(a > 0.5, a, 1.0), [(2, 3)], "any"),
+    "ge": (lambda a: jg.where(a >= 0.5, a, 1.0), [(2, 3)], "any"),
+    "eq": (lambda a: jg.where(a == a, a, 1.0), [(2, 3)], "any"),
+    "ne": (lambda a: jg.where(a != 0.7, a, 1.0), [(2, 3)], "any"),
+    "logical_and": (lambda a: jg.where(jg.logical_and(a > 0, a < 1), a, 0.0), [(2, 3)], "any"),
+    "logical_or": (lambda a: jg.where(jg.logical_or(a > 1, a < -1), a, 0.0), [(2, 3)], "any"),
+    "where": (lambda a, b: jg.where(a > 0, a, b), [(2, 3), (3,)], "any"),
+    "clamp": (lambda a: a.clamp(-0.45, 0.35), [(2, 3)], "any"),
+    "sum": (lambda a: a.sum(1), [(2, 3)], "any"), "amax": (lambda a: a.amax(1), [(2, 3)], "distinct"),
+    "amin": (lambda a: a.amin(0), [(2, 3)], "distinct"), "prod": (lambda a: a.prod(1), [(2, 3)], "any"),
+    "prod_others": (lambda a: a.prod(0), [(2, 3)], "any"), "norm2": (lambda a: a.norm(dim=1), [(2, 3)], "any"),
+    "argmax": (lambda a: a * jg.argmax(a, 1, keepdim=True).to(a.dtype), [(2, 3)], "distinct"),
+    "argmin": (lambda a: a * jg.argmin(a, 0).to(a.dtype), [(2, 3)], "distinct"),
+    "reshape": (lambda a: a.mT.reshape(3, 2), [(2, 3)], "any"),
+    "permute": (lambda a: a.permute(1, 0) * 2.0, [(2, 3)], "any"),
+    "broadcast_to": (lambda a: a.expand(2, 2, 3) * 1.5, [(2, 3)], "any"),
+    "cat": (lambda a, b: jg.cat([a, b], 0), [(2, 3), (1, 3)], "any"),
+    "matmul": (lambda a, b: a @ b, [(2, 3), (3, 2)], "any"),
+    "getitem": (lambda a: a[1:, jg.tensor([0, 2, 2], device=a.device)] + a[jg.tensor([1, 0], device=a.device),
+                                                                         jg.tensor([2, 2], device=a.device)].sum(),
+                [(2, 3)], "any"),
+    "index_put": (None, [(2, 3), (2, 2)], "any"),
+}
+
+
+def _index_put(a, v):
+    y = a * 1.0
+    y[:, jg.tensor([0, 2], device=a.device)] = v
+    return y
+
+
+def _run(fn, arrays, device):
+    xs = [_t(a, device, True) for a in arrays]
+    out = fn(*xs)
+    w = _t(np.linspace(0.5, 1.5, out.numel()).reshape(out.shape), device)
+    (out * w).sum().backward()
+    return out.detach().cpu().numpy(), [x.grad.cpu().numpy() for x in xs], [x.grad.device for x in xs]
+
+
+@sim
+def test_sim_every_primitive_has_a_case():
+    assert set(CASES) == set(OPS), sorted(set(OPS) ^ set(CASES))
+
+
+@sim
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_sim_primitive_forward_and_grad_match_cpu(name):
+    fn, shapes, domain = CASES[name]
+    fn = _index_put if name == "index_put" else fn
+    rng = np.random.default_rng(7)
+    arrays = [_values(rng, s, domain) for s in shapes]
+    out_c, g_c, _ = _run(fn, arrays, "cpu")
+    out_g, g_g, devs = _run(fn, arrays, "cuda")
+    np.testing.assert_allclose(out_g, out_c, rtol=1e-6, atol=1e-9)
+    for a, b in zip(g_g, g_c):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9)
+    assert all(d == "cuda:0" for d in devs)        # gradients live on the parameters' device
+
+
+@sim
+def test_sim_float32_math_and_split_reduction():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((3, 150)).astype(np.float32)      # rows longer than 4 x 16 threads: two passes
+    x = jg.tensor(a, device="cuda")
+    np.testing.assert_allclose(x.sum(1).cpu().numpy(), a.sum(1), rtol=1e-5)
+    np.testing.assert_allclose(x.amax().cpu().numpy(), a.max(), rtol=0)
+    np.testing.assert_allclose(x.sum().cpu().numpy(), a.sum(), rtol=1e-5, atol=1e-4)
+    y = (x.tanh() * x.sigmoid()).exp()
+    assert y.dtype is jg.float32
+    np.testing.assert_allclose(y.cpu().numpy(), np.exp(np.tanh(a) / (1 + np.exp(-a))), rtol=1e-5)
+    z = jg.tensor([0.0, -1.0, np.inf, np.nan], device="cuda")
+    np.testing.assert_array_equal(z.log().cpu().numpy(), np.log(np.array([0.0, -1.0, np.inf, np.nan], np.float32)))
+    b = rng.standard_normal((2, 3, 5)).astype(np.float32)
+    c = rng.standard_normal((5, 4)).astype(np.float32)
+    np.testing.assert_allclose((jg.tensor(b, device="cuda") @ jg.tensor(c, device="cuda")).cpu().numpy(), b @ c,
+                               rtol=1e-5, atol=1e-6)
+
+
+# ---- the device surface ------------------------------------------------------------------------------------
+
+@sim
+def test_sim_device_surface():
+    assert jg.cuda.is_available() and jg.cuda.device_count() == 1
+    d = jg.device("cuda:0")
+    assert d.type == "cuda" and d.index == 0 and str(d) == "cuda:0" and d == "cuda"
+    for make in (lambda: jg.zeros(2, 3, device="cuda"), lambda: jg.ones(2, device=d), lambda: jg.full((2,), 3.0, device="cuda"),
+                 lambda: jg.arange(4, device="cuda"), lambda: jg.randn(2, device="cuda"), lambda: jg.eye(2, device="cuda"),
+                 lambda: jg.tensor([1.0, 2.0], device="cuda"), lambda: jg.linspace(0, 1, 3, device="cuda"),
+                 lambda: jg.rand(2, device="cuda"), lambda: jg.randint(0, 3, (2,), device="cuda"),
+                 lambda: jg.empty(2, device="cuda"), lambda: jg.zeros_like(jg.ones(2, device="cuda"))):
+        t = make()
+        assert t.is_cuda and t.device == d and t.device.type == "cuda"
+    x = jg.tensor([1.0, 2.0])
+    g = x.cuda()
+    assert g.is_cuda and not x.is_cuda and g.is_leaf
+    assert g.cpu().device == "cpu" and g.to("cpu").numpy().tolist() == [1.0, 2.0]
+    assert x.to("cuda").is_cuda and x.to(d, jg.float64).dtype is jg.float64 and g.cuda() is g
+    assert repr(g) == "tensor([1., 2.], device='cuda:0')"
+    assert g.tolist() == [1.0, 2.0] and g[1].item() == 2.0 and g.shape == (2,) and g.size(-1) == 2
+    jg.cuda.synchronize()
+
+
+@sim
+def test_sim_device_errors_are_torchs():
+    g = jg.tensor([1.0, 2.0], device="cuda")
+    with pytest.raises(TypeError, match=r"can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu\(\) to "
+                                        r"copy the tensor to host memory first."):
+        g.numpy()
+    with pytest.raises(TypeError, match="can't convert cuda:0"):
+        np.asarray(g)
+    with pytest.raises(RuntimeError, match=r"Expected all tensors to be on the same device, but found at least two "
+                                           r"devices, cuda:0 and cpu! \(when checking argument for argument 1 in "
+                                           r"method mul\)"):
+        g * jg.tensor([1.0, 2.0])
+    with pytest.raises(RuntimeError, match="found at least two devices, cuda:0 and cpu"):
+        jg.tensor([1.0, 2.0]) @ g
+    f = jg.compile(lambda a: a * 2, device="cuda")
+    with pytest.raises(RuntimeError, match="found at least two devices, cuda:0 and cpu"):
+        f(jg.ones(2))
+
+
+@sim
+def test_sim_gradients_cross_devices_and_live_on_the_parameters_device():
+    w = jg.tensor([1.0, -2.0, 3.0], requires_grad=True)            # a CPU leaf
+    y = (w.cuda() * 2.0).tanh()
+    assert y.is_cuda and y.grad_fn is not None
+    assert w.cuda().grad_fn.name() == "ToCopyBackward0"
+    y.sum().backward()
+    assert w.grad.device == "cpu"
+    np.testing.assert_allclose(w.grad.numpy(), 2 * (1 - np.tanh(2 * w.detach().numpy()) ** 2), rtol=1e-6)
+    p = jg.tensor([1.0, -2.0, 3.0], device="cuda", requires_grad=True)   # a CUDA leaf
+    (p * p).sum().backward()
+    assert p.grad.is_cuda and p.grad.cpu().tolist() == [2.0, -4.0, 6.0]
+    (p * p).sum().backward()        # accumulates on the device
+    assert p.grad.cpu().tolist() == [4.0, -8.0, 12.0]
+
+
+# ---- compiled programs ----------------------------------------------------------------------------------------
+
+def _mlp(device, seed=0):
+    rng = np.random.default_rng(seed)
+    W1 = jg.tensor(rng.standard_normal((4, 6)) * 0.5, device=device, requires_grad=True)
+    b1 = jg.zeros(6, dtype=jg.float64, device=device, requires_grad=True)
+    W2 = jg.tensor(rng.standard_normal((6, 3)) * 0.5, device=device, requires_grad=True)
+    params = [W1, b1, W2]
+
+    @jg.compile
+    def step(x, y):
+        h = (x @ W1 + b1).tanh()
+        logits = h @ W2
+        loss = jg.nn.functional.cross_entropy(logits, y)
+        loss.backward()
+        with jg.no_grad():
+            for p in params:
+                p -= 0.1 * p.grad
+                p.grad = None
+        return loss.detach()
+    return params, step
+
+
+@sim
+def test_sim_compiled_training_step_matches_cpu():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 4))
+    y = np.array([0, 2, 1, 1, 0])
+    pc, sc = _mlp("cpu")
+    pg, sg = _mlp("cuda")
+    for _ in range(2):
+        lc = sc(jg.tensor(x), jg.tensor(y))
+        lg = sg(jg.tensor(x, device="cuda"), jg.tensor(y, device="cuda"))
+        assert lg.is_cuda
+        np.testing.assert_allclose(lg.item(), lc.item(), rtol=1e-10)
+    for a, b in zip(pg, pc):
+        assert a.is_cuda and a.grad is None
+        np.testing.assert_allclose(a.detach().cpu().numpy(), b.detach().numpy(), rtol=1e-10, atol=1e-12)
+    assert sg.stats["traces"] == 1 and sg.stats["compiled_calls"] == 2
+    src = str(sg.source(jg.tensor(x, device="cuda"), jg.tensor(y, device="cuda")))
+    assert "CUDA target" in src and "cuda.grid(1)" in src and "cuda.shared.array" in src
+
+
+@sim
+def test_sim_compiled_gradients_and_double_backward_match_cpu():
+    def f(x, w):
+        return ((x @ w).sin() * x.sum(1, keepdim=True)).sum()
+    fc = jg.compile(f)
+    rng = np.random.default_rng(5)
+    xa, wa = rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
+    res = {}
+    for dev in ("cpu", "cuda"):
+        x, w = _t(xa, dev, True), _t(wa, dev, True)
+        y = fc(x, w)
+        gx, gw = jg.autograd.grad(y, (x, w), create_graph=True)
+        hx, = jg.autograd.grad((gx * gx).sum() + gw.sum(), x)
+        res[dev] = [t.detach().cpu().numpy() for t in (y, gx, gw, hx)]
+        if dev == "cuda":
+            assert gx.is_cuda and hx.is_cuda
+    for a, b in zip(res["cuda"], res["cpu"]):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+@sim
+def test_sim_compiled_anomaly_names_the_users_line():
+    p = jg.tensor([1.0, -1.0, 4.0], device="cuda", requires_grad=True)
+
+    @jg.compile
+    def step(x):
+        loss = (x * p).sqrt().sum()      # sqrt(-1) = nan forward; SqrtBackward0 returns nan
+        loss.backward()
+        with jg.no_grad():
+            p.sub_(0.1 * p.grad)
+        p.grad = None
+        return loss.detach()
+    with jg.autograd.detect_anomaly():
+        with pytest.raises(RuntimeError) as ei:
+            step(jg.ones(3, device="cuda"))
+    msg = str(ei.value)
+    assert "Function 'SqrtBackward0' returned nan values in its 0th output." in msg
+    assert "test_cuda.py" in msg and "(x * p).sqrt().sum()" in msg
+    assert p.cpu().tolist() == [1.0, -1.0, 4.0]       # an anomaly leaves the state untouched
+
+
+@sim
+def test_sim_profiler_events_per_kernel():
+    f = jg.compile(lambda a, b: (a @ b).tanh().sum())
+    a, b = jg.ones(2, 3, device="cuda"), jg.ones(3, 2, device="cuda")
+    f(a, b)
+    with jg.autograd.profiler.profile(use_cuda=True) as prof:
+        f(a, b)
+        (a * 2).sum()
+    names = [e.key for e in prof.key_averages()]
+    assert any(n.startswith("compiled:") for n in names)
+    assert any("tiled GEMM" in n for n in names) and any(n.startswith("fused_") for n in names)
+    assert "mul" in names
+    kernels = [e for e in prof.function_events if e.name.startswith(("fused_", "matmul"))]
+    assert kernels and all(e.self_cuda_time_total > 0 for e in kernels)    # CUDA-event times
+    assert all(e.self_cuda_time_total == 0 for e in prof.function_events if e.name == "compiled:<lambda>")
+    table = prof.key_averages().table(sort_by="self_cuda_time_total")
+    assert "Self CUDA" in table and "Self CUDA time total" in table
+
+
+# ==== PTX ======================================================================================================
+
+@ptx
+def test_ptx_kernels_of_several_programs_target_sm90():
+    import jitgrad as jg
+    rng = np.random.default_rng(0)
+    W = jg.tensor(rng.standard_normal((4, 3)).astype(np.float32), requires_grad=True)
+
+    @jg.compile
+    def step(x, i):
+        h = (x @ W).tanh()                          # GEMM, elementwise
+        loss = h.sum() + h.amax(1).mean() + x[i, i].sum()   # reductions, gather (scatter in the backward)
+        loss.backward()
+        with jg.no_grad():
+            W.sub_(0.1 * W.grad)
+        return loss.detach()
+
+    x = jg.tensor(rng.standard_normal((5, 4)).astype(np.float32), requires_grad=True)
+    i = jg.tensor([0, 2])
+    with jg.autograd.detect_anomaly():
+        kernels = step.ptx(x, i, cc=(9, 0))           # anomaly checks compiled in
+    kinds = {name.split("_")[0] for name in kernels}
+    assert {"gemm", "fused", "reduce", "gather", "scatter", "check", "copy"} <= kinds, kinds
+    for name, text in kernels.items():
+        assert ".target sm_90" in text, name
+        assert text.count(".entry ") == 1, name
+    assert any("atom.global.add" in t or "red.global.add" in t for t in kernels.values())   # counters, scatter-add
+
+
+@sim
+def test_sim_eager_anomaly_on_cuda_names_the_forward_line():
+    x = jg.tensor([1.0, -1.0], device="cuda", requires_grad=True)
+    with jg.autograd.detect_anomaly():
+        y = x.sqrt()                            # the forward line anomaly mode must name
+        with pytest.raises(RuntimeError) as ei:
+            y.sum().backward()
+    assert "Function 'SqrtBackward0' returned nan values in its 0th output." in str(ei.value)
+    assert "y = x.sqrt()" in str(ei.value)
+
+
+@sim
+def test_sim_kernels_are_keyed_by_structure_and_cat_is_native():
+    from jitgrad.cuda.eager import _GRAPHS
+    _GRAPHS.clear()
+    jg.ones(2, 3, device="cuda").tanh()
+    jg.ones(7, device="cuda").tanh()        # another size, another rank after coalescing: the same loop
+    keys = [set(cg.kernels) for cg in _GRAPHS.values()]
+    assert len(keys) == 2 and keys[0] == keys[1]
+    a = np.arange(6.0).reshape(2, 3)
+    b = np.arange(4, dtype=np.int64).reshape(2, 2)
+    out = jg.cat([jg.tensor(a, device="cuda"), jg.tensor(b, device="cuda"), jg.tensor(a, device="cuda")], 1)
+    np.testing.assert_array_equal(out.cpu().numpy(), np.concatenate([a, b, a], 1))
+    assert all(st.kind != "host" for cg in _GRAPHS.values() for st in cg.steps)
+
+
+# the compile-agreement programs on CUDA (a representative subset: the simulator is slow; programs that read
+# module-level CPU tensors, e.g. fixed index tensors, are left out since those would be a device mix)
+AGREEMENT = ["exp", "sigmoid", "where_scalar", "pow_tensor", "sum_tuple_dims", "amax_amin", "logsumexp",
+             "transpose_permute", "getitem_basic", "setitem_nonleaf", "cat_dim1", "stack", "matmul_vec",
+             "layernorm_by_hand", "gelu"]     # ~100 s on the simulator (softmax, var_std, batched matmul: 25-60 s each)
+
+
+@sim
+@pytest.mark.parametrize("name", AGREEMENT)
+def test_sim_compile_agreement_programs_on_cuda(name):
+    sys.path.insert(0, os.path.dirname(__file__))
+    from compiled import evaluate
+    from test_compile_agreement import PROGRAMS, _arrays
+    _, fn, shapes, domain = next(p for p in PROGRAMS if p[0] == name)
+    arrays = _arrays(name, shapes, domain)
+    want = evaluate(fn, arrays, "eager")
+    got = evaluate(fn, arrays, "compiled", device="cuda")
+    for key in ("values", "grads", "outer", "hvp", "inner_hvp"):
+        if key not in want:
+            continue
+        assert len(got[key]) == len(want[key]), key
+        for a, b in zip(got[key], want[key]):
+            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-11, err_msg=f"{name}: {key}")
+
+
+@sim
+def test_sim_emit_nvtx_pushes_a_range_per_op_kernel_and_block(monkeypatch):
+    nvtx = pytest.importorskip("nvtx")
+    pushed, depth = [], [0]
+
+    def push(name):
+        pushed.append(name)
+        depth[0] += 1
+
+    def pop():
+        depth[0] -= 1
+    monkeypatch.setattr(nvtx, "push_range", push)
+    monkeypatch.setattr(nvtx, "pop_range", pop)
+    f = jg.compile(lambda a: (a * 2.0).tanh().sum())
+    a = jg.ones(3, device="cuda")
+    f(a)
+    with jg.autograd.profiler.emit_nvtx():
+        with jg.autograd.profiler.record_function("my_block"):
+            f(a)
+            a.exp()
+    assert depth[0] == 0
+    assert "my_block" in pushed and "exp" in pushed and "compiled:<lambda>" in pushed
+    assert any(n.startswith("fused_") for n in pushed)
+
+
+@ptx
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_ptx_every_primitive_forward_and_backward_typechecks_for_the_gpu(dtype):
+    """The simulator runs kernels as Python, so it cannot catch a kernel the real CUDA target fails to type:
+    every primitive's forward and backward kernels (with anomaly checks) must build PTX."""
+    for name in sorted(CASES):
+        fn, shapes, domain = CASES[name]
+        fn = _index_put if name == "index_put" else fn
+        rng = np.random.default_rng(7)
+        xs = [jg.tensor(_values(rng, s, domain).astype(dtype), requires_grad=True) for s in shapes]
+
+        def step(*xs):
+            out = fn(*xs)
+            (out * 1.5).sum().backward()
+            return out.detach()
+        with jg.autograd.detect_anomaly():
+            kernels = jg.compile(step).ptx(*xs)
+        assert kernels, name
+        for k, text in kernels.items():
+            assert ".target sm_90" in text and text.count(".entry ") == 1, (name, k)
+
+
+@sim
+def test_sim_deepcopy_and_pickle_keep_the_device():
+    import copy
+    import pickle
+    p = jg.tensor([1.0, 2.0], device="cuda", requires_grad=True)
+    (p * p).sum().backward()
+    q = copy.deepcopy(p)
+    assert q.is_cuda and q.requires_grad and q.grad.is_cuda and q.grad.cpu().tolist() == [2.0, 4.0]
+    r = pickle.loads(pickle.dumps(p.detach()))
+    assert r.is_cuda and r.cpu().tolist() == [1.0, 2.0]
+
+
+@sim
+def test_sim_inplace_writes_reach_aliases():
+    x = jg.tensor([1.0, 2.0, 3.0], device="cuda")
+    d = x.detach()
+    d.add_(1.0)
+    assert x.cpu().tolist() == [2.0, 3.0, 4.0]
+    p = jg.tensor([1.0, 2.0], device="cuda", requires_grad=True)
+    p.data.mul_(3.0)                   # old-style SGD through .data
+    assert p.detach().cpu().tolist() == [3.0, 6.0]
+    x[1] = 10.0
+    x[jg.tensor([0, 2], device="cuda")] += 1.0
+    assert x.cpu().tolist() == [3.0, 10.0, 5.0] and x._version >= 3
+    y = x.to(jg.float64)
+    y *= 2
+    assert y.dtype is jg.float64 and y.cpu().tolist() == [6.0, 20.0, 10.0]
+
+
+@sim
+def test_sim_tensor_metadata_on_cuda():
+    g = jg.ones(2, 3, device="cuda", dtype=jg.float64)
+    assert g.is_contiguous() and g.contiguous() is g and g.element_size() == 8 and g.numel() == 6
+    c = jg.zeros(1, dtype=jg.float32).to(g)        # to(other): other's dtype and device
+    assert c.is_cuda and c.dtype is jg.float64
+    assert g.new_zeros((2,)).is_cuda and len(g) == 2 and [r.cpu().tolist() for r in g] == [[1.0] * 3] * 2
+
+
+@sim
+def test_sim_gpu_benchmark_smoke(capsys):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    import cuda_b1_b2_b3
+    assert cuda_b1_b2_b3.main(["--smoke"]) == 0
+    out = capsys.readouterr().out
+    assert "B1 MLP step" in out and "B3 hvp" in out and "B2 achieved bandwidth" in out
+
+
+@sim
+def test_sim_gradcheck_and_gradgradcheck_on_cuda_inputs():
+    x = jg.tensor(np.array([0.3, -0.7, 1.2]), device="cuda", requires_grad=True)
+    w = jg.tensor(np.array([[0.3, -0.7], [1.0, 2.0], [0.5, 0.1]]), device="cuda", requires_grad=True)
+
+    def f(a, b):
+        return ((a @ b).tanh() * a.sum()).exp()
+    assert jg.autograd.gradcheck(f, (x, w))
+    assert jg.autograd.gradgradcheck(f, (x, w))
+    assert jg.autograd.gradcheck(jg.compile(f), (x, w))
+    assert x.grad is None and x.is_cuda
+
+
+@sim
+def test_sim_cpu_scalar_tensors_mix_with_cuda_as_in_torch():
+    g = jg.tensor([1.0, 2.0], device="cuda", requires_grad=True)
+    s = jg.tensor(3.0, requires_grad=True)          # 0-dim, on the CPU
+    y = (g * s).sum()
+    y.backward()
+    assert y.is_cuda and g.grad.is_cuda and s.grad.device == "cpu" and s.grad.item() == 3.0
+    lr = jg.tensor(0.5)
+    f = jg.compile(lambda a: a * lr)                 # a captured CPU scalar inside a compiled CUDA function
+    assert f(g.detach()).cpu().tolist() == [0.5, 1.0]
+
+
+@sim
+def test_sim_inplace_through_a_view_reaches_the_base():
+    x = jg.zeros(2, 3, device="cuda")
+    v = x[0]
+    v += 1.0
+    x[1, 1:] += 2.0
+    t = x.T
+    t[0].mul_(5.0)                                  # a view of a view: through permute and getitem
+    x.reshape(6)[5] = 7.0
+    assert x.cpu().tolist() == [[5.0, 1.0, 1.0], [0.0, 2.0, 7.0]]
+    assert v.cpu().tolist() == [5.0, 1.0, 1.0] and t.cpu().tolist() == [[5.0, 0.0], [1.0, 2.0], [1.0, 7.0]]
+    x.add_(1.0)                                     # views made earlier see the base's new values
+    assert v.cpu().tolist() == [6.0, 2.0, 2.0] and t[1].cpu().tolist() == [2.0, 3.0]
+    p = jg.ones(3, device="cuda", requires_grad=True) * 1.0
+    with pytest.raises(RuntimeError, match="in-place modification of a view"):
+        p[0:2].mul_(2.0)
