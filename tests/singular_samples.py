@@ -3,7 +3,7 @@
 ``SAMPLES`` maps a name to a list of ``Sample``: a program ``fn(m, *xs)`` written against the public API shared
 by jitgrad and torch (``m`` is the module: ``jg`` or ``torch``; tensor methods are the same in both) and its
 float64 inputs.  Keys of ``OP_SAMPLES`` are OpDef names (``jitgrad.ir.ops.OPS``); ``COMPOSITE_SAMPLES`` covers
-public functions written as compositions of primitives (var, std, softmax, norm with p != 2...), whose
+public functions written as compositions of primitives (var, std, logsumexp, norm with p != 2...), whose
 derivatives at singular points come from the composition, not from one rule.
 
 Inputs are chosen at zeros, ties (max/min/abs/relu/clamp), the bounds of a domain (log at 0, sqrt at 0, pow with a
@@ -214,6 +214,9 @@ OP_SAMPLES: dict[str, list[Sample]] = {
     "cumprod": [Sample(lambda m, x: x.cumprod(1), [rows([2.0, 3.0, 4.0, 5.0], [2.0, 0.0, 3.0, 4.0], [0.0, 2.0, 3.0, 4.0],
                                                         [2.0, 3.0, 4.0, 0.0], [2.0, 0.0, 0.0, 3.0], [0.0, 3.0, 0.0, 4.0],
                                                         [0.0, 0.0, 0.0, 0.0], [-1.0, 0.5, -0.0, 2.0])], "zeros in rows"),
+                Sample(lambda m, x: x.cumprod(1), [rows([2.0, 0.0, 3.0, 4.0], [0.0, 2.0, 0.0, 4.0], [2.0, 0.0, 0.0, 0.0])],
+                       "zeros, first order only (torch's O(n) masked formula, not its create_graph one)",
+                       second_order=False),
                 Sample(lambda m, x: x.cumprod(1), [rows([2.0, 3.0, 0.5], [-1.0, 0.5, 4.0])], "no zeros"),
                 Sample(lambda m, x: x.cumprod(1), [rows([2.0, inf, 4.0], [inf, 0.5, -inf])], "inf, no zeros"),
                 Sample(lambda m, x: x.cumprod(1), [rows([2.0, 0.0, inf], [inf, 0.0, 3.0], [0.0, inf, 2.0])], "inf and a zero",
@@ -340,7 +343,11 @@ COMPOSITE_SAMPLES: dict[str, list[Sample]] = {
     "l1_loss": [Sample(lambda m, x, y: m.nn.functional.l1_loss(x, y), [a(0.0, 1.0, -1.0, 2.0), a(0.0, 1.0, 1.0, inf)])],
     "mse_loss": [Sample(lambda m, x, y: m.nn.functional.mse_loss(x, y), [a(0.0, 1.0, inf), a(0.0, 1.0, 1.0)])],
     "cross_entropy": [Sample(lambda m, x: m.nn.functional.cross_entropy(x, m.tensor([0, 1, 2])),
-                             [rows([0.0, -inf, 1.0], [1.0, 1.0, 1.0], [800.0, 0.0, -800.0])])],
+                             [rows([0.0, -inf, 1.0], [1.0, 1.0, 1.0], [800.0, 0.0, -800.0])]),
+                      Sample(lambda m, x: m.nn.functional.cross_entropy(x, m.tensor([0, -100, 2])),
+                             [rows([-inf, 0.0, 1.0], [-inf, 1.0, 2.0], [1.0, 1.0, 1.0])], "an ignored row with a -inf logit"),
+                      Sample(lambda m, x: m.nn.functional.cross_entropy(x, m.tensor([-100, -100])),
+                             [rows([-inf, 0.0, 1.0], [1.0, 1.0, 1.0])], "all ignored (nan)")],
     "square": [Sample(lambda m, x: m.square(x), [a(0.0, -0.0, inf, -inf, 1e200)])],
     "log2": [Sample(lambda m, x: m.log2(x), [a(0.0, -0.0, inf, -1.0, 1.0)])],
 }
