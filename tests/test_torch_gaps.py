@@ -127,6 +127,24 @@ def test_histc_and_histogram_values():
         jg.histc(jg.tensor([1, 2]), 3)
 
 
+def test_histc_bins_as_torch_histc():
+    # torch.histc's bin is int((x - min) * bins / (max - min)), not corrected against the edges as NumPy's is:
+    # (0.3 - 0) * 10 / 1 = 3.0000000000000004 lands in bin 3 (NumPy: 2, as its edge 3 is 0.30000000000000004)
+    x = t64([0.3, 0.6, 0.7, 1.0, 0.0, math.nan, -0.5, math.inf])
+    assert jg.histc(x, 10, min=0, max=1).tolist() == [1, 0, 0, 1, 0, 0, 1, 1, 0, 1]
+    assert np.histogram([0.3], 10, (0, 1))[0][2] == 1
+    for bad, text in (([1.0, math.inf], r"range of \[1, inf\] is not finite"), ([math.nan, 1.0], "not finite")):
+        with pytest.raises(RuntimeError, match=text):
+            jg.histc(t64(bad), 4)          # the data's range (min = max = 0) must be finite, as in torch
+
+
+def test_argsort_descending_puts_nan_before_inf():
+    x = t64([[math.inf, 1.0, math.nan, math.inf, math.nan, -math.inf]])
+    assert x.argsort(dim=1, descending=True).tolist() == [[2, 4, 0, 3, 1, 5]]
+    assert x.sort(dim=1, descending=True).values.isnan().tolist() == [[True, True, False, False, False, False]]
+    assert x.argsort(dim=1).tolist() == [[5, 1, 0, 3, 2, 4]]
+
+
 def test_histc_traced():
     f = jg.compile(lambda x: jg.histogram(x * 2.0, 5, range=(-2.0, 2.0)), backend="interpret")
     x = t64(rnd(20))
@@ -271,6 +289,9 @@ def test_cumprod_values_and_exact_gradient_at_zeros():
             want[r, k] = sum(np.prod(np.delete(a[r, :i + 1], k)) for i in range(k, 6))
     assert np.allclose(x.grad.numpy(), want)
     assert gradcheck(lambda x: x.cumprod(1), (t64(a, True),))
+    # second order at the zeros: the gradient after a row's first zero still depends on that zero
+    assert gradgradcheck(lambda x: x.cumprod(1), (t64(a, True),))
+    assert gradgradcheck(lambda x: x.cumprod(0), (t64([2.0, 0.0, 0.0, 3.0], True),))
 
 
 def test_masked_fill_gradient_to_a_tensor_value():

@@ -87,7 +87,9 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     if safe.numel() and type(safe._data) is np.ndarray and (int(safe._data.min()) < 0 or int(safe._data.max()) >= C):
         raise IndexError(f"nll_loss: Target {int(safe._data.max()) if int(safe._data.max()) >= C else int(safe._data.min())} "
                          f"is out of bounds (number of classes {C})")
-    picked = -F.gather(input, 1, safe.unsqueeze(1)).squeeze(1)
+    # ignored rows are skipped, not multiplied by 0 (their log-probability may be -inf); the where also gives
+    # them a zero gradient when every row is ignored (torch's), where g / 0 * 0 would be nan
+    picked = (-F.gather(input, 1, safe.unsqueeze(1)).squeeze(1)).where(valid, 0.0)
     w = valid.to(input.dtype)
     if weight is not None:
         w = w * weight[safe]

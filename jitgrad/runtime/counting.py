@@ -33,7 +33,7 @@ def any(input, dim=None, keepdim=False):
 def histc(input, bins=100, min=0, max=0):
     """Counts of ``input``'s elements in ``bins`` equal bins over [min, max] (the data's range when both are 0,
     widened by 1 each side when the data is constant); elements outside and NaN are ignored."""
-    return bind(O["histc"], input, bins=int(bins), lo=float(min), hi=float(max), pad=1.0)
+    return bind(O["histc"], input, bins=int(bins), lo=float(min), hi=float(max), pad=1.0, search=False)
 
 
 def histogram(input, bins, *, range=None, weight=None, density=False):
@@ -44,7 +44,7 @@ def histogram(input, bins, *, range=None, weight=None, density=False):
     bins = int(bins)
     lo, hi = (0.0, 0.0) if range is None else (float(range[0]), float(range[1]))
     ws = () if weight is None else (weight,)
-    hist = bind(O["histc"], input, *ws, bins=bins, lo=lo, hi=hi, pad=0.5)
+    hist = bind(O["histc"], input, *ws, bins=bins, lo=lo, hi=hi, pad=0.5, search=True)
     steps = Tensor._make(np.arange(bins + 1, dtype=input.dtype.np) / input.dtype.np.type(bins))
     if range is not None and lo != hi:
         edges = Tensor._make((lo + (hi - lo) * steps._data).astype(input.dtype.np))

@@ -165,17 +165,17 @@ def _nll_weights(target, ignore_index):
 
 def _nll_impl(logp, target, ignore_index, reduction):
     rows = _rows(target.shape[0])
-    if reduction == "mean" and not (target == ignore_index).any():     # the common case: nothing ignored
+    if reduction == "mean" and rows.size and not (target == ignore_index).any():     # the common case: nothing ignored
         return -(logp[rows, target].sum(dtype=logp.dtype) / logp.dtype.type(target.shape[0]))
     valid, safe = _nll_weights(target, ignore_index)
-    picked = -logp[rows, safe] * valid.astype(logp.dtype)
+    picked = np.where(valid, -logp[rows, safe], logp.dtype.type(0))     # ignored rows are skipped (-inf there too)
     if reduction == "none":
         return picked
     total = picked.sum(dtype=logp.dtype)
     if reduction == "sum":
         return total
     n = valid.sum()
-    return total / logp.dtype.type(n) if n else np.array(np.nan, logp.dtype)   # all ignored: 0/0, as torch
+    return total / logp.dtype.type(n) if n else np.array(np.nan, logp.dtype)   # all ignored or empty: 0/0, as torch
 
 
 def _nll_vjp(c, g):
@@ -185,16 +185,15 @@ def _nll_vjp(c, g):
     dtype = np.dtype(c.dtypes[0].np)
     red = c.params["reduction"]
     w = np.zeros((n_rows, n_cls), dtype)
-    if red == "mean" and not (target == c.params["ignore_index"]).any():     # nothing ignored
+    if red == "mean" and n_rows and not (target == c.params["ignore_index"]).any():     # nothing ignored
         w[_rows(n_rows), target] = -1.0 / n_rows
         return (g * w, None)
     valid, safe = _nll_weights(target, c.params["ignore_index"])
     scale = -valid.astype(dtype)
-    if red == "mean":
-        n = valid.sum()
-        with np.errstate(all="ignore"):
-            scale = scale / dtype.type(n) if n else scale * np.nan
-    w[_rows(n_rows), safe] = scale
+    n = valid.sum()
+    if red == "mean" and n:
+        scale = scale / dtype.type(n)
+    w[_rows(n_rows), safe] = scale      # ignored rows get 0 (all ignored too: torch's gradient there is 0)
     if red == "none":
         g = c.bind("reshape", g, shape=(n_rows, 1))
     return (g * w, None)       # an ndarray operand binds as a constant tensor

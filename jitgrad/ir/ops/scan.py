@@ -45,20 +45,33 @@ def _cumprod_impl(x, axis):
 
 
 def _cumprod_vjp(c, g):
-    """d/dx_k = sum_{i>=k} g_i prod_{j<=i, j!=k} x_j, exact with zeros (as torch): before a row's first zero it
-    is rcumsum(g * out) / x; at the first zero z, rcumsum(g * cumprod(x with x_z = 1)); after it, 0."""
-    x, out = c.inputs[0], c.outputs[0]
+    """d/dx_k = sum_{i>=k} g_i prod_{j<=i, j!=k} x_j, exact with zeros (as torch): before a row's first zero z it
+    is rcumsum(g * out) / x; at z, rcumsum(g * cumprod(y)) with y = x except y_z = 1; after z, x_z times the same
+    formula taken at y (zero in value, but its derivative in x_z is that formula: so the second derivative is
+    right too, as torch's O(n^2) double-backward formula is).  A dim of size 1 passes g through, as torch."""
+    shape = c.shapes[0]
     axis = c.params["axis"]
+    if not shape or shape[axis] == 1:
+        return (g,)
+    x, out = c.inputs[0], c.outputs[0]
 
     def rcumsum(t):
         return c.bind("cumsum", t, axis=axis, reverse=True)
-    zeros_so_far = c.bind("cumsum", x == 0, axis=axis, reverse=False)
-    before = zeros_so_far == 0
-    first = (x == 0).logical_and(zeros_so_far == 1)
-    g_before = (rcumsum(g * out) / x.where(before, 1.0)).where(before, 0.0)
-    y = x.where(first.logical_not(), 1.0)
-    at_zero = rcumsum(g * c.bind("cumprod", y, axis=axis)).where(first, 0.0)
-    return (g_before + at_zero,)
+
+    def grad(x, out, g, outer):
+        zeros_so_far = c.bind("cumsum", x == 0, axis=axis, reverse=False)
+        before = zeros_so_far == 0
+        first = (x == 0).logical_and(zeros_so_far == 1)
+        g_before = (rcumsum(g * out) / x.where(before, 1.0)).where(before, 0.0)
+        y = x.where(first.logical_not(), 1.0)
+        out_y = c.bind("cumprod", y, axis=axis)
+        total = g_before + rcumsum(g * out_y).where(first, 0.0)
+        if outer:
+            x_z = c.bind("sum", x.where(first, 0.0), axes=(axis,), keepdims=True)
+            after = (zeros_so_far >= 1).logical_and(first.logical_not())
+            total = total + (x_z * grad(y, out_y, g, False)).where(after, 0.0)
+        return total
+    return (grad(x, out, g, True),)
 
 
 register(OpDef("cumprod", "scan", _scan_rule("cumprod"), _cumprod_impl, _cumprod_vjp, saves_in=(0,), saves_out=(0,),

@@ -4,8 +4,10 @@
 value, as in torch).  The sorted values are ``gather(x, axis, indices)``, whose gradient is the gather's: so sort
 and topk are differentiable without a rule here.
 
-``histc(x, [weight]; bins, lo, hi)``: counts (or summed weights) of ``x`` in ``bins`` equal bins over [lo, hi]
-(the last bin closed); ``lo == hi`` means the data's min and max (widened by ``pad`` when they are equal).
+``histc(x, [weight]; bins, lo, hi, pad, search)``: counts (or summed weights) of ``x`` in ``bins`` equal bins over
+[lo, hi] (the last bin closed); ``lo == hi`` means the data's min and max (widened by ``pad`` when they are equal).
+``search`` corrects each bin against the edges as torch.histogram (and NumPy) do; without it the bin is torch.histc's
+plain ``int((x - lo) * bins / (hi - lo))``.
 
 In compiled code both run as a Python step (their NumPy impl) of the graph's driver; their output shapes do not
 depend on the data, so they trace.  ``bincount`` (output length depends on the data) is eager-only.
@@ -29,9 +31,11 @@ def _argsort_impl(x, axis, descending, stable):
     if x.ndim == 0:
         return np.zeros((), np.int64)
     if descending:
-        # sort a decreasing key stably, so equal elements keep their input order: -x with NaN as the largest
-        # value (first) for floats; ~x (= -x - 1, no overflow) for integers and bools
-        x = np.where(np.isnan(x), -np.inf, -x) if x.dtype.kind == "f" else ~x
+        # a stable ascending sort of the reversed input, reversed back: the largest (NaN, as NumPy and torch
+        # order it) come first and equal elements keep their input order (a -x key would tie NaN with +inf)
+        n = x.shape[axis]
+        rev = np.argsort(np.flip(x, axis), axis=axis, kind="stable")
+        return (n - 1 - np.flip(rev, axis)).astype(np.int64)
     return np.argsort(x, axis=axis, kind="stable").astype(np.int64)
 
 
@@ -54,12 +58,16 @@ def _histc_rule(avals, params):
     return [Aval((params["bins"],), x.dtype)]
 
 
-def data_range(x, lo, hi, pad):
-    """[lo, hi], or the data's [min, max] when lo == hi (widened by ``pad`` each side when still equal)."""
+def data_range(x, lo, hi, pad, finite_only=False):
+    """[lo, hi], or the data's [min, max] when lo == hi (widened by ``pad`` each side when still equal).
+    ``finite_only``: the range of the finite elements (histogram); else a non-finite data range is an error, as
+    in torch.histc."""
     if lo == hi:
-        finite = x[np.isfinite(x)]
+        finite = x[np.isfinite(x)] if finite_only else x
         if finite.size:
             lo, hi = float(finite.min()), float(finite.max())
+            if not (np.isfinite(lo) and np.isfinite(hi)):
+                raise RuntimeError(f"torch.histc: range of [{lo:g}, {hi:g}] is not finite")
         else:
             lo = hi = 0.0
     if lo == hi:
@@ -67,12 +75,23 @@ def data_range(x, lo, hi, pad):
     return lo, hi
 
 
-def _histc_impl(x, *weight, bins, lo, hi, pad):
+def _histc_impl(x, *weight, bins, lo, hi, pad, search):
+    if search:      # torch.histogram: bins located, then corrected against the edges (NumPy's way)
+        lo, hi = data_range(x, lo, hi, pad, finite_only=True)
+        flat = x.reshape(-1).astype(np.float64)
+        w = weight[0].reshape(-1).astype(np.float64) if weight else None
+        counts, _ = np.histogram(flat, bins=bins, range=(lo, hi), weights=w)
+        return counts.astype(x.dtype)
+    # torch.histc: bin = int((x - lo) * bins / (hi - lo)) in the input's dtype, no correction against the edges
+    # (so a point on an edge can land one bin lower or higher than NumPy puts it); NaN and points outside
+    # [lo, hi] are skipped, x == hi counts in the last bin
     lo, hi = data_range(x, lo, hi, pad)
-    flat = x.reshape(-1).astype(np.float64)
-    w = weight[0].reshape(-1).astype(np.float64) if weight else None
-    counts, _ = np.histogram(flat, bins=bins, range=(lo, hi), weights=w)
-    return counts.astype(x.dtype)
+    t = x.dtype.type
+    flat = x.reshape(-1)
+    inside = flat[(flat >= t(lo)) & (flat <= t(hi))]
+    pos = ((inside - t(lo)) * t(bins) / (t(hi) - t(lo))).astype(np.int64)
+    np.minimum(pos, bins - 1, out=pos)
+    return np.bincount(pos, minlength=bins).astype(x.dtype)
 
 
 register(OpDef("histc", "sort", _histc_rule, _histc_impl, None,
