@@ -131,7 +131,7 @@ CASES = {
     "prod_others": (lambda a: a.prod(0), [(2, 3)], "any"), "norm2": (lambda a: a.norm(dim=1), [(2, 3)], "any"),
     "argmax": (lambda a: a * jg.argmax(a, 1, keepdim=True).to(a.dtype), [(2, 3)], "distinct"),
     "argmin": (lambda a: a * jg.argmin(a, 0).to(a.dtype), [(2, 3)], "distinct"),
-    "reshape": (lambda a: a.mT.reshape(3, 2), [(2, 3)], "any"),
+    "reshape": (lambda a: a.mT.reshape(2, 3), [(2, 3)], "any"),     # from (3, 2): a reshape of a permuted view
     "permute": (lambda a: a.permute(1, 0) * 2.0, [(2, 3)], "any"),
     "broadcast_to": (lambda a: a.expand(2, 2, 3) * 1.5, [(2, 3)], "any"),
     "cat": (lambda a, b: jg.cat([a, b], 0), [(2, 3), (1, 3)], "any"),
@@ -140,7 +140,34 @@ CASES = {
                                                                          jg.tensor([2, 2], device=a.device)].sum(),
                 [(2, 3)], "any"),
     "index_put": (None, [(2, 3), (2, 2)], "any"),
+    # the fused eager primitives (bound directly where the public function would take the composition)
+    "tanh_backward": (lambda g, y: _bind("tanh_backward", g, y), [(2, 3), (2, 3)], "unit"),
+    "softmax": (lambda a: a.softmax(1), [(2, 3)], "any"),
+    "log_softmax": (lambda a: a.log_softmax(0), [(2, 3)], "any"),
+    "log_softmax_backward": (lambda g, o: _bind("log_softmax_backward", g, o, axis=1), [(2, 3), (2, 3)], "any"),
+    "nll_loss": (lambda a: jg.nn.functional.cross_entropy(a, jg.tensor([2, 0], device=a.device)), [(2, 3)], "any"),
+    "flip": (lambda a: a.flip(1) * a, [(2, 3)], "any"),
+    "normp": (lambda a: a.norm(p=3, dim=1), [(2, 3)], "any"),
+    "cumsum": (lambda a: a.cumsum(1) + a.flip(0).cumsum(0), [(2, 3)], "any"),
+    "cumprod": (lambda a: a.cumprod(1) * 1.5, [(2, 3)], "any"),
+    "argsort": (lambda a: a.sort(1, descending=True)[0] * a.argsort(0).to(a.dtype), [(2, 3)], "distinct"),
+    "histc": (lambda a: a * jg.histc(a.detach(), 3, -2.0, 2.0), [(2, 3)], "any"),
+    # draws: the same generator state gives the CPU's numbers on the device
+    "rand_uniform": (lambda a: a * jg.rand(2, 3, dtype=a.dtype, generator=_gen(), device=a.device), [(2, 3)], "any"),
+    "rand_normal": (lambda a: a * jg.randn(2, 3, dtype=a.dtype, generator=_gen(), device=a.device), [(2, 3)], "any"),
+    "multinomial": (lambda a: a * jg.multinomial(a.detach().abs(), 3, True, generator=_gen()).to(a.dtype),
+                    [(2, 3)], "any"),
+    "randperm": (lambda a: a[:, jg.randperm(3, generator=_gen(), device=a.device)], [(2, 3)], "any"),
 }
+
+
+def _bind(name, *args, **params):
+    from jitgrad.runtime.dispatch import bind
+    return bind(OPS[name], *args, **params)
+
+
+def _gen():
+    return jg.Generator().manual_seed(20261123)
 
 
 def _index_put(a, v):
@@ -170,7 +197,10 @@ def test_sim_primitive_forward_and_grad_match_cpu(name):
     rng = np.random.default_rng(7)
     arrays = [_values(rng, s, domain) for s in shapes]
     out_c, g_c, _ = _run(fn, arrays, "cpu")
+    from jitgrad.cuda.eager import _GRAPHS
+    _GRAPHS.clear()
     out_g, g_g, devs = _run(fn, arrays, "cuda")
+    assert name in {key[0] for key in _GRAPHS}, sorted({key[0] for key in _GRAPHS})    # bound on CUDA tensors
     np.testing.assert_allclose(out_g, out_c, rtol=1e-6, atol=1e-9)
     for a, b in zip(g_g, g_c):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9)

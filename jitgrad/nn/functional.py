@@ -73,7 +73,7 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     C = input.shape[1]
     if weight is None and input.ndim == 2 and _TR.active is None and reduction in ("mean", "sum", "none"):
         # eager: one fused primitive (ir/ops/fused.py); traced: the composition below, for codegen
-        t = target._data
+        t = target._data if type(target._data) is np.ndarray else target.cpu()._data    # a CUDA target: checked on the host
         if t.size and not (0 <= np.minimum.reduce(t, axis=None) and np.maximum.reduce(t, axis=None) < C):
             safe = np.where(t != ignore_index, t, 0)        # ignored entries may lie outside [0, C)
             lo, hi = int(safe.min()), int(safe.max())

@@ -583,7 +583,8 @@ def gather(input, dim, index):
         else:
             shp = [1] * input.ndim
             shp[i] = index.shape[i]
-            key.append(Tensor._make(np.arange(index.shape[i], dtype=np.int64).reshape(shp)))
+            rows = Tensor._make(np.arange(index.shape[i], dtype=np.int64).reshape(shp))
+            key.append(rows if type(index._data) is np.ndarray or index.device.type == "cpu" else rows.to(index.device))
     return input[tuple(key)]
 
 
