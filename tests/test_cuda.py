@@ -226,6 +226,40 @@ def test_sim_float32_math_and_split_reduction():
                                rtol=1e-5, atol=1e-6)
 
 
+@sim
+def test_sim_random_draws_run_on_the_device_with_the_cpus_numbers():
+    from jitgrad.cuda.eager import _GRAPHS
+    _GRAPHS.clear()
+    for dtype in (jg.float32, jg.float64):
+        for draw in (jg.rand, jg.randn):
+            gens = [jg.Generator().manual_seed(-12345678901) for _ in range(2)]
+            for g in gens:
+                g._offset.fill_(2 ** 33 + 7)          # counters above 32 bits: both words of the offset
+            c = draw(3, 5, dtype=dtype, generator=gens[0])
+            d = draw(3, 5, dtype=dtype, generator=gens[1], device="cuda")
+            assert d.is_cuda and d.dtype is dtype
+            np.testing.assert_array_equal(d.cpu().numpy(), c.numpy())
+            assert int(gens[1]._offset) == int(gens[0]._offset)
+    assert {key[0] for key in _GRAPHS} == {"rand_uniform", "rand_normal"}
+    assert all(st.kind == "kernel" for cg in _GRAPHS.values() for st in cg.steps)      # Philox in the kernel
+    x = jg.tensor([0.2, 0.9, 0.5], device="cuda")
+    b = jg.bernoulli(x, generator=jg.Generator().manual_seed(4))
+    assert b.is_cuda and b.cpu().tolist() == jg.bernoulli(x.cpu(), generator=jg.Generator().manual_seed(4)).tolist()
+
+    def make():
+        g = jg.Generator().manual_seed(3)
+        return g, jg.compile(lambda a: a * (jg.rand(a.shape, generator=g, dtype=a.dtype) < 0.5).to(a.dtype)
+                             + jg.randn(a.shape, generator=g, dtype=a.dtype))
+    (gc, fc), (gg, fg) = make(), make()
+    a = np.arange(12.0).reshape(3, 4)
+    for _ in range(2):          # the generator's offset (on the CPU) advances after each call on the device
+        np.testing.assert_allclose(fg(jg.tensor(a, device="cuda")).cpu().numpy(), fc(jg.tensor(a)).numpy(),
+                                   rtol=1e-15, atol=0)
+        assert int(gg._offset) == int(gc._offset)
+    src = str(fg.source(jg.tensor(a, device="cuda")))
+    assert "PHX_M0" in src and "host step" not in src
+
+
 # ---- the device surface ------------------------------------------------------------------------------------
 
 @sim
