@@ -260,6 +260,25 @@ def test_sim_random_draws_run_on_the_device_with_the_cpus_numbers():
     assert "PHX_M0" in src and "host step" not in src
 
 
+@sim
+def test_sim_scans_are_native_kernels():
+    from jitgrad.cuda.eager import _GRAPHS
+    from jitgrad.runtime.dispatch import bind
+    _GRAPHS.clear()
+    a = np.arange(24.0).reshape(2, 3, 4) * 0.37 - 3.0
+    x = jg.tensor(a, device="cuda")
+    np.testing.assert_allclose(x.cumsum(1).cpu().numpy(), np.cumsum(a, 1), rtol=1e-15)
+    np.testing.assert_allclose(x.permute(2, 0, 1).cumprod(0).cpu().numpy(), np.cumprod(a.transpose(2, 0, 1), 0),
+                               rtol=1e-15)
+    np.testing.assert_allclose(bind(OPS["cumsum"], x, axis=2, reverse=True).cpu().numpy(),
+                               np.flip(np.cumsum(np.flip(a, 2), 2), 2), rtol=1e-15)
+    i = jg.tensor(np.array([[1, 2, 3], [4, 5, 6]], np.int32), device="cuda")
+    c = i.cumsum(1)
+    assert c.dtype is jg.int64 and c.cpu().tolist() == [[1, 3, 6], [4, 9, 15]]
+    assert all(st.kind == "kernel" for cg in _GRAPHS.values() for st in cg.steps)
+    assert any(k.startswith("scan_") for cg in _GRAPHS.values() for k in (kk.name for kk in cg.kernels.values()))
+
+
 # ---- the device surface ------------------------------------------------------------------------------------
 
 @sim

@@ -328,4 +328,23 @@ def gen_scatter(out: dt.DType, v: dt.DType, idx, rank: int, accumulate: bool) ->
     return CudaKernel("scatter", "\n".join(body), params, label="scatter")
 
 
-__all__ = ["CudaKernel", "gen_group", "gen_finish", "gen_copy", "gen_check", "gen_gemm", "gen_gather", "gen_scatter"]
+def gen_scan(op: str, x: dt.DType, out: dt.DType, rank: int, reverse: bool) -> CudaKernel:
+    """``cumsum`` / ``cumprod`` along one axis: a thread per point of the other (coalesced) dims walks the axis
+    serially, in the CPU's order (NumPy's accumulate is sequential too, so the sums round alike).  Parameters:
+    n, the outer dims, x and out (outer strides), then the axis length and x's and out's strides along it."""
+    ix = _Index(rank)
+    ix.operand(0, x)
+    ix.operand(1, out)
+    params = [("n", "int64")] + ix.params + [("m", "int64"), ("sx", "int64"), ("so", "int64")]
+    ind = "        "
+    walk = "range(m - 1, -1, -1)" if reverse else "range(m)"
+    comb = "*" if op == "cumprod" else "+"
+    body = ["    i = cuda.grid(1)", "    step = cuda.gridsize(1)", "    while i < n:"]
+    body += ix.unravel("i", list(range(rank)), ind)
+    body += [f"{ind}bx = {ix.at(0)}", f"{ind}bo = {ix.at(1)}", f"{ind}acc = {out.name}({1 if op == 'cumprod' else 0})",
+             f"{ind}for t in {walk}:", f"{ind}    acc = {out.name}(acc {comb} {_cast(out, 'p0[bx + t * sx]')})",
+             f"{ind}    p1[bo + t * so] = acc", f"{ind}i += step"]
+    return CudaKernel("scan", "\n".join(body), params, label=op)
+
+
+__all__ = ["CudaKernel", "gen_group", "gen_finish", "gen_copy", "gen_check", "gen_gemm", "gen_gather", "gen_scatter", "gen_scan"]
