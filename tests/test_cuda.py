@@ -280,6 +280,39 @@ def test_sim_scans_are_native_kernels():
     assert any(k.startswith("scan_") for cg in _GRAPHS.values() for k in (kk.name for kk in cg.kernels.values()))
 
 
+@sim
+def test_sim_new_primitives_in_a_compiled_function_match_cpu():
+    """Scans, sorting, histc, flips, the softmax family and every draw inside one compiled function on CUDA
+    (its forward, backward and the generator's offset) against the same function on the CPU."""
+    def make():
+        g = jg.Generator().manual_seed(11)
+
+        def f(x, t):
+            F = jg.nn.functional
+            y = x.cumsum(1) * x.flip(0).cumprod(1) + x.sort(1)[0] * x.argsort(0).to(x.dtype)
+            y = y + F.softmax(x, 1) + jg.histc(x.detach(), 4, -2.0, 2.0)[:3] * x.tanh()
+            y = y * jg.rand(x.shape, generator=g, dtype=x.dtype) + jg.randn(x.shape, generator=g, dtype=x.dtype)
+            k = jg.multinomial(x.detach().abs(), 2, generator=g) + jg.randperm(3, generator=g)[:2]
+            return F.cross_entropy(y, t) + x.norm(p=3) + k.sum().to(x.dtype)
+        return g, jg.compile(lambda x, t: jg.autograd.grad(f(x, t), x, create_graph=True)[0].sum() + f(x, t))
+    rng = np.random.default_rng(2)
+    a = rng.uniform(-2.0, 2.0, (2, 3))
+    t = np.array([2, 0])
+    (gc, fc), (gg, fg) = make(), make()
+    for _ in range(2):
+        xc, xg = jg.tensor(a, requires_grad=True), jg.tensor(a, device="cuda", requires_grad=True)
+        yc, yg = fc(xc, jg.tensor(t)), fg(xg, jg.tensor(t, device="cuda"))
+        yc.backward()
+        yg.backward()
+        assert yg.is_cuda and xg.grad.is_cuda
+        np.testing.assert_allclose(yg.item(), yc.item(), rtol=1e-10)
+        np.testing.assert_allclose(xg.grad.cpu().numpy(), xc.grad.numpy(), rtol=1e-9, atol=1e-11)
+        assert int(gg._offset) == int(gc._offset)
+    assert fg.stats["traces"] == 1 and fg.stats["eager_fallbacks"] == 0 and fg.stats["compiled_calls"] == 4
+    src = str(fg.source(xg, jg.tensor(t, device="cuda")))
+    assert "PHX_M0" in src and "scan_" in src and "host step: argsort" in src and "host step: randperm" in src
+
+
 # ---- the device surface ------------------------------------------------------------------------------------
 
 @sim
