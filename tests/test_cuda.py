@@ -239,7 +239,10 @@ def test_sim_random_draws_run_on_the_device_with_the_cpus_numbers():
             c = draw(3, 5, dtype=dtype, generator=gens[0])
             d = draw(3, 5, dtype=dtype, generator=gens[1], device="cuda")
             assert d.is_cuda and d.dtype is dtype
-            np.testing.assert_array_equal(d.cpu().numpy(), c.numpy())
+            if draw is jg.rand or os.environ.get("JITGRAD_CUDA_REAL") != "1":
+                np.testing.assert_array_equal(d.cpu().numpy(), c.numpy())
+            else:       # on a GPU, Box-Muller's log and cos are libdevice's: the last bit may differ from libm's
+                np.testing.assert_allclose(d.cpu().numpy(), c.numpy(), rtol=1e-6, atol=1e-7)
             assert int(gens[1]._offset) == int(gens[0]._offset)
     assert {key[0] for key in _GRAPHS} == {"rand_uniform", "rand_normal"}
     assert all(st.kind == "kernel" for cg in _GRAPHS.values() for st in cg.steps)      # Philox in the kernel
@@ -255,7 +258,7 @@ def test_sim_random_draws_run_on_the_device_with_the_cpus_numbers():
     a = np.arange(12.0).reshape(3, 4)
     for _ in range(2):          # the generator's offset (on the CPU) advances after each call on the device
         np.testing.assert_allclose(fg(jg.tensor(a, device="cuda")).cpu().numpy(), fc(jg.tensor(a)).numpy(),
-                                   rtol=1e-15, atol=0)
+                                   rtol=1e-14, atol=1e-14)
         assert int(gg._offset) == int(gc._offset)
     src = str(fg.source(jg.tensor(a, device="cuda")))
     assert "PHX_M0" in src and "host step" not in src
