@@ -250,11 +250,11 @@ def test_sim_random_draws_run_on_the_device_with_the_cpus_numbers():
     b = jg.bernoulli(x, generator=jg.Generator().manual_seed(4))
     assert b.is_cuda and b.cpu().tolist() == jg.bernoulli(x.cpu(), generator=jg.Generator().manual_seed(4)).tolist()
 
-    def make():
+    def make(device):       # device= inside a compiled function: its graph runs where its arguments are
         g = jg.Generator().manual_seed(3)
-        return g, jg.compile(lambda a: a * (jg.rand(a.shape, generator=g, dtype=a.dtype) < 0.5).to(a.dtype)
-                             + jg.randn(a.shape, generator=g, dtype=a.dtype))
-    (gc, fc), (gg, fg) = make(), make()
+        return g, jg.compile(lambda a: a * (jg.rand(a.shape, generator=g, dtype=a.dtype, device=device) < 0.5)
+                             .to(a.dtype) + jg.randn(a.shape, generator=g, dtype=a.dtype, device=device))
+    (gc, fc), (gg, fg) = make("cpu"), make("cuda")
     a = np.arange(12.0).reshape(3, 4)
     for _ in range(2):          # the generator's offset (on the CPU) advances after each call on the device
         np.testing.assert_allclose(fg(jg.tensor(a, device="cuda")).cpu().numpy(), fc(jg.tensor(a)).numpy(),

@@ -16,6 +16,7 @@ from .dispatch import bind
 from .generator import generator_of
 from .grad_mode import no_grad
 from .tensor import Tensor, check_device, on_device
+from ..tracer import STATE as _TR
 
 
 def _size(size):
@@ -36,8 +37,10 @@ def _float_dtype(dtype, kernel):
 
 
 def _finish(t: Tensor, requires_grad, device=None) -> Tensor:
-    if device is not None and t.device != check_device(device):
-        t = on_device(t, device)      # a draw not made on ``device`` (randint's composition; traced): placed there
+    # a draw not made on ``device`` (randint's composition) is placed there; a traced draw is a value of the
+    # compiled function's graph, which runs where its arguments are
+    if device is not None and _TR.active is None and t.device != check_device(device):
+        t = on_device(t, device)
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -47,7 +50,7 @@ def _state_on(t: Tensor, device) -> Tensor:
     """Generator state tensor ``t`` (seed or offset, on the CPU) as an operand of a draw on ``device``: an eager
     draw for a CUDA device runs there (Philox in the kernel, the same bits as on the CPU) on uploaded copies of
     the two scalars; a traced draw stays in the graph, which runs on the compiled function's device."""
-    if device is None or type(t._data) is not np.ndarray:
+    if device is None or _TR.active is not None or type(t._data) is not np.ndarray:
         return t
     d = check_device(device)
     return t if d.type == "cpu" else t.to(d)
