@@ -131,7 +131,7 @@ CASES = {
     "prod_others": (lambda a: a.prod(0), [(2, 3)], "any"), "norm2": (lambda a: a.norm(dim=1), [(2, 3)], "any"),
     "argmax": (lambda a: a * jg.argmax(a, 1, keepdim=True).to(a.dtype), [(2, 3)], "distinct"),
     "argmin": (lambda a: a * jg.argmin(a, 0).to(a.dtype), [(2, 3)], "distinct"),
-    "reshape": (lambda a: a.mT.reshape(3, 2), [(2, 3)], "any"),
+    "reshape": (lambda a: a.mT.reshape(2, 3), [(2, 3)], "any"),     # from (3, 2): a reshape of a permuted view
     "permute": (lambda a: a.permute(1, 0) * 2.0, [(2, 3)], "any"),
     "broadcast_to": (lambda a: a.expand(2, 2, 3) * 1.5, [(2, 3)], "any"),
     "cat": (lambda a, b: jg.cat([a, b], 0), [(2, 3), (1, 3)], "any"),
@@ -140,7 +140,35 @@ CASES = {
                                                                          jg.tensor([2, 2], device=a.device)].sum(),
                 [(2, 3)], "any"),
     "index_put": (None, [(2, 3), (2, 2)], "any"),
+    # the fused eager primitives (bound directly where the public function would take the composition)
+    "tanh_backward": (lambda g, y: _bind("tanh_backward", g, y), [(2, 3), (2, 3)], "unit"),
+    "softmax": (lambda a: _bind("softmax", a, axis=1), [(2, 3)], "any"),
+    "log_softmax": (lambda a: _bind("log_softmax", a, axis=0), [(2, 3)], "any"),
+    "log_softmax_backward": (lambda g, o: _bind("log_softmax_backward", g, o, axis=1), [(2, 3), (2, 3)], "any"),
+    "nll_loss": (lambda a: _bind("nll_loss", _bind("log_softmax", a, axis=1), jg.tensor([2, 0], device=a.device),
+                                 ignore_index=-100, reduction="mean"), [(2, 3)], "any"),
+    "flip": (lambda a: a.flip(1) * a, [(2, 3)], "any"),
+    "normp": (lambda a: a.norm(p=3, dim=1), [(2, 3)], "any"),
+    "cumsum": (lambda a: a.cumsum(1) + a.flip(0).cumsum(0), [(2, 3)], "any"),
+    "cumprod": (lambda a: a.cumprod(1) * 1.5, [(2, 3)], "any"),
+    "argsort": (lambda a: a.sort(1, descending=True)[0] * a.argsort(0).to(a.dtype), [(2, 3)], "distinct"),
+    "histc": (lambda a: a * jg.histc(a.detach(), 3, -2.0, 2.0), [(2, 3)], "any"),
+    # draws: the same generator state gives the CPU's numbers on the device
+    "rand_uniform": (lambda a: a * jg.rand(2, 3, dtype=a.dtype, generator=_gen(), device=a.device), [(2, 3)], "any"),
+    "rand_normal": (lambda a: a * jg.randn(2, 3, dtype=a.dtype, generator=_gen(), device=a.device), [(2, 3)], "any"),
+    "multinomial": (lambda a: a * jg.multinomial(a.detach().abs(), 3, True, generator=_gen()).to(a.dtype),
+                    [(2, 3)], "any"),
+    "randperm": (lambda a: a[:, jg.randperm(3, generator=_gen(), device=a.device)], [(2, 3)], "any"),
 }
+
+
+def _bind(name, *args, **params):
+    from jitgrad.runtime.dispatch import bind
+    return bind(OPS[name], *args, **params)
+
+
+def _gen():
+    return jg.Generator().manual_seed(20261123)
 
 
 def _index_put(a, v):
@@ -170,7 +198,10 @@ def test_sim_primitive_forward_and_grad_match_cpu(name):
     rng = np.random.default_rng(7)
     arrays = [_values(rng, s, domain) for s in shapes]
     out_c, g_c, _ = _run(fn, arrays, "cpu")
+    from jitgrad.cuda.eager import _GRAPHS
+    _GRAPHS.clear()
     out_g, g_g, devs = _run(fn, arrays, "cuda")
+    assert name in {key[0] for key in _GRAPHS}, sorted({key[0] for key in _GRAPHS})    # bound on CUDA tensors
     np.testing.assert_allclose(out_g, out_c, rtol=1e-6, atol=1e-9)
     for a, b in zip(g_g, g_c):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9)
@@ -194,6 +225,95 @@ def test_sim_float32_math_and_split_reduction():
     c = rng.standard_normal((5, 4)).astype(np.float32)
     np.testing.assert_allclose((jg.tensor(b, device="cuda") @ jg.tensor(c, device="cuda")).cpu().numpy(), b @ c,
                                rtol=1e-5, atol=1e-6)
+
+
+@sim
+def test_sim_random_draws_run_on_the_device_with_the_cpus_numbers():
+    from jitgrad.cuda.eager import _GRAPHS
+    _GRAPHS.clear()
+    for dtype in (jg.float32, jg.float64):
+        for draw in (jg.rand, jg.randn):
+            gens = [jg.Generator().manual_seed(-12345678901) for _ in range(2)]
+            for g in gens:
+                g._offset.fill_(2 ** 33 + 7)          # counters above 32 bits: both words of the offset
+            c = draw(3, 5, dtype=dtype, generator=gens[0])
+            d = draw(3, 5, dtype=dtype, generator=gens[1], device="cuda")
+            assert d.is_cuda and d.dtype is dtype
+            if draw is jg.rand or os.environ.get("JITGRAD_CUDA_REAL") != "1":
+                np.testing.assert_array_equal(d.cpu().numpy(), c.numpy())
+            else:       # on a GPU, Box-Muller's log and cos are libdevice's: the last bit may differ from libm's
+                np.testing.assert_allclose(d.cpu().numpy(), c.numpy(), rtol=1e-6, atol=1e-7)
+            assert int(gens[1]._offset) == int(gens[0]._offset)
+    assert {key[0] for key in _GRAPHS} == {"rand_uniform", "rand_normal"}
+    assert all(st.kind == "kernel" for cg in _GRAPHS.values() for st in cg.steps)      # Philox in the kernel
+    x = jg.tensor([0.2, 0.9, 0.5], device="cuda")
+    b = jg.bernoulli(x, generator=jg.Generator().manual_seed(4))
+    assert b.is_cuda and b.cpu().tolist() == jg.bernoulli(x.cpu(), generator=jg.Generator().manual_seed(4)).tolist()
+
+    def make(device):       # device= inside a compiled function: its graph runs where its arguments are
+        g = jg.Generator().manual_seed(3)
+        return g, jg.compile(lambda a: a * (jg.rand(a.shape, generator=g, dtype=a.dtype, device=device) < 0.5)
+                             .to(a.dtype) + jg.randn(a.shape, generator=g, dtype=a.dtype, device=device))
+    (gc, fc), (gg, fg) = make("cpu"), make("cuda")
+    a = np.arange(12.0).reshape(3, 4)
+    for _ in range(2):          # the generator's offset (on the CPU) advances after each call on the device
+        np.testing.assert_allclose(fg(jg.tensor(a, device="cuda")).cpu().numpy(), fc(jg.tensor(a)).numpy(),
+                                   rtol=1e-14, atol=1e-14)
+        assert int(gg._offset) == int(gc._offset)
+    src = str(fg.source(jg.tensor(a, device="cuda")))
+    assert "PHX_M0" in src and "host step" not in src
+
+
+@sim
+def test_sim_scans_are_native_kernels():
+    from jitgrad.cuda.eager import _GRAPHS
+    from jitgrad.runtime.dispatch import bind
+    _GRAPHS.clear()
+    a = np.arange(24.0).reshape(2, 3, 4) * 0.37 - 3.0
+    x = jg.tensor(a, device="cuda")
+    np.testing.assert_allclose(x.cumsum(1).cpu().numpy(), np.cumsum(a, 1), rtol=1e-15)
+    np.testing.assert_allclose(x.permute(2, 0, 1).cumprod(0).cpu().numpy(), np.cumprod(a.transpose(2, 0, 1), 0),
+                               rtol=1e-15)
+    np.testing.assert_allclose(bind(OPS["cumsum"], x, axis=2, reverse=True).cpu().numpy(),
+                               np.flip(np.cumsum(np.flip(a, 2), 2), 2), rtol=1e-15)
+    i = jg.tensor(np.array([[1, 2, 3], [4, 5, 6]], np.int32), device="cuda")
+    c = i.cumsum(1)
+    assert c.dtype is jg.int64 and c.cpu().tolist() == [[1, 3, 6], [4, 9, 15]]
+    assert all(st.kind == "kernel" for cg in _GRAPHS.values() for st in cg.steps)
+    assert any(k.startswith("scan_") for cg in _GRAPHS.values() for k in (kk.name for kk in cg.kernels.values()))
+
+
+@sim
+def test_sim_new_primitives_in_a_compiled_function_match_cpu():
+    """Scans, sorting, histc, flips, the softmax family and every draw inside one compiled function on CUDA
+    (its forward, backward and the generator's offset) against the same function on the CPU."""
+    def make():
+        g = jg.Generator().manual_seed(11)
+
+        def f(x, t):
+            F = jg.nn.functional
+            y = x.cumsum(1) * x.flip(0).cumprod(1) + x.sort(1)[0] * x.argsort(0).to(x.dtype)
+            y = y + F.softmax(x, 1) + jg.histc(x.detach(), 4, -2.0, 2.0)[:3] * x.tanh()
+            y = y * jg.rand(x.shape, generator=g, dtype=x.dtype) + jg.randn(x.shape, generator=g, dtype=x.dtype)
+            k = jg.multinomial(x.detach().abs(), 2, generator=g) + jg.randperm(3, generator=g)[:2]
+            return F.cross_entropy(y, t) + x.norm(p=3) + k.sum().to(x.dtype)
+        return g, jg.compile(lambda x, t: jg.autograd.grad(f(x, t), x, create_graph=True)[0].sum() + f(x, t))
+    rng = np.random.default_rng(2)
+    a = rng.uniform(-2.0, 2.0, (2, 3))
+    t = np.array([2, 0])
+    (gc, fc), (gg, fg) = make(), make()
+    for _ in range(2):
+        xc, xg = jg.tensor(a, requires_grad=True), jg.tensor(a, device="cuda", requires_grad=True)
+        yc, yg = fc(xc, jg.tensor(t)), fg(xg, jg.tensor(t, device="cuda"))
+        yc.backward()
+        yg.backward()
+        assert yg.is_cuda and xg.grad.is_cuda
+        np.testing.assert_allclose(yg.item(), yc.item(), rtol=1e-10)
+        np.testing.assert_allclose(xg.grad.cpu().numpy(), xc.grad.numpy(), rtol=1e-9, atol=1e-11)
+        assert int(gg._offset) == int(gc._offset)
+    assert fg.stats["traces"] == 1 and fg.stats["eager_fallbacks"] == 0 and fg.stats["compiled_calls"] == 4
+    src = str(fg.source(xg, jg.tensor(t, device="cuda")))
+    assert "PHX_M0" in src and "scan_" in src and "host step: argsort" in src and "host step: randperm" in src
 
 
 # ---- the device surface ------------------------------------------------------------------------------------

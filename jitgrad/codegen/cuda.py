@@ -179,6 +179,8 @@ class CudaGraph:
         elif name == "index_put" and all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim) \
                 and e.outs[0].aval.size > 0:
             self._scatter(e)
+        elif name in ("cumsum", "cumprod") and e.ins[0].aval.ndim > 0 and e.outs[0].aval.size > 0:
+            self._scan(e)
         else:
             self._host(e)
         self._check(e, self.places[e.outs[0]])
@@ -345,6 +347,24 @@ class CudaGraph:
             args += self._operand(self.place(iv), _bcast_strides(self.place(iv), it))
         args += [po.root, po.offset] + list(po.strides) + list(po.shape)
         self._add(kern, n, args, "scatter", e.scope)
+
+    def _scan(self, e):
+        """cumsum / cumprod: a thread per point of the other dims, serial along the axis (both read and written
+        through strides: a flipped or transposed operand costs nothing)."""
+        x, out = e.ins[0], e.outs[0]
+        ax = e.params["axis"]
+        px = self.place(x)
+        po = self._new(out, out.aval.shape, out.aval.dtype)
+        self.places[out] = po
+        outer = tuple(d for k, d in enumerate(x.aval.shape) if k != ax)
+        xst = [s for k, s in enumerate(px.strides) if k != ax]
+        ost = [s for k, s in enumerate(po.strides) if k != ax]
+        shape, (xst, ost) = _coalesce(outer, [xst, ost])
+        n = int(np.prod(outer)) if outer else 1
+        kern = K.gen_scan(e.op.name, x.aval.dtype, out.aval.dtype, len(shape), bool(e.params.get("reverse")))
+        args = [n] + list(shape) + self._operand(px, xst) + self._operand(po, ost)
+        args += [x.aval.shape[ax], px.strides[ax], po.strides[ax]]
+        self._add(kern, n, args, e.op.name, e.scope)
 
     def _host(self, e):
         """An op with no CUDA kernel: its NumPy impl on host copies of the inputs, the result uploaded."""

@@ -24,7 +24,8 @@ import numpy as np
 from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
 from .cuda_math import expand
-from .loops import _MATH_RE, _NP_TYPE, _compute_dtype, _literal
+from .cuda_philox import CONSTS as philox_consts, draw as philox_draw
+from .loops import INDEXED_OPS, _MATH_RE, _NP_TYPE, _compute_dtype, _literal
 
 _NB = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int64", "bool": "boolean"}
 
@@ -104,21 +105,17 @@ def _body(g, ix, arrays_in, outslot, consts, check_ids, ind, red_out=None):
     for n, e in enumerate(g.eqns):
         cd = _compute_dtype(e)
         od = e.outs[0].aval.dtype
-        if e.op.name == "where":
-            args = [ref(e.ins[0], None), ref(e.ins[1], od), ref(e.ins[2], od)]
-        elif e.op.name in ("cast", "broadcast_to"):
-            args = [ref(e.ins[0], None)]
+        if e.op.name in INDEXED_OPS:     # a Philox draw: element (row-major index in the iteration space)
+            flat = "i0" if ix.rank else "0"
+            for d in range(1, ix.rank):
+                flat = f"({flat}) * d{d} + i{d}"
+            consts.update(philox_consts)
+            draw_lines, expr = philox_draw(e.op.name, od.name, f"h{n}", ref(e.ins[0], None), ref(e.ins[1], None),
+                                           flat, ind)
+            lines += draw_lines
+            expr = _cast(od, expr)
         else:
-            args = [ref(v, cd) for v in e.ins]
-        expr = args[0] if e.op.name == "broadcast_to" else e.op.scalar(*args, **e.params)
-        sd = cd or (e.ins[0].aval.dtype if e.op.name == "isfinite" else od)
-        suffix = _NP_TYPE[sd.name]
-        if sd.is_floating_point:
-            expr = _MATH_RE.sub(lambda m: f"{m.group(1)}_{suffix}(", expr)
-        else:   # integers: Python's max/min are exact; float math takes float64 (as loops.py)
-            expr = _MATH_RE.sub(lambda m: m.group(0) if m.group(1) in ("max", "min") else
-                                "sign_i64(" if m.group(1) == "sign" else f"{m.group(1)}_f64(", expr)
-        expr = _cast(od, expand(expr))
+            expr = _scalar_expr(e, cd, od, ref)
         t = f"t{n}"
         lines.append(f"{ind}{t} = {expr}")
         local[e.outs[0]] = t
@@ -129,6 +126,25 @@ def _body(g, ix, arrays_in, outslot, consts, check_ids, ind, red_out=None):
         if e.outs[0] in outslot and e.outs[0] is not red_out:
             lines.append(f"{ind}p{outslot[e.outs[0]]}[{ix.at(outslot[e.outs[0]])}] = {t}")
     return lines, local, checks
+
+
+def _scalar_expr(e, cd, od, ref) -> str:
+    """The value of elementwise eqn ``e`` from its OpDef's scalar body, math names expanded inline."""
+    if e.op.name == "where":
+        args = [ref(e.ins[0], None), ref(e.ins[1], od), ref(e.ins[2], od)]
+    elif e.op.name in ("cast", "broadcast_to"):
+        args = [ref(e.ins[0], None)]
+    else:
+        args = [ref(v, cd) for v in e.ins]
+    expr = args[0] if e.op.name == "broadcast_to" else e.op.scalar(*args, **e.params)
+    sd = cd or (e.ins[0].aval.dtype if e.op.name == "isfinite" else od)
+    suffix = _NP_TYPE[sd.name]
+    if sd.is_floating_point:
+        expr = _MATH_RE.sub(lambda m: f"{m.group(1)}_{suffix}(", expr)
+    else:   # integers: Python's max/min are exact; float math takes float64 (as loops.py)
+        expr = _MATH_RE.sub(lambda m: m.group(0) if m.group(1) in ("max", "min") else
+                            "sign_i64(" if m.group(1) == "sign" else f"{m.group(1)}_f64(", expr)
+    return _cast(od, expand(expr))
 
 
 def _count(t, cid, ind):
@@ -312,4 +328,23 @@ def gen_scatter(out: dt.DType, v: dt.DType, idx, rank: int, accumulate: bool) ->
     return CudaKernel("scatter", "\n".join(body), params, label="scatter")
 
 
-__all__ = ["CudaKernel", "gen_group", "gen_finish", "gen_copy", "gen_check", "gen_gemm", "gen_gather", "gen_scatter"]
+def gen_scan(op: str, x: dt.DType, out: dt.DType, rank: int, reverse: bool) -> CudaKernel:
+    """``cumsum`` / ``cumprod`` along one axis: a thread per point of the other (coalesced) dims walks the axis
+    serially, in the CPU's order (NumPy's accumulate is sequential too, so the sums round alike).  Parameters:
+    n, the outer dims, x and out (outer strides), then the axis length and x's and out's strides along it."""
+    ix = _Index(rank)
+    ix.operand(0, x)
+    ix.operand(1, out)
+    params = [("n", "int64")] + ix.params + [("m", "int64"), ("sx", "int64"), ("so", "int64")]
+    ind = "        "
+    walk = "range(m - 1, -1, -1)" if reverse else "range(m)"
+    comb = "*" if op == "cumprod" else "+"
+    body = ["    i = cuda.grid(1)", "    step = cuda.gridsize(1)", "    while i < n:"]
+    body += ix.unravel("i", list(range(rank)), ind)
+    body += [f"{ind}bx = {ix.at(0)}", f"{ind}bo = {ix.at(1)}", f"{ind}acc = {out.name}({1 if op == 'cumprod' else 0})",
+             f"{ind}for t in {walk}:", f"{ind}    acc = {out.name}(acc {comb} {_cast(out, 'p0[bx + t * sx]')})",
+             f"{ind}    p1[bo + t * so] = acc", f"{ind}i += step"]
+    return CudaKernel("scan", "\n".join(body), params, label=op)
+
+
+__all__ = ["CudaKernel", "gen_group", "gen_finish", "gen_copy", "gen_check", "gen_gemm", "gen_gather", "gen_scatter", "gen_scan"]

@@ -75,7 +75,9 @@ class _CudaBackend:
 
     @staticmethod
     def to_device(array: np.ndarray, device=None):
-        return _numba_cuda().to_device(np.ascontiguousarray(array))
+        # not np.ascontiguousarray, which makes a 0-dim array 1-dim (a CPU scalar tensor would arrive as shape (1,))
+        a = np.asarray(array)
+        return _numba_cuda().to_device(a if a.flags.c_contiguous else a.copy(order="C"))
 
     @staticmethod
     def to_host(payload) -> np.ndarray:

@@ -70,6 +70,10 @@ def compiled_op(op, args, params, avals, out_avals):
 
 def bind_cuda(op, args, params):
     """Run primitive ``op`` on CUDA tensors (and Python scalars) ``args``; autograd as in eager CPU mode."""
+    if any(type(a) is np.ndarray for a in args):     # NumPy arrays act as constant tensors (as in eager CPU mode)
+        from ..runtime.devices import backend
+        b = backend("cuda")
+        args = tuple(Tensor._make(b.to_device(a)) if type(a) is np.ndarray else a for a in args)
     avals, arrays, need = [], [], False
     for a in args:
         if isinstance(a, Tensor):

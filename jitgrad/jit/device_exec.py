@@ -47,8 +47,10 @@ def execute_on_device(graph: Graph, arrays, writes=(), stats=None, name="compile
         raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a} and "
                            f"{b}! (when checking arguments of the compiled function {name})")
     from .graph_function import nonfinite_error
+    host = {}
     if any(type(a) is np.ndarray for a in arrays):     # CPU scalar tensors (torch allows them): uploaded
         from numba import cuda
+        host = {i: a for i, a in enumerate(arrays) if type(a) is np.ndarray}
         arrays = [cuda.to_device(a) if type(a) is np.ndarray else a for a in arrays]
     cg = cuda_graph(graph, writes)
     prof = _PROF.active
@@ -60,7 +62,10 @@ def execute_on_device(graph: Graph, arrays, writes=(), stats=None, name="compile
         err = res[-1]
         if err[0] < len(cg.checks):
             raise nonfinite_error(cg.checks[err[0]], "nan" if err[1] else "inf")
-        return res[:-1]
+        res = res[:-1]
+    for _, i in writes:
+        if i in host:       # state on the CPU (a generator's offset): its write-back went to the uploaded copy
+            host[i][...] = arrays[i].copy_to_host().reshape(host[i].shape)
     return res
 
 

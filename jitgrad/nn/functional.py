@@ -71,8 +71,9 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
         raise RuntimeError(f"nll_loss: expected target of shape {list(input.shape[:1] + input.shape[2:])} for input "
                            f"of shape {list(input.shape)}, got {list(target.shape)}")
     C = input.shape[1]
-    if weight is None and input.ndim == 2 and _TR.active is None and reduction in ("mean", "sum", "none"):
-        # eager: one fused primitive (ir/ops/fused.py); traced: the composition below, for codegen
+    if weight is None and input.ndim == 2 and _TR.active is None and reduction in ("mean", "sum", "none") \
+            and type(input._data) is np.ndarray and type(target._data) is np.ndarray:
+        # eager CPU: one fused primitive (ir/ops/fused.py); traced or on a device: the composition below
         t = target._data
         if t.size and not (0 <= np.minimum.reduce(t, axis=None) and np.maximum.reduce(t, axis=None) < C):
             safe = np.where(t != ignore_index, t, 0)        # ignored entries may lie outside [0, C)
@@ -83,9 +84,11 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
         return loss.reshape(()) if unbatched and reduction == "none" else loss
     valid = target != ignore_index
     safe = target.where(valid, 0)
-    # bounds are checked on concrete targets (inside @compile the value is not known while tracing)
-    if safe.numel() and type(safe._data) is np.ndarray and (int(safe._data.min()) < 0 or int(safe._data.max()) >= C):
-        raise IndexError(f"nll_loss: Target {int(safe._data.max()) if int(safe._data.max()) >= C else int(safe._data.min())} "
+    # bounds are checked on concrete targets (inside @compile the value is not known while tracing; a CUDA
+    # target is read back for it, or the gather would read out of bounds)
+    st = safe._data if type(safe._data) is np.ndarray or _TR.active is not None else safe.cpu()._data
+    if safe.numel() and type(st) is np.ndarray and (int(st.min()) < 0 or int(st.max()) >= C):
+        raise IndexError(f"nll_loss: Target {int(st.max()) if int(st.max()) >= C else int(st.min())} "
                          f"is out of bounds (number of classes {C})")
     # ignored rows are skipped, not multiplied by 0 (their log-probability may be -inf); the where also gives
     # them a zero gradient when every row is ignored (torch's), where g / 0 * 0 would be nan

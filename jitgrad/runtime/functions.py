@@ -342,8 +342,10 @@ def softmax(input, dim, dtype=None):
     if dtype is not None:
         input = input.to(dtype)
     ax = _axis("softmax", input, dim)
-    if _TR.active is None and input.ndim and input._data.size and input._data.dtype.kind == "f":
-        return bind(O["softmax"], input, axis=ax)      # fused in eager mode (see ir/ops/fused.py)
+    if _TR.active is None and type(input._data) is np.ndarray and input.ndim and input._data.size \
+            and input._data.dtype.kind == "f":
+        return bind(O["softmax"], input, axis=ax)      # fused in eager CPU mode (see ir/ops/fused.py)
+    # traced, or on a device: the composition (on CUDA its kernels; the fused op would be a host step)
     # the max is subtracted as is, as torch does: a row holding +inf (or all -inf) is nan throughout
     m = bind(O["amax"], input, axes=(ax,), keepdims=True).detach()
     e = exp(input - m)
@@ -360,8 +362,8 @@ def log_softmax(input, dim, dtype=None):
         input = input.float()
     if input.numel() == 0:
         return input * 1.0
-    if _TR.active is None and input.ndim:
-        return bind(O["log_softmax"], input, axis=ax)  # fused in eager mode (see ir/ops/fused.py)
+    if _TR.active is None and input.ndim and type(input._data) is np.ndarray:
+        return bind(O["log_softmax"], input, axis=ax)  # fused in eager CPU mode (see ir/ops/fused.py)
     m = bind(O["amax"], input, axes=(ax,), keepdims=True).detach()
     s = input - m       # as torch: a row holding +inf (or all -inf) is nan throughout
     return s - log(bind(O["sum"], exp(s), axes=(ax,), keepdims=True))
@@ -583,7 +585,8 @@ def gather(input, dim, index):
         else:
             shp = [1] * input.ndim
             shp[i] = index.shape[i]
-            key.append(Tensor._make(np.arange(index.shape[i], dtype=np.int64).reshape(shp)))
+            rows = Tensor._make(np.arange(index.shape[i], dtype=np.int64).reshape(shp))
+            key.append(rows if type(index._data) is np.ndarray or index.device.type == "cpu" else rows.to(index.device))
     return input[tuple(key)]
 
 

@@ -16,6 +16,7 @@ from .dispatch import bind
 from .generator import generator_of
 from .grad_mode import no_grad
 from .tensor import Tensor, check_device, on_device
+from ..tracer import STATE as _TR
 
 
 def _size(size):
@@ -36,20 +37,33 @@ def _float_dtype(dtype, kernel):
 
 
 def _finish(t: Tensor, requires_grad, device=None) -> Tensor:
-    t = on_device(t, device)      # drawn on the CPU (one Philox for every device), then placed
+    # a draw not made on ``device`` (randint's composition) is placed there; a traced draw is a value of the
+    # compiled function's graph, which runs where its arguments are
+    if device is not None and _TR.active is None and t.device != check_device(device):
+        t = on_device(t, device)
     if requires_grad:
         t.requires_grad_(True)
     return t
 
 
-def _uniform(shape, dtype, generator) -> Tensor:
-    return generator_of(generator)._draw(
-        lambda seed, offset: bind(O["rand_uniform"], seed, offset, shape=tuple(shape), dtype=dtype))
+def _state_on(t: Tensor, device) -> Tensor:
+    """Generator state tensor ``t`` (seed or offset, on the CPU) as an operand of a draw on ``device``: an eager
+    draw for a CUDA device runs there (Philox in the kernel, the same bits as on the CPU) on uploaded copies of
+    the two scalars; a traced draw stays in the graph, which runs on the compiled function's device."""
+    if device is None or _TR.active is not None or type(t._data) is not np.ndarray:
+        return t
+    d = check_device(device)
+    return t if d.type == "cpu" else t.to(d)
 
 
-def _normal(shape, dtype, generator) -> Tensor:
-    return generator_of(generator)._draw(
-        lambda seed, offset: bind(O["rand_normal"], seed, offset, shape=tuple(shape), dtype=dtype))
+def _uniform(shape, dtype, generator, device=None) -> Tensor:
+    return generator_of(generator)._draw(lambda seed, offset: bind(
+        O["rand_uniform"], _state_on(seed, device), _state_on(offset, device), shape=tuple(shape), dtype=dtype))
+
+
+def _normal(shape, dtype, generator, device=None) -> Tensor:
+    return generator_of(generator)._draw(lambda seed, offset: bind(
+        O["rand_normal"], _state_on(seed, device), _state_on(offset, device), shape=tuple(shape), dtype=dtype))
 
 
 def _concrete(t: Tensor) -> bool:
@@ -59,13 +73,15 @@ def _concrete(t: Tensor) -> bool:
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Uniform numbers in [0, 1) (never 1.0), float32 by default."""
     check_device(device)
-    return _finish(_uniform(_size(size), _float_dtype(dtype, "check_uniform_bounds"), generator), requires_grad, device)
+    return _finish(_uniform(_size(size), _float_dtype(dtype, "check_uniform_bounds"), generator, device), requires_grad,
+                   device)
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Standard normal numbers (Box-Muller), float32 by default."""
     check_device(device)
-    return _finish(_normal(_size(size), _float_dtype(dtype, "normal_kernel_cpu"), generator), requires_grad, device)
+    return _finish(_normal(_size(size), _float_dtype(dtype, "normal_kernel_cpu"), generator, device), requires_grad,
+                   device)
 
 
 def rand_like(input, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
@@ -113,7 +129,8 @@ def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False)
     check_device(device)
     d = dt.as_dtype(dtype) if dtype is not None else dt.int64
     return _finish(generator_of(generator)._draw(
-        lambda seed, offset: bind(O["randperm"], seed, offset, n=int(n), dtype=d)), requires_grad, device)
+        lambda seed, offset: bind(O["randperm"], _state_on(seed, device), _state_on(offset, device), n=int(n),
+                                  dtype=d)), requires_grad, device)
 
 
 def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -130,7 +147,7 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
             if size is None:
                 raise TypeError("normal() received an invalid combination of arguments: floats mean and std "
                                 "need a size")
-            z = _normal(_size((size,)), _float_dtype(dtype, "normal_kernel_cpu"), generator)
+            z = _normal(_size((size,)), _float_dtype(dtype, "normal_kernel_cpu"), generator, device)
             return _finish(z * float(std) + float(mean), requires_grad, device)
         parts = [x.detach() if isinstance(x, Tensor) else x for x in (mean, std)]
         ref = parts[0] if tm else parts[1]
@@ -138,7 +155,7 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
         d = ref.dtype if ref.is_floating_point() else dt.DEFAULT_FLOAT
         if tm and ts:
             d = dt.result_type([(1, mean.dtype), (1, std.dtype)]) if mean.is_floating_point() else d
-        z = on_device(_normal(shape, d, generator), ref.device)     # drawn on the CPU, used on mean's device
+        z = _normal(shape, d, generator, ref.device)     # drawn on mean's (or std's) device
         return _finish(z * parts[1] + parts[0], requires_grad)
 
 
@@ -153,7 +170,7 @@ def bernoulli(input, p=None, *, generator=None) -> Tensor:
     d = input.dtype
     ud = dt.float64 if d is dt.float64 or (isinstance(probs, Tensor) and probs.dtype is dt.float64) else dt.float32
     with no_grad():
-        u = _uniform(input.shape, ud, generator)
+        u = _uniform(input.shape, ud, generator, input.device)
         pr = probs.detach() if isinstance(probs, Tensor) else probs
         return (u < pr).to(d)
 
@@ -177,7 +194,7 @@ def uniform_(self, from_=0.0, to=1.0, *, generator=None, **kw):
         raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={from_} > to={to}")
     d = self.dtype if self.is_floating_point() else dt.DEFAULT_FLOAT
     with no_grad():
-        src = _uniform(self.shape, d, generator) * float(to - from_) + float(from_)
+        src = _uniform(self.shape, d, generator, self.device) * float(to - from_) + float(from_)
     return self.copy_(src)
 
 
@@ -187,7 +204,7 @@ def normal_(self, mean=0.0, std=1.0, *, generator=None):
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
     d = self.dtype if self.is_floating_point() else dt.DEFAULT_FLOAT
     with no_grad():
-        src = _normal(self.shape, d, generator) * float(std) + float(mean)
+        src = _normal(self.shape, d, generator, self.device) * float(std) + float(mean)
     return self.copy_(src)
 
 

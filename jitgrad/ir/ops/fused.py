@@ -181,6 +181,8 @@ def _nll_impl(logp, target, ignore_index, reduction):
 def _nll_vjp(c, g):
     # linear in logp: d loss / d logp is a constant scatter of -1 (or -1/n for 'mean') at the targets
     target = c.inputs[1]._data
+    if type(target) is not np.ndarray:      # a device tensor's payload: the scatter weights are built on the host
+        target = c.inputs[1].cpu()._data
     n_rows, n_cls = c.shapes[0]
     dtype = np.dtype(c.dtypes[0].np)
     red = c.params["reduction"]
