@@ -23,9 +23,7 @@ import weakref
 
 import numpy as np
 
-from ..ir.display import Listing, graphs_listing, plan_listing, straight_line_listing
 from ..ir.graph import Graph, Lit, Var
-from ..ir.passes.fuse import plan as fusion_plan
 from ..ir.ops import Aval
 from ..ir.passes import run_pipeline
 from ..ir import dtypes as dt
@@ -33,13 +31,13 @@ from ..tracer import STATE as _TR, TraceError, TracedValueError, flatten, unflat
 from ..tracer.pytree import treedef_key
 from ..runtime import anomaly, grad_mode
 from .graph_function import GraphFunction
+from .introspection import Introspection
 from ..runtime.tensor import Tensor
 from ..runtime import profiler_state
 
 _PROF = profiler_state.STATE
 
 RETRACE_WARN = 8
-_EAGER_NOTE = "# this signature runs eagerly (fullgraph=False fallback)"
 _is_tensor = lambda x: isinstance(x, Tensor)  # noqa: E731
 
 
@@ -190,7 +188,7 @@ def _static_key(treedef):
     return treedef_key(treedef)
 
 
-class CompiledFunction:
+class CompiledFunction(Introspection):
     """The callable ``@jg.compile`` returns.  ``f.ir(*args)``, ``f.source(*args)``, ``f.stats``."""
 
     def __init__(self, fn, device=None, anomaly=None, cache=True, parallel=None, backend=None,
@@ -510,82 +508,6 @@ class CompiledFunction:
                           "first call); that state now holds the value this call would give it, but the call did "
                           "not run. Call the function once before asking for its IR.", stacklevel=3)
         return e
-
-    def ir(self, *args, **kwargs) -> Listing:
-        """The printed SSA IR for these arguments: the forward graph and, when inputs require grad, the
-        backward graph the transpose pass derives for the outputs' grad_fn.  A :class:`~jitgrad.ir.display.Listing`:
-        a ``str`` (the text) that a notebook shows as a table with each eqn's user line."""
-        e = self._entry_for(args, kwargs)
-        if e.eager:
-            return Listing(_EAGER_NOTE)
-        name = getattr(self.fn, "__name__", "compiled")
-        parts = [(e.graph, name)]
-        if grad_mode.STATE.grad_enabled:
-            leaves, _ = flatten((args, kwargs), _is_tensor)
-            uniq = list({id(t): t for t in leaves}.values())
-            wrt = tuple(i for i, t in enumerate(uniq + [c.ref() for c in e.captured]) if t.requires_grad)
-            if wrt:
-                plan = e.gf.plan(wrt)
-                if plan.diff_outs:
-                    bwd = run_pipeline(plan.transposed.bwd)
-                    parts.append((bwd, name + "_backward"))
-        return graphs_listing(parts)
-
-    def source(self, *args, **kwargs) -> Listing:
-        """The program that runs for these arguments.  With the reference interpreter backend this is the
-        straight-line listing of primitive calls the interpreter executes; with ``numba``, the fusion plan and
-        the generated module.  A ``str`` (a :class:`~jitgrad.ir.display.Listing`) with a notebook view."""
-        e = self._entry_for(args, kwargs)
-        if e.eager:
-            return Listing(_EAGER_NOTE)
-        if self._on_cuda(args, kwargs):
-            from .device_exec import cuda_graph
-            gf = e.gf
-            return Listing(cuda_graph(e.graph, gf.writes).source)
-        if self.backend == "numba":
-            from .graph_function import compiled_graph
-            gf = e.gf    # the CompiledGraph the calls run (same write-backs and options): nothing built twice
-            return Listing(compiled_graph(e.graph, gf.writes, gf.parallel, gf.disk_cache, gf.background).source)
-        return straight_line_listing(e.graph, getattr(self.fn, "__name__", "compiled"))
-
-    def _on_cuda(self, args, kwargs) -> bool:
-        if self.device is not None:
-            return self.device.type == "cuda"
-        leaves, _ = flatten((args, kwargs), _is_tensor)
-        return any(t.is_cuda for t in leaves)
-
-    def ptx(self, *args, cc=(9, 0), **kwargs) -> dict:
-        """The PTX of every CUDA kernel the call with these arguments runs (forward and, when inputs require
-        grad, backward), built by NVVM for compute capability ``cc``; needs numba-cuda with NVVM
-        (``pip install 'jitgrad[cuda]'``), no GPU.  Returns ``{kernel name: PTX text}``."""
-        from ..codegen.cuda import GPU_CONFIG
-        from .device_exec import cuda_graph
-        e = self._entry_for(args, kwargs)
-        if e.eager:
-            raise RuntimeError(_EAGER_NOTE)
-        graphs = [(e.graph, e.gf.writes)]
-        if grad_mode.STATE.grad_enabled:
-            leaves, _ = flatten((args, kwargs), _is_tensor)
-            uniq = list({id(t): t for t in leaves}.values())
-            wrt = tuple(i for i, t in enumerate(uniq + [c.ref() for c in e.captured]) if t.requires_grad)
-            if wrt:
-                plan = e.gf.plan(wrt)
-                if plan.diff_outs:
-                    graphs.append((run_pipeline(plan.transposed.bwd), ()))
-        out = {}
-        for g, writes in graphs:
-            out.update(cuda_graph(g, writes, GPU_CONFIG).ptx(cc))
-        return out
-
-    def fusion_plan(self, *args, **kwargs) -> Listing:
-        """How the step's graph for these arguments (the first graph ``f.ir`` prints) is cut into fused loop
-        kernels and single steps: the plan the Numba backend generates code for, whatever the backend.  Each
-        group shows its ops, iteration shape and the user's lines it covers.  A ``str`` (a
-        :class:`~jitgrad.ir.display.Listing`) with a notebook view."""
-        e = self._entry_for(args, kwargs)
-        if e.eager:
-            return Listing(_EAGER_NOTE)
-        return plan_listing(fusion_plan(e.graph))
 
 
 def _copy_payload(d):
