@@ -19,11 +19,10 @@ import time
 
 import numpy as np
 
-from ..ir import dtypes as dt
 from ..ir.graph import Graph, Lit, Var
 from ..ir.interpret import run_eqn
 from ..ir.passes.fuse import Group, plan as fusion_plan
-from .layout import _bcast_strides, _c_strides, _coalesce
+from .layout import Place, _bcast_strides, _c_strides, _coalesce, view_place
 from .loops import all_tensor_spec
 from . import cuda_kernels as K
 
@@ -58,16 +57,6 @@ def ptx_of(kern: K.CudaKernel, cc=(9, 0)) -> str:
     exec(compile(kern.source, f"<jitgrad cuda {kern.name}>", "exec"), ns)
     ptx, _ = cuda.compile_ptx(ns["kernel"], kern.signature, cc=tuple(cc))
     return ptx
-
-
-class Place:
-    __slots__ = ("root", "offset", "shape", "strides", "dtype")
-
-    def __init__(self, root, offset, shape, strides, dtype):
-        self.root, self.offset, self.shape, self.strides, self.dtype = root, offset, tuple(shape), tuple(strides), dtype
-
-    def contiguous(self):
-        return self.strides == _c_strides(self.shape) or int(np.prod(self.shape)) <= 1
 
 
 class Root:
@@ -264,15 +253,9 @@ class CudaGraph:
                 src = dst
             p = Place(src.root, src.offset, out.aval.shape, _c_strides(out.aval.shape), src.dtype)
         else:
-            item = src.dtype.np.itemsize
-            dummy = np.lib.stride_tricks.as_strided(np.zeros(1, src.dtype.np), src.shape,
-                                                    [s * item for s in src.strides])
-            base = dummy.__array_interface__["data"][0]
-            res = e.op.impl(dummy, **e.params)
-            if not isinstance(res, np.ndarray) or not np.may_share_memory(res, dummy) or res.shape != out.aval.shape:
+            p = view_place(e, src)
+            if p is None:
                 return self._host(e)
-            off = (res.__array_interface__["data"][0] - base) // item
-            p = Place(src.root, src.offset + off, res.shape, [s // item for s in res.strides], src.dtype)
         self.places[out] = p
 
     def _gemm(self, e):

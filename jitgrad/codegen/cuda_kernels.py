@@ -25,7 +25,7 @@ from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
 from .cuda_math import expand
 from .cuda_philox import CONSTS as philox_consts, draw as philox_draw
-from .loops import INDEXED_OPS, _MATH_RE, _NP_TYPE, _compute_dtype, _literal
+from .loops import INDEXED_OPS, _compute_dtype, _literal, scalar_expr
 
 _NB = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int64", "bool": "boolean"}
 
@@ -129,22 +129,8 @@ def _body(g, ix, arrays_in, outslot, consts, check_ids, ind, red_out=None):
 
 
 def _scalar_expr(e, cd, od, ref) -> str:
-    """The value of elementwise eqn ``e`` from its OpDef's scalar body, math names expanded inline."""
-    if e.op.name == "where":
-        args = [ref(e.ins[0], None), ref(e.ins[1], od), ref(e.ins[2], od)]
-    elif e.op.name in ("cast", "broadcast_to"):
-        args = [ref(e.ins[0], None)]
-    else:
-        args = [ref(v, cd) for v in e.ins]
-    expr = args[0] if e.op.name == "broadcast_to" else e.op.scalar(*args, **e.params)
-    sd = cd or (e.ins[0].aval.dtype if e.op.name == "isfinite" else od)
-    suffix = _NP_TYPE[sd.name]
-    if sd.is_floating_point:
-        expr = _MATH_RE.sub(lambda m: f"{m.group(1)}_{suffix}(", expr)
-    else:   # integers: Python's max/min are exact; float math takes float64 (as loops.py)
-        expr = _MATH_RE.sub(lambda m: m.group(0) if m.group(1) in ("max", "min") else
-                            "sign_i64(" if m.group(1) == "sign" else f"{m.group(1)}_f64(", expr)
-    return _cast(od, expand(expr))
+    """The value of elementwise eqn ``e`` (loops.scalar_expr, the CPU's), math names expanded inline."""
+    return _cast(od, expand(scalar_expr(e, cd, od, ref)))
 
 
 def _count(t, cid, ind):

@@ -56,6 +56,19 @@ def _c_strides(shape):
     return tuple(reversed(st))
 
 
+def view_place(e, src: Place):
+    """The place of view op ``e``'s output over ``src``, found by running the op's NumPy impl on a strided dummy
+    array (views never read data); None when the result is not a view of it (then the op must run)."""
+    item = src.dtype.np.itemsize
+    dummy = np.lib.stride_tricks.as_strided(np.zeros(1, src.dtype.np), src.shape, [s * item for s in src.strides])
+    base = dummy.__array_interface__["data"][0]
+    res = e.op.impl(dummy, **e.params)
+    if not isinstance(res, np.ndarray) or not np.may_share_memory(res, dummy) or res.shape != e.outs[0].aval.shape:
+        return None
+    off = (res.__array_interface__["data"][0] - base) // item
+    return Place(src.root, src.offset + off, res.shape, [s // item for s in res.strides], src.dtype)
+
+
 def _bcast_strides(place: Place, it_shape):
     """Element strides of ``place`` broadcast into iteration space ``it_shape`` (0 where broadcast)."""
     lead = len(it_shape) - len(place.shape)
@@ -399,15 +412,9 @@ class Program(GemmSteps):
                 src = self._materialize(e.ins[0], src)
             p = Place(src.root, src.offset, out.aval.shape, _c_strides(out.aval.shape), src.dtype)
         else:
-            item = src.dtype.np.itemsize
-            dummy = np.lib.stride_tricks.as_strided(np.zeros(1, src.dtype.np), src.shape,
-                                                    [s * item for s in src.strides])
-            base = dummy.__array_interface__["data"][0]
-            res = e.op.impl(dummy, **e.params)
-            if not isinstance(res, np.ndarray) or not np.may_share_memory(res, dummy) or res.shape != out.aval.shape:
+            p = view_place(e, src)
+            if p is None:
                 return self._py(e)
-            off = (res.__array_interface__["data"][0] - base) // item
-            p = Place(src.root, src.offset + off, res.shape, [s // item for s in res.strides], src.dtype)
         self.places[out] = p
         self._track_view(out, p)
 

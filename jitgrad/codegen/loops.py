@@ -180,6 +180,29 @@ def _report(checks):
     return out
 
 
+def scalar_expr(e, cd, od, ref, extra=()) -> str:
+    """Elementwise eqn ``e`` as a scalar expression, uncast: its OpDef's scalar body over the operands ``ref``
+    names (converted to compute dtype ``cd``), math functions suffixed by the dtype they compute in (``exp_f32``).
+    ``extra``: trailing arguments of indexed ops (the element's flat index).  The CPU and CUDA generators both
+    build their loop bodies from this."""
+    if e.op.name == "where":
+        args = [ref(e.ins[0], None), ref(e.ins[1], od), ref(e.ins[2], od)]
+    elif e.op.name in ("cast", "broadcast_to"):
+        args = [ref(e.ins[0], None)]
+    elif extra:
+        args = [ref(v, None) for v in e.ins] + list(extra)
+    else:
+        args = [ref(v, cd) for v in e.ins]
+    expr = args[0] if e.op.name == "broadcast_to" else e.op.scalar(*args, **e.params)
+    sd = cd or (e.ins[0].aval.dtype if e.op.name == "isfinite" else od)
+    suffix = _NP_TYPE[sd.name]
+    if sd.is_floating_point:
+        return _MATH_RE.sub(lambda m: f"{m.group(1)}_{suffix}(", expr)
+    # integers: Python's max/min/abs are exact; the float math (exp, ...) takes float64
+    return _MATH_RE.sub(lambda m: m.group(0) if m.group(1) in ("max", "min") else
+                        "sign_i64(" if m.group(1) == "sign" else f"{m.group(1)}_f64(", expr)
+
+
 def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None) -> Kernel:
     """The loop nest of a fusion group.  ``classes``: inner layout class per operand (inputs then outputs);
     ``rank``/``red_axes``: the iteration rank and folded axes after the layout merged dims (default: the
@@ -221,22 +244,7 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None) ->
     for n, e in enumerate(g.eqns):
         cd = _compute_dtype(e)
         od = e.outs[0].aval.dtype
-        if e.op.name == "where":
-            args = [ref(e.ins[0], None), ref(e.ins[1], od), ref(e.ins[2], od)]
-        elif e.op.name in ("cast", "broadcast_to"):
-            args = [ref(e.ins[0], None)]
-        elif e.op.name in INDEXED_OPS:
-            args = [ref(v, None) for v in e.ins] + ["fi"]
-        else:
-            args = [ref(v, cd) for v in e.ins]
-        expr = args[0] if e.op.name == "broadcast_to" else e.op.scalar(*args, **e.params)
-        sd = cd or (e.ins[0].aval.dtype if e.op.name == "isfinite" else od)
-        suffix = _NP_TYPE[sd.name]
-        if sd.is_floating_point:
-            expr = _MATH_RE.sub(lambda m: f"{m.group(1)}_{suffix}(", expr)
-        else:   # integers: Python's max/min/abs are exact; the float math (exp, ...) takes float64
-            expr = _MATH_RE.sub(lambda m: m.group(0) if m.group(1) in ("max", "min") else
-                                "sign_i64(" if m.group(1) == "sign" else f"{m.group(1)}_f64(", expr)
+        expr = scalar_expr(e, cd, od, ref, ("fi",) if e.op.name in INDEXED_OPS else ())
         expr = f"bool({expr})" if od is dt.bool_ else f"{_tname(od)}({expr})"
         t = f"t{n}"
         body.append(f"{t} = {expr}")

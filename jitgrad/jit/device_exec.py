@@ -46,7 +46,7 @@ def execute_on_device(graph: Graph, arrays, writes=(), stats=None, name="compile
         a, b = sorted(devs, key=lambda d: d == "cpu")[:2]
         raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a} and "
                            f"{b}! (when checking arguments of the compiled function {name})")
-    from .graph_function import nonfinite_error
+    from .graph_function import compiled_result
     host = {}
     if any(type(a) is np.ndarray for a in arrays):     # CPU scalar tensors (torch allows them): uploaded
         from numba import cuda
@@ -55,14 +55,7 @@ def execute_on_device(graph: Graph, arrays, writes=(), stats=None, name="compile
     cg = cuda_graph(graph, writes)
     prof = _PROF.active
     run = cg.profiled_run(prof) if prof is not None else cg.run
-    res = run(*arrays)
-    if stats is not None:
-        stats["compiled_calls"] = stats.get("compiled_calls", 0) + 1
-    if cg.checks:
-        err = res[-1]
-        if err[0] < len(cg.checks):
-            raise nonfinite_error(cg.checks[err[0]], "nan" if err[1] else "inf")
-        res = res[:-1]
+    res = compiled_result(cg, run(*arrays), stats)
     for _, i in writes:
         if i in host:       # state on the CPU (a generator's offset): its write-back went to the uploaded copy
             host[i][...] = arrays[i].copy_to_host().reshape(host[i].shape)

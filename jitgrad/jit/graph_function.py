@@ -116,6 +116,19 @@ def compiled_graph(graph: Graph, writes=(), parallel=None, disk_cache=True, back
     return cg
 
 
+def compiled_result(cg, res, stats):
+    """A compiled call's outputs (CPU or CUDA graph ``cg``): counted in ``stats``, and with anomaly checks, the
+    trailing ``[first failing check, is_nan]`` turned into the eager error."""
+    if stats is not None:
+        stats["compiled_calls"] = stats.get("compiled_calls", 0) + 1
+    if cg.checks:
+        err = res[-1]
+        if err[0] < len(cg.checks):
+            raise nonfinite_error(cg.checks[err[0]], "nan" if err[1] else "inf")
+        return res[:-1]
+    return res
+
+
 def execute(graph: Graph, arrays, backend: str, writes=(), parallel=None, disk_cache=True, background=None,
             stats=None):
     """Run a graph on arrays: ``interpret`` (the reference) or ``numba`` (fused CPU kernels).
@@ -142,14 +155,7 @@ def execute(graph: Graph, arrays, backend: str, writes=(), parallel=None, disk_c
                     raise
                 cg.fail(e)
                 return execute(graph, arrays, "interpret", writes, parallel, disk_cache, stats=stats)
-            if stats is not None:
-                stats["compiled_calls"] = stats.get("compiled_calls", 0) + 1
-            if cg.checks:
-                err = res[-1]
-                if err[0] < len(cg.checks):
-                    raise nonfinite_error(cg.checks[err[0]], "nan" if err[1] else "inf")
-                return res[:-1]
-            return res
+            return compiled_result(cg, res, stats)
         # still compiling in the background (or codegen failed): the reference interpreter meanwhile
         outs = _interp.interpret(graph, arrays, _on_nonfinite, _PROF.active)
         for o, i in writes:

@@ -14,6 +14,13 @@ def _index(idx, n, what):
     return idx + n if idx < 0 else idx
 
 
+def _renumber(container, items):
+    """Register ``items`` as ``container``'s children ``'0'``, ``'1'``, ... (after a deletion)."""
+    container._modules.clear()
+    for i, m in enumerate(items):
+        container._modules[str(i)] = m
+
+
 class Sequential(Module):
     """Modules applied in order: ``Sequential(m0, m1, ...)`` or ``Sequential(OrderedDict(name=m))``; children
     are named ``'0'``, ``'1'``, ... (or by the dict's keys), so state_dict keys look like ``'0.weight'``."""
@@ -40,11 +47,7 @@ class Sequential(Module):
         keys = list(self._modules)
         for k in (keys[idx] if isinstance(idx, slice) else [keys[_index(idx, len(self), "Sequential")]]):
             del self._modules[k]
-        # torch renumbers the remaining children so indices stay contiguous
-        items = list(self._modules.values())
-        self._modules.clear()
-        for i, m in enumerate(items):
-            self._modules[str(i)] = m
+        _renumber(self, list(self._modules.values()))    # torch keeps the indices contiguous
 
     def __len__(self):
         return len(self._modules)
@@ -82,9 +85,7 @@ class ModuleList(Module):
     def __delitem__(self, idx):
         items = list(self._modules.values())
         del items[idx if isinstance(idx, slice) else _index(idx, len(self), "ModuleList")]
-        self._modules.clear()
-        for i, m in enumerate(items):
-            self._modules[str(i)] = m
+        _renumber(self, items)
 
     def __len__(self):
         return len(self._modules)

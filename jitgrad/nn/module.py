@@ -43,6 +43,23 @@ def _torch_type_name(value):
     return type(value).__name__
 
 
+def zero_grads(params, set_to_none: bool = True) -> None:
+    """Reset ``params``' gradients, as ``Module.zero_grad`` and ``Optimizer.zero_grad`` do: to None, or to zeros
+    in place (detached from any graph first, as torch does)."""
+    for p in params:
+        g = p.grad
+        if g is None:
+            continue
+        if set_to_none:
+            p.grad = None
+            continue
+        if g.grad_fn is not None:
+            g.detach_()
+        else:
+            g.requires_grad_(False)
+        g.zero_()
+
+
 class Module:
     """Base class for all neural network modules (``torch.nn.Module``).  Subclasses assign parameters, buffers
     and submodules as attributes in ``__init__`` and define ``forward``.
@@ -378,18 +395,7 @@ class Module:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset the parameters' gradients: to None (the default), or to zeros in place."""
-        for p in self.parameters():
-            if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-            else:
-                g = p.grad
-                if g.grad_fn is not None:
-                    g.detach_()
-                else:
-                    g.requires_grad_(False)
-                g.zero_()
+        zero_grads(self.parameters(), set_to_none)
 
     # --- conversion -------------------------------------------------------------------------------------
     def _apply(self, fn):

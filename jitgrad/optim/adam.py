@@ -53,10 +53,7 @@ class Adam(Optimizer):
 
     def step(self, closure=None):
         """One update of every parameter that has a gradient; returns ``closure()``'s loss when given."""
-        loss = None
-        if closure is not None:
-            with grad_mode.enable_grad():
-                loss = closure()
+        loss = self._run_closure(closure)
         with grad_mode.no_grad():
             for group in self.param_groups:
                 lr = group.lr_tensor

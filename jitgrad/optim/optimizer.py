@@ -21,8 +21,9 @@ import numpy as np
 
 from ..ir import dtypes as dt
 from ..jit.guards import guard, is_compiling, outside_trace
-from ..runtime import factories
+from ..runtime import factories, grad_mode
 from ..runtime.tensor import Tensor
+from ..nn.module import zero_grads
 
 
 class _Required:
@@ -145,19 +146,15 @@ class Optimizer:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset the gradients of all optimised parameters: to None (the default) or to zeros in place."""
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if set_to_none:
-                    p.grad = None
-                else:
-                    g = p.grad
-                    if g.grad_fn is not None:
-                        g.detach_()
-                    else:
-                        g.requires_grad_(False)
-                    g.zero_()
+        zero_grads((p for group in self.param_groups for p in group["params"]), set_to_none)
+
+    @staticmethod
+    def _run_closure(closure):
+        """torch's ``step(closure)``: the loss re-evaluated with grad enabled (None without a closure)."""
+        if closure is None:
+            return None
+        with grad_mode.enable_grad():
+            return closure()
 
     def step(self, closure=None):
         raise NotImplementedError(f"{type(self).__name__}.step is not implemented")

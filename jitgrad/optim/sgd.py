@@ -39,10 +39,7 @@ class SGD(Optimizer):
 
     def step(self, closure=None):
         """One update of every parameter that has a gradient; returns ``closure()``'s loss when given."""
-        loss = None
-        if closure is not None:
-            with grad_mode.enable_grad():
-                loss = closure()
+        loss = self._run_closure(closure)
         before = self._trace_key() if is_compiling() else None
         first_copy = False
         with grad_mode.no_grad():

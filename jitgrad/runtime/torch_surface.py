@@ -99,6 +99,15 @@ def _fresh(result, input, name):
     return named(result, name) if result is not input else result
 
 
+def _fixed(torch_name):
+    """A wrapper naming the result's grad_fn ``torch_name`` (when the result is a new node of this call)."""
+    def wrap(fn):
+        def f(input, *args, **kwargs):
+            return _fresh(fn(input, *args, **kwargs), input, torch_name)
+        return f
+    return wrap
+
+
 def _name_rules(F):
     """{function name: wrapper} renaming the result's grad_fn as torch names it."""
     def by_dim(base):
@@ -106,13 +115,6 @@ def _name_rules(F):
             def f(input, dim=None, *args, **kwargs):
                 r = fn(input, dim, *args, **kwargs)
                 return _fresh(r, input, f"{base}Backward0" if dim is None else f"{base}Backward1")
-            return f
-        return wrap
-
-    def fixed(torch_name):
-        def wrap(fn):
-            def f(input, *args, **kwargs):
-                return _fresh(fn(input, *args, **kwargs), input, torch_name)
             return f
         return wrap
 
@@ -133,12 +135,12 @@ def _name_rules(F):
             return _fresh(fn(input, dim), input, "SqueezeBackward0" if dim is None else "SqueezeBackward1")
         return f
     return {"sum": by_dim("Sum"), "mean": by_dim("Mean"), "prod": by_dim("Prod"), "max": max_min("Max"),
-            "min": max_min("Min"), "var": fixed("VarBackward0"), "std": fixed("StdBackward0"),
-            "norm": fixed("LinalgVectorNormBackward0"), "logsumexp": fixed("LogsumexpBackward0"),
-            "softmax": fixed("SoftmaxBackward0"), "log_softmax": fixed("LogSoftmaxBackward0"),
-            "unsqueeze": fixed("UnsqueezeBackward0"), "squeeze": squeeze, "t": fixed("TBackward0"),
-            "transpose": fixed("TransposeBackward0"), "stack": _stack_name, "gather": fixed("GatherBackward0"),
-            "index_select": fixed("IndexSelectBackward0")}
+            "min": max_min("Min"), "var": _fixed("VarBackward0"), "std": _fixed("StdBackward0"),
+            "norm": _fixed("LinalgVectorNormBackward0"), "logsumexp": _fixed("LogsumexpBackward0"),
+            "softmax": _fixed("SoftmaxBackward0"), "log_softmax": _fixed("LogSoftmaxBackward0"),
+            "unsqueeze": _fixed("UnsqueezeBackward0"), "squeeze": squeeze, "t": _fixed("TBackward0"),
+            "transpose": _fixed("TransposeBackward0"), "stack": _stack_name, "gather": _fixed("GatherBackward0"),
+            "index_select": _fixed("IndexSelectBackward0")}
 
 
 def _stack_name(fn):
@@ -160,13 +162,6 @@ def _nn_rules(nnF):
             return f
         return wrap
 
-    def fixed(torch_name):
-        def wrap(fn):
-            def f(input, *args, **kwargs):
-                return _fresh(fn(input, *args, **kwargs), input, torch_name)
-            return f
-        return wrap
-
     def linear(fn):
         def f(input, weight, bias=None, *args, **kwargs):
             r = fn(input, weight, bias, *args, **kwargs)
@@ -176,8 +171,8 @@ def _nn_rules(nnF):
         return f
     return {"cross_entropy": loss("NllLossBackward0", True), "nll_loss": loss("NllLossBackward0"),
             "mse_loss": loss("MseLossBackward0"), "l1_loss": loss("L1LossBackward0"),
-            "softmax": fixed("SoftmaxBackward0"), "log_softmax": fixed("LogSoftmaxBackward0"),
-            "gelu": fixed("GeluBackward0"), "linear": linear}
+            "softmax": _fixed("SoftmaxBackward0"), "log_softmax": _fixed("LogSoftmaxBackward0"),
+            "gelu": _fixed("GeluBackward0"), "linear": linear}
 
 
 def _wrap_all(namespace: dict, rules: dict):
