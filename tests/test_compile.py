@@ -401,20 +401,23 @@ def test_grad_mode_is_part_of_the_signature():
     assert f.stats["traces"] == 2
 
 
-def test_retrace_warning_after_eight_traces_names_the_change():
+def test_recompile_limit_warns_once_names_the_change_and_runs_eagerly():
+    # torch._dynamo.config.recompile_limit: past 8 traces new signatures run eagerly, with one warning
     f = jg.compile(lambda x: x.sum())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for n in range(1, 9):
             f(jg.ones(n))
     with pytest.warns(UserWarning) as rec:
-        f(jg.ones(9))
-        f(jg.ones(10))
+        close(f(jg.ones(9)), 9.0)
+        close(f(jg.ones(10)), 10.0)
     msgs = [str(r.message) for r in rec]
     assert len(msgs) == 1
-    assert "9 times" in msgs[0]
+    assert "recompile limit (8)" in msgs[0] and "'<lambda>'" in msgs[0] and "test_compile.py" in msgs[0]
     assert "tensor argument 0 changed from shape [8]" in msgs[0] and "to shape [9]" in msgs[0]
-    assert f.stats["traces"] == 10
+    assert f.stats["traces"] == 8 and f.stats["eager_fallbacks"] == 2
+    f(jg.ones(3))                     # a compiled signature still serves
+    assert f.stats["traces"] == 8 and f.stats["hits"] == 1
 
 
 def test_closure_tensor_replaced_by_a_new_object_retraces():

@@ -32,13 +32,18 @@ from ..tracer.pytree import treedef_key
 from ..runtime import anomaly, grad_mode
 from .graph_function import GraphFunction
 from .introspection import Introspection
+from . import python_values
+from .threads import TRACE_LOCK
 from ..runtime.tensor import Tensor
 from ..runtime import profiler_state
 
 _PROF = profiler_state.STATE
+_MISSING = python_values._MISSING
 
-RETRACE_WARN = 8
+# torch._dynamo.config.recompile_limit: past this many traces of one function, new signatures run eagerly
+RECOMPILE_LIMIT = 8
 _is_tensor = lambda x: isinstance(x, Tensor)  # noqa: E731
+_is_tensor_or_float = lambda x: isinstance(x, Tensor) or type(x) is float  # noqa: E731
 
 
 class _Captured:
@@ -94,6 +99,32 @@ class _Entry:
         self.copy_outs = []     # output indices whose buffers are copied after each call (see _build)
         self.raw_graph = None
         self.guards = []        # (fn, value): Python conditions the trace relied on (jit/guards.py)
+        self.values = []        # python_values.ValueGuard: closure/global/attribute values the trace read
+        self.dynamic = []       # python_values.DynamicValue: floats read as graph inputs at each call
+        self.arg_floats = ()    # positions (among the float arguments) that are graph inputs
+
+    def failure(self) -> str:
+        """Why this entry does not serve the call (for the recompile message)."""
+        for c, s in zip(self.captured, self.grad_src):
+            if s is None and not c.ok():
+                return c.describe()
+        for where, name, k in self.bindings:
+            try:
+                now = where.cell_contents if name is None else where.get(name)
+            except ValueError:
+                now = None
+            if now is not self.captured[k].ref():
+                return f"the name {name or 'in a closure'!s} now refers to another tensor"
+        for g in self.values:
+            if not g.holds():
+                return g.describe()
+        for d in self.dynamic:
+            if type(d.read()) is not float:
+                return f"{d.label} is no longer a float"
+        for fn, value in self.guards:
+            if fn() != value:
+                return "a condition the library guards changed (train()/eval(), optimiser hyperparameters or state)"
+        return "unknown"
 
     def guards_ok(self) -> bool:
         for c, s in zip(self.captured, self.grad_src):     # inline ``c.ok()``: this runs on every call
@@ -112,6 +143,20 @@ class _Entry:
             except ValueError:
                 return False
             if now is not self.captured[k].ref():
+                return False
+        same = python_values.same_value
+        for g in self.values:       # inline ``g.holds()``
+            if g.name is None:
+                try:
+                    now = g.src.cell_contents
+                except ValueError:
+                    return False
+            else:
+                now = g.src.get(g.name, _MISSING)
+            if now is not g.value and not same(now, g.value, g.ident):
+                return False
+        for d in self.dynamic:
+            if type(d.read()) is not float:
                 return False
         for fn, value in self.guards:
             if fn() != value:
@@ -192,7 +237,7 @@ class CompiledFunction(Introspection):
     """The callable ``@jg.compile`` returns.  ``f.ir(*args)``, ``f.source(*args)``, ``f.stats``."""
 
     def __init__(self, fn, device=None, anomaly=None, cache=True, parallel=None, backend=None,
-                 fullgraph=True, background=None):
+                 fullgraph=True, background=None, recompile_limit=None):
         if backend is None:
             backend = os.environ.get("JITGRAD_BACKEND", "numba")
         if backend not in ("interpret", "numba"):
@@ -213,8 +258,19 @@ class CompiledFunction(Introspection):
             background = os.environ.get("JITGRAD_BACKGROUND_COMPILE", "1") != "0"
         self.background = bool(background)
         self._cache: dict = {}
+        self._n_entries = 0
+        self.recompile_limit = RECOMPILE_LIMIT if recompile_limit is None else int(recompile_limit)
         self._last_key = None
         self._warned_retrace = False
+        self._pid = os.getpid()     # builds belong to this process (a forked child must not wait on them)
+        # automatic dynamic scalars: float arguments (per argument structure, by position among the floats) and
+        # guarded float values (by place) seen to change become graph inputs; a trace that cannot take them as
+        # tensors (``if scale > 0:``) pins them static again
+        self._dyn_args: dict = {}
+        self._static_args: dict = {}
+        self._last_floats: dict = {}
+        self._dyn_sources: set = set()
+        self._static_sources: set = set()
         self._warned_eager = False
         # compiled_calls / interpreted_calls: graph executions on generated code / on the reference interpreter
         # (the interpreter serves calls while a background build runs, or when codegen failed)
@@ -233,6 +289,10 @@ class CompiledFunction(Introspection):
         """
         if self.backend != "numba":
             return True
+        if os.getpid() != self._pid:
+            # a forked child: the builds ran in the parent's threads and processes, which the child does not
+            # have; what is already compiled serves, the rest runs on the interpreter
+            return False
         ok = True
         for entries in self._cache.values():
             for e in entries:
@@ -281,64 +341,153 @@ class CompiledFunction(Introspection):
         self.stats["calls"] += 1
         if _TR.active is not None:      # called while another function is being traced: trace through it
             return self.fn(*args, **kwargs)
-        tkey = None
+        with TRACE_LOCK:                # see jit/threads.py: no call reads a tensor another thread is tracing
+            return self._call_locked(args, kwargs)
+
+    def _signature(self, args, kwargs):
+        """-> (tensor leaves, treedef, key, float arguments, positions of the floats that are graph inputs)."""
         if not kwargs and all(type(a) is Tensor for a in args):   # the common case: skip the pytree walk
-            leaves = list(args)
             treedef, tkey = _positional_treedef(len(args))
-        else:
-            leaves, treedef = flatten((args, kwargs), _is_tensor)
-        key = self._key(leaves, treedef, tkey)
+            return list(args), treedef, self._key(args, treedef, tkey), (), ()
+        leaves, treedef = flatten((args, kwargs), _is_tensor_or_float)
+        tkey = _static_key(treedef)
+        floats = tuple(x for x in leaves if type(x) is float)
+        if not floats:
+            return leaves, treedef, self._key(leaves, treedef, tkey), (), ()
+        leaves = [x for x in leaves if type(x) is not float]
+        dyn = self._dyn_args.get(tkey, ())
+        fkey = tuple("dynamic" if i in dyn else v for i, v in enumerate(floats))
+        return leaves, treedef, self._key(leaves, treedef, (tkey, fkey)), floats, dyn
+
+    def _call_locked(self, args, kwargs):
+        leaves, treedef, key, floats, dyn = self._signature(args, kwargs)
         entries = self._cache.get(key)
         if entries:
             for e in entries:
                 if e.guards_ok():
                     self.stats["hits"] += 1
-                    if e.eager:      # fullgraph=False fallback for this signature
+                    if e.eager:      # fullgraph=False fallback for this signature, or aliased inputs
                         return self.fn(*args, **kwargs)
-                    return self._run(e, leaves, args, kwargs)
-        e = self._trace(leaves, treedef, args, kwargs, key)
+                    return self._run(e, leaves, args, kwargs, floats)
+        if floats and self._float_args_changed(treedef, floats):
+            return self._call_locked(args, kwargs)     # the changed floats are graph inputs now
+        if entries:
+            self._note_changed_values(entries)
+        if self._n_entries >= self.recompile_limit:
+            self._warn_recompile_limit(key)
+            self.stats["eager_fallbacks"] += 1
+            return self.fn(*args, **kwargs)
+        e = self._trace(leaves, treedef, args, kwargs, key, floats, dyn)
         if e.eager:
             return self.fn(*args, **kwargs)
-        return self._run(e, leaves, args, kwargs)
+        return self._run(e, leaves, args, kwargs, floats)
 
-    def _trace(self, leaves, treedef, args, kwargs, key) -> _Entry:
-        if self.stats["traces"] >= RETRACE_WARN and not self._warned_retrace:
-            self._warned_retrace = True
-            warnings.warn(f"jitgrad.compile: {getattr(self.fn, '__name__', 'function')} has been traced "
-                          f"{self.stats['traces'] + 1} times; the latest retrace because "
-                          f"{self._describe_change(self._last_key, key)}. Each trace costs a compile: keep shapes, "
-                          "dtypes, requires_grad and static arguments stable.", stacklevel=3)
+    def _float_args_changed(self, treedef, floats) -> bool:
+        """A miss with float arguments: the positions whose value changed since the last call of this structure
+        become graph inputs (torch's automatic dynamic scalars).  True when that changed the signature."""
+        tkey = _static_key(treedef)
+        last = self._last_floats.get(tkey)
+        self._last_floats[tkey] = floats
+        if last is None or len(last) != len(floats):
+            return False
+        dyn = set(self._dyn_args.get(tkey, ()))
+        pinned = self._static_args.get(tkey, ())
+        new = {i for i, (a, b) in enumerate(zip(last, floats)) if a != b and i not in dyn and i not in pinned}
+        if not new:
+            return False
+        self._dyn_args[tkey] = tuple(sorted(dyn | new))
+        return True
+
+    def _note_changed_values(self, entries):
+        """Guarded floats (closure, global, attribute) whose value changed become graph inputs at the next trace."""
+        for e in entries:
+            for g in e.values:
+                if type(g.value) is float and type(g.read()) is float and not g.holds() \
+                        and g.source() not in self._static_sources:
+                    self._dyn_sources.add(g.source())
+
+    def _warn_recompile_limit(self, key):
+        if self._warned_retrace:
+            return
+        self._warned_retrace = True
+        entries = self._cache.get(key)
+        reason = entries[-1].failure() if entries else self._describe_change(self._last_key, key)
+        fn = self.fn
+        code = getattr(fn, "__code__", None) or getattr(getattr(fn, "forward", None), "__code__", None)
+        where = f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+        warnings.warn(f"jitgrad.compile hit the recompile limit ({self.recompile_limit})\n"
+                      f"   function: '{getattr(fn, '__name__', type(fn).__name__)}'{where}\n"
+                      f"   last reason: {reason}\n"
+                      "New signatures of this function now run eagerly (as torch.compile does past "
+                      "torch._dynamo.config.recompile_limit); the compiled ones still serve. Keep that value stable, "
+                      "pass it as a tensor, or raise jitgrad.compile(..., recompile_limit=N).", stacklevel=4)
+
+    def _trace(self, leaves, treedef, args, kwargs, key, floats=(), dyn=()) -> _Entry:
         t0 = time.perf_counter()
         self.stats["traces"] += 1
         e = _Entry()
-        tracer = _Tracer(leaves)
+        e.pid = os.getpid()
+        e.values, e.dynamic = python_values.collect(self.fn, Tensor, self._dyn_sources)
+        e.arg_floats = tuple(dyn)
+        # dynamic floats: symbolic 0-dim float64 tensors in their places for the trace (see python_values)
+        dyn_tensors = [Tensor._make(np.array(floats[i], np.float64)) for i in dyn]
+        dyn_tensors += [Tensor._make(np.array(d.read(), np.float64)) for d in e.dynamic]
+        if dyn:
+            it = iter(dyn_tensors)
+            fl = iter(range(len(floats)))
+            full, _ = flatten((args, kwargs), _is_tensor_or_float)
+            full = [next(it) if type(x) is float and next(fl) in dyn else x for x in full]
+            t_args, t_kwargs = unflatten(treedef, full)
+        else:
+            t_args, t_kwargs = args, kwargs
+        saved_values = [(d, d.read()) for d in e.dynamic]
+        for d, t in zip(e.dynamic, dyn_tensors[len(dyn):]):
+            d.put(t)
+        tracer = _Tracer(list(leaves) + dyn_tensors)
         try:
             with tracer.trace, grad_mode.set_grad_enabled(grad_mode.STATE.grad_enabled):
                 with _phase("compile/trace"):
-                    out = self.fn(*args, **kwargs)
+                    out = self.fn(*t_args, **t_kwargs)
                 outputs, out_diff = self._finish(e, tracer, out)
                 del out
-        except TracedValueError:
+        except BaseException as exc:
             tracer.restore()
-            if self.fullgraph:
+            for d, v in saved_values:
+                d.put(v)
+            tracer.trace.abort()
+            if (dyn or e.dynamic) and isinstance(exc, Exception):
+                # the function needs these floats as Python numbers (``if lr > 0:``, ``math.exp(lr)``): pin them
+                # static and trace again with their values baked in, guarded
+                self.stats["traces"] -= 1
+                if dyn:
+                    tk = _static_key(treedef)
+                    self._static_args[tk] = tuple(self._static_args.get(tk, ())) + tuple(dyn)
+                    self._dyn_args[tk] = ()
+                for d in e.dynamic:
+                    src = (id(d.src), d.name)
+                    self._dyn_sources.discard(src)
+                    self._static_sources.add(src)
+                leaves2, treedef2, key2, floats2, dyn2 = self._signature(args, kwargs)
+                return self._trace(leaves2, treedef2, args, kwargs, key2, floats2, dyn2)
+            if not isinstance(exc, TracedValueError) or self.fullgraph:
                 raise
             e.eager = True
             self.stats["eager_fallbacks"] += 1
             if not self._warned_eager:
                 self._warned_eager = True
                 warnings.warn(f"jitgrad.compile(fullgraph=False): {getattr(self.fn, '__name__', 'function')} reads "
-                              "a traced value; this signature runs eagerly.", stacklevel=3)
-        except BaseException:
-            tracer.restore()
-            raise
+                              "a traced value; this signature runs eagerly.", stacklevel=4)
         else:
             tracer.restore()
+            for d, v in saved_values:
+                d.put(v)
             self._materialize_leaks(e, tracer, outputs, out_diff)
             self._build(e, tracer, outputs, out_diff)
         self.stats["compile_seconds"] += time.perf_counter() - t0
         self._last_key = key
         if not e.one_shot:
             self._cache.setdefault(key, []).append(e)
+            self._n_entries += 1
         return e
 
     def _finish(self, e: _Entry, tracer: _Tracer, out):
@@ -440,16 +589,19 @@ class CompiledFunction(Introspection):
                                    f"function {getattr(self.fn, '__name__', 'function')}, compiled for "
                                    f"device='{self.device}')")
 
-    def _run(self, e: _Entry, leaves, args, kwargs):
+    def _run(self, e: _Entry, leaves, args, kwargs, floats=()):
         if self.device is not None:
             self._check_device(leaves)
-        # graph inputs: the distinct argument tensors in leaf order, then the captured tensors
+        # graph inputs: the distinct argument tensors in leaf order, the dynamic floats, then the captured tensors
         inputs = []
         seen = set()
         for t in leaves:
             if id(t) not in seen:
                 seen.add(id(t))
                 inputs.append(t)
+        if e.arg_floats or e.dynamic:
+            inputs.extend(Tensor._make(np.array(floats[i], np.float64)) for i in e.arg_floats)
+            inputs.extend(Tensor._make(np.array(d.read(), np.float64)) for d in e.dynamic)
         inputs.extend(c.ref() if s is None else inputs[s]._grad for c, s in zip(e.captured, e.grad_src))
         outs = e.gf(inputs)
         for k in e.copy_outs:
@@ -486,17 +638,22 @@ class CompiledFunction(Introspection):
 
     # --- introspection --------------------------------------------------------------------------------
     def _entry_for(self, args, kwargs) -> _Entry:
-        leaves, treedef = flatten((args, kwargs), _is_tensor)
-        key = self._key(leaves, treedef)
+        with TRACE_LOCK:
+            return self._entry_for_locked(args, kwargs)
+
+    def _entry_for_locked(self, args, kwargs) -> _Entry:
+        leaves, treedef, key, floats, dyn = self._signature(args, kwargs)
         for e in self._cache.get(key, []):
             if e.guards_ok():
                 return e
-        e = self._trace(leaves, treedef, args, kwargs, key)
+        e = self._trace(leaves, treedef, args, kwargs, key, floats, dyn)
         if e.materialize:
             # the trace made state that outlives it (an optimiser buffer created on the first call): it must not
             # keep a traced value, so it gets the value this call would give it; nothing else is updated
             from ..ir.interpret import interpret
             inputs = list({id(t): t for t in leaves}.values())
+            inputs += [Tensor._make(np.array(floats[i], np.float64)) for i in e.arg_floats]
+            inputs += [Tensor._make(np.array(d.read(), np.float64)) for d in e.dynamic]
             inputs += [c.ref() if s is None else inputs[s]._grad for c, s in zip(e.captured, e.grad_src)]
             outs = interpret(e.graph, [t._data for t in inputs])
             for ref, oi in e.materialize:
@@ -578,7 +735,7 @@ def _payload_of(t: Tensor, tracer: _Tracer):
 
 
 def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, backend=None, fullgraph=True,
-            background=None):
+            background=None, recompile_limit=None):
     """Compile a step function: trace it on first call into SSA IR, derive backward graphs with the
     transpose pass, cache by signature and replay.
 
@@ -586,7 +743,13 @@ def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, ba
     the reference interpreter until they are built (``JITGRAD_BACKGROUND_COMPILE=0`` builds them before the first
     call); ``"interpret"`` is the reference interpreter.  ``cache=False`` keeps generated code out of the disk
     cache.  ``parallel``: None picks ``prange`` loops for large kernels, True/False forces it.  ``anomaly``:
-    checks inside the generated code follow ``detect_anomaly`` (part of the cache key).
+    checks inside the generated code follow ``detect_anomaly`` (part of the cache key).  ``recompile_limit``
+    (default ``RECOMPILE_LIMIT`` = 8, as ``torch._dynamo.config.recompile_limit``): past that many traces, new
+    signatures run eagerly with one warning naming the function and what changed.
+
+    Every Python value the function reads (closure and global scalars, attributes of the objects and modules it
+    reaches, an int used in ``reshape``) is guarded: a change retraces.  A float that changes (an argument, or
+    a guarded value) becomes a graph input after its first change, so it does not retrace again.
 
     >>> import jitgrad as jg
     >>> w = jg.tensor([1., 2.], requires_grad=True)
@@ -605,8 +768,7 @@ def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, ba
     """
     def wrap(f):
         return CompiledFunction(f, device=device, anomaly=anomaly, cache=cache, parallel=parallel, backend=backend,
-                                background=background,
-                                fullgraph=fullgraph)
+                                background=background, fullgraph=fullgraph, recompile_limit=recompile_limit)
     if fn is not None:
         return wrap(fn)
     return wrap

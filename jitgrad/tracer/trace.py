@@ -43,6 +43,7 @@ class Trace:
         self.on_capture = None   # tensor -> Var: a concrete tensor met while tracing becomes a graph input
         self.on_mutate = None    # tensor: its payload is about to be replaced by a traced value
         self.on_grad_write = None  # tensor: its .grad is about to be replaced
+        self.on_abort = []       # callables run when the trace fails: library code undoes Python-level state
 
     # --- building ---------------------------------------------------------------------------------
     def new_input(self, aval) -> Var:
@@ -92,6 +93,12 @@ class Trace:
             e = defs.get(v)
             if e is not None and e.check is None and v.aval.dtype.is_floating_point:
                 e.check = AnomalyCheck(name, i, True, loc, stack)
+
+    def abort(self):
+        """The trace failed: run the undo callbacks library code registered (latest first), once."""
+        fns, self.on_abort = self.on_abort, []
+        for fn in reversed(fns):
+            fn()
 
     def finish(self, inputs, outputs) -> Graph:
         return Graph(inputs, self.eqns, outputs)

@@ -1,0 +1,262 @@
+"""Guards on the Python values a traced function reads, as torch.compile's guards.
+
+A trace bakes every Python value it reads into the graph: ``x * scale`` with ``scale = 2.0`` in a closure becomes
+``mul %x 2.0``.  So a compiled entry is valid only while those values are unchanged.  :func:`collect` finds them
+before the trace runs, by walking what the function's code can name: its closure cells, the globals its code
+names, the attributes (of objects and of user modules) whose names its code uses, nested functions and the
+methods of the objects it reaches (``self.scale`` read in a Module's ``forward``), and the submodules of
+``nn.Module`` objects.  Each found value becomes a :class:`ValueGuard` (container, name, value): scalars (bool,
+int, float, str, None, tuples of those) by value, functions and objects by identity.
+
+A float that keeps changing (a learning rate in a closure, a float argument) is not retraced at every call: its
+source is marked dynamic and the next trace reads it as a 0-dim float64 graph input (torch's automatic dynamic
+scalars).  ``DynamicValue`` swaps a symbolic tensor into its container for the trace and reads the value at
+each call.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+_MISSING = object()
+_SCALARS = (bool, int, float, complex, str, bytes, type(None))
+_MAX_DEPTH = 4
+_MAX_GUARDS = 512          # a bound on the walk, so a huge object graph cannot make every call slow
+_LIB_ROOTS = frozenset(sys.stdlib_module_names) | {"numpy", "numba", "scipy", "torch", "jax", "llvmlite",
+                                                    "pytest", "_pytest", "hypothesis", "IPython", "ipykernel"}
+_JG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SKIP_METHODS = {"__init__", "__repr__", "extra_repr", "__setstate__", "__getstate__", "state_dict",
+                 "load_state_dict", "__str__"}
+
+
+class ValueGuard:
+    """``container[name]`` (a dict) or ``cell.cell_contents`` (name None) must still equal ``value`` (scalars)
+    or be ``value`` (objects, ``ident``).  ``label`` says where the value lives, for the recompile message."""
+
+    __slots__ = ("src", "name", "value", "ident", "label")
+
+    def __init__(self, src, name, value, ident, label):
+        self.src, self.name, self.value, self.ident, self.label = src, name, value, ident, label
+
+    def read(self):
+        if self.name is None:
+            try:
+                return self.src.cell_contents
+            except ValueError:
+                return _MISSING
+        return self.src.get(self.name, _MISSING)
+
+    def holds(self) -> bool:
+        return same_value(self.read(), self.value, self.ident)
+
+    def describe(self) -> str:
+        now = self.read()
+        if self.ident:
+            return f"{self.label} now names another object"
+        return f"{self.label} changed from {self.value!r} to {'(deleted)' if now is _MISSING else repr(now)}"
+
+    def source(self):
+        """The value's identity as a place: dynamic-scalar decisions are made per place."""
+        return (id(self.src), self.name)
+
+
+def same_value(now, value, ident) -> bool:
+    if now is value:
+        return True
+    if ident or type(now) is not type(value):
+        return False
+    if now == value:
+        return True
+    return type(value) is float and now != now and value != value     # NaN stays NaN
+
+
+class DynamicValue:
+    """A float read from a container that is a graph input instead of a constant."""
+
+    __slots__ = ("src", "name", "label")
+
+    def __init__(self, src, name, label):
+        self.src, self.name, self.label = src, name, label
+
+    def read(self):
+        if self.name is None:
+            try:
+                return self.src.cell_contents
+            except ValueError:
+                return _MISSING
+        return self.src.get(self.name, _MISSING)
+
+    def put(self, value):
+        if self.name is None:
+            self.src.cell_contents = value
+        else:
+            self.src[self.name] = value
+
+
+def _is_library_file(path: str) -> bool:
+    return not path or path.startswith("<frozen") or "site-packages" in path or "dist-packages" in path \
+        or path.startswith(_JG_DIR) or path.startswith(os.path.dirname(os.__file__))
+
+
+def _is_user_function(f) -> bool:
+    code = getattr(f, "__code__", None)
+    return code is not None and not _is_library_file(code.co_filename)
+
+
+def _is_library_type(tp) -> bool:
+    mod = getattr(tp, "__module__", "") or ""
+    root = mod.split(".")[0]
+    return root in _LIB_ROOTS or root == "builtins"
+
+
+_CODE_NAMES: dict = {}
+_TYPE_NAMES: dict = {}
+
+
+def code_names(code) -> frozenset:
+    """The global and attribute names a code object (and the functions defined inside it) uses."""
+    r = _CODE_NAMES.get(code)
+    if r is None:
+        names = set(code.co_names)
+        for c in code.co_consts:
+            if isinstance(c, types.CodeType):
+                names |= code_names(c)
+        r = _CODE_NAMES[code] = frozenset(names)
+    return r
+
+
+def _type_names(tp) -> frozenset:
+    """Names the methods of ``tp`` (and its bases) use: ``self.p`` read in ``forward``."""
+    r = _TYPE_NAMES.get(tp)
+    if r is None:
+        names = set()
+        for klass in tp.__mro__:
+            if klass is object:
+                continue
+            for k, v in vars(klass).items():
+                if k in _SKIP_METHODS:
+                    continue
+                if isinstance(v, (staticmethod, classmethod)):
+                    v = v.__func__
+                if isinstance(v, property):
+                    v = v.fget
+                code = getattr(v, "__code__", None)
+                if code is not None:
+                    names |= code_names(code)
+        r = _TYPE_NAMES[tp] = frozenset(names)
+    return r
+
+
+class _Collector:
+    def __init__(self, dynamic_sources, tensor_type):
+        self.guards: list[ValueGuard] = []
+        self.dynamic: list[DynamicValue] = []
+        self.dynamic_sources = dynamic_sources
+        self.tensor_type = tensor_type
+        self.seen = set()          # ids of functions and objects already walked
+        self.placed = set()        # (id(container), name) already guarded
+
+    def add(self, src, name, value, ident, label):
+        key = (id(src), name)
+        if key in self.placed or len(self.guards) >= _MAX_GUARDS:
+            return
+        self.placed.add(key)
+        if type(value) is float and key in self.dynamic_sources:
+            self.dynamic.append(DynamicValue(src, name, label))
+            return
+        self.guards.append(ValueGuard(src, name, value, ident, label))
+
+    def function(self, f, depth, label):
+        if id(f) in self.seen or depth > _MAX_DEPTH:
+            return
+        self.seen.add(id(f))
+        code = f.__code__
+        names = code_names(code)
+        for var, cell in zip(code.co_freevars, f.__closure__ or ()):
+            try:
+                v = cell.cell_contents
+            except ValueError:
+                continue
+            self.slot(cell, None, v, f"closure variable '{var}' of {label}", names, depth)
+        g = f.__globals__
+        for n in names:
+            if n in g:
+                self.slot(g, n, g[n], f"global '{n}'", names, depth)
+
+    def slot(self, src, name, v, label, names, depth):
+        """A value found in ``src[name]``: guard it, and walk into what it can name."""
+        tp = type(v)
+        if tp in _SCALARS:
+            self.add(src, name, v, False, label)
+        elif tp is tuple and len(v) <= 16 and all(type(x) in _SCALARS for x in v):
+            self.add(src, name, v, False, label)
+        elif isinstance(v, self.tensor_type):
+            return          # captured tensors are guarded by identity and signature (compile.py)
+        elif isinstance(v, types.FunctionType):
+            if _is_user_function(v):
+                self.add(src, name, v, True, label)
+                self.function(v, depth + 1, f"{v.__qualname__}")
+        elif isinstance(v, types.MethodType):
+            if _is_user_function(v.__func__) or not _is_library_type(type(v.__self__)):
+                self.add(src, name, v, True, label)
+                self.function(v.__func__, depth + 1, v.__func__.__qualname__)
+                self.obj(v.__self__, depth + 1, label.rsplit(".", 1)[0] if "." in label else label, names)
+        elif isinstance(v, types.ModuleType):
+            path = getattr(v, "__file__", None) or ""
+            if v.__name__.split(".")[0] in _LIB_ROOTS or (path and _is_library_file(path)):
+                return
+            if id(v) in self.seen or depth > _MAX_DEPTH:
+                return
+            self.seen.add(id(v))
+            d = vars(v)
+            for n in names:
+                if n in d:
+                    self.slot(d, n, d[n], f"{label}.{n}", names, depth + 1)
+        elif tp is dict and len(v) <= 64:
+            if id(v) in self.seen:
+                return
+            self.seen.add(id(v))
+            for k, x in v.items():
+                if type(x) in _SCALARS and type(k) in _SCALARS:
+                    self.add(v, k, x, False, f"{label}[{k!r}]")
+        elif isinstance(v, type):
+            return
+        elif hasattr(v, "_guard_trace"):
+            return          # an optimiser: it guards its own hyperparameters (optim/optimizer.py)
+        elif hasattr(v, "__dict__") and (not _is_library_type(tp) or hasattr(v, "_modules")):
+            self.add(src, name, v, True, label)
+            self.obj(v, depth + 1, label, names)
+
+    def obj(self, o, depth, label, names):
+        if id(o) in self.seen or depth > _MAX_DEPTH:
+            return
+        self.seen.add(id(o))
+        d = vars(o)
+        tnames = names | _type_names(type(o))
+        for n in tnames:
+            if n in d and not n.startswith("__"):
+                self.slot(d, n, d[n], f"{label}.{n}", tnames, depth)
+        mods = d.get("_modules")
+        if type(mods) is dict:        # an nn.Module's children: what forward may reach without naming them
+            for n, m in mods.items():
+                if m is not None:
+                    self.slot(mods, n, m, f"{label}.{n}", tnames, depth)
+
+
+def collect(fn, tensor_type, dynamic_sources=frozenset()):
+    """-> (guards, dynamic values) for the Python values ``fn`` can read (see the module docstring)."""
+    c = _Collector(dynamic_sources, tensor_type)
+    f = fn
+    if isinstance(f, types.MethodType):
+        c.obj(f.__self__, 1, "self", code_names(f.__func__.__code__))
+        f = f.__func__
+    elif not isinstance(f, types.FunctionType) and hasattr(f, "__dict__") and hasattr(type(f), "__call__"):
+        c.obj(f, 1, "self", frozenset())      # a callable object (an nn.Module compiled directly)
+        return c.guards, c.dynamic
+    if isinstance(f, types.FunctionType):
+        c.function(f, 0, getattr(f, "__qualname__", "function"))
+    return c.guards, c.dynamic
+
+
+__all__ = ["ValueGuard", "DynamicValue", "collect", "same_value"]

@@ -1,0 +1,193 @@
+"""Issue 19: compiled code must not run stale Python values, give silent wrong results, break under threads and
+forks, or leave state behind after a failed trace.  One test per finding; crash cases run in a child process;
+nothing is timed (tests count traces and cache entries)."""
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import types
+import warnings
+
+import numpy as np
+import pytest
+
+import jitgrad as jg
+import jitgrad.nn as nn
+from jitgrad.tracer import TracedValueError
+
+
+def close(a, b, rtol=1e-6, atol=1e-7):
+    a = a.detach().numpy() if isinstance(a, jg.Tensor) else np.asarray(a)
+    b = b.detach().numpy() if isinstance(b, jg.Tensor) else np.asarray(b)
+    np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+
+
+def entries(f):
+    return sum(len(v) for v in f._cache.values())
+
+
+# ---- item 2: stale Python values -------------------------------------------------------------------------
+
+def test_closure_float_is_guarded():
+    scale = 2.0
+    f = jg.compile(lambda x: x * scale)
+    x = jg.ones(3)
+    close(f(x), [2.0] * 3)
+    scale = 5.0
+    close(f(x), [5.0] * 3)
+
+
+FLAG = True
+GSCALE = 2.0
+
+
+def _global_reader(x):
+    return x * GSCALE if FLAG else x - 1
+
+
+def test_global_float_and_bool_are_guarded():
+    global FLAG, GSCALE
+    f = jg.compile(_global_reader)
+    x = jg.ones(2)
+    try:
+        close(f(x), [2.0, 2.0])
+        GSCALE = 3.0
+        close(f(x), [3.0, 3.0])
+        FLAG = False
+        close(f(x), [0.0, 0.0])
+        FLAG = True
+        close(f(x), [3.0, 3.0])
+    finally:
+        FLAG, GSCALE = True, 2.0
+
+
+def test_object_attribute_is_guarded():
+    class Config:
+        pass
+    cfg = Config()
+    cfg.k, cfg.relu = 1.5, False
+
+    @jg.compile
+    def f(x):
+        y = x * cfg.k
+        return y.relu() if cfg.relu else y
+
+    x = jg.tensor([-1.0, 2.0])
+    close(f(x), [-1.5, 3.0])
+    cfg.relu = True
+    close(f(x), [0.0, 3.0])
+    cfg.k = 2
+    close(f(x), [0.0, 4.0])
+
+
+def test_closure_int_used_in_reshape_is_guarded():
+    n = 3
+    f = jg.compile(lambda x: x.reshape(n, -1))
+    assert f(jg.ones(6)).shape == (3, 2)
+    n = 2
+    assert f(jg.ones(6)).shape == (2, 3)
+
+
+def test_module_attribute_is_guarded():
+    mod = types.ModuleType("user_settings")
+    mod.alpha = 0.5
+    sys.modules["user_settings"] = mod
+    try:
+        ns = {}
+        exec("import user_settings\ndef f(x):\n    return x * user_settings.alpha\n", ns)
+        f = jg.compile(ns["f"])
+        x = jg.ones(2)
+        close(f(x), [0.5, 0.5])
+        mod.alpha = 4.0
+        close(f(x), [4.0, 4.0])
+    finally:
+        del sys.modules["user_settings"]
+
+
+def test_nn_module_attribute_read_in_forward_is_guarded():
+    class Scale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+            self.factor = 1.0
+
+        def forward(self, x):
+            return self.lin(x) * self.factor
+
+    m = Scale()
+    drop = nn.Dropout(0.0)
+    f = jg.compile(lambda x: drop(m(x)))
+    x = jg.randn(4, 2)
+    close(f(x), m(x))
+    m.factor = 3.0
+    close(f(x), m(x))
+    drop.p = 1.0                     # Dropout's own attribute, read in its forward
+    close(f(x), np.zeros((4, 2)))
+
+
+def test_recompile_limit_names_the_function_and_the_changing_value():
+    k = 0
+    f = jg.compile(lambda x: x.reshape(-1)[:k + 1].sum(), recompile_limit=3)
+    x = jg.arange(10.0)
+    with pytest.warns(UserWarning) as rec:
+        for k in range(6):
+            close(f(x), sum(range(k + 1)))
+    msgs = [str(r.message) for r in rec if "recompile limit" in str(r.message)]
+    assert len(msgs) == 1
+    assert "recompile limit (3)" in msgs[0] and "'<lambda>'" in msgs[0]
+    assert "closure variable 'k'" in msgs[0] and "changed from 2 to 3" in msgs[0]
+    assert f.stats["traces"] == 3 and f.stats["eager_fallbacks"] == 3
+
+
+def test_float_argument_changing_every_call_is_a_graph_input():
+    f = jg.compile(lambda x, lr: x * lr + (1 - lr))
+    x = jg.ones(4)
+    for i in range(1800):
+        lr = 0.001 * i
+        r = f(x, lr)
+        if i % 450 == 0:
+            close(r, (x * lr + (1 - lr)))
+    close(r, np.full(4, 1.0))
+    assert f.stats["traces"] <= 2
+    assert entries(f) <= 2               # no entry per value: memory does not grow with the calls
+    assert f.stats["hits"] >= 1798
+
+
+def test_guarded_float_that_keeps_changing_becomes_a_graph_input():
+    lr = 0.1
+    w = jg.ones(3)
+
+    @jg.compile
+    def step(g):
+        w.sub_(lr * g)
+
+    g = jg.ones(3)
+    want = 1.0
+    for i in range(40):
+        lr = 0.01 * (i + 1)
+        step(g)
+        want -= lr
+    close(w, [want] * 3, rtol=1e-5)
+    assert step.stats["traces"] <= 2 and entries(step) <= 2
+
+
+def test_float_used_as_a_python_number_stays_static_and_correct():
+    def f(x, s):
+        if s > 1.0:            # needs the Python value: this argument cannot be a graph input
+            return x * 2
+        return x + s
+    cf = jg.compile(f)
+    x = jg.ones(2)
+    for s in [0.5, 3.0, 0.25, 0.5, 3.0]:
+        close(cf(x, s), f(x, s))
+    assert cf.stats["traces"] == 3     # one per distinct value, each guarded by value
+
+
+def test_dynamic_float_in_generated_code_matches_eager():
+    f = jg.compile(lambda x, s: (x * s).sum(), backend="numba")
+    x = jg.randn(5)
+    for s in [0.1, 0.7, 0.3]:
+        close(f(x, s), (x * s).sum())
+        assert f(x, s).dtype is jg.float32
+    assert f.stats["traces"] == 2 and f.stats["compiled_calls"] >= 4
