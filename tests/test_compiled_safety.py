@@ -191,3 +191,47 @@ def test_dynamic_float_in_generated_code_matches_eager():
         close(f(x, s), (x * s).sum())
         assert f(x, s).dtype is jg.float32
     assert f.stats["traces"] == 2 and f.stats["compiled_calls"] >= 4
+
+
+# ---- item 6: state after a failed trace ------------------------------------------------------------------
+
+@pytest.mark.parametrize("dampening", [0.0, 0.5])
+def test_failed_trace_leaves_optimizer_buffers_params_and_grads_as_before(dampening):
+    jg.manual_seed(1)
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 1))
+    opt = jg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, dampening=dampening)
+    x, y = jg.randn(8, 3), jg.randn(8, 1)
+
+    def step():
+        opt.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss.item()          # reading a traced value: the trace fails
+
+    params = [p.detach().numpy().copy() for p in model.parameters()]
+    buffers = [b.numpy().copy() for b in model.buffers()]
+    for p in model.parameters():
+        p.grad = jg.ones(p.shape)       # .grad objects that exist before
+    grads = [p.grad for p in model.parameters()]
+    f = jg.compile(step)
+    with pytest.raises(TracedValueError):
+        f()
+    assert len(opt.state) == 0 or all(len(s) == 0 for s in opt.state.values())
+    for p, v, g in zip(model.parameters(), params, grads):
+        assert p.grad is g and not isinstance(p.grad._data, jg.ir.graph.Var)
+        close(p.grad, np.ones(p.shape))
+        close(p, v)
+    for b, v in zip(model.buffers(), buffers):
+        close(b, v)
+    # the next eager step works and matches a fresh optimiser's first step
+    ref = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 1))
+    ref.load_state_dict(model.state_dict())
+    ref_opt = jg.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9, dampening=dampening)
+    for m, o in ((model, opt), (ref, ref_opt)):
+        for _ in range(2):
+            o.zero_grad()
+            ((m(x) - y) ** 2).mean().backward()
+            o.step()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        close(p, q)

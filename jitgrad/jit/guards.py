@@ -2,6 +2,7 @@
 
 - :func:`guard`: the graph being traced is valid only while a Python condition holds (an optimiser's
   hyperparameters and which state tensors exist); a later call where it does not hold retraces.
+- :func:`on_trace_abort`: undo Python-level state changes when the trace fails.
 - :func:`outside_trace`: tensors made inside are ordinary concrete state (an optimiser's buffers created on its
   first step), captured by identity when the trace first uses them, instead of constants of the graph.
 """
@@ -33,6 +34,15 @@ def guard(fn, value=None):
         tr.guards.append((fn, fn() if value is None else value))
 
 
+def on_trace_abort(fn):
+    """While a ``@jitgrad.compile`` trace runs: call ``fn()`` if the trace fails (``loss.item()`` inside the
+    step), so library code can undo the Python-level state it changed (an optimiser's new state entries).
+    Tensors the trace captured are restored by the compiler itself.  Outside a trace this does nothing."""
+    tr = _compile_trace()
+    if tr is not None:
+        tr.on_abort.append(fn)
+
+
 @contextlib.contextmanager
 def outside_trace():
     """Run a block as if no trace were active: tensors made inside are concrete state, not graph constants.
@@ -45,4 +55,4 @@ def outside_trace():
         _TR.active = prev
 
 
-__all__ = ["guard", "outside_trace", "is_compiling"]
+__all__ = ["guard", "outside_trace", "is_compiling", "on_trace_abort"]

@@ -20,7 +20,7 @@ from collections import defaultdict
 import numpy as np
 
 from ..ir import dtypes as dt
-from ..jit.guards import guard, is_compiling, outside_trace
+from ..jit.guards import guard, is_compiling, on_trace_abort, outside_trace
 from ..runtime import factories, grad_mode
 from ..runtime.tensor import Tensor
 from ..nn.module import zero_grads
@@ -148,13 +148,32 @@ class Optimizer:
         """Reset the gradients of all optimised parameters: to None (the default) or to zeros in place."""
         zero_grads((p for group in self.param_groups for p in group["params"]), set_to_none)
 
-    @staticmethod
-    def _run_closure(closure):
-        """torch's ``step(closure)``: the loss re-evaluated with grad enabled (None without a closure)."""
+    def _run_closure(self, closure):
+        """torch's ``step(closure)``: the loss re-evaluated with grad enabled (None without a closure).  Every
+        ``step`` starts here, so inside a compile trace this also arranges for the state to be put back if the
+        trace fails."""
+        if is_compiling():
+            self._restore_state_on_abort()
         if closure is None:
             return None
         with grad_mode.enable_grad():
             return closure()
+
+    def _restore_state_on_abort(self):
+        """A failed trace must leave the optimiser as it was: state entries made by this step (a momentum
+        buffer created on the first step, holding a traced value) are dropped, existing entries get their old
+        objects back (their tensors' values are restored by the compiler, which captured them)."""
+        state = self.state
+        before = {p: dict(s) for p, s in state.items()}
+
+        def undo():
+            for p in list(state):
+                if p not in before:
+                    del state[p]
+            for p, s in before.items():
+                state[p].clear()
+                state[p].update(s)
+        on_trace_abort(undo)
 
     def step(self, closure=None):
         raise NotImplementedError(f"{type(self).__name__}.step is not implemented")
