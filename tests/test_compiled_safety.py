@@ -235,3 +235,85 @@ def test_failed_trace_leaves_optimizer_buffers_params_and_grads_as_before(dampen
             o.step()
     for p, q in zip(model.parameters(), ref.parameters()):
         close(p, q)
+
+
+# ---- item 5: threads and processes -----------------------------------------------------------------------
+
+def _first_calls_from_four_threads():
+    w = jg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    bias = jg.tensor([0.5, 0.5, 0.5])
+
+    @jg.compile
+    def f(x):
+        h = x * w + bias
+        for _ in range(20):
+            h = h * 1.0
+        loss = (h ** 2).sum()
+        g, = jg.autograd.grad(loss, [w])
+        return loss.detach(), g
+
+    xs = [jg.tensor([float(i), 1.0, -1.0]) for i in range(4)]
+    barrier = threading.Barrier(4)
+    results, errors = [None] * 4, []
+
+    def run(i):
+        try:
+            barrier.wait()
+            for _ in range(5):
+                results[i] = f(xs[i])
+                # the captured parameter is never a traced value as seen from another thread's compiled call
+                assert isinstance(w._data, np.ndarray) and isinstance(bias._data, np.ndarray)
+        except BaseException as exc:      # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for x, (loss, g) in zip(xs, results):
+        xv, wv = x.numpy(), w.detach().numpy()
+        close(loss, (((xv * wv + 0.5) ** 2).sum()))
+        close(g, 2 * (xv * wv + 0.5) * xv)
+    assert f.stats["traces"] == 1
+
+
+def test_four_threads_calling_a_compiled_step_for_the_first_time():
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)       # switch threads often, so the first calls interleave with each other
+    try:
+        for _ in range(6):
+            _first_calls_from_four_threads()
+    finally:
+        sys.setswitchinterval(interval)
+
+
+_FORK_CHILD = textwrap.dedent("""
+    import os, sys, time
+    import jitgrad as jg
+    f = jg.compile(lambda x: (x * 3.0 + 1.0).exp().sum(), backend="numba", background=True)
+    x = jg.ones(4)
+    r = f(x)                       # starts a background build
+    pid = os.fork()
+    if pid == 0:
+        ok = f.wait()             # must not wait for the parent's build threads/processes
+        r2 = f(x)
+        os._exit(0 if abs(float(r2.item()) - float(r.item())) < 1e-3 else 3)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            f.wait()
+            sys.exit(os.waitstatus_to_exitcode(status))
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    sys.exit(7)                    # the child blocked
+""")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_wait_in_a_forked_child_does_not_block(tmp_path):
+    env = dict(os.environ, JITGRAD_CACHE_DIR=str(tmp_path / "cache"), JITGRAD_BACKGROUND_COMPILE="1")
+    p = subprocess.run([sys.executable, "-c", _FORK_CHILD], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, (p.returncode, p.stderr[-2000:])

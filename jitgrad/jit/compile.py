@@ -262,7 +262,6 @@ class CompiledFunction(Introspection):
         self.recompile_limit = RECOMPILE_LIMIT if recompile_limit is None else int(recompile_limit)
         self._last_key = None
         self._warned_retrace = False
-        self._pid = os.getpid()     # builds belong to this process (a forked child must not wait on them)
         # automatic dynamic scalars: float arguments (per argument structure, by position among the floats) and
         # guarded float values (by place) seen to change become graph inputs; a trace that cannot take them as
         # tensors (``if scale > 0:``) pins them static again
@@ -289,13 +288,15 @@ class CompiledFunction(Introspection):
         """
         if self.backend != "numba":
             return True
-        if os.getpid() != self._pid:
-            # a forked child: the builds ran in the parent's threads and processes, which the child does not
-            # have; what is already compiled serves, the rest runs on the interpreter
-            return False
         ok = True
+        pid = os.getpid()
         for entries in self._cache.values():
             for e in entries:
+                if getattr(e, "pid", pid) != pid:
+                    # traced before a fork: its builds ran in the parent's threads and processes, which this
+                    # child does not have, so waiting would block forever; the interpreter serves it here
+                    ok = False
+                    continue
                 gf = getattr(e, "gf", None)
                 if gf is not None:
                     ok = gf.wait(timeout) and ok
