@@ -317,3 +317,59 @@ def test_wait_in_a_forked_child_does_not_block(tmp_path):
     env = dict(os.environ, JITGRAD_CACHE_DIR=str(tmp_path / "cache"), JITGRAD_BACKGROUND_COMPILE="1")
     p = subprocess.run([sys.executable, "-c", _FORK_CHILD], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
+
+
+# ---- item 3: silent wrong results outside the kernels ----------------------------------------------------
+
+def test_inplace_change_of_a_saved_compiled_output_raises_the_version_error():
+    w = jg.tensor([0.1, 0.2, 0.3], requires_grad=True)
+    f = jg.compile(lambda x: (x * w).exp())     # exp's backward reads its output
+    x = jg.tensor([1.0, 2.0, 3.0])
+    y = f(x)
+    with jg.no_grad():
+        y.mul_(2)
+    with pytest.raises(RuntimeError, match="one of the variables needed for gradient computation has been "
+                                           "modified by an inplace operation"):
+        y.sum().backward()
+    ye = (x * w).exp()                          # eager raises the same
+    with jg.no_grad():
+        ye.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        ye.sum().backward()
+
+
+def test_inplace_change_of_an_unsaved_compiled_output_keeps_eager_gradients():
+    w = jg.tensor([0.1, 0.2, 0.3], requires_grad=True)
+    f = jg.compile(lambda x: x * w)             # mul's backward reads its inputs, not its output
+    x = jg.tensor([1.0, 2.0, 3.0])
+    y = f(x)
+    with jg.no_grad():
+        y.mul_(2)
+    y.sum().backward()
+    close(w.grad, x)
+
+
+def test_from_numpy_tensors_over_one_array_alias_inside_compiled_code():
+    def f(a, b):
+        a.add_(1.0)
+        return b * 2            # eager: b sees a's update (one buffer)
+
+    cf = jg.compile(f)
+    for _ in range(2):
+        arr_e, arr_c = np.arange(3.0), np.arange(3.0)
+        want = f(jg.from_numpy(arr_e), jg.from_numpy(arr_e))
+        got = cf(jg.from_numpy(arr_c), jg.from_numpy(arr_c))
+        close(got, want)
+        close(arr_c, arr_e)
+    # a view of the same array: overlapping buffers
+    arr_e, arr_c = np.arange(4.0), np.arange(4.0)
+    want = f(jg.from_numpy(arr_e[1:]), jg.from_numpy(arr_e[:3]))
+    got = cf(jg.from_numpy(arr_c[1:]), jg.from_numpy(arr_c[:3]))
+    close(got, want)
+    close(arr_c, arr_e)
+    # separate arrays still compile (aliasing is part of the key, not a reason to stop compiling)
+    a, b = jg.from_numpy(np.arange(3.0)), jg.from_numpy(np.ones(3))
+    close(cf(a, b), [2.0, 2.0, 2.0])
+    close(a, [1.0, 2.0, 3.0])
+    assert cf.stats["traces"] == 2       # aliased (eager, one entry for both cases) and separate (compiled)
+    assert cf.stats["eager_fallbacks"] == 1

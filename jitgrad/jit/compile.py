@@ -306,6 +306,10 @@ class CompiledFunction(Introspection):
     def _key(self, leaves, treedef, tkey=None):
         ids = [id(t) for t in leaves]
         first = tuple(ids.index(i) for i in ids)     # which leaves are the same object
+        if len(leaves) > 1:
+            alias = _shared_memory(leaves, first)
+            if alias:
+                first = (first, alias)
         sig = tuple((tuple(t._data.shape), t._data.dtype, t._requires_grad or t.grad_fn is not None, t._grad is None,
                      type(t._data)) for t in leaves)     # the payload's type: its device
         an = anomaly.STATE
@@ -483,7 +487,13 @@ class CompiledFunction(Introspection):
             for d, v in saved_values:
                 d.put(v)
             self._materialize_leaks(e, tracer, outputs, out_diff)
-            self._build(e, tracer, outputs, out_diff)
+            if e.writes and not e.materialize and key[2] and type(key[2][0]) is tuple:
+                # arguments share memory and the function writes one of them in place: the graph's functional
+                # view cannot give eager mode's aliasing, so this signature runs eagerly (correct by definition)
+                e.eager = True
+                self.stats["eager_fallbacks"] += 1
+            else:
+                self._build(e, tracer, outputs, out_diff)
         self.stats["compile_seconds"] += time.perf_counter() - t0
         self._last_key = key
         if not e.one_shot:
@@ -666,6 +676,34 @@ class CompiledFunction(Introspection):
                           "first call); that state now holds the value this call would give it, but the call did "
                           "not run. Call the function once before asking for its IR.", stacklevel=3)
         return e
+
+
+def _shared_memory(leaves, first):
+    """Pairs of distinct argument tensors whose buffers overlap (two ``from_numpy`` tensors over one array, a
+    view of another argument's array): part of the key, since a graph that writes one of them in place cannot
+    keep the other's value as eager mode sees it (such a signature runs eagerly, see ``_trace``)."""
+    roots = {}
+    pairs = []
+    for i, t in enumerate(leaves):
+        if first[i] != i:
+            continue
+        d = t._data
+        if type(d) is not np.ndarray:
+            continue
+        r = d
+        while r.base is not None and type(r.base) is np.ndarray:
+            r = r.base
+        if r.base is not None:
+            r = r.base      # memory owned by another object (a buffer, mmap): compare by that owner
+        prev = roots.get(id(r))
+        if prev is None:
+            roots[id(r)] = [i]
+            continue
+        for j in prev:
+            if np.may_share_memory(leaves[j]._data, d):
+                pairs.append((j, i))
+        prev.append(i)
+    return tuple(pairs)
 
 
 def _copy_payload(d):

@@ -184,7 +184,7 @@ class _CompiledOp:
 class CompiledBackward(Node):
     """grad_fn of a GraphFunction's differentiable outputs."""
 
-    __slots__ = ("plan", "saved", "saved_versions", "input_versions", "residuals")
+    __slots__ = ("plan", "saved", "saved_versions", "input_versions", "residuals", "saved_outputs")
 
     def apply(self, grads):
         if self._freed:
@@ -199,6 +199,14 @@ class CompiledBackward(Node):
                     f"operation: [jitgrad.{t.dtype.name} {list(t.shape)}], which is an input of {self.name()}, is at "
                     f"version {t._vc[0]}; expected version {v} instead. Hint: a compiled function that updates "
                     "its inputs in place cannot be differentiated afterwards.")
+        for k, ref, v in self.saved_outputs:
+            t = ref()
+            if t is not None and t._vc[0] != v:
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been modified by an inplace "
+                    f"operation: [jitgrad.{t.dtype.name} {list(t.shape)}], which is output {k} of {self.name()}, "
+                    f"is at version {t._vc[0]}; expected version {v} instead. Hint: the compiled function's "
+                    "backward reads this output's buffer; modify a clone instead.")
         plan = self.plan
         if grad_mode.STATE.grad_enabled:
             # create_graph: residuals as differentiable functions of the inputs, recomputed
@@ -233,6 +241,7 @@ class _Plan:
         self._bwd = None
         self._res = None
         self.residual_alias = [g.inputs.index(r) for r in self.transposed.residuals if r in set(g.inputs)]
+        self.residual_set = {r for r in self.transposed.residuals if isinstance(r, Var)}
 
     def backward_fn(self) -> "GraphFunction":
         if self._bwd is None:
@@ -323,6 +332,7 @@ class GraphFunction:
         node.residuals = allout[n:]
         node.saved_versions = [(inputs[i], inputs[i]._vc[0]) for i in plan.residual_alias]
         node.input_versions = [(t, t._vc[0]) for t in inputs]
+        node.saved_outputs = _saved_outputs(plan, outs, allout[:n], allout[n:])
         node.inputs = node.outputs = ()
         node.versions = node.out_versions = None
         node.shapes = tuple(t.shape for t in inputs)
@@ -336,6 +346,22 @@ class GraphFunction:
             meta.append((o.shape, o.dtype))
         node.out_meta = tuple(meta)
         return outs
+
+
+def _saved_outputs(plan, outs, out_arrays, residuals):
+    """The outputs whose buffers the backward reads (an output that is a residual, or a view of one): an
+    in-place change to one of them before backward must raise, as torch's saved-tensor version check does.
+    Weak references, so the node does not keep its own outputs alive."""
+    saved = []
+    res_vars = plan.residual_set
+    outs_g = plan.gf.graph.outputs
+    nd = [r for r in residuals if type(r) is np.ndarray]
+    for k, (t, a) in enumerate(zip(outs, out_arrays)):
+        if not isinstance(t, Tensor):
+            continue
+        if outs_g[k] in res_vars or (type(a) is np.ndarray and any(np.may_share_memory(a, r) for r in nd)):
+            saved.append((k, weakref.ref(t), t._vc[0]))
+    return saved
 
 
 __all__ = ["GraphFunction", "FRONT", "execute"]
