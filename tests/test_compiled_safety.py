@@ -373,3 +373,20 @@ def test_from_numpy_tensors_over_one_array_alias_inside_compiled_code():
     close(a, [1.0, 2.0, 3.0])
     assert cf.stats["traces"] == 2       # aliased (eager, one entry for both cases) and separate (compiled)
     assert cf.stats["eager_fallbacks"] == 1
+
+
+# ---- item 7: errors from compiled code name the op and the user's line -----------------------------------
+
+def test_error_raised_inside_a_compiled_graph_names_the_op_and_the_user_line():
+    W = jg.randn(10)
+    f = jg.compile(lambda i: W[i] * 2, backend="interpret")
+    close(f(jg.tensor(3)), W[3] * 2)
+    with pytest.raises(IndexError) as exc:
+        f(jg.tensor(12))
+    msg = str(exc.value)
+    assert msg.startswith("getitem: index 12 is out of bounds for axis 0 with size 10")
+    assert "float32[10], int64[]" in msg
+    assert "test_compiled_safety.py" in msg and "lambda i: W[i] * 2" in msg
+    with pytest.raises(IndexError) as eager:
+        W[jg.tensor(12)]
+    assert str(eager.value).split("\n")[0] == msg.split("\n")[0]

@@ -31,6 +31,24 @@ def interpret(graph: Graph, args, on_nonfinite=None, profiler=None) -> list:
     return [env[v] if type(v) is not Lit else np.asarray(v.value, v.aval.dtype.np) for v in graph.outputs]
 
 
+def eqn_error(e, vals, exc):
+    """An error raised while running eqn ``e`` of a compiled graph, re-raised as eager mode raises it: the same
+    class, naming the op, the inputs' shapes and dtypes, and the user's line that created the op (for a backward
+    eqn, the forward line it differentiates)."""
+    text = str(exc)
+    if not text.startswith(e.op.name):
+        text = f"{e.op.name}: {text}"
+    if "(inputs:" not in text:
+        ins = ", ".join(f"{np.asarray(v).dtype}{list(np.shape(v))}" for v in vals)
+        text += f" (inputs: {ins})"
+    if e.loc is not None and " at " not in text:
+        text += f"\n  at {e.loc.where()} in {e.loc.function}: {e.loc.text}"
+    try:
+        return type(exc)(text)
+    except Exception:      # noqa: BLE001 - an exception class with another constructor
+        return RuntimeError(text)
+
+
 class ScopeTracker:
     """Opens and closes the profiler ranges of ``record_function`` blocks traced inside a compiled function, as
     consecutive steps enter and leave them (each eqn carries the names of the blocks it was traced in)."""
@@ -68,11 +86,14 @@ def _run_all(graph, env, on_nonfinite, profiler, scopes):
         if scopes is not None:
             scopes.enter(e.scope)
         vals = [env[v] if type(v) is not Lit else v.value for v in e.ins]
-        if profiler is not None:
-            loc = f" {e.loc.short()}" if e.loc is not None else ""
-            with profiler.range(f"{e.op.name}{loc}", [list(np.shape(v)) for v in vals], "kernel"):
+        try:
+            if profiler is not None:
+                loc = f" {e.loc.short()}" if e.loc is not None else ""
+                with profiler.range(f"{e.op.name}{loc}", [list(np.shape(v)) for v in vals], "kernel"):
+                    out = env[e.outs[0]] = run_eqn(e, vals)
+            else:
                 out = env[e.outs[0]] = run_eqn(e, vals)
-        else:
-            out = env[e.outs[0]] = run_eqn(e, vals)
+        except (IndexError, ValueError, TypeError, ZeroDivisionError, FloatingPointError, OverflowError) as exc:
+            raise eqn_error(e, vals, exc) from None
         if e.check is not None and on_nonfinite is not None and out.dtype.kind == "f" and not np.isfinite(out).all():
             on_nonfinite(e, out)
