@@ -390,3 +390,28 @@ def test_error_raised_inside_a_compiled_graph_names_the_op_and_the_user_line():
     with pytest.raises(IndexError) as eager:
         W[jg.tensor(12)]
     assert str(eager.value).split("\n")[0] == msg.split("\n")[0]
+
+
+def test_guards_do_not_walk_library_objects_whose_state_changes_every_call():
+    # ``opt.step`` puts the name "step" in the code; the global ``step`` is the compiled function itself, whose
+    # stats change at every call: guarding them would retrace every call
+    ns = {"jg": jg, "nn": nn}
+    exec(textwrap.dedent("""
+        model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+        opt = jg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+        @jg.compile
+        def step(x):
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+    """), ns)
+    x = jg.randn(5, 3)
+    for _ in range(6):
+        ns["step"](x)
+    assert ns["step"].stats["traces"] <= 2      # the first step creates the momentum buffers
+    labels = [g.label for e in ns["step"]._cache.values() for g in e[0].values]
+    assert not any(lbl.startswith("global 'step'") or lbl.startswith("global 'opt'") for lbl in labels), labels
+    assert "global 'model'.1.training" in labels

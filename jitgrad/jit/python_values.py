@@ -23,8 +23,11 @@ _MISSING = object()
 _SCALARS = (bool, int, float, complex, str, bytes, type(None))
 _MAX_DEPTH = 4
 _MAX_GUARDS = 512          # a bound on the walk, so a huge object graph cannot make every call slow
+# objects of these packages' types are not walked (their state is not what a trace reads), except jitgrad's
+# nn.Modules (attributes such as Dropout.p and BatchNorm.momentum are read by forward)
 _LIB_ROOTS = frozenset(sys.stdlib_module_names) | {"numpy", "numba", "scipy", "torch", "jax", "llvmlite",
-                                                    "pytest", "_pytest", "hypothesis", "IPython", "ipykernel"}
+                                                    "pytest", "_pytest", "hypothesis", "IPython", "ipykernel",
+                                                    "jitgrad"}
 _JG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SKIP_METHODS = {"__init__", "__repr__", "extra_repr", "__setstate__", "__getstate__", "state_dict",
                  "load_state_dict", "__str__"}
