@@ -39,6 +39,7 @@ from ..runtime import profiler_state
 
 _PROF = profiler_state.STATE
 _MISSING = python_values._MISSING
+_EAGER = object()       # _call_locked's answer: run the function eagerly (after releasing the lock)
 
 # torch._dynamo.config.recompile_limit: past this many traces of one function, new signatures run eagerly
 RECOMPILE_LIMIT = 8
@@ -347,7 +348,10 @@ class CompiledFunction(Introspection):
         if _TR.active is not None:      # called while another function is being traced: trace through it
             return self.fn(*args, **kwargs)
         with TRACE_LOCK:                # see jit/threads.py: no call reads a tensor another thread is tracing
-            return self._call_locked(args, kwargs)
+            r = self._call_locked(args, kwargs)
+        if r is _EAGER:                 # outside the lock: eager code may wait on other threads' compiled calls
+            return self.fn(*args, **kwargs)
+        return r
 
     def _signature(self, args, kwargs):
         """-> (tensor leaves, treedef, key, float arguments, positions of the floats that are graph inputs)."""
@@ -372,7 +376,7 @@ class CompiledFunction(Introspection):
                 if e.guards_ok():
                     self.stats["hits"] += 1
                     if e.eager:      # fullgraph=False fallback for this signature, or aliased inputs
-                        return self.fn(*args, **kwargs)
+                        return _EAGER
                     return self._run(e, leaves, args, kwargs, floats)
         if floats and self._float_args_changed(treedef, floats):
             return self._call_locked(args, kwargs)     # the changed floats are graph inputs now
@@ -381,10 +385,10 @@ class CompiledFunction(Introspection):
         if self._n_entries >= self.recompile_limit:
             self._warn_recompile_limit(key)
             self.stats["eager_fallbacks"] += 1
-            return self.fn(*args, **kwargs)
+            return _EAGER
         e = self._trace(leaves, treedef, args, kwargs, key, floats, dyn)
         if e.eager:
-            return self.fn(*args, **kwargs)
+            return _EAGER
         return self._run(e, leaves, args, kwargs, floats)
 
     def _float_args_changed(self, treedef, floats) -> bool:
@@ -425,7 +429,7 @@ class CompiledFunction(Introspection):
                       f"   last reason: {reason}\n"
                       "New signatures of this function now run eagerly (as torch.compile does past "
                       "torch._dynamo.config.recompile_limit); the compiled ones still serve. Keep that value stable, "
-                      "pass it as a tensor, or raise jitgrad.compile(..., recompile_limit=N).", stacklevel=4)
+                      "pass it as a tensor, or raise jitgrad.compile(..., recompile_limit=N).", stacklevel=5)
 
     def _trace(self, leaves, treedef, args, kwargs, key, floats=(), dyn=()) -> _Entry:
         t0 = time.perf_counter()
@@ -481,7 +485,7 @@ class CompiledFunction(Introspection):
             if not self._warned_eager:
                 self._warned_eager = True
                 warnings.warn(f"jitgrad.compile(fullgraph=False): {getattr(self.fn, '__name__', 'function')} reads "
-                              "a traced value; this signature runs eagerly.", stacklevel=4)
+                              "a traced value; this signature runs eagerly.", stacklevel=5)
         else:
             tracer.restore()
             for d, v in saved_values:
