@@ -23,7 +23,9 @@ def _backward_graph(e, args, kwargs):
         return None
     leaves, _ = flatten((args, kwargs), _is_tensor)
     uniq = list({id(t): t for t in leaves}.values())
-    wrt = tuple(i for i, t in enumerate(uniq + [c.ref() for c in e.captured]) if t.requires_grad)
+    dyn = [None] * (len(e.arg_floats) + len(e.dynamic))     # dynamic floats: graph inputs that need no grad
+    wrt = tuple(i for i, t in enumerate(uniq + dyn + [c.ref() for c in e.captured])
+                if t is not None and t.requires_grad)
     if not wrt:
         return None
     plan = e.gf.plan(wrt)
