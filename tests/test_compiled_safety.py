@@ -289,6 +289,33 @@ def test_four_threads_calling_a_compiled_step_for_the_first_time():
         sys.setswitchinterval(interval)
 
 
+def test_eager_code_in_another_thread_never_sees_a_parameter_being_traced():
+    w = jg.tensor([1.0, 2.0, 3.0])
+    stop, errors, seen = threading.Event(), [], []
+
+    def eager_reader():
+        try:
+            while not stop.is_set():
+                seen.append((w * 2).sum().item())     # an eager op and a read of the captured tensor
+        except BaseException as exc:      # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    reader = threading.Thread(target=eager_reader)
+    reader.start()
+    try:
+        for _ in range(10):
+            f = jg.compile(lambda x: sum(((x * w) * 1.0 for _ in range(30)), jg.zeros(3)))   # a long trace
+            close(f(jg.ones(3)), [30.0, 60.0, 90.0])
+    finally:
+        stop.set()
+        reader.join()
+        sys.setswitchinterval(interval)
+    assert not errors, errors
+    assert seen and set(seen) == {12.0}
+
+
 _FORK_CHILD = textwrap.dedent("""
     import os, sys, time
     import jitgrad as jg

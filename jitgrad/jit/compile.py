@@ -33,7 +33,7 @@ from ..runtime import anomaly, grad_mode
 from .graph_function import GraphFunction
 from .introspection import Introspection
 from . import python_values
-from .threads import TRACE_LOCK
+from ..tracer import trace as _trace_mod
 from ..runtime.tensor import Tensor
 from ..runtime import profiler_state
 
@@ -347,7 +347,7 @@ class CompiledFunction(Introspection):
         self.stats["calls"] += 1
         if _TR.active is not None:      # called while another function is being traced: trace through it
             return self.fn(*args, **kwargs)
-        with TRACE_LOCK:                # see jit/threads.py: no call reads a tensor another thread is tracing
+        with _trace_mod.TRACE_LOCK:     # no call reads a tensor another thread is tracing
             r = self._call_locked(args, kwargs)
         if r is _EAGER:                 # outside the lock: eager code may wait on other threads' compiled calls
             return self.fn(*args, **kwargs)
@@ -653,7 +653,7 @@ class CompiledFunction(Introspection):
 
     # --- introspection --------------------------------------------------------------------------------
     def _entry_for(self, args, kwargs) -> _Entry:
-        with TRACE_LOCK:
+        with _trace_mod.TRACE_LOCK:
             return self._entry_for_locked(args, kwargs)
 
     def _entry_for_locked(self, args, kwargs) -> _Entry:

@@ -16,6 +16,7 @@ from .node import Node
 from .source import user_code_line, user_loc, user_stack
 from ..ir.graph import Lit, Var
 from ..tracer import STATE as _TR
+from ..tracer.trace import wait_for_other_traces
 
 _FROM_NP = dt._FROM_NP
 _WEAK = {bool: Aval((), dt.bool_, True), int: Aval((), dt.int64, True), float: Aval((), dt.float32, True)}
@@ -168,6 +169,12 @@ def _general_key(op, args, params):
     for a in args:
         if type(a) is Tensor or isinstance(a, Tensor):
             d = a._data
+            if type(d) is Var and _TR.active is None:
+                # another thread's @jitgrad.compile trace has swapped this tensor's payload (a parameter it
+                # captured): wait until that trace ends and restores it
+                wait_for_other_traces()
+                if type(a._data) is not Var:
+                    return _bind(op, args, params)
             if type(d) is not np.ndarray and backend_of_payload(d) is not None:
                 # a device tensor: its backend runs the op (runtime/devices.py)
                 return _device_bind(op, args, params)

@@ -27,6 +27,13 @@ def is_traced(t) -> bool:
 
 def traced_read(t, what):
     from ..tracer import TracedValueError
+    if _TR.active is None and type(t._data) is Var:
+        # not tracing here: another thread's trace has swapped this tensor's payload; it is restored when that
+        # trace ends, and then the read goes on
+        from ..tracer.trace import wait_for_other_traces
+        wait_for_other_traces()
+        if type(t._data) is not Var:
+            return
     from .source import user_loc
     loc = user_loc(3)
     where = f"{loc.where()} ({loc.text})" if loc is not None else "an unknown line"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 
 from ..ir.graph import AnomalyCheck, Eqn, Graph, Var
@@ -21,6 +22,28 @@ class _State(threading.local):
 
 
 STATE = _State()
+
+# Held by a @jitgrad.compile trace (which swaps its captured tensors' payloads for symbolic values while the
+# function runs) and by compiled calls; eager code in another thread that meets a symbolic payload waits on it
+# (runtime/dispatch.py, runtime/traced.py).  Re-entrant: a compiled function called inside a trace traces through.
+# See jit/threads.py.  A forked child gets a fresh one (a parent thread may have held it at the fork).
+TRACE_LOCK = threading.RLock()
+
+
+def wait_for_other_traces():
+    """Block until no other thread is tracing (the caller met a tensor whose payload another thread's trace has
+    swapped for a symbolic value; it is restored when that trace ends)."""
+    with TRACE_LOCK:
+        pass
+
+
+def _after_fork_in_child():
+    global TRACE_LOCK
+    TRACE_LOCK = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Trace:
