@@ -241,7 +241,7 @@ class _Plan:
         self._bwd = None
         self._res = None
         self.residual_alias = [g.inputs.index(r) for r in self.transposed.residuals if r in set(g.inputs)]
-        self.residual_set = {r for r in self.transposed.residuals if isinstance(r, Var)}
+        self.saved_outs = _outputs_sharing_residuals(g, self.transposed.residuals)
 
     def backward_fn(self) -> "GraphFunction":
         if self._bwd is None:
@@ -353,15 +353,30 @@ def _saved_outputs(plan, outs, out_arrays, residuals):
     in-place change to one of them before backward must raise, as torch's saved-tensor version check does.
     Weak references, so the node does not keep its own outputs alive."""
     saved = []
-    res_vars = plan.residual_set
-    outs_g = plan.gf.graph.outputs
+    by_graph = plan.saved_outs
     nd = [r for r in residuals if type(r) is np.ndarray]
     for k, (t, a) in enumerate(zip(outs, out_arrays)):
         if not isinstance(t, Tensor):
             continue
-        if outs_g[k] in res_vars or (type(a) is np.ndarray and any(np.may_share_memory(a, r) for r in nd)):
+        if k in by_graph or (type(a) is np.ndarray and any(np.may_share_memory(a, r) for r in nd)):
             saved.append((k, weakref.ref(t), t._vc[0]))
     return saved
+
+
+def _outputs_sharing_residuals(g, residuals) -> frozenset:
+    """Indices of the graph's outputs that are a residual, or a view (reshape, permute, expand...) of one or of
+    which one is a view: as in torch, where a view shares its base's version counter, changing such an output in
+    place invalidates the saved value, whether or not the backend gave them one buffer."""
+    defs = {o: e for e in g.eqns for o in e.outs}
+
+    def base(v):
+        while True:
+            e = defs.get(v)
+            if e is None or not getattr(e.op, "view", False):
+                return v
+            v = e.ins[0]
+    res = {base(r) for r in residuals if isinstance(r, Var)}
+    return frozenset(k for k, v in enumerate(g.outputs) if isinstance(v, Var) and base(v) in res)
 
 
 __all__ = ["GraphFunction", "FRONT", "execute"]
