@@ -444,3 +444,28 @@ def test_guards_do_not_walk_library_objects_whose_state_changes_every_call():
     labels = [g.label for e in ns["step"]._cache.values() for g in e[0].values]
     assert not any(lbl.startswith("global 'step'") or lbl.startswith("global 'opt'") for lbl in labels), labels
     assert "global 'model'.1.training" in labels
+
+
+LAYER_GAIN = 1.0
+
+
+class _GainLayer(nn.Module):
+    def forward(self, x):
+        return x * LAYER_GAIN         # a global read by a method of a user Module
+
+
+def test_global_read_in_a_user_module_method_is_guarded():
+    global LAYER_GAIN
+    m = nn.Sequential(_GainLayer())
+    f = jg.compile(lambda x: m(x))
+    x = jg.ones(2)
+    try:
+        close(f(x), [1.0, 1.0])
+        LAYER_GAIN = 2.0
+        close(f(x), [2.0, 2.0])
+        for k in range(10):        # keeps changing: a graph input after the first change, no retrace each call
+            LAYER_GAIN = 3.0 + k
+            close(f(x), [3.0 + k] * 2)
+        assert f.stats["traces"] == 2
+    finally:
+        LAYER_GAIN = 1.0

@@ -240,6 +240,17 @@ class _Collector:
         for n in tnames:
             if n in d and not n.startswith("__"):
                 self.slot(d, n, d[n], f"{label}.{n}", tnames, depth)
+        tp = type(o)
+        if not _is_library_type(tp):     # a user class: the globals and closures its methods read
+            for klass in tp.__mro__:
+                if _is_library_type(klass):
+                    continue
+                for v in vars(klass).values():
+                    if isinstance(v, (staticmethod, classmethod)):
+                        v = v.__func__
+                    if isinstance(v, types.FunctionType) and _is_user_function(v) \
+                            and v.__name__ not in _SKIP_METHODS:
+                        self.function(v, depth + 1, v.__qualname__)
         mods = d.get("_modules")
         if type(mods) is dict:        # an nn.Module's children: what forward may reach without naming them
             for n, m in mods.items():
