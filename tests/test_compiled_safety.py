@@ -469,3 +469,17 @@ def test_global_read_in_a_user_module_method_is_guarded():
         assert f.stats["traces"] == 2
     finally:
         LAYER_GAIN = 1.0
+
+
+def test_dict_entries_the_code_reads_are_guarded_and_others_are_not():
+    cfg = {"scale": 2.0, "epoch": 0}
+    f = jg.compile(lambda x: x * cfg["scale"])
+    x = jg.ones(2)
+    close(f(x), [2.0, 2.0])
+    for epoch in range(12):          # an entry the function does not read: no retrace, no recompile limit
+        cfg["epoch"] = epoch
+        close(f(x), [2.0, 2.0])
+    assert f.stats["traces"] == 1
+    cfg["scale"] = 3
+    close(f(x), [3.0, 3.0])
+    assert f.stats["traces"] == 2

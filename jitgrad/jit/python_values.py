@@ -118,13 +118,16 @@ _TYPE_NAMES: dict = {}
 
 
 def code_names(code) -> frozenset:
-    """The global and attribute names a code object (and the functions defined inside it) uses."""
+    """The global and attribute names a code object (and the functions defined inside it) uses, and its string
+    constants (``cfg["lr"]``, ``getattr(self, "scale")``)."""
     r = _CODE_NAMES.get(code)
     if r is None:
         names = set(code.co_names)
         for c in code.co_consts:
             if isinstance(c, types.CodeType):
                 names |= code_names(c)
+            elif type(c) is str and len(c) <= 64:
+                names.add(c)
         r = _CODE_NAMES[code] = frozenset(names)
     return r
 
@@ -216,13 +219,15 @@ class _Collector:
             for n in names:
                 if n in d:
                     self.slot(d, n, d[n], f"{label}.{n}", names, depth + 1)
-        elif tp is dict and len(v) <= 64:
+        elif tp is dict:
+            # only the keys the code spells out (``cfg["lr"]``): another entry changing (a step counter the
+            # training loop keeps in the same dict) must not retrace
             if id(v) in self.seen:
                 return
             self.seen.add(id(v))
-            for k, x in v.items():
-                if type(x) in _SCALARS and type(k) in _SCALARS:
-                    self.add(v, k, x, False, f"{label}[{k!r}]")
+            for k in names:
+                if k in v:
+                    self.slot(v, k, v[k], f"{label}[{k!r}]", names, depth + 1)
         elif isinstance(v, type):
             return
         elif hasattr(v, "_guard_trace"):
