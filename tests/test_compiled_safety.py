@@ -483,3 +483,26 @@ def test_dict_entries_the_code_reads_are_guarded_and_others_are_not():
     cfg["scale"] = 3
     close(f(x), [3.0, 3.0])
     assert f.stats["traces"] == 2
+
+
+def test_attributes_read_only_by_methods_the_step_never_runs_are_not_guarded():
+    class Helper:
+        def __init__(self):
+            self.k, self.calls = 2.0, 0
+
+        def apply(self, x):
+            return x * self.k
+
+        def log(self):
+            return f"calls: {self.calls}"
+
+    h = Helper()
+    f = jg.compile(lambda x: h.apply(x))
+    x = jg.ones(2)
+    for i in range(12):
+        h.calls = i                  # read by log(), which the step never calls
+        close(f(x), [2.0, 2.0])
+    assert f.stats["traces"] == 1
+    h.k = 5                          # read by apply(): guarded
+    close(f(x), [5.0, 5.0])
+    assert f.stats["traces"] == 2

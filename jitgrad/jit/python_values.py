@@ -132,25 +132,46 @@ def code_names(code) -> frozenset:
     return r
 
 
-def _type_names(tp) -> frozenset:
-    """Names the methods of ``tp`` (and its bases) use: ``self.p`` read in ``forward``."""
-    r = _TYPE_NAMES.get(tp)
+def _method(tp, name):
+    """The plain function behind ``tp.name`` (a method, static or class method, property getter), or None."""
+    for klass in tp.__mro__:
+        if name in vars(klass):
+            v = vars(klass)[name]
+            if isinstance(v, (staticmethod, classmethod)):
+                v = v.__func__
+            if isinstance(v, property):
+                v = v.fget
+            return v if isinstance(v, types.FunctionType) else None
+    return None
+
+
+def _reachable(tp, names) -> tuple:
+    """-> (names, user functions) of the methods of ``tp`` that code using ``names`` can run: the methods it
+    names, the ones those name, and so on; for a callable object (an nn.Module) also ``__call__``/``forward``.
+    Only these methods' attribute reads are guarded, so state a method the step never runs reads (a counter a
+    ``log()`` method prints) does not retrace."""
+    key = (tp, names)
+    r = _TYPE_NAMES.get(key)
     if r is None:
-        names = set()
-        for klass in tp.__mro__:
-            if klass is object:
+        out = set(names)
+        todo = [n for n in names] + ["__call__", "forward"]
+        done, funcs = set(), []
+        while todo:
+            n = todo.pop()
+            if n in done or n in _SKIP_METHODS:
                 continue
-            for k, v in vars(klass).items():
-                if k in _SKIP_METHODS:
-                    continue
-                if isinstance(v, (staticmethod, classmethod)):
-                    v = v.__func__
-                if isinstance(v, property):
-                    v = v.fget
-                code = getattr(v, "__code__", None)
-                if code is not None:
-                    names |= code_names(code)
-        r = _TYPE_NAMES[tp] = frozenset(names)
+            done.add(n)
+            f = _method(tp, n)
+            if f is None:
+                continue
+            if _is_user_function(f):
+                funcs.append(f)
+            new = code_names(f.__code__) - out
+            out |= new
+            todo.extend(new)
+        r = _TYPE_NAMES[key] = (frozenset(out), tuple(funcs))
+        if len(_TYPE_NAMES) > 4096:
+            _TYPE_NAMES.clear()
     return r
 
 
@@ -241,21 +262,12 @@ class _Collector:
             return
         self.seen.add(id(o))
         d = vars(o)
-        tnames = names | _type_names(type(o))
+        tnames, funcs = _reachable(type(o), names)
         for n in tnames:
             if n in d and not n.startswith("__"):
                 self.slot(d, n, d[n], f"{label}.{n}", tnames, depth)
-        tp = type(o)
-        if not _is_library_type(tp):     # a user class: the globals and closures its methods read
-            for klass in tp.__mro__:
-                if _is_library_type(klass):
-                    continue
-                for v in vars(klass).values():
-                    if isinstance(v, (staticmethod, classmethod)):
-                        v = v.__func__
-                    if isinstance(v, types.FunctionType) and _is_user_function(v) \
-                            and v.__name__ not in _SKIP_METHODS:
-                        self.function(v, depth + 1, v.__qualname__)
+        for f in funcs:          # a user class's methods: the globals and closures they read
+            self.function(f, depth + 1, f.__qualname__)
         mods = d.get("_modules")
         if type(mods) is dict:        # an nn.Module's children: what forward may reach without naming them
             for n, m in mods.items():
