@@ -251,6 +251,11 @@ class _Collector:
                     self.slot(v, k, v[k], f"{label}[{k!r}]", names, depth + 1)
         elif isinstance(v, type):
             return
+        elif isinstance(getattr(v, "__wrapped__", None), types.FunctionType) and not isinstance(v, types.ModuleType):
+            # another compiled function (or a wrapper object): called inside this trace, it traces through, so
+            # what it reads is this graph's too
+            self.add(src, name, v, True, label)
+            self.function(v.__wrapped__, depth + 1, v.__wrapped__.__qualname__)
         elif hasattr(v, "_guard_trace"):
             return          # an optimiser: it guards its own hyperparameters (optim/optimizer.py)
         elif hasattr(v, "__dict__") and (not _is_library_type(tp) or hasattr(v, "_modules")):
