@@ -516,3 +516,19 @@ def test_values_read_by_a_compiled_function_called_inside_another_are_guarded():
     close(outer(x), [3.0, 3.0])
     k = 4.0
     close(outer(x), [5.0, 5.0])
+
+
+def test_dynamic_float_promotes_as_the_python_float_it_stands_for():
+    def f(i, x, s):
+        return i * s, x * s, x * (s * 2.0 + 1.0), i * (s * 3.0), s * 2.0
+    cf = jg.compile(f)
+    i, x = jg.arange(3), jg.ones(3, dtype=jg.float64)
+    for s in [0.1, 0.2, 0.3]:
+        got, want = cf(i, x, s), f(i, x, s)
+        for g, w in zip(got, want):
+            if isinstance(w, jg.Tensor):
+                assert g.dtype is w.dtype
+                close(g, w)
+            else:
+                assert type(g) is float and g == pytest.approx(w)
+    assert cf.stats["traces"] == 2

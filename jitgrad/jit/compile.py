@@ -103,6 +103,7 @@ class _Entry:
         self.values = []        # python_values.ValueGuard: closure/global/attribute values the trace read
         self.dynamic = []       # python_values.DynamicValue: floats read as graph inputs at each call
         self.arg_floats = ()    # positions (among the float arguments) that are graph inputs
+        self.float_outs = ()    # user outputs that stand for Python floats (computed from dynamic floats alone)
 
     def failure(self) -> str:
         """Why this entry does not serve the call (for the recompile message)."""
@@ -453,6 +454,8 @@ class CompiledFunction(Introspection):
         for d, t in zip(e.dynamic, dyn_tensors[len(dyn):]):
             d.put(t)
         tracer = _Tracer(list(leaves) + dyn_tensors)
+        if dyn_tensors:      # they promote as the Python floats they stand for
+            tracer.trace.python_floats = {tracer.captured[id(t)].var for t in dyn_tensors}
         try:
             with tracer.trace, grad_mode.set_grad_enabled(grad_mode.STATE.grad_enabled):
                 with _phase("compile/trace"):
@@ -512,6 +515,9 @@ class CompiledFunction(Introspection):
             outputs.append(_payload_of(t, tracer))
             out_diff.append(t.requires_grad)
         e.n_user_out = len(outputs)
+        pf = tracer.trace.python_floats
+        if pf:      # a value computed from dynamic floats alone is a Python float in eager mode: returned as one
+            e.float_outs = [k for k, v in enumerate(outputs) if type(v) is Var and v in pf]
         # payload write-backs
         for t in tracer.mutated.values():
             c = tracer.captured.get(id(t))
@@ -647,6 +653,8 @@ class CompiledFunction(Introspection):
                     old._vc[0] += 1
                 else:
                     t._grad = Tensor._make(g._data)
+        for k in e.float_outs:
+            outs[k] = float(outs[k]._data)
         if e.out_treedef == ("*",):
             return outs[0]
         return unflatten(e.out_treedef, outs[:e.n_user_out])

@@ -341,6 +341,9 @@ def _bind_traced(tr, op, args, params):
             if w is None:
                 raise TypeError(_with_loc(f"{op.name}: unsupported argument of type {type(a).__name__}: {a!r}"))
             ins.append(Lit(a, w))
+    scalar_out = False
+    if tr.python_floats is not None:
+        scalar_out = _python_float_inputs(tr, op, ins)
     avals = [v.aval for v in ins]
     try:
         out_avals = op.shape_dtype(avals, params)
@@ -350,6 +353,8 @@ def _bind_traced(tr, op, args, params):
     needs = tuple(isinstance(a, Tensor) and a.requires_grad and i not in op.nondiff_inputs
                   for i, a in enumerate(args)) if diff else (False,) * len(args)
     outs = tr.add_eqn(op, ins, params, out_avals, user_loc(2), diff, needs)
+    if scalar_out:
+        tr.python_floats.add(outs[0])
     t = Tensor.__new__(Tensor)
     t._data = outs[0]
     t._requires_grad = False
@@ -368,6 +373,35 @@ def _bind_traced(tr, op, args, params):
         _record(op, params, args, (out_avals, avals, None, True, tuple(a.shape for a in avals),
                                    tuple(a.dtype for a in avals)), t)
     return t
+
+
+def _python_float_inputs(tr, op, ins) -> bool:
+    """A Python float a compiled function takes as a graph input (a float argument that changes between calls;
+    ``tr.python_floats`` holds its float64 0-dim Var and the values computed from such floats alone) must
+    promote as the Python number it stands for: next to tensors it is cast, as torch casts a scalar operand, to
+    the type a Python float would give (``int_tensor * lr`` is float32, ``f64_tensor * lr`` float64).  Rewrites
+    ``ins`` in place; True when every input is such a number (the result is one too)."""
+    pf = tr.python_floats
+    idx = [i for i, v in enumerate(ins) if type(v) is Var and v in pf]
+    if not idx:
+        return False
+    strong = [(len(v.aval.shape), v.aval.dtype) for i, v in enumerate(ins) if i not in idx and not v.aval.weak]
+    if not strong:
+        return True
+    target = dt.result_type(strong, [0.0])
+    cast = _CAST[0]
+    if cast is None:
+        from ..ir.ops import OPS
+        cast = _CAST[0] = OPS["cast"]
+    for i in idx:
+        v = ins[i]
+        if v.aval.dtype is not target:
+            ins[i] = tr.add_eqn(cast, [v], {"dtype": target}, [Aval(v.aval.shape, target)], user_loc(3), False,
+                                (False,))[0]
+    return False
+
+
+_CAST = [None]
 
 
 def _device_bind(op, args, params):

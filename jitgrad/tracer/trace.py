@@ -67,6 +67,7 @@ class Trace:
         self.on_mutate = None    # tensor: its payload is about to be replaced by a traced value
         self.on_grad_write = None  # tensor: its .grad is about to be replaced
         self.on_abort = []       # callables run when the trace fails: library code undoes Python-level state
+        self.python_floats = None  # a set when set: Vars standing for Python floats (runtime/dispatch.py)
 
     # --- building ---------------------------------------------------------------------------------
     def new_input(self, aval) -> Var:
