@@ -28,11 +28,11 @@ from ..ir.ops import Aval
 from ..ir.passes import run_pipeline
 from ..ir import dtypes as dt
 from ..tracer import STATE as _TR, TraceError, TracedValueError, flatten, unflatten
-from ..tracer.pytree import treedef_key
 from ..runtime import anomaly, grad_mode
 from .graph_function import GraphFunction
 from .introspection import Introspection
 from . import python_values
+from .signatures import Signatures, _is_tensor_or_float, _shared_memory, _static_key
 from ..tracer import trace as _trace_mod
 from ..runtime.tensor import Tensor
 from ..runtime import profiler_state
@@ -44,7 +44,6 @@ _EAGER = object()       # _call_locked's answer: run the function eagerly (after
 # torch._dynamo.config.recompile_limit: past this many traces of one function, new signatures run eagerly
 RECOMPILE_LIMIT = 8
 _is_tensor = lambda x: isinstance(x, Tensor)  # noqa: E731
-_is_tensor_or_float = lambda x: isinstance(x, Tensor) or type(x) is float  # noqa: E731
 
 
 class _Captured:
@@ -231,11 +230,7 @@ class _Tracer:
             c.orig_grad_fn = (None, 0)
 
 
-def _static_key(treedef):
-    return treedef_key(treedef)
-
-
-class CompiledFunction(Introspection):
+class CompiledFunction(Introspection, Signatures):
     """The callable ``@jg.compile`` returns.  ``f.ir(*args)``, ``f.source(*args)``, ``f.stats``."""
 
     def __init__(self, fn, device=None, anomaly=None, cache=True, parallel=None, backend=None,
@@ -354,21 +349,6 @@ class CompiledFunction(Introspection):
             return self.fn(*args, **kwargs)
         return r
 
-    def _signature(self, args, kwargs):
-        """-> (tensor leaves, treedef, key, float arguments, positions of the floats that are graph inputs)."""
-        if not kwargs and all(type(a) is Tensor for a in args):   # the common case: skip the pytree walk
-            treedef, tkey = _positional_treedef(len(args))
-            return list(args), treedef, self._key(args, treedef, tkey), (), ()
-        leaves, treedef = flatten((args, kwargs), _is_tensor_or_float)
-        tkey = _static_key(treedef)
-        floats = tuple(x for x in leaves if type(x) is float)
-        if not floats:
-            return leaves, treedef, self._key(leaves, treedef, tkey), (), ()
-        leaves = [x for x in leaves if type(x) is not float]
-        dyn = self._dyn_args.get(tkey, ())
-        fkey = tuple("dynamic" if i in dyn else v for i, v in enumerate(floats))
-        return leaves, treedef, self._key(leaves, treedef, (tkey, fkey)), floats, dyn
-
     def _call_locked(self, args, kwargs):
         leaves, treedef, key, floats, dyn = self._signature(args, kwargs)
         entries = self._cache.get(key)
@@ -391,46 +371,6 @@ class CompiledFunction(Introspection):
         if e.eager:
             return _EAGER
         return self._run(e, leaves, args, kwargs, floats)
-
-    def _float_args_changed(self, treedef, floats) -> bool:
-        """A miss with float arguments: the positions whose value changed since the last call of this structure
-        become graph inputs (torch's automatic dynamic scalars).  True when that changed the signature."""
-        tkey = _static_key(treedef)
-        last = self._last_floats.get(tkey)
-        self._last_floats[tkey] = floats
-        if last is None or len(last) != len(floats):
-            return False
-        dyn = set(self._dyn_args.get(tkey, ()))
-        pinned = self._static_args.get(tkey, ())
-        new = {i for i, (a, b) in enumerate(zip(last, floats)) if a != b and i not in dyn and i not in pinned}
-        if not new:
-            return False
-        self._dyn_args[tkey] = tuple(sorted(dyn | new))
-        return True
-
-    def _note_changed_values(self, entries):
-        """Guarded floats (closure, global, attribute) whose value changed become graph inputs at the next trace."""
-        for e in entries:
-            for g in e.values:
-                if type(g.value) is float and type(g.read()) is float and not g.holds() \
-                        and g.source() not in self._static_sources:
-                    self._dyn_sources.add(g.source())
-
-    def _warn_recompile_limit(self, key):
-        if self._warned_retrace:
-            return
-        self._warned_retrace = True
-        entries = self._cache.get(key)
-        reason = entries[-1].failure() if entries else self._describe_change(self._last_key, key)
-        fn = self.fn
-        code = getattr(fn, "__code__", None) or getattr(getattr(fn, "forward", None), "__code__", None)
-        where = f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
-        warnings.warn(f"jitgrad.compile hit the recompile limit ({self.recompile_limit})\n"
-                      f"   function: '{getattr(fn, '__name__', type(fn).__name__)}'{where}\n"
-                      f"   last reason: {reason}\n"
-                      "New signatures of this function now run eagerly (as torch.compile does past "
-                      "torch._dynamo.config.recompile_limit); the compiled ones still serve. Keep that value stable, "
-                      "pass it as a tensor, or raise jitgrad.compile(..., recompile_limit=N).", stacklevel=5)
 
     def _trace(self, leaves, treedef, args, kwargs, key, floats=(), dyn=()) -> _Entry:
         t0 = time.perf_counter()
@@ -690,34 +630,6 @@ class CompiledFunction(Introspection):
         return e
 
 
-def _shared_memory(leaves, first):
-    """Pairs of distinct argument tensors whose buffers overlap (two ``from_numpy`` tensors over one array, a
-    view of another argument's array): part of the key, since a graph that writes one of them in place cannot
-    keep the other's value as eager mode sees it (such a signature runs eagerly, see ``_trace``)."""
-    roots = {}
-    pairs = []
-    for i, t in enumerate(leaves):
-        if first[i] != i:
-            continue
-        d = t._data
-        if type(d) is not np.ndarray:
-            continue
-        r = d
-        while r.base is not None and type(r.base) is np.ndarray:
-            r = r.base
-        if r.base is not None:
-            r = r.base      # memory owned by another object (a buffer, mmap): compare by that owner
-        prev = roots.get(id(r))
-        if prev is None:
-            roots[id(r)] = [i]
-            continue
-        for j in prev:
-            if np.may_share_memory(leaves[j]._data, d):
-                pairs.append((j, i))
-        prev.append(i)
-    return tuple(pairs)
-
-
 def _copy_payload(d):
     """A copy of an output's payload (a NumPy array, or a device array copied on its device)."""
     if type(d) is np.ndarray:
@@ -756,18 +668,6 @@ def _break_cycles(made, kept):
             n.release()
     for t in kept:
         t._acc = None
-
-
-_POSITIONAL = {}
-
-
-def _positional_treedef(n):
-    """The treedef (and its key) of ``(args, {})`` for n tensor arguments, built once per n."""
-    r = _POSITIONAL.get(n)
-    if r is None:
-        treedef = ("tuple", (("tuple", (("*",),) * n), ("dict", (), ())))
-        r = _POSITIONAL[n] = (treedef, _static_key(treedef))
-    return r
 
 
 def _phase(name):
