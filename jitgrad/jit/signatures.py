@@ -99,6 +99,19 @@ def _shared_memory(leaves, first):
     """Pairs of distinct argument tensors whose buffers overlap (two ``from_numpy`` tensors over one array, a
     view of another argument's array): part of the key, since a graph that writes one of them in place cannot
     keep the other's value as eager mode sees it (such a signature runs eagerly, see ``_trace``)."""
+    # the common case at a cost of one pass: each leaf owns its memory (no base) and no two share a buffer
+    bufs = set()
+    n = 0
+    for i, t in enumerate(leaves):
+        if first[i] == i:
+            d = t._data
+            if type(d) is not np.ndarray or d.base is not None:
+                break
+            bufs.add(id(d))
+            n += 1
+    else:
+        if len(bufs) == n:
+            return ()
     roots = {}
     pairs = []
     for i, t in enumerate(leaves):
