@@ -532,3 +532,18 @@ def test_dynamic_float_promotes_as_the_python_float_it_stands_for():
             else:
                 assert type(g) is float and g == pytest.approx(w)
     assert cf.stats["traces"] == 2
+
+
+def test_numpy_scalars_and_arrays_read_by_the_trace_are_guarded():
+    s = np.float32(2.0)
+    table = np.array([1.0, 2.0, 3.0], np.float32)
+    f = jg.compile(lambda x: x * s + jg.from_numpy(table))
+    x = jg.ones(3)
+    close(f(x), [3.0, 4.0, 5.0])
+    table[0] = 10.0                  # in place: the graph's constant is stale
+    close(f(x), [12.0, 4.0, 5.0])
+    s = np.float32(3.0)
+    close(f(x), [13.0, 5.0, 6.0])
+    assert f.stats["traces"] == 3
+    close(f(x), [13.0, 5.0, 6.0])
+    assert f.stats["traces"] == 3

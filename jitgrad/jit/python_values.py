@@ -19,6 +19,8 @@ import os
 import sys
 import types
 
+import numpy as np
+
 _MISSING = object()
 _SCALARS = (bool, int, float, complex, str, bytes, type(None))
 _MAX_DEPTH = 4
@@ -55,6 +57,8 @@ class ValueGuard:
 
     def describe(self) -> str:
         now = self.read()
+        if self.ident == ARRAY:
+            return f"{self.label} (a NumPy array, a constant of the graph) changed"
         if self.ident:
             return f"{self.label} now names another object"
         return f"{self.label} changed from {self.value!r} to {'(deleted)' if now is _MISSING else repr(now)}"
@@ -65,13 +69,23 @@ class ValueGuard:
 
 
 def same_value(now, value, ident) -> bool:
-    if now is value:
+    """``ident``: False compares scalars by value, True objects by identity, ``ARRAY`` NumPy arrays by contents."""
+    if now is value and ident != ARRAY:
         return True
-    if ident or type(now) is not type(value):
+    if type(now) is not type(value):
+        return False
+    if ident == ARRAY:
+        return now.shape == value.shape and now.dtype == value.dtype \
+            and bool(np.array_equal(now, value, equal_nan=value.dtype.kind in "fc"))
+    if ident:
         return False
     if now == value:
         return True
-    return type(value) is float and now != now and value != value     # NaN stays NaN
+    return isinstance(value, (float, np.floating)) and now != now and value != value     # NaN stays NaN
+
+
+ARRAY = 2       # ValueGuard.ident for a NumPy array compared by contents (a trace bakes it in as a constant)
+_MAX_ARRAY = 4096   # larger arrays are guarded by identity only (comparing them at every call costs a pass)
 
 
 class DynamicValue:
@@ -214,8 +228,14 @@ class _Collector:
     def slot(self, src, name, v, label, names, depth):
         """A value found in ``src[name]``: guard it, and walk into what it can name."""
         tp = type(v)
-        if tp in _SCALARS:
+        if tp in _SCALARS or isinstance(v, np.generic):
             self.add(src, name, v, False, label)
+        elif tp is np.ndarray:
+            # used in an op, an array becomes a constant of the graph: an in-place change must retrace
+            if v.size <= _MAX_ARRAY:
+                self.add(src, name, v.copy(), ARRAY, label)
+            else:
+                self.add(src, name, v, True, label)
         elif tp is tuple and len(v) <= 16 and all(type(x) in _SCALARS for x in v):
             self.add(src, name, v, False, label)
         elif isinstance(v, self.tensor_type):
