@@ -547,3 +547,15 @@ def test_numpy_scalars_and_arrays_read_by_the_trace_are_guarded():
     assert f.stats["traces"] == 3
     close(f(x), [13.0, 5.0, 6.0])
     assert f.stats["traces"] == 3
+
+
+def test_attribute_of_a_deeply_nested_module_is_guarded():
+    drop = nn.Dropout(0.0)
+    m = drop
+    for _ in range(7):
+        m = nn.Sequential(m)
+    f = jg.compile(lambda x: m(x))
+    x = jg.ones(4)
+    close(f(x), np.ones(4))
+    drop.p = 1.0
+    close(f(x), np.zeros(4))

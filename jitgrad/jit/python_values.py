@@ -286,7 +286,12 @@ class _Collector:
         if id(o) in self.seen or depth > _MAX_DEPTH:
             return
         self.seen.add(id(o))
-        d = vars(o)
+        try:
+            d = vars(o)
+        except TypeError:       # a __dict__ that is not a dict
+            return
+        if type(d) is not dict:
+            return
         tnames, funcs = _reachable(type(o), names)
         for n in tnames:
             if n in d and not n.startswith("__"):
@@ -296,8 +301,8 @@ class _Collector:
         mods = d.get("_modules")
         if type(mods) is dict:        # an nn.Module's children: what forward may reach without naming them
             for n, m in mods.items():
-                if m is not None:
-                    self.slot(mods, n, m, f"{label}.{n}", tnames, depth)
+                if m is not None:      # a module tree is walked whole (``seen`` and _MAX_GUARDS bound it)
+                    self.slot(mods, n, m, f"{label}.{n}", tnames, depth - 1)
 
 
 def collect(fn, tensor_type, dynamic_sources=frozenset()):
