@@ -559,3 +559,27 @@ def test_attribute_of_a_deeply_nested_module_is_guarded():
     close(f(x), np.ones(4))
     drop.p = 1.0
     close(f(x), np.zeros(4))
+
+
+def test_a_script_variable_named_like_an_attribute_the_step_uses_is_not_guarded():
+    # ``lin.weight`` and ``opt.step()`` name attributes; the script's loop variables of the same names are not
+    # read by the step and must not retrace it
+    ns = {"jg": jg, "nn": nn}
+    exec(textwrap.dedent("""
+        lin = nn.Linear(3, 1)
+        opt = jg.optim.SGD(lin.parameters(), lr=0.1)
+
+        @jg.compile
+        def train(x):
+            opt.zero_grad()
+            loss = (lin(x) * lin.weight.sum()).pow(2).mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        x = jg.randn(4, 3)
+        for step in range(12):
+            weight = float(step)
+            train(x)
+    """), ns)
+    assert ns["train"].stats["traces"] <= 2 and ns["train"].stats["eager_fallbacks"] == 0

@@ -15,6 +15,7 @@ each call.
 """
 from __future__ import annotations
 
+import dis
 import os
 import sys
 import types
@@ -146,6 +147,23 @@ def code_names(code) -> frozenset:
     return r
 
 
+_GLOBAL_OPS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL"})
+_CODE_GLOBALS: dict = {}
+
+
+def global_names(code) -> frozenset:
+    """The names a code object (and the functions defined inside it) reads as globals: only these are looked up
+    in its globals (``opt.step()`` names the attribute ``step``, not a loop variable ``step`` of the script)."""
+    r = _CODE_GLOBALS.get(code)
+    if r is None:
+        names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in _GLOBAL_OPS}
+        for c in code.co_consts:
+            if isinstance(c, types.CodeType):
+                names |= global_names(c)
+        r = _CODE_GLOBALS[code] = frozenset(names)
+    return r
+
+
 def _method(tp, name):
     """The plain function behind ``tp.name`` (a method, static or class method, property getter), or None."""
     for klass in tp.__mro__:
@@ -221,7 +239,7 @@ class _Collector:
                 continue
             self.slot(cell, None, v, f"closure variable '{var}' of {label}", names, depth)
         g = f.__globals__
-        for n in names:
+        for n in global_names(code):
             if n in g:
                 self.slot(g, n, g[n], f"global '{n}'", names, depth)
 
