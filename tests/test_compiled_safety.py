@@ -583,3 +583,16 @@ def test_a_script_variable_named_like_an_attribute_the_step_uses_is_not_guarded(
             train(x)
     """), ns)
     assert ns["train"].stats["traces"] <= 2 and ns["train"].stats["eager_fallbacks"] == 0
+
+
+def test_partial_and_its_function_are_guarded():
+    import functools
+
+    def scaled(x, s):
+        return x * s * GSCALE
+    g = functools.partial(scaled, s=2.0)
+    f = jg.compile(lambda x: g(x))
+    x = jg.ones(2)
+    close(f(x), [4.0, 4.0])
+    g = functools.partial(scaled, s=3.0)
+    close(f(x), [6.0, 6.0])

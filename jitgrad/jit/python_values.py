@@ -16,6 +16,7 @@ each call.
 from __future__ import annotations
 
 import dis
+import functools
 import os
 import sys
 import types
@@ -289,6 +290,10 @@ class _Collector:
                     self.slot(v, k, v[k], f"{label}[{k!r}]", names, depth + 1)
         elif isinstance(v, type):
             return
+        elif isinstance(v, functools.partial):
+            # its bound arguments cannot change without a new partial: identity, and what its function reads
+            self.add(src, name, v, True, label)
+            self.slot({"func": v.func}, "func", v.func, f"{label}.func", names, depth + 1)
         elif isinstance(getattr(v, "__wrapped__", None), types.FunctionType) and not isinstance(v, types.ModuleType):
             # another compiled function (or a wrapper object): called inside this trace, it traces through, so
             # what it reads is this graph's too
