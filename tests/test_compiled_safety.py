@@ -596,3 +596,31 @@ def test_partial_and_its_function_are_guarded():
     close(f(x), [4.0, 4.0])
     g = functools.partial(scaled, s=3.0)
     close(f(x), [6.0, 6.0])
+
+
+def test_argument_sharing_memory_with_state_the_step_writes_matches_eager():
+    arr_c, arr_e = np.arange(3.0), np.arange(3.0)
+    w_c, w_e = jg.from_numpy(arr_c), jg.from_numpy(arr_e)
+
+    def make(w):
+        def f(x):
+            w.mul_(2.0)
+            return x + 1          # eager: x is w's buffer, already doubled
+        return f
+    fc, fe = jg.compile(make(w_c)), make(w_e)
+    other = jg.ones(3, dtype=jg.float64)
+    close(fc(other), fe(other))                            # first call: no aliasing, compiled
+    for _ in range(2):
+        close(fc(jg.from_numpy(arr_c)), fe(jg.from_numpy(arr_e)))   # the argument is w's array
+        close(arr_c, arr_e)
+    close(fc(other), fe(other))
+    close(arr_c, arr_e)
+    assert fc.stats["traces"] == 1       # the same signature: the aliased calls ran eagerly
+
+    # traced first with the aliasing argument: that signature runs eagerly
+    arr_c, arr_e = np.arange(3.0), np.arange(3.0)
+    w_c, w_e = jg.from_numpy(arr_c), jg.from_numpy(arr_e)
+    fc, fe = jg.compile(make(w_c)), make(w_e)
+    close(fc(jg.from_numpy(arr_c[::-1])), fe(jg.from_numpy(arr_e[::-1])))
+    close(arr_c, arr_e)
+    assert fc.stats["eager_fallbacks"] == 1

@@ -32,7 +32,8 @@ from ..runtime import anomaly, grad_mode
 from .graph_function import GraphFunction
 from .introspection import Introspection
 from . import python_values
-from .signatures import Signatures, _is_tensor_or_float, _shared_memory, _static_key
+from .signatures import (Signatures, _is_tensor_or_float, _shared_memory, _static_key, args_alias_writes,
+                         writes_alias, written_roots)
 from ..tracer import trace as _trace_mod
 from ..runtime.tensor import Tensor
 from ..runtime import profiler_state
@@ -103,6 +104,7 @@ class _Entry:
         self.dynamic = []       # python_values.DynamicValue: floats read as graph inputs at each call
         self.arg_floats = ()    # positions (among the float arguments) that are graph inputs
         self.float_outs = ()    # user outputs that stand for Python floats (computed from dynamic floats alone)
+        self.write_roots = None  # {id(root array): written array} of the captured tensors the graph writes
 
     def failure(self) -> str:
         """Why this entry does not serve the call (for the recompile message)."""
@@ -358,6 +360,8 @@ class CompiledFunction(Introspection, Signatures):
                     self.stats["hits"] += 1
                     if e.eager:      # fullgraph=False fallback for this signature, or aliased inputs
                         return _EAGER
+                    if e.write_roots and args_alias_writes(leaves, e.write_roots):
+                        return _EAGER        # an argument shares memory with state the graph writes
                     return self._run(e, leaves, args, kwargs, floats)
         if floats and self._float_args_changed(treedef, floats):
             return self._call_locked(args, kwargs)     # the changed floats are graph inputs now
@@ -434,12 +438,13 @@ class CompiledFunction(Introspection, Signatures):
             for d, v in saved_values:
                 d.put(v)
             self._materialize_leaks(e, tracer, outputs, out_diff)
-            if e.writes and not e.materialize and key[2] and type(key[2][0]) is tuple:
-                # arguments share memory and the function writes one of them in place: the graph's functional
-                # view cannot give eager mode's aliasing, so this signature runs eagerly (correct by definition)
+            if e.writes and not e.materialize and writes_alias(tracer.order, e.writes):
+                # inputs share memory and the function writes one of them in place: the graph's functional view
+                # cannot give eager mode's aliasing, so this signature runs eagerly (correct by definition)
                 e.eager = True
                 self.stats["eager_fallbacks"] += 1
             else:
+                e.write_roots = written_roots(tracer.order, e.writes, e.n_args)
                 self._build(e, tracer, outputs, out_diff)
         self.stats["compile_seconds"] += time.perf_counter() - t0
         self._last_key = key

@@ -134,3 +134,58 @@ def _shared_memory(leaves, first):
                 pairs.append((j, i))
         prev.append(i)
     return tuple(pairs)
+
+
+def _root(a):
+    """The array that owns ``a``'s memory (the end of its ``.base`` chain of arrays)."""
+    while type(a.base) is np.ndarray:
+        a = a.base
+    return a
+
+
+def _overlap(a, b) -> bool:
+    try:
+        return bool(np.shares_memory(a, b, max_work=100_000))
+    except np.exceptions.TooHardError:
+        return True
+
+
+def writes_alias(order, writes) -> bool:
+    """At the end of a trace: whether a tensor the graph writes in place shares memory with another graph input
+    (an argument and a parameter over one array): then the signature runs eagerly."""
+    arrays = []
+    for c in order:
+        t = c.ref()
+        arrays.append(t._data if t is not None and type(t._data) is np.ndarray else None)
+    for ci, _ in writes:
+        a = arrays[ci]
+        if a is None:
+            continue
+        for j, b in enumerate(arrays):
+            if j != ci and b is not None and _overlap(a, b):
+                return True
+    return False
+
+
+def written_roots(order, writes, n_args):
+    """``{id(root): array}`` for the captured tensors the graph writes (None when it writes none): a later call
+    whose argument shares memory with one of them runs eagerly (``args_alias_writes``)."""
+    out = {}
+    for ci, _ in writes:
+        if ci < n_args:
+            continue
+        t = order[ci].ref()
+        if t is not None and type(t._data) is np.ndarray:
+            out[id(_root(t._data))] = t._data
+    return out or None
+
+
+def args_alias_writes(leaves, roots) -> bool:
+    for t in leaves:
+        d = t._data
+        if type(d) is np.ndarray:
+            w = roots.get(id(_root(d)))
+            if w is not None and _overlap(d, w):
+                return True
+    return False
+
