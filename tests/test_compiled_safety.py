@@ -624,3 +624,19 @@ def test_argument_sharing_memory_with_state_the_step_writes_matches_eager():
     close(fc(jg.from_numpy(arr_c[::-1])), fe(jg.from_numpy(arr_e[::-1])))
     close(arr_c, arr_e)
     assert fc.stats["eager_fallbacks"] == 1
+
+
+def test_attribute_read_by_a_bound_method_held_in_a_closure_is_guarded():
+    class Scaler:
+        def __init__(self):
+            self.k = 2.0
+
+        def apply(self, x):
+            return x * self.k
+
+    m = Scaler().apply
+    f = jg.compile(lambda x: m(x))
+    x = jg.ones(2)
+    close(f(x), [2.0, 2.0])
+    m.__self__.k = 7
+    close(f(x), [7.0, 7.0])

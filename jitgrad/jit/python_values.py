@@ -267,7 +267,9 @@ class _Collector:
             if _is_user_function(v.__func__) or not _is_library_type(type(v.__self__)):
                 self.add(src, name, v, True, label)
                 self.function(v.__func__, depth + 1, v.__func__.__qualname__)
-                self.obj(v.__self__, depth + 1, label.rsplit(".", 1)[0] if "." in label else label, names)
+                # the attributes the method reads: it is run under another name (``m = obj.method; m(x)``)
+                self.obj(v.__self__, depth + 1, label.rsplit(".", 1)[0] if "." in label else label,
+                         names | {v.__func__.__name__})
         elif isinstance(v, types.ModuleType):
             path = getattr(v, "__file__", None) or ""
             if v.__name__.split(".")[0] in _LIB_ROOTS or (path and _is_library_file(path)):
@@ -293,7 +295,8 @@ class _Collector:
         elif isinstance(v, functools.partial):
             # its bound arguments cannot change without a new partial: identity, and what its function reads
             self.add(src, name, v, True, label)
-            self.slot({"func": v.func}, "func", v.func, f"{label}.func", names, depth + 1)
+            if isinstance(v.func, types.FunctionType) and _is_user_function(v.func):
+                self.function(v.func, depth + 1, v.func.__qualname__)
         elif isinstance(getattr(v, "__wrapped__", None), types.FunctionType) and not isinstance(v, types.ModuleType):
             # another compiled function (or a wrapper object): called inside this trace, it traces through, so
             # what it reads is this graph's too
