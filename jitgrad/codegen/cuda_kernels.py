@@ -23,9 +23,9 @@ import numpy as np
 
 from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
-from .cuda_math import expand
 from .cuda_philox import CONSTS as philox_consts, draw as philox_draw
 from .loops import INDEXED_OPS, _compute_dtype, _literal, scalar_expr
+from .math_table import MathCalls
 
 _NB = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int64", "bool": "boolean"}
 
@@ -129,8 +129,8 @@ def _body(g, ix, arrays_in, outslot, consts, check_ids, ind, red_out=None):
 
 
 def _scalar_expr(e, cd, od, ref) -> str:
-    """The value of elementwise eqn ``e`` (loops.scalar_expr, the CPU's), math names expanded inline."""
-    return _cast(od, expand(scalar_expr(e, cd, od, ref)))
+    """The value of elementwise eqn ``e`` (loops.scalar_expr, the CPU's), its math in the table's CUDA forms."""
+    return _cast(od, scalar_expr(e, cd, od, ref, MathCalls("cuda")))
 
 
 def _count(t, cid, ind):
