@@ -23,7 +23,7 @@ from ..ir.graph import Graph, Lit, Var
 from ..ir.interpret import run_eqn
 from ..ir.passes.fuse import Group, plan as fusion_plan
 from .layout import Place, _bcast_strides, _c_strides, _coalesce, view_place
-from .loops import all_tensor_spec
+from .lowering import lower_plan
 from . import cuda_kernels as K
 
 _KERNELS: dict = {}        # key -> compiled dispatcher (one per kernel identity, per process)
@@ -95,8 +95,7 @@ class CudaGraph:
                 self.places[v] = self._buffer("input", v.aval.shape, v.aval.dtype, k)
         outs = {v for v in graph.outputs if isinstance(v, Var)}
         self._outs = outs
-        for s in self.plan.steps:
-            self._step(s)
+        lower_plan(self, self.plan)
         self._claimed = []      # fresh roots already handed out as an output
         self.outputs = [self._output(v) for v in graph.outputs]
         for o, i in self.writes:
@@ -150,29 +149,13 @@ class CudaGraph:
         kern = K.gen_copy(src.dtype, dst.dtype, len(shape))
         return self._add(kern, n, [n] + shape + self._operand(src, sst) + self._operand(dst, dst_st), label)
 
-    def _step(self, s):
-        if isinstance(s, Group):
-            return self._group(s)
-        e = s
-        name = e.op.name
-        if e.op.view and name != "getitem" or (name == "getitem" and not any(
-                type(x) is tuple and x[0] == "tensor" for x in e.params["spec"])):
-            self._view(e)
-        elif name == "matmul" and e.outs[0].aval.dtype.is_floating_point and e.ins[0].aval.dtype is \
-                e.ins[1].aval.dtype and e.outs[0].aval.size > 0:
-            self._gemm(e)
-        elif name == "cat" and e.outs[0].aval.ndim > 0:
-            self._cat(e)
-        elif name == "getitem" and all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim) and e.outs[0].aval.size:
-            self._gather(e)
-        elif name == "index_put" and all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim) \
-                and e.outs[0].aval.size > 0:
-            self._scatter(e)
-        elif name in ("cumsum", "cumprod") and e.ins[0].aval.ndim > 0 and e.outs[0].aval.size > 0:
-            self._scan(e)
-        else:
-            self._host(e)
-        self._check(e, self.places[e.outs[0]])
+    # the emitter of each step kind (codegen/lowering.py)
+    EMITTERS = {"fused": "_group", "view": "_view", "gemm": "_gemm", "cat": "_cat", "gather": "_gather",
+                "scatter": "_scatter", "scan": "_scan", "host": "_host"}
+
+    def after_step(self, n, s):
+        if not isinstance(s, Group):
+            self._check(s, self.places[s.outs[0]])
 
     def _check(self, e, place: Place):
         if e not in self.check_ids:
@@ -261,6 +244,8 @@ class CudaGraph:
     def _gemm(self, e):
         a, b = e.ins
         out = e.outs[0]
+        if not (out.aval.dtype.is_floating_point and a.aval.dtype is b.aval.dtype and out.aval.size > 0):
+            return False        # the tiled GEMM takes floats of one dtype: NumPy's matmul on the host
         pa, pb = self.place(a), self.place(b)
         ash, bsh = a.aval.shape, b.aval.shape
         # 1-D operands: a row vector on the left, a column on the right (stride 0 along the added dim)

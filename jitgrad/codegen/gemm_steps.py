@@ -78,7 +78,7 @@ class GemmSteps:
                 if item is pc:
                     c_slot = slot
         self._add(st)
-        self.gemm_outs[out] = (st, self._n, offs["alpha"], offs["beta"], c_slot)
+        self.gemm_outs[out] = (st, self.n, offs["alpha"], offs["beta"], c_slot)
         return True
 
     def _fold_update_into_gemm(self, g: Group) -> bool:
@@ -106,13 +106,13 @@ class GemmSteps:
         st, n_gemm, alpha_off, beta_off, c_slot = self.gemm_outs[d]
         pp = self.places[p_var]
         dt_ = o.aval.dtype
-        if (self.last_use.get(d) != self._n or any(x is d for x in self.graph.outputs) or not pp.contiguous()
+        if (self.last_use.get(d) != self.n or any(x is d for x in self.graph.outputs) or not pp.contiguous()
                 or tuple(pp.shape) != tuple(d.aval.shape) or d.aval.dtype is not dt_ or p_var.aval.dtype is not dt_
                 or not self._writes_in_place(o, g)):
             return False
         for v, pv in self.places.items():
             if isinstance(pv, Place) and pv.root is pp.root:
-                if any(n_gemm <= k < self._n or (k == self._n and v is not p_var) for k in self.uses.get(v, ())):
+                if any(n_gemm <= k < self.n or (k == self.n and v is not p_var) for k in self.uses.get(v, ())):
                     return False
         alpha = -c if u.op.name == "sub" else c
         sc = np.float32 if dt_.name == "float32" else np.float64

@@ -293,15 +293,6 @@ def gen_check(dtype: dt.DType, rank: int, cls: str) -> Kernel:
                   checks=[0], label="check", uses=m.uses)
 
 
-def all_tensor_spec(spec, ndim):
-    """The spec indexes every dim with an integer tensor (x[i0, i1, ...]): a gather/scatter loop."""
-    return len(spec) == ndim and all(type(s) is tuple and s[0] == "tensor" for s in spec)
-
-
-def basic_spec(spec):
-    return all(type(s) is int or (type(s) is tuple and s[0] == "slice") for s in spec)
-
-
 def gen_gather(e) -> Kernel:
     """getitem(x, i0, ..., i_{n-1}) with one integer index tensor per dim, broadcast over the output.
     Block: output dims; x (address, n strides, n sizes); each index (address, strides); out."""
@@ -360,4 +351,4 @@ def gen_scatter(e) -> Kernel:
 
 
 __all__ = ["Kernel", "gen_group", "gen_copy", "gen_check", "gen_gather", "gen_scatter", "PARALLEL_MIN", "FASTMATH",
-           "all_tensor_spec", "basic_spec", "CONTIG", "BCAST", "STRIDED"]
+           "CONTIG", "BCAST", "STRIDED"]
