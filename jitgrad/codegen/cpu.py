@@ -26,6 +26,7 @@ from ..ir.passes.fuse import plan as fusion_plan
 from . import build as _build
 from .layout import Program
 from .loops import FASTMATH, PARALLEL_MIN, gen_group  # noqa: F401  (re-exported)
+from .output_pool import take
 
 
 class CodegenWarning(UserWarning):
@@ -40,10 +41,6 @@ _GEMM_CALL = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 13))
 def blas_address(name: str) -> int:
     """Address of SciPy's Fortran BLAS routine (``sgemm``/``dgemm``): the library eager matmul calls too."""
     return blas.gemm_address(name)
-
-
-def _np_dtype_src(d) -> str:
-    return "np.bool_" if d.name == "bool" else f"np.{d.np.name}"
 
 
 def _numba_array_type(d, ndim) -> str:
@@ -166,10 +163,12 @@ class CompiledGraph:
         ncheck = len(self.checks)
         contiguous = self._contiguous_inputs
 
+        fresh = [(r.shape, r.dtype.np) for r in self.program.fresh]
+
         def call(*arrays):
             if not contiguous(arrays):
                 return self._python_run(*arrays)
-            return run(*arrays, A, F, D, OFF)
+            return run(*arrays, *[take(sh, d) for sh, d in fresh], A, F, D, OFF)
         call.ncheck = ncheck
         return call
 
@@ -242,16 +241,13 @@ class CompiledGraph:
         p = self.program
         g = self.graph
         ins = [f"a{k}" for k in range(len(g.inputs))]
-        lines = [f"def run({', '.join(ins + ['A', 'F', 'D', 'OFF'])}):"]
+        # fresh outputs come in as arguments, from the output pool (no page faults on recycled buffers)
+        outs_in = [f"f{r.index}" for r in p.fresh]
+        lines = [f"def run({', '.join(ins + outs_in + ['A', 'F', 'D', 'OFF'])}):"]
         used_in = sorted({r.index for _, r, _ in p.dynamic if r.kind == "input"})
         for k in used_in:
             lines.append(f"    r{k} = a{k}.ctypes.data")
-        d = 0
         for r in p.fresh:
-            dims = ", ".join(f"D[{d + i}]" for i in range(len(r.shape)))
-            d += len(r.shape)
-            lines.append(f"    f{r.index} = np.empty(({dims}{',' if len(r.shape) == 1 else ''}), "
-                         f"{_np_dtype_src(r.dtype)})")
             lines.append(f"    q{r.index} = f{r.index}.ctypes.data")
         for slot, r, _ in p.dynamic:
             src = f"r{r.index}" if r.kind == "input" else f"q{r.index}"
@@ -279,6 +275,7 @@ class CompiledGraph:
                   "from jitgrad.codegen.abi import call_kernel, call_gemm", "", "",
                   "@njit(cache=CACHE_ENABLED, error_model='numpy')"]
         sig = "(" + ", ".join([_numba_array_type(v.aval.dtype, v.aval.ndim) for v in g.inputs]
+                              + [_numba_array_type(r.dtype, len(r.shape)) for r in p.fresh]
                               + ["Array(int64, 1, 'C')"] * 4) + ",)"
         return "\n".join(header + lines) + "\n", sig
 
@@ -308,7 +305,7 @@ class CompiledGraph:
     def _execute(self, arrays, A, F, OFF, base, prof, keep=None):
         p = self.program
         arrays = [np.ascontiguousarray(a) for a in arrays]
-        fresh = [np.empty(r.shape, r.dtype.np) for r in p.fresh]
+        fresh = [take(r.shape, r.dtype.np) for r in p.fresh]
         ALLOCATIONS["fresh_arrays"] += len(fresh)
         for slot, r, _ in p.dynamic:
             arr = arrays[r.index] if r.kind == "input" else fresh[r.index]
