@@ -179,16 +179,27 @@ class Program(GemmSteps):
         for v in self.graph.outputs:
             if isinstance(v, Var):
                 self.last_use[v] = end
-        self.pending_roots = []
+        # workspace roots not yet free: id(root) -> (root, last plan step that reads it or a view of it); and
+        # step -> roots that may become free after it (stale entries are skipped): linear in the graph
+        self._live_ws = {}
+        self._ends = {}
+
+    def _hold(self, r, v):
+        """Workspace root ``r`` stays in use until the last reader of ``v`` (its value or a view of it) ran."""
+        end = self.last_use.get(v, -1)
+        cur = self._live_ws.get(id(r))
+        if cur is not None and cur[1] >= end:
+            return
+        self._live_ws[id(r)] = (r, end)
+        self._ends.setdefault(end if end >= getattr(self, "n", 0) else -1, []).append(r)
 
     def _release(self, n):
-        keep = []
-        for r, vars_ in self.pending_roots:
-            if all(self.last_use.get(v, -1) <= n for v in vars_):
-                self._free.setdefault(r.nbytes, []).append(r.offset)
-            else:
-                keep.append((r, vars_))
-        self.pending_roots = keep
+        for end in [e for e in (-1, n) if e in self._ends]:
+            for r in self._ends.pop(end):
+                cur = self._live_ws.get(id(r))
+                if cur is not None and cur[1] <= n:
+                    del self._live_ws[id(r)]
+                    self._free.setdefault(r.nbytes, []).append(r.offset)
 
     # ---- roots and places ---------------------------------------------------------------------------------
     def _root(self, kind, **kw):
@@ -213,13 +224,12 @@ class Program(GemmSteps):
                 r.offset = self.ws_size
                 self.ws_size += r.nbytes
             if v is not None:
-                self.pending_roots.append((r, [v]))
+                self._hold(r, v)
         return Place(r, 0, shape, _c_strides(shape), dtype)
 
     def _track_view(self, v, place):
-        for r, vars_ in self.pending_roots:
-            if r is place.root:
-                vars_.append(v)
+        if id(place.root) in self._live_ws:
+            self._hold(place.root, v)
 
     def _lit_place(self, v: Lit) -> Place:
         a = np.array(v.value if isinstance(v.value, np.ndarray) else np.asarray(v.value, v.aval.dtype.np),
@@ -385,7 +395,7 @@ class Program(GemmSteps):
     def _materialize(self, v, place: Place) -> Place:
         """A contiguous copy of ``place`` in a workspace slot (tracked as ``v``'s buffer)."""
         dst = self._new_buffer(None, place.shape, place.dtype)
-        self.pending_roots.append((dst.root, [v]))
+        self._hold(dst.root, v)
         self._copy_step(place, dst, "copy (layout)")
         return dst
 

@@ -15,6 +15,11 @@ from ..graph import Graph, Var, cell_label
 
 REDUCTIONS = ("sum", "amax", "amin")
 
+# at most this many eqns in one loop: LLVM's time on one function grows faster than its size (a 200-eqn loop with
+# 100 inlined tanh took 7 s to build, a 1,000-op chain 86 s), while chunks of a long chain repeat: the same
+# kernel text, compiled once.  Each cut costs one store and one load of the value crossing it.
+MAX_GROUP_EQNS = 48
+
 
 class Group:
     """A fused loop kernel: ``eqns`` over iteration ``shape``, reading ``inputs`` and writing ``outputs``."""
@@ -114,7 +119,8 @@ def plan(graph: Graph) -> Plan:
             shape = e.outs[0].aval.shape
             # record_function blocks are fusion barriers, so the profiler can time exactly the labelled work
             if cur is None or cur.shape != shape or cur.eqns[0][1].scope != e.scope or (
-                    cur.reduce is not None and any(v is cur.reduce[1].outs[0] for v in e.ins)):
+                    cur.reduce is not None and any(v is cur.reduce[1].outs[0] for v in e.ins)) \
+                    or len(cur.eqns) >= MAX_GROUP_EQNS:
                 close()
                 cur = Group(shape)
             cur.eqns.append((i, e))
