@@ -25,6 +25,7 @@ from ..ir.ops import blas
 from ..ir.passes.fuse import plan as fusion_plan
 from . import build as _build
 from .layout import Program
+from .lowering import index_error
 from .loops import FASTMATH, PARALLEL_MIN, gen_group  # noqa: F401  (re-exported)
 from .output_pool import take
 
@@ -112,6 +113,8 @@ class CompiledGraph:
         self.error = None
         self.seconds = 0.0
         self._ws = None
+        # [1, step id, index, dim] after a gather/scatter met an index out of range (codegen/loops.py)
+        self._ierr = np.zeros(4, np.int64)
         self._spawned = False    # its build processes have been started (they finish even if we exit)
         self._busy = False
         self._lock = threading.Lock()
@@ -164,13 +167,27 @@ class CompiledGraph:
         contiguous = self._contiguous_inputs
 
         fresh = [(r.shape, r.dtype.np) for r in self.program.fresh]
+        ierr = self._ierr
+        checked = bool(self.program.index_steps)
 
         def call(*arrays):
             if not contiguous(arrays):
                 return self._python_run(*arrays)
-            return run(*arrays, *[take(sh, d) for sh, d in fresh], A, F, D, OFF)
+            if not checked:
+                return run(*arrays, *[take(sh, d) for sh, d in fresh], A, F, D, OFF, ierr)
+            ierr[0] = 0
+            res = run(*arrays, *[take(sh, d) for sh, d in fresh], A, F, D, OFF, ierr)
+            if ierr[0]:
+                raise self.index_error()
+            return res
         call.ncheck = ncheck
         return call
+
+    def index_error(self) -> IndexError:
+        """The IndexError of the first out-of-range index a gather/scatter met in the last call, as eager mode
+        raises it, naming the op, the shapes and the user's line."""
+        _, sid, value, dim = (int(v) for v in self._ierr)
+        return index_error(self.program.index_steps[sid], value, dim)
 
     def _contiguous_inputs(self, arrays):
         for a in arrays:
@@ -218,6 +235,8 @@ class CompiledGraph:
             A[slot] = arr.ctypes.data + off
         for slot, off in p.param_slots:
             A[slot] = params.ctypes.data + off
+        for slot in p.ierr_slots:
+            A[slot] = self._ierr.ctypes.data
         for slot, root, off in p.dynamic:
             OFF[slot] = off
         F = []
@@ -243,7 +262,7 @@ class CompiledGraph:
         ins = [f"a{k}" for k in range(len(g.inputs))]
         # fresh outputs come in as arguments, from the output pool (no page faults on recycled buffers)
         outs_in = [f"f{r.index}" for r in p.fresh]
-        lines = [f"def run({', '.join(ins + outs_in + ['A', 'F', 'D', 'OFF'])}):"]
+        lines = [f"def run({', '.join(ins + outs_in + ['A', 'F', 'D', 'OFF', 'IE'])}):"]
         used_in = sorted({r.index for _, r, _ in p.dynamic if r.kind == "input"})
         for k in used_in:
             lines.append(f"    r{k} = a{k}.ctypes.data")
@@ -261,8 +280,9 @@ class CompiledGraph:
             fn = "call_gemm" if st.kind == "gemm" else "call_kernel"
             lines.append(f"    {fn}(F[{n}], base + {8 * st.block})  # {st.label}")
         ind = "    "
-        if self.checks and p.writes:    # an anomaly leaves the user's state untouched
-            lines.append(f"    if err[0] == {len(self.checks)}:")
+        guards = ([f"err[0] == {len(self.checks)}"] if self.checks else []) + (["IE[0] == 0"] if p.index_steps else [])
+        if guards and p.writes:     # an anomaly or an index out of range leaves the user's state untouched
+            lines.append(f"    if {' and '.join(guards)}:")
             ind = "        "
         for n, st in enumerate(p.writes):
             lines.append(f"{ind}call_kernel(F[{len(p.steps) + n}], base + {8 * st.block})  # write-back")
@@ -276,7 +296,7 @@ class CompiledGraph:
                   "@njit(cache=CACHE_ENABLED, error_model='numpy')"]
         sig = "(" + ", ".join([_numba_array_type(v.aval.dtype, v.aval.ndim) for v in g.inputs]
                               + [_numba_array_type(r.dtype, len(r.shape)) for r in p.fresh]
-                              + ["Array(int64, 1, 'C')"] * 4) + ",)"
+                              + ["Array(int64, 1, 'C')"] * 5) + ",)"
         return "\n".join(header + lines) + "\n", sig
 
     # ---- the Python driver (ops without a native form; the profiler's instrumented run) ----------------------
@@ -307,6 +327,7 @@ class CompiledGraph:
         arrays = [np.ascontiguousarray(a) for a in arrays]
         fresh = [take(r.shape, r.dtype.np) for r in p.fresh]
         ALLOCATIONS["fresh_arrays"] += len(fresh)
+        self._ierr[0] = 0
         for slot, r, _ in p.dynamic:
             arr = arrays[r.index] if r.kind == "input" else fresh[r.index]
             A[slot] = arr.ctypes.data + OFF[slot]
@@ -318,7 +339,7 @@ class CompiledGraph:
         a_addr = A.ctypes.data
         sc = ScopeTracker(prof) if prof is not None else None
         for n, st in enumerate(p.steps + p.writes):
-            if st.guarded and err is not None and err[0] != len(self.checks):
+            if st.guarded and (err is not None and err[0] != len(self.checks) or self._ierr[0]):
                 continue
             if sc is not None:
                 sc.enter(tuple(st.scope))
@@ -334,12 +355,19 @@ class CompiledGraph:
                 else:
                     vals = [self._view(pl, arrays, fresh, base) for pl in st.ins]
                     e = st.eqn
-                    with np.errstate(all="ignore"):
-                        res = run_eqn(e, vals) if e.op.nout == 1 else e.op.impl(*vals, **e.params)
+                    try:
+                        with np.errstate(all="ignore"):
+                            res = run_eqn(e, vals) if e.op.nout == 1 else e.op.impl(*vals, **e.params)
+                    except IndexError as err:      # raised before any state write-back ran
+                        where = f"\n  at {e.loc.where()} in {e.loc.function}: {e.loc.text}" if e.loc else ""
+                        raise IndexError(f"{e.op.name}: {err} (shapes {[list(v.shape) for v in vals]}; compiled "
+                                         f"code, no state was updated){where}") from None
                     for pl, r in zip(st.out, (res,) if e.op.nout == 1 else res):
                         np.copyto(self._view(pl, arrays, fresh, base), r, casting="unsafe")
         if sc is not None:
             sc.close()
+        if self._ierr[0]:
+            raise self.index_error()
         outs = [arrays[i] if kind == "input" else fresh[i] for kind, i in p.outputs]
         if err is not None:
             outs.append(err)

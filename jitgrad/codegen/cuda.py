@@ -23,7 +23,7 @@ from ..ir.graph import Graph, Lit, Var
 from ..ir.interpret import run_eqn
 from ..ir.passes.fuse import Group, plan as fusion_plan
 from .layout import Place, _bcast_strides, _c_strides, _coalesce, view_place
-from .lowering import lower_plan
+from .lowering import index_error, lower_plan
 from . import cuda_kernels as K
 
 _KERNELS: dict = {}        # key -> compiled dispatcher (one per kernel identity, per process)
@@ -90,6 +90,7 @@ class CudaGraph:
         self.check_ids = {e: i for i, e in enumerate(self.checks)}
         self.places, self.roots, self.steps, self.kernels = {}, [], [], {}
         self.native = True
+        self.index_steps = []       # eqns of the bounds-checked steps (gather, scatter), by step id
         for k, v in enumerate(graph.inputs):
             if v not in self.places:
                 self.places[v] = self._buffer("input", v.aval.shape, v.aval.dtype, k)
@@ -297,7 +298,8 @@ class CudaGraph:
         for v in idx:
             args += self._operand(self.place(v), _bcast_strides(self.place(v), it))
         args += self._operand(po, _c_strides(it)) + [px.root, px.offset] + list(px.strides) + list(px.shape)
-        self._add(kern, n, args, "gather", e.scope)
+        self._add(kern, n, args + ["ierr", len(self.index_steps)], "gather", e.scope)
+        self.index_steps.append(e)
 
     def _scatter(self, e):
         base, v, idx = e.ins[0], e.ins[1], e.ins[2:]
@@ -314,7 +316,8 @@ class CudaGraph:
         for iv in idx:
             args += self._operand(self.place(iv), _bcast_strides(self.place(iv), it))
         args += [po.root, po.offset] + list(po.strides) + list(po.shape)
-        self._add(kern, n, args, "scatter", e.scope)
+        self._add(kern, n, args + ["ierr", len(self.index_steps)], "scatter", e.scope)
+        self.index_steps.append(e)
 
     def _scan(self, e):
         """cumsum / cumprod: a thread per point of the other dims, serial along the axis (both read and written
@@ -390,10 +393,17 @@ class CudaGraph:
         env.update(flat)
         err = cuda.to_device(np.zeros(2 * len(self.checks), np.int64)) if self.checks else None
         env["err"] = err
+        ierr = env["ierr"] = cuda.to_device(np.zeros(4, np.int64)) if self.index_steps else None
+        bad_index = None        # read once, before the first write-back: an index out of range vetoes them
         failed = None
         timed = []      # (profiler range, start event, end event, host ns): kernels timed by CUDA events
         use_cuda = prof is not None and getattr(prof, "use_cuda", False)
         for st in self.steps:
+            if st.guarded and ierr is not None:
+                if bad_index is None:
+                    bad_index = ierr.copy_to_host()
+                if bad_index[0]:
+                    continue
             if st.guarded and err is not None:
                 if failed is None:
                     failed = self._first_failure(err)
@@ -420,6 +430,10 @@ class CudaGraph:
                 ms = ev0.elapsed_time(ev1)
                 # the simulator's events carry no time (-1): its launches are synchronous, so the host time is it
                 cm.set_device_time(ms * 1000.0 if ms >= 0 else host_ns / 1000.0)
+        if ierr is not None:
+            bad_index = ierr.copy_to_host() if bad_index is None else bad_index
+            if bad_index[0]:
+                raise index_error(self.index_steps[int(bad_index[1])], int(bad_index[2]), int(bad_index[3]))
         outs = [arrays[r.index] if r.kind == "input" else fresh[id(r)] for r in self.outputs]
         if err is not None:
             outs.append(failed if failed is not None else self._first_failure(err))

@@ -25,7 +25,7 @@ from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
 from .cuda_philox import CONSTS as philox_consts, draw as philox_draw
 from .loops import INDEXED_OPS, _compute_dtype, _literal, scalar_expr
-from .math_table import MathCalls
+from .math_table import LiteralText, MathCalls
 
 _NB = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int64", "bool": "boolean"}
 
@@ -96,7 +96,7 @@ def _body(g, ix, arrays_in, outslot, consts, check_ids, ind, red_out=None):
 
     def ref(v, cd):
         if isinstance(v, Lit) and v not in local:
-            return _literal(v, cd if v.aval.weak else v.aval.dtype, consts)
+            return LiteralText(_literal(v, cd if v.aval.weak else v.aval.dtype, consts), v.value)
         expr = local[v]
         if cd is not None and v.aval.dtype is not cd:
             expr = _cast(cd, expr)
@@ -269,6 +269,23 @@ def gen_gemm(d: dt.DType, nbatch: int, tile=16) -> CudaKernel:
     return CudaKernel("gemm", "\n".join(body), params, label="matmul (tiled GEMM)")
 
 
+def _bounds_checked(n, raw, size, access, ind):
+    """Wrap negative indices, check each against its dim (``{size}{k}``) and do ``access`` only when all are in
+    range; the first failure claims ``ierr`` (compare-and-swap on ierr[0]) and records [1, sid, index, dim]; the
+    host raises IndexError after the step (as on the CPU, loops.py)."""
+    body = []
+    for k in range(n):
+        body += [f"{ind}r{k} = int64({raw[k]})", f"{ind}j{k} = r{k} + {size}{k} if r{k} < 0 else r{k}"]
+    body.append(f"{ind}bad = -1")
+    body.append(f"{ind}bv = int64(0)")
+    for k in reversed(range(n)):
+        body += [f"{ind}if j{k} < 0 or j{k} >= {size}{k}:", f"{ind}    bad = {k}", f"{ind}    bv = r{k}"]
+    body += [f"{ind}if bad < 0:"] + [f"{ind}    {a}" for a in access]
+    body += [f"{ind}elif cuda.atomic.compare_and_swap(ierr, 0, 1) == 0:",
+             f"{ind}    ierr[1] = sid", f"{ind}    ierr[2] = bv", f"{ind}    ierr[3] = bad"]
+    return body
+
+
 def gen_gather(x: dt.DType, idx, rank: int) -> CudaKernel:
     """out[i] = x[idx0[i], idx1[i], ...]: one integer index tensor per dim of x, broadcast over the output.
     ``idx``: the index dtypes."""
@@ -279,13 +296,13 @@ def gen_gather(x: dt.DType, idx, rank: int) -> CudaKernel:
     ix.operand(n, x)        # the output (contiguous over the output's dims)
     params = [("n", "int64")] + ix.params + [("px", arr_t(x)), ("ox", "int64")]
     params += [(f"sx{k}", "int64") for k in range(n)] + [(f"nx{k}", "int64") for k in range(n)]
+    params += [("ierr", "int64[::1]"), ("sid", "int64")]
     ind = "        "
     body = ["    i = cuda.grid(1)", "    step = cuda.gridsize(1)", "    while i < n:"]
     body += ix.unravel("i", list(range(rank)), ind)
-    for k in range(n):
-        body += [f"{ind}j{k} = int64({_load(k, ix, idx[k])})", f"{ind}if j{k} < 0:", f"{ind}    j{k} += nx{k}"]
     src = "px[ox" + "".join(f" + j{k} * sx{k}" for k in range(n)) + "]"
-    body += [f"{ind}p{n}[{ix.at(n)}] = {src}", f"{ind}i += step"]
+    body += _bounds_checked(n, [_load(k, ix, idx[k]) for k in range(n)], "nx", [f"p{n}[{ix.at(n)}] = {src}"], ind)
+    body += [f"{ind}i += step"]
     return CudaKernel("gather", "\n".join(body), params, label="gather")
 
 
@@ -299,17 +316,17 @@ def gen_scatter(out: dt.DType, v: dt.DType, idx, rank: int, accumulate: bool) ->
         ix.operand(k + 1, d)
     params = [("n", "int64")] + ix.params + [("po", arr_t(out)), ("oo", "int64")]
     params += [(f"so{k}", "int64") for k in range(n)] + [(f"no{k}", "int64") for k in range(n)]
+    params += [("ierr", "int64[::1]"), ("sid", "int64")]
     ind = "        "
     body = ["    i = cuda.grid(1)", "    step = cuda.gridsize(1)", "    while i < n:"]
     body += ix.unravel("i", list(range(rank)), ind)
-    for k in range(n):
-        body += [f"{ind}j{k} = int64({_load(k + 1, ix, idx[k])})", f"{ind}if j{k} < 0:", f"{ind}    j{k} += no{k}"]
     tgt = "oo" + "".join(f" + j{k} * so{k}" for k in range(n))
     val = _cast(out, _load(0, ix, v))
     if accumulate and out is not dt.bool_:
-        body.append(f"{ind}cuda.atomic.add(po, {tgt}, {val})")
+        write = f"cuda.atomic.add(po, {tgt}, {val})"
     else:
-        body.append(f"{ind}po[{tgt}] = {val}")
+        write = f"po[{tgt}] = {val}"
+    body += _bounds_checked(n, [_load(k + 1, ix, idx[k]) for k in range(n)], "no", [write], ind)
     body.append(f"{ind}i += step")
     return CudaKernel("scatter", "\n".join(body), params, label="scatter")
 

@@ -23,7 +23,7 @@ from ..ir.graph import Lit, Var
 from ..ir.passes.fuse import Group
 from .gemm_steps import GemmSteps
 from .loops import BCAST, CONTIG, PARALLEL_MIN, STRIDED, gen_check, gen_copy, gen_gather, gen_group, gen_scatter
-from .lowering import lower_plan
+from .lowering import lower_plan, step_kind
 
 _ALIGN = 64
 
@@ -133,6 +133,8 @@ class Program(GemmSteps):
         self.lit_slots = []          # (table slot, lit array, byte offset)
         self.ws_slots = []           # (table slot, root, byte offset)
         self.err_slots = []          # table slots that receive the err array's address
+        self.ierr_slots = []         # table slots that receive the index-error array's address
+        self.index_steps = []        # eqns of the bounds-checked steps (gather, scatter), by step id
         self.native = True
         self._users_end = len(plan.steps)
         self._plan_liveness(plan, writes)
@@ -146,7 +148,9 @@ class Program(GemmSteps):
         # state updates computed straight into the state's buffer when nothing reads the old value afterwards
         # and no anomaly check could veto the update: no copy pass, no fresh buffer (an SGD step over all params)
         outs = [v for v in graph.outputs if isinstance(v, Var)]
-        self._inplace = {} if self.check_ids else {
+        # an anomaly check or an index out of range vetoes the state updates: then none may be computed in place
+        checked = self.check_ids or any(step_kind(s) in ("gather", "scatter") for s in plan.steps)
+        self._inplace = {} if checked else {
             graph.outputs[o]: i for o, i in writes
             if isinstance(graph.outputs[o], Var) and outs.count(graph.outputs[o]) == 1
             and graph.outputs[o] not in graph.inputs}
@@ -430,7 +434,14 @@ class Program(GemmSteps):
         for v in idx:
             self._operand(self.place(v), _bcast_strides(self.place(v), it))
         self._operand(po, _c_strides(it))
+        self._index_check_slot(e)
         self._add(st)
+
+    def _index_check_slot(self, e):
+        """The block's last two slots: the index-error array's address (set with the tables) and a step id."""
+        self.ierr_slots.append(len(self.table))
+        self.table.extend([0, len(self.index_steps)])
+        self.index_steps.append(e)
 
     def _scatter(self, e):
         base, v, idx = e.ins[0], e.ins[1], e.ins[2:]
@@ -450,6 +461,7 @@ class Program(GemmSteps):
         self._operand(pv, _bcast_strides(pv, it))
         for iv in idx:
             self._operand(self.place(iv), _bcast_strides(self.place(iv), it))
+        self._index_check_slot(e)
         self._add(st)
 
     def _scan(self, e):

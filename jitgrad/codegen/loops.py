@@ -18,7 +18,7 @@ import numpy as np
 from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
 from ..ir.ops.opdef import result_dtype
-from .math_table import MathCalls
+from .math_table import LiteralText, MathCalls
 
 PARALLEL_MIN = 1 << 20      # elements; below this a kernel runs serial (see BENCHMARKS.md: thread wake-up
                             # costs ~10 us on an idle machine and ~20 ms when the cores are busy)
@@ -207,7 +207,7 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None) ->
 
     def ref(v, cd):
         if isinstance(v, Lit) and v not in local:
-            return _literal(v, cd if v.aval.weak else v.aval.dtype, consts)
+            return LiteralText(_literal(v, cd if v.aval.weak else v.aval.dtype, consts), v.value)
         expr = local[v]
         if cd is not None and v.aval.dtype is not cd:
             expr = f"{_tname(cd)}({expr})"
@@ -293,6 +293,25 @@ def gen_check(dtype: dt.DType, rank: int, cls: str) -> Kernel:
                   checks=[0], label="check", uses=m.uses)
 
 
+def _bounds_checked(n, raw, wrapped, sizes, access):
+    """Lines that wrap negative indices, check every index against its dim and do ``access`` only when all are
+    in range; otherwise the first failure is recorded in the index-error array (block slot ``IE``: its address,
+    then this step's id): ``[1, step id, index, dim]``.  Kernels cannot raise; the driver raises IndexError
+    after the step, and no state write-back runs (codegen/cpu.py)."""
+    body = []
+    for k in range(n):
+        body += [f"r{k} = int64({raw[k]})", f"{wrapped[k]} = r{k} + {sizes[k]} if r{k} < 0 else r{k}"]
+    if not n:
+        return body + access
+    body.append("bad = -1")
+    for k in reversed(range(n)):
+        body += [f"if {wrapped[k]} < 0 or {wrapped[k]} >= {sizes[k]}:", f"    bad = {k}", f"    bv = r{k}"]
+    body += ["if bad < 0:"] + ["    " + a for a in access]
+    body += ["else:", "    ie = ptr_i64(A[IE])", "    if ie[0] == 0:", "        ie[0] = 1", "        ie[1] = A[IE + 1]",
+             "        ie[2] = bv", "        ie[3] = bad"]
+    return body
+
+
 def gen_gather(e) -> Kernel:
     """getitem(x, i0, ..., i_{n-1}) with one integer index tensor per dim, broadcast over the output.
     Block: output dims; x (address, n strides, n sizes); each index (address, strides); out."""
@@ -308,11 +327,12 @@ def gen_gather(e) -> Kernel:
     for k, v in enumerate(idx):
         nest.operand(k + 1, v.aval.dtype)
     nest.operand(n + 1, x.aval.dtype)
-    body = []
-    for k in range(n):
-        body += [f"j{k} = int64({_load(k + 1, nest, idx[k].aval.dtype)})", f"j{k} = j{k} + nx{k} if j{k} < 0 else j{k}"]
-    body.append(_store(n + 1, nest, x.aval.dtype, "px[" + " + ".join(f"j{k} * sx{k}" for k in range(n)) + "]"
-                       if n else "px[0]"))
+    nest.pre.append(f"IE = {nest.slot}")
+    nest.slot += 2
+    body = _bounds_checked(n, [_load(k + 1, nest, idx[k].aval.dtype) for k in range(n)], [f"j{k}" for k in range(n)],
+                           [f"nx{k}" for k in range(n)],
+                           [_store(n + 1, nest, x.aval.dtype, "px[" + " + ".join(f"j{k} * sx{k}" for k in range(n)) + "]"
+                                   if n else "px[0]")])
     lines = ["def kernel(A):"] + nest.loops(body, range(1, n + 2))
     return Kernel("gather", "\n".join(lines), rank=r, operands=[x] + list(idx) + [e.outs[0]], classes=classes,
                   parallel=False, label="gather")
@@ -334,17 +354,18 @@ def gen_scatter(e) -> Kernel:
     nest.operand(0, v.aval.dtype)
     for k, iv in enumerate(idx):
         nest.operand(k + 1, iv.aval.dtype)
-    body = []
-    for k in range(n):
-        body += [f"j{k} = int64({_load(k + 1, nest, idx[k].aval.dtype)})", f"j{k} = j{k} + no{k} if j{k} < 0 else j{k}"]
+    nest.pre.append(f"IE = {nest.slot}")
+    nest.slot += 2
     tgt = "po[" + (" + ".join(f"j{k} * so{k}" for k in range(n)) if n else "0") + "]"
     val = _load(0, nest, v.aval.dtype)
     if od is dt.bool_:
-        body.append(f"{tgt} = uint8(1 if {val} else 0)")
+        write = f"{tgt} = uint8(1 if {val} else 0)"
     elif e.params["accumulate"]:
-        body.append(f"{tgt} = {_tname(od)}({tgt} + {val})")
+        write = f"{tgt} = {_tname(od)}({tgt} + {val})"
     else:
-        body.append(f"{tgt} = {_tname(od)}({val})")
+        write = f"{tgt} = {_tname(od)}({val})"
+    body = _bounds_checked(n, [_load(k + 1, nest, idx[k].aval.dtype) for k in range(n)], [f"j{k}" for k in range(n)],
+                           [f"no{k}" for k in range(n)], [write])
     lines = ["def kernel(A):"] + nest.loops(body, range(n + 1))
     return Kernel("scatter", "\n".join(lines), rank=r, operands=[e.outs[0], v] + list(idx), classes=classes,
                   parallel=False, label="scatter")

@@ -71,6 +71,21 @@ def step_kind(s) -> str:
     return "view" if s.op.view else "host"
 
 
+def index_error(e, value: int, dim: int) -> IndexError:
+    """The IndexError for a gather/scatter step ``e`` that met ``value`` out of range along ``dim``, as eager
+    mode raises it, naming the op, the shapes and the user's line (both targets raise it after the step, with
+    no state written back)."""
+    x = e.ins[0]
+    idx = e.ins[1:] if e.op.name == "getitem" else e.ins[2:]
+    what = "indexing" if e.op.name == "getitem" else "index assignment"
+    msg = (f"{e.op.name}: index {value} is out of bounds for dimension {dim} with size {x.aval.shape[dim]} "
+           f"({what} of a tensor of shape {list(x.aval.shape)} with index tensors of shapes "
+           f"{[list(v.aval.shape) for v in idx]}; compiled code, no state was updated)")
+    if e.loc is not None:
+        msg += f"\n  at {e.loc.where()} in {e.loc.function}: {e.loc.text}"
+    return IndexError(msg)
+
+
 def lower_plan(target, plan):
     """Walk ``plan`` and call ``target``'s emitter for each entry's kind (``target.EMITTERS[kind]``, a method
     name); an emitter that returns False, or a kind the target has no emitter for, becomes a host step
@@ -85,4 +100,4 @@ def lower_plan(target, plan):
         target.after_step(n, s)
 
 
-__all__ = ["KINDS", "step_kind", "lower_plan", "all_tensor_spec"]
+__all__ = ["KINDS", "step_kind", "lower_plan", "all_tensor_spec", "index_error"]

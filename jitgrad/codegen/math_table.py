@@ -74,6 +74,17 @@ MATH = _rows(
 _PRECISION = {"float32": "f32", "float64": "f64", "int64": "i64", "int32": "i64", "uint8": "i64", "bool": "i64"}
 
 
+class LiteralText(str):
+    """The text of a literal operand in a scalar body, with its ``value``: an OpDef may specialise on it as
+    NumPy and torch do (``x ** 0.5`` with a Python-number exponent is ``sqrt``)."""
+    value = None
+
+    def __new__(cls, text, value):
+        s = super().__new__(cls, text)
+        s.value = value
+        return s
+
+
 class MathCalls:
     """What a scalar body's ``m`` is: ``m.tanh(x)`` -> the text of that call on ``target`` (cpu | cuda | text)
     at precision ``dtype`` (a jitgrad DType name).  CPU helpers used are recorded in ``uses`` as (module, fn),
@@ -117,4 +128,4 @@ class MathCalls:
         return f"{self.dtype if floating else ('float64' if isinstance(value, float) else 'int64')}({value!r})"
 
 
-__all__ = ["MATH", "MathFn", "MathCalls"]
+__all__ = ["MATH", "MathFn", "MathCalls", "LiteralText"]

@@ -239,7 +239,15 @@ def _pow_impl(x, y):
     return r
 
 
-ew("pow", _pow_impl, _pow_vjp, lambda m, x, y: m.pow(x, y), saves_in=(0, 1), saves_out=(0,), kind="nobool")
+def _pow_scalar(m, x, y):
+    # a Python-number exponent 0.5 is sqrt, as NumPy's and torch's fast paths compute it: (-inf) ** 0.5 is nan
+    # there, and +inf for a tensor exponent (C pow)
+    if isinstance(getattr(y, "value", None), float) and y.value == 0.5:
+        return m.sqrt(x)
+    return m.pow(x, y)
+
+
+ew("pow", _pow_impl, _pow_vjp, _pow_scalar, saves_in=(0, 1), saves_out=(0,), kind="nobool")
 
 
 def _max_vjp(c, g):
