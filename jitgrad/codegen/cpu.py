@@ -178,16 +178,23 @@ class CompiledGraph:
             ierr[0] = 0
             res = run(*arrays, *[take(sh, d) for sh, d in fresh], A, F, D, OFF, ierr)
             if ierr[0]:
-                raise self.index_error()
+                raise self.step_error()
             return res
         call.ncheck = ncheck
         return call
 
-    def index_error(self) -> IndexError:
-        """The IndexError of the first out-of-range index a gather/scatter met in the last call, as eager mode
-        raises it, naming the op, the shapes and the user's line."""
-        _, sid, value, dim = (int(v) for v in self._ierr)
-        return index_error(self.program.index_steps[sid], value, dim)
+    def step_error(self) -> Exception:
+        """The error of the last call's first failing step, as eager mode raises it, naming the op, the shapes and
+        the user's line: IndexError for an index out of range (gather/scatter), RuntimeError("ZeroDivisionError")
+        for a zero integer divisor."""
+        code, sid, value, dim = (int(v) for v in self._ierr)
+        e = self.program.index_steps[sid]
+        if code == 2:       # a zero integer divisor (loops.py guards): eager's and torch's error
+            where = f"\n  at {e.loc.where()} in {e.loc.function}: {e.loc.text}" if e.loc else ""
+            ins = ", ".join(f"{v.aval.dtype.name}{list(v.aval.shape)}" for v in e.ins)
+            return RuntimeError(f"{e.op.name}: ZeroDivisionError: integer division or modulo by zero (inputs: {ins}; "
+                                f"compiled code, no state was updated){where}")
+        return index_error(e, value, dim)
 
     def _contiguous_inputs(self, arrays):
         for a in arrays:
@@ -367,7 +374,7 @@ class CompiledGraph:
         if sc is not None:
             sc.close()
         if self._ierr[0]:
-            raise self.index_error()
+            raise self.step_error()
         outs = [arrays[i] if kind == "input" else fresh[i] for kind, i in p.outputs]
         if err is not None:
             outs.append(err)

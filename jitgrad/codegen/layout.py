@@ -22,7 +22,8 @@ from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
 from ..ir.passes.fuse import Group
 from .gemm_steps import GemmSteps
-from .loops import BCAST, CONTIG, PARALLEL_MIN, STRIDED, gen_check, gen_copy, gen_gather, gen_group, gen_scatter
+from .loops import (BCAST, CONTIG, PARALLEL_MIN, STRIDED, gen_check, gen_copy, gen_gather, gen_group, gen_scatter,
+                    raises_in_loops)
 from .lowering import lower_plan, step_kind
 
 _ALIGN = 64
@@ -149,7 +150,8 @@ class Program(GemmSteps):
         # and no anomaly check could veto the update: no copy pass, no fresh buffer (an SGD step over all params)
         outs = [v for v in graph.outputs if isinstance(v, Var)]
         # an anomaly check or an index out of range vetoes the state updates: then none may be computed in place
-        checked = self.check_ids or any(step_kind(s) in ("gather", "scatter") for s in plan.steps)
+        checked = self.check_ids or any(step_kind(s) in ("gather", "scatter") for s in plan.steps) \
+            or raises_in_loops(graph)
         self._inplace = {} if checked else {
             graph.outputs[o]: i for o, i in writes
             if isinstance(graph.outputs[o], Var) and outs.count(graph.outputs[o]) == 1
@@ -377,6 +379,12 @@ class Program(GemmSteps):
             self.err_slots.append(len(self.table))
             self.table.append(0)
             self.table.extend(k.checks)
+        if k.guards:
+            self.ierr_slots.append(len(self.table))
+            self.table.append(0)
+            for e in k.guards:
+                self.table.append(len(self.index_steps))
+                self.index_steps.append(e)
         self._add(st)
 
     def _writes_in_place(self, o, g) -> bool:

@@ -90,11 +90,21 @@ class MathCalls:
     at precision ``dtype`` (a jitgrad DType name).  CPU helpers used are recorded in ``uses`` as (module, fn),
     for the kernel's imports.  The ``text`` target writes plain ``tanh(x)`` (listings, tests)."""
 
-    def __init__(self, target: str, dtype: str = "float64", uses: set | None = None):
+    def __init__(self, target: str, dtype: str = "float64", uses: set | None = None, guards: list | None = None):
         self.target, self.dtype = target, dtype
         self.uses = set() if uses is None else uses
+        self.guards = [] if guards is None else guards
+
+    def nonzero(self, y: str) -> str:
+        """``y`` as a divisor: for integer operands the loop counts zeros (``guards``) and the step raises
+        ZeroDivisionError after it, as torch does (the kernel itself computes NumPy's 0 and carries on)."""
+        if self.dtype not in ("float32", "float64"):
+            self.guards.append(f"({y}) == 0")
+        return y
 
     def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
         try:
             fn = MATH[name]
         except KeyError:

@@ -206,9 +206,9 @@ def _remainder(x, y):
     return np.remainder(x, y)
 
 
-ew("floordiv", _floordiv, None, lambda m, x, y: f"({x} // {y})", kind="nobool")
+ew("floordiv", _floordiv, None, lambda m, x, y: f"({x} // {m.nonzero(y)})", kind="nobool")
 ew("mod", _remainder, lambda c, g: (g, -(g * (_in(c, 0) // _in(c, 1))) if c.needs_grad[1] else None),
-   lambda m, x, y: f"({x} % {y})", saves_in=(0, 1), grad_name="RemainderBackward0", kind="nobool",
+   lambda m, x, y: f"({x} % {m.nonzero(y)})", saves_in=(0, 1), grad_name="RemainderBackward0", kind="nobool",
    saved_for={0: (1,), 1: (1,)})
 
 
