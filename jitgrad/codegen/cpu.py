@@ -23,7 +23,7 @@ from ..ir.graph import Graph
 from ..ir.interpret import ScopeTracker, run_eqn
 from ..ir.ops import blas
 from ..ir.passes.fuse import plan as fusion_plan
-from . import build as _build
+from . import build as _build, threads
 from .layout import Program
 from .lowering import index_error
 from .loops import FASTMATH, PARALLEL_MIN, gen_group  # noqa: F401  (re-exported)
@@ -144,6 +144,7 @@ class CompiledGraph:
 
     def _build(self, background: bool):
         t0 = time.perf_counter()
+        threads.configure()     # the threading layer, before any parallel kernel can launch
         try:
             phase = self._phase if (self._phase is not None and not background) else None
             with (phase("compile/numba") if phase else contextlib.nullcontext()):
@@ -169,17 +170,19 @@ class CompiledGraph:
         fresh = [(r.shape, r.dtype.np) for r in self.program.fresh]
         ierr = self._ierr
         checked = bool(self.program.index_steps)
+        lock = threads.LAUNCH_LOCK if any(k.parallel for k in self.kernels) else contextlib.nullcontext()
 
         def call(*arrays):
             if not contiguous(arrays):
                 return self._python_run(*arrays)
-            if not checked:
-                return run(*arrays, *[take(sh, d) for sh, d in fresh], A, F, D, OFF, ierr)
-            ierr[0] = 0
-            res = run(*arrays, *[take(sh, d) for sh, d in fresh], A, F, D, OFF, ierr)
-            if ierr[0]:
-                raise self.step_error()
-            return res
+            with lock:
+                if not checked:
+                    return run(*arrays, *[take(sh, d) for sh, d in fresh], A, F, D, OFF, ierr)
+                ierr[0] = 0
+                res = run(*arrays, *[take(sh, d) for sh, d in fresh], A, F, D, OFF, ierr)
+                if ierr[0]:
+                    raise self.step_error()
+                return res
         call.ncheck = ncheck
         return call
 
@@ -352,7 +355,10 @@ class CompiledGraph:
                 sc.enter(tuple(st.scope))
             cm = prof.range(st.label, st.shapes, "kernel") if prof is not None else contextlib.nullcontext()
             with cm:
-                if st.kind == "kernel":
+                if st.kind == "kernel" and st.kernel.parallel:
+                    with threads.LAUNCH_LOCK:
+                        _KERNEL_CALL(int(F[n]))(a_addr + 8 * st.block)
+                elif st.kind == "kernel":
                     _KERNEL_CALL(int(F[n]))(a_addr + 8 * st.block)
                 elif st.kind == "gemm":
                     _GEMM_CALL(int(F[n]))(*[int(x) for x in A[st.block:st.block + 13]])
