@@ -97,6 +97,13 @@ def _fusable(e) -> bool:
         and len(e.outs) == 1
 
 
+def _parallel_reduction(e, rank) -> bool:
+    """Whether the loop of reduction ``e`` can run in parallel (loops.gen_group: a full sum, or a reduction that
+    keeps the outer axis): only then may later eqns join its loop, which would otherwise lose their threads."""
+    axes = set(e.params["axes"])
+    return (len(axes) == rank and e.op.name == "sum") or 0 not in axes
+
+
 def plan(graph: Graph) -> Plan:
     users = {}
     for i, e in enumerate(graph.eqns):
@@ -119,7 +126,8 @@ def plan(graph: Graph) -> Plan:
             shape = e.outs[0].aval.shape
             # record_function blocks are fusion barriers, so the profiler can time exactly the labelled work
             if cur is None or cur.shape != shape or cur.eqns[0][1].scope != e.scope or (
-                    cur.reduce is not None and any(v is cur.reduce[1].outs[0] for v in e.ins)) \
+                    cur.reduce is not None and (any(v is cur.reduce[1].outs[0] for v in e.ins)
+                                                or not _parallel_reduction(cur.reduce[1], len(shape)))) \
                     or len(cur.eqns) >= MAX_GROUP_EQNS:
                 close()
                 cur = Group(shape)
