@@ -143,8 +143,9 @@ class _Nest:
         return lines
 
 
-def _load(j, nest, dtype):
-    expr = f"p{j}[{nest.index(j)}]"
+def _load(j, nest, dtype, offset=""):
+    """Operand ``j``'s element at the nest's index (plus ``offset``, an index expression)."""
+    expr = f"p{j}[{nest.index(j)}{offset}]"
     return f"({expr} != 0)" if dtype is dt.bool_ else expr
 
 
