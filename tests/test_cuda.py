@@ -403,6 +403,11 @@ def test_sim_out_of_range_index_raises_after_the_step_and_updates_nothing():
                                   [0.0, 7.0, 0.0, 7.0])
     with pytest.raises(IndexError, match=r"index_put: index -5 is out of bounds for dimension 0 with size 4"):
         fp(jg.zeros(4, device="cuda"), jg.tensor([-5], device="cuda"))
+    fd = jg.compile(lambda a, b: a // b)
+    np.testing.assert_array_equal(fd(jg.tensor([7, -7], device="cuda"), jg.tensor([2, 2], device="cuda")).cpu().numpy(),
+                                  [3, -4])
+    with pytest.raises(RuntimeError, match="floordiv: ZeroDivisionError"):
+        fd(jg.tensor([7, 1], device="cuda"), jg.tensor([2, 0], device="cuda"))
 
 
 # ---- compiled programs ----------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from ..ir.ops import blas
 from ..ir.passes.fuse import plan as fusion_plan
 from . import build as _build, threads
 from .layout import Program
-from .lowering import index_error
+from .lowering import step_error
 from .loops import FASTMATH, PARALLEL_MIN, gen_group  # noqa: F401  (re-exported)
 from .output_pool import take
 
@@ -191,13 +191,7 @@ class CompiledGraph:
         the user's line: IndexError for an index out of range (gather/scatter), RuntimeError("ZeroDivisionError")
         for a zero integer divisor."""
         code, sid, value, dim = (int(v) for v in self._ierr)
-        e = self.program.index_steps[sid]
-        if code == 2:       # a zero integer divisor (loops.py guards): eager's and torch's error
-            where = f"\n  at {e.loc.where()} in {e.loc.function}: {e.loc.text}" if e.loc else ""
-            ins = ", ".join(f"{v.aval.dtype.name}{list(v.aval.shape)}" for v in e.ins)
-            return RuntimeError(f"{e.op.name}: ZeroDivisionError: integer division or modulo by zero (inputs: {ins}; "
-                                f"compiled code, no state was updated){where}")
-        return index_error(e, value, dim)
+        return step_error(self.program.index_steps[sid], code, value, dim)
 
     def _contiguous_inputs(self, arrays):
         for a in arrays:

@@ -23,7 +23,7 @@ from ..ir.graph import Graph, Lit, Var
 from ..ir.interpret import run_eqn
 from ..ir.passes.fuse import Group, plan as fusion_plan
 from .layout import Place, _bcast_strides, _c_strides, _coalesce, view_place
-from .lowering import index_error, lower_plan
+from .lowering import lower_plan, step_error
 from . import cuda_kernels as K
 
 _KERNELS: dict = {}        # key -> compiled dispatcher (one per kernel identity, per process)
@@ -194,6 +194,11 @@ class CudaGraph:
         kern = K.gen_group(g, len(shape), red_axes, self.check_ids, self.cfg["tpb"])
         checks = [self.check_ids[e] for e in g.eqns if e in self.check_ids and e.outs[0].aval.dtype.is_floating_point]
         tail = (["err"] + checks) if checks else []
+        if kern.guards:         # zero integer divisors: the index-error array, one step id per guard
+            tail += ["ierr"]
+            for e in kern.guards:
+                tail.append(len(self.index_steps))
+                self.index_steps.append(e)
         label = f"{g.name} {g.lines()}".strip()
         scope = g.all_eqns[0].scope
         if red is None:
@@ -433,7 +438,7 @@ class CudaGraph:
         if ierr is not None:
             bad_index = ierr.copy_to_host() if bad_index is None else bad_index
             if bad_index[0]:
-                raise index_error(self.index_steps[int(bad_index[1])], int(bad_index[2]), int(bad_index[3]))
+                raise step_error(self.index_steps[int(bad_index[1])], *(int(v) for v in bad_index[[0, 2, 3]]))
         outs = [arrays[r.index] if r.kind == "input" else fresh[id(r)] for r in self.outputs]
         if err is not None:
             outs.append(failed if failed is not None else self._first_failure(err))

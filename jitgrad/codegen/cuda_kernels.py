@@ -43,6 +43,7 @@ class CudaKernel:
         self.signature = "void(" + ", ".join(t for _, t in params) + ")"
         args = ", ".join(n for n, _ in params)
         self.source = "\n".join(header) + "\n\n\n" + f"# signature: {self.signature}\ndef kernel({args}):\n" + body + "\n"
+        self.guards = []        # eqns whose zero integer divisor the kernel records (fused loops)
         self.key = hashlib.sha256(self.source.encode()).hexdigest()
         self.name = f"{kind}_{self.key[:10]}"
 
@@ -89,7 +90,8 @@ def _load(j, ix, d):
 def _body(g, ix, arrays_in, outslot, consts, check_ids, ind, red_out=None):
     """The scalar body of group ``g``: loads, one line per eqn (the OpDefs' scalar bodies, as in loops.py),
     stores of materialised values, and anomaly counters.  Returns (lines, local names, checks)."""
-    lines, local, checks = [], {}, []
+    lines, local, checks, guards = [], {}, [], []
+    math_ = MathCalls("cuda")
     for j, v in enumerate(arrays_in):
         local[v] = f"x{j}"
         lines.append(f"{ind}x{j} = {_load(j, ix, v.aval.dtype)}")
@@ -115,7 +117,12 @@ def _body(g, ix, arrays_in, outslot, consts, check_ids, ind, red_out=None):
             lines += draw_lines
             expr = _cast(od, expr)
         else:
-            expr = _scalar_expr(e, cd, od, ref)
+            seen = len(math_.guards)
+            expr = _scalar_expr(e, cd, od, ref, math_)
+            for cond in math_.guards[seen:]:        # a zero integer divisor: recorded, raised by the host
+                lines += [f"{ind}if {cond}:", f"{ind}    if cuda.atomic.compare_and_swap(ierr, 0, 2) == 0:",
+                          f"{ind}        ierr[1] = gid{len(guards)}"]
+                guards.append(e)
         t = f"t{n}"
         lines.append(f"{ind}{t} = {expr}")
         local[e.outs[0]] = t
@@ -125,12 +132,16 @@ def _body(g, ix, arrays_in, outslot, consts, check_ids, ind, red_out=None):
             lines += _count(t, f"cid{k}", ind)
         if e.outs[0] in outslot and e.outs[0] is not red_out:
             lines.append(f"{ind}p{outslot[e.outs[0]]}[{ix.at(outslot[e.outs[0]])}] = {t}")
-    return lines, local, checks
+    return lines, local, checks, guards
 
 
-def _scalar_expr(e, cd, od, ref) -> str:
+def _scalar_expr(e, cd, od, ref, math_) -> str:
     """The value of elementwise eqn ``e`` (loops.scalar_expr, the CPU's), its math in the table's CUDA forms."""
-    return _cast(od, scalar_expr(e, cd, od, ref, MathCalls("cuda")))
+    return _cast(od, scalar_expr(e, cd, od, ref, math_))
+
+
+def _guard_params(guards):
+    return ([("ierr", "int64[::1]")] + [(f"gid{k}", "int64") for k in range(len(guards))]) if guards else []
 
 
 def _count(t, cid, ind):
@@ -169,18 +180,20 @@ def gen_group(g, rank, red_axes=None, check_ids=None, tpb=256) -> CudaKernel:
     red = g.reduce
     if red is None:
         ind = "        "
-        lines, _, checks = _body(g, ix, arrays_in, outslot, consts, check_ids, ind)
-        params = [("n", "int64")] + ix.params + _check_params(checks)
+        lines, _, checks, guards = _body(g, ix, arrays_in, outslot, consts, check_ids, ind)
+        params = [("n", "int64")] + ix.params + _check_params(checks) + _guard_params(guards)
         body = ["    i = cuda.grid(1)", "    step = cuda.gridsize(1)", "    while i < n:"]
         body += ix.unravel("i", list(range(rank)), ind) + lines + [f"{ind}i += step"]
-        return CudaKernel("fused", "\n".join(body), params, consts, label=g.name)
+        kern = CudaKernel("fused", "\n".join(body), params, consts, label=g.name)
+        kern.guards = guards
+        return kern
     # a reduction: rows (kept dims) x folded dims, each (row, part) reduced by one block's tree
     kept = [d for d in range(rank) if d not in red_axes]
     folded = [d for d in range(rank) if d in red_axes]
     od = red.outs[0].aval.dtype
     ro = outslot[red.outs[0]]
     ind = "            "
-    lines, local, checks = _body(g, ix, arrays_in, outslot, consts, check_ids, ind, red.outs[0])
+    lines, local, checks, guards = _body(g, ix, arrays_in, outslot, consts, check_ids, ind, red.outs[0])
     src = red.ins[0]
     v = local[src] if src in local else _literal(src, od, consts)
     comb = _COMBINE[red.op.name]
@@ -196,8 +209,11 @@ def gen_group(g, rank, red_axes=None, check_ids=None, tpb=256) -> CudaKernel:
     body += ["        if tid == 0:", f"            p{ro}[o{ro} + row] = sm[0]", "        cuda.syncthreads()",
              "        row += cuda.gridDim.x"]
     # the reduction's output operand is the (M x P) result buffer, addressed by row: its strides are unused
-    params = [("M", "int64"), ("K", "int64"), ("P", "int64")] + ix.params + _check_params(checks)
-    return CudaKernel("reduce", "\n".join(body), params, consts, label=g.name)
+    params = [("M", "int64"), ("K", "int64"), ("P", "int64")] + ix.params + _check_params(checks) \
+        + _guard_params(guards)
+    kern = CudaKernel("reduce", "\n".join(body), params, consts, label=g.name)
+    kern.guards = guards
+    return kern
 
 
 def _tree(comb, tpb, ind):

@@ -86,6 +86,17 @@ def index_error(e, value: int, dim: int) -> IndexError:
     return IndexError(msg)
 
 
+def step_error(e, code: int, value: int, dim: int) -> Exception:
+    """The error a loop recorded for eqn ``e`` (``code`` 1: an index out of range, 2: a zero integer divisor), as
+    eager mode raises it: IndexError, or torch's RuntimeError("ZeroDivisionError ...")."""
+    if code == 2:
+        where = f"\n  at {e.loc.where()} in {e.loc.function}: {e.loc.text}" if e.loc else ""
+        ins = ", ".join(f"{v.aval.dtype.name}{list(v.aval.shape)}" for v in e.ins)
+        return RuntimeError(f"{e.op.name}: ZeroDivisionError: integer division or modulo by zero (inputs: {ins}; "
+                            f"compiled code, no state was updated){where}")
+    return index_error(e, value, dim)
+
+
 def lower_plan(target, plan):
     """Walk ``plan`` and call ``target``'s emitter for each entry's kind (``target.EMITTERS[kind]``, a method
     name); an emitter that returns False, or a kind the target has no emitter for, becomes a host step
@@ -100,4 +111,4 @@ def lower_plan(target, plan):
         target.after_step(n, s)
 
 
-__all__ = ["KINDS", "step_kind", "lower_plan", "all_tensor_spec", "index_error"]
+__all__ = ["KINDS", "step_kind", "lower_plan", "all_tensor_spec", "index_error", "step_error"]
