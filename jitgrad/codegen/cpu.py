@@ -282,7 +282,11 @@ class CompiledGraph:
         lines.append("    base = A.ctypes.data")
         for n, st in enumerate(p.steps):
             fn = "call_gemm" if st.kind == "gemm" else "call_kernel"
-            lines.append(f"    {fn}(F[{n}], base + {8 * st.block})  # {st.label}")
+            call = f"{fn}(F[{n}], base + {8 * st.block})  # {st.label}"
+            if st.state_write and p.index_steps:     # after a step that may raise: only when it did not
+                lines += ["    if IE[0] == 0:", f"        {call}"]
+            else:
+                lines.append(f"    {call}")
         ind = "    "
         guards = ([f"err[0] == {len(self.checks)}"] if self.checks else []) + (["IE[0] == 0"] if p.index_steps else [])
         if guards and p.writes:     # an anomaly or an index out of range leaves the user's state untouched
@@ -343,7 +347,8 @@ class CompiledGraph:
         a_addr = A.ctypes.data
         sc = ScopeTracker(prof) if prof is not None else None
         for n, st in enumerate(p.steps + p.writes):
-            if st.guarded and (err is not None and err[0] != len(self.checks) or self._ierr[0]):
+            if (st.guarded or st.state_write) and self._ierr[0] or st.guarded and err is not None \
+                    and err[0] != len(self.checks):
                 continue
             if sc is not None:
                 sc.enter(tuple(st.scope))

@@ -104,6 +104,8 @@ class GemmSteps:
         if not ((a0 is p_var and a1 is mo) or (u.op.name == "add" and a0 is mo and a1 is p_var)):
             return False
         st, n_gemm, alpha_off, beta_off, c_slot = self.gemm_outs[d]
+        if n_gemm <= self.last_raising:      # the GEMM would write p before a step that may still raise
+            return False
         pp = self.places[p_var]
         dt_ = o.aval.dtype
         if (self.last_use.get(d) != self.n or any(x is d for x in self.graph.outputs) or not pp.contiguous()
@@ -120,6 +122,7 @@ class GemmSteps:
         self.params[beta_off:beta_off + 8] = np.array([1.0], sc).tobytes().ljust(8, b"\0")
         self._move_slot(c_slot, pp)
         st.label = "matmul (BLAS) + update"
+        st.state_write = True
         self.places[o] = pp
         self.inplace_done.add(o)
         return True

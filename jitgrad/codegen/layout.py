@@ -23,7 +23,7 @@ from ..ir.graph import Lit, Var
 from ..ir.passes.fuse import Group
 from .gemm_steps import GemmSteps
 from .loops import (BCAST, CONTIG, PARALLEL_MIN, STRIDED, gen_check, gen_copy, gen_gather, gen_group, gen_scatter,
-                    raises_in_loops)
+                    raises_in_loop)
 from .lowering import lower_plan, step_kind
 
 _ALIGN = 64
@@ -109,11 +109,13 @@ def _cls(strides):
 
 class Step:
     """One call of the program: ``kind`` kernel | gemm | py (NumPy impl); ``block``: its slot in the table."""
-    __slots__ = ("kind", "kernel", "block", "label", "eqn", "ins", "out", "shapes", "scope", "guarded", "gemm")
+    __slots__ = ("kind", "kernel", "block", "label", "eqn", "ins", "out", "shapes", "scope", "guarded", "gemm",
+                 "state_write")
 
     def __init__(self, kind, kernel=None, label="", eqn=None, shapes=(), scope=()):
         self.kind, self.kernel, self.label, self.eqn, self.shapes, self.scope = kind, kernel, label, eqn, shapes, scope
         self.block, self.ins, self.out, self.guarded, self.gemm = None, (), None, False, None
+        self.state_write = False     # writes a state input in place: skipped when an earlier step raised
 
 
 class Program(GemmSteps):
@@ -149,10 +151,13 @@ class Program(GemmSteps):
         # state updates computed straight into the state's buffer when nothing reads the old value afterwards
         # and no anomaly check could veto the update: no copy pass, no fresh buffer (an SGD step over all params)
         outs = [v for v in graph.outputs if isinstance(v, Var)]
-        # an anomaly check or an index out of range vetoes the state updates: then none may be computed in place
-        checked = self.check_ids or any(step_kind(s) in ("gather", "scatter") for s in plan.steps) \
-            or raises_in_loops(graph)
-        self._inplace = {} if checked else {
+        # an anomaly check vetoes the state updates: then none may be computed in place.  A step that can raise
+        # (an index out of range, a zero integer divisor, a NumPy step) vetoes those computed in place before or
+        # with it; later
+        # ones run only when it did not raise (``state_write`` steps, guarded by the driver)
+        self.last_raising = max([n for n, s in enumerate(plan.steps) if step_kind(s) in ("gather", "scatter", "host") or (
+            isinstance(s, Group) and any(raises_in_loop(e) for e in s.eqns))], default=-1)
+        self._inplace = {} if self.check_ids else {
             graph.outputs[o]: i for o, i in writes
             if isinstance(graph.outputs[o], Var) and outs.count(graph.outputs[o]) == 1
             and graph.outputs[o] not in graph.inputs}
@@ -340,6 +345,7 @@ class Program(GemmSteps):
         ins = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
         in_st = [_bcast_strides(self.place(v), it) for v in ins]
         out_places, out_st = [], []
+        in_place = False
         red = g.reduce
         for o in g.outputs:
             if red is not None and o is red.outs[0]:
@@ -351,6 +357,7 @@ class Program(GemmSteps):
             elif self._writes_in_place(o, g):
                 p = self.places[self.graph.inputs[self._inplace[o]]]
                 self.inplace_done.add(o)
+                in_place = True
                 out_st.append(list(_c_strides(it)))
             else:
                 p = self._new_buffer(o, o.aval.shape, o.aval.dtype)
@@ -385,6 +392,7 @@ class Program(GemmSteps):
             for e in k.guards:
                 self.table.append(len(self.index_steps))
                 self.index_steps.append(e)
+        st.state_write = in_place
         self._add(st)
 
     def _writes_in_place(self, o, g) -> bool:
@@ -399,6 +407,8 @@ class Program(GemmSteps):
         if o.aval.shape != g.shape or v.aval.shape != g.shape or o.aval.dtype is not v.aval.dtype:
             return False
         n = self.n
+        if n <= self.last_raising:
+            return False
         for u, pu in self.places.items():
             if isinstance(pu, Place) and pu.root is p.root and u is not v and self.last_use.get(u, -1) >= n:
                 return False

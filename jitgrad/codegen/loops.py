@@ -182,16 +182,14 @@ def scalar_expr(e, cd, od, ref, math: MathCalls, extra=()) -> str:
     return e.op.scalar(MathCalls(math.target, sd.name, math.uses, math.guards), *args, **e.params)
 
 
-def raises_in_loops(graph) -> bool:
-    """Whether some elementwise eqn's scalar body guards a value (an integer divisor that may be zero): then the
-    loop reports it and the step raises after it, so no state may be updated in place (layout.py)."""
-    for e in graph.eqns:
-        if e.op.family == "elementwise" and e.op.scalar is not None and e.op.name not in INDEXED_OPS \
-                and not e.outs[0].aval.dtype.is_floating_point and e.outs[0].aval.dtype is not dt.bool_:
-            m = MathCalls("text", e.outs[0].aval.dtype.name)
-            e.op.scalar(m, *["a"] * len(e.ins), **e.params)
-            if m.guards:
-                return True
+def raises_in_loop(e) -> bool:
+    """Whether elementwise eqn ``e``'s scalar body guards a value (an integer divisor that may be zero): then its
+    loop reports it and the step raises after the call (layout.py keeps state updates from running before)."""
+    if e.op.family == "elementwise" and e.op.scalar is not None and e.op.name not in INDEXED_OPS \
+            and not e.outs[0].aval.dtype.is_floating_point and e.outs[0].aval.dtype is not dt.bool_:
+        m = MathCalls("text", e.outs[0].aval.dtype.name)
+        e.op.scalar(m, *["a"] * len(e.ins), **e.params)
+        return bool(m.guards)
     return False
 
 
