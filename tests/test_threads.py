@@ -55,3 +55,28 @@ def test_parallel_calls_from_threads_agree(monkeypatch):
     for t in ts:
         t.join()
     assert not errors and len(results) == 80 and all(results)
+
+
+_IDLE = """
+import resource, time
+import numpy as np
+import jitgrad as jg
+a = jg.ones(384, 384)
+for _ in range(3):
+    (a @ a).sum()
+r0 = resource.getrusage(resource.RUSAGE_SELF)
+time.sleep(0.3)
+r1 = resource.getrusage(resource.RUSAGE_SELF)
+print("idle cpu", r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+"""
+
+
+def test_blas_workers_do_not_spin_after_a_matmul():
+    """CPU time a process burns while it sleeps after a GEMM (work counted, not a clock): OpenBLAS's workers spin
+    ~0.1 s each by default; with jitgrad's setting they sleep at once."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    env["OPENBLAS_NUM_THREADS"] = "2"
+    r = subprocess.run([sys.executable, "-c", _IDLE], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    idle = float(r.stdout.split("idle cpu")[1])
+    assert idle < 0.01, idle
