@@ -1,6 +1,6 @@
 """B2: N=4,000,000 float32, ``loss = sum(tanh(x*w + b) * sigmoid(x))``, grads w.r.t. w and b.
 
-Targets: jitgrad compiled at most 1.5x the memory-traffic floor and at least 2.5x faster than JAX jit.
+Targets: jitgrad compiled at most 1.5x the memory-traffic floor and at least 2x faster than JAX jit (issue 16).
 The memory-traffic floor is measured here: a parallel Numba kernel moving the same 5*N*4 bytes (read x, w, b;
 write gw, gb), like the anchor's ``copy`` mode but on all threads.
 """
@@ -150,9 +150,9 @@ def main():
             b.target(f"{name} <= 1.5x memory floor", r.median <= 1.5 * floor.median,
                      f"{r.median / floor.median:.2f}x")
         if r.median is None or jax_row is None or jax_row.median is None:
-            b.target(f"{name} >= 2.5x faster than JAX jit", None, r.error or "JAX not measured")
+            b.target(f"{name} >= 2x faster than JAX jit", None, r.error or "JAX not measured")
         else:
-            b.target(f"{name} >= 2.5x faster than JAX jit", jax_row.median / r.median >= 2.5,
+            b.target(f"{name} >= 2x faster than JAX jit", jax_row.median / r.median >= 2.0,
                      f"JAX/jitgrad = {jax_row.median / r.median:.2f}")
     b.finish()
 

@@ -7,7 +7,13 @@
 >>> x.grad
 tensor([2., 4., 6.])
 """
+import os as _os
 import warnings as _warnings
+
+# OpenBLAS's idle workers spin for 2^28 cycles (~0.1 s) after each call before they sleep: on a busy machine
+# they take cores from Numba's workers and from other processes.  4 (OpenBLAS's minimum) makes them sleep at
+# once; read when OpenBLAS loads (SciPy's, on jitgrad's first matmul).  See codegen/threads.py.
+_os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 # torch gives inf/nan silently for log(0), 0/0, ...; NumPy's floating-point warnings from our own kernels would
 # only be noise (anomaly mode is the tool for finding them)

@@ -375,6 +375,41 @@ def test_sim_gradients_cross_devices_and_live_on_the_parameters_device():
     assert p.grad.cpu().tolist() == [4.0, -8.0, 12.0]
 
 
+@sim
+def test_sim_out_of_range_index_raises_after_the_step_and_updates_nothing():
+    W = jg.tensor([1.0, 2.0, 3.0], device="cuda", requires_grad=True)
+
+    @jg.compile
+    def step(i):
+        loss = (W[i] * 2.0).sum()
+        loss.backward()
+        with jg.no_grad():
+            W.sub_(0.5 * W.grad)
+            W.grad = None
+        return loss.detach()
+
+    step(jg.tensor([0, 2], device="cuda"))
+    before = W.detach().cpu().numpy().copy()
+    with pytest.raises(IndexError, match=r"getitem: index 7 is out of bounds for dimension 0 with size 3"):
+        step(jg.tensor([0, 7], device="cuda"))
+    np.testing.assert_array_equal(W.detach().cpu().numpy(), before)
+
+    def put(y, i):
+        y = y.clone()
+        y[i] = 7.0
+        return y
+    fp = jg.compile(put)
+    np.testing.assert_array_equal(fp(jg.zeros(4, device="cuda"), jg.tensor([1, -1], device="cuda")).cpu().numpy(),
+                                  [0.0, 7.0, 0.0, 7.0])
+    with pytest.raises(IndexError, match=r"index_put: index -5 is out of bounds for dimension 0 with size 4"):
+        fp(jg.zeros(4, device="cuda"), jg.tensor([-5], device="cuda"))
+    fd = jg.compile(lambda a, b: a // b)
+    np.testing.assert_array_equal(fd(jg.tensor([7, -7], device="cuda"), jg.tensor([2, 2], device="cuda")).cpu().numpy(),
+                                  [3, -4])
+    with pytest.raises(RuntimeError, match="floordiv: ZeroDivisionError"):
+        fd(jg.tensor([7, 1], device="cuda"), jg.tensor([2, 0], device="cuda"))
+
+
 # ---- compiled programs ----------------------------------------------------------------------------------------
 
 def _mlp(device, seed=0):

@@ -339,11 +339,40 @@ def test_two_over_pi_table_is_exact():
     assert M._two_over_pi_bits(1300) >> 40 == want >> 40
 
 
-def test_codegen_import_table_matches_the_modules():
-    # codegen decides where a helper comes from without importing mathlib (which imports Numba)
-    from jitgrad.codegen import libm, mathlib
-    from jitgrad.codegen.loops import MATHLIB_FUNCS, math_import
-    for base in MATHLIB_FUNCS:
-        for suf in ("f32", "f64"):
-            assert math_import(f"{base}_{suf}") == "mathlib" and hasattr(mathlib, f"{base}_{suf}")
-    assert math_import("sign_i64") == "libm" and hasattr(libm, "sign_i64")
+def test_math_table_rows_exist_on_every_target():
+    """Every row of the one math table names CPU helpers that exist with the row's arity, in the module the row
+    says, and a CUDA form that takes exactly the row's arguments (or none for Philox, written by cuda_philox)."""
+    import importlib
+    from jitgrad.codegen.math_table import MATH, MathCalls
+    for name, row in MATH.items():
+        for prec in ("f32", "f64", "i64"):
+            mod, fn = row.cpu(prec)
+            if mod is None:
+                assert fn in ("max", "min", "abs"), f"{name}: builtin {fn}"
+                continue
+            f = getattr(importlib.import_module(f"jitgrad.codegen.{mod}"), fn)
+            assert f.py_func.__code__.co_argcount == row.arity, f"{name} {prec}: {fn}"
+        if row.cuda is not None:
+            args = [f"a{k}" for k in range(row.arity)]
+            text = MathCalls("cuda", "float32").call(row, args)
+            assert all(a in text for a in args) and "{" not in text, f"{name}: {text}"
+    assert set(M._NAMES) == {n for n, r in MATH.items() if r.f32.startswith("mathlib.")}
+
+
+def test_math_calls_name_the_precision_and_record_imports():
+    from jitgrad.codegen.math_table import MathCalls
+    m = MathCalls("cpu", "float32")
+    assert m.tanh("x") == "tanh_f32(x)" and m.max("x", m.lit(0)) == "max_f32(x, float32(0))"
+    assert MathCalls("cpu", "int64", m.uses).pow("x", "y") == "pow_i64(x, y)"
+    assert m.uses == {("mathlib", "tanh_f32"), ("mathlib", "max_f32"), ("intmath", "pow_i64")}
+    assert MathCalls("cpu", "int64").max("a", "b") == "max(a, b)"
+    assert MathCalls("cuda", "float64").tanh("x") == "(float64(math.tanh(x)))"
+    with pytest.raises(AttributeError, match="not in the math table"):
+        MathCalls("cpu", "float32").frobnicate("x")
+
+
+def test_integer_pow_wraps_like_torch():
+    from jitgrad.codegen.intmath import pow_i64
+    assert pow_i64(3, 39) == 4052555153018976267          # exact (a float64 pow rounds it)
+    assert pow_i64(3, 41) == np.int64(3) ** np.int64(41)  # wraps like int64 multiplication
+    assert [pow_i64(b, e) for b, e in ((2, -1), (-1, -3), (1, -2), (0, -1), (5, 0))] == [0, -1, 1, 0, 1]

@@ -19,7 +19,8 @@ pytest.importorskip("ipykernel")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = os.path.join(ROOT, "notebooks")
-NAMES = ["01_autograd_tour", "02_compile_a_training_step", "03_anomaly_and_profiler", "04_gradcheck_regression"]
+NAMES = ["01_autograd_tour", "02_compile_a_training_step", "03_anomaly_and_profiler", "04_gradcheck_regression",
+         "05_add_an_op"]
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _KERNEL_FRAMES = ("ipykernel", "tornado", "asyncio", "site-packages/IPython", "zmq")
 
@@ -28,7 +29,7 @@ def _read(name):
     return nbformat.read(os.path.join(NOTEBOOKS, name + ".ipynb"), as_version=4)
 
 
-def test_the_notebooks_are_the_four_named():
+def test_the_notebooks_are_the_five_named():
     assert sorted(f[:-6] for f in os.listdir(NOTEBOOKS) if f.endswith(".ipynb")) == NAMES
 
 
@@ -153,3 +154,13 @@ def test_04_gradcheck_regression(run_notebook):
     assert table.count(" ok") == 28 and "FAIL" not in table
     caught = _text(_cell(nb, "class Cube"))
     assert "gradcheck: False" in caught and "Jacobian mismatch" in caught
+
+
+def test_05_add_an_op(run_notebook):
+    nb, _ = run_notebook("05_add_an_op")
+    assert "cpu  float32: log1p_f32(x)" in _text(_cell(nb, "from jitgrad.codegen.math_table import"))
+    agree = _text(_cell(nb, "import torch"))
+    assert "eager    value and gradient agree with torch" in agree and "compiled value and gradient agree" in agree
+    assert _text(_cell(nb, "x = jg.tensor(np.linspace(-3, 3, 7)")).count("True True") == 2
+    assert "log1p_f32(exp_f32(" in _text(_cell(nb, "def step(x, w):"))
+    assert "math.log1p" in _text(_cell(nb, "from jitgrad.codegen.cuda import CudaGraph"))

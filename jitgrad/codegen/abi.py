@@ -71,7 +71,8 @@ ptr_f64 = _pointer_cast(types.float64, ir.DoubleType())
 ptr_i64 = _pointer_cast(types.int64, ir.IntType(64))
 ptr_i32 = _pointer_cast(types.int32, ir.IntType(32))
 ptr_b1 = _pointer_cast(types.uint8, ir.IntType(8))
+ptr_u8 = ptr_b1      # uint8 tensors: the same bytes as bools, read as numbers
 
 KERNEL_SIGNATURE = types.void(types.CPointer(types.int64))
 
-__all__ = ["call_kernel", "call_gemm", "ptr_f32", "ptr_f64", "ptr_i64", "ptr_i32", "ptr_b1", "KERNEL_SIGNATURE"]
+__all__ = ["call_kernel", "call_gemm", "ptr_f32", "ptr_f64", "ptr_i64", "ptr_i32", "ptr_b1", "ptr_u8", "KERNEL_SIGNATURE"]

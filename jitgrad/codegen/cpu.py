@@ -23,9 +23,11 @@ from ..ir.graph import Graph
 from ..ir.interpret import ScopeTracker, run_eqn
 from ..ir.ops import blas
 from ..ir.passes.fuse import plan as fusion_plan
-from . import build as _build
+from . import build as _build, threads
 from .layout import Program
+from .lowering import step_error
 from .loops import FASTMATH, PARALLEL_MIN, gen_group  # noqa: F401  (re-exported)
+from .output_pool import take
 
 
 class CodegenWarning(UserWarning):
@@ -40,10 +42,6 @@ _GEMM_CALL = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 13))
 def blas_address(name: str) -> int:
     """Address of SciPy's Fortran BLAS routine (``sgemm``/``dgemm``): the library eager matmul calls too."""
     return blas.gemm_address(name)
-
-
-def _np_dtype_src(d) -> str:
-    return "np.bool_" if d.name == "bool" else f"np.{d.np.name}"
 
 
 def _numba_array_type(d, ndim) -> str:
@@ -115,6 +113,8 @@ class CompiledGraph:
         self.error = None
         self.seconds = 0.0
         self._ws = None
+        # [1, step id, index, dim] after a gather/scatter met an index out of range (codegen/loops.py)
+        self._ierr = np.zeros(4, np.int64)
         self._spawned = False    # its build processes have been started (they finish even if we exit)
         self._busy = False
         self._lock = threading.Lock()
@@ -144,6 +144,7 @@ class CompiledGraph:
 
     def _build(self, background: bool):
         t0 = time.perf_counter()
+        threads.configure()     # the threading layer, before any parallel kernel can launch
         try:
             phase = self._phase if (self._phase is not None and not background) else None
             with (phase("compile/numba") if phase else contextlib.nullcontext()):
@@ -166,12 +167,31 @@ class CompiledGraph:
         ncheck = len(self.checks)
         contiguous = self._contiguous_inputs
 
+        fresh = [(r.shape, r.dtype.np) for r in self.program.fresh]
+        ierr = self._ierr
+        checked = bool(self.program.index_steps)
+        lock = threads.LAUNCH_LOCK if any(k.parallel for k in self.kernels) else contextlib.nullcontext()
+
         def call(*arrays):
             if not contiguous(arrays):
                 return self._python_run(*arrays)
-            return run(*arrays, A, F, D, OFF)
+            with lock:
+                if not checked:
+                    return run(*arrays, *[take(sh, d) for sh, d in fresh], A, F, D, OFF, ierr)
+                ierr[0] = 0
+                res = run(*arrays, *[take(sh, d) for sh, d in fresh], A, F, D, OFF, ierr)
+                if ierr[0]:
+                    raise self.step_error()
+                return res
         call.ncheck = ncheck
         return call
+
+    def step_error(self) -> Exception:
+        """The error of the last call's first failing step, as eager mode raises it, naming the op, the shapes and
+        the user's line: IndexError for an index out of range (gather/scatter), RuntimeError("ZeroDivisionError")
+        for a zero integer divisor."""
+        code, sid, value, dim = (int(v) for v in self._ierr)
+        return step_error(self.program.index_steps[sid], code, value, dim)
 
     def _contiguous_inputs(self, arrays):
         for a in arrays:
@@ -219,6 +239,8 @@ class CompiledGraph:
             A[slot] = arr.ctypes.data + off
         for slot, off in p.param_slots:
             A[slot] = params.ctypes.data + off
+        for slot in p.ierr_slots:
+            A[slot] = self._ierr.ctypes.data
         for slot, root, off in p.dynamic:
             OFF[slot] = off
         F = []
@@ -242,16 +264,13 @@ class CompiledGraph:
         p = self.program
         g = self.graph
         ins = [f"a{k}" for k in range(len(g.inputs))]
-        lines = [f"def run({', '.join(ins + ['A', 'F', 'D', 'OFF'])}):"]
+        # fresh outputs come in as arguments, from the output pool (no page faults on recycled buffers)
+        outs_in = [f"f{r.index}" for r in p.fresh]
+        lines = [f"def run({', '.join(ins + outs_in + ['A', 'F', 'D', 'OFF', 'IE'])}):"]
         used_in = sorted({r.index for _, r, _ in p.dynamic if r.kind == "input"})
         for k in used_in:
             lines.append(f"    r{k} = a{k}.ctypes.data")
-        d = 0
         for r in p.fresh:
-            dims = ", ".join(f"D[{d + i}]" for i in range(len(r.shape)))
-            d += len(r.shape)
-            lines.append(f"    f{r.index} = np.empty(({dims}{',' if len(r.shape) == 1 else ''}), "
-                         f"{_np_dtype_src(r.dtype)})")
             lines.append(f"    q{r.index} = f{r.index}.ctypes.data")
         for slot, r, _ in p.dynamic:
             src = f"r{r.index}" if r.kind == "input" else f"q{r.index}"
@@ -263,10 +282,15 @@ class CompiledGraph:
         lines.append("    base = A.ctypes.data")
         for n, st in enumerate(p.steps):
             fn = "call_gemm" if st.kind == "gemm" else "call_kernel"
-            lines.append(f"    {fn}(F[{n}], base + {8 * st.block})  # {st.label}")
+            call = f"{fn}(F[{n}], base + {8 * st.block})  # {st.label}"
+            if st.state_write and p.index_steps:     # after a step that may raise: only when it did not
+                lines += ["    if IE[0] == 0:", f"        {call}"]
+            else:
+                lines.append(f"    {call}")
         ind = "    "
-        if self.checks and p.writes:    # an anomaly leaves the user's state untouched
-            lines.append(f"    if err[0] == {len(self.checks)}:")
+        guards = ([f"err[0] == {len(self.checks)}"] if self.checks else []) + (["IE[0] == 0"] if p.index_steps else [])
+        if guards and p.writes:     # an anomaly or an index out of range leaves the user's state untouched
+            lines.append(f"    if {' and '.join(guards)}:")
             ind = "        "
         for n, st in enumerate(p.writes):
             lines.append(f"{ind}call_kernel(F[{len(p.steps) + n}], base + {8 * st.block})  # write-back")
@@ -279,7 +303,8 @@ class CompiledGraph:
                   "from jitgrad.codegen.abi import call_kernel, call_gemm", "", "",
                   "@njit(cache=CACHE_ENABLED, error_model='numpy')"]
         sig = "(" + ", ".join([_numba_array_type(v.aval.dtype, v.aval.ndim) for v in g.inputs]
-                              + ["Array(int64, 1, 'C')"] * 4) + ",)"
+                              + [_numba_array_type(r.dtype, len(r.shape)) for r in p.fresh]
+                              + ["Array(int64, 1, 'C')"] * 5) + ",)"
         return "\n".join(header + lines) + "\n", sig
 
     # ---- the Python driver (ops without a native form; the profiler's instrumented run) ----------------------
@@ -308,8 +333,9 @@ class CompiledGraph:
     def _execute(self, arrays, A, F, OFF, base, prof, keep=None):
         p = self.program
         arrays = [np.ascontiguousarray(a) for a in arrays]
-        fresh = [np.empty(r.shape, r.dtype.np) for r in p.fresh]
+        fresh = [take(r.shape, r.dtype.np) for r in p.fresh]
         ALLOCATIONS["fresh_arrays"] += len(fresh)
+        self._ierr[0] = 0
         for slot, r, _ in p.dynamic:
             arr = arrays[r.index] if r.kind == "input" else fresh[r.index]
             A[slot] = arr.ctypes.data + OFF[slot]
@@ -321,13 +347,17 @@ class CompiledGraph:
         a_addr = A.ctypes.data
         sc = ScopeTracker(prof) if prof is not None else None
         for n, st in enumerate(p.steps + p.writes):
-            if st.guarded and err is not None and err[0] != len(self.checks):
+            if (st.guarded or st.state_write) and self._ierr[0] or st.guarded and err is not None \
+                    and err[0] != len(self.checks):
                 continue
             if sc is not None:
                 sc.enter(tuple(st.scope))
             cm = prof.range(st.label, st.shapes, "kernel") if prof is not None else contextlib.nullcontext()
             with cm:
-                if st.kind == "kernel":
+                if st.kind == "kernel" and st.kernel.parallel:
+                    with threads.LAUNCH_LOCK:
+                        _KERNEL_CALL(int(F[n]))(a_addr + 8 * st.block)
+                elif st.kind == "kernel":
                     _KERNEL_CALL(int(F[n]))(a_addr + 8 * st.block)
                 elif st.kind == "gemm":
                     _GEMM_CALL(int(F[n]))(*[int(x) for x in A[st.block:st.block + 13]])
@@ -337,12 +367,19 @@ class CompiledGraph:
                 else:
                     vals = [self._view(pl, arrays, fresh, base) for pl in st.ins]
                     e = st.eqn
-                    with np.errstate(all="ignore"):
-                        res = run_eqn(e, vals) if e.op.nout == 1 else e.op.impl(*vals, **e.params)
+                    try:
+                        with np.errstate(all="ignore"):
+                            res = run_eqn(e, vals) if e.op.nout == 1 else e.op.impl(*vals, **e.params)
+                    except IndexError as err:      # raised before any state write-back ran
+                        where = f"\n  at {e.loc.where()} in {e.loc.function}: {e.loc.text}" if e.loc else ""
+                        raise IndexError(f"{e.op.name}: {err} (shapes {[list(v.shape) for v in vals]}; compiled "
+                                         f"code, no state was updated){where}") from None
                     for pl, r in zip(st.out, (res,) if e.op.nout == 1 else res):
                         np.copyto(self._view(pl, arrays, fresh, base), r, casting="unsafe")
         if sc is not None:
             sc.close()
+        if self._ierr[0]:
+            raise self.step_error()
         outs = [arrays[i] if kind == "input" else fresh[i] for kind, i in p.outputs]
         if err is not None:
             outs.append(err)

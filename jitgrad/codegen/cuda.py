@@ -23,7 +23,7 @@ from ..ir.graph import Graph, Lit, Var
 from ..ir.interpret import run_eqn
 from ..ir.passes.fuse import Group, plan as fusion_plan
 from .layout import Place, _bcast_strides, _c_strides, _coalesce, view_place
-from .loops import all_tensor_spec
+from .lowering import lower_plan, step_error
 from . import cuda_kernels as K
 
 _KERNELS: dict = {}        # key -> compiled dispatcher (one per kernel identity, per process)
@@ -90,13 +90,13 @@ class CudaGraph:
         self.check_ids = {e: i for i, e in enumerate(self.checks)}
         self.places, self.roots, self.steps, self.kernels = {}, [], [], {}
         self.native = True
+        self.index_steps = []       # eqns of the bounds-checked steps (gather, scatter), by step id
         for k, v in enumerate(graph.inputs):
             if v not in self.places:
                 self.places[v] = self._buffer("input", v.aval.shape, v.aval.dtype, k)
         outs = {v for v in graph.outputs if isinstance(v, Var)}
         self._outs = outs
-        for s in self.plan.steps:
-            self._step(s)
+        lower_plan(self, self.plan)
         self._claimed = []      # fresh roots already handed out as an output
         self.outputs = [self._output(v) for v in graph.outputs]
         for o, i in self.writes:
@@ -150,29 +150,13 @@ class CudaGraph:
         kern = K.gen_copy(src.dtype, dst.dtype, len(shape))
         return self._add(kern, n, [n] + shape + self._operand(src, sst) + self._operand(dst, dst_st), label)
 
-    def _step(self, s):
-        if isinstance(s, Group):
-            return self._group(s)
-        e = s
-        name = e.op.name
-        if e.op.view and name != "getitem" or (name == "getitem" and not any(
-                type(x) is tuple and x[0] == "tensor" for x in e.params["spec"])):
-            self._view(e)
-        elif name == "matmul" and e.outs[0].aval.dtype.is_floating_point and e.ins[0].aval.dtype is \
-                e.ins[1].aval.dtype and e.outs[0].aval.size > 0:
-            self._gemm(e)
-        elif name == "cat" and e.outs[0].aval.ndim > 0:
-            self._cat(e)
-        elif name == "getitem" and all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim) and e.outs[0].aval.size:
-            self._gather(e)
-        elif name == "index_put" and all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim) \
-                and e.outs[0].aval.size > 0:
-            self._scatter(e)
-        elif name in ("cumsum", "cumprod") and e.ins[0].aval.ndim > 0 and e.outs[0].aval.size > 0:
-            self._scan(e)
-        else:
-            self._host(e)
-        self._check(e, self.places[e.outs[0]])
+    # the emitter of each step kind (codegen/lowering.py)
+    EMITTERS = {"fused": "_group", "view": "_view", "gemm": "_gemm", "cat": "_cat", "gather": "_gather",
+                "scatter": "_scatter", "scan": "_scan", "host": "_host"}
+
+    def after_step(self, n, s):
+        if not isinstance(s, Group):
+            self._check(s, self.places[s.outs[0]])
 
     def _check(self, e, place: Place):
         if e not in self.check_ids:
@@ -210,6 +194,11 @@ class CudaGraph:
         kern = K.gen_group(g, len(shape), red_axes, self.check_ids, self.cfg["tpb"])
         checks = [self.check_ids[e] for e in g.eqns if e in self.check_ids and e.outs[0].aval.dtype.is_floating_point]
         tail = (["err"] + checks) if checks else []
+        if kern.guards:         # zero integer divisors: the index-error array, one step id per guard
+            tail += ["ierr"]
+            for e in kern.guards:
+                tail.append(len(self.index_steps))
+                self.index_steps.append(e)
         label = f"{g.name} {g.lines()}".strip()
         scope = g.all_eqns[0].scope
         if red is None:
@@ -261,6 +250,8 @@ class CudaGraph:
     def _gemm(self, e):
         a, b = e.ins
         out = e.outs[0]
+        if not (out.aval.dtype.is_floating_point and a.aval.dtype is b.aval.dtype and out.aval.size > 0):
+            return False        # the tiled GEMM takes floats of one dtype: NumPy's matmul on the host
         pa, pb = self.place(a), self.place(b)
         ash, bsh = a.aval.shape, b.aval.shape
         # 1-D operands: a row vector on the left, a column on the right (stride 0 along the added dim)
@@ -312,7 +303,8 @@ class CudaGraph:
         for v in idx:
             args += self._operand(self.place(v), _bcast_strides(self.place(v), it))
         args += self._operand(po, _c_strides(it)) + [px.root, px.offset] + list(px.strides) + list(px.shape)
-        self._add(kern, n, args, "gather", e.scope)
+        self._add(kern, n, args + ["ierr", len(self.index_steps)], "gather", e.scope)
+        self.index_steps.append(e)
 
     def _scatter(self, e):
         base, v, idx = e.ins[0], e.ins[1], e.ins[2:]
@@ -329,7 +321,8 @@ class CudaGraph:
         for iv in idx:
             args += self._operand(self.place(iv), _bcast_strides(self.place(iv), it))
         args += [po.root, po.offset] + list(po.strides) + list(po.shape)
-        self._add(kern, n, args, "scatter", e.scope)
+        self._add(kern, n, args + ["ierr", len(self.index_steps)], "scatter", e.scope)
+        self.index_steps.append(e)
 
     def _scan(self, e):
         """cumsum / cumprod: a thread per point of the other dims, serial along the axis (both read and written
@@ -405,10 +398,17 @@ class CudaGraph:
         env.update(flat)
         err = cuda.to_device(np.zeros(2 * len(self.checks), np.int64)) if self.checks else None
         env["err"] = err
+        ierr = env["ierr"] = cuda.to_device(np.zeros(4, np.int64)) if self.index_steps else None
+        bad_index = None        # read once, before the first write-back: an index out of range vetoes them
         failed = None
         timed = []      # (profiler range, start event, end event, host ns): kernels timed by CUDA events
         use_cuda = prof is not None and getattr(prof, "use_cuda", False)
         for st in self.steps:
+            if st.guarded and ierr is not None:
+                if bad_index is None:
+                    bad_index = ierr.copy_to_host()
+                if bad_index[0]:
+                    continue
             if st.guarded and err is not None:
                 if failed is None:
                     failed = self._first_failure(err)
@@ -435,6 +435,10 @@ class CudaGraph:
                 ms = ev0.elapsed_time(ev1)
                 # the simulator's events carry no time (-1): its launches are synchronous, so the host time is it
                 cm.set_device_time(ms * 1000.0 if ms >= 0 else host_ns / 1000.0)
+        if ierr is not None:
+            bad_index = ierr.copy_to_host() if bad_index is None else bad_index
+            if bad_index[0]:
+                raise step_error(self.index_steps[int(bad_index[1])], *(int(v) for v in bad_index[[0, 2, 3]]))
         outs = [arrays[r.index] if r.kind == "input" else fresh[id(r)] for r in self.outputs]
         if err is not None:
             outs.append(failed if failed is not None else self._first_failure(err))

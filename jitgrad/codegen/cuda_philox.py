@@ -1,7 +1,7 @@
 """Philox4x32-10 written inline into CUDA kernel source: the scalar bodies of ``rand_uniform`` / ``rand_normal``.
 
 The CPU loops call ``codegen/philox.py``'s Numba functions; a CUDA kernel cannot call a Numba device function
-when its PTX is built without a driver (see ``cuda_math.py``), so the rounds are written into the kernel text as
+when its PTX is built without a driver (see ``math_table.py``), so the rounds are written into the kernel text as
 statements before the element's value.  They follow ``ir/philox.py`` exactly (key = the seed's two 32-bit words,
 counter = (index lo, index hi, offset lo, offset hi)), in uint64 arithmetic on 32-bit values, so a draw on the
 device has the CPU's bits: uniforms are equal; normals go through libdevice's log/cos (the simulator: Python's

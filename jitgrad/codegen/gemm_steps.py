@@ -78,7 +78,7 @@ class GemmSteps:
                 if item is pc:
                     c_slot = slot
         self._add(st)
-        self.gemm_outs[out] = (st, self._n, offs["alpha"], offs["beta"], c_slot)
+        self.gemm_outs[out] = (st, self.n, offs["alpha"], offs["beta"], c_slot)
         return True
 
     def _fold_update_into_gemm(self, g: Group) -> bool:
@@ -104,15 +104,17 @@ class GemmSteps:
         if not ((a0 is p_var and a1 is mo) or (u.op.name == "add" and a0 is mo and a1 is p_var)):
             return False
         st, n_gemm, alpha_off, beta_off, c_slot = self.gemm_outs[d]
+        if n_gemm <= self.last_raising:      # the GEMM would write p before a step that may still raise
+            return False
         pp = self.places[p_var]
         dt_ = o.aval.dtype
-        if (self.last_use.get(d) != self._n or any(x is d for x in self.graph.outputs) or not pp.contiguous()
+        if (self.last_use.get(d) != self.n or any(x is d for x in self.graph.outputs) or not pp.contiguous()
                 or tuple(pp.shape) != tuple(d.aval.shape) or d.aval.dtype is not dt_ or p_var.aval.dtype is not dt_
                 or not self._writes_in_place(o, g)):
             return False
         for v, pv in self.places.items():
             if isinstance(pv, Place) and pv.root is pp.root:
-                if any(n_gemm <= k < self._n or (k == self._n and v is not p_var) for k in self.uses.get(v, ())):
+                if any(n_gemm <= k < self.n or (k == self.n and v is not p_var) for k in self.uses.get(v, ())):
                     return False
         alpha = -c if u.op.name == "sub" else c
         sc = np.float32 if dt_.name == "float32" else np.float64
@@ -120,6 +122,7 @@ class GemmSteps:
         self.params[beta_off:beta_off + 8] = np.array([1.0], sc).tobytes().ljust(8, b"\0")
         self._move_slot(c_slot, pp)
         st.label = "matmul (BLAS) + update"
+        st.state_write = True
         self.places[o] = pp
         self.inplace_done.add(o)
         return True

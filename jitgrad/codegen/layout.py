@@ -22,8 +22,9 @@ from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
 from ..ir.passes.fuse import Group
 from .gemm_steps import GemmSteps
-from .loops import (BCAST, CONTIG, PARALLEL_MIN, STRIDED, all_tensor_spec, gen_check, gen_copy, gen_gather,
-                    gen_group, gen_scatter)
+from .loops import (BCAST, CONTIG, PARALLEL_MIN, STRIDED, gen_check, gen_copy, gen_gather, gen_group, gen_scatter,
+                    raises_in_loop)
+from .lowering import lower_plan, step_kind
 
 _ALIGN = 64
 
@@ -108,11 +109,13 @@ def _cls(strides):
 
 class Step:
     """One call of the program: ``kind`` kernel | gemm | py (NumPy impl); ``block``: its slot in the table."""
-    __slots__ = ("kind", "kernel", "block", "label", "eqn", "ins", "out", "shapes", "scope", "guarded", "gemm")
+    __slots__ = ("kind", "kernel", "block", "label", "eqn", "ins", "out", "shapes", "scope", "guarded", "gemm",
+                 "state_write")
 
     def __init__(self, kind, kernel=None, label="", eqn=None, shapes=(), scope=()):
         self.kind, self.kernel, self.label, self.eqn, self.shapes, self.scope = kind, kernel, label, eqn, shapes, scope
         self.block, self.ins, self.out, self.guarded, self.gemm = None, (), None, False, None
+        self.state_write = False     # writes a state input in place: skipped when an earlier step raised
 
 
 class Program(GemmSteps):
@@ -133,6 +136,8 @@ class Program(GemmSteps):
         self.lit_slots = []          # (table slot, lit array, byte offset)
         self.ws_slots = []           # (table slot, root, byte offset)
         self.err_slots = []          # table slots that receive the err array's address
+        self.ierr_slots = []         # table slots that receive the index-error array's address
+        self.index_steps = []        # eqns of the bounds-checked steps (gather, scatter), by step id
         self.native = True
         self._users_end = len(plan.steps)
         self._plan_liveness(plan, writes)
@@ -146,15 +151,18 @@ class Program(GemmSteps):
         # state updates computed straight into the state's buffer when nothing reads the old value afterwards
         # and no anomaly check could veto the update: no copy pass, no fresh buffer (an SGD step over all params)
         outs = [v for v in graph.outputs if isinstance(v, Var)]
+        # an anomaly check vetoes the state updates: then none may be computed in place.  A step that can raise
+        # (an index out of range, a zero integer divisor, a NumPy step) vetoes those computed in place before or
+        # with it; later
+        # ones run only when it did not raise (``state_write`` steps, guarded by the driver)
+        self.last_raising = max([n for n, s in enumerate(plan.steps) if step_kind(s) in ("gather", "scatter", "host") or (
+            isinstance(s, Group) and any(raises_in_loop(e) for e in s.eqns))], default=-1)
         self._inplace = {} if self.check_ids else {
             graph.outputs[o]: i for o, i in writes
             if isinstance(graph.outputs[o], Var) and outs.count(graph.outputs[o]) == 1
             and graph.outputs[o] not in graph.inputs}
         self.inplace_done = set()
-        for n, s in enumerate(plan.steps):
-            self._n = n
-            self._step(n, s)
-            self._release(n)
+        lower_plan(self, plan)
         self.outputs = [self._output(v) for v in graph.outputs]
         self.writes = []
         for o, i in writes:
@@ -182,16 +190,27 @@ class Program(GemmSteps):
         for v in self.graph.outputs:
             if isinstance(v, Var):
                 self.last_use[v] = end
-        self.pending_roots = []
+        # workspace roots not yet free: id(root) -> (root, last plan step that reads it or a view of it); and
+        # step -> roots that may become free after it (stale entries are skipped): linear in the graph
+        self._live_ws = {}
+        self._ends = {}
+
+    def _hold(self, r, v):
+        """Workspace root ``r`` stays in use until the last reader of ``v`` (its value or a view of it) ran."""
+        end = self.last_use.get(v, -1)
+        cur = self._live_ws.get(id(r))
+        if cur is not None and cur[1] >= end:
+            return
+        self._live_ws[id(r)] = (r, end)
+        self._ends.setdefault(end if end >= getattr(self, "n", 0) else -1, []).append(r)
 
     def _release(self, n):
-        keep = []
-        for r, vars_ in self.pending_roots:
-            if all(self.last_use.get(v, -1) <= n for v in vars_):
-                self._free.setdefault(r.nbytes, []).append(r.offset)
-            else:
-                keep.append((r, vars_))
-        self.pending_roots = keep
+        for end in [e for e in (-1, n) if e in self._ends]:
+            for r in self._ends.pop(end):
+                cur = self._live_ws.get(id(r))
+                if cur is not None and cur[1] <= n:
+                    del self._live_ws[id(r)]
+                    self._free.setdefault(r.nbytes, []).append(r.offset)
 
     # ---- roots and places ---------------------------------------------------------------------------------
     def _root(self, kind, **kw):
@@ -216,13 +235,12 @@ class Program(GemmSteps):
                 r.offset = self.ws_size
                 self.ws_size += r.nbytes
             if v is not None:
-                self.pending_roots.append((r, [v]))
+                self._hold(r, v)
         return Place(r, 0, shape, _c_strides(shape), dtype)
 
     def _track_view(self, v, place):
-        for r, vars_ in self.pending_roots:
-            if r is place.root:
-                vars_.append(v)
+        if id(place.root) in self._live_ws:
+            self._hold(place.root, v)
 
     def _lit_place(self, v: Lit) -> Place:
         a = np.array(v.value if isinstance(v.value, np.ndarray) else np.asarray(v.value, v.aval.dtype.np),
@@ -311,26 +329,14 @@ class Program(GemmSteps):
         self.table.extend([0, self.check_ids[e]])
         self._add(st)
 
-    def _step(self, n, s):
-        if isinstance(s, Group):
-            return self._group(s)
-        e = s
-        name = e.op.name
-        if e.op.view and name != "getitem" or (name == "getitem" and not any(
-                type(x) is tuple and x[0] == "tensor" for x in e.params["spec"])):
-            self._view(e)
-        elif name == "matmul" and self._gemm(e):
-            pass
-        elif name == "getitem" and all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim):
-            self._gather(e)
-        elif name == "index_put" and all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim) \
-                and e.outs[0].aval.size > 0:
-            self._scatter(e)
-        elif name in ("cumsum", "cumprod") and e.ins[0].aval.ndim > 0 and e.outs[0].aval.size > 0:
-            self._scan(e)
-        else:
-            self._py(e)
-        self._check(e, self.places[e.outs[0]])
+    # the emitter of each step kind (codegen/lowering.py); a kind not listed (cat) runs its NumPy impl
+    EMITTERS = {"fused": "_group", "view": "_view", "gemm": "_gemm", "gather": "_gather", "scatter": "_scatter",
+                "scan": "_scan", "host": "_py"}
+
+    def after_step(self, n, s):
+        if not isinstance(s, Group):
+            self._check(s, self.places[s.outs[0]])
+        self._release(n)
 
     def _group(self, g: Group):
         if self._fold_update_into_gemm(g):
@@ -339,6 +345,7 @@ class Program(GemmSteps):
         ins = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
         in_st = [_bcast_strides(self.place(v), it) for v in ins]
         out_places, out_st = [], []
+        in_place = False
         red = g.reduce
         for o in g.outputs:
             if red is not None and o is red.outs[0]:
@@ -350,6 +357,7 @@ class Program(GemmSteps):
             elif self._writes_in_place(o, g):
                 p = self.places[self.graph.inputs[self._inplace[o]]]
                 self.inplace_done.add(o)
+                in_place = True
                 out_st.append(list(_c_strides(it)))
             else:
                 p = self._new_buffer(o, o.aval.shape, o.aval.dtype)
@@ -378,6 +386,13 @@ class Program(GemmSteps):
             self.err_slots.append(len(self.table))
             self.table.append(0)
             self.table.extend(k.checks)
+        if k.guards:
+            self.ierr_slots.append(len(self.table))
+            self.table.append(0)
+            for e in k.guards:
+                self.table.append(len(self.index_steps))
+                self.index_steps.append(e)
+        st.state_write = in_place
         self._add(st)
 
     def _writes_in_place(self, o, g) -> bool:
@@ -391,7 +406,9 @@ class Program(GemmSteps):
         p = self.places[v]
         if o.aval.shape != g.shape or v.aval.shape != g.shape or o.aval.dtype is not v.aval.dtype:
             return False
-        n = self._n
+        n = self.n
+        if n <= self.last_raising:
+            return False
         for u, pu in self.places.items():
             if isinstance(pu, Place) and pu.root is p.root and u is not v and self.last_use.get(u, -1) >= n:
                 return False
@@ -400,7 +417,7 @@ class Program(GemmSteps):
     def _materialize(self, v, place: Place) -> Place:
         """A contiguous copy of ``place`` in a workspace slot (tracked as ``v``'s buffer)."""
         dst = self._new_buffer(None, place.shape, place.dtype)
-        self.pending_roots.append((dst.root, [v]))
+        self._hold(dst.root, v)
         self._copy_step(place, dst, "copy (layout)")
         return dst
 
@@ -435,7 +452,14 @@ class Program(GemmSteps):
         for v in idx:
             self._operand(self.place(v), _bcast_strides(self.place(v), it))
         self._operand(po, _c_strides(it))
+        self._index_check_slot(e)
         self._add(st)
+
+    def _index_check_slot(self, e):
+        """The block's last two slots: the index-error array's address (set with the tables) and a step id."""
+        self.ierr_slots.append(len(self.table))
+        self.table.extend([0, len(self.index_steps)])
+        self.index_steps.append(e)
 
     def _scatter(self, e):
         base, v, idx = e.ins[0], e.ins[1], e.ins[2:]
@@ -455,6 +479,7 @@ class Program(GemmSteps):
         self._operand(pv, _bcast_strides(pv, it))
         for iv in idx:
             self._operand(self.place(iv), _bcast_strides(self.place(iv), it))
+        self._index_check_slot(e)
         self._add(st)
 
     def _scan(self, e):

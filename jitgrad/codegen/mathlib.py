@@ -33,6 +33,8 @@ from llvmlite import ir as llir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from .math_table import MATH
+
 FASTMATH = {"contract"}
 _jit = njit(fastmath=FASTMATH, forceinline=True, cache=True, error_model="numpy")
 
@@ -740,8 +742,8 @@ def isfinite_f64(x):
     return abs(np.float64(x)) < np.inf
 
 
-_NAMES = ("exp", "log", "log1p", "expm1", "tanh", "sigmoid", "erf", "sin", "cos", "tan", "pow", "sqrt", "rsqrt",
-          "abs", "sign", "max", "min", "isfinite")
+# the functions this module provides: the math table's rows whose CPU forms live here
+_NAMES = tuple(n for n, row in MATH.items() if row.f32.startswith("mathlib."))
 _SUFFIX = {"float32": "f32", "float64": "f64"}
 FUNCS = {(n, d): globals()[f"{n}_{s}"] for n in _NAMES for d, s in _SUFFIX.items()}
 

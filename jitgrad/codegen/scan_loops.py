@@ -22,11 +22,10 @@ def gen_scan(e) -> Kernel:
     nest.pre += [f"m = A[{base}]", f"sx = A[{base + 1}]", f"so = A[{base + 2}]"]
     nest.slot += 3
     od = out.aval.dtype
-    src = _load(0, nest, x.aval.dtype)
     tgt_index = nest.index(1)
     rng = "range(m - 1, -1, -1)" if e.params.get("reverse") else "range(m)"
     prod = e.op.name == "cumprod"
-    x_at = src.replace(f"p0[{nest.index(0)}]", f"p0[{nest.index(0)} + t * sx]")
+    x_at = _load(0, nest, x.aval.dtype, " + t * sx")
     body = [f"acc = {_tname(od)}({1 if prod else 0})",
             f"for t in {rng}:",
             f"    acc = {_tname(od)}(acc {'*' if prod else '+'} {_tname(od)}({x_at}))",

@@ -1,7 +1,8 @@
 """Elementwise primitives: NumPy impl, vjp and scalar body side by side.
 
-The scalar body is the expression the loop generators inline (``exp`` etc. name `codegen/mathlib.py`
-functions).  Elementwise vjps return cotangents of the *broadcast* shape; `_ew_vjp` sums them back to each
+The scalar body ``(m, *arg_exprs, **params) -> str`` is the expression the loop generators inline; math goes
+through ``m`` (``m.tanh(x)``), which writes the call for the target and precision from the one math table,
+``codegen/math_table.py``.  Elementwise vjps return cotangents of the *broadcast* shape; `_ew_vjp` sums them back to each
 input's shape and dtype, so the rules below stay pure calculus.
 """
 from __future__ import annotations
@@ -100,18 +101,18 @@ def _out(ctx):
 
 
 # ---- unary ----------------------------------------------------------------------------------------
-ew("neg", np.negative, lambda c, g: (-g,), lambda x: f"(-{x})", kind="nobool")
-ew("copy", np.copy, lambda c, g: (g,), lambda x: x, grad_name="CloneBackward0")
-ew("exp", np.exp, lambda c, g: (g * _out(c),), lambda x: f"exp({x})", "float", saves_out=(0,))
-ew("log", np.log, lambda c, g: (g / _in(c),), lambda x: f"log({x})", "float", saves_in=(0,))
-ew("log1p", np.log1p, lambda c, g: (g / (_in(c) + 1.0),), lambda x: f"log1p({x})", "float", saves_in=(0,))
-ew("expm1", np.expm1, lambda c, g: (g * (_out(c) + 1.0),), lambda x: f"expm1({x})", "float", saves_out=(0,))
-ew("sqrt", np.sqrt, lambda c, g: (g / (_out(c) * 2.0),), lambda x: f"sqrt({x})", "float", saves_out=(0,))
+ew("neg", np.negative, lambda c, g: (-g,), lambda m, x: f"(-{x})", kind="nobool")
+ew("copy", np.copy, lambda c, g: (g,), lambda m, x: x, grad_name="CloneBackward0")
+ew("exp", np.exp, lambda c, g: (g * _out(c),), lambda m, x: m.exp(x), "float", saves_out=(0,))
+ew("log", np.log, lambda c, g: (g / _in(c),), lambda m, x: m.log(x), "float", saves_in=(0,))
+ew("log1p", np.log1p, lambda c, g: (g / (_in(c) + 1.0),), lambda m, x: m.log1p(x), "float", saves_in=(0,))
+ew("expm1", np.expm1, lambda c, g: (g * (_out(c) + 1.0),), lambda m, x: m.expm1(x), "float", saves_out=(0,))
+ew("sqrt", np.sqrt, lambda c, g: (g / (_out(c) * 2.0),), lambda m, x: m.sqrt(x), "float", saves_out=(0,))
 ew("rsqrt", lambda x: 1.0 / np.sqrt(x), lambda c, g: (g * (_out(c) ** 3) * -0.5,),
-   lambda x: f"(1.0 / sqrt({x}))", "float", saves_out=(0,))
-ew("sin", np.sin, lambda c, g: (g * _in(c).cos(),), lambda x: f"sin({x})", "float", saves_in=(0,))
-ew("cos", np.cos, lambda c, g: (-(g * _in(c).sin()),), lambda x: f"cos({x})", "float", saves_in=(0,))
-ew("tan", np.tan, lambda c, g: (g * (_out(c) * _out(c) + 1.0),), lambda x: f"tan({x})", "float", saves_out=(0,))
+   lambda m, x: m.rsqrt(x), "float", saves_out=(0,))
+ew("sin", np.sin, lambda c, g: (g * _in(c).cos(),), lambda m, x: m.sin(x), "float", saves_in=(0,))
+ew("cos", np.cos, lambda c, g: (-(g * _in(c).sin()),), lambda m, x: m.cos(x), "float", saves_in=(0,))
+ew("tan", np.tan, lambda c, g: (g * (_out(c) * _out(c) + 1.0),), lambda m, x: m.tan(x), "float", saves_out=(0,))
 def _tanh_vjp(c, g):
     y = _out(c)
     gd, yd = g._data, y._data
@@ -120,7 +121,7 @@ def _tanh_vjp(c, g):
     return (g * (1.0 - y * y),)                     # traced: the primitives codegen fuses
 
 
-ew("tanh", np.tanh, _tanh_vjp, lambda x: f"tanh({x})", "float", saves_out=(0,))
+ew("tanh", np.tanh, _tanh_vjp, lambda m, x: m.tanh(x), "float", saves_out=(0,))
 
 
 def _sigmoid(x):
@@ -129,12 +130,12 @@ def _sigmoid(x):
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(np.result_type(x, np.float32), copy=False)
 
 
-ew("sigmoid", _sigmoid, lambda c, g: (g * _out(c) * (1.0 - _out(c)),), lambda x: f"sigmoid({x})", "float",
+ew("sigmoid", _sigmoid, lambda c, g: (g * _out(c) * (1.0 - _out(c)),), lambda m, x: m.sigmoid(x), "float",
    saves_out=(0,))
 ew("relu", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False),
    lambda c, g: (c.bind("where", _out(c) <= 0, 0.0, g),),     # torch's threshold_backward: NaN passes g
-   lambda x: f"max({x}, 0)", saves_out=(0,), kind="nobool")
-ew("abs", np.abs, lambda c, g: (g * _in(c).sign(),), lambda x: f"abs({x})", saves_in=(0,), kind="nobool")
+   lambda m, x: m.max(x, m.lit(0)), saves_out=(0,), kind="nobool")
+ew("abs", np.abs, lambda c, g: (g * _in(c).sign(),), lambda m, x: m.abs(x), saves_in=(0,), kind="nobool")
 
 
 def _sign(x):
@@ -143,29 +144,29 @@ def _sign(x):
 
 
 # torch: zeros_like(grad), not grad * 0 (nan where the incoming gradient is inf)
-ew("sign", _sign, lambda c, g: (g.new_zeros(g.shape),), lambda x: f"sign({x})", grad_name="SignBackward0")
+ew("sign", _sign, lambda c, g: (g.new_zeros(g.shape),), lambda m, x: m.sign(x), grad_name="SignBackward0")
 ew("reciprocal", lambda x: np.reciprocal(x.astype(np.result_type(x.dtype, np.float32), copy=False)),
-   lambda c, g: (-g * (_out(c) * _out(c)),), lambda x: f"(1.0 / {x})", "float", saves_out=(0,))  # torch's order
+   lambda c, g: (-g * (_out(c) * _out(c)),), lambda m, x: f"({m.lit(1.0)} / {x})", "float", saves_out=(0,))  # torch's order
 def _erf(x):
     from scipy.special import erf   # imported on first use: keeps `import jitgrad` fast
     return erf(x)
 
 
-ew("erf", _erf, lambda c, g: (g * (-(_in(c) * _in(c))).exp() * _SQRT_2_OVER_PI,), lambda x: f"erf({x})",
+ew("erf", _erf, lambda c, g: (g * (-(_in(c) * _in(c))).exp() * _SQRT_2_OVER_PI,), lambda m, x: m.erf(x),
    "float", saves_in=(0,))
-ew("isfinite", np.isfinite, None, lambda x: f"isfinite({x})", "bool")
-ew("logical_not", np.logical_not, None, lambda x: f"(not {x})", "bool")
+ew("isfinite", np.isfinite, None, lambda m, x: m.isfinite(x), "bool")
+ew("logical_not", np.logical_not, None, lambda m, x: f"(not {x})", "bool")
 register(OpDef("cast", "elementwise", _rule("cast", "cast"),
                lambda x, dtype: np.asarray(x).astype(dtype.np),
-               _ew_vjp(lambda c, g: (g,)), scalar=lambda x, dtype: f"{dtype.name}({x})",
+               _ew_vjp(lambda c, g: (g,)), scalar=lambda m, x, dtype: f"{dtype.name}({x})",
                grad_name="ToCopyBackward0"))
 
 # ---- binary ---------------------------------------------------------------------------------------
-ew("add", np.add, lambda c, g: (g, g), lambda x, y: f"({x} + {y})")
-ew("sub", np.subtract, lambda c, g: (g, -g), lambda x, y: f"({x} - {y})", kind="nobool")
+ew("add", np.add, lambda c, g: (g, g), lambda m, x, y: f"({x} + {y})")
+ew("sub", np.subtract, lambda c, g: (g, -g), lambda m, x, y: f"({x} - {y})", kind="nobool")
 ew("mul", np.multiply, lambda c, g: (g * _in(c, 1) if c.needs_grad[0] else None,
                                      g * _in(c, 0) if c.needs_grad[1] else None),
-   lambda x, y: f"({x} * {y})", saves_in=(0, 1), saved_for={0: (1,), 1: (0,)})
+   lambda m, x, y: f"({x} * {y})", saves_in=(0, 1), saved_for={0: (1,), 1: (0,)})
 def _div_vjp(c, g):
     # torch's formulas, term for term, so that infinities, zeros and the second order agree:
     # d/dy = -g * ((x / y) / y).  A Python-number numerator is torch's ``s / t = t.reciprocal() * s``, whose
@@ -181,7 +182,7 @@ def _div_vjp(c, g):
     return (g / y if c.needs_grad[0] else None, gy)
 
 
-ew("div", np.true_divide, _div_vjp, lambda x, y: f"({x} / {y})", "float", saves_in=(0, 1), saved_for={0: (1,)})
+ew("div", np.true_divide, _div_vjp, lambda m, x, y: f"({x} / {y})", "float", saves_in=(0, 1), saved_for={0: (1,)})
 
 
 def _int_zero_check(y):
@@ -205,9 +206,9 @@ def _remainder(x, y):
     return np.remainder(x, y)
 
 
-ew("floordiv", _floordiv, None, lambda x, y: f"({x} // {y})", kind="nobool")
+ew("floordiv", _floordiv, None, lambda m, x, y: f"({x} // {m.nonzero(y)})", kind="nobool")
 ew("mod", _remainder, lambda c, g: (g, -(g * (_in(c, 0) // _in(c, 1))) if c.needs_grad[1] else None),
-   lambda x, y: f"({x} % {y})", saves_in=(0, 1), grad_name="RemainderBackward0", kind="nobool",
+   lambda m, x, y: f"({x} % {m.nonzero(y)})", saves_in=(0, 1), grad_name="RemainderBackward0", kind="nobool",
    saved_for={0: (1,), 1: (1,)})
 
 
@@ -238,7 +239,15 @@ def _pow_impl(x, y):
     return r
 
 
-ew("pow", _pow_impl, _pow_vjp, lambda x, y: f"pow({x}, {y})", saves_in=(0, 1), saves_out=(0,), kind="nobool")
+def _pow_scalar(m, x, y):
+    # a Python-number exponent 0.5 is sqrt, as NumPy's and torch's fast paths compute it: (-inf) ** 0.5 is nan
+    # there, and +inf for a tensor exponent (C pow)
+    if isinstance(getattr(y, "value", None), float) and y.value == 0.5:
+        return m.sqrt(x)
+    return m.pow(x, y)
+
+
+ew("pow", _pow_impl, _pow_vjp, _pow_scalar, saves_in=(0, 1), saves_out=(0,), kind="nobool")
 
 
 def _max_vjp(c, g):
@@ -257,14 +266,14 @@ def _min_vjp(c, g):
             c.bind("where", x < y, 0.0, h) if c.needs_grad[1] else None)
 
 
-ew("maximum", np.maximum, _max_vjp, lambda x, y: f"max({x}, {y})", saves_in=(0, 1))
-ew("minimum", np.minimum, _min_vjp, lambda x, y: f"min({x}, {y})", saves_in=(0, 1))
+ew("maximum", np.maximum, _max_vjp, lambda m, x, y: m.max(x, y), saves_in=(0, 1))
+ew("minimum", np.minimum, _min_vjp, lambda m, x, y: m.min(x, y), saves_in=(0, 1))
 
 for _n, _f, _s in (("lt", np.less, "<"), ("le", np.less_equal, "<="), ("gt", np.greater, ">"),
                    ("ge", np.greater_equal, ">="), ("eq", np.equal, "=="), ("ne", np.not_equal, "!=")):
-    ew(_n, _f, None, (lambda s: lambda x, y: f"({x} {s} {y})")(_s), "bool")
-ew("logical_and", np.logical_and, None, lambda x, y: f"({x} and {y})", "bool")
-ew("logical_or", np.logical_or, None, lambda x, y: f"({x} or {y})", "bool")
+    ew(_n, _f, None, (lambda s: lambda m, x, y: f"({x} {s} {y})")(_s), "bool")
+ew("logical_and", np.logical_and, None, lambda m, x, y: f"({x} and {y})", "bool")
+ew("logical_or", np.logical_or, None, lambda m, x, y: f"({x} or {y})", "bool")
 
 
 # ---- ternary --------------------------------------------------------------------------------------
@@ -278,7 +287,7 @@ def _where_rule(avals, params):
 
 register(OpDef("where", "elementwise", _where_rule, np.where,
                _ew_vjp(lambda c, g: (None, g.where(_in(c, 0), 0.0), g.where(~_in(c, 0), 0.0))),
-               scalar=lambda c, x, y: f"({x} if {c} else {y})", saves_in=(0,), nondiff_inputs=(0,)))
+               scalar=lambda m, c, x, y: f"({x} if {c} else {y})", saves_in=(0,), nondiff_inputs=(0,)))
 
 
 def _clamp_rule(avals, params):
@@ -306,12 +315,12 @@ def _clamp_vjp(c, g):
     return (g if mask is None else g * mask,)
 
 
-def _clamp_scalar(x, min=None, max=None):
+def _clamp_scalar(m, x, min=None, max=None):
     e = x
     if min is not None:
-        e = f"max({e}, {min!r})"
+        e = m.max(e, repr(min))
     if max is not None:
-        e = f"min({e}, {max!r})"
+        e = m.min(e, repr(max))
     return e
 
 

@@ -62,7 +62,8 @@ class OpDef:
     shape_dtype (avals, params) -> list[Aval] of outputs; raises OpError naming the op
     impl        (*arrays, **params) -> array, or tuple of arrays when nout > 1 (NumPy)
     vjp         (ctx, *cotangents) -> tuple of per-input cotangents, or None if not differentiable
-    scalar      elementwise only: (*arg_exprs, **params) -> expression string of the scalar body
+    scalar      elementwise only: (m, *arg_exprs, **params) -> expression string of the scalar body; math
+                functions are called through ``m`` (``m.exp(x)``, ``m.lit(1.0)``: codegen/math_table.py)
     grad_name   the backward node's name (``MulBackward0``)
     saves_in    input indices the vjp reads;  saves_out: output indices the vjp reads
     saved_for   {input i: inputs whose gradient reads it}: input i is saved only if one of those needs a

@@ -36,17 +36,17 @@ def _elementwise_rule(name):
 def _scalar(fn):
     """The scalar body: ``index`` is the element's row-major index in the iteration space, which the loop
     generator passes (the group's iteration space is the op's output shape)."""
-    def body(seed, offset, index="i", shape=None, dtype=None):
-        return f"{fn}_{dtype.short}({seed}, {offset}, {index})"
+    def body(m, seed, offset, index="i", shape=None, dtype=None):
+        return getattr(m, fn)(seed, offset, index)
     return body
 
 
 register(OpDef("rand_uniform", "elementwise", _elementwise_rule("rand_uniform"),
                lambda seed, offset, shape, dtype: philox.uniform(seed, offset, shape, dtype.np), None,
-               scalar=_scalar("rnguniform"), doc="uniform numbers in [0, 1) from Philox4x32-10"))
+               scalar=_scalar("rng_uniform"), doc="uniform numbers in [0, 1) from Philox4x32-10"))
 register(OpDef("rand_normal", "elementwise", _elementwise_rule("rand_normal"),
                lambda seed, offset, shape, dtype: philox.normal(seed, offset, shape, dtype.np), None,
-               scalar=_scalar("rngnormal"), doc="standard normal numbers (Box-Muller) from Philox4x32-10"))
+               scalar=_scalar("rng_normal"), doc="standard normal numbers (Box-Muller) from Philox4x32-10"))
 
 
 # ---- whole-array draws -----------------------------------------------------------------------------------------

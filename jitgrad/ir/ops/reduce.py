@@ -67,13 +67,13 @@ def _amax_vjp(c, g):
 
 
 register(OpDef("sum", "reduce", _rule("sum", "acc"), _sum_impl, _sum_vjp,
-               scalar=lambda acc, x: f"{acc} + {x}"))
+               scalar=lambda m, acc, x: f"{acc} + {x}"))
 register(OpDef("amax", "reduce", _rule("amax"),
                lambda x, axes, keepdims, evenly=False: np.maximum.reduce(x, axis=axes, keepdims=keepdims),
-               _amax_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda acc, x: f"max({acc}, {x})"))
+               _amax_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda m, acc, x: m.max(acc, x)))
 register(OpDef("amin", "reduce", _rule("amin"),
                lambda x, axes, keepdims, evenly=False: np.minimum.reduce(x, axis=axes, keepdims=keepdims),
-               _amax_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda acc, x: f"min({acc}, {x})"))
+               _amax_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda m, acc, x: m.min(acc, x)))
 
 
 def _prod_vjp(c, g):
@@ -92,7 +92,7 @@ def _prod_vjp(c, g):
 
 
 register(OpDef("prod", "reduce", _rule("prod", "acc"), lambda x, axes, keepdims: np.prod(x, axis=axes, keepdims=keepdims),
-               _prod_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda acc, x: f"{acc} * {x}"))
+               _prod_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda m, acc, x: f"{acc} * {x}"))
 
 
 def _prod_others_impl(x, axes):

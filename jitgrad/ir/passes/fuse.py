@@ -2,8 +2,11 @@
 
 A group is a maximal run of consecutive elementwise eqns (in the graph's order) whose outputs share one
 shape, the iteration space; inputs of smaller shapes are broadcast by index arithmetic, not materialised.
-A reduction (sum/amax/amin) whose input has the group's shape ends the group: the producers are inlined
-into the reduction loop.  Everything else (matmul -> BLAS, shape ops, indexing) is a step of its own.
+A reduction (sum/amax/amin) whose input has the group's shape joins the group: the producers are inlined
+into the reduction loop, and later eqns over the same space that do not read the reduction's result join the
+same loop too.  So a backward that only needs elementwise values of its forward runs in the forward's pass
+(B2's loss and both gradients: one read of x, w, b and one write of each gradient), and those values are
+recomputed in registers instead of stored and reloaded.  Everything else (matmul -> BLAS, shape ops, indexing) is a step of its own.
 A value computed inside a group is written to memory only if something outside the group reads it.
 """
 from __future__ import annotations
@@ -11,6 +14,11 @@ from __future__ import annotations
 from ..graph import Graph, Var, cell_label
 
 REDUCTIONS = ("sum", "amax", "amin")
+
+# at most this many eqns in one loop: LLVM's time on one function grows faster than its size (a 200-eqn loop with
+# 100 inlined tanh took 7 s to build, a 1,000-op chain 86 s), while chunks of a long chain repeat: the same
+# kernel text, compiled once.  Each cut costs one store and one load of the value crossing it.
+MAX_GROUP_EQNS = 48
 
 
 class Group:
@@ -89,6 +97,13 @@ def _fusable(e) -> bool:
         and len(e.outs) == 1
 
 
+def _parallel_reduction(e, rank) -> bool:
+    """Whether the loop of reduction ``e`` can run in parallel (loops.gen_group: a full sum, or a reduction that
+    keeps the outer axis): only then may later eqns join its loop, which would otherwise lose their threads."""
+    axes = set(e.params["axes"])
+    return (len(axes) == rank and e.op.name == "sum") or 0 not in axes
+
+
 def plan(graph: Graph) -> Plan:
     users = {}
     for i, e in enumerate(graph.eqns):
@@ -110,18 +125,20 @@ def plan(graph: Graph) -> Plan:
         if _fusable(e):
             shape = e.outs[0].aval.shape
             # record_function blocks are fusion barriers, so the profiler can time exactly the labelled work
-            if cur is None or cur.shape != shape or cur.reduce is not None or cur.eqns[0][1].scope != e.scope:
+            if cur is None or cur.shape != shape or cur.eqns[0][1].scope != e.scope or (
+                    cur.reduce is not None and (any(v is cur.reduce[1].outs[0] for v in e.ins)
+                                                or not _parallel_reduction(cur.reduce[1], len(shape)))) \
+                    or len(cur.eqns) >= MAX_GROUP_EQNS:
                 close()
                 cur = Group(shape)
             cur.eqns.append((i, e))
             where[i] = cur
             continue
         if e.op.name in REDUCTIONS and cur is not None and e.ins[0].aval.shape == cur.shape \
-                and cur.eqns[0][1].scope == e.scope \
+                and cur.reduce is None and cur.eqns[0][1].scope == e.scope \
                 and e.outs[0].aval.dtype.is_floating_point == e.ins[0].aval.dtype.is_floating_point:
-            cur.reduce = (i, e)
-            where[i] = cur
-            close()
+            cur.reduce = (i, e)      # the group stays open: later eqns over the same space that do not read
+            where[i] = cur           # the reduction's result join the loop (a backward after its forward)
             continue
         if e.op.name in REDUCTIONS and e.ins[0].aval.size > 0:
             g = Group(e.ins[0].aval.shape)     # a lone reduction is still a loop kernel

@@ -1,0 +1,114 @@
+"""The target-neutral half of lowering: which kind of step each entry of a fusion plan becomes.
+
+Both targets (``layout.Program`` for the CPU, ``cuda.CudaGraph``) walk the same plan (``ir/passes/fuse.py``)
+and ask ``step_kind`` what each entry is; each target then looks the kind up in its own emitter table
+(``{kind: method}``) instead of testing op names.  An emitter may decline (return ``False``: the CPU has no
+``cat`` loop, CUDA's GEMM takes floats only), and the entry runs as a host step: the op's NumPy impl.
+
+Kinds:
+- ``fused``: a fusion group (elementwise loop, optionally closed by a reduction);
+- ``view``: a view op whose output is a place over its input (reshape, permute, expand, basic indexing);
+- ``gemm``: matmul;
+- ``gather`` / ``scatter``: indexing with one integer tensor per dim (``x[i, j]``, ``x[i, j] = v``);
+- ``scan``: cumsum / cumprod along one axis;
+- ``cat``: concatenation (copies into slabs of the output);
+- ``host``: anything else (the op's NumPy impl).
+Copies (materialising a view, write-backs, outputs) and anomaly checks are steps the targets add themselves.
+
+A new op with a native form on some target is one entry in ``_BY_OP`` plus an emitter on that target.
+"""
+from __future__ import annotations
+
+from ..ir.passes.fuse import Group
+
+KINDS = ("fused", "view", "gemm", "gather", "scatter", "scan", "cat", "host")
+
+
+def all_tensor_spec(spec, ndim):
+    """The spec indexes every dim with an integer tensor (x[i0, i1, ...]): a gather/scatter loop."""
+    return len(spec) == ndim and all(type(s) is tuple and s[0] == "tensor" for s in spec)
+
+
+def _has_tensor_index(spec):
+    return any(type(s) is tuple and s[0] == "tensor" for s in spec)
+
+
+def _getitem(e):
+    if not _has_tensor_index(e.params["spec"]):
+        return "view"
+    if all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim) and e.outs[0].aval.size:
+        return "gather"
+    return "host"
+
+
+def _index_put(e):
+    if all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim) and e.outs[0].aval.size:
+        return "scatter"
+    return "host"
+
+
+def _scan(e):
+    return "scan" if e.ins[0].aval.ndim > 0 and e.outs[0].aval.size else "host"
+
+
+_BY_OP = {
+    "matmul": lambda e: "gemm",
+    "getitem": _getitem,
+    "index_put": _index_put,
+    "cumsum": _scan,
+    "cumprod": _scan,
+    "cat": lambda e: "cat" if e.outs[0].aval.ndim > 0 else "host",
+}
+
+
+def step_kind(s) -> str:
+    """The kind of step plan entry ``s`` (a Group or an Eqn) lowers to (see the module docstring)."""
+    if isinstance(s, Group):
+        return "fused"
+    rule = _BY_OP.get(s.op.name)
+    if rule is not None:
+        return rule(s)
+    return "view" if s.op.view else "host"
+
+
+def index_error(e, value: int, dim: int) -> IndexError:
+    """The IndexError for a gather/scatter step ``e`` that met ``value`` out of range along ``dim``, as eager
+    mode raises it, naming the op, the shapes and the user's line (both targets raise it after the step, with
+    no state written back)."""
+    x = e.ins[0]
+    idx = e.ins[1:] if e.op.name == "getitem" else e.ins[2:]
+    what = "indexing" if e.op.name == "getitem" else "index assignment"
+    msg = (f"{e.op.name}: index {value} is out of bounds for dimension {dim} with size {x.aval.shape[dim]} "
+           f"({what} of a tensor of shape {list(x.aval.shape)} with index tensors of shapes "
+           f"{[list(v.aval.shape) for v in idx]}; compiled code, no state was updated)")
+    if e.loc is not None:
+        msg += f"\n  at {e.loc.where()} in {e.loc.function}: {e.loc.text}"
+    return IndexError(msg)
+
+
+def step_error(e, code: int, value: int, dim: int) -> Exception:
+    """The error a loop recorded for eqn ``e`` (``code`` 1: an index out of range, 2: a zero integer divisor), as
+    eager mode raises it: IndexError, or torch's RuntimeError("ZeroDivisionError ...")."""
+    if code == 2:
+        where = f"\n  at {e.loc.where()} in {e.loc.function}: {e.loc.text}" if e.loc else ""
+        ins = ", ".join(f"{v.aval.dtype.name}{list(v.aval.shape)}" for v in e.ins)
+        return RuntimeError(f"{e.op.name}: ZeroDivisionError: integer division or modulo by zero (inputs: {ins}; "
+                            f"compiled code, no state was updated){where}")
+    return index_error(e, value, dim)
+
+
+def lower_plan(target, plan):
+    """Walk ``plan`` and call ``target``'s emitter for each entry's kind (``target.EMITTERS[kind]``, a method
+    name); an emitter that returns False, or a kind the target has no emitter for, becomes a host step
+    (``target.EMITTERS["host"]``).  ``target.after_step(entry)`` runs after each entry (anomaly checks,
+    workspace release).  ``target.n`` is the index of the entry being lowered."""
+    for n, s in enumerate(plan.steps):
+        target.n = n
+        kind = step_kind(s)
+        name = target.EMITTERS.get(kind)
+        if name is None or getattr(target, name)(s) is False:
+            getattr(target, target.EMITTERS["host"])(s)
+        target.after_step(n, s)
+
+
+__all__ = ["KINDS", "step_kind", "lower_plan", "all_tensor_spec", "index_error", "step_error"]

@@ -1,0 +1,141 @@
+"""The one math table: every function a scalar body may call, with its form on each target.
+
+``MATH[name]`` is a ``MathFn`` with
+- ``f32`` / ``f64``: the CPU helper (``"mathlib.exp_f32"``: module and function) for that precision;
+- ``i64``: the CPU form for integer operands (a helper, or a Python builtin such as ``max``); when absent, an
+  integer operand computes in float64 (``f64``);
+- ``cuda``: the CUDA form, an inline expression over ``{0}, {1}, ...`` (the arguments) and ``{T}`` (the result
+  type).  CUDA kernels inline it rather than calling a device function because compiling a call to a Numba
+  device function needs a CUDA driver, and every kernel's PTX must build without one (``f.ptx``).  The guards
+  give the IEEE results (log(0) = -inf, sqrt(-1) = nan, sin(inf) = nan, ...) where Python's ``math`` would
+  raise: libdevice returns them anyway on a GPU, and on Numba's CUDA simulator (kernels run as Python) they
+  keep NaN/inf flowing as on the device.  ``None`` when the CUDA generator writes the op itself (Philox draws).
+
+Scalar bodies (``OpDef.scalar``) receive a ``MathCalls`` as their first argument and write ``m.tanh(x)``: the
+text of the call comes from this table for the target and precision the loop computes in, so no generated
+source is ever patched afterwards.  Adding a math function is one row here plus its CPU helpers
+(``mathlib.py`` for floats, ``intmath.py`` for integers); ``tests/test_mathlib.py`` checks that every row's
+helpers exist with the row's arity.
+
+Nothing here imports Numba: generating source must not wait for it.
+"""
+from __future__ import annotations
+
+
+class MathFn:
+    """One row of the table (see the module docstring)."""
+    __slots__ = ("name", "arity", "f32", "f64", "i64", "cuda")
+
+    def __init__(self, name, arity, cuda, *, f32=None, f64=None, i64=None, module="mathlib"):
+        self.name, self.arity, self.cuda, self.i64 = name, arity, cuda, i64
+        self.f32 = f32 or f"{module}.{name}_f32"
+        self.f64 = f64 or f"{module}.{name}_f64"
+
+    def cpu(self, precision: str):
+        """``(module or None, function)`` for ``precision`` in f32 | f64 | i64 (a builtin has no module)."""
+        ref = getattr(self, precision) if precision != "i64" else (self.i64 or self.f64)
+        mod, _, fn = ref.rpartition(".")
+        return (mod or None), fn
+
+
+def _rows(*fns):
+    return {f.name: f for f in fns}
+
+
+MATH = _rows(
+    MathFn("exp", 1, "({T}(math.exp({0})) if {0} < 700 else ({T}(math.inf) if {0} == {0} else {T}({0})))"),
+    MathFn("expm1", 1, "({T}(math.expm1({0})) if {0} < 700 else ({T}(math.inf) if {0} == {0} else {T}({0})))"),
+    MathFn("log", 1, "({T}(math.log({0})) if {0} > 0 else ({T}(-math.inf) if {0} == 0 else {T}(math.nan)))"),
+    MathFn("log1p", 1, "({T}(math.log1p({0})) if {0} > -1 else ({T}(-math.inf) if {0} == -1 else {T}(math.nan)))"),
+    MathFn("tanh", 1, "{T}(math.tanh({0}))"),
+    MathFn("erf", 1, "{T}(math.erf({0}))"),
+    MathFn("sin", 1, "({T}(math.sin({0})) if math.isfinite({0}) else {T}(math.nan))"),
+    MathFn("cos", 1, "({T}(math.cos({0})) if math.isfinite({0}) else {T}(math.nan))"),
+    MathFn("tan", 1, "({T}(math.tan({0})) if math.isfinite({0}) else {T}(math.nan))"),
+    MathFn("sqrt", 1, "({T}(math.sqrt({0})) if {0} >= 0 else {T}(math.nan))"),
+    # 1/sqrt with the IEEE signs: rsqrt(+0) = inf, rsqrt(-0) = -inf, rsqrt(inf) = 0, as torch
+    MathFn("rsqrt", 1, "({T}(1) / {T}(math.sqrt({0})) if {0} >= 0 else {T}(math.nan))"),
+    MathFn("sigmoid", 1, "(({T}(1) / ({T}(1) + ({T}(math.exp(-{0})) if {0} > -700 else {T}(math.inf)))) "
+                         "if {0} == {0} else {T}({0}))"),
+    MathFn("isfinite", 1, "math.isfinite({0})", i64="intmath.isfinite_i64"),
+    MathFn("max", 2, "({T}({0}) if ({0} > {1} or {0} != {0}) else {T}({1}))", i64="max"),
+    MathFn("min", 2, "({T}({0}) if ({0} < {1} or {0} != {0}) else {T}({1}))", i64="min"),
+    MathFn("sign", 1, "({T}(1) if {0} > 0 else ({T}(-1) if {0} < 0 else {T}({0})))", i64="intmath.sign_i64"),
+    MathFn("abs", 1, "{T}(abs({0}))", i64="abs"),
+    # integer powers wrap like int64 multiplication (torch); a negative exponent of an integer raises there
+    MathFn("pow", 2, "({T}(math.inf) if ({0} == 0 and {1} < 0) else ({T}(math.nan) if ({0} < 0 and "
+                     "math.isfinite({1}) and math.floor({1}) != {1}) else {T}({0} ** {1})))",
+           i64="intmath.pow_i64"),
+    # Philox draws: (seed, offset, element index); CUDA writes their rounds into the kernel (cuda_philox.py)
+    MathFn("rng_uniform", 3, None, f32="philox.rnguniform_f32", f64="philox.rnguniform_f64"),
+    MathFn("rng_normal", 3, None, f32="philox.rngnormal_f32", f64="philox.rngnormal_f64"),
+)
+
+_PRECISION = {"float32": "f32", "float64": "f64", "int64": "i64", "int32": "i64", "uint8": "i64", "bool": "i64"}
+
+
+class LiteralText(str):
+    """The text of a literal operand in a scalar body, with its ``value``: an OpDef may specialise on it as
+    NumPy and torch do (``x ** 0.5`` with a Python-number exponent is ``sqrt``)."""
+    value = None
+
+    def __new__(cls, text, value):
+        s = super().__new__(cls, text)
+        s.value = value
+        return s
+
+
+class MathCalls:
+    """What a scalar body's ``m`` is: ``m.tanh(x)`` -> the text of that call on ``target`` (cpu | cuda | text)
+    at precision ``dtype`` (a jitgrad DType name).  CPU helpers used are recorded in ``uses`` as (module, fn),
+    for the kernel's imports.  The ``text`` target writes plain ``tanh(x)`` (listings, tests)."""
+
+    def __init__(self, target: str, dtype: str = "float64", uses: set | None = None, guards: list | None = None):
+        self.target, self.dtype = target, dtype
+        self.uses = set() if uses is None else uses
+        self.guards = [] if guards is None else guards
+
+    def nonzero(self, y: str) -> str:
+        """``y`` as a divisor: for integer operands the loop counts zeros (``guards``) and the step raises
+        ZeroDivisionError after it, as torch does (the kernel itself computes NumPy's 0 and carries on)."""
+        if self.dtype not in ("float32", "float64"):
+            self.guards.append(f"({y}) == 0")
+        return y
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            fn = MATH[name]
+        except KeyError:
+            raise AttributeError(f"codegen: a scalar body calls {name!r}, which is not in the math table "
+                                 f"(jitgrad/codegen/math_table.py)") from None
+        return lambda *args: self.call(fn, args)
+
+    def call(self, fn: MathFn, args) -> str:
+        if len(args) != fn.arity:
+            raise TypeError(f"codegen: math function {fn.name} takes {fn.arity} arguments, got {len(args)}")
+        if self.target == "text":
+            return f"{fn.name}({', '.join(args)})"
+        if self.target == "cuda":
+            if fn.cuda is None:
+                raise KeyError(f"cuda codegen: no CUDA form for math function {fn.name!r}")
+            return "(" + fn.cuda.format(*args, T=self.dtype if self.dtype != "bool" else "bool_") + ")"
+        prec = _PRECISION.get(self.dtype)
+        if prec is None:
+            raise TypeError(f"codegen: no {fn.name} for dtype {self.dtype}")
+        mod, name = fn.cpu(prec)
+        if mod is not None:
+            self.uses.add((mod, name))
+        return f"{name}({', '.join(args)})"
+
+    def lit(self, value) -> str:
+        """A literal in the compute precision (``float32(1.0)`` in a float32 loop: a bare ``1.0`` would
+        promote the arithmetic around it to float64)."""
+        if self.target == "text":
+            return repr(value)
+        floating = self.dtype in ("float32", "float64")
+        return f"{self.dtype if floating else ('float64' if isinstance(value, float) else 'int64')}({value!r})"
+
+
+__all__ = ["MATH", "MathFn", "MathCalls", "LiteralText"]

@@ -1,0 +1,82 @@
+"""The thread policy (codegen/threads.py): a fork-safe threading layer, so a process that ran a parallel kernel
+can fork and the child can run it again; parallel launches from several Python threads are serialised."""
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import jitgrad as jg
+
+_CHILD = """
+import os, numpy as np, jitgrad as jg
+from jitgrad.codegen import threads
+f = jg.compile(lambda a: (a * 2.0).tanh().sum(), backend="numba", parallel=True)
+x = jg.tensor(np.linspace(-1, 1, 1 << 14))
+want = float(f(x))
+print("layer", threads.layer())
+pid = os.fork()
+if pid == 0:
+    ok = abs(float(f(x)) - want) < 1e-9
+    os._exit(0 if ok else 3)
+_, status = os.waitpid(pid, 0)
+print("child status", status)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_fork_after_a_parallel_kernel_keeps_the_child_alive():
+    env = dict(os.environ, JITGRAD_BACKGROUND_COMPILE="0", NUMBA_NUM_THREADS="2")
+    env.pop("NUMBA_THREADING_LAYER", None)
+    r = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "child status 0" in r.stdout, r.stdout + r.stderr[-2000:]
+    assert "layer omp" not in r.stdout          # never GNU OpenMP (it kills forked children)
+
+
+def test_parallel_calls_from_threads_agree(monkeypatch):
+    monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
+    f = jg.compile(lambda a: (a * 2.0).tanh() * 0.5, backend="numba", parallel=True)
+    x = jg.tensor(np.linspace(-1, 1, 1 << 13))
+    want = f(x).numpy().copy()
+    errors, results = [], []
+
+    def work():
+        try:
+            for _ in range(20):
+                results.append(np.array_equal(f(x).numpy(), want))
+        except Exception as e:      # noqa: BLE001 - reported below
+            errors.append(e)
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors and len(results) == 80 and all(results)
+
+
+_IDLE = """
+import resource, time
+import numpy as np
+import jitgrad as jg
+a = jg.ones(384, 384)
+for _ in range(3):
+    (a @ a).sum()
+r0 = resource.getrusage(resource.RUSAGE_SELF)
+time.sleep(0.3)
+r1 = resource.getrusage(resource.RUSAGE_SELF)
+print("idle cpu", r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+"""
+
+
+def test_blas_workers_do_not_spin_after_a_matmul():
+    """CPU time a process burns while it sleeps after a GEMM (work counted, not a clock): OpenBLAS's workers spin
+    ~0.1 s each by default; with jitgrad's setting they sleep at once."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    env["OPENBLAS_NUM_THREADS"] = "2"
+    r = subprocess.run([sys.executable, "-c", _IDLE], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    idle = float(r.stdout.split("idle cpu")[1])
+    assert idle < 0.01, idle
