@@ -103,8 +103,7 @@ def _setup():
             return
         # when SciPy had not loaded its BLAS yet, nothing else can be inside it while it is re-initialised
         _STATE["was_loaded"] = _loaded(path)
-        from scipy.linalg import cython_blas  # noqa: F401  (loads the library)
-        lib = ctypes.CDLL(path)
+        lib = ctypes.CDLL(path)     # the library SciPy's BLAS wrappers call (importing scipy.linalg costs ~0.3 s)
         before = _corename(lib)
         want, why = _wanted(before)
         if want is not None:
@@ -146,6 +145,10 @@ def gemm_address(name: str) -> int:
     addr = _STATE.get("addresses", {}).get(name)
     if addr is None:
         _setup()
+        fn = getattr(_STATE["lib"], f"scipy_{name}_", None) if _STATE["lib"] is not None else None
+        if fn is not None:          # the routine cython_blas forwards to, without importing scipy.linalg
+            addr = _STATE["addresses"][name] = ctypes.cast(fn, ctypes.c_void_p).value
+            return addr
         from scipy.linalg import cython_blas
         cap = cython_blas.__pyx_capi__[name]
         get_name = ctypes.pythonapi.PyCapsule_GetName
