@@ -242,7 +242,8 @@ class GraphCode:
         self.kkeys = {k.key: kernel_key(k) for k in self.kernels}
         self.ekey = entry_key(entry_src) if entry_src is not None else None
         self.gkey = graph_key(self.kkeys.values(), self.ekey or "")
-        self.loaded = self.compiled = 0       # this graph's kernels (+ entry) loaded / compiled by this process
+        self.loaded_keys, self.compiled_keys = set(), set()    # linked from object code / compiled here
+        self.elsewhere = set()                # keys our build processes compiled (then linked here)
         self.how = None                       # "process" | "graph file" | "assembled" | "built"
         self.spawned = False                  # its build processes have started (they finish even if we exit)
         self.errors = []
@@ -296,13 +297,23 @@ class GraphCode:
             for key in todo:
                 if not _from_disk(key, self._kind(key)):
                     return False
-            self.loaded += len(todo)
+                self.loaded_keys.add(key)
             self.assemble()
             self.how = "assembled"
             return True
 
+    @property
+    def loaded(self) -> int:
+        """This graph's kernels and entry that were linked from object code compiled before its build."""
+        return len(self.loaded_keys - self.elsewhere)
+
+    @property
+    def compiled(self) -> int:
+        """This graph's kernels and entry compiled for its build (here or in its build processes)."""
+        return len(self.compiled_keys | (self.elsewhere & self.loaded_keys))
+
     def _count_loaded(self, todo):
-        self.loaded += len(todo)
+        self.loaded_keys.update(todo)
         for key in todo:
             COUNTS["kernels_loaded" if self._kind(key) == "kernel" else "drivers_loaded"] += 1
 
@@ -355,6 +366,7 @@ class GraphCode:
                 parts = min(cores, len(todo))
                 shares = _split(todo, parts) if parts else []
                 procs = [spawn(s, self if i == 0 else None) for i, s in enumerate(shares)]
+                self.elsewhere.update(j[1] for j in todo)
                 self.spawned = True
                 mine = []
             else:
@@ -369,6 +381,7 @@ class GraphCode:
                     rest = shares[1:] or [[]]
                     rest[0] = ent + rest[0]
                     procs = [spawn(s) for s in rest if s]
+                    self.elsewhere.update(j[1] for s in rest for j in s)
                     self.spawned = True
         for kind, key, _ in (mine or []):
             self._obtain(key)
@@ -395,9 +408,9 @@ class GraphCode:
         before = (COUNTS["kernels_compiled"] + COUNTS["drivers_compiled"])
         obtain(key, self._source(key), self._kind(key), self.disk)
         if COUNTS["kernels_compiled"] + COUNTS["drivers_compiled"] > before:
-            self.compiled += 1
+            self.compiled_keys.add(key)
         else:
-            self.loaded += 1
+            self.loaded_keys.add(key)
 
 
 # ------------------------------------------------------------------------------------------------ background builds

@@ -80,6 +80,7 @@ class CompiledGraph:
         self._ws = None
         self._busy = False
         self._lock = threading.Lock()
+        self.on_ready = []       # callables(cg) run once its code is ready (from the thread that built it)
         self.code = _build.GraphCode(self.kernels, self.driver_source if self.nopython else None, disk_cache)
         if background is None:
             background = os.environ.get("JITGRAD_BACKGROUND_COMPILE", "1") != "0"
@@ -123,6 +124,8 @@ class CompiledGraph:
         else:
             self.run = self._python_run
         self.seconds = time.perf_counter() - t0
+        for fn in self.on_ready:    # the functions using this graph count its build (jit/build_policy.py)
+            fn(self)
 
     def _contiguous_inputs(self, arrays):
         for a in arrays:

@@ -30,6 +30,7 @@ from ..ir import dtypes as dt
 from ..tracer import STATE as _TR, TraceError, TracedValueError, flatten, unflatten
 from ..tracer.pytree import treedef_key
 from ..runtime import anomaly, grad_mode
+from . import build_policy
 from .graph_function import GraphFunction
 from .introspection import Introspection
 from ..runtime.tensor import Tensor
@@ -94,6 +95,7 @@ class _Entry:
         self.copy_outs = []     # output indices whose buffers are copied after each call (see _build)
         self.raw_graph = None
         self.guards = []        # (fn, value): Python conditions the trace relied on (jit/guards.py)
+        self.code_ready = False  # its graph's native code is ready (or failed): no build_policy check per call
 
     def guards_ok(self) -> bool:
         for c, s in zip(self.captured, self.grad_src):     # inline ``c.ok()``: this runs on every call
@@ -218,8 +220,8 @@ class CompiledFunction(Introspection):
         self._warned_eager = False
         # compiled_calls / interpreted_calls: graph executions on generated code / on the reference interpreter
         # (the interpreter serves calls while a background build runs, or when codegen failed)
-        self.stats = {"traces": 0, "hits": 0, "calls": 0, "compile_seconds": 0.0, "eager_fallbacks": 0,
-                      "compiled_calls": 0, "interpreted_calls": 0}
+        self.stats = build_policy.init_stats({"traces": 0, "hits": 0, "calls": 0, "compile_seconds": 0.0,
+                                              "eager_fallbacks": 0, "compiled_calls": 0, "interpreted_calls": 0})
         functools.update_wrapper(self, fn)
 
     def wait(self, timeout=None) -> bool:
@@ -451,7 +453,24 @@ class CompiledFunction(Introspection):
                 seen.add(id(t))
                 inputs.append(t)
         inputs.extend(c.ref() if s is None else inputs[s]._grad for c, s in zip(e.captured, e.grad_src))
-        outs = e.gf(inputs)
+        building = None
+        if self.backend == "numba" and not e.code_ready:
+            building = build_policy.pending_build(e.gf, inputs)
+            e.code_ready = building is None
+        if building is not None:        # no code yet: eagerly or on the interpreter (build_policy.py)
+            path = build_policy.choose(e)
+            t0 = time.perf_counter()
+            if path == "eager":
+                out = self.fn(*args, **kwargs)
+                self.stats["eager_calls"] += 1
+                build_policy.record(e, path, time.perf_counter() - t0)
+                self.stats["last_path"] = "eager"
+                building.start()        # after the first result: now let the build use the cores
+                return out
+            outs = e.gf(inputs)
+            build_policy.record(e, path, time.perf_counter() - t0)
+        else:
+            outs = e.gf(inputs)
         for k in e.copy_outs:
             outs[k]._data = _copy_payload(outs[k]._data)
         for ref, oi in e.materialize:       # state made by a one-shot trace gets its value
