@@ -480,6 +480,12 @@ def load_module(key: str, source: str, name: str, use_disk: bool = True) -> type
                    f"jitgrad cache directory {root}: cannot write entry {key[:2]}/{key}.py ({e}); "
                    f"compiling in memory only")
         return _in_memory(modname, key, source)
+    why = _numba_dirs_unsafe(path)
+    if why is not None:     # Numba would load pickled index and object files from there: a cache entry is code
+        _warn_once((str(path.parent), "numba-dirs", why), f"jitgrad cache: Numba's files for {path.name} would "
+                                                          f"live where others can write ({why}); compiling in "
+                                                          f"memory only")
+        return _in_memory(modname, key, source)
     try:
         return _from_file(modname, path, source)
     except RuntimeError as e:
@@ -489,6 +495,27 @@ def load_module(key: str, source: str, name: str, use_disk: bool = True) -> type
         _warn_once((str(root), "numba-locator"), f"jitgrad cache: Numba cannot cache next to {path} ({e}); "
                                                  f"compiling in memory only")
         return _in_memory(modname, key, source)
+
+
+def _numba_dirs_unsafe(path: Path) -> str | None:
+    """Why Numba's cache for the entry at ``path`` cannot be trusted: its shard directory, its ``__pycache__``
+    or ``$NUMBA_CACHE_DIR`` is a link, not ours, or writable by group or others (None when all are fine)."""
+    env = os.environ.get("NUMBA_CACHE_DIR", "")
+    # (directory, may it be a symlink): $NUMBA_CACHE_DIR is the user's choice and judged by its target
+    dirs = [(path.parent, False), (Path(env), True) if env else (path.parent / "__pycache__", False)]
+    for d, link_ok in dirs:
+        try:
+            st = os.lstat(d)
+        except FileNotFoundError:
+            continue                        # created by Numba inside our private tree (or under $NUMBA_CACHE_DIR)
+        except OSError as e:
+            return f"{d}: cannot stat it ({e.strerror or e})"
+        if stat.S_ISLNK(st.st_mode) and not link_ok:
+            return f"{d} is a symbolic link"
+        why = _unsafe_reason(d)
+        if why is not None:
+            return f"{d}: {why}"
+    return None
 
 
 def store_entry(key: str, source: str) -> Path | None:
