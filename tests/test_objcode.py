@@ -332,3 +332,20 @@ def test_wait_in_a_forked_child_does_not_block(cache_root):
     got = json.loads(os.read(r, 1000).decode() or "null")
     assert got == [True, 24.0, 1], status
     assert f.wait(timeout=300)
+
+
+def test_build_lock_is_held_from_the_moment_a_build_process_is_started(cache_root):
+    """The starter takes each key's lock and hands it to the child: a script started right after sees every key
+    being built (and starts no builder of its own), even before the child has imported anything."""
+    f = jg.compile(lambda x: (jg.erf(x) * 2).sum(), backend="numba", background=True)
+    cg = _unstarted(f, jg.ones(4))
+    jobs = cg.code.pending_jobs()
+    p = build.spawn(jobs, cg.code)
+    try:
+        assert all(objstore.BuildLock(key).held_elsewhere() for _, key, _ in jobs)
+        assert build.spawn(jobs) is None            # nothing left to hand to a second builder
+    finally:
+        _, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err.decode()
+    assert not any(objstore.BuildLock(key).held_elsewhere() for _, key, _ in jobs)
+    assert objstore.read(cg.code.gkey) is not None

@@ -497,25 +497,42 @@ _BOOT = ("import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')];
 
 
 def command(jobs, graph=None) -> list:
-    """The build process's command line (see ``_BOOT``)."""
+    """The build process's command line (see ``_BOOT``): ``kind key path lock-fd`` per job (``-``: no lock handed
+    over), then ``graph gkey keys -``."""
     args = [sys.executable] + (["-P"] if sys.version_info >= (3, 11) else []) + ["-c", _BOOT, _package_root()]
-    for kind, key, path in jobs:
-        args += [kind, key, path]
+    for job in jobs:
+        args += [job[0], job[1], job[2], job[3] if len(job) > 3 else "-"]
     if graph is not None:
-        args += ["graph", graph.gkey, ",".join(graph._keys())]
+        args += ["graph", graph.gkey, ",".join(graph._keys()), "-"]
     return args
 
 
 def spawn(jobs, graph=None) -> subprocess.Popen | None:
     """A detached build process compiling ``jobs`` into the disk cache (it outlives this process); with
-    ``graph``, it also writes that graph's file once every object of it is on disk."""
-    if not jobs and graph is None:
-        return None
-    root = cache.cache_dir()
-    COUNTS["build_processes"] += 1
-    return subprocess.Popen(command(jobs, graph), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True,
-                            cwd=str(root) if root is not None else "/")
+    ``graph``, it also writes that graph's file once every object of it is on disk.
+
+    This process takes each job's build lock and hands it to the child (an inherited descriptor: the lock is
+    held from before the child starts until it finishes), so a run that starts meanwhile sees the key being built
+    and starts no second builder for it.  Jobs whose lock someone else holds are left to that builder."""
+    locks, handed = [], []
+    try:
+        for job in jobs:
+            lock = objstore.BuildLock(job[1])
+            if not lock.acquire(block=False):
+                continue
+            locks.append(lock)
+            handed.append(tuple(job[:3]) + ((str(lock.fd) if lock.fd is not None else "-"),))
+        if not handed and graph is None:
+            return None
+        root = cache.cache_dir()
+        COUNTS["build_processes"] += 1
+        return subprocess.Popen(command(handed, graph), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, start_new_session=True,
+                                cwd=str(root) if root is not None else "/",
+                                pass_fds=[lk.fd for lk in locks if lk.fd is not None])
+    finally:
+        for lock in locks:
+            lock.release()          # the child's inherited descriptor keeps the lock
 
 
 _DETACHED_AT_EXIT: list = []     # (jobs, graph) queued for a background build that had not started when we exit
@@ -559,14 +576,16 @@ def _main(argv):
 def _build_jobs(argv):
     it = iter(argv)
     jobs, graph = {}, None
-    for kind, key, path in zip(it, it, it):
+    for kind, key, path, fd in zip(it, it, it, it):
         if kind == "graph":
             graph = (key, path.split(","))
             continue
-        jobs[key] = (kind, path)
-    for key, (kind, path) in jobs.items():
+        jobs[key] = (kind, path, fd)
+    for key, (kind, path, fd) in jobs.items():
         lock = objstore.BuildLock(key)
-        if not lock.acquire(block=False):
+        if fd != "-":
+            lock.fd = int(fd)               # handed over by the process that started us: already held
+        elif not lock.acquire(block=False):
             continue                        # another process builds it
         try:
             if objstore.read(key, warn=False):
@@ -586,7 +605,7 @@ def _build_jobs(argv):
             if not got:
                 if key not in jobs:
                     return                  # not ours to compile and nobody finished it: the next run does
-                kind, path = jobs[key]
+                kind, path, _ = jobs[key]
                 compile_numba(key, _read_job(kind, key, path), kind)
                 got = [_BLOBS[key]]
                 objstore.write(key, got)
