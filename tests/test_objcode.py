@@ -349,3 +349,33 @@ def test_build_lock_is_held_from_the_moment_a_build_process_is_started(cache_roo
     assert p.returncode == 0, err.decode()
     assert not any(objstore.BuildLock(key).held_elsewhere() for _, key, _ in jobs)
     assert objstore.read(cg.code.gkey) is not None
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
+@pytest.mark.parametrize("how", ["world-writable dir", "foreign file", "symlink"])
+def test_helpers_pycache_others_can_write_is_replaced_by_a_private_dir(tmp_path, cache_root, monkeypatch, how):
+    pyc = tmp_path / "codegen" / "__pycache__"
+    pyc.parent.mkdir(mode=0o700)
+    if how == "symlink":
+        (tmp_path / "real").mkdir(mode=0o700)
+        pyc.symlink_to(tmp_path / "real")
+    else:
+        pyc.mkdir(mode=0o700)
+        if how == "world-writable dir":
+            os.chmod(pyc, 0o777)
+        else:
+            (pyc / "mathlib.exp_f32-1.py311.nbi").write_bytes(b"pickle")
+            os.chmod(pyc / "mathlib.exp_f32-1.py311.nbi", 0o666)
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.setattr(build, "numba_default_dir", lambda: pyc)
+    monkeypatch.setattr(build, "_NUMBA_DIR", None)
+    with pytest.warns(cache.JitgradCacheWarning, match="not used from"):
+        d = build.numba_cache_dir()
+    assert d == str(cache_root / "numba") and stat.S_IMODE(os.stat(d).st_mode) == 0o700
+    # and a private __pycache__ of our own is Numba's own place, used as is
+    ok = tmp_path / "ok" / "__pycache__"
+    ok.mkdir(parents=True, mode=0o700)
+    os.chmod(ok.parent, 0o700)
+    monkeypatch.setattr(build, "numba_default_dir", lambda: ok)
+    monkeypatch.setattr(build, "_NUMBA_DIR", None)
+    assert build.numba_cache_dir() is None

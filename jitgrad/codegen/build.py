@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import atexit
 import os
+import stat
 import subprocess
 import sys
 import threading
 import time
+
+from pathlib import Path
 
 from . import cache, objstore
 
@@ -64,13 +67,55 @@ _HELPERS = ("jitgrad.codegen.mathlib", "jitgrad.codegen.libm", "jitgrad.codegen.
 _NUMBA_DIR = None
 
 
-def numba_cache_dir() -> str:
-    """Where Numba caches jitgrad's own ``cache=True`` helpers (mathlib, libm, philox): ``<cache dir>/numba``,
-    private like the rest of the cache, or a private temporary directory.  Never ``__pycache__`` next to
-    jitgrad's sources nor ``$NUMBA_CACHE_DIR``: Numba's index files are pickles, and a cache entry is code, so it
-    may only come from a directory nobody else can write."""
+def numba_default_dir() -> Path:
+    """Where Numba would put the helpers' cache files by itself: ``$NUMBA_CACHE_DIR`` (under a subpath) or
+    ``__pycache__`` next to jitgrad's codegen sources."""
+    env = os.environ.get("NUMBA_CACHE_DIR", "")
+    return Path(env) if env else Path(__file__).resolve().parent / "__pycache__"
+
+
+def _untrusted(d: Path, link_ok: bool) -> str | None:
+    """Why Numba's files under ``d`` could come from someone else (None: only we can write there)."""
+    try:
+        st = os.lstat(d)
+    except FileNotFoundError:
+        parent = d.parent       # Numba creates it: then its parent decides who could have made it first
+        return None if objstore._trusted_dir(parent) is None else f"{parent} is not private to this user"
+    except OSError as e:
+        return f"cannot stat {d} ({e})"
+    if not link_ok and os.path.islink(d):
+        return f"{d} is a symbolic link"
+    why = objstore._trusted_dir(Path(os.path.realpath(d)))
+    if why is not None:
+        return f"{d}: {why}"
+    try:
+        names = os.listdir(d)
+    except OSError as e:
+        return f"cannot list {d} ({e})"
+    for n in names:                             # a file others may rewrite is as bad as a directory they may
+        if n.endswith((".nbi", ".nbc")):
+            try:
+                fst = os.lstat(d / n)
+            except OSError:
+                continue
+            why = objstore._owned_private(fst)
+            if why is not None or not stat.S_ISREG(fst.st_mode):
+                return f"{d / n}: {why or 'not a regular file'}"
+    return None
+
+
+def numba_cache_dir() -> str | None:
+    """Where Numba caches jitgrad's own ``cache=True`` helpers (mathlib, libm, philox).  Numba's index files are
+    pickles, so a cache entry is code: Numba's own location (``numba_default_dir``) is used only when nobody else
+    can write there; otherwise ``<cache dir>/numba``, private like the rest of the cache, or a private temporary
+    directory.  None: Numba's own location is trusted."""
     global _NUMBA_DIR
     if _NUMBA_DIR is None:
+        default = numba_default_dir()
+        why = _untrusted(default, link_ok=bool(os.environ.get("NUMBA_CACHE_DIR")))
+        if why is None:
+            _NUMBA_DIR = ""
+            return None
         root = cache.cache_dir()
         d = None
         if root is not None:
@@ -82,14 +127,14 @@ def numba_cache_dir() -> str:
             except OSError:
                 d = None
             if d is not None and objstore._trusted_dir(d) is not None:
-                cache._warn_once((str(d), "numba"), f"jitgrad cache: {d} is not used for Numba's files: "
-                                                    f"{objstore._trusted_dir(d)}; using a private temporary one")
                 d = None
         if d is None:
             import tempfile
             d = tempfile.mkdtemp(prefix="jitgrad-numba-")      # mode 0o700
+        cache._warn_once(("numba-dir", str(default)), f"jitgrad: Numba's cache files for jitgrad's helpers are not "
+                                                      f"used from {default} ({why}); using {d}")
         _NUMBA_DIR = str(d)
-    return _NUMBA_DIR
+    return _NUMBA_DIR or None
 
 
 def _secure_numba_cache() -> None:
@@ -97,8 +142,10 @@ def _secure_numba_cache() -> None:
     were imported before); the user's own Numba functions keep ``$NUMBA_CACHE_DIR``."""
     from numba.core import config
     from numba.core.dispatcher import Dispatcher
+    private = numba_cache_dir()
     old = config.CACHE_DIR
-    config.CACHE_DIR = numba_cache_dir()
+    if private is not None:
+        config.CACHE_DIR = private
     try:
         import importlib
         for name in _HELPERS:

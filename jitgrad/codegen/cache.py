@@ -44,8 +44,9 @@ Guarantees
   rewritten (its mtime, which older Numba versions use as the cache stamp, stays put).  A corrupt,
   truncated, or non-regular entry, or a symlink, is replaced (with a ``JitgradCacheWarning``); the link
   itself is replaced, its target is never opened or touched.  A rebuilt file always gets a new mtime.
-* ``clear()`` only removes files that have the names this module creates (entries, their temp files and
-  their Numba/Python cache files); it never follows symlinks and never touches anything else.
+* ``clear()`` only removes files that have the names this module and ``objstore.py`` create (entries, object
+  files, build locks, their temp files, Numba/Python cache files); it never follows symlinks and never touches
+  anything else.
 * Module names are ``_jitgrad_gen_<name>_<key[:16]>`` and are registered in ``sys.modules`` (Numba looks
   the module up by name, also when it loads a function from its cache in a new process).
 
@@ -79,7 +80,7 @@ FORMAT = "jitgrad-codegen-cache/1"          # bump to invalidate every key when 
 _FALLBACK_VERSION = "0.1.0"                  # jitgrad's version when it is not installed (source checkout)
 _KEY_RE = re.compile(r"[0-9a-f]{64}")
 _SHARD_RE = re.compile(r"[0-9a-f]{2}")
-_ENTRY_RE = re.compile(r"([0-9a-f]{64})\.py")
+_ENTRY_RE = re.compile(r"([0-9a-f]{64})\.(?:py|jgo|lock)")     # sources, object files (objstore.py), locks
 _TMP_RE = re.compile(r"\.([0-9a-f]{64})\.[^/]*\.tmp")
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -590,4 +591,20 @@ def clear(directory: Path | str | None = None) -> int:
             os.rmdir(sdir)
         except OSError:
             pass                             # not empty: something that is not ours lives there
+    numba_dir = root / "numba"               # Numba's files for jitgrad's helpers (build.numba_cache_dir)
+    if os.path.isdir(numba_dir) and not os.path.islink(numba_dir):
+        for sub in list(os.scandir(numba_dir)):
+            if not sub.is_dir(follow_symlinks=False):
+                continue
+            for e in list(os.scandir(sub.path)):
+                if not e.is_dir(follow_symlinks=False) and re.search(r"\.(nbi|nbc)$", e.name):
+                    unlink(Path(e.path))
+            try:
+                os.rmdir(sub.path)
+            except OSError:
+                pass
+        try:
+            os.rmdir(numba_dir)
+        except OSError:
+            pass
     return removed
