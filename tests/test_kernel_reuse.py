@@ -28,7 +28,7 @@ def fresh_cache(tmp_path, monkeypatch):
 
 
 def _loads(monkeypatch):
-    """Count Numba compiles (kernels and graph entries) by key."""
+    """Count compiles (kernels by Numba, graph entries from LLVM IR) by key."""
     seen = []
     orig = build.compile_numba
 
@@ -37,6 +37,12 @@ def _loads(monkeypatch):
             seen.append(("driver" if kind == "entry" else kind, key))
         return orig(key, source, kind)
     monkeypatch.setattr(build, "compile_numba", counting)
+    orig_entry = cpu.CompiledGraph._entry_build
+
+    def entry_counting(self, key):      # graph entries: LLVM IR compiled without Numba
+        seen.append(("driver", key))
+        return orig_entry(self, key)
+    monkeypatch.setattr(cpu.CompiledGraph, "_entry_build", entry_counting)
     return seen
 
 

@@ -270,7 +270,8 @@ def test_one_builder_per_kernel_across_processes(cache_root):
         compiled += c["kernels_compiled"] + c["drivers_compiled"]
     assert compiled == 1          # only the job the first run skipped was left
     want = float((1 / (1 + np.exp(-np.linspace(-1, 1, 9))) * 5 - 1).sum())
-    assert f.wait(timeout=300) and cg.code.compiled == 0     # its build found everything built: linked only
+    # its build found every kernel built (only its entry, LLVM IR in milliseconds, was made here): linked only
+    assert f.wait(timeout=300) and cg.code.compiled_keys <= {cg.code.ekey}
     assert float(f(x)) == pytest.approx(want, rel=1e-5) and f.stats["compiled_calls"] == 1
 
 

@@ -75,7 +75,3 @@ ptr_b1 = _pointer_cast(types.uint8, ir.IntType(8))
 KERNEL_SIGNATURE = types.void(types.CPointer(types.int64))
 
 __all__ = ["call_kernel", "call_gemm", "ptr_f32", "ptr_f64", "ptr_i64", "ptr_i32", "ptr_b1", "KERNEL_SIGNATURE"]
-
-# a compiled graph's C entry (codegen/entry.py): ``entry(PyObject *arrays, int64 *ctx)``
-ENTRY_SIGNATURE = types.void(types.int64, types.int64)
-__all__ += ["ENTRY_SIGNATURE"]

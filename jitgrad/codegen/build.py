@@ -36,7 +36,8 @@ _FUNCS: dict = {}           # key -> Numba cfunc compiled in this process (keeps
 _MODULES: dict = {}         # kernel key -> Numba module built for inspection (build_module)
 _lock = threading.RLock()
 KERNEL_EXTRA = ("cpu-kernel", 3)
-ENTRY_EXTRA = ("cpu-entry", 1)
+ENTRY_EXTRA = ("cpu-entry", 2)
+STARTUP = 3                 # a build process's start (Python, jitgrad, Numba) costs about this many kernel compiles
 GRAPH_EXTRA = ("cpu-graph", 1)
 COUNTS = {"kernels_compiled": 0, "kernels_loaded": 0, "drivers_compiled": 0, "drivers_loaded": 0,
           "build_processes": 0, "graph_files_loaded": 0, "graph_files_assembled": 0}
@@ -282,9 +283,10 @@ kernel_module = build_module
 class GraphCode:
     """The code of one compiled graph: its kernels (``kernel.key`` -> address) and its entry's address."""
 
-    def __init__(self, kernels, entry_src=None, disk=True):
+    def __init__(self, kernels, entry_src=None, disk=True, entry_build=None):
         self.kernels = list(kernels)
-        self.entry_src = entry_src
+        self.entry_src = entry_src             # the entry's listing (its identity)
+        self.entry_build = entry_build         # key -> objstore.Blob: its machine code (entry.compile_entry)
         self.disk = disk
         self.kkeys = {k.key: kernel_key(k) for k in self.kernels}
         self.ekey = entry_key(entry_src) if entry_src is not None else None
@@ -303,8 +305,6 @@ class GraphCode:
         return "entry" if key == self.ekey else "kernel"
 
     def _source(self, key):
-        if key == self.ekey:
-            return self.entry_src
         for k in self.kernels:
             if self.kkeys[k.key] == key:
                 return k.source
@@ -382,13 +382,38 @@ class GraphCode:
             COUNTS["graph_files_assembled"] += 1
         return ok
 
+    def ensure_entry(self, load=True) -> None:
+        """The entry's object code (built here: LLVM IR to machine code in milliseconds, no Numba), written to
+        disk for the graph's file, and linked into this process when ``load``."""
+        key = self.ekey
+        if key is None or key in _ADDRESSES:
+            return
+        with _lock:
+            blob = _BLOBS.get(key)
+            if blob is None and self.disk:
+                got = objstore.read(key)
+                if got and [b.name for b in got] == [key]:
+                    blob = got[0]
+                    self.loaded_keys.add(key)
+                    COUNTS["drivers_loaded"] += 1
+            if blob is None:
+                blob = _BLOBS[key] = self.entry_build(key)
+                self.compiled_keys.add(key)
+                COUNTS["drivers_compiled"] += 1
+                if self.disk:
+                    objstore.write(key, [blob])
+            if load:
+                _load_blobs([blob])
+
     def pending_jobs(self):
-        """(kind, key, source path) of what is not compiled anywhere yet; None without a usable disk cache."""
+        """(kind, key, source path) of the kernels not compiled anywhere yet (the entry is built here, at once);
+        None without a usable disk cache."""
         if not self.disk or cache.cache_dir() is None:
             return None
+        self.ensure_entry(load=False)
         jobs = []
         for key in self.missing():
-            if objstore.exists(key):
+            if key == self.ekey or objstore.exists(key):
                 continue
             path = cache.store_entry(key, self._source(key))
             if path is None:
@@ -403,6 +428,7 @@ class GraphCode:
         with _lock:
             if self.try_load():
                 return
+        self.ensure_entry()
         todo = self.pending_jobs()
         procs, mine = [], None
         if todo:
@@ -421,12 +447,11 @@ class GraphCode:
                 # to a build process: this one also traces and runs the first call.
                 helpers = min(cores - 1, len(todo) // 4)
                 if helpers > 0:
-                    ent = [j for j in todo if j[0] == "entry"]
-                    ks = [j for j in todo if j[0] != "entry"]
-                    shares = _split(ks, helpers + 1)
-                    mine = shares[0]
-                    rest = shares[1:] or [[]]
-                    rest[0] = ent + rest[0]
+                    # a build process spends ~STARTUP kernels' time starting Python and Numba: this process, which
+                    # is up already, takes that many more
+                    n_mine = min(len(todo), -(-(len(todo) + STARTUP * helpers) // (helpers + 1)))
+                    mine = todo[:n_mine]
+                    rest = _split(todo[n_mine:], helpers)
                     procs = [spawn(s) for s in rest if s]
                     self.elsewhere.update(j[1] for s in rest for j in s)
                     self.spawned = True
@@ -451,6 +476,9 @@ class GraphCode:
 
     def _obtain(self, key):
         if key in _ADDRESSES:
+            return
+        if key == self.ekey:
+            self.ensure_entry()
             return
         before = (COUNTS["kernels_compiled"] + COUNTS["drivers_compiled"])
         obtain(key, self._source(key), self._kind(key), self.disk)

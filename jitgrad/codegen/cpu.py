@@ -81,7 +81,8 @@ class CompiledGraph:
         self._busy = False
         self._lock = threading.Lock()
         self.on_ready = []       # callables(cg) run once its code is ready (from the thread that built it)
-        self.code = _build.GraphCode(self.kernels, self.driver_source if self.nopython else None, disk_cache)
+        self.code = _build.GraphCode(self.kernels, self.driver_source if self.nopython else None, disk_cache,
+                                     self._entry_build)
         if background is None:
             background = os.environ.get("JITGRAD_BACKGROUND_COMPILE", "1") != "0"
         t0 = time.perf_counter()
@@ -195,6 +196,10 @@ class CompiledGraph:
     def _driver_source(self):
         from .entry import entry_source
         return entry_source(self.program, len(self.graph.inputs), len(self.checks)), None
+
+    def _entry_build(self, key):
+        from .entry import compile_entry
+        return compile_entry(self.program, len(self.graph.inputs), len(self.checks), key)
 
     # ---- the Python driver (ops without a native form; the profiler's instrumented run) ----------------------
     def _python_run(self, *arrays, prof=None):
