@@ -1,4 +1,10 @@
-"""On-disk store for generated Numba modules.
+"""On-disk store for generated Numba modules: the cache directory, keys, and generated sources.
+
+Compiled graphs no longer rely on Numba's own cache: their kernels are compiled in memory and their object code
+is kept by ``objstore.py`` (see ``build.py``).  This module gives them the cache directory (``cache_dir``), the
+keys (``cache_key``) and the sources handed to build processes (``store_entry``).  ``load_module`` below, with
+Numba's ``cache=True`` files, remains for generated modules in general; it uses Numba's files only where nobody
+else can write them.
 
 A generated module is plain Python source.  It is written to the cache directory under a content hash and
 imported from there, so the ``@njit(cache=...)`` functions in it get Numba's own on-disk cache (index ``.nbi``
