@@ -144,7 +144,7 @@ def compile_entry(program, n_inputs: int, n_checks: int, key: str):
     m = ll.parse_assembly(entry_ir(program, n_inputs, n_checks, name))
     m.triple = ll.get_process_triple()
     m.verify()
-    tm = ll.Target.from_triple(m.triple).create_target_machine(cpu=ll.get_host_cpu_name(), opt=1,
+    tm = ll.Target.from_triple(m.triple).create_target_machine(cpu=ll.get_host_cpu_name(), opt=0,
                                                                codemodel="jitdefault")
     return objstore.Blob(key, name, tm.emit_object(m), [])
 
