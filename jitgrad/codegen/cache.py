@@ -64,7 +64,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.machinery
-import importlib.metadata
 import importlib.util
 import linecache
 import os
@@ -185,6 +184,19 @@ def cache_dir() -> Path | None:
 # ---------------------------------------------------------------------------------------------------- keys
 
 def _dist_version(name: str) -> str:
+    """The installed version of distribution ``name``: from its ``<name>-<version>.dist-info`` directory on
+    ``sys.path`` (what importlib.metadata finds first, without importing it: ~30 ms of a warm start), else
+    importlib.metadata."""
+    prefix = name.replace("-", "_").lower() + "-"
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for n in names:
+            if n.endswith(".dist-info") and n.lower().startswith(prefix):
+                return n[len(prefix):-len(".dist-info")]
+    import importlib.metadata
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
