@@ -52,7 +52,10 @@ def numba_runtime() -> None:
     if _RUNTIME:
         return
     from numba.core.registry import cpu_target
-    cpu_target.target_context.refresh()        # NRT and the helper library's symbols
+    from numba.core.base import _load_global_helpers
+    from numba.core.runtime import rtsys
+    _load_global_helpers()                     # the helper library's symbols (numba_*), PyExc_*
+    rtsys.initialize(cpu_target.target_context)     # NRT's (not ``refresh()``: every registry, ~0.5 s)
     from numba.np.ufunc.parallel import _launch_threads
     _launch_threads()                          # the threading layer's symbols
     _RUNTIME = True
