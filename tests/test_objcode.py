@@ -10,7 +10,6 @@ import stat
 import subprocess
 import sys
 import textwrap
-import threading
 import warnings
 from pathlib import Path
 

@@ -24,7 +24,6 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 
 from pathlib import Path
 

@@ -16,7 +16,6 @@ and ``graphs_loaded`` / ``graphs_built``.
 from __future__ import annotations
 
 import threading
-import time
 
 
 _lock = threading.Lock()
@@ -99,12 +98,6 @@ def _add(cg, stats):
         stats["kernels_loaded"] += code.loaded
         stats["kernels_compiled"] += code.compiled
         stats["graphs_loaded" if code.compiled == 0 else "graphs_built"] += 1
-
-
-def timed(fn, *a, **k):
-    t0 = time.perf_counter()
-    out = fn(*a, **k)
-    return out, time.perf_counter() - t0
 
 
 __all__ = ["choose", "record", "pending_build", "attach", "init_stats", "graph_for"]
