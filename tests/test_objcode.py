@@ -403,3 +403,11 @@ def test_parallel_kernel_links_numbas_runtime_only_when_it_needs_it(tmp_path):
     assert warm["v"] == pytest.approx(float((np.tanh(np.linspace(-1, 1, (1 << 20) + 8)) * 2).sum()), abs=0.05)
     needs = {s for p in _graph_files(root) for b in (objstore.read(p.stem, root) or []) for s in b.needs}
     assert "numba_parallel_for" in needs or "do_scheduling_unsigned" in needs, sorted(needs)[:20]
+
+
+def test_lean_llvm_option_gives_the_same_results_under_its_own_keys(tmp_path):
+    root = tmp_path / "cache"
+    plain = _run_step(root)
+    lean = _run_step(root, JITGRAD_LEAN_LLVM="1")
+    assert lean["loss"] == pytest.approx(plain["loss"], rel=1e-6)
+    assert lean["counts"]["kernels_compiled"] == plain["counts"]["kernels_compiled"]    # not the plain build's code
