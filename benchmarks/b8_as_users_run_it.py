@@ -6,7 +6,9 @@ Rows (the compile-experience table of the project's issue 8, B1's step unless sa
 - first call after calling the same step with a new batch size (warm caches)
 - re-running the cell that defines and decorates the same step (same process)
 - a script that calls its step once and exits (default mode), then the next run: does it find compiled code?
-  (counted: kernels/drivers compiled by the next run)
+  (counted: kernels/drivers compiled by the next run); the default mode's first result, cold vs warm
+- that script run 5 times back to back on an empty cache: the most build processes alive at once (one builder
+  per kernel across processes)
 - B2 steady state in a plain script, beside a Numba kernel that writes the same two fresh output arrays
 - B5 in the default mode (background build), median over the first 2,000 calls, and after the build
 - B1, B3, B5 steady state in a plain script
@@ -118,7 +120,9 @@ def child(which):
             t = time.perf_counter()
             g(x, y)
             out["redecorate_s"] = time.perf_counter() - t
-        out["stats"] = {k: v for k, v in f.stats.items() if isinstance(v, int)}
+        out["stats"] = {k: v for k, v in f.stats.items() if isinstance(v, (int, float))}
+        out["numba_imported"] = "numba" in sys.modules
+        out["process_s"] = time.perf_counter() - T_START
     elif which in ("b1", "b5", "b5-default"):
         shape = (256, 784, 512, 10) if which == "b1" else (8, 16, 32, 4)
         make, x, y = _mlp_step(*shape, background=None)
@@ -188,6 +192,20 @@ def _wait_builders(root, timeout=300):
     return time.time() - t0
 
 
+def _count_builders(root):
+    n = 0
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as fh:
+                    cmd = fh.read()
+            except OSError:
+                continue
+            if b"jitgrad.codegen.build" in cmd and root.encode() in cmd:
+                n += 1
+    return n
+
+
 def main():
     info = H.machine_info()
     rows = []
@@ -207,12 +225,16 @@ def main():
         warm = run("b1-warm")
         if cold:
             rows.append(["first compiled result, empty caches (synchronous)", f"{cold['first_s']:.2f} s",
-                         "<= 1.5 s (goal 1 s)", f"{cold['counts']['kernels_compiled']} kernels compiled here, "
-                         f"{cold['counts']['build_processes']} build process(es)"])
+                         "<= 1.0 s (goal 0.5 s)", f"{cold['counts']['kernels_compiled']} kernels compiled here, "
+                         f"{cold['counts']['build_processes']} build process(es); f.stats build_seconds "
+                         f"{cold['stats'].get('build_seconds', 0):.2f}"])
         if warm:
             rows.append(["first result in a new process, warm caches (synchronous)",
-                         f"{warm['first_s'] * 1e3:.0f} ms", "<= 100 ms",
-                         f"{warm['counts']['kernels_loaded']} kernels + {warm['counts']['drivers_loaded']} driver loaded"])
+                         f"{warm['first_s'] * 1e3:.0f} ms", "<= 100 ms (goal 50 ms)",
+                         f"{warm['counts']['kernels_loaded']} kernels + {warm['counts']['drivers_loaded']} entry "
+                         f"linked from {warm['counts'].get('graph_files_loaded')} file, "
+                         f"{warm['counts']['kernels_compiled']} compiled; Numba imported: "
+                         f"{warm.get('numba_imported')}"])
             rows.append(["first call after a new batch size", f"{warm['new_batch_s'] * 1e3:.1f} ms", "<= 0.3 s", ""])
             rows.append(["re-decorating the same step (notebook cell re-run)", f"{warm['redecorate_s'] * 1e3:.1f} ms",
                          "<= 50 ms", ""])
@@ -225,9 +247,32 @@ def main():
             rows.append(["a script that calls its step once and exits (default), then the next run",
                          f"next run: {after['first_s'] * 1e3:.0f} ms to a compiled result",
                          "the next run finds compiled code",
-                         f"first run: {once['stats'].get('interpreted_calls')} interpreted call, build processes "
+                         f"first run: {once['stats'].get('interpreted_calls')} interpreted / "
+                         f"{once['stats'].get('eager_calls')} eager call, build processes "
                          f"finished {waited:.1f} s after it exited; next run compiled {c['kernels_compiled']} kernels "
                          f"and {c['drivers_compiled']} drivers"])
+            rows.append(["default mode: first result, cold vs warm (the same script run twice)",
+                         f"cold {once['first_s'] * 1e3:.0f} ms, warm {after['first_s'] * 1e3:.0f} ms",
+                         "warm never slower than cold", ""])
+        # the one-call script 5 times back to back on an empty cache: how many builders at once?
+        shutil.rmtree(os.path.join(root, "c"), ignore_errors=True)
+        peak, stop = [0], [False]
+
+        def sample():
+            while not stop[0]:
+                peak[0] = max(peak[0], _count_builders(root))
+                time.sleep(0.02)
+        import threading
+        th = threading.Thread(target=sample, daemon=True)
+        th.start()
+        for _ in range(5):
+            run("b1-once")
+        _wait_builders(root)
+        stop[0] = True
+        th.join()
+        rows.append(["the one-call script run 5 times back to back, empty cache", f"{peak[0]} build processes "
+                     "at most at once", "at most one builder per kernel", "lock files: a key being built is "
+                     "not built again"])
         b2, fl = run("b2"), run("b2-floor")
         if b2 and fl:
             rows.append(["B2 steady state in a plain script", f"{b2['median_s'] * 1e3:.2f} ms",

@@ -421,3 +421,40 @@ def test_concurrent_writers_same_key(tmp_path):
     # exactly one of them published it (os.link: first writer wins), the other verified and used it
     assert sorted((r["stats"]["misses"], r["stats"]["hits"], r["stats"]["rebuilt"]) for r in results) == \
         [(0, 1, 0), (1, 0, 0)]
+
+
+# ------------------------------------------------------------------------------------------------ Numba's own files
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
+@pytest.mark.parametrize("where", ["shard", "pycache", "numba_cache_dir"])
+def test_numba_files_in_a_dir_others_can_write_are_never_used(tmp_path, monkeypatch, where):
+    """Numba's index files are pickles: a world-writable shard, __pycache__ or NUMBA_CACHE_DIR means in memory."""
+    key = cache.cache_key(NJIT_SRC)
+    shard = Path(cache.cache_dir()) / key[:2]
+    shard.mkdir(mode=0o700)
+    if where == "shard":
+        os.chmod(shard, 0o777)
+    elif where == "pycache":
+        (shard / "__pycache__").mkdir()
+        os.chmod(shard / "__pycache__", 0o777)
+    else:
+        shared = tmp_path / "numba-shared"
+        shared.mkdir()
+        os.chmod(shared, 0o777)
+        monkeypatch.setenv("NUMBA_CACHE_DIR", str(shared))
+    with pytest.warns(cache.JitgradCacheWarning, match="others can write|writable|not used"):
+        mod = cache.load_module(key, NJIT_SRC, f"numba_{where}")
+    assert mod.CACHE_ENABLED is False and mod.twice_sum(np.arange(3.0)) == 6.0
+    assert cache.stats.in_memory == 1
+
+
+def test_pycache_symlink_is_never_followed(tmp_path):
+    key = cache.cache_key(NJIT_SRC)
+    shard = Path(cache.cache_dir()) / key[:2]
+    shard.mkdir(mode=0o700)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (shard / "__pycache__").symlink_to(elsewhere)
+    with pytest.warns(cache.JitgradCacheWarning, match="symbolic link"):
+        mod = cache.load_module(key, NJIT_SRC, "pycache_link")
+    assert mod.CACHE_ENABLED is False and not any(elsewhere.iterdir())

@@ -68,8 +68,7 @@ def test_float32_stays_float32():
     fn(x, w, b)
     cg = _compiled(fn)
     assert cg.nopython
-    (sig,) = cg.driver.nopython_signatures      # the one entry: float32 in, float32 out
-    assert "float64" not in str(sig.args) and "float64" not in str(sig.return_type), sig
+    assert cg.nopython and cg.run is not None   # one C entry over raw buffers: it holds no typed values at all
     # each kernel, typed on its own, keeps float32 all the way through (no float64 temporaries)
     import numba
     from jitgrad.codegen import build
@@ -129,7 +128,7 @@ def test_mlp_step_nopython_driver_matches_eager():
             np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6)
     cg = _compiled(sc)
     assert cg.nopython, cg.source       # gather/scatter kernels and BLAS: the whole call is one dispatch
-    assert "@njit" in cg.module_source and "def run(" in cg.module_source
+    assert "def entry(" in cg.module_source and "call_gemm(" in cg.module_source
     assert sc.stats["traces"] == 1
 
 
@@ -240,8 +239,9 @@ print(v, cg.run is not None, dt)
     env = dict(os.environ, JITGRAD_CACHE_DIR=str(tmp_path / "c"), JITGRAD_BACKGROUND_COMPILE="0")
     out1 = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out1.returncode == 0, out1.stderr
-    files = list((tmp_path / "c").rglob("*.nbi"))
-    assert files, "Numba index files were not written next to the cached module"
+    files = list((tmp_path / "c").rglob("*.jgo"))
+    assert files, "no object code was written to the cache"
+    assert not list((tmp_path / "c").rglob("__pycache__"))
     out2 = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out2.returncode == 0, out2.stderr
     v1, ok1, _ = out1.stdout.split()

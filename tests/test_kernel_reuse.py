@@ -28,14 +28,21 @@ def fresh_cache(tmp_path, monkeypatch):
 
 
 def _loads(monkeypatch):
-    """Count module loads (kernels and drivers) by cache key."""
+    """Count compiles (kernels by Numba, graph entries from LLVM IR) by key."""
     seen = []
-    orig = cache.load_module
+    orig = build.compile_numba
 
-    def counting(key, source, name, use_disk=True):
-        seen.append((name, key))
-        return orig(key, source, name, use_disk)
-    monkeypatch.setattr(cache, "load_module", counting)
+    def counting(key, source, kind):
+        if key not in build._ADDRESSES:
+            seen.append(("driver" if kind == "entry" else kind, key))
+        return orig(key, source, kind)
+    monkeypatch.setattr(build, "compile_numba", counting)
+    orig_entry = cpu.CompiledGraph._entry_build
+
+    def entry_counting(self, key):      # graph entries: LLVM IR compiled without Numba
+        seen.append(("driver", key))
+        return orig_entry(self, key)
+    monkeypatch.setattr(cpu.CompiledGraph, "_entry_build", entry_counting)
     return seen
 
 
@@ -65,7 +72,7 @@ def test_same_loop_in_two_graphs_and_two_batch_sizes_compiles_once(fresh_cache, 
     a2 = np.random.default_rng(2).standard_normal((32, 5)).astype(np.float32)
     np.testing.assert_allclose(cf(jg.tensor(a2), jg.tensor(b)).numpy(), (np.tanh(a2 * 2 + b) * 3).sum(1), rtol=1e-5)
     assert cf.stats["traces"] == 2 and seen == first
-    # another graph: only its new loop (exp) and its driver are loaded; the shared loop is not
+    # another graph: only its new loop (exp) and its entry are compiled; the shared loop is not
     cg_ = jg.compile(g, backend="numba", background=False)
     np.testing.assert_allclose(cg_(jg.tensor(a), jg.tensor(b)).numpy(), np.exp((np.tanh(a * 2 + b) * 3).sum(1)),
                                rtol=1e-5)
@@ -145,7 +152,8 @@ def test_script_that_calls_once_and_exits_leaves_compiled_code(tmp_path):
     r1 = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert r1.returncode == 0, r1.stderr
     one = json.loads(r1.stdout.splitlines()[-1])
-    assert one["stats"]["interpreted_calls"] == 1 and one["stats"]["compiled_calls"] == 0   # default: background
+    st = one["stats"]         # default: background build; the first call eager (or interpreted), not compiled
+    assert st["interpreted_calls"] + st["eager_calls"] == 1 and st["compiled_calls"] == 0
     _wait_for_builders(cache_dir)
     # the next run, default mode too: everything is on disk, so it loads before its first call (no interpreter)
     r2 = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
@@ -163,16 +171,17 @@ def test_concurrent_builders_of_one_kernel_both_succeed(fresh_cache):
     x = jg.tensor(np.linspace(0, 1, 7).astype(np.float32))
     first = float(f(x))                     # interpreter; the build is queued, not started
     cg = _cg(f)
-    jobs = build._pending(cg.kernels, cg._driver_spec())
+    jobs = cg.code.pending_jobs()
     assert jobs, "nothing to build in an empty cache"
-    procs = [build.spawn(jobs), build.spawn(jobs)]
+    procs = [build.spawn(jobs, cg.code), build.spawn(jobs, cg.code)]
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err.decode()
-    assert all(cache.compiled_on_disk(Path(path)) for _, path, _ in jobs)
+    from jitgrad.codegen import objstore
+    assert all(objstore.read(key) for _, key, _ in jobs) and objstore.read(cg.code.gkey)
     assert f.wait(timeout=300)
     assert float(f(x)) == pytest.approx(first, rel=1e-6)
-    assert f.stats["compiled_calls"] == 1 and f.stats["interpreted_calls"] == 1
+    assert f.stats["compiled_calls"] == 1 and f.stats["interpreted_calls"] + f.stats["eager_calls"] == 1
 
 
 def test_workspace_is_reused_and_only_outputs_are_fresh(fresh_cache):
@@ -264,7 +273,7 @@ def test_stats_count_compiled_and_interpreted_calls(fresh_cache):
     f = jg.compile(lambda x: (x * 3 + 1).sum(), backend="numba", background=True)
     x = jg.ones(4)
     assert float(f(x)) == 16.0
-    assert f.stats["interpreted_calls"] == 1 and f.stats["compiled_calls"] == 0
+    assert f.stats["interpreted_calls"] + f.stats["eager_calls"] == 1 and f.stats["compiled_calls"] == 0
     assert f.wait(timeout=300)
     assert float(f(x)) == 16.0
     assert f.stats["compiled_calls"] == 1

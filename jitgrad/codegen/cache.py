@@ -1,4 +1,10 @@
-"""On-disk store for generated Numba modules.
+"""On-disk store for generated Numba modules: the cache directory, keys, and generated sources.
+
+Compiled graphs no longer rely on Numba's own cache: their kernels are compiled in memory and their object code
+is kept by ``objstore.py`` (see ``build.py``).  This module gives them the cache directory (``cache_dir``), the
+keys (``cache_key``) and the sources handed to build processes (``store_entry``).  ``load_module`` below, with
+Numba's ``cache=True`` files, remains for generated modules in general; it uses Numba's files only where nobody
+else can write them.
 
 A generated module is plain Python source.  It is written to the cache directory under a content hash and
 imported from there, so the ``@njit(cache=...)`` functions in it get Numba's own on-disk cache (index ``.nbi``
@@ -44,8 +50,9 @@ Guarantees
   rewritten (its mtime, which older Numba versions use as the cache stamp, stays put).  A corrupt,
   truncated, or non-regular entry, or a symlink, is replaced (with a ``JitgradCacheWarning``); the link
   itself is replaced, its target is never opened or touched.  A rebuilt file always gets a new mtime.
-* ``clear()`` only removes files that have the names this module creates (entries, their temp files and
-  their Numba/Python cache files); it never follows symlinks and never touches anything else.
+* ``clear()`` only removes files that have the names this module and ``objstore.py`` create (entries, object
+  files, build locks, their temp files, Numba/Python cache files); it never follows symlinks and never touches
+  anything else.
 * Module names are ``_jitgrad_gen_<name>_<key[:16]>`` and are registered in ``sys.modules`` (Numba looks
   the module up by name, also when it loads a function from its cache in a new process).
 
@@ -57,7 +64,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.machinery
-import importlib.metadata
 import importlib.util
 import linecache
 import os
@@ -79,7 +85,7 @@ FORMAT = "jitgrad-codegen-cache/1"          # bump to invalidate every key when 
 _FALLBACK_VERSION = "0.1.0"                  # jitgrad's version when it is not installed (source checkout)
 _KEY_RE = re.compile(r"[0-9a-f]{64}")
 _SHARD_RE = re.compile(r"[0-9a-f]{2}")
-_ENTRY_RE = re.compile(r"([0-9a-f]{64})\.py")
+_ENTRY_RE = re.compile(r"([0-9a-f]{64})\.(?:py|jgo|lock)")     # sources, object files (objstore.py), locks
 _TMP_RE = re.compile(r"\.([0-9a-f]{64})\.[^/]*\.tmp")
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -178,6 +184,19 @@ def cache_dir() -> Path | None:
 # ---------------------------------------------------------------------------------------------------- keys
 
 def _dist_version(name: str) -> str:
+    """The installed version of distribution ``name``: from its ``<name>-<version>.dist-info`` directory on
+    ``sys.path`` (what importlib.metadata finds first, without importing it: ~30 ms of a warm start), else
+    importlib.metadata."""
+    prefix = name.replace("-", "_").lower() + "-"
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for n in names:
+            if n.endswith(".dist-info") and n.lower().startswith(prefix):
+                return n[len(prefix):-len(".dist-info")]
+    import importlib.metadata
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
@@ -480,6 +499,12 @@ def load_module(key: str, source: str, name: str, use_disk: bool = True) -> type
                    f"jitgrad cache directory {root}: cannot write entry {key[:2]}/{key}.py ({e}); "
                    f"compiling in memory only")
         return _in_memory(modname, key, source)
+    why = _numba_dirs_unsafe(path)
+    if why is not None:     # Numba would load pickled index and object files from there: a cache entry is code
+        _warn_once((str(path.parent), "numba-dirs", why), f"jitgrad cache: Numba's files for {path.name} would "
+                                                          f"live where others can write ({why}); compiling in "
+                                                          f"memory only")
+        return _in_memory(modname, key, source)
     try:
         return _from_file(modname, path, source)
     except RuntimeError as e:
@@ -489,6 +514,27 @@ def load_module(key: str, source: str, name: str, use_disk: bool = True) -> type
         _warn_once((str(root), "numba-locator"), f"jitgrad cache: Numba cannot cache next to {path} ({e}); "
                                                  f"compiling in memory only")
         return _in_memory(modname, key, source)
+
+
+def _numba_dirs_unsafe(path: Path) -> str | None:
+    """Why Numba's cache for the entry at ``path`` cannot be trusted: its shard directory, its ``__pycache__``
+    or ``$NUMBA_CACHE_DIR`` is a link, not ours, or writable by group or others (None when all are fine)."""
+    env = os.environ.get("NUMBA_CACHE_DIR", "")
+    # (directory, may it be a symlink): $NUMBA_CACHE_DIR is the user's choice and judged by its target
+    dirs = [(path.parent, False), (Path(env), True) if env else (path.parent / "__pycache__", False)]
+    for d, link_ok in dirs:
+        try:
+            st = os.lstat(d)
+        except FileNotFoundError:
+            continue                        # created by Numba inside our private tree (or under $NUMBA_CACHE_DIR)
+        except OSError as e:
+            return f"{d}: cannot stat it ({e.strerror or e})"
+        if stat.S_ISLNK(st.st_mode) and not link_ok:
+            return f"{d} is a symbolic link"
+        why = _unsafe_reason(d)
+        if why is not None:
+            return f"{d}: {why}"
+    return None
 
 
 def store_entry(key: str, source: str) -> Path | None:
@@ -563,4 +609,20 @@ def clear(directory: Path | str | None = None) -> int:
             os.rmdir(sdir)
         except OSError:
             pass                             # not empty: something that is not ours lives there
+    numba_dir = root / "numba"               # Numba's files for jitgrad's helpers (build.numba_cache_dir)
+    if os.path.isdir(numba_dir) and not os.path.islink(numba_dir):
+        for sub in list(os.scandir(numba_dir)):
+            if not sub.is_dir(follow_symlinks=False):
+                continue
+            for e in list(os.scandir(sub.path)):
+                if not e.is_dir(follow_symlinks=False) and re.search(r"\.(nbi|nbc)$", e.name):
+                    unlink(Path(e.path))
+            try:
+                os.rmdir(sub.path)
+            except OSError:
+                pass
+        try:
+            os.rmdir(numba_dir)
+        except OSError:
+            pass
     return removed

@@ -2,8 +2,9 @@
 
 Each fusion group (``ir/passes/fuse.py``) becomes a loop kernel keyed by its structure (``loops.py``); matmul
 calls BLAS ``?gemm`` directly (transposed operands through its transpose flags); view ops cost nothing at run
-time (``layout.py``).  When every step has a native form, a small ``@njit`` driver calls the kernels through
-their addresses (one native dispatch per call; its text is free of sizes, so it is shared across batch sizes);
+time (``layout.py``).  When every step has a native form, a small C entry (``entry.py``, LLVM IR) calls the
+kernels through their addresses (one native call per call; its text is free of sizes, so it is shared across
+batch sizes);
 otherwise a Python driver runs the steps, calling the same kernels, and the NumPy impls of the rest.
 Intermediates live in a workspace kept between calls; only outputs handed to the user are fresh arrays.
 Fastmath never includes ``nnan``/``ninf``, so NaN/inf propagate (anomaly mode relies on it).
@@ -48,50 +49,13 @@ def _numba_array_type(d, ndim) -> str:
     return f"Array({'boolean' if d.name == 'bool' else d.np.name}, {ndim}, 'C')"
 
 
-_QUEUE = None     # background builds, one at a time (their build processes use every core)
-_QUEUED: list = []
-
-
-def _background(cg):
-    global _QUEUE
-    import queue
-    if _QUEUE is None:
-        _QUEUE = queue.Queue()
-
-        def worker():
-            while True:
-                job = _QUEUE.get()
-                try:
-                    job._build(True)
-                finally:
-                    try:
-                        _QUEUED.remove(job)
-                    except ValueError:
-                        pass
-                    _QUEUE.task_done()
-        threading.Thread(target=worker, daemon=True, name="jitgrad-compile").start()
-    _QUEUED.append(cg)
-    _QUEUE.put(cg)
-
-
-def _leftovers():
-    """At exit: builds still queued go to detached build processes, so the next run finds them compiled."""
-    for cg in list(_QUEUED):
-        if cg._spawned:
-            continue
-        todo = _build._pending(cg.kernels, cg._driver_spec()) if cg.disk_cache else None
-        if todo:
-            _build.defer(todo)
-
-
-import atexit  # noqa: E402
-atexit.register(_leftovers)
+_background = _build.queue_background
 
 
 class CompiledGraph:
     """A graph compiled for the CPU: ``run(*arrays) -> sequence of arrays``; ``source`` is what was generated.
 
-    ``kernels``: the distinct loop kernels; ``nopython``: whether the njit driver runs the whole graph."""
+    ``kernels``: the distinct loop kernels; ``nopython``: whether the C entry runs the whole graph."""
 
     def __init__(self, graph: Graph, writes=(), background=None, parallel=None, phase=None, disk_cache=True):
         self.graph = graph
@@ -115,27 +79,25 @@ class CompiledGraph:
         self._ws = None
         # [1, step id, index, dim] after a gather/scatter met an index out of range (codegen/loops.py)
         self._ierr = np.zeros(4, np.int64)
-        self._spawned = False    # its build processes have been started (they finish even if we exit)
         self._busy = False
         self._lock = threading.Lock()
+        self.on_ready = []       # callables(cg) run once its code is ready (from the thread that built it)
+        self.code = _build.GraphCode(self.kernels, self.driver_source if self.nopython else None, disk_cache,
+                                     self._entry_build)
         if background is None:
             background = os.environ.get("JITGRAD_BACKGROUND_COMPILE", "1") != "0"
-        if background and disk_cache and _build._pending(self.kernels, self._driver_spec()) == []:
-            # every kernel and the driver are compiled on disk (or loaded here): loading them takes about 0.4 s in
-            # a fresh process (Numba's own start-up, which a background build pays too) and milliseconds once
-            # Numba is up, while the interpreter would serve the calls meanwhile at ~10x the compiled cost
-            # (B5: 115 us vs 13 us per call, over the first 2,000 calls): load now, compiled from the first call
+        t0 = time.perf_counter()
+        if self.code.try_load():
+            # every kernel and the entry are compiled (on disk or in this process): linking them takes
+            # milliseconds and needs no Numba, so the very first call runs compiled
+            self._ready(t0)
             background = False
-        # background: the build is queued by ``start()``, which the caller invokes *after* serving the first call
-        # on the interpreter, so loading Numba never competes with the first result for the interpreter lock
-        self.pending = background
-        if not background:
+        elif not background:
             self._build(False)
+        # background: the build is queued by ``start()``, which the caller invokes *after* serving the first call
+        self.pending = background and self.run is None and self.error is None
 
     # ---- building -----------------------------------------------------------------------------------------
-    def _driver_spec(self):
-        return (self.driver_source, self.signature) if self.nopython else None
-
     def start(self):
         """Queue the background build (once)."""
         if self.pending:
@@ -148,43 +110,27 @@ class CompiledGraph:
         try:
             phase = self._phase if (self._phase is not None and not background) else None
             with (phase("compile/numba") if phase else contextlib.nullcontext()):
-                started = _build.build(self.kernels, self._driver_spec(), self.disk_cache, detach_all=background)
-                self._spawned = True
-                addrs, run, errors = _build.finish(self.kernels, self._driver_spec(), self.disk_cache, started)
-            self._addrs = addrs
-            self.driver = run        # the njit driver's dispatcher (None with a Python driver)
-            self._tables()
-            if self.nopython:
-                A, F, D, OFF = self.A, self.F, self.D, self.OFF
-                self.run = self._native(run, A, F, D, OFF)
-            else:
-                self.run = self._python_run
-            self.seconds = time.perf_counter() - t0
+                self.code.build(background)
+            self._ready(t0)
         except BaseException as e:  # noqa: BLE001 - any codegen failure falls back to the interpreter, loudly
             self.fail(e)
 
-    def _native(self, run, A, F, D, OFF):
-        ncheck = len(self.checks)
-        contiguous = self._contiguous_inputs
-
-        fresh = [(r.shape, r.dtype.np) for r in self.program.fresh]
-        ierr = self._ierr
-        checked = bool(self.program.index_steps)
-        lock = threads.LAUNCH_LOCK if any(k.parallel for k in self.kernels) else contextlib.nullcontext()
-
-        def call(*arrays):
-            if not contiguous(arrays):
-                return self._python_run(*arrays)
-            with lock:
-                if not checked:
-                    return run(*arrays, *[take(sh, d) for sh, d in fresh], A, F, D, OFF, ierr)
-                ierr[0] = 0
-                res = run(*arrays, *[take(sh, d) for sh, d in fresh], A, F, D, OFF, ierr)
-                if ierr[0]:
-                    raise self.step_error()
-                return res
-        call.ncheck = ncheck
-        return call
+    def _ready(self, t0):
+        """Every kernel and the entry have code in this process: fill the tables, make ``run``."""
+        from . import entry
+        self._addrs, entry_addr = self.code.addresses()
+        self.driver = None
+        self._tables()
+        if self.nopython and entry.layout_ok():
+            # one parallel launch at a time per process (threads.py)
+            lock = threads.LAUNCH_LOCK if any(k.parallel for k in self.kernels) else None
+            self.run = entry.caller(entry_addr, self.program, len(self.checks), self.A, self.F, self.OFF,
+                                    self._python_run, self._ierr, self.step_error, lock)
+        else:
+            self.run = self._python_run
+        self.seconds = time.perf_counter() - t0
+        for fn in self.on_ready:    # the functions using this graph count its build (jit/build_policy.py)
+            fn(self)
 
     def step_error(self) -> Exception:
         """The error of the last call's first failing step, as eager mode raises it, naming the op, the shapes and
@@ -259,53 +205,14 @@ class CompiledGraph:
             self._params, self._base = params, base
         return tables + (params, base)
 
-    # ---- the njit driver ------------------------------------------------------------------------------------
+    # ---- the C entry ------------------------------------------------------------------------------------------
     def _driver_source(self):
-        p = self.program
-        g = self.graph
-        ins = [f"a{k}" for k in range(len(g.inputs))]
-        # fresh outputs come in as arguments, from the output pool (no page faults on recycled buffers)
-        outs_in = [f"f{r.index}" for r in p.fresh]
-        lines = [f"def run({', '.join(ins + outs_in + ['A', 'F', 'D', 'OFF', 'IE'])}):"]
-        used_in = sorted({r.index for _, r, _ in p.dynamic if r.kind == "input"})
-        for k in used_in:
-            lines.append(f"    r{k} = a{k}.ctypes.data")
-        for r in p.fresh:
-            lines.append(f"    q{r.index} = f{r.index}.ctypes.data")
-        for slot, r, _ in p.dynamic:
-            src = f"r{r.index}" if r.kind == "input" else f"q{r.index}"
-            lines.append(f"    A[{slot}] = {src} + OFF[{slot}]")
-        if self.checks:
-            lines += ["    err = np.empty(2, np.int64)", f"    err[0] = {len(self.checks)}", "    err[1] = 0",
-                      "    e_addr = err.ctypes.data"]
-            lines += [f"    A[{s}] = e_addr" for s in p.err_slots]
-        lines.append("    base = A.ctypes.data")
-        for n, st in enumerate(p.steps):
-            fn = "call_gemm" if st.kind == "gemm" else "call_kernel"
-            call = f"{fn}(F[{n}], base + {8 * st.block})  # {st.label}"
-            if st.state_write and p.index_steps:     # after a step that may raise: only when it did not
-                lines += ["    if IE[0] == 0:", f"        {call}"]
-            else:
-                lines.append(f"    {call}")
-        ind = "    "
-        guards = ([f"err[0] == {len(self.checks)}"] if self.checks else []) + (["IE[0] == 0"] if p.index_steps else [])
-        if guards and p.writes:     # an anomaly or an index out of range leaves the user's state untouched
-            lines.append(f"    if {' and '.join(guards)}:")
-            ind = "        "
-        for n, st in enumerate(p.writes):
-            lines.append(f"{ind}call_kernel(F[{len(p.steps) + n}], base + {8 * st.block})  # write-back")
-        outs = [f"a{i}" if kind == "input" else f"f{i}" for kind, i in p.outputs]
-        if self.checks:
-            outs.append("err")
-        lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
-        header = ["# generated by jitgrad.codegen.cpu: the driver (sizes come from the tables, not the text)",
-                  "import numpy as np", "from numba import njit",
-                  "from jitgrad.codegen.abi import call_kernel, call_gemm", "", "",
-                  "@njit(cache=CACHE_ENABLED, error_model='numpy')"]
-        sig = "(" + ", ".join([_numba_array_type(v.aval.dtype, v.aval.ndim) for v in g.inputs]
-                              + [_numba_array_type(r.dtype, len(r.shape)) for r in p.fresh]
-                              + ["Array(int64, 1, 'C')"] * 5) + ",)"
-        return "\n".join(header + lines) + "\n", sig
+        from .entry import entry_source
+        return entry_source(self.program, len(self.graph.inputs), len(self.checks)), None
+
+    def _entry_build(self, key):
+        from .entry import compile_entry
+        return compile_entry(self.program, len(self.graph.inputs), len(self.checks), key)
 
     # ---- the Python driver (ops without a native form; the profiler's instrumented run) ----------------------
     def _python_run(self, *arrays, prof=None):

@@ -29,6 +29,7 @@ from ..ir.passes import run_pipeline
 from ..ir import dtypes as dt
 from ..tracer import STATE as _TR, TraceError, TracedValueError, flatten, unflatten
 from ..runtime import anomaly, grad_mode
+from . import build_policy
 from .graph_function import GraphFunction
 from .introspection import Introspection
 from . import python_values
@@ -105,6 +106,7 @@ class _Entry:
         self.arg_floats = ()    # positions (among the float arguments) that are graph inputs
         self.float_outs = ()    # user outputs that stand for Python floats (computed from dynamic floats alone)
         self.write_roots = None  # {id(root array): written array} of the captured tensors the graph writes
+        self.code_ready = False  # its graph's native code is ready (or failed): no build_policy check per call
 
     def failure(self) -> str:
         """Why this entry does not serve the call (for the recompile message)."""
@@ -272,8 +274,8 @@ class CompiledFunction(Introspection, Signatures):
         self._warned_eager = False
         # compiled_calls / interpreted_calls: graph executions on generated code / on the reference interpreter
         # (the interpreter serves calls while a background build runs, or when codegen failed)
-        self.stats = {"traces": 0, "hits": 0, "calls": 0, "compile_seconds": 0.0, "eager_fallbacks": 0,
-                      "compiled_calls": 0, "interpreted_calls": 0}
+        self.stats = build_policy.init_stats({"traces": 0, "hits": 0, "calls": 0, "compile_seconds": 0.0,
+                                              "eager_fallbacks": 0, "compiled_calls": 0, "interpreted_calls": 0})
         functools.update_wrapper(self, fn)
 
     def wait(self, timeout=None) -> bool:
@@ -288,14 +290,10 @@ class CompiledFunction(Introspection, Signatures):
         if self.backend != "numba":
             return True
         ok = True
-        pid = os.getpid()
+        # (in a forked child the build queue and locks are fresh, codegen/build.py ``_after_fork_in_child``: a
+        # build the parent had started is built again here, so waiting never blocks on the parent's threads)
         for entries in self._cache.values():
             for e in entries:
-                if getattr(e, "pid", pid) != pid:
-                    # traced before a fork: its builds ran in the parent's threads and processes, which this
-                    # child does not have, so waiting would block forever; the interpreter serves it here
-                    ok = False
-                    continue
                 gf = getattr(e, "gf", None)
                 if gf is not None:
                     ok = gf.wait(timeout) and ok
@@ -380,7 +378,6 @@ class CompiledFunction(Introspection, Signatures):
         t0 = time.perf_counter()
         self.stats["traces"] += 1
         e = _Entry()
-        e.pid = os.getpid()
         e.values, e.dynamic = python_values.collect(self.fn, Tensor, self._dyn_sources)
         e.arg_floats = tuple(dyn)
         # dynamic floats: symbolic 0-dim float64 tensors in their places for the trace (see python_values)
@@ -569,7 +566,24 @@ class CompiledFunction(Introspection, Signatures):
             inputs.extend(Tensor._make(np.array(floats[i], np.float64)) for i in e.arg_floats)
             inputs.extend(Tensor._make(np.array(d.read(), np.float64)) for d in e.dynamic)
         inputs.extend(c.ref() if s is None else inputs[s]._grad for c, s in zip(e.captured, e.grad_src))
-        outs = e.gf(inputs)
+        building = None
+        if self.backend == "numba" and not e.code_ready:
+            building = build_policy.pending_build(e.gf, inputs)
+            e.code_ready = building is None
+        if building is not None:        # no code yet: eagerly or on the interpreter (build_policy.py)
+            path = build_policy.choose(e)
+            t0 = time.perf_counter()
+            if path == "eager":
+                out = self.fn(*args, **kwargs)
+                self.stats["eager_calls"] += 1
+                build_policy.record(e, path, time.perf_counter() - t0)
+                self.stats["last_path"] = "eager"
+                building.start()        # after the first result: now let the build use the cores
+                return out
+            outs = e.gf(inputs)
+            build_policy.record(e, path, time.perf_counter() - t0)
+        else:
+            outs = e.gf(inputs)
         for k in e.copy_outs:
             outs[k]._data = _copy_payload(outs[k]._data)
         for ref, oi in e.materialize:       # state made by a one-shot trace gets its value

@@ -121,6 +121,7 @@ def compiled_result(cg, res, stats):
     trailing ``[first failing check, is_nan]`` turned into the eager error."""
     if stats is not None:
         stats["compiled_calls"] = stats.get("compiled_calls", 0) + 1
+        stats["last_path"] = "compiled"
     if cg.checks:
         err = res[-1]
         if err[0] < len(cg.checks):
@@ -163,9 +164,11 @@ def execute(graph: Graph, arrays, backend: str, writes=(), parallel=None, disk_c
         cg.start()          # the first result is computed: now let the build use the cores
         if stats is not None:
             stats["interpreted_calls"] = stats.get("interpreted_calls", 0) + 1
+            stats["last_path"] = "interpreted"
         return outs
     if stats is not None:
         stats["interpreted_calls"] = stats.get("interpreted_calls", 0) + 1
+        stats["last_path"] = "interpreted"
     outs = _interp.interpret(graph, arrays, _on_nonfinite, _PROF.active)
     for o, i in writes:
         np.copyto(arrays[i], outs[o], casting="unsafe")

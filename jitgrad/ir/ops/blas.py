@@ -103,8 +103,7 @@ def _setup():
             return
         # when SciPy had not loaded its BLAS yet, nothing else can be inside it while it is re-initialised
         _STATE["was_loaded"] = _loaded(path)
-        from scipy.linalg import cython_blas  # noqa: F401  (loads the library)
-        lib = ctypes.CDLL(path)
+        lib = ctypes.CDLL(path)     # the library SciPy's BLAS wrappers call (importing scipy.linalg costs ~0.3 s)
         before = _corename(lib)
         want, why = _wanted(before)
         if want is not None:
@@ -146,6 +145,10 @@ def gemm_address(name: str) -> int:
     addr = _STATE.get("addresses", {}).get(name)
     if addr is None:
         _setup()
+        fn = getattr(_STATE["lib"], f"scipy_{name}_", None) if _STATE["lib"] is not None else None
+        if fn is not None:          # the routine cython_blas forwards to, without importing scipy.linalg
+            addr = _STATE["addresses"][name] = ctypes.cast(fn, ctypes.c_void_p).value
+            return addr
         from scipy.linalg import cython_blas
         cap = cython_blas.__pyx_capi__[name]
         get_name = ctypes.pythonapi.PyCapsule_GetName
@@ -168,14 +171,56 @@ def _operand(x):
     return np.ascontiguousarray(x).T, 0
 
 
+def _raw_operand(x):
+    """``(array, trans, ld)``: BLAS (column-major) sees a C-ordered matrix as its transpose, an F-ordered one as is
+    (then transposed by flag)."""
+    if x.flags.c_contiguous:
+        return x, b"N", max(1, x.shape[1])
+    if x.flags.f_contiguous:
+        return x, b"T", max(1, x.shape[0])
+    x = np.ascontiguousarray(x)
+    return x, b"N", max(1, x.shape[1])
+
+
+def _raw_gemm(dtype):
+    """SciPy OpenBLAS's Fortran ``?gemm`` called through ctypes: the routine SciPy's wrappers call, without
+    importing ``scipy.linalg`` (~0.3 s)."""
+    fn = _GEMM.get(("raw", dtype))
+    if fn is None:
+        name = "sgemm" if dtype == np.float32 else "dgemm"
+        fn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 13))(gemm_address(name))
+        _GEMM[("raw", dtype)] = fn
+    return fn
+
+
 def matmul2d(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b`` for 2-D float32/float64 arrays of one dtype, through SciPy's BLAS (transposed views by flag)."""
     if not _GEMM:
         _setup()
-        from scipy.linalg import blas as fblas
-        _GEMM[np.dtype(np.float32)] = fblas.sgemm
-        _GEMM[np.dtype(np.float64)] = fblas.dgemm
-    # C = A B computed as C^T = B^T A^T in column-major: C^T comes back Fortran-ordered, so C is C-ordered
+        if _STATE["lib"] is None or getattr(_STATE["lib"], "scipy_sgemm_", None) is None:
+            from scipy.linalg import blas as fblas
+            _GEMM[np.dtype(np.float32)] = fblas.sgemm
+            _GEMM[np.dtype(np.float64)] = fblas.dgemm
+        else:
+            _GEMM["raw"] = True
+    if "raw" in _GEMM:
+        # C = A B computed as C^T = B^T A^T in column-major, written straight into a C-ordered result
+        m, k, n = a.shape[0], a.shape[1], b.shape[1]
+        c = np.empty((m, n), a.dtype)
+        if m == 0 or n == 0:
+            return c
+        if k == 0:
+            c[...] = 0
+            return c
+        a, ta, lda = _raw_operand(a)
+        b, tb, ldb = _raw_operand(b)
+        ctype = ctypes.c_float if a.dtype == np.float32 else ctypes.c_double
+        one, zero = ctype(1.0), ctype(0.0)
+        ints = (ctypes.c_int * 6)(n, m, k, ldb, lda, n)
+        ad = ctypes.addressof(ints)
+        _raw_gemm(a.dtype)(tb, ta, ad, ad + 4, ad + 8, ctypes.addressof(one), b.ctypes.data, ad + 12, a.ctypes.data,
+                           ad + 16, ctypes.addressof(zero), c.ctypes.data, ad + 20)
+        return c
     mb, tb = _operand(b)
     ma, ta = _operand(a)
     return _GEMM[a.dtype](1.0, mb, ma, trans_a=tb, trans_b=ta).T

@@ -1,0 +1,95 @@
+"""Loading object code with llvmlite: the warm start's only native dependency.
+
+Numba compiles kernels and graph entries; what it emits is ordinary relocatable object code (``objstore.py``
+keeps it on disk).  Loading it needs no Numba: llvmlite's MCJIT links the objects into this process and resolves
+their external symbols from the process (libc's ``memset``, libm).  Serial kernels and entries need nothing else
+(measured: their only undefined symbol is ``memset``), so a warm start imports neither Numba's compiler nor its
+target.  A kernel whose code needs Numba's runtime (a ``prange`` loop calls the threading layer, NRT and the
+helper library) says so in its file (``needs``): then, and only then, Numba's runtime is initialised first, which
+registers those symbols with llvmlite.
+
+One engine per process; objects are added to it once (by kernel key) and stay for the process's life.
+"""
+from __future__ import annotations
+
+import threading
+
+_lock = threading.RLock()
+_ENGINE = None
+_LL = None
+_RUNTIME = False
+STATS = {"objects_loaded": 0, "numba_runtime": 0}
+
+
+def _ll():
+    global _LL
+    if _LL is None:
+        import llvmlite.binding as ll
+        ll.initialize_native_target()
+        ll.initialize_native_asmprinter()
+        _LL = ll
+    return _LL
+
+
+def _engine():
+    global _ENGINE
+    if _ENGINE is None:
+        ll = _ll()
+        tm = ll.Target.from_default_triple().create_target_machine()
+        _ENGINE = ll.create_mcjit_compiler(ll.parse_assembly(""), tm)
+    return _ENGINE
+
+
+def _missing(needs) -> list:
+    ll = _ll()
+    return [s for s in needs if not s.startswith("llvm.") and ll.address_of_symbol(s) is None]
+
+
+def numba_runtime() -> None:
+    """Initialise Numba's runtime (NRT, helper library, threading layer): it registers their symbols with
+    llvmlite.  Only for code that needs them (parallel kernels)."""
+    global _RUNTIME
+    if _RUNTIME:
+        return
+    from numba.core.registry import cpu_target
+    from numba.core.base import _load_global_helpers
+    from numba.core.runtime import rtsys
+    _load_global_helpers()                     # the helper library's symbols (numba_*), PyExc_*
+    rtsys.initialize(cpu_target.target_context)     # NRT's (not ``refresh()``: every registry, ~0.5 s)
+    from numba.np.ufunc.parallel import _launch_threads
+    from . import threads
+    threads.configure()                        # jitgrad's thread policy picks the layer before it launches
+    _launch_threads()                          # the threading layer's symbols
+    _RUNTIME = True
+    STATS["numba_runtime"] += 1
+
+
+class UnresolvedSymbols(RuntimeError):
+    """An object file needs symbols this process does not have: it is rebuilt, never linked half-resolved."""
+
+
+def load(blobs) -> dict:
+    """Link ``blobs`` (``objstore.Blob``) into this process: ``{blob.name: address of blob.symbol}``."""
+    ll = _ll()
+    with _lock:
+        needs = sorted({s for b in blobs for s in b.needs})
+        if needs and _missing(needs):
+            numba_runtime()
+            missing = _missing(needs)
+            if missing:
+                raise UnresolvedSymbols(f"object code needs symbols this process lacks: {missing[:8]}")
+        ee = _engine()
+        for b in blobs:
+            ee.add_object_file(ll.ObjectFileRef.from_data(b.data))
+        ee.finalize_object()
+        out = {}
+        for b in blobs:
+            addr = ee.get_function_address(b.symbol)
+            if not addr:
+                raise UnresolvedSymbols(f"object {b.name[:16]} does not define {b.symbol}")
+            out[b.name] = addr
+        STATS["objects_loaded"] += len(blobs)
+        return out
+
+
+__all__ = ["load", "numba_runtime", "UnresolvedSymbols", "STATS"]

@@ -1,0 +1,103 @@
+"""What a compiled function does while its code is being built, and what ``f.stats`` says about builds.
+
+While a graph's code builds (the default background build), a call is served either by running the user's
+function eagerly (the same semantics by construction: the trace recorded exactly what eager mode does) or by the
+reference interpreter over the traced graph.  Which one is faster depends on the graph: eager mode pays a
+dispatch per op, the interpreter a NumPy call per eqn plus its bookkeeping, and eager backward walks autograd
+nodes.  So the first slow call runs eagerly, the next one on the interpreter, and later calls take whichever
+measured faster (``choose``); both are recorded in ``f.stats`` (``eager_calls``, ``interpreted_calls``).
+
+Stats (``attach``): a compiled graph reports to the ``stats`` dicts of the functions that use it once
+its code is ready, from whichever thread built it: ``build_seconds`` (wall time from the start of the build, or
+of the load, to code ready; ``compile_seconds`` includes it), ``kernels_loaded`` / ``kernels_compiled`` (this
+graph's kernels and entry: linked from object code vs compiled by Numba in this process or a build process),
+and ``graphs_loaded`` / ``graphs_built``.
+"""
+from __future__ import annotations
+
+import threading
+
+
+_lock = threading.Lock()
+STAT_KEYS = ("build_seconds", "kernels_loaded", "kernels_compiled", "graphs_loaded", "graphs_built", "eager_calls")
+
+
+def init_stats(stats: dict) -> dict:
+    for k in STAT_KEYS:
+        stats.setdefault(k, 0.0 if k.endswith("seconds") else 0)
+    stats.setdefault("last_path", None)
+    return stats
+
+
+def graph_for(gf, inputs):
+    """The graph ``gf(inputs)`` runs (the forward with residuals when inputs require grad)."""
+    from ..runtime import grad_mode
+    if grad_mode.STATE.grad_enabled:
+        wrt = tuple(i for i, t in enumerate(inputs) if t._requires_grad or t.grad_fn is not None)
+        if wrt:
+            plan = gf.plan(wrt)
+            if plan.diff_outs:
+                return plan.fwd
+    return gf.graph
+
+
+def pending_build(gf, inputs):
+    """The CompiledGraph ``gf(inputs)`` would run if its code is not ready yet (else None)."""
+    if gf.backend != "numba":
+        return None
+    from .device_exec import on_device
+    if on_device([t._data for t in inputs]):
+        return None
+    from .graph_function import compiled_graph
+    cg = compiled_graph(graph_for(gf, inputs), gf.writes, gf.parallel, gf.disk_cache, gf.background)
+    attach(cg, gf.stats)
+    if cg.run is not None or cg.error is not None:
+        return None
+    return cg
+
+
+def choose(entry) -> str:
+    """"eager" or "interpret" for the next call while building (see the module docstring)."""
+    t = getattr(entry, "slow_times", None)
+    if t is None:
+        t = entry.slow_times = {}
+    if "eager" not in t:
+        return "eager"
+    if "interpret" not in t:
+        return "interpret"
+    return "eager" if t["eager"] <= t["interpret"] else "interpret"
+
+
+def record(entry, path: str, seconds: float) -> None:
+    t = entry.slow_times
+    t[path] = seconds if path not in t else min(t[path], seconds)
+
+
+def attach(cg, stats) -> None:
+    """Let ``cg`` report its build to ``stats`` (once per dict; at once if it is ready)."""
+    if stats is None:
+        return
+    init_stats(stats)
+    with _lock:
+        seen = cg.__dict__.setdefault("_stat_dicts", [])
+        if any(s is stats for s in seen):
+            return
+        seen.append(stats)
+        if cg.run is None:          # counted when its code is ready (cpu.CompiledGraph calls on_ready)
+            cg.on_ready.append(lambda cg, stats=stats: _add(cg, stats))
+            return
+    _add(cg, stats)
+
+
+def _add(cg, stats):
+    code = cg.code
+    with _lock:
+        init_stats(stats)
+        stats["build_seconds"] += cg.seconds
+        stats["compile_seconds"] = stats.get("compile_seconds", 0.0) + cg.seconds
+        stats["kernels_loaded"] += code.loaded
+        stats["kernels_compiled"] += code.compiled
+        stats["graphs_loaded" if code.compiled == 0 else "graphs_built"] += 1
+
+
+__all__ = ["choose", "record", "pending_build", "attach", "init_stats", "graph_for"]

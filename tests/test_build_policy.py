@@ -1,0 +1,96 @@
+"""While a build runs, and what ``f.stats`` says about it (issue 17, items 3 and 4).  Counted, never timed."""
+import numpy as np
+import pytest
+
+import jitgrad as jg
+from jitgrad.jit import build_policy
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("JITGRAD_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _graph_count(f):
+    from jitgrad.jit.graph_function import _COMPILED
+    fwd = next(iter(f._cache.values()))[0]
+    cgs = [cg for cg in _COMPILED.values() if cg.graph is fwd.graph or cg.graph.eqns is fwd.graph.eqns]
+    return cgs
+
+
+def _paths_add_up(stats):
+    return stats["compiled_calls"] + stats["interpreted_calls"] + stats["eager_calls"] == stats["calls"]
+
+
+def test_stats_of_a_synchronous_build_add_up(fresh_cache):
+    W = jg.tensor(np.linspace(-1, 1, 6, dtype=np.float32).reshape(3, 2), requires_grad=True)
+
+    @jg.compile(backend="numba", background=False)
+    def step(x):
+        loss = (jg.tanh(x @ W) ** 2).mean()
+        loss.backward()
+        with jg.no_grad():
+            W.sub_(0.5 * W.grad)
+            W.grad = None
+        return loss.detach()
+    x = jg.ones(4, 3)
+    for _ in range(3):
+        step(x)
+    s = step.stats
+    (cg,) = _graph_count(step)
+    n = len({k.key for k in cg.kernels}) + 1       # its kernels and its entry
+    assert s["kernels_compiled"] + s["kernels_loaded"] == n and s["graphs_built"] + s["graphs_loaded"] == 1
+    assert s["kernels_compiled"] == n and s["graphs_built"] == 1      # an empty cache: everything compiled
+    assert s["build_seconds"] > 0 and s["compile_seconds"] >= s["build_seconds"]
+    assert s["compiled_calls"] == 3 and _paths_add_up(s) and s["last_path"] == "compiled"
+    # the same step decorated again: its graph's code is in this process; nothing is built or loaded again
+    again = jg.compile(step.fn, backend="numba", background=False)
+    again(x)
+    assert again.stats["kernels_compiled"] == 0 and again.stats["compiled_calls"] == 1
+
+
+def test_calls_run_eagerly_while_the_background_build_runs(fresh_cache):
+    w = jg.tensor([1.0, -2.0, 3.0], requires_grad=True)
+
+    @jg.compile(backend="numba", background=True)
+    def step(x):
+        loss = (jg.exp(x * w) * 0.5).sum()
+        loss.backward()
+        with jg.no_grad():
+            w.sub_(0.1 * w.grad)
+            w.grad = None
+        return loss.detach()
+    x = jg.tensor([0.1, 0.2, 0.3])
+    ref_w = np.array([1.0, -2.0, 3.0], np.float32)
+    losses = []
+    losses.append(float(step(x)))           # the first call: eager (no code yet), then the build starts
+    assert step.stats["eager_calls"] == 1 and step.stats["last_path"] == "eager"
+    assert step.wait(timeout=300)
+    losses.append(float(step(x)))
+    assert step.stats["last_path"] == "compiled"
+    s = step.stats
+    assert _paths_add_up(s) and s["build_seconds"] > 0
+    assert s["kernels_compiled"] >= 2 and s["graphs_built"] == 1     # compiled by its build processes
+    # the eager call and the compiled one did the same updates as plain NumPy
+    xv = np.array([0.1, 0.2, 0.3], np.float32)
+    for got in losses:
+        want = float((np.exp(xv * ref_w) * 0.5).sum())
+        assert got == pytest.approx(want, rel=1e-5)
+        ref_w = ref_w - 0.1 * (np.exp(xv * ref_w) * 0.5 * xv)
+    np.testing.assert_allclose(w.detach().numpy(), ref_w, rtol=1e-5)
+
+
+class _Entry:
+    pass
+
+
+def test_while_building_the_faster_of_eager_and_interpreter_is_chosen():
+    e = _Entry()
+    assert build_policy.choose(e) == "eager"            # first: measure eager
+    build_policy.record(e, "eager", 0.010)
+    assert build_policy.choose(e) == "interpret"        # then the interpreter
+    build_policy.record(e, "interpret", 0.004)
+    assert build_policy.choose(e) == "interpret"        # then the faster of the two
+    build_policy.record(e, "eager", 0.002)
+    assert build_policy.choose(e) == "eager"
