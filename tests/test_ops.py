@@ -157,7 +157,7 @@ def test_opdef_has_its_rules(name):
     op = OPS[name]
     assert callable(op.shape_dtype), f"{name}: no shape_dtype rule"
     assert callable(op.impl), f"{name}: no NumPy impl"
-    assert op.family in {"elementwise", "reduce", "shape", "linalg", "index", "scan", "sort"}, f"{name}: family {op.family!r}"
+    assert op.family in {"elementwise", "reduce", "shape", "linalg", "index", "scan", "sort", "collective"}, f"{name}: family {op.family!r}"
     if name in NONDIFF:
         assert op.vjp is None, f"{name} is listed as non-differentiable but has a vjp"
     else:
@@ -1116,6 +1116,11 @@ SMOKE = {
     "rand_normal": lambda: jg.randn(2, 3, dtype=jg.float64),
     "multinomial": lambda: jg.multinomial(jg.tensor([0.2, 0.8]), 3, True),
     "randperm": lambda: jg.randperm(5),
+    # collectives in the process group of one (key 0, no MPI); tests/test_distributed.py runs them on 2 ranks
+    "all_reduce": lambda: _g(lambda a: _bind("all_reduce", a, group=0, reduce_op="sum"), (2, 3)),
+    "broadcast": lambda: _g(lambda a: _bind("broadcast", a, group=0, src=0), (2, 3)),
+    "all_gather": lambda: _g(lambda a: _bind("all_gather", a, group=0, size=1), (2, 3)),
+    "reduce_scatter": lambda: _g(lambda a: _bind("reduce_scatter", a, group=0, reduce_op="avg", size=1), (1, 3)),
     "flip": lambda: _g(lambda a: a.flip(1), (2, 3)),
     "cumsum": lambda: _g(lambda a: a.cumsum(1), (2, 3)),
     "cumprod": lambda: _g(lambda a: a.cumprod(1), (2, 3)),
