@@ -187,3 +187,19 @@ def test_collective_primitives_in_a_group_of_one():
         bind(OPS["all_reduce"], x, group=0, reduce_op="mean")
     with pytest.raises(RuntimeError, match="ReduceOp.MAX has no gradient"):
         bind(OPS["all_reduce"], x, group=0, reduce_op="max").sum().backward()
+
+
+def test_readme_example_is_the_file():
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    block = re.search(r"## Data-parallel.*?```python\n(.*?)```", readme, re.S).group(1)
+    body = open(os.path.join(ROOT, "examples", "ddp_train.py")).read().split("\n", 1)[1]
+    assert block == body
+
+
+def test_readme_example_runs_on_two_ranks():
+    mpiexec = _mpiexec()
+    r = subprocess.run([mpiexec, "-n", "2", sys.executable, os.path.join(ROOT, "examples", "ddp_train.py")],
+                       env=dict(_env(), JITGRAD_BACKEND="interpret"), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    loss = float(re.search(r"loss (\S+)", r.stdout).group(1))
+    assert loss < 0.1, r.stdout
