@@ -202,6 +202,25 @@ def all_reduce_inside_compile():
     text = str(step.ir(jg.tensor(xs[R])))
     assert text.count("all_reduce") == 1, text
 
+    # async_op=True inside the step: a start op at the call, a wait op at work.wait()
+    v = jg.tensor(data(R, (3,)))
+
+    @jg.compile(backend=BACKEND)
+    def two(x):
+        work = dist.all_reduce(v, async_op=True)
+        y = (x * 2.0).exp()                 # traced between the start and the wait
+        work.wait()
+        return y + v
+    x = jg.tensor(data(60 + R, (3,)))
+    out = two(x)
+    total = sum(data(r, (3,)) for r in range(W))
+    close(v.numpy(), total, 1e-12, "compiled async all_reduce (in place)")
+    close(out.numpy(), np.exp(2 * data(60 + R, (3,))) + total, 1e-12, "compiled async all_reduce")
+    lines = str(two.ir(x)).splitlines()
+    order = [k for k, ln in enumerate(lines) if "all_reduce_start" in ln or " exp " in ln or "all_reduce_wait" in ln]
+    assert ["all_reduce_start" in lines[order[0]], " exp " in lines[order[1]],
+            "all_reduce_wait" in lines[order[2]]] == [True, True, True], lines
+
 
 # ---- DistributedDataParallel against one process on the concatenated batch ---------------------------------
 
@@ -301,9 +320,17 @@ def ddp_compiled_sgd():
     ddp, step = compare_ddp("sgd", True)
     x, y = batches(1)[0]
     text = str(step.ir(jg.tensor(x[R]), jg.tensor(y[R])))
-    # one all-reduce per bucket in the graph (not one per parameter), and the step ran compiled
-    assert text.count("= all_reduce") == len(ddp._buckets) < len(list(ddp.parameters())), text
+    # one all-reduce per bucket in the graph (not one per parameter), each started where its bucket's gradients
+    # are ready (before the rest of backward's matmuls) and waited for at the end of backward
+    lines = text.split("step_backward(")[0].splitlines()
+    starts = [k for k, ln in enumerate(lines) if "= all_reduce_start" in ln]
+    waits = [k for k, ln in enumerate(lines) if "= all_reduce_wait" in ln]
+    matmuls = [k for k, ln in enumerate(lines) if "= matmul" in ln]
+    assert len(starts) == len(waits) == len(ddp._buckets) < len(list(ddp.parameters())), text
+    assert starts[0] < matmuls[-1] < waits[0], text
     assert step.stats["traces"] <= 2 and step.stats["hits"] >= 3, step.stats     # .grad None, then set
+    if BACKEND == "numba":
+        assert step.stats["compiled_calls"] >= 3, step.stats
 
 
 @check

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..ir.graph import Var
 from ..ir.ops import OPS
+from ..ir.ops.collective import next_seq
 from ..runtime import grad_mode
 from ..runtime.dispatch import bind
 from ..runtime.tensor import Tensor
@@ -64,6 +65,26 @@ class Work:
     def result(self):
         self.wait()
         return self._result
+
+
+class _TracedWork(Work):
+    """An ``async_op=True`` all_reduce inside ``@jg.compile``: ``wait()`` binds the ``all_reduce_wait`` op (and
+    the in-place write), so the kernels traced between the call and the wait overlap the communication.  Wait
+    for it inside the step: a start nobody waits for is dead code, and the tensor keeps its value."""
+
+    def __init__(self, bind_wait):
+        super().__init__()
+        self._done = False
+        self._bind_wait = bind_wait
+
+    def is_completed(self) -> bool:
+        return self._done
+
+    def wait(self, timeout=None) -> bool:
+        if not self._done:
+            self._done = True
+            self._bind_wait()
+        return True
 
 
 def _checks_on() -> bool:
@@ -157,8 +178,12 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
         raise RuntimeError(f"all_reduce: ReduceOp.AVG needs a floating-point tensor, got {tensor.dtype.name}")
     check_same_shape(pg, "all_reduce", tensor.shape, tensor.dtype.np, (_opcode(op),))
     if _tracing(tensor):
+        if async_op:        # inside @compile: a start op now, the wait op when the user waits
+            token = bind(OPS["all_reduce_start"], tensor, group=pg.key, reduce_op=op, seq=next_seq())
+            return _TracedWork(lambda: _write(tensor, bind(OPS["all_reduce_wait"], token, tensor, group=pg.key,
+                                                           reduce_op=op)))
         _write(tensor, bind(OPS["all_reduce"], tensor, group=pg.key, reduce_op=op))
-        return Work() if async_op else None
+        return None
     MPI = _mpi()
     buf, back = _buffer(tensor)
     n = pg.size()

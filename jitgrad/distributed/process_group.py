@@ -72,6 +72,8 @@ class MPITransport:
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
+        self.inflight = {}      # token -> (request, buffer, op) of the all_reduce_start steps not waited for
+        self.next_token = 0
 
     def all_reduce(self, x, op):
         out = np.empty_like(x)
@@ -96,6 +98,27 @@ class MPITransport:
         if op == "avg":
             out /= self.size
         return out
+
+    def all_reduce_start(self, x, op):
+        buf = np.array(x, copy=True)
+        req = self.comm.Iallreduce(_mpi().IN_PLACE, buf, _mpi_op(op))
+        # MPICH moves a non-blocking collective's bytes inside MPI calls: test the ones already in flight
+        for r, _, _ in self.inflight.values():
+            r.Test()
+        self.next_token += 1
+        self.inflight[self.next_token] = (req, buf, op)
+        return self.next_token
+
+    def all_reduce_wait(self, token, x):
+        item = self.inflight.pop(int(token), None)
+        if item is None:
+            raise RuntimeError(f"all_reduce_wait: no all-reduce in flight with token {int(token)} (waited for twice, "
+                               "or started in another call)")
+        req, buf, op = item
+        req.Wait()
+        if op == "avg":
+            buf /= self.size
+        return buf
 
 
 class ProcessGroup:

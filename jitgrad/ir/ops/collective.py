@@ -10,9 +10,17 @@ transport per process group it creates (MPI communicators); key 0 is this proces
 ``MPI_COMM_SELF``), which needs no MPI at all.  ``ir`` imports nothing else of jitgrad, so the registry lives
 here and is filled from outside.
 
+``all_reduce_start`` / ``all_reduce_wait`` are the same all-reduce split in two for overlap: ``start`` begins a
+non-blocking all-reduce of ``x`` and returns a token (an int64 scalar naming the request in the transport);
+``wait(token, x)`` completes it and returns the result (``x`` is there for the shape, the dtype and the
+gradient).  DistributedDataParallel binds ``start`` where a bucket's gradients are ready and ``wait`` at the
+end of backward, so the kernels in between run while the bytes move.  Each ``start`` carries a unique ``seq``
+parameter, so common-subexpression elimination never merges two requests.
+
 A transport has ``rank``, ``size`` and four methods on C-contiguous NumPy arrays, each returning a new array:
 ``all_reduce(x, op)``, ``broadcast(x, src)``, ``all_gather(x)`` (shape ``(size,) + x.shape``) and
-``reduce_scatter(x, op)`` (``x`` of shape ``(size,) + s`` gives shape ``s``: this rank's row of the reduction).
+``reduce_scatter(x, op)`` (``x`` of shape ``(size,) + s`` gives shape ``s``: this rank's row of the reduction),
+plus ``all_reduce_start(x, op) -> int`` and ``all_reduce_wait(token, x) -> array``.
 
 Gradients (the usual data-parallel algebra; every rank runs the same graph, so the vjps are collectives too):
 ``all_reduce`` SUM and AVG are self-adjoint (the cotangent is all-reduced with the same op); MAX, MIN and
@@ -45,6 +53,12 @@ class SelfTransport:
 
     def reduce_scatter(self, x, op):
         return np.array(x[0], copy=True)
+
+    def all_reduce_start(self, x, op):
+        return 0            # alone, the result is x itself: nothing is in flight
+
+    def all_reduce_wait(self, token, x):
+        return np.array(x, copy=True)
 
 
 TRANSPORTS: dict = {0: SelfTransport()}
@@ -125,6 +139,41 @@ register(OpDef("all_reduce", "collective", _same_rule("all_reduce"),
                lambda x, group, reduce_op: transport("all_reduce", group).all_reduce(_contig(x), reduce_op),
                _all_reduce_vjp, grad_name="AllReduceBackward0",
                doc="the element-wise reduction of x over the ranks of a process group, on every rank"))
+_SEQ = [0]
+
+
+def next_seq() -> int:
+    """A fresh ``seq`` for an ``all_reduce_start`` eqn (keeps CSE from merging two requests)."""
+    _SEQ[0] += 1
+    return _SEQ[0]
+
+
+def _start_rule(avals, params):
+    _same_rule("all_reduce_start")(avals, params)
+    from .. import dtypes as dt
+    return [Aval((), dt.int64)]
+
+
+def _wait_rule(avals, params):
+    tok, x = avals
+    if tok.shape != () or tok.dtype.name != "int64":
+        raise OpError(f"all_reduce_wait: the token must be an int64 scalar from all_reduce_start, got "
+                      f"{tok.dtype.name}{fmt_shape(tok.shape)}")
+    return _same_rule("all_reduce_wait")([x], params)
+
+
+def _wait_vjp(c, g):
+    return (None, _all_reduce_vjp(c, g)[0])
+
+
+register(OpDef("all_reduce_start", "collective", _start_rule,
+               lambda x, group, reduce_op, seq: np.array(
+                   transport("all_reduce_start", group).all_reduce_start(_contig(x), reduce_op), np.int64),
+               None, doc="starts a non-blocking all_reduce of x; returns its token (see all_reduce_wait)"))
+register(OpDef("all_reduce_wait", "collective", _wait_rule,
+               lambda token, x, group, reduce_op: transport("all_reduce_wait", group).all_reduce_wait(int(token), x),
+               _wait_vjp, grad_name="AllReduceBackward0", nondiff_inputs=(0,),
+               doc="completes the all_reduce that all_reduce_start began (x: its input) and returns the result"))
 register(OpDef("broadcast", "collective", _same_rule("broadcast"),
                lambda x, group, src: transport("broadcast", group).broadcast(_contig(x), src),
                _broadcast_vjp, grad_name="BroadcastBackward0",

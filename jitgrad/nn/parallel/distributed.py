@@ -18,10 +18,11 @@ What it does, as torch's does:
   (BatchNorm's running statistics) are broadcast from rank 0.  Each rank's BatchNorm normalises with its own
   batch's statistics, as in torch (a SyncBatchNorm would be a separate module).
 
-Inside ``@jg.compile`` the same Python runs once under the trace: the hooks bind ``all_reduce`` primitives on the
-concatenated (symbolic) gradients of each bucket at the point of backward where the bucket completes, and the
-buffer broadcast binds a ``broadcast``; the compiled step then runs them from its driver, one collective per
-bucket.  Whether a step runs inside ``no_sync()`` is a compile guard (entering it retraces).
+Inside ``@jg.compile`` the same Python runs once under the trace: the hooks bind ``all_reduce_start`` on the
+concatenated (symbolic) gradients of each bucket at the point of backward where the bucket completes, the
+end-of-backward callback binds the matching ``all_reduce_wait`` and the slices written to ``.grad``, and the
+buffer broadcast binds a ``broadcast``.  The compiled step runs them from its driver in graph order, one
+non-blocking collective per bucket, overlapped with the backward kernels that follow its start.  Whether a step runs inside ``no_sync()`` is a compile guard (entering it retraces).
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from ...distributed import process_group as _pgm
 from ...distributed.collectives import check_same_shape
 from ...ir.graph import Var
 from ...ir.ops import OPS
+from ...ir.ops.collective import next_seq
 from ...jit.guards import guard
 from ...runtime import engine, grad_mode
 from ...runtime.dispatch import bind
@@ -235,7 +237,9 @@ class DistributedDataParallel(Module):
             from ...runtime.factories import zeros
             parts = [(g if g is not None else zeros(p.shape, dtype=p.dtype)).reshape(-1)
                      for p, g in zip(b.params, grads)]
-            b.traced = bind(OPS["all_reduce"], cat(parts) if len(parts) > 1 else parts[0], group=pg.key, reduce_op="avg")
+            flat = cat(parts) if len(parts) > 1 else parts[0]
+            token = bind(OPS["all_reduce_start"], flat, group=pg.key, reduce_op="avg", seq=next_seq())
+            b.traced = (token, flat)
             return
         for p, g, off in zip(b.params, grads, b.offsets):
             n = p.numel()
@@ -254,10 +258,12 @@ class DistributedDataParallel(Module):
             n = self.process_group.size()
             for b in self._buckets:
                 if b.traced is not None:
+                    token, flat = b.traced
+                    avg = bind(OPS["all_reduce_wait"], token, flat, group=self.process_group.key, reduce_op="avg")
                     with grad_mode.no_grad():
                         for p, off in zip(b.params, b.offsets):
                             k = p.numel()
-                            p.grad = b.traced[off:off + k].reshape(p.shape)
+                            p.grad = avg[off:off + k].reshape(p.shape)
                     b.traced = None
                     continue
                 b.request.Wait()
