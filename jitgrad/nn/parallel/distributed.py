@@ -14,8 +14,8 @@ What it does, as torch's does:
   used on some ranks only still gets the average, as torch's ``find_unused_parameters=True``);
 - ``no_sync()``: inside it, backward only accumulates locally; the first backward outside it averages the
   accumulated gradients;
-- ``broadcast_buffers=True`` (the default): at the start of each forward with grad mode on, the buffers
-  (BatchNorm's running statistics) are broadcast from rank 0.  Each rank's BatchNorm normalises with its own
+- ``broadcast_buffers=True`` (the default): at the start of each forward with grad mode on and outside
+  ``no_sync()``, the buffers (BatchNorm's running statistics) are broadcast from rank 0.  Each rank's BatchNorm normalises with its own
   batch's statistics, as in torch (a SyncBatchNorm would be a separate module).
 
 Inside ``@jg.compile`` the same Python runs once under the trace: the hooks bind ``all_reduce_start`` on the
@@ -177,7 +177,9 @@ class DistributedDataParallel(Module):
 
     # ---- forward ----------------------------------------------------------------------------------------------
     def forward(self, *inputs, **kwargs):
-        if self.broadcast_buffers and grad_mode.is_grad_enabled():
+        guard(lambda: self._require_sync)
+        # torch syncs buffers when the coming backward will sync gradients: grad mode on, outside no_sync()
+        if self.broadcast_buffers and grad_mode.is_grad_enabled() and self._require_sync:
             bufs = list(self.module.buffers())
             if bufs:
                 self._broadcast_state(bufs)
