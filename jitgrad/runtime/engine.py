@@ -112,7 +112,8 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
                     acc = t._acc
                     if acc is not None and acc.post_hooks:
                         _run_post_accumulate_hooks(acc, t)
-        _run_queued_callbacks()
+        if _CALLBACKS.queue:
+            _run_queued_callbacks()
     finally:
         _CALLBACKS.depth -= 1
         if _CALLBACKS.depth == 0:
