@@ -21,6 +21,7 @@ import numpy as np
 from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
 from ..ir.passes.fuse import Group
+from . import collective_steps
 from .gemm_steps import GemmSteps
 from .loops import (BCAST, CONTIG, PARALLEL_MIN, STRIDED, all_tensor_spec, gen_check, gen_copy, gen_gather,
                     gen_group, gen_scatter)
@@ -107,13 +108,14 @@ def _cls(strides):
 
 
 class Step:
-    """One call of the program: ``kind`` kernel | gemm | py (NumPy impl); ``block``: its slot in the table."""
-    __slots__ = ("kind", "kernel", "block", "label", "eqn", "ins", "out", "shapes", "scope", "guarded", "gemm")
+    """One call of the program: ``kind`` kernel | gemm | native (a fixed cfunc, e.g. an MPI call) | py (NumPy
+    impl); ``block``: its slot in the table."""
+    __slots__ = ("kind", "kernel", "block", "label", "eqn", "ins", "out", "shapes", "scope", "guarded", "gemm", "native")
 
     def __init__(self, kind, kernel=None, label="", eqn=None, shapes=(), scope=()):
         self.kind, self.kernel, self.label, self.eqn, self.shapes, self.scope = kind, kernel, label, eqn, shapes, scope
         self.block, self.ins, self.out, self.guarded, self.gemm = None, (), None, False, None
-
+        self.native = None          # kind "native": the address of a cfunc taking the argument block
 
 class Program(GemmSteps):
     """The steps, kernels, places and tables of one graph (see the module docstring)."""
@@ -328,6 +330,8 @@ class Program(GemmSteps):
             self._scatter(e)
         elif name in ("cumsum", "cumprod") and e.ins[0].aval.ndim > 0 and e.outs[0].aval.size > 0:
             self._scan(e)
+        elif e.op.family == "collective" and collective_steps.emit(self, e):
+            pass        # MPI called from the driver (collective_steps.py)
         else:
             self._py(e)
         self._check(e, self.places[e.outs[0]])

@@ -178,11 +178,16 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
         raise RuntimeError(f"all_reduce: ReduceOp.AVG needs a floating-point tensor, got {tensor.dtype.name}")
     check_same_shape(pg, "all_reduce", tensor.shape, tensor.dtype.np, (_opcode(op),))
     if _tracing(tensor):
+        # AVG is SUM scaled in the graph (the scaling fuses; the driver calls MPI for SUM, MAX, MIN, PRODUCT)
+        red, scale = (ReduceOp.SUM, 1.0 / pg.size()) if op == ReduceOp.AVG else (op, None)
+
+        def result(r):
+            return r if scale is None else r * scale
         if async_op:        # inside @compile: a start op now, the wait op when the user waits
-            token = bind(OPS["all_reduce_start"], tensor, group=pg.key, reduce_op=op, seq=next_seq())
-            return _TracedWork(lambda: _write(tensor, bind(OPS["all_reduce_wait"], token, tensor, group=pg.key,
-                                                           reduce_op=op)))
-        _write(tensor, bind(OPS["all_reduce"], tensor, group=pg.key, reduce_op=op))
+            token = bind(OPS["all_reduce_start"], tensor, group=pg.key, reduce_op=red, seq=next_seq())
+            return _TracedWork(lambda: _write(tensor, result(bind(OPS["all_reduce_wait"], token, tensor,
+                                                                  group=pg.key, reduce_op=red))))
+        _write(tensor, result(bind(OPS["all_reduce"], tensor, group=pg.key, reduce_op=red)))
         return None
     MPI = _mpi()
     buf, back = _buffer(tensor)

@@ -74,6 +74,21 @@ class MPITransport:
         self.size = comm.Get_size()
         self.inflight = {}      # token -> (request, buffer, op) of the all_reduce_start steps not waited for
         self.next_token = 0
+        self._native = None     # native(): MPI's entry points and a communicator for the compiled driver
+
+    def native(self, op, np_dtype):
+        """What the compiled driver needs to call MPI itself (``codegen/collective_steps.py``): the C handles
+        and the entry points, or None where it cannot (not MPICH, AVG, an unsupported dtype, or
+        ``JITGRAD_DIST_NATIVE=0``)."""
+        if op == "avg" or os.environ.get("JITGRAD_DIST_NATIVE", "1") == "0":
+            return None
+        if self._native is None:
+            self._native = _native_entry_points(self.comm) or {}
+        if not self._native or np.dtype(np_dtype) not in _NATIVE_TYPES:
+            return None
+        MPI = _mpi()
+        handle = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "product": MPI.PROD}[op].py2f()
+        return dict(self._native, op=handle, dtype=_NATIVE_TYPES[np.dtype(np_dtype)]().py2f())
 
     def all_reduce(self, x, op):
         out = np.empty_like(x)
@@ -119,6 +134,40 @@ class MPITransport:
         if op == "avg":
             buf /= self.size
         return buf
+
+
+_NATIVE_TYPES = {}
+
+
+def _native_entry_points(comm):
+    """MPICH's ``MPI_Allreduce``/``MPI_Iallreduce``/``MPI_Wait`` addresses and a duplicate of ``comm`` whose
+    errors abort (the native steps have no way to raise), or None if this is not MPICH or libmpi is not found."""
+    import ctypes
+    MPI = _mpi()
+    if MPI.get_vendor()[0] != "MPICH":
+        return None
+    path = None
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                name = line.rsplit(None, 1)[-1]
+                if os.path.basename(name).startswith("libmpi.so"):
+                    path = name
+                    break
+    except OSError:
+        pass
+    try:
+        lib = ctypes.CDLL(path or "libmpi.so.12")
+        addr = {k: ctypes.cast(getattr(lib, f), ctypes.c_void_p).value
+                for k, f in (("allreduce", "MPI_Allreduce"), ("iallreduce", "MPI_Iallreduce"), ("wait", "MPI_Wait"))}
+    except (OSError, AttributeError):
+        return None
+    if not _NATIVE_TYPES:
+        _NATIVE_TYPES.update({np.dtype(np.float32): lambda: MPI.FLOAT, np.dtype(np.float64): lambda: MPI.DOUBLE,
+                              np.dtype(np.int32): lambda: MPI.INT32_T, np.dtype(np.int64): lambda: MPI.INT64_T})
+    dup = comm.Dup()
+    dup.Set_errhandler(MPI.ERRORS_ARE_FATAL)
+    return dict(addr, comm=dup.py2f(), comm_object=dup)
 
 
 class ProcessGroup:

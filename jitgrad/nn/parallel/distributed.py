@@ -240,7 +240,9 @@ class DistributedDataParallel(Module):
             parts = [(g if g is not None else zeros(p.shape, dtype=p.dtype)).reshape(-1)
                      for p, g in zip(b.params, grads)]
             flat = cat(parts) if len(parts) > 1 else parts[0]
-            token = bind(OPS["all_reduce_start"], flat, group=pg.key, reduce_op="avg", seq=next_seq())
+            # SUM, scaled after the wait: the scaling fuses with the slices that read it, and the driver calls
+            # MPI itself (codegen/collective_steps.py; AVG would need a Python step)
+            token = bind(OPS["all_reduce_start"], flat, group=pg.key, reduce_op="sum", seq=next_seq())
             b.traced = (token, flat)
             return
         for p, g, off in zip(b.params, grads, b.offsets):
@@ -261,7 +263,8 @@ class DistributedDataParallel(Module):
             for b in self._buckets:
                 if b.traced is not None:
                     token, flat = b.traced
-                    avg = bind(OPS["all_reduce_wait"], token, flat, group=self.process_group.key, reduce_op="avg")
+                    total = bind(OPS["all_reduce_wait"], token, flat, group=self.process_group.key, reduce_op="sum")
+                    avg = total * (1.0 / n)
                     with grad_mode.no_grad():
                         for p, off in zip(b.params, b.offsets):
                             k = p.numel()
