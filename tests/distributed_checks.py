@@ -331,6 +331,14 @@ def ddp_compiled_sgd():
     assert step.stats["traces"] <= 2 and step.stats["hits"] >= 3, step.stats     # .grad None, then set
     if BACKEND == "numba":
         assert step.stats["compiled_calls"] >= 3, step.stats
+        # the njit driver calls MPI itself (no Python driver), bucket 0's start before backward's last matmul
+        src = str(step.source(jg.tensor(x[R]), jg.tensor(y[R])))
+        assert "Python driver" not in src, src[-3000:]
+        calls = [ln for ln in src.splitlines() if ln.strip().startswith(("call_kernel(F", "call_gemm(F"))]
+        first_start = next(k for k, ln in enumerate(calls) if "all_reduce_start (MPI)" in ln)
+        last_gemm = max(k for k, ln in enumerate(calls) if "matmul" in ln)
+        assert first_start < last_gemm, "\n".join(calls)
+        assert sum("all_reduce_start (MPI)" in ln for ln in calls) == len(ddp._buckets)
 
 
 @check

@@ -186,7 +186,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
         if async_op:        # inside @compile: a start op now, the wait op when the user waits
             token = bind(OPS["all_reduce_start"], tensor, group=pg.key, reduce_op=red, seq=next_seq())
             return _TracedWork(lambda: _write(tensor, result(bind(OPS["all_reduce_wait"], token, tensor,
-                                                                  group=pg.key, reduce_op=red))))
+                                                                  group=pg.key, reduce_op=red).reshape(tensor.shape))))
         _write(tensor, result(bind(OPS["all_reduce"], tensor, group=pg.key, reduce_op=red)))
         return None
     MPI = _mpi()

@@ -124,7 +124,7 @@ class MPITransport:
         self.inflight[self.next_token] = (req, buf, op)
         return self.next_token
 
-    def all_reduce_wait(self, token, x):
+    def all_reduce_wait(self, token, flat_fn):
         item = self.inflight.pop(int(token), None)
         if item is None:
             raise RuntimeError(f"all_reduce_wait: no all-reduce in flight with token {int(token)} (waited for twice, "

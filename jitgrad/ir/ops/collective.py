@@ -10,17 +10,18 @@ transport per process group it creates (MPI communicators); key 0 is this proces
 ``MPI_COMM_SELF``), which needs no MPI at all.  ``ir`` imports nothing else of jitgrad, so the registry lives
 here and is filled from outside.
 
-``all_reduce_start`` / ``all_reduce_wait`` are the same all-reduce split in two for overlap: ``start`` begins a
-non-blocking all-reduce of ``x`` and returns a token (an int64 scalar naming the request in the transport);
-``wait(token, x)`` completes it and returns the result (``x`` is there for the shape, the dtype and the
-gradient).  DistributedDataParallel binds ``start`` where a bucket's gradients are ready and ``wait`` at the
+``all_reduce_start`` / ``all_reduce_wait`` are an all-reduce split in two for overlap, over a bucket of tensors:
+``start(*xs)`` begins a non-blocking all-reduce of the tensors' elements (flattened, concatenated) and returns a
+token (an int64 scalar naming the request in the transport); ``wait(token, *xs)`` completes it and returns the
+result flat (the ``xs`` are there for the shapes, the dtype and the gradients).  DistributedDataParallel binds ``start`` where a bucket's gradients are ready and ``wait`` at the
 end of backward, so the kernels in between run while the bytes move.  Each ``start`` carries a unique ``seq``
 parameter, so common-subexpression elimination never merges two requests.
 
 A transport has ``rank``, ``size`` and four methods on C-contiguous NumPy arrays, each returning a new array:
 ``all_reduce(x, op)``, ``broadcast(x, src)``, ``all_gather(x)`` (shape ``(size,) + x.shape``) and
 ``reduce_scatter(x, op)`` (``x`` of shape ``(size,) + s`` gives shape ``s``: this rank's row of the reduction),
-plus ``all_reduce_start(x, op) -> int`` and ``all_reduce_wait(token, x) -> array``.
+plus ``all_reduce_start(flat, op) -> int`` and ``all_reduce_wait(token, flat_fn) -> flat array`` (``flat_fn()``
+makes the flat input, for a transport that needs it).
 
 Gradients (the usual data-parallel algebra; every rank runs the same graph, so the vjps are collectives too):
 ``all_reduce`` SUM and AVG are self-adjoint (the cotangent is all-reduced with the same op); MAX, MIN and
@@ -57,8 +58,8 @@ class SelfTransport:
     def all_reduce_start(self, x, op):
         return 0            # alone, the result is x itself: nothing is in flight
 
-    def all_reduce_wait(self, token, x):
-        return np.array(x, copy=True)
+    def all_reduce_wait(self, token, flat_fn):
+        return flat_fn()
 
 
 TRANSPORTS: dict = {0: SelfTransport()}
@@ -149,31 +150,60 @@ def next_seq() -> int:
 
 
 def _start_rule(avals, params):
-    _same_rule("all_reduce_start")(avals, params)
+    _check_op("all_reduce_start", params)
+    _same_dtypes("all_reduce_start", avals, params)
     from .. import dtypes as dt
     return [Aval((), dt.int64)]
 
 
+def _same_dtypes(opname, avals, params):
+    if not avals:
+        raise OpError(f"{opname}: needs at least one tensor")
+    d = avals[0].dtype
+    if any(a.dtype is not d for a in avals):
+        raise OpError(f"{opname}: the tensors of one all-reduce must share a dtype, got "
+                      f"{', '.join(a.dtype.name + fmt_shape(a.shape) for a in avals)}")
+    if params["reduce_op"] == "avg" and not d.is_floating_point:
+        raise OpError(f"{opname}: ReduceOp.AVG needs a floating-point tensor, got {d.name}")
+
+
 def _wait_rule(avals, params):
-    tok, x = avals
+    tok, xs = avals[0], avals[1:]
     if tok.shape != () or tok.dtype.name != "int64":
         raise OpError(f"all_reduce_wait: the token must be an int64 scalar from all_reduce_start, got "
                       f"{tok.dtype.name}{fmt_shape(tok.shape)}")
-    return _same_rule("all_reduce_wait")([x], params)
+    _check_op("all_reduce_wait", params)
+    _same_dtypes("all_reduce_wait", xs, params)
+    return [Aval((sum(a.size for a in xs),), xs[0].dtype)]
+
+
+def _flat(xs):
+    return np.concatenate([np.ravel(x) for x in xs]) if len(xs) > 1 else np.ravel(np.ascontiguousarray(xs[0]))
 
 
 def _wait_vjp(c, g):
-    return (None, _all_reduce_vjp(c, g)[0])
+    total = _all_reduce_vjp(c, g)[0]
+    out, off = [None], 0
+    for shape in c.shapes[1:]:
+        n = 1
+        for d in shape:
+            n *= d
+        out.append(total[off:off + n].reshape(shape))
+        off += n
+    return tuple(out)
 
 
 register(OpDef("all_reduce_start", "collective", _start_rule,
-               lambda x, group, reduce_op, seq: np.array(
-                   transport("all_reduce_start", group).all_reduce_start(_contig(x), reduce_op), np.int64),
-               None, doc="starts a non-blocking all_reduce of x; returns its token (see all_reduce_wait)"))
+               lambda *xs, group, reduce_op, seq: np.array(
+                   transport("all_reduce_start", group).all_reduce_start(_flat(xs), reduce_op), np.int64),
+               None, doc="starts a non-blocking all-reduce of the tensors xs (flattened and concatenated); returns "
+                         "its token (see all_reduce_wait)"))
 register(OpDef("all_reduce_wait", "collective", _wait_rule,
-               lambda token, x, group, reduce_op: transport("all_reduce_wait", group).all_reduce_wait(int(token), x),
+               lambda token, *xs, group, reduce_op: transport("all_reduce_wait", group).all_reduce_wait(
+                   int(token), lambda: _flat(xs)),
                _wait_vjp, grad_name="AllReduceBackward0", nondiff_inputs=(0,),
-               doc="completes the all_reduce that all_reduce_start began (x: its input) and returns the result"))
+               doc="completes the all-reduce that all_reduce_start(*xs) began and returns the result, flat (the "
+                   "tensors' elements in order)"))
 register(OpDef("broadcast", "collective", _same_rule("broadcast"),
                lambda x, group, src: transport("broadcast", group).broadcast(_contig(x), src),
                _broadcast_vjp, grad_name="BroadcastBackward0",

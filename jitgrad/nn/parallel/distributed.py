@@ -22,7 +22,8 @@ Inside ``@jg.compile`` the same Python runs once under the trace: the hooks bind
 concatenated (symbolic) gradients of each bucket at the point of backward where the bucket completes, the
 end-of-backward callback binds the matching ``all_reduce_wait`` and the slices written to ``.grad``, and the
 buffer broadcast binds a ``broadcast``.  The compiled step runs them from its driver in graph order, one
-non-blocking collective per bucket, overlapped with the backward kernels that follow its start.  Whether a step runs inside ``no_sync()`` is a compile guard (entering it retraces).
+non-blocking collective per bucket, overlapped with the backward kernels that follow its start; with MPICH the
+njit driver calls MPI itself (``codegen/collective_steps.py``), so the step stays one native dispatch.  Whether a step runs inside ``no_sync()`` is a compile guard (entering it retraces).
 """
 from __future__ import annotations
 
@@ -237,13 +238,11 @@ class DistributedDataParallel(Module):
         grads = [p.grad for p in b.params]
         if _TR.active is not None or any(g is not None and _traced(g) for g in grads):
             from ...runtime.factories import zeros
-            parts = [(g if g is not None else zeros(p.shape, dtype=p.dtype)).reshape(-1)
-                     for p, g in zip(b.params, grads)]
-            flat = cat(parts) if len(parts) > 1 else parts[0]
-            # SUM, scaled after the wait: the scaling fuses with the slices that read it, and the driver calls
-            # MPI itself (codegen/collective_steps.py; AVG would need a Python step)
-            token = bind(OPS["all_reduce_start"], flat, group=pg.key, reduce_op="sum", seq=next_seq())
-            b.traced = (token, flat)
+            parts = [g if g is not None else zeros(p.shape, dtype=p.dtype) for p, g in zip(b.params, grads)]
+            # SUM, scaled after the wait: the scaling fuses with the code that reads it, and the driver calls MPI
+            # itself (codegen/collective_steps.py; AVG would need a Python step)
+            token = bind(OPS["all_reduce_start"], *parts, group=pg.key, reduce_op="sum", seq=next_seq())
+            b.traced = (token, parts)
             return
         for p, g, off in zip(b.params, grads, b.offsets):
             n = p.numel()
@@ -262,8 +261,9 @@ class DistributedDataParallel(Module):
             n = self.process_group.size()
             for b in self._buckets:
                 if b.traced is not None:
-                    token, flat = b.traced
-                    total = bind(OPS["all_reduce_wait"], token, flat, group=self.process_group.key, reduce_op="sum")
+                    token, parts = b.traced
+                    total = bind(OPS["all_reduce_wait"], token, *parts, group=self.process_group.key,
+                                 reduce_op="sum")
                     avg = total * (1.0 / n)
                     with grad_mode.no_grad():
                         for p, off in zip(b.params, b.offsets):
