@@ -311,6 +311,22 @@ def ddp_eager_sgd():
 
 
 @check
+def ddp_eager_buckets_start_during_backward():
+    model = mlp(seed=1)
+    first_weight = model[0].weight          # the last gradient backward produces
+    seen = []
+    # registered before DDP's own hook, so it runs just before the last bucket is complete
+    first_weight.register_post_accumulate_grad_hook(
+        lambda p: seen.append([b.request is not None for b in ddp._buckets]))
+    ddp = DDP(model, bucket_cap_mb=0.0002)
+    x, y = batches(1)[0]
+    F.mse_loss(ddp(jg.tensor(x[R])), jg.tensor(y[R])).backward()
+    # when the first layer's weight gradient arrived, the buckets of the later layers were already in flight
+    assert len(ddp._buckets) > 1 and seen and seen[0][0] and not all(seen[0]), seen
+    assert all(b.request is None for b in ddp._buckets)     # all waited for by the end of backward
+
+
+@check
 def ddp_eager_adam():
     compare_ddp("adam", False)
 
