@@ -48,7 +48,8 @@ def data(r, shape, dtype=np.float64, lo=-2.0, hi=2.0):
 def close(a, b, tol=1e-12, what=""):
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape or not np.allclose(a, b, rtol=tol, atol=tol):
-        raise AssertionError(f"{what}: {a} != {b} (max diff {np.max(np.abs(a - b)) if a.shape == b.shape else 'shape'})")
+        diff = np.max(np.abs(a - b)) if a.shape == b.shape else "shapes differ"
+        raise AssertionError(f"{what}: {a} != {b} (max diff {diff})")
 
 
 # ---- collectives against NumPy -----------------------------------------------------------------------------

@@ -1,8 +1,11 @@
-"""Collective primitives: ``all_reduce``, ``broadcast``, ``all_gather``, ``reduce_scatter``.
+"""Collective primitives: ``all_reduce``, ``all_reduce_start``/``all_reduce_wait``, ``broadcast``,
+``all_gather``, ``reduce_scatter``.
 
 Inside ``@jg.compile`` a data-parallel step's communication is part of the graph: DistributedDataParallel's
 bucket all-reduces and a user's ``dist.all_reduce(p.grad)`` bind these ops, so they sit in the graph where the
-gradients they read are ready and run from the compiled driver as host steps (the NumPy-side impl calls MPI).
+gradients they read are ready and run from the compiled driver: as native steps calling MPI where
+``codegen/collective_steps.py`` can (MPICH: all_reduce and the start/wait pair), else as Python steps whose
+impls (below) call the transport.
 
 The ops name their process group by an integer key (``group``), never by an object, so a graph stays plain
 data: ``TRANSPORTS`` maps the key to the object that moves the bytes.  ``jitgrad.distributed`` registers one
@@ -13,8 +16,9 @@ here and is filled from outside.
 ``all_reduce_start`` / ``all_reduce_wait`` are an all-reduce split in two for overlap, over a bucket of tensors:
 ``start(*xs)`` begins a non-blocking all-reduce of the tensors' elements (flattened, concatenated) and returns a
 token (an int64 scalar naming the request in the transport); ``wait(token, *xs)`` completes it and returns the
-result flat (the ``xs`` are there for the shapes, the dtype and the gradients).  DistributedDataParallel binds ``start`` where a bucket's gradients are ready and ``wait`` at the
-end of backward, so the kernels in between run while the bytes move.  Each ``start`` carries a unique ``seq``
+result flat (the ``xs`` are there for the shapes, the dtype and the gradients).  DistributedDataParallel binds
+``start`` where a bucket's gradients are ready and ``wait`` at the end of backward, so the kernels in between
+run while the bytes move.  Each ``start`` carries a unique ``seq``
 parameter, so common-subexpression elimination never merges two requests.
 
 A transport has ``rank``, ``size`` and four methods on C-contiguous NumPy arrays, each returning a new array:
@@ -213,6 +217,7 @@ register(OpDef("all_gather", "collective", _all_gather_rule,
                _all_gather_vjp, grad_name="AllGatherBackward0",
                doc="every rank's x stacked along a new first axis (rank order), on every rank"))
 register(OpDef("reduce_scatter", "collective", _reduce_scatter_rule,
-               lambda x, group, reduce_op, size: transport("reduce_scatter", group).reduce_scatter(_contig(x), reduce_op),
+               lambda x, group, reduce_op, size: transport("reduce_scatter", group).reduce_scatter(_contig(x),
+                                                                                                   reduce_op),
                _reduce_scatter_vjp, grad_name="ReduceScatterBackward0",
                doc="row r of the reduction over ranks of x (first axis: one row per rank), on rank r"))

@@ -15,15 +15,17 @@ What it does, as torch's does:
 - ``no_sync()``: inside it, backward only accumulates locally; the first backward outside it averages the
   accumulated gradients;
 - ``broadcast_buffers=True`` (the default): at the start of each forward with grad mode on and outside
-  ``no_sync()``, the buffers (BatchNorm's running statistics) are broadcast from rank 0.  Each rank's BatchNorm normalises with its own
-  batch's statistics, as in torch (a SyncBatchNorm would be a separate module).
+  ``no_sync()``, the buffers (BatchNorm's running statistics) are broadcast from rank 0.  Each rank's
+  BatchNorm normalises with its own batch's statistics, as in torch (a SyncBatchNorm would be a separate
+  module).
 
 Inside ``@jg.compile`` the same Python runs once under the trace: the hooks bind ``all_reduce_start`` on the
 concatenated (symbolic) gradients of each bucket at the point of backward where the bucket completes, the
 end-of-backward callback binds the matching ``all_reduce_wait`` and the slices written to ``.grad``, and the
 buffer broadcast binds a ``broadcast``.  The compiled step runs them from its driver in graph order, one
 non-blocking collective per bucket, overlapped with the backward kernels that follow its start; with MPICH the
-njit driver calls MPI itself (``codegen/collective_steps.py``), so the step stays one native dispatch.  Whether a step runs inside ``no_sync()`` is a compile guard (entering it retraces).
+njit driver calls MPI itself (``codegen/collective_steps.py``), so the step stays one native dispatch.
+Whether a step runs inside ``no_sync()`` is a compile guard (entering it retraces).
 """
 from __future__ import annotations
 
@@ -222,8 +224,9 @@ class DistributedDataParallel(Module):
             self._progress()
 
     def _start_ready(self):
-        while self._next < len(self._buckets) and self._buckets[self._next].ready == len(self._buckets[self._next].params):
-            self._start(self._buckets[self._next])
+        bs = self._buckets
+        while self._next < len(bs) and bs[self._next].ready == len(bs[self._next].params):
+            self._start(bs[self._next])
             object.__setattr__(self, "_next", self._next + 1)
 
     def _progress(self):
