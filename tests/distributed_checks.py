@@ -359,6 +359,18 @@ def ddp_compiled_sgd():
 
 
 @check
+def ddp_interpreter_on_one_rank_native_driver_on_the_other():
+    # a rank whose first call runs on the interpreter (a background build) meets a rank already running the native
+    # driver: their collectives must match (one communicator for both paths)
+    global BACKEND
+    saved, BACKEND = BACKEND, ("interpret" if R == 0 else "numba")
+    try:
+        compare_ddp("sgd", True)
+    finally:
+        BACKEND = saved
+
+
+@check
 def ddp_compiled_adam():
     compare_ddp("adam", True)
 

@@ -43,7 +43,7 @@ def _env():
 CHECKS = ["all_reduce_ops", "all_reduce_non_contiguous_and_async", "broadcast_all_gather_reduce_scatter",
           "groups_and_env", "mismatched_shapes_are_an_error", "collective_primitives_and_their_gradients",
           "all_reduce_inside_compile", "ddp_eager_sgd", "ddp_eager_buckets_start_during_backward", "ddp_eager_adam",
-          "ddp_compiled_sgd", "ddp_compiled_adam", "ddp_batchnorm_eager_and_compiled",
+          "ddp_compiled_sgd", "ddp_interpreter_on_one_rank_native_driver_on_the_other", "ddp_compiled_adam", "ddp_batchnorm_eager_and_compiled",
           "ddp_wrap_broadcasts_rank0_state", "ddp_no_sync_accumulates", "distributed_sampler_uses_the_group"]
 
 

@@ -9,7 +9,9 @@ graph, so the communication runs inside the compiled step.
 
 Shapes are checked across ranks before every eager collective (one small all-reduce of a shape signature), so a
 mismatch is an error naming every rank's shape instead of a hang or garbage; ``JITGRAD_DIST_CHECK=0`` turns the
-check off.  In a compiled step the check runs once, when the step is traced.
+check off.  Not while tracing: ranks need not trace at the same call (one may retrace for a smaller last batch
+while another runs its compiled step), and a collective issued by one trace alone would hang.  In compiled code a
+mismatch is MPI's error, which aborts the job (the transport's communicator has ``MPI_ERRORS_ARE_FATAL``).
 """
 from __future__ import annotations
 
@@ -176,19 +178,9 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     pg = group_of(group, "all_reduce")
     if op == ReduceOp.AVG and not tensor.dtype.is_floating_point:
         raise RuntimeError(f"all_reduce: ReduceOp.AVG needs a floating-point tensor, got {tensor.dtype.name}")
-    check_same_shape(pg, "all_reduce", tensor.shape, tensor.dtype.np, (_opcode(op),))
     if _tracing(tensor):
-        # AVG is SUM scaled in the graph (the scaling fuses; the driver calls MPI for SUM, MAX, MIN, PRODUCT)
-        red, scale = (ReduceOp.SUM, 1.0 / pg.size()) if op == ReduceOp.AVG else (op, None)
-
-        def result(r):
-            return r if scale is None else r * scale
-        if async_op:        # inside @compile: a start op now, the wait op when the user waits
-            token = bind(OPS["all_reduce_start"], tensor, group=pg.key, reduce_op=red, seq=next_seq())
-            return _TracedWork(lambda: _write(tensor, result(bind(OPS["all_reduce_wait"], token, tensor,
-                                                                  group=pg.key, reduce_op=red).reshape(tensor.shape))))
-        _write(tensor, result(bind(OPS["all_reduce"], tensor, group=pg.key, reduce_op=red)))
-        return None
+        return _traced_all_reduce(tensor, op, pg, async_op)
+    check_same_shape(pg, "all_reduce", tensor.shape, tensor.dtype.np, (_opcode(op),))
     MPI = _mpi()
     buf, back = _buffer(tensor)
     n = pg.size()
@@ -206,6 +198,20 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     return None
 
 
+def _traced_all_reduce(tensor, op, pg, async_op):
+    # AVG is SUM scaled in the graph (the scaling fuses; the driver calls MPI for SUM, MAX, MIN, PRODUCT)
+    red, scale = (ReduceOp.SUM, 1.0 / pg.size()) if op == ReduceOp.AVG else (op, None)
+
+    def result(r):
+        return r if scale is None else r * scale
+    if async_op:        # a start op now, the wait op when the user waits
+        token = bind(OPS["all_reduce_start"], tensor, group=pg.key, reduce_op=red, seq=next_seq())
+        return _TracedWork(lambda: _write(tensor, result(bind(OPS["all_reduce_wait"], token, tensor, group=pg.key,
+                                                              reduce_op=red).reshape(tensor.shape))))
+    _write(tensor, result(bind(OPS["all_reduce"], tensor, group=pg.key, reduce_op=red)))
+    return None
+
+
 def _opcode(op):
     return ("sum", "avg", "max", "min", "product").index(op)
 
@@ -217,10 +223,10 @@ def broadcast(tensor, src=0, group=None, async_op=False):
     if src not in pg.ranks:
         raise ValueError(f"broadcast: src={src} is not a rank of {pg}")
     root = pg.ranks.index(src)
-    check_same_shape(pg, "broadcast", tensor.shape, tensor.dtype.np, (src,))
     if _tracing(tensor):
         _write(tensor, bind(OPS["broadcast"], tensor, group=pg.key, src=root))
         return Work() if async_op else None
+    check_same_shape(pg, "broadcast", tensor.shape, tensor.dtype.np, (src,))
     buf, back = _buffer(tensor)
 
     def finish():
@@ -246,12 +252,12 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
         if t.shape != tensor.shape or t.dtype is not tensor.dtype:
             raise ValueError(f"all_gather: every tensor_list entry must have the input's shape and dtype "
                              f"{tensor.dtype.name}{list(tensor.shape)}, got {t.dtype.name}{list(t.shape)}")
-    check_same_shape(pg, "all_gather", tensor.shape, tensor.dtype.np)
     if _tracing(tensor, *tensor_list):
         out = bind(OPS["all_gather"], tensor, group=pg.key, size=n)
         for r, t in enumerate(tensor_list):
             _write(t, out[r])
         return Work() if async_op else None
+    check_same_shape(pg, "all_gather", tensor.shape, tensor.dtype.np)
     src = np.ascontiguousarray(tensor._data)
     recv = np.empty((n,) + src.shape, src.dtype)
 
@@ -276,7 +282,6 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
     parts = [output_tensor[r * (want[0] // n):(r + 1) * (want[0] // n)] if input_tensor.ndim else output_tensor[r]
              for r in range(n)]
     if _tracing(output_tensor, input_tensor):
-        check_same_shape(pg, "all_gather_into_tensor", input_tensor.shape, input_tensor.dtype.np)
         out = bind(OPS["all_gather"], input_tensor, group=pg.key, size=n)
         _write(output_tensor, out.reshape(want))
         return Work() if async_op else None
@@ -305,12 +310,12 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
                              f"{output.dtype.name}{list(output.shape)}, got {t.dtype.name}{list(t.shape)}")
     if op == ReduceOp.AVG and not output.dtype.is_floating_point:
         raise RuntimeError(f"reduce_scatter: ReduceOp.AVG needs a floating-point tensor, got {output.dtype.name}")
-    check_same_shape(pg, "reduce_scatter", output.shape, output.dtype.np, (_opcode(op),))
     if _tracing(output, *input_list):
         from ..runtime.functions import stack
         out = bind(OPS["reduce_scatter"], stack(list(input_list)), group=pg.key, reduce_op=op, size=n)
         _write(output, out)
         return Work() if async_op else None
+    check_same_shape(pg, "reduce_scatter", output.shape, output.dtype.np, (_opcode(op),))
     MPI = _mpi()
     send = np.ascontiguousarray(np.stack([t._data for t in input_list]))
     buf, back = _buffer(output)

@@ -65,11 +65,19 @@ def _mpi_op(op: str):
 
 
 class MPITransport:
-    """The bytes-moving side of a process group: blocking MPI collectives on NumPy arrays (``ir`` calls these
-    from the collective primitives' impls; eager ``async_op=True`` calls use the communicator directly)."""
+    """The bytes-moving side of a process group for the collective primitives (``ir/ops/collective.py``): MPI
+    collectives on NumPy arrays.
+
+    It works on a duplicate of the group's communicator whose errors abort, shared by the primitives' Python
+    impls and by the compiled driver's native MPI steps (``native()``).  One communicator for both matters: the
+    first call of a compiled step may run on the interpreter on one rank while another rank already runs the
+    native driver, and MPI matches their collectives only on the same communicator.  The eager public
+    functions use the group's own communicator."""
 
     def __init__(self, comm):
-        self.comm = comm
+        MPI = _mpi()
+        self.comm = comm.Dup()
+        self.comm.Set_errhandler(MPI.ERRORS_ARE_FATAL)
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.inflight = {}      # token -> (request, buffer, op) of the all_reduce_start steps not waited for
@@ -83,12 +91,12 @@ class MPITransport:
         if op == "avg" or os.environ.get("JITGRAD_DIST_NATIVE", "1") == "0":
             return None
         if self._native is None:
-            self._native = _native_entry_points(self.comm) or {}
+            self._native = _native_entry_points() or {}
         if not self._native or np.dtype(np_dtype) not in _NATIVE_TYPES:
             return None
         MPI = _mpi()
         handle = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "product": MPI.PROD}[op].py2f()
-        return dict(self._native, op=handle, dtype=_NATIVE_TYPES[np.dtype(np_dtype)]().py2f())
+        return dict(self._native, comm=self.comm.py2f(), op=handle, dtype=_NATIVE_TYPES[np.dtype(np_dtype)]().py2f())
 
     def all_reduce(self, x, op):
         out = np.empty_like(x)
@@ -139,9 +147,9 @@ class MPITransport:
 _NATIVE_TYPES = {}
 
 
-def _native_entry_points(comm):
-    """MPICH's ``MPI_Allreduce``/``MPI_Iallreduce``/``MPI_Wait`` addresses and a duplicate of ``comm`` whose
-    errors abort (the native steps have no way to raise), or None if this is not MPICH or libmpi is not found."""
+def _native_entry_points():
+    """MPICH's ``MPI_Allreduce``/``MPI_Iallreduce``/``MPI_Wait`` addresses, or None if this is not MPICH or
+    libmpi is not found."""
     import ctypes
     MPI = _mpi()
     if MPI.get_vendor()[0] != "MPICH":
@@ -165,9 +173,7 @@ def _native_entry_points(comm):
     if not _NATIVE_TYPES:
         _NATIVE_TYPES.update({np.dtype(np.float32): lambda: MPI.FLOAT, np.dtype(np.float64): lambda: MPI.DOUBLE,
                               np.dtype(np.int32): lambda: MPI.INT32_T, np.dtype(np.int64): lambda: MPI.INT64_T})
-    dup = comm.Dup()
-    dup.Set_errhandler(MPI.ERRORS_ARE_FATAL)
-    return dict(addr, comm=dup.py2f(), comm_object=dup)
+    return addr
 
 
 class ProcessGroup:
@@ -200,6 +206,7 @@ class ProcessGroup:
     def _free(self):
         if self.key is not None:
             _coll.TRANSPORTS.pop(self.key, None)
+            # the transport's communicator is not freed: a compiled step may still hold its handle
         if self.comm is not None and self.comm != _mpi().COMM_WORLD:
             self.comm.Free()
         self.comm = None
