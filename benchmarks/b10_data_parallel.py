@@ -13,6 +13,9 @@ all-reduce bandwidth for 1-64 MB float32 through ``jitgrad.distributed.all_reduc
 (bytes / time) and bus bandwidth (2(p-1)/p bytes / time, what a ring moves per link).
 
     python benchmarks/b10_data_parallel.py            # runs mpiexec -n 1 and -n 2 of itself, prints the tables
+
+(``python -m jitgrad bench`` runs it too; without mpi4py it says so and skips.  ``B10_STEPS`` sets the timed
+steps, 30 by default, scaled by ``JITGRAD_BENCH_SCALE``.)
 """
 import json
 import os
@@ -24,7 +27,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-STEPS = int(os.environ.get("B10_STEPS", "30"))
+STEPS = int(os.environ.get("B10_STEPS", max(5, int(30 * float(os.environ.get("JITGRAD_BENCH_SCALE", "1"))))))
 
 
 def _median_step(step, n):
@@ -145,12 +148,21 @@ def child():
 
 
 def main():
+    import importlib.util
     from jitgrad.distributed.run import find_mpiexec
+    if importlib.util.find_spec("mpi4py") is None:
+        print("B10 skipped: mpi4py is not installed (pip install -e '.[distributed]')")
+        return 0
+    try:
+        mpiexec = find_mpiexec()
+    except SystemExit as e:
+        print(f"B10 skipped: {e}")
+        return 0
     env = dict(os.environ, NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
                PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     runs = {}
     for p in (1, 2):
-        r = subprocess.run([find_mpiexec(), "-n", str(p), sys.executable, os.path.abspath(__file__), "--child"],
+        r = subprocess.run([mpiexec, "-n", str(p), sys.executable, os.path.abspath(__file__), "--child"],
                            env=env, capture_output=True, text=True, timeout=1800)
         line = [x for x in r.stdout.splitlines() if x.startswith("B10JSON ")]
         if r.returncode != 0 or not line:
