@@ -159,6 +159,14 @@ CASES = {
     "multinomial": (lambda a: a * jg.multinomial(a.detach().abs(), 3, True, generator=_gen()).to(a.dtype),
                     [(2, 3)], "any"),
     "randperm": (lambda a: a[:, jg.randperm(3, generator=_gen(), device=a.device)], [(2, 3)], "any"),
+    # collectives in the process group of one (no MPI): host steps on CUDA tensors
+    "all_reduce": (lambda a: _bind("all_reduce", a, group=0, reduce_op="sum"), [(2, 3)], "any"),
+    "broadcast": (lambda a: _bind("broadcast", a, group=0, src=0), [(2, 3)], "any"),
+    "all_gather": (lambda a: _bind("all_gather", a, group=0, size=1), [(2, 3)], "any"),
+    "reduce_scatter": (lambda a: _bind("reduce_scatter", a, group=0, reduce_op="sum", size=1), [(1, 3)], "any"),
+    **{name: (lambda a: _bind("all_reduce_wait", _bind("all_reduce_start", a, group=0, reduce_op="sum", seq=1), a,
+                              group=0, reduce_op="sum"), [(2, 3)], "any")
+       for name in ("all_reduce_start", "all_reduce_wait")},
 }
 
 

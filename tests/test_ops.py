@@ -37,7 +37,8 @@ NP = {jg.float32: np.float32, jg.float64: np.float64, jg.int64: np.int64, jg.int
 
 # primitives without a vjp on purpose: their outputs are bool or integer (or piecewise constant: floordiv)
 NONDIFF = {"lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not", "isfinite", "argmax",
-           "argmin", "floordiv", "rand_uniform", "rand_normal", "multinomial", "randperm", "argsort", "histc"}
+           "argmin", "floordiv", "rand_uniform", "rand_normal", "multinomial", "randperm", "argsort", "histc",
+           "all_reduce_start"}
 
 
 # ---- (c): the rule of every concrete op call agrees with its impl ------------------------------------
@@ -157,7 +158,7 @@ def test_opdef_has_its_rules(name):
     op = OPS[name]
     assert callable(op.shape_dtype), f"{name}: no shape_dtype rule"
     assert callable(op.impl), f"{name}: no NumPy impl"
-    assert op.family in {"elementwise", "reduce", "shape", "linalg", "index", "scan", "sort"}, f"{name}: family {op.family!r}"
+    assert op.family in {"elementwise", "reduce", "shape", "linalg", "index", "scan", "sort", "collective"}, f"{name}: family {op.family!r}"
     if name in NONDIFF:
         assert op.vjp is None, f"{name} is listed as non-differentiable but has a vjp"
     else:
@@ -1117,6 +1118,15 @@ SMOKE = {
     "rand_normal": lambda: jg.randn(2, 3, dtype=jg.float64),
     "multinomial": lambda: jg.multinomial(jg.tensor([0.2, 0.8]), 3, True),
     "randperm": lambda: jg.randperm(5),
+    # collectives in the process group of one (key 0, no MPI); tests/test_distributed.py runs them on 2 ranks
+    "all_reduce": lambda: _g(lambda a: _bind("all_reduce", a, group=0, reduce_op="sum"), (2, 3)),
+    "broadcast": lambda: _g(lambda a: _bind("broadcast", a, group=0, src=0), (2, 3)),
+    "all_gather": lambda: _g(lambda a: _bind("all_gather", a, group=0, size=1), (2, 3)),
+    "reduce_scatter": lambda: _g(lambda a: _bind("reduce_scatter", a, group=0, reduce_op="avg", size=1), (1, 3)),
+    "all_reduce_start": lambda: SMOKE_all_reduce_start(),
+    "all_reduce_wait": lambda: _g(lambda a: _bind("all_reduce_wait", _bind("all_reduce_start", a, group=0,
+                                                                           reduce_op="sum", seq=1),
+                                                  a, group=0, reduce_op="sum"), (2, 3)),
     "flip": lambda: _g(lambda a: a.flip(1), (2, 3)),
     "cumsum": lambda: _g(lambda a: a.cumsum(1), (2, 3)),
     "cumprod": lambda: _g(lambda a: a.cumprod(1), (2, 3)),
@@ -1153,6 +1163,16 @@ def SMOKE_nll_loss():
     target = jg.tensor([0, 2, -100])
     for red in ("mean", "sum", "none"):
         _g(lambda a: F.nll_loss(a, target, reduction=red), (3, 3))
+
+
+def SMOKE_all_reduce_start():
+    """The token (an int64 scalar, no gradient); the wait completes the request."""
+    x = t64([0.5, -1.5, 2.0])
+    tok = _bind("all_reduce_start", x, group=0, reduce_op="sum", seq=1)
+    assert tok.dtype is jg.int64 and tok.shape == ()
+    np.testing.assert_array_equal(_bind("all_reduce_wait", tok, x, group=0, reduce_op="sum").detach().numpy(),
+                                  x.detach().numpy())
+    return tok
 
 
 def SMOKE_index_put():

@@ -195,6 +195,8 @@ class CompiledGraph:
                 F.append(self._addrs[st.kernel.key])
             elif st.kind == "gemm":
                 F.append(blas_address(st.gemm))
+            elif st.kind == "native":
+                F.append(st.native)
             else:
                 F.append(0)
         dims = [d for r in p.fresh for d in r.shape]
@@ -264,7 +266,7 @@ class CompiledGraph:
                 if st.kind == "kernel" and st.kernel.parallel:
                     with threads.LAUNCH_LOCK:
                         _KERNEL_CALL(int(F[n]))(a_addr + 8 * st.block)
-                elif st.kind == "kernel":
+                elif st.kind == "kernel" or st.kind == "native":
                     _KERNEL_CALL(int(F[n]))(a_addr + 8 * st.block)
                 elif st.kind == "gemm":
                     _GEMM_CALL(int(F[n]))(*[int(x) for x in A[st.block:st.block + 13]])

@@ -108,14 +108,16 @@ def _cls(strides):
 
 
 class Step:
-    """One call of the program: ``kind`` kernel | gemm | py (NumPy impl); ``block``: its slot in the table."""
+    """One call of the program: ``kind`` kernel | gemm | native (a fixed cfunc, e.g. an MPI call) | py (NumPy
+    impl); ``block``: its slot in the table."""
     __slots__ = ("kind", "kernel", "block", "label", "eqn", "ins", "out", "shapes", "scope", "guarded", "gemm",
-                 "state_write")
+                 "state_write", "native")
 
     def __init__(self, kind, kernel=None, label="", eqn=None, shapes=(), scope=()):
         self.kind, self.kernel, self.label, self.eqn, self.shapes, self.scope = kind, kernel, label, eqn, shapes, scope
         self.block, self.ins, self.out, self.guarded, self.gemm = None, (), None, False, None
         self.state_write = False     # writes a state input in place: skipped when an earlier step raised
+        self.native = None          # kind "native": the address of a cfunc taking the argument block
 
 
 class Program(GemmSteps):
@@ -155,7 +157,9 @@ class Program(GemmSteps):
         # (an index out of range, a zero integer divisor, a NumPy step) vetoes those computed in place before or
         # with it; later
         # ones run only when it did not raise (``state_write`` steps, guarded by the driver)
-        self.last_raising = max([n for n, s in enumerate(plan.steps) if step_kind(s) in ("gather", "scatter", "host") or (
+        # (a collective counts: it may decline to a Python step, which can raise)
+        self.last_raising = max([n for n, s in enumerate(plan.steps) if step_kind(s) in (
+            "gather", "scatter", "host", "collective") or (
             isinstance(s, Group) and any(raises_in_loop(e) for e in s.eqns))], default=-1)
         self._inplace = {} if self.check_ids else {
             graph.outputs[o]: i for o, i in writes
@@ -331,12 +335,18 @@ class Program(GemmSteps):
 
     # the emitter of each step kind (codegen/lowering.py); a kind not listed (cat) runs its NumPy impl
     EMITTERS = {"fused": "_group", "view": "_view", "gemm": "_gemm", "gather": "_gather", "scatter": "_scatter",
-                "scan": "_scan", "host": "_py"}
+                "scan": "_scan", "collective": "_collective", "host": "_py"}
 
     def after_step(self, n, s):
         if not isinstance(s, Group):
             self._check(s, self.places[s.outs[0]])
         self._release(n)
+
+    def _collective(self, e) -> bool:
+        """MPI called from the entry as a native step (collective_steps.py); False: a Python step.  Imported
+        here, not at the top: it imports Numba, which a warm start of a graph without collectives never needs."""
+        from . import collective_steps
+        return collective_steps.emit(self, e)
 
     def _group(self, g: Group):
         if self._fold_update_into_gemm(g):

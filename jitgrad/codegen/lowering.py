@@ -12,6 +12,8 @@ Kinds:
 - ``gather`` / ``scatter``: indexing with one integer tensor per dim (``x[i, j]``, ``x[i, j] = v``);
 - ``scan``: cumsum / cumprod along one axis;
 - ``cat``: concatenation (copies into slabs of the output);
+- ``collective``: an op of the ``collective`` family (all_reduce...): on the CPU, MPI called natively
+  (``collective_steps.py``) when the group's transport allows it;
 - ``host``: anything else (the op's NumPy impl).
 Copies (materialising a view, write-backs, outputs) and anomaly checks are steps the targets add themselves.
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from ..ir.passes.fuse import Group
 
-KINDS = ("fused", "view", "gemm", "gather", "scatter", "scan", "cat", "host")
+KINDS = ("fused", "view", "gemm", "gather", "scatter", "scan", "cat", "collective", "host")
 
 
 def all_tensor_spec(spec, ndim):
@@ -68,6 +70,8 @@ def step_kind(s) -> str:
     rule = _BY_OP.get(s.op.name)
     if rule is not None:
         return rule(s)
+    if s.op.family == "collective":
+        return "collective"
     return "view" if s.op.view else "host"
 
 

@@ -4,6 +4,7 @@ them compiles under ``@jitgrad.compile``."""
 from . import functional  # noqa: F401
 from . import init  # noqa: F401
 from . import utils  # noqa: F401
+from . import parallel  # noqa: F401  (DistributedDataParallel; imports no MPI)
 from .parameter import Parameter
 from .module import Module
 from .containers import Sequential, ModuleList, ModuleDict

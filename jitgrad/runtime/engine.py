@@ -6,6 +6,7 @@ One pass: find the nodes that lead from the roots to what we want (leaf accumula
 """
 from __future__ import annotations
 
+import threading
 import warnings
 
 import numpy as np
@@ -96,16 +97,59 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     if retain_graph is None:
         retain_graph = create_graph
     roots = _make_root_grads(tensors, grad_tensors, create_graph)
-    if inputs is None:
-        run(tensors, roots, retain_graph, create_graph, None, accumulate=True)
-        return
-    for t in inputs:
-        if not isinstance(t, Tensor) or not t.requires_grad:
-            raise RuntimeError("One of the differentiated Tensors does not require grad")
-    captured = run(tensors, roots, retain_graph, create_graph, inputs, accumulate=False)
-    for t, g in zip(inputs, captured):
-        if g is not None:
-            _accumulate(t, g, create_graph)
+    _CALLBACKS.depth += 1
+    try:
+        if inputs is None:
+            run(tensors, roots, retain_graph, create_graph, None, accumulate=True)
+        else:
+            for t in inputs:
+                if not isinstance(t, Tensor) or not t.requires_grad:
+                    raise RuntimeError("One of the differentiated Tensors does not require grad")
+            captured = run(tensors, roots, retain_graph, create_graph, inputs, accumulate=False)
+            for t, g in zip(inputs, captured):
+                if g is not None:
+                    _accumulate(t, g, create_graph)
+                    acc = t._acc
+                    if acc is not None and acc.post_hooks:
+                        _run_post_accumulate_hooks(acc, t)
+        if _CALLBACKS.queue:
+            _run_queued_callbacks()
+    finally:
+        _CALLBACKS.depth -= 1
+        if _CALLBACKS.depth == 0:
+            _CALLBACKS.queue = []
+
+
+class _Callbacks(threading.local):
+    """Callbacks queued during a backward() call, run when it ends (torch's
+    ``Variable._execution_engine.queue_callback``); DistributedDataParallel waits for its gradient buckets there."""
+
+    def __init__(self):
+        self.depth = 0
+        self.queue = []
+
+
+_CALLBACKS = _Callbacks()
+
+
+def queue_callback(fn):
+    """Run ``fn()`` when the backward() call now running finishes (its gradients are all accumulated)."""
+    if _CALLBACKS.depth == 0:
+        raise RuntimeError("queue_callback: no backward() call is running (call it from a hook)")
+    _CALLBACKS.queue.append(fn)
+
+
+def _run_queued_callbacks():
+    q = _CALLBACKS.queue
+    while q:                    # a callback may queue another
+        q.pop(0)()
+
+
+def _run_post_accumulate_hooks(acc, var):
+    for fn in list(acc.post_hooks.values()):
+        if fn(var) is not None:
+            raise RuntimeError("post accumulate grad hooks must return None, got a value from "
+                               f"'{getattr(fn, '__name__', fn)}'")
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, only_inputs=True,
@@ -315,6 +359,8 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                             _accumulate(var, g, create_graph)
                     else:
                         _accumulate(var, g, create_graph)
+                    if node.post_hooks:
+                        _run_post_accumulate_hooks(node, var)
                 continue
             if capturing and node in cap_nodes:
                 for nr in range(len(grads)):

@@ -181,11 +181,12 @@ class _AccOp:
 class AccumulateGrad(Node):
     """The node at a leaf that requires grad: runs the leaf's hooks and adds into ``.grad``."""
 
-    __slots__ = ("variable",)
+    __slots__ = ("variable", "post_hooks")
 
     def __init__(self, variable):
         super().__init__(_AccOp, {}, (), ())
         self.variable = variable
+        self.post_hooks = None      # register_post_accumulate_grad_hook: fn(tensor) after .grad is updated
         self.out_meta = ((variable.shape, variable.dtype),)
         self.loc = None
 

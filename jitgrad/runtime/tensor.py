@@ -285,6 +285,21 @@ class Tensor(InPlaceOps):
         store[h.id] = hook
         return h
 
+    def register_post_accumulate_grad_hook(self, hook) -> RemovableHandle:
+        """Register ``hook(tensor) -> None`` on a leaf, called after backward has accumulated into its ``.grad``
+        (torch's ``Tensor.register_post_accumulate_grad_hook``; DistributedDataParallel starts its all-reduces
+        from it).  Returns a handle whose ``remove()`` unregisters it."""
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self.grad_fn is not None:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+        acc = self._accumulator()
+        if acc.post_hooks is None:
+            acc.post_hooks = OrderedDict()
+        h = RemovableHandle(acc.post_hooks)
+        acc.post_hooks[h.id] = hook
+        return h
+
     def retain_grad(self):
         """Populate ``.grad`` for this non-leaf tensor during backward."""
         if not self.requires_grad:
