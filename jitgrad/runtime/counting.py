@@ -36,7 +36,7 @@ def histc(input, bins=100, min=0, max=0):
     return bind(O["histc"], input, bins=int(bins), lo=float(min), hi=float(max), pad=1.0, search=False)
 
 
-def histogram(input, bins, *, range=None, weight=None, density=False):
+def histogram(input, bins=100, *, range=None, weight=None, density=False):
     """``(hist, bin_edges)``: ``bins`` equal bins over ``range`` (default the data's min and max) or the given
     edges (a 1-d tensor); ``weight`` sums weights instead of counting; ``density`` normalises to a density."""
     if isinstance(bins, Tensor):

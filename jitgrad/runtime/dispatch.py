@@ -295,6 +295,8 @@ def _record(op, params, args, hit, t):
     else:
         node.outputs = _NO_OUTPUT
         node.out_versions = None
+    if _SH.stack and _TR.active is None:
+        pack_node(node)
     node.out_meta = ((t._data.shape, hit[0][0].dtype),)
     node._loc = user_code_line(3)
     if _AN.enabled:
@@ -388,3 +390,4 @@ def _forward_nan(op, avals, t):
 
 from .tensor import Tensor  # noqa: E402  (Tensor's methods call bind; bind builds Tensors)
 from .devices import backend_of_payload, transfer  # noqa: E402
+from .saved_hooks import STATE as _SH, pack_node  # noqa: E402

@@ -13,6 +13,7 @@ import numpy as np
 from . import anomaly, grad_mode, profiler_state
 from .node import AccumulateGrad, Node, zeros_for
 from .dispatch import refresh_view
+from .graph_hooks import GradientEdge, RUNNING as _RUNNING
 from .tensor import Tensor
 from .devices import backend_of_payload, to_host
 from ..tracer import STATE as _TR
@@ -24,12 +25,14 @@ _PROF = profiler_state.STATE
 def _as_tuple(x):
     if x is None:
         return None
-    if isinstance(x, Tensor):
+    if isinstance(x, Tensor) or type(x) is GradientEdge:
         return (x,)
     return tuple(x)
 
 
 def _root_edge(t: Tensor):
+    if type(t) is GradientEdge:
+        return t.node, t.output_nr
     if t._base is not None:
         refresh_view(t)         # a view whose base was modified in place since: its current history
     if t.grad_fn is not None:
@@ -106,6 +109,16 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     for t, g in zip(inputs, captured):
         if g is not None:
             _accumulate(t, g, create_graph)
+            if t.grad_fn is None and t._acc is not None and t._acc.post_hooks:
+                _run_post_accumulate_hooks(t._acc, t)
+
+
+def _run_post_accumulate_hooks(acc, var):
+    """``register_post_accumulate_grad_hook``: each hook gets the leaf after its .grad was updated."""
+    for fn in list(acc.post_hooks.values()):
+        if fn(var) is not None:
+            raise RuntimeError("post accumulate grad hooks cannot return a value, got a value from hook "
+                               f"{getattr(fn, '__name__', fn)}")
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, only_inputs=True,
@@ -139,7 +152,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                            f"{len(outputs)} outputs)")
     _check_outputs(outputs)
     for t in inputs:
-        if not isinstance(t, Tensor) or not t.requires_grad:
+        if type(t) is not GradientEdge and (not isinstance(t, Tensor) or not t.requires_grad):
             raise RuntimeError("One of the differentiated Tensors does not require grad")
     if retain_graph is None:
         retain_graph = create_graph
@@ -149,14 +162,19 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     for i, (t, g) in enumerate(zip(inputs, res)):
         if g is None:
             if not allow_unused:
-                raise RuntimeError(f"The differentiated Tensor at index {i} (shape {list(t.shape)}) appears to not "
+                raise RuntimeError(f"The differentiated Tensor at index {i} (shape {list(_edge_shape(t))}) appears to not "
                                    "have been used in the graph. Set allow_unused=True if this is the desired "
                                    "behavior.")
             if materialize_grads:
-                g = Tensor._make(np.zeros(t.shape, t._data.dtype))
+                g = Tensor._make(np.zeros(t.shape, t._data.dtype)) if type(t) is not GradientEdge else \
+                    zeros_for(t.node.out_meta[t.output_nr])
         out.append(g)
     del single
     return tuple(out)
+
+
+def _edge_shape(t):
+    return t.node.out_meta[t.output_nr][0] if type(t) is GradientEdge else t.shape
 
 
 def _accumulate(t: Tensor, g: Tensor, create_graph: bool):
@@ -278,6 +296,8 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
         buf[nr] = g if buf[nr] is None else buf[nr] + g
 
     captured = [None] * (len(inputs) if inputs is not None else 0)
+    prev_running = _RUNNING.nodes
+    _RUNNING.nodes = deps        # register_multi_grad_hook asks which tensors this backward reaches
     ready = [n for n in needed if deps[n] == 0]
     ready.sort(key=lambda n: n.seq)
     prev_mode = grad_mode.STATE.grad_enabled
@@ -315,6 +335,8 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                             _accumulate(var, g, create_graph)
                     else:
                         _accumulate(var, g, create_graph)
+                    if node.post_hooks:
+                        _run_post_accumulate_hooks(node, var)
                 continue
             if capturing and node in cap_nodes:
                 for nr in range(len(grads)):
@@ -355,6 +377,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                 deps[child] = d - 1
     finally:
         grad_mode.STATE.grad_enabled = prev_mode
+        _RUNNING.nodes = prev_running
     return captured
 
 

@@ -5,7 +5,7 @@ import copy
 
 import numpy as np
 
-from . import anomaly, grad_mode
+from . import anomaly, grad_mode, saved_hooks
 from .node import Node, zeros_for
 from .source import user_loc, user_stack
 from .dispatch import refresh_view
@@ -26,6 +26,7 @@ class FunctionCtx:
         self.needs_input_grad = ()
         self._freed = False
         self._node = None
+        self._packed = None
 
     def save_for_backward(self, *tensors):
         for t in tensors:
@@ -53,6 +54,9 @@ class FunctionCtx:
             raise RuntimeError(FREED_MSG)
         if self._saved is None:
             return ()
+        if self._packed is not None:        # saved through saved_tensors_hooks: unpacked at each access
+            from .saved_hooks import unpack
+            return tuple(None if p is None else unpack(p) for p in self._packed)
         if self._saved_versions is not None:
             for i, (t, v) in enumerate(zip(self._saved, self._saved_versions)):
                 if t is not None and t._vc[0] != v:
@@ -110,6 +114,7 @@ class BackwardCFunction(Node):
         self._freed = True
         self.ctx._freed = True
         self.ctx._saved = None
+        self.ctx._packed = None
 
 
 def _checked_grads(name, res, input_meta, needs_grad):
@@ -294,6 +299,9 @@ class Function(metaclass=_FunctionMeta):
         non_diff = {id(t) for t in ctx._non_diff}
         if ctx._saved is not None:
             ctx._saved_versions = [None if t is None else t._vc[0] for t in ctx._saved]
+            if record and saved_hooks.STATE.stack and _TR.active is None:
+                ctx._packed = tuple(None if t is None else saved_hooks.pack(t) for t in ctx._saved)
+                ctx._saved = (None,) * len(ctx._saved)
         if not record:
             # an input returned as is still comes back as a new tensor (as in torch: under no_grad it must not
             # carry the input's requires_grad)

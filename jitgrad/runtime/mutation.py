@@ -6,11 +6,12 @@ import numpy as np
 
 from ..ir.ops import OPS as O
 from ..tracer import STATE as _TR
-from . import grad_mode
+from . import grad_mode, saved_mutation
 from .traced import is_traced, traced_mask, traced_payload, traced_write
 from .devices import backend_of_payload, copy_payload
 
 _GM = grad_mode.STATE
+_MUT = saved_mutation.STATE
 _TORCH_NAME = {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int", "bool": "Bool"}
 
 
@@ -27,6 +28,8 @@ class InPlaceOps:
 
     # --- in-place ops ----------------------------------------------------------------------------
     def _check_inplace(self):
+        if _MUT.active is not None:     # allow_mutation_on_saved_tensors: keep the saved value first
+            _MUT.active.before_write(self)
         if _GM.grad_enabled and self.grad_fn is None and self._requires_grad:
             raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
         b = self._base

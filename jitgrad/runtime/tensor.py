@@ -244,6 +244,19 @@ class Tensor(InPlaceOps):
                                    f"{self.dtype.name}")
         self._grad = value
 
+    @grad.deleter
+    def grad(self):
+        """``del x.grad`` is ``x.grad = None`` (as torch)."""
+        self.grad = None
+
+    def data_ptr(self) -> int:
+        """The address of the first element (views of one tensor differ by their offset, as in torch)."""
+        d = self._data
+        if type(d) is np.ndarray:
+            return d.__array_interface__["data"][0] if d.size else 0
+        self._check_readable("data_ptr()")      # a traced value has no address
+        return id(d)        # a device buffer: an identity that aliases of the same buffer share
+
     @property
     def retains_grad(self) -> bool:
         return self._retains_grad
@@ -283,6 +296,20 @@ class Tensor(InPlaceOps):
             store = node.tensor_hooks.setdefault(self._out_nr, OrderedDict())
         h = RemovableHandle(store)
         store[h.id] = hook
+        return h
+
+    def register_post_accumulate_grad_hook(self, hook) -> RemovableHandle:
+        """Register ``hook(tensor) -> None``, called on this leaf after backward has accumulated into its
+        ``.grad`` (e.g. to step an optimizer per parameter).  Returns a handle whose ``remove()`` unregisters it."""
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self.grad_fn is not None:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+        acc = self._accumulator()
+        if acc.post_hooks is None:
+            acc.post_hooks = OrderedDict()
+        h = RemovableHandle(acc.post_hooks)
+        acc.post_hooks[h.id] = hook
         return h
 
     def retain_grad(self):

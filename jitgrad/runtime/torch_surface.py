@@ -196,15 +196,18 @@ def _named_getitem(getitem):
 
 def install(jg: dict):
     """Wire the surface into the ``jitgrad`` namespace ``jg`` (its ``globals()``), Tensor and nn.functional."""
-    from . import counting, functions, masking, ordering
+    from . import counting, functions, masking, ordering, slicing
     from ..nn import functional as nnF
+    extra = (ordering, counting, masking, slicing)
 
     # 1. the new functions, as functions and methods
-    for mod in (ordering, counting, masking):
+    for mod in extra:
         for n in mod.METHODS:
             setattr(functions, n, getattr(mod, n))
     for n, f in masking.INPLACE.items():
         setattr(Tensor, n, f)
+    from . import inplace_math
+    inplace_math.install(Tensor)
 
     # 2. torch's grad_fn names on compositions (in the modules, so internal callers see the same functions)
     fvars = vars(functions)
@@ -214,8 +217,8 @@ def install(jg: dict):
     Tensor.__getitem__ = _named_getitem(Tensor.__getitem__)
 
     # 3. keepdims alias and unsupported keywords on everything public
-    public = list(functions.__all__) + [n for mod in (ordering, counting, masking) for n in mod.METHODS]
-    methods = set(functions._METHODS) | {n for mod in (ordering, counting, masking) for n in mod.METHODS}
+    public = list(functions.__all__) + [n for mod in extra for n in mod.METHODS]
+    methods = set(functions._METHODS) | ({n for mod in extra for n in mod.METHODS} - slicing.FUNCTION_ONLY)
     for n in dict.fromkeys(public):
         fn = getattr(functions, n)
         jg[n] = torch_function(fn, n, "")
