@@ -23,9 +23,12 @@ from .runtime.factories import tensor, as_tensor, zeros, ones, full, empty, aran
     manual_seed, seed
 from .runtime.generator import Generator, default_generator, initial_seed, get_rng_state, set_rng_state
 from .runtime.sampling import normal, bernoulli, multinomial, randint_like
-from .ir.dtypes import uint8
+from .ir.dtypes import uint8, float16
+half = float16
 from .runtime.functions import *  # noqa: F401,F403
 from .runtime.functions import where, cat, concat, stack, max, min, abs, sum, pow  # noqa: A004
+from .runtime.legacy_types import FloatTensor, DoubleTensor, LongTensor, IntTensor, BoolTensor, ByteTensor, \
+    is_inference  # noqa: E402
 from .jit.compile import compile  # noqa: E402,A004
 from . import autograd, nn, optim, cuda  # noqa: E402
 

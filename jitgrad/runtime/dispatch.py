@@ -230,6 +230,7 @@ def refresh_view(a):
         _GM.grad_enabled = prev
     new = r.grad_fn
     if new is not None:
+        new.torch_name = "AsStridedBackward0"   # torch regenerates such a view with as_strided
         # retain_grad follows ``a`` to its new node; hooks registered before stay on the old one (as in torch)
         if node.retain_grad_refs and a._out_nr in node.retain_grad_refs:
             if new.retain_grad_refs is None:

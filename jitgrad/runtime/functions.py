@@ -547,7 +547,18 @@ def split(tensor, split_size_or_sections, dim=0):
     for s in sizes:
         out.append(tensor[(slice(None),) * ax + (slice(start, start + s),)])
         start += s
-    return tuple(out)
+    return _multi_view(out, tensor, "Split" if isinstance(split_size_or_sections, int) else "SplitWithSizes")
+
+
+def _multi_view(outs, input, name):
+    """Mark the views a multi-output function returns (torch refuses in-place ops on them when recorded) and
+    name their nodes as torch's single node (UnbindBackward0, SplitBackward0, ...)."""
+    for k, t in enumerate(outs):
+        if t._base is not None:
+            t._view_origin = (name, k)
+        if t.grad_fn is not None and t is not input:
+            t.grad_fn.torch_name = name + "Backward0"
+    return tuple(outs)
 
 
 def chunk(input, chunks, dim=0):
@@ -559,7 +570,7 @@ def chunk(input, chunks, dim=0):
 
 def unbind(input, dim=0):
     ax = _axis("unbind", input, dim)
-    return tuple(input[(slice(None),) * ax + (i,)] for i in range(input.shape[ax]))
+    return _multi_view([input[(slice(None),) * ax + (i,)] for i in range(input.shape[ax])], input, "Unbind")
 
 
 def gather(input, dim, index):

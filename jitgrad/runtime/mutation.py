@@ -7,6 +7,7 @@ import numpy as np
 from ..ir.ops import OPS as O
 from ..tracer import STATE as _TR
 from . import grad_mode, saved_mutation
+from .view_inplace import NO_GRAD_VIEW_MSG, inplace_on_view
 from .traced import is_traced, traced_mask, traced_payload, traced_write
 from .devices import backend_of_payload, copy_payload
 
@@ -34,9 +35,17 @@ class InPlaceOps:
             raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
         b = self._base
         if b is not None and _GM.grad_enabled and b.requires_grad:
+            if self.grad_fn is None and not self._requires_grad:
+                raise RuntimeError(NO_GRAD_VIEW_MSG)
             if b.grad_fn is None:
                 raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place "
                                    "operation.")
+            origin = getattr(self, "_view_origin", None)
+            if origin is not None:
+                raise RuntimeError(f"Output {origin[1]} of {origin[0]} is a view and is being modified inplace. This "
+                                   "view is the output of a function that returns multiple views. Such functions do "
+                                   "not allow the output views to be modified inplace. You should replace the "
+                                   "inplace operation by an out-of-place one.")
         if self._inference and not _GM.inference:
             raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed. You can "
                                "make a clone to get a normal tensor before doing inplace update.")
@@ -50,11 +59,14 @@ class InPlaceOps:
         self._check_inplace()
         recording = _GM.grad_enabled and (self.requires_grad or any(
             isinstance(o, InPlaceOps) and o.requires_grad for o in others))
-        if recording:
-            if self._base is not None and self._base.requires_grad:
+        if recording and self._base is not None:
+            if _TR.active is None and type(self._data) is np.ndarray and type(self._base._data) is np.ndarray:
+                return inplace_on_view(self, fn, others, _snapshot, _check_result)
+            if self._base.requires_grad:
                 raise RuntimeError("jitgrad: in-place modification of a view of a tensor that requires grad is not "
-                                   "supported; use index assignment on the base tensor (y[idx] = v) or an "
-                                   "out-of-place op")
+                                   "supported inside @jg.compile or on a device; use index assignment on the base "
+                                   "tensor (y[idx] = v) or an out-of-place op")
+        if recording:
             # the new node may save its input 0: give it a snapshot that the write below cannot touch
             # (traced values are immutable: the snapshot is the value itself)
             tr = _TR.active
@@ -64,12 +76,8 @@ class InPlaceOps:
             r = fn(src, *others)
         else:       # nothing requires grad, or grad mode is off: the op records nothing either way
             r = fn(self, *others)
+        _check_result(self, r)
         rd, sd = r._data, self._data
-        if rd.shape != sd.shape:
-            raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(r.shape)}")
-        if rd.dtype != sd.dtype and not np.can_cast(rd.dtype, sd.dtype, "same_kind"):
-            raise RuntimeError(f"result type {_TORCH_NAME[r.dtype.name]} can't be cast to the desired output type "
-                               f"{_TORCH_NAME[self.dtype.name]}")
         tr = _TR.active
         dev = backend_of_payload(sd) if tr is None else None
         if dev is not None:     # a device tensor: written into its own buffer, so aliases (detach, .data) see it
@@ -182,6 +190,23 @@ class InPlaceOps:
         self._vc[0] += 1
 
 
+
+
+def _snapshot(t):
+    """A copy of eager tensor ``t`` with its history: what an in-place op's node saves as its input."""
+    src = t._make(copy_payload(t._data), t._requires_grad)
+    src.grad_fn, src._out_nr, src._acc = t.grad_fn, t._out_nr, t._accumulator() if t._requires_grad else None
+    return src
+
+
+def _check_result(t, r):
+    """The out-of-place result ``r`` of an in-place op on ``t`` must have t's shape and cast to its dtype."""
+    rd, sd = r._data, t._data
+    if rd.shape != sd.shape:
+        raise RuntimeError(f"output with shape {list(t.shape)} doesn't match the broadcast shape {list(r.shape)}")
+    if rd.dtype != sd.dtype and not np.can_cast(rd.dtype, sd.dtype, "same_kind"):
+        raise RuntimeError(f"result type {_TORCH_NAME[r.dtype.name]} can't be cast to the desired output type "
+                           f"{_TORCH_NAME[t.dtype.name]}")
 
 
 def parse_index(key, t):

@@ -96,7 +96,7 @@ class Tensor(InPlaceOps):
     """
 
     __slots__ = ("_data", "_requires_grad", "grad_fn", "_grad", "_vc", "_base", "_hooks", "_retains_grad", "_acc",
-                 "_out_nr", "_inference", "__weakref__")
+                 "_out_nr", "_inference", "_view_origin", "__weakref__")
     __array_priority__ = 1000  # NumPy scalars/arrays on the left defer to our operators
 
     # --- construction ----------------------------------------------------------------------------
@@ -125,8 +125,9 @@ class Tensor(InPlaceOps):
         ``jitgrad.tensor``, which infers the dtype)."""
         from .factories import as_array
         src = Tensor._make(as_array(data if data is not None else [], dtype or dt.DEFAULT_FLOAT))
-        for name in Tensor.__slots__[:-1]:          # all slots but __weakref__
-            object.__setattr__(self, name, getattr(src, name))
+        for name in Tensor.__slots__[:-1]:          # all slots but __weakref__ (and those left unset)
+            if hasattr(src, name):
+                object.__setattr__(self, name, getattr(src, name))
         self.requires_grad = requires_grad
 
     # --- metadata --------------------------------------------------------------------------------
@@ -494,6 +495,9 @@ class Tensor(InPlaceOps):
 
     def double(self):
         return self.to(dt.float64)
+
+    def half(self):
+        return self.to(dt.float16)
 
     def long(self):
         return self.to(dt.int64)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from .grad_names import getitem_name, named
 from .tensor import Tensor
 from .torch_names import NN_FUNCTIONAL, TENSOR_METHODS, TORCH_FUNCTIONS
@@ -84,9 +86,10 @@ def _tensor_getattr(self, name):
 
 
 def _tensor_format(self, spec):
-    """``f"{t:.4f}"``: a 0-d tensor formats its number (as torch); others accept only the empty spec."""
-    if self.ndim == 0 and spec:
-        return format(self.item(), spec)
+    """``f"{t:.4f}"`` and ``f"{t}"``: a 0-d tensor formats its number (as torch); others accept only the empty
+    spec.  (A traced 0-d value keeps its str: reading its number would end the trace.)"""
+    if self.ndim == 0 and type(self._data) is np.ndarray:
+        return format(self.item(), spec)    # f"{loss}" prints the number, as torch
     if spec:
         raise TypeError("unsupported format string passed to Tensor.__format__")
     return str(self)
