@@ -60,8 +60,8 @@ def register_multi_grad_hook(tensors, fn, *, mode="all"):
     tensors = tuple(tensors)
     state = {"run": None, "grads": None, "count": 0, "expected": 0}
 
-    def start(nodes_key):
-        state["run"] = nodes_key
+    def start(nodes):
+        state["run"] = nodes        # the running backward's node set (held, so its identity is not reused)
         state["grads"] = [None] * len(tensors)
         state["count"] = 0
         nodes = RUNNING.nodes
@@ -74,9 +74,8 @@ def register_multi_grad_hook(tensors, fn, *, mode="all"):
     def make(i):
         def hook(grad):
             nodes = RUNNING.nodes
-            key = id(nodes)
-            if state["run"] != key:
-                start(key)
+            if state["run"] is not nodes or nodes is None:
+                start(nodes)
             if mode == "any":
                 if state["count"] == 0:
                     state["count"] = 1

@@ -46,8 +46,8 @@ class allow_mutation_on_saved_tensors:
 
     def _unpack(self, h):
         if self.closed:
-            raise RuntimeError("Trying to backward outside of the 'allow_mutation_on_saved_tensors' context in "
-                               "which the graph was originally recorded.")
+            raise AssertionError("Trying to backward outside of the 'allow_mutation_on_saved_tensors' context in "
+                                 "which the graph was originally recorded.")       # torch's type
         return h.clone if h.clone is not None else h.tensor
 
     def before_write(self, t):

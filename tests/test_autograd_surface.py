@@ -1,0 +1,476 @@
+"""torch.autograd surface added for PyTorch's own autograd tests (issue 20): slicing methods, in-place math, in-place
+ops on views (CopySlices), saved-tensor hooks, allow_mutation_on_saved_tensors, gradient edges, multi-tensor and
+post-accumulate hooks, calling a grad_fn, legacy typed constructors, and the small names.  Each behaviour runs the
+same program on jitgrad and on torch (the oracle): values, gradients, node names and error texts."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import jitgrad as jg
+
+
+torch = pytest.importorskip("torch")
+
+
+def np_of(t):
+    return t.detach().numpy() if isinstance(t, (jg.Tensor, torch.Tensor)) else np.asarray(t)
+
+
+def same(a, b, rtol=1e-6, atol=1e-9):
+    np.testing.assert_allclose(np_of(a), np_of(b), rtol=rtol, atol=atol)
+
+
+def both(fn):
+    """fn(lib) on jitgrad and on torch."""
+    return fn(jg), fn(torch)
+
+
+def error_of(fn):
+    try:
+        fn()
+    except Exception as e:      # noqa: BLE001 (the oracle's exception type is compared by the caller)
+        return e
+    raise AssertionError("no error raised")
+
+
+DATA = np.arange(24, dtype=np.float64).reshape(2, 3, 4) / 7 - 1
+
+
+def leaf(lib, a=DATA):
+    return lib.tensor(a, dtype=lib.float64, requires_grad=True)
+
+
+# ---- narrow, select, split_with_sizes, repeat, tile, var_mean -----------------------------------------------
+
+@pytest.mark.parametrize("case", [
+    lambda t: t.narrow(1, 1, 2), lambda t: t.narrow(-1, 0, 3), lambda t: t.select(0, 1), lambda t: t.select(-1, -2),
+    lambda t: t.split_with_sizes([1, 3], 2)[1], lambda t: t.repeat(2, 1, 3), lambda t: t.repeat(2, 1, 1, 2),
+    lambda t: t.tile((2,)), lambda t: t.narrow(1, 1, 2).select(0, 0).repeat(2, 2)])
+def test_slicing_methods_values_grads_and_names(case):
+    def run(lib):
+        x = leaf(lib)
+        y = case(x * 1)
+        w = lib.tensor(np.linspace(-1, 1, int(np.prod(y.shape))).reshape(tuple(y.shape)), dtype=lib.float64)
+        (y * w).sum().backward()
+        return y, x.grad, type(y.grad_fn).__name__ if lib is torch else y.grad_fn.name()
+    (y, g, name), (ty, tg, tname) = both(run)
+    same(y, ty)
+    same(g, tg)
+    assert tuple(y.shape) == tuple(ty.shape) and name == tname
+
+
+def test_narrow_and_select_are_views_sharing_memory():
+    x = jg.zeros(3, 4)
+    x.narrow(1, 1, 2).fill_(1.0)
+    x.select(0, 2).fill_(2.0)
+    t = torch.zeros(3, 4)
+    t.narrow(1, 1, 2).fill_(1.0)
+    t.select(0, 2).fill_(2.0)
+    same(x, t)
+    assert jg.narrow(x, 0, 1, 1).shape == (1, 4) and x.narrow(0, jg.tensor(1), 2).shape == (2, 4)
+
+
+@pytest.mark.parametrize("bad", [lambda t: t.narrow(0, 2, 5), lambda t: t.narrow(3, 0, 1),
+                                 lambda t: t.select(1, 9), lambda t: t.split_with_sizes([1, 1], 0),
+                                 lambda t: t.repeat(2), lambda t: t.narrow(0, -9, 1)])
+def test_slicing_errors_match_torch(bad):
+    e, te = error_of(lambda: bad(jg.zeros(3, 4))), error_of(lambda: bad(torch.zeros(3, 4)))
+    assert isinstance(e, type(te)) or type(te) in type(e).__mro__, (e, te)
+
+
+@pytest.mark.parametrize("kw", [{}, {"dim": 1}, {"dim": (0, 2), "keepdim": True}, {"dim": 2, "correction": 0},
+                                {"dim": 1, "unbiased": False}])
+def test_var_mean_std_mean(kw):
+    for name in ("var_mean", "std_mean"):
+        def run(lib):
+            x = leaf(lib)
+            a, b = getattr(lib, name)(x, **kw)
+            (a.sum() * 2 + b.sum()).backward()
+            return a, b, x.grad
+        r, tr = both(run)
+        for u, v in zip(r, tr):
+            same(u, v)
+
+
+def test_histogram_default_bins_is_100():
+    h = jg.histogram(jg.tensor(DATA.ravel(), dtype=jg.float32))
+    th = torch.histogram(torch.tensor(DATA.ravel(), dtype=torch.float32))
+    assert h.hist.shape == (100,)
+    same(h.hist, th.hist)
+    same(h.bin_edges, th.bin_edges, rtol=1e-5)
+
+
+# ---- in-place math ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,args", [("sin_", ()), ("exp_", ()), ("tanh_", ()), ("sigmoid_", ()), ("abs_", ()),
+                                       ("neg_", ()), ("square_", ()), ("clamp_min_", (0.1,)),
+                                       ("clamp_max_", (0.2,)), ("reciprocal_", ())])
+def test_inplace_math_on_non_leaf(name, args):
+    def run(lib):
+        x = leaf(lib)
+        y = x * 2 + 0.5
+        r = getattr(y, name)(*args)
+        assert r is y and y._version == 1
+        (y * y).sum().backward()
+        return y, x.grad, (type(y.grad_fn).__name__ if lib is torch else y.grad_fn.name())
+    (y, g, n), (ty, tg, tn) = both(run)
+    same(y, ty)
+    same(g, tg)
+
+
+def test_inplace_math_on_leaf_that_requires_grad_is_refused():
+    e = error_of(lambda: jg.ones(2, requires_grad=True).exp_())
+    te = error_of(lambda: torch.ones(2, requires_grad=True).exp_())
+    assert type(e) is type(te) and str(e) == str(te)
+
+
+def test_inplace_math_checks_saved_versions():
+    x = jg.ones(3, requires_grad=True)
+    y = x * 2
+    z = y.sin()                 # saves y
+    y.exp_()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.sum().backward()
+
+
+# ---- in-place ops on views of non-leaf tensors (CopySlices) -----------------------------------------------
+
+VIEW_PROGRAMS = {
+    "slice_mul": lambda lib, b, w: b[1:3].mul_(w[:2].reshape(2, 1)),
+    "narrow_add": lambda lib, b, w: b.narrow(-1, 1, 2).add_(1.5),
+    "select_copy": lambda lib, b, w: b.select(0, 1).copy_(b.select(0, 0) * 3),
+    "transpose_view_of_view": lambda lib, b, w: b.transpose(0, 1)[0].sin_(),
+    "reshape_setitem": lambda lib, b, w: b.view(-1).__setitem__(slice(0, 4), w[:4]),
+    "zero_": lambda lib, b, w: b[0].zero_(),
+}
+
+
+@pytest.mark.parametrize("prog", sorted(VIEW_PROGRAMS))
+def test_inplace_on_view_rebases_the_base_history(prog):
+    def run(lib):
+        x = lib.tensor(np.linspace(-1, 1, 16).reshape(4, 4), dtype=lib.float64, requires_grad=True)
+        w = lib.tensor(np.linspace(0.5, 2, 4), dtype=lib.float64, requires_grad=True)
+        b = x * 1
+        v = b[1:]                                   # a view made before the write: refreshed on use
+        VIEW_PROGRAMS[prog](lib, b, w)
+        loss = (b * b).sum() + (v * 3).sum()
+        loss.backward()
+        name = type(b.grad_fn).__name__ if lib is torch else b.grad_fn.name()
+        return b, x.grad, w.grad, name
+    (b, g, gw, name), (tb, tg, tgw, tname) = both(run)
+    same(b, tb)
+    same(g, tg)
+    assert (gw is None) == (tgw is None)
+    if gw is not None:
+        same(gw, tgw)
+    assert name == tname == "CopySlices"
+
+
+def test_inplace_on_view_then_base_inplace_then_use_view():
+    def run(lib):
+        x = leaf(lib, np.arange(4.0))
+        w = leaf(lib, np.array([5.0, 6.0]))
+        b = x * 1
+        v = b[1:3]
+        v.mul_(w)
+        b.mul_(3)
+        (v * v).sum().backward()
+        return x.grad, w.grad, (type(v.grad_fn).__name__ if lib is torch else v.grad_fn.name())
+    (g, gw, n), (tg, tgw, tn) = both(run)
+    same(g, tg)
+    same(gw, tgw)
+    assert n == tn == "AsStridedBackward0"
+
+
+def test_inplace_on_view_of_base_without_grad_gets_history():
+    def run(lib):
+        w = leaf(lib, np.array([2.0, 3.0]))
+        b = lib.zeros(4, dtype=lib.float64)
+        b[1:3].add_(w)
+        assert b.requires_grad and not b.is_leaf
+        (b * lib.arange(4, dtype=lib.float64)).sum().backward()
+        return b, w.grad
+    (b, g), (tb, tg) = both(run)
+    same(b, tb)
+    same(g, tg)
+
+
+@pytest.mark.parametrize("prog", [
+    "leaf_view", "no_grad_view", "unbind", "split", "chunk", "split_with_sizes"])
+def test_forbidden_inplace_on_views_match_torch_errors(prog):
+    def make(lib):
+        x = lib.ones(4, 2, requires_grad=True)
+        b = x * 1
+        if prog == "leaf_view":
+            return lambda: x[1:3].mul_(2)
+        if prog == "no_grad_view":
+            with lib.no_grad():
+                v = b[1:3]
+            return lambda: v.mul_(2)
+        if prog == "split_with_sizes":
+            return lambda: b.split_with_sizes([1, 3])[1].add_(1)
+        return lambda: getattr(b, prog)(2 if prog != "unbind" else 0)[1].mul_(2)
+    e, te = error_of(make(jg)), error_of(make(torch))
+    assert type(e) is type(te) and str(e) == str(te)
+
+
+def test_views_allow_inplace_when_nothing_is_recorded():
+    x = jg.ones(4, 2, requires_grad=True)
+    with jg.no_grad():
+        x[1:3].mul_(2)
+        (x * 1).unbind(0)[0].mul_(2)
+    same(x, [[1, 1], [2, 2], [2, 2], [1, 1]])
+    u = jg.ones(4, 2).unbind(0)
+    u[0].mul_(2)
+
+
+def test_multi_output_view_node_names():
+    def run(lib):
+        b = lib.ones(4, 2, requires_grad=True) * 1
+        return [type(t.grad_fn).__name__ if lib is torch else t.grad_fn.name()
+                for t in (b.unbind(0)[0], b.split(2)[0], b.chunk(2)[1], b.split([1, 3])[0])]
+    a, t = both(run)
+    assert a == t
+
+
+# ---- saved tensor hooks -----------------------------------------------------------------------------------
+
+def test_saved_tensors_hooks_pack_and_unpack_are_used():
+    def run(lib):
+        x = leaf(lib, np.array([1.0, 2.0]))
+        log = []
+
+        def pack(t):
+            log.append(("pack", tuple(t.shape)))
+            return t * 2
+
+        def unpack(p):
+            log.append("unpack")
+            return p
+        with lib.autograd.graph.saved_tensors_hooks(pack, unpack):
+            y = x * x
+            z = y.exp()
+        z.sum().backward()
+        return x.grad, log
+    (g, log), (tg, tlog) = both(run)
+    same(g, tg)
+    assert sorted(map(str, log)) == sorted(map(str, tlog))
+
+
+def test_saved_tensors_hooks_on_custom_function_and_retain_graph():
+    def run(lib):
+        class Sq(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, a):
+                ctx.save_for_backward(a)
+                return a * a
+
+            @staticmethod
+            def backward(ctx, g):
+                a, = ctx.saved_tensors
+                return 2 * a * g
+        x = leaf(lib, np.array([1.0, 3.0]))
+        count = [0, 0]
+
+        def pack(t):
+            count[0] += 1
+            return t.detach().numpy().copy()
+
+        def unpack(p):
+            count[1] += 1
+            return lib.tensor(p) + 1
+        with lib.autograd.graph.saved_tensors_hooks(pack, unpack):
+            y = Sq.apply(x)
+        y.sum().backward(retain_graph=True)
+        y.sum().backward()
+        return x.grad, count
+    (g, c), (tg, tc) = both(run)
+    same(g, tg)
+    assert c == tc
+
+
+def test_saved_tensors_hooks_errors():
+    for lib in (jg, torch):
+        x = lib.ones(2, requires_grad=True)
+        with lib.autograd.graph.saved_tensors_hooks(lambda t: t, lambda p: "not a tensor"):
+            y = x * x
+        with pytest.raises(TypeError):
+            y.sum().backward()
+        with lib.autograd.graph.saved_tensors_hooks(lambda t: t.mul_(2), lambda p: p):
+            with pytest.raises(RuntimeError, match="pack hook is modifying its input in place"):
+                lib.ones(2, requires_grad=True) * 1 * lib.ones(2)
+        with lib.autograd.graph.disable_saved_tensors_hooks("hooks are off here"):
+            with pytest.raises(RuntimeError, match="hooks are off here"):
+                with lib.autograd.graph.saved_tensors_hooks(lambda t: t, lambda p: p):
+                    pass
+
+
+# ---- allow_mutation_on_saved_tensors -----------------------------------------------------------------------
+
+def test_allow_mutation_on_saved_tensors_uses_the_saved_values():
+    def run(lib):
+        x = leaf(lib, np.array([0.5, 1.0, 2.0]))
+        with lib.autograd.graph.allow_mutation_on_saved_tensors():
+            a = x.clone()
+            out = (a * a).sin()             # saves a (mul) and a*a (sin)
+            a.mul_(10)
+            a[0] = 7.0
+            out.sum().backward()
+        return x.grad, a
+    (g, a), (tg, ta) = both(run)
+    same(g, tg)
+    same(a, ta)
+
+
+def test_allow_mutation_on_saved_tensors_errors():
+    for lib in (jg, torch):
+        x = lib.ones(2, requires_grad=True)
+        with lib.autograd.graph.allow_mutation_on_saved_tensors():
+            y = (x * 1).exp()
+        with pytest.raises(AssertionError, match="Trying to backward outside of the 'allow_mutation_on_saved_tensors'"):
+            y.sum().backward()
+        with lib.autograd.graph.allow_mutation_on_saved_tensors():
+            with pytest.raises(RuntimeError, match="cannot be nested"):
+                with lib.autograd.graph.allow_mutation_on_saved_tensors():
+                    pass
+
+
+# ---- gradient edges, multi-grad hooks, post-accumulate hooks, grad_fn(...) -------------------------------
+
+def test_gradient_edge_as_grad_input():
+    def run(lib):
+        x = leaf(lib, np.array([1.0, 2.0]))
+        h = x.exp()
+        y = (h * 3).sum()
+        edge = lib.autograd.graph.get_gradient_edge(h)
+        assert isinstance(edge, lib.autograd.graph.GradientEdge) and edge.node is h.grad_fn
+        g, = lib.autograd.grad(y, edge)
+        gx, = lib.autograd.grad((x * 2).sum(), lib.autograd.graph.get_gradient_edge(x))
+        return g, gx
+    (g, gx), (tg, tgx) = both(run)
+    same(g, tg)
+    same(gx, tgx)
+    e = error_of(lambda: jg.autograd.graph.get_gradient_edge(jg.ones(1)))
+    te = error_of(lambda: torch.autograd.graph.get_gradient_edge(torch.ones(1)))
+    assert str(e) == str(te)
+
+
+@pytest.mark.parametrize("mode", ["all", "any"])
+def test_register_multi_grad_hook(mode):
+    def run(lib):
+        a, b, c = (leaf(lib, np.array([v])) for v in (1.0, 2.0, 3.0))
+        calls = []
+        h = lib.autograd.graph.register_multi_grad_hook(
+            (a, b, c), lambda g: calls.append([None if t is None else float(t.sum()) for t in g] if mode == "all"
+                                              else float(g.sum())), mode=mode)
+        (a * 2 + b * 3).sum().backward()         # c takes no part
+        (a * b).sum().backward()
+        h.remove()
+        (a * b).sum().backward()
+        return calls
+    a, t = both(run)
+    if mode == "all":
+        assert a == t
+    else:       # the first gradient computed: which leaf's comes first is the engine's scheduling
+        assert len(a) == len(t) == 2 and a[0] in (2.0, 3.0) and a[1] in (1.0, 2.0)
+
+
+def test_post_accumulate_grad_hook():
+    def run(lib):
+        x = leaf(lib, np.array([1.0, 2.0]))
+        seen = []
+        h = x.register_post_accumulate_grad_hook(lambda p: seen.append(np_of(p.grad).tolist()))
+        (x * 3).sum().backward()
+        (x * x).sum().backward()
+        lib.autograd.backward((x * 2).sum(), inputs=[x])
+        h.remove()
+        (x * 3).sum().backward()
+        return seen
+    a, t = both(run)
+    assert a == t
+    e = error_of(lambda: (jg.ones(1, requires_grad=True) * 2).register_post_accumulate_grad_hook(lambda p: None))
+    te = error_of(lambda: (torch.ones(1, requires_grad=True) * 2).register_post_accumulate_grad_hook(lambda p: None))
+    assert str(e) == str(te)
+
+
+def test_calling_grad_fn():
+    def run(lib):
+        x = leaf(lib, np.array([1.0, 2.0]))
+        y = x * x
+        z = x.exp()
+        one = lib.ones(2, dtype=lib.float64)
+        return y.grad_fn(one), z.grad_fn(one)
+    (r1, r2), (t1, t2) = both(run)
+    assert len(r1) == len(t1) == 2
+    same(r1[0], t1[0])
+    same(r2, t2)
+
+
+def test_del_grad():
+    x = jg.ones(2, requires_grad=True)
+    (x * 2).sum().backward()
+    del x.grad
+    assert x.grad is None
+
+
+# ---- small names ------------------------------------------------------------------------------------------
+
+def test_legacy_typed_constructors():
+    assert jg.LongTensor([1, 2]).dtype is jg.int64 and jg.DoubleTensor([1.0]).dtype is jg.float64
+    assert jg.FloatTensor(2, 3).shape == (2, 3) and jg.FloatTensor(2, 3).dtype is jg.float32
+    assert isinstance(jg.ones(2), jg.FloatTensor) and not isinstance(jg.ones(2), jg.DoubleTensor)
+    assert isinstance(jg.ones(2, dtype=jg.int64), jg.LongTensor)
+    assert jg.BoolTensor([True]).dtype is jg.bool
+
+
+def test_is_inference_and_kineto_and_multithreading_and_gradcheck_module():
+    with jg.inference_mode():
+        t = jg.ones(1)
+    assert jg.is_inference(t) and not jg.is_inference(jg.ones(1))
+    assert jg.autograd.kineto_available() is False
+    from jitgrad.autograd.gradcheck import gradcheck, gradgradcheck
+    assert jg.autograd.gradcheck is gradcheck and gradgradcheck is jg.autograd.gradgradcheck
+    with jg.autograd.set_multithreading_enabled(False):
+        x = jg.ones(2, requires_grad=True)
+        (x * 2).sum().backward()
+    same(x.grad, [2, 2])
+
+
+def test_half_is_a_dtype():
+    t = jg.ones(3, dtype=jg.half)
+    assert t.dtype is jg.float16 and str(t) == str(torch.ones(3, dtype=torch.half)).replace("torch", "jitgrad")
+    assert jg.ones(2).half().float().dtype is jg.float32
+
+
+def test_zero_dim_fstring_prints_the_number():
+    for v in (2.4544, 3, True):
+        assert f"{jg.tensor(v)}" == f"{torch.tensor(v)}"
+    assert f"{jg.ones(2)}" == str(jg.ones(2))
+
+
+def test_data_ptr_tracks_views():
+    x = jg.zeros(4, 4, dtype=jg.float64)
+    assert x.data_ptr() == x.view(-1).data_ptr() and x[1].data_ptr() == x.data_ptr() + 4 * 8
+    assert x.clone().data_ptr() != x.data_ptr()
+
+
+def test_decorating_a_class_warns_as_torch():
+    with pytest.warns(FutureWarning, match="Decorating classes is deprecated"):
+        @jg.no_grad()
+        class Foo:
+            def __init__(self):
+                self.enabled = jg.is_grad_enabled()
+    assert Foo().enabled is False and jg.is_grad_enabled()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+
+        @jg.no_grad()
+        def f():
+            return jg.is_grad_enabled()
+        assert f() is False
+
+
+
+
