@@ -31,6 +31,7 @@ from .runtime.legacy_types import FloatTensor, DoubleTensor, LongTensor, IntTens
     is_inference  # noqa: E402
 from .jit.compile import compile  # noqa: E402,A004
 from . import autograd, nn, optim, cuda  # noqa: E402
+from . import profiler  # noqa: E402  (torch.profiler)
 
 float = float32   # noqa: A001  torch aliases
 double = float64

@@ -474,3 +474,104 @@ def test_decorating_a_class_warns_as_torch():
 
 
 
+
+
+# ---- module backward hooks --------------------------------------------------------------------------------
+
+def _hooked_linear_run(lib):
+    m = lib.nn.Linear(3, 2).double()
+    with lib.no_grad():
+        m.weight.copy_(lib.tensor(np.arange(6.0).reshape(2, 3) / 5, dtype=lib.float64))
+        m.bias.copy_(lib.tensor([0.1, 0.2], dtype=lib.float64))
+    log = []
+
+    def rnd(g):
+        return None if g is None else np.round(np_of(g), 6).tolist()
+
+    def hook(mod, grad_input, grad_output):
+        assert mod is m
+        log.append(("hook", [rnd(g) for g in grad_input], [rnd(g) for g in grad_output]))
+        return (grad_input[0] * 2,) if grad_input[0] is not None else None
+
+    def pre_hook(mod, grad_output):
+        log.append(("pre", [rnd(g) for g in grad_output]))
+        return (grad_output[0] * 10,)
+    h1 = m.register_full_backward_hook(hook)
+    m.register_full_backward_pre_hook(pre_hook)
+    x = lib.tensor([[1.0, 2.0, 3.0]], dtype=lib.float64, requires_grad=True)
+    (m(x) * lib.tensor([[1.0, -1.0]], dtype=lib.float64)).sum().backward()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        m(lib.ones(1, 3, dtype=lib.float64)).sum().backward()       # no input requires grad
+    h1.remove()
+    x2 = lib.ones(1, 3, dtype=lib.float64, requires_grad=True)
+    m(x2).sum().backward()
+    return log, x.grad, m.weight.grad, x2.grad, [str(i.message)[:40] for i in w]
+
+
+def test_full_backward_hooks_match_torch():
+    (log, g, gw, g2, w), (tlog, tg, tgw, tg2, tw) = both(_hooked_linear_run)
+    assert log == tlog
+    same(g, tg)
+    same(gw, tgw)
+    same(g2, tg2)
+    assert w == tw
+
+
+# ---- inplace= on functional activations, out= --------------------------------------------------------------
+
+@pytest.mark.parametrize("name,args", [("relu", ()), ("leaky_relu", (0.2,)), ("elu", (0.5,)), ("hardtanh", (-0.5, 0.5)),
+                                       ("relu6", ()), ("silu", ()), ("threshold", (0.1, -2.0))])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_functional_activations_inplace(name, args, inplace):
+    def run(lib):
+        x = lib.tensor(np.linspace(-3, 7, 11), dtype=lib.float64, requires_grad=True)
+        y = x * 1
+        r = getattr(lib.nn.functional, name)(y, *args, inplace=inplace)
+        assert (r is y) == inplace and y._version == int(inplace)
+        (r * r).sum().backward()
+        return r, x.grad
+    (r, g), (tr, tg) = both(run)
+    same(r, tr)
+    same(g, tg)
+
+
+def test_inplace_activation_on_leaf_is_refused_as_torch():
+    e = error_of(lambda: jg.nn.functional.relu(jg.ones(2, requires_grad=True), inplace=True))
+    te = error_of(lambda: torch.nn.functional.relu(torch.ones(2, requires_grad=True), inplace=True))
+    assert str(e) == str(te)
+
+
+def test_out_argument():
+    for lib in (jg, torch):
+        a, b = lib.ones(2, 2, requires_grad=True), lib.full((2, 2), 3.0)
+        x = lib.zeros(2, 2)
+        e = error_of(lambda: lib.mul(a, b, out=x))
+        assert "out=... arguments don't support automatic differentiation" in str(e)
+        e = error_of(lambda: lib.mul(b, b, out=lib.zeros(2, 2, requires_grad=True)))
+        assert "out=... arguments don't support automatic differentiation" in str(e)
+        with lib.no_grad():
+            assert lib.mul(a, b, out=x) is x and x._version == 1
+        same(x, np.full((2, 2), 3.0))
+        y = lib.empty(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")      # resizing an empty out is silent
+            lib.add(b, b, out=y)
+        assert tuple(y.shape) == (2, 2)
+        with pytest.warns(UserWarning, match="An output with one or more elements was resized"):
+            lib.add(b, b, out=lib.zeros(3))
+        e = error_of(lambda: lib.add(b, b, out=lib.zeros(2, 2, dtype=lib.long)))
+        assert "can't be cast to the desired output type Long" in str(e)
+
+
+def test_torch_profiler_names():
+    import jitgrad.profiler as P
+    with P.profile(activities=[P.ProfilerActivity.CPU], record_shapes=True) as prof:
+        x = jg.ones(2, requires_grad=True)
+        with P.record_function("my_block"):
+            (x * 2).sum().backward()
+    names = {e.name for e in prof.events()}
+    assert {"my_block", "mul", "MulBackward0"} <= names
+    s = P.schedule(wait=1, warmup=1, active=2, repeat=1)
+    ts = torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=1)
+    assert [s(i).name for i in range(6)] == [ts(i).name for i in range(6)]

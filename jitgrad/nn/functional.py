@@ -170,3 +170,10 @@ __all__ = ["one_hot", "dropout", "relu", "sigmoid", "tanh", "softmax", "log_soft
 from .functional_layers import linear, embedding, layer_norm, batch_norm  # noqa: E402
 
 __all__ += ["linear", "embedding", "layer_norm", "batch_norm"]
+
+# torch's inplace= on the pointwise activations (relu here replaces the plain ``relu = F.relu`` above)
+from .pointwise_activations import relu, relu_, threshold, threshold_, hardtanh, hardtanh_, relu6, leaky_relu, \
+    leaky_relu_, elu, elu_, silu  # noqa: E402,F811
+from . import pointwise_activations as _pointwise  # noqa: E402
+
+__all__ += [n for n in _pointwise.__all__ if n not in __all__]

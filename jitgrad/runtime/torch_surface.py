@@ -13,6 +13,7 @@ namespace, as Tensor methods and in ``jitgrad.nn.functional``) and adds the modu
 from __future__ import annotations
 
 import functools
+import warnings
 
 import numpy as np
 
@@ -44,6 +45,9 @@ def torch_function(fn, name: str, where: str):
             return fn(*args, **kwargs)
         except TypeError as e:
             # only when the arguments do not fit the signature (an error from inside the function stays as is)
+            if "out" in kwargs and where == "" and "unexpected keyword argument 'out'" in str(e):
+                out = kwargs.pop("out")
+                return write_out(name, fn(*args, **kwargs), out, args)
             if "unexpected keyword argument" in str(e) and not _binds(fn, args, kwargs):
                 bad = str(e).rsplit("argument", 1)[-1].strip(" '\"")
                 raise UnsupportedError(f"jitgrad does not support the argument '{bad}' of {where}{name}() yet "
@@ -51,6 +55,46 @@ def torch_function(fn, name: str, where: str):
             raise
     call.__wrapped_torch__ = fn
     return call
+
+
+def write_out(name, result, out, args):
+    """torch's ``out=``: the result is written into ``out`` (resized when its shape differs, with torch's warning
+    unless it was empty), which is returned; refused when autograd would have to record the call."""
+    from . import grad_mode
+    results = result if isinstance(result, tuple) else (result,)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    if len(outs) != len(results) or not all(isinstance(o, Tensor) for o in outs):
+        raise TypeError(f"{name}(): argument 'out' must be {'a Tensor' if len(results) == 1 else f'a tuple of {len(results)} Tensors'}")
+    if grad_mode.STATE.grad_enabled and (any(o.requires_grad for o in outs) or any(
+            isinstance(a, Tensor) and a.requires_grad for a in _flat(args))):
+        raise RuntimeError(f"{name}(): functions with out=... arguments don't support automatic differentiation, but "
+                           "one of the arguments requires grad.")
+    for o, r in zip(outs, results):
+        if r.dtype is not o.dtype and not np.can_cast(r._data.dtype, o._data.dtype, "same_kind"):
+            names = {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int", "bool": "Bool",
+                     "float16": "Half"}
+            raise RuntimeError(f"result type {names.get(r.dtype.name, r.dtype.name)} can't be cast to the desired "
+                               f"output type {names.get(o.dtype.name, o.dtype.name)}")
+        if o.shape != r.shape:
+            if o.numel():
+                warnings.warn(f"An output with one or more elements was resized since it had shape {list(o.shape)}, "
+                              "which does not match the required output shape "
+                              f"{list(r.shape)}. This behavior is deprecated, and in a future PyTorch release outputs "
+                              "will not be resized unless they have zero elements. You can explicitly reuse an out "
+                              "tensor t by resizing it, inplace, to zero elements with t.resize_(0).", UserWarning,
+                              stacklevel=3)
+            o._data = np.empty(r.shape, o._data.dtype)
+        o._data[...] = r._data
+        o._vc[0] += 1
+    return out
+
+
+def _flat(args):
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            yield from a
+        else:
+            yield a
 
 
 def _binds(fn, args, kwargs) -> bool:
