@@ -575,3 +575,98 @@ def test_torch_profiler_names():
     s = P.schedule(wait=1, warmup=1, active=2, repeat=1)
     ts = torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=1)
     assert [s(i).name for i in range(6)] == [ts(i).name for i in range(6)]
+
+
+# ---- custom Function details ------------------------------------------------------------------------------
+
+def _graph_desc(fn):
+    if fn is None:
+        return "None"
+    inner = ", ".join(_graph_desc(n) for n, _ in fn.next_functions)
+    return f"{type(fn).__name__}({inner})"
+
+
+def test_custom_backward_returning_none_propagates_no_gradient():
+    def run(lib):
+        class MyFunction(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, g):
+                return None
+        x = lib.ones(1, requires_grad=True)
+        MyFunction.apply(x ** 2).backward()            # PowBackward0 gets no gradient: x.grad stays None
+        a = x.grad
+        MyFunction.apply(x.exp() * 3).sum().backward()
+        return a, x.grad, lib.autograd.grad(MyFunction.apply(x.sin()), x, allow_unused=True)[0]
+    assert both(run) == ((None, None, None), (None, None, None))
+
+
+def test_custom_function_node_type_names_and_setup_context_defaults():
+    def run(lib):
+        class Scale(lib.autograd.Function):
+            @staticmethod
+            def forward(x, y=3.0, *, unused=None):
+                return x * y
+
+            @staticmethod
+            def setup_context(ctx, inputs, output):
+                ctx.y = inputs[1]
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * ctx.y, None
+        x = lib.ones(2, requires_grad=True)
+        out = Scale.apply(x)
+        out.sum().backward()
+        return type(out.grad_fn).__name__, np_of(x.grad).tolist()
+    a, t = both(run)
+    assert a == t == ("ScaleBackward", [3.0, 3.0])
+
+
+def test_once_differentiable_with_create_graph_gives_an_error_node():
+    def run(lib):
+        class MyFunction(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, t1, s, t2):
+                ctx.s = s
+                ctx.save_for_backward(t1, t2)
+                return t1 + s * t2 + t1 * t2
+
+            @staticmethod
+            @lib.autograd.function.once_differentiable
+            def backward(ctx, g):
+                assert not lib.is_grad_enabled()
+                t1, t2 = ctx.saved_tensors
+                return g + g * t2, None, g * ctx.s + g * t1
+        x, y = lib.ones(3, 3, requires_grad=True), lib.full((3, 3), 2.0, requires_grad=True)
+        go = lib.ones((), requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            MyFunction.apply(x, 2, y).sum().backward(go, create_graph=True)
+        e = error_of(lambda: x.grad.sum().backward())
+        return x.grad, _graph_desc(x.grad.grad_fn), str(e)
+    (g, d, e), (tg, td, te) = both(run)
+    same(g, tg)
+    assert e == te
+    assert td.endswith(d) and d == "Error(AccumulateGrad(), None, AccumulateGrad())"
+
+
+def test_misc_tensor_behaviours_match_torch():
+    def run(lib):
+        x = lib.ones(2, requires_grad=True)
+        e = error_of(lambda: setattr(x, "grad", x))
+        import pickle
+        rg = pickle.loads(pickle.dumps(lib.ones(2, requires_grad=True))).requires_grad
+        with lib.no_grad():
+            arr = lib.ones(2, requires_grad=True).numpy().tolist()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            (x * x).sum().backward(create_graph=True)
+            lib.autograd.grad((x * x).sum(), x, create_graph=True)
+        return str(e), rg, arr, [str(i.message)[:48] for i in w]
+    a, t = both(run)
+    assert a[:3] == t[:3]
+    assert a[3] == ["Using backward() with create_graph=True will cre"] and t[3] in ([], a[3])  # torch: once a process

@@ -99,6 +99,12 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     if retain_graph is None:
         retain_graph = create_graph
     roots = _make_root_grads(tensors, grad_tensors, create_graph)
+    if create_graph:
+        warnings.warn("Using backward() with create_graph=True will create a reference cycle between the parameter "
+                      "and its gradient which can cause a memory leak. We recommend using autograd.grad when "
+                      "creating the graph to avoid this. If you have to use this function, make sure to reset the "
+                      ".grad fields of your parameters to None after use to break the cycle and avoid the leak.",
+                      UserWarning, stacklevel=3 if _called_from_tensor_backward() else 2)
     if inputs is None:
         run(tensors, roots, retain_graph, create_graph, None, accumulate=True)
         return
@@ -119,6 +125,12 @@ def _run_post_accumulate_hooks(acc, var):
         if fn(var) is not None:
             raise RuntimeError("post accumulate grad hooks cannot return a value, got a value from hook "
                                f"{getattr(fn, '__name__', fn)}")
+
+
+def _called_from_tensor_backward() -> bool:
+    import sys
+    f = sys._getframe(2)
+    return f.f_code.co_name == "backward" and f.f_globals.get("__name__") == "jitgrad.runtime.tensor"
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, only_inputs=True,
@@ -344,7 +356,12 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                         captured[k] = grads[nr]
             if not every and node not in execute:
                 continue
-            if plain and type(node) is node_type and node._pre_hooks is None and node._hooks is None:
+            if len(grads) == 1 and grads[0] is None and type(node) is node_type or (
+                    type(node) is node_type and all(g is None for g in grads)):
+                # no gradient reached this op's node (a custom backward returned None): its inputs get none
+                # either, as torch's undefined gradients (no zeros are made up and accumulated)
+                in_grads = (None,) * len(node.next_functions)
+            elif plain and type(node) is node_type and node._pre_hooks is None and node._hooks is None:
                 # Node.apply inlined: zeros for outputs with no cotangent, saved-value checks, the vjp rule
                 if len(grads) != 1 or grads[0] is None:
                     for i, g in enumerate(grads):

@@ -234,6 +234,9 @@ class _FunctionMeta(type):
     def __init__(cls, name, bases, attrs):
         super().__init__(name, bases, attrs)
         cls._op = _FnOp(cls)
+        # the grad_fn's type is named after the Function, as torch's (``type(y.grad_fn).__name__``)
+        cls._backward_cls = type(name + "Backward", (BackwardCFunction,), {"__slots__": (), "__module__":
+                                                                           cls.__module__})
 
 
 class Function(metaclass=_FunctionMeta):
@@ -287,7 +290,7 @@ class Function(metaclass=_FunctionMeta):
         with grad_mode.no_grad():
             if cls.setup_context is not Function.setup_context:
                 out = cls.forward(*args, **kwargs)
-                cls.setup_context(ctx, args, out)
+                cls.setup_context(ctx, _with_defaults(cls.forward, args, kwargs), out)
             else:
                 out = cls.forward(ctx, *args, **kwargs)
         single = not isinstance(out, tuple)
@@ -321,7 +324,7 @@ class Function(metaclass=_FunctionMeta):
                 nf.append((None, 0))
                 needs.append(False)
             meta.append((a.shape, a.dtype, True) if isinstance(a, Tensor) else ((), None, False))
-        node = BackwardCFunction(cls._op, {}, tuple(nf), tuple(needs))
+        node = cls._backward_cls(cls._op, {}, tuple(nf), tuple(needs))
         node.ctx = ctx
         ctx._node = node
         node.input_meta = meta
@@ -362,6 +365,38 @@ class Function(metaclass=_FunctionMeta):
         return new_outs[0] if single else tuple(new_outs)
 
 
+def _with_defaults(forward, args, kwargs):
+    """The inputs ``setup_context`` sees: the call's arguments with forward's defaults filled in (torch)."""
+    import inspect
+    try:
+        sig = inspect.signature(forward)
+    except (TypeError, ValueError):
+        return args
+    if not kwargs and all(p.default is inspect.Parameter.empty or i < len(args)
+                          for i, p in enumerate(sig.parameters.values())):
+        return args
+    bound = sig.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return tuple(bound.args) + tuple(bound.kwargs.values())
+
+
+class DelayedError(Function):
+    """Identity whose backward raises: marks gradients that must not be differentiated again."""
+
+    msg = "trying to differentiate twice a function that was marked with @once_differentiable"
+
+    @staticmethod
+    def forward(ctx, *tensors):
+        return tensors if len(tensors) != 1 else tensors[0]
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(DelayedError.msg)
+
+
+DelayedError._backward_cls.__name__ = DelayedError._backward_cls.__qualname__ = "Error"   # torch's node type
+
+
 class InplaceFunction(Function):
     pass
 
@@ -377,7 +412,20 @@ def once_differentiable(fn):
     @functools.wraps(fn)
     def wrapper(ctx, *args):
         with grad_mode.no_grad():
-            return fn(ctx, *args)
+            outputs = fn(ctx, *args)
+        # with create_graph, the results require grad but differentiating them raises (torch's Error node)
+        if not grad_mode.STATE.grad_enabled or not any(isinstance(a, Tensor) and a.requires_grad for a in args):
+            return outputs
+        single = not isinstance(outputs, tuple)
+        outs = (outputs,) if single else outputs
+        fake = [o.detach().requires_grad_(True) if isinstance(o, Tensor) and o.is_floating_point() else o
+                for o in outs]
+        r = DelayedError.apply(*fake)
+        r = r if isinstance(r, tuple) else (r,)
+        for t in r:
+            if isinstance(t, Tensor) and t.grad_fn is not None:
+                t.grad_fn.torch_name = "Error"
+        return r[0] if single else r
     return wrapper
 
 

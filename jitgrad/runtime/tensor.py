@@ -237,6 +237,8 @@ class Tensor(InPlaceOps):
             if not isinstance(value, Tensor):
                 raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type "
                                 f"{type(value).__name__}")
+            if value is self:
+                raise RuntimeError("can't assign Variable as its own grad")
             if value.shape != self.shape:
                 raise RuntimeError(f"assigned grad has data of a different size: grad shape {list(value.shape)}, "
                                    f"tensor shape {list(self.shape)}")
@@ -360,7 +362,7 @@ class Tensor(InPlaceOps):
     def _check_readable(self, what):
         if _is_traced(self):
             _traced_read(self, what)
-        if self.requires_grad:
+        if self.requires_grad and _GM.grad_enabled:      # torch allows it under no_grad
             raise RuntimeError(f"Can't call {what} on Tensor that requires grad. Use tensor.detach().{what} instead.")
 
     def _check_on_cpu(self):
@@ -456,7 +458,9 @@ class Tensor(InPlaceOps):
     def __reduce__(self):
         from .factories import tensor
         dev = self.device
-        return (tensor, (self._host().copy(), None, None if dev.type == "cpu" else str(dev)), None)
+        # a leaf keeps requires_grad across pickling (torch); a non-leaf comes back as a leaf without it
+        return (tensor, (self._host().copy(), None, None if dev.type == "cpu" else str(dev),
+                         self._requires_grad and self.grad_fn is None), None)
 
     def __deepcopy__(self, memo):
         t = Tensor._make(_devices.copy_payload(self._data), self._requires_grad if self.grad_fn is None else False)
