@@ -670,3 +670,59 @@ def test_misc_tensor_behaviours_match_torch():
     a, t = both(run)
     assert a[:3] == t[:3]
     assert a[3] == ["Using backward() with create_graph=True will cre"] and t[3] in ([], a[3])  # torch: once a process
+
+
+# ---- hooks: order, siblings, post-hook grad_outputs; anomaly warnings as errors -----------------------------
+
+def test_hook_order_and_multi_output_siblings():
+    def run(lib):
+        log = []
+        x = lib.ones(2, requires_grad=True)
+        y = x * 2
+        y.grad_fn.register_prehook(lambda g: log.append("node_pre"))
+        y.register_hook(lambda g: log.append("tensor_hook"))
+        y.retain_grad()
+        y.grad_fn.register_hook(lambda gi, go: log.append("node_post"))
+        y.register_hook(lambda g: log.append("tensor_hook2"))
+        y.sum().backward(retain_graph=True)
+        y.sum().backward()
+
+        class Two(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x.clone(), x.clone()
+
+            @staticmethod
+            def backward(ctx, a, b):
+                log.append(("backward", a is None, b is None))
+                return a + b
+        a, b = Two.apply(x)
+        b.register_hook(lambda g: log.append(("b_hook", g is None)))
+        a.register_hook(lambda g: log.append(("a_hook", g is None)))
+        a.grad_fn.register_hook(lambda gi, go: log.append(("post", [g is None for g in gi], [g is None for g in go])))
+        a.grad_fn.register_prehook(lambda go: log.append(("pre", [g is None for g in go])))
+        a.sum().backward()
+        z = lib.ones(2, requires_grad=True)
+        z.register_hook(lambda g: log.append("leaf1"))
+        z.register_post_accumulate_grad_hook(lambda t: log.append("post_acc"))
+        z.register_hook(lambda g: log.append("leaf2"))
+        (z * z + z).sum().backward()
+        return log
+    a, t = both(run)
+    assert a == t
+
+
+def test_anomaly_error_warning_is_printed_when_warnings_are_errors(capsys):
+    def run(lib):
+        with warnings.catch_warnings(record=True) as w:
+            with lib.autograd.detect_anomaly():
+                warnings.simplefilter("error")
+                a = lib.randn(5, requires_grad=True)
+                d1 = a + 1
+                d2 = d1 ** 2
+                d1 += 1
+                e = error_of(lambda: lib.autograd.grad(d2.sum(), a))
+        return type(e), [str(i.message)[:40] for i in w]
+    (e, w), (te, tw) = both(run)
+    assert e is te is RuntimeError and w == tw
+    assert capsys.readouterr().err.count("Error detected in PowBackward0") == 2      # ours, then torch's

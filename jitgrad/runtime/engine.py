@@ -232,6 +232,9 @@ def _run_tensor_hooks(hooks, g):
     for fn in list(hooks.values()):
         r = fn(g)
         if r is not None:
+            if g is None:
+                g = r
+                continue
             if not isinstance(r, Tensor) or r.shape != g.shape:
                 raise RuntimeError(f"hook '{getattr(fn, '__name__', fn)}' has changed the size of value: expected "
                                    f"{list(g.shape)}, got {list(getattr(r, 'shape', ()))}")
@@ -329,7 +332,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
             # hooks registered on the tensors this node produced; retain_grad
             if node.tensor_hooks:
                 for nr, hooks in node.tensor_hooks.items():
-                    if grads[nr] is not None and hooks:
+                    if hooks:           # a sibling output with no gradient gets its hooks called with None (torch)
                         grads[nr] = _run_tensor_hooks(hooks, grads[nr])
             if node.retain_grad_refs:
                 _retain(node, grads, create_graph)
@@ -356,8 +359,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                         captured[k] = grads[nr]
             if not every and node not in execute:
                 continue
-            if len(grads) == 1 and grads[0] is None and type(node) is node_type or (
-                    type(node) is node_type and all(g is None for g in grads)):
+            if grads[0] is None and type(node) is node_type and (len(grads) == 1 or grads.count(None) == len(grads)):
                 # no gradient reached this op's node (a custom backward returned None): its inputs get none
                 # either, as torch's undefined gradients (no zeros are made up and accumulated)
                 in_grads = (None,) * len(node.next_functions)
@@ -416,6 +418,7 @@ def _apply_node(node, grads, create_graph):
             r = fn(tuple(grads))
             if r is not None:
                 grads = list(r)
+    given = tuple(grads)        # what the post hooks see as grad_outputs: before zeros are made up (torch)
     if node.materialize():
         ref = next((g for g in grads if g is not None), None)     # zeros go where the other grads are
         for i, g in enumerate(grads):
@@ -427,15 +430,15 @@ def _apply_node(node, grads, create_graph):
     if tr is not None:   # traced backward: its eqns carry the location of the forward op they differentiate
         with tr.located(node.loc, node.name(), node.stack):
             start = len(tr.eqns)
-            out = _apply_node_inner(node, grads, prof)
+            out = _apply_node_inner(node, grads, prof, given)
             tr.mark_results(start, [(i, g._data) for i, g in enumerate(out)
                                     if g is not None and type(g._data) is not np.ndarray],
                             node.name(), node.loc, node.stack)
             return out
-    return _apply_node_inner(node, grads, prof)
+    return _apply_node_inner(node, grads, prof, given)
 
 
-def _apply_node_inner(node, grads, prof):
+def _apply_node_inner(node, grads, prof, given=None):
     try:
         if prof is not None:
             with prof.range(node.name(), [m[0] for m in node.out_meta]):
@@ -462,7 +465,7 @@ def _apply_node_inner(node, grads, prof):
                 raise _nan_error(node, i, g)
     if node._hooks:
         for fn in list(node._hooks.values()):
-            r = fn(tuple(out), tuple(grads))
+            r = fn(tuple(out), given if given is not None else tuple(grads))
             if r is not None:
                 out = tuple(r)
     return out
@@ -474,7 +477,11 @@ def _forward_trace(node) -> str:
 
 def _with_forward_trace(e: Exception, node) -> Exception:
     tb = _forward_trace(node)
-    warnings.warn(f"Error detected in {node.name()}. {tb}", UserWarning, stacklevel=4)
+    try:
+        warnings.warn(f"Error detected in {node.name()}. {tb}", UserWarning, stacklevel=4)
+    except Warning as w:    # warnings turned into errors must not hide the real error: printed instead (torch)
+        import sys
+        print(f"{type(w).__name__}: {w}", file=sys.stderr)
     msg = f"{e}\n\n[jitgrad anomaly mode] Error detected in {node.name()}. {tb}"
     try:
         new = type(e)(msg)

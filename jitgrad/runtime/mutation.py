@@ -76,8 +76,9 @@ class InPlaceOps:
             r = fn(src, *others)
         else:       # nothing requires grad, or grad mode is off: the op records nothing either way
             r = fn(self, *others)
-        _check_result(self, r)
         rd, sd = r._data, self._data
+        if rd.shape != sd.shape or rd.dtype != sd.dtype:
+            _check_result(self, r)
         tr = _TR.active
         dev = backend_of_payload(sd) if tr is None else None
         if dev is not None:     # a device tensor: written into its own buffer, so aliases (detach, .data) see it
