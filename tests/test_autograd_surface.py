@@ -726,3 +726,47 @@ def test_anomaly_error_warning_is_printed_when_warnings_are_errors(capsys):
     (e, w), (te, tw) = both(run)
     assert e is te is RuntimeError and w == tw
     assert capsys.readouterr().err.count("Error detected in PowBackward0") == 2      # ours, then torch's
+
+
+def test_deep_reentrant_backward_has_no_recursion_limit():
+    class DeepReentrant(jg.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            with jg.enable_grad():
+                ctx.x = jg.autograd.Variable(x.detach(), requires_grad=True) - 1
+            return ctx.x.detach()
+
+        @staticmethod
+        def backward(ctx, g):
+            if ctx.x < 0:
+                return g
+            with jg.enable_grad():
+                DeepReentrant.apply(ctx.x).sum().backward()
+            return g
+    v = jg.tensor(2000.0, requires_grad=True)        # ~20,000 Python frames if it ran on one thread
+    DeepReentrant.apply(v).sum().backward()
+    assert float(v.grad) == 1.0
+
+
+def test_reentrant_backward_in_a_fresh_thread_keeps_grad_mode_and_errors():
+    from jitgrad.runtime import engine
+    seen = []
+
+    class Probe(jg.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, depth):
+            ctx.depth = depth
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            seen.append(jg.is_grad_enabled())
+            if ctx.depth == 0:
+                raise ValueError("deepest")
+            with jg.enable_grad():
+                y = jg.ones(1, requires_grad=True)
+                Probe.apply(y, ctx.depth - 1).sum().backward()
+            return g, None
+    with pytest.raises(ValueError, match="deepest"):
+        Probe.apply(jg.ones(1, requires_grad=True), engine.MAX_REENTRANT_DEPTH + 3).sum().backward()
+    assert seen == [False] * (engine.MAX_REENTRANT_DEPTH + 4)

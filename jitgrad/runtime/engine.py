@@ -6,6 +6,7 @@ One pass: find the nodes that lead from the roots to what we want (leaf accumula
 """
 from __future__ import annotations
 
+import threading
 import warnings
 
 import numpy as np
@@ -242,8 +243,43 @@ def _run_tensor_hooks(hooks, g):
     return g
 
 
+class _Reentrant(threading.local):
+    def __init__(self):
+        self.depth = 0          # backward calls running in this thread (a custom backward calling backward)
+
+
+_REENTRANT = _Reentrant()
+# nested backward calls per thread before the next one moves to a fresh thread (torch does the same), so a deep
+# chain of reentrant backwards (2,000 levels) never exhausts one thread's Python recursion limit or C stack
+MAX_REENTRANT_DEPTH = 24
+
+
+def _run_in_fresh_thread(*args):
+    """``_run(*args)`` on a new thread that starts with this thread's grad mode and trace, waited for here."""
+    gm, tr = grad_mode.STATE, _TR
+    mode = (gm.grad_enabled, gm.inference, tr.active)
+    box = {}
+
+    def work():
+        gm.grad_enabled, gm.inference, tr.active = mode
+        try:
+            box["out"] = run(*args)
+        except BaseException as e:      # re-raised in the calling thread
+            box["err"] = e
+    t = threading.Thread(target=work, name="jitgrad-reentrant-backward")
+    t.start()
+    t.join()
+    if "err" in box:
+        raise box["err"]
+    return box["out"]
+
+
 def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
     """Execute the backward graph.  Returns the captured gradients for ``inputs`` (when given)."""
+    reentrant = _REENTRANT
+    depth = reentrant.depth
+    if depth >= MAX_REENTRANT_DEPTH:
+        return _run_in_fresh_thread(outputs, root_grads, retain_graph, create_graph, inputs, accumulate)
     # capture points: (node, output_nr) -> input positions
     captures = {}
     if inputs is not None:
@@ -313,6 +349,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
     captured = [None] * (len(inputs) if inputs is not None else 0)
     prev_running = _RUNNING.nodes
     _RUNNING.nodes = deps        # register_multi_grad_hook asks which tensors this backward reaches
+    reentrant.depth = depth + 1
     ready = [n for n in needed if deps[n] == 0]
     ready.sort(key=lambda n: n.seq)
     prev_mode = grad_mode.STATE.grad_enabled
@@ -397,6 +434,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
     finally:
         grad_mode.STATE.grad_enabled = prev_mode
         _RUNNING.nodes = prev_running
+        reentrant.depth = depth
     return captured
 
 
