@@ -770,3 +770,33 @@ def test_reentrant_backward_in_a_fresh_thread_keeps_grad_mode_and_errors():
     with pytest.raises(ValueError, match="deepest"):
         Probe.apply(jg.ones(1, requires_grad=True), engine.MAX_REENTRANT_DEPTH + 3).sum().backward()
     assert seen == [False] * (engine.MAX_REENTRANT_DEPTH + 4)
+
+
+# ---- inference mode ---------------------------------------------------------------------------------------
+
+def test_inference_mode_views_versions_and_messages():
+    def run(lib):
+        out = []
+        with lib.inference_mode():
+            c = lib.ones(2, 3)
+            out.append(lib.is_inference(c.view(6)))
+        out.append(lib.is_inference(c.view(6)))                  # a view of an inference tensor is one
+        out.append(str(error_of(lambda: c._version)))
+        out.append(str(error_of(lambda: c.view(6).add_(1))))
+        out.append(str(error_of(lambda: c.add_(1))))
+        x = lib.ones(2, 3, requires_grad=True)
+        e = str(error_of(lambda: (x * c).sum()))
+        out.append(e.split(" (op")[0].split("\n")[0].replace("torch.", "jitgrad."))
+        with lib.inference_mode():
+            w = x.view(-1)                                          # a normal tensor's view stays normal
+        out.append(lib.is_inference(w))
+        out.append(str(error_of(lambda: w.mul_(2))))
+        return out
+    a, t = both(run)
+    assert a == t
+
+
+def test_tensor_format_and_version_of_normal_tensors_unchanged():
+    x = jg.ones(2)
+    x.add_(1)
+    assert x._version == 1

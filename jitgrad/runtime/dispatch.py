@@ -148,6 +148,11 @@ def _bind(op, args, params):
         base = args[0]
         t._vc = base._vc
         t._base = base if base._base is None else base._base
+        if base._inference:
+            t._inference = True         # a view of an inference tensor is one (in any mode)
+        elif _GM.inference:
+            t._inference = False        # a view of a normal tensor stays normal, marked as made in inference mode
+            t._view_origin = INFERENCE_VIEW
     else:
         t._vc = [0]
         t._base = None
@@ -282,8 +287,11 @@ def _record(op, params, args, hit, t):
             ins[i] = a
             if type(a) is Tensor or isinstance(a, Tensor):
                 if a._inference:
-                    raise RuntimeError(_with_loc(f"{op.name}: Inference tensors cannot be saved for backward. To work "
-                                                 "around you can make a clone to get a normal tensor and use it in autograd."))
+                    raise RuntimeError(_with_loc(
+                        "Inference tensors cannot be saved for backward. Please do not use Tensors created in "
+                        "inference mode in computation tracked by autograd. To work around this, you can make a clone "
+                        "to get a normal tensor and use it in autograd, or use `jitgrad.no_grad()` instead of "
+                        f"`jitgrad.inference_mode()`. (op {op.name})"))
                 vers.append((i, a._vc[0]))
         node.inputs = tuple(ins)
         node.versions = vers
@@ -392,3 +400,4 @@ def _forward_nan(op, avals, t):
 from .tensor import Tensor  # noqa: E402  (Tensor's methods call bind; bind builds Tensors)
 from .devices import backend_of_payload, transfer  # noqa: E402
 from .saved_hooks import STATE as _SH, pack_node  # noqa: E402
+from .view_inplace import INFERENCE_VIEW  # noqa: E402

@@ -7,7 +7,7 @@ import numpy as np
 from ..ir.ops import OPS as O
 from ..tracer import STATE as _TR
 from . import grad_mode, saved_mutation
-from .view_inplace import NO_GRAD_VIEW_MSG, inplace_on_view
+from .view_inplace import INFERENCE_VIEW, INFERENCE_VIEW_MSG, NO_GRAD_VIEW_MSG, inplace_on_view
 from .traced import is_traced, traced_mask, traced_payload, traced_write
 from .devices import backend_of_payload, copy_payload
 
@@ -36,19 +36,21 @@ class InPlaceOps:
         b = self._base
         if b is not None and _GM.grad_enabled and b.requires_grad:
             if self.grad_fn is None and not self._requires_grad:
-                raise RuntimeError(NO_GRAD_VIEW_MSG)
+                raise RuntimeError(INFERENCE_VIEW_MSG if getattr(self, "_view_origin", None) is INFERENCE_VIEW
+                                   else NO_GRAD_VIEW_MSG)
             if b.grad_fn is None:
                 raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place "
                                    "operation.")
             origin = getattr(self, "_view_origin", None)
-            if origin is not None:
+            if origin is not None and origin is not INFERENCE_VIEW:
                 raise RuntimeError(f"Output {origin[1]} of {origin[0]} is a view and is being modified inplace. This "
                                    "view is the output of a function that returns multiple views. Such functions do "
                                    "not allow the output views to be modified inplace. You should replace the "
                                    "inplace operation by an out-of-place one.")
         if self._inference and not _GM.inference:
-            raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed. You can "
-                               "make a clone to get a normal tensor before doing inplace update.")
+            raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed.You can make "
+                               "a clone to get a normal tensor before doing inplace update.See "
+                               "https://github.com/pytorch/rfcs/pull/17 for more details.")   # torch's text
         if type(self._data) is np.ndarray and not self._data.flags.writeable:
             raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
                                "single memory location. Please clone() the tensor before performing the operation.")

@@ -189,6 +189,8 @@ class Tensor(InPlaceOps):
 
     @property
     def _version(self) -> int:
+        if self._inference:
+            raise RuntimeError("Inference tensors do not track version counter.")
         return self._vc[0]
 
     # --- autograd attributes ---------------------------------------------------------------------
