@@ -41,4 +41,4 @@ int = int32   # noqa: A001
 __version__ = "0.1.0"
 
 from .runtime.torch_surface import install as _install_torch_surface  # noqa: E402
-_install_torch_surface(globals())   # keepdims aliases, torch's grad_fn names, "not supported yet" errors
+_install_torch_surface(globals())   # the extra modules' functions and methods, "not supported yet" names

@@ -800,3 +800,32 @@ def test_tensor_format_and_version_of_normal_tensors_unchanged():
     x = jg.ones(2)
     x.add_(1)
     assert x._version == 1
+
+
+# ---- the surface is in the functions themselves (no import-time wrappers) ---------------------------------
+
+def test_public_functions_are_the_functions_themselves():
+    from jitgrad.runtime import functions, ordering, factories
+    import jitgrad.nn.functional as F
+    for name in ("sum", "mean", "exp", "max", "reshape", "where", "cat", "stack", "softmax"):
+        fn = getattr(jg, name)
+        assert fn is getattr(functions, name) and not hasattr(fn, "__wrapped__")
+    assert jg.Tensor.sum is jg.sum and jg.Tensor.exp is jg.exp and jg.sort is ordering.sort
+    assert jg.zeros is factories.zeros and F.cross_entropy.__module__ == "jitgrad.nn.functional"
+    x = jg.ones(2, 3, requires_grad=True)
+    # the torch extras still work through the functions' own **torch_kw
+    assert x.sum(1, keepdims=True).shape == (2, 1) and jg.amax(x, 0, keepdims=True).shape == (1, 3)
+    with pytest.raises(jg.UnsupportedError, match="argument 'foo' of mean"):
+        x.mean(foo=1)
+    with pytest.raises(jg.UnsupportedError, match="argument 'pin_memory' of zeros"):
+        jg.zeros(2, pin_memory=True)
+    # and torch's node names come from the functions
+    names = [x.sum().grad_fn.name(), x.sum(0).grad_fn.name(), x.mean(1).grad_fn.name(), x.max().grad_fn.name(),
+             x.max(0).values.grad_fn.name(), x.var().grad_fn.name(), x.t().grad_fn.name(), x[0].grad_fn.name(),
+             F.cross_entropy(x, jg.tensor([0, 2])).grad_fn.name(), F.linear(x, x).grad_fn.name()]
+    t = torch.ones(2, 3, requires_grad=True)
+    tnames = [type(g).__name__ for g in (t.sum().grad_fn, t.sum(0).grad_fn, t.mean(1).grad_fn, t.max().grad_fn,
+                                          t.max(0).values.grad_fn, t.var().grad_fn, t.t().grad_fn, t[0].grad_fn,
+                                          torch.nn.functional.cross_entropy(t, torch.tensor([0, 2])).grad_fn,
+                                          torch.nn.functional.linear(t, t).grad_fn)]
+    assert names == tnames

@@ -13,22 +13,34 @@ from ..runtime.factories import arange
 from ..runtime.tensor import Tensor
 from ..tracer import STATE as _TR
 from .dropout import dropout  # noqa: F401  (F.dropout)
+from ..runtime.torch_kwargs import torch_kwargs
+from ..runtime.grad_names import named
 
 relu = F.relu
 sigmoid = F.sigmoid
 tanh = F.tanh
 
 
-def softmax(input, dim=None, dtype=None):
+def softmax(input, dim=None, dtype=None, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(softmax, 'softmax', (input, dim, dtype), {}, torch_kw)
     return F.softmax(input, -1 if dim is None else dim, dtype)
 
 
-def log_softmax(input, dim=None, dtype=None):
+def log_softmax(input, dim=None, dtype=None, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(log_softmax, 'log_softmax', (input, dim, dtype), {}, torch_kw)
     return F.log_softmax(input, -1 if dim is None else dim, dtype)
 
 
-def gelu(input, approximate="none"):
+def gelu(input, approximate="none", **torch_kw):
     """GELU: ``x * Phi(x)``; ``approximate='tanh'`` uses the tanh formula."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(gelu, 'gelu', (input, approximate), {}, torch_kw)
+    return named(_gelu(input, approximate), "GeluBackward0")
+
+
+def _gelu(input, approximate="none"):
     if approximate == "tanh":
         return 0.5 * input * (1.0 + F.tanh(math.sqrt(2.0 / math.pi) * (input + 0.044715 * input * input * input)))
     if approximate != "none":
@@ -46,22 +58,32 @@ def _reduce(loss, reduction, what):
     raise ValueError(f"{what}: {reduction} is not a valid value for reduction")
 
 
-def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(mse_loss, 'mse_loss', (input, target, size_average, reduce, reduction), {}, torch_kw)
     if input.shape != target.shape:
         import warnings
         warnings.warn(f"Using a target size ({list(target.shape)}) that is different to the input size "
                       f"({list(input.shape)}). This will likely lead to incorrect results due to broadcasting. "
                       "Please ensure they have the same size.", stacklevel=2)
     d = input - target
-    return _reduce(d * d, reduction, "mse_loss")
+    return named(_reduce(d * d, reduction, "mse_loss"), "MseLossBackward0")
 
 
-def l1_loss(input, target, reduction="mean"):
-    return _reduce(F.abs(input - target), reduction, "l1_loss")
+def l1_loss(input, target, reduction="mean", **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(l1_loss, 'l1_loss', (input, target, reduction), {}, torch_kw)
+    return named(_reduce(F.abs(input - target), reduction, "l1_loss"), "L1LossBackward0")
 
 
-def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
+def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean", **torch_kw):
     """Negative log likelihood of class indices ``target`` under log-probabilities ``input`` (N, C, ...)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(nll_loss, 'nll_loss', (input, target, weight, ignore_index, reduction), {}, torch_kw)
+    return named(_nll_loss(input, target, weight, ignore_index, reduction), "NllLossBackward0")
+
+
+def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     unbatched = input.ndim == 1
     if unbatched:
         input, target = input.unsqueeze(0), target.reshape(1)
@@ -105,8 +127,17 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
 
 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
-                  label_smoothing=0.0):
+                  label_smoothing=0.0, **torch_kw):
     """Cross entropy between logits ``input`` (N, C, ...) or (C,) and class indices or class probabilities."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(cross_entropy, 'cross_entropy', (input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing), {}, torch_kw)
+    r = _cross_entropy(input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing)
+    # class probabilities as the target: torch's result is not an NLL node either
+    return r if getattr(target, "is_floating_point", lambda: False)() else named(r, "NllLossBackward0")
+
+
+def _cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+                  label_smoothing=0.0):
     cdim = 0 if input.ndim == 1 else 1
     logp = F.log_softmax(input, cdim)
     if isinstance(target, Tensor) and target.is_floating_point():
@@ -142,10 +173,12 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     return nll * (1 - label_smoothing) + smooth * (label_smoothing / C)
 
 
-def one_hot(tensor, num_classes=-1):
+def one_hot(tensor, num_classes=-1, **torch_kw):
     """``[..., num_classes]`` int64 tensor with a 1 at each value of ``tensor`` (an int64 tensor of class
     indices); ``num_classes=-1`` takes the largest value plus one (which reads the values: not inside
     ``@jitgrad.compile``)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(one_hot, 'one_hot', (tensor, num_classes), {}, torch_kw)
     if not isinstance(tensor, Tensor) or tensor.dtype is not dt.int64:
         raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
     concrete = type(tensor._data) is np.ndarray

@@ -11,10 +11,13 @@ from .dispatch import bind
 from .functions import _axis, clamp, where
 from .grad_names import named
 from .tensor import Tensor
+from .torch_kwargs import torch_kwargs
 
 
-def masked_fill(input, mask, value):
+def masked_fill(input, mask, value, **torch_kw):
     """``value`` where ``mask`` (bool, broadcast to ``input``) is True, else ``input``; keeps ``input``'s dtype."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(masked_fill, 'masked_fill', (input, mask, value), {}, torch_kw)
     if not isinstance(mask, Tensor) or mask.dtype.name != "bool":
         got = mask.dtype.name if isinstance(mask, Tensor) else type(mask).__name__
         raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype {got}")
@@ -50,8 +53,10 @@ def _scatter_key(input, dim, index):
     return ax, key
 
 
-def scatter_add(input, dim, index, src):
+def scatter_add(input, dim, index, src, **torch_kw):
     """``out = input.clone(); out[index[i][j]][j] += src[i][j]`` (dim=0), as torch.scatter_add."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(scatter_add, 'scatter_add', (input, dim, index, src), {}, torch_kw)
     ax = _axis("scatter_add", input, dim)
     if index.dtype.name != "int64":
         raise RuntimeError(f"scatter_add(): Expected dtype int64 for index, got {index.dtype.name}")
@@ -81,18 +86,24 @@ def _scatter_add_(self, dim, index, src):
     return self.copy_(scatter_add(self, dim, index, src))
 
 
-def clamp_min(input, min):
+def clamp_min(input, min, **torch_kw):
     """``max(input, min)`` elementwise (``clamp(input, min=min)``)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(clamp_min, 'clamp_min', (input, min), {}, torch_kw)
     return named(clamp(input, min=min), "ClampMinBackward0")
 
 
-def clamp_max(input, max):
+def clamp_max(input, max, **torch_kw):
     """``min(input, max)`` elementwise (``clamp(input, max=max)``)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(clamp_max, 'clamp_max', (input, max), {}, torch_kw)
     return named(clamp(input, max=max), "ClampMaxBackward0")
 
 
-def addmm(input, mat1, mat2, *, beta=1, alpha=1):
+def addmm(input, mat1, mat2, *, beta=1, alpha=1, **torch_kw):
     """``beta * input + alpha * (mat1 @ mat2)`` for 2-d ``mat1``, ``mat2`` (``nn.Linear``'s op)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(addmm, 'addmm', (input, mat1, mat2), {"beta": beta, "alpha": alpha}, torch_kw)
     if mat1.ndim != 2 or mat2.ndim != 2:
         raise RuntimeError(f"addmm: mat1 must be a matrix, got {mat1.ndim}-D tensor" if mat1.ndim != 2 else
                            f"addmm: mat2 must be a matrix, got {mat2.ndim}-D tensor")

@@ -7,11 +7,13 @@ import numpy as np
 from ..ir.ops import OPS as O
 from ..tracer import STATE as _TR
 from . import grad_mode, saved_mutation
+from .grad_names import getitem_name
 from .view_inplace import INFERENCE_VIEW, INFERENCE_VIEW_MSG, NO_GRAD_VIEW_MSG, inplace_on_view
 from .traced import is_traced, traced_mask, traced_payload, traced_write
 from .devices import backend_of_payload, copy_payload
 
 _GM = grad_mode.STATE
+_GETITEM = O["getitem"]
 _MUT = saved_mutation.STATE
 _TORCH_NAME = {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int", "bool": "Bool"}
 
@@ -165,7 +167,11 @@ class InPlaceOps:
     # --- indexing --------------------------------------------------------------------------------
     def __getitem__(self, key):
         spec, idx = parse_index(key, self)
-        return _bind(O["getitem"], self, *idx, spec=spec)
+        r = _bind(O["getitem"], self, *idx, spec=spec)
+        gf = r.grad_fn
+        if gf is not None and r is not self and gf.op is _GETITEM:
+            gf.torch_name = getitem_name(spec)      # torch's node: SelectBackward0, SliceBackward0, ...
+        return r
 
     def __setitem__(self, key, value):
         spec, idx = parse_index(key, self)

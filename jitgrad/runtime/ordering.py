@@ -12,6 +12,7 @@ from .dispatch import bind
 from .functions import _axes, _axis, gather
 from .grad_names import named
 from .tensor import Tensor
+from .torch_kwargs import torch_kwargs
 
 sort_result = collections.namedtuple("sort", ["values", "indices"])
 topk_result = collections.namedtuple("topk", ["values", "indices"])
@@ -25,8 +26,10 @@ def _dims_arg(dims):
     return tuple(dims)
 
 
-def flip(input, *dims):
+def flip(input, *dims, **torch_kw):
     """Reverse the order of elements along ``dims`` (a copy, as in torch): ``flip(x, (0, 1))``, ``x.flip(0)``."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(flip, 'flip', (input, *dims), {}, torch_kw)
     dims = _dims_arg(dims)
     axes = _axes("flip", input, dims) if dims else ()
     if input.ndim == 0 or not axes:
@@ -34,44 +37,56 @@ def flip(input, *dims):
     return named(bind(O["flip"], input, axes=axes).clone(), "FlipBackward0")
 
 
-def fliplr(input):
+def fliplr(input, **torch_kw):
     """Flip a tensor of at least 2 dims left-right (dim 1)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(fliplr, 'fliplr', (input,), {}, torch_kw)
     if input.ndim < 2:
         raise RuntimeError("Input must be >= 2-d.")
     return flip(input, 1)
 
 
-def flipud(input):
+def flipud(input, **torch_kw):
     """Flip a tensor of at least 1 dim up-down (dim 0)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(flipud, 'flipud', (input,), {}, torch_kw)
     if input.ndim < 1:
         raise RuntimeError("Input must be >= 1-d.")
     return flip(input, 0)
 
 
-def cumsum(input, dim, *, dtype=None):
+def cumsum(input, dim, *, dtype=None, **torch_kw):
     """Cumulative sum along ``dim``; integer and bool inputs give int64 (torch's rule)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(cumsum, 'cumsum', (input, dim), {"dtype": dtype}, torch_kw)
     if dtype is not None:
         input = input.to(dtype)
     ax = _axis("cumsum", input, dim)
     return bind(O["cumsum"], input, axis=ax, reverse=False)
 
 
-def cumprod(input, dim, *, dtype=None):
+def cumprod(input, dim, *, dtype=None, **torch_kw):
     """Cumulative product along ``dim``; differentiable (exactly, also where ``input`` has zeros)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(cumprod, 'cumprod', (input, dim), {"dtype": dtype}, torch_kw)
     if dtype is not None:
         input = input.to(dtype)
     ax = _axis("cumprod", input, dim)
     return bind(O["cumprod"], input, axis=ax)
 
 
-def argsort(input, dim=-1, descending=False, stable=False):
+def argsort(input, dim=-1, descending=False, stable=False, **torch_kw):
     """Indices that sort ``input`` along ``dim`` (always stable here; NaN sorts as the largest value)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(argsort, 'argsort', (input, dim, descending, stable), {}, torch_kw)
     ax = _axis("argsort", input, dim)
     return bind(O["argsort"], input, axis=ax, descending=bool(descending), stable=True)
 
 
-def sort(input, dim=-1, descending=False, stable=False):
+def sort(input, dim=-1, descending=False, stable=False, **torch_kw):
     """``(values, indices)`` sorted along ``dim``; stable (equal elements keep their order); differentiable."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(sort, 'sort', (input, dim, descending, stable), {}, torch_kw)
     if input.ndim == 0:
         return sort_result(named(input.clone(), "SortBackward0"), Tensor._make(_zero_index()))
     ax = _axis("sort", input, dim)
@@ -79,8 +94,10 @@ def sort(input, dim=-1, descending=False, stable=False):
     return sort_result(named(gather(input, ax, idx), "SortBackward0"), idx)
 
 
-def topk(input, k, dim=-1, largest=True, sorted=True):
+def topk(input, k, dim=-1, largest=True, sorted=True, **torch_kw):
     """The ``k`` largest (or smallest) elements along ``dim`` and their indices, in sorted order."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(topk, 'topk', (input, k, dim, largest, sorted), {}, torch_kw)
     k = int(k)
     if input.ndim == 0:
         if k != 1:
@@ -94,8 +111,10 @@ def topk(input, k, dim=-1, largest=True, sorted=True):
     return topk_result(named(gather(input, ax, idx), "TopkBackward0"), idx)
 
 
-def msort(input):
+def msort(input, **torch_kw):
     """``sort(input, dim=0).values``."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(msort, 'msort', (input,), {}, torch_kw)
     return sort(input, 0).values
 
 

@@ -10,6 +10,7 @@ import operator
 
 from .grad_names import named
 from .tensor import Tensor
+from .torch_kwargs import torch_kwargs
 
 
 def _dim(name, t, dim):
@@ -20,8 +21,10 @@ def _dim(name, t, dim):
     return dim + nd if dim < 0 else dim
 
 
-def narrow(input, dim, start, length):
+def narrow(input, dim, start, length, **torch_kw):
     """``input`` along ``dim`` from ``start`` for ``length`` elements: a view (torch.narrow)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(narrow, 'narrow', (input, dim, start, length), {}, torch_kw)
     if input.ndim == 0:
         raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
     d = _dim("narrow", input, dim)
@@ -42,8 +45,10 @@ def narrow(input, dim, start, length):
     return input[(slice(None),) * d + (slice(start, start + length),)]
 
 
-def select(input, dim, index):
+def select(input, dim, index, **torch_kw):
     """The slice of ``input`` at ``index`` along ``dim``, with that dim removed: a view (torch.select)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(select, 'select', (input, dim, index), {}, torch_kw)
     if input.ndim == 0:
         raise IndexError("select() cannot be applied to a 0-dim tensor.")
     d = _dim("select", input, dim)
@@ -55,8 +60,10 @@ def select(input, dim, index):
     return input[(slice(None),) * d + (index,)]
 
 
-def split_with_sizes(input, split_sizes, dim=0):
+def split_with_sizes(input, split_sizes, dim=0, **torch_kw):
     """Pieces of ``input`` along ``dim`` with the given sizes (which must add up to the dim's size)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(split_with_sizes, 'split_with_sizes', (input, split_sizes, dim), {}, torch_kw)
     from .functions import split
     d = _dim("split_with_sizes", input, dim)
     sizes = [operator.index(s) for s in split_sizes]
@@ -66,8 +73,10 @@ def split_with_sizes(input, split_sizes, dim=0):
     return split(input, sizes, d)
 
 
-def repeat(input, *sizes):
+def repeat(input, *sizes, **torch_kw):
     """``input`` tiled ``sizes[i]`` times along each dim (torch.Tensor.repeat; leading new dims allowed)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(repeat, 'repeat', (input, *sizes), {}, torch_kw)
     if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
         sizes = tuple(sizes[0])
     sizes = tuple(operator.index(s) for s in sizes)
@@ -85,20 +94,26 @@ def repeat(input, *sizes):
     return named(r, "RepeatBackward0") if r is not input else r
 
 
-def tile(input, dims):
+def tile(input, dims, **torch_kw):
     """torch.tile: ``repeat`` with ``dims`` padded by leading ones to ``input.ndim``."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(tile, 'tile', (input, dims), {}, torch_kw)
     dims = tuple(dims)
     return repeat(input, (1,) * (input.ndim - len(dims)) + dims)
 
 
-def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None, **torch_kw):
     """``(var(input, dim), mean(input, dim))`` as torch.var_mean."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(var_mean, 'var_mean', (input, dim, unbiased, keepdim), {"correction": correction}, torch_kw)
     from .functions import mean, var
     return var(input, dim, unbiased, keepdim, correction=correction), mean(input, dim, keepdim)
 
 
-def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None, **torch_kw):
     """``(std(input, dim), mean(input, dim))`` as torch.std_mean."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(std_mean, 'std_mean', (input, dim, unbiased, keepdim), {"correction": correction}, torch_kw)
     from .functions import mean, std
     return std(input, dim, unbiased, keepdim, correction=correction), mean(input, dim, keepdim)
 
