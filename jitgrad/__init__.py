@@ -15,6 +15,7 @@ _warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"jitgrad\.")
 
 from .ir.dtypes import DType as dtype, float32, float64, int32, int64, bool_ as bool  # noqa: A001
 from .runtime.tensor import Tensor, Device as device
+from .runtime.size import Size
 from .runtime.grad_mode import no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled, \
     is_inference_mode_enabled
 from .runtime.anomaly import is_anomaly_enabled, is_anomaly_check_nan_enabled, set_anomaly_enabled

@@ -829,3 +829,17 @@ def test_public_functions_are_the_functions_themselves():
                                           torch.nn.functional.cross_entropy(t, torch.tensor([0, 2])).grad_fn,
                                           torch.nn.functional.linear(t, t).grad_fn)]
     assert names == tnames
+
+
+def test_size_type():
+    x, t = jg.ones(3, 2), torch.ones(3, 2)
+    assert isinstance(x.shape, jg.Size) and isinstance(x.size(), tuple) and x.shape == (3, 2) == jg.Size([3, 2])
+    assert str(x.shape) == str(t.shape).replace("torch", "jitgrad") and repr(x.size()) == "jitgrad.Size([3, 2])"
+    assert x.shape.numel() == t.shape.numel() == 6 and x.size(1) == 2 and x.shape[1:] == (2,)
+    import pickle
+    assert pickle.loads(pickle.dumps(x.shape)) == (3, 2)
+    e = error_of(lambda: jg.autograd.grad((jg.ones(2, 2, requires_grad=True) * 2), jg.ones(1, requires_grad=True),
+                                          grad_outputs=jg.ones(2)))
+    te = error_of(lambda: torch.autograd.grad((torch.ones(2, 2, requires_grad=True) * 2),
+                                              torch.ones(1, requires_grad=True), grad_outputs=torch.ones(2)))
+    assert str(e) == str(te).replace("torch", "jitgrad")

@@ -54,8 +54,8 @@ def _make_root_grads(outputs, grad_outputs, create_graph):
             if not isinstance(g, Tensor):
                 g = Tensor._make(np.asarray(g, dtype=out._data.dtype))
             if g.shape != out.shape:
-                raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {list(g.shape)} and "
-                                   f"output[{i}] has a shape of {list(out.shape)}.")
+                raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {g.shape} and "
+                                   f"output[{i}] has a shape of {out.shape}.")     # Size: torch's text
             if g.is_floating_point() != out.is_floating_point():
                 raise RuntimeError(f"For complex Tensors, both grad_output and output are required to have the same "
                                    f"dtype. Mismatch in dtype: grad_output[{i}] has a dtype of {g.dtype.name} and "

@@ -15,11 +15,13 @@ from . import grad_mode
 from .node import AccumulateGrad, RemovableHandle
 from ..tracer import STATE as _TR
 from .mutation import InPlaceOps
+from .size import Size
 from .traced import is_traced as _is_traced, traced_read as _traced_read
 
 _GM = grad_mode.STATE
 _engine = None
 _FROM_NP = dt._FROM_NP
+_new_tuple = tuple.__new__
 O = OPS
 
 
@@ -136,9 +138,9 @@ class Tensor(InPlaceOps):
         return _FROM_NP[self._data.dtype]
 
     @property
-    def shape(self) -> tuple:
-        s = self._data.shape
-        return s if type(s) is tuple else tuple(s)     # a device array's shape may be a tuple subclass
+    def shape(self) -> Size:
+        """The dims as a ``jitgrad.Size`` (a tuple; internal code reads ``_data.shape``)."""
+        return _new_tuple(Size, self._data.shape)
 
     @property
     def ndim(self) -> int:
