@@ -843,3 +843,29 @@ def test_size_type():
     te = error_of(lambda: torch.autograd.grad((torch.ones(2, 2, requires_grad=True) * 2),
                                               torch.ones(1, requires_grad=True), grad_outputs=torch.ones(2)))
     assert str(e) == str(te).replace("torch", "jitgrad")
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce(reduce, include_self):
+    def run(lib):
+        x = lib.tensor(np.arange(10.0).reshape(2, 5) / 3, dtype=lib.float64, requires_grad=True)
+        s = lib.tensor(np.arange(8.0).reshape(2, 4) - 2, dtype=lib.float64, requires_grad=True)
+        idx = lib.tensor([[0, 1, 0, 4], [2, 2, 3, 3]])
+        y = x.scatter_reduce(1, idx, s, reduce, include_self=include_self)
+        (y * lib.tensor(np.linspace(1, 2, 10).reshape(2, 5), dtype=lib.float64)).sum().backward()
+        return y, x.grad, s.grad
+    for a, b in zip(*both(run)):
+        same(a, b, rtol=1e-12)
+    with pytest.raises(jg.UnsupportedError, match="amax"):
+        jg.zeros(3).scatter_reduce(0, jg.tensor([0, 1]), jg.ones(2), "amax")
+
+
+def test_strides_offsets_and_new_factories():
+    x, t = jg.zeros(3, 4), torch.zeros(3, 4)
+    for f in (lambda a: a.stride(), lambda a: a.t().stride(), lambda a: a[1:].storage_offset(),
+              lambda a: a[:, 2:].stride(0), lambda a: tuple(a.new_zeros(2, 3).shape),
+              lambda a: tuple(a.new_ones((2,)).shape), lambda a: tuple(a.new_empty(4).shape),
+              lambda a: np_of(a.new_full((2,), 3.0)).tolist(), lambda a: a.new_zeros(2, dtype=a.dtype).dtype is a.dtype):
+        assert f(x) == f(t)
+    assert x.new_zeros(2, requires_grad=True).requires_grad

@@ -87,6 +87,14 @@ def _bind(op, *args, **params):
     return _dispatch_bind(op, *args, **params)
 
 
+def _contiguous_strides(shape):
+    st, acc = [], 1
+    for n in reversed(shape):
+        st.append(acc)
+        acc *= n
+    return tuple(reversed(st))
+
+
 class Tensor(InPlaceOps):
     """A multi-dimensional array with autograd, like ``torch.Tensor``.
 
@@ -529,14 +537,38 @@ class Tensor(InPlaceOps):
     def contiguous(self) -> "Tensor":
         return self if self.is_contiguous() else self.clone()
 
-    def new_zeros(self, shape, dtype=None) -> "Tensor":
-        return self._same_device(Tensor._make(np.zeros(tuple(shape), (dtype or self.dtype).np)))
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        """Zeros of ``size`` (ints or one sequence) with this tensor's dtype and device unless given."""
+        return self._new_filled(np.zeros, size, dtype, device, requires_grad)
 
-    def new_ones(self, shape, dtype=None) -> "Tensor":
-        return self._same_device(Tensor._make(np.ones(tuple(shape), (dtype or self.dtype).np)))
+    def new_ones(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        return self._new_filled(np.ones, size, dtype, device, requires_grad)
 
-    def new_full(self, shape, value, dtype=None) -> "Tensor":
-        return self._same_device(Tensor._make(np.full(tuple(shape), value, (dtype or self.dtype).np)))
+    def new_empty(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        return self._new_filled(np.empty, size, dtype, device, requires_grad)
+
+    def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        return self._new_filled(lambda shp, d: np.full(shp, fill_value, d), (size,), dtype, device, requires_grad)
+
+    def _new_filled(self, make, size, dtype, device, requires_grad):
+        if len(size) == 1 and not isinstance(size[0], (int, np.integer)):
+            size = size[0]
+        t = Tensor._make(make(tuple(int(s) for s in size), dt.as_dtype(dtype or self.dtype).np))
+        t = self._same_device(t) if device is None else on_device(t, device)
+        return t.requires_grad_(True) if requires_grad else t
+
+    def stride(self, dim=None):
+        """Element strides per dim (torch's ``stride()``; a view's strides are its base's)."""
+        d = self._data
+        st = tuple(s // d.itemsize for s in d.strides) if type(d) is np.ndarray else _contiguous_strides(self.shape)
+        return st if dim is None else st[dim]
+
+    def storage_offset(self) -> int:
+        """The offset in elements of this tensor's first element in its base's storage."""
+        b, d = self._base, self._data
+        if b is None or type(d) is not np.ndarray or type(b._data) is not np.ndarray or not d.size:
+            return 0
+        return (d.__array_interface__["data"][0] - b._data.__array_interface__["data"][0]) // d.itemsize
 
     def _same_device(self, t: "Tensor") -> "Tensor":
         """``t`` (made on the CPU) on this tensor's device."""
