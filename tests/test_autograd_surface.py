@@ -869,3 +869,26 @@ def test_strides_offsets_and_new_factories():
               lambda a: np_of(a.new_full((2,), 3.0)).tolist(), lambda a: a.new_zeros(2, dtype=a.dtype).dtype is a.dtype):
         assert f(x) == f(t)
     assert x.new_zeros(2, requires_grad=True).requires_grad
+
+
+def test_retain_grad_follows_inplace_and_setitem_messages():
+    def run(lib):
+        out = []
+        x = lib.ones(3, requires_grad=True).clone()
+        x.retain_grad()
+        x.mul_(2)
+        x.sum().backward()
+        out.append(np_of(x.grad).tolist())
+        b = lib.ones(3, requires_grad=True) * 1
+        v = b[:2]
+        v.retain_grad()
+        v.mul_(3)
+        b.sum().backward()
+        out.append(v.grad)
+        a = lib.ones(2, requires_grad=True)
+        for key in (0, slice(0, 1), Ellipsis, lib.tensor([0])):
+            out.append(str(error_of(lambda: a.__setitem__(key, 1.0))))
+        out.append(str(error_of(lambda: setattr(a, "grad", lib.ones(2, dtype=lib.float64))))[:60])
+        return out
+    a, t = both(run)
+    assert a == t

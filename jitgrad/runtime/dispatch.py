@@ -240,7 +240,7 @@ def refresh_view(a):
         if node.retain_grad_refs and a._out_nr in node.retain_grad_refs:
             if new.retain_grad_refs is None:
                 new.retain_grad_refs = {}
-            new.retain_grad_refs[0] = node.retain_grad_refs[a._out_nr]
+            new.retain_grad_refs[0] = node.retain_grad_refs.pop(a._out_nr)
     a.grad_fn = new
     a._out_nr = 0
 

@@ -99,6 +99,8 @@ class InPlaceOps:
         if recording:
             if r.dtype is not self.dtype:
                 r = r.to(self.dtype)
+            if self._retains_grad:
+                move_retain_grad(self, r.grad_fn, r._out_nr)
             self.grad_fn = r.grad_fn
             self._out_nr = r._out_nr
             self._requires_grad = False
@@ -175,6 +177,11 @@ class InPlaceOps:
 
     def __setitem__(self, key, value):
         spec, idx = parse_index(key, self)
+        if self._requires_grad and self.grad_fn is None and _GM.grad_enabled and not idx and any(
+                type(k) is int or type(k) is tuple for k in spec):
+            # torch writes through a view here (select/slice, then copy_): its message names the view
+            raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place "
+                               "operation.")
         if _TR.active is not None or backend_of_payload(self._data) is not None or _GM.grad_enabled and (
                 self.requires_grad or isinstance(value, InPlaceOps) and value.requires_grad):
             self._apply_inplace(lambda s, v: _bind(O["index_put"], s, v, *idx, spec=spec, accumulate=False), value)
@@ -199,6 +206,17 @@ class InPlaceOps:
         self._vc[0] += 1
 
 
+
+
+def move_retain_grad(t, node, nr):
+    """``t.retain_grad()`` follows ``t`` to its new history ``(node, nr)`` (torch moves the hook as well)."""
+    old = t.grad_fn
+    ref = old.retain_grad_refs.pop(t._out_nr, None) if old is not None and old.retain_grad_refs else None
+    if ref is None or node is None:
+        return
+    if node.retain_grad_refs is None:
+        node.retain_grad_refs = {}
+    node.retain_grad_refs[nr] = ref
 
 
 def _snapshot(t):
