@@ -892,3 +892,23 @@ def test_retain_grad_follows_inplace_and_setitem_messages():
         return out
     a, t = both(run)
     assert a == t
+
+
+@pytest.mark.parametrize("args", [((2, 2), (1, 2)), ((3,), (2,), 1), ((2, 3), (0, 1)), ((2, 2), (3, 1), 2)])
+def test_as_strided_values_grads_and_view(args):
+    def run(lib):
+        x = lib.tensor(np.arange(8.0), dtype=lib.float64, requires_grad=True)
+        y = (x * 1).as_strided(*args)
+        w = lib.tensor(np.linspace(1, 2, int(np.prod(args[0]))).reshape(args[0]), dtype=lib.float64)
+        (y * w).sum().backward()
+        return y, x.grad, (type(y.grad_fn).__name__ if lib is torch else y.grad_fn.name())
+    (y, g, n), (ty, tg, tn) = both(run)
+    same(y, ty)
+    same(g, tg)
+    assert n == tn
+    x = jg.zeros(6)
+    x.as_strided((2,), (3,), 1).fill_(5.0)          # a view of the storage
+    same(x, [0, 5, 0, 0, 5, 0])
+    e = error_of(lambda: jg.zeros(4).as_strided((3,), (2,)))
+    te = error_of(lambda: torch.zeros(4).as_strided((3,), (2,)))
+    assert type(e) is type(te) and str(e) == str(te)
