@@ -912,3 +912,14 @@ def test_as_strided_values_grads_and_view(args):
     e = error_of(lambda: jg.zeros(4).as_strided((3,), (2,)))
     te = error_of(lambda: torch.zeros(4).as_strided((3,), (2,)))
     assert type(e) is type(te) and str(e) == str(te)
+
+
+def test_construct_standard_basis_for():
+    import torch.autograd.functional as TF
+    ins = (jg.randn(2, 3), jg.randn([]), jg.randn(3, dtype=jg.float64))
+    tins = tuple(torch.tensor(np_of(t)) for t in ins)
+    r = jg.autograd.functional._construct_standard_basis_for(ins, tuple(t.numel() for t in ins))
+    tr = TF._construct_standard_basis_for(tins, tuple(t.numel() for t in tins))
+    for a, b in zip(r, tr):
+        assert str(a.dtype).split(".")[1] == str(b.dtype).split(".")[1]
+        np.testing.assert_array_equal(np_of(a), np_of(b))
