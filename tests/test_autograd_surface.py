@@ -866,7 +866,8 @@ def test_strides_offsets_and_new_factories():
     for f in (lambda a: a.stride(), lambda a: a.t().stride(), lambda a: a[1:].storage_offset(),
               lambda a: a[:, 2:].stride(0), lambda a: tuple(a.new_zeros(2, 3).shape),
               lambda a: tuple(a.new_ones((2,)).shape), lambda a: tuple(a.new_empty(4).shape),
-              lambda a: np_of(a.new_full((2,), 3.0)).tolist(), lambda a: a.new_zeros(2, dtype=a.dtype).dtype is a.dtype):
+              lambda a: np_of(a.new_full((2,), 3.0)).tolist(),
+              lambda a: a.new_zeros(2, dtype=a.dtype).dtype is a.dtype):
         assert f(x) == f(t)
     assert x.new_zeros(2, requires_grad=True).requires_grad
 

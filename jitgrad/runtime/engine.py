@@ -175,8 +175,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     for i, (t, g) in enumerate(zip(inputs, res)):
         if g is None:
             if not allow_unused:
-                raise RuntimeError(f"The differentiated Tensor at index {i} (shape {list(_edge_shape(t))}) appears to not "
-                                   "have been used in the graph. Set allow_unused=True if this is the desired "
+                raise RuntimeError(f"The differentiated Tensor at index {i} (shape {list(_edge_shape(t))}) appears to "
+                                   "not have been used in the graph. Set allow_unused=True if this is the desired "
                                    "behavior.")
             if materialize_grads:
                 g = Tensor._make(np.zeros(t.shape, t._data.dtype)) if type(t) is not GradientEdge else \

@@ -23,10 +23,10 @@ NO_GRAD_VIEW_MSG = ("A view was created in no_grad mode and is being modified in
                     "the inplace to be tracked) or both outside (if you want the inplace to be tracked).")
 
 
-INFERENCE_VIEW_MSG = ("A view was created in inference mode and is being modified inplace in normal mode. Given that "
-                      "this use case is ambiguous and error-prone, it is forbidden. You can clarify your code by moving "
-                      "both the view and the inplace either both inside the inference_mode block (if you don't want "
-                      "the inplace to be tracked) or both outside (if you want the inplace to be tracked).")
+INFERENCE_VIEW_MSG = ("A view was created in inference mode and is being modified inplace in normal mode. Given "
+                      "that this use case is ambiguous and error-prone, it is forbidden. You can clarify your code by "
+                      "moving both the view and the inplace either both inside the inference_mode block (if you don't "
+                      "want the inplace to be tracked) or both outside (if you want the inplace to be tracked).")
 # the ``_view_origin`` of a view of a normal tensor made in inference mode (multi-output views hold (name, k))
 INFERENCE_VIEW = ("inference mode",)
 
