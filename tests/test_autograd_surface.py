@@ -924,3 +924,19 @@ def test_construct_standard_basis_for():
     for a, b in zip(r, tr):
         assert str(a.dtype).split(".")[1] == str(b.dtype).split(".")[1]
         np.testing.assert_array_equal(np_of(a), np_of(b))
+
+
+def test_inference_tensors_are_not_differentiated_outside_inference_mode():
+    def run(lib):
+        out = []
+        for rg in (False, True):
+            with lib.inference_mode():
+                c = lib.ones(1, 2, 3, requires_grad=rg)
+                out.append((c.requires_grad, lib.is_inference(c), lib.is_inference(c * 2), lib.is_inference(c.view(6))))
+            for r in (c * c, c.sin(), c.view(6), c.sum()):
+                out.append((r.requires_grad, lib.is_inference(r), r.is_leaf))
+            s = lib.ones(1, 2, 3, requires_grad=True)
+            out.append(str(error_of(lambda: s * c)).split(" (op")[0][:48])
+        return out
+    a, t = both(run)
+    assert a == t

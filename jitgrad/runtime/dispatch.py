@@ -259,13 +259,15 @@ def _record(op, params, args, hit, t):
                 nf.append((gf, a._out_nr))
                 needs.append(True)
                 continue
-            if a._requires_grad:
+            if a._requires_grad and not a._inference:     # an inference tensor is never differentiated (torch)
                 acc = a._acc
                 nf.append((acc if acc is not None else a._accumulator(), 0))
                 needs.append(True)
                 continue
         nf.append(_NO_EDGE)
         needs.append(False)
+    if True not in needs:
+        return              # only inference tensors "required" grad: nothing to record
     node = Node(op, params, tuple(nf), tuple(needs))
     node.shapes = hit[4]
     node.dtypes = hit[5]
