@@ -940,3 +940,35 @@ def test_inference_tensors_are_not_differentiated_outside_inference_mode():
         return out
     a, t = both(run)
     assert a == t
+
+
+def test_materialize_non_diff_grads_and_calculate_shape():
+    def run(lib):
+        seen = []
+
+        class Func(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                out0, out1 = x.clone(), x.clone()
+                ctx.mark_non_differentiable(out1)
+                ctx._materialize_non_diff_grads = False
+                return out0, out1
+
+            @staticmethod
+            def backward(ctx, g0, g1):
+                seen.append(g1 is None)
+                return g0
+
+        class Func2(Func):
+            @staticmethod
+            def forward(ctx, x):
+                out0, out1 = x.clone(), x.clone()
+                ctx.mark_non_differentiable(out1)
+                return out0, out1
+        a = lib.tensor(1.0, requires_grad=True)
+        Func.apply(a)[0].backward()
+        Func2.apply(a)[0].backward()
+        shapes = lib.autograd._calculate_shape(lib.ones(2, 3), lib.ones(4, 2, 3), True)
+        return seen, [tuple(s) for s in shapes]
+    a, t = both(run)
+    assert a == t == ([True, False], [(2, 3), (2, 3)])

@@ -128,6 +128,12 @@ def _run_post_accumulate_hooks(acc, var):
                                f"{getattr(fn, '__name__', fn)}")
 
 
+def _calculate_shape(output, grad, is_grads_batched):
+    """torch.autograd's helper: (output's shape, grad's shape without the batch dim when batched)."""
+    out_shape = output.node.out_meta[output.output_nr][0] if type(output) is GradientEdge else output.shape
+    return out_shape, grad.shape[1:] if is_grads_batched else grad.shape
+
+
 def _called_from_tensor_backward() -> bool:
     import sys
     f = sys._getframe(2)

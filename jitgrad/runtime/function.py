@@ -86,10 +86,14 @@ class _FnOp:
 class BackwardCFunction(Node):
     """The grad_fn of a custom Function's outputs: calls ``cls.backward(ctx, *grads)``."""
 
-    __slots__ = ("ctx", "input_meta")
+    __slots__ = ("ctx", "input_meta", "non_diff_outputs")
 
     def apply(self, grads):
         ctx = self.ctx
+        if self.non_diff_outputs and not getattr(ctx, "_materialize_non_diff_grads", True):
+            grads = list(grads)
+            for k in self.non_diff_outputs:     # torch: no zeros made up for outputs marked non-differentiable
+                grads[k] = None
         if ctx._freed:
             if ctx._saved:
                 from .node import FREED_MSG
@@ -337,6 +341,7 @@ class Function(metaclass=_FunctionMeta):
             node.stack = user_stack(2)
         new_outs = []
         out_meta = []
+        non_diff_pos = []
         input_ids = {id(t) for t in tensors_in}
         for k, o in enumerate(outs):
             if not isinstance(o, Tensor):
@@ -352,12 +357,15 @@ class Function(metaclass=_FunctionMeta):
             else:
                 t = o
             out_meta.append((t.shape, t.dtype))
+            if id(o) in non_diff:
+                non_diff_pos.append(k)
             if id(o) not in non_diff and t.is_floating_point():
                 t.grad_fn = node
                 t._out_nr = k
                 t._requires_grad = False
             new_outs.append(t)
         node.out_meta = tuple(out_meta)
+        node.non_diff_outputs = tuple(non_diff_pos)
         tr = _TR.active
         if tr is not None:
             _trace_custom(tr, cls, ctx, node, args, new_outs, node.loc)
