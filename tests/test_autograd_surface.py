@@ -972,3 +972,42 @@ def test_materialize_non_diff_grads_and_calculate_shape():
         return seen, [tuple(s) for s in shapes]
     a, t = both(run)
     assert a == t == ([True, False], [(2, 3), (2, 3)])
+
+
+def test_saved_attributes_and_raw_saved_hooks():
+    def run(lib):
+        out = []
+        a = lib.tensor([1.0, 2.0], requires_grad=True)
+        y = a * a
+        out.append((y.grad_fn._saved_self is a, y.grad_fn._saved_other is a))
+        z = a.exp()
+        out.append(np_of(z.grad_fn._saved_result).round(5).tolist())
+        out.append(str(error_of(lambda: z.grad_fn._saved_self)))
+        w = a.sin()
+        w.grad_fn._raw_saved_self.register_hooks(lambda x: x * 2, lambda x: x)
+        w.sum().backward()
+        out.append(np_of(a.grad).round(5).tolist())
+        out.append(str(error_of(lambda: w.grad_fn._saved_self))[:40])
+        q = a.exp()
+        q.grad_fn._raw_saved_result.register_hooks(lambda x: x, lambda x: x)
+        out.append(str(error_of(lambda: q.grad_fn._raw_saved_result.register_hooks(lambda x: x, lambda x: x)))[:60])
+        return out
+    a, t = both(run)
+    assert a == t
+
+
+def test_saved_tensors_hooks_tolerate_unbalanced_exit_and_vmap_defaults():
+    def unpack(x):
+        ctx_1.__exit__()
+        return x
+    ctx_1 = jg.autograd.graph.saved_tensors_hooks(lambda x: x, unpack)
+    ctx_2 = jg.autograd.graph.saved_tensors_hooks(lambda x: x, lambda x: x)
+    for _ in range(3):
+        with ctx_2:
+            ctx_1.__enter__()
+            jg.randn(3, 3, requires_grad=True).sin().sum().backward()
+    for _ in range(3):
+        ctx_1.__exit__()
+    from jitgrad.runtime.saved_hooks import STATE
+    assert STATE.stack == []
+    assert jg.autograd.Function.generate_vmap_rule is False and hasattr(jg.autograd.Function, "vmap")

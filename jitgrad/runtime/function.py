@@ -274,6 +274,14 @@ class Function(metaclass=_FunctionMeta):
 
     vjp = backward
 
+    # torch's vmap support: jitgrad has no vmap, so no Function generates a rule and ``vmap`` refuses
+    generate_vmap_rule = False
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        """torch's per-Function vmap rule hook; jitgrad has no vmap."""
+        raise NotImplementedError("jitgrad has no vmap: autograd.Function.vmap is not supported")
+
     @staticmethod
     def setup_context(ctx, inputs, output):
         return NotImplemented

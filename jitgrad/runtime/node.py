@@ -97,6 +97,13 @@ class Node:
     def __repr__(self):
         return f"<{self.name()} object at {hex(id(self))}>"
 
+    def __getattr__(self, name):
+        # only reached for names the node lacks: torch's _saved_self / _raw_saved_result ... (saved_access.py)
+        if name.startswith("_saved_") or name.startswith("_raw_saved_"):
+            from .saved_access import saved_attribute
+            return saved_attribute(self, name)
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
     def register_hook(self, fn):
         """fn(grad_inputs, grad_outputs) -> None or replacement grad_inputs; runs after this node."""
         if self._hooks is None:

@@ -49,7 +49,13 @@ class saved_tensors_hooks:
         return self
 
     def __exit__(self, *exc):
-        STATE.stack.pop()
+        # torch tolerates unbalanced exits (an unpack hook leaving its own context): remove this pair if present
+        pair = (self.pack_hook, self.unpack_hook)
+        stack = STATE.stack
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i] == pair:
+                del stack[i]
+                break
 
 
 class disable_saved_tensors_hooks:
