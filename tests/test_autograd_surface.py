@@ -1011,3 +1011,23 @@ def test_saved_tensors_hooks_tolerate_unbalanced_exit_and_vmap_defaults():
     from jitgrad.runtime.saved_hooks import STATE
     assert STATE.stack == []
     assert jg.autograd.Function.generate_vmap_rule is False and hasattr(jg.autograd.Function, "vmap")
+
+
+def test_median_and_nanmedian_backprop_like_torch():
+    def run(lib):
+        out = []
+        for f in (lib.min, lib.max, lib.median, lib.nanmedian):
+            for vals in ([1.0, 0.0, 1.0, 0.0, 1.0, 0.0], [float("nan")] * 3, [2.0, float("nan"), 1.0, 3.0]):
+                x = lib.tensor(vals, requires_grad=True)
+                y = f(x)
+                y.backward()
+                out.append((np.nan_to_num(np_of(y), nan=-9).item(), np.round(np_of(x.grad), 6).tolist(),
+                            type(y.grad_fn).__name__ if lib is torch else y.grad_fn.name()))
+        a = lib.tensor([[3.0, 1.0, 2.0, 5.0], [4.0, float("nan"), 0.0, 1.0]], requires_grad=True)
+        v, i = lib.median(a, 1, keepdim=True)
+        (v * lib.tensor([[1.0], [2.0]])).sum().backward()
+        out.append((np.nan_to_num(np_of(v), nan=-9).tolist(), np_of(i).tolist(), np_of(a.grad).tolist()))
+        out.append(float(lib.median(lib.tensor([4, 1, 3, 2]))))
+        return out
+    a, t = both(run)
+    assert a == t

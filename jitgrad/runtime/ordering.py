@@ -94,6 +94,78 @@ def sort(input, dim=-1, descending=False, stable=False, **torch_kw):
     return sort_result(named(gather(input, ax, idx), "SortBackward0"), idx)
 
 
+median_result = collections.namedtuple("median", ["values", "indices"])
+median_result.__doc__ = "``(values, indices)`` of ``median(x, dim)``, like torch.return_types.median."
+
+
+def _lower_median_value(flat, skip_nan):
+    """The lower median of a 1-d NumPy array (NaN when it holds one, unless ``skip_nan``)."""
+    import numpy as np
+    if skip_nan:
+        flat = flat[~np.isnan(flat)]
+    elif np.isnan(flat).any():
+        return np.nan
+    if flat.size == 0:
+        return np.nan
+    return np.sort(flat, kind="stable")[(flat.size - 1) // 2]
+
+
+def _evenly_at(input, m):
+    """``m`` (a number) as a 0-d result whose gradient goes evenly to the elements equal to it (all NaNs when
+    ``m`` is NaN), as torch's median/max/min backward without a dim."""
+    import math
+    mask = (input != input) if math.isnan(m) else (input == m)
+    count = float(mask._data.sum())
+    # the elements equal to m, summed and divided by their count, are m; each gets 1/count of the gradient
+    return input.where(mask, 0.0).sum() / max(count, 1.0)
+
+
+def median(input, dim=None, keepdim=False, **torch_kw):
+    """The lower median of all elements (a 0-d tensor; NaN if any is NaN), or ``(values, indices)`` along
+    ``dim``.  Without a dim the gradient is shared evenly by the elements equal to the median (torch's rule)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(median, 'median', (input, dim, keepdim), {}, torch_kw)
+    return _median("median", input, dim, keepdim, skip_nan=False)
+
+
+def nanmedian(input, dim=None, keepdim=False, **torch_kw):
+    """``median`` ignoring NaNs (NaN only when every element is NaN)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(nanmedian, 'nanmedian', (input, dim, keepdim), {}, torch_kw)
+    return _median("nanmedian", input, dim, keepdim, skip_nan=True)
+
+
+def _median(name, input, dim, keepdim, skip_nan):
+    import numpy as np
+    from .traced import is_traced, traced_read
+    if is_traced(input):
+        traced_read(input, f"{name}()")         # data-dependent selection: not traceable yet
+    if dim is None:
+        m = _lower_median_value(np.asarray(input._host(), dtype=np.float64).ravel(), skip_nan)
+        r = _evenly_at(input, m) if input.is_floating_point() else Tensor._make(np.asarray(m, input._data.dtype))
+        return named(r, "MedianBackward0" if name == "median" else "NanmedianBackward0")
+    if skip_nan:
+        from .torch_kwargs import UnsupportedError
+        raise UnsupportedError("jitgrad does not support nanmedian(dim=...) yet")
+    ax = _axis(name, input, dim)
+    n = input.shape[ax]
+    if n == 0:
+        raise IndexError(f"{name}(): Expected reduction dim {ax} to have non-zero size.")
+    idx = argsort(input, ax)                    # NaN sorts last, as NumPy: a row with NaN gives NaN below
+    k = (n - 1) // 2
+    pick = idx.narrow(ax, k, 1)
+    host = input._host()
+    nan_rows = np.isnan(host).any(axis=ax, keepdims=True) if input.is_floating_point() else None
+    if nan_rows is not None and nan_rows.any():  # torch: the median of a row holding NaN is (the first) NaN
+        first_nan = np.argmax(np.isnan(host), axis=ax)
+        pick_np = np.where(nan_rows, np.expand_dims(first_nan, ax), pick._data)
+        pick = Tensor._make(pick_np.astype(np.int64))
+    values = gather(input, ax, pick)
+    if not keepdim:
+        values, pick = values.squeeze(ax), pick.squeeze(ax)
+    return median_result(named(values, "MedianBackward1"), pick)
+
+
 def topk(input, k, dim=-1, largest=True, sorted=True, **torch_kw):
     """The ``k`` largest (or smallest) elements along ``dim`` and their indices, in sorted order."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -123,5 +195,6 @@ def _zero_index():
     return np.zeros((), np.int64)
 
 
-METHODS = ["flip", "fliplr", "flipud", "cumsum", "cumprod", "argsort", "sort", "topk", "msort"]
+METHODS = ["flip", "fliplr", "flipud", "cumsum", "cumprod", "argsort", "sort", "topk", "msort", "median",
+           "nanmedian"]
 __all__ = METHODS
