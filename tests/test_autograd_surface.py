@@ -1031,3 +1031,25 @@ def test_median_and_nanmedian_backprop_like_torch():
         return out
     a, t = both(run)
     assert a == t
+
+
+def test_metadata_inplace_ops():
+    def run(lib):
+        out = []
+        x = lib.ones(2, 3, requires_grad=True)
+        y = x * 1
+        v0 = y._version
+        assert y.t_() is y
+        out.append((tuple(y.shape), type(y.grad_fn).__name__ if lib is torch else y.grad_fn.name(), y._version - v0))
+        for op, args in (("unsqueeze_", (0,)), ("squeeze_", ()), ("transpose_", (0, 1))):
+            getattr(y, op)(*args)
+            out.append((tuple(y.shape), type(y.grad_fn).__name__ if lib is torch else y.grad_fn.name()))
+        out.append(str(error_of(lambda: x.t_())))
+        z = lib.ones(2, 3)
+        z.t_()
+        out.append((tuple(z.shape), z.is_contiguous()))
+        (y * lib.arange(6.0).reshape(2, 3)).sum().backward()
+        out.append(np_of(x.grad).tolist())
+        return out
+    a, t = both(run)
+    assert a == t
