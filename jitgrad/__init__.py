@@ -38,3 +38,6 @@ __version__ = "0.1.0"
 
 from .runtime.torch_surface import install as _install_torch_surface  # noqa: E402
 _install_torch_surface(globals())   # keepdims aliases, torch's grad_fn names, "not supported yet" errors
+
+from .runtime.triangular import install as _install_triangular  # noqa: E402
+_install_triangular(globals())   # tril, triu, diagonal (functions and methods)
