@@ -28,6 +28,9 @@ from .runtime.functions import *  # noqa: F401,F403
 from .runtime.functions import where, cat, concat, stack, max, min, abs, sum, pow  # noqa: A004
 from .jit.compile import compile  # noqa: E402,A004
 from . import autograd, nn, optim, cuda  # noqa: E402
+from . import amp, backends, utils  # noqa: E402,F401  (torch.amp, torch.backends, torch.utils.data)
+from .amp import autocast  # noqa: E402
+from .serialization import save, load  # noqa: E402
 
 float = float32   # noqa: A001  torch aliases
 double = float64

@@ -402,9 +402,13 @@ def reshape(input, *shape):
 def view(input, *shape):
     if len(shape) == 1 and isinstance(shape[0], dt.DType):
         raise NotImplementedError("view(dtype) is not supported; use .to(dtype)")
-    if not input._data.flags.c_contiguous and input.numel() > 1:
-        raise RuntimeError("view size is not compatible with input tensor's size and stride (at least one dimension "
-                           "spans across two contiguous subspaces). Use .reshape(...) instead.")
+    d = input._data
+    if not d.flags.c_contiguous and d.size > 1:
+        from .view_rule import viewable
+        new = _infer("view", _shape_arg(shape), input)
+        if not viewable(d.shape, tuple(st // d.itemsize for st in d.strides), new):
+            raise RuntimeError("view size is not compatible with input tensor's size and stride (at least one "
+                               "dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
     return reshape(input, *shape)
 
 
