@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from ..ir.ops import OPS as O
+from ..ir.ops.attention import attention_weights
 from ..runtime.dispatch import bind
 from ..runtime.tensor import Tensor
 from .dropout import dropout
@@ -58,10 +59,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         else:
             mask = attn_mask
     if dropout_p > 0.0:     # dropout sits between the softmax and the product: the composition, no fused op
-        s = (query @ key.mT) * sc
-        if mask is not None:
-            s = s + mask
-        return dropout(s.softmax(-1), dropout_p, True) @ value
+        weights = attention_weights(lambda name, *a, **p: bind(O[name], *a, **p), query, key, mask, sc)
+        return dropout(weights, dropout_p, True) @ value
     args = (query, key, value) if mask is None else (query, key, value, mask)
     return bind(O["sdpa"], *args, scale=sc)
 

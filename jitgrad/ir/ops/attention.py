@@ -4,7 +4,8 @@
 it as three NumPy calls with one backward node; a trace or a device binds its decomposition (matmul, the fused
 softmax, matmul), so compiled graphs hold only primitives codegen knows.  The mask is additive (0 where a key
 takes part, -inf where it does not): ``F.scaled_dot_product_attention`` turns boolean masks and ``is_causal``
-into one.  The vjp recomputes the attention weights with jitgrad ops instead of saving them, so it is itself
+into one.  A row whose mask excludes every key gets weights 0 (output 0, gradient 0), as torch's math kernel
+(``_safe_softmax``) gives.  The vjp recomputes the attention weights with jitgrad ops instead of saving them, so it is itself
 differentiable (second order and beyond).
 """
 from __future__ import annotations
@@ -38,37 +39,44 @@ def _sdpa_rule(avals, params):
     return [Aval(batch + (L, v.shape[-1]), q.dtype)]
 
 
-def _softmax_last(s):
-    m = s.max(axis=-1, keepdims=True)
-    with np.errstate(invalid="ignore"):        # a fully masked row: -inf - -inf is nan, as torch's math kernel
-        e = np.exp(s - m)
-    return e / e.sum(axis=-1, keepdims=True)
-
-
 def _sdpa_impl(q, k, v, mask=None, *, scale):
     s = np.matmul(q, np.swapaxes(k, -1, -2))
     s *= s.dtype.type(scale)
     if mask is not None:
         s = s + mask.astype(s.dtype, copy=False)
-    return np.matmul(_softmax_last(s), v)
+    m = s.max(axis=-1, keepdims=True)
+    dead = m == -np.inf                  # a fully masked row: weights 0 (torch's _safe_softmax), not nan
+    if dead.any():
+        s = np.where(dead, 0, s)
+        m = np.where(dead, 0, m)
+    e = np.exp(s - m)
+    p = e / e.sum(axis=-1, keepdims=True)
+    if dead.any():
+        p = np.where(dead, 0, p)
+    return np.matmul(p, v)
 
 
-def _weights(b, q, k, mask, scale):
+def attention_weights(b, q, k, mask, scale):
+    """``softmax(q @ k^T * scale + mask)`` with jitgrad ops (``b`` binds a primitive by name), rows that mask
+    every key giving 0 as torch's ``_safe_softmax`` does; finite gradients there, to any order."""
     s = (q @ k.mT) * scale
-    if mask is not None:
-        s = s + mask
-    return b("softmax", s, axis=s.ndim - 1)
+    if mask is None:
+        return b("softmax", s, axis=s.ndim - 1)
+    s = s + mask
+    dead = b("amax", s, axes=(s.ndim - 1,), keepdims=True).detach() == -np.inf
+    p = b("softmax", s.where(dead.logical_not(), 0.0), axis=s.ndim - 1)
+    return p.where(dead.logical_not(), 0.0)
 
 
 def _sdpa_decompose(b, q, k, v, mask=None, *, scale):
-    return _weights(b, q, k, mask, scale) @ v
+    return attention_weights(b, q, k, mask, scale) @ v
 
 
 def _sdpa_vjp(c, g):
     q, k, v = c.inputs[:3]
     mask = c.inputs[3] if len(c.inputs) == 4 else None
     scale = c.params["scale"]
-    p = _weights(c.bind, q, k, mask, scale)
+    p = attention_weights(c.bind, q, k, mask, scale)
     grads = [None] * len(c.inputs)
     if c.needs_grad[2]:
         grads[2] = (p.mT @ g).sum_to_size(c.shapes[2])
