@@ -3,8 +3,9 @@ a ``torch``-like module (jitgrad or torch), with tied input/output embeddings, d
 ``masked_fill`` (or ``F.scaled_dot_product_attention``), AdamW with two parameter groups, ``clip_grad_norm_``,
 batches from a ``DataLoader``, and a checkpoint saved and restored half-way.  20 steps in float64:
 
-* jitgrad eager == jitgrad compiled (the whole step under ``jg.compile``, and ``model = jg.compile(model)``), with
-  dropout on: the same Philox masks in both modes;
+* jitgrad eager == jitgrad compiled (the whole step under ``jg.compile``, and ``model = jg.compile(model)``, on
+  the reference interpreter; the whole step on the Numba backend too), with dropout on: the same Philox masks in
+  both modes;
 * jitgrad == torch without dropout (the libraries' generators differ), starting from the same weights, carried
   over with ``torch.save`` / ``torch.load`` in torch's file format.
 
@@ -124,13 +125,13 @@ def batches():
     return out
 
 
-def train_jitgrad(dropout, sdpa, mode, checkpoint_at=None):
+def train_jitgrad(dropout, sdpa, mode, checkpoint_at=None, backend="interpret"):
     jg.manual_seed(0)
     model = make_gpt(jg, dropout, sdpa).double()
     init = io.BytesIO()
     jg.save(model.state_dict(), init)
     opt = make_optimizer(jg, model)
-    fwd = jg.compile(model, backend="interpret") if mode == "compile-model" else model
+    fwd = jg.compile(model, backend=backend, background=False) if mode == "compile-model" else model
 
     def step(x, y):
         loss = fwd(x, y)
@@ -139,7 +140,7 @@ def train_jitgrad(dropout, sdpa, mode, checkpoint_at=None):
         opt.step()
         opt.zero_grad(set_to_none=True)
         return loss.detach()
-    run = jg.compile(step, backend="interpret") if mode == "compile-step" else step
+    run = jg.compile(step, backend=backend, background=False) if mode == "compile-step" else step
     losses = []
     for i, (x, y) in enumerate(batches()):
         if i == checkpoint_at:
@@ -174,7 +175,7 @@ def train_torch(sdpa, init):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(float(loss))
+        losses.append(loss.item())
     return np.array(losses), {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
 
 
@@ -204,3 +205,8 @@ def test_gpt_matches_torch_float64(sdpa):
     losses, state, init = train_jitgrad(0.0, sdpa, "compile-step")
     tl, ts = train_torch(sdpa, init)
     _same((losses, state), (tl, ts), 1e-9)
+
+
+def test_gpt_eager_equals_numba_compiled():
+    """The same 20 steps through the generated kernels (Numba backend, SDPA's decomposition fused and compiled)."""
+    _same(train_jitgrad(0.1, True, "eager"), train_jitgrad(0.1, True, "compile-step", backend="numba"), 1e-9)
