@@ -27,6 +27,11 @@ def get_worker_info():
     return _INFO
 
 
+class _KeyErrorMessage(str):
+    def __repr__(self):
+        return self
+
+
 class ExceptionWrapper:
     """An exception raised in a worker, carried to the main process and raised there with the worker's
     traceback in its message (torch's "Caught ... in DataLoader worker process N")."""
@@ -39,7 +44,7 @@ class ExceptionWrapper:
     def reraise(self):
         msg = f"Caught {self.exc_type.__name__} {self.where}.\nOriginal {self.msg}"
         if self.exc_type is KeyError:
-            msg = KeyError(msg)
+            msg = _KeyErrorMessage(msg)     # KeyError's str() is the repr of its argument: keep the newlines
         try:
             exc = self.exc_type(msg)
         except Exception:       # an exception type that does not take one message
