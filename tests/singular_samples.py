@@ -290,6 +290,17 @@ def _sdpa(m, q, k, v, mask):
     return m.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
+OP_SAMPLES["gelu"] = [Sample(lambda m, x: m.nn.functional.gelu(x), [a(0.0, -0.0, 40.0, -40.0, inf, -inf)]),
+                      Sample(lambda m, x: m.nn.functional.gelu(x, approximate="tanh"), [a(0.0, -0.0, 40.0, -40.0, 1e100)],
+                             "tanh")]
+OP_SAMPLES["layer_norm"] = [
+    Sample(lambda m, x: m.nn.functional.layer_norm(x, (3,)),
+           [rows([2.0, 2.0, 2.0], [0.0, 0.0, 0.0], [1.0, 2.0, 3.0], [-0.0, 0.0, -0.0], [1e200, -1e200, 0.0])],
+           "constant rows (variance 0: the eps alone), huge values"),
+    Sample(lambda m, x: m.nn.functional.layer_norm(x, (3,)), [rows([inf, 1.0, 1.0], [nan, 0.0, 1.0])], "inf and nan"),
+    Sample(lambda m, x: m.nn.functional.layer_norm(x, (2, 2), eps=0.0), [np.array([[[1.0, 2.0], [3.0, 4.0]], [[5.0, 5.0], [5.0, 6.0]]])],
+           "two normalised dims, eps 0"),
+]
 OP_SAMPLES["sdpa"] = [
     Sample(lambda m, q, k, v: _sdpa(m, q, k, v, m.tensor([[True, False, True], [False, False, False], [True, True, True]])),
            [rows([800.0, 0.0], [0.0, 0.0], [1.0, 1.0]), rows([1.0, 0.0], [1.0, 0.0], [0.0, 1.0]),
@@ -357,8 +368,6 @@ COMPOSITE_SAMPLES: dict[str, list[Sample]] = {
                                      a(1.0, 1.0, 1.0, 0.0, 1.0, 1.0)]),
                              Sample(lambda m, x, lo: m.clamp(x, min=lo), [a(0.0, 1.0, -1.0, nan), a(0.0, 0.0, 0.0, 0.0)], "min only"),
                              Sample(lambda m, x, hi: m.clamp(x, max=hi), [a(0.0, 1.0, -1.0, inf), a(0.0, 0.0, 0.0, inf)], "max only")],
-    "gelu": [Sample(lambda m, x: m.nn.functional.gelu(x), [a(0.0, -0.0, 40.0, -40.0, inf, -inf)]),
-             Sample(lambda m, x: m.nn.functional.gelu(x, approximate="tanh"), [a(0.0, -0.0, 40.0, -40.0, 1e100)], "tanh")],
     "l1_loss": [Sample(lambda m, x, y: m.nn.functional.l1_loss(x, y), [a(0.0, 1.0, -1.0, 2.0), a(0.0, 1.0, 1.0, inf)])],
     "mse_loss": [Sample(lambda m, x, y: m.nn.functional.mse_loss(x, y), [a(0.0, 1.0, inf), a(0.0, 1.0, 1.0)])],
     "cross_entropy": [Sample(lambda m, x: m.nn.functional.cross_entropy(x, m.tensor([0, 1, 2])),

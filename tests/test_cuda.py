@@ -144,6 +144,8 @@ CASES = {
     "tanh_backward": (lambda g, y: _bind("tanh_backward", g, y), [(2, 3), (2, 3)], "unit"),
     "softmax": (lambda a: _bind("softmax", a, axis=1), [(2, 3)], "any"),
     "sdpa": (lambda q, k, v, m: _bind("sdpa", q, k, v, m, scale=0.5), [(2, 3, 2), (2, 4, 2), (2, 4, 3), (3, 4)], "any"),
+    "gelu": (lambda a: _bind("gelu", a, approximate="none") + _bind("gelu", a, approximate="tanh"), [(2, 3)], "any"),
+    "layer_norm": (lambda a: _bind("layer_norm", a, naxes=1, eps=1e-5), [(2, 3)], "any"),
     "log_softmax": (lambda a: _bind("log_softmax", a, axis=0), [(2, 3)], "any"),
     "log_softmax_backward": (lambda g, o: _bind("log_softmax_backward", g, o, axis=1), [(2, 3), (2, 3)], "any"),
     "nll_loss": (lambda a: _bind("nll_loss", _bind("log_softmax", a, axis=1), jg.tensor([2, 0], device=a.device),

@@ -29,12 +29,11 @@ def log_softmax(input, dim=None, dtype=None):
 
 
 def gelu(input, approximate="none"):
-    """GELU: ``x * Phi(x)``; ``approximate='tanh'`` uses the tanh formula."""
-    if approximate == "tanh":
-        return 0.5 * input * (1.0 + F.tanh(math.sqrt(2.0 / math.pi) * (input + 0.044715 * input * input * input)))
-    if approximate != "none":
+    """GELU: ``x * Phi(x)``; ``approximate='tanh'`` uses the tanh formula.  One fused op in eager mode; traced
+    or on a device, its decomposition (``ir/ops/normalization.py``)."""
+    if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return 0.5 * input * (1.0 + F.erf(input * (1.0 / math.sqrt(2.0))))
+    return bind(O["gelu"], input, approximate=approximate)
 
 
 def _reduce(loss, reduction, what):
