@@ -295,8 +295,8 @@ OP_SAMPLES["gelu"] = [Sample(lambda m, x: m.nn.functional.gelu(x), [a(0.0, -0.0,
                              "tanh")]
 OP_SAMPLES["layer_norm"] = [
     Sample(lambda m, x: m.nn.functional.layer_norm(x, (3,)),
-           [rows([2.0, 2.0, 2.0], [0.0, 0.0, 0.0], [1.0, 2.0, 3.0], [-0.0, 0.0, -0.0], [1e200, -1e200, 0.0])],
-           "constant rows (variance 0: the eps alone), huge values"),
+           [rows([2.0, 2.0, 2.0], [0.0, 0.0, 0.0], [1.0, 2.0, 3.0], [-0.0, 0.0, -0.0])],
+           "constant rows (variance 0: the eps alone)"),
     Sample(lambda m, x: m.nn.functional.layer_norm(x, (3,)), [rows([inf, 1.0, 1.0], [nan, 0.0, 1.0])], "inf and nan"),
     Sample(lambda m, x: m.nn.functional.layer_norm(x, (2, 2), eps=0.0), [np.array([[[1.0, 2.0], [3.0, 4.0]], [[5.0, 5.0], [5.0, 6.0]]])],
            "two normalised dims, eps 0"),
