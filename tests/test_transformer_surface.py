@@ -4,7 +4,6 @@ torch.amp/backends/cuda seeds, pin_memory, and jg.compile(module) as torch's Opt
 from __future__ import annotations
 
 import io
-import warnings
 
 import numpy as np
 import pytest

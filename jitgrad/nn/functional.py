@@ -1,8 +1,6 @@
 """``jitgrad.nn.functional``: loss and activation functions, written as compositions of primitives."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..ir import dtypes as dt

@@ -1,12 +1,12 @@
 """Scaled dot-product attention as one fused primitive: ``sdpa(q, k, v[, mask]; scale)``.
 
-``out = softmax(q @ k^T * scale + mask) @ v`` over the last two dims, batch dims broadcast.  Eager CPU mode runs
-it as three NumPy calls with one backward node; a trace or a device binds its decomposition (matmul, the fused
-softmax, matmul), so compiled graphs hold only primitives codegen knows.  The mask is additive (0 where a key
-takes part, -inf where it does not): ``F.scaled_dot_product_attention`` turns boolean masks and ``is_causal``
-into one.  A row whose mask excludes every key gets weights 0 (output 0, gradient 0), as torch's math kernel
-(``_safe_softmax``) gives.  The vjp recomputes the attention weights with jitgrad ops instead of saving them, so it is itself
-differentiable (second order and beyond).
+``out = softmax(q @ k^T * scale + mask) @ v`` over the last two dims, batch dims broadcast.  Eager CPU mode
+runs it as three NumPy calls with one backward node; a trace or a device binds its decomposition (matmul, the
+fused softmax, matmul), so compiled graphs hold only primitives codegen knows.  The mask is additive (0 where a
+key takes part, -inf where it does not): ``F.scaled_dot_product_attention`` turns boolean masks and
+``is_causal`` into one.  A row whose mask excludes every key gets weights 0 (output 0, gradient 0), as torch's
+math kernel (``_safe_softmax``) gives.  The vjp recomputes the attention weights with jitgrad ops instead of
+saving them, so it is itself differentiable (second order and beyond).
 """
 from __future__ import annotations
 
