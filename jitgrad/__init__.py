@@ -33,6 +33,9 @@ from .runtime.legacy_types import FloatTensor, DoubleTensor, LongTensor, IntTens
 from .jit.compile import compile  # noqa: E402,A004
 from . import autograd, nn, optim, cuda  # noqa: E402
 from . import profiler  # noqa: E402  (torch.profiler)
+from . import amp, backends, utils  # noqa: E402,F401  (torch.amp, torch.backends, torch.utils.data)
+from .amp import autocast  # noqa: E402
+from .serialization import save, load  # noqa: E402
 
 float = float32   # noqa: A001  torch aliases
 double = float64
@@ -43,3 +46,6 @@ __version__ = "0.1.0"
 
 from .runtime.torch_surface import install as _install_torch_surface  # noqa: E402
 _install_torch_surface(globals())   # the extra modules' functions and methods, "not supported yet" names
+
+from .runtime.triangular import install as _install_triangular  # noqa: E402
+_install_triangular(globals())   # tril, triu, diagonal (functions and methods)
