@@ -21,6 +21,7 @@ _warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"jitgrad\.")
 
 from .ir.dtypes import DType as dtype, float32, float64, int32, int64, bool_ as bool  # noqa: A001
 from .runtime.tensor import Tensor, Device as device
+from .runtime.size import Size
 from .runtime.grad_mode import no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled, \
     is_inference_mode_enabled
 from .runtime.anomaly import is_anomaly_enabled, is_anomaly_check_nan_enabled, set_anomaly_enabled
@@ -29,11 +30,18 @@ from .runtime.factories import tensor, as_tensor, zeros, ones, full, empty, aran
     manual_seed, seed
 from .runtime.generator import Generator, default_generator, initial_seed, get_rng_state, set_rng_state
 from .runtime.sampling import normal, bernoulli, multinomial, randint_like
-from .ir.dtypes import uint8
+from .ir.dtypes import uint8, float16
+half = float16
 from .runtime.functions import *  # noqa: F401,F403
 from .runtime.functions import where, cat, concat, stack, max, min, abs, sum, pow  # noqa: A004
+from .runtime.legacy_types import FloatTensor, DoubleTensor, LongTensor, IntTensor, BoolTensor, ByteTensor, \
+    is_inference  # noqa: E402
 from .jit.compile import compile  # noqa: E402,A004
 from . import autograd, nn, optim, cuda  # noqa: E402
+from . import profiler  # noqa: E402  (torch.profiler)
+from . import amp, backends, utils  # noqa: E402,F401  (torch.amp, torch.backends, torch.utils.data)
+from .amp import autocast  # noqa: E402
+from .serialization import save, load  # noqa: E402
 
 float = float32   # noqa: A001  torch aliases
 double = float64
@@ -43,4 +51,7 @@ int = int32   # noqa: A001
 __version__ = "0.1.0"
 
 from .runtime.torch_surface import install as _install_torch_surface  # noqa: E402
-_install_torch_surface(globals())   # keepdims aliases, torch's grad_fn names, "not supported yet" errors
+_install_torch_surface(globals())   # the extra modules' functions and methods, "not supported yet" names
+
+from .runtime.triangular import install as _install_triangular  # noqa: E402
+_install_triangular(globals())   # tril, triu, diagonal (functions and methods)

@@ -172,7 +172,7 @@ def test_bincount():
 
 def test_format_spec_on_0d_tensors():
     loss = jg.tensor(1.234567)
-    assert f"{loss:.4f}" == "1.2346" and f"{jg.tensor(3):>4}" == "   3" and f"{loss}" == str(loss)
+    assert f"{loss:.4f}" == "1.2346" and f"{jg.tensor(3):>4}" == "   3" and f"{loss}" == str(loss.item())   # torch prints the number
     assert f"{t64(rnd(2), True).sum():.2e}".count("e") == 1
     with pytest.raises(TypeError, match="unsupported format string passed to Tensor.__format__"):
         f"{jg.ones(2):.3f}"
@@ -408,7 +408,7 @@ def test_unsupported_torch_names_and_arguments():
                           (lambda: x.unfold(0, 2, 1), "torch.Tensor.unfold"),
                           (lambda: jg.nn.functional.conv2d, "torch.nn.functional.conv2d"),
                           (lambda: jg.sum(x, foo=1), "argument 'foo' of sum()"),
-                          (lambda: x.sort(kind="quick"), "argument 'kind' of Tensor.sort()"),
+                          (lambda: x.sort(kind="quick"), "argument 'kind' of sort()"),
                           (lambda: jg.zeros(2, layout="strided"), "argument 'layout' of zeros()")):
         with pytest.raises(jg.UnsupportedError, match="jitgrad does not support") as info:
             attempt()

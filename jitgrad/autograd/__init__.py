@@ -1,11 +1,18 @@
 """``jitgrad.autograd``: the torch.autograd-shaped public namespace."""
 from ..runtime.anomaly import detect_anomaly, set_detect_anomaly, is_anomaly_enabled, is_anomaly_check_nan_enabled
-from ..runtime.engine import backward, grad
+from ..runtime.engine import backward, grad, _calculate_shape  # noqa: F401
 from ..runtime.function import Function, FunctionCtx, once_differentiable, InplaceFunction, NestedIOFunction
-from ..runtime.grad_mode import no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled
-from ..runtime.gradcheck import gradcheck, gradgradcheck, GradcheckError
+from ..runtime.grad_mode import no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled, \
+    set_multithreading_enabled
 from ..runtime.tensor import Tensor
-from . import functional, profiler, graph, function  # noqa: F401
+from . import functional, profiler, graph, function, gradcheck  # noqa: F401
+# as in torch, the names are the functions (the submodule stays importable: ``from ...gradcheck import gradcheck``)
+from .gradcheck import gradcheck, gradgradcheck, GradcheckError  # noqa: E402,F811
+
+
+def kineto_available() -> bool:
+    """False: jitgrad's profiler is its own event recorder, not the Kineto library."""
+    return False
 
 
 def Variable(tensor, requires_grad=False, volatile=False):
@@ -24,4 +31,5 @@ def Variable(tensor, requires_grad=False, volatile=False):
 
 __all__ = ["backward", "grad", "Function", "FunctionCtx", "once_differentiable", "no_grad", "enable_grad",
            "set_grad_enabled", "inference_mode", "is_grad_enabled", "gradcheck", "gradgradcheck", "GradcheckError",
-           "detect_anomaly", "set_detect_anomaly", "Variable", "functional", "profiler", "graph"]
+           "detect_anomaly", "set_detect_anomaly", "Variable", "functional", "profiler", "graph", "kineto_available",
+           "set_multithreading_enabled"]

@@ -45,8 +45,13 @@ _CATEGORY_DEFAULT = {0: bool_, 1: int64, 2: float32}
 uint8 = DType("uint8", np.uint8, "u8", 1)
 _FROM_NP[uint8.np] = uint8
 _BY_NAME[uint8.name] = uint8
+# float16 (torch.half) can be named, stored and converted to and from (``t.half()``, ``dtype=jg.half``) in eager
+# mode; like uint8 it is not one of the compute dtypes in ALL (NumPy computes in it slowly; codegen has no f16)
+float16 = DType("float16", np.float16, "f16", 2)
+_FROM_NP[float16.np] = float16
+_BY_NAME[float16.name] = float16
 # aliases users reach for
-_ALIASES = {"float": float32, "double": float64, "long": int64, "int": int32, "bool": bool_,
+_ALIASES = {"float": float32, "double": float64, "long": int64, "int": int32, "bool": bool_, "half": float16,
             "f32": float32, "f64": float64, "i64": int64, "i32": int32}
 
 

@@ -12,6 +12,7 @@ from ..runtime.grad_mode import no_grad
 from ..runtime.sampling import rand
 from ..runtime.tensor import Tensor
 from .module import Module
+from ..runtime.torch_kwargs import torch_kwargs
 
 
 def _check_p(p):
@@ -19,9 +20,11 @@ def _check_p(p):
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
 
 
-def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False, **torch_kw) -> Tensor:
     """Zero each element with probability ``p`` and scale the rest by ``1 / (1 - p)`` (torch's
     ``F.dropout``).  With ``training=False`` (or ``p == 0``) the input is returned as is."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(dropout, 'dropout', (input, p, training, inplace), {}, torch_kw)
     _check_p(p)
     if not training or p == 0.0 or input.numel() == 0:
         return input

@@ -1,39 +1,45 @@
 """``jitgrad.nn.functional``: loss and activation functions, written as compositions of primitives."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..ir import dtypes as dt
 from ..runtime import functions as F
 from ..ir.ops import OPS as O
+from ..ir.ops.fused import nll_composition
 from ..runtime.dispatch import bind
 from ..runtime.factories import arange
 from ..runtime.tensor import Tensor
 from ..tracer import STATE as _TR
 from .dropout import dropout  # noqa: F401  (F.dropout)
+from ..runtime.torch_kwargs import torch_kwargs
+from ..runtime.grad_names import named
 
 relu = F.relu
 sigmoid = F.sigmoid
 tanh = F.tanh
 
 
-def softmax(input, dim=None, dtype=None):
+def softmax(input, dim=None, dtype=None, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(softmax, 'softmax', (input, dim, dtype), {}, torch_kw)
     return F.softmax(input, -1 if dim is None else dim, dtype)
 
 
-def log_softmax(input, dim=None, dtype=None):
+def log_softmax(input, dim=None, dtype=None, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(log_softmax, 'log_softmax', (input, dim, dtype), {}, torch_kw)
     return F.log_softmax(input, -1 if dim is None else dim, dtype)
 
 
-def gelu(input, approximate="none"):
-    """GELU: ``x * Phi(x)``; ``approximate='tanh'`` uses the tanh formula."""
-    if approximate == "tanh":
-        return 0.5 * input * (1.0 + F.tanh(math.sqrt(2.0 / math.pi) * (input + 0.044715 * input * input * input)))
-    if approximate != "none":
+def gelu(input, approximate="none", **torch_kw):
+    """GELU: ``x * Phi(x)``; ``approximate='tanh'`` uses the tanh formula.  One fused op in eager mode; traced
+    or on a device, its decomposition (``ir/ops/normalization.py``)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(gelu, 'gelu', (input, approximate), {}, torch_kw)
+    if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return 0.5 * input * (1.0 + F.erf(input * (1.0 / math.sqrt(2.0))))
+    return bind(O["gelu"], input, approximate=approximate)
 
 
 def _reduce(loss, reduction, what):
@@ -46,22 +52,32 @@ def _reduce(loss, reduction, what):
     raise ValueError(f"{what}: {reduction} is not a valid value for reduction")
 
 
-def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(mse_loss, 'mse_loss', (input, target, size_average, reduce, reduction), {}, torch_kw)
     if input.shape != target.shape:
         import warnings
         warnings.warn(f"Using a target size ({list(target.shape)}) that is different to the input size "
                       f"({list(input.shape)}). This will likely lead to incorrect results due to broadcasting. "
                       "Please ensure they have the same size.", stacklevel=2)
     d = input - target
-    return _reduce(d * d, reduction, "mse_loss")
+    return named(_reduce(d * d, reduction, "mse_loss"), "MseLossBackward0")
 
 
-def l1_loss(input, target, reduction="mean"):
-    return _reduce(F.abs(input - target), reduction, "l1_loss")
+def l1_loss(input, target, reduction="mean", **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(l1_loss, 'l1_loss', (input, target, reduction), {}, torch_kw)
+    return named(_reduce(F.abs(input - target), reduction, "l1_loss"), "L1LossBackward0")
 
 
-def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
+def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean", **torch_kw):
     """Negative log likelihood of class indices ``target`` under log-probabilities ``input`` (N, C, ...)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(nll_loss, 'nll_loss', (input, target, weight, ignore_index, reduction), {}, torch_kw)
+    return named(_nll_loss(input, target, weight, ignore_index, reduction), "NllLossBackward0")
+
+
+def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     unbatched = input.ndim == 1
     if unbatched:
         input, target = input.unsqueeze(0), target.reshape(1)
@@ -71,42 +87,37 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
         raise RuntimeError(f"nll_loss: expected target of shape {list(input.shape[:1] + input.shape[2:])} for input "
                            f"of shape {list(input.shape)}, got {list(target.shape)}")
     C = input.shape[1]
-    if weight is None and input.ndim == 2 and _TR.active is None and reduction in ("mean", "sum", "none") \
-            and type(input._data) is np.ndarray and type(target._data) is np.ndarray:
-        # eager CPU: one fused primitive (ir/ops/fused.py); traced or on a device: the composition below
-        t = target._data
-        if t.size and not (0 <= np.minimum.reduce(t, axis=None) and np.maximum.reduce(t, axis=None) < C):
-            safe = np.where(t != ignore_index, t, 0)        # ignored entries may lie outside [0, C)
-            lo, hi = int(safe.min()), int(safe.max())
-            if lo < 0 or hi >= C:
-                raise IndexError(f"nll_loss: Target {hi if hi >= C else lo} is out of bounds (number of classes {C})")
-        loss = bind(O["nll_loss"], input, target, ignore_index=int(ignore_index), reduction=reduction)
-        return loss.reshape(()) if unbatched and reduction == "none" else loss
-    valid = target != ignore_index
-    safe = target.where(valid, 0)
     # bounds are checked on concrete targets (inside @compile the value is not known while tracing; a CUDA
-    # target is read back for it, or the gather would read out of bounds)
-    st = safe._data if type(safe._data) is np.ndarray or _TR.active is not None else safe.cpu()._data
-    if safe.numel() and type(st) is np.ndarray and (int(st.min()) < 0 or int(st.max()) >= C):
-        raise IndexError(f"nll_loss: Target {int(st.max()) if int(st.max()) >= C else int(st.min())} "
-                         f"is out of bounds (number of classes {C})")
-    # ignored rows are skipped, not multiplied by 0 (their log-probability may be -inf); the where also gives
-    # them a zero gradient when every row is ignored (torch's), where g / 0 * 0 would be nan
-    picked = (-F.gather(input, 1, safe.unsqueeze(1)).squeeze(1)).where(valid, 0.0)
-    w = valid.to(input.dtype)
-    if weight is not None:
-        w = w * weight[safe]
-    loss = picked * w
-    if reduction == "mean":
-        return loss.sum() / w.sum()
-    if unbatched and reduction == "none":
-        return loss.reshape(())      # torch: an unbatched (C,) input gives a 0-dim loss
-    return _reduce(loss, reduction, "nll_loss")
+    # target is read back for it, or the gather would read out of bounds); ignored entries may lie outside [0, C)
+    t = target._data if type(target._data) is np.ndarray or _TR.active is not None else target.cpu()._data
+    if type(t) is np.ndarray and t.size \
+            and not (0 <= np.minimum.reduce(t, axis=None) and np.maximum.reduce(t, axis=None) < C):
+        safe = np.where(t != ignore_index, t, 0)
+        lo, hi = int(safe.min()), int(safe.max())
+        if lo < 0 or hi >= C:
+            raise IndexError(f"nll_loss: Target {hi if hi >= C else lo} is out of bounds (number of classes {C})")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"nll_loss: {reduction} is not a valid value for reduction")
+    if weight is None and input.ndim == 2:
+        # one fused primitive in eager CPU mode; traced or on a device its decomposition (ir/ops/fused.py)
+        loss = bind(O["nll_loss"], input, target, ignore_index=int(ignore_index), reduction=reduction)
+    else:
+        loss = nll_composition(input, target, weight, int(ignore_index), reduction)
+    return loss.reshape(()) if unbatched and reduction == "none" else loss
 
 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
-                  label_smoothing=0.0):
+                  label_smoothing=0.0, **torch_kw):
     """Cross entropy between logits ``input`` (N, C, ...) or (C,) and class indices or class probabilities."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(cross_entropy, 'cross_entropy', (input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing), {}, torch_kw)
+    r = _cross_entropy(input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing)
+    # class probabilities as the target: torch's result is not an NLL node either
+    return r if getattr(target, "is_floating_point", lambda: False)() else named(r, "NllLossBackward0")
+
+
+def _cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+                  label_smoothing=0.0):
     cdim = 0 if input.ndim == 1 else 1
     logp = F.log_softmax(input, cdim)
     if isinstance(target, Tensor) and target.is_floating_point():
@@ -142,10 +153,12 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     return nll * (1 - label_smoothing) + smooth * (label_smoothing / C)
 
 
-def one_hot(tensor, num_classes=-1):
+def one_hot(tensor, num_classes=-1, **torch_kw):
     """``[..., num_classes]`` int64 tensor with a 1 at each value of ``tensor`` (an int64 tensor of class
     indices); ``num_classes=-1`` takes the largest value plus one (which reads the values: not inside
     ``@jitgrad.compile``)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(one_hot, 'one_hot', (tensor, num_classes), {}, torch_kw)
     if not isinstance(tensor, Tensor) or tensor.dtype is not dt.int64:
         raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
     concrete = type(tensor._data) is np.ndarray
@@ -170,3 +183,14 @@ __all__ = ["one_hot", "dropout", "relu", "sigmoid", "tanh", "softmax", "log_soft
 from .functional_layers import linear, embedding, layer_norm, batch_norm  # noqa: E402
 
 __all__ += ["linear", "embedding", "layer_norm", "batch_norm"]
+
+# torch's inplace= on the pointwise activations (relu here replaces the plain ``relu = F.relu`` above)
+from .pointwise_activations import relu, relu_, threshold, threshold_, hardtanh, hardtanh_, relu6, leaky_relu, \
+    leaky_relu_, elu, elu_, silu  # noqa: E402,F811
+from . import pointwise_activations as _pointwise  # noqa: E402
+
+__all__ += [n for n in _pointwise.__all__ if n not in __all__]
+
+from .attention import scaled_dot_product_attention  # noqa: E402
+
+__all__ += ["scaled_dot_product_attention"]

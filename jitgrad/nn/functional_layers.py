@@ -3,20 +3,31 @@
 from __future__ import annotations
 
 from ..runtime import functions as F
+from ..ir.ops import OPS as O
 from ..runtime import grad_mode
+from ..runtime.torch_kwargs import torch_kwargs
+from ..runtime.grad_names import named
+from ..runtime.dispatch import bind
 
 
-def linear(input, weight, bias=None):
+def linear(input, weight, bias=None, **torch_kw):
     """``input @ weight.T + bias`` with torch's ``(out_features, in_features)`` weight layout."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(linear, 'linear', (input, weight, bias), {}, torch_kw)
     if input.shape[-1] != weight.shape[-1]:
         raise RuntimeError(f"linear: mat1 and mat2 shapes cannot be multiplied ({'x'.join(map(str, input.shape))} "
                            f"and {'x'.join(map(str, weight.shape[::-1]))})")
     out = F.matmul(input, weight.T)
-    return out if bias is None else out + bias
+    out = out if bias is None else out + bias
+    if input.ndim == 2:     # torch's one node for the 2-d case
+        named(out, "AddmmBackward0" if bias is not None else "MmBackward0")
+    return out
 
 
-def embedding(input, weight, padding_idx=None):
+def embedding(input, weight, padding_idx=None, **torch_kw):
     """Rows of ``weight`` picked by the integer tensor ``input``; the ``padding_idx`` row gets no gradient."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(embedding, 'embedding', (input, weight, padding_idx), {}, torch_kw)
     if input.dtype.name not in ("int64", "int32"):
         raise RuntimeError(f"Expected tensor for argument #1 'indices' to have one of the following scalar types: "
                            f"Long, Int; but got {input.dtype.name} instead (while checking arguments for embedding)")
@@ -29,18 +40,17 @@ def embedding(input, weight, padding_idx=None):
     return out
 
 
-def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, **torch_kw):
     """Normalise over the trailing ``normalized_shape`` dimensions (biased variance), then scale and shift."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(layer_norm, 'layer_norm', (input, normalized_shape, weight, bias, eps), {}, torch_kw)
     normalized_shape = tuple(normalized_shape) if not isinstance(normalized_shape, int) else (normalized_shape,)
     k = len(normalized_shape)
     if tuple(input.shape[input.ndim - k:]) != normalized_shape:
         raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
                            f"[*, {', '.join(map(str, normalized_shape))}], but got input of size{list(input.shape)}")
-    dims = tuple(range(input.ndim - k, input.ndim))
-    mean = input.mean(dims, keepdim=True)
-    d = input - mean
-    var = (d * d).mean(dims, keepdim=True)
-    out = d * F.rsqrt(var + eps)
+    # one fused op in eager mode; traced or on a device its decomposition (ir/ops/normalization.py)
+    out = bind(O["layer_norm"], input, naxes=k, eps=float(eps))
     if weight is not None:
         out = out * weight
     if bias is not None:
@@ -48,10 +58,12 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     return out
 
 
-def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5, **torch_kw):
     """Batch normalisation over dim 0 (and 2 for ``(N, C, L)`` input).  In training the batch statistics
     normalise and, when given, the running statistics are updated in place (``momentum`` a float or a 0-d
     tensor): ``running = momentum * batch + (1 - momentum) * running``, with the unbiased batch variance."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(batch_norm, 'batch_norm', (input, running_mean, running_var, weight, bias, training, momentum, eps), {}, torch_kw)
     if input.ndim < 2:
         raise ValueError(f"batch_norm: expected at least 2D input (got {input.ndim}D input)")
     C = input.shape[1]

@@ -87,6 +87,8 @@ class Module:
         object.__setattr__(self, "_modules", {})
         object.__setattr__(self, "_forward_hooks", {})
         object.__setattr__(self, "_forward_pre_hooks", {})
+        object.__setattr__(self, "_backward_hooks", {})
+        object.__setattr__(self, "_backward_pre_hooks", {})
 
     # --- calling ---------------------------------------------------------------------------------------
     def forward(self, *input):
@@ -100,7 +102,11 @@ class Module:
             r = hook(self, args)
             if r is not None:
                 args = r if isinstance(r, tuple) else (r,)
-        out = self.forward(*args, **kwargs)
+        if self.__dict__.get("_backward_hooks") or self.__dict__.get("_backward_pre_hooks"):
+            from .backward_hooks import call_with_backward_hooks
+            out = call_with_backward_hooks(self, args, kwargs, self.forward)
+        else:
+            out = self.forward(*args, **kwargs)
         for hook in list(self._forward_hooks.values()):
             r = hook(self, args, out)
             if r is not None:
@@ -114,6 +120,20 @@ class Module:
     def register_forward_hook(self, hook):
         """``hook(module, args, output) -> None or new output`` runs after ``forward``; returns a handle."""
         return _HookHandle(self._forward_hooks, hook)
+
+    def register_full_backward_hook(self, hook, prepend=False):
+        """``hook(module, grad_input, grad_output) -> None or new grad_input`` runs when the gradients of the
+        module's inputs are computed (see nn/backward_hooks.py); returns a handle."""
+        if "_backward_hooks" not in self.__dict__:
+            object.__setattr__(self, "_backward_hooks", {})
+        return _HookHandle(self._backward_hooks, hook, prepend)
+
+    def register_full_backward_pre_hook(self, hook, prepend=False):
+        """``hook(module, grad_output) -> None or new grad_output`` runs when the gradients of the module's
+        outputs are computed, before anything inside the module; returns a handle."""
+        if "_backward_pre_hooks" not in self.__dict__:
+            object.__setattr__(self, "_backward_pre_hooks", {})
+        return _HookHandle(self._backward_pre_hooks, hook, prepend)
 
     # --- registration ----------------------------------------------------------------------------------
     def register_parameter(self, name: str, param) -> None:
@@ -335,7 +355,8 @@ class Module:
             raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
         missing, errors = [], []
         expected = set()
-        for mod_prefix, mod in self.named_modules():
+        # as state_dict does: a module shared under two names has its keys under each
+        for mod_prefix, mod in self.named_modules(remove_duplicate=False):
             pre = mod_prefix + "." if mod_prefix else ""
             local = [(n, t) for n, t in mod._parameters.items() if t is not None]
             local += [(n, t) for n, t in mod._buffers.items()
@@ -491,11 +512,16 @@ class _HookHandle:
 
     _next = [0]
 
-    def __init__(self, table, hook):
+    def __init__(self, table, hook, prepend=False):
         self.table = table
         self.id = _HookHandle._next[0]
         _HookHandle._next[0] += 1
         table[self.id] = hook
+        if prepend:         # dicts keep insertion order: move the new hook to the front
+            rest = {k: v for k, v in table.items() if k != self.id}
+            table.clear()
+            table[self.id] = hook
+            table.update(rest)
 
     def remove(self):
         self.table.pop(self.id, None)

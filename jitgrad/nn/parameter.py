@@ -26,8 +26,9 @@ class Parameter(Tensor):
             raise TypeError(f"Parameter(): data must be a Tensor, not {type(data).__name__}")
         src = Tensor._make(data._data)
         p = Tensor.__new__(cls)
-        for name in Tensor.__slots__[:-1]:          # all slots but __weakref__
-            object.__setattr__(p, name, getattr(src, name))
+        for name in Tensor.__slots__[:-1]:          # all slots but __weakref__ (and those left unset)
+            if hasattr(src, name):
+                object.__setattr__(p, name, getattr(src, name))
         p._vc = data._vc        # shares storage and its version counter, like torch
         p._requires_grad = bool(requires_grad)
         return p

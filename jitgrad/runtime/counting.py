@@ -15,30 +15,39 @@ from .dispatch import bind
 from .functions import amax, amin, sum
 from .tensor import Tensor
 from .traced import is_traced, traced_read
+from .torch_kwargs import torch_kwargs
 
 histogram_result = collections.namedtuple("histogram", ["hist", "bin_edges"])
 histogram_result.__doc__ = "``(hist, bin_edges)`` of ``histogram``, like torch.return_types.histogram."
 
 
-def all(input, dim=None, keepdim=False):
+def all(input, dim=None, keepdim=False, **torch_kw):
     """True where every element (over ``dim``, an int or tuple; default all) is nonzero."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(all, 'all', (input, dim, keepdim), {}, torch_kw)
     return sum(input == 0, dim, keepdim) == 0
 
 
-def any(input, dim=None, keepdim=False):
+def any(input, dim=None, keepdim=False, **torch_kw):
     """True where some element (over ``dim``, an int or tuple; default all) is nonzero."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(any, 'any', (input, dim, keepdim), {}, torch_kw)
     return sum(input != 0, dim, keepdim) > 0
 
 
-def histc(input, bins=100, min=0, max=0):
+def histc(input, bins=100, min=0, max=0, **torch_kw):
     """Counts of ``input``'s elements in ``bins`` equal bins over [min, max] (the data's range when both are 0,
     widened by 1 each side when the data is constant); elements outside and NaN are ignored."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(histc, 'histc', (input, bins, min, max), {}, torch_kw)
     return bind(O["histc"], input, bins=int(bins), lo=float(min), hi=float(max), pad=1.0, search=False)
 
 
-def histogram(input, bins, *, range=None, weight=None, density=False):
+def histogram(input, bins=100, *, range=None, weight=None, density=False, **torch_kw):
     """``(hist, bin_edges)``: ``bins`` equal bins over ``range`` (default the data's min and max) or the given
     edges (a 1-d tensor); ``weight`` sums weights instead of counting; ``density`` normalises to a density."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(histogram, 'histogram', (input, bins), {"range": range, "weight": weight, "density": density}, torch_kw)
     if isinstance(bins, Tensor):
         return _histogram_edges(input, bins, weight, density)
     bins = int(bins)
@@ -72,8 +81,10 @@ def _histogram_edges(input, edges, weight, density):
     return histogram_result(Tensor._make(h.astype(input.dtype.np)), Tensor._make(edges._data.copy()))
 
 
-def bincount(input, weights=None, minlength=0):
+def bincount(input, weights=None, minlength=0, **torch_kw):
     """Counts of each value in a 1-d tensor of non-negative integers (or the summed ``weights``)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(bincount, 'bincount', (input, weights, minlength), {}, torch_kw)
     for t in (input,) + (() if weights is None else (weights,)):
         if is_traced(t):
             traced_read(t, "bincount() (its length depends on the data)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import dtypes as dt
-from ..ir.ops import Aval, OpError
+from ..ir.ops import OPS as _OPS, Aval, OpError
 from ..ir.ops.opdef import fmt_shape
 from . import anomaly, grad_mode, profiler_state
 from .node import Node
@@ -149,6 +149,11 @@ def _bind(op, args, params):
         base = args[0]
         t._vc = base._vc
         t._base = base if base._base is None else base._base
+        if base._inference:
+            t._inference = True         # a view of an inference tensor is one (in any mode)
+        elif _GM.inference:
+            t._inference = False        # a view of a normal tensor stays normal, marked as made in inference mode
+            t._view_origin = INFERENCE_VIEW
     else:
         t._vc = [0]
         t._base = None
@@ -237,11 +242,12 @@ def refresh_view(a):
         _GM.grad_enabled = prev
     new = r.grad_fn
     if new is not None:
+        new.torch_name = "AsStridedBackward0"   # torch regenerates such a view with as_strided
         # retain_grad follows ``a`` to its new node; hooks registered before stay on the old one (as in torch)
         if node.retain_grad_refs and a._out_nr in node.retain_grad_refs:
             if new.retain_grad_refs is None:
                 new.retain_grad_refs = {}
-            new.retain_grad_refs[0] = node.retain_grad_refs[a._out_nr]
+            new.retain_grad_refs[0] = node.retain_grad_refs.pop(a._out_nr)
     a.grad_fn = new
     a._out_nr = 0
 
@@ -260,13 +266,15 @@ def _record(op, params, args, hit, t):
                 nf.append((gf, a._out_nr))
                 needs.append(True)
                 continue
-            if a._requires_grad:
+            if a._requires_grad and not a._inference:     # an inference tensor is never differentiated (torch)
                 acc = a._acc
                 nf.append((acc if acc is not None else a._accumulator(), 0))
                 needs.append(True)
                 continue
         nf.append(_NO_EDGE)
         needs.append(False)
+    if True not in needs:
+        return              # only inference tensors "required" grad: nothing to record
     node = Node(op, params, tuple(nf), tuple(needs))
     node.shapes = hit[4]
     node.dtypes = hit[5]
@@ -288,8 +296,11 @@ def _record(op, params, args, hit, t):
             ins[i] = a
             if type(a) is Tensor or isinstance(a, Tensor):
                 if a._inference:
-                    raise RuntimeError(_with_loc(f"{op.name}: Inference tensors cannot be saved for backward. To work "
-                                                 "around you can make a clone to get a normal tensor and use it in autograd."))
+                    raise RuntimeError(_with_loc(
+                        "Inference tensors cannot be saved for backward. Please do not use Tensors created in "
+                        "inference mode in computation tracked by autograd. To work around this, you can make a clone "
+                        "to get a normal tensor and use it in autograd, or use `jitgrad.no_grad()` instead of "
+                        f"`jitgrad.inference_mode()`. (op {op.name})"))
                 vers.append((i, a._vc[0]))
         node.inputs = tuple(ins)
         node.versions = vers
@@ -302,6 +313,8 @@ def _record(op, params, args, hit, t):
     else:
         node.outputs = _NO_OUTPUT
         node.out_versions = None
+    if _SH.stack and _TR.active is None:
+        pack_node(node)
     node.out_meta = ((t._data.shape, hit[0][0].dtype),)
     node._loc = user_code_line(3)
     if _AN.enabled:
@@ -316,8 +329,17 @@ _NO_EDGE = (None, 0)
 _NO_OUTPUT = (None,)
 
 
+def _bind_by_name(name, *args, **params):
+    """What a decomposition binds its primitives with (``OpDef.decompose``)."""
+    return bind(_OPS[name], *args, **params)
+
+
 def _bind_traced(tr, op, args, params):
-    """The traced path: append an Eqn to the active trace; autograd recording is the same as eager."""
+    """The traced path: append an Eqn to the active trace; autograd recording is the same as eager.  A fused op
+    with a decomposition (``OpDef.decompose``) is traced as that composition, so graphs hold only the primitives
+    codegen knows."""
+    if op.decompose is not None:
+        return op.decompose(_bind_by_name, *args, **params)
     ins = []
     need = False
     for a in args:
@@ -406,7 +428,10 @@ _CAST = [None]
 
 def _device_bind(op, args, params):
     """An op with a device tensor among its inputs: every tensor must be on that device (torch's rule, with
-    its error), then the device's backend runs it (``jitgrad.cuda`` registers one)."""
+    its error), then the device's backend runs it (``jitgrad.cuda`` registers one).  A fused op with a
+    decomposition runs as that composition (the device's kernels), not as one host step."""
+    if op.decompose is not None:
+        return op.decompose(_bind_by_name, *args, **params)
     dev, ref = next((backend_of_payload(a._data), a) for a in args
                     if isinstance(a, Tensor) and backend_of_payload(a._data) is not None)
     for k, a in enumerate(args):
@@ -429,3 +454,5 @@ def _forward_nan(op, avals, t):
 
 from .tensor import Tensor  # noqa: E402  (Tensor's methods call bind; bind builds Tensors)
 from .devices import backend_of_payload, transfer  # noqa: E402
+from .saved_hooks import STATE as _SH, pack_node  # noqa: E402
+from .view_inplace import INFERENCE_VIEW  # noqa: E402

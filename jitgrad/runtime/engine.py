@@ -14,6 +14,7 @@ import numpy as np
 from . import anomaly, grad_mode, profiler_state
 from .node import AccumulateGrad, Node, zeros_for
 from .dispatch import refresh_view
+from .graph_hooks import GradientEdge, RUNNING as _RUNNING
 from .tensor import Tensor
 from .devices import backend_of_payload, to_host
 from ..tracer import STATE as _TR
@@ -25,12 +26,14 @@ _PROF = profiler_state.STATE
 def _as_tuple(x):
     if x is None:
         return None
-    if isinstance(x, Tensor):
+    if isinstance(x, Tensor) or type(x) is GradientEdge:
         return (x,)
     return tuple(x)
 
 
 def _root_edge(t: Tensor):
+    if type(t) is GradientEdge:
+        return t.node, t.output_nr
     if t._base is not None:
         refresh_view(t)         # a view whose base was modified in place since: its current history
     if t.grad_fn is not None:
@@ -51,8 +54,8 @@ def _make_root_grads(outputs, grad_outputs, create_graph):
             if not isinstance(g, Tensor):
                 g = Tensor._make(np.asarray(g, dtype=out._data.dtype))
             if g.shape != out.shape:
-                raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {list(g.shape)} and "
-                                   f"output[{i}] has a shape of {list(out.shape)}.")
+                raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {g.shape} and "
+                                   f"output[{i}] has a shape of {out.shape}.")     # Size: torch's text
             if g.is_floating_point() != out.is_floating_point():
                 raise RuntimeError(f"For complex Tensors, both grad_output and output are required to have the same "
                                    f"dtype. Mismatch in dtype: grad_output[{i}] has a dtype of {g.dtype.name} and "
@@ -97,6 +100,12 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     if retain_graph is None:
         retain_graph = create_graph
     roots = _make_root_grads(tensors, grad_tensors, create_graph)
+    if create_graph:
+        warnings.warn("Using backward() with create_graph=True will create a reference cycle between the parameter "
+                      "and its gradient which can cause a memory leak. We recommend using autograd.grad when "
+                      "creating the graph to avoid this. If you have to use this function, make sure to reset the "
+                      ".grad fields of your parameters to None after use to break the cycle and avoid the leak.",
+                      UserWarning, stacklevel=3 if _called_from_tensor_backward() else 2)
     _CALLBACKS.depth += 1
     try:
         if inputs is None:
@@ -109,9 +118,8 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
             for t, g in zip(inputs, captured):
                 if g is not None:
                     _accumulate(t, g, create_graph)
-                    acc = t._acc
-                    if acc is not None and acc.post_hooks:
-                        _run_post_accumulate_hooks(acc, t)
+                    if t.grad_fn is None and t._acc is not None and t._acc.post_hooks:
+                        _run_post_accumulate_hooks(t._acc, t)
         if _CALLBACKS.queue:
             _run_queued_callbacks()
     finally:
@@ -146,10 +154,23 @@ def _run_queued_callbacks():
 
 
 def _run_post_accumulate_hooks(acc, var):
+    """``register_post_accumulate_grad_hook``: each hook gets the leaf after its .grad was updated."""
     for fn in list(acc.post_hooks.values()):
         if fn(var) is not None:
-            raise RuntimeError("post accumulate grad hooks must return None, got a value from "
-                               f"'{getattr(fn, '__name__', fn)}'")
+            raise RuntimeError("post accumulate grad hooks cannot return a value, got a value from hook "
+                               f"{getattr(fn, '__name__', fn)}")
+
+
+def _calculate_shape(output, grad, is_grads_batched):
+    """torch.autograd's helper: (output's shape, grad's shape without the batch dim when batched)."""
+    out_shape = output.node.out_meta[output.output_nr][0] if type(output) is GradientEdge else output.shape
+    return out_shape, grad.shape[1:] if is_grads_batched else grad.shape
+
+
+def _called_from_tensor_backward() -> bool:
+    import sys
+    f = sys._getframe(2)
+    return f.f_code.co_name == "backward" and f.f_globals.get("__name__") == "jitgrad.runtime.tensor"
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, only_inputs=True,
@@ -183,7 +204,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                            f"{len(outputs)} outputs)")
     _check_outputs(outputs)
     for t in inputs:
-        if not isinstance(t, Tensor) or not t.requires_grad:
+        if type(t) is not GradientEdge and (not isinstance(t, Tensor) or not t.requires_grad):
             raise RuntimeError("One of the differentiated Tensors does not require grad")
     if retain_graph is None:
         retain_graph = create_graph
@@ -193,14 +214,19 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     for i, (t, g) in enumerate(zip(inputs, res)):
         if g is None:
             if not allow_unused:
-                raise RuntimeError(f"The differentiated Tensor at index {i} (shape {list(t.shape)}) appears to not "
-                                   "have been used in the graph. Set allow_unused=True if this is the desired "
+                raise RuntimeError(f"The differentiated Tensor at index {i} (shape {list(_edge_shape(t))}) appears to "
+                                   "not have been used in the graph. Set allow_unused=True if this is the desired "
                                    "behavior.")
             if materialize_grads:
-                g = Tensor._make(np.zeros(t.shape, t._data.dtype))
+                g = Tensor._make(np.zeros(t.shape, t._data.dtype)) if type(t) is not GradientEdge else \
+                    zeros_for(t.node.out_meta[t.output_nr])
         out.append(g)
     del single
     return tuple(out)
+
+
+def _edge_shape(t):
+    return t.node.out_meta[t.output_nr][0] if type(t) is GradientEdge else t.shape
 
 
 def _accumulate(t: Tensor, g: Tensor, create_graph: bool):
@@ -246,6 +272,9 @@ def _run_tensor_hooks(hooks, g):
     for fn in list(hooks.values()):
         r = fn(g)
         if r is not None:
+            if g is None:
+                g = r
+                continue
             if not isinstance(r, Tensor) or r.shape != g.shape:
                 raise RuntimeError(f"hook '{getattr(fn, '__name__', fn)}' has changed the size of value: expected "
                                    f"{list(g.shape)}, got {list(getattr(r, 'shape', ()))}")
@@ -253,8 +282,43 @@ def _run_tensor_hooks(hooks, g):
     return g
 
 
+class _Reentrant(threading.local):
+    def __init__(self):
+        self.depth = 0          # backward calls running in this thread (a custom backward calling backward)
+
+
+_REENTRANT = _Reentrant()
+# nested backward calls per thread before the next one moves to a fresh thread (torch does the same), so a deep
+# chain of reentrant backwards (2,000 levels) never exhausts one thread's Python recursion limit or C stack
+MAX_REENTRANT_DEPTH = 24
+
+
+def _run_in_fresh_thread(*args):
+    """``_run(*args)`` on a new thread that starts with this thread's grad mode and trace, waited for here."""
+    gm, tr = grad_mode.STATE, _TR
+    mode = (gm.grad_enabled, gm.inference, tr.active)
+    box = {}
+
+    def work():
+        gm.grad_enabled, gm.inference, tr.active = mode
+        try:
+            box["out"] = run(*args)
+        except BaseException as e:      # re-raised in the calling thread
+            box["err"] = e
+    t = threading.Thread(target=work, name="jitgrad-reentrant-backward")
+    t.start()
+    t.join()
+    if "err" in box:
+        raise box["err"]
+    return box["out"]
+
+
 def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
     """Execute the backward graph.  Returns the captured gradients for ``inputs`` (when given)."""
+    reentrant = _REENTRANT
+    depth = reentrant.depth
+    if depth >= MAX_REENTRANT_DEPTH:
+        return _run_in_fresh_thread(outputs, root_grads, retain_graph, create_graph, inputs, accumulate)
     # capture points: (node, output_nr) -> input positions
     captures = {}
     if inputs is not None:
@@ -322,6 +386,9 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
         buf[nr] = g if buf[nr] is None else buf[nr] + g
 
     captured = [None] * (len(inputs) if inputs is not None else 0)
+    prev_running = _RUNNING.nodes
+    _RUNNING.nodes = deps        # register_multi_grad_hook asks which tensors this backward reaches
+    reentrant.depth = depth + 1
     ready = [n for n in needed if deps[n] == 0]
     ready.sort(key=lambda n: n.seq)
     prev_mode = grad_mode.STATE.grad_enabled
@@ -341,7 +408,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
             # hooks registered on the tensors this node produced; retain_grad
             if node.tensor_hooks:
                 for nr, hooks in node.tensor_hooks.items():
-                    if grads[nr] is not None and hooks:
+                    if hooks:           # a sibling output with no gradient gets its hooks called with None (torch)
                         grads[nr] = _run_tensor_hooks(hooks, grads[nr])
             if node.retain_grad_refs:
                 _retain(node, grads, create_graph)
@@ -368,7 +435,11 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                         captured[k] = grads[nr]
             if not every and node not in execute:
                 continue
-            if plain and type(node) is node_type and node._pre_hooks is None and node._hooks is None:
+            if grads[0] is None and type(node) is node_type and (len(grads) == 1 or grads.count(None) == len(grads)):
+                # no gradient reached this op's node (a custom backward returned None): its inputs get none
+                # either, as torch's undefined gradients (no zeros are made up and accumulated)
+                in_grads = (None,) * len(node.next_functions)
+            elif plain and type(node) is node_type and node._pre_hooks is None and node._hooks is None:
                 # Node.apply inlined: zeros for outputs with no cotangent, saved-value checks, the vjp rule
                 if len(grads) != 1 or grads[0] is None:
                     for i, g in enumerate(grads):
@@ -401,6 +472,8 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                 deps[child] = d - 1
     finally:
         grad_mode.STATE.grad_enabled = prev_mode
+        _RUNNING.nodes = prev_running
+        reentrant.depth = depth
     return captured
 
 
@@ -422,6 +495,7 @@ def _apply_node(node, grads, create_graph):
             r = fn(tuple(grads))
             if r is not None:
                 grads = list(r)
+    given = tuple(grads)        # what the post hooks see as grad_outputs: before zeros are made up (torch)
     if node.materialize():
         ref = next((g for g in grads if g is not None), None)     # zeros go where the other grads are
         for i, g in enumerate(grads):
@@ -433,15 +507,15 @@ def _apply_node(node, grads, create_graph):
     if tr is not None:   # traced backward: its eqns carry the location of the forward op they differentiate
         with tr.located(node.loc, node.name(), node.stack):
             start = len(tr.eqns)
-            out = _apply_node_inner(node, grads, prof)
+            out = _apply_node_inner(node, grads, prof, given)
             tr.mark_results(start, [(i, g._data) for i, g in enumerate(out)
                                     if g is not None and type(g._data) is not np.ndarray],
                             node.name(), node.loc, node.stack)
             return out
-    return _apply_node_inner(node, grads, prof)
+    return _apply_node_inner(node, grads, prof, given)
 
 
-def _apply_node_inner(node, grads, prof):
+def _apply_node_inner(node, grads, prof, given=None):
     try:
         if prof is not None:
             with prof.range(node.name(), [m[0] for m in node.out_meta]):
@@ -468,7 +542,7 @@ def _apply_node_inner(node, grads, prof):
                 raise _nan_error(node, i, g)
     if node._hooks:
         for fn in list(node._hooks.values()):
-            r = fn(tuple(out), tuple(grads))
+            r = fn(tuple(out), given if given is not None else tuple(grads))
             if r is not None:
                 out = tuple(r)
     return out
@@ -480,7 +554,11 @@ def _forward_trace(node) -> str:
 
 def _with_forward_trace(e: Exception, node) -> Exception:
     tb = _forward_trace(node)
-    warnings.warn(f"Error detected in {node.name()}. {tb}", UserWarning, stacklevel=4)
+    try:
+        warnings.warn(f"Error detected in {node.name()}. {tb}", UserWarning, stacklevel=4)
+    except Warning as w:    # warnings turned into errors must not hide the real error: printed instead (torch)
+        import sys
+        print(f"{type(w).__name__}: {w}", file=sys.stderr)
     msg = f"{e}\n\n[jitgrad anomaly mode] Error detected in {node.name()}. {tb}"
     try:
         new = type(e)(msg)

@@ -5,6 +5,7 @@ import numpy as np
 
 from ..ir import dtypes as dt
 from .tensor import Tensor, check_device, on_device
+from .torch_kwargs import torch_kwargs
 
 # a NumPy generator for internal test inputs (gradgradcheck's random grad_outputs); reseeded by manual_seed.  The
 # random functions (rand, randn, ...) draw from jitgrad.Generator objects instead (runtime/sampling.py).
@@ -64,7 +65,7 @@ def as_array(data, dtype=None) -> np.ndarray:
     return a
 
 
-def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False) -> Tensor:
+def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False, **torch_kw) -> Tensor:
     """Construct a tensor by copying ``data`` (nested lists, scalars, NumPy arrays).
 
     >>> import jitgrad as jg
@@ -72,6 +73,8 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
     tensor([[0.1000, 1.2000],
             [2.2000, 3.1000]])
     """
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(tensor, 'tensor', (data, dtype, device, requires_grad, pin_memory), {}, torch_kw)
     check_device(device)
     if isinstance(data, Tensor) and type(data._data) is not np.ndarray:   # a traced value (inside @compile)
         from .grad_mode import no_grad
@@ -85,7 +88,9 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
     return t
 
 
-def as_tensor(data, dtype=None, device=None) -> Tensor:
+def as_tensor(data, dtype=None, device=None, **torch_kw) -> Tensor:
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(as_tensor, 'as_tensor', (data, dtype, device), {}, torch_kw)
     if isinstance(data, Tensor) and (dtype is None or data.dtype is dt.as_dtype(dtype)):
         return data
     if isinstance(data, np.ndarray) and (dtype is None or data.dtype == dt.as_dtype(dtype).np) and data.dtype in dt._FROM_NP:
@@ -125,29 +130,39 @@ def _dt(dtype, default=dt.float32):
     return dt.as_dtype(dtype) if dtype is not None else default
 
 
-def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+def zeros(*size, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(zeros, 'zeros', (*size,), {"dtype": dtype, "device": device, "requires_grad": requires_grad}, torch_kw)
     check_device(device)
     return _new(np.zeros(_size(size), _dt(dtype).np), requires_grad, device)
 
 
-def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+def ones(*size, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(ones, 'ones', (*size,), {"dtype": dtype, "device": device, "requires_grad": requires_grad}, torch_kw)
     check_device(device)
     return _new(np.ones(_size(size), _dt(dtype).np), requires_grad, device)
 
 
-def empty(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+def empty(*size, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(empty, 'empty', (*size,), {"dtype": dtype, "device": device, "requires_grad": requires_grad}, torch_kw)
     check_device(device)
     return _new(np.empty(_size(size), _dt(dtype).np), requires_grad, device)
 
 
-def full(size, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
+def full(size, fill_value, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(full, 'full', (size, fill_value, dtype, device, requires_grad), {}, torch_kw)
     check_device(device)
     if dtype is None:
         dtype = dt.result_type([], [fill_value])
     return _new(np.full(_size((size,)), fill_value, _dt(dtype).np), requires_grad, device)
 
 
-def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False) -> Tensor:
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(arange, 'arange', (start, end, step, dtype, device, requires_grad), {}, torch_kw)
     check_device(device)
     if end is None:
         start, end = 0, start
@@ -156,12 +171,16 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     return _new(np.arange(start, end, step).astype(_dt(dtype).np), requires_grad, device)
 
 
-def linspace(start, end, steps, dtype=None, device=None, requires_grad=False) -> Tensor:
+def linspace(start, end, steps, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(linspace, 'linspace', (start, end, steps, dtype, device, requires_grad), {}, torch_kw)
     check_device(device)
     return _new(np.linspace(start, end, int(steps)).astype(_dt(dtype).np), requires_grad, device)
 
 
-def eye(n, m=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+def eye(n, m=None, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(eye, 'eye', (n, m, dtype, device, requires_grad), {}, torch_kw)
     check_device(device)
     return _new(np.eye(n, m, dtype=_dt(dtype).np), requires_grad, device)
 
@@ -175,25 +194,33 @@ def _like_device(t, device):
     return device if device is not None else (None if t.device.type == "cpu" else t.device)
 
 
-def zeros_like(input, dtype=None, device=None, requires_grad=False) -> Tensor:
+def zeros_like(input, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(zeros_like, 'zeros_like', (input, dtype, device, requires_grad), {}, torch_kw)
     shape, d = _like(input, dtype)
     device = _like_device(input, device)
     return _new(np.zeros(shape, d.np), requires_grad, device)
 
 
-def ones_like(input, dtype=None, device=None, requires_grad=False) -> Tensor:
+def ones_like(input, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(ones_like, 'ones_like', (input, dtype, device, requires_grad), {}, torch_kw)
     shape, d = _like(input, dtype)
     device = _like_device(input, device)
     return _new(np.ones(shape, d.np), requires_grad, device)
 
 
-def empty_like(input, dtype=None, device=None, requires_grad=False) -> Tensor:
+def empty_like(input, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(empty_like, 'empty_like', (input, dtype, device, requires_grad), {}, torch_kw)
     shape, d = _like(input, dtype)
     device = _like_device(input, device)
     return _new(np.empty(shape, d.np), requires_grad, device)
 
 
-def full_like(input, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
+def full_like(input, fill_value, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(full_like, 'full_like', (input, fill_value, dtype, device, requires_grad), {}, torch_kw)
     shape, d = _like(input, dtype)
     device = _like_device(input, device)
     return _new(np.full(shape, fill_value, d.np), requires_grad, device)

@@ -5,7 +5,7 @@ import copy
 
 import numpy as np
 
-from . import anomaly, grad_mode
+from . import anomaly, grad_mode, saved_hooks
 from .node import Node, zeros_for
 from .source import user_loc, user_stack
 from .dispatch import refresh_view
@@ -26,6 +26,7 @@ class FunctionCtx:
         self.needs_input_grad = ()
         self._freed = False
         self._node = None
+        self._packed = None
 
     def save_for_backward(self, *tensors):
         for t in tensors:
@@ -53,6 +54,9 @@ class FunctionCtx:
             raise RuntimeError(FREED_MSG)
         if self._saved is None:
             return ()
+        if self._packed is not None:        # saved through saved_tensors_hooks: unpacked at each access
+            from .saved_hooks import unpack
+            return tuple(None if p is None else unpack(p) for p in self._packed)
         if self._saved_versions is not None:
             for i, (t, v) in enumerate(zip(self._saved, self._saved_versions)):
                 if t is not None and t._vc[0] != v:
@@ -82,10 +86,14 @@ class _FnOp:
 class BackwardCFunction(Node):
     """The grad_fn of a custom Function's outputs: calls ``cls.backward(ctx, *grads)``."""
 
-    __slots__ = ("ctx", "input_meta")
+    __slots__ = ("ctx", "input_meta", "non_diff_outputs")
 
     def apply(self, grads):
         ctx = self.ctx
+        if self.non_diff_outputs and not getattr(ctx, "_materialize_non_diff_grads", True):
+            grads = list(grads)
+            for k in self.non_diff_outputs:     # torch: no zeros made up for outputs marked non-differentiable
+                grads[k] = None
         if ctx._freed:
             if ctx._saved:
                 from .node import FREED_MSG
@@ -110,6 +118,7 @@ class BackwardCFunction(Node):
         self._freed = True
         self.ctx._freed = True
         self.ctx._saved = None
+        self.ctx._packed = None
 
 
 def _checked_grads(name, res, input_meta, needs_grad):
@@ -229,6 +238,9 @@ class _FunctionMeta(type):
     def __init__(cls, name, bases, attrs):
         super().__init__(name, bases, attrs)
         cls._op = _FnOp(cls)
+        # the grad_fn's type is named after the Function, as torch's (``type(y.grad_fn).__name__``)
+        cls._backward_cls = type(name + "Backward", (BackwardCFunction,), {"__slots__": (), "__module__":
+                                                                           cls.__module__})
 
 
 class Function(metaclass=_FunctionMeta):
@@ -262,6 +274,14 @@ class Function(metaclass=_FunctionMeta):
 
     vjp = backward
 
+    # torch's vmap support: jitgrad has no vmap, so no Function generates a rule and ``vmap`` refuses
+    generate_vmap_rule = False
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        """torch's per-Function vmap rule hook; jitgrad has no vmap."""
+        raise NotImplementedError("jitgrad has no vmap: autograd.Function.vmap is not supported")
+
     @staticmethod
     def setup_context(ctx, inputs, output):
         return NotImplemented
@@ -282,7 +302,7 @@ class Function(metaclass=_FunctionMeta):
         with grad_mode.no_grad():
             if cls.setup_context is not Function.setup_context:
                 out = cls.forward(*args, **kwargs)
-                cls.setup_context(ctx, args, out)
+                cls.setup_context(ctx, _with_defaults(cls.forward, args, kwargs), out)
             else:
                 out = cls.forward(ctx, *args, **kwargs)
         single = not isinstance(out, tuple)
@@ -294,6 +314,9 @@ class Function(metaclass=_FunctionMeta):
         non_diff = {id(t) for t in ctx._non_diff}
         if ctx._saved is not None:
             ctx._saved_versions = [None if t is None else t._vc[0] for t in ctx._saved]
+            if record and saved_hooks.STATE.stack and _TR.active is None:
+                ctx._packed = tuple(None if t is None else saved_hooks.pack(t) for t in ctx._saved)
+                ctx._saved = (None,) * len(ctx._saved)
         if not record:
             # an input returned as is still comes back as a new tensor (as in torch: under no_grad it must not
             # carry the input's requires_grad)
@@ -313,7 +336,7 @@ class Function(metaclass=_FunctionMeta):
                 nf.append((None, 0))
                 needs.append(False)
             meta.append((a.shape, a.dtype, True) if isinstance(a, Tensor) else ((), None, False))
-        node = BackwardCFunction(cls._op, {}, tuple(nf), tuple(needs))
+        node = cls._backward_cls(cls._op, {}, tuple(nf), tuple(needs))
         node.ctx = ctx
         ctx._node = node
         node.input_meta = meta
@@ -326,6 +349,7 @@ class Function(metaclass=_FunctionMeta):
             node.stack = user_stack(2)
         new_outs = []
         out_meta = []
+        non_diff_pos = []
         input_ids = {id(t) for t in tensors_in}
         for k, o in enumerate(outs):
             if not isinstance(o, Tensor):
@@ -341,17 +365,52 @@ class Function(metaclass=_FunctionMeta):
             else:
                 t = o
             out_meta.append((t.shape, t.dtype))
+            if id(o) in non_diff:
+                non_diff_pos.append(k)
             if id(o) not in non_diff and t.is_floating_point():
                 t.grad_fn = node
                 t._out_nr = k
                 t._requires_grad = False
             new_outs.append(t)
         node.out_meta = tuple(out_meta)
+        node.non_diff_outputs = tuple(non_diff_pos)
         tr = _TR.active
         if tr is not None:
             _trace_custom(tr, cls, ctx, node, args, new_outs, node.loc)
         # materialized zero grads for outputs that receive none
         return new_outs[0] if single else tuple(new_outs)
+
+
+def _with_defaults(forward, args, kwargs):
+    """The inputs ``setup_context`` sees: the call's arguments with forward's defaults filled in (torch)."""
+    import inspect
+    try:
+        sig = inspect.signature(forward)
+    except (TypeError, ValueError):
+        return args
+    if not kwargs and all(p.default is inspect.Parameter.empty or i < len(args)
+                          for i, p in enumerate(sig.parameters.values())):
+        return args
+    bound = sig.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return tuple(bound.args) + tuple(bound.kwargs.values())
+
+
+class DelayedError(Function):
+    """Identity whose backward raises: marks gradients that must not be differentiated again."""
+
+    msg = "trying to differentiate twice a function that was marked with @once_differentiable"
+
+    @staticmethod
+    def forward(ctx, *tensors):
+        return tensors if len(tensors) != 1 else tensors[0]
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(DelayedError.msg)
+
+
+DelayedError._backward_cls.__name__ = DelayedError._backward_cls.__qualname__ = "Error"   # torch's node type
 
 
 class InplaceFunction(Function):
@@ -369,7 +428,20 @@ def once_differentiable(fn):
     @functools.wraps(fn)
     def wrapper(ctx, *args):
         with grad_mode.no_grad():
-            return fn(ctx, *args)
+            outputs = fn(ctx, *args)
+        # with create_graph, the results require grad but differentiating them raises (torch's Error node)
+        if not grad_mode.STATE.grad_enabled or not any(isinstance(a, Tensor) and a.requires_grad for a in args):
+            return outputs
+        single = not isinstance(outputs, tuple)
+        outs = (outputs,) if single else outputs
+        fake = [o.detach().requires_grad_(True) if isinstance(o, Tensor) and o.is_floating_point() else o
+                for o in outs]
+        r = DelayedError.apply(*fake)
+        r = r if isinstance(r, tuple) else (r,)
+        for t in r:
+            if isinstance(t, Tensor) and t.grad_fn is not None:
+                t.grad_fn.torch_name = "Error"
+        return r[0] if single else r
     return wrapper
 
 

@@ -85,7 +85,7 @@ def _validate_v(v, other, is_other_tuple):
 
 
 def _size(t):
-    return "jitgrad.Size([" + ", ".join(str(d) for d in t.shape) + "])"
+    return str(t.shape)         # a jitgrad.Size
 
 
 def _check_requires_grad(inputs, input_type, strict):
@@ -240,6 +240,22 @@ def jvp(func, inputs, v=None, create_graph=False, strict=False):
     outputs = _grad_postprocess(outputs, create_graph)
     res = _grad_postprocess(res, create_graph)
     return _tuple_postprocess(outputs, is_outputs_tuple), _tuple_postprocess(res, is_outputs_tuple)
+
+
+def _construct_standard_basis_for(tensors, tensor_numels):
+    """torch's helper: for tensors with numels (n_1, ..., n_k), N = sum n_i, the N x N identity cut into column
+    blocks, block i of shape (N, n_i) with tensor i's dtype and device (the grad_outputs of a batched jacobian)."""
+    from .factories import zeros
+    total = sum(tensor_numels)
+    out, start = [], 0
+    for t, n in zip(tensors, tensor_numels):
+        a = np.zeros((total, n), t._data.dtype)
+        a[np.arange(start, start + n), np.arange(n)] = 1
+        b = zeros(total, n, dtype=t.dtype)
+        b._data[...] = a
+        out.append(t._same_device(b))
+        start += n
+    return tuple(out)
 
 
 def _one_hot(out, j):

@@ -12,9 +12,11 @@ import numpy as np
 from ..ir import dtypes as dt
 from ..ir.ops import OPS as O
 from ..ir.ops import OpError, normalize_axes, normalize_axis
-from .dispatch import bind, op_error
+from .dispatch import bind, op_error, _bind_by_name
 from .tensor import Tensor
 from ..tracer import STATE as _TR
+from .torch_kwargs import torch_kwargs
+from .grad_names import named
 
 
 def _t(x, like=None):
@@ -45,7 +47,9 @@ def _axis(name, x, dim):
 def _unary(name):
     op = O[name]
 
-    def f(input):
+    def f(input, **torch_kw):
+        if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+            return torch_kwargs(f, name, (input,), {}, torch_kw)
         return bind(op, _t(input))
     f.__name__ = name
     f.__doc__ = f"Elementwise ``{name}``; differentiable (see OpDef ``{name}``)."
@@ -74,23 +78,33 @@ logical_not = _unary("logical_not")
 negative = neg
 
 
-def log2(input):
+def log2(input, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(log2, 'log2', (input,), {}, torch_kw)
     return log(input) * (1.0 / math.log(2.0))
 
 
-def log10(input):
+def log10(input, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(log10, 'log10', (input,), {}, torch_kw)
     return log(input) * (1.0 / math.log(10.0))
 
 
-def square(input):
+def square(input, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(square, 'square', (input,), {}, torch_kw)
     return input * input
 
 
-def isnan(input):
+def isnan(input, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(isnan, 'isnan', (input,), {}, torch_kw)
     return input != input
 
 
-def isinf(input):
+def isinf(input, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(isinf, 'isinf', (input,), {}, torch_kw)
     if not input.is_floating_point():
         return input != input       # integers and bools are never infinite (and abs() rejects bools)
     return (abs(input) == math.inf)
@@ -99,7 +113,9 @@ def isinf(input):
 def _binary(name, opname):
     op = O[opname]
 
-    def f(input, other):
+    def f(input, other, **torch_kw):
+        if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+            return torch_kwargs(f, name, (input, other), {}, torch_kw)
         if not isinstance(input, Tensor) and not isinstance(other, Tensor):
             input = _t(input)
         return bind(op, input, other)
@@ -129,19 +145,25 @@ logical_or = _binary("logical_or", "logical_or")
 matmul = _binary("matmul", "matmul")
 
 
-def add(input, other, *, alpha=1):
+def add(input, other, *, alpha=1, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(add, 'add', (input, other), {"alpha": alpha}, torch_kw)
     return add_(input, other if alpha == 1 else other * alpha)
 
 
-def sub(input, other, *, alpha=1):
+def sub(input, other, *, alpha=1, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(sub, 'sub', (input, other), {"alpha": alpha}, torch_kw)
     return sub_(input, other if alpha == 1 else other * alpha)
 
 
 subtract = sub
 
 
-def where(condition, input=None, other=None):
+def where(condition, input=None, other=None, **torch_kw):
     """``where(cond, x, y)``: x where cond else y (broadcasting).  ``where(cond)`` returns nonzero indices."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(where, 'where', (condition, input, other), {}, torch_kw)
     if input is None and other is None:
         return nonzero(condition, as_tuple=True)
     if not isinstance(condition, Tensor):
@@ -149,8 +171,10 @@ def where(condition, input=None, other=None):
     return bind(O["where"], condition, input, other)
 
 
-def clamp(input, min=None, max=None):
+def clamp(input, min=None, max=None, **torch_kw):
     """Clamp into [min, max]; tensor bounds compose maximum/minimum, scalar bounds use the clamp primitive."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(clamp, 'clamp', (input, min, max), {}, torch_kw)
     if min is None and max is None:
         raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
     if isinstance(min, Tensor) or isinstance(max, Tensor):
@@ -180,7 +204,9 @@ def _clamp_tensor_bounds(input, min, max):
     return where(input <= max, input, where(input > max, max, r))
 
 
-def nonzero(input, *, as_tuple=False):
+def nonzero(input, *, as_tuple=False, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(nonzero, 'nonzero', (input,), {"as_tuple": as_tuple}, torch_kw)
     if type(input._data) is not np.ndarray:     # its shape depends on the data: not traceable
         from .traced import traced_read as _traced_read
         _traced_read(input, "nonzero()")
@@ -195,13 +221,17 @@ def _red(opname, x, dim, keepdim):
     return bind(O[opname], x, axes=_axes(opname, x, dim), keepdims=bool(keepdim))
 
 
-def sum(input, dim=None, keepdim=False, *, dtype=None):
+def sum(input, dim=None, keepdim=False, *, dtype=None, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(sum, 'sum', (input, dim, keepdim), {"dtype": dtype}, torch_kw)
     if dtype is not None:
         input = input.to(dtype)
-    return _red("sum", input, dim, keepdim)
+    return _fresh(_red("sum", input, dim, keepdim), input, "SumBackward0" if dim is None else "SumBackward1")
 
 
-def mean(input, dim=None, keepdim=False, *, dtype=None):
+def mean(input, dim=None, keepdim=False, *, dtype=None, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(mean, 'mean', (input, dim, keepdim), {"dtype": dtype}, torch_kw)
     if dtype is not None:
         input = input.to(dtype)
     if not input.is_floating_point():
@@ -214,24 +244,32 @@ def mean(input, dim=None, keepdim=False, *, dtype=None):
     s = bind(O["sum"], input, axes=axes, keepdims=bool(keepdim))
     # mean of nothing is nan; "+ nan" (not "* nan") keeps the derivative w.r.t. the incoming gradient finite
     # (it is a sum over no elements), as torch's expand-then-divide backward does
-    return s / n if n else s + math.nan
+    return _fresh(s / n if n else s + math.nan, input, "MeanBackward0" if dim is None else "MeanBackward1")
 
 
-def prod(input, dim=None, keepdim=False, *, dtype=None):
+def prod(input, dim=None, keepdim=False, *, dtype=None, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(prod, 'prod', (input, dim, keepdim), {"dtype": dtype}, torch_kw)
     if dtype is not None:
         input = input.to(dtype)
-    return _red("prod", input, dim, keepdim)
+    return _fresh(_red("prod", input, dim, keepdim), input, "ProdBackward0" if dim is None else "ProdBackward1")
 
 
-def amax(input, dim=(), keepdim=False):
+def amax(input, dim=(), keepdim=False, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(amax, 'amax', (input, dim, keepdim), {}, torch_kw)
     return _red("amax", input, None if dim == () else dim, keepdim)
 
 
-def amin(input, dim=(), keepdim=False):
+def amin(input, dim=(), keepdim=False, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(amin, 'amin', (input, dim, keepdim), {}, torch_kw)
     return _red("amin", input, None if dim == () else dim, keepdim)
 
 
-def argmax(input, dim=None, keepdim=False):
+def argmax(input, dim=None, keepdim=False, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(argmax, 'argmax', (input, dim, keepdim), {}, torch_kw)
     ax = None if dim is None else _axis("argmax", input, dim)
     if input.ndim == 0:
         ax = None   # dim 0 / -1 of a 0-d tensor: its only element
@@ -240,7 +278,9 @@ def argmax(input, dim=None, keepdim=False):
     return r.reshape((1,) * input.ndim) if keepdim and ax is None else r
 
 
-def argmin(input, dim=None, keepdim=False):
+def argmin(input, dim=None, keepdim=False, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(argmin, 'argmin', (input, dim, keepdim), {}, torch_kw)
     ax = None if dim is None else _axis("argmin", input, dim)
     if input.ndim == 0:
         ax = None   # dim 0 / -1 of a 0-d tensor: its only element
@@ -261,6 +301,22 @@ class _ValuesIndices(tuple):
         return self[1]
 
 
+def _fresh(result, input, name):
+    """Name ``result``'s node as torch does (see grad_names.py), if this call made one (``reshape`` to the same
+    shape returns its input)."""
+    return named(result, name) if result is not input else result
+
+
+def _max_min_named(name, input, dim, keepdim, other):
+    r = _max_min(name, input, dim, keepdim, other)
+    base = "Max" if name == "max" else "Min"
+    if isinstance(r, tuple):                # (values, indices) with a dim
+        named(r[0], base + "Backward0")
+    elif dim is None and other is None:
+        named(r, base + "Backward1")
+    return r
+
+
 def _max_min(name, input, dim, keepdim, other):
     if isinstance(dim, Tensor) and other is None:
         other, dim = dim, None
@@ -277,17 +333,27 @@ def _max_min(name, input, dim, keepdim, other):
     return _ValuesIndices((values, idx))
 
 
-def max(input, dim=None, keepdim=False, *, other=None):
+def max(input, dim=None, keepdim=False, *, other=None, **torch_kw):
     """``max(x)`` (all elements), ``max(x, dim)`` -> (values, indices), or ``max(x, other)`` elementwise."""
-    return _max_min("max", input, dim, keepdim, other)
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(max, 'max', (input, dim, keepdim), {"other": other}, torch_kw)
+    return _max_min_named("max", input, dim, keepdim, other)
 
 
-def min(input, dim=None, keepdim=False, *, other=None):
-    return _max_min("min", input, dim, keepdim, other)
+def min(input, dim=None, keepdim=False, *, other=None, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(min, 'min', (input, dim, keepdim), {"other": other}, torch_kw)
+    return _max_min_named("min", input, dim, keepdim, other)
 
 
-def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None, **torch_kw):
     """Variance over ``dim`` with Bessel's ``correction`` (``unbiased=True`` means correction=1)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(var, 'var', (input, dim, unbiased, keepdim), {"correction": correction}, torch_kw)
+    return _fresh(_var(input, dim, unbiased, keepdim, correction=correction), input, "VarBackward0")
+
+
+def _var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if correction is None:
         correction = 1 if unbiased is None or unbiased else 0
     axes = _axes("var", input, dim)
@@ -302,17 +368,25 @@ def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     return ss / builtins_max(n - correction, 0)
 
 
-def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None, **torch_kw):
     """sqrt(var), with torch's gradient 0 (not 0 * inf = nan) where the variance is 0 (a constant row): torch's
     std_backward masks grad / (2 std) where std == 0.  The sqrt runs on a variance made 1 there, so no NaN
     derivative hides under the mask (second order included)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(std, 'std', (input, dim, unbiased, keepdim), {"correction": correction}, torch_kw)
     v = var(input, dim, unbiased, keepdim, correction=correction)
     zero = v == 0
-    return sqrt(v.where(~zero, 1.0)).where(~zero, 0.0)
+    return _fresh(sqrt(v.where(~zero, 1.0)).where(~zero, 0.0), input, "StdBackward0")
 
 
-def logsumexp(input, dim, keepdim=False):
+def logsumexp(input, dim, keepdim=False, **torch_kw):
     """log(sum(exp(x))) computed stably (the max is subtracted first and detached)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(logsumexp, 'logsumexp', (input, dim, keepdim), {}, torch_kw)
+    return _fresh(_logsumexp(input, dim, keepdim), input, "LogsumexpBackward0")
+
+
+def _logsumexp(input, dim, keepdim=False):
     axes = _axes("logsumexp", input, dim)
     if not input.is_floating_point():
         input = input.float()
@@ -323,8 +397,14 @@ def logsumexp(input, dim, keepdim=False):
     return s if keepdim else s.reshape(tuple(d for i, d in enumerate(s.shape) if i not in axes))
 
 
-def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
+def norm(input, p="fro", dim=None, keepdim=False, dtype=None, **torch_kw):
     """Vector p-norm over ``dim`` (default all elements); p in {2, 'fro', inf, -inf, 1, any float}."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(norm, 'norm', (input, p, dim, keepdim, dtype), {}, torch_kw)
+    return _fresh(_norm(input, p, dim, keepdim, dtype), input, "LinalgVectorNormBackward0")
+
+
+def _norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     if dtype is not None:
         input = input.to(dtype)
     if p in ("fro", 2, 2.0, None):
@@ -338,23 +418,30 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     return bind(O["normp"], input, axes=_axes("norm", input, dim), keepdims=bool(keepdim), p=float(p))
 
 
-def softmax(input, dim, dtype=None):
+def softmax(input, dim, dtype=None, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(softmax, 'softmax', (input, dim, dtype), {}, torch_kw)
+    return _fresh(_softmax(input, dim, dtype), input, "SoftmaxBackward0")
+
+
+def _softmax(input, dim, dtype=None):
     if dtype is not None:
         input = input.to(dtype)
     ax = _axis("softmax", input, dim)
-    if _TR.active is None and type(input._data) is np.ndarray and input.ndim and input._data.size \
-            and input._data.dtype.kind == "f":
-        return bind(O["softmax"], input, axis=ax)      # fused in eager CPU mode (see ir/ops/fused.py)
-    # traced, or on a device: the composition (on CUDA its kernels; the fused op would be a host step)
-    # the max is subtracted as is, as torch does: a row holding +inf (or all -inf) is nan throughout
-    m = bind(O["amax"], input, axes=(ax,), keepdims=True).detach()
-    e = exp(input - m)
-    return e / bind(O["sum"], e, axes=(ax,), keepdims=True)
+    if input.ndim == 0 or input.numel() == 0 or not input.is_floating_point():
+        return O["softmax"].decompose(_bind_by_name, input, axis=ax)    # what the fused impl does not take
+    return bind(O["softmax"], input, axis=ax)      # one fused op in eager mode; traced: its decomposition
 
 
-def log_softmax(input, dim, dtype=None):
+def log_softmax(input, dim, dtype=None, **torch_kw):
     """``(x - m) - log(sum(exp(x - m)))`` with the max ``m`` detached: exact where ``x - logsumexp(x)`` would
     lose the digits of a large ``m`` (in float32, 1000.31 - 1001.31 keeps only 4 decimals)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(log_softmax, 'log_softmax', (input, dim, dtype), {}, torch_kw)
+    return _fresh(_log_softmax(input, dim, dtype), input, "LogSoftmaxBackward0")
+
+
+def _log_softmax(input, dim, dtype=None):
     if dtype is not None:
         input = input.to(dtype)
     ax = _axis("log_softmax", input, dim)
@@ -362,11 +449,9 @@ def log_softmax(input, dim, dtype=None):
         input = input.float()
     if input.numel() == 0:
         return input * 1.0
-    if _TR.active is None and input.ndim and type(input._data) is np.ndarray:
-        return bind(O["log_softmax"], input, axis=ax)  # fused in eager CPU mode (see ir/ops/fused.py)
-    m = bind(O["amax"], input, axes=(ax,), keepdims=True).detach()
-    s = input - m       # as torch: a row holding +inf (or all -inf) is nan throughout
-    return s - log(bind(O["sum"], exp(s), axes=(ax,), keepdims=True))
+    if input.ndim == 0:
+        return O["log_softmax"].decompose(_bind_by_name, input, axis=ax)
+    return bind(O["log_softmax"], input, axis=ax)  # one fused op in eager mode; traced: its decomposition
 
 
 # ---- shape ----------------------------------------------------------------------------------------
@@ -399,23 +484,33 @@ def _infer(name, shape, input):
     return shape
 
 
-def reshape(input, *shape):
+def reshape(input, *shape, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(reshape, 'reshape', (input, *shape), {}, torch_kw)
     shape = _infer("reshape", _shape_arg(shape), input)
     if shape == input.shape:
         return input
     return bind(O["reshape"], input, shape=shape)
 
 
-def view(input, *shape):
+def view(input, *shape, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(view, 'view', (input, *shape), {}, torch_kw)
     if len(shape) == 1 and isinstance(shape[0], dt.DType):
         raise NotImplementedError("view(dtype) is not supported; use .to(dtype)")
-    if not input._data.flags.c_contiguous and input.numel() > 1:
-        raise RuntimeError("view size is not compatible with input tensor's size and stride (at least one dimension "
-                           "spans across two contiguous subspaces). Use .reshape(...) instead.")
+    d = input._data
+    if not d.flags.c_contiguous and d.size > 1:
+        from .view_rule import viewable
+        new = _infer("view", _shape_arg(shape), input)
+        if not viewable(d.shape, tuple(st // d.itemsize for st in d.strides), new):
+            raise RuntimeError("view size is not compatible with input tensor's size and stride (at least one "
+                               "dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
     return reshape(input, *shape)
 
 
-def flatten(input, start_dim=0, end_dim=-1):
+def flatten(input, start_dim=0, end_dim=-1, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(flatten, 'flatten', (input, start_dim, end_dim), {}, torch_kw)
     if input.ndim == 0:
         return input.reshape(1)
     s = _axis("flatten", input, start_dim)
@@ -426,24 +521,31 @@ def flatten(input, start_dim=0, end_dim=-1):
     return reshape(input, shape)
 
 
-def squeeze(input, dim=None):
+def squeeze(input, dim=None, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(squeeze, 'squeeze', (input, dim), {}, torch_kw)
     if dim is None:
         shape = tuple(d for d in input.shape if d != 1)
     else:
         axes = _axes("squeeze", input, dim) if input.ndim else ()
         shape = tuple(d for i, d in enumerate(input.shape) if not (i in axes and d == 1))
-    return reshape(input, shape)
+    return _fresh(reshape(input, shape), input, "SqueezeBackward0" if dim is None else "SqueezeBackward1")
 
 
-def unsqueeze(input, dim):
+def unsqueeze(input, dim, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(unsqueeze, 'unsqueeze', (input, dim), {}, torch_kw)
     ax = dim if dim >= 0 else dim + input.ndim + 1
     if not 0 <= ax <= input.ndim:
         raise IndexError(f"Dimension out of range (expected to be in range of [{-input.ndim - 1}, {input.ndim}], "
                          f"but got {dim})")
-    return bind(O["reshape"], input, shape=input.shape[:ax] + (1,) + input.shape[ax:])
+    return _fresh(bind(O["reshape"], input, shape=input.shape[:ax] + (1,) + input.shape[ax:]), input,
+                  "UnsqueezeBackward0")
 
 
-def permute(input, *dims):
+def permute(input, *dims, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(permute, 'permute', (input, *dims), {}, torch_kw)
     dims = _shape_arg(dims)
     if len(dims) != input.ndim:
         raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does not match the length "
@@ -461,7 +563,13 @@ def _swap_last2(input):
     return bind(O["permute"], input, perm=tuple(range(n - 2)) + (n - 1, n - 2))
 
 
-def transpose(input, dim0, dim1):
+def transpose(input, dim0, dim1, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(transpose, 'transpose', (input, dim0, dim1), {}, torch_kw)
+    return _fresh(_transpose(input, dim0, dim1), input, "TransposeBackward0")
+
+
+def _transpose(input, dim0, dim1):
     if input.ndim == 2 and type(dim0) is int and type(dim1) is int and -2 <= dim0 <= 1 and -2 <= dim1 <= 1:
         return _swap_last2(input) if dim0 % 2 != dim1 % 2 else input
     a, b = _axis("transpose", input, dim0), _axis("transpose", input, dim1)
@@ -473,13 +581,17 @@ def transpose(input, dim0, dim1):
 swapaxes = transpose
 
 
-def t(input):
+def t(input, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(t, 't', (input,), {}, torch_kw)
     if input.ndim > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {input.ndim}D")
-    return transpose(input, 0, 1) if input.ndim == 2 else input
+    return _fresh(transpose(input, 0, 1), input, "TBackward0") if input.ndim == 2 else input
 
 
-def expand(input, *sizes):
+def expand(input, *sizes, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(expand, 'expand', (input, *sizes), {}, torch_kw)
     sizes = _shape_arg(sizes)
     lead = len(sizes) - input.ndim
     if lead < 0:
@@ -491,20 +603,28 @@ def expand(input, *sizes):
     return bind(O["broadcast_to"], input, shape=shape)
 
 
-def broadcast_to(input, shape):
+def broadcast_to(input, shape, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(broadcast_to, 'broadcast_to', (input, shape), {}, torch_kw)
     return expand(input, tuple(shape))
 
 
-def expand_as(input, other):
+def expand_as(input, other, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(expand_as, 'expand_as', (input, other), {}, torch_kw)
     return expand(input, other.shape)
 
 
-def broadcast_tensors(*tensors):
+def broadcast_tensors(*tensors, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(broadcast_tensors, 'broadcast_tensors', (*tensors,), {}, torch_kw)
     shape = np.broadcast_shapes(*(x.shape for x in tensors))
     return tuple(expand(x, shape) for x in tensors)
 
 
-def cat(tensors, dim=0):
+def cat(tensors, dim=0, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(cat, 'cat', (tensors, dim), {}, torch_kw)
     tensors = [x for x in tensors]
     if not tensors:
         raise RuntimeError("cat(): expected a non-empty list of Tensors")
@@ -517,7 +637,15 @@ def cat(tensors, dim=0):
 concat = concatenate = cat
 
 
-def stack(tensors, dim=0):
+def stack(tensors, dim=0, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(stack, 'stack', (tensors, dim), {}, torch_kw)
+    tensors = list(tensors)
+    r = _stack(tensors, dim)
+    return named(r, "StackBackward0")       # always a new tensor (unsqueeze or cat)
+
+
+def _stack(tensors, dim=0):
     tensors = list(tensors)
     if not tensors:
         raise RuntimeError("stack expects a non-empty TensorList")
@@ -530,7 +658,9 @@ def stack(tensors, dim=0):
     return cat([unsqueeze(x, ax) for x in tensors], ax) if len(tensors) > 1 else unsqueeze(tensors[0], ax)
 
 
-def split(tensor, split_size_or_sections, dim=0):
+def split(tensor, split_size_or_sections, dim=0, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(split, 'split', (tensor, split_size_or_sections, dim), {}, torch_kw)
     ax = _axis("split", tensor, dim)
     n = tensor.shape[ax]
     if isinstance(split_size_or_sections, int):
@@ -547,23 +677,44 @@ def split(tensor, split_size_or_sections, dim=0):
     for s in sizes:
         out.append(tensor[(slice(None),) * ax + (slice(start, start + s),)])
         start += s
-    return tuple(out)
+    return _multi_view(out, tensor, "Split" if isinstance(split_size_or_sections, int) else "SplitWithSizes")
 
 
-def chunk(input, chunks, dim=0):
+def _multi_view(outs, input, name):
+    """Mark the views a multi-output function returns (torch refuses in-place ops on them when recorded) and
+    name their nodes as torch's single node (UnbindBackward0, SplitBackward0, ...)."""
+    for k, t in enumerate(outs):
+        if t._base is not None:
+            t._view_origin = (name, k)
+        if t.grad_fn is not None and t is not input:
+            t.grad_fn.torch_name = name + "Backward0"
+    return tuple(outs)
+
+
+def chunk(input, chunks, dim=0, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(chunk, 'chunk', (input, chunks, dim), {}, torch_kw)
     if chunks <= 0:
         raise RuntimeError("chunk expects `chunks` to be greater than 0")
     n = input.shape[_axis("chunk", input, dim)]
     return split(input, builtins_max(1, -(-n // chunks)), dim)
 
 
-def unbind(input, dim=0):
+def unbind(input, dim=0, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(unbind, 'unbind', (input, dim), {}, torch_kw)
     ax = _axis("unbind", input, dim)
-    return tuple(input[(slice(None),) * ax + (i,)] for i in range(input.shape[ax]))
+    return _multi_view([input[(slice(None),) * ax + (i,)] for i in range(input.shape[ax])], input, "Unbind")
 
 
-def gather(input, dim, index):
+def gather(input, dim, index, **torch_kw):
     """``out[i][j][k] = input[index[i][j][k]][j][k]`` (dim=0), as torch.gather, via advanced indexing."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(gather, 'gather', (input, dim, index), {}, torch_kw)
+    return _fresh(_gather(input, dim, index), input, "GatherBackward0")
+
+
+def _gather(input, dim, index):
     ax = _axis("gather", input, dim)
     if index.ndim != input.ndim:
         raise RuntimeError(f"gather(): Index tensor must have the same number of dimensions as input tensor "
@@ -590,34 +741,46 @@ def gather(input, dim, index):
     return input[tuple(key)]
 
 
-def take_along_dim(input, indices, dim):
+def take_along_dim(input, indices, dim, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(take_along_dim, 'take_along_dim', (input, indices, dim), {}, torch_kw)
     return gather(input, dim, indices)
 
 
-def index_select(input, dim, index):
+def index_select(input, dim, index, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(index_select, 'index_select', (input, dim, index), {}, torch_kw)
     ax = _axis("index_select", input, dim)
     if index.ndim > 1:
         raise IndexError("index_select(): Index is supposed to be a vector")
-    return input[(slice(None),) * ax + (index.reshape(-1),)]
+    return _fresh(input[(slice(None),) * ax + (index.reshape(-1),)], input, "IndexSelectBackward0")
 
 
-def outer(input, vec2):
+def outer(input, vec2, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(outer, 'outer', (input, vec2), {}, torch_kw)
     return unsqueeze(input, 1) * unsqueeze(vec2, 0)
 
 
-def dot(input, other):
+def dot(input, other, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(dot, 'dot', (input, other), {}, torch_kw)
     if input.ndim != 1 or other.ndim != 1:
         raise RuntimeError(f"1D tensors expected, but got {input.ndim}D and {other.ndim}D tensors")
     return matmul(input, other)
 
 
-def mm(input, mat2):
+def mm(input, mat2, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(mm, 'mm', (input, mat2), {}, torch_kw)
     if input.ndim != 2 or mat2.ndim != 2:
         raise RuntimeError(f"mm: expected 2D tensors, got {input.ndim}D and {mat2.ndim}D")
     return matmul(input, mat2)
 
 
-def bmm(input, mat2):
+def bmm(input, mat2, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(bmm, 'bmm', (input, mat2), {}, torch_kw)
     if input.ndim != 3 or mat2.ndim != 3:
         raise RuntimeError(f"bmm: expected 3D tensors, got {input.ndim}D and {mat2.ndim}D")
     return matmul(input, mat2)
@@ -630,12 +793,16 @@ def _read_values(what, *ts):
             _traced_read(t, what)
 
 
-def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(allclose, 'allclose', (input, other, rtol, atol, equal_nan), {}, torch_kw)
     _read_values("allclose()", input, other)
     return bool(np.allclose(input._data, other._data, rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
-def equal(input, other):
+def equal(input, other, **torch_kw):
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(equal, 'equal', (input, other), {}, torch_kw)
     _read_values("equal()", input, other)
     return input.shape == other.shape and bool(np.array_equal(input._data, other._data))
 

@@ -31,6 +31,16 @@ class _DecoratorContextManager:
         if not callable(fn):
             raise TypeError(f"{type(self).__name__} can only decorate callables, got {fn!r}")
         clone = self._clone
+        if inspect.isclass(fn):
+            import warnings
+            warnings.warn("Decorating classes is deprecated and will be disabled in future versions. You should only "
+                          "decorate functions or methods. To preserve the current behavior of class decoration, you "
+                          "can directly decorate the `__init__` method and nothing else.", FutureWarning,
+                          stacklevel=2)
+            cls = fn
+
+            def fn(*args, **kwargs):        # construction runs inside the context, as torch's
+                return cls(*args, **kwargs)
         if inspect.isgeneratorfunction(fn):
             return _wrap_generator(fn, clone)
 
@@ -177,3 +187,34 @@ class inference_mode(_DecoratorContextManager):
     def __exit__(self, *exc):
         STATE.grad_enabled, STATE.inference = self.prev
         return False
+
+
+_MULTITHREADING = [True]
+
+
+class set_multithreading_enabled(_DecoratorContextManager):
+    """torch's switch for running backward on one thread per device.  jitgrad's engine always runs backward on
+    the calling thread, so the flag is recorded (``is_multithreading_enabled``) and changes nothing else."""
+
+    def __init__(self, mode: bool):
+        self.prev = _MULTITHREADING[0]
+        self.mode = bool(mode)
+        _MULTITHREADING[0] = self.mode
+
+    def __call__(self, fn):
+        _MULTITHREADING[0] = self.prev
+        return super().__call__(fn)
+
+    def _clone(self):
+        return set_multithreading_enabled(self.mode)
+
+    def __enter__(self):
+        pass
+
+    def __exit__(self, *exc):
+        _MULTITHREADING[0] = self.prev
+        return False
+
+
+def is_multithreading_enabled() -> bool:
+    return _MULTITHREADING[0]

@@ -11,10 +11,13 @@ from .dispatch import bind
 from .functions import _axis, clamp, where
 from .grad_names import named
 from .tensor import Tensor
+from .torch_kwargs import torch_kwargs
 
 
-def masked_fill(input, mask, value):
+def masked_fill(input, mask, value, **torch_kw):
     """``value`` where ``mask`` (bool, broadcast to ``input``) is True, else ``input``; keeps ``input``'s dtype."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(masked_fill, 'masked_fill', (input, mask, value), {}, torch_kw)
     if not isinstance(mask, Tensor) or mask.dtype.name != "bool":
         got = mask.dtype.name if isinstance(mask, Tensor) else type(mask).__name__
         raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype {got}")
@@ -50,8 +53,10 @@ def _scatter_key(input, dim, index):
     return ax, key
 
 
-def scatter_add(input, dim, index, src):
+def scatter_add(input, dim, index, src, **torch_kw):
     """``out = input.clone(); out[index[i][j]][j] += src[i][j]`` (dim=0), as torch.scatter_add."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(scatter_add, 'scatter_add', (input, dim, index, src), {}, torch_kw)
     ax = _axis("scatter_add", input, dim)
     if index.dtype.name != "int64":
         raise RuntimeError(f"scatter_add(): Expected dtype int64 for index, got {index.dtype.name}")
@@ -76,23 +81,57 @@ def scatter_add(input, dim, index, src):
     return named(bind(O["index_put"], input, src, *key, spec=spec, accumulate=True), "ScatterAddBackward0")
 
 
+def scatter_reduce(input, dim, index, src, reduce, *, include_self=True, **torch_kw):
+    """torch.scatter_reduce for ``reduce`` "sum" and "mean" (compositions of scatter_add; the gradient follows):
+    each ``src`` element goes to ``index`` along ``dim``; ``include_self=False`` leaves the targets' own values
+    out.  "prod", "amax" and "amin" are not supported yet."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(scatter_reduce, 'scatter_reduce', (input, dim, index, src, reduce),
+                            {"include_self": include_self}, torch_kw)
+    if reduce not in ("sum", "mean", "prod", "amax", "amin"):
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
+    if reduce not in ("sum", "mean"):
+        from .torch_kwargs import UnsupportedError
+        raise UnsupportedError(f"jitgrad does not support scatter_reduce(reduce={reduce!r}) yet (supported: 'sum', "
+                               "'mean')")
+    ones = src.new_ones(tuple(index.shape))
+    hits = scatter_add(input.new_zeros(tuple(input.shape)), dim, index, ones)     # elements sent to each target
+    base = input if include_self else input * (hits == 0).to(input.dtype)
+    total = scatter_add(base, dim, index, src)
+    if reduce == "sum":
+        return named(total, "ScatterReduceBackward0")
+    count = hits + 1 if include_self else hits.where(hits > 0, 1.0)
+    return named(total / count.to(total.dtype), "ScatterReduceBackward0")
+
+
+def _scatter_reduce_(self, dim, index, src, reduce, *, include_self=True):
+    """In place: ``self.copy_(scatter_reduce(self, ...))``."""
+    return self.copy_(scatter_reduce(self, dim, index, src, reduce, include_self=include_self))
+
+
 def _scatter_add_(self, dim, index, src):
     """In place: ``self.copy_(scatter_add(self, dim, index, src))``."""
     return self.copy_(scatter_add(self, dim, index, src))
 
 
-def clamp_min(input, min):
+def clamp_min(input, min, **torch_kw):
     """``max(input, min)`` elementwise (``clamp(input, min=min)``)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(clamp_min, 'clamp_min', (input, min), {}, torch_kw)
     return named(clamp(input, min=min), "ClampMinBackward0")
 
 
-def clamp_max(input, max):
+def clamp_max(input, max, **torch_kw):
     """``min(input, max)`` elementwise (``clamp(input, max=max)``)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(clamp_max, 'clamp_max', (input, max), {}, torch_kw)
     return named(clamp(input, max=max), "ClampMaxBackward0")
 
 
-def addmm(input, mat1, mat2, *, beta=1, alpha=1):
+def addmm(input, mat1, mat2, *, beta=1, alpha=1, **torch_kw):
     """``beta * input + alpha * (mat1 @ mat2)`` for 2-d ``mat1``, ``mat2`` (``nn.Linear``'s op)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(addmm, 'addmm', (input, mat1, mat2), {"beta": beta, "alpha": alpha}, torch_kw)
     if mat1.ndim != 2 or mat2.ndim != 2:
         raise RuntimeError(f"addmm: mat1 must be a matrix, got {mat1.ndim}-D tensor" if mat1.ndim != 2 else
                            f"addmm: mat2 must be a matrix, got {mat2.ndim}-D tensor")
@@ -104,6 +143,6 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1):
     return named((input if beta == 1 else input * beta) + prod, "AddmmBackward0")
 
 
-METHODS = ["masked_fill", "scatter_add", "clamp_min", "clamp_max", "addmm"]
-INPLACE = {"masked_fill_": _masked_fill_, "scatter_add_": _scatter_add_}
+METHODS = ["masked_fill", "scatter_add", "scatter_reduce", "clamp_min", "clamp_max", "addmm"]
+INPLACE = {"masked_fill_": _masked_fill_, "scatter_add_": _scatter_add_, "scatter_reduce_": _scatter_reduce_}
 __all__ = METHODS

@@ -6,11 +6,15 @@ import numpy as np
 
 from ..ir.ops import OPS as O
 from ..tracer import STATE as _TR
-from . import grad_mode
+from . import grad_mode, saved_mutation
+from .grad_names import getitem_name
+from .view_inplace import INFERENCE_VIEW, INFERENCE_VIEW_MSG, NO_GRAD_VIEW_MSG, inplace_on_view
 from .traced import is_traced, traced_mask, traced_payload, traced_write
 from .devices import backend_of_payload, copy_payload
 
 _GM = grad_mode.STATE
+_GETITEM = O["getitem"]
+_MUT = saved_mutation.STATE
 _TORCH_NAME = {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int", "bool": "Bool"}
 
 
@@ -27,16 +31,28 @@ class InPlaceOps:
 
     # --- in-place ops ----------------------------------------------------------------------------
     def _check_inplace(self):
+        if _MUT.active is not None:     # allow_mutation_on_saved_tensors: keep the saved value first
+            _MUT.active.before_write(self)
         if _GM.grad_enabled and self.grad_fn is None and self._requires_grad:
             raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
         b = self._base
         if b is not None and _GM.grad_enabled and b.requires_grad:
+            if self.grad_fn is None and not self._requires_grad:
+                raise RuntimeError(INFERENCE_VIEW_MSG if getattr(self, "_view_origin", None) is INFERENCE_VIEW
+                                   else NO_GRAD_VIEW_MSG)
             if b.grad_fn is None:
                 raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place "
                                    "operation.")
+            origin = getattr(self, "_view_origin", None)
+            if origin is not None and origin is not INFERENCE_VIEW:
+                raise RuntimeError(f"Output {origin[1]} of {origin[0]} is a view and is being modified inplace. This "
+                                   "view is the output of a function that returns multiple views. Such functions do "
+                                   "not allow the output views to be modified inplace. You should replace the "
+                                   "inplace operation by an out-of-place one.")
         if self._inference and not _GM.inference:
-            raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed. You can "
-                               "make a clone to get a normal tensor before doing inplace update.")
+            raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed.You can make "
+                               "a clone to get a normal tensor before doing inplace update.See "
+                               "https://github.com/pytorch/rfcs/pull/17 for more details.")   # torch's text
         if type(self._data) is np.ndarray and not self._data.flags.writeable:
             raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
                                "single memory location. Please clone() the tensor before performing the operation.")
@@ -47,11 +63,14 @@ class InPlaceOps:
         self._check_inplace()
         recording = _GM.grad_enabled and (self.requires_grad or any(
             isinstance(o, InPlaceOps) and o.requires_grad for o in others))
-        if recording:
-            if self._base is not None and self._base.requires_grad:
+        if recording and self._base is not None:
+            if _TR.active is None and type(self._data) is np.ndarray and type(self._base._data) is np.ndarray:
+                return inplace_on_view(self, fn, others, _snapshot, _check_result)
+            if self._base.requires_grad:
                 raise RuntimeError("jitgrad: in-place modification of a view of a tensor that requires grad is not "
-                                   "supported; use index assignment on the base tensor (y[idx] = v) or an "
-                                   "out-of-place op")
+                                   "supported inside @jg.compile or on a device; use index assignment on the base "
+                                   "tensor (y[idx] = v) or an out-of-place op")
+        if recording:
             # the new node may save its input 0: give it a snapshot that the write below cannot touch
             # (traced values are immutable: the snapshot is the value itself)
             tr = _TR.active
@@ -62,11 +81,8 @@ class InPlaceOps:
         else:       # nothing requires grad, or grad mode is off: the op records nothing either way
             r = fn(self, *others)
         rd, sd = r._data, self._data
-        if rd.shape != sd.shape:
-            raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(r.shape)}")
-        if rd.dtype != sd.dtype and not np.can_cast(rd.dtype, sd.dtype, "same_kind"):
-            raise RuntimeError(f"result type {_TORCH_NAME[r.dtype.name]} can't be cast to the desired output type "
-                               f"{_TORCH_NAME[self.dtype.name]}")
+        if rd.shape != sd.shape or rd.dtype != sd.dtype:
+            _check_result(self, r)
         tr = _TR.active
         dev = backend_of_payload(sd) if tr is None else None
         if dev is not None:     # a device tensor: written into its own buffer, so aliases (detach, .data) see it
@@ -83,6 +99,8 @@ class InPlaceOps:
         if recording:
             if r.dtype is not self.dtype:
                 r = r.to(self.dtype)
+            if self._retains_grad:
+                move_retain_grad(self, r.grad_fn, r._out_nr)
             self.grad_fn = r.grad_fn
             self._out_nr = r._out_nr
             self._requires_grad = False
@@ -151,10 +169,19 @@ class InPlaceOps:
     # --- indexing --------------------------------------------------------------------------------
     def __getitem__(self, key):
         spec, idx = parse_index(key, self)
-        return _bind(O["getitem"], self, *idx, spec=spec)
+        r = _bind(O["getitem"], self, *idx, spec=spec)
+        gf = r.grad_fn
+        if gf is not None and r is not self and gf.op is _GETITEM:
+            gf.torch_name = getitem_name(spec)      # torch's node: SelectBackward0, SliceBackward0, ...
+        return r
 
     def __setitem__(self, key, value):
         spec, idx = parse_index(key, self)
+        if self._requires_grad and self.grad_fn is None and _GM.grad_enabled and not idx and any(
+                type(k) is int or type(k) is tuple for k in spec):
+            # torch writes through a view here (select/slice, then copy_): its message names the view
+            raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place "
+                               "operation.")
         if _TR.active is not None or backend_of_payload(self._data) is not None or _GM.grad_enabled and (
                 self.requires_grad or isinstance(value, InPlaceOps) and value.requires_grad):
             self._apply_inplace(lambda s, v: _bind(O["index_put"], s, v, *idx, spec=spec, accumulate=False), value)
@@ -179,6 +206,34 @@ class InPlaceOps:
         self._vc[0] += 1
 
 
+
+
+def move_retain_grad(t, node, nr):
+    """``t.retain_grad()`` follows ``t`` to its new history ``(node, nr)`` (torch moves the hook as well)."""
+    old = t.grad_fn
+    ref = old.retain_grad_refs.pop(t._out_nr, None) if old is not None and old.retain_grad_refs else None
+    if ref is None or node is None:
+        return
+    if node.retain_grad_refs is None:
+        node.retain_grad_refs = {}
+    node.retain_grad_refs[nr] = ref
+
+
+def _snapshot(t):
+    """A copy of eager tensor ``t`` with its history: what an in-place op's node saves as its input."""
+    src = t._make(copy_payload(t._data), t._requires_grad)
+    src.grad_fn, src._out_nr, src._acc = t.grad_fn, t._out_nr, t._accumulator() if t._requires_grad else None
+    return src
+
+
+def _check_result(t, r):
+    """The out-of-place result ``r`` of an in-place op on ``t`` must have t's shape and cast to its dtype."""
+    rd, sd = r._data, t._data
+    if rd.shape != sd.shape:
+        raise RuntimeError(f"output with shape {list(t.shape)} doesn't match the broadcast shape {list(r.shape)}")
+    if rd.dtype != sd.dtype and not np.can_cast(rd.dtype, sd.dtype, "same_kind"):
+        raise RuntimeError(f"result type {_TORCH_NAME[r.dtype.name]} can't be cast to the desired output type "
+                           f"{_TORCH_NAME[t.dtype.name]}")
 
 
 def parse_index(key, t):

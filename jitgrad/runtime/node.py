@@ -47,7 +47,7 @@ class Node:
     __slots__ = ("op", "params", "inputs", "outputs", "shapes", "dtypes", "needs_grad", "next_functions",
                  "versions", "out_versions", "out_meta", "_loc", "stack", "seq", "_freed", "_pre_hooks", "_hooks",
                  "tensor_hooks", "retain_grad_refs", "_metadata", "view_args", "view_base_fn", "torch_name",
-                 "__weakref__")
+                 "packed", "__weakref__")
 
     def __init__(self, op, params, next_functions, needs_grad):
         self.op = op
@@ -66,6 +66,7 @@ class Node:
         self.view_args = None
         self.view_base_fn = None
         self.torch_name = None   # set by a composition (mean, log_softmax, ...) to torch's name for the whole
+        self.packed = None       # saved values packed by saved_tensors_hooks (saved_hooks.py)
 
     @property
     def loc(self):
@@ -95,6 +96,13 @@ class Node:
 
     def __repr__(self):
         return f"<{self.name()} object at {hex(id(self))}>"
+
+    def __getattr__(self, name):
+        # only reached for names the node lacks: torch's _saved_self / _raw_saved_result ... (saved_access.py)
+        if name.startswith("_saved_") or name.startswith("_raw_saved_"):
+            from .saved_access import saved_attribute
+            return saved_attribute(self, name)
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def register_hook(self, fn):
         """fn(grad_inputs, grad_outputs) -> None or replacement grad_inputs; runs after this node."""
@@ -126,12 +134,17 @@ class Node:
     def release(self):
         self._freed = True
         self.inputs = self.outputs = None
+        self.packed = None
 
     def check_saved(self):
         """Raise if saved values were freed or modified in place since they were saved."""
         if self._freed:
             if self.saved_any:
                 raise RuntimeError(FREED_MSG)
+            return
+        if self.packed is not None:     # saved through saved_tensors_hooks: unpacked for each run, not checked
+            from .saved_hooks import unpack_node
+            unpack_node(self)
             return
         versions, inputs = self.versions, self.inputs
         if versions:            # the common case first: every saved value still at its saved version
@@ -171,6 +184,19 @@ class Node:
         self.check_saved()
         return self.op.vjp(self, *grads)
 
+    def __call__(self, *grads):
+        """``grad_fn(grad)``: run this backward function once on the given output cotangents (as torch: the
+        input cotangents, one tensor for a one-input node, else a tuple with None for inputs that need none)."""
+        grads = list(grads)
+        if len(grads) != len(self.out_meta):
+            raise TypeError(f"{self.name()}: expected {len(self.out_meta)} gradient argument(s), got {len(grads)}")
+        if self.materialize():
+            for i, g in enumerate(grads):
+                if g is None and self.out_meta[i][1] is not None:
+                    grads[i] = zeros_for(self.out_meta[i])
+        out = tuple(self.apply(grads))
+        return out[0] if len(out) == 1 else out
+
 
 class _AccOp:
     name = "AccumulateGrad"
@@ -186,7 +212,7 @@ class AccumulateGrad(Node):
     def __init__(self, variable):
         super().__init__(_AccOp, {}, (), ())
         self.variable = variable
-        self.post_hooks = None      # register_post_accumulate_grad_hook: fn(tensor) after .grad is updated
+        self.post_hooks = None      # register_post_accumulate_grad_hook: fn(leaf) after .grad is updated
         self.out_meta = ((variable.shape, variable.dtype),)
         self.loc = None
 

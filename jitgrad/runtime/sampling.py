@@ -17,6 +17,7 @@ from .generator import generator_of
 from .grad_mode import no_grad
 from .tensor import Tensor, check_device, on_device
 from ..tracer import STATE as _TR
+from .torch_kwargs import torch_kwargs
 
 
 def _size(size):
@@ -70,26 +71,34 @@ def _concrete(t: Tensor) -> bool:
     return type(t._data) is np.ndarray
 
 
-def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+def rand(*size, generator=None, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
     """Uniform numbers in [0, 1) (never 1.0), float32 by default."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(rand, 'rand', (*size,), {"generator": generator, "dtype": dtype, "device": device, "requires_grad": requires_grad}, torch_kw)
     check_device(device)
     return _finish(_uniform(_size(size), _float_dtype(dtype, "check_uniform_bounds"), generator, device), requires_grad,
                    device)
 
 
-def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+def randn(*size, generator=None, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
     """Standard normal numbers (Box-Muller), float32 by default."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(randn, 'randn', (*size,), {"generator": generator, "dtype": dtype, "device": device, "requires_grad": requires_grad}, torch_kw)
     check_device(device)
     return _finish(_normal(_size(size), _float_dtype(dtype, "normal_kernel_cpu"), generator, device), requires_grad,
                    device)
 
 
-def rand_like(input, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
+def rand_like(input, dtype=None, device=None, requires_grad=False, generator=None, **torch_kw) -> Tensor:
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(rand_like, 'rand_like', (input, dtype, device, requires_grad, generator), {}, torch_kw)
     return rand(input.shape, dtype=dtype or input.dtype, requires_grad=requires_grad, generator=generator,
                 device=device if device is not None else input.device)
 
 
-def randn_like(input, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
+def randn_like(input, dtype=None, device=None, requires_grad=False, generator=None, **torch_kw) -> Tensor:
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(randn_like, 'randn_like', (input, dtype, device, requires_grad, generator), {}, torch_kw)
     return randn(input.shape, dtype=dtype or input.dtype, requires_grad=requires_grad, generator=generator,
                  device=device if device is not None else input.device)
 
@@ -104,9 +113,11 @@ def _scaled_ints(shape, low, high, dtype, generator) -> Tensor:
         return ((u * float(high - low)).to(dt.int64) + int(low)).to(dtype)
 
 
-def randint(low=0, high=None, size=None, *, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+def randint(low=0, high=None, size=None, *, generator=None, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
     """Integers uniform in [low, high); ``randint(high, size)`` or ``randint(low, high, size)``, int64 by
     default."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(randint, 'randint', (low, high, size), {"generator": generator, "dtype": dtype, "device": device, "requires_grad": requires_grad}, torch_kw)
     check_device(device)
     if size is None and isinstance(high, (tuple, list)):   # randint(high, size), as torch
         low, high, size = 0, low, high
@@ -124,8 +135,10 @@ def randint_like(input, low=0, high=None, *, dtype=None, generator=None) -> Tens
     return _scaled_ints(input.shape, int(low), int(high), dtype or input.dtype, generator)
 
 
-def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
     """A random permutation of ``0 .. n-1`` (int64 by default)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(randperm, 'randperm', (n,), {"generator": generator, "dtype": dtype, "device": device, "requires_grad": requires_grad}, torch_kw)
     check_device(device)
     d = dt.as_dtype(dtype) if dtype is not None else dt.int64
     return _finish(generator_of(generator)._draw(

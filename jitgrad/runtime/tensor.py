@@ -15,11 +15,13 @@ from . import grad_mode
 from .node import AccumulateGrad, RemovableHandle
 from ..tracer import STATE as _TR
 from .mutation import InPlaceOps
+from .size import Size
 from .traced import is_traced as _is_traced, traced_read as _traced_read
 
 _GM = grad_mode.STATE
 _engine = None
 _FROM_NP = dt._FROM_NP
+_new_tuple = tuple.__new__
 O = OPS
 
 
@@ -85,6 +87,14 @@ def _bind(op, *args, **params):
     return _dispatch_bind(op, *args, **params)
 
 
+def _contiguous_strides(shape):
+    st, acc = [], 1
+    for n in reversed(shape):
+        st.append(acc)
+        acc *= n
+    return tuple(reversed(st))
+
+
 class Tensor(InPlaceOps):
     """A multi-dimensional array with autograd, like ``torch.Tensor``.
 
@@ -96,7 +106,7 @@ class Tensor(InPlaceOps):
     """
 
     __slots__ = ("_data", "_requires_grad", "grad_fn", "_grad", "_vc", "_base", "_hooks", "_retains_grad", "_acc",
-                 "_out_nr", "_inference", "__weakref__")
+                 "_out_nr", "_inference", "_view_origin", "__weakref__")
     __array_priority__ = 1000  # NumPy scalars/arrays on the left defer to our operators
 
     # --- construction ----------------------------------------------------------------------------
@@ -125,8 +135,9 @@ class Tensor(InPlaceOps):
         ``jitgrad.tensor``, which infers the dtype)."""
         from .factories import as_array
         src = Tensor._make(as_array(data if data is not None else [], dtype or dt.DEFAULT_FLOAT))
-        for name in Tensor.__slots__[:-1]:          # all slots but __weakref__
-            object.__setattr__(self, name, getattr(src, name))
+        for name in Tensor.__slots__[:-1]:          # all slots but __weakref__ (and those left unset)
+            if hasattr(src, name):
+                object.__setattr__(self, name, getattr(src, name))
         self.requires_grad = requires_grad
 
     # --- metadata --------------------------------------------------------------------------------
@@ -135,9 +146,9 @@ class Tensor(InPlaceOps):
         return _FROM_NP[self._data.dtype]
 
     @property
-    def shape(self) -> tuple:
-        s = self._data.shape
-        return s if type(s) is tuple else tuple(s)     # a device array's shape may be a tuple subclass
+    def shape(self) -> Size:
+        """The dims as a ``jitgrad.Size`` (a tuple; internal code reads ``_data.shape``)."""
+        return _new_tuple(Size, self._data.shape)
 
     @property
     def ndim(self) -> int:
@@ -188,6 +199,8 @@ class Tensor(InPlaceOps):
 
     @property
     def _version(self) -> int:
+        if self._inference:
+            raise RuntimeError("Inference tensors do not track version counter.")
         return self._vc[0]
 
     # --- autograd attributes ---------------------------------------------------------------------
@@ -236,13 +249,33 @@ class Tensor(InPlaceOps):
             if not isinstance(value, Tensor):
                 raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type "
                                 f"{type(value).__name__}")
+            if value is self:
+                raise RuntimeError("can't assign Variable as its own grad")
             if value.shape != self.shape:
                 raise RuntimeError(f"assigned grad has data of a different size: grad shape {list(value.shape)}, "
                                    f"tensor shape {list(self.shape)}")
             if value.dtype is not self.dtype:
-                raise RuntimeError(f"assigned grad has data of a different type: grad {value.dtype.name}, tensor "
-                                   f"{self.dtype.name}")
+                names = {"float32": "float", "float64": "double", "float16": "half", "int64": "long", "int32": "int",
+                         "bool": "bool", "uint8": "byte"}
+                g, mine = names.get(value.dtype.name, value.dtype.name), names.get(self.dtype.name, self.dtype.name)
+                raise RuntimeError(f"attempting to assign a gradient with dtype '{g}' to a tensor with grad_dtype "
+                                   f"'{mine.capitalize()}'. The gradient must match the tensor's grad_dtype (defaults "
+                                   "to the tensor's dtype). (torch's text; jitgrad has no grad_dtype attribute: "
+                                   f"assigned grad {value.dtype.name}, tensor {self.dtype.name})")
         self._grad = value
+
+    @grad.deleter
+    def grad(self):
+        """``del x.grad`` is ``x.grad = None`` (as torch)."""
+        self.grad = None
+
+    def data_ptr(self) -> int:
+        """The address of the first element (views of one tensor differ by their offset, as in torch)."""
+        d = self._data
+        if type(d) is np.ndarray:
+            return d.__array_interface__["data"][0] if d.size else 0
+        self._check_readable("data_ptr()")      # a traced value has no address
+        return id(d)        # a device buffer: an identity that aliases of the same buffer share
 
     @property
     def retains_grad(self) -> bool:
@@ -347,7 +380,7 @@ class Tensor(InPlaceOps):
     def _check_readable(self, what):
         if _is_traced(self):
             _traced_read(self, what)
-        if self.requires_grad:
+        if self.requires_grad and _GM.grad_enabled:      # torch allows it under no_grad
             raise RuntimeError(f"Can't call {what} on Tensor that requires grad. Use tensor.detach().{what} instead.")
 
     def _check_on_cpu(self):
@@ -443,7 +476,9 @@ class Tensor(InPlaceOps):
     def __reduce__(self):
         from .factories import tensor
         dev = self.device
-        return (tensor, (self._host().copy(), None, None if dev.type == "cpu" else str(dev)), None)
+        # a leaf keeps requires_grad across pickling (torch); a non-leaf comes back as a leaf without it
+        return (tensor, (self._host().copy(), None, None if dev.type == "cpu" else str(dev),
+                         self._requires_grad and self.grad_fn is None), None)
 
     def __deepcopy__(self, memo):
         t = Tensor._make(_devices.copy_payload(self._data), self._requires_grad if self.grad_fn is None else False)
@@ -483,6 +518,9 @@ class Tensor(InPlaceOps):
     def double(self):
         return self.to(dt.float64)
 
+    def half(self):
+        return self.to(dt.float16)
+
     def long(self):
         return self.to(dt.int64)
 
@@ -503,16 +541,45 @@ class Tensor(InPlaceOps):
         return _bind(O["copy"], self)
 
     def contiguous(self) -> "Tensor":
-        return self if self.is_contiguous() else self.clone()
+        if self.is_contiguous():
+            return self
+        r = self.clone()
+        if type(r._data) is np.ndarray and not r._data.flags.c_contiguous:
+            r._data = np.ascontiguousarray(r._data)    # clone keeps the strides (torch's preserve_format)
+        return r
 
-    def new_zeros(self, shape, dtype=None) -> "Tensor":
-        return self._same_device(Tensor._make(np.zeros(tuple(shape), (dtype or self.dtype).np)))
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        """Zeros of ``size`` (ints or one sequence) with this tensor's dtype and device unless given."""
+        return self._new_filled(np.zeros, size, dtype, device, requires_grad)
 
-    def new_ones(self, shape, dtype=None) -> "Tensor":
-        return self._same_device(Tensor._make(np.ones(tuple(shape), (dtype or self.dtype).np)))
+    def new_ones(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        return self._new_filled(np.ones, size, dtype, device, requires_grad)
 
-    def new_full(self, shape, value, dtype=None) -> "Tensor":
-        return self._same_device(Tensor._make(np.full(tuple(shape), value, (dtype or self.dtype).np)))
+    def new_empty(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        return self._new_filled(np.empty, size, dtype, device, requires_grad)
+
+    def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        return self._new_filled(lambda shp, d: np.full(shp, fill_value, d), (size,), dtype, device, requires_grad)
+
+    def _new_filled(self, make, size, dtype, device, requires_grad):
+        if len(size) == 1 and not isinstance(size[0], (int, np.integer)):
+            size = size[0]
+        t = Tensor._make(make(tuple(int(s) for s in size), dt.as_dtype(dtype or self.dtype).np))
+        t = self._same_device(t) if device is None else on_device(t, device)
+        return t.requires_grad_(True) if requires_grad else t
+
+    def stride(self, dim=None):
+        """Element strides per dim (torch's ``stride()``; a view's strides are its base's)."""
+        d = self._data
+        st = tuple(s // d.itemsize for s in d.strides) if type(d) is np.ndarray else _contiguous_strides(self.shape)
+        return st if dim is None else st[dim]
+
+    def storage_offset(self) -> int:
+        """The offset in elements of this tensor's first element in its base's storage."""
+        b, d = self._base, self._data
+        if b is None or type(d) is not np.ndarray or type(b._data) is not np.ndarray or not d.size:
+            return 0
+        return (d.__array_interface__["data"][0] - b._data.__array_interface__["data"][0]) // d.itemsize
 
     def _same_device(self, t: "Tensor") -> "Tensor":
         """``t`` (made on the CPU) on this tensor's device."""

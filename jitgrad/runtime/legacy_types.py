@@ -1,0 +1,49 @@
+"""torch's legacy typed constructors and type names: ``torch.FloatTensor(2, 3)`` (uninitialised, by size),
+``torch.LongTensor([1, 2])`` (from data), ``isinstance(t, torch.DoubleTensor)``; and ``torch.is_inference``."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import dtypes as dt
+from .tensor import Tensor
+
+
+class _TypedTensorMeta(type):
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, Tensor) and obj.dtype is cls.dtype
+
+    def __call__(cls, *args, device=None):
+        """``T(*sizes)`` -> an uninitialised tensor of that size; ``T(sequence or tensor)`` -> a copy as ``dtype``."""
+        from .factories import empty, tensor
+        if len(args) == 1 and not isinstance(args[0], (int, np.integer)):
+            data = args[0]
+            if isinstance(data, Tensor):
+                return data.to(cls.dtype).clone() if data.dtype is cls.dtype else data.to(cls.dtype)
+            return tensor(data, dtype=cls.dtype, device=device)
+        if not all(isinstance(a, (int, np.integer)) for a in args):
+            raise TypeError(f"{cls.__name__}(): expected a sequence of sizes or a single sequence of data, got "
+                            f"{tuple(type(a).__name__ for a in args)}")
+        return empty(*args, dtype=cls.dtype, device=device)
+
+
+def _typed(name, dtype):
+    return _TypedTensorMeta(name, (), {"dtype": dtype, "__doc__": f"torch.{name}: a {dtype.name} tensor "
+                                                                   "(constructor and isinstance check)."})
+
+
+FloatTensor = _typed("FloatTensor", dt.float32)
+DoubleTensor = _typed("DoubleTensor", dt.float64)
+LongTensor = _typed("LongTensor", dt.int64)
+IntTensor = _typed("IntTensor", dt.int32)
+BoolTensor = _typed("BoolTensor", dt.bool_)
+ByteTensor = _typed("ByteTensor", dt.uint8)
+
+
+def is_inference(input) -> bool:
+    """Whether ``input`` is an inference tensor (made under ``inference_mode``)."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"is_inference(): argument 'input' must be Tensor, not {type(input).__name__}")
+    return input.is_inference()
+
+
+__all__ = ["FloatTensor", "DoubleTensor", "LongTensor", "IntTensor", "BoolTensor", "ByteTensor", "is_inference"]

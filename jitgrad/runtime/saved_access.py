@@ -1,0 +1,79 @@
+"""torch's attributes for a node's saved values: ``y.grad_fn._saved_self`` / ``_saved_other`` / ``_saved_result``
+(the tensors the backward reads) and ``_raw_saved_*`` (a ``SavedTensor`` whose ``register_hooks(pack, unpack)``
+puts hooks on that one saved value, as saved_tensors_hooks does for all of them).
+
+Names follow torch's for the common ops: ``self`` is the op's first input, ``other`` its second, ``result`` its
+output (what an OpDef saves: ``saves_in`` / ``saves_out``).
+"""
+from __future__ import annotations
+
+from .node import FREED_MSG
+
+_WHERE = {"self": ("in", 0), "other": ("in", 1), "result": ("out", 0)}
+
+
+def _identity(x):
+    return x
+
+
+def saved_attribute(node, name):
+    """``node._saved_<what>`` or ``node._raw_saved_<what>`` (AttributeError when the node saves no such value)."""
+    from .saved_hooks import unpack
+    raw = name.startswith("_raw_saved_")
+    what = name[len("_raw_saved_"):] if raw else name[len("_saved_"):]
+    where = _WHERE.get(what)
+    kind, i = where if where is not None else ("in", -1)
+    if i not in (node.op.saves_out if kind == "out" else node.op.saves_in):
+        raise AttributeError(f"'{node.name()}' object has no attribute '{name}'")
+    if node._freed:
+        raise RuntimeError(FREED_MSG)
+    if raw:
+        return SavedTensor(node, kind, i)
+    if node.packed is not None:
+        entry = node.packed[0 if kind == "in" else 1][i]
+        return None if entry is None else unpack(entry)
+    vals = node.inputs if kind == "in" else node.outputs
+    return vals[i] if vals is not None and i < len(vals) else None
+
+
+class SavedTensor:
+    """One value a node saved for backward (torch.autograd.graph's ``SavedTensor``)."""
+
+    def __init__(self, node, kind, index):
+        self._node, self._kind, self._index = node, kind, index
+
+    def register_hooks(self, pack_hook, unpack_hook):
+        """Store the saved value as ``pack_hook(value)``; backward reads ``unpack_hook(packed)``."""
+        from . import grad_mode
+        from .tensor import Tensor
+        if not callable(pack_hook) or not callable(unpack_hook):
+            raise TypeError("register_hooks expects two callables (pack_hook, unpack_hook)")
+        node = self._node
+        if node._freed:
+            raise RuntimeError(FREED_MSG)
+        if node.packed is None:       # one value gets hooks: every saved value moves to the packed form
+            node.packed = (tuple((_identity, t) if isinstance(t, Tensor) else None for t in node.inputs),
+                           tuple((_identity, t) if isinstance(t, Tensor) else None for t in node.outputs))
+            node.versions = node.out_versions = None
+        side = 0 if self._kind == "in" else 1
+        entries = list(node.packed[side])
+        entry = entries[self._index]
+        if entry is None:
+            raise RuntimeError("None is forbidden")
+        if entry[0] is not _identity:
+            raise RuntimeError("Calling register_hooks on a saved tensor whose hooks have already been set. Hint: "
+                               "only one pair of hooks is allowed at a time.")
+        t = entry[1]
+        before = t._vc[0]
+        with grad_mode.no_grad():
+            packed = pack_hook(t)
+        if t._vc[0] != before:
+            raise RuntimeError("A saved tensor pack hook is modifying its input in place. Tensors provided as input "
+                               "to pack hook can not be modified by in-place operations as this can lead to "
+                               "unexpected side-effects. Please open an issue if you need to perform in-place "
+                               "operations on the input to a pack hook.")
+        entries[self._index] = (unpack_hook, packed)
+        node.packed = (tuple(entries), node.packed[1]) if side == 0 else (node.packed[0], tuple(entries))
+
+
+__all__ = ["saved_attribute", "SavedTensor"]

@@ -1,0 +1,161 @@
+"""torch's slicing and tiling methods that compose from indexing and reshapes: ``narrow``, ``select``,
+``split_with_sizes``, ``repeat``, ``tile``; and ``var_mean`` / ``std_mean``.
+
+``narrow`` and ``select`` are basic indexing (views sharing the input's memory, with torch's ``SliceBackward0`` /
+``SelectBackward0`` nodes); ``repeat`` is unsqueeze + expand + reshape, so no new primitive or vjp is needed.
+"""
+from __future__ import annotations
+
+import operator
+
+from .grad_names import named
+from .tensor import Tensor
+from .torch_kwargs import torch_kwargs
+
+
+def _dim(name, t, dim):
+    nd = t.ndim
+    lo, hi = (-nd, nd - 1) if nd else (-1, 0)
+    if not lo <= dim <= hi:
+        raise IndexError(f"{name}(): Dimension out of range (expected to be in range of [{lo}, {hi}], but got {dim})")
+    return dim + nd if dim < 0 else dim
+
+
+def narrow(input, dim, start, length, **torch_kw):
+    """``input`` along ``dim`` from ``start`` for ``length`` elements: a view (torch.narrow)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(narrow, 'narrow', (input, dim, start, length), {}, torch_kw)
+    if input.ndim == 0:
+        raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
+    d = _dim("narrow", input, dim)
+    if isinstance(start, Tensor):
+        if start.ndim != 0 or start.is_floating_point():
+            raise RuntimeError("start must be an 0-dim integral Tensor.")
+        start = int(start.item())
+    start, length = operator.index(start), operator.index(length)
+    size = input.shape[d]
+    if not -size <= start <= size:
+        raise IndexError(f"start out of range (expected to be in range of [{-size}, {size}], but got {start})")
+    if start < 0:
+        start += size
+    if length < 0:
+        raise RuntimeError("narrow(): length must be non-negative.")
+    if start + length > size:
+        raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size ({size}).")
+    return input[(slice(None),) * d + (slice(start, start + length),)]
+
+
+def select(input, dim, index, **torch_kw):
+    """The slice of ``input`` at ``index`` along ``dim``, with that dim removed: a view (torch.select)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(select, 'select', (input, dim, index), {}, torch_kw)
+    if input.ndim == 0:
+        raise IndexError("select() cannot be applied to a 0-dim tensor.")
+    d = _dim("select", input, dim)
+    index = operator.index(index)
+    size = input.shape[d]
+    if not -size <= index < size:
+        raise IndexError(f"select(): index {index} out of range for tensor of size {list(input.shape)} at "
+                         f"dimension {d}")
+    return input[(slice(None),) * d + (index,)]
+
+
+def split_with_sizes(input, split_sizes, dim=0, **torch_kw):
+    """Pieces of ``input`` along ``dim`` with the given sizes (which must add up to the dim's size)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(split_with_sizes, 'split_with_sizes', (input, split_sizes, dim), {}, torch_kw)
+    from .functions import split
+    d = _dim("split_with_sizes", input, dim)
+    sizes = [operator.index(s) for s in split_sizes]
+    if any(s < 0 for s in sizes):
+        raise RuntimeError(f"split_with_sizes expects split_sizes have only non-negative entries, but got "
+                           f"split_sizes={sizes}")
+    return split(input, sizes, d)
+
+
+def repeat(input, *sizes, **torch_kw):
+    """``input`` tiled ``sizes[i]`` times along each dim (torch.Tensor.repeat; leading new dims allowed)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(repeat, 'repeat', (input, *sizes), {}, torch_kw)
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+        sizes = tuple(sizes[0])
+    sizes = tuple(operator.index(s) for s in sizes)
+    if len(sizes) < input.ndim:
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions of "
+                           "tensor")
+    if any(s < 0 for s in sizes):
+        raise RuntimeError(f"Trying to create tensor with negative dimension {min(sizes)}: {list(sizes)}")
+    shape = (1,) * (len(sizes) - input.ndim) + tuple(input.shape)
+    x = input.reshape(shape)
+    # (s0, s1, ...) -> (1, s0, 1, s1, ...) expanded to (r0, s0, r1, s1, ...) -> (r0*s0, r1*s1, ...)
+    inter = tuple(v for s in shape for v in (1, s))
+    big = tuple(v for r, s in zip(sizes, shape) for v in (r, s))
+    r = x.reshape(inter).expand(*big).reshape(tuple(r * s for r, s in zip(sizes, shape)))
+    return named(r, "RepeatBackward0") if r is not input else r
+
+
+def tile(input, dims, **torch_kw):
+    """torch.tile: ``repeat`` with ``dims`` padded by leading ones to ``input.ndim``."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(tile, 'tile', (input, dims), {}, torch_kw)
+    dims = tuple(dims)
+    return repeat(input, (1,) * (input.ndim - len(dims)) + dims)
+
+
+def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None, **torch_kw):
+    """``(var(input, dim), mean(input, dim))`` as torch.var_mean."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(var_mean, 'var_mean', (input, dim, unbiased, keepdim), {"correction": correction}, torch_kw)
+    from .functions import mean, var
+    return var(input, dim, unbiased, keepdim, correction=correction), mean(input, dim, keepdim)
+
+
+def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None, **torch_kw):
+    """``(std(input, dim), mean(input, dim))`` as torch.std_mean."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(std_mean, 'std_mean', (input, dim, unbiased, keepdim), {"correction": correction}, torch_kw)
+    from .functions import mean, std
+    return std(input, dim, unbiased, keepdim, correction=correction), mean(input, dim, keepdim)
+
+
+def as_strided(input, size, stride, storage_offset=None, **torch_kw):
+    """The elements of ``input``'s storage at ``storage_offset + sum(i_k * stride[k])``, shaped ``size``: a view of
+    the storage (eager CPU tensors whose base is contiguous), differentiable (``AsStridedBackward0``: an index
+    into the flattened base, so overlapping positions add their gradients)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(as_strided, 'as_strided', (input, size, stride, storage_offset), {}, torch_kw)
+    import numpy as np
+    from .torch_kwargs import UnsupportedError
+    root = input._base if input._base is not None else input
+    rd = root._data
+    if type(rd) is not np.ndarray or type(input._data) is not np.ndarray or not rd.flags.c_contiguous:
+        raise UnsupportedError("jitgrad does not support as_strided() on traced, device or non-contiguous tensors yet")
+    size = tuple(operator.index(n) for n in size)
+    stride = tuple(operator.index(n) for n in stride)
+    if len(size) != len(stride):
+        raise RuntimeError("mismatch in length of strides and shape")
+    off = input.storage_offset() if storage_offset is None else operator.index(storage_offset)
+    isz = rd.itemsize
+    pos = np.full(size, off, dtype=np.int64)
+    for k, (n, st) in enumerate(zip(size, stride)):
+        shp = [1] * len(size)
+        shp[k] = n
+        pos = pos + (np.arange(n, dtype=np.int64) * st).reshape(shp)
+    need = int(pos.max()) + 1 if pos.size else off
+    if off < 0 or need > rd.size:
+        raise RuntimeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {off}, and "
+                           f"itemsize {isz} requiring a storage size of {need * isz} are out of bounds for storage "
+                           f"of size {rd.size * isz}")
+    r = root.reshape(-1)[Tensor._make(pos)]
+    # the result shares the storage (as torch's view); overlapping positions make it read-only, as NumPy's
+    flat = rd.reshape(-1)
+    r._data = np.lib.stride_tricks.as_strided(flat[off:], size, tuple(st * isz for st in stride),
+                                              writeable=np.unique(pos).size == pos.size)
+    r._base, r._vc = root, root._vc
+    return named(r, "AsStridedBackward0") if r.grad_fn is not None else r
+
+
+METHODS = ["narrow", "select", "split_with_sizes", "repeat", "tile", "var_mean", "std_mean", "as_strided"]
+# torch has no Tensor.var_mean / std_mean methods
+FUNCTION_ONLY = frozenset({"var_mean", "std_mean"})
+__all__ = METHODS

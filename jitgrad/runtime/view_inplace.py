@@ -1,0 +1,89 @@
+"""In-place ops on views, recorded as torch does (its ``CopySlices``).
+
+``v = b[1:]; v.mul_(w)`` writes into ``b``'s memory, so both histories change: the op's result ``r`` is
+recorded on ``v``'s current value, and ``b`` becomes ``index_put(b, r, positions)``: a node named
+``CopySlices`` whose vjp sends the gradient of the written region to ``r`` and the rest to ``b``'s previous
+history.  ``v`` then gets a fresh view node on ``b``'s new history (``dispatch.refresh_view``), as do other
+views of ``b`` when next used.  ``positions`` are the base elements the view covers, found from the two
+arrays' strides and offsets, so any chain of view ops (slices, transposes, reshapes, narrow, select) works.
+
+torch's refusals: a view of a leaf that requires grad (``InPlaceOps._check_inplace``), and a view made in
+no_grad mode of a base that requires grad, modified with grad mode on.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.ops import OPS as O
+from .grad_names import named
+
+NO_GRAD_VIEW_MSG = ("A view was created in no_grad mode and is being modified inplace with grad mode enabled. Given "
+                    "that this use case is ambiguous and error-prone, it is forbidden. You can clarify your code by "
+                    "moving both the view and the inplace either both inside the no_grad block (if you don't want "
+                    "the inplace to be tracked) or both outside (if you want the inplace to be tracked).")
+
+
+INFERENCE_VIEW_MSG = ("A view was created in inference mode and is being modified inplace in normal mode. Given "
+                      "that this use case is ambiguous and error-prone, it is forbidden. You can clarify your code by "
+                      "moving both the view and the inplace either both inside the inference_mode block (if you don't "
+                      "want the inplace to be tracked) or both outside (if you want the inplace to be tracked).")
+# the ``_view_origin`` of a view of a normal tensor made in inference mode (multi-output views hold (name, k))
+INFERENCE_VIEW = ("inference mode",)
+
+
+def view_positions(base: np.ndarray, view: np.ndarray) -> np.ndarray:
+    """For each element of ``view`` (an array sharing ``base``'s memory), its flat (C-order) index in ``base``."""
+    isz = base.itemsize
+
+    def offsets(a, start):
+        off = np.full(a.shape, start, dtype=np.int64)
+        for k, (n, s) in enumerate(zip(a.shape, a.strides)):
+            shp = [1] * a.ndim
+            shp[k] = n
+            off = off + (np.arange(n, dtype=np.int64) * (s // isz)).reshape(shp)
+        return off
+
+    b_off = offsets(base, 0).ravel()
+    lo = int(b_off.min()) if b_off.size else 0
+    inverse = np.full(int(b_off.max()) - lo + 1 if b_off.size else 1, -1, dtype=np.int64)
+    inverse[b_off - lo] = np.arange(b_off.size, dtype=np.int64)
+    start = (view.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // isz
+    return inverse[offsets(view, start) - lo]
+
+
+def inplace_on_view(self, fn, others, snapshot, check_result):
+    """``self.<op>_(*others)`` for a view ``self`` when the op is recorded: see the module docstring."""
+    from .dispatch import bind, refresh_view
+    base = self._base
+    if self.grad_fn is None and base.requires_grad:
+        raise RuntimeError(NO_GRAD_VIEW_MSG)
+    if self.grad_fn is not None:
+        refresh_view(self)              # the view's current history (its base may have changed since)
+    src = snapshot(self)
+    r = fn(src, *others)
+    check_result(self, r)
+    if r.dtype is not self.dtype:
+        r = r.to(self.dtype)
+    b = base._data
+    if b.ndim == 0:
+        spec, idx = (Ellipsis,), ()
+    else:
+        pos = view_positions(b, self._data)
+        idx = tuple(type(self)._make(a) for a in np.unravel_index(pos, b.shape))
+        spec = tuple(("tensor", k) for k in range(b.ndim))
+    new_base = bind(O["index_put"], base, r, *idx, spec=spec, accumulate=False)
+    b[...] = new_base._data             # the view's memory is part of it
+    self._vc[0] += 1                    # shared by the base and all its views
+    base.grad_fn = named(new_base, "CopySlices").grad_fn
+    base._out_nr = 0
+    base._requires_grad = False
+    node = self.grad_fn
+    if node is not None and node.view_args is not None:
+        refresh_view(self)              # a view node on the base's new history
+    else:                               # a view made when nothing required grad: its value is r
+        self.grad_fn, self._out_nr = r.grad_fn, r._out_nr
+    self._requires_grad = False
+    return self
+
+
+__all__ = ["inplace_on_view", "view_positions", "NO_GRAD_VIEW_MSG", "INFERENCE_VIEW_MSG", "INFERENCE_VIEW"]
