@@ -34,6 +34,9 @@ from .runtime.functions import *  # noqa: F401,F403
 from .runtime.functions import where, cat, concat, stack, max, min, abs, sum, pow  # noqa: A004
 from .jit.compile import compile  # noqa: E402,A004
 from . import autograd, nn, optim, cuda  # noqa: E402
+from . import amp, backends, utils  # noqa: E402,F401  (torch.amp, torch.backends, torch.utils.data)
+from .amp import autocast  # noqa: E402
+from .serialization import save, load  # noqa: E402
 
 float = float32   # noqa: A001  torch aliases
 double = float64
@@ -44,3 +47,6 @@ __version__ = "0.1.0"
 
 from .runtime.torch_surface import install as _install_torch_surface  # noqa: E402
 _install_torch_surface(globals())   # keepdims aliases, torch's grad_fn names, "not supported yet" errors
+
+from .runtime.triangular import install as _install_triangular  # noqa: E402
+_install_triangular(globals())   # tril, triu, diagonal (functions and methods)

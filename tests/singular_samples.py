@@ -286,6 +286,36 @@ def _setitem(x, key, v):
     return y
 
 
+def _sdpa(m, q, k, v, mask):
+    return m.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+OP_SAMPLES["gelu"] = [Sample(lambda m, x: m.nn.functional.gelu(x), [a(0.0, -0.0, 40.0, -40.0, inf, -inf)]),
+                      Sample(lambda m, x: m.nn.functional.gelu(x, approximate="tanh"), [a(0.0, -0.0, 40.0, -40.0, 1e100)],
+                             "tanh")]
+OP_SAMPLES["layer_norm"] = [
+    Sample(lambda m, x: m.nn.functional.layer_norm(x, (3,)),
+           [rows([2.0, 2.0, 2.0], [0.0, 0.0, 0.0], [1.0, 2.0, 3.0], [-0.0, 0.0, -0.0])],
+           "constant rows (variance 0: the eps alone)"),
+    Sample(lambda m, x: m.nn.functional.layer_norm(x, (3,)), [rows([inf, 1.0, 1.0], [nan, 0.0, 1.0])], "inf and nan"),
+    Sample(lambda m, x: m.nn.functional.layer_norm(x, (2, 2), eps=0.0), [np.array([[[1.0, 2.0], [3.0, 4.0]], [[5.0, 5.0], [5.0, 6.0]]])],
+           "two normalised dims, eps 0"),
+]
+OP_SAMPLES["sdpa"] = [
+    Sample(lambda m, q, k, v: _sdpa(m, q, k, v, m.tensor([[True, False, True], [False, False, False], [True, True, True]])),
+           [rows([800.0, 0.0], [0.0, 0.0], [1.0, 1.0]), rows([1.0, 0.0], [1.0, 0.0], [0.0, 1.0]),
+            rows([1.0, 2.0], [3.0, 4.0], [5.0, 6.0])],
+           "a fully masked row (weights 0, as torch's _safe_softmax), a saturated row, tied scores"),
+    Sample(lambda m, q, k, v, mask: _sdpa(m, q, k, v, mask),
+           [rows([0.0, 0.0], [2.0, -1.0]), rows([0.0, 0.0], [0.0, 0.0], [1.0, 1.0]), rows([1.0, -1.0], [0.0, 2.0], [3.0, 0.0]),
+            rows([0.0, -inf, 0.0], [-1e300, 0.0, -inf])],
+           "additive float mask with -inf and -1e300 entries, zero queries and keys"),
+    Sample(lambda m, q, k, v: m.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+           [rows([1.0, 0.0], [0.0, 0.0]), rows([1.0, 0.0], [1.0, 0.0], [0.0, 1.0]), rows([1.0, 2.0], [3.0, 4.0], [5.0, 6.0])],
+           "is_causal with L < S"),
+]
+
+
 # public functions that are compositions of primitives
 COMPOSITE_SAMPLES: dict[str, list[Sample]] = {
     "mean": [Sample(lambda m, x: x.mean(1), [rows([inf, -inf], [inf, 1.0], [0.0, 0.0])]),
@@ -338,8 +368,6 @@ COMPOSITE_SAMPLES: dict[str, list[Sample]] = {
                                      a(1.0, 1.0, 1.0, 0.0, 1.0, 1.0)]),
                              Sample(lambda m, x, lo: m.clamp(x, min=lo), [a(0.0, 1.0, -1.0, nan), a(0.0, 0.0, 0.0, 0.0)], "min only"),
                              Sample(lambda m, x, hi: m.clamp(x, max=hi), [a(0.0, 1.0, -1.0, inf), a(0.0, 0.0, 0.0, inf)], "max only")],
-    "gelu": [Sample(lambda m, x: m.nn.functional.gelu(x), [a(0.0, -0.0, 40.0, -40.0, inf, -inf)]),
-             Sample(lambda m, x: m.nn.functional.gelu(x, approximate="tanh"), [a(0.0, -0.0, 40.0, -40.0, 1e100)], "tanh")],
     "l1_loss": [Sample(lambda m, x, y: m.nn.functional.l1_loss(x, y), [a(0.0, 1.0, -1.0, 2.0), a(0.0, 1.0, 1.0, inf)])],
     "mse_loss": [Sample(lambda m, x, y: m.nn.functional.mse_loss(x, y), [a(0.0, 1.0, inf), a(0.0, 1.0, 1.0)])],
     "cross_entropy": [Sample(lambda m, x: m.nn.functional.cross_entropy(x, m.tensor([0, 1, 2])),
@@ -349,6 +377,12 @@ COMPOSITE_SAMPLES: dict[str, list[Sample]] = {
                       Sample(lambda m, x: m.nn.functional.cross_entropy(x, m.tensor([-100, -100])),
                              [rows([-inf, 0.0, 1.0], [1.0, 1.0, 1.0])], "all ignored (nan)")],
     "square": [Sample(lambda m, x: m.square(x), [a(0.0, -0.0, inf, -inf, 1e200)])],
+    "tril/triu": [Sample(lambda m, x: m.tril(x) * 2.0 + x.triu(1), [rows([inf, nan, -inf], [0.0, -0.0, inf], [nan, 1.0, 2.0])],
+                         "inf and nan on and off the triangle (kept or zeroed, never multiplied)"),
+                  Sample(lambda m, x: m.tril(x, -1) + m.triu(x, 3), [rows([1.0, 2.0], [3.0, inf])], "diagonals off the matrix")],
+    "diagonal": [Sample(lambda m, x: m.diagonal(x, 1) * x.diagonal(-1, 1, 0), [rows([inf, nan, 0.0], [0.0, -0.0, inf], [nan, 1.0, 2.0])]),
+                 Sample(lambda m, x: x.diagonal(0, -1, 0).sum(-1) * 2.0 + m.diagonal(x, 5).sum(), [np.arange(12.0).reshape(2, 3, 2)],
+                        "3-d, negative dims, empty diagonal")],
     "log2": [Sample(lambda m, x: m.log2(x), [a(0.0, -0.0, inf, -1.0, 1.0)])],
 }
 

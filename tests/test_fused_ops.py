@@ -11,7 +11,7 @@ import jitgrad as jg
 import jitgrad.nn.functional as F
 from jitgrad.autograd import gradcheck, gradgradcheck
 
-FUSED = ("softmax", "log_softmax", "nll_loss", "log_softmax_backward", "tanh_backward")
+FUSED = ("softmax", "log_softmax", "nll_loss", "log_softmax_backward", "tanh_backward", "gelu", "layer_norm", "sdpa")
 
 
 def _logits(shape=(5, 4), seed=0, dtype=np.float64):
@@ -61,7 +61,8 @@ def test_eager_binds_fused_ops_and_traces_bind_primitives():
     assert jg.softmax(x, 1).grad_fn.name() == "SoftmaxBackward0"
 
     def step(x, y):
-        return F.cross_entropy(x, y) + jg.softmax(x, 0).sum()
+        return F.cross_entropy(x, y) + jg.softmax(x, 0).sum() + F.layer_norm(F.gelu(x), (4,)).sum() \
+            + F.scaled_dot_product_attention(x, x, x, is_causal=True).sum()
     text = jg.compile(step, backend="interpret").ir(x, jg.tensor([0, 3, 1, 1, 2]))
     for name in FUSED:
         assert f" {name} " not in text and f"= {name}" not in text, f"the traced graph holds fused op {name}"

@@ -1128,6 +1128,11 @@ SMOKE = {
     "nll_loss": lambda: SMOKE_nll_loss(),
     "log_softmax_backward": lambda: SMOKE_log_softmax_backward(),
     "tanh_backward": lambda: SMOKE_tanh_backward(),
+    "sdpa": lambda: _g(lambda q, k, v: jg.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+                       (2, 3, 2), (2, 4, 2), (2, 4, 3)),
+    "gelu": lambda: (_g(lambda a: jg.nn.functional.gelu(a), (2, 3)),
+                     _g(lambda a: jg.nn.functional.gelu(a, approximate="tanh"), (2, 3))),
+    "layer_norm": lambda: _g(lambda a: jg.nn.functional.layer_norm(a, (3,)) * a, (2, 3)),
 }
 
 

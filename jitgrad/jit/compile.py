@@ -604,6 +604,9 @@ def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, ba
     tensor([0.9000, 1.9000], requires_grad=True)
     """
     def wrap(f):
+        from .compiled_module import compile_module, is_module
+        if is_module(f):     # torch.compile(model): a Module back (torch's OptimizedModule), see compiled_module.py
+            return compile_module(f, wrap)
         return CompiledFunction(f, device=device, anomaly=anomaly, cache=cache, parallel=parallel, backend=backend,
                                 background=background,
                                 fullgraph=fullgraph)

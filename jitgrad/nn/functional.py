@@ -1,13 +1,12 @@
 """``jitgrad.nn.functional``: loss and activation functions, written as compositions of primitives."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..ir import dtypes as dt
 from ..runtime import functions as F
 from ..ir.ops import OPS as O
+from ..ir.ops.fused import nll_composition
 from ..runtime.dispatch import bind
 from ..runtime.factories import arange
 from ..runtime.tensor import Tensor
@@ -28,12 +27,11 @@ def log_softmax(input, dim=None, dtype=None):
 
 
 def gelu(input, approximate="none"):
-    """GELU: ``x * Phi(x)``; ``approximate='tanh'`` uses the tanh formula."""
-    if approximate == "tanh":
-        return 0.5 * input * (1.0 + F.tanh(math.sqrt(2.0 / math.pi) * (input + 0.044715 * input * input * input)))
-    if approximate != "none":
+    """GELU: ``x * Phi(x)``; ``approximate='tanh'`` uses the tanh formula.  One fused op in eager mode; traced
+    or on a device, its decomposition (``ir/ops/normalization.py``)."""
+    if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return 0.5 * input * (1.0 + F.erf(input * (1.0 / math.sqrt(2.0))))
+    return bind(O["gelu"], input, approximate=approximate)
 
 
 def _reduce(loss, reduction, what):
@@ -71,37 +69,23 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
         raise RuntimeError(f"nll_loss: expected target of shape {list(input.shape[:1] + input.shape[2:])} for input "
                            f"of shape {list(input.shape)}, got {list(target.shape)}")
     C = input.shape[1]
-    if weight is None and input.ndim == 2 and _TR.active is None and reduction in ("mean", "sum", "none") \
-            and type(input._data) is np.ndarray and type(target._data) is np.ndarray:
-        # eager CPU: one fused primitive (ir/ops/fused.py); traced or on a device: the composition below
-        t = target._data
-        if t.size and not (0 <= np.minimum.reduce(t, axis=None) and np.maximum.reduce(t, axis=None) < C):
-            safe = np.where(t != ignore_index, t, 0)        # ignored entries may lie outside [0, C)
-            lo, hi = int(safe.min()), int(safe.max())
-            if lo < 0 or hi >= C:
-                raise IndexError(f"nll_loss: Target {hi if hi >= C else lo} is out of bounds (number of classes {C})")
-        loss = bind(O["nll_loss"], input, target, ignore_index=int(ignore_index), reduction=reduction)
-        return loss.reshape(()) if unbatched and reduction == "none" else loss
-    valid = target != ignore_index
-    safe = target.where(valid, 0)
     # bounds are checked on concrete targets (inside @compile the value is not known while tracing; a CUDA
-    # target is read back for it, or the gather would read out of bounds)
-    st = safe._data if type(safe._data) is np.ndarray or _TR.active is not None else safe.cpu()._data
-    if safe.numel() and type(st) is np.ndarray and (int(st.min()) < 0 or int(st.max()) >= C):
-        raise IndexError(f"nll_loss: Target {int(st.max()) if int(st.max()) >= C else int(st.min())} "
-                         f"is out of bounds (number of classes {C})")
-    # ignored rows are skipped, not multiplied by 0 (their log-probability may be -inf); the where also gives
-    # them a zero gradient when every row is ignored (torch's), where g / 0 * 0 would be nan
-    picked = (-F.gather(input, 1, safe.unsqueeze(1)).squeeze(1)).where(valid, 0.0)
-    w = valid.to(input.dtype)
-    if weight is not None:
-        w = w * weight[safe]
-    loss = picked * w
-    if reduction == "mean":
-        return loss.sum() / w.sum()
-    if unbatched and reduction == "none":
-        return loss.reshape(())      # torch: an unbatched (C,) input gives a 0-dim loss
-    return _reduce(loss, reduction, "nll_loss")
+    # target is read back for it, or the gather would read out of bounds); ignored entries may lie outside [0, C)
+    t = target._data if type(target._data) is np.ndarray or _TR.active is not None else target.cpu()._data
+    if type(t) is np.ndarray and t.size \
+            and not (0 <= np.minimum.reduce(t, axis=None) and np.maximum.reduce(t, axis=None) < C):
+        safe = np.where(t != ignore_index, t, 0)
+        lo, hi = int(safe.min()), int(safe.max())
+        if lo < 0 or hi >= C:
+            raise IndexError(f"nll_loss: Target {hi if hi >= C else lo} is out of bounds (number of classes {C})")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"nll_loss: {reduction} is not a valid value for reduction")
+    if weight is None and input.ndim == 2:
+        # one fused primitive in eager CPU mode; traced or on a device its decomposition (ir/ops/fused.py)
+        loss = bind(O["nll_loss"], input, target, ignore_index=int(ignore_index), reduction=reduction)
+    else:
+        loss = nll_composition(input, target, weight, int(ignore_index), reduction)
+    return loss.reshape(()) if unbatched and reduction == "none" else loss
 
 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
@@ -170,3 +154,7 @@ __all__ = ["one_hot", "dropout", "relu", "sigmoid", "tanh", "softmax", "log_soft
 from .functional_layers import linear, embedding, layer_norm, batch_norm  # noqa: E402
 
 __all__ += ["linear", "embedding", "layer_norm", "batch_norm"]
+
+from .attention import scaled_dot_product_attention  # noqa: E402
+
+__all__ += ["scaled_dot_product_attention"]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from ..runtime import functions as F
+from ..ir.ops import OPS as O
 from ..runtime import grad_mode
+from ..runtime.dispatch import bind
 
 
 def linear(input, weight, bias=None):
@@ -36,11 +38,8 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     if tuple(input.shape[input.ndim - k:]) != normalized_shape:
         raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
                            f"[*, {', '.join(map(str, normalized_shape))}], but got input of size{list(input.shape)}")
-    dims = tuple(range(input.ndim - k, input.ndim))
-    mean = input.mean(dims, keepdim=True)
-    d = input - mean
-    var = (d * d).mean(dims, keepdim=True)
-    out = d * F.rsqrt(var + eps)
+    # one fused op in eager mode; traced or on a device its decomposition (ir/ops/normalization.py)
+    out = bind(O["layer_norm"], input, naxes=k, eps=float(eps))
     if weight is not None:
         out = out * weight
     if bias is not None:

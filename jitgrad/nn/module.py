@@ -335,7 +335,8 @@ class Module:
             raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
         missing, errors = [], []
         expected = set()
-        for mod_prefix, mod in self.named_modules():
+        # as state_dict does: a module shared under two names has its keys under each
+        for mod_prefix, mod in self.named_modules(remove_duplicate=False):
             pre = mod_prefix + "." if mod_prefix else ""
             local = [(n, t) for n, t in mod._parameters.items() if t is not None]
             local += [(n, t) for n, t in mod._buffers.items()

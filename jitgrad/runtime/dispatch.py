@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import dtypes as dt
-from ..ir.ops import Aval, OpError
+from ..ir.ops import OPS as _OPS, Aval, OpError
 from ..ir.ops.opdef import fmt_shape
 from . import anomaly, grad_mode, profiler_state
 from .node import Node
@@ -309,8 +309,17 @@ _NO_EDGE = (None, 0)
 _NO_OUTPUT = (None,)
 
 
+def _bind_by_name(name, *args, **params):
+    """What a decomposition binds its primitives with (``OpDef.decompose``)."""
+    return bind(_OPS[name], *args, **params)
+
+
 def _bind_traced(tr, op, args, params):
-    """The traced path: append an Eqn to the active trace; autograd recording is the same as eager."""
+    """The traced path: append an Eqn to the active trace; autograd recording is the same as eager.  A fused op
+    with a decomposition (``OpDef.decompose``) is traced as that composition, so graphs hold only the primitives
+    codegen knows."""
+    if op.decompose is not None:
+        return op.decompose(_bind_by_name, *args, **params)
     ins = []
     need = False
     for a in args:
@@ -365,7 +374,10 @@ def _bind_traced(tr, op, args, params):
 
 def _device_bind(op, args, params):
     """An op with a device tensor among its inputs: every tensor must be on that device (torch's rule, with
-    its error), then the device's backend runs it (``jitgrad.cuda`` registers one)."""
+    its error), then the device's backend runs it (``jitgrad.cuda`` registers one).  A fused op with a
+    decomposition runs as that composition (the device's kernels), not as one host step."""
+    if op.decompose is not None:
+        return op.decompose(_bind_by_name, *args, **params)
     dev, ref = next((backend_of_payload(a._data), a) for a in args
                     if isinstance(a, Tensor) and backend_of_payload(a._data) is not None)
     for k, a in enumerate(args):

@@ -12,7 +12,7 @@ import numpy as np
 from ..ir import dtypes as dt
 from ..ir.ops import OPS as O
 from ..ir.ops import OpError, normalize_axes, normalize_axis
-from .dispatch import bind, op_error
+from .dispatch import bind, op_error, _bind_by_name
 from .tensor import Tensor
 from ..tracer import STATE as _TR
 
@@ -342,14 +342,9 @@ def softmax(input, dim, dtype=None):
     if dtype is not None:
         input = input.to(dtype)
     ax = _axis("softmax", input, dim)
-    if _TR.active is None and type(input._data) is np.ndarray and input.ndim and input._data.size \
-            and input._data.dtype.kind == "f":
-        return bind(O["softmax"], input, axis=ax)      # fused in eager CPU mode (see ir/ops/fused.py)
-    # traced, or on a device: the composition (on CUDA its kernels; the fused op would be a host step)
-    # the max is subtracted as is, as torch does: a row holding +inf (or all -inf) is nan throughout
-    m = bind(O["amax"], input, axes=(ax,), keepdims=True).detach()
-    e = exp(input - m)
-    return e / bind(O["sum"], e, axes=(ax,), keepdims=True)
+    if input.ndim == 0 or input.numel() == 0 or not input.is_floating_point():
+        return O["softmax"].decompose(_bind_by_name, input, axis=ax)    # what the fused impl does not take
+    return bind(O["softmax"], input, axis=ax)      # one fused op in eager mode; traced: its decomposition
 
 
 def log_softmax(input, dim, dtype=None):
@@ -362,11 +357,9 @@ def log_softmax(input, dim, dtype=None):
         input = input.float()
     if input.numel() == 0:
         return input * 1.0
-    if _TR.active is None and input.ndim and type(input._data) is np.ndarray:
-        return bind(O["log_softmax"], input, axis=ax)  # fused in eager CPU mode (see ir/ops/fused.py)
-    m = bind(O["amax"], input, axes=(ax,), keepdims=True).detach()
-    s = input - m       # as torch: a row holding +inf (or all -inf) is nan throughout
-    return s - log(bind(O["sum"], exp(s), axes=(ax,), keepdims=True))
+    if input.ndim == 0:
+        return O["log_softmax"].decompose(_bind_by_name, input, axis=ax)
+    return bind(O["log_softmax"], input, axis=ax)  # one fused op in eager mode; traced: its decomposition
 
 
 # ---- shape ----------------------------------------------------------------------------------------
@@ -409,9 +402,13 @@ def reshape(input, *shape):
 def view(input, *shape):
     if len(shape) == 1 and isinstance(shape[0], dt.DType):
         raise NotImplementedError("view(dtype) is not supported; use .to(dtype)")
-    if not input._data.flags.c_contiguous and input.numel() > 1:
-        raise RuntimeError("view size is not compatible with input tensor's size and stride (at least one dimension "
-                           "spans across two contiguous subspaces). Use .reshape(...) instead.")
+    d = input._data
+    if not d.flags.c_contiguous and d.size > 1:
+        from .view_rule import viewable
+        new = _infer("view", _shape_arg(shape), input)
+        if not viewable(d.shape, tuple(st // d.itemsize for st in d.strides), new):
+            raise RuntimeError("view size is not compatible with input tensor's size and stride (at least one "
+                               "dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
     return reshape(input, *shape)
 
 

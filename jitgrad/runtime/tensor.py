@@ -488,7 +488,12 @@ class Tensor(InPlaceOps):
         return _bind(O["copy"], self)
 
     def contiguous(self) -> "Tensor":
-        return self if self.is_contiguous() else self.clone()
+        if self.is_contiguous():
+            return self
+        r = self.clone()
+        if type(r._data) is np.ndarray and not r._data.flags.c_contiguous:
+            r._data = np.ascontiguousarray(r._data)    # clone keeps the strides (torch's preserve_format)
+        return r
 
     def new_zeros(self, shape, dtype=None) -> "Tensor":
         return self._same_device(Tensor._make(np.zeros(tuple(shape), (dtype or self.dtype).np)))

@@ -1,18 +1,18 @@
-"""Fused primitives for composite functions eager mode calls often: ``softmax``, ``log_softmax``, ``nll_loss``,
-and the eager vjps of log_softmax and tanh.
+"""Fused primitives for composite functions: ``softmax``, ``log_softmax``, ``nll_loss``, the vjps of log_softmax
+and tanh, ``layer_norm`` (the normalisation), ``gelu`` and ``sdpa`` (scaled dot-product attention).
 
-Each one is a composition of smaller primitives (``runtime/functions.py`` and ``nn/functional.py`` hold the
-compositions).  Eager mode binds the fused OpDef instead, so one NumPy call and one backward node replace six
-to twelve of each (cross_entropy: 21 eager ops became 2).  Their vjps are written with jitgrad ops, so they
-stay differentiable to any order.  While a trace is active the public functions bind the compositions instead,
-so compiled graphs (and codegen) only ever see the small primitives; the interpreter can still run these
-through ``impl`` should a graph carry one.
+Each one is a composition of smaller primitives, and says so: its ``decompose`` rebuilds it from them.  Eager CPU
+mode runs the fused ``impl`` (one NumPy call and one backward node instead of six to twelve of each:
+cross_entropy's 21 eager ops became 2); a trace or a device backend binds the decomposition instead
+(``runtime/dispatch.py``), so compiled graphs and CUDA kernels only see the small primitives.  The vjps are
+written with jitgrad ops and bind fused ops themselves where one exists, which decompose the same way: they stay
+differentiable to any order in every mode.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .opdef import Aval, OpDef, OpError, fmt_shape, register
+from .opdef import Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register, result_dtype
 
 
 def _float_rule(name):
@@ -48,11 +48,22 @@ def _softmax_impl(x, axis):
 
 def _log_softmax_vjp(c, g):
     # d/dx (x - logsumexp x) . g = g - softmax(x) * sum(g)
-    out = c.outputs[0]
-    ax = c.params["axis"]
-    if type(g._data) is np.ndarray and type(out._data) is np.ndarray:     # eager: one fused op
-        return (c.bind("log_softmax_backward", g, out, axis=ax),)
-    return (g - c.bind("exp", out) * c.bind("sum", g, axes=(ax,), keepdims=True),)     # traced: primitives
+    return (c.bind("log_softmax_backward", g, c.outputs[0], axis=c.params["axis"]),)
+
+
+def _softmax_decompose(b, x, axis):
+    # the max is subtracted as is, as torch does: a row holding +inf (or all -inf) is nan throughout
+    e = b("exp", x - b("amax", x, axes=(axis,), keepdims=True).detach())
+    return e / b("sum", e, axes=(axis,), keepdims=True)
+
+
+def _log_softmax_decompose(b, x, axis):
+    s = x - b("amax", x, axes=(axis,), keepdims=True).detach()
+    return s - b("log", b("sum", b("exp", s), axes=(axis,), keepdims=True))
+
+
+def _lsm_bwd_decompose(b, g, out, axis):
+    return g - b("exp", out) * b("sum", g, axes=(axis,), keepdims=True)
 
 
 def _lsm_bwd_rule(avals, params):
@@ -84,21 +95,21 @@ def _softmax_vjp(c, g):
 
 
 register(OpDef("log_softmax", "reduce", _float_rule("log_softmax"), _log_softmax_impl, _log_softmax_vjp,
-               saves_out=(0,), grad_name="LogSoftmaxBackward0",
+               saves_out=(0,), grad_name="LogSoftmaxBackward0", decompose=_log_softmax_decompose,
                doc="log_softmax(x; axis): x - logsumexp(x, axis), computed around the detached max"))
 register(OpDef("log_softmax_backward", "reduce", _lsm_bwd_rule, _lsm_bwd_impl, _lsm_bwd_vjp, saves_in=(0, 1),
-               grad_name="LogSoftmaxBackwardBackward0",
+               grad_name="LogSoftmaxBackwardBackward0", decompose=_lsm_bwd_decompose,
                doc="log_softmax's vjp in eager mode, g - exp(out) * sum(g, axis): one op instead of four"))
 def _tanh_bwd_rule(avals, params):
     g, y = avals
-    if g.shape != y.shape or g.dtype is not y.dtype or not g.dtype.is_floating_point:
-        raise OpError(f"tanh_backward: expected matching float gradient and output, got "
+    if not g.dtype.is_floating_point or not y.dtype.is_floating_point:
+        raise OpError(f"tanh_backward: expected a float gradient and output, got "
                       f"{g.dtype.name}{fmt_shape(g.shape)} and {y.dtype.name}{fmt_shape(y.shape)}")
-    return [Aval(g.shape, g.dtype)]
+    return [Aval(broadcast_shapes("tanh_backward", [g.shape, y.shape]), result_dtype(avals))]
 
 
 def _tanh_bwd_impl(g, y):
-    if y.ndim == 0:                 # 0-d arithmetic gives NumPy scalars, which take no out=
+    if y.ndim == 0 or g.shape != y.shape or g.dtype != y.dtype:     # 0-d: NumPy scalars take no out=
         return g * (1 - y * y)
     t = y * y                       # g * (1 - y^2) with one temporary
     np.subtract(1, t, out=t)
@@ -111,21 +122,22 @@ def _tanh_bwd_vjp(c, h):
     g, y = c.inputs
     dg = dy = None
     if c.needs_grad[0]:
-        hd, yd = h._data, y._data
-        if type(hd) is np.ndarray and type(yd) is np.ndarray and hd.dtype == yd.dtype and hd.shape == yd.shape:
-            dg = c.bind("tanh_backward", h, y)
-        else:
-            dg = h * (1.0 - y * y)
+        dg = c.bind("tanh_backward", h, y)
+        if dg.shape != c.shapes[0]:
+            dg = dg.sum_to_size(c.shapes[0])
     if c.needs_grad[1]:
         dy = h * g * y * -2.0
+        if dy.shape != c.shapes[1]:
+            dy = dy.sum_to_size(c.shapes[1])
     return dg, dy
 
 
 register(OpDef("tanh_backward", "elementwise", _tanh_bwd_rule, _tanh_bwd_impl, _tanh_bwd_vjp,
                scalar=lambda m, g, y: f"({g} * ({m.lit(1.0)} - {y} * {y}))", saves_in=(0, 1), grad_name="TanhBackwardBackward0",
+               decompose=lambda b, g, y: g * (1.0 - y * y),
                doc="tanh's vjp in eager mode, g * (1 - y^2): one op instead of three"))
 register(OpDef("softmax", "reduce", _float_rule("softmax"), _softmax_impl, _softmax_vjp,
-               saves_out=(0,), grad_name="SoftmaxBackward0",
+               saves_out=(0,), grad_name="SoftmaxBackward0", decompose=_softmax_decompose,
                doc="softmax(x; axis): exp(x - max) / sum(exp(x - max))"))
 
 _REDUCTIONS = ("mean", "sum", "none")
@@ -201,6 +213,25 @@ def _nll_vjp(c, g):
     return (g * w, None)       # an ndarray operand binds as a constant tensor
 
 
+def nll_composition(logp, target, weight=None, ignore_index=-100, reduction="mean"):
+    """nll_loss of log-probabilities ``logp`` (N, C, ...) with primitives (any ``weight``, any rank): the
+    decomposition of the fused ``nll_loss`` and ``F.nll_loss``'s general case.  Ignored rows are skipped, not
+    multiplied by 0 (their log-probability may be -inf); the where also gives them a zero gradient when every row
+    is ignored (torch's), where g / 0 * 0 would be nan."""
+    valid = target != ignore_index
+    safe = target.where(valid, 0)
+    picked = (-logp.gather(1, safe.unsqueeze(1)).squeeze(1)).where(valid, 0.0)
+    w = valid.to(logp.dtype)
+    if weight is not None:
+        w = w * weight[safe]
+    loss = picked * w
+    if reduction == "mean":
+        return loss.sum() / w.sum()
+    return loss.sum() if reduction == "sum" else loss
+
+
 register(OpDef("nll_loss", "index", _nll_rule, _nll_impl, _nll_vjp, saves_in=(1,), nondiff_inputs=(1,),
                grad_name="NllLossBackward0",
+               decompose=lambda b, logp, target, ignore_index, reduction: nll_composition(
+                   logp, target, None, ignore_index, reduction),
                doc="nll_loss(logp (N,C), target (N,); ignore_index, reduction): -logp[i, target[i]], reduced"))

@@ -69,14 +69,21 @@ class OpDef:
     saved_for   {input i: inputs whose gradient reads it}: input i is saved only if one of those needs a
                 gradient (mul: d/da = g*b reads b), so ``h * const`` doesn't pin ``h`` (torch does the same)
     view        the output may alias input 0's memory (shares its version counter)
+    decompose   (bind, *inputs, **params) -> outputs: the same op as a composition of other primitives, for a
+                fused op whose ``impl`` is one NumPy call (softmax, layer_norm, SDPA).  Eager CPU mode runs
+                ``impl``; a trace and a device backend bind the decomposition instead (``runtime/dispatch.py``),
+                so compiled graphs and device kernels only meet the smaller primitives.  ``bind(name, *args,
+                **params)`` binds a primitive by name; the inputs are tensors, so tensor methods work too.
     """
 
     __slots__ = ("name", "family", "shape_dtype", "impl", "vjp", "scalar", "grad_name", "saves_in",
-                 "saves_out", "saved_for", "nout", "view", "differentiable", "nondiff_inputs", "compute_float", "doc")
+                 "saves_out", "saved_for", "nout", "view", "differentiable", "nondiff_inputs", "compute_float", "doc",
+                 "decompose")
 
     def __init__(self, name: str, family: str, shape_dtype: Callable, impl: Callable, vjp: Callable | None,
                  *, scalar: Callable | None = None, grad_name: str | None = None, saves_in=(), saves_out=(),
-                 saved_for=None, nout: int = 1, view: bool = False, nondiff_inputs=(), doc: str = ""):
+                 saved_for=None, nout: int = 1, view: bool = False, nondiff_inputs=(), doc: str = "",
+                 decompose: Callable | None = None):
         self.name = name
         self.family = family
         self.shape_dtype = shape_dtype
@@ -92,6 +99,7 @@ class OpDef:
         self.differentiable = vjp is not None
         self.nondiff_inputs = frozenset(nondiff_inputs)
         self.doc = doc
+        self.decompose = decompose
 
     def __repr__(self):
         return f"OpDef({self.name})"

@@ -1,0 +1,101 @@
+"""Triangles and diagonals: ``tril``, ``triu`` (and their in-place forms) and ``diagonal``, as torch has them.
+
+Each is a composition of primitives over a constant index pattern (a boolean triangle built with NumPy, or the
+row/column indices of a diagonal), so it runs eagerly, traces into a compiled graph (the pattern is a literal),
+runs on a device, and differentiates to any order through ``where`` and indexing; the result carries torch's
+grad_fn name.  ``diagonal`` returns a copy where torch returns a view (writes through it do not reach ``input``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .functions import where
+from .grad_names import named
+from .tensor import Tensor
+
+_TRIANGLES: dict = {}     # (rows, cols, diagonal, lower) -> read-only boolean mask
+
+
+def _triangle(m: int, n: int, k: int, lower: bool) -> Tensor:
+    key = (m, n, k, lower)
+    t = _TRIANGLES.get(key)
+    if t is None:
+        mask = np.tri(m, n, k, dtype=bool) if lower else ~np.tri(m, n, k - 1, dtype=bool)
+        mask.flags.writeable = False
+        if len(_TRIANGLES) > 256:
+            _TRIANGLES.clear()
+        t = _TRIANGLES[key] = Tensor._make(mask)
+    return t
+
+
+def _keep(name, input, diagonal, lower):
+    if not isinstance(input, Tensor):
+        raise TypeError(f"{name}(): argument 'input' (position 1) must be Tensor, not {type(input).__name__}")
+    if input.ndim < 2:
+        raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions")
+    mask = _triangle(input.shape[-2], input.shape[-1], int(diagonal), lower)
+    zero = False if input.dtype.name == "bool" else 0
+    r = where(mask, input, zero)
+    if r.dtype is not input.dtype:
+        r = r.to(input.dtype)
+    return named(r, "TrilBackward0" if lower else "TriuBackward0")
+
+
+def tril(input, diagonal=0):
+    """The lower triangle of the last two dims (elements at column - row <= ``diagonal``), the rest 0."""
+    return _keep("tril", input, diagonal, True)
+
+
+def triu(input, diagonal=0):
+    """The upper triangle of the last two dims (elements at column - row >= ``diagonal``), the rest 0."""
+    return _keep("triu", input, diagonal, False)
+
+
+def _tril_(self, diagonal=0):
+    """In place: ``self.copy_(tril(self, diagonal))``."""
+    return self.copy_(tril(self, diagonal))
+
+
+def _triu_(self, diagonal=0):
+    """In place: ``self.copy_(triu(self, diagonal))``."""
+    return self.copy_(triu(self, diagonal))
+
+
+def diagonal(input, offset=0, dim1=0, dim2=1):
+    """The elements ``input[..., i, i + offset]`` of the plane (``dim1``, ``dim2``), as a new last dim."""
+    nd = input.ndim
+    if nd < 2:
+        raise RuntimeError(f"diagonal(): input must have at least 2 dimensions, but got {nd}")
+    lo, hi = -nd, nd - 1
+    for d in (dim1, dim2):
+        if not lo <= d <= hi:
+            raise IndexError(f"Dimension out of range (expected to be in range of [{lo}, {hi}], but got {d})")
+    a, b = dim1 % nd, dim2 % nd
+    if a == b:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    rest = [i for i in range(nd) if i not in (a, b)]
+    moved = input.permute(*rest, a, b)
+    m, n = input.shape[a], input.shape[b]
+    offset = int(offset)
+    count = max(0, min(m, n - offset) if offset >= 0 else min(m + offset, n))
+    rows = np.arange(count, dtype=np.int64) + max(0, -offset)
+    cols = rows + offset
+    return named(moved[(Ellipsis, Tensor._make(rows), Tensor._make(cols))], "DiagonalBackward0")
+
+
+METHODS = ["tril", "triu", "diagonal"]
+INPLACE = {"tril_": _tril_, "triu_": _triu_}
+
+
+def install(jg: dict):
+    """Make the functions public (``jitgrad.tril``) and Tensor methods (``x.tril()``, ``x.tril_()``)."""
+    from .torch_surface import torch_function
+    for n in METHODS:
+        f = torch_function(globals()[n], n, "")
+        jg[n] = f
+        setattr(Tensor, n, torch_function(globals()[n], n, "Tensor."))
+    for n, f in INPLACE.items():
+        setattr(Tensor, n, f)
+
+
+__all__ = METHODS

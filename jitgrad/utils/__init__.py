@@ -1,0 +1,4 @@
+"""``torch.utils``: ``data`` (datasets, samplers, DataLoader)."""
+from . import data  # noqa: F401
+
+__all__ = ["data"]
