@@ -21,6 +21,7 @@ import numpy as np
 from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
 from ..ir.passes.fuse import Group
+from .batched_gemm import BatchedGemmSteps
 from .gemm_steps import GemmSteps
 from .loops import (BCAST, CONTIG, PARALLEL_MIN, STRIDED, gen_check, gen_copy, gen_gather, gen_group, gen_scatter,
                     raises_in_loop)
@@ -118,7 +119,7 @@ class Step:
         self.state_write = False     # writes a state input in place: skipped when an earlier step raised
 
 
-class Program(GemmSteps):
+class Program(GemmSteps, BatchedGemmSteps):
     """The steps, kernels, places and tables of one graph (see the module docstring)."""
 
     def __init__(self, graph, plan, writes=(), parallel=None, check_ids=None):
