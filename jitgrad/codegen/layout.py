@@ -23,6 +23,7 @@ from ..ir.graph import Lit, Var
 from ..ir.passes.fuse import Group
 from .batched_gemm import BatchedGemmSteps
 from .gemm_steps import GemmSteps
+from .region_steps import RegionSteps
 from .loops import (BCAST, CONTIG, PARALLEL_MIN, STRIDED, gen_check, gen_copy, gen_gather, gen_group, gen_scatter,
                     raises_in_loop)
 from .lowering import lower_plan, step_kind
@@ -119,7 +120,7 @@ class Step:
         self.state_write = False     # writes a state input in place: skipped when an earlier step raised
 
 
-class Program(GemmSteps, BatchedGemmSteps):
+class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
     """The steps, kernels, places and tables of one graph (see the module docstring)."""
 
     def __init__(self, graph, plan, writes=(), parallel=None, check_ids=None):
@@ -332,7 +333,7 @@ class Program(GemmSteps, BatchedGemmSteps):
 
     # the emitter of each step kind (codegen/lowering.py); a kind not listed (cat) runs its NumPy impl
     EMITTERS = {"fused": "_group", "view": "_view", "gemm": "_gemm", "gather": "_gather", "scatter": "_scatter",
-                "scan": "_scan", "host": "_py"}
+                "scan": "_scan", "region": "_region", "host": "_py"}
 
     def after_step(self, n, s):
         if not isinstance(s, Group):

@@ -10,6 +10,7 @@ Kinds:
 - ``view``: a view op whose output is a place over its input (reshape, permute, expand, basic indexing);
 - ``gemm``: matmul;
 - ``gather`` / ``scatter``: indexing with one integer tensor per dim (``x[i, j]``, ``x[i, j] = v``);
+- ``region``: ``index_put`` with a basic index (``x[:, a:b] = v``, the backward of slicing and ``split``);
 - ``scan``: cumsum / cumprod along one axis;
 - ``cat``: concatenation (copies into slabs of the output);
 - ``host``: anything else (the op's NumPy impl).
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from ..ir.passes.fuse import Group
 
-KINDS = ("fused", "view", "gemm", "gather", "scatter", "scan", "cat", "host")
+KINDS = ("fused", "view", "gemm", "gather", "scatter", "region", "scan", "cat", "host")
 
 
 def all_tensor_spec(spec, ndim):
@@ -44,6 +45,8 @@ def _getitem(e):
 def _index_put(e):
     if all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim) and e.outs[0].aval.size:
         return "scatter"
+    if not _has_tensor_index(e.params["spec"]) and e.outs[0].aval.size:
+        return "region"      # a basic index: the base copied, the value written into a strided region
     return "host"
 
 
