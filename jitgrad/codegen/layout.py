@@ -333,7 +333,8 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
 
     # the emitter of each step kind (codegen/lowering.py); a kind not listed (cat) runs its NumPy impl
     EMITTERS = {"fused": "_group", "view": "_view", "gemm": "_gemm", "gather": "_gather", "scatter": "_scatter",
-                "scan": "_scan", "region": "_region", "host": "_py"}
+                "scan": "_scan", "region": "_region",
+                "row_gather": "_row_gather", "row_scatter": "_row_scatter", "host": "_py"}
 
     def after_step(self, n, s):
         if not isinstance(s, Group):

@@ -10,6 +10,7 @@ Kinds:
 - ``view``: a view op whose output is a place over its input (reshape, permute, expand, basic indexing);
 - ``gemm``: matmul;
 - ``gather`` / ``scatter``: indexing with one integer tensor per dim (``x[i, j]``, ``x[i, j] = v``);
+- ``row_gather`` / ``row_scatter``: ``w[idx]`` and its index_put (embedding rows; ``region_steps.py``);
 - ``region``: ``index_put`` with a basic index (``x[:, a:b] = v``, the backward of slicing and ``split``);
 - ``scan``: cumsum / cumprod along one axis;
 - ``cat``: concatenation (copies into slabs of the output);
@@ -21,8 +22,9 @@ A new op with a native form on some target is one entry in ``_BY_OP`` plus an em
 from __future__ import annotations
 
 from ..ir.passes.fuse import Group
+from .region_steps import row_spec
 
-KINDS = ("fused", "view", "gemm", "gather", "scatter", "region", "scan", "cat", "host")
+KINDS = ("fused", "view", "gemm", "gather", "scatter", "region", "row_gather", "row_scatter", "scan", "cat", "host")
 
 
 def all_tensor_spec(spec, ndim):
@@ -39,6 +41,8 @@ def _getitem(e):
         return "view"
     if all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim) and e.outs[0].aval.size:
         return "gather"
+    if row_spec(e.params["spec"], e.ins[0].aval.ndim) and len(e.ins) == 2:
+        return "row_gather"      # an embedding lookup: whole rows per index
     return "host"
 
 
@@ -47,6 +51,8 @@ def _index_put(e):
         return "scatter"
     if not _has_tensor_index(e.params["spec"]) and e.outs[0].aval.size:
         return "region"      # a basic index: the base copied, the value written into a strided region
+    if row_spec(e.params["spec"], e.ins[0].aval.ndim) and len(e.ins) == 3:
+        return "row_scatter"     # an embedding's backward: whole rows added per index
     return "host"
 
 

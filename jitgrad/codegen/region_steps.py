@@ -1,5 +1,5 @@
-"""``index_put`` with a basic index (slices, integers, None, Ellipsis) as native steps (``layout.Program``
-mixes this in).
+"""``index_put`` with a basic index (slices, integers, None, Ellipsis), and row indexing ``w[idx]`` /
+``index_put(w, v, idx)`` (an embedding and its backward), as native steps (``layout.Program`` mixes this in).
 
 The backward of basic indexing (``q, k, v = x.split(C, dim=2)``, ``x[:, -1]``) is ``index_put(zeros, g;
 spec, accumulate=True)``.  Without a native form it was a NumPy host step, and one host step gives the whole graph
@@ -51,6 +51,38 @@ def region_place(place, spec):
     return Place(place.root, place.offset + off, res.shape, [s // item for s in res.strides], place.dtype)
 
 
+def row_spec(spec, ndim) -> bool:
+    """``x[idx]`` / ``x[idx, :, ...]``: one integer tensor on the first dim of a tensor of rank >= 2, the rest whole
+    (an embedding lookup and its scatter-add backward): whole rows moved per index."""
+    if ndim < 2 or not spec or not (type(spec[0]) is tuple and spec[0][0] == "tensor"):
+        return False
+    return all(type(t) is tuple and t == ("slice", None, None, None) for t in spec[1:])
+
+
+def _row_kernel(kind, dtype: dt.DType, idx_dtype: dt.DType, accumulate=False) -> Kernel:
+    """Rows ``x[idx[i]]`` copied out (``gather``) or written/added in (``scatter``), the row loop contiguous.
+    Block: n (indices), c (row length), x/out (address, row stride, rows), idx (address, stride), the other
+    operand (address, row stride), IE (the index-error array's address, step id)."""
+    from .loops import _NP_TYPE
+    t, it = _NP_TYPE[dtype.name], _NP_TYPE[idx_dtype.name]
+    tn = _tname(dtype)
+    if kind == "gather":
+        move = "store(po, o + j, px[b + j])"
+    elif accumulate:
+        move = f"store(px, b + j, {tn}(px[b + j] + po[o + j]))"
+    else:
+        move = "store(px, b + j, po[o + j])"
+    lines = ["def kernel(A):", "    n = A[0]", "    c = A[1]", f"    px = ptr_{t}(A[2])", "    sx = A[3]",
+             "    nx = A[4]", f"    pi = ptr_{it}(A[5])", "    si = A[6]", f"    po = ptr_{t}(A[7])", "    so = A[8]",
+             "    for i in range(n):", "        r0 = int64(pi[i * si])", "        j0 = r0 + nx if r0 < 0 else r0",
+             "        if j0 < 0 or j0 >= nx:", "            ie = ptr_i64(A[9])", "            if ie[0] == 0:",
+             "                ie[0] = 1", "                ie[1] = A[10]", "                ie[2] = r0",
+             "                ie[3] = 0", "            continue", "        b = j0 * sx", "        o = i * so",
+             "        for j in range(c):", "            " + move]
+    return Kernel(kind, "\n".join(lines), rank=2, operands=[None, None, None], classes=[CONTIG] * 3,
+                  parallel=False, label=f"row {kind}")
+
+
 class RegionSteps:
     """``Program`` methods for basic-index ``index_put`` (see the module docstring)."""
 
@@ -80,5 +112,83 @@ class RegionSteps:
         self._add(st)
         return True
 
+    def _row_operands(self, x, idx, v):
+        """(index element stride, value row stride) when BLAS-like row moves can read the operands in place
+        (``x``'s rows unit-stride, the index one strided run, the value's rows unit-stride), else None."""
+        c = int(np.prod(x.aval.shape[1:]))
+        if v is None:
+            px = self.place(x)
+            col = _row_stride(px.strides[1:], px.shape[1:])
+            if col is None or (c > 1 and col != 1):
+                return None
+        pi = self.place(idx)
+        si = _row_stride(pi.strides, pi.shape)
+        if si is None:
+            return None
+        sv = 0
+        if v is not None:
+            from .layout import _bcast_strides
+            pv = self.place(v)
+            ni = idx.aval.ndim
+            full = tuple(idx.aval.shape) + tuple(x.aval.shape[1:])
+            vst = _bcast_strides(pv, full) if tuple(pv.shape) != full else list(pv.strides)
+            sv, col = _row_stride(vst[:ni], full[:ni]), _row_stride(vst[ni:], full[ni:])
+            if sv is None or col is None or (c > 1 and col != 1):
+                return None
+        return si, sv
 
-__all__ = ["RegionSteps", "gen_region", "region_place"]
+    def _emit_rows(self, e, kind, x, idx, pdata, pother, si, so):
+        from .layout import Step
+        st = Step("kernel", _row_kernel(kind, x.aval.dtype, idx.aval.dtype, e.params.get("accumulate", False)),
+                  label=f"row {kind}", shapes=[list(x.aval.shape), list(idx.aval.shape)], scope=e.scope)
+        st.block = len(self.table)
+        self.table += [int(np.prod(idx.aval.shape)), int(np.prod(x.aval.shape[1:]))]
+        self._slot_addr(pdata)
+        self.table += [int(pdata.strides[0]) if pdata.shape[0] > 1 else 0, int(x.aval.shape[0])]
+        self._slot_addr(self.place(idx))
+        self.table.append(int(si))
+        self._slot_addr(pother)
+        self.table.append(int(so))
+        self._index_check_slot(e)
+        self._add(st)
+
+    def _row_gather(self, e) -> bool:
+        """``x[idx]`` (rows): one row copy per index, bounds-checked."""
+        x, idx = e.ins
+        out = e.outs[0]
+        ops = self._row_operands(x, idx, None)
+        if ops is None or not out.aval.size:
+            return False
+        po = self._new_buffer(out, out.aval.shape, out.aval.dtype)
+        self.places[out] = po
+        self._emit_rows(e, "gather", x, idx, self.place(x), po, ops[0], int(np.prod(x.aval.shape[1:])))
+        return True
+
+    def _row_scatter(self, e) -> bool:
+        """``index_put(base, v, idx)`` (rows, optionally accumulating): the base copied, then one row write or add
+        per index, in index order (repeated indices accumulate as ``np.add.at`` does)."""
+        base, v, idx = e.ins
+        out = e.outs[0]
+        if v.aval.dtype is not out.aval.dtype or out.aval.dtype is dt.bool_ or not out.aval.size:
+            return False
+        ops = self._row_operands(base, idx, v)
+        if ops is None:
+            return False
+        po = self._new_buffer(out, out.aval.shape, out.aval.dtype)
+        self.places[out] = po
+        self._copy_step(self.place(base), po, "copy (index_put)")
+        self._emit_rows(e, "scatter", base, idx, po, self.place(v), ops[0], ops[1])
+        return True
+
+
+def _row_stride(strides, shape):
+    """The one element stride that walks ``shape`` with ``strides`` as a single run (0 for a single element), or
+    None."""
+    from .layout import _coalesce
+    sh, (st,) = _coalesce(list(shape), [list(strides)])
+    if not sh:
+        return 0
+    return st[0] if len(sh) == 1 else None
+
+
+__all__ = ["RegionSteps", "gen_region", "region_place", "row_spec"]
