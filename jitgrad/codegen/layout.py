@@ -428,9 +428,12 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
         src = self.place(e.ins[0])
         out = e.outs[0]
         if e.op.name == "reshape":
-            if not src.contiguous():
-                src = self._materialize(e.ins[0], src)
-            p = Place(src.root, src.offset, out.aval.shape, _c_strides(out.aval.shape), src.dtype)
+            # a strided source reshapes in place when its strides allow (torch's view rule: heads of a split)
+            p = None if src.contiguous() else view_place(e, src)
+            if p is None:
+                if not src.contiguous():
+                    src = self._materialize(e.ins[0], src)
+                p = Place(src.root, src.offset, out.aval.shape, _c_strides(out.aval.shape), src.dtype)
         else:
             p = view_place(e, src)
             if p is None:
