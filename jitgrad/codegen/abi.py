@@ -10,7 +10,7 @@ So a kernel is compiled once per machine and shared by every graph, batch size a
 from __future__ import annotations
 
 from llvmlite import ir
-from numba import types
+from numba import njit, types
 from numba.extending import intrinsic
 
 _I64P = ir.IntType(64).as_pointer()
@@ -73,6 +73,39 @@ ptr_i32 = _pointer_cast(types.int32, ir.IntType(32))
 ptr_b1 = _pointer_cast(types.uint8, ir.IntType(8))
 ptr_u8 = ptr_b1      # uint8 tensors: the same bytes as bools, read as numbers
 
+
+
+@njit(cache=True, no_cpython_wrapper=False)
+def call_gemm_batched(fn, block):
+    """A batch of ``?gemm`` calls (the ``bgemm`` step of ``codegen/batched_gemm.py``).  ``block`` holds: [0, 13)
+    the gemm arguments of the first matrix (slots 6, 8, 11: B, A, C's addresses), [13] ``nd`` batch dims,
+    then ``nd`` sizes, then per operand B, A, C ``nd`` byte strides, then 13 scratch slots: each call's
+    arguments, the first block's with the three addresses moved to that batch entry."""
+    p = ptr_i64(block)
+    nd = p[13]
+    total = 1
+    for d in range(nd):
+        total *= p[14 + d]
+    s = 14 + 4 * nd
+    for i in range(13):
+        store(p, s + i, p[i])
+    b0, a0, c0 = p[6], p[8], p[11]
+    for t in range(total):
+        r = t
+        ob = oa = oc = 0
+        for d in range(nd - 1, -1, -1):
+            size = p[14 + d]
+            j = r % size
+            r //= size
+            ob += j * p[14 + nd + d]
+            oa += j * p[14 + 2 * nd + d]
+            oc += j * p[14 + 3 * nd + d]
+        store(p, s + 6, b0 + ob)
+        store(p, s + 8, a0 + oa)
+        store(p, s + 11, c0 + oc)
+        call_gemm(fn, block + 8 * s)
+
+
 KERNEL_SIGNATURE = types.void(types.CPointer(types.int64))
 
-__all__ = ["call_kernel", "call_gemm", "ptr_f32", "ptr_f64", "ptr_i64", "ptr_i32", "ptr_b1", "ptr_u8", "KERNEL_SIGNATURE"]
+__all__ = ["call_kernel", "call_gemm", "call_gemm_batched", "ptr_f32", "ptr_f64", "ptr_i64", "ptr_i32", "ptr_b1", "ptr_u8", "KERNEL_SIGNATURE"]

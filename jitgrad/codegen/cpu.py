@@ -25,6 +25,7 @@ from ..ir.interpret import ScopeTracker, run_eqn
 from ..ir.ops import blas
 from ..ir.passes.fuse import plan as fusion_plan
 from . import build as _build, threads
+from .abi import call_gemm_batched
 from .layout import Program
 from .lowering import step_error
 from .loops import FASTMATH, PARALLEL_MIN, gen_group  # noqa: F401  (re-exported)
@@ -193,7 +194,7 @@ class CompiledGraph:
         for st in p.steps + p.writes:
             if st.kind == "kernel":
                 F.append(self._addrs[st.kernel.key])
-            elif st.kind == "gemm":
+            elif st.kind in ("gemm", "bgemm"):
                 F.append(blas_address(st.gemm))
             elif st.kind == "native":
                 F.append(st.native)
@@ -270,6 +271,8 @@ class CompiledGraph:
                     _KERNEL_CALL(int(F[n]))(a_addr + 8 * st.block)
                 elif st.kind == "gemm":
                     _GEMM_CALL(int(F[n]))(*[int(x) for x in A[st.block:st.block + 13]])
+                elif st.kind == "bgemm":
+                    call_gemm_batched(int(F[n]), a_addr + 8 * st.block)
                 elif st.kind == "pycopy":
                     np.copyto(self._view(st.out, arrays, fresh, base), self._view(st.ins[0], arrays, fresh, base),
                               casting="unsafe")

@@ -59,7 +59,8 @@ def _ops(program, n_inputs: int, n_checks: int):
     for n, st in enumerate(p.steps):
         # after a step that may raise, an in-place state update runs only when it did not
         guard = "ie" if st.state_write and checked else None
-        ops.append(("call", "gemm" if st.kind == "gemm" else "kernel", n, st.block, st.label, guard))
+        kind = st.kind if st.kind in ("gemm", "bgemm") else "kernel"
+        ops.append(("call", kind, n, st.block, st.label, guard))
     if (n_checks or checked) and p.writes:    # an anomaly or a raising step leaves the user's state untouched
         ops.append(("if_ok", n_checks, checked))
     for n, st in enumerate(p.writes):
@@ -82,7 +83,7 @@ def entry_source(program, n_inputs: int, n_checks: int) -> str:
         elif op[0] == "err":
             lines.append(f"{ind}a[{op[1]}] = e")
         elif op[0] == "call":
-            fn = "call_gemm" if op[1] == "gemm" else "call_kernel"
+            fn = {"gemm": "call_gemm", "bgemm": "call_gemm_batched"}.get(op[1], "call_kernel")
             call = f"{fn}(F[{op[2]}], A + {8 * op[3]})  # {op[4]}"
             if op[5] == "ie":
                 lines += [f"{ind}if IE[0] == 0:", f"{ind}    {call}"]
@@ -142,6 +143,8 @@ def entry_ir(program, n_inputs: int, n_checks: int, name: str) -> str:
             if op[1] == "gemm":
                 base = b.inttoptr(blk, i64p)
                 b.call(b.inttoptr(target, gty.as_pointer()), [b.inttoptr(at(base, k), i8p) for k in range(13)])
+            elif op[1] == "bgemm":
+                _batched_gemm(b, fn, b.inttoptr(blk, i64p), b.inttoptr(target, gty.as_pointer()), op[2])
             else:
                 b.call(b.inttoptr(target, kty.as_pointer()), [b.inttoptr(blk, i64p)])
             if skip is not None:
@@ -162,6 +165,66 @@ def entry_ir(program, n_inputs: int, n_checks: int, name: str) -> str:
         b.position_at_end(vals["_done"])
     b.ret_void()
     return str(mod)
+
+
+def _batched_gemm(b, fn, p, gemm, n):
+    """A ``bgemm`` step inline in the entry: the loop of ``abi.call_gemm_batched`` (its docstring has the block
+    layout) over every batch entry, pointing the scratch block's B, A, C at that entry's matrices."""
+    from llvmlite import ir
+    i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
+
+    def c(k):
+        return ir.Constant(i64, k)
+
+    def ld(k):                       # p[k], k an i64 value or an int
+        return b.load(b.gep(p, [k if isinstance(k, ir.Value) else c(k)]))
+
+    def st(k, v):
+        b.store(v, b.gep(p, [k if isinstance(k, ir.Value) else c(k)]))
+    nd = ld(13)
+    var = {name: b.alloca(i64, name=f"{name}{n}") for name in ("t", "d", "dd", "r", "ob", "oa", "oc", "total")}
+    s = b.add(c(14), b.mul(c(4), nd))
+    for k in range(13):
+        st(b.add(s, c(k)), ld(k))
+    b0, a0, c0 = ld(6), ld(8), ld(11)
+
+    def loop(name, init, cond, body, step):
+        """for (var[name] = init; cond(var[name]); var[name] = step(var[name])) body()"""
+        head, inner, done = (fn.append_basic_block(f"{name}{x}{n}") for x in ("_head", "_body", "_done"))
+        b.store(init, var[name])
+        b.branch(head)
+        b.position_at_end(head)
+        b.cbranch(cond(b.load(var[name])), inner, done)
+        b.position_at_end(inner)
+        body(b.load(var[name]))
+        b.store(step(b.load(var[name])), var[name])
+        b.branch(head)
+        b.position_at_end(done)
+
+    b.store(c(1), var["total"])
+    loop("d", c(0), lambda d: b.icmp_signed("<", d, nd),
+         lambda d: b.store(b.mul(b.load(var["total"]), ld(b.add(c(14), d))), var["total"]), lambda d: b.add(d, c(1)))
+    total = b.load(var["total"])
+
+    def entry_body(t):
+        b.store(t, var["r"])
+        for o in ("ob", "oa", "oc"):
+            b.store(c(0), var[o])
+
+        def dim(d):
+            size = ld(b.add(c(14), d))
+            r = b.load(var["r"])
+            j = b.srem(r, size)
+            b.store(b.sdiv(r, size), var["r"])
+            for k, o in enumerate(("ob", "oa", "oc"), start=1):
+                stride = ld(b.add(b.add(c(14), b.mul(c(k), nd)), d))
+                b.store(b.add(b.load(var[o]), b.mul(j, stride)), var[o])
+        loop("dd", b.sub(nd, c(1)), lambda d: b.icmp_signed(">=", d, c(0)), dim, lambda d: b.sub(d, c(1)))
+        st(b.add(s, c(6)), b.add(b0, b.load(var["ob"])))
+        st(b.add(s, c(8)), b.add(a0, b.load(var["oa"])))
+        st(b.add(s, c(11)), b.add(c0, b.load(var["oc"])))
+        b.call(gemm, [b.inttoptr(ld(b.add(s, c(k))), i8p) for k in range(13)])
+    loop("t", c(0), lambda t: b.icmp_signed("<", t, total), entry_body, lambda t: b.add(t, c(1)))
 
 
 def compile_entry(program, n_inputs: int, n_checks: int, key: str):

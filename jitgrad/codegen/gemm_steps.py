@@ -19,6 +19,9 @@ class GemmSteps:
         from .layout import Step     # layout imports this module
         a, b = e.ins
         out = e.outs[0]
+        if (a.aval.ndim > 2 or b.aval.ndim > 2) and out.aval.dtype.name in ("float32", "float64") \
+                and a.aval.dtype is b.aval.dtype is out.aval.dtype:
+            return self._batched_gemm(e)         # batched_gemm.py
         if not (a.aval.ndim <= 2 and b.aval.ndim <= 2 and out.aval.dtype.name in ("float32", "float64")
                 and a.aval.dtype is b.aval.dtype is out.aval.dtype):
             return False

@@ -21,7 +21,9 @@ import numpy as np
 from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
 from ..ir.passes.fuse import Group
+from .batched_gemm import BatchedGemmSteps
 from .gemm_steps import GemmSteps
+from .region_steps import RegionSteps
 from .loops import (BCAST, CONTIG, PARALLEL_MIN, STRIDED, gen_check, gen_copy, gen_gather, gen_group, gen_scatter,
                     raises_in_loop)
 from .lowering import lower_plan, step_kind
@@ -120,7 +122,7 @@ class Step:
         self.native = None          # kind "native": the address of a cfunc taking the argument block
 
 
-class Program(GemmSteps):
+class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
     """The steps, kernels, places and tables of one graph (see the module docstring)."""
 
     def __init__(self, graph, plan, writes=(), parallel=None, check_ids=None):
@@ -335,7 +337,8 @@ class Program(GemmSteps):
 
     # the emitter of each step kind (codegen/lowering.py); a kind not listed (cat) runs its NumPy impl
     EMITTERS = {"fused": "_group", "view": "_view", "gemm": "_gemm", "gather": "_gather", "scatter": "_scatter",
-                "scan": "_scan", "collective": "_collective", "host": "_py"}
+                "scan": "_scan", "region": "_region", "collective": "_collective",
+                "row_gather": "_row_gather", "row_scatter": "_row_scatter", "host": "_py"}
 
     def after_step(self, n, s):
         if not isinstance(s, Group):
@@ -435,9 +438,12 @@ class Program(GemmSteps):
         src = self.place(e.ins[0])
         out = e.outs[0]
         if e.op.name == "reshape":
-            if not src.contiguous():
-                src = self._materialize(e.ins[0], src)
-            p = Place(src.root, src.offset, out.aval.shape, _c_strides(out.aval.shape), src.dtype)
+            # a strided source reshapes in place when its strides allow (torch's view rule: heads of a split)
+            p = None if src.contiguous() else view_place(e, src)
+            if p is None:
+                if not src.contiguous():
+                    src = self._materialize(e.ins[0], src)
+                p = Place(src.root, src.offset, out.aval.shape, _c_strides(out.aval.shape), src.dtype)
         else:
             p = view_place(e, src)
             if p is None:

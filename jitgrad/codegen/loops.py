@@ -125,13 +125,17 @@ class _Nest:
         parts = [p for p in (base, inner) if p]
         return " + ".join(parts) if parts else "0"
 
-    def loops(self, body, ids, pre_loop=(), post_loop=()):
-        """The nest: outer dims accumulate the offsets of operands ``ids``, the inner loop indexes."""
+    def loops(self, body, ids, pre_loop=(), post_loop=(), row_pre=(), row_post=()):
+        """The nest: outer dims accumulate the offsets of operands ``ids``, the inner loop indexes.
+        ``row_pre``/``row_post``: lines around the innermost loop (a row reduction's register accumulator)."""
         lines = ["    " + p for p in self.pre] + ["    " + p for p in pre_loop]
         ind = "    "
         r = self.rank
         for d in range(r):
             rng = "prange" if (d == 0 and self.parallel) else "range"
+            if d == r - 1:
+                lines += [ind + x for x in row_pre]
+                row_ind = ind
             lines.append(f"{ind}for i{d} in {rng}(n{d}):")
             ind += "    "
             if d < r - 1:
@@ -139,6 +143,8 @@ class _Nest:
                     prev = f"b{j}_{d - 1} + " if d > 0 else ""
                     lines.append(f"{ind}b{j}_{d} = {prev}i{d} * s{j}_{d}")
         lines += [ind + b for b in body]
+        if r:
+            lines += [row_ind + x for x in row_post]
         lines += ["    " + p for p in post_loop]
         return lines
 
@@ -252,7 +258,7 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None) ->
             body.append(f"q{k} += 0 if {t} == {t} else 1")
         if e.outs[0] in outslot and (red is None or e.outs[0] is not red.outs[0]):
             body.append(_store(outslot[e.outs[0]], nest, od, t))
-    pre, post = [], []
+    pre, post, row_pre, row_post = [], [], [], []
     if red is not None:
         src = red.ins[0]
         v = ref(src, None)
@@ -268,6 +274,20 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None) ->
             pre.append(f"acc = {_tname(od)}({init})")
             body += [f"rv = {v}", "acc = " + combine.format(a="acc", v="rv")]
             post.append(f"store(p{ro}, 0, acc)")
+        elif rank >= 2 and tuple(red_axes) == (rank - 1,) and classes[ro] == BCAST:
+            # a row reduction (softmax's and LayerNorm's sums over the last axis): the row accumulates in a
+            # register and is stored once, so the inner loop carries no memory dependence and vectorises
+            pre += [f"for j in range(A[{nest.slot}]):", f"    store(p{ro}, j, {_tname(od)}({init}))"]
+            row_pre = [f"acc = {_tname(od)}({init})"]
+            body += [f"rv = {v}"]
+            if red.op.name == "sum" or not od.is_floating_point:
+                body.append("acc = " + combine.format(a="acc", v="rv"))
+            else:       # max/min as a plain select plus a NaN count: both vectorise; a NaN wins after the row
+                cmp = ">" if red.op.name == "amax" else "<"
+                row_pre.append("nans = 0")
+                body += [f"acc = rv if rv {cmp} acc else acc", "nans += 0 if rv == rv else 1"]
+                row_post.append(f"acc = acc if nans == 0 else {_tname(od)}(np.nan)")
+            row_post.append(f"store(p{ro}, {nest.index(ro)}, acc)")
         else:       # the output's strides are 0 along the folded axes: every element of a row lands in one slot
             pre += [f"for j in range(A[{nest.slot}]):", f"    store(p{ro}, j, {_tname(od)}({init}))"]
             idx = nest.index(ro)
@@ -284,7 +304,7 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None) ->
         for k in range(len(guard_eqns)):
             post += [f"if z{k} > 0:", "    ie = ptr_i64(A[IE])", "    if ie[0] == 0:", "        ie[0] = 2",
                      f"        ie[1] = A[IE + {1 + k}]"]
-    lines = ["def kernel(A):"] + nest.loops(body, range(len(operands)), pre, post)
+    lines = ["def kernel(A):"] + nest.loops(body, range(len(operands)), pre, post, row_pre, row_post)
     if red_axes is not None:
         lines.insert(1, f"    # reduction {red.op.name} over axes {list(red_axes)} of rank {rank}")
     k = Kernel("fused", "\n".join(lines), rank=rank, operands=operands, classes=classes, parallel=parallel,

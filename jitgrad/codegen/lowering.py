@@ -10,6 +10,8 @@ Kinds:
 - ``view``: a view op whose output is a place over its input (reshape, permute, expand, basic indexing);
 - ``gemm``: matmul;
 - ``gather`` / ``scatter``: indexing with one integer tensor per dim (``x[i, j]``, ``x[i, j] = v``);
+- ``row_gather`` / ``row_scatter``: ``w[idx]`` and its index_put (embedding rows; ``region_steps.py``);
+- ``region``: ``index_put`` with a basic index (``x[:, a:b] = v``, the backward of slicing and ``split``);
 - ``scan``: cumsum / cumprod along one axis;
 - ``cat``: concatenation (copies into slabs of the output);
 - ``collective``: an op of the ``collective`` family (all_reduce...): on the CPU, MPI called natively
@@ -22,8 +24,10 @@ A new op with a native form on some target is one entry in ``_BY_OP`` plus an em
 from __future__ import annotations
 
 from ..ir.passes.fuse import Group
+from .region_steps import row_spec
 
-KINDS = ("fused", "view", "gemm", "gather", "scatter", "scan", "cat", "collective", "host")
+KINDS = ("fused", "view", "gemm", "gather", "scatter", "region", "row_gather", "row_scatter", "scan", "cat", "collective",
+         "host")
 
 
 def all_tensor_spec(spec, ndim):
@@ -40,12 +44,18 @@ def _getitem(e):
         return "view"
     if all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim) and e.outs[0].aval.size:
         return "gather"
+    if row_spec(e.params["spec"], e.ins[0].aval.ndim) and len(e.ins) == 2:
+        return "row_gather"      # an embedding lookup: whole rows per index
     return "host"
 
 
 def _index_put(e):
     if all_tensor_spec(e.params["spec"], e.ins[0].aval.ndim) and e.outs[0].aval.size:
         return "scatter"
+    if not _has_tensor_index(e.params["spec"]) and e.outs[0].aval.size:
+        return "region"      # a basic index: the base copied, the value written into a strided region
+    if row_spec(e.params["spec"], e.ins[0].aval.ndim) and len(e.ins) == 3:
+        return "row_scatter"     # an embedding's backward: whole rows added per index
     return "host"
 
 

@@ -52,7 +52,12 @@ def _matmul_vjp(c, g):
     if c.needs_grad[0]:
         gx = g2 @ _mT(c, y2)
         gx = gx.sum_to_size(xs2).reshape(xs) if gx.shape != xs else gx
-    if c.needs_grad[1]:
+    if c.needs_grad[1] and len(ys2) == 2 and len(xs2) > 2:
+        # a shared matrix (x @ W.T on [B, T, C]): the batch is more of the contraction, one GEMM with
+        # K = B * T instead of a batched product and a sum over its batch
+        k = xs2[-1]
+        gy = _mT(c, x2.reshape((-1, k))) @ g2.reshape((-1, g2.shape[-1]))
+    elif c.needs_grad[1]:
         gy = _mT(c, x2) @ g2
         gy = gy.sum_to_size(ys2).reshape(ys) if gy.shape != ys else gy
     return gx, gy

@@ -12,6 +12,7 @@ A value computed inside a group is written to memory only if something outside t
 from __future__ import annotations
 
 from ..graph import Graph, Var, cell_label
+from .schedule import schedule
 
 REDUCTIONS = ("sum", "amax", "amin")
 
@@ -105,8 +106,9 @@ def _parallel_reduction(e, rank) -> bool:
 
 
 def plan(graph: Graph) -> Plan:
+    eqns = schedule(graph)      # the trace's order, scalars hoisted and elementwise eqns sunk to their users
     users = {}
-    for i, e in enumerate(graph.eqns):
+    for i, e in enumerate(eqns):
         for v in e.ins:
             if isinstance(v, Var):
                 users.setdefault(v, set()).add(i)
@@ -121,7 +123,7 @@ def plan(graph: Graph) -> Plan:
             steps.append(cur)
             cur = None
 
-    for i, e in enumerate(graph.eqns):
+    for i, e in enumerate(eqns):
         if _fusable(e):
             shape = e.outs[0].aval.shape
             # record_function blocks are fusion barriers, so the profiler can time exactly the labelled work
@@ -158,7 +160,7 @@ def plan(graph: Graph) -> Plan:
         mset = set(members)
         defined = set()
         for i in members:
-            e = graph.eqns[i]
+            e = eqns[i]
             for v in e.ins:
                 if isinstance(v, Var) and v in defined:
                     continue

@@ -1,0 +1,194 @@
+"""``index_put`` with a basic index (slices, integers, None, Ellipsis), and row indexing ``w[idx]`` /
+``index_put(w, v, idx)`` (an embedding and its backward), as native steps (``layout.Program`` mixes this in).
+
+The backward of basic indexing (``q, k, v = x.split(C, dim=2)``, ``x[:, -1]``) is ``index_put(zeros, g;
+spec, accumulate=True)``.  Without a native form it was a NumPy host step, and one host step gives the whole graph
+a Python driver.  Here it is two loops: the base copied into the output's buffer, then the value written (or
+added) into the region the index selects, a strided view of that buffer, read and written in place by a
+``region`` kernel whose destination may have any strides.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import dtypes as dt
+from ..ir.ops.index import np_index
+from .loops import BCAST, CONTIG, STRIDED, Kernel, _load, _Nest, _store, _tname
+
+
+def _cls(strides):
+    if not strides:
+        return CONTIG
+    s = strides[-1]
+    return CONTIG if s == 1 else BCAST if s == 0 else STRIDED
+
+
+def gen_region(dtype: dt.DType, rank: int, src_cls: str, dst_cls: str, accumulate: bool) -> Kernel:
+    """``dst[...] = src`` or ``dst[...] += src`` over ``rank`` dims, both operands strided."""
+    nest = _Nest(rank, [src_cls, dst_cls], False)
+    nest.operand(0, dtype)
+    nest.operand(1, dtype)
+    v = _load(0, nest, dtype)
+    if accumulate:
+        v = f"{_tname(dtype)}({v} + {_load(1, nest, dtype)})"
+    body = [f"v = {v}", _store(1, nest, dtype, "v")]
+    lines = ["def kernel(A):"] + nest.loops(body, (0, 1))
+    return Kernel("copy", "\n".join(lines), rank=rank, operands=[None, None], classes=[src_cls, dst_cls],
+                  parallel=False, label="index_put (region)")
+
+
+def region_place(place, spec):
+    """The place of ``x[spec]`` (a basic index) over ``place``, found on a strided dummy array as views are."""
+    from .layout import Place
+    item = place.dtype.np.itemsize
+    dummy = np.lib.stride_tricks.as_strided(np.zeros(1, place.dtype.np), place.shape,
+                                            [s * item for s in place.strides])
+    res = dummy[np_index(spec, ())]
+    res = np.asarray(res) if not isinstance(res, np.ndarray) else res
+    if not np.may_share_memory(res, dummy) and res.size:
+        return None
+    off = (res.__array_interface__["data"][0] - dummy.__array_interface__["data"][0]) // item
+    return Place(place.root, place.offset + off, res.shape, [s // item for s in res.strides], place.dtype)
+
+
+def row_spec(spec, ndim) -> bool:
+    """``x[idx]`` / ``x[idx, :, ...]``: one integer tensor on the first dim of a tensor of rank >= 2, the rest whole
+    (an embedding lookup and its scatter-add backward): whole rows moved per index."""
+    if ndim < 2 or not spec or not (type(spec[0]) is tuple and spec[0][0] == "tensor"):
+        return False
+    return all(type(t) is tuple and t == ("slice", None, None, None) for t in spec[1:])
+
+
+def _row_kernel(kind, dtype: dt.DType, idx_dtype: dt.DType, accumulate=False) -> Kernel:
+    """Rows ``x[idx[i]]`` copied out (``gather``) or written/added in (``scatter``), the row loop contiguous.
+    Block: n (indices), c (row length), x/out (address, row stride, rows), idx (address, stride), the other
+    operand (address, row stride), IE (the index-error array's address, step id)."""
+    from .loops import _NP_TYPE
+    t, it = _NP_TYPE[dtype.name], _NP_TYPE[idx_dtype.name]
+    tn = _tname(dtype)
+    if kind == "gather":
+        move = "store(po, o + j, px[b + j])"
+    elif accumulate:
+        move = f"store(px, b + j, {tn}(px[b + j] + po[o + j]))"
+    else:
+        move = "store(px, b + j, po[o + j])"
+    lines = ["def kernel(A):", "    n = A[0]", "    c = A[1]", f"    px = ptr_{t}(A[2])", "    sx = A[3]",
+             "    nx = A[4]", f"    pi = ptr_{it}(A[5])", "    si = A[6]", f"    po = ptr_{t}(A[7])", "    so = A[8]",
+             "    for i in range(n):", "        r0 = int64(pi[i * si])", "        j0 = r0 + nx if r0 < 0 else r0",
+             "        if j0 < 0 or j0 >= nx:", "            ie = ptr_i64(A[9])", "            if ie[0] == 0:",
+             "                ie[0] = 1", "                ie[1] = A[10]", "                ie[2] = r0",
+             "                ie[3] = 0", "            continue", "        b = j0 * sx", "        o = i * so",
+             "        for j in range(c):", "            " + move]
+    return Kernel(kind, "\n".join(lines), rank=2, operands=[None, None, None], classes=[CONTIG] * 3,
+                  parallel=False, label=f"row {kind}")
+
+
+class RegionSteps:
+    """``Program`` methods for basic-index ``index_put`` (see the module docstring)."""
+
+    def _region(self, e) -> bool:
+        from .layout import Step, _bcast_strides, _coalesce
+        base, v = e.ins[0], e.ins[1]
+        out = e.outs[0]
+        acc = e.params["accumulate"]
+        if out.aval.dtype is dt.bool_ and acc or v.aval.dtype is not out.aval.dtype:
+            return False
+        po = self._new_buffer(out, out.aval.shape, out.aval.dtype)
+        region = region_place(po, e.params["spec"])
+        if region is None:
+            return False
+        self.places[out] = po
+        self._copy_step(self.place(base), po, "copy (index_put)")
+        pv = self.place(v)
+        it = region.shape
+        sst = _bcast_strides(pv, it) if tuple(pv.shape) != tuple(it) else list(pv.strides)
+        shape, (sst, dst) = _coalesce(list(it), [sst, list(region.strides)])
+        k = gen_region(out.aval.dtype, len(shape), _cls(sst), _cls(dst), acc)
+        st = Step("kernel", k, label="index_put (region)", shapes=[list(out.aval.shape)], scope=e.scope)
+        st.block = len(self.table)
+        self.table.extend(int(d) for d in shape)
+        self._operand(pv, sst)
+        self._operand(region, dst)
+        self._add(st)
+        return True
+
+    def _row_operands(self, x, idx, v):
+        """(index element stride, value row stride) when BLAS-like row moves can read the operands in place
+        (``x``'s rows unit-stride, the index one strided run, the value's rows unit-stride), else None."""
+        c = int(np.prod(x.aval.shape[1:]))
+        if v is None:
+            px = self.place(x)
+            col = _row_stride(px.strides[1:], px.shape[1:])
+            if col is None or (c > 1 and col != 1):
+                return None
+        pi = self.place(idx)
+        si = _row_stride(pi.strides, pi.shape)
+        if si is None:
+            return None
+        sv = 0
+        if v is not None:
+            from .layout import _bcast_strides
+            pv = self.place(v)
+            ni = idx.aval.ndim
+            full = tuple(idx.aval.shape) + tuple(x.aval.shape[1:])
+            vst = _bcast_strides(pv, full) if tuple(pv.shape) != full else list(pv.strides)
+            sv, col = _row_stride(vst[:ni], full[:ni]), _row_stride(vst[ni:], full[ni:])
+            if sv is None or col is None or (c > 1 and col != 1):
+                return None
+        return si, sv
+
+    def _emit_rows(self, e, kind, x, idx, pdata, pother, si, so):
+        from .layout import Step
+        st = Step("kernel", _row_kernel(kind, x.aval.dtype, idx.aval.dtype, e.params.get("accumulate", False)),
+                  label=f"row {kind}", shapes=[list(x.aval.shape), list(idx.aval.shape)], scope=e.scope)
+        st.block = len(self.table)
+        self.table += [int(np.prod(idx.aval.shape)), int(np.prod(x.aval.shape[1:]))]
+        self._slot_addr(pdata)
+        self.table += [int(pdata.strides[0]) if pdata.shape[0] > 1 else 0, int(x.aval.shape[0])]
+        self._slot_addr(self.place(idx))
+        self.table.append(int(si))
+        self._slot_addr(pother)
+        self.table.append(int(so))
+        self._index_check_slot(e)
+        self._add(st)
+
+    def _row_gather(self, e) -> bool:
+        """``x[idx]`` (rows): one row copy per index, bounds-checked."""
+        x, idx = e.ins
+        out = e.outs[0]
+        ops = self._row_operands(x, idx, None)
+        if ops is None or not out.aval.size:
+            return False
+        po = self._new_buffer(out, out.aval.shape, out.aval.dtype)
+        self.places[out] = po
+        self._emit_rows(e, "gather", x, idx, self.place(x), po, ops[0], int(np.prod(x.aval.shape[1:])))
+        return True
+
+    def _row_scatter(self, e) -> bool:
+        """``index_put(base, v, idx)`` (rows, optionally accumulating): the base copied, then one row write or add
+        per index, in index order (repeated indices accumulate as ``np.add.at`` does)."""
+        base, v, idx = e.ins
+        out = e.outs[0]
+        if v.aval.dtype is not out.aval.dtype or out.aval.dtype is dt.bool_ or not out.aval.size:
+            return False
+        ops = self._row_operands(base, idx, v)
+        if ops is None:
+            return False
+        po = self._new_buffer(out, out.aval.shape, out.aval.dtype)
+        self.places[out] = po
+        self._copy_step(self.place(base), po, "copy (index_put)")
+        self._emit_rows(e, "scatter", base, idx, po, self.place(v), ops[0], ops[1])
+        return True
+
+
+def _row_stride(strides, shape):
+    """The one element stride that walks ``shape`` with ``strides`` as a single run (0 for a single element), or
+    None."""
+    from .layout import _coalesce
+    sh, (st,) = _coalesce(list(shape), [list(strides)])
+    if not sh:
+        return 0
+    return st[0] if len(sh) == 1 else None
+
+
+__all__ = ["RegionSteps", "gen_region", "region_place", "row_spec"]
