@@ -25,7 +25,6 @@ from ..ir.interpret import ScopeTracker, run_eqn
 from ..ir.ops import blas
 from ..ir.passes.fuse import plan as fusion_plan
 from . import build as _build, threads
-from .abi import call_gemm_batched
 from .layout import Program
 from .lowering import step_error
 from .loops import FASTMATH, PARALLEL_MIN, gen_group  # noqa: F401  (re-exported)
@@ -271,7 +270,8 @@ class CompiledGraph:
                     _KERNEL_CALL(int(F[n]))(a_addr + 8 * st.block)
                 elif st.kind == "gemm":
                     _GEMM_CALL(int(F[n]))(*[int(x) for x in A[st.block:st.block + 13]])
-                elif st.kind == "bgemm":
+                elif st.kind == "bgemm":      # (the Python driver only: abi imports Numba, a warm start does not)
+                    from .abi import call_gemm_batched
                     call_gemm_batched(int(F[n]), a_addr + 8 * st.block)
                 elif st.kind == "pycopy":
                     np.copyto(self._view(st.out, arrays, fresh, base), self._view(st.ins[0], arrays, fresh, base),

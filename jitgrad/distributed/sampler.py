@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import math
 
+from ..utils.data.sampler import Sampler
 
-class DistributedSampler:
+
+class DistributedSampler(Sampler):
     """Restrict data loading to a subset of the dataset, one per rank (torch.utils.data.distributed)."""
 
     def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False):
