@@ -147,10 +147,9 @@ def test_sampler_shuffle_partitions(n, replicas, drop_last):
 
 def test_sampler_is_torch_utils_data_distributed_and_feeds_a_dataloader():
     """torch's import path and a DataLoader over one rank's share (the batches hold exactly that share)."""
-    import sys
     from jitgrad.utils.data import DataLoader, Sampler, TensorDataset
     from jitgrad.utils.data.distributed import DistributedSampler
-    assert issubclass(DistributedSampler, Sampler) and "mpi4py" not in sys.modules
+    assert issubclass(DistributedSampler, Sampler)
     data = TensorDataset(jg.arange(10))
     share = DistributedSampler(data, num_replicas=3, rank=1, shuffle=False)
     seen = [int(v) for (batch,) in DataLoader(data, batch_size=2, sampler=share) for v in batch]

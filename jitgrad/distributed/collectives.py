@@ -240,6 +240,15 @@ def broadcast(tensor, src=0, group=None, async_op=False):
     return None
 
 
+def _check_entries(entries, like, op, what, role):
+    """Every entry of a per-rank list is a tensor with ``like``'s shape and dtype."""
+    for t in entries:
+        _check_tensor(t, op, f"{what} entry")
+        if t.shape != like.shape or t.dtype is not like.dtype:
+            raise ValueError(f"{op}: every {what} entry must have the {role}'s shape and dtype "
+                             f"{like.dtype.name}{list(like.shape)}, got {t.dtype.name}{list(t.shape)}")
+
+
 def all_gather(tensor_list, tensor, group=None, async_op=False):
     """Fill ``tensor_list[r]`` with rank r's ``tensor`` on every rank of ``group`` (torch.distributed.all_gather)."""
     _check_tensor(tensor, "all_gather")
@@ -247,11 +256,7 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
     n = pg.size()
     if not isinstance(tensor_list, (list, tuple)) or len(tensor_list) != n:
         raise ValueError(f"all_gather: tensor_list must be a list of {n} tensors (the group size)")
-    for t in tensor_list:
-        _check_tensor(t, "all_gather", "tensor_list entry")
-        if t.shape != tensor.shape or t.dtype is not tensor.dtype:
-            raise ValueError(f"all_gather: every tensor_list entry must have the input's shape and dtype "
-                             f"{tensor.dtype.name}{list(tensor.shape)}, got {t.dtype.name}{list(t.shape)}")
+    _check_entries(tensor_list, tensor, "all_gather", "tensor_list", "input")
     if _tracing(tensor, *tensor_list):
         out = bind(OPS["all_gather"], tensor, group=pg.key, size=n)
         for r, t in enumerate(tensor_list):
@@ -303,11 +308,7 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     n = pg.size()
     if not isinstance(input_list, (list, tuple)) or len(input_list) != n:
         raise ValueError(f"reduce_scatter: input_list must be a list of {n} tensors (the group size)")
-    for t in input_list:
-        _check_tensor(t, "reduce_scatter", "input_list entry")
-        if t.shape != output.shape or t.dtype is not output.dtype:
-            raise ValueError(f"reduce_scatter: every input_list entry must have the output's shape and dtype "
-                             f"{output.dtype.name}{list(output.shape)}, got {t.dtype.name}{list(t.shape)}")
+    _check_entries(input_list, output, "reduce_scatter", "input_list", "output")
     if op == ReduceOp.AVG and not output.dtype.is_floating_point:
         raise RuntimeError(f"reduce_scatter: ReduceOp.AVG needs a floating-point tensor, got {output.dtype.name}")
     if _tracing(output, *input_list):

@@ -44,7 +44,7 @@ class SavedTensor:
 
     def register_hooks(self, pack_hook, unpack_hook):
         """Store the saved value as ``pack_hook(value)``; backward reads ``unpack_hook(packed)``."""
-        from . import grad_mode
+        from .saved_hooks import run_pack_hook
         from .tensor import Tensor
         if not callable(pack_hook) or not callable(unpack_hook):
             raise TypeError("register_hooks expects two callables (pack_hook, unpack_hook)")
@@ -63,15 +63,7 @@ class SavedTensor:
         if entry[0] is not _identity:
             raise RuntimeError("Calling register_hooks on a saved tensor whose hooks have already been set. Hint: "
                                "only one pair of hooks is allowed at a time.")
-        t = entry[1]
-        before = t._vc[0]
-        with grad_mode.no_grad():
-            packed = pack_hook(t)
-        if t._vc[0] != before:
-            raise RuntimeError("A saved tensor pack hook is modifying its input in place. Tensors provided as input "
-                               "to pack hook can not be modified by in-place operations as this can lead to "
-                               "unexpected side-effects. Please open an issue if you need to perform in-place "
-                               "operations on the input to a pack hook.")
+        packed = run_pack_hook(pack_hook, entry[1])
         entries[self._index] = (unpack_hook, packed)
         node.packed = (tuple(entries), node.packed[1]) if side == 0 else (node.packed[0], tuple(entries))
 

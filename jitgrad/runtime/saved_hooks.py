@@ -97,9 +97,13 @@ class save_on_cpu(saved_tensors_hooks):
 
 
 def pack(t):
-    """``t`` packed by the innermost hooks: (unpack, packed).  Runs the pack hook with grad mode off and
-    refuses a hook that modifies its input in place (torch's rule)."""
+    """``t`` packed by the innermost hooks: (unpack, packed)."""
     pack_hook, unpack_hook = STATE.stack[-1]
+    return unpack_hook, run_pack_hook(pack_hook, t)
+
+
+def run_pack_hook(pack_hook, t):
+    """``pack_hook(t)`` with grad mode off, refusing a hook that modifies its input in place (torch's rule)."""
     before = t._vc[0]
     with grad_mode.no_grad():
         packed = pack_hook(t)
@@ -108,7 +112,7 @@ def pack(t):
                            "pack hook can not be modified by in-place operations as this can lead to unexpected "
                            "side-effects. Please open an issue if you need to perform in-place operations on the "
                            "input to a pack hook.")
-    return unpack_hook, packed
+    return packed
 
 
 def unpack(entry):
