@@ -90,7 +90,8 @@ class CompiledGraph:
         if self.code.try_load():
             # every kernel and the entry are compiled (on disk or in this process): linking them takes
             # milliseconds and needs no Numba, so the very first call runs compiled
-            self._ready(t0)
+            with (phase("compile/cache_hit") if phase else contextlib.nullcontext()):
+                self._ready(t0)
             background = False
         elif not background:
             self._build(False)
