@@ -12,9 +12,10 @@ Policy (knobs in parentheses):
 - **Threads: one per core this process may run on** (``os.sched_getaffinity``), Numba's default, or
   ``NUMBA_NUM_THREADS``.  Kernels below ``loops.PARALLEL_MIN`` elements run serially: waking threads costs
   more than they save there.
-- **OpenBLAS workers sleep when idle** (``OPENBLAS_THREAD_TIMEOUT``, set to 4 by ``import jitgrad`` unless
-  already set): by default they spin ~0.1 s after every BLAS call, taking the cores Numba's workers need
-  (``tests/test_threads.py`` counts the CPU time a process burns while it sleeps after a GEMM).
+- **OpenBLAS workers sleep soon when idle** (``OPENBLAS_THREAD_TIMEOUT``, set to 20 by ``import jitgrad``
+  unless already set): by default they spin ~0.1 s after every BLAS call, taking the cores Numba's workers need;
+  at 20 they spin ~0.4 ms, enough to stay awake between one step's GEMMs (4, sleeping at once, made every small
+  GEMM pay a wake-up) (``tests/test_threads.py`` counts the CPU time a process burns while it sleeps after a GEMM).
 - **One parallel launch at a time per process.**  ``workqueue`` is not thread-safe (two threads launching
   parallel loops at once abort the process), so compiled calls whose graph has a parallel kernel take
   ``LAUNCH_LOCK``; concurrent calls of such graphs would compete for the same cores anyway.
