@@ -168,7 +168,7 @@ class CompiledGraph:
     # ---- tables and workspace -----------------------------------------------------------------------------
     def _tables(self, ws=None):
         """The argument table with final addresses (workspace, literals, BLAS parameters), the kernel address
-        table, the fresh outputs' dims and the per-call offsets.  ``ws``: another workspace (a concurrent call)."""
+        table and the per-call offsets (the fresh outputs come in as arrays: their sizes need no table).  ``ws``: another workspace (a concurrent call)."""
         p = self.program
         if ws is None:
             if self._ws is None:
@@ -200,11 +200,10 @@ class CompiledGraph:
                 F.append(st.native)
             else:
                 F.append(0)
-        dims = [d for r in p.fresh for d in r.shape]
-        tables = (A, np.array(F or [0], np.int64), np.array(dims or [0], np.int64), OFF)
+        tables = (A, np.array(F or [0], np.int64), OFF)
         self._keep = (params, ws)
         if ws is self._ws:
-            self.A, self.F, self.D, self.OFF = tables
+            self.A, self.F, self.OFF = tables
             self._params, self._base = params, base
         return tables + (params, base)
 
@@ -226,7 +225,7 @@ class CompiledGraph:
         if busy:        # a concurrent (or re-entrant) call: its own workspace and tables
             ws = np.empty(max(self.program.ws_size, 64) + 64, np.uint8)
             ALLOCATIONS["workspaces"] += 1
-            A, F, D, OFF, params, base = self._tables(ws)
+            A, F, OFF, params, base = self._tables(ws)
             return self._execute(arrays, A, F, OFF, base, prof, keep=(ws, params))
         try:
             return self._execute(arrays, self.A, self.F, self.OFF, self._base, prof)

@@ -37,6 +37,16 @@ _SKIP_METHODS = {"__init__", "__repr__", "extra_repr", "__setstate__", "__getsta
                  "load_state_dict", "__str__"}
 
 
+def _read(src, name):
+    """``src[name]`` of a dict, or a closure cell's contents (name None); ``_MISSING`` when gone."""
+    if name is None:
+        try:
+            return src.cell_contents
+        except ValueError:
+            return _MISSING
+    return src.get(name, _MISSING)
+
+
 class ValueGuard:
     """``container[name]`` (a dict) or ``cell.cell_contents`` (name None) must still equal ``value`` (scalars)
     or be ``value`` (objects, ``ident``).  ``label`` says where the value lives, for the recompile message."""
@@ -47,12 +57,7 @@ class ValueGuard:
         self.src, self.name, self.value, self.ident, self.label = src, name, value, ident, label
 
     def read(self):
-        if self.name is None:
-            try:
-                return self.src.cell_contents
-            except ValueError:
-                return _MISSING
-        return self.src.get(self.name, _MISSING)
+        return _read(self.src, self.name)
 
     def holds(self) -> bool:
         return same_value(self.read(), self.value, self.ident)
@@ -99,12 +104,7 @@ class DynamicValue:
         self.src, self.name, self.label = src, name, label
 
     def read(self):
-        if self.name is None:
-            try:
-                return self.src.cell_contents
-            except ValueError:
-                return _MISSING
-        return self.src.get(self.name, _MISSING)
+        return _read(self.src, self.name)
 
     def put(self, value):
         if self.name is None:

@@ -14,7 +14,6 @@ from ..ir.ops import OPS as O
 from ..ir.ops import OpError, normalize_axes, normalize_axis
 from .dispatch import bind, op_error, _bind_by_name
 from .tensor import Tensor
-from ..tracer import STATE as _TR
 from .torch_kwargs import torch_kwargs
 from .grad_names import named
 
