@@ -80,3 +80,46 @@ def test_blas_workers_do_not_spin_after_a_matmul():
     assert r.returncode == 0, r.stderr[-2000:]
     idle = float(r.stdout.split("idle cpu")[1])
     assert idle < 0.01, idle
+
+
+_PLACED = """
+import os, numpy as np, jitgrad as jg
+from jitgrad.codegen import threads
+def pinned():
+    # the threads of this process that may run on one core only, and that core
+    out = []
+    for t in os.listdir("/proc/self/task"):
+        cores = os.sched_getaffinity(int(t))
+        if len(cores) == 1:
+            out.append(min(cores))
+    return sorted(out) == sorted(os.sched_getaffinity(0))[:2] and "two" or sorted(out)
+f = jg.compile(lambda a: (a * 2.0).tanh().sum(), backend="numba", parallel=True)
+x = jg.tensor(np.linspace(-1, 1, 1 << 14))
+want = float(f(x))
+print("layer", threads.layer(), "parent", pinned(), threads.STATS["placements"])
+pid = os.fork()
+if pid == 0:
+    ok = abs(float(f(x)) - want) < 1e-9
+    print("child", pinned(), threads.STATS["placements"], ok, flush=True)
+    os._exit(0 if ok else 3)
+_, status = os.waitpid(pid, 0)
+print("child status", status)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux and two cores")
+def test_workqueue_workers_each_run_on_their_own_core():
+    """Placement counted, not timed: with the ``workqueue`` layer, each worker thread may run on one core, a
+    different one each (unpinned, Linux woke both on one core in about half the processes), in the process
+    and again in a forked child (whose workers are new threads)."""
+    env = dict(os.environ, JITGRAD_BACKGROUND_COMPILE="0", NUMBA_NUM_THREADS="2", NUMBA_THREADING_LAYER="workqueue")
+    env.pop("JITGRAD_PIN_THREADS", None)
+    r = subprocess.run([sys.executable, "-c", _PLACED], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "layer workqueue parent two 1" in r.stdout, r.stdout        # two threads, one on each core
+    assert "child two 2 True" in r.stdout, r.stdout
+    assert "child status 0" in r.stdout, r.stdout
+    env["JITGRAD_PIN_THREADS"] = "0"
+    r = subprocess.run([sys.executable, "-c", _PLACED], env=env, capture_output=True, text=True, timeout=300)
+    assert "layer workqueue parent [] 0" in r.stdout, r.stdout + r.stderr[-2000:]

@@ -81,6 +81,9 @@ F = np.float32
 _F0, _FH, _F1, _F2 = F(0.0), F(0.5), F(1.0), F(2.0)
 _FINF, _FNAN = F(np.inf), F(np.nan)
 _F_LOG2E = F(1.4426950408889634)
+_F_SHIFT = F(12582912.0)                # 1.5 * 2^23: x + it, for |x| < 2^22, rounds x to an integer (ties even)
+_I_SHIFT = np.int32(0x4B400000)         # ... whose bits are these plus that integer
+_I1, _I23, _I127 = np.int32(1), np.int32(23), np.int32(127)
 _F_LN2_HI, _F_LN2_LO = F(0.693359375), F(-2.12194440e-4)    # hi has 9 bits: k*hi is exact for |k| < 2^15
 # expm1(r) = r + r^2 (c2 + c3 r + ... + c7 r^5), |r| <= ln2/2; relative error 2.7e-10.
 _F_E2, _F_E3, _F_E4 = F(0.5), F(0.16666667), F(0.041666325)
@@ -180,12 +183,23 @@ def _expm1_reduced_f32(r):
 
 @_jit
 def _exp_reduce_f32(xc):
-    """xc in [-104, 89] -> (r, k) with xc = k ln2 + r, |r| <= ln2/2 (Cody-Waite, two-part ln2)."""
-    k = np.int32(xc * _F_LOG2E + F(256.5)) - 256          # round to nearest via truncation of a positive
-    kf = F(k)
+    """xc in [-104, 89] -> (r, k) with xc = k ln2 + r, |r| <= ln2/2 (Cody-Waite, two-part ln2).  k is the
+    nearest integer to xc log2(e), found by adding 1.5 * 2^23 (the sum's low mantissa bits are k): float
+    arithmetic and one integer subtraction, all in 32-bit lanes (a float -> int -> float round trip costs
+    three times the instructions once vectorised, and int64 intermediates half the vector width)."""
+    t = xc * _F_LOG2E + _F_SHIFT
+    kf = t - _F_SHIFT
+    k = np.int32(f32_as_i32(t) - _I_SHIFT)
     r = xc - kf * _F_LN2_HI
     r = r - kf * _F_LN2_LO
     return r, k
+
+
+@_jit
+def _pow2_f32(k):
+    """2^k as a float32 for k in [-126, 127].  (Numba widens int32 arithmetic to int64; each step is cast back
+    so that LLVM keeps the lanes 32-bit.)"""
+    return i32_as_f32(np.int32(np.int32(k + _I127) << _I23))
 
 
 @_jit
@@ -195,9 +209,9 @@ def exp_f32(x):
     xc = xc if xc < F(89.0) else F(89.0)
     r, k = _exp_reduce_f32(xc)
     p = _F1 + _expm1_reduced_f32(r)
-    k1 = k >> 1                                           # 2^k = 2^k1 2^k2: both normal for k in [-150, 128]
-    k2 = k - k1
-    y = (p * i32_as_f32(np.int32((k1 + 127) << 23))) * i32_as_f32(np.int32((k2 + 127) << 23))
+    k1 = np.int32(k >> _I1)                               # 2^k = 2^k1 2^k2: both normal for k in [-150, 128]
+    k2 = np.int32(k - k1)
+    y = (p * _pow2_f32(k1)) * _pow2_f32(k2)
     return x if x != x else y
 
 
@@ -209,7 +223,7 @@ def expm1_f32(x):
     r, k = _exp_reduce_f32(xc)
     e = _expm1_reduced_f32(r)
     # expm1 x = 2^k (e + 1) - 1 = 2 (e h + (h - 1/2)), h = 2^(k-1): h - 1/2 is exact for k >= -24, no overflow
-    h = i32_as_f32(np.int32((k - 1 + 127) << 23))
+    h = _pow2_f32(np.int32(k - _I1))
     y = _F2 * (e * h + (h - _FH))
     y = x if abs(x) < F(2.0 ** -25) else y                # tiny and +-0 exactly
     return x if x != x else y
