@@ -102,6 +102,37 @@ def _coalesce(shape, strides):
     return shape, sts
 
 
+def alias_classes(places) -> list:
+    """The alias class of each operand place of one kernel (``alias_scopes.py``): places over one buffer share a
+    class (a state updated in place and its old value), and so do workspace places whose byte ranges overlap;
+    all others are distinct memory.  Graph inputs are distinct buffers as far as writes go: a signature that
+    writes an input sharing memory with another runs eagerly (``jit/signatures.writes_alias``), and inputs that
+    are only read may overlap harmlessly.  Numbered by first appearance, so the kernel text is canonical."""
+    n = len(places)
+    parent = list(range(n))
+
+    def find(a):
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+    spans = []
+    for p in places:
+        r = p.root
+        spans.append((r.offset, r.offset + r.nbytes) if r.kind == "ws" else None)
+    for a in range(n):
+        for b in range(a):
+            ra, rb = places[a].root, places[b].root
+            same = ra is rb or (spans[a] is not None and spans[b] is not None
+                                and spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1])
+            if same:
+                parent[find(a)] = find(b)
+    ids, out = {}, []
+    for a in range(n):
+        out.append(ids.setdefault(find(a), len(ids)))
+    return out
+
+
 def _cls(strides):
     if not strides:
         return CONTIG
@@ -384,7 +415,8 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
         if red is not None:
             ro = sts[len(ins) + g.outputs.index(red.outs[0])]
             red_axes = tuple(d for d in range(len(shape)) if ro[d] == 0)
-        k = gen_group(g, classes, len(shape) > 0 and self._parallel(size), self.check_ids, len(shape), red_axes)
+        k = gen_group(g, classes, len(shape) > 0 and self._parallel(size), self.check_ids, len(shape), red_axes,
+                      alias_classes([self.place(v) for v in ins] + out_places))
         st = Step("kernel", k, label=f"{g.name} {g.lines()}".strip(), shapes=[list(self.place(v).shape) for v in ins],
                   scope=g.all_eqns[0].scope)
         st.block = len(self.table)
