@@ -123,3 +123,55 @@ def test_workqueue_workers_each_run_on_their_own_core():
     env["JITGRAD_PIN_THREADS"] = "0"
     r = subprocess.run([sys.executable, "-c", _PLACED], env=env, capture_output=True, text=True, timeout=300)
     assert "layer workqueue parent [] 0" in r.stdout, r.stdout + r.stderr[-2000:]
+
+
+def test_blas_pacer_drops_to_one_thread_while_calls_show_contention(monkeypatch):
+    """The policy, driven by a fake clock and a fake OpenBLAS (counted, not timed): calls at their usual speed
+    keep every BLAS thread; one call 3x slower than the best puts BLAS on one thread for HOLD calls; a slow retry
+    doubles the hold, a fast one keeps all threads again."""
+    from jitgrad.codegen import threads
+    state = {"n": 2}
+    monkeypatch.setattr(threads.BlasPacer, "_control", (lambda: state["n"], lambda n: state.update(n=n)))
+    monkeypatch.setattr(threads.BlasPacer, "_max", 2)
+    monkeypatch.setattr(threads.BlasPacer, "_current", 2)
+    clock = {"t": 0.0}
+
+    class FakeTime:
+        @staticmethod
+        def perf_counter():
+            return clock["t"]
+    monkeypatch.setattr(threads, "time", FakeTime)
+    p = threads.BlasPacer()
+    p.HOLD, p.MAX_HOLD = 4, 16
+    p.hold = p.HOLD
+    used = []
+
+    def call(seconds):
+        with p:
+            used.append(state["n"])
+            clock["t"] += seconds
+    for _ in range(5):
+        call(1.0)                       # a quiet machine: all threads
+    call(1.5)                           # noise below SLOW x best: nothing changes
+    assert used == [2] * 6
+    call(5.0)                           # contention
+    for _ in range(4):
+        call(2.0)                       # HOLD calls on one thread
+    assert used[6:] == [2, 1, 1, 1, 1]
+    call(9.0)                           # the retry on two threads is slow again: hold 8
+    for _ in range(8):
+        call(2.0)
+    assert used[11:] == [2] + [1] * 8
+    call(1.0)                           # the retry is fast: all threads from now on, hold back to 4
+    call(1.0)
+    assert used[20:] == [2, 2] and p.hold == 4
+
+
+def test_blas_pacer_wraps_graphs_that_call_blas_only(monkeypatch):
+    from jitgrad.codegen import threads
+    monkeypatch.setattr(threads, "BLAS_PACER", True)
+    assert threads.call_guard(False, False) is None
+    g = threads.call_guard(False, True)
+    assert g.pacer is not None and g.lock is None
+    g = threads.call_guard(True, False)
+    assert g.pacer is None and g.lock is threads.LAUNCH_LOCK

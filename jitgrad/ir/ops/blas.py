@@ -140,6 +140,22 @@ def info() -> dict:
             "action": _STATE["action"]}
 
 
+def thread_control():
+    """``(get, set)``: ctypes functions reading and setting the number of threads SciPy's OpenBLAS runs a call on
+    (``codegen/threads.BlasPacer`` lowers it while the cores are contended); None when this BLAS has none."""
+    _setup()
+    lib = _STATE["lib"]
+    if lib is None:
+        return None
+    get = getattr(lib, "scipy_openblas_get_num_threads", None) or getattr(lib, "openblas_get_num_threads", None)
+    set_ = getattr(lib, "scipy_openblas_set_num_threads", None) or getattr(lib, "openblas_set_num_threads", None)
+    if get is None or set_ is None:
+        return None
+    get.restype, get.argtypes = ctypes.c_int, []
+    set_.restype, set_.argtypes = None, [ctypes.c_int]
+    return get, set_
+
+
 def gemm_address(name: str) -> int:
     """Address of SciPy's Fortran-ABI ``sgemm``/``dgemm`` (compiled graphs call it directly)."""
     addr = _STATE.get("addresses", {}).get(name)
