@@ -175,3 +175,21 @@ def test_blas_pacer_wraps_graphs_that_call_blas_only(monkeypatch):
     assert g.pacer is not None and g.lock is None
     g = threads.call_guard(True, False)
     assert g.pacer is None and g.lock is threads.LAUNCH_LOCK
+
+
+def test_graphs_with_small_gemms_only_get_no_pacer(monkeypatch):
+    """OpenBLAS runs GEMMs below 2^18 multiply-adds on one thread: those graphs need no pacer (it costs ~1 us a
+    call); B1's 256x784x512 GEMMs get one."""
+    monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
+    from jitgrad.codegen import threads
+    from jitgrad.jit.graph_function import compiled_graph
+
+    def program(n, k, m):
+        a = jg.tensor(np.ones((n, k), np.float32))
+        b = jg.tensor(np.ones((k, m), np.float32))
+        f = jg.compile(lambda a, b: (a @ b).sum(), backend="numba")
+        f(a, b)
+        (entries,) = f._cache.values()
+        return compiled_graph(entries[0].graph, entries[0].gf.writes).program
+    assert not threads.blas_threaded(program(8, 8, 8).steps)
+    assert threads.blas_threaded(program(256, 784, 64).steps)

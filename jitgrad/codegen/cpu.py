@@ -125,7 +125,7 @@ class CompiledGraph:
         if self.nopython and entry.layout_ok():
             # one parallel launch at a time per process; BLAS on one thread while the cores are contended
             lock = threads.call_guard(any(k.parallel for k in self.kernels),
-                                      any(st.kind in ("gemm", "bgemm") for st in self.program.steps))
+                                      threads.blas_threaded(self.program.steps))
             self.run = entry.caller(entry_addr, self.program, len(self.checks), self.A, self.F, self.OFF,
                                     self._python_run, self._ierr, self.step_error, lock)
         else:

@@ -231,6 +231,24 @@ class CallGuard:
                 self.lock.__exit__(*exc)
 
 
+# OpenBLAS runs a GEMM on one thread below 65536 * GEMM_MULTITHREAD_THRESHOLD (4) multiply-adds: graphs whose
+# GEMMs are all below it need no pacer (it costs ~1 us a call, which B5's 16 us steps feel)
+BLAS_THREADED_MACS = 65536 * 4
+
+
+def blas_threaded(steps) -> bool:
+    """Whether any BLAS step of a program (``layout.Step``) is large enough for OpenBLAS to thread."""
+    for st in steps:
+        if st.kind in ("gemm", "bgemm") and st.eqn is not None:
+            a, out = st.eqn.ins[0].aval.shape, st.eqn.outs[0].aval.shape
+            k = a[-1] if a else 1
+            m = out[-2] if len(out) >= 2 else 1
+            n = out[-1] if out else 1
+            if m * n * k > BLAS_THREADED_MACS:
+                return True
+    return False
+
+
 def call_guard(parallel: bool, blas: bool):
     """What a compiled graph's call is wrapped in (``CallGuard``), or None when it needs nothing."""
     if not parallel and not (blas and BLAS_PACER):
@@ -257,5 +275,5 @@ def layer() -> str | None:
         return None
 
 
-__all__ = ["configure", "layer", "place_workers", "call_guard", "BlasPacer", "CallGuard", "LAUNCH_LOCK", "PIN", "BLAS_PACER",
+__all__ = ["configure", "layer", "place_workers", "call_guard", "blas_threaded", "BlasPacer", "CallGuard", "LAUNCH_LOCK", "PIN", "BLAS_PACER",
            "STATS"]
