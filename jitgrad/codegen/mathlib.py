@@ -83,7 +83,10 @@ _FINF, _FNAN = F(np.inf), F(np.nan)
 _F_LOG2E = F(1.4426950408889634)
 _F_SHIFT = F(12582912.0)                # 1.5 * 2^23: x + it, for |x| < 2^22, rounds x to an integer (ties even)
 _I_SHIFT = np.int32(0x4B400000)         # ... whose bits are these plus that integer
-_I1, _I23, _I127 = np.int32(1), np.int32(23), np.int32(127)
+_I0, _I1, _I23, _I127 = np.int32(0), np.int32(1), np.int32(23), np.int32(127)
+_I_SQRTH = np.int32(0x3F3504F3)         # bits of sqrt(1/2) as a float32
+_I_LOG_OFF = np.int32(0x3F800000 - 0x3F3504F3)
+_I_MANT = np.int32(0x7FFFFF)
 _F_LN2_HI, _F_LN2_LO = F(0.693359375), F(-2.12194440e-4)    # hi has 9 bits: k*hi is exact for |k| < 2^15
 # expm1(r) = r + r^2 (c2 + c3 r + ... + c7 r^5), |r| <= ln2/2; relative error 2.7e-10.
 _F_E2, _F_E3, _F_E4 = F(0.5), F(0.16666667), F(0.041666325)
@@ -263,9 +266,11 @@ def log_f32(x):
     x = F(x)
     sub = x < F(1.1754943508222875e-38)
     xs = x * F(8388608.0) if sub else x                   # denormals: scale by 2^23 first
-    ix = np.int64(f32_as_i32(xs)) + (0x3F800000 - 0x3F3504F3)
-    k = (ix >> 23) - 127 - (23 if sub else 0)
-    m = i32_as_f32(np.int32((ix & 0x7FFFFF) + 0x3F3504F3))   # in [sqrt(1/2), sqrt(2))
+    # int32 lanes (cast back after each step: Numba widens int32 arithmetic); negative and NaN inputs may wrap,
+    # their results are selected below
+    ix = np.int32(f32_as_i32(xs) + _I_LOG_OFF)
+    k = np.int32(np.int32(np.int32(ix >> _I23) - _I127) - (_I23 if sub else _I0))
+    m = i32_as_f32(np.int32(np.int32(ix & _I_MANT) + _I_SQRTH))   # in [sqrt(1/2), sqrt(2))
     y = _log1p_core_f32(m - _F1, F(k), _F0)
     y = x if not (x < _FINF) else y                       # +inf, nan
     y = _FNAN if x < _F0 else y
@@ -276,12 +281,12 @@ def log_f32(x):
 def log1p_f32(x):
     x = F(x)
     u = _F1 + x
-    iu = np.int64(f32_as_i32(u)) + (0x3F800000 - 0x3F3504F3)
-    k = (iu >> 23) - 127
+    iu = np.int32(f32_as_i32(u) + _I_LOG_OFF)
+    k = np.int32(np.int32(iu >> _I23) - _I127)
     # u = 1 + x rounded; c = (1 + x) - u to first order, divided by u (musl's correction)
     c = (_F1 - (u - x)) if k >= 2 else (x - (u - _F1))
     c = c / u if k < 25 else _F0
-    m = i32_as_f32(np.int32((iu & 0x7FFFFF) + 0x3F3504F3))
+    m = i32_as_f32(np.int32(np.int32(iu & _I_MANT) + _I_SQRTH))
     y = _log1p_core_f32(m - _F1, F(k), c)
     y = x if abs(x) < F(2.0 ** -25) else y
     y = x if not (x < _FINF) else y

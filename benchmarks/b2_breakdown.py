@@ -1,0 +1,177 @@
+"""Where a compiled B2 call's time goes: counts from the machine code and the driver, and min-of-N timings.
+
+    python benchmarks/b2_breakdown.py
+
+B2: N = 4,000,000 float32, ``sum(tanh(x*w+b)*sigmoid(x))`` and the gradients of w and b.  Printed, each part in
+its own fresh process where the thread count matters (``NUMBA_NUM_THREADS``):
+
+- counts: kernels and driver steps per call, bytes moved per element, instructions (and divisions) per element
+  in the kernel's main vector loop, minor page faults per steady-state call;
+- the kernel's arithmetic: its serial build over 16K elements (in cache), ns per element, on one thread;
+- the kernel alone over 4M elements (its serial and its parallel build) on 1 and 2 threads;
+- a parallel launch: the parallel kernel over 64 elements (thread wake-up and partitioning, no work);
+- the driver: a whole compiled call over 1,000 elements (guards, pooled outputs, the C entry);
+- the whole compiled call over 4M elements on 1 and 2 threads, and the preallocated-output floor (a Numba loop
+  reading x, w, b and writing two preallocated arrays) on 1 and 2 threads.
+
+Timings are the minimum of N (what the code costs when nothing interferes) with the median beside it; outputs
+are checked in every process.  The 1-minute load average is printed: on a shared machine only the minima and
+the counts mean much.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+_CHILD = r'''
+import ctypes, json, os, re, resource, sys, time
+import numpy as np
+os.environ["JITGRAD_BACKGROUND_COMPILE"] = "0"
+import jitgrad as jg
+from jitgrad.jit.graph_function import compiled_graph
+what = sys.argv[1]
+N = 4_000_000
+
+def inputs(n):
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal(n, dtype=np.float32) for _ in range(3)]
+
+def reference(x, w, b):
+    xd, wd, bd = (a.astype(np.float64) for a in (x, w, b))
+    t = np.tanh(xd * wd + bd); s = 1 / (1 + np.exp(-xd))
+    return (t * s).sum(), s * (1 - t * t) * xd, s * (1 - t * t)
+
+def ok(loss, gw, gb, x, w, b):
+    r = reference(x, w, b)
+    return bool(abs(loss - r[0]) <= 1e-4 * max(1.0, abs(r[0])) and np.abs(gw - r[1]).max() <= 1e-5
+                and np.abs(gb - r[2]).max() <= 1e-5)
+
+def b2(x, w, b):
+    loss = (jg.tanh(x * w + b) * jg.sigmoid(x)).sum()
+    gw, gb = jg.autograd.grad(loss, [w, b])
+    return loss.detach(), gw, gb
+
+def compiled(n):
+    x, w, b = inputs(n)
+    args = (jg.tensor(x), jg.tensor(w, requires_grad=True), jg.tensor(b, requires_grad=True))
+    f = jg.compile(b2, backend="numba")
+    r = f(*args)
+    good = ok(float(r[0]), r[1].numpy(), r[2].numpy(), x, w, b)
+    del r
+    (entries,) = f._cache.values()
+    return f, args, compiled_graph(entries[0].graph, entries[0].gf.writes), good
+
+def timings(fn, reps):
+    fn(); fn()
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter(); fn(); ts.append(time.perf_counter() - t)
+    return float(min(ts) * 1e3), float(np.median(ts) * 1e3)
+
+def kernel_alone(kernel, n, reps):
+    ns = {"CACHE_ENABLED": False}
+    exec(compile(kernel.source, "<k>", "exec"), ns)
+    fn = ns["kernel"].ctypes
+    x, w, b = inputs(n)
+    o1, o2, loss = np.empty(n, np.float32), np.empty(n, np.float32), np.zeros(1, np.float32)
+    blk = [n]
+    for a in (x, w, b, o1, o2, loss):
+        blk += [a.ctypes.data, 1]
+    A = np.array(blk + [0] * 8, np.int64)
+    arg = A.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
+    fn(arg)
+    good = ok(float(loss[0]), o2, o1, x, w, b)
+    mn, md = timings(lambda: fn(arg), reps)
+    return {"min_ms": mn, "median_ms": md, "ns_per_element": mn * 1e6 / n, "ok": good}
+
+out = {"load": os.getloadavg()[0], "threads": int(os.environ.get("NUMBA_NUM_THREADS", "0"))}
+if what == "counts":
+    from jitgrad.codegen import output_pool
+    f, args, cg, good = compiled(1 << 18)
+    (k,) = cg.kernels
+    ns = {"CACHE_ENABLED": False}
+    exec(compile(k.source, "<k>", "exec"), ns)
+    asm = ns["kernel"]._library.get_asm_str()
+    lines = asm.splitlines()
+    labels = {m.group(1): i for i, ln in enumerate(lines) for m in [re.match(r"^(\.L\w+):", ln)] if m}
+    loops = []
+    for i, ln in enumerate(lines):
+        m = re.match(r"^\s+j\w+\s+(\.L\w+)\s*$", ln)
+        if m and m.group(1) in labels and labels[m.group(1)] < i:
+            loops.append(lines[labels[m.group(1)] + 1:i + 1])
+    vec = max(loops, key=lambda b: sum("zmm" in l or "ymm" in l for l in b))
+    step = [int(m.group(1)) for l in vec for m in [re.match(r"^\s+addq\s+\$(\d+),", l)] if m]
+    per = step[0] if step else 1
+    instrs = [l for l in vec if l.strip() and not l.strip().startswith(".")]
+    for _ in range(3):
+        f(*args)
+    faults = []
+    for _ in range(5):
+        m0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        f(*args)
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - m0)
+    out.update(kernels=len(cg.kernels), driver_steps=len(cg.program.steps) + len(cg.program.writes),
+               operands=len(k.operands), bytes_per_element=sum(v.aval.dtype.np.itemsize for v in k.operands
+                                                              if v.aval.ndim),
+               vector_loop_elements_per_iteration=per, vector_loop_instructions=len(instrs),
+               instructions_per_element=round(len(instrs) / per, 2),
+               divisions_per_element=round(sum("vdivps" in l for l in vec) * (16 if "zmm" in "".join(vec) else 8)
+                                           / per, 2),
+               min_page_faults_per_call=min(faults), parallel=k.parallel, ok=good,
+               pool=dict(output_pool.STATS))
+elif what == "kernel":
+    f, args, cg, good = compiled(N)            # parallel build (N >= loops.PARALLEL_MIN)
+    (kp,) = cg.kernels
+    f2, args2, cg2, _ = compiled(4096)          # serial build of the same loop
+    (ks,) = cg2.kernels
+    out["serial_in_cache"] = kernel_alone(ks, 1 << 14, 3000)
+    out["serial_4M"] = kernel_alone(ks, N, 30)
+    out["parallel_4M"] = kernel_alone(kp, N, 30)
+    out["parallel_launch_64"] = kernel_alone(kp, 64, 2000)
+elif what == "call":
+    f, args, cg, good = compiled(1000)
+    mn, md = timings(lambda: f(*args), 3000)
+    out["call_1000"] = {"min_ms": mn, "median_ms": md, "ok": good}
+    f, args, cg, good = compiled(N)
+    mn, md = timings(lambda: f(*args), 40)
+    out["call_4M"] = {"min_ms": mn, "median_ms": md, "ok": good}
+elif what == "floor":
+    import numba
+    @numba.njit(parallel=True, fastmath=True)
+    def k(x, w, b, o1, o2):
+        for i in numba.prange(x.size):
+            o1[i] = x[i] + w[i]
+            o2[i] = w[i] + b[i]
+    x, w, b = inputs(N)
+    o1, o2 = np.empty_like(x), np.empty_like(x)
+    k(x, w, b, o1, o2)
+    mn, md = timings(lambda: k(x, w, b, o1, o2), 100)
+    out["floor_4M"] = {"min_ms": mn, "median_ms": md, "ok": bool(np.array_equal(o1, x + w))}
+print("RESULT " + json.dumps(out))
+'''
+
+
+def child(what, threads):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               NUMBA_NUM_THREADS=str(threads))
+    r = subprocess.run([sys.executable, "-c", _CHILD, what], env=env, capture_output=True, text=True, timeout=1800)
+    for line in r.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    return {"error": (r.stderr or r.stdout)[-800:]}
+
+
+def main():
+    print("counts:", child("counts", 2), flush=True)
+    for t in (1, 2):
+        for what in ("kernel", "call", "floor"):
+            print(f"{what}, {t} thread(s):", child(what, t), flush=True)
+
+
+if __name__ == "__main__":
+    main()
