@@ -105,6 +105,88 @@ def _parallel_reduction(e, rank) -> bool:
     return (len(axes) == rank and e.op.name == "sum") or 0 not in axes
 
 
+# Store or recompute.  When a later group reads a value an earlier group computed over the same iteration
+# space (the groups were cut by a reduction the later one reads: LayerNorm's x - mean before its variance, a
+# softmax's shifted logits), the value can be stored and loaded (a write and a read: 2 x its item size in
+# bytes per element) or recomputed in the later group from what the earlier one read.  Costs per element, in
+# bytes of memory traffic on this kind of machine (AVX-512, 2 cores; measured 2026-11-24: B2's fused loop costs
+# 0.53 ns/element on one thread for 2 transcendentals and ~10 plain ops, a 20-byte/element copy 0.37 ns): a
+# plain arithmetic op ~0.25 byte, a division or square root ~2, a transcendental ~8.  Recompute when the chain
+# plus the extra inputs the later group must read cost less than the store and load they save.
+OP_BYTES = {"exp": 8.0, "expm1": 8.0, "log": 8.0, "log1p": 8.0, "tanh": 8.0, "sigmoid": 8.0, "erf": 8.0,
+            "sin": 8.0, "cos": 8.0, "tan": 8.0, "pow": 16.0, "div": 2.0, "sqrt": 2.0, "rsqrt": 2.0}
+PLAIN_OP_BYTES = 0.25
+NO_RECOMPUTE = ("rand_uniform", "rand_normal")   # draws: their scalar body takes the element index; kept single
+
+
+def _recompute_cheap_values(groups, eqns, users, outs, where):
+    """Add to each group the eqns that recompute values it reads from an earlier group over the same space,
+    when that is cheaper than storing and loading them (see OP_BYTES); the earlier group then stores them only
+    if something else reads them.  Linear in the graph (one producer map; each chain is bounded by its
+    groups)."""
+    producer = {}
+    for i, e in enumerate(eqns):
+        for o in e.outs:
+            producer[o] = i
+    for g2 in groups:
+        if not g2.eqns:
+            continue
+        mine = {i for i, _ in g2.eqns} | ({g2.reduce[0]} if g2.reduce else set())
+        reads = {v for i in mine for v in eqns[i].ins if isinstance(v, Var)}
+        produced = {o for i in mine for o in eqns[i].outs}
+        added = []
+        for i2, e2 in list(g2.eqns) + ([g2.reduce] if g2.reduce else []):
+            for v in e2.ins:
+                if not isinstance(v, Var) or v in produced:
+                    continue
+                chain = _cheap_chain(v, g2, eqns, producer, where, users, outs, mine, reads, produced)
+                if chain and len(g2.eqns) + len(added) + len(chain) <= MAX_GROUP_EQNS:
+                    for i in chain:
+                        mine.add(i)
+                        produced.update(eqns[i].outs)
+                        reads.update(x for x in eqns[i].ins if isinstance(x, Var))
+                    added += chain
+        if added:
+            # the recomputed eqns go first, in the graph's order: they read only what the earlier group read
+            g2.eqns = sorted([(i, eqns[i]) for i in set(added)], key=lambda t: t[0]) + g2.eqns
+
+
+def _cheap_chain(v, g2, eqns, producer, where, users, outs, mine, reads, produced):
+    """The eqn indices (of the earlier group that computes ``v``) that recompute it, when that is cheaper
+    than storing it; None otherwise."""
+    p = producer.get(v)
+    g1 = where.get(p) if p is not None else None
+    if not isinstance(g1, Group) or g1 is g2 or g1.shape != g2.shape or (g1.reduce and g1.reduce[0] == p) \
+            or g1.eqns[0][1].scope != g2.eqns[0][1].scope or v in outs:
+        return None
+    g1_members = {i for i, _ in g1.eqns}
+    # the value is stored only for this group: every reader is in the earlier group or this one
+    if any(u not in g1_members and u not in mine for u in users.get(v, ())):
+        return None
+    chain, todo, cost, new_reads = [], [p], 0.0, set()
+    while todo:
+        i = todo.pop()
+        if i in chain or i in mine:
+            continue
+        e = eqns[i]
+        if e.op.name in NO_RECOMPUTE or i not in g1_members:
+            return None
+        chain.append(i)
+        cost += OP_BYTES.get(e.op.name, PLAIN_OP_BYTES)
+        if cost >= 2 * v.aval.dtype.np.itemsize:
+            return None
+        for x in e.ins:
+            if not isinstance(x, Var) or x in produced:
+                continue
+            q = producer.get(x)
+            if q is not None and q in g1_members:
+                todo.append(q)
+            elif x not in reads and x not in new_reads and x.aval.shape == g2.shape:
+                new_reads.add(x)
+                cost += x.aval.dtype.np.itemsize      # a new full-size read for the later group
+    return sorted(chain) if cost < 2 * v.aval.dtype.np.itemsize else None
+
+
 def plan(graph: Graph) -> Plan:
     eqns = schedule(graph)      # the trace's order, scalars hoisted and elementwise eqns sunk to their users
     users = {}
@@ -153,11 +235,21 @@ def plan(graph: Graph) -> Plan:
         steps.append(e)
     close()
 
-    # inputs and materialised outputs of each group
-    for n, g in enumerate([s for s in steps if isinstance(s, Group)]):
+    groups = [s for s in steps if isinstance(s, Group)]
+    _recompute_cheap_values(groups, eqns, users, outs, where)
+
+    # inputs and materialised outputs of each group.  A value is stored by the group that owns its eqn when
+    # the graph returns it or some reader runs in a group that does not compute it itself (recomputed values
+    # are computed again by the groups that read them, see _recompute_cheap_values)
+    member_sets = {id(g): {i for i, _ in g.eqns} | ({g.reduce[0]} if g.reduce else set()) for g in groups}
+    holders = {}        # eqn index -> the groups that run it
+    for g in groups:
+        for i in member_sets[id(g)]:
+            holders.setdefault(i, []).append(g)
+    for n, g in enumerate(groups):
         g.index = n
         members = [i for i, _ in g.eqns] + ([g.reduce[0]] if g.reduce else [])
-        mset = set(members)
+        mset = member_sets[id(g)]
         defined = set()
         for i in members:
             e = eqns[i]
@@ -166,9 +258,15 @@ def plan(graph: Graph) -> Plan:
                     continue
                 if v not in g.inputs:
                     g.inputs.append(v)
+            if where.get(i) is not g:       # a recomputed copy: its owner stores the value if anyone needs it
+                for o in e.outs:
+                    defined.add(o)
+                continue
             for o in e.outs:
                 defined.add(o)
-                if i == (g.reduce[0] if g.reduce else -1) or o in outs or users.get(o, set()) - mset:
+                if i == (g.reduce[0] if g.reduce else -1) or o in outs or any(
+                        not any(id(h) != id(g) and i in member_sets[id(h)] for h in holders.get(u, ()))
+                        for u in users.get(o, set()) - mset):
                     g.outputs.append(o)
         g.eqns = [e for _, e in g.eqns]
         if g.reduce is not None:

@@ -1,0 +1,94 @@
+"""Store or recompute (ir/passes/fuse.py): a value that a later loop over the same space reads is recomputed
+there when its chain costs less than the store and load it saves (LayerNorm's x - mean), and stored otherwise
+(a softmax's exponentials).  Counted in the plan, values checked against eager mode, never timed."""
+import numpy as np
+import pytest
+
+import jitgrad as jg
+from jitgrad.ir.passes.fuse import plan
+
+
+@pytest.fixture(autouse=True)
+def _sync_compile(monkeypatch):
+    monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
+
+
+def _plan(f, *args):
+    f(*args)
+    (entries,) = f._cache.values()
+    return plan(entries[0].graph)
+
+
+def _x(shape=(16, 96), seed=0):
+    return jg.tensor(np.random.default_rng(seed).standard_normal(shape, dtype=np.float32))
+
+
+def layer_norm(x):
+    y = x - x.mean(-1, keepdim=True)
+    v = (y * y).mean(-1, keepdim=True)
+    return y * (v + 1e-5).rsqrt()
+
+
+def softmax(x):
+    e = (x - x.amax(-1, keepdim=True)).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+def _full_size_outputs(p, shape):
+    return [[tuple(v.aval.shape) for v in g.outputs if tuple(v.aval.shape) == shape] for g in p.groups]
+
+
+def test_cheap_values_are_recomputed_not_stored():
+    x = _x()
+    f = jg.compile(layer_norm, backend="numba")
+    p = _plan(f, x)
+    full = _full_size_outputs(p, (16, 96))
+    assert sum(len(o) for o in full) == 1, p      # only the result: x - mean is recomputed, not stored
+    last = [g for g in p.groups if g.shape == (16, 96)][-1]
+    assert [e.op.name for e in last.eqns][:1] == ["sub"], p
+    np.testing.assert_allclose(f(x).numpy(), layer_norm(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_transcendental_values_are_stored_not_recomputed():
+    x = _x()
+    f = jg.compile(softmax, backend="numba")
+    p = _plan(f, x)
+    full = _full_size_outputs(p, (16, 96))
+    assert sum(len(o) for o in full) == 2, p      # the exponentials (an exp costs more than a store) and the result
+    np.testing.assert_allclose(f(x).numpy(), softmax(x).numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_backward_with_recomputed_values_matches_eager():
+    xs = _x((8, 40), seed=1).numpy().astype(np.float64)
+    w = jg.tensor(np.random.default_rng(2).standard_normal(40))
+
+    def step(x):
+        y = layer_norm(x) * w
+        (g,) = jg.autograd.grad((y * y.tanh()).sum(), [x])
+        return g
+
+    f = jg.compile(step, backend="numba")
+    for seed in (1, 3):
+        x = jg.tensor(np.random.default_rng(seed).standard_normal((8, 40)), requires_grad=True)
+        want = step(x).numpy()
+        np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-10, atol=1e-12)
+    assert xs.shape == (8, 40)
+
+
+def test_a_value_other_steps_read_stays_stored_by_its_loop():
+    """x - mean is also read by a matmul (not a loop): the loop that computes it still stores it."""
+    m = jg.tensor(np.random.default_rng(4).standard_normal((96, 8), dtype=np.float32))
+
+    def fn(x):
+        y = x - x.mean(-1, keepdim=True)
+        v = (y * y).mean(-1, keepdim=True)
+        return y * v.rsqrt(), y @ m
+
+    x = _x()
+    f = jg.compile(fn, backend="numba")
+    p = _plan(f, x)
+    stored = [v for g in p.groups for v in g.outputs if tuple(v.aval.shape) == (16, 96)]
+    assert len(stored) == 2, p                    # y (for the matmul) and the normalised result
+    got, want = f(x), fn(x)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5)
