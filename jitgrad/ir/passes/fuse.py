@@ -7,7 +7,9 @@ into the reduction loop, and later eqns over the same space that do not read the
 same loop too.  So a backward that only needs elementwise values of its forward runs in the forward's pass
 (B2's loss and both gradients: one read of x, w, b and one write of each gradient), and those values are
 recomputed in registers instead of stored and reloaded.  Everything else (matmul -> BLAS, shape ops, indexing) is a step of its own.
-A value computed inside a group is written to memory only if something outside the group reads it.
+A value computed inside a group is written to memory only if something outside the group reads it, and not
+even then when the reader is a later group over the same space that recomputes it more cheaply than it could
+load it (``OP_BYTES``: the store-or-recompute choice by cost).
 """
 from __future__ import annotations
 
