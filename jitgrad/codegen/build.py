@@ -38,6 +38,8 @@ _lock = threading.RLock()
 KERNEL_EXTRA = ("cpu-kernel", 3)
 ENTRY_EXTRA = ("cpu-entry", 2)
 LEAN_LLVM = os.environ.get("JITGRAD_LEAN_LLVM", "0") == "1"     # opt-in, see _lean
+# kernels straight to LLVM IR where ir_loops can (JITGRAD_IR_LOOPS=0: every kernel through Numba, e.g. to compare)
+IR_LOOPS = os.environ.get("JITGRAD_IR_LOOPS", "1") != "0"
 STARTUP = 3                 # a build process's start (Python, jitgrad, Numba) costs about this many kernel compiles
 GRAPH_EXTRA = ("cpu-graph", 1)
 COUNTS = {"kernels_compiled": 0, "kernels_ir": 0, "kernels_loaded": 0, "drivers_compiled": 0, "drivers_loaded": 0,
@@ -52,7 +54,12 @@ def _cores() -> int:
 
 
 def kernel_key(kernel) -> str:
-    return cache.cache_key(kernel.source, extra=KERNEL_EXTRA + (("lean-llvm", LEAN_LLVM),))
+    return cache.cache_key(kernel.source, extra=_kernel_extra())
+
+
+def _kernel_extra():
+    # which compiler builds a kernel is part of its key: the two paths' object code is never mixed up
+    return KERNEL_EXTRA + (("lean-llvm", LEAN_LLVM), ("ir-loops", IR_LOOPS))
 
 
 def entry_key(source: str) -> str:
@@ -221,7 +228,7 @@ def compile_code(key: str, source: str, kind: str) -> int:
     translate it (no Numba; LLVM runs without the GIL, so threads compile kernels in parallel), else to Numba."""
     if key in _ADDRESSES:
         return _ADDRESSES[key]
-    if kind == "kernel":
+    if kind == "kernel" and IR_LOOPS:
         from . import ir_loops
         blob = ir_loops.compile_kernel(key, source)
         if blob is not None:
@@ -494,7 +501,8 @@ class GraphCode:
                 # Numba.  A build process costs ~0.9 s to start Python and Numba; it pays off from a few Numba
                 # kernels on.
                 from . import ir_loops
-                direct = [j for j in todo if j[0] == "kernel" and ir_loops.translatable(j[1], self._source(j[1]))]
+                direct = [j for j in todo if j[0] == "kernel" and IR_LOOPS
+                          and ir_loops.translatable(j[1], self._source(j[1]))]
                 slow = [j for j in todo if j not in direct]
                 mine = slow
                 helpers = min(cores - 1, len(slow) // 4)
@@ -696,7 +704,7 @@ def _read_job(kind, key, path):
     """A job's source, checked against its key (the key is the hash of the text: a changed file is refused)."""
     with open(path, encoding="utf-8") as f:
         src = f.read()
-    extra = KERNEL_EXTRA + (("lean-llvm", LEAN_LLVM),) if kind == "kernel" else ENTRY_EXTRA
+    extra = _kernel_extra() if kind == "kernel" else ENTRY_EXTRA
     if cache.cache_key(src, extra=extra) != key:
         raise SystemExit(f"jitgrad build: {path} does not match its key; not compiled")
     return src

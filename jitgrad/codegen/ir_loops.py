@@ -706,6 +706,20 @@ def translatable(key: str, source: str) -> bool:
     return True
 
 
+def _optimised(text):
+    ll, ctx, tm = _tools()
+    m = ll.parse_assembly(text, context=ctx)
+    m.triple = ll.get_process_triple()
+    m.data_layout = str(tm.target_data)
+    m.verify()
+    pto = ll.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True       # Numba's defaults (NUMBA_LOOP_VECTORIZE=1, NUMBA_SLP_VECTORIZE=0)
+    pto.slp_vectorization = False
+    pb = ll.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(m, pb)
+    return m, tm
+
+
 def compile_kernel(key: str, source: str):
     """The kernel's object code (``objstore.Blob``), or None when Numba must compile it (``Unsupported``)."""
     from . import objstore
@@ -717,20 +731,17 @@ def compile_kernel(key: str, source: str):
         except Unsupported:
             STATS["kernels_refused"] += 1
             return None
-    ll, ctx, tm = _tools()
-    m = ll.parse_assembly(text, context=ctx)
-    m.triple = ll.get_process_triple()
-    m.data_layout = str(tm.target_data)
-    m.verify()
-    pto = ll.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_vectorization = True       # Numba's defaults (NUMBA_LOOP_VECTORIZE=1, NUMBA_SLP_VECTORIZE=0)
-    pto.slp_vectorization = False
-    pb = ll.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(m, pb)
+    m, tm = _optimised(text)
     obj = tm.emit_object(m)
     with _lock:
         STATS["kernels_ir"] += 1
     return objstore.Blob(key, symbol(key), obj, [])
 
 
-__all__ = ["translate", "translatable", "compile_kernel", "Unsupported", "STATS"]
+def assembly(source: str, key: str = "0" * 64) -> str:
+    """The kernel's machine code as assembly text (for tests and ``source()``-style introspection)."""
+    m, tm = _optimised(translate(source, key))
+    return tm.emit_assembly(m)
+
+
+__all__ = ["translate", "translatable", "compile_kernel", "assembly", "Unsupported", "STATS"]
