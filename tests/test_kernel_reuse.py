@@ -30,13 +30,13 @@ def fresh_cache(tmp_path, monkeypatch):
 def _loads(monkeypatch):
     """Count compiles (kernels by Numba, graph entries from LLVM IR) by key."""
     seen = []
-    orig = build.compile_numba
+    orig = build.compile_code
 
     def counting(key, source, kind):
         if key not in build._ADDRESSES:
             seen.append(("driver" if kind == "entry" else kind, key))
         return orig(key, source, kind)
-    monkeypatch.setattr(build, "compile_numba", counting)
+    monkeypatch.setattr(build, "compile_code", counting)
     orig_entry = cpu.CompiledGraph._entry_build
 
     def entry_counting(self, key):      # graph entries: LLVM IR compiled without Numba

@@ -33,13 +33,16 @@ _ADDRESSES: dict = {}       # kernel/entry key -> address of its code in this pr
 _BLOBS: dict = {}           # key -> objstore.Blob compiled in this process (assembling a graph's file needs it)
 _FUNCS: dict = {}           # key -> Numba cfunc compiled in this process (keeps its code alive)
 _MODULES: dict = {}         # kernel key -> Numba module built for inspection (build_module)
+_BLOBS_MADE_HERE: set = set()   # kernel/entry keys compiled by this process (not loaded from disk)
 _lock = threading.RLock()
 KERNEL_EXTRA = ("cpu-kernel", 3)
 ENTRY_EXTRA = ("cpu-entry", 2)
 LEAN_LLVM = os.environ.get("JITGRAD_LEAN_LLVM", "0") == "1"     # opt-in, see _lean
+# kernels straight to LLVM IR where ir_loops can (JITGRAD_IR_LOOPS=0: every kernel through Numba, e.g. to compare)
+IR_LOOPS = os.environ.get("JITGRAD_IR_LOOPS", "1") != "0"
 STARTUP = 3                 # a build process's start (Python, jitgrad, Numba) costs about this many kernel compiles
 GRAPH_EXTRA = ("cpu-graph", 1)
-COUNTS = {"kernels_compiled": 0, "kernels_loaded": 0, "drivers_compiled": 0, "drivers_loaded": 0,
+COUNTS = {"kernels_compiled": 0, "kernels_ir": 0, "kernels_loaded": 0, "drivers_compiled": 0, "drivers_loaded": 0,
           "build_processes": 0, "graph_files_loaded": 0, "graph_files_assembled": 0}
 
 
@@ -51,7 +54,12 @@ def _cores() -> int:
 
 
 def kernel_key(kernel) -> str:
-    return cache.cache_key(kernel.source, extra=KERNEL_EXTRA + (("lean-llvm", LEAN_LLVM),))
+    return cache.cache_key(kernel.source, extra=_kernel_extra())
+
+
+def _kernel_extra():
+    # which compiler builds a kernel is part of its key: the two paths' object code is never mixed up
+    return KERNEL_EXTRA + (("lean-llvm", LEAN_LLVM), ("ir-loops", IR_LOOPS))
 
 
 def entry_key(source: str) -> str:
@@ -214,6 +222,27 @@ def _needs(lib) -> list:
     return sorted(set(names))
 
 
+def compile_code(key: str, source: str, kind: str) -> int:
+    """Compile ``source`` (a kernel's or an entry's module) in this process and return the address of its code;
+    its object code is kept for the disk (``_BLOBS``).  A kernel goes straight to LLVM IR when ``ir_loops`` can
+    translate it (no Numba; LLVM runs without the GIL, so threads compile kernels in parallel), else to Numba."""
+    if key in _ADDRESSES:
+        return _ADDRESSES[key]
+    if kind == "kernel" and IR_LOOPS:
+        from . import ir_loops
+        blob = ir_loops.compile_kernel(key, source)
+        if blob is not None:
+            with _lock:
+                if key not in _ADDRESSES:
+                    _load_blobs([blob])
+                    _BLOBS[key] = blob
+                    _BLOBS_MADE_HERE.add(key)
+                    COUNTS["kernels_compiled"] += 1
+                    COUNTS["kernels_ir"] += 1
+                return _ADDRESSES[key]
+    return compile_numba(key, source, kind)
+
+
 def compile_numba(key: str, source: str, kind: str) -> int:
     """Compile ``source`` (a kernel's or an entry's module) with Numba in this process; keeps its object code
     for the disk (``_BLOBS``) and returns the address of its code."""
@@ -228,6 +257,7 @@ def compile_numba(key: str, source: str, kind: str) -> int:
             _BLOBS[key] = objstore.Blob(key, fn.native_name, lib._get_compiled_object(), _needs(lib))
         _FUNCS[key] = fn
         _ADDRESSES[key] = fn.address
+        _BLOBS_MADE_HERE.add(key)
         COUNTS["kernels_compiled" if kind == "kernel" else "drivers_compiled"] += 1
         return fn.address
 
@@ -262,27 +292,30 @@ def obtain(key: str, source: str, kind: str, disk=True) -> int:
     addr = _ADDRESSES.get(key)
     if addr is not None:
         return addr
+    if not disk or cache.cache_dir() is None:
+        return compile_code(key, source, kind)
     with _lock:
         if key in _ADDRESSES:
             return _ADDRESSES[key]
-        if not disk or cache.cache_dir() is None:
-            return compile_numba(key, source, kind)
         if _from_disk(key, kind):
             return _ADDRESSES[key]
-        lock = objstore.BuildLock(key)
-        if not lock.acquire(block=False):
-            lock.acquire(block=True)         # someone else builds it: wait, then take theirs
-            if _from_disk(key, kind):
+    # not under ``_lock``: threads of this process compile different keys at once (``GraphCode.build``); two
+    # threads (or processes) after one key meet at its build lock, and the second loads the first's result
+    lock = objstore.BuildLock(key)
+    if not lock.acquire(block=False):
+        lock.acquire(block=True)         # someone else builds it: wait, then take theirs
+        with _lock:
+            if key in _ADDRESSES or _from_disk(key, kind):
                 lock.release()
                 return _ADDRESSES[key]
-        try:
-            addr = compile_numba(key, source, kind)
-            blob = _BLOBS.get(key)
-            if blob is not None:
-                objstore.write(key, [blob])
-            return addr
-        finally:
-            lock.release()
+    try:
+        addr = compile_code(key, source, kind)
+        blob = _BLOBS.get(key)
+        if blob is not None:
+            objstore.write(key, [blob])
+        return addr
+    finally:
+        lock.release()
 
 
 def build_module(kernel):
@@ -464,20 +497,26 @@ class GraphCode:
                 self.spawned = True
                 mine = []
             else:
-                # a build process costs ~0.3 s to start Numba; it pays off from a few kernels on.  The entry goes
-                # to a build process: this one also traces and runs the first call.
-                helpers = min(cores - 1, len(todo) // 4)
+                # kernels that translate to LLVM IR (ir_loops) compile here, on a thread per core; the rest need
+                # Numba.  A build process costs ~0.9 s to start Python and Numba; it pays off from a few Numba
+                # kernels on.
+                from . import ir_loops
+                direct = [j for j in todo if j[0] == "kernel" and IR_LOOPS
+                          and ir_loops.translatable(j[1], self._source(j[1]))]
+                slow = [j for j in todo if j not in direct]
+                mine = slow
+                helpers = min(cores - 1, len(slow) // 4)
                 if helpers > 0:
                     # a build process spends ~STARTUP kernels' time starting Python and Numba: this process, which
                     # is up already, takes that many more
-                    n_mine = min(len(todo), -(-(len(todo) + STARTUP * helpers) // (helpers + 1)))
-                    mine = todo[:n_mine]
-                    rest = _split(todo[n_mine:], helpers)
+                    n_mine = min(len(slow), -(-(len(slow) + STARTUP * helpers) // (helpers + 1)))
+                    mine = slow[:n_mine]
+                    rest = _split(slow[n_mine:], helpers)
                     procs = [spawn(s) for s in rest if s]
                     self.elsewhere.update(j[1] for s in rest for j in s)
                     self.spawned = True
-        for kind, key, _ in (mine or []):
-            self._obtain(key)
+                mine = mine + direct        # the long (Numba) jobs first
+        self._obtain_all([key for _, key, _ in (mine or [])])
         for p in procs:
             if p is None:
                 continue
@@ -485,15 +524,26 @@ class GraphCode:
             if p.returncode != 0:
                 self.errors.append(err.decode(errors="replace")[-2000:])
         with _lock:
-            if not self.missing():
-                return
-            if self.try_load():
+            if self.missing() and self.try_load():
                 return
             for key in self._keys():
                 self._obtain(key)
-            self.assemble()
+            self.assemble()         # (also when this process compiled everything: the next run loads one file)
             if self.how is None:
                 self.how = "built"
+
+    def _obtain_all(self, keys):
+        """``_obtain`` each key, on one thread per core when there are several (LLVM releases the GIL; Numba's
+        jobs serialise on its compiler lock and overlap with the LLVM-only ones)."""
+        workers = min(_cores(), len(keys))
+        if workers < 2:
+            for key in keys:
+                self._obtain(key)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jitgrad-build") as ex:
+            for fut in [ex.submit(self._obtain, key) for key in keys]:
+                fut.result()
 
     def _obtain(self, key):
         if key in _ADDRESSES:
@@ -501,9 +551,8 @@ class GraphCode:
         if key == self.ekey:
             self.ensure_entry()
             return
-        before = (COUNTS["kernels_compiled"] + COUNTS["drivers_compiled"])
         obtain(key, self._source(key), self._kind(key), self.disk)
-        if COUNTS["kernels_compiled"] + COUNTS["drivers_compiled"] > before:
+        if key in _BLOBS_MADE_HERE:
             self.compiled_keys.add(key)
         else:
             self.loaded_keys.add(key)
@@ -655,7 +704,7 @@ def _read_job(kind, key, path):
     """A job's source, checked against its key (the key is the hash of the text: a changed file is refused)."""
     with open(path, encoding="utf-8") as f:
         src = f.read()
-    extra = KERNEL_EXTRA + (("lean-llvm", LEAN_LLVM),) if kind == "kernel" else ENTRY_EXTRA
+    extra = _kernel_extra() if kind == "kernel" else ENTRY_EXTRA
     if cache.cache_key(src, extra=extra) != key:
         raise SystemExit(f"jitgrad build: {path} does not match its key; not compiled")
     return src
@@ -686,7 +735,7 @@ def _build_jobs(argv):
         try:
             if objstore.read(key, warn=False):
                 continue
-            compile_numba(key, _read_job(kind, key, path), kind)
+            compile_code(key, _read_job(kind, key, path), kind)
             blob = _BLOBS.get(key)
             if blob is not None:
                 objstore.write(key, [blob])
@@ -702,7 +751,7 @@ def _build_jobs(argv):
                 if key not in jobs:
                     return                  # not ours to compile and nobody finished it: the next run does
                 kind, path, _ = jobs[key]
-                compile_numba(key, _read_job(kind, key, path), kind)
+                compile_code(key, _read_job(kind, key, path), kind)
                 got = [_BLOBS[key]]
                 objstore.write(key, got)
             blobs.extend(got)

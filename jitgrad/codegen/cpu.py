@@ -107,7 +107,8 @@ class CompiledGraph:
 
     def _build(self, background: bool):
         t0 = time.perf_counter()
-        threads.configure()     # the threading layer, before any parallel kernel can launch
+        if any(k.parallel for k in self.kernels):
+            threads.configure()     # the threading layer, before any parallel kernel can launch (it imports Numba)
         try:
             phase = self._phase if (self._phase is not None and not background) else None
             with (phase("compile/numba") if phase else contextlib.nullcontext()):

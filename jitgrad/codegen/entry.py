@@ -18,6 +18,7 @@ llvmlite alone (``objload.py``).  The text has no sizes in it: a new batch size 
 from __future__ import annotations
 
 import ctypes
+import math
 
 import numpy as np
 
@@ -249,12 +250,20 @@ def caller(address: int, program, n_checks: int, A, F, OFF, fallback, IE, step_e
     returned function."""
     import contextlib
 
-    from .output_pool import take
+    from .output_pool import MIN_BYTES, take
     p = program
     fn = _ENTRY_CALL(address)
     ctx = np.array([A.ctypes.data, F.ctypes.data, OFF.ctypes.data, IE.ctypes.data], np.int64)
     cptr = ctx.ctypes.data
-    specs = [(r.shape, r.dtype.np) for r in p.fresh]
+    # outputs below the pool's threshold come from np.empty directly: take() would spend ~2 us in np.prod on
+    # the shape of every call's scalar loss (B5's whole budget is 15 us)
+    specs = [(tuple(r.shape), np.dtype(r.dtype.np)) for r in p.fresh]
+    small = [math.prod(s) * d.itemsize < MIN_BYTES for s, d in specs]
+    if all(small):
+        specs_small = specs
+    else:
+        specs_small = None
+    empty = np.empty
     outputs = p.outputs
     checked = bool(p.index_steps)
     lock = lock if lock is not None else contextlib.nullcontext()
@@ -263,7 +272,10 @@ def caller(address: int, program, n_checks: int, A, F, OFF, fallback, IE, step_e
         for a in arrays:
             if not a.flags.c_contiguous:
                 return fallback(*arrays)
-        fresh = [take(s, d) for s, d in specs]
+        if specs_small is not None:
+            fresh = [empty(s, d) for s, d in specs_small]
+        else:
+            fresh = [empty(s, d) if sm else take(s, d) for (s, d), sm in zip(specs, small)]
         if n_checks:
             err = np.array([n_checks, 0], np.int64)
             args = arrays + tuple(fresh) + (err,)

@@ -33,6 +33,7 @@ from . import build_policy
 from .graph_function import GraphFunction
 from .introspection import Introspection
 from . import python_values
+from .signatures import COUNTS as _SIG_COUNTS
 from .signatures import (Signatures, _is_tensor_or_float, _shared_memory, _static_key, args_alias_writes,
                          writes_alias, written_roots)
 from ..tracer import trace as _trace_mod
@@ -42,6 +43,7 @@ from ..runtime import profiler_state
 _PROF = profiler_state.STATE
 _MISSING = python_values._MISSING
 _EAGER = object()       # _call_locked's answer: run the function eagerly (after releasing the lock)
+_NO_MEMO = object()     # an alias token no signature memo is
 
 # torch._dynamo.config.recompile_limit: past this many traces of one function, new signatures run eagerly
 RECOMPILE_LIMIT = 8
@@ -52,7 +54,7 @@ class _Captured:
     """A concrete tensor that became a graph input: guards and what to restore after tracing."""
 
     __slots__ = ("ref", "shape", "dtype", "requires_grad", "grad_is_none", "var", "orig_data", "orig_grad_fn",
-                 "orig_requires_grad", "orig_grad", "orig_version")
+                 "orig_requires_grad", "orig_grad", "orig_version", "seen")
 
     def __init__(self, t: Tensor, var: Var):
         self.ref = weakref.ref(t)
@@ -66,6 +68,7 @@ class _Captured:
         self.orig_requires_grad = t._requires_grad
         self.orig_grad = t._grad
         self.orig_version = t._vc[0]     # in-place writes while tracing bump it; the call counts the real writes
+        self.seen = None        # the last payload guards_ok found of this shape and dtype (kept: one array)
 
     def ok(self) -> bool:
         t = self.ref()
@@ -107,6 +110,8 @@ class _Entry:
         self.float_outs = ()    # user outputs that stand for Python floats (computed from dynamic floats alone)
         self.write_roots = None  # {id(root array): written array} of the captured tensors the graph writes
         self.code_ready = False  # its graph's native code is ready (or failed): no build_policy check per call
+        self.direct = None       # GraphFunction.direct's call for this entry (False: none), once code is ready
+        self.alias_token = _NO_MEMO  # the signature memo whose arguments args_alias_writes last cleared
 
     def failure(self) -> str:
         """Why this entry does not serve the call (for the recompile message)."""
@@ -139,8 +144,11 @@ class _Entry:
             if t is None:
                 return False
             d = t._data
-            if d.shape != c.shape or d.dtype != c.dtype or (t._requires_grad or t.grad_fn is not None) \
-                    != c.requires_grad or (t._grad is None) != c.grad_is_none:
+            if d is not c.seen:     # an array's shape and dtype are fixed: compared once per array
+                if d.shape != c.shape or d.dtype != c.dtype:
+                    return False
+                c.seen = d
+            if (t._requires_grad or t.grad_fn is not None) != c.requires_grad or (t._grad is None) != c.grad_is_none:
                 return False
         for where, name, k in self.bindings:    # the closure variable / global still names that tensor
             try:
@@ -300,7 +308,12 @@ class CompiledFunction(Introspection, Signatures):
         return ok
 
     # --- keys ----------------------------------------------------------------------------------------
+    def _modes(self):
+        an = anomaly.STATE
+        return (grad_mode.STATE.grad_enabled, an.enabled, an.check_nan, an.check_forward, self.anomaly)
+
     def _key(self, leaves, treedef, tkey=None):
+        _SIG_COUNTS["signatures"] += 1
         ids = [id(t) for t in leaves]
         first = tuple(ids.index(i) for i in ids)     # which leaves are the same object
         if len(leaves) > 1:
@@ -309,9 +322,7 @@ class CompiledFunction(Introspection, Signatures):
                 first = (first, alias)
         sig = tuple((tuple(t._data.shape), t._data.dtype, t._requires_grad or t.grad_fn is not None, t._grad is None,
                      type(t._data)) for t in leaves)     # the payload's type: its device
-        an = anomaly.STATE
-        modes = (grad_mode.STATE.grad_enabled, an.enabled, an.check_nan, an.check_forward, self.anomaly)
-        return (_static_key(treedef) if tkey is None else tkey, sig, first, modes)
+        return (_static_key(treedef) if tkey is None else tkey, sig, first, self._modes())
 
     def _describe_change(self, old, new) -> str:
         if old is None:
@@ -358,8 +369,11 @@ class CompiledFunction(Introspection, Signatures):
                     self.stats["hits"] += 1
                     if e.eager:      # fullgraph=False fallback for this signature, or aliased inputs
                         return _EAGER
-                    if e.write_roots and args_alias_writes(leaves, e.write_roots):
-                        return _EAGER        # an argument shares memory with state the graph writes
+                    if e.write_roots and e.alias_token is not self._sig_memo:
+                        # (checked again only when the arguments' identities change: see Signatures._memo_key)
+                        if args_alias_writes(leaves, e.write_roots):
+                            return _EAGER        # an argument shares memory with state the graph writes
+                        e.alias_token = self._sig_memo if self._sig_memo is not None else _NO_MEMO
                     return self._run(e, leaves, args, kwargs, floats)
         if floats and self._float_args_changed(treedef, floats):
             return self._call_locked(args, kwargs)     # the changed floats are graph inputs now
@@ -570,7 +584,14 @@ class CompiledFunction(Introspection, Signatures):
         if self.backend == "numba" and not e.code_ready:
             building = build_policy.pending_build(e.gf, inputs)
             e.code_ready = building is None
-        if building is not None:        # no code yet: eagerly or on the interpreter (build_policy.py)
+        direct = e.direct
+        if direct is None and e.code_ready and self.device is None:
+            # (an argument's .grad read as an input is not guarded for requires_grad: such entries keep gf's path)
+            ok = all(s is None for s in e.grad_src)
+            direct = e.direct = (e.gf.direct(inputs) if ok else None) or False    # False: no direct call
+        if direct:
+            outs = direct(inputs)
+        elif building is not None:        # no code yet: eagerly or on the interpreter (build_policy.py)
             path = build_policy.choose(e)
             t0 = time.perf_counter()
             if path == "eager":

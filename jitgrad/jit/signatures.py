@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import warnings
+import weakref
 
 import numpy as np
 
@@ -36,14 +37,26 @@ def _positional_treedef(n):
     return r
 
 
+# work counted (never timed), so tests can check that a repeated call skips it
+COUNTS = {"signatures": 0, "shared_memory_checks": 0, "write_alias_checks": 0}
+
+
 class Signatures:
     """The signature side of ``CompiledFunction`` (keys, dynamic floats, the recompile limit)."""
+
+    _sig_memo = None    # (per-argument identities, key without the modes): see ``_memo_key``
 
     def _signature(self, args, kwargs):
         """-> (tensor leaves, treedef, key, float arguments, positions of the floats that are graph inputs)."""
         if not kwargs and all(type(a) is Tensor for a in args):   # the common case: skip the pytree walk
             treedef, tkey = _positional_treedef(len(args))
-            return list(args), treedef, self._key(args, treedef, tkey), (), ()
+            base = self._memo_key(args)
+            if base is None:
+                key = self._key(args, treedef, tkey)
+                self._remember(args, key[:3])
+                return list(args), treedef, key, (), ()
+            return list(args), treedef, base + (self._modes(),), (), ()
+        self._sig_memo = None       # (it stands for the last call's arguments: see CompiledFunction's alias check)
         leaves, treedef = flatten((args, kwargs), _is_tensor_or_float)
         tkey = _static_key(treedef)
         floats = tuple(x for x in leaves if type(x) is float)
@@ -53,6 +66,32 @@ class Signatures:
         dyn = self._dyn_args.get(tkey, ())
         fkey = tuple("dynamic" if i in dyn else v for i, v in enumerate(floats))
         return leaves, treedef, self._key(leaves, treedef, (tkey, fkey)), floats, dyn
+
+    def _memo_key(self, args):
+        """The key (less the modes) of the last positional call when these are the very same tensors over the
+        very same arrays with the same requires-grad and grad-is-None: shapes, dtypes, devices, which arguments
+        are one tensor and which share memory cannot have changed (an array's shape and base are fixed; jitgrad
+        never reshapes an array in place), so none of it is computed again."""
+        m = self._sig_memo
+        if m is None:
+            return None
+        ids, base = m
+        if len(ids) != len(args):
+            return None
+        for t, (tr, dr, rg, gn) in zip(args, ids):
+            if tr() is not t or dr() is not t._data or (t._requires_grad or t.grad_fn is not None) != rg \
+                    or (t._grad is None) != gn:
+                return None
+        return base
+
+    def _remember(self, args, base):
+        try:        # weak references: the memo keeps no batch alive
+            ids = tuple((weakref.ref(t), weakref.ref(t._data), bool(t._requires_grad or t.grad_fn is not None),
+                         t._grad is None) for t in args)
+        except TypeError:       # a payload without weak references: no memo
+            self._sig_memo = None
+            return
+        self._sig_memo = (ids, base)
 
     def _float_args_changed(self, treedef, floats) -> bool:
         """A miss with float arguments: the positions whose value changed since the last call of this structure
@@ -99,6 +138,7 @@ def _shared_memory(leaves, first):
     """Pairs of distinct argument tensors whose buffers overlap (two ``from_numpy`` tensors over one array, a
     view of another argument's array): part of the key, since a graph that writes one of them in place cannot
     keep the other's value as eager mode sees it (such a signature runs eagerly, see ``_trace``)."""
+    COUNTS["shared_memory_checks"] += 1
     # the common case at a cost of one pass: each leaf owns its memory (no base) and no two share a buffer
     bufs = set()
     n = 0
@@ -181,6 +221,8 @@ def written_roots(order, writes, n_args):
 
 
 def args_alias_writes(leaves, roots) -> bool:
+    """Whether an argument shares memory with state the graph writes (``written_roots``)."""
+    COUNTS["write_alias_checks"] += 1
     for t in leaves:
         d = t._data
         if type(d) is np.ndarray:

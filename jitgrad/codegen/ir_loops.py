@@ -1,0 +1,316 @@
+"""Kernels straight to LLVM IR, without Numba: the cold build's fast path.
+
+A kernel's text (``loops.py``) is a small, regular subset of Python: a ``kernel(A)`` function reading an int64
+argument block, typed pointers (``ptr_f32(A[k])``), ``for i in range(n)`` nests, ``if`` blocks, scalar
+arithmetic, casts, selects (``a if c else b``), ``store(p, i, v)``, and calls of ``mathlib``'s straight-line
+functions.  Numba spends ~30 ms per kernel typing and lowering that, plus ~0.7 s once per process to import and
+initialise itself; this module translates the same text to LLVM IR in a few milliseconds (statements and loops
+here, expressions in ``ir_scalars.py``) and lets LLVM optimise it as Numba does (O3, loop vectorisation, the host
+CPU's features, the same fast-math flags per instruction), so a cold build of a typical step needs no Numba.
+The results are bit-identical to Numba's build of the same text (``tests/test_ir_loops.py``).
+
+Anything the translator does not know (a construct, a type mix, a mathlib function with branches or tables built
+by helpers, ``intmath``/``philox`` calls, parallel ``prange`` kernels) raises ``Unsupported`` and the kernel is
+compiled by Numba as before (``build.compile_code``).  Nothing in ``loops.py`` routes kernels: the text decides.
+"""
+from __future__ import annotations
+
+import ast
+import threading
+
+import numpy as np
+
+from .ir_scalars import I64, KERNEL_FASTMATH, ScalarEmitter, Unsupported, Value, _Scope, _ir, _lltype, _literal
+
+STATS = {"kernels_ir": 0, "kernels_refused": 0}     # counted, so tests can check which path built what
+_lock = threading.Lock()
+
+
+class _Translator(ScalarEmitter):
+    def __init__(self, name):
+        ir = _ir()
+        self.ir = ir
+        self.module = ir.Module(name=name)
+        self.i64 = ir.IntType(64)
+        fnty = ir.FunctionType(ir.VoidType(), [self.i64.as_pointer()])
+        self.fn = ir.Function(self.module, fnty, name=name)
+        self.fn.attributes.add("nounwind")
+        self.entry = self.fn.append_basic_block("entry")
+        body = self.fn.append_basic_block("body")
+        self.b = ir.IRBuilder(body)
+        self.alloca_b = ir.IRBuilder(self.entry)
+        self.body0 = body
+        self.depth = 0
+
+    # ---- module level -------------------------------------------------------------------------------------
+    def module_text(self, source: str) -> str:
+        tree = ast.parse(source)
+        consts, kernel, imported = {}, None, set()
+        for node in tree.body:
+            if isinstance(node, ast.Import):
+                continue
+            if isinstance(node, ast.ImportFrom):
+                for a in node.names:
+                    if node.module == "jitgrad.codegen.mathlib" or node.module in ("numpy", "numba",
+                                                                                    "jitgrad.codegen.abi"):
+                        imported.add(a.asname or a.name)
+                    else:
+                        raise Unsupported(f"import from {node.module}")
+                continue
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                consts[node.targets[0].id] = _const_value(node.value)
+                continue
+            if isinstance(node, ast.FunctionDef) and node.name == "kernel":
+                kernel = node
+                continue
+            raise Unsupported(f"module statement {type(node).__name__}")
+        if kernel is None or len(kernel.args.args) != 1:
+            raise Unsupported("no kernel(A)")
+        self._check_decorator(kernel)
+        self.kernel_consts = consts
+        scope = _Scope({kernel.args.args[0].arg: Value(self.fn.args[0], ("ptr", I64))}, consts, KERNEL_FASTMATH,
+                       ssa=False)
+        self.block(kernel.body, scope)
+        if not self.b.block.is_terminated:
+            self.b.ret_void()
+        self.alloca_b.branch(self.body0)
+        return str(self.module)
+
+    def _check_decorator(self, fn):
+        if len(fn.decorator_list) != 1:
+            raise Unsupported("decorator")
+        d = fn.decorator_list[0]
+        if not (isinstance(d, ast.Call) and isinstance(d.func, ast.Name) and d.func.id == "cfunc"):
+            raise Unsupported("decorator")
+        kw = {k.arg: k.value for k in d.keywords}
+        par = kw.get("parallel")
+        if not (isinstance(par, ast.Constant) and par.value is False):
+            raise Unsupported("parallel kernel")
+        em = kw.get("error_model")
+        if not (isinstance(em, ast.Constant) and em.value == "numpy"):
+            raise Unsupported("error model")
+        fm = kw.get("fastmath")
+        if not isinstance(fm, ast.Set) or sorted(e.value for e in fm.elts) != sorted(KERNEL_FASTMATH):
+            raise Unsupported("fastmath flags")
+
+    # ---- statements ---------------------------------------------------------------------------------------
+    def block(self, stmts, scope):
+        for s in stmts:
+            if self.b.block.is_terminated:
+                raise Unsupported("code after a return")
+            self.stmt(s, scope)
+
+    def stmt(self, s, scope):
+        b = self.b
+        if isinstance(s, ast.Assign):
+            if len(s.targets) != 1:
+                raise Unsupported("chained assignment")
+            tgt = s.targets[0]
+            if isinstance(tgt, ast.Name):
+                self.assign(tgt.id, self.expr(s.value, scope), scope)
+            elif isinstance(tgt, ast.Tuple) and all(isinstance(n, ast.Name) for n in tgt.elts):
+                if isinstance(s.value, ast.Tuple):
+                    got = tuple(self.expr(x, scope) for x in s.value.elts)
+                elif isinstance(s.value, ast.Call):
+                    got = self.call(s.value, scope)         # a mathlib function returning a tuple
+                else:
+                    raise Unsupported("tuple assignment")
+                if not isinstance(got, tuple) or len(got) != len(tgt.elts):
+                    raise Unsupported("tuple unpacking")
+                for n, v in zip(tgt.elts, got):
+                    self.assign(n.id, v, scope)
+            elif isinstance(tgt, ast.Subscript):
+                ptr = self.expr(tgt.value, scope)
+                if not isinstance(ptr.t, tuple):
+                    raise Unsupported("setitem on a non-pointer")
+                idx = self.index(tgt.slice, scope)
+                val = self.cast(self.expr(s.value, scope), ptr.t[1])
+                b.store(val.v, b.gep(ptr.v, [idx]))
+            else:
+                raise Unsupported("assignment target")
+        elif isinstance(s, ast.AugAssign):
+            if not isinstance(s.target, ast.Name):
+                raise Unsupported("augmented assignment target")
+            cur = self.name(s.target.id, scope)
+            self.assign(s.target.id, self.binop(s.op, cur, self.expr(s.value, scope), scope), scope)
+        elif isinstance(s, ast.Expr):
+            if isinstance(s.value, ast.Constant) and isinstance(s.value.value, str):
+                return      # a docstring
+            if isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Name) and s.value.func.id == "store":
+                self.store(s.value, scope)
+                return
+            raise Unsupported("expression statement")
+        elif isinstance(s, ast.For):
+            self.loop(s, scope)
+        elif isinstance(s, ast.If):
+            cond = self.truth(self.expr(s.test, scope))
+            if s.orelse:
+                with b.if_else(cond) as (then, other):
+                    with then:
+                        self.block(s.body, scope)
+                    with other:
+                        self.block(s.orelse, scope)
+            else:
+                with b.if_then(cond):
+                    self.block(s.body, scope)
+        elif isinstance(s, ast.Pass):
+            return
+        else:
+            raise Unsupported(f"statement {type(s).__name__}")
+
+    def assign(self, name, val, scope):
+        if scope.ssa:
+            scope.names[name] = val
+            return
+        cur = scope.names.get(name)
+        if cur is None:
+            slot = self.alloca_b.alloca(_lltype(val.t), name=name)
+            scope.names[name] = cur = ("slot", slot, val.t)
+        if not isinstance(cur, tuple) or cur[0] != "slot":
+            raise Unsupported(f"assignment to {name}")
+        if cur[2] != val.t:
+            raise Unsupported(f"{name} changes type ({cur[2]} -> {val.t})")
+        self.b.store(val.v, cur[1])
+
+    def loop(self, s, scope):
+        b, ir = self.b, self.ir
+        it = s.iter
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+                and 1 <= len(it.args) <= 2 and not it.keywords and isinstance(s.target, ast.Name) and not s.orelse):
+            raise Unsupported("loop form")
+        if scope.ssa:
+            raise Unsupported("loop in an inlined function")
+        args = [self.cast(self.expr(a, scope), I64) for a in it.args]
+        start, stop = (args[0], args[1]) if len(args) == 2 else (Value(ir.Constant(self.i64, 0), I64), args[0])
+        name = s.target.id
+        cur = scope.names.get(name)
+        if cur is None:
+            scope.names[name] = cur = ("slot", self.alloca_b.alloca(self.i64, name=name), I64)
+        if cur[2] != I64:
+            raise Unsupported("loop variable type")
+        counter = self.alloca_b.alloca(self.i64, name=f"{name}.next")
+        b.store(start.v, counter)
+        head = self.fn.append_basic_block(f"{name}.head")
+        body = self.fn.append_basic_block(f"{name}.body")
+        done = self.fn.append_basic_block(f"{name}.done")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.load(counter)
+        b.cbranch(b.icmp_signed("<", i, stop.v), body, done)
+        b.position_at_end(body)
+        b.store(i, cur[1])
+        b.store(b.add(i, ir.Constant(self.i64, 1)), counter)
+        self.block(s.body, scope)
+        if not b.block.is_terminated:
+            b.branch(head)
+        b.position_at_end(done)
+
+    def store(self, call, scope):
+        if len(call.args) != 3 or call.keywords:
+            raise Unsupported("store form")
+        ptr = self.expr(call.args[0], scope)
+        if not isinstance(ptr.t, tuple):
+            raise Unsupported("store to a non-pointer")
+        idx = self.index(call.args[1], scope)
+        val = self.cast(self.expr(call.args[2], scope), ptr.t[1])
+        self.b.store(val.v, self.b.gep(ptr.v, [idx]))
+
+
+def _const_value(node):
+    """A module-level constant of a kernel: ``np.float32(0.5)``, ``np.int64(-3)``, ``np.float32(float('inf'))``."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
+            and node.func.value.id == "np" and len(node.args) == 1 and not node.keywords:
+        ctor = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "int32": np.int32,
+                "uint8": np.uint8, "bool_": np.bool_}.get(node.func.attr)
+        if ctor is None:
+            raise Unsupported(f"constant np.{node.func.attr}")
+        return ctor(_literal(node.args[0]))
+    raise Unsupported("module-level value")
+
+
+# ---------------------------------------------------------------------------------------------------- compiling
+def symbol(key: str) -> str:
+    return f"jitgrad_kernel_{key[:24]}"
+
+
+def translate(source: str, key: str) -> str:
+    """The kernel's LLVM IR (text), or ``Unsupported``."""
+    try:
+        return _Translator(symbol(key)).module_text(source)
+    except Unsupported:
+        raise
+    except (SyntaxError, KeyError, TypeError, ValueError, AttributeError) as e:   # a form we did not foresee
+        raise Unsupported(f"{type(e).__name__}: {e}") from None
+
+
+_TLS = threading.local()
+_TEXTS: dict = {}       # key -> IR text translated by ``translatable`` (compiled next, then dropped)
+
+
+def _tools():
+    """This thread's LLVM context and target machine: threads compile kernels at once, and neither is safe to
+    share while it works (LLVM itself runs without the GIL: llvmlite's calls release it)."""
+    t = getattr(_TLS, "tools", None)
+    if t is None:
+        from . import objload
+        ll = objload._ll()
+        target = ll.Target.from_triple(ll.get_process_triple())
+        # the host's target machine as Numba configures its JIT: O3, host CPU and features, static relocations
+        tm = target.create_target_machine(cpu=ll.get_host_cpu_name(), features=ll.get_host_cpu_features().flatten(),
+                                          opt=3, reloc="static", codemodel="jitdefault")
+        t = _TLS.tools = (ll, ll.create_context(), tm)
+    return t
+
+
+def translatable(key: str, source: str) -> bool:
+    """Whether the kernel compiles without Numba (its IR is kept for ``compile_kernel``)."""
+    if key in _TEXTS:
+        return True
+    try:
+        text = translate(source, key)
+    except Unsupported:
+        return False
+    with _lock:
+        _TEXTS[key] = text
+    return True
+
+
+def _optimised(text):
+    ll, ctx, tm = _tools()
+    m = ll.parse_assembly(text, context=ctx)
+    m.triple = ll.get_process_triple()
+    m.data_layout = str(tm.target_data)
+    m.verify()
+    pto = ll.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True       # Numba's defaults (NUMBA_LOOP_VECTORIZE=1, NUMBA_SLP_VECTORIZE=0)
+    pto.slp_vectorization = False
+    pb = ll.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(m, pb)
+    return m, tm
+
+
+def compile_kernel(key: str, source: str):
+    """The kernel's object code (``objstore.Blob``), or None when Numba must compile it (``Unsupported``)."""
+    from . import objstore
+    with _lock:
+        text = _TEXTS.pop(key, None)
+    if text is None:
+        try:
+            text = translate(source, key)
+        except Unsupported:
+            STATS["kernels_refused"] += 1
+            return None
+    m, tm = _optimised(text)
+    obj = tm.emit_object(m)
+    with _lock:
+        STATS["kernels_ir"] += 1
+    return objstore.Blob(key, symbol(key), obj, [])
+
+
+def assembly(source: str, key: str = "0" * 64) -> str:
+    """The kernel's machine code as assembly text (for tests and ``source()``-style introspection)."""
+    m, tm = _optimised(translate(source, key))
+    return tm.emit_assembly(m)
+
+
+__all__ = ["translate", "translatable", "compile_kernel", "assembly", "Unsupported", "STATS"]
