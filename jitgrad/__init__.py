@@ -20,6 +20,9 @@ _os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "20")
 # only be noise (anomaly mode is the tool for finding them)
 _warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"jitgrad\.")
 
+from .runtime.heap import keep_freed_memory as _keep_freed_memory
+_keep_freed_memory()        # eager arrays reuse freed heap, not fresh pages (runtime/heap.py)
+
 from .ir.dtypes import DType as dtype, float32, float64, int32, int64, bool_ as bool  # noqa: A001
 from .runtime.tensor import Tensor, Device as device
 from .runtime.size import Size
