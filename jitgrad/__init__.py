@@ -34,7 +34,7 @@ from .runtime.factories import tensor, as_tensor, zeros, ones, full, empty, aran
     manual_seed, seed
 from .runtime.generator import Generator, default_generator, initial_seed, get_rng_state, set_rng_state
 from .runtime.sampling import normal, bernoulli, multinomial, randint_like
-from .ir.dtypes import uint8, float16
+from .ir.dtypes import uint8, float16, bfloat16
 half = float16
 from .runtime.functions import *  # noqa: F401,F403
 from .runtime.functions import where, cat, concat, stack, max, min, abs, sum, pow  # noqa: A004
