@@ -20,6 +20,9 @@ _os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "20")
 # only be noise (anomaly mode is the tool for finding them)
 _warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"jitgrad\.")
 
+from .runtime.heap import keep_freed_memory as _keep_freed_memory
+_keep_freed_memory()        # eager arrays reuse freed heap, not fresh pages (runtime/heap.py)
+
 from .ir.dtypes import DType as dtype, float32, float64, int32, int64, bool_ as bool  # noqa: A001
 from .runtime.tensor import Tensor, Device as device
 from .runtime.size import Size
@@ -31,7 +34,7 @@ from .runtime.factories import tensor, as_tensor, zeros, ones, full, empty, aran
     manual_seed, seed
 from .runtime.generator import Generator, default_generator, initial_seed, get_rng_state, set_rng_state
 from .runtime.sampling import normal, bernoulli, multinomial, randint_like
-from .ir.dtypes import uint8, float16
+from .ir.dtypes import uint8, float16, bfloat16
 half = float16
 from .runtime.functions import *  # noqa: F401,F403
 from .runtime.functions import where, cat, concat, stack, max, min, abs, sum, pow  # noqa: A004

@@ -209,10 +209,11 @@ def _write_aligned(z, fh, arcname, data):
 class _Reader(pickle.Unpickler):
     """Maps torch's globals to jitgrad and storages to arrays read from the archive."""
 
-    def __init__(self, file, zf, prefix, weights_only, device):
+    def __init__(self, file, zf, prefix, weights_only, locate):
         super().__init__(file)
-        self.zf, self.prefix, self.weights_only, self.device = zf, prefix, weights_only, device
+        self.zf, self.prefix, self.weights_only, self.locate = zf, prefix, weights_only, locate
         self.arrays: dict = {}
+        self.devices: dict = {}         # id(storage array) -> the device its tensors go to (None: the CPU)
 
     def find_class(self, module, name):
         if module == "torch._utils" and name in ("_rebuild_tensor_v2", "_rebuild_tensor"):
@@ -250,7 +251,9 @@ class _Reader(pickle.Unpickler):
         if a is None:
             raw = self.zf.read(f"{self.prefix}data/{key}")
             a = np.frombuffer(raw, dtype=stype.dtype.newbyteorder("<"), count=int(numel)).astype(stype.dtype)
+            a, device = self.locate(a, str(location))
             self.arrays[key] = a
+            self.devices[id(a)] = device
         return a
 
     def _rebuild_tensor(self, storage, storage_offset, size, stride, requires_grad=False, backward_hooks=None,
@@ -262,8 +265,9 @@ class _Reader(pickle.Unpickler):
         else:
             a = np.lib.stride_tricks.as_strided(storage[storage_offset:], size, tuple(s * item for s in stride))
         t = Tensor._make(a)
-        if self.device is not None and self.device != "cpu":
-            t = t.to(self.device)
+        device = self.devices.get(id(storage))
+        if device is not None and device != "cpu":
+            t = t.to(device)
         if requires_grad:
             t.requires_grad_(True)
         return t
@@ -281,21 +285,41 @@ def _rebuild_parameter(data, requires_grad, backward_hooks=None):
     return Parameter(data.detach(), requires_grad=requires_grad)
 
 
-def _device_of(map_location):
+def _locator(map_location):
+    """torch's ``map_location`` as ``(storage array, saved location) -> (array, device or None)``: None (where
+    saved; jitgrad reads every storage into host memory), a device (str or ``jitgrad.device``) for all storages,
+    a dict from saved locations to devices (others stay), or a callable ``(storage, location)`` returning the
+    storage to use (here the storage is the NumPy array read from the file; a tensor is accepted too, and None
+    means the default)."""
     if map_location is None:
-        return None
+        return lambda a, loc: (a, None)
     if isinstance(map_location, (str, Device)):
-        return str(map_location)
-    from .runtime.torch_surface import UnsupportedError
-    raise UnsupportedError("jitgrad does not support a map_location other than a device (a str or jitgrad.device) "
-                           "yet")
+        target = str(map_location)
+        return lambda a, loc: (a, target)
+    if isinstance(map_location, dict):
+        table = {str(k): str(v) for k, v in map_location.items()}
+        return lambda a, loc: (a, table.get(loc))
+    if callable(map_location):
+        def call(a, loc):
+            r = map_location(a, loc)
+            if r is None:
+                return a, None
+            if isinstance(r, Tensor):
+                return np.asarray(r.detach().cpu().numpy()).reshape(-1), str(r.device)
+            if isinstance(r, np.ndarray):
+                return r.reshape(-1), None
+            raise TypeError(f"jitgrad.load: map_location returned a {type(r).__name__}; expected the storage it "
+                            f"was given (a NumPy array here), a tensor, or None")
+        return call
+    raise TypeError(f"jitgrad.load: map_location should be a device, a str, a dict or a callable, not "
+                    f"{type(map_location).__name__}")
 
 
 def load(f, map_location=None, pickle_module=None, *, weights_only=True, mmap=None, **pickle_load_args):
     """Read an object that ``torch.save`` or ``jitgrad.save`` wrote (torch's zip format); tensors come back as
     jitgrad tensors (Parameters as Parameters), on ``map_location`` if given.  ``weights_only=True`` (torch's
     default) refuses pickled globals other than tensors, containers and plain values."""
-    device = _device_of(map_location)
+    locate = _locator(map_location)
     fh, close = (open(f, "rb"), True) if isinstance(f, (str, os.PathLike)) else (f, False)
     try:
         if not zipfile.is_zipfile(fh):
@@ -310,7 +334,7 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=True, mmap=No
             prefix = pkl[:-len("data.pkl")]
             if f"{prefix}byteorder" in names and z.read(f"{prefix}byteorder") != b"little":
                 raise RuntimeError("jitgrad.load: big-endian checkpoints are not supported")
-            r = _Reader(io.BytesIO(z.read(pkl)), z, prefix, weights_only, device)
+            r = _Reader(io.BytesIO(z.read(pkl)), z, prefix, weights_only, locate)
             return r.load()
     finally:
         if close:

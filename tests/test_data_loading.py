@@ -220,3 +220,47 @@ def test_pin_memory_without_an_accelerator_warns_as_torch():
     with pytest.warns(UserWarning, match="no accelerator is found"):
         dl = jdata.DataLoader(_tensor_ds(jg, jdata), batch_size=5, pin_memory=True)
     assert len(list(dl)) == 2
+
+
+class _Pids(jdata.Dataset):
+    """Each sample says which process made it and how many samples that worker's dataset copy served."""
+
+    def __init__(self):
+        self.served = 0
+
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, i):
+        import os
+        self.served += 1
+        return jg.tensor([i, os.getpid(), self.served])
+
+
+def test_persistent_workers_serve_every_epoch():
+    loader = jdata.DataLoader(_Pids(), batch_size=2, num_workers=2, persistent_workers=True, shuffle=True,
+                              generator=jg.Generator().manual_seed(3))
+    epochs = [list(loader) for _ in range(3)]
+    pids = [{int(p) for b in e for p in b[:, 1].tolist()} for e in epochs]
+    assert pids[0] == pids[1] == pids[2] and len(pids[0]) == 2      # the same two processes throughout
+    # each worker's dataset copy keeps its state (torch: the copies live as long as the workers)
+    assert max(int(b[:, 2].max()) for b in epochs[2]) == 12         # worker 0 serves batches 0 and 2 of each
+    for e in epochs:
+        assert sorted(int(i) for b in e for i in b[:, 0].tolist()) == list(range(6))
+    assert [int(i) for b in epochs[0] for i in b[:, 0].tolist()] != \
+        [int(i) for b in epochs[1] for i in b[:, 0].tolist()]     # reshuffled per epoch
+    # an epoch left early: its unread batches are dropped, the next epoch is whole
+    it = iter(loader)
+    next(it)
+    assert sorted(int(i) for b in loader for i in b[:, 0].tolist()) == list(range(6))
+    # non-persistent: new processes each epoch
+    plain = jdata.DataLoader(_Pids(), batch_size=2, num_workers=2)
+    assert {int(p) for b in plain for p in b[:, 1].tolist()}.isdisjoint(
+        {int(p) for b in plain for p in b[:, 1].tolist()})
+
+
+def test_persistent_workers_iterable_dataset_restarts_each_epoch():
+    loader = jdata.DataLoader(_Stream(jdata, 9).make(), batch_size=2, num_workers=2, persistent_workers=True)
+    want = _lists(tdata.DataLoader(_Stream(tdata, 9).make(), batch_size=2, num_workers=2, persistent_workers=True))
+    assert _lists(loader) == want
+    assert _lists(loader) == want

@@ -284,6 +284,51 @@ def test_checkpoint_written_by_torch_loads_in_jitgrad():
     assert int(jopt.state_dict()["state"][0]["step"]) == 1
 
 
+def test_load_map_location_as_torch():
+    buf = io.BytesIO()
+    w = torch.arange(6.0).reshape(2, 3)
+    torch.save({"w": w, "wt": w.t(), "n": torch.tensor(3)}, buf)
+    seen = []
+
+    def keep(storage, location):
+        seen.append(location)
+        return storage
+
+    for ml in (None, "cpu", jg.device("cpu"), {"cuda:0": "cpu"}, keep, lambda storage, loc: None):
+        buf.seek(0)
+        got = jg.load(buf, map_location=ml)
+        np.testing.assert_array_equal(got["w"].numpy(), w.numpy())
+        np.testing.assert_array_equal(got["wt"].numpy(), w.t().numpy())
+        got["w"].add_(1.0)          # one storage in the file: the view sees the write
+        np.testing.assert_array_equal(got["wt"].numpy(), w.t().numpy() + 1)
+        assert got["n"].item() == 3
+    assert seen == ["cpu", "cpu"]   # once per storage, with torch's location string
+    buf.seek(0)
+    with pytest.raises(TypeError, match="map_location should be a device, a str, a dict or a callable"):
+        jg.load(buf, map_location=3)
+    buf.seek(0)
+    with pytest.raises(TypeError, match="map_location returned a str"):
+        jg.load(buf, map_location=lambda s, loc: "cpu")
+
+
+def test_dtype_table_of_a_training_script():
+    # nanoGPT's train.py: ptdtype = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': ...}[dtype]
+    table = {"float32": jg.float32, "bfloat16": jg.bfloat16, "float16": jg.float16}
+    assert table["bfloat16"] is jg.bfloat16 and repr(jg.bfloat16) == "jitgrad.bfloat16"
+    assert jg.bfloat16.is_floating_point
+    import pickle
+    assert pickle.loads(pickle.dumps(jg.bfloat16)) is jg.bfloat16
+    for make in (lambda: jg.zeros(2, dtype=jg.bfloat16), lambda: jg.randn(2).to(jg.bfloat16),
+                 lambda: jg.tensor([1.0], dtype="bfloat16"), lambda: jg.ones(2).to(dtype=jg.bfloat16)):
+        with pytest.raises(jg.UnsupportedError, match="jitgrad does not support bfloat16 tensors"):
+            make()
+    for dtype in (jg.bfloat16, jg.float16):
+        with pytest.raises(jg.UnsupportedError, match=f"autocast to {dtype.name}"):
+            jg.amp.autocast(device_type="cpu", dtype=dtype)
+    with jg.amp.autocast(device_type="cpu", dtype=jg.bfloat16, enabled=False):
+        assert jg.ones(2).dtype is jg.float32
+
+
 def test_load_weights_only_refuses_other_globals(tmp_path):
     import argparse
     path = tmp_path / "ns.pt"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import dtypes as dt
+from ..ir.graph import Var
 from ..ir.ops.index import np_index
 from .loops import BCAST, CONTIG, STRIDED, Kernel, _load, _Nest, _store, _tname
 
@@ -93,12 +94,18 @@ class RegionSteps:
         acc = e.params["accumulate"]
         if out.aval.dtype is dt.bool_ and acc or v.aval.dtype is not out.aval.dtype:
             return False
-        po = self._new_buffer(out, out.aval.shape, out.aval.dtype)
+        reuse = self._base_reusable(base, out)
+        po = reuse if reuse is not None else self._new_buffer(out, out.aval.shape, out.aval.dtype)
         region = region_place(po, e.params["spec"])
         if region is None:
             return False
         self.places[out] = po
-        self._copy_step(self.place(base), po, "copy (index_put)")
+        if reuse is not None:
+            # the base is a dead intermediate: add into its buffer, no copy (a chain of index_puts, e.g. the
+            # q, k, v gradients of a split written into one qkv gradient)
+            self._hold(po.root, out)
+        else:
+            self._copy_step(self.place(base), po, "copy (index_put)")
         pv = self.place(v)
         it = region.shape
         sst = _bcast_strides(pv, it) if tuple(pv.shape) != tuple(it) else list(pv.strides)
@@ -111,6 +118,25 @@ class RegionSteps:
         self._operand(region, dst)
         self._add(st)
         return True
+
+    def _base_reusable(self, base, out):
+        """The place of ``base`` when ``index_put`` may write its result into base's own buffer: a whole
+        workspace buffer of the output's shape and dtype, not a graph output, read by nothing after this step
+        (its value, or any other view of the buffer)."""
+        from .layout import Place, _c_strides
+        if not isinstance(base, Var) or any(o is base for o in self.graph.outputs):
+            return None
+        p = self.places.get(base)
+        if not isinstance(p, Place) or p.root.kind != "ws" or p.offset != 0 or p.dtype is not out.aval.dtype \
+                or tuple(p.shape) != tuple(out.aval.shape) or tuple(p.strides) != tuple(_c_strides(out.aval.shape)):
+            return None
+        n = self.n
+        if self.last_use.get(base, -1) != n:
+            return None
+        for u, pu in self.places.items():
+            if isinstance(pu, Place) and pu.root is p.root and u is not base and self.last_use.get(u, -1) >= n:
+                return None
+        return p
 
     def _row_operands(self, x, idx, v):
         """(index element stride, value row stride) when BLAS-like row moves can read the operands in place

@@ -9,6 +9,10 @@ from __future__ import annotations
 import numpy as np
 
 
+class UnsupportedError(NotImplementedError, AttributeError):
+    """A torch function, method, argument or dtype that jitgrad does not support yet."""
+
+
 class DType:
     """A tensor element type, e.g. ``jitgrad.float32``."""
 
@@ -50,6 +54,25 @@ _BY_NAME[uint8.name] = uint8
 float16 = DType("float16", np.float16, "f16", 2)
 _FROM_NP[float16.np] = float16
 _BY_NAME[float16.name] = float16
+
+
+class NameOnlyDType(DType):
+    """A torch dtype jitgrad can name but not make tensors of (``bfloat16``): training scripts build tables of
+    dtypes (nanoGPT's ``{'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}``) and
+    pick one at run time; only making a tensor of it (``dtype=``, ``.to``) raises :class:`UnsupportedError`."""
+
+    __slots__ = ()
+
+    def __init__(self, name: str, short: str):
+        super().__init__(name, np.void, short, 2)
+
+    def unsupported(self) -> UnsupportedError:
+        return UnsupportedError(f"jitgrad does not support {self.name} tensors (it computes in float32 and float64; "
+                                f"float16 is storage only); use torch.float32")
+
+
+bfloat16 = NameOnlyDType("bfloat16", "bf16")
+_BY_NAME[bfloat16.name] = bfloat16
 # aliases users reach for
 _ALIASES = {"float": float32, "double": float64, "long": int64, "int": int32, "bool": bool_, "half": float16,
             "f32": float32, "f64": float64, "i64": int64, "i32": int32}
@@ -71,6 +94,8 @@ def from_numpy_dtype(npdt) -> DType:
 def as_dtype(x) -> DType:
     """Accept a DType, a NumPy dtype/type, a Python type or a name."""
     if isinstance(x, DType):
+        if type(x) is NameOnlyDType:
+            raise x.unsupported()
         return x
     if x is float:
         return DEFAULT_FLOAT
@@ -81,7 +106,7 @@ def as_dtype(x) -> DType:
     if isinstance(x, str) and x in _ALIASES:
         return _ALIASES[x]
     if isinstance(x, str) and x in _BY_NAME:
-        return _BY_NAME[x]
+        return as_dtype(_BY_NAME[x])
     try:
         return from_numpy_dtype(x)
     except TypeError:

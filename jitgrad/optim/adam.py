@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..ir import dtypes as dt
 from ..runtime import functions as F
 from ..runtime import grad_mode
+from . import foreach
 from .optimizer import Optimizer, _check_unsupported, _scalar, _zeros_like
 
 
@@ -51,14 +52,24 @@ class Adam(Optimizer):
             state["max_exp_avg_sq"] = _zeros_like(p)
         return state
 
+    @staticmethod
+    def _step_scalars(lr, beta1, beta2, step_t):
+        """(step_size, sqrt(bias_correction2)) as 0-d float64 arrays, by the tensor ops of the loop below."""
+        step = step_t.to(dt.float64)
+        return (lr / (1 - beta1 ** step))._data, F.sqrt(1 - beta2 ** step)._data
+
     def step(self, closure=None):
         """One update of every parameter that has a gradient; returns ``closure()``'s loss when given."""
         loss = self._run_closure(closure)
+        eager = foreach.eager_ready()
         with grad_mode.no_grad():
             for group in self.param_groups:
                 lr = group.lr_tensor
                 beta1, beta2 = group["betas"]
                 eps, wd, amsgrad = group["eps"], group["weight_decay"], group["amsgrad"]
+                if eager and foreach.adam_group(self, group, lambda p: self._state_for(p, amsgrad),
+                                                lambda step_t: self._step_scalars(lr, beta1, beta2, step_t)):
+                    continue        # every parameter updated by the multi-tensor path (same values)
                 for p in group["params"]:
                     if p.grad is None:
                         continue

@@ -19,8 +19,7 @@ REDUCTIONS = frozenset({"sum", "mean", "max", "min", "amax", "amin", "prod", "va
                         "std_mean"})
 
 
-class UnsupportedError(NotImplementedError, AttributeError):
-    """A torch function, method or argument that jitgrad does not support yet."""
+from ..ir.dtypes import UnsupportedError  # noqa: E402,F401 - defined at the lowest layer (dtypes raise it too)
 
 
 def torch_kwargs(fn, name, args, kwargs, extra):

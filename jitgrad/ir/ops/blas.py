@@ -244,7 +244,12 @@ def matmul2d(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def matmul(a, b):
     """NumPy ``matmul`` semantics; large 2-D float GEMMs go to :func:`matmul2d`."""
-    if (a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype and a.dtype.kind == "f" and a.dtype.itemsize in (4, 8)
-            and a.shape[0] * a.shape[1] * b.shape[1] >= EAGER_MIN_MACS and a.shape[1] == b.shape[0]):
-        return matmul2d(a, b)
+    if (b.ndim == 2 and a.ndim >= 2 and a.dtype == b.dtype and a.dtype.kind == "f" and a.dtype.itemsize in (4, 8)
+            and a.shape[-1] == b.shape[0] and a.size * b.shape[1] >= EAGER_MIN_MACS):
+        if a.ndim == 2:
+            return matmul2d(a, b)
+        if a.flags.c_contiguous:
+            # (..., m, k) @ (k, n), a Linear layer on a batch of sequences: one GEMM over all rows (a view, no
+            # copy) through the same BLAS as 2-D products, not NumPy's loop of small GEMMs
+            return matmul2d(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + (b.shape[1],))
     return np.matmul(a, b)

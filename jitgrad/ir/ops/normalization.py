@@ -44,7 +44,10 @@ def _gelu_rule(avals, params):
 def _gelu_impl(x, approximate="none"):
     if approximate == "tanh":
         return 0.5 * x * (1.0 + np.tanh(x.dtype.type(_TANH_K) * (x + x.dtype.type(_TANH_C) * x * x * x)))
-    from scipy.special import erf       # imported on first use: keeps `import jitgrad` fast
+    if x.dtype == np.float32:
+        from .numpy_erf import erf_float32 as erf      # vectorised; SciPy's float32 erf is scalar code
+    else:
+        from scipy.special import erf       # imported on first use: keeps `import jitgrad` fast
     return 0.5 * x * (1.0 + erf(x * x.dtype.type(_SQRT_HALF)))
 
 

@@ -74,4 +74,37 @@ def simplify(g: Graph) -> Graph:
         defs[out] = e
         eqns.append(e)
     outs = [subst.get(v, v) if isinstance(v, Var) else v for v in g.outputs]
-    return Graph(g.inputs, eqns, outs)
+    return _fold_index_put_adds(Graph(g.inputs, eqns, outs))
+
+
+def _fold_index_put_adds(g: Graph) -> Graph:
+    """``x + index_put(zeros, v; accumulate)`` -> ``index_put(x, v; accumulate)`` when the index_put's result has
+    no other use: the gradient of ``q, k, v = x.split(C, dim=2)`` (three index_puts into zeros, then two adds of
+    full-size buffers) becomes one buffer that each gradient is added into.  The same values: x + 0 is x outside
+    the region (up to the sign of a zero), and x + (0 + v) = x + v inside it."""
+    uses = {}
+    for e in g.eqns:
+        for v in e.ins:
+            if isinstance(v, Var):
+                uses[v] = uses.get(v, 0) + 1
+    for v in g.outputs:
+        if isinstance(v, Var):
+            uses[v] = uses.get(v, 0) + 2
+    defs, eqns, dropped = {}, [], set()
+    for e in g.eqns:
+        if e.op.name == "add" and not e.diff and len(e.ins) == 2:
+            for i in (1, 0):
+                y, x = e.ins[i], e.ins[1 - i]
+                d = defs.get(y) if isinstance(y, Var) else None
+                if d is not None and d.op.name == "index_put" and d.params.get("accumulate") and not d.diff \
+                        and uses.get(y) == 1 and isinstance(x, Var) and _same_type(x, e.outs[0]) \
+                        and _same_type(y, e.outs[0]) and _is_const(d.ins[0], 0, defs):
+                    dropped.add(id(d))
+                    e = d.replace(ins=[x] + list(d.ins[1:]), outs=e.outs, loc=e.loc)
+                    break
+        for o in e.outs:
+            defs[o] = e
+        eqns.append(e)
+    if not dropped:
+        return g
+    return Graph(g.inputs, [e for e in eqns if id(e) not in dropped], g.outputs)

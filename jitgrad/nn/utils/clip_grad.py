@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from ...ir.ops import OPS
+from ...optim.foreach import eager_ready
 from ...runtime import functions as F
 from ...runtime import grad_mode
 from ...runtime.tensor import Tensor
@@ -12,6 +16,28 @@ def _grads(parameters):
     if isinstance(parameters, Tensor):
         parameters = [parameters]
     return [p.grad for p in parameters if p.grad is not None]
+
+
+def _eager_plain(grads):
+    """Eager CPU gradients of one float dtype, no trace or profiler: the loops below may skip dispatch."""
+    if not eager_ready():
+        return False
+    d0 = grads[0]._data
+    if type(d0) is not np.ndarray or d0.dtype.kind != "f":
+        return False
+    return all(type(g._data) is np.ndarray and g._data.dtype == d0.dtype for g in grads)
+
+
+def _sum_of_squares_eager(grads):
+    """The norm as the tensor-op loop computes it (``(g * g).sum()`` per gradient, added in order, sqrt), each
+    step by the ops' own NumPy impls and result dtypes: bit-identical, with no dispatch per gradient."""
+    mul, add, red = OPS["mul"].impl, OPS["add"].impl, OPS["sum"].impl
+    total = None
+    for g in grads:
+        d = g._data
+        sq = np.asarray(red(mul(d, d), axes=tuple(range(d.ndim)), keepdims=False), dtype=d.dtype)
+        total = sq if total is None else np.asarray(add(total, sq), dtype=d.dtype)
+    return Tensor._make(total).sqrt()
 
 
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
@@ -27,6 +53,8 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
         if norm_type == math.inf:
             norms = [g.abs().amax() for g in grads]
             total = norms[0] if len(norms) == 1 else F.stack(norms).amax()
+        elif norm_type == 2.0 and _eager_plain(grads):
+            total = _sum_of_squares_eager(grads)
         elif norm_type == 2.0:
             # one sum of squares per gradient and a chain of scalar adds: a compiled step reads each gradient
             # once (a fused reduction), with no per-tensor norm op and no stack of the partial results
@@ -45,6 +73,13 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
                                "by the non-finite norm anyway, set `error_if_nonfinite=False`")
         clip_coef = max_norm / (total + 1e-6)
         clip_coef = F.clamp(clip_coef, max=1.0)
+        if _eager_plain(grads):
+            coef = clip_coef.to(grads[0].dtype)._data
+            for g in grads:         # g.mul_(coef) without a dispatch per gradient: the same float ops
+                g._check_inplace()
+                np.multiply(g._data, coef, out=g._data)
+                g._vc[0] += 1
+            return total
         for g in grads:
             g.mul_(clip_coef.to(g.dtype))
     return total

@@ -15,7 +15,7 @@ import warnings
 from .collate import default_collate, default_convert
 from .dataset import IterableDataset
 from .sampler import BatchSampler, RandomSampler, SequentialSampler
-from .worker import END, ExceptionWrapper, get_worker_info, worker_loop
+from .worker import RESTART, END, ExceptionWrapper, get_worker_info, worker_loop
 
 _UNSET = object()
 
@@ -112,6 +112,15 @@ class DataLoader:
     def __iter__(self):
         if self.num_workers == 0:
             return self._single_process()
+        if self.persistent_workers:
+            # torch's persistent workers: one set of processes (and dataset copies, seeds, worker_init_fn calls)
+            # serves every epoch; each ``iter(loader)`` starts a new epoch on them
+            it = self.__dict__.get("_workers_iter")
+            if it is None or it.failed:
+                it = self.__dict__["_workers_iter"] = _MultiProcessIter(self, persistent=True)
+            else:
+                it.new_epoch()
+            return it
         return _MultiProcessIter(self)
 
     # ---- in this process ----
@@ -159,8 +168,10 @@ class _MultiProcessIter:
     """One epoch over worker processes: tasks ``(n, indices)`` go round-robin to the workers' queues; results
     come back on one queue and are yielded in task order."""
 
-    def __init__(self, loader: DataLoader):
+    def __init__(self, loader: DataLoader, persistent: bool = False):
         self.loader = loader
+        self.persistent = persistent
+        self.failed = False
         ctx = loader.multiprocessing_context
         if ctx is None:
             ctx = multiprocessing.get_context()
@@ -178,18 +189,32 @@ class _MultiProcessIter:
                                   seed + w, w, nw, loader.worker_init_fn))
             p.start()
             self.workers.append(p)
+        self.sent = 0
+        self.done = False
+        self._start_epoch()
+
+    def _start_epoch(self):
+        loader, nw = self.loader, len(self.workers)
         self.active = [True] * nw        # iterable datasets: a worker whose iterator ended gets no more tasks
         self.tasks = iter(loader.batch_sampler if loader._auto_collation else loader.sampler) \
             if not loader._iterable else None
-        self.sent = 0
-        self.next_out = 0
+        # task numbers keep counting across epochs: a result of an earlier epoch (one left unread when the loop
+        # over it stopped early) is told apart and dropped
+        self.epoch_start = self.next_out = self.sent
         self.owner: dict = {}            # task number -> worker
         self.ready: dict = {}            # task number -> batch (arrived out of order)
         self.turn = 0
-        self.done = False
         for _ in range(loader.prefetch_factor * nw):
             if not self._send():
                 break
+
+    def new_epoch(self):
+        """Persistent workers: the next pass over the data on the same worker processes (an iterable dataset's
+        workers start a new iterator of their dataset copy)."""
+        if self.loader._iterable:
+            for q in self.index_qs:
+                q.put(RESTART)
+        self._start_epoch()
 
     def _send(self) -> bool:
         nw = len(self.workers)
@@ -217,7 +242,8 @@ class _MultiProcessIter:
     def __next__(self):
         while True:
             if self.next_out >= self.sent:
-                self._shutdown()
+                if not self.persistent:
+                    self._shutdown()
                 raise StopIteration
             if self.next_out in self.ready:
                 data = self.ready.pop(self.next_out)
@@ -245,6 +271,8 @@ class _MultiProcessIter:
                     codes = ", ".join(str(self.workers[i].pid) for i in dead)
                     self._shutdown()
                     raise RuntimeError(f"DataLoader worker (pid(s) {codes}) exited unexpectedly") from None
+        if n < self.epoch_start and n >= 0:
+            return                      # an earlier epoch's batch that nobody read
         if isinstance(data, ExceptionWrapper):
             self._shutdown()
             data.reraise()
@@ -254,6 +282,7 @@ class _MultiProcessIter:
         if self.done:
             return
         self.done = True
+        self.failed = True              # a persistent loader starts new workers on its next epoch
         for q in self.index_qs:
             try:
                 q.put(None)

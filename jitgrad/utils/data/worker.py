@@ -10,6 +10,7 @@ from typing import Any
 
 _INFO = None
 END = "__jitgrad_worker_iterator_ended__"
+RESTART = "__jitgrad_worker_new_epoch__"     # persistent workers: start a new iterator of the dataset copy
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,14 @@ def worker_loop(dataset, index_q, result_q, collate_fn, auto_collation, batch_si
         task = index_q.get()
         if task is None:
             break
+        if type(task) is str and task == RESTART:
+            try:
+                it = iter(dataset) if iterable else None
+                ended = False
+            except Exception:
+                result_q.put((-1, ExceptionWrapper(sys.exc_info(), where)))
+                return
+            continue
         n, indices = task
         try:
             if iterable:

@@ -1,0 +1,133 @@
+"""The eager multi-tensor paths (optim/foreach.py, clip_grad_norm_'s eager loop) give bit-identical values to the
+per-parameter tensor-op paths, and run only where they apply."""
+import numpy as np
+import pytest
+
+import jitgrad as jg
+import jitgrad.nn.utils.clip_grad as clip_grad
+from jitgrad.optim import foreach
+
+
+def _params(dtype):
+    jg.manual_seed(0)
+    return [jg.nn.Parameter(jg.randn(5, 7, dtype=dtype)), jg.nn.Parameter(jg.randn(7, dtype=dtype)),
+            jg.nn.Parameter(jg.randn(3, 1, 2, dtype=dtype)), jg.nn.Parameter(jg.randn((), dtype=dtype))]
+
+
+def _adam_run(monkeypatch, fast, dtype, make):
+    ps = _params(dtype)
+    opt = make(ps)
+    calls = []
+    orig = foreach.adam_group
+    monkeypatch.setattr(foreach, "eager_ready", lambda: fast)
+    monkeypatch.setattr(foreach, "adam_group", lambda *a: calls.append(1) or orig(*a))
+    for i in range(5):
+        for j, p in enumerate(ps):
+            # gradients over several decades; one parameter skips a step (no grad): its step count lags
+            p.grad = None if (i == 2 and j == 1) else jg.randn(*p.shape, dtype=dtype) * (10.0 ** (i - 3))
+        if i == 3:
+            opt.param_groups[0]["lr"] = 0.0123
+        opt.step()
+    assert bool(calls) == fast
+    state = [opt.state[p][k].numpy().copy() for p in ps for k in ("step", "exp_avg", "exp_avg_sq")]
+    return [p.detach().numpy().copy() for p in ps] + state, [p._version for p in ps]
+
+
+ADAMS = {
+    "adamw_groups": lambda ps: jg.optim.AdamW([{"params": ps[:2], "weight_decay": 0.1},
+                                               {"params": ps[2:], "weight_decay": 0.0}], lr=3e-4, betas=(0.9, 0.95)),
+    "adam_l2": lambda ps: jg.optim.Adam(ps, lr=1e-2, weight_decay=0.05),
+    "adam": lambda ps: jg.optim.Adam(ps, lr=1e-3, eps=1e-6),
+}
+
+
+@pytest.mark.parametrize("dtype", [jg.float32, jg.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("which", sorted(ADAMS))
+def test_adam_foreach_bit_identical(monkeypatch, dtype, which):
+    fast, v_fast = _adam_run(monkeypatch, True, dtype, ADAMS[which])
+    slow, v_slow = _adam_run(monkeypatch, False, dtype, ADAMS[which])
+    for a, b in zip(fast, slow):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    assert v_fast == v_slow           # one version bump per in-place write, as the per-parameter path
+
+
+def test_adam_foreach_declines_what_it_does_not_do(monkeypatch):
+    ps = _params(jg.float32)
+    for p in ps:
+        p.grad = jg.ones(*p.shape)
+    assert foreach.eager_ready()
+    opt = jg.optim.Adam(ps, amsgrad=True)
+    assert not foreach.adam_group(opt, opt.param_groups[0], lambda p: opt._state_for(p, True), None)
+    ps[0].grad._data = ps[0].grad._data.astype(np.float64)     # a gradient of another dtype (as a device could)
+    opt = jg.optim.Adam(ps)
+    assert not foreach.adam_group(opt, opt.param_groups[0], lambda p: opt._state_for(p, False), None)
+    with jg.profiler.profile():
+        assert not foreach.eager_ready()
+
+
+def test_adam_foreach_checks_in_place_rules():
+    p = jg.nn.Parameter(jg.randn(3))
+    p.grad = jg.ones(3)
+    with jg.inference_mode():
+        q = jg.nn.Parameter(jg.randn(3))     # an inference tensor: not updatable outside inference mode
+    q.grad = jg.ones(3)
+    with pytest.raises(RuntimeError, match="Inplace update to inference tensor"):
+        jg.optim.AdamW([p, q]).step()
+
+
+@pytest.mark.parametrize("dtype", [jg.float32, jg.float64], ids=["f32", "f64"])
+def test_clip_grad_norm_eager_bit_identical(monkeypatch, dtype):
+    out = []
+    for fast in (True, False):
+        ps = _params(dtype)
+        for p in ps:
+            p.grad = jg.randn(*p.shape, dtype=dtype) * 3
+        monkeypatch.setattr(clip_grad, "eager_ready", lambda: fast)
+        n = jg.nn.utils.clip_grad_norm_(ps, 1.0)
+        out.append([n.numpy()] + [p.grad.numpy() for p in ps] + [[p.grad._version for p in ps]])
+    assert out[0][-1] == out[1][-1]
+    for a, b in zip(out[0][:-1], out[1][:-1]):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(np.sqrt(sum((p.grad.numpy().astype(np.float64) ** 2).sum() for p in ps)), 1.0,
+                               rtol=1e-5)
+
+
+SGDS = {
+    "plain": lambda ps: jg.optim.SGD(ps, lr=0.1),
+    "momentum_wd": lambda ps: jg.optim.SGD(ps, lr=0.05, momentum=0.9, weight_decay=1e-2),
+    "nesterov_max": lambda ps: jg.optim.SGD(ps, lr=0.05, momentum=0.8, nesterov=True, maximize=True),
+    "dampening": lambda ps: jg.optim.SGD(ps, lr=0.05, momentum=0.5, dampening=0.3),
+}
+
+
+def _sgd_run(monkeypatch, fast, dtype, make):
+    ps = _params(dtype)
+    opt = make(ps)
+    calls = []
+    orig = foreach.sgd_group
+    monkeypatch.setattr(foreach, "eager_ready", lambda: fast)
+    monkeypatch.setattr(foreach, "sgd_group", lambda *a: calls.append(orig(*a)) or calls[-1])
+    for i in range(4):
+        for p in ps:
+            p.grad = jg.randn(*p.shape, dtype=dtype) * (10.0 ** (i - 2))
+        if i == 2:
+            opt.param_groups[0]["lr"] = 0.0123
+        opt.step()
+    # the first momentum step makes the buffers on the per-parameter path; later steps take the fast one
+    assert any(calls) == fast
+    bufs = [opt.state[p]["momentum_buffer"].numpy().copy() for p in ps if "momentum_buffer" in opt.state[p]]
+    return [p.detach().numpy().copy() for p in ps] + bufs, [p._version for p in ps]
+
+
+@pytest.mark.parametrize("dtype", [jg.float32, jg.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("which", sorted(SGDS))
+def test_sgd_foreach_bit_identical(monkeypatch, dtype, which):
+    fast, v_fast = _sgd_run(monkeypatch, True, dtype, SGDS[which])
+    slow, v_slow = _sgd_run(monkeypatch, False, dtype, SGDS[which])
+    assert len(fast) == len(slow)
+    for a, b in zip(fast, slow):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    assert v_fast == v_slow
