@@ -28,7 +28,7 @@ def _check_index(name, input, ax, index, src):
     """torch's checks on (self, dim, index, src), with its messages."""
     if not isinstance(index, Tensor) or index.dtype.name not in ("int64", "int32"):
         got = index.dtype.name if isinstance(index, Tensor) else type(index).__name__
-        raise RuntimeError(f"{name}(): Expected dtype int64 for index, got {got}")
+        raise RuntimeError(f"scatter(): Expected dtype int32/int64 for index, got {got} ({name})")
     if not isinstance(src, Tensor):
         raise TypeError(f"{name}(): argument 'src' must be Tensor, not {type(src).__name__}")
     if src.dtype is not input.dtype:
@@ -41,10 +41,10 @@ def _check_index(name, input, ax, index, src):
         if index.shape[i] > src.shape[i] or (i != ax and index.shape[i] > input.shape[i]):
             raise RuntimeError(f"Expected index {list(index.shape)} to be no larger than self {list(input.shape)} "
                                f"apart from dimension {ax} and to be no larger size than src {list(src.shape)}")
-    d = index._data
-    if index.numel() and type(d) is np.ndarray and (d.min() < 0 or d.max() >= input.shape[ax]):
-        bad = int(d.max() if d.max() >= input.shape[ax] else d.min())
-        raise RuntimeError(f"index {bad} is out of bounds for dimension {ax} with size {input.shape[ax]}")
+    d, size = index._data, input.shape[ax] if input.ndim else 1
+    if index.numel() and type(d) is np.ndarray and (d.min() < 0 or d.max() >= size):
+        bad = int(d.max() if d.max() >= size else d.min())
+        raise RuntimeError(f"index {bad} is out of bounds for dimension {ax} with size {size}")
 
 
 def _reduce(input, ax, index, src, reduce, include_self):
@@ -79,6 +79,8 @@ def _scatter_reduce(input, dim, index, src, reduce, include_self):
         index = index.long()
     if src.shape != index.shape:
         src = src[tuple(slice(0, n) for n in index.shape)]
+    if input.ndim == 0:             # a 0-d self, index and src: one position
+        return _reduce(input.reshape(1), 0, index.reshape(1), src.reshape(1), reduce, include_self).reshape(())
     return _reduce(input, ax, index, src, reduce, include_self)
 
 
@@ -117,7 +119,7 @@ def index_reduce(input, dim, index, source, reduce, *, include_self=True, **torc
     ax = _axis("index_reduce", input, dim)
     if not isinstance(index, Tensor) or index.dtype.name not in ("int64", "int32"):
         got = index.dtype.name if isinstance(index, Tensor) else type(index).__name__
-        raise RuntimeError(f"index_reduce_(): Expected dtype int32/int64 for index, got {got}")
+        raise RuntimeError(f"index_reduce_(): Expected dtype int32/int64 for index but got: {got}")
     if index.ndim > 1:
         raise IndexError(f"index_reduce_(): Index is supposed to be a vector, but got dim: {index.ndim} with type: "
                          f"{index.dtype.name} and size: {list(index.shape)}")
@@ -132,19 +134,15 @@ def index_reduce(input, dim, index, source, reduce, *, include_self=True, **torc
         raise RuntimeError(f"source tensor shape must match self tensor shape, excluding the specified dimension. "
                            f"Got self.shape = {list(input.shape)} source.shape = {list(source.shape)}")
     d = index._data
-    if n and type(d) is np.ndarray and (d.min() < -input.shape[ax] or d.max() >= input.shape[ax]):
+    if n and type(d) is np.ndarray and (d.min() < 0 or d.max() >= (input.shape[ax] if input.ndim else 1)):
         raise IndexError("index out of range in self")
-    if input.ndim == 0:             # a 0-d self: the index can only name position 0
+    if input.ndim == 0:             # a 0-d self: one position, 0
         return named(_reduce(input.reshape(1), 0, index.long().reshape(1), source.reshape(1), reduce,
                              include_self).reshape(()), "IndexReduceBackward0")
     shape = [1] * input.ndim
     shape[ax] = n
-    # negative positions count from the end, as torch's index_select
-    idx = index.long().reshape(shape)
-    if type(d) is np.ndarray and n and d.min() < 0:
-        idx = idx.where(idx >= 0, idx + input.shape[ax])
-    return named(_reduce(input, ax, idx.expand(tuple(source.shape)), source, reduce, include_self),
-                 "IndexReduceBackward0")
+    idx = index.long().reshape(shape).expand(tuple(source.shape))
+    return named(_reduce(input, ax, idx, source, reduce, include_self), "IndexReduceBackward0")
 
 
 def _index_reduce_(self, dim, index, source, reduce, *, include_self=True):
