@@ -10,8 +10,8 @@ The rest of the surface lives in the functions themselves: each public function 
 names its result's node as torch does (``MeanBackward0``; grad_names.py), so ``jg.sum`` is the function itself.
 
 ``install`` runs once, at the end of ``jitgrad/__init__``: it adds the functions of the extra modules (ordering,
-counting, masking, slicing, scatter_reduce) to the ``jitgrad`` namespace and as Tensor methods, the in-place math
-methods, and the ``__getattr__`` hooks.
+counting, masking, slicing, scatter_reduce, strided) to the ``jitgrad`` namespace and as Tensor methods, the
+in-place math methods, and the ``__getattr__`` hooks.
 """
 from __future__ import annotations
 
@@ -49,11 +49,11 @@ def _tensor_format(self, spec):
 
 def install(jg: dict):
     """Wire the surface into the ``jitgrad`` namespace ``jg`` (its ``globals()``), Tensor and nn.functional."""
-    from . import counting, functions, inplace_math, masking, ordering, scatter_reduce, slicing
+    from . import counting, functions, inplace_math, masking, ordering, scatter_reduce, slicing, strided
     from ..nn import functional as nnF
 
     # 1. the functions of the extra modules: in functions' namespace and jitgrad's, and as Tensor methods
-    for mod in (ordering, counting, masking, slicing, scatter_reduce):
+    for mod in (ordering, counting, masking, slicing, scatter_reduce, strided):
         for n in mod.METHODS:
             fn = getattr(mod, n)
             setattr(functions, n, fn)
