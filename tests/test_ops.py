@@ -48,7 +48,7 @@ def _data_args(op, args):
         return args[1:]
     if op.name == "getitem":
         return args[:1]
-    if op.name == "index_put":
+    if op.name in ("index_put", "scatter_reduce"):
         return args[:2]
     return args
 
@@ -1114,6 +1114,8 @@ SMOKE = {
     "matmul": lambda: _g(lambda a, b: a @ b, (2, 3), (3, 2)),
     "getitem": lambda: _g(lambda a: a[1:, jg.tensor([0, 2, 2])], (2, 3)),
     "index_put": lambda: SMOKE_index_put(),
+    "scatter_reduce": lambda: [_g(lambda a, b: a.scatter_reduce(0, jg.tensor([[1, 0, 1], [1, 1, 0]]), b, r), (2, 3),
+                                  (2, 3), domain="nonzero") for r in ("prod", "amax", "amin")],
     "rand_uniform": lambda: jg.rand(2, 3),
     "rand_normal": lambda: jg.randn(2, 3, dtype=jg.float64),
     "multinomial": lambda: jg.multinomial(jg.tensor([0.2, 0.8]), 3, True),
