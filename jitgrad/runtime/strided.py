@@ -95,6 +95,14 @@ def as_strided(input, size, stride, storage_offset=None, **torch_kw):
     owner[ipos] = np.arange(ipos.size, dtype=np.int64)
     elem = owner[pos]
     src = input.reshape(-1)
+    hits = np.bincount(ipos, minlength=flat.size) if input.requires_grad else None
+    if hits is not None and (hits > 1).any():
+        # an overlapping input (expanded): its copies of a position share the gradient evenly, as torch's
+        # backward does; read each position as the mean of its copies (their values are equal)
+        from .masking import scatter_add
+        per_pos = scatter_add(src.new_zeros((flat.size,)), 0, Tensor._make(ipos), src)
+        src = per_pos / Tensor._make(np.maximum(hits, 1).astype(flat.dtype))
+        elem = np.where(hits[pos] > 0, pos, -1)
     if (elem >= 0).all():
         r = src[Tensor._make(elem)]
     else:       # positions outside the input: their values, read from the storage without history
