@@ -97,6 +97,22 @@ def test_prod_gradient_with_one_zero_per_target_to_second_order():
     assert s.grad.numpy()[1, 0] == 3
 
 
+@pytest.mark.parametrize("include_self", [True, False])
+def test_prod_second_order_where_two_zeros_meet(include_self):
+    # torch refuses double backward here ("Double backward is unsupported for src when >1 zeros in src are
+    # scattered to the same position"); jitgrad's gradient is written so that its derivative is exact
+    i = jg.tensor([[0, 0], [0, 0], [0, 0]])
+    for self_value in (2.0, 0.0):
+        x = jg.tensor([[self_value, 3.0]], dtype=jg.float64, requires_grad=True)
+        s = jg.tensor([[0.0, 1.5], [0.0, 0.0], [2.0, 0.0]], dtype=jg.float64, requires_grad=True)
+        f = lambda a, b: a.scatter_reduce(0, i, b, "prod", include_self=include_self)  # noqa: E731
+        assert gradcheck(f, (x, s)) and gradgradcheck(f, (x, s))
+
+        def first(a, b):        # gradgradcheck of the first derivative: the third order
+            return jg.autograd.grad(f(a, b).sum(), (a, b), create_graph=True)[1]
+        assert gradgradcheck(first, (x, s))
+
+
 def test_integer_bool_nan_and_inf_like_torch():
     cases = [
         ("mean", True, [1, 5, 3], [-3, -9]),        # integer means floor, as torch

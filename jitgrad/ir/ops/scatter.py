@@ -9,6 +9,8 @@ dim of ``x``, broadcasting to ``src``'s shape (the runtime builds it from torch'
 The gradient is torch's (``scatter_reduce_backward``): amax/amin split the gradient evenly among every element
 equal to the result (including, as torch does, a ``self`` value that ``include_self=False`` left out); prod
 divides the result by each factor, and computes the products of the others without division where a factor is 0.
+Where two zeros of ``src`` meet at one target torch refuses double backward; here the gradient is written so that
+its own derivative is exact (see ``_vjp``).
 """
 from __future__ import annotations
 
@@ -83,13 +85,25 @@ def _vjp(c, g):
         grad_self = g * c.bind("scatter_reduce", masked_self, src, *key, reduce=reduce,
                                include_self=include_self) / masked_self
         src_zero = src == 0
-        zeros = scatter_add(g.new_zeros(c.shapes[0]), src_zero.to(c.dtypes[0]))
-        single_zero = src_zero & (gather(zeros) == 1)
+        zeros = gather(scatter_add(g.new_zeros(c.shapes[0]), src_zero.to(c.dtypes[0])))     # zeros per target
+        single_zero = src_zero & (zeros == 1)
+        pair_zero = src_zero & (zeros == 2)
         # a lone zero's gradient is the product of the others, computed with the zero replaced by 1 (division
-        # by it would give nan); elsewhere result / src (0 where two or more zeros meet: so is the derivative)
+        # by it would give nan); elsewhere result / src
         others = c.bind("scatter_reduce", x, src.where(~single_zero, 1.0), *key, reduce=reduce,
                         include_self=include_self)
-        grad_src = gather(g * others).where(single_zero, gather(g * result) / src.where(~src_zero, 1.0))
+        by_division = gather(g * result) / src.where(~src_zero, 1.0)
+        # two zeros at a target: each one's gradient is 0, but its derivative in the other zero is the product
+        # of the rest.  Written as (product of the rest) * (the other zero), the other zero being "the target's
+        # zeros summed, minus mine" (0, with derivative 1 in the other), it is exact to every order (torch raises
+        # on double backward here instead).  Three or more zeros: result / src is exact to second order; a third
+        # derivative across three zeros reads 0.
+        rest = c.bind("scatter_reduce", x, src.where(~pair_zero, 1.0), *key, reduce=reduce,
+                      include_self=include_self)
+        paired = src.where(pair_zero, 0.0)
+        other_zero = gather(scatter_add(g.new_zeros(c.shapes[0]), paired)) - paired
+        grad_src = gather(g * others).where(single_zero, (gather(g * rest) * other_zero).where(pair_zero,
+                                                                                             by_division))
     else:
         value = gather(result)
         self_is = (x == result).to(c.dtypes[0])
