@@ -217,30 +217,35 @@ def test_index_reduce_warns_like_torch_once():
         jg.ones(2).index_reduce(0, jg.tensor([0]), jg.tensor([2.0]), "prod")
 
 
-def _step(x, s, idx, i1):
+def _step(x, s, buf, idx, i1):
     y = x.scatter_reduce(0, idx, s, "amax", include_self=False) + x.index_reduce(0, i1, s, "prod")
     y = y + x.scatter_reduce(0, idx, s * 2.0, "amin") * x.scatter_reduce(0, idx, s, "mean", include_self=False)
+    y.scatter_reduce_(0, idx, s, "prod", include_self=False)       # in place, on a non-leaf
+    y.index_reduce_(1, i1[:3], s[:4] * 0.5, "amin")
+    buf.scatter_reduce_(0, idx, s.detach(), "amax")                # a mutated input, written back
     loss = (y * y).sum()
     loss.backward()
     return loss
 
 
-@pytest.mark.parametrize("backend", ["interpret", None])
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
 def test_compiled_equals_eager(backend):
     rng = np.random.default_rng(3)
     xa, sa = rng.standard_normal((4, 3)), rng.standard_normal((5, 3))
     idx, i1 = jg.tensor(rng.integers(0, 4, (5, 3))), jg.tensor([0, 2, 0, 3, 0])
-    step = jg.compile(_step, **({"backend": backend} if backend else {}))
+    step = jg.compile(_step, backend=backend)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         runs = []
         for fn in (_step, step, step):      # the compiled step twice: the second call reuses the build
             x, s = jg.tensor(xa, requires_grad=True), jg.tensor(sa, requires_grad=True)
-            runs.append((fn(x, s, idx, i1).item(), x.grad.numpy(), s.grad.numpy()))
+            buf = jg.zeros(4, 3, dtype=jg.float64)
+            runs.append((fn(x, s, buf, idx, i1).item(), x.grad.numpy(), s.grad.numpy(), buf.numpy()))
+    assert (step.stats["traces"], step.stats["hits"], step.stats["eager_fallbacks"]) == (1, 1, 0), step.stats
+    assert step.stats["compiled_calls" if backend == "numba" else "interpreted_calls"] == 2, step.stats
     for run in runs[1:]:
-        np.testing.assert_allclose(run[0], runs[0][0], rtol=1e-12)
-        np.testing.assert_allclose(run[1], runs[0][1], rtol=1e-12)
-        np.testing.assert_allclose(run[2], runs[0][2], rtol=1e-12)
+        for got, want in zip(run, runs[0]):
+            np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
 def test_compiled_second_order_equals_eager():
