@@ -97,20 +97,46 @@ def test_prod_gradient_with_one_zero_per_target_to_second_order():
     assert s.grad.numpy()[1, 0] == 3
 
 
+def test_prod_double_backward_where_two_zeros_meet_is_refused_as_torch():
+    # PyTorch's test_scatter_index_reduce_prod_gradgrad_error: first order fine, double backward refused
+    x = jg.tensor([1.0], dtype=jg.float64, requires_grad=True)
+    s = jg.tensor([0.0, 0.0], dtype=jg.float64, requires_grad=True)
+    i = jg.tensor([0, 0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for fn, what in ((jg.scatter_reduce, "src"), (jg.index_reduce, "source")):
+            assert gradcheck(fn, (x, 0, i, s, "prod"))
+            with pytest.raises(RuntimeError, match=f"{fn.__name__}\\(\\): Double backward is unsupported for {what} "
+                                                   f"when >1 zeros in {what} are scattered to the same position"):
+                gradgradcheck(fn, (x, 0, i, s, "prod"))
+            # one zero per target: double backward is fine
+            assert gradgradcheck(fn, (x, 0, i, jg.tensor([0.0, 2.0], dtype=jg.float64, requires_grad=True), "prod"))
+
+
 @pytest.mark.parametrize("include_self", [True, False])
-def test_prod_second_order_where_two_zeros_meet(include_self):
-    # torch refuses double backward here ("Double backward is unsupported for src when >1 zeros in src are
-    # scattered to the same position"); jitgrad's gradient is written so that its derivative is exact
+def test_prod_traced_second_order_where_two_zeros_meet_is_exact(include_self):
+    # a traced backward cannot look at the data to refuse: its gradient is written so that its own derivative is
+    # exact, (product of the rest) * (the other zero), to every order with two zeros at a target
     i = jg.tensor([[0, 0], [0, 0], [0, 0]])
+
+    def f(a, b):
+        return a.scatter_reduce(0, i, b, "prod", include_self=include_self)
+
+    def first(a, b):
+        ga, gb = jg.autograd.grad((f(a, b) * jg.tensor([[1.5, -0.5]], dtype=jg.float64)).sum(), (a, b),
+                                  create_graph=True)
+        return ga, gb
+
+    def second(a, b):       # the first derivative's own vjp, differentiated again: the third order
+        ga, gb = first(a, b)
+        return jg.autograd.grad((gb * gb).sum() + ga.sum(), (a, b), create_graph=True)
+
+    compiled_first = jg.compile(first, backend="interpret")
+    compiled_second = jg.compile(second, backend="interpret")
     for self_value in (2.0, 0.0):
         x = jg.tensor([[self_value, 3.0]], dtype=jg.float64, requires_grad=True)
         s = jg.tensor([[0.0, 1.5], [0.0, 0.0], [2.0, 0.0]], dtype=jg.float64, requires_grad=True)
-        f = lambda a, b: a.scatter_reduce(0, i, b, "prod", include_self=include_self)  # noqa: E731
-        assert gradcheck(f, (x, s)) and gradgradcheck(f, (x, s))
-
-        def first(a, b):        # gradgradcheck of the first derivative: the third order
-            return jg.autograd.grad(f(a, b).sum(), (a, b), create_graph=True)[1]
-        assert gradgradcheck(first, (x, s))
+        assert gradcheck(compiled_first, (x, s)) and gradcheck(compiled_second, (x, s))
 
 
 def test_integer_bool_nan_and_inf_like_torch():

@@ -47,7 +47,7 @@ def _check_index(name, input, ax, index, src):
         raise RuntimeError(f"index {bad} is out of bounds for dimension {ax} with size {size}")
 
 
-def _reduce(input, ax, index, src, reduce, include_self):
+def _reduce(input, ax, index, src, reduce, include_self, api="scatter_reduce"):
     """The reduction itself, once the arguments are checked; ``index`` int64 and ``src`` cut to its shape."""
     if index.numel() == 0:
         return input.clone()
@@ -61,7 +61,7 @@ def _reduce(input, ax, index, src, reduce, include_self):
         count = hits + 1 if include_self else hits.where(hits > 0, 1)
         return total / count if input.is_floating_point() else total // count     # torch floors integer means
     _, key = _scatter_key(input, ax, index)
-    return bind(O["scatter_reduce"], input, src, *key, reduce=reduce, include_self=bool(include_self))
+    return bind(O["scatter_reduce"], input, src, *key, reduce=reduce, include_self=bool(include_self), api=api)
 
 
 def _check_reduce(reduce):
@@ -138,11 +138,11 @@ def index_reduce(input, dim, index, source, reduce, *, include_self=True, **torc
         raise IndexError("index out of range in self")
     if input.ndim == 0:             # a 0-d self: one position, 0
         return named(_reduce(input.reshape(1), 0, index.long().reshape(1), source.reshape(1), reduce,
-                             include_self).reshape(()), "IndexReduceBackward0")
+                             include_self, "index_reduce").reshape(()), "IndexReduceBackward0")
     shape = [1] * input.ndim
     shape[ax] = n
     idx = index.long().reshape(shape).expand(tuple(source.shape))
-    return named(_reduce(input, ax, idx, source, reduce, include_self), "IndexReduceBackward0")
+    return named(_reduce(input, ax, idx, source, reduce, include_self, "index_reduce"), "IndexReduceBackward0")
 
 
 def _index_reduce_(self, dim, index, source, reduce, *, include_self=True):

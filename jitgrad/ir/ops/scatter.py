@@ -9,8 +9,9 @@ dim of ``x``, broadcasting to ``src``'s shape (the runtime builds it from torch'
 The gradient is torch's (``scatter_reduce_backward``): amax/amin split the gradient evenly among every element
 equal to the result (including, as torch does, a ``self`` value that ``include_self=False`` left out); prod
 divides the result by each factor, and computes the products of the others without division where a factor is 0.
-Where two zeros of ``src`` meet at one target torch refuses double backward; here the gradient is written so that
-its own derivative is exact (see ``_vjp``).
+Where two zeros of ``src`` meet at one target torch refuses double backward, and so does eager mode here (through
+``delayed_error``: an identity whose gradient raises); a traced backward, which cannot look at the data, keeps a
+gradient written so that its own derivative is exact (see ``_vjp``).
 """
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def _identity(reduce, dtype):
     return info.min if reduce == "amax" else info.max
 
 
-def _impl(x, src, *key, reduce, include_self):
+def _impl(x, src, *key, reduce, include_self, api="scatter_reduce"):
     out = np.array(x, copy=True)
     for d, k in enumerate(key):     # checked here, so a compiled graph's host step raises as eager mode does
         if k.size and (k.min() < 0 or k.max() >= x.shape[d]):
@@ -71,7 +72,7 @@ def _impl(x, src, *key, reduce, include_self):
 
 def _vjp(c, g):
     x, src, key, result = c.inputs[0], c.inputs[1], c.inputs[2:], c.outputs[0]
-    reduce, include_self = c.params["reduce"], c.params["include_self"]
+    reduce, include_self, api = c.params["reduce"], c.params["include_self"], c.params.get("api", "scatter_reduce")
     spec = tuple(("tensor", k) for k in range(len(key)))
 
     def gather(t):          # t at every src position's target: torch's t.gather(dim, index)
@@ -83,7 +84,7 @@ def _vjp(c, g):
     if reduce == "prod":
         masked_self = x.where(x != 0, 1.0)
         grad_self = g * c.bind("scatter_reduce", masked_self, src, *key, reduce=reduce,
-                               include_self=include_self) / masked_self
+                               include_self=include_self, api=api) / masked_self
         src_zero = src == 0
         zeros = gather(scatter_add(g.new_zeros(c.shapes[0]), src_zero.to(c.dtypes[0])))     # zeros per target
         single_zero = src_zero & (zeros == 1)
@@ -91,19 +92,24 @@ def _vjp(c, g):
         # a lone zero's gradient is the product of the others, computed with the zero replaced by 1 (division
         # by it would give nan); elsewhere result / src
         others = c.bind("scatter_reduce", x, src.where(~single_zero, 1.0), *key, reduce=reduce,
-                        include_self=include_self)
+                        include_self=include_self, api=api)
         by_division = gather(g * result) / src.where(~src_zero, 1.0)
         # two zeros at a target: each one's gradient is 0, but its derivative in the other zero is the product
         # of the rest.  Written as (product of the rest) * (the other zero), the other zero being "the target's
-        # zeros summed, minus mine" (0, with derivative 1 in the other), it is exact to every order (torch raises
-        # on double backward here instead).  Three or more zeros: result / src is exact to second order; a third
-        # derivative across three zeros reads 0.
+        # zeros summed, minus mine" (0, with derivative 1 in the other), it is exact to every order.  Three or
+        # more zeros: result / src is exact to second order; a third derivative across three zeros reads 0.
+        # Eager mode raises torch's error on double backward instead wherever two or more zeros meet.
         rest = c.bind("scatter_reduce", x, src.where(~pair_zero, 1.0), *key, reduce=reduce,
-                      include_self=include_self)
+                      include_self=include_self, api=api)
         paired = src.where(pair_zero, 0.0)
         other_zero = gather(scatter_add(g.new_zeros(c.shapes[0]), paired)) - paired
         grad_src = gather(g * others).where(single_zero, (gather(g * rest) * other_zero).where(pair_zero,
                                                                                              by_division))
+        if c.needs_grad[1] and type(src._data) is np.ndarray and bool((zeros._data > 1).any()):
+            # eager mode keeps torch's refusal (a compiled backward keeps the exact derivative above)
+            what = "source" if api == "index_reduce" else "src"
+            grad_src = c.bind("delayed_error", grad_src, msg=f"{api}(): Double backward is unsupported for {what} "
+                              f"when >1 zeros in {what} are scattered to the same position in self")
     else:
         value = gather(result)
         self_is = (x == result).to(c.dtypes[0])
@@ -119,3 +125,12 @@ def _vjp(c, g):
 register(OpDef("scatter_reduce", "index", _rule, _impl, _vjp, saves_in=tuple(range(64)), saves_out=(0,),
                grad_name="ScatterReduceBackward0",
                doc="out[key] (reduce)= src for reduce in prod, amax, amin (torch.scatter_reduce)"))
+
+
+def _delayed_error_vjp(c, g):
+    raise RuntimeError(c.params["msg"])
+
+
+register(OpDef("delayed_error", "shape", lambda avals, params: [Aval(avals[0].shape, avals[0].dtype)],
+               lambda x, msg: np.array(x, copy=True), _delayed_error_vjp, grad_name="DelayedErrorBackward0",
+               doc="identity whose gradient raises RuntimeError(msg): a gradient that must not be differentiated"))
