@@ -97,6 +97,34 @@ def test_prod_gradient_with_one_zero_per_target_to_second_order():
     assert s.grad.numpy()[1, 0] == 3
 
 
+def test_amin_amax_share_the_gradient_among_ties():
+    # PyTorch's test_scatter_index_reduce_amin_amax_backprops_to_all_values: src equal to self, every value tied
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for fn, reduce in [(f, r) for f in (jg.scatter_reduce, jg.index_reduce) for r in ("amin", "amax")]:
+            x = jg.tensor(np.random.default_rng(1).standard_normal((2, 3)), requires_grad=True)
+            s = x.clone().detach_().requires_grad_(True)
+            i = jg.arange(2)
+            if fn is jg.scatter_reduce:
+                i = i.unsqueeze(-1).expand((2, 3))
+            assert gradcheck(fn, (x, 0, i, s, reduce), check_batched_grad=False)
+
+
+def test_prod_gradients_at_zeros_of_self_and_src():
+    # PyTorch's OpInfo samples for prod: one zero reduced (from src, from self), two (one from each), none
+    f64 = dict(dtype=jg.float64, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        x = jg.tensor([[0.0, 13.0], [0.0, 0.0], [15.0, 19.0]], **f64)
+        s = jg.tensor([[2.0, 0.0], [0.0, 0.0], [2.0, 3.0], [2.0, 2.0]], **f64)
+        args = (x, 0, jg.tensor([0, 1, 2, 0]), s, "prod")
+        assert gradcheck(jg.index_reduce, args) and gradgradcheck(jg.index_reduce, args)
+        x = jg.tensor([[0.0, 13.0], [0.0, 17.0], [0.0, 19.0]], **f64)
+        s = jg.tensor([[0.0, 1.0, 2.0, 3.0], [0.0, 4.0, 0.0, 1.0], [2.0, 3.0, 5.0, 6.0]], **f64)
+        args = (x, 1, jg.tensor([[1, 1, 0, 0], [0, 0, 1, 1], [0, 0, 0, 1]]), s, "prod")
+        assert gradcheck(jg.scatter_reduce, args) and gradgradcheck(jg.scatter_reduce, args)
+
+
 def test_prod_double_backward_where_two_zeros_meet_is_refused_as_torch():
     # PyTorch's test_scatter_index_reduce_prod_gradgrad_error: first order fine, double backward refused
     x = jg.tensor([1.0], dtype=jg.float64, requires_grad=True)
