@@ -318,3 +318,27 @@ def test_compiled_second_order_equals_eager():
     got = jg.autograd.grad(jg.compile(gg, backend="interpret")(x, s), (x, s))
     for a, b in zip(got, want):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype,reduce,include_self", [
+    ("float32", "amax", False), ("float32", "amin", True), ("float64", "prod", False), ("int64", "amax", True),
+    ("int32", "amin", False), ("bool", "prod", True), ("bool", "amax", False)])
+def test_native_cpu_loop_equals_eager(dtype, reduce, include_self):
+    # compiled CPU code runs scatter_reduce as a native loop (codegen/loops.gen_scatter), NaN-propagating as
+    # np.maximum / np.minimum, with the identity written first when the targets' own values are left out
+    rng = np.random.default_rng(7)
+    dt = getattr(jg, dtype)
+    xa, sa = rng.integers(-3, 4, (4, 3)), rng.integers(-3, 4, (6, 3))
+    xa, sa = (xa > 0, sa > 0) if dtype == "bool" else (xa.astype(dt.np), sa.astype(dt.np))
+    if dtype.startswith("float"):
+        xa[0, 0], sa[1, 1] = np.nan, np.nan
+    f = jg.compile(lambda x, s, i: x.scatter_reduce(0, i, s, reduce, include_self=include_self), backend="numba")
+    for _ in range(2):
+        i = jg.tensor(rng.integers(0, 4, (6, 3)))
+        want = jg.tensor(xa).scatter_reduce(0, i, jg.tensor(sa), reduce, include_self=include_self).numpy()
+        got = f(jg.tensor(xa), jg.tensor(sa), i).numpy()
+        np.testing.assert_array_equal(got, want)
+    assert f.stats["compiled_calls"] == 2 and "# kernel scatter_" in str(f.source(jg.tensor(xa), jg.tensor(sa), i))
+    for bad in (4, -1):         # refused in the loop as in eager mode (a negative index is no wrap-around here)
+        with pytest.raises(IndexError, match=f"scatter_reduce: index {bad} is out of bounds for dimension 0"):
+            f(jg.tensor(xa), jg.tensor(sa), jg.tensor(np.full((6, 3), bad)))

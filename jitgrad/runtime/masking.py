@@ -49,7 +49,7 @@ def _scatter_key(input, dim, index):
         else:
             shp = [1] * index.ndim
             shp[i] = index.shape[i]
-            key.append(Tensor._make(np.arange(index.shape[i], dtype=np.int64).reshape(shp)))
+            key.append(index._same_device(Tensor._make(np.arange(index.shape[i], dtype=np.int64).reshape(shp))))
     return ax, key
 
 
