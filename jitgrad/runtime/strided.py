@@ -14,6 +14,7 @@ import weakref
 
 import numpy as np
 
+from .grad_mode import STATE
 from .grad_names import named
 from .tensor import Tensor
 from .torch_kwargs import UnsupportedError, torch_kwargs
@@ -88,6 +89,13 @@ def as_strided(input, size, stride, storage_offset=None, **torch_kw):
         return torch_kwargs(as_strided, 'as_strided', (input, size, stride, storage_offset), {}, torch_kw)
     root, flat = _storage(input)
     size, stride, off, pos = _geometry("as_strided", input, flat, size, stride, storage_offset)
+    # the result shares the storage (as torch's view); overlapping positions make it read-only, as NumPy's
+    view = np.lib.stride_tricks.as_strided(flat[off:], size, tuple(st * flat.itemsize for st in stride),
+                                           writeable=np.unique(pos).size == pos.size)
+    if not (input.requires_grad and STATE.grad_enabled):       # nothing to record: the view is all there is
+        r = Tensor._make(view)
+        r._base, r._vc = root, root._vc
+        return r
     # each storage position -> the input element there (-1: outside the input); an expanded input's repeated
     # positions map to one of its elements
     ipos = _positions(input.shape, input.stride(), _offset_of(input, flat)).reshape(-1)
@@ -95,8 +103,8 @@ def as_strided(input, size, stride, storage_offset=None, **torch_kw):
     owner[ipos] = np.arange(ipos.size, dtype=np.int64)
     elem = owner[pos]
     src = input.reshape(-1)
-    hits = np.bincount(ipos, minlength=flat.size) if input.requires_grad else None
-    if hits is not None and (hits > 1).any():
+    hits = np.bincount(ipos, minlength=flat.size)
+    if (hits > 1).any():
         # an overlapping input (expanded): its copies of a position share the gradient evenly, as torch's
         # backward does; read each position as the mean of its copies (their values are equal)
         from .masking import scatter_add
@@ -109,9 +117,7 @@ def as_strided(input, size, stride, storage_offset=None, **torch_kw):
         inside = Tensor._make(elem >= 0)
         outside = Tensor._make(flat[pos].copy())
         r = (src[Tensor._make(np.maximum(elem, 0))] if src.numel() else outside).where(inside, outside)
-    # the result shares the storage (as torch's view); overlapping positions make it read-only, as NumPy's
-    r._data = np.lib.stride_tricks.as_strided(flat[off:], size, tuple(st * flat.itemsize for st in stride),
-                                              writeable=np.unique(pos).size == pos.size)
+    r._data = view
     r._base, r._vc = root, root._vc
     return named(r, "AsStridedBackward0") if r.grad_fn is not None else r
 
@@ -119,7 +125,6 @@ def as_strided(input, size, stride, storage_offset=None, **torch_kw):
 def as_strided_(self, size, stride, storage_offset=None):
     """In place: this tensor takes the geometry ``(size, stride, storage_offset)`` over its storage and returns
     itself; its history continues through ``AsStridedBackward1``."""
-    from .grad_mode import STATE
     if type(self._data) is not np.ndarray:
         raise UnsupportedError("jitgrad does not support Tensor.as_strided_() inside @jg.compile or on a device yet")
     self._check_inplace()
