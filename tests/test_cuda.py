@@ -140,6 +140,11 @@ CASES = {
                                                                          jg.tensor([2, 2], device=a.device)].sum(),
                 [(2, 3)], "any"),
     "index_put": (None, [(2, 3), (2, 2)], "any"),
+    "scatter_reduce": (lambda a, b: sum(a.scatter_reduce(0, jg.tensor([[1, 0, 1], [1, 1, 0]], device=a.device), b, r,
+                                                         include_self=r != "amin") for r in ("prod", "amax", "amin")),
+                       [(2, 3), (2, 3)], "any"),
+    # an identity whose gradient raises (scatter_reduce's refused double backward): run on a value off the graph
+    "delayed_error": (lambda a: a * _bind("delayed_error", a.detach(), msg="no double backward"), [(2, 3)], "any"),
     # the fused primitives: on a device they run as their decompositions (OpDef.decompose)
     "tanh_backward": (lambda g, y: _bind("tanh_backward", g, y), [(2, 3), (2, 3)], "unit"),
     "softmax": (lambda a: _bind("softmax", a, axis=1), [(2, 3)], "any"),
