@@ -81,45 +81,54 @@ def _vjp(c, g):
     def scatter_add(base, v):
         return c.bind("index_put", base, v, *key, spec=spec, accumulate=True)
 
+    grad_self = grad_src = None
     if reduce == "prod":
-        masked_self = x.where(x != 0, 1.0)
-        grad_self = g * c.bind("scatter_reduce", masked_self, src, *key, reduce=reduce,
-                               include_self=include_self, api=api) / masked_self
-        src_zero = src == 0
-        zeros = gather(scatter_add(g.new_zeros(c.shapes[0]), src_zero.to(c.dtypes[0])))     # zeros per target
-        single_zero = src_zero & (zeros == 1)
-        pair_zero = src_zero & (zeros == 2)
-        # a lone zero's gradient is the product of the others, computed with the zero replaced by 1 (division
-        # by it would give nan); elsewhere result / src
-        others = c.bind("scatter_reduce", x, src.where(~single_zero, 1.0), *key, reduce=reduce,
-                        include_self=include_self, api=api)
-        by_division = gather(g * result) / src.where(~src_zero, 1.0)
-        # two zeros at a target: each one's gradient is 0, but its derivative in the other zero is the product
-        # of the rest.  Written as (product of the rest) * (the other zero), the other zero being "the target's
-        # zeros summed, minus mine" (0, with derivative 1 in the other), it is exact to every order.  Three or
-        # more zeros: result / src is exact to second order; a third derivative across three zeros reads 0.
-        # Eager mode raises torch's error on double backward instead wherever two or more zeros meet.
-        rest = c.bind("scatter_reduce", x, src.where(~pair_zero, 1.0), *key, reduce=reduce,
-                      include_self=include_self, api=api)
-        paired = src.where(pair_zero, 0.0)
-        other_zero = gather(scatter_add(g.new_zeros(c.shapes[0]), paired)) - paired
-        grad_src = gather(g * others).where(single_zero, (gather(g * rest) * other_zero).where(pair_zero,
-                                                                                             by_division))
-        if c.needs_grad[1] and type(src._data) is np.ndarray and bool((zeros._data > 1).any()):
-            # eager mode keeps torch's refusal (a compiled backward keeps the exact derivative above)
-            what = "source" if api == "index_reduce" else "src"
-            grad_src = c.bind("delayed_error", grad_src, msg=f"{api}(): Double backward is unsupported for {what} "
-                              f"when >1 zeros in {what} are scattered to the same position in self")
+        if c.needs_grad[0]:
+            masked_self = x.where(x != 0, 1.0)
+            grad_self = g * c.bind("scatter_reduce", masked_self, src, *key, reduce=reduce,
+                                   include_self=include_self, api=api) / masked_self
+        if c.needs_grad[1]:
+            grad_src = _prod_src_grad(c, g, x, src, key, result, gather, scatter_add)
     else:
         value = gather(result)
         self_is = (x == result).to(c.dtypes[0])
         src_is = (src == value).to(c.dtypes[0])
         share = g / scatter_add(self_is, src_is)        # the gradient split evenly among the tied elements
-        grad_self = self_is * share
-        grad_src = src_is * gather(share)
-    if not include_self:        # the targets' own values took no part: no gradient to them
+        grad_self = self_is * share if c.needs_grad[0] else None
+        grad_src = src_is * gather(share) if c.needs_grad[1] else None
+    if grad_self is not None and not include_self:      # the targets' own values took no part: no gradient
         grad_self = c.bind("index_put", grad_self, 0.0, *key, spec=spec, accumulate=False)
-    return (grad_self if c.needs_grad[0] else None, grad_src if c.needs_grad[1] else None) + (None,) * len(key)
+    return (grad_self, grad_src) + (None,) * len(key)
+
+
+def _prod_src_grad(c, g, x, src, key, result, gather, scatter_add):
+    """src's gradient for prod: the product of the other factors at its target, times g."""
+    reduce, include_self, api = c.params["reduce"], c.params["include_self"], c.params.get("api", "scatter_reduce")
+    src_zero = src == 0
+    zeros = gather(scatter_add(g.new_zeros(c.shapes[0]), src_zero.to(c.dtypes[0])))     # zeros per target
+    single_zero = src_zero & (zeros == 1)
+    pair_zero = src_zero & (zeros == 2)
+    # a lone zero's gradient is the product of the others, computed with the zero replaced by 1 (division
+    # by it would give nan); elsewhere result / src
+    others = c.bind("scatter_reduce", x, src.where(~single_zero, 1.0), *key, reduce=reduce,
+                    include_self=include_self, api=api)
+    by_division = gather(g * result) / src.where(~src_zero, 1.0)
+    # two zeros at a target: each one's gradient is 0, but its derivative in the other zero is the product
+    # of the rest.  Written as (product of the rest) * (the other zero), the other zero being "the target's
+    # zeros summed, minus mine" (0, with derivative 1 in the other), it is exact to every order.  Three or
+    # more zeros: result / src is exact to second order; a third derivative across three zeros reads 0.
+    # Eager mode raises torch's error on double backward instead wherever two or more zeros meet.
+    rest = c.bind("scatter_reduce", x, src.where(~pair_zero, 1.0), *key, reduce=reduce,
+                  include_self=include_self, api=api)
+    paired = src.where(pair_zero, 0.0)
+    other_zero = gather(scatter_add(g.new_zeros(c.shapes[0]), paired)) - paired
+    grad_src = gather(g * others).where(single_zero, (gather(g * rest) * other_zero).where(pair_zero, by_division))
+    if type(src._data) is np.ndarray and bool((zeros._data > 1).any()):
+        # eager mode keeps torch's refusal (a compiled backward keeps the exact derivative above)
+        what = "source" if api == "index_reduce" else "src"
+        grad_src = c.bind("delayed_error", grad_src, msg=f"{api}(): Double backward is unsupported for {what} "
+                          f"when >1 zeros in {what} are scattered to the same position in self")
+    return grad_src
 
 
 register(OpDef("scatter_reduce", "index", _rule, _impl, _vjp, saves_in=tuple(range(64)), saves_out=(0,),
