@@ -85,11 +85,8 @@ elif mode == "jax":
 
 _CHAIN = _COMMON + r'''
 import jitgrad as jg
+from elementwise_chains import mixed_chain as chain
 x = jg.tensor(np.linspace(-2, 2, 1 << 20, dtype=np.float32))
-def chain(x):
-    for i in range(16):
-        x = x.tanh() if i % 3 == 0 else (x.sigmoid() if i % 3 == 1 else x * 1.5)
-    return x
 f = jg.compile(chain, backend="numba")
 t0 = time.perf_counter(); r = f(x); first = (time.perf_counter() - t0) * 1e3
 ok = bool(np.allclose(r.numpy(), chain(x).numpy(), rtol=1e-5, atol=1e-6))
@@ -99,21 +96,14 @@ report(mode="chain", compiled_ms=med(lambda: f(x), 30), eager_ms=med(lambda: cha
 _COMPILE = _COMMON + r'''
 import jitgrad as jg
 from jitgrad.codegen import build
+from elementwise_chains import tanh_scale_reference, tanh_scale_step
 n = int(sys.argv[1])
 x = jg.tensor(np.linspace(-1, 1, 1000, dtype=np.float32), requires_grad=True)
-def chain(x):
-    y = x
-    for i in range(n):
-        y = y.tanh() if i % 2 else y * 1.0001
-    y.sum().backward()
-    return y.detach()
 t0 = time.perf_counter()
-f = jg.compile(chain, backend="numba")
+f = jg.compile(tanh_scale_step(n), backend="numba")
 r = f(x)
 secs = time.perf_counter() - t0
-want = x.detach().numpy().astype(np.float64)
-for i in range(n):
-    want = np.tanh(want) if i % 2 else want * 1.0001
+want = tanh_scale_reference(x.detach().numpy(), n)
 ok = bool(np.allclose(r.numpy(), want, rtol=1e-3, atol=1e-4)) and f.stats["compiled_calls"] == 1
 report(mode=f"compile {n}", seconds=secs, ok=ok, kernels_compiled=build.COUNTS["kernels_compiled"])
 '''
@@ -122,7 +112,8 @@ report(mode=f"compile {n}", seconds=secs, ok=ok, kernels_compiled=build.COUNTS["
 def _run(code, *args, env=None):
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as fh:
         fh.write(code)
-    e = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    # the repository (jitgrad) and this folder (the shared workloads: elementwise_chains.py)
+    e = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, HERE, os.environ.get("PYTHONPATH", "")]),
              JITGRAD_BACKGROUND_COMPILE="0", **(env or {}))
     r = subprocess.run([sys.executable, fh.name, *args], env=e, capture_output=True, text=True, timeout=1800)
     os.unlink(fh.name)

@@ -386,6 +386,28 @@ COMPOSITE_SAMPLES: dict[str, list[Sample]] = {
     "log2": [Sample(lambda m, x: m.log2(x), [a(0.0, -0.0, inf, -1.0, 1.0)])],
 }
 
+
+def _scatter(m, x, s, idx, reduce, include_self=True):
+    return x.scatter_reduce(0, m.tensor(idx), s, reduce, include_self=include_self)
+
+
+OP_SAMPLES["scatter_reduce"] = [
+    Sample(lambda m, x, s: _scatter(m, x, s, [1, 1, 0, 2], "amax") * x, [a(1.0, 2.0, 3.0), a(2.0, 2.0, 5.0, 3.0)],
+           "ties between self and src and among src (the gradient shared evenly)"),
+    Sample(lambda m, x, s: _scatter(m, x, s, [0, 0], "amin", False) + _scatter(m, x, s, [0, 0], "amax", False),
+           [a(3.0, 5.0), a(3.0, 1.0)], "include_self=False with the excluded self tied with the result (torch's "
+                                       "share counts it)"),
+    Sample(lambda m, x, s: _scatter(m, x, s, [0, 0, 1, 2], "prod") * s.sum(), [a(0.0, 2.0, 3.0), a(0.0, 1.5, 2.0, 0.0)],
+           "zeros in self and src (one src zero per target: torch's double backward allows it)"),
+    Sample(lambda m, x, s: _scatter(m, x, s, [1, 0, 0], "amax") + _scatter(m, x, s, [1, 0, 1], "amin", False),
+           [a(inf, 1.0), a(nan, 2.0, -inf)], "nan and inf (nan wins)"),
+    Sample(lambda m, x, s: _scatter(m, x, s, [0, 1], "prod"), [a(inf, 2.0), a(0.0, 3.0)], "inf * 0"),
+]
+COMPOSITE_SAMPLES["scatter_reduce mean/sum"] = [
+    Sample(lambda m, x, s: _scatter(m, x, s, [0, 0, 2], "mean", False) + _scatter(m, x, s, [2, 2, 2], "sum", False),
+           [a(inf, -inf, nan), a(1.0, 0.0, 2.0)], "excluded inf / nan targets leave no nan behind"),
+]
+
 SAMPLES = {**OP_SAMPLES, **COMPOSITE_SAMPLES}
 
 _RANDOM = ("a random draw, not differentiable (torch gives draws no gradient either), with no input at which it is "
@@ -395,6 +417,8 @@ _RANDOM = ("a random draw, not differentiable (torch gives draws no gradient eit
 # OpDefs with no samples of their own, and why
 EXEMPT = {
     **{name: _RANDOM for name in ("rand_uniform", "rand_normal", "multinomial", "randperm")},
+    "delayed_error": "an identity whose gradient raises (scatter_reduce's prod refuses double backward where two "
+                     "src zeros meet, as torch); tests/test_scatter_reduce.py checks that refusal against torch's",
     "prod_others": "an internal primitive: the vjp of prod (its first and second derivatives are prod's second and "
                    "third), checked through the prod samples",
     **{name: "a collective moves values between processes and computes nothing at a point (SUM/AVG are linear); "

@@ -1,25 +1,28 @@
 """Compile work linear in the graph, counted (never timed): a long elementwise chain is cut into loops of at
 most ``MAX_GROUP_EQNS`` eqns whose texts repeat, so the number of distinct kernels (Numba compilations) does
 not grow with the chain's length, and the steps grow linearly with it."""
+import importlib.util
+import os
+
 import numpy as np
 
 import jitgrad as jg
 from jitgrad.codegen.layout import Program
 from jitgrad.ir.passes.fuse import MAX_GROUP_EQNS, plan as fusion_plan
 
+# the chain is the one benchmarks/codegen_fresh.py times: one definition, in benchmarks/elementwise_chains.py
+# (loaded by path: putting benchmarks/ on sys.path would shadow test modules with its harness.py, report.py...)
+_spec = importlib.util.spec_from_file_location("elementwise_chains", os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "elementwise_chains.py"))
+chains = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(chains)
+
 
 def _chain_graph(n):
     x = jg.tensor(np.linspace(-1, 1, 64, dtype=np.float32), requires_grad=True)
-
-    def chain(x):
-        y = x
-        for i in range(n):
-            y = y.tanh() if i % 2 else y * 1.0001
-        y.sum().backward()
-        return y.detach()
-
-    f = jg.compile(chain, backend="interpret")
-    f(x)
+    f = jg.compile(chains.tanh_scale_step(n), backend="interpret")
+    r = f(x)
+    np.testing.assert_allclose(r.numpy(), chains.tanh_scale_reference(x.detach().numpy(), n), rtol=1e-4, atol=1e-5)
     (entries,) = f._cache.values()
     return entries[0].graph
 

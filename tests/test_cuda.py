@@ -140,6 +140,11 @@ CASES = {
                                                                          jg.tensor([2, 2], device=a.device)].sum(),
                 [(2, 3)], "any"),
     "index_put": (None, [(2, 3), (2, 2)], "any"),
+    "scatter_reduce": (lambda a, b: sum(a.scatter_reduce(0, jg.tensor([[1, 0, 1], [1, 1, 0]], device=a.device), b, r,
+                                                         include_self=r != "amin") for r in ("prod", "amax", "amin")),
+                       [(2, 3), (2, 3)], "any"),
+    # an identity whose gradient raises (scatter_reduce's refused double backward): run on a value off the graph
+    "delayed_error": (lambda a: a * _bind("delayed_error", a.detach(), msg="no double backward"), [(2, 3)], "any"),
     # the fused primitives: on a device they run as their decompositions (OpDef.decompose)
     "tanh_backward": (lambda g, y: _bind("tanh_backward", g, y), [(2, 3), (2, 3)], "unit"),
     "softmax": (lambda a: _bind("softmax", a, axis=1), [(2, 3)], "any"),
@@ -743,3 +748,22 @@ def test_sim_inplace_through_a_view_reaches_the_base():
     p = jg.ones(3, device="cuda", requires_grad=True) * 1.0
     with pytest.raises(RuntimeError, match="in-place modification of a view"):
         p[0:2].mul_(2.0)
+
+
+@sim
+def test_sim_scatter_reduce_and_index_reduce_on_2d_device_tensors():
+    import warnings
+    out = []
+    for dev in ("cuda", "cpu"):
+        idx = jg.tensor([[0, 1], [0, 0], [2, 1]], device=dev)
+        x = jg.tensor(np.arange(6.0).reshape(3, 2), device=dev, requires_grad=True)
+        s = jg.tensor(np.arange(6.0).reshape(3, 2) * 0.5, device=dev, requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")         # index_reduce's beta warning
+            y = (x.scatter_reduce(0, idx, s, "amax", include_self=False) + x.scatter_reduce(0, idx, s, "mean")
+                 + x.index_reduce(0, jg.tensor([2, 0, 0], device=dev), s, "prod") + x.scatter_add(0, idx, s))
+        (y * y).sum().backward()
+        assert y.device == dev and s.grad.device == dev
+        out.append([t.cpu().detach().numpy() for t in (y, x.grad, s.grad)])
+    for a, b in zip(*out):
+        np.testing.assert_allclose(a, b, rtol=1e-12)

@@ -125,6 +125,9 @@ def test_histc_and_histogram_values():
     assert np.array_equal(h.numpy(), [1, 3, 1]) and np.array_equal(e.numpy(), [0, 2, 5, 10])
     with pytest.raises(RuntimeError, match="histc"):
         jg.histc(jg.tensor([1, 2]), 3)
+    h, e = jg.histogram(x)                  # torch's default: 100 bins over the data's range
+    rh, re = np.histogram(a, 100)
+    assert h.shape == (100,) and np.array_equal(h.numpy(), rh) and np.allclose(e.numpy(), re)
 
 
 def test_histc_bins_as_torch_histc():

@@ -192,7 +192,7 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
         # ones run only when it did not raise (``state_write`` steps, guarded by the driver)
         # (a collective counts: it may decline to a Python step, which can raise)
         self.last_raising = max([n for n, s in enumerate(plan.steps) if step_kind(s) in (
-            "gather", "scatter", "host", "collective") or (
+            "gather", "scatter", "scatter_reduce", "host", "collective") or (
             isinstance(s, Group) and any(raises_in_loop(e) for e in s.eqns))], default=-1)
         self._inplace = {} if self.check_ids else {
             graph.outputs[o]: i for o, i in writes
@@ -368,6 +368,7 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
 
     # the emitter of each step kind (codegen/lowering.py); a kind not listed (cat) runs its NumPy impl
     EMITTERS = {"fused": "_group", "view": "_view", "gemm": "_gemm", "gather": "_gather", "scatter": "_scatter",
+                "scatter_reduce": "_scatter",
                 "scan": "_scan", "region": "_region", "collective": "_collective",
                 "row_gather": "_row_gather", "row_scatter": "_row_scatter", "host": "_py"}
 

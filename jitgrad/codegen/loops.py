@@ -354,14 +354,16 @@ def gen_check(dtype: dt.DType, rank: int, cls: str) -> Kernel:
                   checks=[0], label="check", uses=m.uses)
 
 
-def _bounds_checked(n, raw, wrapped, sizes, access):
-    """Lines that wrap negative indices, check every index against its dim and do ``access`` only when all are
-    in range; otherwise the first failure is recorded in the index-error array (block slot ``IE``: its address,
-    then this step's id): ``[1, step id, index, dim]``.  Kernels cannot raise; the driver raises IndexError
-    after the step, and no state write-back runs (codegen/cpu.py)."""
+def _bounds_checked(n, raw, wrapped, sizes, access, wrap=True):
+    """Lines that wrap negative indices (``wrap``: Python's indexing; scatter_reduce refuses them, as torch), check
+    every index against its dim and do ``access`` only when all are in range; otherwise the first failure is
+    recorded in the index-error array (block slot ``IE``: its address, then this step's id): ``[1, step id, index,
+    dim]``.  Kernels cannot raise; the driver raises IndexError after the step, and no state write-back runs
+    (codegen/cpu.py)."""
     body = []
     for k in range(n):
-        body += [f"r{k} = int64({raw[k]})", f"{wrapped[k]} = r{k} + {sizes[k]} if r{k} < 0 else r{k}"]
+        body += [f"r{k} = int64({raw[k]})",
+                 f"{wrapped[k]} = r{k} + {sizes[k]} if r{k} < 0 else r{k}" if wrap else f"{wrapped[k]} = r{k}"]
     if not n:
         return body + access
     body.append("bad = -1")
@@ -399,8 +401,35 @@ def gen_gather(e) -> Kernel:
                   parallel=False, label="gather")
 
 
+def _reduce_write(reduce, od, tgt, val):
+    """Lines combining ``val`` into ``tgt`` for scatter_reduce's ``reduce`` (prod, amax, amin), as its NumPy impl:
+    np.multiply / np.maximum / np.minimum, so a NaN on either side wins."""
+    if od is dt.bool_:
+        op = "and" if reduce in ("prod", "amin") else "or"
+        return [f"{tgt} = uint8(1 if ({tgt} != 0 {op} {val}) else 0)"]
+    if reduce == "prod":
+        return [f"{tgt} = {_tname(od)}({tgt} * {val})"]
+    cmp = ">" if reduce == "amax" else "<"
+    nan = " or v != v" if od.is_floating_point else ""
+    return [f"v = {val}", f"c = {tgt}", f"if c == c and (v {cmp} c{nan}):", f"    {tgt} = v"]
+
+
+def _reduce_identity(reduce, od) -> str:
+    """The value a target starts from when scatter_reduce leaves its own value out (include_self=False)."""
+    if od is dt.bool_:
+        return "uint8(0)" if reduce == "amax" else "uint8(1)"
+    if reduce == "prod":
+        return f"{_tname(od)}(1)"
+    if od.is_floating_point:
+        return f"{_tname(od)}({'-' if reduce == 'amax' else ''}np.inf)"
+    info = np.iinfo(od.np)
+    return f"{_tname(od)}({info.min if reduce == 'amax' else info.max})"
+
+
 def gen_scatter(e) -> Kernel:
-    """index_put(base, v, i0, ..., i_{n-1}; accumulate) into ``out`` (already a copy of base).
+    """index_put(base, v, i0, ..., i_{n-1}; accumulate) into ``out`` (already a copy of base); or
+    scatter_reduce(base, v, i0, ...; reduce, include_self), the same loop combining with prod/max/min (after a
+    first pass that writes the reduction's identity into every target when the targets' own values are left out).
     Block: index-space dims; out (address, n strides, n sizes); v (address, strides); each index."""
     base, v, idx = e.ins[0], e.ins[1], e.ins[2:]
     r = len(np.broadcast_shapes(*[i.aval.shape for i in idx])) if idx else 0
@@ -419,15 +448,22 @@ def gen_scatter(e) -> Kernel:
     nest.slot += 2
     tgt = "po[" + (" + ".join(f"j{k} * so{k}" for k in range(n)) if n else "0") + "]"
     val = _load(0, nest, v.aval.dtype)
-    if od is dt.bool_:
-        write = f"{tgt} = uint8(1 if {val} else 0)"
+    first = None
+    if e.op.name == "scatter_reduce":
+        write = _reduce_write(e.params["reduce"], od, tgt, val)
+        if not e.params["include_self"]:
+            first = [f"{tgt} = {_reduce_identity(e.params['reduce'], od)}"]
+    elif od is dt.bool_:
+        write = [f"{tgt} = uint8(1 if {val} else 0)"]
     elif e.params["accumulate"]:
-        write = f"{tgt} = {_tname(od)}({tgt} + {val})"
+        write = [f"{tgt} = {_tname(od)}({tgt} + {val})"]
     else:
-        write = f"{tgt} = {_tname(od)}({val})"
-    body = _bounds_checked(n, [_load(k + 1, nest, idx[k].aval.dtype) for k in range(n)], [f"j{k}" for k in range(n)],
-                           [f"no{k}" for k in range(n)], [write])
-    lines = ["def kernel(A):"] + nest.loops(body, range(n + 1))
+        write = [f"{tgt} = {_tname(od)}({val})"]
+    lines = ["def kernel(A):"]
+    for access in ([first] if first else []) + [write]:
+        lines += nest.loops(_bounds_checked(n, [_load(k + 1, nest, idx[k].aval.dtype) for k in range(n)],
+                                            [f"j{k}" for k in range(n)], [f"no{k}" for k in range(n)], access,
+                                            wrap=e.op.name != "scatter_reduce"), range(n + 1))
     return Kernel("scatter", "\n".join(lines), rank=r, operands=[e.outs[0], v] + list(idx), classes=classes,
                   parallel=False, label="scatter")
 

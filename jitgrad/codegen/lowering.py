@@ -9,7 +9,8 @@ Kinds:
 - ``fused``: a fusion group (elementwise loop, optionally closed by a reduction);
 - ``view``: a view op whose output is a place over its input (reshape, permute, expand, basic indexing);
 - ``gemm``: matmul;
-- ``gather`` / ``scatter``: indexing with one integer tensor per dim (``x[i, j]``, ``x[i, j] = v``);
+- ``gather`` / ``scatter``: indexing with one integer tensor per dim (``x[i, j]``, ``x[i, j] = v``), and
+  ``scatter_reduce`` (the same loop combining with prod / max / min; CUDA has no emitter: a host step);
 - ``row_gather`` / ``row_scatter``: ``w[idx]`` and its index_put (embedding rows; ``region_steps.py``);
 - ``region``: ``index_put`` with a basic index (``x[:, a:b] = v``, the backward of slicing and ``split``);
 - ``scan``: cumsum / cumprod along one axis;
@@ -26,8 +27,8 @@ from __future__ import annotations
 from ..ir.passes.fuse import Group
 from .region_steps import row_spec
 
-KINDS = ("fused", "view", "gemm", "gather", "scatter", "region", "row_gather", "row_scatter", "scan", "cat", "collective",
-         "host")
+KINDS = ("fused", "view", "gemm", "gather", "scatter", "scatter_reduce", "region", "row_gather", "row_scatter", "scan",
+         "cat", "collective", "host")
 
 
 def all_tensor_spec(spec, ndim):
@@ -70,6 +71,7 @@ _BY_OP = {
     "cumsum": _scan,
     "cumprod": _scan,
     "cat": lambda e: "cat" if e.outs[0].aval.ndim > 0 else "host",
+    "scatter_reduce": lambda e: "scatter_reduce" if e.outs[0].aval.size and e.ins[1].aval.size else "host",
 }
 
 

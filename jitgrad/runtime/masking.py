@@ -49,7 +49,7 @@ def _scatter_key(input, dim, index):
         else:
             shp = [1] * index.ndim
             shp[i] = index.shape[i]
-            key.append(Tensor._make(np.arange(index.shape[i], dtype=np.int64).reshape(shp)))
+            key.append(index._same_device(Tensor._make(np.arange(index.shape[i], dtype=np.int64).reshape(shp))))
     return ax, key
 
 
@@ -79,34 +79,6 @@ def scatter_add(input, dim, index, src, **torch_kw):
     _, key = _scatter_key(input, ax, index)
     spec = tuple(("tensor", k) for k in range(len(key)))
     return named(bind(O["index_put"], input, src, *key, spec=spec, accumulate=True), "ScatterAddBackward0")
-
-
-def scatter_reduce(input, dim, index, src, reduce, *, include_self=True, **torch_kw):
-    """torch.scatter_reduce for ``reduce`` "sum" and "mean" (compositions of scatter_add; the gradient follows):
-    each ``src`` element goes to ``index`` along ``dim``; ``include_self=False`` leaves the targets' own values
-    out.  "prod", "amax" and "amin" are not supported yet."""
-    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(scatter_reduce, 'scatter_reduce', (input, dim, index, src, reduce),
-                            {"include_self": include_self}, torch_kw)
-    if reduce not in ("sum", "mean", "prod", "amax", "amin"):
-        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
-    if reduce not in ("sum", "mean"):
-        from .torch_kwargs import UnsupportedError
-        raise UnsupportedError(f"jitgrad does not support scatter_reduce(reduce={reduce!r}) yet (supported: 'sum', "
-                               "'mean')")
-    ones = src.new_ones(tuple(index.shape))
-    hits = scatter_add(input.new_zeros(tuple(input.shape)), dim, index, ones)     # elements sent to each target
-    base = input if include_self else input * (hits == 0).to(input.dtype)
-    total = scatter_add(base, dim, index, src)
-    if reduce == "sum":
-        return named(total, "ScatterReduceBackward0")
-    count = hits + 1 if include_self else hits.where(hits > 0, 1.0)
-    return named(total / count.to(total.dtype), "ScatterReduceBackward0")
-
-
-def _scatter_reduce_(self, dim, index, src, reduce, *, include_self=True):
-    """In place: ``self.copy_(scatter_reduce(self, ...))``."""
-    return self.copy_(scatter_reduce(self, dim, index, src, reduce, include_self=include_self))
 
 
 def _scatter_add_(self, dim, index, src):
@@ -143,6 +115,6 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1, **torch_kw):
     return named((input if beta == 1 else input * beta) + prod, "AddmmBackward0")
 
 
-METHODS = ["masked_fill", "scatter_add", "scatter_reduce", "clamp_min", "clamp_max", "addmm"]
-INPLACE = {"masked_fill_": _masked_fill_, "scatter_add_": _scatter_add_, "scatter_reduce_": _scatter_reduce_}
+METHODS = ["masked_fill", "scatter_add", "clamp_min", "clamp_max", "addmm"]
+INPLACE = {"masked_fill_": _masked_fill_, "scatter_add_": _scatter_add_}
 __all__ = METHODS

@@ -118,44 +118,7 @@ def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None, 
     return std(input, dim, unbiased, keepdim, correction=correction), mean(input, dim, keepdim)
 
 
-def as_strided(input, size, stride, storage_offset=None, **torch_kw):
-    """The elements of ``input``'s storage at ``storage_offset + sum(i_k * stride[k])``, shaped ``size``: a view of
-    the storage (eager CPU tensors whose base is contiguous), differentiable (``AsStridedBackward0``: an index
-    into the flattened base, so overlapping positions add their gradients)."""
-    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(as_strided, 'as_strided', (input, size, stride, storage_offset), {}, torch_kw)
-    import numpy as np
-    from .torch_kwargs import UnsupportedError
-    root = input._base if input._base is not None else input
-    rd = root._data
-    if type(rd) is not np.ndarray or type(input._data) is not np.ndarray or not rd.flags.c_contiguous:
-        raise UnsupportedError("jitgrad does not support as_strided() on traced, device or non-contiguous tensors yet")
-    size = tuple(operator.index(n) for n in size)
-    stride = tuple(operator.index(n) for n in stride)
-    if len(size) != len(stride):
-        raise RuntimeError("mismatch in length of strides and shape")
-    off = input.storage_offset() if storage_offset is None else operator.index(storage_offset)
-    isz = rd.itemsize
-    pos = np.full(size, off, dtype=np.int64)
-    for k, (n, st) in enumerate(zip(size, stride)):
-        shp = [1] * len(size)
-        shp[k] = n
-        pos = pos + (np.arange(n, dtype=np.int64) * st).reshape(shp)
-    need = int(pos.max()) + 1 if pos.size else off
-    if off < 0 or need > rd.size:
-        raise RuntimeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {off}, and "
-                           f"itemsize {isz} requiring a storage size of {need * isz} are out of bounds for storage "
-                           f"of size {rd.size * isz}")
-    r = root.reshape(-1)[Tensor._make(pos)]
-    # the result shares the storage (as torch's view); overlapping positions make it read-only, as NumPy's
-    flat = rd.reshape(-1)
-    r._data = np.lib.stride_tricks.as_strided(flat[off:], size, tuple(st * isz for st in stride),
-                                              writeable=np.unique(pos).size == pos.size)
-    r._base, r._vc = root, root._vc
-    return named(r, "AsStridedBackward0") if r.grad_fn is not None else r
-
-
-METHODS = ["narrow", "select", "split_with_sizes", "repeat", "tile", "var_mean", "std_mean", "as_strided"]
+METHODS = ["narrow", "select", "split_with_sizes", "repeat", "tile", "var_mean", "std_mean"]
 # torch has no Tensor.var_mean / std_mean methods
 FUNCTION_ONLY = frozenset({"var_mean", "std_mean"})
 __all__ = METHODS

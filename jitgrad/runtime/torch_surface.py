@@ -10,8 +10,8 @@ The rest of the surface lives in the functions themselves: each public function 
 names its result's node as torch does (``MeanBackward0``; grad_names.py), so ``jg.sum`` is the function itself.
 
 ``install`` runs once, at the end of ``jitgrad/__init__``: it adds the functions of the extra modules (ordering,
-counting, masking, slicing) to the ``jitgrad`` namespace and as Tensor methods, the in-place math methods, and
-the ``__getattr__`` hooks.
+counting, masking, slicing, scatter_reduce, strided) to the ``jitgrad`` namespace and as Tensor methods, the
+in-place math methods, and the ``__getattr__`` hooks.
 """
 from __future__ import annotations
 
@@ -49,18 +49,18 @@ def _tensor_format(self, spec):
 
 def install(jg: dict):
     """Wire the surface into the ``jitgrad`` namespace ``jg`` (its ``globals()``), Tensor and nn.functional."""
-    from . import counting, functions, inplace_math, masking, ordering, slicing
+    from . import counting, functions, inplace_math, masking, ordering, scatter_reduce, slicing, strided
     from ..nn import functional as nnF
 
     # 1. the functions of the extra modules: in functions' namespace and jitgrad's, and as Tensor methods
-    for mod in (ordering, counting, masking, slicing):
+    for mod in (ordering, counting, masking, slicing, scatter_reduce, strided):
         for n in mod.METHODS:
             fn = getattr(mod, n)
             setattr(functions, n, fn)
             jg[n] = fn
             if n not in slicing.FUNCTION_ONLY and n not in Tensor.__dict__:
                 setattr(Tensor, n, fn)
-    for n, f in masking.INPLACE.items():
+    for n, f in {**masking.INPLACE, **scatter_reduce.INPLACE}.items():
         setattr(Tensor, n, f)
     inplace_math.install(Tensor)
 

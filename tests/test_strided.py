@@ -1,0 +1,115 @@
+"""as_strided / as_strided_ (runtime/strided.py): values, storage sharing and gradients against torch, including
+overlapping strides, inputs that are themselves views (transposed, expanded, offset), positions outside the
+input, the in-place form, and PyTorch's own as_strided gradcheck / gradgradcheck cases."""
+import numpy as np
+import pytest
+
+import jitgrad as jg
+from jitgrad.autograd import gradcheck, gradgradcheck
+
+torch = pytest.importorskip("torch")
+
+
+def _run(lib, make):
+    """make(lib, x) -> (output, tensor to differentiate against); returns (output, its gradient) as NumPy."""
+    x = lib.tensor(np.arange(1.0, 9.0), dtype=lib.float64, requires_grad=True)
+    r, wrt = make(lib, x)
+    w = lib.tensor(np.arange(1.0, r.numel() + 1).reshape(tuple(r.shape)), dtype=lib.float64)
+    (g,) = lib.autograd.grad(r, wrt, w)
+    return r.detach().numpy(), g.numpy()
+
+
+CASES = {
+    "overlapping": lambda m, x: (x.as_strided((3, 3), (1, 1)), x),
+    "overlapping with offset": lambda m, x: (x.as_strided((3, 3), (2, 1), 1), x),
+    "stride 0": lambda m, x: (x.as_strided((4, 2), (0, 3)), x),
+    "of a view, to the base": lambda m, x: (x[2:].as_strided((2, 2), (1, 1)), x),
+    "to the view itself": lambda m, x: (lambda v: (v.as_strided((2, 2), (1, 1)), v))(x[2:]),
+    "to the view, absolute offset": lambda m, x: (lambda v: (v.as_strided((2, 2), (1, 1), 3), v))(x[2:]),
+    "of a non-view": lambda m, x: (lambda h: (h.as_strided((2, 3), (1, 2)), h))(x * 2),
+    "transposed input": lambda m, x: (x.reshape(2, 4).t().as_strided((2, 2), (4, 1)), x),
+    "to the transposed input": lambda m, x: (lambda v: (v.as_strided((2, 2), (4, 1)), v))(x.reshape(2, 4).t()),
+    "expanded input": lambda m, x: (x[:2].expand(3, 2).as_strided((2, 2), (0, 1)), x),
+    "to the expanded input": lambda m, x: (lambda v: (v.as_strided((3, 2), (0, 1)), v))(x[:2].expand(3, 2)),
+    "outside the input": lambda m, x: (lambda v: (v.as_strided((3, 2), (2, 1), 0), v))(x[4:]),
+    "outside the input, to the base": lambda m, x: (x[4:].as_strided((3, 2), (2, 1), 1), x),
+    "as_strided of as_strided": lambda m, x: (x.as_strided((4, 2), (1, 1)).as_strided((3,), (2,)), x),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_values_and_gradients_equal_torch(name):
+    (tv, tg), (jv, jgr) = _run(torch, CASES[name]), _run(jg, CASES[name])
+    np.testing.assert_array_equal(jv, tv)
+    np.testing.assert_array_equal(jgr, tg)
+
+
+def test_the_result_is_a_view_of_the_storage():
+    x = jg.arange(6.0)
+    y = x.as_strided((2, 2), (1, 2), 1)
+    assert y._base is x and y.storage_offset() == 1 and y.stride() == (1, 2)
+    x[1] = 10.0                     # a write to the storage shows through the view
+    assert y.tolist() == [[10.0, 3.0], [2.0, 4.0]]
+    z = x.as_strided((2, 2), (1, 1))    # overlapping: read-only, as torch refuses writes to it
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        z.add_(1.0)
+
+
+@pytest.mark.parametrize("shape,make,size,stride,offset", [
+    # PyTorch's test_autograd.test_as_strided cases
+    ((25,), lambda x: x.view(5, 5), [3, 3], [6, 2], 2),
+    ((12,), None, [1, 2, 1, 5], [0, 5, 100, 1], 2),        # a large stride on a size-1 dim
+    ((5,), None, [3, 3, 3], [0, 1, 0], 2),                 # expand-like
+    ((5,), lambda x: x.expand(5, 5), [5, 5], [0, 1], 0),
+    ((5,), lambda x: x.expand(3, 5), [5, 5], [0, 1], 0),
+    ((35,), None, [6, 6], [5, 1], 2),                      # overlapping
+    ((15,), None, [3, 2], [3, 6], 2),
+    ((3, 4), None, [4, 3], [1, 4], None),                  # a transpose
+    ((2, 3), lambda x: x.expand(10, 2, 3), [2, 3], [3, 1], 0),
+])
+def test_gradcheck_and_gradgradcheck(shape, make, size, stride, offset):
+    x = jg.tensor(np.random.default_rng(0).standard_normal(shape), requires_grad=True)
+
+    def f(x):
+        return (make(x) if make is not None else x).as_strided(size, stride, offset)
+    assert gradcheck(f, (x,)) and gradgradcheck(f, (x,))
+
+
+def test_as_strided_in_place():
+    for lib in (torch, jg):
+        z = lib.arange(6.0)
+        v0 = z._version
+        assert z.as_strided_((2, 2), (1, 2), 1) is z
+        assert z.tolist() == [[1.0, 3.0], [2.0, 4.0]] and z.stride() == (1, 2) and z._version == v0 + 1
+        z.as_strided_((3,), (1,), 2)            # the storage is still the whole buffer
+        assert z.tolist() == [2.0, 3.0, 4.0]
+        w = lib.arange(6.0)
+        v = w[2:]
+        v.as_strided_((2,), (2,), 1)            # a view keeps its base's storage: offsets are absolute
+        assert v.tolist() == [1.0, 3.0] and v.storage_offset() == 1
+        with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place"):
+            lib.ones(2, requires_grad=True).as_strided_((1,), (1,))
+    grads = []
+    for lib in (torch, jg):
+        x = lib.tensor(np.arange(1.0, 7.0), requires_grad=True)
+        y = x * 1
+        y.as_strided_((3, 3), (1, 1))
+        assert (type(y.grad_fn).__name__ if lib is torch else y.grad_fn.name()) == "AsStridedBackward1"
+        (y * lib.tensor(np.arange(9.0).reshape(3, 3))).sum().backward()
+        grads.append(x.grad.numpy())
+    np.testing.assert_array_equal(grads[1], grads[0])
+
+
+def test_errors_like_torch():
+    for lib in (torch, jg):
+        with pytest.raises(RuntimeError, match="mismatch in length of strides and shape"):
+            lib.ones(2).as_strided((3,), (1, 1))
+        with pytest.raises(RuntimeError, match=r"setStorage: sizes \[3\], strides \[1\], storage offset 0, and "
+                                               r"itemsize 4 requiring a storage size of 12 are out of bounds"):
+            lib.ones(2).as_strided((3,), (1,))
+
+
+def test_traced_as_strided_is_refused_clearly():
+    step = jg.compile(lambda x: x.as_strided((2, 2), (1, 1)).sum(), backend="interpret")
+    with pytest.raises(jg.UnsupportedError, match=r"as_strided\(\) on traced"):
+        step(jg.arange(4.0))
