@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 
-from . import anomaly, grad_mode, profiler_state
+from . import anomaly, grad_mode, profiler_state, saved_hooks
 from .node import AccumulateGrad, Node, zeros_for
 from .dispatch import refresh_view
 from .graph_hooks import GradientEdge, RUNNING as _RUNNING
@@ -20,6 +20,7 @@ from .devices import backend_of_payload, to_host
 from ..tracer import STATE as _TR
 
 _AN = anomaly.STATE
+_SH = saved_hooks.STATE
 _PROF = profiler_state.STATE
 
 
@@ -62,6 +63,8 @@ def _make_root_grads(outputs, grad_outputs, create_graph):
                                    f"output[{i}] has a dtype of {out.dtype.name}.")
             if not create_graph and g.requires_grad:
                 g = g.detach()
+            if g.dtype is not out.dtype and g.is_floating_point():
+                g = g.to(out.dtype)     # torch casts a gradient to the dtype of the tensor it is for
         grads.append(g)
     return grads
 
@@ -156,9 +159,11 @@ def _run_queued_callbacks():
 def _run_post_accumulate_hooks(acc, var):
     """``register_post_accumulate_grad_hook``: each hook gets the leaf after its .grad was updated."""
     for fn in list(acc.post_hooks.values()):
-        if fn(var) is not None:
-            raise RuntimeError("post accumulate grad hooks cannot return a value, got a value from hook "
-                               f"{getattr(fn, '__name__', fn)}")
+        r = fn(var)
+        if r is not None:       # torch's texts: a Tensor is "should return None", anything else a TypeError
+            if not isinstance(r, Tensor):
+                raise TypeError(f"expected Variable, but hook returned '{type(r).__name__}'")
+            raise RuntimeError("Tensor post accumulate grad hooks should return None.")
 
 
 def _calculate_shape(output, grad, is_grads_batched):
@@ -198,6 +203,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     single = isinstance(inputs, Tensor)
     outputs = _as_tuple(outputs)
     inputs = _as_tuple(inputs)
+    if not inputs:
+        raise ValueError("grad requires non-empty inputs.")
     grad_outputs = _as_tuple(grad_outputs) or (None,) * len(outputs)
     if len(grad_outputs) != len(outputs):
         raise RuntimeError(f"grad requires one grad_output per output (got {len(grad_outputs)} for "
@@ -393,6 +400,9 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
     ready.sort(key=lambda n: n.seq)
     prev_mode = grad_mode.STATE.grad_enabled
     grad_mode.STATE.grad_enabled = create_graph
+    # torch runs backward under the thread-local state captured when it started: saved-tensor hooks that a
+    # hook enters or exits during backward do not outlive it (nor leak into later code)
+    prev_hooks = _SH.stack[:]
     # the common case (no profiler, no trace, no anomaly mode) calls the vjp directly, not via _apply_node
     plain = _PROF.active is None and _TR.active is None and not _AN.enabled
     capturing = bool(cap_nodes)
@@ -472,6 +482,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                 deps[child] = d - 1
     finally:
         grad_mode.STATE.grad_enabled = prev_mode
+        _SH.stack[:] = prev_hooks
         _RUNNING.nodes = prev_running
         reentrant.depth = depth
     return captured
