@@ -227,3 +227,45 @@ def test_attribute_deletion_and_backward_hooks_dict():
         b.sum().backward()
         return calls, list(z._backward_hooks)
     assert both(hooks)[0] == both(hooks)[1] == (["z"], ["t"])
+
+
+def test_view_of_same_shape_is_a_new_view():
+    def run(lib):
+        x = lib.zeros(2, requires_grad=True)
+        y = x.view_as(x)
+        z = x.view(2)
+        return y is x, y._is_view(), z is x, z._is_view(), type(y.grad_fn).__name__ if lib is torch else \
+            y.grad_fn.name()
+    assert both(run)[0] == both(run)[1]
+    same_error(lambda lib: lib.zeros(1, requires_grad=True).view_as(lib.zeros(1)).add_(1))
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_inplace_on_view_of_view_made_without_grad(mode):
+    def run(lib):
+        x = lib.zeros(2)
+        with getattr(lib, mode)():
+            y = x.view(2)
+        y.requires_grad_(True)
+        z = y.view(2)
+        z.div_(2)
+    same_error(run)
+
+
+def test_view_made_in_inference_mode_of_a_tensor_requiring_grad():
+    def run(lib):
+        out = []
+        for rg in (True, False):
+            a = lib.ones(1, 2, 3, requires_grad=rg).clone()
+            with lib.inference_mode():
+                v = a.view(-1)
+                out.append((v.requires_grad, v.is_leaf, v._is_view(), lib.is_inference(v)))
+                w = v.view(-1)
+                out.append((w.requires_grad, w.is_leaf))
+            t = v * v
+            out.append((t.requires_grad, lib.is_inference(t)))
+            err = error_of(lambda: v.add_(2)) if rg else None
+            out.append(str(err) if err else None)
+        return out
+    j, t = both(run)
+    assert j == t
