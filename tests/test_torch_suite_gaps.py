@@ -269,3 +269,58 @@ def test_view_made_in_inference_mode_of_a_tensor_requiring_grad():
         return out
     j, t = both(run)
     assert j == t
+
+
+def test_accumulate_grad_node_hooks_order():
+    def run(lib):
+        t = lib.rand(3, requires_grad=True)
+        t.register_hook(lambda g: g.sub(2.0))
+        acc = t.view_as(t).grad_fn.next_functions[0][0]
+        acc.register_prehook(lambda gout: (gout[0].div(5.0),))
+
+        def post_acc(x):
+            x.grad.add_(0.5)
+        t.register_post_accumulate_grad_hook(post_acc)
+
+        def post(gin, gout):
+            t.grad = gout[0].mul(10)    # gout[0] is the new .grad (modified by the post-accumulate hook)
+        acc.register_hook(post)
+        t.sum().backward()
+        return t.grad.tolist()
+    j, t = both(run)
+    np.testing.assert_allclose(j, t, rtol=1e-6)
+
+
+def test_node_hooks_run_for_backward_inputs_not_for_grad():
+    def run(lib):
+        log = []
+        a = lib.tensor(1.0, requires_grad=True)
+        b = a.clone()
+        b.grad_fn.register_prehook(lambda gs: log.append("b-pre") or tuple(g * 2 for g in gs))
+        b.register_hook(lambda g: log.append("b-tensor") or g * 3)
+        acc = b.grad_fn.next_functions[0][0]
+        acc.register_prehook(lambda gs: log.append("acc-pre"))
+        acc.register_hook(lambda gi, go: log.append("acc-post"))
+        a.register_hook(lambda g: log.append("a-tensor"))
+        b.sum().backward(retain_graph=True)
+        log.append("|")
+        lib.autograd.grad(b.sum(), inputs=(a,), retain_graph=True)
+        log.append("|")
+        b.sum().backward(inputs=(b,), retain_graph=True)
+        log.append(b.grad.item())
+        log.append("|")
+        b.sum().backward(inputs=(a,))
+        return log
+    j, t = both(run)
+    assert j == t
+
+
+def test_materialized_grads_require_grad_under_create_graph():
+    def run(lib):
+        x = lib.tensor(0.5, requires_grad=True)
+        a = lib.tensor(1.0, requires_grad=True)
+        d = lib.autograd.grad(x * a, x, create_graph=True)
+        d2 = lib.autograd.grad(d, x, create_graph=True, allow_unused=True, materialize_grads=True)
+        d3 = lib.autograd.grad(d2, x, materialize_grads=True)
+        return d2[0].requires_grad, d2[0].item(), d3[0].requires_grad, d3[0].item()
+    assert both(run)[0] == both(run)[1]

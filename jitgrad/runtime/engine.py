@@ -117,7 +117,8 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
             for t in inputs:
                 if not isinstance(t, Tensor) or not t.requires_grad:
                     raise RuntimeError("One of the differentiated Tensors does not require grad")
-            captured = run(tensors, roots, retain_graph, create_graph, inputs, accumulate=False)
+            # backward(inputs=...) runs the hooks of the captured nodes (torch executes them); grad() does not
+            captured = run(tensors, roots, retain_graph, create_graph, inputs, accumulate=False, capture_hooks=True)
             for t, g in zip(inputs, captured):
                 if g is not None:
                     _accumulate(t, g, create_graph)
@@ -227,6 +228,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
             if materialize_grads:
                 g = Tensor._make(np.zeros(t.shape, t._data.dtype)) if type(t) is not GradientEdge else \
                     zeros_for(t.node.out_meta[t.output_nr])
+                if create_graph:
+                    g.requires_grad_(True)      # torch: zeros_like(input, requires_grad=create_graph)
         out.append(g)
     del single
     return tuple(out)
@@ -320,12 +323,13 @@ def _run_in_fresh_thread(*args):
     return box["out"]
 
 
-def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
+def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, capture_hooks=False):
     """Execute the backward graph.  Returns the captured gradients for ``inputs`` (when given)."""
     reentrant = _REENTRANT
     depth = reentrant.depth
     if depth >= MAX_REENTRANT_DEPTH:
-        return _run_in_fresh_thread(outputs, root_grads, retain_graph, create_graph, inputs, accumulate)
+        return _run_in_fresh_thread(outputs, root_grads, retain_graph, create_graph, inputs, accumulate,
+                                    capture_hooks)
     # capture points: (node, output_nr) -> input positions
     captures = {}
     if inputs is not None:
@@ -428,9 +432,23 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                 if g is not None and var._hooks:
                     g = _run_tensor_hooks(var._hooks, g)
                 if capturing and node in cap_nodes:
+                    if capture_hooks and g is not None and node._pre_hooks:   # backward(inputs=leaf) runs the
+                        for fn in list(node._pre_hooks.values()):         # node (its hooks); grad() does not
+                            r = fn((g,))
+                            if r is not None:
+                                g = r[0]
                     for k in captures.get((node, 0), ()):
                         captured[k] = g
+                    if capture_hooks and g is not None and node._hooks:
+                        for fn in list(node._hooks.values()):
+                            fn((), (g,))
                 elif accumulate and g is not None:
+                    if node._pre_hooks:     # the AccumulateGrad node's own hooks run when it runs (not for grad())
+                        for fn in list(node._pre_hooks.values()):
+                            r = fn((g,))
+                            if r is not None:
+                                g = r[0]
+                    had_grad = var._grad is not None
                     if _PROF.active is not None:
                         with _PROF.active.range("AccumulateGrad", [var.shape]):
                             _accumulate(var, g, create_graph)
@@ -438,12 +456,24 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                         _accumulate(var, g, create_graph)
                     if node.post_hooks:
                         _run_post_accumulate_hooks(node, var)
+                    if node._hooks:     # post hooks last: (grad_inputs=(), grad_outputs); a first gradient IS
+                        gout = (g if had_grad else var._grad,)     # the new .grad in torch (its buffer is taken)
+                        for fn in list(node._hooks.values()):
+                            fn((), gout)
                 continue
             if capturing and node in cap_nodes:
                 for nr in range(len(grads)):
                     for k in captures.get((node, nr), ()):
                         captured[k] = grads[nr]
             if not every and node not in execute:
+                if capture_hooks and node._pre_hooks and capturing and node in cap_nodes:
+                    # backward(inputs=non-leaf): the node's pre hooks run after the capture, which they do not
+                    # change (torch); grad() runs only the tensor hooks
+                    gs = tuple(grads)
+                    for fn in list(node._pre_hooks.values()):
+                        r = fn(gs)
+                        if r is not None:
+                            gs = tuple(r)
                 continue
             if grads[0] is None and type(node) is node_type and (len(grads) == 1 or grads.count(None) == len(grads)):
                 # no gradient reached this op's node (a custom backward returned None): its inputs get none
