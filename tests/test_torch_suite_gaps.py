@@ -324,3 +324,52 @@ def test_materialized_grads_require_grad_under_create_graph():
         d3 = lib.autograd.grad(d2, x, materialize_grads=True)
         return d2[0].requires_grad, d2[0].item(), d3[0].requires_grad, d3[0].item()
     assert both(run)[0] == both(run)[1]
+
+
+def test_legacy_names_warn_as_torch():
+    def run(lib):
+        out = []
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            out.append(lib.randn(2).volatile)
+
+            class F(lib.autograd.Function):
+                @staticmethod
+                def forward(ctx, a):
+                    ctx.save_for_backward(a)
+                    return a * 2
+
+                @staticmethod
+                def backward(ctx, g):
+                    (a,) = ctx.saved_variables
+                    return g * 2
+            F.apply(lib.ones(2, requires_grad=True)).sum().backward()
+
+            class Legacy(lib.autograd.Function):
+                def forward(self, x):
+                    return x
+            inst = Legacy()
+            out.append(inst.forward(lib.ones(1)).tolist())
+            out.append(str(error_of(lambda: inst(lib.ones(1)))))
+        out.append(sorted((type(x.message).__name__, str(x.message).split(" ")[0]) for x in w
+                          if "should not be instantiated" not in str(x.message)))
+        out.append(any("should not be instantiated" in str(x.message) for x in w))
+        out.append(lib.autograd.torch is lib)
+        out.append(str(lib.ones(2).type_as(lib.ones(1, dtype=lib.float64)).dtype).split(".")[-1])
+        return out
+    j, t = both(run)
+    assert j == t
+
+
+def test_create_graph_first_grad_is_a_copy_named_copybackwards():
+    def run(lib):
+        x = lib.randn(3, requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            (x * x).sum().backward(create_graph=True)
+        g = x.grad
+        nf = [n is None for n, _ in g.grad_fn.next_functions]
+        (g2,) = lib.autograd.grad(g.sum(), x)
+        return type(g.grad_fn).__name__, nf, g2.tolist()
+    j, t = both(run)
+    assert j == t

@@ -7,6 +7,7 @@ from ..runtime.grad_mode import no_grad, enable_grad, set_grad_enabled, inferenc
 from ..runtime.tensor import Tensor
 from ..runtime.saved_access import SavedTensor  # noqa: F401
 from . import functional, profiler, graph, function, gradcheck  # noqa: F401
+import jitgrad as torch  # noqa: E402,F401  (torch.autograd.torch is torch: code written for torch reaches it)
 # as in torch, the names are the functions (the submodule stays importable: ``from ...gradcheck import gradcheck``)
 from .gradcheck import gradcheck, gradgradcheck, GradcheckError  # noqa: E402,F811
 

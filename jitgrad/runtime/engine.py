@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 
 from . import anomaly, grad_mode, profiler_state, saved_hooks
-from .node import AccumulateGrad, Node, zeros_for
+from .node import AccumulateGrad, CopyBackwards, Node, zeros_for
 from .dispatch import refresh_view
 from .graph_hooks import GradientEdge, RUNNING as _RUNNING
 from .tensor import Tensor
@@ -253,6 +253,14 @@ def _accumulate(t: Tensor, g: Tensor, create_graph: bool):
     if tr is not None and tr.on_grad_write is not None:
         tr.on_grad_write(t)     # inside @compile: functional update, written back after the call
     if create_graph:
+        if old is None and tr is None and type(g._data) is np.ndarray and g.requires_grad:
+            # torch obeys the leaf's layout: new_empty_strided(...).copy_(g), so .grad's grad_fn is CopyBackwards
+            dst = Tensor._make(np.empty_like(t._data))
+            dst.copy_(g)
+            dst.grad_fn.__class__ = CopyBackwards
+            dst.grad_fn.torch_name = "CopyBackwards"
+            t._grad = dst
+            return
         t._grad = g if old is None else old + g
         return
     if tr is not None or type(g._data) is not np.ndarray:

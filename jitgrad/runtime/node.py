@@ -220,6 +220,13 @@ class AccumulateGrad(Node):
         return ()
 
 
+class CopyBackwards(Node):
+    """The node of ``copy_`` into a fresh tensor, as torch names it (``type(x.grad.grad_fn).__name__`` after a
+    ``backward(create_graph=True)``: AccumulateGrad copies the first gradient into the leaf's layout)."""
+
+    __slots__ = ()
+
+
 def zeros_for(meta):
     from .tensor import Tensor
     shape, dtype = meta
