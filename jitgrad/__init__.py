@@ -39,7 +39,7 @@ half = float16
 from .runtime.functions import *  # noqa: F401,F403
 from .runtime.functions import where, cat, concat, stack, max, min, abs, sum, pow  # noqa: A004
 from .runtime.legacy_types import FloatTensor, DoubleTensor, LongTensor, IntTensor, BoolTensor, ByteTensor, \
-    is_inference  # noqa: E402
+    is_inference, set_warn_always, is_warn_always_enabled  # noqa: E402
 from .jit.compile import compile  # noqa: E402,A004
 from . import autograd, nn, optim, cuda  # noqa: E402
 from . import profiler  # noqa: E402  (torch.profiler)
@@ -51,6 +51,12 @@ float = float32   # noqa: A001  torch aliases
 double = float64
 long = int64
 int = int32   # noqa: A001
+
+import math as _math  # noqa: E402
+inf = _math.inf     # torch.inf, torch.nan, torch.pi, torch.e
+nan = _math.nan
+pi = _math.pi
+e = _math.e
 
 __version__ = "0.1.0"
 

@@ -794,8 +794,10 @@ def test_ctx_saved_tensors_checks_inplace_modification():
 
 
 def test_function_object_instantiation_is_legacy_error():
+    with pytest.warns(DeprecationWarning, match="should not be instantiated"):
+        f = Exp()
     with pytest.raises(RuntimeError, match="Legacy autograd function with non-static forward method"):
-        Exp()
+        f(jg.ones(1))
 
 
 # ---- anomaly detection (seed example) ---------------------------------------------------------------------

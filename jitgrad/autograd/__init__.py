@@ -5,7 +5,9 @@ from ..runtime.function import Function, FunctionCtx, once_differentiable, Inpla
 from ..runtime.grad_mode import no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled, \
     set_multithreading_enabled
 from ..runtime.tensor import Tensor
+from ..runtime.saved_access import SavedTensor  # noqa: F401
 from . import functional, profiler, graph, function, gradcheck  # noqa: F401
+import jitgrad as torch  # noqa: E402,F401  (torch.autograd.torch is torch: code written for torch reaches it)
 # as in torch, the names are the functions (the submodule stays importable: ``from ...gradcheck import gradcheck``)
 from .gradcheck import gradcheck, gradgradcheck, GradcheckError  # noqa: E402,F811
 
@@ -15,18 +17,37 @@ def kineto_available() -> bool:
     return False
 
 
-def Variable(tensor, requires_grad=False, volatile=False):
-    """Deprecated: returns a Tensor (a new leaf sharing ``tensor``'s storage), requiring grad when asked.
+class _ExecutionEngine:
+    """``Variable._execution_engine``: the hook torch code uses to queue a callback that runs when the
+    backward now running finishes."""
+
+    @staticmethod
+    def queue_callback(fn):
+        from ..runtime.engine import queue_callback
+        queue_callback(fn)
+
+
+class _VariableMeta(type):
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, Tensor)      # as in torch, every tensor is a Variable
+
+
+class Variable(metaclass=_VariableMeta):
+    """Deprecated: ``Variable(t, requires_grad=False)`` returns a Tensor (a new leaf sharing ``t``'s storage),
+    requiring grad when asked; ``isinstance(t, Variable)`` holds for every tensor.
 
     As in torch, the argument itself is left alone: ``Variable(t, requires_grad=True)`` does not make ``t``
     require grad.
     """
-    if not isinstance(tensor, Tensor):
-        raise TypeError(f"Variable data has to be a tensor, but got {type(tensor).__name__}")
-    t = tensor.detach()
-    if requires_grad:
-        t.requires_grad_(True)
-    return t
+    _execution_engine = _ExecutionEngine()
+
+    def __new__(cls, tensor, requires_grad=False, volatile=False):
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"Variable data has to be a tensor, but got {type(tensor).__name__}")
+        t = tensor.detach()
+        if requires_grad:
+            t.requires_grad_(True)
+        return t
 
 
 __all__ = ["backward", "grad", "Function", "FunctionCtx", "once_differentiable", "no_grad", "enable_grad",

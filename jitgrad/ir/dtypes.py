@@ -107,6 +107,8 @@ def as_dtype(x) -> DType:
         return _ALIASES[x]
     if isinstance(x, str) and x in _BY_NAME:
         return as_dtype(_BY_NAME[x])
+    if isinstance(getattr(x, "dtype", None), DType) and isinstance(x, type):
+        return x.dtype          # a legacy type: torch.DoubleTensor
     try:
         return from_numpy_dtype(x)
     except TypeError:

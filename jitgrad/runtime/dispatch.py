@@ -154,6 +154,14 @@ def _bind(op, args, params):
         elif _GM.inference:
             t._inference = False        # a view of a normal tensor stays normal, marked as made in inference mode
             t._view_origin = INFERENCE_VIEW
+            # ... and, as torch, it requires grad when its base does (a leaf: no history is recorded)
+            t._requires_grad = base.requires_grad
+        elif not _GM.grad_enabled:
+            t._view_origin = NO_GRAD_VIEW
+        else:
+            o = inherited_origin(getattr(args[0], "_view_origin", None))
+            if o is not None:
+                t._view_origin = o
     else:
         t._vc = [0]
         t._base = None
@@ -455,4 +463,4 @@ def _forward_nan(op, avals, t):
 from .tensor import Tensor  # noqa: E402  (Tensor's methods call bind; bind builds Tensors)
 from .devices import backend_of_payload, transfer  # noqa: E402
 from .saved_hooks import STATE as _SH, pack_node  # noqa: E402
-from .view_inplace import INFERENCE_VIEW  # noqa: E402
+from .view_inplace import INFERENCE_VIEW, NO_GRAD_VIEW, inherited_origin  # noqa: E402

@@ -11,8 +11,8 @@ import warnings
 
 import numpy as np
 
-from . import anomaly, grad_mode, profiler_state
-from .node import AccumulateGrad, Node, zeros_for
+from . import anomaly, grad_mode, profiler_state, saved_hooks
+from .node import AccumulateGrad, CopyBackwards, Node, zeros_for
 from .dispatch import refresh_view
 from .graph_hooks import GradientEdge, RUNNING as _RUNNING
 from .tensor import Tensor
@@ -20,6 +20,7 @@ from .devices import backend_of_payload, to_host
 from ..tracer import STATE as _TR
 
 _AN = anomaly.STATE
+_SH = saved_hooks.STATE
 _PROF = profiler_state.STATE
 
 
@@ -62,6 +63,8 @@ def _make_root_grads(outputs, grad_outputs, create_graph):
                                    f"output[{i}] has a dtype of {out.dtype.name}.")
             if not create_graph and g.requires_grad:
                 g = g.detach()
+            if g.dtype is not out.dtype and g.is_floating_point():
+                g = g.to(out.dtype)     # torch casts a gradient to the dtype of the tensor it is for
         grads.append(g)
     return grads
 
@@ -114,7 +117,8 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
             for t in inputs:
                 if not isinstance(t, Tensor) or not t.requires_grad:
                     raise RuntimeError("One of the differentiated Tensors does not require grad")
-            captured = run(tensors, roots, retain_graph, create_graph, inputs, accumulate=False)
+            # backward(inputs=...) runs the hooks of the captured nodes (torch executes them); grad() does not
+            captured = run(tensors, roots, retain_graph, create_graph, inputs, accumulate=False, capture_hooks=True)
             for t, g in zip(inputs, captured):
                 if g is not None:
                     _accumulate(t, g, create_graph)
@@ -156,9 +160,11 @@ def _run_queued_callbacks():
 def _run_post_accumulate_hooks(acc, var):
     """``register_post_accumulate_grad_hook``: each hook gets the leaf after its .grad was updated."""
     for fn in list(acc.post_hooks.values()):
-        if fn(var) is not None:
-            raise RuntimeError("post accumulate grad hooks cannot return a value, got a value from hook "
-                               f"{getattr(fn, '__name__', fn)}")
+        r = fn(var)
+        if r is not None:       # torch's texts: a Tensor is "should return None", anything else a TypeError
+            if not isinstance(r, Tensor):
+                raise TypeError(f"expected Variable, but hook returned '{type(r).__name__}'")
+            raise RuntimeError("Tensor post accumulate grad hooks should return None.")
 
 
 def _calculate_shape(output, grad, is_grads_batched):
@@ -198,6 +204,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     single = isinstance(inputs, Tensor)
     outputs = _as_tuple(outputs)
     inputs = _as_tuple(inputs)
+    if not inputs:
+        raise ValueError("grad requires non-empty inputs.")
     grad_outputs = _as_tuple(grad_outputs) or (None,) * len(outputs)
     if len(grad_outputs) != len(outputs):
         raise RuntimeError(f"grad requires one grad_output per output (got {len(grad_outputs)} for "
@@ -220,6 +228,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
             if materialize_grads:
                 g = Tensor._make(np.zeros(t.shape, t._data.dtype)) if type(t) is not GradientEdge else \
                     zeros_for(t.node.out_meta[t.output_nr])
+                if create_graph:
+                    g.requires_grad_(True)      # torch: zeros_like(input, requires_grad=create_graph)
         out.append(g)
     del single
     return tuple(out)
@@ -243,6 +253,14 @@ def _accumulate(t: Tensor, g: Tensor, create_graph: bool):
     if tr is not None and tr.on_grad_write is not None:
         tr.on_grad_write(t)     # inside @compile: functional update, written back after the call
     if create_graph:
+        if old is None and tr is None and type(g._data) is np.ndarray and g.requires_grad:
+            # torch obeys the leaf's layout: new_empty_strided(...).copy_(g), so .grad's grad_fn is CopyBackwards
+            dst = Tensor._make(np.empty_like(t._data))
+            dst.copy_(g)
+            dst.grad_fn.__class__ = CopyBackwards
+            dst.grad_fn.torch_name = "CopyBackwards"
+            t._grad = dst
+            return
         t._grad = g if old is None else old + g
         return
     if tr is not None or type(g._data) is not np.ndarray:
@@ -313,12 +331,13 @@ def _run_in_fresh_thread(*args):
     return box["out"]
 
 
-def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
+def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, capture_hooks=False):
     """Execute the backward graph.  Returns the captured gradients for ``inputs`` (when given)."""
     reentrant = _REENTRANT
     depth = reentrant.depth
     if depth >= MAX_REENTRANT_DEPTH:
-        return _run_in_fresh_thread(outputs, root_grads, retain_graph, create_graph, inputs, accumulate)
+        return _run_in_fresh_thread(outputs, root_grads, retain_graph, create_graph, inputs, accumulate,
+                                    capture_hooks)
     # capture points: (node, output_nr) -> input positions
     captures = {}
     if inputs is not None:
@@ -393,6 +412,9 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
     ready.sort(key=lambda n: n.seq)
     prev_mode = grad_mode.STATE.grad_enabled
     grad_mode.STATE.grad_enabled = create_graph
+    # torch runs backward under the thread-local state captured when it started: saved-tensor hooks that a
+    # hook enters or exits during backward do not outlive it (nor leak into later code)
+    prev_hooks = _SH.stack[:]
     # the common case (no profiler, no trace, no anomaly mode) calls the vjp directly, not via _apply_node
     plain = _PROF.active is None and _TR.active is None and not _AN.enabled
     capturing = bool(cap_nodes)
@@ -418,9 +440,23 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                 if g is not None and var._hooks:
                     g = _run_tensor_hooks(var._hooks, g)
                 if capturing and node in cap_nodes:
+                    if capture_hooks and g is not None and node._pre_hooks:   # backward(inputs=leaf) runs the
+                        for fn in list(node._pre_hooks.values()):         # node (its hooks); grad() does not
+                            r = fn((g,))
+                            if r is not None:
+                                g = r[0]
                     for k in captures.get((node, 0), ()):
                         captured[k] = g
+                    if capture_hooks and g is not None and node._hooks:
+                        for fn in list(node._hooks.values()):
+                            fn((), (g,))
                 elif accumulate and g is not None:
+                    if node._pre_hooks:     # the AccumulateGrad node's own hooks run when it runs (not for grad())
+                        for fn in list(node._pre_hooks.values()):
+                            r = fn((g,))
+                            if r is not None:
+                                g = r[0]
+                    had_grad = var._grad is not None
                     if _PROF.active is not None:
                         with _PROF.active.range("AccumulateGrad", [var.shape]):
                             _accumulate(var, g, create_graph)
@@ -428,12 +464,24 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                         _accumulate(var, g, create_graph)
                     if node.post_hooks:
                         _run_post_accumulate_hooks(node, var)
+                    if node._hooks:     # post hooks last: (grad_inputs=(), grad_outputs); a first gradient IS
+                        gout = (g if had_grad else var._grad,)     # the new .grad in torch (its buffer is taken)
+                        for fn in list(node._hooks.values()):
+                            fn((), gout)
                 continue
             if capturing and node in cap_nodes:
                 for nr in range(len(grads)):
                     for k in captures.get((node, nr), ()):
                         captured[k] = grads[nr]
             if not every and node not in execute:
+                if capture_hooks and node._pre_hooks and capturing and node in cap_nodes:
+                    # backward(inputs=non-leaf): the node's pre hooks run after the capture, which they do not
+                    # change (torch); grad() runs only the tensor hooks
+                    gs = tuple(grads)
+                    for fn in list(node._pre_hooks.values()):
+                        r = fn(gs)
+                        if r is not None:
+                            gs = tuple(r)
                 continue
             if grads[0] is None and type(node) is node_type and (len(grads) == 1 or grads.count(None) == len(grads)):
                 # no gradient reached this op's node (a custom backward returned None): its inputs get none
@@ -472,6 +520,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                 deps[child] = d - 1
     finally:
         grad_mode.STATE.grad_enabled = prev_mode
+        _SH.stack[:] = prev_hooks
         _RUNNING.nodes = prev_running
         reentrant.depth = depth
     return captured

@@ -1,6 +1,7 @@
 """Custom autograd Functions (``jg.autograd.Function``) with torch's full ctx API."""
 from __future__ import annotations
 
+import warnings
 import copy
 
 import numpy as np
@@ -69,7 +70,11 @@ class FunctionCtx:
                         "jitgrad.autograd.set_detect_anomaly(True).")
         return self._saved
 
-    saved_variables = saved_tensors
+    @property
+    def saved_variables(self):
+        """Deprecated name of ``saved_tensors`` (warns, as torch)."""
+        warnings.warn("'saved_variables' is deprecated; use 'saved_tensors'", DeprecationWarning, stacklevel=2)
+        return self.saved_tensors
 
 
 class _FnOp:
@@ -287,6 +292,12 @@ class Function(metaclass=_FunctionMeta):
         return NotImplemented
 
     def __init__(self, *args, **kwargs):
+        # torch: instantiating warns; calling the instance (a legacy non-static forward) is the error
+        warnings.warn(f"{type(self)} should not be instantiated. Methods on autograd functions are all static, so you "
+                      "should invoke them on the class itself. Instantiating an autograd function will raise an error "
+                      "in a future version of PyTorch.", DeprecationWarning, stacklevel=2)
+
+    def __call__(self, *args, **kwargs):
         raise RuntimeError("Legacy autograd function with non-static forward method is deprecated. Please use new-style "
                            "autograd function with static forward method. (Example: "
                            "https://pytorch.org/docs/stable/autograd.html#torch.autograd.Function)")

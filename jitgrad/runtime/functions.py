@@ -504,6 +504,8 @@ def view(input, *shape, **torch_kw):
         if not viewable(d.shape, tuple(st // d.itemsize for st in d.strides), new):
             raise RuntimeError("view size is not compatible with input tensor's size and stride (at least one "
                                "dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
+    if not torch_kw and _infer("view", _shape_arg(shape), input) == input.shape:
+        return bind(O["reshape"], input, shape=input.shape)    # as torch: a view is a new tensor, even of one shape
     return reshape(input, *shape)
 
 
@@ -827,7 +829,7 @@ for _n in _METHODS:
 
 
 def _view_as(self, other):
-    return reshape(self, other.shape)
+    return view(self, other.shape)
 
 
 def _reshape_as(self, other):

@@ -47,3 +47,54 @@ def is_inference(input) -> bool:
 
 
 __all__ = ["FloatTensor", "DoubleTensor", "LongTensor", "IntTensor", "BoolTensor", "ByteTensor", "is_inference"]
+
+
+# ---- Tensor.new: the legacy constructor method ---------------------------------------------------------------
+
+def tensor_new(self, *args, dtype=None, device=None, requires_grad=False):
+    """``t.new(*sizes)`` / ``t.new(size)`` -> an uninitialised tensor of that size with ``t``'s dtype;
+    ``t.new(sequence)`` -> a tensor of that data as ``t``'s dtype; ``t.new()`` -> an empty tensor."""
+    from .factories import empty, tensor
+    from .size import Size
+    dtype = self.dtype if dtype is None else dtype
+    if len(args) == 1 and isinstance(args[0], (tuple, list, Size)) and \
+            (isinstance(args[0], Size) or not all(isinstance(a, (int, np.integer)) for a in args[0])
+             or len(args[0]) == 0):
+        if isinstance(args[0], Size) or len(args[0]) == 0:
+            out = empty(*args[0], dtype=dtype) if isinstance(args[0], Size) else tensor([], dtype=dtype)
+        else:
+            out = tensor(args[0], dtype=dtype)
+    elif len(args) == 1 and isinstance(args[0], Tensor):
+        raise TypeError("new(): to copy a tensor use t.clone() or t.new_tensor(data)")
+    elif len(args) == 1 and isinstance(args[0], (tuple, list)):
+        out = tensor(args[0], dtype=dtype)      # a list of ints is data, as in torch
+    else:
+        if not all(isinstance(a, (int, np.integer)) for a in args):
+            raise TypeError(f"new(): expected sizes (ints), a torch.Size or a sequence of data, got "
+                            f"{tuple(type(a).__name__ for a in args)}")
+        out = empty(*args, dtype=dtype) if args else tensor([], dtype=dtype)
+    if requires_grad:
+        out.requires_grad_(True)
+    return out
+
+
+Tensor.new = tensor_new
+
+
+# ---- torch.set_warn_always -----------------------------------------------------------------------------------
+
+_WARN_ALWAYS = [False]
+
+
+def set_warn_always(b: bool) -> None:
+    """torch's switch that makes warn-once warnings warn every time.  jitgrad's warnings go through Python's
+    ``warnings`` module (its filters decide repetition); the flag is kept for ``is_warn_always_enabled``."""
+    _WARN_ALWAYS[0] = bool(b)
+
+
+def is_warn_always_enabled() -> bool:
+    """The flag of :func:`set_warn_always`."""
+    return _WARN_ALWAYS[0]
+
+
+__all__ += ["set_warn_always", "is_warn_always_enabled"]

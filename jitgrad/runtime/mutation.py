@@ -8,7 +8,7 @@ from ..ir.ops import OPS as O
 from ..tracer import STATE as _TR
 from . import grad_mode, saved_mutation
 from .grad_names import getitem_name
-from .view_inplace import INFERENCE_VIEW, INFERENCE_VIEW_MSG, NO_GRAD_VIEW_MSG, inplace_on_view
+from .view_inplace import INFERENCE_VIEW, INFERENCE_VIEW_MSG, NO_GRAD_VIEW_MSG, inplace_on_view, view_of_view_msg
 from .traced import is_traced, traced_mask, traced_payload, traced_write
 from .devices import backend_of_payload, copy_payload
 
@@ -33,18 +33,23 @@ class InPlaceOps:
     def _check_inplace(self):
         if _MUT.active is not None:     # allow_mutation_on_saved_tensors: keep the saved value first
             _MUT.active.before_write(self)
-        if _GM.grad_enabled and self.grad_fn is None and self._requires_grad:
-            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
         b = self._base
-        if b is not None and _GM.grad_enabled and b.requires_grad:
+        origin = getattr(self, "_view_origin", None) if b is not None else None
+        if origin is not None and len(origin) == 3 and _GM.grad_enabled and self.requires_grad:
+            raise RuntimeError(view_of_view_msg(self))      # a view of a view made in no_grad / inference mode
+        if origin is INFERENCE_VIEW and _GM.grad_enabled and not _GM.inference and b.requires_grad:
+            raise RuntimeError(INFERENCE_VIEW_MSG)
+        if _GM.grad_enabled and self.grad_fn is None and self._requires_grad and b is None:
+            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+        if b is not None and _GM.grad_enabled and (b.requires_grad or self._requires_grad):
             if self.grad_fn is None and not self._requires_grad:
-                raise RuntimeError(INFERENCE_VIEW_MSG if getattr(self, "_view_origin", None) is INFERENCE_VIEW
-                                   else NO_GRAD_VIEW_MSG)
-            if b.grad_fn is None:
+                raise RuntimeError(INFERENCE_VIEW_MSG if origin is INFERENCE_VIEW else NO_GRAD_VIEW_MSG)
+            if b.grad_fn is None and b.requires_grad:
                 raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place "
                                    "operation.")
-            origin = getattr(self, "_view_origin", None)
-            if origin is not None and origin is not INFERENCE_VIEW:
+            if self.grad_fn is None and self._requires_grad:
+                raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+            if origin is not None and len(origin) == 2:
                 raise RuntimeError(f"Output {origin[1]} of {origin[0]} is a view and is being modified inplace. This "
                                    "view is the output of a function that returns multiple views. Such functions do "
                                    "not allow the output views to be modified inplace. You should replace the "

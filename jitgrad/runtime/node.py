@@ -189,7 +189,7 @@ class Node:
         input cotangents, one tensor for a one-input node, else a tuple with None for inputs that need none)."""
         grads = list(grads)
         if len(grads) != len(self.out_meta):
-            raise TypeError(f"{self.name()}: expected {len(self.out_meta)} gradient argument(s), got {len(grads)}")
+            raise TypeError(f"expected {len(self.out_meta)} arguments, got {len(grads)} instead")     # torch's text
         if self.materialize():
             for i, g in enumerate(grads):
                 if g is None and self.out_meta[i][1] is not None:
@@ -218,6 +218,13 @@ class AccumulateGrad(Node):
 
     def apply(self, grads):
         return ()
+
+
+class CopyBackwards(Node):
+    """The node of ``copy_`` into a fresh tensor, as torch names it (``type(x.grad.grad_fn).__name__`` after a
+    ``backward(create_graph=True)``: AccumulateGrad copies the first gradient into the leaf's layout)."""
+
+    __slots__ = ()
 
 
 def zeros_for(meta):

@@ -39,8 +39,37 @@ def saved_attribute(node, name):
 class SavedTensor:
     """One value a node saved for backward (torch.autograd.graph's ``SavedTensor``)."""
 
-    def __init__(self, node, kind, index):
-        self._node, self._kind, self._index = node, kind, index
+    def __init__(self, *args):
+        if len(args) != 3:
+            raise RuntimeError("Trying to create a SavedTensor object from Python is forbidden.")
+        self._node, self._kind, self._index = args
+
+    def _entry(self):
+        """(packed entry or None, the saved value when not packed)."""
+        node = self._node
+        if node._freed:
+            raise RuntimeError(FREED_MSG)
+        if node.packed is not None:
+            return node.packed[0 if self._kind == "in" else 1][self._index], None
+        vals = node.inputs if self._kind == "in" else node.outputs
+        return None, vals[self._index]
+
+    @property
+    def data(self):
+        """The packed object as-is when hooks packed it; else the saved tensor (detached when it is the node's
+        output, as torch stores outputs without their grad_fn to avoid a cycle)."""
+        entry, t = self._entry()
+        if entry is not None:
+            if entry[0] is not _identity:
+                return entry[1]
+            t = entry[1]
+        return t.detach() if self._kind == "out" and t is not None else t
+
+    @property
+    def unpack_hook(self):
+        """The unpack hook of this saved value (None when it was saved without hooks)."""
+        entry, _ = self._entry()
+        return entry[0] if entry is not None and entry[0] is not _identity else None
 
     def register_hooks(self, pack_hook, unpack_hook):
         """Store the saved value as ``pack_hook(value)``; backward reads ``unpack_hook(packed)``."""

@@ -374,7 +374,50 @@ class Tensor(InPlaceOps):
 
     @data.setter
     def data(self, value):
+        if not isinstance(value, Tensor):
+            raise TypeError(f"Variable data has to be a tensor, but got {type(value).__name__}")
         self._data = value._data
+
+    @data.deleter
+    def data(self):
+        raise RuntimeError("Deleting tensor data is not allowed. Delete tensor instead!")
+
+    @requires_grad.deleter
+    def requires_grad(self):
+        raise RuntimeError("requires_grad must be a bool")     # torch's text for del
+
+    @property
+    def _grad_fn(self):
+        return self.grad_fn
+
+    @_grad_fn.deleter
+    def _grad_fn(self):
+        raise RuntimeError("Deletion of _grad_fn not allowed. Detach tensor instead!")
+
+    @property
+    def _backward_hooks(self):
+        """torch's dict of the hooks ``register_hook`` added (None when there are none); assignable."""
+        if self.grad_fn is None:
+            return self._hooks
+        th = self.grad_fn.tensor_hooks
+        return None if th is None else th.get(self._out_nr)
+
+    @_backward_hooks.setter
+    def _backward_hooks(self, hooks):
+        if self.grad_fn is None:
+            self._hooks = hooks
+        else:
+            if self.grad_fn.tensor_hooks is None:
+                self.grad_fn.tensor_hooks = {}
+            self.grad_fn.tensor_hooks[self._out_nr] = hooks
+
+    @_backward_hooks.deleter
+    def _backward_hooks(self):
+        raise RuntimeError("Deletion of _backwards_hooks not allowed!")
+
+    def _is_view(self) -> bool:
+        """Whether this tensor is a view of another (``_base`` is that tensor)."""
+        return self._base is not None
 
     # --- conversion ------------------------------------------------------------------------------
     def _check_readable(self, what):
@@ -511,6 +554,16 @@ class Tensor(InPlaceOps):
         if dtype is None:
             return f"jitgrad.{self.dtype.name}"
         return self.to(dtype)
+
+    def type_as(self, other) -> "Tensor":
+        """This tensor as ``other``'s dtype (itself when it already is)."""
+        return self.to(other.dtype)
+
+    @property
+    def volatile(self) -> bool:
+        """Removed in torch 0.4: always False (warns, as torch)."""
+        warnings.warn("volatile was removed (Variable.volatile is always False)", UserWarning, stacklevel=2)
+        return False
 
     def float(self):
         return self.to(dt.float32)

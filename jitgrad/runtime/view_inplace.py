@@ -29,6 +29,30 @@ INFERENCE_VIEW_MSG = ("A view was created in inference mode and is being modifie
                       "want the inplace to be tracked) or both outside (if you want the inplace to be tracked).")
 # the ``_view_origin`` of a view of a normal tensor made in inference mode (multi-output views hold (name, k))
 INFERENCE_VIEW = ("inference mode",)
+# ... of a view made in no_grad mode (of a tensor; in-place on it with grad mode on is refused, as torch)
+NO_GRAD_VIEW = ("no_grad mode",)
+# a view made (with grad mode on) of such a view inherits the refusal, with torch's "view of a view" text
+VIEW_OF_NO_GRAD_VIEW = ("view of", "no_grad mode", None)
+VIEW_OF_INFERENCE_VIEW = ("view of", "inference mode", None)
+
+
+def inherited_origin(base_origin):
+    """The ``_view_origin`` of a view made with grad mode on of a view whose origin is ``base_origin``."""
+    if base_origin is NO_GRAD_VIEW or base_origin is VIEW_OF_NO_GRAD_VIEW:
+        return VIEW_OF_NO_GRAD_VIEW
+    if base_origin is INFERENCE_VIEW or base_origin is VIEW_OF_INFERENCE_VIEW:
+        return VIEW_OF_INFERENCE_VIEW
+    return None
+
+
+def view_of_view_msg(t):
+    """torch's text for an in-place op on a view of a view made in no_grad / inference mode."""
+    import re
+    name = re.sub(r"Backward\d*$", "", t.grad_fn.name()) if t.grad_fn is not None else "View"
+    msg = NO_GRAD_VIEW_MSG if t._view_origin is VIEW_OF_NO_GRAD_VIEW else INFERENCE_VIEW_MSG
+    head = msg.split(" and is being", 1)[1]
+    mode = t._view_origin[1]
+    return f"Output {t._out_nr} of {name} is a view of a view which was created in {mode} and is being{head}"
 
 
 def view_positions(base: np.ndarray, view: np.ndarray) -> np.ndarray:
@@ -86,4 +110,5 @@ def inplace_on_view(self, fn, others, snapshot, check_result):
     return self
 
 
-__all__ = ["inplace_on_view", "view_positions", "NO_GRAD_VIEW_MSG", "INFERENCE_VIEW_MSG", "INFERENCE_VIEW"]
+__all__ = ["inplace_on_view", "view_positions", "NO_GRAD_VIEW_MSG", "INFERENCE_VIEW_MSG", "INFERENCE_VIEW",
+           "NO_GRAD_VIEW", "VIEW_OF_NO_GRAD_VIEW", "VIEW_OF_INFERENCE_VIEW", "inherited_origin", "view_of_view_msg"]
