@@ -56,3 +56,8 @@ _install_torch_surface(globals())   # the extra modules' functions and methods, 
 
 from .runtime.triangular import install as _install_triangular  # noqa: E402
 _install_triangular(globals())   # tril, triu, diagonal (functions and methods)
+
+from .runtime import pointwise_binary as _pointwise_binary, searching as _searching  # noqa: E402
+for _m in (_pointwise_binary, _searching):   # atan2, nextafter; searchsorted, bucketize, isin
+    _m.install(globals())
+del _m
