@@ -58,6 +58,8 @@ from .runtime.triangular import install as _install_triangular  # noqa: E402
 _install_triangular(globals())   # tril, triu, diagonal (functions and methods)
 
 from .runtime import pointwise_binary as _pointwise_binary, searching as _searching  # noqa: E402
-for _m in (_pointwise_binary, _searching):   # atan2, nextafter; searchsorted, bucketize, isin
+from .runtime import storage as _storage, conversions as _conversions  # noqa: E402
+for _m in (_pointwise_binary, _searching, _storage, _conversions):
+    # atan2, nextafter; searchsorted, bucketize, isin; set_, resize_; memory formats, type_as
     _m.install(globals())
 del _m
