@@ -65,3 +65,14 @@ _install_torch_surface(globals())   # the extra modules' functions and methods, 
 
 from .runtime.triangular import install as _install_triangular  # noqa: E402
 _install_triangular(globals())   # tril, triu, diagonal (functions and methods)
+
+
+def _install_extras(ns):
+    """atan2, nextafter; searchsorted, bucketize, isin; set_, resize_; memory formats, type_as; _foreach_*."""
+    from .runtime import pointwise_binary, searching, storage, conversions, foreach
+    for m in (pointwise_binary, searching, storage, conversions, foreach):
+        m.install(ns)
+
+
+_install_extras(globals())
+del _install_extras

@@ -67,6 +67,9 @@ MATH = _rows(
                      "math.isfinite({1}) and math.floor({1}) != {1}) else {T}({0} ** {1})))",
            i64="intmath.pow_i64"),
     # Philox draws: (seed, offset, element index); CUDA writes their rounds into the kernel (cuda_philox.py)
+    MathFn("atan2", 2, "{T}(math.atan2({0}, {1}))"),
+    # CUDA kernels have no inline form of nextafter (libdevice's needs a declaration): a CUDA loop refuses it
+    MathFn("nextafter", 2, None),
     MathFn("rng_uniform", 3, None, f32="philox.rnguniform_f32", f64="philox.rnguniform_f64"),
     MathFn("rng_normal", 3, None, f32="philox.rngnormal_f32", f64="philox.rngnormal_f64"),
 )

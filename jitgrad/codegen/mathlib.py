@@ -761,6 +761,27 @@ def isfinite_f64(x):
     return abs(np.float64(x)) < np.inf
 
 
+@_jit
+def atan2_f32(y, x):
+    """float64 inside, one rounding at the end: within an ulp of atan2f (a libm call: it does not vectorise)."""
+    return F(math.atan2(np.float64(y), np.float64(x)))
+
+
+@_jit
+def atan2_f64(y, x):
+    return math.atan2(np.float64(y), np.float64(x))
+
+
+@_jit
+def nextafter_f32(x, y):
+    return F(np.nextafter(F(x), F(y)))
+
+
+@_jit
+def nextafter_f64(x, y):
+    return np.nextafter(np.float64(x), np.float64(y))
+
+
 # the functions this module provides: the math table's rows whose CPU forms live here
 _NAMES = tuple(n for n, row in MATH.items() if row.f32.startswith("mathlib."))
 _SUFFIX = {"float32": "f32", "float64": "f64"}

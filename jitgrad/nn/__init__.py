@@ -12,7 +12,9 @@ from .layers import Identity, Flatten, Linear, Embedding, LayerNorm, BatchNorm1d
 from .activation import ReLU, GELU, Tanh, Sigmoid, Softmax
 from .loss import MSELoss, NLLLoss, CrossEntropyLoss
 from .dropout import Dropout
+from .instance_norm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
+from .parallel import DataParallel
 
 __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Flatten", "Linear",
            "Embedding", "LayerNorm", "BatchNorm1d", "ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "MSELoss",
-           "NLLLoss", "CrossEntropyLoss", "Dropout"]
+           "NLLLoss", "CrossEntropyLoss", "Dropout", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "DataParallel"]

@@ -183,6 +183,8 @@ __all__ = ["one_hot", "dropout", "relu", "sigmoid", "tanh", "softmax", "log_soft
 from .functional_layers import linear, embedding, layer_norm, batch_norm  # noqa: E402
 
 __all__ += ["linear", "embedding", "layer_norm", "batch_norm"]
+from .instance_norm import instance_norm  # noqa: E402
+__all__ += ["instance_norm"]
 
 # torch's inplace= on the pointwise activations (relu here replaces the plain ``relu = F.relu`` above)
 from .pointwise_activations import relu, relu_, threshold, threshold_, hardtanh, hardtanh_, relu6, leaky_relu, \

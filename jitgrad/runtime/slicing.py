@@ -118,7 +118,47 @@ def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None, 
     return std(input, dim, unbiased, keepdim, correction=correction), mean(input, dim, keepdim)
 
 
-METHODS = ["narrow", "select", "split_with_sizes", "repeat", "tile", "var_mean", "std_mean"]
+def _unsafe(pieces, name):
+    """torch's ``unsafe_*`` splits: the pieces share ``input``'s memory but are not autograd views (each has its
+    own version counter and no ``_base``), so in-place ops on them are allowed and do not rebase ``input``'s
+    history; writing through one is only safe when nothing saved ``input`` for backward (torch's caveat)."""
+    for t in pieces:
+        if t._base is not None:
+            t._base = None
+            t._vc = [0]
+            t._view_origin = None
+        named(t, name)
+    return pieces
+
+
+def unsafe_split(input, split_size, dim=0, **torch_kw):
+    """``split`` whose pieces are not tracked as views (torch.unsafe_split; see ``_unsafe``)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(unsafe_split, 'unsafe_split', (input, split_size, dim), {}, torch_kw)
+    from .functions import split
+    if not isinstance(split_size, int):
+        raise TypeError(f"unsafe_split(): argument 'split_size' must be int, not {type(split_size).__name__}")
+    return _unsafe(split(input, split_size, dim), "UnsafeSplitBackward0")
+
+
+def unsafe_split_with_sizes(input, split_sizes, dim=0, **torch_kw):
+    """``split_with_sizes`` whose pieces are not tracked as views (torch.unsafe_split_with_sizes)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(unsafe_split_with_sizes, 'unsafe_split_with_sizes', (input, split_sizes, dim), {},
+                            torch_kw)
+    return _unsafe(split_with_sizes(input, split_sizes, dim), "UnsafeSplitWithSizesBackward0")
+
+
+def unsafe_chunk(input, chunks, dim=0, **torch_kw):
+    """``chunk`` whose pieces are not tracked as views (torch.unsafe_chunk)."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(unsafe_chunk, 'unsafe_chunk', (input, chunks, dim), {}, torch_kw)
+    from .functions import chunk
+    return _unsafe(chunk(input, chunks, dim), "UnsafeSplitBackward0")
+
+
+METHODS = ["narrow", "select", "split_with_sizes", "repeat", "tile", "var_mean", "std_mean",
+           "unsafe_split", "unsafe_split_with_sizes", "unsafe_chunk"]
 # torch has no Tensor.var_mean / std_mean methods
 FUNCTION_ONLY = frozenset({"var_mean", "std_mean"})
 __all__ = METHODS

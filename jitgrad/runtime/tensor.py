@@ -189,8 +189,11 @@ class Tensor(InPlaceOps):
     def is_floating_point(self) -> bool:
         return self._data.dtype.kind == "f"
 
-    def is_contiguous(self) -> bool:
+    def is_contiguous(self, memory_format=None) -> bool:
         d = self._data
+        if memory_format is not None and type(d) is np.ndarray:
+            from .conversions import is_in_layout       # channels_last & co. (conversions.py)
+            return is_in_layout(d, memory_format)
         return d.flags.c_contiguous if type(d) is np.ndarray or _devices.backend_of_payload(d) is None \
             else True      # device payloads are always contiguous buffers
 
@@ -530,8 +533,11 @@ class Tensor(InPlaceOps):
         memo[id(self)] = t
         return t
 
-    def to(self, *args, dtype=None, device=None, copy=False, **kw):
+    def to(self, *args, dtype=None, device=None, copy=False, memory_format=None, **kw):
         """``to(dtype)``, ``to(device)``, ``to(other_tensor)``: a differentiable cast (or self if nothing changes)."""
+        if memory_format is not None:       # torch.channels_last & co. (conversions.py)
+            from .conversions import contiguous_in
+            return contiguous_in(self.to(*args, dtype=dtype, device=device, copy=copy, **kw), memory_format)
         for a in args:
             if isinstance(a, Tensor):       # to(other): other's dtype and device
                 dtype = a.dtype
@@ -549,15 +555,6 @@ class Tensor(InPlaceOps):
         if dtype is t.dtype and not copy:
             return t
         return _bind(O["cast"], t, dtype=dtype)
-
-    def type(self, dtype=None):
-        if dtype is None:
-            return f"jitgrad.{self.dtype.name}"
-        return self.to(dtype)
-
-    def type_as(self, other) -> "Tensor":
-        """This tensor as ``other``'s dtype (itself when it already is)."""
-        return self.to(other.dtype)
 
     @property
     def volatile(self) -> bool:
@@ -590,10 +587,16 @@ class Tensor(InPlaceOps):
         d = check_device("cuda" if device is None else device if not isinstance(device, int) else f"cuda:{device}")
         return _devices.transfer(self, d)
 
-    def clone(self) -> "Tensor":
+    def clone(self, *, memory_format=None) -> "Tensor":
+        if memory_format is not None:       # torch.channels_last & co. (conversions.py)
+            from .conversions import relayout
+            return relayout(_bind(O["copy"], self), memory_format)
         return _bind(O["copy"], self)
 
-    def contiguous(self) -> "Tensor":
+    def contiguous(self, memory_format=None) -> "Tensor":
+        if memory_format is not None:       # torch.channels_last & co. (conversions.py)
+            from .conversions import contiguous_in
+            return contiguous_in(self, memory_format)
         if self.is_contiguous():
             return self
         r = self.clone()

@@ -266,6 +266,35 @@ def _min_vjp(c, g):
             c.bind("where", x < y, 0.0, h) if c.needs_grad[1] else None)
 
 
+def _atan2_vjp(c, g):
+    # torch's atan2_backward: g * y / (x^2 + y^2) and -g * x / (x^2 + y^2), with the reciprocal masked to 0 where
+    # x^2 + y^2 is 0 (the origin, or underflow), so the gradient at the origin is 0 and its second order NaN
+    x, y = _in(c, 0), _in(c, 1)
+    d = x * x + y * y
+    r = d.reciprocal().where(d != 0, 0.0)
+    return (g * y * r if c.needs_grad[0] else None, g * -x * r if c.needs_grad[1] else None)
+
+
+ew("atan2", np.arctan2, _atan2_vjp, lambda m, x, y: m.atan2(x, y), "float", saves_in=(0, 1))
+
+
+def _nextafter_vjp(c, g):
+    # torch has no derivative for nextafter: the node exists (requires_grad propagates) and backward refuses
+    raise NotImplementedError("the derivative for 'nextafter' is not implemented.")
+
+
+def _nextafter_rule(avals, params):
+    if any(not a.dtype.is_floating_point for a in avals):
+        raise OpError(f"nextafter: \"nextafter_cpu\" not implemented for "
+                      f"'{next(a.dtype.name for a in avals if not a.dtype.is_floating_point)}' "
+                      f"(got {', '.join(a.dtype.name for a in avals)})")
+    return _rule("nextafter", "same")(avals, params)
+
+
+register(OpDef("nextafter", "elementwise", _nextafter_rule, np.nextafter, _nextafter_vjp,
+               scalar=lambda m, x, y: m.nextafter(x, y)))
+
+
 ew("maximum", np.maximum, _max_vjp, lambda m, x, y: m.max(x, y), saves_in=(0, 1))
 ew("minimum", np.minimum, _min_vjp, lambda m, x, y: m.min(x, y), saves_in=(0, 1))
 

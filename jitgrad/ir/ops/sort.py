@@ -96,3 +96,49 @@ def _histc_impl(x, *weight, bins, lo, hi, pad, search):
 
 register(OpDef("histc", "sort", _histc_rule, _histc_impl, None,
                doc="Counts in ``bins`` equal bins over [lo, hi]; values outside and NaN are ignored."))
+
+
+# ---- lookups: searchsorted, isin (integer / bool results, no gradient) -----------------------------------
+def _searchsorted_rule(avals, params):
+    seq, vals = avals
+    if seq.ndim == 0:
+        raise OpError("searchsorted: boundaries tensor should have positive dimension, but got 0 dimension")
+    if seq.ndim > 1 and tuple(seq.shape[:-1]) != tuple(vals.shape[:-1]):
+        raise OpError(f"searchsorted: boundaries tensor should be 1 dimension or the first N-1 dimensions of "
+                      f"boundaries tensor and input value tensor must match, but we got boundaries tensor "
+                      f"{fmt_shape(seq.shape)} and input value tensor {fmt_shape(vals.shape)}")
+    if seq.dtype is dt.bool_ or vals.dtype is dt.bool_:
+        raise OpError(f"searchsorted: \"searchsorted_out_cpu\" not implemented for 'Bool' (boundaries "
+                      f"{seq.dtype.name}, input {vals.dtype.name})")
+    return [Aval(vals.shape, dt.int32 if params["out_int32"] else dt.int64)]
+
+
+def _searchsorted_impl(seq, vals, right, out_int32):
+    side = "right" if right else "left"
+    out_t = np.int32 if out_int32 else np.int64
+    if seq.ndim == 1:
+        return np.asarray(np.searchsorted(seq, vals, side=side), dtype=out_t)
+    rows = seq.reshape(-1, seq.shape[-1])
+    v = vals.reshape(rows.shape[0], -1)
+    out = np.empty(v.shape, out_t)
+    for i in range(rows.shape[0]):      # NumPy's searchsorted is 1-D only: one call per leading index
+        out[i] = np.searchsorted(rows[i], v[i], side=side)
+    return out.reshape(vals.shape)
+
+
+register(OpDef("searchsorted", "sort", _searchsorted_rule, _searchsorted_impl, None,
+               doc="Indices where ``vals`` would be inserted into the last dim of ``seq`` (sorted) to keep it "
+                   "sorted; ``right``: after equal elements."))
+
+
+def _isin_rule(avals, params):
+    el, test = avals
+    return [Aval(el.shape, dt.bool_)]
+
+
+def _isin_impl(el, test, invert):
+    return np.asarray(np.isin(el, test, invert=invert), dtype=np.bool_)
+
+
+register(OpDef("isin", "sort", _isin_rule, _isin_impl, None,
+               doc="Whether each element of ``el`` occurs in ``test`` (``invert``: does not occur)."))
