@@ -68,11 +68,16 @@ def test_backward_with_recomputed_values_matches_eager():
         return g
 
     f = jg.compile(step, backend="numba")
+    p = _plan(f, jg.tensor(xs, requires_grad=True))
+    # x - mean is read by the variance loop and, in the backward, by two later loops: each of those recomputes
+    # it (one subtraction) rather than the first storing it (a write and two reads)
+    first = next(g for g in p.groups if g.reduce is not None and "sub" in [e.op.name for e in g.eqns])
+    assert [tuple(v.aval.shape) for v in first.outputs] == [(8, 1)], p
+    assert sum(bool(g.eqns) and g.eqns[0].op.name == "sub" for g in p.groups if g.shape == (8, 40)) >= 3, p
     for seed in (1, 3):
         x = jg.tensor(np.random.default_rng(seed).standard_normal((8, 40)), requires_grad=True)
         want = step(x).numpy()
         np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-10, atol=1e-12)
-    assert xs.shape == (8, 40)
 
 
 def test_a_value_other_steps_read_stays_stored_by_its_loop():

@@ -122,71 +122,79 @@ NO_RECOMPUTE = ("rand_uniform", "rand_normal")   # draws: their scalar body take
 
 
 def _recompute_cheap_values(groups, eqns, users, outs, where):
-    """Add to each group the eqns that recompute values it reads from an earlier group over the same space,
-    when that is cheaper than storing and loading them (see OP_BYTES); the earlier group then stores them only
-    if something else reads them.  Linear in the graph (one producer map; each chain is bounded by its
-    groups)."""
+    """Add to the groups the eqns that recompute values they read from an earlier group over the same space,
+    when that is cheaper than storing the value once and loading it in each of them (see OP_BYTES); the earlier
+    group then stores it only if something else reads it.  Linear in the graph: one producer map, and each
+    chain lies inside one group of at most MAX_GROUP_EQNS eqns."""
     producer = {}
     for i, e in enumerate(eqns):
         for o in e.outs:
             producer[o] = i
+    members = {id(g): {i for i, _ in g.eqns} | ({g.reduce[0]} if g.reduce else set()) for g in groups}
+    reads = {id(g): {v for i in members[id(g)] for v in eqns[i].ins if isinstance(v, Var)} for g in groups}
+    decided = {}
+    extra = {}          # id(group) -> eqn indices it recomputes
     for g2 in groups:
-        if not g2.eqns:
-            continue
-        mine = {i for i, _ in g2.eqns} | ({g2.reduce[0]} if g2.reduce else set())
-        reads = {v for i in mine for v in eqns[i].ins if isinstance(v, Var)}
-        produced = {o for i in mine for o in eqns[i].outs}
-        added = []
-        for i2, e2 in list(g2.eqns) + ([g2.reduce] if g2.reduce else []):
-            for v in e2.ins:
-                if not isinstance(v, Var) or v in produced:
-                    continue
-                chain = _cheap_chain(v, g2, eqns, producer, where, users, outs, mine, reads, produced)
-                if chain and len(g2.eqns) + len(added) + len(chain) <= MAX_GROUP_EQNS:
-                    for i in chain:
-                        mine.add(i)
-                        produced.update(eqns[i].outs)
-                        reads.update(x for x in eqns[i].ins if isinstance(x, Var))
-                    added += chain
-        if added:
+        for i2 in sorted(members[id(g2)]):
+            for v in eqns[i2].ins:
+                if isinstance(v, Var) and v not in decided and producer.get(v) not in members[id(g2)]:
+                    decided[v] = chain = _cheap_chain(v, eqns, producer, where, users, outs, members, reads)
+                    if chain:
+                        for g in chain[1]:
+                            extra.setdefault(id(g), set()).update(chain[0])
+    for g in groups:
+        add = extra.get(id(g), set()) - members[id(g)]
+        if add and len(g.eqns) + len(add) <= MAX_GROUP_EQNS:
             # the recomputed eqns go first, in the graph's order: they read only what the earlier group read
-            g2.eqns = sorted([(i, eqns[i]) for i in set(added)], key=lambda t: t[0]) + g2.eqns
+            g.eqns = [(i, eqns[i]) for i in sorted(add)] + g.eqns
 
 
-def _cheap_chain(v, g2, eqns, producer, where, users, outs, mine, reads, produced):
-    """The eqn indices (of the earlier group that computes ``v``) that recompute it, when that is cheaper
-    than storing it; None otherwise."""
+def _scope(g):
+    return (g.eqns[0][1] if g.eqns else g.reduce[1]).scope
+
+
+def _cheap_chain(v, eqns, producer, where, users, outs, members, reads):
+    """``(eqn indices, reader groups)`` when recomputing ``v`` in every later group that reads it costs less
+    than storing it once and loading it in each; None otherwise (then the group that computes it stores it)."""
     p = producer.get(v)
     g1 = where.get(p) if p is not None else None
-    if not isinstance(g1, Group) or g1 is g2 or g1.shape != g2.shape or (g1.reduce and g1.reduce[0] == p) \
-            or g1.eqns[0][1].scope != g2.eqns[0][1].scope or v in outs:
+    if not isinstance(g1, Group) or (g1.reduce and g1.reduce[0] == p) or v in outs:
         return None
     g1_members = {i for i, _ in g1.eqns}
-    # the value is stored only for this group: every reader is in the earlier group or this one
-    if any(u not in g1_members and u not in mine for u in users.get(v, ())):
+    readers = []
+    for u in users.get(v, ()):
+        if u in members[id(g1)]:
+            continue
+        gu = where.get(u)
+        if not isinstance(gu, Group) or gu.shape != g1.shape or _scope(gu) != _scope(g1):
+            return None             # read by a step that is not a loop over the same space: stored anyway
+        if gu not in readers:
+            readers.append(gu)
+    if not readers:
         return None
-    chain, todo, cost, new_reads = [], [p], 0.0, set()
+    size = v.aval.dtype.np.itemsize
+    store = size * (1 + len(readers))
+    chain, todo, cost, inputs = set(), [p], 0.0, set()
     while todo:
         i = todo.pop()
-        if i in chain or i in mine:
+        if i in chain:
             continue
         e = eqns[i]
         if e.op.name in NO_RECOMPUTE or i not in g1_members:
             return None
-        chain.append(i)
+        chain.add(i)
         cost += OP_BYTES.get(e.op.name, PLAIN_OP_BYTES)
-        if cost >= 2 * v.aval.dtype.np.itemsize:
+        if cost * len(readers) >= store:
             return None
         for x in e.ins:
-            if not isinstance(x, Var) or x in produced:
-                continue
-            q = producer.get(x)
-            if q is not None and q in g1_members:
-                todo.append(q)
-            elif x not in reads and x not in new_reads and x.aval.shape == g2.shape:
-                new_reads.add(x)
-                cost += x.aval.dtype.np.itemsize      # a new full-size read for the later group
-    return sorted(chain) if cost < 2 * v.aval.dtype.np.itemsize else None
+            if isinstance(x, Var):
+                q = producer.get(x)
+                if q is not None and q in g1_members:
+                    todo.append(q)
+                elif x.aval.shape == g1.shape:
+                    inputs.add(x)
+    total = sum(cost + sum(x.aval.dtype.np.itemsize for x in inputs if x not in reads[id(g)]) for g in readers)
+    return (sorted(chain), readers) if total < store else None
 
 
 def plan(graph: Graph) -> Plan:
@@ -266,8 +274,10 @@ def plan(graph: Graph) -> Plan:
                 continue
             for o in e.outs:
                 defined.add(o)
+                # stored unless every group that runs a reader (some readers are recomputed copies in several
+                # groups, or steps that are not loops) computes the value itself
                 if i == (g.reduce[0] if g.reduce else -1) or o in outs or any(
-                        not any(id(h) != id(g) and i in member_sets[id(h)] for h in holders.get(u, ()))
+                        not holders.get(u) or any(i not in member_sets[id(h)] for h in holders[u])
                         for u in users.get(o, set()) - mset):
                     g.outputs.append(o)
         g.eqns = [e for _, e in g.eqns]
