@@ -316,6 +316,13 @@ OP_SAMPLES["sdpa"] = [
 ]
 
 
+# diagonal is a primitive (a view) (ir/ops/diagonal.py)
+OP_SAMPLES["diagonal"] = [
+    Sample(lambda m, x: m.diagonal(x, 1) * x.diagonal(-1, 1, 0), [rows([inf, nan, 0.0], [0.0, -0.0, inf], [nan, 1.0, 2.0])]),
+    Sample(lambda m, x: x.diagonal(0, -1, 0).sum(-1) * 2.0 + m.diagonal(x, 5).sum(), [np.arange(12.0).reshape(2, 3, 2)],
+           "3-d, negative dims, empty diagonal")]
+
+
 # public functions that are compositions of primitives
 COMPOSITE_SAMPLES: dict[str, list[Sample]] = {
     "mean": [Sample(lambda m, x: x.mean(1), [rows([inf, -inf], [inf, 1.0], [0.0, 0.0])]),
@@ -380,9 +387,6 @@ COMPOSITE_SAMPLES: dict[str, list[Sample]] = {
     "tril/triu": [Sample(lambda m, x: m.tril(x) * 2.0 + x.triu(1), [rows([inf, nan, -inf], [0.0, -0.0, inf], [nan, 1.0, 2.0])],
                          "inf and nan on and off the triangle (kept or zeroed, never multiplied)"),
                   Sample(lambda m, x: m.tril(x, -1) + m.triu(x, 3), [rows([1.0, 2.0], [3.0, inf])], "diagonals off the matrix")],
-    "diagonal": [Sample(lambda m, x: m.diagonal(x, 1) * x.diagonal(-1, 1, 0), [rows([inf, nan, 0.0], [0.0, -0.0, inf], [nan, 1.0, 2.0])]),
-                 Sample(lambda m, x: x.diagonal(0, -1, 0).sum(-1) * 2.0 + m.diagonal(x, 5).sum(), [np.arange(12.0).reshape(2, 3, 2)],
-                        "3-d, negative dims, empty diagonal")],
     "log2": [Sample(lambda m, x: m.log2(x), [a(0.0, -0.0, inf, -1.0, 1.0)])],
 }
 

@@ -148,6 +148,7 @@ CASES = {
     # the fused primitives: on a device they run as their decompositions (OpDef.decompose)
     "tanh_backward": (lambda g, y: _bind("tanh_backward", g, y), [(2, 3), (2, 3)], "unit"),
     "softmax": (lambda a: _bind("softmax", a, axis=1), [(2, 3)], "any"),
+    "diagonal": (lambda a: _bind("diagonal", a, offset=1, dim1=0, dim2=1) * 2.0, [(3, 4)], "any"),
     "sdpa": (lambda q, k, v, m: _bind("sdpa", q, k, v, m, scale=0.5), [(2, 3, 2), (2, 4, 2), (2, 4, 3), (3, 4)], "any"),
     "gelu": (lambda a: _bind("gelu", a, approximate="none") + _bind("gelu", a, approximate="tanh"), [(2, 3)], "any"),
     "layer_norm": (lambda a: _bind("layer_norm", a, naxes=1, eps=1e-5), [(2, 3)], "any"),

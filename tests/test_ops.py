@@ -1137,6 +1137,7 @@ SMOKE = {
     "histc": lambda: jg.histc(_x(), 3),
     # fused primitives: eager softmax / log_softmax / nll_loss bind them (ir/ops/fused.py)
     "softmax": lambda: _g(lambda a: jg.softmax(a, 1), (2, 3)),
+    "diagonal": lambda: _g(lambda a: a.diagonal(1, 2, 0) * a.diagonal(-1, 0, 1).sum(), (3, 4, 2)),
     "log_softmax": lambda: _g(lambda a: jg.log_softmax(a, 0), (2, 3)),
     "nll_loss": lambda: SMOKE_nll_loss(),
     "log_softmax_backward": lambda: SMOKE_log_softmax_backward(),

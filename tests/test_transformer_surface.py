@@ -56,6 +56,29 @@ def test_diagonal_matches_torch(args):
     _compare(lambda a: a.diagonal(*args), lambda a: a.diagonal(*args), [x], compiled=True)
 
 
+def test_diagonal_is_a_view_as_in_torch():
+    for lib in (jg, torch):
+        x = lib.arange(12.0).reshape(3, 4)
+        d = x.diagonal(1)
+        v0 = x._version
+        d.mul_(10.0)                                        # writes through to x
+        assert x._version > v0 and d._version == x._version   # one version counter
+        x[0, 1] = -1.0                                      # and x's writes show in d
+        assert d.tolist() == [-1.0, 60.0, 110.0] and x.tolist()[1][2] == 60.0
+    # grads through an in-place write on the diagonal of a non-leaf (torch's CopySlices)
+    grads = []
+    for lib in (jg, torch):
+        b = lib.tensor(_rng(4).standard_normal((3, 3)), requires_grad=True)
+        c = b * 1.0
+        c.diagonal(-1).mul_(b[0, :2])
+        (c * c).sum().backward()
+        grads.append(b.grad.numpy())
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-12)
+    ro = jg.from_numpy(np.arange(4.0).reshape(2, 2))
+    ro._data.flags.writeable = False
+    assert ro.diagonal().tolist() == [0.0, 3.0]            # a read-only base gives a read-only view
+
+
 def test_tril_diagonal_second_order_and_dtypes():
     x = jg.tensor(_rng(2).standard_normal((3, 3)), requires_grad=True)
     assert gradcheck(lambda a: (jg.tril(a) * a).sum(), (x,)) and gradgradcheck(lambda a: (jg.tril(a, -1) ** 3), (x,))

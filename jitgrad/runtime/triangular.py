@@ -4,12 +4,14 @@ has them.
 Each is a composition of primitives over a constant index pattern (a boolean triangle built with NumPy, or the
 row/column indices of a diagonal), so it runs eagerly, traces into a compiled graph (the pattern is a literal),
 runs on a device, and differentiates to any order through ``where`` and indexing; the result carries torch's
-grad_fn name.  ``diagonal`` returns a copy where torch returns a view (writes through it do not reach ``input``).
+grad_fn name.  ``diagonal`` is a primitive of its own (``ir/ops/diagonal.py``): a view, as in torch.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..ir.ops import OPS as O
+from .dispatch import bind
 from .functions import where
 from .grad_names import named
 from .tensor import Tensor
@@ -81,14 +83,7 @@ def diagonal(input, offset=0, dim1=0, dim2=1, **torch_kw):
     a, b = dim1 % nd, dim2 % nd
     if a == b:
         raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
-    rest = [i for i in range(nd) if i not in (a, b)]
-    moved = input.permute(*rest, a, b)
-    m, n = input.shape[a], input.shape[b]
-    offset = int(offset)
-    count = max(0, min(m, n - offset) if offset >= 0 else min(m + offset, n))
-    rows = np.arange(count, dtype=np.int64) + max(0, -offset)
-    cols = rows + offset
-    return named(moved[(Ellipsis, Tensor._make(rows), Tensor._make(cols))], "DiagonalBackward0")
+    return bind(O["diagonal"], input, offset=int(offset), dim1=a, dim2=b)
 
 
 def trace(input, **torch_kw):

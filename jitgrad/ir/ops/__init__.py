@@ -1,6 +1,6 @@
 """The primitive set.  Importing this package registers every OpDef in ``OPS``."""
 from .opdef import OPS, Aval, OpDef, OpError, broadcast_shapes, normalize_axes, normalize_axis, register  # noqa: F401
-from . import elementwise, reduce, shape, linalg, index, random, scan, sort, fused, collective, attention, normalization  # noqa: F401  (registration side effects)
+from . import elementwise, reduce, shape, linalg, index, random, scan, sort, fused, collective, attention, normalization, diagonal  # noqa: F401  (registration side effects)
 from . import scatter  # noqa: F401  (registration side effect)
 
 __all__ = ["OPS", "Aval", "OpDef", "OpError", "broadcast_shapes", "normalize_axes", "normalize_axis", "register"]
