@@ -74,6 +74,24 @@ class Value:
         self.t = t
 
 
+# ---------------------------------------------------------------------------------------------------- alias scopes
+ALIAS_DOMAIN = "jitgrad.kernel.operands"
+
+
+def tag_alias_class(module, instr, cls: int, n: int) -> None:
+    """Scoped-noalias metadata on ``instr``, an access of alias class ``cls`` among ``n`` (``alias_scopes.py``
+    says why): ``!alias.scope`` its class, ``!noalias`` every other.  The one builder of this metadata, shared by
+    Numba's intrinsics (``alias_scopes.load``/``store_to``) and this translator, so both paths give LLVM the same
+    facts.  Fewer than two classes: nothing to say, no metadata."""
+    if n < 2:
+        return
+    ir = _ir()
+    domain = module.add_metadata([ir.MetaDataString(module, ALIAS_DOMAIN)])
+    scopes = [module.add_metadata([ir.MetaDataString(module, f"{ALIAS_DOMAIN}.{k}"), domain]) for k in range(n)]
+    instr.set_metadata("alias.scope", module.add_metadata([scopes[cls]]))
+    instr.set_metadata("noalias", module.add_metadata([scopes[k] for k in range(n) if k != cls]))
+
+
 # ---------------------------------------------------------------------------------------------------- mathlib
 _MATHLIB = None
 
@@ -343,6 +361,8 @@ class ScalarEmitter:
             addr = self.cast(self.expr(args[0], scope), I64)
             elem = _PTRS[fname]
             return Value(b.inttoptr(addr.v, _lltype(elem).as_pointer()), ("ptr", elem))
+        if fname == "load":
+            return self.scoped_load(args, scope)
         vals = [self.expr(a, scope) for a in args]
         if fname == "abs" and len(vals) == 1:
             v = vals[0]
@@ -362,11 +382,44 @@ class ScalarEmitter:
             if any(v.t != t for v in vals):
                 raise Unsupported("fma types")
             return Value(self._intrinsic("llvm.fma", t, [v.v for v in vals]), t)
+        if fname in _LIBM and len(vals) == 2:
+            return self.libm_call(fname, vals, scope)
         funcs, consts = _mathlib()
         fn = funcs.get(fname)
         if fn is None:
             raise Unsupported(f"call of {fname}")
         return self.inline(fn, vals, consts)
+
+    def scoped_load(self, args, scope):
+        """``load(p, i, c, n)`` (``alias_scopes.load``): ``p[i]`` tagged as an access of alias class ``c``
+        among ``n``, both literals, exactly as the Numba intrinsic emits it."""
+        if len(args) != 4:
+            raise Unsupported("load form")
+        ptr = self.expr(args[0], scope)
+        if not isinstance(ptr.t, tuple):
+            raise Unsupported("load from a non-pointer")
+        idx = self.index(args[1], scope)
+        cls, n = alias_literals(args[2], args[3])
+        instr = self.b.load(self.b.gep(ptr.v, [idx]))
+        tag_alias_class(self.module, instr, cls, n)
+        return Value(instr, ptr.t[1])
+
+    def libm_call(self, fname, vals, scope):
+        """``math.atan2`` / ``np.nextafter`` of two floats of one type: a call of the C library's function, as
+        Numba lowers them (its ``numba_nextafter[f]`` helpers only call libm's ``nextafter[f]``; calling libm
+        directly keeps Numba's helper library, and so Numba's runtime, out of the loaded kernel).  A declared
+        pure function, the call carrying the caller's fast-math flags (Numba's ``FastFloatCallVisitor``)."""
+        t = vals[0].t
+        if t not in _FLOATS or vals[1].t != t:
+            raise Unsupported(f"{fname} of {vals[0].t} and {vals[1].t}")
+        name = _LIBM[fname][t]
+        lt = _lltype(t)
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = self.ir.Function(self.module, self.ir.FunctionType(lt, [lt, lt]), name=name)
+            fn.attributes.add("readonly")
+            fn.attributes.add("nounwind")
+        return Value(self.b.call(fn, [v.v for v in vals], fastmath=scope.flags), t)
 
     def unrolled(self, s, scope):
         """``for i in range(a, b, c)`` over literals in a mathlib function (a polynomial's Horner steps over a
@@ -423,6 +476,9 @@ class ScalarEmitter:
         return result
 
 
+# two-argument C library functions mathlib calls: Python's spelling -> the symbol per float type
+_LIBM = {"math.atan2": {F32: "atan2f", F64: "atan2"}, "np.nextafter": {F32: "nextafterf", F64: "nextafter"}}
+
 _BITCASTS = {"f32_as_i32": (F32, I32), "i32_as_f32": (I32, F32), "f64_as_i64": (F64, I64),
              "i64_as_f64": (I64, F64)}
 
@@ -436,8 +492,21 @@ def _callee(f):
 
 
 def _loads(node) -> bool:
-    """Whether evaluating ``node`` reads memory (then it is never speculated)."""
-    return any(isinstance(n, ast.Subscript) for n in ast.walk(node))
+    """Whether evaluating ``node`` reads memory (then it is never speculated): a subscript or a scoped
+    ``load(...)``."""
+    return any(isinstance(n, ast.Subscript) or (isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                                                and n.func.id == "load") for n in ast.walk(node))
+
+
+def alias_literals(cls_node, n_node):
+    """The alias class and class count of a scoped access: integer literals (Numba's intrinsics type them as
+    literals; anything else does not compile there either), the class in range."""
+    cls, n = _literal(cls_node), _literal(n_node)
+    if type(cls) is not int or type(n) is not int:
+        raise Unsupported("alias class not an integer literal")
+    if not 0 <= cls < max(n, 1):
+        raise Unsupported(f"alias class {cls} out of range for {n} classes")
+    return cls, n
 
 
 def _literal(node):
