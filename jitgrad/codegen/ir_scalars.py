@@ -212,9 +212,11 @@ class ScalarEmitter:
                 raise Unsupported("chained comparison")
             return self.compare(e.ops[0], self.expr(e.left, scope), self.expr(e.comparators[0], scope), scope)
         if isinstance(e, ast.BoolOp):
+            if any(_loads(v) for v in e.values[1:]):
+                return self.short_circuit(e, scope)
             vals = [self.expr(v, scope) for v in e.values]
-            if any(v.t != BOOL for v in vals) or any(_loads(v) for v in e.values[1:]):
-                raise Unsupported("and/or of non-bool or loading operands")
+            if any(v.t != BOOL for v in vals):
+                raise Unsupported("and/or of non-bool operands")
             out = vals[0].v
             for v in vals[1:]:
                 out = b.and_(out, v.v) if isinstance(e.op, ast.And) else b.or_(out, v.v)
@@ -260,6 +262,35 @@ class ScalarEmitter:
         phi.add_incoming(y.v, by)
         return Value(phi, x.t)
 
+    def short_circuit(self, e, scope):
+        """``a and b`` / ``a or b`` whose later operands read memory: evaluated only when Python would (a
+        branch and a phi, as Numba lowers it), so a load guarded by an earlier operand is never speculated."""
+        b = self.b
+        if scope.ssa:
+            raise Unsupported("a loading and/or in an inlined function")
+        acc = self.expr(e.values[0], scope)
+        if acc.t != BOOL:
+            raise Unsupported("and/or of non-bool operands")
+        for node in e.values[1:]:
+            pred = b.block
+            rhs, join = b.append_basic_block("bool.rhs"), b.append_basic_block("bool.join")
+            if isinstance(e.op, ast.And):
+                b.cbranch(acc.v, rhs, join)
+            else:
+                b.cbranch(acc.v, join, rhs)
+            b.position_at_end(rhs)
+            v = self.expr(node, scope)
+            if v.t != BOOL:
+                raise Unsupported("and/or of non-bool operands")
+            rhs_end = b.block
+            b.branch(join)
+            b.position_at_end(join)
+            phi = b.phi(_lltype(BOOL))
+            phi.add_incoming(acc.v, pred)
+            phi.add_incoming(v.v, rhs_end)
+            acc = Value(phi, BOOL)
+        return acc
+
     def truth(self, v):
         b, ir = self.b, self.ir
         if v.t == BOOL:
@@ -272,6 +303,12 @@ class ScalarEmitter:
 
     def binop(self, op, x, y, scope):
         b, ir = self.b, self.ir
+        if BOOL in (x.t, y.t) and isinstance(op, (ast.Add, ast.Sub, ast.Mult)) \
+                and not (isinstance(x.t, tuple) or isinstance(y.t, tuple)):
+            # Numba: a bool in +, -, * is an integer (int64) beside an integer or a bool, the float beside a float
+            other = y.t if x.t == BOOL else x.t
+            t = other if other in _FLOATS else I64
+            x, y = self.cast(x, t), self.cast(y, t)
         if isinstance(x.t, tuple) or isinstance(y.t, tuple) or BOOL in (x.t, y.t):
             raise Unsupported("arithmetic on pointers or bools")
         if isinstance(op, ast.Div):
@@ -282,6 +319,8 @@ class ScalarEmitter:
             return Value(b.fdiv(x.v, y.v, flags=scope.flags), t)
         t = _promote(x.t, y.t)
         x, y = self.cast(x, t), self.cast(y, t)
+        if isinstance(op, (ast.FloorDiv, ast.Mod)) and t == I64:
+            return Value(self.floor_divmod(x.v, y.v)[isinstance(op, ast.Mod)], t)
         if t in _FLOATS:
             f = {ast.Add: b.fadd, ast.Sub: b.fsub, ast.Mult: b.fmul}.get(type(op))
             if f is None:
@@ -292,6 +331,24 @@ class ScalarEmitter:
         if f is None:
             raise Unsupported(f"integer {type(op).__name__}")
         return Value(f(x.v, y.v), t)
+
+    def floor_divmod(self, x, y):
+        """Python's ``x // y`` and ``x % y`` on int64 as Numba computes them under ``error_model='numpy'``:
+        the quotient rounded down, the remainder taking the divisor's sign; both 0 when ``y`` is 0 and when
+        ``x`` is the least int64 and ``y`` is -1 (Numba's branches; here the divisor is made 1 in those cases, so
+        no instruction ever divides by zero or overflows, and the results are chosen by selects)."""
+        b, ir = self.b, self.ir
+        i64 = ir.IntType(64)
+        zero, one = ir.Constant(i64, 0), ir.Constant(i64, 1)
+        bad = b.or_(b.icmp_signed("==", y, zero),
+                    b.and_(b.icmp_signed("==", x, ir.Constant(i64, -(1 << 63))),
+                           b.icmp_signed("==", y, ir.Constant(i64, -1))))
+        d = b.select(bad, one, y)
+        q, r = b.sdiv(x, d), b.srem(x, d)
+        fix = b.and_(b.icmp_signed("!=", r, zero), b.icmp_signed("<", b.xor(d, r), zero))
+        q = b.select(fix, b.sub(q, one), q)
+        r = b.select(fix, b.add(r, d), r)
+        return b.select(bad, zero, q), b.select(bad, zero, r)
 
     def compare(self, op, x, y, scope):
         b = self.b
