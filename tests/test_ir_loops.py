@@ -363,3 +363,39 @@ def test_scatter_reduce_kernels_from_ir(fresh_cache, dtype, reduce, include_self
     assert compiled >= 1 and build.COUNTS["kernels_ir"] - before["kernels_ir"] == compiled
     want = jg.tensor(xa).scatter_reduce(0, i, jg.tensor(sa), reduce, include_self=include_self).numpy()
     np.testing.assert_array_equal(got, want)
+
+
+def test_row_gather_and_scatter_with_continue_from_ir(fresh_cache):
+    """An embedding's row kernels (region_steps: a bounds-checked row loop that reports a bad index and
+    ``continue``s) are built by ir_loops; the rows and their gradient are NumPy's, and a bad index still raises."""
+    rng = np.random.default_rng(0)
+    w = jg.tensor(rng.standard_normal((50, 8)).astype(np.float32), requires_grad=True)
+    idx = rng.integers(0, 50, (6, 5))
+
+    @jg.compile(backend="numba", background=False)
+    def f(i):
+        e = w[i]
+        (g,) = jg.autograd.grad((jg.tanh(e) * 2).sum(), [w])
+        return g, e.detach()
+    texts = []
+    translate = ir_loops.translate
+
+    def spy(source, key):
+        texts.append(source)
+        return translate(source, key)
+    before = dict(build.COUNTS)
+    ir_loops.translate = spy
+    try:
+        g, e = f(jg.tensor(idx))
+    finally:
+        ir_loops.translate = translate
+    assert sum("continue" in t for t in texts) >= 2                     # the gather and its scatter
+    compiled = build.COUNTS["kernels_compiled"] - before["kernels_compiled"]
+    assert compiled >= 2 and build.COUNTS["kernels_ir"] - before["kernels_ir"] == compiled
+    wn = w.detach().numpy()
+    np.testing.assert_array_equal(e.numpy(), wn[idx])
+    want = np.zeros_like(wn)
+    np.add.at(want, idx, 2 * (1 - np.tanh(wn[idx]) ** 2))
+    np.testing.assert_allclose(g.numpy(), want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(IndexError, match="index 60 is out of bounds for dimension 0 with size 50"):
+        f(jg.tensor(np.full((6, 5), 60)))

@@ -1,14 +1,15 @@
 """Kernels straight to LLVM IR, without Numba: the cold build's fast path.
 
 A kernel's text (``loops.py``) is a small, regular subset of Python: a ``kernel(A)`` function reading an int64
-argument block, typed pointers (``ptr_f32(A[k])``), ``for i in range(n)`` nests, ``if`` blocks, scalar
-arithmetic, casts, selects (``a if c else b``), ``store(p, i, v)``, the alias-scoped accesses ``load(p, i, c, n)``
-/ ``store_to(p, i, v, c, n)`` (tagged with the same scoped-noalias metadata as ``alias_scopes.py``'s Numba
-intrinsics, so the vectoriser needs no runtime overlap checks here either), and calls of ``mathlib``'s
-straight-line functions (and of libm's ``atan2``/``nextafter``, as Numba calls them).  Numba spends ~30 ms per kernel typing and lowering that, plus ~0.7 s once per process to import and
-initialise itself; this module translates the same text to LLVM IR in a few milliseconds (statements and loops
-here, expressions in ``ir_scalars.py``) and lets LLVM optimise it as Numba does (O3, loop vectorisation, the host
-CPU's features, the same fast-math flags per instruction), so a cold build of a typical step needs no Numba.
+argument block, typed pointers (``ptr_f32(A[k])``), ``for i in range(n)`` nests, ``if`` blocks, ``continue``,
+scalar arithmetic, casts, selects (``a if c else b``), ``store(p, i, v)``, the alias-scoped accesses
+``load(p, i, c, n)`` / ``store_to(p, i, v, c, n)`` (tagged with the same scoped-noalias metadata as
+``alias_scopes.py``'s Numba intrinsics, so the vectoriser needs no runtime overlap checks here either), and calls
+of ``mathlib``'s straight-line functions (and of libm's ``atan2``/``nextafter``, as Numba calls them).  Numba
+spends ~30 ms per kernel typing and lowering that, plus ~0.7 s once per process to import and initialise itself;
+this module translates the same text to LLVM IR in a few milliseconds (statements and loops here, expressions in
+``ir_scalars.py``) and lets LLVM optimise it as Numba does (O3, loop vectorisation, the host CPU's features, the
+same fast-math flags per instruction), so a cold build of a typical step needs no Numba.
 The results are bit-identical to Numba's build of the same text (``tests/test_ir_loops.py``).
 
 Anything the translator does not know (a construct, a type mix, a mathlib function with branches or tables built
@@ -44,6 +45,7 @@ class _Translator(ScalarEmitter):
         self.alloca_b = ir.IRBuilder(self.entry)
         self.body0 = body
         self.depth = 0
+        self.heads = []         # the enclosing loops' head blocks, innermost last (``continue`` jumps there)
 
     # ---- module level -------------------------------------------------------------------------------------
     def module_text(self, source: str) -> str:
@@ -162,6 +164,10 @@ class _Translator(ScalarEmitter):
                     self.block(s.body, scope)
         elif isinstance(s, ast.Pass):
             return
+        elif isinstance(s, ast.Continue):
+            if not self.heads:
+                raise Unsupported("continue outside a loop")
+            b.branch(self.heads[-1])        # the counter is already stepped: the head tests the next index
         else:
             raise Unsupported(f"statement {type(s).__name__}")
 
@@ -207,7 +213,9 @@ class _Translator(ScalarEmitter):
         b.position_at_end(body)
         b.store(i, cur[1])
         b.store(b.add(i, ir.Constant(self.i64, 1)), counter)
+        self.heads.append(head)
         self.block(s.body, scope)
+        self.heads.pop()
         if not b.block.is_terminated:
             b.branch(head)
         b.position_at_end(done)
