@@ -94,13 +94,28 @@ def test_inlined_mathlib_is_bit_identical_to_numba():
         assert same.all(), f"{fn}: {int((~same).sum())} results differ from Numba's, e.g. at {x[~same][:3]}"
         assert (np.signbit(ir_out) == np.signbit(nb_out))[~np.isnan(ir_out)].all(), f"{fn}: sign of zero differs"
         compared.append(fn)
-    assert {"exp_f32", "log_f32", "tanh_f32", "sigmoid_f64", "pow_f32", "erf_f64", "max_f32"} <= set(compared)
+    assert {"exp_f32", "log_f32", "tanh_f32", "sigmoid_f64", "pow_f32", "erf_f64", "max_f32", "atan2_f32",
+            "atan2_f64", "nextafter_f32", "nextafter_f64"} <= set(compared)
     assert set(refused) <= {f"{n}_{s}" for n in ("sin", "cos", "tan") for s in ("f32", "f64")}
+
+
+def test_libm_calls_need_no_numba_runtime():
+    """atan2 / nextafter compile to calls of the C library's functions (Numba calls ``atan2`` itself and
+    ``nextafter`` through its helper library): the object lists them, and this process resolves them without
+    initialising Numba's runtime."""
+    for fn, want in (("atan2_f32", ["atan2"]), ("nextafter_f32", ["nextafterf"]), ("nextafter_f64", ["nextafter"])):
+        s, dtype = fn[-3:], "float32" if fn.endswith("f32") else "float64"
+        src = _KERNEL.format(fn=fn, s=s, dtype=dtype, call=f"{fn}(x0, x1)")
+        blob = ir_loops.compile_kernel(cache.cache_key(src, extra=("test-ir-libm",)), src)
+        assert blob is not None and list(blob.needs) == want, (fn, blob and blob.needs)
+        assert objload._missing(blob.needs) == []
 
 
 def test_typing_follows_numba_on_mixed_scalars():
     """NumPy promotion as Numba applies it: int32 arithmetic widens to int64, float32 with uint8 stays float32,
-    with an int64 becomes float64, int / int is float64; casts truncate, select unifies."""
+    with an int64 becomes float64, int / int is float64, a bool in arithmetic is an int64 (the float beside a
+    float); casts truncate, select unifies; ``//`` and ``%`` round down and give 0 for a zero divisor and for
+    the least int64 over -1; ``and`` with a load evaluates it only when needed."""
     src = '''import numpy as np
 from numba import cfunc, prange
 from numpy import float32, float64, int32, int64, uint8
@@ -122,11 +137,16 @@ def kernel(A):
         h = f + (a * 3) / (a + 1 if a != -1 else 1)
         k = int32(a * 65536) >> 3
         m = (g if u > 3 else h) - (k if (a < 0 or u == 7) else 2)
-        store(p2, i0, m + float32(u != 0) - (-a))
+        d = u - 100
+        q = (a * 7) // d + (a * 7) % d + ((-9223372036854775807 - 1) if u == 9 else a) // (-1 if u < 20 else 3)
+        z = ((u > 3) + a) * 3 + f * (u < 100) - (u == 5) * (u == 5)
+        s = 1.5 if (a > 0 and p0[i0] > 5000) else 2.5
+        store(p2, i0, m + float32(u != 0) - (-a) + q * 0.001 + z + s)
 '''
     rng = np.random.default_rng(3)
     a = rng.integers(-100000, 100000, 3000).astype(np.int32)
     u = rng.integers(0, 256, 3000).astype(np.uint8)
+    u[:40] = [100, 9, 5, 7] * 10            # zero divisors, the overflowing quotient, the bool products
     ir_out, nb_out = _both(src, (a, u), np.empty(3000, np.float64))
     np.testing.assert_array_equal(ir_out, nb_out)
 
@@ -246,3 +266,136 @@ def test_translator_refuses_what_it_does_not_know():
     par = _KERNEL.format(fn="exp_f32", s="f32", dtype="float32", call="x0").replace("parallel=False", "parallel=True")
     with pytest.raises(ir_loops.Unsupported):
         ir_loops.translate(par, "0" * 64)
+
+
+def _five_by_five(a, b, c, d, e):
+    return a * b + c, b * c - d, c * d + e, d * e * a, (a + e) * 0.5
+
+
+def _metadata(ir_text):
+    """``!N`` -> its operands (metadata references and strings) in LLVM IR text."""
+    import re
+    out = {}
+    for m in re.finditer(r"^(![0-9]+) = (?:distinct )?!\{(.*)\}\s*$", ir_text, re.M):
+        out[m.group(1)] = [x.strip() for x in m.group(2).split(",")]
+    return out
+
+
+def _scope_names(ir_text, pattern):
+    """Per access matching ``pattern`` (a load or store): (its alias.scope names, its noalias names)."""
+    import re
+    md = _metadata(ir_text)
+
+    def names(ref):
+        return frozenset(md[s][0].strip('!"') for s in md[ref])
+    return [(names(m.group(1)), names(m.group(2)))
+            for m in re.finditer(pattern + r".*!alias.scope (![0-9]+), !noalias (![0-9]+)", ir_text)]
+
+
+def test_alias_scoped_loop_from_ir_carries_scopes_and_needs_no_overlap_check(fresh_cache):
+    """A fused loop with 5 inputs and 5 outputs in 10 alias classes (alias_scopes.py), built by ir_loops: every
+    access carries Numba's scoped-noalias metadata for its class (scope: its class; noalias: the 9 others), the
+    vector loop has no runtime overlap check (no ``vector.memcheck``) and no scalar fallback copy, and the vector
+    accesses carry the same scopes as Numba's build of the same text.  The same loop with plain accesses does get
+    the check (so the assertion can fail)."""
+    import re
+    from jitgrad.jit.graph_function import compiled_graph
+    rng = np.random.default_rng(0)
+    args = [jg.tensor(rng.standard_normal(4096, dtype=np.float32)) for _ in range(5)]
+    before = dict(build.COUNTS)
+    f = jg.compile(_five_by_five, backend="numba", background=False)
+    out = f(*args)
+    assert build.COUNTS["kernels_ir"] - before["kernels_ir"] == 1          # built here, by ir_loops
+    assert build.COUNTS["kernels_compiled"] - before["kernels_compiled"] == 1
+    for o, w in zip(out, _five_by_five(*[a.numpy() for a in args])):
+        np.testing.assert_allclose(o.numpy(), w, rtol=1e-6, atol=1e-6)
+    e = f._entry_for(tuple(args), {})
+    (k,) = compiled_graph(e.graph, e.gf.writes).kernels
+    assert k.alias == list(range(10)), k.alias
+
+    # the translation: each operand's access tagged with its own class among 10
+    raw = ir_loops.translate(k.source, "0" * 64)
+    dom = "jitgrad.kernel.operands"
+    tagged = _scope_names(raw, r"(?:load float, float\*|store float)")
+    assert len(tagged) == 10
+    assert sorted(tagged, key=str) == sorted(
+        [(frozenset({f"{dom}.{c}"}), frozenset(f"{dom}.{o}" for o in range(10) if o != c)) for c in range(10)],
+        key=str)
+
+    # optimised: vectorised, no runtime overlap check, vector accesses keep their scopes, as Numba's
+    m, _ = ir_loops._optimised(raw)
+    opt = str(m)
+    assert "vector.body" in opt and "vector.memcheck" not in opt
+    ours = _scope_names(opt, r"(?:load|store) <\d+ x float>")
+    assert len(ours) >= 10
+    ns = {"CACHE_ENABLED": False}
+    exec(compile(k.source, f"<{k.name}>", "exec"), ns)
+    numbas = _scope_names(ns["kernel"]._library.get_llvm_str(), r"(?:load|store) <\d+ x float>")
+    assert set(ours) == set(numbas)
+    asm = ir_loops.assembly(k.source)
+    scalar = [ln for ln in asm.splitlines() if re.match(r"^\s+v(mul|add|sub|fn?madd\d+)ss\s", ln)]
+    assert len(scalar) <= 20, "more scalar arithmetic than one remainder loop: a scalar fallback copy is left"
+
+    # the same loop with plain accesses: LLVM must check for overlap at run time
+    plain = re.sub(r"load\((p\d+), ([^,]+), \d+, \d+\)", r"\1[\2]", k.source)
+    plain = re.sub(r"store_to\((p\d+), ([^,]+), (.+), \d+, \d+\)$", r"store(\1, \2, \3)", plain, flags=re.M)
+    assert "load(" not in plain and "store_to(" not in plain
+    m2, _ = ir_loops._optimised(ir_loops.translate(plain, "1" * 64))
+    assert "vector.memcheck" in str(m2)
+
+
+@pytest.mark.parametrize("dtype,reduce,include_self", [("float32", "amax", False), ("float64", "prod", True),
+                                                       ("bool", "amin", False)])
+def test_scatter_reduce_kernels_from_ir(fresh_cache, dtype, reduce, include_self):
+    """scatter_reduce's loops (loops.gen_scatter: the identity pass, NaN-propagating max/min, products, bools)
+    are built by ir_loops, with eager mode's values to the bit."""
+    rng = np.random.default_rng(4)
+    xa, sa = rng.integers(-3, 4, (4, 3)), rng.integers(-3, 4, (6, 3))
+    xa, sa = (xa > 0, sa > 0) if dtype == "bool" else (xa.astype(dtype), sa.astype(dtype))
+    if dtype.startswith("float"):
+        xa[0, 0], sa[1, 1] = np.nan, np.nan
+    i = jg.tensor(rng.integers(0, 4, (6, 3)))
+    before = dict(build.COUNTS)
+    f = jg.compile(lambda x, s, i: x.scatter_reduce(0, i, s, reduce, include_self=include_self), backend="numba",
+                   background=False)
+    got = f(jg.tensor(xa), jg.tensor(sa), i).numpy()
+    compiled = build.COUNTS["kernels_compiled"] - before["kernels_compiled"]
+    assert compiled >= 1 and build.COUNTS["kernels_ir"] - before["kernels_ir"] == compiled
+    want = jg.tensor(xa).scatter_reduce(0, i, jg.tensor(sa), reduce, include_self=include_self).numpy()
+    np.testing.assert_array_equal(got, want)
+
+
+def test_row_gather_and_scatter_with_continue_from_ir(fresh_cache):
+    """An embedding's row kernels (region_steps: a bounds-checked row loop that reports a bad index and
+    ``continue``s) are built by ir_loops; the rows and their gradient are NumPy's, and a bad index still raises."""
+    rng = np.random.default_rng(0)
+    w = jg.tensor(rng.standard_normal((50, 8)).astype(np.float32), requires_grad=True)
+    idx = rng.integers(0, 50, (6, 5))
+
+    @jg.compile(backend="numba", background=False)
+    def f(i):
+        e = w[i]
+        (g,) = jg.autograd.grad((jg.tanh(e) * 2).sum(), [w])
+        return g, e.detach()
+    texts = []
+    translate = ir_loops.translate
+
+    def spy(source, key):
+        texts.append(source)
+        return translate(source, key)
+    before = dict(build.COUNTS)
+    ir_loops.translate = spy
+    try:
+        g, e = f(jg.tensor(idx))
+    finally:
+        ir_loops.translate = translate
+    assert sum("continue" in t for t in texts) >= 2                     # the gather and its scatter
+    compiled = build.COUNTS["kernels_compiled"] - before["kernels_compiled"]
+    assert compiled >= 2 and build.COUNTS["kernels_ir"] - before["kernels_ir"] == compiled
+    wn = w.detach().numpy()
+    np.testing.assert_array_equal(e.numpy(), wn[idx])
+    want = np.zeros_like(wn)
+    np.add.at(want, idx, 2 * (1 - np.tanh(wn[idx]) ** 2))
+    np.testing.assert_allclose(g.numpy(), want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(IndexError, match="index 60 is out of bounds for dimension 0 with size 50"):
+        f(jg.tensor(np.full((6, 5), 60)))

@@ -16,22 +16,16 @@ class gets no metadata.
 """
 from __future__ import annotations
 
-from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-_DOMAIN = "jitgrad.kernel.operands"
+from .ir_scalars import tag_alias_class
 
 
 def _tag(builder, instr, cls: int, n: int) -> None:
-    """Scoped-noalias metadata for an access of alias class ``cls`` among ``n``."""
-    if n < 2:
-        return
-    mod = builder.module
-    domain = mod.add_metadata([ir.MetaDataString(mod, _DOMAIN)])
-    scopes = [mod.add_metadata([ir.MetaDataString(mod, f"{_DOMAIN}.{k}"), domain]) for k in range(n)]
-    instr.set_metadata("alias.scope", mod.add_metadata([scopes[cls]]))
-    instr.set_metadata("noalias", mod.add_metadata([scopes[k] for k in range(n) if k != cls]))
+    """Scoped-noalias metadata for an access of alias class ``cls`` among ``n`` (built as ``ir_loops`` builds
+    it for the kernels it translates without Numba)."""
+    tag_alias_class(builder.module, instr, cls, n)
 
 
 def _literal_ints(*vals):

@@ -1,12 +1,15 @@
 """Kernels straight to LLVM IR, without Numba: the cold build's fast path.
 
 A kernel's text (``loops.py``) is a small, regular subset of Python: a ``kernel(A)`` function reading an int64
-argument block, typed pointers (``ptr_f32(A[k])``), ``for i in range(n)`` nests, ``if`` blocks, scalar
-arithmetic, casts, selects (``a if c else b``), ``store(p, i, v)``, and calls of ``mathlib``'s straight-line
-functions.  Numba spends ~30 ms per kernel typing and lowering that, plus ~0.7 s once per process to import and
-initialise itself; this module translates the same text to LLVM IR in a few milliseconds (statements and loops
-here, expressions in ``ir_scalars.py``) and lets LLVM optimise it as Numba does (O3, loop vectorisation, the host
-CPU's features, the same fast-math flags per instruction), so a cold build of a typical step needs no Numba.
+argument block, typed pointers (``ptr_f32(A[k])``), ``for i in range(n)`` nests, ``if`` blocks, ``continue``,
+scalar arithmetic, casts, selects (``a if c else b``), ``store(p, i, v)``, the alias-scoped accesses
+``load(p, i, c, n)`` / ``store_to(p, i, v, c, n)`` (tagged with the same scoped-noalias metadata as
+``alias_scopes.py``'s Numba intrinsics, so the vectoriser needs no runtime overlap checks here either), and calls
+of ``mathlib``'s straight-line functions (and of libm's ``atan2``/``nextafter``, as Numba calls them).  Numba
+spends ~30 ms per kernel typing and lowering that, plus ~0.7 s once per process to import and initialise itself;
+this module translates the same text to LLVM IR in a few milliseconds (statements and loops here, expressions in
+``ir_scalars.py``) and lets LLVM optimise it as Numba does (O3, loop vectorisation, the host CPU's features, the
+same fast-math flags per instruction), so a cold build of a typical step needs no Numba.
 The results are bit-identical to Numba's build of the same text (``tests/test_ir_loops.py``).
 
 Anything the translator does not know (a construct, a type mix, a mathlib function with branches or tables built
@@ -20,7 +23,8 @@ import threading
 
 import numpy as np
 
-from .ir_scalars import I64, KERNEL_FASTMATH, ScalarEmitter, Unsupported, Value, _Scope, _ir, _lltype, _literal
+from .ir_scalars import (I64, KERNEL_FASTMATH, ScalarEmitter, Unsupported, Value, _Scope, _ir, _lltype, _literal,
+                         alias_literals, tag_alias_class)
 
 STATS = {"kernels_ir": 0, "kernels_refused": 0}     # counted, so tests can check which path built what
 _lock = threading.Lock()
@@ -41,6 +45,7 @@ class _Translator(ScalarEmitter):
         self.alloca_b = ir.IRBuilder(self.entry)
         self.body0 = body
         self.depth = 0
+        self.heads = []         # the enclosing loops' head blocks, innermost last (``continue`` jumps there)
 
     # ---- module level -------------------------------------------------------------------------------------
     def module_text(self, source: str) -> str:
@@ -51,8 +56,8 @@ class _Translator(ScalarEmitter):
                 continue
             if isinstance(node, ast.ImportFrom):
                 for a in node.names:
-                    if node.module == "jitgrad.codegen.mathlib" or node.module in ("numpy", "numba",
-                                                                                    "jitgrad.codegen.abi"):
+                    if node.module in ("jitgrad.codegen.mathlib", "numpy", "numba", "jitgrad.codegen.abi") or (
+                            node.module == "jitgrad.codegen.alias_scopes" and a.name in ("load", "store_to")):
                         imported.add(a.asname or a.name)
                     else:
                         raise Unsupported(f"import from {node.module}")
@@ -139,6 +144,10 @@ class _Translator(ScalarEmitter):
             if isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Name) and s.value.func.id == "store":
                 self.store(s.value, scope)
                 return
+            if isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Name) \
+                    and s.value.func.id == "store_to":
+                self.scoped_store(s.value, scope)
+                return
             raise Unsupported("expression statement")
         elif isinstance(s, ast.For):
             self.loop(s, scope)
@@ -155,6 +164,10 @@ class _Translator(ScalarEmitter):
                     self.block(s.body, scope)
         elif isinstance(s, ast.Pass):
             return
+        elif isinstance(s, ast.Continue):
+            if not self.heads:
+                raise Unsupported("continue outside a loop")
+            b.branch(self.heads[-1])        # the counter is already stepped: the head tests the next index
         else:
             raise Unsupported(f"statement {type(s).__name__}")
 
@@ -200,7 +213,9 @@ class _Translator(ScalarEmitter):
         b.position_at_end(body)
         b.store(i, cur[1])
         b.store(b.add(i, ir.Constant(self.i64, 1)), counter)
+        self.heads.append(head)
         self.block(s.body, scope)
+        self.heads.pop()
         if not b.block.is_terminated:
             b.branch(head)
         b.position_at_end(done)
@@ -214,6 +229,20 @@ class _Translator(ScalarEmitter):
         idx = self.index(call.args[1], scope)
         val = self.cast(self.expr(call.args[2], scope), ptr.t[1])
         self.b.store(val.v, self.b.gep(ptr.v, [idx]))
+
+    def scoped_store(self, call, scope):
+        """``store_to(p, i, v, c, n)`` (``alias_scopes.store_to``): ``p[i] = v`` tagged as an access of alias
+        class ``c`` among ``n``, as the Numba intrinsic emits it."""
+        if len(call.args) != 5 or call.keywords:
+            raise Unsupported("store_to form")
+        ptr = self.expr(call.args[0], scope)
+        if not isinstance(ptr.t, tuple):
+            raise Unsupported("store to a non-pointer")
+        idx = self.index(call.args[1], scope)
+        val = self.cast(self.expr(call.args[2], scope), ptr.t[1])
+        cls, n = alias_literals(call.args[3], call.args[4])
+        instr = self.b.store(val.v, self.b.gep(ptr.v, [idx]))
+        tag_alias_class(self.module, instr, cls, n)
 
 
 def _const_value(node):
@@ -302,9 +331,11 @@ def compile_kernel(key: str, source: str):
             return None
     m, tm = _optimised(text)
     obj = tm.emit_object(m)
+    # the C library's functions it calls (atan2, nextafter; LLVM may add memset): resolved from the process
+    needs = sorted({f.name for f in m.functions if f.is_declaration and not f.name.startswith("llvm.")})
     with _lock:
         STATS["kernels_ir"] += 1
-    return objstore.Blob(key, symbol(key), obj, [])
+    return objstore.Blob(key, symbol(key), obj, needs)
 
 
 def assembly(source: str, key: str = "0" * 64) -> str:

@@ -74,6 +74,24 @@ class Value:
         self.t = t
 
 
+# ---------------------------------------------------------------------------------------------------- alias scopes
+ALIAS_DOMAIN = "jitgrad.kernel.operands"
+
+
+def tag_alias_class(module, instr, cls: int, n: int) -> None:
+    """Scoped-noalias metadata on ``instr``, an access of alias class ``cls`` among ``n`` (``alias_scopes.py``
+    says why): ``!alias.scope`` its class, ``!noalias`` every other.  The one builder of this metadata, shared by
+    Numba's intrinsics (``alias_scopes.load``/``store_to``) and this translator, so both paths give LLVM the same
+    facts.  Fewer than two classes: nothing to say, no metadata."""
+    if n < 2:
+        return
+    ir = _ir()
+    domain = module.add_metadata([ir.MetaDataString(module, ALIAS_DOMAIN)])
+    scopes = [module.add_metadata([ir.MetaDataString(module, f"{ALIAS_DOMAIN}.{k}"), domain]) for k in range(n)]
+    instr.set_metadata("alias.scope", module.add_metadata([scopes[cls]]))
+    instr.set_metadata("noalias", module.add_metadata([scopes[k] for k in range(n) if k != cls]))
+
+
 # ---------------------------------------------------------------------------------------------------- mathlib
 _MATHLIB = None
 
@@ -194,9 +212,11 @@ class ScalarEmitter:
                 raise Unsupported("chained comparison")
             return self.compare(e.ops[0], self.expr(e.left, scope), self.expr(e.comparators[0], scope), scope)
         if isinstance(e, ast.BoolOp):
+            if any(_loads(v) for v in e.values[1:]):
+                return self.short_circuit(e, scope)
             vals = [self.expr(v, scope) for v in e.values]
-            if any(v.t != BOOL for v in vals) or any(_loads(v) for v in e.values[1:]):
-                raise Unsupported("and/or of non-bool or loading operands")
+            if any(v.t != BOOL for v in vals):
+                raise Unsupported("and/or of non-bool operands")
             out = vals[0].v
             for v in vals[1:]:
                 out = b.and_(out, v.v) if isinstance(e.op, ast.And) else b.or_(out, v.v)
@@ -242,6 +262,35 @@ class ScalarEmitter:
         phi.add_incoming(y.v, by)
         return Value(phi, x.t)
 
+    def short_circuit(self, e, scope):
+        """``a and b`` / ``a or b`` whose later operands read memory: evaluated only when Python would (a
+        branch and a phi, as Numba lowers it), so a load guarded by an earlier operand is never speculated."""
+        b = self.b
+        if scope.ssa:
+            raise Unsupported("a loading and/or in an inlined function")
+        acc = self.expr(e.values[0], scope)
+        if acc.t != BOOL:
+            raise Unsupported("and/or of non-bool operands")
+        for node in e.values[1:]:
+            pred = b.block
+            rhs, join = b.append_basic_block("bool.rhs"), b.append_basic_block("bool.join")
+            if isinstance(e.op, ast.And):
+                b.cbranch(acc.v, rhs, join)
+            else:
+                b.cbranch(acc.v, join, rhs)
+            b.position_at_end(rhs)
+            v = self.expr(node, scope)
+            if v.t != BOOL:
+                raise Unsupported("and/or of non-bool operands")
+            rhs_end = b.block
+            b.branch(join)
+            b.position_at_end(join)
+            phi = b.phi(_lltype(BOOL))
+            phi.add_incoming(acc.v, pred)
+            phi.add_incoming(v.v, rhs_end)
+            acc = Value(phi, BOOL)
+        return acc
+
     def truth(self, v):
         b, ir = self.b, self.ir
         if v.t == BOOL:
@@ -254,6 +303,12 @@ class ScalarEmitter:
 
     def binop(self, op, x, y, scope):
         b, ir = self.b, self.ir
+        if BOOL in (x.t, y.t) and isinstance(op, (ast.Add, ast.Sub, ast.Mult)) \
+                and not (isinstance(x.t, tuple) or isinstance(y.t, tuple)):
+            # Numba: a bool in +, -, * is an integer (int64) beside an integer or a bool, the float beside a float
+            other = y.t if x.t == BOOL else x.t
+            t = other if other in _FLOATS else I64
+            x, y = self.cast(x, t), self.cast(y, t)
         if isinstance(x.t, tuple) or isinstance(y.t, tuple) or BOOL in (x.t, y.t):
             raise Unsupported("arithmetic on pointers or bools")
         if isinstance(op, ast.Div):
@@ -264,6 +319,8 @@ class ScalarEmitter:
             return Value(b.fdiv(x.v, y.v, flags=scope.flags), t)
         t = _promote(x.t, y.t)
         x, y = self.cast(x, t), self.cast(y, t)
+        if isinstance(op, (ast.FloorDiv, ast.Mod)) and t == I64:
+            return Value(self.floor_divmod(x.v, y.v)[isinstance(op, ast.Mod)], t)
         if t in _FLOATS:
             f = {ast.Add: b.fadd, ast.Sub: b.fsub, ast.Mult: b.fmul}.get(type(op))
             if f is None:
@@ -274,6 +331,24 @@ class ScalarEmitter:
         if f is None:
             raise Unsupported(f"integer {type(op).__name__}")
         return Value(f(x.v, y.v), t)
+
+    def floor_divmod(self, x, y):
+        """Python's ``x // y`` and ``x % y`` on int64 as Numba computes them under ``error_model='numpy'``:
+        the quotient rounded down, the remainder taking the divisor's sign; both 0 when ``y`` is 0 and when
+        ``x`` is the least int64 and ``y`` is -1 (Numba's branches; here the divisor is made 1 in those cases, so
+        no instruction ever divides by zero or overflows, and the results are chosen by selects)."""
+        b, ir = self.b, self.ir
+        i64 = ir.IntType(64)
+        zero, one = ir.Constant(i64, 0), ir.Constant(i64, 1)
+        bad = b.or_(b.icmp_signed("==", y, zero),
+                    b.and_(b.icmp_signed("==", x, ir.Constant(i64, -(1 << 63))),
+                           b.icmp_signed("==", y, ir.Constant(i64, -1))))
+        d = b.select(bad, one, y)
+        q, r = b.sdiv(x, d), b.srem(x, d)
+        fix = b.and_(b.icmp_signed("!=", r, zero), b.icmp_signed("<", b.xor(d, r), zero))
+        q = b.select(fix, b.sub(q, one), q)
+        r = b.select(fix, b.add(r, d), r)
+        return b.select(bad, zero, q), b.select(bad, zero, r)
 
     def compare(self, op, x, y, scope):
         b = self.b
@@ -343,6 +418,8 @@ class ScalarEmitter:
             addr = self.cast(self.expr(args[0], scope), I64)
             elem = _PTRS[fname]
             return Value(b.inttoptr(addr.v, _lltype(elem).as_pointer()), ("ptr", elem))
+        if fname == "load":
+            return self.scoped_load(args, scope)
         vals = [self.expr(a, scope) for a in args]
         if fname == "abs" and len(vals) == 1:
             v = vals[0]
@@ -362,11 +439,44 @@ class ScalarEmitter:
             if any(v.t != t for v in vals):
                 raise Unsupported("fma types")
             return Value(self._intrinsic("llvm.fma", t, [v.v for v in vals]), t)
+        if fname in _LIBM and len(vals) == 2:
+            return self.libm_call(fname, vals, scope)
         funcs, consts = _mathlib()
         fn = funcs.get(fname)
         if fn is None:
             raise Unsupported(f"call of {fname}")
         return self.inline(fn, vals, consts)
+
+    def scoped_load(self, args, scope):
+        """``load(p, i, c, n)`` (``alias_scopes.load``): ``p[i]`` tagged as an access of alias class ``c``
+        among ``n``, both literals, exactly as the Numba intrinsic emits it."""
+        if len(args) != 4:
+            raise Unsupported("load form")
+        ptr = self.expr(args[0], scope)
+        if not isinstance(ptr.t, tuple):
+            raise Unsupported("load from a non-pointer")
+        idx = self.index(args[1], scope)
+        cls, n = alias_literals(args[2], args[3])
+        instr = self.b.load(self.b.gep(ptr.v, [idx]))
+        tag_alias_class(self.module, instr, cls, n)
+        return Value(instr, ptr.t[1])
+
+    def libm_call(self, fname, vals, scope):
+        """``math.atan2`` / ``np.nextafter`` of two floats of one type: a call of the C library's function, as
+        Numba lowers them (its ``numba_nextafter[f]`` helpers only call libm's ``nextafter[f]``; calling libm
+        directly keeps Numba's helper library, and so Numba's runtime, out of the loaded kernel).  A declared
+        pure function, the call carrying the caller's fast-math flags (Numba's ``FastFloatCallVisitor``)."""
+        t = vals[0].t
+        if t not in _FLOATS or vals[1].t != t:
+            raise Unsupported(f"{fname} of {vals[0].t} and {vals[1].t}")
+        name = _LIBM[fname][t]
+        lt = _lltype(t)
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = self.ir.Function(self.module, self.ir.FunctionType(lt, [lt, lt]), name=name)
+            fn.attributes.add("readonly")
+            fn.attributes.add("nounwind")
+        return Value(self.b.call(fn, [v.v for v in vals], fastmath=scope.flags), t)
 
     def unrolled(self, s, scope):
         """``for i in range(a, b, c)`` over literals in a mathlib function (a polynomial's Horner steps over a
@@ -423,6 +533,9 @@ class ScalarEmitter:
         return result
 
 
+# two-argument C library functions mathlib calls: Python's spelling -> the symbol per float type
+_LIBM = {"math.atan2": {F32: "atan2f", F64: "atan2"}, "np.nextafter": {F32: "nextafterf", F64: "nextafter"}}
+
 _BITCASTS = {"f32_as_i32": (F32, I32), "i32_as_f32": (I32, F32), "f64_as_i64": (F64, I64),
              "i64_as_f64": (I64, F64)}
 
@@ -436,8 +549,21 @@ def _callee(f):
 
 
 def _loads(node) -> bool:
-    """Whether evaluating ``node`` reads memory (then it is never speculated)."""
-    return any(isinstance(n, ast.Subscript) for n in ast.walk(node))
+    """Whether evaluating ``node`` reads memory (then it is never speculated): a subscript or a scoped
+    ``load(...)``."""
+    return any(isinstance(n, ast.Subscript) or (isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                                                and n.func.id == "load") for n in ast.walk(node))
+
+
+def alias_literals(cls_node, n_node):
+    """The alias class and class count of a scoped access: integer literals (Numba's intrinsics type them as
+    literals; anything else does not compile there either), the class in range."""
+    cls, n = _literal(cls_node), _literal(n_node)
+    if type(cls) is not int or type(n) is not int:
+        raise Unsupported("alias class not an integer literal")
+    if not 0 <= cls < max(n, 1):
+        raise Unsupported(f"alias class {cls} out of range for {n} classes")
+    return cls, n
 
 
 def _literal(node):
