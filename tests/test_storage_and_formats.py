@@ -196,3 +196,34 @@ def test_split_still_refuses_in_place_on_its_views():
     with pytest.raises(TypeError, match="split_size"):
         b.unsafe_split((1, 2))
     assert [t.shape for t in jg.unsafe_split(b, 2)] == [(2, 3), (1, 3)]
+
+
+# ---- a leaf's .grad takes the leaf's layout (torch's AccumulateGrad contract); empty_strided ------------------
+
+@pytest.mark.parametrize("fmt_a", ["contiguous_format", "channels_last"])
+@pytest.mark.parametrize("fmt_b", ["contiguous_format", "channels_last"])
+def test_grad_strides_follow_a_dense_leaf(fmt_a, fmt_b):
+    a = jg.rand(2, 3, 4, 5).to(memory_format=getattr(jg, fmt_a)).requires_grad_()
+    b = jg.rand(2, 3, 4, 5).to(memory_format=getattr(jg, fmt_b)).requires_grad_()
+    a.sum().backward()                  # a broadcast gradient
+    b.sum().backward()
+    assert a.grad.stride() == a.stride() and b.grad.stride() == b.stride()
+    a.grad = b.grad = None
+    (a * b).sum().backward()            # gradients with the other operand's layout
+    assert a.grad.stride() == a.stride() and b.grad.stride() == b.stride()
+    np.testing.assert_allclose(a.grad.numpy(), b.detach().numpy())
+
+
+def test_grad_of_a_leaf_with_gaps_is_row_major_and_empty_strided_matches_torch():
+    c = jg.empty_strided((2, 2), (4, 2)).copy_(jg.rand(2, 2))
+    assert c.stride() == torch.empty_strided((2, 2), (4, 2)).stride() == (4, 2)
+    c.requires_grad_()
+    c.sum().backward()
+    assert c.grad.stride() == (2, 1)
+    c.grad = None
+    (c * jg.rand(2, 2)).sum().backward()
+    assert c.grad.stride() == (2, 1)
+    assert jg.empty_strided((3,), (0,))._data.flags.writeable is False      # overlapping: read-only here
+    assert jg.empty_strided((2, 3), (1, 2), dtype=jg.float64).dtype is jg.float64
+    with pytest.raises(RuntimeError, match="mismatch in length of strides and shape"):
+        jg.empty_strided((2, 2), (1,))
