@@ -59,9 +59,10 @@ _install_triangular(globals())   # tril, triu, diagonal (functions and methods)
 
 
 def _install_extras(ns):
-    """atan2, nextafter; searchsorted, bucketize, isin; set_, resize_; memory formats, type_as; _foreach_*."""
-    from .runtime import pointwise_binary, searching, storage, conversions, foreach
-    for m in (pointwise_binary, searching, storage, conversions, foreach):
+    """atan2, nextafter; searchsorted, bucketize, isin; set_, resize_; memory formats, type_as; _foreach_*;
+    Tensor.volatile."""
+    from .runtime import pointwise_binary, searching, storage, conversions, foreach, legacy_variable
+    for m in (pointwise_binary, searching, storage, conversions, foreach, legacy_variable):
         m.install(ns)
 
 
