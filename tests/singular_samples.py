@@ -409,6 +409,9 @@ _RANDOM = ("a random draw, not differentiable (torch gives draws no gradient eit
 # OpDefs with no samples of their own, and why
 EXEMPT = {
     **{name: _RANDOM for name in ("rand_uniform", "rand_normal", "multinomial", "randperm")},
+    "eigh": "its singular points are repeated eigenvalues, where no eigenvector derivative exists (torch's is inf/nan "
+            "too, from the same 1 / (L_j - L_i)); tests/test_lobpcg.py compares values and derivatives with "
+            "torch.linalg.eigh on well-separated spectra",
     "prod_others": "an internal primitive: the vjp of prod (its first and second derivatives are prod's second and "
                    "third), checked through the prod samples",
     **{name: "a collective moves values between processes and computes nothing at a point (SUM/AVG are linear); "

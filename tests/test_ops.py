@@ -1061,6 +1061,14 @@ def _g(fn, *shapes_, domain="any", gg=True):
     both_checks(fn, xs, gg=gg)
 
 
+def _lobpcg_signed(a):
+    """lobpcg (the eigh primitive) of a @ a^T with each eigenvector's largest entry made positive (its sign is
+    arbitrary)."""
+    d, u = jg.lobpcg(a @ a.mT + 0.5 * a, k=1)
+    _, idx = u.abs().max(-2, keepdim=True)
+    return d, u * u.gather(-2, idx).sign()
+
+
 SMOKE = {
     "neg": lambda: _g(lambda a: -a, (2, 3)),
     "copy": lambda: _g(lambda a: a.clone(), (2, 3)),
@@ -1135,6 +1143,7 @@ SMOKE = {
     "searchsorted": lambda: jg.searchsorted(jg.tensor([-1.0, 0.5, 2.0]), _x()),
     "isin": lambda: jg.isin(_x(), jg.tensor([2.0, 0.5])),
     "atan2": lambda: _g(jg.atan2, (2, 3), (3,), domain="nonzero"),
+    "eigh": lambda: _g(_lobpcg_signed, (4, 4)),
     "nextafter": lambda: jg.nextafter(_x(), jg.tensor(0.0, dtype=F64)),
     # fused primitives: eager softmax / log_softmax / nll_loss bind them (ir/ops/fused.py)
     "softmax": lambda: _g(lambda a: jg.softmax(a, 1), (2, 3)),
