@@ -228,11 +228,3 @@ def test_grad_of_a_leaf_with_gaps_is_row_major_and_empty_strided_matches_torch()
     with pytest.raises(RuntimeError, match="mismatch in length of strides and shape"):
         jg.empty_strided((2, 2), (1,))
 
-
-def test_volatile_is_always_false_with_torch_warnings():
-    v = jg.autograd.torch.randn(3, 3)
-    with pytest.warns(UserWarning, match=r"volatile was removed \(Variable.volatile is always False\)"):
-        assert v.volatile is False
-    with pytest.warns(UserWarning, match="volatile was removed and now has no effect"):
-        v.volatile = True
-    assert jg.autograd.torch is jg

@@ -126,7 +126,7 @@ def install(jg: dict):
     jg["memory_format"] = memory_format
     jg.update(FORMATS)
     Tensor.type_as = type_as
-    Tensor.type = tensor_type
+    Tensor.type = tensor_type       # replaces tensor.py's (which names jitgrad dtypes, not torch's types)
 
 
 __all__ = ["memory_format", "contiguous_format", "preserve_format", "channels_last", "channels_last_3d",

@@ -513,6 +513,11 @@ class Tensor(InPlaceOps):
             return t
         return _bind(O["cast"], t, dtype=dtype)
 
+    def type(self, dtype=None):
+        if dtype is None:
+            return f"jitgrad.{self.dtype.name}"
+        return self.to(dtype)
+
     def float(self):
         return self.to(dt.float32)
 
