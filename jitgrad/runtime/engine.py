@@ -237,7 +237,8 @@ def _accumulate(t: Tensor, g: Tensor, create_graph: bool):
     gd = g._data
     if t._grad is None and not create_graph and _TR.active is None and type(gd) is np.ndarray \
             and gd.dtype == t._data.dtype:
-        t._grad = Tensor._make(_grad_buffer(gd, t._data))      # the common first write: a detached copy
+        ld = t._data        # the common first write: a detached copy, in the leaf's layout (torch)
+        t._grad = Tensor._make(gd.copy() if ld.flags.c_contiguous else _grad_buffer(gd, ld))
         return
     if g.dtype is not t.dtype:
         g = g.to(t.dtype)
