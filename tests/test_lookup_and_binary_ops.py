@@ -212,3 +212,26 @@ def test_isin_matches_torch():
     assert jg.isin(3, jg.tensor([1, 3])).item() is True
     with pytest.raises(TypeError, match="at least one of 'elements' and 'test_elements' must be a Tensor"):
         jg.isin(1, 2)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_nextafter_cuda_form_is_numpys_nextafter(dtype):
+    """The math table's CUDA form of nextafter (arithmetic: libdevice's needs a declaration) evaluated as Python
+    over the format's special values, against NumPy (the simulator runs kernels as Python the same way)."""
+    import math
+    import warnings
+    from jitgrad.codegen.math_table import MathCalls
+    npt = getattr(np, dtype)
+    f = eval("lambda a, b: " + MathCalls("cuda", dtype).nextafter("a", "b"),       # noqa: S307
+             {"math": math, "float32": np.float32, "float64": np.float64})
+    fi = np.finfo(npt)
+    pts = [0.0, -0.0, 1.0, -1.0, 2.0, -0.75, 0.1, 3.7, 123456.789, float(fi.tiny), -float(fi.tiny),
+           float(fi.smallest_subnormal), -float(fi.smallest_subnormal), float(fi.max), -float(fi.max),
+           math.inf, -math.inf, math.nan]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for x in pts:
+            for y in pts:
+                got, want = npt(f(npt(x), npt(y))), np.nextafter(npt(x), npt(y))
+                assert (got == want and np.signbit(got) == np.signbit(want)) or (np.isnan(got) and np.isnan(want)), \
+                    (x, y, got, want)

@@ -48,7 +48,7 @@ def lobpcg(A, k=None, B=None, X=None, n=None, iK=None, niter=None, tol=None, lar
     packed = bind(OPS["eigh"], sym)
     values, vectors = packed[..., 0, :], packed[..., 1:, :]
     order = np.arange(m - 1, m - 1 - k, -1) if largest is None or largest else np.arange(k)
-    pick = Tensor._make(order.astype(np.int64))
+    pick = A._same_device(Tensor._make(order.astype(np.int64)))
     return values[..., pick], vectors[..., pick]
 
 
