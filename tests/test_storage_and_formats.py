@@ -228,3 +228,27 @@ def test_grad_of_a_leaf_with_gaps_is_row_major_and_empty_strided_matches_torch()
     with pytest.raises(RuntimeError, match="mismatch in length of strides and shape"):
         jg.empty_strided((2, 2), (1,))
 
+
+
+@pytest.mark.parametrize("name", ["zeros_like", "ones_like", "empty_like", "rand_like", "randn_like"])
+def test_like_factories_take_memory_format_as_torch(name):
+    a = rnd(2, 3, 4, 5)
+    x = jg.tensor(a).contiguous(memory_format=jg.channels_last)
+    t = torch.tensor(a).contiguous(memory_format=torch.channels_last)
+    for fmt in ("contiguous_format", "channels_last", "preserve_format"):
+        got = getattr(jg, name)(x, memory_format=getattr(jg, fmt))
+        want = getattr(torch, name)(t, memory_format=getattr(torch, fmt))
+        assert got.stride() == want.stride() and got.shape == x.shape, fmt
+    gaps = jg.rand(4, 6)[:, ::2]            # not dense: preserve_format gives row-major, as torch
+    assert getattr(jg, name)(gaps, memory_format=jg.preserve_format).stride() == (3, 1)
+
+
+def test_full_like_and_empty_take_memory_format():
+    x = jg.rand(2, 3, 4, 5)
+    y = jg.full_like(x, 2.0, memory_format=jg.channels_last)
+    assert y.stride() == (60, 1, 15, 3) and y.sum().item() == 240.0
+    assert jg.empty(2, 3, 4, 5, memory_format=jg.channels_last).stride() == (60, 1, 15, 3)
+    with pytest.raises(RuntimeError, match="unsupported memory format Preserve"):
+        jg.empty(2, 3, memory_format=jg.preserve_format)
+    with pytest.raises(NotImplementedError, match="memory_format"):
+        jg.zeros(2, 3, memory_format=jg.channels_last)      # torch.zeros has no memory_format either

@@ -19,6 +19,12 @@ REDUCTIONS = frozenset({"sum", "mean", "max", "min", "amax", "amin", "prod", "va
                         "std_mean"})
 
 
+# the factories torch gives a ``memory_format=`` (the ``*_like`` ones lay out their result like the input with
+# torch.preserve_format); conversions.py applies it to the result
+MEMORY_FORMAT_FACTORIES = frozenset({"empty", "empty_like", "zeros_like", "ones_like", "full_like", "rand_like",
+                                     "randn_like"})
+
+
 class UnsupportedError(NotImplementedError, AttributeError):
     """A torch function, method or argument that jitgrad does not support yet."""
 
@@ -35,12 +41,16 @@ def torch_kwargs(fn, name, args, kwargs, extra):
         bound.arguments["keepdim"] = keepdims
         args, kwargs = bound.args, bound.kwargs
     out = extra.pop("out", None) if "out" in extra else _NO_OUT
+    fmt = extra.pop("memory_format", None) if name in MEMORY_FORMAT_FACTORIES else None
     if extra:
         bad = next(iter(extra))
         params = ", ".join(p for p in inspect.signature(fn).parameters if p != "torch_kw")
         raise UnsupportedError(f"jitgrad does not support the argument '{bad}' of {name}() yet (supported: "
                                f"{params})")
     result = fn(*args, **kwargs)
+    if fmt is not None:
+        from .conversions import factory_layout
+        result = factory_layout(name, result, fmt, args)
     return result if out is _NO_OUT else write_out(name, result, out, args)
 
 
