@@ -1,7 +1,7 @@
 """torch's list functions and autograd helpers PyTorch's autograd tests use (issue 20, missing API):
-``torch._foreach_*``, ``autograd.grad(..., is_grads_batched=True)`` and the deprecated
-``autograd.gradcheck.get_numerical_jacobian`` / ``get_analytical_jacobian``.  Values and gradients against torch,
-torch's errors and warnings, eager against compiled.
+``torch._foreach_*`` and ``autograd.grad(..., is_grads_batched=True)``.  Values and gradients against torch,
+torch's errors, eager against compiled.  (The deprecated ``get_numerical_jacobian`` / ``get_analytical_jacobian``
+are ptharness's, tested in test_torch_suite_gaps.py.)
 """
 import numpy as np
 import pytest
@@ -151,54 +151,6 @@ def test_batched_grad_shape_mismatch_and_unused():
     assert g[1].shape == (3, 2) and not g[1].numpy().any()
     with pytest.raises(RuntimeError, match="appears to not have been used in the graph"):
         jg.autograd.grad(x.sum(), (x, z), (jg.ones(3),), is_grads_batched=True)
-
-
-# ---- deprecated get_numerical_jacobian / get_analytical_jacobian ----------------------------------------------
-
-def test_get_numerical_jacobian_as_torch():
-    from jitgrad.autograd.gradcheck import get_numerical_jacobian
-
-    def fn(inputs):
-        x, y = inputs
-        return 2 * x + y * y, x + 2 * y
-
-    a = jg.tensor(rnd(2, 2, seed=9), requires_grad=True)
-    b = jg.tensor(rnd(2, 2, seed=10), requires_grad=True)
-    with pytest.warns(FutureWarning, match="`get_numerical_jacobian` was part of PyTorch's private API"):
-        (ja,) = get_numerical_jacobian(fn, (a, b), target=a, eps=1e-6)
-    np.testing.assert_allclose(ja.numpy(), 2 * np.eye(4), atol=1e-8)
-    with pytest.warns(FutureWarning):
-        ja, jb = get_numerical_jacobian(fn, (a, b), eps=1e-6)
-    np.testing.assert_allclose(jb.numpy(), np.diag(2 * b.detach().numpy().reshape(-1)), atol=1e-8)
-    assert ja.dtype is jg.float64 and b.detach().numpy().tolist() == rnd(2, 2, seed=10).tolist()   # restored
-    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="Expected grad_out to be 1.0"):
-        get_numerical_jacobian(fn, (a, b), eps=1e-6, grad_out=2.0)
-
-
-def test_get_analytical_jacobian_as_torch():
-    from jitgrad.autograd.gradcheck import get_analytical_jacobian
-    a = jg.tensor(rnd(2, 2, seed=11), requires_grad=True)
-    b = jg.tensor(rnd(2, 2, seed=12), requires_grad=True)
-    out = 2 * a + b * b
-    with pytest.warns(FutureWarning, match="`get_analytical_jacobian` was part of PyTorch's private API"):
-        (ja, jb), reentrant, sizes_ok, types_ok = get_analytical_jacobian((a, b), out)
-    np.testing.assert_allclose(ja.numpy(), 2 * np.eye(4))
-    np.testing.assert_allclose(jb.numpy(), np.diag(2 * b.detach().numpy().reshape(-1)))
-    assert reentrant and sizes_ok and types_ok
-
-    class NonDet(jg.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x * 1.0
-
-        @staticmethod
-        def backward(ctx, g):
-            return g * (1 + jg.rand_like(g) * 1e-3)
-    with pytest.warns(FutureWarning):
-        _, reentrant, _, _ = get_analytical_jacobian((a,), NonDet.apply(a))
-    assert not reentrant
-    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="Expected grad_out to be 1.0"):
-        get_analytical_jacobian((a,), out, grad_out=2.0)
 
 
 def test_gradcheck_still_passes_on_the_new_functions():
