@@ -194,7 +194,7 @@ def test_split_still_refuses_in_place_on_its_views():
     with pytest.raises(RuntimeError, match="output of a function that returns multiple views"):
         s1.mul_(s2)
     with pytest.raises(TypeError, match="split_size"):
-        b.unsafe_split((1, 2))
+        jg.unsafe_split(b, (1, 2))
     assert [t.shape for t in jg.unsafe_split(b, 2)] == [(2, 3), (1, 3)]
 
 
