@@ -68,9 +68,10 @@ _install_triangular(globals())   # tril, triu, diagonal (functions and methods)
 
 
 def _install_extras(ns):
-    """atan2, nextafter; searchsorted, bucketize, isin; set_, resize_; memory formats, type_as; _foreach_*."""
-    from .runtime import pointwise_binary, searching, storage, conversions, foreach
-    for m in (pointwise_binary, searching, storage, conversions, foreach):
+    """atan2, nextafter; searchsorted, bucketize, isin; set_, resize_; memory formats, type_as; _foreach_*;
+    lobpcg."""
+    from .runtime import pointwise_binary, searching, storage, conversions, foreach, eigen
+    for m in (pointwise_binary, searching, storage, conversions, foreach, eigen):
         m.install(ns)
 
 

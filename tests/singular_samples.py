@@ -247,6 +247,20 @@ OP_SAMPLES: dict[str, list[Sample]] = {
               Sample(lambda m, x: m.histc(x, bins=4), [a(2.0, 2.0)], "constant data (range widened by 1)",
                      differentiable=False),
               Sample(lambda m, x: m.histc(x, bins=3), [np.zeros(0)], "empty", differentiable=False)],
+    "searchsorted": [Sample(lambda m, s, x: (m.searchsorted(s, x), m.searchsorted(s, x, right=True)),
+                            [a(-inf, -1.0, 0.0, 0.0, 2.0, inf, nan), a(0.0, -0.0, -inf, inf, nan, 2.0, -5.0)],
+                            "ties, -0.0, inf, nan", differentiable=False),
+                     Sample(lambda m, s, x: m.searchsorted(s, x), [rows([0.0, 1.0], [nan, nan]), rows([1.0], [nan])],
+                            "batched rows", differentiable=False)],
+    "isin": [Sample(lambda m, x, t: (m.isin(x, t), m.isin(x, t, invert=True)),
+                    [a(0.0, -0.0, nan, inf, -inf, 1.0), a(0.0, nan, inf)], "-0.0 == 0.0, nan is never in",
+                    differentiable=False)],
+    "nextafter": [Sample(lambda m, x, y: m.nextafter(x, y), _grid([0.0, -0.0, 1.0, inf, -inf, nan, 5e-324],
+                                                                   [0.0, -0.0, 1.0, inf, nan]),
+                         "values only: torch's backward raises 'the derivative for nextafter is not implemented'",
+                         differentiable=False)],
+    "atan2": [Sample(lambda m, x, y: m.atan2(x, y), _grid([0.0, -0.0, 1.0, -1.0, 1e-170, inf, -inf, nan],
+                                                           [0.0, -0.0, 1.0, -1.0, 1e-170, inf, -inf, nan]))],
     # ---- fused eager primitives (ir/ops/fused.py): eager binds them, traced code the compositions -------
     "softmax": [Sample(lambda m, x: x.softmax(1), [rows([1.0, 1.0, 1.0], [0.0, -inf, 1.0], [-inf, -inf, -inf], [800.0, 0.0, -800.0],
                                                         [inf, 0.0, 1.0], [inf, inf, 1.0], [-inf, 1.0, 2.0], [nan, 1.0, 2.0])]),
@@ -423,6 +437,9 @@ EXEMPT = {
     **{name: _RANDOM for name in ("rand_uniform", "rand_normal", "multinomial", "randperm")},
     "delayed_error": "an identity whose gradient raises (scatter_reduce's prod refuses double backward where two "
                      "src zeros meet, as torch); tests/test_scatter_reduce.py checks that refusal against torch's",
+    "eigh": "its singular points are repeated eigenvalues, where no eigenvector derivative exists (torch's is inf/nan "
+            "too, from the same 1 / (L_j - L_i)); tests/test_lobpcg.py compares values and derivatives with "
+            "torch.linalg.eigh on well-separated spectra",
     "prod_others": "an internal primitive: the vjp of prod (its first and second derivatives are prod's second and "
                    "third), checked through the prod samples",
     **{name: "a collective moves values between processes and computes nothing at a point (SUM/AVG are linear); "

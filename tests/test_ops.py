@@ -38,7 +38,7 @@ NP = {jg.float32: np.float32, jg.float64: np.float64, jg.int64: np.int64, jg.int
 # primitives without a vjp on purpose: their outputs are bool or integer (or piecewise constant: floordiv)
 NONDIFF = {"lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not", "isfinite", "argmax",
            "argmin", "floordiv", "rand_uniform", "rand_normal", "multinomial", "randperm", "argsort", "histc",
-           "all_reduce_start"}
+           "all_reduce_start", "searchsorted", "isin"}
 
 
 # ---- (c): the rule of every concrete op call agrees with its impl ------------------------------------
@@ -288,7 +288,7 @@ BINARY = {
     "logical_and": (jg.logical_and, np.logical_and, "bool"),
     "logical_or": (jg.logical_or, np.logical_or, "bool"),
 }
-BINARY_OPS = set(BINARY) | {"where"}
+BINARY_OPS = set(BINARY) | {"where", "atan2", "nextafter"}   # the last two take tensors only (own tests)
 TORCH_BINARY = {"maximum": "maximum", "minimum": "minimum", "logical_and": "logical_and", "logical_or": "logical_or"}
 
 
@@ -1061,6 +1061,14 @@ def _g(fn, *shapes_, domain="any", gg=True):
     both_checks(fn, xs, gg=gg)
 
 
+def _lobpcg_signed(a):
+    """lobpcg (the eigh primitive) of a @ a^T with each eigenvector's largest entry made positive (its sign is
+    arbitrary)."""
+    d, u = jg.lobpcg(a @ a.mT + 0.5 * a, k=1)
+    _, idx = u.abs().max(-2, keepdim=True)
+    return d, u * u.gather(-2, idx).sign()
+
+
 SMOKE = {
     "neg": lambda: _g(lambda a: -a, (2, 3)),
     "copy": lambda: _g(lambda a: a.clone(), (2, 3)),
@@ -1135,6 +1143,11 @@ SMOKE = {
     "cumprod": lambda: _g(lambda a: a.cumprod(1), (2, 3)),
     "argsort": lambda: jg.argsort(_x()),
     "histc": lambda: jg.histc(_x(), 3),
+    "searchsorted": lambda: jg.searchsorted(jg.tensor([-1.0, 0.5, 2.0]), _x()),
+    "isin": lambda: jg.isin(_x(), jg.tensor([2.0, 0.5])),
+    "atan2": lambda: _g(jg.atan2, (2, 3), (3,), domain="nonzero"),
+    "eigh": lambda: _g(_lobpcg_signed, (4, 4)),
+    "nextafter": lambda: jg.nextafter(_x(), jg.tensor(0.0, dtype=F64)),
     # fused primitives: eager softmax / log_softmax / nll_loss bind them (ir/ops/fused.py)
     "softmax": lambda: _g(lambda a: jg.softmax(a, 1), (2, 3)),
     "diagonal": lambda: _g(lambda a: a.diagonal(1, 2, 0) * a.diagonal(-1, 0, 1).sum(), (3, 4, 2)),

@@ -1,5 +1,4 @@
 """``jitgrad.autograd.gradcheck``: where torch keeps ``gradcheck`` and ``gradgradcheck``."""
 from ..runtime.gradcheck import gradcheck, gradgradcheck, GradcheckError  # noqa: F401
-from ..runtime.gradcheck import get_numerical_jacobian, get_analytical_jacobian  # noqa: F401  (deprecated in torch)
 
-__all__ = ["gradcheck", "gradgradcheck", "GradcheckError", "get_numerical_jacobian", "get_analytical_jacobian"]
+__all__ = ["gradcheck", "gradgradcheck", "GradcheckError"]

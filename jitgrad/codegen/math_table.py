@@ -38,6 +38,30 @@ class MathFn:
         return (mod or None), fn
 
 
+class _PerPrecision:
+    """A CUDA form that differs by precision (constants of the float format): ``format`` picks the one for ``T``."""
+
+    def __init__(self, **forms):
+        self.forms = forms
+
+    def format(self, *args, T):
+        return self.forms[T].format(*args, T=T)
+
+
+def _nextafter_cuda(p: int, emin: int, fmax: str) -> str:
+    """nextafter(x, y) in arithmetic (libdevice's needs a declaration, and the simulator has none): x stepped by
+    one ulp, ldexp(1, exponent - p), half that when stepping towards zero from a power of two, at least the
+    smallest subnormal 2**emin, keeping x's sign (-2**emin towards 0 is -0.0); NaN in, NaN out; x == y gives y;
+    from 0 the smallest subnormal with y's sign; from an infinity the largest finite value."""
+    toward_zero = "(({1} > {0}) != ({0} > 0))"
+    half = f"(1 if (abs(math.frexp({{0}})[0]) == 0.5 and {toward_zero}) else 0)"
+    step = f"math.ldexp({{T}}(1), max(math.frexp({{0}})[1] - {p} - {half}, {emin}))"
+    return ("({T}(math.nan) if ({0} != {0} or {1} != {1}) else ({T}({1}) if {0} == {1} else "
+            f"({{T}}(math.copysign({{T}}(2.0 ** {emin}), {{1}})) if {{0}} == 0 else "
+            f"({{T}}(math.copysign({{T}}({fmax}), {{0}})) if abs({{0}}) == math.inf else "
+            f"{{T}}(math.copysign({{0}} + ({{T}}(1) if {{1}} > {{0}} else {{T}}(-1)) * {step}, {{0}}))))))")
+
+
 def _rows(*fns):
     return {f.name: f for f in fns}
 
@@ -68,8 +92,8 @@ MATH = _rows(
            i64="intmath.pow_i64"),
     # Philox draws: (seed, offset, element index); CUDA writes their rounds into the kernel (cuda_philox.py)
     MathFn("atan2", 2, "{T}(math.atan2({0}, {1}))"),
-    # CUDA kernels have no inline form of nextafter (libdevice's needs a declaration): a CUDA loop refuses it
-    MathFn("nextafter", 2, None),
+    MathFn("nextafter", 2, _PerPrecision(float32=_nextafter_cuda(24, -149, "3.4028234663852886e38"),
+                                         float64=_nextafter_cuda(53, -1074, "1.7976931348623157e308"))),
     MathFn("rng_uniform", 3, None, f32="philox.rnguniform_f32", f64="philox.rnguniform_f64"),
     MathFn("rng_normal", 3, None, f32="philox.rngnormal_f32", f64="philox.rngnormal_f64"),
 )

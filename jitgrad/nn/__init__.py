@@ -17,4 +17,5 @@ from .parallel import DataParallel
 
 __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Flatten", "Linear",
            "Embedding", "LayerNorm", "BatchNorm1d", "ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "MSELoss",
-           "NLLLoss", "CrossEntropyLoss", "Dropout", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "DataParallel"]
+           "NLLLoss", "CrossEntropyLoss", "Dropout", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
+           "DataParallel"]

@@ -62,14 +62,17 @@ class _InstanceNorm(Module):
     _spatial = 0        # the number of spatial dims of a batched input
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum=0.1, affine: bool = False,
-                 track_running_stats: bool = False, device=None, dtype=None):
+                 track_running_stats: bool = False, device=None, dtype=None, *, bias: bool = True):
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         fdt = dtype if dtype is not None else dt.DEFAULT_FLOAT
         if affine:
             self.weight = Parameter(factories.ones(num_features, dtype=fdt, device=device))
-            self.bias = Parameter(factories.zeros(num_features, dtype=fdt, device=device))
+            if bias:
+                self.bias = Parameter(factories.zeros(num_features, dtype=fdt, device=device))
+            else:
+                self.register_parameter("bias", None)
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
@@ -93,7 +96,8 @@ class _InstanceNorm(Module):
         self.reset_running_stats()
         if self.affine:
             init.ones_(self.weight)
-            init.zeros_(self.bias)
+            if self.bias is not None:
+                init.zeros_(self.bias)
 
     def forward(self, input):
         batched = self._spatial + 2
@@ -116,7 +120,7 @@ class _InstanceNorm(Module):
 
     def extra_repr(self):
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"track_running_stats={self.track_running_stats}")
+                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
 
 
 class InstanceNorm1d(_InstanceNorm):

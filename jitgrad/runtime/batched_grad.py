@@ -49,8 +49,8 @@ def batched_grad(grad_fn, outputs, inputs, grad_outputs, retain_graph, create_gr
         gs = [entry[i] for entry in per_entry]
         if all(g is None for g in gs):
             if not allow_unused and not materialize_grads:
-                raise RuntimeError(f"The differentiated Tensor at index {i} appears to not have been used in the graph. "
-                                   "Set allow_unused=True if this is the desired behavior.")
+                raise RuntimeError(f"The differentiated Tensor at index {i} appears to not have been used in the "
+                                   "graph. Set allow_unused=True if this is the desired behavior.")
             if not materialize_grads:
                 result.append(None)
                 continue

@@ -3,7 +3,8 @@
 ``jitgrad.contiguous_format``, ``channels_last`` (rank 4: N, C, H, W stored as N, H, W, C), ``channels_last_3d``
 (rank 5) and ``preserve_format`` are ``jitgrad.memory_format`` values, accepted where torch accepts them:
 ``x.contiguous(memory_format=)``, ``x.clone(memory_format=)``, ``x.to(memory_format=)``,
-``x.is_contiguous(memory_format=)`` and ``x.resize_(..., memory_format=)``.  A NumPy payload can have any strides, so
+``x.is_contiguous(memory_format=)``, ``x.resize_(..., memory_format=)`` and the factories that take one
+(``empty``, ``*_like``).  A NumPy payload can have any strides, so
 a channels-last tensor really is stored channels-last (``x.stride()`` is torch's); values and gradients do not
 depend on the layout.  Inside ``@jg.compile`` the layout is not tracked (a traced value has no strides): the
 format is accepted and the values are the same.
@@ -79,6 +80,24 @@ def relayout(t: Tensor, fmt) -> Tensor:
     return t
 
 
+def factory_layout(name: str, result: Tensor, fmt, args) -> Tensor:
+    """A factory's fresh ``result`` laid out as ``memory_format=fmt`` asks (torch_kwargs.py routes the keyword
+    here): ``preserve_format`` copies the layout of a ``*_like`` factory's input when that is dense (else
+    row-major), as torch."""
+    if fmt is preserve_format:
+        if name == "empty":
+            raise RuntimeError("unsupported memory format Preserve")
+        src = args[0]._data if isinstance(args[0], Tensor) else None
+        d = result._data
+        if type(d) is np.ndarray and type(src) is np.ndarray and not src.flags.c_contiguous:
+            laid = np.empty_like(src, dtype=d.dtype)        # order "K": the input's strides when it is dense
+            if laid.strides == tuple(st // src.itemsize * d.itemsize for st in src.strides):
+                laid[...] = d
+                result._data = laid
+        return result
+    return relayout(result, fmt)
+
+
 def contiguous_in(t: Tensor, fmt) -> Tensor:
     """``t.contiguous(memory_format=fmt)``: ``t`` itself when already stored so, else a differentiable copy."""
     layout_for(fmt, t.ndim, "contiguous")
@@ -126,7 +145,7 @@ def install(jg: dict):
     jg["memory_format"] = memory_format
     jg.update(FORMATS)
     Tensor.type_as = type_as
-    Tensor.type = tensor_type
+    Tensor.type = tensor_type       # replaces tensor.py's (which names jitgrad dtypes, not torch's types)
 
 
 __all__ = ["memory_format", "contiguous_format", "preserve_format", "channels_last", "channels_last_3d",

@@ -247,7 +247,8 @@ def _accumulate(t: Tensor, g: Tensor, create_graph: bool):
     gd = g._data
     if t._grad is None and not create_graph and _TR.active is None and type(gd) is np.ndarray \
             and gd.dtype == t._data.dtype:
-        t._grad = Tensor._make(gd.copy())       # the common first write: a detached copy
+        ld = t._data        # the common first write: a detached copy, in the leaf's layout (torch)
+        t._grad = Tensor._make(gd.copy() if ld.flags.c_contiguous else _grad_buffer(gd, ld))
         return
     if g.dtype is not t.dtype:
         g = g.to(t.dtype)
@@ -273,13 +274,25 @@ def _accumulate(t: Tensor, g: Tensor, create_graph: bool):
     if g.requires_grad:
         g = g.detach()
     if old is None:
-        t._grad = _fresh(g)
+        t._grad = Tensor._make(_grad_buffer(g._data, t._data))
     elif old.requires_grad:
         with grad_mode.no_grad():
             t._grad = old + g
     else:
         np.add(old._data, g._data, out=old._data, casting="unsafe")
         old._vc[0] += 1
+
+
+def _grad_buffer(g: np.ndarray, leaf: np.ndarray) -> np.ndarray:
+    """A copy of ``g`` laid out as torch lays out a leaf's new ``.grad``: with the leaf's strides when the leaf is
+    dense and non-overlapping (a channels-last leaf gets a channels-last grad), else row-major."""
+    if type(leaf) is not np.ndarray or leaf.ndim < 2 or leaf.flags.c_contiguous:
+        return np.array(g, order="C", copy=True)
+    out = np.empty_like(leaf)           # order "K": the leaf's strides exactly when it is dense
+    if out.strides != leaf.strides:     # gaps or overlaps: torch falls back to row-major
+        out = np.empty(leaf.shape, leaf.dtype)
+    out[...] = g
+    return out
 
 
 def _fresh(g: Tensor) -> Tensor:

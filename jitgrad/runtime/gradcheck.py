@@ -466,59 +466,19 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps: float = 1e-6, atol: f
 
 # ---- torch's deprecated public helpers ----------------------------------------------------------
 
-_DEPRECATED = ("`{}` was part of PyTorch's private API and not meant to be exposed. We are deprecating it and it will "
-               "be removed in a future version of PyTorch. If you have a specific use for this or feature request for "
-               "this to be a stable API, please file us an issue at https://github.com/pytorch/pytorch/issues/new")
-
-
-def _grad_out_is_one(name, grad_out):
-    if grad_out != 1.0:     # torch keeps the parameter for old callers only
-        raise ValueError(f"Expected grad_out to be 1.0. {name} no longer supports values of grad_out != 1.0.")
-
-
 def get_numerical_jacobian(fn, inputs, target=None, eps=1e-3, grad_out=1.0):
-    """Deprecated in torch (a FutureWarning, as torch): central-difference Jacobians of ``fn(inputs)`` (``fn``
-    takes the inputs as one tuple) restricted to its first output, w.r.t. each tensor of ``target`` (default:
-    ``inputs``) that requires grad; each is (numel of that tensor) x (numel of the output).  The tensors are
-    perturbed in place (so ``target`` may be a tensor that ``fn`` reads without taking it as an input) and
-    restored."""
-    warnings.warn(_DEPRECATED.format("get_numerical_jacobian"), FutureWarning, stacklevel=2)
-    _grad_out_is_one("get_numerical_jacobian", grad_out)
-    inputs = _as_tuple(inputs)
-    targets = [t for t in (_as_tuple(target) if target is not None else inputs)
-               if isinstance(t, Tensor) and t.requires_grad]
-
-    def first_output():
-        with grad_mode.no_grad():
-            out = _as_tuple(fn(inputs))[0]
-        return np.array(out._data, dtype=np.float64).reshape(-1), out._data.dtype
-
-    base, odt = first_output()
-    jacobians = []
-    for t in targets:
-        a = t._data
-        if type(a) is not np.ndarray:
-            raise GradcheckError("get_numerical_jacobian: only eager CPU tensors can be perturbed")
-        jac = np.zeros((a.size, base.size))
-        for j in range(a.size):
-            idx = np.unravel_index(j, a.shape)
-            orig = a[idx]
-            a[idx] = orig - eps
-            lo, _ = first_output()
-            a[idx] = orig + eps
-            hi, _ = first_output()
-            a[idx] = orig
-            jac[j] = (hi - lo) / (2.0 * eps)
-        jacobians.append(Tensor._make(jac.astype(odt)))
-    return tuple(jacobians)
+    """Deprecated in torch; kept for old callers: the numerical Jacobians of ``fn`` w.r.t. each input that requires
+    grad, as tensors of shape (numel input, numel output) (single output)."""
+    tupled = _as_tuple(inputs)
+    out = fn(*tupled)
+    pos = _float_positions(out)[:1]
+    c = _Ctx(fn, tupled, out, (), pos, eps, 0.0, 0.0, 0.0, False, None)
+    jac = _numerical_jacobian(c.evaluator(pos), eps)
+    return tuple(Tensor._make(j[0] * grad_out) for j in jac)
 
 
 def get_analytical_jacobian(inputs, output, nondet_tol=0.0, grad_out=1.0):
-    """Deprecated in torch (a FutureWarning, as torch): ``(jacobians, reentrant, correct_grad_sizes,
-    correct_grad_types)`` of ``output`` w.r.t. the inputs that require grad, from one backward per output
-    element, computed twice (``reentrant``: both agree within ``nondet_tol``)."""
-    warnings.warn(_DEPRECATED.format("get_analytical_jacobian"), FutureWarning, stacklevel=2)
-    _grad_out_is_one("get_analytical_jacobian", grad_out)
+    """Deprecated in torch: (jacobians, reentrant, correct_grad_sizes, correct_grad_types)."""
     diff = tuple(x for x in _as_tuple(inputs) if _is_diff(x))
     check = [True, True]
     j1 = _analytical_rows(output, diff, check)
@@ -528,4 +488,4 @@ def get_analytical_jacobian(inputs, output, nondet_tol=0.0, grad_out=1.0):
         reentrant = True
     except GradcheckError:
         reentrant = False
-    return tuple(Tensor._make(j.astype(x._data.dtype)) for j, x in zip(j1, diff)), reentrant, check[0], check[1]
+    return tuple(Tensor._make(j * grad_out) for j in j1), reentrant, check[0], check[1]

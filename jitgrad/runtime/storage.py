@@ -1,4 +1,5 @@
-"""Methods that replace a tensor's memory in place: ``set_``, ``resize_`` and ``resize_as_``.
+"""Methods that replace a tensor's memory in place: ``set_``, ``resize_`` and ``resize_as_``; and
+``empty_strided`` (a tensor with the strides asked for).
 
 jitgrad has no storage objects: a tensor's memory is its NumPy payload.  ``x.set_(src)`` makes ``x`` share
 ``src``'s payload (its shape, strides and memory); ``x.resize_(shape)`` reinterprets the first elements of ``x``'s
@@ -117,13 +118,40 @@ def resize_as_(self, the_template, memory_format=None):
     return resize_(self, tuple(the_template.shape), memory_format=memory_format)
 
 
+def empty_strided(size, stride, *, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):
+    """An uninitialised tensor of shape ``size`` whose element ``i`` lives at ``sum(i[k] * stride[k])`` of a fresh
+    buffer just large enough (torch.empty_strided); overlapping strides give a read-only tensor here."""
+    from ..ir import dtypes as dt
+    from .tensor import check_device
+    size, stride = tuple(operator.index(n) for n in size), tuple(operator.index(n) for n in stride)
+    if len(size) != len(stride):
+        raise RuntimeError("mismatch in length of strides and shape")
+    if any(n < 0 for n in size) or any(st < 0 for st in stride):
+        raise RuntimeError(f"empty_strided: sizes and strides must be non-negative, got sizes {list(size)} and "
+                           f"strides {list(stride)}")
+    if check_device(device).type != "cpu":
+        raise UnsupportedError("jitgrad does not support empty_strided() on a device yet")
+    npd = (dt.as_dtype(dtype) if dtype is not None else dt.DEFAULT_FLOAT).np
+    need = 0 if 0 in size else 1 + sum((n - 1) * st for n, st in zip(size, stride))
+    buf = np.empty(max(need, 1), npd)
+    offsets = np.zeros(size, np.int64)      # each element's position in the buffer
+    for k, (n, st) in enumerate(zip(size, stride)):
+        offsets = offsets + (np.arange(n, dtype=np.int64) * st).reshape((1,) * k + (n,) + (1,) * (len(size) - k - 1))
+    overlap = np.unique(offsets).size != offsets.size
+    isz = buf.itemsize
+    data = np.lib.stride_tricks.as_strided(buf, size, tuple(st * isz for st in stride), writeable=not overlap)
+    t = Tensor._make(data)
+    return t.requires_grad_(True) if requires_grad else t
+
+
 METHODS = {"set_": set_, "resize_": resize_, "resize_as_": resize_as_}
 
 
 def install(jg: dict):
-    """Make them Tensor methods (torch has no function forms)."""
+    """Make them Tensor methods (torch has no function forms), and ``jitgrad.empty_strided``."""
     for n, f in METHODS.items():
         setattr(Tensor, n, f)
+    jg["empty_strided"] = empty_strided
 
 
-__all__ = list(METHODS)
+__all__ = list(METHODS) + ["empty_strided"]

@@ -22,6 +22,12 @@ REDUCTIONS = frozenset({"sum", "mean", "max", "min", "amax", "amin", "prod", "va
 from ..ir.dtypes import UnsupportedError  # noqa: E402,F401 - defined at the lowest layer (dtypes raise it too)
 
 
+# the factories torch gives a ``memory_format=`` (the ``*_like`` ones lay out their result like the input with
+# torch.preserve_format); conversions.py applies it to the result
+MEMORY_FORMAT_FACTORIES = frozenset({"empty", "empty_like", "zeros_like", "ones_like", "full_like", "rand_like",
+                                     "randn_like"})
+
+
 def torch_kwargs(fn, name, args, kwargs, extra):
     """Call ``fn(*args, **kwargs)`` honouring the extra keywords ``extra`` (see the module docstring)."""
     extra = dict(extra)
@@ -34,12 +40,16 @@ def torch_kwargs(fn, name, args, kwargs, extra):
         bound.arguments["keepdim"] = keepdims
         args, kwargs = bound.args, bound.kwargs
     out = extra.pop("out", None) if "out" in extra else _NO_OUT
+    fmt = extra.pop("memory_format", None) if name in MEMORY_FORMAT_FACTORIES else None
     if extra:
         bad = next(iter(extra))
         params = ", ".join(p for p in inspect.signature(fn).parameters if p != "torch_kw")
         raise UnsupportedError(f"jitgrad does not support the argument '{bad}' of {name}() yet (supported: "
                                f"{params})")
     result = fn(*args, **kwargs)
+    if fmt is not None:
+        from .conversions import factory_layout
+        result = factory_layout(name, result, fmt, args)
     return result if out is _NO_OUT else write_out(name, result, out, args)
 
 

@@ -1,5 +1,4 @@
-"""Triangles and diagonals: ``tril``, ``triu`` (and their in-place forms), ``diagonal`` and ``trace``, as torch
-has them.
+"""Triangles and diagonals: ``tril``, ``triu`` (and their in-place forms) and ``diagonal``, as torch has them.
 
 Each is a composition of primitives over a constant index pattern (a boolean triangle built with NumPy, or the
 row/column indices of a diagonal), so it runs eagerly, traces into a compiled graph (the pattern is a literal),
@@ -86,20 +85,17 @@ def diagonal(input, offset=0, dim1=0, dim2=1, **torch_kw):
     return bind(O["diagonal"], input, offset=int(offset), dim1=a, dim2=b)
 
 
+METHODS = ["tril", "triu", "diagonal", "trace"]
+INPLACE = {"tril_": _tril_, "triu_": _triu_}
+
+
 def trace(input, **torch_kw):
-    """The sum of the main diagonal of a matrix (torch.trace; integer inputs sum to int64, as torch)."""
+    """The sum of the main diagonal of a 2-d tensor (any shape: the shorter side's length of entries)."""
     if torch_kw:       # out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(trace, "trace", (input,), {}, torch_kw)
     if input.ndim != 2:
         raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {input.ndim}")
-    d = diagonal(input)
-    if not d.is_floating_point():
-        d = d.long()
-    return named(d.sum(), "TraceBackward0")
-
-
-METHODS = ["tril", "triu", "diagonal", "trace"]
-INPLACE = {"tril_": _tril_, "triu_": _triu_}
+    return named(diagonal(input).sum(), "TraceBackward0")
 
 
 def install(jg: dict):

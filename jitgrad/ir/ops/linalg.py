@@ -77,3 +77,42 @@ def _matmul_impl(x, y):
 
 register(OpDef("matmul", "linalg", _matmul_rule, _matmul_impl, _matmul_vjp, saves_in=(0, 1),
                saved_for={0: (1,), 1: (0,)}, grad_name="MmBackward0"))
+
+
+# ---- eigh: the eigendecomposition of a symmetric matrix ----------------------------------------------------
+# A primitive has one output, so eigh packs its two: out[..., 0, :] are the eigenvalues (ascending) and
+# out[..., 1:, :] the eigenvectors as columns (U with A = U diag(L) U^T).  The public functions slice them apart;
+# slicing is differentiable, so a cotangent for either part arrives here as one packed cotangent.
+
+def _eigh_rule(avals, params):
+    (a,) = avals
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise OpError(f"eigh: A must be batches of square matrices, but got a tensor of shape {fmt_shape(a.shape)}")
+    if not a.dtype.is_floating_point:
+        raise OpError(f"eigh: expected a floating point tensor as input, got {a.dtype.name}")
+    n = a.shape[-1]
+    return [Aval(a.shape[:-2] + (n + 1, n), a.dtype)]
+
+
+def _eigh_impl(a):
+    w, v = np.linalg.eigh(a)        # reads the lower triangle; callers pass symmetric matrices
+    return np.concatenate([w[..., None, :], v], axis=-2).astype(a.dtype, copy=False)
+
+
+def _eigh_vjp(c, g):
+    # torch's eigh backward for real symmetric input: gA = U (diag(gL) + F * (U^T gU)) U^T, F_ij = 1 / (L_j - L_i)
+    # off the diagonal and 0 on it.  The reciprocal only sees nonzero gaps (1 elsewhere), so the second order has
+    # no 0 * inf NaN on the diagonal; repeated eigenvalues have no eigenvector derivative (as in torch).
+    p = c.outputs[0]
+    lam, u = p[..., 0, :], p[..., 1:, :]
+    g_lam, g_u = g[..., 0, :], g[..., 1:, :]
+    ut = _mT(c, u)
+    gap = lam.unsqueeze(-2) - lam.unsqueeze(-1)
+    nonzero = gap != 0
+    f = gap.where(nonzero, 1.0).reciprocal().where(nonzero, 0.0)
+    inner = c.bind("matmul", ut, g_u) * f
+    return (c.bind("matmul", c.bind("matmul", u, inner) + u * g_lam.unsqueeze(-2), ut),)
+
+
+register(OpDef("eigh", "linalg", _eigh_rule, _eigh_impl, _eigh_vjp, saves_out=(0,), grad_name="LinalgEighBackward0",
+               doc="Eigenvalues (row 0) and eigenvectors (rows 1..n, as columns) of symmetric matrices, packed."))

@@ -114,16 +114,25 @@ def _searchsorted_rule(avals, params):
 
 
 def _searchsorted_impl(seq, vals, right, out_int32):
-    side = "right" if right else "left"
-    out_t = np.int32 if out_int32 else np.int64
-    if seq.ndim == 1:
-        return np.asarray(np.searchsorted(seq, vals, side=side), dtype=out_t)
-    rows = seq.reshape(-1, seq.shape[-1])
-    v = vals.reshape(rows.shape[0], -1)
-    out = np.empty(v.shape, out_t)
-    for i in range(rows.shape[0]):      # NumPy's searchsorted is 1-D only: one call per leading index
-        out[i] = np.searchsorted(rows[i], v[i], side=side)
-    return out.reshape(vals.shape)
+    # torch's binary search, not NumPy's: a comparison with NaN is false, so NaN (in the values or the boundaries)
+    # moves the search right ("left": the first i with not seq[i] < v, written !(seq[i] >= v) -> go right)
+    n = seq.shape[-1]
+    rows = seq.reshape(-1, n)
+    v = vals.reshape(rows.shape[0], -1) if seq.ndim > 1 else vals.reshape(1, -1)
+    lo = np.zeros(v.shape, np.int64)
+    hi = np.full(v.shape, n, np.int64)
+    r = np.arange(rows.shape[0])[:, None]
+    with np.errstate(invalid="ignore"):
+        while True:
+            active = lo < hi
+            if not active.any():
+                break
+            mid = (lo + hi) >> 1
+            m = rows[r, np.minimum(mid, n - 1)]
+            go_right = ~(m > v) if right else ~(m >= v)
+            lo = np.where(active & go_right, mid + 1, lo)
+            hi = np.where(active & ~go_right, mid, hi)
+    return lo.reshape(vals.shape).astype(np.int32 if out_int32 else np.int64)
 
 
 register(OpDef("searchsorted", "sort", _searchsorted_rule, _searchsorted_impl, None,
