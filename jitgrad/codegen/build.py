@@ -9,8 +9,7 @@ we keep and load the object code.
   llvmlite (``objload.py``): no Numba import at all.  A graph whose file is missing but whose kernels and entry
   are on disk (another graph shares them, or the build that wrote them was cut short) is assembled from them,
   still without Numba.
-- **Compiling** (``compile_code``) happens in this process, on a thread per core (a kernel's text straight to
-  LLVM IR where ``ir_loops`` can translate it, else Numba, in memory: no generated module or ``__pycache__`` is
+- **Compiling** (``compile_code``) happens in this process (a kernel's text straight to LLVM IR where ``ir_loops`` can translate it, else Numba, in memory: no generated module or ``__pycache__`` is
   ever imported from disk), or in build processes (``build_procs.py``, isolated from the caller's working
   directory), which are detached: a build that has started finishes and lands in the cache even when the script
   that asked for it exits.  Builds still queued at exit are handed to build processes then.
@@ -72,7 +71,7 @@ def graph_key(kernel_keys, ekey) -> str:
 def compile_code(key: str, source: str, kind: str) -> int:
     """Compile ``source`` (a kernel's or an entry's module) in this process and return the address of its code;
     its object code is kept for the disk (``_BLOBS``).  A kernel goes straight to LLVM IR when ``ir_loops`` can
-    translate it (no Numba; LLVM runs without the GIL, so threads compile kernels in parallel), else to Numba."""
+    translate it (no Numba), else to Numba."""
     if key in _ADDRESSES:
         return _ADDRESSES[key]
     if kind == "kernel" and IR_LOOPS:
@@ -303,9 +302,10 @@ class GraphCode:
             if load:
                 _load_blobs([blob])
 
-    def pending_jobs(self):
+    def pending_jobs(self, sources=True):
         """(kind, key, source path) of the kernels not compiled anywhere yet (the entry is built here, at once);
-        None without a usable disk cache."""
+        None without a usable disk cache.  ``sources=False``: no source files written (path None; a
+        synchronous build writes them only for the jobs it hands to build processes)."""
         if not self.disk or cache.cache_dir() is None:
             return None
         self.ensure_entry(load=False)
@@ -313,10 +313,12 @@ class GraphCode:
         for key in self.missing():
             if key == self.ekey or objstore.exists(key):
                 continue
-            path = cache.store_entry(key, self._source(key))
-            if path is None:
-                return None
-            jobs.append((self._kind(key), key, str(path)))
+            path = None
+            if sources:
+                path = cache.store_entry(key, self._source(key))
+                if path is None:
+                    return None
+            jobs.append((self._kind(key), key, None if path is None else str(path)))
         return jobs
 
     def build(self, background: bool):
@@ -327,8 +329,8 @@ class GraphCode:
             if self.try_load():
                 return
         self.ensure_entry()
-        todo = self.pending_jobs()
-        procs, mine = [], None
+        todo = self.pending_jobs(sources=background)
+        procs = []
         if todo:
             busy = [j for j in todo if objstore.BuildLock(j[1]).held_elsewhere()]   # someone builds them: wait
             todo = [j for j in todo if j not in busy]
@@ -339,28 +341,8 @@ class GraphCode:
                 procs = [spawn(s, self if i == 0 else None) for i, s in enumerate(shares)]
                 self.elsewhere.update(j[1] for j in todo)
                 self.spawned = True
-                mine = []
             else:
-                # kernels that translate to LLVM IR (ir_loops) compile here, on a thread per core; the rest need
-                # Numba.  A build process costs ~0.9 s to start Python and Numba; it pays off from a few Numba
-                # kernels on.
-                from . import ir_loops
-                direct = [j for j in todo if j[0] == "kernel" and IR_LOOPS
-                          and ir_loops.translatable(j[1], self._source(j[1]))]
-                slow = [j for j in todo if j not in direct]
-                mine = slow
-                helpers = min(cores - 1, len(slow) // 4)
-                if helpers > 0:
-                    # a build process spends ~STARTUP kernels' time starting Python and Numba: this process, which
-                    # is up already, takes that many more
-                    n_mine = min(len(slow), -(-(len(slow) + STARTUP * helpers) // (helpers + 1)))
-                    mine = slow[:n_mine]
-                    rest = _split(slow[n_mine:], helpers)
-                    procs = [spawn(s) for s in rest if s]
-                    self.elsewhere.update(j[1] for s in rest for j in s)
-                    self.spawned = True
-                mine = mine + direct        # the long (Numba) jobs first
-        self._obtain_all([key for _, key, _ in (mine or [])])
+                procs = self._build_here(todo, cores)
         for p in procs:
             if p is None:
                 continue
@@ -376,18 +358,55 @@ class GraphCode:
             if self.how is None:
                 self.how = "built"
 
-    def _obtain_all(self, keys):
-        """``_obtain`` each key, on one thread per core when there are several (LLVM releases the GIL; Numba's
-        jobs serialise on its compiler lock and overlap with the LLVM-only ones)."""
-        workers = min(_cores(), len(keys))
-        if workers < 2:
-            for key in keys:
+    def _build_here(self, todo, cores):
+        """A synchronous build: kernels that translate to LLVM IR (``ir_loops``) compile here, each handed to a
+        worker thread as soon as it is translated; the rest need Numba.  llvmlite serialises LLVM's calls with one
+        lock, so the threads do not run LLVM in parallel: they overlap LLVM's work (which releases the GIL) with
+        the next translation and with Numba's Python front end.  A build process costs ~0.9 s to start Python and Numba, so it takes a share of the Numba jobs only
+        from a few of them on.  Returns the build processes started."""
+        from . import ir_loops
+        pool = None
+        if cores > 1:
+            from concurrent.futures import ThreadPoolExecutor
+            pool = ThreadPoolExecutor(max_workers=cores, thread_name_prefix="jitgrad-build")
+        futures, slow, procs = [], [], []
+
+        def start(key):
+            if pool is None:
                 self._obtain(key)
-            return
-        from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jitgrad-build") as ex:
-            for fut in [ex.submit(self._obtain, key) for key in keys]:
+            else:
+                futures.append(pool.submit(self._obtain, key))
+        try:
+            for job in todo:
+                if job[0] == "kernel" and IR_LOOPS and ir_loops.translatable(job[1], self._source(job[1])):
+                    start(job[1])
+                else:
+                    slow.append(job)
+            mine = slow
+            helpers = min(cores - 1, len(slow) // 4)
+            if helpers > 0:
+                # a build process spends ~STARTUP kernels' time starting Python and Numba: this process, which is
+                # up already, takes that many more
+                n_mine = min(len(slow), -(-(len(slow) + STARTUP * helpers) // (helpers + 1)))
+                mine, rest = slow[:n_mine], []
+                for job in slow[n_mine:]:
+                    path = cache.store_entry(job[1], self._source(job[1]))     # the build process reads it
+                    if path is None:
+                        mine.append(job)
+                    else:
+                        rest.append((job[0], job[1], str(path)))
+                shares = _split(rest, helpers) if rest else []
+                procs = [spawn(share) for share in shares]
+                self.elsewhere.update(j[1] for share in shares for j in share)
+                self.spawned = bool(shares)
+            for job in mine:
+                start(job[1])
+            for fut in futures:
                 fut.result()
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
+        return procs
 
     def _obtain(self, key):
         if key in _ADDRESSES:
@@ -439,8 +458,7 @@ def _after_fork_in_child():
     global _QUEUE, _lock
     _lock = threading.RLock()
     _QUEUE = None
-    from . import objload
-    objload._lock = threading.RLock()
+    from . import objload       # (objload resets its own lock and llvmlite's: see its fork handlers)
     cache._lock = threading.RLock()     # (a parent thread may have been writing a job's source at the fork)
     import sys
     ir_loops = sys.modules.get(__package__ + ".ir_loops")
