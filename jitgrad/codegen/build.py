@@ -189,6 +189,9 @@ class GraphCode:
         self.ekey = entry_key(entry_src) if entry_src is not None else None
         self.gkey = graph_key(self.kkeys.values(), self.ekey or "")
         self.loaded_keys, self.compiled_keys = set(), set()    # linked from object code / compiled here
+        # code another graph of this process built already counts as loaded (compiled before this build), so a
+        # graph's stats always add up to its kernels and entry
+        self.loaded_keys.update(k for k in self._keys() if k in _ADDRESSES)
         self.elsewhere = set()                # keys our build processes compiled (then linked here)
         self.how = None                       # "process" | "graph file" | "assembled" | "built"
         self.spawned = False                  # its build processes have started (they finish even if we exit)
