@@ -28,12 +28,14 @@ def test_stats_of_a_synchronous_build_add_up(fresh_cache):
 
     @jg.compile(backend="numba", background=False)
     def step(x):
-        loss = (jg.tanh(x @ W) ** 2).mean()
+        loss = (jg.tanh(x @ W * 1.375) ** 2).mean()       # (constants no other test uses: its own kernels)
         loss.backward()
         with jg.no_grad():
-            W.sub_(0.5 * W.grad)
+            W.sub_(0.4375 * W.grad)
             W.grad = None
         return loss.detach()
+    from jitgrad.codegen import build
+    from_disk = build.COUNTS["kernels_loaded"] + build.COUNTS["drivers_loaded"]
     x = jg.ones(4, 3)
     for _ in range(3):
         step(x)
@@ -41,7 +43,9 @@ def test_stats_of_a_synchronous_build_add_up(fresh_cache):
     (cg,) = _graph_count(step)
     n = len({k.key for k in cg.kernels}) + 1       # its kernels and its entry
     assert s["kernels_compiled"] + s["kernels_loaded"] == n and s["graphs_built"] + s["graphs_loaded"] == 1
-    assert s["kernels_compiled"] == n and s["graphs_built"] == 1      # an empty cache: everything compiled
+    # an empty cache: nothing came from disk; what this process had not compiled for earlier graphs is compiled
+    assert build.COUNTS["kernels_loaded"] + build.COUNTS["drivers_loaded"] == from_disk
+    assert s["kernels_compiled"] >= 2 and s["graphs_built"] == 1
     assert s["build_seconds"] > 0 and s["compile_seconds"] >= s["build_seconds"]
     assert s["compiled_calls"] == 3 and _paths_add_up(s) and s["last_path"] == "compiled"
     # the same step decorated again: its graph's code is in this process; nothing is built or loaded again

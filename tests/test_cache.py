@@ -1,4 +1,4 @@
-"""jitgrad.codegen.cache: the on-disk store of generated Numba modules (DESIGN.md, "Codegen (Numba)")."""
+"""jitgrad.codegen.cache: the cache directory, keys, and the job sources build processes read."""
 import ast
 import json
 import os
@@ -10,20 +10,19 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from jitgrad.codegen import cache
 
 REPO = Path(__file__).resolve().parents[1]
 
-# the generated-source contract: @njit(cache=CACHE_ENABLED), CACHE_ENABLED is injected by the loader
-NJIT_SRC = textwrap.dedent('''\
+# a kernel-like source (a build process's job)
+LONG_SRC = textwrap.dedent('''\
     import numpy as np
     from numba import njit
 
 
-    @njit(cache=CACHE_ENABLED)
+    @njit
     def twice_sum(x):
         s = 0.0
         for i in range(x.shape[0]):
@@ -74,7 +73,7 @@ def test_cache_dir_default_is_under_home(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
-def test_world_writable_dir_is_refused_and_compiles_in_memory(tmp_path):
+def test_world_writable_dir_is_refused_and_nothing_is_written(tmp_path):
     d = tmp_path / "cache"
     d.mkdir()
     os.chmod(d, 0o777)
@@ -82,12 +81,9 @@ def test_world_writable_dir_is_refused_and_compiles_in_memory(tmp_path):
         assert cache.cache_dir() is None
     (msg,) = _cache_warnings(rec)
     assert str(d) in msg and "writable" in msg and "0o777" in msg
-    # load_module still works (in memory: CACHE_ENABLED is False, so Numba does not try to cache)
-    key = cache.cache_key(NJIT_SRC)
-    mod = cache.load_module(key, NJIT_SRC, "unsafe")
-    assert mod.CACHE_ENABLED is False and mod.__jitgrad_cache_path__ is None
-    assert mod.twice_sum(np.arange(4.0)) == 12.0
-    assert cache.stats.in_memory == 1 and cache.stats.misses == 0
+    # a job's source has no place there (the build then runs in this process, from memory)
+    assert cache.store_entry(cache.cache_key(PLAIN_SRC), PLAIN_SRC) is None
+    assert cache.stats.misses == 0
     assert list(d.iterdir()) == []      # nothing was written into the refused dir
 
 
@@ -100,8 +96,7 @@ def test_dir_owned_by_someone_else_is_refused(tmp_path, monkeypatch):
     with pytest.warns(cache.JitgradCacheWarning, match="owned by uid") as rec:
         assert cache.cache_dir() is None
     assert str(d) in _cache_warnings(rec)[0]
-    mod = cache.load_module(cache.cache_key(PLAIN_SRC), PLAIN_SRC, "foreign")
-    assert mod.answer() == 42 and cache.stats.in_memory == 1
+    assert cache.store_entry(cache.cache_key(PLAIN_SRC), PLAIN_SRC) is None
 
 
 def test_unwritable_dir_is_refused(tmp_path, monkeypatch):
@@ -130,17 +125,15 @@ def test_refusal_warns_once(tmp_path):
         warnings.simplefilter("always")
         for _ in range(3):
             assert cache.cache_dir() is None
-            cache.load_module(cache.cache_key(PLAIN_SRC), PLAIN_SRC, "x")
+            assert cache.store_entry(cache.cache_key(PLAIN_SRC), PLAIN_SRC) is None
     assert len(_cache_warnings(rec)) == 1
 
 
-def test_failed_write_falls_back_to_memory(monkeypatch):
+def test_failed_write_stores_nothing(monkeypatch):
     def boom(*a, **k):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(cache, "_publish", boom)
-    with pytest.warns(cache.JitgradCacheWarning, match="No space left"):
-        mod = cache.load_module(cache.cache_key(PLAIN_SRC), PLAIN_SRC, "full")
-    assert mod.answer() == 42 and mod.CACHE_ENABLED is False
+    assert cache.store_entry(cache.cache_key(PLAIN_SRC), PLAIN_SRC) is None     # the caller builds in memory
 
 
 # ------------------------------------------------------------------------------------------------ keys
@@ -186,49 +179,42 @@ def test_key_includes_cpu_features():
 def test_bad_keys_are_rejected():
     for bad in ["../../etc/passwd", "ABC", "0" * 63, "g" * 64, None]:
         with pytest.raises(ValueError):
-            cache.load_module(bad, PLAIN_SRC, "x")
+            cache.store_entry(bad, PLAIN_SRC)
 
 
 # ------------------------------------------------------------------------------------------------ entries
 
 def test_entry_written_once_and_identical_rewrite_keeps_mtime(tmp_path):
     key = cache.cache_key(PLAIN_SRC)
-    m1 = cache.load_module(key, PLAIN_SRC, "plain")
-    path = cache.entry_path(key)
-    assert path == tmp_path / "cache" / key[:2] / f"{key}.py"
+    path = cache.store_entry(key, PLAIN_SRC)
+    assert path == cache.entry_path(key) == tmp_path / "cache" / key[:2] / f"{key}.py"
     assert path.read_text() == PLAIN_SRC
     assert stat.S_IMODE(os.stat(path).st_mode) & 0o077 == 0
-    assert m1.answer() == 42 and m1.CACHE_ENABLED is True and m1.__jitgrad_cache_path__ == str(path)
-    assert m1.__name__ in sys.modules and m1.__name__.startswith("_jitgrad_gen_plain_")
     st1 = os.stat(path)
     time.sleep(0.01)
-    m2 = cache.load_module(key, PLAIN_SRC, "plain")
+    assert cache.store_entry(key, PLAIN_SRC) == path
     st2 = os.stat(path)
     assert (st2.st_mtime_ns, st2.st_ino) == (st1.st_mtime_ns, st1.st_ino)
-    assert m2 is not m1 and m2.answer() == 42
     assert cache.stats.as_dict() == {"hits": 1, "misses": 1, "rebuilt": 0, "in_memory": 0}
-    # no temp files, no .pyc (the verified text is executed, bytecode files are neither written nor trusted)
+    # no temp files
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
 
 
 def test_truncated_entry_is_rebuilt_with_warning():
-    key = cache.cache_key(NJIT_SRC)
-    cache.load_module(key, NJIT_SRC, "trunc")
-    path = cache.entry_path(key)
+    key = cache.cache_key(LONG_SRC)
+    path = cache.store_entry(key, LONG_SRC)
     with open(path, "r+b") as f:
         f.truncate(40)
     with pytest.warns(cache.JitgradCacheWarning, match="truncated") as rec:
-        mod = cache.load_module(key, NJIT_SRC, "trunc")
+        assert cache.store_entry(key, LONG_SRC) == path
     assert str(path) in _cache_warnings(rec)[0]
-    assert path.read_text() == NJIT_SRC
-    assert mod.twice_sum(np.arange(3.0)) == 6.0
+    assert path.read_text() == LONG_SRC
     assert cache.stats.rebuilt == 1
 
 
 def test_garbage_entry_is_rebuilt_not_executed(tmp_path):
     key = cache.cache_key(PLAIN_SRC)
-    cache.load_module(key, PLAIN_SRC, "garbage")
-    path = cache.entry_path(key)
+    path = cache.store_entry(key, PLAIN_SRC)
     st = os.stat(path)
     # same length, valid Python, same mtime: would be trusted by a size/mtime check
     evil = "import sys; sys.exit(3)\n".ljust(len(PLAIN_SRC) - 1, "#") + "\n"
@@ -236,10 +222,9 @@ def test_garbage_entry_is_rebuilt_not_executed(tmp_path):
     path.write_text(evil)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     with pytest.warns(cache.JitgradCacheWarning, match="does not match"):
-        mod = cache.load_module(key, PLAIN_SRC, "garbage")
-    assert mod.answer() == 42
-    assert path.read_text() == PLAIN_SRC
-    assert os.stat(path).st_mtime_ns != st.st_mtime_ns     # a new stamp for Numba's index
+        assert cache.store_entry(key, PLAIN_SRC) == path
+    assert path.read_text() == PLAIN_SRC                    # a build process reads the verified text
+    assert os.stat(path).st_mtime_ns != st.st_mtime_ns
 
 
 def test_symlinked_entry_is_replaced_and_target_untouched(tmp_path):
@@ -250,8 +235,7 @@ def test_symlinked_entry_is_replaced_and_target_untouched(tmp_path):
     path.parent.mkdir(parents=True)
     os.symlink(outside, path)
     with pytest.warns(cache.JitgradCacheWarning, match="symbolic link"):
-        mod = cache.load_module(key, PLAIN_SRC, "link")
-    assert mod.answer() == 42
+        assert cache.store_entry(key, PLAIN_SRC) == path
     assert not path.is_symlink() and path.read_text() == PLAIN_SRC
     assert outside.read_text() == "SECRET = 1\n"
 
@@ -262,9 +246,7 @@ def test_symlinked_shard_dir_is_not_written_through(tmp_path):
     elsewhere.mkdir()
     (tmp_path / "cache").mkdir(mode=0o700)
     os.symlink(elsewhere, tmp_path / "cache" / key[:2])
-    with pytest.warns(cache.JitgradCacheWarning, match="not a directory"):
-        mod = cache.load_module(key, PLAIN_SRC, "shardlink")
-    assert mod.answer() == 42 and mod.CACHE_ENABLED is False
+    assert cache.store_entry(key, PLAIN_SRC) is None      # never written through the link
     assert list(elsewhere.iterdir()) == []
 
 
@@ -286,27 +268,28 @@ def test_losing_the_create_race_uses_the_winners_file(monkeypatch):
         return why
 
     monkeypatch.setattr(cache, "_read_entry", racing_read)
-    mod = cache.load_module(key, PLAIN_SRC, "race")
-    assert mod.answer() == 42 and len(calls) == 3
+    assert cache.store_entry(key, PLAIN_SRC) == path and len(calls) == 3
     assert cache.stats.hits == 1 and cache.stats.misses == 0
     assert os.stat(path).st_ino == calls[1]                                # the winner's file, not replaced
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]    # our temp file is gone
 
 
 def test_errors_in_the_source_propagate_and_leave_no_module():
+    """A module built in memory (Numba's kernels, numba_build.py): its errors propagate, no half module stays."""
     src = "x = 1\nraise ValueError('generated code bug')\n"
     key = cache.cache_key(src)
     with pytest.raises(ValueError, match="generated code bug"):
-        cache.load_module(key, src, "bug")
+        cache._in_memory(cache._module_name("bug", key), key, src)
     assert cache._module_name("bug", key) not in sys.modules
 
 
 def test_clear_removes_only_our_files(tmp_path):
-    key = cache.cache_key(NJIT_SRC)
-    mod = cache.load_module(key, NJIT_SRC, "clear")
-    assert mod.twice_sum(np.ones(2)) == 4.0              # Numba writes its .nbi/.nbc next to the entry
+    key = cache.cache_key(LONG_SRC)
+    cache.store_entry(key, LONG_SRC)
     shard = tmp_path / "cache" / key[:2]
-    assert any(p.suffix == ".nbi" for p in (shard / "__pycache__").iterdir())
+    (shard / "__pycache__").mkdir()                  # Numba's files of an older jitgrad's cache
+    (shard / "__pycache__" / f"{key}.twice_sum-5.py311.nbi").write_bytes(b"index")
+    (shard / "__pycache__" / f"{key}.twice_sum-5.py311.1.nbc").write_bytes(b"object")
     root = tmp_path / "cache"
     (root / "notes.txt").write_text("mine")
     (shard / "user.txt").write_text("mine too")
@@ -322,7 +305,7 @@ def test_clear_removes_only_our_files(tmp_path):
     assert (outside / "keep.py").read_text() == "keep"
     assert not (shard / "__pycache__").exists()
     # and it can be used again after clearing
-    assert cache.load_module(key, NJIT_SRC, "clear").twice_sum(np.ones(2)) == 4.0
+    assert cache.store_entry(key, LONG_SRC) == cache.entry_path(key)
 
 
 def test_codegen_layering():
@@ -339,7 +322,6 @@ def test_codegen_layering():
 
 CHILD = textwrap.dedent('''\
     import json, sys, time, warnings
-    import numpy as np
     from jitgrad.codegen import cache
     src = open(sys.argv[1]).read()
     start = float(sys.argv[2])
@@ -348,13 +330,10 @@ CHILD = textwrap.dedent('''\
         pass
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
-        mod = cache.load_module(key, src, "child")
-    val = mod.twice_sum(np.arange(5.0))
-    print(json.dumps({"key": key, "value": val, "stats": cache.stats.as_dict(),
-                      "numba_hits": sum(mod.twice_sum.stats.cache_hits.values()),
-                      "numba_misses": sum(mod.twice_sum.stats.cache_misses.values()),
+        path = cache.store_entry(key, src)
+    print(json.dumps({"key": key, "text_ok": open(path).read() == src, "stats": cache.stats.as_dict(),
                       "warnings": [str(w.message) for w in rec if issubclass(w.category, cache.JitgradCacheWarning)],
-                      "path": mod.__jitgrad_cache_path__}))
+                      "path": str(path)}))
     ''')
 
 
@@ -375,86 +354,32 @@ def _result(proc):
     return json.loads(out.strip().splitlines()[-1])
 
 
-def test_new_process_reuses_numba_cache(tmp_path):
-    first = _result(_spawn(tmp_path, NJIT_SRC))
-    assert first["value"] == 20.0 and first["warnings"] == []
-    assert first["stats"]["misses"] == 1 and first["numba_misses"] == 1 and first["numba_hits"] == 0
-    entry = Path(first["path"])
-    pycache = entry.parent / "__pycache__"
-    nb = sorted(p.name for p in pycache.iterdir())
-    assert any(n.endswith(".nbi") for n in nb) and any(n.endswith(".nbc") for n in nb)
-    mtime = os.stat(entry).st_mtime_ns
-
-    second = _result(_spawn(tmp_path, NJIT_SRC))
-    assert second["key"] == first["key"] and second["value"] == 20.0
-    assert second["stats"]["hits"] == 1 and second["stats"]["misses"] == 0
-    assert second["numba_hits"] == 1 and second["numba_misses"] == 0     # machine code loaded, not compiled
-    assert os.stat(entry).st_mtime_ns == mtime
-
-
-def test_corrupt_entry_with_stale_numba_cache_is_rebuilt_in_new_process(tmp_path):
-    first = _result(_spawn(tmp_path, NJIT_SRC))
+def test_corrupt_entry_is_rebuilt_in_new_process(tmp_path):
+    first = _result(_spawn(tmp_path, LONG_SRC))
     entry = Path(first["path"])
     st = os.stat(entry)
-    # a different function of the same length/mtime: must neither be executed nor matched to the old index
-    bad = NJIT_SRC.replace("2.0 * x[i]", "3.0 * x[i]")
-    assert len(bad) == len(NJIT_SRC)
+    # a different function of the same length/mtime: a build process must never read it
+    bad = LONG_SRC.replace("2.0 * x[i]", "3.0 * x[i]")
+    assert len(bad) == len(LONG_SRC)
     entry.write_text(bad)
     os.utime(entry, ns=(st.st_atime_ns, st.st_mtime_ns))
-    second = _result(_spawn(tmp_path, NJIT_SRC))
-    assert second["value"] == 20.0
+    second = _result(_spawn(tmp_path, LONG_SRC))
+    assert second["text_ok"]
     assert second["stats"]["rebuilt"] == 1 and any("corrupt" in w for w in second["warnings"])
-    assert entry.read_text() == NJIT_SRC
+    assert entry.read_text() == LONG_SRC
 
 
 def test_concurrent_writers_same_key(tmp_path):
     start = time.time() + 2.0        # both are past their imports by then
-    procs = [_spawn(tmp_path, NJIT_SRC, start) for _ in range(2)]
+    procs = [_spawn(tmp_path, LONG_SRC, start) for _ in range(2)]
     results = [_result(p) for p in procs]
-    assert [r["value"] for r in results] == [20.0, 20.0]
+    assert [r["text_ok"] for r in results] == [True, True]
     assert all(r["warnings"] == [] for r in results)
     assert results[0]["key"] == results[1]["key"] and results[0]["path"] == results[1]["path"]
     entry = Path(results[0]["path"])
-    assert entry.read_text() == NJIT_SRC
+    assert entry.read_text() == LONG_SRC
     leftovers = [p.name for p in entry.parent.iterdir() if p.name.endswith(".tmp")]
     assert leftovers == []
     # exactly one of them published it (os.link: first writer wins), the other verified and used it
     assert sorted((r["stats"]["misses"], r["stats"]["hits"], r["stats"]["rebuilt"]) for r in results) == \
         [(0, 1, 0), (1, 0, 0)]
-
-
-# ------------------------------------------------------------------------------------------------ Numba's own files
-
-@pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
-@pytest.mark.parametrize("where", ["shard", "pycache", "numba_cache_dir"])
-def test_numba_files_in_a_dir_others_can_write_are_never_used(tmp_path, monkeypatch, where):
-    """Numba's index files are pickles: a world-writable shard, __pycache__ or NUMBA_CACHE_DIR means in memory."""
-    key = cache.cache_key(NJIT_SRC)
-    shard = Path(cache.cache_dir()) / key[:2]
-    shard.mkdir(mode=0o700)
-    if where == "shard":
-        os.chmod(shard, 0o777)
-    elif where == "pycache":
-        (shard / "__pycache__").mkdir()
-        os.chmod(shard / "__pycache__", 0o777)
-    else:
-        shared = tmp_path / "numba-shared"
-        shared.mkdir()
-        os.chmod(shared, 0o777)
-        monkeypatch.setenv("NUMBA_CACHE_DIR", str(shared))
-    with pytest.warns(cache.JitgradCacheWarning, match="others can write|writable|not used"):
-        mod = cache.load_module(key, NJIT_SRC, f"numba_{where}")
-    assert mod.CACHE_ENABLED is False and mod.twice_sum(np.arange(3.0)) == 6.0
-    assert cache.stats.in_memory == 1
-
-
-def test_pycache_symlink_is_never_followed(tmp_path):
-    key = cache.cache_key(NJIT_SRC)
-    shard = Path(cache.cache_dir()) / key[:2]
-    shard.mkdir(mode=0o700)
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir(mode=0o700)
-    (shard / "__pycache__").symlink_to(elsewhere)
-    with pytest.warns(cache.JitgradCacheWarning, match="symbolic link"):
-        mod = cache.load_module(key, NJIT_SRC, "pycache_link")
-    assert mod.CACHE_ENABLED is False and not any(elsewhere.iterdir())

@@ -20,7 +20,7 @@ def fresh_cache(tmp_path, monkeypatch):
 def _sgd_step(W):
     @jg.compile(backend="numba", background=False)
     def step(x, s):
-        loss = (jg.tanh(x @ W) ** 2).mean() * s
+        loss = (jg.sigmoid(x @ W) ** 2).mean() * s      # (kernels no other test file compiles)
         loss.backward()
         with jg.no_grad():
             W.sub_(0.5 * W.grad)
@@ -35,9 +35,9 @@ def _reference(W0, xs):
     losses = []
     for x in xs:
         x = x.astype(np.float64)
-        h = np.tanh(x @ W)
+        h = 1 / (1 + np.exp(-(x @ W)))
         losses.append((h ** 2).mean() * 1.5)
-        W = W - 0.5 * (x.T @ (1.5 * 2 * h * (1 - h * h) / h.size))
+        W = W - 0.5 * (x.T @ (1.5 * 2 * h * h * (1 - h) / h.size))
     return losses, W
 
 
@@ -82,7 +82,7 @@ def test_an_argument_sharing_memory_with_written_state_still_runs_eagerly(fresh_
 
     @jg.compile(backend="numba", background=False)
     def step(x):
-        loss = ((x + b) ** 2).sum()
+        loss = ((x + b) ** 2).sum() * 0.75
         loss.backward()
         with jg.no_grad():
             b.sub_(0.25 * b.grad)
@@ -98,4 +98,4 @@ def test_an_argument_sharing_memory_with_written_state_still_runs_eagerly(fresh_
     got = float(step(alias))
     assert step.stats["compiled_calls"] == calls    # not the compiled graph
     assert signatures.COUNTS["write_alias_checks"] == checks + 1
-    assert got == pytest.approx(float(((before + before) ** 2).sum()))
+    assert got == pytest.approx(float(((before + before) ** 2).sum()) * 0.75)

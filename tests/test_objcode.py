@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import jitgrad as jg
-from jitgrad.codegen import build, cache, objstore
+from jitgrad.codegen import build, cache, numba_build, objstore
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -369,18 +369,18 @@ def test_helpers_pycache_others_can_write_is_replaced_by_a_private_dir(tmp_path,
             (pyc / "mathlib.exp_f32-1.py311.nbi").write_bytes(b"pickle")
             os.chmod(pyc / "mathlib.exp_f32-1.py311.nbi", 0o666)
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
-    monkeypatch.setattr(build, "numba_default_dir", lambda: pyc)
-    monkeypatch.setattr(build, "_NUMBA_DIR", None)
+    monkeypatch.setattr(numba_build, "numba_default_dir", lambda: pyc)
+    monkeypatch.setattr(numba_build, "_NUMBA_DIR", None)
     with pytest.warns(cache.JitgradCacheWarning, match="not used from"):
-        d = build.numba_cache_dir()
+        d = numba_build.numba_cache_dir()
     assert d == str(cache_root / "numba") and stat.S_IMODE(os.stat(d).st_mode) == 0o700
     # and a private __pycache__ of our own is Numba's own place, used as is
     ok = tmp_path / "ok" / "__pycache__"
     ok.mkdir(parents=True, mode=0o700)
     os.chmod(ok.parent, 0o700)
-    monkeypatch.setattr(build, "numba_default_dir", lambda: ok)
-    monkeypatch.setattr(build, "_NUMBA_DIR", None)
-    assert build.numba_cache_dir() is None
+    monkeypatch.setattr(numba_build, "numba_default_dir", lambda: ok)
+    monkeypatch.setattr(numba_build, "_NUMBA_DIR", None)
+    assert numba_build.numba_cache_dir() is None
 
 
 def test_parallel_kernel_links_numbas_runtime_only_when_it_needs_it(tmp_path):

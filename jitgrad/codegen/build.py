@@ -1,4 +1,5 @@
-"""Building compiled graphs: Numba compiles, we keep and load the object code.
+"""Building compiled graphs: kernels compiled from LLVM IR (``ir_loops.py``) or by Numba (``numba_build.py``);
+we keep and load the object code.
 
 - **Keys.**  A kernel is keyed by its text (its structure: ``kernel_key``), a graph's C entry by its text
   (``entry_key``), and a compiled graph by its entry and its kernels (``graph_key``).  Every key also covers the
@@ -8,26 +9,22 @@
   llvmlite (``objload.py``): no Numba import at all.  A graph whose file is missing but whose kernels and entry
   are on disk (another graph shares them, or the build that wrote them was cut short) is assembled from them,
   still without Numba.
-- **Compiling** happens in this process (Numba, in memory: no generated module or ``__pycache__`` is ever
-  imported from disk) or in build processes (``python -m jitgrad.codegen.build``, isolated from the caller's
-  working directory), which are detached: a build that has started finishes and lands in the cache even when
-  the script that asked for it exits.  Builds still queued at exit are handed to build processes then.
+- **Compiling** (``compile_code``) happens in this process (a kernel's text straight to LLVM IR where ``ir_loops`` can translate it, else Numba, in memory: no generated module or ``__pycache__`` is
+  ever imported from disk), or in build processes (``build_procs.py``, isolated from the caller's working
+  directory), which are detached: a build that has started finishes and lands in the cache even when the script
+  that asked for it exits.  Builds still queued at exit are handed to build processes then.
 - **One builder per key across processes**: a builder holds ``objstore.BuildLock(key)`` while it compiles;
   others wait for it and load its result, and no build process is started for a key someone else is building.
 - **A full disk** or an unusable cache directory: what this process compiled is used from memory.
 """
 from __future__ import annotations
 
-import atexit
 import os
-import stat
-import subprocess
-import sys
 import threading
 
-from pathlib import Path
-
-from . import cache, objstore
+from . import cache, numba_build, objstore
+from .build_procs import command, defer, spawn  # noqa: F401  (build processes: build_procs.py)
+from .numba_build import numba_cache_dir, numba_default_dir  # noqa: F401  (Numba's side: numba_build.py)
 
 _ADDRESSES: dict = {}       # kernel/entry key -> address of its code in this process
 _BLOBS: dict = {}           # key -> objstore.Blob compiled in this process (assembling a graph's file needs it)
@@ -37,7 +34,6 @@ _BLOBS_MADE_HERE: set = set()   # kernel/entry keys compiled by this process (no
 _lock = threading.RLock()
 KERNEL_EXTRA = ("cpu-kernel", 3)
 ENTRY_EXTRA = ("cpu-entry", 2)
-LEAN_LLVM = os.environ.get("JITGRAD_LEAN_LLVM", "0") == "1"     # opt-in, see _lean
 # kernels straight to LLVM IR where ir_loops can (JITGRAD_IR_LOOPS=0: every kernel through Numba, e.g. to compare)
 IR_LOOPS = os.environ.get("JITGRAD_IR_LOOPS", "1") != "0"
 STARTUP = 3                 # a build process's start (Python, jitgrad, Numba) costs about this many kernel compiles
@@ -59,7 +55,7 @@ def kernel_key(kernel) -> str:
 
 def _kernel_extra():
     # which compiler builds a kernel is part of its key: the two paths' object code is never mixed up
-    return KERNEL_EXTRA + (("lean-llvm", LEAN_LLVM), ("ir-loops", IR_LOOPS))
+    return KERNEL_EXTRA + (("lean-llvm", numba_build.LEAN_LLVM), ("ir-loops", IR_LOOPS))
 
 
 def entry_key(source: str) -> str:
@@ -72,160 +68,10 @@ def graph_key(kernel_keys, ekey) -> str:
 
 # ------------------------------------------------------------------------------------------------ compiling
 
-_HELPERS = ("jitgrad.codegen.mathlib", "jitgrad.codegen.intmath", "jitgrad.codegen.philox")
-_NUMBA_DIR = None
-
-
-def numba_default_dir() -> Path:
-    """Where Numba would put the helpers' cache files by itself: ``$NUMBA_CACHE_DIR`` (under a subpath) or
-    ``__pycache__`` next to jitgrad's codegen sources."""
-    env = os.environ.get("NUMBA_CACHE_DIR", "")
-    return Path(env) if env else Path(__file__).resolve().parent / "__pycache__"
-
-
-def _untrusted(d: Path, link_ok: bool) -> str | None:
-    """Why Numba's files under ``d`` could come from someone else (None: only we can write there)."""
-    try:
-        st = os.lstat(d)
-    except FileNotFoundError:
-        parent = d.parent       # Numba creates it: then its parent decides who could have made it first
-        return None if objstore._trusted_dir(parent) is None else f"{parent} is not private to this user"
-    except OSError as e:
-        return f"cannot stat {d} ({e})"
-    if not link_ok and os.path.islink(d):
-        return f"{d} is a symbolic link"
-    why = objstore._trusted_dir(Path(os.path.realpath(d)))
-    if why is not None:
-        return f"{d}: {why}"
-    try:
-        names = os.listdir(d)
-    except OSError as e:
-        return f"cannot list {d} ({e})"
-    for n in names:                             # a file others may rewrite is as bad as a directory they may
-        if n.endswith((".nbi", ".nbc")):
-            try:
-                fst = os.lstat(d / n)
-            except OSError:
-                continue
-            why = objstore._owned_private(fst)
-            if why is not None or not stat.S_ISREG(fst.st_mode):
-                return f"{d / n}: {why or 'not a regular file'}"
-    return None
-
-
-def numba_cache_dir() -> str | None:
-    """Where Numba caches jitgrad's own ``cache=True`` helpers (mathlib, intmath, philox).  Numba's index files are
-    pickles, so a cache entry is code: Numba's own location (``numba_default_dir``) is used only when nobody else
-    can write there; otherwise ``<cache dir>/numba``, private like the rest of the cache, or a private temporary
-    directory.  None: Numba's own location is trusted."""
-    global _NUMBA_DIR
-    if _NUMBA_DIR is None:
-        default = numba_default_dir()
-        why = _untrusted(default, link_ok=bool(os.environ.get("NUMBA_CACHE_DIR")))
-        if why is None:
-            _NUMBA_DIR = ""
-            return None
-        root = cache.cache_dir()
-        d = None
-        if root is not None:
-            d = root / "numba"
-            try:
-                os.mkdir(d, 0o700)
-            except FileExistsError:
-                pass
-            except OSError:
-                d = None
-            if d is not None and objstore._trusted_dir(d) is not None:
-                d = None
-        if d is None:
-            import tempfile
-            d = tempfile.mkdtemp(prefix="jitgrad-numba-")      # mode 0o700
-        cache._warn_once(("numba-dir", str(default)), f"jitgrad: Numba's cache files for jitgrad's helpers are not "
-                                                      f"used from {default} ({why}); using {d}")
-        _NUMBA_DIR = str(d)
-    return _NUMBA_DIR or None
-
-
-def _secure_numba_cache() -> None:
-    """Import jitgrad's Numba helpers with their caches located in ``numba_cache_dir()`` (re-located if they
-    were imported before); the user's own Numba functions keep ``$NUMBA_CACHE_DIR``."""
-    from numba.core import config
-    from numba.core.dispatcher import Dispatcher
-    private = numba_cache_dir()
-    old = config.CACHE_DIR
-    if private is not None:
-        config.CACHE_DIR = private
-    try:
-        import importlib
-        for name in _HELPERS:
-            was = name in sys.modules
-            mod = importlib.import_module(name)
-            if getattr(mod, "_jitgrad_cache_secured", False):
-                continue
-            if was:
-                for v in list(vars(mod).values()):
-                    if isinstance(v, Dispatcher) and getattr(v, "_cache", None) is not None \
-                            and type(v._cache).__name__ == "FunctionCache":
-                        v.enable_caching()
-            mod._jitgrad_cache_secured = True
-    finally:
-        config.CACHE_DIR = old
-
-
-class _ObjectCapture:
-    """While compiling, every Numba code library keeps the object code MCJIT emits for it (Numba's own cache
-    does the same for its ``.nbc`` files)."""
-
-    def __enter__(self):
-        _secure_numba_cache()
-        from numba.core.registry import cpu_target
-        self.codegen = cg = cpu_target.target_context.codegen()
-        self.orig = orig = cg.create_library
-
-        def create_library(name, **kw):
-            lib = orig(name, **kw)
-            lib.enable_object_caching()
-            if LEAN_LLVM:
-                _lean(lib)
-            return lib
-        cg.create_library = create_library
-        return self
-
-    def __exit__(self, *exc):
-        self.codegen.create_library = self.orig
-
-
-def _lean(lib) -> None:
-    """One LLVM optimisation of a kernel's module instead of three (``JITGRAD_LEAN_LLVM=1``, opt-in).  Numba
-    runs function passes on every module it adds, then a "cheap" module pipeline whose purpose is to inline NRT
-    reference-count operations so they can be pruned, then the full pipeline.  Our kernels work on raw pointers
-    (no NRT refcounts) and the full pipeline (O3, loop vectorisation) does most of what the first two would.
-    Measured (2026-11-24, B1+B2+B3's 33 kernels): 15-20% less compile time per kernel, the same vector code
-    (zmm/ymm instruction counts equal within 0.3%), 3.7% more instructions in all; off by default until steady
-    state is timed on a quiet machine."""
-    def optimize_functions(ll_module, lib=lib):
-        ll_module.data_layout = lib._codegen._data_layout
-
-    def optimize_final_module(lib=lib):
-        mpm, mpb = lib._codegen._module_pass_manager()
-        with lib._recorded_timings.record("Module passes (full optimization)", mpb):
-            mpm.run(lib._final_module, mpb)
-    lib._optimize_functions = optimize_functions
-    lib._optimize_final_module = optimize_final_module
-
-
-def _needs(lib) -> list:
-    """External symbols the library's code refers to (resolved at load time; see ``objload.py``)."""
-    m = lib._final_module
-    names = [f.name for f in m.functions if f.is_declaration and not f.name.startswith("llvm.")]
-    names += [g.name for g in m.global_variables if g.is_declaration]
-    return sorted(set(names))
-
-
 def compile_code(key: str, source: str, kind: str) -> int:
     """Compile ``source`` (a kernel's or an entry's module) in this process and return the address of its code;
     its object code is kept for the disk (``_BLOBS``).  A kernel goes straight to LLVM IR when ``ir_loops`` can
-    translate it (no Numba; LLVM runs without the GIL, so threads compile kernels in parallel), else to Numba."""
+    translate it (no Numba), else to Numba."""
     if key in _ADDRESSES:
         return _ADDRESSES[key]
     if kind == "kernel" and IR_LOOPS:
@@ -249,12 +95,9 @@ def compile_numba(key: str, source: str, kind: str) -> int:
     with _lock:
         if key in _ADDRESSES:
             return _ADDRESSES[key]
-        with _ObjectCapture():
-            mod = cache._in_memory(cache._module_name(kind, key), key, source)
-        fn = mod.kernel if kind == "kernel" else mod.entry
-        lib = fn._library
-        if not lib.has_dynamic_globals:     # code with a process's addresses baked in is never persisted
-            _BLOBS[key] = objstore.Blob(key, fn.native_name, lib._get_compiled_object(), _needs(lib))
+        fn, blob = numba_build.compile_module(key, source, kind)
+        if blob is not None:
+            _BLOBS[key] = blob
         _FUNCS[key] = fn
         _ADDRESSES[key] = fn.address
         _BLOBS_MADE_HERE.add(key)
@@ -325,7 +168,7 @@ def build_module(kernel):
     mod = _MODULES.get(key)
     if mod is None:
         with _lock:
-            mod = _MODULES[key] = cache._in_memory(cache._module_name("kernel", key) + "_inspect", key, kernel.source)
+            mod = _MODULES[key] = numba_build.inspect_module(key, kernel.source)
     return mod
 
 
@@ -346,6 +189,9 @@ class GraphCode:
         self.ekey = entry_key(entry_src) if entry_src is not None else None
         self.gkey = graph_key(self.kkeys.values(), self.ekey or "")
         self.loaded_keys, self.compiled_keys = set(), set()    # linked from object code / compiled here
+        # code another graph of this process built already counts as loaded (compiled before this build), so a
+        # graph's stats always add up to its kernels and entry
+        self.loaded_keys.update(k for k in self._keys() if k in _ADDRESSES)
         self.elsewhere = set()                # keys our build processes compiled (then linked here)
         self.how = None                       # "process" | "graph file" | "assembled" | "built"
         self.spawned = False                  # its build processes have started (they finish even if we exit)
@@ -459,9 +305,10 @@ class GraphCode:
             if load:
                 _load_blobs([blob])
 
-    def pending_jobs(self):
+    def pending_jobs(self, sources=True):
         """(kind, key, source path) of the kernels not compiled anywhere yet (the entry is built here, at once);
-        None without a usable disk cache."""
+        None without a usable disk cache.  ``sources=False``: no source files written (path None; a
+        synchronous build writes them only for the jobs it hands to build processes)."""
         if not self.disk or cache.cache_dir() is None:
             return None
         self.ensure_entry(load=False)
@@ -469,10 +316,12 @@ class GraphCode:
         for key in self.missing():
             if key == self.ekey or objstore.exists(key):
                 continue
-            path = cache.store_entry(key, self._source(key))
-            if path is None:
-                return None
-            jobs.append((self._kind(key), key, str(path)))
+            path = None
+            if sources:
+                path = cache.store_entry(key, self._source(key))
+                if path is None:
+                    return None
+            jobs.append((self._kind(key), key, None if path is None else str(path)))
         return jobs
 
     def build(self, background: bool):
@@ -483,8 +332,8 @@ class GraphCode:
             if self.try_load():
                 return
         self.ensure_entry()
-        todo = self.pending_jobs()
-        procs, mine = [], None
+        todo = self.pending_jobs(sources=background)
+        procs = []
         if todo:
             busy = [j for j in todo if objstore.BuildLock(j[1]).held_elsewhere()]   # someone builds them: wait
             todo = [j for j in todo if j not in busy]
@@ -495,28 +344,8 @@ class GraphCode:
                 procs = [spawn(s, self if i == 0 else None) for i, s in enumerate(shares)]
                 self.elsewhere.update(j[1] for j in todo)
                 self.spawned = True
-                mine = []
             else:
-                # kernels that translate to LLVM IR (ir_loops) compile here, on a thread per core; the rest need
-                # Numba.  A build process costs ~0.9 s to start Python and Numba; it pays off from a few Numba
-                # kernels on.
-                from . import ir_loops
-                direct = [j for j in todo if j[0] == "kernel" and IR_LOOPS
-                          and ir_loops.translatable(j[1], self._source(j[1]))]
-                slow = [j for j in todo if j not in direct]
-                mine = slow
-                helpers = min(cores - 1, len(slow) // 4)
-                if helpers > 0:
-                    # a build process spends ~STARTUP kernels' time starting Python and Numba: this process, which
-                    # is up already, takes that many more
-                    n_mine = min(len(slow), -(-(len(slow) + STARTUP * helpers) // (helpers + 1)))
-                    mine = slow[:n_mine]
-                    rest = _split(slow[n_mine:], helpers)
-                    procs = [spawn(s) for s in rest if s]
-                    self.elsewhere.update(j[1] for s in rest for j in s)
-                    self.spawned = True
-                mine = mine + direct        # the long (Numba) jobs first
-        self._obtain_all([key for _, key, _ in (mine or [])])
+                procs = self._build_here(todo, cores)
         for p in procs:
             if p is None:
                 continue
@@ -532,18 +361,55 @@ class GraphCode:
             if self.how is None:
                 self.how = "built"
 
-    def _obtain_all(self, keys):
-        """``_obtain`` each key, on one thread per core when there are several (LLVM releases the GIL; Numba's
-        jobs serialise on its compiler lock and overlap with the LLVM-only ones)."""
-        workers = min(_cores(), len(keys))
-        if workers < 2:
-            for key in keys:
+    def _build_here(self, todo, cores):
+        """A synchronous build: kernels that translate to LLVM IR (``ir_loops``) compile here, each handed to a
+        worker thread as soon as it is translated; the rest need Numba.  llvmlite serialises LLVM's calls with one
+        lock, so the threads do not run LLVM in parallel: they overlap LLVM's work (which releases the GIL) with
+        the next translation and with Numba's Python front end.  A build process costs ~0.9 s to start Python and Numba, so it takes a share of the Numba jobs only
+        from a few of them on.  Returns the build processes started."""
+        from . import ir_loops
+        pool = None
+        if cores > 1:
+            from concurrent.futures import ThreadPoolExecutor
+            pool = ThreadPoolExecutor(max_workers=cores, thread_name_prefix="jitgrad-build")
+        futures, slow, procs = [], [], []
+
+        def start(key):
+            if pool is None:
                 self._obtain(key)
-            return
-        from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jitgrad-build") as ex:
-            for fut in [ex.submit(self._obtain, key) for key in keys]:
+            else:
+                futures.append(pool.submit(self._obtain, key))
+        try:
+            for job in todo:
+                if job[0] == "kernel" and IR_LOOPS and ir_loops.translatable(job[1], self._source(job[1])):
+                    start(job[1])
+                else:
+                    slow.append(job)
+            mine = slow
+            helpers = min(cores - 1, len(slow) // 4)
+            if helpers > 0:
+                # a build process spends ~STARTUP kernels' time starting Python and Numba: this process, which is
+                # up already, takes that many more
+                n_mine = min(len(slow), -(-(len(slow) + STARTUP * helpers) // (helpers + 1)))
+                mine, rest = slow[:n_mine], []
+                for job in slow[n_mine:]:
+                    path = cache.store_entry(job[1], self._source(job[1]))     # the build process reads it
+                    if path is None:
+                        mine.append(job)
+                    else:
+                        rest.append((job[0], job[1], str(path)))
+                shares = _split(rest, helpers) if rest else []
+                procs = [spawn(share) for share in shares]
+                self.elsewhere.update(j[1] for share in shares for j in share)
+                self.spawned = bool(shares)
+            for job in mine:
+                start(job[1])
+            for fut in futures:
                 fut.result()
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
+        return procs
 
     def _obtain(self, key):
         if key in _ADDRESSES:
@@ -595,8 +461,12 @@ def _after_fork_in_child():
     global _QUEUE, _lock
     _lock = threading.RLock()
     _QUEUE = None
-    from . import objload
-    objload._lock = threading.RLock()
+    from . import objload       # (objload resets its own lock and llvmlite's: see its fork handlers)
+    cache._lock = threading.RLock()     # (a parent thread may have been writing a job's source at the fork)
+    import sys
+    ir_loops = sys.modules.get(__package__ + ".ir_loops")
+    if ir_loops is not None:
+        ir_loops._lock = threading.Lock()
     for cg in _QUEUED:
         if cg.run is None and cg.error is None:
             cg.pending = True
@@ -626,143 +496,3 @@ def _split(todo, parts):
     for i, job in enumerate(todo):
         shares[i % len(shares)].append(job)
     return [s for s in shares if s]
-
-
-# ------------------------------------------------------------------------------------------------ build processes
-
-def _package_root() -> str:
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-# The build process's first statement: drop the working directory ('' or '.') from sys.path before anything is
-# imported, and import jitgrad from where this process imported it (a numba.py, numpy.py or jitgrad/ in the
-# caller's working directory never runs).  ``-P`` does the same where Python has it (3.11+); both are applied.
-_BOOT = ("import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; sys.path.insert(0, sys.argv[1]); "
-         "from jitgrad.codegen.build import _main; _main(sys.argv[2:])")
-
-
-def command(jobs, graph=None) -> list:
-    """The build process's command line (see ``_BOOT``): ``kind key path lock-fd`` per job (``-``: no lock handed
-    over), then ``graph gkey keys -``."""
-    args = [sys.executable] + (["-P"] if sys.version_info >= (3, 11) else []) + ["-c", _BOOT, _package_root()]
-    for job in jobs:
-        args += [job[0], job[1], job[2], job[3] if len(job) > 3 else "-"]
-    if graph is not None:
-        args += ["graph", graph.gkey, ",".join(graph._keys()), "-"]
-    return args
-
-
-def spawn(jobs, graph=None) -> subprocess.Popen | None:
-    """A detached build process compiling ``jobs`` into the disk cache (it outlives this process); with
-    ``graph``, it also writes that graph's file once every object of it is on disk.
-
-    This process takes each job's build lock and hands it to the child (an inherited descriptor: the lock is
-    held from before the child starts until it finishes), so a run that starts meanwhile sees the key being built
-    and starts no second builder for it.  Jobs whose lock someone else holds are left to that builder."""
-    locks, handed = [], []
-    try:
-        for job in jobs:
-            lock = objstore.BuildLock(job[1])
-            if not lock.acquire(block=False):
-                continue
-            locks.append(lock)
-            handed.append(tuple(job[:3]) + ((str(lock.fd) if lock.fd is not None else "-"),))
-        if not handed and graph is None:
-            return None
-        root = cache.cache_dir()
-        COUNTS["build_processes"] += 1
-        return subprocess.Popen(command(handed, graph), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, start_new_session=True,
-                                cwd=str(root) if root is not None else "/",
-                                pass_fds=[lk.fd for lk in locks if lk.fd is not None])
-    finally:
-        for lock in locks:
-            lock.release()          # the child's inherited descriptor keeps the lock
-
-
-_DETACHED_AT_EXIT: list = []     # (jobs, graph) queued for a background build that had not started when we exit
-
-
-def defer(jobs, graph=None):
-    _DETACHED_AT_EXIT.append((jobs, graph))
-
-
-@atexit.register
-def _spawn_leftovers():
-    _leftovers()
-    while _DETACHED_AT_EXIT:
-        jobs, graph = _DETACHED_AT_EXIT.pop(0)
-        try:
-            p = spawn(jobs, graph)
-            if p is not None and p.stderr is not None:
-                p.stderr.close()
-        except OSError:
-            pass
-
-
-def _read_job(kind, key, path):
-    """A job's source, checked against its key (the key is the hash of the text: a changed file is refused)."""
-    with open(path, encoding="utf-8") as f:
-        src = f.read()
-    extra = _kernel_extra() if kind == "kernel" else ENTRY_EXTRA
-    if cache.cache_key(src, extra=extra) != key:
-        raise SystemExit(f"jitgrad build: {path} does not match its key; not compiled")
-    return src
-
-
-def _main(argv):
-    """Build-process entry: compile each (kind, key, path) into the disk cache; then a graph's file."""
-    try:
-        _build_jobs(argv)
-    finally:
-        _report()
-
-
-def _build_jobs(argv):
-    it = iter(argv)
-    jobs, graph = {}, None
-    for kind, key, path, fd in zip(it, it, it, it):
-        if kind == "graph":
-            graph = (key, path.split(","))
-            continue
-        jobs[key] = (kind, path, fd)
-    for key, (kind, path, fd) in jobs.items():
-        lock = objstore.BuildLock(key)
-        if fd != "-":
-            lock.fd = int(fd)               # handed over by the process that started us: already held
-        elif not lock.acquire(block=False):
-            continue                        # another process builds it
-        try:
-            if objstore.read(key, warn=False):
-                continue
-            compile_code(key, _read_job(kind, key, path), kind)
-            blob = _BLOBS.get(key)
-            if blob is not None:
-                objstore.write(key, [blob])
-        finally:
-            lock.release()
-    if graph is not None:
-        gkey, keys = graph
-        blobs = []
-        for key in keys:
-            with objstore.BuildLock(key):   # a build of it in another process: wait for it
-                got = objstore.read(key, warn=False)
-            if not got:
-                if key not in jobs:
-                    return                  # not ours to compile and nobody finished it: the next run does
-                kind, path, _ = jobs[key]
-                compile_code(key, _read_job(kind, key, path), kind)
-                got = [_BLOBS[key]]
-                objstore.write(key, got)
-            blobs.extend(got)
-        objstore.write(gkey, blobs)
-
-
-def _report():
-    if os.environ.get("JITGRAD_BUILD_REPORT"):      # tests: what this build process did
-        import json
-        print(json.dumps(COUNTS), flush=True)
-
-
-if __name__ == "__main__":
-    _main(sys.argv[1:])

@@ -1,70 +1,39 @@
-"""On-disk store for generated Numba modules: the cache directory, keys, and generated sources.
+"""The cache directory, the keys, and the job sources build processes read.
 
-Compiled graphs no longer rely on Numba's own cache: their kernels are compiled in memory and their object code
-is kept by ``objstore.py`` (see ``build.py``).  This module gives them the cache directory (``cache_dir``), the
-keys (``cache_key``) and the sources handed to build processes (``store_entry``).  ``load_module`` below, with
-Numba's ``cache=True`` files, remains for generated modules in general; it uses Numba's files only where nobody
-else can write them.
+Compiled graphs keep object code (``objstore.py``, see ``build.py``); this module gives them the cache directory
+(``cache_dir``), the keys (``cache_key``), the sources handed to build processes (``store_entry``: a build
+process checks a job's text against its key before compiling it) and in-memory modules for Numba's builds
+(``_in_memory``: nothing generated is ever imported from disk).  (Generated modules loaded through Numba's own
+``cache=True`` files are gone: Numba's index files are pickles, so a cache entry was code.)
 
-A generated module is plain Python source.  It is written to the cache directory under a content hash and
-imported from there, so the ``@njit(cache=...)`` functions in it get Numba's own on-disk cache (index ``.nbi``
-and object ``.nbc`` files in ``<entry dir>/__pycache__``): a new process that generates the same source loads
-the compiled machine code instead of compiling again.
+Layout: ``<cache_dir()>/<key[:2]>/<key>.py`` (job sources), ``<key>.jgo`` (object code, ``objstore.py``),
+``<key>.lock`` (build locks), and ``<cache_dir()>/numba`` (Numba's files for jitgrad's own helpers, only when
+Numba's usual place is not private: ``numba_build.numba_cache_dir``).
 
-Usage (the code generator)::
-
-    from jitgrad.codegen import cache
-    key = cache.cache_key(source, extra=("parallel", True))
-    mod = cache.load_module(key, source, "step")       # a fresh module object
-    mod.entry(...)
-
-Layout: ``<cache_dir()>/<key[:2]>/<key>.py`` and Numba's files in ``<cache_dir()>/<key[:2]>/__pycache__/``.
-
-The contract for generated source
----------------------------------
-* **Use ``cache=CACHE_ENABLED``** on every ``@njit``: ``@njit(cache=CACHE_ENABLED, fastmath=...)``.  The loader
-  defines the module-level name ``CACHE_ENABLED`` before the source runs: ``True`` when the module is backed
-  by its cache file, ``False`` when it is compiled in memory (no usable cache directory, or the write failed).
-  Numba cannot cache a function without a source file ("no locator available"), so hard-coding
-  ``cache=True`` would break the in-memory fallback.  The source must not assign ``CACHE_ENABLED`` itself.
-* **Self-contained.**  Everything the source uses must be imported by the source itself (``import numpy as
-  np``, ``from numba import njit``, ``from jitgrad.codegen.mathlib import ...``) or be a literal in it.  Do not
-  inject objects into the module namespace after loading and expect them to be seen at compile time: Numba
-  freezes globals into the machine code and its cache only checks the stamp (content hash) of the *generated*
-  file, so anything not in the text must be in ``extra`` of the key, or a stale cache entry is served.
-  Changes to ``jitgrad/codegen/*.py`` (e.g. ``mathlib``) are covered: their content digest is part of every key.
-* ``extra``: a tuple of ``str``/``bytes``/``int``/``float``/``bool``/``None`` (or tuples of those) for every
-  compile-time setting that does not appear in the source text (target, flags, ...).
+Keys: ``cache_key(source, extra)`` hashes the text with every compile-time setting not in it (``extra``: a tuple
+of ``str``/``bytes``/``int``/``float``/``bool``/``None`` or tuples of those), the Numba/llvmlite/NumPy/Python
+versions, jitgrad's codegen sources (their content digest) and the host CPU and its features.
 
 Guarantees
 ----------
 * The directory (``JITGRAD_CACHE_DIR``, default ``~/.cache/jitgrad``) is created with mode ``0o700``.  An
   existing one that is not a directory, not owned by the current user, group/other-writable, or not
   writable is refused: one ``JitgradCacheWarning`` per directory and reason, and ``cache_dir()`` returns
-  ``None``; ``load_module`` then compiles in memory (still works, just no reuse across processes).
+  ``None``; callers then build in memory (still works, just no reuse across processes).
 * Writes are atomic: the source goes to a temp file in the entry's directory, is fsync'ed, then published
   with ``os.link`` (first writer wins; the loser verifies and uses the winner's file) or ``os.replace``
   (rebuild).  A reader never sees a partial file; concurrent processes on the same key both succeed.
-* An existing entry is never trusted: its bytes must equal the source being loaded, and the source that is
-  executed is the verified text in memory (no ``.pyc`` is written or read).  An identical entry is not
-  rewritten (its mtime, which older Numba versions use as the cache stamp, stays put).  A corrupt,
-  truncated, or non-regular entry, or a symlink, is replaced (with a ``JitgradCacheWarning``); the link
-  itself is replaced, its target is never opened or touched.  A rebuilt file always gets a new mtime.
+* An existing entry is never trusted: its bytes must equal the source being stored.  An identical entry is not
+  rewritten.  A corrupt, truncated, or non-regular entry, or a symlink, is replaced (with a
+  ``JitgradCacheWarning``); the link itself is replaced, its target is never opened or touched.
 * ``clear()`` only removes files that have the names this module and ``objstore.py`` create (entries, object
-  files, build locks, their temp files, Numba/Python cache files); it never follows symlinks and never touches
-  anything else.
-* Module names are ``_jitgrad_gen_<name>_<key[:16]>`` and are registered in ``sys.modules`` (Numba looks
-  the module up by name, also when it loads a function from its cache in a new process).
-
-Numba's cache location: Numba puts its files next to the source (``__pycache__``) unless ``NUMBA_CACHE_DIR``
-is set, in which case they go there instead (still keyed on the entry's path and content).
+  files, build locks, their temp files, Numba/Python cache files of older versions); it never follows symlinks
+  and never touches anything else.
 """
 from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.machinery
-import importlib.util
 import linecache
 import os
 import re
@@ -77,8 +46,8 @@ import warnings
 from dataclasses import dataclass, asdict
 from pathlib import Path
 
-__all__ = ["JitgradCacheWarning", "CacheStats", "stats", "cache_dir", "cache_key", "load_module", "entry_path",
-           "clear", "store_entry", "compiled_on_disk"]
+__all__ = ["JitgradCacheWarning", "CacheStats", "stats", "cache_dir", "cache_key", "entry_path", "clear",
+           "store_entry"]
 
 ENV_VAR = "JITGRAD_CACHE_DIR"
 FORMAT = "jitgrad-codegen-cache/1"          # bump to invalidate every key when the layout/contract changes
@@ -416,43 +385,9 @@ def _store(root: Path, key: str, data: bytes) -> Path:
 
 # ---------------------------------------------------------------------------------------------------- modules
 
-class _VerifiedSourceLoader(importlib.machinery.SourceFileLoader):
-    """Executes the source text that was verified in memory, not whatever the file holds by then, and neither
-    reads nor writes ``.pyc`` files.  ``co_filename`` is the entry's path, so Numba's locator finds the file."""
-
-    def __init__(self, fullname, path, source: str):
-        super().__init__(fullname, path)
-        self._source = source
-
-    def get_source(self, fullname):
-        return self._source
-
-    def get_code(self, fullname):
-        return compile(self._source, self.path, "exec", dont_inherit=True)
-
-
 def _module_name(name: str, key: str) -> str:
     safe = re.sub(r"\W", "_", str(name), flags=re.ASCII)[:48] or "module"
     return f"_jitgrad_gen_{safe}_{key[:16]}"
-
-
-def _from_file(modname: str, path: Path, source: str) -> types.ModuleType:
-    loader = _VerifiedSourceLoader(modname, str(path), source)
-    spec = importlib.util.spec_from_file_location(modname, str(path), loader=loader)
-    module = importlib.util.module_from_spec(spec)
-    module.CACHE_ENABLED = True
-    module.__jitgrad_cache_path__ = str(path)
-    prev = sys.modules.get(modname)
-    sys.modules[modname] = module
-    try:
-        loader.exec_module(module)
-    except BaseException:
-        if prev is None:
-            sys.modules.pop(modname, None)
-        else:
-            sys.modules[modname] = prev
-        raise
-    return module
 
 
 def _in_memory(modname: str, key: str, source: str) -> types.ModuleType:
@@ -476,67 +411,6 @@ def _in_memory(modname: str, key: str, source: str) -> types.ModuleType:
     return module
 
 
-def load_module(key: str, source: str, name: str, use_disk: bool = True) -> types.ModuleType:
-    """Store ``source`` under ``key`` (from ``cache_key(source, extra)``) and import it as a fresh module.
-
-    The module gets ``CACHE_ENABLED`` (True when backed by the cache file) and ``__jitgrad_cache_path__``
-    (the entry's path or None) before the source runs.  Falls back to an in-memory module when there is no
-    usable cache directory or the entry cannot be written (``JitgradCacheWarning``).  Errors raised by the
-    source itself propagate.  ``use_disk=False`` compiles in memory without touching the cache directory.
-    """
-    _check_key(key)
-    if not isinstance(source, str):
-        raise TypeError(f"load_module: source must be str, not {type(source).__name__}")
-    modname = _module_name(name, key)
-    root = cache_dir() if use_disk else None
-    if root is None:
-        return _in_memory(modname, key, source)
-    data = source.encode("utf-8", "surrogatepass")
-    try:
-        path = _store(root, key, data)
-    except OSError as e:
-        _warn_once((str(root), "write", type(e).__name__),
-                   f"jitgrad cache directory {root}: cannot write entry {key[:2]}/{key}.py ({e}); "
-                   f"compiling in memory only")
-        return _in_memory(modname, key, source)
-    why = _numba_dirs_unsafe(path)
-    if why is not None:     # Numba would load pickled index and object files from there: a cache entry is code
-        _warn_once((str(path.parent), "numba-dirs", why), f"jitgrad cache: Numba's files for {path.name} would "
-                                                          f"live where others can write ({why}); compiling in "
-                                                          f"memory only")
-        return _in_memory(modname, key, source)
-    try:
-        return _from_file(modname, path, source)
-    except RuntimeError as e:
-        if "cannot cache function" not in str(e):
-            raise
-        # Numba found no writable place for its cache files (__pycache__ next to the entry, or its own dir)
-        _warn_once((str(root), "numba-locator"), f"jitgrad cache: Numba cannot cache next to {path} ({e}); "
-                                                 f"compiling in memory only")
-        return _in_memory(modname, key, source)
-
-
-def _numba_dirs_unsafe(path: Path) -> str | None:
-    """Why Numba's cache for the entry at ``path`` cannot be trusted: its shard directory, its ``__pycache__``
-    or ``$NUMBA_CACHE_DIR`` is a link, not ours, or writable by group or others (None when all are fine)."""
-    env = os.environ.get("NUMBA_CACHE_DIR", "")
-    # (directory, may it be a symlink): $NUMBA_CACHE_DIR is the user's choice and judged by its target
-    dirs = [(path.parent, False), (Path(env), True) if env else (path.parent / "__pycache__", False)]
-    for d, link_ok in dirs:
-        try:
-            st = os.lstat(d)
-        except FileNotFoundError:
-            continue                        # created by Numba inside our private tree (or under $NUMBA_CACHE_DIR)
-        except OSError as e:
-            return f"{d}: cannot stat it ({e.strerror or e})"
-        if stat.S_ISLNK(st.st_mode) and not link_ok:
-            return f"{d} is a symbolic link"
-        why = _unsafe_reason(d)
-        if why is not None:
-            return f"{d}: {why}"
-    return None
-
-
 def store_entry(key: str, source: str) -> Path | None:
     """Write ``source`` as the entry for ``key`` without importing it (a build process will); None when there is
     no usable cache directory or the write failed."""
@@ -548,17 +422,6 @@ def store_entry(key: str, source: str) -> Path | None:
         return _store(root, key, source.encode("utf-8", "surrogatepass"))
     except OSError:
         return None
-
-
-def compiled_on_disk(path: Path | None) -> bool:
-    """Numba has an index file for some function of the entry at ``path`` (its code was compiled and saved)."""
-    if path is None:
-        return False
-    pyc = path.parent / "__pycache__"
-    try:
-        return any(n.startswith(path.stem + ".") and n.endswith(".nbi") for n in os.listdir(pyc))
-    except OSError:
-        return False
 
 
 def clear(directory: Path | str | None = None) -> int:

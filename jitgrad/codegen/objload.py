@@ -9,9 +9,16 @@ helper library) says so in its file (``needs``): then, and only then, Numba's ru
 registers those symbols with llvmlite.
 
 One engine per process; objects are added to it once (by kernel key) and stay for the process's life.
+
+Forking: llvmlite serialises every LLVM call with one process-wide lock.  A fork while another thread is inside
+LLVM (a background build compiling an entry or linking objects) would leave the child with that lock held and LLVM
+mid-operation, and the child's first LLVM call would block forever; so a fork waits for LLVM to be idle (it takes
+the lock around the fork), and the child gets a fresh lock.
 """
 from __future__ import annotations
 
+import os
+import sys
 import threading
 
 _lock = threading.RLock()
@@ -90,6 +97,36 @@ def load(blobs) -> dict:
             out[b.name] = addr
         STATS["objects_loaded"] += len(blobs)
         return out
+
+
+def _llvm_lock():
+    ffi = sys.modules.get("llvmlite.binding.ffi")
+    return getattr(getattr(ffi, "lib", None), "_lock", None)
+
+
+def _before_fork():
+    lk = _llvm_lock()
+    if lk is not None:
+        lk._lock.acquire()
+
+
+def _after_fork_in_parent():
+    lk = _llvm_lock()
+    if lk is not None:
+        lk._lock.release()
+
+
+def _after_fork_in_child():
+    global _lock
+    _lock = threading.RLock()
+    lk = _llvm_lock()
+    if lk is not None:
+        lk._lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
 
 
 __all__ = ["load", "numba_runtime", "UnresolvedSymbols", "STATS"]

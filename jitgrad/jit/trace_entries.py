@@ -1,0 +1,252 @@
+"""What one trace of a compiled function keeps (``compile.py``'s data): the tensors it captured and their guards
+(``_Captured``), the cache entry that replays it (``_Entry``: graph, write-backs, guards, the per-call fast path's
+state), and the tracer whose hooks capture and functionalise while the user's function runs (``_Tracer``).
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from ..ir.graph import Lit, Var
+from ..ir.ops import Aval
+from ..ir import dtypes as dt
+from ..tracer import TraceError
+from ..runtime.tensor import Tensor
+from . import python_values
+
+_MISSING = python_values._MISSING
+NO_MEMO = object()      # an alias token no signature memo is (``_Entry.alias_token``)
+
+
+class _Captured:
+    """A concrete tensor that became a graph input: guards and what to restore after tracing."""
+
+    __slots__ = ("ref", "shape", "dtype", "requires_grad", "grad_is_none", "var", "orig_data", "orig_grad_fn",
+                 "orig_requires_grad", "orig_grad", "orig_version", "seen")
+
+    def __init__(self, t: Tensor, var: Var):
+        self.ref = weakref.ref(t)
+        self.shape = tuple(t._data.shape)
+        self.dtype = t._data.dtype
+        self.requires_grad = t.requires_grad
+        self.grad_is_none = t._grad is None
+        self.var = var
+        self.orig_data = t._data
+        self.orig_grad_fn = (t.grad_fn, t._out_nr)
+        self.orig_requires_grad = t._requires_grad
+        self.orig_grad = t._grad
+        self.orig_version = t._vc[0]     # in-place writes while tracing bump it; the call counts the real writes
+        self.seen = None        # the last payload guards_ok found of this shape and dtype (kept: one array)
+
+    def ok(self) -> bool:
+        t = self.ref()
+        return (t is not None and tuple(t._data.shape) == self.shape and t._data.dtype == self.dtype
+                and t.requires_grad == self.requires_grad and (t._grad is None) == self.grad_is_none)
+
+    def describe(self) -> str:
+        t = self.ref()
+        if t is None:
+            return "a captured tensor was freed"
+        return (f"captured tensor {list(self.shape)} {dt._FROM_NP[self.dtype].name}: now shape {list(t.shape)}, "
+                f"requires_grad={t.requires_grad}, grad is None={t._grad is None}")
+
+
+class _Entry:
+    """One traced signature: the graph and how to feed it and write back after it."""
+
+    def __init__(self):
+        self.graph = None
+        self.gf = None
+        self.captured: list[_Captured] = []   # graph inputs after the argument leaves, in order
+        self.grad_src = []      # per captured tensor: None (read by identity) or i: it is argument i's .grad
+        self.bindings = []      # (closure cell, None, k) or (globals dict, name, k): names bound to captured[k]
+        self.n_args = 0
+        self.out_treedef = None
+        self.n_user_out = 0
+        self.writes = []        # (captured index or weakref, graph output index): payload write-backs
+        self.grad_writes = []   # (target, kind, value): kind "none" | "out" (graph output index) | "obj" (tensor);
+        #                         target and an "obj" value are argument indices or weakrefs to other tensors
+        self.one_shot = False
+        self.materialize = []   # (weakref tensor, graph output index): state made inside a one-shot trace
+        self.eager = False
+        self.copy_outs = []     # output indices whose buffers are copied after each call (see _build)
+        self.raw_graph = None
+        self.guards = []        # (fn, value): Python conditions the trace relied on (jit/guards.py)
+        self.values = []        # python_values.ValueGuard: closure/global/attribute values the trace read
+        self.dynamic = []       # python_values.DynamicValue: floats read as graph inputs at each call
+        self.arg_floats = ()    # positions (among the float arguments) that are graph inputs
+        self.float_outs = ()    # user outputs that stand for Python floats (computed from dynamic floats alone)
+        self.write_roots = None  # {id(root array): written array} of the captured tensors the graph writes
+        self.code_ready = False  # its graph's native code is ready (or failed): no build_policy check per call
+        self.direct = None       # GraphFunction.direct's call for this entry (False: none), once code is ready
+        self.alias_token = NO_MEMO  # the signature memo whose arguments args_alias_writes last cleared
+
+    def failure(self) -> str:
+        """Why this entry does not serve the call (for the recompile message)."""
+        for c, s in zip(self.captured, self.grad_src):
+            if s is None and not c.ok():
+                return c.describe()
+        for where, name, k in self.bindings:
+            try:
+                now = where.cell_contents if name is None else where.get(name)
+            except ValueError:
+                now = None
+            if now is not self.captured[k].ref():
+                return f"the name {name or 'in a closure'!s} now refers to another tensor"
+        for g in self.values:
+            if not g.holds():
+                return g.describe()
+        for d in self.dynamic:
+            if type(d.read()) is not float:
+                return f"{d.label} is no longer a float"
+        for fn, value in self.guards:
+            if fn() != value:
+                return "a condition the library guards changed (train()/eval(), optimiser hyperparameters or state)"
+        return "unknown"
+
+    def guards_ok(self) -> bool:
+        for c, s in zip(self.captured, self.grad_src):     # inline ``c.ok()``: this runs on every call
+            if s is not None:
+                continue
+            t = c.ref()
+            if t is None:
+                return False
+            d = t._data
+            if d is not c.seen:     # an array's shape and dtype are fixed: compared once per array
+                if d.shape != c.shape or d.dtype != c.dtype:
+                    return False
+                c.seen = d
+            if (t._requires_grad or t.grad_fn is not None) != c.requires_grad or (t._grad is None) != c.grad_is_none:
+                return False
+        for where, name, k in self.bindings:    # the closure variable / global still names that tensor
+            try:
+                now = where.cell_contents if name is None else where.get(name)
+            except ValueError:
+                return False
+            if now is not self.captured[k].ref():
+                return False
+        same = python_values.same_value
+        for g in self.values:       # inline ``g.holds()``
+            if g.name is None:
+                try:
+                    now = g.src.cell_contents
+                except ValueError:
+                    return False
+            else:
+                now = g.src.get(g.name, _MISSING)
+            if now is not g.value and not same(now, g.value, g.ident):
+                return False
+        for d in self.dynamic:
+            if type(d.read()) is not float:
+                return False
+        for fn, value in self.guards:
+            if fn() != value:
+                return False
+        return True
+
+
+class _Tracer:
+    """Runs one trace of the user's function, with capture and functionalisation hooks installed."""
+
+    def __init__(self, arg_leaves):
+        from .graph_function import new_trace
+        self.trace = new_trace()
+        self.captured = {}        # id(tensor) -> _Captured
+        self.order = []           # _Captured in input order
+        self.mutated = {}         # id(tensor) -> tensor whose payload was replaced
+        self.grad_touched = {}    # id(tensor) -> (tensor, grad object before the trace)
+        self.arg_ids = set()
+        tr = self.trace
+        tr.on_capture = self.capture
+        tr.on_mutate = self.on_mutate
+        tr.on_grad_write = self.on_grad_write
+        tr.made = []
+        tr.guards = []      # filled by jit.guards.guard while the function runs
+        for a in arg_leaves:
+            self.capture(a)
+            self.arg_ids.add(id(a))
+
+    def capture(self, t: Tensor) -> Var:
+        c = self.captured.get(id(t))
+        if c is not None:
+            return c.var
+        d = t._data
+        if type(d) is Var:
+            raise TraceError("a traced tensor from another compiled function leaked into this one")
+        var = self.trace.new_input(Aval(tuple(d.shape), dt._FROM_NP[d.dtype]))
+        c = _Captured(t, var)
+        touched = self.grad_touched.get(id(t))
+        if touched is not None:     # its .grad was replaced before it was met (``opt.zero_grad()`` first): guard
+            c.grad_is_none = touched[1] is None     # the state a call starts from, not the traced one
+        self.captured[id(t)] = c
+        self.order.append(c)
+        # inside the trace the tensor is a leaf with a symbolic payload
+        t._data = var
+        if t.grad_fn is not None:
+            t.grad_fn = None
+            t._requires_grad = True
+        return var
+
+    def on_mutate(self, t: Tensor):
+        self.mutated.setdefault(id(t), t)
+
+    def on_grad_write(self, t: Tensor):
+        if id(t) not in self.grad_touched:
+            self.grad_touched[id(t)] = (t, t._grad)
+
+    def restore(self):
+        for c in self.order:
+            t = c.ref()
+            if t is None:
+                continue
+            t._data = c.orig_data
+            t.grad_fn, t._out_nr = c.orig_grad_fn
+            t._requires_grad = c.orig_requires_grad
+            t._vc[0] = c.orig_version
+        for t, g in self.grad_touched.values():
+            t._grad = g
+        for c in self.order:      # the entry keeps guards, not the buffers
+            c.orig_data = c.orig_grad = None
+            c.orig_grad_fn = (None, 0)
+
+
+def _bindings(fn, captured):
+    """The function's closure cells and globals that name a captured tensor: guarded by identity, so rebinding
+    the name to another tensor retraces even while the old tensor is still alive."""
+    pos = {id(c.ref()): k for k, c in enumerate(captured)}
+    out = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            v = cell.cell_contents
+        except ValueError:
+            continue
+        if isinstance(v, Tensor) and id(v) in pos:
+            out.append((cell, None, pos[id(v)]))
+    code, g = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
+    if code is not None and g is not None:
+        for name in code.co_names:
+            v = g.get(name)
+            if isinstance(v, Tensor) and id(v) in pos:
+                out.append((g, name, pos[id(v)]))
+    return out
+
+
+def _break_cycles(made, kept):
+    """The traced autograd graph is dead after the trace: break its reference cycles (a node saving its own
+    output, a leaf's AccumulateGrad) so that what is garbage goes at once, without a collection."""
+    for t in made:
+        n = t.grad_fn
+        if n is not None and not n._freed:
+            n.release()
+    for t in kept:
+        t._acc = None
+
+
+def _payload_of(t: Tensor, tracer: _Tracer):
+    d = t._data
+    if type(d) is Var:
+        return d
+    if id(t) in tracer.trace.created or not isinstance(d, np.ndarray):
+        return Lit(d, Aval(tuple(d.shape), dt._FROM_NP[d.dtype]))
+    return tracer.capture(t)   # an untouched outside tensor returned as is
