@@ -373,3 +373,57 @@ def test_create_graph_first_grad_is_a_copy_named_copybackwards():
         return type(g.grad_fn).__name__, nf, g2.tolist()
     j, t = both(run)
     assert j == t
+
+
+def _dirty_fn(lib, kind):
+    class F(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b=None):
+            if kind == "not_input_view":
+                out = a.clone().view_as(a)
+                ctx.mark_dirty(out)
+                return out
+            if kind == "not_input":
+                c = 3 * a
+                c.add_(1)
+                ctx.mark_dirty(c)
+                return c
+            a.add_(1)
+            ctx.mark_dirty(a)
+            if kind == "two_outputs":
+                return a, a + 1
+            if kind == "not_returned":
+                return a.clone(), a + 1
+            return a
+
+        @staticmethod
+        def backward(ctx, *gs):
+            return (gs[0], None)
+    return F
+
+
+@pytest.mark.parametrize("case", ["not_input_view", "multi_output_view", "view_of_leaf", "view_two_outputs",
+                                  "not_returned"])
+def test_custom_function_mark_dirty_errors(case):
+    def run(lib):
+        a = lib.tensor([1.0, 2.0], requires_grad=True)
+        if case == "not_input_view":
+            return _dirty_fn(lib, "not_input_view").apply(a.clone())
+        if case == "multi_output_view":
+            b, c = a.split_with_sizes([1, 1], dim=0)
+            return _dirty_fn(lib, "one").apply(b)
+        if case == "view_of_leaf":
+            return _dirty_fn(lib, "one").apply(a.view_as(a))
+        if case == "view_two_outputs":
+            return _dirty_fn(lib, "two_outputs").apply(a.clone().view_as(a))
+        return _dirty_fn(lib, "not_returned").apply(a.clone())
+    same_error(run)
+
+
+def test_custom_function_mark_dirty_on_a_non_input_warns():
+    def run(lib):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            y = _dirty_fn(lib, "not_input").apply(lib.ones(2, requires_grad=True).clone())
+        return [str(x.message).split(" (Triggered")[0] for x in w], y.tolist()
+    assert both(run)[0] == both(run)[1]

@@ -319,6 +319,33 @@ class Function(metaclass=_FunctionMeta):
         single = not isinstance(out, tuple)
         outs = (out,) if single else out
         dirty = {id(t) for t in ctx._dirty}
+        if dirty:
+            in_ids = {id(t) for t in tensors_in}
+            for t in ctx._dirty:
+                if id(t) not in in_ids:     # torch warns, and refuses when that tensor is a view (no base to rebase)
+                    msg = ("ctx.mark_dirty() received a tensor that was not an input. Only input Tensors that have "
+                           "been mutated should be passed to ctx.mark_dirty().")
+                    if t._base is not None:
+                        raise RuntimeError(msg)
+                    warnings.warn(msg, UserWarning, stacklevel=2)
+            out_ids = {id(o) for o in outs}
+            if any(id(t) in in_ids and id(t) not in out_ids for t in ctx._dirty):
+                raise RuntimeError("Some elements marked as dirty during the forward method were not returned as "
+                                   "output. The inputs that are modified inplace must all be outputs of the "
+                                   "Function.")
+            if record:
+                for t in ctx._dirty:
+                    t._check_inplace_view()     # torch's checks for an in-place op on a view (multi-output, leaf)
+                    if t._base is not None and id(t) in in_ids and \
+                            sum(isinstance(o, Tensor) for o in outs) > 1:
+                        raise RuntimeError(
+                            "If your Function modifies inplace an input that is a view of another Tensor, your "
+                            "Function cannot return more than one Tensor. This is not supported by the current "
+                            "autograd engine. You should either make sure the input is not a view (using .clone() "
+                            "for example) or make your Function only return one Tensor (potentially splitting it "
+                            "into two Functions: one doing the inplace that returns a single Tensor and a second "
+                            "one that does the other operations). You can ask on the forum "
+                            "https://discuss.pytorch.org/ if you need help to do this change.")
         for t in ctx._dirty:
             if t._vc[0] == versions_before.get(id(t), -1):
                 t._vc[0] += 1   # modified through .data / numpy: still count it as a write

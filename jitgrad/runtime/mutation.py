@@ -62,6 +62,21 @@ class InPlaceOps:
             raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
                                "single memory location. Please clone() the tensor before performing the operation.")
 
+    def _check_inplace_view(self):
+        """The view checks of an in-place op, for a view a custom Function marked dirty (grad mode is off inside
+        forward, so they are made here, as torch does when it rebases the view's history)."""
+        b = self._base
+        if b is None or not b.requires_grad:
+            return
+        origin = getattr(self, "_view_origin", None)
+        if origin is not None and len(origin) == 2:
+            raise RuntimeError(f"Output {origin[1]} of {origin[0]} is a view and is being modified inplace. This "
+                               "view is the output of a function that returns multiple views. Such functions do "
+                               "not allow the output views to be modified inplace. You should replace the "
+                               "inplace operation by an out-of-place one.")
+        if b.grad_fn is None:
+            raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
+
     def _apply_inplace(self, fn, *others):
         """Run ``fn(self_value, *others)`` out of place, write the result into self's buffer, bump the version,
         and rebase self's history onto the new node when it is recorded."""
