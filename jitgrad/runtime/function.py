@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import warnings
+import weakref
 import copy
 
 import numpy as np
@@ -26,8 +27,19 @@ class FunctionCtx:
         self.materialize_grads = True
         self.needs_input_grad = ()
         self._freed = False
-        self._node = None
+        self._node_ref = None      # a weak reference: the node owns the ctx, not the other way round
         self._packed = None
+        self._clear_on_access = False     # the Function's clear_saved_tensors_on_access
+        self._accessed = False
+
+    @property
+    def _node(self):
+        r = self._node_ref
+        return None if r is None else r()
+
+    @_node.setter
+    def _node(self, node):
+        self._node_ref = None if node is None else weakref.ref(node)
 
     def save_for_backward(self, *tensors):
         for t in tensors:
@@ -50,7 +62,22 @@ class FunctionCtx:
 
     @property
     def saved_tensors(self):
-        if self._freed:
+        if self._clear_on_access:
+            # clear_saved_tensors_on_access = True on the Function: the values are handed over once, and the
+            # ctx keeps no reference (backward can free them early), as torch
+            if self._accessed:
+                raise RuntimeError("saved_tensors can only be accessed once when clear_saved_tensors_on_access=True "
+                                   "is set on the autograd.Function. Either access saved_tensors only once, or set "
+                                   "clear_saved_tensors_on_access=False.")
+            out = self._read_saved()
+            self._accessed = True
+            self._saved = self._packed = None
+            return out
+        return self._read_saved()
+
+    def _read_saved(self):
+        if self._freed or (self._node_ref is not None and self._node_ref() is None):
+            # freed by backward, or its graph is gone (a ctx kept past its node's life): torch's error
             from .node import FREED_MSG
             raise RuntimeError(FREED_MSG)
         if self._saved is None:
@@ -305,6 +332,7 @@ class Function(metaclass=_FunctionMeta):
     @classmethod
     def apply(cls, *args, **kwargs):
         ctx = FunctionCtx()
+        ctx._clear_on_access = bool(getattr(cls, "clear_saved_tensors_on_access", False))
         tensors_in = [a for a in args if isinstance(a, Tensor)]
         record = (grad_mode.STATE.grad_enabled and not grad_mode.STATE.inference
                   and any(t.requires_grad for t in tensors_in))
