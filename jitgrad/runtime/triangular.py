@@ -90,8 +90,17 @@ def diagonal(input, offset=0, dim1=0, dim2=1, **torch_kw):
     return named(moved[(Ellipsis, Tensor._make(rows), Tensor._make(cols))], "DiagonalBackward0")
 
 
-METHODS = ["tril", "triu", "diagonal"]
+METHODS = ["tril", "triu", "diagonal", "trace"]
 INPLACE = {"tril_": _tril_, "triu_": _triu_}
+
+
+def trace(input, **torch_kw):
+    """The sum of the main diagonal of a 2-d tensor (any shape: the shorter side's length of entries)."""
+    if torch_kw:       # out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(trace, "trace", (input,), {}, torch_kw)
+    if input.ndim != 2:
+        raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {input.ndim}")
+    return named(diagonal(input).sum(), "TraceBackward0")
 
 
 def install(jg: dict):
