@@ -505,3 +505,20 @@ def test_isin_signbit_trace_nextafter():
     n = jg.nextafter(jg.rand(2, requires_grad=True), jg.ones(2))
     with pytest.raises(NotImplementedError, match="the derivative for .* is not implemented"):
         n.sum().backward()
+
+
+def test_single_element_index_is_a_view_and_multi_output_origin_propagates():
+    def run(lib):
+        out = []
+        x = lib.zeros(3)
+        e = x[1]
+        e.fill_(5.0)
+        out.append((x.tolist(), e._is_view()))
+        a = lib.rand(4, dtype=lib.float64, requires_grad=True).clone()
+        b = a.unbind(0)
+        out.append(type(error_of(lambda: b[0].view_as(b[0]).mul_(2))).__name__)
+        c = a.view_as(a).unbind(0)
+        out.append(type(error_of(lambda: c[0].mul_(2))).__name__)
+        return out
+    j, t = both(run)
+    assert j == t

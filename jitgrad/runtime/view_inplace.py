@@ -42,6 +42,8 @@ def inherited_origin(base_origin):
         return VIEW_OF_NO_GRAD_VIEW
     if base_origin is INFERENCE_VIEW or base_origin is VIEW_OF_INFERENCE_VIEW:
         return VIEW_OF_INFERENCE_VIEW
+    if base_origin is not None and len(base_origin) == 2:
+        return base_origin      # a view of an output of a multi-view function is refused like it (torch)
     return None
 
 
