@@ -522,3 +522,39 @@ def test_single_element_index_is_a_view_and_multi_output_origin_propagates():
         return out
     j, t = both(run)
     assert j == t
+
+
+def test_unsafe_splits_allow_inplace():
+    def run(lib):
+        out = []
+        for f in (lambda t: t.unsafe_split(1), lambda t: t.unsafe_split_with_sizes((1, 1, 1)),
+                  lambda t: lib.unsafe_chunk(t, 3)):
+            a = lib.arange(9.0).reshape(3, 3).requires_grad_()
+            b = a + a
+            s1, s2, s3 = f(b)
+            s1.mul_(s2)
+            s1.sum().backward()
+            out.append((a.grad.tolist(), s1._is_view()))
+        return out
+    j, t = both(run)
+    assert j == t
+
+
+def test_inference_tensors_in_normal_mode():
+    def run(lib):
+        out = []
+        for rg in (True, False):
+            with lib.inference_mode():
+                c = lib.ones(1, 2, 3, requires_grad=rg)
+            v = c.view(-1)
+            out.append((lib.is_inference(v), v.requires_grad, v._is_view(), v.is_leaf))
+            s = lib.ones(1, 2, 3, requires_grad=rg)
+            o = c.add(s)
+            out.append((lib.is_inference(o), o.requires_grad))
+            if rg:
+                o.backward(lib.ones_like(o))
+                out.append(c.grad.tolist())
+                out.append(str(error_of(lambda: c.mul(s))).split(". ")[0])
+        return out
+    j, t = both(run)
+    assert j == t
