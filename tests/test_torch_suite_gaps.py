@@ -558,3 +558,22 @@ def test_inference_tensors_in_normal_mode():
         return out
     j, t = both(run)
     assert j == t
+
+
+def test_deprecated_jacobian_helpers():
+    def run(lib):
+        import importlib
+        mod = importlib.import_module("jitgrad.autograd.gradcheck" if lib is jg else "torch.autograd.gradcheck")
+        a = lib.rand(2, 2, requires_grad=True, dtype=lib.float64)
+        b = lib.rand(2, 2, requires_grad=True, dtype=lib.float64)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            num = mod.get_numerical_jacobian(lambda xs: (2 * xs[0] + xs[1], xs[0] + 2 * xs[1]), (a, b), eps=1e-6)
+            num_t = mod.get_numerical_jacobian(lambda xs: 2 * xs[0] + xs[1], (a, b), target=a, eps=1e-6)
+            ana, reentrant, sizes_ok, types_ok = mod.get_analytical_jacobian((a, b), 2 * a + b)
+        err = str(error_of(lambda: mod.get_analytical_jacobian((a,), a * 2, grad_out=2.0)))
+        return ([np.round(j.numpy(), 6).tolist() for j in num], len(num_t), [j.tolist() for j in ana], reentrant,
+                sizes_ok, types_ok, sorted({type(x.message).__name__ for x in w}),
+                all("was part of PyTorch's private API" in str(x.message) for x in w), err)
+    j, t = both(run)
+    assert j == t
