@@ -577,3 +577,24 @@ def test_deprecated_jacobian_helpers():
                 all("was part of PyTorch's private API" in str(x.message) for x in w), err)
     j, t = both(run)
     assert j == t
+
+
+@pytest.mark.parametrize("leaf", [True, False])
+def test_hooked_saved_input_keeps_its_history(leaf):
+    def run(lib):
+        out = []
+        a = lib.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        a = a if leaf else (1 + a)
+        y = a * a
+        y.grad_fn._raw_saved_self.register_hooks(lambda x: 2 * x, lambda x: x / 2)
+        s = y.grad_fn._saved_self
+        out.append((s.tolist(), s.grad_fn is a.grad_fn, s.requires_grad))
+        with lib.autograd.graph.saved_tensors_hooks(lambda x: 2 * x, lambda x: x):
+            b = lib.tensor([1.0, 2.0], requires_grad=True)
+            z = (b ** 3).sum()
+        (g,) = lib.autograd.grad(z, (b,), create_graph=True)
+        g.sum().backward()
+        out.append(b.grad.tolist())
+        return out
+    j, t = both(run)
+    assert j == t

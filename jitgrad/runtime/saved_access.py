@@ -93,7 +93,9 @@ class SavedTensor:
             raise RuntimeError("Calling register_hooks on a saved tensor whose hooks have already been set. Hint: "
                                "only one pair of hooks is allowed at a time.")
         packed = run_pack_hook(pack_hook, entry[1])
-        entries[self._index] = (unpack_hook, packed)
+        from .saved_hooks import identity_of
+        ident = identity_of(entry[1]) if side == 0 else None     # a saved input keeps its history (torch)
+        entries[self._index] = (unpack_hook, packed, ident)
         node.packed = (tuple(entries), node.packed[1]) if side == 0 else (node.packed[0], tuple(entries))
 
 
