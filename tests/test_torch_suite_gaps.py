@@ -598,3 +598,23 @@ def test_hooked_saved_input_keeps_its_history(leaf):
         return out
     j, t = both(run)
     assert j == t
+
+
+def test_saved_result_is_a_new_tensor_and_detached_saved_input_is_refused():
+    def run(lib):
+        a = lib.randn(5, requires_grad=True)
+        b = a * a
+        d = lib.exp(a)
+        r = d.grad_fn._saved_result
+        out = [b.grad_fn._saved_self is a, r is d, r.grad_fn is d.grad_fn, r.tolist() == d.tolist()]
+        x = lib.tensor(1.0, requires_grad=True).clone()
+        y = x.sin()
+        x.detach_()
+        out.append(str(error_of(lambda: y.backward())))
+        x = lib.tensor(1.0, requires_grad=True).clone()
+        y = x.exp()
+        x.detach_()
+        y.backward()        # exp saves its output only: fine
+        return out
+    j, t = both(run)
+    assert j == t
