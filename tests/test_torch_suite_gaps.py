@@ -618,3 +618,30 @@ def test_saved_result_is_a_new_tensor_and_detached_saved_input_is_refused():
         return out
     j, t = both(run)
     assert j == t
+
+
+def test_gradcheck_outputs_changing_shape_or_dtype_raise_assertion_errors():
+    def shape_fn(x):
+        return jg.cat([x, x]) if bool((x >= 1).all()) else x
+
+    def dtype_fn(x):
+        return x.to(jg.float32) if bool((x >= 1).all()) else x
+    a = jg.ones(1, dtype=jg.float64, requires_grad=True)
+    for fast in (True, False):
+        with pytest.raises(AssertionError, match="return outputs with the same shape when inputs are perturbed"):
+            jg.autograd.gradcheck(shape_fn, (a,), fast_mode=fast)
+        with pytest.raises(AssertionError, match="return outputs with the same dtype when inputs are perturbed"):
+            jg.autograd.gradcheck(dtype_fn, (a,), fast_mode=fast)
+    # the same cases in torch raise AssertionError too
+    t = torch.ones(1, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(AssertionError):
+        torch.autograd.gradcheck(lambda x: torch.cat([x, x]) if bool((x >= 1).all()) else x, (t,))
+
+
+def test_out_into_an_inference_tensor_outside_inference_mode():
+    def run(lib):
+        s = lib.ones(2)
+        with lib.inference_mode():
+            c = lib.ones(2)
+        return str(error_of(lambda: lib.mul(s, s, out=c)))
+    assert both(run)[0] == both(run)[1]
