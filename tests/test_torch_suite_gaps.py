@@ -645,3 +645,21 @@ def test_out_into_an_inference_tensor_outside_inference_mode():
             c = lib.ones(2)
         return str(error_of(lambda: lib.mul(s, s, out=c)))
     assert both(run)[0] == both(run)[1]
+
+
+def test_gradcheck_runs_backward_with_undefined_output_grads():
+    def fn(x):
+        def hook(g):
+            if g is None:
+                raise RuntimeError("x is undefined")
+        y = x.clone()
+        y.register_hook(hook)
+        return y
+    x = jg.ones(1, dtype=jg.float64, requires_grad=True)
+    for fast in (True, False):
+        with pytest.warns(UserWarning, match="Backwards compatibility: New undefined gradient support checking"):
+            with pytest.raises(RuntimeError, match="Expected backward function to handle undefined output grads"):
+                jg.autograd.gradcheck(fn, (x,), fast_mode=fast)
+        with pytest.warns(UserWarning):
+            assert jg.autograd.gradcheck(fn, (x,), raise_exception=False, fast_mode=fast) is False
+        assert jg.autograd.gradcheck(fn, (x,), check_undefined_grad=False, fast_mode=fast)

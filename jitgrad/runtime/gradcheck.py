@@ -90,6 +90,17 @@ def _test_undefined_backward_mode(outputs, diff_inputs, all_zero_done=False):
                       "can call this function with \"check_undefined_grad=False\" to disable the feature",
                       stacklevel=4)
 
+    # undefined (None) gradients for every output, as torch's UndefinedGrad: hooks and backward see None
+    from .engine import run as _run
+    outs = tuple(o for o in outputs if o.requires_grad)
+    if outs:
+        try:
+            _run(outs, [None] * len(outs), True, False, tuple(diff_inputs), False)
+        except RuntimeError as e:
+            warn_bc_breaking()
+            raise GradcheckError("Expected backward function to handle undefined output grads. Please look at "
+                                 "\"Notes about undefined output gradients\" in \"tools/autograd/derivatives.yaml\""
+                                 f" (got: {e})") from e
     subsets = [] if all_zero_done else [outputs]
     if len(outputs) > 1:
         subsets += [tuple(o for k, o in enumerate(outputs) if k != skip) for skip in range(len(outputs))]
