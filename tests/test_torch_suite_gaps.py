@@ -663,3 +663,54 @@ def test_gradcheck_runs_backward_with_undefined_output_grads():
         with pytest.warns(UserWarning):
             assert jg.autograd.gradcheck(fn, (x,), raise_exception=False, fast_mode=fast) is False
         assert jg.autograd.gradcheck(fn, (x,), check_undefined_grad=False, fast_mode=fast)
+
+
+def test_resize_and_set_as_torch():
+    def run(lib):
+        out = []
+        x = lib.rand(1)
+        x.resize_((1, 2))
+        out.append((tuple(x.shape), x._version))
+        x.resize_as_(lib.ones(3))
+        out.append((tuple(x.shape), x._version))
+        x.resize_((3,))
+        out.append(x._version)
+        p = lib.ones(4, requires_grad=True)
+        out.append(str(error_of(lambda: p.resize_(5))))
+        out.append(str(error_of(lambda: p.set_(lib.ones(2)))))
+        x = lib.rand(2, requires_grad=True)
+        edge = lib.autograd.graph.get_gradient_edge(x)
+        o = x.clone()
+        with lib.no_grad():
+            x.set_(lib.arange(3.0))
+        out.append((x.tolist(), x._version))
+        out.append("not have been used in the graph" in str(error_of(lambda: lib.autograd.grad(o.sum(), x))))
+        out.append(lib.autograd.grad(o.sum(), edge)[0].tolist())
+        return out
+    j, t = both(run)
+    assert j == t
+
+
+def test_gradient_edges_as_backward_inputs_and_outputs():
+    def run(lib):
+        out = []
+        x = lib.rand(2, requires_grad=True).clone()
+        y = lib.rand(2, requires_grad=True).clone()
+        ex, ey = lib.autograd.graph.GradientEdge(x.grad_fn, x.output_nr), \
+            lib.autograd.graph.GradientEdge(y.grad_fn, y.output_nr)
+        o = x.clone()
+        for inputs in ((ex, y), (x, y), (x, ey), (ex, ey)):
+            lib.autograd.backward(o.sum(), inputs=inputs, retain_graph=True)    # all accepted
+        out.append(str(error_of(lambda: lib.autograd.grad(o.sum(), (x, ey), allow_unused=True,
+                                                          materialize_grads=True))))
+        leaf = lib.rand(1, requires_grad=True)
+        inp = leaf.clone()
+        z = inp.clone()
+        edge = lib.autograd.graph.get_gradient_edge(z)
+        lib.autograd.backward(edge)
+        del z
+        lib.autograd.backward(edge)
+        out.append(leaf.grad.tolist())
+        return out
+    j, t = both(run)
+    assert j == t
