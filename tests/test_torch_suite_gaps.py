@@ -714,3 +714,53 @@ def test_gradient_edges_as_backward_inputs_and_outputs():
         return out
     j, t = both(run)
     assert j == t
+
+
+def test_node_reached_by_no_gradient_gets_one_none_per_output():
+    def run(lib):
+        seen = []
+
+        class Two(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2, x * 3
+
+            @staticmethod
+            def backward(ctx, g1, g2):
+                seen.append((g1.tolist(), g2.tolist()))     # materialized zeros for undefined grads
+                return g1 * 2 + g2 * 3
+
+        class NoGrad(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, a, b):
+                return a + b
+
+            @staticmethod
+            def backward(ctx, g):
+                return None, None
+        x = lib.ones(2, requires_grad=True)
+        a, b = Two.apply(x)
+        NoGrad.apply(a, b).sum().backward()
+        return seen, x.grad
+    (sj, gj), (st, gt) = both(run)
+    assert sj == st and (gj is None) == (gt is None)
+
+
+def test_gradcheck_of_a_function_returning_one_output_twice():
+    class Dup(jg.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            out = x * 2
+            return out, out
+
+        @staticmethod
+        def backward(ctx, g1, g2):        # undefined-grad check: both arrive (as zeros), not one
+            return g1 * 2 + g2 * 2
+
+    def fn(x):
+        a, b = Dup.apply(x)
+        assert a is b
+        return a + b
+    x = jg.randn(3, 3, dtype=jg.float64, requires_grad=True)
+    assert jg.autograd.gradcheck(fn, [x])
+    assert jg.autograd.gradgradcheck(fn, [x])

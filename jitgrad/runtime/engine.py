@@ -436,8 +436,8 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
         while ready:
             node = ready.pop()
             grads = buffers.pop(node, None)
-            if grads is None:
-                grads = [None]
+            if grads is None:       # no gradient reached it (undefined): one None per output
+                grads = [None] * (len(getattr(node, "out_meta", None) or ()) or 1)
             # hooks registered on the tensors this node produced; retain_grad
             if node.tensor_hooks:
                 for nr, hooks in node.tensor_hooks.items():
