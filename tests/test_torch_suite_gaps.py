@@ -764,3 +764,20 @@ def test_gradcheck_of_a_function_returning_one_output_twice():
     x = jg.randn(3, 3, dtype=jg.float64, requires_grad=True)
     assert jg.autograd.gradcheck(fn, [x])
     assert jg.autograd.gradgradcheck(fn, [x])
+
+
+def test_atan2_values_gradients_and_origin():
+    def run(lib):
+        y = lib.tensor([[0.0, 1.0, -2.0], [3.0, 0.5, -0.1]], dtype=lib.float64, requires_grad=True)
+        x = lib.tensor([0.0, -1.0, 4.0], dtype=lib.float64, requires_grad=True)     # broadcast
+        z = lib.atan2(y, x)
+        z.sum().backward()
+        return z.detach().numpy().copy(), y.grad.numpy().copy(), x.grad.numpy().copy(), \
+            (y.atan2(x) - z).abs().max().item()
+    j, t = both(run)
+    for a, b in zip(j[:3], t[:3]):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    assert j[3] == t[3] == 0.0
+    a = jg.randn(3, dtype=jg.float64, requires_grad=True)
+    b = jg.randn(3, dtype=jg.float64, requires_grad=True)
+    assert jg.autograd.gradcheck(jg.atan2, (a, b)) and jg.autograd.gradgradcheck(jg.atan2, (a, b))
