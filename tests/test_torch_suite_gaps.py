@@ -781,3 +781,34 @@ def test_atan2_values_gradients_and_origin():
     a = jg.randn(3, dtype=jg.float64, requires_grad=True)
     b = jg.randn(3, dtype=jg.float64, requires_grad=True)
     assert jg.autograd.gradcheck(jg.atan2, (a, b)) and jg.autograd.gradgradcheck(jg.atan2, (a, b))
+
+
+def test_inplace_on_custom_function_views_and_multi_view_outputs_when_recorded():
+    def run(lib):
+        class MyFn(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, inp):
+                return inp.view_as(inp)
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad
+        out = []
+        a = lib.rand(1, 2)
+        b = lib.rand(1, requires_grad=True)
+        v = MyFn.apply(a)
+
+        def add():
+            v.add_(b)
+        out.append("This view was created inside a custom Function" in str(error_of(add)))
+        out.append("This view was created inside a custom Function" in str(error_of(lambda: MyFn.apply(a).copy_(b))))
+        c = lib.rand(1, 2, requires_grad=True).clone()
+        out.append(str(error_of(lambda: MyFn.apply(c).mul_(2))))
+        out.append("returns multiple views" in str(error_of(lambda: a.unbind()[0].copy_(b))))
+        a.select(1, 0).copy_(b)         # a plain view: fine
+        with lib.no_grad():
+            w = lib.rand(3)[:2]
+        out.append(str(error_of(lambda: w.add_(b.expand(2)))).split(".")[0])
+        return out
+    j, t = both(run)
+    assert j == t

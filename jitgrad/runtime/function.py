@@ -389,7 +389,9 @@ class Function(metaclass=_FunctionMeta):
             dirty_or_in = {id(t) for t in tensors_in} - dirty
             if any(isinstance(o, Tensor) and id(o) in dirty_or_in for o in outs):
                 outs = tuple(o.detach() if isinstance(o, Tensor) and id(o) in dirty_or_in else o for o in outs)
+                _mark_custom_views(cls, outs, dirty, False)
                 return outs[0] if single else outs
+            _mark_custom_views(cls, outs, dirty, False)
             return out
         nf, needs, meta = [], [], []
         for a in args:
@@ -440,11 +442,21 @@ class Function(metaclass=_FunctionMeta):
             new_outs.append(t)
         node.out_meta = tuple(out_meta)
         node.non_diff_outputs = tuple(non_diff_pos)
+        _mark_custom_views(cls, new_outs, dirty, True)
         tr = _TR.active
         if tr is not None:
             _trace_custom(tr, cls, ctx, node, args, new_outs, node.loc)
         # materialized zero grads for outputs that receive none
         return new_outs[0] if single else tuple(new_outs)
+
+
+def _mark_custom_views(cls, outs, dirty, recorded):
+    """Outputs of a custom Function that are views (made in forward, or inputs returned as they are) refuse
+    in-place ops that autograd would record: the view+inplace logic would bypass the custom backward (torch)."""
+    from .view_inplace import custom_fn_origin
+    for k, o in enumerate(outs):
+        if isinstance(o, Tensor) and o._base is not None and id(o) not in dirty:
+            o._view_origin = custom_fn_origin(cls.__name__, k, recorded)
 
 
 def _with_defaults(forward, args, kwargs):

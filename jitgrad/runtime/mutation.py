@@ -8,7 +8,8 @@ from ..ir.ops import OPS as O
 from ..tracer import STATE as _TR
 from . import grad_mode, saved_mutation
 from .grad_names import getitem_name
-from .view_inplace import INFERENCE_VIEW, INFERENCE_VIEW_MSG, NO_GRAD_VIEW_MSG, inplace_on_view, view_of_view_msg
+from .view_inplace import INFERENCE_VIEW, INFERENCE_VIEW_MSG, NO_GRAD_VIEW, NO_GRAD_VIEW_MSG, custom_fn_view_msg, \
+    inplace_on_view, view_of_view_msg
 from .traced import is_traced, traced_mask, traced_payload, traced_write
 from .devices import backend_of_payload, copy_payload
 
@@ -83,6 +84,17 @@ class InPlaceOps:
         self._check_inplace()
         recording = _GM.grad_enabled and (self.requires_grad or any(
             isinstance(o, InPlaceOps) and o.requires_grad for o in others))
+        if recording and self._base is not None:
+            origin = getattr(self, "_view_origin", None)
+            if origin is not None and len(origin) == 4:     # a view a custom Function made (or an input returned)
+                raise RuntimeError(custom_fn_view_msg(origin))
+            if origin is NO_GRAD_VIEW:      # made in no_grad mode: the write would be recorded now (torch refuses)
+                raise RuntimeError(NO_GRAD_VIEW_MSG)
+            if origin is not None and len(origin) == 2:     # an output of a multi-view function (unbind, split)
+                raise RuntimeError(f"Output {origin[1]} of {origin[0]} is a view and is being modified inplace. This "
+                                   "view is the output of a function that returns multiple views. Such functions do "
+                                   "not allow the output views to be modified inplace. You should replace the "
+                                   "inplace operation by an out-of-place one.")
         if recording and self._base is not None:
             if _TR.active is None and type(self._data) is np.ndarray and type(self._base._data) is np.ndarray:
                 return inplace_on_view(self, fn, others, _snapshot, _check_result)
