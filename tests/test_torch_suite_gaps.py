@@ -825,3 +825,25 @@ def test_inplace_on_custom_function_views_and_multi_view_outputs_when_recorded()
             return grad
     with pytest.raises(RuntimeError, match="Output 0 of MyFnBackward is a view and is being modified inplace"):
         MyFn.apply(c).mul_(2)
+
+
+@pytest.mark.parametrize("kw", [{}, {"dim": 0}, {"dim": (0, -1), "keepdim": True}, {"dim": 1, "correction": 0}])
+def test_var_mean_is_one_node_with_two_outputs(kw):
+    def run(lib):
+        b = lib.tensor(np.arange(24.0).reshape(2, 3, 4) / 7 - 1, dtype=lib.float64, requires_grad=True)
+        v, m = lib.var_mean(b, **kw)
+        seen = []
+
+        def prehook(gs):
+            seen.append(len(gs))
+            return tuple(g * 2 for g in gs)
+        m.grad_fn.register_prehook(prehook)
+        (v.sum() * 3 + m.sum()).backward()
+        name = type(v.grad_fn).__name__ if lib is torch else v.grad_fn.name()
+        return seen, b.grad.numpy().copy(), v.grad_fn is m.grad_fn, name
+    (sj, gj, onej, nj), (st, gt, onet, nt) = both(run)
+    assert sj == st and onej == onet and nj == nt
+    np.testing.assert_allclose(gj, gt, rtol=1e-10)
+    x = jg.randn(3, 4, dtype=jg.float64, requires_grad=True)
+    assert jg.autograd.gradcheck(lambda t: jg.var_mean(t, **kw), (x,))
+    assert jg.autograd.gradgradcheck(lambda t: jg.var_mean(t, **kw), (x,))
