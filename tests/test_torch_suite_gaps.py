@@ -847,3 +847,19 @@ def test_var_mean_is_one_node_with_two_outputs(kw):
     x = jg.randn(3, 4, dtype=jg.float64, requires_grad=True)
     assert jg.autograd.gradcheck(lambda t: jg.var_mean(t, **kw), (x,))
     assert jg.autograd.gradgradcheck(lambda t: jg.var_mean(t, **kw), (x,))
+
+
+def test_allow_mutation_on_saved_clones_before_an_out_write():
+    def run(lib):
+        counts = []
+        with lib.autograd.graph.allow_mutation_on_saved_tensors() as ctx:
+            a = lib.tensor([1.0], requires_grad=True)
+            b = lib.tensor([1.0])
+            out = a * b
+            counts.append(len(ctx.tid_to_weakhandle))
+            lib.sin(lib.tensor([2.0]), out=b)
+            counts.append(len(ctx.cloned))
+            out.backward()
+            counts.append(len(ctx.cloned))
+        return counts, a.grad.tolist()
+    assert both(run)[0] == both(run)[1]
