@@ -863,3 +863,22 @@ def test_allow_mutation_on_saved_clones_before_an_out_write():
             counts.append(len(ctx.cloned))
         return counts, a.grad.tolist()
     assert both(run)[0] == both(run)[1]
+
+
+def test_module_full_backward_hook_not_called_in_double_backward():
+    def run(lib):
+        x = lib.tensor([0.3], requires_grad=True)
+        y = lib.tensor([0.7])
+        func = lib.nn.MSELoss()
+        counter = [0]
+        func.register_full_backward_hook(lambda m, gi, go: counter.__setitem__(0, counter[0] + 1))
+        f = func(x, y)
+        (g,) = lib.autograd.grad(f, x, create_graph=True)
+        first = counter[0]
+        (g2,) = lib.autograd.grad(g, x)
+        f2 = func(x, y)
+        f2.backward()
+        return first, counter[0], g.item(), g2.item()
+    j, t = both(run)
+    assert j[:2] == t[:2] == (1, 2)
+    np.testing.assert_allclose(j[2:], t[2:], rtol=1e-6)
