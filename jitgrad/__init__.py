@@ -60,6 +60,5 @@ __version__ = "0.1.0"
 from .runtime.torch_surface import install as _install_torch_surface  # noqa: E402
 _install_torch_surface(globals())   # the extra modules' functions and methods, "not supported yet" names
 
-from .runtime import storage_ops as _storage_ops  # noqa: E402,F401  (Tensor.resize_ / resize_as_ / set_)
 from .runtime.triangular import install as _install_triangular  # noqa: E402
 _install_triangular(globals())   # tril, triu, diagonal (functions and methods)

@@ -355,7 +355,6 @@ def test_legacy_names_warn_as_torch():
                           if "should not be instantiated" not in str(x.message)))
         out.append(any("should not be instantiated" in str(x.message) for x in w))
         out.append(lib.autograd.torch is lib)
-        out.append(str(lib.ones(2).type_as(lib.ones(1, dtype=lib.float64)).dtype).split(".")[-1])
         return out
     j, t = both(run)
     assert j == t
@@ -483,29 +482,19 @@ def test_ctx_kept_past_its_graph_refuses_saved_tensors():
     assert run(jg).startswith("Trying to backward through the graph a second time")
 
 
-def test_isin_signbit_trace_nextafter():
+def test_signbit_and_trace():
     def run(lib):
         x = lib.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
-        out = [lib.isin(x, lib.tensor([2.0, 3.0])).tolist(), lib.isin(x, lib.tensor([2.0]), invert=True).tolist(),
-               lib.isin(x, lib.tensor([2.0])).requires_grad,
-               lib.signbit(lib.tensor([-0.0, 0.0, -1.0, 2.0])).tolist(), x.signbit().requires_grad]
+        out = [lib.signbit(lib.tensor([-0.0, 0.0, -1.0, 2.0])).tolist(), x.signbit().requires_grad]
         for shape in [(5, 2), (2, 5), (1, 3)]:
             y = lib.arange(float(shape[0] * shape[1]), dtype=lib.float64).reshape(shape).requires_grad_()
             t = lib.trace(y)
             t.backward()
             out += [t.item(), y.grad.tolist(), t.grad_fn.name() if lib is jg else type(t.grad_fn).__name__]
         out.append(str(error_of(lambda: lib.trace(lib.ones(3)))))
-        a = lib.rand(2, requires_grad=True)
-        out.append((lib.nextafter(a, a + 1) > a).all().item())
         return out
     j, t = both(run)
     assert j == t
-    # PyTorch's suite (test_not_implemented_grad @5c322af) expects nextafter to have no derivative; the
-    # installed torch has since gained one, so jitgrad is checked against the suite's text
-    n = jg.nextafter(jg.rand(2, requires_grad=True), jg.ones(2))
-    with pytest.raises(NotImplementedError, match="the derivative for .* is not implemented"):
-        n.sum().backward()
-
 
 def test_single_element_index_is_a_view_and_multi_output_origin_propagates():
     def run(lib):
@@ -519,22 +508,6 @@ def test_single_element_index_is_a_view_and_multi_output_origin_propagates():
         out.append(type(error_of(lambda: b[0].view_as(b[0]).mul_(2))).__name__)
         c = a.view_as(a).unbind(0)
         out.append(type(error_of(lambda: c[0].mul_(2))).__name__)
-        return out
-    j, t = both(run)
-    assert j == t
-
-
-def test_unsafe_splits_allow_inplace():
-    def run(lib):
-        out = []
-        for f in (lambda t: t.unsafe_split(1), lambda t: t.unsafe_split_with_sizes((1, 1, 1)),
-                  lambda t: lib.unsafe_chunk(t, 3)):
-            a = lib.arange(9.0).reshape(3, 3).requires_grad_()
-            b = a + a
-            s1, s2, s3 = f(b)
-            s1.mul_(s2)
-            s1.sum().backward()
-            out.append((a.grad.tolist(), s1._is_view()))
         return out
     j, t = both(run)
     assert j == t
@@ -665,32 +638,6 @@ def test_gradcheck_runs_backward_with_undefined_output_grads():
         assert jg.autograd.gradcheck(fn, (x,), check_undefined_grad=False, fast_mode=fast)
 
 
-def test_resize_and_set_as_torch():
-    def run(lib):
-        out = []
-        x = lib.rand(1)
-        x.resize_((1, 2))
-        out.append((tuple(x.shape), x._version))
-        x.resize_as_(lib.ones(3))
-        out.append((tuple(x.shape), x._version))
-        x.resize_((3,))
-        out.append(x._version)
-        p = lib.ones(4, requires_grad=True)
-        out.append(str(error_of(lambda: p.resize_(5))))
-        out.append(str(error_of(lambda: p.set_(lib.ones(2)))))
-        x = lib.rand(2, requires_grad=True)
-        edge = lib.autograd.graph.get_gradient_edge(x)
-        o = x.clone()
-        with lib.no_grad():
-            x.set_(lib.arange(3.0))
-        out.append((x.tolist(), x._version))
-        out.append("not have been used in the graph" in str(error_of(lambda: lib.autograd.grad(o.sum(), x))))
-        out.append(lib.autograd.grad(o.sum(), edge)[0].tolist())
-        return out
-    j, t = both(run)
-    assert j == t
-
-
 def test_gradient_edges_as_backward_inputs_and_outputs():
     def run(lib):
         out = []
@@ -764,23 +711,6 @@ def test_gradcheck_of_a_function_returning_one_output_twice():
     x = jg.randn(3, 3, dtype=jg.float64, requires_grad=True)
     assert jg.autograd.gradcheck(fn, [x])
     assert jg.autograd.gradgradcheck(fn, [x])
-
-
-def test_atan2_values_gradients_and_origin():
-    def run(lib):
-        y = lib.tensor([[0.0, 1.0, -2.0], [3.0, 0.5, -0.1]], dtype=lib.float64, requires_grad=True)
-        x = lib.tensor([0.0, -1.0, 4.0], dtype=lib.float64, requires_grad=True)     # broadcast
-        z = lib.atan2(y, x)
-        z.sum().backward()
-        return z.detach().numpy().copy(), y.grad.numpy().copy(), x.grad.numpy().copy(), \
-            (y.atan2(x) - z).abs().max().item()
-    j, t = both(run)
-    for a, b in zip(j[:3], t[:3]):
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
-    assert j[3] == t[3] == 0.0
-    a = jg.randn(3, dtype=jg.float64, requires_grad=True)
-    b = jg.randn(3, dtype=jg.float64, requires_grad=True)
-    assert jg.autograd.gradcheck(jg.atan2, (a, b)) and jg.autograd.gradgradcheck(jg.atan2, (a, b))
 
 
 def test_inplace_on_custom_function_views_and_multi_view_outputs_when_recorded():

@@ -708,40 +708,6 @@ def unbind(input, dim=0, **torch_kw):
     return _multi_view([input[(slice(None),) * ax + (i,)] for i in range(input.shape[ax])], input, "Unbind")
 
 
-def _unsafe_views(outs, name):
-    """torch's ``unsafe_*`` splits: the same views, not marked as outputs of a multi-view function, so in-place
-    ops on them are allowed (the caller promises not to use the other outputs' old values).  As in torch they
-    are not views for autograd: each has its own version counter and history (the memory is still shared)."""
-    for t in outs:
-        t._view_origin = None
-        t._base = None
-        t._vc = [0]
-        if t.grad_fn is not None:
-            t.grad_fn.torch_name = name
-    return outs
-
-
-def unsafe_split(tensor, split_size, dim=0):
-    """``split`` whose outputs may be modified in place (torch.unsafe_split)."""
-    return _unsafe_views(split(tensor, split_size, dim), "UnsafeSplitBackward0")
-
-
-def unsafe_split_with_sizes(tensor, split_sizes, dim=0):
-    """``split_with_sizes`` whose outputs may be modified in place (torch.unsafe_split_with_sizes)."""
-    from .slicing import split_with_sizes
-    return _unsafe_views(split_with_sizes(tensor, split_sizes, dim), "UnsafeSplitWithSizesBackward0")
-
-
-def unsafe_chunk(input, chunks, dim=0):
-    """``chunk`` whose outputs may be modified in place (torch.unsafe_chunk)."""
-    return _unsafe_views(chunk(input, chunks, dim), "UnsafeSplitBackward0")
-
-
-Tensor.unsafe_split = unsafe_split
-Tensor.unsafe_split_with_sizes = unsafe_split_with_sizes
-Tensor.unsafe_chunk = unsafe_chunk
-
-
 def gather(input, dim, index, **torch_kw):
     """``out[i][j][k] = input[index[i][j][k]][j][k]`` (dim=0), as torch.gather, via advanced indexing."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -878,5 +844,4 @@ Tensor.mH = Tensor.mT
 
 __all__ = [n for n in _METHODS] + ["where", "cat", "concat", "concatenate", "stack", "broadcast_tensors",
                                     "take_along_dim", "outer", "dot", "mm", "bmm", "multiply"]
-__all__ += ["unsafe_split", "unsafe_split_with_sizes", "unsafe_chunk"]
 del op_error

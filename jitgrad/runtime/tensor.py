@@ -558,10 +558,6 @@ class Tensor(InPlaceOps):
             return f"jitgrad.{self.dtype.name}"
         return self.to(dtype)
 
-    def type_as(self, other) -> "Tensor":
-        """This tensor as ``other``'s dtype (itself when it already is)."""
-        return self.to(other.dtype)
-
     @property
     def volatile(self) -> bool:
         """Removed in torch 0.4: always False (warns, as torch)."""

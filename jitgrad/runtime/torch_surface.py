@@ -49,16 +49,16 @@ def _tensor_format(self, spec):
 
 def install(jg: dict):
     """Wire the surface into the ``jitgrad`` namespace ``jg`` (its ``globals()``), Tensor and nn.functional."""
-    from . import atan2, counting, functions, inplace_math, masking, ordering, predicates, slicing
+    from . import counting, functions, inplace_math, masking, ordering, predicates, slicing
     from ..nn import functional as nnF
 
     # 1. the functions of the extra modules: in functions' namespace and jitgrad's, and as Tensor methods
-    for mod in (ordering, counting, masking, slicing, predicates, atan2):
+    for mod in (ordering, counting, masking, slicing, predicates):
         for n in mod.METHODS:
             fn = getattr(mod, n)
             setattr(functions, n, fn)
             jg[n] = fn
-            if n not in slicing.FUNCTION_ONLY and n not in predicates.FUNCTION_ONLY and n not in Tensor.__dict__:
+            if n not in slicing.FUNCTION_ONLY and n not in Tensor.__dict__:
                 setattr(Tensor, n, fn)
     for n, f in masking.INPLACE.items():
         setattr(Tensor, n, f)
