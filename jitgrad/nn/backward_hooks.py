@@ -61,10 +61,15 @@ def call_with_backward_hooks(module, args, kwargs, forward):
 
     if in_node is not None:
         def on_inputs(grad_inputs, grad_outputs):
+            if state["grad_output"] is None:
+                # the gradient reached the module's inputs without passing through its outputs (e.g. a double
+                # backward through the saved inputs): torch does not call the hooks then
+                return None
             gi = [None] * n_in
             for k, i in enumerate(in_pos):
                 gi[i] = grad_outputs[k]
             gi = run_hooks(tuple(gi))
+            state["grad_output"] = None     # used once: a later backward must pass through the outputs again
             return tuple(gi[i] for i in in_pos)
         in_node.register_hook(on_inputs)
 

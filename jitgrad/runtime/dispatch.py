@@ -151,6 +151,8 @@ def _bind(op, args, params):
         t._base = base if base._base is None else base._base
         if base._inference:
             t._inference = True         # a view of an inference tensor is one (in any mode)
+            if not _GM.inference:
+                t._base = None          # ... and, made outside inference mode, not tracked as a view (torch)
         elif _GM.inference:
             t._inference = False        # a view of a normal tensor stays normal, marked as made in inference mode
             t._view_origin = INFERENCE_VIEW
@@ -166,8 +168,8 @@ def _bind(op, args, params):
         t._vc = [0]
         t._base = None
     # inference mode wins over enable_grad; integer and bool results are never differentiable (torch)
-    if need and hit[3] and _GM.grad_enabled and not _GM.inference:
-        _record(op, params, args, hit, t)
+    if need and hit[3] and _GM.grad_enabled and not _GM.inference and not (t._inference and op.view):
+        _record(op, params, args, hit, t)       # (a view of an inference tensor has no history: torch)
     if _AN.enabled and _AN.check_forward and out.dtype.kind == "f" and not np.isfinite(out).all():
         _forward_nan(op, hit[1], t)
     return t
@@ -262,6 +264,11 @@ def refresh_view(a):
 
 def _record(op, params, args, hit, t):
     """Give ``t`` a grad_fn Node; ``hit`` is the signature's entry from ``_rule_entry``."""
+    for a in args:      # torch: inference tensors skip autograd, so an op on inference tensors only records
+        if isinstance(a, Tensor) and not a._inference:      # nothing (with a normal tensor it does)
+            break
+    else:
+        return
     nf = []
     needs = []
     nondiff = op.nondiff_inputs
@@ -274,7 +281,8 @@ def _record(op, params, args, hit, t):
                 nf.append((gf, a._out_nr))
                 needs.append(True)
                 continue
-            if a._requires_grad and not a._inference:     # an inference tensor is never differentiated (torch)
+            if a._requires_grad:    # an inference leaf that requires grad gets its gradient too (torch), as long
+                # as the op does not save it (that raises below)
                 acc = a._acc
                 nf.append((acc if acc is not None else a._accumulator(), 0))
                 needs.append(True)

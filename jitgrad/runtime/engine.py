@@ -45,6 +45,14 @@ def _root_edge(t: Tensor):
 def _make_root_grads(outputs, grad_outputs, create_graph):
     grads = []
     for i, (out, g) in enumerate(zip(outputs, grad_outputs)):
+        if type(out) is GradientEdge:       # backward(edge): the gradient flowing into that edge (torch)
+            meta = out.node.out_meta[out.output_nr] if getattr(out.node, "out_meta", None) else None
+            if g is None:
+                if meta is None or int(np.prod(meta[0])) != 1:
+                    raise RuntimeError("grad can be implicitly created only for scalar outputs")
+                g = zeros_for(meta) + 1
+            grads.append(g)
+            continue
         if g is None:
             if out._data.size != 1:
                 raise RuntimeError(f"grad can be implicitly created only for scalar outputs (output {i} has shape "
@@ -71,6 +79,8 @@ def _make_root_grads(outputs, grad_outputs, create_graph):
 
 def _check_outputs(outputs):
     for i, t in enumerate(outputs):
+        if type(t) is GradientEdge:
+            continue
         if not isinstance(t, Tensor):
             raise TypeError(f"element {i} of tensors is not a Tensor (got {type(t).__name__})")
         if not t.requires_grad:
@@ -115,12 +125,12 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
             run(tensors, roots, retain_graph, create_graph, None, accumulate=True)
         else:
             for t in inputs:
-                if not isinstance(t, Tensor) or not t.requires_grad:
+                if type(t) is not GradientEdge and (not isinstance(t, Tensor) or not t.requires_grad):
                     raise RuntimeError("One of the differentiated Tensors does not require grad")
             # backward(inputs=...) runs the hooks of the captured nodes (torch executes them); grad() does not
             captured = run(tensors, roots, retain_graph, create_graph, inputs, accumulate=False, capture_hooks=True)
             for t, g in zip(inputs, captured):
-                if g is not None:
+                if g is not None and type(t) is not GradientEdge:   # an edge has no .grad to accumulate into
                     _accumulate(t, g, create_graph)
                     if t.grad_fn is None and t._acc is not None and t._acc.post_hooks:
                         _run_post_accumulate_hooks(t._acc, t)
@@ -229,8 +239,9 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                                    "not have been used in the graph. Set allow_unused=True if this is the desired "
                                    "behavior.")
             if materialize_grads:
-                g = Tensor._make(np.zeros(t.shape, t._data.dtype)) if type(t) is not GradientEdge else \
-                    zeros_for(t.node.out_meta[t.output_nr])
+                if type(t) is GradientEdge:
+                    raise RuntimeError("materialize_grads cannot be used when the given input is a GradientEdge")
+                g = Tensor._make(np.zeros(t.shape, t._data.dtype))
                 if create_graph:
                     g.requires_grad_(True)      # torch: zeros_like(input, requires_grad=create_graph)
         out.append(g)
@@ -441,8 +452,8 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
         while ready:
             node = ready.pop()
             grads = buffers.pop(node, None)
-            if grads is None:
-                grads = [None]
+            if grads is None:       # no gradient reached it (undefined): one None per output
+                grads = [None] * (len(getattr(node, "out_meta", None) or ()) or 1)
             # hooks registered on the tensors this node produced; retain_grad
             if node.tensor_hooks:
                 for nr, hooks in node.tensor_hooks.items():

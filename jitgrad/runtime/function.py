@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import warnings
+import weakref
 import copy
 
 import numpy as np
@@ -26,8 +27,19 @@ class FunctionCtx:
         self.materialize_grads = True
         self.needs_input_grad = ()
         self._freed = False
-        self._node = None
+        self._node_ref = None      # a weak reference: the node owns the ctx, not the other way round
         self._packed = None
+        self._clear_on_access = False     # the Function's clear_saved_tensors_on_access
+        self._accessed = False
+
+    @property
+    def _node(self):
+        r = self._node_ref
+        return None if r is None else r()
+
+    @_node.setter
+    def _node(self, node):
+        self._node_ref = None if node is None else weakref.ref(node)
 
     def save_for_backward(self, *tensors):
         for t in tensors:
@@ -50,7 +62,22 @@ class FunctionCtx:
 
     @property
     def saved_tensors(self):
-        if self._freed:
+        if self._clear_on_access:
+            # clear_saved_tensors_on_access = True on the Function: the values are handed over once, and the
+            # ctx keeps no reference (backward can free them early), as torch
+            if self._accessed:
+                raise RuntimeError("saved_tensors can only be accessed once when clear_saved_tensors_on_access=True "
+                                   "is set on the autograd.Function. Either access saved_tensors only once, or set "
+                                   "clear_saved_tensors_on_access=False.")
+            out = self._read_saved()
+            self._accessed = True
+            self._saved = self._packed = None
+            return out
+        return self._read_saved()
+
+    def _read_saved(self):
+        if self._freed or (self._node_ref is not None and self._node_ref() is None):
+            # freed by backward, or its graph is gone (a ctx kept past its node's life): torch's error
             from .node import FREED_MSG
             raise RuntimeError(FREED_MSG)
         if self._saved is None:
@@ -305,6 +332,7 @@ class Function(metaclass=_FunctionMeta):
     @classmethod
     def apply(cls, *args, **kwargs):
         ctx = FunctionCtx()
+        ctx._clear_on_access = bool(getattr(cls, "clear_saved_tensors_on_access", False))
         tensors_in = [a for a in args if isinstance(a, Tensor)]
         record = (grad_mode.STATE.grad_enabled and not grad_mode.STATE.inference
                   and any(t.requires_grad for t in tensors_in))
@@ -319,6 +347,33 @@ class Function(metaclass=_FunctionMeta):
         single = not isinstance(out, tuple)
         outs = (out,) if single else out
         dirty = {id(t) for t in ctx._dirty}
+        if dirty:
+            in_ids = {id(t) for t in tensors_in}
+            for t in ctx._dirty:
+                if id(t) not in in_ids:     # torch warns, and refuses when that tensor is a view (no base to rebase)
+                    msg = ("ctx.mark_dirty() received a tensor that was not an input. Only input Tensors that have "
+                           "been mutated should be passed to ctx.mark_dirty().")
+                    if t._base is not None:
+                        raise RuntimeError(msg)
+                    warnings.warn(msg, UserWarning, stacklevel=2)
+            out_ids = {id(o) for o in outs}
+            if any(id(t) in in_ids and id(t) not in out_ids for t in ctx._dirty):
+                raise RuntimeError("Some elements marked as dirty during the forward method were not returned as "
+                                   "output. The inputs that are modified inplace must all be outputs of the "
+                                   "Function.")
+            if record:
+                for t in ctx._dirty:
+                    t._check_inplace_view()     # torch's checks for an in-place op on a view (multi-output, leaf)
+                    if t._base is not None and id(t) in in_ids and \
+                            sum(isinstance(o, Tensor) for o in outs) > 1:
+                        raise RuntimeError(
+                            "If your Function modifies inplace an input that is a view of another Tensor, your "
+                            "Function cannot return more than one Tensor. This is not supported by the current "
+                            "autograd engine. You should either make sure the input is not a view (using .clone() "
+                            "for example) or make your Function only return one Tensor (potentially splitting it "
+                            "into two Functions: one doing the inplace that returns a single Tensor and a second "
+                            "one that does the other operations). You can ask on the forum "
+                            "https://discuss.pytorch.org/ if you need help to do this change.")
         for t in ctx._dirty:
             if t._vc[0] == versions_before.get(id(t), -1):
                 t._vc[0] += 1   # modified through .data / numpy: still count it as a write
@@ -334,7 +389,9 @@ class Function(metaclass=_FunctionMeta):
             dirty_or_in = {id(t) for t in tensors_in} - dirty
             if any(isinstance(o, Tensor) and id(o) in dirty_or_in for o in outs):
                 outs = tuple(o.detach() if isinstance(o, Tensor) and id(o) in dirty_or_in else o for o in outs)
+                _mark_custom_views(cls, outs, dirty, False)
                 return outs[0] if single else outs
+            _mark_custom_views(cls, outs, dirty, False)
             return out
         nf, needs, meta = [], [], []
         for a in args:
@@ -385,11 +442,22 @@ class Function(metaclass=_FunctionMeta):
             new_outs.append(t)
         node.out_meta = tuple(out_meta)
         node.non_diff_outputs = tuple(non_diff_pos)
+        _mark_custom_views(cls, new_outs, dirty, True)
         tr = _TR.active
         if tr is not None:
             _trace_custom(tr, cls, ctx, node, args, new_outs, node.loc)
         # materialized zero grads for outputs that receive none
         return new_outs[0] if single else tuple(new_outs)
+
+
+def _mark_custom_views(cls, outs, dirty, recorded):
+    """Outputs of a custom Function that are views (made in forward, or inputs returned as they are) refuse
+    in-place ops that autograd would record: the view+inplace logic would bypass the custom backward (torch)."""
+    from .view_inplace import custom_fn_origin
+    for k, o in enumerate(outs):
+        if isinstance(o, Tensor) and o._base is not None and id(o) not in dirty:
+            # named by its node as PyTorch's own suite expects ("Output 0 of MyFnBackward"); newer torch says "MyFn"
+            o._view_origin = custom_fn_origin(cls.__name__ + "Backward", k, recorded)
 
 
 def _with_defaults(forward, args, kwargs):

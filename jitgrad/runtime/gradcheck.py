@@ -90,6 +90,17 @@ def _test_undefined_backward_mode(outputs, diff_inputs, all_zero_done=False):
                       "can call this function with \"check_undefined_grad=False\" to disable the feature",
                       stacklevel=4)
 
+    # undefined (None) gradients for every output, as torch's UndefinedGrad: hooks and backward see None
+    from .engine import run as _run
+    outs = tuple(o for o in outputs if o.requires_grad)
+    if outs:
+        try:
+            _run(outs, [None] * len(outs), True, False, tuple(diff_inputs), False)
+        except RuntimeError as e:
+            warn_bc_breaking()
+            raise GradcheckError("Expected backward function to handle undefined output grads. Please look at "
+                                 "\"Notes about undefined output gradients\" in \"tools/autograd/derivatives.yaml\""
+                                 f" (got: {e})") from e
     subsets = [] if all_zero_done else [outputs]
     if len(outputs) > 1:
         subsets += [tuple(o for k, o in enumerate(outputs) if k != skip) for skip in range(len(outputs))]
@@ -466,19 +477,42 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps: float = 1e-6, atol: f
 
 # ---- torch's deprecated public helpers ----------------------------------------------------------
 
+_PRIVATE_API = ("`{}` was part of PyTorch's private API and not meant to be exposed. We are deprecating it and it "
+                "will be removed in a future version of PyTorch. If you have a specific use for this or feature "
+                "request for this to be a stable API, please file us an issue at "
+                "https://github.com/pytorch/pytorch/issues/new")
+
+
+def _deprecated(name, grad_out):
+    warnings.warn(_PRIVATE_API.format(name), FutureWarning, stacklevel=3)
+    if grad_out != 1.0:
+        raise ValueError(f"Expected grad_out to be 1.0. {name} no longer supports values of grad_out != 1.0.")
+
+
 def get_numerical_jacobian(fn, inputs, target=None, eps=1e-3, grad_out=1.0):
-    """Deprecated in torch; kept for old callers: the numerical Jacobians of ``fn`` w.r.t. each input that requires
-    grad, as tensors of shape (numel input, numel output) (single output)."""
+    """Deprecated (torch's old private API, warns): the numerical Jacobians of ``fn(inputs)`` (``fn`` takes the
+    tuple of inputs) w.r.t. each input of ``target`` (default: the inputs that require grad), as tensors of shape
+    (numel input, numel output) for the first output."""
+    _deprecated("get_numerical_jacobian", grad_out)
     tupled = _as_tuple(inputs)
-    out = fn(*tupled)
+
+    def call(*xs):
+        return fn(xs)
+    out = call(*tupled)
     pos = _float_positions(out)[:1]
-    c = _Ctx(fn, tupled, out, (), pos, eps, 0.0, 0.0, 0.0, False, None)
+    c = _Ctx(call, tupled, out, (), pos, eps, 0.0, 0.0, 0.0, False, None)
     jac = _numerical_jacobian(c.evaluator(pos), eps)
-    return tuple(Tensor._make(j[0] * grad_out) for j in jac)
+    if target is not None:
+        wanted = {id(t) for t in _as_tuple(target)}
+        diff = [x for x in tupled if _is_diff(x)]
+        jac = [j for j, x in zip(jac, diff) if id(x) in wanted]
+    return tuple(Tensor._make(j[0]) for j in jac)
 
 
 def get_analytical_jacobian(inputs, output, nondet_tol=0.0, grad_out=1.0):
-    """Deprecated in torch: (jacobians, reentrant, correct_grad_sizes, correct_grad_types)."""
+    """Deprecated (torch's old private API, warns): (jacobians, reentrant, correct_grad_sizes,
+    correct_grad_types)."""
+    _deprecated("get_analytical_jacobian", grad_out)
     diff = tuple(x for x in _as_tuple(inputs) if _is_diff(x))
     check = [True, True]
     j1 = _analytical_rows(output, diff, check)
@@ -488,4 +522,4 @@ def get_analytical_jacobian(inputs, output, nondet_tol=0.0, grad_out=1.0):
         reentrant = True
     except GradcheckError:
         reentrant = False
-    return tuple(Tensor._make(j * grad_out) for j in j1), reentrant, check[0], check[1]
+    return tuple(Tensor._make(j) for j in j1), reentrant, check[0], check[1]

@@ -165,13 +165,18 @@ class _Evaluator:
         return [_arr(out[p]) for p in self.positions]
 
 
+class PerturbedOutputError(GradcheckError, AssertionError):
+    """``func``'s outputs change shape or dtype when an input is perturbed (torch raises an AssertionError)."""
+
+
 def _check_same(a, b, eps, idx=None):
     if a.shape != b.shape or a.dtype != b.dtype:
         on_index = f"on index {idx} " if idx is not None else ""
         what = "shape" if a.shape != b.shape else "dtype"
-        raise GradcheckError(f"Expected `func` to return outputs with the same {what} when inputs are perturbed "
-                             f"{on_index}by {eps}, but got: {what}s "
-                             f"{a.shape if what == 'shape' else a.dtype} and {b.shape if what == 'shape' else b.dtype}.")
+        raise PerturbedOutputError(f"Expected `func` to return outputs with the same {what} when inputs are "
+                                   f"perturbed {on_index}by {eps}, but got: {what}s "
+                                   f"{a.shape if what == 'shape' else a.dtype} and "
+                                   f"{b.shape if what == 'shape' else b.dtype}.")
 
 
 def _numerical_jacobian(ev: _Evaluator, eps: float, which=None):
@@ -188,9 +193,13 @@ def _numerical_jacobian(ev: _Evaluator, eps: float, which=None):
         for j in range(n):
             orig = flat[j]
             flat[j] = orig - eps
-            a = [np.array(v, dtype=np.float64).reshape(-1) for v in ev()]
+            raw = ev()
+            a = [np.array(v, dtype=np.float64).reshape(-1) for v in raw]
             flat[j] = orig + eps
             b = ev()
+            for av, bv in zip(raw, b):
+                if av.dtype != bv.dtype:
+                    _check_same(av.reshape(-1), bv.reshape(-1), eps, j)
             if len(b) != len(a):
                 raise GradcheckError(f"Expected `func` to return the same number of outputs when inputs are perturbed "
                                      f"on index {j} by {eps}, but got {len(a)} and {len(b)}.")
@@ -215,11 +224,14 @@ def _numerical_jvp(ev: _Evaluator, k: int, u: np.ndarray, eps: float):
     orig = flat.copy()
     d = (u * eps).astype(flat.dtype)
     np.subtract(orig, d, out=flat)
-    a = [np.array(v, dtype=np.float64).reshape(-1) for v in ev()]
+    raw = ev()
+    a = [np.array(v, dtype=np.float64).reshape(-1) for v in raw]
     np.add(orig, d, out=flat)
     b = ev()
     out = []
-    for av, bv in zip(a, b):
+    for av, rv, bv in zip(a, raw, b):
+        if rv.dtype != bv.dtype:
+            _check_same(rv.reshape(-1), bv.reshape(-1), eps)
         if av.size != bv.size:
             _check_same(av, bv.reshape(-1), eps)
         out.append((bv.reshape(-1) - av) / (2.0 * eps))

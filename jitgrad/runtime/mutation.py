@@ -8,7 +8,8 @@ from ..ir.ops import OPS as O
 from ..tracer import STATE as _TR
 from . import grad_mode, saved_mutation
 from .grad_names import getitem_name
-from .view_inplace import INFERENCE_VIEW, INFERENCE_VIEW_MSG, NO_GRAD_VIEW_MSG, inplace_on_view, view_of_view_msg
+from .view_inplace import INFERENCE_VIEW, INFERENCE_VIEW_MSG, NO_GRAD_VIEW, NO_GRAD_VIEW_MSG, custom_fn_view_msg, \
+    inplace_on_view, view_of_view_msg
 from .traced import is_traced, traced_mask, traced_payload, traced_write
 from .devices import backend_of_payload, copy_payload
 
@@ -62,12 +63,38 @@ class InPlaceOps:
             raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
                                "single memory location. Please clone() the tensor before performing the operation.")
 
+    def _check_inplace_view(self):
+        """The view checks of an in-place op, for a view a custom Function marked dirty (grad mode is off inside
+        forward, so they are made here, as torch does when it rebases the view's history)."""
+        b = self._base
+        if b is None or not b.requires_grad:
+            return
+        origin = getattr(self, "_view_origin", None)
+        if origin is not None and len(origin) == 2:
+            raise RuntimeError(f"Output {origin[1]} of {origin[0]} is a view and is being modified inplace. This "
+                               "view is the output of a function that returns multiple views. Such functions do "
+                               "not allow the output views to be modified inplace. You should replace the "
+                               "inplace operation by an out-of-place one.")
+        if b.grad_fn is None:
+            raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
+
     def _apply_inplace(self, fn, *others):
         """Run ``fn(self_value, *others)`` out of place, write the result into self's buffer, bump the version,
         and rebase self's history onto the new node when it is recorded."""
         self._check_inplace()
         recording = _GM.grad_enabled and (self.requires_grad or any(
             isinstance(o, InPlaceOps) and o.requires_grad for o in others))
+        if recording and self._base is not None:
+            origin = getattr(self, "_view_origin", None)
+            if origin is not None and len(origin) == 4:     # a view a custom Function made (or an input returned)
+                raise RuntimeError(custom_fn_view_msg(origin))
+            if origin is NO_GRAD_VIEW:      # made in no_grad mode: the write would be recorded now (torch refuses)
+                raise RuntimeError(NO_GRAD_VIEW_MSG)
+            if origin is not None and len(origin) == 2:     # an output of a multi-view function (unbind, split)
+                raise RuntimeError(f"Output {origin[1]} of {origin[0]} is a view and is being modified inplace. This "
+                                   "view is the output of a function that returns multiple views. Such functions do "
+                                   "not allow the output views to be modified inplace. You should replace the "
+                                   "inplace operation by an out-of-place one.")
         if recording and self._base is not None:
             if _TR.active is None and type(self._data) is np.ndarray and type(self._base._data) is np.ndarray:
                 return inplace_on_view(self, fn, others, _snapshot, _check_result)

@@ -4,6 +4,8 @@ A Node is also the ``ctx`` its OpDef's vjp receives (inputs/outputs/shapes/dtype
 """
 from __future__ import annotations
 
+import weakref
+
 import itertools
 from collections import OrderedDict
 
@@ -147,6 +149,12 @@ class Node:
             unpack_node(self)
             return
         versions, inputs = self.versions, self.inputs
+        if DETACHED_INPLACE and versions:
+            for i, _ in versions:
+                if DETACHED_INPLACE.get(id(inputs[i])) is inputs[i]:
+                    raise RuntimeError("Trying to use a saved tensor that has been detached in-place, i.e. with "
+                                       ".detach_().This is not supported, please use out-of-place `.detach()` "
+                                       "instead")
         if versions:            # the common case first: every saved value still at its saved version
             for i, v in versions:
                 if inputs[i]._vc[0] != v:
@@ -218,6 +226,10 @@ class AccumulateGrad(Node):
 
     def apply(self, grads):
         return ()
+
+
+# non-leaf tensors detached in place (Tensor.detach_): a node that saved one as an input refuses to run (torch)
+DETACHED_INPLACE = weakref.WeakValueDictionary()
 
 
 class CopyBackwards(Node):

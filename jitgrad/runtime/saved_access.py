@@ -33,7 +33,15 @@ def saved_attribute(node, name):
         entry = node.packed[0 if kind == "in" else 1][i]
         return None if entry is None else unpack(entry)
     vals = node.inputs if kind == "in" else node.outputs
-    return vals[i] if vals is not None and i < len(vals) else None
+    t = vals[i] if vals is not None and i < len(vals) else None
+    if kind == "out" and t is not None:
+        # torch unpacks a saved output as a new tensor (same data, version counter and grad_fn), never the
+        # output object itself
+        from .tensor import Tensor
+        u = Tensor._make(t._data)
+        u._vc, u.grad_fn, u._out_nr = t._vc, t.grad_fn, t._out_nr
+        return u
+    return t
 
 
 class SavedTensor:
@@ -93,7 +101,9 @@ class SavedTensor:
             raise RuntimeError("Calling register_hooks on a saved tensor whose hooks have already been set. Hint: "
                                "only one pair of hooks is allowed at a time.")
         packed = run_pack_hook(pack_hook, entry[1])
-        entries[self._index] = (unpack_hook, packed)
+        from .saved_hooks import identity_of
+        ident = identity_of(entry[1]) if side == 0 else None     # a saved input keeps its history (torch)
+        entries[self._index] = (unpack_hook, packed, ident)
         node.packed = (tuple(entries), node.packed[1]) if side == 0 else (node.packed[0], tuple(entries))
 
 

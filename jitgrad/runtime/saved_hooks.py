@@ -96,10 +96,37 @@ class save_on_cpu(saved_tensors_hooks):
         super().__init__(pack, unpack)
 
 
-def pack(t):
-    """``t`` packed by the innermost hooks: (unpack, packed)."""
+def pack(t, keep_identity=False):
+    """``t`` packed by the innermost hooks: (unpack, packed), plus ``t``'s autograd identity when asked (a saved
+    input: what ``unpack`` gives back is connected to ``t``'s history, as torch's SavedVariable)."""
     pack_hook, unpack_hook = STATE.stack[-1]
-    return unpack_hook, run_pack_hook(pack_hook, t)
+    packed = run_pack_hook(pack_hook, t)
+    return (unpack_hook, packed, identity_of(t)) if keep_identity else (unpack_hook, packed)
+
+
+def identity_of(t):
+    """(grad_fn, output_nr, leaf) of a tensor that takes part in autograd, else None."""
+    if t.grad_fn is not None:
+        return (t.grad_fn, t._out_nr, None)
+    if t._requires_grad:
+        return (None, 0, t)
+    return None
+
+
+def _with_identity(r, ident):
+    """``r`` (what an unpack hook returned) carrying the saved tensor's autograd identity: its grad_fn, or the
+    leaf's gradient accumulator, so double backward through a hooked saved value reaches the original."""
+    from .tensor import Tensor
+    grad_fn, nr, leaf = ident
+    if (grad_fn is not None and r.grad_fn is grad_fn) or r is leaf:
+        return r
+    u = Tensor._make(r._data)
+    if grad_fn is not None:
+        u.grad_fn, u._out_nr = grad_fn, nr
+    else:
+        u._requires_grad = True
+        u._acc = leaf._accumulator()
+    return u
 
 
 def run_pack_hook(pack_hook, t):
@@ -118,11 +145,13 @@ def run_pack_hook(pack_hook, t):
 def unpack(entry):
     """The tensor that the unpack hook makes of a packed entry (a TypeError unless it is a Tensor)."""
     from .tensor import Tensor
-    unpack_hook, packed = entry
+    unpack_hook, packed = entry[0], entry[1]
     r = unpack_hook(packed)
     if not isinstance(r, Tensor):
         raise TypeError(f"Output of saved tensor unpack_hook expected to be a Tensor but got result of type "
                         f"{type(r).__name__}")
+    if len(entry) > 2 and entry[2] is not None:
+        r = _with_identity(r, entry[2])
     return r
 
 
@@ -130,7 +159,7 @@ def pack_node(node):
     """Replace the saved values of an op's node by packed entries (called when the node is recorded)."""
     from .tensor import Tensor
     ins = node.inputs
-    node.packed = (tuple(pack(t) if isinstance(t, Tensor) else None for t in ins),
+    node.packed = (tuple(pack(t, True) if isinstance(t, Tensor) else None for t in ins),
                    tuple(pack(t) if isinstance(t, Tensor) else None for t in node.outputs))
     node.inputs = tuple(None if isinstance(t, Tensor) else t for t in ins)
     node.outputs = (None,) * len(node.outputs)

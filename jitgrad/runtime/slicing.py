@@ -107,7 +107,57 @@ def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None, 
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(var_mean, 'var_mean', (input, dim, unbiased, keepdim), {"correction": correction}, torch_kw)
     from .functions import mean, var
+    from ..tracer import STATE as _TR
+    if _TR.active is None and isinstance(input, Tensor) and input.requires_grad and input.is_floating_point():
+        # eager: one node with two outputs, as torch (VarMeanBackward0: a pre-hook sees both gradients)
+        c = correction if correction is not None else (0 if unbiased is False else 1)
+        out = _var_mean_fn().apply(input, dim, c, keepdim)
+        if out[0].grad_fn is not None:
+            out[0].grad_fn.torch_name = "VarMeanBackward0"
+        return out
     return var(input, dim, unbiased, keepdim, correction=correction), mean(input, dim, keepdim)
+
+
+_VAR_MEAN = []
+
+
+def _var_mean_fn():
+    """The autograd Function behind eager ``var_mean`` (made once; its backward is jitgrad ops, so it
+    differentiates to any order): d var / dx = 2 (x - mean) / (N - correction), d mean / dx = 1 / N."""
+    if _VAR_MEAN:
+        return _VAR_MEAN[0]
+    from .function import Function
+    from .functions import mean, var
+
+    def dims_of(x, dim):
+        if dim is None:
+            return tuple(range(x.ndim))
+        ds = (dim,) if isinstance(dim, int) else tuple(dim)
+        return tuple(sorted(d % x.ndim if x.ndim else 0 for d in ds))
+
+    class VarMean(Function):
+        @staticmethod
+        def forward(ctx, x, dim, c, keepdim):
+            ctx.save_for_backward(x)
+            ctx.dim, ctx.c, ctx.keepdim = dim, c, keepdim
+            return var(x, dim, keepdim=keepdim, correction=c), mean(x, dim, keepdim)
+
+        @staticmethod
+        def backward(ctx, gvar, gmean):
+            (x,) = ctx.saved_tensors
+            ds = dims_of(x, ctx.dim)
+            n = 1
+            for d in ds:
+                n *= x.shape[d]
+            if not ctx.keepdim:
+                for d in ds:
+                    gvar = gvar.unsqueeze(d)
+                    gmean = gmean.unsqueeze(d)
+            centered = x - mean(x, ctx.dim, True)
+            gx = gvar * centered * (2.0 / (n - ctx.c)) + gmean * (1.0 / n)
+            return gx, None, None, None
+    _VAR_MEAN.append(VarMean)
+    return VarMean
 
 
 def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None, **torch_kw):

@@ -366,6 +366,9 @@ class Tensor(InPlaceOps):
     def detach_(self) -> "Tensor":
         if self._base is not None:
             raise RuntimeError("Can't detach views in-place. Use detach() instead.")
+        if self.grad_fn is not None:        # a node that saved it must refuse it now (torch)
+            from .node import DETACHED_INPLACE
+            DETACHED_INPLACE[id(self)] = self
         self.grad_fn = None
         self._requires_grad = False
         return self

@@ -70,6 +70,14 @@ def write_out(name, result, out, args):
             isinstance(a, Tensor) and a.requires_grad for a in _flat(args))):
         raise RuntimeError(f"{name}(): functions with out=... arguments don't support automatic differentiation, but "
                            "one of the arguments requires grad.")
+    from . import saved_mutation
+    if saved_mutation.STATE.active is not None:     # allow_mutation_on_saved_tensors: out= is a write too
+        for o in outs:
+            saved_mutation.STATE.active.before_write(o)
+    if any(o._inference for o in outs) and not grad_mode.STATE.inference:   # out= is an in-place write (torch)
+        raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed.You can make "
+                           "a clone to get a normal tensor before doing inplace update.See "
+                           "https://github.com/pytorch/rfcs/pull/17 for more details.")
     names = {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int", "bool": "Bool",
              "float16": "Half"}
     for o, r in zip(outs, results):

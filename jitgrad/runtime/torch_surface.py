@@ -49,11 +49,11 @@ def _tensor_format(self, spec):
 
 def install(jg: dict):
     """Wire the surface into the ``jitgrad`` namespace ``jg`` (its ``globals()``), Tensor and nn.functional."""
-    from . import counting, functions, inplace_math, masking, ordering, scatter_reduce, slicing, strided
+    from . import counting, functions, inplace_math, masking, ordering, predicates, scatter_reduce, slicing, strided
     from ..nn import functional as nnF
 
     # 1. the functions of the extra modules: in functions' namespace and jitgrad's, and as Tensor methods
-    for mod in (ordering, counting, masking, slicing, scatter_reduce, strided):
+    for mod in (ordering, counting, masking, slicing, predicates, scatter_reduce, strided):
         for n in mod.METHODS:
             fn = getattr(mod, n)
             setattr(functions, n, fn)

@@ -36,12 +36,34 @@ VIEW_OF_NO_GRAD_VIEW = ("view of", "no_grad mode", None)
 VIEW_OF_INFERENCE_VIEW = ("view of", "inference mode", None)
 
 
+_CUSTOM_FN_TAIL = (" This view was created inside a custom Function (or because an input was returned as-is) and the "
+                   "autograd logic to handle view+inplace would override the custom backward associated with the "
+                   "custom Function, leading to incorrect gradients. This behavior is forbidden. You can fix this by "
+                   "cloning the output of the custom Function.")
+
+
+def custom_fn_origin(fn_name, k, recorded):
+    """The ``_view_origin`` of output ``k`` of a custom Function that is a view (a 4-tuple)."""
+    return ("custom Function", fn_name, k, recorded)
+
+
+def custom_fn_view_msg(origin):
+    """torch's text for an in-place op on a view a custom Function returned."""
+    _, name, k, recorded = origin
+    if recorded:
+        return f"Output {k} of {name} is a view and is being modified inplace." + _CUSTOM_FN_TAIL
+    return ("A view was created in no_grad mode and is being modified inplace with grad mode enabled."
+            + _CUSTOM_FN_TAIL)
+
+
 def inherited_origin(base_origin):
     """The ``_view_origin`` of a view made with grad mode on of a view whose origin is ``base_origin``."""
     if base_origin is NO_GRAD_VIEW or base_origin is VIEW_OF_NO_GRAD_VIEW:
         return VIEW_OF_NO_GRAD_VIEW
     if base_origin is INFERENCE_VIEW or base_origin is VIEW_OF_INFERENCE_VIEW:
         return VIEW_OF_INFERENCE_VIEW
+    if base_origin is not None and len(base_origin) == 2:
+        return base_origin      # a view of an output of a multi-view function is refused like it (torch)
     return None
 
 
@@ -111,4 +133,5 @@ def inplace_on_view(self, fn, others, snapshot, check_result):
 
 
 __all__ = ["inplace_on_view", "view_positions", "NO_GRAD_VIEW_MSG", "INFERENCE_VIEW_MSG", "INFERENCE_VIEW",
-           "NO_GRAD_VIEW", "VIEW_OF_NO_GRAD_VIEW", "VIEW_OF_INFERENCE_VIEW", "inherited_origin", "view_of_view_msg"]
+           "NO_GRAD_VIEW", "VIEW_OF_NO_GRAD_VIEW", "VIEW_OF_INFERENCE_VIEW", "inherited_origin", "view_of_view_msg",
+           "custom_fn_origin", "custom_fn_view_msg"]

@@ -69,8 +69,13 @@ def _getitem_rule(avals, params):
 
 
 def _getitem_impl(x, *idx, spec):
-    r = x[np_index(spec, idx)]
-    return r if isinstance(r, np.ndarray) else np.asarray(r)
+    key = np_index(spec, idx)
+    r = x[key]
+    if isinstance(r, np.ndarray):
+        return r
+    # one element: NumPy gives a scalar copy; with a trailing Ellipsis it gives a 0-d view (torch's x[i] is a view)
+    key = key + (Ellipsis,) if type(key) is tuple else (key, Ellipsis)
+    return x[key]
 
 
 def _getitem_vjp(c, g):
