@@ -588,6 +588,10 @@ def test_saved_result_is_a_new_tensor_and_detached_saved_input_is_refused():
         y = x.exp()
         x.detach_()
         y.backward()        # exp saves its output only: fine
+        x = lib.randn(3, dtype=lib.float64, requires_grad=True).clone().detach_().requires_grad_(True)
+        y = (x * x).sum()   # detached before it was saved: a plain leaf, backward runs
+        y.backward()
+        out.append(x.grad.tolist() == (2 * x.detach()).tolist())
         return out
     j, t = both(run)
     assert j == t

@@ -151,7 +151,7 @@ class Node:
         versions, inputs = self.versions, self.inputs
         if DETACHED_INPLACE and versions:
             for i, _ in versions:
-                if DETACHED_INPLACE.get(id(inputs[i])) is inputs[i]:
+                if DETACHED_INPLACE.get(id(inputs[i])) is inputs[i] and _DETACH_SEQ.get(id(inputs[i]), -1) > self.seq:
                     raise RuntimeError("Trying to use a saved tensor that has been detached in-place, i.e. with "
                                        ".detach_().This is not supported, please use out-of-place `.detach()` "
                                        "instead")
@@ -228,8 +228,19 @@ class AccumulateGrad(Node):
         return ()
 
 
-# non-leaf tensors detached in place (Tensor.detach_): a node that saved one as an input refuses to run (torch)
+# non-leaf tensors detached in place (Tensor.detach_): a node that saved one as an input *before* it was detached
+# refuses to run (torch); a node made after the detach saved a plain leaf and runs
 DETACHED_INPLACE = weakref.WeakValueDictionary()
+_DETACH_SEQ: dict = {}      # id(tensor) -> the node sequence number at its detach_
+
+
+def mark_detached_inplace(t) -> None:
+    """Record that ``t`` (a non-leaf) was detached in place now (see ``Node.check_saved``)."""
+    if len(_DETACH_SEQ) > 1024:         # drop the entries of tensors that died
+        for k in [k for k in _DETACH_SEQ if k not in DETACHED_INPLACE]:
+            del _DETACH_SEQ[k]
+    DETACHED_INPLACE[id(t)] = t
+    _DETACH_SEQ[id(t)] = next(_seq)
 
 
 class CopyBackwards(Node):

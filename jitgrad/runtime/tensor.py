@@ -367,8 +367,8 @@ class Tensor(InPlaceOps):
         if self._base is not None:
             raise RuntimeError("Can't detach views in-place. Use detach() instead.")
         if self.grad_fn is not None:        # a node that saved it must refuse it now (torch)
-            from .node import DETACHED_INPLACE
-            DETACHED_INPLACE[id(self)] = self
+            from .node import mark_detached_inplace
+            mark_detached_inplace(self)
         self.grad_fn = None
         self._requires_grad = False
         return self
