@@ -145,6 +145,7 @@ def _bind(op, args, params):
     t._acc = None
     t._out_nr = 0
     t._inference = _GM.inference
+    t._view_origin = None
     if op.view and _may_share_memory(out, args[0]._data):
         base = args[0]
         t._vc = base._vc
@@ -161,9 +162,11 @@ def _bind(op, args, params):
         elif not _GM.grad_enabled:
             t._view_origin = NO_GRAD_VIEW
         else:
-            o = inherited_origin(getattr(args[0], "_view_origin", None))
-            if o is not None:
-                t._view_origin = o
+            bo = getattr(args[0], "_view_origin", None)
+            if bo is not None:
+                o = inherited_origin(bo)
+                if o is not None:
+                    t._view_origin = o
     else:
         t._vc = [0]
         t._base = None
@@ -265,7 +268,7 @@ def refresh_view(a):
 def _record(op, params, args, hit, t):
     """Give ``t`` a grad_fn Node; ``hit`` is the signature's entry from ``_rule_entry``."""
     for a in args:      # torch: inference tensors skip autograd, so an op on inference tensors only records
-        if isinstance(a, Tensor) and not a._inference:      # nothing (with a normal tensor it does)
+        if (type(a) is Tensor or isinstance(a, Tensor)) and not a._inference:   # nothing (with a normal one it does)
             break
     else:
         return
@@ -403,6 +406,7 @@ def _bind_traced(tr, op, args, params):
     t._acc = None
     t._out_nr = 0
     t._inference = False
+    t._view_origin = None
     t._vc = [0]
     t._base = None
     if tr.made is not None:

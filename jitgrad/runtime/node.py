@@ -149,7 +149,7 @@ class Node:
             unpack_node(self)
             return
         versions, inputs = self.versions, self.inputs
-        if DETACHED_INPLACE and versions:
+        if _DETACH_SEQ and versions:     # a plain dict: its truth costs no Python call
             for i, _ in versions:
                 if DETACHED_INPLACE.get(id(inputs[i])) is inputs[i] and _DETACH_SEQ.get(id(inputs[i]), -1) > self.seq:
                     raise RuntimeError("Trying to use a saved tensor that has been detached in-place, i.e. with "

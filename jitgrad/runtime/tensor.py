@@ -124,6 +124,7 @@ class Tensor(InPlaceOps):
         t._acc = None
         t._out_nr = 0
         t._inference = _GM.inference
+        t._view_origin = None   # set, so reading it never falls through to __getattr__ (torch_surface's refusal)
         tr = _TR.active
         if tr is not None:   # made while tracing: a constant of the graph, not an input
             tr.created.add(id(t))
