@@ -29,6 +29,14 @@ def _restrided_storage(t):
     return e[1] if e is not None and e[0]() is t else None
 
 
+def storage_buffer(t):
+    """The NumPy buffer that is eager CPU tensor ``t``'s storage (its root's, or the one a root restrided in place
+    kept), or None (traced or device tensors)."""
+    root = t._base if t._base is not None else t
+    flat = _restrided_storage(root)
+    return flat if flat is not None or type(root._data) is not np.ndarray else root._data
+
+
 def _storage(t):
     """``(storage tensor, flat storage buffer)`` of eager CPU tensor ``t``, or an UnsupportedError."""
     root = t._base if t._base is not None else t

@@ -631,11 +631,13 @@ class Tensor(InPlaceOps):
         return st if dim is None else st[dim]
 
     def storage_offset(self) -> int:
-        """The offset in elements of this tensor's first element in its base's storage."""
-        b, d = self._base, self._data
-        if b is None or type(d) is not np.ndarray or type(b._data) is not np.ndarray or not d.size:
+        """The offset in elements of this tensor's first element in its storage (its root's buffer, which a root
+        restrided by ``as_strided_`` keeps: strided.py)."""
+        from .strided import storage_buffer     # (strided.py builds on Tensor)
+        d, flat = self._data, storage_buffer(self)
+        if flat is None or type(d) is not np.ndarray or not d.size:
             return 0
-        return (d.__array_interface__["data"][0] - b._data.__array_interface__["data"][0]) // d.itemsize
+        return (d.__array_interface__["data"][0] - flat.__array_interface__["data"][0]) // d.itemsize
 
     def _same_device(self, t: "Tensor") -> "Tensor":
         """``t`` (made on the CPU) on this tensor's device."""
