@@ -361,6 +361,9 @@ class Tensor(InPlaceOps):
         """A new tensor sharing storage (and version counter) that never requires grad."""
         t = Tensor._make(self._data)
         t._vc = self._vc    # shared: in-place changes through either one are seen by the saved-tensor checks
+        if self._base is not None or type(self._data) is np.ndarray and not self._data.flags.owndata:
+            from .strided import share_storage      # (strided.py builds on Tensor)
+            share_storage(t, self)      # the whole storage, as torch's (storage_offset, as_strided)
         return t            # not an autograd view (torch: in-place on ``x.detach()`` is allowed)
 
     def detach_(self) -> "Tensor":
@@ -373,6 +376,9 @@ class Tensor(InPlaceOps):
     @property
     def data(self) -> "Tensor":
         t = Tensor._make(self._data)   # own version counter, not a view: ``p.data.add_()`` is allowed
+        if self._base is not None or type(self._data) is np.ndarray and not self._data.flags.owndata:
+            from .strided import share_storage      # (strided.py builds on Tensor)
+            share_storage(t, self)      # the whole storage, as torch's
         return t
 
     @data.setter
