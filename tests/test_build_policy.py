@@ -98,3 +98,17 @@ def test_while_building_the_faster_of_eager_and_interpreter_is_chosen():
     assert build_policy.choose(e) == "interpret"        # then the faster of the two
     build_policy.record(e, "eager", 0.002)
     assert build_policy.choose(e) == "eager"
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_tensors_made_inside_are_constants_through_the_build(background):
+    """``x + jg.ones(2)``: the tensor made during the trace is a constant of the graph, so the calls served
+    while building (eagerly, on the interpreter) and with the built code all work after the trace's tensor died
+    (the CUDA analogue is in test_cuda.py)."""
+    f = jg.compile(lambda x: x + jg.ones(2) * 1.8125, background=background)
+    x = jg.tensor([1.0, 2.0])
+    for _ in range(4):
+        np.testing.assert_allclose(f(x).numpy(), [2.8125, 3.8125])
+    assert _paths_add_up(f.stats)
+    (fwd, *_), = f._cache.values()
+    assert len(fwd.graph.inputs) == 1          # the argument only: nothing made inside became an input

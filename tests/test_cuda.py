@@ -776,3 +776,23 @@ def test_sim_scatter_reduce_and_index_reduce_on_2d_device_tensors():
         out.append([t.cpu().detach().numpy() for t in (y, x.grad, s.grad)])
     for a, b in zip(*out):
         np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+@sim
+@pytest.mark.parametrize("background", [True, False])
+def test_sim_compiled_function_making_cuda_tensors_inside(background):
+    """A CUDA tensor made inside a compiled function is a constant of its graph (as on the CPU), not a captured
+    input: the trace's tensor dies with the trace, and later calls must not need it."""
+    def g(x):
+        y = jg.zeros(2, device="cuda")
+        y.add_(x)                               # in place on a tensor made inside: fresh each call, as eager
+        return x + jg.ones(2, device="cuda"), y * jg.arange(2.0, device="cuda")
+    f = jg.compile(g, background=background)
+    x = jg.tensor([1.0, 2.0], device="cuda", requires_grad=True)
+    for _ in range(3):
+        a, b = f(x)
+        assert a.is_cuda and b.is_cuda
+        np.testing.assert_allclose(a.detach().cpu().numpy(), [2.0, 3.0])
+        np.testing.assert_allclose(b.detach().cpu().numpy(), [0.0, 2.0])
+    (a.sum() + b.sum()).backward()
+    np.testing.assert_allclose(x.grad.cpu().numpy(), [1.0, 2.0])

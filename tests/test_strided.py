@@ -100,6 +100,29 @@ def test_as_strided_in_place():
     np.testing.assert_array_equal(grads[1], grads[0])
 
 
+def test_storage_offset_after_as_strided_in_place_is_torchs():
+    """A root restrided in place keeps its buffer as its storage: its own offset, its views' and its as_strided
+    results' are counted from that buffer's start, as torch's."""
+    def offsets(lib):
+        r = []
+        x = lib.arange(10.0)
+        x.as_strided_((2,), (1,), 3)
+        r += [x.storage_offset(), x[1:].storage_offset()]
+        z = lib.arange(10.0)
+        z.as_strided_((4,), (1,), 2)
+        r.append(z.as_strided((2,), (1,), 6).storage_offset())
+        u = lib.arange(10.0)
+        u.as_strided_((2,), (1,), 3)
+        u.as_strided_((2,), (1,), 1)
+        r.append(u.storage_offset())
+        y = lib.arange(10.0)
+        v = y[2:]
+        v.as_strided_((3,), (2,), 5)
+        r += [v.storage_offset(), y.storage_offset()]
+        return r
+    assert offsets(jg) == offsets(torch) == [3, 4, 6, 1, 5, 0]
+
+
 def test_errors_like_torch():
     for lib in (torch, jg):
         with pytest.raises(RuntimeError, match="mismatch in length of strides and shape"):

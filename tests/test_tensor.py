@@ -1071,6 +1071,30 @@ class TestViews:
         d[0] = 5.0
         assert x.tolist() == [5.0, 2.0] and x._version == d._version == 1
 
+    @needs_torch
+    def test_detach_of_a_view_shares_the_whole_storage_as_torch(self):
+        """``x[4:].detach()`` is a root (no ``_base``) over x's storage: writes reach x, the version counter is
+        shared, and ``storage_offset`` / ``as_strided`` see the whole storage; ``.data`` likewise (own counter);
+        ``set_`` gives it new memory, offsets from there."""
+        def probe(lib):
+            x = lib.arange(8.0)
+            d = x[4:].detach()
+            d.add_(1)
+            r = [x.tolist(), d._base is None, d._version, x._version, d.storage_offset(),
+                 d.as_strided((2,), (1,), 1).tolist(), d[1:].storage_offset()]
+            e = x[::2].detach().detach()
+            r += [e.storage_offset(), e.as_strided((3,), (1,), 1).tolist()]
+            z = lib.arange(8.0)
+            z.as_strided_((3,), (1,), 2)
+            r += [z.detach().storage_offset(), z.detach().as_strided((2,), (1,), 0).tolist()]
+            m = x[5:].data
+            m.mul_(10)
+            r += [x.tolist(), m.storage_offset(), m._version, m.as_strided((1,), (1,), 0).tolist()]
+            d.set_(lib.arange(3.0))
+            r += [d.storage_offset(), d.as_strided((2,), (1,), 1).tolist()]
+            return r
+        assert probe(jg) == probe(torch)
+
     def test_detach_version_is_checked_by_backward(self):
         x = jg.tensor([1.0, 2.0], requires_grad=True)
         y = x * x          # saves x

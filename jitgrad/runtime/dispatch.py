@@ -365,7 +365,13 @@ def _bind_traced(tr, op, args, params):
         if isinstance(a, Tensor):
             d = a._data
             if type(d) is not Var:
-                if type(d) is np.ndarray and id(a) in tr.created or tr.on_capture is None:
+                if id(a) in tr.created or tr.on_capture is None:
+                    # made inside the function (or plain tracing): a constant of the graph.  A device tensor made
+                    # here is one too, its value kept on the host as every Lit is (the device code uploads it);
+                    # capturing it as an input would leave the entry a weak reference to a tensor that dies
+                    # with the trace
+                    if type(d) is not np.ndarray:
+                        d = to_host(d)
                     ins.append(Lit(d, Aval(tuple(d.shape), _FROM_NP[d.dtype])))
                 else:
                     ins.append(tr.on_capture(a))
@@ -473,6 +479,6 @@ def _forward_nan(op, avals, t):
 
 
 from .tensor import Tensor  # noqa: E402  (Tensor's methods call bind; bind builds Tensors)
-from .devices import backend_of_payload, transfer  # noqa: E402
+from .devices import backend_of_payload, to_host, transfer  # noqa: E402
 from .saved_hooks import STATE as _SH, pack_node  # noqa: E402
 from .view_inplace import INFERENCE_VIEW, NO_GRAD_VIEW, inherited_origin  # noqa: E402

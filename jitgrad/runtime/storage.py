@@ -18,6 +18,7 @@ import operator
 import numpy as np
 
 from . import grad_mode
+from .strided import forget_storage
 from .tensor import Tensor
 from .torch_kwargs import UnsupportedError
 
@@ -32,7 +33,9 @@ def _eager_only(t: Tensor, what: str):
 
 
 def _unlink_view(t: Tensor):
-    """``t`` stops being an autograd view: its memory is no longer (only) its base's."""
+    """``t`` stops being an autograd view: its memory is no longer (only) its base's (nor the storage it took
+    from ``detach()`` or ``as_strided_``)."""
+    forget_storage(t)
     if t._base is not None:
         t._base = None
         t._vc = [t._vc[0]]

@@ -19,14 +19,45 @@ from .grad_names import named
 from .tensor import Tensor
 from .torch_kwargs import UnsupportedError, torch_kwargs
 
-# id of a root tensor restrided in place (as_strided_) -> (weak reference to it, its storage: the buffer it was
-# made with).  Keyed by id: a Tensor's == is elementwise, so it cannot be a WeakKeyDictionary key.
+# id of a root tensor whose storage is not the start of its own payload -> (weak reference to it, its storage
+# buffer): a root restrided in place (as_strided_) keeps the buffer it was made with; ``v.detach()`` of a view is a
+# root (not an autograd view, as torch's) over its source's storage.  Keyed by id: a Tensor's == is elementwise,
+# so it cannot be a WeakKeyDictionary key.
 _STORAGE: dict = {}
 
 
 def _restrided_storage(t):
     e = _STORAGE.get(id(t))
     return e[1] if e is not None and e[0]() is t else None
+
+
+def _set_storage(t, flat):
+    key = id(t)
+    _STORAGE[key] = (weakref.ref(t, lambda _, key=key: _STORAGE.pop(key, None)), flat)
+
+
+def share_storage(t, source):
+    """Root ``t`` (``source.detach()``, which shares ``source``'s payload) takes ``source``'s storage, so that its
+    ``storage_offset()`` and ``as_strided`` reach the storage as torch's do."""
+    if source._base is None and _restrided_storage(source) is None:
+        return t                    # a plain root: its payload is its storage
+    flat = storage_buffer(source)
+    if flat is not None:
+        _set_storage(t, flat)
+    return t
+
+
+def forget_storage(t):
+    """``t``'s memory was replaced (``set_``, ``resize_``): its payload is its storage again."""
+    _STORAGE.pop(id(t), None)
+
+
+def storage_buffer(t):
+    """The NumPy buffer that is eager CPU tensor ``t``'s storage (its root's, or the one a root restrided in place
+    kept), or None (traced or device tensors)."""
+    root = t._base if t._base is not None else t
+    flat = _restrided_storage(root)
+    return flat if flat is not None or type(root._data) is not np.ndarray else root._data
 
 
 def _storage(t):
@@ -131,8 +162,7 @@ def as_strided_(self, size, stride, storage_offset=None):
     root, flat = _storage(self)
     r = as_strided(self, size, stride, storage_offset)
     if root is self and _restrided_storage(self) is None:     # the buffer stays its storage under the new geometry
-        key = id(self)
-        _STORAGE[key] = (weakref.ref(self, lambda _, key=key: _STORAGE.pop(key, None)), flat)
+        _set_storage(self, flat)
     self._data = r._data
     self._vc[0] += 1
     if STATE.grad_enabled and r.grad_fn is not None:

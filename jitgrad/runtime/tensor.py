@@ -362,6 +362,9 @@ class Tensor(InPlaceOps):
         """A new tensor sharing storage (and version counter) that never requires grad."""
         t = Tensor._make(self._data)
         t._vc = self._vc    # shared: in-place changes through either one are seen by the saved-tensor checks
+        if self._base is not None or type(self._data) is np.ndarray and not self._data.flags.owndata:
+            from .strided import share_storage      # (strided.py builds on Tensor)
+            share_storage(t, self)      # the whole storage, as torch's (storage_offset, as_strided)
         return t            # not an autograd view (torch: in-place on ``x.detach()`` is allowed)
 
     def detach_(self) -> "Tensor":
@@ -377,6 +380,9 @@ class Tensor(InPlaceOps):
     @property
     def data(self) -> "Tensor":
         t = Tensor._make(self._data)   # own version counter, not a view: ``p.data.add_()`` is allowed
+        if self._base is not None or type(self._data) is np.ndarray and not self._data.flags.owndata:
+            from .strided import share_storage      # (strided.py builds on Tensor)
+            share_storage(t, self)      # the whole storage, as torch's
         return t
 
     @data.setter
@@ -635,11 +641,13 @@ class Tensor(InPlaceOps):
         return st if dim is None else st[dim]
 
     def storage_offset(self) -> int:
-        """The offset in elements of this tensor's first element in its base's storage."""
-        b, d = self._base, self._data
-        if b is None or type(d) is not np.ndarray or type(b._data) is not np.ndarray or not d.size:
+        """The offset in elements of this tensor's first element in its storage (its root's buffer, which a root
+        restrided by ``as_strided_`` keeps: strided.py)."""
+        from .strided import storage_buffer     # (strided.py builds on Tensor)
+        d, flat = self._data, storage_buffer(self)
+        if flat is None or type(d) is not np.ndarray or not d.size:
             return 0
-        return (d.__array_interface__["data"][0] - b._data.__array_interface__["data"][0]) // d.itemsize
+        return (d.__array_interface__["data"][0] - flat.__array_interface__["data"][0]) // d.itemsize
 
     def _same_device(self, t: "Tensor") -> "Tensor":
         """``t`` (made on the CPU) on this tensor's device."""
