@@ -149,9 +149,9 @@ class Node:
             unpack_node(self)
             return
         versions, inputs = self.versions, self.inputs
-        if _DETACH_SEQ and versions:     # a plain dict: its truth costs no Python call
+        if _LAST_DETACH > self.seq and versions:    # only a node older than some detach_ can hold such a value
             for i, _ in versions:
-                if DETACHED_INPLACE.get(id(inputs[i])) is inputs[i] and _DETACH_SEQ.get(id(inputs[i]), -1) > self.seq:
+                if _DETACH_SEQ.get(id(inputs[i]), -1) > self.seq and DETACHED_INPLACE.get(id(inputs[i])) is inputs[i]:
                     raise RuntimeError("Trying to use a saved tensor that has been detached in-place, i.e. with "
                                        ".detach_().This is not supported, please use out-of-place `.detach()` "
                                        "instead")
@@ -232,6 +232,7 @@ class AccumulateGrad(Node):
 # refuses to run (torch); a node made after the detach saved a plain leaf and runs
 DETACHED_INPLACE = weakref.WeakValueDictionary()
 _DETACH_SEQ: dict = {}      # id(tensor) -> the node sequence number at its detach_
+_LAST_DETACH = -1           # the sequence number of the latest detach_ (a global int: the hot path's only test)
 
 
 def mark_detached_inplace(t) -> None:
@@ -239,8 +240,9 @@ def mark_detached_inplace(t) -> None:
     if len(_DETACH_SEQ) > 1024:         # drop the entries of tensors that died
         for k in [k for k in _DETACH_SEQ if k not in DETACHED_INPLACE]:
             del _DETACH_SEQ[k]
+    global _LAST_DETACH
     DETACHED_INPLACE[id(t)] = t
-    _DETACH_SEQ[id(t)] = next(_seq)
+    _DETACH_SEQ[id(t)] = _LAST_DETACH = next(_seq)
 
 
 class CopyBackwards(Node):
