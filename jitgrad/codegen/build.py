@@ -55,7 +55,8 @@ def kernel_key(kernel) -> str:
 
 def _kernel_extra():
     # which compiler builds a kernel is part of its key: the two paths' object code is never mixed up
-    return KERNEL_EXTRA + (("lean-llvm", numba_build.LEAN_LLVM), ("ir-loops", IR_LOOPS))
+    from .ir_loops import INTERLEAVE
+    return KERNEL_EXTRA + (("lean-llvm", numba_build.LEAN_LLVM), ("ir-loops", IR_LOOPS), ("interleave", INTERLEAVE))
 
 
 def entry_key(source: str) -> str:
