@@ -152,6 +152,11 @@ def test_layout_error_names_missing_file(tmp_path):
 
 def test_tool_is_outside_the_test_collection():
     """The repo's pytest (testpaths = tests) must never load the harness: it maps torch to jitgrad globally.
-    So the tool ships no conftest.py (prepare.py generates one in the results dir)."""
-    for root, _dirs, files in os.walk(TOOL):
+    So the tool ships no conftest.py (prepare.py generates one in the results dir, git-ignored, skipped here)."""
+    for root, dirs, files in os.walk(TOOL):
+        dirs[:] = [d for d in dirs if d != "results"]
         assert "conftest.py" not in files, root
+    import tomllib
+    with open(os.path.join(os.path.dirname(os.path.dirname(TOOL)), "pyproject.toml"), "rb") as f:
+        testpaths = tomllib.load(f)["tool"]["pytest"]["ini_options"]["testpaths"]
+    assert all(p not in ("", ".", "./") and not p.startswith(("tools", "./tools")) for p in testpaths), testpaths

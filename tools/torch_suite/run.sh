@@ -8,7 +8,7 @@
 # --out: where everything goes (rewritten test copies in OUT/run, OUT/scope.json, OUT/TAG.xml junit, OUT/TAG.log,
 #      OUT/TAG.txt summary); default tools/torch_suite/results (git-ignored).
 # Uses the python on PATH ($PYTHON overrides) and the jitgrad of the repo this script lives in.
-set -u
+set -u -o pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 OUT=$HERE/results

@@ -13,6 +13,7 @@ Writes WORK/scope.json: {id: {"in": bool, "why": [...], "class": generic class}}
 import argparse
 import ast
 import copy
+import importlib.util
 import json
 import os
 import re
@@ -67,7 +68,8 @@ ISSUE_CLASSES = ["TestAutograd", "TestAutogradFunctional", "TestAutogradDeviceTy
 def collect_ids(run_dir):
     """pytest ids of every test in the rewritten files (the conftest's scope filter off)."""
     env = dict(os.environ, PTH_ALL="1")
-    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--assert=plain", "-n0",
+    xdist_off = ["-n0"] if importlib.util.find_spec("xdist") else []
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--assert=plain", *xdist_off,
                           "--collect-only", "-q", "test_functional.py", "test_autograd.py"],
                          cwd=run_dir, env=env, capture_output=True, text=True)
     ids = [ln.strip() for ln in out.stdout.splitlines() if "::" in ln]
