@@ -1,0 +1,1 @@
+"""Harness stand-ins for torch.testing._internal.* (test infrastructure only)."""
