@@ -1,4 +1,6 @@
-"""The public math, reduction and shape functions (``jg.exp(x)`` and ``x.exp()``).
+"""The public math and reduction functions (``jg.exp(x)`` and ``x.exp()``); the shape functions live in
+``shaping.py`` and are re-exported here, so every public function is in this module's namespace (methods attach
+from it).
 
 Each is a primitive ``bind`` or a composition of primitives (var, std, logsumexp, softmax, gather, ...),
 so compositions need no vjp rule of their own.
@@ -9,37 +11,16 @@ import math
 
 import numpy as np
 
-from ..ir import dtypes as dt
 from ..ir.ops import OPS as O
-from ..ir.ops import OpError, normalize_axes, normalize_axis
 from .dispatch import bind, op_error, _bind_by_name
 from .tensor import Tensor
 from .torch_kwargs import torch_kwargs
 from .grad_names import named
-
-
-def _t(x, like=None):
-    if isinstance(x, Tensor):
-        return x
-    from .factories import tensor
-    return tensor(x, dtype=like.dtype if like is not None and isinstance(x, float) and like.is_floating_point() else None)
-
-
-def _axes(name, x, dim):
-    if name != "squeeze" and isinstance(dim, (tuple, list)) and len(dim) == 0:
-        dim = None      # torch: a reduction over dim=() / [] reduces every dim (squeeze(dim=()) squeezes none)
-    try:
-        axes = normalize_axes(name, dim, x.ndim)
-    except OpError as e:
-        raise IndexError(str(e)) from None
-    return axes if x.ndim else ()    # a 0-d tensor takes dim 0 / -1 (torch), and has no axis to reduce
-
-
-def _axis(name, x, dim):
-    try:
-        return normalize_axis(name, dim, x.ndim)
-    except OpError as e:
-        raise IndexError(str(e)) from None
+from .dim_args import dim_arg as _axis, dims_arg as _axes, fresh_result as _fresh, tensor_arg as _t  # noqa: F401
+from .shaping import (  # noqa: F401  (re-exported: jg.reshape, x.view, ...; other modules import them from here)
+    _gather, _infer, _multi_view, _shape_arg, _stack, _swap_last2, _transpose, broadcast_tensors, broadcast_to, cat,
+    chunk, concat, concatenate, expand, expand_as, flatten, gather, index_select, permute, reshape, split, squeeze,
+    stack, swapaxes, t, take_along_dim, transpose, unbind, unsqueeze, view)
 
 
 # ---- elementwise ----------------------------------------------------------------------------------
@@ -300,12 +281,6 @@ class _ValuesIndices(tuple):
         return self[1]
 
 
-def _fresh(result, input, name):
-    """Name ``result``'s node as torch does (see grad_names.py), if this call made one (``reshape`` to the same
-    shape returns its input)."""
-    return named(result, name) if result is not input else result
-
-
 def _max_min_named(name, input, dim, keepdim, other):
     r = _max_min(name, input, dim, keepdim, other)
     base = "Max" if name == "max" else "Min"
@@ -453,310 +428,6 @@ def _log_softmax(input, dim, dtype=None):
     return bind(O["log_softmax"], input, axis=ax)  # one fused op in eager mode; traced: its decomposition
 
 
-# ---- shape ----------------------------------------------------------------------------------------
-def _shape_arg(shape):
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = shape[0]
-    return tuple(map(int, shape))
-
-
-def _infer(name, shape, input):
-    if -1 not in shape:
-        return shape
-    numel = input.numel()
-
-    def error(msg):
-        from .dispatch import op_error as _op_error
-        from ..ir.ops import Aval
-        return _op_error(O["reshape"], [Aval(input.shape, input.dtype)],
-                         OpError(f"{name}: {msg} (input shape {list(input.shape)})"))
-    if shape.count(-1) > 1:
-        raise error("only one dimension can be inferred")
-    if -1 in shape:
-        known = 1
-        for s in shape:
-            if s != -1:
-                known *= s
-        if known == 0 or numel % known:
-            raise error(f"shape '{list(shape)}' is invalid for input of size {numel}")
-        shape = tuple(numel // known if s == -1 else s for s in shape)
-    return shape
-
-
-def reshape(input, *shape, **torch_kw):
-    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(reshape, 'reshape', (input, *shape), {}, torch_kw)
-    shape = _infer("reshape", _shape_arg(shape), input)
-    if shape == input.shape:
-        return input
-    return bind(O["reshape"], input, shape=shape)
-
-
-def view(input, *shape, **torch_kw):
-    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(view, 'view', (input, *shape), {}, torch_kw)
-    if len(shape) == 1 and isinstance(shape[0], dt.DType):
-        raise NotImplementedError("view(dtype) is not supported; use .to(dtype)")
-    d = input._data
-    if not d.flags.c_contiguous and d.size > 1:
-        from .view_rule import viewable
-        new = _infer("view", _shape_arg(shape), input)
-        if not viewable(d.shape, tuple(st // d.itemsize for st in d.strides), new):
-            raise RuntimeError("view size is not compatible with input tensor's size and stride (at least one "
-                               "dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
-    if not torch_kw and _infer("view", _shape_arg(shape), input) == input.shape:
-        return bind(O["reshape"], input, shape=input.shape)    # as torch: a view is a new tensor, even of one shape
-    return reshape(input, *shape)
-
-
-def flatten(input, start_dim=0, end_dim=-1, **torch_kw):
-    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(flatten, 'flatten', (input, start_dim, end_dim), {}, torch_kw)
-    if input.ndim == 0:
-        return input.reshape(1)
-    s = _axis("flatten", input, start_dim)
-    e = _axis("flatten", input, end_dim)
-    if s > e:
-        raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
-    shape = input.shape[:s] + (int(np.prod(input.shape[s:e + 1])),) + input.shape[e + 1:]
-    return reshape(input, shape)
-
-
-def squeeze(input, dim=None, **torch_kw):
-    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(squeeze, 'squeeze', (input, dim), {}, torch_kw)
-    if dim is None:
-        shape = tuple(d for d in input.shape if d != 1)
-    else:
-        axes = _axes("squeeze", input, dim) if input.ndim else ()
-        shape = tuple(d for i, d in enumerate(input.shape) if not (i in axes and d == 1))
-    return _fresh(reshape(input, shape), input, "SqueezeBackward0" if dim is None else "SqueezeBackward1")
-
-
-def unsqueeze(input, dim, **torch_kw):
-    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(unsqueeze, 'unsqueeze', (input, dim), {}, torch_kw)
-    ax = dim if dim >= 0 else dim + input.ndim + 1
-    if not 0 <= ax <= input.ndim:
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-input.ndim - 1}, {input.ndim}], "
-                         f"but got {dim})")
-    return _fresh(bind(O["reshape"], input, shape=input.shape[:ax] + (1,) + input.shape[ax:]), input,
-                  "UnsqueezeBackward0")
-
-
-def permute(input, *dims, **torch_kw):
-    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(permute, 'permute', (input, *dims), {}, torch_kw)
-    dims = _shape_arg(dims)
-    if len(dims) != input.ndim:
-        raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does not match the length "
-                           f"of the desired ordering of dimensions i.e. input.dim() = {input.ndim} is not equal to "
-                           f"len(dims) = {len(dims)}")
-    perm = tuple(_axis("permute", input, d) for d in dims)
-    if perm == tuple(range(input.ndim)):
-        return input
-    return bind(O["permute"], input, perm=perm)
-
-
-def _swap_last2(input):
-    """``.mT`` / ``.t()`` of a matrix: one permute bind, no argument normalisation."""
-    n = input.ndim
-    return bind(O["permute"], input, perm=tuple(range(n - 2)) + (n - 1, n - 2))
-
-
-def transpose(input, dim0, dim1, **torch_kw):
-    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(transpose, 'transpose', (input, dim0, dim1), {}, torch_kw)
-    return _fresh(_transpose(input, dim0, dim1), input, "TransposeBackward0")
-
-
-def _transpose(input, dim0, dim1):
-    if input.ndim == 2 and type(dim0) is int and type(dim1) is int and -2 <= dim0 <= 1 and -2 <= dim1 <= 1:
-        return _swap_last2(input) if dim0 % 2 != dim1 % 2 else input
-    a, b = _axis("transpose", input, dim0), _axis("transpose", input, dim1)
-    perm = list(range(input.ndim))
-    perm[a], perm[b] = perm[b], perm[a]
-    return permute(input, perm)
-
-
-swapaxes = transpose
-
-
-def t(input, **torch_kw):
-    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(t, 't', (input,), {}, torch_kw)
-    if input.ndim > 2:
-        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {input.ndim}D")
-    return _fresh(transpose(input, 0, 1), input, "TBackward0") if input.ndim == 2 else input
-
-
-def expand(input, *sizes, **torch_kw):
-    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(expand, 'expand', (input, *sizes), {}, torch_kw)
-    sizes = _shape_arg(sizes)
-    lead = len(sizes) - input.ndim
-    if lead < 0:
-        raise RuntimeError(f"expand: the number of sizes provided ({len(sizes)}) must be greater or equal to the "
-                           f"number of dimensions in the tensor ({input.ndim})")
-    shape = tuple(input.shape[i - lead] if (s == -1 and i >= lead) else s for i, s in enumerate(sizes))
-    if shape == input.shape:
-        return input
-    return bind(O["broadcast_to"], input, shape=shape)
-
-
-def broadcast_to(input, shape, **torch_kw):
-    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(broadcast_to, 'broadcast_to', (input, shape), {}, torch_kw)
-    return expand(input, tuple(shape))
-
-
-def expand_as(input, other, **torch_kw):
-    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(expand_as, 'expand_as', (input, other), {}, torch_kw)
-    return expand(input, other.shape)
-
-
-def broadcast_tensors(*tensors, **torch_kw):
-    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(broadcast_tensors, 'broadcast_tensors', (*tensors,), {}, torch_kw)
-    shape = np.broadcast_shapes(*(x.shape for x in tensors))
-    return tuple(expand(x, shape) for x in tensors)
-
-
-def cat(tensors, dim=0, **torch_kw):
-    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(cat, 'cat', (tensors, dim), {}, torch_kw)
-    tensors = [x for x in tensors]
-    if not tensors:
-        raise RuntimeError("cat(): expected a non-empty list of Tensors")
-    ax = _axis("cat", tensors[0], dim)
-    if len(tensors) == 1:
-        return tensors[0]
-    return bind(O["cat"], *tensors, axis=ax)
-
-
-concat = concatenate = cat
-
-
-def stack(tensors, dim=0, **torch_kw):
-    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(stack, 'stack', (tensors, dim), {}, torch_kw)
-    tensors = list(tensors)
-    r = _stack(tensors, dim)
-    return named(r, "StackBackward0")       # always a new tensor (unsqueeze or cat)
-
-
-def _stack(tensors, dim=0):
-    tensors = list(tensors)
-    if not tensors:
-        raise RuntimeError("stack expects a non-empty TensorList")
-    shape = tensors[0].shape
-    for i, x in enumerate(tensors):
-        if x.shape != shape:
-            raise RuntimeError(f"stack expects each tensor to be equal size, but got {list(shape)} at entry 0 and "
-                               f"{list(x.shape)} at entry {i}")
-    ax = dim if dim >= 0 else dim + len(shape) + 1
-    return cat([unsqueeze(x, ax) for x in tensors], ax) if len(tensors) > 1 else unsqueeze(tensors[0], ax)
-
-
-def split(tensor, split_size_or_sections, dim=0, **torch_kw):
-    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(split, 'split', (tensor, split_size_or_sections, dim), {}, torch_kw)
-    ax = _axis("split", tensor, dim)
-    n = tensor.shape[ax]
-    if isinstance(split_size_or_sections, int):
-        step = split_size_or_sections
-        if step <= 0 and n:
-            raise RuntimeError(f"split_size can only be 0 if dimension size is 0, but got dimension size of {n}")
-        sizes = [builtins_min(step, n - i) for i in range(0, n, step)] if n else [0]
-    else:
-        sizes = list(split_size_or_sections)
-        if builtins_sum(sizes) != n:
-            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size at "
-                               f"dimension {dim}), but got split_sizes={sizes}")
-    out, start = [], 0
-    for s in sizes:
-        out.append(tensor[(slice(None),) * ax + (slice(start, start + s),)])
-        start += s
-    return _multi_view(out, tensor, "Split" if isinstance(split_size_or_sections, int) else "SplitWithSizes")
-
-
-def _multi_view(outs, input, name):
-    """Mark the views a multi-output function returns (torch refuses in-place ops on them when recorded) and
-    name their nodes as torch's single node (UnbindBackward0, SplitBackward0, ...)."""
-    for k, t in enumerate(outs):
-        if t._base is not None:
-            t._view_origin = (name, k)
-        if t.grad_fn is not None and t is not input:
-            t.grad_fn.torch_name = name + "Backward0"
-    return tuple(outs)
-
-
-def chunk(input, chunks, dim=0, **torch_kw):
-    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(chunk, 'chunk', (input, chunks, dim), {}, torch_kw)
-    if chunks <= 0:
-        raise RuntimeError("chunk expects `chunks` to be greater than 0")
-    n = input.shape[_axis("chunk", input, dim)]
-    return split(input, builtins_max(1, -(-n // chunks)), dim)
-
-
-def unbind(input, dim=0, **torch_kw):
-    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(unbind, 'unbind', (input, dim), {}, torch_kw)
-    ax = _axis("unbind", input, dim)
-    return _multi_view([input[(slice(None),) * ax + (i,)] for i in range(input.shape[ax])], input, "Unbind")
-
-
-def gather(input, dim, index, **torch_kw):
-    """``out[i][j][k] = input[index[i][j][k]][j][k]`` (dim=0), as torch.gather, via advanced indexing."""
-    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(gather, 'gather', (input, dim, index), {}, torch_kw)
-    return _fresh(_gather(input, dim, index), input, "GatherBackward0")
-
-
-def _gather(input, dim, index):
-    ax = _axis("gather", input, dim)
-    if index.ndim != input.ndim:
-        raise RuntimeError(f"gather(): Index tensor must have the same number of dimensions as input tensor "
-                           f"(index {list(index.shape)}, input {list(input.shape)})")
-    if input.ndim == 0:     # torch treats a 0-d tensor as one element along dim 0
-        return gather(input.reshape(1), 0, index.reshape(1)).reshape(())
-    for i in range(input.ndim):
-        if i != ax and index.shape[i] > input.shape[i]:
-            raise RuntimeError(f"gather(): Size does not match at dimension {i} expected index {list(index.shape)} to "
-                               f"be smaller than self {list(input.shape)} apart from dimension {ax}")
-    if index.numel() and type(index._data) is np.ndarray and (
-            index._data.min() < -input.shape[ax] or index._data.max() >= input.shape[ax]):
-        raise IndexError(f"gather(): index {int(index._data.max())} is out of bounds for dimension {ax} with size "
-                         f"{input.shape[ax]}")
-    key = []
-    for i in range(input.ndim):
-        if i == ax:
-            key.append(index)
-        else:
-            shp = [1] * input.ndim
-            shp[i] = index.shape[i]
-            rows = Tensor._make(np.arange(index.shape[i], dtype=np.int64).reshape(shp))
-            key.append(rows if type(index._data) is np.ndarray or index.device.type == "cpu" else rows.to(index.device))
-    return input[tuple(key)]
-
-
-def take_along_dim(input, indices, dim, **torch_kw):
-    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(take_along_dim, 'take_along_dim', (input, indices, dim), {}, torch_kw)
-    return gather(input, dim, indices)
-
-
-def index_select(input, dim, index, **torch_kw):
-    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(index_select, 'index_select', (input, dim, index), {}, torch_kw)
-    ax = _axis("index_select", input, dim)
-    if index.ndim > 1:
-        raise IndexError("index_select(): Index is supposed to be a vector")
-    return _fresh(input[(slice(None),) * ax + (index.reshape(-1),)], input, "IndexSelectBackward0")
-
-
 def outer(input, vec2, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(outer, 'outer', (input, vec2), {}, torch_kw)
@@ -810,7 +481,7 @@ def equal(input, other, **torch_kw):
 
 import builtins as _b  # noqa: E402
 
-builtins_max, builtins_min, builtins_sum = _b.max, _b.min, _b.sum
+builtins_max = _b.max     # max() below is ours
 
 
 # ---- attach as methods ----------------------------------------------------------------------------

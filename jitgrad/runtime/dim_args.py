@@ -1,0 +1,43 @@
+"""Argument helpers the public functions share: a tensor argument, ``dim=`` normalisation with torch's
+IndexError, and torch's node name on a fresh result."""
+from __future__ import annotations
+
+from ..ir.ops import OpError, normalize_axes, normalize_axis
+from .grad_names import named
+from .tensor import Tensor
+
+
+def tensor_arg(x, like=None):
+    """``x`` as a Tensor (a Python float takes ``like``'s floating dtype)."""
+    if isinstance(x, Tensor):
+        return x
+    from .factories import tensor
+    return tensor(x, dtype=like.dtype if like is not None and isinstance(x, float) and like.is_floating_point() else None)
+
+
+def dims_arg(name, x, dim):
+    """``dim`` (an int, a sequence or None) as normalized axes of ``x``; torch's IndexError when out of range."""
+    if name != "squeeze" and isinstance(dim, (tuple, list)) and len(dim) == 0:
+        dim = None      # torch: a reduction over dim=() / [] reduces every dim (squeeze(dim=()) squeezes none)
+    try:
+        axes = normalize_axes(name, dim, x.ndim)
+    except OpError as e:
+        raise IndexError(str(e)) from None
+    return axes if x.ndim else ()    # a 0-d tensor takes dim 0 / -1 (torch), and has no axis to reduce
+
+
+def dim_arg(name, x, dim):
+    """``dim`` as a normalized axis of ``x``; torch's IndexError when out of range."""
+    try:
+        return normalize_axis(name, dim, x.ndim)
+    except OpError as e:
+        raise IndexError(str(e)) from None
+
+
+def fresh_result(result, input, name):
+    """Name ``result``'s node as torch does (see grad_names.py), if this call made one (``reshape`` to the same
+    shape returns its input)."""
+    return named(result, name) if result is not input else result
+
+
+__all__ = ["tensor_arg", "dims_arg", "dim_arg", "fresh_result"]
