@@ -15,6 +15,8 @@ from . import grad_mode
 from .node import AccumulateGrad, RemovableHandle
 from ..tracer import STATE as _TR
 from .mutation import InPlaceOps
+from . import operators as _operators
+from .operators import TensorOperators
 from .size import Size
 from .traced import is_traced as _is_traced, traced_read as _traced_read
 
@@ -95,7 +97,7 @@ def _contiguous_strides(shape):
     return tuple(reversed(st))
 
 
-class Tensor(InPlaceOps):
+class Tensor(InPlaceOps, TensorOperators):
     """A multi-dimensional array with autograd, like ``torch.Tensor``.
 
     >>> import jitgrad as jg
@@ -660,97 +662,6 @@ class Tensor(InPlaceOps):
         from .factories import tensor
         return tensor(data, dtype=dtype or self.dtype)
 
-    # --- operators -------------------------------------------------------------------------------
-    def __add__(self, o):
-        return _bind(O["add"], self, o)
-
-    def __radd__(self, o):
-        return _bind(O["add"], o, self)
-
-    def __sub__(self, o):
-        return _bind(O["sub"], self, o)
-
-    def __rsub__(self, o):
-        return _bind(O["sub"], o, self)
-
-    def __mul__(self, o):
-        return _bind(O["mul"], self, o)
-
-    def __rmul__(self, o):
-        return _bind(O["mul"], o, self)
-
-    def __truediv__(self, o):
-        return _bind(O["div"], self, o)
-
-    def __rtruediv__(self, o):
-        return _bind(O["div"], o, self)
-
-    def __floordiv__(self, o):
-        return _bind(O["floordiv"], self, o)
-
-    def __rfloordiv__(self, o):
-        return _bind(O["floordiv"], o, self)
-
-    def __mod__(self, o):
-        return _bind(O["mod"], self, o)
-
-    def __rmod__(self, o):
-        return _bind(O["mod"], o, self)
-
-    def __pow__(self, o):
-        return _bind(O["pow"], self, o)
-
-    def __rpow__(self, o):
-        return _bind(O["pow"], o, self)
-
-    def __matmul__(self, o):
-        return _bind(O["matmul"], self, o)
-
-    def __rmatmul__(self, o):
-        return _bind(O["matmul"], o, self)
-
-    def __neg__(self):
-        return _bind(O["neg"], self)
-
-    def __pos__(self):
-        return self
-
-    def __abs__(self):
-        return _bind(O["abs"], self)
-
-    def __invert__(self):
-        if self._data.dtype.kind != "b":
-            raise RuntimeError(f"bitwise_not: only bool tensors are supported, got {self.dtype.name}")
-        return _bind(O["logical_not"], self)
-
-    def __and__(self, o):
-        return _bind(O["logical_and"], self, o)
-
-    __rand__ = __and__
-
-    def __or__(self, o):
-        return _bind(O["logical_or"], self, o)
-
-    __ror__ = __or__
-
-    def __lt__(self, o):
-        return _bind(O["lt"], self, o)
-
-    def __le__(self, o):
-        return _bind(O["le"], self, o)
-
-    def __gt__(self, o):
-        return _bind(O["gt"], self, o)
-
-    def __ge__(self, o):
-        return _bind(O["ge"], self, o)
-
-    def __eq__(self, o):
-        return _bind(O["eq"], self, o)
-
-    def __ne__(self, o):
-        return _bind(O["ne"], self, o)
-
     # --- methods the vjp rules rely on -----------------------------------------------------------
     def sum_to_size(self, *size) -> "Tensor":
         """Sum broadcast dimensions so the result has shape ``size`` (the adjoint of ``expand``)."""
@@ -777,5 +688,5 @@ class Tensor(InPlaceOps):
 
 
 from .dispatch import bind as _dispatch_bind  # noqa: E402
-_bind = _dispatch_bind   # noqa: E305  (the methods above call bind itself: one Python frame less per op)
+_bind = _operators._bind = _dispatch_bind   # noqa: E305  (the methods call bind itself: one Python frame less per op)
 from . import devices as _devices  # noqa: E402
