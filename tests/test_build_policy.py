@@ -4,6 +4,7 @@ import pytest
 
 import jitgrad as jg
 from jitgrad.jit import build_policy
+from jitgrad.jit.trace_entries import _Entry
 
 
 @pytest.fixture
@@ -83,10 +84,6 @@ def test_calls_run_eagerly_while_the_background_build_runs(fresh_cache):
         assert got == pytest.approx(want, rel=1e-5)
         ref_w = ref_w - 0.1 * (np.exp(xv * ref_w) * 0.5 * xv)
     np.testing.assert_allclose(w.detach().numpy(), ref_w, rtol=1e-5)
-
-
-class _Entry:
-    pass
 
 
 def test_while_building_the_faster_of_eager_and_interpreter_is_chosen():

@@ -58,9 +58,7 @@ def pending_build(gf, inputs):
 
 def choose(entry) -> str:
     """"eager" or "interpret" for the next call while building (see the module docstring)."""
-    t = getattr(entry, "slow_times", None)
-    if t is None:
-        t = entry.slow_times = {}
+    t = entry.slow_times
     if "eager" not in t:
         return "eager"
     if "interpret" not in t:
