@@ -31,14 +31,8 @@ def init_stats(stats: dict) -> dict:
 
 def graph_for(gf, inputs):
     """The graph ``gf(inputs)`` runs (the forward with residuals when inputs require grad)."""
-    from ..runtime import grad_mode
-    if grad_mode.STATE.grad_enabled:
-        wrt = tuple(i for i, t in enumerate(inputs) if t._requires_grad or t.grad_fn is not None)
-        if wrt:
-            plan = gf.plan(wrt)
-            if plan.diff_outs:
-                return plan.fwd
-    return gf.graph
+    plan = gf.grad_plan(inputs)
+    return gf.graph if plan is None else plan.fwd
 
 
 def pending_build(gf, inputs):

@@ -308,6 +308,17 @@ class GraphFunction:
             p = self._plans[wrt_idx] = _Plan(self, wrt_idx)
         return p
 
+    def grad_plan(self, inputs):
+        """The plan ``self(inputs)`` runs (forward with residuals) when an output needs an autograd node, else
+        None (it runs ``self.graph``)."""
+        if grad_mode.STATE.grad_enabled:
+            wrt = tuple([i for i, t in enumerate(inputs) if t._requires_grad or t.grad_fn is not None])
+            if wrt:
+                plan = self.plan(wrt)
+                if plan.diff_outs:
+                    return plan
+        return None
+
     def _wrap(self, arrays):
         ao = self.array_outs
         if not ao:
@@ -326,12 +337,9 @@ class GraphFunction:
         arrays = [t._data for t in inputs]
         if any(type(a) is not np.ndarray for a in arrays):
             return None
-        graph = self.graph
-        if grad_mode.STATE.grad_enabled:
-            wrt = tuple([i for i, t in enumerate(inputs) if t._requires_grad or t.grad_fn is not None])
-            if wrt and self.plan(wrt).diff_outs:
-                return None
-        cg = compiled_graph(graph, self.writes, self.parallel, self.disk_cache, self.background)
+        if self.grad_plan(inputs) is not None:
+            return None
+        cg = compiled_graph(self.graph, self.writes, self.parallel, self.disk_cache, self.background)
         run = cg.run
         if run is None or getattr(run, "ncheck", None) is None:     # only the C entry's caller (entry.caller)
             return None
@@ -352,17 +360,15 @@ class GraphFunction:
 
     def __call__(self, inputs):
         arrays = [t._data for t in inputs]
-        wrt = ()
-        if grad_mode.STATE.grad_enabled:
-            wrt = tuple([i for i, t in enumerate(inputs) if t._requires_grad or t.grad_fn is not None])
-        plan = self.plan(wrt) if wrt else None
-        if plan is None or not plan.diff_outs:
+        plan = self.grad_plan(inputs)
+        if plan is None:
             return self._wrap(execute(self.graph, arrays, self.backend, self.writes, self.parallel, self.disk_cache,
                                       self.background, self.stats))
         allout = execute(plan.fwd, arrays, self.backend, self.writes, self.parallel, self.disk_cache,
                          self.background, self.stats)
         n = len(self.graph.outputs)
         outs = self._wrap(allout[:n])
+        wrt = plan.wrt_idx
         nf = tuple((inputs[i].grad_fn, inputs[i]._out_nr) if inputs[i].grad_fn is not None
                    else (inputs[i]._accumulator(), 0) for i in wrt)
         node = CompiledBackward(_CompiledOp("CompiledFunctionBackward"), {}, nf, (True,) * len(wrt))
