@@ -170,6 +170,18 @@ def _bump(t):
     t._vc[0] += 1
 
 
+def _finisher(t, buf, back, avg=None):
+    """What completes an in-place collective on ``t`` once its bytes are in ``buf``: AVG's scaling (``avg``: the
+    group size), the write-back of a non-contiguous tensor's copy, the version bump."""
+    def finish():
+        if avg is not None:
+            buf[...] /= avg
+        if back is not None:
+            back()
+        _bump(t)
+    return finish
+
+
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduce ``tensor`` element-wise over the ranks of ``group`` and leave the result in ``tensor`` on every
     rank (torch.distributed.all_reduce).  ``op``: ReduceOp.SUM (default), AVG, MAX, MIN, PRODUCT."""
@@ -183,14 +195,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     check_same_shape(pg, "all_reduce", tensor.shape, tensor.dtype.np, (_opcode(op),))
     MPI = _mpi()
     buf, back = _buffer(tensor)
-    n = pg.size()
-
-    def finish():
-        if op == ReduceOp.AVG:
-            buf[...] /= n
-        if back is not None:
-            back()
-        _bump(tensor)
+    finish = _finisher(tensor, buf, back, pg.size() if op == ReduceOp.AVG else None)
     if async_op:
         return Work(pg.comm.Iallreduce(MPI.IN_PLACE, buf, _mpi_op(op)), finish, keep=(buf,))
     pg.comm.Allreduce(MPI.IN_PLACE, buf, _mpi_op(op))
@@ -228,11 +233,7 @@ def broadcast(tensor, src=0, group=None, async_op=False):
         return Work() if async_op else None
     check_same_shape(pg, "broadcast", tensor.shape, tensor.dtype.np, (src,))
     buf, back = _buffer(tensor)
-
-    def finish():
-        if back is not None:
-            back()
-        _bump(tensor)
+    finish = _finisher(tensor, buf, back)
     if async_op:
         return Work(pg.comm.Ibcast(buf, root=root), finish, keep=(buf,))
     pg.comm.Bcast(buf, root=root)
@@ -320,13 +321,7 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     MPI = _mpi()
     send = np.ascontiguousarray(np.stack([t._data for t in input_list]))
     buf, back = _buffer(output)
-
-    def finish():
-        if op == ReduceOp.AVG:
-            buf[...] /= n
-        if back is not None:
-            back()
-        _bump(output)
+    finish = _finisher(output, buf, back, n if op == ReduceOp.AVG else None)
     if async_op:
         return Work(pg.comm.Ireduce_scatter_block(send, buf, _mpi_op(op)), finish, keep=(send, buf))
     pg.comm.Reduce_scatter_block(send, buf, _mpi_op(op))
