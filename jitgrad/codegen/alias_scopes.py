@@ -28,6 +28,20 @@ def _tag(builder, instr, cls: int, n: int) -> None:
     tag_alias_class(builder.module, instr, cls, n)
 
 
+def _typed_access(ptr, idx, cls, n):
+    """The literal ``[cls, n]`` of an access ``ptr[idx]`` that types (a pointer, an integer index, literal
+    class and count), else None."""
+    if not isinstance(ptr, types.CPointer) or not isinstance(idx, types.Integer):
+        return None
+    return _literal_ints(cls, n)
+
+
+def _address(context, builder, sig, args):
+    """``&ptr[idx]`` of an intrinsic's first two arguments."""
+    i = context.cast(builder, args[1], sig.args[1], types.int64)
+    return builder.gep(args[0], [i])
+
+
 def _literal_ints(*vals):
     if not all(isinstance(v, types.IntegerLiteral) for v in vals):
         return None
@@ -41,15 +55,12 @@ def _literal_ints(*vals):
 @intrinsic
 def load(typingctx, ptr, idx, cls, n):
     """``ptr[idx]``, an access of alias class ``cls`` (a literal) among ``n`` (a literal)."""
-    if not isinstance(ptr, types.CPointer) or not isinstance(idx, types.Integer):
-        return None
-    lit = _literal_ints(cls, n)
+    lit = _typed_access(ptr, idx, cls, n)
     if lit is None:
         return None
 
     def codegen(context, builder, sig, args):
-        i = context.cast(builder, args[1], sig.args[1], types.int64)
-        instr = builder.load(builder.gep(args[0], [i]))
+        instr = builder.load(_address(context, builder, sig, args))
         _tag(builder, instr, *lit)
         return instr
     return ptr.dtype(ptr, idx, cls, n), codegen
@@ -59,16 +70,13 @@ def load(typingctx, ptr, idx, cls, n):
 def store_to(typingctx, ptr, idx, val, cls, n):
     """``ptr[idx] = val``, an access of alias class ``cls`` among ``n`` (literals).  An intrinsic, as
     ``abi.store``: Numba's parfor pass would drop a setitem on a raw pointer inside a ``prange`` body."""
-    if not isinstance(ptr, types.CPointer) or not isinstance(idx, types.Integer):
-        return None
-    lit = _literal_ints(cls, n)
+    lit = _typed_access(ptr, idx, cls, n)
     if lit is None:
         return None
 
     def codegen(context, builder, sig, args):
-        i = context.cast(builder, args[1], sig.args[1], types.int64)
         v = context.cast(builder, args[2], sig.args[2], ptr.dtype)
-        instr = builder.store(v, builder.gep(args[0], [i]))
+        instr = builder.store(v, _address(context, builder, sig, args))
         _tag(builder, instr, *lit)
         return context.get_dummy_value()
     return types.void(ptr, idx, val, cls, n), codegen

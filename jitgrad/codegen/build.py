@@ -153,13 +153,18 @@ def obtain(key: str, source: str, kind: str, disk=True) -> int:
                 lock.release()
                 return _ADDRESSES[key]
     try:
-        addr = compile_code(key, source, kind)
-        blob = _BLOBS.get(key)
-        if blob is not None:
-            objstore.write(key, [blob])
-        return addr
+        return compile_to_disk(key, source, kind)
     finally:
         lock.release()
+
+
+def compile_to_disk(key: str, source: str, kind: str) -> int:
+    """``compile_code``, and its object code written to its file (the caller holds the key's build lock)."""
+    addr = compile_code(key, source, kind)
+    blob = _BLOBS.get(key)
+    if blob is not None:
+        objstore.write(key, [blob])
+    return addr
 
 
 def build_module(kernel):

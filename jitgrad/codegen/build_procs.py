@@ -108,7 +108,7 @@ def _main(argv):
 
 
 def _build_jobs(argv):
-    from .build import _BLOBS, compile_code
+    from .build import _BLOBS, compile_to_disk
     it = iter(argv)
     jobs, graph = {}, None
     for kind, key, path, fd in zip(it, it, it, it):
@@ -125,10 +125,7 @@ def _build_jobs(argv):
         try:
             if objstore.read(key, warn=False):
                 continue
-            compile_code(key, _read_job(kind, key, path), kind)
-            blob = _BLOBS.get(key)
-            if blob is not None:
-                objstore.write(key, [blob])
+            compile_to_disk(key, _read_job(kind, key, path), kind)
         finally:
             lock.release()
     if graph is not None:
@@ -141,9 +138,8 @@ def _build_jobs(argv):
                 if key not in jobs:
                     return                  # not ours to compile and nobody finished it: the next run does
                 kind, path, _ = jobs[key]
-                compile_code(key, _read_job(kind, key, path), kind)
+                compile_to_disk(key, _read_job(kind, key, path), kind)
                 got = [_BLOBS[key]]
-                objstore.write(key, got)
             blobs.extend(got)
         objstore.write(gkey, blobs)
 

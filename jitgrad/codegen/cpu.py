@@ -142,12 +142,6 @@ class CompiledGraph:
         code, sid, value, dim = (int(v) for v in self._ierr)
         return step_error(self.program.index_steps[sid], code, value, dim)
 
-    def _contiguous_inputs(self, arrays):
-        for a in arrays:
-            if not a.flags.c_contiguous:
-                return False
-        return True
-
     def fail(self, e):
         """Give up on compiled code for this graph: warn once, and let callers use the interpreter."""
         detail = f"{type(e).__name__}: {e}"

@@ -145,12 +145,9 @@ class _Translator(ScalarEmitter):
         elif isinstance(s, ast.Expr):
             if isinstance(s.value, ast.Constant) and isinstance(s.value.value, str):
                 return      # a docstring
-            if isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Name) and s.value.func.id == "store":
-                self.store(s.value, scope)
-                return
             if isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Name) \
-                    and s.value.func.id == "store_to":
-                self.scoped_store(s.value, scope)
+                    and s.value.func.id in ("store", "store_to"):
+                self.store(s.value, scope, scoped=s.value.func.id == "store_to")
                 return
             raise Unsupported("expression statement")
         elif isinstance(s, ast.For):
@@ -232,29 +229,21 @@ class _Translator(ScalarEmitter):
                 br.set_metadata(_LATCH_TAG, self._latch_md)
         b.position_at_end(done)
 
-    def store(self, call, scope):
-        if len(call.args) != 3 or call.keywords:
-            raise Unsupported("store form")
+    def store(self, call, scope, scoped=False):
+        """``store(p, i, v)``: ``p[i] = v``; with ``scoped``, ``store_to(p, i, v, c, n)``
+        (``alias_scopes.store_to``): the same, tagged as an access of alias class ``c`` among ``n``, as the
+        Numba intrinsic emits it."""
+        if len(call.args) != (5 if scoped else 3) or call.keywords:
+            raise Unsupported("store_to form" if scoped else "store form")
         ptr = self.expr(call.args[0], scope)
         if not isinstance(ptr.t, tuple):
             raise Unsupported("store to a non-pointer")
         idx = self.index(call.args[1], scope)
         val = self.cast(self.expr(call.args[2], scope), ptr.t[1])
-        self.b.store(val.v, self.b.gep(ptr.v, [idx]))
-
-    def scoped_store(self, call, scope):
-        """``store_to(p, i, v, c, n)`` (``alias_scopes.store_to``): ``p[i] = v`` tagged as an access of alias
-        class ``c`` among ``n``, as the Numba intrinsic emits it."""
-        if len(call.args) != 5 or call.keywords:
-            raise Unsupported("store_to form")
-        ptr = self.expr(call.args[0], scope)
-        if not isinstance(ptr.t, tuple):
-            raise Unsupported("store to a non-pointer")
-        idx = self.index(call.args[1], scope)
-        val = self.cast(self.expr(call.args[2], scope), ptr.t[1])
-        cls, n = alias_literals(call.args[3], call.args[4])
+        lit = alias_literals(call.args[3], call.args[4]) if scoped else None
         instr = self.b.store(val.v, self.b.gep(ptr.v, [idx]))
-        tag_alias_class(self.module, instr, cls, n)
+        if scoped:
+            tag_alias_class(self.module, instr, *lit)
 
 
 def _const_value(node):

@@ -14,14 +14,7 @@ import numpy as np
 from ..ir import dtypes as dt
 from ..ir.graph import Var
 from ..ir.ops.index import np_index
-from .loops import BCAST, CONTIG, STRIDED, Kernel, _load, _Nest, _store, _tname
-
-
-def _cls(strides):
-    if not strides:
-        return CONTIG
-    s = strides[-1]
-    return CONTIG if s == 1 else BCAST if s == 0 else STRIDED
+from .loops import CONTIG, Kernel, _load, _Nest, _store, _tname
 
 
 def gen_region(dtype: dt.DType, rank: int, src_cls: str, dst_cls: str, accumulate: bool) -> Kernel:
@@ -88,7 +81,7 @@ class RegionSteps:
     """``Program`` methods for basic-index ``index_put`` (see the module docstring)."""
 
     def _region(self, e) -> bool:
-        from .layout import Step, _bcast_strides, _coalesce
+        from .layout import Step, _bcast_strides, _cls, _coalesce
         base, v = e.ins[0], e.ins[1]
         out = e.outs[0]
         acc = e.params["accumulate"]

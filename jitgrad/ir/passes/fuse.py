@@ -130,7 +130,7 @@ def _recompute_cheap_values(groups, eqns, users, outs, where):
     for i, e in enumerate(eqns):
         for o in e.outs:
             producer[o] = i
-    members = {id(g): {i for i, _ in g.eqns} | ({g.reduce[0]} if g.reduce else set()) for g in groups}
+    members = {id(g): _members(g) for g in groups}
     reads = {id(g): {v for i in members[id(g)] for v in eqns[i].ins if isinstance(v, Var)} for g in groups}
     decided = {}
     extra = {}          # id(group) -> eqn indices it recomputes
@@ -147,6 +147,11 @@ def _recompute_cheap_values(groups, eqns, users, outs, where):
         if add and len(g.eqns) + len(add) <= MAX_GROUP_EQNS:
             # the recomputed eqns go first, in the graph's order: they read only what the earlier group read
             g.eqns = [(i, eqns[i]) for i in sorted(add)] + g.eqns
+
+
+def _members(g) -> set:
+    """The eqn indices a group runs (its elementwise eqns and its reduction)."""
+    return {i for i, _ in g.eqns} | ({g.reduce[0]} if g.reduce else set())
 
 
 def _scope(g):
@@ -251,7 +256,7 @@ def plan(graph: Graph) -> Plan:
     # inputs and materialised outputs of each group.  A value is stored by the group that owns its eqn when
     # the graph returns it or some reader runs in a group that does not compute it itself (recomputed values
     # are computed again by the groups that read them, see _recompute_cheap_values)
-    member_sets = {id(g): {i for i, _ in g.eqns} | ({g.reduce[0]} if g.reduce else set()) for g in groups}
+    member_sets = {id(g): _members(g) for g in groups}
     holders = {}        # eqn index -> the groups that run it
     for g in groups:
         for i in member_sets[id(g)]:
