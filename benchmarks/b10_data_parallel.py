@@ -30,18 +30,24 @@ ROOT = os.path.dirname(HERE)
 STEPS = int(os.environ.get("B10_STEPS", max(5, int(30 * float(os.environ.get("JITGRAD_BENCH_SCALE", "1"))))))
 
 
+def _median_time(fn, n):
+    """The median wall time of n calls of fn."""
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
 def _median_step(step, n):
     import jitgrad.distributed as dist
     for _ in range(3):
         step()
     dist.barrier()
-    ts = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        step()
-        ts.append(time.perf_counter() - t0)
+    t = _median_time(step, n)
     dist.barrier()
-    return float(np.median(ts))
+    return t
 
 
 def _b1(ddp_cls):
@@ -135,12 +141,7 @@ def child():
         for label, fn in (("jitgrad", lambda: dist.all_reduce(t)), ("mpi4py", lambda: comm.Allreduce(MPI.IN_PLACE, a))):
             fn()
             comm.Barrier()
-            ts = []
-            for _ in range(reps):
-                t0 = time.perf_counter()
-                fn()
-                ts.append(time.perf_counter() - t0)
-            res[label] = float(np.median(ts))
+            res[label] = _median_time(fn, reps)
         out["allreduce"].append({"MB": mb, **res})
     if r == 0:
         print("B10JSON " + json.dumps(out), flush=True)
