@@ -30,30 +30,30 @@ ROOT = os.path.dirname(HERE)
 STEPS = int(os.environ.get("B10_STEPS", max(5, int(30 * float(os.environ.get("JITGRAD_BENCH_SCALE", "1"))))))
 
 
+def _median_time(fn, n):
+    """The median wall time of n calls of fn."""
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
 def _median_step(step, n):
     import jitgrad.distributed as dist
     for _ in range(3):
         step()
     dist.barrier()
-    ts = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        step()
-        ts.append(time.perf_counter() - t0)
+    t = _median_time(step, n)
     dist.barrier()
-    return float(np.median(ts))
+    return t
 
 
-def _b1(ddp_cls):
+def _compiled_step(model, opt):
+    """The benchmarks' training step (zero_grad, cross-entropy, backward, step), compiled synchronously."""
     import jitgrad as jg
     import jitgrad.nn.functional as F
-    from jitgrad import nn
-    jg.manual_seed(0)
-    model = ddp_cls(nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)))
-    opt = jg.optim.SGD(model.parameters(), lr=0.01)
-    rng = np.random.default_rng(int(os.environ.get("RANK", "0")))
-    x = jg.tensor(rng.standard_normal((256, 784), dtype=np.float32))
-    y = jg.tensor(rng.integers(0, 10, 256))
 
     def step(x, y):
         opt.zero_grad()
@@ -61,7 +61,19 @@ def _b1(ddp_cls):
         loss.backward()
         opt.step()
         return loss.detach()
-    return model, jg.compile(step, backend="numba", background=False), (x, y), 256
+    return jg.compile(step, backend="numba", background=False)
+
+
+def _b1(ddp_cls):
+    import jitgrad as jg
+    from jitgrad import nn
+    jg.manual_seed(0)
+    model = ddp_cls(nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)))
+    opt = jg.optim.SGD(model.parameters(), lr=0.01)
+    rng = np.random.default_rng(int(os.environ.get("RANK", "0")))
+    x = jg.tensor(rng.standard_normal((256, 784), dtype=np.float32))
+    y = jg.tensor(rng.integers(0, 10, 256))
+    return model, _compiled_step(model, opt), (x, y), 256
 
 
 def _b9_like(ddp_cls):
@@ -95,14 +107,7 @@ def _b9_like(ddp_cls):
     rng = np.random.default_rng(int(os.environ.get("RANK", "0")))
     x = jg.tensor(rng.standard_normal((16 * 64, 128), dtype=np.float32))
     y = jg.tensor(rng.integers(0, 65, 16 * 64))
-
-    def step(x, y):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss.detach()
-    return model, jg.compile(step, backend="numba", background=False), (x, y), 16
+    return model, _compiled_step(model, opt), (x, y), 16
 
 
 def child():
@@ -135,12 +140,7 @@ def child():
         for label, fn in (("jitgrad", lambda: dist.all_reduce(t)), ("mpi4py", lambda: comm.Allreduce(MPI.IN_PLACE, a))):
             fn()
             comm.Barrier()
-            ts = []
-            for _ in range(reps):
-                t0 = time.perf_counter()
-                fn()
-                ts.append(time.perf_counter() - t0)
-            res[label] = float(np.median(ts))
+            res[label] = _median_time(fn, reps)
         out["allreduce"].append({"MB": mb, **res})
     if r == 0:
         print("B10JSON " + json.dumps(out), flush=True)

@@ -177,17 +177,7 @@ def child(which):
 def _wait_builders(root, timeout=300):
     t0 = time.time()
     while time.time() - t0 < timeout:
-        busy = False
-        for d in os.listdir("/proc"):
-            if d.isdigit():
-                try:
-                    with open(f"/proc/{d}/cmdline", "rb") as fh:
-                        cmd = fh.read()
-                except OSError:
-                    continue
-                if b"jitgrad.codegen.build" in cmd and root.encode() in cmd:
-                    busy = True
-        if not busy:
+        if not _count_builders(root):
             return time.time() - t0
         time.sleep(0.05)
     return time.time() - t0

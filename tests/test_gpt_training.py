@@ -100,6 +100,18 @@ def make_optimizer(lib, model):
                            lr=1e-2, betas=(0.9, 0.95))
 
 
+def make_step(lib, fwd, model, opt):
+    """B9's training step: ``fwd(x, y)``'s loss, backward, clip at 1.0, the optimiser's step, zero_grad."""
+    def step(x, y):
+        loss = fwd(x, y)
+        loss.backward()
+        lib.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+    return step
+
+
 def data():
     rng = np.random.default_rng(0)     # progressions mod VOCAB: learnable from the previous two tokens
     seqs = (rng.integers(0, VOCAB, (24, 1)) + rng.integers(1, 4, (24, 1)) * np.arange(T + 1)) % VOCAB
@@ -133,13 +145,7 @@ def train_jitgrad(dropout, sdpa, mode, checkpoint_at=None, backend="interpret"):
     opt = make_optimizer(jg, model)
     fwd = jg.compile(model, backend=backend, background=False) if mode == "compile-model" else model
 
-    def step(x, y):
-        loss = fwd(x, y)
-        loss.backward()
-        jg.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
+    step = make_step(jg, fwd, model, opt)
     run = jg.compile(step, backend=backend, background=False) if mode == "compile-step" else step
     losses = []
     for i, (x, y) in enumerate(batches()):
@@ -155,8 +161,7 @@ def train_jitgrad(dropout, sdpa, mode, checkpoint_at=None, backend="interpret"):
             opt = make_optimizer(jg, model)
             opt.load_state_dict(ck["optimizer"])
             jg.set_rng_state(ck["rng"])
-            fwd = model
-            run = step
+            run = make_step(jg, model, model, opt)     # eager, on the rebuilt model and optimiser
         losses.append(float(run(jg.tensor(x), jg.tensor(y))))
     return np.array(losses), {k: v.numpy().copy() for k, v in model.state_dict().items()}, init
 

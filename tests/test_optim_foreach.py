@@ -14,6 +14,12 @@ def _params(dtype):
             jg.nn.Parameter(jg.randn(3, 1, 2, dtype=dtype)), jg.nn.Parameter(jg.randn((), dtype=dtype))]
 
 
+def _assert_bit_identical(fast, slow):
+    for a, b in zip(fast, slow):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+
+
 def _adam_run(monkeypatch, fast, dtype, make):
     ps = _params(dtype)
     opt = make(ps)
@@ -46,9 +52,7 @@ ADAMS = {
 def test_adam_foreach_bit_identical(monkeypatch, dtype, which):
     fast, v_fast = _adam_run(monkeypatch, True, dtype, ADAMS[which])
     slow, v_slow = _adam_run(monkeypatch, False, dtype, ADAMS[which])
-    for a, b in zip(fast, slow):
-        assert a.dtype == b.dtype
-        np.testing.assert_array_equal(a, b)
+    _assert_bit_identical(fast, slow)
     assert v_fast == v_slow           # one version bump per in-place write, as the per-parameter path
 
 
@@ -87,9 +91,7 @@ def test_clip_grad_norm_eager_bit_identical(monkeypatch, dtype):
         n = jg.nn.utils.clip_grad_norm_(ps, 1.0)
         out.append([n.numpy()] + [p.grad.numpy() for p in ps] + [[p.grad._version for p in ps]])
     assert out[0][-1] == out[1][-1]
-    for a, b in zip(out[0][:-1], out[1][:-1]):
-        assert a.dtype == b.dtype
-        np.testing.assert_array_equal(a, b)
+    _assert_bit_identical(out[0][:-1], out[1][:-1])
     np.testing.assert_allclose(np.sqrt(sum((p.grad.numpy().astype(np.float64) ** 2).sum() for p in ps)), 1.0,
                                rtol=1e-5)
 
@@ -127,7 +129,5 @@ def test_sgd_foreach_bit_identical(monkeypatch, dtype, which):
     fast, v_fast = _sgd_run(monkeypatch, True, dtype, SGDS[which])
     slow, v_slow = _sgd_run(monkeypatch, False, dtype, SGDS[which])
     assert len(fast) == len(slow)
-    for a, b in zip(fast, slow):
-        assert a.dtype == b.dtype
-        np.testing.assert_array_equal(a, b)
+    _assert_bit_identical(fast, slow)
     assert v_fast == v_slow

@@ -6,18 +6,25 @@ import numpy as np
 import jitgrad as jg
 
 
+def _w_grad(W, loss_of):
+    """A step body: ``loss_of(x @ W)``'s backward; returns W's gradient and clears it."""
+    def body(x):
+        loss_of(x @ W).backward()
+        g = W.grad
+        W.grad = None
+        return g
+    return body
+
 
 def test_split_gradient_is_one_buffer(monkeypatch):
     monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
     W = jg.randn(8, 24, dtype=jg.float64, requires_grad=True)
 
-    def body(x):
-        q, k, v = (x @ W).split(8, dim=1)
-        loss = (q.tanh() * k).sum() + (v.exp() * q).sum()
-        loss.backward()
-        g = W.grad
-        W.grad = None
-        return g
+    def loss_of(h):
+        q, k, v = h.split(8, dim=1)
+        return (q.tanh() * k).sum() + (v.exp() * q).sum()
+
+    body = _w_grad(W, loss_of)
 
     x = jg.randn(4, 8, dtype=jg.float64)
     ref = body(x).numpy()
@@ -43,13 +50,7 @@ def test_fold_keeps_values_when_regions_overlap(monkeypatch):
     monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
     W = jg.randn(8, 10, dtype=jg.float64, requires_grad=True)
 
-    def body(x):
-        h = x @ W
-        loss = (h[:, :6].sin()).sum() + (h[:, 4:] ** 2).sum()
-        loss.backward()
-        g = W.grad
-        W.grad = None
-        return g
+    body = _w_grad(W, lambda h: (h[:, :6].sin()).sum() + (h[:, 4:] ** 2).sum())
 
     x = jg.randn(3, 8, dtype=jg.float64)
     ref = body(x).numpy()

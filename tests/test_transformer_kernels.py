@@ -248,22 +248,12 @@ def test_adamw_with_clipping_one_pass_per_parameter():
 def test_gpt_step_runs_in_the_njit_driver():
     """A small GPT step with B9's idioms (split heads, masked softmax, GELU MLP, LayerNorm, tied embeddings,
     cross_entropy, clip_grad_norm_, AdamW): compiled == eager, and every step native."""
-    from test_gpt_training import L, T, VOCAB, make_gpt, make_optimizer
+    from test_gpt_training import L, T, VOCAB, make_gpt, make_optimizer, make_step
 
     def build():
         jg.manual_seed(0)
         model = make_gpt(jg, 0.0, False).double()
-        opt = make_optimizer(jg, model)
-
-        def step(x, y):
-            loss = model(x, y)
-            loss.backward()
-            jg.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            return loss.detach()
-
-        return model, step
+        return model, make_step(jg, model, model, make_optimizer(jg, model))
 
     rng = np.random.default_rng(8)
     xs = [(jg.tensor(rng.integers(0, VOCAB, (3, T))), jg.tensor(rng.integers(0, VOCAB, (3, T)))) for _ in range(3)]

@@ -13,9 +13,7 @@ import warnings
 from ..ir import dtypes as dt
 from ..runtime import factories, grad_mode
 from ..runtime.torch_kwargs import torch_kwargs
-from . import init
-from .module import Module
-from .parameter import Parameter
+from .layers import _NormBase
 
 
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
@@ -58,46 +56,17 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     return out
 
 
-class _InstanceNorm(Module):
+class _InstanceNorm(_NormBase):
     _spatial = 0        # the number of spatial dims of a batched input
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum=0.1, affine: bool = False,
                  track_running_stats: bool = False, device=None, dtype=None, *, bias: bool = True):
-        super().__init__()
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.affine, self.track_running_stats = affine, track_running_stats
-        fdt = dtype if dtype is not None else dt.DEFAULT_FLOAT
-        if affine:
-            self.weight = Parameter(factories.ones(num_features, dtype=fdt, device=device))
-            if bias:
-                self.bias = Parameter(factories.zeros(num_features, dtype=fdt, device=device))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
-        if track_running_stats:
-            self.register_buffer("running_mean", factories.zeros(num_features, dtype=fdt))
-            self.register_buffer("running_var", factories.ones(num_features, dtype=fdt))
-            self.register_buffer("num_batches_tracked", factories.tensor(0, dtype=dt.int64))
-        else:
-            self.register_buffer("running_mean", None)
-            self.register_buffer("running_var", None)
-            self.register_buffer("num_batches_tracked", None)
-        self.reset_parameters()
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype, bias)
 
-    def reset_running_stats(self) -> None:
-        if self.track_running_stats:
-            init.zeros_(self.running_mean)
-            init.ones_(self.running_var)
-            self.num_batches_tracked.zero_()
-
-    def reset_parameters(self) -> None:
-        self.reset_running_stats()
-        if self.affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+    @staticmethod
+    def _new_param(n, device, dtype):
+        """The parameter payload on ``device`` (BatchNorm1d's stays on the CPU)."""
+        return factories.empty(n, dtype=dtype if dtype is not None else dt.DEFAULT_FLOAT, device=device)
 
     def forward(self, input):
         batched = self._spatial + 2
@@ -117,10 +86,6 @@ class _InstanceNorm(Module):
                             self.training or not self.track_running_stats,
                             0.0 if self.momentum is None else self.momentum, self.eps)
         return out.squeeze(0) if unbatched else out
-
-    def extra_repr(self):
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
 
 
 class InstanceNorm1d(_InstanceNorm):

@@ -163,21 +163,20 @@ class LayerNorm(Module):
                 f"bias={self.bias is not None}")
 
 
-class BatchNorm1d(Module):
-    """Batch normalisation of ``(N, C)`` or ``(N, C, L)`` input.  Buffers ``running_mean`` (zeros),
-    ``running_var`` (ones) and ``num_batches_tracked`` (int64) are updated in place in training mode, so inside a
-    ``@jitgrad.compile`` step the update is graph state written back after each call.  ``momentum=None`` is the
-    cumulative average (factor ``1 / num_batches_tracked``)."""
+class _NormBase(Module):
+    """What BatchNorm1d and the InstanceNorms (instance_norm.py) share, as torch's ``_NormBase``: the
+    ``weight``/``bias`` parameters (ones/zeros; with ``affine``), the ``running_mean``/``running_var``/
+    ``num_batches_tracked`` buffers (with ``track_running_stats``), their resets and the repr."""
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum=0.1, affine: bool = True,
-                 track_running_stats: bool = True, device=None, dtype=None, *, bias: bool = True):
+    def __init__(self, num_features: int, eps, momentum, affine: bool, track_running_stats: bool, device, dtype,
+                 bias: bool):
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         if affine:
-            self.weight = Parameter(_empty(num_features, device=device, dtype=dtype))
+            self.weight = Parameter(self._new_param(num_features, device, dtype))
             if bias:
-                self.bias = Parameter(_empty(num_features, device=device, dtype=dtype))
+                self.bias = Parameter(self._new_param(num_features, device, dtype))
             else:
                 self.register_parameter("bias", None)
         else:
@@ -194,6 +193,11 @@ class BatchNorm1d(Module):
             self.register_buffer("num_batches_tracked", None)
         self.reset_parameters()
 
+    @staticmethod
+    def _new_param(n, device, dtype):
+        """An uninitialised parameter payload (reset_parameters fills it)."""
+        return _empty(n, device=device, dtype=dtype)
+
     def reset_running_stats(self) -> None:
         if self.track_running_stats:
             init.zeros_(self.running_mean)
@@ -206,6 +210,21 @@ class BatchNorm1d(Module):
             init.ones_(self.weight)
             if self.bias is not None:
                 init.zeros_(self.bias)
+
+    def extra_repr(self):
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm1d(_NormBase):
+    """Batch normalisation of ``(N, C)`` or ``(N, C, L)`` input.  Buffers ``running_mean`` (zeros),
+    ``running_var`` (ones) and ``num_batches_tracked`` (int64) are updated in place in training mode, so inside a
+    ``@jitgrad.compile`` step the update is graph state written back after each call.  ``momentum=None`` is the
+    cumulative average (factor ``1 / num_batches_tracked``)."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum=0.1, affine: bool = True,
+                 track_running_stats: bool = True, device=None, dtype=None, *, bias: bool = True):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype, bias)
 
     def _check_input_dim(self, input):
         if input.dim() not in (2, 3):
@@ -224,10 +243,5 @@ class BatchNorm1d(Module):
         track = not self.training or self.track_running_stats
         return FL.batch_norm(input, self.running_mean if track else None, self.running_var if track else None,
                              self.weight, self.bias, bn_training, factor, self.eps)
-
-    def extra_repr(self):
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
-
 
 __all__ = ["Identity", "Flatten", "Linear", "Embedding", "LayerNorm", "BatchNorm1d"]

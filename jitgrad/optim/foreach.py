@@ -43,6 +43,19 @@ def _plain(p):
     return gd
 
 
+def _plain_items(group):
+    """[(p, grad array)] for the group's parameters that have a gradient, or None when one is not ``_plain``."""
+    items = []
+    for p in group["params"]:
+        if p.grad is None:
+            continue
+        g = _plain(p)
+        if g is None:
+            return None
+        items.append((p, g))
+    return items
+
+
 class _Scratch:
     """Flat per-dtype work buffers, reused across parameters and steps (a parameter-sized view each)."""
 
@@ -64,14 +77,9 @@ def adam_group(opt, group, state_for, scalars) -> bool:
     ``(step_size, bias_correction2_sqrt)`` computed with tensor ops from a step count tensor."""
     if group["amsgrad"] or group["maximize"]:
         return False
-    items = []
-    for p in group["params"]:
-        if p.grad is None:
-            continue
-        g = _plain(p)
-        if g is None:
-            return False
-        items.append((p, g))
+    items = _plain_items(group)
+    if items is None:
+        return False
     if not items:
         return True
     beta1, beta2 = group["betas"]
@@ -144,13 +152,11 @@ def sgd_group(opt, group) -> bool:
     plain array of the parameter's dtype)."""
     wd, momentum, dampening = group["weight_decay"], group["momentum"], group["dampening"]
     nesterov, maximize = group["nesterov"], group["maximize"]
+    plain = _plain_items(group)
+    if plain is None:
+        return False
     items = []
-    for p in group["params"]:
-        if p.grad is None:
-            continue
-        g = _plain(p)
-        if g is None:
-            return False
+    for p, g in plain:
         buf = None
         if momentum != 0:
             buf = opt.state[p].get("momentum_buffer") if p in opt.state else None

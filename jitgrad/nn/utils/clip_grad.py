@@ -49,11 +49,12 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     if not grads:
         from ...runtime.factories import tensor
         return tensor(0.0)
+    plain = _eager_plain(grads)
     with grad_mode.no_grad():
         if norm_type == math.inf:
             norms = [g.abs().amax() for g in grads]
             total = norms[0] if len(norms) == 1 else F.stack(norms).amax()
-        elif norm_type == 2.0 and _eager_plain(grads):
+        elif norm_type == 2.0 and plain:
             total = _sum_of_squares_eager(grads)
         elif norm_type == 2.0:
             # one sum of squares per gradient and a chain of scalar adds: a compiled step reads each gradient
@@ -73,7 +74,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
                                "by the non-finite norm anyway, set `error_if_nonfinite=False`")
         clip_coef = max_norm / (total + 1e-6)
         clip_coef = F.clamp(clip_coef, max=1.0)
-        if _eager_plain(grads):
+        if plain:
             coef = clip_coef.to(grads[0].dtype)._data
             for g in grads:         # g.mul_(coef) without a dispatch per gradient: the same float ops
                 g._check_inplace()
