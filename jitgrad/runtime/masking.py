@@ -10,6 +10,7 @@ from ..ir.ops import OPS as O
 from .dispatch import bind
 from .functions import _axis, clamp, where
 from .grad_names import named
+from .shaping import index_grid
 from .tensor import Tensor
 from .torch_kwargs import torch_kwargs
 
@@ -42,15 +43,7 @@ def _masked_fill_(self, mask, value):
 
 def _scatter_key(input, dim, index):
     ax = _axis("scatter_add", input, dim)
-    key = []
-    for i in range(index.ndim):
-        if i == ax:
-            key.append(index)
-        else:
-            shp = [1] * index.ndim
-            shp[i] = index.shape[i]
-            key.append(index._same_device(Tensor._make(np.arange(index.shape[i], dtype=np.int64).reshape(shp))))
-    return ax, key
+    return ax, index_grid(index, ax)
 
 
 def scatter_add(input, dim, index, src, **torch_kw):
