@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.dtypes import torch_scalar_name
 from ..ir.ops import OPS as O
 from ..tracer import STATE as _TR
 from . import grad_mode, saved_mutation
@@ -16,7 +17,6 @@ from .devices import backend_of_payload, copy_payload
 _GM = grad_mode.STATE
 _GETITEM = O["getitem"]
 _MUT = saved_mutation.STATE
-_TORCH_NAME = {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int", "bool": "Bool"}
 
 
 def _multi_view_msg(origin):
@@ -262,8 +262,8 @@ def _check_result(t, r):
     if rd.shape != sd.shape:
         raise RuntimeError(f"output with shape {list(t.shape)} doesn't match the broadcast shape {list(r.shape)}")
     if rd.dtype != sd.dtype and not np.can_cast(rd.dtype, sd.dtype, "same_kind"):
-        raise RuntimeError(f"result type {_TORCH_NAME[r.dtype.name]} can't be cast to the desired output type "
-                           f"{_TORCH_NAME[t.dtype.name]}")
+        raise RuntimeError(f"result type {torch_scalar_name(r.dtype)} can't be cast to the desired output type "
+                           f"{torch_scalar_name(t.dtype)}")
 
 
 def parse_index(key, t):

@@ -271,9 +271,7 @@ class Tensor(InPlaceOps, TensorOperators):
                 raise RuntimeError(f"assigned grad has data of a different size: grad shape {list(value.shape)}, "
                                    f"tensor shape {list(self.shape)}")
             if value.dtype is not self.dtype:
-                names = {"float32": "float", "float64": "double", "float16": "half", "int64": "long", "int32": "int",
-                         "bool": "bool", "uint8": "byte"}
-                g, mine = names.get(value.dtype.name, value.dtype.name), names.get(self.dtype.name, self.dtype.name)
+                g, mine = dt.torch_scalar_name(value.dtype).lower(), dt.torch_scalar_name(self.dtype).lower()
                 raise RuntimeError(f"attempting to assign a gradient with dtype '{g}' to a tensor with grad_dtype "
                                    f"'{mine.capitalize()}'. The gradient must match the tensor's grad_dtype (defaults "
                                    "to the tensor's dtype). (torch's text; jitgrad has no grad_dtype attribute: "
