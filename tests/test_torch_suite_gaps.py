@@ -16,6 +16,13 @@ def both(fn):
     return fn(jg), fn(torch)
 
 
+def assert_same(fn):
+    """fn(jg) == fn(torch); returns jitgrad's value."""
+    j, t = both(fn)
+    assert j == t
+    return j
+
+
 def error_of(fn):
     try:
         fn()
@@ -48,7 +55,7 @@ def test_saved_tensor_hooks_entered_during_backward_do_not_outlive_it():
         b = a.exp()
         b.grad_fn._raw_saved_result.register_hooks(lambda t: seen.append("pack") or t, lambda t: t)
         return seen
-    assert both(run)[0] == both(run)[1] == ["pack"]
+    assert assert_same(run) == ["pack"]
 
 
 def test_backward_restores_hooks_a_hook_exited():
@@ -99,8 +106,7 @@ def test_tensor_new_and_constants():
         d = x.new()
         return (tuple(a.shape), str(a.dtype).split(".")[-1], tuple(b.shape), c.tolist(), str(c.dtype).split(".")[-1],
                 tuple(d.shape), lib.inf, np.isnan(lib.nan), lib.pi, lib.e)
-    j, t = both(run)
-    assert j == t
+    assert_same(run)
 
 
 def test_set_warn_always_flag():
@@ -133,8 +139,7 @@ def test_variable_is_every_tensor_and_queues_callbacks():
         F.apply(x).sum().backward()
         v = lib.autograd.Variable(x)
         return log, isinstance(x, lib.autograd.Variable), v.requires_grad, isinstance(3, lib.autograd.Variable)
-    j, t = both(run)
-    assert j == t
+    assert_same(run)
 
 
 def test_root_gradient_takes_the_output_dtype():
@@ -200,8 +205,7 @@ def test_legacy_type_as_dtype_and_is_view():
         x = lib.randn(3)
         y = x.to(lib.DoubleTensor) if lib is jg else x.type(torch.DoubleTensor)
         return str(y.dtype).split(".")[-1], x._is_view(), x[1:]._is_view(), x.view(1, 3)._is_view()
-    j, t = both(run)
-    assert j == t
+    assert_same(run)
 
 
 def test_attribute_deletion_and_backward_hooks_dict():
@@ -236,7 +240,7 @@ def test_view_of_same_shape_is_a_new_view():
         z = x.view(2)
         return y is x, y._is_view(), z is x, z._is_view(), type(y.grad_fn).__name__ if lib is torch else \
             y.grad_fn.name()
-    assert both(run)[0] == both(run)[1]
+    assert_same(run)
     same_error(lambda lib: lib.zeros(1, requires_grad=True).view_as(lib.zeros(1)).add_(1))
 
 
@@ -267,8 +271,7 @@ def test_view_made_in_inference_mode_of_a_tensor_requiring_grad():
             err = error_of(lambda: v.add_(2)) if rg else None
             out.append(str(err) if err else None)
         return out
-    j, t = both(run)
-    assert j == t
+    assert_same(run)
 
 
 def test_accumulate_grad_node_hooks_order():
@@ -311,8 +314,7 @@ def test_node_hooks_run_for_backward_inputs_not_for_grad():
         log.append("|")
         b.sum().backward(inputs=(a,))
         return log
-    j, t = both(run)
-    assert j == t
+    assert_same(run)
 
 
 def test_materialized_grads_require_grad_under_create_graph():
@@ -323,7 +325,7 @@ def test_materialized_grads_require_grad_under_create_graph():
         d2 = lib.autograd.grad(d, x, create_graph=True, allow_unused=True, materialize_grads=True)
         d3 = lib.autograd.grad(d2, x, materialize_grads=True)
         return d2[0].requires_grad, d2[0].item(), d3[0].requires_grad, d3[0].item()
-    assert both(run)[0] == both(run)[1]
+    assert_same(run)
 
 
 def test_legacy_names_warn_as_torch():
@@ -356,8 +358,7 @@ def test_legacy_names_warn_as_torch():
         out.append(any("should not be instantiated" in str(x.message) for x in w))
         out.append(lib.autograd.torch is lib)
         return out
-    j, t = both(run)
-    assert j == t
+    assert_same(run)
 
 
 def test_create_graph_first_grad_is_a_copy_named_copybackwards():
@@ -370,8 +371,7 @@ def test_create_graph_first_grad_is_a_copy_named_copybackwards():
         nf = [n is None for n, _ in g.grad_fn.next_functions]
         (g2,) = lib.autograd.grad(g.sum(), x)
         return type(g.grad_fn).__name__, nf, g2.tolist()
-    j, t = both(run)
-    assert j == t
+    assert_same(run)
 
 
 def _dirty_fn(lib, kind):
@@ -425,7 +425,7 @@ def test_custom_function_mark_dirty_on_a_non_input_warns():
             warnings.simplefilter("always")
             y = _dirty_fn(lib, "not_input").apply(lib.ones(2, requires_grad=True).clone())
         return [str(x.message).split(" (Triggered")[0] for x in w], y.tolist()
-    assert both(run)[0] == both(run)[1]
+    assert_same(run)
 
 
 def test_clear_saved_tensors_on_access():
@@ -493,8 +493,7 @@ def test_signbit_and_trace():
             out += [t.item(), y.grad.tolist(), t.grad_fn.name() if lib is jg else type(t.grad_fn).__name__]
         out.append(str(error_of(lambda: lib.trace(lib.ones(3)))))
         return out
-    j, t = both(run)
-    assert j == t
+    assert_same(run)
 
 def test_single_element_index_is_a_view_and_multi_output_origin_propagates():
     def run(lib):
@@ -509,8 +508,7 @@ def test_single_element_index_is_a_view_and_multi_output_origin_propagates():
         c = a.view_as(a).unbind(0)
         out.append(type(error_of(lambda: c[0].mul_(2))).__name__)
         return out
-    j, t = both(run)
-    assert j == t
+    assert_same(run)
 
 
 def test_inference_tensors_in_normal_mode():
@@ -529,8 +527,7 @@ def test_inference_tensors_in_normal_mode():
                 out.append(c.grad.tolist())
                 out.append(str(error_of(lambda: c.mul(s))).split(". ")[0])
         return out
-    j, t = both(run)
-    assert j == t
+    assert_same(run)
 
 
 def test_deprecated_jacobian_helpers():
@@ -548,8 +545,7 @@ def test_deprecated_jacobian_helpers():
         return ([np.round(j.numpy(), 6).tolist() for j in num], len(num_t), [j.tolist() for j in ana], reentrant,
                 sizes_ok, types_ok, sorted({type(x.message).__name__ for x in w}),
                 all("was part of PyTorch's private API" in str(x.message) for x in w), err)
-    j, t = both(run)
-    assert j == t
+    assert_same(run)
 
 
 @pytest.mark.parametrize("leaf", [True, False])
@@ -569,8 +565,7 @@ def test_hooked_saved_input_keeps_its_history(leaf):
         g.sum().backward()
         out.append(b.grad.tolist())
         return out
-    j, t = both(run)
-    assert j == t
+    assert_same(run)
 
 
 def test_saved_result_is_a_new_tensor_and_detached_saved_input_is_refused():
@@ -593,8 +588,7 @@ def test_saved_result_is_a_new_tensor_and_detached_saved_input_is_refused():
         y.backward()
         out.append(x.grad.tolist() == (2 * x.detach()).tolist())
         return out
-    j, t = both(run)
-    assert j == t
+    assert_same(run)
 
 
 def test_gradcheck_outputs_changing_shape_or_dtype_raise_assertion_errors():
@@ -621,7 +615,7 @@ def test_out_into_an_inference_tensor_outside_inference_mode():
         with lib.inference_mode():
             c = lib.ones(2)
         return str(error_of(lambda: lib.mul(s, s, out=c)))
-    assert both(run)[0] == both(run)[1]
+    assert_same(run)
 
 
 def test_gradcheck_runs_backward_with_undefined_output_grads():
@@ -663,8 +657,7 @@ def test_gradient_edges_as_backward_inputs_and_outputs():
         lib.autograd.backward(edge)
         out.append(leaf.grad.tolist())
         return out
-    j, t = both(run)
-    assert j == t
+    assert_same(run)
 
 
 def test_node_reached_by_no_gradient_gets_one_none_per_output():
@@ -744,8 +737,7 @@ def test_inplace_on_custom_function_views_and_multi_view_outputs_when_recorded()
             w = lib.rand(3)[:2]
         out.append(str(error_of(lambda: w.add_(b.expand(2)))).split(".")[0])
         return out
-    j, t = both(run)
-    assert j == t
+    assert_same(run)
     # the suite (test_autograd.py@5c322af, test_autograd_multiple_views_python) names the node: MyFnBackward
     c = jg.rand(1, 2, requires_grad=True).clone()
 
@@ -796,7 +788,7 @@ def test_allow_mutation_on_saved_clones_before_an_out_write():
             out.backward()
             counts.append(len(ctx.cloned))
         return counts, a.grad.tolist()
-    assert both(run)[0] == both(run)[1]
+    assert_same(run)
 
 
 def test_module_full_backward_hook_not_called_in_double_backward():

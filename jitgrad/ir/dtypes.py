@@ -74,6 +74,15 @@ class NameOnlyDType(DType):
 bfloat16 = NameOnlyDType("bfloat16", "bf16")
 _BY_NAME[bfloat16.name] = bfloat16
 # aliases users reach for
+# torch's scalar-type names, as its error texts print them ("result type Float can't be cast to ... Long")
+TORCH_SCALAR_NAME = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long", "int32": "Int",
+                     "bool": "Bool", "uint8": "Byte"}
+
+
+def torch_scalar_name(d: DType) -> str:
+    return TORCH_SCALAR_NAME.get(d.name, d.name)
+
+
 _ALIASES = {"float": float32, "double": float64, "long": int64, "int": int32, "bool": bool_, "half": float16,
             "f32": float32, "f64": float64, "i64": int64, "i32": int32}
 

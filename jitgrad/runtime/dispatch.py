@@ -162,7 +162,7 @@ def _bind(op, args, params):
         elif not _GM.grad_enabled:
             t._view_origin = NO_GRAD_VIEW
         else:
-            bo = getattr(args[0], "_view_origin", None)
+            bo = base._view_origin
             if bo is not None:
                 o = inherited_origin(bo)
                 if o is not None:

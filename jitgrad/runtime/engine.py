@@ -167,6 +167,15 @@ def _run_queued_callbacks():
         q.pop(0)()
 
 
+def _leaf_pre_hooks(acc, g):
+    """An AccumulateGrad node's pre hooks, in order, on its one gradient ``g``; returns the gradient they leave."""
+    for fn in list(acc._pre_hooks.values()):
+        r = fn((g,))
+        if r is not None:
+            g = r[0]
+    return g
+
+
 def _run_post_accumulate_hooks(acc, var):
     """``register_post_accumulate_grad_hook``: each hook gets the leaf after its .grad was updated."""
     for fn in list(acc.post_hooks.values()):
@@ -468,10 +477,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                     g = _run_tensor_hooks(var._hooks, g)
                 if capturing and node in cap_nodes:
                     if capture_hooks and g is not None and node._pre_hooks:   # backward(inputs=leaf) runs the
-                        for fn in list(node._pre_hooks.values()):         # node (its hooks); grad() does not
-                            r = fn((g,))
-                            if r is not None:
-                                g = r[0]
+                        g = _leaf_pre_hooks(node, g)                       # node (its hooks); grad() does not
                     for k in captures.get((node, 0), ()):
                         captured[k] = g
                     if capture_hooks and g is not None and node._hooks:
@@ -479,10 +485,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                             fn((), (g,))
                 elif accumulate and g is not None:
                     if node._pre_hooks:     # the AccumulateGrad node's own hooks run when it runs (not for grad())
-                        for fn in list(node._pre_hooks.values()):
-                            r = fn((g,))
-                            if r is not None:
-                                g = r[0]
+                        g = _leaf_pre_hooks(node, g)
                     had_grad = var._grad is not None
                     if _PROF.active is not None:
                         with _PROF.active.range("AccumulateGrad", [var.shape]):

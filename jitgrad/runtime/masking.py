@@ -10,6 +10,7 @@ from ..ir.ops import OPS as O
 from .dispatch import bind
 from .functions import _axis, clamp, where
 from .grad_names import named
+from .shaping import index_grid
 from .tensor import Tensor
 from .torch_kwargs import torch_kwargs
 
@@ -42,15 +43,20 @@ def _masked_fill_(self, mask, value):
 
 def _scatter_key(input, dim, index):
     ax = _axis("scatter_add", input, dim)
-    key = []
+    return ax, index_grid(index, ax)
+
+
+def oversized_index_dim(input, ax, index, src):
+    """torch's scatter shape rule: raises unless ``index``, ``input`` and ``src`` have one number of dimensions;
+    returns the first dimension where ``index`` is larger than ``src`` (or, apart from ``ax``, than ``input``),
+    or None (each caller raises its own torch text for it)."""
+    if not (index.ndim == input.ndim == src.ndim):
+        raise RuntimeError(f"Index tensor must have the same number of dimensions as self tensor (index "
+                           f"{list(index.shape)}, self {list(input.shape)}, src {list(src.shape)})")
     for i in range(index.ndim):
-        if i == ax:
-            key.append(index)
-        else:
-            shp = [1] * index.ndim
-            shp[i] = index.shape[i]
-            key.append(index._same_device(Tensor._make(np.arange(index.shape[i], dtype=np.int64).reshape(shp))))
-    return ax, key
+        if index.shape[i] > src.shape[i] or (i != ax and index.shape[i] > input.shape[i]):
+            return i
+    return None
 
 
 def scatter_add(input, dim, index, src, **torch_kw):
@@ -60,14 +66,11 @@ def scatter_add(input, dim, index, src, **torch_kw):
     ax = _axis("scatter_add", input, dim)
     if index.dtype.name != "int64":
         raise RuntimeError(f"scatter_add(): Expected dtype int64 for index, got {index.dtype.name}")
-    if not (index.ndim == input.ndim == src.ndim):
-        raise RuntimeError(f"Index tensor must have the same number of dimensions as self tensor (index "
-                           f"{list(index.shape)}, self {list(input.shape)}, src {list(src.shape)})")
-    for i in range(index.ndim):
-        if index.shape[i] > src.shape[i] or (i != ax and index.shape[i] > input.shape[i]):
-            raise RuntimeError(f"Size does not match at dimension {i} expected index {list(index.shape)} to be "
-                               f"smaller than self {list(input.shape)} apart from dimension {ax} and to be "
-                               f"smaller size than src {list(src.shape)}")
+    i = oversized_index_dim(input, ax, index, src)
+    if i is not None:
+        raise RuntimeError(f"Size does not match at dimension {i} expected index {list(index.shape)} to be "
+                           f"smaller than self {list(input.shape)} apart from dimension {ax} and to be "
+                           f"smaller size than src {list(src.shape)}")
     if index.numel() and type(index._data) is np.ndarray and (
             index._data.min() < 0 or index._data.max() >= input.shape[ax]):
         bad = int(index._data.max() if index._data.max() >= input.shape[ax] else index._data.min())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.dtypes import torch_scalar_name
 from ..ir.ops import OPS as O
 from ..tracer import STATE as _TR
 from . import grad_mode, saved_mutation
@@ -16,7 +17,13 @@ from .devices import backend_of_payload, copy_payload
 _GM = grad_mode.STATE
 _GETITEM = O["getitem"]
 _MUT = saved_mutation.STATE
-_TORCH_NAME = {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int", "bool": "Bool"}
+
+
+def _multi_view_msg(origin):
+    """torch's refusal to write into output ``origin[1]`` of ``origin[0]``, a function returning several views."""
+    return (f"Output {origin[1]} of {origin[0]} is a view and is being modified inplace. This view is the output of a "
+            "function that returns multiple views. Such functions do not allow the output views to be modified "
+            "inplace. You should replace the inplace operation by an out-of-place one.")
 
 
 def _bind(op, *args, **params):
@@ -35,7 +42,7 @@ class InPlaceOps:
         if _MUT.active is not None:     # allow_mutation_on_saved_tensors: keep the saved value first
             _MUT.active.before_write(self)
         b = self._base
-        origin = getattr(self, "_view_origin", None) if b is not None else None
+        origin = self._view_origin if b is not None else None
         if origin is not None and len(origin) == 3 and _GM.grad_enabled and self.requires_grad:
             raise RuntimeError(view_of_view_msg(self))      # a view of a view made in no_grad / inference mode
         if origin is INFERENCE_VIEW and _GM.grad_enabled and not _GM.inference and b.requires_grad:
@@ -51,10 +58,7 @@ class InPlaceOps:
             if self.grad_fn is None and self._requires_grad:
                 raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
             if origin is not None and len(origin) == 2:
-                raise RuntimeError(f"Output {origin[1]} of {origin[0]} is a view and is being modified inplace. This "
-                                   "view is the output of a function that returns multiple views. Such functions do "
-                                   "not allow the output views to be modified inplace. You should replace the "
-                                   "inplace operation by an out-of-place one.")
+                raise RuntimeError(_multi_view_msg(origin))
         if self._inference and not _GM.inference:
             raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed.You can make "
                                "a clone to get a normal tensor before doing inplace update.See "
@@ -69,12 +73,9 @@ class InPlaceOps:
         b = self._base
         if b is None or not b.requires_grad:
             return
-        origin = getattr(self, "_view_origin", None)
+        origin = self._view_origin
         if origin is not None and len(origin) == 2:
-            raise RuntimeError(f"Output {origin[1]} of {origin[0]} is a view and is being modified inplace. This "
-                               "view is the output of a function that returns multiple views. Such functions do "
-                               "not allow the output views to be modified inplace. You should replace the "
-                               "inplace operation by an out-of-place one.")
+            raise RuntimeError(_multi_view_msg(origin))
         if b.grad_fn is None:
             raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
 
@@ -85,16 +86,13 @@ class InPlaceOps:
         recording = _GM.grad_enabled and (self.requires_grad or any(
             isinstance(o, InPlaceOps) and o.requires_grad for o in others))
         if recording and self._base is not None:
-            origin = getattr(self, "_view_origin", None)
+            origin = self._view_origin
             if origin is not None and len(origin) == 4:     # a view a custom Function made (or an input returned)
                 raise RuntimeError(custom_fn_view_msg(origin))
             if origin is NO_GRAD_VIEW:      # made in no_grad mode: the write would be recorded now (torch refuses)
                 raise RuntimeError(NO_GRAD_VIEW_MSG)
             if origin is not None and len(origin) == 2:     # an output of a multi-view function (unbind, split)
-                raise RuntimeError(f"Output {origin[1]} of {origin[0]} is a view and is being modified inplace. This "
-                                   "view is the output of a function that returns multiple views. Such functions do "
-                                   "not allow the output views to be modified inplace. You should replace the "
-                                   "inplace operation by an out-of-place one.")
+                raise RuntimeError(_multi_view_msg(origin))
         if recording and self._base is not None:
             if _TR.active is None and type(self._data) is np.ndarray and type(self._base._data) is np.ndarray:
                 return inplace_on_view(self, fn, others, _snapshot, _check_result)
@@ -264,8 +262,8 @@ def _check_result(t, r):
     if rd.shape != sd.shape:
         raise RuntimeError(f"output with shape {list(t.shape)} doesn't match the broadcast shape {list(r.shape)}")
     if rd.dtype != sd.dtype and not np.can_cast(rd.dtype, sd.dtype, "same_kind"):
-        raise RuntimeError(f"result type {_TORCH_NAME[r.dtype.name]} can't be cast to the desired output type "
-                           f"{_TORCH_NAME[t.dtype.name]}")
+        raise RuntimeError(f"result type {torch_scalar_name(r.dtype)} can't be cast to the desired output type "
+                           f"{torch_scalar_name(t.dtype)}")
 
 
 def parse_index(key, t):

@@ -44,7 +44,7 @@ def _inplace(fn):
     def f(self, other):
         if not isinstance(other, Tensor):
             _check_tensors(fn.__name__ + "_", self, other)
-        return self._apply_inplace(lambda s, o: fn(s, o), other)
+        return self._apply_inplace(fn, other)
     f.__name__ = fn.__name__ + "_"
     f.__doc__ = f"In place: ``x.{fn.__name__}_(other)`` writes ``{fn.__name__}(x, other)`` into ``x``."
     return f

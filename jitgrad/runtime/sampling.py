@@ -26,14 +26,11 @@ def _size(size):
     return tuple(int(s) for s in size)
 
 
-_TORCH_NAME = {"int64": "Long", "int32": "Int", "bool": "Bool", "uint8": "Byte"}
-
-
 def _float_dtype(dtype, kernel):
     """The dtype of a float draw; torch's error for an integer one (``kernel`` names torch's kernel)."""
     d = dt.as_dtype(dtype) if dtype is not None else dt.DEFAULT_FLOAT
     if not d.is_floating_point:
-        raise NotImplementedError(f'"{kernel}" not implemented for \'{_TORCH_NAME.get(d.name, d.name)}\'')
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{dt.torch_scalar_name(d)}\'')
     return d
 
 

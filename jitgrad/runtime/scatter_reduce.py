@@ -17,7 +17,7 @@ from ..ir.ops import OPS as O
 from .dispatch import bind
 from .functions import _axis
 from .grad_names import named
-from .masking import _scatter_key, scatter_add
+from .masking import _scatter_key, oversized_index_dim, scatter_add
 from .tensor import Tensor
 from .torch_kwargs import torch_kwargs
 
@@ -34,13 +34,9 @@ def _check_index(name, input, ax, index, src):
     if src.dtype is not input.dtype:
         raise RuntimeError(f"scatter(): Expected self.dtype to be equal to src.dtype (self {input.dtype.name}, src "
                            f"{src.dtype.name})")
-    if not (index.ndim == input.ndim == src.ndim):
-        raise RuntimeError(f"Index tensor must have the same number of dimensions as self tensor (index "
-                           f"{list(index.shape)}, self {list(input.shape)}, src {list(src.shape)})")
-    for i in range(index.ndim):
-        if index.shape[i] > src.shape[i] or (i != ax and index.shape[i] > input.shape[i]):
-            raise RuntimeError(f"Expected index {list(index.shape)} to be no larger than self {list(input.shape)} "
-                               f"apart from dimension {ax} and to be no larger size than src {list(src.shape)}")
+    if oversized_index_dim(input, ax, index, src) is not None:
+        raise RuntimeError(f"Expected index {list(index.shape)} to be no larger than self {list(input.shape)} "
+                           f"apart from dimension {ax} and to be no larger size than src {list(src.shape)}")
     d, size = index._data, input.shape[ax] if input.ndim else 1
     if index.numel() and type(d) is np.ndarray and (d.min() < 0 or d.max() >= size):
         bad = int(d.max() if d.max() >= size else d.min())

@@ -16,7 +16,7 @@ def _as_tensor(x, like: Tensor | None = None) -> Tensor:
     if isinstance(x, Tensor):
         return x
     from .factories import tensor
-    if like is not None and isinstance(x, (bool, int, float)) and not isinstance(x, bool):
+    if like is not None and isinstance(x, (int, float)) and not isinstance(x, bool):
         # a Python number beside a tensor takes the tensor's dtype where it fits (torch's scalar overloads)
         return tensor(x, dtype=like.dtype if (like.is_floating_point() or isinstance(x, int)) else None)
     return tensor(x)

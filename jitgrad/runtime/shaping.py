@@ -291,16 +291,21 @@ def _gather(input, dim, index):
             index._data.min() < -input.shape[ax] or index._data.max() >= input.shape[ax]):
         raise IndexError(f"gather(): index {int(index._data.max())} is out of bounds for dimension {ax} with size "
                          f"{input.shape[ax]}")
+    return input[tuple(index_grid(index, ax))]
+
+
+def index_grid(index, ax):
+    """The advanced-indexing key of gather/scatter along ``ax``: ``index`` there, elsewhere the broadcast
+    ``arange`` of each of ``index``'s dimensions (on ``index``'s device)."""
     key = []
-    for i in range(input.ndim):
+    for i in range(index.ndim):
         if i == ax:
             key.append(index)
         else:
-            shp = [1] * input.ndim
+            shp = [1] * index.ndim
             shp[i] = index.shape[i]
-            rows = Tensor._make(np.arange(index.shape[i], dtype=np.int64).reshape(shp))
-            key.append(rows if type(index._data) is np.ndarray or index.device.type == "cpu" else rows.to(index.device))
-    return input[tuple(key)]
+            key.append(index._same_device(Tensor._make(np.arange(index.shape[i], dtype=np.int64).reshape(shp))))
+    return key
 
 
 def take_along_dim(input, indices, dim, **torch_kw):

@@ -97,6 +97,16 @@ def _contiguous_strides(shape):
     return tuple(reversed(st))
 
 
+def _with_storage_of(t, source):
+    """``t`` (a root sharing ``source``'s payload: ``detach()``, ``.data``) with ``source``'s whole storage, as
+    torch's (``storage_offset``, ``as_strided``), when that payload is not all of it."""
+    d = source._data
+    if source._base is not None or type(d) is np.ndarray and not d.flags.owndata:
+        from .strided import share_storage      # (strided.py builds on Tensor)
+        share_storage(t, source)
+    return t
+
+
 class Tensor(InPlaceOps, TensorOperators):
     """A multi-dimensional array with autograd, like ``torch.Tensor``.
 
@@ -261,9 +271,7 @@ class Tensor(InPlaceOps, TensorOperators):
                 raise RuntimeError(f"assigned grad has data of a different size: grad shape {list(value.shape)}, "
                                    f"tensor shape {list(self.shape)}")
             if value.dtype is not self.dtype:
-                names = {"float32": "float", "float64": "double", "float16": "half", "int64": "long", "int32": "int",
-                         "bool": "bool", "uint8": "byte"}
-                g, mine = names.get(value.dtype.name, value.dtype.name), names.get(self.dtype.name, self.dtype.name)
+                g, mine = dt.torch_scalar_name(value.dtype).lower(), dt.torch_scalar_name(self.dtype).lower()
                 raise RuntimeError(f"attempting to assign a gradient with dtype '{g}' to a tensor with grad_dtype "
                                    f"'{mine.capitalize()}'. The gradient must match the tensor's grad_dtype (defaults "
                                    "to the tensor's dtype). (torch's text; jitgrad has no grad_dtype attribute: "
@@ -364,10 +372,7 @@ class Tensor(InPlaceOps, TensorOperators):
         """A new tensor sharing storage (and version counter) that never requires grad."""
         t = Tensor._make(self._data)
         t._vc = self._vc    # shared: in-place changes through either one are seen by the saved-tensor checks
-        if self._base is not None or type(self._data) is np.ndarray and not self._data.flags.owndata:
-            from .strided import share_storage      # (strided.py builds on Tensor)
-            share_storage(t, self)      # the whole storage, as torch's (storage_offset, as_strided)
-        return t            # not an autograd view (torch: in-place on ``x.detach()`` is allowed)
+        return _with_storage_of(t, self)    # not an autograd view (torch: in-place on ``x.detach()`` is allowed)
 
     def detach_(self) -> "Tensor":
         if self._base is not None:
@@ -381,11 +386,8 @@ class Tensor(InPlaceOps, TensorOperators):
 
     @property
     def data(self) -> "Tensor":
-        t = Tensor._make(self._data)   # own version counter, not a view: ``p.data.add_()`` is allowed
-        if self._base is not None or type(self._data) is np.ndarray and not self._data.flags.owndata:
-            from .strided import share_storage      # (strided.py builds on Tensor)
-            share_storage(t, self)      # the whole storage, as torch's
-        return t
+        # own version counter, not a view: ``p.data.add_()`` is allowed
+        return _with_storage_of(Tensor._make(self._data), self)
 
     @data.setter
     def data(self, value):

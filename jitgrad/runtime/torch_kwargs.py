@@ -19,7 +19,7 @@ REDUCTIONS = frozenset({"sum", "mean", "max", "min", "amax", "amin", "prod", "va
                         "std_mean"})
 
 
-from ..ir.dtypes import UnsupportedError  # noqa: E402,F401 - defined at the lowest layer (dtypes raise it too)
+from ..ir.dtypes import UnsupportedError, torch_scalar_name  # noqa: E402,F401 - (dtypes raise it too)
 
 
 # the factories torch gives a ``memory_format=`` (the ``*_like`` ones lay out their result like the input with
@@ -78,12 +78,10 @@ def write_out(name, result, out, args):
         raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed.You can make "
                            "a clone to get a normal tensor before doing inplace update.See "
                            "https://github.com/pytorch/rfcs/pull/17 for more details.")
-    names = {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int", "bool": "Bool",
-             "float16": "Half"}
     for o, r in zip(outs, results):
         if r.dtype is not o.dtype and not np.can_cast(r._data.dtype, o._data.dtype, "same_kind"):
-            raise RuntimeError(f"result type {names.get(r.dtype.name, r.dtype.name)} can't be cast to the desired "
-                               f"output type {names.get(o.dtype.name, o.dtype.name)}")
+            raise RuntimeError(f"result type {torch_scalar_name(r.dtype)} can't be cast to the desired "
+                               f"output type {torch_scalar_name(o.dtype)}")
         if o.shape != r.shape:
             if o.numel():
                 warnings.warn(f"An output with one or more elements was resized since it had shape {list(o.shape)}, "
