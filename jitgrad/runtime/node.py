@@ -151,7 +151,7 @@ class Node:
         versions, inputs = self.versions, self.inputs
         if _LAST_DETACH > self.seq and versions:    # only a node older than some detach_ can hold such a value
             for i, _ in versions:
-                if _DETACH_SEQ.get(id(inputs[i]), -1) > self.seq and DETACHED_INPLACE.get(id(inputs[i])) is inputs[i]:
+                if _detached_after(inputs[i], self.seq):
                     raise RuntimeError("Trying to use a saved tensor that has been detached in-place, i.e. with "
                                        ".detach_().This is not supported, please use out-of-place `.detach()` "
                                        "instead")
@@ -230,19 +230,24 @@ class AccumulateGrad(Node):
 
 # non-leaf tensors detached in place (Tensor.detach_): a node that saved one as an input *before* it was detached
 # refuses to run (torch); a node made after the detach saved a plain leaf and runs
-DETACHED_INPLACE = weakref.WeakValueDictionary()
-_DETACH_SEQ: dict = {}      # id(tensor) -> the node sequence number at its detach_
+_DETACHED: dict = {}        # id(tensor) -> (weakref to it, the node sequence number at its detach_)
 _LAST_DETACH = -1           # the sequence number of the latest detach_ (a global int: the hot path's only test)
 
 
 def mark_detached_inplace(t) -> None:
     """Record that ``t`` (a non-leaf) was detached in place now (see ``Node.check_saved``)."""
-    if len(_DETACH_SEQ) > 1024:         # drop the entries of tensors that died
-        for k in [k for k in _DETACH_SEQ if k not in DETACHED_INPLACE]:
-            del _DETACH_SEQ[k]
     global _LAST_DETACH
-    DETACHED_INPLACE[id(t)] = t
-    _DETACH_SEQ[id(t)] = _LAST_DETACH = next(_seq)
+    if len(_DETACHED) > 1024:           # drop the entries of tensors that died
+        for k in [k for k, (r, _) in _DETACHED.items() if r() is None]:
+            del _DETACHED[k]
+    _LAST_DETACH = next(_seq)
+    _DETACHED[id(t)] = (weakref.ref(t), _LAST_DETACH)
+
+
+def _detached_after(t, seq) -> bool:
+    """Whether ``t`` was detached in place after the node numbered ``seq`` saved it."""
+    hit = _DETACHED.get(id(t))
+    return hit is not None and hit[1] > seq and hit[0]() is t
 
 
 class CopyBackwards(Node):
