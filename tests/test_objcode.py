@@ -383,28 +383,38 @@ def test_helpers_pycache_others_can_write_is_replaced_by_a_private_dir(tmp_path,
     assert numba_build.numba_cache_dir() is None
 
 
-def test_parallel_kernel_links_numbas_runtime_only_when_it_needs_it(tmp_path):
-    """A prange kernel's object code calls Numba's threading layer and NRT: its file says so, and a warm start
-    initialises just that runtime before linking it (values as the cold build gave)."""
+@pytest.mark.parametrize("ir_parallel", ["1", "0"])
+def test_parallel_kernel_links_only_the_runtime_it_needs(tmp_path, ir_parallel):
+    """A prange kernel built without Numba (the default) calls jitgrad's worker pool: its file names the pool's
+    symbols and a warm start links it without importing Numba.  Built by Numba (``JITGRAD_IR_PARALLEL=0``) it
+    calls Numba's threading layer and NRT: its file says so, and a warm start initialises just that runtime
+    before linking it.  Values as the cold build gave, both ways."""
     code = textwrap.dedent("""
         import json, sys, numpy as np, jitgrad as jg
         from jitgrad.codegen import build, objload
         f = jg.compile(lambda x: (jg.tanh(x) * 2).sum(), backend="numba", background=False, parallel=True)
         x = jg.tensor(np.linspace(-1, 1, SIZE, dtype=np.float32))   # large enough for a prange loop
-        print(json.dumps({"v": float(f(x)), "counts": build.COUNTS, "runtime": objload.STATS["numba_runtime"]}))
+        print(json.dumps({"v": float(f(x)), "counts": build.COUNTS, "runtime": objload.STATS["numba_runtime"],
+                          "numba": "numba" in sys.modules}))
         """).replace("SIZE", str((1 << 20) + 8))
     root = tmp_path / "cache"
     outs = []
+    env = dict(_env(root), JITGRAD_IR_PARALLEL=ir_parallel)
     for _ in range(2):
-        r = subprocess.run([sys.executable, "-c", code], env=_env(root), capture_output=True, text=True, timeout=300)
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
         outs.append(json.loads(r.stdout.splitlines()[-1]))
     cold, warm = outs
     assert warm["counts"]["kernels_compiled"] == 0 and warm["counts"]["graph_files_loaded"] == 1
-    assert warm["runtime"] == 1 and warm["v"] == cold["v"]
+    assert warm["v"] == cold["v"]
     assert warm["v"] == pytest.approx(float((np.tanh(np.linspace(-1, 1, (1 << 20) + 8)) * 2).sum()), abs=0.05)
     needs = {s for p in _graph_files(root) for b in (objstore.read(p.stem, root) or []) for s in b.needs}
-    assert "numba_parallel_for" in needs or "do_scheduling_unsigned" in needs, sorted(needs)[:20]
+    if ir_parallel == "1":
+        assert warm["runtime"] == 0 and not warm["numba"] and not cold["numba"], (cold, warm)
+        assert {"jitgrad_wq_add_task", "jitgrad_wq_ready", "jitgrad_wq_synchronize", "jitgrad_wq_threads"} <= needs
+    else:
+        assert warm["runtime"] == 1
+        assert "numba_parallel_for" in needs or "do_scheduling_unsigned" in needs, sorted(needs)[:20]
 
 
 def test_lean_llvm_option_gives_the_same_results_under_its_own_keys(tmp_path):

@@ -36,10 +36,16 @@ class _Translator(ScalarEmitter):
     def __init__(self, name):
         ir = _ir()
         self.ir = ir
+        self.name_ = name
         self.module = ir.Module(name=name)
         self.i64 = ir.IntType(64)
-        fnty = ir.FunctionType(ir.VoidType(), [self.i64.as_pointer()])
-        self.fn = ir.Function(self.module, fnty, name=name)
+        self._latch_md = self.module.add_metadata([])
+        self._start_function(name, [self.i64.as_pointer()])
+
+    def _start_function(self, name, arg_types):
+        """Begin emitting function ``name`` (void, ``arg_types``): the builder state below is per function."""
+        ir = self.ir
+        self.fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), arg_types), name=name)
         self.fn.attributes.add("nounwind")
         self.entry = self.fn.append_basic_block("entry")
         body = self.fn.append_basic_block("body")
@@ -49,7 +55,14 @@ class _Translator(ScalarEmitter):
         self.depth = 0
         self.heads = []         # the enclosing loops' head blocks, innermost last (``continue`` jumps there)
         self._loops = []        # per enclosing loop: [head, innermost so far, its back-edge branches]
-        self._latch_md = self.module.add_metadata([])
+        return self.fn
+
+    def _finish_function(self):
+        if not self.b.block.is_terminated:
+            self.b.ret_void()
+        self.alloca_b.branch(self.body0)
+
+    _STATE = ("fn", "entry", "b", "alloca_b", "body0", "depth", "heads", "_loops")
 
     # ---- module level -------------------------------------------------------------------------------------
     def module_text(self, source: str) -> str:
@@ -77,12 +90,14 @@ class _Translator(ScalarEmitter):
             raise Unsupported("no kernel(A)")
         self._check_decorator(kernel)
         self.kernel_consts = consts
+        self.kernel_arg = kernel.args.args[0].arg
         scope = _Scope({kernel.args.args[0].arg: Value(self.fn.args[0], ("ptr", I64))}, consts, KERNEL_FASTMATH,
                        ssa=False)
-        self.block(kernel.body, scope)
-        if not self.b.block.is_terminated:
-            self.b.ret_void()
-        self.alloca_b.branch(self.body0)
+        if self.parallel:
+            self.parallel_kernel(kernel, scope)
+        else:
+            self.block(kernel.body, scope)
+        self._finish_function()
         return _with_loop_ids(str(self.module))
 
     def _check_decorator(self, fn):
@@ -93,14 +108,122 @@ class _Translator(ScalarEmitter):
             raise Unsupported("decorator")
         kw = {k.arg: k.value for k in d.keywords}
         par = kw.get("parallel")
-        if not (isinstance(par, ast.Constant) and par.value is False):
-            raise Unsupported("parallel kernel")
+        if not (isinstance(par, ast.Constant) and isinstance(par.value, bool)):
+            raise Unsupported("parallel flag")
+        self.parallel = par.value
+        if self.parallel and not PARALLEL:
+            raise Unsupported("parallel kernel (JITGRAD_IR_PARALLEL=0)")
         em = kw.get("error_model")
         if not (isinstance(em, ast.Constant) and em.value == "numpy"):
             raise Unsupported("error model")
         fm = kw.get("fastmath")
         if not isinstance(fm, ast.Set) or sorted(e.value for e in fm.elts) != sorted(KERNEL_FASTMATH):
             raise Unsupported("fastmath flags")
+
+    # ---- parallel kernels -----------------------------------------------------------------------------------
+    def parallel_kernel(self, kernel, scope):
+        """A kernel whose outer loop is ``for i in prange(n)`` (a top-level statement): the loop becomes a chunk
+        function ``<name>_chunk(task, dims, steps, A)`` running ``task = [start, stop, partials...]`` of it, and
+        the kernel runs the statements before the loop, hands one chunk to each worker of the pool
+        (``workpool.py``: ``add_task`` per queue, ``ready``, ``synchronize``; one chunk on the calling thread when
+        the pool has one worker or the loop one iteration), adds the chunks' partial sums to the reduction
+        variables in chunk order, then runs the statements after the loop.
+
+        Reductions are Numba's ``prange`` reductions as the generators write them: a variable assigned before
+        the loop and updated in it only as ``r = r + e`` or ``r += e`` (a full sum, the anomaly and guard
+        counters).  Each chunk starts it at zero; anything else assigned before and in the loop is refused."""
+        body = kernel.body
+        at = [k for k, s in enumerate(body) if isinstance(s, ast.For) and _is_prange(s.iter)]
+        if len(at) != 1 or any(_is_prange(n) for s in body[at[0] + 1:] for n in ast.walk(s)):
+            raise Unsupported("prange placement")
+        k = at[0]
+        loop = body[k]
+        if len(loop.iter.args) != 1 or loop.orelse or not isinstance(loop.target, ast.Name):
+            raise Unsupported("prange form")
+        self.block(body[:k], scope)
+        reductions = _reductions(loop, scope, body[k + 1:])
+        types = [scope.names[r][2] for r in reductions]
+        width = 2 + len(reductions)
+        chunk = self._chunk_function(body[:k], loop, reductions, types, width)
+        self._dispatch(chunk, self.cast(self.expr(loop.iter.args[0], scope), I64).v, scope, reductions, width)
+        self.block(body[k + 1:], scope)
+
+    def _chunk_function(self, prologue, loop, reductions, types, width):
+        saved = {a: getattr(self, a) for a in self._STATE}
+        ir, i64p = self.ir, self.i64.as_pointer()
+        fn = self._start_function(self.name_ + "_chunk", [i64p, i64p, i64p, i64p])
+        fn.linkage = "internal"
+        task, a = fn.args[0], fn.args[3]
+        scope = _Scope({self.kernel_arg: Value(a, ("ptr", I64))}, self.kernel_consts, KERNEL_FASTMATH, ssa=False)
+        for s in prologue:              # the pure assignments: pointers, sizes, strides, counters' starts
+            if isinstance(s, ast.Assign) and all(isinstance(t, (ast.Name, ast.Tuple)) for t in s.targets):
+                self.stmt(s, scope)
+        for r, t in zip(reductions, types):
+            self.assign(r, Value(ir.Constant(_lltype(t), 0), t), scope)
+        b = self.b
+        scope.names["__chunk_start"] = Value(b.load(b.gep(task, [ir.Constant(self.i64, 0)])), I64)
+        scope.names["__chunk_stop"] = Value(b.load(b.gep(task, [ir.Constant(self.i64, 1)])), I64)
+        rng = ast.Call(func=ast.Name(id="range", ctx=ast.Load()), args=[ast.Name(id="__chunk_start", ctx=ast.Load()),
+                       ast.Name(id="__chunk_stop", ctx=ast.Load())], keywords=[])
+        self.loop(ast.For(target=loop.target, iter=rng, body=loop.body, orelse=[]), scope)
+        for j, (r, t) in enumerate(zip(reductions, types)):
+            slot = self.b.bitcast(self.b.gep(task, [ir.Constant(self.i64, 2 + j)]), _lltype(t).as_pointer())
+            self.b.store(self.name(r, scope).v, slot)
+        self._finish_function()
+        for attr, v in saved.items():
+            setattr(self, attr, v)
+        return fn
+
+    def _dispatch(self, chunk, n, scope, reductions, width):
+        ir, b, i64 = self.ir, self.b, self.i64
+        i8p = ir.IntType(8).as_pointer()
+        m = self.module
+        add = _declare(m, "jitgrad_wq_add_task", ir.FunctionType(ir.VoidType(), [i8p] * 5))
+        ready = _declare(m, "jitgrad_wq_ready", ir.FunctionType(ir.VoidType(), []))
+        sync = _declare(m, "jitgrad_wq_synchronize", ir.FunctionType(ir.VoidType(), []))
+        workers = m.globals.get("jitgrad_wq_threads") or ir.GlobalVariable(m, i64, "jitgrad_wq_threads")
+        one = ir.Constant(i64, 1)
+        nw = b.load(workers)
+        pooled = b.and_(b.icmp_signed(">", nw, one), b.icmp_signed(">", n, one))
+        ntasks = b.select(pooled, nw, one)
+        tasks = b.alloca(i64, size=b.mul(ntasks, ir.Constant(i64, width)), name="tasks")
+        a = b.bitcast(self.fn.args[0], i8p)
+        null = ir.Constant(i8p, None)
+
+        def each_task(emit):
+            t_slot = self.alloca_b.alloca(i64)
+            b.store(ir.Constant(i64, 0), t_slot)
+            head, body, done = (self.fn.append_basic_block(x) for x in ("task.head", "task.body", "task.done"))
+            b.branch(head)
+            b.position_at_end(head)
+            t = b.load(t_slot)
+            b.cbranch(b.icmp_signed("<", t, ntasks), body, done)
+            b.position_at_end(body)
+            emit(t, b.gep(tasks, [b.mul(t, ir.Constant(i64, width))]))
+            b.store(b.add(t, one), t_slot)
+            b.branch(head)
+            b.position_at_end(done)
+
+        def fill(t, rec):       # chunk t of ntasks: [n * t / ntasks, n * (t + 1) / ntasks)
+            b.store(b.sdiv(b.mul(n, t), ntasks), rec)
+            b.store(b.sdiv(b.mul(n, b.add(t, one)), ntasks), b.gep(rec, [one]))
+            with b.if_then(pooled):
+                b.call(add, [b.bitcast(chunk, i8p), b.bitcast(rec, i8p), null, null, a])
+        each_task(fill)
+        with b.if_else(pooled) as (then, other):
+            with then:
+                b.call(ready, [])
+                b.call(sync, [])
+            with other:
+                b.call(chunk, [tasks, ir.Constant(i64.as_pointer(), None), ir.Constant(i64.as_pointer(), None),
+                               self.fn.args[0]])
+        if reductions:
+            def combine(t, rec):
+                for j, r in enumerate(reductions):
+                    cur = self.name(r, scope)
+                    slot = b.bitcast(b.gep(rec, [ir.Constant(i64, 2 + j)]), _lltype(cur.t).as_pointer())
+                    self.assign(r, self.binop(ast.Add(), cur, Value(b.load(slot), cur.t), scope), scope)
+            each_task(combine)
 
     # ---- statements ---------------------------------------------------------------------------------------
     def block(self, stmts, scope):
@@ -246,6 +369,63 @@ class _Translator(ScalarEmitter):
             tag_alias_class(self.module, instr, *lit)
 
 
+def _is_prange(node) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "prange"
+
+
+def _assigned(stmts) -> dict:
+    """name -> the assignment nodes of it in ``stmts`` (nested blocks included)."""
+    out = {}
+    for s in stmts:
+        for n in ast.walk(s):
+            if isinstance(n, ast.Assign):
+                for t in n.targets:
+                    for x in ast.walk(t):
+                        if isinstance(x, ast.Name):
+                            out.setdefault(x.id, []).append(n)
+            elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
+                out.setdefault(n.target.id, []).append(n)
+            elif isinstance(n, ast.For) and isinstance(n.target, ast.Name):
+                out.setdefault(n.target.id, []).append(n)
+    return out
+
+
+def _reads(node, name) -> bool:
+    return any(isinstance(x, ast.Name) and x.id == name for x in ast.walk(node))
+
+
+def _reductions(loop, scope, after) -> list:
+    """The ``prange`` loop's reduction variables (see ``_Translator.parallel_kernel``), in first-seen order;
+    ``Unsupported`` for a variable assigned before and in the loop in another form, or one made in the loop and
+    read after it (its value would be a chunk's)."""
+    red = []
+    for name, nodes in _assigned(loop.body).items():
+        if name not in scope.names:
+            if any(_reads(s, name) for s in after):
+                raise Unsupported(f"{name} made in a prange loop and read after it")
+            continue
+        for n in nodes:
+            ok = (isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and not _reads(n.value, name)) or (
+                isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+                and isinstance(n.value, ast.BinOp) and isinstance(n.value.op, ast.Add)
+                and isinstance(n.value.left, ast.Name) and n.value.left.id == name
+                and not _reads(n.value.right, name))
+            if not ok:
+                raise Unsupported(f"{name}: not a sum reduction of a prange loop")
+        t = scope.names[name]
+        if not (isinstance(t, tuple) and t[0] == "slot" and not isinstance(t[2], tuple)):
+            raise Unsupported(f"{name}: reduction of a non-scalar")
+        red.append(name)
+    return red
+
+
+def _declare(module, name, fnty):
+    fn = module.globals.get(name)
+    if fn is None:
+        fn = _ir().Function(module, fnty, name=name)
+    return fn
+
+
 def _const_value(node):
     """A module-level constant of a kernel: ``np.float32(0.5)``, ``np.int64(-3)``, ``np.float32(float('inf'))``."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
@@ -271,6 +451,8 @@ def symbol(key: str) -> str:
 # the IR is built and the tag becomes a distinct, self-referencing loop ID in the text (llvmlite's builder
 # makes no distinct nodes).
 INTERLEAVE = int(os.environ.get("JITGRAD_INTERLEAVE", "4"))
+# Parallel (``prange``) kernels are translated too, their chunks run on ``workpool``'s workers; 0: Numba builds them
+PARALLEL = os.environ.get("JITGRAD_IR_PARALLEL", "1") != "0"
 _LATCH_TAG = "jitgrad.latch"
 
 
@@ -351,8 +533,10 @@ def compile_kernel(key: str, source: str):
             return None
     m, tm = _optimised(text)
     obj = tm.emit_object(m)
-    # the C library's functions it calls (atan2, nextafter; LLVM may add memset): resolved from the process
-    needs = sorted({f.name for f in m.functions if f.is_declaration and not f.name.startswith("llvm.")})
+    # the C library's functions it calls (atan2, nextafter; LLVM may add memset) and, for a parallel kernel, the
+    # pool's (``workpool.SYMBOLS``): resolved from the process when the object is linked (``objload.load``)
+    needs = sorted({f.name for f in m.functions if f.is_declaration and not f.name.startswith("llvm.")}
+                   | {g.name for g in m.global_variables if g.is_declaration})
     with _lock:
         STATS["kernels_ir"] += 1
     return objstore.Blob(key, symbol(key), obj, needs)

@@ -125,6 +125,8 @@ class _ObjectCapture:
 
     def __enter__(self):
         _secure_numba_cache()
+        from . import threads
+        threads.configure()         # the threading layer, before Numba can launch one (it is imported now)
         from numba.core.registry import cpu_target
         self.codegen = cg = cpu_target.target_context.codegen()
         self.orig = orig = cg.create_library

@@ -4,9 +4,10 @@ Numba compiles kernels and graph entries; what it emits is ordinary relocatable 
 keeps it on disk).  Loading it needs no Numba: llvmlite's MCJIT links the objects into this process and resolves
 their external symbols from the process (libc's ``memset``, libm).  Serial kernels and entries need nothing else
 (measured: their only undefined symbol is ``memset``), so a warm start imports neither Numba's compiler nor its
-target.  A kernel whose code needs Numba's runtime (a ``prange`` loop calls the threading layer, NRT and the
-helper library) says so in its file (``needs``): then, and only then, Numba's runtime is initialised first, which
-registers those symbols with llvmlite.
+target.  Parallel kernels built by ``ir_loops`` call the worker pool (``workpool.py``), whose symbols are
+registered when an object needs them, without Numba.  A kernel whose code needs Numba's runtime (a ``prange`` loop
+Numba built calls the threading layer, NRT and the helper library) says so in its file (``needs``): then, and only
+then, Numba's runtime is initialised first, which registers those symbols with llvmlite.
 
 One engine per process; objects are added to it once (by kernel key) and stay for the process's life.
 
@@ -20,6 +21,8 @@ from __future__ import annotations
 import os
 import sys
 import threading
+
+from . import workpool
 
 _lock = threading.RLock()
 _ENGINE = None
@@ -81,7 +84,10 @@ def load(blobs) -> dict:
     with _lock:
         needs = sorted({s for b in blobs for s in b.needs})
         if needs and _missing(needs):
-            numba_runtime()
+            if any(s in workpool.SYMBOLS for s in needs):
+                workpool.launch()                  # a parallel kernel built without Numba: the pool's symbols
+            if _missing(needs):
+                numba_runtime()
             missing = _missing(needs)
             if missing:
                 raise UnresolvedSymbols(f"object code needs symbols this process lacks: {missing[:8]}")

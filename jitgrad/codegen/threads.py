@@ -47,6 +47,7 @@ another layer, that layer stays (Numba cannot switch).
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 
@@ -85,23 +86,23 @@ LAUNCH_LOCK = _Launch()
 
 
 def configure():
-    """Choose the threading layer (see the module docstring); cheap after the first call."""
+    """Choose Numba's threading layer (see the module docstring): now if Numba is imported, else when it is
+    (``numba_build`` calls this before Numba compiles a parallel kernel); cheap after the first call."""
     global _configured
-    if _configured:
+    if _configured or "numba" not in sys.modules:
         return
     _configured = True
     if os.environ.get("NUMBA_THREADING_LAYER"):
         return
     from numba import config
-    config.THREADING_LAYER = os.environ.get("JITGRAD_THREADING_LAYER", "forksafe")
+    config.THREADING_LAYER = os.environ.get("JITGRAD_THREADING_LAYER", "workqueue")
 
 
 def place_workers() -> list:
-    """Pin each ``workqueue`` worker thread to its own core of this process's affinity mask (see the module
-    docstring), once per process; returns ``[(worker, core)]`` (empty when there is nothing to do: another layer,
-    one thread, one core, or ``JITGRAD_PIN_THREADS=0``).  Each worker pins itself: a task that calls
-    ``sched_setaffinity(0, ...)`` runs on every worker through the layer's own ``parallel_for``, one task per
-    worker, so no thread id has to be guessed."""
+    """Pin each worker thread of the pool (``workpool.py``, Numba's ``workqueue``) to its own core of this
+    process's affinity mask (see the module docstring), once per process; returns ``[(worker, core)]`` (empty when
+    there is nothing to do: one thread, one core, or ``JITGRAD_PIN_THREADS=0``).  Each worker pins itself: a task
+    that calls ``sched_setaffinity(0, ...)`` runs once on every worker, so no thread id has to be guessed."""
     global _placed
     _placed = True
     if not PIN:
@@ -110,37 +111,18 @@ def place_workers() -> list:
         cores = sorted(os.sched_getaffinity(0))
     except AttributeError:          # pragma: no cover - not Linux
         return []
-    from numba.np.ufunc.parallel import _launch_threads
-    from numba import config
-    configure()
-    _launch_threads()
-    n = int(config.NUMBA_NUM_THREADS)
-    if layer() != "workqueue" or n < 2 or len(cores) < 2:
+    from . import workpool
+    if not workpool.available() or layer() not in (None, "workqueue"):
         return []
-    import ctypes
-    from numba.np.ufunc import workqueue
-    placed, errors = [], []
+    n = workpool.launch()
+    if n < 2 or len(cores) < 2:
+        return []
 
-    def task(args, dims, steps, data):
-        i = args[0] or 0            # chunk i of n: the layer offsets the one (null) array by i * steps[0]
-        try:
-            core = cores[i % len(cores)]
-            os.sched_setaffinity(0, {core})     # 0: the calling thread
-            placed.append((i, core))
-        except BaseException as e:  # noqa: BLE001 - reported by the launching thread
-            errors.append(e)
-    TASK = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p, ctypes.c_void_p,
-                            ctypes.c_void_p)
-    cb = TASK(task)
-    parallel_for = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                                    ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
-                                    ctypes.c_int)(workqueue.parallel_for)
-    arrays = (ctypes.c_size_t * 1)(0)
-    dims = (ctypes.c_size_t * 1)(n)
-    steps = (ctypes.c_size_t * 1)(1)
-    parallel_for(ctypes.cast(cb, ctypes.c_void_p), arrays, dims, steps, None, 0, 1, n)
-    if errors:
-        raise errors[0]
+    def pin(i):
+        core = cores[i % len(cores)]
+        os.sched_setaffinity(0, {core})     # 0: the calling thread
+        return (i, core)
+    placed = workpool.run_on_each(pin)
     STATS["placements"] += 1
     return sorted(placed)
 
@@ -267,12 +249,16 @@ if hasattr(os, "register_at_fork"):
 
 
 def layer() -> str | None:
-    """The layer in use, once a parallel loop ran (None before)."""
-    import numba
-    try:
-        return numba.threading_layer()
-    except ValueError:
-        return None
+    """The threading layer in use once a parallel loop ran (None before): Numba's, when Numba launched one, else
+    ``workqueue`` when jitgrad's own parallel kernels started the pool (``workpool.py``)."""
+    if "numba" in sys.modules:
+        import numba
+        try:
+            return numba.threading_layer()
+        except ValueError:
+            pass
+    from . import workpool
+    return "workqueue" if workpool.threads() else None
 
 
 __all__ = ["configure", "layer", "place_workers", "call_guard", "blas_threaded", "BlasPacer", "CallGuard", "LAUNCH_LOCK", "PIN", "BLAS_PACER",
