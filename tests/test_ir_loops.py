@@ -278,9 +278,13 @@ def test_translator_refuses_what_it_does_not_know():
             "        t0 = float32(x0)\n        store(p2, i0, t0)", body)
         with pytest.raises(ir_loops.Unsupported):
             ir_loops.translate(src, "0" * 64)
+    # a parallel kernel needs its prange loop at the top of the kernel (tests/test_parallel_kernels.py has the rest)
     par = _KERNEL.format(fn="exp_f32", s="f32", dtype="float32", call="x0").replace("parallel=False", "parallel=True")
-    with pytest.raises(ir_loops.Unsupported):
+    with pytest.raises(ir_loops.Unsupported, match="prange placement"):
         ir_loops.translate(par, "0" * 64)
+    with pytest.raises(ir_loops.Unsupported, match="prange placement"):
+        ir_loops.translate(par.replace("    for i0 in range(n0):", "    for i0 in range(n0):\n     for j in prange(1):"),
+                           "0" * 64)
 
 
 def _five_by_five(a, b, c, d, e):

@@ -1,0 +1,186 @@
+"""Parallel (``prange``) kernels built from their text without Numba (codegen/ir_loops.py) and run on the worker
+pool (codegen/workpool.py, issue 16).
+
+Counted and compared, never timed: a parallel kernel's elementwise results are bit-identical to Numba's build of
+the same text (chunks change nothing element by element), its sums agree to rounding and its counters exactly;
+loops of 0, 1 and fewer iterations than workers run; a compiled graph with parallel kernels agrees with eager mode
+(rows not divisible by the workers, full and row sums, an anomaly in the last chunk, an integer division by zero);
+one worker runs chunks on the calling thread; and Numba-built parallel kernels share the same pool.
+"""
+import ctypes
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jitgrad as jg
+from jitgrad.codegen import cache, ir_loops, objload, workpool
+
+REPO = Path(__file__).resolve().parents[1]
+_CALL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+# an elementwise loop with a full sum and a counter (the forms the generators write: loops.gen_group)
+_PAR = '''import numpy as np
+from numba import cfunc, prange
+from numpy import float32, float64, int32, int64, uint8
+from jitgrad.codegen.abi import KERNEL_SIGNATURE, ptr_f32, ptr_f64, ptr_i64, ptr_i32, ptr_b1, ptr_u8, store
+from jitgrad.codegen.mathlib import tanh_f32
+c0 = np.float32(0.5)
+
+
+@cfunc(KERNEL_SIGNATURE, cache=CACHE_ENABLED, fastmath={'afn', 'arcp', 'contract', 'nsz', 'reassoc'}, parallel=True, error_model='numpy')
+def kernel(A):
+    n0 = A[0]
+    p0 = ptr_f32(A[1])
+    p1 = ptr_f32(A[2])
+    p2 = ptr_f64(A[3])
+    p3 = ptr_i64(A[4])
+    acc = float64(0)
+    k0 = 0
+    for i0 in prange(n0):
+        x0 = p0[i0]
+        t0 = float32(tanh_f32(x0) * c0)
+        store(p1, i0, t0)
+        acc = acc + float64(t0)
+        k0 += 1 if x0 > 0 else 0
+    store(p2, 0, acc)
+    store(p3, 0, k0)
+'''
+
+
+def _run_block(addr, x):
+    y = np.full_like(x, 7)
+    s = np.zeros(1, np.float64)
+    k = np.zeros(1, np.int64)
+    block = np.array([x.size, x.ctypes.data, y.ctypes.data, s.ctypes.data, k.ctypes.data], np.int64)
+    _CALL(addr)(block.ctypes.data)
+    return y, float(s[0]), int(k[0])
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 4097, 100003])
+def test_parallel_kernel_from_ir_matches_numbas_build(n):
+    key = cache.cache_key(_PAR, extra=("test-parallel-kernels",))
+    blob = ir_loops.compile_kernel(key, _PAR)
+    assert blob is not None, "the translator refused a parallel kernel"
+    assert set(workpool.SYMBOLS) <= set(blob.needs)        # it calls the pool, not Numba's threading layer
+    from jitgrad.codegen import threads
+    with threads.LAUNCH_LOCK:
+        addr = objload.load([blob])[key]
+        x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+        y, s, k = _run_block(addr, x)
+        ref = cache._in_memory(cache._module_name("kernel", key) + "_ref", key, _PAR).kernel
+        y_nb, s_nb, k_nb = _run_block(ref.address, x)
+    np.testing.assert_array_equal(y, y_nb)
+    assert k == k_nb == int((x > 0).sum())
+    assert s == pytest.approx(s_nb, rel=1e-12, abs=1e-9)
+    assert s == pytest.approx(float(y.astype(np.float64).sum()), rel=1e-12, abs=1e-9)
+
+
+def test_translator_refuses_parallel_kernels_it_cannot_split():
+    # a value made in the loop and read after it (its value would be some chunk's), and a product "reduction"
+    for body, after in (("        last = x0", "    store(p2, 0, float64(last))"),
+                        ("        acc = acc * float64(t0)", "")):
+        src = _PAR.replace("        k0 += 1 if x0 > 0 else 0", body)
+        if after:
+            src = src.replace("    store(p2, 0, acc)", after)
+        with pytest.raises(ir_loops.Unsupported):
+            ir_loops.translate(src, "0" * 64)
+
+
+def _eager_and_compiled(fn, *args):
+    compiled = jg.compile(fn, backend="numba", background=False, parallel=True)
+    return fn(*args), compiled(*args), compiled
+
+
+@pytest.mark.parametrize("shape", [(3, 5003), (1, 9000), (9001,), (5, 2, 1000)])
+def test_compiled_parallel_graph_agrees_with_eager(shape):
+    rng = np.random.default_rng(len(shape))
+    x = jg.tensor(rng.standard_normal(shape).astype(np.float32))
+
+    def f(x):
+        y = jg.tanh(x) * jg.sigmoid(x) + 0.25
+        return y, y.sum(), (y * y).sum(-1)
+    before = dict(ir_loops.STATS)
+    eager, comp, _ = _eager_and_compiled(f, x)
+    serial = jg.compile(f, backend="numba", background=False, parallel=False)(x)
+    np.testing.assert_array_equal(comp[0].numpy(), serial[0].numpy())      # chunks change no element
+    np.testing.assert_allclose(comp[2].numpy(), serial[2].numpy(), rtol=1e-6)
+    np.testing.assert_allclose(comp[0].numpy(), eager[0].numpy(), rtol=1e-5, atol=1e-7)  # mathlib's tanh vs NumPy's
+    np.testing.assert_allclose(float(comp[1]), float(eager[1]), rtol=1e-5)
+    np.testing.assert_allclose(comp[2].numpy(), eager[2].numpy(), rtol=1e-5)
+    assert ir_loops.STATS["kernels_refused"] == before["kernels_refused"]
+
+
+def test_anomaly_in_the_last_chunk_of_a_parallel_kernel_is_reported():
+    x = np.linspace(-1, 1, 1 << 14).astype(np.float32)
+    x[-1] = -2.0                                           # log of a negative: NaN in the last chunk only
+
+    @jg.compile(backend="numba", background=False, parallel=True)
+    def f(x):
+        return (jg.log(x + 1.5) * 2.0).sum()
+    assert np.isfinite(float(f(jg.tensor(x[:-1].copy()))))
+    with jg.autograd.detect_anomaly(check_forward=True):
+        g = jg.compile(lambda x: (jg.log(x + 1.5) * 2.0).sum(), backend="numba", background=False, parallel=True)
+        with pytest.raises(RuntimeError, match="Function 'log' \\(forward\\) returned nan values"):
+            g(jg.tensor(x))
+        assert np.isfinite(float(g(jg.tensor(x[:-1].copy()))))
+
+
+def test_integer_division_by_zero_in_a_parallel_kernel_raises():
+    a = np.arange(1, 1 + (1 << 14), dtype=np.int64)
+    d = np.ones_like(a)
+    d[-3] = 0
+
+    @jg.compile(backend="numba", background=False, parallel=True)
+    def f(a, d):
+        return a // d
+    np.testing.assert_array_equal(f(jg.tensor(a), jg.tensor(np.ones_like(a))).numpy(), a)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        f(jg.tensor(a), jg.tensor(d))
+
+
+_CHILD = r'''
+import json, sys
+import numpy as np
+import jitgrad as jg
+from jitgrad.codegen import ir_loops, threads, workpool
+x = jg.tensor(np.linspace(-2, 2, 1 << 14, dtype=np.float32))
+f = jg.compile(lambda x: (jg.tanh(x) * 3.0).sum(), backend="numba", background=False, parallel=True)
+out = {"tanh": float(f(x)), "workers": workpool.threads(), "numba": "numba" in sys.modules}
+if MIXED:    # sin is refused by the translator: Numba builds that parallel kernel, on the same pool
+    g = jg.compile(lambda x: (jg.sin(x) * 3.0).sum(), backend="numba", background=False, parallel=True)
+    out["sin"] = float(g(x))
+    out["tanh2"] = float(f(x))
+    out["layer"] = threads.layer()
+    out["refused"] = ir_loops.STATS["kernels_refused"]
+print(json.dumps(out))
+'''
+
+
+def _child(tmp_path, mixed, threads_):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "JITGRAD_CACHE_DIR": str(tmp_path / "cache"),
+           "NUMBA_NUM_THREADS": str(threads_)}
+    env.pop("NUMBA_THREADING_LAYER", None)
+    r = subprocess.run([sys.executable, "-c", _CHILD.replace("MIXED", str(mixed))], capture_output=True, text=True,
+                       env=env, cwd=str(REPO), timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_one_worker_runs_the_chunks_on_the_calling_thread(tmp_path):
+    xs = np.linspace(-2, 2, 1 << 14, dtype=np.float32)
+    out = _child(tmp_path, False, 1)
+    assert out["workers"] == 1 and not out["numba"]
+    assert out["tanh"] == pytest.approx(float((np.tanh(xs.astype(np.float64)) * 3).sum()), abs=1e-2)
+
+
+def test_numba_built_parallel_kernels_share_the_pool(tmp_path):
+    xs = np.linspace(-2, 2, 1 << 14, dtype=np.float32).astype(np.float64)
+    out = _child(tmp_path, True, 2)
+    assert out["workers"] == 2 and out["layer"] == "workqueue" and out["refused"] >= 1
+    assert out["tanh"] == out["tanh2"] == pytest.approx(float((np.tanh(xs) * 3).sum()), abs=1e-2)
+    assert out["sin"] == pytest.approx(float((np.sin(xs) * 3).sum()), abs=1e-2)
