@@ -12,9 +12,12 @@ this module translates the same text to LLVM IR in a few milliseconds (statement
 same fast-math flags per instruction), so a cold build of a typical step needs no Numba.
 The results are bit-identical to Numba's build of the same text (``tests/test_ir_loops.py``).
 
+A parallel kernel (``parallel=True``: its outer loop is a ``prange``) becomes a chunk function and a kernel that
+runs the chunks on the worker pool (``workpool.py``; ``_Translator.parallel_kernel``).
+
 Anything the translator does not know (a construct, a type mix, a mathlib function with branches or tables built
-by helpers, ``intmath``/``philox`` calls, parallel ``prange`` kernels) raises ``Unsupported`` and the kernel is
-compiled by Numba as before (``build.compile_code``).  Nothing in ``loops.py`` routes kernels: the text decides.
+by helpers, ``intmath``/``philox`` calls, a ``prange`` loop it cannot split) raises ``Unsupported`` and the kernel
+is compiled by Numba as before (``build.compile_code``).  Nothing in ``loops.py`` routes kernels: the text decides.
 """
 from __future__ import annotations
 

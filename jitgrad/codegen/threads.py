@@ -5,10 +5,12 @@ Policy (knobs in parentheses):
   its workers spin while they wait, so a busy machine (another process on one core, or OpenBLAS's own spinning
   workers) makes a kernel wait for descheduled spinners: 5-10x slower instead of 2x.  And a process that ran a
   GNU OpenMP region cannot fork: the child is killed ("fork() called from a process already using GNU OpenMP").
-  jitgrad asks Numba for its ``forksafe`` layer: TBB when installed, else Intel OpenMP, else the built-in
-  ``workqueue``, whose workers sleep on a condition until work arrives and split a loop into equal static
-  chunks, so a loop slows down at most in proportion to the cores taken from it.  (``JITGRAD_THREADING_LAYER``
-  picks another Numba layer name; ``NUMBA_THREADING_LAYER``, when set, is the user's choice and always wins.)
+  jitgrad's parallel kernels run on Numba's built-in ``workqueue`` pool, loaded without Numba (``workpool.py``),
+  whose workers sleep on a condition until work arrives and take equal static chunks of a loop, so a loop slows
+  down at most in proportion to the cores taken from it; kernels Numba builds are told to use the same layer, so
+  one process has one pool.  (``JITGRAD_THREADING_LAYER`` picks another Numba layer for those;
+  ``NUMBA_THREADING_LAYER``, when set, is the user's choice and always wins; either way kernels built from IR stay
+  on ``workqueue``, and ``JITGRAD_IR_PARALLEL=0`` has Numba build them all.)
 - **Threads: one per core this process may run on** (``os.sched_getaffinity``), Numba's default, or
   ``NUMBA_NUM_THREADS``.  Kernels below ``loops.PARALLEL_MIN`` elements run serially: waking threads costs
   more than they save there.
@@ -19,7 +21,7 @@ Policy (knobs in parentheses):
 - **One parallel launch at a time per process.**  ``workqueue`` is not thread-safe (two threads launching
   parallel loops at once abort the process), so compiled calls whose graph has a parallel kernel take
   ``LAUNCH_LOCK``; concurrent calls of such graphs would compete for the same cores anyway.
-- **``workqueue`` workers are pinned, one per core** (``JITGRAD_PIN_THREADS=0`` turns it off).  Its workers
+- **The workers are pinned, one per core** (``JITGRAD_PIN_THREADS=0`` turns it off).  Its workers
   sleep between launches and Linux wakes a sleeping thread on the core of the thread that woke it when it
   can: measured on 2 cores, about half the processes ran both workers on one core for every call, so a
   2-thread B2 step took its 1-thread time (3.4 ms instead of 1.8 ms, bimodal from one process to the next).
