@@ -56,13 +56,12 @@ class BatchedGemmSteps:
 
         def readable(v, p):
             if _gemm_flag(p.strides[-2:], *p.shape[-2:]) is None:
-                p = self._materialize(v, p)
+                p = self.places.materialize(v, p)
             return p
 
         pa, pb = readable(a, pa), readable(b, pb)
         sa, sb = batch_strides(pa), batch_strides(pb)
-        pc = self._new_buffer(out, out.aval.shape, out.aval.dtype)
-        self.places[out] = pc
+        pc = self.places.assign(out)
         # rows folded: B shared by every batch entry and A's batch dims continue its rows
         if not any(sb):
             fshape, fst = _coalesce(list(bs) + [m], [sa + [pa.strides[-2]]])
