@@ -25,8 +25,6 @@ from .loops import BCAST, CONTIG, PARALLEL_MIN, STRIDED, gen_check, gen_copy, ge
 from .lowering import lower_plan
 from .places import Place, Places, Root, bcast_strides, c_strides, coalesce
 
-# the stride helpers under the names the CPU emitters use
-_bcast_strides, _c_strides, _coalesce = bcast_strides, c_strides, coalesce
 
 def alias_classes(places) -> list:
     """The alias class of each operand place of one kernel (``alias_scopes.py``): places over one buffer share a
@@ -159,7 +157,7 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
     # ---- steps --------------------------------------------------------------------------------------------
     def _copy_step(self, src: Place, dst: Place, label) -> Step:
         it = dst.shape
-        sst = _bcast_strides(src, it) if src.shape != it else list(src.strides)
+        sst = bcast_strides(src, it) if src.shape != it else list(src.strides)
         dst_st = list(dst.strides)
         size = int(np.prod(it))
         par = self._parallel(size)
@@ -169,7 +167,7 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
             st = Step("pycopy", label=label)
             st.ins, st.out = (src,), dst
             return self._add(st)
-        shape, (sst, dst_st) = _coalesce(it, [sst, dst_st])
+        shape, (sst, dst_st) = coalesce(it, [sst, dst_st])
         k = gen_copy(src.dtype, dst.dtype, len(shape), _cls(sst), par and len(shape) > 0)
         st = Step("kernel", k, label=label, shapes=[list(it)])
         st.block = len(self.table)
@@ -185,7 +183,7 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
     def _check(self, e, place: Place):
         if e not in self.check_ids:
             return
-        shape, (sts,) = _coalesce(place.shape, [list(place.strides)])
+        shape, (sts,) = coalesce(place.shape, [list(place.strides)])
         k = gen_check(place.dtype, len(shape), _cls(sts))
         st = Step("kernel", k, label=f"check {e.op.name}")
         st.block = len(self.table)
@@ -216,7 +214,7 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
             return
         it = g.shape
         ins = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
-        in_st = [_bcast_strides(self.place(v), it) for v in ins]
+        in_st = [bcast_strides(self.place(v), it) for v in ins]
         out_places, out_st = [], []
         in_place = False
         red = g.reduce
@@ -225,18 +223,18 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
                 p = self.places.assign(o)
                 axes = red.params["axes"]
                 kd = tuple(1 if i in axes else d for i, d in enumerate(it))
-                cs = _c_strides(kd)
+                cs = c_strides(kd)
                 out_st.append([0 if i in axes else cs[i] for i in range(len(it))])
             elif self.places.writes_in_place(o, g):
                 p = self.places.state_place(o)
                 in_place = True
-                out_st.append(list(_c_strides(it)))
+                out_st.append(list(c_strides(it)))
             else:
                 p = self.places.assign(o)
-                out_st.append(list(_c_strides(it)))
+                out_st.append(list(c_strides(it)))
             out_places.append(p)
         size = int(np.prod(it)) if it else 1
-        shape, sts = _coalesce(it, in_st + out_st)
+        shape, sts = coalesce(it, in_st + out_st)
         classes = [_cls(st) for st in sts]
         red_axes = None
         if red is not None:
@@ -284,8 +282,8 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
         self.table.extend(px.strides)
         self.table.extend(px.shape)
         for v in idx:
-            self._operand(self.place(v), _bcast_strides(self.place(v), it))
-        self._operand(po, _c_strides(it))
+            self._operand(self.place(v), bcast_strides(self.place(v), it))
+        self._operand(po, c_strides(it))
         self._index_check_slot(e)
         self._add(st)
 
@@ -309,9 +307,9 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
         self.table.extend(po.strides)
         self.table.extend(po.shape)
         pv = self.place(v)
-        self._operand(pv, _bcast_strides(pv, it))
+        self._operand(pv, bcast_strides(pv, it))
         for iv in idx:
-            self._operand(self.place(iv), _bcast_strides(self.place(iv), it))
+            self._operand(self.place(iv), bcast_strides(self.place(iv), it))
         self._index_check_slot(e)
         self._add(st)
 
@@ -322,7 +320,7 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
         ax = e.params["axis"]
         po = self.places.assign(out)
         px = self.place(x)
-        ost = _c_strides(out.aval.shape)
+        ost = c_strides(out.aval.shape)
         outer = [d for i, d in enumerate(out.aval.shape) if i != ax]
         st = Step("kernel", gen_scan(e), label=e.op.name, shapes=[list(x.aval.shape)], scope=e.scope)
         st.block = len(self.table)
@@ -341,4 +339,4 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
         self._add(st)
 
 
-__all__ = ["Program", "Place", "Root", "Step"]
+__all__ = ["Program", "Place", "Root", "Step", "alias_classes"]
