@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from ..ir.graph import Graph, Var
+from ..ir.graph import Graph
 from ..ir.interpret import run_eqn
 from ..ir.passes.fuse import Group, plan as fusion_plan
 from .lowering import lower_plan, step_error
@@ -141,35 +141,12 @@ class CudaGraph:
                   ["err", self.check_ids[e]], f"check {e.op.name}", e.scope)
 
     def _group(self, g: Group):
-        it = g.shape
-        ins = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
-        in_st = [bcast_strides(self.place(v), it) for v in ins]
-        red = g.reduce
-        out_places, out_st = [], []
-        in_place = False
-        for o in g.outputs:
-            if (red is None or o is not red.outs[0]) and self.places.writes_in_place(o, g):
-                p = self.places.state_place(o)
-                in_place = True
-            else:
-                p = self.places.assign(o)
-            out_places.append(p)
-            if red is not None and o is red.outs[0]:
-                axes = red.params["axes"]
-                cs = c_strides(tuple(1 if i in axes else d for i, d in enumerate(it)))
-                out_st.append([0 if i in axes else cs[i] for i in range(len(it))])
-            else:
-                out_st.append(list(c_strides(it)))
-        shape, sts = coalesce(it, in_st + out_st)
-        size = int(np.prod(it)) if it else 1
+        op = self.places.group(g)
+        red, shape, size, ro, out_places = g.reduce, op.shape, op.size, op.red_out, op.out_places
         args = []
-        for v, s_ in zip(ins, sts[:len(ins)]):
-            args += self._operand(self.place(v), s_)
-        red_axes = None
-        if red is not None:
-            ro = g.outputs.index(red.outs[0])
-            red_axes = tuple(d for d in range(len(shape)) if sts[len(ins) + ro][d] == 0)
-        kern = K.gen_group(g, len(shape), red_axes, self.check_ids, self.cfg["tpb"])
+        for p, s_ in zip(op.in_places, op.in_strides):
+            args += self._operand(p, s_)
+        kern = K.gen_group(g, len(shape), op.red_axes, self.check_ids, self.cfg["tpb"])
         checks = [self.check_ids[e] for e in g.eqns if e in self.check_ids and e.outs[0].aval.dtype.is_floating_point]
         tail = (["err"] + checks) if checks else []
         if kern.guards:         # zero integer divisors: the index-error array, one step id per guard
@@ -180,9 +157,9 @@ class CudaGraph:
         label = f"{g.name} {g.lines()}".strip()
         scope = g.all_eqns[0].scope
         if red is None:
-            for p, s_ in zip(out_places, sts[len(ins):]):
+            for p, s_ in zip(out_places, op.out_strides):
                 args += self._operand(p, s_)
-            self._add(kern, size, [size] + shape + args + tail, label, scope).state_write = in_place
+            self._add(kern, size, [size] + shape + args + tail, label, scope).state_write = op.in_place
         else:
             M = int(np.prod(red.outs[0].aval.shape)) if red.outs[0].aval.shape else 1
             Kn = size // M if M else 0
@@ -190,11 +167,11 @@ class CudaGraph:
             P = 1 if Kn <= 4 * tpb else min(-(-Kn // (4 * tpb)), 64)
             rp = out_places[ro]
             target = rp if P == 1 else self.places.scratch((M * P,), rp.dtype)
-            for j, (p, s_) in enumerate(zip(out_places, sts[len(ins):])):
+            for j, (p, s_) in enumerate(zip(out_places, op.out_strides)):
                 args += self._operand(target if j == ro else p, s_)
             blocks = max(1, min(M * P, 65535))
             st = self._add(kern, size, [M, Kn, P] + shape + args + tail, label, scope, grid=blocks, block=tpb)
-            st.state_write = in_place
+            st.state_write = op.in_place
             if size == 0:   # an empty reduction: the identity everywhere, computed by a host step
                 self.steps.remove(st)
                 return self._host_fill(red, rp)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.graph import Var
 from ..ir.passes.fuse import Group
 from .batched_gemm import BatchedGemmSteps
 from .gemm_steps import GemmSteps
@@ -212,46 +211,19 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
     def _group(self, g: Group):
         if self._fold_update_into_gemm(g):
             return
-        it = g.shape
-        ins = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
-        in_st = [bcast_strides(self.place(v), it) for v in ins]
-        out_places, out_st = [], []
-        in_place = False
-        red = g.reduce
-        for o in g.outputs:
-            if red is not None and o is red.outs[0]:
-                p = self.places.assign(o)
-                axes = red.params["axes"]
-                kd = tuple(1 if i in axes else d for i, d in enumerate(it))
-                cs = c_strides(kd)
-                out_st.append([0 if i in axes else cs[i] for i in range(len(it))])
-            elif self.places.writes_in_place(o, g):
-                p = self.places.state_place(o)
-                in_place = True
-                out_st.append(list(c_strides(it)))
-            else:
-                p = self.places.assign(o)
-                out_st.append(list(c_strides(it)))
-            out_places.append(p)
-        size = int(np.prod(it)) if it else 1
-        shape, sts = coalesce(it, in_st + out_st)
-        classes = [_cls(st) for st in sts]
-        red_axes = None
-        if red is not None:
-            ro = sts[len(ins) + g.outputs.index(red.outs[0])]
-            red_axes = tuple(d for d in range(len(shape)) if ro[d] == 0)
-        k = gen_group(g, classes, len(shape) > 0 and self._parallel(size), self.check_ids, len(shape), red_axes,
-                      alias_classes([self.place(v) for v in ins] + out_places))
-        st = Step("kernel", k, label=f"{g.name} {g.lines()}".strip(), shapes=[list(self.place(v).shape) for v in ins],
+        op = self.places.group(g)
+        shape = op.shape
+        classes = [_cls(st) for st in op.in_strides + op.out_strides]
+        k = gen_group(g, classes, len(shape) > 0 and self._parallel(op.size), self.check_ids, len(shape),
+                      op.red_axes, alias_classes(op.in_places + op.out_places))
+        st = Step("kernel", k, label=f"{g.name} {g.lines()}".strip(), shapes=[list(p.shape) for p in op.in_places],
                   scope=g.all_eqns[0].scope)
         st.block = len(self.table)
         self.table.extend(int(d) for d in shape)
-        for v, s_ in zip(ins, sts[:len(ins)]):
-            self._operand(self.place(v), s_)
-        for p, s_ in zip(out_places, sts[len(ins):]):
+        for p, s_ in zip(op.in_places + op.out_places, op.in_strides + op.out_strides):
             self._operand(p, s_)
-        if red is not None:
-            self.table.append(int(np.prod(red.outs[0].aval.shape)))
+        if g.reduce is not None:
+            self.table.append(int(np.prod(g.reduce.outs[0].aval.shape)))
         if k.checks:
             self.err_slots.append(len(self.table))
             self.table.append(0)
@@ -262,7 +234,7 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
             for e in k.guards:
                 self.table.append(len(self.index_steps))
                 self.index_steps.append(e)
-        st.state_write = in_place
+        st.state_write = op.in_place
         self._add(st)
 
     def _view(self, e):

@@ -142,6 +142,22 @@ def region_place(place: Place, spec):
     return _place_of(res, dummy, place)
 
 
+class GroupOperands:
+    """The operands of one fused loop (``Places.group``): ``ins`` (the Vars and array literals it reads) and
+    their places ``in_places``, ``out_places`` (one per group output), the coalesced iteration ``shape``, each
+    operand's element strides over it (``in_strides``, ``out_strides``; a reduction's output has stride 0 along
+    the reduced axes), ``red_out`` (the reduction's output index) and ``red_axes`` (its axes in ``shape``),
+    ``in_place`` (an output is written into its state's buffer) and ``size`` (elements iterated)."""
+    __slots__ = ("ins", "in_places", "out_places", "shape", "in_strides", "out_strides", "red_out", "red_axes",
+                 "in_place", "size")
+
+    def __init__(self, ins, in_places, out_places, shape, in_strides, out_strides, red_out, red_axes, in_place,
+                 size):
+        self.ins, self.in_places, self.out_places, self.shape = ins, in_places, out_places, shape
+        self.in_strides, self.out_strides, self.red_out, self.red_axes = in_strides, out_strides, red_out, red_axes
+        self.in_place, self.size = in_place, size
+
+
 class Places:
     """The places of one graph's values as a target lowers its plan (see the module docstring).
 
@@ -314,6 +330,38 @@ class Places:
         if id(p.root) in self._live_ws:
             self.hold(p.root, out)
         return p
+
+    # ---- fused loops ------------------------------------------------------------------------------------
+    def group(self, g: Group) -> "GroupOperands":
+        """The operands of fusion group ``g``'s loop, its outputs placed (a reduction's in a buffer of its own,
+        an update in place when ``writes_in_place`` allows, the others in buffers of their own), and the
+        iteration space with every operand's strides coalesced (see ``GroupOperands``)."""
+        it = g.shape
+        ins = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
+        in_st = [bcast_strides(self.place(v), it) for v in ins]
+        red = g.reduce
+        outs, out_st, in_place = [], [], False
+        for o in g.outputs:
+            if red is not None and o is red.outs[0]:
+                p = self.assign(o)
+                axes = red.params["axes"]
+                cs = c_strides(tuple(1 if i in axes else d for i, d in enumerate(it)))
+                out_st.append([0 if i in axes else cs[i] for i in range(len(it))])
+            else:
+                if self.writes_in_place(o, g):
+                    p = self.state_place(o)
+                    in_place = True
+                else:
+                    p = self.assign(o)
+                out_st.append(list(c_strides(it)))
+            outs.append(p)
+        shape, sts = coalesce(it, in_st + out_st)
+        red_out = red_axes = None
+        if red is not None:
+            red_out = g.outputs.index(red.outs[0])
+            red_axes = tuple(d for d in range(len(shape)) if sts[len(ins) + red_out][d] == 0)
+        return GroupOperands(ins, [self.place(v) for v in ins], outs, shape, sts[:len(ins)], sts[len(ins):],
+                             red_out, red_axes, in_place, int(np.prod(it)) if it else 1)
 
     # ---- state updates ----------------------------------------------------------------------------------
     def writes_in_place(self, o, g) -> bool:
