@@ -112,6 +112,11 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
         return self.places.fresh
 
     @property
+    def inplace_done(self) -> set:
+        """The state updates computed straight into their state's buffer (no write-back step)."""
+        return self.places.inplace_done
+
+    @property
     def ws_size(self) -> int:
         """The workspace's size in bytes."""
         return self.places.ws_size
