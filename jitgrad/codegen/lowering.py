@@ -19,7 +19,8 @@ Kinds:
 - ``collective``: an op of the ``collective`` family (all_reduce...): on the CPU, MPI called natively
   (``collective_steps.py``) when the group's transport allows it;
 - ``host``: anything else (the op's NumPy impl).
-Copies (materialising a view, write-backs, outputs) and anomaly checks are steps the targets add themselves.
+Copies (materialising a view, write-backs, outputs) are decided by ``places.Places`` and emitted through the
+target's copy emitter; anomaly checks are steps the targets add themselves.
 
 A new op with a native form on some target is one entry in ``_BY_OP`` plus an emitter on that target.
 """
