@@ -204,6 +204,19 @@ def test_gathers_scatters_and_reductions_agree():
         _same_places(g, wr)
 
 
+def test_matmuls_and_concatenation_agree():
+    """BLAS reads a transposed operand in place and CUDA's GEMM reads any strides: no copies on either; ``cat``
+    (a host step on the CPU, copies into slabs on CUDA) gets the same output buffer."""
+    x, w, v = _t(4, 6), _t(5, 6), _t(5, 3)
+
+    def f(x):
+        h = (x @ w.T).relu()
+        return jg.cat([h @ v, x[:, :3]], 0).sum(0)
+    for g, wr in _graphs(f, x):
+        prog, cg = _same_places(g, wr)
+        assert not [s for s in prog.steps + cg.steps if s.label == "copy (layout)"]
+
+
 def _chain(n):
     """``n`` softmax-like rounds over a [32, 64] value: every round leaves workspace intermediates behind."""
     def f(x):
