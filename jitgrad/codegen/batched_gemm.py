@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .places import Place, c_strides, coalesce
+
 MAX_BATCH_DIMS = 6
 
 
@@ -35,7 +37,6 @@ class BatchedGemmSteps:
     """``Program`` methods for matmuls with batch dims (see the module docstring)."""
 
     def _batched_gemm(self, e) -> bool:
-        from .layout import Place, _c_strides, _coalesce     # layout imports this module
         a, b = e.ins
         out = e.outs[0]
         if a.aval.ndim < 2 or b.aval.ndim < 2:       # 1-D operands with batched partners: rare, NumPy's impl
@@ -56,16 +57,15 @@ class BatchedGemmSteps:
 
         def readable(v, p):
             if _gemm_flag(p.strides[-2:], *p.shape[-2:]) is None:
-                p = self._materialize(v, p)
+                p = self.places.materialize(v, p)
             return p
 
         pa, pb = readable(a, pa), readable(b, pb)
         sa, sb = batch_strides(pa), batch_strides(pb)
-        pc = self._new_buffer(out, out.aval.shape, out.aval.dtype)
-        self.places[out] = pc
+        pc = self.places.assign(out)
         # rows folded: B shared by every batch entry and A's batch dims continue its rows
         if not any(sb):
-            fshape, fst = _coalesce(list(bs) + [m], [sa + [pa.strides[-2]]])
+            fshape, fst = coalesce(list(bs) + [m], [sa + [pa.strides[-2]]])
             if len(fshape) <= 1:
                 rows = int(np.prod(bs)) * m
                 ra = fst[0][0] if fshape else max(k, 1)
@@ -77,8 +77,8 @@ class BatchedGemmSteps:
                     return True
         flag_a = _gemm_flag(pa.strides[-2:], m, k)
         flag_b = _gemm_flag(pb.strides[-2:], k, n)
-        sc = list(_c_strides(out.aval.shape)[:-2])
-        shape, (cb, ca, cc) = _coalesce(list(bs), [sb, sa, sc])
+        sc = list(c_strides(out.aval.shape)[:-2])
+        shape, (cb, ca, cc) = coalesce(list(bs), [sb, sa, sc])
         if len(shape) > MAX_BATCH_DIMS:
             return False
         self._emit_gemm_block(e, "bgemm", pa, flag_a, pb, flag_b, pc, m, n, k, (shape, cb, ca, cc))

@@ -131,7 +131,8 @@ _INT_MAX = 2 ** 31 - 1
 def emit(prog, e) -> bool:
     """Lay out eqn ``e`` (a collective) as native steps of ``prog`` (a ``layout.Program``); False: not possible
     here (the caller makes a Python step)."""
-    from .layout import Place, Step, _c_strides
+    from .layout import Step
+    from .places import Place, c_strides
     name = e.op.name
     if name not in ("all_reduce", "all_reduce_start", "all_reduce_wait"):
         return False
@@ -150,8 +151,7 @@ def emit(prog, e) -> bool:
         recv = tokens.get(e.ins[0])
         if recv is None:        # its start is a Python step: the token is the transport's, not MPI's
             return False
-        po = prog._new_buffer(out, out.aval.shape, out.aval.dtype)
-        prog.places[out] = po
+        po = prog.places.assign(out)
         status = np.zeros(16, np.int64)
         keep.append(status)
         st = Step("native", label="all_reduce_wait (MPI)", eqn=e, shapes=[[n]], scope=e.scope)
@@ -173,14 +173,13 @@ def emit(prog, e) -> bool:
         # the bucket's tensors are packed into a send buffer the step owns, by copy kernels (any strides)
         send = np.zeros(n, dtype.np)
         keep.append(send)
-        root = prog._root("lit", array=send, shape=(n,), dtype=dtype, nbytes=send.nbytes)
+        root = prog.places.lit_root(send, dtype)
         off = 0
         for x in xs:
             shape = tuple(x.aval.shape)
-            prog._copy_step(prog.place(x), Place(root, off, shape, _c_strides(shape), dtype), "pack bucket")
+            prog._copy_step(prog.place(x), Place(root, off, shape, c_strides(shape), dtype), "pack bucket")
             off += int(x.aval.size)
-    po = prog._new_buffer(out, out.aval.shape, out.aval.dtype)
-    prog.places[out] = po
+    po = prog.places.assign(out)
     st = Step("native", label=f"{name} (MPI)", eqn=e, shapes=[[n]], scope=e.scope)
     st.native = _address(name)
     st.block = len(prog.table)

@@ -3,14 +3,15 @@
 The same fusion plan as the CPU backend (``ir/passes/fuse.py``); each step becomes a kernel from
 ``cuda_kernels.py`` (fused elementwise loops, block-tree reductions with a second pass, a tiled GEMM, gathers,
 scatters, copies, anomaly checks), or, for an op with no CUDA form, a documented host step (the op's NumPy impl
-on a copy, uploaded back: correct, and slow, so every primitive runs on a CUDA tensor).  View ops cost nothing:
-like ``layout.py`` they only compute a place (a buffer, an element offset, strides).
+on a copy, uploaded back: correct, and slow, so every primitive runs on a CUDA tensor).
 
-Places and launch sizes are computed once per graph; kernels are compiled once per process by identity (their
-text), with explicit signatures, so ``ptx()`` builds every kernel's PTX with NVVM and no GPU.  Intermediates live
-in a workspace of device arrays kept with the graph; outputs are fresh device arrays.  Anomaly checks count
-non-finite values per check in one device array, read once after the step; write-backs of state run only when
-no check failed (as on the CPU).
+Every value's place comes from ``places.Places``, the place assignment the CPU target shares: view ops cost
+nothing (a buffer, an element offset, strides), intermediates live in slots of one device workspace kept with
+the graph and reused once their readers ran, state updates that nothing reads afterwards are computed in place,
+and outputs are fresh device arrays.  Launch sizes are computed once per graph; kernels are compiled once per
+process by identity (their text), with explicit signatures, so ``ptx()`` builds every kernel's PTX with NVVM
+and no GPU.  Anomaly checks count non-finite values per check in one device array, read once after the step;
+write-backs of state run only when no check failed and no step raised (as on the CPU).
 """
 from __future__ import annotations
 
@@ -19,11 +20,11 @@ import time
 
 import numpy as np
 
-from ..ir.graph import Graph, Lit, Var
+from ..ir.graph import Graph
 from ..ir.interpret import run_eqn
 from ..ir.passes.fuse import Group, plan as fusion_plan
-from .layout import Place, _bcast_strides, _c_strides, _coalesce, view_place
 from .lowering import lower_plan, step_error
+from .places import Place, Places, Root, bcast_strides, c_strides, coalesce
 from . import cuda_kernels as K
 
 _KERNELS: dict = {}        # key -> compiled dispatcher (one per kernel identity, per process)
@@ -59,22 +60,16 @@ def ptx_of(kern: K.CudaKernel, cc=(9, 0)) -> str:
     return ptx
 
 
-class Root:
-    """A device buffer: ``input`` (k-th graph input), ``fresh`` (an output, new per call), ``ws`` (kept
-    between calls) or ``lit`` (a constant, uploaded once)."""
-    __slots__ = ("kind", "index", "shape", "dtype", "array")
-
-    def __init__(self, kind, index, shape, dtype, array=None):
-        self.kind, self.index, self.shape, self.dtype, self.array = kind, index, tuple(shape), dtype, array
-
-
 class Step:
-    """A kernel launch (``kernel``, ``grid``, ``block``, ``args``: ints or Roots) or a host step (``eqn``)."""
-    __slots__ = ("kind", "kernel", "grid", "block", "args", "label", "eqn", "ins", "outs", "guarded", "scope")
+    """A kernel launch (``kernel``, ``grid``, ``block``, ``args``: ints or Roots) or a host step (``eqn``).
+    ``guarded``: a write-back; ``state_write``: writes a state input in place (both skipped once a step raised)."""
+    __slots__ = ("kind", "kernel", "grid", "block", "args", "label", "eqn", "ins", "outs", "guarded", "scope",
+                 "state_write")
 
     def __init__(self, kind, label, kernel=None, grid=0, block=0, args=(), eqn=None, scope=()):
         self.kind, self.label, self.kernel, self.grid, self.block, self.args = kind, label, kernel, grid, block, args
         self.eqn, self.ins, self.outs, self.guarded, self.scope = eqn, (), (), False, scope
+        self.state_write = False
 
 
 class CudaGraph:
@@ -88,43 +83,22 @@ class CudaGraph:
         self.plan = fusion_plan(graph)
         self.checks = [e for e in graph.eqns if e.check is not None and e.outs[0].aval.dtype.is_floating_point]
         self.check_ids = {e: i for i, e in enumerate(self.checks)}
-        self.places, self.roots, self.steps, self.kernels = {}, [], [], {}
+        self.places = Places(graph, self.plan, self.writes, self.check_ids, copy=self._copy)
+        self.steps, self.kernels = [], {}
         self.native = True
         self.index_steps = []       # eqns of the bounds-checked steps (gather, scatter), by step id
-        for k, v in enumerate(graph.inputs):
-            if v not in self.places:
-                self.places[v] = self._buffer("input", v.aval.shape, v.aval.dtype, k)
-        outs = {v for v in graph.outputs if isinstance(v, Var)}
-        self._outs = outs
         lower_plan(self, self.plan)
-        self._claimed = []      # fresh roots already handed out as an output
-        self.outputs = [self._output(v) for v in graph.outputs]
-        for o, i in self.writes:
-            st = self._copy(self.place(graph.outputs[o]), self.places[graph.inputs[i]], "write-back")
-            self.steps.remove(st)
+        self.outputs = [self.places.output(v) for v in graph.outputs]      # ("input", k) | ("fresh", j)
+        for src, dst in self.places.write_backs():
+            st = self._copy(src, dst, "write-back")
+            self.steps.remove(st)       # after every step, and only when no check failed and no step raised
             st.guarded = True
             self.steps.append(st)
         self._ws = None
         self.run = self._run
 
-    # ---- places -----------------------------------------------------------------------------------------
-    def _buffer(self, kind, shape, dtype, index=None, array=None) -> Place:
-        r = Root(kind, len(self.roots) if index is None else index, shape, dtype, array)
-        self.roots.append(r)
-        return Place(r, 0, shape, _c_strides(shape), dtype)
-
-    def _new(self, v, shape, dtype) -> Place:
-        return self._buffer("fresh" if v in self._outs else "ws", shape, dtype)
-
     def place(self, v) -> Place:
-        if isinstance(v, Lit):
-            p = self.places.get(id(v))
-            if p is None:
-                a = np.array(v.value, dtype=v.aval.dtype.np, copy=True) if isinstance(v.value, np.ndarray) else \
-                    np.asarray(v.value, v.aval.dtype.np).copy()
-                p = self.places[id(v)] = self._buffer("lit", a.shape, v.aval.dtype, array=a)
-            return p
-        return self.places[v]
+        return self.places.place(v)
 
     # ---- steps --------------------------------------------------------------------------------------------
     def _add(self, kern, n, args, label, scope=(), grid=None, block=None) -> Step:
@@ -144,8 +118,8 @@ class CudaGraph:
 
     def _copy(self, src: Place, dst: Place, label) -> Step:
         it = dst.shape
-        sst = _bcast_strides(src, it) if src.shape != it else list(src.strides)
-        shape, (sst, dst_st) = _coalesce(it, [sst, list(dst.strides)])
+        sst = bcast_strides(src, it) if src.shape != it else list(src.strides)
+        shape, (sst, dst_st) = coalesce(it, [sst, list(dst.strides)])
         n = int(np.prod(it)) if it else 1
         kern = K.gen_copy(src.dtype, dst.dtype, len(shape))
         return self._add(kern, n, [n] + shape + self._operand(src, sst) + self._operand(dst, dst_st), label)
@@ -161,37 +135,18 @@ class CudaGraph:
     def _check(self, e, place: Place):
         if e not in self.check_ids:
             return
-        shape, (sts,) = _coalesce(place.shape, [list(place.strides)])
+        shape, (sts,) = coalesce(place.shape, [list(place.strides)])
         n = int(np.prod(place.shape)) if place.shape else 1
         self._add(K.gen_check(place.dtype, len(shape)), n, [n] + shape + self._operand(place, sts) +
                   ["err", self.check_ids[e]], f"check {e.op.name}", e.scope)
 
     def _group(self, g: Group):
-        it = g.shape
-        ins = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
-        in_st = [_bcast_strides(self.place(v), it) for v in ins]
-        red = g.reduce
-        out_places, out_st = [], []
-        for o in g.outputs:
-            p = self._new(o, o.aval.shape, o.aval.dtype)
-            self.places[o] = p
-            out_places.append(p)
-            if red is not None and o is red.outs[0]:
-                axes = red.params["axes"]
-                cs = _c_strides(tuple(1 if i in axes else d for i, d in enumerate(it)))
-                out_st.append([0 if i in axes else cs[i] for i in range(len(it))])
-            else:
-                out_st.append(list(_c_strides(it)))
-        shape, sts = _coalesce(it, in_st + out_st)
-        size = int(np.prod(it)) if it else 1
+        op = self.places.group(g)
+        red, shape, size, ro, out_places = g.reduce, op.shape, op.size, op.red_out, op.out_places
         args = []
-        for v, s_ in zip(ins, sts[:len(ins)]):
-            args += self._operand(self.place(v), s_)
-        red_axes = None
-        if red is not None:
-            ro = g.outputs.index(red.outs[0])
-            red_axes = tuple(d for d in range(len(shape)) if sts[len(ins) + ro][d] == 0)
-        kern = K.gen_group(g, len(shape), red_axes, self.check_ids, self.cfg["tpb"])
+        for p, s_ in zip(op.in_places, op.in_strides):
+            args += self._operand(p, s_)
+        kern = K.gen_group(g, len(shape), op.red_axes, self.check_ids, self.cfg["tpb"])
         checks = [self.check_ids[e] for e in g.eqns if e in self.check_ids and e.outs[0].aval.dtype.is_floating_point]
         tail = (["err"] + checks) if checks else []
         if kern.guards:         # zero integer divisors: the index-error array, one step id per guard
@@ -202,20 +157,21 @@ class CudaGraph:
         label = f"{g.name} {g.lines()}".strip()
         scope = g.all_eqns[0].scope
         if red is None:
-            for p, s_ in zip(out_places, sts[len(ins):]):
+            for p, s_ in zip(out_places, op.out_strides):
                 args += self._operand(p, s_)
-            self._add(kern, size, [size] + shape + args + tail, label, scope)
+            self._add(kern, size, [size] + shape + args + tail, label, scope).state_write = op.in_place
         else:
             M = int(np.prod(red.outs[0].aval.shape)) if red.outs[0].aval.shape else 1
             Kn = size // M if M else 0
             tpb = self.cfg["tpb"]
             P = 1 if Kn <= 4 * tpb else min(-(-Kn // (4 * tpb)), 64)
             rp = out_places[ro]
-            target = rp if P == 1 else self._buffer("ws", (M * P,), rp.dtype)
-            for j, (p, s_) in enumerate(zip(out_places, sts[len(ins):])):
+            target = rp if P == 1 else self.places.scratch((M * P,), rp.dtype)
+            for j, (p, s_) in enumerate(zip(out_places, op.out_strides)):
                 args += self._operand(target if j == ro else p, s_)
             blocks = max(1, min(M * P, 65535))
             st = self._add(kern, size, [M, Kn, P] + shape + args + tail, label, scope, grid=blocks, block=tpb)
+            st.state_write = op.in_place
             if size == 0:   # an empty reduction: the identity everywhere, computed by a host step
                 self.steps.remove(st)
                 return self._host_fill(red, rp)
@@ -233,19 +189,7 @@ class CudaGraph:
         self.steps.append(st)
 
     def _view(self, e):
-        src = self.place(e.ins[0])
-        out = e.outs[0]
-        if e.op.name == "reshape":
-            if not src.contiguous():
-                dst = self._buffer("ws", src.shape, src.dtype)
-                self._copy(src, dst, "copy (layout)")
-                src = dst
-            p = Place(src.root, src.offset, out.aval.shape, _c_strides(out.aval.shape), src.dtype)
-        else:
-            p = view_place(e, src)
-            if p is None:
-                return self._host(e)
-        self.places[out] = p
+        return self.places.view(e) is not None     # not a view of its input: the op runs (a host step)
 
     def _gemm(self, e):
         a, b = e.ins
@@ -264,8 +208,7 @@ class CudaGraph:
         def bstrides(sh, st):
             lead = nb - (len(sh) - 2)
             return [0] * lead + [0 if sh[k] == 1 else st[k] for k in range(len(sh) - 2)]
-        pc = self._new(out, out.aval.shape, out.aval.dtype)
-        self.places[out] = pc
+        pc = self.places.assign(out)
         if pc.offset != 0:
             raise AssertionError("gemm output must be a fresh buffer")
         tile = self.cfg["tile"]
@@ -280,8 +223,7 @@ class CudaGraph:
         """Each input copied (and cast) into its slab of the output."""
         out = e.outs[0]
         axis = e.params["axis"] % out.aval.ndim
-        po = self._new(out, out.aval.shape, out.aval.dtype)
-        self.places[out] = po
+        po = self.places.assign(out)
         start = 0
         for v in e.ins:
             n = v.aval.shape[axis]
@@ -294,32 +236,30 @@ class CudaGraph:
         x, idx = e.ins[0], e.ins[1:]
         out = e.outs[0]
         it = out.aval.shape
-        po = self._new(out, it, out.aval.dtype)
-        self.places[out] = po
+        po = self.places.assign(out)
         px = self.place(x)
         n = int(np.prod(it)) if it else 1
         kern = K.gen_gather(x.aval.dtype, [v.aval.dtype for v in idx], len(it))
         args = [n] + list(it)
         for v in idx:
-            args += self._operand(self.place(v), _bcast_strides(self.place(v), it))
-        args += self._operand(po, _c_strides(it)) + [px.root, px.offset] + list(px.strides) + list(px.shape)
+            args += self._operand(self.place(v), bcast_strides(self.place(v), it))
+        args += self._operand(po, c_strides(it)) + [px.root, px.offset] + list(px.strides) + list(px.shape)
         self._add(kern, n, args + ["ierr", len(self.index_steps)], "gather", e.scope)
         self.index_steps.append(e)
 
     def _scatter(self, e):
         base, v, idx = e.ins[0], e.ins[1], e.ins[2:]
         out = e.outs[0]
-        po = self._new(out, out.aval.shape, out.aval.dtype)
-        self.places[out] = po
+        po = self.places.assign(out)
         self._copy(self.place(base), po, "copy (index_put)")
         it = tuple(np.broadcast_shapes(*[i.aval.shape for i in idx])) if idx else ()
         n = int(np.prod(it)) if it else 1
         kern = K.gen_scatter(out.aval.dtype, v.aval.dtype, [i.aval.dtype for i in idx], len(it),
                              bool(e.params["accumulate"]))
         pv = self.place(v)
-        args = [n] + list(it) + self._operand(pv, _bcast_strides(pv, it))
+        args = [n] + list(it) + self._operand(pv, bcast_strides(pv, it))
         for iv in idx:
-            args += self._operand(self.place(iv), _bcast_strides(self.place(iv), it))
+            args += self._operand(self.place(iv), bcast_strides(self.place(iv), it))
         args += [po.root, po.offset] + list(po.strides) + list(po.shape)
         self._add(kern, n, args + ["ierr", len(self.index_steps)], "scatter", e.scope)
         self.index_steps.append(e)
@@ -330,12 +270,11 @@ class CudaGraph:
         x, out = e.ins[0], e.outs[0]
         ax = e.params["axis"]
         px = self.place(x)
-        po = self._new(out, out.aval.shape, out.aval.dtype)
-        self.places[out] = po
+        po = self.places.assign(out)
         outer = tuple(d for k, d in enumerate(x.aval.shape) if k != ax)
         xst = [s for k, s in enumerate(px.strides) if k != ax]
         ost = [s for k, s in enumerate(po.strides) if k != ax]
-        shape, (xst, ost) = _coalesce(outer, [xst, ost])
+        shape, (xst, ost) = coalesce(outer, [xst, ost])
         n = int(np.prod(outer)) if outer else 1
         kern = K.gen_scan(e.op.name, x.aval.dtype, out.aval.dtype, len(shape), bool(e.params.get("reverse")))
         args = [n] + list(shape) + self._operand(px, xst) + self._operand(po, ost)
@@ -347,36 +286,20 @@ class CudaGraph:
         self.native = False
         st = Step("host", f"{e.op.name} (host)", eqn=e, scope=e.scope)
         st.ins = tuple(self.place(v) for v in e.ins)
-        outs = []
-        for o in e.outs:
-            p = self._new(o, o.aval.shape, o.aval.dtype)
-            self.places[o] = p
-            outs.append(p)
-        st.outs = tuple(outs)
+        st.outs = tuple(self.places.assign(o) for o in e.outs)
         self.steps.append(st)
-
-    def _output(self, v):
-        if isinstance(v, Var) and v in self.graph.inputs:
-            p = self.places[v]
-            if p.root.kind == "input" and p.offset == 0 and p.contiguous() and p.shape == p.root.shape:
-                return p.root
-        p = self.place(v)
-        if p.root.kind == "fresh" and p.offset == 0 and p.shape == p.root.shape and p.contiguous() \
-                and p.dtype is p.root.dtype and not any(r is p.root for r in self._claimed):
-            self._claimed.append(p.root)
-            return p.root
-        dst = self._buffer("fresh", p.shape, p.dtype)
-        self._copy(p, dst, "copy (output)")
-        self._claimed.append(dst.root)
-        return dst.root
 
     # ---- running --------------------------------------------------------------------------------------------
     def _workspace(self, cuda):
+        """id(root) -> a flat device array, for the workspace roots (typed views of the slots of one device
+        buffer, allocated on the first call) and the literals (uploaded once)."""
         if self._ws is None:
+            buf = cuda.device_array(max(self.places.ws_size, 1), np.uint8)
             ws = {}
-            for r in self.roots:
+            for r in self.places.roots:
                 if r.kind == "ws":
-                    ws[id(r)] = cuda.device_array(max(int(np.prod(r.shape)) if r.shape else 1, 1), r.dtype.np)
+                    n = max(int(np.prod(r.shape)) if r.shape else 1, 1)
+                    ws[id(r)] = buf[r.offset:r.offset + n * r.dtype.np.itemsize].view(r.dtype.np)
                 elif r.kind == "lit":
                     ws[id(r)] = cuda.to_device(np.ascontiguousarray(r.array).reshape(-1) if r.array.size
                                                else np.zeros(1, r.array.dtype))
@@ -386,16 +309,13 @@ class CudaGraph:
     def _run(self, *arrays, prof=None):
         from numba import cuda
         env = dict(self._workspace(cuda))
-        fresh = {}
-        flat = {}
-        for r in self.roots:
+        for r in self.places.roots:
             if r.kind == "input":
                 a = arrays[r.index]
-                flat[id(r)] = a.reshape(-1) if a.size else cuda.device_array(1, a.dtype)
-            elif r.kind == "fresh":
-                a = fresh[id(r)] = cuda.device_array(r.shape, r.dtype.np)
-                flat[id(r)] = a.reshape(-1) if a.size else cuda.device_array(1, r.dtype.np)
-        env.update(flat)
+                env[id(r)] = a.reshape(-1) if a.size else cuda.device_array(1, a.dtype)
+        fresh = [cuda.device_array(r.shape, r.dtype.np) for r in self.places.fresh]
+        for r, a in zip(self.places.fresh, fresh):
+            env[id(r)] = a.reshape(-1) if a.size else cuda.device_array(1, r.dtype.np)
         err = cuda.to_device(np.zeros(2 * len(self.checks), np.int64)) if self.checks else None
         env["err"] = err
         ierr = env["ierr"] = cuda.to_device(np.zeros(4, np.int64)) if self.index_steps else None
@@ -404,7 +324,7 @@ class CudaGraph:
         timed = []      # (profiler range, start event, end event, host ns): kernels timed by CUDA events
         use_cuda = prof is not None and getattr(prof, "use_cuda", False)
         for st in self.steps:
-            if st.guarded and ierr is not None:
+            if (st.guarded or st.state_write) and ierr is not None:
                 if bad_index is None:
                     bad_index = ierr.copy_to_host()
                 if bad_index[0]:
@@ -439,7 +359,7 @@ class CudaGraph:
             bad_index = ierr.copy_to_host() if bad_index is None else bad_index
             if bad_index[0]:
                 raise step_error(self.index_steps[int(bad_index[1])], *(int(v) for v in bad_index[[0, 2, 3]]))
-        outs = [arrays[r.index] if r.kind == "input" else fresh[id(r)] for r in self.outputs]
+        outs = [arrays[i] if kind == "input" else fresh[i] for kind, i in self.outputs]
         if err is not None:
             outs.append(failed if failed is not None else self._first_failure(err))
         return outs

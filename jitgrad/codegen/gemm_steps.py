@@ -48,13 +48,12 @@ class GemmSteps:
             return operand_copy(v, shape2)
 
         def operand_copy(v, shape2):
-            p = self._materialize(v, self.place(v))
+            p = self.places.materialize(v, self.place(v))
             return p, "N", max(shape2[1], 1)
 
         pa, ta, lda = operand(a, ash)
         pb, tb, ldb = operand(b, bsh)
-        pc = self._new_buffer(out, out.aval.shape, out.aval.dtype)
-        self.places[out] = pc
+        pc = self.places.assign(out)
         # C (m x n, row-major) = A B  <=>  C^T (n x m, column-major) = B^T A^T: B goes first
         f32 = out.aval.dtype.name == "float32"
         one = np.array([1.0], np.float32 if f32 else np.float64).tobytes()
@@ -81,7 +80,7 @@ class GemmSteps:
                 if item is pc:
                     c_slot = slot
         self._add(st)
-        self.gemm_outs[out] = (st, self.n, offs["alpha"], offs["beta"], c_slot)
+        self.gemm_outs[out] = (st, self.places.n, offs["alpha"], offs["beta"], c_slot)
         return True
 
     def _fold_update_into_gemm(self, g: Group) -> bool:
@@ -89,12 +88,12 @@ class GemmSteps:
         ``alpha = -c, beta = 1`` into ``p``'s own buffer: an SGD update of a weight whose gradient nothing else
         reads costs no pass over memory of its own. Only when no step between the GEMM and this group reads
         ``p`` (or a view of it), so moving the write earlier changes nothing another step sees."""
-        from .layout import Place
+        places = self.places
         if g.reduce is not None or len(g.eqns) != 2 or len(g.outputs) != 1:
             return False
         m, u = g.eqns
         o = g.outputs[0]
-        if m.op.name != "mul" or u.op.name not in ("sub", "add") or o is not u.outs[0] or o not in self._inplace:
+        if m.op.name != "mul" or u.op.name not in ("sub", "add") or o is not u.outs[0] or o not in places.inplace:
             return False
         mo = m.outs[0]
         lits = [x for x in m.ins if isinstance(x, Lit) and np.ndim(x.value) == 0]
@@ -102,22 +101,23 @@ class GemmSteps:
         if len(lits) != 1 or len(grads) != 1:
             return False
         d, c = grads[0], float(lits[0].value)
-        p_var = self.graph.inputs[self._inplace[o]]
+        p_var = self.graph.inputs[places.inplace[o]]
         a0, a1 = u.ins
         if not ((a0 is p_var and a1 is mo) or (u.op.name == "add" and a0 is mo and a1 is p_var)):
             return False
         st, n_gemm, alpha_off, beta_off, c_slot = self.gemm_outs[d]
-        if n_gemm <= self.last_raising:      # the GEMM would write p before a step that may still raise
+        if n_gemm <= places.last_raising:      # the GEMM would write p before a step that may still raise
             return False
-        pp = self.places[p_var]
+        pp = places[p_var]
+        n = places.n
         dt_ = o.aval.dtype
-        if (self.last_use.get(d) != self.n or any(x is d for x in self.graph.outputs) or not pp.contiguous()
+        if (places.last_use.get(d) != n or any(x is d for x in self.graph.outputs) or not pp.contiguous()
                 or tuple(pp.shape) != tuple(d.aval.shape) or d.aval.dtype is not dt_ or p_var.aval.dtype is not dt_
-                or not self._writes_in_place(o, g)):
+                or not places.writes_in_place(o, g)):
             return False
-        for v, pv in self.places.items():
-            if isinstance(pv, Place) and pv.root is pp.root:
-                if any(n_gemm <= k < self.n or (k == self.n and v is not p_var) for k in self.uses.get(v, ())):
+        for v, pv in places.items():
+            if pv.root is pp.root:
+                if any(n_gemm <= k < n or (k == n and v is not p_var) for k in places.uses.get(v, ())):
                     return False
         alpha = -c if u.op.name == "sub" else c
         sc = np.float32 if dt_.name == "float32" else np.float64
@@ -126,6 +126,5 @@ class GemmSteps:
         self._move_slot(c_slot, pp)
         st.label = "matmul (BLAS) + update"
         st.state_write = True
-        self.places[o] = pp
-        self.inplace_done.add(o)
+        places.state_place(o)
         return True

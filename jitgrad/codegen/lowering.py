@@ -1,8 +1,9 @@
 """The target-neutral half of lowering: which kind of step each entry of a fusion plan becomes.
 
 Both targets (``layout.Program`` for the CPU, ``cuda.CudaGraph``) walk the same plan (``ir/passes/fuse.py``)
-and ask ``step_kind`` what each entry is; each target then looks the kind up in its own emitter table
-(``{kind: method}``) instead of testing op names.  An emitter may decline (return ``False``: the CPU has no
+with ``lower_plan``, take every value's place from one ``places.Places`` (views, workspace, outputs, state
+updates in place: the same rules on both), and ask ``step_kind`` what each entry is; each target then looks
+the kind up in its own emitter table (``{kind: method}``) instead of testing op names.  An emitter may decline (return ``False``: the CPU has no
 ``cat`` loop, CUDA's GEMM takes floats only), and the entry runs as a host step: the op's NumPy impl.
 
 Kinds:
@@ -18,14 +19,14 @@ Kinds:
 - ``collective``: an op of the ``collective`` family (all_reduce...): on the CPU, MPI called natively
   (``collective_steps.py``) when the group's transport allows it;
 - ``host``: anything else (the op's NumPy impl).
-Copies (materialising a view, write-backs, outputs) and anomaly checks are steps the targets add themselves.
+Copies (materialising a view, write-backs, outputs) are decided by ``places.Places`` and emitted through the
+target's copy emitter; anomaly checks are steps the targets add themselves.
 
 A new op with a native form on some target is one entry in ``_BY_OP`` plus an emitter on that target.
 """
 from __future__ import annotations
 
 from ..ir.passes.fuse import Group
-from .region_steps import row_spec
 
 KINDS = ("fused", "view", "gemm", "gather", "scatter", "scatter_reduce", "region", "row_gather", "row_scatter", "scan",
          "cat", "collective", "host")
@@ -34,6 +35,14 @@ KINDS = ("fused", "view", "gemm", "gather", "scatter", "scatter_reduce", "region
 def all_tensor_spec(spec, ndim):
     """The spec indexes every dim with an integer tensor (x[i0, i1, ...]): a gather/scatter loop."""
     return len(spec) == ndim and all(type(s) is tuple and s[0] == "tensor" for s in spec)
+
+
+def row_spec(spec, ndim) -> bool:
+    """``x[idx]`` / ``x[idx, :, ...]``: one integer tensor on the first dim of a tensor of rank >= 2, the rest whole
+    (an embedding lookup and its scatter-add backward): whole rows moved per index."""
+    if ndim < 2 or not spec or not (type(spec[0]) is tuple and spec[0][0] == "tensor"):
+        return False
+    return all(type(t) is tuple and t == ("slice", None, None, None) for t in spec[1:])
 
 
 def _has_tensor_index(spec):
@@ -114,17 +123,20 @@ def step_error(e, code: int, value: int, dim: int) -> Exception:
 
 
 def lower_plan(target, plan):
-    """Walk ``plan`` and call ``target``'s emitter for each entry's kind (``target.EMITTERS[kind]``, a method
+    """Walk ``plan`` once and call ``target``'s emitter for each entry's kind (``target.EMITTERS[kind]``, a method
     name); an emitter that returns False, or a kind the target has no emitter for, becomes a host step
-    (``target.EMITTERS["host"]``).  ``target.after_step(entry)`` runs after each entry (anomaly checks,
-    workspace release).  ``target.n`` is the index of the entry being lowered."""
+    (``target.EMITTERS["host"]``).  The emitters take their places from ``target.places`` (a
+    ``places.Places``, whose ``n`` is the index of the entry being lowered); ``target.after_step(n, entry)`` runs
+    after each entry (anomaly checks), then the places release the workspace slots nothing reads any more."""
+    places = target.places
     for n, s in enumerate(plan.steps):
-        target.n = n
+        places.n = n
         kind = step_kind(s)
         name = target.EMITTERS.get(kind)
         if name is None or getattr(target, name)(s) is False:
             getattr(target, target.EMITTERS["host"])(s)
         target.after_step(n, s)
+        places.release(n)
 
 
-__all__ = ["KINDS", "step_kind", "lower_plan", "all_tensor_spec", "index_error", "step_error"]
+__all__ = ["KINDS", "step_kind", "lower_plan", "all_tensor_spec", "row_spec", "index_error", "step_error"]

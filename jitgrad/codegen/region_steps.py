@@ -12,9 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import dtypes as dt
-from ..ir.graph import Var
-from ..ir.ops.index import np_index
 from .loops import CONTIG, Kernel, _load, _Nest, _store, _tname
+from .places import bcast_strides, coalesce, region_place
 
 
 def gen_region(dtype: dt.DType, rank: int, src_cls: str, dst_cls: str, accumulate: bool) -> Kernel:
@@ -29,28 +28,6 @@ def gen_region(dtype: dt.DType, rank: int, src_cls: str, dst_cls: str, accumulat
     lines = ["def kernel(A):"] + nest.loops(body, (0, 1))
     return Kernel("copy", "\n".join(lines), rank=rank, operands=[None, None], classes=[src_cls, dst_cls],
                   parallel=False, label="index_put (region)")
-
-
-def region_place(place, spec):
-    """The place of ``x[spec]`` (a basic index) over ``place``, found on a strided dummy array as views are."""
-    from .layout import Place
-    item = place.dtype.np.itemsize
-    dummy = np.lib.stride_tricks.as_strided(np.zeros(1, place.dtype.np), place.shape,
-                                            [s * item for s in place.strides])
-    res = dummy[np_index(spec, ())]
-    res = np.asarray(res) if not isinstance(res, np.ndarray) else res
-    if not np.may_share_memory(res, dummy) and res.size:
-        return None
-    off = (res.__array_interface__["data"][0] - dummy.__array_interface__["data"][0]) // item
-    return Place(place.root, place.offset + off, res.shape, [s // item for s in res.strides], place.dtype)
-
-
-def row_spec(spec, ndim) -> bool:
-    """``x[idx]`` / ``x[idx, :, ...]``: one integer tensor on the first dim of a tensor of rank >= 2, the rest whole
-    (an embedding lookup and its scatter-add backward): whole rows moved per index."""
-    if ndim < 2 or not spec or not (type(spec[0]) is tuple and spec[0][0] == "tensor"):
-        return False
-    return all(type(t) is tuple and t == ("slice", None, None, None) for t in spec[1:])
 
 
 def _row_kernel(kind, dtype: dt.DType, idx_dtype: dt.DType, accumulate=False) -> Kernel:
@@ -81,14 +58,14 @@ class RegionSteps:
     """``Program`` methods for basic-index ``index_put`` (see the module docstring)."""
 
     def _region(self, e) -> bool:
-        from .layout import Step, _bcast_strides, _cls, _coalesce
+        from .layout import Step, _cls     # layout imports this module
         base, v = e.ins[0], e.ins[1]
         out = e.outs[0]
         acc = e.params["accumulate"]
         if out.aval.dtype is dt.bool_ and acc or v.aval.dtype is not out.aval.dtype:
             return False
-        reuse = self._base_reusable(base, out)
-        po = reuse if reuse is not None else self._new_buffer(out, out.aval.shape, out.aval.dtype)
+        reuse = self.places.base_reusable(base, out)
+        po = reuse if reuse is not None else self.places.buffer(out, out.aval.shape, out.aval.dtype)
         region = region_place(po, e.params["spec"])
         if region is None:
             return False
@@ -96,13 +73,13 @@ class RegionSteps:
         if reuse is not None:
             # the base is a dead intermediate: add into its buffer, no copy (a chain of index_puts, e.g. the
             # q, k, v gradients of a split written into one qkv gradient)
-            self._hold(po.root, out)
+            self.places.hold(po.root, out)
         else:
             self._copy_step(self.place(base), po, "copy (index_put)")
         pv = self.place(v)
         it = region.shape
-        sst = _bcast_strides(pv, it) if tuple(pv.shape) != tuple(it) else list(pv.strides)
-        shape, (sst, dst) = _coalesce(list(it), [sst, list(region.strides)])
+        sst = bcast_strides(pv, it) if tuple(pv.shape) != tuple(it) else list(pv.strides)
+        shape, (sst, dst) = coalesce(list(it), [sst, list(region.strides)])
         k = gen_region(out.aval.dtype, len(shape), _cls(sst), _cls(dst), acc)
         st = Step("kernel", k, label="index_put (region)", shapes=[list(out.aval.shape)], scope=e.scope)
         st.block = len(self.table)
@@ -111,25 +88,6 @@ class RegionSteps:
         self._operand(region, dst)
         self._add(st)
         return True
-
-    def _base_reusable(self, base, out):
-        """The place of ``base`` when ``index_put`` may write its result into base's own buffer: a whole
-        workspace buffer of the output's shape and dtype, not a graph output, read by nothing after this step
-        (its value, or any other view of the buffer)."""
-        from .layout import Place, _c_strides
-        if not isinstance(base, Var) or any(o is base for o in self.graph.outputs):
-            return None
-        p = self.places.get(base)
-        if not isinstance(p, Place) or p.root.kind != "ws" or p.offset != 0 or p.dtype is not out.aval.dtype \
-                or tuple(p.shape) != tuple(out.aval.shape) or tuple(p.strides) != tuple(_c_strides(out.aval.shape)):
-            return None
-        n = self.n
-        if self.last_use.get(base, -1) != n:
-            return None
-        for u, pu in self.places.items():
-            if isinstance(pu, Place) and pu.root is p.root and u is not base and self.last_use.get(u, -1) >= n:
-                return None
-        return p
 
     def _row_operands(self, x, idx, v):
         """(index element stride, value row stride) when BLAS-like row moves can read the operands in place
@@ -146,11 +104,10 @@ class RegionSteps:
             return None
         sv = 0
         if v is not None:
-            from .layout import _bcast_strides
             pv = self.place(v)
             ni = idx.aval.ndim
             full = tuple(idx.aval.shape) + tuple(x.aval.shape[1:])
-            vst = _bcast_strides(pv, full) if tuple(pv.shape) != full else list(pv.strides)
+            vst = bcast_strides(pv, full) if tuple(pv.shape) != full else list(pv.strides)
             sv, col = _row_stride(vst[:ni], full[:ni]), _row_stride(vst[ni:], full[ni:])
             if sv is None or col is None or (c > 1 and col != 1):
                 return None
@@ -178,8 +135,7 @@ class RegionSteps:
         ops = self._row_operands(x, idx, None)
         if ops is None or not out.aval.size:
             return False
-        po = self._new_buffer(out, out.aval.shape, out.aval.dtype)
-        self.places[out] = po
+        po = self.places.assign(out)
         self._emit_rows(e, "gather", x, idx, self.place(x), po, ops[0], int(np.prod(x.aval.shape[1:])))
         return True
 
@@ -193,8 +149,7 @@ class RegionSteps:
         ops = self._row_operands(base, idx, v)
         if ops is None:
             return False
-        po = self._new_buffer(out, out.aval.shape, out.aval.dtype)
-        self.places[out] = po
+        po = self.places.assign(out)
         self._copy_step(self.place(base), po, "copy (index_put)")
         self._emit_rows(e, "scatter", base, idx, po, self.place(v), ops[0], ops[1])
         return True
@@ -203,11 +158,10 @@ class RegionSteps:
 def _row_stride(strides, shape):
     """The one element stride that walks ``shape`` with ``strides`` as a single run (0 for a single element), or
     None."""
-    from .layout import _coalesce
-    sh, (st,) = _coalesce(list(shape), [list(strides)])
+    sh, (st,) = coalesce(list(shape), [list(strides)])
     if not sh:
         return 0
     return st[0] if len(sh) == 1 else None
 
 
-__all__ = ["RegionSteps", "gen_region", "region_place", "row_spec"]
+__all__ = ["RegionSteps", "gen_region"]

@@ -1,0 +1,438 @@
+"""Where every value of a compiled graph lives: the place assignment both targets share.
+
+A graph has fixed shapes, so this is decided once, in Python, while a target lowers the fusion plan
+(``lowering.lower_plan``): every Var gets a *place*, a root buffer plus an element offset, shape, element strides
+and dtype.  Roots are:
+
+- ``input``: the k-th graph input (a state updated in place is written here);
+- ``lit``: a literal array, uploaded or pointed at once;
+- ``ws``: a slot of the workspace, one buffer kept with the compiled graph (``offset``: its byte offset);
+- ``fresh``: an array handed to the caller, new per call (``index``: its number in ``Places.fresh``).
+
+Decided here, for the CPU (``layout.Program``) and CUDA (``cuda.CudaGraph``) alike:
+
+- views are free: a view op's place is computed by running its NumPy impl on a strided dummy array (views never
+  read data); a reshape of data its strides cannot express is materialised first (a contiguous workspace copy);
+- a workspace slot is reused by a later value of the same byte size once every reader of the value it held
+  (and of every view of it) has run: the workspace is bounded by the live values, not by the graph's length;
+- a state update (``writes``: output -> input) that nothing reads afterwards, and that no anomaly check or
+  raising step could veto, is computed straight into the state's buffer; the others are copied back at the end
+  by a guarded *write-back*;
+- an output is handed back as it is (an input, or a whole fresh buffer), or copied into a fresh buffer.
+
+The place rules are target-neutral; a target only emits its copies (``copy(src, dst, label)``, given at
+construction) and lays out its own arguments (the CPU's argument-table slots, CUDA's device arrays).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import dtypes as dt
+from ..ir.graph import Lit, Var
+from ..ir.ops.index import np_index
+from ..ir.passes.fuse import Group
+from .loops import raises_in_loop
+from .lowering import step_kind
+
+_ALIGN = 64      # workspace slots start at cache-line (and vector-width) boundaries
+
+# step kinds whose step may raise at run time (an index out of range, a NumPy step's error; a collective may
+# decline to a Python step): no state is written in place at or before them
+RAISING_KINDS = ("gather", "scatter", "scatter_reduce", "row_gather", "row_scatter", "host", "collective")
+
+
+class Place:
+    """Where one value lives: ``root`` (a Root), element ``offset``, ``shape``, element ``strides``, ``dtype``."""
+    __slots__ = ("root", "offset", "shape", "strides", "dtype")
+
+    def __init__(self, root, offset, shape, strides, dtype):
+        self.root, self.offset, self.shape, self.strides, self.dtype = root, offset, tuple(shape), tuple(strides), dtype
+
+    def contiguous(self) -> bool:
+        return self.strides == c_strides(self.shape) or int(np.prod(self.shape)) <= 1
+
+    def __repr__(self):
+        return f"Place({self.root!r}+{self.offset}, {self.shape}, {self.strides}, {getattr(self.dtype, 'name', None)})"
+
+
+class Root:
+    """A buffer: ``kind`` in input | fresh | ws | lit; ``index`` (input/fresh number), ``array`` (lit),
+    ``offset`` (ws byte offset), ``nbytes`` (ws: rounded up to the slot alignment)."""
+    __slots__ = ("kind", "index", "array", "offset", "nbytes", "shape", "dtype")
+
+    def __init__(self, kind, index=None, array=None, nbytes=0, shape=(), dtype=None):
+        self.kind, self.index, self.array, self.nbytes = kind, index, array, nbytes
+        self.shape, self.dtype, self.offset = tuple(shape), dtype, None
+
+    def __repr__(self):
+        at = self.offset if self.kind == "ws" else self.index
+        return f"{self.kind}[{at}]"
+
+
+def c_strides(shape):
+    """Element strides of a C-contiguous array of ``shape``."""
+    st, acc = [], 1
+    for d in reversed(shape):
+        st.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(st))
+
+
+def bcast_strides(place: Place, it_shape):
+    """Element strides of ``place`` broadcast into iteration space ``it_shape`` (0 where broadcast)."""
+    lead = len(it_shape) - len(place.shape)
+    out = [0] * lead
+    for k, d in enumerate(place.shape):
+        out.append(0 if d == 1 else place.strides[k])
+    return out
+
+
+def coalesce(shape, strides):
+    """Drop size-1 dims and merge neighbours that every operand walks as one (``strides``: per operand), so
+    that one kernel serves every rank and shape with the same access pattern (an SGD update of a matrix and of
+    a vector is the same 1-D loop)."""
+    if any(d == 0 for d in shape):
+        return list(shape), [list(s) for s in strides]
+    keep = [d for d in range(len(shape)) if shape[d] != 1]
+    shape = [shape[d] for d in keep]
+    sts = [[s[d] for d in keep] for s in strides]
+    i = len(shape) - 2
+    while i >= 0:
+        if all(st[i] == st[i + 1] * shape[i + 1] for st in sts):
+            shape[i] *= shape[i + 1]
+            del shape[i + 1]
+            for st in sts:
+                st[i] = st[i + 1]
+                del st[i + 1]
+        i -= 1
+    return shape, sts
+
+
+def _dummy(place: Place):
+    """A strided dummy array with ``place``'s shape and strides over one element (views never read data)."""
+    item = place.dtype.np.itemsize
+    return np.lib.stride_tricks.as_strided(np.zeros(1, place.dtype.np), place.shape,
+                                           [s * item for s in place.strides])
+
+
+def _place_of(res, dummy, src: Place) -> Place:
+    item = src.dtype.np.itemsize
+    off = (res.__array_interface__["data"][0] - dummy.__array_interface__["data"][0]) // item
+    return Place(src.root, src.offset + off, res.shape, [s // item for s in res.strides], src.dtype)
+
+
+def view_place(e, src: Place):
+    """The place of view op ``e``'s output over ``src``, found by running the op's NumPy impl on a strided dummy
+    array; None when the result is not a view of it (then the op must run)."""
+    dummy = _dummy(src)
+    res = e.op.impl(dummy, **e.params)
+    if not isinstance(res, np.ndarray) or not np.may_share_memory(res, dummy) or res.shape != e.outs[0].aval.shape:
+        return None
+    return _place_of(res, dummy, src)
+
+
+def region_place(place: Place, spec):
+    """The place of ``x[spec]`` (a basic index) over ``place``, found on a strided dummy array as views are;
+    None when it is not a view."""
+    dummy = _dummy(place)
+    res = dummy[np_index(spec, ())]
+    res = np.asarray(res) if not isinstance(res, np.ndarray) else res
+    if not np.may_share_memory(res, dummy) and res.size:
+        return None
+    return _place_of(res, dummy, place)
+
+
+class GroupOperands:
+    """The operands of one fused loop (``Places.group``): ``ins`` (the Vars and array literals it reads) and
+    their places ``in_places``, ``out_places`` (one per group output), the coalesced iteration ``shape``, each
+    operand's element strides over it (``in_strides``, ``out_strides``; a reduction's output has stride 0 along
+    the reduced axes), ``red_out`` (the reduction's output index) and ``red_axes`` (its axes in ``shape``),
+    ``in_place`` (an output is written into its state's buffer) and ``size`` (elements iterated)."""
+    __slots__ = ("ins", "in_places", "out_places", "shape", "in_strides", "out_strides", "red_out", "red_axes",
+                 "in_place", "size")
+
+    def __init__(self, ins, in_places, out_places, shape, in_strides, out_strides, red_out, red_axes, in_place,
+                 size):
+        self.ins, self.in_places, self.out_places, self.shape = ins, in_places, out_places, shape
+        self.in_strides, self.out_strides, self.red_out, self.red_axes = in_strides, out_strides, red_out, red_axes
+        self.in_place, self.size = in_place, size
+
+
+class Places:
+    """The places of one graph's values as a target lowers its plan (see the module docstring).
+
+    Reads like a dict ``Var -> Place`` (``places[v]``, ``get``, ``items``); ``place(v)`` also takes literals.
+    ``n`` is the plan step being lowered (set by ``lowering.lower_plan``); ``release(n)`` after each step frees
+    the workspace slots nothing reads any more.  ``copy(src, dst, label)`` is the target's copy emitter, called
+    for materialised views and output copies."""
+
+    def __init__(self, graph, plan, writes=(), check_ids=None, copy=None):
+        self.graph = graph
+        self.copy = copy
+        self._of = {}                # Var -> Place; id(Lit) -> Place
+        self.roots = []
+        self.fresh = []              # fresh output roots, in allocation order
+        self.ws_size = 0             # bytes of workspace
+        self.n = 0
+        self._free = {}              # slot byte size -> free slot offsets
+        self._liveness(plan)
+        for k, v in enumerate(graph.inputs):
+            if v not in self._of:
+                r = self._root("input", index=k, shape=v.aval.shape, dtype=v.aval.dtype)
+                self._of[v] = Place(r, 0, v.aval.shape, c_strides(v.aval.shape), v.aval.dtype)
+        # state updates computed straight into the state's buffer when nothing reads the old value afterwards
+        # and nothing could veto the update: no copy pass, no fresh buffer (an SGD step over all params).  An
+        # anomaly check vetoes every state update: then none is computed in place.  A step that can raise vetoes
+        # those computed at or before it; later ones run only when it did not raise (the targets skip their
+        # ``state_write`` steps once a step raised)
+        self.last_raising = max([n for n, s in enumerate(plan.steps) if step_kind(s) in RAISING_KINDS or (
+            isinstance(s, Group) and any(raises_in_loop(e) for e in s.eqns))], default=-1)
+        outs = [v for v in graph.outputs if isinstance(v, Var)]
+        self.inplace = {} if check_ids else {
+            graph.outputs[o]: i for o, i in writes
+            if isinstance(graph.outputs[o], Var) and outs.count(graph.outputs[o]) == 1
+            and graph.outputs[o] not in graph.inputs}
+        self.inplace_done = set()    # outputs computed in place (their write-back is done)
+        self.writes = tuple(writes)
+
+    # ---- the mapping ------------------------------------------------------------------------------------
+    def __getitem__(self, v) -> Place:
+        return self._of[v]
+
+    def __setitem__(self, v, place: Place):
+        self._of[v] = place
+
+    def __contains__(self, v) -> bool:
+        return v in self._of
+
+    def get(self, v, default=None):
+        return self._of.get(v, default)
+
+    def items(self):
+        return self._of.items()
+
+    def place(self, v) -> Place:
+        """The place of Var or literal ``v`` (a literal gets a root holding a C-contiguous copy of its value)."""
+        if isinstance(v, Lit):
+            p = self._of.get(id(v))
+            if p is None:
+                a = np.array(v.value if isinstance(v.value, np.ndarray) else np.asarray(v.value, v.aval.dtype.np),
+                             dtype=v.aval.dtype.np, order="C", copy=True)
+                r = self._root("lit", array=a, shape=a.shape, dtype=v.aval.dtype)
+                p = self._of[id(v)] = Place(r, 0, a.shape, c_strides(a.shape), v.aval.dtype)
+            return p
+        return self._of[v]
+
+    # ---- liveness ---------------------------------------------------------------------------------------
+    def _liveness(self, plan):
+        self.last_use = {}           # Var -> the last plan step that reads it (graph outputs: after the last)
+        self.uses = {}               # Var -> plan step indices that read it
+        for n, s in enumerate(plan.steps):
+            for v in (s.inputs if isinstance(s, Group) else s.ins):
+                if isinstance(v, Var):
+                    self.last_use[v] = n
+                    self.uses.setdefault(v, []).append(n)
+        end = len(plan.steps)
+        for v in self.graph.outputs:
+            if isinstance(v, Var):
+                self.last_use[v] = end
+        # workspace roots not yet free: id(root) -> (root, last plan step that reads it or a view of it); and
+        # step -> roots that may become free after it (stale entries are skipped): linear in the graph
+        self._live_ws = {}
+        self._ends = {}
+
+    def hold(self, r: Root, v):
+        """Workspace root ``r`` stays in use until the last reader of ``v`` (its value or a view of it) ran."""
+        self._hold_until(r, self.last_use.get(v, -1))
+
+    def _hold_until(self, r: Root, end: int):
+        cur = self._live_ws.get(id(r))
+        if cur is not None and cur[1] >= end:
+            return
+        self._live_ws[id(r)] = (r, end)
+        self._ends.setdefault(end if end >= self.n else -1, []).append(r)
+
+    def release(self, n: int):
+        """After plan step ``n``: the workspace slots nothing reads any more are free for later values."""
+        for end in [e for e in (-1, n) if e in self._ends]:
+            for r in self._ends.pop(end):
+                cur = self._live_ws.get(id(r))
+                if cur is not None and cur[1] <= n:
+                    del self._live_ws[id(r)]
+                    self._free.setdefault(r.nbytes, []).append(r.offset)
+
+    # ---- buffers ----------------------------------------------------------------------------------------
+    def _root(self, kind, **kw) -> Root:
+        r = Root(kind, **kw)
+        self.roots.append(r)
+        return r
+
+    def lit_root(self, array: np.ndarray, dtype: dt.DType) -> Root:
+        """A root over ``array`` (a buffer a step owns, e.g. a collective's send buffer)."""
+        return self._root("lit", array=array, shape=array.shape, dtype=dtype, nbytes=array.nbytes)
+
+    def buffer(self, v, shape, dtype: dt.DType, fresh=None) -> Place:
+        """A contiguous buffer for ``v``: fresh if it is a graph output, else a workspace slot held until
+        ``v``'s last reader (``v`` None: never released)."""
+        nbytes = max(int(np.prod(shape)) * dtype.np.itemsize, 1)
+        if fresh is None:
+            fresh = v is not None and any(o is v for o in self.graph.outputs)
+        if fresh:
+            r = self._root("fresh", index=len(self.fresh), shape=shape, dtype=dtype, nbytes=nbytes)
+            self.fresh.append(r)
+        else:
+            r = self._root("ws", shape=shape, dtype=dtype, nbytes=-(-nbytes // _ALIGN) * _ALIGN)
+            free = self._free.get(r.nbytes)
+            if free:
+                r.offset = free.pop()
+            else:
+                r.offset = self.ws_size
+                self.ws_size += r.nbytes
+            if v is not None:
+                self.hold(r, v)
+        return Place(r, 0, shape, c_strides(shape), dtype)
+
+    def assign(self, v) -> Place:
+        """``v``'s own buffer (see ``buffer``), recorded as its place."""
+        p = self._of[v] = self.buffer(v, v.aval.shape, v.aval.dtype)
+        return p
+
+    def scratch(self, shape, dtype: dt.DType) -> Place:
+        """A workspace buffer that only the step being lowered uses (a reduction's partial results)."""
+        p = self.buffer(None, shape, dtype)
+        self._hold_until(p.root, self.n)
+        return p
+
+    def materialize(self, v, place: Place) -> Place:
+        """A contiguous copy of ``place`` in a workspace slot, held as ``v``'s buffer (the copy is emitted)."""
+        dst = self.buffer(None, place.shape, place.dtype)
+        self.hold(dst.root, v)
+        self.copy(place, dst, "copy (layout)")
+        return dst
+
+    # ---- views ------------------------------------------------------------------------------------------
+    def view(self, e):
+        """Record the place of view op ``e``'s output; None when it is not a view (the op runs as a step)."""
+        src = self.place(e.ins[0])
+        out = e.outs[0]
+        if e.op.name == "reshape":
+            # a strided source reshapes in place when its strides allow (torch's view rule: heads of a split)
+            p = None if src.contiguous() else view_place(e, src)
+            if p is None:
+                if not src.contiguous():
+                    src = self.materialize(e.ins[0], src)
+                p = Place(src.root, src.offset, out.aval.shape, c_strides(out.aval.shape), src.dtype)
+        else:
+            p = view_place(e, src)
+            if p is None:
+                return None
+        self._of[out] = p
+        if id(p.root) in self._live_ws:
+            self.hold(p.root, out)
+        return p
+
+    # ---- fused loops ------------------------------------------------------------------------------------
+    def group(self, g: Group) -> "GroupOperands":
+        """The operands of fusion group ``g``'s loop, its outputs placed (a reduction's in a buffer of its own,
+        an update in place when ``writes_in_place`` allows, the others in buffers of their own), and the
+        iteration space with every operand's strides coalesced (see ``GroupOperands``)."""
+        it = g.shape
+        ins = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
+        in_st = [bcast_strides(self.place(v), it) for v in ins]
+        red = g.reduce
+        outs, out_st, in_place = [], [], False
+        for o in g.outputs:
+            if red is not None and o is red.outs[0]:
+                p = self.assign(o)
+                axes = red.params["axes"]
+                cs = c_strides(tuple(1 if i in axes else d for i, d in enumerate(it)))
+                out_st.append([0 if i in axes else cs[i] for i in range(len(it))])
+            else:
+                if self.writes_in_place(o, g):
+                    p = self.state_place(o)
+                    in_place = True
+                else:
+                    p = self.assign(o)
+                out_st.append(list(c_strides(it)))
+            outs.append(p)
+        shape, sts = coalesce(it, in_st + out_st)
+        red_out = red_axes = None
+        if red is not None:
+            red_out = g.outputs.index(red.outs[0])
+            red_axes = tuple(d for d in range(len(shape)) if sts[len(ins) + red_out][d] == 0)
+        return GroupOperands(ins, [self.place(v) for v in ins], outs, shape, sts[:len(ins)], sts[len(ins):],
+                             red_out, red_axes, in_place, int(np.prod(it)) if it else 1)
+
+    # ---- state updates ----------------------------------------------------------------------------------
+    def writes_in_place(self, o, g) -> bool:
+        """Output ``o`` of group ``g`` may be written straight into the state input it updates: same shape and
+        dtype as the iteration space, and every read of that input's buffer happens before this step, or in it
+        at the very element being written."""
+        i = self.inplace.get(o)
+        if i is None:
+            return False
+        v = self.graph.inputs[i]
+        p = self._of[v]
+        if o.aval.shape != g.shape or v.aval.shape != g.shape or o.aval.dtype is not v.aval.dtype:
+            return False
+        n = self.n
+        if n <= self.last_raising:
+            return False
+        if self.reads_root_later(p.root, v, n):
+            return False
+        return self.last_use.get(v, -1) <= n
+
+    def reads_root_later(self, root: Root, but, n: int) -> bool:
+        """Whether a value over ``root`` other than ``but`` is read at or after plan step ``n``."""
+        for u, pu in self._of.items():
+            if pu.root is root and u is not but and self.last_use.get(u, -1) >= n:
+                return True
+        return False
+
+    def state_place(self, o) -> Place:
+        """Record that output ``o`` is computed into the state input it updates; its place."""
+        p = self._of[o] = self._of[self.graph.inputs[self.inplace[o]]]
+        self.inplace_done.add(o)
+        return p
+
+    def base_reusable(self, base, out):
+        """The place of ``base`` when an ``index_put`` may write its result into base's own buffer: a whole
+        workspace buffer of the output's shape and dtype, not a graph output, read by nothing after this step
+        (its value, or any other view of the buffer)."""
+        if not isinstance(base, Var) or any(o is base for o in self.graph.outputs):
+            return None
+        p = self._of.get(base)
+        if p is None or p.root.kind != "ws" or p.offset != 0 or p.dtype is not out.aval.dtype \
+                or tuple(p.shape) != tuple(out.aval.shape) or tuple(p.strides) != tuple(c_strides(out.aval.shape)):
+            return None
+        if self.last_use.get(base, -1) != self.n or self.reads_root_later(p.root, base, self.n):
+            return None
+        return p
+
+    # ---- outputs and write-backs ------------------------------------------------------------------------
+    def output(self, v):
+        """How output ``v`` reaches the caller: ``("input", k)`` as is, ``("fresh", j)`` a fresh array (copied
+        into one when its place is not a whole fresh buffer)."""
+        if isinstance(v, Var) and v in self.graph.inputs:
+            p = self._of[v]
+            if p.root.kind == "input" and p.offset == 0 and p.contiguous() and p.shape == p.root.shape:
+                return ("input", p.root.index)
+        p = self.place(v)
+        if v in self.inplace_done:      # the caller ignores write-back outputs: hand back the state itself
+            return ("input", p.root.index)
+        if p.root.kind == "fresh" and p.offset == 0 and p.shape == p.root.shape and p.contiguous() \
+                and p.dtype is p.root.dtype:
+            return ("fresh", p.root.index)
+        dst = self.buffer(None, p.shape, p.dtype, fresh=True)
+        self.copy(p, dst, "copy (output)")
+        return ("fresh", dst.root.index)
+
+    def write_backs(self):
+        """``(src, dst)`` of each state update not computed in place: copied back after every step, and only
+        when no check failed and no step raised."""
+        return [(self.place(self.graph.outputs[o]), self._of[self.graph.inputs[i]])
+                for o, i in self.writes if self.graph.outputs[o] not in self.inplace_done]
+
+
+__all__ = ["Place", "Root", "Places", "RAISING_KINDS", "c_strides", "bcast_strides", "coalesce", "view_place",
+           "region_place"]
