@@ -257,6 +257,28 @@ def test_sim_float32_math_and_split_reduction():
 
 
 @sim
+@pytest.mark.parametrize("make", [lambda dev: jg.nn.BatchNorm1d(3, momentum=None, device=dev),
+                                  lambda dev: jg.nn.InstanceNorm1d(3, affine=True, track_running_stats=True,
+                                                                   device=dev)],
+                         ids=["BatchNorm1d", "InstanceNorm1d"])
+def test_sim_norm_modules_made_on_the_device_train_there(make):
+    """``device=``: the parameters and the running statistics are made on the device, and a training step there
+    gives the CPU module's output and running statistics."""
+    cpu, gpu = make("cpu"), make("cuda")
+    tensors = list(gpu.parameters()) + list(gpu.buffers())
+    assert len(tensors) == 5 and all(t.is_cuda for t in tensors)
+    a = np.random.default_rng(3).standard_normal((4, 3, 5))
+    for m in (cpu, gpu):
+        m.train()
+    out_c = cpu(jg.tensor(a, dtype=jg.float32))
+    out_g = gpu(jg.tensor(a, dtype=jg.float32, device="cuda"))
+    np.testing.assert_allclose(out_g.detach().cpu().numpy(), out_c.detach().numpy(), rtol=1e-5, atol=1e-6)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        np.testing.assert_allclose(getattr(gpu, name).cpu().numpy(), getattr(cpu, name).numpy(), rtol=1e-5,
+                                   atol=1e-6)
+
+
+@sim
 def test_sim_random_draws_run_on_the_device_with_the_cpus_numbers():
     from jitgrad.cuda.eager import _GRAPHS
     _GRAPHS.clear()
