@@ -35,9 +35,9 @@ def accumulate(t: Tensor, g: Tensor, create_graph: bool):
         if old is None and tr is None and type(g._data) is np.ndarray and g.requires_grad:
             # torch obeys the leaf's layout: new_empty_strided(...).copy_(g), so .grad's grad_fn is CopyBackwards
             dst = Tensor._make(np.empty_like(t._data))
-            dst.copy_(g)
-            dst.grad_fn.__class__ = CopyBackwards
-            dst.grad_fn.torch_name = "CopyBackwards"
+            dst._data[...] = g._data
+            dst._vc[0] += 1             # (the copy's write)
+            dst.grad_fn = CopyBackwards(dst, g)
             t._grad = dst
             return
         t._grad = g if old is None else old + g
