@@ -6,7 +6,6 @@ import math
 
 from ..ir import dtypes as dt
 from ..runtime import factories
-from ..runtime.tensor import check_device
 from . import init
 from . import functional_layers as FL
 from .module import Module
@@ -14,8 +13,8 @@ from .parameter import Parameter
 
 
 def _empty(*shape, device=None, dtype=None):
-    check_device(device)
-    return factories.empty(*shape, dtype=dtype if dtype is not None else dt.DEFAULT_FLOAT)
+    """An uninitialised parameter payload on ``device`` (the module's reset_parameters fills it)."""
+    return factories.empty(*shape, dtype=dtype if dtype is not None else dt.DEFAULT_FLOAT, device=device)
 
 
 class Identity(Module):
@@ -174,10 +173,10 @@ class _NormBase(Module):
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         fdt = dtype if dtype is not None else dt.DEFAULT_FLOAT
-        if affine:      # uninitialised: reset_parameters fills them
-            self.weight = Parameter(factories.empty(num_features, dtype=fdt, device=device))
+        if affine:
+            self.weight = Parameter(_empty(num_features, device=device, dtype=dtype))
             if bias:
-                self.bias = Parameter(factories.empty(num_features, dtype=fdt, device=device))
+                self.bias = Parameter(_empty(num_features, device=device, dtype=dtype))
             else:
                 self.register_parameter("bias", None)
         else:
