@@ -34,34 +34,16 @@ import numpy as np
 os.environ["JITGRAD_BACKGROUND_COMPILE"] = "0"
 import jitgrad as jg
 from jitgrad.jit.graph_function import compiled_graph
+from b2_workload import N, floor_kernel, inputs, matches, reference, step
 what = sys.argv[1]
-N = 4_000_000
-
-def inputs(n):
-    rng = np.random.default_rng(0)
-    return [rng.standard_normal(n, dtype=np.float32) for _ in range(3)]
-
-def reference(x, w, b):
-    xd, wd, bd = (a.astype(np.float64) for a in (x, w, b))
-    t = np.tanh(xd * wd + bd); s = 1 / (1 + np.exp(-xd))
-    return (t * s).sum(), s * (1 - t * t) * xd, s * (1 - t * t)
-
-def ok(loss, gw, gb, x, w, b):
-    r = reference(x, w, b)
-    return bool(abs(loss - r[0]) <= 1e-4 * max(1.0, abs(r[0])) and np.abs(gw - r[1]).max() <= 1e-5
-                and np.abs(gb - r[2]).max() <= 1e-5)
-
-def b2(x, w, b):
-    loss = (jg.tanh(x * w + b) * jg.sigmoid(x)).sum()
-    gw, gb = jg.autograd.grad(loss, [w, b])
-    return loss.detach(), gw, gb
+b2 = step(jg)
 
 def compiled(n):
     x, w, b = inputs(n)
     args = (jg.tensor(x), jg.tensor(w, requires_grad=True), jg.tensor(b, requires_grad=True))
     f = jg.compile(b2, backend="numba")
     r = f(*args)
-    good = ok(float(r[0]), r[1].numpy(), r[2].numpy(), x, w, b)
+    good = matches((float(r[0]), r[1].numpy(), r[2].numpy()), reference(x, w, b))
     del r
     (entries,) = f._cache.values()
     return f, args, compiled_graph(entries[0].graph, entries[0].gf.writes), good
@@ -141,12 +123,7 @@ elif what == "call":
     mn, md = timings(lambda: f(*args), 40)
     out["call_4M"] = {"min_ms": mn, "median_ms": md, "ok": good}
 elif what == "floor":
-    import numba
-    @numba.njit(parallel=True, fastmath=True)
-    def k(x, w, b, o1, o2):
-        for i in numba.prange(x.size):
-            o1[i] = x[i] + w[i]
-            o2[i] = w[i] + b[i]
+    k = floor_kernel()
     x, w, b = inputs(N)
     o1, o2 = np.empty_like(x), np.empty_like(x)
     k(x, w, b, o1, o2)
@@ -157,7 +134,8 @@ print("RESULT " + json.dumps(out))
 
 
 def child(what, threads):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    # the repository (jitgrad) and this folder (the workload: b2_workload.py)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, HERE, os.environ.get("PYTHONPATH", "")]),
                NUMBA_NUM_THREADS=str(threads))
     r = subprocess.run([sys.executable, "-c", _CHILD, what], env=env, capture_output=True, text=True, timeout=1800)
     for line in r.stdout.splitlines():

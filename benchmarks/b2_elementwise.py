@@ -11,22 +11,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 
+import b2_workload as W  # noqa: E402
 import harness as H  # noqa: E402
 
-N = 4_000_000
-
-
-def data(n=N):
-    rng = np.random.default_rng(0)
-    return tuple(rng.standard_normal(n, dtype=np.float32) for _ in range(3))
+N = W.N
+data = W.inputs
 
 
 def reference(x0, w0, b0):
-    x, w, b = (a.astype(np.float64) for a in (x0, w0, b0))
-    s = 1 / (1 + np.exp(-x))
-    t = np.tanh(x * w + b)
-    gb = s * (1 - t * t)
-    return {"loss": (t * s).sum(), "grad w": gb * x, "grad b": gb}
+    loss, gw, gb = W.reference(x0, w0, b0)
+    return {"loss": loss, "grad w": gw, "grad b": gb}
 
 
 def make_jitgrad(x0, w0, b0, backend=None):
@@ -34,12 +28,7 @@ def make_jitgrad(x0, w0, b0, backend=None):
     x = jg.tensor(x0)
     w = jg.tensor(w0.copy(), requires_grad=True)
     b = jg.tensor(b0.copy(), requires_grad=True)
-
-    def step(x, w, b):
-        loss = (jg.tanh(x * w + b) * jg.sigmoid(x)).sum()
-        gw, gb = jg.autograd.grad(loss, [w, b])
-        return (loss.detach() if backend is not None else loss), gw, gb
-
+    step = W.step(jg)
     f = jg.compile(step, backend=backend) if backend is not None else step
     return (lambda: f(x, w, b)), (lambda r: {"loss": float(r[0].item()), "grad w": r[1].numpy(),
                                              "grad b": r[2].numpy()})
@@ -82,13 +71,7 @@ def make_numpy(x0, w0, b0):
 
 def make_copy_floor(x0, w0, b0):
     """Memory-traffic floor: read 3 arrays, write 2 (5*N*4 bytes), parallel, no arithmetic to speak of."""
-    import numba
-
-    @numba.njit(parallel=True, fastmath=True)
-    def k(x, w, b, o1, o2):
-        for i in numba.prange(x.size):
-            o1[i] = x[i] + w[i]
-            o2[i] = w[i] + b[i]
+    k = W.floor_kernel()
     o1, o2 = np.empty_like(x0), np.empty_like(x0)
     return lambda: k(x0, w0, b0, o1, o2)
 
@@ -139,7 +122,7 @@ def main():
     b.run(FLOOR, "floor", lambda: make_copy_floor(x0, w0, b0), 100, budget_s=budget)
     b.ref("memory traffic 4.2 ms (2 threads); hand-fused Numba with polynomial tanh 6.5 ms; PyTorch eager 31.6 ms; "
           "torch.compile 25.9 ms; JAX jit 17.3 ms; Numba libm 78 ms; PyTensor+Numba 215 ms")
-    b.note("jitgrad compiled steps return (loss.detach(), gw, gb); the peers return (loss, gw, gb).")
+    b.note("jitgrad's steps return (loss.detach(), gw, gb); the peers return (loss, gw, gb).")
     b.time_all()
     floor, jax_row = b.row(FLOOR), b.row("JAX jit")
     for name in ("jitgrad compile(interpret)", "jitgrad compile(numba)"):

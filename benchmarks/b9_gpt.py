@@ -19,9 +19,10 @@ call, the loss after the timed steps and the process's peak RSS.  jitgrad's comp
 (JITGRAD_BACKGROUND_COMPILE=0), so the first call includes the whole build and the median times compiled code.
 
 Shape (default): vocab 65, context 64, 4 layers, 4 heads, width 128, batch 16, float32, dropout 0, AdamW with
-weight decay on matrices only, gradient clipping at 1.0, tied input/output embeddings.
+weight decay on matrices only, gradient clipping at 1.0, tied input/output embeddings.  The model, optimiser and
+step are gpt_model.py's (nanoGPT's idioms), the ones tests/test_gpt_training.py trains against PyTorch.
 """
-import argparse, importlib, math, sys, time
+import argparse, importlib, sys, time
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default="torch", choices=["torch", "jitgrad"])
@@ -67,90 +68,19 @@ if args.lib == "jitgrad":
     for name in ("", ".nn", ".nn.functional", ".optim", ".autograd", ".utils", ".utils.data"):
         sys.modules["torch" + name] = importlib.import_module("jitgrad" + name)
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
+
+import gpt_model    # the model, optimiser and step (the ones tests/test_gpt_training.py trains)
 
 if args.lib == "torch" and args.threads:
     torch.set_num_threads(args.threads)
 
 VOCAB, T, L, H, C, B = 65, args.context, args.layers, 4, args.width, args.batch
 
-
-class SelfAttention(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.qkv = nn.Linear(C, 3 * C)
-        self.proj = nn.Linear(C, C)
-        self.register_buffer("causal", torch.tril(torch.ones(T, T)).view(1, 1, T, T))
-
-    def forward(self, x):
-        b, t, c = x.size()
-        q, k, v = self.qkv(x).split(C, dim=2)
-        q = q.view(b, t, H, c // H).transpose(1, 2)
-        k = k.view(b, t, H, c // H).transpose(1, 2)
-        v = v.view(b, t, H, c // H).transpose(1, 2)
-        if args.sdpa:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-            att = att.masked_fill(self.causal[:, :, :t, :t] == 0, float("-inf"))
-            y = F.softmax(att, dim=-1) @ v
-        return self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln1, self.attn = nn.LayerNorm(C), SelfAttention()
-        self.ln2 = nn.LayerNorm(C)
-        self.mlp = nn.Sequential(nn.Linear(C, 4 * C), nn.GELU(), nn.Linear(4 * C, C))
-
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
-
-
-class GPT(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.tok, self.pos = nn.Embedding(VOCAB, C), nn.Embedding(T, C)
-        self.blocks = nn.ModuleList([Block() for _ in range(L)])
-        self.ln = nn.LayerNorm(C)
-        self.head = nn.Linear(C, VOCAB, bias=False)
-        self.head.weight = self.tok.weight          # tied embeddings
-        for m in self.modules():
-            if isinstance(m, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(m.weight, mean=0.0, std=0.02)
-            if isinstance(m, nn.Linear) and m.bias is not None:
-                nn.init.zeros_(m.bias)
-
-    def forward(self, idx, targets):
-        t = idx.size(1)
-        x = self.tok(idx) + self.pos(torch.arange(t))
-        for blk in self.blocks:
-            x = blk(x)
-        logits = self.head(self.ln(x))
-        return F.cross_entropy(logits.view(-1, VOCAB), targets.view(-1))
-
-
 torch.manual_seed(0)
-model = GPT()
-decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                        lr=3e-4, betas=(0.9, 0.95))
+model = gpt_model.make_gpt(torch, VOCAB, T, C, H, L, dropout=0.0, sdpa=args.sdpa)
+opt = gpt_model.make_optimizer(torch, model, lr=3e-4)
 fwd = torch.compile(model) if args.mode == "compile-model" else model
-
-
-def step(x, y):
-    loss = fwd(x, y)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return loss.detach()
-
-
+step = gpt_model.make_step(torch, fwd, model, opt)
 if args.mode == "compile-step":
     step = torch.compile(step)
 

@@ -41,35 +41,20 @@ def report(**kw):
 '''
 
 _B2 = _COMMON + r'''
-N = 4_000_000
-rng = np.random.default_rng(0)
-x0, w0, b0 = (rng.standard_normal(N, dtype=np.float32) for _ in range(3))
-xd, wd, bd = (a.astype(np.float64) for a in (x0, w0, b0))
-t = np.tanh(xd * wd + bd); s = 1 / (1 + np.exp(-xd))
-ref = ((t * s).sum(), s * (1 - t * t) * xd, s * (1 - t * t))
-def check(loss, gw, gb):
-    return bool(abs(loss - ref[0]) <= 1e-4 * abs(ref[0]) and np.abs(gw - ref[1]).max() <= 1e-5
-                and np.abs(gb - ref[2]).max() <= 1e-5)
+from b2_workload import floor_kernel, inputs, matches, reference, step
+x0, w0, b0 = inputs()
+ref = reference(x0, w0, b0)
 mode = sys.argv[1]
 if mode == "jitgrad":
     import jitgrad as jg
     x = jg.tensor(x0); w = jg.tensor(w0, requires_grad=True); b = jg.tensor(b0, requires_grad=True)
-    def step(x, w, b):
-        loss = (jg.tanh(x * w + b) * jg.sigmoid(x)).sum()
-        gw, gb = jg.autograd.grad(loss, [w, b])
-        return loss.detach(), gw, gb
-    f = jg.compile(step, backend="numba")
+    f = jg.compile(step(jg), backend="numba")
     r = f(x, w, b)
-    ok = check(float(r[0]), r[1].numpy(), r[2].numpy())
+    ok = matches((float(r[0]), r[1].numpy(), r[2].numpy()), ref)
     del r
     report(mode=mode, ms=med(lambda: f(x, w, b), 40), ok=ok)
 elif mode == "floor":
-    import numba
-    @numba.njit(parallel=True, fastmath=True)
-    def k(x, w, b, o1, o2):
-        for i in numba.prange(x.size):
-            o1[i] = x[i] + w[i]
-            o2[i] = w[i] + b[i]
+    k = floor_kernel()
     o1, o2 = np.empty_like(x0), np.empty_like(x0)
     k(x0, w0, b0, o1, o2)
     ok = bool(np.array_equal(o1, x0 + w0))
@@ -79,7 +64,7 @@ elif mode == "jax":
     x, w, b = jnp.asarray(x0), jnp.asarray(w0), jnp.asarray(b0)
     g = jax.jit(jax.value_and_grad(lambda w, b, x: jnp.sum(jnp.tanh(x * w + b) * jax.nn.sigmoid(x)), argnums=(0, 1)))
     loss, (gw, gb) = g(w, b, x)
-    ok = check(float(loss), np.asarray(gw), np.asarray(gb))
+    ok = matches((float(loss), np.asarray(gw), np.asarray(gb)), ref)
     report(mode=mode, ms=med(lambda: jax.block_until_ready(g(w, b, x)), 40), ok=ok)
 '''
 
@@ -112,7 +97,7 @@ report(mode=f"compile {n}", seconds=secs, ok=ok, kernels_compiled=build.COUNTS["
 def _run(code, *args, env=None):
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as fh:
         fh.write(code)
-    # the repository (jitgrad) and this folder (the shared workloads: elementwise_chains.py)
+    # the repository (jitgrad) and this folder (the shared workloads: b2_workload.py, elementwise_chains.py)
     e = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, HERE, os.environ.get("PYTHONPATH", "")]),
              JITGRAD_BACKGROUND_COMPILE="0", **(env or {}))
     r = subprocess.run([sys.executable, fh.name, *args], env=e, capture_output=True, text=True, timeout=1800)

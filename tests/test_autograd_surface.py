@@ -654,6 +654,26 @@ def test_once_differentiable_with_create_graph_gives_an_error_node():
     assert d == td == "CopyBackwards(None, Error(AccumulateGrad(), None, AccumulateGrad()))"   # as torch
 
 
+def test_first_create_graph_gradient_is_a_copy_that_differentiates_to_its_source():
+    """AccumulateGrad copies the first ``create_graph`` gradient into the leaf's layout (torch's CopyBackwards):
+    the copy counts as one write, and differentiating through ``.grad`` reaches what made the gradient."""
+    def run(lib):
+        x = lib.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=lib.float64).t().requires_grad_()   # a transposed leaf
+        y = lib.tensor([0.5, -1.5], dtype=lib.float64, requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ((x ** 3).sum(0) * y).sum().backward(create_graph=True)
+        g = x.grad
+        dx, dy = lib.autograd.grad((g * g).sum(), (x, y))
+        return (type(g.grad_fn).__name__, g._version, g.stride(), g.requires_grad, g.grad_fn.next_functions[0],
+                dx, dy, g.detach())
+    (n, v, st, rg, e0, dx, dy, g), (tn, tv, tst, trg, te0, tdx, tdy, tg) = both(run)
+    assert (n, v, st, rg, e0) == (tn, tv, tst, trg, te0) == ("CopyBackwards", 1, (1, 2), True, (None, 0))
+    same(g, tg)
+    same(dx, tdx)
+    same(dy, tdy)
+
+
 def test_misc_tensor_behaviours_match_torch():
     def run(lib):
         x = lib.ones(2, requires_grad=True)

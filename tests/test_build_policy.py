@@ -109,3 +109,27 @@ def test_tensors_made_inside_are_constants_through_the_build(background):
     assert _paths_add_up(f.stats)
     (fwd, *_), = f._cache.values()
     assert len(fwd.graph.inputs) == 1          # the argument only: nothing made inside became an input
+
+
+def test_a_call_while_building_looks_its_plan_up_once(monkeypatch, fresh_cache):
+    """A call served while the code builds finds which graph it runs (``grad_plan``) once: the build's graph and
+    the interpreted call's come from the same lookup."""
+    from jitgrad.jit.graph_function import GraphFunction
+    w = jg.tensor([1.5, -0.5], requires_grad=True)
+    f = jg.compile(lambda x: (x * w * 1.4375).sum(), backend="numba", background=True)   # (its own kernels)
+
+    class NotStarted:       # the build never starts: every call takes the eager or the interpreted path
+        def start(self):
+            pass
+    pending = build_policy.pending_build
+    monkeypatch.setattr(build_policy, "pending_build", lambda *a: pending(*a) and NotStarted())
+    x = jg.tensor([2.0, 3.0])
+    assert float(f(x)) == 1.5 * 1.4375              # traced; the first call runs eagerly
+    lookups = []
+    real = GraphFunction.grad_plan
+    monkeypatch.setattr(GraphFunction, "grad_plan", lambda self, inputs: lookups.append(1) or real(self, inputs))
+    y = f(x)                                        # the interpreter
+    assert f.stats["last_path"] == "interpreted" and f.stats["interpreted_calls"] == 1
+    assert len(lookups) == 1
+    y.backward()                                    # the plan it used is the one with the residuals for w
+    np.testing.assert_allclose(w.grad.numpy(), [2.0 * 1.4375, 3.0 * 1.4375])

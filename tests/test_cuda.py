@@ -256,6 +256,34 @@ def test_sim_float32_math_and_split_reduction():
                                rtol=1e-5, atol=1e-6)
 
 
+_X = np.random.default_rng(3).standard_normal((4, 3, 5)).astype(np.float32)
+_MODULES = {        # a module made with device= and an input for it
+    "Linear": (lambda dev: jg.nn.Linear(5, 2, device=dev), _X),
+    "Embedding": (lambda dev: jg.nn.Embedding(6, 3, device=dev), np.array([[0, 5, 2], [1, 1, 4]])),
+    "LayerNorm": (lambda dev: jg.nn.LayerNorm(5, device=dev), _X),
+    "BatchNorm1d": (lambda dev: jg.nn.BatchNorm1d(3, momentum=None, device=dev), _X),
+    "InstanceNorm1d": (lambda dev: jg.nn.InstanceNorm1d(3, affine=True, track_running_stats=True, device=dev), _X),
+}
+
+
+@sim
+@pytest.mark.parametrize("name", sorted(_MODULES))
+def test_sim_modules_made_on_the_device_train_there(name):
+    """``device=``: the parameters and buffers are made (and initialised) on the device, and a training step
+    there gives the output and the buffers of the same module on the CPU with the same parameter values."""
+    make, x = _MODULES[name]
+    gpu, cpu = make("cuda"), make("cpu")
+    tensors = list(gpu.parameters()) + list(gpu.buffers())
+    assert tensors and all(t.is_cuda for t in tensors)
+    with jg.no_grad():
+        for p, q in zip(cpu.parameters(), gpu.parameters()):
+            p.copy_(jg.tensor(q.cpu().numpy()))
+    out_c, out_g = cpu(jg.tensor(x)), gpu(jg.tensor(x, device="cuda"))
+    np.testing.assert_allclose(out_g.detach().cpu().numpy(), out_c.detach().numpy(), rtol=1e-5, atol=1e-6)
+    for (n, bc), (_, bg) in zip(cpu.named_buffers(), gpu.named_buffers()):
+        np.testing.assert_allclose(bg.cpu().numpy(), bc.numpy(), rtol=1e-5, atol=1e-6, err_msg=n)
+
+
 @sim
 def test_sim_random_draws_run_on_the_device_with_the_cpus_numbers():
     from jitgrad.cuda.eager import _GRAPHS

@@ -13,8 +13,9 @@ Small sizes (width 16, 2 layers, context 8) keep it to seconds.
 """
 from __future__ import annotations
 
+import importlib.util
 import io
-import math
+import os
 
 import numpy as np
 import pytest
@@ -25,91 +26,21 @@ VOCAB, T, C, H, L, B = 11, 8, 16, 2, 2, 4
 STEPS = 20
 
 
+# the model, the optimiser and the step are B9's: one definition, in benchmarks/gpt_model.py (loaded by path:
+# putting benchmarks/ on sys.path would shadow test modules with its harness.py, report.py...)
+_spec = importlib.util.spec_from_file_location("gpt_model", os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "gpt_model.py"))
+gpt_model = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gpt_model)
+make_step = gpt_model.make_step
+
+
 def make_gpt(lib, dropout, sdpa):
-    nn, F = lib.nn, lib.nn.functional
-
-    class CausalSelfAttention(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.c_attn = nn.Linear(C, 3 * C)
-            self.c_proj = nn.Linear(C, C)
-            self.attn_dropout = nn.Dropout(dropout)
-            self.resid_dropout = nn.Dropout(dropout)
-            self.register_buffer("bias", lib.tril(lib.ones(T, T)).view(1, 1, T, T))
-
-        def forward(self, x):
-            b, t, c = x.size()
-            q, k, v = self.c_attn(x).split(C, dim=2)
-            k = k.view(b, t, H, c // H).transpose(1, 2)     # a view of a split slice: torch's stride rule
-            q = q.view(b, t, H, c // H).transpose(1, 2)
-            v = v.view(b, t, H, c // H).transpose(1, 2)
-            if sdpa:
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=None,
-                                                   dropout_p=dropout if self.training else 0, is_causal=True)
-            else:
-                att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-                att = att.masked_fill(self.bias[:, :, :t, :t] == 0, float("-inf"))
-                att = self.attn_dropout(F.softmax(att, dim=-1))
-                y = att @ v
-            y = y.transpose(1, 2).contiguous().view(b, t, c)
-            return self.resid_dropout(self.c_proj(y))
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln_1 = nn.LayerNorm(C)
-            self.attn = CausalSelfAttention()
-            self.ln_2 = nn.LayerNorm(C)
-            self.mlp = nn.Sequential(nn.Linear(C, 4 * C), nn.GELU(), nn.Linear(4 * C, C), nn.Dropout(dropout))
-
-        def forward(self, x):
-            x = x + self.attn(self.ln_1(x))
-            return x + self.mlp(self.ln_2(x))
-
-    class GPT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.transformer = nn.ModuleDict(dict(
-                wte=nn.Embedding(VOCAB, C), wpe=nn.Embedding(T, C), drop=nn.Dropout(dropout),
-                h=nn.ModuleList([Block() for _ in range(L)]), ln_f=nn.LayerNorm(C)))
-            self.lm_head = nn.Linear(C, VOCAB, bias=False)
-            self.transformer.wte.weight = self.lm_head.weight      # tied
-            for m in self.modules():
-                if isinstance(m, (nn.Linear, nn.Embedding)):
-                    nn.init.normal_(m.weight, mean=0.0, std=0.02)
-                if isinstance(m, nn.Linear) and m.bias is not None:
-                    nn.init.zeros_(m.bias)
-
-        def forward(self, idx, targets):
-            t = idx.size(1)
-            pos = lib.arange(0, t, dtype=lib.long)
-            x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
-            for block in self.transformer.h:
-                x = block(x)
-            logits = self.lm_head(self.transformer.ln_f(x))
-            return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
-
-    return GPT()
+    return gpt_model.make_gpt(lib, VOCAB, T, C, H, L, dropout, sdpa)
 
 
 def make_optimizer(lib, model):
-    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
-    decay = [p for p in params.values() if p.dim() >= 2]
-    no_decay = [p for p in params.values() if p.dim() < 2]
-    return lib.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                           lr=1e-2, betas=(0.9, 0.95))
-
-
-def make_step(lib, fwd, model, opt):
-    """B9's training step: ``fwd(x, y)``'s loss, backward, clip at 1.0, the optimiser's step, zero_grad."""
-    def step(x, y):
-        loss = fwd(x, y)
-        loss.backward()
-        lib.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
-    return step
+    return gpt_model.make_optimizer(lib, model, lr=1e-2)
 
 
 def data():

@@ -136,3 +136,10 @@ def test_traced_as_strided_is_refused_clearly():
     step = jg.compile(lambda x: x.as_strided((2, 2), (1, 1)).sum(), backend="interpret")
     with pytest.raises(jg.UnsupportedError, match=r"as_strided\(\) on traced"):
         step(jg.arange(4.0))
+
+
+def test_as_strided_of_a_root_with_a_non_contiguous_payload_is_refused_clearly():
+    from jitgrad.runtime.tensor import Tensor
+    t = Tensor._make(np.asfortranarray(np.arange(6.0).reshape(2, 3)))     # a payload in column-major order
+    with pytest.raises(jg.UnsupportedError, match=r"as_strided\(\) on traced, device or non-contiguous"):
+        t.as_strided((2,), (1,))

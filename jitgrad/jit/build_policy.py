@@ -29,21 +29,22 @@ def init_stats(stats: dict) -> dict:
     return stats
 
 
-def graph_for(gf, inputs):
-    """The graph ``gf(inputs)`` runs (the forward with residuals when inputs require grad)."""
-    plan = gf.grad_plan(inputs)
+def graph_for(gf, plan):
+    """The graph ``gf(inputs)`` runs, ``plan`` being ``gf.grad_plan(inputs)``: the forward with residuals when
+    inputs require grad."""
     return gf.graph if plan is None else plan.fwd
 
 
-def pending_build(gf, inputs):
-    """The CompiledGraph ``gf(inputs)`` would run if its code is not ready yet (else None)."""
+def pending_build(gf, inputs, plan):
+    """The CompiledGraph ``gf(inputs, plan)`` would run if its code is not ready yet (else None); ``plan`` is
+    ``gf.grad_plan(inputs)``, which the caller passes on to that call too (one lookup per call)."""
     if gf.backend != "numba":
         return None
     from .device_exec import on_device
     if on_device([t._data for t in inputs]):
         return None
     from .graph_function import compiled_graph
-    cg = compiled_graph(graph_for(gf, inputs), gf.writes, gf.parallel, gf.disk_cache, gf.background)
+    cg = compiled_graph(graph_for(gf, plan), gf.writes, gf.parallel, gf.disk_cache, gf.background)
     attach(cg, gf.stats)
     if cg.run is not None or cg.error is not None:
         return None

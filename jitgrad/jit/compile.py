@@ -387,7 +387,8 @@ class CompiledFunction(Introspection, Signatures):
         inputs.extend(c.ref() if s is None else inputs[s]._grad for c, s in zip(e.captured, e.grad_src))
         building = None
         if self.backend == "numba" and not e.code_ready:
-            building = build_policy.pending_build(e.gf, inputs)
+            plan = e.gf.grad_plan(inputs)       # looked up once: the build's graph and the interpreted call's
+            building = build_policy.pending_build(e.gf, inputs, plan)
             e.code_ready = building is None
         direct = e.direct
         if direct is None and e.code_ready and self.device is None:
@@ -406,7 +407,7 @@ class CompiledFunction(Introspection, Signatures):
                 self.stats["last_path"] = "eager"
                 building.start()        # after the first result: now let the build use the cores
                 return out
-            outs = e.gf(inputs)
+            outs = e.gf(inputs, plan)
             build_policy.record(e, path, time.perf_counter() - t0)
         else:
             outs = e.gf(inputs)

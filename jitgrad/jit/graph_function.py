@@ -96,6 +96,7 @@ def new_trace() -> Trace:
     return tr
 
 
+_ASK = object()     # GraphFunction.__call__ without a plan: it looks the plan up
 _COMPILED = weakref.WeakValueDictionary()   # (id(graph), ...) -> CompiledGraph: for introspection and tests
 
 
@@ -358,9 +359,11 @@ class GraphFunction:
             return wrap(compiled_result(cg, res, stats))
         return call
 
-    def __call__(self, inputs):
+    def __call__(self, inputs, plan=_ASK):
+        """Run the graph on ``inputs`` (Tensors); ``plan``: ``self.grad_plan(inputs)`` when the caller has it."""
         arrays = [t._data for t in inputs]
-        plan = self.grad_plan(inputs)
+        if plan is _ASK:
+            plan = self.grad_plan(inputs)
         if plan is None:
             return self._wrap(execute(self.graph, arrays, self.backend, self.writes, self.parallel, self.disk_cache,
                                       self.background, self.stats))

@@ -58,6 +58,17 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, **torc
     return out
 
 
+def update_running_stats(running_mean, running_var, mean, var, count, momentum):
+    """Batch and instance norm's running statistics, updated in place with no graph:
+    ``running = momentum * batch + (1 - momentum) * running``, the batch variance ``var`` (biased, over ``count``
+    values) made unbiased.  Either running tensor may be None."""
+    with grad_mode.no_grad():
+        if running_mean is not None:
+            running_mean.copy_(momentum * mean + (1 - momentum) * running_mean)
+        if running_var is not None:
+            running_var.copy_(momentum * (var * (count / (count - 1))) + (1 - momentum) * running_var)
+
+
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5, **torch_kw):
     """Batch normalisation over dim 0 (and 2 for ``(N, C, L)`` input).  In training the batch statistics
     normalise and, when given, the running statistics are updated in place (``momentum`` a float or a 0-d
@@ -78,13 +89,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         d = input - mean
         var = (d * d).mean(dims, keepdim=True)
         if running_mean is not None or running_var is not None:
-            with grad_mode.no_grad():
-                m = momentum
-                if running_mean is not None:
-                    running_mean.copy_(m * mean.detach().reshape(C) + (1 - m) * running_mean)
-                if running_var is not None:
-                    unbiased = var.detach().reshape(C) * (n / (n - 1))
-                    running_var.copy_(m * unbiased + (1 - m) * running_var)
+            update_running_stats(running_mean, running_var, mean.detach().reshape(C), var.detach().reshape(C), n,
+                                 momentum)
     else:
         if running_mean is None or running_var is None:
             raise RuntimeError("batch_norm: running_mean and running_var must be given when training=False")

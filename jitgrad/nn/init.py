@@ -11,14 +11,16 @@ from ..runtime import grad_mode
 from ..runtime import factories
 
 
-def _uniform(shape, low, high, dtype, generator):
+def _uniform(like, low, high, generator):
+    """Values from U(low, high) of ``like``'s shape and dtype, drawn on its device (the fill is a copy there)."""
     kw = {} if generator is None else {"generator": generator}
-    return low + (high - low) * factories.rand(*shape, dtype=dtype, **kw)
+    return low + (high - low) * factories.rand(*like.shape, dtype=like.dtype, device=like.device, **kw)
 
 
-def _normal(shape, mean, std, dtype, generator):
+def _normal(like, mean, std, generator):
+    """Values from N(mean, std**2) of ``like``'s shape and dtype, drawn on its device."""
     kw = {} if generator is None else {"generator": generator}
-    return mean + std * factories.randn(*shape, dtype=dtype, **kw)
+    return mean + std * factories.randn(*like.shape, dtype=like.dtype, device=like.device, **kw)
 
 
 def _fill(tensor, values):
@@ -77,12 +79,12 @@ def _empty(tensor):
 
 def uniform_(tensor, a=0.0, b=1.0, generator=None):
     """Fill with values drawn from U(a, b)."""
-    return _fill(tensor, _uniform(tensor.shape, a, b, tensor.dtype, generator))
+    return _fill(tensor, _uniform(tensor, a, b, generator))
 
 
 def normal_(tensor, mean=0.0, std=1.0, generator=None):
     """Fill with values drawn from N(mean, std**2)."""
-    return _fill(tensor, _normal(tensor.shape, mean, std, tensor.dtype, generator))
+    return _fill(tensor, _normal(tensor, mean, std, generator))
 
 
 def constant_(tensor, val):

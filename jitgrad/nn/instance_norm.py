@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import warnings
 
-from ..ir import dtypes as dt
-from ..runtime import factories, grad_mode
 from ..runtime.torch_kwargs import torch_kwargs
+from .functional_layers import update_running_stats
 from .layers import _NormBase
 
 
@@ -37,13 +36,9 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
         d = input - mean
         var = (d * d).mean(dims, keepdim=True)
         if running_mean is not None or running_var is not None:
-            with grad_mode.no_grad():
-                if running_mean is not None:
-                    batch_mean = mean.detach().reshape(n, c).mean(0)
-                    running_mean.copy_(momentum * batch_mean + (1 - momentum) * running_mean)
-                if running_var is not None:
-                    unbiased = var.detach().reshape(n, c).mean(0) * (spatial / (spatial - 1))
-                    running_var.copy_(momentum * unbiased + (1 - momentum) * running_var)
+            # the batch average of the instance statistics
+            update_running_stats(running_mean, running_var, mean.detach().reshape(n, c).mean(0),
+                                 var.detach().reshape(n, c).mean(0), spatial, momentum)
         out = d / (var + eps).sqrt()
     else:
         if running_mean is None or running_var is None:
@@ -62,11 +57,6 @@ class _InstanceNorm(_NormBase):
     def __init__(self, num_features: int, eps: float = 1e-5, momentum=0.1, affine: bool = False,
                  track_running_stats: bool = False, device=None, dtype=None, *, bias: bool = True):
         super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype, bias)
-
-    @staticmethod
-    def _new_param(n, device, dtype):
-        """The parameter payload on ``device`` (BatchNorm1d's stays on the CPU)."""
-        return factories.empty(n, dtype=dtype if dtype is not None else dt.DEFAULT_FLOAT, device=device)
 
     def forward(self, input):
         batched = self._spatial + 2

@@ -6,7 +6,6 @@ import math
 
 from ..ir import dtypes as dt
 from ..runtime import factories
-from ..runtime.tensor import check_device
 from . import init
 from . import functional_layers as FL
 from .module import Module
@@ -14,8 +13,8 @@ from .parameter import Parameter
 
 
 def _empty(*shape, device=None, dtype=None):
-    check_device(device)
-    return factories.empty(*shape, dtype=dtype if dtype is not None else dt.DEFAULT_FLOAT)
+    """An uninitialised parameter payload on ``device`` (the module's reset_parameters fills it)."""
+    return factories.empty(*shape, dtype=dtype if dtype is not None else dt.DEFAULT_FLOAT, device=device)
 
 
 class Identity(Module):
@@ -173,30 +172,25 @@ class _NormBase(Module):
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
+        fdt = dtype if dtype is not None else dt.DEFAULT_FLOAT
         if affine:
-            self.weight = Parameter(self._new_param(num_features, device, dtype))
+            self.weight = Parameter(_empty(num_features, device=device, dtype=dtype))
             if bias:
-                self.bias = Parameter(self._new_param(num_features, device, dtype))
+                self.bias = Parameter(_empty(num_features, device=device, dtype=dtype))
             else:
                 self.register_parameter("bias", None)
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
         if track_running_stats:
-            fdt = dtype if dtype is not None else dt.DEFAULT_FLOAT
-            self.register_buffer("running_mean", factories.zeros(num_features, dtype=fdt))
-            self.register_buffer("running_var", factories.ones(num_features, dtype=fdt))
-            self.register_buffer("num_batches_tracked", factories.tensor(0, dtype=dt.int64))
+            self.register_buffer("running_mean", factories.zeros(num_features, dtype=fdt, device=device))
+            self.register_buffer("running_var", factories.ones(num_features, dtype=fdt, device=device))
+            self.register_buffer("num_batches_tracked", factories.tensor(0, dtype=dt.int64, device=device))
         else:
             self.register_buffer("running_mean", None)
             self.register_buffer("running_var", None)
             self.register_buffer("num_batches_tracked", None)
         self.reset_parameters()
-
-    @staticmethod
-    def _new_param(n, device, dtype):
-        """An uninitialised parameter payload (reset_parameters fills it)."""
-        return _empty(n, device=device, dtype=dtype)
 
     def reset_running_stats(self) -> None:
         if self.track_running_stats:

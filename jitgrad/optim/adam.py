@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..ir import dtypes as dt
 from ..runtime import functions as F
 from ..runtime import grad_mode
-from . import foreach
+from . import multi_tensor
 from .optimizer import Optimizer, _check_unsupported, _scalar, _zeros_like
 
 
@@ -61,13 +61,13 @@ class Adam(Optimizer):
     def step(self, closure=None):
         """One update of every parameter that has a gradient; returns ``closure()``'s loss when given."""
         loss = self._run_closure(closure)
-        eager = foreach.eager_ready()
+        eager = multi_tensor.eager_ready()
         with grad_mode.no_grad():
             for group in self.param_groups:
                 lr = group.lr_tensor
                 beta1, beta2 = group["betas"]
                 eps, wd, amsgrad = group["eps"], group["weight_decay"], group["amsgrad"]
-                if eager and foreach.adam_group(self, group, lambda p: self._state_for(p, amsgrad),
+                if eager and multi_tensor.adam_group(self, group, lambda p: self._state_for(p, amsgrad),
                                                 lambda step_t: self._step_scalars(lr, beta1, beta2, step_t)):
                     continue        # every parameter updated by the multi-tensor path (same values)
                 for p in group["params"]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..jit.guards import is_compiling
 from ..runtime import grad_mode
-from . import foreach
+from . import multi_tensor
 from .optimizer import Optimizer, _check_unsupported, _zeros_like
 
 
@@ -43,10 +43,10 @@ class SGD(Optimizer):
         loss = self._run_closure(closure)
         before = self._trace_key() if is_compiling() else None
         first_copy = False
-        eager = foreach.eager_ready()
+        eager = multi_tensor.eager_ready()
         with grad_mode.no_grad():
             for group in self.param_groups:
-                if eager and foreach.sgd_group(self, group):
+                if eager and multi_tensor.sgd_group(self, group):
                     continue        # every parameter updated by the multi-tensor path (same values)
                 lr = group.lr_tensor
                 wd, momentum, dampening = group["weight_decay"], group["momentum"], group["dampening"]

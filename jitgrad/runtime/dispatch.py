@@ -267,33 +267,32 @@ def refresh_view(a):
 
 def _record(op, params, args, hit, t):
     """Give ``t`` a grad_fn Node; ``hit`` is the signature's entry from ``_rule_entry``."""
-    for a in args:      # torch: inference tensors skip autograd, so an op on inference tensors only records
-        if (type(a) is Tensor or isinstance(a, Tensor)) and not a._inference:   # nothing (with a normal one it does)
-            break
-    else:
-        return
     nf = []
     needs = []
     nondiff = op.nondiff_inputs
-    for i, a in enumerate(args):
-        if (type(a) is Tensor or isinstance(a, Tensor)) and (not nondiff or i not in nondiff):
-            if a._base is not None:
-                refresh_view(a)
-            gf = a.grad_fn
-            if gf is not None:
-                nf.append((gf, a._out_nr))
-                needs.append(True)
-                continue
-            if a._requires_grad:    # an inference leaf that requires grad gets its gradient too (torch), as long
-                # as the op does not save it (that raises below)
-                acc = a._acc
-                nf.append((acc if acc is not None else a._accumulator(), 0))
-                needs.append(True)
-                continue
+    normal = False      # torch: inference tensors skip autograd, so an op on inference tensors only records
+    for i, a in enumerate(args):        # nothing (with a normal one it does)
+        if type(a) is Tensor or isinstance(a, Tensor):
+            if not a._inference:
+                normal = True
+            if not nondiff or i not in nondiff:
+                if a._base is not None:
+                    refresh_view(a)     # (an inference tensor has no history: nothing to refresh)
+                gf = a.grad_fn
+                if gf is not None:
+                    nf.append((gf, a._out_nr))
+                    needs.append(True)
+                    continue
+                if a._requires_grad:    # an inference leaf that requires grad gets its gradient too (torch), as
+                    # long as the op does not save it (that raises below)
+                    acc = a._acc
+                    nf.append((acc if acc is not None else a._accumulator(), 0))
+                    needs.append(True)
+                    continue
         nf.append(_NO_EDGE)
         needs.append(False)
-    if True not in needs:
-        return              # only inference tensors "required" grad: nothing to record
+    if not normal or True not in needs:
+        return              # only inference tensors, or only they "required" grad: nothing to record
     node = Node(op, params, tuple(nf), tuple(needs))
     node.shapes = hit[4]
     node.dtypes = hit[5]

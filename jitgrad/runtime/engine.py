@@ -12,9 +12,10 @@ import warnings
 import numpy as np
 
 from . import anomaly, grad_mode, profiler_state, saved_hooks
-from .node import AccumulateGrad, CopyBackwards, Node, zeros_for
+from .node import AccumulateGrad, Node, zeros_for
 from .dispatch import refresh_view
 from .graph_hooks import GradientEdge, RUNNING as _RUNNING
+from .grad_accumulation import accumulate as _accumulate, retain as _retain
 from .tensor import Tensor
 from .devices import backend_of_payload, to_host
 from ..tracer import STATE as _TR
@@ -262,66 +263,6 @@ def _edge_shape(t):
     return t.node.out_meta[t.output_nr][0] if type(t) is GradientEdge else t.shape
 
 
-def _accumulate(t: Tensor, g: Tensor, create_graph: bool):
-    """AccumulateGrad: add ``g`` into ``t.grad`` (a fresh buffer, never aliasing a user's tensor)."""
-    gd = g._data
-    if t._grad is None and not create_graph and _TR.active is None and type(gd) is np.ndarray \
-            and gd.dtype == t._data.dtype:
-        ld = t._data        # the common first write: a detached copy, in the leaf's layout (torch)
-        t._grad = Tensor._make(gd.copy() if ld.flags.c_contiguous else _grad_buffer(gd, ld))
-        return
-    if g.dtype is not t.dtype:
-        g = g.to(t.dtype)
-    old = t._grad
-    tr = _TR.active
-    if tr is not None and tr.on_grad_write is not None:
-        tr.on_grad_write(t)     # inside @compile: functional update, written back after the call
-    if create_graph:
-        if old is None and tr is None and type(g._data) is np.ndarray and g.requires_grad:
-            # torch obeys the leaf's layout: new_empty_strided(...).copy_(g), so .grad's grad_fn is CopyBackwards
-            dst = Tensor._make(np.empty_like(t._data))
-            dst.copy_(g)
-            dst.grad_fn.__class__ = CopyBackwards
-            dst.grad_fn.torch_name = "CopyBackwards"
-            t._grad = dst
-            return
-        t._grad = g if old is None else old + g
-        return
-    if tr is not None or type(g._data) is not np.ndarray:
-        with grad_mode.no_grad():
-            t._grad = g.detach() if old is None else old + g
-        return
-    if g.requires_grad:
-        g = g.detach()
-    if old is None:
-        t._grad = Tensor._make(_grad_buffer(g._data, t._data))
-    elif old.requires_grad:
-        with grad_mode.no_grad():
-            t._grad = old + g
-    else:
-        np.add(old._data, g._data, out=old._data, casting="unsafe")
-        old._vc[0] += 1
-
-
-def _grad_buffer(g: np.ndarray, leaf: np.ndarray) -> np.ndarray:
-    """A copy of ``g`` laid out as torch lays out a leaf's new ``.grad``: with the leaf's strides when the leaf is
-    dense and non-overlapping (a channels-last leaf gets a channels-last grad), else row-major."""
-    if type(leaf) is not np.ndarray or leaf.ndim < 2 or leaf.flags.c_contiguous:
-        return np.array(g, order="C", copy=True)
-    out = np.empty_like(leaf)           # order "K": the leaf's strides exactly when it is dense
-    if out.strides != leaf.strides:     # gaps or overlaps: torch falls back to row-major
-        out = np.empty(leaf.shape, leaf.dtype)
-    out[...] = g
-    return out
-
-
-def _fresh(g: Tensor) -> Tensor:
-    """A detached copy of g (traced values are immutable: no copy needed)."""
-    if type(g._data) is not np.ndarray:
-        return g.detach()
-    return Tensor._make(np.array(g._data, copy=True))
-
-
 def _run_tensor_hooks(hooks, g):
     for fn in list(hooks.values()):
         r = fn(g)
@@ -554,18 +495,6 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
         _RUNNING.nodes = prev_running
         reentrant.depth = depth
     return captured
-
-
-def _retain(node, grads, create_graph):
-    """retain_grad(): the tensors that retain their gradient get it (a fresh buffer unless create_graph)."""
-    for nr, ref in node.retain_grad_refs.items():
-        t = ref()
-        if t is not None and grads[nr] is not None:
-            g = grads[nr]
-            if t._grad is None:
-                t._grad = g if create_graph else _fresh(g)
-            else:
-                t._grad = t._grad + (g if create_graph else g.detach())
 
 
 def _apply_node(node, grads, create_graph):

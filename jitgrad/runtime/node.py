@@ -250,11 +250,33 @@ def _detached_after(t, seq) -> bool:
     return hit is not None and hit[1] > seq and hit[0]() is t
 
 
+class _CopyOp:
+    name = "copy_"
+    grad_name = "CopyBackwards"
+    saves_in = saves_out = ()
+
+
 class CopyBackwards(Node):
-    """The node of ``copy_`` into a fresh tensor, as torch names it (``type(x.grad.grad_fn).__name__`` after a
-    ``backward(create_graph=True)``: AccumulateGrad copies the first gradient into the leaf's layout)."""
+    """The node of ``copy_(src)`` into a fresh tensor, as torch makes it: AccumulateGrad's first gradient under
+    ``backward(create_graph=True)`` is copied into the leaf's layout, so ``type(x.grad.grad_fn).__name__`` is
+    ``CopyBackwards``.  Its edges are the overwritten tensor's (none: it had no history) and ``src``'s; the
+    gradient goes to ``src`` unchanged, and nothing is saved."""
 
     __slots__ = ()
+
+    def __init__(self, dst, src):
+        edge = (src.grad_fn, src._out_nr) if src.grad_fn is not None else (src._accumulator(), 0)
+        super().__init__(_CopyOp, {}, ((None, 0), edge), (False, True))
+        self.inputs = (None, None)
+        self.outputs = ()
+        self.versions = self.out_versions = None
+        self.shapes = (dst.shape, src.shape)
+        self.dtypes = (dst.dtype, src.dtype)
+        self.out_meta = ((dst._data.shape, dst.dtype),)
+        self.loc = None
+
+    def apply(self, grads):
+        return (None, grads[0])
 
 
 def zeros_for(meta):

@@ -63,14 +63,13 @@ def storage_buffer(t):
 def _storage(t):
     """``(storage tensor, flat storage buffer)`` of eager CPU tensor ``t``, or an UnsupportedError."""
     root = t._base if t._base is not None else t
-    flat = _restrided_storage(root)
-    if flat is None:
-        rd = root._data
-        if type(rd) is not np.ndarray or type(t._data) is not np.ndarray or not rd.flags.c_contiguous:
+    flat = storage_buffer(t)
+    if flat is None or flat is root._data:      # the root's own payload is the storage
+        if flat is None or type(t._data) is not np.ndarray or not flat.flags.c_contiguous:
             raise UnsupportedError("jitgrad does not support as_strided() on traced, device or non-contiguous "
                                    "tensors yet")
-        flat = rd.reshape(-1)
-    elif type(t._data) is not np.ndarray:
+        return root, flat.reshape(-1)
+    if type(t._data) is not np.ndarray:
         raise UnsupportedError("jitgrad does not support as_strided() on traced or device tensors yet")
     return root, flat
 

@@ -176,6 +176,7 @@ def gemm_address(name: str) -> int:
 
 
 _GEMM = {}
+_KEEP: list = []        # the ctypes constants whose addresses _raw_gemm hands out
 
 
 def _operand(x):
@@ -199,14 +200,18 @@ def _raw_operand(x):
 
 
 def _raw_gemm(dtype):
-    """SciPy OpenBLAS's Fortran ``?gemm`` called through ctypes: the routine SciPy's wrappers call, without
-    importing ``scipy.linalg`` (~0.3 s)."""
-    fn = _GEMM.get(("raw", dtype))
-    if fn is None:
+    """``(gemm, &1.0, &0.0)``: SciPy OpenBLAS's Fortran ``?gemm`` called through ctypes (the routine SciPy's
+    wrappers call, without importing ``scipy.linalg``, ~0.3 s) and the addresses of the alpha and beta it is
+    called with, made once per dtype (read-only: calls on any thread share them)."""
+    hit = _GEMM.get(("raw", dtype))
+    if hit is None:
         name = "sgemm" if dtype == np.float32 else "dgemm"
         fn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 13))(gemm_address(name))
-        _GEMM[("raw", dtype)] = fn
-    return fn
+        ctype = ctypes.c_float if dtype == np.float32 else ctypes.c_double
+        one, zero = ctype(1.0), ctype(0.0)
+        _KEEP.extend((one, zero))       # the addresses stay valid while the module lives
+        hit = _GEMM[("raw", dtype)] = (fn, ctypes.addressof(one), ctypes.addressof(zero))
+    return hit
 
 
 def matmul2d(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -230,12 +235,11 @@ def matmul2d(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             return c
         a, ta, lda = _raw_operand(a)
         b, tb, ldb = _raw_operand(b)
-        ctype = ctypes.c_float if a.dtype == np.float32 else ctypes.c_double
-        one, zero = ctype(1.0), ctype(0.0)
-        ints = (ctypes.c_int * 6)(n, m, k, ldb, lda, n)
+        gemm, one, zero = _raw_gemm(a.dtype)
+        ints = (ctypes.c_int * 6)(n, m, k, ldb, lda, n)       # per call: the sizes (Fortran passes pointers)
         ad = ctypes.addressof(ints)
-        _raw_gemm(a.dtype)(tb, ta, ad, ad + 4, ad + 8, ctypes.addressof(one), b.ctypes.data, ad + 12, a.ctypes.data,
-                           ad + 16, ctypes.addressof(zero), c.ctypes.data, ad + 20)
+        gemm(tb, ta, ad, ad + 4, ad + 8, one, b.ctypes.data, ad + 12, a.ctypes.data, ad + 16, zero, c.ctypes.data,
+             ad + 20)
         return c
     mb, tb = _operand(b)
     ma, ta = _operand(a)

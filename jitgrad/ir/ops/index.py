@@ -70,11 +70,10 @@ def _getitem_rule(avals, params):
 
 def _getitem_impl(x, *idx, spec):
     key = np_index(spec, idx)
-    r = x[key]
-    if isinstance(r, np.ndarray):
-        return r
-    # one element: NumPy gives a scalar copy; with a trailing Ellipsis it gives a 0-d view (torch's x[i] is a view)
-    key = key + (Ellipsis,) if type(key) is tuple else (key, Ellipsis)
+    if Ellipsis not in spec:
+        # a trailing Ellipsis changes no result but one: for one element NumPy gives a 0-d view instead of a
+        # scalar copy (torch's x[i] is a view), so x is indexed once whatever the result
+        key += (Ellipsis,)
     return x[key]
 
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from ...ir.ops import OPS
-from ...optim.foreach import eager_ready
+from ...optim.multi_tensor import eager_ready
 from ...runtime import functions as F
 from ...runtime import grad_mode
 from ...runtime.tensor import Tensor

@@ -4,7 +4,7 @@ ufuncs on the parameters' own buffers, no Tensor, no dispatch, no graph per oper
 The per-parameter path (``Adam.step``'s loop of tensor ops) dispatches ~20 ops per parameter and allocates a
 result for each; a GPT with 52 parameters spent ~10 ms a step there.  These functions compute the *same*
 arithmetic in the same order and precision, operation for operation, so the values are bit-identical
-(``tests/test_optim_foreach.py`` compares them):
+(``tests/test_optim_multi_tensor.py`` compares them):
 
 - a Python number meets a float32 array in float32 (NumPy's weak scalars, as dispatch does);
 - a 0-d float64 tensor (the ``lr`` tensor, the bias corrections) meets a float32 array in float64, rounded to
@@ -88,7 +88,7 @@ def adam_group(opt, group, state_for, scalars) -> bool:
     if wd != 0 and decoupled:
         decay = np.asarray(1 - group.lr_tensor._data * wd)      # as p.mul_(1 - lr * wd): a 0-d float64
     one_m_b1, one_m_b2 = 1 - beta1, 1 - beta2
-    scratch = opt.__dict__.setdefault("_foreach_scratch", _Scratch())
+    scratch = opt.__dict__.setdefault("_multi_tensor_scratch", _Scratch())
     by_step = {}
     for p, g in items:
         state = state_for(p)
@@ -164,7 +164,7 @@ def sgd_group(opt, group) -> bool:
                 return False
         items.append((p, g, buf))
     lr = group.lr_tensor._data
-    scratch = opt.__dict__.setdefault("_foreach_scratch", _Scratch())
+    scratch = opt.__dict__.setdefault("_multi_tensor_scratch", _Scratch())
     for p, g, buf in items:
         p._check_inplace()
         if buf is not None:

@@ -1,11 +1,11 @@
-"""The eager multi-tensor paths (optim/foreach.py, clip_grad_norm_'s eager loop) give bit-identical values to the
-per-parameter tensor-op paths, and run only where they apply."""
+"""The eager multi-tensor paths (optim/multi_tensor.py, clip_grad_norm_'s eager loop) give bit-identical values to
+the per-parameter tensor-op paths, and run only where they apply."""
 import numpy as np
 import pytest
 
 import jitgrad as jg
 import jitgrad.nn.utils.clip_grad as clip_grad
-from jitgrad.optim import foreach
+from jitgrad.optim import multi_tensor
 
 
 def _params(dtype):
@@ -24,9 +24,9 @@ def _adam_run(monkeypatch, fast, dtype, make):
     ps = _params(dtype)
     opt = make(ps)
     calls = []
-    orig = foreach.adam_group
-    monkeypatch.setattr(foreach, "eager_ready", lambda: fast)
-    monkeypatch.setattr(foreach, "adam_group", lambda *a: calls.append(1) or orig(*a))
+    orig = multi_tensor.adam_group
+    monkeypatch.setattr(multi_tensor, "eager_ready", lambda: fast)
+    monkeypatch.setattr(multi_tensor, "adam_group", lambda *a: calls.append(1) or orig(*a))
     for i in range(5):
         for j, p in enumerate(ps):
             # gradients over several decades; one parameter skips a step (no grad): its step count lags
@@ -49,28 +49,28 @@ ADAMS = {
 
 @pytest.mark.parametrize("dtype", [jg.float32, jg.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("which", sorted(ADAMS))
-def test_adam_foreach_bit_identical(monkeypatch, dtype, which):
+def test_adam_multi_tensor_bit_identical(monkeypatch, dtype, which):
     fast, v_fast = _adam_run(monkeypatch, True, dtype, ADAMS[which])
     slow, v_slow = _adam_run(monkeypatch, False, dtype, ADAMS[which])
     _assert_bit_identical(fast, slow)
     assert v_fast == v_slow           # one version bump per in-place write, as the per-parameter path
 
 
-def test_adam_foreach_declines_what_it_does_not_do(monkeypatch):
+def test_adam_multi_tensor_declines_what_it_does_not_do(monkeypatch):
     ps = _params(jg.float32)
     for p in ps:
         p.grad = jg.ones(*p.shape)
-    assert foreach.eager_ready()
+    assert multi_tensor.eager_ready()
     opt = jg.optim.Adam(ps, amsgrad=True)
-    assert not foreach.adam_group(opt, opt.param_groups[0], lambda p: opt._state_for(p, True), None)
+    assert not multi_tensor.adam_group(opt, opt.param_groups[0], lambda p: opt._state_for(p, True), None)
     ps[0].grad._data = ps[0].grad._data.astype(np.float64)     # a gradient of another dtype (as a device could)
     opt = jg.optim.Adam(ps)
-    assert not foreach.adam_group(opt, opt.param_groups[0], lambda p: opt._state_for(p, False), None)
+    assert not multi_tensor.adam_group(opt, opt.param_groups[0], lambda p: opt._state_for(p, False), None)
     with jg.profiler.profile():
-        assert not foreach.eager_ready()
+        assert not multi_tensor.eager_ready()
 
 
-def test_adam_foreach_checks_in_place_rules():
+def test_adam_multi_tensor_checks_in_place_rules():
     p = jg.nn.Parameter(jg.randn(3))
     p.grad = jg.ones(3)
     with jg.inference_mode():
@@ -108,9 +108,9 @@ def _sgd_run(monkeypatch, fast, dtype, make):
     ps = _params(dtype)
     opt = make(ps)
     calls = []
-    orig = foreach.sgd_group
-    monkeypatch.setattr(foreach, "eager_ready", lambda: fast)
-    monkeypatch.setattr(foreach, "sgd_group", lambda *a: calls.append(orig(*a)) or calls[-1])
+    orig = multi_tensor.sgd_group
+    monkeypatch.setattr(multi_tensor, "eager_ready", lambda: fast)
+    monkeypatch.setattr(multi_tensor, "sgd_group", lambda *a: calls.append(orig(*a)) or calls[-1])
     for i in range(4):
         for p in ps:
             p.grad = jg.randn(*p.shape, dtype=dtype) * (10.0 ** (i - 2))
@@ -125,7 +125,7 @@ def _sgd_run(monkeypatch, fast, dtype, make):
 
 @pytest.mark.parametrize("dtype", [jg.float32, jg.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("which", sorted(SGDS))
-def test_sgd_foreach_bit_identical(monkeypatch, dtype, which):
+def test_sgd_multi_tensor_bit_identical(monkeypatch, dtype, which):
     fast, v_fast = _sgd_run(monkeypatch, True, dtype, SGDS[which])
     slow, v_slow = _sgd_run(monkeypatch, False, dtype, SGDS[which])
     assert len(fast) == len(slow)
