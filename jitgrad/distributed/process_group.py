@@ -9,8 +9,8 @@ group by that integer key.
 
 Failure behaviour.  An uncaught exception on one rank would leave the others blocked in their next collective
 for ever.  ``init_process_group`` therefore installs a ``sys.excepthook`` that prints the error, tells every
-other rank (a message on a private duplicate of the world communicator), waits briefly for those sends and then
-calls ``MPI_Abort``.  Every rank runs a watcher thread that polls for such a message (``MPI_Test`` every
+other rank (a message on a private duplicate of the world communicator), waits until each of them acknowledges
+that it printed why it stops (at most 2 s) and then calls ``MPI_Abort``.  Every rank runs a watcher thread that polls for such a message (``MPI_Test`` every
 ``JITGRAD_DIST_POLL_S`` seconds, 0.05 by default: the main thread may be blocked inside MPI, and mpi4py
 releases the GIL there) and, on receipt, prints ``rank k failed ...`` and ends its process with exit status 1.
 """
@@ -353,6 +353,7 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local
 # ---- failure: one rank's exception ends every rank -----------------------------------------------------------
 
 _FAIL_TAG = 7031
+_ACK_TAG = 7032         # "I printed my line": the failing rank aborts once every other rank said so (or at _GRACE_S)
 _GRACE_S = 2.0
 
 
@@ -390,7 +391,13 @@ class _FailureWatcher:
                 sys.stderr.write(f"jitgrad.distributed: rank {self.rank} stops because rank {src} failed: {msg}\n")
                 sys.stderr.flush()
                 sys.stdout.flush()
-                os._exit(1)
+                try:        # the failing rank waits for this before its abort ends the job (and this process)
+                    ack = self.comm.Isend([b"1", _mpi().BYTE], dest=src, tag=_ACK_TAG)
+                    t0 = time.monotonic()
+                    while not ack.Test() and time.monotonic() - t0 < _GRACE_S:
+                        time.sleep(0.01)
+                finally:
+                    os._exit(1)
 
     def _excepthook(self, tp, value, tb):
         head = f"[rank {self.rank}] "
@@ -407,10 +414,13 @@ class _FailureWatcher:
         MPI = _mpi()
         data = summary.encode("utf-8", "replace")[:4000]
         reqs = [self.comm.Isend([data, MPI.BYTE], dest=r, tag=_FAIL_TAG) for r in range(self.size) if r != self.rank]
+        # each other rank acknowledges once it printed its line: abort then, so the abort never kills a rank before
+        # it said why it stops (a loaded machine may not run its watcher for a while); at most _GRACE_S
+        acks = [self.comm.Irecv([bytearray(1), MPI.BYTE], source=r, tag=_ACK_TAG) for r in range(self.size)
+                if r != self.rank]
         t0 = time.monotonic()
-        while reqs and time.monotonic() - t0 < _GRACE_S and not MPI.Request.Testall(reqs):
+        while time.monotonic() - t0 < _GRACE_S and not MPI.Request.Testall(reqs + acks):
             time.sleep(0.01)
-        time.sleep(min(0.5, 2 * self.poll))       # let the others print their line before the abort kills them
         self.comm.Abort(1)
 
     def stop(self):
