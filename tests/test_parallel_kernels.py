@@ -184,3 +184,26 @@ def test_numba_built_parallel_kernels_share_the_pool(tmp_path):
     assert out["workers"] == 2 and out["layer"] == "workqueue" and out["refused"] >= 1
     assert out["tanh"] == out["tanh2"] == pytest.approx(float((np.tanh(xs) * 3).sum()), abs=1e-2)
     assert out["sin"] == pytest.approx(float((np.sin(xs) * 3).sum()), abs=1e-2)
+
+
+def test_parallel_by_work_not_only_by_size():
+    """Default thread choice (counted): a long transcendental chain over 2^17 elements is worth waking the
+    workers, a plain add over the same elements is not, and neither is anything below the grain size."""
+    from jitgrad.codegen import layout
+    from jitgrad.jit.graph_function import compiled_graph
+
+    def chain(a):
+        for _ in range(8):
+            a = jg.tanh(a) * jg.sigmoid(a)
+        return a
+
+    def kernels(fn, n):
+        x = jg.tensor(np.linspace(-1, 1, n, dtype=np.float32))
+        f = jg.compile(fn, backend="numba", background=True)
+        e = f._entry_for((x,), {})
+        return compiled_graph(e.graph, e.gf.writes).kernels
+    n = 1 << 17
+    assert n * 24 * 8 >= layout.PARALLEL_WORK > n * 9
+    assert [k.parallel for k in kernels(chain, n)] == [True]
+    assert [k.parallel for k in kernels(lambda a: a + 1.0, n)] == [False]
+    assert [k.parallel for k in kernels(chain, layout.PARALLEL_GRAIN // 2)] == [False]

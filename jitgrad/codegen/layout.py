@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.passes.fuse import Group
+from ..ir.passes.fuse import OP_BYTES, PLAIN_OP_BYTES, Group
 from .batched_gemm import BatchedGemmSteps
 from .gemm_steps import GemmSteps
 from .region_steps import RegionSteps
 from .loops import BCAST, CONTIG, PARALLEL_MIN, STRIDED, gen_check, gen_copy, gen_gather, gen_group, gen_scatter
 from .lowering import lower_plan
 from .places import Place, Places, Root, bcast_strides, c_strides, coalesce
+
+PARALLEL_GRAIN = 1 << 15
+PARALLEL_WORK = 1 << 23
 
 
 def alias_classes(places) -> list:
@@ -158,6 +161,13 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
         self.steps.append(step)
         return step
 
+    # A kernel runs its outer loop on the worker pool when its work pays for waking the workers (one wake-up round,
+    # ~10-20 us: workpool.py): at least PARALLEL_GRAIN elements (PyTorch's grain size) and size x per-element cost
+    # >= PARALLEL_WORK, about 160 us of one core's work (fuse.py's cost unit runs at ~0.02 ns on one core of this
+    # kind of machine: B2's loop, ~26 units, 0.53 ns an element); always from loops.PARALLEL_MIN elements.
+    # Measured 2026-11-24 (2 cores, loaded): a 3-op tanh/sigmoid loop of 262,144 float32 72 us parallel vs 102 us
+    # serial, of 65,536 40 vs 31 us.
+
     # ---- steps --------------------------------------------------------------------------------------------
     def _copy_step(self, src: Place, dst: Place, label) -> Step:
         it = dst.shape
@@ -180,9 +190,13 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
         self._operand(dst, dst_st)
         return self._add(st)
 
-    def _parallel(self, size):
+    def _parallel(self, size, per_element=8.0):
+        """Whether a kernel of ``size`` elements, each costing ``per_element`` (fuse.py's unit: bytes moved plus
+        ``OP_BYTES`` per op), runs its outer loop on the worker pool (see PARALLEL_WORK)."""
         want = self.parallel
-        return size >= PARALLEL_MIN if want is None else bool(want) and size >= 4096
+        if want is not None:
+            return bool(want) and size >= 4096
+        return size >= PARALLEL_MIN or (size >= PARALLEL_GRAIN and size * per_element >= PARALLEL_WORK)
 
     def _check(self, e, place: Place):
         if e not in self.check_ids:
@@ -219,7 +233,9 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
         op = self.places.group(g)
         shape = op.shape
         classes = [_cls(st) for st in op.in_strides + op.out_strides]
-        k = gen_group(g, classes, len(shape) > 0 and self._parallel(op.size), self.check_ids, len(shape),
+        per_element = sum(p.dtype.itemsize for p in op.in_places + op.out_places) + sum(
+            OP_BYTES.get(e.op.name, PLAIN_OP_BYTES) for e in g.eqns)
+        k = gen_group(g, classes, len(shape) > 0 and self._parallel(op.size, per_element), self.check_ids, len(shape),
                       op.red_axes, alias_classes(op.in_places + op.out_places))
         st = Step("kernel", k, label=f"{g.name} {g.lines()}".strip(), shapes=[list(p.shape) for p in op.in_places],
                   scope=g.all_eqns[0].scope)

@@ -12,8 +12,8 @@ Policy (knobs in parentheses):
   ``NUMBA_THREADING_LAYER``, when set, is the user's choice and always wins; either way kernels built from IR stay
   on ``workqueue``, and ``JITGRAD_IR_PARALLEL=0`` has Numba build them all.)
 - **Threads: one per core this process may run on** (``os.sched_getaffinity``), Numba's default, or
-  ``NUMBA_NUM_THREADS``.  Kernels below ``loops.PARALLEL_MIN`` elements run serially: waking threads costs
-  more than they save there.
+  ``NUMBA_NUM_THREADS``.  A kernel runs serially unless its work pays for waking the threads (``layout.py``:
+  ``PARALLEL_GRAIN``, ``PARALLEL_WORK``; always parallel from ``loops.PARALLEL_MIN`` elements).
 - **OpenBLAS workers sleep soon when idle** (``OPENBLAS_THREAD_TIMEOUT``, set to 20 by ``import jitgrad``
   unless already set): by default they spin ~0.1 s after every BLAS call, taking the cores Numba's workers need;
   at 20 they spin ~0.4 ms, enough to stay awake between one step's GEMMs (4, sleeping at once, made every small
