@@ -85,7 +85,7 @@ class CudaGraph:
         self.graph = graph
         self.writes = tuple(writes)
         self.cfg = config or launch_config()
-        self.plan = fusion_plan(graph)
+        self.plan = fusion_plan(graph, rowwise=False)      # no row-wise kernels on CUDA (yet)
         self.checks = [e for e in graph.eqns if e.check is not None and e.outs[0].aval.dtype.is_floating_point]
         self.check_ids = {e: i for i, e in enumerate(self.checks)}
         self.places, self.roots, self.steps, self.kernels = {}, [], [], {}

@@ -202,7 +202,9 @@ def _cheap_chain(v, eqns, producer, where, users, outs, members, reads):
     return (sorted(chain), readers) if total < store else None
 
 
-def plan(graph: Graph) -> Plan:
+def plan(graph: Graph, rowwise: bool = True) -> Plan:
+    """The fusion plan of ``graph``.  ``rowwise``: merge row-wise chains into one kernel each (``RowGroup``,
+    see ``row_chains.py``); a target that cannot emit them (CUDA) plans without."""
     eqns = schedule(graph)      # the trace's order, scalars hoisted and elementwise eqns sunk to their users
     users = {}
     for i, e in enumerate(eqns):
@@ -288,6 +290,11 @@ def plan(graph: Graph) -> Plan:
         g.eqns = [e for _, e in g.eqns]
         if g.reduce is not None:
             g.reduce = g.reduce[1]
+    if rowwise:
+        from .row_chains import merge_row_chains
+        steps = merge_row_chains(graph, steps)
+        for n, g in enumerate(s for s in steps if isinstance(s, Group)):
+            g.index = n
     return Plan(graph, steps)
 
 

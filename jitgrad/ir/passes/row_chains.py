@@ -1,0 +1,259 @@
+"""Row-wise chains: reductions over the innermost axis and the elementwise eqns that use them, as one kernel.
+
+A softmax, a log_softmax, a LayerNorm and their backward passes are, after decomposition, chains like
+``m = amax(x, -1); e = exp(x - m); s = sum(e, -1); y = e / s``: a reduction over the last axis whose result is
+broadcast back along that axis, possibly several in sequence.  The plain planner (``fuse.py``) cuts such a
+chain at every reduction it reads, so each link is a loop of its own, one sweep over the whole tensor each (a
+softmax forward and backward: four loops, nine sweeps of main memory).  Here consecutive plan groups over one
+iteration space ``S = (..., n)`` and its row space ``R = (..., 1)`` merge into a ``RowGroup``: one kernel whose
+outer loop runs over rows and whose inner *passes* each sweep one row.  Pass ``p`` accumulates the reductions
+whose inputs need the results of ``p`` earlier reductions; row-shaped eqns (``rsqrt(var + eps)``) run once per
+row between passes, in registers.  A row of a few thousand elements stays in L1/L2 between passes, so the chain
+reads each input and writes each output once from main memory.
+
+The merge is structural (any graph whose groups have this shape), and decided by cost with ``fuse.OP_BYTES``:
+each pass recomputes the elementwise values it needs from the group's inputs (re-read from cache), except a
+value the group stores anyway (something outside reads it), which later passes load back (from cache) rather
+than recompute.  A chain merges when its arithmetic, recomputations included, plus one read of each input and
+one write of each output cost less than the separate loops' arithmetic and memory traffic.
+
+Stores: a value the graph returns is written in the last pass (it may be a state written in place, whose old
+value earlier passes still read); others where they are first computed.  Row values read outside (LayerNorm's
+mean and rstd, read by its backward) are written once per row after the last pass.
+"""
+from __future__ import annotations
+
+from ..graph import Var
+from .fuse import MAX_GROUP_EQNS, NO_RECOMPUTE, OP_BYTES, PLAIN_OP_BYTES, REDUCTIONS, Group
+
+# eqns in one row kernel's text, summed over its passes (each pass repeats the chain it needs): the compile-time
+# bound, as MAX_GROUP_EQNS is for a plain loop
+ROW_MAX_EQNS = 2 * MAX_GROUP_EQNS
+
+
+class RowOutput:
+    """A row value the layout places as a group's reduction result (zero strides along the row axis); a
+    ``RowGroup``'s ``reduce``.  It carries the fields of an eqn the layout reads."""
+    __slots__ = ("op", "outs", "params", "scope", "loc")
+
+    def __init__(self, var, axis, like):
+        self.outs = [var]
+        self.params = {"axes": (axis,), "keepdims": True}
+        self.op, self.scope, self.loc = like.op, like.scope, like.loc
+
+
+class RowPass:
+    """One sweep of a row: ``eqns`` computed per element (in order), ``reductions`` accumulated, ``loads``:
+    stored values read back instead of recomputed, ``stores``: full-shape values written in this pass."""
+    __slots__ = ("eqns", "reductions", "loads", "stores")
+
+    def __init__(self):
+        self.eqns, self.reductions, self.loads, self.stores = [], [], [], []
+
+
+class RowGroup(Group):
+    """A row-wise chain as one kernel (see the module docstring).  ``eqns``: every member eqn (elementwise and
+    reductions) in order; ``passes``: the sweeps of one row; ``row_eqns[p]``: row-shaped eqns computed before
+    pass ``p`` (``row_eqns[len(passes)]``: after the last); ``row_outputs``: the row values it writes;
+    ``reduce``: the one of them the layout treats as the group's reduction (a ``RowOutput``)."""
+
+    def __init__(self, shape, members, inputs, outputs, passes, row_eqns, designated, like):
+        super().__init__(shape)
+        self.eqns = list(members)
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.passes = passes
+        self.row_eqns = row_eqns
+        self.row_shape = tuple(shape[:-1]) + (1,)
+        self.row_outputs = [v for v in outputs if v.aval.shape == self.row_shape]
+        self.reduce = RowOutput(designated, len(shape) - 1, like)
+
+    @property
+    def all_eqns(self):
+        return list(self.eqns)
+
+    @property
+    def name(self) -> str:
+        return f"fused_{self.index}[{','.join(e.op.name for e in self.eqns)}] by rows"
+
+
+def _row_reduction(e, S) -> bool:
+    R = tuple(S[:-1]) + (1,)
+    return (e.op.name in REDUCTIONS and tuple(e.params["axes"]) == (len(S) - 1,)
+            and e.ins[0].aval.shape == S and e.outs[0].aval.shape == R
+            and e.outs[0].aval.dtype.is_floating_point and e.ins[0].aval.dtype.is_floating_point)
+
+
+def _can_start(s) -> bool:
+    if type(s) is not Group:
+        return False
+    S = s.shape
+    return (len(S) >= 1 and S[-1] > 1 and all(d > 0 for d in S)
+            and (s.reduce is None or _row_reduction(s.reduce, S)))
+
+
+def _can_join(s, S, scope) -> bool:
+    if type(s) is not Group or s.all_eqns[0].scope != scope:
+        return False
+    if s.shape == S:
+        return s.reduce is None or _row_reduction(s.reduce, S)
+    return s.shape == tuple(S[:-1]) + (1,) and s.reduce is None
+
+
+def _eqn_ok(e) -> bool:
+    d = e.outs[0].aval.dtype
+    return e.check is None and e.op.name not in NO_RECOMPUTE and len(e.outs) == 1 and (
+        d.is_floating_point or d.name == "bool")
+
+
+def _op_cost(e) -> float:
+    return OP_BYTES.get(e.op.name, PLAIN_OP_BYTES)
+
+
+def _schedule(members, S, stored, graph_outs):
+    """``(passes, row_eqns, arithmetic cost per element)`` of ``members`` over ``S``, or None when they do not
+    form a row chain (an eqn of another shape, no reduction read back along the row)."""
+    R = tuple(S[:-1]) + (1,)
+    prod, phase, avail, kind = {}, {}, {}, {}
+    for e in members:
+        o = e.outs[0]
+        prod[o] = e
+        if e.op.name in REDUCTIONS:
+            if not _row_reduction(e, S):
+                return None
+            p = avail.get(e.ins[0], 0)
+            kind[e], phase[e], avail[o] = "red", p, p + 1
+        elif o.aval.shape in (S, R) and _eqn_ok(e):
+            p = max([avail.get(v, 0) for v in e.ins if isinstance(v, Var)], default=0)
+            kind[e], phase[e], avail[o] = ("full" if o.aval.shape == S else "row"), p, p
+        else:
+            return None
+    last = max([phase[e] for e in members if kind[e] != "row"], default=0)
+    if last == 0:
+        return None         # no pass reads a reduction back: nothing to gain over the plain loops
+    store_at = {v: (last if v in graph_outs else phase[prod[v]]) for v in stored
+                if v in prod and kind[prod[v]] == "full"}
+    order = {e: k for k, e in enumerate(members)}
+    passes = [RowPass() for _ in range(last + 1)]
+    cost = 0.0
+    for p, ps in enumerate(passes):
+        ps.reductions = [e for e in members if kind[e] == "red" and phase[e] == p]
+        ps.stores = [v for v, q in store_at.items() if q == p]
+        need, loads, todo = set(), set(), [e.ins[0] for e in ps.reductions] + list(ps.stores)
+        while todo:
+            v = todo.pop()
+            e = prod.get(v)
+            if e is None or kind[e] != "full" or e in need:
+                continue        # an input, a row value (a register by now), or done
+            if v in store_at and store_at[v] < p:
+                loads.add(v)        # written by an earlier pass: in cache
+                continue
+            need.add(e)
+            todo += [x for x in e.ins if isinstance(x, Var)]
+        ps.eqns = sorted(need, key=order.get)
+        ps.loads = sorted(loads, key=lambda v: order[prod[v]])
+        cost += sum(_op_cost(e) for e in ps.eqns) + PLAIN_OP_BYTES * len(ps.reductions)
+    row_eqns = [[] for _ in range(last + 2)]
+    for e in members:
+        if kind[e] == "row":
+            row_eqns[min(phase[e], last + 1)].append(e)
+    if sum(len(ps.eqns) + len(ps.reductions) for ps in passes) + sum(map(len, row_eqns)) > ROW_MAX_EQNS:
+        return None
+    return passes, row_eqns, cost
+
+
+def _traffic(vals, size) -> float:
+    """Bytes per element of an iteration space of ``size`` elements to read or write ``vals`` once each."""
+    return sum(v.aval.dtype.np.itemsize * v.aval.size / size for v in vals
+               if isinstance(v, Var) or hasattr(v.value, "shape"))
+
+
+def _split_cost(parts, size) -> float:
+    """The plain plan's cost per element of ``S``: each loop's arithmetic and its reads and writes."""
+    cost = 0.0
+    for g in parts:
+        scale = (g.reduce.ins[0].aval.size if g.reduce is not None and not g.shape else
+                 max(1, _size(g.shape))) / size
+        cost += scale * sum(_op_cost(e) for e in g.all_eqns) + _traffic(g.inputs, size) + _traffic(g.outputs, size)
+    return cost
+
+
+def _size(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _row_group(parts, graph_outs, read_outside):
+    S = parts[0].shape
+    members, seen = [], set()
+    for g in parts:
+        for e in g.all_eqns:
+            if id(e) not in seen:
+                seen.add(id(e))
+                members.append(e)
+    produced = {o for e in members for o in e.outs}
+    inputs, seen_in = [], set()
+    for e in members:
+        for v in e.ins:
+            if v not in produced and id(v) not in seen_in:
+                seen_in.add(id(v))
+                inputs.append(v)
+    outputs = []
+    for g in parts:
+        for v in g.outputs:
+            if v in produced and v not in outputs and (v in graph_outs or read_outside(v)):
+                outputs.append(v)
+    sched = _schedule(members, S, outputs, graph_outs)
+    if sched is None:
+        return None
+    passes, row_eqns, arith = sched
+    size = _size(S)
+    if arith + _traffic(inputs, size) + _traffic(outputs, size) >= _split_cost(parts, size):
+        return None
+    R = tuple(S[:-1]) + (1,)
+    rows = [v for v in outputs if v.aval.shape == R]
+    if not rows:        # the layout needs one row output to keep the row axis: the last reduction's (one per row)
+        last = [e for e in members if e.op.name in REDUCTIONS][-1]
+        rows = [last.outs[0]]
+        outputs.append(last.outs[0])
+    like = next(e for e in members if e.op.name in REDUCTIONS)
+    return RowGroup(S, members, inputs, outputs, passes, row_eqns, rows[0], like)
+
+
+def merge_row_chains(graph, steps):
+    """``steps`` (a plan's) with each run of consecutive groups that forms a row-wise chain, and costs less as
+    one, replaced by a ``RowGroup``; the longest such run from each start."""
+    graph_outs = {v for v in graph.outputs if isinstance(v, Var)}
+    readers = {}            # Var -> positions of the steps that read it
+    for k, s in enumerate(steps):
+        for v in (s.inputs if isinstance(s, Group) else s.ins):
+            if isinstance(v, Var):
+                readers.setdefault(v, set()).add(k)
+    out, k = [], 0
+    while k < len(steps):
+        s = steps[k]
+        run = [s] if _can_start(s) else []
+        if run:
+            scope, n_eqns = s.all_eqns[0].scope, len(s.all_eqns)
+            while k + len(run) < len(steps) and _can_join(steps[k + len(run)], s.shape, scope):
+                n_eqns += len(steps[k + len(run)].all_eqns)
+                if n_eqns > ROW_MAX_EQNS:
+                    break
+                run.append(steps[k + len(run)])
+        merged = None
+        for j in range(len(run), 1, -1):
+            span = range(k, k + j)
+            merged = _row_group(run[:j], graph_outs, lambda v: any(r not in span for r in readers.get(v, ())))
+            if merged is not None:
+                out.append(merged)
+                k += j
+                break
+        if merged is None:
+            out.append(s)
+            k += 1
+    return out
+
+
+__all__ = ["RowGroup", "RowOutput", "RowPass", "merge_row_chains", "ROW_MAX_EQNS"]
