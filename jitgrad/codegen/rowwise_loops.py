@@ -26,7 +26,8 @@ import numpy as np
 from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
 from ..ir.passes.fuse import REDUCTIONS
-from .loops import (BCAST, Kernel, _compute_dtype, _literal, _load, _Nest, _store, _tname, scalar_expr)
+from .loops import (BCAST, Kernel, _compute_dtype, _literal, _load, _Nest, _store, _tname, key_of, ordered_key,
+                    scalar_expr)
 from .math_table import LiteralText, MathCalls
 
 _INIT = {"sum": "0", "amax": "-np.inf", "amin": "np.inf"}
@@ -118,11 +119,15 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
             inner.append(f"rv{k} = {_tname(od)}({ref(e.ins[0], None)})")
             if e.op.name == "sum":
                 inner.append(f"a{k} = a{k} + rv{k}")
-            else:       # a select plus a NaN count: both vectorise; a NaN wins after the row
+            else:       # over ordered integer keys plus a NaN count: both vectorise; a NaN wins after the row
+                bits, flip, from_bits = ordered_key(od, math_.uses)
                 cmp = ">" if e.op.name == "amax" else "<"
+                init[-1] = f"h{k} = {key_of(-np.inf if e.op.name == 'amax' else np.inf, od)}"
                 init.append(f"m{k} = 0")
-                inner += [f"a{k} = rv{k} if rv{k} {cmp} a{k} else a{k}", f"m{k} += 0 if rv{k} == rv{k} else 1"]
-                after.append(f"a{k} = a{k} if m{k} == 0 else {_tname(od)}(np.nan)")
+                inner += [f"kb{k} = {bits(f'rv{k}')}", f"kb{k} = {flip(f'kb{k}')}",
+                          f"h{k} = kb{k} if kb{k} {cmp} h{k} else h{k}", f"m{k} += 0 if rv{k} == rv{k} else 1"]
+                after += [f"h{k} = {flip(f'h{k}')}", f"a{k} = {from_bits(f'h{k}')}",
+                          f"a{k} = a{k} if m{k} == 0 else {_tname(od)}(np.nan)"]
         for v in ps.stores:
             inner.append(_store(slot_of[v], nest, v.aval.dtype, local[v]))
         row += init + [f"for i{r - 1} in range(n{r - 1}):"] + ["    " + x for x in inner] + after

@@ -185,6 +185,26 @@ def _size(shape):
     return n
 
 
+def _topological(members):
+    """``members`` with every eqn after the members that produce its inputs, otherwise in their order: one part
+    may read a value that a later part recomputes (a copy of an eqn outside the run, fuse._recompute_cheap_values)."""
+    prod = {o: e for e in members for o in e.outs}
+    out, done = [], set()
+
+    def visit(e):
+        if id(e) in done:
+            return
+        done.add(id(e))
+        for v in e.ins:
+            p = prod.get(v) if isinstance(v, Var) else None
+            if p is not None:
+                visit(p)
+        out.append(e)
+    for e in members:
+        visit(e)
+    return out
+
+
 def _row_group(parts, graph_outs, read_outside):
     S = parts[0].shape
     members, seen = [], set()
@@ -193,6 +213,7 @@ def _row_group(parts, graph_outs, read_outside):
             if id(e) not in seen:
                 seen.add(id(e))
                 members.append(e)
+    members = _topological(members)
     produced = {o for e in members for o in e.outs}
     inputs, seen_in = [], set()
     for e in members:
@@ -205,21 +226,51 @@ def _row_group(parts, graph_outs, read_outside):
         for v in g.outputs:
             if v in produced and v not in outputs and (v in graph_outs or read_outside(v)):
                 outputs.append(v)
+    g = _make(S, members, inputs, outputs, graph_outs)
+    if g is None:
+        return None
+    size = _size(S)
+    if g.cost + _traffic(inputs, size) + _traffic(outputs, size) >= _split_cost(parts, size):
+        return None
+    return g
+
+
+def _make(S, members, inputs, outputs, graph_outs):
+    """The RowGroup of ``members`` writing ``outputs``, or None (not a row chain)."""
     sched = _schedule(members, S, outputs, graph_outs)
     if sched is None:
         return None
     passes, row_eqns, arith = sched
-    size = _size(S)
-    if arith + _traffic(inputs, size) + _traffic(outputs, size) >= _split_cost(parts, size):
-        return None
     R = tuple(S[:-1]) + (1,)
     rows = [v for v in outputs if v.aval.shape == R]
     if not rows:        # the layout needs one row output to keep the row axis: the last reduction's (one per row)
         last = [e for e in members if e.op.name in REDUCTIONS][-1]
         rows = [last.outs[0]]
-        outputs.append(last.outs[0])
+        outputs = outputs + [last.outs[0]]
     like = next(e for e in members if e.op.name in REDUCTIONS)
-    return RowGroup(S, members, inputs, outputs, passes, row_eqns, rows[0], like)
+    g = RowGroup(S, members, inputs, outputs, passes, row_eqns, rows[0], like)
+    g.cost = arith
+    return g
+
+
+def _drop_unread_outputs(steps, graph_outs):
+    """After merging, a value some group stored for a part that now recomputes it is read by nobody: it is not
+    stored (plain groups keep their reduction's output, which the layout places; row groups are rescheduled)."""
+    read = {v for s in steps for v in (s.inputs if isinstance(s, Group) else s.ins) if isinstance(v, Var)}
+    for k, s in enumerate(steps):
+        if not isinstance(s, Group):
+            continue
+        red = s.reduce.outs[0] if s.reduce is not None else None
+        keep = [v for v in s.outputs if v in graph_outs or v in read or v is red]
+        if len(keep) == len(s.outputs):
+            continue
+        if isinstance(s, RowGroup):
+            g = _make(s.shape, s.eqns, s.inputs, keep, graph_outs)
+            if g is not None:
+                g.index = s.index
+                steps[k] = g
+        else:
+            s.outputs = keep
 
 
 def merge_row_chains(graph, steps):
@@ -253,6 +304,8 @@ def merge_row_chains(graph, steps):
         if merged is None:
             out.append(s)
             k += 1
+    if len(out) < len(steps):
+        _drop_unread_outputs(out, graph_outs)
     return out
 
 
