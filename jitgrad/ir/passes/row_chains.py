@@ -111,8 +111,25 @@ def _op_cost(e) -> float:
 
 
 def _schedule(members, S, stored, graph_outs):
-    """``(passes, row_eqns, arithmetic cost per element)`` of ``members`` over ``S``, or None when they do not
-    form a row chain (an eqn of another shape, no reduction read back along the row)."""
+    """``(passes, row_eqns, arithmetic cost per element, values stored to save recomputing them)`` of
+    ``members`` over ``S`` writing ``stored``, or None when they do not form a row chain (an eqn of another
+    shape, no reduction read back along the row).  A value later passes would recompute is stored where it is
+    first computed (and read back from cache) when the recomputations cost more than its store (a write and
+    the read its cache line costs, 2 x its item size: a softmax's exponentials, needed by two later passes)."""
+    extra = []
+    while True:
+        res = _passes(members, S, list(stored) + extra, graph_outs)
+        if res is None:
+            return None
+        passes, row_eqns, cost, saving = res
+        worth = [(s - 2 * v.aval.dtype.np.itemsize, v) for v, s in saving.items()
+                 if s > 2 * v.aval.dtype.np.itemsize and v not in graph_outs]
+        if not worth:
+            return passes, row_eqns, cost, extra
+        extra.append(max(worth, key=lambda t: t[0])[1])
+
+
+def _passes(members, S, stored, graph_outs):
     R = tuple(S[:-1]) + (1,)
     prod, phase, avail, kind = {}, {}, {}, {}
     for e in members:
@@ -135,7 +152,7 @@ def _schedule(members, S, stored, graph_outs):
                 if v in prod and kind[prod[v]] == "full"}
     order = {e: k for k, e in enumerate(members)}
     passes = [RowPass() for _ in range(last + 1)]
-    cost = 0.0
+    cost, saving = 0.0, {}
     for p, ps in enumerate(passes):
         ps.reductions = [e for e in members if kind[e] == "red" and phase[e] == p]
         ps.stores = [v for v, q in store_at.items() if q == p]
@@ -153,13 +170,27 @@ def _schedule(members, S, stored, graph_outs):
         ps.eqns = sorted(need, key=order.get)
         ps.loads = sorted(loads, key=lambda v: order[prod[v]])
         cost += sum(_op_cost(e) for e in ps.eqns) + PLAIN_OP_BYTES * len(ps.reductions)
+        # values computed in an earlier pass that this one recomputes and uses (the frontier), with the cost of
+        # the chain that recomputes each
+        uses = [x for e in ps.eqns if phase[e] == p for x in e.ins] + [e.ins[0] for e in ps.reductions] + ps.stores
+        for v in {x for x in uses if isinstance(x, Var)}:
+            e = prod.get(v)
+            if e is not None and e in need and phase[e] < p:
+                chain, todo = set(), [e]
+                while todo:
+                    c = todo.pop()
+                    if c in chain:
+                        continue
+                    chain.add(c)
+                    todo += [prod[x] for x in c.ins if isinstance(x, Var) and prod.get(x) in need]
+                saving[v] = saving.get(v, 0.0) + sum(_op_cost(c) for c in chain)
     row_eqns = [[] for _ in range(last + 2)]
     for e in members:
         if kind[e] == "row":
             row_eqns[min(phase[e], last + 1)].append(e)
     if sum(len(ps.eqns) + len(ps.reductions) for ps in passes) + sum(map(len, row_eqns)) > ROW_MAX_EQNS:
         return None
-    return passes, row_eqns, cost
+    return passes, row_eqns, cost, saving
 
 
 def _traffic(vals, size) -> float:
@@ -230,7 +261,7 @@ def _row_group(parts, graph_outs, read_outside):
     if g is None:
         return None
     size = _size(S)
-    if g.cost + _traffic(inputs, size) + _traffic(outputs, size) >= _split_cost(parts, size):
+    if g.cost + _traffic(inputs, size) + _traffic(g.outputs, size) >= _split_cost(parts, size):
         return None
     return g
 
@@ -240,7 +271,8 @@ def _make(S, members, inputs, outputs, graph_outs):
     sched = _schedule(members, S, outputs, graph_outs)
     if sched is None:
         return None
-    passes, row_eqns, arith = sched
+    passes, row_eqns, arith, extra = sched
+    outputs = list(outputs) + extra
     R = tuple(S[:-1]) + (1,)
     rows = [v for v in outputs if v.aval.shape == R]
     if not rows:        # the layout needs one row output to keep the row axis: the last reduction's (one per row)
