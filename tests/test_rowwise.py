@@ -307,3 +307,21 @@ def test_parallel_row_kernel_matches_serial():
         assert ks and all(k.parallel == par for k in ks)
     for a, b in zip(*res):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_strided_and_broadcast_operands(dtype):
+    """Rows read through a transpose (strided along the row) and a bias broadcast along the rows."""
+    x, g = _rand((9, 6), dtype, 70), _rand((6, 9), dtype, 71)
+    bias = jg.tensor(_rand((6, 1), dtype, 72))
+
+    def fn(x):
+        t = x.transpose(0, 1)               # (6, 9), strided along its rows
+        return F.softmax(t * 2.0 + bias, -1) * F.layer_norm(t, (9,))
+    (ey, egx), (cy, cgx) = _run_both(_fwd_bwd(fn), [x, g])
+    tol = dict(rtol=1e-4, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(cy, ey, **tol)
+    np.testing.assert_allclose(cgx, egx, **tol)
+    f = jg.compile(_fwd_bwd(fn), backend="numba")
+    p = plan(_graph(f, jg.tensor(x, requires_grad=True), jg.tensor(g)))
+    assert any(isinstance(s, RowGroup) for s in p.steps), str(p)

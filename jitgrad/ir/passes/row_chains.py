@@ -203,9 +203,8 @@ def _split_cost(parts, size) -> float:
     """The plain plan's cost per element of ``S``: each loop's arithmetic and its reads and writes."""
     cost = 0.0
     for g in parts:
-        scale = (g.reduce.ins[0].aval.size if g.reduce is not None and not g.shape else
-                 max(1, _size(g.shape))) / size
-        cost += scale * sum(_op_cost(e) for e in g.all_eqns) + _traffic(g.inputs, size) + _traffic(g.outputs, size)
+        arith = _size(g.shape) / size * sum(_op_cost(e) for e in g.all_eqns)
+        cost += arith + _traffic(g.inputs, size) + _traffic(g.outputs, size)
     return cost
 
 
