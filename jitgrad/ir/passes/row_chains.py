@@ -136,7 +136,7 @@ def _passes(members, S, stored, graph_outs):
         o = e.outs[0]
         prod[o] = e
         if e.op.name in REDUCTIONS:
-            if not _row_reduction(e, S):
+            if not _row_reduction(e, S) or e.check is not None:
                 return None
             p = avail.get(e.ins[0], 0)
             kind[e], phase[e], avail[o] = "red", p, p + 1
