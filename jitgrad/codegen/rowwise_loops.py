@@ -25,7 +25,6 @@ import numpy as np
 
 from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
-from ..ir.passes.fuse import REDUCTIONS
 from .loops import (BCAST, Kernel, _compute_dtype, _literal, _load, _Nest, _store, _tname, key_of, ordered_key,
                     scalar_expr)
 from .math_table import LiteralText, MathCalls
@@ -52,7 +51,6 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
         nest.alias, nest.nclasses = list(alias), max(alias) + 1
     nest.slot += 1          # the layout's count of the reduction's output (a plain group initialises it; not here)
     slot_of = {v: j for j, v in enumerate(operands)}
-    row_shape = g.row_shape
     consts, math_ = {}, MathCalls("cpu")
     order = {e: k for k, e in enumerate(g.eqns)}
     local = {}
@@ -145,8 +143,6 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
     if math_.guards:
         raise ValueError(f"gen_rows: {g.name}: a guarded (integer) operation has no place in a row chain")
     lines += [ind + x for x in row]
-    assert all(v.aval.shape == row_shape for v in g.row_outputs) and all(e.op.name in REDUCTIONS
-                                                                          for p in g.passes for e in p.reductions)
     return Kernel("rows", "\n".join(lines), rank=r, operands=operands, classes=classes, parallel=parallel,
                   red_axes=tuple(red_axes), consts=consts, label=g.name, uses=math_.uses, alias=nest.alias)
 
