@@ -10,6 +10,10 @@ recomputed in registers instead of stored and reloaded.  Everything else (matmul
 A value computed inside a group is written to memory only if something outside the group reads it, and not
 even then when the reader is a later group over the same space that recomputes it more cheaply than it could
 load it (``OP_BYTES``: the store-or-recompute choice by cost).
+Last, runs of consecutive groups that form a row-wise chain (reductions over the innermost axis read back along
+it: softmax, LayerNorm and their backward passes) merge into one ``RowGroup`` kernel that sweeps each row a few
+times while it is in cache (``row_chains.py``), when that costs less; ``plan(graph, rowwise=False)`` (CUDA) keeps
+the plain loops.
 """
 from __future__ import annotations
 
