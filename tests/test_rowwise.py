@@ -325,3 +325,52 @@ def test_strided_and_broadcast_operands(dtype):
     f = jg.compile(_fwd_bwd(fn), backend="numba")
     p = plan(_graph(f, jg.tensor(x, requires_grad=True), jg.tensor(g)))
     assert any(isinstance(s, RowGroup) for s in p.steps), str(p)
+
+
+def _layer_norm_training(n=20, rows=12, eps=1e-5):
+    """A LayerNorm between two matmuls, its backward and the affine gradients: the backward row kernel also
+    accumulates the column sums (bias and weight gradients)."""
+    w = jg.tensor(_rand((n, n), seed=80), requires_grad=True)
+    lw = jg.tensor(_rand((n,), seed=81), requires_grad=True)
+    lb = jg.tensor(_rand((n,), seed=82), requires_grad=True)
+
+    def step(x):
+        (F.layer_norm(x @ w, (n,), lw, lb, eps=eps) @ w).tanh().sum().backward()
+        out = w.grad, lw.grad, lb.grad
+        w.grad = lw.grad = lb.grad = None
+        return out
+    return step, jg.tensor(_rand((rows, n), seed=83))
+
+
+def test_column_sums_join_the_backward_row_kernel():
+    step, x = _layer_norm_training()
+    f = jg.compile(step, backend="numba")
+    p = plan(_graph(f, x))
+    rows = [g for g in p.groups if isinstance(g, RowGroup)]
+    assert len(rows) == 2 and len(p.groups) == 4, str(p)      # and tanh's vjp, w.grad's sum of two GEMMs
+    assert len(rows[1].columns) == 2
+    got, want = [np.array(t) for t in f(x)], [np.array(t) for t in step(x)]
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    k = [k for k in _kernels(f, x) if k.kind == "rows"]
+    assert len(k) == 2 and not any(k_.parallel for k_ in k)
+
+
+def test_numba_builds_the_row_kernels_too(tmp_path, monkeypatch):
+    """The row kernels' text means to Numba what it means to ir_loops (JITGRAD_IR_LOOPS=0 builds every kernel
+    with Numba; literals no other test uses, so the kernels are new to this process): eager mode's values."""
+    monkeypatch.setenv("JITGRAD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "IR_LOOPS", False)
+    before = dict(build.COUNTS)
+    sm = _fwd_bwd(lambda x: F.softmax(x * 0.4375, -1) + F.layer_norm(x, (37,), eps=7e-4))
+    arrays = [_rand((5, 37), np.float32, 84), _rand((5, 37), np.float32, 85)]
+    (ey, egx), (cy, cgx) = _run_both(sm, arrays)
+    assert build.COUNTS["kernels_compiled"] - before["kernels_compiled"] >= 1
+    assert build.COUNTS["kernels_ir"] == before["kernels_ir"]
+    np.testing.assert_allclose(cy, ey, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(cgx, egx, rtol=1e-4, atol=1e-5)
+    step, x = _layer_norm_training(eps=3e-4)         # column sums in the backward's row kernel
+    got, want = [np.array(t) for t in jg.compile(step, backend="numba")(x)], [np.array(t) for t in step(x)]
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    assert build.COUNTS["kernels_ir"] == before["kernels_ir"]

@@ -41,7 +41,7 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
     arrays_in = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
     outs = list(g.outputs)
     operands = arrays_in + outs
-    parallel = bool(parallel) and r >= 2
+    parallel = bool(parallel) and r >= 2 and not g.columns     # rows would race on a column sum
     nest = _Nest(r, classes, parallel)
     for j, v in enumerate(operands):
         nest.operand(j, v.aval.dtype)
@@ -70,7 +70,19 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
         local[e.outs[0]] = t
         return f"{t} = " + (f"bool({expr})" if od is dt.bool_ else f"{_tname(od)}({expr})")
 
+    def at(j, idx):             # operand j's element idx, read or written at an index of our own
+        return (f"load(p{j}, {idx}, {nest.alias[j]}, {nest.nclasses})" if nest.alias is not None
+                else f"p{j}[{idx}]")
+
+    def put(j, idx, val):
+        return (f"store_to(p{j}, {idx}, {val}, {nest.alias[j]}, {nest.nclasses})" if nest.alias is not None
+                else f"store(p{j}, {idx}, {val})")
+
+    columns = set(g.columns)
     pre = []
+    for e in g.columns:     # a column sum's output: one element per row position (its stride along the row)
+        j = slot_of[e.outs[0]]
+        pre += [f"for j in range(n{r - 1}):", "    " + put(j, f"j * s{j}_{r - 1}", f"{_tname(e.outs[0].aval.dtype)}(0)")]
     row_idx = {}
     for v in g.row_outputs:
         j = slot_of[v]
@@ -113,6 +125,11 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
         for e in ps.reductions:
             k = order[e]
             od = e.outs[0].aval.dtype
+            if e in columns:
+                j = slot_of[e.outs[0]]
+                inner += [f"rv{k} = {_tname(od)}({ref(e.ins[0], None)})", f"cs{k} = {at(j, f'i{r - 1} * s{j}_{r - 1}')}",
+                          put(j, f"i{r - 1} * s{j}_{r - 1}", f"{_tname(od)}(cs{k} + rv{k})")]
+                continue
             init.append(f"a{k} = {_tname(od)}({_INIT[e.op.name]})")
             inner.append(f"rv{k} = {_tname(od)}({ref(e.ins[0], None)})")
             if e.op.name == "sum":
@@ -130,16 +147,14 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
             inner.append(_store(slot_of[v], nest, v.aval.dtype, local[v]))
         row += init + [f"for i{r - 1} in range(n{r - 1}):"] + ["    " + x for x in inner] + after
         for e in ps.reductions:
-            local[e.outs[0]] = f"a{order[e]}"
+            if e not in columns:
+                local[e.outs[0]] = f"a{order[e]}"
     row += [compute(e) for e in g.row_eqns[last + 1]]
     for v in g.row_outputs:
         j = slot_of[v]
         val = local[v]
         val = f"uint8(1 if {val} else 0)" if v.aval.dtype is dt.bool_ else val
-        if nest.alias is not None:
-            row.append(f"store_to(p{j}, {row_idx[v]}, {val}, {nest.alias[j]}, {nest.nclasses})")
-        else:
-            row.append(f"store(p{j}, {row_idx[v]}, {val})")
+        row.append(put(j, row_idx[v], val))
     if math_.guards:
         raise ValueError(f"gen_rows: {g.name}: a guarded (integer) operation has no place in a row chain")
     lines += [ind + x for x in row]

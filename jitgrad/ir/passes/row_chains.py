@@ -26,6 +26,10 @@ from __future__ import annotations
 from ..graph import Var
 from .fuse import MAX_GROUP_EQNS, NO_RECOMPUTE, OP_BYTES, PLAIN_OP_BYTES, REDUCTIONS, Group
 
+# a column sum joins a row chain only below this many elements: its kernel then runs serially (rows would race
+# on the sum), and a larger one keeps its threads (codegen.loops.PARALLEL_MIN, the size that starts them)
+COLUMN_MAX = 1 << 20
+
 # eqns in one row kernel's text, summed over its passes (each pass repeats the chain it needs): the compile-time
 # bound, as MAX_GROUP_EQNS is for a plain loop
 ROW_MAX_EQNS = 2 * MAX_GROUP_EQNS
@@ -55,7 +59,8 @@ class RowGroup(Group):
     """A row-wise chain as one kernel (see the module docstring).  ``eqns``: every member eqn (elementwise and
     reductions) in order; ``passes``: the sweeps of one row; ``row_eqns[p]``: row-shaped eqns computed before
     pass ``p`` (``row_eqns[len(passes)]``: after the last); ``row_outputs``: the row values it writes;
-    ``reduce``: the one of them the layout treats as the group's reduction (a ``RowOutput``)."""
+    ``columns``: sums over the rows (over every axis but the last), accumulated into their outputs;
+    ``reduce``: the row output the layout treats as the group's reduction (a ``RowOutput``)."""
 
     def __init__(self, shape, members, inputs, outputs, passes, row_eqns, designated, like):
         super().__init__(shape)
@@ -66,6 +71,8 @@ class RowGroup(Group):
         self.row_eqns = row_eqns
         self.row_shape = tuple(shape[:-1]) + (1,)
         self.row_outputs = [v for v in outputs if v.aval.shape == self.row_shape]
+        # column sums: accumulated row by row into their outputs (the kernel is then serial)
+        self.columns = [e for e in members if e.op.name in REDUCTIONS and _col_reduction(e, shape)]
         self.reduce = RowOutput(designated, len(shape) - 1, like)
 
     @property
@@ -84,19 +91,31 @@ def _row_reduction(e, S) -> bool:
             and e.outs[0].aval.dtype.is_floating_point and e.ins[0].aval.dtype.is_floating_point)
 
 
+def _col_reduction(e, S) -> bool:
+    """A sum over every axis but the innermost (a LayerNorm backward's weight and bias gradients), accumulated
+    into its output row by row: only in a serial kernel (see COLUMN_MAX)."""
+    return (e.op.name == "sum" and len(S) >= 2 and tuple(e.params["axes"]) == tuple(range(len(S) - 1))
+            and e.ins[0].aval.shape == S and e.outs[0].aval.size == S[-1] and _size(S) < COLUMN_MAX
+            and e.outs[0].aval.dtype.is_floating_point and e.ins[0].aval.dtype.is_floating_point)
+
+
+def _chain_reduction(e, S) -> bool:
+    return _row_reduction(e, S) or _col_reduction(e, S)
+
+
 def _can_start(s) -> bool:
     if type(s) is not Group:
         return False
     S = s.shape
     return (len(S) >= 1 and S[-1] > 1 and all(d > 0 for d in S)
-            and (s.reduce is None or _row_reduction(s.reduce, S)))
+            and (s.reduce is None or _chain_reduction(s.reduce, S)))
 
 
 def _can_join(s, S, scope) -> bool:
     if type(s) is not Group or s.all_eqns[0].scope != scope:
         return False
     if s.shape == S:
-        return s.reduce is None or _row_reduction(s.reduce, S)
+        return s.reduce is None or _chain_reduction(s.reduce, S)
     return s.shape == tuple(S[:-1]) + (1,) and s.reduce is None
 
 
@@ -136,15 +155,22 @@ def _passes(members, S, stored, graph_outs):
         o = e.outs[0]
         prod[o] = e
         if e.op.name in REDUCTIONS:
-            if not _row_reduction(e, S) or e.check is not None:
+            if e.check is not None:
                 return None
             p = avail.get(e.ins[0], 0)
-            kind[e], phase[e], avail[o] = "red", p, p + 1
+            if _row_reduction(e, S):
+                kind[e], phase[e], avail[o] = "red", p, p + 1
+            elif _col_reduction(e, S):
+                kind[e], phase[e], avail[o] = "col", p, 1 << 30     # complete after the last row only
+            else:
+                return None
         elif o.aval.shape in (S, R) and _eqn_ok(e):
             p = max([avail.get(v, 0) for v in e.ins if isinstance(v, Var)], default=0)
             kind[e], phase[e], avail[o] = ("full" if o.aval.shape == S else "row"), p, p
         else:
             return None
+    if any(avail.get(v, 0) >= 1 << 30 for e in members for v in e.ins):
+        return None         # a member reads a column sum, which no row has whole
     last = max([phase[e] for e in members if kind[e] != "row"], default=0)
     if last == 0:
         return None         # no pass reads a reduction back: nothing to gain over the plain loops
@@ -154,7 +180,7 @@ def _passes(members, S, stored, graph_outs):
     passes = [RowPass() for _ in range(last + 1)]
     cost, saving = 0.0, {}
     for p, ps in enumerate(passes):
-        ps.reductions = [e for e in members if kind[e] == "red" and phase[e] == p]
+        ps.reductions = [e for e in members if kind[e] in ("red", "col") and phase[e] == p]
         ps.stores = [v for v, q in store_at.items() if q == p]
         need, loads, todo = set(), set(), [e.ins[0] for e in ps.reductions] + list(ps.stores)
         while todo:
@@ -275,7 +301,7 @@ def _make(S, members, inputs, outputs, graph_outs):
     R = tuple(S[:-1]) + (1,)
     rows = [v for v in outputs if v.aval.shape == R]
     if not rows:        # the layout needs one row output to keep the row axis: the last reduction's (one per row)
-        last = [e for e in members if e.op.name in REDUCTIONS][-1]
+        last = [e for e in members if _row_reduction(e, S)][-1]
         rows = [last.outs[0]]
         outputs = outputs + [last.outs[0]]
     like = next(e for e in members if e.op.name in REDUCTIONS)
