@@ -17,6 +17,8 @@ the plain loops.
 """
 from __future__ import annotations
 
+import os
+
 from ..graph import Graph, Var, cell_label
 from .schedule import schedule
 
@@ -206,9 +208,12 @@ def _cheap_chain(v, eqns, producer, where, users, outs, members, reads):
     return (sorted(chain), readers) if total < store else None
 
 
-def plan(graph: Graph, rowwise: bool = True) -> Plan:
+def plan(graph: Graph, rowwise: bool | None = None) -> Plan:
     """The fusion plan of ``graph``.  ``rowwise``: merge row-wise chains into one kernel each (``RowGroup``,
-    see ``row_chains.py``); a target that cannot emit them (CUDA) plans without."""
+    see ``row_chains.py``); a target that cannot emit them (CUDA) plans without.  None: yes, unless
+    ``JITGRAD_ROWWISE=0`` (to compare the plain loops)."""
+    if rowwise is None:
+        rowwise = os.environ.get("JITGRAD_ROWWISE", "1") != "0"
     eqns = schedule(graph)      # the trace's order, scalars hoisted and elementwise eqns sunk to their users
     users = {}
     for i, e in enumerate(eqns):
