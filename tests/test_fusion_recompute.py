@@ -1,6 +1,8 @@
 """Store or recompute (ir/passes/fuse.py): a value that a later loop over the same space reads is recomputed
 there when its chain costs less than the store and load it saves (LayerNorm's x - mean), and stored otherwise
-(a softmax's exponentials).  Counted in the plan, values checked against eager mode, never timed."""
+(a softmax's exponentials).  Counted in the plan, values checked against eager mode, never timed.  The plans
+are the plain planner's (``rowwise=False``, as CUDA plans): on the CPU these chains become row-wise kernels
+(tests/test_rowwise.py), and the rule applies to the loops that are not."""
 import numpy as np
 import pytest
 
@@ -16,7 +18,7 @@ def _sync_compile(monkeypatch):
 def _plan(f, *args):
     f(*args)
     (entries,) = f._cache.values()
-    return plan(entries[0].graph)
+    return plan(entries[0].graph, rowwise=False)
 
 
 def _x(shape=(16, 96), seed=0):

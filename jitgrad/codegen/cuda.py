@@ -80,7 +80,7 @@ class CudaGraph:
         self.graph = graph
         self.writes = tuple(writes)
         self.cfg = config or launch_config()
-        self.plan = fusion_plan(graph)
+        self.plan = fusion_plan(graph, rowwise=False)      # no row-wise kernels on CUDA (yet)
         self.checks = [e for e in graph.eqns if e.check is not None and e.outs[0].aval.dtype.is_floating_point]
         self.check_ids = {e: i for i, e in enumerate(self.checks)}
         self.places = Places(graph, self.plan, self.writes, self.check_ids, copy=self._copy)

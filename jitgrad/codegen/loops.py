@@ -18,6 +18,7 @@ import numpy as np
 from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
 from ..ir.ops.opdef import result_dtype
+from ..ir.passes.row_chains import RowGroup
 from .math_table import LiteralText, MathCalls
 
 PARALLEL_MIN = 1 << 20      # elements; below this a kernel runs serial (see BENCHMARKS.md: thread wake-up
@@ -169,6 +170,28 @@ def _store(j, nest, dtype, value):
     return f"store(p{j}, {nest.index(j)}, {v})"
 
 
+def ordered_key(od: dt.DType, uses: set):
+    """``(bits, flip, from_bits)``: text for a float of dtype ``od`` as an int64 ``flip(bits(v))`` that orders as
+    the float does (its bits, the magnitude bits of negatives flipped; ``flip`` undoes itself) and back,
+    ``from_bits(flip(k))``, bit for bit.  A row max/min over such keys is an integer reduction, which LLVM
+    vectorises; over floats it needs ``nnan``, which the kernels never carry.  NaNs are counted apart (their
+    keys order anywhere); +0 > -0."""
+    if od.name == "float32":
+        uses.update({("mathlib", "f32_as_i32"), ("mathlib", "i32_as_f32")})
+        return (lambda v: f"int64(f32_as_i32({v}))", lambda k: f"{k} ^ (({k} >> 31) & 2147483647)",
+                lambda k: f"i32_as_f32(int32({k}))")
+    uses.update({("mathlib", "f64_as_i64"), ("mathlib", "i64_as_f64")})
+    return (lambda v: f"f64_as_i64({v})", lambda k: f"{k} ^ (({k} >> 63) & 9223372036854775807)",
+            lambda k: f"i64_as_f64({k})")
+
+
+def key_of(value: float, od: dt.DType) -> int:
+    """The ``ordered_key`` of a constant (a reduction's initial value), as a Python int."""
+    bits = int(np.array(value, od.np).view(np.int32 if od.name == "float32" else np.int64))
+    width = 31 if od.name == "float32" else 63
+    return bits ^ ((1 << width) - 1) if bits < 0 else bits
+
+
 def _report(checks):
     """Anomaly counters -> the err slot: the smallest failing check id wins; err[1] says NaN (1) or inf."""
     out = []
@@ -216,6 +239,9 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
     ``alias``: per operand, its alias class (operands of one class may share memory, of two never do; see
     ``alias_scopes.py``); None: nothing is known, every access is a plain one."""
     rank = len(g.shape) if rank is None else rank
+    if isinstance(g, RowGroup):         # a row-wise chain: one nest over rows, several sweeps of each
+        from .rowwise_loops import gen_rows
+        return gen_rows(g, classes, parallel, rank, red_axes, alias)
     arrays_in = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
     outs = list(g.outputs)
     operands = arrays_in + outs
@@ -297,11 +323,15 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
             body += [f"rv = {v}"]
             if red.op.name == "sum" or not od.is_floating_point:
                 body.append("acc = " + combine.format(a="acc", v="rv"))
-            else:       # max/min as a plain select plus a NaN count: both vectorise; a NaN wins after the row
-                cmp = ">" if red.op.name == "amax" else "<"
+            else:       # max/min over ordered integer keys plus a NaN count: both vectorise; a NaN wins after
+                cmp = ">" if red.op.name == "amax" else "<"     # the row
+                bits, flip, from_bits = ordered_key(od, math_.uses)
+                row_pre[-1] = f"hacc = {key_of(-np.inf if red.op.name == 'amax' else np.inf, od)}"
                 row_pre.append("nans = 0")
-                body += [f"acc = rv if rv {cmp} acc else acc", "nans += 0 if rv == rv else 1"]
-                row_post.append(f"acc = acc if nans == 0 else {_tname(od)}(np.nan)")
+                body += [f"kb = {bits('rv')}", f"kb = {flip('kb')}", f"hacc = kb if kb {cmp} hacc else hacc",
+                         "nans += 0 if rv == rv else 1"]
+                row_post += [f"hacc = {flip('hacc')}", f"acc = {from_bits('hacc')}",
+                             f"acc = acc if nans == 0 else {_tname(od)}(np.nan)"]
             row_post.append(f"store(p{ro}, {nest.index(ro)}, acc)")
         else:       # the output's strides are 0 along the folded axes: every element of a row lands in one slot
             pre += [f"for j in range(A[{nest.slot}]):", f"    store(p{ro}, j, {_tname(od)}({init}))"]

@@ -10,8 +10,14 @@ recomputed in registers instead of stored and reloaded.  Everything else (matmul
 A value computed inside a group is written to memory only if something outside the group reads it, and not
 even then when the reader is a later group over the same space that recomputes it more cheaply than it could
 load it (``OP_BYTES``: the store-or-recompute choice by cost).
+Last, runs of consecutive groups that form a row-wise chain (reductions over the innermost axis read back along
+it: softmax, LayerNorm and their backward passes) merge into one ``RowGroup`` kernel that sweeps each row a few
+times while it is in cache (``row_chains.py``), when that costs less; ``plan(graph, rowwise=False)`` (CUDA) keeps
+the plain loops.
 """
 from __future__ import annotations
+
+import os
 
 from ..graph import Graph, Var, cell_label
 from .schedule import schedule
@@ -202,7 +208,12 @@ def _cheap_chain(v, eqns, producer, where, users, outs, members, reads):
     return (sorted(chain), readers) if total < store else None
 
 
-def plan(graph: Graph) -> Plan:
+def plan(graph: Graph, rowwise: bool | None = None) -> Plan:
+    """The fusion plan of ``graph``.  ``rowwise``: merge row-wise chains into one kernel each (``RowGroup``,
+    see ``row_chains.py``); a target that cannot emit them (CUDA) plans without.  None: yes, unless
+    ``JITGRAD_ROWWISE=0`` (to compare the plain loops)."""
+    if rowwise is None:
+        rowwise = os.environ.get("JITGRAD_ROWWISE", "1") != "0"
     eqns = schedule(graph)      # the trace's order, scalars hoisted and elementwise eqns sunk to their users
     users = {}
     for i, e in enumerate(eqns):
@@ -288,6 +299,11 @@ def plan(graph: Graph) -> Plan:
         g.eqns = [e for _, e in g.eqns]
         if g.reduce is not None:
             g.reduce = g.reduce[1]
+    if rowwise:
+        from .row_chains import merge_row_chains
+        steps = merge_row_chains(graph, steps)
+        for n, g in enumerate(s for s in steps if isinstance(s, Group)):
+            g.index = n
     return Plan(graph, steps)
 
 

@@ -1,0 +1,165 @@
+"""Kernel source of a row-wise chain (``ir/passes/row_chains.RowGroup``): one loop nest over rows, several
+sweeps of each row.
+
+    for each row (outer dims, the first one ``prange`` when parallel):
+        load the row's broadcast operands (row values, a mask's column...) once
+        row eqns ready before pass 0
+        pass 0: for i in range(n): load, compute, accumulate the pass's reductions (in registers)
+        row eqns that read them (``rsqrt(var + eps)``), once per row
+        pass 1 ... last pass: the same, storing the values the group writes
+        store the row values the group writes
+
+The text is built from the same pieces as ``loops.gen_group`` (scalar bodies, typed literals, alias-scoped
+accesses, the row-reduction forms that vectorise: a register accumulator, max/min as a select plus a NaN
+count), and stays inside what ``ir_loops`` translates.  As there, sizes and strides come from the argument
+block, so the text depends on structure only.
+
+Row outputs: the layout places one of them as the group's reduction (``RowGroup.reduce``: zero strides along
+the row axis); any other row value it writes gets a buffer of its own (row) shape with the iteration space's
+strides for its outer dims, which are its own strides times the row length.  The kernel divides by the row
+length when the row-axis stride is not zero (``q`` below), so it indexes both conventions correctly.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import dtypes as dt
+from ..ir.graph import Lit, Var
+from .loops import (BCAST, Kernel, _compute_dtype, _literal, _load, _Nest, _store, _tname, key_of, ordered_key,
+                    scalar_expr)
+from .math_table import LiteralText, MathCalls
+
+_INIT = {"sum": "0", "amax": "-np.inf", "amin": "np.inf"}
+
+
+def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
+    """The kernel of row group ``g`` over iteration rank ``rank`` (after the layout merged dims), whose row axis
+    is the last (``red_axes`` must say so).  ``classes``/``alias``: per operand, as for ``loops.gen_group``."""
+    r = rank
+    if r < 1 or tuple(red_axes or ()) != (r - 1,):
+        raise ValueError(f"gen_rows: {g.name}: expected the row axis last, got reduced axes {red_axes} of rank {r}")
+    arrays_in = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
+    outs = list(g.outputs)
+    operands = arrays_in + outs
+    parallel = bool(parallel) and r >= 2 and not g.columns     # rows would race on a column sum
+    nest = _Nest(r, classes, parallel)
+    for j, v in enumerate(operands):
+        nest.operand(j, v.aval.dtype)
+    if alias is not None and len(set(alias)) > 1:
+        if len(alias) != len(operands):
+            raise ValueError(f"gen_rows: {len(alias)} alias classes for {len(operands)} operands")
+        nest.alias, nest.nclasses = list(alias), max(alias) + 1
+    nest.slot += 1          # the layout's count of the reduction's output (a plain group initialises it; not here)
+    slot_of = {v: j for j, v in enumerate(operands)}
+    consts, math_ = {}, MathCalls("cpu")
+    order = {e: k for k, e in enumerate(g.eqns)}
+    local = {}
+
+    def ref(v, cd):
+        if isinstance(v, Lit) and v not in local:
+            return LiteralText(_literal(v, cd if v.aval.weak else v.aval.dtype, consts), v.value)
+        expr = local[v]
+        if cd is not None and v.aval.dtype is not cd:
+            expr = f"{_tname(cd)}({expr})"
+        return expr
+
+    def compute(e):
+        cd, od = _compute_dtype(e), e.outs[0].aval.dtype
+        expr = scalar_expr(e, cd, od, ref, math_)
+        t = f"t{order[e]}"
+        local[e.outs[0]] = t
+        return f"{t} = " + (f"bool({expr})" if od is dt.bool_ else f"{_tname(od)}({expr})")
+
+    def at(j, idx):             # operand j's element idx, read or written at an index of our own
+        return (f"load(p{j}, {idx}, {nest.alias[j]}, {nest.nclasses})" if nest.alias is not None
+                else f"p{j}[{idx}]")
+
+    def put(j, idx, val):
+        return (f"store_to(p{j}, {idx}, {val}, {nest.alias[j]}, {nest.nclasses})" if nest.alias is not None
+                else f"store(p{j}, {idx}, {val})")
+
+    columns = set(g.columns)
+    pre = []
+    for e in g.columns:     # a column sum's output: one element per row position (its stride along the row)
+        j = slot_of[e.outs[0]]
+        pre += [f"for j in range(n{r - 1}):", "    " + put(j, f"j * s{j}_{r - 1}", f"{_tname(e.outs[0].aval.dtype)}(0)")]
+    row_idx = {}
+    for v in g.row_outputs:
+        j = slot_of[v]
+        if r >= 2:
+            pre.append(f"q{j} = n{r - 1} if s{j}_{r - 1} != 0 else 1")
+            row_idx[v] = f"b{j}_{r - 2} // q{j}"
+        else:
+            row_idx[v] = "0"
+    lines = ["def kernel(A):", f"    # rows of axis {r - 1} of rank {r}: {len(g.passes)} passes"]
+    lines += ["    " + p for p in nest.pre + pre]
+    ind = "    "
+    for d in range(r - 1):
+        rng = "prange" if (d == 0 and parallel) else "range"
+        lines.append(f"{ind}for i{d} in {rng}(n{d}):")
+        ind += "    "
+        for j in range(len(operands)):
+            prev = f"b{j}_{d - 1} + " if d > 0 else ""
+            lines.append(f"{ind}b{j}_{d} = {prev}i{d} * s{j}_{d}")
+    row = []            # the lines of one row, at the row's indentation
+    in_slot = {v: j for j, v in enumerate(arrays_in)}
+    for v, j in in_slot.items():            # broadcast along the row: read once per row
+        if nest.classes[j] == BCAST:
+            local[v] = f"x{j}"
+            row.append(f"x{j} = {_load(j, nest, v.aval.dtype)}")
+    last = len(g.passes) - 1
+    for p, ps in enumerate(g.passes):
+        row += [compute(e) for e in g.row_eqns[p]]
+        inner, init, after = [], [], []
+        used = {v for e in ps.eqns for v in e.ins} | {e.ins[0] for e in ps.reductions}
+        for v in arrays_in:
+            j = in_slot[v]
+            if v in used and nest.classes[j] != BCAST:
+                local[v] = f"x{j}"
+                inner.append(f"x{j} = {_load(j, nest, v.aval.dtype)}")
+        for v in ps.loads:          # written by an earlier pass of this row: read back from cache
+            e = next(e for e in g.eqns if e.outs[0] is v)
+            local[v] = f"t{order[e]}"
+            inner.append(f"t{order[e]} = {_load(slot_of[v], nest, v.aval.dtype)}")
+        inner += [compute(e) for e in ps.eqns]
+        for e in ps.reductions:
+            k = order[e]
+            od = e.outs[0].aval.dtype
+            if e in columns:
+                j = slot_of[e.outs[0]]
+                inner += [f"rv{k} = {_tname(od)}({ref(e.ins[0], None)})", f"cs{k} = {at(j, f'i{r - 1} * s{j}_{r - 1}')}",
+                          put(j, f"i{r - 1} * s{j}_{r - 1}", f"{_tname(od)}(cs{k} + rv{k})")]
+                continue
+            init.append(f"a{k} = {_tname(od)}({_INIT[e.op.name]})")
+            inner.append(f"rv{k} = {_tname(od)}({ref(e.ins[0], None)})")
+            if e.op.name == "sum":
+                inner.append(f"a{k} = a{k} + rv{k}")
+            else:       # over ordered integer keys plus a NaN count: both vectorise; a NaN wins after the row
+                bits, flip, from_bits = ordered_key(od, math_.uses)
+                cmp = ">" if e.op.name == "amax" else "<"
+                init[-1] = f"h{k} = {key_of(-np.inf if e.op.name == 'amax' else np.inf, od)}"
+                init.append(f"m{k} = 0")
+                inner += [f"kb{k} = {bits(f'rv{k}')}", f"kb{k} = {flip(f'kb{k}')}",
+                          f"h{k} = kb{k} if kb{k} {cmp} h{k} else h{k}", f"m{k} += 0 if rv{k} == rv{k} else 1"]
+                after += [f"h{k} = {flip(f'h{k}')}", f"a{k} = {from_bits(f'h{k}')}",
+                          f"a{k} = a{k} if m{k} == 0 else {_tname(od)}(np.nan)"]
+        for v in ps.stores:
+            inner.append(_store(slot_of[v], nest, v.aval.dtype, local[v]))
+        row += init + [f"for i{r - 1} in range(n{r - 1}):"] + ["    " + x for x in inner] + after
+        for e in ps.reductions:
+            if e not in columns:
+                local[e.outs[0]] = f"a{order[e]}"
+    row += [compute(e) for e in g.row_eqns[last + 1]]
+    for v in g.row_outputs:
+        j = slot_of[v]
+        val = local[v]
+        val = f"uint8(1 if {val} else 0)" if v.aval.dtype is dt.bool_ else val
+        row.append(put(j, row_idx[v], val))
+    if math_.guards:
+        raise ValueError(f"gen_rows: {g.name}: a guarded (integer) operation has no place in a row chain")
+    lines += [ind + x for x in row]
+    return Kernel("rows", "\n".join(lines), rank=r, operands=operands, classes=classes, parallel=parallel,
+                  red_axes=tuple(red_axes), consts=consts, label=g.name, uses=math_.uses, alias=nest.alias)
+
+
+__all__ = ["gen_rows"]
