@@ -43,7 +43,8 @@ def _vars(graph):
 
 
 def _both(graph, writes):
-    prog = Program(graph, fusion_plan(graph), writes)
+    # the same plan for both: CUDA plans without row-wise kernels (fuse.plan(rowwise=False)), so the CPU does here
+    prog = Program(graph, fusion_plan(graph, rowwise=False), writes)
     cg = CudaGraph(graph, writes)
     return prog, cg
 
@@ -52,7 +53,7 @@ def _check_in_place_rule(graph, pl):
     """Every update computed in place runs after the last step that may raise, and nothing made before it
     over the state's buffer (the old value, a view of it) is read after it."""
     first = {}
-    for k, s in enumerate(fusion_plan(graph).steps):
+    for k, s in enumerate(fusion_plan(graph, rowwise=False).steps):
         for v in (s.outputs if isinstance(s, Group) else s.outs):
             first.setdefault(v, k)
     for o in pl.inplace_done:
@@ -240,7 +241,7 @@ def test_workspace_reuse_bounds_memory():
         ws = [r for r in pl.roots if r.kind == "ws"]
         sizes[n] = (pl.ws_size, sum(r.nbytes for r in ws))
         # values over workspace roots: each one's bytes are not reused before its last reader ran
-        plan = fusion_plan(g)
+        plan = fusion_plan(g, rowwise=False)
         first = {}
         for k, s in enumerate(plan.steps):
             for v in (s.outputs if hasattr(s, "outputs") else s.outs):
