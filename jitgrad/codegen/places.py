@@ -347,6 +347,11 @@ class Places:
                 axes = red.params["axes"]
                 cs = c_strides(tuple(1 if i in axes else d for i, d in enumerate(it)))
                 out_st.append([0 if i in axes else cs[i] for i in range(len(it))])
+            elif len(o.aval.shape) == len(it) and tuple(o.aval.shape) != tuple(it):
+                # a value of a row-wise group (ir/passes/row_chains.py) of the row's shape (..., 1): one element
+                # per row, stride 0 along the row axis, as a reduction's
+                p = self.assign(o)
+                out_st.append(list(bcast_strides(p, it)))
             else:
                 if self.writes_in_place(o, g):
                     p = self.state_place(o)
