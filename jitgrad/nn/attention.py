@@ -1,16 +1,84 @@
 """``F.scaled_dot_product_attention``: torch's signature and errors over the fused ``sdpa`` primitive
-(``ir/ops/attention.py``)."""
+(``ir/ops/attention.py``), or, for long sequences, the key-tiled ``sdpa_tiled`` (``ir/ops/tiled_attention.py``).
+
+The choice is made per call from the size of the score matrix the untiled path would hold (see ``TILING``): at
+or above ``TILING.min_score_bytes`` the tiled primitives run (eager, and in traces: a compiled graph then holds
+``sdpa_tiled`` as one host step, BLAS per block), below it the fused op (eager) or its decomposition (traced).
+Tensors on a device always take the decomposition (the device's kernels).  Dropout (``dropout_p > 0``) always
+takes the untiled composition: its mask is drawn over the whole ``(..., L, S)`` weights.
+"""
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 
 import numpy as np
 
 from ..ir.ops import OPS as O
 from ..ir.ops.attention import attention_weights
+from ..ir.ops.tiled_attention import packed_sizes
 from ..runtime.dispatch import bind
 from ..runtime.tensor import Tensor
+from ..runtime.devices import backend_of_payload
 from .dropout import dropout
+
+class AttentionTiling:
+    """When ``F.scaled_dot_product_attention`` tiles, and the block sizes it tiles with (read at each call, so at
+    trace time for a compiled function: a change takes effect in functions traced after it).
+
+    ``min_score_bytes``: tile when ``prod(batch) * L * S * itemsize`` (the bytes of ONE untiled score matrix;
+    the untiled path holds three or four of that size at once, forward and backward) is at least this.
+    Default 16 MiB, or ``JITGRAD_SDPA_TILE_MIN_MB`` (float MiB) from the environment: below it the untiled
+    forms are as fast or faster (measured in BENCHMARKS.md, "Key-tiled attention"); 0 tiles always.
+    ``block_q`` x ``block_k``: queries and keys per block; a block's scores are ``prod(batch) * block_q *
+    block_k`` values (4 heads x 256 x 512 float32: 2 MiB, cache-sized; bigger blocks make fewer BLAS calls)."""
+
+    __slots__ = ("min_score_bytes", "block_q", "block_k")
+
+    def __init__(self):
+        self.min_score_bytes = int(float(os.environ.get("JITGRAD_SDPA_TILE_MIN_MB", "16")) * (1 << 20))
+        self.block_q = 256
+        self.block_k = 512
+
+
+TILING = AttentionTiling()
+
+
+@contextlib.contextmanager
+def attention_tiling(min_score_bytes=None, block_q=None, block_k=None):
+    """Set ``TILING``'s fields inside a ``with`` block (None: unchanged); tests force tiling with
+    ``attention_tiling(0, 3, 2)``."""
+    old = (TILING.min_score_bytes, TILING.block_q, TILING.block_k)
+    for name, val in (("min_score_bytes", min_score_bytes), ("block_q", block_q), ("block_k", block_k)):
+        if val is not None:
+            low = 0 if name == "min_score_bytes" else 1
+            if type(val) is not int or val < low:
+                raise ValueError(f"attention_tiling: {name} must be an int >= {low}, got {val!r}")
+            setattr(TILING, name, val)
+    try:
+        yield TILING
+    finally:
+        TILING.min_score_bytes, TILING.block_q, TILING.block_k = old
+
+
+def _tiles(query, key, value, mask, L, S):
+    """Whether this call takes the tiled primitives."""
+    for t in (query, key, value) if mask is None else (query, key, value, mask):
+        d = t._data
+        if type(d) is not np.ndarray and backend_of_payload(d) is not None:
+            return False            # a device tensor: the decomposition, on the device's kernels
+    if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
+        return False                # the fused op reports the error
+    try:
+        batch = np.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    except ValueError:
+        return False
+    n = L * S * np.dtype(query.dtype.np).itemsize
+    for d in batch:
+        n *= d
+    return n >= TILING.min_score_bytes
+
 
 _CAUSAL: dict = {}     # (L, S, numpy dtype) -> additive causal mask, 0 on and below the diagonal, -inf above
 
@@ -50,19 +118,27 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     L, S = query.shape[-2] if query.ndim >= 2 else 1, key.shape[-2] if key.ndim >= 2 else 1
     sc = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     mask = None
-    if is_causal:
-        mask = _causal_mask(L, S, np.dtype(query.dtype.np))
-    elif attn_mask is not None:
+    if attn_mask is not None:
         if attn_mask.dtype.name == "bool":     # True: takes part (0 added), False: -inf
             zero = Tensor._make(np.zeros(attn_mask.shape, np.dtype(query.dtype.np)))
             mask = zero.masked_fill(attn_mask.logical_not(), -math.inf)
         else:
             mask = attn_mask
     if dropout_p > 0.0:     # dropout sits between the softmax and the product: the composition, no fused op
+        if is_causal:
+            mask = _causal_mask(L, S, np.dtype(query.dtype.np))
         weights = attention_weights(lambda name, *a, **p: bind(O[name], *a, **p), query, key, mask, sc)
         return dropout(weights, dropout_p, True) @ value
+    if _tiles(query, key, value, mask, L, S):
+        args = (query, key, value) if mask is None else (query, key, value, mask)
+        flat = bind(O["sdpa_tiled"], *args, scale=sc, causal=bool(is_causal), block_q=TILING.block_q,
+                    block_k=TILING.block_k)
+        shape, n = packed_sizes(query.shape, key.shape, value.shape)
+        return flat[:n].reshape(shape)      # the output part (a contiguous view); the rest is the lse
+    if is_causal:
+        mask = _causal_mask(L, S, np.dtype(query.dtype.np))
     args = (query, key, value) if mask is None else (query, key, value, mask)
     return bind(O["sdpa"], *args, scale=sc)
 
 
-__all__ = ["scaled_dot_product_attention"]
+__all__ = ["scaled_dot_product_attention", "TILING", "AttentionTiling", "attention_tiling"]

@@ -15,28 +15,37 @@ import numpy as np
 from .opdef import Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register
 
 
-def _sdpa_rule(avals, params):
-    if len(avals) not in (3, 4):
-        raise OpError(f"sdpa: expected query, key, value and an optional mask, got {len(avals)} inputs")
+def check_qkv(name, avals):
+    """Check query, key, value (and an additive mask, the 4th aval if present) for attention op ``name``;
+    returns (batch shape, L, S).  The errors name the op and the shapes."""
     q, k, v = avals[:3]
-    for name, a in (("query", q), ("key", k), ("value", v)):
+    for what, a in (("query", q), ("key", k), ("value", v)):
         if a.ndim < 2 or not a.dtype.is_floating_point:
-            raise OpError(f"sdpa: {name} must be a floating point tensor with at least 2 dims, got "
+            raise OpError(f"{name}: {what} must be a floating point tensor with at least 2 dims, got "
                           f"{a.dtype.name}{fmt_shape(a.shape)}")
     if not q.dtype is k.dtype is v.dtype:
-        raise OpError(f"sdpa: Expected query, key, and value to have the same dtype, but got query.dtype: "
+        raise OpError(f"{name}: Expected query, key, and value to have the same dtype, but got query.dtype: "
                       f"{q.dtype.name} key.dtype: {k.dtype.name} and value.dtype: {v.dtype.name} instead.")
     if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
-        raise OpError(f"sdpa: query {fmt_shape(q.shape)}, key {fmt_shape(k.shape)} and value {fmt_shape(v.shape)} "
+        raise OpError(f"{name}: query {fmt_shape(q.shape)}, key {fmt_shape(k.shape)} and value {fmt_shape(v.shape)} "
                       f"do not fit (query and key need the same last dim, key and value the same sequence length)")
-    batch = broadcast_shapes("sdpa", [q.shape[:-2], k.shape[:-2], v.shape[:-2]])
+    batch = broadcast_shapes(name, [q.shape[:-2], k.shape[:-2], v.shape[:-2]])
     L, S = q.shape[-2], k.shape[-2]
     if len(avals) == 4:
         m = avals[3]
         if not m.dtype.is_floating_point:
-            raise OpError(f"sdpa: the additive mask must be floating point, got {m.dtype.name}")
-        broadcast_shapes("sdpa", [m.shape, batch + (L, S)])
-    return [Aval(batch + (L, v.shape[-1]), q.dtype)]
+            raise OpError(f"{name}: the additive mask must be floating point, got {m.dtype.name}")
+        if broadcast_shapes(name, [m.shape, batch + (L, S)]) != batch + (L, S):
+            raise OpError(f"{name}: the mask {fmt_shape(m.shape)} must broadcast to the scores' shape "
+                          f"{fmt_shape(batch + (L, S))}")
+    return batch, L, S
+
+
+def _sdpa_rule(avals, params):
+    if len(avals) not in (3, 4):
+        raise OpError(f"sdpa: expected query, key, value and an optional mask, got {len(avals)} inputs")
+    batch, L, S = check_qkv("sdpa", avals)
+    return [Aval(batch + (L, avals[2].shape[-1]), avals[0].dtype)]
 
 
 def _sdpa_impl(q, k, v, mask=None, *, scale):
