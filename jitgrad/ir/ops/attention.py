@@ -53,6 +53,8 @@ def _sdpa_impl(q, k, v, mask=None, *, scale):
     s *= s.dtype.type(scale)
     if mask is not None:
         s = s + mask.astype(s.dtype, copy=False)
+    if s.shape[-1] == 0:                 # no key: every row is fully masked, output 0 (torch)
+        return np.matmul(s, v)
     m = s.max(axis=-1, keepdims=True)
     dead = m == -np.inf                  # a fully masked row: weights 0 (torch's _safe_softmax), not nan
     if dead.any():
@@ -69,6 +71,8 @@ def attention_weights(b, q, k, mask, scale):
     """``softmax(q @ k^T * scale + mask)`` with jitgrad ops (``b`` binds a primitive by name), rows that mask
     every key giving 0 as torch's ``_safe_softmax`` does; finite gradients there, to any order."""
     s = (q @ k.mT) * scale
+    if s.shape[-1] == 0:        # no key: no weights (the output is 0)
+        return s if mask is None else s + mask
     if mask is None:
         return b("softmax", s, axis=s.ndim - 1)
     s = s + mask
