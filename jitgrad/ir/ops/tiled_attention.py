@@ -110,7 +110,7 @@ def _scores(qb, kt, mask, causal, i0, i1, j0, j1):
             s = s + mb
     if causal and j1 - 1 > i0:      # the block crosses the diagonal: keys j > i do not take part
         cut = np.arange(j0, j1)[None, :] > np.arange(i0, i1)[:, None]
-        s[..., cut] = -np.inf
+        np.copyto(s, -np.inf, where=cut)     # (broadcast over the batch dims: no fancy-index gather)
     return s
 
 
@@ -212,7 +212,10 @@ def _tiled_backward(q, k, v, *rest, scale, causal, block_q, block_k, mask_grad):
                 mb = _mask_block(dmask, i0, i1, j0, j1)
                 mb += _sum_to(ds, mb.shape)
             t = np.matmul(ds, k[..., j0:j1, :])
-            dqb = t if dqb is None else dqb + t
+            if dqb is None:
+                dqb = t
+            else:
+                dqb += t
             dk[..., j0:j1, :] += np.matmul(np.swapaxes(ds, -1, -2), qb)     # qb holds scale * q already
         if dqb is not None:
             dqb *= sc
