@@ -80,18 +80,24 @@ def _tiles(query, key, value, mask, L, S):
     return n >= TILING.min_score_bytes
 
 
-_CAUSAL: dict = {}     # (L, S, numpy dtype) -> additive causal mask, 0 on and below the diagonal, -inf above
+_CAUSAL: dict = {}     # (L, S, numpy dtype, device) -> additive causal mask, 0 on and below the diagonal, -inf above
 
 
-def _causal_mask(L, S, dtype):
-    key = (L, S, dtype)
+def _causal_mask(L, S, dtype, query):
+    """The causal mask on ``query``'s device (a device query: the decomposition adds it there)."""
+    d = query._data
+    dev = None if type(d) is np.ndarray or backend_of_payload(d) is None else str(query.device)
+    key = (L, S, dtype, dev)
     m = _CAUSAL.get(key)
     if m is None:
         a = np.where(np.tri(L, S, 0, dtype=bool), 0.0, -np.inf).astype(dtype)
         a.flags.writeable = False
+        m = Tensor._make(a)
+        if dev is not None:
+            m = m.to(query.device)
         if len(_CAUSAL) > 64:
             _CAUSAL.clear()
-        m = _CAUSAL[key] = Tensor._make(a)
+        _CAUSAL[key] = m
     return m
 
 
@@ -126,7 +132,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             mask = attn_mask
     if dropout_p > 0.0:     # dropout sits between the softmax and the product: the composition, no fused op
         if is_causal:
-            mask = _causal_mask(L, S, np.dtype(query.dtype.np))
+            mask = _causal_mask(L, S, np.dtype(query.dtype.np), query)
         weights = attention_weights(lambda name, *a, **p: bind(O[name], *a, **p), query, key, mask, sc)
         return dropout(weights, dropout_p, True) @ value
     if _tiles(query, key, value, mask, L, S):
@@ -136,7 +142,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         shape, n = packed_sizes(query.shape, key.shape, value.shape)
         return flat[:n].reshape(shape)      # the output part (a contiguous view); the rest is the lse
     if is_causal:
-        mask = _causal_mask(L, S, np.dtype(query.dtype.np))
+        mask = _causal_mask(L, S, np.dtype(query.dtype.np), query)
     args = (query, key, value) if mask is None else (query, key, value, mask)
     return bind(O["sdpa"], *args, scale=sc)
 
