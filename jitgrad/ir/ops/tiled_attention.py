@@ -89,11 +89,6 @@ def _sum_to(a, shape):
     return a.sum(axis=axes, keepdims=True).reshape(shape) if axes else a.reshape(shape)
 
 
-def _rows(a, i0, i1):
-    """Rows ``i0:i1`` of the second-to-last dim (a broadcast dim of size 1 stays whole)."""
-    return a if a.shape[-2] == 1 else a[..., i0:i1, :]
-
-
 def _mask_block(mask, i0, i1, j0, j1):
     r = mask if mask.shape[-2] == 1 else mask[..., i0:i1, :]
     return r if r.shape[-1] == 1 else r[..., j0:j1]
@@ -136,7 +131,7 @@ def _tiled_forward(q, k, v, mask=None, *, scale, causal, block_q, block_k):
     sc = dt.type(scale)
     for i0 in range(0, L, block_q):
         i1 = min(L, i0 + block_q)
-        qb = _rows(q, i0, i1) * sc           # the scale on the (block_q, E) queries, not on the scores
+        qb = q[..., i0:i1, :] * sc           # the scale on the (block_q, E) queries, not on the scores
         m = acc = l = None
         for j0 in range(0, _key_end(causal, S, i1), block_k):
             j1 = min(S, j0 + block_k)
@@ -194,7 +189,7 @@ def _tiled_backward(q, k, v, *rest, scale, causal, block_q, block_k, mask_grad):
     sc = dt.type(scale)
     for i0 in range(0, L, block_q):
         i1 = min(L, i0 + block_q)
-        qb = _rows(q, i0, i1) * sc
+        qb = q[..., i0:i1, :] * sc
         dob = do[..., i0:i1, :]
         lb = lse[..., i0:i1, :]
         db = delta[..., i0:i1, :]
