@@ -31,15 +31,16 @@ class AttentionTiling:
     the untiled path holds three or four of that size at once, forward and backward) is at least this.
     Default 16 MiB, or ``JITGRAD_SDPA_TILE_MIN_MB`` (float MiB) from the environment: below it the untiled
     forms are as fast or faster (measured in BENCHMARKS.md, "Key-tiled attention"); 0 tiles always.
-    ``block_q`` x ``block_k``: queries and keys per block; a block's scores are ``prod(batch) * block_q *
-    block_k`` values (4 heads x 256 x 512 float32: 2 MiB, cache-sized; bigger blocks make fewer BLAS calls)."""
+    ``block_q`` x ``block_k``: queries and keys per block (default 256 x 256); a block's scores are
+    ``prod(batch) * block_q * block_k`` values (4 heads, float32: 1 MiB).  Between 128 and 512 the time
+    changes by under 10% (BENCHMARKS.md): the products are BLAS calls either way."""
 
     __slots__ = ("min_score_bytes", "block_q", "block_k")
 
     def __init__(self):
         self.min_score_bytes = int(float(os.environ.get("JITGRAD_SDPA_TILE_MIN_MB", "16")) * (1 << 20))
         self.block_q = 256
-        self.block_k = 512
+        self.block_k = 256
 
 
 TILING = AttentionTiling()
