@@ -23,6 +23,7 @@ from ..runtime.tensor import Tensor
 from ..runtime.devices import backend_of_payload
 from .dropout import dropout
 
+
 class AttentionTiling:
     """When ``F.scaled_dot_product_attention`` tiles, and the block sizes it tiles with (read at each call, so at
     trace time for a compiled function: a change takes effect in functions traced after it).
@@ -51,11 +52,12 @@ def attention_tiling(min_score_bytes=None, block_q=None, block_k=None):
     """Set ``TILING``'s fields inside a ``with`` block (None: unchanged); tests force tiling with
     ``attention_tiling(0, 3, 2)``."""
     old = (TILING.min_score_bytes, TILING.block_q, TILING.block_k)
-    for name, val in (("min_score_bytes", min_score_bytes), ("block_q", block_q), ("block_k", block_k)):
+    new = (("min_score_bytes", min_score_bytes, 0), ("block_q", block_q, 1), ("block_k", block_k, 1))
+    for name, val, low in new:
+        if val is not None and (type(val) is not int or val < low):
+            raise ValueError(f"attention_tiling: {name} must be an int >= {low}, got {val!r}")
+    for name, val, _ in new:
         if val is not None:
-            low = 0 if name == "min_score_bytes" else 1
-            if type(val) is not int or val < low:
-                raise ValueError(f"attention_tiling: {name} must be an int >= {low}, got {val!r}")
             setattr(TILING, name, val)
     try:
         yield TILING
