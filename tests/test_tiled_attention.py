@@ -116,14 +116,24 @@ def test_the_tiled_primitives_are_what_runs():
     assert "sdpa" in _ops_in(_sdpa(q, k, v, False, **kw))
 
 
-def test_threshold_is_the_score_bytes():
+def test_threshold_is_the_score_bytes_eager_and_traced():
     q = jg.zeros(1, 4, 64, 8, requires_grad=True)        # scores: 4 * 64 * 64 * 4 bytes = 64 KiB
     for limit, tiled in ((64 << 10, True), ((64 << 10) + 1, False), (0, True)):
         with attention_tiling(limit):
             out = F.scaled_dot_product_attention(q, q, q, is_causal=True)
         assert ("sdpa_tiled" in _ops_in(out)) is tiled, limit
+        for eager_limit in (0, 1 << 62):     # a trace reads min_score_bytes only
+            with attention_tiling(limit, eager_min_score_bytes=eager_limit):
+                text = jg.compile(lambda a: F.scaled_dot_product_attention(a, a, a, is_causal=True),
+                                  backend="interpret").ir(q)
+            assert ("sdpa_tiled" in text) is tiled, (limit, eager_limit)
+        with attention_tiling(1 << 62, eager_min_score_bytes=limit):
+            out = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        assert ("sdpa_tiled" in _ops_in(out)) is tiled, limit
     if "JITGRAD_SDPA_TILE_MIN_MB" not in os.environ:
-        assert TILING.min_score_bytes == 16 << 20     # the default
+        assert TILING.min_score_bytes == 16 << 20     # the defaults
+    if "JITGRAD_SDPA_TILE_MIN_MB_EAGER" not in os.environ:
+        assert TILING.eager_min_score_bytes == 2 << 20
     with pytest.raises(ValueError, match="block_q must be an int >= 1"):
         with attention_tiling(block_q=0):
             pass

@@ -21,6 +21,7 @@ from ..ir.ops.tiled_attention import packed_sizes
 from ..runtime.dispatch import bind
 from ..runtime.tensor import Tensor
 from ..runtime.devices import backend_of_payload
+from ..tracer import STATE as _TR
 from .dropout import dropout
 
 
@@ -28,18 +29,22 @@ class AttentionTiling:
     """When ``F.scaled_dot_product_attention`` tiles, and the block sizes it tiles with (read at each call, so at
     trace time for a compiled function: a change takes effect in functions traced after it).
 
-    ``min_score_bytes``: tile when ``prod(batch) * L * S * itemsize`` (the bytes of ONE untiled score matrix;
-    the untiled path holds three or four of that size at once, forward and backward) is at least this.
-    Default 16 MiB, or ``JITGRAD_SDPA_TILE_MIN_MB`` (float MiB) from the environment: below it the untiled
-    forms are as fast or faster (measured in BENCHMARKS.md, "Key-tiled attention"); 0 tiles always.
+    ``min_score_bytes``: a traced (compiled) call tiles when ``prod(batch) * L * S * itemsize`` (the bytes of
+    ONE untiled score matrix; the untiled path holds three or four of that size at once) is at least this.
+    Default 16 MiB, or ``JITGRAD_SDPA_TILE_MIN_MB`` (float MiB): below it the compiled decomposition (fused
+    loops) is faster, above it the tiled host steps are (BENCHMARKS.md, "Key-tiled attention"); 0 tiles always.
+    ``eager_min_score_bytes``: the same for eager calls; default 2 MiB, or ``JITGRAD_SDPA_TILE_MIN_MB_EAGER``:
+    eager NumPy's untiled path makes several passes over whole score matrices, so tiling wins from about
+    1 MiB (4 heads x 256 x 256 float32); small attentions (a batch of short sequences) stay one fused op.
     ``block_q`` x ``block_k``: queries and keys per block (default 256 x 256); a block's scores are
     ``prod(batch) * block_q * block_k`` values (4 heads, float32: 1 MiB).  Between 128 and 512 the time
     changes by under 10% (BENCHMARKS.md): the products are BLAS calls either way."""
 
-    __slots__ = ("min_score_bytes", "block_q", "block_k")
+    __slots__ = ("min_score_bytes", "eager_min_score_bytes", "block_q", "block_k")
 
     def __init__(self):
         self.min_score_bytes = int(float(os.environ.get("JITGRAD_SDPA_TILE_MIN_MB", "16")) * (1 << 20))
+        self.eager_min_score_bytes = int(float(os.environ.get("JITGRAD_SDPA_TILE_MIN_MB_EAGER", "2")) * (1 << 20))
         self.block_q = 256
         self.block_k = 256
 
@@ -48,11 +53,15 @@ TILING = AttentionTiling()
 
 
 @contextlib.contextmanager
-def attention_tiling(min_score_bytes=None, block_q=None, block_k=None):
-    """Set ``TILING``'s fields inside a ``with`` block (None: unchanged); tests force tiling with
+def attention_tiling(min_score_bytes=None, block_q=None, block_k=None, eager_min_score_bytes=None):
+    """Set ``TILING``'s fields inside a ``with`` block (None: unchanged; ``min_score_bytes`` sets both
+    thresholds unless ``eager_min_score_bytes`` is given too); tests force tiling with
     ``attention_tiling(0, 3, 2)``."""
-    old = (TILING.min_score_bytes, TILING.block_q, TILING.block_k)
-    new = (("min_score_bytes", min_score_bytes, 0), ("block_q", block_q, 1), ("block_k", block_k, 1))
+    old = (TILING.min_score_bytes, TILING.eager_min_score_bytes, TILING.block_q, TILING.block_k)
+    if eager_min_score_bytes is None:
+        eager_min_score_bytes = min_score_bytes
+    new = (("min_score_bytes", min_score_bytes, 0), ("eager_min_score_bytes", eager_min_score_bytes, 0),
+           ("block_q", block_q, 1), ("block_k", block_k, 1))
     for name, val, low in new:
         if val is not None and (type(val) is not int or val < low):
             raise ValueError(f"attention_tiling: {name} must be an int >= {low}, got {val!r}")
@@ -62,7 +71,7 @@ def attention_tiling(min_score_bytes=None, block_q=None, block_k=None):
     try:
         yield TILING
     finally:
-        TILING.min_score_bytes, TILING.block_q, TILING.block_k = old
+        TILING.min_score_bytes, TILING.eager_min_score_bytes, TILING.block_q, TILING.block_k = old
 
 
 def _tiles(query, key, value, mask, L, S):
@@ -80,7 +89,7 @@ def _tiles(query, key, value, mask, L, S):
     n = L * S * np.dtype(query.dtype.np).itemsize
     for d in batch:
         n *= d
-    return n >= TILING.min_score_bytes
+    return n >= (TILING.eager_min_score_bytes if _TR.active is None else TILING.min_score_bytes)
 
 
 _CAUSAL: dict = {}     # (L, S, numpy dtype, device) -> additive causal mask, 0 on and below the diagonal, -inf above
