@@ -6,8 +6,9 @@
 Shape: batch 1, 4 heads, head dim 64, float32, ``is_causal=True`` (``--no-causal`` for full attention); the
 step is ``loss = (sdpa(q, k, v) * w).sum(); loss.backward()``.  One thread everywhere (OPENBLAS/OMP/NUMBA
 threads 1, ``torch.set_num_threads(1)``).  Prints the minimum and median of ``--reps`` steps after ``--warmup``,
-the process's peak RSS (``ru_maxrss``) and its RSS before the first step (the libraries and the inputs), so
-``peak - base`` is what the step itself held at its worst.  ``tiled`` / ``untiled`` force jitgrad's choice
+the process's peak RSS (``ru_maxrss``) and its RSS before the first step (the libraries and the inputs), and
+the peak RSS of the timed steps alone ("steps peak": VmHWM reset after the warm-up, so a compiled row's build
+is not in it) with the RSS before them ("before").  ``tiled`` / ``untiled`` force jitgrad's choice
 (``jitgrad.nn.attention.attention_tiling``); torch picks its own CPU kernel (flash attention for these shapes).
 """
 import argparse
@@ -48,7 +49,8 @@ if args.table:
                JITGRAD_BACKGROUND_COMPILE="0")
     rows = [(impl, mode) for impl, mode in (("torch", "eager"), ("untiled", "eager"), ("tiled", "eager"),
                                             ("untiled", "compiled"), ("tiled", "compiled"))]
-    print(f"{'T':>5s} {'impl':8s} {'mode':9s} {'min ms':>9s} {'median ms':>10s} {'peak RSS':>9s} {'base RSS':>9s}")
+    print(f"{'T':>5s} {'impl':8s} {'mode':9s} {'min ms':>9s} {'median ms':>10s} {'peak RSS':>9s} {'base RSS':>9s} "
+          f"{'steps peak':>10s} {'before':>7s}")
     for T in (2048, 4096):
         for impl, mode in rows:
             cmd = [sys.executable, __file__, "--impl", impl, "--mode", mode, "--T", str(T), "--reps", str(args.reps),
@@ -60,7 +62,8 @@ if args.table:
                 continue
             res = json.loads(line)
             print(f"{T:5d} {impl:8s} {mode:9s} {res['min_ms']:9.1f} {res['median_ms']:10.1f} "
-                  f"{res['peak_rss_mib']:8.0f}M {res['base_rss_mib']:8.0f}M", flush=True)
+                  f"{res['peak_rss_mib']:8.0f}M {res['base_rss_mib']:8.0f}M {res['steady_peak_rss_mib']:9.0f}M "
+                  f"{res['steady_rss_mib']:6.0f}M", flush=True)
     sys.exit(0)
 
 import numpy as np  # noqa: E402
@@ -91,7 +94,7 @@ else:
     import jitgrad as jg
     import jitgrad.nn.functional as F
     from jitgrad.nn.attention import TILING
-    TILING.min_score_bytes = 0 if args.impl == "tiled" else 1 << 62
+    TILING.min_score_bytes = TILING.eager_min_score_bytes = 0 if args.impl == "tiled" else 1 << 62
     if args.block_q:
         TILING.block_q = args.block_q
     if args.block_k:
@@ -113,9 +116,27 @@ else:
         for x in xs:
             x.grad = None
 
+def _hwm_mib():
+    with open("/proc/self/status") as f:
+        return next(int(x.split()[1]) for x in f if x.startswith("VmHWM:")) / 1024
+
+
+def _reset_hwm():
+    """Linux: writing 5 to clear_refs resets the peak RSS (VmHWM) to the current RSS."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
 base = _current_rss_mib()
 times = []
+steady = None
 for i in range(args.warmup + args.reps):
+    if i == args.warmup:    # the build (compiled mode) and first-call allocations are behind us
+        steady = (_current_rss_mib(), _reset_hwm())
     reset()
     t0 = time.perf_counter()
     loss = step()
@@ -125,6 +146,7 @@ for i in range(args.warmup + args.reps):
 times = times[args.warmup:]
 res = {"impl": args.impl, "mode": args.mode, "T": args.T, "min_ms": 1e3 * min(times),
        "median_ms": 1e3 * sorted(times)[len(times) // 2], "peak_rss_mib": _rss_mib(), "base_rss_mib": base,
+       "steady_rss_mib": steady[0], "steady_peak_rss_mib": _hwm_mib() if steady[1] else float("nan"),
        "loss": float(loss.detach()), "grad_q_norm": float(np.linalg.norm(np.asarray(g.detach().numpy(), np.float64)))}
 if args.json:
     print(json.dumps(res))
