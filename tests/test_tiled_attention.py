@@ -10,6 +10,8 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
+from hypothesis.extra import numpy as hnp
 
 import jitgrad as jg
 import jitgrad.nn.functional as F
@@ -105,6 +107,40 @@ def test_values_and_grads_match_untiled_and_torch(name):
     want = _run(torch, arrays, kw, torch.nn.functional.scaled_dot_product_attention, w)
     for g, t in zip(got, want):
         np.testing.assert_allclose(g, t, rtol=1e-11, atol=1e-13)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_random_shapes_blocks_and_masks_match_untiled(data):
+    """Any block sizes (1 up to past the sizes), broadcast batch dims, causal or a broadcast mask with -inf
+    entries: values and gradients equal the untiled path's."""
+    L, S, E, Ev = (data.draw(st.integers(1, 7)) for _ in range(4))
+    qb, kb, vb = data.draw(hnp.mutually_broadcastable_shapes(num_shapes=3, max_dims=2, max_side=3)).input_shapes
+    kind = data.draw(st.sampled_from(["none", "causal", "mask"]))
+    blocks = (data.draw(st.integers(1, 8)), data.draw(st.integers(1, 8)))
+    r = _rng(data.draw(st.integers(0, 1000)))
+    arrays = [r.standard_normal(b + t) for b, t in ((qb, (L, E)), (kb, (S, E)), (vb, (S, Ev)))]
+    kw = {}
+    if kind == "causal":
+        kw["is_causal"] = True
+    elif kind == "mask":
+        batch = np.broadcast_shapes(qb, kb, vb)
+        mshape = tuple(d if r.random() < 0.5 else 1 for d in batch + (L, S))
+        m = r.standard_normal(mshape)
+        m[r.random(mshape) < 0.3] = -np.inf
+        kw["attn_mask"] = m
+    if kind == "mask":      # the mask's own gradient too (summed over its broadcast dims, block by block)
+        arrays.append(kw.pop("attn_mask"))
+
+    def f(tiled):
+        return lambda q, k, v, *m, **kw: _sdpa(q, k, v, tiled, blocks, attn_mask=m[0] if m else None, **kw)
+    ref = _run(jg, arrays, kw, f(False), 1.0)
+    w = _rng(1).uniform(0.5, 1.5, ref[0].shape)
+    ref = _run(jg, arrays, kw, f(False), w)
+    got = _run(jg, arrays, kw, f(True), w)
+    for g, u in zip(got, ref):
+        assert g.shape == u.shape
+        np.testing.assert_allclose(g, u, rtol=1e-10, atol=1e-12)
 
 
 def test_the_tiled_primitives_are_what_runs():

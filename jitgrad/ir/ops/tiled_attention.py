@@ -197,7 +197,10 @@ def _tiled_backward(q, k, v, *rest, scale, causal, block_q, block_k, mask_grad):
         for j0 in range(0, _key_end(causal, S, i1), block_k):
             j1 = min(S, j0 + block_k)
             s = _scores(qb, kt, mask, causal, i0, i1, j0, j1)
-            s -= lb
+            if s.shape[:-2] == lb.shape[:-2]:
+                s -= lb
+            else:                               # value's batch dims broadcast q k^T's: the weights grow to them
+                s = s - lb
             p = np.exp(s, out=s)                # the forward's weights of this block, exactly
             dv[..., j0:j1, :] += np.matmul(np.swapaxes(p, -1, -2), dob)
             ds = np.matmul(dob, vt[..., j0:j1])
