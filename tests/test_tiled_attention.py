@@ -302,28 +302,29 @@ def _peak_bytes(fn):
         tracemalloc.stop()
 
 
-@pytest.mark.parametrize("mode", ["eager", "compiled"])
+@pytest.mark.parametrize("mode", ["eager", "compiled", "eager-dropout"])
 def test_no_score_matrix_is_allocated(mode):
-    """Forward and backward at L = S = 1024, 2 heads, float64: one (2, 1024, 1024) score matrix is 16 MiB.  The
-    tiled path's peak of NumPy allocations stays under a quarter of that (its blocks are 2 x 128 x 128); the
-    untiled path's exceeds it (the check can fail)."""
+    """Forward and backward at L = S = 2048, 2 heads, float64: one (2, 2048, 2048) score matrix is 64 MiB.  The
+    tiled path's peak of NumPy allocations stays under an eighth of that (its blocks are 2 x 128 x 128, with
+    dropout 2 x 64 x 64); the untiled path's exceeds it (the check can fail)."""
     r = _rng(6)
-    arrays = [r.standard_normal((1, 2, 1024, 16)) for _ in range(3)]
-    score = 2 * 1024 * 1024 * 8
+    arrays = [r.standard_normal((1, 2, 2048, 8)) for _ in range(3)]
+    score = 2 * 2048 * 2048 * 8
     xs = [jg.tensor(a, requires_grad=True) for a in arrays]
 
     def step(q, k, v):
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=0.2 if "dropout" in mode else 0.0)
         out.sum().backward()
         return out.detach()
-    with attention_tiling(0, 128, 128):
+    blocks = (64, 64) if "dropout" in mode else (128, 128)     # (Philox's lanes: 48 bytes per weight of a block)
+    with attention_tiling(0, *blocks):
         fn = jg.compile(step, background=False) if mode == "compiled" else step
         fn(*xs)                  # compiled: build first, measure a later call
         for x in xs:
             x.grad = None
         tiled = _peak_bytes(lambda: fn(*xs))
-    assert tiled < score / 4, (tiled, score)
-    if mode == "eager":
+    assert tiled < score / 8, (tiled, score)       # (a boolean L x S array would be score / 8)
+    if mode.startswith("eager"):
         for x in xs:
             x.grad = None
         with attention_tiling(1 << 62):
@@ -333,15 +334,54 @@ def test_no_score_matrix_is_allocated(mode):
 
 # ---- dropout and errors --------------------------------------------------------------------------------
 
-def test_dropout_keeps_the_untiled_composition():
+def _dropout_step(q, k, v, w, causal):
+    out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.3, is_causal=causal)
+    (out * w).sum().backward()
+    return out.detach(), jg.rand(3, dtype=jg.float64)     # the next draw: the generator advanced the same
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_dropout_tiled_eager_equals_untiled_and_compiled(causal):
+    """Eager tiled dropout draws each block's part of the same Philox draw: the mask is bit for bit the untiled
+    composition's (eager, and compiled, where a trace keeps the composition and its fused Philox loop)."""
     arrays, _ = _case("plain")
-    q, k, v = (jg.tensor(a, requires_grad=True) for a in arrays)
-    jg.manual_seed(0)
-    a = _sdpa(q, k, v, True, dropout_p=0.5)
-    jg.manual_seed(0)
-    b = _sdpa(q, k, v, False, dropout_p=0.5)
-    assert "sdpa_tiled" not in _ops_in(a)
-    np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
+    w = jg.tensor(_rng(9).uniform(0.5, 1.5, (2, 3, 7, 4)))
+    results, kinds = [], []
+    for tiled, compiled in ((True, False), (False, False), (True, "interpret"), (True, "numba")):
+        xs = [jg.tensor(a, requires_grad=True) for a in arrays]
+        fn = jg.compile(_dropout_step, backend=compiled, background=False) if compiled else _dropout_step
+        jg.manual_seed(11)
+        with attention_tiling(0 if tiled else 1 << 62, 3, 2):
+            out, nxt = fn(*xs, w, causal)
+            if not compiled:
+                kinds.append("sdpa_tiled" in _ops_in(F.scaled_dot_product_attention(*xs, dropout_p=0.3)))
+        results.append([out.numpy(), nxt.numpy()] + [x.grad.numpy() for x in xs])
+    assert kinds == [True, False]
+    for r in results[1:]:
+        for a, b in zip(results[0], r):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    with attention_tiling(0, 3, 2):
+        plain = F.scaled_dot_product_attention(*(jg.tensor(a) for a in arrays), is_causal=causal).numpy()
+    assert np.abs(results[0][0] - plain).max() > 0.1        # the dropout did something
+
+
+def test_dropout_gradcheck_and_gradgradcheck():
+    f0, xs = _grad_fns("plain")
+
+    def f(q, k, v):
+        jg.manual_seed(5)       # the same mask at every evaluation
+        with attention_tiling(0, 2, 2):
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=0.4, is_causal=True)
+    assert gradcheck(f, xs) and gradgradcheck(f, xs)
+
+
+def test_dropout_p_one_and_traced_dropout_keep_the_composition():
+    q = jg.tensor(_rng().standard_normal((1, 2, 6, 3)), requires_grad=True)
+    with attention_tiling(0):
+        assert "sdpa_tiled" not in _ops_in(F.scaled_dot_product_attention(q, q, q, dropout_p=1.0))
+        text = jg.compile(lambda a: F.scaled_dot_product_attention(a, a, a, dropout_p=0.5),
+                          backend="interpret").ir(q)
+    assert "sdpa_tiled" not in text and "rand_uniform" in text
 
 
 def test_errors_name_the_op_the_shapes_and_the_line():

@@ -4,8 +4,10 @@
 The choice is made per call from the size of the score matrix the untiled path would hold (see ``TILING``): at
 or above ``TILING.min_score_bytes`` the tiled primitives run (eager, and in traces: a compiled graph then holds
 ``sdpa_tiled`` as one host step, BLAS per block), below it the fused op (eager) or its decomposition (traced).
-Tensors on a device always take the decomposition (the device's kernels).  Dropout (``dropout_p > 0``) always
-takes the untiled composition: its mask is drawn over the whole ``(..., L, S)`` weights.
+Tensors on a device always take the decomposition (the device's kernels).  Dropout (``0 < dropout_p < 1``) is
+tiled in eager mode only (each block draws its part of the same Philox draw, so the mask is bit for bit the
+untiled path's); traced, it takes the untiled composition, whose draw is a fused Numba loop: NumPy's Philox
+in a host step costs ~30-60 ns per weight, ten times the attention itself.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from ..ir.ops import OPS as O
 from ..ir.ops.attention import attention_weights
 from ..ir.ops.tiled_attention import packed_sizes
 from ..runtime.dispatch import bind
+from ..runtime.generator import generator_of
 from ..runtime.tensor import Tensor
 from ..runtime.devices import backend_of_payload
 from ..tracer import STATE as _TR
@@ -142,6 +145,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             mask = zero.masked_fill(attn_mask.logical_not(), -math.inf)
         else:
             mask = attn_mask
+    if 0.0 < dropout_p < 1.0 and _TR.active is None and _tiles(query, key, value, mask, L, S):
+        args = (query, key, value) if mask is None else (query, key, value, mask)
+        # clones: the generator's offset advances in place after the draw, and the backward reads the state
+        flat = generator_of(None)._draw(lambda seed, offset: bind(
+            O["sdpa_tiled"], *args, seed.clone(), offset.clone(), scale=sc, causal=bool(is_causal),
+            block_q=TILING.block_q, block_k=TILING.block_k, dropout_p=float(dropout_p)))
+        shape, n = packed_sizes(query.shape, key.shape, value.shape)
+        return flat[:n].reshape(shape)
     if dropout_p > 0.0:     # dropout sits between the softmax and the product: the composition, no fused op
         if is_causal:
             mask = _causal_mask(L, S, np.dtype(query.dtype.np), query)

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import dtypes as dt
+from .. import philox
 from .attention import check_qkv
 from .opdef import Aval, OpDef, OpError, fmt_shape, register
 
@@ -48,21 +50,43 @@ def _check_blocks(name, params):
             raise OpError(f"{name}: {p} must be a positive int, got {b!r}")
 
 
+def _parts(xs, dropout_p, n_tail):
+    """(q, k, v, mask or None, (seed, offset) or None, tail) of the inputs ``q, k, v, [mask], [seed, offset],
+    *tail`` (the generator state comes with ``dropout_p > 0``; ``n_tail``: the backward's result and cotangent)."""
+    body, tail = xs[:len(xs) - n_tail], xs[len(xs) - n_tail:]
+    rng = None
+    if dropout_p > 0.0:
+        rng, body = tuple(body[-2:]), body[:-2]
+    return body[0], body[1], body[2], (body[3] if len(body) == 4 else None), rng, tail
+
+
+def _check_inputs(name, avals, params, n_tail, what):
+    p = params.get("dropout_p", 0.0)
+    n = len(avals) - n_tail - (2 if p > 0.0 else 0)
+    if n not in (3, 4):
+        raise OpError(f"{name}: expected {what}, got {len(avals)} inputs")
+    _check_blocks(name, params)
+    if not 0.0 <= p < 1.0:
+        raise OpError(f"{name}: dropout_p must be in [0, 1), got {p!r}")
+    if p > 0.0:
+        for a in avals[n:n + 2]:
+            if a.shape != () or a.dtype is not dt.int64:
+                raise OpError(f"{name}: the generator's seed and offset must be int64 scalars, got "
+                              f"{a.dtype.name}{fmt_shape(a.shape)}")
+    return check_qkv(name, avals[:n])
+
+
 def _fwd_rule(avals, params):
-    if len(avals) not in (3, 4):
-        raise OpError(f"sdpa_tiled: expected query, key, value and an optional mask, got {len(avals)} inputs")
-    _check_blocks("sdpa_tiled", params)
-    batch, L, S = check_qkv("sdpa_tiled", avals)
+    batch, L, S = _check_inputs("sdpa_tiled", avals, params, 0,
+                                "query, key, value, an optional mask and, with dropout, the generator state")
     q, v = avals[0], avals[2]
     return [Aval((_prod(batch) * L * (v.shape[-1] + 1),), q.dtype)]
 
 
 def _bwd_rule(avals, params):
-    if len(avals) not in (5, 6):
-        raise OpError(f"sdpa_tiled_backward: expected query, key, value, an optional mask, the forward's result "
-                      f"and its cotangent, got {len(avals)} inputs")
-    _check_blocks("sdpa_tiled_backward", params)
-    batch, L, S = check_qkv("sdpa_tiled_backward", avals[:-2])
+    batch, L, S = _check_inputs("sdpa_tiled_backward", avals, params, 2,
+                                "query, key, value, an optional mask, with dropout the generator state, the "
+                                "forward's result and its cotangent")
     q, k, v = avals[:3]
     n = _prod(batch) * L * (v.shape[-1] + 1)
     for name, a in (("forward result", avals[-2]), ("cotangent", avals[-1])):
@@ -72,7 +96,7 @@ def _bwd_rule(avals, params):
                           f"{a.dtype.name}{fmt_shape(a.shape)}")
     size = q.size + k.size + v.size
     if params["mask_grad"]:
-        if len(avals) != 6:
+        if len(avals) - (2 if params.get("dropout_p", 0.0) > 0.0 else 0) != 6:
             raise OpError("sdpa_tiled_backward: mask_grad=True needs a mask")
         size += avals[3].size
     return [Aval((size,), q.dtype)]
@@ -109,6 +133,18 @@ def _scores(qb, kt, mask, causal, i0, i1, j0, j1):
     return s
 
 
+def _keep_scale(rng, p, wbatch, L, S, i0, i1, j0, j1, dtype):
+    """Dropout's factors on a block of the weights ``wbatch + (L, S)``: ``1 / (1 - p)`` where the draw's uniform
+    is ``>= p``, else 0.  The uniforms are those of ``rand(wbatch + (L, S))`` at the block's row-major indices
+    (``philox.uniform_at``), so the mask is bit for bit ``F.dropout``'s on the whole weights (the untiled path's
+    and the compiled Philox loop's)."""
+    u64 = np.uint64
+    base = (np.arange(_prod(wbatch), dtype=u64) * u64(L * S)).reshape(wbatch + (1, 1))
+    idx = base + (np.arange(i0, i1, dtype=u64) * u64(S))[:, None] + np.arange(j0, j1, dtype=u64)[None, :]
+    keep = philox.uniform_at(rng[0], rng[1], idx, dtype) >= dtype.type(p)
+    return keep.astype(dtype) * dtype.type(1.0 / (1.0 - p))
+
+
 def _key_end(causal, S, i1):
     return min(S, i1) if causal else S      # causal: query i sees keys j <= i, so a block of rows < i1 keys < i1
 
@@ -118,7 +154,8 @@ def _layout(q, k, v):
     return batch, q.shape[-2], k.shape[-2], v.shape[-1]
 
 
-def _tiled_forward(q, k, v, mask=None, *, scale, causal, block_q, block_k):
+def _tiled_forward(*xs, scale, causal, block_q, block_k, dropout_p=0.0):
+    q, k, v, mask, rng, _ = _parts(xs, dropout_p, 0)
     batch, L, S, Ev = _layout(q, k, v)
     dt = q.dtype
     n = _prod(batch) * L * Ev
@@ -143,6 +180,8 @@ def _tiled_forward(q, k, v, mask=None, *, scale, causal, block_q, block_k):
             s -= shift
             p = np.exp(s, out=s)
             rs = p.sum(axis=-1, keepdims=True)
+            if rng is not None:     # dropout after the softmax: the sum is of the weights before it
+                p *= _keep_scale(rng, dropout_p, p.shape[:-2], L, S, i0, i1, j0, j1, dt)
             pv = np.matmul(p, v[..., j0:j1, :])
             if m is None:
                 l, acc = rs, pv
@@ -165,9 +204,8 @@ def _tiled_forward(q, k, v, mask=None, *, scale, causal, block_q, block_k):
     return flat
 
 
-def _tiled_backward(q, k, v, *rest, scale, causal, block_q, block_k, mask_grad):
-    mask = rest[0] if len(rest) == 3 else None
-    packed, gpacked = rest[-2], rest[-1]
+def _tiled_backward(*xs, scale, causal, block_q, block_k, mask_grad, dropout_p=0.0):
+    q, k, v, mask, rng, (packed, gpacked) = _parts(xs, dropout_p, 2)
     batch, L, S, Ev = _layout(q, k, v)
     E = q.shape[-1]
     dt = q.dtype
@@ -197,13 +235,17 @@ def _tiled_backward(q, k, v, *rest, scale, causal, block_q, block_k, mask_grad):
         for j0 in range(0, _key_end(causal, S, i1), block_k):
             j1 = min(S, j0 + block_k)
             s = _scores(qb, kt, mask, causal, i0, i1, j0, j1)
+            ks = None if rng is None else _keep_scale(rng, dropout_p, s.shape[:-2], L, S, i0, i1, j0, j1, dt)
             if s.shape[:-2] == lb.shape[:-2]:
                 s -= lb
             else:                               # value's batch dims broadcast q k^T's: the weights grow to them
                 s = s - lb
             p = np.exp(s, out=s)                # the forward's weights of this block, exactly
-            dv[..., j0:j1, :] += np.matmul(np.swapaxes(p, -1, -2), dob)
+            pd = p if ks is None else p * ks
+            dv[..., j0:j1, :] += np.matmul(np.swapaxes(pd, -1, -2), dob)
             ds = np.matmul(dob, vt[..., j0:j1])
+            if ks is not None:
+                ds *= ks
             ds -= db
             ds *= p                             # softmax's vjp: p * (dp - rowsum(dp * p))
             if mask_grad:
@@ -237,12 +279,13 @@ def _split(flat, shapes):
 
 
 def _tiled_forward_vjp(c, g):
-    q, k, v = c.inputs[:3]
-    mask = c.inputs[3] if len(c.inputs) == 4 else None
-    mask_grad = mask is not None and c.needs_grad[3]
     p = c.params
+    dropout_p = p.get("dropout_p", 0.0)
+    mask = _parts(c.inputs, dropout_p, 0)[3]
+    mask_grad = mask is not None and c.needs_grad[3]
+    extra = {"dropout_p": dropout_p} if dropout_p > 0.0 else {}
     flat = c.bind("sdpa_tiled_backward", *c.inputs, c.outputs[0], g, scale=p["scale"], causal=p["causal"],
-                  block_q=p["block_q"], block_k=p["block_k"], mask_grad=mask_grad)
+                  block_q=p["block_q"], block_k=p["block_k"], mask_grad=mask_grad, **extra)
     parts = _split(flat, c.shapes[:4] if mask_grad else c.shapes[:3])
     return tuple(parts[i] if i < len(parts) and c.needs_grad[i] else None for i in range(len(c.inputs)))
 
@@ -260,11 +303,10 @@ def _tiled_backward_vjp(c, gflat):
     packed result) and dO, g_lse (its cotangent) as the independent inputs they are here: their own
     dependence on q, k, v reaches the forward through its vjp."""
     ins = c.inputs
-    q, k, v = ins[:3]
-    has_mask = len(ins) == 6
-    mask = ins[3] if has_mask else None
-    packed, gpacked = ins[-2], ins[-1]
     p = c.params
+    dropout_p = p.get("dropout_p", 0.0)
+    q, k, v, mask, rng, (packed, gpacked) = _parts(ins, dropout_p, 2)
+    has_mask = mask is not None
     scale = p["scale"]
     L, S, Ev = c.shapes[0][-2], c.shapes[1][-2], c.shapes[2][-1]
     batch = tuple(np.broadcast_shapes(c.shapes[0][:-2], c.shapes[1][:-2], c.shapes[2][:-2]))
@@ -280,7 +322,17 @@ def _tiled_backward_vjp(c, gflat):
     if p["causal"]:
         s = c.bind("add", s, _causal_additive(L, S, np.dtype(c.dtypes[0].np)))
     w = (s - lse).exp()                                  # the weights p
-    dp = do @ v.mT
+    if rng is None:
+        keep = None
+        wd = w
+    else:       # dropout's factors D on the whole weights: the forward's draw again (rand_uniform, same bits)
+        wshape = tuple(np.broadcast_shapes(c.shapes[0][:-2], c.shapes[1][:-2],
+                                           c.shapes[3][:-2] if has_mask else ())) + (L, S)
+        u = c.bind("rand_uniform", rng[0], rng[1], shape=wshape, dtype=c.dtypes[0])
+        keep = (u >= dropout_p).to(c.dtypes[0]) * (1.0 / (1.0 - dropout_p))
+        wd = w * keep
+    dp_raw = do @ v.mT
+    dp = dp_raw if keep is None else dp_raw * keep
     delta = (do * o).sum(-1, keepdim=True) - dl
     ds = w * (dp - delta)
     # dq = scale ds k, dk = scale ds^T q, dmask = ds
@@ -289,9 +341,11 @@ def _tiled_backward_vjp(c, gflat):
         gds = gds + gs[3]
     gk_acc = (ds.mT @ gq) * scale
     gq_acc = (ds @ gk) * scale
-    # dv = p^T dO
+    # dv = (p D)^T dO
     gw = do @ gv.mT
-    gdo = w @ gv
+    if keep is not None:
+        gw = gw * keep
+    gdo = wd @ gv
     # ds = p * (dp - delta)
     gw = gw + gds * (dp - delta)
     gdp = gds * w
@@ -300,9 +354,10 @@ def _tiled_backward_vjp(c, gflat):
     gdo = gdo + gdelta * o
     go = gdelta * do
     gdl = -gdelta
-    # dp = dO v^T
-    gdo = gdo + gdp @ v
-    gv_acc = gdp.mT @ do
+    # dp = (dO v^T) D
+    gdp_raw = gdp if keep is None else gdp * keep
+    gdo = gdo + gdp_raw @ v
+    gv_acc = gdp_raw.mT @ do
     # p = exp(s - lse)
     gsc = gw * w
     glse = -gsc.sum(-1, keepdim=True)
@@ -320,21 +375,22 @@ def _tiled_backward_vjp(c, gflat):
         grads[2] = gv_acc.sum_to_size(c.shapes[2])
     if has_mask and nd[3]:
         grads[3] = gsc.sum_to_size(c.shapes[3])
-    if nd[-2]:
+    if nd[-2]:      # (the generator state, int64, never needs one)
         grads[-2] = c.bind("cat", go.reshape(-1), glse.reshape(-1), axis=0)
     if nd[-1]:
         grads[-1] = c.bind("cat", gdo.reshape(-1), gdl.reshape(-1), axis=0)
     return tuple(grads)
 
 
-register(OpDef("sdpa_tiled", "linalg", _fwd_rule, _tiled_forward, _tiled_forward_vjp, saves_in=(0, 1, 2, 3),
+register(OpDef("sdpa_tiled", "linalg", _fwd_rule, _tiled_forward, _tiled_forward_vjp, saves_in=(0, 1, 2, 3, 4, 5),
                saves_out=(0,), grad_name="ScaledDotProductFlashAttentionForCpuBackward0",
-               doc="sdpa_tiled(q, k, v[, mask]; scale, causal, block_q, block_k): attention tiled over queries and "
-                   "keys with an online softmax; one flat result [out | per-row log-sum-exp]"))
+               doc="sdpa_tiled(q, k, v[, mask][, seed, offset]; scale, causal, block_q, block_k[, dropout_p]): "
+                   "attention tiled over queries and keys with an online softmax; one flat result [out | per-row "
+                   "log-sum-exp]"))
 register(OpDef("sdpa_tiled_backward", "linalg", _bwd_rule, _tiled_backward, _tiled_backward_vjp,
-               saves_in=(0, 1, 2, 3, 4, 5), grad_name="SdpaTiledBackwardBackward0",
-               doc="sdpa_tiled_backward(q, k, v[, mask], result, cotangent; scale, causal, block_q, block_k, "
-                   "mask_grad): the tiled gradients, one flat result [dq | dk | dv (| dmask)]"))
+               saves_in=tuple(range(8)), grad_name="SdpaTiledBackwardBackward0",
+               doc="sdpa_tiled_backward(q, k, v[, mask][, seed, offset], result, cotangent; scale, causal, block_q, "
+                   "block_k, mask_grad[, dropout_p]): the tiled gradients, one flat result [dq | dk | dv (| dmask)]"))
 
 
 def packed_sizes(q_shape, k_shape, v_shape):
