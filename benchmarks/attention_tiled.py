@@ -26,6 +26,7 @@ ap.add_argument("--T", type=int, default=2048)
 ap.add_argument("--heads", type=int, default=4)
 ap.add_argument("--dim", type=int, default=64)
 ap.add_argument("--no-causal", action="store_true")
+ap.add_argument("--dropout", type=float, default=0.0, help="dropout_p (jitgrad tiles it in eager mode only)")
 ap.add_argument("--block-q", type=int, default=0)
 ap.add_argument("--block-k", type=int, default=0)
 ap.add_argument("--reps", type=int, default=5)
@@ -54,7 +55,8 @@ if args.table:
     for T in (2048, 4096):
         for impl, mode in rows:
             cmd = [sys.executable, __file__, "--impl", impl, "--mode", mode, "--T", str(T), "--reps", str(args.reps),
-                   "--warmup", str(args.warmup), "--json"] + (["--no-causal"] if args.no_causal else [])
+                   "--warmup", str(args.warmup), "--json", "--dropout", str(args.dropout)] + \
+                (["--no-causal"] if args.no_causal else [])
             r = subprocess.run(cmd, env=env, capture_output=True, text=True)
             line = next((x for x in r.stdout.splitlines() if x.startswith("{")), None)
             if r.returncode or line is None:
@@ -81,7 +83,7 @@ if args.impl == "torch":
     w = torch.tensor(w_np)
 
     def step():
-        out = torch.nn.functional.scaled_dot_product_attention(*xs, is_causal=causal)
+        out = torch.nn.functional.scaled_dot_product_attention(*xs, is_causal=causal, dropout_p=args.dropout)
         loss = (out * w).sum()
         loss.backward()
         return loss
@@ -103,7 +105,7 @@ else:
     w = jg.tensor(w_np)
 
     def fstep(q, k, v, w):
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, dropout_p=args.dropout)
         loss = (out * w).sum()
         loss.backward()
         return loss

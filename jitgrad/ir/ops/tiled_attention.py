@@ -21,6 +21,11 @@ Both primitives return ONE flat array, because a primitive has one output (``bin
   ``[dq | dk | dv (| dmask)]``, each summed to its input's shape, from the forward's packed result and the
   cotangent of it (the part for ``lse`` is honoured: ``d lse / d s = p``, so it enters as ``delta -= g_lse``).
 
+Dropout (``dropout_p`` > 0, two more inputs after the mask: the generator's seed and offset): each block's
+weights are multiplied by ``keep / (1 - p)`` from the uniforms of the same Philox draw ``F.dropout`` would make
+on the whole weights, at that block's indices (``philox.uniform_at``), so the mask is bit for bit the untiled
+path's; the backward draws its blocks again (counter-based: nothing is stored).
+
 Differentiability: the forward's vjp binds the backward primitive (first order, tiled).  The backward
 primitive's own vjp (second order: ``create_graph=True``, gradgradcheck, a transposed compiled backward) is the
 derivative of the same maths written with jitgrad ops on whole ``(..., L, S)`` matrices: the score matrix is
