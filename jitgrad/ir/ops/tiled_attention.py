@@ -11,13 +11,15 @@ blocks that cross it get a triangular mask, built per block.
 
 Both primitives return ONE flat array, because a primitive has one output (``bind`` returns one tensor):
 
-- ``sdpa_tiled(q, k, v[, mask]; scale, causal, block_q, block_k)`` -> ``[out | lse]``: the ``batch + (L, Ev)``
+- ``sdpa_tiled(q, k, v[, mask][, seed, offset]; scale, causal, block_q, block_k[, dropout_p])`` -> ``[out |
+  lse]``: the ``batch + (L, Ev)``
   output, C order, then the per-row log-sum-exp ``batch + (L,)`` (``lse = m + log(l)``, the value the backward
   needs to rebuild each block's weights as ``exp(s - lse)`` without a second pass).  A row that masks every key
   has out 0 (torch's ``_safe_softmax``) and lse 0 (finite, so anomaly mode does not flag it; its weights
   ``exp(-inf - 0)`` are 0 all the same).  ``F.scaled_dot_product_attention`` returns the output part as a
   contiguous view (``flat[:n].reshape(...)``).
-- ``sdpa_tiled_backward(q, k, v[, mask], packed, gpacked; scale, causal, block_q, block_k, mask_grad)`` ->
+- ``sdpa_tiled_backward(q, k, v[, mask][, seed, offset], packed, gpacked; scale, causal, block_q, block_k,
+  mask_grad[, dropout_p])`` ->
   ``[dq | dk | dv (| dmask)]``, each summed to its input's shape, from the forward's packed result and the
   cotangent of it (the part for ``lse`` is honoured: ``d lse / d s = p``, so it enters as ``delta -= g_lse``).
 
