@@ -341,22 +341,26 @@ def _dropout_step(q, k, v, w, causal):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_dropout_tiled_eager_equals_untiled_and_compiled(causal):
-    """Eager tiled dropout draws each block's part of the same Philox draw: the mask is bit for bit the untiled
-    composition's (eager, and compiled, where a trace keeps the composition and its fused Philox loop)."""
+def test_dropout_tiled_equals_untiled_eager_and_compiled(causal):
+    """Tiled dropout draws each block's part of the same Philox draw: the mask is bit for bit the untiled
+    composition's, eager and compiled (traced: the composition's fused Philox loop below
+    ``traced_dropout_min_score_bytes``, the tiled host steps above it)."""
     arrays, _ = _case("plain")
     w = jg.tensor(_rng(9).uniform(0.5, 1.5, (2, 3, 7, 4)))
     results, kinds = [], []
-    for tiled, compiled in ((True, False), (False, False), (True, "interpret"), (True, "numba")):
+    for tiled, compiled in ((True, None), (False, None), (False, "interpret"), (True, "interpret"), (False, "numba"),
+                            (True, "numba")):
         xs = [jg.tensor(a, requires_grad=True) for a in arrays]
         fn = jg.compile(_dropout_step, backend=compiled, background=False) if compiled else _dropout_step
         jg.manual_seed(11)
         with attention_tiling(0 if tiled else 1 << 62, 3, 2):
+            if compiled:
+                kinds.append("sdpa_tiled" in jg.compile(_dropout_step, backend="interpret").ir(*xs, w, causal))
             out, nxt = fn(*xs, w, causal)
             if not compiled:
                 kinds.append("sdpa_tiled" in _ops_in(F.scaled_dot_product_attention(*xs, dropout_p=0.3)))
         results.append([out.numpy(), nxt.numpy()] + [x.grad.numpy() for x in xs])
-    assert kinds == [True, False]
+    assert kinds == [True, False, False, True, False, True]
     for r in results[1:]:
         for a, b in zip(results[0], r):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
@@ -375,13 +379,24 @@ def test_dropout_gradcheck_and_gradgradcheck():
     assert gradcheck(f, xs) and gradgradcheck(f, xs)
 
 
-def test_dropout_p_one_and_traced_dropout_keep_the_composition():
-    q = jg.tensor(_rng().standard_normal((1, 2, 6, 3)), requires_grad=True)
+def test_dropout_thresholds_and_p_one():
+    q = jg.tensor(_rng().standard_normal((1, 2, 6, 3)), requires_grad=True)      # scores: 576 bytes
     with attention_tiling(0):
-        assert "sdpa_tiled" not in _ops_in(F.scaled_dot_product_attention(q, q, q, dropout_p=1.0))
-        text = jg.compile(lambda a: F.scaled_dot_product_attention(a, a, a, dropout_p=0.5),
-                          backend="interpret").ir(q)
-    assert "sdpa_tiled" not in text and "rand_uniform" in text
+        assert "sdpa_tiled" not in _ops_in(F.scaled_dot_product_attention(q, q, q, dropout_p=1.0))   # no draw
+        assert "sdpa_tiled" not in _ops_in(F.scaled_dot_product_attention(q[:, :, :0], q, q, dropout_p=0.5))
+
+    def traced(**limits):
+        with attention_tiling(**limits):
+            f = jg.compile(lambda a: F.scaled_dot_product_attention(a, a, a, dropout_p=0.5), backend="interpret")
+            return f.ir(q)
+    text = traced(min_score_bytes=0, traced_dropout_min_score_bytes=577)
+    assert "sdpa_tiled" not in text and "rand_uniform" in text      # the composition, its draw in the graph
+    text = traced(min_score_bytes=1 << 62, traced_dropout_min_score_bytes=576)
+    assert "sdpa_tiled" in text and "rand_uniform" not in text
+    with attention_tiling(1 << 62, eager_min_score_bytes=576):
+        assert "sdpa_tiled" in _ops_in(F.scaled_dot_product_attention(q, q, q, dropout_p=0.5))
+    if "JITGRAD_SDPA_TILE_DROPOUT_MIN_MB" not in os.environ:
+        assert TILING.traced_dropout_min_score_bytes == 256 << 20
 
 
 def test_errors_name_the_op_the_shapes_and_the_line():

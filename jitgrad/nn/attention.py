@@ -5,9 +5,9 @@ The choice is made per call from the size of the score matrix the untiled path w
 or above ``TILING.min_score_bytes`` the tiled primitives run (eager, and in traces: a compiled graph then holds
 ``sdpa_tiled`` as one host step, BLAS per block), below it the fused op (eager) or its decomposition (traced).
 Tensors on a device always take the decomposition (the device's kernels).  Dropout (``0 < dropout_p < 1``) is
-tiled in eager mode only (each block draws its part of the same Philox draw, so the mask is bit for bit the
-untiled path's); traced, it takes the untiled composition, whose draw is a fused Numba loop: NumPy's Philox
-in a host step costs ~30-60 ns per weight, ten times the attention itself.
+tiled too (each block draws its part of the same Philox draw, so the mask is bit for bit the untiled path's),
+from the eager threshold in eager mode but, traced, only from ``TILING.traced_dropout_min_score_bytes``: the
+composition's draw is a fused Numba loop, NumPy's Philox in a host step roughly doubles the step.
 """
 from __future__ import annotations
 
@@ -39,15 +39,20 @@ class AttentionTiling:
     ``eager_min_score_bytes``: the same for eager calls; default 2 MiB, or ``JITGRAD_SDPA_TILE_MIN_MB_EAGER``:
     eager NumPy's untiled path makes several passes over whole score matrices, so tiling wins from about
     1 MiB (4 heads x 256 x 256 float32); small attentions (a batch of short sequences) stay one fused op.
+    ``traced_dropout_min_score_bytes``: a traced call with dropout tiles from this size (default 256 MiB, or
+    ``JITGRAD_SDPA_TILE_DROPOUT_MIN_MB``): below it the compiled composition is about twice as fast (its
+    Philox draw is fused), above it the memory the composition holds (several score matrices) decides.
     ``block_q`` x ``block_k``: queries and keys per block (default 256 x 256); a block's scores are
     ``prod(batch) * block_q * block_k`` values (4 heads, float32: 1 MiB).  Between 128 and 512 the time
     changes by under 10% (BENCHMARKS.md): the products are BLAS calls either way."""
 
-    __slots__ = ("min_score_bytes", "eager_min_score_bytes", "block_q", "block_k")
+    __slots__ = ("min_score_bytes", "eager_min_score_bytes", "traced_dropout_min_score_bytes", "block_q", "block_k")
 
     def __init__(self):
         self.min_score_bytes = int(float(os.environ.get("JITGRAD_SDPA_TILE_MIN_MB", "16")) * (1 << 20))
         self.eager_min_score_bytes = int(float(os.environ.get("JITGRAD_SDPA_TILE_MIN_MB_EAGER", "2")) * (1 << 20))
+        self.traced_dropout_min_score_bytes = int(
+            float(os.environ.get("JITGRAD_SDPA_TILE_DROPOUT_MIN_MB", "256")) * (1 << 20))
         self.block_q = 256
         self.block_k = 256
 
@@ -56,14 +61,18 @@ TILING = AttentionTiling()
 
 
 @contextlib.contextmanager
-def attention_tiling(min_score_bytes=None, block_q=None, block_k=None, eager_min_score_bytes=None):
-    """Set ``TILING``'s fields inside a ``with`` block (None: unchanged; ``min_score_bytes`` sets both
-    thresholds unless ``eager_min_score_bytes`` is given too); tests force tiling with
-    ``attention_tiling(0, 3, 2)``."""
-    old = (TILING.min_score_bytes, TILING.eager_min_score_bytes, TILING.block_q, TILING.block_k)
+def attention_tiling(min_score_bytes=None, block_q=None, block_k=None, eager_min_score_bytes=None,
+                     traced_dropout_min_score_bytes=None):
+    """Set ``TILING``'s fields inside a ``with`` block (None: unchanged; ``min_score_bytes`` sets all three
+    thresholds unless the other two are given too); tests force tiling with ``attention_tiling(0, 3, 2)``."""
+    old = (TILING.min_score_bytes, TILING.eager_min_score_bytes, TILING.traced_dropout_min_score_bytes,
+           TILING.block_q, TILING.block_k)
     if eager_min_score_bytes is None:
         eager_min_score_bytes = min_score_bytes
+    if traced_dropout_min_score_bytes is None:
+        traced_dropout_min_score_bytes = min_score_bytes
     new = (("min_score_bytes", min_score_bytes, 0), ("eager_min_score_bytes", eager_min_score_bytes, 0),
+           ("traced_dropout_min_score_bytes", traced_dropout_min_score_bytes, 0),
            ("block_q", block_q, 1), ("block_k", block_k, 1))
     for name, val, low in new:
         if val is not None and (type(val) is not int or val < low):
@@ -74,10 +83,11 @@ def attention_tiling(min_score_bytes=None, block_q=None, block_k=None, eager_min
     try:
         yield TILING
     finally:
-        TILING.min_score_bytes, TILING.eager_min_score_bytes, TILING.block_q, TILING.block_k = old
+        (TILING.min_score_bytes, TILING.eager_min_score_bytes, TILING.traced_dropout_min_score_bytes,
+         TILING.block_q, TILING.block_k) = old
 
 
-def _tiles(query, key, value, mask, L, S):
+def _tiles(query, key, value, mask, L, S, dropout=False):
     """Whether this call takes the tiled primitives."""
     for t in (query, key, value) if mask is None else (query, key, value, mask):
         d = t._data
@@ -92,7 +102,11 @@ def _tiles(query, key, value, mask, L, S):
     n = L * S * np.dtype(query.dtype.np).itemsize
     for d in batch:
         n *= d
-    return n >= (TILING.eager_min_score_bytes if _TR.active is None else TILING.min_score_bytes)
+    if n == 0 and dropout:
+        return False                # F.dropout draws nothing for empty weights: neither may the tiled path
+    if _TR.active is None:
+        return n >= TILING.eager_min_score_bytes
+    return n >= (TILING.traced_dropout_min_score_bytes if dropout else TILING.min_score_bytes)
 
 
 _CAUSAL: dict = {}     # (L, S, numpy dtype, device) -> additive causal mask, 0 on and below the diagonal, -inf above
@@ -145,7 +159,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             mask = zero.masked_fill(attn_mask.logical_not(), -math.inf)
         else:
             mask = attn_mask
-    if 0.0 < dropout_p < 1.0 and _TR.active is None and _tiles(query, key, value, mask, L, S):
+    if 0.0 < dropout_p < 1.0 and _tiles(query, key, value, mask, L, S, dropout=True):
         args = (query, key, value) if mask is None else (query, key, value, mask)
         # clones: the generator's offset advances in place after the draw, and the backward reads the state
         flat = generator_of(None)._draw(lambda seed, offset: bind(
