@@ -96,7 +96,8 @@ else:
     import jitgrad as jg
     import jitgrad.nn.functional as F
     from jitgrad.nn.attention import TILING
-    TILING.min_score_bytes = TILING.eager_min_score_bytes = 0 if args.impl == "tiled" else 1 << 62
+    TILING.min_score_bytes = TILING.eager_min_score_bytes = TILING.traced_dropout_min_score_bytes = \
+        0 if args.impl == "tiled" else 1 << 62
     if args.block_q:
         TILING.block_q = args.block_q
     if args.block_k:
