@@ -137,7 +137,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     ``attn_mask``: boolean (True: the key takes part) or additive float, broadcast to ``(..., L, S)``;
     ``is_causal``: the lower-triangular mask (no ``attn_mask`` with it); ``scale``: default
     ``1 / sqrt(E)``; ``dropout_p``: dropout on the attention weights (always applied, as in torch: pass 0.0 in
-    eval mode).  Differentiable to any order."""
+    eval mode).  Differentiable to any order.  Above a size (``TILING``) it runs key-tiled with an online
+    softmax (``sdpa_tiled``): no ``(..., L, S)`` score matrix, forward or backward."""
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, Tensor):
             raise TypeError(f"scaled_dot_product_attention(): argument '{name}' must be Tensor, not "
