@@ -458,3 +458,22 @@ def test_cuda_tensors_on_the_simulator():
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     r = subprocess.run([sys.executable, "-c", _CUDA_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
+
+
+def test_gpt_training_with_tiled_attention_eager_compiled_and_torch(monkeypatch):
+    """tests/test_gpt_training.py's GPT (20 AdamW steps, float64, context 8) with every attention tiled in 3 x 4
+    blocks: with dropout, eager == compiled (the whole step, and model = jg.compile(model)), the same Philox masks;
+    without, compiled == torch."""
+    import test_gpt_training as G
+    blocks = []
+    real = TA._scores
+    monkeypatch.setattr(TA, "_scores", lambda *a: blocks.append(1) or real(*a))
+    with attention_tiling(0, 3, 4):
+        eager = G.train_jitgrad(0.1, True, "eager")
+        assert len(blocks) >= 20 * 2 * 2 * 5      # steps x layers x (forward, backward) x blocks of a causal 8 x 8
+        assert eager[0][-1] < eager[0][0] - 0.3           # it learns
+        G._same(eager, G.train_jitgrad(0.1, True, "compile-step"), 1e-10)
+        G._same(eager, G.train_jitgrad(0.1, True, "compile-model"), 1e-10)
+        losses, state, init = G.train_jitgrad(0.0, True, "compile-step", backend="numba")
+    pytest.importorskip("torch")
+    G._same((losses, state), G.train_torch(True, init), 1e-9)
