@@ -330,6 +330,35 @@ OP_SAMPLES["sdpa"] = [
 ]
 
 
+def _sdpa_tiled(m, q, k, v, **kw):
+    """scaled_dot_product_attention with jitgrad's key-tiled primitives forced (2 x 2 blocks: several per row)."""
+    if m.__name__ != "jitgrad":
+        return m.nn.functional.scaled_dot_product_attention(q, k, v, **kw)
+    from jitgrad.nn.attention import attention_tiling
+    with attention_tiling(0, 2, 2):
+        return m.nn.functional.scaled_dot_product_attention(q, k, v, **kw)
+
+
+# sdpa_tiled's vjp binds sdpa_tiled_backward; the second order runs sdpa_tiled_backward's own vjp
+OP_SAMPLES["sdpa_tiled"] = [
+    Sample(lambda m, q, k, v: _sdpa_tiled(m, q, k, v, attn_mask=m.tensor([[True, False, True], [False, False, False],
+                                                                          [True, True, True]])),
+           [rows([800.0, 0.0], [0.0, 0.0], [1.0, 1.0]), rows([1.0, 0.0], [1.0, 0.0], [0.0, 1.0]),
+            rows([1.0, 2.0], [3.0, 4.0], [5.0, 6.0])],
+           "a fully masked row, a saturated row (the running max grows across key blocks), tied scores"),
+    Sample(lambda m, q, k, v, mask: _sdpa_tiled(m, q, k, v, attn_mask=mask),
+           [rows([0.0, 0.0], [2.0, -1.0]), rows([0.0, 0.0], [0.0, 0.0], [1.0, 1.0]), rows([1.0, -1.0], [0.0, 2.0], [3.0, 0.0]),
+            rows([-inf, -inf, 0.0], [-1e300, 0.0, -inf])],
+           "additive float mask: a first key block wholly -inf, -1e300 entries; the mask's own gradient"),
+]
+OP_SAMPLES["sdpa_tiled_backward"] = [
+    Sample(lambda m, q, k, v: _sdpa_tiled(m, q, k, v, is_causal=True),
+           [rows([1.0, 0.0], [0.0, 0.0], [-30.0, 2.0]), rows([1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [2.0, 2.0]),
+            rows([1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0])],
+           "is_causal with L < S (a block crossing the diagonal, one above it skipped)"),
+]
+
+
 # diagonal is a primitive (a view) (ir/ops/diagonal.py)
 OP_SAMPLES["diagonal"] = [
     Sample(lambda m, x: m.diagonal(x, 1) * x.diagonal(-1, 1, 0), [rows([inf, nan, 0.0], [0.0, -0.0, inf], [nan, 1.0, 2.0])]),

@@ -150,6 +150,12 @@ CASES = {
     "softmax": (lambda a: _bind("softmax", a, axis=1), [(2, 3)], "any"),
     "diagonal": (lambda a: _bind("diagonal", a, offset=1, dim1=0, dim2=1) * 2.0, [(3, 4)], "any"),
     "sdpa": (lambda q, k, v, m: _bind("sdpa", q, k, v, m, scale=0.5), [(2, 3, 2), (2, 4, 2), (2, 4, 3), (3, 4)], "any"),
+    # the key-tiled attention has no CUDA kernel: host steps (F.sdpa keeps device tensors on "sdpa")
+    "sdpa_tiled": (lambda q, k, v, m: _bind("sdpa_tiled", q, k, v, m, scale=0.5, causal=True, block_q=2, block_k=2),
+                   [(2, 3, 2), (2, 4, 2), (2, 4, 3), (3, 4)], "any"),
+    "sdpa_tiled_backward": (lambda q, k, v, o, g: _bind("sdpa_tiled_backward", q, k, v, o, g, scale=0.5, causal=False,
+                                                        block_q=2, block_k=3, mask_grad=False),
+                            [(2, 3, 2), (2, 4, 2), (2, 4, 3), (2 * 3 * 4,), (2 * 3 * 4,)], "any"),
     "gelu": (lambda a: _bind("gelu", a, approximate="none") + _bind("gelu", a, approximate="tanh"), [(2, 3)], "any"),
     "layer_norm": (lambda a: _bind("layer_norm", a, naxes=1, eps=1e-5), [(2, 3)], "any"),
     "log_softmax": (lambda a: _bind("log_softmax", a, axis=0), [(2, 3)], "any"),

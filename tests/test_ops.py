@@ -1157,6 +1157,8 @@ SMOKE = {
     "tanh_backward": lambda: SMOKE_tanh_backward(),
     "sdpa": lambda: _g(lambda q, k, v: jg.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
                        (2, 3, 2), (2, 4, 2), (2, 4, 3)),
+    "sdpa_tiled": lambda: SMOKE_sdpa_tiled(),
+    "sdpa_tiled_backward": lambda: SMOKE_sdpa_tiled(),
     "gelu": lambda: (_g(lambda a: jg.nn.functional.gelu(a), (2, 3)),
                      _g(lambda a: jg.nn.functional.gelu(a, approximate="tanh"), (2, 3))),
     "layer_norm": lambda: _g(lambda a: jg.nn.functional.layer_norm(a, (3,)) * a, (2, 3)),
@@ -1206,6 +1208,15 @@ def SMOKE_all_reduce_start():
     np.testing.assert_array_equal(_bind("all_reduce_wait", tok, x, group=0, reduce_op="sum").detach().numpy(),
                                   x.detach().numpy())
     return tok
+
+
+def SMOKE_sdpa_tiled():
+    """F.scaled_dot_product_attention with tiling forced (tests/test_tiled_attention.py has the rest): gradients
+    through sdpa_tiled's vjp, which binds sdpa_tiled_backward."""
+    from jitgrad.nn.attention import attention_tiling
+    with attention_tiling(0, 2, 2):
+        _g(lambda q, k, v: jg.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+           (2, 3, 2), (2, 4, 2), (2, 4, 3))
 
 
 def SMOKE_index_put():

@@ -72,21 +72,32 @@ def _rounds(c0, c1, c2, c3, k0, k1, p0, p1, rounds):
 
 def words(seed, offset, n):
     """The four Philox words of elements ``0..n-1`` of the draw at (``seed``, ``offset``)."""
+    return words_at(seed, offset, np.arange(n, dtype=_U))
+
+
+def words_at(seed, offset, index):
+    """The four Philox words of the elements at row-major indices ``index`` (an integer array, any shape) of the
+    draw at (``seed``, ``offset``): a block of a draw without the rest of it (the key-tiled attention's dropout)."""
     s = int(np.asarray(seed).astype(np.int64)) & 0xFFFFFFFFFFFFFFFF
     o = int(np.asarray(offset).astype(np.int64)) & 0xFFFFFFFFFFFFFFFF
-    i = np.arange(n, dtype=_U)
+    i = np.asarray(index).astype(_U, copy=False)
     return philox4x32((i & _U(MASK32), i >> _U(32), o & MASK32, o >> 32), (s & MASK32, s >> 32))
 
 
 def uniform(seed, offset, shape, dtype=np.float32):
     """Uniform numbers in [0, 1) of ``shape`` and ``dtype`` (float32 or float64)."""
     n = int(np.prod(shape, dtype=np.int64))
-    x0, x1, _, _ = words(seed, offset, n)
+    return uniform_at(seed, offset, np.arange(n, dtype=_U), dtype).reshape(shape)
+
+
+def uniform_at(seed, offset, index, dtype=np.float32):
+    """``uniform(seed, offset, shape, dtype)`` at the row-major indices ``index`` only (the same numbers)."""
+    x0, x1, _, _ = words_at(seed, offset, index)
     if np.dtype(dtype) == np.float32:
         u = (x0 >> _U(8)).astype(np.float32) * np.float32(2.0 ** -24)
     else:
         u = ((x0 << _U(21)) | (x1 >> _U(11))).astype(np.float64) * (2.0 ** -53)
-    return u.astype(dtype, copy=False).reshape(shape)
+    return u.astype(dtype, copy=False)
 
 
 def normal(seed, offset, shape, dtype=np.float32):

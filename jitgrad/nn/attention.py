@@ -1,29 +1,132 @@
 """``F.scaled_dot_product_attention``: torch's signature and errors over the fused ``sdpa`` primitive
-(``ir/ops/attention.py``)."""
+(``ir/ops/attention.py``), or, for long sequences, the key-tiled ``sdpa_tiled`` (``ir/ops/tiled_attention.py``).
+
+The choice is made per call from the size of the score matrix the untiled path would hold (see ``TILING``): at
+or above ``TILING.min_score_bytes`` the tiled primitives run (eager, and in traces: a compiled graph then holds
+``sdpa_tiled`` as one host step, BLAS per block), below it the fused op (eager) or its decomposition (traced).
+Tensors on a device always take the decomposition (the device's kernels).  Dropout (``0 < dropout_p < 1``) is
+tiled too (each block draws its part of the same Philox draw, so the mask is bit for bit the untiled path's),
+from the eager threshold in eager mode but, traced, only from ``TILING.traced_dropout_min_score_bytes``: the
+composition's draw is a fused Numba loop, NumPy's Philox in a host step roughly doubles the step.
+"""
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 
 import numpy as np
 
 from ..ir.ops import OPS as O
 from ..ir.ops.attention import attention_weights
+from ..ir.ops.tiled_attention import packed_sizes
 from ..runtime.dispatch import bind
+from ..runtime.generator import generator_of
 from ..runtime.tensor import Tensor
+from ..runtime.devices import backend_of_payload
+from ..tracer import STATE as _TR
 from .dropout import dropout
 
-_CAUSAL: dict = {}     # (L, S, numpy dtype) -> additive causal mask, 0 on and below the diagonal, -inf above
+
+class AttentionTiling:
+    """When ``F.scaled_dot_product_attention`` tiles, and the block sizes it tiles with (read at each call, so at
+    trace time for a compiled function: a change takes effect in functions traced after it).
+
+    ``min_score_bytes``: a traced (compiled) call tiles when ``prod(batch) * L * S * itemsize`` (the bytes of
+    ONE untiled score matrix; the untiled path holds three or four of that size at once) is at least this.
+    Default 16 MiB, or ``JITGRAD_SDPA_TILE_MIN_MB`` (float MiB): below it the compiled decomposition (fused
+    loops) is faster, above it the tiled host steps are (BENCHMARKS.md, "Key-tiled attention"); 0 tiles always.
+    ``eager_min_score_bytes``: the same for eager calls; default 2 MiB, or ``JITGRAD_SDPA_TILE_MIN_MB_EAGER``:
+    eager NumPy's untiled path makes several passes over whole score matrices, so tiling wins from about
+    1 MiB (4 heads x 256 x 256 float32); small attentions (a batch of short sequences) stay one fused op.
+    ``traced_dropout_min_score_bytes``: a traced call with dropout tiles from this size (default 256 MiB, or
+    ``JITGRAD_SDPA_TILE_DROPOUT_MIN_MB``): below it the compiled composition is about twice as fast (its
+    Philox draw is fused), above it the memory the composition holds (several score matrices) decides.
+    ``block_q`` x ``block_k``: queries and keys per block (default 256 x 256); a block's scores are
+    ``prod(batch) * block_q * block_k`` values (4 heads, float32: 1 MiB).  Between 128 and 512 the time
+    changes by under 10% (BENCHMARKS.md): the products are BLAS calls either way."""
+
+    __slots__ = ("min_score_bytes", "eager_min_score_bytes", "traced_dropout_min_score_bytes", "block_q", "block_k")
+
+    def __init__(self):
+        self.min_score_bytes = int(float(os.environ.get("JITGRAD_SDPA_TILE_MIN_MB", "16")) * (1 << 20))
+        self.eager_min_score_bytes = int(float(os.environ.get("JITGRAD_SDPA_TILE_MIN_MB_EAGER", "2")) * (1 << 20))
+        self.traced_dropout_min_score_bytes = int(
+            float(os.environ.get("JITGRAD_SDPA_TILE_DROPOUT_MIN_MB", "256")) * (1 << 20))
+        self.block_q = 256
+        self.block_k = 256
 
 
-def _causal_mask(L, S, dtype):
-    key = (L, S, dtype)
+TILING = AttentionTiling()
+
+
+@contextlib.contextmanager
+def attention_tiling(min_score_bytes=None, block_q=None, block_k=None, eager_min_score_bytes=None,
+                     traced_dropout_min_score_bytes=None):
+    """Set ``TILING``'s fields inside a ``with`` block (None: unchanged; ``min_score_bytes`` sets all three
+    thresholds unless the other two are given too); tests force tiling with ``attention_tiling(0, 3, 2)``."""
+    old = (TILING.min_score_bytes, TILING.eager_min_score_bytes, TILING.traced_dropout_min_score_bytes,
+           TILING.block_q, TILING.block_k)
+    if eager_min_score_bytes is None:
+        eager_min_score_bytes = min_score_bytes
+    if traced_dropout_min_score_bytes is None:
+        traced_dropout_min_score_bytes = min_score_bytes
+    new = (("min_score_bytes", min_score_bytes, 0), ("eager_min_score_bytes", eager_min_score_bytes, 0),
+           ("traced_dropout_min_score_bytes", traced_dropout_min_score_bytes, 0),
+           ("block_q", block_q, 1), ("block_k", block_k, 1))
+    for name, val, low in new:
+        if val is not None and (type(val) is not int or val < low):
+            raise ValueError(f"attention_tiling: {name} must be an int >= {low}, got {val!r}")
+    for name, val, _ in new:
+        if val is not None:
+            setattr(TILING, name, val)
+    try:
+        yield TILING
+    finally:
+        (TILING.min_score_bytes, TILING.eager_min_score_bytes, TILING.traced_dropout_min_score_bytes,
+         TILING.block_q, TILING.block_k) = old
+
+
+def _tiles(query, key, value, mask, L, S, dropout=False):
+    """Whether this call takes the tiled primitives."""
+    for t in (query, key, value) if mask is None else (query, key, value, mask):
+        d = t._data
+        if type(d) is not np.ndarray and backend_of_payload(d) is not None:
+            return False            # a device tensor: the decomposition, on the device's kernels
+    if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
+        return False                # the fused op reports the error
+    try:
+        batch = np.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    except ValueError:
+        return False
+    n = L * S * np.dtype(query.dtype.np).itemsize
+    for d in batch:
+        n *= d
+    if n == 0 and dropout:
+        return False                # F.dropout draws nothing for empty weights: neither may the tiled path
+    if _TR.active is None:
+        return n >= TILING.eager_min_score_bytes
+    return n >= (TILING.traced_dropout_min_score_bytes if dropout else TILING.min_score_bytes)
+
+
+_CAUSAL: dict = {}     # (L, S, numpy dtype, device) -> additive causal mask, 0 on and below the diagonal, -inf above
+
+
+def _causal_mask(L, S, dtype, query):
+    """The causal mask on ``query``'s device (a device query: the decomposition adds it there)."""
+    d = query._data
+    dev = None if type(d) is np.ndarray or backend_of_payload(d) is None else str(query.device)
+    key = (L, S, dtype, dev)
     m = _CAUSAL.get(key)
     if m is None:
         a = np.where(np.tri(L, S, 0, dtype=bool), 0.0, -np.inf).astype(dtype)
         a.flags.writeable = False
+        m = Tensor._make(a)
+        if dev is not None:
+            m = m.to(query.device)
         if len(_CAUSAL) > 64:
             _CAUSAL.clear()
-        m = _CAUSAL[key] = Tensor._make(a)
+        _CAUSAL[key] = m
     return m
 
 
@@ -34,7 +137,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     ``attn_mask``: boolean (True: the key takes part) or additive float, broadcast to ``(..., L, S)``;
     ``is_causal``: the lower-triangular mask (no ``attn_mask`` with it); ``scale``: default
     ``1 / sqrt(E)``; ``dropout_p``: dropout on the attention weights (always applied, as in torch: pass 0.0 in
-    eval mode).  Differentiable to any order."""
+    eval mode).  Differentiable to any order.  Above a size (``TILING``) it runs key-tiled with an online
+    softmax (``sdpa_tiled``): no ``(..., L, S)`` score matrix, forward or backward."""
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, Tensor):
             raise TypeError(f"scaled_dot_product_attention(): argument '{name}' must be Tensor, not "
@@ -50,19 +154,35 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     L, S = query.shape[-2] if query.ndim >= 2 else 1, key.shape[-2] if key.ndim >= 2 else 1
     sc = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     mask = None
-    if is_causal:
-        mask = _causal_mask(L, S, np.dtype(query.dtype.np))
-    elif attn_mask is not None:
+    if attn_mask is not None:
         if attn_mask.dtype.name == "bool":     # True: takes part (0 added), False: -inf
             zero = Tensor._make(np.zeros(attn_mask.shape, np.dtype(query.dtype.np)))
             mask = zero.masked_fill(attn_mask.logical_not(), -math.inf)
         else:
             mask = attn_mask
+    if 0.0 < dropout_p < 1.0 and _tiles(query, key, value, mask, L, S, dropout=True):
+        args = (query, key, value) if mask is None else (query, key, value, mask)
+        # clones: the generator's offset advances in place after the draw, and the backward reads the state
+        flat = generator_of(None)._draw(lambda seed, offset: bind(
+            O["sdpa_tiled"], *args, seed.clone(), offset.clone(), scale=sc, causal=bool(is_causal),
+            block_q=TILING.block_q, block_k=TILING.block_k, dropout_p=float(dropout_p)))
+        shape, n = packed_sizes(query.shape, key.shape, value.shape)
+        return flat[:n].reshape(shape)
     if dropout_p > 0.0:     # dropout sits between the softmax and the product: the composition, no fused op
+        if is_causal:
+            mask = _causal_mask(L, S, np.dtype(query.dtype.np), query)
         weights = attention_weights(lambda name, *a, **p: bind(O[name], *a, **p), query, key, mask, sc)
         return dropout(weights, dropout_p, True) @ value
+    if _tiles(query, key, value, mask, L, S):
+        args = (query, key, value) if mask is None else (query, key, value, mask)
+        flat = bind(O["sdpa_tiled"], *args, scale=sc, causal=bool(is_causal), block_q=TILING.block_q,
+                    block_k=TILING.block_k)
+        shape, n = packed_sizes(query.shape, key.shape, value.shape)
+        return flat[:n].reshape(shape)      # the output part (a contiguous view); the rest is the lse
+    if is_causal:
+        mask = _causal_mask(L, S, np.dtype(query.dtype.np), query)
     args = (query, key, value) if mask is None else (query, key, value, mask)
     return bind(O["sdpa"], *args, scale=sc)
 
 
-__all__ = ["scaled_dot_product_attention"]
+__all__ = ["scaled_dot_product_attention", "TILING", "AttentionTiling", "attention_tiling"]

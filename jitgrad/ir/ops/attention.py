@@ -15,28 +15,37 @@ import numpy as np
 from .opdef import Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register
 
 
-def _sdpa_rule(avals, params):
-    if len(avals) not in (3, 4):
-        raise OpError(f"sdpa: expected query, key, value and an optional mask, got {len(avals)} inputs")
+def check_qkv(name, avals):
+    """Check query, key, value (and an additive mask, the 4th aval if present) for attention op ``name``;
+    returns (batch shape, L, S).  The errors name the op and the shapes."""
     q, k, v = avals[:3]
-    for name, a in (("query", q), ("key", k), ("value", v)):
+    for what, a in (("query", q), ("key", k), ("value", v)):
         if a.ndim < 2 or not a.dtype.is_floating_point:
-            raise OpError(f"sdpa: {name} must be a floating point tensor with at least 2 dims, got "
+            raise OpError(f"{name}: {what} must be a floating point tensor with at least 2 dims, got "
                           f"{a.dtype.name}{fmt_shape(a.shape)}")
     if not q.dtype is k.dtype is v.dtype:
-        raise OpError(f"sdpa: Expected query, key, and value to have the same dtype, but got query.dtype: "
+        raise OpError(f"{name}: Expected query, key, and value to have the same dtype, but got query.dtype: "
                       f"{q.dtype.name} key.dtype: {k.dtype.name} and value.dtype: {v.dtype.name} instead.")
     if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
-        raise OpError(f"sdpa: query {fmt_shape(q.shape)}, key {fmt_shape(k.shape)} and value {fmt_shape(v.shape)} "
+        raise OpError(f"{name}: query {fmt_shape(q.shape)}, key {fmt_shape(k.shape)} and value {fmt_shape(v.shape)} "
                       f"do not fit (query and key need the same last dim, key and value the same sequence length)")
-    batch = broadcast_shapes("sdpa", [q.shape[:-2], k.shape[:-2], v.shape[:-2]])
+    batch = broadcast_shapes(name, [q.shape[:-2], k.shape[:-2], v.shape[:-2]])
     L, S = q.shape[-2], k.shape[-2]
     if len(avals) == 4:
         m = avals[3]
         if not m.dtype.is_floating_point:
-            raise OpError(f"sdpa: the additive mask must be floating point, got {m.dtype.name}")
-        broadcast_shapes("sdpa", [m.shape, batch + (L, S)])
-    return [Aval(batch + (L, v.shape[-1]), q.dtype)]
+            raise OpError(f"{name}: the additive mask must be floating point, got {m.dtype.name}")
+        if broadcast_shapes(name, [m.shape, batch + (L, S)]) != batch + (L, S):
+            raise OpError(f"{name}: the mask {fmt_shape(m.shape)} must broadcast to the scores' shape "
+                          f"{fmt_shape(batch + (L, S))}")
+    return batch, L, S
+
+
+def _sdpa_rule(avals, params):
+    if len(avals) not in (3, 4):
+        raise OpError(f"sdpa: expected query, key, value and an optional mask, got {len(avals)} inputs")
+    batch, L, S = check_qkv("sdpa", avals)
+    return [Aval(batch + (L, avals[2].shape[-1]), avals[0].dtype)]
 
 
 def _sdpa_impl(q, k, v, mask=None, *, scale):
@@ -44,6 +53,8 @@ def _sdpa_impl(q, k, v, mask=None, *, scale):
     s *= s.dtype.type(scale)
     if mask is not None:
         s = s + mask.astype(s.dtype, copy=False)
+    if s.shape[-1] == 0:                 # no key: every row is fully masked, output 0 (torch)
+        return np.matmul(s, v)
     m = s.max(axis=-1, keepdims=True)
     dead = m == -np.inf                  # a fully masked row: weights 0 (torch's _safe_softmax), not nan
     if dead.any():
@@ -60,6 +71,8 @@ def attention_weights(b, q, k, mask, scale):
     """``softmax(q @ k^T * scale + mask)`` with jitgrad ops (``b`` binds a primitive by name), rows that mask
     every key giving 0 as torch's ``_safe_softmax`` does; finite gradients there, to any order."""
     s = (q @ k.mT) * scale
+    if s.shape[-1] == 0:        # no key: no weights (the output is 0)
+        return s if mask is None else s + mask
     if mask is None:
         return b("softmax", s, axis=s.ndim - 1)
     s = s + mask
