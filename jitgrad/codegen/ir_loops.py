@@ -158,8 +158,11 @@ class _Translator(ScalarEmitter):
         fn.linkage = "internal"
         task, a = fn.args[0], fn.args[3]
         scope = _Scope({self.kernel_arg: Value(a, ("ptr", I64))}, self.kernel_consts, KERNEL_FASTMATH, ssa=False)
-        for s in prologue:              # the pure assignments: pointers, sizes, strides, counters' starts
-            if isinstance(s, ast.Assign) and all(isinstance(t, (ast.Name, ast.Tuple)) for t in s.targets):
+        for s in prologue:              # what the loop may read (pointers, sizes, strides, counters' starts), not
+            if _writes_memory(s):       # the stores: a value they compute and the loop reads is refused
+                if any(_reads(n, name) for name in _assigned([s]) for n in loop.body):
+                    raise Unsupported("a prange loop reads a value set beside a store before it")
+            else:
                 self.stmt(s, scope)
         for r, t in zip(reductions, types):
             self.assign(r, Value(ir.Constant(_lltype(t), 0), t), scope)
@@ -391,6 +394,16 @@ def _assigned(stmts) -> dict:
             elif isinstance(n, ast.For) and isinstance(n.target, ast.Name):
                 out.setdefault(n.target.id, []).append(n)
     return out
+
+
+def _writes_memory(stmt) -> bool:
+    """Whether ``stmt`` stores to memory (``store``/``store_to`` or an item assignment), anywhere inside it."""
+    for n in ast.walk(stmt):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("store", "store_to"):
+            return True
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Subscript) for t in n.targets):
+            return True
+    return False
 
 
 def _reads(node, name) -> bool:
