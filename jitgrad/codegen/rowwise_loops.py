@@ -14,10 +14,9 @@ accesses, the row-reduction forms that vectorise: a register accumulator, max/mi
 count), and stays inside what ``ir_loops`` translates.  As there, sizes and strides come from the argument
 block, so the text depends on structure only.
 
-Row outputs: the layout places one of them as the group's reduction (``RowGroup.reduce``: zero strides along
-the row axis); any other row value it writes gets a buffer of its own (row) shape with the iteration space's
-strides for its outer dims, which are its own strides times the row length.  The kernel divides by the row
-length when the row-axis stride is not zero (``q`` below), so it indexes both conventions correctly.
+Row outputs: the layout places each row value the group writes in a buffer of its own (row) shape, with stride 0
+along the row axis (one of them as the group's reduction, ``RowGroup.reduce``), so a row's element of it is at
+the row's offset.
 """
 from __future__ import annotations
 
@@ -83,14 +82,8 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
     for e in g.columns:     # a column sum's output: one element per row position (its stride along the row)
         j = slot_of[e.outs[0]]
         pre += [f"for j in range(n{r - 1}):", "    " + put(j, f"j * s{j}_{r - 1}", f"{_tname(e.outs[0].aval.dtype)}(0)")]
-    row_idx = {}
-    for v in g.row_outputs:
-        j = slot_of[v]
-        if r >= 2:
-            pre.append(f"q{j} = n{r - 1} if s{j}_{r - 1} != 0 else 1")
-            row_idx[v] = f"b{j}_{r - 2} // q{j}"
-        else:
-            row_idx[v] = "0"
+    # a row value's place has stride 0 along the row axis (``places.Places.group``): its row's offset is b_{r-2}
+    row_idx = {v: f"b{slot_of[v]}_{r - 2}" if r >= 2 else "0" for v in g.row_outputs}
     lines = ["def kernel(A):", f"    # rows of axis {r - 1} of rank {r}: {len(g.passes)} passes"]
     lines += ["    " + p for p in nest.pre + pre]
     ind = "    "
