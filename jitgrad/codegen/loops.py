@@ -231,6 +231,35 @@ def raises_in_loop(e) -> bool:
     return False
 
 
+def group_nest(g, classes, parallel, rank, alias, who):
+    """``(arrays_in, operands, nest)`` of fusion group ``g``'s loop: the Vars and array literals it reads, those
+    then its outputs (the argument block's order), and their ``_Nest`` (alias-scoped per ``alias`` when it
+    names two classes or more; see ``gen_group``)."""
+    arrays_in = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
+    operands = arrays_in + list(g.outputs)
+    nest = _Nest(rank, classes, parallel)
+    for j, v in enumerate(operands):
+        nest.operand(j, v.aval.dtype)
+    if alias is not None and len(set(alias)) > 1:
+        if len(alias) != len(operands):
+            raise ValueError(f"{who}: {len(alias)} alias classes for {len(operands)} operands")
+        nest.alias, nest.nclasses = list(alias), max(alias) + 1
+    return arrays_in, operands, nest
+
+
+def value_text(local, consts):
+    """``ref(v, cd)``: the text of value ``v`` in a kernel body (a local's name, or a typed literal added to
+    ``consts``), cast to compute dtype ``cd`` (None: as it is)."""
+    def ref(v, cd):
+        if isinstance(v, Lit) and v not in local:
+            return LiteralText(_literal(v, cd if v.aval.weak else v.aval.dtype, consts), v.value)
+        expr = local[v]
+        if cd is not None and v.aval.dtype is not cd:
+            expr = f"{_tname(cd)}({expr})"
+        return expr
+    return ref
+
+
 def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, alias=None) -> Kernel:
     """The loop nest of a fusion group.  ``classes``: inner layout class per operand (inputs then outputs);
     ``rank``/``red_axes``: the iteration rank and folded axes after the layout merged dims (default: the
@@ -242,36 +271,21 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
     if isinstance(g, RowGroup):         # a row-wise chain: one nest over rows, several sweeps of each
         from .rowwise_loops import gen_rows
         return gen_rows(g, classes, parallel, rank, red_axes, alias)
-    arrays_in = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
     outs = list(g.outputs)
-    operands = arrays_in + outs
     red = g.reduce
     if red is not None and red_axes is None:
         red_axes = tuple(sorted(red.params["axes"]))
     full = red is not None and len(red_axes) == rank
     if red is not None:
         parallel = parallel and ((full and red.op.name == "sum") or (not full and 0 not in red_axes))
-    nest = _Nest(rank, classes, parallel)
-    for j, v in enumerate(operands):
-        nest.operand(j, v.aval.dtype)
-    if alias is not None and len(set(alias)) > 1:
-        if len(alias) != len(operands):
-            raise ValueError(f"gen_group: {len(alias)} alias classes for {len(operands)} operands")
-        nest.alias, nest.nclasses = list(alias), max(alias) + 1
+    arrays_in, operands, nest = group_nest(g, classes, parallel, rank, alias, "gen_group")
     consts = {}
     math_ = MathCalls("cpu")
     body, local, checks = [], {}, []
     for j, v in enumerate(arrays_in):
         local[v] = f"x{j}"
         body.append(f"x{j} = {_load(j, nest, v.aval.dtype)}")
-
-    def ref(v, cd):
-        if isinstance(v, Lit) and v not in local:
-            return LiteralText(_literal(v, cd if v.aval.weak else v.aval.dtype, consts), v.value)
-        expr = local[v]
-        if cd is not None and v.aval.dtype is not cd:
-            expr = f"{_tname(cd)}({expr})"
-        return expr
+    ref = value_text(local, consts)
 
     if any(e.op.name in INDEXED_OPS for e in g.eqns):
         flat = "i0" if rank else "0"

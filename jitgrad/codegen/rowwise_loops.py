@@ -23,10 +23,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import dtypes as dt
-from ..ir.graph import Lit, Var
-from .loops import (BCAST, Kernel, _compute_dtype, _literal, _load, _Nest, _store, _tname, key_of, ordered_key,
-                    scalar_expr)
-from .math_table import LiteralText, MathCalls
+from .loops import (BCAST, Kernel, _compute_dtype, _load, _store, _tname, group_nest, key_of, ordered_key, scalar_expr,
+                    value_text)
+from .math_table import MathCalls
 
 _INIT = {"sum": "0", "amax": "-np.inf", "amin": "np.inf"}
 
@@ -37,30 +36,14 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
     r = rank
     if r < 1 or tuple(red_axes or ()) != (r - 1,):
         raise ValueError(f"gen_rows: {g.name}: expected the row axis last, got reduced axes {red_axes} of rank {r}")
-    arrays_in = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
-    outs = list(g.outputs)
-    operands = arrays_in + outs
     parallel = bool(parallel) and r >= 2 and not g.columns     # rows would race on a column sum
-    nest = _Nest(r, classes, parallel)
-    for j, v in enumerate(operands):
-        nest.operand(j, v.aval.dtype)
-    if alias is not None and len(set(alias)) > 1:
-        if len(alias) != len(operands):
-            raise ValueError(f"gen_rows: {len(alias)} alias classes for {len(operands)} operands")
-        nest.alias, nest.nclasses = list(alias), max(alias) + 1
+    arrays_in, operands, nest = group_nest(g, classes, parallel, r, alias, "gen_rows")
     nest.slot += 1          # the layout's count of the reduction's output (a plain group initialises it; not here)
     slot_of = {v: j for j, v in enumerate(operands)}
     consts, math_ = {}, MathCalls("cpu")
     order = {e: k for k, e in enumerate(g.eqns)}
     local = {}
-
-    def ref(v, cd):
-        if isinstance(v, Lit) and v not in local:
-            return LiteralText(_literal(v, cd if v.aval.weak else v.aval.dtype, consts), v.value)
-        expr = local[v]
-        if cd is not None and v.aval.dtype is not cd:
-            expr = f"{_tname(cd)}({expr})"
-        return expr
+    ref = value_text(local, consts)
 
     def compute(e):
         cd, od = _compute_dtype(e), e.outs[0].aval.dtype
