@@ -227,3 +227,10 @@ def test_chunks_see_values_the_statements_before_the_loop_compute():
         y_nb, s_nb, k_nb = _run_block(ref.address, x)
     np.testing.assert_array_equal(y, y_nb)
     assert s == pytest.approx(s_nb, rel=1e-12, abs=1e-9) and k == k_nb
+
+
+def test_translator_refuses_a_sum_read_inside_its_prange_loop():
+    # a running sum stored per element: each chunk would store its own partial, not the serial prefix
+    src = _PAR.replace("        store(p1, i0, t0)\n", "        store(p1, i0, float32(acc))\n")
+    with pytest.raises(ir_loops.Unsupported):
+        ir_loops.translate(src, "0" * 64)

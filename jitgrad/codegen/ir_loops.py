@@ -133,8 +133,8 @@ class _Translator(ScalarEmitter):
         variables in chunk order, then runs the statements after the loop.
 
         Reductions are Numba's ``prange`` reductions as the generators write them: a variable assigned before
-        the loop and updated in it only as ``r = r + e`` or ``r += e`` (a full sum, the anomaly and guard
-        counters).  Each chunk starts it at zero; anything else assigned before and in the loop is refused."""
+        the loop and updated (and read) in it only as ``r = r + e`` or ``r += e`` (a full sum, the anomaly and
+        guard counters).  Each chunk starts it at zero; anything else assigned before and in the loop is refused."""
         body = kernel.body
         at = [k for k, s in enumerate(body) if isinstance(s, ast.For) and _is_prange(s.iter)]
         if len(at) != 1 or any(_is_prange(n) for s in body[at[0] + 1:] for n in ast.walk(s)):
@@ -428,6 +428,10 @@ def _reductions(loop, scope, after) -> list:
                 and not _reads(n.value.right, name))
             if not ok:
                 raise Unsupported(f"{name}: not a sum reduction of a prange loop")
+        loads = sum(isinstance(x, ast.Name) and x.id == name and isinstance(x.ctx, ast.Load)
+                    for s in loop.body for x in ast.walk(s))
+        if loads != sum(isinstance(n, ast.Assign) for n in nodes):     # read only by its own updates
+            raise Unsupported(f"{name}: a prange loop reads its partial sum")
         t = scope.names[name]
         if not (isinstance(t, tuple) and t[0] == "slot" and not isinstance(t[2], tuple)):
             raise Unsupported(f"{name}: reduction of a non-scalar")
