@@ -88,6 +88,15 @@ def available() -> bool:
     return library() is not None
 
 
+def _after_fork_in_child():
+    global _lock
+    _lock = threading.Lock()        # a thread of the parent may have held it (in ``launch``) at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _worker_count(lib) -> int:
     """The number of queues the library launched: its initial thread count, read on a fresh thread (whose
     thread-local count is unset, so the library answers with the launch count)."""
