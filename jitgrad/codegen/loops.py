@@ -185,6 +185,19 @@ def ordered_key(od: dt.DType, uses: set):
             lambda k: f"i64_as_f64({k})")
 
 
+def row_minmax(op: str, od: dt.DType, uses: set, rv: str, acc: str, h: str, kb: str, nans: str):
+    """``(before, each, after)``: the lines of a row's max/min (``op``) of float values ``rv`` into ``acc``, over
+    ordered integer keys (``ordered_key``; accumulated in ``h``, ``kb`` the element's) plus a NaN count
+    (``nans``): both vectorise; a NaN wins after the row."""
+    bits, flip, from_bits = ordered_key(od, uses)
+    cmp = ">" if op == "amax" else "<"
+    before = [f"{h} = {key_of(-np.inf if op == 'amax' else np.inf, od)}", f"{nans} = 0"]
+    each = [f"{kb} = {bits(rv)}", f"{kb} = {flip(kb)}", f"{h} = {kb} if {kb} {cmp} {h} else {h}",
+            f"{nans} += 0 if {rv} == {rv} else 1"]
+    after = [f"{h} = {flip(h)}", f"{acc} = {from_bits(h)}", f"{acc} = {acc} if {nans} == 0 else {_tname(od)}(np.nan)"]
+    return before, each, after
+
+
 def key_of(value: float, od: dt.DType) -> int:
     """The ``ordered_key`` of a constant (a reduction's initial value), as a Python int."""
     bits = int(np.array(value, od.np).view(np.int32 if od.name == "float32" else np.int64))
@@ -337,15 +350,9 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
             body += [f"rv = {v}"]
             if red.op.name == "sum" or not od.is_floating_point:
                 body.append("acc = " + combine.format(a="acc", v="rv"))
-            else:       # max/min over ordered integer keys plus a NaN count: both vectorise; a NaN wins after
-                cmp = ">" if red.op.name == "amax" else "<"     # the row
-                bits, flip, from_bits = ordered_key(od, math_.uses)
-                row_pre[-1] = f"hacc = {key_of(-np.inf if red.op.name == 'amax' else np.inf, od)}"
-                row_pre.append("nans = 0")
-                body += [f"kb = {bits('rv')}", f"kb = {flip('kb')}", f"hacc = kb if kb {cmp} hacc else hacc",
-                         "nans += 0 if rv == rv else 1"]
-                row_post += [f"hacc = {flip('hacc')}", f"acc = {from_bits('hacc')}",
-                             f"acc = acc if nans == 0 else {_tname(od)}(np.nan)"]
+            else:
+                row_pre, more, row_post = row_minmax(red.op.name, od, math_.uses, "rv", "acc", "hacc", "kb", "nans")
+                body += more
             row_post.append(f"store(p{ro}, {nest.index(ro)}, acc)")
         else:       # the output's strides are 0 along the folded axes: every element of a row lands in one slot
             pre += [f"for j in range(A[{nest.slot}]):", f"    store(p{ro}, j, {_tname(od)}({init}))"]

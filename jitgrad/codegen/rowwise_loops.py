@@ -20,15 +20,12 @@ the row's offset.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..ir import dtypes as dt
-from .loops import (BCAST, Kernel, _compute_dtype, _load, _store, _tname, group_nest, key_of, ordered_key, scalar_expr,
+from .loops import (BCAST, Kernel, _compute_dtype, _load, _store, _tname, group_nest, row_minmax, scalar_expr,
                     value_text)
 from .math_table import MathCalls
 
 _INIT = {"sum": "0", "amax": "-np.inf", "amin": "np.inf"}
-
 
 def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
     """The kernel of row group ``g`` over iteration rank ``rank`` (after the layout merged dims), whose row axis
@@ -110,15 +107,12 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
             inner.append(f"rv{k} = {_tname(od)}({ref(e.ins[0], None)})")
             if e.op.name == "sum":
                 inner.append(f"a{k} = a{k} + rv{k}")
-            else:       # over ordered integer keys plus a NaN count: both vectorise; a NaN wins after the row
-                bits, flip, from_bits = ordered_key(od, math_.uses)
-                cmp = ">" if e.op.name == "amax" else "<"
-                init[-1] = f"h{k} = {key_of(-np.inf if e.op.name == 'amax' else np.inf, od)}"
-                init.append(f"m{k} = 0")
-                inner += [f"kb{k} = {bits(f'rv{k}')}", f"kb{k} = {flip(f'kb{k}')}",
-                          f"h{k} = kb{k} if kb{k} {cmp} h{k} else h{k}", f"m{k} += 0 if rv{k} == rv{k} else 1"]
-                after += [f"h{k} = {flip(f'h{k}')}", f"a{k} = {from_bits(f'h{k}')}",
-                          f"a{k} = a{k} if m{k} == 0 else {_tname(od)}(np.nan)"]
+            else:
+                before, each, last_ = row_minmax(e.op.name, od, math_.uses, f"rv{k}", f"a{k}", f"h{k}", f"kb{k}",
+                                                 f"m{k}")
+                init[-1:] = before
+                inner += each
+                after += last_
         for v in ps.stores:
             inner.append(_store(slot_of[v], nest, v.aval.dtype, local[v]))
         row += init + [f"for i{r - 1} in range(n{r - 1}):"] + ["    " + x for x in inner] + after
@@ -136,6 +130,5 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
     lines += [ind + x for x in row]
     return Kernel("rows", "\n".join(lines), rank=r, operands=operands, classes=classes, parallel=parallel,
                   red_axes=tuple(red_axes), consts=consts, label=g.name, uses=math_.uses, alias=nest.alias)
-
 
 __all__ = ["gen_rows"]
