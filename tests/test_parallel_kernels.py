@@ -207,3 +207,30 @@ def test_parallel_by_work_not_only_by_size():
     assert [k.parallel for k in kernels(chain, n)] == [True]
     assert [k.parallel for k in kernels(lambda a: a + 1.0, n)] == [False]
     assert [k.parallel for k in kernels(chain, layout.PARALLEL_GRAIN // 2)] == [False]
+
+
+def test_chunks_see_values_the_statements_before_the_loop_compute():
+    """A value set before the ``prange`` loop by a branch or a loop (not a plain assignment) reaches every chunk
+    as the serial kernel sees it."""
+    src = _PAR.replace("    acc = float64(0)\n",
+                       "    acc = float64(0)\n    sc = float32(1)\n    if n0 > 2:\n        sc = float32(2)\n"
+                       "    for j in range(3):\n        sc = sc + float32(1)\n")
+    src = src.replace("tanh_f32(x0) * c0)", "tanh_f32(x0) * c0 * sc)")
+    key = cache.cache_key(src, extra=("test-parallel-kernels-prologue",))
+    blob = ir_loops.compile_kernel(key, src)
+    assert blob is not None
+    from jitgrad.codegen import threads
+    x = np.random.default_rng(5).standard_normal(4097).astype(np.float32)
+    with threads.LAUNCH_LOCK:
+        y, s, k = _run_block(objload.load([blob])[key], x)
+        ref = cache._in_memory(cache._module_name("kernel", key) + "_ref", key, src).kernel
+        y_nb, s_nb, k_nb = _run_block(ref.address, x)
+    np.testing.assert_array_equal(y, y_nb)
+    assert s == pytest.approx(s_nb, rel=1e-12, abs=1e-9) and k == k_nb
+
+
+def test_translator_refuses_a_sum_read_inside_its_prange_loop():
+    # a running sum stored per element: each chunk would store its own partial, not the serial prefix
+    src = _PAR.replace("        store(p1, i0, t0)\n", "        store(p1, i0, float32(acc))\n")
+    with pytest.raises(ir_loops.Unsupported):
+        ir_loops.translate(src, "0" * 64)

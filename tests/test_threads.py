@@ -193,3 +193,40 @@ def test_graphs_with_small_gemms_only_get_no_pacer(monkeypatch):
         return compiled_graph(entries[0].graph, entries[0].gf.writes).program
     assert not threads.blas_threaded(program(8, 8, 8).steps)
     assert threads.blas_threaded(program(256, 784, 64).steps)
+
+
+_FORK_IN_LAUNCH = """
+import os, threading, time
+from jitgrad.codegen import workpool
+workpool.launch()
+held, done = threading.Event(), threading.Event()
+def launching():                # a thread of the parent inside launch() (holding the pool's lock) at the fork
+    with workpool._lock:
+        held.set()
+        done.wait()
+t = threading.Thread(target=launching)
+t.start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if workpool.launch() >= 1 else 3)
+done.set()
+t.join()
+for _ in range(300):
+    got, status = os.waitpid(pid, os.WNOHANG)
+    if got:
+        print("child status", status)
+        break
+    time.sleep(0.05)
+else:
+    os.kill(pid, 9)
+    print("child hung")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_fork_while_another_thread_launches_the_pool():
+    env = dict(os.environ, NUMBA_NUM_THREADS="2")
+    r = subprocess.run([sys.executable, "-c", _FORK_IN_LAUNCH], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "child status 0" in r.stdout, r.stdout + r.stderr[-2000:]

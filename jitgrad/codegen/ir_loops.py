@@ -133,8 +133,8 @@ class _Translator(ScalarEmitter):
         variables in chunk order, then runs the statements after the loop.
 
         Reductions are Numba's ``prange`` reductions as the generators write them: a variable assigned before
-        the loop and updated in it only as ``r = r + e`` or ``r += e`` (a full sum, the anomaly and guard
-        counters).  Each chunk starts it at zero; anything else assigned before and in the loop is refused."""
+        the loop and updated (and read) in it only as ``r = r + e`` or ``r += e`` (a full sum, the anomaly and
+        guard counters).  Each chunk starts it at zero; anything else assigned before and in the loop is refused."""
         body = kernel.body
         at = [k for k, s in enumerate(body) if isinstance(s, ast.For) and _is_prange(s.iter)]
         if len(at) != 1 or any(_is_prange(n) for s in body[at[0] + 1:] for n in ast.walk(s)):
@@ -158,8 +158,11 @@ class _Translator(ScalarEmitter):
         fn.linkage = "internal"
         task, a = fn.args[0], fn.args[3]
         scope = _Scope({self.kernel_arg: Value(a, ("ptr", I64))}, self.kernel_consts, KERNEL_FASTMATH, ssa=False)
-        for s in prologue:              # the pure assignments: pointers, sizes, strides, counters' starts
-            if isinstance(s, ast.Assign) and all(isinstance(t, (ast.Name, ast.Tuple)) for t in s.targets):
+        for s in prologue:              # what the loop may read (pointers, sizes, strides, counters' starts), not
+            if _writes_memory(s):       # the stores: a value they compute and the loop reads is refused
+                if any(_reads(n, name) for name in _assigned([s]) for n in loop.body):
+                    raise Unsupported("a prange loop reads a value set beside a store before it")
+            else:
                 self.stmt(s, scope)
         for r, t in zip(reductions, types):
             self.assign(r, Value(ir.Constant(_lltype(t), 0), t), scope)
@@ -393,6 +396,16 @@ def _assigned(stmts) -> dict:
     return out
 
 
+def _writes_memory(stmt) -> bool:
+    """Whether ``stmt`` stores to memory (``store``/``store_to`` or an item assignment), anywhere inside it."""
+    for n in ast.walk(stmt):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("store", "store_to"):
+            return True
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Subscript) for t in n.targets):
+            return True
+    return False
+
+
 def _reads(node, name) -> bool:
     return any(isinstance(x, ast.Name) and x.id == name for x in ast.walk(node))
 
@@ -415,6 +428,10 @@ def _reductions(loop, scope, after) -> list:
                 and not _reads(n.value.right, name))
             if not ok:
                 raise Unsupported(f"{name}: not a sum reduction of a prange loop")
+        loads = sum(isinstance(x, ast.Name) and x.id == name and isinstance(x.ctx, ast.Load)
+                    for s in loop.body for x in ast.walk(s))
+        if loads != sum(isinstance(n, ast.Assign) for n in nodes):     # read only by its own updates
+            raise Unsupported(f"{name}: a prange loop reads its partial sum")
         t = scope.names[name]
         if not (isinstance(t, tuple) and t[0] == "slot" and not isinstance(t[2], tuple)):
             raise Unsupported(f"{name}: reduction of a non-scalar")

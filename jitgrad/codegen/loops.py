@@ -185,6 +185,19 @@ def ordered_key(od: dt.DType, uses: set):
             lambda k: f"i64_as_f64({k})")
 
 
+def row_minmax(op: str, od: dt.DType, uses: set, rv: str, acc: str, h: str, kb: str, nans: str):
+    """``(before, each, after)``: the lines of a row's max/min (``op``) of float values ``rv`` into ``acc``, over
+    ordered integer keys (``ordered_key``; accumulated in ``h``, ``kb`` the element's) plus a NaN count
+    (``nans``): both vectorise; a NaN wins after the row."""
+    bits, flip, from_bits = ordered_key(od, uses)
+    cmp = ">" if op == "amax" else "<"
+    before = [f"{h} = {key_of(-np.inf if op == 'amax' else np.inf, od)}", f"{nans} = 0"]
+    each = [f"{kb} = {bits(rv)}", f"{kb} = {flip(kb)}", f"{h} = {kb} if {kb} {cmp} {h} else {h}",
+            f"{nans} += 0 if {rv} == {rv} else 1"]
+    after = [f"{h} = {flip(h)}", f"{acc} = {from_bits(h)}", f"{acc} = {acc} if {nans} == 0 else {_tname(od)}(np.nan)"]
+    return before, each, after
+
+
 def key_of(value: float, od: dt.DType) -> int:
     """The ``ordered_key`` of a constant (a reduction's initial value), as a Python int."""
     bits = int(np.array(value, od.np).view(np.int32 if od.name == "float32" else np.int64))
@@ -231,6 +244,35 @@ def raises_in_loop(e) -> bool:
     return False
 
 
+def group_nest(g, classes, parallel, rank, alias, who):
+    """``(arrays_in, operands, nest)`` of fusion group ``g``'s loop: the Vars and array literals it reads, those
+    then its outputs (the argument block's order), and their ``_Nest`` (alias-scoped per ``alias`` when it
+    names two classes or more; see ``gen_group``)."""
+    arrays_in = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
+    operands = arrays_in + list(g.outputs)
+    nest = _Nest(rank, classes, parallel)
+    for j, v in enumerate(operands):
+        nest.operand(j, v.aval.dtype)
+    if alias is not None and len(set(alias)) > 1:
+        if len(alias) != len(operands):
+            raise ValueError(f"{who}: {len(alias)} alias classes for {len(operands)} operands")
+        nest.alias, nest.nclasses = list(alias), max(alias) + 1
+    return arrays_in, operands, nest
+
+
+def value_text(local, consts):
+    """``ref(v, cd)``: the text of value ``v`` in a kernel body (a local's name, or a typed literal added to
+    ``consts``), cast to compute dtype ``cd`` (None: as it is)."""
+    def ref(v, cd):
+        if isinstance(v, Lit) and v not in local:
+            return LiteralText(_literal(v, cd if v.aval.weak else v.aval.dtype, consts), v.value)
+        expr = local[v]
+        if cd is not None and v.aval.dtype is not cd:
+            expr = f"{_tname(cd)}({expr})"
+        return expr
+    return ref
+
+
 def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, alias=None) -> Kernel:
     """The loop nest of a fusion group.  ``classes``: inner layout class per operand (inputs then outputs);
     ``rank``/``red_axes``: the iteration rank and folded axes after the layout merged dims (default: the
@@ -242,36 +284,21 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
     if isinstance(g, RowGroup):         # a row-wise chain: one nest over rows, several sweeps of each
         from .rowwise_loops import gen_rows
         return gen_rows(g, classes, parallel, rank, red_axes, alias)
-    arrays_in = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
     outs = list(g.outputs)
-    operands = arrays_in + outs
     red = g.reduce
     if red is not None and red_axes is None:
         red_axes = tuple(sorted(red.params["axes"]))
     full = red is not None and len(red_axes) == rank
     if red is not None:
         parallel = parallel and ((full and red.op.name == "sum") or (not full and 0 not in red_axes))
-    nest = _Nest(rank, classes, parallel)
-    for j, v in enumerate(operands):
-        nest.operand(j, v.aval.dtype)
-    if alias is not None and len(set(alias)) > 1:
-        if len(alias) != len(operands):
-            raise ValueError(f"gen_group: {len(alias)} alias classes for {len(operands)} operands")
-        nest.alias, nest.nclasses = list(alias), max(alias) + 1
+    arrays_in, operands, nest = group_nest(g, classes, parallel, rank, alias, "gen_group")
     consts = {}
     math_ = MathCalls("cpu")
     body, local, checks = [], {}, []
     for j, v in enumerate(arrays_in):
         local[v] = f"x{j}"
         body.append(f"x{j} = {_load(j, nest, v.aval.dtype)}")
-
-    def ref(v, cd):
-        if isinstance(v, Lit) and v not in local:
-            return LiteralText(_literal(v, cd if v.aval.weak else v.aval.dtype, consts), v.value)
-        expr = local[v]
-        if cd is not None and v.aval.dtype is not cd:
-            expr = f"{_tname(cd)}({expr})"
-        return expr
+    ref = value_text(local, consts)
 
     if any(e.op.name in INDEXED_OPS for e in g.eqns):
         flat = "i0" if rank else "0"
@@ -323,15 +350,9 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
             body += [f"rv = {v}"]
             if red.op.name == "sum" or not od.is_floating_point:
                 body.append("acc = " + combine.format(a="acc", v="rv"))
-            else:       # max/min over ordered integer keys plus a NaN count: both vectorise; a NaN wins after
-                cmp = ">" if red.op.name == "amax" else "<"     # the row
-                bits, flip, from_bits = ordered_key(od, math_.uses)
-                row_pre[-1] = f"hacc = {key_of(-np.inf if red.op.name == 'amax' else np.inf, od)}"
-                row_pre.append("nans = 0")
-                body += [f"kb = {bits('rv')}", f"kb = {flip('kb')}", f"hacc = kb if kb {cmp} hacc else hacc",
-                         "nans += 0 if rv == rv else 1"]
-                row_post += [f"hacc = {flip('hacc')}", f"acc = {from_bits('hacc')}",
-                             f"acc = acc if nans == 0 else {_tname(od)}(np.nan)"]
+            else:
+                row_pre, more, row_post = row_minmax(red.op.name, od, math_.uses, "rv", "acc", "hacc", "kb", "nans")
+                body += more
             row_post.append(f"store(p{ro}, {nest.index(ro)}, acc)")
         else:       # the output's strides are 0 along the folded axes: every element of a row lands in one slot
             pre += [f"for j in range(A[{nest.slot}]):", f"    store(p{ro}, j, {_tname(od)}({init}))"]

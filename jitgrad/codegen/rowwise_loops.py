@@ -14,23 +14,18 @@ accesses, the row-reduction forms that vectorise: a register accumulator, max/mi
 count), and stays inside what ``ir_loops`` translates.  As there, sizes and strides come from the argument
 block, so the text depends on structure only.
 
-Row outputs: the layout places one of them as the group's reduction (``RowGroup.reduce``: zero strides along
-the row axis); any other row value it writes gets a buffer of its own (row) shape with the iteration space's
-strides for its outer dims, which are its own strides times the row length.  The kernel divides by the row
-length when the row-axis stride is not zero (``q`` below), so it indexes both conventions correctly.
+Row outputs: the layout places each row value the group writes in a buffer of its own (row) shape, with stride 0
+along the row axis (one of them as the group's reduction, ``RowGroup.reduce``), so a row's element of it is at
+the row's offset.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..ir import dtypes as dt
-from ..ir.graph import Lit, Var
-from .loops import (BCAST, Kernel, _compute_dtype, _literal, _load, _Nest, _store, _tname, key_of, ordered_key,
-                    scalar_expr)
-from .math_table import LiteralText, MathCalls
+from .loops import (BCAST, Kernel, _compute_dtype, _load, _store, _tname, group_nest, row_minmax, scalar_expr,
+                    value_text)
+from .math_table import MathCalls
 
 _INIT = {"sum": "0", "amax": "-np.inf", "amin": "np.inf"}
-
 
 def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
     """The kernel of row group ``g`` over iteration rank ``rank`` (after the layout merged dims), whose row axis
@@ -38,30 +33,14 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
     r = rank
     if r < 1 or tuple(red_axes or ()) != (r - 1,):
         raise ValueError(f"gen_rows: {g.name}: expected the row axis last, got reduced axes {red_axes} of rank {r}")
-    arrays_in = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
-    outs = list(g.outputs)
-    operands = arrays_in + outs
     parallel = bool(parallel) and r >= 2 and not g.columns     # rows would race on a column sum
-    nest = _Nest(r, classes, parallel)
-    for j, v in enumerate(operands):
-        nest.operand(j, v.aval.dtype)
-    if alias is not None and len(set(alias)) > 1:
-        if len(alias) != len(operands):
-            raise ValueError(f"gen_rows: {len(alias)} alias classes for {len(operands)} operands")
-        nest.alias, nest.nclasses = list(alias), max(alias) + 1
+    arrays_in, operands, nest = group_nest(g, classes, parallel, r, alias, "gen_rows")
     nest.slot += 1          # the layout's count of the reduction's output (a plain group initialises it; not here)
     slot_of = {v: j for j, v in enumerate(operands)}
     consts, math_ = {}, MathCalls("cpu")
     order = {e: k for k, e in enumerate(g.eqns)}
     local = {}
-
-    def ref(v, cd):
-        if isinstance(v, Lit) and v not in local:
-            return LiteralText(_literal(v, cd if v.aval.weak else v.aval.dtype, consts), v.value)
-        expr = local[v]
-        if cd is not None and v.aval.dtype is not cd:
-            expr = f"{_tname(cd)}({expr})"
-        return expr
+    ref = value_text(local, consts)
 
     def compute(e):
         cd, od = _compute_dtype(e), e.outs[0].aval.dtype
@@ -83,14 +62,8 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
     for e in g.columns:     # a column sum's output: one element per row position (its stride along the row)
         j = slot_of[e.outs[0]]
         pre += [f"for j in range(n{r - 1}):", "    " + put(j, f"j * s{j}_{r - 1}", f"{_tname(e.outs[0].aval.dtype)}(0)")]
-    row_idx = {}
-    for v in g.row_outputs:
-        j = slot_of[v]
-        if r >= 2:
-            pre.append(f"q{j} = n{r - 1} if s{j}_{r - 1} != 0 else 1")
-            row_idx[v] = f"b{j}_{r - 2} // q{j}"
-        else:
-            row_idx[v] = "0"
+    # a row value's place has stride 0 along the row axis (``places.Places.group``): its row's offset is b_{r-2}
+    row_idx = {v: f"b{slot_of[v]}_{r - 2}" if r >= 2 else "0" for v in g.row_outputs}
     lines = ["def kernel(A):", f"    # rows of axis {r - 1} of rank {r}: {len(g.passes)} passes"]
     lines += ["    " + p for p in nest.pre + pre]
     ind = "    "
@@ -134,15 +107,12 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
             inner.append(f"rv{k} = {_tname(od)}({ref(e.ins[0], None)})")
             if e.op.name == "sum":
                 inner.append(f"a{k} = a{k} + rv{k}")
-            else:       # over ordered integer keys plus a NaN count: both vectorise; a NaN wins after the row
-                bits, flip, from_bits = ordered_key(od, math_.uses)
-                cmp = ">" if e.op.name == "amax" else "<"
-                init[-1] = f"h{k} = {key_of(-np.inf if e.op.name == 'amax' else np.inf, od)}"
-                init.append(f"m{k} = 0")
-                inner += [f"kb{k} = {bits(f'rv{k}')}", f"kb{k} = {flip(f'kb{k}')}",
-                          f"h{k} = kb{k} if kb{k} {cmp} h{k} else h{k}", f"m{k} += 0 if rv{k} == rv{k} else 1"]
-                after += [f"h{k} = {flip(f'h{k}')}", f"a{k} = {from_bits(f'h{k}')}",
-                          f"a{k} = a{k} if m{k} == 0 else {_tname(od)}(np.nan)"]
+            else:
+                before, each, last_ = row_minmax(e.op.name, od, math_.uses, f"rv{k}", f"a{k}", f"h{k}", f"kb{k}",
+                                                 f"m{k}")
+                init[-1:] = before
+                inner += each
+                after += last_
         for v in ps.stores:
             inner.append(_store(slot_of[v], nest, v.aval.dtype, local[v]))
         row += init + [f"for i{r - 1} in range(n{r - 1}):"] + ["    " + x for x in inner] + after
@@ -160,6 +130,5 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
     lines += [ind + x for x in row]
     return Kernel("rows", "\n".join(lines), rank=r, operands=operands, classes=classes, parallel=parallel,
                   red_axes=tuple(red_axes), consts=consts, label=g.name, uses=math_.uses, alias=nest.alias)
-
 
 __all__ = ["gen_rows"]

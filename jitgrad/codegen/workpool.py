@@ -33,7 +33,6 @@ SYMBOLS = ("jitgrad_wq_add_task", "jitgrad_wq_ready", "jitgrad_wq_synchronize", 
 _lock = threading.Lock()
 _LIB = None
 _THREADS = ctypes.c_int64(0)    # the global the kernels read (its address is the symbol jitgrad_wq_threads)
-STATS = {"launched": 0}
 
 
 def default_threads() -> int:
@@ -89,6 +88,15 @@ def available() -> bool:
     return library() is not None
 
 
+def _after_fork_in_child():
+    global _lock
+    _lock = threading.Lock()        # a thread of the parent may have held it (in ``launch``) at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _worker_count(lib) -> int:
     """The number of queues the library launched: its initial thread count, read on a fresh thread (whose
     thread-local count is unset, so the library answers with the launch count)."""
@@ -110,7 +118,6 @@ def launch() -> int:
         if _THREADS.value == 0:
             ctypes.CFUNCTYPE(None, ctypes.c_int)(lib.launch_threads)(default_threads())
             _THREADS.value = _worker_count(lib)
-            STATS["launched"] += 1
             import llvmlite.binding as ll
             ll.add_symbol("jitgrad_wq_add_task", lib.add_task)
             ll.add_symbol("jitgrad_wq_ready", lib.ready)
@@ -152,4 +159,4 @@ def run_on_each(fn) -> list:
     return results
 
 
-__all__ = ["available", "launch", "threads", "run_on_each", "default_threads", "library", "SYMBOLS", "STATS"]
+__all__ = ["available", "launch", "threads", "run_on_each", "default_threads", "library", "SYMBOLS"]
