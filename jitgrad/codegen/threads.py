@@ -7,10 +7,13 @@ Policy (knobs in parentheses):
   GNU OpenMP region cannot fork: the child is killed ("fork() called from a process already using GNU OpenMP").
   jitgrad's parallel kernels run on Numba's built-in ``workqueue`` pool, loaded without Numba (``workpool.py``),
   whose workers sleep on a condition until work arrives and take equal static chunks of a loop, so a loop slows
-  down at most in proportion to the cores taken from it; kernels Numba builds are told to use the same layer, so
-  one process has one pool.  (``JITGRAD_THREADING_LAYER`` picks another Numba layer for those;
-  ``NUMBA_THREADING_LAYER``, when set, is the user's choice and always wins; either way kernels built from IR stay
-  on ``workqueue``, and ``JITGRAD_IR_PARALLEL=0`` has Numba build them all.)
+  down at most in proportion to the cores taken from it.  The few parallel kernels Numba builds (sin/cos/tan,
+  random draws) run on Numba's ``forksafe`` layer: TBB when installed, else Intel OpenMP, else ``workqueue``, the
+  same pool (the process has one copy of its state).  Not ``workqueue`` for every process: it aborts when two
+  threads launch at once, and the layer is process-wide, so the user's own Numba ``prange`` code would inherit
+  that.  (``JITGRAD_THREADING_LAYER`` picks another Numba layer for those; ``NUMBA_THREADING_LAYER``, when set,
+  is the user's choice and always wins; kernels built from IR stay on ``workqueue`` either way, and
+  ``JITGRAD_IR_PARALLEL=0`` has Numba build them all.)
 - **Threads: one per core this process may run on** (``os.sched_getaffinity``), Numba's default, or
   ``NUMBA_NUM_THREADS``.  A kernel runs serially unless its work pays for waking the threads (``layout.py``:
   ``PARALLEL_GRAIN``, ``PARALLEL_WORK``; always parallel from ``loops.PARALLEL_MIN`` elements).
@@ -97,7 +100,7 @@ def configure():
     if os.environ.get("NUMBA_THREADING_LAYER"):
         return
     from numba import config
-    config.THREADING_LAYER = os.environ.get("JITGRAD_THREADING_LAYER", "workqueue")
+    config.THREADING_LAYER = os.environ.get("JITGRAD_THREADING_LAYER", "forksafe")
 
 
 def place_workers() -> list:
@@ -114,7 +117,7 @@ def place_workers() -> list:
     except AttributeError:          # pragma: no cover - not Linux
         return []
     from . import workpool
-    if not workpool.available() or layer() not in (None, "workqueue"):
+    if not workpool.available():
         return []
     n = workpool.launch()
     if n < 2 or len(cores) < 2:
