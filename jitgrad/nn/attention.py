@@ -90,8 +90,7 @@ def attention_tiling(min_score_bytes=None, block_q=None, block_k=None, eager_min
 def _tiles(query, key, value, mask, L, S, dropout=False):
     """Whether this call takes the tiled primitives."""
     for t in (query, key, value) if mask is None else (query, key, value, mask):
-        d = t._data
-        if type(d) is not np.ndarray and backend_of_payload(d) is not None:
+        if _device(t) is not None:
             return False            # a device tensor: the decomposition, on the device's kernels
     if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
         return False                # the fused op reports the error
@@ -112,10 +111,16 @@ def _tiles(query, key, value, mask, L, S, dropout=False):
 _CAUSAL: dict = {}     # (L, S, numpy dtype, device) -> additive causal mask, 0 on and below the diagonal, -inf above
 
 
+def _device(t):
+    """``t``'s device when it is a device tensor, else None (a CPU array or a traced value)."""
+    d = t._data
+    return None if type(d) is np.ndarray or backend_of_payload(d) is None else t.device
+
+
 def _causal_mask(L, S, dtype, query):
     """The causal mask on ``query``'s device (a device query: the decomposition adds it there)."""
-    d = query._data
-    dev = None if type(d) is np.ndarray or backend_of_payload(d) is None else str(query.device)
+    dev = _device(query)
+    dev = None if dev is None else str(dev)
     key = (L, S, dtype, dev)
     m = _CAUSAL.get(key)
     if m is None:
@@ -157,6 +162,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if attn_mask is not None:
         if attn_mask.dtype.name == "bool":     # True: takes part (0 added), False: -inf
             zero = Tensor._make(np.zeros(attn_mask.shape, np.dtype(query.dtype.np)))
+            if _device(attn_mask) is not None:
+                zero = zero.to(attn_mask.device)        # masked_fill on the mask's device
             mask = zero.masked_fill(attn_mask.logical_not(), -math.inf)
         else:
             mask = attn_mask
