@@ -506,3 +506,18 @@ def test_masks_of_fewer_than_two_dims_with_their_gradients_dropout_and_second_or
         for g, u in zip(grads(True, p), grads(False, p)):
             assert g.shape == u.shape
             np.testing.assert_allclose(g, u, rtol=1e-10, atol=1e-12)
+
+
+def test_a_float_mask_of_another_dtype_than_the_query_is_torchs_error_tiled_or_not():
+    """torch refuses an additive mask whose dtype is not the query's (the untiled backward would meet a float64
+    mask gradient with float32 scores; the tiled one would cast silently): the same error either way."""
+    torch = pytest.importorskip("torch")
+    q, k, v = (_rng(s).standard_normal(sh).astype(np.float32) for s, sh in ((0, (2, 5, 4)), (1, (2, 6, 4)), (2, (2, 6, 3))))
+    m = _rng(3).standard_normal((5, 6))
+    with pytest.raises(RuntimeError) as want:
+        torch.nn.functional.scaled_dot_product_attention(*(torch.tensor(a) for a in (q, k, v)),
+                                                         attn_mask=torch.tensor(m))
+    for tiled in (True, False):
+        with pytest.raises(RuntimeError) as got:
+            _sdpa(*(jg.tensor(a) for a in (q, k, v)), tiled, attn_mask=jg.tensor(m))
+        assert str(got.value).splitlines()[0] == str(want.value)

@@ -17,6 +17,7 @@ import os
 
 import numpy as np
 
+from ..ir import dtypes as dt
 from ..ir.ops import OPS as O
 from ..ir.ops.attention import attention_weights
 from ..ir.ops.tiled_attention import packed_sizes
@@ -111,6 +112,12 @@ def _tiles(query, key, value, mask, L, S, dropout=False):
 _CAUSAL: dict = {}     # (L, S, numpy dtype, device) -> additive causal mask, 0 on and below the diagonal, -inf above
 
 
+def _torch_name(dtype):
+    """torch's C++ name of a dtype in its messages (``double``, ``float``, ``c10::Half``...)."""
+    name = dtype.name
+    return {"float64": "double", "float32": "float"}.get(name) or "c10::" + dt.TORCH_SCALAR_NAME.get(name, name)
+
+
 def _device(t):
     """``t``'s device when it is a device tensor, else None (a CPU array or a traced value)."""
     d = t._data
@@ -166,6 +173,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                 zero = zero.to(attn_mask.device)        # masked_fill on the mask's device
             mask = zero.masked_fill(attn_mask.logical_not(), -math.inf)
         else:
+            if attn_mask.dtype is not query.dtype:      # torch's check (the ops would cast or fail in the backward)
+                raise RuntimeError(f"Expected attn_mask dtype to be bool or float or to match query dtype, but got "
+                                   f"attn_mask.dtype: {_torch_name(attn_mask.dtype)} and  query.dtype: "
+                                   f"{_torch_name(query.dtype)} instead.")
             mask = attn_mask
     if 0.0 < dropout_p < 1.0 and _tiles(query, key, value, mask, L, S, dropout=True):
         args = (query, key, value) if mask is None else (query, key, value, mask)
