@@ -178,29 +178,23 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                    f"attn_mask.dtype: {_torch_name(attn_mask.dtype)} and  query.dtype: "
                                    f"{_torch_name(query.dtype)} instead.")
             mask = attn_mask
-    if 0.0 < dropout_p < 1.0 and _tiles(query, key, value, mask, L, S, dropout=True):
+    if dropout_p < 1.0 and _tiles(query, key, value, mask, L, S, dropout=dropout_p > 0.0):
         args = (query, key, value) if mask is None else (query, key, value, mask)
-        # clones: the generator's offset advances in place after the draw, and the backward reads the state
-        flat = generator_of(None)._draw(lambda seed, offset: bind(
-            O["sdpa_tiled"], *args, seed.clone(), offset.clone(), scale=sc, causal=bool(is_causal),
-            block_q=TILING.block_q, block_k=TILING.block_k, dropout_p=float(dropout_p)))
-        shape, n = packed_sizes(query.shape, key.shape, value.shape)
-        return flat[:n].reshape(shape)
-    if dropout_p > 0.0:     # dropout sits between the softmax and the product: the composition, no fused op
-        if is_causal:
-            mask = _causal_mask(L, S, np.dtype(query.dtype.np), query)
-        weights = attention_weights(lambda name, *a, **p: bind(O[name], *a, **p), query, key, mask, sc)
-        return dropout(weights, dropout_p, True) @ value
-    if _tiles(query, key, value, mask, L, S):
-        args = (query, key, value) if mask is None else (query, key, value, mask)
-        flat = bind(O["sdpa_tiled"], *args, scale=sc, causal=bool(is_causal), block_q=TILING.block_q,
-                    block_k=TILING.block_k)
+        kw = dict(scale=sc, causal=bool(is_causal), block_q=TILING.block_q, block_k=TILING.block_k)
+        if dropout_p > 0.0:
+            # clones: the generator's offset advances in place after the draw, and the backward reads the state
+            flat = generator_of(None)._draw(lambda seed, offset: bind(
+                O["sdpa_tiled"], *args, seed.clone(), offset.clone(), dropout_p=float(dropout_p), **kw))
+        else:
+            flat = bind(O["sdpa_tiled"], *args, **kw)
         shape, n = packed_sizes(query.shape, key.shape, value.shape)
         return flat[:n].reshape(shape)      # the output part (a contiguous view); the rest is the lse
     if is_causal:
         mask = _causal_mask(L, S, np.dtype(query.dtype.np), query)
+    if dropout_p > 0.0:     # dropout sits between the softmax and the product: the composition, no fused op
+        weights = attention_weights(lambda name, *a, **p: bind(O[name], *a, **p), query, key, mask, sc)
+        return dropout(weights, dropout_p, True) @ value
     args = (query, key, value) if mask is None else (query, key, value, mask)
     return bind(O["sdpa"], *args, scale=sc)
-
 
 __all__ = ["scaled_dot_product_attention", "TILING", "AttentionTiling", "attention_tiling"]
