@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+from machine import peak_rss_kb, reset_peak_rss, rss_kb
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--impl", default="tiled", choices=["tiled", "untiled", "torch"])
 ap.add_argument("--mode", default="eager", choices=["eager", "compiled"])
@@ -41,8 +43,7 @@ def _rss_mib():
 
 
 def _current_rss_mib():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+    return rss_kb() / 1024
 
 
 if args.table:
@@ -119,27 +120,12 @@ else:
         for x in xs:
             x.grad = None
 
-def _hwm_mib():
-    with open("/proc/self/status") as f:
-        return next(int(x.split()[1]) for x in f if x.startswith("VmHWM:")) / 1024
-
-
-def _reset_hwm():
-    """Linux: writing 5 to clear_refs resets the peak RSS (VmHWM) to the current RSS."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
 base = _current_rss_mib()
 times = []
 steady = None
 for i in range(args.warmup + args.reps):
     if i == args.warmup:    # the build (compiled mode) and first-call allocations are behind us
-        steady = (_current_rss_mib(), _reset_hwm())
+        steady = (_current_rss_mib(), reset_peak_rss())
     reset()
     t0 = time.perf_counter()
     loss = step()
@@ -149,7 +135,7 @@ for i in range(args.warmup + args.reps):
 times = times[args.warmup:]
 res = {"impl": args.impl, "mode": args.mode, "T": args.T, "min_ms": 1e3 * min(times),
        "median_ms": 1e3 * sorted(times)[len(times) // 2], "peak_rss_mib": _rss_mib(), "base_rss_mib": base,
-       "steady_rss_mib": steady[0], "steady_peak_rss_mib": _hwm_mib() if steady[1] else float("nan"),
+       "steady_rss_mib": steady[0], "steady_peak_rss_mib": peak_rss_kb() / 1024 if steady[1] else float("nan"),
        "loss": float(loss.detach()), "grad_q_norm": float(np.linalg.norm(np.asarray(g.detach().numpy(), np.float64)))}
 if args.json:
     print(json.dumps(res))

@@ -674,6 +674,26 @@ def test_first_create_graph_gradient_is_a_copy_that_differentiates_to_its_source
     same(dy, tdy)
 
 
+@pytest.mark.parametrize("leaf", ["gapped", "expanded"])
+def test_first_create_graph_gradient_of_a_leaf_that_is_not_dense_is_a_contiguous_clone(leaf):
+    """torch's layout contract: a leaf with gaps or overlaps gets a row-major ``.grad``, made by ``clone`` (so
+    ``CloneBackward0``), not a copy into the leaf's strides; differentiating through it reaches the source."""
+    def run(lib):
+        base = lib.arange(12.0, dtype=lib.float64).reshape(3, 4)
+        x = (base[:, ::2] if leaf == "gapped" else base[:, :1].expand(3, 4)).detach().requires_grad_()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            (x ** 3).sum().backward(create_graph=True)
+        g = x.grad
+        (dx,) = lib.autograd.grad((g * g).sum(), (x,))
+        return g.grad_fn.name(), g.stride(), g.is_contiguous(), dx, g.detach()
+    (n, st, c, dx, g), (tn, tst, tc, tdx, tg) = both(run)
+    assert (n, st, c) == (tn, tst, tc)
+    assert tn == "CloneBackward0"
+    same(g, tg)
+    same(dx, tdx)
+
+
 def test_misc_tensor_behaviours_match_torch():
     def run(lib):
         x = lib.ones(2, requires_grad=True)

@@ -291,6 +291,27 @@ def test_sim_modules_made_on_the_device_train_there(name):
 
 
 @sim
+@pytest.mark.parametrize("kind", ["causal", "bool", "float"])
+def test_sim_attention_masks_on_the_device_match_cpu(kind):
+    """F.scaled_dot_product_attention on device tensors with each kind of mask (the causal one and a boolean
+    one are made on the query's device): the values and gradients of the CPU."""
+    import jitgrad.nn.functional as F
+    r = np.random.default_rng(5)
+    arrays = [r.standard_normal(s).astype(np.float32) for s in ((2, 3, 2), (2, 4, 2), (2, 4, 3))]
+    mask = {"causal": None, "bool": r.random((3, 4)) > 0.3, "float": r.standard_normal((3, 4)).astype(np.float32)}[kind]
+    got = []
+    for dev in ("cpu", "cuda"):
+        xs = [jg.tensor(a, device=dev, requires_grad=True) for a in arrays]
+        m = None if mask is None else jg.tensor(mask, device=dev)
+        out = F.scaled_dot_product_attention(*xs, attn_mask=m, is_causal=mask is None)
+        assert out.device == xs[0].device
+        (out * out).sum().backward()
+        got.append([out.detach().cpu().numpy()] + [x.grad.cpu().numpy() for x in xs])
+    for c, g in zip(*got):
+        np.testing.assert_allclose(g, c, rtol=1e-5, atol=1e-6)
+
+
+@sim
 def test_sim_random_draws_run_on_the_device_with_the_cpus_numbers():
     from jitgrad.cuda.eager import _GRAPHS
     _GRAPHS.clear()

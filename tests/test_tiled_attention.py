@@ -59,6 +59,8 @@ CASES = {
     "scale": ((1, 2, 5, 4), (1, 2, 5, 4), (1, 2, 5, 4), "scale"),
     "no-keys": ((2, 3, 4), (2, 0, 4), (2, 0, 3), None),
     "no-queries": ((2, 0, 4), (2, 3, 4), (2, 3, 3), None),
+    "vector-mask": ((2, 5, 4), (2, 6, 4), (2, 6, 3), "vector"),
+    "scalar-mask": ((2, 5, 4), (2, 6, 4), (2, 6, 3), "scalar"),
 }
 
 
@@ -80,6 +82,12 @@ def _case(name, seed=0):
         m = np.ones((2, 1, 1, S), bool)
         m[1, ..., :4] = False           # the first key blocks of batch 1 wholly masked
         kw["attn_mask"] = m
+    elif kind == "vector":              # a mask with fewer than 2 dims: broadcast over the queries too
+        m = r.standard_normal(S)
+        m[1] = -np.inf
+        kw["attn_mask"] = m
+    elif kind == "scalar":
+        kw["attn_mask"] = np.array(0.7)
     elif kind == "scale":
         kw["scale"] = 0.3
     return arrays, kw
@@ -477,3 +485,39 @@ def test_gpt_training_with_tiled_attention_eager_compiled_and_torch(monkeypatch)
         losses, state, init = G.train_jitgrad(0.0, True, "compile-step", backend="numba")
     pytest.importorskip("torch")
     G._same((losses, state), G.train_torch(True, init), 1e-9)
+
+
+@pytest.mark.parametrize("mshape", [(6,), ()])
+def test_masks_of_fewer_than_two_dims_with_their_gradients_dropout_and_second_order(mshape):
+    """A 1-d (per key) or 0-d additive mask broadcasts over the queries: the tiled kernels' per-block slicing
+    of it, its gradient and the double backward equal the untiled path's, with and without dropout."""
+    r = _rng(4)
+    arrays = [r.standard_normal(s) for s in ((2, 5, 4), (2, 6, 4), (2, 6, 3), mshape)]
+
+    def grads(tiled, p):
+        xs = [jg.tensor(a, requires_grad=True) for a in arrays]
+        jg.manual_seed(2)
+        with attention_tiling(0 if tiled else 1 << 62, 3, 2):
+            out = F.scaled_dot_product_attention(*xs[:3], attn_mask=xs[3], dropout_p=p)
+            gs = jg.autograd.grad(out.sin().sum(), xs, create_graph=True)
+            ggs = jg.autograd.grad(sum((g * g).sum() for g in gs), xs)
+        return [out.detach().numpy()] + [g.detach().numpy() for g in gs + ggs]
+    for p in (0.0, 0.3):
+        for g, u in zip(grads(True, p), grads(False, p)):
+            assert g.shape == u.shape
+            np.testing.assert_allclose(g, u, rtol=1e-10, atol=1e-12)
+
+
+def test_a_float_mask_of_another_dtype_than_the_query_is_torchs_error_tiled_or_not():
+    """torch refuses an additive mask whose dtype is not the query's (the untiled backward would meet a float64
+    mask gradient with float32 scores; the tiled one would cast silently): the same error either way."""
+    torch = pytest.importorskip("torch")
+    q, k, v = (_rng(s).standard_normal(sh).astype(np.float32) for s, sh in ((0, (2, 5, 4)), (1, (2, 6, 4)), (2, (2, 6, 3))))
+    m = _rng(3).standard_normal((5, 6))
+    with pytest.raises(RuntimeError) as want:
+        torch.nn.functional.scaled_dot_product_attention(*(torch.tensor(a) for a in (q, k, v)),
+                                                         attn_mask=torch.tensor(m))
+    for tiled in (True, False):
+        with pytest.raises(RuntimeError) as got:
+            _sdpa(*(jg.tensor(a) for a in (q, k, v)), tiled, attn_mask=jg.tensor(m))
+        assert str(got.value).splitlines()[0] == str(want.value)

@@ -17,6 +17,7 @@ import os
 
 import numpy as np
 
+from ..ir import dtypes as dt
 from ..ir.ops import OPS as O
 from ..ir.ops.attention import attention_weights
 from ..ir.ops.tiled_attention import packed_sizes
@@ -90,8 +91,7 @@ def attention_tiling(min_score_bytes=None, block_q=None, block_k=None, eager_min
 def _tiles(query, key, value, mask, L, S, dropout=False):
     """Whether this call takes the tiled primitives."""
     for t in (query, key, value) if mask is None else (query, key, value, mask):
-        d = t._data
-        if type(d) is not np.ndarray and backend_of_payload(d) is not None:
+        if _device(t) is not None:
             return False            # a device tensor: the decomposition, on the device's kernels
     if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
         return False                # the fused op reports the error
@@ -112,10 +112,22 @@ def _tiles(query, key, value, mask, L, S, dropout=False):
 _CAUSAL: dict = {}     # (L, S, numpy dtype, device) -> additive causal mask, 0 on and below the diagonal, -inf above
 
 
+def _torch_name(dtype):
+    """torch's C++ name of a dtype in its messages (``double``, ``float``, ``c10::Half``...)."""
+    name = dtype.name
+    return {"float64": "double", "float32": "float"}.get(name) or "c10::" + dt.TORCH_SCALAR_NAME.get(name, name)
+
+
+def _device(t):
+    """``t``'s device when it is a device tensor, else None (a CPU array or a traced value)."""
+    d = t._data
+    return None if type(d) is np.ndarray or backend_of_payload(d) is None else t.device
+
+
 def _causal_mask(L, S, dtype, query):
     """The causal mask on ``query``'s device (a device query: the decomposition adds it there)."""
-    d = query._data
-    dev = None if type(d) is np.ndarray or backend_of_payload(d) is None else str(query.device)
+    dev = _device(query)
+    dev = None if dev is None else str(dev)
     key = (L, S, dtype, dev)
     m = _CAUSAL.get(key)
     if m is None:
@@ -157,32 +169,32 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if attn_mask is not None:
         if attn_mask.dtype.name == "bool":     # True: takes part (0 added), False: -inf
             zero = Tensor._make(np.zeros(attn_mask.shape, np.dtype(query.dtype.np)))
+            if _device(attn_mask) is not None:
+                zero = zero.to(attn_mask.device)        # masked_fill on the mask's device
             mask = zero.masked_fill(attn_mask.logical_not(), -math.inf)
         else:
+            if attn_mask.dtype is not query.dtype:      # torch's check (the ops would cast or fail in the backward)
+                raise RuntimeError(f"Expected attn_mask dtype to be bool or float or to match query dtype, but got "
+                                   f"attn_mask.dtype: {_torch_name(attn_mask.dtype)} and  query.dtype: "
+                                   f"{_torch_name(query.dtype)} instead.")
             mask = attn_mask
-    if 0.0 < dropout_p < 1.0 and _tiles(query, key, value, mask, L, S, dropout=True):
+    if dropout_p < 1.0 and _tiles(query, key, value, mask, L, S, dropout=dropout_p > 0.0):
         args = (query, key, value) if mask is None else (query, key, value, mask)
-        # clones: the generator's offset advances in place after the draw, and the backward reads the state
-        flat = generator_of(None)._draw(lambda seed, offset: bind(
-            O["sdpa_tiled"], *args, seed.clone(), offset.clone(), scale=sc, causal=bool(is_causal),
-            block_q=TILING.block_q, block_k=TILING.block_k, dropout_p=float(dropout_p)))
-        shape, n = packed_sizes(query.shape, key.shape, value.shape)
-        return flat[:n].reshape(shape)
-    if dropout_p > 0.0:     # dropout sits between the softmax and the product: the composition, no fused op
-        if is_causal:
-            mask = _causal_mask(L, S, np.dtype(query.dtype.np), query)
-        weights = attention_weights(lambda name, *a, **p: bind(O[name], *a, **p), query, key, mask, sc)
-        return dropout(weights, dropout_p, True) @ value
-    if _tiles(query, key, value, mask, L, S):
-        args = (query, key, value) if mask is None else (query, key, value, mask)
-        flat = bind(O["sdpa_tiled"], *args, scale=sc, causal=bool(is_causal), block_q=TILING.block_q,
-                    block_k=TILING.block_k)
+        kw = dict(scale=sc, causal=bool(is_causal), block_q=TILING.block_q, block_k=TILING.block_k)
+        if dropout_p > 0.0:
+            # clones: the generator's offset advances in place after the draw, and the backward reads the state
+            flat = generator_of(None)._draw(lambda seed, offset: bind(
+                O["sdpa_tiled"], *args, seed.clone(), offset.clone(), dropout_p=float(dropout_p), **kw))
+        else:
+            flat = bind(O["sdpa_tiled"], *args, **kw)
         shape, n = packed_sizes(query.shape, key.shape, value.shape)
         return flat[:n].reshape(shape)      # the output part (a contiguous view); the rest is the lse
     if is_causal:
         mask = _causal_mask(L, S, np.dtype(query.dtype.np), query)
+    if dropout_p > 0.0:     # dropout sits between the softmax and the product: the composition, no fused op
+        weights = attention_weights(lambda name, *a, **p: bind(O[name], *a, **p), query, key, mask, sc)
+        return dropout(weights, dropout_p, True) @ value
     args = (query, key, value) if mask is None else (query, key, value, mask)
     return bind(O["sdpa"], *args, scale=sc)
-
 
 __all__ = ["scaled_dot_product_attention", "TILING", "AttentionTiling", "attention_tiling"]

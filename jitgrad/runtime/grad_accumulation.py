@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import grad_mode
+from .conversions import contiguous_format
 from .node import CopyBackwards
 from .tensor import Tensor
 from ..tracer import STATE as _TR
@@ -33,8 +34,13 @@ def accumulate(t: Tensor, g: Tensor, create_graph: bool):
         tr.on_grad_write(t)     # inside @compile: functional update, written back after the call
     if create_graph:
         if old is None and tr is None and type(g._data) is np.ndarray and g.requires_grad:
-            # torch obeys the leaf's layout: new_empty_strided(...).copy_(g), so .grad's grad_fn is CopyBackwards
-            dst = Tensor._make(np.empty_like(t._data))
+            # torch obeys the leaf's layout: new_empty_strided(...).copy_(g), so .grad's grad_fn is CopyBackwards;
+            # a leaf with gaps or overlaps (not dense) gets a row-major clone instead (CloneBackward0)
+            out = np.empty_like(t._data)
+            if out.strides != t._data.strides:
+                t._grad = g.clone(memory_format=contiguous_format)
+                return
+            dst = Tensor._make(out)
             dst._data[...] = g._data
             dst._vc[0] += 1             # (the copy's write)
             dst.grad_fn = CopyBackwards(dst, g)

@@ -120,6 +120,13 @@ def _sum_to(a, shape):
     return a.sum(axis=axes, keepdims=True).reshape(shape) if axes else a.reshape(shape)
 
 
+def _as_mask(mask, dtype):
+    """The additive mask in ``dtype`` with at least 2 dims (a per-key or scalar mask broadcasts over the queries:
+    size-1 dims in front, so ``_mask_block`` can slice rows and keys; the flat order is unchanged)."""
+    mask = mask.astype(dtype, copy=False)
+    return mask if mask.ndim >= 2 else mask.reshape((1,) * (2 - mask.ndim) + mask.shape)
+
+
 def _mask_block(mask, i0, i1, j0, j1):
     r = mask if mask.shape[-2] == 1 else mask[..., i0:i1, :]
     return r if r.shape[-1] == 1 else r[..., j0:j1]
@@ -170,7 +177,7 @@ def _tiled_forward(*xs, scale, causal, block_q, block_k, dropout_p=0.0):
     out = flat[:n].reshape(batch + (L, Ev))
     lse = flat[n:].reshape(batch + (L, 1))
     if mask is not None:
-        mask = mask.astype(dt, copy=False)
+        mask = _as_mask(mask, dt)
     kt = np.swapaxes(k, -1, -2)
     sc = dt.type(scale)
     for i0 in range(0, L, block_q):
@@ -223,12 +230,11 @@ def _tiled_backward(*xs, scale, causal, block_q, block_k, mask_grad, dropout_p=0
     delta = (do * o).sum(axis=-1, keepdims=True)
     delta -= gpacked[n:].reshape(batch + (L, 1))        # the lse part of the cotangent: d lse / d s = p
     if mask is not None:
-        mshape = mask.shape
-        mask = mask.astype(dt, copy=False)
+        mask = _as_mask(mask, dt)
     dq = np.zeros(batch + (L, E), dt)
     dk = np.zeros(batch + (S, E), dt)
     dv = np.zeros(batch + (S, Ev), dt)
-    dmask = np.zeros(mshape, dt) if mask_grad else None
+    dmask = np.zeros(mask.shape, dt) if mask_grad else None
     kt = np.swapaxes(k, -1, -2)
     vt = np.swapaxes(v, -1, -2)
     sc = dt.type(scale)
