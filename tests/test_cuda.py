@@ -312,6 +312,25 @@ def test_sim_attention_masks_on_the_device_match_cpu(kind):
 
 
 @sim
+def test_sim_dropout_of_a_device_tensor_draws_on_the_device_with_the_cpus_mask():
+    """F.dropout / nn.Dropout on a device tensor (the draw was made on the CPU: a device mismatch): the result
+    stays on the device and equals the CPU's for the same seed, gradient included."""
+    import jitgrad.nn.functional as F
+    a = np.random.default_rng(7).standard_normal((6, 5)).astype(np.float32)
+    got = []
+    for dev in ("cpu", "cuda"):
+        jg.manual_seed(3)
+        x = jg.tensor(a, device=dev, requires_grad=True)
+        y = F.dropout(x, 0.4) + jg.nn.Dropout(0.25)(x)
+        assert y.device == x.device
+        y.sum().backward()
+        got.append((y.detach().cpu().numpy(), x.grad.cpu().numpy()))
+    for c, g in zip(*got):
+        np.testing.assert_allclose(g, c, rtol=1e-6, atol=1e-7)
+    assert (got[0][1] == 0).any() and (got[0][1] != 0).any()
+
+
+@sim
 def test_sim_random_draws_run_on_the_device_with_the_cpus_numbers():
     from jitgrad.cuda.eager import _GRAPHS
     _GRAPHS.clear()

@@ -32,7 +32,7 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
         return input.mul_(0.0) if inplace else input * 0.0
     md = input.dtype if input.is_floating_point() else dt.DEFAULT_FLOAT
     with no_grad():
-        mask = (rand(input.shape, dtype=md) >= p).to(md) * (1.0 / (1.0 - p))
+        mask = (rand(input.shape, dtype=md, device=input.device) >= p).to(md) * (1.0 / (1.0 - p))
     return input.mul_(mask) if inplace else input * mask
 
 
