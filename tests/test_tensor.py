@@ -1219,3 +1219,40 @@ def test_legacy_tensor_constructor_uses_the_default_float_dtype():
     r = jg.Tensor([1.0, 2.0], requires_grad=True) * 2
     r.sum().backward()
     assert r.grad_fn.name() == "MulBackward0"
+
+
+_MIXED_KEYS = [(1, slice(None), [2, 0]), (slice(None), [2, 0], None, 1), (1, Ellipsis, [2, 0]),
+               ([1, 0], slice(None), 1), (1, [2, 0]), (0, slice(None), [2, 0], 3), ([1, 0], 1, slice(1, 3), [2, 0]),
+               (1, slice(None), [[2, 0], [1, 1]])]
+
+
+@pytest.mark.parametrize("key", _MIXED_KEYS, ids=str)
+def test_index_mixing_ints_and_index_tensors_follows_torch(key):
+    """torch selects the integers first, then indexes with the tensors: ``x[1, :, idx]`` of a (2, 3, 4, 5) tensor
+    is (3, 2, 5) (NumPy's rule gives (2, 3, 5)).  Values, writes, gradients and compiled code, against torch."""
+    torch = pytest.importorskip("torch")
+    a = np.arange(120, dtype=np.float64).reshape(2, 3, 4, 5)
+
+    def conv(lib):
+        return tuple(lib.tensor(x) if isinstance(x, list) else x for x in key)
+    want = torch.tensor(a)[conv(torch)].numpy()
+    got = jg.tensor(a)[conv(jg)]
+    assert tuple(got.shape) == want.shape
+    np.testing.assert_array_equal(got.numpy(), want)
+    v = np.random.default_rng(0).random(want.shape)
+    tw, jw = torch.tensor(a), jg.tensor(a.copy())
+    tw[conv(torch)] = torch.tensor(v)
+    jw[conv(jg)] = jg.tensor(v)
+    np.testing.assert_array_equal(jw.numpy(), tw.numpy())
+    xt, x = torch.tensor(a, requires_grad=True), jg.tensor(a, requires_grad=True)
+    (xt[conv(torch)] * torch.tensor(v)).sum().backward()
+    (x[conv(jg)] * jg.tensor(v)).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), xt.grad.numpy())
+
+    def step(x, v):
+        y = x.clone()
+        y[conv(jg)] = v
+        return x[conv(jg)] * 2, y
+    c, y = jg.compile(step, backend="numba")(jg.tensor(a), jg.tensor(v))
+    np.testing.assert_array_equal(c.numpy(), want * 2)
+    np.testing.assert_array_equal(y.numpy(), tw.detach().numpy())

@@ -148,23 +148,11 @@ def write_through(t):
     if rec is None or rec[0]() is not t:
         return
     _, base, op, params = rec
-    from ..ir.ops import OPS
-    from ..runtime.dispatch import bind
+    from ..runtime.view_inplace import view_write_into_base
     if _GM.grad_enabled and base.requires_grad:
         raise RuntimeError("jitgrad: in-place modification of a view of a CUDA tensor that requires grad is not "
                            "supported; use index assignment on the base tensor (y[idx] = v) or an out-of-place op")
-    with grad_mode.no_grad():
-        if op.name == "reshape":
-            new = t.reshape(base.shape)
-        elif op.name == "permute":
-            new = t.permute(*np.argsort(params["perm"]).tolist())
-        elif op.name == "getitem":
-            new = bind(OPS["index_put"], base, t, spec=params["spec"], accumulate=False)
-        else:
-            raise RuntimeError(f"jitgrad: in-place write into the result of {op.name} (an expanded view: several "
-                               "elements share one memory location) is not supported")
-    if new.dtype is not base.dtype:
-        new = new.to(base.dtype)
+    new = view_write_into_base(base, t, op, params)
     base._data.copy_to_device(new._data)
     base._vc[0] += 1
     refresh_views(base, skip=t)     # the view's siblings

@@ -357,7 +357,10 @@ def _bind_traced(tr, op, args, params):
     with a decomposition (``OpDef.decompose``) is traced as that composition, so graphs hold only the primitives
     codegen knows."""
     if op.decompose is not None:
-        return op.decompose(_bind_by_name, *args, **params)
+        r = op.decompose(_bind_by_name, *args, **params)
+        if op.view and isinstance(args[0], Tensor):
+            note_view(tr, r, args[0], op, params)     # a write into it reaches args[0] (or is refused)
+        return r
     ins = []
     need = False
     for a in args:
@@ -414,6 +417,9 @@ def _bind_traced(tr, op, args, params):
     t._view_origin = None
     t._vc = [0]
     t._base = None
+    if op.view and isinstance(args[0], Tensor) and not (
+            op.name == "getitem" and any(type(s) is tuple and s[0] == "tensor" for s in params["spec"])):
+        note_view(tr, t, args[0], op, params)
     if tr.made is not None:
         tr.made.append(t)
     if diff:
@@ -481,3 +487,4 @@ from .tensor import Tensor  # noqa: E402  (Tensor's methods call bind; bind buil
 from .devices import backend_of_payload, to_host, transfer  # noqa: E402
 from .saved_hooks import STATE as _SH, pack_node  # noqa: E402
 from .view_inplace import INFERENCE_VIEW, NO_GRAD_VIEW, inherited_origin  # noqa: E402
+from .traced import note_view  # noqa: E402

@@ -198,6 +198,9 @@ class InPlaceOps:
 
     # --- indexing --------------------------------------------------------------------------------
     def __getitem__(self, key):
+        split = ints_before_tensors(key)
+        if split is not None:
+            return self[split[0]][split[1]]
         spec, idx = parse_index(key, self)
         r = _bind(O["getitem"], self, *idx, spec=spec)
         gf = r.grad_fn
@@ -206,6 +209,10 @@ class InPlaceOps:
         return r
 
     def __setitem__(self, key, value):
+        split = ints_before_tensors(key)
+        if split is not None:
+            self[split[0]][split[1]] = value      # through the view, as torch writes it (select, then index_put_)
+            return
         spec, idx = parse_index(key, self)
         if self._requires_grad and self.grad_fn is None and _GM.grad_enabled and not idx and any(
                 type(k) is int or type(k) is tuple for k in spec):
@@ -264,6 +271,26 @@ def _check_result(t, r):
     if rd.dtype != sd.dtype and not np.can_cast(rd.dtype, sd.dtype, "same_kind"):
         raise RuntimeError(f"result type {torch_scalar_name(r.dtype)} can't be cast to the desired output type "
                            f"{torch_scalar_name(t.dtype)}")
+
+
+def _advanced(k) -> bool:
+    return isinstance(k, (InPlaceOps, list, range, np.ndarray))
+
+
+def ints_before_tensors(key):
+    """torch's order for an index mixing integers and index tensors (``x[1, :, idx]``): the integers select first
+    (a view), then the tensors index what is left.  NumPy counts an integer beside an index array as one more
+    advanced index, which moves the result's dims to the front when a slice separates them (shape (2, 3) where
+    torch gives (3, 2)).  Returns the two keys to apply in turn, or None when the key needs no split."""
+    if type(key) is not tuple or not any(_advanced(k) for k in key):
+        return None
+    if not any(isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)) for k in key) or any(
+            isinstance(k, (bool, np.bool_)) for k in key):
+        return None
+    first = tuple(slice(None) if _advanced(k) else k for k in key)
+    rest = tuple(k if _advanced(k) or k is Ellipsis else slice(None) for k in key
+                 if not (isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_))))
+    return first, rest
 
 
 def parse_index(key, t):

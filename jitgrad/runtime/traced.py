@@ -72,7 +72,8 @@ def traced_payload(t, tr):
 
 def traced_write(t, r, tr):
     """In-place write inside a trace: the tensor's payload becomes the new traced value (functionalised;
-    the compiled call writes it back into the real buffer afterwards)."""
+    the compiled call writes it back into the real buffer afterwards).  When ``t`` is a view made in the trace,
+    its base gets the written values too, and the other views of that base are recomputed (``note_view``)."""
     if r.dtype is not t.dtype:
         with grad_mode.no_grad():
             r = r.to(t.dtype)
@@ -81,3 +82,64 @@ def traced_write(t, r, tr):
         if tr.on_mutate is not None:
             tr.on_mutate(t)
     t._data = r._data
+    if tr is not None and tr.views:
+        _refresh_views(tr, t)
+        _write_through(tr, t, r)
+
+
+# ---- views inside a trace ------------------------------------------------------------------------------------
+# Traced values are immutable, so a view op makes a new value, not an alias: an in-place write into a view (``w[1]
+# .add_(x)``, ``y.T.mul_(2)``, ``y[1][:, idx] = v``) must be carried to its base by hand, as eager mode's shared
+# memory does.  Each view a trace makes is recorded with its base; a write into it writes the base (the view's
+# inverse: ``view_write_into_base``), on up a chain of views, and recomputes the base's other views.
+
+def note_view(tr, t, base, op, params):
+    """Record that tensor ``t`` made in trace ``tr`` is the view ``op(base, **params)``."""
+    import weakref
+    k = id(t)
+
+    def forget(_, k=k, b=id(base)):
+        tr.views.pop(k, None)
+        kids = tr.view_children.get(b)
+        if kids is not None:
+            kids.discard(k)
+    tr.views[k] = (weakref.ref(t, forget), base, op, params)
+    tr.view_children.setdefault(id(base), set()).add(k)
+
+
+def _refresh_views(tr, t, skip=None):
+    """Recompute the recorded views of ``t`` (and theirs) from its current value."""
+    from .dispatch import bind
+    for k in list(tr.view_children.get(id(t), ())):
+        rec = tr.views.get(k)
+        v = rec[0]() if rec is not None else None
+        if v is None or v is skip or rec[1] is not t:
+            continue
+        with grad_mode.no_grad():
+            new = bind(rec[2], t, **rec[3])
+        v._data = new._data
+        _refresh_views(tr, v)
+
+
+def _write_through(tr, t, r):
+    """``t`` (a recorded view) was written with ``r``: write its base, then the base's base, recomputing the
+    siblings on the way."""
+    rec = tr.views.get(id(t))
+    if rec is None or rec[0]() is not t:
+        return
+    _, base, op, params = rec
+    if grad_mode.STATE.grad_enabled and (base.requires_grad or r.requires_grad):
+        from .source import user_loc
+        loc = user_loc(4)
+        where = f" at {loc.where()} ({loc.text})" if loc is not None else ""
+        raise RuntimeError(f"jitgrad: in-place modification of a view ({op.name}) of a tensor inside @jg.compile "
+                           f"while gradients are recorded is not supported{where}; use index assignment on the base "
+                           "tensor (y[idx] = v), an out-of-place op, or a jitgrad.no_grad() block")
+    from .view_inplace import view_write_into_base
+    new = view_write_into_base(base, t, op, params)
+    if tr.on_mutate is not None:
+        traced_payload(base, tr)
+        tr.on_mutate(base)
+    base._data = new._data
+    _refresh_views(tr, base, skip=t)
+    _write_through(tr, base, new)

@@ -132,6 +132,30 @@ def inplace_on_view(self, fn, others, snapshot, check_result):
     return self
 
 
-__all__ = ["inplace_on_view", "view_positions", "NO_GRAD_VIEW_MSG", "INFERENCE_VIEW_MSG", "INFERENCE_VIEW",
+__all__ = ["inplace_on_view", "view_positions", "view_write_into_base", "NO_GRAD_VIEW_MSG", "INFERENCE_VIEW_MSG", "INFERENCE_VIEW",
            "NO_GRAD_VIEW", "VIEW_OF_NO_GRAD_VIEW", "VIEW_OF_INFERENCE_VIEW", "inherited_origin", "view_of_view_msg",
            "custom_fn_origin", "custom_fn_view_msg"]
+
+
+def view_write_into_base(base, view, op, params):
+    """The value of ``base`` after an in-place write into ``view = op(base, **params)``: the view's new values
+    put back where it reads them (traced code and device tensors, whose views are not shared memory).  A view
+    whose elements share a location (``broadcast_to``) or that has no inverse here raises, naming the op."""
+    from . import grad_mode
+    from .dispatch import bind
+    with grad_mode.no_grad():
+        if op.name == "reshape":
+            new = view.reshape(base.shape)
+        elif op.name == "permute":
+            new = view.permute(*np.argsort(params["perm"]).tolist())
+        elif op.name == "flip":
+            new = bind(op, view, **params)
+        elif op.name == "getitem":
+            new = bind(O["index_put"], base, view, spec=params["spec"], accumulate=False)
+        else:
+            raise RuntimeError(f"jitgrad: in-place write into the result of {op.name} is not supported here (inside "
+                               "@jg.compile or on a device: an expanded view's elements share one memory location, "
+                               "and other views have no inverse yet); write into the base tensor instead")
+        if new.dtype is not base.dtype:
+            new = new.to(base.dtype)
+    return new

@@ -1,0 +1,68 @@
+"""In-place writes into views inside @jg.compile reach their base, as eager mode's shared memory makes them
+(runtime/traced.py: traced values are immutable, so each view a trace makes is recorded with its base and a
+write into it is written through).  Compiled (both backends) == eager, and the refusals name the op."""
+import numpy as np
+import pytest
+
+import jitgrad as jg
+
+
+def _views_of_a_clone(x):
+    y = x.clone() + jg.arange(6.0).reshape(2, 3)
+    v = y[1]
+    v[0] = 5.0                      # setitem on a view
+    y[0][1:].mul_(-1.0)             # an in-place op on a view of a view
+    y.T.add_(0.5)                   # a permuted view
+    y.view(-1)[4] = 7.0             # a reshaped view
+    a, b = y[0], y[:, 2]
+    a.add_(100.0)                   # a sibling view (b) sees it
+    vv = v[0:2]
+    v.mul_(2.0)                     # a view of the written view (vv) sees it
+    return y, b * 1.0, vv + 0.0
+
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_writes_into_views_reach_the_base_and_its_other_views(backend):
+    x = jg.tensor(np.linspace(-1, 1, 6).reshape(2, 3))
+    want = [t.numpy() for t in _views_of_a_clone(x)]
+    got = jg.compile(_views_of_a_clone, backend=backend, background=False)(x)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.numpy(), w)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_a_write_into_a_view_of_captured_state_updates_it(backend):
+    w = jg.tensor(np.zeros((2, 3)))
+
+    @jg.compile(backend=backend, background=False)
+    def step(x):
+        with jg.no_grad():
+            w[1].add_(x)                # a parameter updated through a view (was lost: w stayed 0)
+            w[:, 0].mul_(2.0)
+        return w.sum()
+    assert float(step(jg.tensor(1.0))) == 4.0
+    assert float(step(jg.tensor(1.0))) == 10.0
+    np.testing.assert_array_equal(w.numpy(), [[0, 0, 0], [6, 2, 2]])
+
+
+def test_writes_into_views_without_an_inverse_are_refused_by_name():
+    def expanded(x):
+        y = x.clone()
+        y.expand(3, 2, 3).add_(1.0)
+        return y
+    x = jg.tensor(np.zeros((2, 3)))
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        expanded(x)                     # eager: torch's refusal
+    with pytest.raises(RuntimeError, match="broadcast_to"):
+        jg.compile(expanded, backend="interpret")(x)
+
+
+def test_a_recorded_write_into_a_view_inside_compile_is_refused_with_the_line():
+    w = jg.tensor(np.ones((2, 3)), requires_grad=True)
+
+    def f(x):
+        y = w * 1.0
+        y[1].mul_(x)                    # MARK
+        return y.sum()
+    with pytest.raises(RuntimeError, match="while gradients are recorded is not supported.*test_traced_views.py"):
+        jg.compile(f, backend="interpret")(jg.tensor(2.0))
