@@ -162,7 +162,7 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
         return step
 
     # A kernel runs its outer loop on the worker pool when its work pays for waking the workers (one wake-up round,
-    # ~10-20 us: workpool.py): at least PARALLEL_GRAIN elements (PyTorch's grain size) and size x per-element cost
+    # ~5-30 us: workpool.py): at least PARALLEL_GRAIN elements (PyTorch's grain size) and size x per-element cost
     # >= PARALLEL_WORK, about 160 us of one core's work (fuse.py's cost unit runs at ~0.02 ns on one core of this
     # kind of machine: B2's loop, ~26 units, 0.53 ns an element); always from loops.PARALLEL_MIN elements.
     # Measured 2026-11-24, quiet, 2 cores (benchmarks/parallel_threshold.py, min / median): waking the workers costs
