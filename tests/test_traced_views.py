@@ -66,3 +66,21 @@ def test_a_recorded_write_into_a_view_inside_compile_is_refused_with_the_line():
         return y.sum()
     with pytest.raises(RuntimeError, match="while gradients are recorded is not supported.*test_traced_views.py"):
         jg.compile(f, backend="interpret")(jg.tensor(2.0))
+
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_a_reshape_that_eager_mode_copies_stays_a_copy(backend):
+    """``y.T.reshape(-1)`` is a copy in eager mode (the strides forbid a view): a write into it must not reach
+    ``y``.  ``view``/``unsqueeze``/``squeeze`` are views whatever the strides: a write into them does."""
+    def f(x):
+        y = x * 1.0
+        z = y.T.reshape(-1)
+        z.add_(100.0)
+        y.unsqueeze(0)[0, 1].mul_(-1.0)
+        y.view(3, 2).squeeze()[0, 0] = 7.0
+        return y, z
+    x = jg.tensor(np.arange(6.0).reshape(2, 3))
+    want = [t.numpy() for t in f(x)]
+    got = jg.compile(f, backend=backend, background=False)(x)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.numpy(), w)

@@ -417,9 +417,9 @@ def _bind_traced(tr, op, args, params):
     t._view_origin = None
     t._vc = [0]
     t._base = None
-    if op.view and isinstance(args[0], Tensor) and not (
+    if op.view and isinstance(args[0], Tensor) and op.name != "reshape" and not (
             op.name == "getitem" and any(type(s) is tuple and s[0] == "tensor" for s in params["spec"])):
-        note_view(tr, t, args[0], op, params)
+        note_view(tr, t, args[0], op, params)   # (a reshape copies when strides forbid a view: see definite_view)
     if tr.made is not None:
         tr.made.append(t)
     if diff:

@@ -13,6 +13,7 @@ from .dispatch import bind, op_error
 from .grad_names import named
 from .tensor import Tensor
 from .torch_kwargs import torch_kwargs
+from .traced import definite_view
 
 
 def _shape_arg(shape):
@@ -66,8 +67,9 @@ def view(input, *shape, **torch_kw):
             raise RuntimeError("view size is not compatible with input tensor's size and stride (at least one "
                                "dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
     if not torch_kw and _infer("view", _shape_arg(shape), input) == input.shape:
-        return bind(O["reshape"], input, shape=input.shape)    # as torch: a view is a new tensor, even of one shape
-    return reshape(input, *shape)
+        # as torch: a view is a new tensor, even of one shape
+        return definite_view(bind(O["reshape"], input, shape=input.shape), input)
+    return definite_view(reshape(input, *shape), input)
 
 
 def flatten(input, start_dim=0, end_dim=-1, **torch_kw):
@@ -91,7 +93,8 @@ def squeeze(input, dim=None, **torch_kw):
     else:
         axes = _axes("squeeze", input, dim) if input.ndim else ()
         shape = tuple(d for i, d in enumerate(input.shape) if not (i in axes and d == 1))
-    return _fresh(reshape(input, shape), input, "SqueezeBackward0" if dim is None else "SqueezeBackward1")
+    return definite_view(_fresh(reshape(input, shape), input, "SqueezeBackward0" if dim is None else "SqueezeBackward1"),
+                         input)
 
 
 def unsqueeze(input, dim, **torch_kw):
@@ -101,8 +104,8 @@ def unsqueeze(input, dim, **torch_kw):
     if not 0 <= ax <= input.ndim:
         raise IndexError(f"Dimension out of range (expected to be in range of [{-input.ndim - 1}, {input.ndim}], "
                          f"but got {dim})")
-    return _fresh(bind(O["reshape"], input, shape=input.shape[:ax] + (1,) + input.shape[ax:]), input,
-                  "UnsqueezeBackward0")
+    return definite_view(_fresh(bind(O["reshape"], input, shape=input.shape[:ax] + (1,) + input.shape[ax:]), input,
+                                "UnsqueezeBackward0"), input)
 
 
 def permute(input, *dims, **torch_kw):

@@ -107,6 +107,17 @@ def note_view(tr, t, base, op, params):
     tr.view_children.setdefault(id(base), set()).add(k)
 
 
+def definite_view(t, base):
+    """``t`` is a reshape of ``base`` that is a view whatever the strides (``view``, ``squeeze``, ``unsqueeze``):
+    record it as one in the active trace.  A plain ``reshape`` is not recorded: eager mode copies when the strides
+    forbid a view, and a trace does not know the strides eager mode would have (its writes stay its own)."""
+    tr = _TR.active
+    if tr is not None and t is not base and type(t._data) is Var:
+        from ..ir.ops import OPS
+        note_view(tr, t, base, OPS["reshape"], {"shape": tuple(t.shape)})
+    return t
+
+
 def _refresh_views(tr, t, skip=None):
     """Recompute the recorded views of ``t`` (and theirs) from its current value."""
     from .dispatch import bind
