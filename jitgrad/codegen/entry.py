@@ -258,11 +258,8 @@ def caller(address: int, program, n_checks: int, A, F, OFF, fallback, IE, step_e
     # outputs below the pool's threshold come from np.empty directly: take() would spend ~2 us in np.prod on
     # the shape of every call's scalar loss (B5's whole budget is 15 us)
     specs = [(tuple(r.shape), np.dtype(r.dtype.np)) for r in p.fresh]
-    small = [math.prod(s) * d.itemsize < MIN_BYTES for s, d in specs]
-    if all(small):
-        specs_small = specs
-    else:
-        specs_small = None
+    pooled = [math.prod(s) * d.itemsize >= MIN_BYTES for s, d in specs]
+    any_pooled = any(pooled)
     empty = np.empty
     outputs = p.outputs
     checked = bool(p.index_steps)
@@ -272,10 +269,10 @@ def caller(address: int, program, n_checks: int, A, F, OFF, fallback, IE, step_e
         for a in arrays:
             if not a.flags.c_contiguous:
                 return fallback(*arrays)
-        if specs_small is not None:
-            fresh = [empty(s, d) for s, d in specs_small]
+        if any_pooled:
+            fresh = [take(s, d) if big else empty(s, d) for (s, d), big in zip(specs, pooled)]
         else:
-            fresh = [empty(s, d) if sm else take(s, d) for (s, d), sm in zip(specs, small)]
+            fresh = [empty(s, d) for s, d in specs]
         if n_checks:
             err = np.array([n_checks, 0], np.int64)
             args = arrays + tuple(fresh) + (err,)
