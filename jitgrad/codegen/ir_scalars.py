@@ -17,6 +17,8 @@ import os
 
 import numpy as np
 
+from .loops import FASTMATH
+
 
 class Unsupported(Exception):
     """The kernel's text uses something the translator does not handle: Numba compiles it."""
@@ -31,8 +33,8 @@ _BITS = {I64: 64, I32: 32, U8: 8}
 _CASTS = {"float32": F32, "float64": F64, "int64": I64, "int32": I32, "uint8": U8, "bool": BOOL, "bool_": BOOL}
 _PTRS = {"ptr_f32": F32, "ptr_f64": F64, "ptr_i64": I64, "ptr_i32": I32, "ptr_b1": U8, "ptr_u8": U8}
 _NP_SCALAR = {np.float32: F32, np.float64: F64, np.int64: I64, np.int32: I32, np.uint8: U8, np.bool_: BOOL}
-KERNEL_FASTMATH = ("afn", "arcp", "contract", "nsz", "reassoc")
-MATHLIB_FASTMATH = ("contract",)
+KERNEL_FASTMATH = tuple(sorted(FASTMATH))      # the flags the generators write on a kernel (loops.FASTMATH)
+MATHLIB_FASTMATH = ("contract",)               # mathlib.FASTMATH (that module imports Numba: not imported here)
 
 
 def _ir():
