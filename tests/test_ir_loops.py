@@ -16,20 +16,12 @@ import numpy as np
 import pytest
 
 import jitgrad as jg
-from jitgrad.codegen import build, cache, ir_loops, objload
+from jitgrad.codegen import build, cache, ir_loops, loops, objload
 
 REPO = Path(__file__).resolve().parents[1]
 _CALL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
-_KERNEL = '''import numpy as np
-from numba import cfunc, prange
-from numpy import float32, float64, int32, int64, uint8
-from jitgrad.codegen.abi import KERNEL_SIGNATURE, ptr_f32, ptr_f64, ptr_i64, ptr_i32, ptr_b1, ptr_u8, store
-from jitgrad.codegen.mathlib import {fn}
-
-
-@cfunc(KERNEL_SIGNATURE, cache=CACHE_ENABLED, fastmath={{'afn', 'arcp', 'contract', 'nsz', 'reassoc'}}, parallel=False, error_model='numpy')
-def kernel(A):
+_BODY = '''def kernel(A):
     n0 = A[0]
     p0 = ptr_{s}(A[1])
     p1 = ptr_{s}(A[2])
@@ -38,8 +30,20 @@ def kernel(A):
         x0 = p0[i0]
         x1 = p1[i0]
         t0 = {dtype}({call})
-        store(p2, i0, t0)
-'''
+        store(p2, i0, t0)'''
+
+
+def _kernel_text(body, *, uses=(), consts=None, parallel=False):
+    """A kernel's module text as the generators write it (``loops.Kernel``: imports, constants, decorator) around
+    ``body`` (its ``def kernel(A):``)."""
+    return loops.Kernel("kernel", body, rank=1, operands=(), classes=(), parallel=parallel, uses=uses,
+                        consts=consts).source
+
+
+def _kernel(fn, s, dtype, call):
+    """An elementwise kernel over two inputs of ``dtype`` whose element is ``call`` (which may use mathlib's
+    ``fn``)."""
+    return _kernel_text(_BODY.format(s=s, dtype=dtype, call=call), uses=[("mathlib", fn)])
 
 
 def _both(src, args, out):
@@ -73,7 +77,7 @@ def _mathlib_cases():
         for dtype, s in (("float32", "f32"), ("float64", "f64")):
             fn = f"{name}_{s}"
             arity = getattr(mathlib, fn).py_func.__code__.co_argcount
-            src = _KERNEL.format(fn=fn, s=s, dtype=dtype, call=f"{fn}(x0)" if arity == 1 else f"{fn}(x0, x1)")
+            src = _kernel(fn=fn, s=s, dtype=dtype, call=f"{fn}(x0)" if arity == 1 else f"{fn}(x0, x1)")
             cases.append((fn, src))
     return cases
 
@@ -105,7 +109,7 @@ def test_libm_calls_need_no_numba_runtime():
     initialising Numba's runtime."""
     for fn, want in (("atan2_f32", ["atan2"]), ("nextafter_f32", ["nextafterf"]), ("nextafter_f64", ["nextafter"])):
         s, dtype = fn[-3:], "float32" if fn.endswith("f32") else "float64"
-        src = _KERNEL.format(fn=fn, s=s, dtype=dtype, call=f"{fn}(x0, x1)")
+        src = _kernel(fn=fn, s=s, dtype=dtype, call=f"{fn}(x0, x1)")
         blob = ir_loops.compile_kernel(cache.cache_key(src, extra=("test-ir-libm",)), src)
         assert blob is not None and list(blob.needs) == want, (fn, blob and blob.needs)
         assert objload._missing(blob.needs) == []
@@ -116,15 +120,7 @@ def test_typing_follows_numba_on_mixed_scalars():
     with an int64 becomes float64, int / int is float64, a bool in arithmetic is an int64 (the float beside a
     float); casts truncate, select unifies; ``//`` and ``%`` round down and give 0 for a zero divisor and for
     the least int64 over -1; ``and`` with a load evaluates it only when needed."""
-    src = '''import numpy as np
-from numba import cfunc, prange
-from numpy import float32, float64, int32, int64, uint8
-from jitgrad.codegen.abi import KERNEL_SIGNATURE, ptr_f32, ptr_f64, ptr_i64, ptr_i32, ptr_b1, ptr_u8, store
-c0 = np.float32(0.1)
-
-
-@cfunc(KERNEL_SIGNATURE, cache=CACHE_ENABLED, fastmath={'afn', 'arcp', 'contract', 'nsz', 'reassoc'}, parallel=False, error_model='numpy')
-def kernel(A):
+    src = _kernel_text('''def kernel(A):
     n0 = A[0]
     p0 = ptr_i32(A[1])
     p1 = ptr_u8(A[2])
@@ -141,8 +137,7 @@ def kernel(A):
         q = (a * 7) // d + (a * 7) % d + ((-9223372036854775807 - 1) if u == 9 else a) // (-1 if u < 20 else 3)
         z = ((u > 3) + a) * 3 + f * (u < 100) - (u == 5) * (u == 5)
         s = 1.5 if (a > 0 and p0[i0] > 5000) else 2.5
-        store(p2, i0, m + float32(u != 0) - (-a) + q * 0.001 + z + s)
-'''
+        store(p2, i0, m + float32(u != 0) - (-a) + q * 0.001 + z + s)''', consts={"c0": "np.float32(0.1)"})
     rng = np.random.default_rng(3)
     a = rng.integers(-100000, 100000, 3000).astype(np.int32)
     u = rng.integers(0, 256, 3000).astype(np.uint8)
@@ -274,12 +269,12 @@ def test_translator_refuses_what_it_does_not_know():
     for body in ("        store(p1, i0, x0 % 3.0)", "        store(p1, i0, x0 ** 2)",
                  "        store(p1, i0, float32(1) if 0 < x0 < 1 else float32(2))",      # a chained comparison
                  "        while x0 > 0:\n            x0 = x0 - 1"):
-        src = _KERNEL.format(fn="exp_f32", s="f32", dtype="float32", call="x0").replace(
+        src = _kernel(fn="exp_f32", s="f32", dtype="float32", call="x0").replace(
             "        t0 = float32(x0)\n        store(p2, i0, t0)", body)
         with pytest.raises(ir_loops.Unsupported):
             ir_loops.translate(src, "0" * 64)
     # a parallel kernel needs its prange loop at the top of the kernel (tests/test_parallel_kernels.py has the rest)
-    par = _KERNEL.format(fn="exp_f32", s="f32", dtype="float32", call="x0").replace("parallel=False", "parallel=True")
+    par = _kernel(fn="exp_f32", s="f32", dtype="float32", call="x0").replace("parallel=False", "parallel=True")
     with pytest.raises(ir_loops.Unsupported, match="prange placement"):
         ir_loops.translate(par, "0" * 64)
     with pytest.raises(ir_loops.Unsupported, match="prange placement"):

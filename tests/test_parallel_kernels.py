@@ -18,22 +18,13 @@ import numpy as np
 import pytest
 
 import jitgrad as jg
-from jitgrad.codegen import cache, ir_loops, objload, workpool
+from jitgrad.codegen import cache, ir_loops, loops, objload, workpool
 
 REPO = Path(__file__).resolve().parents[1]
 _CALL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 # an elementwise loop with a full sum and a counter (the forms the generators write: loops.gen_group)
-_PAR = '''import numpy as np
-from numba import cfunc, prange
-from numpy import float32, float64, int32, int64, uint8
-from jitgrad.codegen.abi import KERNEL_SIGNATURE, ptr_f32, ptr_f64, ptr_i64, ptr_i32, ptr_b1, ptr_u8, store
-from jitgrad.codegen.mathlib import tanh_f32
-c0 = np.float32(0.5)
-
-
-@cfunc(KERNEL_SIGNATURE, cache=CACHE_ENABLED, fastmath={'afn', 'arcp', 'contract', 'nsz', 'reassoc'}, parallel=True, error_model='numpy')
-def kernel(A):
+_PAR = loops.Kernel("kernel", '''def kernel(A):
     n0 = A[0]
     p0 = ptr_f32(A[1])
     p1 = ptr_f32(A[2])
@@ -48,8 +39,8 @@ def kernel(A):
         acc = acc + float64(t0)
         k0 += 1 if x0 > 0 else 0
     store(p2, 0, acc)
-    store(p3, 0, k0)
-'''
+    store(p3, 0, k0)''', rank=1, operands=(), classes=(), parallel=True, uses=[("mathlib", "tanh_f32")],
+                   consts={"c0": "np.float32(0.5)"}).source
 
 
 def _run_block(addr, x):
