@@ -542,7 +542,7 @@ def _optimised(text):
 
 def compile_kernel(key: str, source: str):
     """The kernel's object code (``objstore.Blob``), or None when Numba must compile it (``Unsupported``)."""
-    from . import objstore
+    from . import objload, objstore
     with _lock:
         text = _TEXTS.pop(key, None)
     if text is None:
@@ -555,8 +555,7 @@ def compile_kernel(key: str, source: str):
     obj = tm.emit_object(m)
     # the C library's functions it calls (atan2, nextafter; LLVM may add memset) and, for a parallel kernel, the
     # pool's (``workpool.SYMBOLS``): resolved from the process when the object is linked (``objload.load``)
-    needs = sorted({f.name for f in m.functions if f.is_declaration and not f.name.startswith("llvm.")}
-                   | {g.name for g in m.global_variables if g.is_declaration})
+    needs = objload.external_symbols(m)
     with _lock:
         STATS["kernels_ir"] += 1
     return objstore.Blob(key, symbol(key), obj, needs)

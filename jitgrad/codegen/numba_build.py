@@ -14,7 +14,7 @@ import sys
 
 from pathlib import Path
 
-from . import cache, objstore
+from . import cache, objload, objstore
 
 LEAN_LLVM = os.environ.get("JITGRAD_LEAN_LLVM", "0") == "1"     # opt-in, see _lean
 
@@ -163,14 +163,6 @@ def _lean(lib) -> None:
     lib._optimize_final_module = optimize_final_module
 
 
-def _needs(lib) -> list:
-    """External symbols the library's code refers to (resolved at load time; see ``objload.py``)."""
-    m = lib._final_module
-    names = [f.name for f in m.functions if f.is_declaration and not f.name.startswith("llvm.")]
-    names += [g.name for g in m.global_variables if g.is_declaration]
-    return sorted(set(names))
-
-
 def compile_module(key: str, source: str, kind: str):
     """Numba's build of ``source`` in memory: ``(cfunc, objstore.Blob or None)``; no Blob for code with this
     process's addresses baked in (never persisted)."""
@@ -180,7 +172,8 @@ def compile_module(key: str, source: str, kind: str):
     lib = fn._library
     blob = None
     if not lib.has_dynamic_globals:
-        blob = objstore.Blob(key, fn.native_name, lib._get_compiled_object(), _needs(lib))
+        blob = objstore.Blob(key, fn.native_name, lib._get_compiled_object(),
+                             objload.external_symbols(lib._final_module))
     return fn, blob
 
 

@@ -50,6 +50,13 @@ def _engine():
     return _ENGINE
 
 
+def external_symbols(module) -> list:
+    """The symbols an LLVM module (llvmlite) declares and does not define, which ``load`` resolves from the
+    process: a ``Blob``'s ``needs``."""
+    return sorted({f.name for f in module.functions if f.is_declaration and not f.name.startswith("llvm.")}
+                  | {g.name for g in module.global_variables if g.is_declaration})
+
+
 def _missing(needs) -> list:
     ll = _ll()
     return [s for s in needs if not s.startswith("llvm.") and ll.address_of_symbol(s) is None]
@@ -135,4 +142,4 @@ if hasattr(os, "register_at_fork"):
                         after_in_child=_after_fork_in_child)
 
 
-__all__ = ["load", "numba_runtime", "UnresolvedSymbols", "STATS"]
+__all__ = ["load", "external_symbols", "numba_runtime", "UnresolvedSymbols", "STATS"]
