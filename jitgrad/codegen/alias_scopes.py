@@ -22,12 +22,6 @@ from numba.extending import intrinsic
 from .ir_scalars import tag_alias_class
 
 
-def _tag(builder, instr, cls: int, n: int) -> None:
-    """Scoped-noalias metadata for an access of alias class ``cls`` among ``n`` (built as ``ir_loops`` builds
-    it for the kernels it translates without Numba)."""
-    tag_alias_class(builder.module, instr, cls, n)
-
-
 def _typed_access(ptr, idx, cls, n):
     """The literal ``[cls, n]`` of an access ``ptr[idx]`` that types (a pointer, an integer index, literal
     class and count), else None."""
@@ -61,7 +55,7 @@ def load(typingctx, ptr, idx, cls, n):
 
     def codegen(context, builder, sig, args):
         instr = builder.load(_address(context, builder, sig, args))
-        _tag(builder, instr, *lit)
+        tag_alias_class(builder.module, instr, *lit)    # (as ir_loops tags its own)
         return instr
     return ptr.dtype(ptr, idx, cls, n), codegen
 
@@ -77,7 +71,7 @@ def store_to(typingctx, ptr, idx, val, cls, n):
     def codegen(context, builder, sig, args):
         v = context.cast(builder, args[2], sig.args[2], ptr.dtype)
         instr = builder.store(v, _address(context, builder, sig, args))
-        _tag(builder, instr, *lit)
+        tag_alias_class(builder.module, instr, *lit)    # (as ir_loops tags its own)
         return context.get_dummy_value()
     return types.void(ptr, idx, val, cls, n), codegen
 
