@@ -467,12 +467,7 @@ def _after_fork_in_child():
     global _QUEUE, _lock
     _lock = threading.RLock()
     _QUEUE = None
-    from . import objload       # (objload resets its own lock and llvmlite's: see its fork handlers)
-    cache._lock = threading.RLock()     # (a parent thread may have been writing a job's source at the fork)
-    import sys
-    ir_loops = sys.modules.get(__package__ + ".ir_loops")
-    if ir_loops is not None:
-        ir_loops._lock = threading.Lock()
+    # (cache, ir_loops, objload and workpool reset their own locks: see their fork handlers)
     for cg in _QUEUED:
         if cg.run is None and cg.error is None:
             cg.pending = True

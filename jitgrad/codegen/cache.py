@@ -489,3 +489,12 @@ def clear(directory: Path | str | None = None) -> int:
         except OSError:
             pass
     return removed
+
+
+def _after_fork_in_child():
+    global _lock
+    _lock = threading.RLock()       # a thread of the parent may have been writing a job's source at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

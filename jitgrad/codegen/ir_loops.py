@@ -35,6 +35,15 @@ STATS = {"kernels_ir": 0, "kernels_refused": 0}     # counted, so tests can chec
 _lock = threading.Lock()
 
 
+def _after_fork_in_child():
+    global _lock
+    _lock = threading.Lock()        # a build thread of the parent may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class _Translator(ScalarEmitter):
     def __init__(self, name):
         ir = _ir()
