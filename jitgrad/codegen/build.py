@@ -9,7 +9,8 @@ we keep and load the object code.
   llvmlite (``objload.py``): no Numba import at all.  A graph whose file is missing but whose kernels and entry
   are on disk (another graph shares them, or the build that wrote them was cut short) is assembled from them,
   still without Numba.
-- **Compiling** (``compile_code``) happens in this process (a kernel's text straight to LLVM IR where ``ir_loops`` can translate it, else Numba, in memory: no generated module or ``__pycache__`` is
+- **Compiling** (``compile_code``) happens in this process (a kernel's text straight to LLVM IR where
+  ``ir_loops`` can translate it, else Numba, in memory: no generated module or ``__pycache__`` is
   ever imported from disk), or in build processes (``build_procs.py``, isolated from the caller's working
   directory), which are detached: a build that has started finishes and lands in the cache even when the script
   that asked for it exits.  Builds still queued at exit are handed to build processes then.
@@ -371,8 +372,8 @@ class GraphCode:
         """A synchronous build: kernels that translate to LLVM IR (``ir_loops``) compile here, each handed to a
         worker thread as soon as it is translated; the rest need Numba.  llvmlite serialises LLVM's calls with one
         lock, so the threads do not run LLVM in parallel: they overlap LLVM's work (which releases the GIL) with
-        the next translation and with Numba's Python front end.  A build process costs ~0.9 s to start Python and Numba, so it takes a share of the Numba jobs only
-        from a few of them on.  Returns the build processes started."""
+        the next translation and with Numba's Python front end.  A build process costs ~0.9 s to start Python
+        and Numba, so it takes a share of the Numba jobs only from a few of them on.  Returns the build processes started."""
         from . import ir_loops
         pool = None
         if cores > 1:

@@ -266,5 +266,5 @@ def layer() -> str | None:
     return "workqueue" if workpool.threads() else None
 
 
-__all__ = ["configure", "layer", "place_workers", "call_guard", "blas_threaded", "BlasPacer", "CallGuard", "LAUNCH_LOCK", "PIN", "BLAS_PACER",
-           "STATS"]
+__all__ = ["configure", "layer", "place_workers", "call_guard", "blas_threaded", "BlasPacer", "CallGuard",
+           "LAUNCH_LOCK", "PIN", "BLAS_PACER", "STATS"]
