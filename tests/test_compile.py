@@ -861,3 +861,16 @@ def test_zero_grad_first_step_retraces_once():
         np.testing.assert_allclose(f(x).numpy(), ref(x).numpy(), rtol=1e-6)
     np.testing.assert_allclose(w.detach().numpy(), w_ref.detach().numpy(), rtol=1e-6)
     assert f.stats["traces"] == 2 and f.stats["hits"] == 3     # grad None on the first call, a tensor after
+
+
+def test_a_first_call_under_the_profiler_keeps_the_short_call_path_for_later_calls(monkeypatch):
+    # GraphFunction.direct declines while a profiler is active (the profiled call needs per-kernel events): that
+    # is no reason to give up the short path for every later call of the entry
+    monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
+    f = jg.compile(lambda x: x * 2 + 1, backend="numba")
+    x = jg.tensor(np.arange(6, dtype=np.float32))
+    with jg.autograd.profiler.profile():
+        f(x)
+    np.testing.assert_array_equal(f(x).numpy(), np.arange(6, dtype=np.float32) * 2 + 1)
+    (e,) = next(iter(f._cache.values()))
+    assert e.direct

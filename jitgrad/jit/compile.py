@@ -391,7 +391,8 @@ class CompiledFunction(Introspection, Signatures):
             building = build_policy.pending_build(e.gf, inputs, plan)
             e.code_ready = building is None
         direct = e.direct
-        if direct is None and e.code_ready and self.device is None:
+        if direct is None and e.code_ready and self.device is None and _PROF.active is None:
+            # (not decided under a profiler: direct declines there, which is no reason to decline later)
             # (an argument's .grad read as an input is not guarded for requires_grad: such entries keep gf's path)
             ok = all(s is None for s in e.grad_src)
             direct = e.direct = (e.gf.direct(inputs) if ok else None) or False    # False: no direct call
