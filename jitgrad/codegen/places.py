@@ -161,7 +161,7 @@ class GroupOperands:
 class Places:
     """The places of one graph's values as a target lowers its plan (see the module docstring).
 
-    Reads like a dict ``Var -> Place`` (``places[v]``, ``get``, ``items``); ``place(v)`` also takes literals.
+    Reads like a dict ``Var -> Place`` (``places[v]``, ``in``, ``items``); ``place(v)`` also takes literals.
     ``n`` is the plan step being lowered (set by ``lowering.lower_plan``); ``release(n)`` after each step frees
     the workspace slots nothing reads any more.  ``copy(src, dst, label)`` is the target's copy emitter, called
     for materialised views and output copies."""
@@ -205,9 +205,6 @@ class Places:
 
     def __contains__(self, v) -> bool:
         return v in self._of
-
-    def get(self, v, default=None):
-        return self._of.get(v, default)
 
     def items(self):
         return self._of.items()
