@@ -874,3 +874,20 @@ def test_a_first_call_under_the_profiler_keeps_the_short_call_path_for_later_cal
     np.testing.assert_array_equal(f(x).numpy(), np.arange(6, dtype=np.float32) * 2 + 1)
     (e,) = next(iter(f._cache.values()))
     assert e.direct
+
+
+@pytest.mark.parametrize("backend", ["numba", "interpret"])
+def test_two_results_computing_one_value_are_two_arrays_one_result_twice_is_one_tensor(backend, monkeypatch):
+    # the passes merge x * 2 and x * 2 into one graph output; eager mode returns two tensors there (writing one
+    # leaves the other), and one tensor for ``return y, y``
+    monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
+    x = jg.tensor(np.ones(4, np.float32))
+    a, b = jg.compile(lambda x: (x * 2, x * 2), backend=backend)(x)
+    a.add_(1)
+    np.testing.assert_array_equal(b.numpy(), np.full(4, 2, np.float32))
+
+    def g(x):
+        y = x * 2
+        return y, y
+    a, b = jg.compile(g, backend=backend)(x)
+    assert a is b
