@@ -891,3 +891,17 @@ def test_two_results_computing_one_value_are_two_arrays_one_result_twice_is_one_
         return y, y
     a, b = jg.compile(g, backend=backend)(x)
     assert a is b
+
+
+@pytest.mark.parametrize("backend", ["numba", "interpret"])
+def test_two_grads_the_passes_merge_are_two_arrays(backend, monkeypatch):
+    monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
+    a = jg.tensor(np.ones(4, np.float32), requires_grad=True)
+    b = jg.tensor(np.ones(4, np.float32), requires_grad=True)
+
+    @jg.compile(backend=backend)
+    def f(x):
+        ((a * x * x).sum() + (b * x * x).sum()).backward()
+    f(jg.tensor(np.arange(4, dtype=np.float32)))
+    a.grad.add_(1)
+    np.testing.assert_array_equal(b.grad.numpy(), np.arange(4, dtype=np.float32) ** 2)
