@@ -861,3 +861,47 @@ def test_zero_grad_first_step_retraces_once():
         np.testing.assert_allclose(f(x).numpy(), ref(x).numpy(), rtol=1e-6)
     np.testing.assert_allclose(w.detach().numpy(), w_ref.detach().numpy(), rtol=1e-6)
     assert f.stats["traces"] == 2 and f.stats["hits"] == 3     # grad None on the first call, a tensor after
+
+
+def test_a_first_call_under_the_profiler_keeps_the_short_call_path_for_later_calls(monkeypatch):
+    # GraphFunction.direct declines while a profiler is active (the profiled call needs per-kernel events): that
+    # is no reason to give up the short path for every later call of the entry
+    monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
+    f = jg.compile(lambda x: x * 2 + 1, backend="numba")
+    x = jg.tensor(np.arange(6, dtype=np.float32))
+    with jg.autograd.profiler.profile():
+        f(x)
+    np.testing.assert_array_equal(f(x).numpy(), np.arange(6, dtype=np.float32) * 2 + 1)
+    (e,) = next(iter(f._cache.values()))
+    assert e.direct
+
+
+@pytest.mark.parametrize("backend", ["numba", "interpret"])
+def test_two_results_computing_one_value_are_two_arrays_one_result_twice_is_one_tensor(backend, monkeypatch):
+    # the passes merge x * 2 and x * 2 into one graph output; eager mode returns two tensors there (writing one
+    # leaves the other), and one tensor for ``return y, y``
+    monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
+    x = jg.tensor(np.ones(4, np.float32))
+    a, b = jg.compile(lambda x: (x * 2, x * 2), backend=backend)(x)
+    a.add_(1)
+    np.testing.assert_array_equal(b.numpy(), np.full(4, 2, np.float32))
+
+    def g(x):
+        y = x * 2
+        return y, y
+    a, b = jg.compile(g, backend=backend)(x)
+    assert a is b
+
+
+@pytest.mark.parametrize("backend", ["numba", "interpret"])
+def test_two_grads_the_passes_merge_are_two_arrays(backend, monkeypatch):
+    monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
+    a = jg.tensor(np.ones(4, np.float32), requires_grad=True)
+    b = jg.tensor(np.ones(4, np.float32), requires_grad=True)
+
+    @jg.compile(backend=backend)
+    def f(x):
+        ((a * x * x).sum() + (b * x * x).sum()).backward()
+    f(jg.tensor(np.arange(4, dtype=np.float32)))
+    a.grad.add_(1)
+    np.testing.assert_array_equal(b.grad.numpy(), np.arange(4, dtype=np.float32) ** 2)

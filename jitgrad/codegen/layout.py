@@ -24,6 +24,13 @@ from .loops import BCAST, CONTIG, PARALLEL_MIN, STRIDED, gen_check, gen_copy, ge
 from .lowering import lower_plan
 from .places import Place, Places, Root, bcast_strides, c_strides, coalesce
 
+# A kernel runs its outer loop on the worker pool when its work pays for waking the workers (one wake-up round,
+# ~5-30 us: workpool.py): at least PARALLEL_GRAIN elements (PyTorch's grain size) and size x per-element cost
+# >= PARALLEL_WORK, about 160 us of one core's work (fuse.py's cost unit runs at ~0.02 ns on one core of this
+# kind of machine: B2's loop, ~26 units, 0.53 ns an element); always from loops.PARALLEL_MIN elements.
+# Measured 2026-11-24, quiet, 2 cores (benchmarks/parallel_threshold.py, min / median): waking the workers costs
+# ~5 us at best and ~30 us typically; a 3-op tanh/sigmoid loop of 524,288 float32 188 / 190 us serial, 109 / 141
+# us parallel; of 262,144, 103 / 104 vs 64 / 92 us (kept serial); x + 1 never gains below 1M elements.
 PARALLEL_GRAIN = 1 << 15
 PARALLEL_WORK = 1 << 23
 
@@ -160,14 +167,6 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
             step.kernel = self.kernels.setdefault(step.kernel.key, step.kernel)
         self.steps.append(step)
         return step
-
-    # A kernel runs its outer loop on the worker pool when its work pays for waking the workers (one wake-up round,
-    # ~5-30 us: workpool.py): at least PARALLEL_GRAIN elements (PyTorch's grain size) and size x per-element cost
-    # >= PARALLEL_WORK, about 160 us of one core's work (fuse.py's cost unit runs at ~0.02 ns on one core of this
-    # kind of machine: B2's loop, ~26 units, 0.53 ns an element); always from loops.PARALLEL_MIN elements.
-    # Measured 2026-11-24, quiet, 2 cores (benchmarks/parallel_threshold.py, min / median): waking the workers costs
-    # ~5 us at best and ~30 us typically; a 3-op tanh/sigmoid loop of 524,288 float32 188 / 190 us serial, 109 / 141
-    # us parallel; of 262,144, 103 / 104 vs 64 / 92 us (kept serial); x + 1 never gains below 1M elements.
 
     # ---- steps --------------------------------------------------------------------------------------------
     def _copy_step(self, src: Place, dst: Place, label) -> Step:

@@ -154,20 +154,29 @@ class _Nest:
         return lines
 
 
+def load_at(j, nest, idx):
+    """Operand ``j``'s element at index expression ``idx``, as stored (alias-scoped when the nest is)."""
+    if nest.alias is not None:
+        return f"load(p{j}, {idx}, {nest.alias[j]}, {nest.nclasses})"
+    return f"p{j}[{idx}]"
+
+
+def store_at(j, nest, idx, value):
+    """The statement storing ``value`` (as stored) into operand ``j``'s element at index expression ``idx``."""
+    if nest.alias is not None:
+        return f"store_to(p{j}, {idx}, {value}, {nest.alias[j]}, {nest.nclasses})"
+    return f"store(p{j}, {idx}, {value})"
+
+
 def _load(j, nest, dtype, offset=""):
     """Operand ``j``'s element at the nest's index (plus ``offset``, an index expression)."""
-    if nest.alias is not None:
-        expr = f"load(p{j}, {nest.index(j)}{offset}, {nest.alias[j]}, {nest.nclasses})"
-    else:
-        expr = f"p{j}[{nest.index(j)}{offset}]"
+    expr = load_at(j, nest, f"{nest.index(j)}{offset}")
     return f"({expr} != 0)" if dtype is dt.bool_ else expr
 
 
 def _store(j, nest, dtype, value):
     v = f"uint8(1 if {value} else 0)" if dtype is dt.bool_ else value
-    if nest.alias is not None:
-        return f"store_to(p{j}, {nest.index(j)}, {v}, {nest.alias[j]}, {nest.nclasses})"
-    return f"store(p{j}, {nest.index(j)}, {v})"
+    return store_at(j, nest, nest.index(j), v)
 
 
 def ordered_key(od: dt.DType, uses: set):

@@ -161,7 +161,7 @@ class GroupOperands:
 class Places:
     """The places of one graph's values as a target lowers its plan (see the module docstring).
 
-    Reads like a dict ``Var -> Place`` (``places[v]``, ``get``, ``items``); ``place(v)`` also takes literals.
+    Reads like a dict ``Var -> Place`` (``places[v]``, ``in``, ``items``); ``place(v)`` also takes literals.
     ``n`` is the plan step being lowered (set by ``lowering.lower_plan``); ``release(n)`` after each step frees
     the workspace slots nothing reads any more.  ``copy(src, dst, label)`` is the target's copy emitter, called
     for materialised views and output copies."""
@@ -188,6 +188,7 @@ class Places:
         self.last_raising = max([n for n, s in enumerate(plan.steps) if step_kind(s) in RAISING_KINDS or (
             isinstance(s, Group) and any(raises_in_loop(e) for e in s.eqns))], default=-1)
         outs = [v for v in graph.outputs if isinstance(v, Var)]
+        self._out_ids = {id(v) for v in outs}      # the graph's outputs (buffer, base_reusable: once per value)
         self.inplace = {} if check_ids else {
             graph.outputs[o]: i for o, i in writes
             if isinstance(graph.outputs[o], Var) and outs.count(graph.outputs[o]) == 1
@@ -204,9 +205,6 @@ class Places:
 
     def __contains__(self, v) -> bool:
         return v in self._of
-
-    def get(self, v, default=None):
-        return self._of.get(v, default)
 
     def items(self):
         return self._of.items()
@@ -276,7 +274,7 @@ class Places:
         ``v``'s last reader (``v`` None: never released)."""
         nbytes = max(int(np.prod(shape)) * dtype.np.itemsize, 1)
         if fresh is None:
-            fresh = v is not None and any(o is v for o in self.graph.outputs)
+            fresh = v is not None and id(v) in self._out_ids
         if fresh:
             r = self._root("fresh", index=len(self.fresh), shape=shape, dtype=dtype, nbytes=nbytes)
             self.fresh.append(r)
@@ -404,7 +402,7 @@ class Places:
         """The place of ``base`` when an ``index_put`` may write its result into base's own buffer: a whole
         workspace buffer of the output's shape and dtype, not a graph output, read by nothing after this step
         (its value, or any other view of the buffer)."""
-        if not isinstance(base, Var) or any(o is base for o in self.graph.outputs):
+        if not isinstance(base, Var) or id(base) in self._out_ids:
             return None
         p = self._of.get(base)
         if p is None or p.root.kind != "ws" or p.offset != 0 or p.dtype is not out.aval.dtype \

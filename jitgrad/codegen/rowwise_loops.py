@@ -21,8 +21,8 @@ the row's offset.
 from __future__ import annotations
 
 from ..ir import dtypes as dt
-from .loops import (BCAST, Kernel, _compute_dtype, _load, _store, _tname, group_nest, row_minmax, scalar_expr,
-                    value_text)
+from .loops import (BCAST, Kernel, _compute_dtype, _load, _store, _tname, group_nest, load_at, row_minmax,
+                    scalar_expr, store_at, value_text)
 from .math_table import MathCalls
 
 _INIT = {"sum": "0", "amax": "-np.inf", "amin": "np.inf"}
@@ -50,12 +50,10 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
         return f"{t} = " + (f"bool({expr})" if od is dt.bool_ else f"{_tname(od)}({expr})")
 
     def at(j, idx):             # operand j's element idx, read or written at an index of our own
-        return (f"load(p{j}, {idx}, {nest.alias[j]}, {nest.nclasses})" if nest.alias is not None
-                else f"p{j}[{idx}]")
+        return load_at(j, nest, idx)
 
     def put(j, idx, val):
-        return (f"store_to(p{j}, {idx}, {val}, {nest.alias[j]}, {nest.nclasses})" if nest.alias is not None
-                else f"store(p{j}, {idx}, {val})")
+        return store_at(j, nest, idx, val)
 
     columns = set(g.columns)
     pre = []

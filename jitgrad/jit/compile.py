@@ -271,6 +271,11 @@ class CompiledFunction(Introspection, Signatures):
 
     def _finish(self, e: _Entry, tracer: _Tracer, out):
         out_leaves, e.out_treedef = flatten(out, _is_tensor)
+        first = {}
+        for k, t in enumerate(out_leaves):      # a tensor returned twice is one tensor after each call too
+            j = first.setdefault(id(t), k)
+            if j != k:
+                e.same_outs.append((k, j))
         outputs, out_diff = [], []
         for t in out_leaves:
             outputs.append(_payload_of(t, tracer))
@@ -357,10 +362,13 @@ class CompiledFunction(Introspection, Signatures):
                              array_outs=[oi for _, oi in e.writes], parallel=self.parallel,
                              disk_cache=self.use_cache, background=self.background)
         # outputs that are graph inputs or constants come back as those very buffers: copied per call, so a
-        # returned tensor or a new .grad never aliases an argument, a parameter or the graph's constants
-        ins, written = set(e.graph.inputs), {oi for _, oi in e.writes}
+        # returned tensor or a new .grad never aliases an argument, a parameter or the graph's constants; so are
+        # later outputs of one value that were distinct tensors (the passes merged x * 2 and x * 2)
+        ins, written, same = set(e.graph.inputs), {oi for _, oi in e.writes}, dict(e.same_outs)
+        at = {}
         e.copy_outs = [k for k, v in enumerate(e.graph.outputs)
-                       if k not in written and (isinstance(v, Lit) or v in ins)]
+                       if k not in written and k not in same and (isinstance(v, Lit) or v in ins
+                                                                  or at.setdefault(v, k) != k)]
 
     def _check_device(self, leaves):
         """``device=``: every argument tensor must be on it (as torch, no implicit transfers)."""
@@ -391,7 +399,8 @@ class CompiledFunction(Introspection, Signatures):
             building = build_policy.pending_build(e.gf, inputs, plan)
             e.code_ready = building is None
         direct = e.direct
-        if direct is None and e.code_ready and self.device is None:
+        if direct is None and e.code_ready and self.device is None and _PROF.active is None:
+            # (not decided under a profiler: direct declines there, which is no reason to decline later)
             # (an argument's .grad read as an input is not guarded for requires_grad: such entries keep gf's path)
             ok = all(s is None for s in e.grad_src)
             direct = e.direct = (e.gf.direct(inputs) if ok else None) or False    # False: no direct call
@@ -413,6 +422,8 @@ class CompiledFunction(Introspection, Signatures):
             outs = e.gf(inputs)
         for k in e.copy_outs:
             outs[k]._data = _copy_payload(outs[k]._data)
+        for k, j in e.same_outs:
+            outs[k] = outs[j]
         for ref, oi in e.materialize:       # state made by a one-shot trace gets its value
             t = ref()
             if t is not None:

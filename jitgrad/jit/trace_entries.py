@@ -71,6 +71,7 @@ class _Entry:
         self.materialize = []   # (weakref tensor, graph output index): state made inside a one-shot trace
         self.eager = False
         self.copy_outs = []     # output indices whose buffers are copied after each call (see _build)
+        self.same_outs = []     # (k, j): user output k is the very tensor user output j (j < k) of the trace
         self.raw_graph = None
         self.guards = []        # (fn, value): Python conditions the trace relied on (jit/guards.py)
         self.values = []        # python_values.ValueGuard: closure/global/attribute values the trace read
