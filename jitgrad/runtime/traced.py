@@ -2,6 +2,8 @@
 outside tensors as graph inputs, and functionalised in-place writes."""
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..ir import dtypes as dt
@@ -95,7 +97,6 @@ def traced_write(t, r, tr):
 
 def note_view(tr, t, base, op, params):
     """Record that tensor ``t`` made in trace ``tr`` is the view ``op(base, **params)``."""
-    import weakref
     k = id(t)
 
     def forget(_, k=k, b=id(base)):
