@@ -84,3 +84,20 @@ def test_a_reshape_that_eager_mode_copies_stays_a_copy(backend):
     got = jg.compile(f, backend=backend, background=False)(x)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g.numpy(), w)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_an_index_by_a_python_bool_is_a_copy_as_in_eager_mode(backend):
+    """``y[True]`` / ``y[None, False]`` index by a bool (advanced indexing, as torch): a copy, not a view; a write
+    into it must not reach ``y`` inside @jg.compile either."""
+    def f(x):
+        y = x * 1.0
+        z = y[True]
+        z.add_(100.0)
+        y[None, False].add_(5.0)
+        return y, z
+    x = jg.tensor(np.arange(6.0).reshape(2, 3))
+    want = [t.numpy() for t in f(x)]
+    got = jg.compile(f, backend=backend, background=False)(x)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.numpy(), w)

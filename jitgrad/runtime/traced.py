@@ -108,6 +108,17 @@ def note_view(tr, t, base, op, params):
     tr.view_children.setdefault(id(base), set()).add(k)
 
 
+def is_traced_view(op, params) -> bool:
+    """Whether a trace records the result of view op ``op`` as a view of its input: not a plain reshape (see
+    ``definite_view``), nor an index by an index tensor or a Python bool (advanced indexing: a copy, as in eager
+    mode and torch)."""
+    if op.name == "reshape":
+        return False
+    if op.name == "getitem":
+        return not any(type(s) is bool or type(s) is tuple and s[0] == "tensor" for s in params["spec"])
+    return True
+
+
 def definite_view(t, base):
     """``t`` is a reshape of ``base`` that is a view whatever the strides (``view``, ``squeeze``, ``unsqueeze``):
     record it as one in the active trace.  A plain ``reshape`` is not recorded: eager mode copies when the strides
