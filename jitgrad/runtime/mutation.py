@@ -93,7 +93,6 @@ class InPlaceOps:
                 raise RuntimeError(NO_GRAD_VIEW_MSG)
             if origin is not None and len(origin) == 2:     # an output of a multi-view function (unbind, split)
                 raise RuntimeError(_multi_view_msg(origin))
-        if recording and self._base is not None:
             if _TR.active is None and type(self._data) is np.ndarray and type(self._base._data) is np.ndarray:
                 return inplace_on_view(self, fn, others, _snapshot, _check_result)
             if self._base.requires_grad:
