@@ -101,3 +101,31 @@ def test_an_index_by_a_python_bool_is_a_copy_as_in_eager_mode(backend):
     got = jg.compile(f, backend=backend, background=False)(x)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g.numpy(), w)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_writes_through_detach_and_data_reach_the_tensor(backend):
+    """``p.data.add_(u)`` / ``y.detach().mul_(2)`` share the tensor's storage (torch): inside @jg.compile the
+    write reaches it too (was silently lost), also with grad mode on, where it is never recorded."""
+    def make():
+        p = jg.nn.Parameter(jg.tensor(np.arange(3.0)))
+
+        def f(x, w):
+            p.data.add_(x)              # a manual update of a captured parameter
+            p.detach().mul_(2.0)
+            w.data.sub_(x)
+            y = x * 1.0
+            d = y.detach()
+            d.add_(1.0)
+            return y, d * 1.0, p * 1.0
+        return p, f
+    x = jg.tensor(np.array([1.0, -2.0, 0.5]))
+    p, f = make()
+    w = jg.tensor(np.ones(3))
+    want = [t.detach().numpy() for t in f(x, w)] + [p.detach().numpy(), w.numpy()]
+    p, f = make()
+    w = jg.tensor(np.ones(3))
+    got = [t.detach().numpy() for t in jg.compile(f, backend=backend, background=False)(x, w)] + [
+        p.detach().numpy(), w.numpy()]
+    for g, e in zip(got, want):
+        np.testing.assert_array_equal(g, e)

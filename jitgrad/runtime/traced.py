@@ -130,6 +130,19 @@ def definite_view(t, base):
     return t
 
 
+def traced_alias(t, base):
+    """``t`` shares ``base``'s storage (``detach()``, ``.data``): inside a trace it takes base's traced value and is
+    recorded as an alias of it (op None), so a write into either reaches the other, never recorded in base's
+    history (torch: in-place on ``p.data`` is allowed)."""
+    tr = _TR.active
+    if tr is not None and is_traced(base):
+        t._data = traced_payload(base, tr)
+        note_view(tr, t, base, None, None)
+        if tr.made is not None:
+            tr.made.append(t)       # (compile checks which tensors with traced values outlive the trace)
+    return t
+
+
 def _refresh_views(tr, t, skip=None):
     """Recompute the recorded views of ``t`` (and theirs) from its current value."""
     from .dispatch import bind
@@ -138,9 +151,11 @@ def _refresh_views(tr, t, skip=None):
         v = rec[0]() if rec is not None else None
         if v is None or v is skip or rec[1] is not t:
             continue
-        with grad_mode.no_grad():
-            new = bind(rec[2], t, **rec[3])
-        v._data = new._data
+        if rec[2] is None:          # an alias: the same value
+            v._data = t._data
+        else:
+            with grad_mode.no_grad():
+                v._data = bind(rec[2], t, **rec[3])._data
         _refresh_views(tr, v)
 
 
@@ -151,6 +166,13 @@ def _write_through(tr, t, r):
     if rec is None or rec[0]() is not t:
         return
     _, base, op, params = rec
+    if op is None:          # an alias (detach(), .data): the written value is base's, with no history
+        if tr.on_mutate is not None:
+            tr.on_mutate(base)
+        base._data = t._data
+        _refresh_views(tr, base, skip=t)
+        _write_through(tr, base, t)
+        return
     if grad_mode.STATE.grad_enabled and (base.requires_grad or r.requires_grad):
         from .source import user_loc
         loc = user_loc(4)
