@@ -129,3 +129,20 @@ def test_writes_through_detach_and_data_reach_the_tensor(backend):
         p.detach().numpy(), w.numpy()]
     for g, e in zip(got, want):
         np.testing.assert_array_equal(g, e)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_a_write_through_an_alias_of_a_view_is_unrecorded_all_the_way_up(backend):
+    """``y[1].detach().mul_(3)`` with ``y`` requiring grad: the write goes through an alias, which autograd never
+    sees, so it reaches ``y`` as in eager mode (it is not the refused recorded write into a view)."""
+    def f(x):
+        y = x * 1.0
+        y[1].detach().mul_(3.0)
+        d = y.detach()
+        d[0].add_(10.0)
+        return y, d * 1.0
+    x = jg.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    want = [t.detach().numpy() for t in f(x)]
+    got = jg.compile(f, backend=backend, background=False)(x)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.detach().numpy(), w)

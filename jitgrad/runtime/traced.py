@@ -159,9 +159,9 @@ def _refresh_views(tr, t, skip=None):
         _refresh_views(tr, v)
 
 
-def _write_through(tr, t, r):
+def _write_through(tr, t, r, recorded=True):
     """``t`` (a recorded view) was written with ``r``: write its base, then the base's base, recomputing the
-    siblings on the way."""
+    siblings on the way (``recorded``: False once the write went through an alias, which autograd never sees)."""
     rec = tr.views.get(id(t))
     if rec is None or rec[0]() is not t:
         return
@@ -171,9 +171,9 @@ def _write_through(tr, t, r):
             tr.on_mutate(base)
         base._data = t._data
         _refresh_views(tr, base, skip=t)
-        _write_through(tr, base, t)
+        _write_through(tr, base, t, False)
         return
-    if grad_mode.STATE.grad_enabled and (base.requires_grad or r.requires_grad):
+    if recorded and grad_mode.STATE.grad_enabled and (base.requires_grad or r.requires_grad):
         from .source import user_loc
         loc = user_loc(4)
         where = f" at {loc.where()} ({loc.text})" if loc is not None else ""
@@ -187,4 +187,4 @@ def _write_through(tr, t, r):
         tr.on_mutate(base)
     base._data = new._data
     _refresh_views(tr, base, skip=t)
-    _write_through(tr, base, new)
+    _write_through(tr, base, new, recorded)
