@@ -146,3 +146,16 @@ def test_a_write_through_an_alias_of_a_view_is_unrecorded_all_the_way_up(backend
     got = jg.compile(f, backend=backend, background=False)(x)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g.detach().numpy(), w)
+
+
+def test_an_alias_of_captured_state_is_read_afresh_at_each_call():
+    """``x * p.detach()`` / ``p.data`` of a tensor from outside the function read ``p`` at each call (they were
+    baked into the graph as constants: a later change of ``p`` was not seen)."""
+    p = jg.tensor(np.ones(2))
+
+    @jg.compile(backend="interpret", background=False)
+    def f(x):
+        return x * p.detach() + x * p.data
+    np.testing.assert_array_equal(f(jg.tensor(np.ones(2))).numpy(), [2.0, 2.0])
+    p.add_(1.0)
+    np.testing.assert_array_equal(f(jg.tensor(np.ones(2))).numpy(), [4.0, 4.0])

@@ -133,13 +133,12 @@ def definite_view(t, base):
 def traced_alias(t, base):
     """``t`` shares ``base``'s storage (``detach()``, ``.data``): inside a trace it takes base's traced value and is
     recorded as an alias of it (op None), so a write into either reaches the other, never recorded in base's
-    history (torch: in-place on ``p.data`` is allowed)."""
+    history (torch: in-place on ``p.data`` is allowed).  A tensor from outside the function is captured here, so
+    its alias is read afresh at each call (it was a constant of the graph)."""
     tr = _TR.active
     if tr is not None and is_traced(base):
         t._data = traced_payload(base, tr)
         note_view(tr, t, base, None, None)
-        if tr.made is not None:
-            tr.made.append(t)       # (compile checks which tensors with traced values outlive the trace)
     return t
 
 
