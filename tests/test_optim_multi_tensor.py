@@ -20,13 +20,19 @@ def _assert_bit_identical(fast, slow):
         np.testing.assert_array_equal(a, b)
 
 
+def _spy(monkeypatch, fast, name):
+    """Turn the eager fast path on or off; returns the list of what each call of ``multi_tensor.<name>`` returned."""
+    calls = []
+    orig = getattr(multi_tensor, name)
+    monkeypatch.setattr(multi_tensor, "eager_ready", lambda: fast)
+    monkeypatch.setattr(multi_tensor, name, lambda *a: calls.append(orig(*a)) or calls[-1])
+    return calls
+
+
 def _adam_run(monkeypatch, fast, dtype, make):
     ps = _params(dtype)
     opt = make(ps)
-    calls = []
-    orig = multi_tensor.adam_group
-    monkeypatch.setattr(multi_tensor, "eager_ready", lambda: fast)
-    monkeypatch.setattr(multi_tensor, "adam_group", lambda *a: calls.append(1) or orig(*a))
+    calls = _spy(monkeypatch, fast, "adam_group")
     for i in range(5):
         for j, p in enumerate(ps):
             # gradients over several decades; one parameter skips a step (no grad): its step count lags
@@ -107,10 +113,7 @@ SGDS = {
 def _sgd_run(monkeypatch, fast, dtype, make):
     ps = _params(dtype)
     opt = make(ps)
-    calls = []
-    orig = multi_tensor.sgd_group
-    monkeypatch.setattr(multi_tensor, "eager_ready", lambda: fast)
-    monkeypatch.setattr(multi_tensor, "sgd_group", lambda *a: calls.append(orig(*a)) or calls[-1])
+    calls = _spy(monkeypatch, fast, "sgd_group")
     for i in range(4):
         for p in ps:
             p.grad = jg.randn(*p.shape, dtype=dtype) * (10.0 ** (i - 2))

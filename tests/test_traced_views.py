@@ -84,3 +84,78 @@ def test_a_reshape_that_eager_mode_copies_stays_a_copy(backend):
     got = jg.compile(f, backend=backend, background=False)(x)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g.numpy(), w)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_an_index_by_a_python_bool_is_a_copy_as_in_eager_mode(backend):
+    """``y[True]`` / ``y[None, False]`` index by a bool (advanced indexing, as torch): a copy, not a view; a write
+    into it must not reach ``y`` inside @jg.compile either."""
+    def f(x):
+        y = x * 1.0
+        z = y[True]
+        z.add_(100.0)
+        y[None, False].add_(5.0)
+        return y, z
+    x = jg.tensor(np.arange(6.0).reshape(2, 3))
+    want = [t.numpy() for t in f(x)]
+    got = jg.compile(f, backend=backend, background=False)(x)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.numpy(), w)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_writes_through_detach_and_data_reach_the_tensor(backend):
+    """``p.data.add_(u)`` / ``y.detach().mul_(2)`` share the tensor's storage (torch): inside @jg.compile the
+    write reaches it too (was silently lost), also with grad mode on, where it is never recorded."""
+    def make():
+        p = jg.nn.Parameter(jg.tensor(np.arange(3.0)))
+
+        def f(x, w):
+            p.data.add_(x)              # a manual update of a captured parameter
+            p.detach().mul_(2.0)
+            w.data.sub_(x)
+            y = x * 1.0
+            d = y.detach()
+            d.add_(1.0)
+            return y, d * 1.0, p * 1.0
+        return p, f
+    x = jg.tensor(np.array([1.0, -2.0, 0.5]))
+    p, f = make()
+    w = jg.tensor(np.ones(3))
+    want = [t.detach().numpy() for t in f(x, w)] + [p.detach().numpy(), w.numpy()]
+    p, f = make()
+    w = jg.tensor(np.ones(3))
+    got = [t.detach().numpy() for t in jg.compile(f, backend=backend, background=False)(x, w)] + [
+        p.detach().numpy(), w.numpy()]
+    for g, e in zip(got, want):
+        np.testing.assert_array_equal(g, e)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_a_write_through_an_alias_of_a_view_is_unrecorded_all_the_way_up(backend):
+    """``y[1].detach().mul_(3)`` with ``y`` requiring grad: the write goes through an alias, which autograd never
+    sees, so it reaches ``y`` as in eager mode (it is not the refused recorded write into a view)."""
+    def f(x):
+        y = x * 1.0
+        y[1].detach().mul_(3.0)
+        d = y.detach()
+        d[0].add_(10.0)
+        return y, d * 1.0
+    x = jg.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    want = [t.detach().numpy() for t in f(x)]
+    got = jg.compile(f, backend=backend, background=False)(x)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.detach().numpy(), w)
+
+
+def test_an_alias_of_captured_state_is_read_afresh_at_each_call():
+    """``x * p.detach()`` / ``p.data`` of a tensor from outside the function read ``p`` at each call (they were
+    baked into the graph as constants: a later change of ``p`` was not seen)."""
+    p = jg.tensor(np.ones(2))
+
+    @jg.compile(backend="interpret", background=False)
+    def f(x):
+        return x * p.detach() + x * p.data
+    np.testing.assert_array_equal(f(jg.tensor(np.ones(2))).numpy(), [2.0, 2.0])
+    p.add_(1.0)
+    np.testing.assert_array_equal(f(jg.tensor(np.ones(2))).numpy(), [4.0, 4.0])

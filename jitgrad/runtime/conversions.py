@@ -80,6 +80,13 @@ def relayout(t: Tensor, fmt) -> Tensor:
     return t
 
 
+def dense_like(src: np.ndarray, dtype=None):
+    """An empty array with ``src``'s strides (in elements) when ``src`` is dense and non-overlapping, as torch's
+    ``preserve_format`` lays out a new tensor; None when it has gaps or overlaps (torch falls back to row-major)."""
+    laid = np.empty_like(src, dtype=dtype)      # order "K": the input's strides exactly when it is dense
+    return laid if laid.strides == tuple(st // src.itemsize * laid.itemsize for st in src.strides) else None
+
+
 def factory_layout(name: str, result: Tensor, fmt, args) -> Tensor:
     """A factory's fresh ``result`` laid out as ``memory_format=fmt`` asks (torch_kwargs.py routes the keyword
     here): ``preserve_format`` copies the layout of a ``*_like`` factory's input when that is dense (else
@@ -90,8 +97,8 @@ def factory_layout(name: str, result: Tensor, fmt, args) -> Tensor:
         src = args[0]._data if isinstance(args[0], Tensor) else None
         d = result._data
         if type(d) is np.ndarray and type(src) is np.ndarray and not src.flags.c_contiguous:
-            laid = np.empty_like(src, dtype=d.dtype)        # order "K": the input's strides when it is dense
-            if laid.strides == tuple(st // src.itemsize * d.itemsize for st in src.strides):
+            laid = dense_like(src, d.dtype)
+            if laid is not None:
                 laid[...] = d
                 result._data = laid
         return result
@@ -149,4 +156,4 @@ def install(jg: dict):
 
 
 __all__ = ["memory_format", "contiguous_format", "preserve_format", "channels_last", "channels_last_3d",
-           "type_as", "contiguous_in", "relayout", "is_in_layout", "in_layout", "layout_for"]
+           "type_as", "contiguous_in", "relayout", "is_in_layout", "in_layout", "layout_for", "dense_like"]

@@ -168,13 +168,13 @@ def _run_queued_callbacks():
         q.pop(0)()
 
 
-def _leaf_pre_hooks(acc, g):
-    """An AccumulateGrad node's pre hooks, in order, on its one gradient ``g``; returns the gradient they leave."""
-    for fn in list(acc._pre_hooks.values()):
-        r = fn((g,))
+def _run_pre_hooks(node, grads: tuple) -> tuple:
+    """A node's pre hooks, in order, on its output gradients ``grads``; returns the gradients they leave."""
+    for fn in list(node._pre_hooks.values()):
+        r = fn(grads)
         if r is not None:
-            g = r[0]
-    return g
+            grads = tuple(r)
+    return grads
 
 
 def _run_post_accumulate_hooks(acc, var):
@@ -418,7 +418,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                     g = _run_tensor_hooks(var._hooks, g)
                 if capturing and node in cap_nodes:
                     if capture_hooks and g is not None and node._pre_hooks:   # backward(inputs=leaf) runs the
-                        g = _leaf_pre_hooks(node, g)                       # node (its hooks); grad() does not
+                        g = _run_pre_hooks(node, (g,))[0]                  # node (its hooks); grad() does not
                     for k in captures.get((node, 0), ()):
                         captured[k] = g
                     if capture_hooks and g is not None and node._hooks:
@@ -426,7 +426,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                             fn((), (g,))
                 elif accumulate and g is not None:
                     if node._pre_hooks:     # the AccumulateGrad node's own hooks run when it runs (not for grad())
-                        g = _leaf_pre_hooks(node, g)
+                        g = _run_pre_hooks(node, (g,))[0]
                     had_grad = var._grad is not None
                     if _PROF.active is not None:
                         with _PROF.active.range("AccumulateGrad", [var.shape]):
@@ -448,11 +448,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                 if capture_hooks and node._pre_hooks and capturing and node in cap_nodes:
                     # backward(inputs=non-leaf): the node's pre hooks run after the capture, which they do not
                     # change (torch); grad() runs only the tensor hooks
-                    gs = tuple(grads)
-                    for fn in list(node._pre_hooks.values()):
-                        r = fn(gs)
-                        if r is not None:
-                            gs = tuple(r)
+                    _run_pre_hooks(node, tuple(grads))
                 continue
             if grads[0] is None and type(node) is node_type and (len(grads) == 1 or grads.count(None) == len(grads)):
                 # no gradient reached this op's node (a custom backward returned None): its inputs get none
@@ -499,10 +495,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
 
 def _apply_node(node, grads, create_graph):
     if node._pre_hooks:
-        for fn in list(node._pre_hooks.values()):
-            r = fn(tuple(grads))
-            if r is not None:
-                grads = list(r)
+        grads = list(_run_pre_hooks(node, tuple(grads)))
     given = tuple(grads)        # what the post hooks see as grad_outputs: before zeros are made up (torch)
     if node.materialize():
         ref = next((g for g in grads if g is not None), None)     # zeros go where the other grads are

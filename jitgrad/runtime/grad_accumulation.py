@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import grad_mode
-from .conversions import contiguous_format
+from .conversions import contiguous_format, dense_like
 from .node import CopyBackwards
 from .tensor import Tensor
 from ..tracer import STATE as _TR
@@ -36,8 +36,8 @@ def accumulate(t: Tensor, g: Tensor, create_graph: bool):
         if old is None and tr is None and type(g._data) is np.ndarray and g.requires_grad:
             # torch obeys the leaf's layout: new_empty_strided(...).copy_(g), so .grad's grad_fn is CopyBackwards;
             # a leaf with gaps or overlaps (not dense) gets a row-major clone instead (CloneBackward0)
-            out = np.empty_like(t._data)
-            if out.strides != t._data.strides:
+            out = dense_like(t._data)
+            if out is None:
                 t._grad = g.clone(memory_format=contiguous_format)
                 return
             dst = Tensor._make(out)
@@ -69,8 +69,8 @@ def grad_buffer(g: np.ndarray, leaf: np.ndarray) -> np.ndarray:
     dense and non-overlapping (a channels-last leaf gets a channels-last grad), else row-major."""
     if type(leaf) is not np.ndarray or leaf.ndim < 2 or leaf.flags.c_contiguous:
         return np.array(g, order="C", copy=True)
-    out = np.empty_like(leaf)           # order "K": the leaf's strides exactly when it is dense
-    if out.strides != leaf.strides:     # gaps or overlaps: torch falls back to row-major
+    out = dense_like(leaf)
+    if out is None:                     # gaps or overlaps: torch falls back to row-major
         out = np.empty(leaf.shape, leaf.dtype)
     out[...] = g
     return out

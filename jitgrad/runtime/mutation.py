@@ -93,7 +93,6 @@ class InPlaceOps:
                 raise RuntimeError(NO_GRAD_VIEW_MSG)
             if origin is not None and len(origin) == 2:     # an output of a multi-view function (unbind, split)
                 raise RuntimeError(_multi_view_msg(origin))
-        if recording and self._base is not None:
             if _TR.active is None and type(self._data) is np.ndarray and type(self._base._data) is np.ndarray:
                 return inplace_on_view(self, fn, others, _snapshot, _check_result)
             if self._base.requires_grad:
@@ -277,6 +276,10 @@ def _advanced(k) -> bool:
     return isinstance(k, (InPlaceOps, list, range, np.ndarray))
 
 
+def _int_key(k) -> bool:
+    return isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_))
+
+
 def ints_before_tensors(key):
     """torch's order for an index mixing integers and index tensors (``x[1, :, idx]``): the integers select first
     (a view), then the tensors index what is left.  NumPy counts an integer beside an index array as one more
@@ -284,12 +287,10 @@ def ints_before_tensors(key):
     torch gives (3, 2)).  Returns the two keys to apply in turn, or None when the key needs no split."""
     if type(key) is not tuple or not any(_advanced(k) for k in key):
         return None
-    if not any(isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)) for k in key) or any(
-            isinstance(k, (bool, np.bool_)) for k in key):
+    if not any(_int_key(k) for k in key) or any(isinstance(k, (bool, np.bool_)) for k in key):
         return None
     first = tuple(slice(None) if _advanced(k) else k for k in key)
-    rest = tuple(k if _advanced(k) or k is Ellipsis else slice(None) for k in key
-                 if not (isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_))))
+    rest = tuple(k if _advanced(k) or k is Ellipsis else slice(None) for k in key if not _int_key(k))
     return first, rest
 
 

@@ -18,6 +18,7 @@ from .mutation import InPlaceOps
 from . import operators as _operators
 from .operators import TensorOperators
 from .tensor_protocols import TensorProtocols
+from .traced import traced_alias
 from .size import Size
 
 _GM = grad_mode.STATE
@@ -372,7 +373,8 @@ class Tensor(InPlaceOps, TensorOperators, TensorProtocols):
         """A new tensor sharing storage (and version counter) that never requires grad."""
         t = Tensor._make(self._data)
         t._vc = self._vc    # shared: in-place changes through either one are seen by the saved-tensor checks
-        return _with_storage_of(t, self)    # not an autograd view (torch: in-place on ``x.detach()`` is allowed)
+        # not an autograd view (torch: in-place on ``x.detach()`` is allowed)
+        return _with_storage_of(traced_alias(t, self), self)
 
     def detach_(self) -> "Tensor":
         if self._base is not None:
@@ -387,7 +389,7 @@ class Tensor(InPlaceOps, TensorOperators, TensorProtocols):
     @property
     def data(self) -> "Tensor":
         # own version counter, not a view: ``p.data.add_()`` is allowed
-        return _with_storage_of(Tensor._make(self._data), self)
+        return _with_storage_of(traced_alias(Tensor._make(self._data), self), self)
 
     @data.setter
     def data(self, value):

@@ -65,19 +65,19 @@ class TensorProtocols:
             raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
         return bool(self._host().reshape(()))
 
-    def __float__(self):
+    def _one_item(self, what):
+        """``item()`` for ``float()`` / ``int()``: refused in a trace, and for more than one element (torch)."""
         if _is_traced(self):
-            _traced_read(self, "float()")
+            _traced_read(self, what)
         if self._data.size != 1:
             raise ValueError("only one element tensors can be converted to Python scalars")
-        return float(self.item())
+        return self.item()
+
+    def __float__(self):
+        return float(self._one_item("float()"))
 
     def __int__(self):
-        if _is_traced(self):
-            _traced_read(self, "int()")
-        if self._data.size != 1:
-            raise ValueError("only one element tensors can be converted to Python scalars")
-        return int(self.item())
+        return int(self._one_item("int()"))
 
     def __index__(self):
         if _is_traced(self):

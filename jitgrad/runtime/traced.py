@@ -2,6 +2,8 @@
 outside tensors as graph inputs, and functionalised in-place writes."""
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..ir import dtypes as dt
@@ -95,7 +97,6 @@ def traced_write(t, r, tr):
 
 def note_view(tr, t, base, op, params):
     """Record that tensor ``t`` made in trace ``tr`` is the view ``op(base, **params)``."""
-    import weakref
     k = id(t)
 
     def forget(_, k=k, b=id(base)):
@@ -105,6 +106,17 @@ def note_view(tr, t, base, op, params):
             kids.discard(k)
     tr.views[k] = (weakref.ref(t, forget), base, op, params)
     tr.view_children.setdefault(id(base), set()).add(k)
+
+
+def is_traced_view(op, params) -> bool:
+    """Whether a trace records the result of view op ``op`` as a view of its input: not a plain reshape (see
+    ``definite_view``), nor an index by an index tensor or a Python bool (advanced indexing: a copy, as in eager
+    mode and torch)."""
+    if op.name == "reshape":
+        return False
+    if op.name == "getitem":
+        return not any(type(s) is bool or type(s) is tuple and s[0] == "tensor" for s in params["spec"])
+    return True
 
 
 def definite_view(t, base):
@@ -118,6 +130,18 @@ def definite_view(t, base):
     return t
 
 
+def traced_alias(t, base):
+    """``t`` shares ``base``'s storage (``detach()``, ``.data``): inside a trace it takes base's traced value and is
+    recorded as an alias of it (op None), so a write into either reaches the other, never recorded in base's
+    history (torch: in-place on ``p.data`` is allowed).  A tensor from outside the function is captured here, so
+    its alias is read afresh at each call (it was a constant of the graph)."""
+    tr = _TR.active
+    if tr is not None and is_traced(base):
+        t._data = traced_payload(base, tr)
+        note_view(tr, t, base, None, None)
+    return t
+
+
 def _refresh_views(tr, t, skip=None):
     """Recompute the recorded views of ``t`` (and theirs) from its current value."""
     from .dispatch import bind
@@ -126,20 +150,29 @@ def _refresh_views(tr, t, skip=None):
         v = rec[0]() if rec is not None else None
         if v is None or v is skip or rec[1] is not t:
             continue
-        with grad_mode.no_grad():
-            new = bind(rec[2], t, **rec[3])
-        v._data = new._data
+        if rec[2] is None:          # an alias: the same value
+            v._data = t._data
+        else:
+            with grad_mode.no_grad():
+                v._data = bind(rec[2], t, **rec[3])._data
         _refresh_views(tr, v)
 
 
-def _write_through(tr, t, r):
+def _write_through(tr, t, r, recorded=True):
     """``t`` (a recorded view) was written with ``r``: write its base, then the base's base, recomputing the
-    siblings on the way."""
+    siblings on the way (``recorded``: False once the write went through an alias, which autograd never sees)."""
     rec = tr.views.get(id(t))
     if rec is None or rec[0]() is not t:
         return
     _, base, op, params = rec
-    if grad_mode.STATE.grad_enabled and (base.requires_grad or r.requires_grad):
+    if op is None:          # an alias (detach(), .data): the written value is base's, with no history
+        if tr.on_mutate is not None:
+            tr.on_mutate(base)
+        base._data = t._data
+        _refresh_views(tr, base, skip=t)
+        _write_through(tr, base, t, False)
+        return
+    if recorded and grad_mode.STATE.grad_enabled and (base.requires_grad or r.requires_grad):
         from .source import user_loc
         loc = user_loc(4)
         where = f" at {loc.where()} ({loc.text})" if loc is not None else ""
@@ -153,4 +186,4 @@ def _write_through(tr, t, r):
         tr.on_mutate(base)
     base._data = new._data
     _refresh_views(tr, base, skip=t)
-    _write_through(tr, base, new)
+    _write_through(tr, base, new, recorded)

@@ -132,11 +132,6 @@ def inplace_on_view(self, fn, others, snapshot, check_result):
     return self
 
 
-__all__ = ["inplace_on_view", "view_positions", "view_write_into_base", "NO_GRAD_VIEW_MSG", "INFERENCE_VIEW_MSG", "INFERENCE_VIEW",
-           "NO_GRAD_VIEW", "VIEW_OF_NO_GRAD_VIEW", "VIEW_OF_INFERENCE_VIEW", "inherited_origin", "view_of_view_msg",
-           "custom_fn_origin", "custom_fn_view_msg"]
-
-
 def view_write_into_base(base, view, op, params):
     """The value of ``base`` after an in-place write into ``view = op(base, **params)``: the view's new values
     put back where it reads them (traced code and device tensors, whose views are not shared memory).  A view
@@ -159,3 +154,8 @@ def view_write_into_base(base, view, op, params):
         if new.dtype is not base.dtype:
             new = new.to(base.dtype)
     return new
+
+
+__all__ = ["inplace_on_view", "view_positions", "view_write_into_base", "NO_GRAD_VIEW_MSG", "INFERENCE_VIEW_MSG",
+           "INFERENCE_VIEW", "NO_GRAD_VIEW", "VIEW_OF_NO_GRAD_VIEW", "VIEW_OF_INFERENCE_VIEW", "inherited_origin",
+           "view_of_view_msg", "custom_fn_origin", "custom_fn_view_msg"]
