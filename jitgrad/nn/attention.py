@@ -19,7 +19,7 @@ import numpy as np
 
 from ..ir import dtypes as dt
 from ..ir.ops import OPS as O
-from ..ir.ops.attention import attention_weights
+from ..ir.ops.attention import attention_weights, causal_additive
 from ..ir.ops.tiled_attention import packed_sizes
 from ..runtime.dispatch import bind
 from ..runtime.generator import generator_of
@@ -131,7 +131,7 @@ def _causal_mask(L, S, dtype, query):
     key = (L, S, dtype, dev)
     m = _CAUSAL.get(key)
     if m is None:
-        a = np.where(np.tri(L, S, 0, dtype=bool), 0.0, -np.inf).astype(dtype)
+        a = causal_additive(L, S, dtype)
         a.flags.writeable = False
         m = Tensor._make(a)
         if dev is not None:

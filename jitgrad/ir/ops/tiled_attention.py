@@ -41,7 +41,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from .. import philox
-from .attention import check_qkv
+from .attention import causal_additive, check_qkv
 from .opdef import Aval, OpDef, OpError, fmt_shape, register
 
 
@@ -298,10 +298,6 @@ def _tiled_forward_vjp(c, g):
     return tuple(parts[i] if i < len(parts) and c.needs_grad[i] else None for i in range(len(c.inputs)))
 
 
-def _causal_additive(L, S, dtype):
-    return np.where(np.tri(L, S, 0, dtype=bool), 0.0, -np.inf).astype(dtype)
-
-
 def _tiled_backward_vjp(c, gflat):
     """The derivative of ``sdpa_tiled_backward`` with jitgrad ops on whole score matrices (double backward only).
 
@@ -328,7 +324,7 @@ def _tiled_backward_vjp(c, gflat):
     if mask is not None:
         s = s + mask
     if p["causal"]:
-        s = c.bind("add", s, _causal_additive(L, S, np.dtype(c.dtypes[0].np)))
+        s = c.bind("add", s, causal_additive(L, S, np.dtype(c.dtypes[0].np)))
     w = (s - lse).exp()                                  # the weights p
     if rng is None:
         keep = None
