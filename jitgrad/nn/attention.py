@@ -99,9 +99,7 @@ def _tiles(query, key, value, mask, L, S, dropout=False):
         batch = np.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
     except ValueError:
         return False
-    n = L * S * np.dtype(query.dtype.np).itemsize
-    for d in batch:
-        n *= d
+    n = math.prod(batch) * L * S * np.dtype(query.dtype.np).itemsize
     if n == 0 and dropout:
         return False                # F.dropout draws nothing for empty weights: neither may the tiled path
     if _TR.active is None:
