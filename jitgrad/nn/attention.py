@@ -112,8 +112,7 @@ _CAUSAL: dict = {}     # (L, S, numpy dtype, device) -> additive causal mask, 0 
 
 def _torch_name(dtype):
     """torch's C++ name of a dtype in its messages (``double``, ``float``, ``c10::Half``...)."""
-    name = dtype.name
-    return {"float64": "double", "float32": "float"}.get(name) or "c10::" + dt.TORCH_SCALAR_NAME.get(name, name)
+    return {"float64": "double", "float32": "float"}.get(dtype.name) or "c10::" + dt.torch_scalar_name(dtype)
 
 
 def _device(t):
