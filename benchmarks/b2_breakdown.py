@@ -67,7 +67,7 @@ def kernel_alone(kernel, n, reps):
     A = np.array(blk + [0] * 8, np.int64)
     arg = A.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
     fn(arg)
-    good = ok(float(loss[0]), o2, o1, x, w, b)
+    good = matches((float(loss[0]), o2, o1), reference(x, w, b))
     mn, md = timings(lambda: fn(arg), reps)
     return {"min_ms": mn, "median_ms": md, "ns_per_element": mn * 1e6 / n, "ok": good}
 
@@ -87,8 +87,8 @@ if what == "counts":
         if m and m.group(1) in labels and labels[m.group(1)] < i:
             loops.append(lines[labels[m.group(1)] + 1:i + 1])
     vec = max(loops, key=lambda b: sum("zmm" in l or "ymm" in l for l in b))
-    step = [int(m.group(1)) for l in vec for m in [re.match(r"^\s+addq\s+\$(\d+),", l)] if m]
-    per = step[0] if step else 1
+    adds = [int(m.group(1)) for l in vec for m in [re.match(r"^\s+addq\s+\$(\d+),", l)] if m]
+    per = adds[0] if adds else 1
     instrs = [l for l in vec if l.strip() and not l.strip().startswith(".")]
     for _ in range(3):
         f(*args)

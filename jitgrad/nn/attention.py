@@ -19,7 +19,7 @@ import numpy as np
 
 from ..ir import dtypes as dt
 from ..ir.ops import OPS as O
-from ..ir.ops.attention import attention_weights
+from ..ir.ops.attention import attention_weights, causal_additive
 from ..ir.ops.tiled_attention import packed_sizes
 from ..runtime.dispatch import bind
 from ..runtime.generator import generator_of
@@ -99,9 +99,7 @@ def _tiles(query, key, value, mask, L, S, dropout=False):
         batch = np.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
     except ValueError:
         return False
-    n = L * S * np.dtype(query.dtype.np).itemsize
-    for d in batch:
-        n *= d
+    n = math.prod(batch) * L * S * np.dtype(query.dtype.np).itemsize
     if n == 0 and dropout:
         return False                # F.dropout draws nothing for empty weights: neither may the tiled path
     if _TR.active is None:
@@ -114,8 +112,7 @@ _CAUSAL: dict = {}     # (L, S, numpy dtype, device) -> additive causal mask, 0 
 
 def _torch_name(dtype):
     """torch's C++ name of a dtype in its messages (``double``, ``float``, ``c10::Half``...)."""
-    name = dtype.name
-    return {"float64": "double", "float32": "float"}.get(name) or "c10::" + dt.TORCH_SCALAR_NAME.get(name, name)
+    return {"float64": "double", "float32": "float"}.get(dtype.name) or "c10::" + dt.torch_scalar_name(dtype)
 
 
 def _device(t):
@@ -131,7 +128,7 @@ def _causal_mask(L, S, dtype, query):
     key = (L, S, dtype, dev)
     m = _CAUSAL.get(key)
     if m is None:
-        a = np.where(np.tri(L, S, 0, dtype=bool), 0.0, -np.inf).astype(dtype)
+        a = causal_additive(L, S, dtype)
         a.flags.writeable = False
         m = Tensor._make(a)
         if dev is not None:

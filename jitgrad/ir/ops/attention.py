@@ -15,6 +15,11 @@ import numpy as np
 from .opdef import Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register
 
 
+def causal_additive(L, S, dtype):
+    """The additive causal mask ``(L, S)`` in NumPy ``dtype``: 0 on and below the diagonal, -inf above."""
+    return np.where(np.tri(L, S, 0, dtype=bool), 0.0, -np.inf).astype(dtype)
+
+
 def check_qkv(name, avals):
     """Check query, key, value (and an additive mask, the 4th aval if present) for attention op ``name``;
     returns (batch shape, L, S).  The errors name the op and the shapes."""

@@ -35,19 +35,14 @@ materialised only when a double backward is asked for, and that vjp is itself di
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import dtypes as dt
 from .. import philox
-from .attention import check_qkv
+from .attention import causal_additive, check_qkv
 from .opdef import Aval, OpDef, OpError, fmt_shape, register
-
-
-def _prod(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _check_blocks(name, params):
@@ -87,7 +82,7 @@ def _fwd_rule(avals, params):
     batch, L, S = _check_inputs("sdpa_tiled", avals, params, 0,
                                 "query, key, value, an optional mask and, with dropout, the generator state")
     q, v = avals[0], avals[2]
-    return [Aval((_prod(batch) * L * (v.shape[-1] + 1),), q.dtype)]
+    return [Aval((math.prod(batch) * L * (v.shape[-1] + 1),), q.dtype)]
 
 
 def _bwd_rule(avals, params):
@@ -95,7 +90,7 @@ def _bwd_rule(avals, params):
                                 "query, key, value, an optional mask, with dropout the generator state, the "
                                 "forward's result and its cotangent")
     q, k, v = avals[:3]
-    n = _prod(batch) * L * (v.shape[-1] + 1)
+    n = math.prod(batch) * L * (v.shape[-1] + 1)
     for name, a in (("forward result", avals[-2]), ("cotangent", avals[-1])):
         if a.shape != (n,) or a.dtype is not q.dtype:
             raise OpError(f"sdpa_tiled_backward: the {name} must be {q.dtype.name}{fmt_shape((n,))} (query "
@@ -153,7 +148,7 @@ def _keep_scale(rng, p, wbatch, L, S, i0, i1, j0, j1, dtype):
     (``philox.uniform_at``), so the mask is bit for bit ``F.dropout``'s on the whole weights (the untiled path's
     and the compiled Philox loop's)."""
     u64 = np.uint64
-    base = (np.arange(_prod(wbatch), dtype=u64) * u64(L * S)).reshape(wbatch + (1, 1))
+    base = (np.arange(math.prod(wbatch), dtype=u64) * u64(L * S)).reshape(wbatch + (1, 1))
     idx = base + (np.arange(i0, i1, dtype=u64) * u64(S))[:, None] + np.arange(j0, j1, dtype=u64)[None, :]
     keep = philox.uniform_at(rng[0], rng[1], idx, dtype) >= dtype.type(p)
     return keep.astype(dtype) * dtype.type(1.0 / (1.0 - p))
@@ -172,8 +167,8 @@ def _tiled_forward(*xs, scale, causal, block_q, block_k, dropout_p=0.0):
     q, k, v, mask, rng, _ = _parts(xs, dropout_p, 0)
     batch, L, S, Ev = _layout(q, k, v)
     dt = q.dtype
-    n = _prod(batch) * L * Ev
-    flat = np.empty(n + _prod(batch) * L, dt)
+    n = math.prod(batch) * L * Ev
+    flat = np.empty(n + math.prod(batch) * L, dt)
     out = flat[:n].reshape(batch + (L, Ev))
     lse = flat[n:].reshape(batch + (L, 1))
     if mask is not None:
@@ -223,7 +218,7 @@ def _tiled_backward(*xs, scale, causal, block_q, block_k, mask_grad, dropout_p=0
     batch, L, S, Ev = _layout(q, k, v)
     E = q.shape[-1]
     dt = q.dtype
-    n = _prod(batch) * L * Ev
+    n = math.prod(batch) * L * Ev
     o = packed[:n].reshape(batch + (L, Ev))
     lse = packed[n:].reshape(batch + (L, 1))
     do = gpacked[:n].reshape(batch + (L, Ev))
@@ -285,7 +280,7 @@ def _split(flat, shapes):
     """The pieces of a flat packed tensor, reshaped (contiguous views in eager mode)."""
     out, at = [], 0
     for s in shapes:
-        n = _prod(s)
+        n = math.prod(s)
         out.append(flat[at:at + n].reshape(s))
         at += n
     return out
@@ -301,10 +296,6 @@ def _tiled_forward_vjp(c, g):
                   block_q=p["block_q"], block_k=p["block_k"], mask_grad=mask_grad, **extra)
     parts = _split(flat, c.shapes[:4] if mask_grad else c.shapes[:3])
     return tuple(parts[i] if i < len(parts) and c.needs_grad[i] else None for i in range(len(c.inputs)))
-
-
-def _causal_additive(L, S, dtype):
-    return np.where(np.tri(L, S, 0, dtype=bool), 0.0, -np.inf).astype(dtype)
 
 
 def _tiled_backward_vjp(c, gflat):
@@ -333,7 +324,7 @@ def _tiled_backward_vjp(c, gflat):
     if mask is not None:
         s = s + mask
     if p["causal"]:
-        s = c.bind("add", s, _causal_additive(L, S, np.dtype(c.dtypes[0].np)))
+        s = c.bind("add", s, causal_additive(L, S, np.dtype(c.dtypes[0].np)))
     w = (s - lse).exp()                                  # the weights p
     if rng is None:
         keep = None
@@ -410,7 +401,7 @@ def packed_sizes(q_shape, k_shape, v_shape):
     """(output shape, output size): the first part of ``sdpa_tiled``'s flat result; the rest is the lse."""
     batch = tuple(np.broadcast_shapes(q_shape[:-2], k_shape[:-2], v_shape[:-2]))
     L, Ev = q_shape[-2], v_shape[-1]
-    return batch + (L, Ev), _prod(batch) * L * Ev
+    return batch + (L, Ev), math.prod(batch) * L * Ev
 
 
 __all__ = ["packed_sizes"]

@@ -23,6 +23,8 @@ mean and rstd, read by its backward) are written once per row after the last pas
 """
 from __future__ import annotations
 
+import math
+
 from ..graph import Var
 from .fuse import MAX_GROUP_EQNS, NO_RECOMPUTE, OP_BYTES, PLAIN_OP_BYTES, REDUCTIONS, Group
 
@@ -95,7 +97,7 @@ def _col_reduction(e, S) -> bool:
     """A sum over every axis but the innermost (a LayerNorm backward's weight and bias gradients), accumulated
     into its output row by row: only in a serial kernel (see COLUMN_MAX)."""
     return (e.op.name == "sum" and len(S) >= 2 and tuple(e.params["axes"]) == tuple(range(len(S) - 1))
-            and e.ins[0].aval.shape == S and e.outs[0].aval.size == S[-1] and _size(S) < COLUMN_MAX
+            and e.ins[0].aval.shape == S and e.outs[0].aval.size == S[-1] and math.prod(S) < COLUMN_MAX
             and e.outs[0].aval.dtype.is_floating_point and e.ins[0].aval.dtype.is_floating_point)
 
 
@@ -229,16 +231,9 @@ def _split_cost(parts, size) -> float:
     """The plain plan's cost per element of ``S``: each loop's arithmetic and its reads and writes."""
     cost = 0.0
     for g in parts:
-        arith = _size(g.shape) / size * sum(_op_cost(e) for e in g.all_eqns)
+        arith = math.prod(g.shape) / size * sum(_op_cost(e) for e in g.all_eqns)
         cost += arith + _traffic(g.inputs, size) + _traffic(g.outputs, size)
     return cost
-
-
-def _size(shape):
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _topological(members):
@@ -285,7 +280,7 @@ def _row_group(parts, graph_outs, read_outside):
     g = _make(S, members, inputs, outputs, graph_outs)
     if g is None:
         return None
-    size = _size(S)
+    size = math.prod(S)
     if g.cost + _traffic(inputs, size) + _traffic(g.outputs, size) >= _split_cost(parts, size):
         return None
     return g
