@@ -117,8 +117,11 @@ def test_cache_dir_that_is_a_file_is_refused(tmp_path, monkeypatch):
     assert f.read_text() == "user data"
 
 
-def test_refusal_warns_once(tmp_path):
-    d = tmp_path / "cache"
+def test_refusal_warns_once(tmp_path, monkeypatch):
+    # a directory of its own: a build thread an earlier test left running resolves $JITGRAD_CACHE_DIR when it
+    # writes, so it may create this test's default cache directory first (seen once under load in CI)
+    d = tmp_path / "refused"
+    monkeypatch.setenv("JITGRAD_CACHE_DIR", str(d))
     d.mkdir()
     os.chmod(d, 0o777)
     with warnings.catch_warnings(record=True) as rec:
