@@ -117,11 +117,8 @@ def test_cache_dir_that_is_a_file_is_refused(tmp_path, monkeypatch):
     assert f.read_text() == "user data"
 
 
-def test_refusal_warns_once(tmp_path, monkeypatch):
-    # a directory of its own: a build thread an earlier test left running resolves $JITGRAD_CACHE_DIR when it
-    # writes, so it may create this test's default cache directory first (seen once under load in CI)
-    d = tmp_path / "refused"
-    monkeypatch.setenv("JITGRAD_CACHE_DIR", str(d))
+def test_refusal_warns_once(tmp_path):
+    d = tmp_path / "cache"
     d.mkdir()
     os.chmod(d, 0o777)
     with warnings.catch_warnings(record=True) as rec:
@@ -130,6 +127,32 @@ def test_refusal_warns_once(tmp_path, monkeypatch):
             assert cache.cache_dir() is None
             assert cache.store_entry(cache.cache_key(PLAIN_SRC), PLAIN_SRC) is None
     assert len(_cache_warnings(rec)) == 1
+
+
+def test_background_build_writes_where_the_cache_was_when_it_was_queued(tmp_path, monkeypatch):
+    # a build still running on the background thread must not follow a later change of $JITGRAD_CACHE_DIR
+    # (in a test run: into the next test's directory, which it created or wrote before that test could judge it)
+    import threading
+    from jitgrad.codegen import build
+    first, later = tmp_path / "first", tmp_path / "later"
+    go, seen = threading.Event(), []
+
+    class Job:
+        def _build(self, background):
+            go.wait(10)
+            seen.append((background, cache.cache_dir()))
+
+    job = Job()
+    monkeypatch.setenv("JITGRAD_CACHE_DIR", str(first))
+    build.queue_background(job)
+    monkeypatch.setenv("JITGRAD_CACHE_DIR", str(later))
+    go.set()
+    deadline = time.monotonic() + 10
+    while job in build._QUEUED and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert seen == [(True, first)]
+    assert cache.cache_dir() == later           # this thread follows the variable
+    assert first.is_dir() and sorted(p.name for p in tmp_path.iterdir()) == ["first", "later"]
 
 
 def test_failed_write_stores_nothing(monkeypatch):

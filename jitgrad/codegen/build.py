@@ -448,9 +448,10 @@ def queue_background(cg) -> None:
 
             def worker():
                 while True:
-                    job = q.get()
+                    job, root = q.get()
                     try:
-                        job._build(True)
+                        with cache.pinned_dir(root):
+                            job._build(True)
                     finally:
                         try:
                             _QUEUED.remove(job)
@@ -459,7 +460,7 @@ def queue_background(cg) -> None:
                         q.task_done()
             threading.Thread(target=worker, daemon=True, name="jitgrad-compile").start()
         _QUEUED.append(cg)
-        _QUEUE.put(cg)
+        _QUEUE.put((cg, cache._configured_dir()))
 
 
 def _after_fork_in_child():

@@ -58,8 +58,9 @@ def spawn(jobs, graph=None) -> subprocess.Popen | None:
         root = cache.cache_dir()
         from .build import COUNTS
         COUNTS["build_processes"] += 1
+        env = os.environ if root is None else {**os.environ, cache.ENV_VAR: str(root)}   # the same cache as ours
         return subprocess.Popen(command(handed, graph), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, start_new_session=True,
+                                stderr=subprocess.PIPE, start_new_session=True, env=env,
                                 cwd=str(root) if root is not None else "/",
                                 pass_fds=[lk.fd for lk in locks if lk.fd is not None])
     finally:

@@ -32,6 +32,7 @@ Guarantees
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import linecache
@@ -97,7 +98,26 @@ def _warn_once(token, message: str) -> None:
 
 # ---------------------------------------------------------------------------------------------------- directory
 
+_pinned = threading.local()       # a background build's directory, fixed when the build was queued
+
+
+@contextlib.contextmanager
+def pinned_dir(path: Path):
+    """Within this thread, ``cache_dir()`` judges and returns ``path`` whatever ``$JITGRAD_CACHE_DIR`` says
+    now: a build queued on the background thread writes where the cache was when it was queued, not where a
+    later change of the variable points (a test's own directory, another project's cache)."""
+    old = getattr(_pinned, "path", None)
+    _pinned.path = path
+    try:
+        yield
+    finally:
+        _pinned.path = old
+
+
 def _configured_dir() -> Path:
+    pinned = getattr(_pinned, "path", None)
+    if pinned is not None:
+        return pinned
     raw = os.environ.get(ENV_VAR, "")
     p = Path(raw).expanduser() if raw else Path.home() / ".cache" / "jitgrad"
     return Path(os.path.abspath(p))
