@@ -160,6 +160,53 @@ def test_sdpa_dropout_and_errors():
         F.scaled_dot_product_attention(q, k.transpose(-1, -2), v)
 
 
+@pytest.mark.parametrize("tiled", [False, True])
+@pytest.mark.parametrize("shapes", [((2, 4, 5, 3), (2, 2, 6, 3), (2, 1, 6, 2)),        # key and value grouped apart
+                                    ((6, 5, 3), (3, 6, 3), (3, 6, 2)),                  # 3-D: dim -3 is the batch
+                                    ((2, 2, 4, 5, 3), (1, 2, 2, 6, 3), (2, 1, 4, 6, 2))])  # 5-D, broadcast batch
+def test_sdpa_enable_gqa_matches_torch(shapes, tiled):
+    """``enable_gqa=True`` (torch 2.5): key/value heads repeated for their groups of query heads, causal with
+    L != S; values and gradients (summed back over each group) as torch's, eager and compiled, tiled or not."""
+    from jitgrad.nn.attention import attention_tiling
+    arrays = [_rng(i).standard_normal(s) for i, s in enumerate(shapes)]
+    for compiled in (False, True):
+        with attention_tiling(0 if tiled else 1 << 62, 2, 4):
+            _compare(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+                     lambda q, k, v: TF.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+                     arrays, compiled=compiled)
+
+
+def test_sdpa_enable_gqa_errors_and_dropout_as_torch():
+    """torch's errors for heads that do not divide and for inputs without a head dim; with dropout the grouped
+    heads draw one mask of the repeated shape, the same tiled or not (the untiled path with the heads repeated by
+    hand: the same Philox bits)."""
+    from jitgrad.nn.attention import attention_tiling
+    for qs, ks, vs in (((2, 4, 5, 3), (2, 3, 6, 3), (2, 3, 6, 3)), ((2, 2, 5, 3), (2, 4, 6, 3), (2, 4, 6, 3)),
+                       ((2, 4, 5, 3), (2, 2, 6, 3), (2, 3, 6, 3)), ((5, 3), (6, 3), (6, 3))):
+        arrays = [_rng(0).standard_normal(s) for s in (qs, ks, vs)]
+        with pytest.raises(Exception) as want:
+            TF.scaled_dot_product_attention(*(torch.tensor(a) for a in arrays), enable_gqa=True)
+        with pytest.raises(type(want.value)) as got:
+            F.scaled_dot_product_attention(*(jg.tensor(a) for a in arrays), enable_gqa=True)
+        assert str(got.value).splitlines()[0] == str(want.value)
+    arrays = [_rng(i).standard_normal(s) for i, s in enumerate(((2, 4, 5, 3), (2, 2, 6, 3), (2, 2, 6, 2)))]
+    res = []
+    for tiled, gqa in ((False, True), (True, True), (False, False)):
+        xs = [jg.tensor(a, requires_grad=True) for a in arrays]
+        q, k, v = xs if gqa else (xs[0], xs[1][:, :, None].expand(2, 2, 2, 6, 3).reshape(2, 4, 6, 3),
+                                  xs[2][:, :, None].expand(2, 2, 2, 6, 2).reshape(2, 4, 6, 2))
+        jg.manual_seed(5)
+        with attention_tiling(0 if tiled else 1 << 62, 2, 4):
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.4, enable_gqa=gqa)
+        out.sum().backward()
+        res.append([out.detach().numpy()] + [x.grad.numpy() for x in xs])
+    for r in res[1:]:
+        for a, b in zip(res[0], r):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    plain = F.scaled_dot_product_attention(*(jg.tensor(a) for a in arrays), enable_gqa=True).numpy()
+    assert np.abs(res[0][0] - plain).max() > 0.1        # the dropout did something
+
+
 # ---- fused ops with decompositions --------------------------------------------------------------------
 
 def test_fused_ops_declare_decompositions_and_eager_binds_them():

@@ -139,6 +139,27 @@ def _causal_mask(L, S, dtype, query):
     return m
 
 
+def _repeat_kv_heads(query, key, value):
+    """``enable_gqa=True``: key and value with fewer heads (dim -3) than the query, each head repeated for its group
+    of query heads (torch's ``pre_process_group_query_attention_input``: ``repeat_interleave`` on dim -3)."""
+    for t in (query, key, value):
+        if t.ndim < 3:
+            raise IndexError(f"Dimension out of range (expected to be in range of [{-t.ndim}, {t.ndim - 1}], "
+                             f"but got -3)")
+    hq, hk, hv = query.shape[-3], key.shape[-3], value.shape[-3]
+    if hq == hk == hv:
+        return key, value
+    if hq % hk or hq % hv:
+        raise RuntimeError("Number of heads in key and value must divide the number of heads in ")
+
+    def repeat(t, r):       # (..., h, S, E) -> (..., h * r, S, E), head i at rows i*r ... i*r + r - 1
+        if r == 1:
+            return t
+        s = t.shape
+        return t.unsqueeze(-3).expand(*s[:-2], r, *s[-2:]).reshape(*s[:-3], s[-3] * r, *s[-2:])
+    return repeat(key, hq // hk), repeat(value, hq // hv)
+
+
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False):
     """``softmax(query @ key^T * scale + mask) @ value`` over the last two dims (torch's math definition).
@@ -146,20 +167,19 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     ``attn_mask``: boolean (True: the key takes part) or additive float, broadcast to ``(..., L, S)``;
     ``is_causal``: the lower-triangular mask (no ``attn_mask`` with it); ``scale``: default
     ``1 / sqrt(E)``; ``dropout_p``: dropout on the attention weights (always applied, as in torch: pass 0.0 in
-    eval mode).  Differentiable to any order.  Above a size (``TILING``) it runs key-tiled with an online
+    eval mode); ``enable_gqa``: key and value may have fewer heads (dim -3) than the query, a divisor of its
+    heads, each repeated for its group of query heads.  Differentiable to any order.  Above a size (``TILING``) it runs key-tiled with an online
     softmax (``sdpa_tiled``): no ``(..., L, S)`` score matrix, forward or backward."""
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, Tensor):
             raise TypeError(f"scaled_dot_product_attention(): argument '{name}' must be Tensor, not "
                             f"{type(t).__name__}")
-    if enable_gqa:
-        from ..runtime.torch_surface import UnsupportedError
-        raise UnsupportedError("jitgrad does not support the argument 'enable_gqa=True' of "
-                               "nn.functional.scaled_dot_product_attention() yet")
     if is_causal and attn_mask is not None:
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
     if not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {dropout_p}")
+    if enable_gqa:
+        key, value = _repeat_kv_heads(query, key, value)
     L, S = query.shape[-2] if query.ndim >= 2 else 1, key.shape[-2] if key.ndim >= 2 else 1
     sc = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     mask = None
