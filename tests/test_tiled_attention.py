@@ -521,3 +521,36 @@ def test_a_float_mask_of_another_dtype_than_the_query_is_torchs_error_tiled_or_n
         with pytest.raises(RuntimeError) as got:
             _sdpa(*(jg.tensor(a) for a in (q, k, v)), tiled, attn_mask=jg.tensor(m))
         assert str(got.value).splitlines()[0] == str(want.value)
+
+
+@pytest.mark.parametrize("tiled", [False, True])
+def test_a_float32_mask_on_a_float64_query_is_accepted_as_torch(tiled):
+    """torch accepts a bool mask, a mask of the query's dtype, and a float32 mask on any float query (added in
+    the query's dtype; the mask's gradient stays float32), eager and compiled; other dtypes are its error, the
+    dtypes by their C++ names."""
+    torch = pytest.importorskip("torch")
+    q, k, v = (_rng(s).standard_normal(sh) for s, sh in ((0, (2, 5, 4)), (1, (2, 6, 4)), (2, (2, 6, 3))))
+    m = _rng(3).standard_normal((5, 6)).astype(np.float32)
+    m[1] = -np.inf
+    ts = [torch.tensor(a, requires_grad=True) for a in (q, k, v, m)]
+    want = torch.nn.functional.scaled_dot_product_attention(*ts[:3], attn_mask=ts[3])
+    want.sin().sum().backward()
+
+    def f(q, k, v, m):
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+        out.sin().sum().backward()
+        return out.detach()
+    for fn in (f, jg.compile(f, backend="interpret")):
+        xs = [jg.tensor(a, requires_grad=True) for a in (q, k, v, m)]
+        with attention_tiling(0 if tiled else 1 << 62, 3, 2):
+            out = fn(*xs)
+        assert out.dtype is jg.float64 and xs[3].grad.dtype is jg.float32
+        for a, b, tol in zip([out] + [x.grad for x in xs], [want] + [t.grad for t in ts], [1e-11] * 4 + [1e-6]):
+            np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=tol, atol=tol)
+    for dtype in ("int64", "int32", "uint8", "float16"):
+        with pytest.raises(RuntimeError) as exp:
+            torch.nn.functional.scaled_dot_product_attention(*ts[:3], attn_mask=torch.ones(5, 6, dtype=getattr(
+                torch, dtype)))
+        with pytest.raises(RuntimeError) as got:
+            _sdpa(*xs[:3], tiled, attn_mask=jg.ones(5, 6, dtype=getattr(jg, dtype)))
+        assert str(got.value).splitlines()[0] == str(exp.value)

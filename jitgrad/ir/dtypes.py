@@ -83,6 +83,16 @@ def torch_scalar_name(d: DType) -> str:
     return TORCH_SCALAR_NAME.get(d.name, d.name)
 
 
+# the C++ type names torch's TypeMeta prints in other messages ("but got attn_mask.dtype: long int and  query.dtype:
+# double", "mask with dtype unsigned char")
+TORCH_CPP_NAME = {"float32": "float", "float64": "double", "float16": "c10::Half", "bfloat16": "c10::BFloat16",
+                  "int64": "long int", "int32": "int", "bool": "bool", "uint8": "unsigned char"}
+
+
+def torch_cpp_name(d: DType) -> str:
+    return TORCH_CPP_NAME.get(d.name, d.name)
+
+
 _ALIASES = {"float": float32, "double": float64, "long": int64, "int": int32, "bool": bool_, "half": float16,
             "f32": float32, "f64": float64, "i64": int64, "i32": int32}
 

@@ -111,8 +111,8 @@ _CAUSAL: dict = {}     # (L, S, numpy dtype, device) -> additive causal mask, 0 
 
 
 def _torch_name(dtype):
-    """torch's C++ name of a dtype in its messages (``double``, ``float``, ``c10::Half``...)."""
-    return {"float64": "double", "float32": "float"}.get(dtype.name) or "c10::" + dt.torch_scalar_name(dtype)
+    """torch's C++ name of a dtype in its messages (``double``, ``float``, ``c10::Half``, ``long int``...)."""
+    return dt.torch_cpp_name(dtype)
 
 
 def _device(t):
@@ -190,11 +190,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                 zero = zero.to(attn_mask.device)        # masked_fill on the mask's device
             mask = zero.masked_fill(attn_mask.logical_not(), -math.inf)
         else:
-            if attn_mask.dtype is not query.dtype:      # torch's check (the ops would cast or fail in the backward)
+            # torch's check: bool (above), float32 or the query's dtype; a float32 mask on another float query is
+            # added in the query's dtype (its gradient comes back float32)
+            if attn_mask.dtype is not query.dtype and attn_mask.dtype.name != "float32":
                 raise RuntimeError(f"Expected attn_mask dtype to be bool or float or to match query dtype, but got "
                                    f"attn_mask.dtype: {_torch_name(attn_mask.dtype)} and  query.dtype: "
                                    f"{_torch_name(query.dtype)} instead.")
-            mask = attn_mask
+            mask = attn_mask if attn_mask.dtype is query.dtype else attn_mask.to(query.dtype)
     if dropout_p < 1.0 and _tiles(query, key, value, mask, L, S, dropout=dropout_p > 0.0):
         args = (query, key, value) if mask is None else (query, key, value, mask)
         kw = dict(scale=sc, causal=bool(is_causal), block_q=TILING.block_q, block_k=TILING.block_k)
