@@ -419,8 +419,11 @@ def test_errors_name_the_op_the_shapes_and_the_line():
         with pytest.raises(RuntimeError, match=r"sdpa_tiled: the mask \[5, 1, 1, 7, 9\] must broadcast to the scores' "
                                                r"shape \[2, 3, 7, 9\]"):
             F.scaled_dot_product_attention(q, k, v, attn_mask=jg.zeros(5, 1, 1, 7, 9, dtype=jg.float64))
-        with pytest.raises(RuntimeError, match=r"sdpa_tiled: Expected query, key, and value to have the same dtype"):
-            F.scaled_dot_product_attention(q, k.float(), v)
+        with pytest.raises(RuntimeError, match=r"^Expected query, key, and value to have the same dtype, but got "
+                                               r"query.dtype: double key.dtype: float and value.dtype: double"):
+            F.scaled_dot_product_attention(q, k.float(), v)     # torch's text (the function checks first)
+    with pytest.raises(RuntimeError, match=r"sdpa_tiled: Expected query, key, and value to have the same dtype"):
+        bind(OPS["sdpa_tiled"], q, k.float(), v, scale=1.0, causal=False, block_q=2, block_k=2)
     with pytest.raises(RuntimeError, match=r"sdpa_tiled: block_k must be a positive int, got 0"):
         bind(OPS["sdpa_tiled"], q, k, v, scale=1.0, causal=False, block_q=2, block_k=0)
     with pytest.raises(RuntimeError, match=r"sdpa_tiled_backward: the cotangent must be float64\[210\] \(query "

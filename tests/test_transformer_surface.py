@@ -207,6 +207,31 @@ def test_sdpa_enable_gqa_errors_and_dropout_as_torch():
     assert np.abs(res[0][0] - plain).max() > 0.1        # the dropout did something
 
 
+_SDPA_BAD_ARGS = {      # arguments torch refuses before it computes anything: its exception type and first line
+    "key-dtype": lambda T, q: dict(key=q.float()),
+    "value-dtype": lambda T, q: dict(value=q.float()),
+    "one-dim-query": lambda T, q: dict(query=q[0, 0, 0]),
+    "mask-not-a-tensor": lambda T, q: dict(attn_mask=[[True]]),
+    "query-not-a-tensor": lambda T, q: dict(query=q.tolist()),
+    "dropout-above-one": lambda T, q: dict(dropout_p=1.5),
+}
+
+
+@pytest.mark.parametrize("tiled", [False, True])
+@pytest.mark.parametrize("case", sorted(_SDPA_BAD_ARGS))
+def test_sdpa_argument_errors_are_torchs(case, tiled):
+    from jitgrad.nn.attention import attention_tiling
+    got = []
+    for lib, fn in ((torch, TF.scaled_dot_product_attention), (jg, F.scaled_dot_product_attention)):
+        q = lib.tensor(_rng().standard_normal((2, 3, 5, 4)))
+        kw = dict(query=q, key=q, value=q)
+        kw.update(_SDPA_BAD_ARGS[case](lib, q))
+        with attention_tiling(0 if tiled else 1 << 62, 2, 2), pytest.raises(Exception) as e:
+            fn(**kw)
+        got.append((type(e.value), str(e.value).splitlines()[0]))
+    assert got[1] == got[0]
+
+
 # ---- fused ops with decompositions --------------------------------------------------------------------
 
 def test_fused_ops_declare_decompositions_and_eager_binds_them():

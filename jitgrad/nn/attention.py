@@ -168,16 +168,30 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     ``is_causal``: the lower-triangular mask (no ``attn_mask`` with it); ``scale``: default
     ``1 / sqrt(E)``; ``dropout_p``: dropout on the attention weights (always applied, as in torch: pass 0.0 in
     eval mode); ``enable_gqa``: key and value may have fewer heads (dim -3) than the query, a divisor of its
-    heads, each repeated for its group of query heads.  Differentiable to any order.  Above a size (``TILING``) it runs key-tiled with an online
-    softmax (``sdpa_tiled``): no ``(..., L, S)`` score matrix, forward or backward."""
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(t, Tensor):
+    heads, each repeated for its group of query heads.  Differentiable to any order.  Above a size (``TILING``)
+    it runs key-tiled with an online softmax (``sdpa_tiled``): no ``(..., L, S)`` score matrix, forward or backward."""
+    for name, t in (("query", query), ("key", key), ("value", value), ("attn_mask", attn_mask)):
+        if not isinstance(t, Tensor) and (name != "attn_mask" or t is not None):
             raise TypeError(f"scaled_dot_product_attention(): argument '{name}' must be Tensor, not "
                             f"{type(t).__name__}")
+    # torch's validate_sdpa_input, in its order and with its texts (dtypes by their C++ names)
+    if not query.dtype is key.dtype is value.dtype:
+        raise RuntimeError(f"Expected query, key, and value to have the same dtype, but got query.dtype: "
+                           f"{_torch_name(query.dtype)} key.dtype: {_torch_name(key.dtype)} and value.dtype: "
+                           f"{_torch_name(value.dtype)} instead.")
+    if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
+        raise RuntimeError(f"Expected query, key, and value to all be  at least 2 dimensional, but got query.dim: "
+                           f"{query.ndim} key.dim: {key.ndim} and value.dim: {value.ndim} instead.")
+    # a mask may be bool, float32 or of the query's dtype; a float32 mask on another float query is added in the
+    # query's dtype (its gradient comes back float32)
+    if attn_mask is not None and attn_mask.dtype.name not in ("bool", "float32") and attn_mask.dtype is not query.dtype:
+        raise RuntimeError(f"Expected attn_mask dtype to be bool or float or to match query dtype, but got "
+                           f"attn_mask.dtype: {_torch_name(attn_mask.dtype)} and  query.dtype: "
+                           f"{_torch_name(query.dtype)} instead.")
     if is_causal and attn_mask is not None:
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
-    if not 0.0 <= dropout_p <= 1.0:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {dropout_p}")
+    if not 0.0 <= dropout_p <= 1.0:     # torch's at::dropout check (a RuntimeError, not F.dropout's ValueError)
+        raise RuntimeError(f"dropout probability has to be between 0 and 1, but got {dropout_p}")
     if enable_gqa:
         key, value = _repeat_kv_heads(query, key, value)
     L, S = query.shape[-2] if query.ndim >= 2 else 1, key.shape[-2] if key.ndim >= 2 else 1
@@ -190,12 +204,6 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                 zero = zero.to(attn_mask.device)        # masked_fill on the mask's device
             mask = zero.masked_fill(attn_mask.logical_not(), -math.inf)
         else:
-            # torch's check: bool (above), float32 or the query's dtype; a float32 mask on another float query is
-            # added in the query's dtype (its gradient comes back float32)
-            if attn_mask.dtype is not query.dtype and attn_mask.dtype.name != "float32":
-                raise RuntimeError(f"Expected attn_mask dtype to be bool or float or to match query dtype, but got "
-                                   f"attn_mask.dtype: {_torch_name(attn_mask.dtype)} and  query.dtype: "
-                                   f"{_torch_name(query.dtype)} instead.")
             mask = attn_mask if attn_mask.dtype is query.dtype else attn_mask.to(query.dtype)
     if dropout_p < 1.0 and _tiles(query, key, value, mask, L, S, dropout=dropout_p > 0.0):
         args = (query, key, value) if mask is None else (query, key, value, mask)
