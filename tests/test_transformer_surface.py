@@ -310,6 +310,25 @@ def test_masked_fill_with_a_buffer_mask_broadcast(compiled):
     np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), atol=1e-12)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_masked_fill_broadcasts_the_input_to_a_larger_mask_as_torch(compiled):
+    """Out of place, torch broadcasts input, mask and value together: a (T, T) score matrix filled by a
+    (1, 1, T, T) buffer mask, or by a batched mask, is the mask's shape, and the gradients sum back; in place the
+    result must keep the input's shape (torch's error)."""
+    a = _rng().standard_normal((3, 3))
+    mask = _rng(1).random((2, 1, 3, 3)) > 0.5
+    for ms in (mask[:1], mask):
+        def fn(lib, x, v):
+            return x.masked_fill(lib.tensor(ms), v)
+        f = jg.compile(lambda x, v: fn(jg, x, v), backend="interpret") if compiled else (lambda x, v: fn(jg, x, v))
+        _compare(f, lambda x, v: fn(torch, x, v), [a, np.array(1.5)])
+    with pytest.raises(RuntimeError) as want:
+        torch.tensor(a).masked_fill_(torch.tensor(mask), 0.0)
+    with pytest.raises(RuntimeError) as got:
+        jg.tensor(a).masked_fill_(jg.tensor(mask), 0.0)
+    assert str(got.value).splitlines()[0] == str(want.value)
+
+
 # ---- torch.save / torch.load ---------------------------------------------------------------------------
 
 def _tiny_model(lib):

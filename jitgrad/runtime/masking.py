@@ -16,7 +16,8 @@ from .torch_kwargs import torch_kwargs
 
 
 def masked_fill(input, mask, value, **torch_kw):
-    """``value`` where ``mask`` (bool, broadcast to ``input``) is True, else ``input``; keeps ``input``'s dtype."""
+    """``value`` where ``mask`` (bool) is True, else ``input``, the three broadcast together as torch does (a mask
+    with more dims gives its shape); keeps ``input``'s dtype."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(masked_fill, 'masked_fill', (input, mask, value), {}, torch_kw)
     if not isinstance(mask, Tensor) or mask.dtype.name != "bool":
@@ -27,18 +28,18 @@ def masked_fill(input, mask, value, **torch_kw):
                            f"{value.ndim} dimension(s).")
     if isinstance(value, float) and not input.is_floating_point():
         value = int(value)      # torch casts the fill value to the tensor's dtype
-    r = where(mask, value, input)
+    r = where(mask, value, input)       # input, mask and value broadcast together (a larger mask: its shape)
     if r.dtype is not input.dtype:
         r = r.to(input.dtype)
-    if r.shape != input.shape:
-        raise RuntimeError(f"masked_fill: the mask of shape {list(mask.shape)} does not broadcast to the tensor's "
-                           f"shape {list(input.shape)}")
     return named(r, "MaskedFillBackward0")
 
 
 def _masked_fill_(self, mask, value):
-    """In place: ``self.copy_(masked_fill(self, mask, value))``."""
-    return self.copy_(masked_fill(self, mask, value))
+    """In place: ``self.copy_(masked_fill(self, mask, value))``; the result must keep ``self``'s shape."""
+    r = masked_fill(self, mask, value)
+    if r.shape != self.shape:
+        raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(r.shape)}")
+    return self.copy_(r)
 
 
 def _scatter_key(input, dim, index):
