@@ -134,3 +134,27 @@ def test_sgd_multi_tensor_bit_identical(monkeypatch, dtype, which):
     assert len(fast) == len(slow)
     _assert_bit_identical(fast, slow)
     assert v_fast == v_slow
+
+
+@pytest.mark.parametrize("name", ["Adam", "AdamW", "SGD"])
+def test_fused_and_foreach_keywords_as_torch(name):
+    """``fused=`` / ``foreach=`` (nanoGPT's configure_optimizers passes ``fused=``) are accepted and change nothing
+    in the trajectory; both True is torch's RuntimeError."""
+    torch = pytest.importorskip("torch")
+    res = []
+    for lib in (torch, jg):
+        for kw in ({}, {"fused": True}, {"fused": False, "foreach": True}, {"foreach": False}):
+            w = lib.tensor(np.linspace(-1.0, 1.0, 6).reshape(2, 3), requires_grad=True)
+            opt = getattr(lib.optim, name)([{"params": [w], "weight_decay": 0.1}], lr=0.05, **kw)
+            for _ in range(3):
+                (w.pow(3).sum() + w.sum(0).pow(2).sum()).backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            res.append(w.detach().numpy())
+        p = lib.tensor([1.0], requires_grad=True)
+        with pytest.raises(Exception) as e:
+            getattr(lib.optim, name)([p], lr=0.1, fused=True, foreach=True)
+        res.append((type(e.value), str(e.value)))
+    assert res[9] == res[4]         # (type, message) of the refusal
+    for a, b in zip(res[5:9] + res[1:4], res[0:4] + res[:1] * 3):      # jitgrad == torch; every keyword the same
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)

@@ -34,7 +34,7 @@ class Adam(Optimizer):
                  foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
                  decoupled_weight_decay=False):
         _check(lr, betas, eps, weight_decay)
-        _check_unsupported(differentiable)
+        _check_unsupported(differentiable, fused=fused, foreach=foreach)
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
                         maximize=maximize, foreach=foreach, capturable=capturable, differentiable=differentiable,
                         fused=fused, decoupled_weight_decay=decoupled_weight_decay)

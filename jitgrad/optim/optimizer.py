@@ -274,7 +274,9 @@ def _typename(x):
 
 
 
-def _check_unsupported(differentiable, capturable=False):
+def _check_unsupported(differentiable, capturable=False, fused=None, foreach=None):
+    if fused and foreach:       # torch's refusal (fused, differentiable: jitgrad refuses differentiable below anyway)
+        raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
     if differentiable:
         raise NotImplementedError("jitgrad.optim: differentiable=True (autograd through the optimiser step) is not "
                                   "supported")
