@@ -38,7 +38,7 @@ def gelu(input, approximate="none", **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(gelu, 'gelu', (input, approximate), {}, torch_kw)
     if approximate not in ("none", "tanh"):
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        raise RuntimeError("approximate argument must be either none or tanh.")     # torch's type and text
     return bind(O["gelu"], input, approximate=approximate)
 
 
