@@ -229,8 +229,10 @@ def test_masked_fill_scatter_add_clamp_values():
     assert np.array_equal(jg.masked_fill(x, m[0], 7).numpy(), np.where(a[0] > 0, 7.0, a))
     i = jg.tensor([3, 1, 2]).masked_fill(jg.tensor([True, False, False]), 1.7)
     assert i.dtype is jg.int64 and i.tolist() == [1, 1, 2]
-    with pytest.raises(RuntimeError, match="boolean masks"):
-        x.masked_fill(m.double(), 0.0)
+    for mask, name in ((m.double(), "double"), (m.long(), "long int"), (m.to(jg.uint8), "unsigned char")):
+        with pytest.raises(RuntimeError, match=f"^masked_fill_ only supports boolean masks, but got mask with dtype "
+                                               f"{name}$"):        # torch's C++ type names
+            x.masked_fill(mask, 0.0)
     idx = jg.tensor([[0, 1, 2, 0], [2, 2, 1, 0]])
     src = t64(np.arange(8.0).reshape(2, 4))
     out = jg.zeros(3, 4, dtype=jg.float64).scatter_add(0, idx, src)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.dtypes import torch_cpp_name
 from ..ir.ops import OPS as O
 from .dispatch import bind
 from .functions import _axis, clamp, where
@@ -21,7 +22,7 @@ def masked_fill(input, mask, value, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(masked_fill, 'masked_fill', (input, mask, value), {}, torch_kw)
     if not isinstance(mask, Tensor) or mask.dtype.name != "bool":
-        got = mask.dtype.name if isinstance(mask, Tensor) else type(mask).__name__
+        got = torch_cpp_name(mask.dtype) if isinstance(mask, Tensor) else type(mask).__name__
         raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype {got}")
     if isinstance(value, Tensor) and value.ndim != 0:
         raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with "
