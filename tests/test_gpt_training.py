@@ -146,3 +146,137 @@ def test_gpt_matches_torch_float64(sdpa):
 def test_gpt_eager_equals_numba_compiled():
     """The same 20 steps through the generated kernels (Numba backend, SDPA's decomposition fused and compiled)."""
     _same(train_jitgrad(0.1, True, "eager"), train_jitgrad(0.1, True, "compile-step", backend="numba"), 1e-9)
+
+
+def make_nanogpt(lib, n_layer=2, n_head=2, n_embd=8, block_size=6, vocab=7, bias=False):
+    """nanoGPT's model.py as it is written (bias=False: its own LayerNorm over F.layer_norm with bias None, and
+    nn.LayerNorm(bias=False) at the end; the flash branch; a tanh GELU; _init_weights via apply; the scaled
+    c_proj init; configure_optimizers' groups, fused= by inspect)."""
+    import inspect
+    import math
+    nn, F = lib.nn, lib.nn.functional
+
+    class LayerNorm(nn.Module):
+        def __init__(self, ndim, bias):
+            super().__init__()
+            self.weight = nn.Parameter(lib.ones(ndim))
+            self.bias = nn.Parameter(lib.zeros(ndim)) if bias else None
+
+        def forward(self, input):
+            return F.layer_norm(input, self.weight.shape, self.weight, self.bias, 1e-5)
+
+    class CausalSelfAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)
+            self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
+            self.flash = hasattr(lib.nn.functional, "scaled_dot_product_attention")
+
+        def forward(self, x):
+            B, T, C = x.size()
+            q, k, v = self.c_attn(x).split(n_embd, dim=2)
+            k = k.view(B, T, n_head, C // n_head).transpose(1, 2)
+            q = q.view(B, T, n_head, C // n_head).transpose(1, 2)
+            v = v.view(B, T, n_head, C // n_head).transpose(1, 2)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0, is_causal=True)
+            y = y.transpose(1, 2).contiguous().view(B, T, C)
+            return self.c_proj(y)
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c_fc = nn.Linear(n_embd, 4 * n_embd, bias=bias)
+            self.gelu = nn.GELU(approximate="tanh")
+            self.c_proj = nn.Linear(4 * n_embd, n_embd, bias=bias)
+
+        def forward(self, x):
+            return self.c_proj(self.gelu(self.c_fc(x)))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1, self.attn, self.ln_2, self.mlp = LayerNorm(n_embd, bias), CausalSelfAttention(), \
+                LayerNorm(n_embd, bias), MLP()
+
+        def forward(self, x):
+            x = x + self.attn(self.ln_1(x))
+            return x + self.mlp(self.ln_2(x))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.transformer = nn.ModuleDict(dict(
+                wte=nn.Embedding(vocab, n_embd), wpe=nn.Embedding(block_size, n_embd),
+                h=nn.ModuleList([Block() for _ in range(n_layer)]), ln_f=nn.LayerNorm(n_embd, bias=bias)))
+            self.lm_head = nn.Linear(n_embd, vocab, bias=False)
+            self.transformer.wte.weight = self.lm_head.weight
+            self.apply(self._init_weights)
+            for pn, p in self.named_parameters():
+                if pn.endswith("c_proj.weight"):
+                    lib.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer))
+
+        def _init_weights(self, module):
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                lib.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+                if isinstance(module, nn.Linear) and module.bias is not None:
+                    lib.nn.init.zeros_(module.bias)
+
+        def forward(self, idx, targets):
+            b, t = idx.size()
+            pos = lib.arange(0, t, dtype=lib.long)
+            x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+            for block in self.transformer.h:
+                x = block(x)
+            logits = self.lm_head(self.transformer.ln_f(x))
+            return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+
+        def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+            param_dict = {pn: p for pn, p in self.named_parameters() if p.requires_grad}
+            optim_groups = [{"params": [p for p in param_dict.values() if p.dim() >= 2], "weight_decay": weight_decay},
+                            {"params": [p for p in param_dict.values() if p.dim() < 2], "weight_decay": 0.0}]
+            fused_available = "fused" in inspect.signature(lib.optim.AdamW).parameters
+            extra_args = dict(fused=fused_available and device_type == "cuda")
+            return lib.optim.AdamW(optim_groups, lr=learning_rate, betas=betas, **extra_args)
+
+    return GPT()
+
+
+def _nanogpt_run(lib, mode, init):
+    """5 steps of nanoGPT's train.py loop (clip at 1.0, its returned norm kept) from the weights in ``init``."""
+    model = make_nanogpt(lib).double()
+    init.seek(0)
+    model.load_state_dict(lib.load(init, weights_only=True))
+    opt = model.configure_optimizers(0.1, 3e-2, (0.9, 0.95), "cpu")
+
+    def step(x, y):
+        loss = model(x, y)
+        loss.backward()
+        norm = lib.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach(), norm
+    if mode != "eager":
+        step = jg.compile(step, backend=mode, background=False)
+    rng = np.random.default_rng(1)
+    out = []
+    for _ in range(5):
+        x, y = rng.integers(0, 7, (3, 6)), rng.integers(0, 7, (3, 6))
+        y[:, :2] = -1           # nanoGPT's ignore_index: positions without a target
+        loss, norm = step(lib.tensor(x), lib.tensor(y))
+        out.append([loss.item(), norm.item()])
+    return np.array(out), {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def test_nanogpt_model_py_trains_as_torch():
+    """nanoGPT's model.py (make_nanogpt) for 5 steps, float64: jitgrad eager, compiled on the interpreter and on
+    Numba, and torch (the same initial weights, jg.save -> torch's file format) agree on losses, clip norms and
+    every parameter; the tied embedding stays one tensor."""
+    torch = pytest.importorskip("torch")
+    jg.manual_seed(0)
+    model = make_nanogpt(jg).double()
+    assert model.transformer.wte.weight is model.lm_head.weight and model.transformer.ln_f.bias is None
+    init = io.BytesIO()
+    jg.save(model.state_dict(), init)
+    want = _nanogpt_run(torch, "eager", init)
+    for mode in ("eager", "interpret", "numba"):
+        _same(_nanogpt_run(jg, mode, init), want, 1e-10)
