@@ -17,12 +17,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.passes.fuse import OP_BYTES, PLAIN_OP_BYTES, Group
+from ..ir.passes.row_chains import RowGroup
 from .batched_gemm import BatchedGemmSteps
 from .gemm_steps import GemmSteps
 from .region_steps import RegionSteps
 from .loops import BCAST, CONTIG, PARALLEL_MIN, STRIDED, gen_check, gen_copy, gen_gather, gen_group, gen_scatter
 from .lowering import lower_plan
 from .places import Place, Places, Root, bcast_strides, c_strides, coalesce
+from .rowwise_loops import gen_rows
 
 # A kernel runs its outer loop on the worker pool when its work pays for waking the workers (one wake-up round,
 # ~5-30 us: workpool.py): at least PARALLEL_GRAIN elements (PyTorch's grain size) and size x per-element cost
@@ -235,8 +237,12 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
         classes = [_cls(st) for st in op.in_strides + op.out_strides]
         per_element = sum(p.dtype.itemsize for p in op.in_places + op.out_places) + sum(
             OP_BYTES.get(e.op.name, PLAIN_OP_BYTES) for e in g.eqns)
-        k = gen_group(g, classes, len(shape) > 0 and self._parallel(op.size, per_element), self.check_ids, len(shape),
-                      op.red_axes, alias_classes(op.in_places + op.out_places))
+        parallel = len(shape) > 0 and self._parallel(op.size, per_element)
+        alias = alias_classes(op.in_places + op.out_places)
+        if isinstance(g, RowGroup):     # a row-wise chain: one nest over rows, several sweeps of each
+            k = gen_rows(g, classes, parallel, len(shape), op.red_axes, alias)
+        else:
+            k = gen_group(g, classes, parallel, self.check_ids, len(shape), op.red_axes, alias)
         st = Step("kernel", k, label=f"{g.name} {g.lines()}".strip(), shapes=[list(p.shape) for p in op.in_places],
                   scope=g.all_eqns[0].scope)
         st.block = len(self.table)

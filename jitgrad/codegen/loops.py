@@ -18,7 +18,6 @@ import numpy as np
 from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
 from ..ir.ops.opdef import result_dtype
-from ..ir.passes.row_chains import RowGroup
 from .math_table import LiteralText, MathCalls
 
 PARALLEL_MIN = 1 << 20      # elements; below this a kernel runs serial (see BENCHMARKS.md: thread wake-up
@@ -290,9 +289,6 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
     ``alias``: per operand, its alias class (operands of one class may share memory, of two never do; see
     ``alias_scopes.py``); None: nothing is known, every access is a plain one."""
     rank = len(g.shape) if rank is None else rank
-    if isinstance(g, RowGroup):         # a row-wise chain: one nest over rows, several sweeps of each
-        from .rowwise_loops import gen_rows
-        return gen_rows(g, classes, parallel, rank, red_axes, alias)
     outs = list(g.outputs)
     red = g.reduce
     if red is not None and red_axes is None:
