@@ -99,3 +99,36 @@ def test_a_value_other_steps_read_stays_stored_by_its_loop():
     got, want = f(x), fn(x)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_value_compared_with_its_max_is_stored_not_recomputed():
+    """amax's backward compares its input with the max (``eq``): both must read the same bits, and a recomputation
+    in another loop may round differently (fast-math contraction: ``x * w + b`` is an FMA in a loop where
+    ``x * w`` has one use and not in the one that also stores it), leaving rows without a maximum: a tie count of
+    0 and NaN gradients.  Such a value is stored by the loop that computes it, whatever the recomputation costs."""
+    rng = np.random.default_rng(5)
+    w, b = (jg.tensor(rng.standard_normal(300)) for _ in range(2))
+
+    def ties(x):
+        t = x * w
+        h = t + b
+        return (h == h.amax(-1, keepdim=True)).sum(-1), t
+
+    def grad(x):
+        t = x * w
+        (t + b).amax(-1).sum().backward()
+        return x.grad, t.detach()
+
+    x = jg.tensor(rng.standard_normal((64, 300)))
+    p = _plan(jg.compile(ties, backend="numba"), x)
+    amax = next(g for g in p.groups if g.reduce is not None and g.reduce.op.name == "amax")
+    assert amax.reduce.ins[0] in amax.outputs, p
+    assert not any(e.outs[0] is amax.reduce.ins[0] for g in p.groups if g is not amax for e in g.eqns), p
+    for fn in (ties, grad):
+        f = jg.compile(fn, backend="numba")
+        for seed in (6, 7):
+            xa = np.random.default_rng(seed).standard_normal((64, 300))
+            got = f(jg.tensor(xa, requires_grad=True))
+            want = fn(jg.tensor(xa, requires_grad=True))
+            for a, e in zip(got, want):
+                np.testing.assert_allclose(a.detach().numpy(), e.detach().numpy(), rtol=1e-12, atol=1e-12)

@@ -140,6 +140,31 @@ def test_cuda_plans_without_row_groups():
     assert all(type(s) is Group for s in plan(graph, rowwise=False).groups)
 
 
+def test_a_value_compared_with_its_row_max_is_stored_not_recomputed():
+    """``h == h.amax(-1)`` in a later pass must compare the bits the max saw: a pass that recomputed ``h = t + b``
+    (with ``t = x * w`` returned, so stored, in that pass) rounded differently from the pass that took the max
+    (an FMA where ``t`` has one use), and rows had no element equal to their max.  ``h`` is stored in the max's
+    pass and read back; a chain that returns ``h`` (written in the last pass) is not merged."""
+    rng = np.random.default_rng(90)
+    w, b = jg.tensor(_rand((1000,), seed=91)), jg.tensor(_rand((1000,), seed=92))
+
+    def fn(x):
+        t = x * w
+        h = t + b
+        return ((h == h.amax(-1, keepdim=True)) * 1.0).sum(-1, keepdim=True), t
+
+    x = jg.tensor(rng.standard_normal((64, 1000)))
+    f = jg.compile(fn, backend="numba")
+    (rg,) = plan(_graph(f, x)).groups
+    h = next(e for e in rg.eqns if e.op.name == "amax").ins[0]
+    assert isinstance(rg, RowGroup) and h in rg.passes[0].stores and h in rg.passes[1].loads, str(plan(_graph(f, x)))
+    for seed in (93, 94):
+        x = jg.tensor(np.random.default_rng(seed).standard_normal((64, 1000)))
+        np.testing.assert_array_equal(f(x)[0].numpy(), fn(x)[0].numpy())
+    p = plan(_graph(jg.compile(lambda x: fn(x) + (x * w + b,), backend="numba"), x))
+    assert not any(isinstance(g, RowGroup) for g in p.groups), str(p)
+
+
 def test_a_chain_that_reads_no_reduction_back_is_not_merged():
     """Two row sums and nothing that uses them along the row: no pass to save, the plain loops stay."""
     def fn(x):

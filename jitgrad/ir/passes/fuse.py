@@ -125,6 +125,18 @@ OP_BYTES = {"exp": 8.0, "expm1": 8.0, "log": 8.0, "log1p": 8.0, "tanh": 8.0, "si
             "sin": 8.0, "cos": 8.0, "tan": 8.0, "pow": 16.0, "div": 2.0, "sqrt": 2.0, "rsqrt": 2.0}
 PLAIN_OP_BYTES = 0.25
 NO_RECOMPUTE = ("rand_uniform", "rand_normal")   # draws: their scalar body takes the element index; kept single
+# A value compared for equality with its own max/min (amax/amin's backward: ``mask = x == amax(x)`` and the count
+# of ties) must be the bits the reduction saw.  A recomputation in another loop may round differently (the
+# kernels' fast-math flags let LLVM contract ``a * b + c`` into an FMA in one loop and not in another, where
+# ``a * b`` has a second use), and a row whose recomputed values miss its maximum gets a tie count of 0 (NaN
+# gradients).  Such a value is stored where it is computed, never recomputed (``exact_value``)
+EXTREMA, EQUALITY = ("amax", "amin"), ("eq", "ne")
+
+
+def exact_value(readers) -> bool:
+    """Whether a value read by eqns ``readers`` must not be recomputed: a max/min of it and an equality test."""
+    names = {e.op.name for e in readers}
+    return bool(names & set(EXTREMA)) and bool(names & set(EQUALITY))
 
 
 def _recompute_cheap_values(groups, eqns, users, outs, where):
@@ -171,6 +183,8 @@ def _cheap_chain(v, eqns, producer, where, users, outs, members, reads):
     g1 = where.get(p) if p is not None else None
     if not isinstance(g1, Group) or (g1.reduce and g1.reduce[0] == p) or v in outs:
         return None
+    if exact_value([eqns[u] for u in users.get(v, ())]):
+        return None         # compared with its own max/min: every reader must see the bits the reduction saw
     g1_members = {i for i, _ in g1.eqns}
     readers = []
     for u in users.get(v, ()):

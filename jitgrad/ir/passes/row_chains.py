@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 
 from ..graph import Var
-from .fuse import MAX_GROUP_EQNS, NO_RECOMPUTE, OP_BYTES, PLAIN_OP_BYTES, REDUCTIONS, Group
+from .fuse import MAX_GROUP_EQNS, NO_RECOMPUTE, OP_BYTES, PLAIN_OP_BYTES, REDUCTIONS, Group, exact_value
 
 # a column sum joins a row chain only below this many elements: its kernel then runs serially (rows would race
 # on the sum), and a larger one keeps its threads (codegen.loops.PARALLEL_MIN, the size that starts them)
@@ -136,10 +136,19 @@ def _schedule(members, S, stored, graph_outs):
     ``members`` over ``S`` writing ``stored``, or None when they do not form a row chain (an eqn of another
     shape, no reduction read back along the row).  A value later passes would recompute is stored where it is
     first computed (and read back from cache) when the recomputations cost more than its store (a write and
-    the read its cache line costs, 2 x its item size: a softmax's exponentials, needed by two later passes)."""
-    extra = []
+    the read its cache line costs, 2 x its item size: a softmax's exponentials, needed by two later passes).
+    A value compared with its own max/min (``fuse.exact_value``: amax's backward) is always stored where it is
+    computed: a later pass's recomputation may round differently from the one the reduction saw."""
+    readers = {}
+    for e in members:
+        for v in e.ins:
+            if isinstance(v, Var):
+                readers.setdefault(v, []).append(e)
+    made = {e.outs[0] for e in members}
+    exact = [v for v, rs in readers.items() if v in made and exact_value(rs)]
+    extra = [v for v in exact if v not in stored and v not in graph_outs]
     while True:
-        res = _passes(members, S, list(stored) + extra, graph_outs)
+        res = _passes(members, S, list(stored) + extra, graph_outs, exact)
         if res is None:
             return None
         passes, row_eqns, cost, saving = res
@@ -150,7 +159,7 @@ def _schedule(members, S, stored, graph_outs):
         extra.append(max(worth, key=lambda t: t[0])[1])
 
 
-def _passes(members, S, stored, graph_outs):
+def _passes(members, S, stored, graph_outs, exact=()):
     R = tuple(S[:-1]) + (1,)
     prod, phase, avail, kind = {}, {}, {}, {}
     for e in members:
@@ -176,6 +185,8 @@ def _passes(members, S, stored, graph_outs):
     last = max([phase[e] for e in members if kind[e] != "row"], default=0)
     if last == 0:
         return None         # no pass reads a reduction back: nothing to gain over the plain loops
+    if any(v in graph_outs and phase[prod[v]] < last for v in exact):
+        return None         # returned values are written in the last pass, recomputed: not the bits a max saw
     store_at = {v: (last if v in graph_outs else phase[prod[v]]) for v in stored
                 if v in prod and kind[prod[v]] == "full"}
     order = {e: k for k, e in enumerate(members)}
