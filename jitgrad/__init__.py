@@ -69,9 +69,9 @@ _install_triangular(globals())   # tril, triu, diagonal (functions and methods)
 
 def _install_extras(ns):
     """atan2, nextafter; searchsorted, bucketize, isin; set_, resize_; memory formats, type_as; _foreach_*;
-    lobpcg; repeat_interleave, roll, diff, meshgrid."""
-    from .runtime import pointwise_binary, searching, storage, conversions, foreach, eigen, rearranging
-    for m in (pointwise_binary, searching, storage, conversions, foreach, eigen, rearranging):
+    lobpcg; repeat_interleave, roll, diff, meshgrid; einsum."""
+    from .runtime import pointwise_binary, searching, storage, conversions, foreach, eigen, rearranging, einsum
+    for m in (pointwise_binary, searching, storage, conversions, foreach, eigen, rearranging, einsum):
         m.install(ns)
 
 

@@ -165,3 +165,53 @@ def test_rearranging_numba_matches_eager():
     _agree(f, lambda a: (a.repeat_interleave(2, 1).roll(3, 1).diff(2, 1) * 1.5, torch.roll(a, (1, -2), (0, 1)),
                          torch.mul(*torch.meshgrid(a[0], a[1, :2], indexing="xy"))),
            [x], modes=("numba",), second_order=None)
+
+
+# ---- einsum ------------------------------------------------------------------------------------------------------
+
+_EINSUM = [("ij,jk->ik", [(2, 3), (3, 4)]), ("ij,jk", [(2, 3), (3, 4)]), ("bij,bjk->bik", [(2, 2, 3), (2, 3, 4)]),
+           ("bhqd,bhkd->bhqk", [(2, 2, 3, 4), (2, 2, 5, 4)]), ("ii->i", [(3, 3)]), ("ii", [(3, 3)]),
+           ("iji->j", [(2, 3, 2)]), ("...ij,...jk->...ik", [(5, 1, 2, 3), (4, 3, 4)]),
+           ("ij,ij->ij", [(1, 3), (2, 3)]), ("ij,jk->ik", [(2, 1), (3, 4)]), ("ij->", [(2, 3)]),
+           ("ij,jk->ikj", [(2, 3), (3, 4)]), ("Ab,ba", [(2, 3), (3, 2)]), ("->", [()]), ("ij,kl", [(2, 3), (3, 4)]),
+           ("...", [(2, 3)]), ("i...->...", [(2, 3)]), ("i,i", [(3,), (3,)]), ("i,j,k->ijk", [(2,), (3,), (4,)]),
+           ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]), ("i j -> j i", [(2, 3)]), ("ab...,b->a...", [(2, 3, 4), (3,)]),
+           ("iij,jk->ik", [(2, 2, 3), (3, 1)])]
+
+
+@pytest.mark.parametrize("equation,shapes", _EINSUM, ids=[e for e, _ in _EINSUM])
+def test_einsum_matches_torch(equation, shapes):
+    arrays = [_rng(len(s)).standard_normal(s) for s in shapes]
+    _agree(lambda *xs: jg.einsum(equation, *xs), lambda *xs: torch.einsum(equation, *xs), arrays)
+
+
+def test_einsum_operand_list_and_integers():
+    a, b = np.arange(6).reshape(2, 3), np.arange(12).reshape(3, 4)
+    assert jg.einsum("ij,jk", [jg.tensor(a), jg.tensor(b)]).tolist() == (a @ b).tolist()
+    r = jg.einsum("ij->ji", jg.tensor(a))
+    assert r.dtype is jg.int64 and r.tolist() == a.T.tolist()
+    x = jg.ones(2, 2)
+    assert jg.einsum("ij->ij", x) is not x
+
+
+def test_einsum_errors_match_torch():
+    a, b = np.ones((2, 3)), np.ones((3, 4))
+    for eq, n in (("ij,jk->ik", 1), ("ij->ij", 2), ("ijk->ij", 1), ("i->i", 1), ("...ijk->ij", 1), ("ij->ii", 1),
+                  ("ij->k", 1), ("ii->i", 1), ("i1->i", 1), ("i.j->ij", 1), ("ij-ij", 1), ("ij->i->j", 1),
+                  ("ij->.", 1), ("ij,jk->ik", "aa"), ("ij,jk->ik", "short")):
+        def call(lib, eq=eq, n=n):
+            x, y = lib.tensor(a), lib.tensor(b)
+            ops = {1: (x,), 2: (x, y), "aa": (x, x), "short": (x, y[:2])}[n]
+            return lib.einsum(eq, *ops)
+        _raises_as_torch(lambda: call(jg), lambda: call(torch))
+    _raises_as_torch(lambda: jg.einsum("ij,jk", jg.ones(2, 3), jg.ones(3, 2, dtype=jg.float64)),
+                     lambda: torch.einsum("ij,jk", torch.ones(2, 3), torch.ones(3, 2, dtype=torch.float64)))
+    _raises_as_torch(lambda: jg.einsum("ij"), lambda: torch.einsum("ij"))
+
+
+def test_einsum_numba_matches_eager():
+    arrays = [_rng(3).standard_normal(s) for s in [(2, 3, 4), (2, 4, 3), (3, 3)]]
+
+    def f(lib):
+        return lambda a, b, c: (lib.einsum("bij,bjk->bik", a, b) * 2.0, lib.einsum("ii,bij->bj", c, a))
+    _agree(f(jg), f(torch), arrays, modes=("numba",), second_order=None)
