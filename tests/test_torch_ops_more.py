@@ -215,3 +215,61 @@ def test_einsum_numba_matches_eager():
     def f(lib):
         return lambda a, b, c: (lib.einsum("bij,bjk->bik", a, b) * 2.0, lib.einsum("ii,bij->bj", c, a))
     _agree(f(jg), f(torch), arrays, modes=("numba",), second_order=None)
+
+
+# ---- F.pad and the padding modules -------------------------------------------------------------------------------
+
+_PADS = [("constant", (1, 2), (2, 3, 4)), ("constant", (-1, 2, 0, -1), (2, 3, 4)), ("constant", (1, 1, 1, 1, 1, 1), (2, 3, 4)),
+         ("reflect", (1, 2), (2, 3, 4)), ("reflect", (3, 2, 2, 1), (2, 3, 4)), ("reflect", (-1, 2), (3, 4)),
+         ("replicate", (4, 2), (2, 3, 4)), ("replicate", (1, 2, 3, 1, 1, 2), (1, 2, 3, 4)),
+         ("replicate", (-2, 3), (3, 4)), ("circular", (4, 2), (2, 3, 4)), ("circular", (1, 2, 3, 0), (2, 3, 4)),
+         ("circular", (-1, 2), (1, 4))]
+
+
+@pytest.mark.parametrize("mode,amounts,shape", _PADS)
+def test_pad_matches_torch(mode, amounts, shape):
+    x = _rng(len(shape)).standard_normal(shape)
+    value = {"constant": 2.5}.get(mode)
+    _agree(lambda a: jg.nn.functional.pad(a, amounts, mode, value),
+           lambda a: torch.nn.functional.pad(a, amounts, mode, value), [x])
+    r = jg.nn.functional.pad(jg.tensor(x, requires_grad=True), amounts, mode, value)
+    assert r.grad_fn.name() == torch.nn.functional.pad(torch.tensor(x, requires_grad=True), amounts, mode,
+                                                       value).grad_fn.name() or mode == "circular"
+
+
+def test_pad_integer_fill_and_list_padding():
+    for lib in (jg, torch):
+        assert lib.nn.functional.pad(lib.ones(3, dtype=lib.int64), (1, 2), value=2.7).tolist() == [2, 1, 1, 1, 2, 2]
+    assert jg.nn.functional.pad(jg.ones(2, 2), [1, 0]).shape == (2, 3)
+
+
+def test_pad_errors_match_torch():
+    x = np.ones((1, 2, 3, 4))
+    for call in (lambda F, a: F.pad(a, (1, 2, 3)), lambda F, a: F.pad(a, (1,) * 10), lambda F, a: F.pad(a, (-3, -2)),
+                 lambda F, a: F.pad(a, (1, 2), mode="reflect"), lambda F, a: F.pad(a[0, 0, 0], (1, 2), "circular"),
+                 lambda F, a: F.pad(a[0], (4, 2), mode="reflect"), lambda F, a: F.pad(a[0], (1, 2, 3, 1), "reflect"),
+                 lambda F, a: F.pad(a[0], (5, 2), mode="circular"), lambda F, a: F.pad(a[0][:, :0], (1, 1), "replicate"),
+                 lambda F, a: F.pad(a, (1, 2), mode="foo"), lambda F, a: F.pad(a[0], (1, 2), "reflect", 1.0),
+                 lambda F, a: F.pad(a, (1.5, 2))):
+        _raises_as_torch(lambda: call(jg.nn.functional, jg.tensor(x)),
+                         lambda: call(torch.nn.functional, torch.tensor(x)))
+
+
+def test_padding_modules_match_torch():
+    x = _rng(5).standard_normal((2, 3, 4))
+    for name, args in (("ZeroPad1d", (1,)), ("ZeroPad2d", ((1, 2, 0, 1),)), ("ConstantPad1d", ((1, 2), 3.5)),
+                       ("ConstantPad2d", (1, -1.0)), ("ConstantPad3d", (1, 0.5)), ("ReflectionPad1d", (2,)),
+                       ("ReflectionPad2d", ((1, 0, 2, 1),)), ("ReplicationPad1d", ((0, 3),)),
+                       ("ReplicationPad2d", (1,))):
+        mj, mt = getattr(jg.nn, name)(*args), getattr(torch.nn, name)(*args)
+        assert repr(mj) == repr(mt)
+        np.testing.assert_array_equal(mj(jg.tensor(x)).numpy(), mt(torch.tensor(x)).numpy())
+
+
+def test_pad_numba_matches_eager():
+    x = _rng(6).standard_normal((2, 3, 4))
+
+    def f(F):
+        return lambda a: (F.pad(a, (1, 2, 1, 0), "reflect") * 2.0, F.pad(a, (2, 1), "circular"),
+                          F.pad(a, (1, 1, -1, 1), value=0.5), F.pad(a, (0, 2), "replicate"))
+    _agree(f(jg.nn.functional), f(torch.nn.functional), [x], modes=("numba",), second_order=None)

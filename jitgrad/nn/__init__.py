@@ -14,8 +14,11 @@ from .loss import MSELoss, NLLLoss, CrossEntropyLoss
 from .dropout import Dropout
 from .instance_norm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
 from .parallel import DataParallel
+from .padding import ConstantPad1d, ConstantPad2d, ConstantPad3d, ZeroPad1d, ZeroPad2d, ReflectionPad1d, \
+    ReflectionPad2d, ReplicationPad1d, ReplicationPad2d
+from . import padding as _padding
 
 __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Flatten", "Linear",
            "Embedding", "LayerNorm", "BatchNorm1d", "ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "MSELoss",
            "NLLLoss", "CrossEntropyLoss", "Dropout", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
-           "DataParallel"]
+           "DataParallel"] + _padding.MODULES

@@ -196,3 +196,7 @@ __all__ += [n for n in _pointwise.__all__ if n not in __all__]
 from .attention import scaled_dot_product_attention  # noqa: E402
 
 __all__ += ["scaled_dot_product_attention"]
+
+from .padding import pad  # noqa: E402
+
+__all__ += ["pad"]
