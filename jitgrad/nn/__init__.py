@@ -9,8 +9,9 @@ from .parameter import Parameter
 from .module import Module
 from .containers import Sequential, ModuleList, ModuleDict
 from .layers import Identity, Flatten, Linear, Embedding, LayerNorm, BatchNorm1d
-from .activation import ReLU, GELU, Tanh, Sigmoid, Softmax
-from .loss import MSELoss, NLLLoss, CrossEntropyLoss
+from .activation import ReLU, GELU, Tanh, Sigmoid, Softmax, SiLU, Softplus, LogSigmoid
+from .loss import MSELoss, NLLLoss, CrossEntropyLoss, BCEWithLogitsLoss, KLDivLoss
+from .norm_scaling import RMSNorm
 from .dropout import Dropout
 from .instance_norm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
 from .parallel import DataParallel
@@ -21,4 +22,5 @@ from . import padding as _padding
 __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Flatten", "Linear",
            "Embedding", "LayerNorm", "BatchNorm1d", "ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "MSELoss",
            "NLLLoss", "CrossEntropyLoss", "Dropout", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
-           "DataParallel"] + _padding.MODULES
+           "DataParallel", "SiLU", "Softplus", "LogSigmoid", "BCEWithLogitsLoss", "KLDivLoss", "RMSNorm"] + \
+    _padding.MODULES
