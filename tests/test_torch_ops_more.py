@@ -399,3 +399,78 @@ def test_smooth_ops_numba_match_eager():
                              F.binary_cross_entropy_with_logits(a, b), F.kl_div(F.log_softmax(a, -1), b, None, None,
                                                                                  "batchmean"))
     _agree(f(jg), f(torch), [x, t], modes=("numba",), second_order=None)
+
+
+# ---- lerp, logaddexp, nan_to_num, isclose, unflatten -------------------------------------------------------------
+
+def test_lerp_matches_torch():
+    a, b, w = (_rng(20 + i).standard_normal((2, 3)) for i in range(3))
+    _agree(lambda x, y: jg.lerp(x, y, 0.3), lambda x, y: torch.lerp(x, y, 0.3), [a, b])
+    _agree(lambda x, y, z: x.lerp(y, z[0]), lambda x, y, z: x.lerp(y, z[0]), [a, b, w])
+    assert jg.lerp(jg.tensor(a, requires_grad=True), jg.tensor(b), 0.5).grad_fn.name() == "LerpBackward0"
+    x = jg.tensor(a)
+    x.lerp_(jg.tensor(b), 0.25)
+    np.testing.assert_allclose(x.numpy(), torch.tensor(a).lerp_(torch.tensor(b), 0.25).numpy(), rtol=1e-12)
+    for call in (lambda lib: lib.lerp(lib.ones(2), lib.ones(2, dtype=lib.float64), 0.3),
+                 lambda lib: lib.lerp(lib.ones(2), lib.ones(2), lib.ones(2, dtype=lib.float64)),
+                 lambda lib: lib.lerp(lib.ones(2), 1.0, 0.5)):
+        _raises_as_torch(lambda: call(jg), lambda: call(torch))
+
+
+def test_logaddexp_matches_torch():
+    a = np.array([[-1000.0, 0.0, 3.0, 2.0], [1.0, 700.0, -5.0, 0.5]])
+    b = np.array([[-1000.0, 0.0, -2.0, 2.5], [4.0, 710.0, -5.0, -0.5]])      # ties, both tails
+    _agree(jg.logaddexp, torch.logaddexp, [a, b])
+    inf = np.inf
+    x, y = [-inf, inf, 1.0, -inf], [-inf, inf, inf, 2.0]
+    assert jg.logaddexp(jg.tensor(x), jg.tensor(y)).tolist() == torch.logaddexp(torch.tensor(x),
+                                                                                 torch.tensor(y)).tolist()
+    for call in (lambda lib: lib.logaddexp(lib.ones(2, dtype=lib.int64), lib.ones(2, dtype=lib.int64)),
+                 lambda lib: lib.logaddexp(lib.ones(2), 1.0)):
+        _raises_as_torch(lambda: call(jg), lambda: call(torch))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_nan_to_num_matches_torch(dtype):
+    v = np.array([np.nan, np.inf, -np.inf, 1.5, -2.0], dtype=dtype)
+    for kw in ({}, {"nan": 1.0, "posinf": 2.0, "neginf": -3.0}):
+        assert np.array_equal(jg.nan_to_num(jg.tensor(v), **kw).numpy(), torch.nan_to_num(torch.tensor(v), **kw).numpy())
+    xj, xt = jg.tensor(v.astype(np.float64), requires_grad=True), torch.tensor(v.astype(np.float64), requires_grad=True)
+    jg.nan_to_num(xj).sum().backward()
+    torch.nan_to_num(xt).sum().backward()
+    assert xj.grad.tolist() == xt.grad.tolist()
+    assert jg.tensor([1, 2]).nan_to_num().tolist() == [1, 2]
+    _agree(lambda a: jg.nan_to_num(a * a), lambda a: torch.nan_to_num(a * a), [np.array([1.0, 2.0])], modes=("compiled",))
+
+
+def test_isclose_matches_torch():
+    a = np.array([1.0, np.nan, np.inf, -np.inf, 1.0, 1e-9, 100.0])
+    b = np.array([1.0 + 1e-6, np.nan, np.inf, np.inf, 1.1, 0.0, 100.001])
+    for kw in ({}, {"equal_nan": True}, {"rtol": 0.0, "atol": 0.0}, {"rtol": 1e-3, "atol": 0.1}):
+        assert jg.isclose(jg.tensor(a), jg.tensor(b), **kw).tolist() == \
+            torch.isclose(torch.tensor(a), torch.tensor(b), **kw).tolist()
+    assert jg.tensor([1, 2]).isclose(jg.tensor([1, 3])).tolist() == [True, False]
+    f = jg.compile(lambda x, y: jg.isclose(x, y, equal_nan=True), backend="interpret")
+    assert f(jg.tensor(a), jg.tensor(b)).tolist() == torch.isclose(torch.tensor(a), torch.tensor(b),
+                                                                     equal_nan=True).tolist()
+    for call in (lambda lib: lib.isclose(lib.ones(2), lib.ones(2, dtype=lib.float64)),
+                 lambda lib: lib.isclose(lib.ones(2), lib.ones(2), rtol=-1),
+                 lambda lib: lib.isclose(lib.ones(2), lib.ones(2), atol=-1),
+                 lambda lib: lib.isclose(lib.ones(2), 1.0)):
+        _raises_as_torch(lambda: call(jg), lambda: call(torch))
+
+
+def test_unflatten_matches_torch():
+    x = _rng(21).standard_normal((3, 10))
+    _agree(lambda a: a.unflatten(1, (2, -1)) * 2.0, lambda a: a.unflatten(1, (2, -1)) * 2.0, [x])
+    mj, mt = jg.nn.Unflatten(1, (2, 5)), torch.nn.Unflatten(1, (2, 5))
+    assert repr(mj) == repr(mt) and mj(jg.tensor(x)).shape == tuple(mt(torch.tensor(x)).shape)
+    _raises_as_torch(lambda: jg.ones(3, 10).unflatten(1, (2, 4)), lambda: torch.ones(3, 10).unflatten(1, (2, 4)))
+
+
+def test_pointwise_composites_numba_match_eager():
+    a, b = _rng(22).standard_normal((2, 5)), _rng(23).standard_normal((2, 5))
+
+    def f(lib):
+        return lambda x, y: (lib.lerp(x, y, 0.3), lib.logaddexp(x, y), lib.nan_to_num(x.log()))
+    _agree(f(jg), f(torch), [a, b], modes=("numba",), second_order=None)

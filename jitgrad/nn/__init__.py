@@ -8,7 +8,7 @@ from . import parallel  # noqa: F401  (DistributedDataParallel; imports no MPI)
 from .parameter import Parameter
 from .module import Module
 from .containers import Sequential, ModuleList, ModuleDict
-from .layers import Identity, Flatten, Linear, Embedding, LayerNorm, BatchNorm1d
+from .layers import Identity, Flatten, Unflatten, Linear, Embedding, LayerNorm, BatchNorm1d
 from .activation import ReLU, GELU, Tanh, Sigmoid, Softmax, SiLU, Softplus, LogSigmoid
 from .loss import MSELoss, NLLLoss, CrossEntropyLoss, BCEWithLogitsLoss, KLDivLoss
 from .norm_scaling import RMSNorm
@@ -22,5 +22,5 @@ from . import padding as _padding
 __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Flatten", "Linear",
            "Embedding", "LayerNorm", "BatchNorm1d", "ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "MSELoss",
            "NLLLoss", "CrossEntropyLoss", "Dropout", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
-           "DataParallel", "SiLU", "Softplus", "LogSigmoid", "BCEWithLogitsLoss", "KLDivLoss", "RMSNorm"] + \
+           "DataParallel", "SiLU", "Softplus", "LogSigmoid", "BCEWithLogitsLoss", "KLDivLoss", "RMSNorm", "Unflatten"] + \
     _padding.MODULES

@@ -1,4 +1,5 @@
-"""Rearranging elements along a dim: ``repeat_interleave``, ``roll``, ``diff`` and ``meshgrid``, as torch has them.
+"""Rearranging elements along a dim: ``repeat_interleave``, ``roll``, ``diff``, ``meshgrid`` and ``unflatten``, as
+torch has them.
 
 Each is a composition of primitives (expand + reshape, index_select with a constant index, narrow + cat, sub), so
 it runs eagerly, traces into a compiled graph and differentiates to any order; results carry torch's grad_fn names.
@@ -232,7 +233,36 @@ def meshgrid(*tensors, indexing=None, **torch_kw):
     return tuple(outs)
 
 
-METHODS = ["repeat_interleave", "roll", "diff"]
+# ---- unflatten ---------------------------------------------------------------------------------------------------
+
+def unflatten(input, dim, sizes, **torch_kw):
+    """Split dim ``dim`` of ``input`` into ``sizes`` (one of them may be -1: inferred), a view (``nn.Unflatten``'s
+    op; the inverse of ``flatten``).
+
+    >>> import jitgrad as jg
+    >>> jg.arange(6).unflatten(0, (2, -1)).shape
+    jitgrad.Size([2, 3])
+    """
+    if torch_kw:       # a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(unflatten, "unflatten", (input, dim, sizes), {}, torch_kw)
+    ax = torch_dim(input, dim)
+    sizes = tuple(operator.index(n) for n in sizes)
+    if not sizes:
+        raise RuntimeError("unflatten: sizes must be non-empty")
+    n = input.shape[ax] if input.ndim else 1
+    known = 1
+    for m in sizes:
+        known *= m if m != -1 else 1
+    if sizes.count(-1) > 1:
+        raise RuntimeError("only one dimension can be inferred")
+    fits = n % known == 0 if -1 in sizes and known else known == n
+    if not fits:
+        raise RuntimeError(f"unflatten: Provided sizes {list(sizes)} don't multiply up to the size of dim {dim} ({n}) "
+                           f"in the input tensor")
+    return input.view(input.shape[:ax] + sizes + input.shape[ax + 1:])
+
+
+METHODS = ["repeat_interleave", "roll", "diff", "unflatten"]
 FUNCTION_ONLY = ["meshgrid"]
 
 
