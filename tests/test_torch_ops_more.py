@@ -221,7 +221,8 @@ def test_einsum_numba_matches_eager():
 
 # ---- F.pad and the padding modules -------------------------------------------------------------------------------
 
-_PADS = [("constant", (1, 2), (2, 3, 4)), ("constant", (-1, 2, 0, -1), (2, 3, 4)), ("constant", (1, 1, 1, 1, 1, 1), (2, 3, 4)),
+_PADS = [("constant", (1, 2), (2, 3, 4)), ("constant", (-1, 2, 0, -1), (2, 3, 4)),
+         ("constant", (1, 1, 1, 1, 1, 1), (2, 3, 4)),
          ("reflect", (1, 2), (2, 3, 4)), ("reflect", (3, 2, 2, 1), (2, 3, 4)), ("reflect", (-1, 2), (3, 4)),
          ("replicate", (4, 2), (2, 3, 4)), ("replicate", (1, 2, 3, 1, 1, 2), (1, 2, 3, 4)),
          ("replicate", (-2, 3), (3, 4)), ("circular", (4, 2), (2, 3, 4)), ("circular", (1, 2, 3, 0), (2, 3, 4)),
@@ -250,7 +251,8 @@ def test_pad_errors_match_torch():
     for call in (lambda F, a: F.pad(a, (1, 2, 3)), lambda F, a: F.pad(a, (1,) * 10), lambda F, a: F.pad(a, (-3, -2)),
                  lambda F, a: F.pad(a, (1, 2), mode="reflect"), lambda F, a: F.pad(a[0, 0, 0], (1, 2), "circular"),
                  lambda F, a: F.pad(a[0], (4, 2), mode="reflect"), lambda F, a: F.pad(a[0], (1, 2, 3, 1), "reflect"),
-                 lambda F, a: F.pad(a[0], (5, 2), mode="circular"), lambda F, a: F.pad(a[0][:, :0], (1, 1), "replicate"),
+                 lambda F, a: F.pad(a[0], (5, 2), mode="circular"),
+                 lambda F, a: F.pad(a[0][:, :0], (1, 1), "replicate"),
                  lambda F, a: F.pad(a, (1, 2), mode="foo"), lambda F, a: F.pad(a[0], (1, 2), "reflect", 1.0),
                  lambda F, a: F.pad(a, (1.5, 2))):
         _raises_as_torch(lambda: call(jg.nn.functional, jg.tensor(x)),
@@ -434,13 +436,15 @@ def test_logaddexp_matches_torch():
 def test_nan_to_num_matches_torch(dtype):
     v = np.array([np.nan, np.inf, -np.inf, 1.5, -2.0], dtype=dtype)
     for kw in ({}, {"nan": 1.0, "posinf": 2.0, "neginf": -3.0}):
-        assert np.array_equal(jg.nan_to_num(jg.tensor(v), **kw).numpy(), torch.nan_to_num(torch.tensor(v), **kw).numpy())
+        assert np.array_equal(jg.nan_to_num(jg.tensor(v), **kw).numpy(),
+                              torch.nan_to_num(torch.tensor(v), **kw).numpy())
     xj, xt = jg.tensor(v.astype(np.float64), requires_grad=True), torch.tensor(v.astype(np.float64), requires_grad=True)
     jg.nan_to_num(xj).sum().backward()
     torch.nan_to_num(xt).sum().backward()
     assert xj.grad.tolist() == xt.grad.tolist()
     assert jg.tensor([1, 2]).nan_to_num().tolist() == [1, 2]
-    _agree(lambda a: jg.nan_to_num(a * a), lambda a: torch.nan_to_num(a * a), [np.array([1.0, 2.0])], modes=("compiled",))
+    _agree(lambda a: jg.nan_to_num(a * a), lambda a: torch.nan_to_num(a * a), [np.array([1.0, 2.0])],
+           modes=("compiled",))
 
 
 def test_isclose_matches_torch():

@@ -22,5 +22,5 @@ from . import padding as _padding
 __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Flatten", "Linear",
            "Embedding", "LayerNorm", "BatchNorm1d", "ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "MSELoss",
            "NLLLoss", "CrossEntropyLoss", "Dropout", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
-           "DataParallel", "SiLU", "Softplus", "LogSigmoid", "BCEWithLogitsLoss", "KLDivLoss", "RMSNorm", "Unflatten"] + \
-    _padding.MODULES
+           "DataParallel", "SiLU", "Softplus", "LogSigmoid", "BCEWithLogitsLoss", "KLDivLoss", "RMSNorm",
+           "Unflatten"] + _padding.MODULES

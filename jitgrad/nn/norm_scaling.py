@@ -28,7 +28,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None, **torch_kw):
     >>> import jitgrad as jg
     >>> import jitgrad.nn.functional as F
     >>> F.rms_norm(jg.tensor([[1.0, 1.0, -1.0, -1.0]]), (4,))
-    tensor([[ 1.0000,  1.0000, -1.0000, -1.0000]])
+    tensor([[ 1.,  1., -1., -1.]])
     """
     if torch_kw:       # a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(rms_norm, "rms_norm", (input, normalized_shape, weight, eps), {}, torch_kw)
