@@ -69,9 +69,12 @@ _install_triangular(globals())   # tril, triu, diagonal (functions and methods)
 
 def _install_extras(ns):
     """atan2, nextafter; searchsorted, bucketize, isin; set_, resize_; memory formats, type_as; _foreach_*;
-    lobpcg."""
-    from .runtime import pointwise_binary, searching, storage, conversions, foreach, eigen
-    for m in (pointwise_binary, searching, storage, conversions, foreach, eigen):
+    lobpcg; repeat_interleave, roll, diff, meshgrid, unflatten; einsum; lerp,
+    logaddexp, nan_to_num, isclose."""
+    from .runtime import pointwise_binary, searching, storage, conversions, foreach, eigen, rearranging, einsum, \
+        pointwise_composites
+    for m in (pointwise_binary, searching, storage, conversions, foreach, eigen, rearranging, einsum,
+              pointwise_composites):
         m.install(ns)
 
 

@@ -8,14 +8,19 @@ from . import parallel  # noqa: F401  (DistributedDataParallel; imports no MPI)
 from .parameter import Parameter
 from .module import Module
 from .containers import Sequential, ModuleList, ModuleDict
-from .layers import Identity, Flatten, Linear, Embedding, LayerNorm, BatchNorm1d
-from .activation import ReLU, GELU, Tanh, Sigmoid, Softmax
-from .loss import MSELoss, NLLLoss, CrossEntropyLoss
+from .layers import Identity, Flatten, Unflatten, Linear, Embedding, LayerNorm, BatchNorm1d
+from .activation import ReLU, GELU, Tanh, Sigmoid, Softmax, SiLU, Softplus, LogSigmoid
+from .loss import MSELoss, NLLLoss, CrossEntropyLoss, BCEWithLogitsLoss, KLDivLoss
+from .norm_scaling import RMSNorm
 from .dropout import Dropout
 from .instance_norm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
 from .parallel import DataParallel
+from .padding import ConstantPad1d, ConstantPad2d, ConstantPad3d, ZeroPad1d, ZeroPad2d, ReflectionPad1d, \
+    ReflectionPad2d, ReplicationPad1d, ReplicationPad2d
+from . import padding as _padding
 
 __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Flatten", "Linear",
            "Embedding", "LayerNorm", "BatchNorm1d", "ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "MSELoss",
            "NLLLoss", "CrossEntropyLoss", "Dropout", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
-           "DataParallel"]
+           "DataParallel", "SiLU", "Softplus", "LogSigmoid", "BCEWithLogitsLoss", "KLDivLoss", "RMSNorm",
+           "Unflatten"] + _padding.MODULES

@@ -1,4 +1,5 @@
-"""Activation modules: ``ReLU``, ``GELU``, ``Tanh``, ``Sigmoid``, ``Softmax``."""
+"""Activation modules: ``ReLU``, ``GELU``, ``Tanh``, ``Sigmoid``, ``Softmax``, ``SiLU``, ``Softplus``,
+``LogSigmoid``."""
 from __future__ import annotations
 
 from ..runtime import functions as F
@@ -70,4 +71,39 @@ class Softmax(Module):
         return f"dim={self.dim}"
 
 
-__all__ = ["ReLU", "GELU", "Tanh", "Sigmoid", "Softmax"]
+class SiLU(Module):
+    """``x * sigmoid(x)`` (swish); ``inplace=True`` writes into the input."""
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, input):
+        return functional.silu(input, inplace=self.inplace)
+
+    def extra_repr(self):
+        return "inplace=True" if self.inplace else ""
+
+
+class Softplus(Module):
+    """``log(1 + exp(beta * x)) / beta``, linear where ``beta * x > threshold``."""
+
+    def __init__(self, beta: float = 1.0, threshold: float = 20.0):
+        super().__init__()
+        self.beta, self.threshold = beta, threshold
+
+    def forward(self, input):
+        return functional.softplus(input, self.beta, self.threshold)
+
+    def extra_repr(self):
+        return f"beta={self.beta}, threshold={self.threshold}"
+
+
+class LogSigmoid(Module):
+    """Elementwise ``log(sigmoid(x))``."""
+
+    def forward(self, input):
+        return functional.logsigmoid(input)
+
+
+__all__ = ["ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "SiLU", "Softplus", "LogSigmoid"]

@@ -196,3 +196,13 @@ __all__ += [n for n in _pointwise.__all__ if n not in __all__]
 from .attention import scaled_dot_product_attention  # noqa: E402
 
 __all__ += ["scaled_dot_product_attention"]
+
+from .padding import pad  # noqa: E402
+
+__all__ += ["pad"]
+
+from .smooth_activations import softplus, logsigmoid  # noqa: E402
+from .norm_scaling import rms_norm, normalize  # noqa: E402
+from .logit_losses import binary_cross_entropy_with_logits, kl_div  # noqa: E402
+
+__all__ += ["softplus", "logsigmoid", "rms_norm", "normalize", "binary_cross_entropy_with_logits", "kl_div"]

@@ -1,5 +1,5 @@
 """Layers with parameters and state: ``Linear``, ``Embedding``, ``LayerNorm``, ``BatchNorm1d``; and the
-shape-only ``Identity``, ``Flatten``."""
+shape-only ``Identity``, ``Flatten``, ``Unflatten``."""
 from __future__ import annotations
 
 import math
@@ -39,6 +39,21 @@ class Flatten(Module):
 
     def extra_repr(self):
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+class Unflatten(Module):
+    """Splits dim ``dim`` into ``unflattened_size`` (the inverse of ``Flatten``): ``Unflatten(1, (2, 5))`` maps
+    (N, 10) to (N, 2, 5)."""
+
+    def __init__(self, dim: int, unflattened_size):
+        super().__init__()
+        self.dim, self.unflattened_size = dim, unflattened_size
+
+    def forward(self, input):
+        return input.unflatten(self.dim, self.unflattened_size)
+
+    def extra_repr(self):
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
 
 
 class Linear(Module):

@@ -1,4 +1,5 @@
-"""Loss modules: ``CrossEntropyLoss``, ``NLLLoss``, ``MSELoss`` (thin wrappers over ``nn.functional``)."""
+"""Loss modules: ``CrossEntropyLoss``, ``NLLLoss``, ``MSELoss``, ``BCEWithLogitsLoss``, ``KLDivLoss`` (thin
+wrappers over ``nn.functional``)."""
 from __future__ import annotations
 
 import warnings
@@ -67,3 +68,27 @@ class CrossEntropyLoss(_WeightedLoss):
 
 
 __all__ = ["MSELoss", "NLLLoss", "CrossEntropyLoss"]
+
+
+class BCEWithLogitsLoss(_Loss):
+    """Binary cross entropy on logits; ``weight`` (per element) and ``pos_weight`` (per class) are buffers."""
+
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction: str = "mean", pos_weight=None):
+        super().__init__(size_average, reduce, reduction)
+        self.register_buffer("weight", weight)
+        self.register_buffer("pos_weight", pos_weight)
+
+    def forward(self, input, target):
+        return functional.binary_cross_entropy_with_logits(input, target, self.weight, pos_weight=self.pos_weight,
+                                                           reduction=self.reduction)
+
+
+class KLDivLoss(_Loss):
+    """KL divergence of log-probabilities ``input`` from ``target``; ``reduction='batchmean'`` is the true KL."""
+
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean", log_target: bool = False):
+        super().__init__(size_average, reduce, reduction)
+        self.log_target = log_target
+
+    def forward(self, input, target):
+        return functional.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)

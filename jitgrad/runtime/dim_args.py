@@ -34,10 +34,20 @@ def dim_arg(name, x, dim):
         raise IndexError(str(e)) from None
 
 
+def torch_dim(x, dim) -> int:
+    """``dim`` as an axis of ``x`` with torch's own IndexError text (no function name; a 0-d tensor takes -1 and
+    0, as torch's ``maybe_wrap_dim``)."""
+    nd = x.ndim
+    lo, hi = (-nd, nd - 1) if nd else (-1, 0)
+    if not lo <= dim <= hi:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{lo}, {hi}], but got {dim})")
+    return dim + nd if dim < 0 else dim
+
+
 def fresh_result(result, input, name):
     """Name ``result``'s node as torch does (see grad_names.py), if this call made one (``reshape`` to the same
     shape returns its input)."""
     return named(result, name) if result is not input else result
 
 
-__all__ = ["tensor_arg", "dims_arg", "dim_arg", "fresh_result"]
+__all__ = ["tensor_arg", "dims_arg", "dim_arg", "torch_dim", "fresh_result"]

@@ -1,0 +1,202 @@
+"""``F.pad`` and the padding modules (``ZeroPad1d/2d``, ``ConstantPad1d/2d/3d``, ``ReflectionPad1d/2d``,
+``ReplicationPad1d/2d``), as torch has them.
+
+Padding is done one dim at a time, last dim first: negative amounts crop (``narrow``), then the border is built
+from the cropped tensor and joined with ``cat``: a filled block (constant), the mirrored edge without the edge
+element (reflect: ``narrow`` + ``flip``), the edge element broadcast (replicate: ``expand``) or the opposite end
+(circular).  All are primitives with gradients, so padding differentiates to any order and compiles.
+
+>>> import jitgrad as jg
+>>> import jitgrad.nn.functional as F
+>>> F.pad(jg.tensor([[1., 2., 3.]]), (2, 1), mode="reflect")
+tensor([[3., 2., 1., 2., 3., 2.]])
+"""
+from __future__ import annotations
+
+import operator
+
+from ..runtime import factories
+from ..runtime.grad_names import named
+from ..runtime.shaping import cat
+from ..runtime.torch_kwargs import torch_kwargs
+from .module import Module
+
+_MODES = ("constant", "reflect", "replicate", "circular")
+_NAMES = {"reflect": "ReflectionPad{}DBackward0", "replicate": "ReplicationPad{}DBackward0"}
+
+
+def pad(input, pad, mode="constant", value=None, **torch_kw):
+    """Pad ``input``'s last ``len(pad) // 2`` dims: ``pad = (left, right)`` for the last dim, then ``(top,
+    bottom)`` for the one before, and so on.  ``mode`` is ``'constant'`` (filled with ``value``, default 0),
+    ``'reflect'``, ``'replicate'`` or ``'circular'``; negative amounts crop.
+
+    >>> import jitgrad as jg
+    >>> import jitgrad.nn.functional as F
+    >>> F.pad(jg.ones(1, 2), (1, 0), value=5.0)
+    tensor([[5., 1., 1.]])
+    """
+    if torch_kw:       # a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(globals()["pad"], "pad", (input, pad, mode, value), {}, torch_kw)
+    for i, p in enumerate(pad):
+        if isinstance(p, bool) or not hasattr(p, "__index__"):
+            raise TypeError(f"pad(): argument 'pad' (position 2) must be tuple of ints, but found element of type "
+                            f"{type(p).__name__} at pos {i}")
+    amounts = [operator.index(p) for p in pad]
+    if mode not in _MODES:
+        raise NotImplementedError(f"Unrecognised padding mode {mode}")
+    if len(amounts) % 2:
+        raise RuntimeError("Padding length must be divisible by 2")
+    k = len(amounts) // 2
+    if mode == "constant":
+        if k > input.ndim:
+            raise RuntimeError(f"Padding length should be less than or equal to two times the input dimension but "
+                               f"got padding length {len(amounts)} and input of dimension {input.ndim}")
+        fill = 0 if value is None else value
+        if not input.is_floating_point() and isinstance(fill, float):
+            fill = int(fill)        # torch casts the fill to the tensor's dtype (truncating)
+        r = _pad(input, amounts, mode, fill)
+        return named(r if r is not input else input.clone(), "ConstantPadNdBackward0")
+    if value not in (None, 0):
+        raise RuntimeError(f'Padding mode "{mode}" doesn\'t take in value argument')
+    if not 1 <= k <= 3 or input.ndim not in (k + 1, k + 2):
+        raise NotImplementedError(
+            f"Padding size {len(amounts)} is not supported for {input.ndim}D input tensor.\n"
+            "Supported combinations for non-constant padding:\n"
+            "  - 2D or 3D input: padding size = 2 (pads last dimension)\n"
+            "  - 3D or 4D input: padding size = 4 (pads last 2 dimensions)\n"
+            "  - 4D or 5D input: padding size = 6 (pads last 3 dimensions)")
+    if mode != "circular" and any(n == 0 for n in input.shape[input.ndim - k - 1:]):
+        raise RuntimeError(f"Expected {k + 1}D or {k + 2}D (batch mode) tensor with possibly 0 batch size and other "
+                           f"non-zero dimensions for input, but got: {list(input.shape)}")
+    for j in range(k):
+        left, right = amounts[2 * j], amounts[2 * j + 1]
+        d = input.ndim - 1 - j
+        n = input.shape[d]
+        if mode == "reflect" and (left >= n or right >= n):
+            raise RuntimeError(f"Argument #{4 + 2 * j}: Padding size should be less than the corresponding input "
+                               f"dimension, but got: padding ({left}, {right}) at dimension {d} of input "
+                               f"{list(input.shape)}")
+        if mode == "circular" and (left > n or right > n):
+            raise RuntimeError("Padding value causes wrapping around more than once.")
+    r = _pad(input, amounts, mode, None)
+    r = r if r is not input else input.clone()
+    return named(r, _NAMES[mode].format(k)) if mode in _NAMES else r
+
+
+def _pad(x, amounts, mode, fill):
+    for j in range(len(amounts) // 2):
+        left, right = amounts[2 * j], amounts[2 * j + 1]
+        d = x.ndim - 1 - j
+        n = x.shape[d]
+        lo, hi = max(-left, 0), max(-right, 0)
+        if lo or hi:        # negative amounts crop first; the border below is taken from what is left
+            if n - lo - hi < 0:
+                raise RuntimeError("narrow(): length must be non-negative.")
+            x = x.narrow(d, lo, n - lo - hi)
+            n = x.shape[d]
+        left, right = max(left, 0), max(right, 0)
+        if not (left or right):
+            continue
+        parts = [_border(x, d, n, left, mode, fill, True), x, _border(x, d, n, right, mode, fill, False)]
+        x = cat([p for p in parts if p is not None], d)
+    return x
+
+
+def _border(x, d, n, width, mode, fill, before):
+    if width == 0:
+        return None
+    if mode == "constant":
+        shape = x.shape[:d] + (width,) + x.shape[d + 1:]
+        return factories.full(shape, fill, dtype=x.dtype, device=x.device)
+    if mode == "reflect":       # the elements next to the edge, mirrored (the edge itself is not repeated)
+        return (x.narrow(d, 1, width) if before else x.narrow(d, n - 1 - width, width)).flip(d)
+    if mode == "replicate":
+        edge = x.narrow(d, 0 if before else n - 1, 1)
+        return edge.expand(x.shape[:d] + (width,) + x.shape[d + 1:])
+    return x.narrow(d, n - width, width) if before else x.narrow(d, 0, width)     # circular: the far end
+
+
+# ---- modules -----------------------------------------------------------------------------------------------------
+
+class _PadNd(Module):
+    """A fixed padding of the last ``_dims`` dims: an int pads every side by it, a tuple gives each side."""
+    _dims = 1
+    _mode = "constant"
+
+    def __init__(self, padding, value=None):
+        super().__init__()
+        self.padding = (padding,) * (2 * self._dims) if isinstance(padding, int) else tuple(padding)
+        if self._mode == "constant":
+            self.value = value
+
+    def forward(self, input):
+        if self._mode == "constant":
+            return pad(input, self.padding, "constant", self.value)
+        return pad(input, self.padding, self._mode)
+
+    def extra_repr(self):
+        return f"padding={self.padding}, value={self.value}" if self._mode == "constant" else f"{self.padding}"
+
+
+class ConstantPad1d(_PadNd):
+    """Pads the last dim with ``value``: ``ConstantPad1d((1, 2), 3.5)``."""
+    _dims = 1
+
+    def __init__(self, padding, value: float):
+        super().__init__(padding, value)
+
+
+class ConstantPad2d(ConstantPad1d):
+    """Pads the last two dims with ``value``: ``padding = (left, right, top, bottom)`` or one int."""
+    _dims = 2
+
+
+class ConstantPad3d(ConstantPad1d):
+    """Pads the last three dims with ``value``."""
+    _dims = 3
+
+
+class ZeroPad1d(ConstantPad1d):
+    """Pads the last dim with zeros."""
+
+    def __init__(self, padding):
+        super().__init__(padding, 0.0)
+
+    def extra_repr(self):
+        return f"{self.padding}"
+
+
+class ZeroPad2d(ZeroPad1d):
+    """Pads the last two dims with zeros: ``ZeroPad2d((left, right, top, bottom))`` or one int."""
+    _dims = 2
+
+
+class ReflectionPad1d(_PadNd):
+    """Pads the last dim with its reflection (``F.pad(..., mode='reflect')``)."""
+    _mode = "reflect"
+
+    def __init__(self, padding):
+        super().__init__(padding)
+
+
+class ReflectionPad2d(ReflectionPad1d):
+    """Pads the last two dims with their reflection."""
+    _dims = 2
+
+
+class ReplicationPad1d(_PadNd):
+    """Pads the last dim by repeating its edge elements (``F.pad(..., mode='replicate')``)."""
+    _mode = "replicate"
+
+    def __init__(self, padding):
+        super().__init__(padding)
+
+
+class ReplicationPad2d(ReplicationPad1d):
+    """Pads the last two dims by repeating their edge elements."""
+    _dims = 2
+
+
+MODULES = ["ConstantPad1d", "ConstantPad2d", "ConstantPad3d", "ZeroPad1d", "ZeroPad2d", "ReflectionPad1d",
+           "ReflectionPad2d", "ReplicationPad1d", "ReplicationPad2d"]
+__all__ = ["pad"] + MODULES
