@@ -391,3 +391,54 @@ def test_losses_are_differentiable_end_to_end():
 def test_second_order(fn):
     x = jg.tensor(np.random.default_rng(5).standard_normal((3, 3)), requires_grad=True)
     assert jg.autograd.gradgradcheck(fn, (x,))
+
+
+# torch's deprecated size_average/reduce pair: the functional losses honour it (they returned the mean whatever it
+# said) and take torch's positional order (weight, size_average, ignore_index, reduce, reduction)
+_LEGACY = [dict(reduce=False), dict(size_average=False), dict(size_average=True, reduce=True),
+           dict(size_average=False, reduce=False)]
+
+
+@pytest.mark.parametrize("legacy", _LEGACY, ids=str)
+@pytest.mark.parametrize("name", ["mse_loss", "l1_loss", "nll_loss", "cross_entropy",
+                                  "binary_cross_entropy_with_logits", "kl_div"])
+def test_functional_losses_honour_size_average_and_reduce_as_torch(name, legacy):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 3))
+    if name in ("nll_loss", "cross_entropy"):
+        y = np.array([0, 2, 1, 2])
+    elif name == "binary_cross_entropy_with_logits":
+        y = rng.uniform(size=(4, 3))
+    elif name == "kl_div":
+        x, y = np.log(special.softmax(x, 1)), special.softmax(rng.standard_normal((4, 3)), 1)
+    else:
+        y = rng.standard_normal((4, 3))
+    with pytest.warns(UserWarning, match="size_average and reduce args will be deprecated"):
+        got = getattr(F, name)(jg.tensor(x), jg.tensor(y), **legacy)
+    with pytest.warns(UserWarning):
+        want = getattr(torch.nn.functional, name)(torch.tensor(x), torch.tensor(y), **legacy)
+    assert tuple(got.shape) == tuple(want.shape)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+
+
+def test_nll_and_l1_loss_take_torchs_positional_order():
+    torch = pytest.importorskip("torch")
+    x = np.log(special.softmax(np.random.default_rng(4).standard_normal((3, 4)), 1))
+    t = np.array([1, 3, 0])
+    w = np.array([1.0, 2.0, 0.5, 1.5])
+    # nll_loss(input, target, weight, size_average, ignore_index, reduce, reduction)
+    got = F.nll_loss(jg.tensor(x), jg.tensor(t), jg.tensor(w), None, 3, None, "sum")
+    want = torch.nn.functional.nll_loss(torch.tensor(x), torch.tensor(t), torch.tensor(w), None, 3, None, "sum")
+    np.testing.assert_allclose(got.item(), want.item(), rtol=1e-12)
+    # l1_loss(input, target, size_average, reduce, reduction)
+    got = F.l1_loss(jg.tensor(x), jg.tensor(x * 0), None, None, "sum")
+    want = torch.nn.functional.l1_loss(torch.tensor(x), torch.tensor(x * 0), None, None, "sum")
+    np.testing.assert_allclose(got.item(), want.item(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["mse_loss", "l1_loss", "nll_loss", "cross_entropy"])
+def test_unknown_reduction_is_torchs_value_error(name):
+    x, t = jg.tensor([[0.1, 0.2], [0.3, 0.4]]), jg.tensor([0, 1])
+    with pytest.raises(ValueError, match="^bogus is not a valid value for reduction$"):
+        getattr(F, name)(x, t if "entropy" in name or "nll" in name else x, reduction="bogus")

@@ -11,6 +11,7 @@ from ..runtime.dispatch import bind
 from ..runtime.factories import arange
 from ..runtime.tensor import Tensor
 from ..tracer import STATE as _TR
+from . import loss_reduction
 from .dropout import dropout  # noqa: F401  (F.dropout)
 from ..runtime.torch_kwargs import torch_kwargs
 from ..runtime.grad_names import named
@@ -42,16 +43,6 @@ def gelu(input, approximate="none", **torch_kw):
     return bind(O["gelu"], input, approximate=approximate)
 
 
-def _reduce(loss, reduction, what):
-    if reduction == "mean":
-        return loss.mean()
-    if reduction == "sum":
-        return loss.sum()
-    if reduction == "none":
-        return loss
-    raise ValueError(f"{what}: {reduction} is not a valid value for reduction")
-
-
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(mse_loss, 'mse_loss', (input, target, size_average, reduce, reduction), {}, torch_kw)
@@ -60,20 +51,25 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", **
         warnings.warn(f"Using a target size ({list(target.shape)}) that is different to the input size "
                       f"({list(input.shape)}). This will likely lead to incorrect results due to broadcasting. "
                       "Please ensure they have the same size.", stacklevel=2)
+    reduction = loss_reduction.resolve(size_average, reduce, reduction)
     d = input - target
-    return named(_reduce(d * d, reduction, "mse_loss"), "MseLossBackward0")
+    return named(loss_reduction.reduce_loss(d * d, reduction), "MseLossBackward0")
 
 
-def l1_loss(input, target, reduction="mean", **torch_kw):
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(l1_loss, 'l1_loss', (input, target, reduction), {}, torch_kw)
-    return named(_reduce(F.abs(input - target), reduction, "l1_loss"), "L1LossBackward0")
+        return torch_kwargs(l1_loss, 'l1_loss', (input, target, size_average, reduce, reduction), {}, torch_kw)
+    reduction = loss_reduction.resolve(size_average, reduce, reduction)
+    return named(loss_reduction.reduce_loss(F.abs(input - target), reduction), "L1LossBackward0")
 
 
-def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean", **torch_kw):
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+             **torch_kw):
     """Negative log likelihood of class indices ``target`` under log-probabilities ``input`` (N, C, ...)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(nll_loss, 'nll_loss', (input, target, weight, ignore_index, reduction), {}, torch_kw)
+        return torch_kwargs(nll_loss, 'nll_loss', (input, target, weight, size_average, ignore_index, reduce,
+                                                   reduction), {}, torch_kw)
+    reduction = loss_reduction.resolve(size_average, reduce, reduction)
     return named(_nll_loss(input, target, weight, ignore_index, reduction), "NllLossBackward0")
 
 
@@ -96,8 +92,7 @@ def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
         lo, hi = int(safe.min()), int(safe.max())
         if lo < 0 or hi >= C:
             raise IndexError(f"nll_loss: Target {hi if hi >= C else lo} is out of bounds (number of classes {C})")
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"nll_loss: {reduction} is not a valid value for reduction")
+    loss_reduction.check(reduction)
     if weight is None and input.ndim == 2:
         # one fused primitive in eager CPU mode; traced or on a device its decomposition (ir/ops/fused.py)
         loss = bind(O["nll_loss"], input, target, ignore_index=int(ignore_index), reduction=reduction)
@@ -111,13 +106,13 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     """Cross entropy between logits ``input`` (N, C, ...) or (C,) and class indices or class probabilities."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(cross_entropy, 'cross_entropy', (input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing), {}, torch_kw)
-    r = _cross_entropy(input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing)
+    reduction = loss_reduction.resolve(size_average, reduce, reduction)
+    r = _cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing)
     # class probabilities as the target: torch's result is not an NLL node either
     return r if getattr(target, "is_floating_point", lambda: False)() else named(r, "NllLossBackward0")
 
 
-def _cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
-                  label_smoothing=0.0):
+def _cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing):
     cdim = 0 if input.ndim == 1 else 1
     logp = F.log_softmax(input, cdim)
     if isinstance(target, Tensor) and target.is_floating_point():
@@ -133,8 +128,8 @@ def _cross_entropy(input, target, weight=None, size_average=None, ignore_index=-
         loss = -term.sum(cdim)
         if reduction == "mean":
             return loss.sum() / (loss.numel() / 1 if input.ndim > 1 else 1)
-        return _reduce(loss, reduction, "cross_entropy")
-    nll = nll_loss(logp, target, weight, ignore_index, reduction)
+        return loss_reduction.reduce_loss(loss, reduction)
+    nll = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
     if not label_smoothing:
         return nll
     C = input.shape[cdim]

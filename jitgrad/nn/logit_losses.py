@@ -14,24 +14,8 @@ import warnings
 from ..runtime import functions as F
 from ..runtime.grad_names import named
 from ..runtime.torch_kwargs import torch_kwargs
+from . import loss_reduction
 from .smooth_activations import logsigmoid
-
-
-def _legacy(size_average, reduce, reduction):
-    if size_average is None and reduce is None:
-        return reduction
-    from .loss import _legacy_reduction
-    return _legacy_reduction(size_average, reduce)
-
-
-def _reduced(loss, reduction):
-    if reduction == "mean":
-        return loss.mean()
-    if reduction == "sum":
-        return loss.sum()
-    if reduction == "none":
-        return loss
-    raise ValueError(f"{reduction} is not a valid value for reduction")
 
 
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
@@ -48,11 +32,10 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     if torch_kw:       # a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(binary_cross_entropy_with_logits, "binary_cross_entropy_with_logits",
                             (input, target, weight, size_average, reduce, reduction, pos_weight), {}, torch_kw)
-    reduction = _legacy(size_average, reduce, reduction)
+    reduction = loss_reduction.resolve(size_average, reduce, reduction)
     if tuple(target.shape) != tuple(input.shape):
         raise ValueError(f"Target size ({_size(target)}) must be the same as input size ({_size(input)})")
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"{reduction} is not a valid value for reduction")
+    loss_reduction.check(reduction)
     log_p = logsigmoid(input)
     if pos_weight is None:
         loss = (1 - target) * input - log_p
@@ -61,7 +44,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
         loss = (1 - target) * input - ((pos_weight - 1) * target + 1) * log_p
     if weight is not None:
         loss = loss * weight
-    return named(_reduced(loss, reduction), "BinaryCrossEntropyWithLogitsBackward0")
+    return named(loss_reduction.reduce_loss(loss, reduction), "BinaryCrossEntropyWithLogitsBackward0")
 
 
 def _size(t):
@@ -82,14 +65,13 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
     if torch_kw:       # a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(kl_div, "kl_div", (input, target, size_average, reduce, reduction, log_target), {},
                             torch_kw)
-    reduction = _legacy(size_average, reduce, reduction)
+    reduction = loss_reduction.resolve(size_average, reduce, reduction)
     if reduction == "mean":
         warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the support size."
                       "'batchmean' divides only by the batch size, and aligns with the KL div math definition."
                       "'mean' will be changed to behave the same as 'batchmean' in the next major release.",
                       stacklevel=2)
-    if reduction not in ("mean", "sum", "none", "batchmean"):
-        raise ValueError(f"{reduction} is not a valid value for reduction")
+    loss_reduction.check(reduction, ("mean", "sum", "none", "batchmean"))
     if log_target:
         loss = F.exp(target) * (target - input)
     else:
@@ -99,7 +81,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
     if reduction == "batchmean":
         total = loss.sum()
         return total / input.shape[0] if input.ndim else total
-    return _reduced(loss, reduction)
+    return loss_reduction.reduce_loss(loss, reduction)
 
 
 __all__ = ["binary_cross_entropy_with_logits", "kl_div"]

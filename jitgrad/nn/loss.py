@@ -2,27 +2,16 @@
 wrappers over ``nn.functional``)."""
 from __future__ import annotations
 
-import warnings
-
 from . import functional
+from .loss_reduction import legacy_reduction
 from .module import Module
-
-
-def _legacy_reduction(size_average, reduce):
-    """torch's deprecated ``size_average``/``reduce`` pair as a ``reduction`` string."""
-    size_average = True if size_average is None else size_average
-    reduce = True if reduce is None else reduce
-    ret = "none" if not reduce else ("mean" if size_average else "sum")
-    warnings.warn(f"size_average and reduce args will be deprecated, please use reduction='{ret}' instead.",
-                  stacklevel=3)
-    return ret
 
 
 class _Loss(Module):
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
         if size_average is not None or reduce is not None:
-            reduction = _legacy_reduction(size_average, reduce)
+            reduction = legacy_reduction(size_average, reduce)
         self.reduction = reduction
 
 
