@@ -1,0 +1,57 @@
+"""Every function of ``nn.functional``, every ``nn`` module, optimiser and scheduler that jitgrad shares with torch
+takes torch's parameters in torch's order with torch's defaults, so code that passes them positionally (old
+scripts: ``F.nll_loss(x, t, w, None, -1)``) means the same thing.  jitgrad may stop early (a trailing torch
+parameter it lacks reaches ``**torch_kw`` and is refused by name) and skips torch's private ``_stacklevel``."""
+import inspect
+
+import pytest
+
+import jitgrad as jg
+import jitgrad.nn.functional as JF
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as TF  # noqa: E402
+
+_KINDS = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+# torch's Parameter takes its arguments in __new__, jitgrad's in __init__ (the same two, data and requires_grad)
+_NOT_COMPARABLE = {"nn.Parameter"}
+
+
+def _params(f, drop_self):
+    try:
+        sig = inspect.signature(f)
+    except (TypeError, ValueError):
+        return None
+    ps = [(p.name, p.default) for p in sig.parameters.values() if p.kind in _KINDS and not p.name.startswith("_")]
+    return ps[1:] if drop_self else ps
+
+
+def _pairs():
+    for n in sorted(set(dir(TF)) & set(dir(JF))):
+        t, j = getattr(TF, n), getattr(JF, n)
+        if callable(t) and callable(j) and not isinstance(t, type) and not n.startswith("_"):
+            yield f"F.{n}", t, j, False
+    for label, tm, jm in (("nn", torch.nn, jg.nn), ("optim", torch.optim, jg.optim),
+                          ("lr_scheduler", torch.optim.lr_scheduler, jg.optim.lr_scheduler)):
+        for n in sorted(set(dir(tm)) & set(dir(jm))):
+            t, j = getattr(tm, n), getattr(jm, n)
+            if isinstance(t, type) and isinstance(j, type) and not n.startswith("_"):
+                yield f"{label}.{n}", t.__init__, j.__init__, True
+
+
+PAIRS = [p for p in _pairs() if p[0] not in _NOT_COMPARABLE]
+
+
+def test_the_comparison_covers_the_surface():
+    names = {p[0] for p in PAIRS}
+    assert len(PAIRS) > 70 and {"F.nll_loss", "F.scaled_dot_product_attention", "nn.Linear", "optim.AdamW"} <= names
+
+
+@pytest.mark.parametrize("name,t,j,is_init", PAIRS, ids=[p[0] for p in PAIRS])
+def test_parameters_in_torchs_order_with_torchs_defaults(name, t, j, is_init):
+    pt, pj = _params(t, is_init), _params(j, is_init)
+    if pt is None or pj is None:
+        pytest.skip("no Python signature to compare")
+    assert [n for n, _ in pj] == [n for n, _ in pt][:len(pj)], f"{name}: parameters differ from torch's order"
+    for (n, dj), (_, dt) in zip(pj, pt):
+        assert repr(dj) == repr(dt), f"{name}({n}=...): default {dj!r}, torch's {dt!r}"
