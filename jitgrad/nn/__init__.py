@@ -13,6 +13,9 @@ from .activation import ReLU, GELU, Tanh, Sigmoid, Softmax, SiLU, Softplus, LogS
 from .loss import MSELoss, NLLLoss, CrossEntropyLoss, BCEWithLogitsLoss, KLDivLoss
 from .norm_scaling import RMSNorm
 from .dropout import Dropout
+from .multihead_attention import MultiheadAttention
+from .transformer import Transformer, TransformerEncoder, TransformerDecoder, TransformerEncoderLayer, \
+    TransformerDecoderLayer
 from .instance_norm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
 from .parallel import DataParallel
 from .padding import ConstantPad1d, ConstantPad2d, ConstantPad3d, ZeroPad1d, ZeroPad2d, ReflectionPad1d, \
@@ -23,4 +26,5 @@ __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "Ide
            "Embedding", "LayerNorm", "BatchNorm1d", "ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "MSELoss",
            "NLLLoss", "CrossEntropyLoss", "Dropout", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
            "DataParallel", "SiLU", "Softplus", "LogSigmoid", "BCEWithLogitsLoss", "KLDivLoss", "RMSNorm",
-           "Unflatten"] + _padding.MODULES
+           "Unflatten", "MultiheadAttention", "Transformer", "TransformerEncoder", "TransformerDecoder",
+           "TransformerEncoderLayer", "TransformerDecoderLayer"] + _padding.MODULES

@@ -192,6 +192,10 @@ from .attention import scaled_dot_product_attention  # noqa: E402
 
 __all__ += ["scaled_dot_product_attention"]
 
+from .multihead_attention import multi_head_attention_forward  # noqa: E402
+
+__all__ += ["multi_head_attention_forward"]
+
 from .padding import pad  # noqa: E402
 
 __all__ += ["pad"]
