@@ -8,6 +8,7 @@ from . import parallel  # noqa: F401  (DistributedDataParallel; imports no MPI)
 from .parameter import Parameter
 from .module import Module
 from .containers import Sequential, ModuleList, ModuleDict
+from .parameter_containers import ParameterList, ParameterDict
 from .layers import Identity, Flatten, Unflatten, Linear, Embedding, LayerNorm, BatchNorm1d
 from .activation import ReLU, GELU, Tanh, Sigmoid, Softmax, SiLU, Softplus, LogSigmoid
 from .loss import MSELoss, NLLLoss, CrossEntropyLoss, BCEWithLogitsLoss, KLDivLoss
@@ -27,4 +28,4 @@ __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "Ide
            "NLLLoss", "CrossEntropyLoss", "Dropout", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
            "DataParallel", "SiLU", "Softplus", "LogSigmoid", "BCEWithLogitsLoss", "KLDivLoss", "RMSNorm",
            "Unflatten", "MultiheadAttention", "Transformer", "TransformerEncoder", "TransformerDecoder",
-           "TransformerEncoderLayer", "TransformerDecoderLayer"] + _padding.MODULES
+           "TransformerEncoderLayer", "TransformerDecoderLayer", "ParameterList", "ParameterDict"] + _padding.MODULES
