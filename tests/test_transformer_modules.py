@@ -4,6 +4,7 @@ layout; parameter names, state_dict keys, reprs, initialisation schemes, warning
 train mode with dropout, eager and compiled steps (interpreter, and Numba once) draw the same masks and agree."""
 import copy
 import math
+import re
 import warnings
 
 import numpy as np
@@ -188,7 +189,7 @@ def test_multihead_attention_errors_and_warnings_match_torch():
     def both(fn_t, fn_j):
         with pytest.raises(Exception) as et:
             fn_t()
-        with pytest.raises(type(et.value), match="^" + __import__("re").escape(str(et.value)) + "$"):
+        with pytest.raises(type(et.value), match="^" + re.escape(str(et.value)) + "$"):
             fn_j()
     both(lambda: torch.nn.MultiheadAttention(7, 2), lambda: nn.MultiheadAttention(7, 2))
     both(lambda: torch.nn.MultiheadAttention(0, 2), lambda: nn.MultiheadAttention(0, 2))
