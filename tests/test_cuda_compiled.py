@@ -68,3 +68,23 @@ def test_sim_state_that_is_a_view_of_a_cuda_tensor_writes_through_to_its_base(vi
     for got, want in zip(run("cuda"), run("cpu")):
         for a, b in zip(got, want):
             np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+@sim
+def test_sim_compiled_backward_accumulates_into_the_existing_grad_tensor():
+    """As on the CPU (and in torch), ``.backward()`` on CUDA, compiled or eager, accumulates into the ``.grad``
+    tensor already there (the same object, updated in place), so a reference taken to it sees the new gradient."""
+    def run(dev, compiled):
+        p = jg.tensor(np.arange(4.0), device=dev, requires_grad=True)
+
+        def step(x):
+            (p * x).sum().backward()
+            return x * 2.0
+        step = jg.compile(step) if compiled else step
+        step(jg.tensor(np.ones(4), device=dev))
+        g = p.grad
+        step(jg.tensor(np.full(4, 3.0), device=dev))
+        assert g is p.grad
+        return g.cpu().numpy()
+    for compiled in (True, False):      # eagerly too: a CUDA .grad was replaced by old + g
+        np.testing.assert_array_equal(run("cuda", compiled), run("cpu", compiled))

@@ -449,10 +449,15 @@ class CompiledFunction(Introspection, Signatures):
             else:
                 g = outs[val]
                 old = t._grad
-                if old is not None and old.shape == g.shape and old.dtype is g.dtype and type(old._data) is np.ndarray \
-                        and old._data.flags.writeable and not old.requires_grad:
+                same = old is not None and old.shape == g.shape and old.dtype is g.dtype and not old.requires_grad
+                dev = backend_of_payload(g._data)
+                if same and type(old._data) is np.ndarray and old._data.flags.writeable:
                     np.copyto(old._data, g._data)
                     old._vc[0] += 1
+                elif same and dev is not None and backend_of_payload(old._data) is dev:
+                    dev.write(old._data, g._data)       # into the .grad already there, as on the CPU
+                    old._vc[0] += 1
+                    dev.after_write(old)
                 else:
                     t._grad = Tensor._make(g._data)
         for k in e.float_outs:
