@@ -38,6 +38,7 @@ from .signatures import (Signatures, _is_tensor_or_float, _shared_memory, _stati
 from ..tracer import trace as _trace_mod
 from ..runtime.tensor import Tensor
 from ..runtime import profiler_state
+from ..runtime.devices import backend_of_payload
 
 _PROF = profiler_state.STATE
 _EAGER = object()       # _call_locked's answer: run the function eagerly (after releasing the lock)
@@ -432,7 +433,11 @@ class CompiledFunction(Introspection, Signatures):
                 t._base = None
         # write-backs: payload mutations, then grads
         for ci, _ in e.writes:      # already written by the call; count the writes
-            inputs[ci]._vc[0] += 1
+            t = inputs[ci]
+            t._vc[0] += 1
+            dev = backend_of_payload(t._data)
+            if dev is not None:     # a device view is a copy of its base: pass the write on, as eager writes do
+                dev.after_write(t)
         for ref, kind, val in e.grad_writes:
             t = inputs[ref] if type(ref) is int else ref()
             if t is None:
@@ -444,10 +449,15 @@ class CompiledFunction(Introspection, Signatures):
             else:
                 g = outs[val]
                 old = t._grad
-                if old is not None and old.shape == g.shape and old.dtype is g.dtype and type(old._data) is np.ndarray \
-                        and old._data.flags.writeable and not old.requires_grad:
+                same = old is not None and old.shape == g.shape and old.dtype is g.dtype and not old.requires_grad
+                dev = backend_of_payload(g._data)
+                if same and type(old._data) is np.ndarray and old._data.flags.writeable:
                     np.copyto(old._data, g._data)
                     old._vc[0] += 1
+                elif same and dev is not None and backend_of_payload(old._data) is dev:
+                    dev.write(old._data, g._data)       # into the .grad already there, as on the CPU
+                    old._vc[0] += 1
+                    dev.after_write(old)
                 else:
                     t._grad = Tensor._make(g._data)
         for k in e.float_outs:

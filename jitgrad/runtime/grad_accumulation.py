@@ -48,6 +48,11 @@ def accumulate(t: Tensor, g: Tensor, create_graph: bool):
             return
         t._grad = g if old is None else old + g
         return
+    if tr is None and old is not None and not old.requires_grad and old.shape == g.shape \
+            and type(old._data) is type(g._data) and type(g._data) is not np.ndarray:
+        with grad_mode.no_grad():       # a device .grad accumulates in place too (torch): references see it
+            old.add_(g.detach())
+        return
     if tr is not None or type(g._data) is not np.ndarray:
         with grad_mode.no_grad():
             t._grad = g.detach() if old is None else old + g
