@@ -77,6 +77,8 @@ def test_cpu_work_never_imports_cuda_modules():
 if _ROLE in ("sim", "ptx"):
     import jitgrad as jg
     from jitgrad.ir.ops import OPS
+    # the simulator's launcher polls its threads in a busy loop: a short GIL switch interval lets the threads run
+    sys.setswitchinterval(5e-4)
 
 
 def _t(a, device, rg=False):
