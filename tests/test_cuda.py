@@ -156,6 +156,12 @@ CASES = {
     "sdpa_tiled_backward": (lambda q, k, v, o, g: _bind("sdpa_tiled_backward", q, k, v, o, g, scale=0.5, causal=False,
                                                         block_q=2, block_k=3, mask_grad=False),
                             [(2, 3, 2), (2, 4, 2), (2, 4, 3), (2 * 3 * 4,), (2 * 3 * 4,)], "any"),
+    # convolutions have no CUDA kernel: host steps (their vjps bind conv_transpose and conv_weight on the device)
+    **{name: (lambda x, w: _bind("conv", x, w, stride=(1, 2), padding=((1, 1), (0, 1)), dilation=(1, 1), groups=2),
+              [(2, 4, 3, 3), (2, 2, 2, 2)], "any") for name in ("conv", "conv_weight")},
+    "conv_transpose": (lambda g, w: _bind("conv_transpose", g, w, stride=(2, 1), padding=((0, 0), (1, 1)),
+                                          dilation=(1, 1), groups=1, size=(5, 3)), [(1, 2, 2, 3), (2, 3, 2, 3)],
+                       "any"),
     "gelu": (lambda a: _bind("gelu", a, approximate="none") + _bind("gelu", a, approximate="tanh"), [(2, 3)], "any"),
     "layer_norm": (lambda a: _bind("layer_norm", a, naxes=1, eps=1e-5), [(2, 3)], "any"),
     "log_softmax": (lambda a: _bind("log_softmax", a, axis=0), [(2, 3)], "any"),

@@ -1162,6 +1162,13 @@ SMOKE = {
     "gelu": lambda: (_g(lambda a: jg.nn.functional.gelu(a), (2, 3)),
                      _g(lambda a: jg.nn.functional.gelu(a, approximate="tanh"), (2, 3))),
     "layer_norm": lambda: _g(lambda a: jg.nn.functional.layer_norm(a, (3,)) * a, (2, 3)),
+    # convolutions (ir/ops/conv.py): each one's vjp binds the other two (tests/test_conv.py has the rest)
+    "conv": lambda: _g(lambda x, w: jg.nn.functional.conv2d(x, w, stride=(2, 1), padding=1, groups=2),
+                       (1, 4, 3, 4), (2, 2, 2, 2)),
+    "conv_weight": lambda: _g(lambda x, w: jg.nn.functional.conv1d(x, w, padding="same", dilation=2), (2, 2, 5),
+                              (3, 2, 2)),
+    "conv_transpose": lambda: _g(lambda x, w: jg.nn.functional.conv_transpose2d(x, w, stride=2, output_padding=1),
+                                 (1, 2, 2, 3), (2, 3, 2, 2)),
 }
 
 

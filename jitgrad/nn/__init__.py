@@ -22,10 +22,12 @@ from .parallel import DataParallel
 from .padding import ConstantPad1d, ConstantPad2d, ConstantPad3d, ZeroPad1d, ZeroPad2d, ReflectionPad1d, \
     ReflectionPad2d, ReplicationPad1d, ReplicationPad2d
 from . import padding as _padding
+from .conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, Unfold, Fold
 
 __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Flatten", "Linear",
            "Embedding", "LayerNorm", "BatchNorm1d", "ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "MSELoss",
            "NLLLoss", "CrossEntropyLoss", "Dropout", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
            "DataParallel", "SiLU", "Softplus", "LogSigmoid", "BCEWithLogitsLoss", "KLDivLoss", "RMSNorm",
            "Unflatten", "MultiheadAttention", "Transformer", "TransformerEncoder", "TransformerDecoder",
-           "TransformerEncoderLayer", "TransformerDecoderLayer", "ParameterList", "ParameterDict"] + _padding.MODULES
+           "TransformerEncoderLayer", "TransformerDecoderLayer", "ParameterList", "ParameterDict", "Conv1d", "Conv2d",
+           "ConvTranspose1d", "ConvTranspose2d", "Unfold", "Fold"] + _padding.MODULES

@@ -205,3 +205,7 @@ from .norm_scaling import rms_norm, normalize  # noqa: E402
 from .logit_losses import binary_cross_entropy_with_logits, kl_div  # noqa: E402
 
 __all__ += ["softplus", "logsigmoid", "rms_norm", "normalize", "binary_cross_entropy_with_logits", "kl_div"]
+
+from .convolution import conv1d, conv2d, conv_transpose1d, conv_transpose2d, unfold, fold  # noqa: E402
+
+__all__ += ["conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "unfold", "fold"]
