@@ -385,6 +385,18 @@ OP_SAMPLES["conv_weight"] = [
 ]
 
 
+# max pooling gathers the values at these indices (ir/ops/pooling.py): ties go to the first maximum, NaNs to the
+# last NaN, a window of -inf to its first position inside the input (never the -inf padding)
+OP_SAMPLES["max_pool_indices"] = [
+    Sample(lambda m, x: m.nn.functional.max_pool2d(x, 2, stride=1, padding=1),
+           [np.array([[[[1.0, 1.0, 0.0], [1.0, 1.0, -inf], [-inf, -inf, -inf]]]])],
+           "ties inside and across overlapping windows, -inf windows next to the padding"),
+    Sample(lambda m, x: m.nn.functional.max_pool2d(x, (2, 3), ceil_mode=True),
+           [np.array([[[[nan, 1.0, nan, 2.0], [0.0, inf, 3.0, -0.0], [5.0, 5.0, 5.0, 5.0]]]])],
+           "NaNs (the last one wins), inf, ceil_mode's partial windows"),
+]
+
+
 # diagonal is a primitive (a view) (ir/ops/diagonal.py)
 OP_SAMPLES["diagonal"] = [
     Sample(lambda m, x: m.diagonal(x, 1) * x.diagonal(-1, 1, 0), [rows([inf, nan, 0.0], [0.0, -0.0, inf], [nan, 1.0, 2.0])]),

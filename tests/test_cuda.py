@@ -162,6 +162,8 @@ CASES = {
     "conv_transpose": (lambda g, w: _bind("conv_transpose", g, w, stride=(2, 1), padding=((0, 0), (1, 1)),
                                           dilation=(1, 1), groups=1, size=(5, 3)), [(1, 2, 2, 3), (2, 3, 2, 3)],
                        "any"),
+    "max_pool_indices": (lambda a: jg.nn.functional.max_pool2d(a, 2, stride=1, padding=1), [(1, 2, 3, 3)],
+                         "distinct"),
     "gelu": (lambda a: _bind("gelu", a, approximate="none") + _bind("gelu", a, approximate="tanh"), [(2, 3)], "any"),
     "layer_norm": (lambda a: _bind("layer_norm", a, naxes=1, eps=1e-5), [(2, 3)], "any"),
     "log_softmax": (lambda a: _bind("log_softmax", a, axis=0), [(2, 3)], "any"),
