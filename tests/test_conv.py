@@ -60,6 +60,7 @@ CONV1D = [
 ]
 
 
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")     # torch's, about its own copy
 @pytest.mark.parametrize("xs,ws,bias,kw", CONV2D + CONV1D, ids=lambda v: str(v))
 def test_conv_matches_torch(xs, ws, bias, kw):
     f = "conv1d" if len(ws) == 3 else "conv2d"
@@ -290,3 +291,15 @@ def test_init_is_torchs(cls, args):
     assert abs(w.std() - bound / math.sqrt(3)) < 0.15 * bound
     assert m.weight.dtype is jg.float32 and m.weight.requires_grad
 
+
+
+@pytest.mark.parametrize("name", ["conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "avg_pool1d",
+                                  "avg_pool2d", "adaptive_avg_pool1d"])
+def test_builtin_signatures_are_torchs_documented_ones(name):
+    """torch's C builtins have no inspectable signature (tests/test_torch_signatures.py skips them); their
+    docstrings open with it: ``conv2d(input, weight, bias=None, stride=1, ...) -> Tensor``."""
+    import inspect
+    doc = getattr(torch.nn.functional, name).__doc__.strip().splitlines()[0]
+    want = re.fullmatch(rf"{name}\((.*)\) -> Tensor", doc).group(1).split(", ")
+    ps = [p for p in inspect.signature(getattr(JF, name)).parameters.values() if p.kind != p.VAR_KEYWORD]
+    assert [p.name if p.default is p.empty else f"{p.name}={p.default!r}" for p in ps] == want

@@ -172,7 +172,8 @@ def one_hot(tensor, num_classes=-1, **torch_kw):
     return (tensor.unsqueeze(-1) == classes).to(dt.int64)
 
 
-__all__ = ["one_hot", "dropout", "dropout1d", "dropout2d", "relu", "sigmoid", "tanh", "softmax", "log_softmax", "gelu", "mse_loss", "l1_loss", "nll_loss",
+__all__ = ["one_hot", "dropout", "dropout1d", "dropout2d", "relu", "sigmoid", "tanh", "softmax", "log_softmax",
+           "gelu", "mse_loss", "l1_loss", "nll_loss",
            "cross_entropy"]
 
 from .functional_layers import linear, embedding, layer_norm, batch_norm  # noqa: E402
