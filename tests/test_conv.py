@@ -303,3 +303,11 @@ def test_builtin_signatures_are_torchs_documented_ones(name):
     want = re.fullmatch(rf"{name}\((.*)\) -> Tensor", doc).group(1).split(", ")
     ps = [p for p in inspect.signature(getattr(JF, name)).parameters.values() if p.kind != p.VAR_KEYWORD]
     assert [p.name if p.default is p.empty else f"{p.name}={p.default!r}" for p in ps] == want
+
+
+def test_docstring_examples_run():
+    import doctest
+    from jitgrad.nn import conv, convolution, dropout, pooling
+    for mod in (conv, convolution, pooling, dropout):
+        r = doctest.testmod(mod)
+        assert r.attempted > 0 and r.failed == 0, mod.__name__
