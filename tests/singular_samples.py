@@ -359,6 +359,44 @@ OP_SAMPLES["sdpa_tiled_backward"] = [
 ]
 
 
+# convolutions (ir/ops/conv.py): conv's vjp binds conv_transpose and conv_weight, whose vjps bind the other two
+def _conv_in():
+    x = np.arange(18.0).reshape(1, 2, 3, 3) - 8.0
+    x[0, 0, 1, 1], x[0, 1, 0, 2], x[0, 1, 2, 0] = inf, nan, -0.0
+    return x
+
+
+OP_SAMPLES["conv"] = [
+    Sample(lambda m, x, w: m.nn.functional.conv2d(x, w, padding=1), [_conv_in(), np.array(
+        [[[[0.0, 1.0], [-1.0, 0.5]], [[0.0, 0.0], [0.0, 0.0]]]])],
+        "inf and nan inputs (inf * 0 = nan through the zero kernel entries and the zero padding)"),
+    Sample(lambda m, x, w: m.nn.functional.conv2d(x, w, groups=2), [np.zeros((0, 2, 3, 3)), np.ones((2, 1, 2, 2))],
+           "empty batch"),
+]
+OP_SAMPLES["conv_transpose"] = [
+    Sample(lambda m, x, w: m.nn.functional.conv_transpose2d(x, w, stride=2, output_padding=1),
+           [np.array([[[[1.0, -inf], [0.0, 2.0]]]]), np.array([[[[0.0, 1.0], [2.0, 3.0]]]])],
+           "stride 2 (output positions no input reaches), -inf times a zero weight"),
+]
+OP_SAMPLES["conv_weight"] = [
+    Sample(lambda m, x, w: m.nn.functional.conv1d(x, w, padding="same", dilation=2, groups=2),
+           [np.array([[[1.0, 0.0, -0.0, 3.0], [inf, 1.0, 2.0, 1e300]]]), np.array([[[1.0, -1.0]], [[0.0, 2.0]]])],
+           "'same' with an even dilated kernel (asymmetric zero padding), inf and 1e300 inputs"),
+]
+
+
+# max pooling gathers the values at these indices (ir/ops/pooling.py): ties go to the first maximum, NaNs to the
+# last NaN, a window of -inf to its first position inside the input (never the -inf padding)
+OP_SAMPLES["max_pool_indices"] = [
+    Sample(lambda m, x: m.nn.functional.max_pool2d(x, 2, stride=1, padding=1),
+           [np.array([[[[1.0, 1.0, 0.0], [1.0, 1.0, -inf], [-inf, -inf, -inf]]]])],
+           "ties inside and across overlapping windows, -inf windows next to the padding"),
+    Sample(lambda m, x: m.nn.functional.max_pool2d(x, (2, 3), ceil_mode=True),
+           [np.array([[[[nan, 1.0, nan, 2.0], [0.0, inf, 3.0, -0.0], [5.0, 5.0, 5.0, 5.0]]]])],
+           "NaNs (the last one wins), inf, ceil_mode's partial windows"),
+]
+
+
 # diagonal is a primitive (a view) (ir/ops/diagonal.py)
 OP_SAMPLES["diagonal"] = [
     Sample(lambda m, x: m.diagonal(x, 1) * x.diagonal(-1, 1, 0), [rows([inf, nan, 0.0], [0.0, -0.0, inf], [nan, 1.0, 2.0])]),

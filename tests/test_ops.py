@@ -38,7 +38,7 @@ NP = {jg.float32: np.float32, jg.float64: np.float64, jg.int64: np.int64, jg.int
 # primitives without a vjp on purpose: their outputs are bool or integer (or piecewise constant: floordiv)
 NONDIFF = {"lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not", "isfinite", "argmax",
            "argmin", "floordiv", "rand_uniform", "rand_normal", "multinomial", "randperm", "argsort", "histc",
-           "all_reduce_start", "searchsorted", "isin"}
+           "all_reduce_start", "searchsorted", "isin", "max_pool_indices"}
 
 
 # ---- (c): the rule of every concrete op call agrees with its impl ------------------------------------
@@ -1162,7 +1162,25 @@ SMOKE = {
     "gelu": lambda: (_g(lambda a: jg.nn.functional.gelu(a), (2, 3)),
                      _g(lambda a: jg.nn.functional.gelu(a, approximate="tanh"), (2, 3))),
     "layer_norm": lambda: _g(lambda a: jg.nn.functional.layer_norm(a, (3,)) * a, (2, 3)),
+    # convolutions (ir/ops/conv.py): each one's vjp binds the other two (tests/test_conv.py has the rest)
+    "conv": lambda: _g(lambda x, w: jg.nn.functional.conv2d(x, w, stride=(2, 1), padding=1, groups=2),
+                       (1, 4, 3, 4), (2, 2, 2, 2)),
+    "conv_weight": lambda: _g(lambda x, w: jg.nn.functional.conv1d(x, w, padding="same", dilation=2), (2, 2, 5),
+                              (3, 2, 2)),
+    "conv_transpose": lambda: _g(lambda x, w: jg.nn.functional.conv_transpose2d(x, w, stride=2, output_padding=1),
+                                 (1, 2, 2, 3), (2, 3, 2, 2)),
+    # max pooling gathers with these indices (tests/test_pooling.py has the rest)
+    "max_pool_indices": lambda: SMOKE_max_pool_indices(),
 }
+
+
+def SMOKE_max_pool_indices():
+    """The int64 indices (no graph); the values gathered with them differentiate (to second order)."""
+    _g(lambda x: jg.nn.functional.max_pool2d(x, 2, stride=1, padding=1), (1, 2, 3, 4), domain="distinct")
+    x = t64([[[[0.5, -1.5, 2.0], [1.0, 3.0, -2.0]]]], True)
+    y, idx = jg.nn.functional.max_pool2d(x, 2, stride=1, return_indices=True)
+    assert idx.tolist() == [[[[4, 4]]]] and y.requires_grad
+    return idx
 
 
 def SMOKE_tanh_backward():

@@ -411,7 +411,7 @@ def test_unsupported_torch_names_and_arguments():
     x = jg.ones(3, 4)
     for attempt, what in ((lambda: jg.fft, "torch.fft"), (lambda: jg.conv2d, "torch.conv2d"),
                           (lambda: x.unfold(0, 2, 1), "torch.Tensor.unfold"),
-                          (lambda: jg.nn.functional.conv2d, "torch.nn.functional.conv2d"),
+                          (lambda: jg.nn.functional.conv3d, "torch.nn.functional.conv3d"),
                           (lambda: jg.sum(x, foo=1), "argument 'foo' of sum()"),
                           (lambda: x.sort(kind="quick"), "argument 'kind' of sort()"),
                           (lambda: jg.zeros(2, layout="strided"), "argument 'layout' of zeros()")):

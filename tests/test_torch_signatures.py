@@ -32,11 +32,23 @@ def _params(f, drop_self):
     return ps[1:] if drop_self else ps
 
 
+def _documented(t, n):
+    """torch's boolean-dispatch functions (``max_pool2d`` picks ``_max_pool2d`` or the ``_with_indices`` one) take
+    ``(*args, **kwargs)``; their documented parameters are those of the branch ``_<name>``."""
+    try:
+        kinds = {p.kind for p in inspect.signature(t).parameters.values()}
+    except (TypeError, ValueError):
+        return t
+    if kinds == {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD}:
+        return getattr(TF, "_" + n, t)
+    return t
+
+
 def _pairs():
     for n in sorted(set(dir(TF)) & set(dir(JF))):
         t, j = getattr(TF, n), getattr(JF, n)
         if callable(t) and callable(j) and not isinstance(t, type) and not n.startswith("_"):
-            yield f"F.{n}", t, j, False
+            yield f"F.{n}", _documented(t, n), j, False
     for label, tm, jm in (("nn", torch.nn, jg.nn), ("optim", torch.optim, jg.optim),
                           ("lr_scheduler", torch.optim.lr_scheduler, jg.optim.lr_scheduler)):
         for n in sorted(set(dir(tm)) & set(dir(jm))):

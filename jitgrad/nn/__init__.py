@@ -9,11 +9,11 @@ from .parameter import Parameter
 from .module import Module
 from .containers import Sequential, ModuleList, ModuleDict
 from .parameter_containers import ParameterList, ParameterDict
-from .layers import Identity, Flatten, Unflatten, Linear, Embedding, LayerNorm, BatchNorm1d
+from .layers import Identity, Flatten, Unflatten, Linear, Embedding, LayerNorm, BatchNorm1d, BatchNorm2d
 from .activation import ReLU, GELU, Tanh, Sigmoid, Softmax, SiLU, Softplus, LogSigmoid
 from .loss import MSELoss, NLLLoss, CrossEntropyLoss, BCEWithLogitsLoss, KLDivLoss
 from .norm_scaling import RMSNorm
-from .dropout import Dropout
+from .dropout import Dropout, Dropout1d, Dropout2d
 from .multihead_attention import MultiheadAttention
 from .transformer import Transformer, TransformerEncoder, TransformerDecoder, TransformerEncoderLayer, \
     TransformerDecoderLayer
@@ -22,10 +22,15 @@ from .parallel import DataParallel
 from .padding import ConstantPad1d, ConstantPad2d, ConstantPad3d, ZeroPad1d, ZeroPad2d, ReflectionPad1d, \
     ReflectionPad2d, ReplicationPad1d, ReplicationPad2d
 from . import padding as _padding
+from .conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, Unfold, Fold
+from .pooling import MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, AdaptiveAvgPool1d, AdaptiveAvgPool2d
+from . import pooling as _pooling
 
 __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Flatten", "Linear",
-           "Embedding", "LayerNorm", "BatchNorm1d", "ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "MSELoss",
+           "Embedding", "LayerNorm", "BatchNorm1d", "BatchNorm2d", "Dropout1d", "Dropout2d",
+           "ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "MSELoss",
            "NLLLoss", "CrossEntropyLoss", "Dropout", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
            "DataParallel", "SiLU", "Softplus", "LogSigmoid", "BCEWithLogitsLoss", "KLDivLoss", "RMSNorm",
            "Unflatten", "MultiheadAttention", "Transformer", "TransformerEncoder", "TransformerDecoder",
-           "TransformerEncoderLayer", "TransformerDecoderLayer", "ParameterList", "ParameterDict"] + _padding.MODULES
+           "TransformerEncoderLayer", "TransformerDecoderLayer", "ParameterList", "ParameterDict", "Conv1d", "Conv2d",
+           "ConvTranspose1d", "ConvTranspose2d", "Unfold", "Fold"] + _padding.MODULES + _pooling.MODULES

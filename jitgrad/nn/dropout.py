@@ -59,4 +59,89 @@ class Dropout(Module):
         return f"p={self.p}, inplace={self.inplace}"
 
 
-__all__ = ["dropout", "Dropout"]
+def _feature_dropout(input, p, training, inplace):
+    """Zero whole channels: one draw per (sample, channel), broadcast over the spatial dims."""
+    _check_p(p)
+    if not training or p == 0.0 or input.numel() == 0:
+        return input
+    if p == 1.0:
+        return input.mul_(0.0) if inplace else input * 0.0
+    md = input.dtype if input.is_floating_point() else dt.DEFAULT_FLOAT
+    shape = tuple(input.shape[:2]) + (1,) * (input.ndim - 2)
+    with no_grad():
+        mask = (rand(shape, dtype=md, device=input.device) >= p).to(md) * (1.0 / (1.0 - p))
+    return input.mul_(mask) if inplace else input * mask
+
+
+def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Zero each channel of ``input (N, C, L)`` or ``(C, L)`` with probability ``p`` (the whole length), scale the
+    rest by ``1 / (1 - p)``.
+
+    >>> import jitgrad as jg
+    >>> import jitgrad.nn.functional as F
+    >>> F.dropout1d(jg.ones(2, 3, 4), 0.5, training=False).shape
+    jitgrad.Size([2, 3, 4])
+    """
+    _check_p(p)
+    if input.ndim not in (2, 3):
+        raise RuntimeError(f"dropout1d: Expected 2D or 3D input, but received a {input.ndim}D input. Note that "
+                           "dropout1d exists to provide channel-wise dropout on inputs with 1 spatial dimension, a "
+                           "channel dimension, and an optional batch dimension (i.e. 2D or 3D inputs).")
+    if input.ndim == 2:
+        out = _feature_dropout(input.unsqueeze(0), p, training, inplace)
+        return input if out is input else out.squeeze(0)
+    return _feature_dropout(input, p, training, inplace)
+
+
+def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Zero each channel of ``input (N, C, H, W)`` with probability ``p`` (the whole plane), scale the rest by
+    ``1 / (1 - p)``.  A 3-D input is taken as ``(N, C, L)`` with torch's warning.
+
+    >>> import jitgrad as jg
+    >>> import jitgrad.nn.functional as F
+    >>> y = F.dropout2d(jg.ones(2, 3, 4, 4), 0.5)
+    >>> bool(((y == 0) | (y == 2)).all()) and bool((y.amax((2, 3)) == y.amin((2, 3))).all())
+    True
+    """
+    _check_p(p)
+    import warnings
+    if input.ndim not in (3, 4):
+        warnings.warn(f"dropout2d: Received a {input.ndim}-D input to dropout2d, which is deprecated and will result "
+                      "in an error in a future release. To retain the behavior and silence this warning, please use "
+                      "dropout instead. Note that dropout2d exists to provide channel-wise dropout on inputs with 2 "
+                      "spatial dimensions, a channel dimension, and an optional batch dimension (i.e. 3D or 4D "
+                      "inputs).", stacklevel=2)
+    if input.ndim == 3:
+        warnings.warn("dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D dropout behavior "
+                      "is desired - input is interpreted as shape (N, C, L), where C is the channel dim. This "
+                      "behavior will change in a future release to interpret the input as one without a batch "
+                      "dimension, i.e. shape (C, H, W). To maintain the 1D channel-wise dropout behavior, please "
+                      "switch to using dropout1d instead.", stacklevel=2)
+    return _feature_dropout(input, p, training, inplace)
+
+
+class Dropout1d(Dropout):
+    """``F.dropout1d`` as a module: whole channels of ``(N, C, L)`` zeroed in training.
+
+    >>> import jitgrad as jg
+    >>> jg.nn.Dropout1d(0.2)
+    Dropout1d(p=0.2, inplace=False)
+    """
+
+    def forward(self, input: Tensor) -> Tensor:
+        return dropout1d(input, self.p, self.training, self.inplace)
+
+
+class Dropout2d(Dropout):
+    """``F.dropout2d`` as a module: whole channels of ``(N, C, H, W)`` zeroed in training.
+
+    >>> import jitgrad as jg
+    >>> jg.nn.Dropout2d()
+    Dropout2d(p=0.5, inplace=False)
+    """
+
+    def forward(self, input: Tensor) -> Tensor:
+        return dropout2d(input, self.p, self.training, self.inplace)
+
+
+__all__ = ["dropout", "dropout1d", "dropout2d", "Dropout", "Dropout1d", "Dropout2d"]

@@ -12,7 +12,7 @@ from ..runtime.factories import arange
 from ..runtime.tensor import Tensor
 from ..tracer import STATE as _TR
 from . import loss_reduction
-from .dropout import dropout  # noqa: F401  (F.dropout)
+from .dropout import dropout, dropout1d, dropout2d  # noqa: F401  (F.dropout, F.dropout1d, F.dropout2d)
 from ..runtime.torch_kwargs import torch_kwargs
 from ..runtime.grad_names import named
 
@@ -172,7 +172,8 @@ def one_hot(tensor, num_classes=-1, **torch_kw):
     return (tensor.unsqueeze(-1) == classes).to(dt.int64)
 
 
-__all__ = ["one_hot", "dropout", "relu", "sigmoid", "tanh", "softmax", "log_softmax", "gelu", "mse_loss", "l1_loss", "nll_loss",
+__all__ = ["one_hot", "dropout", "dropout1d", "dropout2d", "relu", "sigmoid", "tanh", "softmax", "log_softmax",
+           "gelu", "mse_loss", "l1_loss", "nll_loss",
            "cross_entropy"]
 
 from .functional_layers import linear, embedding, layer_norm, batch_norm  # noqa: E402
@@ -205,3 +206,13 @@ from .norm_scaling import rms_norm, normalize  # noqa: E402
 from .logit_losses import binary_cross_entropy_with_logits, kl_div  # noqa: E402
 
 __all__ += ["softplus", "logsigmoid", "rms_norm", "normalize", "binary_cross_entropy_with_logits", "kl_div"]
+
+from .convolution import conv1d, conv2d, conv_transpose1d, conv_transpose2d, unfold, fold  # noqa: E402
+
+__all__ += ["conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "unfold", "fold"]
+
+from .pooling import max_pool1d, max_pool2d, max_pool1d_with_indices, max_pool2d_with_indices, avg_pool1d, \
+    avg_pool2d, adaptive_avg_pool1d, adaptive_avg_pool2d  # noqa: E402
+from . import pooling as _pooling  # noqa: E402
+
+__all__ += _pooling.FUNCTIONS

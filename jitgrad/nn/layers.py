@@ -1,4 +1,4 @@
-"""Layers with parameters and state: ``Linear``, ``Embedding``, ``LayerNorm``, ``BatchNorm1d``; and the
+"""Layers with parameters and state: ``Linear``, ``Embedding``, ``LayerNorm``, ``BatchNorm1d/2d``; and the
 shape-only ``Identity``, ``Flatten``, ``Unflatten``."""
 from __future__ import annotations
 
@@ -225,19 +225,15 @@ class _NormBase(Module):
                 f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
 
 
-class BatchNorm1d(_NormBase):
-    """Batch normalisation of ``(N, C)`` or ``(N, C, L)`` input.  Buffers ``running_mean`` (zeros),
-    ``running_var`` (ones) and ``num_batches_tracked`` (int64) are updated in place in training mode, so inside a
-    ``@jitgrad.compile`` step the update is graph state written back after each call.  ``momentum=None`` is the
-    cumulative average (factor ``1 / num_batches_tracked``)."""
+class _BatchNorm(_NormBase):
+    """Batch normalisation over every dim but the channels (dim 1); the subclasses check the input's rank.
+    Buffers ``running_mean`` (zeros), ``running_var`` (ones) and ``num_batches_tracked`` (int64) are updated in
+    place in training mode, so inside a ``@jitgrad.compile`` step the update is graph state written back after
+    each call.  ``momentum=None`` is the cumulative average (factor ``1 / num_batches_tracked``)."""
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum=0.1, affine: bool = True,
                  track_running_stats: bool = True, device=None, dtype=None, *, bias: bool = True):
         super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype, bias)
-
-    def _check_input_dim(self, input):
-        if input.dim() not in (2, 3):
-            raise ValueError(f"expected 2D or 3D input (got {input.dim()}D input)")
 
     def forward(self, input):
         self._check_input_dim(input)
@@ -253,4 +249,32 @@ class BatchNorm1d(_NormBase):
         return FL.batch_norm(input, self.running_mean if track else None, self.running_var if track else None,
                              self.weight, self.bias, bn_training, factor, self.eps)
 
-__all__ = ["Identity", "Flatten", "Linear", "Embedding", "LayerNorm", "BatchNorm1d"]
+
+class BatchNorm1d(_BatchNorm):
+    """Batch normalisation of ``(N, C)`` or ``(N, C, L)`` input (see ``_BatchNorm`` for the running statistics).
+
+    >>> import jitgrad as jg
+    >>> jg.nn.BatchNorm1d(4)(jg.randn(8, 4)).shape
+    jitgrad.Size([8, 4])
+    """
+
+    def _check_input_dim(self, input):
+        if input.dim() not in (2, 3):
+            raise ValueError(f"expected 2D or 3D input (got {input.dim()}D input)")
+
+
+class BatchNorm2d(_BatchNorm):
+    """Batch normalisation of ``(N, C, H, W)`` input: statistics per channel over the batch and both spatial dims
+    (see ``_BatchNorm`` for the running statistics).
+
+    >>> import jitgrad as jg
+    >>> jg.nn.BatchNorm2d(3)
+    BatchNorm2d(3, eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_stats=True)
+    """
+
+    def _check_input_dim(self, input):
+        if input.dim() != 4:
+            raise ValueError(f"expected 4D input (got {input.dim()}D input)")
+
+
+__all__ = ["Identity", "Flatten", "Linear", "Embedding", "LayerNorm", "BatchNorm1d", "BatchNorm2d"]

@@ -3,5 +3,6 @@ from .opdef import OPS, Aval, OpDef, OpError, broadcast_shapes, normalize_axes, 
 from . import elementwise, reduce, shape, linalg, index, random, scan, sort, fused, collective, attention, normalization, diagonal  # noqa: F401  (registration side effects)
 from . import scatter  # noqa: F401  (registration side effect)
 from . import tiled_attention  # noqa: F401  (registration side effect)
+from . import conv, pooling  # noqa: F401  (registration side effects)
 
 __all__ = ["OPS", "Aval", "OpDef", "OpError", "broadcast_shapes", "normalize_axes", "normalize_axis", "register"]
