@@ -36,7 +36,11 @@ PLAIN_SRC = "def answer():\n    return 42\n"
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path, monkeypatch):
     """Every test gets its own cache dir, fresh counters and warn-once memory, and Numba caching next to the
-    entries (NUMBA_CACHE_DIR would move Numba's files elsewhere)."""
+    entries (NUMBA_CACHE_DIR would move Numba's files elsewhere).  A background build an earlier test of this
+    worker left running finishes first: it counts into the same process-wide stats and warns through the same
+    warnings machinery the tests read."""
+    from jitgrad.codegen import build
+    assert build.wait_background(300)
     monkeypatch.setenv("JITGRAD_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
     cache.stats.reset()
@@ -146,10 +150,9 @@ def test_background_build_writes_where_the_cache_was_when_it_was_queued(tmp_path
     monkeypatch.setenv("JITGRAD_CACHE_DIR", str(first))
     build.queue_background(job)
     monkeypatch.setenv("JITGRAD_CACHE_DIR", str(later))
+    assert not build.wait_background(0.05)      # the job waits for go: still queued
     go.set()
-    deadline = time.monotonic() + 10
-    while job in build._QUEUED and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert build.wait_background(10)
     assert seen == [(True, first)]
     assert cache.cache_dir() == later           # this thread follows the variable
     assert first.is_dir() and sorted(p.name for p in tmp_path.iterdir()) == ["first", "later"]

@@ -463,6 +463,19 @@ def queue_background(cg) -> None:
         _QUEUE.put((cg, cache._configured_dir()))
 
 
+def wait_background(timeout: float | None = None) -> bool:
+    """Wait until no build is queued or running on the background thread; False when ``timeout`` (seconds)
+    passed first.  (``f.wait()`` waits for one function's build; this for all of them, e.g. before a test that
+    counts the cache's work.)"""
+    import time
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while _QUEUED:
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
 def _after_fork_in_child():
     """A forked child has no build thread and may have forked while a lock was held: fresh locks and queue,
     and the builds that were queued or running in the parent are pending again (``wait()`` restarts them)."""
