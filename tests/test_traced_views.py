@@ -159,3 +159,40 @@ def test_an_alias_of_captured_state_is_read_afresh_at_each_call():
     np.testing.assert_array_equal(f(jg.tensor(np.ones(2))).numpy(), [2.0, 2.0])
     p.add_(1.0)
     np.testing.assert_array_equal(f(jg.tensor(np.ones(2))).numpy(), [4.0, 4.0])
+
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_a_reshape_that_eager_mode_views_is_a_view(backend):
+    """``x.reshape(1, -1)`` of contiguous data is a view in eager mode: a later write into ``x`` (or ``y``) shows in
+    it (the trace made every plain reshape a copy); ``y.T.reshape(-1)`` stays a copy, also of an argument or a
+    captured tensor whose own strides forbid the view (the strides are part of the key and guards)."""
+    s = jg.tensor(np.arange(6.0).reshape(3, 2)).T       # captured, transposed: its reshape copies
+
+    def f(x):
+        x.add_(1.0)
+        v = x.reshape(1, -1)
+        y = x * 2.0
+        z, w, u = y.reshape(-1), y.T.reshape(-1), s.reshape(-1)
+        x.mul_(-1.0)
+        y.add_(10.0)
+        s.add_(1.0)
+        return v * 1.0, z * 1.0, w * 1.0, u * 1.0
+    g = jg.compile(f, backend=backend, background=False)
+    a = np.arange(6.0).reshape(2, 3)
+    for x in (a, a.T.copy().T, a):      # contiguous, transposed (a new signature), contiguous
+        s.copy_(jg.tensor(np.arange(6.0).reshape(3, 2).T))
+        want = [t.numpy() for t in f(jg.tensor(x))] + [s.numpy().copy()]
+        s.copy_(jg.tensor(np.arange(6.0).reshape(3, 2).T))
+        got = [t.numpy() for t in g(jg.tensor(x))] + [s.numpy().copy()]
+        for gv, wv in zip(got, want):
+            np.testing.assert_array_equal(gv, wv)
+
+
+def test_view_of_a_traced_value_whose_eager_strides_forbid_it_raises_as_eager():
+    def f(x):
+        return (x * 1.0).T.view(-1) * 1.0
+    x = jg.tensor(np.arange(6.0).reshape(2, 3))
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        f(x)
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        jg.compile(f, backend="interpret")(x)

@@ -417,8 +417,10 @@ def _bind_traced(tr, op, args, params):
     t._view_origin = None
     t._vc = [0]
     t._base = None
-    if op.view and isinstance(args[0], Tensor) and is_traced_view(op, params):
+    recorded = op.view and isinstance(args[0], Tensor) and is_traced_view(op, params, tr, args[0])
+    if recorded:
         note_view(tr, t, args[0], op, params)
+    note_layout(tr, op, params, args, outs[0], recorded)
     if tr.made is not None:
         tr.made.append(t)
     if diff:
@@ -486,4 +488,4 @@ from .tensor import Tensor  # noqa: E402  (Tensor's methods call bind; bind buil
 from .devices import backend_of_payload, to_host, transfer  # noqa: E402
 from .saved_hooks import STATE as _SH, pack_node  # noqa: E402
 from .view_inplace import INFERENCE_VIEW, NO_GRAD_VIEW, inherited_origin  # noqa: E402
-from .traced import is_traced_view, note_view  # noqa: E402
+from .traced import is_traced_view, note_layout, note_view  # noqa: E402
