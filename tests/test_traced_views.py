@@ -196,3 +196,19 @@ def test_view_of_a_traced_value_whose_eager_strides_forbid_it_raises_as_eager():
         f(x)
     with pytest.raises(RuntimeError, match="view size is not compatible"):
         jg.compile(f, backend="interpret")(x)
+
+
+@pytest.mark.parametrize("backend", [None, "interpret", "numba"])
+def test_a_write_into_an_expand_that_repeats_nothing_reaches_the_base(backend):
+    """``x.expand(1, *x.shape)`` adds a dim of size 1: no element repeats, so torch writes through it; eager mode
+    refused it (NumPy's broadcast is read-only) and @jg.compile had no inverse for it."""
+    def f(x):
+        y = x * 1.0
+        y.expand(1, 2, 3).mul_(2.0)
+        y[None].expand(1, 2, 3)[0, 1].add_(1.0)
+        return y
+    x = np.arange(6.0).reshape(2, 3)
+    g = f if backend is None else jg.compile(f, backend=backend, background=False)
+    want = x * 2.0
+    want[1] += 1.0
+    np.testing.assert_array_equal(g(jg.tensor(x)).numpy(), want)
