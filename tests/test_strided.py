@@ -143,3 +143,14 @@ def test_as_strided_of_a_root_with_a_non_contiguous_payload_is_refused_clearly()
     t = Tensor._make(np.asfortranarray(np.arange(6.0).reshape(2, 3)))     # a payload in column-major order
     with pytest.raises(jg.UnsupportedError, match=r"as_strided\(\) on traced, device or non-contiguous"):
         t.as_strided((2,), (1,))
+
+
+def test_an_empty_view_is_a_view():
+    """An empty slice shares no memory, yet it is a view as in torch: an in-place write into it with its base a
+    leaf that requires grad is refused, and ``as_strided`` of it reads its base's storage (it read an empty one)."""
+    for M in (jg, torch):
+        x = M.ones(4, 1, 3, dtype=M.float64, requires_grad=True)
+        with pytest.raises(RuntimeError, match="a view of a leaf Variable that requires grad"):
+            x[:, 0:-1].add_(1.0)
+    got = jg.arange(5.0).narrow(0, 0, 0).as_strided((2, 2), (2, 1), 1)
+    np.testing.assert_array_equal(got.numpy(), torch.arange(5.0).narrow(0, 0, 0).as_strided((2, 2), (2, 1), 1))

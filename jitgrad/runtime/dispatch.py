@@ -146,7 +146,9 @@ def _bind(op, args, params):
     t._out_nr = 0
     t._inference = _GM.inference
     t._view_origin = None
-    if op.view and _may_share_memory(out, args[0]._data):
+    # an empty result shares no memory, but a view op's is still a view (torch refuses in-place writes into an empty
+    # view of a leaf that requires grad, and as_strided of it reads its base's storage)
+    if op.view and (_may_share_memory(out, args[0]._data) or out.size == 0 and is_traced_view(op, params)):
         base = args[0]
         t._vc = base._vc
         t._base = base if base._base is None else base._base
