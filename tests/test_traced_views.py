@@ -206,6 +206,7 @@ def test_a_write_into_an_expand_that_repeats_nothing_reaches_the_base(backend):
         y = x * 1.0
         y.expand(1, 2, 3).mul_(2.0)
         y[None].expand(1, 2, 3)[0, 1].add_(1.0)
+        y[:, 3:].expand(2, 2, 0).add_(5.0)     # empty: nothing repeats either
         return y
     x = np.arange(6.0).reshape(2, 3)
     g = f if backend is None else jg.compile(f, backend=backend, background=False)

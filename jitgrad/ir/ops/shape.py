@@ -53,7 +53,7 @@ def _bcast_rule(avals, params):
 
 def _bcast_impl(x, shape):
     r = np.broadcast_to(x, shape)
-    if x.flags.writeable and all(n <= 1 or st for n, st in zip(r.shape, r.strides)):
+    if x.flags.writeable and (r.size == 0 or all(n <= 1 or st for n, st in zip(r.shape, r.strides))):
         # no element repeats (``x.expand(1, *x.shape)``): writeable as in torch; NumPy marks every broadcast read-only
         r = np.lib.stride_tricks.as_strided(x, r.shape, r.strides)
     return r
