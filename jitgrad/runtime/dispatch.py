@@ -362,6 +362,7 @@ def _bind_traced(tr, op, args, params):
         r = op.decompose(_bind_by_name, *args, **params)
         if op.view and isinstance(args[0], Tensor):
             note_view(tr, r, args[0], op, params)     # a write into it reaches args[0] (or is refused)
+            note_layout(tr, op, params, args, r._data, True)    # the view's strides, not its composition's
         return r
     ins = []
     need = False
