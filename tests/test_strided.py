@@ -154,3 +154,17 @@ def test_an_empty_view_is_a_view():
             x[:, 0:-1].add_(1.0)
     got = jg.arange(5.0).narrow(0, 0, 0).as_strided((2, 2), (2, 1), 1)
     np.testing.assert_array_equal(got.numpy(), torch.arange(5.0).narrow(0, 0, 0).as_strided((2, 2), (2, 1), 1))
+
+
+def test_an_as_strided_view_follows_its_base_written_in_place():
+    """``v = y.as_strided(...)`` then ``y.mul_(c)``: later uses of ``v`` differentiate through the write (torch
+    regenerates the view's node); jitgrad kept its old node, a silently wrong gradient."""
+    grads = []
+    for M in (jg, torch):
+        s = M.tensor(np.arange(5.0), dtype=M.float64, requires_grad=True)
+        y = s * 1.0
+        v = y.as_strided((2, 2), (2, 1), 1)
+        y.mul_(-1.5)
+        (v * M.tensor(np.arange(1.0, 5.0).reshape(2, 2))).sum().backward()
+        grads.append(s.grad.numpy())
+    np.testing.assert_allclose(*grads)

@@ -237,6 +237,10 @@ def _rule_entry(op, args, params):
             tuple(a.shape for a in avals), tuple(a.dtype for a in avals))
 
 
+# ``Node.view_args`` of a view whose op cannot be bound again on its base (as_strided): refreshed by positions
+BY_POSITIONS = ("by positions",)
+
+
 def refresh_view(a):
     """Give view ``a`` a current grad_fn when its base was modified in place (recorded) after ``a`` was made.
 
@@ -252,7 +256,12 @@ def refresh_view(a):
     prev = _GM.grad_enabled
     _GM.grad_enabled = True
     try:
-        r = _bind(node.op, vargs, node.params)      # refreshes a view parent first (a view of a view)
+        if vargs is BY_POSITIONS:       # a view made by no view op (as_strided): the base's elements it shows
+            from .view_inplace import view_positions
+            base = a._base
+            r = base.reshape(-1)[Tensor._make(view_positions(base._data, a._data))]
+        else:
+            r = _bind(node.op, vargs, node.params)      # refreshes a view parent first (a view of a view)
     finally:
         _GM.grad_enabled = prev
     new = r.grad_fn
