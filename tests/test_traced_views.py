@@ -216,3 +216,37 @@ def test_a_write_into_an_expand_that_repeats_nothing_reaches_the_base(backend):
     want = x * 2.0
     want[1] += 1.0
     np.testing.assert_array_equal(g(jg.tensor(x)).numpy(), want)
+
+
+def _torch_eager_compiled(prog, *arrays, backends=("interpret", "numba")):
+    """``prog(M, x, s)`` with ``s`` a captured tensor that requires grad: (output, s.grad) per way of running."""
+    import torch
+    res = {}
+    for how in ("torch", "eager") + tuple(backends):
+        M = torch if how == "torch" else jg
+        s = M.tensor(arrays[1], requires_grad=True)
+
+        def f(x):
+            return prog(M, x, s)
+        g = f if how in ("torch", "eager") else jg.compile(f, backend=how, background=False)
+        try:
+            res[how] = [g(M.tensor(arrays[0])).detach().numpy(), s.grad.numpy()]
+        except RuntimeError as e:
+            res[how] = type(e)
+    return res
+
+
+def test_a_view_with_a_history_follows_a_recorded_write_into_its_base():
+    """``v = y.unsqueeze(0); y.add_(s * s)``: ``v``'s later uses differentiate through the write (eager mode and
+    torch regenerate its node); in a trace ``v`` got the new values but kept its old history, so ``s.grad``
+    silently missed the write's share."""
+    def prog(M, x, s):
+        y = x * 1.0 + s
+        v = y.unsqueeze(0)
+        y.add_(s * s)
+        (y * 2.0 + v * 3.0).sum().backward()
+        return v * 1.0
+    res = _torch_eager_compiled(prog, np.ones(3), np.arange(3.0))
+    for how, got in res.items():
+        for g, w in zip(got, res["torch"]):
+            np.testing.assert_allclose(g, w, err_msg=how)

@@ -85,7 +85,9 @@ def traced_write(t, r, tr):
             tr.on_mutate(t)
     t._data = r._data
     if tr is not None and tr.views:
-        _refresh_views(tr, t)
+        # a recorded write: ``t``'s history becomes ``r``'s, and its views with a history get views of it (eager
+        # mode's refresh_view)
+        _refresh_views(tr, t, history=r if r.grad_fn is not None and grad_mode.STATE.grad_enabled else None)
         _write_through(tr, t, r)
 
 
@@ -241,20 +243,31 @@ def traced_alias(t, base):
     return t
 
 
-def _refresh_views(tr, t, skip=None):
-    """Recompute the recorded views of ``t`` (and theirs) from its current value."""
+def _refresh_views(tr, t, skip=None, history=None):
+    """Recompute the recorded views of ``t`` (and theirs) from its current value; with ``history`` (the tensor
+    whose autograd history ``t`` takes), a view that has a history gets one on ``t``'s new history."""
     from .dispatch import bind
     for k in list(tr.view_children.get(id(t), ())):
         rec = tr.views.get(k)
         v = rec[0]() if rec is not None else None
         if v is None or v is skip or rec[1] is not t:
             continue
-        if rec[2] is None:          # an alias: the same value
+        nv = None
+        if rec[2] is None:          # an alias: the same value, no history
             v._data = t._data
+        elif history is not None and v.grad_fn is not None:
+            old = t.grad_fn, t._out_nr
+            t.grad_fn, t._out_nr = history.grad_fn, history._out_nr
+            try:
+                with grad_mode.enable_grad():
+                    nv = bind(rec[2], t, **rec[3])
+            finally:
+                t.grad_fn, t._out_nr = old
+            v._data, v.grad_fn, v._out_nr = nv._data, nv.grad_fn, nv._out_nr
         else:
             with grad_mode.no_grad():
                 v._data = bind(rec[2], t, **rec[3])._data
-        _refresh_views(tr, v)
+        _refresh_views(tr, v, history=nv)
 
 
 def _write_through(tr, t, r, recorded=True):
