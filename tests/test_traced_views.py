@@ -250,3 +250,19 @@ def test_a_view_with_a_history_follows_a_recorded_write_into_its_base():
     for how, got in res.items():
         for g, w in zip(got, res["torch"]):
             np.testing.assert_allclose(g, w, err_msg=how)
+
+
+@pytest.mark.parametrize("write", ["view", "alias"])
+def test_a_write_through_a_view_bumps_the_base_version_as_eager(write):
+    """``y.mul_(x)`` saves ``x``; a later write into ``x`` through ``x.unsqueeze(0)`` (or ``x.detach()``, which
+    shares the version counter) makes backward raise in eager mode and torch.  In a trace the view's own counter
+    was bumped, not ``x``'s: the write through a view was missed and the gradient silently used the old ``x``."""
+    def prog(M, x, s):
+        y = x * 1.0 + s
+        y.mul_(x)
+        (x.unsqueeze(0) if write == "view" else x.detach()).add_(-1.5)
+        (y * 2.0).sum().backward()
+        return y * 1.0
+    res = _torch_eager_compiled(prog, np.ones(3), np.arange(3.0), backends=("interpret",))
+    assert res["torch"] is RuntimeError
+    assert res == {how: RuntimeError for how in res}

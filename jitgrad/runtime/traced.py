@@ -281,6 +281,8 @@ def _write_through(tr, t, r, recorded=True):
         if tr.on_mutate is not None:
             tr.on_mutate(base)
         base._data = t._data
+        if base._vc is not t._vc:
+            base._vc[0] += 1
         _refresh_views(tr, base, skip=t)
         _write_through(tr, base, t, False)
         return
@@ -297,5 +299,7 @@ def _write_through(tr, t, r, recorded=True):
         traced_payload(base, tr)
         tr.on_mutate(base)
     base._data = new._data
+    if base._vc is not t._vc:   # the base's memory changed: values saved of it are stale (eager: a shared counter)
+        base._vc[0] += 1
     _refresh_views(tr, base, skip=t)
     _write_through(tr, base, new, recorded)
