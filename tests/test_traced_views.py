@@ -266,3 +266,23 @@ def test_a_write_through_a_view_bumps_the_base_version_as_eager(write):
     res = _torch_eager_compiled(prog, np.ones(3), np.arange(3.0), backends=("interpret",))
     assert res["torch"] is RuntimeError
     assert res == {how: RuntimeError for how in res}
+
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_a_tensor_written_in_place_keeps_its_strides(backend):
+    """A write makes the tensor's new traced value with another op (an index_put over a strided view, a copy_ of
+    a transposed source), but its eager strides do not change: its reshape stays a view, which a later write into
+    it reaches (the trace took the op's strides: unknown, so a copy)."""
+    def f(x):
+        x[::2].add_(x[::2] * 0.0 + 1.0)
+        v = x.reshape(-1)
+        w = x * 1.0
+        w.copy_((x * 2.0).T.T)
+        u = w.reshape(-1)
+        x.add_(-1.5)
+        w.add_(100.0)
+        return v * 1.0, u * 1.0
+    want = [t.numpy() for t in f(jg.tensor(np.arange(12.0).reshape(3, 4)))]
+    got = jg.compile(f, backend=backend, background=False)(jg.tensor(np.arange(12.0).reshape(3, 4)))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.numpy(), w)

@@ -83,6 +83,8 @@ def traced_write(t, r, tr):
         traced_payload(t, tr)
         if tr.on_mutate is not None:
             tr.on_mutate(t)
+    if tr is not None:
+        _pin_layout(tr, t)
     t._data = r._data
     if tr is not None and tr.views:
         # a recorded write: ``t``'s history becomes ``r``'s, and its views with a history get views of it (eager
@@ -165,8 +167,18 @@ def layout_key(d):
     return tuple(s // d.itemsize for s in d.strides)
 
 
+def _pin_layout(tr, t):
+    """``t`` is written in place: its strides stay those of its first value, whatever op makes the new one (an
+    index_put over a strided view, a copy_ of a transposed source)."""
+    if id(t) not in tr.pinned:
+        tr.pinned[id(t)] = eager_strides(tr, t)
+        tr.keep.append(t)       # its id stays its own while the trace lives
+
+
 def eager_strides(tr, x):
     """The element strides eager mode gives tensor (or payload) ``x`` in trace ``tr``, or None when unknown."""
+    if tr is not None and tr.pinned and id(x) in tr.pinned:
+        return tr.pinned[id(x)]
     d = x._data if hasattr(x, "_data") else x
     if type(d) is np.ndarray:
         return tuple(s // d.itemsize for s in d.strides)
@@ -280,6 +292,7 @@ def _write_through(tr, t, r, recorded=True):
     if op is None:          # an alias (detach(), .data): the written value is base's, with no history
         if tr.on_mutate is not None:
             tr.on_mutate(base)
+        _pin_layout(tr, base)
         base._data = t._data
         if base._vc is not t._vc:
             base._vc[0] += 1
@@ -298,6 +311,7 @@ def _write_through(tr, t, r, recorded=True):
     if tr.on_mutate is not None:
         traced_payload(base, tr)
         tr.on_mutate(base)
+    _pin_layout(tr, base)
     base._data = new._data
     if base._vc is not t._vc:   # the base's memory changed: values saved of it are stale (eager: a shared counter)
         base._vc[0] += 1
