@@ -168,3 +168,20 @@ def test_an_as_strided_view_follows_its_base_written_in_place():
         (v * M.tensor(np.arange(1.0, 5.0).reshape(2, 2))).sum().backward()
         grads.append(s.grad.numpy())
     np.testing.assert_allclose(*grads)
+
+
+@pytest.mark.parametrize("write", [False, True])
+def test_as_strided_of_a_view_beyond_its_elements_reads_the_base(write):
+    """``y[0].as_strided((1, 2), (2, 1))`` shows ``y[0]`` and ``y[1]``: a write into it keeps ``y[1]``'s gradient
+    (read without history, the CopySlices sent it nowhere: a silently wrong gradient; torch regenerates the view
+    from the base first), while the forward gradient stays torch's (nothing for ``y[1]``)."""
+    grads = []
+    for M in (jg, torch):
+        s = M.tensor(np.arange(5.0), dtype=M.float64, requires_grad=True)
+        y = s * 1.0
+        v = y[0].as_strided((1, 2), (2, 1))
+        if write:
+            v.add_(-1.5)
+        ((y if write else v) * M.tensor(np.arange(1.0, 6.0)[:5 if write else 2])).sum().backward()
+        grads.append(s.grad.numpy())
+    np.testing.assert_allclose(*grads)

@@ -241,7 +241,7 @@ def _rule_entry(op, args, params):
 BY_POSITIONS = ("by positions",)
 
 
-def refresh_view(a):
+def refresh_view(a, force=False):
     """Give view ``a`` a current grad_fn when its base was modified in place (recorded) after ``a`` was made.
 
     The view shares the base's memory, so its value is now that of the modified base: as torch does, later uses
@@ -251,7 +251,7 @@ def refresh_view(a):
     if node is None:
         return
     vargs = getattr(node, "view_args", None)
-    if vargs is None or a._base.grad_fn is node.view_base_fn:
+    if vargs is None or a._base.grad_fn is node.view_base_fn and not force:
         return
     prev = _GM.grad_enabled
     _GM.grad_enabled = True

@@ -99,12 +99,14 @@ def view_positions(base: np.ndarray, view: np.ndarray) -> np.ndarray:
 
 def inplace_on_view(self, fn, others, snapshot, check_result):
     """``self.<op>_(*others)`` for a view ``self`` when the op is recorded: see the module docstring."""
-    from .dispatch import bind, refresh_view
+    from .dispatch import BY_POSITIONS, bind, refresh_view
     base = self._base
     if self.grad_fn is None and base.requires_grad:
         raise RuntimeError(NO_GRAD_VIEW_MSG)
     if self.grad_fn is not None:
-        refresh_view(self)              # the view's current history (its base may have changed since)
+        # the view's current history (its base may have changed since); as_strided's is rebuilt from its base, as
+        # torch does: elements beyond its input, read without history, are the base's (their gradient goes there)
+        refresh_view(self, force=self.grad_fn.view_args is BY_POSITIONS)
     src = snapshot(self)
     r = fn(src, *others)
     check_result(self, r)
