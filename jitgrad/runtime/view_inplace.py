@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.graph import Var
 from ..ir.ops import OPS as O
 from .grad_names import named
 
@@ -151,6 +152,13 @@ def view_write_into_base(base, view, op, params):
             new = bind(op, view, **params)
         elif op.name == "getitem":
             new = bind(O["index_put"], base, view, spec=params["spec"], accumulate=False)
+        elif op.name != "broadcast_to" and type(base._data) is Var:
+            # any other traced view (diagonal): the base elements it reads, found by applying it to their flat
+            # indices (a device tensor's index would have to be uploaded: refused below, as before)
+            pos = np.asarray(op.impl(np.arange(base.numel(), dtype=np.int64).reshape(base.shape), **params))
+            flat = bind(O["index_put"], base.reshape(-1), view.reshape(-1), type(base)._make(pos.reshape(-1)),
+                        spec=(("tensor", 0),), accumulate=False)
+            new = flat.reshape(base.shape)
         else:
             raise RuntimeError(f"jitgrad: in-place write into the result of {op.name} is not supported here (inside "
                                "@jg.compile or on a device: an expanded view's elements share one memory location, "
