@@ -303,3 +303,34 @@ def test_writes_into_a_diagonal_reach_the_base(backend):
     want = [t.numpy() for t in f(x)]
     for g, w in zip(jg.compile(f, backend=backend, background=False)(x), want):
         np.testing.assert_array_equal(g.numpy(), w)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_index_assignment_by_a_traced_mask_is_a_where(backend):
+    """``y[y > 0.5] = v`` with a traced mask (a number, or a one-element tensor with history, into a float or an
+    integer tensor, through a view too) agrees with torch (it was refused: an index by the mask needs its count,
+    but the assignment's result does not)."""
+    import torch
+
+    def f(M, x, s):
+        y = x * 1.0 + s
+        y[y > 0.5] = 0.25
+        y[y < -0.5] = x.sum() * 0.1
+        q = x.detach() * 1.0
+        q.T[q.T < 0.0] = q.sum()
+        i = M.arange(6).reshape(2, 3)
+        i[i > 2] = 1.7
+        (y * y).sum().backward()
+        return y * 1.0, i * 1, q * 1.0, x.grad * 1.0, s.grad * 1.0
+    a = np.random.default_rng(0).uniform(-1, 1, (2, 3))
+    res = []
+    for how in ("torch", backend):
+        M = torch if how == "torch" else jg
+        s = M.tensor(a * 0.5, requires_grad=True)
+
+        def g(x):
+            return f(M, x, s)
+        g = g if how == "torch" else jg.compile(g, backend=how, background=False)
+        res.append([o.detach().numpy() for o in g(M.tensor(a, requires_grad=True))])
+    for got, want in zip(*res):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
