@@ -143,3 +143,45 @@ def test_as_strided_of_a_root_with_a_non_contiguous_payload_is_refused_clearly()
     t = Tensor._make(np.asfortranarray(np.arange(6.0).reshape(2, 3)))     # a payload in column-major order
     with pytest.raises(jg.UnsupportedError, match=r"as_strided\(\) on traced, device or non-contiguous"):
         t.as_strided((2,), (1,))
+
+
+def test_an_empty_view_is_a_view():
+    """An empty slice shares no memory, yet it is a view as in torch: an in-place write into it with its base a
+    leaf that requires grad is refused, and ``as_strided`` of it reads its base's storage (it read an empty one)."""
+    for M in (jg, torch):
+        x = M.ones(4, 1, 3, dtype=M.float64, requires_grad=True)
+        with pytest.raises(RuntimeError, match="a view of a leaf Variable that requires grad"):
+            x[:, 0:-1].add_(1.0)
+    got = jg.arange(5.0).narrow(0, 0, 0).as_strided((2, 2), (2, 1), 1)
+    np.testing.assert_array_equal(got.numpy(), torch.arange(5.0).narrow(0, 0, 0).as_strided((2, 2), (2, 1), 1))
+
+
+def test_an_as_strided_view_follows_its_base_written_in_place():
+    """``v = y.as_strided(...)`` then ``y.mul_(c)``: later uses of ``v`` differentiate through the write (torch
+    regenerates the view's node); jitgrad kept its old node, a silently wrong gradient."""
+    grads = []
+    for M in (jg, torch):
+        s = M.tensor(np.arange(5.0), dtype=M.float64, requires_grad=True)
+        y = s * 1.0
+        v = y.as_strided((2, 2), (2, 1), 1)
+        y.mul_(-1.5)
+        (v * M.tensor(np.arange(1.0, 5.0).reshape(2, 2))).sum().backward()
+        grads.append(s.grad.numpy())
+    np.testing.assert_allclose(*grads)
+
+
+@pytest.mark.parametrize("write", [False, True])
+def test_as_strided_of_a_view_beyond_its_elements_reads_the_base(write):
+    """``y[0].as_strided((1, 2), (2, 1))`` shows ``y[0]`` and ``y[1]``: a write into it keeps ``y[1]``'s gradient
+    (read without history, the CopySlices sent it nowhere: a silently wrong gradient; torch regenerates the view
+    from the base first), while the forward gradient stays torch's (nothing for ``y[1]``)."""
+    grads = []
+    for M in (jg, torch):
+        s = M.tensor(np.arange(5.0), dtype=M.float64, requires_grad=True)
+        y = s * 1.0
+        v = y[0].as_strided((1, 2), (2, 1))
+        if write:
+            v.add_(-1.5)
+        ((y if write else v) * M.tensor(np.arange(1.0, 6.0)[:5 if write else 2])).sum().backward()
+        grads.append(s.grad.numpy())
+    np.testing.assert_allclose(*grads)

@@ -27,6 +27,7 @@ from ..ir.graph import Graph, Lit, Var
 from ..ir.passes import run_pipeline
 from ..tracer import STATE as _TR, TraceError, TracedValueError, flatten, unflatten
 from ..runtime import anomaly, grad_mode
+from ..runtime.traced import layout_key
 from . import build_policy
 from .graph_function import GraphFunction
 from .introspection import Introspection
@@ -126,8 +127,9 @@ class CompiledFunction(Introspection, Signatures):
             alias = _shared_memory(leaves, first)
             if alias:
                 first = (first, alias)
+        # the payload's type: its device; its strides when not C-contiguous: a reshape of it is a view or a copy
         sig = tuple((tuple(t._data.shape), t._data.dtype, t._requires_grad or t.grad_fn is not None, t._grad is None,
-                     type(t._data)) for t in leaves)     # the payload's type: its device
+                     type(t._data), layout_key(t._data)) for t in leaves)
         return (_static_key(treedef) if tkey is None else tkey, sig, first, self._modes())
 
     def _describe_change(self, old, new) -> str:

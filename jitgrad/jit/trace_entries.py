@@ -13,6 +13,7 @@ from ..ir.ops import Aval
 from ..ir import dtypes as dt
 from ..tracer import TraceError
 from ..runtime.tensor import Tensor
+from ..runtime.traced import layout_key
 from . import python_values
 
 _MISSING = python_values._MISSING
@@ -23,7 +24,7 @@ class _Captured:
     """A concrete tensor that became a graph input: guards and what to restore after tracing."""
 
     __slots__ = ("ref", "shape", "dtype", "requires_grad", "grad_is_none", "var", "orig_data", "orig_grad_fn",
-                 "orig_requires_grad", "orig_grad", "orig_version", "seen")
+                 "orig_requires_grad", "orig_grad", "orig_version", "seen", "strides")
 
     def __init__(self, t: Tensor, var: Var):
         self.ref = weakref.ref(t)
@@ -38,11 +39,13 @@ class _Captured:
         self.orig_grad = t._grad
         self.orig_version = t._vc[0]     # in-place writes while tracing bump it; the call counts the real writes
         self.seen = None        # the last payload guards_ok found of this shape and dtype (kept: one array)
+        self.strides = layout_key(t._data)     # a reshape of it is a view or a copy by these (runtime/traced.py)
 
     def ok(self) -> bool:
         t = self.ref()
         return (t is not None and tuple(t._data.shape) == self.shape and t._data.dtype == self.dtype
-                and t.requires_grad == self.requires_grad and (t._grad is None) == self.grad_is_none)
+                and layout_key(t._data) == self.strides and t.requires_grad == self.requires_grad
+                and (t._grad is None) == self.grad_is_none)
 
     def describe(self) -> str:
         t = self.ref()
@@ -116,7 +119,7 @@ class _Entry:
                 return False
             d = t._data
             if d is not c.seen:     # an array's shape and dtype are fixed: compared once per array
-                if d.shape != c.shape or d.dtype != c.dtype:
+                if d.shape != c.shape or d.dtype != c.dtype or layout_key(d) != c.strides:
                     return False
                 c.seen = d
             if (t._requires_grad or t.grad_fn is not None) != c.requires_grad or (t._grad is None) != c.grad_is_none:
@@ -178,6 +181,8 @@ class _Tracer:
             raise TraceError("a traced tensor from another compiled function leaked into this one")
         var = self.trace.new_input(Aval(tuple(d.shape), dt._FROM_NP[d.dtype]))
         c = _Captured(t, var)
+        if c.strides is not None:
+            self.trace.layouts[var] = c.strides
         touched = self.grad_touched.get(id(t))
         if touched is not None:     # its .grad was replaced before it was met (``opt.zero_grad()`` first): guard
             c.grad_is_none = touched[1] is None     # the state a call starts from, not the traced one

@@ -146,7 +146,9 @@ def _bind(op, args, params):
     t._out_nr = 0
     t._inference = _GM.inference
     t._view_origin = None
-    if op.view and _may_share_memory(out, args[0]._data):
+    # an empty result shares no memory, but a view op's is still a view (torch refuses in-place writes into an empty
+    # view of a leaf that requires grad, and as_strided of it reads its base's storage)
+    if op.view and (_may_share_memory(out, args[0]._data) or out.size == 0 and is_traced_view(op, params)):
         base = args[0]
         t._vc = base._vc
         t._base = base if base._base is None else base._base
@@ -235,7 +237,11 @@ def _rule_entry(op, args, params):
             tuple(a.shape for a in avals), tuple(a.dtype for a in avals))
 
 
-def refresh_view(a):
+# ``Node.view_args`` of a view whose op cannot be bound again on its base (as_strided): refreshed by positions
+BY_POSITIONS = ("by positions",)
+
+
+def refresh_view(a, force=False):
     """Give view ``a`` a current grad_fn when its base was modified in place (recorded) after ``a`` was made.
 
     The view shares the base's memory, so its value is now that of the modified base: as torch does, later uses
@@ -245,12 +251,17 @@ def refresh_view(a):
     if node is None:
         return
     vargs = getattr(node, "view_args", None)
-    if vargs is None or a._base.grad_fn is node.view_base_fn:
+    if vargs is None or a._base.grad_fn is node.view_base_fn and not force:
         return
     prev = _GM.grad_enabled
     _GM.grad_enabled = True
     try:
-        r = _bind(node.op, vargs, node.params)      # refreshes a view parent first (a view of a view)
+        if vargs is BY_POSITIONS:       # a view made by no view op (as_strided): the base's elements it shows
+            from .view_inplace import view_positions
+            base = a._base
+            r = base.reshape(-1)[Tensor._make(view_positions(base._data, a._data))]
+        else:
+            r = _bind(node.op, vargs, node.params)      # refreshes a view parent first (a view of a view)
     finally:
         _GM.grad_enabled = prev
     new = r.grad_fn
@@ -360,6 +371,7 @@ def _bind_traced(tr, op, args, params):
         r = op.decompose(_bind_by_name, *args, **params)
         if op.view and isinstance(args[0], Tensor):
             note_view(tr, r, args[0], op, params)     # a write into it reaches args[0] (or is refused)
+            note_layout(tr, op, params, args, r._data, True)    # the view's strides, not its composition's
         return r
     ins = []
     need = False
@@ -417,8 +429,10 @@ def _bind_traced(tr, op, args, params):
     t._view_origin = None
     t._vc = [0]
     t._base = None
-    if op.view and isinstance(args[0], Tensor) and is_traced_view(op, params):
+    recorded = op.view and isinstance(args[0], Tensor) and is_traced_view(op, params, tr, args[0])
+    if recorded:
         note_view(tr, t, args[0], op, params)
+    note_layout(tr, op, params, args, outs[0], recorded)
     if tr.made is not None:
         tr.made.append(t)
     if diff:
@@ -486,4 +500,4 @@ from .tensor import Tensor  # noqa: E402  (Tensor's methods call bind; bind buil
 from .devices import backend_of_payload, to_host, transfer  # noqa: E402
 from .saved_hooks import STATE as _SH, pack_node  # noqa: E402
 from .view_inplace import INFERENCE_VIEW, NO_GRAD_VIEW, inherited_origin  # noqa: E402
-from .traced import is_traced_view, note_view  # noqa: E402
+from .traced import is_traced_view, note_layout, note_view  # noqa: E402

@@ -208,6 +208,15 @@ class InPlaceOps:
         return r
 
     def __setitem__(self, key, value):
+        if _TR.active is not None and isinstance(key, InPlaceOps) and key.dtype.name == "bool" and is_traced(key) \
+                and tuple(key.shape) == tuple(self.shape) and (not isinstance(value, InPlaceOps) or value.numel() == 1):
+            # ``y[y > 0] = v`` with a traced mask: the masked elements are data-dependent but the result is not,
+            # so it is where(mask, v, y) (an index by the mask would need the count: traced_mask's refusal)
+            # (the value is cast to the tensor's dtype first, as index_put does)
+            v = value.reshape(()).to(self.dtype) if isinstance(value, InPlaceOps) else \
+                self._make(np.asarray(value, dtype=self._data.dtype))
+            self._apply_inplace(lambda s, v: _bind(O["where"], key, v, s), v)
+            return
         split = ints_before_tensors(key)
         if split is not None:
             self[split[0]][split[1]] = value      # through the view, as torch writes it (select, then index_put_)

@@ -7,13 +7,14 @@ import numpy as np
 
 from ..ir import dtypes as dt
 from ..ir.ops import OPS as O
+from ..ir.graph import Var
 from ..ir.ops import OpError
 from .dim_args import dim_arg as _axis, dims_arg as _axes, fresh_result as _fresh
 from .dispatch import bind, op_error
 from .grad_names import named
 from .tensor import Tensor
 from .torch_kwargs import torch_kwargs
-from .traced import definite_view
+from .traced import definite_view, layout_key, traced_strides
 
 
 def _shape_arg(shape):
@@ -60,10 +61,12 @@ def view(input, *shape, **torch_kw):
     if len(shape) == 1 and isinstance(shape[0], dt.DType):
         raise NotImplementedError("view(dtype) is not supported; use .to(dtype)")
     d = input._data
-    if not d.flags.c_contiguous and d.size > 1:
+    # a traced value has the strides eager mode would give it, when known (runtime/traced.py)
+    strides = traced_strides(input) if type(d) is Var else layout_key(d)
+    if strides is not None and d.size > 1:
         from .view_rule import viewable
         new = _infer("view", _shape_arg(shape), input)
-        if not viewable(d.shape, tuple(st // d.itemsize for st in d.strides), new):
+        if not viewable(d.shape, strides, new):
             raise RuntimeError("view size is not compatible with input tensor's size and stride (at least one "
                                "dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
     if not torch_kw and _infer("view", _shape_arg(shape), input) == input.shape:

@@ -14,6 +14,7 @@ import weakref
 
 import numpy as np
 
+from .dispatch import BY_POSITIONS
 from .grad_mode import STATE
 from .grad_names import named
 from .tensor import Tensor
@@ -149,7 +150,12 @@ def as_strided(input, size, stride, storage_offset=None, **torch_kw):
         r = (src[Tensor._make(np.maximum(elem, 0))] if src.numel() else outside).where(inside, outside)
     r._data = view
     r._base, r._vc = root, root._vc
-    return named(r, "AsStridedBackward0") if r.grad_fn is not None else r
+    if r.grad_fn is None:
+        return r
+    # an in-place write into the storage's tensor later gives it a new history: this view follows it (torch's
+    # regenerated AsStridedBackward0), by the storage positions it shows (dispatch.refresh_view)
+    r.grad_fn.view_args, r.grad_fn.view_base_fn = BY_POSITIONS, root.grad_fn
+    return named(r, "AsStridedBackward0")
 
 
 def as_strided_(self, size, stride, storage_offset=None):

@@ -83,9 +83,13 @@ def traced_write(t, r, tr):
         traced_payload(t, tr)
         if tr.on_mutate is not None:
             tr.on_mutate(t)
+    if tr is not None:
+        _pin_layout(tr, t)
     t._data = r._data
     if tr is not None and tr.views:
-        _refresh_views(tr, t)
+        # a recorded write: ``t``'s history becomes ``r``'s, and its views with a history get views of it (eager
+        # mode's refresh_view)
+        _refresh_views(tr, t, history=r if r.grad_fn is not None and grad_mode.STATE.grad_enabled else None)
         _write_through(tr, t, r)
 
 
@@ -108,15 +112,124 @@ def note_view(tr, t, base, op, params):
     tr.view_children.setdefault(id(base), set()).add(k)
 
 
-def is_traced_view(op, params) -> bool:
-    """Whether a trace records the result of view op ``op`` as a view of its input: not a plain reshape (see
-    ``definite_view``), nor an index by an index tensor or a Python bool (advanced indexing: a copy, as in eager
-    mode and torch)."""
+def is_traced_view(op, params, tr=None, x=None) -> bool:
+    """Whether a trace records the result of view op ``op`` on ``x`` as a view of it: not an index by an index
+    tensor or a Python bool (advanced indexing: a copy, as in eager mode and torch), and a plain reshape only when
+    eager mode's strides for ``x`` (``eager_strides``) allow a view; with strides unknown it stays a copy."""
     if op.name == "reshape":
-        return False
+        st = eager_strides(tr, x) if tr is not None else None
+        return st is not None and _reshaped(x.shape, st, params["shape"]) is not None
     if op.name == "getitem":
         return not any(type(s) is bool or type(s) is tuple and s[0] == "tensor" for s in params["spec"])
     return True
+
+
+# ---- eager layouts inside a trace ------------------------------------------------------------------------------
+# Whether a reshape is a view or a copy, and whether ``view`` is allowed, depend on the strides eager mode would
+# have, which a traced value lacks: ``Trace.layouts`` maps a Var to the element strides eager mode gives it when
+# they are not C-contiguous, or to None when unknown (absent: C-contiguous).  Inputs get their arrays' strides
+# (part of the key / guards, jit/compile.py, jit/trace_entries.py), recorded views the strides of the same view
+# of their base's, other ops C-contiguous outputs of C-contiguous inputs (NumPy and torch keep a permuted input's
+# layout: unknown then).
+_LAYOUT_OPS = ("getitem", "permute", "broadcast_to", "diagonal", "flip")
+
+
+def _contiguous(shape):
+    st, n = [], 1
+    for d in reversed(shape):
+        st.append(n)
+        n *= d
+    return tuple(reversed(st))
+
+
+def _fake(shape, strides):
+    # an int8 array whose byte strides are the element strides; its memory is never read (views only)
+    return np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), tuple(shape), tuple(strides))
+
+
+def _reshaped(shape, strides, new):
+    """Element strides of a view of ``(shape, strides)`` as ``new`` (NumPy's no-copy reshape, as eager mode's), or
+    None when eager mode copies."""
+    a = _fake(shape, strides).view()
+    try:
+        a.shape = tuple(new)
+    except (AttributeError, ValueError):
+        return None
+    return a.strides
+
+
+def layout_key(d):
+    """An array's element strides when it is not C-contiguous, else None: what a trace's view/copy decisions read
+    of an input, so part of the key of arguments and of the guards of captured tensors."""
+    flags = getattr(d, "flags", None)
+    if flags is None or flags.c_contiguous or d.size <= 1:
+        return None
+    return tuple(s // d.itemsize for s in d.strides)
+
+
+def _pin_layout(tr, t):
+    """``t`` is written in place: its strides stay those of its first value, whatever op makes the new one (an
+    index_put over a strided view, a copy_ of a transposed source)."""
+    if id(t) not in tr.pinned:
+        tr.pinned[id(t)] = eager_strides(tr, t)
+        tr.keep.append(t)       # its id stays its own while the trace lives
+
+
+def eager_strides(tr, x):
+    """The element strides eager mode gives tensor (or payload) ``x`` in trace ``tr``, or None when unknown."""
+    if tr is not None and tr.pinned and id(x) in tr.pinned:
+        return tr.pinned[id(x)]
+    d = x._data if hasattr(x, "_data") else x
+    if type(d) is np.ndarray:
+        return tuple(s // d.itemsize for s in d.strides)
+    if type(d) is not Var:
+        return None
+    return tr.layouts.get(d, _contiguous(d.shape)) if tr.layouts else _contiguous(d.shape)
+
+
+def traced_strides(t):
+    """The eager strides of traced tensor ``t`` in the active trace when known and not C-contiguous, else None."""
+    tr = _TR.active
+    st = eager_strides(tr, t) if tr is not None else None
+    return None if st is None or st == _contiguous(t.shape) else st
+
+
+def _elementwise_strides(tr, op, args, out):
+    """An elementwise op over one tensor of ``out``'s shape and scalars keeps its axes' order (NumPy's and torch's
+    rule for a permuted input: ``(y.T * 2).T`` is contiguous); other ops over non-contiguous inputs: unknown."""
+    if op.family != "elementwise":
+        return None
+    full = [a for a in args if hasattr(a, "_data") and a.ndim and a._data.size > 1]
+    st = eager_strides(tr, full[0]) if len(full) == 1 and full[0].shape == out.shape else None
+    if st is None or any(s <= 0 for s in st):
+        return None
+    res, n = [0] * len(st), 1
+    for k in sorted(range(len(st)), key=lambda k: st[k]):       # innermost (smallest stride) first
+        res[k] = n
+        n *= out.shape[k]
+    return tuple(res)
+
+
+def note_layout(tr, op, params, args, out, recorded):
+    """Record the eager strides of ``out``, the result of ``op`` on ``args`` (``recorded``: it is a traced view of
+    ``args[0]``)."""
+    if recorded and op.name in _LAYOUT_OPS + ("reshape",):
+        st = eager_strides(tr, args[0])
+        if st is not None:
+            x = args[0]
+            try:
+                st = _reshaped(x.shape, st, params["shape"]) if op.name == "reshape" else \
+                    op.impl(_fake(x.shape, st), **params).strides
+            except Exception:   # noqa: BLE001 - a geometry this cannot follow: unknown
+                st = None
+    elif recorded:
+        st = None       # a view this does not follow
+    elif tr.layouts and any(type(getattr(a, "_data", None)) is Var and a._data in tr.layouts for a in args):
+        st = _elementwise_strides(tr, op, args, out)     # an op over a non-contiguous input
+    else:
+        return
+    if st is None or tuple(st) != _contiguous(out.shape) and out.size > 1:
+        tr.layouts[out] = None if st is None else tuple(st)
 
 
 def definite_view(t, base):
@@ -142,20 +255,31 @@ def traced_alias(t, base):
     return t
 
 
-def _refresh_views(tr, t, skip=None):
-    """Recompute the recorded views of ``t`` (and theirs) from its current value."""
+def _refresh_views(tr, t, skip=None, history=None):
+    """Recompute the recorded views of ``t`` (and theirs) from its current value; with ``history`` (the tensor
+    whose autograd history ``t`` takes), a view that has a history gets one on ``t``'s new history."""
     from .dispatch import bind
     for k in list(tr.view_children.get(id(t), ())):
         rec = tr.views.get(k)
         v = rec[0]() if rec is not None else None
         if v is None or v is skip or rec[1] is not t:
             continue
-        if rec[2] is None:          # an alias: the same value
+        nv = None
+        if rec[2] is None:          # an alias: the same value, no history
             v._data = t._data
+        elif history is not None and v.grad_fn is not None:
+            old = t.grad_fn, t._out_nr
+            t.grad_fn, t._out_nr = history.grad_fn, history._out_nr
+            try:
+                with grad_mode.enable_grad():
+                    nv = bind(rec[2], t, **rec[3])
+            finally:
+                t.grad_fn, t._out_nr = old
+            v._data, v.grad_fn, v._out_nr = nv._data, nv.grad_fn, nv._out_nr
         else:
             with grad_mode.no_grad():
                 v._data = bind(rec[2], t, **rec[3])._data
-        _refresh_views(tr, v)
+        _refresh_views(tr, v, history=nv)
 
 
 def _write_through(tr, t, r, recorded=True):
@@ -168,7 +292,10 @@ def _write_through(tr, t, r, recorded=True):
     if op is None:          # an alias (detach(), .data): the written value is base's, with no history
         if tr.on_mutate is not None:
             tr.on_mutate(base)
+        _pin_layout(tr, base)
         base._data = t._data
+        if base._vc is not t._vc:
+            base._vc[0] += 1
         _refresh_views(tr, base, skip=t)
         _write_through(tr, base, t, False)
         return
@@ -184,6 +311,9 @@ def _write_through(tr, t, r, recorded=True):
     if tr.on_mutate is not None:
         traced_payload(base, tr)
         tr.on_mutate(base)
+    _pin_layout(tr, base)
     base._data = new._data
+    if base._vc is not t._vc:   # the base's memory changed: values saved of it are stale (eager: a shared counter)
+        base._vc[0] += 1
     _refresh_views(tr, base, skip=t)
     _write_through(tr, base, new, recorded)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.graph import Var
 from ..ir.ops import OPS as O
 from .grad_names import named
 
@@ -99,12 +100,14 @@ def view_positions(base: np.ndarray, view: np.ndarray) -> np.ndarray:
 
 def inplace_on_view(self, fn, others, snapshot, check_result):
     """``self.<op>_(*others)`` for a view ``self`` when the op is recorded: see the module docstring."""
-    from .dispatch import bind, refresh_view
+    from .dispatch import BY_POSITIONS, bind, refresh_view
     base = self._base
     if self.grad_fn is None and base.requires_grad:
         raise RuntimeError(NO_GRAD_VIEW_MSG)
     if self.grad_fn is not None:
-        refresh_view(self)              # the view's current history (its base may have changed since)
+        # the view's current history (its base may have changed since); as_strided's is rebuilt from its base, as
+        # torch does: elements beyond its input, read without history, are the base's (their gradient goes there)
+        refresh_view(self, force=self.grad_fn.view_args is BY_POSITIONS)
     src = snapshot(self)
     r = fn(src, *others)
     check_result(self, r)
@@ -143,10 +146,19 @@ def view_write_into_base(base, view, op, params):
             new = view.reshape(base.shape)
         elif op.name == "permute":
             new = view.permute(*np.argsort(params["perm"]).tolist())
+        elif op.name == "broadcast_to" and view.numel() == base.numel():    # only size-1 dims: no repeats
+            new = view.reshape(base.shape)
         elif op.name == "flip":
             new = bind(op, view, **params)
         elif op.name == "getitem":
             new = bind(O["index_put"], base, view, spec=params["spec"], accumulate=False)
+        elif op.name != "broadcast_to" and type(base._data) is Var:
+            # any other traced view (diagonal): the base elements it reads, found by applying it to their flat
+            # indices (a device tensor's index would have to be uploaded: refused below, as before)
+            pos = np.asarray(op.impl(np.arange(base.numel(), dtype=np.int64).reshape(base.shape), **params))
+            flat = bind(O["index_put"], base.reshape(-1), view.reshape(-1), type(base)._make(pos.reshape(-1)),
+                        spec=(("tensor", 0),), accumulate=False)
+            new = flat.reshape(base.shape)
         else:
             raise RuntimeError(f"jitgrad: in-place write into the result of {op.name} is not supported here (inside "
                                "@jg.compile or on a device: an expanded view's elements share one memory location, "

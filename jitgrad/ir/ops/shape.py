@@ -51,7 +51,15 @@ def _bcast_rule(avals, params):
     return [Aval(shape, x.dtype)]
 
 
-register(OpDef("broadcast_to", "shape", _bcast_rule, lambda x, shape: np.broadcast_to(x, shape),
+def _bcast_impl(x, shape):
+    r = np.broadcast_to(x, shape)
+    if x.flags.writeable and (r.size == 0 or all(n <= 1 or st for n, st in zip(r.shape, r.strides))):
+        # no element repeats (``x.expand(1, *x.shape)``): writeable as in torch; NumPy marks every broadcast read-only
+        r = np.lib.stride_tricks.as_strided(x, r.shape, r.strides)
+    return r
+
+
+register(OpDef("broadcast_to", "shape", _bcast_rule, _bcast_impl,
                lambda c, g: (g.sum_to_size(c.shapes[0]),), view=True, grad_name="ExpandBackward0"))
 
 
