@@ -334,7 +334,7 @@ class CompiledFunction(Introspection, Signatures):
         tr = tracer.trace
         _break_cycles(tr.made, tr.keep)
         cands = [weakref.ref(t) for t in tr.made + tr.keep if type(t._data) is Var]
-        tr.made, tr.keep = None, []
+        tr.made, tr.keep, tr.pinned = None, [], {}
         tracer.mutated.clear()
         tracer.grad_touched.clear()
         if not cands:

@@ -171,14 +171,15 @@ def _pin_layout(tr, t):
     """``t`` is written in place: its strides stay those of its first value, whatever op makes the new one (an
     index_put over a strided view, a copy_ of a transposed source)."""
     if id(t) not in tr.pinned:
-        tr.pinned[id(t)] = eager_strides(tr, t)
-        tr.keep.append(t)       # its id stays its own while the trace lives
+        # the entry holds ``t``, so its id stays its own while the trace lives; not through ``tr.keep``, whose
+        # tensors still holding traced values after the trace count as leaked state (a captured parameter is not)
+        tr.pinned[id(t)] = (t, eager_strides(tr, t))
 
 
 def eager_strides(tr, x):
     """The element strides eager mode gives tensor (or payload) ``x`` in trace ``tr``, or None when unknown."""
     if tr is not None and tr.pinned and id(x) in tr.pinned:
-        return tr.pinned[id(x)]
+        return tr.pinned[id(x)][1]
     d = x._data if hasattr(x, "_data") else x
     if type(d) is np.ndarray:
         return tuple(s // d.itemsize for s in d.strides)

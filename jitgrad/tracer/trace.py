@@ -71,7 +71,7 @@ class Trace:
         self.views = {}          # id(view tensor) -> (weakref to it, base tensor, view op, params) (runtime/traced.py)
         self.view_children = {}  # id(base tensor) -> ids of its recorded views
         self.layouts = {}        # Var -> eager mode's element strides when not C-contiguous, None: unknown (traced.py)
-        self.pinned = {}         # id(tensor written in place) -> its strides, which the write does not change
+        self.pinned = {}         # id(tensor written in place) -> (it, its strides, which writes do not change)
 
     # --- building ---------------------------------------------------------------------------------
     def new_input(self, aval) -> Var:
