@@ -79,7 +79,8 @@ def _bind(op, args, params):
     a0 = args[0] if n else None
     if type(a0) is Tensor and n <= 2 and type(a0._data) is np.ndarray:   # device payloads: the general path
         d0 = a0._data
-        need = a0._requires_grad or a0.grad_fn is not None
+        # (a view made before its base had a history: refresh_view gives it the base's)
+        need = a0._requires_grad or a0.grad_fn is not None or a0._base is not None and a0._base.grad_fn is not None
         if n == 1:
             arrays = (d0,)
             key = (op, d0.shape, d0.dtype)
@@ -90,7 +91,7 @@ def _bind(op, args, params):
                 d1 = a1._data
                 arrays = (d0, d1)
                 key = (op, d0.shape, d0.dtype, d1.shape, d1.dtype)
-                if a1._requires_grad or a1.grad_fn is not None:
+                if a1._requires_grad or a1.grad_fn is not None or a1._base is not None and a1._base.grad_fn is not None:
                     need = True
             elif t1 is float or t1 is int or t1 is bool:
                 arrays = (d0, a1)
@@ -201,7 +202,7 @@ def _general_key(op, args, params):
             arrays.append(d)
             sig.append(d.shape)
             sig.append(d.dtype)
-            if a._requires_grad or a.grad_fn is not None:
+            if a._requires_grad or a.grad_fn is not None or a._base is not None and a._base.grad_fn is not None:
                 need = True
         else:
             ta = type(a)
@@ -249,6 +250,9 @@ def refresh_view(a, force=False):
     """
     node = a.grad_fn
     if node is None:
+        b = a._base
+        if b is not None and b.grad_fn is not None:
+            adopt_base_history(a)       # made before its base had a history, or in no_grad / inference mode
         return
     vargs = getattr(node, "view_args", None)
     if vargs is None or a._base.grad_fn is node.view_base_fn and not force:
@@ -257,9 +261,7 @@ def refresh_view(a, force=False):
     _GM.grad_enabled = True
     try:
         if vargs is BY_POSITIONS:       # a view made by no view op (as_strided): the base's elements it shows
-            from .view_inplace import view_positions
-            base = a._base
-            r = base.reshape(-1)[Tensor._make(view_positions(base._data, a._data))]
+            r = read_by_positions(a)
         else:
             r = _bind(node.op, vargs, node.params)      # refreshes a view parent first (a view of a view)
     finally:
@@ -267,6 +269,8 @@ def refresh_view(a, force=False):
     new = r.grad_fn
     if new is not None:
         new.torch_name = "AsStridedBackward0"   # torch regenerates such a view with as_strided
+        if vargs is BY_POSITIONS:       # (a gather, not a view op): the next write into the base refreshes it again
+            new.view_args, new.view_base_fn = BY_POSITIONS, a._base.grad_fn
         # retain_grad follows ``a`` to its new node; hooks registered before stay on the old one (as in torch)
         if node.retain_grad_refs and a._out_nr in node.retain_grad_refs:
             if new.retain_grad_refs is None:
@@ -499,5 +503,6 @@ def _forward_nan(op, avals, t):
 from .tensor import Tensor  # noqa: E402  (Tensor's methods call bind; bind builds Tensors)
 from .devices import backend_of_payload, to_host, transfer  # noqa: E402
 from .saved_hooks import STATE as _SH, pack_node  # noqa: E402
-from .view_inplace import INFERENCE_VIEW, NO_GRAD_VIEW, inherited_origin  # noqa: E402
+from .view_inplace import INFERENCE_VIEW, NO_GRAD_VIEW, adopt_base_history, inherited_origin, \
+    read_by_positions  # noqa: E402
 from .traced import is_traced_view, note_layout, note_view  # noqa: E402

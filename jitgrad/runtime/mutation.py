@@ -43,6 +43,9 @@ class InPlaceOps:
             _MUT.active.before_write(self)
         b = self._base
         origin = self._view_origin if b is not None else None
+        if b is not None and self.grad_fn is None and origin is None and b.grad_fn is not None:
+            from .dispatch import refresh_view
+            refresh_view(self)      # made before its base had a history: it takes the base's first (torch)
         if origin is not None and len(origin) == 3 and _GM.grad_enabled and self.requires_grad:
             raise RuntimeError(view_of_view_msg(self))      # a view of a view made in no_grad / inference mode
         if origin is INFERENCE_VIEW and _GM.grad_enabled and not _GM.inference and b.requires_grad:

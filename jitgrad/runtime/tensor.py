@@ -223,7 +223,13 @@ class Tensor(InPlaceOps, TensorOperators, TensorProtocols):
     # --- autograd attributes ---------------------------------------------------------------------
     @property
     def requires_grad(self) -> bool:
-        return self._requires_grad or self.grad_fn is not None
+        if self._requires_grad or self.grad_fn is not None:
+            return True
+        b = self._base
+        if b is not None and b.grad_fn is not None and self._view_origin is None:
+            _dispatch.refresh_view(self)    # made before its base had a history: it takes the base's (torch)
+            return self.grad_fn is not None
+        return False
 
     @requires_grad.setter
     def requires_grad(self, flag):
@@ -246,6 +252,8 @@ class Tensor(InPlaceOps, TensorOperators, TensorProtocols):
 
     @property
     def is_leaf(self) -> bool:
+        if self.grad_fn is None and self._base is not None:
+            _dispatch.refresh_view(self)    # torch's is_leaf reads the view's regenerated grad_fn
         return self.grad_fn is None
 
     @property
@@ -587,3 +595,4 @@ class Tensor(InPlaceOps, TensorOperators, TensorProtocols):
 from .dispatch import bind as _dispatch_bind  # noqa: E402
 _bind = _operators._bind = _dispatch_bind   # noqa: E305  (the methods call bind itself: one Python frame less per op)
 from . import devices as _devices  # noqa: E402
+from . import dispatch as _dispatch  # noqa: E402

@@ -87,8 +87,8 @@ def traced_write(t, r, tr):
         _pin_layout(tr, t)
     t._data = r._data
     if tr is not None and tr.views:
-        # a recorded write: ``t``'s history becomes ``r``'s, and its views with a history get views of it (eager
-        # mode's refresh_view)
+        # a recorded write: ``t``'s history becomes ``r``'s, and its views get views of it (eager mode's
+        # refresh_view)
         _refresh_views(tr, t, history=r if r.grad_fn is not None and grad_mode.STATE.grad_enabled else None)
         _write_through(tr, t, r)
 
@@ -268,7 +268,8 @@ def _refresh_views(tr, t, skip=None, history=None):
         nv = None
         if rec[2] is None:          # an alias: the same value, no history
             v._data = t._data
-        elif history is not None and v.grad_fn is not None:
+        elif history is not None and (v.grad_fn is not None or v._view_origin is None):
+            # (a view made before ``t`` had a history takes the new one too, as eager mode's adopt_base_history)
             old = t.grad_fn, t._out_nr
             t.grad_fn, t._out_nr = history.grad_fn, history._out_nr
             try:

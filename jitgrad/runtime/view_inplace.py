@@ -78,6 +78,39 @@ def view_of_view_msg(t):
     return f"Output {t._out_nr} of {name} is a view of a view which was created in {mode} and is being{head}"
 
 
+def read_by_positions(a):
+    """View ``a``'s value as a gather from its base's flat elements: the history of a view whose own op cannot
+    be replayed (as_strided) or was never recorded (made before the base had a history)."""
+    from .tensor import Tensor
+    base = a._base
+    return base.reshape(-1)[Tensor._make(view_positions(base._data, a._data))]
+
+
+def adopt_base_history(a):
+    """View ``a`` has no history but its base has one now, so the base was written in place after ``a`` was made
+    (a view made in grad mode of a tracked base would have a node).  As torch, ``a`` now reads the base's new
+    history (an ``AsStridedBackward0`` node).  A view made in no_grad / inference mode (or a view of one) stays
+    without one: torch refuses its use once its base was written after it was made, which needs the version at
+    its making, not kept yet (tests/test_view_history.py's xfail); views a multi-output or custom function
+    returned keep their own rules."""
+    if a._view_origin is not None:
+        return
+    if type(a._data) is not np.ndarray or type(a._base._data) is not np.ndarray:
+        return      # traced and device views follow their base where it is written (traced.py, cuda/eager.py)
+    from . import grad_mode
+    from .dispatch import BY_POSITIONS
+    gm = grad_mode.STATE
+    prev, gm.grad_enabled = gm.grad_enabled, True    # torch regenerates the node in any grad mode
+    try:
+        r = read_by_positions(a)
+    finally:
+        gm.grad_enabled = prev
+    node = r.grad_fn
+    node.torch_name = "AsStridedBackward0"
+    node.view_args, node.view_base_fn = BY_POSITIONS, a._base.grad_fn     # later writes refresh it (refresh_view)
+    a.grad_fn, a._out_nr = node, 0
+
+
 def view_positions(base: np.ndarray, view: np.ndarray) -> np.ndarray:
     """For each element of ``view`` (an array sharing ``base``'s memory), its flat (C-order) index in ``base``."""
     isz = base.itemsize
@@ -168,6 +201,7 @@ def view_write_into_base(base, view, op, params):
     return new
 
 
-__all__ = ["inplace_on_view", "view_positions", "view_write_into_base", "NO_GRAD_VIEW_MSG", "INFERENCE_VIEW_MSG",
+__all__ = ["inplace_on_view", "adopt_base_history", "read_by_positions", "view_positions",
+           "view_write_into_base", "NO_GRAD_VIEW_MSG", "INFERENCE_VIEW_MSG",
            "INFERENCE_VIEW", "NO_GRAD_VIEW", "VIEW_OF_NO_GRAD_VIEW", "VIEW_OF_INFERENCE_VIEW", "inherited_origin",
            "view_of_view_msg", "custom_fn_origin", "custom_fn_view_msg"]
