@@ -3,6 +3,7 @@ takes torch's parameters in torch's order with torch's defaults, so code that pa
 scripts: ``F.nll_loss(x, t, w, None, -1)``) means the same thing.  jitgrad may stop early (a trailing torch
 parameter it lacks reaches ``**torch_kw`` and is refused by name) and skips torch's private ``_stacklevel``."""
 import inspect
+import typing
 
 import pytest
 
@@ -44,6 +45,20 @@ def _documented(t, n):
     return t
 
 
+def _documented_init(cls):
+    """torch's RNN, LSTM and GRU take ``(*args, **kwargs)``; their documented parameters are those of the first
+    ``typing.overload`` of ``__init__`` (Python 3.11+ records overloads; before, the catch-all is compared)."""
+    try:
+        kinds = {p.kind for p in inspect.signature(cls.__init__).parameters.values()}
+        kinds.discard(inspect.Parameter.POSITIONAL_OR_KEYWORD)     # self
+    except (TypeError, ValueError):
+        return cls.__init__
+    if kinds == {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD}:
+        overloads = typing.get_overloads(cls.__init__) if hasattr(typing, "get_overloads") else []
+        return overloads[0] if overloads else cls.__init__
+    return cls.__init__
+
+
 def _pairs():
     for n in sorted(set(dir(TF)) & set(dir(JF))):
         t, j = getattr(TF, n), getattr(JF, n)
@@ -54,7 +69,7 @@ def _pairs():
         for n in sorted(set(dir(tm)) & set(dir(jm))):
             t, j = getattr(tm, n), getattr(jm, n)
             if isinstance(t, type) and isinstance(j, type) and not n.startswith("_"):
-                yield f"{label}.{n}", t.__init__, j.__init__, True
+                yield f"{label}.{n}", _documented_init(t), j.__init__, True
 
 
 PAIRS = [p for p in _pairs() if p[0] not in _NOT_COMPARABLE]
@@ -63,6 +78,17 @@ PAIRS = [p for p in _pairs() if p[0] not in _NOT_COMPARABLE]
 def test_the_comparison_covers_the_surface():
     names = {p[0] for p in PAIRS}
     assert len(PAIRS) > 70 and {"F.nll_loss", "F.scaled_dot_product_attention", "nn.Linear", "optim.AdamW"} <= names
+
+
+@pytest.mark.skipif(not hasattr(typing, "get_overloads"), reason="typing.get_overloads is Python 3.11+")
+def test_modules_taking_star_args_are_compared_by_their_documented_signature():
+    """torch.nn.LSTM.__init__ is ``(*args, **kwargs)``: the comparison takes its documented overload, so
+    jitgrad's LSTM is held to ``input_size, hidden_size, num_layers=1, bias=True, ...``."""
+    pairs = {p[0]: p for p in PAIRS}
+    for name in ("nn.RNN", "nn.LSTM", "nn.GRU"):
+        _, t, j, _ = pairs[name]
+        names = [n for n, _ in _params(t, True)]
+        assert names[:3] == ["input_size", "hidden_size", "num_layers"] and names == [n for n, _ in _params(j, True)]
 
 
 @pytest.mark.parametrize("name,t,j,is_init", PAIRS, ids=[p[0] for p in PAIRS])

@@ -15,6 +15,7 @@ from .loss import MSELoss, NLLLoss, CrossEntropyLoss, BCEWithLogitsLoss, KLDivLo
 from .norm_scaling import RMSNorm
 from .dropout import Dropout, Dropout1d, Dropout2d
 from .multihead_attention import MultiheadAttention
+from .recurrent import RNNCellBase, RNNCell, LSTMCell, GRUCell, RNNBase, RNN, LSTM, GRU
 from .transformer import Transformer, TransformerEncoder, TransformerDecoder, TransformerEncoderLayer, \
     TransformerDecoderLayer
 from .instance_norm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
@@ -33,4 +34,5 @@ __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "Ide
            "DataParallel", "SiLU", "Softplus", "LogSigmoid", "BCEWithLogitsLoss", "KLDivLoss", "RMSNorm",
            "Unflatten", "MultiheadAttention", "Transformer", "TransformerEncoder", "TransformerDecoder",
            "TransformerEncoderLayer", "TransformerDecoderLayer", "ParameterList", "ParameterDict", "Conv1d", "Conv2d",
-           "ConvTranspose1d", "ConvTranspose2d", "Unfold", "Fold"] + _padding.MODULES + _pooling.MODULES
+           "ConvTranspose1d", "ConvTranspose2d", "Unfold", "Fold", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
+           "RNNBase", "RNN", "LSTM", "GRU"] + _padding.MODULES + _pooling.MODULES
