@@ -72,9 +72,9 @@ def _install_extras(ns):
     lobpcg; repeat_interleave, roll, diff, meshgrid, unflatten; einsum; lerp,
     logaddexp, nan_to_num, isclose."""
     from .runtime import pointwise_binary, searching, storage, conversions, foreach, eigen, rearranging, einsum, \
-        pointwise_composites
+        pointwise_composites, products
     for m in (pointwise_binary, searching, storage, conversions, foreach, eigen, rearranging, einsum,
-              pointwise_composites):
+              pointwise_composites, products):
         m.install(ns)
 
 
