@@ -70,11 +70,11 @@ _install_triangular(globals())   # tril, triu, diagonal (functions and methods)
 def _install_extras(ns):
     """atan2, nextafter; searchsorted, bucketize, isin; set_, resize_; memory formats, type_as; _foreach_*;
     lobpcg; repeat_interleave, roll, diff, meshgrid, unflatten; einsum; lerp,
-    logaddexp, nan_to_num, isclose."""
+    logaddexp, nan_to_num, isclose; tensordot, kron, cdist, ...; aminmax, kthvalue, quantile, cummax, ..."""
     from .runtime import pointwise_binary, searching, storage, conversions, foreach, eigen, rearranging, einsum, \
-        pointwise_composites
+        pointwise_composites, products, order_statistics
     for m in (pointwise_binary, searching, storage, conversions, foreach, eigen, rearranging, einsum,
-              pointwise_composites):
+              pointwise_composites, products, order_statistics):
         m.install(ns)
 
 

@@ -103,5 +103,23 @@ def bincount(input, weights=None, minlength=0, **torch_kw):
     return Tensor._make(out.astype(want))
 
 
-METHODS = ["all", "any", "histc", "histogram", "bincount"]
+def count_nonzero(input, dim=None):
+    """The number of nonzero elements of ``input``, over all dims or over ``dim`` (an int or a sequence of dims),
+    as int64.
+
+    >>> import jitgrad as jg
+    >>> jg.count_nonzero(jg.tensor([[0, 1], [2, 3]]), dim=0)
+    tensor([1, 2])
+    """
+    from .dim_args import torch_dim
+    if dim is not None:
+        axes = [torch_dim(input, d) for d in (dim if isinstance(dim, (tuple, list)) else (dim,))]
+        for i, a in enumerate(axes):
+            if a in axes[:i]:
+                raise RuntimeError(f"dim {a} appears multiple times in the list of dims")
+        dim = tuple(axes) if input.ndim else None
+    return sum(input != 0, dim)
+
+
+METHODS = ["all", "any", "histc", "histogram", "bincount", "count_nonzero"]
 __all__ = METHODS

@@ -120,6 +120,29 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1, **torch_kw):
     return named((input if beta == 1 else input * beta) + prod, "AddmmBackward0")
 
 
-METHODS = ["masked_fill", "scatter_add", "clamp_min", "clamp_max", "addmm"]
+def masked_select(input, mask, **torch_kw):
+    """The elements of ``input`` where the bool ``mask`` is True (the two broadcast), as a 1-d tensor in row-major
+    order; differentiable.  Its length depends on the mask's values, so inside ``@jg.compile`` a traced mask is
+    refused with the traced-mask error (use ``where(mask, x, 0)`` there).
+
+    >>> import jitgrad as jg
+    >>> x = jg.tensor([[1., -2.], [3., -4.]])
+    >>> jg.masked_select(x, x > 0)
+    tensor([1., 3.])
+    """
+    if torch_kw:       # out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(masked_select, "masked_select", (input, mask), {}, torch_kw)
+    from ..ir import dtypes as dt
+    from .products import _broadcast_shape
+    from .traced import is_traced, traced_mask
+    if mask.dtype is not dt.bool_:
+        raise RuntimeError("masked_select: expected BoolTensor for mask")
+    if is_traced(mask):
+        traced_mask(mask)
+    shape = _broadcast_shape(mask.shape, input.shape)     # torch names the mask "tensor a"
+    return named(input.expand(shape)[mask.expand(shape)], "MaskedSelectBackward0")
+
+
+METHODS = ["masked_fill", "scatter_add", "clamp_min", "clamp_max", "addmm", "masked_select"]
 INPLACE = {"masked_fill_": _masked_fill_, "scatter_add_": _scatter_add_}
 __all__ = METHODS

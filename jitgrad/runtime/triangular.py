@@ -98,6 +98,50 @@ def trace(input, **torch_kw):
     return named(diagonal(input).sum(), "TraceBackward0")
 
 
+def _triangle_indices(name, row, col, offset, dtype, device, lower):
+    from ..ir import dtypes as dt
+    from .factories import tensor
+    dtype = dt.int64 if dtype is None else dt.as_dtype(dtype)
+    if dtype not in (dt.int64, dt.int32):
+        raise NotImplementedError(f"\"{name}\" not implemented for '{dt.torch_scalar_name(dtype)}'")
+    if row < 0:
+        raise RuntimeError(f"row must be non-negative, got{row}")
+    if col < 0:
+        raise RuntimeError(f"col must be non-negative, got{col}")
+    r, c = np.nonzero(_triangle(row, col, offset, lower)._data)
+    return tensor(np.stack([r, c]).astype(dtype.np), device=device)
+
+
+def tril_indices(row, col, offset=0, *, dtype=None, device=None, **torch_kw):
+    """The (row, column) indices of the lower triangle of a ``row`` x ``col`` matrix (the diagonal ``offset``
+    and below), as a 2 x N int64 tensor in row-major order.
+
+    >>> import jitgrad as jg
+    >>> jg.tril_indices(3, 3)
+    tensor([[0, 1, 1, 2, 2, 2],
+            [0, 0, 1, 0, 1, 2]])
+    """
+    if torch_kw:       # layout=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(tril_indices, "tril_indices", (row, col, offset), {"dtype": dtype, "device": device},
+                            torch_kw)
+    return _triangle_indices("tril_indices", row, col, offset, dtype, device, lower=True)
+
+
+def triu_indices(row, col, offset=0, *, dtype=None, device=None, **torch_kw):
+    """The (row, column) indices of the upper triangle of a ``row`` x ``col`` matrix (the diagonal ``offset``
+    and above), as a 2 x N int64 tensor in row-major order.
+
+    >>> import jitgrad as jg
+    >>> jg.triu_indices(2, 3, 1)
+    tensor([[0, 0, 1],
+            [1, 2, 2]])
+    """
+    if torch_kw:       # layout=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(triu_indices, "triu_indices", (row, col, offset), {"dtype": dtype, "device": device},
+                            torch_kw)
+    return _triangle_indices("triu_indices", row, col, offset, dtype, device, lower=False)
+
+
 def install(jg: dict):
     """Make the functions public (``jitgrad.tril``) and Tensor methods (``x.tril()``, ``x.tril_()``)."""
     for n in METHODS:       # the functions themselves take torch's keywords (**torch_kw)
@@ -105,6 +149,7 @@ def install(jg: dict):
         setattr(Tensor, n, globals()[n])
     for n, f in INPLACE.items():
         setattr(Tensor, n, f)
+    jg["tril_indices"], jg["triu_indices"] = tril_indices, triu_indices     # factories: no Tensor methods
 
 
 __all__ = METHODS
