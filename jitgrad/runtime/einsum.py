@@ -215,9 +215,4 @@ METHODS: list = []
 FUNCTION_ONLY = ["einsum"]
 
 
-def install(jg: dict):
-    """Make ``jitgrad.einsum`` public."""
-    jg["einsum"] = einsum
-
-
 __all__ = ["einsum"]

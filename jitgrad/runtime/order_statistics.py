@@ -224,11 +224,4 @@ def cummin(input, dim, **torch_kw):
 METHODS = ["aminmax", "kthvalue", "quantile", "nanquantile", "cummax", "cummin"]
 
 
-def install(jg: dict):
-    """Make the functions public (``jitgrad.quantile``) and Tensor methods (``x.quantile(0.5)``)."""
-    for n in METHODS:
-        jg[n] = globals()[n]
-        setattr(Tensor, n, globals()[n])
-
-
 __all__ = METHODS

@@ -54,13 +54,4 @@ METHODS = ["atan2", "arctan2", "nextafter"]
 INPLACE = {"atan2_": _inplace(atan2), "arctan2_": _inplace(atan2), "nextafter_": _inplace(nextafter)}
 
 
-def install(jg: dict):
-    """Make the functions public (``jitgrad.atan2``) and Tensor methods (``x.atan2(y)``, ``x.atan2_(y)``)."""
-    for n in METHODS:
-        jg[n] = globals()[n]
-        setattr(Tensor, n, globals()[n])
-    for n, f in INPLACE.items():
-        setattr(Tensor, n, f)
-
-
 __all__ = METHODS

@@ -128,13 +128,6 @@ def _nan_to_num_(self, nan=0.0, posinf=None, neginf=None):
     return self._apply_inplace(nan_to_num, nan, posinf, neginf)
 
 
-def install(jg: dict):
-    """Make the functions public (``jitgrad.lerp``) and Tensor methods (``x.lerp(y, 0.5)``, ``x.lerp_``)."""
-    for n in METHODS:
-        jg[n] = globals()[n]
-        setattr(Tensor, n, globals()[n])
-    Tensor.lerp_ = _lerp_
-    Tensor.nan_to_num_ = _nan_to_num_
-
+INPLACE = {"lerp_": _lerp_, "nan_to_num_": _nan_to_num_}
 
 __all__ = METHODS

@@ -327,12 +327,4 @@ METHODS = ["kron", "inner", "mv", "ger", "vdot", "cross"]
 FUNCTION_ONLY = ["tensordot", "block_diag", "cartesian_prod", "cdist"]      # torch has no such Tensor methods
 
 
-def install(jg: dict):
-    """Make the functions public (``jitgrad.kron``) and the torch Tensor methods among them (``x.kron(y)``)."""
-    for n in METHODS + FUNCTION_ONLY:
-        jg[n] = globals()[n]
-    for n in METHODS:
-        setattr(Tensor, n, globals()[n])
-
-
 __all__ = METHODS + FUNCTION_ONLY

@@ -266,12 +266,4 @@ METHODS = ["repeat_interleave", "roll", "diff", "unflatten"]
 FUNCTION_ONLY = ["meshgrid"]
 
 
-def install(jg: dict):
-    """Make the functions public (``jitgrad.roll``) and Tensor methods (``x.roll(1)``)."""
-    for n in METHODS + FUNCTION_ONLY:
-        jg[n] = globals()[n]
-    for n in METHODS:
-        setattr(Tensor, n, globals()[n])
-
-
 __all__ = METHODS + FUNCTION_ONLY

@@ -84,13 +84,7 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False, **torch_
     return bind(OPS["isin"], el, test, invert=bool(invert))
 
 
-METHODS = ["searchsorted", "bucketize", "isin"]     # functions only: torch's Tensor has none of them
+FUNCTION_ONLY = ["searchsorted", "bucketize", "isin"]     # torch's Tensor has none of them
 
 
-def install(jg: dict):
-    """Make the functions public (``jitgrad.searchsorted``)."""
-    for n in METHODS:
-        jg[n] = globals()[n]
-
-
-__all__ = METHODS
+__all__ = FUNCTION_ONLY
