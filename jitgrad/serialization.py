@@ -22,7 +22,8 @@ import zipfile
 import numpy as np
 
 from .ir import dtypes as dt
-from .runtime.tensor import Device, Tensor, _contiguous_strides
+from .runtime.tensor import Device, Tensor
+from .runtime.view_rule import contiguous_strides
 
 _STORAGE_OF = {"float32": "FloatStorage", "float64": "DoubleStorage", "int64": "LongStorage",
                "int32": "IntStorage", "bool": "BoolStorage", "uint8": "ByteStorage", "int16": "ShortStorage",
@@ -132,7 +133,7 @@ class _Writer(pickle._Pickler):
         offset = (d.__array_interface__["data"][0] - root.__array_interface__["data"][0]) // item if d.size else 0
         stride = tuple(s // item for s in d.strides) if d.ndim else ()
         if d.size and d.ndim and d.flags.c_contiguous:
-            stride = _contiguous_strides(d.shape)      # every dim >= 1 here (d.size)
+            stride = contiguous_strides(d.shape)      # every dim >= 1 here (d.size)
         return st, offset, stride
 
 

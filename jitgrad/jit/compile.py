@@ -437,9 +437,8 @@ class CompiledFunction(Introspection, Signatures):
         for ci, _ in e.writes:      # already written by the call; count the writes
             t = inputs[ci]
             t._vc[0] += 1
-            dev = backend_of_payload(t._data)
-            if dev is not None:     # a device view is a copy of its base: pass the write on, as eager writes do
-                dev.after_write(t)
+            if type(t._data) is not np.ndarray:     # a device view is a copy of its base: pass the write on, as
+                backend_of_payload(t._data).after_write(t)      # eager writes do
         for ref, kind, val in e.grad_writes:
             t = inputs[ref] if type(ref) is int else ref()
             if t is None:
@@ -452,11 +451,11 @@ class CompiledFunction(Introspection, Signatures):
                 g = outs[val]
                 old = t._grad
                 same = old is not None and old.shape == g.shape and old.dtype is g.dtype and not old.requires_grad
-                dev = backend_of_payload(g._data)
                 if same and type(old._data) is np.ndarray and old._data.flags.writeable:
                     np.copyto(old._data, g._data)
                     old._vc[0] += 1
-                elif same and dev is not None and backend_of_payload(old._data) is dev:
+                elif same and type(g._data) is not np.ndarray and \
+                        (dev := backend_of_payload(g._data)) is backend_of_payload(old._data):
                     dev.write(old._data, g._data)       # into the .grad already there, as on the CPU
                     old._vc[0] += 1
                     dev.after_write(old)

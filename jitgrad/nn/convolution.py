@@ -91,13 +91,18 @@ def _add_bias(out, bias, nd):
     return out if bias is None else out + bias.reshape((-1,) + (1,) * nd)
 
 
-def _conv(input, weight, bias, stride, padding, dilation, groups, nd, fname):
+def _prologue(input, weight, stride, dilation, nd, fname):
+    """What a convolution and a transposed one check and expand first: the input batched (and whether it was), the
+    weight's rank (torch words its refusal as a stride mismatch), stride and dilation as ``nd``-tuples."""
     x, unbatched = _batched(input, nd, fname)
     if weight.ndim != nd + 2:
         raise RuntimeError(f"expected stride to be a single integer value or a list of {weight.ndim - 2} values to "
                            f"match the convolution dimensions, but got stride={list(expand_arg('stride', stride, nd))}")
-    stride = expand_arg("stride", stride, nd)
-    dilation = expand_arg("dilation", dilation, nd)
+    return x, unbatched, expand_arg("stride", stride, nd), expand_arg("dilation", dilation, nd)
+
+
+def _conv(input, weight, bias, stride, padding, dilation, groups, nd, fname):
+    x, unbatched, stride, dilation = _prologue(input, weight, stride, dilation, nd, fname)
     k = tuple(weight.shape[2:])
     if isinstance(padding, str):
         if padding == "valid":
@@ -161,12 +166,7 @@ def transposed_size(size, k, stride, padding, output_padding, dilation):
 
 
 def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, nd, fname):
-    x, unbatched = _batched(input, nd, fname)
-    if weight.ndim != nd + 2:
-        raise RuntimeError(f"expected stride to be a single integer value or a list of {weight.ndim - 2} values to "
-                           f"match the convolution dimensions, but got stride={list(expand_arg('stride', stride, nd))}")
-    stride = expand_arg("stride", stride, nd)
-    dilation = expand_arg("dilation", dilation, nd)
+    x, unbatched, stride, dilation = _prologue(input, weight, stride, dilation, nd, fname)
     pad = expand_arg("padding", padding, nd)
     opad = expand_arg("output_padding", output_padding, nd)
     if any(v < 0 for v in pad):

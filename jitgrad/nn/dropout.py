@@ -25,6 +25,12 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
     ``F.dropout``).  With ``training=False`` (or ``p == 0``) the input is returned as is."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(dropout, 'dropout', (input, p, training, inplace), {}, torch_kw)
+    return _masked(input, p, training, inplace, tuple(input.shape))
+
+
+def _masked(input, p, training, inplace, mask_shape):
+    """``input`` times a scaled keep-mask of ``mask_shape`` (``input``'s for dropout, one entry per sample and
+    channel for the feature dropouts), drawn in one ``rand``."""
     _check_p(p)
     if not training or p == 0.0 or input.numel() == 0:
         return input
@@ -32,7 +38,7 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
         return input.mul_(0.0) if inplace else input * 0.0
     md = input.dtype if input.is_floating_point() else dt.DEFAULT_FLOAT
     with no_grad():
-        mask = (rand(input.shape, dtype=md, device=input.device) >= p).to(md) * (1.0 / (1.0 - p))
+        mask = (rand(mask_shape, dtype=md, device=input.device) >= p).to(md) * (1.0 / (1.0 - p))
     return input.mul_(mask) if inplace else input * mask
 
 
@@ -61,16 +67,7 @@ class Dropout(Module):
 
 def _feature_dropout(input, p, training, inplace):
     """Zero whole channels: one draw per (sample, channel), broadcast over the spatial dims."""
-    _check_p(p)
-    if not training or p == 0.0 or input.numel() == 0:
-        return input
-    if p == 1.0:
-        return input.mul_(0.0) if inplace else input * 0.0
-    md = input.dtype if input.is_floating_point() else dt.DEFAULT_FLOAT
-    shape = tuple(input.shape[:2]) + (1,) * (input.ndim - 2)
-    with no_grad():
-        mask = (rand(shape, dtype=md, device=input.device) >= p).to(md) * (1.0 / (1.0 - p))
-    return input.mul_(mask) if inplace else input * mask
+    return _masked(input, p, training, inplace, tuple(input.shape[:2]) + (1,) * (input.ndim - 2))
 
 
 def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:

@@ -11,6 +11,7 @@ import collections
 import numpy as np
 
 from ..ir.ops import OPS as O
+from .dim_args import torch_dim
 from .dispatch import bind
 from .functions import amax, amin, sum
 from .tensor import Tensor
@@ -111,7 +112,6 @@ def count_nonzero(input, dim=None):
     >>> jg.count_nonzero(jg.tensor([[0, 1], [2, 3]]), dim=0)
     tensor([1, 2])
     """
-    from .dim_args import torch_dim
     if dim is not None:
         axes = [torch_dim(input, d) for d in (dim if isinstance(dim, (tuple, list)) else (dim,))]
         for i, a in enumerate(axes):

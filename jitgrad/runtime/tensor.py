@@ -19,6 +19,7 @@ from . import operators as _operators
 from .operators import TensorOperators
 from .tensor_protocols import TensorProtocols
 from .traced import traced_alias
+from .view_rule import contiguous_strides, element_strides
 from .size import Size
 
 _GM = grad_mode.STATE
@@ -88,14 +89,6 @@ def on_device(t: "Tensor", device) -> "Tensor":
 
 def _bind(op, *args, **params):
     return _dispatch_bind(op, *args, **params)
-
-
-def _contiguous_strides(shape):
-    st, acc = [], 1
-    for n in reversed(shape):
-        st.append(acc)
-        acc *= n
-    return tuple(reversed(st))
 
 
 def _with_storage_of(t, source):
@@ -544,7 +537,7 @@ class Tensor(InPlaceOps, TensorOperators, TensorProtocols):
     def stride(self, dim=None):
         """Element strides per dim (torch's ``stride()``; a view's strides are its base's)."""
         d = self._data
-        st = tuple(s // d.itemsize for s in d.strides) if type(d) is np.ndarray else _contiguous_strides(self.shape)
+        st = element_strides(d) if type(d) is np.ndarray else contiguous_strides(self.shape)
         return st if dim is None else st[dim]
 
     def storage_offset(self) -> int:

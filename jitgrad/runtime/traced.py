@@ -10,6 +10,7 @@ from ..ir import dtypes as dt
 from ..ir.graph import Var
 from ..tracer import STATE as _TR
 from . import grad_mode
+from .view_rule import contiguous_strides, element_strides
 
 _FROM_NP = dt._FROM_NP
 
@@ -134,14 +135,6 @@ def is_traced_view(op, params, tr=None, x=None) -> bool:
 _LAYOUT_OPS = ("getitem", "permute", "broadcast_to", "diagonal", "flip")
 
 
-def _contiguous(shape):
-    st, n = [], 1
-    for d in reversed(shape):
-        st.append(n)
-        n *= d
-    return tuple(reversed(st))
-
-
 def _fake(shape, strides):
     # an int8 array whose byte strides are the element strides; its memory is never read (views only)
     return np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), tuple(shape), tuple(strides))
@@ -164,7 +157,7 @@ def layout_key(d):
     flags = getattr(d, "flags", None)
     if flags is None or flags.c_contiguous or d.size <= 1:
         return None
-    return tuple(s // d.itemsize for s in d.strides)
+    return element_strides(d)
 
 
 def _pin_layout(tr, t):
@@ -182,17 +175,17 @@ def eager_strides(tr, x):
         return tr.pinned[id(x)][1]
     d = x._data if hasattr(x, "_data") else x
     if type(d) is np.ndarray:
-        return tuple(s // d.itemsize for s in d.strides)
+        return element_strides(d)
     if type(d) is not Var:
         return None
-    return tr.layouts.get(d, _contiguous(d.shape)) if tr.layouts else _contiguous(d.shape)
+    return tr.layouts.get(d, contiguous_strides(d.shape)) if tr.layouts else contiguous_strides(d.shape)
 
 
 def traced_strides(t):
     """The eager strides of traced tensor ``t`` in the active trace when known and not C-contiguous, else None."""
     tr = _TR.active
     st = eager_strides(tr, t) if tr is not None else None
-    return None if st is None or st == _contiguous(t.shape) else st
+    return None if st is None or st == contiguous_strides(t.shape) else st
 
 
 def _elementwise_strides(tr, op, args, out):
@@ -229,7 +222,7 @@ def note_layout(tr, op, params, args, out, recorded):
         st = _elementwise_strides(tr, op, args, out)     # an op over a non-contiguous input
     else:
         return
-    if st is None or tuple(st) != _contiguous(out.shape) and out.size > 1:
+    if st is None or tuple(st) != contiguous_strides(out.shape) and out.size > 1:
         tr.layouts[out] = None if st is None else tuple(st)
 
 

@@ -8,6 +8,20 @@ split), while a transposed matrix cannot be flattened.
 from __future__ import annotations
 
 
+def contiguous_strides(shape) -> tuple:
+    """The element strides of a C-contiguous (row-major) array of ``shape``."""
+    st, acc = [], 1
+    for n in reversed(shape):
+        st.append(acc)
+        acc *= n
+    return tuple(reversed(st))
+
+
+def element_strides(d) -> tuple:
+    """NumPy array ``d``'s strides in elements (torch's ``stride()``), not bytes."""
+    return tuple(s // d.itemsize for s in d.strides)
+
+
 def viewable(shape: tuple, strides: tuple, new_shape: tuple) -> bool:
     """Whether ``new_shape`` can view data of ``shape`` with element ``strides`` without a copy."""
     if not shape:

@@ -37,11 +37,23 @@ def out_size(size, k, stride, padding, dilation):
 
 # ---- shape rules -------------------------------------------------------------------------------------------
 
+def _int_tuple(name, what, v, nd, least):
+    if type(v) is not tuple or len(v) != nd or any(type(i) is not int or i < least for i in v):
+        kind = "positive" if least == 1 else "non-negative"
+        raise OpError(f"{name}: {what} must be a tuple of {nd} {kind} ints, got {v!r}")
+
+
+def _checked(name, a, b, what_a, what_b, params):
+    """The checks the three rules share (operands, stride/dilation/padding/groups); returns (spatial dims, groups)."""
+    _check_pair(name, a, b, what_a, what_b)
+    nd = a.ndim - 2
+    _check_params(name, nd, params)
+    return nd, params["groups"]
+
+
 def _check_params(name, nd, params):
     for p in ("stride", "dilation"):
-        v = params[p]
-        if type(v) is not tuple or len(v) != nd or any(type(i) is not int or i < 1 for i in v):
-            raise OpError(f"{name}: {p} must be a tuple of {nd} positive ints, got {v!r}")
+        _int_tuple(name, p, params[p], nd, 1)
     pad = params["padding"]
     if type(pad) is not tuple or len(pad) != nd or any(
             type(p) is not tuple or len(p) != 2 or any(type(i) is not int or i < 0 for i in p) for p in pad):
@@ -71,10 +83,7 @@ def _check_geometry(name, size, k, out, params):
 
 def _conv_rule(avals, params):
     x, w = avals
-    _check_pair("conv", x, w, "input", "weight")
-    nd = x.ndim - 2
-    _check_params("conv", nd, params)
-    G = params["groups"]
+    nd, G = _checked("conv", x, w, "input", "weight", params)
     if w.shape[0] % G or x.shape[1] != w.shape[1] * G:
         raise OpError(f"conv: groups={G}, weight {fmt_shape(w.shape)} and input {fmt_shape(x.shape)}: expected "
                       f"{w.shape[1] * G} input channels and out channels divisible by {G}")
@@ -87,13 +96,9 @@ def _conv_rule(avals, params):
 
 def _conv_transpose_rule(avals, params):
     g, w = avals
-    _check_pair("conv_transpose", g, w, "input", "weight")
-    nd = g.ndim - 2
-    _check_params("conv_transpose", nd, params)
-    G = params["groups"]
+    nd, G = _checked("conv_transpose", g, w, "input", "weight", params)
     size = params["size"]
-    if type(size) is not tuple or len(size) != nd or any(type(i) is not int or i < 0 for i in size):
-        raise OpError(f"conv_transpose: size must be a tuple of {nd} non-negative ints, got {size!r}")
+    _int_tuple("conv_transpose", "size", size, nd, 0)
     if w.shape[0] % G or g.shape[1] != w.shape[0]:
         raise OpError(f"conv_transpose: groups={G}, weight {fmt_shape(w.shape)} and input {fmt_shape(g.shape)}: "
                       f"expected {w.shape[0]} input channels, divisible by {G}")
@@ -103,13 +108,9 @@ def _conv_transpose_rule(avals, params):
 
 def _conv_weight_rule(avals, params):
     x, g = avals
-    _check_pair("conv_weight", x, g, "input", "output gradient")
-    nd = x.ndim - 2
-    _check_params("conv_weight", nd, params)
-    G = params["groups"]
+    nd, G = _checked("conv_weight", x, g, "input", "output gradient", params)
     ksize = params["ksize"]
-    if type(ksize) is not tuple or len(ksize) != nd or any(type(i) is not int or i < 1 for i in ksize):
-        raise OpError(f"conv_weight: ksize must be a tuple of {nd} positive ints, got {ksize!r}")
+    _int_tuple("conv_weight", "ksize", ksize, nd, 1)
     if x.shape[1] % G or g.shape[1] % G or x.shape[0] != g.shape[0]:
         raise OpError(f"conv_weight: groups={G}, input {fmt_shape(x.shape)} and output gradient "
                       f"{fmt_shape(g.shape)}: expected one batch size and channels divisible by {G}")
