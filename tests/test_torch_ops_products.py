@@ -79,6 +79,17 @@ def test_mv_inner_vdot_errors_match_torch():
         raises_as_torch(jf, tf)
 
 
+def test_dot_checks_and_names_as_torch():
+    # vdot calls dot: dot itself checks dtypes and sizes with torch's texts and names its node DotBackward0
+    f64 = dict(dtype=torch.float64)
+    raises_as_torch(lambda: jg.dot(jg.ones(3), jg.ones(3, dtype=jg.float64)),
+                    lambda: torch.dot(torch.ones(3), torch.ones(3, **f64)))
+    raises_as_torch(lambda: jg.dot(jg.ones(3), jg.ones(4)), lambda: torch.dot(torch.ones(3), torch.ones(4)))
+    for fn in ("dot", "vdot"):
+        a, ta = jg.ones(2, requires_grad=True), torch.ones(2, requires_grad=True)
+        assert getattr(jg, fn)(a, jg.ones(2)).grad_fn.name() == getattr(torch, fn)(ta, torch.ones(2)).grad_fn.name()
+
+
 @pytest.mark.parametrize("sa, sb, dim", [((4, 3), (4, 3), 1), ((3, 2), (3, 1), 0), ((2, 3), (1, 3), -1)])
 def test_cross_matches_torch(sa, sb, dim):
     agree(lambda a, b: jg.cross(a, b, dim=dim), lambda a, b: torch.cross(a, b, dim=dim),

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from ..ir.dtypes import torch_scalar_name
 from ..ir.ops import OPS as O
 from .dispatch import bind, op_error, _bind_by_name
 from .tensor import Tensor
@@ -439,7 +440,14 @@ def dot(input, other, **torch_kw):
         return torch_kwargs(dot, 'dot', (input, other), {}, torch_kw)
     if input.ndim != 1 or other.ndim != 1:
         raise RuntimeError(f"1D tensors expected, but got {input.ndim}D and {other.ndim}D tensors")
-    return matmul(input, other)
+    if input.dtype is not other.dtype:
+        raise RuntimeError(f"dot : expected both vectors to have same dtype, but found "
+                           f"{torch_scalar_name(input.dtype)} and {torch_scalar_name(other.dtype)}")
+    if input.shape[0] != other.shape[0]:
+        n, m = input.shape[0], other.shape[0]
+        raise RuntimeError(f"inconsistent tensor size, expected tensor [{n}] and src [{m}] to have the same number "
+                           f"of elements, but got {n} and {m} elements respectively")
+    return named(matmul(input, other), "DotBackward0")
 
 
 def mm(input, mat2, **torch_kw):

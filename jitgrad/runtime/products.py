@@ -145,16 +145,7 @@ def vdot(input, other, **torch_kw):
     """
     if torch_kw:       # out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(vdot, "vdot", (input, other), {}, torch_kw)
-    if input.ndim != 1 or other.ndim != 1:
-        raise RuntimeError(f"1D tensors expected, but got {input.ndim}D and {other.ndim}D tensors")
-    if input.dtype is not other.dtype:
-        raise RuntimeError(f"dot : expected both vectors to have same dtype, but found "
-                           f"{dt.torch_scalar_name(input.dtype)} and {dt.torch_scalar_name(other.dtype)}")
-    if input.shape[0] != other.shape[0]:
-        n, m = input.shape[0], other.shape[0]
-        raise RuntimeError(f"inconsistent tensor size, expected tensor [{n}] and src [{m}] to have the same number "
-                           f"of elements, but got {n} and {m} elements respectively")
-    return named(input @ other, "DotBackward0")
+    return named(F.dot(input, other), "VdotBackward0")       # (real tensors: no conjugate) torch's dot checks
 
 
 def ger(input, vec2, **torch_kw):
