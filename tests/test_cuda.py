@@ -149,6 +149,7 @@ CASES = {
     "delayed_error": (lambda a: a * _bind("delayed_error", a.detach(), msg="no double backward"), [(2, 3)], "any"),
     # the fused primitives: on a device they run as their decompositions (OpDef.decompose)
     "tanh_backward": (lambda g, y: _bind("tanh_backward", g, y), [(2, 3), (2, 3)], "unit"),
+    "gelu_backward": (lambda g, x: _bind("gelu_backward", g, x), [(2, 3), (2, 3)], "any"),
     "softmax": (lambda a: _bind("softmax", a, axis=1), [(2, 3)], "any"),
     "diagonal": (lambda a: _bind("diagonal", a, offset=1, dim1=0, dim2=1) * 2.0, [(3, 4)], "any"),
     "sdpa": (lambda q, k, v, m: _bind("sdpa", q, k, v, m, scale=0.5), [(2, 3, 2), (2, 4, 2), (2, 4, 3), (3, 4)], "any"),

@@ -50,3 +50,47 @@ def test_eager_erf_and_gelu_use_it(approximate):
     y.sum().backward()
     dref = 0.5 * (1 + scipy_erf(x64 / np.sqrt(2))) + x64 * np.exp(-x64 * x64 / 2) / np.sqrt(2 * np.pi)
     np.testing.assert_allclose(x.grad.numpy(), dref, rtol=1e-6, atol=1e-6)
+
+
+def _decomposed_gelu_and_vjp(x, g):
+    """GELU and its vjp as the decompositions bind them, one NumPy op per primitive (float32 throughout)."""
+    from jitgrad.ir.ops.normalization import _INV_SQRT_2PI, _SQRT_HALF
+    e = numpy_erf.erf_float32(x * _SQRT_HALF)
+    y = 0.5 * x * (1.0 + e)
+    cdf = 0.5 * (1.0 + e)
+    pdf = np.exp(x * x * -0.5) * _INV_SQRT_2PI
+    return y, g * (cdf + x * pdf)
+
+
+def test_fused_gelu_and_vjp_give_the_decompositions_bits():
+    rng = np.random.default_rng(3)
+    for x in (rng.standard_normal(100_003).astype(np.float32) * 3,            # several blocks and a partial one
+              np.array([0.0, -0.0, 0.5, -0.5, 7.0, -7.0, 40.0, -40.0, np.inf, -np.inf, np.nan, 1e-30], np.float32)):
+        g = rng.standard_normal(x.shape).astype(np.float32)
+        with np.errstate(all="ignore"):
+            y, dx = _decomposed_gelu_and_vjp(x, g)
+            np.testing.assert_array_equal(numpy_erf.gelu_float32(x), y)
+            np.testing.assert_array_equal(numpy_erf.gelu_backward_float32(g, x), dx)
+    x = rng.standard_normal((30, 40)).astype(np.float32)
+    g = rng.standard_normal((40, 30)).astype(np.float32)
+    np.testing.assert_array_equal(numpy_erf.gelu_backward_float32(g.T, x), _decomposed_gelu_and_vjp(x, g.T)[1])
+
+
+def test_eager_gelu_vjp_is_one_node_and_agrees_with_the_compiled_graph():
+    x0 = np.random.default_rng(4).standard_normal((64, 33)).astype(np.float32)
+    w0 = np.random.default_rng(5).standard_normal((64, 33)).astype(np.float32)
+
+    def step(x, w):
+        y = jg.nn.functional.gelu(x)
+        (g,) = jg.autograd.grad((y * w).sum(), x, create_graph=True)
+        (gg,) = jg.autograd.grad((g * g).sum(), x)
+        return y, g, gg
+
+    x = jg.tensor(x0, requires_grad=True)
+    y, g, gg = step(x, jg.tensor(w0))
+    assert g.grad_fn.name() == "GeluBackwardBackward0"        # torch's name for the vjp's own node
+    # a trace differentiates gelu's decomposition (the transpose pass), so only the forward is the same bits
+    traced = jg.compile(step, backend="interpret")(jg.tensor(x0, requires_grad=True), jg.tensor(w0))
+    np.testing.assert_array_equal(y.detach().numpy(), traced[0].numpy())
+    np.testing.assert_allclose(g.detach().numpy(), traced[1].numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(gg.numpy(), traced[2].numpy(), rtol=1e-5, atol=1e-5)

@@ -166,7 +166,7 @@ def test_opdef_has_its_rules(name):
         assert isinstance(op.grad_name, str) and op.grad_name.endswith(("Backward0", "Backward1"))
     if op.family == "elementwise":
         assert callable(op.scalar), f"{name}: elementwise op without a scalar body"
-        names = ["a", "b", "c"][:{"where": 3, "rand_uniform": 2, "rand_normal": 2, "tanh_backward": 2}.get(
+        names = ["a", "b", "c"][:{"where": 3, "rand_uniform": 2, "rand_normal": 2, "tanh_backward": 2, "gelu_backward": 2}.get(
             name, 2 if name in BINARY_OPS else 1)]
         params = {"clamp": {"min": 0.0, "max": 1.0}, "cast": {"dtype": jg.float32},
                   "rand_uniform": {"shape": (2,), "dtype": jg.float32},
@@ -1155,6 +1155,7 @@ SMOKE = {
     "nll_loss": lambda: SMOKE_nll_loss(),
     "log_softmax_backward": lambda: SMOKE_log_softmax_backward(),
     "tanh_backward": lambda: SMOKE_tanh_backward(),
+    "gelu_backward": lambda: SMOKE_gelu_backward(),
     "sdpa": lambda: _g(lambda q, k, v: jg.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
                        (2, 3, 2), (2, 4, 2), (2, 4, 3)),
     "sdpa_tiled": lambda: SMOKE_sdpa_tiled(),
@@ -1187,6 +1188,14 @@ def SMOKE_tanh_backward():
     # tanh's eager vjp binds it; create_graph differentiates it again
     def f(a, v):
         g, = jg.autograd.grad((jg.tanh(a) * v).sum(), a, create_graph=True)
+        return g
+    _g(f, (2, 3), (2, 3))
+
+
+def SMOKE_gelu_backward():
+    # exact GELU's eager vjp binds it; create_graph differentiates it again
+    def f(a, v):
+        g, = jg.autograd.grad((jg.nn.functional.gelu(a) * v).sum(), a, create_graph=True)
         return g
     _g(f, (2, 3), (2, 3))
 

@@ -138,7 +138,8 @@ def _compiled_cases():
     for name, ss in SAMPLES.items():
         for k, s in enumerate(ss):
             for backend in ("interpret", "numba"):
-                marks = [pytest.mark.xfail(reason=s.xfail, strict=True)] if s.xfail else []
+                reason = s.xfail or s.traced_xfail
+                marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
                 if backend == "numba" and s.numba_xfail and not s.xfail:
                     # fastmath rewrites depend on the LLVM version and the vector width: not strict
                     marks = [pytest.mark.xfail(reason=s.numba_xfail, strict=False)]
@@ -153,7 +154,13 @@ def test_compiled_matches_torch(name, k, backend):
     check(sample, results, ws, vs)
 
 
-@pytest.mark.parametrize("name,k", CASES)
+TRACED_CASES = [pytest.param(name, k, id=f"{name}-{k}" + (f"-{s.label}" if s.label else ""),
+                             marks=[pytest.mark.xfail(reason=s.xfail or s.traced_xfail, strict=True)]
+                             if s.xfail or s.traced_xfail else [])
+                for name, ss in SAMPLES.items() for k, s in enumerate(ss)]
+
+
+@pytest.mark.parametrize("name,k", TRACED_CASES)
 def test_compiled_forward_eager_derivatives_match_torch(name, k):
     """The forward compiled alone (reference interpreter); gradient and second order taken outside, through the
     compiled function's backward and double-backward graphs (the transpose pass on the same rules)."""

@@ -1,4 +1,4 @@
-"""Fused transformer primitives with decompositions: ``gelu`` and ``layer_norm`` (the normalisation; the affine
+"""Fused transformer primitives with decompositions: ``gelu`` (and its vjp, ``gelu_backward``) and ``layer_norm`` (the normalisation; the affine
 weight and bias stay ordinary ops).
 
 Eager CPU mode runs each as one NumPy expression with one backward node (layer_norm was seven eager ops forward);
@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from .opdef import Aval, OpDef, OpError, fmt_shape, register
+from .opdef import Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register, result_dtype
 
 _SQRT_HALF = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -45,9 +45,9 @@ def _gelu_impl(x, approximate="none"):
     if approximate == "tanh":
         return 0.5 * x * (1.0 + np.tanh(x.dtype.type(_TANH_K) * (x + x.dtype.type(_TANH_C) * x * x * x)))
     if x.dtype == np.float32:
-        from .numpy_erf import erf_float32 as erf      # vectorised; SciPy's float32 erf is scalar code
-    else:
-        from scipy.special import erf       # imported on first use: keeps `import jitgrad` fast
+        from .numpy_erf import gelu_float32     # vectorised blocks; SciPy's float32 erf is scalar code
+        return gelu_float32(x)
+    from scipy.special import erf       # imported on first use: keeps `import jitgrad` fast
     return 0.5 * x * (1.0 + erf(x * x.dtype.type(_SQRT_HALF)))
 
 
@@ -63,10 +63,7 @@ def _gelu_vjp(c, g):
         t = c.bind("tanh", _TANH_K * (x + _TANH_C * x * x * x))
         d = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * (_TANH_K * (1.0 + 3.0 * _TANH_C * x * x))
         return (g * d,)
-    # d/dx x Phi(x) = Phi(x) + x phi(x)
-    cdf = 0.5 * (1.0 + c.bind("erf", x * _SQRT_HALF))
-    pdf = c.bind("exp", x * x * -0.5) * _INV_SQRT_2PI
-    return (g * (cdf + x * pdf),)
+    return (c.bind("gelu_backward", g, x),)
 
 
 def _gelu_scalar(m, x, approximate="none"):
@@ -81,6 +78,64 @@ def _gelu_scalar(m, x, approximate="none"):
 register(OpDef("gelu", "elementwise", _gelu_rule, _gelu_impl, _gelu_vjp, scalar=_gelu_scalar, saves_in=(0,),
                grad_name="GeluBackward0", decompose=_gelu_decompose,
                doc="gelu(x; approximate): x * Phi(x), or the tanh approximation"))
+
+
+# ---- gelu_backward: exact GELU's vjp, g * (Phi(x) + x phi(x)) ---------------------------------------------
+
+def _gelu_bwd_rule(avals, params):
+    g, x = avals
+    if not g.dtype.is_floating_point or not x.dtype.is_floating_point:
+        raise OpError(f"gelu_backward: expected a float gradient and input, got "
+                      f"{g.dtype.name}{fmt_shape(g.shape)} and {x.dtype.name}{fmt_shape(x.shape)}")
+    return [Aval(broadcast_shapes("gelu_backward", [g.shape, x.shape]), result_dtype(avals))]
+
+
+def _gelu_bwd_decompose(b, g, x):
+    # d/dx x Phi(x) = Phi(x) + x phi(x)
+    cdf = 0.5 * (1.0 + b("erf", x * _SQRT_HALF))
+    pdf = b("exp", x * x * -0.5) * _INV_SQRT_2PI
+    return g * (cdf + x * pdf)
+
+
+def _gelu_bwd_impl(g, x):
+    if g.dtype == x.dtype == np.float32 and g.shape == x.shape:
+        from .numpy_erf import gelu_backward_float32    # the decomposition's order, in cache-sized blocks
+        return gelu_backward_float32(g, x)
+    from scipy.special import erf
+    cdf = 0.5 * (1.0 + erf(x * x.dtype.type(_SQRT_HALF)))
+    return g * (cdf + x * (np.exp(x * x * -0.5) * x.dtype.type(_INV_SQRT_2PI)))
+
+
+def _gelu_bwd_vjp(c, h):
+    # z = g d(x), d = Phi + x phi:  dz/dg . h = h d(x);  dz/dx . h = h g d'(x), d' = phi (2 - x^2)
+    g, x = c.inputs
+    dg = dx = None
+    if c.needs_grad[0]:
+        dg = c.bind("gelu_backward", h, x)
+        if dg.shape != c.shapes[0]:
+            dg = dg.sum_to_size(c.shapes[0])
+    if c.needs_grad[1]:
+        # torch's gelu_double_backward, term by term: its own derivatives (third order) then agree at inf and nan
+        x2 = x * x
+        pdf = _INV_SQRT_2PI * c.bind("exp", -0.5 * x2)
+        dx = h * g * (2.0 * pdf - x2 * pdf)
+        if dx.shape != c.shapes[1]:
+            dx = dx.sum_to_size(c.shapes[1])
+    return dg, dx
+
+
+def _gelu_bwd_scalar(m, g, x):
+    half, one = m.lit(0.5), m.lit(1.0)
+    cdf = f"({half} * ({one} + {m.erf(f'{x} * {m.lit(_SQRT_HALF)}')}))"
+    pdf = f"({m.exp(f'{x} * {x} * {m.lit(-0.5)}')} * {m.lit(_INV_SQRT_2PI)})"
+    return f"({g} * ({cdf} + {x} * {pdf}))"
+
+
+register(OpDef("gelu_backward", "elementwise", _gelu_bwd_rule, _gelu_bwd_impl, _gelu_bwd_vjp,
+               scalar=_gelu_bwd_scalar, saves_in=(0, 1), grad_name="GeluBackwardBackward0",
+               decompose=_gelu_bwd_decompose,
+               doc="exact GELU's vjp in eager mode, g * (Phi(x) + x phi(x)): one op in cache-sized blocks instead "
+                   "of eleven"))
 
 
 # ---- layer_norm ------------------------------------------------------------------------------------------

@@ -1,16 +1,23 @@
-"""erf of float32 arrays in NumPy for eager mode: the compiled kernels' algorithm (``codegen/mathlib.py``'s
-``erf_f32``), evaluated with NumPy's SIMD loops a cache-sized block at a time.
+"""erf, GELU and GELU's vjp of float32 arrays in NumPy for eager mode: the compiled kernels' algorithm
+(``codegen/mathlib.py``'s ``erf_f32``), evaluated with NumPy's SIMD loops a cache-sized block at a time.
 
 SciPy's ``erf`` on float32 goes element by element through a double-precision routine: ~12 ns an element, which
-made GELU (its forward and backward each take an erf) the costliest op of an eager GPT step after the GEMMs
-(B9: 8 erfs of 524,288 elements, ~35 ms of a 130 ms step).  This takes ~7 ns an element and agrees with the
-compiled kernels' erf to rounding (max error 2.5 ulp against the exact value; SciPy's is 0.5 ulp).  float64
-keeps SciPy's erf (gradcheck's precision).
+made GELU (its forward and backward each take an erf) the costliest op of an eager GPT step after the GEMMs.
+This agrees with the compiled kernels' erf to rounding (max error 2.5 ulp against the exact value; SciPy's is
+0.5 ulp).  float64 keeps SciPy's erf (gradcheck's precision).
 
-erf x = x P(x^2) on |x| < 0.92; erf x = 1 - exp(-x^2) H(1 / (1 + x/2)) beyond (x clamped at 4, where it rounds
-to 1); the sign copied from x; nan stays nan.
+erf x = x P(x^2) on |x| < 0.92; erf x = 1 - exp(-x^2) H(1 / (1 + |x|/2)) beyond; the sign bit copied from x; nan
+stays nan.  Both branches are evaluated on every element of a block, then one is kept: NumPy has no per-element
+branch.  The slow NumPy loops are avoided (a masked ``copyto``, ``copysign`` and the NaN-propagating ``minimum``
+cost 2-20x a multiply): the branch is picked with ``putmask`` and the sign is OR-ed in as a bit.  Beyond |x| = 4,
+where the compiled kernel clamps, both give 1 (exp(-x^2) H < 2^-25 there).
+
+GELU and its vjp run the same block loop around the erf, in the order their decompositions
+(``normalization.py``) bind the primitives, so the fused eager ops and the decomposed graph give the same bits.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -19,46 +26,117 @@ _F = np.float32
 _A = tuple(_F(c) for c in (1.1283792, -0.37612632, 0.112836875, -0.02685894, 0.005199907, -0.0008130013,
                            8.316775e-05))
 _B = tuple(_F(c) for c in (0.0017120629, 0.2606605, 0.39347643, -0.05872, 0.6317423, -0.22910842))
-_SMALL_MAX, _CLAMP, _HALF, _ONE = _F(0.92), _F(4.0), _F(0.5), _F(1.0)
-BLOCK = 32768           # elements per block: a block's four temporaries stay in L2
+_SMALL_MAX, _HALF, _ONE = _F(0.92), _F(0.5), _F(1.0)
+_SIGN = np.int32(-2 ** 31)
+# GELU's constants as its decomposition's Python floats become in float32 arithmetic
+_SQRT_HALF, _INV_SQRT_2PI = _F(1.0 / math.sqrt(2.0)), _F(1.0 / math.sqrt(2.0 * math.pi))
+_MINUS_HALF = _F(-0.5)
+BLOCK = 32768           # elements per block: a block's temporaries stay in L2
+
+
+class _Scratch:
+    """The per-call block temporaries (float32, and a bool mask)."""
+
+    def __init__(self, n):
+        self.a, self.z, self.p, self.t = (np.empty(n, _F) for _ in range(4))
+        self.large = np.empty(n, np.bool_)
+        self.extra = np.empty(n, _F)
+
+
+def _erf_block(xb, out, s: _Scratch, m: int):
+    """erf of the block ``xb`` (m elements) into ``out`` (which may be ``xb``'s own buffer only if not read
+    after); uses every scratch array but ``extra``."""
+    ab, zb, pb, tb, lb = s.a[:m], s.z[:m], s.p[:m], s.t[:m], s.large[:m]
+    np.abs(xb, out=ab)
+    np.multiply(ab, ab, out=zb)
+    np.multiply(zb, _A[6], out=pb)                  # Horner: p = ((A6 z + A5) z + ...) z + A0
+    for c in _A[5:0:-1]:
+        pb += c
+        pb *= zb
+    pb += _A[0]
+    pb *= ab                                        # the small-|x| branch, a P(a^2)
+    np.greater_equal(ab, _SMALL_MAX, out=lb)        # nan: False, the small branch's nan is kept
+    np.multiply(ab, _HALF, out=tb)
+    tb += _ONE
+    np.reciprocal(tb, out=tb)                       # t = 1 / (1 + a/2)
+    np.multiply(tb, _B[5], out=ab)                  # (a is not read again)
+    for c in _B[4:0:-1]:
+        ab += c
+        ab *= tb
+    ab += _B[0]                                     # H(t)
+    np.negative(zb, out=zb)
+    np.exp(zb, out=zb)
+    zb *= ab
+    np.subtract(_ONE, zb, out=zb)                   # the large-|x| branch, 1 - exp(-a^2) H(t)
+    np.putmask(pb, lb, zb)
+    np.bitwise_and(xb.view(np.int32), _SIGN, out=tb.view(np.int32))
+    np.bitwise_or(pb.view(np.int32), tb.view(np.int32), out=out.view(np.int32))
+
+
+def _blocks(n):
+    bs = max(1, min(BLOCK, n))
+    return _Scratch(bs), range(0, n, bs), bs
+
+
+def _flat(x):
+    return np.ascontiguousarray(x, dtype=_F).reshape(-1)
 
 
 def erf_float32(x: np.ndarray) -> np.ndarray:
     """erf of a float32 array (a new C-ordered float32 array of x's shape)."""
-    flat = np.ascontiguousarray(x).reshape(-1)
+    flat = _flat(x)
     out = np.empty(flat.shape, _F)
     n = flat.size
-    bs = max(1, min(BLOCK, n))
-    a, z, p, t = (np.empty(bs, _F) for _ in range(4))
-    large = np.empty(bs, np.bool_)
-    for s in range(0, n, bs):
-        e = min(n, s + bs)
-        m = e - s
-        xb = flat[s:e]
-        ab, zb, pb, tb, lb = a[:m], z[:m], p[:m], t[:m], large[:m]
-        np.abs(xb, out=ab)
-        np.multiply(ab, ab, out=zb)
-        np.multiply(zb, _A[6], out=pb)              # Horner: p = ((A6 z + A5) z + ...) z + A0
-        for c in _A[5:0:-1]:
-            pb += c
-            pb *= zb
-        pb += _A[0]
-        pb *= ab                                    # the small-|x| branch, a P(a^2)
-        np.greater_equal(ab, _SMALL_MAX, out=lb)
-        np.minimum(ab, _CLAMP, out=ab)              # NaN propagates
-        np.multiply(ab, _HALF, out=tb)
-        tb += _ONE
-        np.reciprocal(tb, out=tb)                   # t = 1 / (1 + a/2)
-        np.multiply(tb, _B[5], out=zb)
-        for c in _B[4:0:-1]:
-            zb += c
-            zb *= tb
-        zb += _B[0]                                 # H(t)
-        np.multiply(ab, ab, out=tb)
-        np.negative(tb, out=tb)
-        np.exp(tb, out=tb)
-        tb *= zb
-        np.subtract(_ONE, tb, out=tb)               # the large-|x| branch, 1 - exp(-a^2) H(t)
-        np.copyto(pb, tb, where=lb)
-        np.copysign(pb, xb, out=out[s:e])
-    return out.reshape(x.shape)
+    s, starts, bs = _blocks(n)
+    for i in starts:
+        m = min(bs, n - i)
+        _erf_block(flat[i:i + m], out[i:i + m], s, m)
+    return out.reshape(np.shape(x))
+
+
+def _cdf_block(xb, s: _Scratch, m: int):
+    """0.5 * (1 + erf(x * sqrt(1/2))), as the decomposition binds it, into ``s.extra``."""
+    cdf = s.extra[:m]
+    np.multiply(xb, _SQRT_HALF, out=cdf)
+    _erf_block(cdf, cdf, s, m)
+    cdf += _ONE
+    cdf *= _HALF
+    return cdf
+
+
+def gelu_float32(x: np.ndarray) -> np.ndarray:
+    """GELU of a float32 array: ``0.5 * x * (1 + erf(x * sqrt(1/2)))``, the decomposition's order."""
+    flat = _flat(x)
+    out = np.empty(flat.shape, _F)
+    n = flat.size
+    s, starts, bs = _blocks(n)
+    for i in starts:
+        m = min(bs, n - i)
+        xb, ob, e = flat[i:i + m], out[i:i + m], s.extra[:m]
+        np.multiply(xb, _SQRT_HALF, out=e)
+        _erf_block(e, e, s, m)
+        e += _ONE
+        np.multiply(xb, _HALF, out=ob)
+        ob *= e
+    return out.reshape(np.shape(x))
+
+
+def gelu_backward_float32(g: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """GELU's vjp of float32 arrays of one shape: ``g * (cdf + x * pdf)``, cdf = 0.5 (1 + erf(x sqrt(1/2))),
+    pdf = exp(x * x * -0.5) / sqrt(2 pi), the decomposition's order."""
+    flat, gflat = _flat(x), _flat(g)
+    out = np.empty(flat.shape, _F)
+    n = flat.size
+    s, starts, bs = _blocks(n)
+    for i in starts:
+        m = min(bs, n - i)
+        xb, ob = flat[i:i + m], out[i:i + m]
+        cdf = _cdf_block(xb, s, m)
+        np.multiply(xb, xb, out=ob)                 # the pdf, built in the output block
+        ob *= _MINUS_HALF
+        np.exp(ob, out=ob)
+        ob *= _INV_SQRT_2PI
+        ob *= xb
+        ob += cdf
+        ob *= gflat[i:i + m]
+    return out.reshape(np.shape(x))
