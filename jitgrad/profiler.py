@@ -3,7 +3,7 @@
 ``profile(activities=[ProfilerActivity.CPU], record_shapes=..., profile_memory=..., with_stack=...)`` records the
 same events as ``jitgrad.autograd.profiler.profile``; ``ProfilerActivity.CUDA`` turns on device timing.  A
 ``schedule`` is honoured by ``step()``: events are kept only during the active steps, and ``on_trace_ready(prof)``
-runs at the end of each active span.  There is no Kineto (``kineto_available()`` is False).
+runs at the end of each active span (``tensorboard_trace_handler(dir)`` writes each span's trace there).  There is no Kineto (``kineto_available()`` is False).
 """
 from __future__ import annotations
 
@@ -56,8 +56,21 @@ def schedule(*, wait, warmup, active, repeat=0, skip_first=0, skip_first_wait=0)
     return action
 
 
+_RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+
+
+def _record_always(step):
+    """The schedule of a profile without one: every step is recorded (one span, saved at the end)."""
+    return ProfilerAction.RECORD
+
+
 class profile(_autograd_profile):
-    """torch.profiler.profile over jitgrad's event recorder."""
+    """torch.profiler.profile over jitgrad's event recorder.
+
+    As in torch, each active span of the schedule is a recording of its own: it starts with the first RECORD step
+    and ends with the step that ``step()`` leaves in RECORD_AND_SAVE (or at ``stop()`` / the end of the ``with``
+    block); ``on_trace_ready(prof)`` then runs on the finished span, whose events ``prof.events()``,
+    ``key_averages()`` and ``export_chrome_trace()`` show.  Wait and warmup steps record nothing."""
 
     def __init__(self, *, activities=None, schedule=None, on_trace_ready=None, record_shapes=False,
                  profile_memory=False, with_stack=False, with_flops=False, with_modules=False,
@@ -67,34 +80,73 @@ class profile(_autograd_profile):
         super().__init__(enabled=True, use_cuda=cuda, record_shapes=record_shapes, with_stack=with_stack,
                          profile_memory=profile_memory)
         self.activities = acts
-        self.schedule = schedule
+        self.schedule = schedule if schedule is not None else _record_always
         self.on_trace_ready = on_trace_ready
         self.step_num = 0
+        self.current_action = self.schedule(0)
+        self._recording = False
 
     def __enter__(self):
-        super().__enter__()
+        self.start()
         return self
 
     def __exit__(self, *exc):
-        r = super().__exit__(*exc)
-        if self.on_trace_ready is not None and (self.schedule is None or self.schedule(self.step_num) in (
-                ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)):
-            self.on_trace_ready(self)
-        return r
+        self.stop()
+        return False
 
     def start(self):
-        self.__enter__()
+        self.current_action = self.schedule(self.step_num)
+        if self.current_action in _RECORDING:
+            self._start_span()
 
     def stop(self):
-        self.__exit__(None, None, None)
+        if self._recording:
+            self._end_span()
 
     def step(self):
-        """Advance the schedule by one step (a training iteration)."""
-        if self.schedule is not None and self.schedule(self.step_num) is ProfilerAction.RECORD_AND_SAVE \
-                and self.on_trace_ready is not None:
-            self.on_trace_ready(self)
+        """Advance the schedule by one step (a training iteration): a span whose last step this was ends (and
+        ``on_trace_ready`` runs), and the next step starts one if it is to be recorded."""
+        prev = self.current_action
         self.step_num += 1
+        self.current_action = self.schedule(self.step_num)
+        if prev is ProfilerAction.RECORD_AND_SAVE and self._recording:
+            self._end_span()
+        if self.current_action in _RECORDING and not self._recording:
+            self._start_span()
+
+    def _start_span(self):
+        self.entered = False          # a fresh recording per span (the recorder itself is not reentrant)
+        _autograd_profile.__enter__(self)
+        self._recording = True
+
+    def _end_span(self):
+        _autograd_profile.__exit__(self, None, None, None)
+        self._recording = False
+        if self.on_trace_ready is not None:
+            self.on_trace_ready(self)
+
+
+def tensorboard_trace_handler(dir_name, worker_name=None, use_gzip=False):
+    """An ``on_trace_ready`` that writes each span's Chrome trace to ``dir_name`` (created if missing) as
+    ``{worker_name}.{time_ns}.pt.trace.json`` (``.gz`` with ``use_gzip``), the names TensorBoard's profiler
+    plugin reads; ``worker_name`` defaults to ``{hostname}_{pid}``, as in torch."""
+    import os
+    import socket
+    import time
+
+    def handler_fn(prof) -> None:
+        nonlocal worker_name
+        if not os.path.isdir(dir_name):
+            try:
+                os.makedirs(dir_name, exist_ok=True)
+            except Exception as e:
+                raise RuntimeError("Can't create directory: " + dir_name) from e
+        if not worker_name:
+            worker_name = f"{socket.gethostname()}_{os.getpid()}"
+        file_name = f"{worker_name}.{time.time_ns()}.pt.trace.json" + (".gz" if use_gzip else "")
+        prof.export_chrome_trace(os.path.join(dir_name, file_name))
+    return handler_fn
 
 
 __all__ = ["profile", "record_function", "ProfilerActivity", "ProfilerAction", "schedule", "supported_activities",
-           "kineto_available"]
+           "kineto_available", "tensorboard_trace_handler"]

@@ -577,6 +577,58 @@ def test_torch_profiler_names():
     assert [s(i).name for i in range(6)] == [ts(i).name for i in range(6)]
 
 
+
+def _scheduled_spans(lib, schedule, steps):
+    """(step_num, labels recorded) at each on_trace_ready of a profile over ``steps`` labelled iterations."""
+    spans = []
+
+    def ready(p):
+        spans.append((p.step_num, sorted({e.name for e in p.events() if e.name.startswith("it")})))
+    kw = {} if schedule is None else {"schedule": lib.profiler.schedule(**schedule)}
+    with lib.profiler.profile(activities=[lib.profiler.ProfilerActivity.CPU], on_trace_ready=ready, **kw) as prof:
+        for k in range(steps):
+            with lib.profiler.record_function(f"it{k}"):
+                (lib.ones(2) * 2).sum()
+            prof.step()
+    return spans
+
+
+@pytest.mark.parametrize("schedule, steps", [
+    (dict(wait=1, warmup=1, active=2, repeat=2), 12),    # two spans, each saved by the step that ends it
+    (dict(wait=0, warmup=0, active=3), 4),               # repeat=0: a new span starts, and ends at the exit
+    (None, 3),                                           # no schedule: one span, saved at the exit
+])
+def test_torch_profiler_schedule_spans(schedule, steps):
+    # each active span is a recording of its own, finished before on_trace_ready reads it (nanoGPT's bench.py
+    # exports it with tensorboard_trace_handler; on_trace_ready used to run mid-recording and fail)
+    import jitgrad.profiler  # noqa: F401
+    assert _scheduled_spans(jg, schedule, steps) == _scheduled_spans(torch, schedule, steps)
+
+
+@pytest.mark.parametrize("use_gzip", [False, True])
+def test_torch_profiler_tensorboard_trace_handler(tmp_path, use_gzip):
+    import gzip
+    import json
+    import os
+    import socket
+    import jitgrad.profiler as P
+    out = tmp_path / "bench_log"                       # created by the handler, as torch's
+    with P.profile(activities=[P.ProfilerActivity.CPU], schedule=P.schedule(wait=1, warmup=1, active=1, repeat=1),
+                   on_trace_ready=P.tensorboard_trace_handler(str(out), use_gzip=use_gzip)) as prof:
+        for k in range(4):
+            with P.record_function(f"it{k}"):
+                (jg.ones(2) * 2).sum()
+            prof.step()
+    files = os.listdir(out)
+    assert len(files) == 1
+    name = files[0]
+    suffix = ".pt.trace.json" + (".gz" if use_gzip else "")
+    assert name.startswith(f"{socket.gethostname()}_{os.getpid()}.") and name.endswith(suffix)
+    with (gzip.open if use_gzip else open)(out / name, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    assert {e["name"] for e in events if e["name"].startswith("it")} == {"it2"}     # the active step only
+
+
 # ---- custom Function details ------------------------------------------------------------------------------
 
 def _graph_desc(fn):

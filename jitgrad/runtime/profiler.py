@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import gzip
 import json
 import os
 import threading
@@ -207,7 +208,8 @@ class EventList(list):
 
     def export_chrome_trace(self, path):
         """Write the events to ``path`` as Trace Event JSON (``"ph": "X"`` complete events, ``ts`` / ``dur``
-        in us), loadable in chrome://tracing and https://ui.perfetto.dev."""
+        in us), loadable in chrome://tracing and https://ui.perfetto.dev; a path ending in ``.gz`` is written
+        gzip-compressed, as torch does."""
         if not all(isinstance(e, FunctionEvent) for e in self):
             raise TypeError("export_chrome_trace needs FunctionEvents (prof.function_events), not averages")
         pid = os.getpid()
@@ -223,7 +225,8 @@ class EventList(list):
             end = e._end if e._end is not None else e._start
             trace.append({"name": e.name, "ph": "X", "ts": e._start / 1000.0, "dur": (end - e._start) / 1000.0,
                           "pid": pid, "tid": e.thread, "cat": e.cat, "args": args})
-        with open(path, "w") as f:
+        opener = gzip.open if str(path).endswith(".gz") else open
+        with opener(path, "wt") as f:
             json.dump({"traceEvents": trace, "displayTimeUnit": "ms"}, f)
 
     def __str__(self):
