@@ -1,5 +1,5 @@
-"""Fused transformer primitives with decompositions: ``gelu`` (and its vjp, ``gelu_backward``) and ``layer_norm`` (the normalisation; the affine
-weight and bias stay ordinary ops).
+"""Fused transformer primitives with decompositions: ``gelu`` (and its vjp, ``gelu_backward``) and ``layer_norm``
+(the normalisation; the affine weight and bias stay ordinary ops).
 
 Eager CPU mode runs each as one NumPy expression with one backward node (layer_norm was seven eager ops forward);
 a trace or a device binds the decomposition (``OpDef.decompose``), the composition ``nn.functional`` used to
