@@ -264,3 +264,25 @@ def test_persistent_workers_iterable_dataset_restarts_each_epoch():
     want = _lists(tdata.DataLoader(_Stream(tdata, 9).make(), batch_size=2, num_workers=2, persistent_workers=True))
     assert _lists(loader) == want
     assert _lists(loader) == want
+
+
+class _BigItems(jdata.Dataset):
+    """Items of 1 MiB: one unread batch fills a worker's pipe to the loader."""
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        return np.full(1 << 18, i, np.float32)
+
+
+def test_abandoned_iterator_lets_its_workers_exit_cleanly():
+    # a loop that stops early leaves prefetched batches unread; the workers must exit on their own (exit code 0),
+    # not sit on a full pipe until the shutdown's join times out and terminates them
+    loader = jdata.DataLoader(_BigItems(), batch_size=2, num_workers=2, prefetch_factor=2)
+    it = iter(loader)
+    first = next(it)
+    assert first.shape == (2, 1 << 18)
+    workers = list(it.workers)
+    it._shutdown()
+    assert [p.exitcode for p in workers] == [0, 0]

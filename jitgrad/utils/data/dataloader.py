@@ -292,6 +292,7 @@ class _MultiProcessIter:
             p.join(timeout=5)
             if p.is_alive():
                 p.terminate()
+                p.join(timeout=1)       # reaped: no zombie left behind
         for q in self.index_qs + [self.result_q]:
             q.cancel_join_thread()
             q.close()

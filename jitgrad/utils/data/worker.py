@@ -74,6 +74,9 @@ def worker_loop(dataset, index_q, result_q, collate_fn, auto_collation, batch_si
     while True:
         task = index_q.get()
         if task is None:
+            # the loader is shutting down and reads nothing more: exit without waiting to flush the batches still
+            # buffered for it (a full pipe would hold this process until the loader's join timed out)
+            result_q.cancel_join_thread()
             break
         if type(task) is str and task == RESTART:
             try:
