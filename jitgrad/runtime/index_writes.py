@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import dtypes as dt
-from ..ir.dtypes import torch_cpp_name
+from ..ir.dtypes import torch_scalar_name
 from ..ir.ops import OPS as O
 from .dim_args import torch_dim
 from .dispatch import bind
@@ -49,7 +49,7 @@ def take(input, index, **torch_kw):
     if torch_kw:       # out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(take, "take", (input, index), {}, torch_kw)
     if index.dtype is not dt.int64:
-        raise RuntimeError(f"take(): Expected a long tensor for index, but got {torch_cpp_name(index.dtype)}")
+        raise RuntimeError(f"take(): Expected a long tensor for index, but got {torch_scalar_name(index.dtype)}")
     _flat_check("take", input, index)
     return named(input.reshape(-1)[index], "TakeBackward0")
 
@@ -60,10 +60,10 @@ def put(input, index, source, accumulate=False, **torch_kw):
     if torch_kw:
         return torch_kwargs(put, "put", (input, index, source, accumulate), {}, torch_kw)
     if index.dtype is not dt.int64:
-        raise RuntimeError(f"put_(): Expected a long tensor for index, but got {torch_cpp_name(index.dtype)}")
+        raise RuntimeError(f"put_(): Expected a long tensor for index, but got {torch_scalar_name(index.dtype)}")
     if source.dtype is not input.dtype:
         raise RuntimeError(f"put_(): self and source expected to have the same dtype, but got self.dtype = "
-                           f"{torch_cpp_name(input.dtype)} and source.dtype = {torch_cpp_name(source.dtype)}")
+                           f"{torch_scalar_name(input.dtype)} and source.dtype = {torch_scalar_name(source.dtype)}")
     if index.numel() != source.numel():
         raise IndexError(f"put_(): Expected source and index to have the same number of elements, but got "
                          f"source.numel() = {source.numel()}, index.numel() = {index.numel()}")
@@ -82,13 +82,13 @@ def _index_arg(name, input, dim, index, long_only_msg=None):
     """``(axis, index as 1-d)`` with torch's checks on ``index``."""
     ax = torch_dim(input, dim)
     if not isinstance(index, Tensor) or index.dtype not in (dt.int64, dt.int32):
-        got = torch_cpp_name(index.dtype) if isinstance(index, Tensor) else type(index).__name__
+        got = torch_scalar_name(index.dtype) if isinstance(index, Tensor) else type(index).__name__
         if long_only_msg is not None:
             raise long_only_msg(got)
         raise RuntimeError(f"{name}(): Expected dtype int32/int64 for index but got: {got}")
     if index.ndim > 1:
         raise IndexError(f"{name}(): Index is supposed to be a vector, but got dim: {index.ndim} with type: "
-                         f"{torch_cpp_name(index.dtype)} and size: {list(index.shape)}")
+                         f"{torch_scalar_name(index.dtype)} and size: {list(index.shape)}")
     return ax, index.reshape(-1).long()
 
 
@@ -131,8 +131,8 @@ def index_add(input, dim, index, source, *, alpha=1, **torch_kw):
     ax, idx = _index_arg("index_add_", input, dim, index)
     _source_shape("index_add_", input, ax, idx, source)
     if source.dtype is not input.dtype:
-        raise RuntimeError(f"index_add_(): self ({torch_cpp_name(input.dtype)}) and source "
-                           f"({torch_cpp_name(source.dtype)}) must have the same scalar type")
+        raise RuntimeError(f"index_add_(): self ({torch_scalar_name(input.dtype)}) and source "
+                           f"({torch_scalar_name(source.dtype)}) must have the same scalar type")
     _bounds(input, ax, idx)
     if alpha != 1:
         source = source * (alpha if input.is_floating_point() else int(alpha))
@@ -156,11 +156,11 @@ def index_copy(input, dim, index, source, **torch_kw):
         return torch_kwargs(index_copy, "index_copy", (input, dim, index, source), {}, torch_kw)
     ax, idx = _index_arg("index_copy_", input, dim, index, _long_only("index_copy_"))
     if index.dtype is not dt.int64:
-        raise _long_only("index_copy_")(torch_cpp_name(index.dtype))
+        raise _long_only("index_copy_")(torch_scalar_name(index.dtype))
     _source_shape("index_copy_", input, ax, idx, source, copy=True)
     if source.dtype is not input.dtype:
         raise RuntimeError(f"index_copy_(): self and source expected to have the same dtype, but got (self) "
-                           f"{torch_cpp_name(input.dtype)} and (source) {torch_cpp_name(source.dtype)}")
+                           f"{torch_scalar_name(input.dtype)} and (source) {torch_scalar_name(source.dtype)}")
     _bounds(input, ax, idx, "index_copy_(): ")
     return named(_along(input, ax, idx, source, False), "IndexCopyBackward0")
 
@@ -208,11 +208,11 @@ def masked_scatter(input, mask, source, **torch_kw):
     if torch_kw:
         return torch_kwargs(masked_scatter, "masked_scatter", (input, mask, source), {}, torch_kw)
     if not isinstance(mask, Tensor) or mask.dtype is not dt.bool_:
-        got = torch_cpp_name(mask.dtype) if isinstance(mask, Tensor) else type(mask).__name__
+        got = torch_scalar_name(mask.dtype) if isinstance(mask, Tensor) else type(mask).__name__
         raise RuntimeError(f"masked_scatter_ only supports boolean masks, but got mask with dtype {got}")
     if source.dtype is not input.dtype:
         raise RuntimeError(f"masked_scatter: expected self and source to have same dtypes but got"
-                           f"{torch_cpp_name(input.dtype)} and {torch_cpp_name(source.dtype)}")
+                           f"{torch_scalar_name(input.dtype)} and {torch_scalar_name(source.dtype)}")
     from .products import _broadcast_shape
     shape = _broadcast_shape(tuple(mask.shape), tuple(input.shape))
     m = mask.expand(shape) if tuple(mask.shape) != shape else mask
@@ -248,7 +248,7 @@ def index_put(input, indices, values, accumulate=False, **torch_kw):
     key = _index_put_key(input, indices)
     if isinstance(values, Tensor) and values.dtype is not input.dtype:
         raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
-                           f"{torch_cpp_name(input.dtype)} for the destination and {torch_cpp_name(values.dtype)} "
+                           f"{torch_scalar_name(input.dtype)} for the destination and {torch_scalar_name(values.dtype)} "
                            f"for the source.")
     from .mutation import parse_index
     spec, idx = parse_index(key, input)

@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 
 from ..ir import dtypes as dt
-from ..ir.dtypes import torch_cpp_name
+from ..ir.dtypes import torch_scalar_name
 from .dim_args import torch_dim
 from .grad_names import named
 from .shaping import cat
@@ -28,10 +28,10 @@ def _weights(name, w, n, integral):
                            f"but got {w.numel()} != {n}")
     if integral and w.is_floating_point():
         raise RuntimeError(f"cov(): expected {name} to have integral dtype but got {name} with "
-                           f"{torch_cpp_name(w.dtype)} dtype")
+                           f"{torch_scalar_name(w.dtype)} dtype")
     if not integral and not w.is_floating_point():
         raise RuntimeError(f"cov(): expected {name} to have floating point dtype but got {name} with "
-                           f"{torch_cpp_name(w.dtype)} dtype")
+                           f"{torch_scalar_name(w.dtype)} dtype")
     if type(w._data) is np.ndarray and w.numel() and (w._data < 0).any():
         raise RuntimeError(f"cov(): {name} cannot be negative")
     return w
