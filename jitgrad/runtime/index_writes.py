@@ -189,7 +189,15 @@ def index_fill(input, dim, index, value, **torch_kw):
         name = "IndexFillBackward1"
     elif not input.is_floating_point() and input.dtype is not dt.bool_:
         value = int(value)
-    return named(_along(input, ax, idx, value, False), name)
+    # a mask along ax, then where: a repeated index fills once, so a tensor value's gradient counts each filled
+    # element once (an index_put of the value would add it per repeat)
+    n = input.shape[ax] if input.ndim else 1
+    hit = _put_at(idx._same_device(Tensor._make(np.zeros(n, np.bool_))), (idx,), True, False)
+    if input.ndim:
+        hit = hit.reshape((n,) + (1,) * (input.ndim - ax - 1))
+    else:
+        hit = hit.reshape(())
+    return named(where(hit, value, input), name)
 
 
 def _index_fill_(self, dim, index, value):
