@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import warnings
 
+from ..ir import dtypes as dt
+
 from .functions import where
 from .grad_names import named
 from .torch_kwargs import torch_kwargs
@@ -22,8 +24,8 @@ def _blend(input, prod, beta, alpha, name):
                            f"non-singleton dimension {d}.  Target sizes: {list(target)}.  Tensor sizes: {list(have)}")
     if alpha != 1:
         prod = prod * alpha
-    if beta == 0:       # torch ignores input (a NaN there does not propagate)
-        return named(prod * 1, name)
+    if beta == 0:       # torch ignores input (a NaN there does not propagate) but still gives it a zero gradient
+        return named(where(prod.new_zeros((), dtype=dt.bool_), input, prod), name)
     return named((input if beta == 1 else input * beta) + prod, name)
 
 
