@@ -1,5 +1,6 @@
 """The random functions: rand, randn, randint, randperm, normal, bernoulli, multinomial (and their in-place and
-``*_like`` forms), each honouring ``generator=``.
+``*_like`` forms) and the in-place samplers exponential_, geometric_, log_normal_, cauchy_ (transforms of a uniform
+or normal draw), each honouring ``generator=``.
 
 Every draw is one primitive bound on the generator's state tensors (``Generator._draw``), so the same code runs
 eagerly (NumPy Philox) and inside ``@jitgrad.compile`` (Philox in the generated loops); everything else is a
