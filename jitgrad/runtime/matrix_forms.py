@@ -124,7 +124,7 @@ def renorm(input, p, dim, maxnorm, **torch_kw):
     if torch_kw:
         return torch_kwargs(renorm, "renorm", (input, p, dim, maxnorm), {}, torch_kw)
     if p <= 0:
-        raise RuntimeError(f"renorm: non-positive-norm not supported")
+        raise RuntimeError("renorm: non-positive-norm not supported")
     if maxnorm < 0:
         raise RuntimeError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm}")
     if input.ndim <= 1:

@@ -242,7 +242,7 @@ def random_(self, from_=None, to=None, *, generator=None, **kw):
 
 
 def _fmt(v):
-    return repr(v) if isinstance(v, float) and v != int(v) else str(int(v)) if float(v).is_integer() else str(v)
+    return "%g" % v         # torch prints -1 for -1.0, and 0.5, nan, inf
 
 
 def _uniform_like(self, generator, kernel_msg):
