@@ -72,18 +72,22 @@ def _install_extras(ns):
     lobpcg; repeat_interleave, roll, diff, meshgrid, unflatten; einsum; lerp,
     logaddexp, nan_to_num, isclose; tensordot, kron, cdist, ...; aminmax, kthvalue, quantile, cummax, ..."""
     from .runtime import pointwise_binary, searching, storage, conversions, foreach, eigen, rearranging, einsum, \
-        pointwise_composites, products, order_statistics
+        pointwise_composites, products, order_statistics, stacking, index_writes, uniques, matrix_forms, statistics
     for m in (storage, conversions, foreach, eigen):
         m.install(ns)
     # the rest declare their names: METHODS are functions and Tensor methods, FUNCTION_ONLY functions (torch's
-    # Tensor has no such method), INPLACE Tensor methods (``x.lerp_``)
-    for m in (pointwise_binary, searching, rearranging, einsum, pointwise_composites, products, order_statistics):
+    # Tensor has no such method), INPLACE Tensor methods (``x.lerp_``), TENSOR_ONLY Tensor methods torch has no
+    # function for (``x.unfold``)
+    for m in (pointwise_binary, searching, rearranging, einsum, pointwise_composites, products, order_statistics,
+              stacking, index_writes, uniques, matrix_forms, statistics):
         for n in getattr(m, "METHODS", []) + getattr(m, "FUNCTION_ONLY", []):
             ns[n] = getattr(m, n)
         for n in getattr(m, "METHODS", []):
             setattr(Tensor, n, getattr(m, n))
         for n, f in getattr(m, "INPLACE", {}).items():
             setattr(Tensor, n, f)
+        for n in getattr(m, "TENSOR_ONLY", []):
+            setattr(Tensor, n, getattr(m, n))
 
 
 _install_extras(globals())

@@ -1,5 +1,6 @@
 """The random functions: rand, randn, randint, randperm, normal, bernoulli, multinomial (and their in-place and
-``*_like`` forms), each honouring ``generator=``.
+``*_like`` forms) and the in-place samplers exponential_, geometric_, log_normal_, cauchy_ (transforms of a uniform
+or normal draw), each honouring ``generator=``.
 
 Every draw is one primitive bound on the generator's state tensors (``Generator._draw``), so the same code runs
 eagerly (NumPy Philox) and inside ``@jitgrad.compile`` (Philox in the generated loops); everything else is a
@@ -240,6 +241,61 @@ def random_(self, from_=None, to=None, *, generator=None, **kw):
     return self.copy_(src)
 
 
+def _fmt(v):
+    return "%g" % v         # torch prints -1 for -1.0, and 0.5, nan, inf
+
+
+def _uniform_like(self, generator, kernel_msg):
+    """A uniform draw in [0, 1) shaped like ``self`` (float64 for float64 self), or torch's dtype error."""
+    if not self.is_floating_point():
+        raise RuntimeError(kernel_msg)
+    return _uniform(self.shape, dt.float64 if self.dtype is dt.float64 else dt.float32, generator, self.device)
+
+
+def exponential_(self, lambd=1.0, *, generator=None):
+    """Fill with exponential numbers of rate ``lambd``: ``-log1p(-u) / lambd`` for a uniform ``u``."""
+    if not lambd > 0:
+        raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={_fmt(lambd)}")
+    with no_grad():
+        u = _uniform_like(self, generator, "Exponential distribution is a continuous probability distribution. "
+                          f"dtype must be a floating point but you specified {dt.torch_scalar_name(self.dtype)}")
+        src = (-u).log1p() * (-1.0 / float(lambd))
+    return self.copy_(src)
+
+
+def geometric_(self, p, *, generator=None):
+    """Fill with geometric numbers (trials up to the first success, so >= 1) of success probability ``p``:
+    ``floor(log1p(-u) / log1p(-p)) + 1`` (ceil but where the ratio is a whole number); integer tensors too."""
+    if not 0 < p < 1:
+        raise RuntimeError(f"geometric_ expects p to be in (0, 1), but got p={_fmt(p)}")
+    with no_grad():
+        u = _uniform(self.shape, dt.float64, generator, self.device)
+        k = ((-u).log1p() / float(np.log1p(-p))).to(dt.int64) + 1
+    return self.copy_(k.to(self.dtype))
+
+
+def log_normal_(self, mean=1.0, std=2.0, *, generator=None):
+    """Fill with ``exp(N(mean, std))`` numbers."""
+    if not std > 0:
+        raise RuntimeError(f"log_normal_ expects std > 0.0, but found std={_fmt(std)}")
+    if not self.is_floating_point():
+        raise NotImplementedError(f'"log_normal_cpu" not implemented for \'{dt.torch_scalar_name(self.dtype)}\'')
+    with no_grad():
+        src = (_normal(self.shape, self.dtype, generator, self.device) * float(std) + float(mean)).exp()
+    return self.copy_(src)
+
+
+def cauchy_(self, median=0.0, sigma=1.0, *, generator=None):
+    """Fill with Cauchy numbers: ``median + sigma * tan(pi * (u - 1/2))``."""
+    if not sigma > 0:
+        raise RuntimeError(f"cauchy_ expects sigma > 0.0, but found sigma={_fmt(sigma)}")
+    with no_grad():
+        u = _uniform_like(self, generator, "Cauchy distribution is a continuous probability distribution. dtype "
+                          f"must be a floating point but you specified {dt.torch_cpp_name(self.dtype)}")
+        src = ((u - 0.5) * float(np.pi)).tan() * float(sigma) + float(median)
+    return self.copy_(src)
+
+
 def _tensor_bernoulli(self, p=None, *, generator=None):
     return bernoulli(self, p, generator=generator)
 
@@ -252,6 +308,10 @@ Tensor.uniform_ = uniform_
 Tensor.normal_ = normal_
 Tensor.bernoulli_ = bernoulli_
 Tensor.random_ = random_
+Tensor.exponential_ = exponential_
+Tensor.geometric_ = geometric_
+Tensor.log_normal_ = log_normal_
+Tensor.cauchy_ = cauchy_
 Tensor.bernoulli = _tensor_bernoulli
 Tensor.multinomial = _tensor_multinomial
 
