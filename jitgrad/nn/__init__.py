@@ -11,6 +11,8 @@ from .containers import Sequential, ModuleList, ModuleDict
 from .parameter_containers import ParameterList, ParameterDict
 from .layers import Identity, Flatten, Unflatten, Linear, Embedding, LayerNorm, BatchNorm1d, BatchNorm2d
 from .activation import ReLU, GELU, Tanh, Sigmoid, Softmax, SiLU, Softplus, LogSigmoid
+from .activation_modules import *  # noqa: F401,F403
+from . import activation_modules as _activation_modules
 from .loss import MSELoss, NLLLoss, CrossEntropyLoss, BCEWithLogitsLoss, KLDivLoss
 from .norm_scaling import RMSNorm
 from .dropout import Dropout, Dropout1d, Dropout2d
@@ -35,4 +37,4 @@ __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "Ide
            "Unflatten", "MultiheadAttention", "Transformer", "TransformerEncoder", "TransformerDecoder",
            "TransformerEncoderLayer", "TransformerDecoderLayer", "ParameterList", "ParameterDict", "Conv1d", "Conv2d",
            "ConvTranspose1d", "ConvTranspose2d", "Unfold", "Fold", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
-           "RNNBase", "RNN", "LSTM", "GRU"] + _padding.MODULES + _pooling.MODULES
+           "RNNBase", "RNN", "LSTM", "GRU"] + _padding.MODULES + _pooling.MODULES + _activation_modules.__all__

@@ -184,7 +184,8 @@ __all__ += ["instance_norm"]
 
 # torch's inplace= on the pointwise activations (relu here replaces the plain ``relu = F.relu`` above)
 from .pointwise_activations import relu, relu_, threshold, threshold_, hardtanh, hardtanh_, relu6, leaky_relu, \
-    leaky_relu_, elu, elu_, silu  # noqa: E402,F811
+    leaky_relu_, elu, elu_, silu, celu, celu_, selu, selu_, hardsigmoid, hardswish, mish, rrelu, \
+    rrelu_  # noqa: E402,F811
 from . import pointwise_activations as _pointwise  # noqa: E402
 
 __all__ += [n for n in _pointwise.__all__ if n not in __all__]
@@ -216,3 +217,8 @@ from .pooling import max_pool1d, max_pool2d, max_pool1d_with_indices, max_pool2d
 from . import pooling as _pooling  # noqa: E402
 
 __all__ += _pooling.FUNCTIONS
+
+from .shrink_gate_activations import hardshrink, softshrink, tanhshrink, softsign, glu, softmin, prelu  # noqa: E402
+from . import shrink_gate_activations as _shrink_gate  # noqa: E402
+
+__all__ += _shrink_gate.__all__
