@@ -13,7 +13,9 @@ from .layers import Identity, Flatten, Unflatten, Linear, Embedding, LayerNorm, 
 from .activation import ReLU, GELU, Tanh, Sigmoid, Softmax, SiLU, Softplus, LogSigmoid
 from .activation_modules import *  # noqa: F401,F403
 from . import activation_modules as _activation_modules
-from .loss import MSELoss, NLLLoss, CrossEntropyLoss, BCEWithLogitsLoss, KLDivLoss
+from .loss import *  # noqa: F401,F403
+from . import loss as _loss
+from .distance import CosineSimilarity, PairwiseDistance
 from .norm_scaling import RMSNorm
 from .dropout import Dropout, Dropout1d, Dropout2d
 from .multihead_attention import MultiheadAttention
@@ -37,4 +39,6 @@ __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "Ide
            "Unflatten", "MultiheadAttention", "Transformer", "TransformerEncoder", "TransformerDecoder",
            "TransformerEncoderLayer", "TransformerDecoderLayer", "ParameterList", "ParameterDict", "Conv1d", "Conv2d",
            "ConvTranspose1d", "ConvTranspose2d", "Unfold", "Fold", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
-           "RNNBase", "RNN", "LSTM", "GRU"] + _padding.MODULES + _pooling.MODULES + _activation_modules.__all__
+           "RNNBase", "RNN", "LSTM", "GRU"] + _padding.MODULES + _pooling.MODULES + _activation_modules.__all__ + \
+    [n for n in _loss.MODULES if n not in ("MSELoss", "NLLLoss", "CrossEntropyLoss", "BCEWithLogitsLoss", "KLDivLoss")] + \
+    ["CosineSimilarity", "PairwiseDistance"]

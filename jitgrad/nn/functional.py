@@ -222,3 +222,12 @@ from .shrink_gate_activations import hardshrink, softshrink, tanhshrink, softsig
 from . import shrink_gate_activations as _shrink_gate  # noqa: E402
 
 __all__ += _shrink_gate.__all__
+
+from .distance import cosine_similarity, pairwise_distance, pdist  # noqa: E402
+from .regression_losses import smooth_l1_loss, huber_loss, binary_cross_entropy, gaussian_nll_loss, \
+    poisson_nll_loss, multilabel_soft_margin_loss  # noqa: E402
+from .margin_losses import margin_ranking_loss, hinge_embedding_loss, cosine_embedding_loss, soft_margin_loss, \
+    multi_margin_loss, triplet_margin_loss  # noqa: E402
+from . import distance as _distance, regression_losses as _regression_losses, margin_losses as _margin_losses  # noqa
+
+__all__ += _distance.FUNCTIONS + _regression_losses.FUNCTIONS + _margin_losses.FUNCTIONS
