@@ -12,7 +12,7 @@ from ..runtime.factories import arange
 from ..runtime.tensor import Tensor
 from ..tracer import STATE as _TR
 from . import loss_reduction
-from .dropout import dropout, dropout1d, dropout2d  # noqa: F401  (F.dropout, F.dropout1d, F.dropout2d)
+from .dropout import dropout, dropout1d, dropout2d, dropout3d, alpha_dropout, feature_alpha_dropout  # noqa: F401
 from ..runtime.torch_kwargs import torch_kwargs
 from ..runtime.grad_names import named
 
@@ -231,3 +231,12 @@ from .margin_losses import margin_ranking_loss, hinge_embedding_loss, cosine_emb
 from . import distance as _distance, regression_losses as _regression_losses, margin_losses as _margin_losses  # noqa
 
 __all__ += _distance.FUNCTIONS + _regression_losses.FUNCTIONS + _margin_losses.FUNCTIONS
+
+from .group_norm import group_norm, local_response_norm  # noqa: E402
+from .pixel_shuffle import pixel_shuffle, pixel_unshuffle, channel_shuffle  # noqa: E402
+from .upsampling import interpolate, upsample, upsample_nearest, upsample_bilinear  # noqa: E402
+from .bilinear import bilinear  # noqa: E402
+from . import group_norm as _group_norm, pixel_shuffle as _pixel_shuffle, upsampling as _upsampling  # noqa: E402
+
+__all__ += _group_norm.FUNCTIONS + _pixel_shuffle.FUNCTIONS + _upsampling.FUNCTIONS + \
+    ["bilinear", "dropout3d", "alpha_dropout", "feature_alpha_dropout"]
