@@ -294,3 +294,13 @@ def test_eager_equals_compiled(backend):
         np.testing.assert_allclose(c.detach().numpy(), e.detach().numpy(), rtol=1e-12, atol=1e-14)
     for e, c in zip(es, cs):
         np.testing.assert_allclose(c.grad.numpy(), e.grad.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_docstring_examples_run():
+    import doctest
+    import importlib
+    for name in ("activation_modules", "shrink_gate_activations", "distance", "regression_losses", "margin_losses",
+                 "group_norm", "pixel_shuffle", "upsampling", "bilinear", "dropout"):
+        mod = importlib.import_module(f"jitgrad.nn.{name}")
+        r = doctest.testmod(mod)
+        assert r.attempted > 0 and r.failed == 0, name
