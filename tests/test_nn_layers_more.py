@@ -46,7 +46,8 @@ def test_group_norm_matches_torch(shape, groups, affine):
 
 def test_group_norm_module_matches_torch():
     m, t = jg.nn.GroupNorm(2, 4, dtype=jg.float64), torch.nn.GroupNorm(2, 4, dtype=torch.float64)
-    assert repr(m) == repr(t) and repr(jg.nn.GroupNorm(2, 4, affine=False)) == repr(torch.nn.GroupNorm(2, 4, affine=False))
+    assert repr(m) == repr(t)
+    assert repr(jg.nn.GroupNorm(2, 4, affine=False)) == repr(torch.nn.GroupNorm(2, 4, affine=False))
     assert repr(jg.nn.GroupNorm(2, 4, bias=False)) == repr(torch.nn.GroupNorm(2, 4, bias=False))
     with torch.no_grad():
         t.weight.copy_(torch.tensor(rnd(4, seed=3)))

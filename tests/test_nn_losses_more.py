@@ -28,7 +28,8 @@ W5 = rng.uniform(0.5, 2.0, (5,))
 KINK = np.array([[0.0, 1.0, -1.0, 0.5, 2.0]])
 
 CASES = [
-    ("smooth_l1_loss", (X, Y), {}), ("smooth_l1_loss", (X, Y), {"beta": 0.5}), ("smooth_l1_loss", (X, Y), {"beta": 0.0}),
+    ("smooth_l1_loss", (X, Y), {}), ("smooth_l1_loss", (X, Y), {"beta": 0.5}),
+    ("smooth_l1_loss", (X, Y), {"beta": 0.0}),
     ("smooth_l1_loss", (KINK, np.zeros((1, 5))), {}), ("huber_loss", (X, Y), {"delta": 0.7}),
     ("huber_loss", (KINK, np.zeros((1, 5))), {}), ("huber_loss", (X, Y), {"weight": P}),
     ("l1_loss", (X, Y), {}),
@@ -122,7 +123,8 @@ def test_distances_match_torch(name, arrays, kw):
         np.testing.assert_allclose(jp.grad.numpy(), tp.grad.numpy(), rtol=1e-9, atol=1e-13)
 
 
-MODULES = [("L1Loss", (), (X, Y)), ("SmoothL1Loss", (None, None, "sum", 0.5), (X, Y)), ("HuberLoss", ("none", 0.5), (X, Y)),
+MODULES = [("L1Loss", (), (X, Y)), ("SmoothL1Loss", (None, None, "sum", 0.5), (X, Y)),
+           ("HuberLoss", ("none", 0.5), (X, Y)),
            ("BCELoss", (), (P, T01)), ("MultiLabelSoftMarginLoss", (), (X, B01)), ("SoftMarginLoss", (), (X, PM1)),
            ("MarginRankingLoss", (0.2,), (X, Y, PM1)), ("HingeEmbeddingLoss", (0.5,), (X, PM1)),
            ("CosineEmbeddingLoss", (0.1,), (X, Y, PM1_ROWS)), ("MultiMarginLoss", (2, 0.7), (X, CLS)),
@@ -160,7 +162,8 @@ def test_gradcheck_and_gradgradcheck():
     z = jg.tensor(Z[:2, :3], requires_grad=True)
     p = jg.tensor(P[:2, :3], requires_grad=True)
     t01, pm1 = jg.tensor(T01[:2, :3]), jg.tensor(PM1[:2, :3])
-    fns = [(lambda x, y: F.smooth_l1_loss(x, y, beta=0.5), (x, y)), (lambda x, y: F.huber_loss(x, y, delta=0.3), (x, y)),
+    fns = [(lambda x, y: F.smooth_l1_loss(x, y, beta=0.5), (x, y)),
+           (lambda x, y: F.huber_loss(x, y, delta=0.3), (x, y)),
            (lambda p: F.binary_cross_entropy(p, t01), (p,)), (lambda x, y, p: F.gaussian_nll_loss(x, y, p), (x, y, p)),
            (lambda x: F.poisson_nll_loss(x, t01 * 3), (x,)), (lambda x: F.soft_margin_loss(x, pm1), (x,)),
            (lambda x: F.multilabel_soft_margin_loss(x, t01), (x,)),
@@ -177,7 +180,8 @@ def test_errors_as_torch():
     cases = [
         (RuntimeError, "smooth_l1_loss does not support negative values for beta.",
          lambda: F.smooth_l1_loss(a, b, beta=-1)),
-        (RuntimeError, "huber_loss does not support non-positive values for delta.", lambda: F.huber_loss(a, b, delta=0)),
+        (RuntimeError, "huber_loss does not support non-positive values for delta.",
+         lambda: F.huber_loss(a, b, delta=0)),
         (ValueError, "Weights and input must have the same size.", lambda: F.huber_loss(a, b, weight=jg.rand(3))),
         (ValueError, r"Using a target size \(torch.Size\(\[3\]\)\) that is different to the input size "
                      r"\(torch.Size\(\[2, 3\]\)\) is deprecated", lambda: F.binary_cross_entropy(a, jg.rand(3))),
@@ -187,9 +191,11 @@ def test_errors_as_torch():
         (ValueError, "x is not a valid value for reduction", lambda: F.poisson_nll_loss(a, b, reduction="x")),
         (ValueError, "only p == 1 and p == 2 supported", lambda: F.multi_margin_loss(a, jg.tensor([0, 1]), p=3)),
         (RuntimeError, "target out of range", lambda: F.multi_margin_loss(a, jg.tensor([0, 5]))),
-        (RuntimeError, r"Expected target size \[2\], but got \[3\]", lambda: F.multi_margin_loss(a, jg.tensor([0, 1, 1]))),
+        (RuntimeError, r"Expected target size \[2\], but got \[3\]",
+         lambda: F.multi_margin_loss(a, jg.tensor([0, 1, 1]))),
         (ValueError, "margin must be greater than 0, got 0", lambda: F.triplet_margin_loss(a, a, a, margin=0)),
-        (RuntimeError, "anchor 2D, positive 2D, and negative 1D inputs", lambda: F.triplet_margin_loss(a, a, jg.rand(3))),
+        (RuntimeError, "anchor 2D, positive 2D, and negative 1D inputs",
+         lambda: F.triplet_margin_loss(a, a, jg.rand(3))),
         (RuntimeError, r"All input tensors should have same dimension but got sizes: input1: torch.Size\(\[2, 3\]\)",
          lambda: F.margin_ranking_loss(a, b, jg.rand(3))),
         (RuntimeError, r"0D target tensor expects 1D input tensors, but found inputs with sizes \[2, 3\] and \[2, 3\]",
