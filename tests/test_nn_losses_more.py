@@ -211,8 +211,10 @@ def test_errors_as_torch():
     for exc, msg, f in cases:
         with pytest.raises(exc, match=msg):
             f()
-    with pytest.warns(UserWarning, match="This will likely lead to incorrect results due to broadcasting"):
-        F.smooth_l1_loss(a, jg.rand(3))
+    for name in ("smooth_l1_loss", "l1_loss", "huber_loss"):
+        with pytest.warns(UserWarning, match=r"Using a target size \(torch.Size\(\[3\]\)\) that is different to "
+                                             r"the input size \(torch.Size\(\[2, 3\]\)\)"):
+            getattr(F, name)(a, jg.rand(3))
 
 
 def _program(x, y, z, p):

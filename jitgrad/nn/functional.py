@@ -59,6 +59,8 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", **
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(l1_loss, 'l1_loss', (input, target, size_average, reduce, reduction), {}, torch_kw)
+    from .regression_losses import warn_size
+    warn_size(input, target)      # torch warns when the target broadcasts, as for mse_loss
     reduction = loss_reduction.resolve(size_average, reduce, reduction)
     return named(loss_reduction.reduce_loss(F.abs(input - target), reduction), "L1LossBackward0")
 
