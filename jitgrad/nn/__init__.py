@@ -11,9 +11,17 @@ from .containers import Sequential, ModuleList, ModuleDict
 from .parameter_containers import ParameterList, ParameterDict
 from .layers import Identity, Flatten, Unflatten, Linear, Embedding, LayerNorm, BatchNorm1d, BatchNorm2d
 from .activation import ReLU, GELU, Tanh, Sigmoid, Softmax, SiLU, Softplus, LogSigmoid
-from .loss import MSELoss, NLLLoss, CrossEntropyLoss, BCEWithLogitsLoss, KLDivLoss
+from .activation_modules import *  # noqa: F401,F403
+from . import activation_modules as _activation_modules
+from .loss import *  # noqa: F401,F403
+from . import loss as _loss
+from .distance import CosineSimilarity, PairwiseDistance
 from .norm_scaling import RMSNorm
-from .dropout import Dropout, Dropout1d, Dropout2d
+from .dropout import Dropout, Dropout1d, Dropout2d, Dropout3d, AlphaDropout, FeatureAlphaDropout
+from .group_norm import GroupNorm, LocalResponseNorm
+from .pixel_shuffle import PixelShuffle, PixelUnshuffle, ChannelShuffle
+from .upsampling import Upsample, UpsamplingNearest2d, UpsamplingBilinear2d
+from .bilinear import Bilinear
 from .multihead_attention import MultiheadAttention
 from .recurrent import RNNCellBase, RNNCell, LSTMCell, GRUCell, RNNBase, RNN, LSTM, GRU
 from .transformer import Transformer, TransformerEncoder, TransformerDecoder, TransformerEncoderLayer, \
@@ -35,4 +43,9 @@ __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "Ide
            "Unflatten", "MultiheadAttention", "Transformer", "TransformerEncoder", "TransformerDecoder",
            "TransformerEncoderLayer", "TransformerDecoderLayer", "ParameterList", "ParameterDict", "Conv1d", "Conv2d",
            "ConvTranspose1d", "ConvTranspose2d", "Unfold", "Fold", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
-           "RNNBase", "RNN", "LSTM", "GRU"] + _padding.MODULES + _pooling.MODULES
+           "RNNBase", "RNN", "LSTM", "GRU"] + _padding.MODULES + _pooling.MODULES + _activation_modules.__all__ + \
+    [n for n in _loss.MODULES if n not in ("MSELoss", "NLLLoss", "CrossEntropyLoss", "BCEWithLogitsLoss",
+                                           "KLDivLoss")] + \
+    ["CosineSimilarity", "PairwiseDistance", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout", "GroupNorm",
+     "LocalResponseNorm", "PixelShuffle", "PixelUnshuffle", "ChannelShuffle", "Upsample", "UpsamplingNearest2d",
+     "UpsamplingBilinear2d", "Bilinear"]

@@ -141,4 +141,112 @@ class Dropout2d(Dropout):
         return dropout2d(input, self.p, self.training, self.inplace)
 
 
-__all__ = ["dropout", "dropout1d", "dropout2d", "Dropout", "Dropout1d", "Dropout2d"]
+def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Zero each channel of ``input (N, C, D, H, W)`` or ``(C, D, H, W)`` with probability ``p`` (the whole
+    volume), scale the rest by ``1 / (1 - p)``; other ranks warn as torch's.
+
+    >>> import jitgrad as jg
+    >>> import jitgrad.nn.functional as F
+    >>> F.dropout3d(jg.ones(2, 3, 2, 2, 2), 0.5, training=False).shape
+    jitgrad.Size([2, 3, 2, 2, 2])
+    """
+    _check_p(p)
+    import warnings
+    if input.ndim not in (4, 5):
+        warnings.warn(f"dropout3d: Received a {input.ndim}-D input to dropout3d, which is deprecated and will result "
+                      "in an error in a future release. To retain the behavior and silence this warning, please use "
+                      "dropout instead. Note that dropout3d exists to provide channel-wise dropout on inputs with 3 "
+                      "spatial dimensions, a channel dimension, and an optional batch dimension (i.e. 4D or 5D "
+                      "inputs).", stacklevel=2)
+    if input.ndim == 5:
+        return _feature_dropout(input, p, training, inplace)
+    # unbatched: one draw per channel (dim 0), as torch's unsqueeze(0) then feature dropout
+    return _masked(input, p, training, inplace, tuple(input.shape[:1]) + (1,) * (input.ndim - 1))
+
+
+class Dropout3d(Dropout):
+    """``F.dropout3d`` as a module: whole channels of ``(N, C, D, H, W)`` zeroed in training.
+
+    >>> import jitgrad as jg
+    >>> jg.nn.Dropout3d()
+    Dropout3d(p=0.5, inplace=False)
+    """
+
+    def forward(self, input: Tensor) -> Tensor:
+        return dropout3d(input, self.p, self.training, self.inplace)
+
+
+# torch's alpha dropout keeps SELU's self-normalising mean 0 and variance 1: dropped units take SELU's negative
+# saturation value -alpha' (alpha' = scale * alpha), then an affine map a * x + b restores the moments
+_ALPHA_PRIME = 1.7580993408473766
+
+
+def _alpha_masked(input, p, training, inplace, mask_shape):
+    _check_p(p)
+    if not training or p == 0.0 or input.numel() == 0:
+        return input
+    if p == 1.0:
+        return input.mul_(0.0) if inplace else input * 0.0
+    md = input.dtype if input.is_floating_point() else dt.DEFAULT_FLOAT
+    a = 1.0 / ((_ALPHA_PRIME * _ALPHA_PRIME * p + 1) * (1 - p)) ** 0.5
+    with no_grad():
+        keep = (rand(mask_shape, dtype=md, device=input.device) >= p).to(md)
+        b = (keep - 1.0) * (_ALPHA_PRIME * a) + _ALPHA_PRIME * a * p
+        scale = keep * a
+    if inplace:
+        return input.mul_(scale).add_(b)
+    return input * scale + b
+
+
+def alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False) -> Tensor:
+    """Dropout for SELU networks: each element is set to SELU's negative saturation with probability ``p``, then
+    all are scaled and shifted so the mean and variance are kept (torch's ``F.alpha_dropout``).
+
+    >>> import jitgrad as jg
+    >>> import jitgrad.nn.functional as F
+    >>> F.alpha_dropout(jg.ones(3), 0.5).tolist()     # training=False: the identity
+    [1.0, 1.0, 1.0]
+    """
+    return _alpha_masked(input, p, training, inplace, tuple(input.shape))
+
+
+def feature_alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False) -> Tensor:
+    """``alpha_dropout`` of whole channels: one draw per (sample, channel) of ``(N, C, *)``.
+
+    >>> import jitgrad as jg
+    >>> import jitgrad.nn.functional as F
+    >>> F.feature_alpha_dropout(jg.ones(2, 3, 4), 0.2).shape
+    jitgrad.Size([2, 3, 4])
+    """
+    _check_p(p)
+    if training and p not in (0.0, 1.0) and input.ndim < 2:
+        raise RuntimeError("Feature dropout requires at least 2 dimensions in the input")
+    return _alpha_masked(input, p, training, inplace, tuple(input.shape[:2]) + (1,) * (input.ndim - 2))
+
+
+class AlphaDropout(Dropout):
+    """``F.alpha_dropout`` as a module (active in training mode).
+
+    >>> import jitgrad as jg
+    >>> jg.nn.AlphaDropout(0.2)
+    AlphaDropout(p=0.2, inplace=False)
+    """
+
+    def forward(self, input: Tensor) -> Tensor:
+        return alpha_dropout(input, self.p, self.training, self.inplace)
+
+
+class FeatureAlphaDropout(Dropout):
+    """``F.feature_alpha_dropout`` as a module (active in training mode).
+
+    >>> import jitgrad as jg
+    >>> jg.nn.FeatureAlphaDropout(0.2)
+    FeatureAlphaDropout(p=0.2, inplace=False)
+    """
+
+    def forward(self, input: Tensor) -> Tensor:
+        return feature_alpha_dropout(input, self.p, self.training, self.inplace)
+
+
+__all__ = ["dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout", "Dropout",
+           "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout"]

@@ -12,7 +12,7 @@ from ..runtime.factories import arange
 from ..runtime.tensor import Tensor
 from ..tracer import STATE as _TR
 from . import loss_reduction
-from .dropout import dropout, dropout1d, dropout2d  # noqa: F401  (F.dropout, F.dropout1d, F.dropout2d)
+from .dropout import dropout, dropout1d, dropout2d, dropout3d, alpha_dropout, feature_alpha_dropout  # noqa: F401
 from ..runtime.torch_kwargs import torch_kwargs
 from ..runtime.grad_names import named
 
@@ -59,6 +59,8 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", **
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(l1_loss, 'l1_loss', (input, target, size_average, reduce, reduction), {}, torch_kw)
+    from .regression_losses import warn_size
+    warn_size(input, target)      # torch warns when the target broadcasts, as for mse_loss
     reduction = loss_reduction.resolve(size_average, reduce, reduction)
     return named(loss_reduction.reduce_loss(F.abs(input - target), reduction), "L1LossBackward0")
 
@@ -184,7 +186,8 @@ __all__ += ["instance_norm"]
 
 # torch's inplace= on the pointwise activations (relu here replaces the plain ``relu = F.relu`` above)
 from .pointwise_activations import relu, relu_, threshold, threshold_, hardtanh, hardtanh_, relu6, leaky_relu, \
-    leaky_relu_, elu, elu_, silu  # noqa: E402,F811
+    leaky_relu_, elu, elu_, silu, celu, celu_, selu, selu_, hardsigmoid, hardswish, mish, rrelu, \
+    rrelu_  # noqa: E402,F811
 from . import pointwise_activations as _pointwise  # noqa: E402
 
 __all__ += [n for n in _pointwise.__all__ if n not in __all__]
@@ -216,3 +219,26 @@ from .pooling import max_pool1d, max_pool2d, max_pool1d_with_indices, max_pool2d
 from . import pooling as _pooling  # noqa: E402
 
 __all__ += _pooling.FUNCTIONS
+
+from .shrink_gate_activations import hardshrink, softshrink, tanhshrink, softsign, glu, softmin, prelu  # noqa: E402
+from . import shrink_gate_activations as _shrink_gate  # noqa: E402
+
+__all__ += _shrink_gate.__all__
+
+from .distance import cosine_similarity, pairwise_distance, pdist  # noqa: E402
+from .regression_losses import smooth_l1_loss, huber_loss, binary_cross_entropy, gaussian_nll_loss, \
+    poisson_nll_loss, multilabel_soft_margin_loss  # noqa: E402
+from .margin_losses import margin_ranking_loss, hinge_embedding_loss, cosine_embedding_loss, soft_margin_loss, \
+    multi_margin_loss, triplet_margin_loss  # noqa: E402
+from . import distance as _distance, regression_losses as _regression_losses, margin_losses as _margin_losses  # noqa
+
+__all__ += _distance.FUNCTIONS + _regression_losses.FUNCTIONS + _margin_losses.FUNCTIONS
+
+from .group_norm import group_norm, local_response_norm  # noqa: E402
+from .pixel_shuffle import pixel_shuffle, pixel_unshuffle, channel_shuffle  # noqa: E402
+from .upsampling import interpolate, upsample, upsample_nearest, upsample_bilinear  # noqa: E402
+from .bilinear import bilinear  # noqa: E402
+from . import group_norm as _group_norm, pixel_shuffle as _pixel_shuffle, upsampling as _upsampling  # noqa: E402
+
+__all__ += _group_norm.FUNCTIONS + _pixel_shuffle.FUNCTIONS + _upsampling.FUNCTIONS + \
+    ["bilinear", "dropout3d", "alpha_dropout", "feature_alpha_dropout"]
