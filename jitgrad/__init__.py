@@ -42,6 +42,8 @@ from .runtime.legacy_types import FloatTensor, DoubleTensor, LongTensor, IntTens
     is_inference, set_warn_always, is_warn_always_enabled  # noqa: E402
 from .jit.compile import compile  # noqa: E402,A004
 from . import autograd, nn, optim, cuda  # noqa: E402
+from .nn import torch_level as _torch_level  # noqa: E402
+_torch_level.install(globals())     # torch.conv2d, torch.layer_norm, torch.dropout, ... (nn/torch_level.py)
 from . import profiler  # noqa: E402  (torch.profiler)
 from . import amp, backends, utils  # noqa: E402,F401  (torch.amp, torch.backends, torch.utils.data)
 from .amp import autocast  # noqa: E402
