@@ -46,6 +46,7 @@ from . import profiler  # noqa: E402  (torch.profiler)
 from . import amp, backends, utils  # noqa: E402,F401  (torch.amp, torch.backends, torch.utils.data)
 from .amp import autocast  # noqa: E402
 from .serialization import save, load  # noqa: E402
+from . import linalg  # noqa: E402  (torch.linalg)
 
 float = float32   # noqa: A001  torch aliases
 double = float64
@@ -84,6 +85,10 @@ def _install_extras(ns):
             setattr(Tensor, n, getattr(m, n))
         for n, f in getattr(m, "INPLACE", {}).items():
             setattr(Tensor, n, f)
+    from .runtime import linalg_solve, linalg_norms
+    for n, f in {**linalg_solve.TORCH_LEVEL, "matrix_exp": linalg_norms.matrix_exp}.items():
+        ns[n] = f       # torch.det, torch.svd ... and Tensor.det, Tensor.svd ...
+        setattr(Tensor, n, f)
 
 
 _install_extras(globals())
