@@ -23,7 +23,7 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, **torch_kw):
     (``inf``) or min (``-inf``) of ``|x|``, or the count of nonzeros (``0``) (torch.linalg.vector_norm)."""
     _tensor("linalg.vector_norm", x, "x")
     if isinstance(ord, bool) or not isinstance(ord, (int, float)):
-        raise TypeError(f"linalg_vector_norm(): argument 'ord' must be Number, not {type(ord).__name__}")
+        raise TypeError(f"linalg_vector_norm(): argument 'ord' (position 2) must be Number, not {type(ord).__name__}")
     if not x.is_floating_point():
         raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
                            f"{dt.torch_scalar_name(x.dtype)}")

@@ -69,6 +69,14 @@ def _square(name, A, floating=True):
                            f"{A.shape[-1]} matrices")
 
 
+def _renamed(name, ex_name, fn, *args, **kw):
+    """``fn(*args)``, its LinAlgError naming ``ex_name`` (the ``*_ex`` function the user called), as torch's."""
+    try:
+        return fn(*args, **kw)
+    except LinAlgError as e:
+        raise LinAlgError(str(e).replace(f"{name}:", f"{ex_name}:", 1)) from None
+
+
 def _eps(A):
     return float(np.finfo(A.dtype.np).eps)
 
@@ -108,7 +116,8 @@ def inv_ex(A, *, check_errors=False, **torch_kw):
     """``(inverse, info)``: ``info`` (int32) is LAPACK's getrf code, 0 for an invertible matrix; the inverse of a
     singular matrix is NaN unless ``check_errors`` (then LinAlgError)."""
     _square("linalg.inv", A)
-    return inv_ex_result(bind(O["inv"], A, check=bool(check_errors)), bind(O["linalg_info"], A.detach(), kind="lu"))
+    inverse = _renamed("linalg.inv", "linalg.inv_ex", bind, O["inv"], A, check=bool(check_errors))
+    return inv_ex_result(inverse, bind(O["linalg_info"], A.detach(), kind="lu"))
 
 
 def _solve_args(name, A, B, left):
@@ -122,9 +131,6 @@ def _solve_args(name, A, B, left):
         raise RuntimeError(f"{name}: A must be batches of square matrices, but they are {A.shape[-2]} by "
                            f"{A.shape[-1]} matrices")
     vector = B.ndim == 1 or (B.ndim == A.ndim - 1 and tuple(B.shape) == tuple(A.shape[:-1]))
-    if vector and not left:
-        raise RuntimeError(f"{name}: Vector broadcasting of the left hand side is not supported for left=False. "
-                           "In this case linalg.solve is equivalent to B / A.squeeze(-1)")
     Bm = B.unsqueeze(-1) if vector else B
     n = A.shape[-1]
     k = Bm.shape[-2] if left else Bm.shape[-1]
@@ -132,6 +138,9 @@ def _solve_args(name, A, B, left):
         eq = "AX = B" if left else "XA = B"
         raise RuntimeError(f"{name}: Incompatible shapes of A and B for the equation {eq} ({n}x{n} and "
                            f"{Bm.shape[-2]}x{Bm.shape[-1]})")
+    if vector and not left:
+        raise RuntimeError(f"{name}: Vector broadcasting of the left hand side is not supported for left=False. "
+                           "In this case linalg.solve is equivalent to B / A.squeeze(-1)")
     return Bm, vector
 
 
@@ -152,7 +161,7 @@ def solve(A, B, *, left=True, **torch_kw):
 
 def solve_ex(A, B, *, left=True, check_errors=False, **torch_kw):
     """``(result, info)`` of ``solve``: NaN where ``A`` is singular unless ``check_errors``."""
-    X = _solve(A, B, left, bool(check_errors))
+    X = _renamed("torch.linalg.solve", "torch.linalg.solve_ex", _solve, A, B, left, bool(check_errors))
     return solve_ex_result(X, bind(O["linalg_info"], A.detach(), kind="lu"))
 
 
@@ -238,7 +247,7 @@ def cholesky_ex(A, *, upper=False, check_errors=False, **torch_kw):
     (0: none); ``L`` is NaN there unless ``check_errors``."""
     _square("linalg.cholesky", A)
     src = A.mT if upper else A
-    L = bind(O["cholesky"], src, check=bool(check_errors))
+    L = _renamed("linalg.cholesky", "linalg.cholesky_ex", bind, O["cholesky"], src, check=bool(check_errors))
     return cholesky_ex_result(L.mT if upper else L, bind(O["linalg_info"], src.detach(), kind="cholesky"))
 
 
