@@ -61,8 +61,9 @@ CASES = {
     "solve_vector": (lambda m, a, b: m.linalg.solve(a, b), [gen(2, 3, 3), gen(2, 3)]),
     "solve_right": (lambda m, a, b: m.linalg.solve(a, b, left=False), [gen(3, 3), gen(2, 2, 3)]),
     "solve_triangular": (lambda m, a, b: m.linalg.solve_triangular(a, b, upper=True), [gen(2, 3, 3), gen(3, 2)]),
-    "solve_triangular_right_unit": (lambda m, a, b: m.linalg.solve_triangular(a, b, upper=False, left=False,
-                                                                              unitriangular=True), [gen(3, 3), gen(2, 3)]),
+    "solve_triangular_right_unit": (
+        lambda m, a, b: m.linalg.solve_triangular(a, b, upper=False, left=False, unitriangular=True),
+        [gen(3, 3), gen(2, 3)]),
     "cholesky": (lambda m, a: m.linalg.cholesky(sym(a)), [spd(2, 3, 3)]),
     "cholesky_upper": (lambda m, a: m.linalg.cholesky(sym(a), upper=True), [spd(3, 3)]),
     "qr_tall": (lambda m, a: _qr_inv(m, a), [gen(2, 4, 3)]),

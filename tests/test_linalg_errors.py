@@ -131,3 +131,13 @@ def test_vector_norm_orders_match_torch():
         got = jg.linalg.vector_norm(jg.tensor(x), ord, dim=-1)
         want = torch.linalg.vector_norm(torch.tensor(x), ord, dim=-1)
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+
+
+def test_out_and_unknown_keywords():
+    a = np.eye(3) * 2.0
+    for m in (jg, torch):
+        out = m.empty(3, 3, dtype=m.float64)
+        assert m.linalg.inv(m.tensor(a), out=out) is out
+        np.testing.assert_allclose(out.numpy(), np.eye(3) / 2)
+    with pytest.raises(jg.UnsupportedError, match="argument 'foo' of linalg.det"):
+        jg.linalg.det(jg.tensor(a), foo=1)

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..ir import dtypes as dt
 from . import functions as F
-from .linalg_solve import _floating, _matrix, _square, _tensor, inv, svdvals
+from .linalg_solve import _publish, _floating, _matrix, _square, _tensor, inv, svdvals
 from .tensor import Tensor
 from .triangular import diagonal as _diagonal
 
@@ -183,7 +183,8 @@ _TRACED_SQUARINGS = 8
 def matrix_exp(A, **torch_kw):
     """The matrix exponential of square ``A`` (torch.linalg.matrix_exp): a degree-13 Pade approximant after
     scaling ``A`` by a power of two (chosen from its 1-norm in eager mode; 2^-8 in a compiled function, whose
-    values are not known when it is traced: accurate for 1-norms up to ~1380), then squared back; a composition of matmuls and a solve, so differentiable to any order."""
+    values are not known when it is traced: accurate for 1-norms up to ~1380), then squared back; a composition of
+    matmuls and a solve, so differentiable to any order."""
     _square("linalg.matrix_exp", A)
     n = A.shape[-1]
     if n == 0 or A.numel() == 0:
@@ -200,7 +201,8 @@ def matrix_exp(A, **torch_kw):
     X4 = X2 @ X2
     X6 = X4 @ X2
     b = _B13
-    U = X @ (X6 @ (b[13] * X6 + b[11] * X4 + b[9] * X2) + b[7] * X6 + b[5] * X4 + b[3] * X2 + b[1] * eye)
+    U = X @ (X6 @ (b[13] * X6 + b[11] * X4 + b[9] * X2) + b[7] * X6 + b[5] * X4 + b[3] * X2
+             + b[1] * eye)
     V = X6 @ (b[12] * X6 + b[10] * X4 + b[8] * X2) + b[6] * X6 + b[4] * X4 + b[2] * X2 + b[0] * eye
     from .linalg_solve import solve
     R = solve(V - U, V + U)
@@ -208,6 +210,9 @@ def matrix_exp(A, **torch_kw):
         R = R @ R
     return R
 
+
+_publish(["vector_norm", "matrix_norm", "norm", "cond", "matrix_rank", "multi_dot", "cross", "diagonal", "vecdot",
+          "matrix_exp"], globals(), "linalg.")
 
 __all__ = ["vector_norm", "matrix_norm", "norm", "cond", "matrix_rank", "multi_dot", "cross", "diagonal", "vecdot",
            "matrix_exp"]

@@ -10,6 +10,8 @@ QR, SVD and eigenvectors are defined up to signs: jitgrad returns LAPACK's, as t
 from __future__ import annotations
 
 import collections
+import functools
+import inspect
 
 import numpy as np
 
@@ -19,6 +21,7 @@ from ..ir.ops.factorizations import qr_layout
 from ..ir.ops.solvers import LinAlgError, svd_parts
 from .dispatch import bind
 from .tensor import Tensor
+from .torch_kwargs import torch_kwargs
 
 
 def _result(name, fields, doc):
@@ -397,6 +400,30 @@ def torch_svd(input, some=True, compute_uv=True, **torch_kw):
     U, S, Vh = svd(input, full_matrices=not some)
     return torch_svd_result(U, S, Vh.mT)
 
+
+def with_torch_kw(fn, name):
+    """``fn`` taking torch's extra keywords (``out=``; "not supported yet" for the others; torch_kwargs.py)."""
+    known = set(inspect.signature(fn).parameters) - {"torch_kw"}
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        extra = {k: kwargs.pop(k) for k in list(kwargs) if k not in known}
+        if not extra:
+            return fn(*args, **kwargs)
+        return torch_kwargs(fn, name, args, kwargs, extra)
+    return call
+
+
+def _publish(names, module_globals, prefix):
+    for n in names:
+        module_globals[n] = with_torch_kw(module_globals[n], prefix + n)
+
+
+_publish(["det", "slogdet", "inv", "inv_ex", "solve", "solve_ex", "solve_triangular", "pinv", "matrix_power", "cholesky",
+          "cholesky_ex", "qr", "svd", "svdvals", "eigh", "eigvalsh", "lstsq"], globals(), "linalg.")
+_publish(["logdet", "cholesky_solve", "cholesky_inverse", "inverse", "pinverse"], globals(), "")
+for _n, _t in (("torch_slogdet", "slogdet"), ("torch_cholesky", "cholesky"), ("torch_qr", "qr"), ("torch_svd", "svd")):
+    globals()[_n] = with_torch_kw(globals()[_n], _t)
 
 # the names jitgrad publishes at the top level (and as Tensor methods): torch.det, Tensor.det ...
 TORCH_LEVEL = {"det": det, "logdet": logdet, "slogdet": torch_slogdet, "inverse": inverse, "pinverse": pinverse,

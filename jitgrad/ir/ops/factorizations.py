@@ -129,15 +129,14 @@ def _svd_rule(avals, params):
     full = params["full_matrices"]
     k = min(m, n)
     rows = m + 1 + (n if full else k)
-    return [Aval(a.shape[:-2] + (rows, max(m if full else k, n, 1)), a.dtype)]
+    return [Aval(a.shape[:-2] + (rows, max(m if full else k, n, 1)), a.dtype)]     # the impl pads the same way
 
 
 def _svd_impl(a, full_matrices):
     m, n = a.shape[-2:]
     k = min(m, n)
-    (shape,) = _svd_rule([Aval(a.shape, _Float)], {"full_matrices": full_matrices})
-    out = np.zeros(shape.shape, a.dtype)
     uc, vr = (m, n) if full_matrices else (k, k)
+    out = np.zeros(a.shape[:-2] + (m + 1 + vr, max(uc, n, 1)), a.dtype)
     if a.size == 0:
         out[..., :m, :uc] = np.eye(m, uc)
         out[..., m + 1:, :n] = np.eye(vr, n)
@@ -147,13 +146,6 @@ def _svd_impl(a, full_matrices):
     out[..., m, :k] = s
     out[..., m + 1:, :n] = vh
     return out
-
-
-class _FloatMark:
-    is_floating_point = True
-
-
-_Float = _FloatMark()
 
 
 def _svd_vjp(c, g):

@@ -72,7 +72,8 @@ def raise_failure(name, a, kind, text):
     raise LinAlgError(f"{name}: {where}{text.format(int(info[bad]) if info.size else 0)}")
 
 
-_INV_TEXT = "The diagonal element {} is zero, the inversion could not be completed because the input matrix is singular."
+_INV_TEXT = ("The diagonal element {} is zero, the inversion could not be completed because the input matrix is "
+             "singular.")
 
 
 def _nan_failed(a, out, kind):
