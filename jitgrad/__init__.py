@@ -48,6 +48,7 @@ from . import profiler  # noqa: E402  (torch.profiler)
 from . import amp, backends, utils  # noqa: E402,F401  (torch.amp, torch.backends, torch.utils.data)
 from .amp import autocast  # noqa: E402
 from .serialization import save, load  # noqa: E402
+from . import linalg  # noqa: E402  (torch.linalg)
 
 float = float32   # noqa: A001  torch aliases
 double = float64
@@ -90,6 +91,10 @@ def _install_extras(ns):
             setattr(Tensor, n, f)
         for n in getattr(m, "TENSOR_ONLY", []):
             setattr(Tensor, n, getattr(m, n))
+    from .runtime import linalg_solve, linalg_norms
+    for n, f in {**linalg_solve.TORCH_LEVEL, "matrix_exp": linalg_norms.matrix_exp}.items():
+        ns[n] = f       # torch.det, torch.svd ... and Tensor.det, Tensor.svd ...
+        setattr(Tensor, n, f)
 
 
 _install_extras(globals())

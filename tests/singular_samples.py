@@ -508,6 +508,36 @@ COMPOSITE_SAMPLES["scatter_reduce mean/sum"] = [
            [a(inf, -inf, nan), a(1.0, 0.0, 2.0)], "excluded inf / nan targets leave no nan behind"),
 ]
 
+# jitgrad.linalg (ir/ops/solvers.py, factorizations.py): det's derivative is the cofactor matrix, finite at singular
+# matrices (torch switches to an SVD formula there; jitgrad uses it everywhere)
+OP_SAMPLES["det"] = [
+    Sample(lambda m, x: m.linalg.det(x), [rows([1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0])], "rank 2 of 3"),
+    Sample(lambda m, x: m.linalg.det(x), [rows([1.0, 2.0], [2.0, 4.0])], "rank 1 of 2"),
+    Sample(lambda m, x: m.linalg.det(x), [np.zeros((2, 0, 0))], "empty matrices (det 1)"),
+]
+OP_SAMPLES["pinv"] = [
+    Sample(lambda m, x: m.linalg.pinv(x), [rows([1.0, 2.0], [2.0, 4.0], [0.5, 1.0])], "rank-deficient"),
+]
+OP_SAMPLES["linalg_info"] = [
+    Sample(lambda m, x: (m.linalg.inv_ex(x).info, m.linalg.cholesky_ex(x).info),
+           [np.stack([np.eye(3), rows([1.0, 2.0, 0.0], [2.0, 4.0, 0.0], [0.0, 0.0, 1.0]), -np.eye(3)])],
+           "singular and not positive-definite matrices in a batch", differentiable=False),
+]
+_LINALG_RAISES = ("a singular (cholesky: not positive-definite) input raises torch's LinAlgError, there is no value "
+                  "to compare; tests/test_linalg.py checks the errors and the *_ex forms' info")
+EXEMPT_LINALG = {
+    "inv": _LINALG_RAISES, "solve": _LINALG_RAISES, "cholesky": _LINALG_RAISES,
+    "slogdet": "at a singular matrix logabsdet is -inf and its derivative A^-T does not exist: torch returns its LU's "
+               "inf/garbage, jitgrad NaN; nonsingular inputs are compared in tests/test_linalg.py",
+    "solve_triangular": "a zero on the diagonal is the only singular point: torch's substitution gives inf/nan in an "
+                        "order LAPACK decides, jitgrad NaN for that matrix",
+    "svd": "its singular points are repeated singular values (no singular-vector derivative: torch's is inf/nan) "
+           "and zero ones, where s is |.|-like and its derivative follows whichever null vector LAPACK picks (NumPy's "
+           "gesdd and torch's differ); tests/test_linalg.py compares full-rank, distinct spectra",
+    "qr": "its singular points are rank-deficient inputs, where R^-1 in the derivative does not exist (torch's is "
+          "inf/nan too); tests/test_linalg.py compares values and derivatives on full-rank inputs",
+}
+
 SAMPLES = {**OP_SAMPLES, **COMPOSITE_SAMPLES}
 
 _RANDOM = ("a random draw, not differentiable (torch gives draws no gradient either), with no input at which it is "
@@ -522,6 +552,7 @@ EXEMPT = {
     "eigh": "its singular points are repeated eigenvalues, where no eigenvector derivative exists (torch's is inf/nan "
             "too, from the same 1 / (L_j - L_i)); tests/test_lobpcg.py compares values and derivatives with "
             "torch.linalg.eigh on well-separated spectra",
+    **EXEMPT_LINALG,
     "prod_others": "an internal primitive: the vjp of prod (its first and second derivatives are prod's second and "
                    "third), checked through the prod samples",
     **{name: "a collective moves values between processes and computes nothing at a point (SUM/AVG are linear); "

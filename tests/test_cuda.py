@@ -187,6 +187,19 @@ CASES = {
     "isin": (lambda a: jg.where(jg.isin(a.detach(), a.detach()[0]), a, 0.0), [(2, 3)], "any"),
     "eigh": (lambda a: (lambda d, u: d.sum() + (u * u * a[:, :1]).sum())(*jg.lobpcg(a @ a.mT + a, k=1)), [(3, 3)],
              "any"),
+    # jitgrad.linalg's primitives: host steps on CUDA tensors
+    "inv": (lambda a: jg.linalg.inv(a + 3 * _eye(a)), [(3, 3)], "any"),
+    "solve": (lambda a, b: jg.linalg.solve(a + 3 * _eye(a), b), [(3, 3), (3, 2)], "any"),
+    "solve_triangular": (lambda a, b: jg.linalg.solve_triangular(a + 3 * _eye(a), b, upper=False), [(3, 3), (3, 2)],
+                         "any"),
+    "det": (lambda a: jg.linalg.det(a), [(2, 3, 3)], "any"),
+    "slogdet": (lambda a: jg.linalg.slogdet(a + 3 * _eye(a)).logabsdet, [(3, 3)], "any"),
+    "pinv": (lambda a: jg.linalg.pinv(a), [(4, 3)], "any"),
+    "cholesky": (lambda a: jg.linalg.cholesky(a @ a.mT + 3 * _eye(a)), [(3, 3)], "any"),
+    "qr": (lambda a: (lambda q, r: (q * q).sum() + (r * r).sum())(*jg.linalg.qr(a)), [(4, 3)], "any"),
+    "svd": (lambda a: (lambda u, s, vh: (u * u).sum() + s.sum() + (vh * vh).sum())(*jg.linalg.svd(a, False)),
+            [(4, 3)], "any"),
+    "linalg_info": (lambda a: a * jg.linalg.inv_ex(a.detach() + 3 * _eye(a)).info.to(a.dtype), [(3, 3)], "any"),
     # draws: the same generator state gives the CPU's numbers on the device
     "rand_uniform": (lambda a: a * jg.rand(2, 3, dtype=a.dtype, generator=_gen(), device=a.device), [(2, 3)], "any"),
     "rand_normal": (lambda a: a * jg.randn(2, 3, dtype=a.dtype, generator=_gen(), device=a.device), [(2, 3)], "any"),
@@ -217,6 +230,10 @@ def _index_put(a, v):
     y = a * 1.0
     y[:, jg.tensor([0, 2], device=a.device)] = v
     return y
+
+
+def _eye(a):
+    return jg.eye(a.shape[-1], dtype=a.dtype, device=a.device)
 
 
 def _run(fn, arrays, device):

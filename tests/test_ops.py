@@ -38,7 +38,7 @@ NP = {jg.float32: np.float32, jg.float64: np.float64, jg.int64: np.int64, jg.int
 # primitives without a vjp on purpose: their outputs are bool or integer (or piecewise constant: floordiv)
 NONDIFF = {"lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not", "isfinite", "argmax",
            "argmin", "floordiv", "rand_uniform", "rand_normal", "multinomial", "randperm", "argsort", "histc",
-           "all_reduce_start", "searchsorted", "isin", "max_pool_indices"}
+           "all_reduce_start", "searchsorted", "isin", "max_pool_indices", "linalg_info"}
 
 
 # ---- (c): the rule of every concrete op call agrees with its impl ------------------------------------
@@ -1061,6 +1061,10 @@ def _g(fn, *shapes_, domain="any", gg=True):
     both_checks(fn, xs, gg=gg)
 
 
+def _eye3():
+    return jg.eye(3, dtype=jg.float64)
+
+
 def _lobpcg_signed(a):
     """lobpcg (the eigh primitive) of a @ a^T with each eigenvector's largest entry made positive (its sign is
     arbitrary)."""
@@ -1147,6 +1151,19 @@ SMOKE = {
     "isin": lambda: jg.isin(_x(), jg.tensor([2.0, 0.5])),
     "atan2": lambda: _g(jg.atan2, (2, 3), (3,), domain="nonzero"),
     "eigh": lambda: _g(_lobpcg_signed, (4, 4)),
+    # jitgrad.linalg's primitives (ir/ops/solvers.py, factorizations.py), on well-conditioned inputs
+    "inv": lambda: _g(lambda a: jg.linalg.inv(a + 3 * _eye3()), (3, 3)),
+    "solve": lambda: _g(lambda a, b: jg.linalg.solve(a + 3 * _eye3(), b), (2, 3, 3), (3, 2)),
+    "solve_triangular": lambda: _g(lambda a, b: jg.linalg.solve_triangular(a + 3 * _eye3(), b, upper=True),
+                                   (3, 3), (3, 2)),
+    "det": lambda: _g(jg.linalg.det, (2, 3, 3)),
+    "slogdet": lambda: _g(lambda a: jg.linalg.slogdet(a + 3 * _eye3()).logabsdet, (3, 3)),
+    "pinv": lambda: _g(jg.linalg.pinv, (4, 3)),
+    "cholesky": lambda: _g(lambda a: jg.linalg.cholesky(a @ a.mT + 3 * _eye3()), (3, 3)),
+    "qr": lambda: _g(lambda a: (lambda q, r: (q * q, r * r))(*jg.linalg.qr(a)), (4, 3)),
+    "svd": lambda: _g(lambda a: (lambda u, s, vh: (u * u, s, vh * vh))(*jg.linalg.svd(a, full_matrices=False)),
+                      (4, 3)),
+    "linalg_info": lambda: jg.linalg.cholesky_ex(t64([[1.0, 2.0], [2.0, 1.0]])).info,
     "nextafter": lambda: jg.nextafter(_x(), jg.tensor(0.0, dtype=F64)),
     # fused primitives: eager softmax / log_softmax / nll_loss bind them (ir/ops/fused.py)
     "softmax": lambda: _g(lambda a: jg.softmax(a, 1), (2, 3)),

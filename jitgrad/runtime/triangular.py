@@ -36,7 +36,7 @@ def _keep(name, input, diagonal, lower):
         raise TypeError(f"{name}(): argument 'input' (position 1) must be Tensor, not {type(input).__name__}")
     if input.ndim < 2:
         raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions")
-    mask = _triangle(input.shape[-2], input.shape[-1], int(diagonal), lower)
+    mask = input._same_device(_triangle(input.shape[-2], input.shape[-1], int(diagonal), lower))
     zero = False if input.dtype.name == "bool" else 0
     r = where(mask, input, zero)
     if r.dtype is not input.dtype:

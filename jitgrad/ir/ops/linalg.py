@@ -94,8 +94,8 @@ def _eigh_rule(avals, params):
     return [Aval(a.shape[:-2] + (n + 1, n), a.dtype)]
 
 
-def _eigh_impl(a):
-    w, v = np.linalg.eigh(a)        # reads the lower triangle; callers pass symmetric matrices
+def _eigh_impl(a, uplo="L"):
+    w, v = np.linalg.eigh(a, UPLO=uplo)     # reads one triangle (``uplo``: "L" lower, "U" upper)
     return np.concatenate([w[..., None, :], v], axis=-2).astype(a.dtype, copy=False)
 
 
