@@ -518,6 +518,11 @@ OP_SAMPLES["det"] = [
 OP_SAMPLES["pinv"] = [
     Sample(lambda m, x: m.linalg.pinv(x), [rows([1.0, 2.0], [2.0, 4.0], [0.5, 1.0])], "rank-deficient"),
 ]
+OP_SAMPLES["matrix_exp"] = [
+    Sample(lambda m, x: m.linalg.matrix_exp(x), [np.stack([np.zeros((2, 2)), rows([0.0, 1.0], [0.0, 0.0]),
+                                                           rows([1.0, 1.0], [1.0, 1.0]), rows([0.0, -30.0], [30.0, 0.0])])],
+           "zero, nilpotent, singular and a rotation of large norm"),
+]
 OP_SAMPLES["linalg_info"] = [
     Sample(lambda m, x: (m.linalg.inv_ex(x).info, m.linalg.cholesky_ex(x).info),
            [np.stack([np.eye(3), rows([1.0, 2.0, 0.0], [2.0, 4.0, 0.0], [0.0, 0.0, 1.0]), -np.eye(3)])],

@@ -193,6 +193,7 @@ CASES = {
     "solve_triangular": (lambda a, b: jg.linalg.solve_triangular(a + 3 * _eye(a), b, upper=False), [(3, 3), (3, 2)],
                          "any"),
     "det": (lambda a: jg.linalg.det(a), [(2, 3, 3)], "any"),
+    "matrix_exp": (lambda a: jg.linalg.matrix_exp(a * 0.5), [(2, 3, 3)], "any"),
     "slogdet": (lambda a: jg.linalg.slogdet(a + 3 * _eye(a)).logabsdet, [(3, 3)], "any"),
     "pinv": (lambda a: jg.linalg.pinv(a), [(4, 3)], "any"),
     "cholesky": (lambda a: jg.linalg.cholesky(a @ a.mT + 3 * _eye(a)), [(3, 3)], "any"),

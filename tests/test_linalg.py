@@ -254,3 +254,15 @@ def test_empty_matrices():
         assert m.linalg.det(e).tolist() == [1.0, 1.0]
         assert tuple(m.linalg.inv(e).shape) == (2, 0, 0)
         assert tuple(m.linalg.svdvals(m.zeros(0, 3, dtype=m.float64)).shape) == (0,)
+
+
+def test_matrix_exp_of_a_large_norm_inside_compile_matches_torch():
+    # the number of squarings depends on the values: a primitive (a host step when compiled), not a traced
+    # composition with a count fixed before the values exist (which lost accuracy past 1-norms of ~1400)
+    a = np.random.default_rng(7).standard_normal((2, 4, 4))
+    a = a - a.transpose(0, 2, 1)            # skew-symmetric: exp is a rotation, finite for any norm
+    a *= 2000.0
+    want = torch.linalg.matrix_exp(torch.tensor(a)).numpy()
+    got = jg.compile(lambda x: jg.linalg.matrix_exp(x))(jg.tensor(a)).numpy()
+    np.testing.assert_allclose(got, want, atol=1e-8)
+    np.testing.assert_allclose(got @ got.transpose(0, 2, 1), np.broadcast_to(np.eye(4), (2, 4, 4)), atol=1e-8)

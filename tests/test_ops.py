@@ -1163,6 +1163,7 @@ SMOKE = {
     "qr": lambda: _g(lambda a: (lambda q, r: (q * q, r * r))(*jg.linalg.qr(a)), (4, 3)),
     "svd": lambda: _g(lambda a: (lambda u, s, vh: (u * u, s, vh * vh))(*jg.linalg.svd(a, full_matrices=False)),
                       (4, 3)),
+    "matrix_exp": lambda: _g(lambda a: jg.linalg.matrix_exp(a * 0.5), (2, 3, 3)),
     "linalg_info": lambda: jg.linalg.cholesky_ex(t64([[1.0, 2.0], [2.0, 1.0]])).info,
     "nextafter": lambda: jg.nextafter(_x(), jg.tensor(0.0, dtype=F64)),
     # fused primitives: eager softmax / log_softmax / nll_loss bind them (ir/ops/fused.py)

@@ -12,7 +12,9 @@ import math
 import numpy as np
 
 from ..ir import dtypes as dt
+from ..ir.ops import OPS
 from . import functions as F
+from .dispatch import bind
 from .linalg_solve import _publish, _floating, _matrix, _square, _tensor, inv, svdvals
 from .tensor import Tensor
 from .triangular import diagonal as _diagonal
@@ -172,43 +174,17 @@ def vecdot(x, y, *, dim=-1, **torch_kw):
     return (x * y).sum(dim)
 
 
-# Pade approximant of degree 13 with scaling and squaring (Higham 2005), the order torch uses for float64
-_B13 = (64764752532480000., 32382376266240000., 7771770303897600., 1187353796428800., 129060195264000.,
-        10559470521600., 670442572800., 33522128640., 1323241920., 40840800., 960960., 16380., 182., 1.)
-
-
-_TRACED_SQUARINGS = 8
-
-
 def matrix_exp(A, **torch_kw):
-    """The matrix exponential of square ``A`` (torch.linalg.matrix_exp): a degree-13 Pade approximant after
-    scaling ``A`` by a power of two (chosen from its 1-norm in eager mode; 2^-8 in a compiled function, whose
-    values are not known when it is traced: accurate for 1-norms up to ~1380), then squared back; a composition of
-    matmuls and a solve, so differentiable to any order."""
+    """The matrix exponential of square ``A`` (torch.linalg.matrix_exp), batched: a degree-13 Pade approximant
+    after scaling by a power of two chosen from each matrix's norm, squared back (``ir/ops/matrix_functions.py``).
+
+    >>> import jitgrad as jg
+    >>> jg.linalg.matrix_exp(jg.zeros(2, 2))
+    tensor([[1., 0.],
+            [0., 1.]])
+    """
     _square("linalg.matrix_exp", A)
-    n = A.shape[-1]
-    if n == 0 or A.numel() == 0:
-        return A * 1
-    data = A._data
-    if type(data) is np.ndarray:
-        norm1 = float(np.abs(data).sum(-2).max())
-        s = max(0, int(math.ceil(math.log2(norm1 / 5.4)))) if norm1 > 5.4 else 0
-    else:       # traced: the values are not known yet; 8 halvings cover 1-norms up to ~1380
-        s = _TRACED_SQUARINGS
-    X = A * (0.5 ** s)
-    eye = A._same_device(Tensor._make(np.eye(n, dtype=A.dtype.np)))
-    X2 = X @ X
-    X4 = X2 @ X2
-    X6 = X4 @ X2
-    b = _B13
-    U = X @ (X6 @ (b[13] * X6 + b[11] * X4 + b[9] * X2) + b[7] * X6 + b[5] * X4 + b[3] * X2
-             + b[1] * eye)
-    V = X6 @ (b[12] * X6 + b[10] * X4 + b[8] * X2) + b[6] * X6 + b[4] * X4 + b[2] * X2 + b[0] * eye
-    from .linalg_solve import solve
-    R = solve(V - U, V + U)
-    for _ in range(s):
-        R = R @ R
-    return R
+    return bind(OPS["matrix_exp"], A)
 
 
 _publish(["vector_norm", "matrix_norm", "norm", "cond", "matrix_rank", "multi_dot", "cross", "diagonal", "vecdot",
