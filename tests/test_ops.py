@@ -688,6 +688,16 @@ def test_prod_others_forward():
         np.testing.assert_allclose(got, ref, rtol=1e-12)
 
 
+@pytest.mark.parametrize("shape", [(2, 0, 0), (2, 3, 0), (0, 3), (2, 0, 3)])
+def test_prod_of_empty_tensors_differentiates_as_torch(shape):
+    torch = pytest.importorskip("torch")
+    x, t = jg.ones(*shape, requires_grad=True), torch.ones(*shape, requires_grad=True)
+    y, yt = x.prod(-1), t.prod(-1)
+    y.sum().backward()
+    yt.sum().backward()
+    assert y.tolist() == yt.tolist() and tuple(x.grad.shape) == tuple(t.grad.shape)
+
+
 # ---- (b) gradients: hypothesis over shapes ------------------------------------------------------------
 
 UNARY_GRAD = {

@@ -98,6 +98,8 @@ register(OpDef("prod", "reduce", _rule("prod", "acc"), lambda x, axes, keepdims:
 def _prod_others_impl(x, axes):
     """For each element, the product of the *other* elements over `axes` (exact with zeros)."""
     moved = np.moveaxis(x, axes, tuple(range(x.ndim - len(axes), x.ndim)))
+    if x.size == 0:
+        return np.empty(x.shape, x.dtype)       # (reshape's -1 is ambiguous with a zero-length batch dim)
     flat = moved.reshape(moved.shape[:moved.ndim - len(axes)] + (-1,))
     n = flat.shape[-1]
     ones = np.ones(flat.shape[:-1] + (1,), dtype=x.dtype)
