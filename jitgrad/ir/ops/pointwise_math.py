@@ -1,0 +1,94 @@
+"""More elementwise primitives: the rounding family (floor, ceil, trunc, round), hypot, fmod, copysign, erfc.
+
+Each has its NumPy impl, vjp and scalar body (``codegen/math_table.py`` rows of the same names), as in
+``elementwise.py``.  The rounding ops have torch's zero gradient; on integer tensors they are the identity (torch
+returns a copy of an integer tensor).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import dtypes as dt
+from .elementwise import _ew_vjp, _float_inputs, _in, _out, _remainder, ew
+from .opdef import Aval, OpDef, OpError, broadcast_shapes, register, result_dtype
+
+_FLOAT = ("float32", "float64")
+
+
+def _rounding(name, np_fn):
+    def impl(x):
+        return np_fn(x) if x.dtype.kind == "f" else x.copy()
+
+    def scalar(m, x):
+        return getattr(m, name)(x) if m.dtype in _FLOAT else x
+
+    def rule(avals, params):
+        (a,) = avals
+        if a.dtype is dt.bool_:
+            raise OpError(f"{name}: not implemented for 'Bool'")
+        return [Aval(a.shape, a.dtype)]
+
+    # torch: zeros_like(grad) (no NaN from an infinite incoming gradient)
+    register(OpDef(name, "elementwise", rule, impl, _ew_vjp(lambda c, g: (g.new_zeros(g.shape),)), scalar=scalar,
+                   doc=f"elementwise {name}; zero gradient"))
+
+
+_rounding("floor", np.floor)
+_rounding("ceil", np.ceil)
+_rounding("trunc", np.trunc)
+_rounding("round", np.rint)      # half to even, as torch.round
+
+
+def _hypot_vjp(c, g):
+    # torch: grad * self / result, grad * other / result (0 / 0 = nan at the origin)
+    x, y, r = _in(c, 0), _in(c, 1), _out(c)
+    return (g * x / r if c.needs_grad[0] else None, g * y / r if c.needs_grad[1] else None)
+
+
+ew("hypot", np.hypot, _hypot_vjp, lambda m, x, y: m.hypot(x, y), saves_in=(0, 1), saves_out=(0,))
+
+
+def _fmod(x, y):
+    if x.dtype.kind in "iub" if type(x) is np.ndarray else type(x) in (int, bool):
+        _remainder(x, y)        # the integer-division-by-zero check
+    return np.fmod(x, y)
+
+
+def _fmod_vjp(c, g):
+    # torch: self: grad; other: -grad * self.div(other, rounding_mode="trunc")
+    x, y = _in(c, 0), _in(c, 1)
+    gy = None
+    if c.needs_grad[1]:
+        gy = -(g * c.bind("trunc", x / y))
+    return (g, gy)
+
+
+def _fmod_scalar(m, x, y):
+    if m.dtype in _FLOAT:
+        return m.fmod(x, y)
+    return m.fmod(x, m.nonzero(y))
+
+
+ew("fmod", _fmod, _fmod_vjp, _fmod_scalar, saves_in=(0, 1), kind="nobool", saved_for={0: (1,), 1: (1,)})
+
+
+def _copysign_vjp(c, g):
+    # torch's copysign_tensor_self_backward: grad * (result / self), 0 where self == 0; other: zeros
+    x, r = _in(c, 0), _out(c)
+    ratio = c.bind("where", x == 0, 0.0, r / x)
+    return (g * ratio, g.new_zeros(g.shape) if c.needs_grad[1] else None)
+
+
+ew("copysign", np.copysign, _copysign_vjp, lambda m, x, y: m.copysign(x, y), "float", saves_in=(0,),
+   saves_out=(0,))
+
+
+def _erfc(x):
+    from scipy.special import erfc
+    return erfc(x)
+
+
+ew("erfc", _erfc, lambda c, g: (-(g * (-(_in(c) * _in(c))).exp() * (2.0 / math.sqrt(math.pi))),),
+   lambda m, x: m.erfc(x), "float", saves_in=(0,))
