@@ -92,3 +92,64 @@ def _erfc(x):
 
 ew("erfc", _erfc, lambda c, g: (-(g * (-(_in(c) * _in(c))).exp() * (2.0 / math.sqrt(math.pi))),),
    lambda m, x: m.erfc(x), "float", saves_in=(0,))
+
+
+# ---- integer ops: bitwise and, or, xor, not, shifts; gcd, lcm (no gradient; floats refused) ---------------
+_TORCH_NAME = {"bool": "Bool", "float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int",
+               "uint8": "Byte", "int16": "Short", "int8": "Char", "float16": "Half"}
+_BITS = {"int64": 64, "int32": 32, "int16": 16, "int8": 8, "uint8": 8}
+
+
+def _int_rule(name, kernel, allow_bool=True):
+    def rule(avals, params):
+        shape = broadcast_shapes(name, [a.shape for a in avals]) if len(avals) > 1 else avals[0].shape
+        d = result_dtype(avals)
+        if d.is_floating_point or (d is dt.bool_ and not allow_bool):
+            raise OpError(f"{name}: \"{kernel}\" not implemented for '{_TORCH_NAME.get(d.name, d.name)}'")
+        return [Aval(shape, d)]
+    return rule
+
+
+def _int_op(name, impl, scalar, kernel, allow_bool=True, nargs=2):
+    register(OpDef(name, "elementwise", _int_rule(name, kernel, allow_bool), impl, None, scalar=scalar,
+                   doc=f"elementwise {name} of integer (or bool) tensors"))
+
+
+_int_op("bitwise_and", np.bitwise_and, lambda m, x, y: f"({x} & {y})", "bitwise_and_cpu")
+_int_op("bitwise_or", np.bitwise_or, lambda m, x, y: f"({x} | {y})", "bitwise_or_cpu")
+_int_op("bitwise_xor", np.bitwise_xor, lambda m, x, y: f"({x} ^ {y})", "bitwise_xor_cpu")
+_int_op("bitwise_not", np.invert, lambda m, x: f"(not {x})" if m.dtype == "bool" else f"(~{x})", "bitwise_not_cpu")
+
+
+def _width(x):
+    return np.asarray(x).dtype.itemsize * 8
+
+
+def _lshift(x, y):
+    # torch: a shift by a negative count or by the width or more gives 0
+    w = _width(x)
+    y = np.asarray(y)
+    ok = (y >= 0) & (y < w)
+    return np.where(ok, np.left_shift(x, np.where(ok, y, 0).astype(y.dtype)), 0).astype(np.result_type(x, y))
+
+
+def _rshift(x, y):
+    # torch: an arithmetic shift by at most width - 1 (the sign fills the word)
+    w = _width(x)
+    y = np.asarray(y)
+    return np.right_shift(x, np.where((y >= 0) & (y < w), y, w - 1).astype(y.dtype)).astype(np.result_type(x, y))
+
+
+def _shift_scalar(left):
+    def s(m, x, y):
+        w = _BITS.get(m.dtype, 64)
+        if left:
+            return f"(({x} << {y}) if (0 <= {y} < {w}) else {m.lit(0)})"
+        return f"({x} >> ({y} if (0 <= {y} < {w}) else {w - 1}))"
+    return s
+
+
+_int_op("bitwise_left_shift", _lshift, _shift_scalar(True), "lshift_cpu", allow_bool=False)
+_int_op("bitwise_right_shift", _rshift, _shift_scalar(False), "rshift_cpu", allow_bool=False)
+_int_op("gcd", np.gcd, lambda m, x, y: m.gcd(x, y), "gcd_cpu", allow_bool=False)
+_int_op("lcm", np.lcm, lambda m, x, y: m.lcm(x, y), "lcm_cpu", allow_bool=False)
