@@ -73,13 +73,13 @@ def _install_extras(ns):
     logaddexp, nan_to_num, isclose; tensordot, kron, cdist, ...; aminmax, kthvalue, quantile, cummax, ..."""
     from .runtime import pointwise_binary, searching, storage, conversions, foreach, eigen, rearranging, einsum, \
         pointwise_composites, products, order_statistics, pointwise_rounding, \
-        pointwise_pairs, pointwise_integer
+        pointwise_pairs, pointwise_integer, special_functions
     for m in (storage, conversions, foreach, eigen):
         m.install(ns)
     # the rest declare their names: METHODS are functions and Tensor methods, FUNCTION_ONLY functions (torch's
     # Tensor has no such method), INPLACE Tensor methods (``x.lerp_``)
     for m in (pointwise_binary, searching, rearranging, einsum, pointwise_composites, products, order_statistics,
-              pointwise_rounding, pointwise_pairs, pointwise_integer):
+              pointwise_rounding, pointwise_pairs, pointwise_integer, special_functions):
         for n in getattr(m, "METHODS", []) + getattr(m, "FUNCTION_ONLY", []):
             ns[n] = getattr(m, n)
         for n in getattr(m, "METHODS", []):

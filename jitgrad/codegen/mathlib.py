@@ -865,6 +865,16 @@ def erfc_f64(x):
     return math.erfc(np.float64(x))
 
 
+@_jit
+def lgamma_f32(x):
+    return F(math.lgamma(np.float64(x)))
+
+
+@_jit
+def lgamma_f64(x):
+    return math.lgamma(np.float64(x))
+
+
 # the functions this module provides: the math table's rows whose CPU forms live here
 _NAMES = tuple(n for n, row in MATH.items() if row.f32.startswith("mathlib."))
 _SUFFIX = {"float32": "f32", "float64": "f64"}

@@ -4,6 +4,6 @@ from . import elementwise, reduce, shape, linalg, index, random, scan, sort, fus
 from . import scatter  # noqa: F401  (registration side effect)
 from . import tiled_attention  # noqa: F401  (registration side effect)
 from . import conv, pooling  # noqa: F401  (registration side effects)
-from . import pointwise_math  # noqa: F401  (registration side effect)
+from . import pointwise_math, special  # noqa: F401  (registration side effects)
 
 __all__ = ["OPS", "Aval", "OpDef", "OpError", "broadcast_shapes", "normalize_axes", "normalize_axis", "register"]
