@@ -41,7 +41,7 @@ from .runtime.functions import where, cat, concat, stack, max, min, abs, sum, po
 from .runtime.legacy_types import FloatTensor, DoubleTensor, LongTensor, IntTensor, BoolTensor, ByteTensor, \
     is_inference, set_warn_always, is_warn_always_enabled  # noqa: E402
 from .jit.compile import compile  # noqa: E402,A004
-from . import autograd, nn, optim, cuda  # noqa: E402
+from . import autograd, nn, optim, cuda, special  # noqa: E402
 from . import profiler  # noqa: E402  (torch.profiler)
 from . import amp, backends, utils  # noqa: E402,F401  (torch.amp, torch.backends, torch.utils.data)
 from .amp import autocast  # noqa: E402
