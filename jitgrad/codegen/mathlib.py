@@ -867,12 +867,14 @@ def erfc_f64(x):
 
 @_jit
 def lgamma_f32(x):
-    return F(math.lgamma(np.float64(x)))
+    return F(lgamma_f64(np.float64(x)))
 
 
 @_jit
 def lgamma_f64(x):
-    return math.lgamma(np.float64(x))
+    """libm's lgamma (+inf at the poles and at +-inf, as torch)."""
+    x = np.float64(x)
+    return np.inf if x == -np.inf else math.lgamma(x)
 
 
 # the functions this module provides: the math table's rows whose CPU forms live here

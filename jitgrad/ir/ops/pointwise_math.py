@@ -61,7 +61,7 @@ def _fmod_vjp(c, g):
     x, y = _in(c, 0), _in(c, 1)
     gy = None
     if c.needs_grad[1]:
-        gy = -(g * c.bind("trunc", x / y))
+        gy = -(g * c.bind("trunc", x.detach() / y.detach()))     # torch's div(rounding_mode="trunc"): no graph
     return (g, gy)
 
 

@@ -31,7 +31,7 @@ def _as_float(impl):
 # ---- lgamma ------------------------------------------------------------------------------------------------
 def _lgamma(x):
     from scipy.special import gammaln
-    return gammaln(x)
+    return np.where(x == -np.inf, np.inf, gammaln(x))       # SciPy: -inf there; torch and libm: +inf
 
 
 ew("lgamma", _as_float(_lgamma), lambda c, g: (g * c.bind("polygamma", _in(c), n=0),), lambda m, x: m.lgamma(x),
@@ -94,18 +94,23 @@ def _poly_pos(x, n):
 
 def _polygamma_decompose(b, x, n):
     if n > 0:
-        # -inf has no limit (torch: nan)
-        return b("where", x == -math.inf, math.nan, _poly_pos(x, n))
+        # torch at the infinities: trigamma gives nan at -inf; Cephes' zeta (n >= 2) nan at +inf and
+        # (-1)^(n+1) inf at -inf
+        if n == 1:
+            return b("where", x == -math.inf, math.nan, _poly_pos(x, n))
+        r = b("where", x == math.inf, math.nan, _poly_pos(x, n))
+        return b("where", x == -math.inf, math.inf if n % 2 else -math.inf, r)
     # digamma: the reflection psi(x) = psi(1 - x) - pi / tan(pi x) for x < 0, with tan's argument reduced to
-    # [0, 1) (its period) and kept away from tan's poles where that branch is not taken (no 0 * inf in the
-    # gradient); nan at the poles x = -1, -2, ...
+    # [-1/2, 1/2] (its period; exact, also for tiny x) and kept away from tan's poles where that branch is not
+    # taken (no 0 * inf in the gradient); nan at the poles x = -1, -2, ...
     neg = x < 0
     z = b("where", neg, 1.0 - x, x)
-    fl = b("floor", x)
-    fr = b("where", neg, x - fl, 0.5)
+    near = b("round", x)
+    fr = b("where", neg, x - near, 0.25)
     p = _poly_pos(z, 0)
-    refl = p - math.pi / (fr * math.pi).tan()
-    return b("where", neg & (x == fl), math.nan, b("where", neg, refl, p))
+    u = fr * math.pi
+    refl = p - u.cos() * math.pi / u.sin()        # cos/sin, not 1/tan: tan's derivatives cancel badly near +-pi/2
+    return b("where", neg & (x == near), math.nan, b("where", neg, refl, p))
 
 
 def _polygamma_impl(x, n):
@@ -114,7 +119,11 @@ def _polygamma_impl(x, n):
         r = special.psi(x)
         # torch: psi(-0.0) = +inf, psi(+0.0) = -inf
         return np.where(x == 0, np.copysign(np.inf, -np.copysign(1.0, x)), r)
-    return np.where(x == -np.inf, np.nan, special.polygamma(n, x))     # torch: nan at -inf
+    r = special.polygamma(n, x)
+    if n == 1:
+        return np.where(x == -np.inf, np.nan, r)       # torch's trigamma
+    # torch's Cephes zeta: nan at +inf, (-1)^(n+1) inf at -inf
+    return np.where(x == np.inf, np.nan, np.where(x == -np.inf, np.inf if n % 2 else -np.inf, r))
 
 
 def _polygamma_rule(avals, params):
@@ -149,19 +158,18 @@ def _horner(cs, w):
 def _erfinv_decompose(b, x):
     edge = x.abs() >= 1.0
     xs = b("where", edge, 0.0, x)        # the finite branch never sees +-1 or beyond (no inf * 0 in gradients)
-    a = xs.abs()
-    w = -((1.0 - a) * (1.0 + a)).log()
+    w = -((1.0 - xs) * (1.0 + xs)).log()
     lo = _horner(_GILES_LO, w - 2.5)
     hi = _horner(_GILES_HI, b("where", w < 5.0, 5.0, w).sqrt() - 3.0)
-    y = b("where", w < 5.0, lo, hi) * a
-    # Newton on erf(y) = a; near 1 the residual is (1 - a) - erfc(y) (erf(y) - a cancels there, 1 - a is exact)
-    big = a >= 0.5
+    y = b("where", w < 5.0, lo, hi) * xs
+    # Newton on erf(y) = x; near +-1 the residual goes through erfc (erf(y) - x cancels there; 1 -+ x is exact)
+    up, down = xs >= 0.5, xs <= -0.5
     for _ in range(2 if x.dtype == dt.float32 else 3):
-        res = b("where", big, (1.0 - a) - b("erfc", y), y.erf() - a)
+        res = b("where", up, (1.0 - xs) - b("erfc", y), b("where", down, b("erfc", -y) - (1.0 + xs), y.erf() - xs))
         y = y - res / ((-(y * y)).exp() * (2.0 / math.sqrt(math.pi)))
-    y = y * xs.sign()
     # +-1 -> +-inf, beyond -> nan
-    return b("where", edge, b("where", x.abs() == 1.0, x * math.inf, math.nan), y)
+    ends = b("where", x == 1.0, math.inf, b("where", x == -1.0, -math.inf, math.nan))    # constants: no x * inf
+    return b("where", edge, ends, y)
 
 
 def _erfinv(x):
