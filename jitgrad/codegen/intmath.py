@@ -46,21 +46,3 @@ def fmod_i64(x, y):
     r = abs(a) % abs(b)
     return r if a >= 0 else -r
 
-
-@njit(cache=True)
-def gcd_i64(x, y):
-    """The non-negative greatest common divisor (Euclid), gcd(0, 0) = 0, as torch.gcd."""
-    a = abs(int64(x))
-    b = abs(int64(y))
-    while b != 0:
-        a, b = b, a % b
-    return a
-
-
-@njit(cache=True)
-def lcm_i64(x, y):
-    """|x / gcd(x, y) * y| (wrapping like int64), 0 if either is 0, as torch.lcm."""
-    g = gcd_i64(x, y)
-    if g == 0:
-        return int64(0)
-    return abs(int64(x) // g * int64(y))

@@ -108,10 +108,6 @@ MATH = _rows(
     # libm's lgamma is +inf at the poles (0, -1, -2, ...) and at +-inf; Python's math.lgamma raises at the poles
     MathFn("lgamma", 1, "({T}(math.lgamma({0})) if (math.isfinite({0}) and not ({0} <= 0 and math.floor({0}) == {0})) "
                         "else ({T}(math.inf) if {0} == {0} else {T}({0})))"),
-    # integer-only (the float columns name the integer helper: the ops refuse float operands before codegen)
-    MathFn("gcd", 2, "{T}(math.gcd({0}, {1}))", f32="intmath.gcd_i64", f64="intmath.gcd_i64", i64="intmath.gcd_i64"),
-    MathFn("lcm", 2, "({T}(0) if ({0} == 0 or {1} == 0) else {T}(abs({0} // math.gcd({0}, {1}) * {1})))",
-           f32="intmath.lcm_i64", f64="intmath.lcm_i64", i64="intmath.lcm_i64"),
     # Philox draws: (seed, offset, element index); CUDA writes their rounds into the kernel (cuda_philox.py)
     MathFn("atan2", 2, "{T}(math.atan2({0}, {1}))"),
     MathFn("nextafter", 2, _PerPrecision(float32=_nextafter_cuda(24, -149, "3.4028234663852886e38"),

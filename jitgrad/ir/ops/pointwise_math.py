@@ -151,5 +151,38 @@ def _shift_scalar(left):
 
 _int_op("bitwise_left_shift", _lshift, _shift_scalar(True), "lshift_cpu", allow_bool=False)
 _int_op("bitwise_right_shift", _rshift, _shift_scalar(False), "rshift_cpu", allow_bool=False)
-_int_op("gcd", np.gcd, lambda m, x, y: m.gcd(x, y), "gcd_cpu", allow_bool=False)
-_int_op("lcm", np.lcm, lambda m, x, y: m.lcm(x, y), "lcm_cpu", allow_bool=False)
+
+
+# gcd and lcm: Euclid's loop has no inline CUDA form (CUDA kernels cannot call a device function, and
+# numba-cuda has no math.gcd), so traces and devices bind a decomposition: Euclid unrolled to the longest run
+# the dtype allows (consecutive Fibonacci numbers: 92 steps for int64), every step a few integer ops that fuse
+# into one loop.  Eager mode runs np.gcd / np.lcm.
+_EUCLID_STEPS = {"int64": 92, "int32": 46, "int16": 23, "int8": 12, "uint8": 13}
+
+
+def _gcd_decompose(b, x, y):
+    x, y = x.abs(), y.abs()
+    dtype = (x + y).dtype
+    for _ in range(_EUCLID_STEPS.get(dtype.name, 92)):
+        zero = y == 0
+        r = b("mod", x, b("where", zero, 1, y))
+        x, y = b("where", zero, x, y), b("where", zero, 0, r)
+    return x
+
+
+def _lcm_decompose(b, x, y):
+    g = _gcd_decompose(b, x, y)
+    zero = g == 0
+    return b("where", zero, 0, (b("floordiv", x, b("where", zero, 1, g)) * y).abs())
+
+
+def _lcm(x, y):
+    # torch: |x / gcd * y| in the integer type (wrapping, then abs), 0 where gcd is 0
+    g = np.gcd(x, y)
+    zero = g == 0
+    return np.where(zero, 0, np.abs(x // np.where(zero, 1, g) * y)).astype(np.result_type(x, y))
+
+
+for _name, _impl, _dec in (("gcd", np.gcd, _gcd_decompose), ("lcm", _lcm, _lcm_decompose)):
+    register(OpDef(_name, "elementwise", _int_rule(_name, f"{_name}_cpu", False), _impl, None, decompose=_dec,
+                   doc=f"elementwise {_name} of integer tensors (torch.{_name})"))
