@@ -64,7 +64,7 @@ def xlog1py(input, other, **torch_kw):
                         f"({type(input).__name__}, {type(other).__name__})")
     name = ("SpecialXlog1PyBackward0" if isinstance(input, _Tensor) and isinstance(other, _Tensor) else
             "SpecialXlog1PyBackward1" if isinstance(other, _Tensor) else "SpecialXlog1PyBackward2")
-    return _named(_xlog(input, other, _F.log1p), name)
+    return _named(_xlog(input, other, True), name)
 
 
 def ndtr(input, **torch_kw):
@@ -86,9 +86,11 @@ def log_ndtr(input, **torch_kw):
     x = input if input.is_floating_point() else input.to(_dt.float32)
     cut = -20.0 if x.dtype is _dt.float64 else -10.0
     far = x < cut
-    xm = _F.where(far, -1.0, x)                 # the erfc branches never see the far tail (no 0 * inf)
-    mid = _F.where(xm < -1.0, _F.log(erfc(xm * -math.sqrt(0.5)) * 0.5),
-                   _F.log1p(erfc(xm * math.sqrt(0.5)) * -0.5))
+    # each branch sees only its own range (a masked branch's -inf would make a 0 * inf in the gradient)
+    left = (x < -1.0) & ~far
+    xl = _F.where(left, x, -2.0)
+    xr = _F.where(left | far, 0.0, x)
+    mid = _F.where(left, _F.log(erfc(xl * -math.sqrt(0.5)) * 0.5), _F.log1p(erfc(xr * math.sqrt(0.5)) * -0.5))
     xf = _F.where(far, x, cut)
     r2 = (xf * xf).reciprocal()
     series = None       # 1 - 1/x^2 + 3/x^4 - 15/x^6 + ... (double factorials), to the 8th term

@@ -277,6 +277,14 @@ OP_SAMPLES: dict[str, list[Sample]] = {
     "copysign": [Sample(lambda m, x, y: m.copysign(x, y), _grid([0.0, -0.0, 1.5, -2.0, inf, -inf, nan],
                                                                  [0.0, -0.0, 1.0, -1.0, inf, -inf]))],
     "erfc": _unary("erfc", 30.0, -30.0, 5.0),
+    "xlogy": [Sample(lambda m, x, y: m.xlogy(x, y), _grid([0.0, -0.0, 1.0, -2.0, inf, nan, 1e-300],
+                                                           [0.0, -0.0, 1.0, -1.0, 2.0, inf, nan, 1e-300]),
+                     numba_xfail=_FASTMATH.format(what="the second order of g * x / y (d/dy) at y = 0 to inf, "
+                                                       "where torch's is nan")),
+              Sample(lambda m, x, y: m.special.xlog1py(x, y), _grid([0.0, -0.0, 1.0, -2.0, inf, nan],
+                                                                     [-1.0, -2.0, 0.0, 1.0, inf, nan, -1e-300]),
+                     "xlog1py", numba_xfail=_FASTMATH.format(what="the second order of g * x / (y + 1) (d/dy) at "
+                                                                   "x = inf, y = -1 to inf, where torch's is nan"))],
     "lgamma": [Sample(lambda m, x: x.lgamma(), [a(0.0, -0.0, 1.0, 0.5, -2.5, inf, -inf, 1e-300, -1e-300, 1e300, 2.0,
                                                  -1.5, 1e-200, nan)]),
                Sample(lambda m, x: x.lgamma(), [a(-1.0, -2.0)], "the negative poles", second_order=False)],

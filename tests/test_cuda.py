@@ -187,6 +187,7 @@ CASES = {
     "fmod": (lambda a, b: jg.fmod(a * 3.0, b), [(2, 3), (3,)], "any"),
     "copysign": (lambda a, b: jg.copysign(a, b), [(2, 3), (3,)], "any"),
     "erfc": (lambda a: jg.erfc(a), [(2, 3)], "any"),
+    "xlogy": (lambda a, b: jg.xlogy(a, b.abs()) + jg.special.xlog1py(a, b.abs()), [(2, 3), (3,)], "any"),
     # ir/ops/special.py: lgamma is a math-table row; polygamma and erfinv run as their decompositions
     "lgamma": (lambda a: jg.lgamma(a), [(2, 3)], "any"),
     "polygamma": (lambda a: jg.digamma(a) + jg.polygamma(2, a * a + 0.5), [(2, 3)], "any"),

@@ -293,7 +293,7 @@ BINARY = {
     "logical_or": (jg.logical_or, np.logical_or, "bool"),
 }
 # atan2, nextafter and the ops of ir/ops/pointwise_math.py have their own tests (tests/test_pointwise_*.py)
-BINARY_OPS = set(BINARY) | {"where", "atan2", "nextafter", "hypot", "fmod", "copysign", "bitwise_and", "bitwise_or",
+BINARY_OPS = set(BINARY) | {"where", "atan2", "nextafter", "hypot", "fmod", "copysign", "xlogy", "bitwise_and", "bitwise_or",
                             "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift", "gcd", "lcm"}
 TORCH_BINARY = {"maximum": "maximum", "minimum": "minimum", "logical_and": "logical_and", "logical_or": "logical_or"}
 
@@ -1160,6 +1160,7 @@ SMOKE = {
     "fmod": lambda: _g(lambda a: jg.fmod(a, 0.75), (2, 3)),
     "copysign": lambda: _g(jg.copysign, (2, 3), (3,), domain="nonzero"),
     "erfc": lambda: _g(jg.erfc, (2, 3)),
+    "xlogy": lambda: [_g(jg.xlogy, (2, 3), (3,), domain="pos"), _g(jg.special.xlog1py, (2, 3), (3,), domain="pos")],
     "lgamma": lambda: _g(jg.lgamma, (2, 3), domain="pos"),
     "polygamma": lambda: [_g(lambda a: jg.polygamma(n, a), (2, 3), domain="pos") for n in (0, 2)],
     "erfinv": lambda: _g(jg.erfinv, (2, 3), domain="unit"),

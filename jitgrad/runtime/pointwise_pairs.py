@@ -2,9 +2,9 @@
 ``xlogy``, ``float_power``, ``logaddexp2``, ``fmax``/``fmin``, ``ldexp``, ``frexp``, ``logical_xor``, and the
 fused ``addcmul``/``addcdiv`` (functions and Tensor methods, in-place ``_`` variants where torch has them).
 
-``hypot``, ``fmod`` and ``copysign`` are primitives (``ir/ops/pointwise_math.py``); the rest are compositions
-whose gradients match torch's at the special points (``xlogy(0, y)`` is 0 with a 0 gradient even where
-``log y`` is -inf; ``fmax`` gives a tie's gradient to ``input``).
+``hypot``, ``fmod``, ``copysign`` and ``xlogy`` are primitives (``ir/ops/pointwise_math.py``: ``xlogy(0, y)`` is 0
+even where ``log y`` is -inf, with torch's gradients there); the rest are compositions whose gradients match
+torch's at the special points (``fmax`` gives a tie's gradient to ``input``).
 
 >>> import jitgrad as jg
 >>> jg.hypot(jg.tensor([3.0, 5.0]), jg.tensor([4.0, 12.0]))
@@ -21,6 +21,7 @@ from . import functions as F
 from .dispatch import bind
 from .factories import full_like, ones_like
 from .grad_names import named
+from .pointwise_composites import logaddexp
 from .pointwise_rounding import floor
 from .tensor import Tensor
 from .torch_kwargs import torch_kwargs
@@ -110,20 +111,18 @@ def xlogy(input, other, **torch_kw):
     if torch_kw:
         return torch_kwargs(xlogy, "xlogy", (input, other), {}, torch_kw)
     _scalar_pair("xlogy", input, other)
-    return named(_xlog(input, other, F.log), "XlogyBackward0" if isinstance(input, Tensor) and
+    return named(_xlog(input, other, False), "XlogyBackward0" if isinstance(input, Tensor) and
                  isinstance(other, Tensor) else "XlogyBackward1" if isinstance(other, Tensor) else "XlogyBackward2")
 
 
-def _xlog(x, y, log):
-    """``x * log(y)`` with torch's convention: 0 where x == 0 and y is not NaN (shared with xlog1py).  A Python
-    number beside a tensor becomes a tensor of the result's floating dtype."""
+def _xlog(x, y, plus1):
+    """The xlogy primitive (ir/ops/pointwise_math.py) on two tensors: a Python number beside a tensor becomes a
+    tensor of the result's floating dtype (shared with xlog1py)."""
     d = _promoted(x, y)
     d = d if d.is_floating_point else dt.float32
     x = x if isinstance(x, Tensor) else full_like(y, x, dtype=d)
     y = y if isinstance(y, Tensor) else full_like(x, y, dtype=d)
-    zero = (x == 0) & ~F.isnan(y)
-    # log(y) masked where x == 0 before the product, so 0 * -inf never happens, in value or gradient
-    return F.where(zero, 0.0, x * F.where(zero, 0.0, log(y)))
+    return bind(OPS["xlogy"], x, y, plus1=plus1)
 
 
 def float_power(input, exponent, **torch_kw):
@@ -146,7 +145,7 @@ def logaddexp2(input, other, **torch_kw):
         if not t.is_floating_point():
             _not_impl("logaddexp2_cpu", t.dtype)
     ln2 = math.log(2.0)
-    return named(F.logaddexp(input * ln2, other * ln2) * (1.0 / ln2), "Logaddexp2Backward0")
+    return named(logaddexp(input * ln2, other * ln2) * (1.0 / ln2), "Logaddexp2Backward0")
 
 
 def _fmaxmin(name, cmp):
@@ -175,8 +174,7 @@ def ldexp(input, other, **torch_kw):
         return torch_kwargs(ldexp, "ldexp", (input, other), {}, torch_kw)
     _tensor("ldexp", input, "input", 1)
     _tensor("ldexp", other, "other", 2)
-    x = input if input.is_floating_point() else input.to(dt.float32)
-    return x * (2.0 ** other.to(x.dtype if other.is_floating_point() or x.dtype is dt.float64 else dt.float32))
+    return named(input * (2.0 ** other), "LdexpBackward0")       # torch: input * pow(2.0, other)
 
 
 def _scale(x, e):

@@ -103,7 +103,10 @@ def sgn(input, **torch_kw):
     if torch_kw:
         return torch_kwargs(sgn, "sgn", (input,), {}, torch_kw)
     _need_tensor("sgn", input)
-    return named(F.sign(input), "SgnBackward0")
+    if not input.is_floating_point():
+        return F.sign(input)
+    # torch: (0 < x) - (x < 0) for real tensors: +0.0 at zeros and at NaN (sign keeps NaN and -0.0); zero gradient
+    return named(F.where((input == 0) | F.isnan(input), 0.0, F.sign(input)), "SgnBackward0")
 
 
 def positive(input):
@@ -118,6 +121,9 @@ def absolute(input, **torch_kw):
     """Alias of :func:`jitgrad.abs` (torch.absolute)."""
     if torch_kw:
         return torch_kwargs(absolute, "absolute", (input,), {}, torch_kw)
+    _need_tensor("absolute", input)
+    if input.dtype is dt.bool_:
+        _not_impl("abs_cpu", input)
     return F.abs(input)
 
 
@@ -127,7 +133,7 @@ def deg2rad(input, **torch_kw):
         return torch_kwargs(deg2rad, "deg2rad", (input,), {}, torch_kw)
     _need_tensor("deg2rad", input)
     if input.dtype is dt.bool_:
-        _not_impl("mul_cpu", input)
+        input = input.to(dt.float32)
     return named(input * (math.pi / 180.0), "Deg2RadBackward0")
 
 
@@ -137,7 +143,7 @@ def rad2deg(input, **torch_kw):
         return torch_kwargs(rad2deg, "rad2deg", (input,), {}, torch_kw)
     _need_tensor("rad2deg", input)
     if input.dtype is dt.bool_:
-        _not_impl("mul_cpu", input)
+        input = input.to(dt.float32)
     return named(input * (180.0 / math.pi), "Rad2DegBackward0")
 
 

@@ -186,3 +186,32 @@ def _lcm(x, y):
 for _name, _impl, _dec in (("gcd", np.gcd, _gcd_decompose), ("lcm", _lcm, _lcm_decompose)):
     register(OpDef(_name, "elementwise", _int_rule(_name, f"{_name}_cpu", False), _impl, None, decompose=_dec,
                    doc=f"elementwise {_name} of integer tensors (torch.{_name})"))
+
+
+# ---- xlogy / xlog1py -----------------------------------------------------------------------------------------
+def _xlogy(x, y, plus1=False):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ly = np.log1p(y) if plus1 else np.log(y)
+        return np.where((x == 0) & ~np.isnan(y), 0, x * ly).astype(np.result_type(x, y), copy=False)
+
+
+def _xlogy_vjp(c, g):
+    # torch: self: xlogy(grad, other) masked to 0 where self == 0 and other <= 0 (<= -1 for xlog1py);
+    # other: grad * self / other (/ (other + 1))
+    x, y = _in(c, 0), _in(c, 1)
+    plus1 = c.params["plus1"]
+    gx = gy = None
+    if c.needs_grad[0]:
+        gx = c.bind("where", (x == 0) & (y <= (-1.0 if plus1 else 0.0)), 0.0, c.bind("xlogy", g, y, plus1=plus1))
+    if c.needs_grad[1]:
+        gy = g * x / (y + 1.0 if plus1 else y)
+    return gx, gy
+
+
+def _xlogy_scalar(m, x, y, plus1=False):
+    log = m.log1p(y) if plus1 else m.log(y)
+    return f"({m.lit(0.0)} if ({x} == 0 and {y} == {y}) else {x} * {log})"
+
+
+ew("xlogy", _xlogy, _xlogy_vjp, _xlogy_scalar, "float", saves_in=(0, 1),
+   doc="x * log(y) (log1p(y) with plus1), 0 where x == 0 and y is not NaN (torch.xlogy, torch.special.xlog1py)")
