@@ -22,18 +22,14 @@ _KERNEL = {"bitwise_and": "bitwise_and_cpu", "bitwise_or": "bitwise_or_cpu", "bi
 _NO_BOOL = ("bitwise_left_shift", "bitwise_right_shift", "gcd", "lcm")
 
 
-def _dtype_of(x):
-    if isinstance(x, Tensor):
-        return x.dtype
-    return dt.bool_ if isinstance(x, bool) else dt.int64 if isinstance(x, int) else dt.float32
-
-
 def _check(name, *xs):
-    """torch's error for a floating operand (or a bool one where torch has no bool kernel)."""
-    for x in xs:
-        d = _dtype_of(x)
-        if d.is_floating_point or (d is dt.bool_ and name in _NO_BOOL and isinstance(x, Tensor)):
-            raise NotImplementedError(f"\"{_KERNEL[name]}\" not implemented for '{dt.torch_scalar_name(d)}'")
+    """torch's error for a floating result type (or a bool one where torch has no bool kernel): the operands'
+    promoted dtype decides, as torch's dispatch (a bool tensor shifted by a Python int computes in int64)."""
+    from ..ir.ops.opdef import result_dtype
+    from .dispatch import _avals
+    d = result_dtype(_avals(OPS["add"], xs))
+    if d.is_floating_point or (d is dt.bool_ and name in _NO_BOOL):
+        raise NotImplementedError(f"\"{_KERNEL[name]}\" not implemented for '{dt.torch_scalar_name(d)}'")
 
 
 def _binary(name, tensor_other):
@@ -74,7 +70,7 @@ def bitwise_not(input, **torch_kw):
 
 
 def _both_bool(a, b):
-    return _dtype_of(a) is dt.bool_ and _dtype_of(b) is dt.bool_
+    return all((x.dtype is dt.bool_) if isinstance(x, Tensor) else isinstance(x, bool) for x in (a, b))
 
 
 def _operator(fn, logical=None, reflected=False):
@@ -94,6 +90,8 @@ def _operator(fn, logical=None, reflected=False):
 def _invert(self):
     if self.dtype is dt.bool_:
         return bind(OPS["logical_not"], self)
+    if self.is_floating_point():
+        raise TypeError("~ (operator.invert) is only implemented on integer and Boolean-type tensors")
     return bitwise_not(self)
 
 
