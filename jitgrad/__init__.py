@@ -70,7 +70,9 @@ _install_triangular(globals())   # tril, triu, diagonal (functions and methods)
 def _install_extras(ns):
     """atan2, nextafter; searchsorted, bucketize, isin; set_, resize_; memory formats, type_as; _foreach_*;
     lobpcg; repeat_interleave, roll, diff, meshgrid, unflatten; einsum; lerp,
-    logaddexp, nan_to_num, isclose; tensordot, kron, cdist, ...; aminmax, kthvalue, quantile, cummax, ..."""
+    logaddexp, nan_to_num, isclose; tensordot, kron, cdist, ...; aminmax, kthvalue, quantile, cummax, ...;
+    floor/round/frac/...; hypot/fmod/xlogy/fmax/frexp/addcmul/...; bitwise ops, gcd, lcm; lgamma/digamma/polygamma/
+    erfinv, nansum/nanmean/logcumsumexp"""
     from .runtime import pointwise_binary, searching, storage, conversions, foreach, eigen, rearranging, einsum, \
         pointwise_composites, products, order_statistics, pointwise_rounding, \
         pointwise_pairs, pointwise_integer, special_functions
