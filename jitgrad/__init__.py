@@ -41,7 +41,7 @@ from .runtime.functions import where, cat, concat, stack, max, min, abs, sum, po
 from .runtime.legacy_types import FloatTensor, DoubleTensor, LongTensor, IntTensor, BoolTensor, ByteTensor, \
     is_inference, set_warn_always, is_warn_always_enabled  # noqa: E402
 from .jit.compile import compile  # noqa: E402,A004
-from . import autograd, nn, optim, cuda  # noqa: E402
+from . import autograd, nn, optim, cuda, special  # noqa: E402
 from .nn import torch_level as _torch_level  # noqa: E402
 _torch_level.install(globals())     # torch.conv2d, torch.layer_norm, torch.dropout, ... (nn/torch_level.py)
 from . import profiler  # noqa: E402  (torch.profiler)
@@ -73,16 +73,20 @@ _install_triangular(globals())   # tril, triu, diagonal (functions and methods)
 def _install_extras(ns):
     """atan2, nextafter; searchsorted, bucketize, isin; set_, resize_; memory formats, type_as; _foreach_*;
     lobpcg; repeat_interleave, roll, diff, meshgrid, unflatten; einsum; lerp,
-    logaddexp, nan_to_num, isclose; tensordot, kron, cdist, ...; aminmax, kthvalue, quantile, cummax, ..."""
+    logaddexp, nan_to_num, isclose; tensordot, kron, cdist, ...; aminmax, kthvalue, quantile, cummax, ...;
+    floor/round/frac/...; hypot/fmod/xlogy/fmax/frexp/addcmul/...; bitwise ops, gcd, lcm; lgamma/digamma/polygamma/
+    erfinv, nansum/nanmean/logcumsumexp"""
     from .runtime import pointwise_binary, searching, storage, conversions, foreach, eigen, rearranging, einsum, \
-        pointwise_composites, products, order_statistics, stacking, index_writes, uniques, matrix_forms, statistics
+        pointwise_composites, products, order_statistics, stacking, index_writes, uniques, matrix_forms, statistics, \
+        pointwise_rounding, pointwise_pairs, pointwise_integer, special_functions
     for m in (storage, conversions, foreach, eigen):
         m.install(ns)
     # the rest declare their names: METHODS are functions and Tensor methods, FUNCTION_ONLY functions (torch's
     # Tensor has no such method), INPLACE Tensor methods (``x.lerp_``), TENSOR_ONLY Tensor methods torch has no
     # function for (``x.unfold``)
     for m in (pointwise_binary, searching, rearranging, einsum, pointwise_composites, products, order_statistics,
-              stacking, index_writes, uniques, matrix_forms, statistics):
+              stacking, index_writes, uniques, matrix_forms, statistics, pointwise_rounding, pointwise_pairs,
+              pointwise_integer, special_functions):
         for n in getattr(m, "METHODS", []) + getattr(m, "FUNCTION_ONLY", []):
             ns[n] = getattr(m, n)
         for n in getattr(m, "METHODS", []):

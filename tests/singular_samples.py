@@ -263,6 +263,46 @@ OP_SAMPLES: dict[str, list[Sample]] = {
                          differentiable=False)],
     "atan2": [Sample(lambda m, x, y: m.atan2(x, y), _grid([0.0, -0.0, 1.0, -1.0, 1e-170, inf, -inf, nan],
                                                            [0.0, -0.0, 1.0, -1.0, 1e-170, inf, -inf, nan]))],
+    # ---- ir/ops/pointwise_math.py and ir/ops/special.py ------------------------------------------------------
+    "floor": _unary("floor", 2.5, -0.5, 1e16 + 1.5),
+    "ceil": _unary("ceil", 2.5, -0.5),
+    "trunc": _unary("trunc", 2.5, -0.5),
+    "round": _unary("round", 2.5, -0.5, 1.5, 0.49999999999999994),
+    "hypot": [Sample(lambda m, x, y: m.hypot(x, y), _grid([0.0, -0.0, 1.0, -2.0, inf, -inf, nan, 1e-200, 1e200],
+                                                           [0.0, -0.0, 3.0, inf, nan, 1e-200]),
+                     numba_xfail=_FASTMATH.format(what="the second order's products of 1e200-sized terms in another "
+                                                       "order (0.16 relative at x = 1e200, y = 1e-200)"))],
+    "fmod": [Sample(lambda m, x, y: m.fmod(x, y), _grid([0.0, -0.0, 5.5, -5.5, inf, nan, 1e-300],
+                                                         [0.0, 2.0, -2.0, inf, nan]))],
+    "copysign": [Sample(lambda m, x, y: m.copysign(x, y), _grid([0.0, -0.0, 1.5, -2.0, inf, -inf, nan],
+                                                                 [0.0, -0.0, 1.0, -1.0, inf, -inf]))],
+    "erfc": _unary("erfc", 30.0, -30.0, 5.0),
+    "xlogy": [Sample(lambda m, x, y: m.xlogy(x, y), _grid([0.0, -0.0, 1.0, -2.0, inf, nan, 1e-300],
+                                                           [0.0, -0.0, 1.0, -1.0, 2.0, inf, nan, 1e-300]),
+                     numba_xfail=_FASTMATH.format(what="the second order of g * x / y (d/dy) at y = 0 to inf, "
+                                                       "where torch's is nan")),
+              Sample(lambda m, x, y: m.special.xlog1py(x, y), _grid([0.0, -0.0, 1.0, -2.0, inf, nan],
+                                                                     [-1.0, -2.0, 0.0, 1.0, inf, nan, -1e-300]),
+                     "xlog1py", numba_xfail=_FASTMATH.format(what="the second order of g * x / (y + 1) (d/dy) at "
+                                                                   "x = inf, y = -1 to inf, where torch's is nan"))],
+    "lgamma": [Sample(lambda m, x: x.lgamma(), [a(0.0, -0.0, 1.0, 0.5, -2.5, inf, -inf, 1e-300, -1e-300, 1e300, 2.0,
+                                                 -1.5, 1e-200, nan)]),
+               Sample(lambda m, x: x.lgamma(), [a(-1.0, -2.0)], "the negative poles", second_order=False)],
+    "polygamma": [Sample(lambda m, x: x.digamma(), [a(0.0, 1.0, -0.5, 2.5, 1e-200, 30.0, 1e10, -2.5, nan)],
+                         "digamma (n = 0)"),
+                  # second order off: torch's polygamma(2, inf) is Cephes' nan, compiled code's decomposition gives 0
+                  Sample(lambda m, x: x.digamma(), [a(inf, -inf, -0.0)], "digamma at +-inf, -0.0",
+                         second_order=False),
+                  # torch's trigamma at a pole is pi^2 / sin(pi x)^2 of a rounded pi x (4.8e32 at -1): values only
+                  Sample(lambda m, x: x.digamma(), [a(-1.0, -2.0)], "digamma at the poles", differentiable=False),
+                  Sample(lambda m, x: m.polygamma(2, x), [a(1.0, 0.5, 2.5, 1e-3, 30.0, 1e10, nan)],
+                         "n = 2, off the poles"),
+                  Sample(lambda m, x: m.polygamma(2, x), [a(inf, -inf, 0.0)], "n = 2 at +-inf (torch: nan) and 0",
+                         differentiable=False)],
+    "erfinv": [Sample(lambda m, x: x.erfinv(), [a(0.0, -0.0, 0.5, -0.5, 0.999, -0.9999999, 1e-300, nan)]),
+               Sample(lambda m, x: x.erfinv(), [a(1.0, -1.0, 1.5, -2.0)], "+-1 and beyond",
+                      traced_xfail="compiled code differentiates the decomposition (ir/ops/special.py), whose branch "
+                                   "at +-1 is masked: gradient 0 where torch's is inf")],
     # ---- fused eager primitives (ir/ops/fused.py): eager binds them, traced code the compositions -------
     "softmax": [Sample(lambda m, x: x.softmax(1), [rows([1.0, 1.0, 1.0], [0.0, -inf, 1.0], [-inf, -inf, -inf], [800.0, 0.0, -800.0],
                                                         [inf, 0.0, 1.0], [inf, inf, 1.0], [-inf, 1.0, 2.0], [nan, 1.0, 2.0])]),
@@ -558,6 +598,10 @@ EXEMPT = {
             "too, from the same 1 / (L_j - L_i)); tests/test_lobpcg.py compares values and derivatives with "
             "torch.linalg.eigh on well-separated spectra",
     **EXEMPT_LINALG,
+    **{name: "an integer op (no gradient, no floating-point special values); tests/test_pointwise_integer.py "
+             "compares it with torch, including negative operands, zero and out-of-range shifts"
+       for name in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift",
+                    "bitwise_right_shift", "gcd", "lcm")},
     "prod_others": "an internal primitive: the vjp of prod (its first and second derivatives are prod's second and "
                    "third), checked through the prod samples",
     **{name: "a collective moves values between processes and computes nothing at a point (SUM/AVG are linear); "

@@ -180,6 +180,25 @@ CASES = {
     "argsort": (lambda a: a.sort(1, descending=True)[0] * a.argsort(0).to(a.dtype), [(2, 3)], "distinct"),
     "histc": (lambda a: a * jg.histc(a.detach(), 3, -2.0, 2.0), [(2, 3)], "any"),
     "atan2": (lambda a, b: jg.atan2(a, b), [(2, 3), (3,)], "any"),
+    # ir/ops/pointwise_math.py: rounding (zero gradient: multiplied by a for one), hypot, fmod, copysign, erfc
+    **{n: ((lambda n: lambda a: getattr(jg, n)(a * 3.0) * a)(n), [(2, 3)], "any")
+       for n in ("floor", "ceil", "trunc", "round")},
+    "hypot": (lambda a, b: jg.hypot(a, b), [(2, 3), (3,)], "any"),
+    "fmod": (lambda a, b: jg.fmod(a * 3.0, b), [(2, 3), (3,)], "any"),
+    "copysign": (lambda a, b: jg.copysign(a, b), [(2, 3), (3,)], "any"),
+    "erfc": (lambda a: jg.erfc(a), [(2, 3)], "any"),
+    "xlogy": (lambda a, b: jg.xlogy(a, b.abs()) + jg.special.xlog1py(a, b.abs()), [(2, 3), (3,)], "any"),
+    # ir/ops/special.py: lgamma is a math-table row; polygamma and erfinv run as their decompositions
+    "lgamma": (lambda a: jg.lgamma(a), [(2, 3)], "any"),
+    "polygamma": (lambda a: jg.digamma(a) + jg.polygamma(2, a * a + 0.5), [(2, 3)], "any"),
+    "erfinv": (lambda a: jg.erfinv(a), [(2, 3)], "unit"),
+    # integer ops: run on values off the graph, scaled into the float result
+    **{n: ((lambda n: lambda a: a * getattr(jg, n)((a.detach() * 10).to(jg.int64),
+                                                  jg.tensor([3, 6, 1], device=a.device)).to(a.dtype))(n),
+           [(2, 3)], "any")
+       for n in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift", "gcd",
+                 "lcm")},
+    "bitwise_not": (lambda a: a * jg.bitwise_not((a.detach() * 10).to(jg.int64)).to(a.dtype), [(2, 3)], "any"),
     "nextafter": (lambda a: a * jg.nextafter(a.detach(), jg.tensor([0.0, 3.0, -np.inf], device=a.device)),
                   [(2, 3)], "any"),
     "searchsorted": (lambda a: a * jg.searchsorted(jg.tensor([-1.0, 0.0, 1.0], device=a.device),

@@ -38,7 +38,8 @@ NP = {jg.float32: np.float32, jg.float64: np.float64, jg.int64: np.int64, jg.int
 # primitives without a vjp on purpose: their outputs are bool or integer (or piecewise constant: floordiv)
 NONDIFF = {"lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not", "isfinite", "argmax",
            "argmin", "floordiv", "rand_uniform", "rand_normal", "multinomial", "randperm", "argsort", "histc",
-           "all_reduce_start", "searchsorted", "isin", "max_pool_indices", "linalg_info"}
+           "all_reduce_start", "searchsorted", "isin", "max_pool_indices", "linalg_info", "bitwise_and", "bitwise_or",
+           "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "gcd", "lcm"}
 
 
 # ---- (c): the rule of every concrete op call agrees with its impl ------------------------------------
@@ -164,7 +165,10 @@ def test_opdef_has_its_rules(name):
     else:
         assert callable(op.vjp), f"{name}: no vjp rule (list it in NONDIFF if it is non-differentiable on purpose)"
         assert isinstance(op.grad_name, str) and op.grad_name.endswith(("Backward0", "Backward1"))
-    if op.family == "elementwise":
+    if op.family == "elementwise" and op.scalar is None:
+        # a traced or device call binds its decomposition (OpDef.decompose): codegen never meets the op itself
+        assert op.decompose is not None, f"{name}: elementwise op without a scalar body or a decomposition"
+    elif op.family == "elementwise":
         assert callable(op.scalar), f"{name}: elementwise op without a scalar body"
         names = ["a", "b", "c"][:{"where": 3, "rand_uniform": 2, "rand_normal": 2, "tanh_backward": 2, "gelu_backward": 2}.get(
             name, 2 if name in BINARY_OPS else 1)]
@@ -288,7 +292,9 @@ BINARY = {
     "logical_and": (jg.logical_and, np.logical_and, "bool"),
     "logical_or": (jg.logical_or, np.logical_or, "bool"),
 }
-BINARY_OPS = set(BINARY) | {"where", "atan2", "nextafter"}   # the last two take tensors only (own tests)
+# atan2, nextafter and the ops of ir/ops/pointwise_math.py have their own tests (tests/test_pointwise_*.py)
+BINARY_OPS = set(BINARY) | {"where", "atan2", "nextafter", "hypot", "fmod", "copysign", "xlogy", "bitwise_and", "bitwise_or",
+                            "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift", "gcd", "lcm"}
 TORCH_BINARY = {"maximum": "maximum", "minimum": "minimum", "logical_and": "logical_and", "logical_or": "logical_or"}
 
 
@@ -1176,6 +1182,20 @@ SMOKE = {
     "matrix_exp": lambda: _g(lambda a: jg.linalg.matrix_exp(a * 0.5), (2, 3, 3)),
     "linalg_info": lambda: jg.linalg.cholesky_ex(t64([[1.0, 2.0], [2.0, 1.0]])).info,
     "nextafter": lambda: jg.nextafter(_x(), jg.tensor(0.0, dtype=F64)),
+    # rounding, hypot, fmod, copysign, erfc (ir/ops/pointwise_math.py); the special functions (ir/ops/special.py)
+    **{n: (lambda n: lambda: _g(lambda a: getattr(jg, n)(a) * a, (2, 3)))(n) for n in ("floor", "ceil", "trunc", "round")},
+    "hypot": lambda: _g(jg.hypot, (2, 3), (3,), domain="nonzero"),
+    "fmod": lambda: _g(lambda a: jg.fmod(a, 0.75), (2, 3)),
+    "copysign": lambda: _g(jg.copysign, (2, 3), (3,), domain="nonzero"),
+    "erfc": lambda: _g(jg.erfc, (2, 3)),
+    "xlogy": lambda: [_g(jg.xlogy, (2, 3), (3,), domain="pos"), _g(jg.special.xlog1py, (2, 3), (3,), domain="pos")],
+    "lgamma": lambda: _g(jg.lgamma, (2, 3), domain="pos"),
+    "polygamma": lambda: [_g(lambda a: jg.polygamma(n, a), (2, 3), domain="pos") for n in (0, 2)],
+    "erfinv": lambda: _g(jg.erfinv, (2, 3), domain="unit"),
+    **{n: (lambda n: lambda: getattr(jg, n)(jg.tensor([12, -10, 7]), jg.tensor([6, 3, 2])))(n)
+       for n in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift", "gcd",
+                 "lcm")},
+    "bitwise_not": lambda: jg.bitwise_not(jg.tensor([12, -10, 7])),
     # fused primitives: eager softmax / log_softmax / nll_loss bind them (ir/ops/fused.py)
     "softmax": lambda: _g(lambda a: jg.softmax(a, 1), (2, 3)),
     "diagonal": lambda: _g(lambda a: a.diagonal(1, 2, 0) * a.diagonal(-1, 0, 1).sum(), (3, 4, 2)),

@@ -33,3 +33,16 @@ def pow_i64(x, y):
         b = b * b
         e = e >> 1
     return r
+
+
+@njit(cache=True)
+def fmod_i64(x, y):
+    """C's integer remainder (the sign of x); 0 for a zero divisor (the step raises ZeroDivisionError after the
+    loop, as torch does)."""
+    a = int64(x)
+    b = int64(y)
+    if b == 0:
+        return int64(0)
+    r = abs(a) % abs(b)
+    return r if a >= 0 else -r
+

@@ -90,6 +90,24 @@ MATH = _rows(
     MathFn("pow", 2, "({T}(math.inf) if ({0} == 0 and {1} < 0) else ({T}(math.nan) if ({0} < 0 and "
                      "math.isfinite({1}) and math.floor({1}) != {1}) else {T}({0} ** {1})))",
            i64="intmath.pow_i64"),
+    # rounding: exact below 2^52 (larger floats are integers already); the sign of a zero result is x's, as C's
+    MathFn("floor", 1, "({T}(math.copysign(math.floor({0}), {0})) if abs({0}) < 4503599627370496.0 else {T}({0}))"),
+    MathFn("ceil", 1, "({T}(math.copysign(math.ceil({0}), {0})) if abs({0}) < 4503599627370496.0 else {T}({0}))"),
+    MathFn("trunc", 1, "({T}(math.copysign(math.trunc({0}), {0})) if abs({0}) < 4503599627370496.0 else {T}({0}))"),
+    # half to even: floor, then up when the rest is above a half, or a half and the floor odd
+    MathFn("round", 1, "({T}(math.copysign(math.floor({0}) + (1 if ({0} - math.floor({0}) > 0.5 or ({0} - "
+                       "math.floor({0}) == 0.5 and math.floor({0}) % 2 == 1)) else 0), {0})) "
+                       "if abs({0}) < 4503599627370496.0 else {T}({0}))"),
+    MathFn("hypot", 2, "{T}(math.hypot({0}, {1}))"),
+    # C fmod: x for an infinite y, nan for an infinite x or a zero y (Python's math.fmod raises there)
+    MathFn("fmod", 2, "({T}(math.fmod({0}, {1})) if (math.isfinite({0}) and {1} != 0 and math.isfinite({1})) else "
+                      "({T}({0}) if (math.isfinite({0}) and abs({1}) == math.inf) else {T}(math.nan)))",
+           i64="intmath.fmod_i64"),
+    MathFn("copysign", 2, "{T}(math.copysign({0}, {1}))"),
+    MathFn("erfc", 1, "{T}(math.erfc({0}))"),
+    # libm's lgamma is +inf at the poles (0, -1, -2, ...) and at +-inf; Python's math.lgamma raises at the poles
+    MathFn("lgamma", 1, "({T}(math.lgamma({0})) if (math.isfinite({0}) and not ({0} <= 0 and math.floor({0}) == {0})) "
+                        "else ({T}(math.inf) if {0} == {0} else {T}({0})))"),
     # Philox draws: (seed, offset, element index); CUDA writes their rounds into the kernel (cuda_philox.py)
     MathFn("atan2", 2, "{T}(math.atan2({0}, {1}))"),
     MathFn("nextafter", 2, _PerPrecision(float32=_nextafter_cuda(24, -149, "3.4028234663852886e38"),

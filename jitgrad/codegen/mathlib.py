@@ -782,6 +782,101 @@ def nextafter_f64(x, y):
     return np.nextafter(np.float64(x), np.float64(y))
 
 
+# ---- rounding, hypot, fmod, copysign, erfc (LLVM intrinsics or libm; -0.0 and infinities as C) ------------
+@_jit
+def floor_f32(x):
+    return np.floor(F(x))
+
+
+@_jit
+def floor_f64(x):
+    return np.floor(np.float64(x))
+
+
+@_jit
+def ceil_f32(x):
+    return np.ceil(F(x))
+
+
+@_jit
+def ceil_f64(x):
+    return np.ceil(np.float64(x))
+
+
+@_jit
+def trunc_f32(x):
+    return np.trunc(F(x))
+
+
+@_jit
+def trunc_f64(x):
+    return np.trunc(np.float64(x))
+
+
+@_jit
+def round_f32(x):
+    """Half to even (torch.round, np.rint)."""
+    return np.rint(F(x))
+
+
+@_jit
+def round_f64(x):
+    return np.rint(np.float64(x))
+
+
+@_jit
+def hypot_f32(x, y):
+    return F(math.hypot(np.float64(x), np.float64(y)))
+
+
+@_jit
+def hypot_f64(x, y):
+    return math.hypot(np.float64(x), np.float64(y))
+
+
+@_jit
+def fmod_f32(x, y):
+    return np.fmod(F(x), F(y))
+
+
+@_jit
+def fmod_f64(x, y):
+    return np.fmod(np.float64(x), np.float64(y))
+
+
+@_jit
+def copysign_f32(x, y):
+    return np.copysign(F(x), F(y))
+
+
+@_jit
+def copysign_f64(x, y):
+    return np.copysign(np.float64(x), np.float64(y))
+
+
+@_jit
+def erfc_f32(x):
+    """float64 inside (libm's erfc), one rounding: erfc's tail needs the relative accuracy 1 - erf loses."""
+    return F(math.erfc(np.float64(x)))
+
+
+@_jit
+def erfc_f64(x):
+    return math.erfc(np.float64(x))
+
+
+@_jit
+def lgamma_f32(x):
+    return F(lgamma_f64(np.float64(x)))
+
+
+@_jit
+def lgamma_f64(x):
+    """libm's lgamma (+inf at the poles and at +-inf, as torch)."""
+    x = np.float64(x)
+    return np.inf if x == -np.inf else math.lgamma(x)
+
+
 # the functions this module provides: the math table's rows whose CPU forms live here
 _NAMES = tuple(n for n, row in MATH.items() if row.f32.startswith("mathlib."))
 _SUFFIX = {"float32": "f32", "float64": "f64"}
