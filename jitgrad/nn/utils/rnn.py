@@ -161,7 +161,9 @@ def pack_padded_sequence(input, lengths, batch_first=False, enforce_sorted=True)
                            f"({input.shape[0]})")
     sizes = [int((lens > t).sum()) for t in range(steps)]
     data = cat([input[t, :b] for t, b in enumerate(sizes)], 0)
-    return PackedSequence(data, factories.tensor(sizes, dtype=dt.int64), sorted_indices, None)
+    unsorted_indices = None if sorted_indices is None else factories.tensor(
+        np.argsort(order), dtype=dt.int64, device=input.device)     # computed here: concrete under a trace too
+    return PackedSequence(data, factories.tensor(sizes, dtype=dt.int64), sorted_indices, unsorted_indices)
 
 
 def pad_packed_sequence(sequence, batch_first=False, padding_value=0.0, total_length=None):
@@ -193,7 +195,7 @@ def pad_packed_sequence(sequence, batch_first=False, padding_value=0.0, total_le
     lengths = factories.tensor(lens, dtype=dt.int64)
     if sequence.unsorted_indices is not None:
         padded = padded.index_select(0 if batch_first else 1, sequence.unsorted_indices)
-        lengths = factories.tensor(lens[np.asarray(sequence.unsorted_indices._data)], dtype=dt.int64)
+        lengths = lengths.index_select(0, sequence.unsorted_indices.to(lengths.device))
     return padded, lengths
 
 
