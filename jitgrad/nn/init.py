@@ -133,5 +133,140 @@ def kaiming_normal_(tensor, a=0, mode="fan_in", nonlinearity="leaky_relu", gener
     return normal_(tensor, 0.0, calculate_gain(nonlinearity, a) / math.sqrt(fan), generator)
 
 
+
+def _norm_cdf(x):
+    return (1.0 + math.erf(x / math.sqrt(2.0))) / 2.0
+
+
+def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
+    """Fill with values from N(mean, std**2) truncated to [a, b], by rejection as torch 2.13 does: redraws from
+    the normal while more than 30% of its mass lies in [a, b], else uniform proposals on [a, b] accepted with
+    probability pdf / pdf(mode).  Every value lies in [a, b]; warns (as torch) when ``mean`` is more than two
+    ``std`` outside the interval."""
+    if (mean < a - 2 * std) or (mean > b + 2 * std):
+        warnings.warn("mean is more than 2 std from [a, b] in nn.init.trunc_normal_. "
+                      "The distribution of values may be incorrect.", stacklevel=2)
+    from ..runtime.functions import where
+    with grad_mode.no_grad():
+        p = _norm_cdf((b - mean) / std) - _norm_cdf((a - mean) / std)
+        if p > 0.3:
+            lo = factories.tensor(a, dtype=tensor.dtype).item()
+            hi = factories.tensor(b, dtype=tensor.dtype).item()
+            result = _normal(tensor, mean, std, generator)
+            while True:
+                mask = (result < lo) | (result > hi)
+                if not bool(mask.any()):
+                    break
+                result = where(mask, _normal(tensor, mean, std, generator), result)
+        else:
+            mode = max(a, min(mean, b))
+            log_peak = -0.5 * ((mode - mean) / std) ** 2
+
+            def log_ratio(c):
+                return ((c - mean) / std) ** 2 * -0.5 - log_peak
+
+            result = _uniform(tensor, a, b, generator)
+            pending = _uniform(tensor, 0.0, 1.0, generator).log() > log_ratio(result)
+            while bool(pending.any()):
+                cand = _uniform(tensor, a, b, generator)
+                result = where(pending, cand, result)
+                pending = where(pending, _uniform(tensor, 0.0, 1.0, generator).log() > log_ratio(cand), pending)
+        return _fill(tensor, result)
+
+
+def orthogonal_(tensor, gain=1, generator=None):
+    """Fill with a (semi-)orthogonal matrix, the Q of a QR of a normal draw with its signs fixed by R's
+    diagonal (Mezzadri's rule), times ``gain``; a tensor of more than two dims is treated as (size(0), rest)."""
+    if tensor.dim() < 2:
+        raise ValueError("Only tensors with 2 or more dimensions are supported")
+    if tensor.numel() == 0:
+        return tensor
+    from ..runtime.linalg_solve import qr
+    rows = tensor.shape[0]
+    cols = tensor.numel() // rows
+    kw = {} if generator is None else {"generator": generator}
+    with grad_mode.no_grad():
+        flat = factories.randn(rows, cols, dtype=tensor.dtype, device=tensor.device, **kw)
+        if rows < cols:
+            flat = flat.t()
+        q, r = qr(flat)
+        q = q * r.diagonal().sign()
+        if rows < cols:
+            q = q.t()
+        tensor.copy_(q.reshape(tensor.shape))
+        tensor.mul_(gain)
+    return tensor
+
+
+def dirac_(tensor, groups=1):
+    """Fill a 3-, 4- or 5-dim (convolution weight) tensor with the Dirac delta: each of the ``groups`` keeps its
+    first min(out/groups, in) input channels unchanged (a one at the kernel's centre), zeros elsewhere."""
+    dims = tensor.dim()
+    if dims not in (3, 4, 5):
+        raise ValueError("Only tensors with 3, 4, or 5 dimensions are supported")
+    sizes = tuple(tensor.shape)
+    if sizes[0] % groups != 0:
+        raise ValueError("dim 0 must be divisible by groups")
+    per = sizes[0] // groups
+    import numpy as np
+    a = np.zeros(sizes)
+    centre = tuple(s // 2 for s in sizes[2:])
+    for g in range(groups):
+        for d in range(min(per, sizes[1])):
+            a[(g * per + d, d) + centre] = 1
+    return _fill(tensor, factories.tensor(a, dtype=tensor.dtype, device=tensor.device))
+
+
+def eye_(tensor):
+    """Fill a 2-dim tensor with the identity (ones on the main diagonal)."""
+    if tensor.dim() != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    return _fill(tensor, factories.eye(*tensor.shape, dtype=tensor.dtype, device=tensor.device))
+
+
+def sparse_(tensor, sparsity, std=0.01, generator=None):
+    """Fill a 2-dim tensor from N(0, std**2), then zero ``ceil(sparsity * rows)`` random rows of every column
+    (the rows drawn by ``randperm`` from the default generator, as torch does)."""
+    if tensor.dim() != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    rows, cols = tensor.shape
+    num_zeros = int(math.ceil(sparsity * rows))
+    with grad_mode.no_grad():
+        tensor.copy_(_normal(tensor, 0.0, std, generator))
+        for col in range(cols):
+            zero_rows = factories.randperm(rows)[:num_zeros]
+            tensor[zero_rows, col] = 0
+    return tensor
+
+
+def _make_deprecate(meth):
+    new_name = meth.__name__
+    old_name = new_name[:-1]
+
+    def deprecated_init(*args, **kwargs):
+        warnings.warn(f"`nn.init.{old_name}` is now deprecated in favor of `nn.init.{new_name}`.", FutureWarning,
+                      stacklevel=2)
+        return meth(*args, **kwargs)
+
+    deprecated_init.__doc__ = f"""{old_name}(...): deprecated alias of :func:`{new_name}` (warns FutureWarning)."""
+    deprecated_init.__name__ = old_name
+    return deprecated_init
+
+
+uniform = _make_deprecate(uniform_)
+normal = _make_deprecate(normal_)
+constant = _make_deprecate(constant_)
+eye = _make_deprecate(eye_)
+dirac = _make_deprecate(dirac_)
+xavier_uniform = _make_deprecate(xavier_uniform_)
+xavier_normal = _make_deprecate(xavier_normal_)
+kaiming_uniform = _make_deprecate(kaiming_uniform_)
+kaiming_normal = _make_deprecate(kaiming_normal_)
+orthogonal = _make_deprecate(orthogonal_)
+sparse = _make_deprecate(sparse_)
+
+
 __all__ = ["calculate_gain", "uniform_", "normal_", "constant_", "ones_", "zeros_", "xavier_uniform_",
-           "xavier_normal_", "kaiming_uniform_", "kaiming_normal_"]
+           "xavier_normal_", "kaiming_uniform_", "kaiming_normal_",
+           "trunc_normal_", "orthogonal_", "dirac_", "eye_", "sparse_", "uniform", "normal", "constant", "eye",
+           "dirac", "xavier_uniform", "xavier_normal", "kaiming_uniform", "kaiming_normal", "orthogonal", "sparse"]

@@ -321,9 +321,89 @@ class RNNBase(Module):
                 x = _dropout(x, self.dropout, self.training)
         return x, tuple(stack(f, 0) for f in finals)
 
+    def _run_packed(self, data, sizes, states):
+        """``data`` the packed time steps (sum(sizes), H_in), ``sizes`` the batch size of each step
+        (non-increasing).  A sequence's state stops changing after its last step, so the final states are taken
+        at each sequence's true end; the reverse direction starts each sequence at its own last step."""
+        weights = self.all_weights
+        lstm = self.mode == "LSTM"
+        offsets = [0]
+        for b in sizes:
+            offsets.append(offsets[-1] + b)
+        finals = [[] for _ in states]
+        x = data
+        for layer in range(self.num_layers):
+            outs = []
+            for d in range(self._directions):
+                k = layer * self._directions + d
+                w = weights[k]
+                b_ih, b_hh = (w[2], w[3]) if self.bias else (None, None)
+                w_hr = w[-1] if self.proj_size > 0 else None
+                xi = linear(x, w[0], b_ih)
+                init = tuple(s[k] for s in states)
+                out = [None] * len(sizes)
+                if d == 0:
+                    state = init
+                    for t, b in enumerate(sizes):
+                        if b < state[0].shape[0]:       # sequences that ended keep their last state below
+                            done = tuple(s[b:] for s in state)
+                            new = _step(self.mode, xi[offsets[t]:offsets[t + 1]], tuple(s[:b] for s in state)
+                                        if lstm else state[0][:b], w[1], b_hh, w_hr)
+                            new = new if lstm else (new,)
+                            state = tuple(cat([n, r], 0) for n, r in zip(new, done))
+                        else:
+                            new = _step(self.mode, xi[offsets[t]:offsets[t + 1]], state if lstm else state[0],
+                                        w[1], b_hh, w_hr)
+                            state = new if lstm else (new,)
+                            new = state
+                        out[t] = new[0]
+                else:
+                    state = None
+                    for t in reversed(range(len(sizes))):
+                        b = sizes[t]
+                        have = 0 if state is None else state[0].shape[0]
+                        if b > have:        # sequences whose last step is t start here from the initial state
+                            fresh = tuple(s[have:b] for s in init)
+                            state = fresh if state is None else tuple(cat([s, f], 0) for s, f in zip(state, fresh))
+                        new = _step(self.mode, xi[offsets[t]:offsets[t + 1]], state if lstm else state[0], w[1],
+                                    b_hh, w_hr)
+                        state = new if lstm else (new,)
+                        out[t] = state[0]
+                outs.append(cat(out, 0))
+                for f, s in zip(finals, state):
+                    f.append(s)
+            x = outs[0] if len(outs) == 1 else cat(outs, -1)
+            if layer < self.num_layers - 1 and self.dropout > 0:
+                x = _dropout(x, self.dropout, self.training)
+        return x, tuple(stack(f, 0) for f in finals)
+
+    def _forward_packed(self, packed, hx, hx_names):
+        from .utils.rnn import PackedSequence, _sizes
+        data, batch_sizes, sorted_indices, unsorted_indices = packed
+        sizes = _sizes(batch_sizes)
+        batch = sizes[0]
+        lstm = self.mode == "LSTM"
+        real_hidden = self.proj_size if self.proj_size > 0 else self.hidden_size
+        lasts = (real_hidden, self.hidden_size) if lstm else (self.hidden_size,)
+        if hx is None:
+            hx = tuple(factories.zeros(self.num_layers * self._directions, batch, n, dtype=data.dtype,
+                                       device=data.device) for n in lasts)
+        elif sorted_indices is not None:
+            hx = tuple(s.index_select(1, sorted_indices) for s in hx)
+        self._check_input(data)
+        for s, n, what in zip(hx, lasts, hx_names):
+            self._check_hidden(s, n, batch, what)
+        out, finals = self._run_packed(data, sizes, hx)
+        if unsorted_indices is not None:
+            finals = tuple(f.index_select(1, unsorted_indices) for f in finals)
+        return PackedSequence(out, batch_sizes, sorted_indices, unsorted_indices), finals
+
     def _forward(self, input, hx, hx_names):
         """The shared forward of RNN and GRU (one state) and LSTM (two): checks as torch, handles the layout and
-        the unbatched case."""
+        the unbatched case; a PackedSequence input gives a PackedSequence output."""
+        from .utils.rnn import PackedSequence
+        if isinstance(input, PackedSequence):
+            return self._forward_packed(input, hx, hx_names)
         batched = self._input_dims(input)
         batch_dim = 0 if self.batch_first else 1
         lstm = self.mode == "LSTM"

@@ -1,4 +1,6 @@
-"""``torch.utils``: ``data`` (datasets, samplers, DataLoader)."""
+"""``torch.utils``: ``data`` (datasets, samplers, DataLoader) and ``checkpoint`` (activation
+checkpointing)."""
 from . import data  # noqa: F401
+from . import checkpoint  # noqa: F401
 
-__all__ = ["data"]
+__all__ = ["data", "checkpoint"]

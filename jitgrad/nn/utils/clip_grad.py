@@ -94,4 +94,43 @@ def clip_grad_value_(parameters, clip_value, foreach=None):
             g.clamp_(-clip_value, clip_value)
 
 
-__all__ = ["clip_grad_norm_", "clip_grad_value_"]
+
+def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+    """The ``norm_type`` norm of the tensors viewed as one vector (the norm of their norms), as a 0-d tensor;
+    ``error_if_nonfinite`` raises torch's RuntimeError for a NaN or infinite result."""
+    from ...runtime.linalg_norms import vector_norm
+    tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+    norm_type = float(norm_type)
+    if not tensors:
+        from ...runtime.factories import tensor
+        return tensor(0.0)
+    norms = [vector_norm(t, norm_type) for t in tensors]
+    total = vector_norm(F.stack([n.to(norms[0].dtype) for n in norms]), norm_type)
+    if error_if_nonfinite and bool(F.logical_not(F.isfinite(total))):
+        raise RuntimeError(f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so "
+                           "it cannot be clipped. To disable this error and scale the gradients by the non-finite "
+                           "norm anyway, set `error_if_nonfinite=False`")
+    return total
+
+
+def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None) -> None:
+    """Scale the gradients in place by ``min(max_norm / (total_norm + 1e-6), 1)``, with a norm computed before
+    (:func:`get_total_norm`)."""
+    grads = _grads(parameters)
+    if not grads:
+        return
+    with grad_mode.no_grad():
+        coef = F.clamp(float(max_norm) / (total_norm + 1e-6), max=1.0)
+        for g in grads:
+            g.mul_(coef.to(g.dtype))
+
+
+def clip_grad_norm(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+    """Deprecated alias of :func:`clip_grad_norm_` (warns FutureWarning, as torch)."""
+    import warnings
+    warnings.warn("`torch.nn.utils.clip_grad_norm` is now deprecated in favor of `torch.nn.utils.clip_grad_norm_`.",
+                  FutureWarning, stacklevel=2)
+    return clip_grad_norm_(parameters, max_norm, norm_type, error_if_nonfinite, foreach)
+
+
+__all__ = ["clip_grad_norm_", "clip_grad_value_", "get_total_norm", "clip_grads_with_norm_", "clip_grad_norm"]

@@ -56,6 +56,62 @@ class Subset(Dataset):
         return len(self.indices)
 
 
+class StackDataset(Dataset):
+    """Several datasets of one length read together: item ``i`` is ``tuple(d[i] for d in args)`` or, given by
+    keyword, ``{name: d[i]}``."""
+
+    def __init__(self, *args, **kwargs):
+        if args:
+            if kwargs:
+                raise ValueError("Supported either ``tuple``- (via ``args``) or``dict``- (via ``kwargs``) like "
+                                 "input/output, but both types are given.")
+            self._length = len(args[0])
+            if any(self._length != len(d) for d in args):
+                raise ValueError("Size mismatch between datasets")
+            self.datasets = args
+        elif kwargs:
+            values = list(kwargs.values())
+            self._length = len(values[0])
+            if any(self._length != len(d) for d in values):
+                raise ValueError("Size mismatch between datasets")
+            self.datasets = kwargs
+        else:
+            raise ValueError("At least one dataset should be passed")
+
+    def __getitem__(self, index):
+        if isinstance(self.datasets, dict):
+            return {k: d[index] for k, d in self.datasets.items()}
+        return tuple(d[index] for d in self.datasets)
+
+    def __getitems__(self, indices):
+        return [self[i] for i in indices]
+
+    def __len__(self):
+        return self._length
+
+
+class ChainDataset(IterableDataset):
+    """Iterable datasets one after another (lazily; only IterableDatasets)."""
+
+    def __init__(self, datasets):
+        super().__init__()
+        self.datasets = datasets
+
+    def __iter__(self):
+        for d in self.datasets:
+            if not isinstance(d, IterableDataset):
+                raise AssertionError("ChainDataset only supports IterableDataset")
+            yield from d
+
+    def __len__(self):
+        total = 0
+        for d in self.datasets:
+            if not isinstance(d, IterableDataset):
+                raise AssertionError("ChainDataset only supports IterableDataset")
+            total += len(d)
+        return total
+
+
 class ConcatDataset(Dataset):
     """Datasets one after another."""
 
