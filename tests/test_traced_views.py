@@ -104,6 +104,41 @@ def test_an_index_by_a_python_bool_is_a_copy_as_in_eager_mode(backend):
 
 
 @pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_assigning_data_inside_compile_writes_the_tensor(backend):
+    """``p.data = v`` (a manual update of a captured parameter, or of an argument) inside @jg.compile: the
+    interpreter lost it and Numba applied it once, a step behind; it is a recorded write, as eager mode's result."""
+    def make():
+        p = jg.nn.Parameter(jg.ones(3, dtype=jg.float64))
+
+        def f(x, w):
+            p.data = p.data * 0.5 + x
+            w.data = w * 2.0
+            y = x * 3.0
+            y.data = y + 1.0             # an intermediate: its value changes, its history stays
+            return p.sum(), y.sum()
+        return p, f
+    x = jg.tensor(np.array([1.0, -2.0, 0.5]))
+    runs = []
+    for compiled in (False, True):
+        p, f = make()
+        w = jg.tensor(np.arange(3.0))
+        g = jg.compile(f, backend=backend, background=False) if compiled else f
+        outs = [[float(t) for t in g(x, w)] for _ in range(3)]
+        runs.append((outs, p.detach().numpy().copy(), w.numpy().copy()))
+    (eo, ep, ew), (co, cp, cw) = runs
+    assert co == eo
+    np.testing.assert_array_equal(cp, ep)
+    np.testing.assert_array_equal(cw, ew)
+    p = jg.nn.Parameter(jg.ones(3, dtype=jg.float64))
+
+    def reshape_data(x):
+        p.data = x.reshape(3, 1)
+        return p * 1.0
+    with pytest.raises(jg.UnsupportedError, match="assigning .data of another shape"):
+        jg.compile(reshape_data, backend=backend, background=False)(x)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
 def test_writes_through_detach_and_data_reach_the_tensor(backend):
     """``p.data.add_(u)`` / ``y.detach().mul_(2)`` share the tensor's storage (torch): inside @jg.compile the
     write reaches it too (was silently lost), also with grad mode on, where it is never recorded."""

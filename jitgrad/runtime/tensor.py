@@ -396,6 +396,16 @@ class Tensor(InPlaceOps, TensorOperators, TensorProtocols):
     def data(self, value):
         if not isinstance(value, Tensor):
             raise TypeError(f"Variable data has to be a tensor, but got {type(value).__name__}")
+        if _TR.active is not None:
+            # inside a trace the payload is a graph value: rebinding it would be lost (a captured tensor) or left
+            # behind as a dangling graph variable; the assignment is a recorded write of value into self instead
+            if tuple(value.shape) != tuple(self.shape) or value.dtype is not self.dtype:
+                raise dt.UnsupportedError(
+                    f"jitgrad does not support assigning .data of another shape or dtype inside @jitgrad.compile "
+                    f"(a {self.dtype.name}{list(self.shape)} tensor given {value.dtype.name}{list(value.shape)})")
+            with grad_mode.no_grad():
+                self.data.copy_(value)
+            return
         self._data = value._data
 
     @data.deleter
