@@ -31,8 +31,9 @@ from .parallel import DataParallel
 from .padding import ConstantPad1d, ConstantPad2d, ConstantPad3d, ZeroPad1d, ZeroPad2d, ReflectionPad1d, \
     ReflectionPad2d, ReplicationPad1d, ReplicationPad2d
 from . import padding as _padding
-from .conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, Unfold, Fold
-from .pooling import MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, AdaptiveAvgPool1d, AdaptiveAvgPool2d
+from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d, Unfold, Fold
+from .pooling import MaxPool1d, MaxPool2d, MaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d, AdaptiveAvgPool1d, \
+    AdaptiveAvgPool2d, AdaptiveAvgPool3d
 from . import pooling as _pooling
 
 __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Flatten", "Linear",
@@ -42,7 +43,7 @@ __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "Ide
            "DataParallel", "SiLU", "Softplus", "LogSigmoid", "BCEWithLogitsLoss", "KLDivLoss", "RMSNorm",
            "Unflatten", "MultiheadAttention", "Transformer", "TransformerEncoder", "TransformerDecoder",
            "TransformerEncoderLayer", "TransformerDecoderLayer", "ParameterList", "ParameterDict", "Conv1d", "Conv2d",
-           "ConvTranspose1d", "ConvTranspose2d", "Unfold", "Fold", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
+           "ConvTranspose1d", "ConvTranspose2d", "Unfold", "Conv3d", "ConvTranspose3d", "Fold", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
            "RNNBase", "RNN", "LSTM", "GRU"] + _padding.MODULES + _pooling.MODULES + _activation_modules.__all__ + \
     [n for n in _loss.MODULES if n not in ("MSELoss", "NLLLoss", "CrossEntropyLoss", "BCEWithLogitsLoss",
                                            "KLDivLoss")] + \

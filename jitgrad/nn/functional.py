@@ -210,12 +210,15 @@ from .logit_losses import binary_cross_entropy_with_logits, kl_div  # noqa: E402
 
 __all__ += ["softplus", "logsigmoid", "rms_norm", "normalize", "binary_cross_entropy_with_logits", "kl_div"]
 
-from .convolution import conv1d, conv2d, conv_transpose1d, conv_transpose2d, unfold, fold  # noqa: E402
+from .convolution import conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d, unfold, \
+    fold  # noqa: E402
 
-__all__ += ["conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "unfold", "fold"]
+__all__ += ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "unfold",
+            "fold"]
 
-from .pooling import max_pool1d, max_pool2d, max_pool1d_with_indices, max_pool2d_with_indices, avg_pool1d, \
-    avg_pool2d, adaptive_avg_pool1d, adaptive_avg_pool2d  # noqa: E402
+from .pooling import max_pool1d, max_pool2d, max_pool3d, max_pool1d_with_indices, max_pool2d_with_indices, \
+    max_pool3d_with_indices, avg_pool1d, avg_pool2d, avg_pool3d, adaptive_avg_pool1d, adaptive_avg_pool2d, \
+    adaptive_avg_pool3d  # noqa: E402
 from . import pooling as _pooling  # noqa: E402
 
 __all__ += _pooling.FUNCTIONS
