@@ -35,6 +35,9 @@ from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, Conv
 from .pooling import MaxPool1d, MaxPool2d, MaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d, AdaptiveAvgPool1d, \
     AdaptiveAvgPool2d, AdaptiveAvgPool3d
 from . import pooling as _pooling
+from .pooling_variants import AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d, MaxUnpool1d, MaxUnpool2d, \
+    MaxUnpool3d, LPPool1d, LPPool2d, LPPool3d
+from . import pooling_variants as _pooling_variants
 
 __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Flatten", "Linear",
            "Embedding", "LayerNorm", "BatchNorm1d", "BatchNorm2d", "Dropout1d", "Dropout2d",
@@ -44,7 +47,7 @@ __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "Ide
            "Unflatten", "MultiheadAttention", "Transformer", "TransformerEncoder", "TransformerDecoder",
            "TransformerEncoderLayer", "TransformerDecoderLayer", "ParameterList", "ParameterDict", "Conv1d", "Conv2d",
            "ConvTranspose1d", "ConvTranspose2d", "Unfold", "Conv3d", "ConvTranspose3d", "Fold", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
-           "RNNBase", "RNN", "LSTM", "GRU"] + _padding.MODULES + _pooling.MODULES + _activation_modules.__all__ + \
+           "RNNBase", "RNN", "LSTM", "GRU"] + _padding.MODULES + _pooling.MODULES + _pooling_variants.MODULES + _activation_modules.__all__ + \
     [n for n in _loss.MODULES if n not in ("MSELoss", "NLLLoss", "CrossEntropyLoss", "BCEWithLogitsLoss",
                                            "KLDivLoss")] + \
     ["CosineSimilarity", "PairwiseDistance", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout", "GroupNorm",

@@ -223,6 +223,13 @@ from . import pooling as _pooling  # noqa: E402
 
 __all__ += _pooling.FUNCTIONS
 
+from .pooling_variants import adaptive_max_pool1d, adaptive_max_pool2d, adaptive_max_pool3d, \
+    adaptive_max_pool1d_with_indices, adaptive_max_pool2d_with_indices, adaptive_max_pool3d_with_indices, \
+    max_unpool1d, max_unpool2d, max_unpool3d, lp_pool1d, lp_pool2d, lp_pool3d  # noqa: E402
+from . import pooling_variants as _pooling_variants  # noqa: E402
+
+__all__ += _pooling_variants.FUNCTIONS
+
 from .shrink_gate_activations import hardshrink, softshrink, tanhshrink, softsign, glu, softmin, prelu  # noqa: E402
 from . import shrink_gate_activations as _shrink_gate  # noqa: E402
 
