@@ -252,3 +252,7 @@ from . import group_norm as _group_norm, pixel_shuffle as _pixel_shuffle, upsamp
 
 __all__ += _group_norm.FUNCTIONS + _pixel_shuffle.FUNCTIONS + _upsampling.FUNCTIONS + \
     ["bilinear", "dropout3d", "alpha_dropout", "feature_alpha_dropout"]
+
+from .embedding_bag import embedding_bag  # noqa: E402
+
+__all__ += ["embedding_bag"]
