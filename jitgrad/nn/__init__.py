@@ -12,6 +12,7 @@ from .parameter_containers import ParameterList, ParameterDict
 from .layers import Identity, Flatten, Unflatten, Linear, Embedding, LayerNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d
 from .sync_batch_norm import SyncBatchNorm
 from .embedding_bag import EmbeddingBag
+from .ctc import CTCLoss
 from .activation import ReLU, GELU, Tanh, Sigmoid, Softmax, SiLU, Softplus, LogSigmoid
 from .activation_modules import *  # noqa: F401,F403
 from . import activation_modules as _activation_modules
@@ -42,7 +43,7 @@ from .pooling_variants import AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxP
 from . import pooling_variants as _pooling_variants
 
 __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Flatten", "Linear",
-           "Embedding", "LayerNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "EmbeddingBag", "Dropout1d", "Dropout2d",
+           "Embedding", "LayerNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "EmbeddingBag", "CTCLoss", "Dropout1d", "Dropout2d",
            "ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "MSELoss",
            "NLLLoss", "CrossEntropyLoss", "Dropout", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
            "DataParallel", "SiLU", "Softplus", "LogSigmoid", "BCEWithLogitsLoss", "KLDivLoss", "RMSNorm",

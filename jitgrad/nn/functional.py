@@ -256,3 +256,7 @@ __all__ += _group_norm.FUNCTIONS + _pixel_shuffle.FUNCTIONS + _upsampling.FUNCTI
 from .embedding_bag import embedding_bag  # noqa: E402
 
 __all__ += ["embedding_bag"]
+
+from .ctc import ctc_loss  # noqa: E402
+
+__all__ += ["ctc_loss"]
