@@ -5,7 +5,8 @@ The forward (alpha) recursion in log space, written with jitgrad ops, so its gra
 (the alpha-beta gradient, by reverse mode) and differentiates again; ``@jitgrad.compile`` unrolls it over the
 ``T`` time steps.  Per sample, the extended label ``l'`` is the target with a blank before, between and after its
 symbols (``2 S + 1`` states); ``alpha_t(s) = logsumexp(alpha_{t-1}(s), alpha_{t-1}(s - 1), alpha_{t-1}(s - 2)) +
-log_probs[t, l'_s]``, the ``s - 2`` term only where ``l'_s`` is a symbol differing from ``l'_{s-2}``; a sample's
+log_probs[t, l'_s]``, the ``s - 2`` term only where ``s`` is a symbol's state and ``l'_s`` differs from
+``l'_{s-2}`` (torch's rule, also for a target that holds the blank); a sample's
 steps stop at its input length, and its loss is ``-logsumexp`` of its last two states.  The ``logsumexp`` is
 guarded so that states that cannot be reached (``-inf``) give zero gradient, never NaN.
 
@@ -120,8 +121,9 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
     ext = F.cat([F.stack([blanks, tgt], 2).reshape(N, 2 * S), blanks[:, :1]], 1)      # (N, 2S + 1)
     K = 2 * S + 1
     emit = lp.gather(2, ext.unsqueeze(0).expand(T, N, K))     # (T, N, K): log_probs of each state's label
-    skip = F.cat([factories.zeros(N, 2, dtype=dt.bool_, device=lp.device),
-                  (ext[:, 2:] != blank) & (ext[:, 2:] != ext[:, :-2])], 1)
+    # torch's rule: a symbol state (odd s) may skip the blank before it unless it repeats the symbol before that
+    odd = (factories.arange(K - 2, dtype=dt.int64, device=lp.device) % 2 == 1)
+    skip = F.cat([factories.zeros(N, 2, dtype=dt.bool_, device=lp.device), odd & (ext[:, 2:] != ext[:, :-2])], 1)
     ninf1 = factories.full((N, 1), _NEG, dtype=lp.dtype, device=lp.device)
     ninf2 = factories.full((N, 2), _NEG, dtype=lp.dtype, device=lp.device)
     first = factories.arange(K, dtype=dt.int64, device=lp.device) < 2

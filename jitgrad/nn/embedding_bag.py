@@ -57,8 +57,8 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
         raise NotImplementedError("jitgrad.nn.functional.embedding_bag: max_norm, scale_grad_by_freq and sparse are "
                                   "not supported")
     if per_sample_weights is not None and tuple(input.shape) != tuple(per_sample_weights.shape):
-        raise ValueError(f"embedding_bag: If per_sample_weights ({per_sample_weights.shape}) is not None, then it "
-                         f"must have the same shape as the input ({input.shape})")
+        raise ValueError(f"embedding_bag: If per_sample_weights (torch.Size({list(per_sample_weights.shape)})) is not "
+                         f"None, then it must have the same shape as the input (torch.Size({list(input.shape)}))")
     if weight.ndim != 2:
         raise ValueError(f"weight has to be a 2D Tensor, but got Tensor of dimension {weight.ndim}")
     if input.dtype not in (dt.int64, dt.int32):
@@ -93,8 +93,9 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
                            f"checking arguments for embedding_bag)")
     V = weight.shape[0]
     if _concrete(offsets) and offsets.numel() and int(offsets._data[0]) != 0:
+        kind = "torch.LongTensor" if offsets.dtype is dt.int64 else "torch.IntTensor"
         raise RuntimeError(f"offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from "
-                           f"position 0. However, got {int(offsets._data[0])}")
+                           f"position 0. However, got {int(offsets._data[0])}\n[ {kind}{{}} ]")
     if _concrete(input) and input.numel():
         bad = np.nonzero((input._data < 0) | (input._data >= V))[0]
         if bad.size:
