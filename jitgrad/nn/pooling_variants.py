@@ -251,8 +251,8 @@ def lp_pool1d(input, norm_type, kernel_size, stride=None, ceil_mode=False, **tor
 
 
 def lp_pool2d(input, norm_type, kernel_size, stride=None, ceil_mode=False, **torch_kw):
-    """Power-average pooling of ``(N, C, H, W)``: the ``p``-norm of each window (``p = inf`` is max pooling in
-    torch; here too through ``x ** inf``).
+    """Power-average pooling of ``(N, C, H, W)``: the ``p``-norm of each window (torch's formula, see the module
+    docstring).
 
     >>> import jitgrad as jg
     >>> import jitgrad.nn.functional as F
