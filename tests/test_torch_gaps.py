@@ -409,9 +409,9 @@ def test_grad_fn_names_traced_and_backward_still_right():
 
 def test_unsupported_torch_names_and_arguments():
     x = jg.ones(3, 4)
-    for attempt, what in ((lambda: jg.fft, "torch.fft"), (lambda: jg.conv3d, "torch.conv3d"),
+    for attempt, what in ((lambda: jg.fft, "torch.fft"), (lambda: jg.conv_tbc, "torch.conv_tbc"),
                           (lambda: x.short(), "torch.Tensor.short"),
-                          (lambda: jg.nn.functional.conv3d, "torch.nn.functional.conv3d"),
+                          (lambda: jg.nn.functional.grid_sample, "torch.nn.functional.grid_sample"),
                           (lambda: jg.sum(x, foo=1), "argument 'foo' of sum()"),
                           (lambda: x.sort(kind="quick"), "argument 'kind' of sort()"),
                           (lambda: jg.zeros(2, layout="strided"), "argument 'layout' of zeros()")):

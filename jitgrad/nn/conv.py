@@ -1,4 +1,4 @@
-"""The convolution modules ``Conv1d``, ``Conv2d``, ``ConvTranspose1d``, ``ConvTranspose2d`` and the block modules
+"""The convolution modules ``Conv1d/2d/3d``, ``ConvTranspose1d/2d/3d`` and the block modules
 ``Unfold``, ``Fold``, as torch has them: parameters ``weight`` and ``bias``, torch's attributes
 (``kernel_size``, ``stride``, ``padding``, ``dilation``, ``output_padding``, ``groups``, ``padding_mode``,
 ``_reversed_padding_repeated_twice``), initialisation, checks and reprs.
@@ -104,7 +104,7 @@ class _Conv(_ConvNd):
                          padding_mode, device, dtype)
 
     def _conv_forward(self, input, weight, bias):
-        f = C.conv1d if self._nd == 1 else C.conv2d
+        f = (C.conv1d, C.conv2d, C.conv3d)[self._nd - 1]
         if self.padding_mode != "zeros":
             return f(_pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode), weight, bias,
                      self.stride, 0, self.dilation, self.groups)
@@ -146,6 +146,22 @@ class Conv2d(_Conv):
                          padding_mode, device, dtype)
 
 
+class Conv3d(_Conv):
+    """3-D convolution over ``(N, C_in, D, H, W)`` (or ``(C_in, D, H, W)``) input; ``weight (out_channels,
+    in_channels / groups, kD, kH, kW)``.
+
+    >>> import jitgrad as jg
+    >>> jg.nn.Conv3d(2, 4, 3, padding=1, padding_mode="replicate")(jg.zeros(1, 2, 4, 5, 6)).shape
+    jitgrad.Size([1, 4, 4, 5, 6])
+    """
+    _nd = 3
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
+                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", device=None, dtype=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+                         padding_mode, device, dtype)
+
+
 class _ConvTransposeNd(_ConvNd):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
                  bias=True, dilation=1, padding_mode="zeros", device=None, dtype=None):
@@ -172,7 +188,7 @@ class _ConvTransposeNd(_ConvNd):
         return tuple(int(v) - a for v, a in zip(size, lo))
 
     def forward(self, input, output_size=None):
-        f = C.conv_transpose1d if self._nd == 1 else C.conv_transpose2d
+        f = (C.conv_transpose1d, C.conv_transpose2d, C.conv_transpose3d)[self._nd - 1]
         return f(input, self.weight, self.bias, self.stride, self.padding, self._output_padding(input, output_size),
                  self.groups, self.dilation)
 
@@ -203,6 +219,23 @@ class ConvTranspose2d(_ConvTransposeNd):
     jitgrad.Size([1, 2, 10, 10])
     """
     _nd = 2
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, output_padding=0,
+                 groups: int = 1, bias: bool = True, dilation=1, padding_mode: str = "zeros", device=None,
+                 dtype=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, output_padding, groups, bias,
+                         dilation, padding_mode, device, dtype)
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    """Transposed 3-D convolution (volumetric upsampling; the input gradient of ``Conv3d`` as a layer); ``weight
+    (in_channels, out_channels / groups, kD, kH, kW)``; ``forward(input, output_size=None)``.
+
+    >>> import jitgrad as jg
+    >>> jg.nn.ConvTranspose3d(4, 2, 2, stride=2)(jg.zeros(1, 4, 3, 3, 3)).shape
+    jitgrad.Size([1, 2, 6, 6, 6])
+    """
+    _nd = 3
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, output_padding=0,
                  groups: int = 1, bias: bool = True, dilation=1, padding_mode: str = "zeros", device=None,
@@ -252,4 +285,4 @@ class Fold(Module):
                 f"padding={self.padding}, stride={self.stride}")
 
 
-__all__ = ["Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d", "Unfold", "Fold"]
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "Unfold", "Fold"]

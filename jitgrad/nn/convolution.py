@@ -1,4 +1,4 @@
-"""``F.conv1d``, ``F.conv2d``, ``F.conv_transpose1d``, ``F.conv_transpose2d``, ``F.unfold`` and ``F.fold``: torch's
+"""``F.conv1d/2d/3d``, ``F.conv_transpose1d/2d/3d``, ``F.unfold`` and ``F.fold``: torch's
 argument handling, checks and error texts over the convolution primitives of ``ir/ops/conv.py``.
 
 ``conv`` and ``conv_transpose`` bind one primitive each (the bias is a broadcast add that fuses); ``unfold`` is
@@ -158,6 +158,21 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     return _conv(input, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
 
 
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, **torch_kw):
+    """3-D cross-correlation of ``input (N, C_in, D, H, W)`` (or unbatched ``(C_in, D, H, W)``) with ``weight
+    (C_out, C_in / groups, kD, kH, kW)``, plus ``bias (C_out,)``; ``stride``, ``padding`` (or ``'valid'``/
+    ``'same'``) and ``dilation`` an int or a triple.
+
+    >>> import jitgrad as jg
+    >>> import jitgrad.nn.functional as F
+    >>> F.conv3d(jg.ones(1, 2, 4, 4, 4), jg.ones(3, 2, 3, 3, 3), padding=1).shape
+    jitgrad.Size([1, 3, 4, 4, 4])
+    """
+    if torch_kw:       # a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(conv3d, "conv3d", (input, weight, bias, stride, padding, dilation, groups), {}, torch_kw)
+    return _conv(input, weight, bias, stride, padding, dilation, groups, 3, "conv3d")
+
+
 def transposed_size(size, k, stride, padding, output_padding, dilation):
     """The spatial size of a transposed convolution: ``(n - 1) stride - 2 padding + dilation (k - 1) +
     output_padding + 1`` per dim."""
@@ -232,6 +247,23 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
                            "conv_transpose2d")
 
 
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1,
+                     **torch_kw):
+    """The transposed 3-D convolution (the gradient of ``conv3d`` with respect to its input) of ``input (N, C_in,
+    D, H, W)`` with ``weight (C_in, C_out / groups, kD, kH, kW)``, plus ``bias (C_out,)``.
+
+    >>> import jitgrad as jg
+    >>> import jitgrad.nn.functional as F
+    >>> F.conv_transpose3d(jg.ones(1, 3, 2, 2, 2), jg.ones(3, 2, 2, 2, 2), stride=2).shape
+    jitgrad.Size([1, 2, 4, 4, 4])
+    """
+    if torch_kw:       # a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(conv_transpose3d, "conv_transpose3d", (input, weight, bias, stride, padding,
+                                                                   output_padding, groups, dilation), {}, torch_kw)
+    return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, 3,
+                           "conv_transpose3d")
+
+
 # ---- unfold / fold: im2col and col2im as a grouped conv with a one-hot kernel --------------------------------
 
 def _one_hot_kernel(C, k, dtype, device):
@@ -300,4 +332,5 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1, **tor
     return out.squeeze(0) if input.ndim == 2 else out
 
 
-__all__ = ["conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "unfold", "fold"]
+__all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "unfold",
+           "fold"]

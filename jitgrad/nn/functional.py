@@ -210,15 +210,25 @@ from .logit_losses import binary_cross_entropy_with_logits, kl_div  # noqa: E402
 
 __all__ += ["softplus", "logsigmoid", "rms_norm", "normalize", "binary_cross_entropy_with_logits", "kl_div"]
 
-from .convolution import conv1d, conv2d, conv_transpose1d, conv_transpose2d, unfold, fold  # noqa: E402
+from .convolution import conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d, unfold, \
+    fold  # noqa: E402
 
-__all__ += ["conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "unfold", "fold"]
+__all__ += ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "unfold",
+            "fold"]
 
-from .pooling import max_pool1d, max_pool2d, max_pool1d_with_indices, max_pool2d_with_indices, avg_pool1d, \
-    avg_pool2d, adaptive_avg_pool1d, adaptive_avg_pool2d  # noqa: E402
+from .pooling import max_pool1d, max_pool2d, max_pool3d, max_pool1d_with_indices, max_pool2d_with_indices, \
+    max_pool3d_with_indices, avg_pool1d, avg_pool2d, avg_pool3d, adaptive_avg_pool1d, adaptive_avg_pool2d, \
+    adaptive_avg_pool3d  # noqa: E402
 from . import pooling as _pooling  # noqa: E402
 
 __all__ += _pooling.FUNCTIONS
+
+from .pooling_variants import adaptive_max_pool1d, adaptive_max_pool2d, adaptive_max_pool3d, \
+    adaptive_max_pool1d_with_indices, adaptive_max_pool2d_with_indices, adaptive_max_pool3d_with_indices, \
+    max_unpool1d, max_unpool2d, max_unpool3d, lp_pool1d, lp_pool2d, lp_pool3d  # noqa: E402
+from . import pooling_variants as _pooling_variants  # noqa: E402
+
+__all__ += _pooling_variants.FUNCTIONS
 
 from .shrink_gate_activations import hardshrink, softshrink, tanhshrink, softsign, glu, softmin, prelu  # noqa: E402
 from . import shrink_gate_activations as _shrink_gate  # noqa: E402
@@ -242,3 +252,11 @@ from . import group_norm as _group_norm, pixel_shuffle as _pixel_shuffle, upsamp
 
 __all__ += _group_norm.FUNCTIONS + _pixel_shuffle.FUNCTIONS + _upsampling.FUNCTIONS + \
     ["bilinear", "dropout3d", "alpha_dropout", "feature_alpha_dropout"]
+
+from .embedding_bag import embedding_bag  # noqa: E402
+
+__all__ += ["embedding_bag"]
+
+from .ctc import ctc_loss  # noqa: E402
+
+__all__ += ["ctc_loss"]

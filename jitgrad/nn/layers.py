@@ -277,4 +277,18 @@ class BatchNorm2d(_BatchNorm):
             raise ValueError(f"expected 4D input (got {input.dim()}D input)")
 
 
-__all__ = ["Identity", "Flatten", "Linear", "Embedding", "LayerNorm", "BatchNorm1d", "BatchNorm2d"]
+class BatchNorm3d(_BatchNorm):
+    """Batch normalisation of ``(N, C, D, H, W)`` input: statistics per channel over the batch and the three
+    spatial dims (see ``_BatchNorm`` for the running statistics).
+
+    >>> import jitgrad as jg
+    >>> jg.nn.BatchNorm3d(3)(jg.randn(2, 3, 2, 2, 2)).shape
+    jitgrad.Size([2, 3, 2, 2, 2])
+    """
+
+    def _check_input_dim(self, input):
+        if input.dim() != 5:
+            raise ValueError(f"expected 5D input (got {input.dim()}D input)")
+
+
+__all__ = ["Identity", "Flatten", "Linear", "Embedding", "LayerNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d"]

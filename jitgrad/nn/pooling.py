@@ -1,5 +1,5 @@
-"""Pooling: ``F.max_pool1d/2d`` (``return_indices``, ``ceil_mode``, ``dilation``), ``F.avg_pool1d/2d``
-(``count_include_pad``, ``ceil_mode``, ``divisor_override``), ``F.adaptive_avg_pool1d/2d`` and their modules, with
+"""Pooling: ``F.max_pool1d/2d/3d`` (``return_indices``, ``ceil_mode``, ``dilation``), ``F.avg_pool1d/2d/3d``
+(``count_include_pad``, ``ceil_mode``, ``divisor_override``), ``F.adaptive_avg_pool1d/2d/3d`` and their modules, with
 torch 2.13's arguments, output sizes, reprs and errors.
 
 - Max pooling binds ``max_pool_indices`` (``ir/ops/pooling.py``: torch's indices, the first maximum of each window
@@ -8,7 +8,7 @@ torch 2.13's arguments, output sizes, reprs and errors.
 - Average pooling is ``conv`` (``ir/ops/conv.py``) of each channel with a kernel of ones, divided by torch's
   divisor (a constant of the geometry); ``ceil_mode``'s overhang is extra zero padding on the high side.
 - Adaptive average pooling is ``A_h @ x @ A_w^T`` with constant averaging matrices (row ``i`` averages input
-  ``floor(i n / o)`` to ``ceil((i + 1) n / o)``), two matmuls.
+  ``floor(i n / o)`` to ``ceil((i + 1) n / o)``), one matmul per spatial dim.
 
 >>> import jitgrad as jg
 >>> import jitgrad.nn.functional as F
@@ -39,7 +39,9 @@ def _ints(fname, what, value, nd, omitted_ok=False):
         if nd == 1:
             raise RuntimeError(f"{fname}: {what} must be a single int, or a tuple of one int")
         either = "either be omitted, a single int, or" if omitted_ok else "either be a single int, or"
-        raise RuntimeError(f"{fname}: {what} must {either} a tuple of two ints")
+        if nd == 3 and fname.startswith("avg"):
+            either = "be omitted, a single int, or" if omitted_ok else "be a single int, or"
+        raise RuntimeError(f"{fname}: {what} must {either} a tuple of {('two', 'three')[nd - 2]} ints")
     return vals
 
 
@@ -74,6 +76,9 @@ def _geometry(x, kernel_size, stride, padding, dilation, ceil_mode, nd, fname, m
             o -= 1
         out.append(o)
         pads.append((pp, pp + max(0, (o - 1) * ss + dd * (kk - 1) + 1 - (n + 2 * pp))))
+    if nd == 3 and not max_pool and any(n + 2 * pp < kk for n, kk, pp in zip(size, k, p)):
+        raise RuntimeError(f"input image (T: {size[0]} H: {size[1]} W: {size[2]}) smaller than kernel size (kT: "
+                           f"{k[0]} kH: {k[1]} kW: {k[2]})")
     if any(o < 1 for o in out):
         raise RuntimeError(f"Given input size: ({'x'.join(map(str, x.shape[1:]))}). Calculated output size: "
                            f"({'x'.join(map(str, (x.shape[1],) + tuple(out)))}). Output size is too small")
@@ -87,7 +92,7 @@ def _batched(input, nd, fname):
         if nd == 1:
             raise RuntimeError(f"{fname}: Expected 2D or 3D (batch mode) tensor with optional 0 dim batch size for "
                                f"input, but got:{list(input.shape)}")
-        raise RuntimeError("non-empty 3D or 4D (batch mode) tensor expected for input")
+        raise RuntimeError(f"non-empty {nd + 1}D or {nd + 2}D (batch mode) tensor expected for input")
     return input, False
 
 
@@ -136,6 +141,22 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 2, "max_pool2d")
 
 
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False,
+               **torch_kw):
+    """The maximum of each ``kernel_size`` window of ``input (N, C, D, H, W)`` or ``(C, D, H, W)``; the indices
+    (``return_indices=True``) are flat positions in each ``D x H x W`` volume.
+
+    >>> import jitgrad as jg
+    >>> import jitgrad.nn.functional as F
+    >>> F.max_pool3d(jg.zeros(2, 3, 5, 6, 7), 2).shape
+    jitgrad.Size([2, 3, 2, 3, 3])
+    """
+    if torch_kw:       # a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(max_pool3d, "max_pool3d", (input, kernel_size, stride, padding, dilation, ceil_mode,
+                                                       return_indices), {}, torch_kw)
+    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 3, "max_pool3d")
+
+
 def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                             return_indices=False):
     """``max_pool1d(..., return_indices=True)``: (values, indices)."""
@@ -146,6 +167,12 @@ def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation
                             return_indices=False):
     """``max_pool2d(..., return_indices=True)``: (values, indices)."""
     return max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool3d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                            return_indices=False):
+    """``max_pool3d(..., return_indices=True)``: (values, indices)."""
+    return max_pool3d(input, kernel_size, stride, padding, dilation, ceil_mode, True)
 
 
 def _divisor(size, k, s, p, out, count_include_pad):
@@ -212,6 +239,23 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
                      "avg_pool2d")
 
 
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None, **torch_kw):
+    """The mean of each ``kernel_size`` window of ``input (N, C, D, H, W)`` or ``(C, D, H, W)`` (see
+    ``avg_pool2d`` for ``count_include_pad`` and ``divisor_override``).
+
+    >>> import jitgrad as jg
+    >>> import jitgrad.nn.functional as F
+    >>> F.avg_pool3d(jg.ones(1, 1, 2, 2, 2), 2).tolist()
+    [[[[[1.0]]]]]
+    """
+    if torch_kw:       # a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(avg_pool3d, "avg_pool3d", (input, kernel_size, stride, padding, ceil_mode,
+                                                       count_include_pad, divisor_override), {}, torch_kw)
+    return _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3,
+                     "avg_pool3d")
+
+
 def _averaging_matrix(n, o, dtype, device):
     """``(o, n)``: row ``i`` averages the inputs ``floor(i n / o)`` to ``ceil((i + 1) n / o)`` (exclusive)."""
     a = np.zeros((o, n))
@@ -221,20 +265,33 @@ def _averaging_matrix(n, o, dtype, device):
     return factories.tensor(a, dtype=dtype, device=device)
 
 
-def _adaptive_avg_pool(input, output_size, nd, fname):
+def adaptive_sizes(input, output_size, nd, fname, colon=""):
+    """torch's checks of an adaptive pooling's input and ``output_size`` (``None`` keeps a dim): the sizes."""
     if input.ndim not in (nd + 1, nd + 2) or any(n == 0 for n in input.shape[1:]):
-        raise RuntimeError(f"{fname}(): Expected {nd + 1}D or {nd + 2}D tensor, but got {list(input.shape)}")
+        if nd == 1 and colon:
+            raise RuntimeError(f"Expected 2 to 3 dimensions, but got {input.ndim}-dimensional tensor for argument #1 "
+                               f"'self' (while checking arguments for {fname})")
+        raise RuntimeError(f"{fname}(): Expected {nd + 1}D or {nd + 2}D tensor, but got{colon} {list(input.shape)}")
     if hasattr(output_size, "__index__") or output_size is None:
         sizes = (output_size,) * nd
     else:
         sizes = tuple(output_size)
         if len(sizes) != nd:
             raise RuntimeError(f"{fname}: output_size must be {nd}")
-    sizes = tuple(n if o is None else operator.index(o) for o, n in zip(sizes, input.shape[-nd:]))
+    return tuple(n if o is None else operator.index(o) for o, n in zip(sizes, input.shape[-nd:]))
+
+
+def _adaptive_avg_pool(input, output_size, nd, fname):
+    sizes = adaptive_sizes(input, output_size, nd, fname)
     y = input
-    if nd == 2:
-        y = _averaging_matrix(input.shape[-2], sizes[0], input.dtype, input.device) @ y
-    y = y @ _averaging_matrix(input.shape[-1], sizes[-1], input.dtype, input.device).mT
+    for i in range(nd):         # average dim -nd + i: (..., n, rest) -> (..., o, rest), one matmul
+        d = input.ndim - nd + i
+        pre, rest = tuple(y.shape[:d]), tuple(y.shape[d + 1:])
+        a = _averaging_matrix(input.shape[d], sizes[i], input.dtype, input.device)
+        if rest:
+            y = (a @ y.reshape(pre + (input.shape[d], -1))).reshape(pre + (sizes[i],) + rest)
+        else:
+            y = y @ a.mT
     return named(y, f"AdaptiveAvgPool{nd}DBackward0")
 
 
@@ -263,6 +320,20 @@ def adaptive_avg_pool2d(input, output_size, **torch_kw):
     if torch_kw:       # a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(adaptive_avg_pool2d, "adaptive_avg_pool2d", (input, output_size), {}, torch_kw)
     return _adaptive_avg_pool(input, output_size, 2, "adaptive_avg_pool2d")
+
+
+def adaptive_avg_pool3d(input, output_size, **torch_kw):
+    """Average pooling of ``(N, C, D, H, W)`` or ``(C, D, H, W)`` to ``output_size`` (an int, a triple, ``None``
+    keeps that dim), the windows chosen for it.
+
+    >>> import jitgrad as jg
+    >>> import jitgrad.nn.functional as F
+    >>> F.adaptive_avg_pool3d(jg.ones(2, 3, 7, 5, 4), (2, None, 1)).shape
+    jitgrad.Size([2, 3, 2, 5, 1])
+    """
+    if torch_kw:       # a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(adaptive_avg_pool3d, "adaptive_avg_pool3d", (input, output_size), {}, torch_kw)
+    return _adaptive_avg_pool(input, output_size, 3, "adaptive_avg_pool3d")
 
 
 # ---- modules ----------------------------------------------------------------------------------------------
@@ -305,6 +376,16 @@ class MaxPool2d(_MaxPoolNd):
     jitgrad.Size([4, 8, 3, 3])
     """
     _fn = staticmethod(max_pool2d)
+
+
+class MaxPool3d(_MaxPoolNd):
+    """``F.max_pool3d`` as a module.
+
+    >>> import jitgrad as jg
+    >>> jg.nn.MaxPool3d(2)(jg.zeros(1, 2, 4, 4, 4)).shape
+    jitgrad.Size([1, 2, 2, 2, 2])
+    """
+    _fn = staticmethod(max_pool3d)
 
 
 class AvgPool1d(Module):
@@ -354,6 +435,23 @@ class AvgPool2d(Module):
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
+class AvgPool3d(AvgPool2d):
+    """``F.avg_pool3d`` as a module.
+
+    >>> import jitgrad as jg
+    >>> jg.nn.AvgPool3d(2, stride=1)(jg.zeros(1, 2, 3, 3, 3)).shape
+    jitgrad.Size([1, 2, 2, 2, 2])
+    """
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False, count_include_pad: bool = True,
+                 divisor_override=None):
+        super().__init__(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+    def forward(self, input):
+        return avg_pool3d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
+                          self.divisor_override)
+
+
 class _AdaptiveAvgPoolNd(Module):
     def __init__(self, output_size):
         super().__init__()
@@ -387,7 +485,21 @@ class AdaptiveAvgPool2d(_AdaptiveAvgPoolNd):
         return adaptive_avg_pool2d(input, self.output_size)
 
 
-FUNCTIONS = ["max_pool1d", "max_pool2d", "max_pool1d_with_indices", "max_pool2d_with_indices", "avg_pool1d",
-             "avg_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d"]
-MODULES = ["MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d"]
+class AdaptiveAvgPool3d(_AdaptiveAvgPoolNd):
+    """``F.adaptive_avg_pool3d`` as a module.
+
+    >>> import jitgrad as jg
+    >>> jg.nn.AdaptiveAvgPool3d(1)(jg.zeros(2, 3, 4, 5, 6)).shape
+    jitgrad.Size([2, 3, 1, 1, 1])
+    """
+
+    def forward(self, input):
+        return adaptive_avg_pool3d(input, self.output_size)
+
+
+FUNCTIONS = ["max_pool1d", "max_pool2d", "max_pool3d", "max_pool1d_with_indices", "max_pool2d_with_indices",
+             "max_pool3d_with_indices", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d",
+             "adaptive_avg_pool2d", "adaptive_avg_pool3d"]
+MODULES = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d",
+           "AdaptiveAvgPool2d", "AdaptiveAvgPool3d"]
 __all__ = FUNCTIONS + MODULES

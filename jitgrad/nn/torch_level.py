@@ -18,7 +18,7 @@ from __future__ import annotations
 from . import functional as F
 
 # torch.<name> is F.<name> (same parameters, order and defaults)
-SAME = ["conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "avg_pool1d", "adaptive_avg_pool1d", "bilinear",
+SAME = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "avg_pool1d", "adaptive_avg_pool1d", "bilinear",
         "channel_shuffle", "cosine_similarity", "pairwise_distance", "pdist", "pixel_shuffle", "pixel_unshuffle",
         "hardshrink", "prelu", "celu_", "selu_", "relu_", "rrelu_"]
 
