@@ -1,0 +1,16 @@
+"""``jitgrad.distributions``: torch.distributions over jitgrad tensors.
+
+Parameters, ``log_prob``, ``cdf``/``icdf``, ``entropy`` and ``rsample`` are compositions of jitgrad ops, so they
+are differentiable and run eagerly and inside ``@jitgrad.compile``; draws come from jitgrad's default generator
+(``jitgrad.manual_seed`` makes them repeatable).
+
+>>> import jitgrad as jg
+>>> from jitgrad.distributions import Normal, kl_divergence
+>>> p, q = Normal(jg.tensor(0.), jg.tensor(1.)), Normal(jg.tensor(1.), jg.tensor(2.))
+>>> kl_divergence(p, q)
+tensor(0.4431)
+"""
+from . import constraints
+from .distribution import Distribution
+from .continuous import Normal, Uniform, Laplace, Cauchy, Exponential, Gumbel, HalfNormal
+from .gamma import Gamma, Chi2, Beta, Dirichlet, StudentT
