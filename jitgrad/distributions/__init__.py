@@ -14,3 +14,4 @@ from . import constraints
 from .distribution import Distribution
 from .continuous import Normal, Uniform, Laplace, Cauchy, Exponential, Gumbel, HalfNormal
 from .gamma import Gamma, Chi2, Beta, Dirichlet, StudentT
+from .discrete import Bernoulli, Categorical, OneHotCategorical, Binomial, Multinomial, Poisson, Geometric
