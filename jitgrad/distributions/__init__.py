@@ -15,3 +15,7 @@ from .distribution import Distribution
 from .continuous import Normal, Uniform, Laplace, Cauchy, Exponential, Gumbel, HalfNormal
 from .gamma import Gamma, Chi2, Beta, Dirichlet, StudentT
 from .discrete import Bernoulli, Categorical, OneHotCategorical, Binomial, Multinomial, Poisson, Geometric
+from .transforms import (Transform, ComposeTransform, ExpTransform, AffineTransform, SigmoidTransform,
+                         TanhTransform, SoftplusTransform, AbsTransform, PowerTransform, StickBreakingTransform,
+                         identity_transform)
+from .structured import Independent, TransformedDistribution, LogNormal, MixtureSameFamily
