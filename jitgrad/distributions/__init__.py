@@ -19,3 +19,13 @@ from .transforms import (Transform, ComposeTransform, ExpTransform, AffineTransf
                          TanhTransform, SoftplusTransform, AbsTransform, PowerTransform, StickBreakingTransform,
                          identity_transform)
 from .structured import Independent, TransformedDistribution, LogNormal, MixtureSameFamily
+from .multivariate import MultivariateNormal
+from .kl import kl_divergence, register_kl
+
+__all__ = ["constraints", "Distribution", "Normal", "Uniform", "Laplace", "Cauchy", "Exponential", "Gumbel",
+           "HalfNormal", "Gamma", "Chi2", "Beta", "Dirichlet", "StudentT", "Bernoulli", "Categorical",
+           "OneHotCategorical", "Binomial", "Multinomial", "Poisson", "Geometric", "Transform", "ComposeTransform",
+           "ExpTransform", "AffineTransform", "SigmoidTransform", "TanhTransform", "SoftplusTransform",
+           "AbsTransform", "PowerTransform", "StickBreakingTransform", "identity_transform", "Independent",
+           "TransformedDistribution", "LogNormal", "MixtureSameFamily", "MultivariateNormal", "kl_divergence",
+           "register_kl"]
