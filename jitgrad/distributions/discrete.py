@@ -517,11 +517,11 @@ class Geometric(Distribution):
         super().__init__(batch_shape, validate_args=validate_args)
         if self._validate_args and probs is not None and is_concrete(self.probs):
             value = self.probs
-            if not bool((value > 0).all()):
+            valid = value > 0
+            if not bool(valid.all()):
                 raise ValueError(f"Expected parameter probs ({type(value).__name__} of shape "
-                                 f"{tuple(value.shape)}) of distribution {repr(self)} to satisfy the "
-                                 f"constraint Interval(lower_bound=0.0, upper_bound=1.0), but found invalid "
-                                 f"values:\n{value}")
+                                 f"{tuple(value.shape)}) of distribution {repr(self)} to be positive but found "
+                                 f"invalid values:\n{value.detach()[~valid]}")
 
     def expand(self, batch_shape, _instance=None):
         return expand_params(self, Geometric, batch_shape, ("probs", "logits"), _instance)
