@@ -40,6 +40,11 @@ CASES = [
     ("Poisson", dict(rate=[0.5, 4.0]), [0.0, 3.0], None),
     ("Geometric", dict(probs=[0.3, 0.8]), [0.0, 4.0], None),
     ("Geometric", dict(logits=[-0.4, 1.3]), [2.0, 0.0], None),
+    ("RelaxedBernoulli", dict(temperature=[0.5, 2.0], probs=[0.3, 0.8]), [0.2, 0.9], None),
+    ("RelaxedBernoulli", dict(temperature=[0.5], logits=[-0.4, 1.3]), [0.6, 0.1], None),
+    ("LogitRelaxedBernoulli", dict(temperature=[0.5, 2.0], probs=[0.3, 0.8]), [-1.2, 0.9], None),
+    ("RelaxedOneHotCategorical", dict(temperature=[0.7], probs=_S), _S, None),
+    ("RelaxedOneHotCategorical", dict(temperature=[1.5], logits=[[0.1, -1.0, 2.0], [0.0, 0.5, -0.5]]), _S, None),
 ]
 IDS = [f"{c[0]}-{'-'.join(c[1])}" for c in CASES]
 _INT_VALUED = {"Categorical"}
@@ -56,7 +61,13 @@ def _pair(name, params, grad=False):
         j, t = jg.tensor(a, requires_grad=grad), torch.tensor(a, requires_grad=grad)
         jp[k], tp[k] = j, t
         leaves.append((j, t))
-    return getattr(D, name)(**jp), getattr(T, name)(**tp), leaves
+    return getattr(D, name)(**jp), _torch_cls(name)(**tp), leaves
+
+
+def _torch_cls(name):
+    if name == "LogitRelaxedBernoulli":       # not exported by torch.distributions
+        return T.relaxed_bernoulli.LogitRelaxedBernoulli
+    return getattr(T, name)
 
 
 def _value(name, v):
