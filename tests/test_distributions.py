@@ -352,3 +352,26 @@ def test_set_default_validate_args():
     with pytest.raises(ValueError):
         D.Normal(jg.tensor([0.0]), jg.tensor([-1.0]))
     D.Normal(jg.tensor([0.0]), jg.tensor([-1.0]), validate_args=False)
+
+
+def test_low_rank_multivariate_normal_matches_torch():
+    rng = np.random.default_rng(2)
+    arrays = [rng.standard_normal((2, 4)), rng.standard_normal((4, 2)), np.abs(rng.standard_normal((2, 4))) + 0.5]
+    j = [jg.tensor(a, requires_grad=True) for a in arrays]
+    t = [torch.tensor(a, requires_grad=True) for a in arrays]
+    jd, td = D.LowRankMultivariateNormal(*j), T.LowRankMultivariateNormal(*t)
+    x = rng.standard_normal((3, 2, 4))
+    outs = [(jd.log_prob(jg.tensor(x)), td.log_prob(torch.tensor(x))), (jd.entropy(), td.entropy())]
+    outs += [(getattr(jd, a), getattr(td, a)) for a in ("mean", "variance", "covariance_matrix",
+                                                         "precision_matrix", "scale_tril")]
+    for a, b in outs:
+        _close(a, b, 1e-9)
+    sum(a.sum() for a, _ in outs).backward()
+    sum(b.sum() for _, b in outs).backward()
+    for a, b in zip(j, t):
+        _close(a.grad, b.grad, 1e-8)
+    assert (tuple(jd.batch_shape), tuple(jd.event_shape)) == (tuple(td.batch_shape), tuple(td.event_shape))
+    assert tuple(jd.rsample((5,)).shape) == (5, 2, 4)
+    assert tuple(jd.expand((3, 2)).log_prob(jg.tensor(x)).shape) == (3, 2)
+    with pytest.raises(ValueError, match="cov_factor must be a batch of matrices with shape 4 x m"):
+        D.LowRankMultivariateNormal(j[0], j[1].T, j[2])

@@ -238,3 +238,16 @@ def test_compiled_program_equals_eager(backend):
             np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-12, atol=1e-12)
     a, b = cf(*_inputs())[1], cf(*_inputs())[1]
     assert not np.array_equal(a.detach().numpy(), b.detach().numpy())      # new draws at every call
+
+
+def test_multivariate_normal_sample_covariance():
+    jg.manual_seed(11)
+    loc = jg.tensor([1.0, -2.0, 0.5], dtype=jg.float64)
+    W = jg.tensor([[1.0, 0.2], [0.5, -1.0], [0.0, 0.3]], dtype=jg.float64)
+    diag = jg.tensor([0.5, 1.0, 0.2], dtype=jg.float64)
+    for d in (D.MultivariateNormal(loc, W @ W.T + jg.diag_embed(diag)), D.LowRankMultivariateNormal(loc, W, diag)):
+        s = d.sample((N,)).numpy()
+        cov = d.covariance_matrix.numpy()
+        assert np.all(np.abs(s.mean(0) - loc.numpy()) <= 5 * np.sqrt(np.diag(cov) / N))
+        se = np.sqrt((cov ** 2 + np.outer(np.diag(cov), np.diag(cov))) / N)     # of a Gaussian sample covariance
+        assert np.all(np.abs(np.cov(s.T) - cov) <= 5 * se)

@@ -20,6 +20,7 @@ from .transforms import (Transform, ComposeTransform, ExpTransform, AffineTransf
                          identity_transform)
 from .structured import Independent, TransformedDistribution, LogNormal, MixtureSameFamily
 from .multivariate import MultivariateNormal
+from .lowrank import LowRankMultivariateNormal
 from .relaxed import LogitRelaxedBernoulli, RelaxedBernoulli, ExpRelaxedCategorical, RelaxedOneHotCategorical
 from .kl import kl_divergence, register_kl
 
@@ -28,6 +29,7 @@ __all__ = ["constraints", "Distribution", "Normal", "Uniform", "Laplace", "Cauch
            "OneHotCategorical", "Binomial", "Multinomial", "Poisson", "Geometric", "Transform", "ComposeTransform",
            "ExpTransform", "AffineTransform", "SigmoidTransform", "TanhTransform", "SoftplusTransform",
            "AbsTransform", "PowerTransform", "StickBreakingTransform", "identity_transform", "Independent",
-           "TransformedDistribution", "LogNormal", "MixtureSameFamily", "MultivariateNormal", "RelaxedBernoulli",
+           "TransformedDistribution", "LogNormal", "MixtureSameFamily", "MultivariateNormal", "LowRankMultivariateNormal",
+           "RelaxedBernoulli",
            "RelaxedOneHotCategorical", "kl_divergence",
            "register_kl"]
