@@ -375,3 +375,11 @@ def test_low_rank_multivariate_normal_matches_torch():
     assert tuple(jd.expand((3, 2)).log_prob(jg.tensor(x)).shape) == (3, 2)
     with pytest.raises(ValueError, match="cov_factor must be a batch of matrices with shape 4 x m"):
         D.LowRankMultivariateNormal(j[0], j[1].T, j[2])
+
+
+def test_docstring_examples_run():
+    import doctest
+    from jitgrad.distributions import constraints, continuous
+    for mod in (D, constraints, continuous):
+        r = doctest.testmod(mod)
+        assert r.attempted and not r.failed, mod.__name__

@@ -251,3 +251,24 @@ def test_multivariate_normal_sample_covariance():
         assert np.all(np.abs(s.mean(0) - loc.numpy()) <= 5 * np.sqrt(np.diag(cov) / N))
         se = np.sqrt((cov ** 2 + np.outer(np.diag(cov), np.diag(cov))) / N)     # of a Gaussian sample covariance
         assert np.all(np.abs(np.cov(s.T) - cov) <= 5 * se)
+
+
+def _samplers(p, r):
+    return (D.Categorical(probs=p).sample((4,)), D.Poisson(r * 8).sample((3,)), D.Binomial(5, p).sample(),
+            D.Dirichlet(r).sample(), D.OneHotCategorical(p).sample((2,)), D.Multinomial(4, p).sample(),
+            D.Binomial(5, p).entropy(), D.Bernoulli(p).sample(), D.Geometric(p).sample(), D.StudentT(r).rsample(),
+            D.Beta(r, r + 1).sample(), D.Laplace(r, r).sample(), D.Gumbel(r, r).sample(), D.Cauchy(r, r).sample(),
+            D.RelaxedOneHotCategorical(jg.tensor(0.5), probs=p).rsample(), D.Uniform(r, r + 1).sample())
+
+
+@pytest.mark.parametrize("backend", ["interpret", None])
+def test_compiled_samplers_draw_what_eager_draws(backend):
+    args = (jg.tensor([0.2, 0.3, 0.5]), jg.tensor([1.0, 2.5, 0.3]))
+    f = jg.compile(_samplers, backend=backend)
+    jg.manual_seed(0)
+    eager = _samplers(*args)
+    jg.manual_seed(0)
+    compiled = f(*args)
+    for a, b in zip(eager, compiled):
+        assert a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape)
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-6)

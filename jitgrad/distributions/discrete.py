@@ -262,11 +262,18 @@ def _clamp_by_zero(x):
     return (x.clamp(min=0) + x - x.clamp(max=0)) / 2
 
 
-def _max_count(total_count, what):
-    if not is_concrete(total_count):
-        raise NotImplementedError(f"Binomial.{what} needs a concrete total_count (inside @jitgrad.compile, pass "
-                                  "it as a number or a tensor made outside the traced arguments)")
-    return int(total_count.max()) if total_count.numel() else 0
+def _max_count(self, what):
+    """The largest total_count and whether all are equal, read from the number or concrete tensor the
+    distribution was made with (a number stays known inside @jitgrad.compile)."""
+    hint = self._count_hint
+    if isinstance(hint, Number):
+        return int(hint), True
+    t = hint if hint is not None and is_concrete(hint) else self.total_count
+    if not is_concrete(t):
+        raise NotImplementedError(f"Binomial.{what} needs a known total_count (inside @jitgrad.compile, pass it as "
+                                  "a number or a tensor made outside the compiled function)")
+    n = int(t.max()) if t.numel() else 0
+    return n, bool((t == n).all())
 
 
 class Binomial(Distribution):
@@ -278,6 +285,7 @@ class Binomial(Distribution):
 
     def __init__(self, total_count=1, probs=None, logits=None, validate_args=None):
         _one_of(probs, logits)
+        self._count_hint = total_count
         if probs is not None:
             self.total_count, self.probs = broadcast_all(total_count, probs)
             self.total_count = self.total_count.type_as(self.probs)
@@ -288,7 +296,9 @@ class Binomial(Distribution):
         super().__init__(self._param.shape, validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
-        return _expand_probs_logits(self, Binomial, batch_shape, _instance, ("total_count",))
+        new = _expand_probs_logits(self, Binomial, batch_shape, _instance, ("total_count",))
+        new._count_hint = self._count_hint
+        return new
 
     @constraints.dependent_property(is_discrete=True, event_dim=0)
     def support(self):
@@ -320,7 +330,7 @@ class Binomial(Distribution):
 
     def sample(self, sample_shape=()):
         shape = tuple(self._extended_shape(sample_shape))
-        n = _max_count(self.total_count, "sample")
+        n, _ = _max_count(self, "sample")
         with _jg.no_grad():
             p = self.probs.detach().expand(shape).unsqueeze(-1)
             trials = _jg.arange(n, dtype=p.dtype) < self.total_count.detach().expand(shape).unsqueeze(-1)
@@ -338,15 +348,15 @@ class Binomial(Distribution):
         return value * self.logits - log_factorial_k - log_factorial_nmk - normalize_term
 
     def entropy(self):
-        total_count = _max_count(self.total_count, "entropy")
-        if not bool((self.total_count == total_count).all()):
+        total_count, homogeneous = _max_count(self, "entropy")
+        if not homogeneous:
             raise NotImplementedError("Inhomogeneous total count not supported by `entropy`.")
         log_prob = self.log_prob(self.enumerate_support(False))
         return -(_jg.exp(log_prob) * log_prob).sum(0)
 
     def enumerate_support(self, expand=True):
-        total_count = _max_count(self.total_count, "enumerate_support")
-        if not bool((self.total_count == total_count).all()):
+        total_count, homogeneous = _max_count(self, "enumerate_support")
+        if not homogeneous:
             raise NotImplementedError("Inhomogeneous total count not supported by `enumerate_support`.")
         values = _jg.arange(1 + total_count, dtype=self._param.dtype)
         values = values.view((-1,) + (1,) * len(self._batch_shape))
