@@ -29,7 +29,6 @@ __all__ = ["constraints", "Distribution", "Normal", "Uniform", "Laplace", "Cauch
            "OneHotCategorical", "Binomial", "Multinomial", "Poisson", "Geometric", "Transform", "ComposeTransform",
            "ExpTransform", "AffineTransform", "SigmoidTransform", "TanhTransform", "SoftplusTransform",
            "AbsTransform", "PowerTransform", "StickBreakingTransform", "identity_transform", "Independent",
-           "TransformedDistribution", "LogNormal", "MixtureSameFamily", "MultivariateNormal", "LowRankMultivariateNormal",
-           "RelaxedBernoulli",
-           "RelaxedOneHotCategorical", "kl_divergence",
+           "TransformedDistribution", "LogNormal", "MixtureSameFamily", "MultivariateNormal",
+           "LowRankMultivariateNormal", "RelaxedBernoulli", "RelaxedOneHotCategorical", "kl_divergence",
            "register_kl"]
