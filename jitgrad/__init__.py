@@ -103,3 +103,4 @@ def _install_extras(ns):
 
 _install_extras(globals())
 del _install_extras
+from . import distributions  # noqa: E402,F401  (torch.distributions)
