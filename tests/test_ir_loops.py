@@ -99,7 +99,8 @@ def test_inlined_mathlib_is_bit_identical_to_numba():
         assert (np.signbit(ir_out) == np.signbit(nb_out))[~np.isnan(ir_out)].all(), f"{fn}: sign of zero differs"
         compared.append(fn)
     assert {"exp_f32", "log_f32", "tanh_f32", "sigmoid_f64", "pow_f32", "erf_f64", "max_f32", "atan2_f32",
-            "atan2_f64", "nextafter_f32", "nextafter_f64"} <= set(compared)
+            "atan2_f64", "nextafter_f32", "nextafter_f64", "floor_f32", "round_f64", "fmod_f32", "copysign_f64",
+            "hypot_f32", "erfc_f64", "lgamma_f32"} <= set(compared)
     assert set(refused) <= {f"{n}_{s}" for n in ("sin", "cos", "tan") for s in ("f32", "f64")}
 
 
@@ -107,9 +108,11 @@ def test_libm_calls_need_no_numba_runtime():
     """atan2 / nextafter compile to calls of the C library's functions (Numba calls ``atan2`` itself and
     ``nextafter`` through its helper library): the object lists them, and this process resolves them without
     initialising Numba's runtime."""
-    for fn, want in (("atan2_f32", ["atan2"]), ("nextafter_f32", ["nextafterf"]), ("nextafter_f64", ["nextafter"])):
+    for fn, want, arity in (("atan2_f32", ["atan2"], 2), ("nextafter_f32", ["nextafterf"], 2),
+                            ("nextafter_f64", ["nextafter"], 2), ("hypot_f32", ["hypot"], 2), ("erfc_f64", ["erfc"], 1),
+                            ("lgamma_f32", ["lgamma"], 1)):
         s, dtype = fn[-3:], "float32" if fn.endswith("f32") else "float64"
-        src = _kernel(fn=fn, s=s, dtype=dtype, call=f"{fn}(x0, x1)")
+        src = _kernel(fn=fn, s=s, dtype=dtype, call=f"{fn}(x0, x1)" if arity == 2 else f"{fn}(x0)")
         blob = ir_loops.compile_kernel(cache.cache_key(src, extra=("test-ir-libm",)), src)
         assert blob is not None and list(blob.needs) == want, (fn, blob and blob.needs)
         assert objload._missing(blob.needs) == []

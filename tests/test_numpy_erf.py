@@ -91,6 +91,6 @@ def test_eager_gelu_vjp_is_one_node_and_agrees_with_the_compiled_graph():
     assert g.grad_fn.name() == "GeluBackwardBackward0"        # torch's name for the vjp's own node
     # a trace differentiates gelu's decomposition (the transpose pass), so only the forward is the same bits
     traced = jg.compile(step, backend="interpret")(jg.tensor(x0, requires_grad=True), jg.tensor(w0))
-    np.testing.assert_array_equal(y.detach().numpy(), traced[0].numpy())
-    np.testing.assert_allclose(g.detach().numpy(), traced[1].numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(y.detach().numpy(), traced[0].detach().numpy())
+    np.testing.assert_allclose(g.detach().numpy(), traced[1].detach().numpy(), rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(gg.numpy(), traced[2].numpy(), rtol=1e-5, atol=1e-5)

@@ -441,7 +441,14 @@ class ScalarEmitter:
             if any(v.t != t for v in vals):
                 raise Unsupported("fma types")
             return Value(self._intrinsic("llvm.fma", t, [v.v for v in vals]), t)
-        if fname in _LIBM and len(vals) == 2:
+        if fname in _ROUNDING and len(vals) == 1 and vals[0].t in _FLOATS:
+            return Value(self._intrinsic(_ROUNDING[fname], vals[0].t, [vals[0].v]), vals[0].t)
+        if fname == "np.copysign" and len(vals) == 2 and vals[0].t in _FLOATS and vals[1].t == vals[0].t:
+            return Value(self._intrinsic("llvm.copysign", vals[0].t, [v.v for v in vals]), vals[0].t)
+        if fname == "np.fmod" and len(vals) == 2 and vals[0].t in _FLOATS and vals[1].t == vals[0].t:
+            # IEEE fmod is exact: LLVM's frem gives libm's bits (Numba's np.fmod)
+            return Value(self.b.frem(vals[0].v, vals[1].v, flags=scope.flags), vals[0].t)
+        if fname in _LIBM and len(vals) == _LIBM_ARITY[fname]:
             return self.libm_call(fname, vals, scope)
         funcs, consts = _mathlib()
         fn = funcs.get(fname)
@@ -464,18 +471,18 @@ class ScalarEmitter:
         return Value(instr, ptr.t[1])
 
     def libm_call(self, fname, vals, scope):
-        """``math.atan2`` / ``np.nextafter`` of two floats of one type: a call of the C library's function, as
-        Numba lowers them (its ``numba_nextafter[f]`` helpers only call libm's ``nextafter[f]``; calling libm
+        """``math.atan2`` / ``np.nextafter`` / ``math.hypot`` / ``math.erfc`` / ``math.lgamma`` of floats of one
+        type: a call of the C library's function, as Numba lowers them (its ``numba_nextafter[f]`` helpers only call libm's ``nextafter[f]``; calling libm
         directly keeps Numba's helper library, and so Numba's runtime, out of the loaded kernel).  A declared
         pure function, the call carrying the caller's fast-math flags (Numba's ``FastFloatCallVisitor``)."""
         t = vals[0].t
-        if t not in _FLOATS or vals[1].t != t:
-            raise Unsupported(f"{fname} of {vals[0].t} and {vals[1].t}")
+        if t not in _FLOATS or any(v.t != t for v in vals) or t not in _LIBM[fname]:
+            raise Unsupported(f"{fname} of {', '.join(str(v.t) for v in vals)}")
         name = _LIBM[fname][t]
         lt = _lltype(t)
         fn = self.module.globals.get(name)
         if fn is None:
-            fn = self.ir.Function(self.module, self.ir.FunctionType(lt, [lt, lt]), name=name)
+            fn = self.ir.Function(self.module, self.ir.FunctionType(lt, [lt] * len(vals)), name=name)
             fn.attributes.add("readonly")
             fn.attributes.add("nounwind")
         return Value(self.b.call(fn, [v.v for v in vals], fastmath=scope.flags), t)
@@ -535,8 +542,14 @@ class ScalarEmitter:
         return result
 
 
-# two-argument C library functions mathlib calls: Python's spelling -> the symbol per float type
-_LIBM = {"math.atan2": {F32: "atan2f", F64: "atan2"}, "np.nextafter": {F32: "nextafterf", F64: "nextafter"}}
+# C library functions mathlib calls, as Numba lowers them: Python's spelling -> the symbol per float type (mathlib
+# calls hypot, erfc and lgamma on float64 only)
+_LIBM = {"math.atan2": {F32: "atan2f", F64: "atan2"}, "np.nextafter": {F32: "nextafterf", F64: "nextafter"},
+         "math.hypot": {F64: "hypot"}, "math.erfc": {F64: "erfc"}, "math.lgamma": {F64: "lgamma"}}
+_LIBM_ARITY = {"math.atan2": 2, "np.nextafter": 2, "math.hypot": 2, "math.erfc": 1, "math.lgamma": 1}
+
+# rounding to an integral value: exact operations, so LLVM's intrinsics give Numba's (libm's) bits
+_ROUNDING = {"np.floor": "llvm.floor", "np.ceil": "llvm.ceil", "np.trunc": "llvm.trunc", "np.rint": "llvm.rint"}
 
 _BITCASTS = {"f32_as_i32": (F32, I32), "i32_as_f32": (I32, F32), "f64_as_i64": (F64, I64),
              "i64_as_f64": (I64, F64)}
