@@ -41,7 +41,7 @@ from .runtime.functions import where, cat, concat, stack, max, min, abs, sum, po
 from .runtime.legacy_types import FloatTensor, DoubleTensor, LongTensor, IntTensor, BoolTensor, ByteTensor, \
     is_inference, set_warn_always, is_warn_always_enabled  # noqa: E402
 from .jit.compile import compile  # noqa: E402,A004
-from . import autograd, nn, optim, cuda, special  # noqa: E402
+from . import autograd, nn, optim, cuda  # noqa: E402
 from .nn import torch_level as _torch_level  # noqa: E402
 _torch_level.install(globals())     # torch.conv2d, torch.layer_norm, torch.dropout, ... (nn/torch_level.py)
 from . import profiler  # noqa: E402  (torch.profiler)
@@ -103,4 +103,13 @@ def _install_extras(ns):
 
 _install_extras(globals())
 del _install_extras
-from . import distributions  # noqa: E402,F401  (torch.distributions)
+
+# torch.distributions and torch.special load on first use (PEP 562): `import jitgrad` does not pay for them
+_unsupported_name = __getattr__      # noqa: F821  (runtime/torch_surface.py: torch's names jitgrad lacks)
+
+
+def __getattr__(name):
+    if name in ("distributions", "special"):
+        import importlib
+        return importlib.import_module(f"{__name__}.{name}")
+    return _unsupported_name(name)

@@ -15,7 +15,7 @@ from ...runtime.tensor import Tensor
 from ..module import Module
 from ..norm_scaling import normalize
 from . import parametrize
-from .weight_norm import _weight_norm, norm_except_dim
+from .norm_hooks import _weight_norm, norm_except_dim
 
 
 def _is_orthogonal(Q):
