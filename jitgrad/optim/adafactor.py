@@ -75,7 +75,7 @@ class Adafactor(Optimizer):
                     one_minus_beta2_t = step ** beta2_decay
                     rho_t = F.minimum(lr, 1 / step ** 0.5)
                     rms = p.norm(2).to(dt.float64) / math.sqrt(p.numel())
-                    alpha = F.maximum(rms, _scalar(float(eps2), dt.float64)) * rho_t
+                    alpha = F.clamp(rms, min=eps2) * rho_t
                     if wd != 0:
                         p.mul_(1 - lr * wd)
                     if g.dim() > 1:
@@ -91,8 +91,7 @@ class Adafactor(Optimizer):
                         _lerp_(variance, g * g, one_minus_beta2_t)
                         var_estimate = variance
                     update = F.rsqrt(F.clamp(var_estimate, min=eps1 * eps1)) * g
-                    denom = F.maximum(update.norm(2).to(dt.float64) / (math.sqrt(update.numel()) * d),
-                                      _scalar(1.0, dt.float64))
+                    denom = F.clamp(update.norm(2).to(dt.float64) / (math.sqrt(update.numel()) * d), min=1.0)
                     p.sub_((alpha / denom) * update)
         self._guard_trace()
         return loss

@@ -105,8 +105,9 @@ class ASGD(Optimizer):
                     p.sub_(eta_value * g)
                     ax.copy_(F.where(mu == 1, p, ax + (p - ax) * mu))
                     step = step_t.to(dt.float64)
-                    eta.copy_(lr / ((1 + lambd * lr * step) ** alpha))
-                    mu.copy_(1 / F.clamp(step - t0, min=1.0))
+                    # torch.as_tensor(python float): the new values are float32, whatever the state's dtype
+                    eta.copy_((lr / ((1 + lambd * lr * step) ** alpha)).to(dt.float32))
+                    mu.copy_((1 / F.clamp(step - t0, min=1.0)).to(dt.float32))
         self._guard_trace()
         return loss
 
