@@ -277,3 +277,14 @@ def test_swa_errors_match_torch():
          lambda: su_j.AveragedModel(nn.Linear(1, 1), avg_fn=su_j.get_swa_avg_fn(),
                                     multi_avg_fn=su_j.get_swa_multi_avg_fn()))
     assert su_j.update_bn([jg.tensor(X)], nn.Linear(3, 2)) is None      # no BatchNorm: nothing to do
+
+
+@pytest.mark.parametrize("mod,name", [("lr_scheduler", n) for n in torch.optim.lr_scheduler.__all__]
+                         + [("swa_utils", n) for n in torch.optim.swa_utils.__all__])
+def test_public_names_and_signatures_match_torch(mod, name):
+    import inspect
+    t, j = getattr(getattr(torch.optim, mod), name), getattr(getattr(jg.optim, mod), name)
+    assert j.__doc__
+    ts, js = inspect.signature(t), inspect.signature(j)
+    assert [(p.name, p.kind, p.default) for p in js.parameters.values()] == \
+        [(p.name, p.kind, p.default) for p in ts.parameters.values()]
