@@ -334,3 +334,33 @@ def test_float32_state_dtypes_match_torch():
         np.testing.assert_allclose(jp.detach().numpy(), tp.detach().numpy(), rtol=1e-5, atol=1e-6)
         for k, v in to.state[tp].items():
             assert jo.state[jp][k].dtype.name == str(v.dtype).replace("torch.", ""), (name, k)
+
+
+def test_lbfgs_loads_torch_state_dict():
+    """LBFGS's state (history lists of tensors, t, H_diag, counters) saved by torch loads and continues like a
+    torch LBFGS loaded from the same dict."""
+    x0 = np.array([-1.2, 1.0, 0.5, -0.3])
+    tx = torch.nn.Parameter(torch.tensor(x0.copy()))
+    topt = torch.optim.LBFGS([tx], max_iter=4, history_size=3)
+
+    def closure_for(lib, x, opt):
+        def closure():
+            opt.zero_grad()
+            loss = _rosen(lib, x)
+            loss.backward()
+            return loss
+        return closure
+    for _ in range(2):
+        topt.step(closure_for(torch, tx, topt))
+    sd = topt.state_dict()
+    jx = nn.Parameter(jg.tensor(tx.detach().numpy().copy()))
+    jopt = jg.optim.LBFGS([jx], max_iter=4, history_size=3)
+    jopt.load_state_dict(_convert(sd))
+    st = jopt.state[jx]
+    assert st["n_iter"] == 8 and len(st["old_dirs"]) == 3 and isinstance(st["old_dirs"][0], jg.Tensor)
+    topt2 = torch.optim.LBFGS([tx], max_iter=4, history_size=3)
+    topt2.load_state_dict(copy.deepcopy(sd))
+    for _ in range(2):
+        topt2.step(closure_for(torch, tx, topt2))
+        jopt.step(closure_for(jg, jx, jopt))
+    np.testing.assert_allclose(jx.detach().numpy(), tx.detach().numpy(), rtol=1e-9, atol=1e-12)

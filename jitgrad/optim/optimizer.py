@@ -224,6 +224,10 @@ class Optimizer:
 
     @staticmethod
     def _cast_state(p, key, value):
+        if isinstance(value, dict):          # torch recurses into containers (LBFGS keeps lists of tensors)
+            return {k: Optimizer._cast_state(p, k, v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(Optimizer._cast_state(p, key, v) for v in value)
         if not isinstance(value, Tensor):
             return value
         arr = value._data
