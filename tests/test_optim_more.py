@@ -364,3 +364,25 @@ def test_lbfgs_loads_torch_state_dict():
         topt2.step(closure_for(torch, tx, topt2))
         jopt.step(closure_for(jg, jx, jopt))
     np.testing.assert_allclose(jx.detach().numpy(), tx.detach().numpy(), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", NAMES[:-1])
+def test_parameter_shapes_and_params_without_grad_match_torch(name):
+    """0-d, vector, 3-d (Adafactor's batched factored moments) and matrix parameters, plus one that never
+    gets a gradient (skipped; Adagrad still holds state for it, as torch)."""
+    rng = np.random.default_rng(0)
+    vals = [rng.standard_normal(s) for s in [(), (3,), (2, 3, 4), (4, 2)]]
+    res = []
+    for lib in (torch, jg):
+        ps = [lib.nn.Parameter(lib.tensor(v.copy())) for v in vals]
+        idle = lib.nn.Parameter(lib.tensor([1.0, 2.0], dtype=lib.float64))
+        opt = getattr(lib.optim, name)(ps + [idle], lr=0.05)
+        for _ in range(6):
+            opt.zero_grad()
+            sum(((p - 0.3) ** 2).sum() * (k + 1) for k, p in enumerate(ps)).backward()
+            opt.step()
+        res.append(([p.detach().numpy().copy() for p in ps + [idle]], opt.state_dict()))
+    (jp, js), (tp, ts) = res[1], res[0]
+    for a, b in zip(jp, tp):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
+    _state_close(js, ts)
