@@ -22,7 +22,8 @@ class Adafactor(Optimizer):
     ``step**beta2_decay``); vectors keep a full ``variance``.  The update ``g / sqrt(var)`` is scaled by
     ``max(eps2, rms(p)) * min(lr, 1 / sqrt(step))`` and clipped to RMS ``d``; ``weight_decay`` is decoupled.
     ``eps = (eps1, eps2)``, ``eps1=None`` meaning the parameter dtype's machine epsilon.  State: ``step``,
-    ``row_var`` and ``col_var`` (or ``variance``)."""
+    ``row_var`` and ``col_var`` (or ``variance``).  ``foreach`` is accepted and changes nothing (the same
+    values)."""
 
     def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0, *,
                  foreach=None, maximize=False):

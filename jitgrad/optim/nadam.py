@@ -40,7 +40,8 @@ class NAdam(Optimizer):
     (step * momentum_decay))``, ``mu_product *= mu_t``; ``p -= lr * (1 - mu_t) / (1 - mu_product) * g / denom
     + lr * mu_{t+1} / (1 - mu_product * mu_{t+1}) * exp_avg / denom`` with ``denom = sqrt(exp_avg_sq /
     (1 - beta2**step)) + eps``.  ``decoupled_weight_decay`` gives NAdamW.  State: ``step``, ``mu_product``
-    (0-d float32 tensors, as torch), ``exp_avg``, ``exp_avg_sq``."""
+    (0-d float32 tensors, as torch), ``exp_avg``, ``exp_avg_sq``.  ``foreach``/``capturable`` are accepted and
+    change nothing (the same values); ``differentiable=True`` is refused."""
 
     def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, momentum_decay=4e-3,
                  decoupled_weight_decay=False, *, foreach=None, maximize=False, capturable=False,
@@ -96,7 +97,8 @@ class RAdam(Optimizer):
     """Like ``torch.optim.RAdam`` (rectified Adam): Adam's moving averages; while the variance's degrees of
     freedom ``rho_t <= 5`` the step is the bias-corrected momentum ``p -= lr * exp_avg / (1 - beta1**step)``,
     after that it is scaled by the adaptive rate and the rectification term.  ``decoupled_weight_decay`` gives
-    RAdamW.  State: ``step``, ``exp_avg``, ``exp_avg_sq``."""
+    RAdamW.  State: ``step``, ``exp_avg``, ``exp_avg_sq``.  ``foreach``/``capturable`` are accepted and change
+    nothing (the same values); ``differentiable=True`` is refused."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, decoupled_weight_decay=False,
                  *, foreach=None, maximize=False, capturable=False, differentiable=False):

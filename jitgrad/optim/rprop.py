@@ -18,7 +18,9 @@ class Rprop(Optimizer):
     """Like ``torch.optim.Rprop`` (resilient backpropagation): per element, the step size grows by
     ``etaplus`` while the gradient keeps its sign and shrinks by ``etaminus`` when it flips (clamped to
     ``step_sizes``); after a flip the gradient is taken as zero for that step; ``p -= sign(g) * step_size``.
-    State: ``step``, ``prev`` (the last gradient used), ``step_size`` (starting at ``lr``)."""
+    State: ``step``, ``prev`` (the last gradient used), ``step_size`` (starting at ``lr``).
+    ``foreach``/``capturable`` are accepted and change nothing (the same values); ``differentiable=True`` is
+    refused."""
 
     def __init__(self, params, lr=1e-2, etas=(0.5, 1.2), step_sizes=(1e-6, 50), *, capturable=False,
                  foreach=None, maximize=False, differentiable=False):
@@ -67,7 +69,8 @@ class ASGD(Optimizer):
     """Like ``torch.optim.ASGD`` (averaged SGD): ``p *= 1 - lambd * eta``; ``p -= eta * g``; the average ``ax``
     follows ``p`` (``ax += mu * (p - ax)``, a copy while ``mu == 1``); then ``eta = lr / (1 + lambd * lr *
     step) ** alpha`` and ``mu = 1 / max(1, step - t0)``.  State: ``step``, ``eta``, ``mu`` (0-d float32, as
-    torch), ``ax``."""
+    torch), ``ax``.  ``foreach``/``capturable`` are accepted and change nothing (the same values);
+    ``differentiable=True`` is refused."""
 
     def __init__(self, params, lr=1e-2, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0, foreach=None,
                  maximize=False, differentiable=False, capturable=False):
