@@ -224,6 +224,10 @@ class Optimizer:
 
     @staticmethod
     def _cast_state(p, key, value):
+        if isinstance(value, dict):          # torch recurses into containers (LBFGS keeps lists of tensors)
+            return {k: Optimizer._cast_state(p, k, v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(Optimizer._cast_state(p, key, v) for v in value)
         if not isinstance(value, Tensor):
             return value
         arr = value._data
@@ -272,6 +276,28 @@ def _typename(x):
     return type(x).__module__ + "." + type(x).__name__ if type(x).__module__ != "builtins" else type(x).__name__
 
 
+
+
+def _lerp_(t, end, weight):
+    """``t.lerp_(end, weight)`` with torch's kernel formula: ``t + w * (end - t)`` for ``|w| < 0.5``, else
+    ``end - (end - t) * (1 - w)`` (so a weight of 1 gives ``end`` exactly).  ``weight`` a number (the branch is
+    chosen in Python) or a 0-d tensor (both computed, ``where`` picks: the same values, traceable)."""
+    from ..runtime import functions as F
+    if isinstance(weight, Tensor):
+        small = F.abs(weight) < 0.5
+        t.copy_(F.where(small, t + weight * (end - t), end - (end - t) * (1 - weight)))
+    elif abs(weight) < 0.5:
+        t.add_((end - t) * weight)
+    else:
+        t.copy_(end - (end - t) * (1 - weight))
+    return t
+
+
+def _check_lr(lr):
+    if isinstance(lr, Tensor) and lr.numel() != 1:
+        raise ValueError("Tensor lr must be 1-element")
+    if not 0.0 <= lr:
+        raise ValueError(f"Invalid learning rate: {lr}")
 
 
 def _check_unsupported(differentiable, capturable=False, fused=None, foreach=None):

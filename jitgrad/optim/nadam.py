@@ -1,0 +1,148 @@
+"""``jitgrad.optim.NAdam`` and ``RAdam``: Adam variants, torch's single-tensor rules as tensor ops (the step
+count, bias corrections, NAdam's ``mu_product`` and RAdam's rectification are computed in the graph, so a
+compiled step stays one graph; RAdam's ``rho_t > 5`` choice is a ``where``, not a Python branch).
+
+``foreach`` and ``capturable`` are accepted and recorded; they do not change the values (one algorithm, which
+agrees with torch's variants to rounding).  ``differentiable=True`` is refused."""
+from __future__ import annotations
+
+from ..ir import dtypes as dt
+from ..runtime import functions as F
+from ..runtime import grad_mode
+from .optimizer import Optimizer, _check_lr, _check_unsupported, _lerp_, _scalar, _zeros_like
+
+
+def _check_adam_like(lr, betas, eps, weight_decay):
+    _check_lr(lr)
+    if not 0.0 <= eps:
+        raise ValueError(f"Invalid epsilon value: {eps}")
+    if not 0.0 <= betas[0] < 1.0:
+        raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+    if not 0.0 <= betas[1] < 1.0:
+        raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+    if not 0.0 <= weight_decay:
+        raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+
+
+def _decay(p, g, group, lr):
+    """Weight decay: L2 added to the gradient, or decoupled (``p *= 1 - lr * weight_decay``)."""
+    wd = group["weight_decay"]
+    if wd != 0:
+        if group["decoupled_weight_decay"]:
+            p.mul_(1 - lr * wd)
+        else:
+            g = g + wd * p
+    return g
+
+
+class NAdam(Optimizer):
+    """Like ``torch.optim.NAdam`` (Adam with Nesterov momentum): ``mu_t = beta1 * (1 - 0.5 * 0.96 **
+    (step * momentum_decay))``, ``mu_product *= mu_t``; ``p -= lr * (1 - mu_t) / (1 - mu_product) * g / denom
+    + lr * mu_{t+1} / (1 - mu_product * mu_{t+1}) * exp_avg / denom`` with ``denom = sqrt(exp_avg_sq /
+    (1 - beta2**step)) + eps``.  ``decoupled_weight_decay`` gives NAdamW.  State: ``step``, ``mu_product``
+    (0-d float32 tensors, as torch), ``exp_avg``, ``exp_avg_sq``.  ``foreach``/``capturable`` are accepted and
+    change nothing (the same values); ``differentiable=True`` is refused."""
+
+    def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, momentum_decay=4e-3,
+                 decoupled_weight_decay=False, *, foreach=None, maximize=False, capturable=False,
+                 differentiable=False):
+        _check_adam_like(lr, betas, eps, weight_decay)
+        if not 0.0 <= momentum_decay:
+            raise ValueError(f"Invalid momentum_decay value: {momentum_decay}")
+        _check_unsupported(differentiable)
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, momentum_decay=momentum_decay,
+                        decoupled_weight_decay=decoupled_weight_decay, maximize=maximize, foreach=foreach,
+                        capturable=capturable, differentiable=differentiable)
+        super().__init__(params, defaults)
+
+    def step(self, closure=None):
+        """One update of every parameter that has a gradient; returns ``closure()``'s loss when given."""
+        loss = self._run_closure(closure)
+        with grad_mode.no_grad():
+            for group in self.param_groups:
+                lr, (beta1, beta2) = group.lr_tensor, group["betas"]
+                eps, momentum_decay = group["eps"], group["momentum_decay"]
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    state = self.state[p]
+                    if len(state) == 0:
+                        state["step"] = _scalar(0.0, dt.float32)
+                        state["mu_product"] = _scalar(1.0, dt.float32)
+                        state["exp_avg"] = _zeros_like(p)
+                        state["exp_avg_sq"] = _zeros_like(p)
+                    step_t, mu_product = state["step"], state["mu_product"]
+                    exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                    g = -p.grad if group["maximize"] else p.grad
+                    step_t.add_(1)
+                    step = step_t.to(dt.float64)
+                    bias_correction2 = 1 - beta2 ** step
+                    g = _decay(p, g, group, lr)
+                    mu = beta1 * (1.0 - 0.5 * (0.96 ** (step * momentum_decay)))
+                    mu_next = beta1 * (1.0 - 0.5 * (0.96 ** ((step + 1) * momentum_decay)))
+                    # torch multiplies the 0-d state by a Python float: in the state's dtype
+                    mu_product.mul_(mu.to(mu_product.dtype))
+                    _lerp_(exp_avg, g, 1 - beta1)
+                    exp_avg_sq.mul_(beta2).add_(g * g * (1 - beta2))
+                    denom = F.sqrt(exp_avg_sq / bias_correction2) + eps
+                    mp = mu_product.to(dt.float64)
+                    mu_product_next = mp * mu_next
+                    p.add_((-lr * (1.0 - mu) / (1.0 - mp)) * (g / denom))
+                    p.add_((-lr * mu_next / (1.0 - mu_product_next)) * (exp_avg / denom))
+        self._guard_trace()
+        return loss
+
+
+class RAdam(Optimizer):
+    """Like ``torch.optim.RAdam`` (rectified Adam): Adam's moving averages; while the variance's degrees of
+    freedom ``rho_t <= 5`` the step is the bias-corrected momentum ``p -= lr * exp_avg / (1 - beta1**step)``,
+    after that it is scaled by the adaptive rate and the rectification term.  ``decoupled_weight_decay`` gives
+    RAdamW.  State: ``step``, ``exp_avg``, ``exp_avg_sq``.  ``foreach``/``capturable`` are accepted and change
+    nothing (the same values); ``differentiable=True`` is refused."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, decoupled_weight_decay=False,
+                 *, foreach=None, maximize=False, capturable=False, differentiable=False):
+        _check_adam_like(lr, betas, eps, weight_decay)
+        _check_unsupported(differentiable)
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, maximize=maximize,
+                        foreach=foreach, capturable=capturable, decoupled_weight_decay=decoupled_weight_decay,
+                        differentiable=differentiable)
+        super().__init__(params, defaults)
+
+    def step(self, closure=None):
+        """One update of every parameter that has a gradient; returns ``closure()``'s loss when given."""
+        loss = self._run_closure(closure)
+        with grad_mode.no_grad():
+            for group in self.param_groups:
+                lr, (beta1, beta2), eps = group.lr_tensor, group["betas"], group["eps"]
+                rho_inf = 2 / (1 - beta2) - 1
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    state = self.state[p]
+                    if len(state) == 0:
+                        state["step"] = _scalar(0.0, dt.float32)
+                        state["exp_avg"] = _zeros_like(p)
+                        state["exp_avg_sq"] = _zeros_like(p)
+                    step_t, exp_avg, exp_avg_sq = state["step"], state["exp_avg"], state["exp_avg_sq"]
+                    g = -p.grad if group["maximize"] else p.grad
+                    step_t.add_(1)
+                    step = step_t.to(dt.float64)
+                    g = _decay(p, g, group, lr)
+                    _lerp_(exp_avg, g, 1 - beta1)
+                    exp_avg_sq.mul_(beta2).add_(g * g * (1 - beta2))
+                    bias_correction1 = 1 - beta1 ** step
+                    bias_correction2 = 1 - beta2 ** step
+                    bias_corrected_exp_avg = exp_avg / bias_correction1
+                    rho_t = rho_inf - 2 * step * (beta2 ** step) / bias_correction2
+                    # the rectification is only used where rho_t > 5 (its square root's argument is positive)
+                    rect = F.sqrt(F.clamp((rho_t - 4) * (rho_t - 2) * rho_inf
+                                          / ((rho_inf - 4) * (rho_inf - 2) * rho_t), min=0.0))
+                    adaptive_lr = F.sqrt(bias_correction2) / (F.sqrt(exp_avg_sq) + eps)
+                    plain = bias_corrected_exp_avg * lr
+                    p.sub_(F.where(rho_t > 5.0, plain * adaptive_lr * rect, plain))
+        self._guard_trace()
+        return loss
+
+
+__all__ = ["NAdam", "RAdam"]
