@@ -75,10 +75,11 @@ def _install_extras(ns):
     lobpcg; repeat_interleave, roll, diff, meshgrid, unflatten; einsum; lerp,
     logaddexp, nan_to_num, isclose; tensordot, kron, cdist, ...; aminmax, kthvalue, quantile, cummax, ...;
     floor/round/frac/...; hypot/fmod/xlogy/fmax/frexp/addcmul/...; bitwise ops, gcd, lcm; lgamma/digamma/polygamma/
-    erfinv, nansum/nanmean/logcumsumexp; asin/acos/atan/sinh/cosh/asinh/acosh/atanh (arc* aliases), i0"""
+    erfinv, nansum/nanmean/logcumsumexp; asin/acos/atan/sinh/cosh/asinh/acosh/atanh (arc* aliases), i0;
+    scatter/scatter_, select/slice/diagonal/as_strided_scatter"""
     from .runtime import pointwise_binary, searching, storage, conversions, foreach, eigen, rearranging, einsum, \
         pointwise_composites, products, order_statistics, stacking, index_writes, uniques, matrix_forms, statistics, \
-        pointwise_rounding, pointwise_pairs, pointwise_integer, special_functions, trig_functions
+        pointwise_rounding, pointwise_pairs, pointwise_integer, special_functions, trig_functions, scatter_writes
     for m in (storage, conversions, foreach, eigen):
         m.install(ns)
     # the rest declare their names: METHODS are functions and Tensor methods, FUNCTION_ONLY functions (torch's
@@ -86,7 +87,7 @@ def _install_extras(ns):
     # function for (``x.unfold``)
     for m in (pointwise_binary, searching, rearranging, einsum, pointwise_composites, products, order_statistics,
               stacking, index_writes, uniques, matrix_forms, statistics, pointwise_rounding, pointwise_pairs,
-              pointwise_integer, special_functions, trig_functions):
+              pointwise_integer, special_functions, trig_functions, scatter_writes):
         for n in getattr(m, "METHODS", []) + getattr(m, "FUNCTION_ONLY", []):
             ns[n] = getattr(m, n)
         for n in getattr(m, "METHODS", []):
