@@ -81,5 +81,7 @@ def _inplace(fn):
 METHODS = ["asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "arcsin", "arccos", "arctan",
            "arcsinh", "arccosh", "arctanh", "i0"]
 INPLACE = {n + "_": _inplace(globals()[n]) for n in METHODS}
+globals().update(INPLACE)       # torch.asin_(x) ... are functions too
+FUNCTION_ONLY = list(INPLACE)
 
-__all__ = METHODS
+__all__ = METHODS + FUNCTION_ONLY
