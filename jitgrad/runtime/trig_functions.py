@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ..ir.ops import OPS
 from .dispatch import bind
+from .grad_names import named
 from .tensor import Tensor
 from .torch_kwargs import torch_kwargs
 
@@ -67,12 +68,25 @@ def i0(input, **torch_kw):
     expansion; its gradient is ``jitgrad.special.i1``)."""
     if torch_kw:
         return torch_kwargs(i0, "i0", (input,), {}, torch_kw)
-    return bessel_i(input, 0, False, "i0")
+    return named(bessel_i(input, 0, False, "i0"), "I0Backward0")
+
+
+_NO_INPLACE_DERIVATIVE = ("asinh", "acosh", "atanh")       # torch's derivatives.yaml has none for these
 
 
 def _inplace(fn):
+    name = fn.__name__
+
+    def run(x):
+        r = fn(x)
+        if name in _NO_INPLACE_DERIVATIVE and r.requires_grad:
+            r = named(bind(OPS["delayed_error"], r, msg=f"the derivative for 'inplace version of {name}' is not "
+                                                        f"implemented.", not_implemented=True),
+                      name.capitalize() + "Backward1")
+        return r
+
     def f(self):
-        return self._apply_inplace(fn)
+        return self._apply_inplace(run)
     f.__name__ = f.__qualname__ = fn.__name__ + "_"
     f.__doc__ = f"In place: ``x.{fn.__name__}_()`` writes ``{fn.__name__}(x)`` into ``x``."
     return f

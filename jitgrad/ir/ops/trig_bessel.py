@@ -135,6 +135,9 @@ def _bessel_decompose(b, x, n, scaled):
         lo = lo * b("where", small, x, 0.0)
         hi = b("where", x < 0, -hi, hi)
     r = b("where", small, lo, hi)
+    if n == 1:      # +0.0 at -0.0, as torch, keeping the gradient there (compiled code folds a literal + 0.0)
+        zero = x == 0
+        r = b("where", zero, 0.0, r) + b("where", zero, r, -0.0)
     return r if scaled else r * ax.exp()
 
 
