@@ -25,6 +25,7 @@ from ..ir.ops import OPS as O
 from .dispatch import bind
 from .functions import _axis
 from .grad_names import named
+from .legacy_types import is_warn_always_enabled
 from .masking import oversized_index_dim, scatter_add
 from .scatter_reduce import _reduce
 from .shaping import index_grid
@@ -33,6 +34,9 @@ from .torch_kwargs import torch_kwargs
 
 _REDUCE_DEPRECATED = ("The reduce argument of torch.scatter with Tensor src is deprecated and will be removed in a "
                       "future PyTorch release. Use torch.scatter_reduce instead for more reduction options.")
+
+
+_WARNED = [False]
 
 
 def _check_scatter(input, ax, index, src):
@@ -52,11 +56,12 @@ def _check_scatter(input, ax, index, src):
                                    f"{list(input.shape)} apart from dimension {ax}")
     d, size = index._data, input.shape[ax] if input.ndim else 1
     if index.numel() and type(d) is np.ndarray and (d.min() < 0 or d.max() >= size):
-        bad = int(d.max() if d.max() >= size else d.min())
+        out = (d < 0) | (d >= size)
+        bad = int(d.reshape(-1)[np.argmax(out.reshape(-1))])      # the first, in torch's order
         raise RuntimeError(f"index {bad} is out of bounds for dimension {ax} with size {size}")
 
 
-def scatter(input, dim, index, src=None, value=None, *, reduce=None, **torch_kw):
+def scatter(input, dim, index, src=None, value=None, *, reduce=None, _inplace=False, **torch_kw):
     """``out = input.clone(); out[index[i][j]][j] = src[i][j]`` (dim=0; ``src`` a tensor cut to ``index``'s
     shape, or a number ``value`` written everywhere ``index`` points), as torch.scatter.  ``reduce="add"`` or
     ``"multiply"`` combines instead of writing (deprecated in torch for a tensor ``src``, with its warning; no
@@ -69,15 +74,21 @@ def scatter(input, dim, index, src=None, value=None, *, reduce=None, **torch_kw)
     if not isinstance(src, (Tensor, numbers.Number)) or isinstance(src, complex):
         raise TypeError(f"scatter() received an invalid combination of arguments - got (Tensor, int, Tensor, "
                         f"{type(src).__name__})")
-    if reduce is not None and isinstance(src, Tensor):
-        warnings.warn(_REDUCE_DEPRECATED, UserWarning, stacklevel=2)
-    ax = _axis("scatter", input, dim) if input.ndim else _axis("scatter", input.reshape(1), dim)
+    if reduce is not None and isinstance(src, Tensor) and (not _WARNED[0] or is_warn_always_enabled()):
+        _WARNED[0] = True       # torch's TORCH_WARN_ONCE: once a process (unless set_warn_always(True))
+        warnings.warn(_REDUCE_DEPRECATED, UserWarning, stacklevel=5 if _inplace else 2)
+    if not isinstance(input, Tensor):
+        raise TypeError(f"scatter(): argument 'input' (position 1) must be Tensor, not {type(input).__name__}")
+    n = max(input.ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
+    ax = dim % n
     _check_scatter(input, ax, index, src)
     if reduce is not None and reduce not in ("add", "multiply"):
         raise RuntimeError("reduce argument must be either add or multiply.")
     if input.ndim == 0:
         return scatter(input.reshape(1), 0, index.reshape(1), src.reshape(1) if isinstance(src, Tensor) else src,
-                       reduce=reduce).reshape(())
+                       reduce=reduce, _inplace=True).reshape(())
     if index.dtype.name != "int64":
         index = index.long()
     if isinstance(src, Tensor):
@@ -104,8 +115,8 @@ def _scatter_(self, dim, index, src=None, value=None, *, reduce=None):
     if src is None:
         src = value
     if isinstance(src, Tensor):
-        return self._apply_inplace(lambda s, v: scatter(s, dim, index, v, reduce=reduce), src)
-    return self._apply_inplace(lambda s: scatter(s, dim, index, src, reduce=reduce))
+        return self._apply_inplace(lambda s, v: scatter(s, dim, index, v, reduce=reduce, _inplace=True), src)
+    return self._apply_inplace(lambda s: scatter(s, dim, index, src, reduce=reduce, _inplace=True))
 
 
 # ---- the *_scatter functions: src written where a view of input reads ------------------------------------

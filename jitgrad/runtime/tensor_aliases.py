@@ -182,12 +182,20 @@ def _tensor_type(t):
 
 def _others(name, self, *others):
     out = []
-    for o in others:
+    names = ("other",) if name == "map_" else ("argument 'x'", "argument 'y'")
+    for o, what in zip(others, names):
         if not isinstance(o, Tensor):
             raise TypeError(f"{name}(): argument must be Tensor, not {type(o).__name__}")
         if o.dtype is not self.dtype:
-            raise TypeError(f"{name}: expected {_tensor_type(self)} for 'other' (got {_tensor_type(o)})")
-        out.append(o.expand(*self.shape)._data)
+            what = "'other'" if what == "other" else what
+            raise TypeError(f"{name}: expected {_tensor_type(self)} for {what} (got {_tensor_type(o)})")
+        target, have = tuple(self.shape), tuple(o.shape)
+        for i in range(1, len(have) + 1):
+            if i > len(target) or have[-i] not in (1, target[-i]):
+                raise RuntimeError(f"The expanded size of the tensor ({target[-i] if i <= len(target) else -1}) "
+                                   f"must match the existing size ({have[-i]}) at non-singleton dimension "
+                                   f"{len(target) - i}.  Target sizes: {list(target)}.  Tensor sizes: {list(have)}")
+        out.append(np.broadcast_to(o._data, target))
     return out
 
 
