@@ -370,3 +370,11 @@ def test_numba_compiled_program_matches_eager():
     for k, (x, y) in enumerate(zip(eager, compiled)):
         assert x.dtype is y.dtype and tuple(x.shape) == tuple(y.shape), k
         np.testing.assert_allclose(y.numpy(), x.numpy(), rtol=1e-12, atol=1e-12, err_msg=str(k))
+
+
+@pytest.mark.parametrize("module", ["trig_functions", "scatter_writes", "tensor_queries", "tensor_aliases"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+    r = doctest.testmod(importlib.import_module(f"jitgrad.runtime.{module}"))
+    assert r.attempted > 0 and r.failed == 0
