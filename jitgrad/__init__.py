@@ -75,18 +75,22 @@ def _install_extras(ns):
     lobpcg; repeat_interleave, roll, diff, meshgrid, unflatten; einsum; lerp,
     logaddexp, nan_to_num, isclose; tensordot, kron, cdist, ...; aminmax, kthvalue, quantile, cummax, ...;
     floor/round/frac/...; hypot/fmod/xlogy/fmax/frexp/addcmul/...; bitwise ops, gcd, lcm; lgamma/digamma/polygamma/
-    erfinv, nansum/nanmean/logcumsumexp"""
+    erfinv, nansum/nanmean/logcumsumexp; asin/acos/atan/sinh/cosh/asinh/acosh/atanh (arc* aliases), i0;
+    scatter/scatter_, select/slice/diagonal/as_strided_scatter;
+    is_signed/get_device/nbytes/...; greater/less/..., eq_/gt_/..., swapdims, adjoint, H, nonzero_static, apply_"""
     from .runtime import pointwise_binary, searching, storage, conversions, foreach, eigen, rearranging, einsum, \
         pointwise_composites, products, order_statistics, stacking, index_writes, uniques, matrix_forms, statistics, \
-        pointwise_rounding, pointwise_pairs, pointwise_integer, special_functions
-    for m in (storage, conversions, foreach, eigen):
+        pointwise_rounding, pointwise_pairs, pointwise_integer, special_functions, trig_functions, scatter_writes, \
+        tensor_queries, tensor_aliases
+    for m in (storage, conversions, foreach, eigen, tensor_queries):
         m.install(ns)
     # the rest declare their names: METHODS are functions and Tensor methods, FUNCTION_ONLY functions (torch's
     # Tensor has no such method), INPLACE Tensor methods (``x.lerp_``), TENSOR_ONLY Tensor methods torch has no
     # function for (``x.unfold``)
     for m in (pointwise_binary, searching, rearranging, einsum, pointwise_composites, products, order_statistics,
               stacking, index_writes, uniques, matrix_forms, statistics, pointwise_rounding, pointwise_pairs,
-              pointwise_integer, special_functions):
+              pointwise_integer, special_functions, trig_functions, scatter_writes,
+              tensor_aliases):
         for n in getattr(m, "METHODS", []) + getattr(m, "FUNCTION_ONLY", []):
             ns[n] = getattr(m, n)
         for n in getattr(m, "METHODS", []):
@@ -95,6 +99,7 @@ def _install_extras(ns):
             setattr(Tensor, n, f)
         for n in getattr(m, "TENSOR_ONLY", []):
             setattr(Tensor, n, getattr(m, n))
+    tensor_aliases.install_properties()
     from .runtime import linalg_solve, linalg_norms
     for n, f in {**linalg_solve.TORCH_LEVEL, "matrix_exp": linalg_norms.matrix_exp}.items():
         ns[n] = f       # torch.det, torch.svd ... and Tensor.det, Tensor.svd ...

@@ -19,6 +19,7 @@ from .runtime.pointwise_rounding import erfc, exp2, logit, sinc
 from .runtime.pointwise_rounding import round as _round
 from .runtime.special_functions import digamma, erfinv, mvlgamma, polygamma
 from .runtime.special_functions import lgamma as gammaln
+from .runtime.trig_functions import bessel_i as _bessel_i, i0
 from .runtime.grad_names import named as _named
 from .runtime.tensor import Tensor as _Tensor
 from .runtime.torch_kwargs import torch_kwargs as _torch_kwargs
@@ -124,6 +125,29 @@ def log_softmax(input, dim, *, dtype=None):
     return _F.log_softmax(input, dim, dtype=dtype)
 
 
+def i0e(input, **torch_kw):
+    """The exponentially scaled modified Bessel function of order 0, ``exp(-|x|) i0(x)`` (torch.special.i0e);
+    finite where ``i0`` overflows."""
+    if torch_kw:
+        return _torch_kwargs(i0e, "i0e", (input,), {}, torch_kw)
+    return _named(_bessel_i(input, 0, True, "special_i0e"), "SpecialI0EBackward0")
+
+
+def i1(input, **torch_kw):
+    """The modified Bessel function of the first kind of order 1 (torch.special.i1; gradient ``i0 - i1 / x``,
+    0.5 at 0)."""
+    if torch_kw:
+        return _torch_kwargs(i1, "i1", (input,), {}, torch_kw)
+    return _named(_bessel_i(input, 1, False, "special_i1"), "SpecialI1Backward0")
+
+
+def i1e(input, **torch_kw):
+    """The exponentially scaled modified Bessel function of order 1, ``exp(-|x|) i1(x)`` (torch.special.i1e)."""
+    if torch_kw:
+        return _torch_kwargs(i1e, "i1e", (input,), {}, torch_kw)
+    return _named(_bessel_i(input, 1, True, "special_i1e"), "SpecialI1EBackward0")
+
+
 def logsumexp(input, dim, keepdim=False, **torch_kw):
     """``log(sum(exp(x), dim))`` computed stably (torch.special.logsumexp)."""
     if torch_kw:
@@ -131,6 +155,7 @@ def logsumexp(input, dim, keepdim=False, **torch_kw):
     return _F.logsumexp(input, dim, keepdim)
 
 
-__all__ = ["digamma", "entr", "erf", "erfc", "erfinv", "exp2", "expit", "expm1", "gammaln", "log1p", "log_ndtr",
+__all__ = ["digamma", "entr", "erf", "erfc", "erfinv", "exp2", "expit", "expm1", "gammaln", "i0", "i0e", "i1", "i1e",
+           "log1p", "log_ndtr",
            "log_softmax", "logit", "logsumexp", "multigammaln", "ndtr", "polygamma", "psi", "round", "sinc",
            "softmax", "xlog1py", "xlogy"]

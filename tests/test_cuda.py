@@ -192,6 +192,12 @@ CASES = {
     "lgamma": (lambda a: jg.lgamma(a), [(2, 3)], "any"),
     "polygamma": (lambda a: jg.digamma(a) + jg.polygamma(2, a * a + 0.5), [(2, 3)], "any"),
     "erfinv": (lambda a: jg.erfinv(a), [(2, 3)], "unit"),
+    # ir/ops/trig_bessel.py: math-table rows; bessel_i runs as its decomposition
+    **{n: ((lambda n: lambda a: getattr(jg, n)(a))(n), [(2, 3)], "unit")
+       for n in ("asin", "acos", "atan", "sinh", "cosh", "asinh", "atanh")},
+    "acosh": (lambda a: jg.acosh(a + 1.0), [(2, 3)], "pos"),
+    "bessel_i": (lambda a: jg.i0(a) + jg.special.i1(a * 5.0) + jg.special.i0e(a * 9.0) + jg.special.i1e(a),
+                 [(2, 3)], "any"),
     # integer ops: run on values off the graph, scaled into the float result
     **{n: ((lambda n: lambda a: a * getattr(jg, n)((a.detach() * 10).to(jg.int64),
                                                   jg.tensor([3, 6, 1], device=a.device)).to(a.dtype))(n),

@@ -1192,6 +1192,16 @@ SMOKE = {
     "lgamma": lambda: _g(jg.lgamma, (2, 3), domain="pos"),
     "polygamma": lambda: [_g(lambda a: jg.polygamma(n, a), (2, 3), domain="pos") for n in (0, 2)],
     "erfinv": lambda: _g(jg.erfinv, (2, 3), domain="unit"),
+    # ir/ops/trig_bessel.py
+    "asin": lambda: _g(jg.asin, (2, 3), domain="unit"),
+    "acos": lambda: _g(jg.acos, (2, 3), domain="unit"),
+    "atan": lambda: _g(jg.atan, (2, 3)),
+    "sinh": lambda: _g(jg.sinh, (2, 3)),
+    "cosh": lambda: _g(jg.cosh, (2, 3)),
+    "asinh": lambda: _g(jg.asinh, (2, 3)),
+    "acosh": lambda: _g(lambda a: jg.acosh(a + 1.0), (2, 3), domain="pos"),
+    "atanh": lambda: _g(jg.atanh, (2, 3), domain="unit"),
+    "bessel_i": lambda: [_g(f, (2, 3)) for f in (jg.i0, jg.special.i0e, jg.special.i1, jg.special.i1e)],
     **{n: (lambda n: lambda: getattr(jg, n)(jg.tensor([12, -10, 7]), jg.tensor([6, 3, 2])))(n)
        for n in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift", "gcd",
                  "lcm")},

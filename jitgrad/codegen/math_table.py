@@ -108,10 +108,20 @@ MATH = _rows(
     # libm's lgamma is +inf at the poles (0, -1, -2, ...) and at +-inf; Python's math.lgamma raises at the poles
     MathFn("lgamma", 1, "({T}(math.lgamma({0})) if (math.isfinite({0}) and not ({0} <= 0 and math.floor({0}) == {0})) "
                         "else ({T}(math.inf) if {0} == {0} else {T}({0})))"),
-    # Philox draws: (seed, offset, element index); CUDA writes their rounds into the kernel (cuda_philox.py)
+    # inverse trigonometric and hyperbolic functions; Python's math raises outside the domain and on overflow
+    MathFn("asin", 1, "({T}(math.asin({0})) if abs({0}) <= 1 else {T}(math.nan))"),
+    MathFn("acos", 1, "({T}(math.acos({0})) if abs({0}) <= 1 else {T}(math.nan))"),
+    MathFn("atan", 1, "{T}(math.atan({0}))"),
+    MathFn("sinh", 1, "({T}(math.copysign(math.inf, {0})) if abs({0}) >= 710 else {T}(math.sinh({0})))"),
+    MathFn("cosh", 1, "({T}(math.inf) if abs({0}) >= 710 else {T}(math.cosh({0})))"),
+    MathFn("asinh", 1, "{T}(math.asinh({0}))"),
+    MathFn("acosh", 1, "({T}(math.acosh({0})) if {0} >= 1 else {T}(math.nan))"),
+    MathFn("atanh", 1, "({T}(math.atanh({0})) if abs({0}) < 1 else ({T}(math.copysign(math.inf, {0})) "
+                       "if abs({0}) == 1 else {T}(math.nan)))"),
     MathFn("atan2", 2, "{T}(math.atan2({0}, {1}))"),
     MathFn("nextafter", 2, _PerPrecision(float32=_nextafter_cuda(24, -149, "3.4028234663852886e38"),
                                          float64=_nextafter_cuda(53, -1074, "1.7976931348623157e308"))),
+    # Philox draws: (seed, offset, element index); CUDA writes their rounds into the kernel (cuda_philox.py)
     MathFn("rng_uniform", 3, None, f32="philox.rnguniform_f32", f64="philox.rnguniform_f64"),
     MathFn("rng_normal", 3, None, f32="philox.rngnormal_f32", f64="philox.rngnormal_f64"),
 )

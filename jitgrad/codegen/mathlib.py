@@ -877,6 +877,95 @@ def lgamma_f64(x):
     return np.inf if x == -np.inf else math.lgamma(x)
 
 
+# ---- inverse trigonometric and hyperbolic functions (libm: nan outside the domain, inf on overflow) -----
+@_jit
+def asin_f32(x):
+    """float64 inside (libm's asin), one rounding."""
+    return F(math.asin(np.float64(x)))
+
+
+@_jit
+def asin_f64(x):
+    return math.asin(np.float64(x))
+
+
+@_jit
+def acos_f32(x):
+    """float64 inside (libm's acos), one rounding."""
+    return F(math.acos(np.float64(x)))
+
+
+@_jit
+def acos_f64(x):
+    return math.acos(np.float64(x))
+
+
+@_jit
+def atan_f32(x):
+    """float64 inside (libm's atan), one rounding."""
+    return F(math.atan(np.float64(x)))
+
+
+@_jit
+def atan_f64(x):
+    return math.atan(np.float64(x))
+
+
+@_jit
+def sinh_f32(x):
+    """float64 inside (libm's sinh), one rounding."""
+    return F(math.sinh(np.float64(x)))
+
+
+@_jit
+def sinh_f64(x):
+    return math.sinh(np.float64(x))
+
+
+@_jit
+def cosh_f32(x):
+    """float64 inside (libm's cosh), one rounding."""
+    return F(math.cosh(np.float64(x)))
+
+
+@_jit
+def cosh_f64(x):
+    return math.cosh(np.float64(x))
+
+
+@_jit
+def asinh_f32(x):
+    """float64 inside (libm's asinh), one rounding."""
+    return F(math.asinh(np.float64(x)))
+
+
+@_jit
+def asinh_f64(x):
+    return math.asinh(np.float64(x))
+
+
+@_jit
+def acosh_f32(x):
+    """float64 inside (libm's acosh), one rounding."""
+    return F(math.acosh(np.float64(x)))
+
+
+@_jit
+def acosh_f64(x):
+    return math.acosh(np.float64(x))
+
+
+@_jit
+def atanh_f32(x):
+    """float64 inside (libm's atanh), one rounding."""
+    return F(math.atanh(np.float64(x)))
+
+
+@_jit
+def atanh_f64(x):
+    return math.atanh(np.float64(x))
+
+
 # the functions this module provides: the math table's rows whose CPU forms live here
 _NAMES = tuple(n for n, row in MATH.items() if row.f32.startswith("mathlib."))
 _SUFFIX = {"float32": "f32", "float64": "f64"}

@@ -137,9 +137,13 @@ register(OpDef("scatter_reduce", "index", _rule, _impl, _vjp, saves_in=tuple(ran
 
 
 def _delayed_error_vjp(c, g):
+    if c.params.get("not_implemented"):
+        raise NotImplementedError(c.params["msg"])
     raise RuntimeError(c.params["msg"])
 
 
 register(OpDef("delayed_error", "shape", lambda avals, params: [Aval(avals[0].shape, avals[0].dtype)],
-               lambda x, msg: np.array(x, copy=True), _delayed_error_vjp, grad_name="DelayedErrorBackward0",
-               doc="identity whose gradient raises RuntimeError(msg): a gradient that must not be differentiated"))
+               lambda x, msg, not_implemented=False: np.array(x, copy=True), _delayed_error_vjp,
+               grad_name="DelayedErrorBackward0",
+               doc="identity whose gradient raises RuntimeError(msg) (NotImplementedError with not_implemented): "
+                   "a gradient that must not be differentiated"))
