@@ -471,8 +471,8 @@ class ScalarEmitter:
         return Value(instr, ptr.t[1])
 
     def libm_call(self, fname, vals, scope):
-        """``math.atan2`` / ``np.nextafter`` / ``math.hypot`` / ``math.erfc`` / ``math.lgamma`` of floats of one
-        type: a call of the C library's function, as Numba lowers them (its ``numba_nextafter[f]`` helpers only call libm's ``nextafter[f]``; calling libm
+        """``math.atan2`` / ``np.nextafter`` / ``math.hypot`` and the one-argument libm functions in ``_LIBM`` of
+        floats of one type: a call of the C library's function, as Numba lowers them (its ``numba_nextafter[f]`` helpers only call libm's ``nextafter[f]``; calling libm
         directly keeps Numba's helper library, and so Numba's runtime, out of the loaded kernel).  A declared
         pure function, the call carrying the caller's fast-math flags (Numba's ``FastFloatCallVisitor``)."""
         t = vals[0].t
@@ -545,8 +545,10 @@ class ScalarEmitter:
 # C library functions mathlib calls, as Numba lowers them: Python's spelling -> the symbol per float type (mathlib
 # calls hypot, erfc and lgamma on float64 only)
 _LIBM = {"math.atan2": {F32: "atan2f", F64: "atan2"}, "np.nextafter": {F32: "nextafterf", F64: "nextafter"},
-         "math.hypot": {F64: "hypot"}, "math.erfc": {F64: "erfc"}, "math.lgamma": {F64: "lgamma"}}
-_LIBM_ARITY = {"math.atan2": 2, "np.nextafter": 2, "math.hypot": 2, "math.erfc": 1, "math.lgamma": 1}
+         "math.hypot": {F64: "hypot"},
+         **{f"math.{f}": {F64: f} for f in ("erfc", "lgamma", "asin", "acos", "atan", "sinh", "cosh", "asinh",
+                                            "acosh", "atanh")}}
+_LIBM_ARITY = {name: 2 if name in ("math.atan2", "np.nextafter", "math.hypot") else 1 for name in _LIBM}
 
 # rounding to an integral value: exact operations, so LLVM's intrinsics give Numba's (libm's) bits
 _ROUNDING = {"np.floor": "llvm.floor", "np.ceil": "llvm.ceil", "np.trunc": "llvm.trunc", "np.rint": "llvm.rint"}
