@@ -12,6 +12,16 @@ WITH_ARGS = ["clamp_min", "clamp_max", "clip", "remainder", "floor_divide", "tru
              "divide"]
 
 
+def inplace_form(fn):
+    """The Tensor method ``x.<fn>_(*args, **kwargs)``: writes ``fn(x, *args, **kwargs)`` into ``x`` (one in-place
+    wrapper for the surface modules' functions)."""
+    def f(self, *args, **kwargs):
+        return self._apply_inplace(lambda x, *o: fn(x, *o, **kwargs), *args)
+    f.__name__ = fn.__name__ + "_"
+    f.__doc__ = f"In place: ``x.{fn.__name__}_(...)`` writes ``{fn.__name__}(x, ...)`` into ``x``."
+    return f
+
+
 def _unary_inplace(name):
     def f(self):
         return self._apply_inplace(lambda s: getattr(s, name)())

@@ -15,6 +15,7 @@ from ..ir.ops import OPS
 from .dispatch import bind
 from .tensor import Tensor
 from .torch_kwargs import torch_kwargs
+from .inplace_math import inplace_form
 
 _KERNEL = {"bitwise_and": "bitwise_and_cpu", "bitwise_or": "bitwise_or_cpu", "bitwise_xor": "bitwise_xor_cpu",
            "bitwise_not": "bitwise_not_cpu", "bitwise_left_shift": "lshift_cpu",
@@ -95,14 +96,6 @@ def _invert(self):
     return bitwise_not(self)
 
 
-def _inplace(fn):
-    def f(self, other):
-        return self._apply_inplace(fn, other)
-    f.__name__ = fn.__name__ + "_"
-    f.__doc__ = f"In place: ``x.{fn.__name__}_(other)`` writes ``{fn.__name__}(x, other)`` into ``x``."
-    return f
-
-
 def _inplace_op(fn, logical=None):
     forward = _operator(fn, logical)
 
@@ -118,7 +111,7 @@ def _bitwise_not_(self):
 
 METHODS = ["bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift",
            "gcd", "lcm"]
-INPLACE = {**{n + "_": _inplace(globals()[n]) for n in METHODS if n != "bitwise_not"},
+INPLACE = {**{n + "_": inplace_form(globals()[n]) for n in METHODS if n != "bitwise_not"},
            "bitwise_not_": _bitwise_not_,
            "__and__": _operator(bitwise_and, "logical_and"), "__rand__": _operator(bitwise_and, "logical_and", True),
            "__or__": _operator(bitwise_or, "logical_or"), "__ror__": _operator(bitwise_or, "logical_or", True),

@@ -25,6 +25,7 @@ from .pointwise_composites import logaddexp
 from .pointwise_rounding import floor
 from .tensor import Tensor
 from .torch_kwargs import torch_kwargs
+from .inplace_math import inplace_form
 
 
 def _tensor(name, arg, what, pos):
@@ -249,15 +250,7 @@ METHODS = ["hypot", "fmod", "copysign", "heaviside", "xlogy", "float_power", "lo
            "frexp", "logical_xor", "addcmul", "addcdiv"]
 
 
-def _inplace(fn):
-    def f(self, *args, **kwargs):
-        return self._apply_inplace(lambda x, *o: fn(x, *o, **kwargs), *args)
-    f.__name__ = fn.__name__ + "_"
-    f.__doc__ = f"In place: ``x.{fn.__name__}_(...)`` writes ``{fn.__name__}(x, ...)`` into ``x``."
-    return f
-
-
-INPLACE = {n + "_": _inplace(globals()[n]) for n in
+INPLACE = {n + "_": inplace_form(globals()[n]) for n in
            ("hypot", "fmod", "copysign", "heaviside", "xlogy", "float_power", "ldexp", "logical_xor", "addcmul",
             "addcdiv")}
 

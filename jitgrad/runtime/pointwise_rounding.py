@@ -22,6 +22,7 @@ from .factories import ones_like, zeros_like
 from .grad_names import named
 from .tensor import Tensor
 from .torch_kwargs import torch_kwargs
+from .inplace_math import inplace_form
 
 
 def _need_tensor(name, x):
@@ -231,15 +232,7 @@ METHODS = ["floor", "ceil", "trunc", "fix", "round", "frac", "sgn", "positive", 
 FUNCTION_ONLY = ["is_floating_point"]
 
 
-def _inplace(fn):
-    def f(self, *args, **kwargs):
-        return self._apply_inplace(lambda x, *o: fn(x, *o, **kwargs), *args)
-    f.__name__ = fn.__name__ + "_"
-    f.__doc__ = f"In place: ``x.{fn.__name__}_(...)`` writes ``{fn.__name__}(x, ...)`` into ``x``."
-    return f
-
-
-INPLACE = {n + "_": _inplace(globals()[n]) for n in
+INPLACE = {n + "_": inplace_form(globals()[n]) for n in
            ("floor", "ceil", "trunc", "fix", "round", "frac", "sgn", "absolute", "deg2rad", "rad2deg", "exp2", "erfc",
             "logit", "sinc")}
 

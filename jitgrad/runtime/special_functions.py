@@ -24,6 +24,7 @@ from .pointwise_composites import logaddexp
 from .tensor import Tensor
 from .torch_kwargs import torch_kwargs
 from .traced import is_traced
+from .inplace_math import inplace_form
 
 
 def _need_tensor(name, x, what="input", pos=1):
@@ -148,20 +149,12 @@ METHODS = ["lgamma", "digamma", "mvlgamma", "erfinv", "nansum", "nanmean", "logc
 FUNCTION_ONLY = ["polygamma"]
 
 
-def _inplace(fn):
-    def f(self, *args, **kwargs):
-        return self._apply_inplace(lambda x, *o: fn(x, *o, **kwargs), *args)
-    f.__name__ = fn.__name__ + "_"
-    f.__doc__ = f"In place: ``x.{fn.__name__}_(...)`` writes ``{fn.__name__}(x, ...)`` into ``x``."
-    return f
-
-
 def _polygamma_(self, n):
     """In place: ``x.polygamma_(n)`` writes ``polygamma(n, x)`` into ``x``."""
     return self._apply_inplace(lambda x: polygamma(n, x))
 
 
-INPLACE = {**{n + "_": _inplace(globals()[n]) for n in ("lgamma", "digamma", "mvlgamma", "erfinv")},
+INPLACE = {**{n + "_": inplace_form(globals()[n]) for n in ("lgamma", "digamma", "mvlgamma", "erfinv")},
            "polygamma": _polygamma_method, "polygamma_": _polygamma_}
 
 __all__ = METHODS + FUNCTION_ONLY

@@ -73,70 +73,55 @@ def _erf_block(xb, out, s: _Scratch, m: int):
     np.bitwise_or(pb.view(np.int32), tb.view(np.int32), out=out.view(np.int32))
 
 
-def _blocks(n):
+def _blockwise(block_fn, *arrays):
+    """``block_fn(*input_blocks, out_block, scratch, m)`` over cache-sized blocks of the arrays (one shape, read
+    as C-ordered float32): a new C-ordered float32 array of that shape."""
+    flats = [np.ascontiguousarray(a, dtype=_F).reshape(-1) for a in arrays]
+    out = np.empty(flats[0].shape, _F)
+    n = out.size
     bs = max(1, min(BLOCK, n))
-    return _Scratch(bs), range(0, n, bs), bs
-
-
-def _flat(x):
-    return np.ascontiguousarray(x, dtype=_F).reshape(-1)
+    s = _Scratch(bs)
+    for i in range(0, n, bs):
+        m = min(bs, n - i)
+        block_fn(*(f[i:i + m] for f in flats), out[i:i + m], s, m)
+    return out.reshape(np.shape(arrays[0]))
 
 
 def erf_float32(x: np.ndarray) -> np.ndarray:
     """erf of a float32 array (a new C-ordered float32 array of x's shape)."""
-    flat = _flat(x)
-    out = np.empty(flat.shape, _F)
-    n = flat.size
-    s, starts, bs = _blocks(n)
-    for i in starts:
-        m = min(bs, n - i)
-        _erf_block(flat[i:i + m], out[i:i + m], s, m)
-    return out.reshape(np.shape(x))
+    return _blockwise(_erf_block, x)
 
 
-def _cdf_block(xb, s: _Scratch, m: int):
-    """0.5 * (1 + erf(x * sqrt(1/2))), as the decomposition binds it, into ``s.extra``."""
-    cdf = s.extra[:m]
-    np.multiply(xb, _SQRT_HALF, out=cdf)
-    _erf_block(cdf, cdf, s, m)
-    cdf += _ONE
-    cdf *= _HALF
-    return cdf
+def _gelu_block(xb, ob, s: _Scratch, m: int):
+    e = s.extra[:m]
+    np.multiply(xb, _SQRT_HALF, out=e)
+    _erf_block(e, e, s, m)
+    e += _ONE
+    np.multiply(xb, _HALF, out=ob)
+    ob *= e
 
 
 def gelu_float32(x: np.ndarray) -> np.ndarray:
     """GELU of a float32 array: ``0.5 * x * (1 + erf(x * sqrt(1/2)))``, the decomposition's order."""
-    flat = _flat(x)
-    out = np.empty(flat.shape, _F)
-    n = flat.size
-    s, starts, bs = _blocks(n)
-    for i in starts:
-        m = min(bs, n - i)
-        xb, ob, e = flat[i:i + m], out[i:i + m], s.extra[:m]
-        np.multiply(xb, _SQRT_HALF, out=e)
-        _erf_block(e, e, s, m)
-        e += _ONE
-        np.multiply(xb, _HALF, out=ob)
-        ob *= e
-    return out.reshape(np.shape(x))
+    return _blockwise(_gelu_block, x)
+
+
+def _gelu_backward_block(xb, gb, ob, s: _Scratch, m: int):
+    cdf = s.extra[:m]                               # 0.5 * (1 + erf(x * sqrt(1/2)))
+    np.multiply(xb, _SQRT_HALF, out=cdf)
+    _erf_block(cdf, cdf, s, m)
+    cdf += _ONE
+    cdf *= _HALF
+    np.multiply(xb, xb, out=ob)                     # the pdf, built in the output block
+    ob *= _MINUS_HALF
+    np.exp(ob, out=ob)
+    ob *= _INV_SQRT_2PI
+    ob *= xb
+    ob += cdf
+    ob *= gb
 
 
 def gelu_backward_float32(g: np.ndarray, x: np.ndarray) -> np.ndarray:
     """GELU's vjp of float32 arrays of one shape: ``g * (cdf + x * pdf)``, cdf = 0.5 (1 + erf(x sqrt(1/2))),
     pdf = exp(x * x * -0.5) / sqrt(2 pi), the decomposition's order."""
-    flat, gflat = _flat(x), _flat(g)
-    out = np.empty(flat.shape, _F)
-    n = flat.size
-    s, starts, bs = _blocks(n)
-    for i in starts:
-        m = min(bs, n - i)
-        xb, ob = flat[i:i + m], out[i:i + m]
-        cdf = _cdf_block(xb, s, m)
-        np.multiply(xb, xb, out=ob)                 # the pdf, built in the output block
-        ob *= _MINUS_HALF
-        np.exp(ob, out=ob)
-        ob *= _INV_SQRT_2PI
-        ob *= xb
-        ob += cdf
-        ob *= gflat[i:i + m]
-    return out.reshape(np.shape(x))
+    return _blockwise(_gelu_backward_block, x, g)
