@@ -901,3 +901,24 @@ def test_two_grads_the_passes_merge_are_two_arrays(backend, monkeypatch):
     f(jg.tensor(np.arange(4, dtype=np.float32)))
     a.grad.add_(1)
     np.testing.assert_array_equal(b.grad.numpy(), np.arange(4, dtype=np.float32) ** 2)
+
+
+def test_torch_compile_arguments_are_accepted_as_torch_checks_them():
+    """Scripts call torch.compile(model, mode="max-autotune", fullgraph=True, dynamic=False, backend=...): the
+    same call compiles here; torch's argument errors are torch's."""
+    x = jg.tensor([0.5, 1.0])
+    default = jg.compile(lambda t: t).backend          # (the suite may set JITGRAD_BACKEND)
+    for kw in ({"mode": "reduce-overhead"}, {"mode": "max-autotune", "dynamic": False, "fullgraph": True},
+               {"options": {"triton.cudagraphs": False}}, {"backend": "inductor"}, {"dynamic": True}):
+        f = jg.compile(lambda t: t.sin() * 2, **kw)
+        assert f.backend == default
+        np.testing.assert_allclose(f(x).numpy(), np.sin(x.numpy()) * 2, rtol=1e-6)
+    assert jg.compile(backend="eager")(lambda t: t).backend == "interpret"
+    assert jg.compile(backend="aot_eager")(lambda t: t).backend == "interpret"
+    g = (lambda t: t)
+    assert jg.compile(g, disable=True) is g and jg.compile(disable=True)(g) is g
+    with pytest.raises(RuntimeError, match="Unrecognized mode=fast, should be one of: default, lite, "
+                                           "reduce-overhead, max-autotune-no-cudagraphs"):
+        jg.compile(g, mode="fast")
+    with pytest.raises(RuntimeError, match="Either mode or options can be specified"):
+        jg.compile(g, mode="default", options={})

@@ -512,8 +512,27 @@ def _phase(name):
     return prof.range(name, None, "compile") if prof is not None else contextlib.nullcontext()
 
 
+# torch.compile's modes and backends, as jitgrad reads them (``_torch_options``)
+TORCH_MODES = ("default", "lite", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+TORCH_BACKENDS = {"inductor": None, "cudagraphs": None, "eager": "interpret", "aot_eager": "interpret"}
+
+
+def _torch_options(backend, mode, options):
+    """torch.compile's ``backend``/``mode``/``options`` mapped to jitgrad's backend, with torch's errors: its
+    compiling backends ("inductor", "cudagraphs") are jitgrad's default; "eager"/"aot_eager", which run the
+    captured graph without generating code, are the reference interpreter.  ``mode`` and ``options`` tune
+    inductor; they change nothing here."""
+    if mode is not None and options is not None:
+        raise RuntimeError("Either mode or options can be specified, but both can't be specified at the same time.")
+    if mode is not None and mode not in TORCH_MODES:
+        raise RuntimeError(f"Unrecognized mode={mode}, should be one of: {', '.join(TORCH_MODES[:-1])}")
+    if options is not None and not isinstance(options, dict):
+        raise TypeError(f"options must be a dict, got {type(options).__name__}")
+    return TORCH_BACKENDS.get(backend, backend)
+
+
 def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, backend=None, fullgraph=True,
-            background=None, recompile_limit=None):
+            background=None, recompile_limit=None, dynamic=None, mode=None, options=None, disable=False):
     """Compile a step function: trace it on first call into SSA IR, derive backward graphs with the
     transpose pass, cache by signature and replay.
 
@@ -524,6 +543,12 @@ def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, ba
     checks inside the generated code follow ``detect_anomaly`` (part of the cache key).  ``recompile_limit``
     (default ``RECOMPILE_LIMIT`` = 8, as ``torch._dynamo.config.recompile_limit``): past that many traces, new
     signatures run eagerly with one warning naming the function and what changed.
+
+    torch.compile's arguments are accepted, so scripts run unchanged: ``backend="inductor"`` (or
+    ``"cudagraphs"``) is the default backend and ``"eager"``/``"aot_eager"`` the interpreter; ``mode``
+    ("default", "reduce-overhead", "max-autotune", ...) and ``options`` are checked as torch checks them and
+    change nothing; ``dynamic`` changes nothing either (a new shape retraces, up to ``recompile_limit``);
+    ``disable=True`` returns the function itself.
 
     Every Python value the function reads (closure and global scalars, attributes of the objects and modules it
     reaches, an int used in ``reshape``) is guarded: a change retraces.  A float that changes (an argument, or
@@ -544,7 +569,11 @@ def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, ba
     >>> w
     tensor([0.9000, 1.9000], requires_grad=True)
     """
+    backend = _torch_options(backend, mode, options)
+
     def wrap(f):
+        if disable:
+            return f
         from .compiled_module import compile_module, is_module
         if is_module(f):     # torch.compile(model): a Module back (torch's OptimizedModule), see compiled_module.py
             return compile_module(f, wrap)
