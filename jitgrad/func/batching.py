@@ -106,8 +106,10 @@ def _axes_rule(e, vals, B):
 
 
 def _keep_trailing(e, vals, B):
-    """Ops over the last dims (layer_norm): the batch dim is one more leading dim."""
-    args = [to_batched(t, b, B, v.aval.shape) for (t, b), v in zip(vals, e.ins)]
+    """Ops over the last dims, batched over (and broadcasting) the leading ones (layer_norm, the linalg
+    factorizations and solvers): the batch dim is one more leading dim, the operands aligned to one rank."""
+    R = max(_pe_ndim(v) for v in e.ins)
+    args = [_align(to_batched(t, b, B, v.aval.shape), B, _pe_ndim(v), R) for (t, b), v in zip(vals, e.ins)]
     return [(o, True) for o in _outs(bind(e.op, *args, **e.params))]
 
 
@@ -157,6 +159,13 @@ def _matmul(e, vals, B):
     return [(out, True)]
 
 
+def _isin(e, vals, B):
+    """Elementwise in its first operand: only a batched first operand has a rule."""
+    if vals[1][1]:
+        return None
+    return [(bind(e.op, vals[0][0], vals[1][0], **e.params), True)]
+
+
 def _random(e, vals, B, randomness):
     if randomness == "error":
         raise RuntimeError(RANDOM_ERROR)
@@ -176,11 +185,12 @@ for _name, _o in OPS.items():
     if _o.family == "elementwise" and _name not in RANDOM:
         RULES[_name] = _elementwise
 for _name in ("sum", "amax", "amin", "prod", "prod_others", "norm2", "normp", "argmax", "argmin", "log_softmax",
-              "softmax", "log_softmax_backward", "cumsum", "cumprod", "flip"):
+              "softmax", "log_softmax_backward", "cumsum", "cumprod", "flip", "argsort"):
     RULES[_name] = _axes_rule
 RULES.update(layer_norm=_keep_trailing, reshape=_reshape, permute=_permute, broadcast_to=_broadcast_to, cat=_cat,
-             matmul=_matmul, getitem=index_rules.getitem, index_put=index_rules.index_put)
-for _name in ("delayed_error",):
+             matmul=_matmul, getitem=index_rules.getitem, index_put=index_rules.index_put, isin=_isin)
+for _name in ("delayed_error", "cholesky", "qr", "svd", "eigh", "matrix_exp", "inv", "solve", "solve_triangular", "det",
+              "slogdet", "pinv", "linalg_info"):
     RULES[_name] = _keep_trailing
 del _name, _o
 
