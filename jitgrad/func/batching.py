@@ -90,7 +90,7 @@ def _axes_rule(e, vals, B):
         a = params[k]
         if a is None:
             if e.op.name in ("argmax", "argmin"):
-                args[0] = _op("reshape", args[0], shape=(B, -1) if nd else (B, 1))
+                args[0] = _op("reshape", args[0], shape=(B, int(np.prod(e.ins[0].aval.shape))))
                 params[k] = 1
                 flat = True
             else:
@@ -148,11 +148,12 @@ def _matmul(e, vals, B):
         y = _op("reshape", y, shape=(B,) + tuple(ys) + (1,))
         ys = tuple(ys) + (1,)
         squeeze.append(-1)
-    if bx and by:
-        r = max(len(xs), len(ys))
-        x, y = _align(x, B, len(xs), r), _align(y, B, len(ys), r)
-    elif by and len(xs) >= 2:
-        y = _align(y, B, len(ys), len(xs))
+    # the batch dim left of every per-example batch dim of either operand
+    r = max(len(xs), len(ys))
+    if bx:
+        x = _align(x, B, len(xs), r)
+    if by:
+        y = _align(y, B, len(ys), r)
     out = _op("matmul", x, y)
     if squeeze:
         out = _op("reshape", out, shape=(B,) + tuple(e.outs[0].aval.shape))

@@ -91,7 +91,7 @@ def _batch_size(leaves, dims):
 
 def _check_out_dims(fn, out_dims):
     ok = out_dims is None or isinstance(out_dims, int) and not isinstance(out_dims, bool)
-    if isinstance(out_dims, (tuple, list)):
+    if isinstance(out_dims, (tuple, list, dict)):
         ok = all(d is None or isinstance(d, int) and not isinstance(d, bool)
                  for d in _flatten(out_dims)[0])
     if not ok:
