@@ -176,3 +176,13 @@ def test_errors_match_torch():
          RuntimeError)
     with pytest.raises(RuntimeError, match="floating point"):
         jf.grad(lambda x: x.sum())(jg.ones(2, dtype=jg.int64))
+
+
+@pytest.mark.parametrize("name", jf.__all__)
+def test_signatures_match_torch(name):
+    import inspect
+    sj = inspect.signature(getattr(jf, name)).parameters
+    st = inspect.signature(getattr(tf, name)).parameters
+    assert list(sj) == list(st)
+    for k in st:
+        assert (sj[k].kind, sj[k].default) == (st[k].kind, st[k].default), k

@@ -171,6 +171,17 @@ def test_randomness(mode):
     assert r.shape == (3, 4)
     same = all(np.array_equal(r[0].numpy(), r[i].numpy()) for i in range(3))
     assert same == (mode == "same")
+    # the generator advanced: the next call draws new numbers
+    r2 = jf.vmap(lambda a: a + jg.rand(4, dtype=jg.float64), randomness=mode)(x)
+    assert not np.array_equal(r.numpy(), r2.numpy())
+    # an unbatched write into an outside tensor is written back
+    count = jg.zeros((), dtype=jg.float64)
+
+    def f(a):
+        count.add_(1.0)
+        return a
+    jf.vmap(f)(x)
+    assert float(count) == 1.0
 
 
 def _err(fn, cls, match):
@@ -201,6 +212,8 @@ def test_errors_match_torch():
         assert a == b
     a, b = _err(lambda v, L: v(lambda x: x, randomness="foo")(L.ones(2)), RuntimeError, "")
     assert a == b
+    _err(lambda v, L: v(lambda x: x if x.sum() > 0 else -x)(L.ones(2, 3)), RuntimeError,
+         "attempting to use a Tensor in some data-dependent control flow")
     _err(lambda v, L: v(lambda x: x, in_dims=(0, 0))(L.ones(2, 3)), ValueError,
          "in_dims is not compatible with the structure of `inputs`")
 
@@ -233,3 +246,56 @@ def test_compiled_equals_eager():
 def _close_jj(a, b):
     for x, y in zip(a, b):
         np.testing.assert_allclose(x.detach().numpy(), y.detach().numpy(), rtol=1e-10, atol=1e-10)
+
+
+INDEXERS = {
+    "tensor_first": lambda x, i: x[i],
+    "tensor_second": lambda x, i: x[:, i],
+    "int_slice_tensor": lambda x, i: x[1, :, i],
+    "ellipsis_tensor": lambda x, i: x[..., i],
+    "slice_int": lambda x, i: x[1:, 0],
+}
+
+
+@pytest.mark.parametrize("name", sorted(INDEXERS))
+@pytest.mark.parametrize("batched_index", [False, True])
+def test_vmap_of_grad_through_indexing(name, batched_index):
+    # the gradient of getitem is index_put: both batched, with the index tensor batched or shared
+    x = _arr(3, 4, 4, 4)
+    i = np.array([[3, 0, 1], [2, 2, 0], [1, 3, 3]]) if batched_index else np.array([3, 0, 1])
+    fi = INDEXERS[name]
+    in_dims = (0, 0 if batched_index else None)
+    got = jf.vmap(jf.grad(lambda a, b: (fi(a, b) ** 2).sin().sum()), in_dims=in_dims)(jg.tensor(x), jg.tensor(i))
+    want = jg.stack([jf.grad(lambda a: (fi(a, jg.tensor(i[k] if batched_index else i)) ** 2).sin().sum())(
+        jg.tensor(x[k])) for k in range(3)])
+    _close(got, want)
+    if not batched_index:      # torch.func agrees (it cannot vmap over a batched index tensor in every case)
+        wt = tf.vmap(tf.grad(lambda a, b: (fi(a, b) ** 2).sin().sum()), in_dims=in_dims)(torch.tensor(x),
+                                                                                         torch.tensor(i))
+        _close(got, wt)
+
+
+def test_inplace_into_outside_tensor_is_refused():
+    c = jg.zeros(4, dtype=jg.float64)
+
+    def f(a):
+        c.add_(a)
+        return a * 2
+    with pytest.raises(RuntimeError, match="in place into a tensor from outside"):
+        jf.vmap(f)(jg.ones(3, 4, dtype=jg.float64))
+    assert float(c.sum()) == 0.0
+
+    def g(a):       # in-place on values made inside is fine
+        b = a.clone()
+        b.mul_(2)
+        b[0] = 5.0
+        return b.relu_()
+    x = _arr(3, 4)
+    _close(jf.vmap(g)(jg.tensor(x)), tf.vmap(lambda a: g.__code__ and _tg(a))(torch.tensor(x)))
+
+
+def _tg(a):
+    b = a.clone()
+    b.mul_(2)
+    b[0] = 5.0
+    return b.relu_()

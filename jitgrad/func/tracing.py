@@ -12,6 +12,14 @@ from ..ir.graph import Var
 from ..ir.ops import Aval
 from ..jit.trace_entries import _Tracer
 from ..runtime.tensor import Tensor
+from ..tracer import TracedValueError
+
+_DATA_DEPENDENT = (
+    "vmap: It looks like you're either (1) calling .item() on a Tensor or (2) attempting to use a Tensor in some "
+    "data-dependent control flow or (3) encountering this error in PyTorch internals. For (1): we don't support vmap "
+    "over calling .item() on a Tensor, please try to rewrite what you're doing with other operations. For (2): we "
+    "don't support data-dependent control flow in vmap yet, please file an issue at "
+    "https://github.com/pytorch/pytorch/issues . For (3): please file an issue.")
 
 
 class _FuncTracer(_Tracer):
@@ -72,10 +80,17 @@ def trace_function(fn, leaves, shapes, build_args):
                 stand_ins.append(Tensor._make(v))
             args, kwargs = build_args(stand_ins)
             out = fn(*args, **kwargs)
+    except TracedValueError as e:
+        ft.restore()
+        tr.abort()
+        raise RuntimeError(_DATA_DEPENDENT + f"\n(jitgrad: {e})") from None
     except BaseException:
         ft.restore()
         tr.abort()
         raise
+    # in-place writes into tensors from outside (the generator's draw offset, a counter): their final values are
+    # extra results, written back after the batched run (``ft.writes``: (tensor, Var))
+    ft.writes = [(t, t._data) for i, t in ft.mutated.items() if i in ft.captured and type(t._data) is Var]
     ft.restore()
     n = len(leaves)
     captured = {c.var: c.ref() for c in ft.order}

@@ -122,9 +122,23 @@ def _run(fn, leaves, treedef, dims, kwargs, randomness):
     graph, sources, out, ft = trace_function(fn, [leaves[i] for i in tensors], shapes, build)
     out_leaves, out_def = _flatten(out)
     markers = [result_marker(ft, o) for o in out_leaves if isinstance(o, Tensor)]
-    graph.outputs = markers
+    graph.outputs = markers + [("var", v) for _, v in ft.writes]
     results = batching.run_graph(graph, vals + [(s, False) for s in sources], B, randomness)
-    return B, out, out_leaves, out_def, results
+    n = len(markers)
+    _write_back(ft.writes, results[n:])
+    return B, out, out_leaves, out_def, results[:n]
+
+
+def _write_back(writes, results):
+    from ..runtime.grad_mode import no_grad
+    if any(b for _, b in results):
+        raise RuntimeError("vmap: the function wrote a value that depends on the mapped inputs in place into a tensor "
+                           "from outside it (a closure, global, or a module's buffer, e.g. BatchNorm's running stats "
+                           "in training mode), which has no batch dimension: pass that tensor as an argument or "
+                           "return the new value instead")
+    with no_grad():
+        for (t, _), (v, _) in zip(writes, results):
+            t.copy_(v)
 
 
 def _finish(fn, out_dims, B, out, out_leaves, out_def, results):
