@@ -299,3 +299,22 @@ def _tg(a):
     b.mul_(2)
     b[0] = 5.0
     return b.relu_()
+
+
+def test_primitive_without_rule_batches_through_its_decomposition():
+    # traces hold decomposed ops, but a graph built by hand may hold a fused one: ``diagonal`` has a
+    # decomposition and no rule, and is batched through it
+    from jitgrad.ir.graph import Eqn, Graph, Var
+    from jitgrad.ir.ops import OPS, Aval
+    from jitgrad.ir import dtypes as dt
+    op = OPS["diagonal"]
+    params = {"offset": 1, "dim1": 0, "dim2": 1}
+    assert "diagonal" not in batching.RULES and "diagonal" not in batching.FALLBACK
+    x = Var(Aval((4, 4), dt.float64))
+    (out_aval,) = op.shape_dtype([x.aval], params)
+    y = Var(out_aval)
+    g = Graph([x], [Eqn(op, [x], [y], params)], [("var", y)])
+    a = _arr(3, 4, 4)
+    (got, batched), = batching.run_graph(g, [(jg.tensor(a), True)], 3, "error")
+    assert batched
+    _close(got, torch.diagonal(torch.tensor(a), 1, 1, 2))

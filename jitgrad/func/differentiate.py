@@ -177,17 +177,16 @@ def vjp(func, *primals, has_aux=False):
     out_leaves, out_def = _flatten(out)
     keep = _reaches_outer(out_leaves, flat)
 
-    def vjp_fn(*cotangents):
-        cts = cotangents[0] if len(cotangents) == 1 and not isinstance(out, tuple) else cotangents
-        ct_leaves, ct_def = _flatten(cts if isinstance(out, (tuple, list, dict)) else cts)
-        if len(ct_leaves) != len(out_leaves):
+    def vjp_fn(cotangents, retain_graph=True, create_graph=None):
+        ct_leaves, ct_def = _flatten(cotangents)
+        if pytree.treedef_key(ct_def) != pytree.treedef_key(out_def):
             raise RuntimeError(f"Expected pytree structure of cotangents to be the same as pytree structure of "
                                f"outputs to the function. cotangents: {ct_def}, primal output: {out_def}")
         with grad_mode.enable_grad():
-            create = keep or any(c.requires_grad for c in ct_leaves)
+            create = keep or any(c.requires_grad for c in ct_leaves) if create_graph is None else create_graph
             pairs = [(o, c) for o, c in zip(out_leaves, ct_leaves) if o.requires_grad]
             if pairs:
-                gs = _grads([o for o, _ in pairs], flat, [c for _, c in pairs], create, retain=True)
+                gs = _grads([o for o, _ in pairs], flat, [c for _, c in pairs], create, retain=retain_graph)
             else:
                 gs = [_zeros(x) for x in flat]
         it = iter(gs)

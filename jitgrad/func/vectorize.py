@@ -58,8 +58,7 @@ def _in_leaves(fn, in_dims, args):
     def fail():
         raise ValueError(prefix + "in_dims is not compatible with the structure of `inputs`. in_dims has structure "
                          f"{_structure(in_dims)} but inputs has structure {_structure(args)}.")
-    dims = _broadcast(in_dims if isinstance(in_dims, tuple) else in_dims, args, fail) \
-        if isinstance(in_dims, tuple) else [in_dims] * len(_flatten(args)[0])
+    dims = _broadcast(in_dims, args, fail)
     leaves, treedef = _flatten(args)
     out = []
     for x, d in zip(leaves, dims):
