@@ -393,6 +393,8 @@ def _bind_traced(tr, op, args, params):
                     ins.append(Lit(d, Aval(tuple(d.shape), _FROM_NP[d.dtype])))
                 else:
                     ins.append(tr.on_capture(a))
+            elif tr.on_var is not None:    # a nested trace (jitgrad.func.vmap): a Var of an outer trace is an input
+                ins.append(tr.on_var(a))
             else:
                 ins.append(d)
             if a._requires_grad or a.grad_fn is not None:

@@ -64,6 +64,7 @@ class Trace:
         self.keep = []    # objects whose ids are in `created`, kept alive so ids are not reused
         self.made = None  # a list when set: tensors bind made while tracing (compile checks which outlive the trace)
         self.on_capture = None   # tensor -> Var: a concrete tensor met while tracing becomes a graph input
+        self.on_var = None       # tensor with a Var payload -> the Var to use (a nested trace maps an outer one)
         self.on_mutate = None    # tensor: its payload is about to be replaced by a traced value
         self.on_grad_write = None  # tensor: its .grad is about to be replaced
         self.on_abort = []       # callables run when the trace fails: library code undoes Python-level state

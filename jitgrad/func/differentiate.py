@@ -1,0 +1,264 @@
+"""torch.func's differentiation transforms on jitgrad's reverse mode: ``grad``, ``grad_and_value``, ``vjp``,
+``jvp`` (the vjp of the vjp: exact and differentiable; jitgrad has no forward mode), ``linearize``, ``jacrev``
+(``vmap`` of the vjp over the output basis), ``jacfwd`` (``vmap`` of the jvp over the input basis), ``hessian``.
+
+Each transform runs ``func`` on fresh leaves (a differentiable alias when the argument already requires grad, so
+an enclosing transform sees through it and nested transforms do not confuse their inputs).  Results stay
+connected to the autograd graph only when the computation reached tensors from outside (an enclosing ``grad``,
+parameters in a closure); otherwise they come back detached, as torch.func's do.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ..runtime import grad_mode
+from ..runtime.engine import grad as _autograd_grad
+from ..runtime.tensor import Tensor
+from ..tracer import pytree
+from .vectorize import vmap
+
+
+def _flatten(tree):
+    return pytree.flatten(tree, lambda x: isinstance(x, Tensor))
+
+
+def _fresh(x):
+    """A new differentiable stand-in for argument ``x``."""
+    if not isinstance(x, Tensor):
+        return x
+    if x.requires_grad:
+        return x.clone()      # a new node: gradients reach ``x`` through it
+    if not x.is_floating_point() and not x.is_complex():
+        raise RuntimeError("only Tensors of floating point dtype can require gradients")
+    return x.detach().requires_grad_()
+
+
+def _reaches_outer(outputs, fresh) -> bool:
+    """Whether the autograd graph of ``outputs`` reaches a tensor requiring grad other than ``fresh``."""
+    ids = {id(t) for t in fresh}
+    stack = []
+    for o in outputs:
+        if isinstance(o, Tensor) and o.requires_grad:
+            if o.grad_fn is None:
+                if id(o) not in ids:
+                    return True
+            else:
+                stack.append(o.grad_fn)
+    seen = set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        try:
+            var = n.variable
+        except Exception:      # noqa: BLE001 - a function node has no variable
+            var = None
+        if isinstance(var, Tensor) and id(var) not in ids:
+            return True
+        for nx, _ in n.next_functions:
+            if nx is not None:
+                stack.append(nx)
+    return False
+
+
+def _detach(tree, keep):
+    if keep:
+        return tree
+    leaves, d = _flatten(tree)
+    return pytree.unflatten(d, [t.detach() for t in leaves])
+
+
+def _argnums(argnums, args):
+    if isinstance(argnums, int) and not isinstance(argnums, bool):
+        nums = (argnums,)
+    elif isinstance(argnums, tuple) and all(isinstance(a, int) and not isinstance(a, bool) for a in argnums):
+        if not argnums:
+            raise RuntimeError("argnums must be non-empty")
+        nums = argnums
+    else:
+        raise RuntimeError(f"argnums must be int or Tuple[int, ...], got: {type(argnums)}")
+    out = []
+    for a in nums:
+        if not -len(args) <= a < len(args):
+            raise RuntimeError(f"Got argnum={a}, but only {len(args)} positional inputs")
+        out.append(a % len(args))
+    return out
+
+
+def _zeros(t):
+    from ..runtime.factories import zeros_like
+    return zeros_like(t)
+
+
+def _grads(outputs, inputs, grad_outputs, create, retain=None):
+    """autograd.grad with zeros for unused inputs."""
+    gs = _autograd_grad(outputs, inputs, grad_outputs=grad_outputs, retain_graph=retain, create_graph=create,
+                        allow_unused=True)
+    return [g if g is not None else _zeros(x) for g, x in zip(gs, inputs)]
+
+
+def grad_and_value(func, argnums=0, has_aux=False):
+    """``torch.func.grad_and_value``: ``func``'s gradient with respect to the arguments ``argnums`` and its value
+    (``((grad, (value, aux))`` with ``has_aux``).  ``func`` must return a scalar tensor."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        nums = _argnums(argnums, args)
+        with grad_mode.enable_grad():
+            args = list(args)
+            diff = []
+            for a in nums:
+                leaves, d = _flatten(args[a])
+                fresh = [_fresh(x) for x in leaves]
+                diff.append((fresh, d))
+                args[a] = pytree.unflatten(d, fresh)
+            out = func(*args, **kwargs)
+            aux = None
+            if has_aux:
+                if not (isinstance(out, tuple) and len(out) == 2):
+                    raise RuntimeError("grad_and_value(f)(*args): output of function f should be a tuple: (output, "
+                                       "aux) if has_aux is True")
+                out, aux = out
+            if not isinstance(out, Tensor):
+                raise RuntimeError(f"grad_and_value(f)(*args): Expected f(*args) to return a Tensor, got {type(out)}")
+            if out.ndim != 0:
+                raise RuntimeError(f"grad_and_value(f)(*args): Expected f(*args) to return a scalar Tensor, got "
+                                   f"tensor with {out.ndim} dims. Maybe you wanted to use the vjp or jacrev APIs "
+                                   "instead?")
+            flat = [x for fresh, _ in diff for x in fresh]
+            keep = _reaches_outer([out], flat)
+            gs = _grads([out], flat, None, keep) if out.requires_grad else [_zeros(x) for x in flat]
+        it = iter(gs)
+        res = [pytree.unflatten(d, [next(it) for _ in fresh]) for fresh, d in diff]
+        g = res[0] if isinstance(argnums, int) else tuple(res)
+        value = out if keep else out.detach()
+        if has_aux:
+            return g, (value, _detach(aux, keep))
+        return g, value
+    return wrapper
+
+
+def grad(func, argnums=0, has_aux=False):
+    """``torch.func.grad``: a function computing the gradient of ``func`` (which returns a scalar tensor) with
+    respect to its arguments ``argnums`` (an int or a tuple of ints; each argument may be a pytree of tensors).
+    With ``has_aux``, ``func`` returns ``(value, aux)`` and the result is ``(grad, aux)``.  Composes with itself,
+    ``vmap`` and the other transforms."""
+    gv = grad_and_value(func, argnums, has_aux)
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        g, value = gv(*args, **kwargs)
+        if has_aux:
+            return g, value[1]
+        return g
+    return wrapper
+
+
+def vjp(func, *primals, has_aux=False):
+    """``torch.func.vjp``: ``(func(*primals), vjp_fn)``; ``vjp_fn(cotangents)`` (shaped like the output) returns
+    the vector-Jacobian products as a tuple, one per primal.  ``vjp_fn`` may be called many times."""
+    with grad_mode.enable_grad():
+        fresh_primals = []
+        flat = []
+        for p in primals:
+            leaves, d = _flatten(p)
+            fresh = [_fresh(x) for x in leaves]
+            flat += fresh
+            fresh_primals.append((fresh, d))
+        out = func(*[pytree.unflatten(d, f) for f, d in fresh_primals])
+        aux = None
+        if has_aux:
+            if not (isinstance(out, tuple) and len(out) == 2):
+                raise RuntimeError("vjp(f, *primals): output of function f should be a tuple: (output, aux) if "
+                                   "has_aux is True")
+            out, aux = out
+    out_leaves, out_def = _flatten(out)
+    keep = _reaches_outer(out_leaves, flat)
+
+    def vjp_fn(cotangents, retain_graph=True, create_graph=None):
+        ct_leaves, ct_def = _flatten(cotangents)
+        if pytree.treedef_key(ct_def) != pytree.treedef_key(out_def):
+            raise RuntimeError(f"Expected pytree structure of cotangents to be the same as pytree structure of "
+                               f"outputs to the function. cotangents: {ct_def}, primal output: {out_def}")
+        with grad_mode.enable_grad():
+            create = keep or any(c.requires_grad for c in ct_leaves) if create_graph is None else create_graph
+            pairs = [(o, c) for o, c in zip(out_leaves, ct_leaves) if o.requires_grad]
+            if pairs:
+                gs = _grads([o for o, _ in pairs], flat, [c for _, c in pairs], create, retain=retain_graph)
+            else:
+                gs = [_zeros(x) for x in flat]
+        it = iter(gs)
+        return tuple(pytree.unflatten(d, [next(it) for _ in f]) for f, d in fresh_primals)
+    res = _detach(out, keep)
+    if has_aux:
+        return res, vjp_fn, _detach(aux, keep)
+    return res, vjp_fn
+
+
+def _structure(tree):
+    from .vectorize import _structure as s
+    return s(tree)
+
+
+def jvp(func, primals, tangents, *, strict=False, has_aux=False):
+    """``torch.func.jvp``: ``(func(*primals), J @ tangents)``.  jitgrad has no forward mode: the product is the
+    vjp of the vjp (linear in a dummy cotangent ``u``: ``d/du <J^T u, t> = J t``), exact and differentiable."""
+    if not isinstance(primals, tuple):
+        raise RuntimeError("jvp(f, primals, tangents): Expected primals to be a tuple. E.g. it should be valid to "
+                           "call f(*primals).")
+    if not isinstance(tangents, tuple) or _flatten(primals)[1] != _flatten(tangents)[1] and \
+            pytree.treedef_key(_flatten(primals)[1]) != pytree.treedef_key(_flatten(tangents)[1]):
+        raise RuntimeError("jvp(f, primals, tangents): Expected primals and tangents to have the same python "
+                           "structure. For example, if primals is a tuple of 3 tensors, tangents also must be. Got "
+                           f"primals with structure {_structure(primals)} and tangents with structure "
+                           f"{_structure(tangents)}")
+    p_leaves = _flatten(primals)[0]
+    t_leaves = _flatten(tangents)[0]
+    for p, t in zip(p_leaves, t_leaves):
+        if tuple(p.shape) != tuple(t.shape):
+            raise RuntimeError("Trying to set a forward gradient that has a different size than that of the original "
+                               f"Tensor, this is not supported. Tensor is of size {list(p.shape)} while the given "
+                               f"forward gradient is of size {list(t.shape)}.")
+    with grad_mode.enable_grad():
+        fresh = [_fresh(x) for x in p_leaves]
+        out = func(*pytree.unflatten(_flatten(primals)[1], fresh))
+        aux = None
+        if has_aux:
+            if not (isinstance(out, tuple) and len(out) == 2):
+                raise RuntimeError("jvp(f, primals, tangents): output of function f should be a tuple: (output, aux) "
+                                   "if has_aux is True")
+            out, aux = out
+        out_leaves, out_def = _flatten(out)
+        keep = _reaches_outer(out_leaves, fresh) or any(t.requires_grad for t in t_leaves)
+        diff = [o for o in out_leaves if o.requires_grad]
+        us = [_zeros(o).requires_grad_() for o in diff]
+        if diff:
+            gs = _autograd_grad(diff, fresh, grad_outputs=us, create_graph=True, allow_unused=True)
+            used = [(g, t) for g, t in zip(gs, t_leaves) if g is not None and g.requires_grad]
+        else:
+            used = []
+        if used:
+            jv = _autograd_grad([g for g, _ in used], us, grad_outputs=[t for _, t in used], create_graph=keep,
+                                allow_unused=True)
+        else:
+            jv = [None] * len(us)
+        by_out = {id(o): j for o, j in zip(diff, jv)}
+        res = [by_out.get(id(o)) for o in out_leaves]
+        res = [r if r is not None else _zeros(o) for r, o in zip(res, out_leaves)]
+    out_r = _detach(out, keep)
+    jvp_out = pytree.unflatten(out_def, res if keep else [r.detach() for r in res])
+    if has_aux:
+        return out_r, jvp_out, _detach(aux, keep)
+    return out_r, jvp_out
+
+
+def linearize(func, *primals):
+    """``torch.func.linearize``: ``(func(*primals), jvp_fn)`` with ``jvp_fn(*tangents)`` the Jacobian-vector
+    product at ``primals`` (each call evaluates ``jvp``)."""
+    out = func(*primals)
+
+    def jvp_fn(*tangents):
+        return jvp(func, primals, tangents)[1]
+    return out, jvp_fn
