@@ -20,6 +20,9 @@ _os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "20")
 # only be noise (anomaly mode is the tool for finding them)
 _warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"jitgrad\.")
 
+from .import_alias import install as _install_alias_finder
+_install_alias_finder()     # `sys.modules["torch"] = jitgrad`, then `import torch.nn.utils.rnn`: one copy (import_alias.py)
+
 from .runtime.heap import keep_freed_memory as _keep_freed_memory
 _keep_freed_memory()        # eager arrays reuse freed heap, not fresh pages (runtime/heap.py)
 
@@ -77,11 +80,13 @@ def _install_extras(ns):
     floor/round/frac/...; hypot/fmod/xlogy/fmax/frexp/addcmul/...; bitwise ops, gcd, lcm; lgamma/digamma/polygamma/
     erfinv, nansum/nanmean/logcumsumexp; asin/acos/atan/sinh/cosh/asinh/acosh/atanh (arc* aliases), i0;
     scatter/scatter_, select/slice/diagonal/as_strided_scatter;
-    is_signed/get_device/nbytes/...; greater/less/..., eq_/gt_/..., swapdims, adjoint, H, nonzero_static, apply_"""
+    is_signed/get_device/nbytes/...; greater/less/..., eq_/gt_/..., swapdims, adjoint, H, nonzero_static, apply_;
+    set_default_dtype/set_num_threads/set_float32_matmul_precision...; div(rounding_mode=); finfo/iinfo,
+    is_tensor, is_storage, broadcast_shapes"""
     from .runtime import pointwise_binary, searching, storage, conversions, foreach, eigen, rearranging, einsum, \
         pointwise_composites, products, order_statistics, stacking, index_writes, uniques, matrix_forms, statistics, \
         pointwise_rounding, pointwise_pairs, pointwise_integer, special_functions, trig_functions, scatter_writes, \
-        tensor_queries, tensor_aliases
+        tensor_queries, tensor_aliases, defaults, division, type_info
     for m in (storage, conversions, foreach, eigen, tensor_queries):
         m.install(ns)
     # the rest declare their names: METHODS are functions and Tensor methods, FUNCTION_ONLY functions (torch's
@@ -90,7 +95,7 @@ def _install_extras(ns):
     for m in (pointwise_binary, searching, rearranging, einsum, pointwise_composites, products, order_statistics,
               stacking, index_writes, uniques, matrix_forms, statistics, pointwise_rounding, pointwise_pairs,
               pointwise_integer, special_functions, trig_functions, scatter_writes,
-              tensor_aliases):
+              tensor_aliases, defaults, division, type_info):
         for n in getattr(m, "METHODS", []) + getattr(m, "FUNCTION_ONLY", []):
             ns[n] = getattr(m, n)
         for n in getattr(m, "METHODS", []):

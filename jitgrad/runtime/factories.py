@@ -13,7 +13,7 @@ _RNG = [np.random.default_rng(0)]
 
 
 def _infer_dtype(data) -> dt.DType:
-    """torch.tensor's inference: any float -> float32, else any int -> int64, else bool; tensors (arrays) in the
+    """torch.tensor's inference: any float -> the default float dtype, else any int -> int64, else bool; tensors (arrays) in the
     list promote with each other and with the scalars like 0-dim tensors (``[tensor(1., float64), 2.]`` is float64)."""
     kinds = set()
     tensors = []
@@ -37,7 +37,7 @@ def _infer_dtype(data) -> dt.DType:
     walk(data)
     if tensors:
         return dt.result_type([(0, d) for d in tensors], [{0: True, 1: 1, 2: 1.0}[k] for k in kinds])
-    return {0: dt.bool_, 1: dt.int64, 2: dt.float32}[max(kinds)] if kinds else dt.float32
+    return {0: dt.bool_, 1: dt.int64, 2: dt.DEFAULT_FLOAT}[max(kinds)] if kinds else dt.DEFAULT_FLOAT
 
 
 def as_array(data, dtype=None) -> np.ndarray:
@@ -126,8 +126,11 @@ def _new(arr, requires_grad, device=None):
     return t
 
 
-def _dt(dtype, default=dt.float32):
-    return dt.as_dtype(dtype) if dtype is not None else default
+def _dt(dtype, default=None):
+    """``dtype`` as a DType; None: ``default``, else the default float dtype (torch.get_default_dtype())."""
+    if dtype is not None:
+        return dt.as_dtype(dtype)
+    return default if default is not None else dt.DEFAULT_FLOAT
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:

@@ -126,9 +126,9 @@ def tensor_repr(t, data=None, device=None) -> str:
     if a.size == 0:
         if a.ndim != 1:
             suffixes.append(f"size={tuple(a.shape)}")
-        if d is not dt.float32:
+        if d is not dt.DEFAULT_FLOAT:
             suffixes.append(f"dtype=jitgrad.{d.name}")
-    elif d not in (dt.float32, dt.int64, dt.bool_):
+    elif d not in (dt.DEFAULT_FLOAT, dt.int64, dt.bool_):
         suffixes.append(f"dtype=jitgrad.{d.name}")
     body = format_data(a, indent)
     if device is not None:
