@@ -114,12 +114,12 @@ def _install_extras(ns):
 _install_extras(globals())
 del _install_extras
 
-# torch.distributions and torch.special load on first use (PEP 562): `import jitgrad` does not pay for them
+# torch.distributions, torch.special and torch.testing load on first use (PEP 562): `import jitgrad` does not pay for them
 _unsupported_name = __getattr__      # noqa: F821  (runtime/torch_surface.py: torch's names jitgrad lacks)
 
 
 def __getattr__(name):
-    if name in ("distributions", "special"):
+    if name in ("distributions", "special", "testing"):
         import importlib
         return importlib.import_module(f"{__name__}.{name}")
     return _unsupported_name(name)

@@ -515,8 +515,12 @@ def _phase(name):
     return prof.range(name, None, "compile") if prof is not None else contextlib.nullcontext()
 
 
+_MODES = ("default", "lite", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+_TORCH_BACKENDS = {"inductor": None, "eager": "interpret", "aot_eager": "interpret"}
+
+
 def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, backend=None, fullgraph=True,
-            background=None, recompile_limit=None):
+            background=None, recompile_limit=None, dynamic=None, mode=None, options=None, disable=False):
     """Compile a step function: trace it on first call into SSA IR, derive backward graphs with the
     transpose pass, cache by signature and replay.
 
@@ -527,6 +531,12 @@ def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, ba
     checks inside the generated code follow ``detect_anomaly`` (part of the cache key).  ``recompile_limit``
     (default ``RECOMPILE_LIMIT`` = 8, as ``torch._dynamo.config.recompile_limit``): past that many traces, new
     signatures run eagerly with one warning naming the function and what changed.
+
+    torch.compile's other arguments are accepted: ``backend="inductor"`` is the default backend, ``"eager"`` and
+    ``"aot_eager"`` the reference interpreter; ``mode`` (checked against torch's names: ``"default"``,
+    ``"reduce-overhead"``, ``"max-autotune"``, ...), ``options`` and ``dynamic`` change nothing (jitgrad keys
+    kernels by structure, never by sizes, so there is nothing to autotune or to mark dynamic);
+    ``disable=True`` returns the function itself.
 
     Every Python value the function reads (closure and global scalars, attributes of the objects and modules it
     reaches, an int used in ``reshape``) is guarded: a change retraces.  A float that changes (an argument, or
@@ -547,6 +557,17 @@ def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, ba
     >>> w
     tensor([0.9000, 1.9000], requires_grad=True)
     """
+    if mode is not None and mode not in _MODES:
+        raise RuntimeError(f"Unrecognized mode={mode}, should be one of: {', '.join(_MODES)}")
+    if mode is not None and options is not None:
+        raise RuntimeError("Either mode or options can be specified, but both can't be specified at the same time.")
+    if dynamic is not None and not isinstance(dynamic, bool):
+        raise AssertionError(f"Expected enable to be a bool, got {type(dynamic)}")
+    if isinstance(backend, str) and backend in _TORCH_BACKENDS:
+        backend = _TORCH_BACKENDS[backend]
+    if disable:
+        return fn if fn is not None else (lambda f: f)
+
     def wrap(f):
         from .compiled_module import compile_module, is_module
         if is_module(f):     # torch.compile(model): a Module back (torch's OptimizedModule), see compiled_module.py

@@ -1,5 +1,5 @@
 """Type facts with torch's names: ``finfo`` and ``iinfo`` (numeric limits of jitgrad's dtypes), ``is_tensor``,
-``is_storage`` and ``broadcast_shapes`` (torch's error texts).
+``is_storage``, ``broadcast_shapes`` (torch's error texts) and ``promote_types``.
 
 >>> import jitgrad as jg
 >>> jg.finfo(jg.float32).eps, jg.iinfo(jg.int32).max
@@ -113,4 +113,9 @@ def broadcast_shapes(*shapes) -> Size:
     return Size(common)
 
 
-FUNCTION_ONLY = ["finfo", "iinfo", "is_tensor", "is_storage", "broadcast_shapes"]
+def promote_types(type1, type2, /) -> dt.DType:
+    """The dtype both ``type1`` and ``type2`` promote to (a float beats an integer, a wider type a narrower)."""
+    return dt._promote2(dt.as_dtype(type1), dt.as_dtype(type2))
+
+
+FUNCTION_ONLY = ["finfo", "iinfo", "is_tensor", "is_storage", "broadcast_shapes", "promote_types"]
