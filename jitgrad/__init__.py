@@ -32,7 +32,7 @@ from .runtime.size import Size
 from .runtime.grad_mode import no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled, \
     is_inference_mode_enabled
 from .runtime.anomaly import is_anomaly_enabled, is_anomaly_check_nan_enabled, set_anomaly_enabled
-from .runtime.factories import tensor, as_tensor, zeros, ones, full, empty, arange, linspace, eye, rand, randn, \
+from .runtime.factories import tensor, as_tensor, zeros, ones, full, empty, arange, linspace, logspace, eye, rand, randn, \
     randint, randperm, zeros_like, ones_like, empty_like, full_like, rand_like, randn_like, from_numpy, from_dlpack, \
     manual_seed, seed
 from .runtime.generator import Generator, default_generator, initial_seed, get_rng_state, set_rng_state

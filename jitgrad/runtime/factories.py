@@ -1,4 +1,4 @@
-"""Tensor factories: tensor, zeros, ones, full, empty, arange, linspace, eye, rand*, *_like, from_numpy, dlpack."""
+"""Tensor factories: tensor, zeros, ones, full, empty, arange, linspace, logspace, eye, rand*, *_like, from_numpy, dlpack."""
 from __future__ import annotations
 
 import numpy as np
@@ -179,6 +179,15 @@ def linspace(start, end, steps, dtype=None, device=None, requires_grad=False, **
         return torch_kwargs(linspace, 'linspace', (start, end, steps, dtype, device, requires_grad), {}, torch_kw)
     check_device(device)
     return _new(np.linspace(start, end, int(steps)).astype(_dt(dtype).np), requires_grad, device)
+
+
+def logspace(start, end, steps, base=10.0, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
+    """``steps`` values ``base ** x`` for ``x`` evenly spaced from ``start`` to ``end`` (the default float dtype
+    unless ``dtype`` is given)."""
+    if torch_kw:       # out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(logspace, 'logspace', (start, end, steps, base, dtype, device, requires_grad), {}, torch_kw)
+    check_device(device)
+    return _new(np.logspace(start, end, int(steps), base=base).astype(_dt(dtype).np), requires_grad, device)
 
 
 def eye(n, m=None, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
