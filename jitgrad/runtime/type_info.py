@@ -39,7 +39,7 @@ class finfo:      # noqa: N801  (torch's name)
             fi = np.finfo(d.np)
             self.bits, self.eps, self.max, self.tiny = int(fi.bits), float(fi.eps), float(fi.max), \
                 float(fi.smallest_normal)
-            self.resolution = float(fi.resolution)
+            self.resolution = 10.0 ** -int(fi.precision)
         self.min = -self.max
         self.smallest_normal = self.tiny
         self.dtype = d.name

@@ -97,6 +97,11 @@ def _as_tensor(x):
 def _compare_tensors(actual, expected, rtol, atol, equal_nan, check_dtype, check_stride, msg):
     import jitgrad as jg
     actual, expected = _as_tensor(actual), _as_tensor(expected)
+    if (rtol is None) ^ (atol is None):      # checked before the attributes, as torch
+        try:
+            _tolerances((), rtol, atol)
+        except ValueError as e:
+            raise _Mismatch(ValueError, str(e)) from None
 
     def attr(name, a, b):
         raise _Mismatch(AssertionError, f"The values for attribute '{name}' do not match: {a} != {b}.")
@@ -108,7 +113,10 @@ def _compare_tensors(actual, expected, rtol, atol, equal_nan, check_dtype, check
         attr("device", actual.device, expected.device)
     if check_dtype and actual.dtype is not expected.dtype:
         attr("dtype", actual.dtype, expected.dtype)
-    rtol, atol = _tolerances((actual.dtype, expected.dtype), rtol, atol)
+    try:
+        rtol, atol = _tolerances((actual.dtype, expected.dtype), rtol, atol)
+    except ValueError as e:
+        raise _Mismatch(ValueError, str(e)) from None
     with jg.no_grad():
         actual, expected = actual.detach().cpu(), expected.detach().cpu()
         if actual.dtype is not expected.dtype:
@@ -171,7 +179,7 @@ def _nested(a, e, path, kw):
     try:
         _compare(a, e, path, **kw)
     except _Mismatch as m:
-        if m.cls is AssertionError and not getattr(m, "located", False) and path:
+        if m.cls in (AssertionError, ValueError) and not getattr(m, "located", False) and path:
             m.msg += "\n\nThe failure occurred for item " + "".join(f"[{p!r}]" for p in path)
             m.located = True
         raise
@@ -185,11 +193,13 @@ def assert_close(actual, expected, *, allow_subclasses=True, rtol=None, atol=Non
     docstring; both or neither); ``equal_nan`` treats NaNs as equal; ``msg`` replaces the message (a callable
     gets torch's message and returns the new one).  The messages are torch's."""
     kw = dict(rtol=rtol, atol=atol, equal_nan=equal_nan, check_dtype=check_dtype, check_stride=check_stride,
-              msg=msg if callable(msg) else None)
+              msg=None)
     try:
         _nested(actual, expected, [], kw)
     except _Mismatch as m:
-        text = msg if isinstance(msg, str) else m.msg
+        text = m.msg
+        if m.cls is AssertionError and msg is not None:
+            text = msg(text) if callable(msg) else msg
         raise m.cls(text) from None
 
 
