@@ -86,7 +86,7 @@ def _install_extras(ns):
     from .runtime import pointwise_binary, searching, storage, conversions, foreach, eigen, rearranging, einsum, \
         pointwise_composites, products, order_statistics, stacking, index_writes, uniques, matrix_forms, statistics, \
         pointwise_rounding, pointwise_pairs, pointwise_integer, special_functions, trig_functions, scatter_writes, \
-        tensor_queries, tensor_aliases, defaults, division, type_info
+        tensor_queries, tensor_aliases, defaults, division, type_info, printing
     for m in (storage, conversions, foreach, eigen, tensor_queries):
         m.install(ns)
     # the rest declare their names: METHODS are functions and Tensor methods, FUNCTION_ONLY functions (torch's
@@ -95,7 +95,7 @@ def _install_extras(ns):
     for m in (pointwise_binary, searching, rearranging, einsum, pointwise_composites, products, order_statistics,
               stacking, index_writes, uniques, matrix_forms, statistics, pointwise_rounding, pointwise_pairs,
               pointwise_integer, special_functions, trig_functions, scatter_writes,
-              tensor_aliases, defaults, division, type_info):
+              tensor_aliases, defaults, division, type_info, printing):
         for n in getattr(m, "METHODS", []) + getattr(m, "FUNCTION_ONLY", []):
             ns[n] = getattr(m, n)
         for n in getattr(m, "METHODS", []):

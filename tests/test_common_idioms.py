@@ -175,6 +175,36 @@ TRAINING = {
 "compile_disable_backend": "f = torch.compile(lambda x: x + 1, disable=True); f(torch.ones(2)); g = torch.compile(lambda x: x.cos(), backend='eager'); g(torch.ones(2)); h = torch.compile(dynamic=True)(lambda x: x * 3); h(torch.ones(3))",
 "embedding_tied_weights": "emb = nn.Embedding(10, 4); head = nn.Linear(4, 10, bias=False); head.weight = emb.weight; out = head(emb(torch.tensor([[1, 2]]))); out.sum().backward(); assert emb.weight.grad is not None and head.weight is emb.weight",
 "pack_pad_rnn": "from torch.nn.utils.rnn import pad_sequence, pack_padded_sequence, pad_packed_sequence\nseqs = [torch.randn(3, 2), torch.randn(1, 2)]; padded = pad_sequence(seqs, batch_first=True); packed = pack_padded_sequence(padded, torch.tensor([3, 1]), batch_first=True, enforce_sorted=False); out, _ = nn.LSTM(2, 4, batch_first=True)(packed); o, lens = pad_packed_sequence(out, batch_first=True); assert o.shape == (2, 3, 4) and lens.tolist() == [3, 1]",
+"deterministic": "torch.backends.cudnn.deterministic = True; torch.use_deterministic_algorithms(True); torch.use_deterministic_algorithms(False); torch.are_deterministic_algorithms_enabled()",
+"printoptions": "torch.set_printoptions(precision=3, sci_mode=False); assert repr(torch.tensor([1.23456])) == 'tensor([1.235])'; torch.set_printoptions(profile='default'); assert repr(torch.tensor([1.23456])) == 'tensor([1.2346])'",
+"anomaly_flag": "torch.autograd.set_detect_anomaly(True); torch.autograd.set_detect_anomaly(False)",
+"cuda_queries": "torch.cuda.device_count(); torch.cuda.is_available(); torch.cuda.empty_cache(); torch.backends.mps.is_built() if hasattr(torch.backends.mps, 'is_built') else None",
+"checkpoint": "from torch.utils.checkpoint import checkpoint\nx = torch.randn(3, requires_grad=True); checkpoint(lambda t: t.sin() * 2, x, use_reentrant=False).sum().backward()",
+"weight_norm_param": "m = nn.utils.parametrizations.weight_norm(nn.Linear(3, 2)); m(torch.ones(1, 3)).sum().backward()",
+"spectral_norm": "m = nn.utils.parametrizations.spectral_norm(nn.Linear(3, 2)); m(torch.ones(1, 3))",
+"dropout_functional": "F.dropout(torch.ones(3), p=0.5, training=False); F.dropout(torch.ones(3), 0.2); nn.Dropout1d(0.1)(torch.ones(2, 3, 4)); nn.Dropout2d(0.1)(torch.ones(1, 2, 3, 3))",
+"generator_device": "g = torch.Generator(device='cpu'); g.manual_seed(1); torch.rand(2, generator=g); g.initial_seed(); g.get_state()",
+"pin_memory": "torch.ones(2).pin_memory() if torch.cuda.is_available() else torch.ones(2); torch.ones(2).is_pinned()",
+"numpy_float": "import numpy as np; torch.from_numpy(np.arange(3)).float(); torch.tensor(np.float32(1.5)); torch.as_tensor([1, 2]).numpy(); np.asarray(torch.ones(2))",
+"new_empty": "x = torch.ones(2); x.new_empty((2,)); x.new_empty(3); x.new_zeros(2, 2).shape",
+"identity_unflatten_upsample": "nn.Identity()(torch.ones(2)); nn.Unflatten(1, (2, 2))(torch.ones(3, 4)); nn.Upsample(scale_factor=2, mode='nearest')(torch.ones(1, 1, 2, 2)); nn.PixelShuffle(2)(torch.ones(1, 4, 2, 2)); nn.Flatten(0)(torch.ones(2, 2))",
+"embedding_pretrained": "e = nn.Embedding.from_pretrained(torch.randn(5, 3), freeze=True); e(torch.tensor([1])); F.embedding(torch.tensor([0, 2]), torch.randn(4, 3))",
+"adam_amsgrad": "m = nn.Linear(2, 2); o = torch.optim.Adam(m.parameters(), lr=1e-3, amsgrad=True, weight_decay=1e-4); m(torch.ones(1, 2)).sum().backward(); o.step(); torch.optim.RMSprop(m.parameters(), lr=0.01, momentum=0.9).step(); torch.optim.Adagrad(m.parameters()).step()",
+"more_schedulers": "o = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1); s1 = torch.optim.lr_scheduler.MultiStepLR(o, [1, 2], 0.1); s2 = torch.optim.lr_scheduler.ExponentialLR(o, 0.9); s3 = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(o, T_0=2)\nfor _ in range(3):\n    o.step(); s1.step(); s2.step(); s3.step()\ns1.state_dict(); torch.optim.lr_scheduler.ChainedScheduler([torch.optim.lr_scheduler.ConstantLR(o, factor=0.5, total_iters=2)]).step()",
+"unfold_fold": "F.unfold(torch.randn(1, 2, 4, 4), kernel_size=2); F.fold(torch.randn(1, 8, 9), output_size=(4, 4), kernel_size=2)",
+"linalg": "a = torch.randn(3, 3) + 3 * torch.eye(3); torch.linalg.inv(a); torch.linalg.svd(a, full_matrices=False); torch.diag(a); torch.linalg.solve(a, torch.ones(3)); torch.linalg.cholesky(a @ a.T); torch.linalg.eigh(a @ a.T); torch.det(a); torch.linalg.qr(a); torch.trace(a)",
+"distributions": "from torch.distributions import Normal, Categorical\nNormal(0.0, 1.0).log_prob(torch.zeros(2)); c = Categorical(logits=torch.randn(2, 3)); c.sample(); c.entropy(); Normal(torch.zeros(2), torch.ones(2)).rsample((3,)).shape",
+"autograd_grad_unused": "x, y = torch.ones(2, requires_grad=True), torch.ones(2, requires_grad=True); gx, gy = torch.autograd.grad((x * 2).sum(), [x, y], allow_unused=True); assert gy is None; torch.autograd.grad(x * 2, x, grad_outputs=torch.ones(2))",
+"no_grad_method_decorator": "class M(nn.Module):\n    def __init__(self):\n        super().__init__(); self.l = nn.Linear(2, 2)\n    @torch.no_grad()\n    def predict(self, x):\n        return self.l(x).argmax(-1)\nassert not M().predict(torch.ones(1, 2)).requires_grad",
+"post_accumulate_hook": "p = nn.Parameter(torch.ones(2)); seen = []; p.register_post_accumulate_grad_hook(lambda t: seen.append(t.grad.clone())); (p * 2).sum().backward(); assert len(seen) == 1",
+"clone_detach_requires": "x = torch.randn(2); y = x.clone().detach().requires_grad_(True); torch.tensor(1.0, requires_grad=True).backward(); y.data.fill_(0); y.data",
+"tensor_apply_math": "x = torch.randn(3); x.abs_().sqrt_(); torch.rsqrt(x + 1); x.exp().log1p(); torch.sign(x); x.reciprocal(); x.pow_(2); torch.pow(2, x); x.floor().ceil().round(); torch.round(x, decimals=2); x.frac(); x.sinh(); torch.atan2(x, x + 1)",
+"tensor_type_strings": "x = torch.ones(2); x.type(); x.dtype; str(x.dtype); x.double().type(); torch.ones(2, dtype=torch.int64).type()",
+"module_apply_to": "m = nn.Linear(2, 2); m.to('cpu'); m.cpu(); m.to(torch.float64); m.float(); m.requires_grad_(False); m.zero_grad(); m.apply(lambda x: None); m.extra_repr(); m.type(torch.float64)",
+"batched_topk_gather": "logits = torch.randn(4, 10); v, i = logits.topk(3, dim=-1, largest=True, sorted=True); torch.gather(logits, -1, i); logits.kthvalue(2, dim=1); torch.searchsorted(torch.tensor([1., 2., 3.]), torch.tensor([2.5]))",
+"amp_autocast_cpu_disabled_training": "m = nn.Linear(2, 2); o = torch.optim.SGD(m.parameters(), lr=0.1); scaler = torch.amp.GradScaler('cpu', enabled=False)\nwith torch.autocast(device_type='cpu', dtype=torch.bfloat16, enabled=False):\n    loss = m(torch.ones(1, 2)).sum()\nscaler.scale(loss).backward(); scaler.unscale_(o); scaler.step(o); scaler.update()",
+"state_dict_keys_prefix": "m = nn.Sequential(nn.Linear(2, 2)); sd = {'module.' + k: v for k, v in m.state_dict().items()}; sd = {k.removeprefix('module.'): v for k, v in sd.items()}; m.load_state_dict(sd); list(m.state_dict().keys()) == ['0.weight', '0.bias']",
+"tensor_list_ops": "xs = [torch.ones(2), torch.zeros(2)]; torch.stack(xs).mean(0); torch.cat(xs).view(2, 2); sum(xs); max(t.sum().item() for t in xs); torch.vstack(xs); torch.hstack(xs); torch.dstack(xs)",
 }
 
 SNIPPETS = {**SURVEY, **TRAINING}
@@ -211,6 +241,10 @@ def restore_globals():
         torch.set_num_threads(tt)
         jitgrad.set_float32_matmul_precision("highest")
         torch.set_float32_matmul_precision(tp)
+        jitgrad.set_printoptions(profile="default")
+        torch.set_printoptions(profile="default")
+        jitgrad.use_deterministic_algorithms(False)
+        torch.use_deterministic_algorithms(False)
 
 
 @pytest.mark.parametrize("lib", ["jitgrad", "torch"])

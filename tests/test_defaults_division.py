@@ -1,5 +1,5 @@
-"""torch.set_default_dtype (factories, promotion, modules, compiled functions), div's rounding modes, the thread
-and matmul-precision settings: values, dtypes and errors against torch."""
+"""torch.set_default_dtype (factories, promotion, modules, compiled functions), div's rounding modes, the thread,
+matmul-precision, print and deterministic settings: values, dtypes and errors against torch."""
 from __future__ import annotations
 
 import subprocess
@@ -308,3 +308,38 @@ def test_float32_matmul_precision():
     finally:
         jg.set_float32_matmul_precision("highest")
         torch.set_float32_matmul_precision("highest")
+
+
+# ---- print options, deterministic flag -----------------------------------------------------------------------
+PRINT_CASES = [({"precision": 2}, [1.23456, 2.5]), ({"sci_mode": True}, [1.5, 2.0]), ({"precision": 2}, [1e-6, 1e5]),
+               ({"threshold": 5, "edgeitems": 1}, list(range(10))), ({"profile": "short"}, [1.23456, 7.0]),
+               ({"profile": "full"}, [float(i) for i in range(1200)]), ({"linewidth": 30}, [0.5] * 12),
+               ({"sci_mode": False}, [0.5, 2.0])]
+
+
+@pytest.mark.parametrize("i", range(len(PRINT_CASES)))
+def test_set_printoptions_as_torch(i):
+    kw, data = PRINT_CASES[i]
+    try:
+        jg.set_printoptions(**kw)
+        torch.set_printoptions(**kw)
+        for d in ("float32", "float64"):
+            assert repr(jg.tensor(data, dtype=getattr(jg, d))) == \
+                repr(torch.tensor(data, dtype=getattr(torch, d))).replace("torch.", "jitgrad.")
+    finally:
+        jg.set_printoptions(profile="default")
+        torch.set_printoptions(profile="default")
+    assert repr(jg.tensor([1.23456])) == "tensor([1.2346])"
+    jg.set_printoptions(profile="long")         # an unknown profile changes nothing, as in torch
+    assert repr(jg.tensor([1.23456])) == "tensor([1.2346])"
+
+
+def test_deterministic_flag_and_empty_cache():
+    try:
+        assert not jg.are_deterministic_algorithms_enabled()
+        jg.use_deterministic_algorithms(True, warn_only=True)
+        assert jg.are_deterministic_algorithms_enabled() and jg.is_deterministic_algorithms_warn_only_enabled()
+        raises_as_torch(lambda: jg.use_deterministic_algorithms(1), lambda: torch.use_deterministic_algorithms(1))
+    finally:
+        jg.use_deterministic_algorithms(False)
+    jg.cuda.empty_cache()

@@ -1,6 +1,7 @@
 """Process-wide defaults with torch's names: ``set_default_dtype``/``get_default_dtype`` (and the deprecated
 ``set_default_tensor_type``), ``set_num_threads``/``get_num_threads``, ``set_num_interop_threads``/
-``get_num_interop_threads``, ``set_float32_matmul_precision``/``get_float32_matmul_precision``.
+``get_num_interop_threads``, ``set_float32_matmul_precision``/``get_float32_matmul_precision``,
+``use_deterministic_algorithms``/``are_deterministic_algorithms_enabled``.
 
 The default dtype (float32 or float64) is the dtype of Python floats: ``tensor(1.5)``, float factories (``zeros``,
 ``rand``, ``arange(0., 1.)``, ``linspace``, ``eye``, ...; ``*_like`` keep their input's dtype), an integer tensor
@@ -139,6 +140,30 @@ def get_float32_matmul_precision() -> str:
     return settings.STATE.matmul_precision
 
 
-FUNCTION_ONLY = ["set_default_dtype", "get_default_dtype", "set_default_tensor_type", "set_num_threads",
+_DETERMINISTIC = {"mode": False, "warn_only": False}
+
+
+def use_deterministic_algorithms(mode, *, warn_only=False) -> None:
+    """Record torch's deterministic-algorithms flag.  jitgrad's CPU kernels are deterministic already for a given
+    thread count (parallel loops split work in fixed chunks, scatter-adds accumulate in order), so nothing
+    changes."""
+    if not isinstance(mode, bool):
+        raise TypeError(f"_set_deterministic_algorithms(): argument 'mode' (position 1) must be bool, not "
+                        f"{type(mode).__name__}")
+    _DETERMINISTIC["mode"], _DETERMINISTIC["warn_only"] = mode, bool(warn_only)
+
+
+def are_deterministic_algorithms_enabled() -> bool:
+    """The flag :func:`use_deterministic_algorithms` set (False by default)."""
+    return _DETERMINISTIC["mode"]
+
+
+def is_deterministic_algorithms_warn_only_enabled() -> bool:
+    """The ``warn_only`` flag :func:`use_deterministic_algorithms` set."""
+    return _DETERMINISTIC["warn_only"]
+
+
+FUNCTION_ONLY = ["use_deterministic_algorithms", "are_deterministic_algorithms_enabled",
+                 "is_deterministic_algorithms_warn_only_enabled", "set_default_dtype", "get_default_dtype", "set_default_tensor_type", "set_num_threads",
                  "get_num_threads", "set_num_interop_threads", "get_num_interop_threads",
                  "set_float32_matmul_precision", "get_float32_matmul_precision"]
