@@ -197,3 +197,11 @@ def test_alias_finder_leaves_other_imports_alone():
     assert f.find_spec("jitgrad.nn") is None        # jitgrad's own names go the normal way
     assert f.find_spec("toplevel") is None
     assert importlib.import_module("jitgrad.nn.utils.rnn").__name__ == "jitgrad.nn.utils.rnn"
+
+
+@pytest.mark.parametrize("module", ["jitgrad.runtime.defaults", "jitgrad.runtime.division", "jitgrad.runtime.type_info",
+                                    "jitgrad.testing", "jitgrad.import_alias"])
+def test_docstring_examples(module):
+    import doctest
+    r = doctest.testmod(importlib.import_module(module))
+    assert r.attempted > 0 and r.failed == 0
