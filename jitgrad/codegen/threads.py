@@ -15,8 +15,8 @@ Policy (knobs in parentheses):
   is the user's choice and always wins; kernels built from IR stay on ``workqueue`` either way, and
   ``JITGRAD_IR_PARALLEL=0`` has Numba build them all.)
 - **Threads: one per core this process may run on** (``os.sched_getaffinity``), Numba's default, or
-  ``NUMBA_NUM_THREADS``, or ``torch.set_num_threads``'s count (``ir/settings.py``: it sizes the pool when set
-  before the first parallel launch, sets OpenBLAS's count at once, and 1 keeps graphs compiled later serial).  A kernel runs serially unless its work pays for waking the threads (``layout.py``:
+  ``NUMBA_NUM_THREADS``.  ``torch.set_num_threads`` (``ir/settings.py``) sets OpenBLAS's count at once and, at 1,
+  keeps graphs compiled later serial; it does not resize the pool.  A kernel runs serially unless its work pays for waking the threads (``layout.py``:
   ``PARALLEL_GRAIN``, ``PARALLEL_WORK``; always parallel from ``loops.PARALLEL_MIN`` elements).
 - **OpenBLAS workers sleep soon when idle** (``OPENBLAS_THREAD_TIMEOUT``, set to 20 by ``import jitgrad``
   unless already set): by default they spin ~0.1 s after every BLAS call, taking the cores Numba's workers need;

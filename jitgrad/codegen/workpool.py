@@ -38,9 +38,10 @@ _THREADS = ctypes.c_int64(0)    # the global the kernels read (its address is th
 
 
 def default_threads() -> int:
-    """How many workers: ``torch.set_num_threads``'s count when it was set, else ``NUMBA_NUM_THREADS``, else one
-    per core this process may run on (``ir/settings.py``)."""
-    return settings.num_threads()
+    """How many workers: ``NUMBA_NUM_THREADS``, else one per core this process may run on (Numba's rule, so a
+    pool Numba launches first has the same size; ``ir/settings.default_threads``).  ``torch.set_num_threads`` does
+    not resize the pool: Numba's own parallel kernels may share it and assume its size."""
+    return settings.default_threads()
 
 
 def _library_path() -> str | None:

@@ -1,10 +1,10 @@
 """Process-wide settings that both the eager runtime and codegen read (neither imports the other, both import ir).
 
 - ``num_threads`` (``torch.set_num_threads``): the intra-op thread count.  It sets OpenBLAS's thread count at once
-  (eager and compiled matmuls), is the maximum ``codegen/threads.BlasPacer`` restores after contention, and is the
-  size of the worker pool of parallel compiled kernels (``codegen/workpool.py``) when it is set before that pool
-  starts (the first parallel kernel of the process); the pool cannot shrink afterwards, but with 1 thread graphs
-  compiled from then on keep every loop serial.  ``None``: not set (``default_threads()``).
+  (eager and compiled matmuls) and is the maximum ``codegen/threads.BlasPacer`` restores after contention; with 1,
+  graphs compiled from then on plan every loop serial (``codegen/layout.py``).  The worker pool of parallel
+  compiled kernels (``codegen/workpool.py``) keeps its size (``default_threads()``, Numba's rule: Numba's own
+  parallel kernels may run on the same pool and assume that size).  ``None``: not set.
 - ``num_interop_threads`` (``torch.set_num_interop_threads``): recorded and reported only; jitgrad runs no
   inter-op thread pool.
 - ``matmul_precision`` (``torch.set_float32_matmul_precision``): recorded and reported only; float32 matmuls on

@@ -87,9 +87,9 @@ def _positive_int(name, n) -> int:
 
 
 def set_num_threads(int, /) -> None:     # noqa: A002  (torch's parameter name)
-    """Set the intra-op thread count: OpenBLAS's threads now (eager and compiled matmuls), and the worker pool of
-    parallel compiled kernels when it has not started yet; 1 keeps graphs compiled afterwards serial
-    (``ir/settings.py`` has the details)."""
+    """Set the intra-op thread count: OpenBLAS's threads now (eager and compiled matmuls); 1 also keeps graphs
+    compiled afterwards serial.  The worker pool of parallel compiled kernels keeps its size (``ir/settings.py``
+    has the details)."""
     n = _positive_int("set_num_threads", int)
     settings.STATE.num_threads = n
     from ..ir.ops import blas
