@@ -343,3 +343,14 @@ def test_deterministic_flag_and_empty_cache():
     finally:
         jg.use_deterministic_algorithms(False)
     jg.cuda.empty_cache()
+
+
+def test_compile_accepts_torch_compile_arguments():
+    f = lambda x: x * 2      # noqa: E731
+    for kw in (dict(mode="fast"), dict(mode="max-autotune", options={"a": 1})):
+        raises_as_torch(lambda: jg.compile(f, **kw), lambda: torch.compile(f, **kw))
+    assert jg.compile(f, disable=True) is f and jg.compile(disable=True)(f) is f
+    for kw in (dict(mode="reduce-overhead", fullgraph=True, dynamic=False), dict(backend="inductor"),
+               dict(backend="aot_eager", dynamic=True), dict(options={"triton.cudagraphs": False})):
+        assert jg.compile(f, **kw)(jg.ones(2)).tolist() == [2.0, 2.0]
+    assert jg.compile(f, backend="eager").backend == "interpret"
