@@ -20,6 +20,9 @@ _os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "20")
 # only be noise (anomaly mode is the tool for finding them)
 _warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"jitgrad\.")
 
+from .import_alias import install as _install_alias_finder
+_install_alias_finder()     # `sys.modules["torch"] = jitgrad`, then `import torch.nn.utils.rnn`: one copy (import_alias.py)
+
 from .runtime.heap import keep_freed_memory as _keep_freed_memory
 _keep_freed_memory()        # eager arrays reuse freed heap, not fresh pages (runtime/heap.py)
 
@@ -29,7 +32,7 @@ from .runtime.size import Size
 from .runtime.grad_mode import no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled, \
     is_inference_mode_enabled
 from .runtime.anomaly import is_anomaly_enabled, is_anomaly_check_nan_enabled, set_anomaly_enabled
-from .runtime.factories import tensor, as_tensor, zeros, ones, full, empty, arange, linspace, eye, rand, randn, \
+from .runtime.factories import tensor, as_tensor, zeros, ones, full, empty, arange, linspace, logspace, eye, rand, randn, \
     randint, randperm, zeros_like, ones_like, empty_like, full_like, rand_like, randn_like, from_numpy, from_dlpack, \
     manual_seed, seed
 from .runtime.generator import Generator, default_generator, initial_seed, get_rng_state, set_rng_state
@@ -77,11 +80,13 @@ def _install_extras(ns):
     floor/round/frac/...; hypot/fmod/xlogy/fmax/frexp/addcmul/...; bitwise ops, gcd, lcm; lgamma/digamma/polygamma/
     erfinv, nansum/nanmean/logcumsumexp; asin/acos/atan/sinh/cosh/asinh/acosh/atanh (arc* aliases), i0;
     scatter/scatter_, select/slice/diagonal/as_strided_scatter;
-    is_signed/get_device/nbytes/...; greater/less/..., eq_/gt_/..., swapdims, adjoint, H, nonzero_static, apply_"""
+    is_signed/get_device/nbytes/...; greater/less/..., eq_/gt_/..., swapdims, adjoint, H, nonzero_static, apply_;
+    set_default_dtype/set_num_threads/set_float32_matmul_precision...; div(rounding_mode=); finfo/iinfo,
+    is_tensor, is_storage, broadcast_shapes"""
     from .runtime import pointwise_binary, searching, storage, conversions, foreach, eigen, rearranging, einsum, \
         pointwise_composites, products, order_statistics, stacking, index_writes, uniques, matrix_forms, statistics, \
         pointwise_rounding, pointwise_pairs, pointwise_integer, special_functions, trig_functions, scatter_writes, \
-        tensor_queries, tensor_aliases
+        tensor_queries, tensor_aliases, defaults, division, type_info, printing
     for m in (storage, conversions, foreach, eigen, tensor_queries):
         m.install(ns)
     # the rest declare their names: METHODS are functions and Tensor methods, FUNCTION_ONLY functions (torch's
@@ -90,7 +95,7 @@ def _install_extras(ns):
     for m in (pointwise_binary, searching, rearranging, einsum, pointwise_composites, products, order_statistics,
               stacking, index_writes, uniques, matrix_forms, statistics, pointwise_rounding, pointwise_pairs,
               pointwise_integer, special_functions, trig_functions, scatter_writes,
-              tensor_aliases):
+              tensor_aliases, defaults, division, type_info, printing):
         for n in getattr(m, "METHODS", []) + getattr(m, "FUNCTION_ONLY", []):
             ns[n] = getattr(m, n)
         for n in getattr(m, "METHODS", []):
@@ -109,12 +114,13 @@ def _install_extras(ns):
 _install_extras(globals())
 del _install_extras
 
-# torch.distributions, torch.special and torch.func load on first use (PEP 562): `import jitgrad` does not pay for them
+# torch.distributions, torch.special, torch.func and torch.testing load on first use (PEP 562): `import jitgrad`
+# does not pay for them
 _unsupported_name = __getattr__      # noqa: F821  (runtime/torch_surface.py: torch's names jitgrad lacks)
 
 
 def __getattr__(name):
-    if name in ("distributions", "special", "func"):
+    if name in ("distributions", "special", "func", "testing"):
         import importlib
         return importlib.import_module(f"{__name__}.{name}")
     return _unsupported_name(name)

@@ -84,7 +84,7 @@ def log_ndtr(input, **torch_kw):
     if torch_kw:
         return _torch_kwargs(log_ndtr, "log_ndtr", (input,), {}, torch_kw)
     _need_tensor("log_ndtr", input)
-    x = input if input.is_floating_point() else input.to(_dt.float32)
+    x = input if input.is_floating_point() else input.to(_dt.DEFAULT_FLOAT)
     cut = -20.0 if x.dtype is _dt.float64 else -10.0
     far = x < cut
     # each branch sees only its own range (a masked branch's -inf would make a 0 * inf in the gradient)
@@ -108,7 +108,7 @@ def entr(input, **torch_kw):
     if torch_kw:
         return _torch_kwargs(entr, "entr", (input,), {}, torch_kw)
     _need_tensor("entr", input)
-    x = input if input.is_floating_point() else input.to(_dt.float32)
+    x = input if input.is_floating_point() else input.to(_dt.DEFAULT_FLOAT)
     pos = x > 0
     xs = _F.where(pos, x, 1.0)
     return _named(_F.where(pos, -xs * _F.log(xs), _F.where(x == 0, 0.0, _F.where(_F.isnan(x), x, -math.inf))),

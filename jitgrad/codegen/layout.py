@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir import settings
 from ..ir.passes.fuse import OP_BYTES, PLAIN_OP_BYTES, Group
 from ..ir.passes.row_chains import RowGroup
 from .batched_gemm import BatchedGemmSteps
@@ -196,6 +197,8 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
         """Whether a kernel of ``size`` elements, each costing ``per_element`` (fuse.py's unit: bytes moved plus
         ``OP_BYTES`` per op), runs its outer loop on the worker pool (see PARALLEL_WORK)."""
         want = self.parallel
+        if settings.STATE.num_threads == 1:       # torch.set_num_threads(1): no worker pool
+            return False
         if want is not None:
             return bool(want) and size >= 4096
         return size >= PARALLEL_MIN or (size >= PARALLEL_GRAIN and size * per_element >= PARALLEL_WORK)

@@ -15,7 +15,8 @@ Policy (knobs in parentheses):
   is the user's choice and always wins; kernels built from IR stay on ``workqueue`` either way, and
   ``JITGRAD_IR_PARALLEL=0`` has Numba build them all.)
 - **Threads: one per core this process may run on** (``os.sched_getaffinity``), Numba's default, or
-  ``NUMBA_NUM_THREADS``.  A kernel runs serially unless its work pays for waking the threads (``layout.py``:
+  ``NUMBA_NUM_THREADS``.  ``torch.set_num_threads`` (``ir/settings.py``) sets OpenBLAS's count at once and, at 1,
+  keeps graphs compiled later serial; it does not resize the pool.  A kernel runs serially unless its work pays for waking the threads (``layout.py``:
   ``PARALLEL_GRAIN``, ``PARALLEL_WORK``; always parallel from ``loops.PARALLEL_MIN`` elements).
 - **OpenBLAS workers sleep soon when idle** (``OPENBLAS_THREAD_TIMEOUT``, set to 20 by ``import jitgrad``
   unless already set): by default they spin ~0.1 s after every BLAS call, taking the cores Numba's workers need;
@@ -55,6 +56,8 @@ import os
 import sys
 import threading
 import time
+
+from ..ir import settings
 
 _configured = False
 _placed = False
@@ -172,7 +175,7 @@ class BlasPacer:
             self.left -= 1
             want = 1
         else:
-            want = BlasPacer._max
+            want = settings.STATE.num_threads or BlasPacer._max     # torch.set_num_threads wins
         if BlasPacer._control and want != BlasPacer._current:
             BlasPacer._set(want)
         self.n = want

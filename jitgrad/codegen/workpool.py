@@ -29,6 +29,8 @@ import os
 import sys
 import threading
 
+from ..ir import settings
+
 SYMBOLS = ("jitgrad_wq_add_task", "jitgrad_wq_ready", "jitgrad_wq_synchronize", "jitgrad_wq_threads")
 _lock = threading.Lock()
 _LIB = None
@@ -37,14 +39,9 @@ _THREADS = ctypes.c_int64(0)    # the global the kernels read (its address is th
 
 def default_threads() -> int:
     """How many workers: ``NUMBA_NUM_THREADS``, else one per core this process may run on (Numba's rule, so a
-    pool Numba launches first has the same size)."""
-    env = os.environ.get("NUMBA_NUM_THREADS")
-    if env:
-        return max(1, int(env))
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:      # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+    pool Numba launches first has the same size; ``ir/settings.default_threads``).  ``torch.set_num_threads`` does
+    not resize the pool: Numba's own parallel kernels may share it and assume its size."""
+    return settings.default_threads()
 
 
 def _library_path() -> str | None:

@@ -112,7 +112,15 @@ class _CudaBackend:
 
 _devices.register("cuda", _CudaBackend())
 
-__all__ = ["is_available", "device_count", "current_device", "synchronize", "is_simulator"]
+def empty_cache() -> None:
+    """Release cached, unused device memory: nothing to do without CUDA (as torch); with Numba's CUDA target,
+    its deallocations pending in the current context are flushed."""
+    if is_available():
+        from numba import cuda
+        cuda.current_context().deallocations.clear()
+
+
+__all__ = ["is_available", "device_count", "current_device", "synchronize", "is_simulator", "empty_cache"]
 
 from .seeding import manual_seed, manual_seed_all, seed, seed_all, initial_seed, is_bf16_supported  # noqa: E402
 from .seeding import install_tensor_methods as _install_tensor_methods  # noqa: E402

@@ -2,7 +2,8 @@
 
 A `DType` wraps a NumPy dtype.  Promotion follows torch, not NumPy: Python scalars and 0-dim tensors
 only decide the *category* (bool < int < float) unless no dimensioned tensor reaches it, and an integer
-meeting a Python float becomes the default float dtype (float32), never float64.
+meeting a Python float becomes the default float dtype (float32 unless ``set_default_dtype`` changed it), never
+NumPy's float64.
 """
 from __future__ import annotations
 
@@ -42,9 +43,17 @@ bool_ = DType("bool", np.bool_, "bool", 0)
 ALL = (float32, float64, int32, int64, bool_)
 _FROM_NP = {d.np: d for d in ALL}
 _BY_NAME = {d.name: d for d in ALL}
-DEFAULT_FLOAT = float32
-DEFAULT_INT = int64
+DEFAULT_FLOAT = float32     # torch.get_default_dtype(); read as ``dt.DEFAULT_FLOAT`` at call time (never imported
+DEFAULT_INT = int64         # by name), so ``set_default_float`` reaches every reader
 _CATEGORY_DEFAULT = {0: bool_, 1: int64, 2: float32}
+
+
+def set_default_float(d: "DType") -> None:
+    """Make ``d`` (float32 or float64) the dtype of Python floats and of float factories (torch.set_default_dtype;
+    the runtime's ``set_default_dtype`` validates and also drops its cached rules)."""
+    global DEFAULT_FLOAT
+    DEFAULT_FLOAT = d
+    _CATEGORY_DEFAULT[2] = d
 # uint8 exists for generator states (torch's ByteTensor); it is not one of the compute dtypes in ALL
 uint8 = DType("uint8", np.uint8, "u8", 1)
 _FROM_NP[uint8.np] = uint8

@@ -23,6 +23,7 @@ import weakref
 
 import numpy as np
 
+from ..ir import dtypes
 from ..ir.graph import Graph, Lit, Var
 from ..ir.passes import run_pipeline
 from ..tracer import STATE as _TR, TraceError, TracedValueError, flatten, unflatten
@@ -117,7 +118,9 @@ class CompiledFunction(Introspection, Signatures):
     # --- keys ----------------------------------------------------------------------------------------
     def _modes(self):
         an = anomaly.STATE
-        return (grad_mode.STATE.grad_enabled, an.enabled, an.check_nan, an.check_forward, self.anomaly)
+        # the default dtype: values made while tracing (``zeros(3)``, ``int_t * 0.5``) take it (torch.compile guards it)
+        return (grad_mode.STATE.grad_enabled, an.enabled, an.check_nan, an.check_forward, self.anomaly,
+                dtypes.DEFAULT_FLOAT)
 
     def _key(self, leaves, treedef, tkey=None):
         _SIG_COUNTS["signatures"] += 1
@@ -147,7 +150,7 @@ class CompiledFunction(Introspection, Signatures):
         if old[2] != new[2]:
             return "which arguments are the same tensor changed"
         if old[3] != new[3]:
-            return "grad mode or anomaly mode changed"
+            return "grad mode, anomaly mode or the default dtype changed"
         return "a captured tensor (closure parameter or its .grad) changed identity, shape, dtype or requires_grad"
 
     # --- calling -------------------------------------------------------------------------------------

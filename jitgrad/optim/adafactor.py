@@ -59,7 +59,7 @@ class Adafactor(Optimizer):
                     g = -p.grad if group["maximize"] else p.grad
                     state = self.state[p]
                     if len(state) == 0:
-                        state["step"] = _scalar(0.0, dt.float32)
+                        state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
                         if g.dim() > 1:
                             row_shape, col_shape = list(g.shape), list(g.shape)
                             row_shape[-1], col_shape[-2] = 1, 1

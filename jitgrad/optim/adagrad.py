@@ -48,7 +48,7 @@ class Adagrad(Optimizer):
     def _init_state(self, p, group):
         state = self.state[p]
         if len(state) == 0:
-            state["step"] = _scalar(0.0, dt.float32)
+            state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
             with outside_trace():
                 state["sum"] = factories.full(tuple(p.shape), float(group["initial_accumulator_value"]),
                                               dtype=p.dtype)
@@ -108,7 +108,7 @@ class Adadelta(Optimizer):
                         continue
                     state = self.state[p]
                     if len(state) == 0:
-                        state["step"] = _scalar(0.0, dt.float32)
+                        state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
                         state["square_avg"] = _zeros_like(p)
                         state["acc_delta"] = _zeros_like(p)
                     square_avg, acc_delta = state["square_avg"], state["acc_delta"]
@@ -158,7 +158,7 @@ class Adamax(Optimizer):
                         continue
                     state = self.state[p]
                     if len(state) == 0:
-                        state["step"] = _scalar(0.0, dt.float32)
+                        state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
                         state["exp_avg"] = _zeros_like(p)
                         state["exp_inf"] = _zeros_like(p)
                     step_t, exp_avg, exp_inf = state["step"], state["exp_avg"], state["exp_inf"]

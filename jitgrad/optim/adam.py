@@ -43,7 +43,7 @@ class Adam(Optimizer):
     def _state_for(self, p, amsgrad):
         state = self.state[p]
         if len(state) == 0:      # made concretely, even inside a trace: zeros are the first step's input
-            state["step"] = _scalar(0.0, dt.float32)
+            state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
             state["exp_avg"] = _zeros_like(p)
             state["exp_avg_sq"] = _zeros_like(p)
             if amsgrad:

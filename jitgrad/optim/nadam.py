@@ -67,8 +67,8 @@ class NAdam(Optimizer):
                         continue
                     state = self.state[p]
                     if len(state) == 0:
-                        state["step"] = _scalar(0.0, dt.float32)
-                        state["mu_product"] = _scalar(1.0, dt.float32)
+                        state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
+                        state["mu_product"] = _scalar(1.0, dt.DEFAULT_FLOAT)
                         state["exp_avg"] = _zeros_like(p)
                         state["exp_avg_sq"] = _zeros_like(p)
                     step_t, mu_product = state["step"], state["mu_product"]
@@ -121,7 +121,7 @@ class RAdam(Optimizer):
                         continue
                     state = self.state[p]
                     if len(state) == 0:
-                        state["step"] = _scalar(0.0, dt.float32)
+                        state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
                         state["exp_avg"] = _zeros_like(p)
                         state["exp_avg_sq"] = _zeros_like(p)
                     step_t, exp_avg, exp_avg_sq = state["step"], state["exp_avg"], state["exp_avg_sq"]

@@ -34,7 +34,7 @@ class RMSprop(Optimizer):
     def _state_for(self, p, group):
         state = self.state[p]
         if len(state) == 0:
-            state["step"] = _scalar(0.0, dt.float32)
+            state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
             state["square_avg"] = _zeros_like(p)
             if group["momentum"] > 0:
                 state["momentum_buffer"] = _zeros_like(p)

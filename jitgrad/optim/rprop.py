@@ -44,7 +44,7 @@ class Rprop(Optimizer):
                         continue
                     state = self.state[p]
                     if len(state) == 0:
-                        state["step"] = _scalar(0.0, dt.float32)
+                        state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
                         state["prev"] = _zeros_like(p)
                         with outside_trace():
                             state["step_size"] = factories.full(tuple(p.shape), _as_float(group["lr"]),
@@ -94,9 +94,9 @@ class ASGD(Optimizer):
                         continue
                     state = self.state[p]
                     if len(state) == 0:
-                        state["step"] = _scalar(0.0, dt.float32)
-                        state["eta"] = _scalar(_as_float(group["lr"]), dt.float32)
-                        state["mu"] = _scalar(1.0, dt.float32)
+                        state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
+                        state["eta"] = _scalar(_as_float(group["lr"]), dt.DEFAULT_FLOAT)
+                        state["mu"] = _scalar(1.0, dt.DEFAULT_FLOAT)
                         state["ax"] = _zeros_like(p)
                     step_t, eta, mu, ax = state["step"], state["eta"], state["mu"], state["ax"]
                     g = -p.grad if group["maximize"] else p.grad
@@ -109,8 +109,8 @@ class ASGD(Optimizer):
                     ax.copy_(F.where(mu == 1, p, ax + (p - ax) * mu))
                     step = step_t.to(dt.float64)
                     # torch.as_tensor(python float): the new values are float32, whatever the state's dtype
-                    eta.copy_((lr / ((1 + lambd * lr * step) ** alpha)).to(dt.float32))
-                    mu.copy_((1 / F.clamp(step - t0, min=1.0)).to(dt.float32))
+                    eta.copy_((lr / ((1 + lambd * lr * step) ** alpha)).to(dt.DEFAULT_FLOAT))
+                    mu.copy_((1 / F.clamp(step - t0, min=1.0)).to(dt.DEFAULT_FLOAT))
         self._guard_trace()
         return loss
 

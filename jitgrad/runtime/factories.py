@@ -1,4 +1,4 @@
-"""Tensor factories: tensor, zeros, ones, full, empty, arange, linspace, eye, rand*, *_like, from_numpy, dlpack."""
+"""Tensor factories: tensor, zeros, ones, full, empty, arange, linspace, logspace, eye, rand*, *_like, from_numpy, dlpack."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +13,7 @@ _RNG = [np.random.default_rng(0)]
 
 
 def _infer_dtype(data) -> dt.DType:
-    """torch.tensor's inference: any float -> float32, else any int -> int64, else bool; tensors (arrays) in the
+    """torch.tensor's inference: any float -> the default float dtype, else any int -> int64, else bool; tensors (arrays) in the
     list promote with each other and with the scalars like 0-dim tensors (``[tensor(1., float64), 2.]`` is float64)."""
     kinds = set()
     tensors = []
@@ -37,7 +37,7 @@ def _infer_dtype(data) -> dt.DType:
     walk(data)
     if tensors:
         return dt.result_type([(0, d) for d in tensors], [{0: True, 1: 1, 2: 1.0}[k] for k in kinds])
-    return {0: dt.bool_, 1: dt.int64, 2: dt.float32}[max(kinds)] if kinds else dt.float32
+    return {0: dt.bool_, 1: dt.int64, 2: dt.DEFAULT_FLOAT}[max(kinds)] if kinds else dt.DEFAULT_FLOAT
 
 
 def as_array(data, dtype=None) -> np.ndarray:
@@ -126,8 +126,11 @@ def _new(arr, requires_grad, device=None):
     return t
 
 
-def _dt(dtype, default=dt.float32):
-    return dt.as_dtype(dtype) if dtype is not None else default
+def _dt(dtype, default=None):
+    """``dtype`` as a DType; None: ``default``, else the default float dtype (torch.get_default_dtype())."""
+    if dtype is not None:
+        return dt.as_dtype(dtype)
+    return default if default is not None else dt.DEFAULT_FLOAT
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
@@ -176,6 +179,15 @@ def linspace(start, end, steps, dtype=None, device=None, requires_grad=False, **
         return torch_kwargs(linspace, 'linspace', (start, end, steps, dtype, device, requires_grad), {}, torch_kw)
     check_device(device)
     return _new(np.linspace(start, end, int(steps)).astype(_dt(dtype).np), requires_grad, device)
+
+
+def logspace(start, end, steps, base=10.0, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
+    """``steps`` values ``base ** x`` for ``x`` evenly spaced from ``start`` to ``end`` (the default float dtype
+    unless ``dtype`` is given)."""
+    if torch_kw:       # out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(logspace, 'logspace', (start, end, steps, base, dtype, device, requires_grad), {}, torch_kw)
+    check_device(device)
+    return _new(np.logspace(start, end, int(steps), base=base).astype(_dt(dtype).np), requires_grad, device)
 
 
 def eye(n, m=None, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:

@@ -110,7 +110,7 @@ def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False, **torch_kw):
         close = close | (F.isnan(input) & F.isnan(other))
     if (atol == 0 and rtol == 0) or input.dtype is dt.bool_:
         return close
-    a, b = (input, other) if input.is_floating_point() else (input.to(dt.float32), other.to(dt.float32))
+    a, b = (input, other) if input.is_floating_point() else (input.to(dt.DEFAULT_FLOAT), other.to(dt.DEFAULT_FLOAT))
     err = F.abs(a - b)
     return close | (F.isfinite(err) & (err <= atol + F.abs(b * rtol)))
 

@@ -120,7 +120,7 @@ def _xlog(x, y, plus1):
     """The xlogy primitive (ir/ops/pointwise_math.py) on two tensors: a Python number beside a tensor becomes a
     tensor of the result's floating dtype (shared with xlog1py)."""
     d = _promoted(x, y)
-    d = d if d.is_floating_point else dt.float32
+    d = d if d.is_floating_point else dt.DEFAULT_FLOAT
     x = x if isinstance(x, Tensor) else full_like(y, x, dtype=d)
     y = y if isinstance(y, Tensor) else full_like(x, y, dtype=d)
     return bind(OPS["xlogy"], x, y, plus1=plus1)

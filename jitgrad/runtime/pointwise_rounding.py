@@ -134,7 +134,7 @@ def deg2rad(input, **torch_kw):
         return torch_kwargs(deg2rad, "deg2rad", (input,), {}, torch_kw)
     _need_tensor("deg2rad", input)
     if input.dtype is dt.bool_:
-        input = input.to(dt.float32)
+        input = input.to(dt.DEFAULT_FLOAT)
     return named(input * (math.pi / 180.0), "Deg2RadBackward0")
 
 
@@ -144,16 +144,16 @@ def rad2deg(input, **torch_kw):
         return torch_kwargs(rad2deg, "rad2deg", (input,), {}, torch_kw)
     _need_tensor("rad2deg", input)
     if input.dtype is dt.bool_:
-        input = input.to(dt.float32)
+        input = input.to(dt.DEFAULT_FLOAT)
     return named(input * (180.0 / math.pi), "Rad2DegBackward0")
 
 
 def exp2(input, **torch_kw):
-    """``2 ** input`` elementwise (integer tensors give float32)."""
+    """``2 ** input`` elementwise (integer tensors give the default float dtype)."""
     if torch_kw:
         return torch_kwargs(exp2, "exp2", (input,), {}, torch_kw)
     _need_tensor("exp2", input)
-    return named(2.0 ** (input if input.dtype is not dt.bool_ else input.to(dt.float32)), "Exp2Backward0")
+    return named(2.0 ** (input if input.dtype is not dt.bool_ else input.to(dt.DEFAULT_FLOAT)), "Exp2Backward0")
 
 
 def erfc(input, **torch_kw):
@@ -175,7 +175,7 @@ def logit(input, eps=None, **torch_kw):
     if torch_kw:
         return torch_kwargs(logit, "logit", (input, eps), {}, torch_kw)
     _need_tensor("logit", input)
-    x = input if input.is_floating_point() else input.to(dt.float32)
+    x = input if input.is_floating_point() else input.to(dt.DEFAULT_FLOAT)
     if eps is not None:
         x = F.clamp(x, eps, 1.0 - eps)
     return named(F.log(x / (1.0 - x)), "LogitBackward0")
@@ -186,7 +186,7 @@ def sinc(input, **torch_kw):
     if torch_kw:
         return torch_kwargs(sinc, "sinc", (input,), {}, torch_kw)
     _need_tensor("sinc", input)
-    x = input if input.is_floating_point() else input.to(dt.float32)
+    x = input if input.is_floating_point() else input.to(dt.DEFAULT_FLOAT)
     zero = x == 0
     px = x * math.pi
     safe = F.where(zero, 1.0, px)

@@ -15,6 +15,27 @@ PRECISION = 4
 THRESHOLD = 1000
 EDGEITEMS = 3
 LINEWIDTH = 80
+SCI_MODE = None         # None: chosen per tensor; True/False: forced (set_printoptions(sci_mode=...))
+_PROFILES = {"default": (4, 1000, 3, 80), "short": (2, 1000, 2, 80), "full": (4, math.inf, 3, 80)}
+
+
+def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None, profile=None, sci_mode=None):
+    """torch's print options for tensor reprs: ``precision`` (digits after the point, 4), ``threshold`` (elements
+    above which a tensor prints summarised, 1000), ``edgeitems`` (items kept at each edge when summarised, 3),
+    ``linewidth`` (80), ``profile`` (``"default"``, ``"short"``, ``"full"``: presets of the four) and
+    ``sci_mode`` (True/False force scientific or fixed notation; None, the default of every call, chooses)."""
+    global PRECISION, THRESHOLD, EDGEITEMS, LINEWIDTH, SCI_MODE
+    if profile in _PROFILES:       # another name changes nothing, as in torch
+        PRECISION, THRESHOLD, EDGEITEMS, LINEWIDTH = _PROFILES[profile]
+    if precision is not None:
+        PRECISION = precision
+    if threshold is not None:
+        THRESHOLD = threshold
+    if edgeitems is not None:
+        EDGEITEMS = edgeitems
+    if linewidth is not None:
+        LINEWIDTH = linewidth
+    SCI_MODE = sci_mode
 
 
 class _Formatter:
@@ -34,7 +55,7 @@ class _Formatter:
         absv = np.abs(vals)
         mn, mx = absv.min(), absv.max()
         self.int_mode = bool(np.all(vals == np.ceil(vals)))
-        self.sci_mode = bool(mx / mn > 1000.0 or mx > 1.0e8 or mn < 1.0e-4)
+        self.sci_mode = bool(mx / mn > 1000.0 or mx > 1.0e8 or mn < 1.0e-4) if SCI_MODE is None else SCI_MODE
         if self.sci_mode:
             self.max_width = max(len(f"{v:.{PRECISION}e}") for v in vals.tolist())
         elif self.int_mode:
@@ -69,7 +90,7 @@ def _summarized(a: np.ndarray) -> np.ndarray:
 
 def _vector_str(a, indent, summarize, fmt):
     element_length = fmt.max_width + 2
-    per_line = max(1, math.floor((LINEWIDTH - indent) / element_length))
+    per_line = max(1, math.floor((LINEWIDTH - indent) / element_length)) if LINEWIDTH != math.inf else len(a) + 1
     if summarize and a.shape[0] > 2 * EDGEITEMS:
         data = ([fmt.format(v) for v in a[:EDGEITEMS].tolist()] + [" ..."]
                 + [fmt.format(v) for v in a[-EDGEITEMS:].tolist()])
@@ -126,9 +147,9 @@ def tensor_repr(t, data=None, device=None) -> str:
     if a.size == 0:
         if a.ndim != 1:
             suffixes.append(f"size={tuple(a.shape)}")
-        if d is not dt.float32:
+        if d is not dt.DEFAULT_FLOAT:
             suffixes.append(f"dtype=jitgrad.{d.name}")
-    elif d not in (dt.float32, dt.int64, dt.bool_):
+    elif d not in (dt.DEFAULT_FLOAT, dt.int64, dt.bool_):
         suffixes.append(f"dtype=jitgrad.{d.name}")
     body = format_data(a, indent)
     if device is not None:
@@ -138,3 +159,6 @@ def tensor_repr(t, data=None, device=None) -> str:
     elif t._requires_grad:
         suffixes.append("requires_grad=True")
     return _add_suffixes(prefix + body, suffixes, indent)
+
+
+FUNCTION_ONLY = ["set_printoptions"]

@@ -33,7 +33,7 @@ def _need_tensor(name, x, what="input", pos=1):
 
 
 def _float(x):
-    return x if x.is_floating_point() else x.to(dt.float32)
+    return x if x.is_floating_point() else x.to(dt.DEFAULT_FLOAT)
 
 
 def lgamma(input, **torch_kw):

@@ -76,7 +76,9 @@ def _float_inputs(impl):
                 break
         else:
             return impl(*xs, **params)      # the common case: float inputs
-        ft = np.float64 if any(type(x) is np.ndarray and x.dtype == np.float64 for x in xs) else np.float32
+        floats = {x.dtype for x in xs if type(x) is np.ndarray and x.dtype.kind == "f"}
+        # a float64 input wins, then a float32 one; integers alone compute in the default dtype (set_default_dtype)
+        ft = np.float64 if np.float64 in floats else np.float32 if np.float32 in floats else dt.DEFAULT_FLOAT.np
         xs = tuple(x.astype(ft) if type(x) is np.ndarray and x.dtype.kind in "biu" else x for x in xs)
         return impl(*xs, **params)
     f.__name__ = getattr(impl, "__name__", "impl")

@@ -1,0 +1,46 @@
+"""Process-wide settings that both the eager runtime and codegen read (neither imports the other, both import ir).
+
+- ``num_threads`` (``torch.set_num_threads``): the intra-op thread count.  It sets OpenBLAS's thread count at once
+  (eager and compiled matmuls) and is the maximum ``codegen/threads.BlasPacer`` restores after contention; with 1,
+  graphs compiled from then on plan every loop serial (``codegen/layout.py``).  The worker pool of parallel
+  compiled kernels (``codegen/workpool.py``) keeps its size (``default_threads()``, Numba's rule: Numba's own
+  parallel kernels may run on the same pool and assume that size).  ``None``: not set.
+- ``num_interop_threads`` (``torch.set_num_interop_threads``): recorded and reported only; jitgrad runs no
+  inter-op thread pool.
+- ``matmul_precision`` (``torch.set_float32_matmul_precision``): recorded and reported only; float32 matmuls on
+  the CPU are computed in float32 whatever it says (as torch's CPU matmuls; TF32/bfloat16 passes are GPU things).
+"""
+from __future__ import annotations
+
+import os
+
+
+class _Settings:
+    __slots__ = ("num_threads", "num_interop_threads", "interop_set", "matmul_precision")
+
+    def __init__(self):
+        self.num_threads = None
+        self.num_interop_threads = None
+        self.interop_set = False
+        self.matmul_precision = "highest"
+
+
+STATE = _Settings()
+
+
+def default_threads() -> int:
+    """The thread count when none was set: ``NUMBA_NUM_THREADS``, else one per core this process may run on
+    (Numba's rule, so a pool Numba launches first has the same size)."""
+    env = os.environ.get("NUMBA_NUM_THREADS")
+    if env:
+        return max(1, int(env))
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:      # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def num_threads() -> int:
+    """The intra-op thread count in effect (``torch.get_num_threads``)."""
+    n = STATE.num_threads
+    return n if n is not None else default_threads()

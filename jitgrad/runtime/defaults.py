@@ -1,0 +1,169 @@
+"""Process-wide defaults with torch's names: ``set_default_dtype``/``get_default_dtype`` (and the deprecated
+``set_default_tensor_type``), ``set_num_threads``/``get_num_threads``, ``set_num_interop_threads``/
+``get_num_interop_threads``, ``set_float32_matmul_precision``/``get_float32_matmul_precision``,
+``use_deterministic_algorithms``/``are_deterministic_algorithms_enabled``.
+
+The default dtype (float32 or float64) is the dtype of Python floats: ``tensor(1.5)``, float factories (``zeros``,
+``rand``, ``arange(0., 1.)``, ``linspace``, ``eye``, ...; ``*_like`` keep their input's dtype), an integer tensor
+meeting a Python float (``int_tensor * 1.5``), true division of integers, integer inputs of float functions
+(``sqrt``), nn modules' parameters and optimiser step counters.  Inside ``@jg.compile`` values made while tracing
+follow the default at trace time, and the default dtype is part of a compiled function's key: changing it
+retraces (torch.compile guards it the same way).
+
+The thread and precision settings live in ``ir/settings.py`` (codegen reads them too); see there what they control.
+
+>>> import jitgrad as jg
+>>> jg.set_default_dtype(jg.float64)
+>>> jg.tensor([1.5]).dtype, (jg.tensor([1]) * 0.5).dtype
+(jitgrad.float64, jitgrad.float64)
+>>> jg.set_default_dtype(jg.float32)
+"""
+from __future__ import annotations
+
+import warnings
+
+from ..ir import dtypes as dt
+from ..ir import settings
+from ..ir.ops import Aval
+
+_ONLY_FLOAT = "only floating-point types are supported as the default type"
+
+
+def _check_default(d) -> dt.DType:
+    if not isinstance(d, dt.DType):
+        raise TypeError(f"invalid dtype object: {_ONLY_FLOAT}")
+    if not d.is_floating_point:
+        raise TypeError(_ONLY_FLOAT)
+    if d not in (dt.float32, dt.float64):
+        raise dt.UnsupportedError(f"jitgrad does not support {d.name} as the default dtype (it computes in float32 "
+                                  "and float64)")
+    return d
+
+
+def _apply(d: dt.DType) -> None:
+    from . import dispatch
+    if d is dt.DEFAULT_FLOAT:
+        return
+    dt.set_default_float(d)
+    dispatch._WEAK[float] = Aval((), d, True)     # a Python float's literal type inside traces
+    dispatch._RULES.clear()                       # cached eager rules promoted ints with floats to the old default
+
+
+def set_default_dtype(d, /) -> None:
+    """Make ``d`` (``float32`` or ``float64``) the default floating-point dtype (see the module docstring)."""
+    _apply(_check_default(d))
+
+
+def get_default_dtype() -> dt.DType:
+    """The default floating-point dtype (``float32`` unless :func:`set_default_dtype` changed it)."""
+    return dt.DEFAULT_FLOAT
+
+
+def set_default_tensor_type(t, /) -> None:
+    """Deprecated in torch: ``set_default_tensor_type(torch.DoubleTensor)`` or ``('torch.DoubleTensor')`` sets the
+    default dtype to that type's dtype (CPU types only)."""
+    warnings.warn("torch.set_default_tensor_type() is deprecated as of PyTorch 2.1, please use "
+                  "torch.set_default_dtype() and torch.set_default_device() as alternatives.", UserWarning,
+                  stacklevel=2)
+    if isinstance(t, str):
+        from . import legacy_types
+        name = t[len("torch."):] if t.startswith("torch.") else None
+        cls = getattr(legacy_types, name, None) if name else None
+        if cls is None or not isinstance(getattr(cls, "dtype", None), dt.DType):
+            raise TypeError(f"invalid type: '{t}'")
+        t = cls
+    d = getattr(t, "dtype", None)
+    if not isinstance(d, dt.DType) or not d.is_floating_point:
+        raise TypeError(_ONLY_FLOAT)
+    _apply(_check_default(d))
+
+
+def _positive_int(name, n) -> int:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise RuntimeError(f"{name} expects an int, but got {type(n).__name__}")
+    if n <= 0:
+        raise RuntimeError(f"{name} expects a positive integer")
+    return n
+
+
+def set_num_threads(int, /) -> None:     # noqa: A002  (torch's parameter name)
+    """Set the intra-op thread count: OpenBLAS's threads now (eager and compiled matmuls); 1 also keeps graphs
+    compiled afterwards serial.  The worker pool of parallel compiled kernels keeps its size (``ir/settings.py``
+    has the details)."""
+    n = _positive_int("set_num_threads", int)
+    settings.STATE.num_threads = n
+    from ..ir.ops import blas
+    ctl = blas.thread_control()
+    if ctl:
+        ctl[1](n)
+
+
+def get_num_threads() -> int:
+    """The intra-op thread count: the last :func:`set_num_threads`, else one per core this process may run on
+    (``NUMBA_NUM_THREADS`` when set)."""
+    return settings.num_threads()
+
+
+def set_num_interop_threads(int, /) -> None:     # noqa: A002
+    """Record the inter-op thread count (jitgrad has no inter-op pool; :func:`get_num_interop_threads` reports it).
+    Like torch, it can be set once per process."""
+    n = _positive_int("set_num_interop_threads", int)
+    if settings.STATE.interop_set:
+        raise RuntimeError("Error: cannot set number of interop threads after parallel work has started or "
+                           "set_num_interop_threads called")
+    settings.STATE.interop_set = True
+    settings.STATE.num_interop_threads = n
+
+
+def get_num_interop_threads() -> int:
+    """The inter-op thread count: the value set, else one per core (torch's default)."""
+    n = settings.STATE.num_interop_threads
+    return n if n is not None else settings.default_threads()
+
+
+_PRECISIONS = ("highest", "high", "medium")
+
+
+def set_float32_matmul_precision(precision: str) -> None:
+    """Record torch's float32 matmul precision (``'highest'``, ``'high'``, ``'medium'``).  It has no effect on
+    results: jitgrad's float32 matmuls run on the CPU in float32 (as torch's CPU matmuls do).  Another value warns
+    and changes nothing, as torch."""
+    if precision not in _PRECISIONS:
+        warnings.warn(f"{precision} is not one of 'highest', 'high', or 'medium'; the current"
+                      "setFloat32MatmulPrecision call has no effect.", UserWarning, stacklevel=2)
+        return
+    settings.STATE.matmul_precision = precision
+
+
+def get_float32_matmul_precision() -> str:
+    """The value of the last :func:`set_float32_matmul_precision` (``'highest'`` by default)."""
+    return settings.STATE.matmul_precision
+
+
+_DETERMINISTIC = {"mode": False, "warn_only": False}
+
+
+def use_deterministic_algorithms(mode, *, warn_only=False) -> None:
+    """Record torch's deterministic-algorithms flag.  jitgrad's CPU kernels are deterministic already for a given
+    thread count (parallel loops split work in fixed chunks, scatter-adds accumulate in order), so nothing
+    changes."""
+    if not isinstance(mode, bool):
+        raise TypeError(f"_set_deterministic_algorithms(): argument 'mode' (position 1) must be bool, not "
+                        f"{type(mode).__name__}")
+    _DETERMINISTIC["mode"], _DETERMINISTIC["warn_only"] = mode, bool(warn_only)
+
+
+def are_deterministic_algorithms_enabled() -> bool:
+    """The flag :func:`use_deterministic_algorithms` set (False by default)."""
+    return _DETERMINISTIC["mode"]
+
+
+def is_deterministic_algorithms_warn_only_enabled() -> bool:
+    """The ``warn_only`` flag :func:`use_deterministic_algorithms` set."""
+    return _DETERMINISTIC["warn_only"]
+
+
+FUNCTION_ONLY = ["use_deterministic_algorithms", "are_deterministic_algorithms_enabled",
+                 "is_deterministic_algorithms_warn_only_enabled", "set_default_dtype", "get_default_dtype", "set_default_tensor_type", "set_num_threads",
+                 "get_num_threads", "set_num_interop_threads", "get_num_interop_threads",
+                 "set_float32_matmul_precision", "get_float32_matmul_precision"]
