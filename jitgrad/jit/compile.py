@@ -528,7 +528,7 @@ def _torch_options(backend, mode, options):
     if mode is not None and options is not None:
         raise RuntimeError("Either mode or options can be specified, but both can't be specified at the same time.")
     if mode is not None and mode not in TORCH_MODES:
-        raise RuntimeError(f"Unrecognized mode={mode}, should be one of: {', '.join(TORCH_MODES[:-1])}")
+        raise RuntimeError(f"Unrecognized mode={mode}, should be one of: {', '.join(TORCH_MODES)}")
     if options is not None and not isinstance(options, dict):
         raise TypeError(f"options must be a dict, got {type(options).__name__}")
     return TORCH_BACKENDS.get(backend, backend)
