@@ -12,7 +12,7 @@ from ..runtime import factories
 from ..runtime import functions as F
 from ..runtime import grad_mode
 from ..jit.guards import outside_trace
-from .optimizer import Optimizer, _check_lr, _check_unsupported, _lerp_, _scalar, _zeros_like
+from .optimizer import Optimizer, _check_adam_args, _check_lr, _check_unsupported, _lerp_, _scalar, _zeros_like
 
 
 def _grad(p, group):
@@ -132,15 +132,7 @@ class Adamax(Optimizer):
 
     def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, foreach=None, *,
                  maximize=False, differentiable=False, capturable=False):
-        _check_lr(lr)
-        if not 0.0 <= eps:
-            raise ValueError(f"Invalid epsilon value: {eps}")
-        if not 0.0 <= betas[0] < 1.0:
-            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
-        if not 0.0 <= betas[1] < 1.0:
-            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
-        if not 0.0 <= weight_decay:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        _check_adam_args(lr, betas, eps, weight_decay)
         _check_unsupported(differentiable)
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=foreach,
                         maximize=maximize, differentiable=differentiable, capturable=capturable)

@@ -5,20 +5,7 @@ from ..ir import dtypes as dt
 from ..runtime import functions as F
 from ..runtime import grad_mode
 from . import multi_tensor
-from .optimizer import Optimizer, _check_unsupported, _scalar, _zeros_like
-
-
-def _check(lr, betas, eps, weight_decay):
-    if lr < 0.0:
-        raise ValueError(f"Invalid learning rate: {lr}")
-    if eps < 0.0:
-        raise ValueError(f"Invalid epsilon value: {eps}")
-    if not 0.0 <= betas[0] < 1.0:
-        raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
-    if not 0.0 <= betas[1] < 1.0:
-        raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
-    if weight_decay < 0.0:
-        raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+from .optimizer import Optimizer, _check_adam_args, _check_unsupported, _scalar, _zeros_like
 
 
 class Adam(Optimizer):
@@ -33,7 +20,7 @@ class Adam(Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, *,
                  foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
                  decoupled_weight_decay=False):
-        _check(lr, betas, eps, weight_decay)
+        _check_adam_args(lr, betas, eps, weight_decay)
         _check_unsupported(differentiable, fused=fused, foreach=foreach)
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
                         maximize=maximize, foreach=foreach, capturable=capturable, differentiable=differentiable,

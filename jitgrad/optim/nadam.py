@@ -9,19 +9,7 @@ from __future__ import annotations
 from ..ir import dtypes as dt
 from ..runtime import functions as F
 from ..runtime import grad_mode
-from .optimizer import Optimizer, _check_lr, _check_unsupported, _lerp_, _scalar, _zeros_like
-
-
-def _check_adam_like(lr, betas, eps, weight_decay):
-    _check_lr(lr)
-    if not 0.0 <= eps:
-        raise ValueError(f"Invalid epsilon value: {eps}")
-    if not 0.0 <= betas[0] < 1.0:
-        raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
-    if not 0.0 <= betas[1] < 1.0:
-        raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
-    if not 0.0 <= weight_decay:
-        raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+from .optimizer import Optimizer, _check_adam_args, _check_unsupported, _lerp_, _scalar, _zeros_like
 
 
 def _decay(p, g, group, lr):
@@ -46,7 +34,7 @@ class NAdam(Optimizer):
     def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, momentum_decay=4e-3,
                  decoupled_weight_decay=False, *, foreach=None, maximize=False, capturable=False,
                  differentiable=False):
-        _check_adam_like(lr, betas, eps, weight_decay)
+        _check_adam_args(lr, betas, eps, weight_decay)
         if not 0.0 <= momentum_decay:
             raise ValueError(f"Invalid momentum_decay value: {momentum_decay}")
         _check_unsupported(differentiable)
@@ -102,7 +90,7 @@ class RAdam(Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, decoupled_weight_decay=False,
                  *, foreach=None, maximize=False, capturable=False, differentiable=False):
-        _check_adam_like(lr, betas, eps, weight_decay)
+        _check_adam_args(lr, betas, eps, weight_decay)
         _check_unsupported(differentiable)
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, maximize=maximize,
                         foreach=foreach, capturable=capturable, decoupled_weight_decay=decoupled_weight_decay,

@@ -300,6 +300,19 @@ def _check_lr(lr):
         raise ValueError(f"Invalid learning rate: {lr}")
 
 
+def _check_adam_args(lr, betas, eps, weight_decay):
+    """The Adam family's argument checks (Adam, AdamW, Adamax, NAdam, RAdam), in torch's order and texts."""
+    _check_lr(lr)
+    if not 0.0 <= eps:
+        raise ValueError(f"Invalid epsilon value: {eps}")
+    if not 0.0 <= betas[0] < 1.0:
+        raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+    if not 0.0 <= betas[1] < 1.0:
+        raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+    if not 0.0 <= weight_decay:
+        raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+
+
 def _check_unsupported(differentiable, capturable=False, fused=None, foreach=None):
     if fused and foreach:       # torch's refusal (fused, differentiable: jitgrad refuses differentiable below anyway)
         raise RuntimeError("`fused` and `foreach` cannot be `True` together.")

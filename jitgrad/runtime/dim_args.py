@@ -34,14 +34,27 @@ def dim_arg(name, x, dim):
         raise IndexError(str(e)) from None
 
 
-def torch_dim(x, dim) -> int:
-    """``dim`` as an axis of ``x`` with torch's own IndexError text (no function name; a 0-d tensor takes -1 and
-    0, as torch's ``maybe_wrap_dim``)."""
-    nd = x.ndim
+def wrap_dim(dim, nd) -> int:
+    """``dim`` as an axis of ``nd`` dims with torch's own IndexError text (no function name; 0 dims take -1 and 0,
+    as torch's ``maybe_wrap_dim``)."""
     lo, hi = (-nd, nd - 1) if nd else (-1, 0)
     if not lo <= dim <= hi:
         raise IndexError(f"Dimension out of range (expected to be in range of [{lo}, {hi}], but got {dim})")
     return dim + nd if dim < 0 else dim
+
+
+def torch_dim(x, dim) -> int:
+    """``dim`` as an axis of ``x`` (:func:`wrap_dim` of ``x.ndim``)."""
+    return wrap_dim(dim, x.ndim)
+
+
+def diagonal_dims(dim1, dim2, nd):
+    """The two distinct axes of a diagonal's plane among ``nd`` dims (``diagonal``, ``diag_embed``), with torch's
+    errors."""
+    a, b = wrap_dim(dim1, nd), wrap_dim(dim2, nd)
+    if a == b:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    return a, b
 
 
 def fresh_result(result, input, name):

@@ -14,6 +14,7 @@ import numpy as np
 from ..ir import dtypes as dt
 from ..ir.ops import OPS
 from . import functions as F
+from .dim_args import wrap_dim
 from .dispatch import bind
 from .linalg_solve import _publish, _floating, _matrix, _square, _tensor, inv, svdvals
 from .tensor import Tensor
@@ -48,10 +49,7 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, **torc
     dim = tuple(dim)
     if len(dim) != 2:
         raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got {' '.join(map(str, dim))}")
-    d0, d1 = (d % A.ndim if -A.ndim <= d < A.ndim else d for d in dim)
-    if not (0 <= d0 < A.ndim and 0 <= d1 < A.ndim):
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-A.ndim}, {A.ndim - 1}], but got "
-                         f"{dim[0] if not 0 <= d0 < A.ndim else dim[1]})")
+    d0, d1 = wrap_dim(dim[0], A.ndim), wrap_dim(dim[1], A.ndim)
     if d0 == d1:
         raise RuntimeError(f"linalg.matrix_norm: dims must be different. Got ({dim[0]}, {dim[1]})")
     if dtype is not None:

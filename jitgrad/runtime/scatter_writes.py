@@ -22,6 +22,7 @@ import warnings
 import numpy as np
 
 from ..ir.ops import OPS as O
+from .dim_args import torch_dim
 from .dispatch import bind
 from .functions import _axis
 from .grad_names import named
@@ -79,10 +80,7 @@ def scatter(input, dim, index, src=None, value=None, *, reduce=None, _inplace=Fa
         warnings.warn(_REDUCE_DEPRECATED, UserWarning, stacklevel=5 if _inplace else 2)
     if not isinstance(input, Tensor):
         raise TypeError(f"scatter(): argument 'input' (position 1) must be Tensor, not {type(input).__name__}")
-    n = max(input.ndim, 1)
-    if not -n <= dim < n:
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
-    ax = dim % n
+    ax = torch_dim(input, dim)
     _check_scatter(input, ax, index, src)
     if reduce is not None and reduce not in ("add", "multiply"):
         raise RuntimeError("reduce argument must be either add or multiply.")

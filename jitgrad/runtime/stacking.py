@@ -12,7 +12,7 @@ import numpy as np
 
 from ..ir import dtypes as dt
 from ..ir.ops import OPS as O
-from .dim_args import dim_arg, torch_dim
+from .dim_args import diagonal_dims, dim_arg, torch_dim
 from .dispatch import bind
 from .grad_names import named
 from .shaping import cat, permute, reshape
@@ -87,13 +87,7 @@ def diag_embed(input, offset=0, dim1=-2, dim2=-1, **torch_kw):
     if torch_kw:
         return torch_kwargs(diag_embed, "diag_embed", (input, offset, dim1, dim2), {}, torch_kw)
     nd = input.ndim + 1
-    lo, hi = -nd, nd - 1
-    for d in (dim1, dim2):
-        if not lo <= d <= hi:
-            raise IndexError(f"Dimension out of range (expected to be in range of [{lo}, {hi}], but got {d})")
-    a, b = dim1 % nd, dim2 % nd
-    if a == b:
-        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    a, b = diagonal_dims(dim1, dim2, nd)
     x = input.reshape(1) if input.ndim == 0 else input
     n, off = x.shape[-1], int(offset)
     m = n + abs(off)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.ops import OPS as O
+from .dim_args import diagonal_dims
 from .dispatch import bind
 from .functions import where
 from .grad_names import named
@@ -75,13 +76,7 @@ def diagonal(input, offset=0, dim1=0, dim2=1, **torch_kw):
     nd = input.ndim
     if nd < 2:
         raise RuntimeError(f"diagonal(): input must have at least 2 dimensions, but got {nd}")
-    lo, hi = -nd, nd - 1
-    for d in (dim1, dim2):
-        if not lo <= d <= hi:
-            raise IndexError(f"Dimension out of range (expected to be in range of [{lo}, {hi}], but got {d})")
-    a, b = dim1 % nd, dim2 % nd
-    if a == b:
-        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    a, b = diagonal_dims(dim1, dim2, nd)
     return bind(O["diagonal"], input, offset=int(offset), dim1=a, dim2=b)
 
 
