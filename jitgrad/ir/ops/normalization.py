@@ -124,16 +124,9 @@ def _gelu_bwd_vjp(c, h):
     return dg, dx
 
 
-def _gelu_bwd_scalar(m, g, x):
-    half, one = m.lit(0.5), m.lit(1.0)
-    cdf = f"({half} * ({one} + {m.erf(f'{x} * {m.lit(_SQRT_HALF)}')}))"
-    pdf = f"({m.exp(f'{x} * {x} * {m.lit(-0.5)}')} * {m.lit(_INV_SQRT_2PI)})"
-    return f"({g} * ({cdf} + {x} * {pdf}))"
-
-
-register(OpDef("gelu_backward", "elementwise", _gelu_bwd_rule, _gelu_bwd_impl, _gelu_bwd_vjp,
-               scalar=_gelu_bwd_scalar, saves_in=(0, 1), grad_name="GeluBackwardBackward0",
-               decompose=_gelu_bwd_decompose,
+# no scalar body: a trace or a device binds the decomposition, so codegen never meets the op
+register(OpDef("gelu_backward", "elementwise", _gelu_bwd_rule, _gelu_bwd_impl, _gelu_bwd_vjp, saves_in=(0, 1),
+               grad_name="GeluBackwardBackward0", decompose=_gelu_bwd_decompose,
                doc="exact GELU's vjp in eager mode, g * (Phi(x) + x phi(x)): one op in cache-sized blocks instead "
                    "of eleven"))
 
