@@ -86,16 +86,16 @@ def _install_extras(ns):
     from .runtime import pointwise_binary, searching, storage, conversions, foreach, eigen, rearranging, einsum, \
         pointwise_composites, products, order_statistics, stacking, index_writes, uniques, matrix_forms, statistics, \
         pointwise_rounding, pointwise_pairs, pointwise_integer, special_functions, trig_functions, scatter_writes, \
-        tensor_queries, tensor_aliases, defaults, division, type_info, printing
+        tensor_queries, tensor_aliases, defaults, division, type_info, printing, linalg_solve, linalg_norms
     for m in (storage, conversions, foreach, eigen, tensor_queries):
         m.install(ns)
     # the rest declare their names: METHODS are functions and Tensor methods, FUNCTION_ONLY functions (torch's
     # Tensor has no such method), INPLACE Tensor methods (``x.lerp_``), TENSOR_ONLY Tensor methods torch has no
-    # function for (``x.unfold``)
+    # function for (``x.unfold``), TORCH_LEVEL {torch name: function} for both (``torch.det`` / ``x.det``)
     for m in (pointwise_binary, searching, rearranging, einsum, pointwise_composites, products, order_statistics,
               stacking, index_writes, uniques, matrix_forms, statistics, pointwise_rounding, pointwise_pairs,
               pointwise_integer, special_functions, trig_functions, scatter_writes,
-              tensor_aliases, defaults, division, type_info, printing):
+              tensor_aliases, defaults, division, type_info, printing, linalg_solve, linalg_norms):
         for n in getattr(m, "METHODS", []) + getattr(m, "FUNCTION_ONLY", []):
             ns[n] = getattr(m, n)
         for n in getattr(m, "METHODS", []):
@@ -104,11 +104,10 @@ def _install_extras(ns):
             setattr(Tensor, n, f)
         for n in getattr(m, "TENSOR_ONLY", []):
             setattr(Tensor, n, getattr(m, n))
+        for n, f in getattr(m, "TORCH_LEVEL", {}).items():
+            ns[n] = f
+            setattr(Tensor, n, f)
     tensor_aliases.install_properties()
-    from .runtime import linalg_solve, linalg_norms
-    for n, f in {**linalg_solve.TORCH_LEVEL, "matrix_exp": linalg_norms.matrix_exp}.items():
-        ns[n] = f       # torch.det, torch.svd ... and Tensor.det, Tensor.svd ...
-        setattr(Tensor, n, f)
 
 
 _install_extras(globals())

@@ -188,5 +188,8 @@ def matrix_exp(A, **torch_kw):
 _publish(["vector_norm", "matrix_norm", "norm", "cond", "matrix_rank", "multi_dot", "cross", "diagonal", "vecdot",
           "matrix_exp"], globals(), "linalg.")
 
+# torch.<name> and Tensor.<name> (published by jitgrad/__init__ with the other modules' TORCH_LEVEL)
+TORCH_LEVEL = {"matrix_exp": matrix_exp}
+
 __all__ = ["vector_norm", "matrix_norm", "norm", "cond", "matrix_rank", "multi_dot", "cross", "diagonal", "vecdot",
            "matrix_exp"]

@@ -426,6 +426,7 @@ for _n, _t in (("torch_slogdet", "slogdet"), ("torch_cholesky", "cholesky"), ("t
     globals()[_n] = with_torch_kw(globals()[_n], _t)
 
 # the names jitgrad publishes at the top level (and as Tensor methods): torch.det, Tensor.det ...
+# torch.<name> and Tensor.<name> (published by jitgrad/__init__.py)
 TORCH_LEVEL = {"det": det, "logdet": logdet, "slogdet": torch_slogdet, "inverse": inverse, "pinverse": pinverse,
                "cholesky": torch_cholesky, "cholesky_solve": cholesky_solve, "cholesky_inverse": cholesky_inverse,
                "qr": torch_qr, "svd": torch_svd, "matrix_power": matrix_power}
