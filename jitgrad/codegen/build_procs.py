@@ -94,6 +94,11 @@ def _read_job(kind, key, path):
     from .build import ENTRY_EXTRA, _kernel_extra
     with open(path, encoding="utf-8") as f:
         src = f.read()
+    from .ir_loops import HEADER
+    if kind == "kernel" and src.startswith(HEADER):     # LLVM IR rendered for this key (ir_loops.compile_text)
+        if not src.startswith(f"{HEADER}{key}\n"):
+            raise SystemExit(f"jitgrad build: {path} does not match its key; not compiled")
+        return src
     extra = _kernel_extra() if kind == "kernel" else ENTRY_EXTRA
     if cache.cache_key(src, extra=extra) != key:
         raise SystemExit(f"jitgrad build: {path} does not match its key; not compiled")
