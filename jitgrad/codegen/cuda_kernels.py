@@ -22,7 +22,7 @@ import hashlib
 import numpy as np
 
 from ..ir import dtypes as dt
-from ..ir.graph import Lit, Var
+from ..ir.graph import Var
 from .cuda_philox import CONSTS as philox_consts, draw as philox_draw
 from . import kernel_ir as ki
 from .loops import INDEXED_OPS, _compute_dtype, literal, scalar_expr, value_ref

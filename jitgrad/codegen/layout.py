@@ -21,8 +21,9 @@ from ..ir.passes.fuse import OP_BYTES, PLAIN_OP_BYTES, Group
 from ..ir.passes.row_chains import RowGroup
 from .batched_gemm import BatchedGemmSteps
 from .gemm_steps import GemmSteps
+from .index_loops import gen_gather, gen_scatter
 from .region_steps import RegionSteps
-from .loops import BCAST, CONTIG, PARALLEL_MIN, STRIDED, gen_check, gen_copy, gen_gather, gen_group, gen_scatter
+from .loops import BCAST, CONTIG, PARALLEL_MIN, STRIDED, gen_check, gen_copy, gen_group
 from .lowering import lower_plan
 from .places import Place, Places, Root, bcast_strides, c_strides, coalesce
 from .rowwise_loops import gen_rows

@@ -34,8 +34,6 @@ anywhere, so NaN, inf and -0.0 are handled exactly as written.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from . import kernel_ir as ki

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from . import kernel_ir as ki
 from .math_table import MATH
 

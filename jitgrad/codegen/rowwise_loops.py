@@ -19,7 +19,6 @@ the row's offset.
 """
 from __future__ import annotations
 
-from ..ir import dtypes as dt
 from . import kernel_ir as ki
 from .kernel_ir import I64, cast, const, read
 from .loops import (BCAST, Kernel, _compute_dtype, _load, _store, _stored, _T, group_nest, load_at, reduce_init,
