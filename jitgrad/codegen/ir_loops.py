@@ -222,10 +222,9 @@ class _Renderer:
             def combine(t, rec):
                 for j, r in enumerate(reductions):
                     slot = b.bitcast(b.gep(rec, [ir.Constant(i64, 2 + j)]), lltype(r.t).as_pointer())
-                    cur = ki.read(r)
-                    part = ki.Val("partial", (), r.t, b.load(slot))
-                    total = cur + part
-                    self.b.store(self.value(ki.cast(total, r.t), {}), self.slot(r))
+                    cur, part = b.load(self.slot(r)), b.load(slot)
+                    total = b.fadd(cur, part, flags=ki.KERNEL_FASTMATH) if r.t in ki.FLOATS else b.add(cur, part)
+                    b.store(total, self.slot(r))
             each_task(combine)
 
     # ---- statements ---------------------------------------------------------------------------------------
@@ -323,8 +322,6 @@ class _Renderer:
             if x.attr.name == "A":
                 return self.arg_block
             return b.load(self.slot(x.attr))
-        if op == "partial":
-            return x.attr
         if op == "math":
             return self.value(self._expand(x), memo)
         args = [self.value(a, memo) for a in x.args]

@@ -192,7 +192,7 @@ class Interpreter:
             got = self._expanded.get((name, prec, tuple(a.t for a in x.args)))
             if got is None:
                 from . import mathlib
-                params = [ki.Val("param", (), a.t, k) for k, a in enumerate(x.args)]
+                params = [ki.param(a.t, k) for k, a in enumerate(x.args)]
                 got = (params, ki.cast(mathlib.expand(name, prec, params), x.t))
                 self._expanded[(name, prec, tuple(a.t for a in x.args))] = got
             return self.value(got[1], {"params": args})

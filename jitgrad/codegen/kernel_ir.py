@@ -321,6 +321,12 @@ def math_call(name, precision, args, t, dtype=None) -> Val:
     return Val("math", [val(a) for a in args], t, (name, precision, dtype))
 
 
+def param(t, k) -> Val:
+    """A placeholder of type ``t``: argument ``k`` of a function built once and evaluated with values bound
+    (the interpreter's expansions of math calls), or a value nobody evaluates (probing a scalar body)."""
+    return Val("param", (), t, k)
+
+
 def load(ptr, idx, alias=None) -> Val:
     """``ptr[idx]``; ``alias``: ``(class, classes)`` of a scoped access (``alias_scopes.py``), or None."""
     ptr = val(ptr)
@@ -583,5 +589,5 @@ def statement_values(stmts):
 
 
 __all__ = ["KernelIR", "Builder", "Val", "Var", "Ptr", "const", "cast", "bitcast", "select", "not_", "and_", "or_",
-           "truth", "intrinsic", "libm", "lookup", "math_call", "load", "read", "fastmath", "format_kernel",
+           "truth", "intrinsic", "libm", "lookup", "math_call", "param", "load", "read", "fastmath", "format_kernel",
            "promote", "F32", "F64", "I64", "I32", "U8", "U64", "BOOL", "KERNEL_FASTMATH", "MATHLIB_FASTMATH"]

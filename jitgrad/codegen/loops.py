@@ -291,7 +291,7 @@ def raises_in_loop(e) -> bool:
             and not e.outs[0].aval.dtype.is_floating_point and e.outs[0].aval.dtype is not dt.bool_:
         d = e.outs[0].aval.dtype
         m = MathCalls(d.name)
-        e.op.scalar(m, *[ki.Val("param", (), _T(d), k) for k in range(len(e.ins))], **e.params)
+        e.op.scalar(m, *[ki.param(_T(d), k) for k in range(len(e.ins))], **e.params)
         return bool(m.guards)
     return False
 
