@@ -54,7 +54,7 @@ class Exprs:
         for name, s in self.consts.items():
             if s == src:
                 return name
-        name = f"_c{len(self.consts)}"
+        name = f"c{len(self.consts)}"
         self.consts[name] = src
         return name
 
