@@ -18,7 +18,7 @@ from ..nn.layers import _BatchNorm
 from ..nn.module import Module
 from ..runtime import factories, grad_mode
 from ..runtime.tensor import Tensor
-from .lr_scheduler import LRScheduler, _format_param
+from .scheduler_base import LRScheduler, _format_param
 from .optimizer import _lerp_
 
 
