@@ -205,7 +205,7 @@ class GraphCode:
         self.loaded_keys, self.compiled_keys = set(), set()    # linked from object code / compiled here
         # code another graph of this process built already counts as loaded (compiled before this build), so a
         # graph's stats always add up to its kernels and entry
-        self.loaded_keys.update(k for k in self._keys() if k in _ADDRESSES)
+        self.loaded_keys |= {k for k in self._keys() if k in _ADDRESSES}
         self.elsewhere = set()                # keys our build processes compiled (then linked here)
         self.how = None                       # "process" | "graph file" | "assembled" | "built"
         self.spawned = False                  # its build processes have started (they finish even if we exit)
@@ -274,7 +274,7 @@ class GraphCode:
         return len(self.compiled_keys | (self.elsewhere & self.loaded_keys))
 
     def _count_loaded(self, todo):
-        self.loaded_keys.update(todo)
+        self.loaded_keys |= set(todo)
         for key in todo:
             COUNTS["kernels_loaded" if self._kind(key) == "kernel" else "drivers_loaded"] += 1
 
@@ -356,7 +356,7 @@ class GraphCode:
                 parts = min(cores, len(todo))
                 shares = _split(todo, parts) if parts else []
                 procs = [_spawn(s, self if i == 0 else None) for i, s in enumerate(shares)]
-                self.elsewhere.update(j[1] for j in todo)
+                self.elsewhere |= {j[1] for j in todo}
                 self.spawned = True
             else:
                 procs = self._build_here(todo, cores)
@@ -414,7 +414,7 @@ class GraphCode:
                         rest.append((job[0], job[1], str(path)))
                 shares = _split(rest, helpers) if rest else []
                 procs = [_spawn(share) for share in shares]
-                self.elsewhere.update(j[1] for share in shares for j in share)
+                self.elsewhere |= {j[1] for share in shares for j in share}
                 self.spawned = bool(shares)
             for job in mine:
                 start(job[1])
