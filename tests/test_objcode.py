@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import jitgrad as jg
-from jitgrad.codegen import build, build_procs, cache, numba_build, objstore
+from jitgrad.codegen import build_procs, cache, numba_build, objstore
 
 REPO = Path(__file__).resolve().parents[1]
 

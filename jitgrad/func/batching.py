@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import dtypes as dt
 from ..ir.graph import Lit
-from ..ir.ops import OPS, Aval
+from ..ir.ops import OPS
 from ..ir.ops.opdef import result_dtype
 from ..runtime.dispatch import bind
 from ..runtime.tensor import Tensor
