@@ -25,7 +25,7 @@ from ..parameter import Parameter, _empty
 
 
 class _NormBase(Module):
-    """What BatchNorm1d and the InstanceNorms (instance_norm.py) share, as torch's ``_NormBase``: the
+    """What BatchNorm1d and the InstanceNorms (instancenorm.py) share, as torch's ``_NormBase``: the
     ``weight``/``bias`` parameters (ones/zeros; with ``affine``), the ``running_mean``/``running_var``/
     ``num_batches_tracked`` buffers (with ``track_running_stats``), their resets and the repr."""
 

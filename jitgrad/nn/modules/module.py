@@ -123,7 +123,7 @@ class Module:
 
     def register_full_backward_hook(self, hook, prepend=False):
         """``hook(module, grad_input, grad_output) -> None or new grad_input`` runs when the gradients of the
-        module's inputs are computed (see nn/backward_hooks.py); returns a handle."""
+        module's inputs are computed (see nn/modules/backward_hooks.py); returns a handle."""
         if "_backward_hooks" not in self.__dict__:
             object.__setattr__(self, "_backward_hooks", {})
         return _HookHandle(self._backward_hooks, hook, prepend)
