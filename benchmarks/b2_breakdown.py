@@ -73,7 +73,7 @@ def kernel_alone(kernel, n, reps):
 
 out = {"load": os.getloadavg()[0], "threads": int(os.environ.get("NUMBA_NUM_THREADS", "0"))}
 if what == "counts":
-    from jitgrad.codegen import output_pool
+    from jitgrad.codegen.program import output_pool
     f, args, cg, good = compiled(1 << 18)
     (k,) = cg.kernels
     ns = {"CACHE_ENABLED": False}

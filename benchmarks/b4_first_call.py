@@ -68,7 +68,7 @@ def child(which):
     loss = probe(r)["loss"]
     if which in ("interpret", "numba"):
         try:
-            from jitgrad.codegen import cache
+            from jitgrad.codegen.native import cache
             info["jitgrad_cache"] = cache.stats.as_dict()
         except Exception:  # noqa: BLE001
             pass

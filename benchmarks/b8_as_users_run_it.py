@@ -97,7 +97,7 @@ def _steady(step, args, n, budget=3.0):
 
 
 def child(which):
-    from jitgrad.codegen import build
+    from jitgrad.codegen.native import build
     out = {}
     if which in ("b1-cold", "b1-warm", "b1-once"):
         make, x, y = _mlp_step(256, 784, 512, 10, background=None if which == "b1-once" else False)
@@ -186,7 +186,7 @@ def _count_builders(root):
                     cmd = fh.read()
             except OSError:
                 continue
-            if b"jitgrad.codegen.build" in cmd and root.encode() in cmd:
+            if b"jitgrad.codegen.native.build" in cmd and root.encode() in cmd:
                 n += 1
     return n
 

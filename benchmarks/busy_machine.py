@@ -55,7 +55,7 @@ ts = []
 for _ in range(steps):
     t0 = time.perf_counter(); run(); ts.append(time.perf_counter() - t0)
 ts = np.array(ts) * 1e3
-from jitgrad.codegen import threads
+from jitgrad.codegen.native import threads
 print("RESULT " + json.dumps({"median_ms": float(np.median(ts)), "p90_ms": float(np.percentile(ts, 90)),
                               "min_ms": float(ts.min()), "ok": ok, "layer": threads.layer(),
                               "threads": int(os.environ.get("NUMBA_NUM_THREADS") or len(os.sched_getaffinity(0)))}))

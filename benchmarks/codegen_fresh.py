@@ -80,7 +80,7 @@ report(mode="chain", compiled_ms=med(lambda: f(x), 30), eager_ms=med(lambda: cha
 
 _COMPILE = _COMMON + r'''
 import jitgrad as jg
-from jitgrad.codegen import build
+from jitgrad.codegen.native import build
 from elementwise_chains import tanh_scale_reference, tanh_scale_step
 n = int(sys.argv[1])
 x = jg.tensor(np.linspace(-1, 1, 1000, dtype=np.float32), requires_grad=True)

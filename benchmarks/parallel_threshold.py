@@ -1,5 +1,5 @@
 """When a kernel should run on the worker pool: serial vs parallel (forced) vs the default choice for mid-size
-elementwise kernels (``codegen/layout.py``: PARALLEL_GRAIN, PARALLEL_WORK), one fresh process, min and median of
+elementwise kernels (``codegen/program/layout.py``: PARALLEL_GRAIN, PARALLEL_WORK), one fresh process, min and median of
 300 calls, values checked against eager.
 
     JITGRAD_BACKGROUND_COMPILE=0 python benchmarks/parallel_threshold.py

@@ -13,7 +13,7 @@ import warnings as _warnings
 # OpenBLAS's idle workers spin for 2^28 cycles (~0.1 s) after each call before they sleep: on a busy machine
 # they take cores from Numba's workers and from other processes.  2^20 cycles (~0.4 ms) keeps them awake between
 # the GEMMs of one step (sleeping at once, 4, cost every small GEMM ~15-20 us of wake-up: B3 +35%) and asleep
-# between steps; read when OpenBLAS loads (on jitgrad's first matmul).  See codegen/threads.py.
+# between steps; read when OpenBLAS loads (on jitgrad's first matmul).  See codegen/native/threads.py.
 _os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "20")
 
 # torch gives inf/nan silently for log(0), 0/0, ...; NumPy's floating-point warnings from our own kernels would

@@ -44,5 +44,5 @@ def mode(request):
     interpreter, "numba" the generated kernels): pair it with ``compiled.maybe_compile(fn, mode)``
     (tests/compiled.py) so compiled code is tested on everything eager code is."""
     if request.param == "numba":
-        request.applymarker(pytest.mark.filterwarnings("error::jitgrad.codegen.cpu.CodegenWarning"))
+        request.applymarker(pytest.mark.filterwarnings("error::jitgrad.codegen.program.cpu.CodegenWarning"))
     return request.param

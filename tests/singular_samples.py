@@ -24,7 +24,7 @@ import numpy as np
 
 inf, nan = math.inf, math.nan
 
-# the generated kernels' fastmath flags (codegen/loops.py FASTMATH: reassoc, arcp, nsz, afn, contract) let LLVM
+# the generated kernels' fastmath flags (codegen/kernels/loops.py FASTMATH: reassoc, arcp, nsz, afn, contract) let LLVM
 # rewrite t + (-t) to 0 and (a / b) / b to a * (1 / b) * (1 / b): the reference interpreter keeps torch's inf - inf =
 # nan and its overflow points, the Numba backend does not
 _BESSEL_TRACED = ("compiled code differentiates bessel_i's decomposition (ir/ops/trig_bessel.py), not torch's "

@@ -35,7 +35,7 @@ def test_stats_of_a_synchronous_build_add_up(fresh_cache):
             W.sub_(0.4375 * W.grad)
             W.grad = None
         return loss.detach()
-    from jitgrad.codegen import build
+    from jitgrad.codegen.native import build
     from_disk = build.COUNTS["kernels_loaded"] + build.COUNTS["drivers_loaded"]
     x = jg.ones(4, 3)
     for _ in range(3):

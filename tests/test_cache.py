@@ -1,4 +1,4 @@
-"""jitgrad.codegen.cache: the cache directory, keys, and the job sources build processes read."""
+"""jitgrad.codegen.native.cache: the cache directory, keys, and the job sources build processes read."""
 import ast
 import json
 import os
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jitgrad.codegen import cache
+from jitgrad.codegen.native import cache
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,7 +39,7 @@ def _isolated_cache(tmp_path, monkeypatch):
     entries (NUMBA_CACHE_DIR would move Numba's files elsewhere).  A background build an earlier test of this
     worker left running finishes first: it counts into the same process-wide stats and warns through the same
     warnings machinery the tests read."""
-    from jitgrad.codegen import build
+    from jitgrad.codegen.native import build
     assert build.wait_background(300)
     monkeypatch.setenv("JITGRAD_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
@@ -137,7 +137,7 @@ def test_background_build_writes_where_the_cache_was_when_it_was_queued(tmp_path
     # a build still running on the background thread must not follow a later change of $JITGRAD_CACHE_DIR
     # (in a test run: into the next test's directory, which it created or wrote before that test could judge it)
     import threading
-    from jitgrad.codegen import build
+    from jitgrad.codegen.native import build
     first, later = tmp_path / "first", tmp_path / "later"
     go, seen = threading.Event(), []
 
@@ -351,7 +351,7 @@ def test_codegen_layering():
 
 CHILD = textwrap.dedent('''\
     import json, sys, time, warnings
-    from jitgrad.codegen import cache
+    from jitgrad.codegen.native import cache
     src = open(sys.argv[1]).read()
     start = float(sys.argv[2])
     key = cache.cache_key(src)

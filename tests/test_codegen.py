@@ -9,10 +9,10 @@ import pytest
 
 import jitgrad as jg
 import jitgrad.nn.functional as F
-from jitgrad.codegen.cpu import CompiledGraph, FASTMATH
+from jitgrad.codegen.program.cpu import CompiledGraph, FASTMATH
 from jitgrad.ir.passes import fusion_plan
 
-pytestmark = pytest.mark.filterwarnings("error::jitgrad.codegen.cpu.CodegenWarning")
+pytestmark = pytest.mark.filterwarnings("error::jitgrad.codegen.program.cpu.CodegenWarning")
 
 
 @pytest.fixture(autouse=True)
@@ -71,8 +71,8 @@ def test_float32_stays_float32():
     assert cg.nopython and cg.run is not None   # one C entry over raw buffers: it holds no typed values at all
     # each kernel, typed on its own, keeps float32 all the way through (no float64 temporaries)
     import numba
-    from jitgrad.codegen import build
-    from jitgrad.codegen.abi import KERNEL_SIGNATURE
+    from jitgrad.codegen.native import build
+    from jitgrad.codegen.kernels.abi import KERNEL_SIGNATURE
     for k in cg.kernels:
         fresh = numba.njit(build.kernel_module(k).kernel._pyfunc)
         fresh.compile(KERNEL_SIGNATURE.args)
@@ -194,7 +194,7 @@ def jax_tree(x):
 
 
 def test_parallel_loop_above_threshold_serial_below():
-    from jitgrad.codegen import cpu
+    from jitgrad.codegen.program import cpu
     big = _b2_inputs(n=cpu.PARALLEL_MIN)
     small = _b2_inputs(n=64)
     fb, fs = jg.compile(b2, backend="numba"), jg.compile(b2, backend="numba")
@@ -214,7 +214,7 @@ def test_parallel_loop_above_threshold_serial_below():
 
 
 def test_codegen_failure_falls_back_with_a_warning(monkeypatch):
-    from jitgrad.codegen import cpu
+    from jitgrad.codegen.program import cpu
 
     def broken(self, *a):
         raise RuntimeError("simulated Numba failure")

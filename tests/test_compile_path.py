@@ -6,7 +6,9 @@ from __future__ import annotations
 import ast
 import pathlib
 
-from jitgrad.codegen import cpu, cuda, lowering
+from jitgrad.codegen.program import cpu
+from jitgrad.codegen.gpu import cuda
+from jitgrad.codegen import lowering
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "jitgrad"
 # the packages whose circles this path's work removed; runtime/ and nn/ are measured elsewhere

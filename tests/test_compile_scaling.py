@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 import jitgrad as jg
-from jitgrad.codegen.cpu import lay_out
+from jitgrad.codegen.program.cpu import lay_out
 from jitgrad.ir.passes import fusion_plan
 from jitgrad.ir.passes.fuse import MAX_GROUP_EQNS
 

@@ -9,7 +9,7 @@ import pytest
 import jitgrad as jg
 
 pytestmark = [pytest.mark.filterwarnings("ignore:Anomaly Detection has been enabled"),
-              pytest.mark.filterwarnings("error::jitgrad.codegen.cpu.CodegenWarning")]
+              pytest.mark.filterwarnings("error::jitgrad.codegen.program.cpu.CodegenWarning")]
 HERE = os.path.basename(__file__)
 
 

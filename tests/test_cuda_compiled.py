@@ -8,7 +8,7 @@ transpose, expand, reshape, unsqueeze, flip), matmul, gathers, cat and setitem, 
 compiled function, in-place updates of captured state (SGD, momentum) and outputs returned twice or as views.
 Each compiled version is called twice, so state written back by call 1 is read by call 2.  These are the paths
 of ``codegen/places.py`` (views, workspace slot reuse, state updated in place, outputs, write-backs) as
-``codegen/cuda.py`` takes them, with CUDA's plan (no row-wise kernels) and split reductions.
+``codegen/gpu/cuda.py`` takes them, with CUDA's plan (no row-wise kernels) and split reductions.
 
 The simulator runs each CUDA thread as a Python thread, so CI runs six fixed programs that between them use
 every op and output (about 25 s); to explore,

@@ -268,7 +268,7 @@ def test_interop_threads_once_per_process():
 
 
 def test_set_num_threads_one_keeps_compiled_loops_serial():
-    from jitgrad.codegen.layout import PARALLEL_MIN, Program
+    from jitgrad.codegen.program.layout import PARALLEL_MIN, Program
     from jitgrad.ir import settings
     plan = Program.__new__(Program)
     n0 = settings.STATE.num_threads

@@ -6,8 +6,8 @@ broadcast back (softmax, log_softmax, layer_norm, standardise by mean/std, var, 
 and scaled softmax), reductions over the other axes broadcast back, reads of a captured parameter and of a
 momentum buffer; then optionally ``.backward()`` inside with the grads returned, in-place updates of the
 captured state (SGD on the parameter, ``buf.mul_(0.9).add_(h)``) and outputs returned twice or as views.  These
-are the paths of ``ir/passes/row_chains.py``, ``codegen/rowwise_loops.py``, ``codegen/places.py`` (views,
-in-place state, slot reuse) and the parallel kernels of ``codegen/ir_loops.py``; ``parallel=True`` runs the
+are the paths of ``ir/passes/row_chains.py``, ``codegen/kernels/rowwise_loops.py``, ``codegen/places.py`` (views,
+in-place state, slot reuse) and the parallel kernels of ``codegen/kernels/ir_loops.py``; ``parallel=True`` runs the
 chunked ``prange`` loops at sizes CI can afford.  Inputs are transposed, strided or expanded views sometimes.
 CI runs a few derandomized examples over small shapes; to explore, ``HYPOTHESIS_PROFILE=dev FUZZ_EXAMPLES=300``,
 and ``FUZZ_BIG=1`` (or ``only``) for the shapes that cross the real thresholds (PARALLEL_MIN, COLUMN_MAX).
@@ -220,14 +220,14 @@ def _second(shape):
     return (shape[0] + 3,) + tuple(shape[1:]) if shape[0] < 64 else (shape[0] // 2 + 1,) + tuple(shape[1:])
 
 
-@pytest.mark.filterwarnings("error::jitgrad.codegen.cpu.CodegenWarning")
+@pytest.mark.filterwarnings("error::jitgrad.codegen.program.cpu.CodegenWarning")
 @settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 25)))
 @given(programs())
 def test_random_row_programs_numba_interpret_eager_torch(prog):
     check(prog, [prog["shape"], _second(prog["shape"])])
 
 
-@pytest.mark.filterwarnings("error::jitgrad.codegen.cpu.CodegenWarning")
+@pytest.mark.filterwarnings("error::jitgrad.codegen.program.cpu.CodegenWarning")
 @pytest.mark.parametrize("ops,dtype", [
     # amax's backward compared a recomputed input with the max: NaN rows (fuse.exact_value)
     (["layer_norm_w", "amax_div"], "float32"),

@@ -1,8 +1,8 @@
-"""Kernels rendered from their IR to LLVM IR (codegen/ir_loops.py), without Numba (issue 17, item 2; issue 27).
+"""Kernels rendered from their IR to LLVM IR (codegen/kernels/ir_loops.py), without Numba (issue 17, item 2; issue 27).
 
 Counted and compared, never timed: the LLVM renderer's results are bit-identical to Numba's build of the same
-kernel's rendered text (codegen/numba_render.py; every mathlib function it expands, over normal, huge, tiny and
-special inputs) and agree with the reference interpreter (codegen/kernel_interp.py) to rounding; a cold build of
+kernel's rendered text (codegen/kernels/numba_render.py; every mathlib function it expands, over normal, huge, tiny and
+special inputs) and agree with the reference interpreter (codegen/kernels/kernel_interp.py) to rounding; a cold build of
 an MLP step imports no Numba at all, its loops vectorise as Numba's do, and a kernel the renderer does not lower
 goes to Numba.
 """
@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 import jitgrad as jg
-from jitgrad.codegen import build, cache, ir_loops, kernel_interp, kernel_ir as ki, loops, objload
-from jitgrad.codegen.math_table import MathCalls
+from jitgrad.codegen.native import build, cache, objload
+from jitgrad.codegen.kernels import ir_loops, kernel_interp, kernel_ir as ki, loops
+from jitgrad.codegen.kernels.math_table import MathCalls
 
 REPO = Path(__file__).resolve().parents[1]
 _CALL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -84,7 +85,7 @@ def _inputs(dtype, n=4000, seed=0):
 
 
 def _mathlib_cases():
-    from jitgrad.codegen import mathlib
+    from jitgrad.codegen.kernels import mathlib
     cases = []
     for name in mathlib.NAMES:
         for dtype, s in (("float32", "f32"), ("float64", "f64")):
@@ -190,7 +191,7 @@ import json, sys
 import numpy as np
 import jitgrad as jg
 import jitgrad.nn.functional as F
-from jitgrad.codegen import build, ir_loops
+from jitgrad.codegen.native import build; from jitgrad.codegen.kernels import ir_loops
 rng = np.random.default_rng(0)
 ws = [rng.standard_normal(s).astype(np.float32) * 0.1 for s in [(12, 16), (16,), (16, 5), (5,)]]
 W1, b1, W2, b2 = params = [jg.tensor(w, requires_grad=True) for w in ws]

@@ -1,9 +1,9 @@
-"""The kernel IR (codegen/kernel_ir.py) and its renderers on randomly generated programs (hypothesis).
+"""The kernel IR (codegen/kernels/kernel_ir.py) and its renderers on randomly generated programs (hypothesis).
 
 A program is a chain of elementwise ops over two inputs, built from the OpDefs' own scalar bodies (the IR values
-codegen builds for them).  Each program runs four ways: rendered to LLVM IR (codegen/ir_loops.py) and compiled,
-rendered to Numba text (codegen/numba_render.py) and compiled by Numba, run by the reference interpreter
-(codegen/kernel_interp.py), and its scalar written with the math table's CUDA forms and run as Python, as
+codegen builds for them).  Each program runs four ways: rendered to LLVM IR (codegen/kernels/ir_loops.py) and compiled,
+rendered to Numba text (codegen/kernels/numba_render.py) and compiled by Numba, run by the reference interpreter
+(codegen/kernels/kernel_interp.py), and its scalar written with the math table's CUDA forms and run as Python, as
 Numba's CUDA simulator runs a kernel.  LLVM and Numba agree to the bit; the interpreter (which fuses no FMA)
 and the CUDA forms (libm's functions, not mathlib's) agree to rounding.  Plus: the printer, and typing.
 """
@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from jitgrad.codegen import cache, ir_loops, kernel_interp, kernel_ir as ki, loops, objload
-from jitgrad.codegen.math_table import MathCalls
-from jitgrad.codegen.numba_render import Exprs
+from jitgrad.codegen.native import cache, objload
+from jitgrad.codegen.kernels import ir_loops, kernel_interp, kernel_ir as ki, loops
+from jitgrad.codegen.kernels.math_table import MathCalls
+from jitgrad.codegen.kernels.numba_render import Exprs
 from jitgrad.ir.ops.opdef import OPS
 
 _CALL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)

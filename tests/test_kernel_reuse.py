@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import jitgrad as jg
-from jitgrad.codegen import build, build_procs, cache, cpu
+from jitgrad.codegen.native import build, build_procs, cache
+from jitgrad.codegen.program import cpu
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -108,7 +109,7 @@ def _step_script(cache_dir):
         import json, os, sys
         os.environ["JITGRAD_CACHE_DIR"] = {str(cache_dir)!r}
         import numpy as np, jitgrad as jg
-        from jitgrad.codegen import build
+        from jitgrad.codegen.native import build
         W = jg.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), requires_grad=True)
 
         @jg.compile(backend="numba")
@@ -132,7 +133,7 @@ def _builders(cache_dir) -> dict:
         if d.isdigit():
             try:
                 cmd = open(f"/proc/{d}/cmdline", "rb").read()
-                if b"jitgrad.codegen.build" not in cmd or str(cache_dir).encode() not in cmd:
+                if b"jitgrad.codegen.native.build" not in cmd or str(cache_dir).encode() not in cmd:
                     continue
                 stat = open(f"/proc/{d}/stat").read()
             except OSError:
@@ -198,7 +199,7 @@ def test_concurrent_builders_of_one_kernel_both_succeed(fresh_cache):
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err.decode()
-    from jitgrad.codegen import objstore
+    from jitgrad.codegen.native import objstore
     assert all(objstore.read(key) for _, key, _ in jobs) and objstore.read(cg.code.gkey)
     assert f.wait(timeout=300)
     assert float(f(x)) == pytest.approx(first, rel=1e-6)

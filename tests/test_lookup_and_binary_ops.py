@@ -220,9 +220,9 @@ def test_nextafter_cuda_form_is_numpys_nextafter(dtype):
     over the format's special values, against NumPy (the simulator runs kernels as Python the same way)."""
     import math
     import warnings
-    from jitgrad.codegen import kernel_ir as ki
-    from jitgrad.codegen.math_table import MathCalls
-    from jitgrad.codegen.numba_render import Exprs
+    from jitgrad.codegen.kernels import kernel_ir as ki
+    from jitgrad.codegen.kernels.math_table import MathCalls
+    from jitgrad.codegen.kernels.numba_render import Exprs
     npt = getattr(np, dtype)
     a, b = (ki.read(ki.Var(n, ki.OF_DTYPE[dtype])) for n in "ab")
     f = eval("lambda a, b: " + Exprs("cuda")(MathCalls(dtype).nextafter(a, b)),       # noqa: S307

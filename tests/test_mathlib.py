@@ -1,4 +1,4 @@
-"""codegen/mathlib.py against NumPy: whole-range sweeps, special values, float32 stays float32, loops vectorise.
+"""codegen/kernels/mathlib.py against NumPy: whole-range sweeps, special values, float32 stays float32, loops vectorise.
 
 float32: max error <= 4 ulp against NumPy's float64 result rounded to float32 (ulp distance via integer views,
 so denormal results are measured in denormal ulps).  float64: max relative error <= 1e-14 against NumPy
@@ -19,8 +19,8 @@ import pytest
 import scipy.special as sp
 from numba import njit, types
 
-from jitgrad.codegen import kernel_ir as ki, mathlib, mathlib_numba as M
-from jitgrad.codegen.math_table import MATH
+from jitgrad.codegen.kernels import kernel_ir as ki, mathlib, mathlib_numba as M
+from jitgrad.codegen.kernels.math_table import MATH
 
 LOOP_FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}     # what the generated loops use
 UNARY = ("exp", "log", "log1p", "expm1", "tanh", "sigmoid", "erf", "sin", "cos", "tan")
@@ -344,8 +344,8 @@ def test_math_table_rows_exist_on_every_target():
     """Every row of the one math table names CPU helpers that exist with the row's arity, in the module the row
     says, and a CUDA form that takes exactly the row's arguments (or none for Philox, written by cuda_philox)."""
     import importlib
-    from jitgrad.codegen.math_table import MATH, MathCalls
-    from jitgrad.codegen.numba_render import Exprs
+    from jitgrad.codegen.kernels.math_table import MATH, MathCalls
+    from jitgrad.codegen.kernels.numba_render import Exprs
     for name, row in MATH.items():
         for prec in ("f32", "f64", "i64"):
             mod, fn = row.cpu(prec)
@@ -365,8 +365,8 @@ def test_math_table_rows_exist_on_every_target():
 
 
 def test_math_calls_name_the_precision_and_record_imports():
-    from jitgrad.codegen.math_table import MathCalls
-    from jitgrad.codegen.numba_render import Exprs
+    from jitgrad.codegen.kernels.math_table import MathCalls
+    from jitgrad.codegen.kernels.numba_render import Exprs
     x, a, b = (ki.read(ki.Var(n, t)) for n, t in (("x", ki.F32), ("a", ki.I64), ("b", ki.I64)))
     m = MathCalls("float32")
     cpu = Exprs("cpu")
@@ -383,7 +383,7 @@ def test_math_calls_name_the_precision_and_record_imports():
 
 
 def test_integer_pow_wraps_like_torch():
-    from jitgrad.codegen.intmath import pow_i64
+    from jitgrad.codegen.kernels.intmath import pow_i64
     assert pow_i64(3, 39) == 4052555153018976267          # exact (a float64 pow rounds it)
     assert pow_i64(3, 41) == np.int64(3) ** np.int64(41)  # wraps like int64 multiplication
     assert [pow_i64(b, e) for b, e in ((2, -1), (-1, -3), (1, -2), (0, -1), (5, 0))] == [0, -1, 1, 0, 1]

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import jitgrad as jg
-from jitgrad.codegen import build_procs, cache, numba_build, objstore
+from jitgrad.codegen.native import build_procs, cache, numba_build, objstore
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,7 +42,7 @@ def _env(root, **extra):
 STEP = textwrap.dedent("""
     import json, sys
     import numpy as np, jitgrad as jg
-    from jitgrad.codegen import build, objstore
+    from jitgrad.codegen.native import build, objstore
     W = jg.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), requires_grad=True)
 
     @jg.compile(backend="numba", background=BACKGROUND)
@@ -284,8 +284,8 @@ def test_numba_helper_cache_never_uses_an_untrusted_numba_cache_dir(tmp_path):
     root = tmp_path / "cache"
     r = subprocess.run([sys.executable, "-c", textwrap.dedent("""
         import jitgrad as jg, numpy as np
-        from jitgrad.codegen import intmath
-        # (an integer power: a kernel Numba compiles, intmath.pow_i64 has a loop; codegen/ir_loops.py builds the
+        from jitgrad.codegen.kernels import intmath
+        # (an integer power: a kernel Numba compiles, intmath.pow_i64 has a loop; codegen/kernels/ir_loops.py builds the
         # others without Numba or its helpers' caches)
         f = jg.compile(lambda x: (x ** x).sum(), backend="numba", background=False)
         f(jg.ones(3, dtype=jg.int64))
@@ -392,7 +392,7 @@ def test_parallel_kernel_links_only_the_runtime_it_needs(tmp_path, ir_parallel):
     before linking it.  Values as the cold build gave, both ways."""
     code = textwrap.dedent("""
         import json, sys, numpy as np, jitgrad as jg
-        from jitgrad.codegen import build, objload
+        from jitgrad.codegen.native import build, objload
         f = jg.compile(lambda x: (jg.tanh(x) * 2).sum(), backend="numba", background=False, parallel=True)
         x = jg.tensor(np.linspace(0, 1, SIZE, dtype=np.float32))    # large enough for a prange loop
         print(json.dumps({"v": float(f(x)), "counts": build.COUNTS, "runtime": objload.STATS["numba_runtime"],

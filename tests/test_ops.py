@@ -175,8 +175,8 @@ def test_opdef_has_its_rules(name):
         params = {"clamp": {"min": 0.0, "max": 1.0}, "cast": {"dtype": jg.float32},
                   "rand_uniform": {"shape": (2,), "dtype": jg.float32},
                   "rand_normal": {"shape": (2,), "dtype": jg.float64}}.get(name, {})
-        from jitgrad.codegen import kernel_ir as ki
-        from jitgrad.codegen.math_table import MathCalls
+        from jitgrad.codegen.kernels import kernel_ir as ki
+        from jitgrad.codegen.kernels.math_table import MathCalls
         d = "int64" if name.startswith("bitwise_") else "float32"
         body = ki.expr_text(ki.val(op.scalar(MathCalls(d), *[ki.read(ki.Var(n, ki.OF_DTYPE[d])) for n in names],
                                              **params)))

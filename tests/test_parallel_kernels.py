@@ -1,5 +1,5 @@
-"""Parallel (``prange``) kernels built from their text without Numba (codegen/ir_loops.py) and run on the worker
-pool (codegen/workpool.py, issue 16).
+"""Parallel (``prange``) kernels built from their text without Numba (codegen/kernels/ir_loops.py) and run on the worker
+pool (codegen/native/workpool.py, issue 16).
 
 Counted and compared, never timed: a parallel kernel's elementwise results are bit-identical to Numba's build of
 the same text (chunks change nothing element by element), its sums agree to rounding and its counters exactly;
@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 
 import jitgrad as jg
-from jitgrad.codegen import cache, ir_loops, kernel_ir as ki, loops, objload, workpool
-from jitgrad.codegen.math_table import MathCalls
+from jitgrad.codegen.native import cache, objload, workpool
+from jitgrad.codegen.kernels import ir_loops, kernel_ir as ki, loops
+from jitgrad.codegen.kernels.math_table import MathCalls
 
 REPO = Path(__file__).resolve().parents[1]
 _CALL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -75,7 +76,7 @@ def test_parallel_kernel_from_ir_matches_numbas_build(n):
     blob = ir_loops.compile_kernel(key, ir_loops.render(_PARK.ir, key))
     assert blob is not None, "the renderer refused a parallel kernel"
     assert set(workpool.SYMBOLS) <= set(blob.needs)        # it calls the pool, not Numba's threading layer
-    from jitgrad.codegen import threads
+    from jitgrad.codegen.native import threads
     with threads.LAUNCH_LOCK:
         addr = objload.load([blob])[key]
         x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
@@ -160,7 +161,7 @@ _CHILD = r'''
 import json, sys
 import numpy as np
 import jitgrad as jg
-from jitgrad.codegen import ir_loops, threads, workpool
+from jitgrad.codegen.kernels import ir_loops; from jitgrad.codegen.native import threads, workpool
 x = jg.tensor(np.linspace(-2, 2, 1 << 14, dtype=np.float32))
 f = jg.compile(lambda x: (jg.tanh(x) * 3.0).sum(), backend="numba", background=False, parallel=True)
 out = {"tanh": float(f(x)), "workers": workpool.threads(), "numba": "numba" in sys.modules}
@@ -202,7 +203,7 @@ def test_numba_built_parallel_kernels_share_the_pool(tmp_path):
 def test_parallel_by_work_not_only_by_size():
     """Default thread choice (counted): a long transcendental chain over 2^17 elements is worth waking the
     workers, a plain add over the same elements is not, and neither is anything below the grain size."""
-    from jitgrad.codegen import layout
+    from jitgrad.codegen.program import layout
     from jitgrad.jit.graph_code import compiled_graph
 
     def chain(a):
@@ -238,7 +239,7 @@ def test_chunks_see_values_the_statements_before_the_loop_compute():
     key = cache.cache_key(src, extra=("test-parallel-kernels-prologue",))
     blob = ir_loops.compile_kernel(key, ir_loops.render(k.ir, key))
     assert blob is not None
-    from jitgrad.codegen import threads
+    from jitgrad.codegen.native import threads
     x = np.random.default_rng(5).standard_normal(4097).astype(np.float32)
     with threads.LAUNCH_LOCK:
         y, s, k = _run_block(objload.load([blob])[key], x)

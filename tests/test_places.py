@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import jitgrad as jg
-from jitgrad.codegen.cuda import CudaGraph
-from jitgrad.codegen.cpu import lay_out
+from jitgrad.codegen.gpu.cuda import CudaGraph
+from jitgrad.codegen.program.cpu import lay_out
 from jitgrad.codegen.places import Places
 from jitgrad.ir.graph import Var
 from jitgrad.ir.passes import fusion_plan
@@ -279,7 +279,7 @@ _CUDA_RUN = r'''
 import numpy as np
 from numba import cuda
 import jitgrad as jg
-from jitgrad.codegen.cuda import CudaGraph
+from jitgrad.codegen.gpu.cuda import CudaGraph
 from jitgrad.ir.interpret import interpret
 from jitgrad.ir.passes import fusion_plan
 

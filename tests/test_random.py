@@ -25,7 +25,7 @@ def test_philox_known_answers_numpy(ctr, key, want):
 
 
 def test_philox_known_answers_kernel():
-    from jitgrad.codegen.philox import philox4x32_10
+    from jitgrad.codegen.kernels.philox import philox4x32_10
     for ctr, key, want in KAT:
         args = [np.uint64(v) for v in ctr + key]
         assert tuple(int(w) for w in philox4x32_10(*args)) == want
@@ -37,7 +37,7 @@ _STATES = [(0, 0), (67280421310721, 5), (-1, (1 << 32) + 3), (-(1 << 63), 1 << 4
 
 @pytest.mark.parametrize("seed,offset", _STATES)
 def test_numpy_philox_equals_kernel_philox(seed, offset):
-    from jitgrad.codegen import philox as kp
+    from jitgrad.codegen.kernels import philox as kp
     x = philox.words(seed, offset, 40)              # NumPy: elements 0..39 of the draw at (seed, offset)
     for i in range(40):
         got = kp._words(np.int64(seed), np.int64(offset), np.int64(i))
@@ -150,7 +150,7 @@ def test_uniform_and_normal_distributions(dtype):
     assert abs(z.mean()) < 0.02 and abs(z.std() - 1.0) < 0.02
     assert stats.kstest(z[:20000], "norm").pvalue > 1e-3
     # the extremes of the mappings: all-one words give the largest value below 1, never 1.0
-    from jitgrad.codegen import philox as kp
+    from jitgrad.codegen.kernels import philox as kp
     ones = np.uint64(0xffffffff)
     assert kp._u53(ones, ones) == 1.0 - 2.0 ** -53
 

@@ -1,4 +1,4 @@
-"""Row-wise chains (ir/passes/row_chains.py, codegen/rowwise_loops.py): softmax, log_softmax, LayerNorm, the
+"""Row-wise chains (ir/passes/row_chains.py, codegen/kernels/rowwise_loops.py): softmax, log_softmax, LayerNorm, the
 attention softmax and their backward passes as one kernel each, an outer loop over rows and a few sweeps of each
 row.  Structure is counted in the plan (kernels, full-size reads and writes) against the plain planner's; values
 are checked against NumPy, eager mode and finite differences; nothing is timed."""
@@ -9,7 +9,8 @@ import pytest
 
 import jitgrad as jg
 import jitgrad.nn.functional as F
-from jitgrad.codegen import build, ir_loops
+from jitgrad.codegen.native import build
+from jitgrad.codegen.kernels import ir_loops
 from jitgrad.ir.passes import fusion_plan
 from jitgrad.ir.plan import Group, RowGroup
 

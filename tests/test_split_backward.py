@@ -1,5 +1,5 @@
 """The gradient of ``q, k, v = x.split(C, dim=1)`` in compiled code: one buffer, zero-filled once, each part's
-gradient added into its region (ir/passes/simplify.py folds ``x + index_put(zeros, g)``; codegen/region_steps.py
+gradient added into its region (ir/passes/simplify.py folds ``x + index_put(zeros, g)``; codegen/program/region_steps.py
 adds into a dead base's buffer), not three zero-filled full-size buffers and two adds of them."""
 import numpy as np
 
@@ -33,7 +33,7 @@ def test_split_gradient_is_one_buffer(monkeypatch):
     got = f(x).numpy()
     np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
     import gc
-    from jitgrad.codegen.cpu import CompiledGraph
+    from jitgrad.codegen.program.cpu import CompiledGraph
     graphs = [o for o in gc.get_objects() if type(o) is CompiledGraph and o.run is not None
               and any("split_backward" in (s.label or "") or "index_put" in (s.label or "") for s in o.program.steps)
               and any(s.shapes == [[4, 24]] for s in o.program.steps)]

@@ -1,4 +1,4 @@
-"""The thread policy (codegen/threads.py): a fork-safe threading layer, so a process that ran a parallel kernel
+"""The thread policy (codegen/native/threads.py): a fork-safe threading layer, so a process that ran a parallel kernel
 can fork and the child can run it again; parallel launches from several Python threads are serialised."""
 import os
 import subprocess
@@ -12,7 +12,7 @@ import jitgrad as jg
 
 _CHILD = """
 import os, numpy as np, jitgrad as jg
-from jitgrad.codegen import threads
+from jitgrad.codegen.native import threads
 f = jg.compile(lambda a: (a * 2.0).tanh().sum(), backend="numba", parallel=True)
 x = jg.tensor(np.linspace(-1, 1, 1 << 14))
 want = float(f(x))
@@ -84,7 +84,7 @@ def test_blas_workers_do_not_spin_after_a_matmul():
 
 _PLACED = """
 import os, numpy as np, jitgrad as jg
-from jitgrad.codegen import threads
+from jitgrad.codegen.native import threads
 def pinned():
     # the threads of this process that may run on one core only, and that core
     out = []
@@ -129,7 +129,7 @@ def test_blas_pacer_drops_to_one_thread_while_calls_show_contention(monkeypatch)
     """The policy, driven by a fake clock and a fake OpenBLAS (counted, not timed): calls at their usual speed
     keep every BLAS thread; one call 3x slower than the best puts BLAS on one thread for HOLD calls; a slow retry
     doubles the hold, a fast one keeps all threads again."""
-    from jitgrad.codegen import threads
+    from jitgrad.codegen.native import threads
     state = {"n": 2}
     monkeypatch.setattr(threads.BlasPacer, "_control", (lambda: state["n"], lambda n: state.update(n=n)))
     monkeypatch.setattr(threads.BlasPacer, "_max", 2)
@@ -168,7 +168,7 @@ def test_blas_pacer_drops_to_one_thread_while_calls_show_contention(monkeypatch)
 
 
 def test_blas_pacer_wraps_graphs_that_call_blas_only(monkeypatch):
-    from jitgrad.codegen import threads
+    from jitgrad.codegen.native import threads
     monkeypatch.setattr(threads, "BLAS_PACER", True)
     assert threads.call_guard(False, False) is None
     g = threads.call_guard(False, True)
@@ -181,7 +181,7 @@ def test_graphs_with_small_gemms_only_get_no_pacer(monkeypatch):
     """OpenBLAS runs GEMMs below 2^18 multiply-adds on one thread: those graphs need no pacer (it costs ~1 us a
     call); B1's 256x784x512 GEMMs get one."""
     monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
-    from jitgrad.codegen import threads
+    from jitgrad.codegen.native import threads
     from jitgrad.jit.graph_code import compiled_graph
 
     def program(n, k, m):
@@ -197,7 +197,7 @@ def test_graphs_with_small_gemms_only_get_no_pacer(monkeypatch):
 
 _FORK_IN_LAUNCH = """
 import os, threading, time
-from jitgrad.codegen import workpool
+from jitgrad.codegen.native import workpool
 workpool.launch()
 held, done = threading.Event(), threading.Event()
 def launching():                # a thread of the parent inside launch() (holding the pool's lock) at the fork

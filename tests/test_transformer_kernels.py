@@ -19,7 +19,7 @@ import pytest
 import jitgrad as jg
 import jitgrad.nn.functional as F
 
-pytestmark = pytest.mark.filterwarnings("error::jitgrad.codegen.cpu.CodegenWarning")
+pytestmark = pytest.mark.filterwarnings("error::jitgrad.codegen.program.cpu.CodegenWarning")
 
 
 @pytest.fixture(autouse=True)

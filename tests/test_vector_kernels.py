@@ -3,7 +3,7 @@ counts, never by the clock.
 
 - B2's one kernel (forward and backward in one pass) carries packed SIMD arithmetic inside its loop
   (AVX-512 ``zmm`` on CPUs that have it, AVX2 ``ymm`` otherwise): the math bodies inlined and vectorised.
-- A steady-state call takes no page faults for its fresh outputs (``codegen/output_pool.py``), and never hands
+- A steady-state call takes no page faults for its fresh outputs (``codegen/program/output_pool.py``), and never hands
   out a buffer the user still holds.
 """
 import re
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import jitgrad as jg
-from jitgrad.codegen import output_pool
+from jitgrad.codegen.program import output_pool
 
 
 @pytest.fixture(autouse=True)
@@ -124,7 +124,7 @@ def _five_by_five(a, b, c, d, e):
 
 def test_operands_known_not_to_alias_need_no_runtime_overlap_checks():
     """A fused loop reads and writes its operands through accesses tagged with scoped-noalias metadata (one
-    scope per buffer, codegen/alias_scopes.py): LLVM then vectorises with no runtime overlap checks and keeps
+    scope per buffer, codegen/kernels/alias_scopes.py): LLVM then vectorises with no runtime overlap checks and keeps
     no scalar fallback copy of the loop (before: 35 pointer-difference compares for 5 inputs and 5 outputs,
     and a second, scalar loop for when they overlap)."""
     rng = np.random.default_rng(0)
@@ -150,7 +150,7 @@ def test_operands_known_not_to_alias_need_no_runtime_overlap_checks():
 def test_state_updated_in_place_shares_a_class_with_its_old_value():
     """An update computed straight into the state's buffer reads and writes one buffer: those two operands are
     one alias class (no noalias between them), and the values are eager mode's, call after call."""
-    from jitgrad.codegen.layout import Place, Root, alias_classes
+    from jitgrad.codegen.program.layout import Place, Root, alias_classes
     rng = np.random.default_rng(1)
     w0 = rng.standard_normal(5000).astype(np.float32)
     w = jg.tensor(w0.copy())

@@ -31,7 +31,7 @@ from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
 from ..ir.ops.index import np_index
 from ..ir.plan import Group
-from .loops import raises_in_loop
+from .kernels.loops import raises_in_loop
 from .lowering import step_kind
 
 _ALIGN = 64      # workspace slots start at cache-line (and vector-width) boundaries

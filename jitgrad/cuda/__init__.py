@@ -4,7 +4,7 @@ Importing this module costs nothing: Numba's CUDA target is imported on first us
 moved to ``"cuda"``), so a CPU-only install never loads it.  The device is Numba's: a real GPU, or the CUDA
 simulator when ``NUMBA_ENABLE_CUDASIM=1`` (which the test-suite uses).  This package registers the ``cuda``
 backend into eager runtime's device table (``runtime/devices.py``): transfers, and each primitive on CUDA
-tensors as a one-op graph through the CUDA code generator (``codegen/cuda.py``).
+tensors as a one-op graph through the CUDA code generator (``codegen/gpu/cuda.py``).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Eager CUDA ops: each primitive on CUDA tensors runs as a one-op graph through the CUDA code generator.
 
 The graph of one op is cached by the op, its parameters and its inputs' shapes, dtypes (and scalar literals), so
-a training loop compiles each kernel once; kernels themselves are shared by structure (``codegen/cuda.py``).
+a training loop compiles each kernel once; kernels themselves are shared by structure (``codegen/gpu/cuda.py``).
 Autograd records the op exactly as eager CPU mode does (``runtime/dispatch._record``): the vjp rules then run on
 CUDA tensors and come back here, so gradients live on the device.
 """
@@ -57,7 +57,7 @@ def _one_op_graph(op, args, params, avals, out_avals) -> Graph:
 
 def compiled_op(op, args, params, avals, out_avals):
     """The CudaGraph running ``op`` on inputs like ``args`` (cached by signature)."""
-    from ..codegen.cuda import CudaGraph
+    from ..codegen.gpu.cuda import CudaGraph
     key, ok = _signature(op, args, params)
     cg = _GRAPHS.get(key) if ok else None
     if cg is None:

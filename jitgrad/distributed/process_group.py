@@ -85,7 +85,7 @@ class MPITransport:
         self._native = None     # native(): MPI's entry points and a communicator for the compiled driver
 
     def native(self, op, np_dtype):
-        """What the compiled driver needs to call MPI itself (``codegen/collective_steps.py``): the C handles
+        """What the compiled driver needs to call MPI itself (``codegen/program/collective_steps.py``): the C handles
         and the entry points, or None where it cannot (not MPICH, AVG, an unsupported dtype, or
         ``JITGRAD_DIST_NATIVE=0``)."""
         if op == "avg" or os.environ.get("JITGRAD_DIST_NATIVE", "1") == "0":

@@ -3,7 +3,7 @@ and the mapping from a generator state to the numbers of one draw.
 
 A counter-based generator: the output is a pure function of a 128-bit counter and a 64-bit key, so element ``i``
 of a draw can be computed anywhere, in any order: here over whole arrays (eager mode and the reference
-interpreter), and in ``codegen/philox.py`` one element at a time inside a fused Numba loop.  Both follow the
+interpreter), and in ``codegen/kernels/philox.py`` one element at a time inside a fused Numba loop.  Both follow the
 same scheme, so they produce the same bits:
 
     key     = (seed & 0xffffffff, seed >> 32)                  the generator's 64-bit seed

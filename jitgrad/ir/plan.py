@@ -21,7 +21,7 @@ REDUCTIONS = ("sum", "amax", "amin")
 # B2's fused loop costs 0.53 ns/element on one thread for 2 transcendentals and ~10 plain ops, a 20-byte/element
 # copy 0.37 ns): a plain arithmetic op ~0.25 byte, a division or square root ~2, a transcendental ~8.  The planner
 # weighs stores against recomputation with it (fuse.py, row_chains.py); the CPU target decides whether a loop's
-# work pays for waking the worker threads (codegen/layout.py).
+# work pays for waking the worker threads (codegen/program/layout.py).
 OP_BYTES = {"exp": 8.0, "expm1": 8.0, "log": 8.0, "log1p": 8.0, "tanh": 8.0, "sigmoid": 8.0, "erf": 8.0,
             "sin": 8.0, "cos": 8.0, "tan": 8.0, "pow": 16.0, "div": 2.0, "sqrt": 2.0, "rsqrt": 2.0}
 PLAIN_OP_BYTES = 0.25

@@ -2,8 +2,8 @@
 
 - ``num_threads`` (``torch.set_num_threads``): the intra-op thread count.  It sets OpenBLAS's thread count at once
   (eager and compiled matmuls) and is the maximum ``codegen/threads.BlasPacer`` restores after contention; with 1,
-  graphs compiled from then on plan every loop serial (``codegen/layout.py``).  The worker pool of parallel
-  compiled kernels (``codegen/workpool.py``) keeps its size (``default_threads()``, Numba's rule: Numba's own
+  graphs compiled from then on plan every loop serial (``codegen/program/layout.py``).  The worker pool of parallel
+  compiled kernels (``codegen/native/workpool.py``) keeps its size (``default_threads()``, Numba's rule: Numba's own
   parallel kernels may run on the same pool and assume that size).  ``None``: not set.
 - ``num_interop_threads`` (``torch.set_num_interop_threads``): recorded and reported only; jitgrad runs no
   inter-op thread pool.

@@ -24,7 +24,7 @@ def compiled_graph(graph: Graph, writes=(), parallel=None, disk_cache=True, back
     per_graph = graph.compiled
     cg = per_graph.get(key)
     if cg is None:
-        from ..codegen.cpu import CompiledGraph
+        from ..codegen.program.cpu import CompiledGraph
         prof = _PROF.active
         phase = (lambda name: prof.range(name, None, "compile")) if prof is not None else None
         with (phase("compile/codegen") if phase else contextlib.nullcontext()):
@@ -41,7 +41,7 @@ def cuda_graph(graph: Graph, writes=(), config=None):
     key = ("cuda", tuple(writes), None if config is None else tuple(sorted(config.items())))
     cg = graph.compiled.get(key)
     if cg is None:
-        from ..codegen.cuda import CudaGraph
+        from ..codegen.gpu.cuda import CudaGraph
         prof = _PROF.active
         with (prof.range("compile/codegen", None, "compile") if prof is not None else contextlib.nullcontext()):
             cg = CudaGraph(fusion_plan(graph, rowwise=False), writes, config)

@@ -77,7 +77,7 @@ class Introspection:
         """The PTX of every CUDA kernel the call with these arguments runs (forward and, when inputs require
         grad, backward), built by NVVM for compute capability ``cc``; needs numba-cuda with NVVM
         (``pip install 'jitgrad[cuda]'``), no GPU.  Returns ``{kernel name: PTX text}``."""
-        from ..codegen.cuda import GPU_CONFIG
+        from ..codegen.gpu.cuda import GPU_CONFIG
         from .graph_code import cuda_graph
         e = self._entry_for(args, kwargs)
         if e.eager:

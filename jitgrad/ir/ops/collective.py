@@ -4,7 +4,7 @@
 Inside ``@jg.compile`` a data-parallel step's communication is part of the graph: DistributedDataParallel's
 bucket all-reduces and a user's ``dist.all_reduce(p.grad)`` bind these ops, so they sit in the graph where the
 gradients they read are ready and run from the compiled driver: as native steps calling MPI where
-``codegen/collective_steps.py`` can (MPICH: all_reduce and the start/wait pair), else as Python steps whose
+``codegen/program/collective_steps.py`` can (MPICH: all_reduce and the start/wait pair), else as Python steps whose
 impls (below) call the transport.
 
 The ops name their process group by an integer key (``group``), never by an object, so a graph stays plain

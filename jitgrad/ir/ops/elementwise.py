@@ -2,7 +2,7 @@
 
 The scalar body ``(m, *arg_exprs, **params) -> str`` is the expression the loop generators inline; math goes
 through ``m`` (``m.tanh(x)``), which writes the call for the target and precision from the one math table,
-``codegen/math_table.py``.  Elementwise vjps return cotangents of the *broadcast* shape; `_ew_vjp` sums them back to each
+``codegen/kernels/math_table.py``.  Elementwise vjps return cotangents of the *broadcast* shape; `_ew_vjp` sums them back to each
 input's shape and dtype, so the rules below stay pure calculus.
 """
 from __future__ import annotations

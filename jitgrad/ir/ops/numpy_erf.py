@@ -1,5 +1,5 @@
 """erf, GELU and GELU's vjp of float32 arrays in NumPy for eager mode: the compiled kernels' algorithm
-(``codegen/mathlib.py``'s ``erf_f32``), evaluated with NumPy's SIMD loops a cache-sized block at a time.
+(``codegen/kernels/mathlib.py``'s ``erf_f32``), evaluated with NumPy's SIMD loops a cache-sized block at a time.
 
 SciPy's ``erf`` on float32 goes element by element through a double-precision routine: ~12 ns an element, which
 made GELU (its forward and backward each take an erf) the costliest op of an eager GPT step after the GEMMs.

@@ -65,7 +65,7 @@ class OpDef:
     scalar      elementwise only: (m, *args, **params) -> the scalar body's value, built from its argument
                 values with Python's operators (``x * y``, ``x < y``) and ``m`` (math calls ``m.exp(x)``, literals
                 ``m.lit(1.0)``, ``m.select(c, x, y)``, ``m.cast(x, dtype)``, ``m.not_/and_/or_``); codegen passes
-                kernel IR values (codegen/math_table.MathCalls, codegen/kernel_ir.py), so no text is written
+                kernel IR values (codegen/math_table.MathCalls, codegen/kernels/kernel_ir.py), so no text is written
     grad_name   the backward node's name (``MulBackward0``)
     saves_in    input indices the vjp reads;  saves_out: output indices the vjp reads
     saved_for   {input i: inputs whose gradient reads it}: input i is saved only if one of those needs a

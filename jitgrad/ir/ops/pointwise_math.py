@@ -1,6 +1,6 @@
 """More elementwise primitives: the rounding family (floor, ceil, trunc, round), hypot, fmod, copysign, erfc.
 
-Each has its NumPy impl, vjp and scalar body (``codegen/math_table.py`` rows of the same names), as in
+Each has its NumPy impl, vjp and scalar body (``codegen/kernels/math_table.py`` rows of the same names), as in
 ``elementwise.py``.  The rounding ops have torch's zero gradient; on integer tensors they are the identity (torch
 returns a copy of an integer tensor).
 """

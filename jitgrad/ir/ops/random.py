@@ -3,7 +3,7 @@
 kernels are keyed by structure and a new call gives new numbers.
 
 ``rand_uniform`` and ``rand_normal`` are elementwise: their scalar body computes one element from (seed, offset,
-the element's row-major index), so they fuse into loops like any other op; ``codegen/philox.py`` holds the
+the element's row-major index), so they fuse into loops like any other op; ``codegen/kernels/philox.py`` holds the
 Numba side.  ``multinomial`` and ``randperm`` are whole-array ops (their NumPy impls run as Python steps in
 compiled code).  None is differentiable: torch gives random draws no gradient either.
 """

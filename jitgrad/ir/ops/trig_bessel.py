@@ -3,7 +3,7 @@ modified Bessel functions of the first kind of orders 0 and 1, plain and exponen
 torch.i0, torch.special.i0e / i1 / i1e).
 
 The trigonometric ops have a NumPy impl, torch's vjp (written with jitgrad ops, so any order) and a scalar body
-(``codegen/math_table.py`` rows of the same names: libm on the CPU, guarded ``math`` calls on CUDA).
+(``codegen/kernels/math_table.py`` rows of the same names: libm on the CPU, guarded ``math`` calls on CUDA).
 ``bessel_i`` is Cephes' Chebyshev expansion exactly as torch computes it (ATen's ``calc_i0`` etc.): NumPy in eager
 mode, and in traces and on devices its ``decompose``, the same Clenshaw recurrence as elementwise primitives that
 fuse into one loop (no device function is needed).  Its gradients are torch's:

@@ -24,7 +24,7 @@ concatenated (symbolic) gradients of each bucket at the point of backward where 
 end-of-backward callback binds the matching ``all_reduce_wait`` and the slices written to ``.grad``, and the
 buffer broadcast binds a ``broadcast``.  The compiled step runs them from its driver in graph order, one
 non-blocking collective per bucket, overlapped with the backward kernels that follow its start; with MPICH the
-C entry calls MPI itself (``codegen/collective_steps.py``), so the step stays one native dispatch.
+C entry calls MPI itself (``codegen/program/collective_steps.py``), so the step stays one native dispatch.
 Whether a step runs inside ``no_sync()`` is a compile guard (entering it retraces).
 """
 from __future__ import annotations
@@ -243,7 +243,7 @@ class DistributedDataParallel(Module):
             from ...runtime.factories import zeros
             parts = [g if g is not None else zeros(p.shape, dtype=p.dtype) for p, g in zip(b.params, grads)]
             # SUM, scaled after the wait: the scaling fuses with the code that reads it, and the driver calls MPI
-            # itself (codegen/collective_steps.py; AVG would need a Python step)
+            # itself (codegen/program/collective_steps.py; AVG would need a Python step)
             token = bind(OPS["all_reduce_start"], *parts, group=pg.key, reduce_op="sum", seq=next_seq())
             b.traced = (token, parts)
             return

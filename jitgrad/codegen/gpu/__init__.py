@@ -1,0 +1,1 @@
+"""The CUDA target: the same plan and places as CUDA kernel launches."""

@@ -1,0 +1,1 @@
+"""Kernels as objects: the typed kernel IR, the loop generators that build it from the plan, its renderers (LLVM IR for the CPU, Numba text for CUDA and the Numba fallback), its reference interpreter and the math the scalar bodies call."""

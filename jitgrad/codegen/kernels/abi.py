@@ -1,0 +1,111 @@
+"""The calling convention between the driver and the kernels (imported by generated modules only).
+
+Every kernel is a ``@cfunc`` taking one ``int64*``: its argument block, laid out by ``codegen/program/layout.py``
+(sizes, then per array its address and element strides).  The driver calls kernels through their addresses
+(``call_kernel``) instead of calling them as Numba functions: a Numba call would link the callee's code into
+the driver and LLVM would optimise and compile it again there (measured: a driver calling 20 distinct kernels
+took 1.08 s to build, 0.86 s of it re-optimising and re-emitting the kernels; through addresses it took 0.25 s).
+So a kernel is compiled once per machine and shared by every graph, batch size and process.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+_I64P = ir.IntType(64).as_pointer()
+_I8P = ir.IntType(8).as_pointer()
+
+
+@intrinsic
+def call_kernel(typingctx, fn, block):
+    """``fn(block)``: call the kernel at address ``fn`` with its argument block at address ``block``."""
+    def codegen(context, builder, sig, args):
+        fnty = ir.FunctionType(ir.VoidType(), [_I64P])
+        builder.call(builder.inttoptr(args[0], fnty.as_pointer()), [builder.inttoptr(args[1], _I64P)])
+        return context.get_dummy_value()
+    return types.void(types.int64, types.int64), codegen
+
+
+@intrinsic
+def call_gemm(typingctx, fn, block):
+    """Fortran BLAS ``?gemm`` at address ``fn``: its 13 arguments (all pointers) are read from ``block``."""
+    def codegen(context, builder, sig, args):
+        fnty = ir.FunctionType(ir.VoidType(), [_I8P] * 13)
+        base = builder.inttoptr(args[1], _I64P)
+        ptrs = [builder.inttoptr(builder.load(builder.gep(base, [ir.Constant(ir.IntType(64), k)])), _I8P)
+                for k in range(13)]
+        builder.call(builder.inttoptr(args[0], fnty.as_pointer()), ptrs)
+        return context.get_dummy_value()
+    return types.void(types.int64, types.int64), codegen
+
+
+def _pointer_cast(nbtype, lltype):
+    @intrinsic
+    def cast(typingctx, addr):
+        def codegen(context, builder, sig, args):
+            return builder.inttoptr(args[0], lltype.as_pointer())
+        return types.CPointer(nbtype)(types.int64), codegen
+    return cast
+
+
+@intrinsic
+def store(typingctx, ptr, idx, val):
+    """``ptr[idx] = val``. Generated kernels write through this, not a setitem: Numba's parfor pass drops
+    setitems on raw pointers inside a ``prange`` body as dead stores (Numba 0.68: a parallel kernel wrote
+    nothing), while an intrinsic call is kept; it compiles to the same single store."""
+    if not isinstance(ptr, types.CPointer) or not isinstance(idx, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        i = context.cast(builder, args[1], sig.args[1], types.int64)
+        v = context.cast(builder, args[2], sig.args[2], ptr.dtype)
+        builder.store(v, builder.gep(args[0], [i]))
+        return context.get_dummy_value()
+    return types.void(ptr, idx, val), codegen
+
+
+# typed views of an address; bool data is read and written as bytes (0/1), like NumPy stores it
+ptr_f32 = _pointer_cast(types.float32, ir.FloatType())
+ptr_f64 = _pointer_cast(types.float64, ir.DoubleType())
+ptr_i64 = _pointer_cast(types.int64, ir.IntType(64))
+ptr_i32 = _pointer_cast(types.int32, ir.IntType(32))
+ptr_b1 = _pointer_cast(types.uint8, ir.IntType(8))
+ptr_u8 = ptr_b1      # uint8 tensors: the same bytes as bools, read as numbers
+
+
+
+@njit(cache=True, no_cpython_wrapper=False)
+def call_gemm_batched(fn, block):
+    """A batch of ``?gemm`` calls (the ``bgemm`` step of ``codegen/program/batched_gemm.py``).  ``block`` holds: [0, 13)
+    the gemm arguments of the first matrix (slots 6, 8, 11: B, A, C's addresses), [13] ``nd`` batch dims,
+    then ``nd`` sizes, then per operand B, A, C ``nd`` byte strides, then 13 scratch slots: each call's
+    arguments, the first block's with the three addresses moved to that batch entry."""
+    p = ptr_i64(block)
+    nd = p[13]
+    total = 1
+    for d in range(nd):
+        total *= p[14 + d]
+    s = 14 + 4 * nd
+    for i in range(13):
+        store(p, s + i, p[i])
+    b0, a0, c0 = p[6], p[8], p[11]
+    for t in range(total):
+        r = t
+        ob = oa = oc = 0
+        for d in range(nd - 1, -1, -1):
+            size = p[14 + d]
+            j = r % size
+            r //= size
+            ob += j * p[14 + nd + d]
+            oa += j * p[14 + 2 * nd + d]
+            oc += j * p[14 + 3 * nd + d]
+        store(p, s + 6, b0 + ob)
+        store(p, s + 8, a0 + oa)
+        store(p, s + 11, c0 + oc)
+        call_gemm(fn, block + 8 * s)
+
+
+KERNEL_SIGNATURE = types.void(types.CPointer(types.int64))
+
+__all__ = ["call_kernel", "call_gemm", "call_gemm_batched", "ptr_f32", "ptr_f64", "ptr_i64", "ptr_i32", "ptr_b1", "ptr_u8", "KERNEL_SIGNATURE"]

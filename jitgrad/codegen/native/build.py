@@ -1,0 +1,540 @@
+"""Building compiled graphs: kernels compiled from LLVM IR (``ir_loops.py``) or by Numba (``numba_build.py``);
+we keep and load the object code.
+
+- **Keys.**  A kernel is keyed by its text (its structure: ``kernel_key``), a graph's C entry by its text
+  (``entry_key``), and a compiled graph by its entry and its kernels (``graph_key``).  Every key also covers the
+  Numba/llvmlite/NumPy/Python versions, jitgrad's codegen sources and the host CPU (``cache.cache_key``).
+- **What lands on disk** (``objstore.py``): one object file per kernel and per entry as they are compiled, and
+  one file per compiled graph holding all of its objects.  A warm start reads that one file and links it with
+  llvmlite (``objload.py``): no Numba import at all.  A graph whose file is missing but whose kernels and entry
+  are on disk (another graph shares them, or the build that wrote them was cut short) is assembled from them,
+  still without Numba.
+- **Compiling** (``compile_code``) happens in this process (a kernel's text straight to LLVM IR where
+  ``ir_loops`` can translate it, else Numba, in memory: no generated module or ``__pycache__`` is
+  ever imported from disk), or in build processes (``build_procs.py``, isolated from the caller's working
+  directory), which are detached: a build that has started finishes and lands in the cache even when the script
+  that asked for it exits.  Builds still queued at exit are handed to build processes then.
+- **One builder per key across processes**: a builder holds ``objstore.BuildLock(key)`` while it compiles;
+  others wait for it and load its result, and no build process is started for a key someone else is building.
+- **A full disk** or an unusable cache directory: what this process compiled is used from memory.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+import atexit
+
+from . import build_procs, cache, numba_build, objstore
+from .numba_build import numba_cache_dir, numba_default_dir  # noqa: F401  (Numba's side: numba_build.py)
+
+_ADDRESSES: dict = {}       # kernel/entry key -> address of its code in this process
+_BLOBS: dict = {}           # key -> objstore.Blob compiled in this process (assembling a graph's file needs it)
+_FUNCS: dict = {}           # key -> Numba cfunc compiled in this process (keeps its code alive)
+_MODULES: dict = {}         # kernel key -> Numba module built for inspection (build_module)
+_BLOBS_MADE_HERE: set = set()   # kernel/entry keys compiled by this process (not loaded from disk)
+_lock = threading.RLock()
+KERNEL_EXTRA = ("cpu-kernel", 3)
+ENTRY_EXTRA = ("cpu-entry", 2)
+# kernels straight to LLVM IR where ir_loops can (JITGRAD_IR_LOOPS=0: every kernel through Numba, e.g. to compare)
+IR_LOOPS = os.environ.get("JITGRAD_IR_LOOPS", "1") != "0"
+STARTUP = 3                 # a build process's start (Python, jitgrad, Numba) costs about this many kernel compiles
+GRAPH_EXTRA = ("cpu-graph", 1)
+COUNTS = {"kernels_compiled": 0, "kernels_ir": 0, "kernels_loaded": 0, "drivers_compiled": 0, "drivers_loaded": 0,
+          "build_processes": 0, "graph_files_loaded": 0, "graph_files_assembled": 0}
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:      # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def kernel_key(kernel) -> str:
+    return cache.cache_key(kernel.source, extra=kernel_extra())
+
+
+def kernel_extra():
+    """What besides its text a kernel's key covers (``cache.cache_key``'s ``extra``)."""
+    # which compiler builds a kernel is part of its key: the two paths' object code is never mixed up
+    from ..kernels.ir_loops import INTERLEAVE
+    return KERNEL_EXTRA + (("lean-llvm", numba_build.LEAN_LLVM), ("ir-loops", IR_LOOPS), ("interleave", INTERLEAVE))
+
+
+def entry_key(source: str) -> str:
+    return cache.cache_key(source, extra=ENTRY_EXTRA)
+
+
+def graph_key(kernel_keys, ekey) -> str:
+    return cache.cache_key("\n".join(sorted(set(kernel_keys))), extra=GRAPH_EXTRA + (ekey,))
+
+
+# ------------------------------------------------------------------------------------------------ compiling
+
+def compile_code(key: str, source: str, kind: str) -> int:
+    """Compile ``source`` (a kernel's or an entry's module) in this process and return the address of its code;
+    its object code is kept for the disk (``_BLOBS``).  A kernel goes straight to LLVM IR when ``ir_loops`` can
+    translate it (no Numba), else to Numba."""
+    if key in _ADDRESSES:
+        return _ADDRESSES[key]
+    if kind == "kernel" and IR_LOOPS:
+        from ..kernels import ir_loops
+        blob = ir_loops.compile_kernel(key, source)
+        if blob is not None:
+            with _lock:
+                if key not in _ADDRESSES:
+                    _load_blobs([blob])
+                    _BLOBS[key] = blob
+                    _BLOBS_MADE_HERE.add(key)
+                    COUNTS["kernels_compiled"] += 1
+                    COUNTS["kernels_ir"] += 1
+                return _ADDRESSES[key]
+    return compile_numba(key, source, kind)
+
+
+def compile_numba(key: str, source: str, kind: str) -> int:
+    """Compile ``source`` (a kernel's or an entry's module) with Numba in this process; keeps its object code
+    for the disk (``_BLOBS``) and returns the address of its code."""
+    with _lock:
+        if key in _ADDRESSES:
+            return _ADDRESSES[key]
+        fn, blob = numba_build.compile_module(key, source, kind)
+        if blob is not None:
+            _BLOBS[key] = blob
+        _FUNCS[key] = fn
+        _ADDRESSES[key] = fn.address
+        _BLOBS_MADE_HERE.add(key)
+        COUNTS["kernels_compiled" if kind == "kernel" else "drivers_compiled"] += 1
+        return fn.address
+
+
+def _load_blobs(blobs) -> None:
+    from . import objload
+    new = [b for b in blobs if b.name not in _ADDRESSES]
+    if not new:
+        return
+    addrs = objload.load(new)
+    for b in new:
+        _ADDRESSES[b.name] = addrs[b.name]
+        _BLOBS.setdefault(b.name, b)
+
+
+def _from_disk(key: str, kind: str) -> bool:
+    """Load the object file of one kernel/entry if it is on disk and intact."""
+    blobs = objstore.read(key)
+    if not blobs or [b.name for b in blobs] != [key]:
+        return False
+    try:
+        _load_blobs(blobs)
+    except Exception:   # noqa: BLE001 - unlinkable: rebuilt by the caller
+        return False
+    COUNTS["kernels_loaded" if kind == "kernel" else "drivers_loaded"] += 1
+    return True
+
+
+def obtain(key: str, source: str, kind: str, disk=True) -> int:
+    """The address of one kernel's/entry's code: from this process, from disk, or compiled now (one builder per
+    key across processes: if another process is compiling it, wait for it and load its result)."""
+    addr = _ADDRESSES.get(key)
+    if addr is not None:
+        return addr
+    if not disk or cache.cache_dir() is None:
+        return compile_code(key, source, kind)
+    with _lock:
+        if key in _ADDRESSES:
+            return _ADDRESSES[key]
+        if _from_disk(key, kind):
+            return _ADDRESSES[key]
+    # not under ``_lock``: threads of this process compile different keys at once (``GraphCode.build``); two
+    # threads (or processes) after one key meet at its build lock, and the second loads the first's result
+    lock = objstore.BuildLock(key)
+    if not lock.acquire(block=False):
+        lock.acquire(block=True)         # someone else builds it: wait, then take theirs
+        with _lock:
+            if key in _ADDRESSES or _from_disk(key, kind):
+                lock.release()
+                return _ADDRESSES[key]
+    try:
+        return compile_to_disk(key, source, kind)
+    finally:
+        lock.release()
+
+
+def compile_to_disk(key: str, source: str, kind: str) -> int:
+    """``compile_code``, and its object code written to its file (the caller holds the key's build lock)."""
+    addr = compile_code(key, source, kind)
+    blob = _BLOBS.get(key)
+    if blob is not None:
+        objstore.write(key, [blob])
+    return addr
+
+
+def blob(key: str):
+    """The object code of ``key`` compiled or loaded in this process (``objstore.Blob``)."""
+    return _BLOBS[key]
+
+
+def build_module(kernel):
+    """A Numba module of ``kernel`` (its ``kernel`` attribute is the cfunc), for tests and introspection; compiled
+    in this process when the kernel's code was loaded from object code."""
+    key = kernel_key(kernel)
+    mod = _MODULES.get(key)
+    if mod is None:
+        with _lock:
+            mod = _MODULES[key] = numba_build.inspect_module(key, kernel.source)
+    return mod
+
+
+kernel_module = build_module
+
+
+# ------------------------------------------------------------------------------------------------ graphs
+
+class GraphCode:
+    """The code of one compiled graph: its kernels (``kernel.key`` -> address) and its entry's address."""
+
+    def __init__(self, kernels, entry_src=None, disk=True, entry_build=None):
+        self.kernels = list(kernels)
+        self.entry_src = entry_src             # the entry's listing (its identity)
+        self.entry_build = entry_build         # key -> objstore.Blob: its machine code (entry.compile_entry)
+        self.disk = disk
+        self.kkeys = {k.key: kernel_key(k) for k in self.kernels}
+        self.ekey = entry_key(entry_src) if entry_src is not None else None
+        self.gkey = graph_key(self.kkeys.values(), self.ekey or "")
+        self.loaded_keys, self.compiled_keys = set(), set()    # linked from object code / compiled here
+        # code another graph of this process built already counts as loaded (compiled before this build), so a
+        # graph's stats always add up to its kernels and entry
+        self.loaded_keys |= {k for k in self._keys() if k in _ADDRESSES}
+        self.elsewhere = set()                # keys our build processes compiled (then linked here)
+        self.how = None                       # "process" | "graph file" | "assembled" | "built"
+        self.spawned = False                  # its build processes have started (they finish even if we exit)
+        self.errors = []
+
+    def _keys(self):
+        ks = list(dict.fromkeys(self.kkeys.values()))
+        return ks + ([self.ekey] if self.ekey else [])
+
+    def _kind(self, key):
+        return "entry" if key == self.ekey else "kernel"
+
+    def _source(self, key):
+        """What compiles ``key``: a kernel's LLVM IR where ``ir_loops`` renders its IR, else its Numba text."""
+        for k in self.kernels:
+            if self.kkeys[k.key] == key:
+                if IR_LOOPS:
+                    from ..kernels import ir_loops
+                    return ir_loops.compile_text(key, k.source, k.ir)
+                return k.source
+        raise KeyError(key)
+
+    def addresses(self):
+        kaddr = {k.key: _ADDRESSES[self.kkeys[k.key]] for k in self.kernels}
+        return kaddr, (_ADDRESSES[self.ekey] if self.ekey else None)
+
+    def missing(self):
+        return [k for k in self._keys() if k not in _ADDRESSES]
+
+    def try_load(self) -> bool:
+        """Without compiling (and without Numba): from this process, the graph's file, or its objects' files.
+        True when every kernel and the entry have code here now."""
+        with _lock:
+            todo = self.missing()
+            if not todo:
+                self.how = self.how or "process"
+                return True
+            if not self.disk or cache.cache_dir() is None:
+                return False
+            blobs = objstore.read(self.gkey)
+            if blobs is not None and {b.name for b in blobs} >= set(self._keys()):
+                try:
+                    _load_blobs(blobs)
+                except Exception:  # noqa: BLE001 - unlinkable: treated as corrupt, rebuilt
+                    objstore.last_error[self.gkey] = "cannot be linked"
+                else:
+                    self._count_loaded(todo)
+                    COUNTS["graph_files_loaded"] += 1
+                    self.how = "graph file"
+                    return True
+            for key in list(todo):          # the graph's file is missing: its objects may be on disk
+                if not objstore.exists(key):
+                    return False
+            for key in todo:
+                if not _from_disk(key, self._kind(key)):
+                    return False
+                self.loaded_keys.add(key)
+            self.assemble()
+            self.how = "assembled"
+            return True
+
+    @property
+    def loaded(self) -> int:
+        """This graph's kernels and entry that were linked from object code compiled before its build."""
+        return len(self.loaded_keys - self.elsewhere)
+
+    @property
+    def compiled(self) -> int:
+        """This graph's kernels and entry compiled for its build (here or in its build processes)."""
+        return len(self.compiled_keys | (self.elsewhere & self.loaded_keys))
+
+    def _count_loaded(self, todo):
+        self.loaded_keys |= set(todo)
+        for key in todo:
+            COUNTS["kernels_loaded" if self._kind(key) == "kernel" else "drivers_loaded"] += 1
+
+    def assemble(self) -> bool:
+        """Write the graph's file from its objects (compiled here or read from their files)."""
+        if not self.disk:
+            return False
+        blobs = []
+        for key in self._keys():
+            b = _BLOBS.get(key)
+            if b is None:
+                got = objstore.read(key)
+                if not got:
+                    return False
+                b = got[0]
+            blobs.append(b)
+        ok = objstore.write(self.gkey, blobs) is not None
+        if ok:
+            COUNTS["graph_files_assembled"] += 1
+        return ok
+
+    def ensure_entry(self, load=True) -> None:
+        """The entry's object code (built here: LLVM IR to machine code in milliseconds, no Numba), written to
+        disk for the graph's file, and linked into this process when ``load``."""
+        key = self.ekey
+        if key is None or key in _ADDRESSES:
+            return
+        with _lock:
+            blob = _BLOBS.get(key)
+            if blob is None and self.disk:
+                got = objstore.read(key)
+                if got and [b.name for b in got] == [key]:
+                    blob = got[0]
+                    self.loaded_keys.add(key)
+                    COUNTS["drivers_loaded"] += 1
+            if blob is None:
+                blob = _BLOBS[key] = self.entry_build(key)
+                self.compiled_keys.add(key)
+                COUNTS["drivers_compiled"] += 1
+                if self.disk:
+                    objstore.write(key, [blob])
+            if load:
+                _load_blobs([blob])
+
+    def pending_jobs(self, sources=True):
+        """(kind, key, source path) of the kernels not compiled anywhere yet (the entry is built here, at once);
+        None without a usable disk cache.  ``sources=False``: no source files written (path None; a
+        synchronous build writes them only for the jobs it hands to build processes)."""
+        if not self.disk or cache.cache_dir() is None:
+            return None
+        self.ensure_entry(load=False)
+        jobs = []
+        for key in self.missing():
+            if key == self.ekey or objstore.exists(key):
+                continue
+            path = None
+            if sources:
+                path = cache.store_entry(key, self._source(key))
+                if path is None:
+                    return None
+            jobs.append((self._kind(key), key, None if path is None else str(path)))
+        return jobs
+
+    def build(self, background: bool):
+        """Compile what is missing.  ``background``: everything in build processes (this process only loads
+        their results, so it never imports Numba while it serves calls); else this process compiles a share
+        while build processes take the rest, in parallel.  Then write the graph's file."""
+        with _lock:
+            if self.try_load():
+                return
+        self.ensure_entry()
+        todo = self.pending_jobs(sources=background)
+        procs = []
+        if todo:
+            busy = [j for j in todo if objstore.BuildLock(j[1]).held_elsewhere()]   # someone builds them: wait
+            todo = [j for j in todo if j not in busy]
+            cores = _cores()
+            if background:
+                parts = min(cores, len(todo))
+                shares = _split(todo, parts) if parts else []
+                procs = [_spawn(s, self if i == 0 else None) for i, s in enumerate(shares)]
+                self.elsewhere |= {j[1] for j in todo}
+                self.spawned = True
+            else:
+                procs = self._build_here(todo, cores)
+        for p in procs:
+            if p is None:
+                continue
+            _, err = p.communicate()
+            if p.returncode != 0:
+                self.errors.append(err.decode(errors="replace")[-2000:])
+        with _lock:
+            if self.missing() and self.try_load():
+                return
+            for key in self._keys():
+                self._obtain(key)
+            self.assemble()         # (also when this process compiled everything: the next run loads one file)
+            if self.how is None:
+                self.how = "built"
+
+    def _build_here(self, todo, cores):
+        """A synchronous build: kernels that translate to LLVM IR (``ir_loops``) compile here, each handed to a
+        worker thread as soon as it is translated; the rest need Numba.  llvmlite serialises LLVM's calls with one
+        lock, so the threads do not run LLVM in parallel: they overlap LLVM's work (which releases the GIL) with
+        the next translation and with Numba's Python front end.  A build process costs ~0.9 s to start Python
+        and Numba, so it takes a share of the Numba jobs only from a few of them on.  Returns the build processes started."""
+        from ..kernels import ir_loops
+        pool = None
+        if cores > 1:
+            from concurrent.futures import ThreadPoolExecutor
+            pool = ThreadPoolExecutor(max_workers=cores, thread_name_prefix="jitgrad-build")
+        futures, slow, procs = [], [], []
+
+        def start(key):
+            if pool is None:
+                self._obtain(key)
+            else:
+                futures.append(pool.submit(self._obtain, key))
+        try:
+            for job in todo:
+                if job[0] == "kernel" and IR_LOOPS and ir_loops.translatable(job[1], self._source(job[1])):
+                    start(job[1])
+                else:
+                    slow.append(job)
+            mine = slow
+            helpers = min(cores - 1, len(slow) // 4)
+            if helpers > 0:
+                # a build process spends ~STARTUP kernels' time starting Python and Numba: this process, which is
+                # up already, takes that many more
+                n_mine = min(len(slow), -(-(len(slow) + STARTUP * helpers) // (helpers + 1)))
+                mine, rest = slow[:n_mine], []
+                for job in slow[n_mine:]:
+                    path = cache.store_entry(job[1], self._source(job[1]))     # the build process reads it
+                    if path is None:
+                        mine.append(job)
+                    else:
+                        rest.append((job[0], job[1], str(path)))
+                shares = _split(rest, helpers) if rest else []
+                procs = [_spawn(share) for share in shares]
+                self.elsewhere |= {j[1] for share in shares for j in share}
+                self.spawned = bool(shares)
+            for job in mine:
+                start(job[1])
+            for fut in futures:
+                fut.result()
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
+        return procs
+
+    def _obtain(self, key):
+        if key in _ADDRESSES:
+            return
+        if key == self.ekey:
+            self.ensure_entry()
+            return
+        obtain(key, self._source(key), self._kind(key), self.disk)
+        if key in _BLOBS_MADE_HERE:
+            self.compiled_keys.add(key)
+        else:
+            self.loaded_keys.add(key)
+
+
+# ------------------------------------------------------------------------------------------------ background builds
+
+_QUEUE = None               # background builds run one at a time (their build processes use every core)
+_QUEUED: list = []          # CompiledGraphs queued or building
+
+
+def queue_background(cg) -> None:
+    """Run ``cg._build(True)`` on the background build thread (started on first use)."""
+    global _QUEUE
+    import queue
+    with _lock:
+        if _QUEUE is None:
+            _QUEUE = queue.Queue()
+            q = _QUEUE
+
+            def worker():
+                while True:
+                    job, root = q.get()
+                    try:
+                        with cache.pinned_dir(root):
+                            job._build(True)
+                    finally:
+                        try:
+                            _QUEUED.remove(job)
+                        except ValueError:
+                            pass
+                        q.task_done()
+            threading.Thread(target=worker, daemon=True, name="jitgrad-compile").start()
+        _QUEUED.append(cg)
+        _QUEUE.put((cg, cache._configured_dir()))
+
+
+def wait_background(timeout: float | None = None) -> bool:
+    """Wait until no build is queued or running on the background thread; False when ``timeout`` (seconds)
+    passed first.  (``f.wait()`` waits for one function's build; this for all of them, e.g. before a test that
+    counts the cache's work.)"""
+    import time
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while _QUEUED:
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def _after_fork_in_child():
+    """A forked child has no build thread and may have forked while a lock was held: fresh locks and queue,
+    and the builds that were queued or running in the parent are pending again (``wait()`` restarts them)."""
+    global _QUEUE, _lock
+    _lock = threading.RLock()
+    _QUEUE = None
+    # (cache, ir_loops, objload and workpool reset their own locks: see their fork handlers)
+    for cg in _QUEUED:
+        if cg.run is None and cg.error is None:
+            cg.pending = True
+    _QUEUED.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _spawn(jobs, graph=None):
+    """A detached build process for ``jobs`` (``build_procs.spawn``), counted."""
+    COUNTS["build_processes"] += 1
+    return build_procs.spawn(jobs, graph)
+
+
+@atexit.register
+def _spawn_leftovers():
+    """At exit: builds still queued go to detached build processes, so the next run finds them compiled."""
+    left = []
+    for cg in list(_QUEUED):
+        code = cg.code
+        if code.spawned:
+            continue
+        try:
+            todo = code.pending_jobs()
+        except Exception:   # noqa: BLE001 - exiting: nothing to report to
+            continue
+        if todo:
+            left.append((todo, code))
+    for todo, code in left:
+        try:
+            p = _spawn(todo, code)
+            if p is not None and p.stderr is not None:
+                p.stderr.close()
+        except OSError:
+            pass
+
+
+def _split(todo, parts):
+    shares = [[] for _ in range(max(parts, 1))]
+    for i, job in enumerate(todo):
+        shares[i % len(shares)].append(job)
+    return [s for s in shares if s]

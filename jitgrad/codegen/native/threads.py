@@ -1,0 +1,273 @@
+"""The thread policy of parallel kernels: which threading layer runs ``prange`` loops, and how many threads.
+
+Policy (knobs in parentheses):
+- **Layer: fork-safe, and sleeping rather than spinning.**  Numba's default picks GNU OpenMP when it is present;
+  its workers spin while they wait, so a busy machine (another process on one core, or OpenBLAS's own spinning
+  workers) makes a kernel wait for descheduled spinners: 5-10x slower instead of 2x.  And a process that ran a
+  GNU OpenMP region cannot fork: the child is killed ("fork() called from a process already using GNU OpenMP").
+  jitgrad's parallel kernels run on Numba's built-in ``workqueue`` pool, loaded without Numba (``workpool.py``),
+  whose workers sleep on a condition until work arrives and take equal static chunks of a loop, so a loop slows
+  down at most in proportion to the cores taken from it.  The few parallel kernels Numba builds (sin/cos/tan,
+  random draws) run on Numba's ``forksafe`` layer: TBB when installed, else Intel OpenMP, else ``workqueue``, the
+  same pool (the process has one copy of its state).  Not ``workqueue`` for every process: it aborts when two
+  threads launch at once, and the layer is process-wide, so the user's own Numba ``prange`` code would inherit
+  that.  (``JITGRAD_THREADING_LAYER`` picks another Numba layer for those; ``NUMBA_THREADING_LAYER``, when set,
+  is the user's choice and always wins; kernels built from IR stay on ``workqueue`` either way, and
+  ``JITGRAD_IR_PARALLEL=0`` has Numba build them all.)
+- **Threads: one per core this process may run on** (``os.sched_getaffinity``), Numba's default, or
+  ``NUMBA_NUM_THREADS``.  ``torch.set_num_threads`` (``ir/settings.py``) sets OpenBLAS's count at once and, at 1,
+  keeps graphs compiled later serial; it does not resize the pool.  A kernel runs serially unless its work pays for waking the threads (``layout.py``:
+  ``PARALLEL_GRAIN``, ``PARALLEL_WORK``; always parallel from ``loops.PARALLEL_MIN`` elements).
+- **OpenBLAS workers sleep soon when idle** (``OPENBLAS_THREAD_TIMEOUT``, set to 20 by ``import jitgrad``
+  unless already set): by default they spin ~0.1 s after every BLAS call, taking the cores Numba's workers need;
+  at 20 they spin ~0.4 ms, enough to stay awake between one step's GEMMs (4, sleeping at once, made every small
+  GEMM pay a wake-up) (``tests/test_threads.py`` counts the CPU time a process burns while it sleeps after a GEMM).
+- **One parallel launch at a time per process.**  ``workqueue`` is not thread-safe (two threads launching
+  parallel loops at once abort the process), so compiled calls whose graph has a parallel kernel take
+  ``LAUNCH_LOCK``; concurrent calls of such graphs would compete for the same cores anyway.
+- **The workers are pinned, one per core** (``JITGRAD_PIN_THREADS=0`` turns it off).  Its workers
+  sleep between launches and Linux wakes a sleeping thread on the core of the thread that woke it when it
+  can: measured on 2 cores, about half the processes ran both workers on one core for every call, so a
+  2-thread B2 step took its 1-thread time (3.4 ms instead of 1.8 ms, bimodal from one process to the next).
+  Before the first launch of a process (and again in a forked child, whose workers are new threads) each
+  worker pins itself to its own core of the process's affinity mask (``place_workers``).  With one core taken
+  by another process, the worker on that core shares it and the loop takes at most its 1-thread time (2x),
+  which is the proportional slowdown the policy aims for.  TBB and OpenMP layers place their own threads and
+  are left alone.
+
+- **BLAS drops to one thread while the cores are contended** (``BlasPacer``; ``JITGRAD_BLAS_PACER=0`` turns it
+  off).  OpenBLAS splits a GEMM between its threads, which hand packed panels to each other through spin-waits
+  several times per call: when another process takes a core, the thread there is descheduled for whole
+  scheduler slices while the other spins.  Measured (2 cores, one spinning hog): a B1 step went from 2.7 ms to a
+  median of 7-69 ms and a 90th percentile of 84-187 ms on two BLAS threads, and to 12 ms (p90 16 ms) on one
+  thread (quiet, one thread costs B1 about 1.35x).  So each compiled graph that calls BLAS times its calls: a
+  call slower than ``SLOW`` times the graph's best at that thread count means contention, and the next calls
+  run BLAS on one thread (``HOLD`` calls, doubled each time a retry on all threads is slow again, at most
+  ``MAX_HOLD``), then one call tries all threads again.  A quiet machine keeps all threads; a busy one costs a
+  retry now and then.  The thread count is process-wide (eager matmuls follow it); the pacer takes the count
+  OpenBLAS had when it first ran (``OPENBLAS_NUM_THREADS``, cores) as its maximum.
+
+The layer is chosen once, before this process's first parallel launch; if other code already launched one with
+another layer, that layer stays (Numba cannot switch).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+from ...ir import settings
+
+_configured = False
+_placed = False
+PIN = os.environ.get("JITGRAD_PIN_THREADS", "1") != "0"
+BLAS_PACER = os.environ.get("JITGRAD_BLAS_PACER", "1") != "0"
+STATS = {"placements": 0, "blas_backoffs": 0}   # worker placements, BLAS drops to one thread (counted, for tests)
+
+
+class _Launch:
+    """``with LAUNCH_LOCK:`` around a parallel launch: one launch at a time per process, and the workers placed
+    (``place_workers``) before this process's first launch and a forked child's first."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+
+    def __enter__(self):
+        self._lock.acquire()
+        if not _placed:
+            try:
+                place_workers()
+            except BaseException:
+                self._lock.release()
+                raise
+        return self
+
+    def __exit__(self, *exc):
+        self._lock.release()
+
+    def _after_fork_in_child(self):
+        self._lock = threading.Lock()       # a thread of the parent may have held it at the fork
+
+
+LAUNCH_LOCK = _Launch()
+
+
+def configure():
+    """Choose Numba's threading layer (see the module docstring): now if Numba is imported, else when it is
+    (``numba_build`` calls this before Numba compiles a parallel kernel); cheap after the first call."""
+    global _configured
+    if _configured or "numba" not in sys.modules:
+        return
+    _configured = True
+    if os.environ.get("NUMBA_THREADING_LAYER"):
+        return
+    from numba import config
+    config.THREADING_LAYER = os.environ.get("JITGRAD_THREADING_LAYER", "forksafe")
+
+
+def place_workers() -> list:
+    """Pin each worker thread of the pool (``workpool.py``, Numba's ``workqueue``) to its own core of this
+    process's affinity mask (see the module docstring), once per process; returns ``[(worker, core)]`` (empty when
+    there is nothing to do: one thread, one core, or ``JITGRAD_PIN_THREADS=0``).  Each worker pins itself: a task
+    that calls ``sched_setaffinity(0, ...)`` runs once on every worker, so no thread id has to be guessed."""
+    global _placed
+    _placed = True
+    if not PIN:
+        return []
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except AttributeError:          # pragma: no cover - not Linux
+        return []
+    from . import workpool
+    if not workpool.available():
+        return []
+    n = workpool.launch()
+    if n < 2 or len(cores) < 2:
+        return []
+
+    def pin(i):
+        core = cores[i % len(cores)]
+        os.sched_setaffinity(0, {core})     # 0: the calling thread
+        return (i, core)
+    placed = workpool.run_on_each(pin)
+    STATS["placements"] += 1
+    return sorted(placed)
+
+
+class BlasPacer:
+    """Times one compiled graph's calls and lowers BLAS to one thread while they show contention (see the module
+    docstring).  ``with pacer:`` around each call."""
+    SLOW = 3.0
+    HOLD = 32
+    MAX_HOLD = 1024
+    _control = None             # (get, set) of OpenBLAS's thread count, or False: none
+    _max = 1
+    _current = None
+    _lock = threading.Lock()
+
+    def __init__(self):
+        self.best = {}          # thread count -> fastest call seen (seconds)
+        self.left = 0           # calls still to run on one thread
+        self.hold = self.HOLD
+        self.n = 1
+        self.t0 = 0.0
+
+    @classmethod
+    def _init(cls):
+        from ...ir.ops import blas
+        ctl = blas.thread_control()
+        cls._control = ctl or False
+        if ctl:
+            cls._max = cls._current = max(1, int(ctl[0]()))
+
+    @classmethod
+    def _set(cls, n):
+        with cls._lock:
+            if n != cls._current:
+                cls._control[1](n)
+                cls._current = n
+
+    def __enter__(self):
+        if BlasPacer._control is None:
+            BlasPacer._init()
+        if self.left > 0:
+            self.left -= 1
+            want = 1
+        else:
+            want = settings.STATE.num_threads or BlasPacer._max     # torch.set_num_threads wins
+        if BlasPacer._control and want != BlasPacer._current:
+            BlasPacer._set(want)
+        self.n = want
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        dt = time.perf_counter() - self.t0
+        n = self.n
+        best = self.best.get(n)
+        if best is None or dt < best:
+            self.best[n] = dt
+        if n > 1 and best is not None:
+            if dt > self.SLOW * best:           # contended: one thread for a while, longer each time
+                self.left = self.hold
+                self.hold = min(2 * self.hold, self.MAX_HOLD)
+                STATS["blas_backoffs"] += 1
+            else:
+                self.hold = self.HOLD
+
+
+class CallGuard:
+    """``with guard:`` around one compiled graph's call: ``LAUNCH_LOCK`` when it has a parallel kernel, its own
+    ``BlasPacer`` when it calls BLAS."""
+
+    def __init__(self, parallel: bool, blas: bool):
+        self.lock = LAUNCH_LOCK if parallel else None
+        self.pacer = BlasPacer() if blas and BLAS_PACER else None
+
+    def __enter__(self):
+        if self.lock is not None:
+            self.lock.__enter__()
+        if self.pacer is not None:
+            self.pacer.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            if self.pacer is not None:
+                self.pacer.__exit__(*exc)
+        finally:
+            if self.lock is not None:
+                self.lock.__exit__(*exc)
+
+
+# OpenBLAS runs a GEMM on one thread below 65536 * GEMM_MULTITHREAD_THRESHOLD (4) multiply-adds: graphs whose
+# GEMMs are all below it need no pacer (it costs ~1 us a call, which B5's 16 us steps feel)
+BLAS_THREADED_MACS = 65536 * 4
+
+
+def blas_threaded(steps) -> bool:
+    """Whether any BLAS step of a program (``layout.Step``) is large enough for OpenBLAS to thread."""
+    for st in steps:
+        if st.kind in ("gemm", "bgemm") and st.eqn is not None:
+            a, out = st.eqn.ins[0].aval.shape, st.eqn.outs[0].aval.shape
+            k = a[-1] if a else 1
+            m = out[-2] if len(out) >= 2 else 1
+            n = out[-1] if out else 1
+            if m * n * k > BLAS_THREADED_MACS:
+                return True
+    return False
+
+
+def call_guard(parallel: bool, blas: bool):
+    """What a compiled graph's call is wrapped in (``CallGuard``), or None when it needs nothing."""
+    if not parallel and not (blas and BLAS_PACER):
+        return None
+    return CallGuard(parallel, blas)
+
+
+def _after_fork_in_child():
+    global _placed
+    _placed = False                 # the child's workqueue starts new worker threads, unpinned
+    LAUNCH_LOCK._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def layer() -> str | None:
+    """The threading layer in use once a parallel loop ran (None before): Numba's, when Numba launched one, else
+    ``workqueue`` when jitgrad's own parallel kernels started the pool (``workpool.py``)."""
+    if "numba" in sys.modules:
+        import numba
+        try:
+            return numba.threading_layer()
+        except ValueError:
+            pass
+    from . import workpool
+    return "workqueue" if workpool.threads() else None
+
+
+__all__ = ["configure", "layer", "place_workers", "call_guard", "blas_threaded", "BlasPacer", "CallGuard",
+           "LAUNCH_LOCK", "PIN", "BLAS_PACER", "STATS"]

@@ -1,0 +1,294 @@
+"""A compiled graph's C entry: ``void entry(PyObject *arrays, int64 *ctx)``, and how Python calls it.
+
+The entry is emitted as LLVM IR from the layout (``layout.Program``) and compiled by llvmlite in milliseconds: no
+Numba, neither to build it nor to run it (no NRT, no boxing, no dispatcher).  Python takes the fresh outputs from
+the output pool (``output_pool.take``: recycled buffers, no page faults) and allocates the anomaly error slot, and
+passes one tuple holding the inputs, then the fresh outputs, then the error slot; the entry reads each array's
+data pointer from the tuple (``PyTupleObject.ob_item``, ``PyArrayObject.data``: NumPy's and CPython's stable
+object layouts, checked once per process by ``layout_ok``), patches them into the argument table and calls each
+kernel, and BLAS, through its address.  ``ctx`` holds the addresses of the argument table ``A``, the kernel
+address table ``F``, the per-slot offsets ``OFF`` and the graph's index-error array ``IE`` (``[code, step id,
+value, dim]``, set by a bounds-checked or zero-dividing step).  When a step may raise, the in-place state updates
+after it (``Step.state_write``) and the write-backs run only if ``IE[0] == 0``; the caller raises the step's error
+after the call (``lowering.step_error``).
+
+So the object code of a graph is position independent of any Python object, and a new process loads it with
+llvmlite alone (``objload.py``).  The text has no sizes in it: a new batch size reuses the entry.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+
+import numpy as np
+
+TUPLE_ITEMS = 3 * ctypes.sizeof(ctypes.c_void_p)     # PyTupleObject: refcnt, type, size, then ob_item[]
+ARRAY_DATA = 2 * ctypes.sizeof(ctypes.c_void_p)      # PyArrayObject_fields: refcnt, type, then data
+_ENTRY_CALL = ctypes.CFUNCTYPE(None, ctypes.py_object, ctypes.c_void_p)
+_LAYOUT_OK = None
+
+
+def layout_ok() -> bool:
+    """The object layouts the entry reads are the ones this process has (checked once, on real objects)."""
+    global _LAYOUT_OK
+    if _LAYOUT_OK is None:
+        try:
+            a = np.arange(3.0)
+            t = (a, 1)
+            item0 = ctypes.c_void_p.from_address(id(t) + TUPLE_ITEMS).value
+            data = ctypes.c_void_p.from_address(id(a) + ARRAY_DATA).value
+            _LAYOUT_OK = item0 == id(a) and data == a.ctypes.data
+        except Exception:   # noqa: BLE001 - any surprise: use the Python driver
+            _LAYOUT_OK = False
+    return _LAYOUT_OK
+
+
+def _ops(program, n_inputs: int, n_checks: int):
+    """The entry as a list of steps; its listing (``entry_source``) and its machine code (``entry_ir``) are both
+    made from it, so what ``f.source`` shows is what runs."""
+    p = program
+    ops = []
+    used_in = sorted({r.index for _, r, _ in p.dynamic if r.kind == "input"})
+    ops += [("data", f"r{k}", k) for k in used_in]
+    ops += [("data", f"q{r.index}", n_inputs + r.index) for r in p.fresh]
+    for slot, r, _ in p.dynamic:
+        ops.append(("patch", slot, f"r{r.index}" if r.kind == "input" else f"q{r.index}"))
+    if n_checks:
+        ops.append(("data", "e", n_inputs + len(p.fresh)))
+        ops += [("err", s) for s in p.err_slots]
+    checked = bool(p.index_steps)
+    for n, st in enumerate(p.steps):
+        # after a step that may raise, an in-place state update runs only when it did not
+        guard = "ie" if st.state_write and checked else None
+        kind = st.kind if st.kind in ("gemm", "bgemm") else "kernel"
+        ops.append(("call", kind, n, st.block, st.label, guard))
+    if (n_checks or checked) and p.writes:    # an anomaly or a raising step leaves the user's state untouched
+        ops.append(("if_ok", n_checks, checked))
+    for n, st in enumerate(p.writes):
+        ops.append(("call", "kernel", len(p.steps) + n, st.block, "write-back", None))
+    return ops
+
+
+def entry_source(program, n_inputs: int, n_checks: int) -> str:
+    """The entry's listing for ``program`` (a ``layout.Program``) over ``n_inputs`` graph inputs: Python-shaped
+    text of exactly what ``entry_ir`` emits (its hash is the entry's identity)."""
+    lines = ["def entry(T, C):          # T: tuple of arrays, C: int64[4] = {A, F, OFF, IE}",
+             "    c = ptr_i64(C)", "    A = c[0]", "    a = ptr_i64(A)", "    F = ptr_i64(c[1])",
+             "    OFF = ptr_i64(c[2])", "    IE = ptr_i64(c[3])", f"    t = ptr_i64(T + {TUPLE_ITEMS})"]
+    ind = "    "
+    for op in _ops(program, n_inputs, n_checks):
+        if op[0] == "data":
+            lines.append(f"{ind}{op[1]} = ptr_i64(t[{op[2]}] + {ARRAY_DATA})[0]")
+        elif op[0] == "patch":
+            lines.append(f"{ind}a[{op[1]}] = {op[2]} + OFF[{op[1]}]")
+        elif op[0] == "err":
+            lines.append(f"{ind}a[{op[1]}] = e")
+        elif op[0] == "call":
+            fn = {"gemm": "call_gemm", "bgemm": "call_gemm_batched"}.get(op[1], "call_kernel")
+            call = f"{fn}(F[{op[2]}], A + {8 * op[3]})  # {op[4]}"
+            if op[5] == "ie":
+                lines += [f"{ind}if IE[0] == 0:", f"{ind}    {call}"]
+            else:
+                lines.append(f"{ind}{call}")
+        elif op[0] == "if_ok":
+            conds = ([f"ptr_i64(e)[0] == {op[1]}"] if op[1] else []) + (["IE[0] == 0"] if op[2] else [])
+            lines.append(f"    if {' and '.join(conds)}:")
+            ind = "        "
+    return "# jitgrad.codegen.program.entry: a graph's C entry, emitted as LLVM IR (sizes come from the tables)\n" + \
+        "\n".join(lines) + "\n"
+
+
+def entry_ir(program, n_inputs: int, n_checks: int, name: str) -> str:
+    """The entry as LLVM IR text: ``void name(i64 T, i64 C)`` (no Numba: straight-line loads, stores and calls
+    through addresses)."""
+    from llvmlite import ir
+    i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
+    i64p = i64.as_pointer()
+    mod = ir.Module(name=name)
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64, i64]), name=name)
+    fn.attributes.add("nounwind")
+    T, C = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    kty = ir.FunctionType(ir.VoidType(), [i64p])
+    gty = ir.FunctionType(ir.VoidType(), [i8p] * 13)
+
+    def at(base, k):                 # base[k] for an i64* base
+        return b.load(b.gep(base, [ir.Constant(i64, k)]))
+
+    c = b.inttoptr(C, i64p)
+    A = at(c, 0)
+    a, F, OFF = b.inttoptr(A, i64p), b.inttoptr(at(c, 1), i64p), b.inttoptr(at(c, 2), i64p)
+    IE = b.inttoptr(at(c, 3), i64p)
+    zero = ir.Constant(i64, 0)
+
+    def ie_ok():                     # IE[0] == 0: no step raised so far
+        return b.icmp_signed("==", b.load(IE), zero)
+    t = b.inttoptr(b.add(T, ir.Constant(i64, TUPLE_ITEMS)), i64p)
+    vals = {}
+    for op in _ops(program, n_inputs, n_checks):
+        if op[0] == "data":
+            obj = at(t, op[2])
+            vals[op[1]] = b.load(b.inttoptr(b.add(obj, ir.Constant(i64, ARRAY_DATA)), i64p))
+        elif op[0] == "patch":
+            b.store(b.add(vals[op[2]], at(OFF, op[1])), b.gep(a, [ir.Constant(i64, op[1])]))
+        elif op[0] == "err":
+            b.store(vals["e"], b.gep(a, [ir.Constant(i64, op[1])]))
+        elif op[0] == "call":
+            skip = None
+            if op[5] == "ie":
+                run_it, skip = fn.append_basic_block(f"step{op[2]}"), fn.append_basic_block(f"after{op[2]}")
+                b.cbranch(ie_ok(), run_it, skip)
+                b.position_at_end(run_it)
+            target = at(F, op[2])
+            blk = b.add(A, ir.Constant(i64, 8 * op[3]))
+            if op[1] == "gemm":
+                base = b.inttoptr(blk, i64p)
+                b.call(b.inttoptr(target, gty.as_pointer()), [b.inttoptr(at(base, k), i8p) for k in range(13)])
+            elif op[1] == "bgemm":
+                _batched_gemm(b, fn, b.inttoptr(blk, i64p), b.inttoptr(target, gty.as_pointer()), op[2])
+            else:
+                b.call(b.inttoptr(target, kty.as_pointer()), [b.inttoptr(blk, i64p)])
+            if skip is not None:
+                b.branch(skip)
+                b.position_at_end(skip)
+        elif op[0] == "if_ok":
+            ok = ir.Constant(ir.IntType(1), 1)
+            if op[1]:
+                ok = b.icmp_signed("==", b.load(b.inttoptr(vals["e"], i64p)), ir.Constant(i64, op[1]))
+            if op[2]:
+                ok = b.and_(ok, ie_ok())
+            then, done = fn.append_basic_block("write_back"), fn.append_basic_block("done")
+            b.cbranch(ok, then, done)
+            b.position_at_end(then)
+            vals["_done"] = done
+    if "_done" in vals:
+        b.branch(vals["_done"])
+        b.position_at_end(vals["_done"])
+    b.ret_void()
+    return str(mod)
+
+
+def _batched_gemm(b, fn, p, gemm, n):
+    """A ``bgemm`` step inline in the entry: the loop of ``abi.call_gemm_batched`` (its docstring has the block
+    layout) over every batch entry, pointing the scratch block's B, A, C at that entry's matrices."""
+    from llvmlite import ir
+    i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
+
+    def c(k):
+        return ir.Constant(i64, k)
+
+    def ld(k):                       # p[k], k an i64 value or an int
+        return b.load(b.gep(p, [k if isinstance(k, ir.Value) else c(k)]))
+
+    def st(k, v):
+        b.store(v, b.gep(p, [k if isinstance(k, ir.Value) else c(k)]))
+    nd = ld(13)
+    var = {name: b.alloca(i64, name=f"{name}{n}") for name in ("t", "d", "dd", "r", "ob", "oa", "oc", "total")}
+    s = b.add(c(14), b.mul(c(4), nd))
+    for k in range(13):
+        st(b.add(s, c(k)), ld(k))
+    b0, a0, c0 = ld(6), ld(8), ld(11)
+
+    def loop(name, init, cond, body, step):
+        """for (var[name] = init; cond(var[name]); var[name] = step(var[name])) body()"""
+        head, inner, done = (fn.append_basic_block(f"{name}{x}{n}") for x in ("_head", "_body", "_done"))
+        b.store(init, var[name])
+        b.branch(head)
+        b.position_at_end(head)
+        b.cbranch(cond(b.load(var[name])), inner, done)
+        b.position_at_end(inner)
+        body(b.load(var[name]))
+        b.store(step(b.load(var[name])), var[name])
+        b.branch(head)
+        b.position_at_end(done)
+
+    b.store(c(1), var["total"])
+    loop("d", c(0), lambda d: b.icmp_signed("<", d, nd),
+         lambda d: b.store(b.mul(b.load(var["total"]), ld(b.add(c(14), d))), var["total"]), lambda d: b.add(d, c(1)))
+    total = b.load(var["total"])
+
+    def entry_body(t):
+        b.store(t, var["r"])
+        for o in ("ob", "oa", "oc"):
+            b.store(c(0), var[o])
+
+        def dim(d):
+            size = ld(b.add(c(14), d))
+            r = b.load(var["r"])
+            j = b.srem(r, size)
+            b.store(b.sdiv(r, size), var["r"])
+            for k, o in enumerate(("ob", "oa", "oc"), start=1):
+                stride = ld(b.add(b.add(c(14), b.mul(c(k), nd)), d))
+                b.store(b.add(b.load(var[o]), b.mul(j, stride)), var[o])
+        loop("dd", b.sub(nd, c(1)), lambda d: b.icmp_signed(">=", d, c(0)), dim, lambda d: b.sub(d, c(1)))
+        st(b.add(s, c(6)), b.add(b0, b.load(var["ob"])))
+        st(b.add(s, c(8)), b.add(a0, b.load(var["oa"])))
+        st(b.add(s, c(11)), b.add(c0, b.load(var["oc"])))
+        b.call(gemm, [b.inttoptr(ld(b.add(s, c(k))), i8p) for k in range(13)])
+    loop("t", c(0), lambda t: b.icmp_signed("<", t, total), entry_body, lambda t: b.add(t, c(1)))
+
+
+def compile_entry(program, n_inputs: int, n_checks: int, key: str):
+    """The entry's object code (``objstore.Blob`` named ``key``): LLVM IR straight to machine code, in
+    milliseconds and without Numba."""
+    from ..native import objload, objstore
+    ll = objload._ll()
+    name = f"jitgrad_entry_{key[:24]}"
+    m = ll.parse_assembly(entry_ir(program, n_inputs, n_checks, name))
+    m.triple = ll.get_process_triple()
+    m.verify()
+    tm = ll.Target.from_triple(m.triple).create_target_machine(cpu=ll.get_host_cpu_name(), opt=0,
+                                                               codemodel="jitdefault")
+    return objstore.Blob(key, name, tm.emit_object(m), [])
+
+
+def caller(address: int, program, n_checks: int, A, F, OFF, fallback, IE, step_error, lock=None):
+    """``run(*arrays) -> list of outputs`` calling the entry at ``address`` (``fallback(*arrays)`` for inputs
+    that are not C-contiguous).  ``IE``: the graph's index-error array (the one its kernels' table slots point
+    at); after a call that set it, ``step_error()`` is raised.  ``lock``: held around the call (``threads.
+    LAUNCH_LOCK`` when the graph has a parallel kernel).  ``A``, ``F``, ``OFF``, ``IE`` are kept alive by the
+    returned function."""
+    import contextlib
+
+    from .output_pool import MIN_BYTES, take
+    p = program
+    fn = _ENTRY_CALL(address)
+    ctx = np.array([A.ctypes.data, F.ctypes.data, OFF.ctypes.data, IE.ctypes.data], np.int64)
+    cptr = ctx.ctypes.data
+    # outputs below the pool's threshold come from np.empty directly: take() would spend ~2 us in np.prod on
+    # the shape of every call's scalar loss (B5's whole budget is 15 us)
+    specs = [(tuple(r.shape), np.dtype(r.dtype.np)) for r in p.fresh]
+    pooled = [math.prod(s) * d.itemsize >= MIN_BYTES for s, d in specs]
+    any_pooled = any(pooled)
+    empty = np.empty
+    outputs = p.outputs
+    checked = bool(p.index_steps)
+    lock = lock if lock is not None else contextlib.nullcontext()
+
+    def run(*arrays):
+        for a in arrays:
+            if not a.flags.c_contiguous:
+                return fallback(*arrays)
+        if any_pooled:
+            fresh = [take(s, d) if big else empty(s, d) for (s, d), big in zip(specs, pooled)]
+        else:
+            fresh = [empty(s, d) for s, d in specs]
+        if n_checks:
+            err = np.array([n_checks, 0], np.int64)
+            args = arrays + tuple(fresh) + (err,)
+        else:
+            args = arrays + tuple(fresh)
+        with lock:
+            if checked:
+                IE[0] = 0
+            fn(args, cptr)
+            if checked and IE[0]:
+                raise step_error()
+        outs = [arrays[i] if kind == "input" else fresh[i] for kind, i in outputs]
+        return outs + [err] if n_checks else outs
+    run._keep = (A, F, OFF, IE, ctx, fn)
+    run.ncheck = n_checks
+    return run
+
+
+__all__ = ["entry_source", "entry_ir", "compile_entry", "caller", "layout_ok"]

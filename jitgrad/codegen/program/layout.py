@@ -1,0 +1,239 @@
+"""The CPU target's layout of a compiled graph: the steps, and the argument blocks of every step.
+
+A graph has fixed shapes, so all of this is computed once, in Python, when the graph is compiled:
+- every Var gets a *place* from ``places.Places``, the place assignment the CUDA target shares (a root buffer:
+  a graph input, a fresh output array, a workspace slot, a literal; plus an element offset, shape and element
+  strides; views free, workspace slots reused once their readers ran, state updates computed in place);
+- intermediates live in one workspace allocated on the first call and kept with the compiled graph;
+- each step's argument block (sizes, addresses, strides; ``codegen/kernels/abi.py``) is written into one int64 table.
+  Addresses of workspace and literal buffers are final here; those of inputs and fresh outputs are patched by
+  the driver on every call (``dynamic``: slot -> root, with the element offset in ``OFF``).
+
+This module is the builder the step emitters write into (``Program``: places, the table, slots, steps, kernels,
+and the copy and check steps every kind needs); the emitters themselves are functions registered per step kind
+(``lowering.emits``) in the step modules (``loop_steps.py``, ``gemm_steps.py``, ``batched_gemm.py``,
+``region_steps.py``, ``collective_steps.py``), which import this module; ``cpu.lay_out`` walks a plan through
+them.  Nothing here depends on Numba; the driver source built from this (``cpu.py``) depends on structure only,
+so it is shared across batch sizes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir import settings
+from ...ir.plan import Group
+from ..kernels.loops import BCAST, CONTIG, PARALLEL_MIN, STRIDED, gen_check, gen_copy
+from ..places import Place, Places, Root, bcast_strides, coalesce
+
+# A kernel runs its outer loop on the worker pool when its work pays for waking the workers (one wake-up round,
+# ~5-30 us: workpool.py): at least PARALLEL_GRAIN elements (PyTorch's grain size) and size x per-element cost
+# >= PARALLEL_WORK, about 160 us of one core's work (ir/plan.py's cost unit runs at ~0.02 ns on one core of this
+# kind of machine: B2's loop, ~26 units, 0.53 ns an element); always from loops.PARALLEL_MIN elements.
+# Measured 2026-11-24, quiet, 2 cores (benchmarks/parallel_threshold.py, min / median): waking the workers costs
+# ~5 us at best and ~30 us typically; a 3-op tanh/sigmoid loop of 524,288 float32 188 / 190 us serial, 109 / 141
+# us parallel; of 262,144, 103 / 104 vs 64 / 92 us (kept serial); x + 1 never gains below 1M elements.
+PARALLEL_GRAIN = 1 << 15
+PARALLEL_WORK = 1 << 23
+
+
+def alias_classes(places) -> list:
+    """The alias class of each operand place of one kernel (``alias_scopes.py``): places over one buffer share a
+    class (a state updated in place and its old value), and so do workspace places whose byte ranges overlap;
+    all others are distinct memory.  Graph inputs are distinct buffers as far as writes go: a signature that
+    writes an input sharing memory with another runs eagerly (``jit/signatures.writes_alias``), and inputs that
+    are only read may overlap harmlessly.  Numbered by first appearance, so the kernel text is canonical."""
+    n = len(places)
+    parent = list(range(n))
+
+    def find(a):
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+    spans = []
+    for p in places:
+        r = p.root
+        spans.append((r.offset, r.offset + r.nbytes) if r.kind == "ws" else None)
+    for a in range(n):
+        for b in range(a):
+            ra, rb = places[a].root, places[b].root
+            same = ra is rb or (spans[a] is not None and spans[b] is not None
+                                and spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1])
+            if same:
+                parent[find(a)] = find(b)
+    ids, out = {}, []
+    for a in range(n):
+        out.append(ids.setdefault(find(a), len(ids)))
+    return out
+
+
+def stride_class(strides) -> str:
+    """The loop class of an operand's innermost stride: contiguous, broadcast (0) or strided."""
+    if not strides:
+        return CONTIG
+    s = strides[-1]
+    return CONTIG if s == 1 else BCAST if s == 0 else STRIDED
+
+
+class Step:
+    """One call of the program: ``kind`` kernel | gemm | native (a fixed cfunc, e.g. an MPI call) | py (NumPy
+    impl); ``block``: its slot in the table."""
+    __slots__ = ("kind", "kernel", "block", "label", "eqn", "ins", "out", "shapes", "scope", "guarded", "gemm",
+                 "state_write", "native")
+
+    def __init__(self, kind, kernel=None, label="", eqn=None, shapes=(), scope=()):
+        self.kind, self.kernel, self.label, self.eqn, self.shapes, self.scope = kind, kernel, label, eqn, shapes, scope
+        self.block, self.ins, self.out, self.guarded, self.gemm = None, (), None, False, None
+        self.state_write = False     # writes a state input in place: skipped when an earlier step raised
+        self.native = None          # kind "native": the address of a cfunc taking the argument block
+
+
+class Program:
+    """The steps, kernels, places and tables of one graph (see the module docstring): the builder the step emitters
+    write into.  ``finish()`` after the plan's steps adds the outputs and the write-backs."""
+
+    def __init__(self, plan, writes=(), parallel=None, check_ids=None):
+        self.graph = graph = plan.graph
+        self.check_ids = check_ids or {}
+        self.parallel = parallel
+        self.places = Places(graph, plan, writes, self.check_ids, copy=self.copy_step)
+        self.steps = []
+        self.kernels = {}            # key -> Kernel (each distinct loop once)
+        self.table = []              # the int64 argument table
+        self.dynamic = []            # (slot, root, element offset): patched per call
+        self.params = bytearray()    # BLAS scalar arguments (chars, int32s, alpha/beta)
+        self.param_slots = []        # (table slot, params byte offset): address patched once params is allocated
+        self.lit_slots = []          # (table slot, lit array, byte offset)
+        self.ws_slots = []           # (table slot, root, byte offset)
+        self.err_slots = []          # table slots that receive the err array's address
+        self.ierr_slots = []         # table slots that receive the index-error array's address
+        self.index_steps = []        # eqns of the bounds-checked steps (gather, scatter), by step id
+        self.gemm_outs = {}          # Var -> (gemm step, plan index, alpha/beta byte offsets, C's table slot)
+        self.native_tokens = {}      # all_reduce_start's token Var -> its receive buffer (collective_steps.py)
+        self.native_keep = []        # buffers native steps own, alive with the program
+        self.native = True
+        self.outputs, self.writes = [], []
+
+    def finish(self):
+        """After the plan's steps: where each output is, and the write-backs (run after every step, and only when
+        no check failed)."""
+        self.outputs = [self.places.output(v) for v in self.graph.outputs]
+        for src, dst in self.places.write_backs():
+            st = self.copy_step(src, dst, "write-back")
+            self.steps.remove(st)
+            st.guarded = True
+            self.writes.append(st)
+
+    @property
+    def fresh(self) -> list:
+        """The fresh output roots, in allocation order (the entry allocates one array per root per call)."""
+        return self.places.fresh
+
+    @property
+    def inplace_done(self) -> set:
+        """The state updates computed straight into their state's buffer (no write-back step)."""
+        return self.places.inplace_done
+
+    @property
+    def ws_size(self) -> int:
+        """The workspace's size in bytes."""
+        return self.places.ws_size
+
+    def place(self, v) -> Place:
+        return self.places.place(v)
+
+    # ---- the table ----------------------------------------------------------------------------------------
+    def slot_addr(self, place: Place):
+        """Append the address of ``place`` to the table (patched per call, or final)."""
+        slot = len(self.table)
+        self.table.append(0)
+        self._register_slot(slot, place)
+        return slot
+
+    def _register_slot(self, slot, place: Place):
+        r = place.root
+        byte_off = place.offset * place.dtype.np.itemsize
+        if r.kind in ("input", "fresh"):
+            self.dynamic.append((slot, r, byte_off))
+        elif r.kind == "lit":
+            self.lit_slots.append((slot, r.array, byte_off))
+        else:
+            self.ws_slots.append((slot, r, byte_off))
+
+    def move_slot(self, slot, place: Place):
+        """Point an already written table slot at ``place`` instead."""
+        for lst in (self.dynamic, self.lit_slots, self.ws_slots):
+            lst[:] = [t for t in lst if t[0] != slot]
+        self._register_slot(slot, place)
+
+    def operand(self, place, strides):
+        """Append an operand: its address, then its element strides."""
+        self.slot_addr(place)
+        self.table.extend(int(s) for s in strides)
+
+    def add(self, step: Step):
+        """Append ``step`` (its kernel shared with an earlier step of the same key)."""
+        if step.kernel is not None:
+            step.kernel = self.kernels.setdefault(step.kernel.key, step.kernel)
+        self.steps.append(step)
+        return step
+
+    # ---- steps --------------------------------------------------------------------------------------------
+    def copy_step(self, src: Place, dst: Place, label) -> Step:
+        """A copy of ``src`` into ``dst`` (broadcast, cast): a copy kernel, or NumPy into a strided view."""
+        it = dst.shape
+        sst = bcast_strides(src, it) if src.shape != it else list(src.strides)
+        dst_st = list(dst.strides)
+        size = int(np.prod(it))
+        par = self.runs_parallel(size)
+        if dst_st and dst_st[-1] != 1 or not dst.contiguous():
+            # the destination is a strided view (state written back into a view): copy in plain NumPy
+            self.native = False
+            st = Step("pycopy", label=label)
+            st.ins, st.out = (src,), dst
+            return self.add(st)
+        shape, (sst, dst_st) = coalesce(it, [sst, dst_st])
+        k = gen_copy(src.dtype, dst.dtype, len(shape), stride_class(sst), par and len(shape) > 0)
+        st = Step("kernel", k, label=label, shapes=[list(it)])
+        st.block = len(self.table)
+        self.table.extend(int(d) for d in shape)
+        self.operand(src, sst)
+        self.operand(dst, dst_st)
+        return self.add(st)
+
+    def runs_parallel(self, size, per_element=8.0):
+        """Whether a kernel of ``size`` elements, each costing ``per_element`` (the plan's cost unit: bytes moved
+        plus ``ir/plan.op_cost`` per op), runs its outer loop on the worker pool (see PARALLEL_WORK)."""
+        want = self.parallel
+        if settings.STATE.num_threads == 1:       # torch.set_num_threads(1): no worker pool
+            return False
+        if want is not None:
+            return bool(want) and size >= 4096
+        return size >= PARALLEL_MIN or (size >= PARALLEL_GRAIN and size * per_element >= PARALLEL_WORK)
+
+    def _check(self, e, place: Place):
+        if e not in self.check_ids:
+            return
+        shape, (sts,) = coalesce(place.shape, [list(place.strides)])
+        k = gen_check(place.dtype, len(shape), stride_class(sts))
+        st = Step("kernel", k, label=f"check {e.op.name}")
+        st.block = len(self.table)
+        self.table.extend(int(d) for d in shape)
+        self.operand(place, sts)
+        self.err_slots.append(len(self.table))
+        self.table.extend([0, self.check_ids[e]])
+        self.add(st)
+
+    def after_step(self, s):
+        """After each plan entry: the anomaly check of a single eqn's output (groups check inside their loop)."""
+        if not isinstance(s, Group):
+            self._check(s, self.places[s.outs[0]])
+
+    def index_check_slot(self, e):
+        """The block's last two slots: the index-error array's address (set with the tables) and a step id."""
+        self.ierr_slots.append(len(self.table))
+        self.table.extend([0, len(self.index_steps)])
+        self.index_steps.append(e)
+
+
+__all__ = ["Program", "Place", "Root", "Step", "alias_classes", "stride_class", "PARALLEL_MIN"]
