@@ -1,9 +1,10 @@
 """jitgrad.distributed and DistributedDataParallel.
 
-Three ``mpiexec -n 2`` launches, each one test (so xdist never runs one twice): ``distributed_checks.py`` runs
+Four ``mpiexec -n 2`` launches, each one test (so xdist never runs one twice): ``distributed_checks.py`` runs
 every check on both ranks and prints one line per check and rank (``test_two_ranks`` asserts them all);
 ``distributed_failure.py`` has rank 1 raise while rank 0 waits in a collective; the README's example runs
-through ``python -m jitgrad.distributed.run``.  They skip when mpi4py or mpiexec is missing.  The sampler
+through ``python -m jitgrad.distributed.run``, and with default settings, an empty cache and one rank's build
+held back (``distributed_build_race.py``).  They skip when mpi4py or mpiexec is missing.  The sampler
 (against torch's), the launcher's command line, the collectives in a group of one and the import hygiene run in
 this process.
 """
@@ -74,6 +75,34 @@ def test_a_failing_rank_ends_the_job_naming_it():
     assert "rank 1 of 2 failed (ValueError: boom on purpose)" in out, out
     assert "rank 0 stops because rank 1 failed: ValueError: boom on purpose" in out, out
     assert "should not get here" not in out
+
+
+def _default_build_env(cache_dir):
+    """The user's settings: background builds, the Numba backend, an empty cache (not the suite's test settings)."""
+    env = _env()
+    for k in ("JITGRAD_BACKGROUND_COMPILE", "JITGRAD_BACKEND", "JITGRAD_DIST_NATIVE"):
+        env.pop(k, None)
+    env["JITGRAD_CACHE_DIR"] = str(cache_dir)
+    return env
+
+
+def test_readme_example_never_hangs_while_one_ranks_build_lags(tmp_path):
+    """Issue 31 item 1: with an empty cache and default settings, ranks whose builds finish at different calls
+    still issue the same collectives.  Three rounds of the README's example in one launch: rank 0's code never
+    ready while rank 1 runs compiled code from its first call, then the other way round, then no hook at all
+    (``distributed_build_race.py``).  A hang fails at the timeout."""
+    mpiexec = _mpiexec()
+    cmd = [mpiexec, "-n", "2", sys.executable, os.path.join(HERE, "distributed_build_race.py")]
+    try:
+        r = subprocess.run(cmd, env=_default_build_env(tmp_path / "cache"), capture_output=True, text=True,
+                           timeout=240)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"the example hung: {(e.stdout or b'')[-3000:]!r} {(e.stderr or b'')[-3000:]!r}")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert all(f"rank {rank} ROUND {k} done" in out for rank in (0, 1) for k in range(3)), out[-4000:]
+    losses = [float(x) for x in re.findall(r"loss (\S+)", r.stdout)]
+    assert len(losses) == 3 and all(v < 0.1 for v in losses), r.stdout
 
 
 def test_launcher_runs_mpiexec():

@@ -7,6 +7,13 @@ dispatch per op, the interpreter a NumPy call per eqn plus its bookkeeping, and 
 nodes.  So the first slow call runs eagerly, the next one on the interpreter, and later calls take whichever
 measured faster (``choose``); both are recorded in ``f.stats`` (``eager_calls``, ``interpreted_calls``).
 
+A graph that communicates (it holds collective ops: DistributedDataParallel's bucket all-reduces, a user's
+``dist.all_reduce``) never runs eagerly while it builds: it runs on the interpreter.  Builds finish at different
+calls on different ranks (an empty cache, a busy machine), and the ranks must issue the same collectives in the
+same order at every call.  The interpreter and the compiled driver do (the same primitives, on the transport's one
+communicator), while eager mode issues others (DDP's eager bucket hooks and shape checks, on the group's own
+communicator), so an eager call on one rank against an interpreted or compiled call on another would hang.
+
 Stats (``attach``): a compiled graph reports to the ``stats`` dicts of the functions that use it once
 its code is ready, from whichever thread built it: ``build_seconds`` (wall time from the start of the build, or
 of the load, to code ready; ``compile_seconds`` includes it), ``kernels_loaded`` / ``kernels_compiled`` (this
@@ -51,8 +58,17 @@ def pending_build(gf, inputs, plan):
     return cg
 
 
+def communicates(graph) -> bool:
+    """Whether ``graph`` holds a collective op (see the module docstring)."""
+    return any(e.op.family == "collective" for e in graph.eqns)
+
+
 def choose(entry) -> str:
     """"eager" or "interpret" for the next call while building (see the module docstring)."""
+    if entry.communicates is None:
+        entry.communicates = entry.graph is not None and communicates(entry.graph)
+    if entry.communicates:
+        return "interpret"
     t = entry.slow_times
     if "eager" not in t:
         return "eager"
@@ -93,4 +109,4 @@ def _add(cg, stats):
         stats["graphs_loaded" if code.compiled == 0 else "graphs_built"] += 1
 
 
-__all__ = ["choose", "record", "pending_build", "attach", "init_stats", "graph_for"]
+__all__ = ["choose", "communicates", "record", "pending_build", "attach", "init_stats", "graph_for"]
