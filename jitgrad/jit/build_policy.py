@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import threading
 
+from ..ir.ops import collective
+
 
 _lock = threading.Lock()
 STAT_KEYS = ("build_seconds", "kernels_loaded", "kernels_compiled", "graphs_loaded", "graphs_built", "eager_calls")
@@ -58,16 +60,30 @@ def pending_build(gf, inputs, plan):
     return cg
 
 
-def communicates(graph) -> bool:
-    """Whether ``graph`` holds a collective op (see the module docstring)."""
-    return any(e.op.family == "collective" for e in graph.eqns)
+def collectives(graph, name: str):
+    """``(group, label, count)`` if ``graph`` holds collective ops (see the module docstring), else None: the
+    first group they use, the label a timeout names the compiled step by (``distributed/watchdog.py``) and how
+    many collectives it issues."""
+    ops = [e for e in graph.eqns if e.op.family == "collective"]
+    if not ops:
+        return None
+    counts = {}
+    for e in ops:
+        counts[e.op.name] = counts.get(e.op.name, 0) + 1
+    what = ", ".join(f"{k} x{n}" for k, n in counts.items())
+    return ops[0].params["group"], f"compiled step {name!r} ({what})", len(ops)
+
+
+def run_watched(talks, call, inputs):
+    """``call(inputs)``, a compiled call of a graph that communicates (``talks``: ``collectives()``'s answer),
+    inside its process group's watchdog section: ``timeout=`` covers the native MPI steps of the one C call."""
+    with collective.watched(*talks):
+        return call(inputs)
 
 
 def choose(entry) -> str:
     """"eager" or "interpret" for the next call while building (see the module docstring)."""
-    if entry.communicates is None:
-        entry.communicates = entry.graph is not None and communicates(entry.graph)
-    if entry.communicates:
+    if entry.talks is not None:
         return "interpret"
     t = entry.slow_times
     if "eager" not in t:
@@ -109,4 +125,4 @@ def _add(cg, stats):
         stats["graphs_loaded" if code.compiled == 0 else "graphs_built"] += 1
 
 
-__all__ = ["choose", "communicates", "record", "pending_build", "attach", "init_stats", "graph_for"]
+__all__ = ["choose", "collectives", "run_watched", "record", "pending_build", "attach", "init_stats", "graph_for"]

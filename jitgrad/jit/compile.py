@@ -363,6 +363,7 @@ class CompiledFunction(Introspection, Signatures):
         with _phase("compile/passes"):
             e.graph = run_pipeline(raw, getattr(self.fn, "__name__", "compiled"))
         # payload write-backs happen inside the call (into the inputs' buffers); those outputs stay arrays
+        e.talks = build_policy.collectives(e.graph, getattr(self.fn, "__name__", "compiled"))
         e.gf = GraphFunction(e.graph, out_diff, self.backend, getattr(self.fn, "__name__", "compiled"),
                              stats=self.stats, writes=[(oi, ci) for ci, oi in e.writes],
                              array_outs=[oi for _, oi in e.writes], parallel=self.parallel,
@@ -411,7 +412,9 @@ class CompiledFunction(Introspection, Signatures):
             ok = all(s is None for s in e.grad_src)
             direct = e.direct = (e.gf.direct(inputs) if ok else None) or False    # False: no direct call
         if direct:
-            outs = direct(inputs)
+            # (a graph that communicates runs in its process group's watchdog section: timeout= covers its native
+            # MPI steps; while it builds, the interpreter's collectives time themselves)
+            outs = direct(inputs) if e.talks is None else build_policy.run_watched(e.talks, direct, inputs)
         elif building is not None:        # no code yet: eagerly or on the interpreter (build_policy.py)
             path = build_policy.choose(e)
             t0 = time.perf_counter()
@@ -425,7 +428,7 @@ class CompiledFunction(Introspection, Signatures):
             outs = e.gf(inputs, plan)
             build_policy.record(e, path, time.perf_counter() - t0)
         else:
-            outs = e.gf(inputs)
+            outs = e.gf(inputs) if e.talks is None else build_policy.run_watched(e.talks, e.gf, inputs)
         for k in e.copy_outs:
             outs[k]._data = _copy_payload(outs[k]._data)
         for k, j in e.same_outs:

@@ -86,7 +86,7 @@ class _Entry:
         self.direct = None       # GraphFunction.direct's call for this entry (False: none), once code is ready
         self.alias_token = NO_MEMO  # the signature memo whose arguments args_alias_writes last cleared
         self.slow_times = {}     # build_policy: the fastest eager / interpreted call while its code builds
-        self.communicates = None  # build_policy: its graph holds collectives (decided at its first slow call)
+        self.talks = None        # (group, label) when its graph holds collectives (build_policy.collectives)
 
     def failure(self) -> str:
         """Why this entry does not serve the call (for the recompile message)."""
