@@ -640,3 +640,63 @@ def test_attribute_read_by_a_bound_method_held_in_a_closure_is_guarded():
     close(f(x), [2.0, 2.0])
     m.__self__.k = 7
     close(f(x), [7.0, 7.0])
+
+
+# ---- issue 31: adversarial inputs -----------------------------------------------------------------------
+
+_READ_ONLY_STEP = """
+import sys, numpy as np, jitgrad as jg
+path, backend = sys.argv[1], sys.argv[2]
+np.save(path, np.arange(4, dtype=np.float32))
+
+def run(f):
+    x = jg.from_numpy(np.load(path, mmap_mode="r"))       # a tensor over a read-only mapping
+    outs = [f(x).numpy().tolist() for _ in range(3)]
+    return outs, x.numpy().tolist(), np.load(path).tolist()
+
+def step(x):
+    x.add_(1)
+    return x * 2
+
+w = jg.from_numpy(np.load(path, mmap_mode="r"))           # captured state over a read-only mapping
+
+def state_step(x):
+    w.mul_(2)
+    return x + w
+
+f = jg.compile(step, backend=backend, background=False)
+assert run(step) == run(f), (run(step), run(f))
+print("same", run(f))
+g = jg.compile(state_step, backend=backend, background=False)
+for _ in range(2):
+    print("state", g(jg.ones(4)).numpy().tolist(), w.numpy().tolist())
+print("file", np.load(path).tolist())
+"""
+
+
+@pytest.mark.parametrize("backend", ["numba", "interpret"])
+def test_inplace_write_into_a_read_only_input_copies_on_write_as_eager(backend, tmp_path):
+    """Issue 31 item 3: a compiled step that updates in place an input (or captured state) over a read-only array
+    (``np.load(mmap_mode="r")``) does what eager mode does (the tensor gets a private copy; the file is never
+    written) instead of crashing in generated code.  In a child process: a crash must fail the test, not pytest."""
+    r = subprocess.run([sys.executable, "-c", _READ_ONLY_STEP, str(tmp_path / "a.npy"), backend],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-3000:])
+    assert "same ([[2.0, 4.0, 6.0, 8.0], [4.0, 6.0, 8.0, 10.0], [6.0, 8.0, 10.0, 12.0]], [3.0, 4.0, 5.0, 6.0], " \
+           "[0.0, 1.0, 2.0, 3.0])" in r.stdout, r.stdout
+    assert "state [1.0, 3.0, 5.0, 7.0] [0.0, 2.0, 4.0, 6.0]\nstate [1.0, 5.0, 9.0, 13.0] [0.0, 4.0, 8.0, 12.0]" \
+        in r.stdout, r.stdout
+    assert "file [0.0, 1.0, 2.0, 3.0]" in r.stdout
+
+
+def test_inplace_write_into_a_read_only_array_raises_as_eager():
+    """A read-only plain array (not a mapping): eager mode refuses the write; the compiled step gives the same
+    error (its call runs eagerly), never a crash."""
+    def step(x):
+        x.add_(1)
+        return x * 2
+    for f in (step, jg.compile(step, backend="numba", background=False)):
+        a = np.frombuffer(np.arange(3.0).tobytes())
+        with pytest.raises(RuntimeError, match="Please clone\\(\\) the tensor before performing the operation"):
+            f(jg.from_numpy(a))
+        assert a.tolist() == [0.0, 1.0, 2.0]

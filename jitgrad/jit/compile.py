@@ -36,7 +36,7 @@ from . import python_values
 from .signatures import COUNTS as _SIG_COUNTS
 from .trace_entries import NO_MEMO as _NO_MEMO, _Entry, _Tracer, _bindings, _break_cycles, _payload_of
 from .signatures import (Signatures, _is_tensor_or_float, _shared_memory, _static_key, args_alias_writes,
-                         writes_alias, written_roots)
+                         distinct, writes_alias, writes_read_only, written_roots)
 from ..tracer import trace as _trace_mod
 from ..runtime.tensor import Tensor
 from ..runtime import profiler_state
@@ -180,10 +180,12 @@ class CompiledFunction(Introspection, Signatures):
                     self.stats["hits"] += 1
                     if e.eager:      # fullgraph=False fallback for this signature, or aliased inputs
                         return _EAGER
-                    if e.write_roots and e.alias_token is not self._sig_memo:
+                    if (e.write_roots or e.arg_writes) and e.alias_token is not self._sig_memo:
                         # (checked again only when the arguments' identities change: see Signatures._memo_key)
-                        if args_alias_writes(leaves, e.write_roots):
+                        if e.write_roots and args_alias_writes(leaves, e.write_roots):
                             return _EAGER        # an argument shares memory with state the graph writes
+                        if e.arg_writes and writes_read_only(distinct(leaves), e.arg_writes):
+                            return _EAGER        # it writes an argument over a read-only array: eager copies
                         e.alias_token = self._sig_memo if self._sig_memo is not None else _NO_MEMO
                     return self._run(e, leaves, args, kwargs, floats)
         if floats and self._float_args_changed(treedef, floats):
@@ -195,7 +197,7 @@ class CompiledFunction(Introspection, Signatures):
             self.stats["eager_fallbacks"] += 1
             return _EAGER
         e = self._trace(leaves, treedef, args, kwargs, key, floats, dyn)
-        if e.eager:
+        if e.eager or (e.arg_writes and writes_read_only(distinct(leaves), e.arg_writes)):
             return _EAGER
         return self._run(e, leaves, args, kwargs, floats)
 
@@ -260,13 +262,20 @@ class CompiledFunction(Introspection, Signatures):
             for d, v in saved_values:
                 d.put(v)
             self._materialize_leaks(e, tracer, outputs, out_diff)
+            written = [tracer.order[ci].ref() for ci, _ in e.writes]
             if e.writes and not e.materialize and writes_alias(tracer.order, e.writes):
                 # inputs share memory and the function writes one of them in place: the graph's functional view
                 # cannot give eager mode's aliasing, so this signature runs eagerly (correct by definition)
                 e.eager = True
                 self.stats["eager_fallbacks"] += 1
+            elif writes_read_only(written, [k for k, (ci, _) in enumerate(e.writes) if ci >= e.n_args]):
+                # it writes captured state over a read-only array: eager mode copies on write (compiled code would
+                # write into the read-only memory), so this signature runs eagerly
+                e.eager = True
+                self.stats["eager_fallbacks"] += 1
             else:
                 e.write_roots = written_roots(tracer.order, e.writes, e.n_args)
+                e.arg_writes = tuple(ci for ci, _ in e.writes if ci < e.n_args)
                 self._build(e, tracer, outputs, out_diff)
         self.stats["compile_seconds"] += time.perf_counter() - t0
         self._last_key = key

@@ -82,6 +82,7 @@ class _Entry:
         self.arg_floats = ()    # positions (among the float arguments) that are graph inputs
         self.float_outs = ()    # user outputs that stand for Python floats (computed from dynamic floats alone)
         self.write_roots = None  # {id(root array): written array} of the captured tensors the graph writes
+        self.arg_writes = ()     # the argument inputs the graph writes in place (signatures.writes_read_only)
         self.code_ready = False  # its graph's native code is ready (or failed): no build_policy check per call
         self.direct = None       # GraphFunction.direct's call for this entry (False: none), once code is ready
         self.alias_token = NO_MEMO  # the signature memo whose arguments args_alias_writes last cleared
