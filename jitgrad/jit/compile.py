@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
+import types
 import gc
 import time
 import warnings
@@ -50,6 +52,21 @@ RECOMPILE_LIMIT = 8
 _is_tensor = lambda x: isinstance(x, Tensor)  # noqa: E731
 
 
+_LAZY_RESULTS = (types.GeneratorType, types.AsyncGeneratorType, types.CoroutineType)
+
+
+def _refuse_lazy(fn):
+    """Generator (and async) functions run their body lazily, after the call returns, so one trace cannot
+    capture it (a replay would yield the first trace's values, or nothing): refused with an error naming them."""
+    kind = ("generator" if inspect.isgeneratorfunction(fn) else "async generator" if inspect.isasyncgenfunction(fn)
+            else "coroutine" if inspect.iscoroutinefunction(fn) else None)
+    if kind is not None:
+        name = getattr(fn, "__qualname__", None) or getattr(getattr(fn, "func", None), "__qualname__", repr(fn))
+        raise TypeError(f"jitgrad.compile: {name} is {'an' if kind[0] == 'a' else 'a'} {kind} function, which jitgrad cannot compile: its body runs "
+                        "lazily, after the call returns, so one trace cannot capture it.  Compile the step the "
+                        "generator calls instead, or return a list")
+
+
 class CompiledFunction(Introspection, Signatures):
     """The callable ``@jg.compile`` returns.  ``f.ir(*args)``, ``f.source(*args)``, ``f.stats``."""
 
@@ -59,6 +76,7 @@ class CompiledFunction(Introspection, Signatures):
             backend = os.environ.get("JITGRAD_BACKEND", "numba")
         if backend not in ("interpret", "numba"):
             raise ValueError(f"jitgrad.compile: unknown backend {backend!r} (expected 'numba' or 'interpret')")
+        _refuse_lazy(fn)
         if device is not None:
             from ..runtime.tensor import check_device
             device = check_device(device)    # raises when the device has no backend (no CUDA)
@@ -205,7 +223,7 @@ class CompiledFunction(Introspection, Signatures):
         t0 = time.perf_counter()
         self.stats["traces"] += 1
         e = _Entry()
-        e.values, e.dynamic = python_values.collect(self.fn, Tensor, self._dyn_sources)
+        e.values, e.dynamic = python_values.collect(self.fn, Tensor, self._dyn_sources, (args, kwargs))
         e.arg_floats = tuple(dyn)
         # dynamic floats: symbolic 0-dim float64 tensors in their places for the trace (see python_values)
         dyn_tensors = [Tensor._make(np.array(floats[i], np.float64)) for i in dyn]
@@ -285,6 +303,10 @@ class CompiledFunction(Introspection, Signatures):
         return e
 
     def _finish(self, e: _Entry, tracer: _Tracer, out):
+        if isinstance(out, _LAZY_RESULTS):      # a generator made by the step: it would run after the trace
+            raise TypeError(f"jitgrad.compile: {getattr(self.fn, '__qualname__', 'the function')} returned a "
+                            f"{type(out).__name__}; a compiled function must return its results (tensors, or "
+                            "containers of them), not a lazy iterator whose body runs after the call: return a list")
         out_leaves, e.out_treedef = flatten(out, _is_tensor)
         first = {}
         for k, t in enumerate(out_leaves):      # a tensor returned twice is one tensor after each call too
