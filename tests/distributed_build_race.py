@@ -9,7 +9,6 @@ done``; a round in which the ranks took paths issuing different collectives woul
 """
 import os
 import runpy
-import sys
 
 from jitgrad.jit import build_policy
 

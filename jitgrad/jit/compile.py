@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import os
-import types
 import gc
 import time
 import warnings
@@ -34,11 +32,12 @@ from ..runtime.traced import layout_key
 from . import build_policy
 from .graph_function import GraphFunction
 from .introspection import Introspection
+from .lazy_functions import refuse_lazy, refuse_lazy_result
 from . import python_values
 from .signatures import COUNTS as _SIG_COUNTS
 from .trace_entries import NO_MEMO as _NO_MEMO, _Entry, _Tracer, _bindings, _break_cycles, _payload_of
 from .signatures import (Signatures, _is_tensor_or_float, _shared_memory, _static_key, args_alias_writes,
-                         distinct, writes_alias, writes_read_only, written_roots)
+                         distinct, state_read_only, writes_alias, writes_read_only, written_roots)
 from ..tracer import trace as _trace_mod
 from ..runtime.tensor import Tensor
 from ..runtime import profiler_state
@@ -52,21 +51,6 @@ RECOMPILE_LIMIT = 8
 _is_tensor = lambda x: isinstance(x, Tensor)  # noqa: E731
 
 
-_LAZY_RESULTS = (types.GeneratorType, types.AsyncGeneratorType, types.CoroutineType)
-
-
-def _refuse_lazy(fn):
-    """Generator (and async) functions run their body lazily, after the call returns, so one trace cannot
-    capture it (a replay would yield the first trace's values, or nothing): refused with an error naming them."""
-    kind = ("generator" if inspect.isgeneratorfunction(fn) else "async generator" if inspect.isasyncgenfunction(fn)
-            else "coroutine" if inspect.iscoroutinefunction(fn) else None)
-    if kind is not None:
-        name = getattr(fn, "__qualname__", None) or getattr(getattr(fn, "func", None), "__qualname__", repr(fn))
-        raise TypeError(f"jitgrad.compile: {name} is {'an' if kind[0] == 'a' else 'a'} {kind} function, which jitgrad cannot compile: its body runs "
-                        "lazily, after the call returns, so one trace cannot capture it.  Compile the step the "
-                        "generator calls instead, or return a list")
-
-
 class CompiledFunction(Introspection, Signatures):
     """The callable ``@jg.compile`` returns.  ``f.ir(*args)``, ``f.source(*args)``, ``f.stats``."""
 
@@ -76,7 +60,7 @@ class CompiledFunction(Introspection, Signatures):
             backend = os.environ.get("JITGRAD_BACKEND", "numba")
         if backend not in ("interpret", "numba"):
             raise ValueError(f"jitgrad.compile: unknown backend {backend!r} (expected 'numba' or 'interpret')")
-        _refuse_lazy(fn)
+        refuse_lazy(fn)
         if device is not None:
             from ..runtime.tensor import check_device
             device = check_device(device)    # raises when the device has no backend (no CUDA)
@@ -280,15 +264,11 @@ class CompiledFunction(Introspection, Signatures):
             for d, v in saved_values:
                 d.put(v)
             self._materialize_leaks(e, tracer, outputs, out_diff)
-            written = [tracer.order[ci].ref() for ci, _ in e.writes]
-            if e.writes and not e.materialize and writes_alias(tracer.order, e.writes):
-                # inputs share memory and the function writes one of them in place: the graph's functional view
-                # cannot give eager mode's aliasing, so this signature runs eagerly (correct by definition)
-                e.eager = True
-                self.stats["eager_fallbacks"] += 1
-            elif writes_read_only(written, [k for k, (ci, _) in enumerate(e.writes) if ci >= e.n_args]):
-                # it writes captured state over a read-only array: eager mode copies on write (compiled code would
-                # write into the read-only memory), so this signature runs eagerly
+            if e.writes and (not e.materialize and writes_alias(tracer.order, e.writes)
+                             or state_read_only(tracer.order, e.writes, e.n_args)):
+                # inputs share memory and the function writes one of them in place (the graph's functional view
+                # cannot give eager mode's aliasing), or it writes captured state over a read-only array (eager
+                # copies on write; compiled code would write into it): this signature runs eagerly
                 e.eager = True
                 self.stats["eager_fallbacks"] += 1
             else:
@@ -303,10 +283,7 @@ class CompiledFunction(Introspection, Signatures):
         return e
 
     def _finish(self, e: _Entry, tracer: _Tracer, out):
-        if isinstance(out, _LAZY_RESULTS):      # a generator made by the step: it would run after the trace
-            raise TypeError(f"jitgrad.compile: {getattr(self.fn, '__qualname__', 'the function')} returned a "
-                            f"{type(out).__name__}; a compiled function must return its results (tensors, or "
-                            "containers of them), not a lazy iterator whose body runs after the call: return a list")
+        refuse_lazy_result(self.fn, out)
         out_leaves, e.out_treedef = flatten(out, _is_tensor)
         first = {}
         for k, t in enumerate(out_leaves):      # a tensor returned twice is one tensor after each call too
@@ -443,8 +420,7 @@ class CompiledFunction(Introspection, Signatures):
             ok = all(s is None for s in e.grad_src)
             direct = e.direct = (e.gf.direct(inputs) if ok else None) or False    # False: no direct call
         if direct:
-            # (a graph that communicates runs in its process group's watchdog section: timeout= covers its native
-            # MPI steps; while it builds, the interpreter's collectives time themselves)
+            # (a graph that communicates runs in its group's watchdog section: timeout= covers its MPI steps)
             outs = direct(inputs) if e.talks is None else build_policy.run_watched(e.talks, direct, inputs)
         elif building is not None:        # no code yet: eagerly or on the interpreter (build_policy.py)
             path = build_policy.choose(e)

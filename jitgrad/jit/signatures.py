@@ -231,6 +231,12 @@ def writes_read_only(tensors, indices) -> bool:
     return False
 
 
+def state_read_only(order, writes, n_args) -> bool:
+    """At the end of a trace: whether the graph writes captured state (not an argument) over a read-only array."""
+    state = [order[ci].ref() for ci, _ in writes if ci >= n_args]
+    return writes_read_only(state, range(len(state)))
+
+
 def distinct(leaves):
     """The distinct tensors among ``leaves``, in order (a compiled graph's argument inputs)."""
     seen, out = set(), []

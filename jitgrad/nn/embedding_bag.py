@@ -19,6 +19,8 @@ import numpy as np
 
 from ..ir import dtypes as dt
 from ..runtime import factories
+from ..runtime.checked_index import IN_BAG
+from ..runtime.shaping import getitem_checked
 from ..runtime.grad_names import named
 from ..runtime.tensor import Tensor
 from ..runtime.torch_kwargs import torch_kwargs
@@ -92,15 +94,16 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
                            f"Long, Int; but got {_TYPE.get(offsets.dtype.name, offsets.dtype.name)} instead (while "
                            f"checking arguments for embedding_bag)")
     V = weight.shape[0]
+    if _concrete(input) and input.numel():
+        bad = np.nonzero((input._data < 0) | (input._data >= V))[0]
+        if bad.size:        # torch's two texts: float32 sum/mean bags name the position (compiled: the other)
+            k, v = int(bad[0]), int(input._data[bad[0]])
+            raise RuntimeError(f"Index {k} of input takes value {v} which is not in the valid range [0, {V})"
+                               if mode != "max" and weight.dtype is dt.float32 else IN_BAG[2].format(value=v))
     if _concrete(offsets) and offsets.numel() and int(offsets._data[0]) != 0:
         kind = "torch.LongTensor" if offsets.dtype is dt.int64 else "torch.IntTensor"
         raise RuntimeError(f"offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from "
                            f"position 0. However, got {int(offsets._data[0])}\n[ {kind}{{}} ]")
-    if _concrete(input) and input.numel():
-        bad = np.nonzero((input._data < 0) | (input._data >= V))[0]
-        if bad.size:
-            raise RuntimeError(f"Index {int(bad[0])} of input takes value {int(input._data[bad[0]])} which is not in "
-                               f"the valid range [0, {V})")
     if padding_idx is not None:
         if not -V <= padding_idx < V:
             raise AssertionError("padding_idx must be within weight")
@@ -120,7 +123,7 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     # entries in no bag (padding, past the last offset) go to an extra bag B, dropped at the end
     if valid is not None:
         bag = bag.where(valid, B)
-    rows = weight.index_select(0, input.reshape(-1).to(dt.int64))
+    rows = getitem_checked(weight, (input.reshape(-1).to(dt.int64),), IN_BAG)     # torch's range check and text
     D = weight.shape[1]
     if mode == "max":
         out = factories.zeros(B + 1, D, dtype=weight.dtype, device=weight.device)

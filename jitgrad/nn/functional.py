@@ -8,7 +8,9 @@ from ..runtime import functions as F
 from ..ir.ops import OPS as O
 from ..ir.ops.fused import nll_composition
 from ..runtime.dispatch import bind
-from ..runtime.factories import arange
+from ..runtime.checked_index import CLASS
+from ..runtime.shaping import getitem_checked
+from ..runtime.factories import arange, eye
 from ..runtime.tensor import Tensor
 from ..tracer import STATE as _TR
 from . import loss_reduction
@@ -93,7 +95,7 @@ def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
         safe = np.where(t != ignore_index, t, 0)
         lo, hi = int(safe.min()), int(safe.max())
         if lo < 0 or hi >= C:
-            raise IndexError(f"nll_loss: Target {hi if hi >= C else lo} is out of bounds (number of classes {C})")
+            raise IndexError(f"Target {hi if hi >= C else lo} is out of bounds.")      # torch's text
     loss_reduction.check(reduction)
     if weight is None and input.ndim == 2:
         # one fused primitive in eager CPU mode; traced or on a device its decomposition (ir/ops/fused.py)
@@ -170,8 +172,11 @@ def one_hot(tensor, num_classes=-1, **torch_kw):
             raise RuntimeError("Class values must be non-negative.")
         if tensor._data.max() >= num_classes:
             raise RuntimeError("Class values must be smaller than num_classes.")
-    classes = arange(int(num_classes), dtype=dt.int64)
-    return (tensor.unsqueeze(-1) == classes).to(dt.int64)
+    if concrete:
+        classes = arange(int(num_classes), dtype=dt.int64)
+        return (tensor.unsqueeze(-1) == classes).to(dt.int64)
+    # traced: rows of the identity, range-checked, so compiled code raises torch's errors too
+    return getitem_checked(eye(int(num_classes), dtype=dt.int64), (tensor,), CLASS)
 
 
 __all__ = ["one_hot", "dropout", "dropout1d", "dropout2d", "relu", "sigmoid", "tanh", "softmax", "log_softmax",

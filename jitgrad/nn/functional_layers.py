@@ -8,6 +8,8 @@ from ..runtime import grad_mode
 from ..runtime.torch_kwargs import torch_kwargs
 from ..runtime.grad_names import named
 from ..runtime.dispatch import bind
+from ..runtime.checked_index import IN_SELF
+from ..runtime.shaping import getitem_checked
 
 
 def linear(input, weight, bias=None, **torch_kw):
@@ -31,7 +33,7 @@ def embedding(input, weight, padding_idx=None, **torch_kw):
     if input.dtype.name not in ("int64", "int32"):
         raise RuntimeError(f"Expected tensor for argument #1 'indices' to have one of the following scalar types: "
                            f"Long, Int; but got {input.dtype.name} instead (while checking arguments for embedding)")
-    out = weight[input]
+    out = getitem_checked(weight, (input,), IN_SELF)     # torch refuses negative indices (Python would wrap)
     if padding_idx is not None:
         if padding_idx < 0:
             padding_idx += weight.shape[0]
