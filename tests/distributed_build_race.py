@@ -9,6 +9,7 @@ done``; a round in which the ranks took paths issuing different collectives woul
 """
 import os
 import runpy
+import sys
 
 from jitgrad.jit import build_policy
 
@@ -41,4 +42,4 @@ def _build_first(*args):
 for k, slow in enumerate((0, 1, None)):
     build_policy.pending_build = _pending if slow is None else (_hold if RANK == slow else _build_first)
     runpy.run_path(EXAMPLE, run_name="__main__")
-    print(f"rank {RANK} ROUND {k} done", flush=True)
+    print(f"rank {RANK} ROUND {k} done", file=sys.stderr, flush=True)   # (stdout: the example's loss lines)
