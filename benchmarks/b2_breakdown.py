@@ -33,7 +33,7 @@ import ctypes, json, os, re, resource, sys, time
 import numpy as np
 os.environ["JITGRAD_BACKGROUND_COMPILE"] = "0"
 import jitgrad as jg
-from jitgrad.jit.graph_function import compiled_graph
+from jitgrad.jit.graph_code import compiled_graph
 from b2_workload import N, floor_kernel, inputs, matches, reference, step
 what = sys.argv[1]
 b2 = step(jg)

@@ -5,7 +5,7 @@ elementwise kernels (``codegen/layout.py``: PARALLEL_GRAIN, PARALLEL_WORK), one 
     JITGRAD_BACKGROUND_COMPILE=0 python benchmarks/parallel_threshold.py
 """
 import time, numpy as np, jitgrad as jg
-from jitgrad.jit.graph_function import compiled_graph
+from jitgrad.jit.graph_code import compiled_graph
 def chain(a):
     return jg.tanh(a) * jg.sigmoid(a) * 2.0
 def plain(a):

@@ -24,7 +24,7 @@ def _child(name, shape, repeat):
     import jitgrad as jg
     import jitgrad.nn.functional as F
     from jitgrad.ir.graph import Var
-    from jitgrad.ir.passes.fuse import plan
+    from jitgrad.ir.passes import fusion_plan
     fn = {"softmax": lambda x: F.softmax(x, -1), "log_softmax": lambda x: F.log_softmax(x, -1),
           "layer_norm": lambda x: F.layer_norm(x, (x.shape[-1],))}[name]
     rng = np.random.default_rng(0)
@@ -58,7 +58,7 @@ def _child(name, shape, repeat):
         fwd(x).backward(g)
     t_one, t_apart = best(run_one), best(run_apart)
     (entries,) = one._cache.values()
-    p = plan(entries[0].graph)
+    p = fusion_plan(entries[0].graph)
     size = x.numel()
     sweeps = sum(sum(1 for v in list(s.inputs) + list(s.outputs) if isinstance(v, Var) and v.aval.size == size)
                  for s in p.groups)

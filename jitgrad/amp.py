@@ -21,8 +21,8 @@ _ACTIVE: list = []      # the enabled autocast regions (none can be: jitgrad nev
 
 
 def _cuda_available() -> bool:
-    from . import cuda
-    return cuda.is_available()
+    from .cuda.device import is_available
+    return is_available()
 
 
 class autocast:

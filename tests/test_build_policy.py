@@ -14,7 +14,7 @@ def fresh_cache(tmp_path, monkeypatch):
 
 
 def _graph_count(f):
-    from jitgrad.jit.graph_function import _COMPILED
+    from jitgrad.jit.graph_code import _COMPILED
     fwd = next(iter(f._cache.values()))[0]
     cgs = [cg for cg in _COMPILED.values() if cg.graph is fwd.graph or cg.graph.eqns is fwd.graph.eqns]
     return cgs

@@ -10,7 +10,7 @@ import pytest
 import jitgrad as jg
 import jitgrad.nn.functional as F
 from jitgrad.codegen.cpu import CompiledGraph, FASTMATH
-from jitgrad.ir.passes.fuse import plan as fusion_plan
+from jitgrad.ir.passes import fusion_plan
 
 pytestmark = pytest.mark.filterwarnings("error::jitgrad.codegen.cpu.CodegenWarning")
 
@@ -27,7 +27,7 @@ def _entry(f):
 
 
 def _compiled(f, *args):
-    from jitgrad.jit.graph_function import compiled_graph
+    from jitgrad.jit.graph_code import compiled_graph
     return compiled_graph(_entry(f).graph, _entry(f).gf.writes)
 
 
@@ -230,7 +230,7 @@ def test_new_process_loads_compiled_module_from_cache(tmp_path):
     code = r"""
 import os, time, numpy as np, jitgrad as jg
 os.environ["JITGRAD_BACKGROUND_COMPILE"] = "0"
-from jitgrad.jit.graph_function import _COMPILED
+from jitgrad.jit.graph_code import _COMPILED
 f = jg.compile(lambda x: (jg.tanh(x) * 2).sum(), backend="numba")
 t = time.perf_counter(); v = float(f(jg.ones(100))); dt = time.perf_counter() - t
 (cg,) = _COMPILED.values()
@@ -254,7 +254,7 @@ print(v, cg.run is not None, dt)
 def test_background_compile_runs_interpreter_first(monkeypatch, tmp_path):
     monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "1")
     monkeypatch.setenv("JITGRAD_CACHE_DIR", str(tmp_path / "bg"))
-    from jitgrad.jit.graph_function import compiled_graph
+    from jitgrad.jit.graph_code import compiled_graph
     f = jg.compile(lambda x: (x * 2 + 1).exp().sum(), backend="numba")
     x = jg.tensor(np.linspace(0, 1, 50).astype(np.float32))
     first = float(f(x))          # returns at once (interpreter) while Numba compiles elsewhere

@@ -7,8 +7,9 @@ import os
 import numpy as np
 
 import jitgrad as jg
-from jitgrad.codegen.layout import Program
-from jitgrad.ir.passes.fuse import MAX_GROUP_EQNS, plan as fusion_plan
+from jitgrad.codegen.cpu import lay_out
+from jitgrad.ir.passes import fusion_plan
+from jitgrad.ir.passes.fuse import MAX_GROUP_EQNS
 
 # the chain is the one benchmarks/codegen_fresh.py times: one definition, in benchmarks/elementwise_chains.py
 # (loaded by path: putting benchmarks/ on sys.path would shadow test modules with its harness.py, report.py...)
@@ -33,7 +34,7 @@ def test_chain_kernels_do_not_grow_with_length():
         g = _chain_graph(n)
         p = fusion_plan(g)
         assert all(len(grp.eqns) <= MAX_GROUP_EQNS for grp in p.groups)
-        prog = Program(g, p)
+        prog = lay_out(p)
         counts[n] = (len(prog.kernels), len(prog.steps), len(g.eqns))
     (k1, s1, e1), (k2, s2, e2) = counts[200], counts[800]
     assert k2 == k1 <= 8, counts                  # the same few loop texts, compiled once each

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import jitgrad as jg
-from jitgrad.jit.graph_function import _COMPILED
+from jitgrad.jit.graph_code import _COMPILED
 
 
 @pytest.fixture(autouse=True)

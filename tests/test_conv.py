@@ -307,7 +307,8 @@ def test_builtin_signatures_are_torchs_documented_ones(name):
 
 def test_docstring_examples_run():
     import doctest
-    from jitgrad.nn import conv, convolution, dropout, pooling
-    for mod in (conv, convolution, pooling, dropout):
+    from jitgrad.nn.modules import conv
+    from jitgrad.nn.functional import conv as convolution, dropouts, pooling
+    for mod in (conv, convolution, pooling, dropouts):
         r = doctest.testmod(mod)
         assert r.attempted > 0 and r.failed == 0, mod.__name__

@@ -276,9 +276,9 @@ def test_set_num_threads_one_keeps_compiled_loops_serial():
         for parallel in (None, True):
             plan.parallel = parallel
             settings.STATE.num_threads = None
-            assert plan._parallel(PARALLEL_MIN * 4)
+            assert plan.runs_parallel(PARALLEL_MIN * 4)
             jg.set_num_threads(1)
-            assert not plan._parallel(PARALLEL_MIN * 4)
+            assert not plan.runs_parallel(PARALLEL_MIN * 4)
         f = jg.compile(lambda x: (x * 2 + 1).sum(), backend="numba")
         assert f(jg.ones(PARALLEL_MIN * 4)).item() == 3 * PARALLEL_MIN * 4
     finally:

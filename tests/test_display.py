@@ -11,9 +11,9 @@ import warnings
 import pytest
 
 import jitgrad as jg
-from jitgrad.ir.display import Listing
+from jitgrad.ir.listing import Listing
 from jitgrad.ir.graph import SourceLoc, format_graph
-from jitgrad.ir.passes.fuse import plan as fusion_plan
+from jitgrad.ir.passes import fusion_plan
 from jitgrad.runtime.source import format_stack, user_stack
 
 W = jg.tensor([[0.5, -1.0], [2.0, 0.25]], requires_grad=True)
@@ -114,7 +114,7 @@ def test_interpreter_source_listing():
 
 
 def test_numba_source_listing_is_preformatted():
-    from jitgrad.jit.graph_function import _COMPILED
+    from jitgrad.jit.graph_code import _COMPILED
     acc = jg.tensor([1.0, 2.0, 3.0])
 
     def fn(x):

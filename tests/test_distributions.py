@@ -332,8 +332,19 @@ def _errors():
     ], f64
 
 
+@pytest.fixture
+def validating():
+    """Both libraries validate (their default): another test in the same worker may have turned torch's off."""
+    before = T.Distribution._validate_args, D.Distribution._validate_args
+    T.Distribution.set_default_validate_args(True)
+    D.Distribution.set_default_validate_args(True)
+    yield
+    T.Distribution.set_default_validate_args(before[0])
+    D.Distribution.set_default_validate_args(before[1])
+
+
 @pytest.mark.parametrize("i", range(len(_errors()[0])))
-def test_validation_errors_match_torch(i):
+def test_validation_errors_match_torch(i, validating):
     f = _errors()[0][i]
     je = _error(lambda: f(D, lambda v, dtype=np.float64: jg.tensor(np.array(v, dtype))))
     te = _error(lambda: f(T, lambda v, dtype=np.float64: torch.tensor(np.array(v, dtype))))

@@ -18,7 +18,7 @@ def _sync_compile(monkeypatch):
 def _plan(f, *args):
     f(*args)
     (entries,) = f._cache.values()
-    return plan(entries[0].graph, rowwise=False)
+    return plan(entries[0].graph)
 
 
 def _x(shape=(16, 96), seed=0):

@@ -158,7 +158,7 @@ def fresh_cache(tmp_path, monkeypatch):
 def _graph_kernels(f, args):
     """The kernels of ``f``'s compiled graph for ``args`` (whatever built them: this test, an earlier test in this
     process, or the disk cache)."""
-    from jitgrad.jit.graph_function import compiled_graph
+    from jitgrad.jit.graph_code import compiled_graph
     e = f._entry_for(tuple(args), {})
     return compiled_graph(e.graph, e.gf.writes).kernels
 
@@ -237,7 +237,7 @@ def test_ir_kernels_vectorise_like_numbas():
     def f(x, b):
         h = jg.relu(x + b)
         return jg.exp(h - 1.0).sum(1)
-    from jitgrad.jit.graph_function import compiled_graph
+    from jitgrad.jit.graph_code import compiled_graph
     e = f._entry_for((x, b), {})
     ks = compiled_graph(e.graph, e.gf.writes).kernels
     assert ks

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import jitgrad as jg
-from jitgrad.codegen import build, cache, cpu
+from jitgrad.codegen import build, build_procs, cache, cpu
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,7 +48,7 @@ def _loads(monkeypatch):
 
 def _cg(f):
     entries = next(iter(f._cache.values()))     # the first signature traced
-    from jitgrad.jit.graph_function import compiled_graph
+    from jitgrad.jit.graph_code import compiled_graph
     e = entries[0]
     return compiled_graph(e.graph, e.gf.writes)
 
@@ -194,7 +194,7 @@ def test_concurrent_builders_of_one_kernel_both_succeed(fresh_cache):
     cg = _cg(f)
     jobs = cg.code.pending_jobs()
     assert jobs, "nothing to build in an empty cache"
-    procs = [build.spawn(jobs, cg.code), build.spawn(jobs, cg.code)]
+    procs = [build_procs.spawn(jobs, cg.code), build_procs.spawn(jobs, cg.code)]
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err.decode()
@@ -263,7 +263,7 @@ def test_new_shapes_and_concurrent_calls_stay_correct(fresh_cache):
 
 
 def _cg_any(f):
-    from jitgrad.jit.graph_function import compiled_graph
+    from jitgrad.jit.graph_code import compiled_graph
     e = next(iter(f._cache.values()))[0]
     return compiled_graph(e.graph, e.gf.writes)
 

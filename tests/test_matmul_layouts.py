@@ -10,7 +10,7 @@ import pytest
 
 import jitgrad as jg
 from jitgrad.ir.ops import blas
-from jitgrad.jit.graph_function import _COMPILED
+from jitgrad.jit.graph_code import _COMPILED
 
 R = np.random.default_rng(12)
 

@@ -138,7 +138,7 @@ def test_ctc_gradcheck_and_gradgradcheck():
         f = lambda z: jg.nn.functional.ctc_loss(z.log_softmax(2), tg, (4, 3), (2, 1), reduction=red)  # noqa: E731
         assert gradcheck(f, (z,))
         assert gradgradcheck(f, (z,))
-    # the exact derivative with respect to log_probs themselves (torch's adds exp(log_probs): see nn/ctc.py)
+    # the exact derivative with respect to log_probs themselves (torch's adds exp(log_probs): see nn/functional/ctc.py)
     lp = jg.tensor(Z[:4, :2, :4], requires_grad=True)
     assert gradcheck(lambda lp: jg.nn.functional.ctc_loss(lp, tg, (4, 3), (2, 1)), (lp,))
 

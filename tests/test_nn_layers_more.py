@@ -300,8 +300,9 @@ def test_eager_equals_compiled(backend):
 def test_docstring_examples_run():
     import doctest
     import importlib
-    for name in ("activation_modules", "shrink_gate_activations", "distance", "regression_losses", "margin_losses",
-                 "group_norm", "pixel_shuffle", "upsampling", "bilinear", "dropout"):
+    for name in ("modules.activation", "functional.activation", "functional.distance", "functional.loss",
+                 "functional.margin_loss", "functional.normalization", "modules.normalization",
+                 "functional.pixelshuffle", "functional.upsampling", "modules.linear", "functional.dropouts"):
         mod = importlib.import_module(f"jitgrad.nn.{name}")
         r = doctest.testmod(mod)
         assert r.attempted > 0 and r.failed == 0, name

@@ -424,7 +424,8 @@ def test_clip_grad_norm_matches_torch():
 
 def test_docstring_examples_run():
     import doctest
-    from jitgrad.nn import module, parameter
+    from jitgrad.nn import parameter
+    from jitgrad.nn.modules import module
     from jitgrad.optim import sgd
     for mod in (module, parameter, sgd):
         r = doctest.testmod(mod)

@@ -163,4 +163,4 @@ def test_05_add_an_op(run_notebook):
     assert "eager    value and gradient agree with torch" in agree and "compiled value and gradient agree" in agree
     assert _text(_cell(nb, "x = jg.tensor(np.linspace(-3, 3, 7)")).count("True True") == 2
     assert "log1p_f32(exp_f32(" in _text(_cell(nb, "def step(x, w):"))
-    assert "math.log1p" in _text(_cell(nb, "from jitgrad.codegen.cuda import CudaGraph"))
+    assert "math.log1p" in _text(_cell(nb, "from jitgrad.jit.graph_code import cuda_graph"))

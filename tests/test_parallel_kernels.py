@@ -181,7 +181,7 @@ def test_parallel_by_work_not_only_by_size():
     """Default thread choice (counted): a long transcendental chain over 2^17 elements is worth waking the
     workers, a plain add over the same elements is not, and neither is anything below the grain size."""
     from jitgrad.codegen import layout
-    from jitgrad.jit.graph_function import compiled_graph
+    from jitgrad.jit.graph_code import compiled_graph
 
     def chain(a):
         for _ in range(8):

@@ -154,6 +154,6 @@ def test_container_parameters_train_compiled_as_eagerly():
 
 def test_docstring_examples_run():
     import doctest
-    from jitgrad.nn import parameter_containers
-    r = doctest.testmod(parameter_containers)
+    from jitgrad.nn.modules import container
+    r = doctest.testmod(container)
     assert r.attempted > 0 and r.failed == 0

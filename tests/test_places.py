@@ -16,10 +16,11 @@ import pytest
 
 import jitgrad as jg
 from jitgrad.codegen.cuda import CudaGraph
-from jitgrad.codegen.layout import Program
+from jitgrad.codegen.cpu import lay_out
 from jitgrad.codegen.places import Places
 from jitgrad.ir.graph import Var
-from jitgrad.ir.passes.fuse import Group, plan as fusion_plan
+from jitgrad.ir.passes import fusion_plan
+from jitgrad.ir.plan import Group
 
 
 def _graphs(fn, *args):
@@ -43,9 +44,10 @@ def _vars(graph):
 
 
 def _both(graph, writes):
-    # the same plan for both: CUDA plans without row-wise kernels (fuse.plan(rowwise=False)), so the CPU does here
-    prog = Program(graph, fusion_plan(graph, rowwise=False), writes)
-    cg = CudaGraph(graph, writes)
+    # the same plan for both: CUDA plans without row-wise kernels (fusion_plan(rowwise=False)), so the CPU does here
+    plan = fusion_plan(graph, rowwise=False)
+    prog = lay_out(plan, writes)
+    cg = CudaGraph(plan, writes)
     return prog, cg
 
 
@@ -263,7 +265,7 @@ def test_cuda_reduction_scratch_is_released_after_its_step():
     def f(x):
         return (x.exp().sum(1) + 1.0).exp().sum(), (x * 2.0).sum(1)
     (g, wr), = _graphs(f, x)
-    cg = CudaGraph(g, wr)
+    cg = CudaGraph(fusion_plan(g, rowwise=False), wr)
     roots = cg.places.roots
     held = {id(p.root) for _, p in cg.places.items()}
     scratch = [k for k, r in enumerate(roots) if r.kind == "ws" and id(r) not in held]
@@ -279,6 +281,7 @@ from numba import cuda
 import jitgrad as jg
 from jitgrad.codegen.cuda import CudaGraph
 from jitgrad.ir.interpret import interpret
+from jitgrad.ir.passes import fusion_plan
 
 w0 = np.linspace(0.5, 1.5, 6).astype(np.float32)
 emb = np.arange(15, dtype=np.float32).reshape(5, 3)
@@ -298,7 +301,7 @@ x = np.linspace(-1, 1, 6).astype(np.float32)
 cf(jg.tensor(x), jg.tensor(np.array([1, 2])))
 (e,) = [e for es in cf._cache.values() for e in es]
 g, writes = e.graph, [(oi, ci) for ci, oi in e.writes]
-cg = CudaGraph(g, writes)
+cg = CudaGraph(fusion_plan(g, rowwise=False), writes)
 assert cg.places.inplace_done and any(st.state_write for st in cg.steps), "no update in place"
 by_shape = {(6,): w0, (5, 3): emb}
 host = [x, np.array([1, 2])] + [by_shape[tuple(v.aval.shape)] for v in g.inputs[2:]]

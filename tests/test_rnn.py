@@ -300,7 +300,7 @@ def test_dropout_between_layers_compiled_equals_eager():
 
 def test_docstring_examples_run():
     import doctest
-    from jitgrad.nn import recurrent
+    from jitgrad.nn.modules import rnn as recurrent
     from jitgrad.nn.utils import rnn
     for mod in (recurrent, rnn):
         assert doctest.testmod(mod, raise_on_error=True).attempted > 0

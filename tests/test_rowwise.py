@@ -10,8 +10,8 @@ import pytest
 import jitgrad as jg
 import jitgrad.nn.functional as F
 from jitgrad.codegen import build, ir_loops
-from jitgrad.ir.passes.fuse import Group, plan
-from jitgrad.ir.passes.row_chains import RowGroup
+from jitgrad.ir.passes import fusion_plan
+from jitgrad.ir.plan import Group, RowGroup
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +26,7 @@ def _graph(f, *args):
 
 
 def _kernels(f, *args):
-    from jitgrad.jit.graph_function import compiled_graph
+    from jitgrad.jit.graph_code import compiled_graph
     e = f._entry_for(tuple(args), {})
     return compiled_graph(e.graph, e.gf.writes, e.gf.parallel).kernels
 
@@ -76,7 +76,7 @@ def test_forward_and_backward_take_fewer_kernels_and_sweeps(name):
     x = jg.tensor(_rand(shape, np.float32), requires_grad=True)
     g = jg.tensor(_rand(shape, np.float32, 1))
     graph = _graph(jg.compile(_fwd_bwd(fn), backend="numba"), x, g)
-    plain, rows = plan(graph, rowwise=False), plan(graph)
+    plain, rows = fusion_plan(graph, rowwise=False), fusion_plan(graph)
     size = 16 * 40
     want_plain = {"softmax": (4, 9), "layer_norm": (9, 10)}[name]
     assert (len(plain.groups), _sweeps(plain, size)) == want_plain, str(plain)
@@ -99,7 +99,7 @@ def test_training_step_softmax_forward_and_backward_are_one_kernel_each():
         (F.softmax(x @ w, -1) @ w).sum().backward()
         return w.grad
     x = jg.tensor(_rand((32, 24), np.float32))
-    p = plan(_graph(jg.compile(step, backend="numba"), x))
+    p = fusion_plan(_graph(jg.compile(step, backend="numba"), x))
     rows = [g for g in p.groups if isinstance(g, RowGroup)]
     assert len(rows) == 2 and len(p.groups) == 3, str(p)     # and w.grad's sum of its two contributions
     fwd = rows[0]
@@ -119,7 +119,7 @@ def test_layer_norm_training_step_writes_row_values_its_backward_reads():
         return w.grad, lw.grad, lb.grad
     x = jg.tensor(_rand((12, n), seed=6))
     f = jg.compile(step, backend="numba")
-    p = plan(_graph(f, x))
+    p = fusion_plan(_graph(f, x))
     first = next(g for g in p.groups if isinstance(g, RowGroup))
     assert len(first.row_outputs) >= 2, str(p)
     for params in (w, lw, lb):
@@ -136,8 +136,8 @@ def test_cuda_plans_without_row_groups():
     x = jg.tensor(_rand((8, 16), np.float32), requires_grad=True)
     g = jg.tensor(_rand((8, 16), np.float32, 1))
     graph = _graph(jg.compile(_fwd_bwd(lambda x: F.softmax(x, -1)), backend="numba"), x, g)
-    assert not any(isinstance(s, RowGroup) for s in plan(graph, rowwise=False).steps)
-    assert all(type(s) is Group for s in plan(graph, rowwise=False).groups)
+    assert not any(isinstance(s, RowGroup) for s in fusion_plan(graph, rowwise=False).steps)
+    assert all(type(s) is Group for s in fusion_plan(graph, rowwise=False).groups)
 
 
 def test_a_value_compared_with_its_row_max_is_stored_not_recomputed():
@@ -155,13 +155,13 @@ def test_a_value_compared_with_its_row_max_is_stored_not_recomputed():
 
     x = jg.tensor(rng.standard_normal((64, 1000)))
     f = jg.compile(fn, backend="numba")
-    (rg,) = plan(_graph(f, x)).groups
+    (rg,) = fusion_plan(_graph(f, x)).groups
     h = next(e for e in rg.eqns if e.op.name == "amax").ins[0]
-    assert isinstance(rg, RowGroup) and h in rg.passes[0].stores and h in rg.passes[1].loads, str(plan(_graph(f, x)))
+    assert isinstance(rg, RowGroup) and h in rg.passes[0].stores and h in rg.passes[1].loads, str(fusion_plan(_graph(f, x)))
     for seed in (93, 94):
         x = jg.tensor(np.random.default_rng(seed).standard_normal((64, 1000)))
         np.testing.assert_array_equal(f(x)[0].numpy(), fn(x)[0].numpy())
-    p = plan(_graph(jg.compile(lambda x: fn(x) + (x * w + b,), backend="numba"), x))
+    p = fusion_plan(_graph(jg.compile(lambda x: fn(x) + (x * w + b,), backend="numba"), x))
     assert not any(isinstance(g, RowGroup) for g in p.groups), str(p)
 
 
@@ -170,7 +170,7 @@ def test_a_chain_that_reads_no_reduction_back_is_not_merged():
     def fn(x):
         return x.exp().sum(-1, keepdim=True), (x * 2.0).amax(-1, keepdim=True)
     x = jg.tensor(_rand((8, 16), np.float32))
-    p = plan(_graph(jg.compile(fn, backend="numba"), x))
+    p = fusion_plan(_graph(jg.compile(fn, backend="numba"), x))
     assert not any(isinstance(s, RowGroup) for s in p.steps), str(p)
 
 
@@ -273,7 +273,7 @@ def test_attention_softmax_with_scale_and_mask(mask_kind, dtype):
         assert (res[1][0][:, :, 2] == 0).all() and np.isfinite(res[1][1]).all()
     f = jg.compile(step, backend="numba")
     ts = [jg.tensor(a, requires_grad=i < 3) for i, a in enumerate(arrays)]
-    p = plan(_graph(f, *ts))
+    p = fusion_plan(_graph(f, *ts))
     assert sum(isinstance(g, RowGroup) for g in p.groups) == 2, str(p)
 
 
@@ -316,7 +316,7 @@ def test_state_updated_in_place_through_a_row_kernel():
         step(pe)
         f(pc)
         np.testing.assert_allclose(pc.numpy(), pe.numpy(), rtol=1e-12, atol=1e-14)
-    assert any(isinstance(g, RowGroup) for g in plan(_graph(f, pc)).groups)
+    assert any(isinstance(g, RowGroup) for g in fusion_plan(_graph(f, pc)).groups)
 
 
 def test_parallel_row_kernel_matches_serial():
@@ -348,7 +348,7 @@ def test_strided_and_broadcast_operands(dtype):
     np.testing.assert_allclose(cy, ey, **tol)
     np.testing.assert_allclose(cgx, egx, **tol)
     f = jg.compile(_fwd_bwd(fn), backend="numba")
-    p = plan(_graph(f, jg.tensor(x, requires_grad=True), jg.tensor(g)))
+    p = fusion_plan(_graph(f, jg.tensor(x, requires_grad=True), jg.tensor(g)))
     assert any(isinstance(s, RowGroup) for s in p.steps), str(p)
 
 
@@ -370,7 +370,7 @@ def _layer_norm_training(n=20, rows=12, eps=1e-5):
 def test_column_sums_join_the_backward_row_kernel():
     step, x = _layer_norm_training()
     f = jg.compile(step, backend="numba")
-    p = plan(_graph(f, x))
+    p = fusion_plan(_graph(f, x))
     rows = [g for g in p.groups if isinstance(g, RowGroup)]
     assert len(rows) == 2 and len(p.groups) == 4, str(p)      # and tanh's vjp, w.grad's sum of two GEMMs
     assert len(rows[1].columns) == 2

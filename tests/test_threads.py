@@ -182,7 +182,7 @@ def test_graphs_with_small_gemms_only_get_no_pacer(monkeypatch):
     call); B1's 256x784x512 GEMMs get one."""
     monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
     from jitgrad.codegen import threads
-    from jitgrad.jit.graph_function import compiled_graph
+    from jitgrad.jit.graph_code import compiled_graph
 
     def program(n, k, m):
         a = jg.tensor(np.ones((n, k), np.float32))

@@ -28,7 +28,7 @@ def _sync_compile(monkeypatch):
 
 
 def _cg(f):
-    from jitgrad.jit.graph_function import compiled_graph
+    from jitgrad.jit.graph_code import compiled_graph
     (entries,) = f._cache.values()
     return compiled_graph(entries[0].graph, entries[0].gf.writes)
 

@@ -437,7 +437,8 @@ def test_transformer_and_weights_compiled_equal_eager():
 
 def test_docstring_examples_run():
     import doctest
-    from jitgrad.nn import multihead_attention, transformer
-    for mod in (multihead_attention, transformer):
+    from jitgrad.nn.modules import activation, transformer
+    from jitgrad.nn.functional import attention
+    for mod in (activation, attention, transformer):
         r = doctest.testmod(mod)
         assert r.attempted > 0 and r.failed == 0, mod.__name__

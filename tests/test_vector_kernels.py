@@ -35,7 +35,7 @@ def _inputs(n, seed=0):
 
 
 def _kernels(f, *args):
-    from jitgrad.jit.graph_function import compiled_graph
+    from jitgrad.jit.graph_code import compiled_graph
     f(*args)
     (entries,) = f._cache.values()
     return compiled_graph(entries[0].graph, entries[0].gf.writes).kernels

@@ -1,4 +1,5 @@
-"""Batched and N-D matmul as BLAS calls from the compiled driver (``layout.Program`` mixes this in).
+"""Batched and N-D matmul as BLAS calls from the compiled driver (the CPU ``gemm`` emitter, ``gemm_steps.py``,
+hands matmuls with batch dims here).
 
 A matmul with batch dims (``x @ W.T`` on ``[B, T, C]`` activations, attention's ``q @ k.mT`` on ``[B, H, T, D]``)
 becomes one of two native steps, never a NumPy host step:
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .layout import Program, Step
 from .places import Place, c_strides, coalesce
 
 MAX_BATCH_DIMS = 6
@@ -33,94 +35,91 @@ def _gemm_flag(strides, rows, cols):
     return None
 
 
-class BatchedGemmSteps:
-    """``Program`` methods for matmuls with batch dims (see the module docstring)."""
+def batched_gemm(prog: Program, e) -> bool:
+    """A matmul with batch dims as one ``gemm`` (rows folded) or ``bgemm`` step; False: a host step."""
+    a, b = e.ins
+    out = e.outs[0]
+    if a.aval.ndim < 2 or b.aval.ndim < 2:       # 1-D operands with batched partners: rare, NumPy's impl
+        return False
+    m, k = a.aval.shape[-2:]
+    n = b.aval.shape[-1]
+    bs = tuple(out.aval.shape[:-2])
+    if 0 in (m, n, k) or 0 in bs:
+        return False
+    pa, pb = prog.place(a), prog.place(b)
 
-    def _batched_gemm(self, e) -> bool:
-        a, b = e.ins
-        out = e.outs[0]
-        if a.aval.ndim < 2 or b.aval.ndim < 2:       # 1-D operands with batched partners: rare, NumPy's impl
-            return False
-        m, k = a.aval.shape[-2:]
-        n = b.aval.shape[-1]
-        bs = tuple(out.aval.shape[:-2])
-        if 0 in (m, n, k) or 0 in bs:
-            return False
-        pa, pb = self.place(a), self.place(b)
-
-        def batch_strides(p):
-            lead = len(bs) - (len(p.shape) - 2)
-            st = [0] * lead
-            for d, s in zip(p.shape[:-2], p.strides[:-2]):
-                st.append(0 if d == 1 else s)
-            return st
-
-        def readable(v, p):
-            if _gemm_flag(p.strides[-2:], *p.shape[-2:]) is None:
-                p = self.places.materialize(v, p)
-            return p
-
-        pa, pb = readable(a, pa), readable(b, pb)
-        sa, sb = batch_strides(pa), batch_strides(pb)
-        pc = self.places.assign(out)
-        # rows folded: B shared by every batch entry and A's batch dims continue its rows
-        if not any(sb):
-            fshape, fst = coalesce(list(bs) + [m], [sa + [pa.strides[-2]]])
-            if len(fshape) <= 1:
-                rows = int(np.prod(bs)) * m
-                ra = fst[0][0] if fshape else max(k, 1)
-                flag_a = _gemm_flag((ra, pa.strides[-1]), rows, k)
-                flag_b = _gemm_flag(pb.strides[-2:], k, n)
-                if flag_a is not None and flag_a[0] == "N":
-                    self._emit_gemm_block(e, "gemm", Place(pa.root, pa.offset, (rows, k), (ra, pa.strides[-1]),
-                                                           pa.dtype), flag_a, pb, flag_b, pc, rows, n, k, None)
-                    return True
-        flag_a = _gemm_flag(pa.strides[-2:], m, k)
-        flag_b = _gemm_flag(pb.strides[-2:], k, n)
-        sc = list(c_strides(out.aval.shape)[:-2])
-        shape, (cb, ca, cc) = coalesce(list(bs), [sb, sa, sc])
-        if len(shape) > MAX_BATCH_DIMS:
-            return False
-        self._emit_gemm_block(e, "bgemm", pa, flag_a, pb, flag_b, pc, m, n, k, (shape, cb, ca, cc))
-        return True
-
-    def _emit_gemm_block(self, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k, batch):
-        """Append a ``?gemm`` argument block (``C = A B`` row-major, i.e. ``C^T = B^T A^T`` column-major: B goes
-        first) and, for ``bgemm``, the batch sizes, byte strides and scratch slots."""
-        from .layout import Step
-        out = e.outs[0]
-        ta, lda = flag_a
-        tb, ldb = flag_b
-        f32 = out.aval.dtype.name == "float32"
-        sc = np.float32 if f32 else np.float64
-        offs = {}
-        for name, data in (("ta", tb.encode()), ("tb", ta.encode()), ("m", np.int32(n).tobytes()),
-                           ("n", np.int32(m).tobytes()), ("k", np.int32(k).tobytes()),
-                           ("alpha", np.array([1.0], sc).tobytes()), ("lda", np.int32(ldb).tobytes()),
-                           ("ldb", np.int32(lda).tobytes()), ("beta", np.array([0.0], sc).tobytes()),
-                           ("ldc", np.int32(max(n, 1)).tobytes())):
-            offs[name] = len(self.params)
-            self.params += data.ljust(8, b"\0")
-        label = "matmul (BLAS)" if kind == "gemm" else "matmul (batched BLAS)"
-        st = Step(kind, label=label, eqn=e, shapes=[list(v.aval.shape) for v in e.ins], scope=e.scope)
-        st.gemm = "sgemm" if f32 else "dgemm"
-        st.block = len(self.table)
-        for item in ("ta", "tb", "m", "n", "k", "alpha", pb, "lda", pa, "ldb", "beta", pc, "ldc"):
-            if isinstance(item, str):
-                self.param_slots.append((len(self.table), offs[item]))
-                self.table.append(0)
-            else:
-                self._slot_addr(item)
-        if batch is not None:
-            shape, cb, ca, cc = batch
-            item = pc.dtype.np.itemsize
-            self.table.append(len(shape))
-            self.table.extend(int(d) for d in shape)
-            for strides in (cb, ca, cc):
-                self.table.extend(int(s) * item for s in strides)
-            self.table.extend([0] * 13)          # scratch: the block of the gemm call being made
-        self._add(st)
+    def batch_strides(p):
+        lead = len(bs) - (len(p.shape) - 2)
+        st = [0] * lead
+        for d, s in zip(p.shape[:-2], p.strides[:-2]):
+            st.append(0 if d == 1 else s)
         return st
 
+    def readable(v, p):
+        if _gemm_flag(p.strides[-2:], *p.shape[-2:]) is None:
+            p = prog.places.materialize(v, p)
+        return p
 
-__all__ = ["BatchedGemmSteps", "MAX_BATCH_DIMS"]
+    pa, pb = readable(a, pa), readable(b, pb)
+    sa, sb = batch_strides(pa), batch_strides(pb)
+    pc = prog.places.assign(out)
+    # rows folded: B shared by every batch entry and A's batch dims continue its rows
+    if not any(sb):
+        fshape, fst = coalesce(list(bs) + [m], [sa + [pa.strides[-2]]])
+        if len(fshape) <= 1:
+            rows = int(np.prod(bs)) * m
+            ra = fst[0][0] if fshape else max(k, 1)
+            flag_a = _gemm_flag((ra, pa.strides[-1]), rows, k)
+            flag_b = _gemm_flag(pb.strides[-2:], k, n)
+            if flag_a is not None and flag_a[0] == "N":
+                _emit_gemm_block(prog, e, "gemm", Place(pa.root, pa.offset, (rows, k), (ra, pa.strides[-1]),
+                                                       pa.dtype), flag_a, pb, flag_b, pc, rows, n, k, None)
+                return True
+    flag_a = _gemm_flag(pa.strides[-2:], m, k)
+    flag_b = _gemm_flag(pb.strides[-2:], k, n)
+    sc = list(c_strides(out.aval.shape)[:-2])
+    shape, (cb, ca, cc) = coalesce(list(bs), [sb, sa, sc])
+    if len(shape) > MAX_BATCH_DIMS:
+        return False
+    _emit_gemm_block(prog, e, "bgemm", pa, flag_a, pb, flag_b, pc, m, n, k, (shape, cb, ca, cc))
+    return True
+
+def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k, batch):
+    """Append a ``?gemm`` argument block (``C = A B`` row-major, i.e. ``C^T = B^T A^T`` column-major: B goes
+    first) and, for ``bgemm``, the batch sizes, byte strides and scratch slots."""
+    out = e.outs[0]
+    ta, lda = flag_a
+    tb, ldb = flag_b
+    f32 = out.aval.dtype.name == "float32"
+    sc = np.float32 if f32 else np.float64
+    offs = {}
+    for name, data in (("ta", tb.encode()), ("tb", ta.encode()), ("m", np.int32(n).tobytes()),
+                       ("n", np.int32(m).tobytes()), ("k", np.int32(k).tobytes()),
+                       ("alpha", np.array([1.0], sc).tobytes()), ("lda", np.int32(ldb).tobytes()),
+                       ("ldb", np.int32(lda).tobytes()), ("beta", np.array([0.0], sc).tobytes()),
+                       ("ldc", np.int32(max(n, 1)).tobytes())):
+        offs[name] = len(prog.params)
+        prog.params += data.ljust(8, b"\0")
+    label = "matmul (BLAS)" if kind == "gemm" else "matmul (batched BLAS)"
+    st = Step(kind, label=label, eqn=e, shapes=[list(v.aval.shape) for v in e.ins], scope=e.scope)
+    st.gemm = "sgemm" if f32 else "dgemm"
+    st.block = len(prog.table)
+    for item in ("ta", "tb", "m", "n", "k", "alpha", pb, "lda", pa, "ldb", "beta", pc, "ldc"):
+        if isinstance(item, str):
+            prog.param_slots.append((len(prog.table), offs[item]))
+            prog.table.append(0)
+        else:
+            prog.slot_addr(item)
+    if batch is not None:
+        shape, cb, ca, cc = batch
+        item = pc.dtype.np.itemsize
+        prog.table.append(len(shape))
+        prog.table.extend(int(d) for d in shape)
+        for strides in (cb, ca, cc):
+            prog.table.extend(int(s) * item for s in strides)
+        prog.table.extend([0] * 13)          # scratch: the block of the gemm call being made
+    prog.add(st)
+    return st
+
+
+__all__ = ["batched_gemm", "MAX_BATCH_DIMS"]

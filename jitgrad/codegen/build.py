@@ -23,8 +23,9 @@ from __future__ import annotations
 import os
 import threading
 
-from . import cache, numba_build, objstore
-from .build_procs import command, defer, spawn  # noqa: F401  (build processes: build_procs.py)
+import atexit
+
+from . import build_procs, cache, numba_build, objstore
 from .numba_build import numba_cache_dir, numba_default_dir  # noqa: F401  (Numba's side: numba_build.py)
 
 _ADDRESSES: dict = {}       # kernel/entry key -> address of its code in this process
@@ -51,10 +52,11 @@ def _cores() -> int:
 
 
 def kernel_key(kernel) -> str:
-    return cache.cache_key(kernel.source, extra=_kernel_extra())
+    return cache.cache_key(kernel.source, extra=kernel_extra())
 
 
-def _kernel_extra():
+def kernel_extra():
+    """What besides its text a kernel's key covers (``cache.cache_key``'s ``extra``)."""
     # which compiler builds a kernel is part of its key: the two paths' object code is never mixed up
     from .ir_loops import INTERLEAVE
     return KERNEL_EXTRA + (("lean-llvm", numba_build.LEAN_LLVM), ("ir-loops", IR_LOOPS), ("interleave", INTERLEAVE))
@@ -168,6 +170,11 @@ def compile_to_disk(key: str, source: str, kind: str) -> int:
     return addr
 
 
+def blob(key: str):
+    """The object code of ``key`` compiled or loaded in this process (``objstore.Blob``)."""
+    return _BLOBS[key]
+
+
 def build_module(kernel):
     """A Numba module of ``kernel`` (its ``kernel`` attribute is the cfunc), for tests and introspection; compiled
     in this process when the kernel's code was loaded from object code."""
@@ -198,7 +205,7 @@ class GraphCode:
         self.loaded_keys, self.compiled_keys = set(), set()    # linked from object code / compiled here
         # code another graph of this process built already counts as loaded (compiled before this build), so a
         # graph's stats always add up to its kernels and entry
-        self.loaded_keys.update(k for k in self._keys() if k in _ADDRESSES)
+        self.loaded_keys |= {k for k in self._keys() if k in _ADDRESSES}
         self.elsewhere = set()                # keys our build processes compiled (then linked here)
         self.how = None                       # "process" | "graph file" | "assembled" | "built"
         self.spawned = False                  # its build processes have started (they finish even if we exit)
@@ -267,7 +274,7 @@ class GraphCode:
         return len(self.compiled_keys | (self.elsewhere & self.loaded_keys))
 
     def _count_loaded(self, todo):
-        self.loaded_keys.update(todo)
+        self.loaded_keys |= set(todo)
         for key in todo:
             COUNTS["kernels_loaded" if self._kind(key) == "kernel" else "drivers_loaded"] += 1
 
@@ -348,8 +355,8 @@ class GraphCode:
             if background:
                 parts = min(cores, len(todo))
                 shares = _split(todo, parts) if parts else []
-                procs = [spawn(s, self if i == 0 else None) for i, s in enumerate(shares)]
-                self.elsewhere.update(j[1] for j in todo)
+                procs = [_spawn(s, self if i == 0 else None) for i, s in enumerate(shares)]
+                self.elsewhere |= {j[1] for j in todo}
                 self.spawned = True
             else:
                 procs = self._build_here(todo, cores)
@@ -406,8 +413,8 @@ class GraphCode:
                     else:
                         rest.append((job[0], job[1], str(path)))
                 shares = _split(rest, helpers) if rest else []
-                procs = [spawn(share) for share in shares]
-                self.elsewhere.update(j[1] for share in shares for j in share)
+                procs = [_spawn(share) for share in shares]
+                self.elsewhere |= {j[1] for share in shares for j in share}
                 self.spawned = bool(shares)
             for job in mine:
                 start(job[1])
@@ -493,8 +500,16 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _leftovers():
+def _spawn(jobs, graph=None):
+    """A detached build process for ``jobs`` (``build_procs.spawn``), counted."""
+    COUNTS["build_processes"] += 1
+    return build_procs.spawn(jobs, graph)
+
+
+@atexit.register
+def _spawn_leftovers():
     """At exit: builds still queued go to detached build processes, so the next run finds them compiled."""
+    left = []
     for cg in list(_QUEUED):
         code = cg.code
         if code.spawned:
@@ -504,7 +519,14 @@ def _leftovers():
         except Exception:   # noqa: BLE001 - exiting: nothing to report to
             continue
         if todo:
-            defer(todo, code)
+            left.append((todo, code))
+    for todo, code in left:
+        try:
+            p = _spawn(todo, code)
+            if p is not None and p.stderr is not None:
+                p.stderr.close()
+        except OSError:
+            pass
 
 
 def _split(todo, parts):

@@ -3,10 +3,10 @@
 A graph with ``all_reduce`` / ``all_reduce_start`` / ``all_reduce_wait`` (``ir/ops/collective.py``) would
 otherwise get a Python driver (the ops' impls call mpi4py).  When the group's transport says it can
 (``transport.native()`` returns the communicator's C handle and the addresses of ``MPI_Allreduce``,
-``MPI_Iallreduce`` and ``MPI_Wait`` from the loaded libmpi), ``layout.py`` asks ``emit`` here for a step instead:
-a ``@cfunc`` with the kernels' calling convention (``abi.py``: one ``int64*`` argument block), which the C
-entry (``entry.py``) calls through its address like any kernel.  The MPI functions' addresses travel in the argument block,
-so the cfuncs hold no process-specific constant and are cached on disk like the kernels.
+``MPI_Iallreduce`` and ``MPI_Wait`` from the loaded libmpi), the CPU target's ``collective`` emitter here lays out
+a native step instead: a ``@cfunc`` (``mpi_calls.py``) with the kernels' calling convention, which the C entry
+(``entry.py``) calls through its address like any kernel.  This module imports no Numba (a warm start of a graph
+without collectives never needs it); ``mpi_calls.py`` does, and is imported when a step is laid out.
 
 MPICH's handles (``MPI_Comm``, ``MPI_Datatype``, ``MPI_Op``, ``MPI_Request``) are C ints, equal to the Fortran
 handles mpi4py reports (``py2f``); another MPI library keeps the Python steps.  Only SUM, MAX, MIN and PRODUCT
@@ -22,117 +22,18 @@ copies the receive buffer into its output.
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import cfunc, types
-from numba.extending import intrinsic
 
 from ..ir.ops.collective import TRANSPORTS
-from .abi import KERNEL_SIGNATURE
-
-_I8P = ir.IntType(8).as_pointer()
-_I32 = ir.IntType(32)
-_I64 = ir.IntType(64)
-
-
-def _ptr(builder, v):
-    return builder.inttoptr(v, _I8P)
-
-
-def _int(builder, v):
-    return builder.trunc(v, _I32)
-
-
-@intrinsic
-def _mpi_allreduce(typingctx, fn, send, recv, count, dtype, op, comm):
-    """``MPI_Allreduce(send, recv, count, dtype, op, comm)`` at address ``fn`` (MPICH: handles are ints)."""
-    def codegen(context, builder, sig, args):
-        fnty = ir.FunctionType(_I32, [_I8P, _I8P, _I32, _I32, _I32, _I32])
-        f = builder.inttoptr(args[0], fnty.as_pointer())
-        return builder.sext(builder.call(f, [_ptr(builder, args[1]), _ptr(builder, args[2])]
-                                         + [_int(builder, a) for a in args[3:7]]), _I64)
-    return types.int64(*([types.int64] * 7)), codegen
-
-
-@intrinsic
-def _mpi_iallreduce(typingctx, fn, send, recv, count, dtype, op, comm, request):
-    """``MPI_Iallreduce(send, recv, count, dtype, op, comm, request)`` at address ``fn``."""
-    def codegen(context, builder, sig, args):
-        fnty = ir.FunctionType(_I32, [_I8P, _I8P, _I32, _I32, _I32, _I32, _I8P])
-        f = builder.inttoptr(args[0], fnty.as_pointer())
-        return builder.sext(builder.call(f, [_ptr(builder, args[1]), _ptr(builder, args[2])]
-                                         + [_int(builder, a) for a in args[3:7]] + [_ptr(builder, args[7])]), _I64)
-    return types.int64(*([types.int64] * 8)), codegen
-
-
-@intrinsic
-def _mpi_wait(typingctx, fn, request, status):
-    """``MPI_Wait(request, status)`` at address ``fn``."""
-    def codegen(context, builder, sig, args):
-        fnty = ir.FunctionType(_I32, [_I8P, _I8P])
-        f = builder.inttoptr(args[0], fnty.as_pointer())
-        return builder.sext(builder.call(f, [_ptr(builder, args[1]), _ptr(builder, args[2])]), _I64)
-    return types.int64(types.int64, types.int64, types.int64), codegen
-
-
-@intrinsic
-def _copy_bytes(typingctx, dst, src, nbytes):
-    """memcpy of ``nbytes`` bytes (LLVM's intrinsic)."""
-    def codegen(context, builder, sig, args):
-        cgutils_memcpy = builder.module.declare_intrinsic("llvm.memcpy", [_I8P, _I8P, _I64])
-        builder.call(cgutils_memcpy, [_ptr(builder, args[0]), _ptr(builder, args[1]), args[2],
-                                      ir.Constant(ir.IntType(1), 0)])
-        return context.get_dummy_value()
-    return types.void(types.int64, types.int64, types.int64), codegen
-
-
-# argument blocks (int64 each); the communicator's error handler is MPI_ERRORS_ARE_FATAL, so an MPI error
-# aborts the job (with MPICH's message) instead of returning a code nobody reads
-#   all_reduce: fn, send, recv, count, dtype, op, comm
-#   start:      fn, send, recvbuf, count, dtype, op, comm, token (the request is written there)
-#   wait:       fn, token, status, out, recvbuf, nbytes
-def _allreduce_step(b):
-    _mpi_allreduce(b[0], b[1], b[2], b[3], b[4], b[5], b[6])
-
-
-def _start_step(b):
-    _mpi_iallreduce(b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7])
-
-
-def _wait_step(b):
-    _mpi_wait(b[0], b[1], b[2])
-    _copy_bytes(b[3], b[4], b[5])
-
-
-_BUILT: dict = {}
-
-
-def _address(name) -> int:
-    """The address of one of the step cfuncs, compiled on first use (then from Numba's cache)."""
-    a = _BUILT.get(name)
-    if a is None:
-        from numba.core import config
-
-        from .build import numba_cache_dir
-        fn = {"all_reduce": _allreduce_step, "all_reduce_start": _start_step, "all_reduce_wait": _wait_step}[name]
-        # Numba's cache files are code: they go where jitgrad's other helpers' go (build.numba_cache_dir)
-        private, old = numba_cache_dir(), config.CACHE_DIR
-        if private is not None:
-            config.CACHE_DIR = private
-        try:
-            a = _BUILT[name] = cfunc(KERNEL_SIGNATURE, cache=True)(fn)
-        finally:
-            config.CACHE_DIR = old
-    return a.address
-
+from .layout import Program, Step
+from .lowering import emits
+from .places import Place, c_strides
 
 _INT_MAX = 2 ** 31 - 1
 
 
-def emit(prog, e) -> bool:
-    """Lay out eqn ``e`` (a collective) as native steps of ``prog`` (a ``layout.Program``); False: not possible
-    here (the caller makes a Python step)."""
-    from .layout import Step
-    from .places import Place, c_strides
+@emits("collective", target="cpu")
+def collective(prog: Program, e) -> bool:
+    """Lay out eqn ``e`` (a collective) as native steps of ``prog``; False: not possible here (a Python step)."""
     name = e.op.name
     if name not in ("all_reduce", "all_reduce_start", "all_reduce_wait"):
         return False
@@ -144,8 +45,9 @@ def emit(prog, e) -> bool:
     n = sum(int(x.aval.size) for x in xs)
     if info is None or n > _INT_MAX or n == 0:
         return False
-    tokens = prog.__dict__.setdefault("native_tokens", {})     # token Var -> its receive buffer
-    keep = prog.__dict__.setdefault("native_keep", [])         # buffers the steps own, alive with the program
+    from .mpi_calls import address     # (Numba: only for a graph with a native collective)
+    tokens = prog.native_tokens     # token Var -> its receive buffer
+    keep = prog.native_keep         # buffers the steps own, alive with the program
     out = e.outs[0]
     if name == "all_reduce_wait":
         recv = tokens.get(e.ins[0])
@@ -155,14 +57,14 @@ def emit(prog, e) -> bool:
         status = np.zeros(16, np.int64)
         keep.append(status)
         st = Step("native", label="all_reduce_wait (MPI)", eqn=e, shapes=[[n]], scope=e.scope)
-        st.native = _address(name)
+        st.native = address(name)
         st.block = len(prog.table)
         prog.table.append(info["wait"])
-        prog._slot_addr(prog.place(e.ins[0]))
+        prog.slot_addr(prog.place(e.ins[0]))
         prog.table.append(status.ctypes.data)
-        prog._slot_addr(po)
+        prog.slot_addr(po)
         prog.table.extend([recv.ctypes.data, recv.nbytes])
-        prog._add(st)
+        prog.add(st)
         return True
     if name == "all_reduce":
         px = prog.place(xs[0])
@@ -177,16 +79,16 @@ def emit(prog, e) -> bool:
         off = 0
         for x in xs:
             shape = tuple(x.aval.shape)
-            prog._copy_step(prog.place(x), Place(root, off, shape, c_strides(shape), dtype), "pack bucket")
+            prog.copy_step(prog.place(x), Place(root, off, shape, c_strides(shape), dtype), "pack bucket")
             off += int(x.aval.size)
     po = prog.places.assign(out)
     st = Step("native", label=f"{name} (MPI)", eqn=e, shapes=[[n]], scope=e.scope)
-    st.native = _address(name)
+    st.native = address(name)
     st.block = len(prog.table)
     if name == "all_reduce":
         prog.table.append(info["allreduce"])
-        prog._slot_addr(px)
-        prog._slot_addr(po)
+        prog.slot_addr(px)
+        prog.slot_addr(po)
         prog.table.extend([n, info["dtype"], info["op"], info["comm"]])
     else:
         recv = np.zeros(n, dtype.np)
@@ -194,9 +96,9 @@ def emit(prog, e) -> bool:
         tokens[out] = recv
         prog.table.extend([info["iallreduce"], send.ctypes.data, recv.ctypes.data, n, info["dtype"], info["op"],
                            info["comm"]])
-        prog._slot_addr(po)
-    prog._add(st)
+        prog.slot_addr(po)
+    prog.add(st)
     return True
 
 
-__all__ = ["emit"]
+__all__ = ["collective"]

@@ -1,6 +1,8 @@
-"""Graph -> kernels + a driver (the CPU backend).
+"""Plan -> kernels + a driver (the CPU backend).
 
-Each fusion group (``ir/passes/fuse.py``) becomes a loop kernel keyed by its structure (``loops.py``); matmul
+The caller plans the graph (``ir.passes.fusion_plan``); ``lay_out`` walks the plan through the CPU step emitters
+(``lowering.lower_plan`` over the modules in ``STEP_MODULES``, which register them) into a ``layout.Program``.
+Each fusion group (``ir/plan.Group``) becomes a loop kernel keyed by its structure (``loops.py``); matmul
 calls BLAS ``?gemm`` directly (transposed operands through its transpose flags); view ops cost nothing at run
 time (``layout.py``).  When every step has a native form, a small C entry (``entry.py``, LLVM IR) calls the
 kernels through their addresses (one native call per call; its text is free of sizes, so it is shared across
@@ -20,13 +22,12 @@ import warnings
 
 import numpy as np
 
-from ..ir.graph import Graph
 from ..ir.interpret import ScopeTracker, run_eqn
 from ..ir.ops import blas
-from ..ir.passes.fuse import plan as fusion_plan
-from . import build as _build, threads
+from ..ir.plan import Plan
+from . import batched_gemm, build as _build, collective_steps, gemm_steps, loop_steps, region_steps, threads
 from .layout import Program
-from .lowering import step_error
+from .lowering import lower_plan, step_error
 from .loops import FASTMATH, PARALLEL_MIN, gen_group  # noqa: F401  (re-exported)
 from .output_pool import take
 
@@ -51,20 +52,31 @@ def _numba_array_type(d, ndim) -> str:
 
 _background = _build.queue_background
 
+# the CPU target's step modules: importing them registers their emitters (``lowering.emits``)
+STEP_MODULES = (loop_steps, gemm_steps, batched_gemm, region_steps, collective_steps)
+
+
+def lay_out(plan: Plan, writes=(), parallel=None, check_ids=None) -> Program:
+    """The CPU program of ``plan``: every entry through its registered emitter, then outputs and write-backs."""
+    prog = Program(plan, writes, parallel, check_ids)
+    lower_plan(prog, plan, "cpu")
+    prog.finish()
+    return prog
+
 
 class CompiledGraph:
-    """A graph compiled for the CPU: ``run(*arrays) -> sequence of arrays``; ``source`` is what was generated.
+    """A plan compiled for the CPU: ``run(*arrays) -> sequence of arrays``; ``source`` is what was generated.
 
     ``kernels``: the distinct loop kernels; ``nopython``: whether the C entry runs the whole graph."""
 
-    def __init__(self, graph: Graph, writes=(), background=None, parallel=None, phase=None, disk_cache=True):
-        self.graph = graph
+    def __init__(self, plan: Plan, writes=(), background=None, parallel=None, phase=None, disk_cache=True):
+        self.graph = graph = plan.graph
         self.writes = tuple(writes)
-        self.plan = fusion_plan(graph)
+        self.plan = plan
         # anomaly mode: the values that must be finite, by id (the err slot reports the smallest failing id)
         self.checks = [e for e in graph.eqns if e.check is not None and e.outs[0].aval.dtype.is_floating_point]
         self.check_ids = {e: i for i, e in enumerate(self.checks)}
-        self.program = Program(graph, self.plan, self.writes, parallel, self.check_ids)
+        self.program = lay_out(plan, self.writes, parallel, self.check_ids)
         self.kernels = list(self.program.kernels.values())
         self.nopython = self.program.native
         self.driver_source, self.signature = self._driver_source() if self.nopython else (None, None)
@@ -330,4 +342,4 @@ class CompiledGraph:
         return src
 
 
-__all__ = ["CompiledGraph", "CodegenWarning", "gen_group", "FASTMATH", "PARALLEL_MIN", "ALLOCATIONS"]
+__all__ = ["CompiledGraph", "lay_out", "STEP_MODULES", "CodegenWarning", "gen_group", "FASTMATH", "PARALLEL_MIN", "ALLOCATIONS"]

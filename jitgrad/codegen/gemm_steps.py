@@ -1,6 +1,7 @@
-"""The BLAS steps of a compiled graph's layout (``layout.Program`` mixes this in): a 2-D float matmul becomes a
+"""The BLAS steps of the CPU target (the ``gemm`` emitter, ``lowering.emits``): a 2-D float matmul becomes a
 call of SciPy's ``?gemm`` (``ir/ops/blas.py``) with its 13 arguments in the table, transposed operands passed by
-flag rather than copied; and an SGD-style update of the GEMM's result is folded into that GEMM.
+flag rather than copied (N-D matmuls: ``batched_gemm.py``); and an SGD-style update of the GEMM's result is folded
+into that GEMM (``fold_update_into_gemm``, which the fused-group emitter asks first).
 
 Kept apart from ``layout.py`` because it is the one place that knows BLAS's column-major calling convention.
 """
@@ -9,122 +10,127 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import Lit, Var
-from ..ir.passes.fuse import Group
+from ..ir.plan import Group
+from .batched_gemm import batched_gemm
+from .layout import Program, Step
+from .lowering import emits
 
 
-class GemmSteps:
-    """``Program`` methods for GEMM steps; they use the Program's places, table and liveness."""
+@emits("gemm", target="cpu")
+def gemm(prog: Program, e) -> bool:
+    """A matmul as one ``?gemm`` call (or a batched one); False: not BLAS's (ints, empty): a host step."""
+    a, b = e.ins
+    out = e.outs[0]
+    if (a.aval.ndim > 2 or b.aval.ndim > 2) and out.aval.dtype.name in ("float32", "float64") \
+            and a.aval.dtype is b.aval.dtype is out.aval.dtype:
+        return batched_gemm(prog, e)
+    if not (a.aval.ndim <= 2 and b.aval.ndim <= 2 and out.aval.dtype.name in ("float32", "float64")
+            and a.aval.dtype is b.aval.dtype is out.aval.dtype):
+        return False
+    ash = a.aval.shape if a.aval.ndim == 2 else (1,) + a.aval.shape
+    bsh = b.aval.shape if b.aval.ndim == 2 else b.aval.shape + (1,)
+    m, k = ash
+    n = bsh[1]
+    if k == 0 or m == 0 or n == 0:
+        return False
 
-    def _gemm(self, e) -> bool:
-        from .layout import Step     # layout imports this module
-        a, b = e.ins
-        out = e.outs[0]
-        if (a.aval.ndim > 2 or b.aval.ndim > 2) and out.aval.dtype.name in ("float32", "float64") \
-                and a.aval.dtype is b.aval.dtype is out.aval.dtype:
-            return self._batched_gemm(e)         # batched_gemm.py
-        if not (a.aval.ndim <= 2 and b.aval.ndim <= 2 and out.aval.dtype.name in ("float32", "float64")
-                and a.aval.dtype is b.aval.dtype is out.aval.dtype):
-            return False
-        ash = a.aval.shape if a.aval.ndim == 2 else (1,) + a.aval.shape
-        bsh = b.aval.shape if b.aval.ndim == 2 else b.aval.shape + (1,)
-        m, k = ash
-        n = bsh[1]
-        if k == 0 or m == 0 or n == 0:
-            return False
+    def operand(v, shape2):
+        p = prog.place(v)
+        rows, cols = shape2
+        if v.aval.ndim == 1:        # a vector is a contiguous row (left operand) or column (right operand)
+            if p.strides[0] != 1 and p.shape[0] != 1:
+                return operand_copy(v, shape2)
+            st = (max(cols, 1), 1) if v is a else (1, 1)
+        else:
+            st = p.strides
+        if st[1] == 1 and (st[0] >= max(1, cols) or rows == 1):
+            return p, "N", max(st[0], cols, 1)          # row-major: column-major transposed, ld = row stride
+        if st[0] == 1 and (st[1] >= max(1, rows) or cols == 1):
+            return p, "T", max(st[1], rows, 1)          # a transposed view: BLAS transposes it for free
+        return operand_copy(v, shape2)
 
-        def operand(v, shape2):
-            p = self.place(v)
-            rows, cols = shape2
-            if v.aval.ndim == 1:        # a vector is a contiguous row (left operand) or column (right operand)
-                if p.strides[0] != 1 and p.shape[0] != 1:
-                    return operand_copy(v, shape2)
-                st = (max(cols, 1), 1) if v is a else (1, 1)
-            else:
-                st = p.strides
-            if st[1] == 1 and (st[0] >= max(1, cols) or rows == 1):
-                return p, "N", max(st[0], cols, 1)          # row-major: column-major transposed, ld = row stride
-            if st[0] == 1 and (st[1] >= max(1, rows) or cols == 1):
-                return p, "T", max(st[1], rows, 1)          # a transposed view: BLAS transposes it for free
-            return operand_copy(v, shape2)
+    def operand_copy(v, shape2):
+        p = prog.places.materialize(v, prog.place(v))
+        return p, "N", max(shape2[1], 1)
 
-        def operand_copy(v, shape2):
-            p = self.places.materialize(v, self.place(v))
-            return p, "N", max(shape2[1], 1)
+    pa, ta, lda = operand(a, ash)
+    pb, tb, ldb = operand(b, bsh)
+    pc = prog.places.assign(out)
+    # C (m x n, row-major) = A B  <=>  C^T (n x m, column-major) = B^T A^T: B goes first
+    f32 = out.aval.dtype.name == "float32"
+    one = np.array([1.0], np.float32 if f32 else np.float64).tobytes()
+    zero = np.array([0.0], np.float32 if f32 else np.float64).tobytes()
+    offs = {}
+    for name, data in (("ta", tb.encode().ljust(8, b"\0")), ("tb", ta.encode().ljust(8, b"\0")),
+                       ("m", np.int32(n).tobytes().ljust(8, b"\0")), ("n", np.int32(m).tobytes().ljust(8, b"\0")),
+                       ("k", np.int32(k).tobytes().ljust(8, b"\0")), ("alpha", one.ljust(8, b"\0")),
+                       ("lda", np.int32(ldb).tobytes().ljust(8, b"\0")), ("ldb", np.int32(lda).tobytes().ljust(8, b"\0")),
+                       ("beta", zero.ljust(8, b"\0")), ("ldc", np.int32(max(n, 1)).tobytes().ljust(8, b"\0"))):
+        offs[name] = len(prog.params)
+        prog.params += data
+    st = Step("gemm", label="matmul (BLAS)", eqn=e, shapes=[list(a.aval.shape), list(b.aval.shape)],
+              scope=e.scope)
+    st.gemm = "sgemm" if f32 else "dgemm"
+    st.block = len(prog.table)
+    c_slot = None
+    for item in ("ta", "tb", "m", "n", "k", "alpha", pb, "lda", pa, "ldb", "beta", pc, "ldc"):
+        if isinstance(item, str):
+            prog.param_slots.append((len(prog.table), offs[item]))
+            prog.table.append(0)
+        else:
+            slot = prog.slot_addr(item)
+            if item is pc:
+                c_slot = slot
+    prog.add(st)
+    prog.gemm_outs[out] = (st, prog.places.n, offs["alpha"], offs["beta"], c_slot)
+    return True
 
-        pa, ta, lda = operand(a, ash)
-        pb, tb, ldb = operand(b, bsh)
-        pc = self.places.assign(out)
-        # C (m x n, row-major) = A B  <=>  C^T (n x m, column-major) = B^T A^T: B goes first
-        f32 = out.aval.dtype.name == "float32"
-        one = np.array([1.0], np.float32 if f32 else np.float64).tobytes()
-        zero = np.array([0.0], np.float32 if f32 else np.float64).tobytes()
-        offs = {}
-        for name, data in (("ta", tb.encode().ljust(8, b"\0")), ("tb", ta.encode().ljust(8, b"\0")),
-                           ("m", np.int32(n).tobytes().ljust(8, b"\0")), ("n", np.int32(m).tobytes().ljust(8, b"\0")),
-                           ("k", np.int32(k).tobytes().ljust(8, b"\0")), ("alpha", one.ljust(8, b"\0")),
-                           ("lda", np.int32(ldb).tobytes().ljust(8, b"\0")), ("ldb", np.int32(lda).tobytes().ljust(8, b"\0")),
-                           ("beta", zero.ljust(8, b"\0")), ("ldc", np.int32(max(n, 1)).tobytes().ljust(8, b"\0"))):
-            offs[name] = len(self.params)
-            self.params += data
-        st = Step("gemm", label="matmul (BLAS)", eqn=e, shapes=[list(a.aval.shape), list(b.aval.shape)],
-                  scope=e.scope)
-        st.gemm = "sgemm" if f32 else "dgemm"
-        st.block = len(self.table)
-        c_slot = None
-        for item in ("ta", "tb", "m", "n", "k", "alpha", pb, "lda", pa, "ldb", "beta", pc, "ldc"):
-            if isinstance(item, str):
-                self.param_slots.append((len(self.table), offs[item]))
-                self.table.append(0)
-            else:
-                slot = self._slot_addr(item)
-                if item is pc:
-                    c_slot = slot
-        self._add(st)
-        self.gemm_outs[out] = (st, self.places.n, offs["alpha"], offs["beta"], c_slot)
-        return True
 
-    def _fold_update_into_gemm(self, g: Group) -> bool:
-        """``p - c * (A @ B)`` (or ``p + c * (A @ B)``) written into the state ``p`` it updates, as one GEMM with
-        ``alpha = -c, beta = 1`` into ``p``'s own buffer: an SGD update of a weight whose gradient nothing else
-        reads costs no pass over memory of its own. Only when no step between the GEMM and this group reads
-        ``p`` (or a view of it), so moving the write earlier changes nothing another step sees."""
-        places = self.places
-        if g.reduce is not None or len(g.eqns) != 2 or len(g.outputs) != 1:
-            return False
-        m, u = g.eqns
-        o = g.outputs[0]
-        if m.op.name != "mul" or u.op.name not in ("sub", "add") or o is not u.outs[0] or o not in places.inplace:
-            return False
-        mo = m.outs[0]
-        lits = [x for x in m.ins if isinstance(x, Lit) and np.ndim(x.value) == 0]
-        grads = [x for x in m.ins if isinstance(x, Var) and x in self.gemm_outs]
-        if len(lits) != 1 or len(grads) != 1:
-            return False
-        d, c = grads[0], float(lits[0].value)
-        p_var = self.graph.inputs[places.inplace[o]]
-        a0, a1 = u.ins
-        if not ((a0 is p_var and a1 is mo) or (u.op.name == "add" and a0 is mo and a1 is p_var)):
-            return False
-        st, n_gemm, alpha_off, beta_off, c_slot = self.gemm_outs[d]
-        if n_gemm <= places.last_raising:      # the GEMM would write p before a step that may still raise
-            return False
-        pp = places[p_var]
-        n = places.n
-        dt_ = o.aval.dtype
-        if (places.last_use.get(d) != n or any(x is d for x in self.graph.outputs) or not pp.contiguous()
-                or tuple(pp.shape) != tuple(d.aval.shape) or d.aval.dtype is not dt_ or p_var.aval.dtype is not dt_
-                or not places.writes_in_place(o, g)):
-            return False
-        for v, pv in places.items():
-            if pv.root is pp.root:
-                if any(n_gemm <= k < n or (k == n and v is not p_var) for k in places.uses.get(v, ())):
-                    return False
-        alpha = -c if u.op.name == "sub" else c
-        sc = np.float32 if dt_.name == "float32" else np.float64
-        self.params[alpha_off:alpha_off + 8] = np.array([alpha], sc).tobytes().ljust(8, b"\0")
-        self.params[beta_off:beta_off + 8] = np.array([1.0], sc).tobytes().ljust(8, b"\0")
-        self._move_slot(c_slot, pp)
-        st.label = "matmul (BLAS) + update"
-        st.state_write = True
-        places.state_place(o)
-        return True
+def fold_update_into_gemm(prog: Program, g: Group) -> bool:
+    """``p - c * (A @ B)`` (or ``p + c * (A @ B)``) written into the state ``p`` it updates, as one GEMM with
+    ``alpha = -c, beta = 1`` into ``p``'s own buffer: an SGD update of a weight whose gradient nothing else
+    reads costs no pass over memory of its own. Only when no step between the GEMM and this group reads
+    ``p`` (or a view of it), so moving the write earlier changes nothing another step sees."""
+    places = prog.places
+    if g.reduce is not None or len(g.eqns) != 2 or len(g.outputs) != 1:
+        return False
+    m, u = g.eqns
+    o = g.outputs[0]
+    if m.op.name != "mul" or u.op.name not in ("sub", "add") or o is not u.outs[0] or o not in places.inplace:
+        return False
+    mo = m.outs[0]
+    lits = [x for x in m.ins if isinstance(x, Lit) and np.ndim(x.value) == 0]
+    grads = [x for x in m.ins if isinstance(x, Var) and x in prog.gemm_outs]
+    if len(lits) != 1 or len(grads) != 1:
+        return False
+    d, c = grads[0], float(lits[0].value)
+    p_var = prog.graph.inputs[places.inplace[o]]
+    a0, a1 = u.ins
+    if not ((a0 is p_var and a1 is mo) or (u.op.name == "add" and a0 is mo and a1 is p_var)):
+        return False
+    st, n_gemm, alpha_off, beta_off, c_slot = prog.gemm_outs[d]
+    if n_gemm <= places.last_raising:      # the GEMM would write p before a step that may still raise
+        return False
+    pp = places[p_var]
+    n = places.n
+    dt_ = o.aval.dtype
+    if (places.last_use.get(d) != n or any(x is d for x in prog.graph.outputs) or not pp.contiguous()
+            or tuple(pp.shape) != tuple(d.aval.shape) or d.aval.dtype is not dt_ or p_var.aval.dtype is not dt_
+            or not places.writes_in_place(o, g)):
+        return False
+    for v, pv in places.items():
+        if pv.root is pp.root:
+            if any(n_gemm <= k < n or (k == n and v is not p_var) for k in places.uses.get(v, ())):
+                return False
+    alpha = -c if u.op.name == "sub" else c
+    sc = np.float32 if dt_.name == "float32" else np.float64
+    prog.params[alpha_off:alpha_off + 8] = np.array([alpha], sc).tobytes().ljust(8, b"\0")
+    prog.params[beta_off:beta_off + 8] = np.array([1.0], sc).tobytes().ljust(8, b"\0")
+    prog.move_slot(c_slot, pp)
+    st.label = "matmul (BLAS) + update"
+    st.state_write = True
+    places.state_place(o)
+    return True
+
+
+__all__ = ["gemm", "fold_update_into_gemm"]

@@ -9,27 +9,25 @@ A graph has fixed shapes, so all of this is computed once, in Python, when the g
   Addresses of workspace and literal buffers are final here; those of inputs and fresh outputs are patched by
   the driver on every call (``dynamic``: slot -> root, with the element offset in ``OFF``).
 
-Nothing here depends on Numba; the driver source built from this (``cpu.py``) depends on structure only, so it
-is shared across batch sizes.
+This module is the builder the step emitters write into (``Program``: places, the table, slots, steps, kernels,
+and the copy and check steps every kind needs); the emitters themselves are functions registered per step kind
+(``lowering.emits``) in the step modules (``loop_steps.py``, ``gemm_steps.py``, ``batched_gemm.py``,
+``region_steps.py``, ``collective_steps.py``), which import this module; ``cpu.lay_out`` walks a plan through
+them.  Nothing here depends on Numba; the driver source built from this (``cpu.py``) depends on structure only,
+so it is shared across batch sizes.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..ir import settings
-from ..ir.passes.fuse import OP_BYTES, PLAIN_OP_BYTES, Group
-from ..ir.passes.row_chains import RowGroup
-from .batched_gemm import BatchedGemmSteps
-from .gemm_steps import GemmSteps
-from .region_steps import RegionSteps
-from .loops import BCAST, CONTIG, PARALLEL_MIN, STRIDED, gen_check, gen_copy, gen_gather, gen_group, gen_scatter
-from .lowering import lower_plan
-from .places import Place, Places, Root, bcast_strides, c_strides, coalesce
-from .rowwise_loops import gen_rows
+from ..ir.plan import Group
+from .loops import BCAST, CONTIG, PARALLEL_MIN, STRIDED, gen_check, gen_copy
+from .places import Place, Places, Root, bcast_strides, coalesce
 
 # A kernel runs its outer loop on the worker pool when its work pays for waking the workers (one wake-up round,
 # ~5-30 us: workpool.py): at least PARALLEL_GRAIN elements (PyTorch's grain size) and size x per-element cost
-# >= PARALLEL_WORK, about 160 us of one core's work (fuse.py's cost unit runs at ~0.02 ns on one core of this
+# >= PARALLEL_WORK, about 160 us of one core's work (ir/plan.py's cost unit runs at ~0.02 ns on one core of this
 # kind of machine: B2's loop, ~26 units, 0.53 ns an element); always from loops.PARALLEL_MIN elements.
 # Measured 2026-11-24, quiet, 2 cores (benchmarks/parallel_threshold.py, min / median): waking the workers costs
 # ~5 us at best and ~30 us typically; a 3-op tanh/sigmoid loop of 524,288 float32 188 / 190 us serial, 109 / 141
@@ -69,7 +67,8 @@ def alias_classes(places) -> list:
     return out
 
 
-def _cls(strides):
+def stride_class(strides) -> str:
+    """The loop class of an operand's innermost stride: contiguous, broadcast (0) or strided."""
     if not strides:
         return CONTIG
     s = strides[-1]
@@ -89,14 +88,15 @@ class Step:
         self.native = None          # kind "native": the address of a cfunc taking the argument block
 
 
-class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
-    """The steps, kernels, places and tables of one graph (see the module docstring)."""
+class Program:
+    """The steps, kernels, places and tables of one graph (see the module docstring): the builder the step emitters
+    write into.  ``finish()`` after the plan's steps adds the outputs and the write-backs."""
 
-    def __init__(self, graph, plan, writes=(), parallel=None, check_ids=None):
-        self.graph = graph
+    def __init__(self, plan, writes=(), parallel=None, check_ids=None):
+        self.graph = graph = plan.graph
         self.check_ids = check_ids or {}
         self.parallel = parallel
-        self.places = Places(graph, plan, writes, self.check_ids, copy=self._copy_step)
+        self.places = Places(graph, plan, writes, self.check_ids, copy=self.copy_step)
         self.steps = []
         self.kernels = {}            # key -> Kernel (each distinct loop once)
         self.table = []              # the int64 argument table
@@ -109,13 +109,18 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
         self.ierr_slots = []         # table slots that receive the index-error array's address
         self.index_steps = []        # eqns of the bounds-checked steps (gather, scatter), by step id
         self.gemm_outs = {}          # Var -> (gemm step, plan index, alpha/beta byte offsets, C's table slot)
+        self.native_tokens = {}      # all_reduce_start's token Var -> its receive buffer (collective_steps.py)
+        self.native_keep = []        # buffers native steps own, alive with the program
         self.native = True
-        lower_plan(self, plan)
-        self.outputs = [self.places.output(v) for v in graph.outputs]
-        self.writes = []
+        self.outputs, self.writes = [], []
+
+    def finish(self):
+        """After the plan's steps: where each output is, and the write-backs (run after every step, and only when
+        no check failed)."""
+        self.outputs = [self.places.output(v) for v in self.graph.outputs]
         for src, dst in self.places.write_backs():
-            st = self._copy_step(src, dst, "write-back")
-            self.steps.remove(st)        # write-backs run after every step, and only when no check failed
+            st = self.copy_step(src, dst, "write-back")
+            self.steps.remove(st)
             st.guarded = True
             self.writes.append(st)
 
@@ -138,7 +143,7 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
         return self.places.place(v)
 
     # ---- the table ----------------------------------------------------------------------------------------
-    def _slot_addr(self, place: Place):
+    def slot_addr(self, place: Place):
         """Append the address of ``place`` to the table (patched per call, or final)."""
         slot = len(self.table)
         self.table.append(0)
@@ -155,47 +160,50 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
         else:
             self.ws_slots.append((slot, r, byte_off))
 
-    def _move_slot(self, slot, place: Place):
+    def move_slot(self, slot, place: Place):
         """Point an already written table slot at ``place`` instead."""
         for lst in (self.dynamic, self.lit_slots, self.ws_slots):
             lst[:] = [t for t in lst if t[0] != slot]
         self._register_slot(slot, place)
 
-    def _operand(self, place, strides):
-        self._slot_addr(place)
+    def operand(self, place, strides):
+        """Append an operand: its address, then its element strides."""
+        self.slot_addr(place)
         self.table.extend(int(s) for s in strides)
 
-    def _add(self, step: Step):
+    def add(self, step: Step):
+        """Append ``step`` (its kernel shared with an earlier step of the same key)."""
         if step.kernel is not None:
             step.kernel = self.kernels.setdefault(step.kernel.key, step.kernel)
         self.steps.append(step)
         return step
 
     # ---- steps --------------------------------------------------------------------------------------------
-    def _copy_step(self, src: Place, dst: Place, label) -> Step:
+    def copy_step(self, src: Place, dst: Place, label) -> Step:
+        """A copy of ``src`` into ``dst`` (broadcast, cast): a copy kernel, or NumPy into a strided view."""
         it = dst.shape
         sst = bcast_strides(src, it) if src.shape != it else list(src.strides)
         dst_st = list(dst.strides)
         size = int(np.prod(it))
-        par = self._parallel(size)
+        par = self.runs_parallel(size)
         if dst_st and dst_st[-1] != 1 or not dst.contiguous():
             # the destination is a strided view (state written back into a view): copy in plain NumPy
             self.native = False
             st = Step("pycopy", label=label)
             st.ins, st.out = (src,), dst
-            return self._add(st)
+            return self.add(st)
         shape, (sst, dst_st) = coalesce(it, [sst, dst_st])
-        k = gen_copy(src.dtype, dst.dtype, len(shape), _cls(sst), par and len(shape) > 0)
+        k = gen_copy(src.dtype, dst.dtype, len(shape), stride_class(sst), par and len(shape) > 0)
         st = Step("kernel", k, label=label, shapes=[list(it)])
         st.block = len(self.table)
         self.table.extend(int(d) for d in shape)
-        self._operand(src, sst)
-        self._operand(dst, dst_st)
-        return self._add(st)
+        self.operand(src, sst)
+        self.operand(dst, dst_st)
+        return self.add(st)
 
-    def _parallel(self, size, per_element=8.0):
-        """Whether a kernel of ``size`` elements, each costing ``per_element`` (fuse.py's unit: bytes moved plus
-        ``OP_BYTES`` per op), runs its outer loop on the worker pool (see PARALLEL_WORK)."""
+    def runs_parallel(self, size, per_element=8.0):
+        """Whether a kernel of ``size`` elements, each costing ``per_element`` (the plan's cost unit: bytes moved
+        plus ``ir/plan.op_cost`` per op), runs its outer loop on the worker pool (see PARALLEL_WORK)."""
         want = self.parallel
         if settings.STATE.num_threads == 1:       # torch.set_num_threads(1): no worker pool
             return False
@@ -207,138 +215,25 @@ class Program(GemmSteps, BatchedGemmSteps, RegionSteps):
         if e not in self.check_ids:
             return
         shape, (sts,) = coalesce(place.shape, [list(place.strides)])
-        k = gen_check(place.dtype, len(shape), _cls(sts))
+        k = gen_check(place.dtype, len(shape), stride_class(sts))
         st = Step("kernel", k, label=f"check {e.op.name}")
         st.block = len(self.table)
         self.table.extend(int(d) for d in shape)
-        self._operand(place, sts)
+        self.operand(place, sts)
         self.err_slots.append(len(self.table))
         self.table.extend([0, self.check_ids[e]])
-        self._add(st)
+        self.add(st)
 
-    # the emitter of each step kind (codegen/lowering.py); a kind not listed (cat) runs its NumPy impl
-    EMITTERS = {"fused": "_group", "view": "_view", "gemm": "_gemm", "gather": "_gather", "scatter": "_scatter",
-                "scatter_reduce": "_scatter",
-                "scan": "_scan", "region": "_region", "collective": "_collective",
-                "row_gather": "_row_gather", "row_scatter": "_row_scatter", "host": "_py"}
-
-    def after_step(self, n, s):
+    def after_step(self, s):
+        """After each plan entry: the anomaly check of a single eqn's output (groups check inside their loop)."""
         if not isinstance(s, Group):
             self._check(s, self.places[s.outs[0]])
 
-    def _collective(self, e) -> bool:
-        """MPI called from the entry as a native step (collective_steps.py); False: a Python step.  Imported
-        here, not at the top: it imports Numba, which a warm start of a graph without collectives never needs."""
-        from . import collective_steps
-        return collective_steps.emit(self, e)
-
-    def _group(self, g: Group):
-        if self._fold_update_into_gemm(g):
-            return
-        op = self.places.group(g)
-        shape = op.shape
-        classes = [_cls(st) for st in op.in_strides + op.out_strides]
-        per_element = sum(p.dtype.itemsize for p in op.in_places + op.out_places) + sum(
-            OP_BYTES.get(e.op.name, PLAIN_OP_BYTES) for e in g.eqns)
-        parallel = len(shape) > 0 and self._parallel(op.size, per_element)
-        alias = alias_classes(op.in_places + op.out_places)
-        if isinstance(g, RowGroup):     # a row-wise chain: one nest over rows, several sweeps of each
-            k = gen_rows(g, classes, parallel, len(shape), op.red_axes, alias)
-        else:
-            k = gen_group(g, classes, parallel, self.check_ids, len(shape), op.red_axes, alias)
-        st = Step("kernel", k, label=f"{g.name} {g.lines()}".strip(), shapes=[list(p.shape) for p in op.in_places],
-                  scope=g.all_eqns[0].scope)
-        st.block = len(self.table)
-        self.table.extend(int(d) for d in shape)
-        for p, s_ in zip(op.in_places + op.out_places, op.in_strides + op.out_strides):
-            self._operand(p, s_)
-        if g.reduce is not None:
-            self.table.append(int(np.prod(g.reduce.outs[0].aval.shape)))
-        if k.checks:
-            self.err_slots.append(len(self.table))
-            self.table.append(0)
-            self.table.extend(k.checks)
-        if k.guards:
-            self.ierr_slots.append(len(self.table))
-            self.table.append(0)
-            for e in k.guards:
-                self.table.append(len(self.index_steps))
-                self.index_steps.append(e)
-        st.state_write = op.in_place
-        self._add(st)
-
-    def _view(self, e):
-        return self.places.view(e) is not None     # not a view of its input: the op runs (a Python step)
-
-    def _gather(self, e):
-        x, idx = e.ins[0], e.ins[1:]
-        out = e.outs[0]
-        k = gen_gather(e)
-        it = out.aval.shape
-        po = self.places.assign(out)
-        px = self.place(x)
-        st = Step("kernel", k, label="gather", shapes=[list(x.aval.shape)], scope=e.scope)
-        st.block = len(self.table)
-        self.table.extend(int(d) for d in it)
-        self._slot_addr(px)
-        self.table.extend(px.strides)
-        self.table.extend(px.shape)
-        for v in idx:
-            self._operand(self.place(v), bcast_strides(self.place(v), it))
-        self._operand(po, c_strides(it))
-        self._index_check_slot(e)
-        self._add(st)
-
-    def _index_check_slot(self, e):
+    def index_check_slot(self, e):
         """The block's last two slots: the index-error array's address (set with the tables) and a step id."""
         self.ierr_slots.append(len(self.table))
         self.table.extend([0, len(self.index_steps)])
         self.index_steps.append(e)
 
-    def _scatter(self, e):
-        base, v, idx = e.ins[0], e.ins[1], e.ins[2:]
-        out = e.outs[0]
-        po = self.places.assign(out)
-        self._copy_step(self.place(base), po, "copy (index_put)")
-        k = gen_scatter(e)
-        it = np.broadcast_shapes(*[i.aval.shape for i in idx]) if idx else ()
-        st = Step("kernel", k, label="scatter", shapes=[list(out.aval.shape)], scope=e.scope)
-        st.block = len(self.table)
-        self.table.extend(int(d) for d in it)
-        self._slot_addr(po)
-        self.table.extend(po.strides)
-        self.table.extend(po.shape)
-        pv = self.place(v)
-        self._operand(pv, bcast_strides(pv, it))
-        for iv in idx:
-            self._operand(self.place(iv), bcast_strides(self.place(iv), it))
-        self._index_check_slot(e)
-        self._add(st)
 
-    def _scan(self, e):
-        """cumsum/cumprod along one axis: the other dims are the iteration space (codegen/scan_loops.py)."""
-        from .scan_loops import gen_scan
-        x, out = e.ins[0], e.outs[0]
-        ax = e.params["axis"]
-        po = self.places.assign(out)
-        px = self.place(x)
-        ost = c_strides(out.aval.shape)
-        outer = [d for i, d in enumerate(out.aval.shape) if i != ax]
-        st = Step("kernel", gen_scan(e), label=e.op.name, shapes=[list(x.aval.shape)], scope=e.scope)
-        st.block = len(self.table)
-        self.table.extend(int(d) for d in outer)
-        self._operand(px, [s for i, s in enumerate(px.strides) if i != ax])
-        self._operand(po, [s for i, s in enumerate(ost) if i != ax])
-        self.table.extend([int(out.aval.shape[ax]), int(px.strides[ax]), int(ost[ax])])
-        self._add(st)
-
-    def _py(self, e):
-        """An op with no loop form runs its NumPy impl: the graph gets a Python driver."""
-        self.native = False
-        st = Step("py", label=e.op.name, eqn=e, shapes=[list(v.aval.shape) for v in e.ins], scope=e.scope)
-        st.ins = tuple(self.place(v) for v in e.ins)
-        st.out = [self.places.assign(o) for o in e.outs]
-        self._add(st)
-
-
-__all__ = ["Program", "Place", "Root", "Step", "alias_classes"]
+__all__ = ["Program", "Place", "Root", "Step", "alias_classes", "stride_class", "PARALLEL_MIN"]

@@ -1,10 +1,12 @@
-"""The target-neutral half of lowering: which kind of step each entry of a fusion plan becomes.
+"""The target-neutral half of lowering: which kind of step each entry of a fusion plan becomes, and who emits it.
 
-Both targets (``layout.Program`` for the CPU, ``cuda.CudaGraph``) walk the same plan (``ir/passes/fuse.py``)
-with ``lower_plan``, take every value's place from one ``places.Places`` (views, workspace, outputs, state
-updates in place: the same rules on both), and ask ``step_kind`` what each entry is; each target then looks
-the kind up in its own emitter table (``{kind: method}``) instead of testing op names.  An emitter may decline (return ``False``: the CPU has no
-``cat`` loop, CUDA's GEMM takes floats only), and the entry runs as a host step: the op's NumPy impl.
+Both targets (the CPU's ``layout.Program``, CUDA's ``cuda_launches.Launches``) walk the same plan
+(``ir/plan.Plan``, made by the planning passes before codegen is called) with ``lower_plan``, take every value's
+place from one ``places.Places`` (views, workspace, outputs, state updates in place: the same rules on both),
+and ask ``step_kind`` what each entry is.  An emitter is a function registered for a kind and a target
+(``@emits("gemm", target="cpu")``) in the module of its step: ``fn(builder, entry)``, where the builder is the
+target's program under construction.  An emitter may decline (return ``False``: the CPU has no ``cat`` loop,
+CUDA's GEMM takes floats only), and the entry runs as the target's ``host`` step: the op's NumPy impl.
 
 Kinds:
 - ``fused``: a fusion group (elementwise loop, optionally closed by a reduction);
@@ -22,12 +24,13 @@ Kinds:
 Copies (materialising a view, write-backs, outputs) are decided by ``places.Places`` and emitted through the
 target's copy emitter; anomaly checks are steps the targets add themselves.
 
-A new op with a native form on some target is one entry in ``_BY_OP`` plus an emitter on that target.
+A new op with a native form on some target is one entry in ``_BY_OP`` plus an ``@emits`` function for that
+target, in a step module the target's assembly imports (``cpu.py``: ``STEP_MODULES``; ``cuda.py``).
 """
 from __future__ import annotations
 
 from ..ir.ops.index import oob_error, tensor_axis
-from ..ir.passes.fuse import Group
+from ..ir.plan import Group
 
 KINDS = ("fused", "view", "gemm", "gather", "scatter", "scatter_reduce", "region", "row_gather", "row_scatter", "scan",
          "cat", "collective", "host")
@@ -130,21 +133,39 @@ def step_error(e, code: int, value: int, dim: int) -> Exception:
     return index_error(e, value, dim)
 
 
-def lower_plan(target, plan):
-    """Walk ``plan`` once and call ``target``'s emitter for each entry's kind (``target.EMITTERS[kind]``, a method
-    name); an emitter that returns False, or a kind the target has no emitter for, becomes a host step
-    (``target.EMITTERS["host"]``).  The emitters take their places from ``target.places`` (a
-    ``places.Places``, whose ``n`` is the index of the entry being lowered); ``target.after_step(n, entry)`` runs
-    after each entry (anomaly checks), then the places release the workspace slots nothing reads any more."""
-    places = target.places
+EMITTERS: dict = {}       # target -> {kind: emitter}: filled by the step modules' @emits
+
+
+def emits(kind: str, target: str):
+    """Register the decorated function as ``target``'s emitter of step ``kind`` (one of ``KINDS``)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown step kind {kind!r}")
+
+    def register(fn):
+        table = EMITTERS.setdefault(target, {})
+        if kind in table:
+            raise ValueError(f"{target} already has an emitter for {kind!r}: {table[kind].__qualname__}")
+        table[kind] = fn
+        return fn
+    return register
+
+
+def lower_plan(builder, plan, target: str):
+    """Walk ``plan`` once and call ``target``'s emitter for each entry's kind with ``(builder, entry)``; an emitter
+    that returns False, or a kind the target has no emitter for, becomes a host step (the target's ``host``
+    emitter).  The emitters take their places from ``builder.places`` (a ``places.Places``, whose ``n`` is the
+    index of the entry being lowered); ``builder.after_step(entry)`` runs after each entry (anomaly checks), then
+    the places release the workspace slots nothing reads any more."""
+    table = EMITTERS[target]
+    host = table["host"]
+    places = builder.places
     for n, s in enumerate(plan.steps):
         places.n = n
-        kind = step_kind(s)
-        name = target.EMITTERS.get(kind)
-        if name is None or getattr(target, name)(s) is False:
-            getattr(target, target.EMITTERS["host"])(s)
-        target.after_step(n, s)
+        fn = table.get(step_kind(s))
+        if fn is None or fn(builder, s) is False:
+            host(builder, s)
+        builder.after_step(s)
         places.release(n)
 
 
-__all__ = ["KINDS", "step_kind", "lower_plan", "all_tensor_spec", "row_spec", "index_error", "step_error"]
+__all__ = ["KINDS", "EMITTERS", "emits", "step_kind", "lower_plan", "all_tensor_spec", "row_spec", "index_error", "step_error"]

@@ -9,7 +9,7 @@ and dtype.  Roots are:
 - ``ws``: a slot of the workspace, one buffer kept with the compiled graph (``offset``: its byte offset);
 - ``fresh``: an array handed to the caller, new per call (``index``: its number in ``Places.fresh``).
 
-Decided here, for the CPU (``layout.Program``) and CUDA (``cuda.CudaGraph``) alike:
+Decided here, for the CPU (``layout.Program``) and CUDA (``cuda_launches.Launches``) alike:
 
 - views are free: a view op's place is computed by running its NumPy impl on a strided dummy array (views never
   read data); a reshape of data its strides cannot express is materialised first (a contiguous workspace copy);
@@ -30,7 +30,7 @@ import numpy as np
 from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
 from ..ir.ops.index import np_index
-from ..ir.passes.fuse import Group
+from ..ir.plan import Group
 from .loops import raises_in_loop
 from .lowering import step_kind
 

@@ -14,6 +14,7 @@ import numpy as np
 from ..ir import dtypes as dt
 from ..ir.graph import Eqn, Graph, Lit, Var
 from ..ir.ops import Aval, OpError
+from ..ir.passes import fusion_plan
 from ..runtime import anomaly, grad_mode
 from ..runtime.dispatch import _WEAK, _forward_nan, _record, op_error
 from ..runtime.tensor import Tensor
@@ -60,7 +61,8 @@ def compiled_op(op, args, params, avals, out_avals):
     key, ok = _signature(op, args, params)
     cg = _GRAPHS.get(key) if ok else None
     if cg is None:
-        cg = CudaGraph(_one_op_graph(op, args, params, avals, out_avals))
+        # planned as compiled graphs are for CUDA (jit/graph_code.cuda_graph): no row-wise chains
+        cg = CudaGraph(fusion_plan(_one_op_graph(op, args, params, avals, out_avals), rowwise=False))
         if ok:
             if len(_GRAPHS) > 4096:
                 _GRAPHS.clear()

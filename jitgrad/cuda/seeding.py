@@ -39,7 +39,7 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 def _pin_memory(self, device=None):
     """Page-locked host memory for fast transfers: torch raises without an accelerator, and so do we; with a GPU
     the tensor is returned as is (device transfers copy through NumPy buffers either way)."""
-    from . import is_available
+    from .device import is_available
     if not is_available():
         raise RuntimeError("Cannot access accelerator device when none is available.")
     return self

@@ -11,61 +11,37 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import dtypes as dt
 from ..ir.graph import Lit
-from ..ir.ops import OPS, Aval
+from ..ir.ops import OPS
 from ..ir.ops.opdef import result_dtype
 from ..runtime.dispatch import bind
 from ..runtime.tensor import Tensor
 from . import index_rules
+from .batch_values import align, bind_op, outs, to_batched
 
 RANDOM = frozenset({"rand_uniform", "rand_normal", "multinomial", "randperm"})
 RANDOM_ERROR = ("vmap: called random operation while in randomness error mode. Please either use the 'same' or "
                 "'different' randomness flags on vmap or perform the randomness operation out of vmap")
 
 
-def _op(name, *args, **params):
-    return bind(OPS[name], *args, **params)
-
-
-def _outs(r):
-    return list(r) if isinstance(r, tuple) else [r]
-
-
 def _pe_ndim(v):
     return len(v.aval.shape)
-
-
-def to_batched(t, b, B, pe_shape):
-    """``t`` with the batch dim in front (broadcast when unbatched)."""
-    if b:
-        return t
-    if not isinstance(t, Tensor):
-        t = Tensor._make(np.asarray(t, dtype=None))
-    return _op("broadcast_to", t, shape=(B,) + tuple(pe_shape))
-
-
-def _align(t, B, pe_rank, want):
-    """A batched tensor of per-example rank ``pe_rank`` with size-1 dims after the batch up to rank ``want``."""
-    if pe_rank >= want:
-        return t
-    return _op("reshape", t, shape=(B,) + (1,) * (want - pe_rank) + tuple(t.shape[1:]))
 
 
 # ---- rules: rule(eqn, vals, B) -> list of (tensor, batched) -------------------------------------------------
 
 def _elementwise(e, vals, B):
     R = max((_pe_ndim(v) for v in e.ins), default=0)
-    args = [_align(t, B, _pe_ndim(v), R) if b else t for (t, b), v in zip(vals, e.ins)]
-    out = _outs(bind(e.op, *args, **e.params))
+    args = [align(t, B, _pe_ndim(v), R) if b else t for (t, b), v in zip(vals, e.ins)]
+    out = outs(bind(e.op, *args, **e.params))
     if _np_dtype(out[0]) != e.outs[0].aval.dtype.np:
         # a batched 0-dim value now has a dim and would win dtype promotion: cast the operands to the
         # per-example result type first (as torch's vmap computes), then bind again
         skip = {0} if e.op.name == "where" else set()
         target = result_dtype([v.aval for i, v in enumerate(e.ins) if i not in skip])
-        args = [_op("cast", a, dtype=target) if isinstance(a, Tensor) and i not in skip
+        args = [bind_op("cast", a, dtype=target) if isinstance(a, Tensor) and i not in skip
                 and _np_dtype(a) != target.np else a for i, a in enumerate(args)]
-        out = _outs(bind(e.op, *args, **e.params))
+        out = outs(bind(e.op, *args, **e.params))
     return [(o, True) for o in out]
 
 
@@ -90,7 +66,7 @@ def _axes_rule(e, vals, B):
         a = params[k]
         if a is None:
             if e.op.name in ("argmax", "argmin"):
-                args[0] = _op("reshape", args[0], shape=(B, int(np.prod(e.ins[0].aval.shape))))
+                args[0] = bind_op("reshape", args[0], shape=(B, int(np.prod(e.ins[0].aval.shape))))
                 params[k] = 1
                 flat = True
             else:
@@ -99,9 +75,9 @@ def _axes_rule(e, vals, B):
             params[k] = tuple(_shift(x, nd) for x in a)
         else:
             params[k] = _shift(a, nd)
-    out = _outs(bind(e.op, *args, **params))
+    out = outs(bind(e.op, *args, **params))
     if flat:
-        out = [_op("reshape", o, shape=(B,) + tuple(e.outs[0].aval.shape)) for o in out]
+        out = [bind_op("reshape", o, shape=(B,) + tuple(e.outs[0].aval.shape)) for o in out]
     return [(o, True) for o in out]
 
 
@@ -109,31 +85,31 @@ def _keep_trailing(e, vals, B):
     """Ops over the last dims, batched over (and broadcasting) the leading ones (layer_norm, the linalg
     factorizations and solvers): the batch dim is one more leading dim, the operands aligned to one rank."""
     R = max(_pe_ndim(v) for v in e.ins)
-    args = [_align(to_batched(t, b, B, v.aval.shape), B, _pe_ndim(v), R) for (t, b), v in zip(vals, e.ins)]
-    return [(o, True) for o in _outs(bind(e.op, *args, **e.params))]
+    args = [align(to_batched(t, b, B, v.aval.shape), B, _pe_ndim(v), R) for (t, b), v in zip(vals, e.ins)]
+    return [(o, True) for o in outs(bind(e.op, *args, **e.params))]
 
 
 def _reshape(e, vals, B):
     (t, _), = vals
-    return [(_op("reshape", t, shape=(B,) + tuple(e.params["shape"])), True)]
+    return [(bind_op("reshape", t, shape=(B,) + tuple(e.params["shape"])), True)]
 
 
 def _permute(e, vals, B):
     (t, _), = vals
-    return [(_op("permute", t, perm=(0,) + tuple(p + 1 for p in e.params["perm"])), True)]
+    return [(bind_op("permute", t, perm=(0,) + tuple(p + 1 for p in e.params["perm"])), True)]
 
 
 def _broadcast_to(e, vals, B):
     (t, _), = vals
     shape = tuple(e.params["shape"])
-    t = _align(t, B, _pe_ndim(e.ins[0]), len(shape))
-    return [(_op("broadcast_to", t, shape=(B,) + shape), True)]
+    t = align(t, B, _pe_ndim(e.ins[0]), len(shape))
+    return [(bind_op("broadcast_to", t, shape=(B,) + shape), True)]
 
 
 def _cat(e, vals, B):
     nd = _pe_ndim(e.ins[0])
     args = [to_batched(t, b, B, v.aval.shape) for (t, b), v in zip(vals, e.ins)]
-    return [(_op("cat", *args, axis=_shift(e.params["axis"], nd)), True)]
+    return [(bind_op("cat", *args, axis=_shift(e.params["axis"], nd)), True)]
 
 
 def _matmul(e, vals, B):
@@ -141,22 +117,22 @@ def _matmul(e, vals, B):
     xs, ys = e.ins[0].aval.shape, e.ins[1].aval.shape
     squeeze = []
     if bx and len(xs) == 1:         # per-example vector: a 1-row matrix
-        x = _op("reshape", x, shape=(B, 1) + tuple(xs))
+        x = bind_op("reshape", x, shape=(B, 1) + tuple(xs))
         xs = (1,) + tuple(xs)
         squeeze.append(-2)
     if by and len(ys) == 1:
-        y = _op("reshape", y, shape=(B,) + tuple(ys) + (1,))
+        y = bind_op("reshape", y, shape=(B,) + tuple(ys) + (1,))
         ys = tuple(ys) + (1,)
         squeeze.append(-1)
     # the batch dim left of every per-example batch dim of either operand
     r = max(len(xs), len(ys))
     if bx:
-        x = _align(x, B, len(xs), r)
+        x = align(x, B, len(xs), r)
     if by:
-        y = _align(y, B, len(ys), r)
-    out = _op("matmul", x, y)
+        y = align(y, B, len(ys), r)
+    out = bind_op("matmul", x, y)
     if squeeze:
-        out = _op("reshape", out, shape=(B,) + tuple(e.outs[0].aval.shape))
+        out = bind_op("reshape", out, shape=(B,) + tuple(e.outs[0].aval.shape))
     return [(out, True)]
 
 
@@ -176,9 +152,9 @@ def _random(e, vals, B, randomness):
     if randomness == "same":
         if any(b for _, b in vals):
             return None     # batched inputs (multinomial's probabilities): the rule or the loop
-        return [(o, False) for o in _outs(bind(e.op, *[t for t, _ in vals], **e.params))]
+        return [(o, False) for o in outs(bind(e.op, *[t for t, _ in vals], **e.params))]
     params = dict(e.params, shape=(B,) + tuple(e.params["shape"]))
-    return [(o, True) for o in _outs(bind(e.op, *[t for t, _ in vals], **params))]
+    return [(o, True) for o in outs(bind(e.op, *[t for t, _ in vals], **params))]
 
 
 RULES = {}
@@ -213,7 +189,7 @@ def _loop(e, vals, B):
     per = []
     for i in range(B):
         args = [t[i] if b else t for t, b in vals]
-        per.append(_outs(bind(e.op, *args, **e.params)))
+        per.append(outs(bind(e.op, *args, **e.params)))
     return [(stack([p[k] for p in per], 0), True) for k in range(len(e.outs))]
 
 
@@ -233,8 +209,7 @@ def _decomposed(e, vals, B, randomness):
     g, sources, out, ft = trace_function(lambda *a: e.op.decompose(_bind_by_name, *a, **e.params), stand,
                                          [e.ins[i].aval.shape for i in tensors], build)
     from .tracing import result_marker
-    outs = _outs(out)
-    g.outputs = [result_marker(ft, o) for o in outs]
+    g.outputs = [result_marker(ft, o) for o in outs(out)]
     ins = [vals[i] for i in tensors] + [(s, False) for s in sources]
     return run_graph(g, ins, B, randomness)
 
@@ -246,7 +221,7 @@ def apply_eqn(e, vals, B, randomness):
         if r is not None:
             return r
     if not any(b for _, b in vals):
-        return [(o, False) for o in _outs(bind(e.op, *[t for t, _ in vals], **e.params))]
+        return [(o, False) for o in outs(bind(e.op, *[t for t, _ in vals], **e.params))]
     rule = RULES.get(name)
     if rule is not None:
         r = rule(e, vals, B)

@@ -13,6 +13,7 @@ import numpy as np
 from ..ir.ops import OPS
 from ..runtime.dispatch import bind
 from ..runtime.tensor import Tensor
+from .batch_values import align, to_batched
 
 _ALL = ("slice", None, None, None)
 
@@ -74,7 +75,6 @@ def getitem(e, vals, B):
 
 
 def index_put(e, vals, B):
-    from .batching import to_batched, _align
     (x, bx), (v, bv), *iv = vals
     spec = e.params["spec"]
     x = to_batched(x, bx, B, e.ins[0].aval.shape)
@@ -86,9 +86,9 @@ def index_put(e, vals, B):
     if moved:
         v = to_batched(v, bv, B, e.ins[1].aval.shape) if isinstance(v, Tensor) or bv else v
         if isinstance(v, Tensor):
-            v = bind(OPS["broadcast_to"], _align(v, B, v.ndim - 1, len(sub)), shape=(B,) + tuple(sub))
+            v = bind(OPS["broadcast_to"], align(v, B, v.ndim - 1, len(sub)), shape=(B,) + tuple(sub))
             v = _move(v, 0, moved)
     elif bv:
-        v = _align(v, B, len(e.ins[1].aval.shape), len(sub))
+        v = align(v, B, len(e.ins[1].aval.shape), len(sub))
     out = bind(OPS["index_put"], x, v, *idx, spec=new, accumulate=e.params["accumulate"])
     return [(out, True)]

@@ -7,7 +7,7 @@ import functools
 
 from ..tracer import pytree
 from ..runtime.tensor import Tensor
-from . import batching
+from . import batch_values, batching
 from .tracing import result_marker, trace_function
 
 
@@ -166,7 +166,7 @@ def _finish(fn, out_dims, B, out, out_leaves, out_def, results):
             final.append(t)
             continue
         if not b:
-            t = batching.to_batched(t, False, B, tuple(t.shape))
+            t = batch_values.to_batched(t, False, B, tuple(t.shape))
         final.append(t.movedim(0, d) if d != 0 else t)
     return pytree.unflatten(out_def, final)
 

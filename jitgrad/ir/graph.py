@@ -76,6 +76,7 @@ import itertools as _it
 import numpy as _np
 
 from .dtypes import DType
+from .listing import Listing, distinct_locs
 from .ops.opdef import Aval
 
 _var_ids = _it.count()
@@ -219,8 +220,7 @@ class Graph:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        from .display import graph_listing
-        return graph_listing(self)._repr_html_()
+        return graphs_listing([(self, "graph")])._repr_html_()
 
     def copy(self) -> "Graph":
         return Graph(self.inputs, [e.replace() for e in self.eqns], self.outputs)
@@ -269,6 +269,18 @@ def graph_rows(g: Graph, name: str = "graph") -> list:
     rows.append(("  return " + ", ".join(nm(v) for v in g.outputs), None, None))
     rows.append(("}", None, None))
     return rows
+
+
+def graphs_listing(graphs, sep: str = "\n\n") -> Listing:
+    """``(graph, name)`` pairs printed as :func:`format_graph` prints them, joined by ``sep``: a notebook
+    :class:`~jitgrad.ir.listing.Listing`."""
+    texts, rows = [], []
+    for g, name in graphs:
+        texts.append(format_graph(g, name))
+        if rows:
+            rows.append(("", None, ()))
+        rows.extend((body, notes, distinct_locs(loc)) for body, notes, loc in graph_rows(g, name))
+    return Listing(sep.join(texts), rows)
 
 
 class GraphError(AssertionError):

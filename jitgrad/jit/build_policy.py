@@ -52,7 +52,7 @@ def pending_build(gf, inputs, plan):
     from .device_exec import on_device
     if on_device([t._data for t in inputs]):
         return None
-    from .graph_function import compiled_graph
+    from .graph_code import compiled_graph
     cg = compiled_graph(graph_for(gf, plan), gf.writes, gf.parallel, gf.disk_cache, gf.background)
     attach(cg, gf.stats)
     if cg.run is not None or cg.error is not None:

@@ -13,7 +13,7 @@ a Module, so the eager layers never import it.
 """
 from __future__ import annotations
 
-from ..nn.module import Module
+from ..nn.modules.module import Module
 
 
 class OptimizedModule(Module):

@@ -1,7 +1,7 @@
 """Running a graph on a device: the CUDA backend of ``execute`` (graph_function.py).
 
 A compiled function whose tensors live on the GPU runs its graphs (forward, residuals, backward) as CUDA
-kernels: ``codegen/cuda.CudaGraph``, kept on the graph like the CPU's CompiledGraph.  Inputs, outputs and state
+kernels: ``codegen/cuda.CudaGraph`` (``graph_code.cuda_graph``), kept on the graph like the CPU's CompiledGraph.  Inputs, outputs and state
 write-backs stay on the device; only the anomaly counters are read back, once per call.
 """
 from __future__ import annotations
@@ -11,6 +11,7 @@ import numpy as np
 from ..ir.graph import Graph
 from ..runtime import profiler_state
 from ..runtime.devices import backend_of_payload, device_of
+from .graph_code import compiled_result, cuda_graph
 
 _PROF = profiler_state.STATE
 
@@ -23,22 +24,6 @@ def on_device(arrays) -> bool:
     return False
 
 
-def cuda_graph(graph: Graph, writes=(), config=None):
-    """The CudaGraph of ``graph`` (built once, kept on the graph)."""
-    key = ("cuda", tuple(writes), None if config is None else tuple(sorted(config.items())))
-    cg = graph.compiled.get(key)
-    if cg is None:
-        from ..codegen.cuda import CudaGraph
-        prof = _PROF.active
-        if prof is not None:
-            with prof.range("compile/codegen", None, "compile"):
-                cg = CudaGraph(graph, writes, config)
-        else:
-            cg = CudaGraph(graph, writes, config)
-        graph.compiled[key] = cg
-    return cg
-
-
 def execute_on_device(graph: Graph, arrays, writes=(), stats=None, name="compiled"):
     """Run ``graph`` on device arrays; every array must be on the same device (torch's error otherwise)."""
     devs = {str(device_of(a)) for a in arrays if not (type(a) is np.ndarray and a.ndim == 0)}
@@ -46,7 +31,6 @@ def execute_on_device(graph: Graph, arrays, writes=(), stats=None, name="compile
         a, b = sorted(devs, key=lambda d: d == "cpu")[:2]
         raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a} and "
                            f"{b}! (when checking arguments of the compiled function {name})")
-    from .graph_function import compiled_result
     host = {}
     if any(type(a) is np.ndarray for a in arrays):     # CPU scalar tensors (torch allows them): uploaded
         from numba import cuda
@@ -62,4 +46,4 @@ def execute_on_device(graph: Graph, arrays, writes=(), stats=None, name="compile
     return res
 
 
-__all__ = ["execute_on_device", "cuda_graph", "on_device"]
+__all__ = ["execute_on_device", "on_device"]

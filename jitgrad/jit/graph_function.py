@@ -22,6 +22,7 @@ from ..runtime import grad_mode, profiler_state
 from ..runtime.node import Node
 from ..runtime.tensor import Tensor
 from .device_exec import execute_on_device, on_device
+from .graph_code import compiled_graph, compiled_result, nonfinite_error
 
 
 class _Front:
@@ -70,15 +71,6 @@ FRONT = _Front()
 _PROF = profiler_state.STATE
 
 
-def nonfinite_error(e, kind) -> RuntimeError:
-    """The eager anomaly-mode error for an eqn whose anomaly check failed inside compiled code."""
-    from ..runtime.anomaly import AnomalyError, nonfinite_message
-    c = e.check
-    aval = e.outs[0].aval
-    return AnomalyError(nonfinite_message(c.name, c.index, kind, aval.shape, aval.dtype.name, c.loc, c.stack,
-                                          backward=c.backward, op=e.op.name, compiled=True))
-
-
 def _on_nonfinite(e, value):
     raise nonfinite_error(e, "nan" if np.isnan(value).any() else "inf")
 
@@ -97,40 +89,6 @@ def new_trace() -> Trace:
 
 
 _ASK = object()     # GraphFunction.__call__ without a plan: it looks the plan up
-_COMPILED = weakref.WeakValueDictionary()   # (id(graph), ...) -> CompiledGraph: for introspection and tests
-
-
-def compiled_graph(graph: Graph, writes=(), parallel=None, disk_cache=True, background=None):
-    """The CompiledGraph of ``graph``, kept on the graph itself: it (and its workspace) lives as long as the
-    compiled function that holds the graph."""
-    key = (writes, parallel, disk_cache)
-    per_graph = graph.compiled
-    cg = per_graph.get(key)
-    if cg is None:
-        from ..codegen.cpu import CompiledGraph
-        prof = _PROF.active
-        phase = (lambda name: prof.range(name, None, "compile")) if prof is not None else None
-        with (phase("compile/codegen") if phase else contextlib.nullcontext()):
-            cg = per_graph[key] = CompiledGraph(graph, writes, parallel=parallel, phase=phase, disk_cache=disk_cache,
-                                                background=background)
-        _COMPILED[(id(graph),) + key] = cg
-    return cg
-
-
-def compiled_result(cg, res, stats):
-    """A compiled call's outputs (CPU or CUDA graph ``cg``): counted in ``stats``, and with anomaly checks, the
-    trailing ``[first failing check, is_nan]`` turned into the eager error."""
-    if stats is not None:
-        stats["compiled_calls"] = stats.get("compiled_calls", 0) + 1
-        stats["last_path"] = "compiled"
-    if cg.checks:
-        err = res[-1]
-        if err[0] < len(cg.checks):
-            raise nonfinite_error(cg.checks[err[0]], "nan" if err[1] else "inf")
-        return res[:-1]
-    return res
-
-
 def execute(graph: Graph, arrays, backend: str, writes=(), parallel=None, disk_cache=True, background=None,
             stats=None):
     """Run a graph on arrays: ``interpret`` (the reference) or ``numba`` (fused CPU kernels).

@@ -2,9 +2,10 @@
 (mixed into ``CompiledFunction``; each traces, or reuses, the entry for the given arguments)."""
 from __future__ import annotations
 
-from ..ir.display import Listing, graphs_listing, plan_listing, straight_line_listing
-from ..ir.passes import run_pipeline
-from ..ir.passes.fuse import plan as fusion_plan
+from ..ir.display import plan_listing, straight_line_listing
+from ..ir.graph import graphs_listing
+from ..ir.listing import Listing
+from ..ir.passes import fusion_plan, run_pipeline
 from ..runtime import grad_mode
 from ..runtime.tensor import Tensor
 from ..tracer import flatten
@@ -37,7 +38,7 @@ class Introspection:
 
     def ir(self, *args, **kwargs) -> Listing:
         """The printed SSA IR for these arguments: the forward graph and, when inputs require grad, the
-        backward graph the transpose pass derives for the outputs' grad_fn.  A :class:`~jitgrad.ir.display.Listing`:
+        backward graph the transpose pass derives for the outputs' grad_fn.  A :class:`~jitgrad.ir.listing.Listing`:
         a ``str`` (the text) that a notebook shows as a table with each eqn's user line."""
         e = self._entry_for(args, kwargs)
         if e.eager:
@@ -52,16 +53,16 @@ class Introspection:
     def source(self, *args, **kwargs) -> Listing:
         """The program that runs for these arguments.  With the reference interpreter backend this is the
         straight-line listing of primitive calls the interpreter executes; with ``numba``, the fusion plan and
-        the generated module.  A ``str`` (a :class:`~jitgrad.ir.display.Listing`) with a notebook view."""
+        the generated module.  A ``str`` (a :class:`~jitgrad.ir.listing.Listing`) with a notebook view."""
         e = self._entry_for(args, kwargs)
         if e.eager:
             return Listing(EAGER_NOTE)
         if self._on_cuda(args, kwargs):
-            from .device_exec import cuda_graph
+            from .graph_code import cuda_graph
             gf = e.gf
             return Listing(cuda_graph(e.graph, gf.writes).source)
         if self.backend == "numba":
-            from .graph_function import compiled_graph
+            from .graph_code import compiled_graph
             gf = e.gf    # the CompiledGraph the calls run (same write-backs and options): nothing built twice
             return Listing(compiled_graph(e.graph, gf.writes, gf.parallel, gf.disk_cache, gf.background).source)
         return straight_line_listing(e.graph, getattr(self.fn, "__name__", "compiled"))
@@ -77,7 +78,7 @@ class Introspection:
         grad, backward), built by NVVM for compute capability ``cc``; needs numba-cuda with NVVM
         (``pip install 'jitgrad[cuda]'``), no GPU.  Returns ``{kernel name: PTX text}``."""
         from ..codegen.cuda import GPU_CONFIG
-        from .device_exec import cuda_graph
+        from .graph_code import cuda_graph
         e = self._entry_for(args, kwargs)
         if e.eager:
             raise RuntimeError(EAGER_NOTE)
@@ -94,7 +95,7 @@ class Introspection:
         """How the step's graph for these arguments (the first graph ``f.ir`` prints) is cut into fused loop
         kernels and single steps: the plan the Numba backend generates code for, whatever the backend.  Each
         group shows its ops, iteration shape and the user's lines it covers.  A ``str`` (a
-        :class:`~jitgrad.ir.display.Listing`) with a notebook view."""
+        :class:`~jitgrad.ir.listing.Listing`) with a notebook view."""
         e = self._entry_for(args, kwargs)
         if e.eager:
             return Listing(EAGER_NOTE)

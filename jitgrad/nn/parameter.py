@@ -1,8 +1,12 @@
-"""``jitgrad.nn.Parameter``: a tensor that a Module registers as a parameter when assigned as an attribute."""
+"""``jitgrad.nn.Parameter``: a tensor that a Module registers as a parameter when assigned as an attribute; and
+``_empty``, the uninitialised payload a module's ``reset_parameters`` fills.
+"""
 from __future__ import annotations
 
 import numpy as np
 
+from ..ir import dtypes as dt
+from ..runtime import factories
 from ..runtime.tensor import Tensor
 
 
@@ -48,6 +52,11 @@ class Parameter(Tensor):
 
     def __reduce__(self):
         return (Parameter, (Tensor._make(self._data.copy()), self._requires_grad))
+
+
+def _empty(*shape, device=None, dtype=None):
+    """An uninitialised parameter payload on ``device`` (the module's reset_parameters fills it)."""
+    return factories.empty(*shape, dtype=dtype if dtype is not None else dt.DEFAULT_FLOAT, device=device)
 
 
 __all__ = ["Parameter"]

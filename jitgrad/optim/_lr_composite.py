@@ -12,8 +12,8 @@ import warnings
 from bisect import bisect_right
 from functools import partial
 
-from .lr_scheduler import (EPOCH_DEPRECATION_WARNING, LRScheduler, _flag, _format_param, _lrs,
-                           _warn_get_lr_called_within_step)
+from .scheduler_base import (EPOCH_DEPRECATION_WARNING, LRScheduler, _flag, _format_param, _lrs,
+                             _warn_get_lr_called_within_step)
 from .optimizer import Optimizer
 
 

@@ -23,7 +23,7 @@ from ..ir import dtypes as dt
 from ..jit.guards import guard, is_compiling, on_trace_abort, outside_trace
 from ..runtime import factories, grad_mode
 from ..runtime.tensor import Tensor
-from ..nn.module import zero_grads
+from ..nn.modules.module import zero_grads
 
 
 class _Required:

@@ -14,11 +14,11 @@ from copy import deepcopy
 import numpy as np
 
 from ..ir import dtypes as dt
-from ..nn.layers import _BatchNorm
-from ..nn.module import Module
+from ..nn.modules.batchnorm import _BatchNorm
+from ..nn.modules.module import Module
 from ..runtime import factories, grad_mode
 from ..runtime.tensor import Tensor
-from .lr_scheduler import LRScheduler, _format_param
+from .scheduler_base import LRScheduler, _format_param
 from .optimizer import _lerp_
 
 

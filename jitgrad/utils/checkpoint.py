@@ -179,7 +179,7 @@ def checkpoint_sequential(functions, segments, input, use_reentrant=None, **kwar
             return x
         return forward
 
-    from ..nn.containers import Sequential
+    from ..nn.modules.container import Sequential
     if isinstance(functions, Sequential):
         functions = list(functions.children())
     segment_size = len(functions) // segments

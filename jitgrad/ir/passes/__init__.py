@@ -1,13 +1,17 @@
-"""Graph passes, each ``Graph -> Graph``, run in a named pipeline.  ``JITGRAD_DUMP=<pass>|all`` prints the graph
-after that pass (``after_dce`` or ``dce`` both work)."""
+"""Graph passes, each ``Graph -> Graph``, run in a named pipeline (``run_pipeline``); then the planning passes,
+``Graph -> Plan -> Plan`` (``fusion_plan``: fuse, then row_chains), whose result the code generators consume.
+``JITGRAD_DUMP=<pass>|all`` prints the graph after that pass (``after_dce`` or ``dce`` both work)."""
 from __future__ import annotations
 
 import os
 import sys
 
 from ..graph import Graph, format_graph, verify
+from ..plan import Plan
 from .cse import cse
 from .dce import dce
+from .fuse import plan as _fuse
+from .row_chains import merge_row_chains
 from .simplify import simplify
 from .transpose import transpose, active_vars, Transposed  # noqa: F401
 
@@ -37,4 +41,15 @@ def run_pipeline(g: Graph, title: str = "", check: bool = False) -> Graph:
     return g
 
 
-__all__ = ["cse", "dce", "simplify", "transpose", "run_pipeline", "PIPELINE", "dump", "active_vars"]
+def fusion_plan(g: Graph, rowwise: bool | None = None) -> Plan:
+    """The plan a code generator lowers: ``g``'s eqns fused into loop groups (``fuse.py``), then runs of groups that
+    form row-wise chains merged into one kernel each (``row_chains.py``).  ``rowwise``: whether to merge (a target
+    that cannot emit row kernels, CUDA, plans without); None: yes, unless ``JITGRAD_ROWWISE=0`` (to compare the
+    plain loops)."""
+    p = _fuse(g)
+    if rowwise is None:
+        rowwise = os.environ.get("JITGRAD_ROWWISE", "1") != "0"
+    return merge_row_chains(p) if rowwise else p
+
+
+__all__ = ["cse", "dce", "simplify", "transpose", "run_pipeline", "PIPELINE", "dump", "active_vars", "fusion_plan"]

@@ -9,95 +9,20 @@ same loop too.  So a backward that only needs elementwise values of its forward 
 recomputed in registers instead of stored and reloaded.  Everything else (matmul -> BLAS, shape ops, indexing) is a step of its own.
 A value computed inside a group is written to memory only if something outside the group reads it, and not
 even then when the reader is a later group over the same space that recomputes it more cheaply than it could
-load it (``OP_BYTES``: the store-or-recompute choice by cost).
-Last, runs of consecutive groups that form a row-wise chain (reductions over the innermost axis read back along
-it: softmax, LayerNorm and their backward passes) merge into one ``RowGroup`` kernel that sweeps each row a few
-times while it is in cache (``row_chains.py``), when that costs less; ``plan(graph, rowwise=False)`` (CUDA) keeps
-the plain loops.
+load it (``ir/plan.op_cost``: the store-or-recompute choice by cost).
+The plan's types are ``ir/plan.py``'s.  A later pass, ``row_chains.py``, merges runs of these groups that form a
+row-wise chain into one kernel (``passes.fusion_plan`` runs both).
 """
 from __future__ import annotations
 
-import os
-
-from ..graph import Graph, Var, cell_label
+from ..graph import Graph, Var
+from ..plan import REDUCTIONS, Group, Plan, op_cost
 from .schedule import schedule
-
-REDUCTIONS = ("sum", "amax", "amin")
 
 # at most this many eqns in one loop: LLVM's time on one function grows faster than its size (a 200-eqn loop with
 # 100 inlined tanh took 7 s to build, a 1,000-op chain 86 s), while chunks of a long chain repeat: the same
 # kernel text, compiled once.  Each cut costs one store and one load of the value crossing it.
 MAX_GROUP_EQNS = 48
-
-
-class Group:
-    """A fused loop kernel: ``eqns`` over iteration ``shape``, reading ``inputs`` and writing ``outputs``."""
-
-    def __init__(self, shape):
-        self.shape = shape
-        self.eqns = []
-        self.reduce = None        # the closing reduction eqn, if any
-        self.inputs = []          # Vars/Lits read from outside (order of first use)
-        self.outputs = []         # Vars written to memory
-        self.index = 0
-
-    @property
-    def all_eqns(self):
-        return self.eqns + ([self.reduce] if self.reduce is not None else [])
-
-    @property
-    def name(self) -> str:
-        return f"fused_{self.index}[{','.join(e.op.name for e in self.all_eqns)}]"
-
-    def lines(self) -> str:
-        """``train.py:4-6``: the user's lines the group covers, by file name (stable: generated code and its
-        cache key may contain it)."""
-        locs = [e.loc for e in self.all_eqns if e.loc is not None]
-        if not locs:
-            return ""
-        import os
-        files = {lo.file for lo in locs}
-        lo, hi = min(x.line for x in locs), max(x.line for x in locs)
-        f = os.path.basename(next(iter(files))) if len(files) == 1 else "*"
-        return f"{f}:{lo}" + (f"-{hi}" if hi != lo else "")
-
-    def where(self) -> str:
-        """``lines()`` for people: in a notebook, each cell named as IPython names it (``Cell In[3], lines 4-6``;
-        the number changes when a cell is re-run, so it stays out of generated code)."""
-        locs = [e.loc for e in self.all_eqns if e.loc is not None]
-        files = {lo.file for lo in locs}
-        cells = {f: cell_label(f) for f in files}
-        if not any(cells.values()):
-            return self.lines()
-        import os
-        parts = []
-        for f in sorted(files, key=lambda f: min(x.line for x in locs if x.file == f)):
-            lo = min(x.line for x in locs if x.file == f)
-            hi = max(x.line for x in locs if x.file == f)
-            name = cells[f] or os.path.basename(f)
-            parts.append(f"{name}, line {lo}" if hi == lo else f"{name}, lines {lo}-{hi}")
-        return "; ".join(parts)
-
-
-class Plan:
-    """The graph as a sequence of steps: Groups and single eqns."""
-
-    def __init__(self, graph: Graph, steps):
-        self.graph = graph
-        self.steps = steps
-
-    @property
-    def groups(self):
-        return [s for s in self.steps if isinstance(s, Group)]
-
-    def __str__(self):
-        out = []
-        for s in self.steps:
-            if isinstance(s, Group):
-                out.append(f"  {s.name}  over {list(s.shape)}  # {s.where()}")
-            else:
-                out.append(f"  {s.op.name}  # {s.loc.short() if s.loc else ''}")
-        return "plan {\n" + "\n".join(out) + "\n}"
 
 
 def _fusable(e) -> bool:
@@ -116,14 +41,9 @@ def _parallel_reduction(e, rank) -> bool:
 # Store or recompute.  When a later group reads a value an earlier group computed over the same iteration
 # space (the groups were cut by a reduction the later one reads: LayerNorm's x - mean before its variance, a
 # softmax's shifted logits), the value can be stored and loaded (a write and a read: 2 x its item size in
-# bytes per element) or recomputed in the later group from what the earlier one read.  Costs per element, in
-# bytes of memory traffic on this kind of machine (AVX-512, 2 cores; measured 2026-11-24: B2's fused loop costs
-# 0.53 ns/element on one thread for 2 transcendentals and ~10 plain ops, a 20-byte/element copy 0.37 ns): a
-# plain arithmetic op ~0.25 byte, a division or square root ~2, a transcendental ~8.  Recompute when the chain
-# plus the extra inputs the later group must read cost less than the store and load they save.
-OP_BYTES = {"exp": 8.0, "expm1": 8.0, "log": 8.0, "log1p": 8.0, "tanh": 8.0, "sigmoid": 8.0, "erf": 8.0,
-            "sin": 8.0, "cos": 8.0, "tan": 8.0, "pow": 16.0, "div": 2.0, "sqrt": 2.0, "rsqrt": 2.0}
-PLAIN_OP_BYTES = 0.25
+# bytes per element) or recomputed in the later group from what the earlier one read, priced with the plan's
+# cost model (``ir/plan.op_cost``).  Recompute when the chain plus the extra inputs the later group must read
+# cost less than the store and load they save.
 NO_RECOMPUTE = ("rand_uniform", "rand_normal")   # draws: their scalar body takes the element index; kept single
 # A value compared for equality with its own max/min (amax/amin's backward: ``mask = x == amax(x)`` and the count
 # of ties) must be the bits the reduction saw.  A recomputation in another loop may round differently (the
@@ -141,7 +61,7 @@ def exact_value(readers) -> bool:
 
 def _recompute_cheap_values(groups, eqns, users, outs, where):
     """Add to the groups the eqns that recompute values they read from an earlier group over the same space,
-    when that is cheaper than storing the value once and loading it in each of them (see OP_BYTES); the earlier
+    when that is cheaper than storing the value once and loading it in each of them (see ``op_cost``); the earlier
     group then stores it only if something else reads it.  Linear in the graph: one producer map, and each
     chain lies inside one group of at most MAX_GROUP_EQNS eqns."""
     producer = {}
@@ -208,7 +128,7 @@ def _cheap_chain(v, eqns, producer, where, users, outs, members, reads):
         if e.op.name in NO_RECOMPUTE or i not in g1_members:
             return None
         chain.add(i)
-        cost += OP_BYTES.get(e.op.name, PLAIN_OP_BYTES)
+        cost += op_cost(e)
         if cost * len(readers) >= store:
             return None
         for x in e.ins:
@@ -222,12 +142,8 @@ def _cheap_chain(v, eqns, producer, where, users, outs, members, reads):
     return (sorted(chain), readers) if total < store else None
 
 
-def plan(graph: Graph, rowwise: bool | None = None) -> Plan:
-    """The fusion plan of ``graph``.  ``rowwise``: merge row-wise chains into one kernel each (``RowGroup``,
-    see ``row_chains.py``); a target that cannot emit them (CUDA) plans without.  None: yes, unless
-    ``JITGRAD_ROWWISE=0`` (to compare the plain loops)."""
-    if rowwise is None:
-        rowwise = os.environ.get("JITGRAD_ROWWISE", "1") != "0"
+def plan(graph: Graph) -> Plan:
+    """The fusion plan of ``graph``: its eqns as loop groups and single steps (see the module docstring)."""
     eqns = schedule(graph)      # the trace's order, scalars hoisted and elementwise eqns sunk to their users
     users = {}
     for i, e in enumerate(eqns):
@@ -313,12 +229,7 @@ def plan(graph: Graph, rowwise: bool | None = None) -> Plan:
         g.eqns = [e for _, e in g.eqns]
         if g.reduce is not None:
             g.reduce = g.reduce[1]
-    if rowwise:
-        from .row_chains import merge_row_chains
-        steps = merge_row_chains(graph, steps)
-        for n, g in enumerate(s for s in steps if isinstance(s, Group)):
-            g.index = n
     return Plan(graph, steps)
 
 
-__all__ = ["plan", "Plan", "Group", "REDUCTIONS"]
+__all__ = ["plan", "exact_value", "MAX_GROUP_EQNS", "NO_RECOMPUTE"]

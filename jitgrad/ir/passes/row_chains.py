@@ -11,7 +11,8 @@ whose inputs need the results of ``p`` earlier reductions; row-shaped eqns (``rs
 row between passes, in registers.  A row of a few thousand elements stays in L1/L2 between passes, so the chain
 reads each input and writes each output once from main memory.
 
-The merge is structural (any graph whose groups have this shape), and decided by cost with ``fuse.OP_BYTES``:
+The merge is structural (any graph whose groups have this shape), and decided by the plan's cost model
+(``ir/plan.op_cost``):
 each pass recomputes the elementwise values it needs from the group's inputs (re-read from cache), except a
 value the group stores anyway (something outside reads it), which later passes load back (from cache) rather
 than recompute.  A chain merges when its arithmetic, recomputations included, plus one read of each input and
@@ -26,7 +27,8 @@ from __future__ import annotations
 import math
 
 from ..graph import Var
-from .fuse import MAX_GROUP_EQNS, NO_RECOMPUTE, OP_BYTES, PLAIN_OP_BYTES, REDUCTIONS, Group, exact_value
+from ..plan import PLAIN_OP_BYTES, REDUCTIONS, Group, Plan, RowGroup, RowPass, op_cost
+from .fuse import MAX_GROUP_EQNS, NO_RECOMPUTE, exact_value
 
 # a column sum joins a row chain only below this many elements: its kernel then runs serially (rows would race
 # on the sum), and a larger one keeps its threads (codegen.loops.PARALLEL_MIN, the size that starts them)
@@ -35,55 +37,6 @@ COLUMN_MAX = 1 << 20
 # eqns in one row kernel's text, summed over its passes (each pass repeats the chain it needs): the compile-time
 # bound, as MAX_GROUP_EQNS is for a plain loop
 ROW_MAX_EQNS = 2 * MAX_GROUP_EQNS
-
-
-class RowOutput:
-    """A row value the layout places as a group's reduction result (zero strides along the row axis); a
-    ``RowGroup``'s ``reduce``.  It carries the fields of an eqn the layout reads."""
-    __slots__ = ("op", "outs", "params", "scope", "loc")
-
-    def __init__(self, var, axis, like):
-        self.outs = [var]
-        self.params = {"axes": (axis,), "keepdims": True}
-        self.op, self.scope, self.loc = like.op, like.scope, like.loc
-
-
-class RowPass:
-    """One sweep of a row: ``eqns`` computed per element (in order), ``reductions`` accumulated, ``loads``:
-    stored values read back instead of recomputed, ``stores``: full-shape values written in this pass."""
-    __slots__ = ("eqns", "reductions", "loads", "stores")
-
-    def __init__(self):
-        self.eqns, self.reductions, self.loads, self.stores = [], [], [], []
-
-
-class RowGroup(Group):
-    """A row-wise chain as one kernel (see the module docstring).  ``eqns``: every member eqn (elementwise and
-    reductions) in order; ``passes``: the sweeps of one row; ``row_eqns[p]``: row-shaped eqns computed before
-    pass ``p`` (``row_eqns[len(passes)]``: after the last); ``row_outputs``: the row values it writes;
-    ``columns``: sums over the rows (over every axis but the last), accumulated into their outputs;
-    ``reduce``: the row output the layout treats as the group's reduction (a ``RowOutput``)."""
-
-    def __init__(self, shape, members, inputs, outputs, passes, row_eqns, designated, like):
-        super().__init__(shape)
-        self.eqns = list(members)
-        self.inputs = list(inputs)
-        self.outputs = list(outputs)
-        self.passes = passes
-        self.row_eqns = row_eqns
-        self.row_shape = tuple(shape[:-1]) + (1,)
-        self.row_outputs = [v for v in outputs if v.aval.shape == self.row_shape]
-        # column sums: accumulated row by row into their outputs (the kernel is then serial)
-        self.columns = [e for e in members if e.op.name in REDUCTIONS and _col_reduction(e, shape)]
-        self.reduce = RowOutput(designated, len(shape) - 1, like)
-
-    @property
-    def all_eqns(self):
-        return list(self.eqns)
-
-    @property
-    def name(self) -> str:
-        return f"fused_{self.index}[{','.join(e.op.name for e in self.eqns)}] by rows"
 
 
 def _row_reduction(e, S) -> bool:
@@ -125,10 +78,6 @@ def _eqn_ok(e) -> bool:
     d = e.outs[0].aval.dtype
     return e.check is None and e.op.name not in NO_RECOMPUTE and len(e.outs) == 1 and (
         d.is_floating_point or d.name == "bool")
-
-
-def _op_cost(e) -> float:
-    return OP_BYTES.get(e.op.name, PLAIN_OP_BYTES)
 
 
 def _schedule(members, S, stored, graph_outs):
@@ -208,7 +157,7 @@ def _passes(members, S, stored, graph_outs, exact=()):
             todo += [x for x in e.ins if isinstance(x, Var)]
         ps.eqns = sorted(need, key=order.get)
         ps.loads = sorted(loads, key=lambda v: order[prod[v]])
-        cost += sum(_op_cost(e) for e in ps.eqns) + PLAIN_OP_BYTES * len(ps.reductions)
+        cost += sum(op_cost(e) for e in ps.eqns) + PLAIN_OP_BYTES * len(ps.reductions)
         # values computed in an earlier pass that this one recomputes and uses (the frontier), with the cost of
         # the chain that recomputes each
         uses = [x for e in ps.eqns if phase[e] == p for x in e.ins] + [e.ins[0] for e in ps.reductions] + ps.stores
@@ -222,7 +171,7 @@ def _passes(members, S, stored, graph_outs, exact=()):
                         continue
                     chain.add(c)
                     todo += [prod[x] for x in c.ins if isinstance(x, Var) and prod.get(x) in need]
-                saving[v] = saving.get(v, 0.0) + sum(_op_cost(c) for c in chain)
+                saving[v] = saving.get(v, 0.0) + sum(op_cost(c) for c in chain)
     row_eqns = [[] for _ in range(last + 2)]
     for e in members:
         if kind[e] == "row":
@@ -242,7 +191,7 @@ def _split_cost(parts, size) -> float:
     """The plain plan's cost per element of ``S``: each loop's arithmetic and its reads and writes."""
     cost = 0.0
     for g in parts:
-        arith = math.prod(g.shape) / size * sum(_op_cost(e) for e in g.all_eqns)
+        arith = math.prod(g.shape) / size * sum(op_cost(e) for e in g.all_eqns)
         cost += arith + _traffic(g.inputs, size) + _traffic(g.outputs, size)
     return cost
 
@@ -311,9 +260,8 @@ def _make(S, members, inputs, outputs, graph_outs):
         rows = [last.outs[0]]
         outputs = outputs + [last.outs[0]]
     like = next(e for e in members if e.op.name in REDUCTIONS)
-    g = RowGroup(S, members, inputs, outputs, passes, row_eqns, rows[0], like)
-    g.cost = arith
-    return g
+    columns = [e for e in members if e.op.name in REDUCTIONS and _col_reduction(e, S)]
+    return RowGroup(S, members, inputs, outputs, passes, row_eqns, rows[0], like, columns, arith)
 
 
 def _drop_unread_outputs(steps, graph_outs):
@@ -336,9 +284,10 @@ def _drop_unread_outputs(steps, graph_outs):
             s.outputs = keep
 
 
-def merge_row_chains(graph, steps):
-    """``steps`` (a plan's) with each run of consecutive groups that forms a row-wise chain, and costs less as
-    one, replaced by a ``RowGroup``; the longest such run from each start."""
+def merge_row_chains(plan: Plan) -> Plan:
+    """``plan`` with each run of consecutive groups that forms a row-wise chain, and costs less as one, replaced
+    by a ``RowGroup``; the longest such run from each start.  The groups are numbered afresh."""
+    graph, steps = plan.graph, plan.steps
     graph_outs = {v for v in graph.outputs if isinstance(v, Var)}
     readers = {}            # Var -> positions of the steps that read it
     for k, s in enumerate(steps):
@@ -369,7 +318,9 @@ def merge_row_chains(graph, steps):
             k += 1
     if len(out) < len(steps):
         _drop_unread_outputs(out, graph_outs)
-    return out
+    for n, g in enumerate(s for s in out if isinstance(s, Group)):
+        g.index = n
+    return Plan(graph, out)
 
 
-__all__ = ["RowGroup", "RowOutput", "RowPass", "merge_row_chains", "ROW_MAX_EQNS"]
+__all__ = ["merge_row_chains", "ROW_MAX_EQNS", "COLUMN_MAX"]

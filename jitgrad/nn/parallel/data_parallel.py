@@ -8,7 +8,7 @@ parallelism).  The wrapper is a Module holding the module as ``.module``, so ``s
 """
 from __future__ import annotations
 
-from ..module import Module
+from ..modules.module import Module
 
 
 class DataParallel(Module):

@@ -45,7 +45,7 @@ from ...runtime.dispatch import bind
 from ...runtime.functions import cat
 from ...runtime.tensor import Tensor
 from ...tracer import STATE as _TR
-from ..module import Module
+from ..modules.module import Module
 
 _FIRST_BUCKET_BYTES = 1024 * 1024
 

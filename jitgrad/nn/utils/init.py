@@ -12,7 +12,7 @@ def skip_init(module_cls, *args, **kwargs):
     (``empty_like``), as torch's (which builds on the meta device).  jitgrad has no meta device: the module is
     built normally, then its tensors replaced, and the default generator's state restored, so the random stream
     is as if nothing had been drawn."""
-    from ..module import Module
+    from ..modules.module import Module
     if not (isinstance(module_cls, type) and issubclass(module_cls, Module)):
         raise RuntimeError(f"Expected a Module; got {module_cls}")
     if "device" not in inspect.signature(module_cls).parameters:

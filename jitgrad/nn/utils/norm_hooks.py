@@ -7,7 +7,7 @@ import warnings
 from ...runtime import factories, grad_mode
 from ...runtime.functions import dot
 from ...runtime.products import mv
-from ..norm_scaling import normalize
+from ..functional.normalization import normalize
 from ..parameter import Parameter
 
 

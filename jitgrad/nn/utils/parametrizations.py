@@ -12,8 +12,8 @@ from ...runtime.linalg_solve import qr, solve
 from ...runtime.products import mv, vdot
 from ...runtime.shaping import cat
 from ...runtime.tensor import Tensor
-from ..module import Module
-from ..norm_scaling import normalize
+from ..modules.module import Module
+from ..functional.normalization import normalize
 from . import parametrize
 from .norm_hooks import _weight_norm, norm_except_dim
 

@@ -14,8 +14,8 @@ from contextlib import contextmanager
 
 from ...runtime import grad_mode
 from ...runtime.tensor import Tensor
-from ..containers import ModuleDict, ModuleList
-from ..module import Module
+from ..modules.container import ModuleDict, ModuleList
+from ..modules.module import Module
 from ..parameter import Parameter
 
 _cache_enabled = 0

@@ -14,7 +14,7 @@ from ...ir import dtypes as dt
 from ...runtime import factories
 from ...runtime.shaping import cat, stack
 from ...runtime.tensor import Tensor
-from ..padding import pad
+from ..functional.padding import pad
 
 
 def pad_sequence(sequences, batch_first: bool = False, padding_value: float = 0.0, padding_side: str = "right"):

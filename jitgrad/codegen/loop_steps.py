@@ -1,0 +1,140 @@
+"""The CPU target's loop-kernel steps, as emitters registered per step kind (``lowering.emits``): fusion groups
+(plain loops and row-wise chains), views, gathers and scatters with integer tensors, scans, and the host step
+(an op's NumPy impl, which gives the graph a Python driver).  Each takes the ``layout.Program`` being built and
+one plan entry, and writes its kernel's argument block into the program's table.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.plan import Group, RowGroup
+from .gemm_steps import fold_update_into_gemm
+from .layout import Program, Step, alias_classes, stride_class
+from .loops import gen_gather, gen_group, gen_scatter
+from .lowering import emits
+from .places import bcast_strides, c_strides
+from .rowwise_loops import gen_rows
+from .scan_loops import gen_scan
+
+
+@emits("fused", target="cpu")
+def fused_group(prog: Program, g: Group):
+    """A fusion group as one loop kernel (a ``RowGroup``: one nest over rows, several sweeps of each); an SGD
+    update of a GEMM's result is folded into that GEMM instead (``gemm_steps.py``)."""
+    if fold_update_into_gemm(prog, g):
+        return
+    op = prog.places.group(g)
+    shape = op.shape
+    classes = [stride_class(st) for st in op.in_strides + op.out_strides]
+    per_element = sum(p.dtype.itemsize for p in op.in_places + op.out_places) + g.arith_cost()
+    parallel = len(shape) > 0 and prog.runs_parallel(op.size, per_element)
+    alias = alias_classes(op.in_places + op.out_places)
+    if isinstance(g, RowGroup):
+        k = gen_rows(g, classes, parallel, len(shape), op.red_axes, alias)
+    else:
+        k = gen_group(g, classes, parallel, prog.check_ids, len(shape), op.red_axes, alias)
+    st = Step("kernel", k, label=f"{g.name} {g.lines()}".strip(), shapes=[list(p.shape) for p in op.in_places],
+              scope=g.all_eqns[0].scope)
+    st.block = len(prog.table)
+    prog.table.extend(int(d) for d in shape)
+    for p, s_ in zip(op.in_places + op.out_places, op.in_strides + op.out_strides):
+        prog.operand(p, s_)
+    if g.reduce is not None:
+        prog.table.append(int(np.prod(g.reduce.outs[0].aval.shape)))
+    if k.checks:
+        prog.err_slots.append(len(prog.table))
+        prog.table.append(0)
+        prog.table.extend(k.checks)
+    if k.guards:
+        prog.ierr_slots.append(len(prog.table))
+        prog.table.append(0)
+        for e in k.guards:
+            prog.table.append(len(prog.index_steps))
+            prog.index_steps.append(e)
+    st.state_write = op.in_place
+    prog.add(st)
+
+
+@emits("view", target="cpu")
+def view(prog: Program, e) -> bool:
+    """A view op: a place over its input, no step; False when it is not a view of its input (a host step)."""
+    return prog.places.view(e) is not None
+
+
+@emits("gather", target="cpu")
+def gather(prog: Program, e):
+    """``x[i0, i1, ...]`` with one integer tensor per dim: a bounds-checked gather loop."""
+    x, idx = e.ins[0], e.ins[1:]
+    out = e.outs[0]
+    k = gen_gather(e)
+    it = out.aval.shape
+    po = prog.places.assign(out)
+    px = prog.place(x)
+    st = Step("kernel", k, label="gather", shapes=[list(x.aval.shape)], scope=e.scope)
+    st.block = len(prog.table)
+    prog.table.extend(int(d) for d in it)
+    prog.slot_addr(px)
+    prog.table.extend(px.strides)
+    prog.table.extend(px.shape)
+    for v in idx:
+        prog.operand(prog.place(v), bcast_strides(prog.place(v), it))
+    prog.operand(po, c_strides(it))
+    prog.index_check_slot(e)
+    prog.add(st)
+
+
+@emits("scatter", target="cpu")
+def scatter(prog: Program, e):
+    """``x[i0, i1, ...] = v`` (or ``+=``): the base copied into the output, then a bounds-checked scatter loop."""
+    base, v, idx = e.ins[0], e.ins[1], e.ins[2:]
+    out = e.outs[0]
+    po = prog.places.assign(out)
+    prog.copy_step(prog.place(base), po, "copy (index_put)")
+    k = gen_scatter(e)
+    it = np.broadcast_shapes(*[i.aval.shape for i in idx]) if idx else ()
+    st = Step("kernel", k, label="scatter", shapes=[list(out.aval.shape)], scope=e.scope)
+    st.block = len(prog.table)
+    prog.table.extend(int(d) for d in it)
+    prog.slot_addr(po)
+    prog.table.extend(po.strides)
+    prog.table.extend(po.shape)
+    pv = prog.place(v)
+    prog.operand(pv, bcast_strides(pv, it))
+    for iv in idx:
+        prog.operand(prog.place(iv), bcast_strides(prog.place(iv), it))
+    prog.index_check_slot(e)
+    prog.add(st)
+
+
+emits("scatter_reduce", target="cpu")(scatter)     # the same loop, combining with prod / max / min
+
+
+@emits("scan", target="cpu")
+def scan(prog: Program, e):
+    """cumsum/cumprod along one axis: the other dims are the iteration space (codegen/scan_loops.py)."""
+    x, out = e.ins[0], e.outs[0]
+    ax = e.params["axis"]
+    po = prog.places.assign(out)
+    px = prog.place(x)
+    ost = c_strides(out.aval.shape)
+    outer = [d for i, d in enumerate(out.aval.shape) if i != ax]
+    st = Step("kernel", gen_scan(e), label=e.op.name, shapes=[list(x.aval.shape)], scope=e.scope)
+    st.block = len(prog.table)
+    prog.table.extend(int(d) for d in outer)
+    prog.operand(px, [s for i, s in enumerate(px.strides) if i != ax])
+    prog.operand(po, [s for i, s in enumerate(ost) if i != ax])
+    prog.table.extend([int(out.aval.shape[ax]), int(px.strides[ax]), int(ost[ax])])
+    prog.add(st)
+
+
+@emits("host", target="cpu")
+def host(prog: Program, e):
+    """An op with no loop form runs its NumPy impl: the graph gets a Python driver."""
+    prog.native = False
+    st = Step("py", label=e.op.name, eqn=e, shapes=[list(v.aval.shape) for v in e.ins], scope=e.scope)
+    st.ins = tuple(prog.place(v) for v in e.ins)
+    st.out = [prog.places.assign(o) for o in e.outs]
+    prog.add(st)
+
+
+__all__ = ["fused_group", "view", "gather", "scatter", "scan", "host"]

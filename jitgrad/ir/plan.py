@@ -1,0 +1,158 @@
+"""The fusion plan: what the planning passes produce and the code generators consume.
+
+A :class:`Plan` is a graph as a sequence of steps, each a :class:`Group` (a fused loop kernel: elementwise eqns
+over one iteration space, optionally closed by a reduction), a :class:`RowGroup` (a row-wise chain as one
+kernel: several sweeps of each row) or a single ``Eqn`` (matmul, shape ops, indexing...).  ``ir/passes/fuse.py``
+and ``ir/passes/row_chains.py`` build plans; ``codegen/`` lowers them and runs no pass; ``ir/display.py`` shows
+them.  This module is vocabulary: it imports only ``graph.py``.
+
+Also here, because both the planner and the code generators price work in it: the cost model, bytes of memory
+traffic per element (``OP_BYTES``, ``op_cost``).
+"""
+from __future__ import annotations
+
+import os
+
+from .graph import Graph, cell_label
+
+REDUCTIONS = ("sum", "amax", "amin")
+
+# Costs per element, in bytes of memory traffic on this kind of machine (AVX-512, 2 cores; measured 2026-11-24:
+# B2's fused loop costs 0.53 ns/element on one thread for 2 transcendentals and ~10 plain ops, a 20-byte/element
+# copy 0.37 ns): a plain arithmetic op ~0.25 byte, a division or square root ~2, a transcendental ~8.  The planner
+# weighs stores against recomputation with it (fuse.py, row_chains.py); the CPU target decides whether a loop's
+# work pays for waking the worker threads (codegen/layout.py).
+OP_BYTES = {"exp": 8.0, "expm1": 8.0, "log": 8.0, "log1p": 8.0, "tanh": 8.0, "sigmoid": 8.0, "erf": 8.0,
+            "sin": 8.0, "cos": 8.0, "tan": 8.0, "pow": 16.0, "div": 2.0, "sqrt": 2.0, "rsqrt": 2.0}
+PLAIN_OP_BYTES = 0.25
+
+
+def op_cost(e) -> float:
+    """The arithmetic cost of eqn ``e`` per element, in the cost model's unit (bytes of memory traffic)."""
+    return OP_BYTES.get(e.op.name, PLAIN_OP_BYTES)
+
+
+class Group:
+    """A fused loop kernel: ``eqns`` over iteration ``shape``, reading ``inputs`` and writing ``outputs``."""
+
+    def __init__(self, shape):
+        self.shape = shape
+        self.eqns = []
+        self.reduce = None        # the closing reduction eqn, if any
+        self.inputs = []          # Vars/Lits read from outside (order of first use)
+        self.outputs = []         # Vars written to memory
+        self.index = 0
+
+    @property
+    def all_eqns(self):
+        return self.eqns + ([self.reduce] if self.reduce is not None else [])
+
+    @property
+    def name(self) -> str:
+        return f"fused_{self.index}[{','.join(e.op.name for e in self.all_eqns)}]"
+
+    def arith_cost(self) -> float:
+        """The arithmetic of one element of the loop, in the cost model's unit (``op_cost``)."""
+        return sum(op_cost(e) for e in self.eqns)
+
+    def lines(self) -> str:
+        """``train.py:4-6``: the user's lines the group covers, by file name (stable: generated code and its
+        cache key may contain it)."""
+        locs = [e.loc for e in self.all_eqns if e.loc is not None]
+        if not locs:
+            return ""
+        files = {lo.file for lo in locs}
+        lo, hi = min(x.line for x in locs), max(x.line for x in locs)
+        f = os.path.basename(next(iter(files))) if len(files) == 1 else "*"
+        return f"{f}:{lo}" + (f"-{hi}" if hi != lo else "")
+
+    def where(self) -> str:
+        """``lines()`` for people: in a notebook, each cell named as IPython names it (``Cell In[3], lines 4-6``;
+        the number changes when a cell is re-run, so it stays out of generated code)."""
+        locs = [e.loc for e in self.all_eqns if e.loc is not None]
+        files = {lo.file for lo in locs}
+        cells = {f: cell_label(f) for f in files}
+        if not any(cells.values()):
+            return self.lines()
+        parts = []
+        for f in sorted(files, key=lambda f: min(x.line for x in locs if x.file == f)):
+            lo = min(x.line for x in locs if x.file == f)
+            hi = max(x.line for x in locs if x.file == f)
+            name = cells[f] or os.path.basename(f)
+            parts.append(f"{name}, line {lo}" if hi == lo else f"{name}, lines {lo}-{hi}")
+        return "; ".join(parts)
+
+
+class RowOutput:
+    """A row value the layout places as a group's reduction result (zero strides along the row axis); a
+    ``RowGroup``'s ``reduce``.  It carries the fields of an eqn the layout reads."""
+    __slots__ = ("op", "outs", "params", "scope", "loc")
+
+    def __init__(self, var, axis, like):
+        self.outs = [var]
+        self.params = {"axes": (axis,), "keepdims": True}
+        self.op, self.scope, self.loc = like.op, like.scope, like.loc
+
+
+class RowPass:
+    """One sweep of a row: ``eqns`` computed per element (in order), ``reductions`` accumulated, ``loads``:
+    stored values read back instead of recomputed, ``stores``: full-shape values written in this pass."""
+    __slots__ = ("eqns", "reductions", "loads", "stores")
+
+    def __init__(self):
+        self.eqns, self.reductions, self.loads, self.stores = [], [], [], []
+
+
+class RowGroup(Group):
+    """A row-wise chain as one kernel (``ir/passes/row_chains.py``).  ``eqns``: every member eqn (elementwise and
+    reductions) in order; ``passes``: the sweeps of one row; ``row_eqns[p]``: row-shaped eqns computed before
+    pass ``p`` (``row_eqns[len(passes)]``: after the last); ``row_outputs``: the row values it writes;
+    ``columns``: sums over the rows (over every axis but the last), accumulated into their outputs;
+    ``reduce``: the row output the layout treats as the group's reduction (a ``RowOutput``); ``cost``: the
+    arithmetic per element of its passes, recomputations included."""
+
+    def __init__(self, shape, members, inputs, outputs, passes, row_eqns, designated, like, columns, cost=0.0):
+        super().__init__(shape)
+        self.eqns = list(members)
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.passes = passes
+        self.row_eqns = row_eqns
+        self.row_shape = tuple(shape[:-1]) + (1,)
+        self.row_outputs = [v for v in outputs if v.aval.shape == self.row_shape]
+        self.columns = list(columns)        # accumulated row by row into their outputs (the kernel is then serial)
+        self.reduce = RowOutput(designated, len(shape) - 1, like)
+        self.cost = cost
+
+    @property
+    def all_eqns(self):
+        return list(self.eqns)
+
+    @property
+    def name(self) -> str:
+        return f"fused_{self.index}[{','.join(e.op.name for e in self.eqns)}] by rows"
+
+
+class Plan:
+    """The graph as a sequence of steps: Groups (RowGroups among them) and single eqns."""
+
+    def __init__(self, graph: Graph, steps):
+        self.graph = graph
+        self.steps = steps
+
+    @property
+    def groups(self):
+        return [s for s in self.steps if isinstance(s, Group)]
+
+    def __str__(self):
+        out = []
+        for s in self.steps:
+            if isinstance(s, Group):
+                out.append(f"  {s.name}  over {list(s.shape)}  # {s.where()}")
+            else:
+                out.append(f"  {s.op.name}  # {s.loc.short() if s.loc else ''}")
+        return "plan {\n" + "\n".join(out) + "\n}"
+
+
+__all__ = ["Plan", "Group", "RowGroup", "RowPass", "RowOutput", "REDUCTIONS", "OP_BYTES", "PLAIN_OP_BYTES",
+           "op_cost"]

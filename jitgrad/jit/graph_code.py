@@ -1,0 +1,75 @@
+"""A graph's compiled code, per target: the compile path below a trace, and what a call of that code returns.
+
+The path runs one way: the planning passes make the graph's fusion plan (``ir.passes.fusion_plan``: fuse, then
+row-wise chains on the CPU), and the target's code generator lowers that plan (``codegen/cpu.CompiledGraph``,
+``codegen/cuda.CudaGraph``), which never runs a pass itself.  The code is kept on the graph (``graph.compiled``),
+so it and its workspace live as long as the compiled function that holds the graph.
+"""
+from __future__ import annotations
+
+import contextlib
+import weakref
+
+from ..ir.graph import Graph
+from ..ir.passes import fusion_plan
+from ..runtime import profiler_state
+
+_PROF = profiler_state.STATE
+_COMPILED = weakref.WeakValueDictionary()   # (id(graph), ...) -> CompiledGraph: for introspection and tests
+
+
+def compiled_graph(graph: Graph, writes=(), parallel=None, disk_cache=True, background=None):
+    """The CompiledGraph (CPU) of ``graph``, built once and kept on the graph."""
+    key = (writes, parallel, disk_cache)
+    per_graph = graph.compiled
+    cg = per_graph.get(key)
+    if cg is None:
+        from ..codegen.cpu import CompiledGraph
+        prof = _PROF.active
+        phase = (lambda name: prof.range(name, None, "compile")) if prof is not None else None
+        with (phase("compile/codegen") if phase else contextlib.nullcontext()):
+            plan = fusion_plan(graph)
+            cg = per_graph[key] = CompiledGraph(plan, writes, parallel=parallel, phase=phase, disk_cache=disk_cache,
+                                                background=background)
+        _COMPILED[(id(graph),) + key] = cg
+    return cg
+
+
+def cuda_graph(graph: Graph, writes=(), config=None):
+    """The CudaGraph of ``graph`` (built once, kept on the graph); its plan has no row-wise kernels (the CUDA
+    target has no emitter for them)."""
+    key = ("cuda", tuple(writes), None if config is None else tuple(sorted(config.items())))
+    cg = graph.compiled.get(key)
+    if cg is None:
+        from ..codegen.cuda import CudaGraph
+        prof = _PROF.active
+        with (prof.range("compile/codegen", None, "compile") if prof is not None else contextlib.nullcontext()):
+            cg = CudaGraph(fusion_plan(graph, rowwise=False), writes, config)
+        graph.compiled[key] = cg
+    return cg
+
+
+def nonfinite_error(e, kind) -> RuntimeError:
+    """The eager anomaly-mode error for an eqn whose anomaly check failed inside compiled code."""
+    from ..runtime.anomaly import AnomalyError, nonfinite_message
+    c = e.check
+    aval = e.outs[0].aval
+    return AnomalyError(nonfinite_message(c.name, c.index, kind, aval.shape, aval.dtype.name, c.loc, c.stack,
+                                          backward=c.backward, op=e.op.name, compiled=True))
+
+
+def compiled_result(cg, res, stats):
+    """A compiled call's outputs (CPU or CUDA graph ``cg``): counted in ``stats``, and with anomaly checks, the
+    trailing ``[first failing check, is_nan]`` turned into the eager error."""
+    if stats is not None:
+        stats["compiled_calls"] = stats.get("compiled_calls", 0) + 1
+        stats["last_path"] = "compiled"
+    if cg.checks:
+        err = res[-1]
+        if err[0] < len(cg.checks):
+            raise nonfinite_error(cg.checks[err[0]], "nan" if err[1] else "inf")
+        return res[:-1]
+    return res
+
+
+__all__ = ["compiled_graph", "cuda_graph", "compiled_result", "nonfinite_error"]

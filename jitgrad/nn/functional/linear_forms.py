@@ -1,0 +1,56 @@
+"""``F.linear`` and ``F.bilinear`` (``y = x1^T A x2 + b`` per output feature, a matmul and a reduction):
+compositions of primitives, so they differentiate and compile.
+"""
+from __future__ import annotations
+
+from ...runtime import functions as F
+from ...runtime.grad_names import named
+from ...runtime.torch_kwargs import torch_kwargs
+
+
+def linear(input, weight, bias=None, **torch_kw):
+    """``input @ weight.T + bias`` with torch's ``(out_features, in_features)`` weight layout."""
+    if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(linear, 'linear', (input, weight, bias), {}, torch_kw)
+    if input.shape[-1] != weight.shape[-1]:
+        raise RuntimeError(f"linear: mat1 and mat2 shapes cannot be multiplied ({'x'.join(map(str, input.shape))} "
+                           f"and {'x'.join(map(str, weight.shape[::-1]))})")
+    out = F.matmul(input, weight.T)
+    out = out if bias is None else out + bias
+    if input.ndim == 2:     # torch's one node for the 2-d case
+        named(out, "AddmmBackward0" if bias is not None else "MmBackward0")
+    return out
+
+
+def bilinear(input1, input2, weight, bias=None, **torch_kw):
+    """``y[..., o] = sum_ij input1[..., i] * weight[o, i, j] * input2[..., j] + bias[o]``."""
+    if torch_kw:       # a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(bilinear, 'bilinear', (input1, input2, weight, bias), {}, torch_kw)
+    if input1.ndim != input2.ndim:
+        raise RuntimeError(f"bilinear(): input dimensions do not match: got {input1.ndim} and {input2.ndim}")
+    for i in range(input1.ndim - 1):
+        if input1.shape[i] != input2.shape[i]:
+            raise RuntimeError(f"bilinear(): input batch dimensions do not match at dim {i}: got {input1.shape[i]} "
+                               f"and {input2.shape[i]}")
+    if weight.ndim != 3 or input1.shape[-1] != weight.shape[1]:
+        raise RuntimeError(f"bilinear(): input1 size does not match weight size: got {input1.shape[-1]} but expected "
+                           f"{weight.shape[1] if weight.ndim > 1 else weight.shape}")
+    if input2.shape[-1] != weight.shape[2]:
+        raise RuntimeError(f"bilinear(): input2 size does not match weight size: got {input2.shape[-1]} but expected "
+                           f"{weight.shape[2]}")
+    if bias is not None and (bias.ndim != 1 or bias.shape[0] != weight.shape[0]):
+        raise RuntimeError(f"bilinear(): bias size does not match weight size: got {bias.shape[0]} but expected "
+                           f"{weight.shape[0]}")
+    o, i, j = weight.shape
+    batch = tuple(input1.shape[:-1])
+    x1 = input1.reshape(-1, i)
+    x2 = input2.reshape(-1, j)
+    # (N, i) @ (i, o * j) -> (N, o, j), then contracted with x2 over j
+    t = (x1 @ weight.permute(1, 0, 2).reshape(i, o * j)).reshape(-1, o, j)
+    y = (t * x2.unsqueeze(1)).sum(2)
+    if bias is not None:
+        y = y + bias
+    return y.reshape(*batch, o)
+
+
+__all__ = ["linear", "bilinear"]
