@@ -11,7 +11,7 @@ import time
 import numpy as np
 from numba import njit, prange
 
-from jitgrad.codegen.mathlib import sigmoid_f32, tanh_f32
+from jitgrad.codegen.mathlib_numba import sigmoid_f32, tanh_f32
 
 FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}      # the generated loops' flags
 F1 = np.float32(1.0)

@@ -1,9 +1,10 @@
-"""Kernels compiled straight from their text to LLVM IR (codegen/ir_loops.py), without Numba (issue 17, item 2).
+"""Kernels rendered from their IR to LLVM IR (codegen/ir_loops.py), without Numba (issue 17, item 2; issue 27).
 
-Counted and compared, never timed: the IR path's results are bit-identical to Numba's for the same kernel text
-(every mathlib function it inlines, over normal, huge, tiny and special inputs), a cold build of an MLP step
-imports no Numba at all, its loops vectorise as Numba's do, and a kernel the translator does not know goes to
-Numba.
+Counted and compared, never timed: the LLVM renderer's results are bit-identical to Numba's build of the same
+kernel's rendered text (codegen/numba_render.py; every mathlib function it expands, over normal, huge, tiny and
+special inputs) and agree with the reference interpreter (codegen/kernel_interp.py) to rounding; a cold build of
+an MLP step imports no Numba at all, its loops vectorise as Numba's do, and a kernel the renderer does not lower
+goes to Numba.
 """
 import ctypes
 import json
@@ -16,50 +17,62 @@ import numpy as np
 import pytest
 
 import jitgrad as jg
-from jitgrad.codegen import build, cache, ir_loops, loops, objload
+from jitgrad.codegen import build, cache, ir_loops, kernel_interp, kernel_ir as ki, loops, objload
+from jitgrad.codegen.math_table import MathCalls
 
 REPO = Path(__file__).resolve().parents[1]
 _CALL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-
-_BODY = '''def kernel(A):
-    n0 = A[0]
-    p0 = ptr_{s}(A[1])
-    p1 = ptr_{s}(A[2])
-    p2 = ptr_{s}(A[3])
-    for i0 in range(n0):
-        x0 = p0[i0]
-        x1 = p1[i0]
-        t0 = {dtype}({call})
-        store(p2, i0, t0)'''
+_T = {"float32": ki.F32, "float64": ki.F64}
 
 
-def _kernel_text(body, *, uses=(), consts=None, parallel=False):
-    """A kernel's module text as the generators write it (``loops.Kernel``: imports, constants, decorator) around
-    ``body`` (its ``def kernel(A):``)."""
-    return loops.Kernel("kernel", body, rank=1, operands=(), classes=(), parallel=parallel, uses=uses,
-                        consts=consts).source
+def _kernel_of(build_body, nin, in_types, out_type, parallel=False):
+    """A kernel over ``nin`` inputs and one output (block: n, then addresses) whose element is
+    ``build_body(b, xs)``, as ``loops.Kernel`` (its IR, rendered text and key)."""
+    b = ki.Builder()
+    n0 = b.let("n0", b.A[0])
+    ps = [b.let(f"p{j}", b.A[1 + j].ptr(t)) for j, t in enumerate(list(in_types) + [out_type])]
+    with b.loop("i0", n0, parallel=parallel) as i0:
+        xs = [b.let(f"x{j}", ps[j][i0]) for j in range(nin)]
+        t0 = b.let("t0", ki.cast(build_body(b, xs), out_type))
+        b.store(ps[nin], i0, t0)
+    return loops.Kernel("kernel", b.finish(), rank=1, operands=(), classes=(), parallel=parallel)
 
 
-def _kernel(fn, s, dtype, call):
-    """An elementwise kernel over two inputs of ``dtype`` whose element is ``call`` (which may use mathlib's
-    ``fn``)."""
-    return _kernel_text(_BODY.format(s=s, dtype=dtype, call=call), uses=[("mathlib", fn)])
+def _kernel(fn, dtype, arity):
+    """An elementwise kernel over two inputs of ``dtype`` whose element is math function ``fn`` (a math table
+    row) of the first (and second)."""
+    t = _T[dtype]
+    return _kernel_of(lambda b, xs: getattr(MathCalls(dtype), fn)(*xs[:arity]), 2, (t, t), t)
 
 
-def _both(src, args, out):
-    """Run ``src`` compiled by ir_loops and by Numba on the same argument block: (IR output, Numba output)."""
-    key = cache.cache_key(src, extra=("test-ir-loops",))
-    blob = ir_loops.compile_kernel(key, src)
+def _llvm_address(k, tag="test-ir-loops"):
+    key = cache.cache_key(k.source, extra=(tag,))
+    blob = ir_loops.compile_kernel(key, ir_loops.render(k.ir, key))
     assert blob is not None
-    addr = objload.load([blob])[key]
-    numba_fn = cache._in_memory(cache._module_name("kernel", key) + "_ref", key, src).kernel
-    res = []
-    for a in (addr, numba_fn.address):
-        o = np.full_like(out, 7)
-        block = np.array([out.size] + [x.ctypes.data for x in args] + [o.ctypes.data], np.int64)
-        _CALL(a)(block.ctypes.data)
-        res.append(o)
-    return res
+    return objload.load([blob])[key], blob
+
+
+def _run_block(addr, args, out):
+    o = np.full_like(out, 7)
+    block = np.array([out.size] + [x.ctypes.data for x in args] + [o.ctypes.data], np.int64)
+    _CALL(addr)(block.ctypes.data)
+    return o
+
+
+def _both(k, args, out):
+    """Run kernel ``k`` rendered to LLVM IR and compiled, and its Numba text compiled by Numba, on the same
+    argument block: (LLVM output, Numba output)."""
+    addr, _ = _llvm_address(k)
+    key = cache.cache_key(k.source, extra=("test-ir-loops",))
+    numba_fn = cache._in_memory(cache._module_name("kernel", key) + "_ref", key, k.source).kernel
+    return _run_block(addr, args, out), _run_block(numba_fn.address, args, out)
+
+
+def _interpreted(k, args, out):
+    o = np.full_like(out, 7)
+    block = np.array([out.size] + [x.ctypes.data for x in args] + [o.ctypes.data], np.int64)
+    kernel_interp.run(k.ir, block)
+    return o
 
 
 def _inputs(dtype, n=4000, seed=0):
@@ -73,35 +86,38 @@ def _inputs(dtype, n=4000, seed=0):
 def _mathlib_cases():
     from jitgrad.codegen import mathlib
     cases = []
-    for name in mathlib._NAMES:
+    for name in mathlib.NAMES:
         for dtype, s in (("float32", "f32"), ("float64", "f64")):
             fn = f"{name}_{s}"
-            arity = getattr(mathlib, fn).py_func.__code__.co_argcount
-            src = _kernel(fn=fn, s=s, dtype=dtype, call=f"{fn}(x0)" if arity == 1 else f"{fn}(x0, x1)")
-            cases.append((fn, src))
+            arity = mathlib.DEFS[fn].__code__.co_argcount
+            cases.append((fn, _kernel(name, dtype, arity)))
     return cases
 
 
-def test_inlined_mathlib_is_bit_identical_to_numba():
-    """Every mathlib function the translator inlines gives Numba's bits (its flags are kept: ``contract`` only),
-    and the ones it refuses (sin/cos/tan: Payne-Hanek tables built by helpers) go to Numba."""
-    refused, compared = [], []
-    for fn, src in _mathlib_cases():
-        if not ir_loops.translatable(cache.cache_key(src, extra=("test-ir-loops",)), src):
-            refused.append(fn)
-            continue
+def test_expanded_mathlib_is_bit_identical_to_numba_and_agrees_with_the_interpreter():
+    """Every mathlib function, expanded by its IR builder and rendered to LLVM IR, gives the bits Numba's build of
+    the same definitions gives (its flags are kept: ``contract`` only), Payne-Hanek's table lookups included; the
+    reference interpreter, running the same IR on NumPy scalars, agrees to rounding (it fuses no FMA)."""
+    compared = []
+    for fn, k in _mathlib_cases():
+        assert ir_loops.translatable(cache.cache_key(k.source, extra=("test-ir-loops",)), k.source), fn
         dtype = np.float32 if fn.endswith("f32") else np.float64
         x = _inputs(dtype)
         y = np.random.default_rng(1).permutation(x)
-        ir_out, nb_out = _both(src, (x, y), np.empty_like(x))
+        ir_out, nb_out = _both(k, (x, y), np.empty_like(x))
         same = (ir_out == nb_out) | (np.isnan(ir_out) & np.isnan(nb_out))
         assert same.all(), f"{fn}: {int((~same).sum())} results differ from Numba's, e.g. at {x[~same][:3]}"
         assert (np.signbit(ir_out) == np.signbit(nb_out))[~np.isnan(ir_out)].all(), f"{fn}: sign of zero differs"
+        sel = np.r_[0:60, -11:0]
+        xs, ys = x[sel].copy(), y[sel].copy()
+        got = _interpreted(k, (xs, ys), np.empty_like(xs))
+        np.testing.assert_allclose(got, ir_out[sel], rtol=2e-6 if dtype == np.float32 else 1e-13,
+                                   atol=1e-37 if dtype == np.float32 else 1e-300, err_msg=fn)
         compared.append(fn)
     assert {"exp_f32", "log_f32", "tanh_f32", "sigmoid_f64", "pow_f32", "erf_f64", "max_f32", "atan2_f32",
             "atan2_f64", "nextafter_f32", "nextafter_f64", "floor_f32", "round_f64", "fmod_f32", "copysign_f64",
-            "hypot_f32", "erfc_f64", "lgamma_f32", "asin_f32", "atanh_f64", "cosh_f32"} <= set(compared)
-    assert set(refused) <= {f"{n}_{s}" for n in ("sin", "cos", "tan") for s in ("f32", "f64")}
+            "hypot_f32", "erfc_f64", "lgamma_f32", "asin_f32", "atanh_f64", "cosh_f32", "sin_f32", "cos_f64",
+            "tan_f32"} <= set(compared)
 
 
 def test_libm_calls_need_no_numba_runtime():
@@ -111,42 +127,41 @@ def test_libm_calls_need_no_numba_runtime():
     for fn, want, arity in (("atan2_f32", ["atan2"], 2), ("nextafter_f32", ["nextafterf"], 2),
                             ("nextafter_f64", ["nextafter"], 2), ("hypot_f32", ["hypot"], 2), ("erfc_f64", ["erfc"], 1),
                             ("lgamma_f32", ["lgamma"], 1)):
-        s, dtype = fn[-3:], "float32" if fn.endswith("f32") else "float64"
-        src = _kernel(fn=fn, s=s, dtype=dtype, call=f"{fn}(x0, x1)" if arity == 2 else f"{fn}(x0)")
-        blob = ir_loops.compile_kernel(cache.cache_key(src, extra=("test-ir-libm",)), src)
-        assert blob is not None and list(blob.needs) == want, (fn, blob and blob.needs)
+        dtype = "float32" if fn.endswith("f32") else "float64"
+        _, blob = _llvm_address(_kernel(fn[:-4], dtype, arity), "test-ir-libm")
+        assert list(blob.needs) == want, (fn, blob.needs)
         assert objload._missing(blob.needs) == []
 
 
 def test_typing_follows_numba_on_mixed_scalars():
-    """NumPy promotion as Numba applies it: int32 arithmetic widens to int64, float32 with uint8 stays float32,
-    with an int64 becomes float64, int / int is float64, a bool in arithmetic is an int64 (the float beside a
-    float); casts truncate, select unifies; ``//`` and ``%`` round down and give 0 for a zero divisor and for
-    the least int64 over -1; ``and`` with a load evaluates it only when needed."""
-    src = _kernel_text('''def kernel(A):
-    n0 = A[0]
-    p0 = ptr_i32(A[1])
-    p1 = ptr_u8(A[2])
-    p2 = ptr_f64(A[3])
-    for i0 in range(n0):
-        a = p0[i0]
-        u = p1[i0]
-        f = float32(a) * c0
-        g = f + u
-        h = f + (a * 3) / (a + 1 if a != -1 else 1)
-        k = int32(a * 65536) >> 3
-        m = (g if u > 3 else h) - (k if (a < 0 or u == 7) else 2)
-        d = u - 100
-        q = (a * 7) // d + (a * 7) % d + ((-9223372036854775807 - 1) if u == 9 else a) // (-1 if u < 20 else 3)
-        z = ((u > 3) + a) * 3 + f * (u < 100) - (u == 5) * (u == 5)
-        s = 1.5 if (a > 0 and p0[i0] > 5000) else 2.5
-        store(p2, i0, m + float32(u != 0) - (-a) + q * 0.001 + z + s)''', consts={"c0": "np.float32(0.1)"})
+    """NumPy promotion as Numba applies it, in the IR's types: int32 arithmetic widens to int64, float32 with
+    uint8 stays float32, with an int64 becomes float64, int / int is float64, a bool in arithmetic is an int64
+    (the float beside a float); casts truncate, select unifies; ``//`` and ``%`` round down and give 0 for a
+    zero divisor and for the least int64 over -1.  The LLVM IR and Numba's build of the rendered text agree to
+    the last place (the kernel's ``reassoc`` lets LLVM order this long chain of sums differently for the two
+    equivalent inputs: Numba branches where the IR selects), the interpreter with both."""
+    def body(b, xs):
+        a, u = xs
+        f = b.let("f", ki.cast(a, ki.F32) * np.float32(0.1))
+        g = b.let("g", f + u)
+        h = b.let("h", f + (a * 3) / ki.select(a != -1, a + 1, 1))
+        k = b.let("k", ki.cast(a * 65536, ki.I32) >> 3)
+        m = b.let("m", ki.select(u > 3, g, h) - ki.select(ki.or_(a < 0, u == 7), k, 2))
+        d = b.let("d", u - 100)
+        q = b.let("q", (a * 7) // d + (a * 7) % d
+                  + ki.select(u == 9, ki.const(-9223372036854775807 - 1), a) // ki.select(u < 20, -1, 3))
+        z = b.let("z", ((u > 3) + a) * 3 + f * (u < 100) - (u == 5) * (u == 5))
+        s = b.let("s", ki.select(ki.and_(a > 0, a > 5000), 1.5, 2.5))
+        return m + ki.cast(u != 0, ki.F32) - (-a) + q * 0.001 + z + s
+    k = _kernel_of(body, 2, (ki.I32, ki.U8), ki.F64)
     rng = np.random.default_rng(3)
     a = rng.integers(-100000, 100000, 3000).astype(np.int32)
     u = rng.integers(0, 256, 3000).astype(np.uint8)
     u[:40] = [100, 9, 5, 7] * 10            # zero divisors, the overflowing quotient, the bool products
-    ir_out, nb_out = _both(src, (a, u), np.empty(3000, np.float64))
-    np.testing.assert_array_equal(ir_out, nb_out)
+    ir_out, nb_out = _both(k, (a, u), np.empty(3000, np.float64))
+    np.testing.assert_allclose(ir_out, nb_out, rtol=4e-16, atol=0)
+    np.testing.assert_allclose(_interpreted(k, (a[:200].copy(), u[:200].copy()), np.empty(200)), ir_out[:200],
+                               rtol=4e-16, atol=0)
 
 
 @pytest.fixture
@@ -164,10 +179,10 @@ def _graph_kernels(f, args):
 
 
 def _assert_all_translate(kernels):
-    """Every kernel translates to LLVM IR (so a cold build never hands it to Numba).  Asked of the kernels' text,
-    not of build counts: another test in this process may already have built the same kernel."""
+    """Every kernel renders to LLVM IR (so a cold build never hands it to Numba).  Asked of the kernels' IR, not
+    of build counts: another test in this process may already have built the same kernel."""
     for k in kernels:
-        ir_loops.translate(k.source, "0" * 64)          # raises ir_loops.Unsupported when Numba would be needed
+        ir_loops.render(k.ir, "0" * 64)          # raises ir_loops.Unsupported when Numba would be needed
 
 
 _COLD_MLP = r'''
@@ -245,22 +260,23 @@ def test_ir_kernels_vectorise_like_numbas():
     def packed(asm):
         return sum(bool(re.search(r"\tv\w+p[sd]\s", ln)) for ln in asm.splitlines())
     for k in ks:
-        ir_asm = ir_loops.assembly(k.source)
+        ir_asm = ir_loops.assembly(k.ir)
         nb_asm = build.build_module(k).kernel._library.get_asm_str()
         assert packed(ir_asm) > 0 and packed(ir_asm) >= 0.8 * packed(nb_asm), k.label
 
 
 def test_refused_kernels_go_to_numba(fresh_cache):
-    """A kernel the translator does not know (sin: Payne-Hanek tables) is compiled by Numba; its neighbours by
-    ir_loops; the values are eager mode's."""
+    """A kernel the renderer does not lower (an integer power: intmath.pow_i64 loops) is compiled by Numba from
+    its rendered text; its neighbours by ir_loops; the values are eager mode's."""
     before = dict(build.COUNTS)
 
     @jg.compile(backend="numba", background=False)
-    def f(x):
-        return (jg.sin(x) * 1.75).sum(), (x * 2.5 + 1.25).max()      # (kernels no other test compiles)
+    def f(x, i):
+        return (i ** 3 * 7).sum(), (x * 2.5 + 1.25).max()      # (kernels no other test compiles)
     xv = np.linspace(-3, 3, 50, dtype=np.float32)
-    s, m = f(jg.tensor(xv))
-    assert float(s) == pytest.approx(float((np.sin(xv) * 1.75).sum()), rel=1e-5, abs=1e-5)
+    iv = np.arange(-5, 6)
+    s, m = f(jg.tensor(xv), jg.tensor(iv))
+    assert int(s) == int((iv ** 3 * 7).sum())
     assert float(m) == pytest.approx(8.75)
     after = build.COUNTS
     compiled = after["kernels_compiled"] - before["kernels_compiled"]
@@ -268,21 +284,51 @@ def test_refused_kernels_go_to_numba(fresh_cache):
     assert compiled >= 2 and 1 <= by_ir < compiled        # sin's kernel by Numba, the rest from IR
 
 
-def test_translator_refuses_what_it_does_not_know():
-    for body in ("        store(p1, i0, x0 % 3.0)", "        store(p1, i0, x0 ** 2)",
-                 "        store(p1, i0, float32(1) if 0 < x0 < 1 else float32(2))",      # a chained comparison
-                 "        while x0 > 0:\n            x0 = x0 - 1"):
-        src = _kernel(fn="exp_f32", s="f32", dtype="float32", call="x0").replace(
-            "        t0 = float32(x0)\n        store(p2, i0, t0)", body)
+def test_renderer_refuses_what_it_does_not_lower():
+    t = ki.F32
+    for body in (lambda b, xs: xs[0] % np.float32(3.0),                         # float modulo (Python's)
+                 lambda b, xs: MathCalls("int64").pow(ki.cast(xs[0], ki.I64), 2),  # intmath.pow_i64: a loop
+                 lambda b, xs: MathCalls("float32").rng_uniform(1, 2, 3)):       # a Philox draw
+        k = _kernel_of(body, 1, (t,), t)
         with pytest.raises(ir_loops.Unsupported):
-            ir_loops.translate(src, "0" * 64)
-    # a parallel kernel needs its prange loop at the top of the kernel (tests/test_parallel_kernels.py has the rest)
-    par = _kernel(fn="exp_f32", s="f32", dtype="float32", call="x0").replace("parallel=False", "parallel=True")
-    with pytest.raises(ir_loops.Unsupported, match="prange placement"):
-        ir_loops.translate(par, "0" * 64)
-    with pytest.raises(ir_loops.Unsupported, match="prange placement"):
-        ir_loops.translate(par.replace("    for i0 in range(n0):", "    for i0 in range(n0):\n     for j in prange(1):"),
-                           "0" * 64)
+            ir_loops.render(k.ir, "0" * 64)
+        assert not ir_loops.translatable("0" * 64, k.source)
+    # a parallel loop must be the kernel's outer loop (tests/test_parallel_kernels.py has the rest)
+    b = ki.Builder()
+    with b.loop("i0", b.A[0]):
+        with b.loop("j", 1, parallel=True):
+            pass
+    with pytest.raises(ir_loops.Unsupported, match="parallel loop"):
+        ir_loops.render(b.finish(), "0" * 64)
+
+
+def _unscoped(kir):
+    """``kir`` with every access a plain one (no alias classes)."""
+    memo = {}
+
+    def val(x):
+        got = memo.get(id(x))
+        if got is None:
+            got = ki.Val(x.op, [val(a) for a in x.args], x.t, None if x.op == "load" else x.attr, x.fm)
+            memo[id(x)] = (x, got)
+            return got
+        return got[1]
+
+    def block(stmts):
+        out = []
+        for s in stmts:
+            if isinstance(s, ki.Assign):
+                out.append(ki.Assign(s.var, val(s.value)))
+            elif isinstance(s, ki.Store):
+                out.append(ki.Store(val(s.ptr), val(s.idx), val(s.value)))
+            elif isinstance(s, ki.For):
+                f = ki.For(s.var, val(s.start), val(s.stop), s.step, s.parallel, s.reductions)
+                f.body = block(s.body)
+                out.append(f)
+            else:
+                out.append(s)
+        return out
+    return ki.KernelIR(block(kir.body), kir.parallel)
 
 
 def _five_by_five(a, b, c, d, e):
@@ -326,8 +372,8 @@ def test_alias_scoped_loop_from_ir_carries_scopes_and_needs_no_overlap_check(fre
     _assert_all_translate([k])
     assert k.alias == list(range(10)), k.alias
 
-    # the translation: each operand's access tagged with its own class among 10
-    raw = ir_loops.translate(k.source, "0" * 64)
+    # the rendering: each operand's access tagged with its own class among 10
+    raw = ir_loops.render(k.ir, "0" * 64)
     dom = "jitgrad.kernel.operands"
     tagged = _scope_names(raw, r"(?:load float, float\*|store float)")
     assert len(tagged) == 10
@@ -345,15 +391,14 @@ def test_alias_scoped_loop_from_ir_carries_scopes_and_needs_no_overlap_check(fre
     exec(compile(k.source, f"<{k.name}>", "exec"), ns)
     numbas = _scope_names(ns["kernel"]._library.get_llvm_str(), r"(?:load|store) <\d+ x float>")
     assert set(ours) == set(numbas)
-    asm = ir_loops.assembly(k.source)
+    asm = ir_loops.assembly(k.ir)
     scalar = [ln for ln in asm.splitlines() if re.match(r"^\s+v(mul|add|sub|fn?madd\d+)ss\s", ln)]
     assert len(scalar) <= 20, "more scalar arithmetic than one remainder loop: a scalar fallback copy is left"
 
     # the same loop with plain accesses: LLVM must check for overlap at run time
-    plain = re.sub(r"load\((p\d+), ([^,]+), \d+, \d+\)", r"\1[\2]", k.source)
-    plain = re.sub(r"store_to\((p\d+), ([^,]+), (.+), \d+, \d+\)$", r"store(\1, \2, \3)", plain, flags=re.M)
-    assert "load(" not in plain and "store_to(" not in plain
-    m2, _ = ir_loops._optimised(ir_loops.translate(plain, "1" * 64))
+    plain = ir_loops.render(_unscoped(k.ir), "1" * 64)
+    assert "alias.scope" not in plain
+    m2, _ = ir_loops._optimised(plain)
     assert "vector.memcheck" in str(m2)
 
 

@@ -220,9 +220,12 @@ def test_nextafter_cuda_form_is_numpys_nextafter(dtype):
     over the format's special values, against NumPy (the simulator runs kernels as Python the same way)."""
     import math
     import warnings
+    from jitgrad.codegen import kernel_ir as ki
     from jitgrad.codegen.math_table import MathCalls
+    from jitgrad.codegen.numba_render import Exprs
     npt = getattr(np, dtype)
-    f = eval("lambda a, b: " + MathCalls("cuda", dtype).nextafter("a", "b"),       # noqa: S307
+    a, b = (ki.read(ki.Var(n, ki.OF_DTYPE[dtype])) for n in "ab")
+    f = eval("lambda a, b: " + Exprs("cuda")(MathCalls(dtype).nextafter(a, b)),       # noqa: S307
              {"math": math, "float32": np.float32, "float64": np.float64})
     fi = np.finfo(npt)
     pts = [0.0, -0.0, 1.0, -1.0, 2.0, -0.75, 0.1, 3.7, 123456.789, float(fi.tiny), -float(fi.tiny),

@@ -19,7 +19,7 @@ import pytest
 import scipy.special as sp
 from numba import njit, types
 
-from jitgrad.codegen import mathlib as M
+from jitgrad.codegen import kernel_ir as ki, mathlib, mathlib_numba as M
 from jitgrad.codegen.math_table import MATH
 
 LOOP_FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}     # what the generated loops use
@@ -337,7 +337,7 @@ def test_two_over_pi_table_is_exact():
     mp = pytest.importorskip("mpmath")
     with mp.workdps(450):
         want = int(mp.floor(2 / mp.pi * mp.mpf(2) ** 1300))
-    assert M._two_over_pi_bits(1300) >> 40 == want >> 40
+    assert mathlib._two_over_pi_bits(1300) >> 40 == want >> 40
 
 
 def test_math_table_rows_exist_on_every_target():
@@ -345,31 +345,41 @@ def test_math_table_rows_exist_on_every_target():
     says, and a CUDA form that takes exactly the row's arguments (or none for Philox, written by cuda_philox)."""
     import importlib
     from jitgrad.codegen.math_table import MATH, MathCalls
+    from jitgrad.codegen.numba_render import Exprs
     for name, row in MATH.items():
         for prec in ("f32", "f64", "i64"):
             mod, fn = row.cpu(prec)
             if mod is None:
                 assert fn in ("max", "min", "abs"), f"{name}: builtin {fn}"
                 continue
+            if mod == "mathlib":        # an IR builder (and the same code compiled by Numba)
+                assert mathlib.DEFS[fn].__code__.co_argcount == row.arity, f"{name} {prec}: {fn}"
+                mod = "mathlib_numba"
             f = getattr(importlib.import_module(f"jitgrad.codegen.{mod}"), fn)
             assert f.py_func.__code__.co_argcount == row.arity, f"{name} {prec}: {fn}"
         if row.cuda is not None:
-            args = [f"a{k}" for k in range(row.arity)]
-            text = MathCalls("cuda", "float32").call(row, args)
-            assert all(a in text for a in args) and "{" not in text, f"{name}: {text}"
-    assert set(M._NAMES) == {n for n, r in MATH.items() if r.f32.startswith("mathlib.")}
+            args = [ki.read(ki.Var(f"a{k}", ki.F32)) for k in range(row.arity)]
+            text = Exprs("cuda")(MathCalls("float32").call(row, args))
+            assert all(f"a{k}" in text for k in range(row.arity)) and "{" not in text, f"{name}: {text}"
+    assert set(mathlib.NAMES) == {n for n, r in MATH.items() if r.f32.startswith("mathlib.")}
 
 
 def test_math_calls_name_the_precision_and_record_imports():
     from jitgrad.codegen.math_table import MathCalls
-    m = MathCalls("cpu", "float32")
-    assert m.tanh("x") == "tanh_f32(x)" and m.max("x", m.lit(0)) == "max_f32(x, float32(0))"
-    assert MathCalls("cpu", "int64", m.uses).pow("x", "y") == "pow_i64(x, y)"
-    assert m.uses == {("mathlib", "tanh_f32"), ("mathlib", "max_f32"), ("intmath", "pow_i64")}
-    assert MathCalls("cpu", "int64").max("a", "b") == "max(a, b)"
-    assert MathCalls("cuda", "float64").tanh("x") == "(float64(math.tanh(x)))"
+    from jitgrad.codegen.numba_render import Exprs
+    x, a, b = (ki.read(ki.Var(n, t)) for n, t in (("x", ki.F32), ("a", ki.I64), ("b", ki.I64)))
+    m = MathCalls("float32")
+    cpu = Exprs("cpu")
+    assert cpu(m.tanh(x)) == "tanh_f32(x)" and cpu(m.max(x, m.lit(0))) == "max_f32(x, c0)"
+    assert cpu.consts == {"c0": "np.float32(0.0)"}
+    assert cpu(MathCalls("int64").pow(a, b)) == "pow_i64(a, b)"
+    assert cpu.uses == {("mathlib", "tanh_f32"), ("mathlib", "max_f32"), ("intmath", "pow_i64")}
+    assert cpu(MathCalls("int64").max(a, b)) == "(b if (b > a) else a)"       # Python's max, as a select
+    x64 = ki.read(ki.Var("x", ki.F64))
+    assert Exprs("cuda")(MathCalls("float64").tanh(x64)) == "(float64(math.tanh(x)))"
+    assert ki.expr_text(m.tanh(x)) == "tanh_f32(x)"
     with pytest.raises(AttributeError, match="not in the math table"):
-        MathCalls("cpu", "float32").frobnicate("x")
+        MathCalls("float32").frobnicate(x)
 
 
 def test_integer_pow_wraps_like_torch():

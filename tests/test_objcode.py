@@ -276,7 +276,7 @@ def test_one_builder_per_kernel_across_processes(cache_root):
 
 
 def test_numba_helper_cache_never_uses_an_untrusted_numba_cache_dir(tmp_path):
-    """jitgrad's own cache=True helpers (mathlib...) cache under the private jitgrad cache, never in a
+    """jitgrad's own cache=True helpers (intmath...) cache under the private jitgrad cache, never in a
     world-writable NUMBA_CACHE_DIR (nor in __pycache__ next to jitgrad's sources)."""
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -284,11 +284,12 @@ def test_numba_helper_cache_never_uses_an_untrusted_numba_cache_dir(tmp_path):
     root = tmp_path / "cache"
     r = subprocess.run([sys.executable, "-c", textwrap.dedent("""
         import jitgrad as jg, numpy as np
-        from jitgrad.codegen import mathlib
-        # (sin: a kernel Numba compiles; codegen/ir_loops.py builds tanh's without Numba or its helpers' caches)
-        f = jg.compile(lambda x: jg.sin(x).sum(), backend="numba", background=False)
-        f(jg.ones(3))
-        print(mathlib.sin_f32._cache._cache_path)
+        from jitgrad.codegen import intmath
+        # (an integer power: a kernel Numba compiles, intmath.pow_i64 has a loop; codegen/ir_loops.py builds the
+        # others without Numba or its helpers' caches)
+        f = jg.compile(lambda x: (x ** x).sum(), backend="numba", background=False)
+        f(jg.ones(3, dtype=jg.int64))
+        print(intmath.pow_i64._cache._cache_path)
         """)], env=_env(root, NUMBA_CACHE_DIR=str(shared)), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     path = r.stdout.split()[-1]

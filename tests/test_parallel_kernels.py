@@ -18,29 +18,46 @@ import numpy as np
 import pytest
 
 import jitgrad as jg
-from jitgrad.codegen import cache, ir_loops, loops, objload, workpool
+from jitgrad.codegen import cache, ir_loops, kernel_ir as ki, loops, objload, workpool
+from jitgrad.codegen.math_table import MathCalls
 
 REPO = Path(__file__).resolve().parents[1]
 _CALL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
-# an elementwise loop with a full sum and a counter (the forms the generators write: loops.gen_group)
-_PAR = loops.Kernel("kernel", '''def kernel(A):
-    n0 = A[0]
-    p0 = ptr_f32(A[1])
-    p1 = ptr_f32(A[2])
-    p2 = ptr_f64(A[3])
-    p3 = ptr_i64(A[4])
-    acc = float64(0)
-    k0 = 0
-    for i0 in prange(n0):
-        x0 = p0[i0]
-        t0 = float32(tanh_f32(x0) * c0)
-        store(p1, i0, t0)
-        acc = acc + float64(t0)
-        k0 += 1 if x0 > 0 else 0
-    store(p2, 0, acc)
-    store(p3, 0, k0)''', rank=1, operands=(), classes=(), parallel=True, uses=[("mathlib", "tanh_f32")],
-                   consts={"c0": "np.float32(0.5)"}).source
+def _par_kernel(update=None, after=None, prologue=None, stored=None):
+    """An elementwise loop with a full sum and a counter (the forms the generators build: loops.gen_group), its
+    outer loop parallel; ``update(b, acc, t0)`` / ``after(b, p2)`` replace the sum's update / its store after the
+    loop; ``prologue(b)`` runs before the loop and gives a scale for each element; ``stored(b, acc, t0)`` is what
+    each element stores."""
+    b = ki.Builder()
+    A = b.A
+    n0 = b.let("n0", A[0])
+    p0, p1 = b.let("p0", A[1].ptr(ki.F32)), b.let("p1", A[2].ptr(ki.F32))
+    p2, p3 = b.let("p2", A[3].ptr(ki.F64)), b.let("p3", A[4].ptr(ki.I64))
+    acc, k0 = b.var("acc", ki.F64), b.var("k0", ki.I64)
+    b.set(acc, 0.0)
+    b.set(k0, 0)
+    scale = prologue(b) if prologue is not None else None
+    with b.loop("i0", n0, parallel=True, reductions=[acc, k0]) as i0:
+        x0 = b.let("x0", p0[i0])
+        y = MathCalls("float32").tanh(x0) * np.float32(0.5)
+        t0 = b.let("t0", ki.cast(y if scale is None else y * scale, ki.F32))
+        b.store(p1, i0, t0 if stored is None else stored(b, acc, t0))
+        if update is None:
+            b.set(acc, ki.read(acc) + ki.cast(t0, ki.F64))
+        else:
+            update(b, acc, t0)
+        b.set(k0, ki.read(k0) + ki.select(x0 > 0, 1, 0))
+    if after is None:
+        b.store(p2, 0, ki.read(acc))
+    else:
+        after(b, p2)
+    b.store(p3, 0, ki.read(k0))
+    return loops.Kernel("kernel", b.finish(), rank=1, operands=(), classes=(), parallel=True)
+
+
+_PARK = _par_kernel()
+_PAR = _PARK.source
 
 
 def _run_block(addr, x):
@@ -55,8 +72,8 @@ def _run_block(addr, x):
 @pytest.mark.parametrize("n", [0, 1, 3, 4097, 100003])
 def test_parallel_kernel_from_ir_matches_numbas_build(n):
     key = cache.cache_key(_PAR, extra=("test-parallel-kernels",))
-    blob = ir_loops.compile_kernel(key, _PAR)
-    assert blob is not None, "the translator refused a parallel kernel"
+    blob = ir_loops.compile_kernel(key, ir_loops.render(_PARK.ir, key))
+    assert blob is not None, "the renderer refused a parallel kernel"
     assert set(workpool.SYMBOLS) <= set(blob.needs)        # it calls the pool, not Numba's threading layer
     from jitgrad.codegen import threads
     with threads.LAUNCH_LOCK:
@@ -71,15 +88,20 @@ def test_parallel_kernel_from_ir_matches_numbas_build(n):
     assert s == pytest.approx(float(y.astype(np.float64).sum()), rel=1e-12, abs=1e-9)
 
 
-def test_translator_refuses_parallel_kernels_it_cannot_split():
+def test_renderer_refuses_parallel_kernels_it_cannot_split():
     # a value made in the loop and read after it (its value would be some chunk's), and a product "reduction"
-    for body, after in (("        last = x0", "    store(p2, 0, float64(last))"),
-                        ("        acc = acc * float64(t0)", "")):
-        src = _PAR.replace("        k0 += 1 if x0 > 0 else 0", body)
-        if after:
-            src = src.replace("    store(p2, 0, acc)", after)
+    def last(b, acc, t0):
+        b.let("last", ki.cast(t0, ki.F64))
+        b.set(acc, ki.read(acc) + 1.0)
+
+    def store_last(b, p2):
+        b.store(p2, 0, ki.read(b.var("last", ki.F64)))
+
+    def product(b, acc, t0):
+        b.set(acc, ki.read(acc) * ki.cast(t0, ki.F64))
+    for k in (_par_kernel(last, store_last), _par_kernel(product)):
         with pytest.raises(ir_loops.Unsupported):
-            ir_loops.translate(src, "0" * 64)
+            ir_loops.render(k.ir, "0" * 64)
 
 
 def _eager_and_compiled(fn, *args):
@@ -142,8 +164,8 @@ from jitgrad.codegen import ir_loops, threads, workpool
 x = jg.tensor(np.linspace(-2, 2, 1 << 14, dtype=np.float32))
 f = jg.compile(lambda x: (jg.tanh(x) * 3.0).sum(), backend="numba", background=False, parallel=True)
 out = {"tanh": float(f(x)), "workers": workpool.threads(), "numba": "numba" in sys.modules}
-if MIXED:    # sin is refused by the translator: Numba builds that parallel kernel, on the same pool
-    g = jg.compile(lambda x: (jg.sin(x) * 3.0).sum(), backend="numba", background=False, parallel=True)
+if MIXED:    # float floor division is not lowered by ir_loops: Numba builds that parallel kernel, on the same pool
+    g = jg.compile(lambda x: (jg.tanh(x) * 3.0 + x // 0.75).sum(), backend="numba", background=False, parallel=True)
     out["sin"] = float(g(x))
     out["tanh2"] = float(f(x))
     out["layer"] = threads.layer()
@@ -174,7 +196,7 @@ def test_numba_built_parallel_kernels_share_the_pool(tmp_path):
     out = _child(tmp_path, True, 2)
     assert out["workers"] == 2 and out["layer"] == "workqueue" and out["refused"] >= 1
     assert out["tanh"] == out["tanh2"] == pytest.approx(float((np.tanh(xs) * 3).sum()), abs=1e-2)
-    assert out["sin"] == pytest.approx(float((np.sin(xs) * 3).sum()), abs=1e-2)
+    assert out["sin"] == pytest.approx(float((np.tanh(xs) * 3 + xs.astype(np.float32) // 0.75).sum()), abs=1e-2)
 
 
 def test_parallel_by_work_not_only_by_size():
@@ -201,14 +223,20 @@ def test_parallel_by_work_not_only_by_size():
 
 
 def test_chunks_see_values_the_statements_before_the_loop_compute():
-    """A value set before the ``prange`` loop by a branch or a loop (not a plain assignment) reaches every chunk
+    """A value set before the parallel loop by a branch or a loop (not a plain assignment) reaches every chunk
     as the serial kernel sees it."""
-    src = _PAR.replace("    acc = float64(0)\n",
-                       "    acc = float64(0)\n    sc = float32(1)\n    if n0 > 2:\n        sc = float32(2)\n"
-                       "    for j in range(3):\n        sc = sc + float32(1)\n")
-    src = src.replace("tanh_f32(x0) * c0)", "tanh_f32(x0) * c0 * sc)")
+    def prologue(b):
+        sc = b.var("sc", ki.F32)
+        b.set(sc, np.float32(1))
+        with b.if_(b.A[0] > 2):
+            b.set(sc, np.float32(2))
+        with b.loop("j", 3):
+            b.set(sc, ki.read(sc) + np.float32(1))
+        return ki.read(sc)
+    k = _par_kernel(prologue=prologue)
+    src = k.source
     key = cache.cache_key(src, extra=("test-parallel-kernels-prologue",))
-    blob = ir_loops.compile_kernel(key, src)
+    blob = ir_loops.compile_kernel(key, ir_loops.render(k.ir, key))
     assert blob is not None
     from jitgrad.codegen import threads
     x = np.random.default_rng(5).standard_normal(4097).astype(np.float32)
@@ -220,8 +248,8 @@ def test_chunks_see_values_the_statements_before_the_loop_compute():
     assert s == pytest.approx(s_nb, rel=1e-12, abs=1e-9) and k == k_nb
 
 
-def test_translator_refuses_a_sum_read_inside_its_prange_loop():
+def test_renderer_refuses_a_sum_read_inside_its_parallel_loop():
     # a running sum stored per element: each chunk would store its own partial, not the serial prefix
-    src = _PAR.replace("        store(p1, i0, t0)\n", "        store(p1, i0, float32(acc))\n")
+    k = _par_kernel(stored=lambda b, acc, t0: ki.cast(ki.read(acc), ki.F32))
     with pytest.raises(ir_loops.Unsupported):
-        ir_loops.translate(src, "0" * 64)
+        ir_loops.render(k.ir, "0" * 64)

@@ -192,7 +192,7 @@ def test_row_kernels_translate_without_numba_and_vectorise(tmp_path, monkeypatch
     assert ir_loops.STATS["kernels_refused"] == refused
     assert len(kernels) == 2
     for k in kernels:
-        asm = ir_loops.assembly(k.source)
+        asm = ir_loops.assembly(k.ir)
         loops = k.source.count("for i1 in range(n1):")
         assert loops >= 3
         assert sum(bool(re.search(r"\tv\w+p[sd]\s", ln)) for ln in asm.splitlines()) >= 2 * loops, k.label

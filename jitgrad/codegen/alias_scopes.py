@@ -19,7 +19,7 @@ from __future__ import annotations
 from numba import types
 from numba.extending import intrinsic
 
-from .ir_scalars import tag_alias_class
+from .ir_loops import tag_alias_class
 
 
 def _typed_access(ptr, idx, cls, n):

@@ -219,8 +219,12 @@ class GraphCode:
         return "entry" if key == self.ekey else "kernel"
 
     def _source(self, key):
+        """What compiles ``key``: a kernel's LLVM IR where ``ir_loops`` renders its IR, else its Numba text."""
         for k in self.kernels:
             if self.kkeys[k.key] == key:
+                if IR_LOOPS:
+                    from . import ir_loops
+                    return ir_loops.compile_text(key, k.source, k.ir)
                 return k.source
         raise KeyError(key)
 

@@ -14,6 +14,11 @@ def _read_job(kind, key, path):
     """A job's source, checked against its key (the key is the hash of the text: a changed file is refused)."""
     with open(path, encoding="utf-8") as f:
         src = f.read()
+    from .ir_loops import HEADER
+    if kind == "kernel" and src.startswith(HEADER):     # LLVM IR rendered for this key (ir_loops.compile_text)
+        if not src.startswith(f"{HEADER}{key}\n"):
+            raise SystemExit(f"jitgrad build: {path} does not match its key; not compiled")
+        return src
     extra = build.kernel_extra() if kind == "kernel" else build.ENTRY_EXTRA
     if cache.cache_key(src, extra=extra) != key:
         raise SystemExit(f"jitgrad build: {path} does not match its key; not compiled")

@@ -1,38 +1,38 @@
-"""Kernels straight to LLVM IR, without Numba: the cold build's fast path.
+"""Kernels to LLVM IR, without Numba: the CPU renderer of the kernel IR (``kernel_ir.py``), the cold build's path.
 
-A kernel's text (``loops.py``) is a small, regular subset of Python: a ``kernel(A)`` function reading an int64
-argument block, typed pointers (``ptr_f32(A[k])``), ``for i in range(n)`` nests, ``if`` blocks, ``continue``,
-scalar arithmetic, casts, selects (``a if c else b``), ``store(p, i, v)``, the alias-scoped accesses
-``load(p, i, c, n)`` / ``store_to(p, i, v, c, n)`` (tagged with the same scoped-noalias metadata as
-``alias_scopes.py``'s Numba intrinsics, so the vectoriser needs no runtime overlap checks here either), and calls
-of ``mathlib``'s straight-line functions (and of libm's ``atan2``/``nextafter``, as Numba calls them).  Numba
-spends ~30 ms per kernel typing and lowering that, plus ~0.7 s once per process to import and initialise itself;
-this module translates the same text to LLVM IR in a few milliseconds (statements and loops here, expressions in
-``ir_scalars.py``) and lets LLVM optimise it as Numba does (O3, loop vectorisation, the host CPU's features, the
-same fast-math flags per instruction), so a cold build of a typical step needs no Numba.
-The results are bit-identical to Numba's build of the same text (``tests/test_ir_loops.py``).
+A kernel's IR (built by ``loops.py``, ``rowwise_loops.py``, ``scan_loops.py``) is rendered through llvmlite's IR
+builder: kernel variables in allocas, ``For`` as counted loops (the innermost ones tagged for interleaving:
+``INTERLEAVE``), ``If``/``Continue`` as branches, loads and stores tagged with their alias scopes (the same
+scoped-noalias metadata as ``alias_scopes.py``'s Numba intrinsics, so the vectoriser needs no runtime overlap
+checks), each arithmetic instruction with the fast-math flags its value was built under (never nnan/ninf), and
+math calls expanded by ``mathlib``'s IR builders (straight-line, so loops calling them vectorise).  LLVM then
+optimises it as Numba would (O3, loop vectorisation, the host CPU's features).  Numba spends ~30 ms per kernel
+typing and lowering the same loop, plus ~0.7 s once per process to import itself; this takes a few milliseconds.
+The results are bit-identical to Numba's build of the kernel's rendered text (``numba_render.py``;
+``tests/test_ir_loops.py``).
 
-A parallel kernel (``parallel=True``: its outer loop is a ``prange``) becomes a chunk function and a kernel that
-runs the chunks on the worker pool (``workpool.py``; ``_Translator.parallel_kernel``).
+A parallel kernel (its outer ``For`` is ``parallel``) becomes a chunk function and a kernel that runs the chunks
+on the worker pool (``workpool.py``; ``_Renderer.parallel_kernel``).
 
-Anything the translator does not know (a construct, a type mix, a mathlib function with branches or tables built
-by helpers, ``intmath``/``philox`` calls, a ``prange`` loop it cannot split) raises ``Unsupported`` and the kernel
-is compiled by Numba as before (``build.compile_code``).  Nothing in ``loops.py`` routes kernels: the text decides.
+What this renderer does not lower raises ``Unsupported`` and the kernel is compiled by Numba from its rendered
+text (``build.compile_code``): ``intmath``'s ``pow_i64``/``fmod_i64`` (loops and branches), ``philox``'s draws,
+float ``//`` and ``%``, unsigned 64-bit division.
 """
 from __future__ import annotations
 
-import ast
 import os
 import re
 import threading
+import weakref
 
-import numpy as np
-
-from .ir_scalars import (I64, KERNEL_FASTMATH, ScalarEmitter, Unsupported, Value, _Scope, _ir, _lltype, _literal,
-                         alias_literals, tag_alias_class)
+from . import kernel_ir as ki
 
 STATS = {"kernels_ir": 0, "kernels_refused": 0}     # counted, so tests can check which path built what
 _lock = threading.Lock()
+
+
+class Unsupported(Exception):
+    """The kernel uses something this renderer does not lower: Numba compiles its rendered text."""
 
 
 def _after_fork_in_child():
@@ -44,7 +44,46 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class _Translator(ScalarEmitter):
+def _ir():
+    from llvmlite import ir
+    return ir
+
+
+def lltype(t):
+    ir = _ir()
+    if ki.is_ptr(t):
+        return lltype(t.elem if isinstance(t, ki.Ptr) else t[1]).as_pointer()
+    return {ki.F32: ir.FloatType(), ki.F64: ir.DoubleType(), ki.I64: ir.IntType(64), ki.I32: ir.IntType(32),
+            ki.U8: ir.IntType(8), ki.U64: ir.IntType(64), ki.BOOL: ir.IntType(1)}[t]
+
+
+# ---------------------------------------------------------------------------------------------------- alias scopes
+ALIAS_DOMAIN = "jitgrad.kernel.operands"
+
+
+def tag_alias_class(module, instr, cls: int, n: int) -> None:
+    """Scoped-noalias metadata on ``instr``, an access of alias class ``cls`` among ``n`` (``alias_scopes.py``
+    says why): ``!alias.scope`` its class, ``!noalias`` every other.  The one builder of this metadata, shared by
+    Numba's intrinsics (``alias_scopes.load``/``store_to``) and this renderer, so both paths give LLVM the same
+    facts.  Fewer than two classes: nothing to say, no metadata."""
+    if n < 2:
+        return
+    ir = _ir()
+    domain = module.add_metadata([ir.MetaDataString(module, ALIAS_DOMAIN)])
+    scopes = [module.add_metadata([ir.MetaDataString(module, f"{ALIAS_DOMAIN}.{k}"), domain]) for k in range(n)]
+    instr.set_metadata("alias.scope", module.add_metadata([scopes[cls]]))
+    instr.set_metadata("noalias", module.add_metadata([scopes[k] for k in range(n) if k != cls]))
+
+
+# C library functions, as Numba lowers them: the symbol per float type (hypot, erfc, lgamma and the inverse
+# trigonometric and hyperbolic functions are called on float64 only)
+LIBM = {"atan2": {ki.F32: "atan2f", ki.F64: "atan2"}, "nextafter": {ki.F32: "nextafterf", ki.F64: "nextafter"},
+        **{f: {ki.F64: f} for f in ("hypot", "erfc", "lgamma", "asin", "acos", "atan", "sinh", "cosh", "asinh",
+                                    "acosh", "atanh")}}
+
+
+# ---------------------------------------------------------------------------------------------------- renderer
+class _Renderer:
     def __init__(self, name):
         ir = _ir()
         self.ir = ir
@@ -52,6 +91,7 @@ class _Translator(ScalarEmitter):
         self.module = ir.Module(name=name)
         self.i64 = ir.IntType(64)
         self._latch_md = self.module.add_metadata([])
+        self._tables = {}
         self._start_function(name, [self.i64.as_pointer()])
 
     def _start_function(self, name, arg_types):
@@ -64,8 +104,8 @@ class _Translator(ScalarEmitter):
         self.b = ir.IRBuilder(body)
         self.alloca_b = ir.IRBuilder(self.entry)
         self.body0 = body
-        self.depth = 0
-        self.heads = []         # the enclosing loops' head blocks, innermost last (``continue`` jumps there)
+        self.slots = {}         # Var -> alloca
+        self.arg_block = self.fn.args[-1]
         self._loops = []        # per enclosing loop: [head, innermost so far, its back-edge branches]
         return self.fn
 
@@ -74,122 +114,68 @@ class _Translator(ScalarEmitter):
             self.b.ret_void()
         self.alloca_b.branch(self.body0)
 
-    _STATE = ("fn", "entry", "b", "alloca_b", "body0", "depth", "heads", "_loops")
+    _STATE = ("fn", "entry", "b", "alloca_b", "body0", "slots", "arg_block", "_loops")
 
-    # ---- module level -------------------------------------------------------------------------------------
-    def module_text(self, source: str) -> str:
-        tree = ast.parse(source)
-        consts, kernel, imported = {}, None, set()
-        for node in tree.body:
-            if isinstance(node, ast.Import):
-                continue
-            if isinstance(node, ast.ImportFrom):
-                for a in node.names:
-                    if node.module in ("jitgrad.codegen.mathlib", "numpy", "numba", "jitgrad.codegen.abi") or (
-                            node.module == "jitgrad.codegen.alias_scopes" and a.name in ("load", "store_to")):
-                        imported.add(a.asname or a.name)
-                    else:
-                        raise Unsupported(f"import from {node.module}")
-                continue
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                consts[node.targets[0].id] = _const_value(node.value)
-                continue
-            if isinstance(node, ast.FunctionDef) and node.name == "kernel":
-                kernel = node
-                continue
-            raise Unsupported(f"module statement {type(node).__name__}")
-        if kernel is None or len(kernel.args.args) != 1:
-            raise Unsupported("no kernel(A)")
-        self._check_decorator(kernel)
-        self.kernel_consts = consts
-        self.kernel_arg = kernel.args.args[0].arg
-        scope = _Scope({kernel.args.args[0].arg: Value(self.fn.args[0], ("ptr", I64))}, consts, KERNEL_FASTMATH,
-                       ssa=False)
-        if self.parallel:
-            self.parallel_kernel(kernel, scope)
+    def kernel(self, k: ki.KernelIR) -> str:
+        if k.parallel:
+            if not PARALLEL:
+                raise Unsupported("parallel kernel (JITGRAD_IR_PARALLEL=0)")
+            self.parallel_kernel(k.body)
         else:
-            self.block(kernel.body, scope)
+            self.block(k.body)
         self._finish_function()
         return _with_loop_ids(str(self.module))
 
-    def _check_decorator(self, fn):
-        if len(fn.decorator_list) != 1:
-            raise Unsupported("decorator")
-        d = fn.decorator_list[0]
-        if not (isinstance(d, ast.Call) and isinstance(d.func, ast.Name) and d.func.id == "cfunc"):
-            raise Unsupported("decorator")
-        kw = {k.arg: k.value for k in d.keywords}
-        par = kw.get("parallel")
-        if not (isinstance(par, ast.Constant) and isinstance(par.value, bool)):
-            raise Unsupported("parallel flag")
-        self.parallel = par.value
-        if self.parallel and not PARALLEL:
-            raise Unsupported("parallel kernel (JITGRAD_IR_PARALLEL=0)")
-        em = kw.get("error_model")
-        if not (isinstance(em, ast.Constant) and em.value == "numpy"):
-            raise Unsupported("error model")
-        fm = kw.get("fastmath")
-        if not isinstance(fm, ast.Set) or sorted(e.value for e in fm.elts) != sorted(KERNEL_FASTMATH):
-            raise Unsupported("fastmath flags")
-
     # ---- parallel kernels -----------------------------------------------------------------------------------
-    def parallel_kernel(self, kernel, scope):
-        """A kernel whose outer loop is ``for i in prange(n)`` (a top-level statement): the loop becomes a chunk
+    def parallel_kernel(self, body):
+        """A kernel whose outer loop is a parallel ``For`` (a top-level statement): the loop becomes a chunk
         function ``<name>_chunk(task, dims, steps, A)`` running ``task = [start, stop, partials...]`` of it, and
         the kernel runs the statements before the loop, hands one chunk to each worker of the pool
         (``workpool.py``: ``add_task`` per queue, ``ready``, ``synchronize``; one chunk on the calling thread when
-        the pool has one worker or the loop one iteration), adds the chunks' partial sums to the reduction
-        variables in chunk order, then runs the statements after the loop.
+        the pool has one worker or the loop one iteration), adds the chunks' partial sums to the loop's
+        ``reductions`` in chunk order (each chunk starts them at zero), then runs the statements after it."""
+        at = [n for n, s in enumerate(body) if isinstance(s, ki.For) and s.parallel]
+        if len(at) != 1:
+            raise Unsupported("parallel loop placement")
+        n = at[0]
+        loop = body[n]
+        if loop.step != 1 or not (loop.start.op == "const" and loop.start.attr == 0):
+            raise Unsupported("parallel loop form")
+        _check_reductions(loop, body[n + 1:])
+        self.block(body[:n])
+        chunk = self._chunk_function(body[:n], loop)
+        stop = self.value(loop.stop, {})
+        self._dispatch(chunk, stop, loop.reductions, 2 + len(loop.reductions))
+        self.block(body[n + 1:])
 
-        Reductions are Numba's ``prange`` reductions as the generators write them: a variable assigned before
-        the loop and updated (and read) in it only as ``r = r + e`` or ``r += e`` (a full sum, the anomaly and
-        guard counters).  Each chunk starts it at zero; anything else assigned before and in the loop is refused."""
-        body = kernel.body
-        at = [k for k, s in enumerate(body) if isinstance(s, ast.For) and _is_prange(s.iter)]
-        if len(at) != 1 or any(_is_prange(n) for s in body[at[0] + 1:] for n in ast.walk(s)):
-            raise Unsupported("prange placement")
-        k = at[0]
-        loop = body[k]
-        if len(loop.iter.args) != 1 or loop.orelse or not isinstance(loop.target, ast.Name):
-            raise Unsupported("prange form")
-        self.block(body[:k], scope)
-        reductions = _reductions(loop, scope, body[k + 1:])
-        types = [scope.names[r][2] for r in reductions]
-        width = 2 + len(reductions)
-        chunk = self._chunk_function(body[:k], loop, reductions, types, width)
-        self._dispatch(chunk, self.cast(self.expr(loop.iter.args[0], scope), I64).v, scope, reductions, width)
-        self.block(body[k + 1:], scope)
-
-    def _chunk_function(self, prologue, loop, reductions, types, width):
+    def _chunk_function(self, prologue, loop):
         saved = {a: getattr(self, a) for a in self._STATE}
         ir, i64p = self.ir, self.i64.as_pointer()
         fn = self._start_function(self.name_ + "_chunk", [i64p, i64p, i64p, i64p])
         fn.linkage = "internal"
-        task, a = fn.args[0], fn.args[3]
-        scope = _Scope({self.kernel_arg: Value(a, ("ptr", I64))}, self.kernel_consts, KERNEL_FASTMATH, ssa=False)
-        for s in prologue:              # what the loop may read (pointers, sizes, strides, counters' starts), not
-            if _writes_memory(s):       # the stores: a value they compute and the loop reads is refused
-                if any(_reads(n, name) for name in _assigned([s]) for n in loop.body):
-                    raise Unsupported("a prange loop reads a value set beside a store before it")
+        task = fn.args[0]
+        read = _vars_read(loop.body)
+        for s in prologue:              # what the loop may read (pointers, sizes, strides), not the stores
+            if _stores(s):
+                if _assigned(s) & read:
+                    raise Unsupported("a parallel loop reads a value set beside a store before it")
             else:
-                self.stmt(s, scope)
-        for r, t in zip(reductions, types):
-            self.assign(r, Value(ir.Constant(_lltype(t), 0), t), scope)
+                self.stmt(s)
+        for r in loop.reductions:
+            self.b.store(ir.Constant(lltype(r.t), 0), self.slot(r))
         b = self.b
-        scope.names["__chunk_start"] = Value(b.load(b.gep(task, [ir.Constant(self.i64, 0)])), I64)
-        scope.names["__chunk_stop"] = Value(b.load(b.gep(task, [ir.Constant(self.i64, 1)])), I64)
-        rng = ast.Call(func=ast.Name(id="range", ctx=ast.Load()), args=[ast.Name(id="__chunk_start", ctx=ast.Load()),
-                       ast.Name(id="__chunk_stop", ctx=ast.Load())], keywords=[])
-        self.loop(ast.For(target=loop.target, iter=rng, body=loop.body, orelse=[]), scope)
-        for j, (r, t) in enumerate(zip(reductions, types)):
-            slot = self.b.bitcast(self.b.gep(task, [ir.Constant(self.i64, 2 + j)]), _lltype(t).as_pointer())
-            self.b.store(self.name(r, scope).v, slot)
+        start = b.load(b.gep(task, [ir.Constant(self.i64, 0)]))
+        stop = b.load(b.gep(task, [ir.Constant(self.i64, 1)]))
+        self.loop(loop, start, stop)
+        for j, r in enumerate(loop.reductions):
+            slot = self.b.bitcast(self.b.gep(task, [ir.Constant(self.i64, 2 + j)]), lltype(r.t).as_pointer())
+            self.b.store(self.b.load(self.slot(r)), slot)
         self._finish_function()
         for attr, v in saved.items():
             setattr(self, attr, v)
         return fn
 
-    def _dispatch(self, chunk, n, scope, reductions, width):
+    def _dispatch(self, chunk, n, reductions, width):
         ir, b, i64 = self.ir, self.b, self.i64
         i8p = ir.IntType(8).as_pointer()
         m = self.module
@@ -235,130 +221,80 @@ class _Translator(ScalarEmitter):
         if reductions:
             def combine(t, rec):
                 for j, r in enumerate(reductions):
-                    cur = self.name(r, scope)
-                    slot = b.bitcast(b.gep(rec, [ir.Constant(i64, 2 + j)]), _lltype(cur.t).as_pointer())
-                    self.assign(r, self.binop(ast.Add(), cur, Value(b.load(slot), cur.t), scope), scope)
+                    slot = b.bitcast(b.gep(rec, [ir.Constant(i64, 2 + j)]), lltype(r.t).as_pointer())
+                    cur, part = b.load(self.slot(r)), b.load(slot)
+                    total = b.fadd(cur, part, flags=ki.KERNEL_FASTMATH) if r.t in ki.FLOATS else b.add(cur, part)
+                    b.store(total, self.slot(r))
             each_task(combine)
 
     # ---- statements ---------------------------------------------------------------------------------------
-    def block(self, stmts, scope):
+    def slot(self, v: ki.Var):
+        s = self.slots.get(v)
+        if s is None:
+            s = self.slots[v] = self.alloca_b.alloca(lltype(v.t), name=v.name)
+        return s
+
+    def block(self, stmts):
         for s in stmts:
             if self.b.block.is_terminated:
-                raise Unsupported("code after a return")
-            self.stmt(s, scope)
+                raise Unsupported("code after a continue")
+            self.stmt(s)
 
-    def stmt(self, s, scope):
+    def stmt(self, s):
         b = self.b
-        if isinstance(s, ast.Assign):
-            if len(s.targets) != 1:
-                raise Unsupported("chained assignment")
-            tgt = s.targets[0]
-            if isinstance(tgt, ast.Name):
-                self.assign(tgt.id, self.expr(s.value, scope), scope)
-            elif isinstance(tgt, ast.Tuple) and all(isinstance(n, ast.Name) for n in tgt.elts):
-                if isinstance(s.value, ast.Tuple):
-                    got = tuple(self.expr(x, scope) for x in s.value.elts)
-                elif isinstance(s.value, ast.Call):
-                    got = self.call(s.value, scope)         # a mathlib function returning a tuple
-                else:
-                    raise Unsupported("tuple assignment")
-                if not isinstance(got, tuple) or len(got) != len(tgt.elts):
-                    raise Unsupported("tuple unpacking")
-                for n, v in zip(tgt.elts, got):
-                    self.assign(n.id, v, scope)
-            elif isinstance(tgt, ast.Subscript):
-                ptr = self.expr(tgt.value, scope)
-                if not isinstance(ptr.t, tuple):
-                    raise Unsupported("setitem on a non-pointer")
-                idx = self.index(tgt.slice, scope)
-                val = self.cast(self.expr(s.value, scope), ptr.t[1])
-                b.store(val.v, b.gep(ptr.v, [idx]))
-            else:
-                raise Unsupported("assignment target")
-        elif isinstance(s, ast.AugAssign):
-            if not isinstance(s.target, ast.Name):
-                raise Unsupported("augmented assignment target")
-            cur = self.name(s.target.id, scope)
-            self.assign(s.target.id, self.binop(s.op, cur, self.expr(s.value, scope), scope), scope)
-        elif isinstance(s, ast.Expr):
-            if isinstance(s.value, ast.Constant) and isinstance(s.value.value, str):
-                return      # a docstring
-            if isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Name) \
-                    and s.value.func.id in ("store", "store_to"):
-                self.store(s.value, scope, scoped=s.value.func.id == "store_to")
-                return
-            raise Unsupported("expression statement")
-        elif isinstance(s, ast.For):
-            self.loop(s, scope)
-        elif isinstance(s, ast.If):
-            cond = self.truth(self.expr(s.test, scope))
+        if isinstance(s, ki.Assign):
+            b.store(self.value(s.value, {}), self.slot(s.var))
+        elif isinstance(s, ki.Store):
+            memo = {}
+            ptr, idx = self.value(s.ptr, memo), self.value(s.idx, memo)
+            v = self.value(s.value, memo)
+            instr = b.store(v, b.gep(ptr, [idx]))
+            if s.alias is not None:
+                tag_alias_class(self.module, instr, *s.alias)
+        elif isinstance(s, ki.For):
+            if s.parallel:
+                raise Unsupported("a parallel loop inside a loop")
+            self.loop(s, self.value(s.start, {}), self.value(s.stop, {}))
+        elif isinstance(s, ki.If):
+            cond = self.value(s.cond, {})
             if s.orelse:
                 with b.if_else(cond) as (then, other):
                     with then:
-                        self.block(s.body, scope)
+                        self.block(s.then)
                     with other:
-                        self.block(s.orelse, scope)
+                        self.block(s.orelse)
             else:
                 with b.if_then(cond):
-                    self.block(s.body, scope)
-        elif isinstance(s, ast.Pass):
-            return
-        elif isinstance(s, ast.Continue):
-            if not self.heads:
+                    self.block(s.then)
+        elif isinstance(s, ki.Continue):
+            if not self._loops:
                 raise Unsupported("continue outside a loop")
-            br = b.branch(self.heads[-1])   # the counter is already stepped: the head tests the next index
+            br = b.branch(self._loops[-1][0])   # the counter is already stepped: the head tests the next index
             self._loops[-1][2].append(br)
+        elif isinstance(s, ki.Comment):
+            return
         else:
             raise Unsupported(f"statement {type(s).__name__}")
 
-    def assign(self, name, val, scope):
-        if scope.ssa:
-            scope.names[name] = val
-            return
-        cur = scope.names.get(name)
-        if cur is None:
-            slot = self.alloca_b.alloca(_lltype(val.t), name=name)
-            scope.names[name] = cur = ("slot", slot, val.t)
-        if not isinstance(cur, tuple) or cur[0] != "slot":
-            raise Unsupported(f"assignment to {name}")
-        if cur[2] != val.t:
-            raise Unsupported(f"{name} changes type ({cur[2]} -> {val.t})")
-        self.b.store(val.v, cur[1])
-
-    def loop(self, s, scope):
+    def loop(self, s: ki.For, start, stop):
         b, ir = self.b, self.ir
-        it = s.iter
-        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
-                and 1 <= len(it.args) <= 2 and not it.keywords and isinstance(s.target, ast.Name) and not s.orelse):
-            raise Unsupported("loop form")
-        if scope.ssa:
-            raise Unsupported("loop in an inlined function")
-        args = [self.cast(self.expr(a, scope), I64) for a in it.args]
-        start, stop = (args[0], args[1]) if len(args) == 2 else (Value(ir.Constant(self.i64, 0), I64), args[0])
-        name = s.target.id
-        cur = scope.names.get(name)
-        if cur is None:
-            scope.names[name] = cur = ("slot", self.alloca_b.alloca(self.i64, name=name), I64)
-        if cur[2] != I64:
-            raise Unsupported("loop variable type")
-        counter = self.alloca_b.alloca(self.i64, name=f"{name}.next")
-        b.store(start.v, counter)
-        head = self.fn.append_basic_block(f"{name}.head")
-        body = self.fn.append_basic_block(f"{name}.body")
-        done = self.fn.append_basic_block(f"{name}.done")
+        var = self.slot(s.var)
+        counter = self.alloca_b.alloca(self.i64, name=f"{s.var.name}.next")
+        b.store(start, counter)
+        head = self.fn.append_basic_block(f"{s.var.name}.head")
+        body = self.fn.append_basic_block(f"{s.var.name}.body")
+        done = self.fn.append_basic_block(f"{s.var.name}.done")
         b.branch(head)
         b.position_at_end(head)
         i = b.load(counter)
-        b.cbranch(b.icmp_signed("<", i, stop.v), body, done)
+        b.cbranch(b.icmp_signed("<" if s.step > 0 else ">", i, stop), body, done)
         b.position_at_end(body)
-        b.store(i, cur[1])
-        b.store(b.add(i, ir.Constant(self.i64, 1)), counter)
+        b.store(i, var)
+        b.store(b.add(i, ir.Constant(self.i64, s.step)), counter)
         for outer in self._loops:
             outer[1] = False                # it contains this loop: not innermost
         self._loops.append([head, True, []])
-        self.heads.append(head)
-        self.block(s.body, scope)
-        self.heads.pop()
+        self.block(s.body)
         if not b.block.is_terminated:
             self._loops[-1][2].append(b.branch(head))
         _, innermost, back_edges = self._loops.pop()
@@ -367,85 +303,235 @@ class _Translator(ScalarEmitter):
                 br.set_metadata(_LATCH_TAG, self._latch_md)
         b.position_at_end(done)
 
-    def store(self, call, scope, scoped=False):
-        """``store(p, i, v)``: ``p[i] = v``; with ``scoped``, ``store_to(p, i, v, c, n)``
-        (``alias_scopes.store_to``): the same, tagged as an access of alias class ``c`` among ``n``, as the
-        Numba intrinsic emits it."""
-        if len(call.args) != (5 if scoped else 3) or call.keywords:
-            raise Unsupported("store_to form" if scoped else "store form")
-        ptr = self.expr(call.args[0], scope)
-        if not isinstance(ptr.t, tuple):
-            raise Unsupported("store to a non-pointer")
-        idx = self.index(call.args[1], scope)
-        val = self.cast(self.expr(call.args[2], scope), ptr.t[1])
-        lit = alias_literals(call.args[3], call.args[4]) if scoped else None
-        instr = self.b.store(val.v, self.b.gep(ptr.v, [idx]))
-        if scoped:
-            tag_alias_class(self.module, instr, *lit)
+    # ---- values -------------------------------------------------------------------------------------------
+    def value(self, x: ki.Val, memo):
+        """``x`` as an LLVM value in the current block; ``memo``: values already emitted for this statement
+        (a DAG's shared parts are emitted once)."""
+        got = memo.get(id(x))
+        if got is not None:
+            return got[1]
+        v = self._emit(x, memo)
+        memo[id(x)] = (x, v)        # (x kept alive: its id stays its own)
+        return v
+
+    def _emit(self, x, memo):
+        b, ir, op = self.b, self.ir, x.op
+        if op == "const":
+            return ir.Constant(lltype(x.t), int(x.attr) if x.t not in ki.FLOATS else x.attr)
+        if op == "var":
+            if x.attr.name == "A":
+                return self.arg_block
+            return b.load(self.slot(x.attr))
+        if op == "math":
+            return self.value(self._expand(x), memo)
+        args = [self.value(a, memo) for a in x.args]
+        fm = x.fm
+        if op == "ptr":
+            return b.inttoptr(args[0], lltype(x.t))
+        if op == "load":
+            instr = b.load(b.gep(args[0], [args[1]]))
+            if x.attr is not None:
+                tag_alias_class(self.module, instr, *x.attr)
+            return instr
+        if op == "bin":
+            return self._binop(x, args, fm)
+        if op == "cmp":
+            t = x.args[0].t
+            if t in ki.FLOATS:
+                if x.attr == "!=":
+                    return b.fcmp_unordered("!=", *args)
+                return b.fcmp_ordered(x.attr, *args)
+            if t in (ki.U64, ki.BOOL):
+                return b.icmp_unsigned(x.attr, *args)
+            return b.icmp_signed(x.attr, *args)
+        if op == "neg":
+            return b.fneg(args[0], flags=fm) if x.t in ki.FLOATS else b.neg(args[0])
+        if op in ("invert", "not"):
+            return b.not_(args[0])
+        if op == "select":
+            return b.select(*args)
+        if op == "cast":
+            return self._cast(args[0], x.args[0].t, x.t)
+        if op == "bitcast":
+            return b.bitcast(args[0], lltype(x.t))
+        if op == "intr":
+            if x.attr == "frem":
+                return b.frem(*args, flags=fm)
+            lt = lltype(x.t)
+            fn = self.module.declare_intrinsic(f"llvm.{x.attr}", [lt], ir.FunctionType(lt, [lt] * len(args)))
+            return b.call(fn, args)
+        if op == "libm":
+            name = LIBM.get(x.attr, {}).get(x.t)
+            if name is None:
+                raise Unsupported(f"libm {x.attr} of {x.t}")
+            lt = lltype(x.t)
+            fn = self.module.globals.get(name)
+            if fn is None:
+                fn = ir.Function(self.module, ir.FunctionType(lt, [lt] * len(args)), name=name)
+                fn.attributes.add("readonly")
+                fn.attributes.add("nounwind")
+            return b.call(fn, args, fastmath=fm)
+        if op == "table":
+            return b.load(b.gep(self._table(x.attr), [ir.Constant(self.i64, 0), args[0]]))
+        raise Unsupported(f"value {op}")
+
+    def _expand(self, x):
+        """A math call as the IR it computes (mathlib's builders; the integer forms here)."""
+        name, prec = x.attr[0], x.attr[1]
+        if prec in ("f32", "f64"):
+            if name.startswith("rng_"):
+                raise Unsupported(f"{name} (philox)")
+            from . import mathlib
+            return ki.cast(mathlib.expand(name, prec, x.args), x.t)
+        (a, *_) = x.args
+        if name == "sign":
+            a = ki.cast(a, ki.I64)
+            return ki.select(a > 0, 1, ki.select(a < 0, -1, 0))
+        if name == "isfinite":
+            return ki.const(True)
+        raise Unsupported(f"intmath {name}")
+
+    def _table(self, table):
+        g = self._tables.get(id(table))
+        if g is None:
+            ir = self.ir
+            lt = lltype(ki.lookup(table, 0).t)
+            ty = ir.ArrayType(lt, len(table))
+            g = ir.GlobalVariable(self.module, ty, f"jitgrad.table{len(self._tables)}")
+            g.global_constant = True
+            g.linkage = "internal"
+            g.initializer = ir.Constant(ty, [int(v) for v in table.tolist()])
+            self._tables[id(table)] = g
+        return g
+
+    def _binop(self, x, args, fm):
+        b = self.b
+        t, op = x.t, x.attr
+        if t in ki.FLOATS:
+            f = {"+": b.fadd, "-": b.fsub, "*": b.fmul, "/": b.fdiv}.get(op)
+            if f is None:
+                raise Unsupported(f"float {op}")
+            return f(*args, flags=fm)
+        if op in ("//", "%"):
+            if t != ki.I64:
+                raise Unsupported(f"{t} {op}")
+            return self.floor_divmod(*args)[op == "%"]
+        f = {"+": b.add, "-": b.sub, "*": b.mul, "&": b.and_, "|": b.or_, "^": b.xor, "<<": b.shl,
+             ">>": b.lshr if t == ki.U64 else b.ashr}.get(op)
+        if f is None:
+            raise Unsupported(f"integer {op}")
+        return f(*args)
+
+    def floor_divmod(self, x, y):
+        """Python's ``x // y`` and ``x % y`` on int64 as Numba computes them under ``error_model='numpy'``:
+        the quotient rounded down, the remainder taking the divisor's sign; both 0 when ``y`` is 0 and when
+        ``x`` is the least int64 and ``y`` is -1 (Numba's branches; here the divisor is made 1 in those cases, so
+        no instruction ever divides by zero or overflows, and the results are chosen by selects)."""
+        b, ir = self.b, self.ir
+        i64 = ir.IntType(64)
+        zero, one = ir.Constant(i64, 0), ir.Constant(i64, 1)
+        bad = b.or_(b.icmp_signed("==", y, zero),
+                    b.and_(b.icmp_signed("==", x, ir.Constant(i64, -(1 << 63))),
+                           b.icmp_signed("==", y, ir.Constant(i64, -1))))
+        d = b.select(bad, one, y)
+        q, r = b.sdiv(x, d), b.srem(x, d)
+        fix = b.and_(b.icmp_signed("!=", r, zero), b.icmp_signed("<", b.xor(d, r), zero))
+        q = b.select(fix, b.sub(q, one), q)
+        r = b.select(fix, b.add(r, d), r)
+        return b.select(bad, zero, q), b.select(bad, zero, r)
+
+    def _cast(self, v, src, t):
+        """Numba's ``context.cast`` for the scalar types the kernels use."""
+        b, ir = self.b, self.ir
+        lt = lltype(t)
+        if t == ki.BOOL:
+            if src in ki.FLOATS:
+                return b.fcmp_unordered("!=", v, ir.Constant(v.type, 0.0))
+            return b.icmp_signed("!=", v, ir.Constant(v.type, 0))
+        if src == ki.BOOL:
+            return b.uitofp(v, lt) if t in ki.FLOATS else b.zext(v, lt)
+        if src in ki.FLOATS and t in ki.FLOATS:
+            return b.fpext(v, lt) if t == ki.F64 else b.fptrunc(v, lt)
+        if src in ki.INTS and t in ki.FLOATS:
+            return b.uitofp(v, lt) if src in ki.UNSIGNED else b.sitofp(v, lt)
+        if src in ki.FLOATS and t in ki.INTS:
+            return b.fptoui(v, lt) if t in ki.UNSIGNED else b.fptosi(v, lt)
+        if src in ki.INTS and t in ki.INTS:
+            if ki.BITS[t] < ki.BITS[src]:
+                return b.trunc(v, lt)
+            if ki.BITS[t] == ki.BITS[src]:
+                return v
+            return b.zext(v, lt) if src in ki.UNSIGNED else b.sext(v, lt)
+        raise Unsupported(f"cast {src} -> {t}")
 
 
-def _is_prange(node) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "prange"
-
-
-def _assigned(stmts) -> dict:
-    """name -> the assignment nodes of it in ``stmts`` (nested blocks included)."""
-    out = {}
+def _walk_stmts(stmts):
     for s in stmts:
-        for n in ast.walk(s):
-            if isinstance(n, ast.Assign):
-                for t in n.targets:
-                    for x in ast.walk(t):
-                        if isinstance(x, ast.Name):
-                            out.setdefault(x.id, []).append(n)
-            elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
-                out.setdefault(n.target.id, []).append(n)
-            elif isinstance(n, ast.For) and isinstance(n.target, ast.Name):
-                out.setdefault(n.target.id, []).append(n)
+        yield s
+        if isinstance(s, ki.For):
+            yield from _walk_stmts(s.body)
+        elif isinstance(s, ki.If):
+            yield from _walk_stmts(s.then)
+            yield from _walk_stmts(s.orelse)
+
+
+def _stores(s) -> bool:
+    return any(isinstance(x, ki.Store) for x in _walk_stmts([s]))
+
+
+def _assigned(s) -> set:
+    out = set()
+    for x in _walk_stmts([s]):
+        if isinstance(x, ki.Assign):
+            out.add(x.var)
+        elif isinstance(x, ki.For):
+            out.add(x.var)
     return out
 
 
-def _writes_memory(stmt) -> bool:
-    """Whether ``stmt`` stores to memory (``store``/``store_to`` or an item assignment), anywhere inside it."""
-    for n in ast.walk(stmt):
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("store", "store_to"):
-            return True
-        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Subscript) for t in n.targets):
-            return True
-    return False
+def _vars_read(stmts) -> set:
+    seen, out = set(), set()
+    for top in ki.statement_values(stmts):
+        for v in ki.walk_values(top, seen):
+            if v.op == "var":
+                out.add(v.attr)
+    return out
 
 
-def _reads(node, name) -> bool:
-    return any(isinstance(x, ast.Name) and x.id == name for x in ast.walk(node))
-
-
-def _reductions(loop, scope, after) -> list:
-    """The ``prange`` loop's reduction variables (see ``_Translator.parallel_kernel``), in first-seen order;
-    ``Unsupported`` for a variable assigned before and in the loop in another form, or one made in the loop and
-    read after it (its value would be a chunk's)."""
-    red = []
-    for name, nodes in _assigned(loop.body).items():
-        if name not in scope.names:
-            if any(_reads(s, name) for s in after):
-                raise Unsupported(f"{name} made in a prange loop and read after it")
-            continue
-        for n in nodes:
-            ok = (isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and not _reads(n.value, name)) or (
-                isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
-                and isinstance(n.value, ast.BinOp) and isinstance(n.value.op, ast.Add)
-                and isinstance(n.value.left, ast.Name) and n.value.left.id == name
-                and not _reads(n.value.right, name))
+def _check_reductions(loop, after) -> None:
+    """``Unsupported`` unless the parallel ``loop``'s reductions are sums (each update ``r = r + e``, ``e`` not
+    reading ``r``, and ``r`` read nowhere else in the loop) and no other variable it assigns is read after it
+    (its value would be some chunk's)."""
+    red = set(loop.reductions)
+    read_after = _vars_read(after)
+    for s in _walk_stmts(loop.body):
+        if isinstance(s, ki.Assign) and s.var in red:
+            v = s.value
+            ok = v.op == "bin" and v.attr == "+" and v.args[0].op == "var" and v.args[0].attr is s.var \
+                and s.var not in _vars_read_value(v.args[1])
             if not ok:
-                raise Unsupported(f"{name}: not a sum reduction of a prange loop")
-        loads = sum(isinstance(x, ast.Name) and x.id == name and isinstance(x.ctx, ast.Load)
-                    for s in loop.body for x in ast.walk(s))
-        if loads != sum(isinstance(n, ast.Assign) for n in nodes):     # read only by its own updates
-            raise Unsupported(f"{name}: a prange loop reads its partial sum")
-        t = scope.names[name]
-        if not (isinstance(t, tuple) and t[0] == "slot" and not isinstance(t[2], tuple)):
-            raise Unsupported(f"{name}: reduction of a non-scalar")
-        red.append(name)
-    return red
+                raise Unsupported(f"{s.var.name}: not a sum reduction of a parallel loop")
+        elif isinstance(s, (ki.Assign, ki.For)) and s.var in read_after:
+            raise Unsupported(f"{s.var.name} made in a parallel loop and read after it")
+    updates = sum(isinstance(s, ki.Assign) and s.var in red for s in _walk_stmts(loop.body))
+    reads = 0
+    for top in ki.statement_values(loop.body):
+        reads += sum(v.op == "var" and v.attr in red for v in _all_values(top))
+    if reads != updates:
+        raise Unsupported("a parallel loop reads its partial sum")
+
+
+def _all_values(x):
+    """Every value in ``x``'s tree, a shared one as often as it is used."""
+    stack = [x]
+    while stack:
+        v = stack.pop()
+        yield v
+        stack.extend(v.args)
+
+
+def _vars_read_value(x) -> set:
+    return {v.attr for v in ki.walk_values(x) if v.op == "var"}
 
 
 def _declare(module, name, fnty):
@@ -453,18 +539,6 @@ def _declare(module, name, fnty):
     if fn is None:
         fn = _ir().Function(module, fnty, name=name)
     return fn
-
-
-def _const_value(node):
-    """A module-level constant of a kernel: ``np.float32(0.5)``, ``np.int64(-3)``, ``np.float32(float('inf'))``."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
-            and node.func.value.id == "np" and len(node.args) == 1 and not node.keywords:
-        ctor = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "int32": np.int32,
-                "uint8": np.uint8, "bool_": np.bool_}.get(node.func.attr)
-        if ctor is None:
-            raise Unsupported(f"constant np.{node.func.attr}")
-        return ctor(_literal(node.args[0]))
-    raise Unsupported("module-level value")
 
 
 # ---------------------------------------------------------------------------------------------------- compiling
@@ -480,9 +554,10 @@ def symbol(key: str) -> str:
 # the IR is built and the tag becomes a distinct, self-referencing loop ID in the text (llvmlite's builder
 # makes no distinct nodes).
 INTERLEAVE = int(os.environ.get("JITGRAD_INTERLEAVE", "4"))
-# Parallel (``prange``) kernels are translated too, their chunks run on ``workpool``'s workers; 0: Numba builds them
+# Parallel kernels are rendered too, their chunks run on ``workpool``'s workers; 0: Numba builds them
 PARALLEL = os.environ.get("JITGRAD_IR_PARALLEL", "1") != "0"
 _LATCH_TAG = "jitgrad.latch"
+HEADER = "; jitgrad kernel "         # the first line of a kernel's LLVM IR text: then its key
 
 
 def _with_loop_ids(text: str) -> str:
@@ -493,18 +568,62 @@ def _with_loop_ids(text: str) -> str:
                    f'!90001 = !{{!"llvm.loop.interleave.count", i32 {INTERLEAVE}}}\n')
 
 
-def translate(source: str, key: str) -> str:
-    """The kernel's LLVM IR (text), or ``Unsupported``."""
+def render(kir: ki.KernelIR, key: str) -> str:
+    """The kernel's LLVM IR (text, its first line ``HEADER + key``), or ``Unsupported``."""
     try:
-        return _Translator(symbol(key)).module_text(source)
-    except Unsupported:
-        raise
-    except (SyntaxError, KeyError, TypeError, ValueError, AttributeError) as e:   # a form we did not foresee
+        text = _Renderer(symbol(key)).kernel(kir)
+    except TypeError as e:          # a type mix the IR builders let through
         raise Unsupported(f"{type(e).__name__}: {e}") from None
+    return f"{HEADER}{key}\n{text}"
+
+
+# kernel source (its Numba text, which keys it) -> its IR, for the kernels this process made: the build asks by
+# key and source, and renders the IR (nothing parses the text)
+_IRS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+_TEXTS: dict = {}       # key -> LLVM IR text rendered by ``compile_text`` (compiled next, then dropped)
+
+
+def register(source: str, kir: ki.KernelIR) -> None:
+    """``kir`` is the IR of the kernel whose rendered text is ``source`` (the first one registered is kept while
+    it lives: equal texts have equal IR)."""
+    if _IRS.get(source) is None:
+        _IRS[source] = kir
+
+
+def is_llvm(text: str) -> bool:
+    return text.startswith(HEADER)
+
+
+def compile_text(key: str, source: str, kir: ki.KernelIR | None = None) -> str:
+    """What compiles kernel ``source`` (keyed ``key``; its IR ``kir``, else the one registered for ``source``):
+    its LLVM IR text when this renderer lowers its IR, else ``source`` itself (Numba compiles it)."""
+    if is_llvm(source):
+        return source
+    with _lock:
+        text = _TEXTS.get(key)
+    if text is not None:
+        return text
+    if kir is None:
+        kir = _IRS.get(source)
+    if kir is None:
+        return source
+    try:
+        text = render(kir, key)
+    except Unsupported:
+        return source
+    with _lock:
+        if len(_TEXTS) > 512:
+            _TEXTS.clear()
+        _TEXTS[key] = text
+    return text
+
+
+def translatable(key: str, source: str) -> bool:
+    """Whether the kernel compiles without Numba."""
+    return is_llvm(compile_text(key, source))
 
 
 _TLS = threading.local()
-_TEXTS: dict = {}       # key -> IR text translated by ``translatable`` (compiled next, then dropped)
 
 
 def _tools():
@@ -522,19 +641,6 @@ def _tools():
     return t
 
 
-def translatable(key: str, source: str) -> bool:
-    """Whether the kernel compiles without Numba (its IR is kept for ``compile_kernel``)."""
-    if key in _TEXTS:
-        return True
-    try:
-        text = translate(source, key)
-    except Unsupported:
-        return False
-    with _lock:
-        _TEXTS[key] = text
-    return True
-
-
 def _optimised(text):
     ll, ctx, tm = _tools()
     m = ll.parse_assembly(text, context=ctx)
@@ -550,16 +656,19 @@ def _optimised(text):
 
 
 def compile_kernel(key: str, source: str):
-    """The kernel's object code (``objstore.Blob``), or None when Numba must compile it (``Unsupported``)."""
+    """The kernel's object code (``objstore.Blob``), or None when Numba must compile it."""
     from . import objload, objstore
     with _lock:
         text = _TEXTS.pop(key, None)
     if text is None:
-        try:
-            text = translate(source, key)
-        except Unsupported:
-            STATS["kernels_refused"] += 1
-            return None
+        text = compile_text(key, source)
+        with _lock:
+            _TEXTS.pop(key, None)
+    if not is_llvm(text):
+        STATS["kernels_refused"] += 1
+        return None
+    if not text.startswith(f"{HEADER}{key}\n"):
+        raise ValueError(f"kernel {key}: its LLVM IR names another key")
     m, tm = _optimised(text)
     obj = tm.emit_object(m)
     # the C library's functions it calls (atan2, nextafter; LLVM may add memset) and, for a parallel kernel, the
@@ -570,10 +679,11 @@ def compile_kernel(key: str, source: str):
     return objstore.Blob(key, symbol(key), obj, needs)
 
 
-def assembly(source: str, key: str = "0" * 64) -> str:
-    """The kernel's machine code as assembly text (for tests and ``source()``-style introspection)."""
-    m, tm = _optimised(translate(source, key))
+def assembly(kir: ki.KernelIR, key: str = "0" * 64) -> str:
+    """The kernel's machine code as assembly text (for tests and introspection)."""
+    m, tm = _optimised(render(kir, key))
     return tm.emit_assembly(m)
 
 
-__all__ = ["translate", "translatable", "compile_kernel", "assembly", "Unsupported", "STATS"]
+__all__ = ["render", "register", "compile_text", "translatable", "compile_kernel", "assembly", "Unsupported",
+           "STATS", "tag_alias_class", "symbol"]

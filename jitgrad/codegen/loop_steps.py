@@ -10,7 +10,8 @@ import numpy as np
 from ..ir.plan import Group, RowGroup
 from .gemm_steps import fold_update_into_gemm
 from .layout import Program, Step, alias_classes, stride_class
-from .loops import gen_gather, gen_group, gen_scatter
+from .index_loops import gen_gather, gen_scatter
+from .loops import gen_group
 from .lowering import emits
 from .places import bcast_strides, c_strides
 from .rowwise_loops import gen_rows

@@ -11,15 +11,17 @@
   raise: libdevice returns them anyway on a GPU, and on Numba's CUDA simulator (kernels run as Python) they
   keep NaN/inf flowing as on the device.  ``None`` when the CUDA generator writes the op itself (Philox draws).
 
-Scalar bodies (``OpDef.scalar``) receive a ``MathCalls`` as their first argument and write ``m.tanh(x)``: the
-text of the call comes from this table for the target and precision the loop computes in, so no generated
-source is ever patched afterwards.  Adding a math function is one row here plus its CPU helpers
+Scalar bodies (``OpDef.scalar``) receive a ``MathCalls`` as their first argument and write ``m.tanh(x)``: a
+math call of this table's row, in the kernel IR (``kernel_ir.py``), at the precision the loop computes in; each
+renderer expands it for its target.  Adding a math function is one row here plus its CPU helpers
 (``mathlib.py`` for floats, ``intmath.py`` for integers); ``tests/test_mathlib.py`` checks that every row's
 helpers exist with the row's arity.
 
-Nothing here imports Numba: generating source must not wait for it.
+Nothing here imports Numba: building kernels must not wait for it.
 """
 from __future__ import annotations
+
+from . import kernel_ir as ki
 
 
 class MathFn:
@@ -127,34 +129,26 @@ MATH = _rows(
 )
 
 _PRECISION = {"float32": "f32", "float64": "f64", "int64": "i64", "int32": "i64", "uint8": "i64", "bool": "i64"}
-
-
-class LiteralText(str):
-    """The text of a literal operand in a scalar body, with its ``value``: an OpDef may specialise on it as
-    NumPy and torch do (``x ** 0.5`` with a Python-number exponent is ``sqrt``)."""
-    value = None
-
-    def __new__(cls, text, value):
-        s = super().__new__(cls, text)
-        s.value = value
-        return s
+_FLOAT_T = {"f32": ki.F32, "f64": ki.F64}
 
 
 class MathCalls:
-    """What a scalar body's ``m`` is: ``m.tanh(x)`` -> the text of that call on ``target`` (cpu | cuda | text)
-    at precision ``dtype`` (a jitgrad DType name).  CPU helpers used are recorded in ``uses`` as (module, fn),
-    for the kernel's imports.  The ``text`` target writes plain ``tanh(x)`` (listings, tests)."""
+    """What a scalar body's ``m`` is: a builder of kernel IR values (``kernel_ir.Val``) at precision ``dtype`` (a
+    jitgrad DType name), whatever the target: ``m.tanh(x)`` is a math call of the table's row at that precision
+    (each renderer expands it: mathlib's IR builders for the CPU, the row's inline form for CUDA), ``m.lit(1.0)``
+    a constant of the precision, ``m.select(c, x, y)``, ``m.cast(x, dtype)``, ``m.not_``, ``m.and_``, ``m.or_``.
+    The operands a body receives are values too, so ``x + y`` and ``x < y`` build IR.  ``guards``: conditions
+    (values) under which an integer divisor is zero (``nonzero``)."""
 
-    def __init__(self, target: str, dtype: str = "float64", uses: set | None = None, guards: list | None = None):
-        self.target, self.dtype = target, dtype
-        self.uses = set() if uses is None else uses
+    def __init__(self, dtype: str = "float64", guards: list | None = None):
+        self.dtype = dtype
         self.guards = [] if guards is None else guards
 
-    def nonzero(self, y: str) -> str:
+    def nonzero(self, y):
         """``y`` as a divisor: for integer operands the loop counts zeros (``guards``) and the step raises
         ZeroDivisionError after it, as torch does (the kernel itself computes NumPy's 0 and carries on)."""
         if self.dtype not in ("float32", "float64"):
-            self.guards.append(f"({y}) == 0")
+            self.guards.append(ki.val(y) == 0)
         return y
 
     def __getattr__(self, name):
@@ -167,30 +161,44 @@ class MathCalls:
                                  f"(jitgrad/codegen/math_table.py)") from None
         return lambda *args: self.call(fn, args)
 
-    def call(self, fn: MathFn, args) -> str:
+    def call(self, fn: MathFn, args):
         if len(args) != fn.arity:
             raise TypeError(f"codegen: math function {fn.name} takes {fn.arity} arguments, got {len(args)}")
-        if self.target == "text":
-            return f"{fn.name}({', '.join(args)})"
-        if self.target == "cuda":
-            if fn.cuda is None:
-                raise KeyError(f"cuda codegen: no CUDA form for math function {fn.name!r}")
-            return "(" + fn.cuda.format(*args, T=self.dtype if self.dtype != "bool" else "bool_") + ")"
         prec = _PRECISION.get(self.dtype)
         if prec is None:
             raise TypeError(f"codegen: no {fn.name} for dtype {self.dtype}")
-        mod, name = fn.cpu(prec)
-        if mod is not None:
-            self.uses.add((mod, name))
-        return f"{name}({', '.join(args)})"
+        args = [ki.val(a) for a in args]
+        if prec == "i64" and fn.i64 in ("max", "min", "abs"):       # Python's builtins on integers
+            if fn.i64 == "abs":
+                return abs(args[0])
+            x, y = args
+            return ki.select(y > x, y, x) if fn.i64 == "max" else ki.select(y < x, y, x)
+        if fn.name == "isfinite":
+            t = ki.BOOL
+        elif prec == "i64":
+            t = ki.I64 if fn.i64 else ki.F64
+            if not fn.i64:
+                prec = "f64"
+        else:
+            t = _FLOAT_T[prec]
+        return ki.math_call(fn.name, prec, args, t, self.dtype)
 
-    def lit(self, value) -> str:
-        """A literal in the compute precision (``float32(1.0)`` in a float32 loop: a bare ``1.0`` would
+    def lit(self, value):
+        """A literal in the compute precision (a float32 constant in a float32 loop: a float64 one would
         promote the arithmetic around it to float64)."""
-        if self.target == "text":
-            return repr(value)
         floating = self.dtype in ("float32", "float64")
-        return f"{self.dtype if floating else ('float64' if isinstance(value, float) else 'int64')}({value!r})"
+        d = self.dtype if floating else ("float64" if isinstance(value, float) else "int64")
+        return ki.const(value, ki.OF_DTYPE[d])
+
+    select = staticmethod(ki.select)
+    not_ = staticmethod(ki.not_)
+    and_ = staticmethod(ki.and_)
+    or_ = staticmethod(ki.or_)
+
+    @staticmethod
+    def cast(x, dtype):
+        """``x`` converted to jitgrad dtype ``dtype``."""
+        return ki.cast(x, ki.OF_DTYPE[dtype.name])
 
 
-__all__ = ["MATH", "MathFn", "MathCalls", "LiteralText"]
+__all__ = ["MATH", "MathFn", "MathCalls"]

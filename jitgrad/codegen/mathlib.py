@@ -1,10 +1,19 @@
 """Branch-free, vectorisable scalar math for the generated loops: exp, log, log1p, expm1, tanh, sigmoid, erf,
-sin, cos, tan, pow (+ sqrt, rsqrt, abs, sign, max, min, isfinite), one function per precision.
+sin, cos, tan, pow (+ sqrt, rsqrt, abs, sign, max, min, isfinite, rounding, libm's inverse trigonometric and
+hyperbolic functions), one function per precision, written once and used two ways.
+
+**As IR builders** (this module, no Numba): called on kernel IR values (``kernel_ir.Val``), a function builds
+its computation in the IR (``expand``: how the LLVM renderer, ``ir_loops.py``, and the reference interpreter,
+``kernel_interp.py``, turn a math call into arithmetic).  The vocabulary below the constants (``select``,
+``f32``, ``i32``, ``f32_as_i32``, ``fma_f32``, ``sqrt``, ``lookup``, ``c_atan2``, ...) is kernel IR here.
+**As Numba functions** (``mathlib_numba.py``): the same code objects, compiled by Numba with that vocabulary
+bound to Numba's (``np.float32``, the bitcast intrinsics, ``math.atan2``...), for the kernels Numba still
+compiles (``numba_render.py``) and for the accuracy tests.  Nothing reads this module's source.
 
 Why: llvmlite has no SVML, so a loop calling ``math.exp`` / ``math.tanh`` stays scalar.  Everything here is
-straight-line float and integer arithmetic: range reduction with integer bit tricks (the ``*_as_*`` bitcast
-intrinsics), polynomials evaluated with Horner, and ``a if c else b`` selects instead of branches, so LLVM's
-loop vectoriser turns a loop that calls these into SIMD code.  No libm calls anywhere.
+straight-line float and integer arithmetic: range reduction with integer bit tricks (the ``*_as_*`` bitcasts),
+polynomials evaluated with Horner (the loops over coefficient tables run while building, unrolled), and
+``select`` instead of branches, so LLVM's loop vectoriser turns a loop that calls these into SIMD code.
 
 Accuracy (checked by tests/test_mathlib.py against NumPy over the whole range, specials included): float32
 within 4 ulp, float64 within 1e-14 relative.  Every float32 function computes in float32 except ``pow_f32``,
@@ -17,64 +26,76 @@ result is later added to something larger), then rounded to the working precisio
 algorithm is the classic one (Cody & Waite range reduction; fdlibm's ``log`` in ``s = f/(2+f)``; musl's
 ``log1p`` rounding correction; Payne & Hanek reduction for sin/cos), written here from the maths, not copied.
 
-Compilation flags.  These functions are plain ``@njit`` functions, *not* ``inline="always"``: Numba's IR
-inlining would compile their bodies with the caller's fastmath flags, and the generated loops use ``reassoc``,
-which rewrites ``(p * s1) * s2`` scalings and Cody-Waite splits and breaks exactness (measured: 4.9e6 ulp in
-exp).  As separate functions they keep their own flags (``contract`` only: FMA contraction is allowed, nothing
-else) and LLVM's inliner still inlines them into the loop, which then vectorises.  No ``nnan``/``ninf``/``nsz``
+Compilation flags.  Their arithmetic carries ``contract`` only (FMA contraction is allowed, nothing else), never
+the kernels' ``reassoc``, which rewrites ``(p * s1) * s2`` scalings and Cody-Waite splits and breaks exactness
+(measured: 4.9e6 ulp in exp): built under ``kernel_ir.fastmath(MATHLIB_FASTMATH)`` here, compiled as separate
+``fastmath={"contract"}`` functions (which LLVM's inliner inlines) by Numba.  No ``nnan``/``ninf``/``nsz``
 anywhere, so NaN, inf and -0.0 are handled exactly as written.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
-from llvmlite import ir as llir
-from numba import njit, types
-from numba.extending import intrinsic
 
+from . import kernel_ir as ki
 from .math_table import MATH
 
-FASTMATH = {"contract"}
-_jit = njit(fastmath=FASTMATH, forceinline=True, cache=True, error_model="numpy")
+FASTMATH = set(ki.MATHLIB_FASTMATH)
+DEFS: dict = {}         # name -> function, every function below (mathlib_numba compiles each)
 
 
-# ---- bit casts -------------------------------------------------------------------------------------------
-def _bitcast(src, dst, dst_ll):
-    @intrinsic
-    def cast(typingctx, x):
-        if x != src:
-            return None
+def _def(fn):
+    DEFS[fn.__name__] = fn
+    return fn
 
-        def codegen(context, builder, sig, args):
-            return builder.bitcast(args[0], dst_ll)
-        return dst(src), codegen
+
+# ---- the vocabulary, as kernel IR (mathlib_numba.NUMBA_VOCABULARY binds the same names for Numba) -----------
+select = ki.select
+not_ = ki.not_
+lookup = ki.lookup
+
+
+def _caster(t):
+    return lambda x: ki.cast(x, t)
+
+
+f32, f64, i32, i64 = _caster(ki.F32), _caster(ki.F64), _caster(ki.I32), _caster(ki.I64)
+
+
+def _bitcaster(src, dst):
+    def cast(x):
+        x = ki.val(x)
+        if x.t != src:
+            raise TypeError(f"mathlib: bitcast of a {x.t}, expected {src}")
+        return ki.bitcast(x, dst)
     return cast
 
 
-f32_as_i32 = _bitcast(types.float32, types.int32, llir.IntType(32))
-i32_as_f32 = _bitcast(types.int32, types.float32, llir.FloatType())
-f64_as_i64 = _bitcast(types.float64, types.int64, llir.IntType(64))
-i64_as_f64 = _bitcast(types.int64, types.float64, llir.DoubleType())
+f32_as_i32, i32_as_f32 = _bitcaster(ki.F32, ki.I32), _bitcaster(ki.I32, ki.F32)
+f64_as_i64, i64_as_f64 = _bitcaster(ki.F64, ki.I64), _bitcaster(ki.I64, ki.F64)
 
 
-def _fma(t, t_ll):
-    @intrinsic
-    def fma(typingctx, a, b, c):
-        if not (a == b == c == t):
-            return None
-
-        def codegen(context, builder, sig, args):
-            fn = builder.module.declare_intrinsic("llvm.fma", [t_ll], llir.FunctionType(t_ll, [t_ll] * 3))
-            return builder.call(fn, args)
-        return t(t, t, t), codegen
-    return fma
+def _intr(name):
+    return lambda *args: ki.intrinsic(name, *args)
 
 
 # a*b + c with one rounding (llvm.fma: one vfmadd instruction on x86-64 with FMA)
-fma_f32 = _fma(types.float32, llir.FloatType())
-fma_f64 = _fma(types.float64, llir.DoubleType())
+fma_f32 = fma_f64 = _intr("fma")
+sqrt, floor, ceil, trunc, rint, copysign = (_intr(n) for n in ("sqrt", "floor", "ceil", "trunc", "rint", "copysign"))
+fmod = _intr("frem")        # IEEE fmod is exact: LLVM's frem gives libm's bits
 
+
+def _libm(name):
+    def call(*args):
+        args = [ki.val(a) for a in args]
+        t = args[0].t if args[0].t in ki.FLOATS else ki.F64
+        return ki.libm(name, *[ki.cast(a, t) for a in args])
+    return call
+
+
+LIBM = ("atan2", "nextafter", "hypot", "erfc", "lgamma", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+        "atanh")
+(c_atan2, c_nextafter, c_hypot, c_erfc, c_lgamma, c_asin, c_acos, c_atan, c_sinh, c_cosh, c_asinh, c_acosh,
+ c_atanh) = (_libm(n) for n in LIBM)
 
 # ---- float32 constants -----------------------------------------------------------------------------------
 F = np.float32
@@ -173,7 +194,7 @@ _F_PIO2_LO = F(1.5707963267948966 / 2.0 ** 58 - float(_F_PIO2_HI))
 
 
 # ==== float32 =============================================================================================
-@_jit
+@_def
 def _expm1_reduced_f32(r):
     p = _F_E7
     p = p * r + _F_E6
@@ -184,7 +205,7 @@ def _expm1_reduced_f32(r):
     return r + (r * r) * p
 
 
-@_jit
+@_def
 def _exp_reduce_f32(xc):
     """xc in [-104, 89] -> (r, k) with xc = k ln2 + r, |r| <= ln2/2 (Cody-Waite, two-part ln2).  k is the
     nearest integer to xc log2(e), found by adding 1.5 * 2^23 (the sum's low mantissa bits are k): float
@@ -192,66 +213,66 @@ def _exp_reduce_f32(xc):
     three times the instructions once vectorised, and int64 intermediates half the vector width)."""
     t = xc * _F_LOG2E + _F_SHIFT
     kf = t - _F_SHIFT
-    k = np.int32(f32_as_i32(t) - _I_SHIFT)
+    k = i32(f32_as_i32(t) - _I_SHIFT)
     r = xc - kf * _F_LN2_HI
     r = r - kf * _F_LN2_LO
     return r, k
 
 
-@_jit
+@_def
 def _pow2_f32(k):
     """2^k as a float32 for k in [-126, 127].  (Numba widens int32 arithmetic to int64; each step is cast back
     so that LLVM keeps the lanes 32-bit.)"""
-    return i32_as_f32(np.int32(np.int32(k + _I127) << _I23))
+    return i32_as_f32(i32(i32(k + _I127) << _I23))
 
 
-@_jit
+@_def
 def exp_f32(x):
-    x = F(x)
-    xc = x if x > F(-104.0) else F(-104.0)                # nan -> -104, repaired below
-    xc = xc if xc < F(89.0) else F(89.0)
+    x = f32(x)
+    xc = select(x > f32(-104.0), x, f32(-104.0))                # nan -> -104, repaired below
+    xc = select(xc < f32(89.0), xc, f32(89.0))
     r, k = _exp_reduce_f32(xc)
     p = _F1 + _expm1_reduced_f32(r)
-    k1 = np.int32(k >> _I1)                               # 2^k = 2^k1 2^k2: both normal for k in [-150, 128]
-    k2 = np.int32(k - k1)
+    k1 = i32(k >> _I1)                               # 2^k = 2^k1 2^k2: both normal for k in [-150, 128]
+    k2 = i32(k - k1)
     y = (p * _pow2_f32(k1)) * _pow2_f32(k2)
-    return x if x != x else y
+    return select(x != x, x, y)
 
 
-@_jit
+@_def
 def expm1_f32(x):
-    x = F(x)
-    xc = x if x > F(-18.0) else F(-18.0)                  # expm1(-18) rounds to -1
-    xc = xc if xc < F(89.0) else F(89.0)
+    x = f32(x)
+    xc = select(x > f32(-18.0), x, f32(-18.0))                  # expm1(-18) rounds to -1
+    xc = select(xc < f32(89.0), xc, f32(89.0))
     r, k = _exp_reduce_f32(xc)
     e = _expm1_reduced_f32(r)
     # expm1 x = 2^k (e + 1) - 1 = 2 (e h + (h - 1/2)), h = 2^(k-1): h - 1/2 is exact for k >= -24, no overflow
-    h = _pow2_f32(np.int32(k - _I1))
+    h = _pow2_f32(i32(k - _I1))
     y = _F2 * (e * h + (h - _FH))
-    y = x if abs(x) < F(2.0 ** -25) else y                # tiny and +-0 exactly
-    return x if x != x else y
+    y = select(abs(x) < f32(2.0 ** -25), x, y)                # tiny and +-0 exactly
+    return select(x != x, x, y)
 
 
-@_jit
+@_def
 def tanh_f32(x):
-    x = F(x)
+    x = f32(x)
     a = abs(x)
-    a = a if a < F(10.0) else F(10.0)                     # tanh(9.1) rounds to 1
+    a = select(a < f32(10.0), a, f32(10.0))                     # tanh(9.1) rounds to 1
     e = expm1_f32(a + a)
     y = e / (e + _F2)                                     # = tanh a, no cancellation anywhere
-    y = i32_as_f32(np.int32(f32_as_i32(y) | (f32_as_i32(x) & np.int32(-2147483648))))
-    return x if x != x else y
+    y = i32_as_f32(i32(f32_as_i32(y) | (f32_as_i32(x) & i32(-2147483648))))
+    return select(x != x, x, y)
 
 
-@_jit
+@_def
 def sigmoid_f32(x):
-    x = F(x)
+    x = f32(x)
     e = exp_f32(-abs(x))                                  # never overflows
-    y = (_F1 if x >= _F0 else e) / (_F1 + e)
-    return x if x != x else y
+    y = (select(x >= _F0, _F1, e)) / (_F1 + e)
+    return select(x != x, x, y)
 
 
-@_jit
+@_def
 def _log1p_core_f32(f, kf, c):
     """log(1+f) + k ln2 + c for f in [sqrt(1/2)-1, sqrt(2)-1] (fdlibm's formulation)."""
     s = f / (_F2 + f)
@@ -261,91 +282,91 @@ def _log1p_core_f32(f, kf, c):
     return kf * _F_LN2_HI - ((hfsq - (s * (hfsq + R) + (kf * _F_LN2_LO + c))) - f)
 
 
-@_jit
+@_def
 def log_f32(x):
-    x = F(x)
-    sub = x < F(1.1754943508222875e-38)
-    xs = x * F(8388608.0) if sub else x                   # denormals: scale by 2^23 first
+    x = f32(x)
+    sub = x < f32(1.1754943508222875e-38)
+    xs = select(sub, x * f32(8388608.0), x)                   # denormals: scale by 2^23 first
     # int32 lanes (cast back after each step: Numba widens int32 arithmetic); negative and NaN inputs may wrap,
     # their results are selected below
-    ix = np.int32(f32_as_i32(xs) + _I_LOG_OFF)
-    k = np.int32(np.int32(np.int32(ix >> _I23) - _I127) - (_I23 if sub else _I0))
-    m = i32_as_f32(np.int32(np.int32(ix & _I_MANT) + _I_SQRTH))   # in [sqrt(1/2), sqrt(2))
-    y = _log1p_core_f32(m - _F1, F(k), _F0)
-    y = x if not (x < _FINF) else y                       # +inf, nan
-    y = _FNAN if x < _F0 else y
-    return -_FINF if x == _F0 else y
+    ix = i32(f32_as_i32(xs) + _I_LOG_OFF)
+    k = i32(i32(i32(ix >> _I23) - _I127) - (select(sub, _I23, _I0)))
+    m = i32_as_f32(i32(i32(ix & _I_MANT) + _I_SQRTH))   # in [sqrt(1/2), sqrt(2))
+    y = _log1p_core_f32(m - _F1, f32(k), _F0)
+    y = select(not_(x < _FINF), x, y)                       # +inf, nan
+    y = select(x < _F0, _FNAN, y)
+    return select(x == _F0, -_FINF, y)
 
 
-@_jit
+@_def
 def log1p_f32(x):
-    x = F(x)
+    x = f32(x)
     u = _F1 + x
-    iu = np.int32(f32_as_i32(u) + _I_LOG_OFF)
-    k = np.int32(np.int32(iu >> _I23) - _I127)
+    iu = i32(f32_as_i32(u) + _I_LOG_OFF)
+    k = i32(i32(iu >> _I23) - _I127)
     # u = 1 + x rounded; c = (1 + x) - u to first order, divided by u (musl's correction)
-    c = (_F1 - (u - x)) if k >= 2 else (x - (u - _F1))
-    c = c / u if k < 25 else _F0
-    m = i32_as_f32(np.int32(np.int32(iu & _I_MANT) + _I_SQRTH))
-    y = _log1p_core_f32(m - _F1, F(k), c)
-    y = x if abs(x) < F(2.0 ** -25) else y
-    y = x if not (x < _FINF) else y
-    y = _FNAN if x < -_F1 else y
-    return -_FINF if x == -_F1 else y
+    c = select(k >= 2, _F1 - (u - x), x - (u - _F1))
+    c = select(k < 25, c / u, _F0)
+    m = i32_as_f32(i32(i32(iu & _I_MANT) + _I_SQRTH))
+    y = _log1p_core_f32(m - _F1, f32(k), c)
+    y = select(abs(x) < f32(2.0 ** -25), x, y)
+    y = select(not_(x < _FINF), x, y)
+    y = select(x < -_F1, _FNAN, y)
+    return select(x == -_F1, -_FINF, y)
 
 
-@_jit
+@_def
 def erf_f32(x):
-    x = F(x)
+    x = f32(x)
     a = abs(x)
     z = a * a
     p = _F_A[6]
     for i in range(5, -1, -1):
         p = p * z + _F_A[i]
     small = a * p
-    ac = a if a < F(4.0) else F(4.0)                      # erf(3.92) rounds to 1
+    ac = select(a < f32(4.0), a, f32(4.0))                      # erf(3.92) rounds to 1
     t = _F1 / (_F1 + _FH * ac)
     h = _F_B[5]
     for i in range(4, -1, -1):
         h = h * t + _F_B[i]
     large = _F1 - exp_f32(-(ac * ac)) * h
-    y = small if a < F(0.92) else large
-    y = i32_as_f32(np.int32(f32_as_i32(y) | (f32_as_i32(x) & np.int32(-2147483648))))
-    return x if x != x else y
+    y = select(a < f32(0.92), small, large)
+    y = i32_as_f32(i32(f32_as_i32(y) | (f32_as_i32(x) & i32(-2147483648))))
+    return select(x != x, x, y)
 
 
-@_jit
+@_def
 def _rem_pio2_f32(a):
     """a = |x| finite -> (r, q): a = q pi/2 + r (mod 2 pi), |r| <= pi/4, by Payne-Hanek in int64 arithmetic:
     exact for every float32, including 3.4e38.  Below 2^-20, r = a."""
-    ia = np.int64(f32_as_i32(a))
+    ia = i64(f32_as_i32(a))
     ex = ia >> 23
-    ex = ex if ex > _PH32_EXLO else _PH32_EXLO
-    ex = ex if ex < 254 else 254
+    ex = select(ex > _PH32_EXLO, ex, _PH32_EXLO)
+    ex = select(ex < 254, ex, 254)
     row = (ex - _PH32_EXLO) * 4
     m = (ia & 0x7FFFFF) | 0x800000
-    t = _PH32[row + 3] * m                                # column sums of m * window, then carries
-    t = _PH32[row + 2] * m + (t >> 24)
+    t = lookup(_PH32, row + 3) * m                                # column sums of m * window, then carries
+    t = lookup(_PH32, row + 2) * m + (t >> 24)
     l1 = t & _M24
-    t = _PH32[row + 1] * m + (t >> 24)
+    t = lookup(_PH32, row + 1) * m + (t >> 24)
     l2 = t & _M24
-    t = _PH32[row] * m + (t >> 24)
+    t = lookup(_PH32, row) * m + (t >> 24)
     l3 = t & _M24
     top = (l3 << 36) | (l2 << 12) | (l1 >> 12)            # x 2/pi mod 4 = top / 2^58
     top = top + (1 << 57)                                 # round to the nearest quadrant
     q = (top >> 58) & 3
     frac = (top & ((1 << 58) - 1)) - (1 << 57)
-    fh = F(frac)                                          # frac = fh + fl exactly
-    fl = F(frac - np.int64(fh))
+    fh = f32(frac)                                          # frac = fh + fl exactly
+    fl = f32(frac - i64(fh))
     p = fh * _F_PIO2_HI                                   # r + rl = frac pi/2 2^-58 in float-float
     e = fma_f32(fh, _F_PIO2_HI, -p) + (fh * _F_PIO2_LO + fl * _F_PIO2_HI)
     r = p + e
     rl = e - (r - p)
-    tiny = a < F(2.0 ** -20)
-    return (a if tiny else r), (_F0 if tiny else rl), (0 if tiny else q)
+    tiny = a < f32(2.0 ** -20)
+    return (select(tiny, a, r)), (select(tiny, _F0, rl)), (select(tiny, 0, q))
 
 
-@_jit
+@_def
 def _sincos_poly_f32(r, rl):
     """sin and cos of r + rl (rl a correction below half an ulp of r)."""
     z = r * r
@@ -354,39 +375,39 @@ def _sincos_poly_f32(r, rl):
     return s, c
 
 
-@_jit
+@_def
 def sin_f32(x):
-    x = F(x)
+    x = f32(x)
     r, rl, q = _rem_pio2_f32(abs(x))
     s, c = _sincos_poly_f32(r, rl)
-    y = c if q & 1 else s
-    y = -y if q & 2 else y
-    y = i32_as_f32(np.int32(f32_as_i32(y) ^ (f32_as_i32(x) & np.int32(-2147483648))))   # sin is odd
-    return y if abs(x) < _FINF else x - x
+    y = select(q & 1, c, s)
+    y = select(q & 2, -y, y)
+    y = i32_as_f32(i32(f32_as_i32(y) ^ (f32_as_i32(x) & i32(-2147483648))))   # sin is odd
+    return select(abs(x) < _FINF, y, x - x)
 
 
-@_jit
+@_def
 def cos_f32(x):
-    x = F(x)
+    x = f32(x)
     r, rl, q = _rem_pio2_f32(abs(x))
     s, c = _sincos_poly_f32(r, rl)
-    y = s if q & 1 else c
-    y = -y if (q + 1) & 2 else y
-    return y if abs(x) < _FINF else x - x
+    y = select(q & 1, s, c)
+    y = select((q + 1) & 2, -y, y)
+    return select(abs(x) < _FINF, y, x - x)
 
 
-@_jit
+@_def
 def tan_f32(x):
-    x = F(x)
+    x = f32(x)
     r, rl, q = _rem_pio2_f32(abs(x))
     s, c = _sincos_poly_f32(r, rl)
-    y = -c / s if q & 1 else s / c
-    y = i32_as_f32(np.int32(f32_as_i32(y) ^ (f32_as_i32(x) & np.int32(-2147483648))))
-    return y if abs(x) < _FINF else x - x
+    y = select(q & 1, -c / s, s / c)
+    y = i32_as_f32(i32(f32_as_i32(y) ^ (f32_as_i32(x) & i32(-2147483648))))
+    return select(abs(x) < _FINF, y, x - x)
 
 
 # ==== float64 =============================================================================================
-@_jit
+@_def
 def _expm1_reduced_f64(r):
     p = _D_E[10]
     for i in range(9, -1, -1):
@@ -394,20 +415,20 @@ def _expm1_reduced_f64(r):
     return r + (r * r) * p
 
 
-@_jit
+@_def
 def _exp_reduce_f64(xc):
-    k = np.int64(xc * _D_LOG2E + 2048.5) - 2048
-    kf = np.float64(k)
+    k = i64(xc * _D_LOG2E + 2048.5) - 2048
+    kf = f64(k)
     r = xc - kf * _D_LN2_HI
     r = r - kf * _D_LN2_LO
     return r, k
 
 
-@_jit
+@_def
 def _exp_dd_f64(hi, lo):
     """exp(hi + lo) for |lo| <= ulp(hi), hi finite; overflow -> inf, underflow -> 0 or denormal."""
-    xc = hi if hi > -746.0 else -746.0
-    xc = xc if xc < 710.0 else 710.0
+    xc = select(hi > -746.0, hi, -746.0)
+    xc = select(xc < 710.0, xc, 710.0)
     r, k = _exp_reduce_f64(xc)
     p = 1.0 + _expm1_reduced_f64(r + lo)
     k1 = k >> 1
@@ -415,46 +436,46 @@ def _exp_dd_f64(hi, lo):
     return (p * i64_as_f64((k1 + 1023) << 52)) * i64_as_f64((k2 + 1023) << 52)
 
 
-@_jit
+@_def
 def exp_f64(x):
-    x = np.float64(x)
+    x = f64(x)
     y = _exp_dd_f64(x, 0.0)
-    return x if x != x else y
+    return select(x != x, x, y)
 
 
-@_jit
+@_def
 def expm1_f64(x):
-    x = np.float64(x)
-    xc = x if x > -40.0 else -40.0
-    xc = xc if xc < 710.0 else 710.0
+    x = f64(x)
+    xc = select(x > -40.0, x, -40.0)
+    xc = select(xc < 710.0, xc, 710.0)
     r, k = _exp_reduce_f64(xc)
     e = _expm1_reduced_f64(r)
     h = i64_as_f64((k - 1 + 1023) << 52)
     y = 2.0 * (e * h + (h - 0.5))
-    y = x if abs(x) < 2.0 ** -54 else y
-    return x if x != x else y
+    y = select(abs(x) < 2.0 ** -54, x, y)
+    return select(x != x, x, y)
 
 
-@_jit
+@_def
 def tanh_f64(x):
-    x = np.float64(x)
+    x = f64(x)
     a = abs(x)
-    a = a if a < 20.0 else 20.0                           # tanh(19.1) rounds to 1
+    a = select(a < 20.0, a, 20.0)                           # tanh(19.1) rounds to 1
     e = expm1_f64(a + a)
     y = e / (e + 2.0)
-    y = i64_as_f64(f64_as_i64(y) | (f64_as_i64(x) & np.int64(-9223372036854775808)))
-    return x if x != x else y
+    y = i64_as_f64(f64_as_i64(y) | (f64_as_i64(x) & i64(-9223372036854775808)))
+    return select(x != x, x, y)
 
 
-@_jit
+@_def
 def sigmoid_f64(x):
-    x = np.float64(x)
+    x = f64(x)
     e = exp_f64(-abs(x))
-    y = (1.0 if x >= 0.0 else e) / (1.0 + e)
-    return x if x != x else y
+    y = (select(x >= 0.0, 1.0, e)) / (1.0 + e)
+    return select(x != x, x, y)
 
 
-@_jit
+@_def
 def _log1p_core_f64(f, kf, c):
     s = f / (2.0 + f)
     z = s * s
@@ -471,71 +492,71 @@ _D_ONE = 0x3FF0000000000000
 _D_MANT = 0x000FFFFFFFFFFFFF
 
 
-@_jit
+@_def
 def log_f64(x):
-    x = np.float64(x)
+    x = f64(x)
     sub = x < 2.2250738585072014e-308
-    xs = x * 18014398509481984.0 if sub else x            # 2^54
+    xs = select(sub, x * 18014398509481984.0, x)            # 2^54
     ix = f64_as_i64(xs) + (_D_ONE - _D_SQRTH)
-    k = (ix >> 52) - 1023 - (54 if sub else 0)
+    k = (ix >> 52) - 1023 - (select(sub, 54, 0))
     m = i64_as_f64((ix & _D_MANT) + _D_SQRTH)
-    y = _log1p_core_f64(m - 1.0, np.float64(k), 0.0)
-    y = x if not (x < np.inf) else y
-    y = np.nan if x < 0.0 else y
-    return -np.inf if x == 0.0 else y
+    y = _log1p_core_f64(m - 1.0, f64(k), 0.0)
+    y = select(not_(x < np.inf), x, y)
+    y = select(x < 0.0, np.nan, y)
+    return select(x == 0.0, -np.inf, y)
 
 
-@_jit
+@_def
 def log1p_f64(x):
-    x = np.float64(x)
+    x = f64(x)
     u = 1.0 + x
     iu = f64_as_i64(u) + (_D_ONE - _D_SQRTH)
     k = (iu >> 52) - 1023
-    c = (1.0 - (u - x)) if k >= 2 else (x - (u - 1.0))
-    c = c / u if k < 54 else 0.0
+    c = select(k >= 2, 1.0 - (u - x), x - (u - 1.0))
+    c = select(k < 54, c / u, 0.0)
     m = i64_as_f64((iu & _D_MANT) + _D_SQRTH)
-    y = _log1p_core_f64(m - 1.0, np.float64(k), c)
-    y = x if abs(x) < 2.0 ** -54 else y
-    y = x if not (x < np.inf) else y
-    y = np.nan if x < -1.0 else y
-    return -np.inf if x == -1.0 else y
+    y = _log1p_core_f64(m - 1.0, f64(k), c)
+    y = select(abs(x) < 2.0 ** -54, x, y)
+    y = select(not_(x < np.inf), x, y)
+    y = select(x < -1.0, np.nan, y)
+    return select(x == -1.0, -np.inf, y)
 
 
-@_jit
+@_def
 def erf_f64(x):
-    x = np.float64(x)
+    x = f64(x)
     a = abs(x)
     z = a * a
     p = _D_A[11]
     for i in range(10, -1, -1):
         p = p * z + _D_A[i]
     small = a * p
-    ac = a if a < 6.0 else 6.0                            # erf(5.93) rounds to 1
+    ac = select(a < 6.0, a, 6.0)                            # erf(5.93) rounds to 1
     t = 1.0 / (1.0 + 0.5 * ac)
     h = _D_B[12]
     for i in range(11, -1, -1):
         h = h * t + _D_B[i]
     large = 1.0 - exp_f64(-(ac * ac)) * h
-    y = small if a < 1.0 else large
-    y = i64_as_f64(f64_as_i64(y) | (f64_as_i64(x) & np.int64(-9223372036854775808)))
-    return x if x != x else y
+    y = select(a < 1.0, small, large)
+    y = i64_as_f64(f64_as_i64(y) | (f64_as_i64(x) & i64(-9223372036854775808)))
+    return select(x != x, x, y)
 
 
-@_jit
+@_def
 def _rem_pio2_f64(a):
     """Payne-Hanek for float64 (as _rem_pio2_f32, with the significand in three 24-bit limbs and a 192-bit
     window of 2/pi): exact for every finite double."""
     ia = f64_as_i64(a)
     ex = ia >> 52
-    ex = ex if ex > _PH64_EXLO else _PH64_EXLO
-    ex = ex if ex < 2046 else 2046
+    ex = select(ex > _PH64_EXLO, ex, _PH64_EXLO)
+    ex = select(ex < 2046, ex, 2046)
     b = (ex - _PH64_EXLO) * 8
     m = (ia & _D_MANT) | (1 << 52)
     m0 = m & _M24
     m1 = (m >> 24) & _M24
     m2 = m >> 48
-    w0, w1, w2, w3 = _PH64[b], _PH64[b + 1], _PH64[b + 2], _PH64[b + 3]
-    w4, w5, w6, w7 = _PH64[b + 4], _PH64[b + 5], _PH64[b + 6], _PH64[b + 7]
+    w0, w1, w2, w3 = lookup(_PH64, b), lookup(_PH64, b + 1), lookup(_PH64, b + 2), lookup(_PH64, b + 3)
+    w4, w5, w6, w7 = lookup(_PH64, b + 4), lookup(_PH64, b + 5), lookup(_PH64, b + 6), lookup(_PH64, b + 7)
     t = w7 * m0                                           # limb 0 (lowest)
     t = w6 * m0 + w7 * m1 + (t >> 24)
     t = w5 * m0 + w6 * m1 + w7 * m2 + (t >> 24)
@@ -554,13 +575,13 @@ def _rem_pio2_f64(a):
     top = top + (1 << 57)
     q = (top >> 58) & 3
     frac = (top & ((1 << 58) - 1)) - (1 << 57)
-    f = np.float64(frac) + np.float64(low) * 2.0 ** -60
+    f = f64(frac) + f64(low) * 2.0 ** -60
     r = f * (1.5707963267948966 / 2.0 ** 58)
     tiny = a < 2.0 ** -30
-    return (a if tiny else r), (0 if tiny else q)
+    return (select(tiny, a, r)), (select(tiny, 0, q))
 
 
-@_jit
+@_def
 def _sincos_poly_f64(r):
     z = r * r
     s = _D_S[6]
@@ -572,45 +593,45 @@ def _sincos_poly_f64(r):
     return r + (r * z) * s, (1.0 - 0.5 * z) + (z * z) * c
 
 
-@_jit
+@_def
 def sin_f64(x):
-    x = np.float64(x)
+    x = f64(x)
     r, q = _rem_pio2_f64(abs(x))
     s, c = _sincos_poly_f64(r)
-    y = c if q & 1 else s
-    y = -y if q & 2 else y
-    y = i64_as_f64(f64_as_i64(y) ^ (f64_as_i64(x) & np.int64(-9223372036854775808)))
-    return y if abs(x) < np.inf else x - x
+    y = select(q & 1, c, s)
+    y = select(q & 2, -y, y)
+    y = i64_as_f64(f64_as_i64(y) ^ (f64_as_i64(x) & i64(-9223372036854775808)))
+    return select(abs(x) < np.inf, y, x - x)
 
 
-@_jit
+@_def
 def cos_f64(x):
-    x = np.float64(x)
+    x = f64(x)
     r, q = _rem_pio2_f64(abs(x))
     s, c = _sincos_poly_f64(r)
-    y = s if q & 1 else c
-    y = -y if (q + 1) & 2 else y
-    return y if abs(x) < np.inf else x - x
+    y = select(q & 1, s, c)
+    y = select((q + 1) & 2, -y, y)
+    return select(abs(x) < np.inf, y, x - x)
 
 
-@_jit
+@_def
 def tan_f64(x):
-    x = np.float64(x)
+    x = f64(x)
     r, q = _rem_pio2_f64(abs(x))
     s, c = _sincos_poly_f64(r)
-    y = -c / s if q & 1 else s / c
-    y = i64_as_f64(f64_as_i64(y) ^ (f64_as_i64(x) & np.int64(-9223372036854775808)))
-    return y if abs(x) < np.inf else x - x
+    y = select(q & 1, -c / s, s / c)
+    y = i64_as_f64(f64_as_i64(y) ^ (f64_as_i64(x) & i64(-9223372036854775808)))
+    return select(abs(x) < np.inf, y, x - x)
 
 
-@_jit
+@_def
 def _log_dd_f64(a):
     """log a as hi + lo with about 2^-58 relative error, a > 0 finite (for pow: y*log a up to 745 must
     stay within 1e-15 absolute)."""
     sub = a < 2.2250738585072014e-308
-    xs = a * 18014398509481984.0 if sub else a
+    xs = select(sub, a * 18014398509481984.0, a)
     ix = f64_as_i64(xs) + (_D_ONE - _D_SQRTH)
-    k = np.float64((ix >> 52) - 1023 - (54 if sub else 0))
+    k = f64((ix >> 52) - 1023 - (select(sub, 54, 0)))
     f = i64_as_f64((ix & _D_MANT) + _D_SQRTH) - 1.0       # exact
     d = 2.0 + f                                           # s = f/(2+f) to ~2^-100: s + sl
     dl = (2.0 - d) + f
@@ -640,347 +661,343 @@ def _log_dd_f64(a):
     return h2, lo - (h2 - hi)
 
 
-@_jit
+@_def
 def pow_f64(x, y):
     """C99 / NumPy pow: exp(y log|x|) with log and the product in double-double, plus the sign and special
     cases (pow(x, 0) = 1, pow(1, y) = 1, pow(-1, +-inf) = 1, pow(0, y<0) = inf, negative base with
     non-integer y = nan, odd integer y keeps the sign of the base)."""
-    x = np.float64(x)
-    y = np.float64(y)
+    x = f64(x)
+    y = f64(y)
     a = abs(x)
     lh, ll = _log_dd_f64(a)
-    lh = -np.inf if a == 0.0 else lh                     # log 0 = -inf, log inf = inf: y log|x| is +-inf
-    lh = np.inf if a == np.inf else lh
+    lh = select(a == 0.0, -np.inf, lh)                     # log 0 = -inf, log inf = inf: y log|x| is +-inf
+    lh = select(a == np.inf, np.inf, lh)
     zh = y * lh
     zl = fma_f64(y, lh, -zh) + y * ll
-    zl = zl if abs(zh) < 1000.0 else 0.0                 # beyond that exp over/underflows anyway
-    zc = zh if zh < 1000.0 else 1000.0                    # nan (inf*0) -> 1000, fixed below
-    zc = zc if zc > -1000.0 else -1000.0
+    zl = select(abs(zh) < 1000.0, zl, 0.0)                 # beyond that exp over/underflows anyway
+    zc = select(zh < 1000.0, zh, 1000.0)                    # nan (inf*0) -> 1000, fixed below
+    zc = select(zc > -1000.0, zc, -1000.0)
     r = _exp_dd_f64(zc, zl)
     ay = abs(y)
     big = ay >= 9007199254740992.0                        # 2^53: integer and even
-    yc = y if ay < 9007199254740992.0 else 0.0
-    iy = np.int64(yc)
-    is_int = big or np.float64(iy) == yc
-    odd = (not big) and (iy & 1) == 1 and np.float64(iy) == yc
+    yc = select(ay < 9007199254740992.0, y, 0.0)
+    iy = i64(yc)
+    is_int = big | (f64(iy) == yc)
+    odd = (not_(big)) & ((iy & 1) == 1) & (f64(iy) == yc)
     neg = f64_as_i64(x) < 0
-    r = -r if (neg and odd) else r
-    r = np.nan if (x < 0.0 and x > -np.inf and not is_int and ay < np.inf) else r
-    r = x + y if (x != x or y != y) else r
-    r = 1.0 if (x == 1.0 or y == 0.0 or (x == -1.0 and ay == np.inf)) else r
+    r = select(neg & odd, -r, r)
+    r = select((x < 0.0) & (x > -np.inf) & (not_(is_int)) & (ay < np.inf), np.nan, r)
+    r = select((x != x) | (y != y), x + y, r)
+    r = select((x == 1.0) | (y == 0.0) | ((x == -1.0) & (ay == np.inf)), 1.0, r)
     return r
 
 
-@_jit
+@_def
 def pow_f32(x, y):
     """float64 inside, one rounding at the end (as musl/glibc powf): float32 y*log x would lose ~7 bits."""
-    return F(pow_f64(np.float64(x), np.float64(y)))
+    return f32(pow_f64(f64(x), f64(y)))
 
 
 # ==== simple ones ===========================================================================================
-@_jit
+@_def
 def sqrt_f32(x):
-    return math.sqrt(F(x))
+    return sqrt(f32(x))
 
 
-@_jit
+@_def
 def sqrt_f64(x):
-    return math.sqrt(np.float64(x))
+    return sqrt(f64(x))
 
 
-@_jit
+@_def
 def rsqrt_f32(x):
-    return _F1 / math.sqrt(F(x))
+    return _F1 / sqrt(f32(x))
 
 
-@_jit
+@_def
 def rsqrt_f64(x):
-    return 1.0 / math.sqrt(np.float64(x))
+    return 1.0 / sqrt(f64(x))
 
 
-@_jit
+@_def
 def abs_f32(x):
-    return abs(F(x))
+    return abs(f32(x))
 
 
-@_jit
+@_def
 def abs_f64(x):
-    return abs(np.float64(x))
+    return abs(f64(x))
 
 
-@_jit
+@_def
 def sign_f32(x):
-    x = F(x)
-    y = _F1 if x > _F0 else (-_F1 if x < _F0 else _F0)
-    return x if x != x else y
+    x = f32(x)
+    y = select(x > _F0, _F1, select(x < _F0, -_F1, _F0))
+    return select(x != x, x, y)
 
 
-@_jit
+@_def
 def sign_f64(x):
-    x = np.float64(x)
-    y = 1.0 if x > 0.0 else (-1.0 if x < 0.0 else 0.0)
-    return x if x != x else y
+    x = f64(x)
+    y = select(x > 0.0, 1.0, select(x < 0.0, -1.0, 0.0))
+    return select(x != x, x, y)
 
 
-@_jit
+@_def
 def max_f32(a, b):
     """np.maximum: NaN if either is NaN."""
-    a = F(a)
-    b = F(b)
-    return a if (a > b or a != a) else b
+    a = f32(a)
+    b = f32(b)
+    return select((a > b) | (a != a), a, b)
 
 
-@_jit
+@_def
 def min_f32(a, b):
-    a = F(a)
-    b = F(b)
-    return a if (a < b or a != a) else b
+    a = f32(a)
+    b = f32(b)
+    return select((a < b) | (a != a), a, b)
 
 
-@_jit
+@_def
 def max_f64(a, b):
-    a = np.float64(a)
-    b = np.float64(b)
-    return a if (a > b or a != a) else b
+    a = f64(a)
+    b = f64(b)
+    return select((a > b) | (a != a), a, b)
 
 
-@_jit
+@_def
 def min_f64(a, b):
-    a = np.float64(a)
-    b = np.float64(b)
-    return a if (a < b or a != a) else b
+    a = f64(a)
+    b = f64(b)
+    return select((a < b) | (a != a), a, b)
 
 
-@_jit
+@_def
 def isfinite_f32(x):
-    return abs(F(x)) < _FINF
+    return abs(f32(x)) < _FINF
 
 
-@_jit
+@_def
 def isfinite_f64(x):
-    return abs(np.float64(x)) < np.inf
+    return abs(f64(x)) < np.inf
 
 
-@_jit
+@_def
 def atan2_f32(y, x):
     """float64 inside, one rounding at the end: within an ulp of atan2f (a libm call: it does not vectorise)."""
-    return F(math.atan2(np.float64(y), np.float64(x)))
+    return f32(c_atan2(f64(y), f64(x)))
 
 
-@_jit
+@_def
 def atan2_f64(y, x):
-    return math.atan2(np.float64(y), np.float64(x))
+    return c_atan2(f64(y), f64(x))
 
 
-@_jit
+@_def
 def nextafter_f32(x, y):
-    return F(np.nextafter(F(x), F(y)))
+    return f32(c_nextafter(f32(x), f32(y)))
 
 
-@_jit
+@_def
 def nextafter_f64(x, y):
-    return np.nextafter(np.float64(x), np.float64(y))
+    return c_nextafter(f64(x), f64(y))
 
 
 # ---- rounding, hypot, fmod, copysign, erfc (LLVM intrinsics or libm; -0.0 and infinities as C) ------------
-@_jit
+@_def
 def floor_f32(x):
-    return np.floor(F(x))
+    return floor(f32(x))
 
 
-@_jit
+@_def
 def floor_f64(x):
-    return np.floor(np.float64(x))
+    return floor(f64(x))
 
 
-@_jit
+@_def
 def ceil_f32(x):
-    return np.ceil(F(x))
+    return ceil(f32(x))
 
 
-@_jit
+@_def
 def ceil_f64(x):
-    return np.ceil(np.float64(x))
+    return ceil(f64(x))
 
 
-@_jit
+@_def
 def trunc_f32(x):
-    return np.trunc(F(x))
+    return trunc(f32(x))
 
 
-@_jit
+@_def
 def trunc_f64(x):
-    return np.trunc(np.float64(x))
+    return trunc(f64(x))
 
 
-@_jit
+@_def
 def round_f32(x):
     """Half to even (torch.round, np.rint)."""
-    return np.rint(F(x))
+    return rint(f32(x))
 
 
-@_jit
+@_def
 def round_f64(x):
-    return np.rint(np.float64(x))
+    return rint(f64(x))
 
 
-@_jit
+@_def
 def hypot_f32(x, y):
-    return F(math.hypot(np.float64(x), np.float64(y)))
+    return f32(c_hypot(f64(x), f64(y)))
 
 
-@_jit
+@_def
 def hypot_f64(x, y):
-    return math.hypot(np.float64(x), np.float64(y))
+    return c_hypot(f64(x), f64(y))
 
 
-@_jit
+@_def
 def fmod_f32(x, y):
-    return np.fmod(F(x), F(y))
+    return fmod(f32(x), f32(y))
 
 
-@_jit
+@_def
 def fmod_f64(x, y):
-    return np.fmod(np.float64(x), np.float64(y))
+    return fmod(f64(x), f64(y))
 
 
-@_jit
+@_def
 def copysign_f32(x, y):
-    return np.copysign(F(x), F(y))
+    return copysign(f32(x), f32(y))
 
 
-@_jit
+@_def
 def copysign_f64(x, y):
-    return np.copysign(np.float64(x), np.float64(y))
+    return copysign(f64(x), f64(y))
 
 
-@_jit
+@_def
 def erfc_f32(x):
     """float64 inside (libm's erfc), one rounding: erfc's tail needs the relative accuracy 1 - erf loses."""
-    return F(math.erfc(np.float64(x)))
+    return f32(c_erfc(f64(x)))
 
 
-@_jit
+@_def
 def erfc_f64(x):
-    return math.erfc(np.float64(x))
+    return c_erfc(f64(x))
 
 
-@_jit
+@_def
 def lgamma_f32(x):
-    return F(lgamma_f64(np.float64(x)))
+    return f32(lgamma_f64(f64(x)))
 
 
-@_jit
+@_def
 def lgamma_f64(x):
     """libm's lgamma (+inf at the poles and at +-inf, as torch)."""
-    x = np.float64(x)
-    return np.inf if x == -np.inf else math.lgamma(x)
+    x = f64(x)
+    return select(x == -np.inf, np.inf, c_lgamma(x))
 
 
 # ---- inverse trigonometric and hyperbolic functions (libm: nan outside the domain, inf on overflow) -----
-@_jit
+@_def
 def asin_f32(x):
     """float64 inside (libm's asin), one rounding."""
-    return F(math.asin(np.float64(x)))
+    return f32(c_asin(f64(x)))
 
 
-@_jit
+@_def
 def asin_f64(x):
-    return math.asin(np.float64(x))
+    return c_asin(f64(x))
 
 
-@_jit
+@_def
 def acos_f32(x):
     """float64 inside (libm's acos), one rounding."""
-    return F(math.acos(np.float64(x)))
+    return f32(c_acos(f64(x)))
 
 
-@_jit
+@_def
 def acos_f64(x):
-    return math.acos(np.float64(x))
+    return c_acos(f64(x))
 
 
-@_jit
+@_def
 def atan_f32(x):
     """float64 inside (libm's atan), one rounding."""
-    return F(math.atan(np.float64(x)))
+    return f32(c_atan(f64(x)))
 
 
-@_jit
+@_def
 def atan_f64(x):
-    return math.atan(np.float64(x))
+    return c_atan(f64(x))
 
 
-@_jit
+@_def
 def sinh_f32(x):
     """float64 inside (libm's sinh), one rounding."""
-    return F(math.sinh(np.float64(x)))
+    return f32(c_sinh(f64(x)))
 
 
-@_jit
+@_def
 def sinh_f64(x):
-    return math.sinh(np.float64(x))
+    return c_sinh(f64(x))
 
 
-@_jit
+@_def
 def cosh_f32(x):
     """float64 inside (libm's cosh), one rounding."""
-    return F(math.cosh(np.float64(x)))
+    return f32(c_cosh(f64(x)))
 
 
-@_jit
+@_def
 def cosh_f64(x):
-    return math.cosh(np.float64(x))
+    return c_cosh(f64(x))
 
 
-@_jit
+@_def
 def asinh_f32(x):
     """float64 inside (libm's asinh), one rounding."""
-    return F(math.asinh(np.float64(x)))
+    return f32(c_asinh(f64(x)))
 
 
-@_jit
+@_def
 def asinh_f64(x):
-    return math.asinh(np.float64(x))
+    return c_asinh(f64(x))
 
 
-@_jit
+@_def
 def acosh_f32(x):
     """float64 inside (libm's acosh), one rounding."""
-    return F(math.acosh(np.float64(x)))
+    return f32(c_acosh(f64(x)))
 
 
-@_jit
+@_def
 def acosh_f64(x):
-    return math.acosh(np.float64(x))
+    return c_acosh(f64(x))
 
 
-@_jit
+@_def
 def atanh_f32(x):
     """float64 inside (libm's atanh), one rounding."""
-    return F(math.atanh(np.float64(x)))
+    return f32(c_atanh(f64(x)))
 
 
-@_jit
+@_def
 def atanh_f64(x):
-    return math.atanh(np.float64(x))
-
+    return c_atanh(f64(x))
 
 # the functions this module provides: the math table's rows whose CPU forms live here
-_NAMES = tuple(n for n, row in MATH.items() if row.f32.startswith("mathlib."))
-_SUFFIX = {"float32": "f32", "float64": "f64"}
-FUNCS = {(n, d): globals()[f"{n}_{s}"] for n in _NAMES for d, s in _SUFFIX.items()}
+NAMES = tuple(n for n, row in MATH.items() if row.f32.startswith("mathlib."))
 
 
-def scalar_namespace(dtype_name: str) -> dict:
-    """Names used in OpDef scalar bodies (``exp``, ``max``, ...) -> njit functions of that precision.  Every
-    function converts its arguments to the precision first, so ``max(x, 0)`` stays float32 in a float32 loop."""
-    try:
-        suffix = _SUFFIX[dtype_name]
-    except KeyError:
-        raise KeyError(f"mathlib has float32 and float64 functions, not {dtype_name}") from None
-    return {n: globals()[f"{n}_{suffix}"] for n in _NAMES}
+def expand(name: str, precision: str, args):
+    """Math call ``name`` at ``precision`` (f32 | f64) on IR values ``args``: its computation as kernel IR, built
+    with mathlib's fast-math flags."""
+    fn = DEFS.get(f"{name}_{precision}")
+    if fn is None:
+        raise KeyError(f"mathlib has no {name}_{precision}")
+    with ki.fastmath(ki.MATHLIB_FASTMATH):
+        return fn(*args)
 
 
-__all__ = ["FUNCS", "FASTMATH", "scalar_namespace", "f32_as_i32", "i32_as_f32", "f64_as_i64", "i64_as_f64",
-           "fma_f32", "fma_f64"] + [f"{n}_{s}" for n in _NAMES for s in ("f32", "f64")]
+__all__ = ["DEFS", "NAMES", "FASTMATH", "expand"]

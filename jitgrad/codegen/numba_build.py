@@ -1,5 +1,5 @@
-"""Compiling with Numba: the kernels ``ir_loops`` cannot translate (parallel ``prange`` loops, ``philox`` and
-``intmath`` calls, mathlib functions with branches or helper-built tables), keeping the object code Numba emits
+"""Compiling with Numba: the kernels ``ir_loops`` cannot render to LLVM IR (``philox`` and ``intmath`` calls,
+float floor division), from their rendered text (``numba_render.py``), keeping the object code Numba emits
 (``build.py`` puts it on disk and links it like any other).
 
 Also here: where Numba caches jitgrad's own ``cache=True`` helpers (``numba_cache_dir``: only a directory nobody
@@ -19,7 +19,7 @@ from . import cache, objload, objstore
 LEAN_LLVM = os.environ.get("JITGRAD_LEAN_LLVM", "0") == "1"     # opt-in, see _lean
 
 
-_HELPERS = ("jitgrad.codegen.mathlib", "jitgrad.codegen.intmath", "jitgrad.codegen.philox")
+_HELPERS = ("jitgrad.codegen.mathlib_numba", "jitgrad.codegen.intmath", "jitgrad.codegen.philox")
 _NUMBA_DIR = None
 
 

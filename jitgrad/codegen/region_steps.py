@@ -14,47 +14,9 @@ import numpy as np
 
 from ..ir import dtypes as dt
 from .layout import Program, Step, stride_class
-from .loops import CONTIG, Kernel, _load, _Nest, _store, _tname
 from .lowering import emits
 from .places import bcast_strides, coalesce, region_place
-
-
-def gen_region(dtype: dt.DType, rank: int, src_cls: str, dst_cls: str, accumulate: bool) -> Kernel:
-    """``dst[...] = src`` or ``dst[...] += src`` over ``rank`` dims, both operands strided."""
-    nest = _Nest(rank, [src_cls, dst_cls], False)
-    nest.operand(0, dtype)
-    nest.operand(1, dtype)
-    v = _load(0, nest, dtype)
-    if accumulate:
-        v = f"{_tname(dtype)}({v} + {_load(1, nest, dtype)})"
-    body = [f"v = {v}", _store(1, nest, dtype, "v")]
-    lines = ["def kernel(A):"] + nest.loops(body, (0, 1))
-    return Kernel("copy", "\n".join(lines), rank=rank, operands=[None, None], classes=[src_cls, dst_cls],
-                  parallel=False, label="index_put (region)")
-
-
-def _row_kernel(kind, dtype: dt.DType, idx_dtype: dt.DType, accumulate=False) -> Kernel:
-    """Rows ``x[idx[i]]`` copied out (``gather``) or written/added in (``scatter``), the row loop contiguous.
-    Block: n (indices), c (row length), x/out (address, row stride, rows), idx (address, stride), the other
-    operand (address, row stride), IE (the index-error array's address, step id)."""
-    from .loops import _NP_TYPE
-    t, it = _NP_TYPE[dtype.name], _NP_TYPE[idx_dtype.name]
-    tn = _tname(dtype)
-    if kind == "gather":
-        move = "store(po, o + j, px[b + j])"
-    elif accumulate:
-        move = f"store(px, b + j, {tn}(px[b + j] + po[o + j]))"
-    else:
-        move = "store(px, b + j, po[o + j])"
-    lines = ["def kernel(A):", "    n = A[0]", "    c = A[1]", f"    px = ptr_{t}(A[2])", "    sx = A[3]",
-             "    nx = A[4]", f"    pi = ptr_{it}(A[5])", "    si = A[6]", f"    po = ptr_{t}(A[7])", "    so = A[8]",
-             "    for i in range(n):", "        r0 = int64(pi[i * si])", "        j0 = r0 + nx if r0 < 0 else r0",
-             "        if j0 < 0 or j0 >= nx:", "            ie = ptr_i64(A[9])", "            if ie[0] == 0:",
-             "                ie[0] = 1", "                ie[1] = A[10]", "                ie[2] = r0",
-             "                ie[3] = 0", "            continue", "        b = j0 * sx", "        o = i * so",
-             "        for j in range(c):", "            " + move]
-    return Kernel(kind, "\n".join(lines), rank=2, operands=[None, None, None], classes=[CONTIG] * 3,
-                  parallel=False, label=f"row {kind}")
+from .region_loops import gen_region, row_kernel
 
 
 @emits("region", target="cpu")
@@ -115,7 +77,7 @@ def _row_operands(prog: Program, x, idx, v):
     return si, sv
 
 def _emit_rows(prog: Program, e, kind, x, idx, pdata, pother, si, so):
-    st = Step("kernel", _row_kernel(kind, x.aval.dtype, idx.aval.dtype, e.params.get("accumulate", False)),
+    st = Step("kernel", row_kernel(kind, x.aval.dtype, idx.aval.dtype, e.params.get("accumulate", False)),
               label=f"row {kind}", shapes=[list(x.aval.shape), list(idx.aval.shape)], scope=e.scope)
     st.block = len(prog.table)
     prog.table += [int(np.prod(idx.aval.shape)), int(np.prod(x.aval.shape[1:]))]
@@ -166,4 +128,4 @@ def _row_stride(strides, shape):
     return st[0] if len(sh) == 1 else None
 
 
-__all__ = ["region", "row_gather", "row_scatter", "gen_region"]
+__all__ = ["region", "row_gather", "row_scatter"]

@@ -8,6 +8,7 @@ input's shape and dtype, so the rules below stay pure calculus.
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 
@@ -103,7 +104,7 @@ def _out(ctx):
 
 
 # ---- unary ----------------------------------------------------------------------------------------
-ew("neg", np.negative, lambda c, g: (-g,), lambda m, x: f"(-{x})", kind="nobool")
+ew("neg", np.negative, lambda c, g: (-g,), lambda m, x: -x, kind="nobool")
 ew("copy", np.copy, lambda c, g: (g,), lambda m, x: x, grad_name="CloneBackward0")
 ew("exp", np.exp, lambda c, g: (g * _out(c),), lambda m, x: m.exp(x), "float", saves_out=(0,))
 ew("log", np.log, lambda c, g: (g / _in(c),), lambda m, x: m.log(x), "float", saves_in=(0,))
@@ -145,7 +146,7 @@ def _sign(x):
 # torch: zeros_like(grad), not grad * 0 (nan where the incoming gradient is inf)
 ew("sign", _sign, lambda c, g: (g.new_zeros(g.shape),), lambda m, x: m.sign(x), grad_name="SignBackward0")
 ew("reciprocal", lambda x: np.reciprocal(x.astype(np.result_type(x.dtype, np.float32), copy=False)),
-   lambda c, g: (-g * (_out(c) * _out(c)),), lambda m, x: f"({m.lit(1.0)} / {x})", "float", saves_out=(0,))  # torch's order
+   lambda c, g: (-g * (_out(c) * _out(c)),), lambda m, x: m.lit(1.0) / x, "float", saves_out=(0,))  # torch's order
 def _erf(x):
     if type(x) is np.ndarray and x.dtype == np.float32:
         from .numpy_erf import erf_float32      # SciPy's float32 erf is scalar code: 12 ns an element
@@ -157,18 +158,18 @@ def _erf(x):
 ew("erf", _erf, lambda c, g: (g * (-(_in(c) * _in(c))).exp() * _SQRT_2_OVER_PI,), lambda m, x: m.erf(x),
    "float", saves_in=(0,))
 ew("isfinite", np.isfinite, None, lambda m, x: m.isfinite(x), "bool")
-ew("logical_not", np.logical_not, None, lambda m, x: f"(not {x})", "bool")
+ew("logical_not", np.logical_not, None, lambda m, x: m.not_(x), "bool")
 register(OpDef("cast", "elementwise", _rule("cast", "cast"),
                lambda x, dtype: np.asarray(x).astype(dtype.np),
-               _ew_vjp(lambda c, g: (g,)), scalar=lambda m, x, dtype: f"{dtype.name}({x})",
+               _ew_vjp(lambda c, g: (g,)), scalar=lambda m, x, dtype: m.cast(x, dtype),
                grad_name="ToCopyBackward0"))
 
 # ---- binary ---------------------------------------------------------------------------------------
-ew("add", np.add, lambda c, g: (g, g), lambda m, x, y: f"({x} + {y})")
-ew("sub", np.subtract, lambda c, g: (g, -g), lambda m, x, y: f"({x} - {y})", kind="nobool")
+ew("add", np.add, lambda c, g: (g, g), lambda m, x, y: x + y)
+ew("sub", np.subtract, lambda c, g: (g, -g), lambda m, x, y: x - y, kind="nobool")
 ew("mul", np.multiply, lambda c, g: (g * _in(c, 1) if c.needs_grad[0] else None,
                                      g * _in(c, 0) if c.needs_grad[1] else None),
-   lambda m, x, y: f"({x} * {y})", saves_in=(0, 1), saved_for={0: (1,), 1: (0,)})
+   lambda m, x, y: x * y, saves_in=(0, 1), saved_for={0: (1,), 1: (0,)})
 def _div_vjp(c, g):
     # torch's formulas, term for term, so that infinities, zeros and the second order agree:
     # d/dy = -g * ((x / y) / y).  A Python-number numerator is torch's ``s / t = t.reciprocal() * s``, whose
@@ -184,7 +185,7 @@ def _div_vjp(c, g):
     return (g / y if c.needs_grad[0] else None, gy)
 
 
-ew("div", np.true_divide, _div_vjp, lambda m, x, y: f"({x} / {y})", "float", saves_in=(0, 1), saved_for={0: (1,)})
+ew("div", np.true_divide, _div_vjp, lambda m, x, y: x / y, "float", saves_in=(0, 1), saved_for={0: (1,)})
 
 
 def _int_zero_check(y):
@@ -208,9 +209,9 @@ def _remainder(x, y):
     return np.remainder(x, y)
 
 
-ew("floordiv", _floordiv, None, lambda m, x, y: f"({x} // {m.nonzero(y)})", kind="nobool")
+ew("floordiv", _floordiv, None, lambda m, x, y: x // m.nonzero(y), kind="nobool")
 ew("mod", _remainder, lambda c, g: (g, -(g * (_in(c, 0) // _in(c, 1))) if c.needs_grad[1] else None),
-   lambda m, x, y: f"({x} % {m.nonzero(y)})", saves_in=(0, 1), grad_name="RemainderBackward0", kind="nobool",
+   lambda m, x, y: x % m.nonzero(y), saves_in=(0, 1), grad_name="RemainderBackward0", kind="nobool",
    saved_for={0: (1,), 1: (1,)})
 
 
@@ -300,11 +301,12 @@ register(OpDef("nextafter", "elementwise", _nextafter_rule, np.nextafter, _nexta
 ew("maximum", np.maximum, _max_vjp, lambda m, x, y: m.max(x, y), saves_in=(0, 1))
 ew("minimum", np.minimum, _min_vjp, lambda m, x, y: m.min(x, y), saves_in=(0, 1))
 
-for _n, _f, _s in (("lt", np.less, "<"), ("le", np.less_equal, "<="), ("gt", np.greater, ">"),
-                   ("ge", np.greater_equal, ">="), ("eq", np.equal, "=="), ("ne", np.not_equal, "!=")):
-    ew(_n, _f, None, (lambda s: lambda m, x, y: f"({x} {s} {y})")(_s), "bool")
-ew("logical_and", np.logical_and, None, lambda m, x, y: f"({x} and {y})", "bool")
-ew("logical_or", np.logical_or, None, lambda m, x, y: f"({x} or {y})", "bool")
+for _n, _f, _s in (("lt", np.less, operator.lt), ("le", np.less_equal, operator.le),
+                   ("gt", np.greater, operator.gt), ("ge", np.greater_equal, operator.ge),
+                   ("eq", np.equal, operator.eq), ("ne", np.not_equal, operator.ne)):
+    ew(_n, _f, None, (lambda s: lambda m, x, y: s(x, y))(_s), "bool")
+ew("logical_and", np.logical_and, None, lambda m, x, y: m.and_(x, y), "bool")
+ew("logical_or", np.logical_or, None, lambda m, x, y: m.or_(x, y), "bool")
 
 
 # ---- ternary --------------------------------------------------------------------------------------
@@ -318,7 +320,7 @@ def _where_rule(avals, params):
 
 register(OpDef("where", "elementwise", _where_rule, np.where,
                _ew_vjp(lambda c, g: (None, g.where(_in(c, 0), 0.0), g.where(~_in(c, 0), 0.0))),
-               scalar=lambda m, c, x, y: f"({x} if {c} else {y})", saves_in=(0,), nondiff_inputs=(0,)))
+               scalar=lambda m, c, x, y: m.select(c, x, y), saves_in=(0,), nondiff_inputs=(0,)))
 
 
 def _clamp_rule(avals, params):
@@ -349,9 +351,9 @@ def _clamp_vjp(c, g):
 def _clamp_scalar(m, x, min=None, max=None):
     e = x
     if min is not None:
-        e = m.max(e, repr(min))
+        e = m.max(e, min)
     if max is not None:
-        e = m.min(e, repr(max))
+        e = m.min(e, max)
     return e
 
 

@@ -133,7 +133,7 @@ def _tanh_bwd_vjp(c, h):
 
 
 register(OpDef("tanh_backward", "elementwise", _tanh_bwd_rule, _tanh_bwd_impl, _tanh_bwd_vjp,
-               scalar=lambda m, g, y: f"({g} * ({m.lit(1.0)} - {y} * {y}))", saves_in=(0, 1), grad_name="TanhBackwardBackward0",
+               scalar=lambda m, g, y: g * (m.lit(1.0) - y * y), saves_in=(0, 1), grad_name="TanhBackwardBackward0",
                decompose=lambda b, g, y: g * (1.0 - y * y),
                doc="tanh's vjp in eager mode, g * (1 - y^2): one op instead of three"))
 register(OpDef("softmax", "reduce", _float_rule("softmax"), _softmax_impl, _softmax_vjp,

@@ -70,9 +70,9 @@ def _gelu_scalar(m, x, approximate="none"):
     # used only where gelu is not decomposed (the traced path expands _gelu_decompose)
     half, one = m.lit(0.5), m.lit(1.0)
     if approximate == "tanh":
-        inner = f"{m.lit(_TANH_K)} * ({x} + {m.lit(_TANH_C)} * {x} * {x} * {x})"
-        return f"({half} * {x} * ({one} + {m.tanh(inner)}))"
-    return f"({half} * {x} * ({one} + {m.erf(f'{x} * {m.lit(_SQRT_HALF)}')}))"
+        inner = m.lit(_TANH_K) * (x + m.lit(_TANH_C) * x * x * x)
+        return half * x * (one + m.tanh(inner))
+    return half * x * (one + m.erf(x * m.lit(_SQRT_HALF)))
 
 
 register(OpDef("gelu", "elementwise", _gelu_rule, _gelu_impl, _gelu_vjp, scalar=_gelu_scalar, saves_in=(0,),

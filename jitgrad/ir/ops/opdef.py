@@ -62,8 +62,10 @@ class OpDef:
     shape_dtype (avals, params) -> list[Aval] of outputs; raises OpError naming the op
     impl        (*arrays, **params) -> array, or tuple of arrays when nout > 1 (NumPy)
     vjp         (ctx, *cotangents) -> tuple of per-input cotangents, or None if not differentiable
-    scalar      elementwise only: (m, *arg_exprs, **params) -> expression string of the scalar body; math
-                functions are called through ``m`` (``m.exp(x)``, ``m.lit(1.0)``: codegen/math_table.py)
+    scalar      elementwise only: (m, *args, **params) -> the scalar body's value, built from its argument
+                values with Python's operators (``x * y``, ``x < y``) and ``m`` (math calls ``m.exp(x)``, literals
+                ``m.lit(1.0)``, ``m.select(c, x, y)``, ``m.cast(x, dtype)``, ``m.not_/and_/or_``); codegen passes
+                kernel IR values (codegen/math_table.MathCalls, codegen/kernel_ir.py), so no text is written
     grad_name   the backward node's name (``MulBackward0``)
     saves_in    input indices the vjp reads;  saves_out: output indices the vjp reads
     saved_for   {input i: inputs whose gradient reads it}: input i is saved only if one of those needs a

@@ -115,10 +115,10 @@ def _int_op(name, impl, scalar, kernel, allow_bool=True, nargs=2):
                    doc=f"elementwise {name} of integer (or bool) tensors"))
 
 
-_int_op("bitwise_and", np.bitwise_and, lambda m, x, y: f"({x} & {y})", "bitwise_and_cpu")
-_int_op("bitwise_or", np.bitwise_or, lambda m, x, y: f"({x} | {y})", "bitwise_or_cpu")
-_int_op("bitwise_xor", np.bitwise_xor, lambda m, x, y: f"({x} ^ {y})", "bitwise_xor_cpu")
-_int_op("bitwise_not", np.invert, lambda m, x: f"(not {x})" if m.dtype == "bool" else f"(~{x})", "bitwise_not_cpu")
+_int_op("bitwise_and", np.bitwise_and, lambda m, x, y: x & y, "bitwise_and_cpu")
+_int_op("bitwise_or", np.bitwise_or, lambda m, x, y: x | y, "bitwise_or_cpu")
+_int_op("bitwise_xor", np.bitwise_xor, lambda m, x, y: x ^ y, "bitwise_xor_cpu")
+_int_op("bitwise_not", np.invert, lambda m, x: m.not_(x) if m.dtype == "bool" else ~x, "bitwise_not_cpu")
 
 
 def _width(x):
@@ -144,8 +144,8 @@ def _shift_scalar(left):
     def s(m, x, y):
         w = _BITS.get(m.dtype, 64)
         if left:
-            return f"(({x} << {y}) if (0 <= {y} < {w}) else {m.lit(0)})"
-        return f"({x} >> ({y} if (0 <= {y} < {w}) else {w - 1}))"
+            return m.select(m.and_(y >= 0, y < w), x << y, m.lit(0))
+        return x >> m.select(m.and_(y >= 0, y < w), y, w - 1)
     return s
 
 
@@ -210,7 +210,7 @@ def _xlogy_vjp(c, g):
 
 def _xlogy_scalar(m, x, y, plus1=False):
     log = m.log1p(y) if plus1 else m.log(y)
-    return f"({m.lit(0.0)} if ({x} == 0 and {y} == {y}) else {x} * {log})"
+    return m.select(m.and_(x == 0, y == y), m.lit(0.0), x * log)
 
 
 ew("xlogy", _xlogy, _xlogy_vjp, _xlogy_scalar, "float", saves_in=(0, 1),

@@ -67,7 +67,7 @@ def _amax_vjp(c, g):
 
 
 register(OpDef("sum", "reduce", _rule("sum", "acc"), _sum_impl, _sum_vjp,
-               scalar=lambda m, acc, x: f"{acc} + {x}"))
+               scalar=lambda m, acc, x: acc + x))
 register(OpDef("amax", "reduce", _rule("amax"),
                lambda x, axes, keepdims, evenly=False: np.maximum.reduce(x, axis=axes, keepdims=keepdims),
                _amax_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda m, acc, x: m.max(acc, x)))
@@ -92,7 +92,7 @@ def _prod_vjp(c, g):
 
 
 register(OpDef("prod", "reduce", _rule("prod", "acc"), lambda x, axes, keepdims: np.prod(x, axis=axes, keepdims=keepdims),
-               _prod_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda m, acc, x: f"{acc} * {x}"))
+               _prod_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda m, acc, x: acc * x))
 
 
 def _prod_others_impl(x, axes):
