@@ -97,6 +97,26 @@ def test_while_building_the_faster_of_eager_and_interpreter_is_chosen():
     assert build_policy.choose(e) == "eager"
 
 
+def test_a_graph_that_communicates_is_interpreted_while_building():
+    """Issue 31: eager mode issues other collectives than the interpreter and the compiled driver, and builds end
+    at different calls on different ranks, so a step with collectives never takes the eager path while building
+    (the two-rank run is in test_distributed.py)."""
+    from jitgrad.ir.ops import OPS
+    from jitgrad.runtime.dispatch import bind
+    plain = jg.compile(lambda x: x * 2, backend="interpret")
+    talks = jg.compile(lambda x: bind(OPS["all_reduce"], x, group=0, reduce_op="sum") * 2, backend="interpret")
+    x = jg.ones(3)
+    for f in (plain, talks):
+        f(x)
+    (e_plain,), = plain._cache.values()
+    (e_talks,), = talks._cache.values()
+    assert build_policy.choose(e_plain) == "eager" and e_plain.talks is None
+    assert e_talks.talks == (0, "compiled step '<lambda>' (all_reduce x1)", 1)
+    for t in (0.001, 0.0001):
+        assert build_policy.choose(e_talks) == "interpret"
+        build_policy.record(e_talks, "eager", t)      # even when eager measured faster
+
+
 @pytest.mark.parametrize("background", [True, False])
 def test_tensors_made_inside_are_constants_through_the_build(background):
     """``x + jg.ones(2)``: the tensor made during the trace is a constant of the graph, so the calls served

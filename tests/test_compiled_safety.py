@@ -640,3 +640,169 @@ def test_attribute_read_by_a_bound_method_held_in_a_closure_is_guarded():
     close(f(x), [2.0, 2.0])
     m.__self__.k = 7
     close(f(x), [7.0, 7.0])
+
+
+# ---- issue 31: adversarial inputs -----------------------------------------------------------------------
+
+_READ_ONLY_STEP = """
+import sys, numpy as np, jitgrad as jg
+path, backend = sys.argv[1], sys.argv[2]
+np.save(path, np.arange(4, dtype=np.float32))
+
+def run(f):
+    x = jg.from_numpy(np.load(path, mmap_mode="r"))       # a tensor over a read-only mapping
+    outs = [f(x).numpy().tolist() for _ in range(3)]
+    return outs, x.numpy().tolist(), np.load(path).tolist()
+
+def step(x):
+    x.add_(1)
+    return x * 2
+
+w = jg.from_numpy(np.load(path, mmap_mode="r"))           # captured state over a read-only mapping
+
+def state_step(x):
+    w.mul_(2)
+    return x + w
+
+f = jg.compile(step, backend=backend, background=False)
+assert run(step) == run(f), (run(step), run(f))
+print("same", run(f))
+g = jg.compile(state_step, backend=backend, background=False)
+for _ in range(2):
+    print("state", g(jg.ones(4)).numpy().tolist(), w.numpy().tolist())
+print("file", np.load(path).tolist())
+"""
+
+
+@pytest.mark.parametrize("backend", ["numba", "interpret"])
+def test_inplace_write_into_a_read_only_input_copies_on_write_as_eager(backend, tmp_path):
+    """Issue 31 item 3: a compiled step that updates in place an input (or captured state) over a read-only array
+    (``np.load(mmap_mode="r")``) does what eager mode does (the tensor gets a private copy; the file is never
+    written) instead of crashing in generated code.  In a child process: a crash must fail the test, not pytest."""
+    r = subprocess.run([sys.executable, "-c", _READ_ONLY_STEP, str(tmp_path / "a.npy"), backend],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-3000:])
+    assert "same ([[2.0, 4.0, 6.0, 8.0], [4.0, 6.0, 8.0, 10.0], [6.0, 8.0, 10.0, 12.0]], [3.0, 4.0, 5.0, 6.0], " \
+           "[0.0, 1.0, 2.0, 3.0])" in r.stdout, r.stdout
+    assert "state [1.0, 3.0, 5.0, 7.0] [0.0, 2.0, 4.0, 6.0]\nstate [1.0, 5.0, 9.0, 13.0] [0.0, 4.0, 8.0, 12.0]" \
+        in r.stdout, r.stdout
+    assert "file [0.0, 1.0, 2.0, 3.0]" in r.stdout
+
+
+def test_inplace_write_into_a_read_only_array_raises_as_eager():
+    """A read-only plain array (not a mapping): eager mode refuses the write; the compiled step gives the same
+    error (its call runs eagerly), never a crash."""
+    def step(x):
+        x.add_(1)
+        return x * 2
+    for f in (step, jg.compile(step, backend="numba", background=False)):
+        a = np.frombuffer(np.arange(3.0).tobytes())
+        with pytest.raises(RuntimeError, match="Please clone\\(\\) the tensor before performing the operation"):
+            f(jg.from_numpy(a))
+        assert a.tolist() == [0.0, 1.0, 2.0]
+
+
+class _SlotCfg:
+    __slots__ = ("scale",)
+
+    def __init__(self, scale):
+        self.scale = scale
+
+
+_NT = __import__("collections").namedtuple("_NT", "scale")
+NT_CFG = _NT(2.0)
+
+
+def _plain_objects():
+    import argparse
+    import dataclasses
+
+    @dataclasses.dataclass
+    class DC:
+        scale: float = 2.0
+
+    @dataclasses.dataclass(frozen=True)
+    class Frozen:
+        scale: float = 2.0
+    return {"namespace": types.SimpleNamespace(scale=2.0), "argparse": argparse.Namespace(scale=2.0),
+            "dataclass": DC(), "frozen dataclass": Frozen(), "slots": _SlotCfg(2.0)}
+
+
+def _set_scale(obj, v):
+    object.__setattr__(obj, "scale", v)       # (a frozen dataclass too: a value the step reads changed)
+
+
+@pytest.mark.parametrize("kind", ["namespace", "argparse", "dataclass", "frozen dataclass", "slots"])
+@pytest.mark.parametrize("where", ["closure", "getattr", "nested", "argument"])
+def test_attributes_of_plain_objects_are_guarded(kind, where):
+    """Issue 31 item 4: a step reading an attribute of any plain object (SimpleNamespace, argparse.Namespace, a
+    dataclass, a class with __slots__), from a closure, through getattr(obj, "name"), nested in another, or
+    passed as an argument, retraces when the value changes (torch.compile guards them)."""
+    cfg = _plain_objects()[kind]
+    outer = types.SimpleNamespace(inner=cfg)
+    steps = {"closure": lambda x: x * cfg.scale, "getattr": lambda x: x * getattr(cfg, "scale"),
+             "nested": lambda x: x * outer.inner.scale, "argument": lambda x, c: x * c.scale}
+    f = jg.compile(steps[where], backend="interpret")
+    x = jg.ones(2)
+    call = (lambda: f(x, cfg)) if where == "argument" else (lambda: f(x))
+    close(call(), [2.0, 2.0])
+    _set_scale(cfg, 3.0)
+    close(call(), [3.0, 3.0])
+    close(call(), [3.0, 3.0])
+    assert f.stats["traces"] == 2
+
+
+def test_named_tuple_global_is_guarded_by_value():
+    global NT_CFG
+    f = jg.compile(lambda x: x * NT_CFG.scale, backend="interpret")
+    try:
+        close(f(jg.ones(2)), [2.0, 2.0])
+        NT_CFG = _NT(3.0)
+        close(f(jg.ones(2)), [3.0, 3.0])
+        NT_CFG = _NT(3.0)           # another tuple, the same values: no retrace
+        f(jg.ones(2))
+        assert f.stats["traces"] == 2
+    finally:
+        NT_CFG = _NT(2.0)
+
+
+def test_a_new_argument_object_each_call_is_never_confused_with_a_freed_one():
+    """Argument objects that cannot be hashed are keyed by identity: the entry holds the object, so a new one
+    never reuses a freed one's id and its key."""
+    f = jg.compile(lambda x, c: x * c.scale, backend="interpret")
+    x = jg.ones(2)
+    for v in (2.0, 3.0, 4.0):
+        close(f(x, types.SimpleNamespace(scale=v)), [v, v])
+
+
+def test_generator_functions_are_refused_naming_them():
+    """Issue 31 item 5: a generator's body runs after the call, so a trace cannot capture it (a replay yielded
+    nothing): jg.compile refuses generator, async generator and coroutine functions, bound methods and partials
+    of them included, and a step that returns a generator, each error naming the function."""
+    import functools
+
+    def batches(x):
+        for k in range(2):
+            yield x * k
+
+    async def later(x):
+        return x
+
+    async def agen(x):
+        yield x
+
+    class Loader:
+        def each(self, x):
+            yield x
+    for fn, name, kind in ((batches, "batches", "generator"), (Loader().each, "Loader.each", "generator"),
+                           (functools.partial(batches, jg.ones(1)), "batches", "generator"),
+                           (later, "later", "coroutine"), (agen, "agen", "async generator")):
+        with pytest.raises(TypeError, match=f"{name} is a{'n' if kind[0] == 'a' else ''} {kind} function"):
+            jg.compile(fn)
+
+    def lazy(x):
+        return (x * k for k in range(2))
+    f = jg.compile(lazy, backend="interpret")
+    with pytest.raises(TypeError, match="lazy returned a generator"):
+        f(jg.ones(2))
+    assert [float(t.sum()) for t in lazy(jg.ones(2))] == [0.0, 2.0]     # eagerly it is an ordinary generator

@@ -1,9 +1,10 @@
 """jitgrad.distributed and DistributedDataParallel.
 
-Three ``mpiexec -n 2`` launches, each one test (so xdist never runs one twice): ``distributed_checks.py`` runs
+``mpiexec -n 2`` launches, each one test (so xdist never runs one twice): ``distributed_checks.py`` runs
 every check on both ranks and prints one line per check and rank (``test_two_ranks`` asserts them all);
 ``distributed_failure.py`` has rank 1 raise while rank 0 waits in a collective; the README's example runs
-through ``python -m jitgrad.distributed.run``.  They skip when mpi4py or mpiexec is missing.  The sampler
+through ``python -m jitgrad.distributed.run``, and with default settings, an empty cache and one rank's build
+held back (``distributed_build_race.py``); a rank stalls past ``timeout=`` (``distributed_timeout.py``).  They skip when mpi4py or mpiexec is missing.  The sampler
 (against torch's), the launcher's command line, the collectives in a group of one and the import hygiene run in
 this process.
 """
@@ -74,6 +75,56 @@ def test_a_failing_rank_ends_the_job_naming_it():
     assert "rank 1 of 2 failed (ValueError: boom on purpose)" in out, out
     assert "rank 0 stops because rank 1 failed: ValueError: boom on purpose" in out, out
     assert "should not get here" not in out
+
+
+def _default_build_env(cache_dir):
+    """The user's settings: background builds, the Numba backend, an empty cache (not the suite's test settings)."""
+    env = _env()
+    for k in ("JITGRAD_BACKGROUND_COMPILE", "JITGRAD_BACKEND", "JITGRAD_DIST_NATIVE"):
+        env.pop(k, None)
+    env["JITGRAD_CACHE_DIR"] = str(cache_dir)
+    return env
+
+
+def test_readme_example_never_hangs_while_one_ranks_build_lags(tmp_path):
+    """Issue 31 item 1: with an empty cache and default settings, ranks whose builds finish at different calls
+    still issue the same collectives.  Three rounds of the README's example in one launch: rank 0's code never
+    ready while rank 1 runs compiled code from its first call, then the other way round, then no hook at all
+    (``distributed_build_race.py``).  A hang fails at the timeout."""
+    mpiexec = _mpiexec()
+    cmd = [mpiexec, "-n", "2", sys.executable, os.path.join(HERE, "distributed_build_race.py")]
+    try:
+        r = subprocess.run(cmd, env=_default_build_env(tmp_path / "cache"), capture_output=True, text=True,
+                           timeout=240)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"the example hung: {(e.stdout or b'')[-3000:]!r} {(e.stderr or b'')[-3000:]!r}")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert all(f"rank {rank} ROUND {k} done" in out for rank in (0, 1) for k in range(3)), out[-4000:]
+    losses = [float(x) for x in re.findall(r"loss (\S+)", r.stdout)]
+    assert len(losses) == 3 and all(v < 0.1 for v in losses), r.stdout
+
+
+@pytest.mark.parametrize("kind,optype", [("all_reduce", "OpType=ALLREDUCE"), ("barrier", "OpType=BARRIER"),
+                                         ("compiled", "OpType=compiled step 'step' (all_reduce_start x1")])
+def test_a_stalled_rank_ends_the_job_within_the_timeout(kind, optype, tmp_path):
+    """Issue 31 item 2: ``init_process_group(timeout=2 s)``; rank 1 sleeps while rank 0 waits in a collective (eager,
+    a barrier, the native MPI steps of a compiled DDP step).  Every rank ends within the timeout + 5 s, with
+    torch's watchdog message naming the collective and rank 1 (``distributed_timeout.py``)."""
+    import time
+    mpiexec = _mpiexec()
+    cmd = [mpiexec, "-n", "2", sys.executable, os.path.join(HERE, "distributed_timeout.py"), kind]
+    r = subprocess.run(cmd, env=_default_build_env(tmp_path / "cache"), capture_output=True, text=True,
+                       timeout=120)
+    ended = time.time()
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "should not get here" not in out and "woke up" not in out, out[-4000:]
+    entered = float(re.search(r"ENTER (\S+)", r.stdout).group(1))
+    assert ended - entered < 2 + 5, (ended - entered, out[-4000:])
+    head = "[Rank 0] Watchdog caught collective operation timeout: WorkMPI(SeqNum="
+    assert head in out and optype in out and "Timeout(ms)=2000" in out, out[-4000:]
+    assert "Ranks 1 did not arrive: rank 1 has not reached a collective of this group since" in out, out[-4000:]
+    assert "rank 1 stops because rank 0 failed: DistBackendError: [Rank 0] Watchdog caught" in out, out[-4000:]
 
 
 def test_launcher_runs_mpiexec():

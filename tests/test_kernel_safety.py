@@ -79,7 +79,7 @@ def test_embedding_step_with_an_out_of_range_id_raises_and_updates_nothing():
     step(jg.tensor([0, 1]))
     step(jg.tensor([2, 3]))
     before = _state(emb, opt)
-    with pytest.raises(IndexError, match="index 7 is out of bounds"):
+    with pytest.raises(IndexError, match="index out of range in self"):       # torch's embedding error
         step(jg.tensor([0, 7]))
     for a, b in zip(before, _state(emb, opt)):
         np.testing.assert_array_equal(a, b)

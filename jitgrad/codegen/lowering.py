@@ -29,6 +29,7 @@ target, in a step module the target's assembly imports (``cpu.py``: ``STEP_MODUL
 """
 from __future__ import annotations
 
+from ..ir.ops.index import oob_error, tensor_axis
 from ..ir.plan import Group
 
 KINDS = ("fused", "view", "gemm", "gather", "scatter", "scatter_reduce", "region", "row_gather", "row_scatter", "scan",
@@ -104,6 +105,13 @@ def index_error(e, value: int, dim: int) -> IndexError:
     mode raises it, naming the op, the shapes and the user's line (both targets raise it after the step, with
     no state written back)."""
     x = e.ins[0]
+    oob = e.params.get("oob")
+    if oob is not None:         # a range-checked index (ir/ops/index.py): torch's text for the op that bound it
+        ax = tensor_axis(e.params["spec"], dim)
+        err = oob_error(oob, value, ax, x.aval.shape[ax])
+        if e.loc is not None:
+            err.args = (f"{err.args[0]}\n  at {e.loc.where()} in {e.loc.function}: {e.loc.text}",)
+        return err
     idx = e.ins[1:] if e.op.name == "getitem" else e.ins[2:]
     what = "indexing" if e.op.name == "getitem" else "index assignment"
     msg = (f"{e.op.name}: index {value} is out of bounds for dimension {dim} with size {x.aval.shape[dim]} "

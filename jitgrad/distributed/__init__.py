@@ -15,6 +15,7 @@ from .process_group import (Backend, ProcessGroup, ReduceOp, destroy_process_gro
                             get_rank, get_world_size, init_process_group, is_available, is_initialized,
                             is_mpi_available, new_group)
 from .sampler import DistributedSampler  # noqa: F401
+from .watchdog import DistBackendError  # noqa: F401
 
 
 class GroupMember:
@@ -23,7 +24,7 @@ class GroupMember:
     WORLD = None
 
 
-__all__ = ["Backend", "DistributedSampler", "GroupMember", "ProcessGroup", "ReduceOp", "Work", "all_gather",
+__all__ = ["Backend", "DistBackendError", "DistributedSampler", "GroupMember", "ProcessGroup", "ReduceOp", "Work", "all_gather",
            "all_gather_into_tensor", "all_reduce", "barrier", "broadcast", "destroy_process_group", "get_backend",
            "get_rank", "get_world_size", "init_process_group", "is_available", "is_initialized",
            "is_mpi_available", "new_group", "reduce_scatter"]

@@ -36,8 +36,9 @@ _DTYPE_CODES = {}
 class Work:
     """The handle of a collective (torch's ``Work``): ``wait()`` completes it, ``is_completed()`` polls."""
 
-    def __init__(self, request=None, finish=None, result=None, keep=None):
+    def __init__(self, request=None, finish=None, result=None, keep=None, section=None):
         self._req = request
+        self._section = section     # the watchdog's section of this collective (its timeout covers the wait)
         self._keep = keep           # buffers MPI reads or writes until the request completes
         self._finish = finish
         self._result = result
@@ -53,7 +54,11 @@ class Work:
 
     def wait(self, timeout=None) -> bool:
         if not self._done:
-            self._req.Wait()
+            if self._section is not None:
+                with self._section:
+                    self._req.Wait()
+            else:
+                self._req.Wait()
             self._complete()
         return True
 
@@ -114,10 +119,11 @@ def check_same_shape(pg, opname: str, shape, dtype, extra=()):
     sig = np.array([code, len(shape), numel] + list(shape[:_SIG_DIMS]) + [-1] * (_SIG_DIMS - min(len(shape), _SIG_DIMS))
                    + [int(x) for x in extra], np.int64)
     both = np.concatenate([sig, -sig])
-    pg.comm.Allreduce(MPI.IN_PLACE, both, MPI.MAX)
-    if np.array_equal(both[:len(sig)], -both[len(sig):]):
-        return
-    sigs = pg.comm.allgather(sig)
+    with pg.watch.section("ALLREDUCE", both.size):      # (inside a collective's own section, part of that one)
+        pg.comm.Allreduce(MPI.IN_PLACE, both, MPI.MAX)
+        if np.array_equal(both[:len(sig)], -both[len(sig):]):
+            return
+        sigs = pg.comm.allgather(sig)
     parts = []
     for r, s in enumerate(sigs):
         item = f"rank {pg.ranks[r]}: {_describe(s)}"
@@ -192,13 +198,14 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
         raise RuntimeError(f"all_reduce: ReduceOp.AVG needs a floating-point tensor, got {tensor.dtype.name}")
     if _tracing(tensor):
         return _traced_all_reduce(tensor, op, pg, async_op)
-    check_same_shape(pg, "all_reduce", tensor.shape, tensor.dtype.np, (_opcode(op),))
-    MPI = _mpi()
-    buf, back = _buffer(tensor)
-    finish = _finisher(tensor, buf, back, pg.size() if op == ReduceOp.AVG else None)
-    if async_op:
-        return Work(pg.comm.Iallreduce(MPI.IN_PLACE, buf, _mpi_op(op)), finish, keep=(buf,))
-    pg.comm.Allreduce(MPI.IN_PLACE, buf, _mpi_op(op))
+    with pg.watch.section("ALLREDUCE", tensor.numel()) as sec:
+        check_same_shape(pg, "all_reduce", tensor.shape, tensor.dtype.np, (_opcode(op),))
+        MPI = _mpi()
+        buf, back = _buffer(tensor)
+        finish = _finisher(tensor, buf, back, pg.size() if op == ReduceOp.AVG else None)
+        if async_op:
+            return Work(pg.comm.Iallreduce(MPI.IN_PLACE, buf, _mpi_op(op)), finish, keep=(buf,), section=sec.again())
+        pg.comm.Allreduce(MPI.IN_PLACE, buf, _mpi_op(op))
     finish()
     return None
 
@@ -231,12 +238,13 @@ def broadcast(tensor, src=0, group=None, async_op=False):
     if _tracing(tensor):
         _write(tensor, bind(OPS["broadcast"], tensor, group=pg.key, src=root))
         return Work() if async_op else None
-    check_same_shape(pg, "broadcast", tensor.shape, tensor.dtype.np, (src,))
-    buf, back = _buffer(tensor)
-    finish = _finisher(tensor, buf, back)
-    if async_op:
-        return Work(pg.comm.Ibcast(buf, root=root), finish, keep=(buf,))
-    pg.comm.Bcast(buf, root=root)
+    with pg.watch.section("BROADCAST", tensor.numel()) as sec:
+        check_same_shape(pg, "broadcast", tensor.shape, tensor.dtype.np, (src,))
+        buf, back = _buffer(tensor)
+        finish = _finisher(tensor, buf, back)
+        if async_op:
+            return Work(pg.comm.Ibcast(buf, root=root), finish, keep=(buf,), section=sec.again())
+        pg.comm.Bcast(buf, root=root)
     finish()
     return None
 
@@ -263,17 +271,18 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
         for r, t in enumerate(tensor_list):
             _write(t, out[r])
         return Work() if async_op else None
-    check_same_shape(pg, "all_gather", tensor.shape, tensor.dtype.np)
-    src = np.ascontiguousarray(tensor._data)
-    recv = np.empty((n,) + src.shape, src.dtype)
+    with pg.watch.section("ALLGATHER", tensor.numel()) as sec:
+        check_same_shape(pg, "all_gather", tensor.shape, tensor.dtype.np)
+        src = np.ascontiguousarray(tensor._data)
+        recv = np.empty((n,) + src.shape, src.dtype)
 
-    def finish():
-        for r, t in enumerate(tensor_list):
-            np.copyto(t._data, recv[r])
-            _bump(t)
-    if async_op:
-        return Work(pg.comm.Iallgather(src, recv), finish, keep=(src, recv))
-    pg.comm.Allgather(src, recv)
+        def finish():
+            for r, t in enumerate(tensor_list):
+                np.copyto(t._data, recv[r])
+                _bump(t)
+        if async_op:
+            return Work(pg.comm.Iallgather(src, recv), finish, keep=(src, recv), section=sec.again())
+        pg.comm.Allgather(src, recv)
     finish()
     return None
 
@@ -317,14 +326,16 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
         out = bind(OPS["reduce_scatter"], stack(list(input_list)), group=pg.key, reduce_op=op, size=n)
         _write(output, out)
         return Work() if async_op else None
-    check_same_shape(pg, "reduce_scatter", output.shape, output.dtype.np, (_opcode(op),))
-    MPI = _mpi()
-    send = np.ascontiguousarray(np.stack([t._data for t in input_list]))
-    buf, back = _buffer(output)
-    finish = _finisher(output, buf, back, n if op == ReduceOp.AVG else None)
-    if async_op:
-        return Work(pg.comm.Ireduce_scatter_block(send, buf, _mpi_op(op)), finish, keep=(send, buf))
-    pg.comm.Reduce_scatter_block(send, buf, _mpi_op(op))
+    with pg.watch.section("REDUCE_SCATTER", output.numel()) as sec:
+        check_same_shape(pg, "reduce_scatter", output.shape, output.dtype.np, (_opcode(op),))
+        MPI = _mpi()
+        send = np.ascontiguousarray(np.stack([t._data for t in input_list]))
+        buf, back = _buffer(output)
+        finish = _finisher(output, buf, back, n if op == ReduceOp.AVG else None)
+        if async_op:
+            return Work(pg.comm.Ireduce_scatter_block(send, buf, _mpi_op(op)), finish, keep=(send, buf),
+                        section=sec.again())
+        pg.comm.Reduce_scatter_block(send, buf, _mpi_op(op))
     finish()
     return None
 
@@ -332,7 +343,8 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
 def barrier(group=None, async_op=False, device_ids=None):
     """Block until every rank of ``group`` reaches the barrier."""
     pg = group_of(group, "barrier")
-    if async_op:
-        return Work(pg.comm.Ibarrier())
-    pg.comm.Barrier()
+    with pg.watch.section("BARRIER") as sec:
+        if async_op:
+            return Work(pg.comm.Ibarrier(), section=sec.again())
+        pg.comm.Barrier()
     return None

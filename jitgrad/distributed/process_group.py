@@ -13,10 +13,13 @@ other rank (a message on a private duplicate of the world communicator), waits u
 that it printed why it stops (at most 2 s) and then calls ``MPI_Abort``.  Every rank runs a watcher thread that polls for such a message (``MPI_Test`` every
 ``JITGRAD_DIST_POLL_S`` seconds, 0.05 by default: the main thread may be blocked inside MPI, and mpi4py
 releases the GIL there) and, on receipt, prints ``rank k failed ...`` and ends its process with exit status 1.
+The same thread enforces ``timeout=`` (``watchdog.py``): it ends the job when a collective of this rank runs past
+its group's timeout, and answers other ranks' questions about where this rank is.
 """
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import sys
 import threading
@@ -26,6 +29,7 @@ import traceback
 import numpy as np
 
 from ..ir.ops import collective as _coll
+from . import watchdog
 
 
 class ReduceOp:
@@ -74,8 +78,9 @@ class MPITransport:
     native driver, and MPI matches their collectives only on the same communicator.  The eager public
     functions use the group's own communicator."""
 
-    def __init__(self, comm):
+    def __init__(self, comm, watch):
         MPI = _mpi()
+        self.watch = watch      # its group's collective watchdog: every blocking call runs in one of its sections
         self.comm = comm.Dup()
         self.comm.Set_errhandler(MPI.ERRORS_ARE_FATAL)
         self.rank = comm.Get_rank()
@@ -100,31 +105,36 @@ class MPITransport:
 
     def all_reduce(self, x, op):
         out = np.empty_like(x)
-        self.comm.Allreduce(x, out, _mpi_op(op))
+        with self.watch.section("ALLREDUCE", x.size):
+            self.comm.Allreduce(x, out, _mpi_op(op))
         if op == "avg":
             out /= self.size
         return out
 
     def broadcast(self, x, src):
         out = np.array(x, copy=True)
-        self.comm.Bcast(out, root=src)
+        with self.watch.section("BROADCAST", x.size):
+            self.comm.Bcast(out, root=src)
         return out
 
     def all_gather(self, x):
         out = np.empty((self.size,) + x.shape, x.dtype)
-        self.comm.Allgather(x, out)
+        with self.watch.section("ALLGATHER", x.size):
+            self.comm.Allgather(x, out)
         return out
 
     def reduce_scatter(self, x, op):
         out = np.empty(x.shape[1:], x.dtype)
-        self.comm.Reduce_scatter_block(x, out, _mpi_op(op))
+        with self.watch.section("REDUCE_SCATTER", x.size):
+            self.comm.Reduce_scatter_block(x, out, _mpi_op(op))
         if op == "avg":
             out /= self.size
         return out
 
     def all_reduce_start(self, x, op):
         buf = np.array(x, copy=True)
-        req = self.comm.Iallreduce(_mpi().IN_PLACE, buf, _mpi_op(op))
+        with self.watch.section("ALLREDUCE_START", buf.size):      # (one SeqNum, as the native step's)
+            req = self.comm.Iallreduce(_mpi().IN_PLACE, buf, _mpi_op(op))
         # MPICH moves a non-blocking collective's bytes inside MPI calls: test the ones already in flight
         for r, _, _ in self.inflight.values():
             r.Test()
@@ -138,7 +148,8 @@ class MPITransport:
             raise RuntimeError(f"all_reduce_wait: no all-reduce in flight with token {int(token)} (waited for twice, "
                                "or started in another call)")
         req, buf, op = item
-        req.Wait()
+        with self.watch.section("ALLREDUCE", buf.size):
+            req.Wait()
         if op == "avg":
             buf /= self.size
         return buf
@@ -184,14 +195,15 @@ class ProcessGroup:
 
     _next_key = 1
 
-    def __init__(self, comm, ranks):
+    def __init__(self, comm, ranks, timeout_s=watchdog.DEFAULT_TIMEOUT_S):
         self.comm = comm
         self.ranks = tuple(ranks)
         self.key = None
+        self.watch = watchdog.Watch(self.ranks, timeout_s)
         if comm is not None:
             self.key = ProcessGroup._next_key
             ProcessGroup._next_key += 1
-            self.transport = MPITransport(comm)
+            self.transport = MPITransport(comm, self.watch)
             _coll.TRANSPORTS[self.key] = self.transport
 
     def rank(self) -> int:
@@ -268,6 +280,10 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     or ``rank`` / ``world_size`` are passed, they must agree with MPI's.  Afterwards ``RANK``, ``WORLD_SIZE``
     and ``LOCAL_RANK`` are set in ``os.environ`` where missing, as torchrun would set them.
 
+    ``timeout`` (a ``datetime.timedelta`` or seconds; default 30 minutes, as torch's): a collective or barrier
+    that waits longer ends the job on every rank with torch's watchdog error, naming the collective and the
+    ranks that did not arrive (``watchdog.py``).
+
     >>> import jitgrad.distributed as dist
     >>> dist.init_process_group("mpi")          # doctest: +SKIP
     """
@@ -279,6 +295,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     if init_method is not None and not str(init_method).startswith("env://"):
         raise ValueError(f"init_process_group: init_method {init_method!r} is not supported with the MPI backend "
                          "(ranks come from mpiexec); use 'env://' or leave it out")
+    timeout_s = watchdog.timeout_seconds(timeout)
     MPI = _mpi()
     comm = MPI.COMM_WORLD
     r, n = comm.Get_rank(), comm.Get_size()
@@ -292,7 +309,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     os.environ.setdefault("RANK", str(r))
     os.environ.setdefault("WORLD_SIZE", str(n))
     os.environ.setdefault("LOCAL_RANK", os.environ.get("MPI_LOCALRANKID", str(r)))
-    _S.world = ProcessGroup(comm, range(n))
+    _S.world = ProcessGroup(comm, range(n), timeout_s)
     _S.groups = [_S.world]
     if n > 1:
         _S.watcher = _FailureWatcher(comm)
@@ -335,8 +352,10 @@ def get_backend(group=None) -> str:
 
 def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local_synchronization=False):
     """A process group of the given global ``ranks`` (default: all).  Like torch, every rank of the world must
-    call it, in the same order; a rank outside ``ranks`` gets a group it cannot use."""
+    call it, in the same order; a rank outside ``ranks`` gets a group it cannot use.  ``timeout``: as
+    ``init_process_group``'s (default: the world's)."""
     world = _world()
+    timeout_s = watchdog.timeout_seconds(timeout, world.watch.timeout)
     n = world.size()
     ranks = list(range(n)) if ranks is None else sorted(int(x) for x in ranks)
     if not ranks or any(x < 0 or x >= n for x in ranks) or len(set(ranks)) != len(ranks):
@@ -345,7 +364,7 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local
     me = world.rank()
     color = 0 if me in ranks else MPI.UNDEFINED
     comm = world.comm.Split(color, ranks.index(me) if me in ranks else 0)
-    g = ProcessGroup(comm if comm != MPI.COMM_NULL else None, ranks)
+    g = ProcessGroup(comm if comm != MPI.COMM_NULL else None, ranks, timeout_s)
     _S.groups.append(g)
     return g
 
@@ -355,6 +374,9 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local
 _FAIL_TAG = 7031
 _ACK_TAG = 7032         # "I printed my line": the failing rank aborts once every other rank said so (or at _GRACE_S)
 _GRACE_S = 2.0
+_QUERY_TAG = 7033       # "where are you?": another rank's collective timed out (watchdog.py)
+_REPLY_TAG = 7034       # the answer: this rank's watchdog.state(), as JSON
+_ANSWER_S = 1.0         # how long a timed-out rank waits for the others' answers
 
 
 class _FailureWatcher:
@@ -369,6 +391,10 @@ class _FailureWatcher:
         self.buf = bytearray(4096)
         self.req = self.comm.Irecv([self.buf, MPI.BYTE], source=MPI.ANY_SOURCE, tag=_FAIL_TAG)
         self.status = MPI.Status()
+        self.qbuf = bytearray(8)
+        self.qstatus = MPI.Status()
+        self.qreq = self.comm.Irecv([self.qbuf, MPI.BYTE], source=MPI.ANY_SOURCE, tag=_QUERY_TAG)
+        self.sent = []          # (request, buffer) of answers in flight
         self.done = threading.Event()
         self.lock = threading.Lock()
         self.poll = float(os.environ.get("JITGRAD_DIST_POLL_S", "0.05"))
@@ -384,20 +410,65 @@ class _FailureWatcher:
                 if self.done.is_set():
                     return
                 got = self.req.Test(self.status)
+                self._answer()
             if got:
-                n = self.status.Get_count(_mpi().BYTE)
-                msg = bytes(self.buf[:n]).decode("utf-8", "replace")
-                src = self.status.Get_source()
-                sys.stderr.write(f"jitgrad.distributed: rank {self.rank} stops because rank {src} failed: {msg}\n")
-                sys.stderr.flush()
-                sys.stdout.flush()
-                try:        # the failing rank waits for this before its abort ends the job (and this process)
-                    ack = self.comm.Isend([b"1", _mpi().BYTE], dest=src, tag=_ACK_TAG)
-                    t0 = time.monotonic()
-                    while not ack.Test() and time.monotonic() - t0 < _GRACE_S:
-                        time.sleep(0.01)
-                finally:
-                    os._exit(1)
+                self._stop_for_failure()
+            late = watchdog.overdue()
+            if late is not None:
+                self._time_out(late)
+
+    def _stop_for_failure(self):
+        n = self.status.Get_count(_mpi().BYTE)
+        msg = bytes(self.buf[:n]).decode("utf-8", "replace")
+        src = self.status.Get_source()
+        sys.stderr.write(f"jitgrad.distributed: rank {self.rank} stops because rank {src} failed: {msg}\n")
+        sys.stderr.flush()
+        sys.stdout.flush()
+        try:        # the failing rank waits for this before its abort ends the job (and this process)
+            ack = self.comm.Isend([b"1", _mpi().BYTE], dest=src, tag=_ACK_TAG)
+            t0 = time.monotonic()
+            while not ack.Test() and time.monotonic() - t0 < _GRACE_S:
+                time.sleep(0.01)
+        finally:
+            os._exit(1)
+
+    def _answer(self):
+        """Answer another rank's question about where this rank is (its collective timed out)."""
+        MPI = _mpi()
+        self.sent = [(r, b) for r, b in self.sent if not r.Test()]
+        while self.qreq.Test(self.qstatus):
+            src = self.qstatus.Get_source()
+            watches = [g.watch for g in _S.groups if g.comm is not None]
+            data = json.dumps(watchdog.state(watches)).encode()[:4096]
+            self.sent.append((self.comm.Isend([data, MPI.BYTE], dest=src, tag=_REPLY_TAG), data))
+            self.qreq = self.comm.Irecv([self.qbuf, MPI.BYTE], source=MPI.ANY_SOURCE, tag=_QUERY_TAG)
+
+    def _time_out(self, section):
+        """``section`` ran past its group's timeout: ask the other ranks of the group where they are, then fail
+        the job with torch's watchdog message (every rank prints it, then MPI_Abort)."""
+        MPI = _mpi()
+        others = [r for r in section.watch.ranks if r != self.rank]
+        asks = [self.comm.Isend([b"?", MPI.BYTE], dest=r, tag=_QUERY_TAG) for r in others]
+        bufs = {r: bytearray(4096) for r in others}
+        stats = {r: MPI.Status() for r in others}
+        reqs = {r: self.comm.Irecv([bufs[r], MPI.BYTE], source=r, tag=_REPLY_TAG) for r in others}
+        replies = {}
+        t0 = time.monotonic()
+        while len(replies) < len(others) and time.monotonic() - t0 < _ANSWER_S:
+            with self.lock:
+                self._answer()          # another rank may be timing out too and asking us
+                for r in others:
+                    if r not in replies and reqs[r].Test(stats[r]):
+                        n = stats[r].Get_count(MPI.BYTE)
+                        replies[r] = json.loads(bytes(bufs[r][:n]).decode())
+            time.sleep(0.01)
+        del asks
+        msg = watchdog.timeout_message(self.rank, section, replies)
+        summary = f"DistBackendError: {msg}"
+        sys.stderr.write(f"[rank {self.rank}] {summary}\njitgrad.distributed: rank {self.rank} of {self.size} failed "
+                         f"({summary}); ending every rank\n")
+        sys.stderr.flush()
+        self.fail(summary)
 
     def _excepthook(self, tp, value, tb):
         head = f"[rank {self.rank}] "
@@ -429,8 +500,9 @@ class _FailureWatcher:
         with self.lock:
             self.done.set()
             try:
-                self.req.Cancel()
-                self.req.Wait()
+                for req in (self.req, self.qreq):
+                    req.Cancel()
+                    req.Wait()
             except Exception:       # noqa: BLE001  (MPI already finalised at interpreter exit)
                 pass
         if sys.excepthook is self._excepthook:

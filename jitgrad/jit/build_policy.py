@@ -7,6 +7,13 @@ dispatch per op, the interpreter a NumPy call per eqn plus its bookkeeping, and 
 nodes.  So the first slow call runs eagerly, the next one on the interpreter, and later calls take whichever
 measured faster (``choose``); both are recorded in ``f.stats`` (``eager_calls``, ``interpreted_calls``).
 
+A graph that communicates (it holds collective ops: DistributedDataParallel's bucket all-reduces, a user's
+``dist.all_reduce``) never runs eagerly while it builds: it runs on the interpreter.  Builds finish at different
+calls on different ranks (an empty cache, a busy machine), and the ranks must issue the same collectives in the
+same order at every call.  The interpreter and the compiled driver do (the same primitives, on the transport's one
+communicator), while eager mode issues others (DDP's eager bucket hooks and shape checks, on the group's own
+communicator), so an eager call on one rank against an interpreted or compiled call on another would hang.
+
 Stats (``attach``): a compiled graph reports to the ``stats`` dicts of the functions that use it once
 its code is ready, from whichever thread built it: ``build_seconds`` (wall time from the start of the build, or
 of the load, to code ready; ``compile_seconds`` includes it), ``kernels_loaded`` / ``kernels_compiled`` (this
@@ -16,6 +23,8 @@ and ``graphs_loaded`` / ``graphs_built``.
 from __future__ import annotations
 
 import threading
+
+from ..ir.ops import collective
 
 
 _lock = threading.Lock()
@@ -51,8 +60,31 @@ def pending_build(gf, inputs, plan):
     return cg
 
 
+def collectives(graph, name: str):
+    """``(group, label, count)`` if ``graph`` holds collective ops (see the module docstring), else None: the
+    first group they use, the label a timeout names the compiled step by (``distributed/watchdog.py``) and how
+    many collectives it issues."""
+    ops = [e for e in graph.eqns if e.op.family == "collective"]
+    if not ops:
+        return None
+    counts = {}
+    for e in ops:
+        counts[e.op.name] = counts.get(e.op.name, 0) + 1
+    what = ", ".join(f"{k} x{n}" for k, n in counts.items())
+    return ops[0].params["group"], f"compiled step {name!r} ({what})", len(ops)
+
+
+def run_watched(talks, call, inputs):
+    """``call(inputs)``, a compiled call of a graph that communicates (``talks``: ``collectives()``'s answer),
+    inside its process group's watchdog section: ``timeout=`` covers the native MPI steps of the one C call."""
+    with collective.watched(*talks):
+        return call(inputs)
+
+
 def choose(entry) -> str:
     """"eager" or "interpret" for the next call while building (see the module docstring)."""
+    if entry.talks is not None:
+        return "interpret"
     t = entry.slow_times
     if "eager" not in t:
         return "eager"
@@ -93,4 +125,4 @@ def _add(cg, stats):
         stats["graphs_loaded" if code.compiled == 0 else "graphs_built"] += 1
 
 
-__all__ = ["choose", "record", "pending_build", "attach", "init_stats", "graph_for"]
+__all__ = ["choose", "collectives", "run_watched", "record", "pending_build", "attach", "init_stats", "graph_for"]

@@ -32,11 +32,12 @@ from ..runtime.traced import layout_key
 from . import build_policy
 from .graph_function import GraphFunction
 from .introspection import Introspection
+from .lazy_functions import refuse_lazy, refuse_lazy_result
 from . import python_values
 from .signatures import COUNTS as _SIG_COUNTS
 from .trace_entries import NO_MEMO as _NO_MEMO, _Entry, _Tracer, _bindings, _break_cycles, _payload_of
 from .signatures import (Signatures, _is_tensor_or_float, _shared_memory, _static_key, args_alias_writes,
-                         writes_alias, written_roots)
+                         distinct, state_read_only, writes_alias, writes_read_only, written_roots)
 from ..tracer import trace as _trace_mod
 from ..runtime.tensor import Tensor
 from ..runtime import profiler_state
@@ -59,6 +60,7 @@ class CompiledFunction(Introspection, Signatures):
             backend = os.environ.get("JITGRAD_BACKEND", "numba")
         if backend not in ("interpret", "numba"):
             raise ValueError(f"jitgrad.compile: unknown backend {backend!r} (expected 'numba' or 'interpret')")
+        refuse_lazy(fn)
         if device is not None:
             from ..runtime.tensor import check_device
             device = check_device(device)    # raises when the device has no backend (no CUDA)
@@ -180,10 +182,12 @@ class CompiledFunction(Introspection, Signatures):
                     self.stats["hits"] += 1
                     if e.eager:      # fullgraph=False fallback for this signature, or aliased inputs
                         return _EAGER
-                    if e.write_roots and e.alias_token is not self._sig_memo:
+                    if (e.write_roots or e.arg_writes) and e.alias_token is not self._sig_memo:
                         # (checked again only when the arguments' identities change: see Signatures._memo_key)
-                        if args_alias_writes(leaves, e.write_roots):
+                        if e.write_roots and args_alias_writes(leaves, e.write_roots):
                             return _EAGER        # an argument shares memory with state the graph writes
+                        if e.arg_writes and writes_read_only(distinct(leaves), e.arg_writes):
+                            return _EAGER        # it writes an argument over a read-only array: eager copies
                         e.alias_token = self._sig_memo if self._sig_memo is not None else _NO_MEMO
                     return self._run(e, leaves, args, kwargs, floats)
         if floats and self._float_args_changed(treedef, floats):
@@ -195,7 +199,7 @@ class CompiledFunction(Introspection, Signatures):
             self.stats["eager_fallbacks"] += 1
             return _EAGER
         e = self._trace(leaves, treedef, args, kwargs, key, floats, dyn)
-        if e.eager:
+        if e.eager or (e.arg_writes and writes_read_only(distinct(leaves), e.arg_writes)):
             return _EAGER
         return self._run(e, leaves, args, kwargs, floats)
 
@@ -203,7 +207,7 @@ class CompiledFunction(Introspection, Signatures):
         t0 = time.perf_counter()
         self.stats["traces"] += 1
         e = _Entry()
-        e.values, e.dynamic = python_values.collect(self.fn, Tensor, self._dyn_sources)
+        e.values, e.dynamic = python_values.collect(self.fn, Tensor, self._dyn_sources, (args, kwargs))
         e.arg_floats = tuple(dyn)
         # dynamic floats: symbolic 0-dim float64 tensors in their places for the trace (see python_values)
         dyn_tensors = [Tensor._make(np.array(floats[i], np.float64)) for i in dyn]
@@ -260,13 +264,16 @@ class CompiledFunction(Introspection, Signatures):
             for d, v in saved_values:
                 d.put(v)
             self._materialize_leaks(e, tracer, outputs, out_diff)
-            if e.writes and not e.materialize and writes_alias(tracer.order, e.writes):
-                # inputs share memory and the function writes one of them in place: the graph's functional view
-                # cannot give eager mode's aliasing, so this signature runs eagerly (correct by definition)
+            if e.writes and (not e.materialize and writes_alias(tracer.order, e.writes)
+                             or state_read_only(tracer.order, e.writes, e.n_args)):
+                # inputs share memory and the function writes one of them in place (the graph's functional view
+                # cannot give eager mode's aliasing), or it writes captured state over a read-only array (eager
+                # copies on write; compiled code would write into it): this signature runs eagerly
                 e.eager = True
                 self.stats["eager_fallbacks"] += 1
             else:
                 e.write_roots = written_roots(tracer.order, e.writes, e.n_args)
+                e.arg_writes = tuple(ci for ci, _ in e.writes if ci < e.n_args)
                 self._build(e, tracer, outputs, out_diff)
         self.stats["compile_seconds"] += time.perf_counter() - t0
         self._last_key = key
@@ -276,6 +283,7 @@ class CompiledFunction(Introspection, Signatures):
         return e
 
     def _finish(self, e: _Entry, tracer: _Tracer, out):
+        refuse_lazy_result(self.fn, out)
         out_leaves, e.out_treedef = flatten(out, _is_tensor)
         first = {}
         for k, t in enumerate(out_leaves):      # a tensor returned twice is one tensor after each call too
@@ -363,6 +371,7 @@ class CompiledFunction(Introspection, Signatures):
         with _phase("compile/passes"):
             e.graph = run_pipeline(raw, getattr(self.fn, "__name__", "compiled"))
         # payload write-backs happen inside the call (into the inputs' buffers); those outputs stay arrays
+        e.talks = build_policy.collectives(e.graph, getattr(self.fn, "__name__", "compiled"))
         e.gf = GraphFunction(e.graph, out_diff, self.backend, getattr(self.fn, "__name__", "compiled"),
                              stats=self.stats, writes=[(oi, ci) for ci, oi in e.writes],
                              array_outs=[oi for _, oi in e.writes], parallel=self.parallel,
@@ -411,7 +420,8 @@ class CompiledFunction(Introspection, Signatures):
             ok = all(s is None for s in e.grad_src)
             direct = e.direct = (e.gf.direct(inputs) if ok else None) or False    # False: no direct call
         if direct:
-            outs = direct(inputs)
+            # (a graph that communicates runs in its group's watchdog section: timeout= covers its MPI steps)
+            outs = direct(inputs) if e.talks is None else build_policy.run_watched(e.talks, direct, inputs)
         elif building is not None:        # no code yet: eagerly or on the interpreter (build_policy.py)
             path = build_policy.choose(e)
             t0 = time.perf_counter()
@@ -425,7 +435,7 @@ class CompiledFunction(Introspection, Signatures):
             outs = e.gf(inputs, plan)
             build_policy.record(e, path, time.perf_counter() - t0)
         else:
-            outs = e.gf(inputs)
+            outs = e.gf(inputs) if e.talks is None else build_policy.run_watched(e.talks, e.gf, inputs)
         for k in e.copy_outs:
             outs[k]._data = _copy_payload(outs[k]._data)
         for k, j in e.same_outs:

@@ -6,7 +6,13 @@ before the trace runs, by walking what the function's code can name: its closure
 names, the attributes (of objects and of user modules) whose names its code uses, nested functions and the
 methods of the objects it reaches (``self.scale`` read in a Module's ``forward``), and the submodules of
 ``nn.Module`` objects.  Each found value becomes a :class:`ValueGuard` (container, name, value): scalars (bool,
-int, float, str, None, tuples of those) by value, functions and objects by identity.
+int, float, str, None, tuples and named tuples of those) by value, functions and objects by identity.
+
+Which objects' attributes are guarded: any object of a user type (a class, a dataclass, one with ``__slots__``),
+``types.SimpleNamespace`` and ``argparse.Namespace``, ``nn.Module`` trees, reached from the function's closure,
+its globals or its non-tensor arguments (``step(x, cfg)``: the arguments' attributes as the closure's).  Not
+guarded: objects of other library types (NumPy's, the standard library's, jitgrad's own except Modules; their
+state is not what a step reads), and what lies past 4 levels of attributes or 512 guards.
 
 A float that keeps changing (a learning rate in a closure, a float argument) is not retraced at every call: its
 source is marked dynamic and the next trace reads it as a 0-dim float64 graph input (torch's automatic dynamic
@@ -15,6 +21,7 @@ each call.
 """
 from __future__ import annotations
 
+import argparse
 import dis
 import functools
 import os
@@ -33,6 +40,8 @@ _LIB_ROOTS = frozenset(sys.stdlib_module_names) | {"numpy", "numba", "scipy", "t
                                                     "pytest", "_pytest", "hypothesis", "IPython", "ipykernel",
                                                     "jitgrad"}
 _JG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# library types that are plain records of user values: their attributes are walked as a user object's
+_RECORD_TYPES = (types.SimpleNamespace, argparse.Namespace)
 _SKIP_METHODS = {"__init__", "__repr__", "extra_repr", "__setstate__", "__getstate__", "state_dict",
                  "load_state_dict", "__str__"}
 
@@ -45,6 +54,29 @@ def _read(src, name):
         except ValueError:
             return _MISSING
     return src.get(name, _MISSING)
+
+
+class _Slots:
+    """The ``__slots__`` attributes of an object as a container (``get`` / item assignment), for the guards."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def get(self, name, default=None):
+        return getattr(self.obj, name, default)
+
+    def __setitem__(self, name, value):
+        setattr(self.obj, name, value)
+
+
+def _slot_names(tp) -> list:
+    out = []
+    for klass in tp.__mro__:
+        s = vars(klass).get("__slots__", ())
+        out.extend([s] if type(s) is str else s)
+    return [n for n in out if n not in ("__dict__", "__weakref__")]
 
 
 class ValueGuard:
@@ -255,8 +287,9 @@ class _Collector:
                 self.add(src, name, v.copy(), ARRAY, label)
             else:
                 self.add(src, name, v, True, label)
-        elif tp is tuple and len(v) <= 16 and all(type(x) in _SCALARS for x in v):
-            self.add(src, name, v, False, label)
+        elif isinstance(v, tuple) and (tp is tuple or hasattr(v, "_fields")) and len(v) <= 16 \
+                and all(type(x) in _SCALARS for x in v):
+            self.add(src, name, v, False, label)        # (a named tuple compares by its values too)
         elif isinstance(v, self.tensor_type):
             return          # captured tensors are guarded by identity and signature (compile.py)
         elif isinstance(v, types.FunctionType):
@@ -304,7 +337,11 @@ class _Collector:
             self.function(v.__wrapped__, depth + 1, v.__wrapped__.__qualname__)
         elif hasattr(v, "_guard_trace"):
             return          # an optimiser: it guards its own hyperparameters (optim/optimizer.py)
-        elif hasattr(v, "__dict__") and (not _is_library_type(tp) or hasattr(v, "_modules")):
+        elif hasattr(v, "__dict__") and (not _is_library_type(tp) or hasattr(v, "_modules")
+                                         or isinstance(v, _RECORD_TYPES)):
+            self.add(src, name, v, True, label)
+            self.obj(v, depth + 1, label, names)
+        elif not _is_library_type(tp) and _slot_names(tp):
             self.add(src, name, v, True, label)
             self.obj(v, depth + 1, label, names)
 
@@ -312,13 +349,21 @@ class _Collector:
         if id(o) in self.seen or depth > _MAX_DEPTH:
             return
         self.seen.add(id(o))
+        tnames, funcs = _reachable(type(o), names)
+        slots = _slot_names(type(o))
+        if slots:                   # attributes in __slots__
+            held = _Slots(o)
+            for n in slots:
+                if n in tnames and hasattr(o, n):
+                    self.slot(held, n, getattr(o, n), f"{label}.{n}", tnames, depth)
         try:
             d = vars(o)
-        except TypeError:       # a __dict__ that is not a dict
-            return
+        except TypeError:       # no __dict__ (only slots), or one that is not a dict
+            d = None
         if type(d) is not dict:
+            for f in funcs:
+                self.function(f, depth + 1, f.__qualname__)
             return
-        tnames, funcs = _reachable(type(o), names)
         for n in tnames:
             if n in d and not n.startswith("__"):
                 self.slot(d, n, d[n], f"{label}.{n}", tnames, depth)
@@ -331,9 +376,30 @@ class _Collector:
                     self.slot(mods, n, m, f"{label}.{n}", tnames, depth - 1)
 
 
-def collect(fn, tensor_type, dynamic_sources=frozenset()):
-    """-> (guards, dynamic values) for the Python values ``fn`` can read (see the module docstring)."""
+def _objects_in(tree, tensor_type, out):
+    """The non-scalar, non-tensor values in a call's arguments (nested tuples, lists and dicts walked)."""
+    if isinstance(tree, (list, tuple)) and not hasattr(tree, "_fields"):
+        for x in tree:
+            _objects_in(x, tensor_type, out)
+    elif type(tree) is dict:
+        for x in tree.values():
+            _objects_in(x, tensor_type, out)
+    elif type(tree) not in _SCALARS and not isinstance(tree, tensor_type):
+        out.append(tree)
+    return out
+
+
+def collect(fn, tensor_type, dynamic_sources=frozenset(), args=None):
+    """-> (guards, dynamic values) for the Python values ``fn`` can read (see the module docstring); ``args``:
+    the call's ``(args, kwargs)``, whose non-tensor objects' attributes are guarded as the closure's are."""
     c = _Collector(dynamic_sources, tensor_type)
+    statics = _objects_in(args, tensor_type, []) if args is not None else ()
+    if statics:
+        names = code_names(getattr(getattr(fn, "__func__", fn), "__code__", None) or _NO_CODE)
+        held = {}       # the arguments themselves, by identity (an entry keyed by an argument's id holds it)
+        for k, v in enumerate(statics):
+            held[k] = v
+            c.slot(held, k, v, f"argument object {k}", names, 0)
     f = fn
     if isinstance(f, types.MethodType):
         c.obj(f.__self__, 1, "self", code_names(f.__func__.__code__))
@@ -345,5 +411,7 @@ def collect(fn, tensor_type, dynamic_sources=frozenset()):
         c.function(f, 0, getattr(f, "__qualname__", "function"))
     return c.guards, c.dynamic
 
+
+_NO_CODE = (lambda: None).__code__
 
 __all__ = ["ValueGuard", "DynamicValue", "collect", "same_value"]

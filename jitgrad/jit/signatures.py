@@ -220,6 +220,33 @@ def written_roots(order, writes, n_args):
     return out or None
 
 
+def writes_read_only(tensors, indices) -> bool:
+    """Whether one of ``tensors[i]`` (``i`` in ``indices``: inputs the graph writes in place) is over a read-only
+    array (``jg.from_numpy(np.load(path, mmap_mode="r"))``).  Compiled code would write into it (a crash on a
+    read-only mapping), so such a call runs eagerly, which copies on write as eager mode does."""
+    for i in indices:
+        t = tensors[i]
+        if t is not None and isinstance(t._data, np.ndarray) and not t._data.flags.writeable:
+            return True
+    return False
+
+
+def state_read_only(order, writes, n_args) -> bool:
+    """At the end of a trace: whether the graph writes captured state (not an argument) over a read-only array."""
+    state = [order[ci].ref() for ci, _ in writes if ci >= n_args]
+    return writes_read_only(state, range(len(state)))
+
+
+def distinct(leaves):
+    """The distinct tensors among ``leaves``, in order (a compiled graph's argument inputs)."""
+    seen, out = set(), []
+    for t in leaves:
+        if id(t) not in seen:
+            seen.add(id(t))
+            out.append(t)
+    return out
+
+
 def args_alias_writes(leaves, roots) -> bool:
     """Whether an argument shares memory with state the graph writes (``written_roots``)."""
     COUNTS["write_alias_checks"] += 1

@@ -82,10 +82,12 @@ class _Entry:
         self.arg_floats = ()    # positions (among the float arguments) that are graph inputs
         self.float_outs = ()    # user outputs that stand for Python floats (computed from dynamic floats alone)
         self.write_roots = None  # {id(root array): written array} of the captured tensors the graph writes
+        self.arg_writes = ()     # the argument inputs the graph writes in place (signatures.writes_read_only)
         self.code_ready = False  # its graph's native code is ready (or failed): no build_policy check per call
         self.direct = None       # GraphFunction.direct's call for this entry (False: none), once code is ready
         self.alias_token = NO_MEMO  # the signature memo whose arguments args_alias_writes last cleared
         self.slow_times = {}     # build_policy: the fastest eager / interpreted call while its code builds
+        self.talks = None        # (group, label) when its graph holds collectives (build_policy.collectives)
 
     def failure(self) -> str:
         """Why this entry does not serve the call (for the recompile message)."""

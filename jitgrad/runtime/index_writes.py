@@ -14,10 +14,12 @@ import numpy as np
 from ..ir import dtypes as dt
 from ..ir.dtypes import torch_scalar_name
 from ..ir.ops import OPS as O
+from .checked_index import FLAT, IN_COPY, IN_DIM, checked_index
 from .dim_args import torch_dim
 from .dispatch import bind
 from .functions import where
 from .grad_names import named
+from .shaping import getitem_checked
 from .tensor import Tensor
 from .torch_kwargs import torch_kwargs
 
@@ -26,21 +28,14 @@ def _concrete(t):
     return isinstance(t, Tensor) and type(t._data) is np.ndarray
 
 
-def _put_at(x, key, value, accumulate):
+def _put_at(x, key, value, accumulate, oob=None):
     """``x`` with ``value`` written (or added) at the advanced index ``key`` (a tuple of slices and one index
-    tensor): the ``index_put`` primitive."""
+    tensor): the ``index_put`` primitive (``oob``: range-checked, see checked_index.py)."""
     spec = tuple(("tensor", 0) if isinstance(k, Tensor) else ("slice", k.start, k.stop, k.step) for k in key)
     idx = [k for k in key if isinstance(k, Tensor)]
+    if oob is not None:
+        return bind(O["index_put"], x, value, *idx, spec=spec, accumulate=bool(accumulate), oob=oob)
     return bind(O["index_put"], x, value, *idx, spec=spec, accumulate=bool(accumulate))
-
-
-def _flat_check(name, input, index):
-    n = input.numel()
-    if _concrete(index) and index.numel():
-        d = index._data
-        bad = d[(d < -n) | (d >= n)]
-        if bad.size:
-            raise IndexError(f"out of range: tried to access index {int(bad[0])} on a tensor of {n} elements.")
 
 
 def take(input, index, **torch_kw):
@@ -50,8 +45,7 @@ def take(input, index, **torch_kw):
         return torch_kwargs(take, "take", (input, index), {}, torch_kw)
     if index.dtype is not dt.int64:
         raise RuntimeError(f"take(): Expected a long tensor for index, but got {torch_scalar_name(index.dtype)}")
-    _flat_check("take", input, index)
-    return named(input.reshape(-1)[index], "TakeBackward0")
+    return named(getitem_checked(input.reshape(-1), (index,), FLAT), "TakeBackward0")
 
 
 def put(input, index, source, accumulate=False, **torch_kw):
@@ -67,8 +61,8 @@ def put(input, index, source, accumulate=False, **torch_kw):
     if index.numel() != source.numel():
         raise IndexError(f"put_(): Expected source and index to have the same number of elements, but got "
                          f"source.numel() = {source.numel()}, index.numel() = {index.numel()}")
-    _flat_check("put_", input, index)
-    r = _put_at(input.reshape(-1), (index.reshape(-1),), source.reshape(-1), accumulate)
+    flat, oob = checked_index(index.reshape(-1), input.numel(), 0, FLAT)
+    r = _put_at(input.reshape(-1), (flat,), source.reshape(-1), accumulate, oob)
     return named(r.reshape(tuple(input.shape)), "PutBackward0")
 
 
@@ -92,16 +86,6 @@ def _index_arg(name, input, dim, index, long_only_msg=None):
     return ax, index.reshape(-1).long()
 
 
-def _bounds(input, ax, index, prefix=""):
-    size = input.shape[ax] if input.ndim else 1
-    if _concrete(index) and index.numel():
-        d = index._data
-        bad = d[(d < -size) | (d >= size)] if not prefix else d[(d < 0) | (d >= size)]
-        if bad.size:
-            raise (IndexError if prefix or input.ndim == 0 else RuntimeError)(
-                f"{prefix}index {int(bad[0])} is out of bounds for dimension {ax} with size {size}")
-
-
 def _source_shape(name, input, ax, index, source, copy=False):
     n = index.numel()
     src_n = source.shape[ax] if source.ndim else 1
@@ -116,11 +100,11 @@ def _source_shape(name, input, ax, index, source, copy=False):
                            f"Got self.shape = {list(input.shape)} source.shape = {list(source.shape)}")
 
 
-def _along(input, ax, index, value, accumulate):
+def _along(input, ax, index, value, accumulate, oob=None):
     if input.ndim == 0:
         return _put_at(input.reshape(1), (index,), value.reshape(-1) if isinstance(value, Tensor) else value,
-                       accumulate).reshape(())
-    return _put_at(input, (slice(None),) * ax + (index,), value, accumulate)
+                       accumulate, oob).reshape(())
+    return _put_at(input, (slice(None),) * ax + (index,), value, accumulate, oob)
 
 
 def index_add(input, dim, index, source, *, alpha=1, **torch_kw):
@@ -133,10 +117,11 @@ def index_add(input, dim, index, source, *, alpha=1, **torch_kw):
     if source.dtype is not input.dtype:
         raise RuntimeError(f"index_add_(): self ({torch_scalar_name(input.dtype)}) and source "
                            f"({torch_scalar_name(source.dtype)}) must have the same scalar type")
-    _bounds(input, ax, idx)
+    # torch refuses a negative index (Python indexing wraps it): checked eagerly and in compiled code
+    idx, oob = checked_index(idx, input.shape[ax] if input.ndim else 1, ax, IN_DIM)
     if alpha != 1:
         source = source * (alpha if input.is_floating_point() else int(alpha))
-    return named(_along(input, ax, idx, source, True), "IndexAddBackward0")
+    return named(_along(input, ax, idx, source, True, oob), "IndexAddBackward0")
 
 
 def _index_add_(self, dim, index, source, *, alpha=1):
@@ -161,8 +146,8 @@ def index_copy(input, dim, index, source, **torch_kw):
     if source.dtype is not input.dtype:
         raise RuntimeError(f"index_copy_(): self and source expected to have the same dtype, but got (self) "
                            f"{torch_scalar_name(input.dtype)} and (source) {torch_scalar_name(source.dtype)}")
-    _bounds(input, ax, idx, "index_copy_(): ")
-    return named(_along(input, ax, idx, source, False), "IndexCopyBackward0")
+    idx, oob = checked_index(idx, input.shape[ax] if input.ndim else 1, ax, IN_COPY)
+    return named(_along(input, ax, idx, source, False, oob), "IndexCopyBackward0")
 
 
 def _index_copy_(self, dim, index, source):
@@ -182,7 +167,6 @@ def index_fill(input, dim, index, value, **torch_kw):
         raise RuntimeError(f"index_fill_ only supports a 0-dimensional value tensor, but got tensor with "
                            f"{value.ndim} dimension(s).")
     idx = index.reshape(-1)
-    _bounds(input, ax, idx)
     name = "IndexFillBackward0"
     if isinstance(value, Tensor):
         value = value.to(input.dtype) if value.dtype is not input.dtype else value
@@ -192,7 +176,10 @@ def index_fill(input, dim, index, value, **torch_kw):
     # a mask along ax, then where: a repeated index fills once, so a tensor value's gradient counts each filled
     # element once (an index_put of the value would add it per repeat)
     n = input.shape[ax] if input.ndim else 1
-    hit = _put_at(idx._same_device(Tensor._make(np.zeros(n, np.bool_))), (idx,), True, False)
+    # (negatives wrap, as torch's index_fill; traced, an index out of range raises torch's text, naming ``ax``)
+    idx, oob = checked_index(idx, n, ax, ("IndexError", False, "index {value} is out of bounds for dimension "
+                                          f"{ax} with size {{size}}", None))
+    hit = _put_at(idx._same_device(Tensor._make(np.zeros(n, np.bool_))), (idx,), True, False, oob)
     if input.ndim:
         hit = hit.reshape((n,) + (1,) * (input.ndim - ax - 1))
     else:

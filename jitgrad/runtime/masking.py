@@ -11,6 +11,7 @@ from ..ir.ops import OPS as O
 from .dispatch import bind
 from .functions import _axis, clamp, where
 from .grad_names import named
+from .checked_index import IN_DIM, grid_checked
 from .shaping import index_grid
 from .tensor import Tensor
 from .torch_kwargs import torch_kwargs
@@ -82,7 +83,11 @@ def scatter_add(input, dim, index, src, **torch_kw):
     if index.numel() == 0:
         return named(input.clone(), "ScatterAddBackward0")
     _, key = _scatter_key(input, ax, index)
+    key, oob = grid_checked(input, key, ax, IN_DIM)        # (traced: torch refuses negative indices)
     spec = tuple(("tensor", k) for k in range(len(key)))
+    if oob is not None:
+        return named(bind(O["index_put"], input, src, *key, spec=spec, accumulate=True, oob=oob),
+                     "ScatterAddBackward0")
     return named(bind(O["index_put"], input, src, *key, spec=spec, accumulate=True), "ScatterAddBackward0")
 
 

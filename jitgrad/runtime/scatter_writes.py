@@ -29,6 +29,7 @@ from .grad_names import named
 from .legacy_types import is_warn_always_enabled
 from .masking import oversized_index_dim, scatter_add
 from .scatter_reduce import _reduce
+from .checked_index import IN_DIM, grid_checked
 from .shaping import index_grid
 from .tensor import Tensor
 from .torch_kwargs import torch_kwargs
@@ -99,8 +100,10 @@ def scatter(input, dim, index, src=None, value=None, *, reduce=None, _inplace=Fa
     if index.numel() == 0:
         return input.clone()
     if reduce is None:
-        key = index_grid(index, ax)
+        key, oob = grid_checked(input, index_grid(index, ax), ax, IN_DIM)     # torch refuses negative indices
         spec = tuple(("tensor", k) for k in range(len(key)))
+        if oob is not None:
+            return named(bind(O["index_put"], input, src, *key, spec=spec, accumulate=False, oob=oob), name)
         return named(bind(O["index_put"], input, src, *key, spec=spec, accumulate=False), name)
     r = scatter_add(input, ax, index, src) if reduce == "add" else _reduce(input, ax, index, src, "prod", True)
     if r.requires_grad:

@@ -9,6 +9,7 @@ from ..ir import dtypes as dt
 from ..ir.ops import OPS as O
 from ..ir.graph import Var
 from ..ir.ops import OpError
+from .checked_index import IN_DIM, IN_SELF, checked_index
 from .dim_args import dim_arg as _axis, dims_arg as _axes, fresh_result as _fresh
 from .dispatch import bind, op_error
 from .grad_names import named
@@ -275,29 +276,46 @@ def unbind(input, dim=0, **torch_kw):
     return _multi_view([input[(slice(None),) * ax + (i,)] for i in range(input.shape[ax])], input, "Unbind")
 
 
-def gather(input, dim, index, **torch_kw):
-    """``out[i][j][k] = input[index[i][j][k]][j][k]`` (dim=0), as torch.gather, via advanced indexing."""
+def gather(input, dim, index, *, range_error=IN_DIM, **torch_kw):
+    """``out[i][j][k] = input[index[i][j][k]][j][k]`` (dim=0), as torch.gather, via advanced indexing.
+    ``range_error``: the error of an index out of range (``checked_index.py``; torch's gather message by default,
+    a library composition that gathers passes its own op's, as nll_loss does)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(gather, 'gather', (input, dim, index), {}, torch_kw)
-    return _fresh(_gather(input, dim, index), input, "GatherBackward0")
+    return _fresh(_gather(input, dim, index, range_error), input, "GatherBackward0")
 
 
-def _gather(input, dim, index):
+def _gather(input, dim, index, range_error=IN_DIM):
     ax = _axis("gather", input, dim)
     if index.ndim != input.ndim:
         raise RuntimeError(f"gather(): Index tensor must have the same number of dimensions as input tensor "
                            f"(index {list(index.shape)}, input {list(input.shape)})")
     if input.ndim == 0:     # torch treats a 0-d tensor as one element along dim 0
-        return gather(input.reshape(1), 0, index.reshape(1)).reshape(())
+        return gather(input.reshape(1), 0, index.reshape(1), range_error=range_error).reshape(())
     for i in range(input.ndim):
         if i != ax and index.shape[i] > input.shape[i]:
             raise RuntimeError(f"gather(): Size does not match at dimension {i} expected index {list(index.shape)} to "
                                f"be smaller than self {list(input.shape)} apart from dimension {ax}")
-    if index.numel() and type(index._data) is np.ndarray and (
-            index._data.min() < -input.shape[ax] or index._data.max() >= input.shape[ax]):
-        raise IndexError(f"gather(): index {int(index._data.max())} is out of bounds for dimension {ax} with size "
-                         f"{input.shape[ax]}")
-    return input[tuple(index_grid(index, ax))]
+    # torch refuses a negative index (Python indexing wraps it): checked eagerly and in compiled code
+    return getitem_checked(input, tuple(index_grid(index, ax)), range_error, check=(ax,))
+
+
+def getitem_checked(x: Tensor, key, oob, check=None):
+    """``x[key]`` (``key``: full slices and integer index tensors, one per leading dim) with the index tensors at
+    positions ``check`` (default: all) checked against their dims as ``oob`` says."""
+    spec, idx, params = [], [], None
+    for ax, k in enumerate(key):
+        if isinstance(k, Tensor):
+            if check is None or ax in check:
+                k, o = checked_index(k, x.shape[ax], ax, oob)
+                params = params or o
+            spec.append(("tensor", len(idx)))
+            idx.append(k)
+        else:
+            spec.append(("slice", None, None, None))
+    if params is None:
+        return x[tuple(key)]
+    return bind(O["getitem"], x, *idx, spec=tuple(spec), oob=params)
 
 
 def index_grid(index, ax):
@@ -326,7 +344,8 @@ def index_select(input, dim, index, **torch_kw):
     ax = _axis("index_select", input, dim)
     if index.ndim > 1:
         raise IndexError("index_select(): Index is supposed to be a vector")
-    return _fresh(input[(slice(None),) * ax + (index.reshape(-1),)], input, "IndexSelectBackward0")
+    return _fresh(getitem_checked(input, (slice(None),) * ax + (index.reshape(-1),), IN_SELF), input,
+                  "IndexSelectBackward0")
 
 
 __all__ = ['reshape', 'view', 'flatten', 'squeeze', 'unsqueeze', 'permute', 'transpose', 't', 'expand', 'broadcast_to', 'expand_as', 'broadcast_tensors', 'cat', 'stack', 'split', 'chunk', 'unbind', 'gather', 'take_along_dim', 'index_select', 'swapaxes', 'concat', 'concatenate']

@@ -69,6 +69,25 @@ class SelfTransport:
 TRANSPORTS: dict = {0: SelfTransport()}
 
 
+def watched(group: int, label: str, count: int):
+    """The context a compiled step whose graph holds ``count`` collectives on ``group`` runs in: a section of the
+    group's collective watchdog (``timeout=``, ``jitgrad/distributed/watchdog.py``; the native MPI steps run
+    inside the one C call), or nothing for a transport without one."""
+    watch = getattr(TRANSPORTS.get(group), "watch", None)
+    return _NO_WATCH if watch is None else watch.section(label, count=count)
+
+
+class _NoWatch:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NO_WATCH = _NoWatch()
+
+
 def transport(opname: str, group: int):
     """The transport behind group key ``group``; a clear error if it was destroyed."""
     t = TRANSPORTS.get(group)

@@ -213,6 +213,10 @@ def _nll_vjp(c, g):
     return (g * w, None)       # an ndarray operand binds as a constant tensor
 
 
+# torch's error for a target out of range (runtime/checked_index.py's TARGET; ir imports nothing of runtime)
+_TARGET_RANGE = ("IndexError", True, "Target {value} is out of bounds.", None)
+
+
 def nll_composition(logp, target, weight=None, ignore_index=-100, reduction="mean"):
     """nll_loss of log-probabilities ``logp`` (N, C, ...) with primitives (any ``weight``, any rank): the
     decomposition of the fused ``nll_loss`` and ``F.nll_loss``'s general case.  Ignored rows are skipped, not
@@ -220,7 +224,7 @@ def nll_composition(logp, target, weight=None, ignore_index=-100, reduction="mea
     is ignored (torch's), where g / 0 * 0 would be nan."""
     valid = target != ignore_index
     safe = target.where(valid, 0)
-    picked = (-logp.gather(1, safe.unsqueeze(1)).squeeze(1)).where(valid, 0.0)
+    picked = (-logp.gather(1, safe.unsqueeze(1), range_error=_TARGET_RANGE).squeeze(1)).where(valid, 0.0)
     w = valid.to(logp.dtype)
     if weight is not None:
         w = w * weight[safe]

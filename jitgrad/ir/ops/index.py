@@ -4,6 +4,15 @@
 hashable tuple describing the index: ints, None, Ellipsis, ``("slice", start, stop, step)`` and
 ``("tensor", k)`` for the k-th integer index tensor input.  Boolean masks are turned into integer index
 tensors before binding (their shape depends on data).
+
+Range-checked indexing (``oob`` param, optional): torch's index-taking ops each raise their own error for an
+index out of range, and most (embedding, index_select, gather, scatter, index_add, one_hot, nll_loss) refuse
+negative indices where Python indexing wraps them.  ``oob = (exception name, shifted, template, template for a
+negative value or None)``, the templates over ``value``, ``dim`` and ``size``.  ``shifted``: the op refuses
+negatives, and binds its index tensor with negative values shifted by ``-size`` (``idx - size`` where
+``idx < 0``), so that the kernels' wrap-around (``j + size``) leaves them negative and their bounds check records
+them; else negatives wrap as in Python (take, put).  The impls here, and the compiled steps' error
+(``codegen/lowering.index_error``), raise the message with the original value (``oob_error``).
 """
 from __future__ import annotations
 
@@ -63,12 +72,45 @@ def _index_shape(name, x: Aval, idx_avals, spec):
                            f"{e}") from None
 
 
+def tensor_axis(spec, k: int) -> int:
+    """The dimension of the indexed tensor that index tensor ``k`` of ``spec`` indexes (no Ellipsis)."""
+    ax = 0
+    for s in spec:
+        if type(s) is tuple and s[0] == "tensor" and s[1] == k:
+            return ax
+        if s is not None:
+            ax += 1
+    return k
+
+
+def oob_error(oob, value: int, axis: int, size: int) -> Exception:
+    """The error of a range-checked index (``oob`` param: see the module docstring) that met ``value`` (as bound:
+    shifted when negative, for a shifted ``oob``) along ``axis`` of size ``size``."""
+    exc, shifted, template, negative = oob
+    if shifted and value < 0:
+        value += size
+    if negative is not None and value < 0:
+        template = negative
+    return (IndexError if exc == "IndexError" else RuntimeError)(template.format(value=value, dim=axis, size=size))
+
+
+def _check_range(shape, idx, spec, oob):
+    for k, a in enumerate(idx):
+        ax = tensor_axis(spec, k)
+        size = shape[ax]
+        bad = ((a < 0) if oob[1] else (a < -size)) | (a >= size)
+        if bad.any():
+            raise oob_error(oob, int(np.asarray(a)[bad].flat[0]), ax, size)
+
+
 def _getitem_rule(avals, params):
     x, *idx = avals
     return [Aval(_index_shape("getitem", x, idx, params["spec"]), x.dtype)]
 
 
-def _getitem_impl(x, *idx, spec):
+def _getitem_impl(x, *idx, spec, oob=None):
+    if oob is not None:
+        _check_range(x.shape, idx, spec, oob)
     key = np_index(spec, idx)
     if Ellipsis not in spec:
         # a trailing Ellipsis changes no result but one: for one element NumPy gives a 0-d view instead of a
@@ -107,7 +149,9 @@ def _index_put_rule(avals, params):
     return [Aval(x.shape, x.dtype)]
 
 
-def _index_put_impl(x, v, *idx, spec, accumulate):
+def _index_put_impl(x, v, *idx, spec, accumulate, oob=None):
+    if oob is not None:
+        _check_range(x.shape, idx, spec, oob)
     out = np.array(x, copy=True)
     ix = np_index(spec, idx)
     v = np.asarray(v).astype(out.dtype, copy=False)

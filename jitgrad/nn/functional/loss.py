@@ -88,7 +88,7 @@ def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
         safe = np.where(t != ignore_index, t, 0)
         lo, hi = int(safe.min()), int(safe.max())
         if lo < 0 or hi >= C:
-            raise IndexError(f"nll_loss: Target {hi if hi >= C else lo} is out of bounds (number of classes {C})")
+            raise IndexError(f"Target {hi if hi >= C else lo} is out of bounds.")      # torch's text
     loss_reduction.check(reduction)
     if weight is None and input.ndim == 2:
         # one fused primitive in eager CPU mode; traced or on a device its decomposition (ir/ops/fused.py)

@@ -21,8 +21,10 @@ import numpy as np
 
 from ...ir import dtypes as dt
 from ...runtime import functions as F, factories
-from ...runtime.factories import arange
+from ...runtime.factories import arange, eye
+from ...runtime.checked_index import CLASS, IN_BAG, IN_SELF
 from ...runtime.grad_names import named
+from ...runtime.shaping import getitem_checked
 from ...runtime.tensor import Tensor
 from ...runtime.torch_kwargs import torch_kwargs
 
@@ -34,7 +36,7 @@ def embedding(input, weight, padding_idx=None, **torch_kw):
     if input.dtype.name not in ("int64", "int32"):
         raise RuntimeError(f"Expected tensor for argument #1 'indices' to have one of the following scalar types: "
                            f"Long, Int; but got {input.dtype.name} instead (while checking arguments for embedding)")
-    out = weight[input]
+    out = getitem_checked(weight, (input,), IN_SELF)     # torch refuses negative indices (Python would wrap)
     if padding_idx is not None:
         if padding_idx < 0:
             padding_idx += weight.shape[0]
@@ -63,8 +65,11 @@ def one_hot(tensor, num_classes=-1, **torch_kw):
             raise RuntimeError("Class values must be non-negative.")
         if tensor._data.max() >= num_classes:
             raise RuntimeError("Class values must be smaller than num_classes.")
-    classes = arange(int(num_classes), dtype=dt.int64)
-    return (tensor.unsqueeze(-1) == classes).to(dt.int64)
+    if concrete:
+        classes = arange(int(num_classes), dtype=dt.int64)
+        return (tensor.unsqueeze(-1) == classes).to(dt.int64)
+    # traced: rows of the identity, range-checked, so compiled code raises torch's errors too
+    return getitem_checked(eye(int(num_classes), dtype=dt.int64), (tensor,), CLASS)
 
 
 _TYPE = {"float32": "torch.FloatTensor", "float64": "torch.DoubleTensor", "int64": "torch.LongTensor",
@@ -132,15 +137,16 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
                            f"Long, Int; but got {_TYPE.get(offsets.dtype.name, offsets.dtype.name)} instead (while "
                            f"checking arguments for embedding_bag)")
     V = weight.shape[0]
+    if _concrete(input) and input.numel():
+        bad = np.nonzero((input._data < 0) | (input._data >= V))[0]
+        if bad.size:        # torch's two texts: float32 sum/mean bags name the position (compiled: the other)
+            k, v = int(bad[0]), int(input._data[bad[0]])
+            raise RuntimeError(f"Index {k} of input takes value {v} which is not in the valid range [0, {V})"
+                               if mode != "max" and weight.dtype is dt.float32 else IN_BAG[2].format(value=v))
     if _concrete(offsets) and offsets.numel() and int(offsets._data[0]) != 0:
         kind = "torch.LongTensor" if offsets.dtype is dt.int64 else "torch.IntTensor"
         raise RuntimeError(f"offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from "
                            f"position 0. However, got {int(offsets._data[0])}\n[ {kind}{{}} ]")
-    if _concrete(input) and input.numel():
-        bad = np.nonzero((input._data < 0) | (input._data >= V))[0]
-        if bad.size:
-            raise RuntimeError(f"Index {int(bad[0])} of input takes value {int(input._data[bad[0]])} which is not in "
-                               f"the valid range [0, {V})")
     if padding_idx is not None:
         if not -V <= padding_idx < V:
             raise AssertionError("padding_idx must be within weight")
@@ -160,7 +166,7 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     # entries in no bag (padding, past the last offset) go to an extra bag B, dropped at the end
     if valid is not None:
         bag = bag.where(valid, B)
-    rows = weight.index_select(0, input.reshape(-1).to(dt.int64))
+    rows = getitem_checked(weight, (input.reshape(-1).to(dt.int64),), IN_BAG)     # torch's range check and text
     D = weight.shape[1]
     if mode == "max":
         out = factories.zeros(B + 1, D, dtype=weight.dtype, device=weight.device)

@@ -63,6 +63,7 @@ class _Bucket:
             n += p.numel()
         self.numel = n
         self.flat = np.zeros(n, dtype.np)
+        self.section = None     # the watchdog's section of its eager all-reduce in flight
         self.ready = 0
         self.request = None
         self.traced = None      # the bucket's all-reduced gradients (a symbolic tensor) while tracing
@@ -170,7 +171,8 @@ class DistributedDataParallel(Module):
                         off += n
                 continue
             flat = np.concatenate([t._data.reshape(-1) for t in ts]) if ts else np.zeros(0, d.np)
-            pg.comm.Bcast(flat, root=0)
+            with pg.watch.section("BROADCAST", flat.size):
+                pg.comm.Bcast(flat, root=0)
             off = 0
             for t in ts:
                 n = t.numel()
@@ -253,7 +255,9 @@ class DistributedDataParallel(Module):
                 b.flat[off:off + n] = 0
             else:
                 b.flat[off:off + n] = g._data.reshape(-1)
-        b.request = pg.comm.Iallreduce(_pgm._mpi().IN_PLACE, b.flat, _pgm._mpi().SUM)
+        with pg.watch.section("ALLREDUCE", b.flat.size) as sec:       # (the watchdog: timeout= covers the wait)
+            b.request = pg.comm.Iallreduce(_pgm._mpi().IN_PLACE, b.flat, _pgm._mpi().SUM)
+        b.section = sec.again()
 
     def _finish(self):
         """End of backward: start the buckets not started yet, wait for all, write the averages into .grad."""
@@ -274,7 +278,11 @@ class DistributedDataParallel(Module):
                             p.grad = avg[off:off + k].reshape(p.shape)
                     b.traced = None
                     continue
-                b.request.Wait()
+                if b.section is not None:
+                    with b.section:
+                        b.request.Wait()
+                else:
+                    b.request.Wait()
                 b.request = None
                 b.flat /= n
                 for p, off in zip(b.params, b.offsets):
