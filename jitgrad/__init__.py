@@ -32,17 +32,18 @@ from .runtime.size import Size
 from .runtime.grad_mode import no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled, \
     is_inference_mode_enabled
 from .runtime.anomaly import is_anomaly_enabled, is_anomaly_check_nan_enabled, set_anomaly_enabled
-from .runtime.factories import tensor, as_tensor, zeros, ones, full, empty, arange, linspace, logspace, eye, rand, randn, \
-    randint, randperm, zeros_like, ones_like, empty_like, full_like, rand_like, randn_like, from_numpy, from_dlpack, \
-    manual_seed, seed
+from .library.creation.factories import (
+    tensor, as_tensor, zeros, ones, full, empty, arange, linspace, logspace, eye, rand, randn, randint, randperm,
+    zeros_like, ones_like, empty_like, full_like, rand_like, randn_like, from_numpy, from_dlpack, manual_seed, seed)
 from .runtime.generator import Generator, default_generator, initial_seed, get_rng_state, set_rng_state
-from .runtime.sampling import normal, bernoulli, multinomial, randint_like
+from .library.creation.sampling import normal, bernoulli, multinomial, randint_like
 from .ir.dtypes import uint8, float16, bfloat16
 half = float16
-from .runtime.functions import *  # noqa: F401,F403
-from .runtime.functions import where, cat, concat, stack, max, min, abs, sum, pow  # noqa: A004
-from .runtime.legacy_types import FloatTensor, DoubleTensor, LongTensor, IntTensor, BoolTensor, ByteTensor, \
-    is_inference, set_warn_always, is_warn_always_enabled  # noqa: E402
+from .library.elementary import *  # noqa: F401,F403
+from .library.elementary import where, cat, concat, stack, max, min, abs, sum, pow  # noqa: A004
+from .library.creation.legacy_types import (  # noqa: E402
+    FloatTensor, DoubleTensor, LongTensor, IntTensor, BoolTensor, ByteTensor, is_inference, set_warn_always,
+    is_warn_always_enabled)
 from .jit.compile import compile  # noqa: E402,A004
 from . import autograd, nn, optim, cuda  # noqa: E402
 from .nn import torch_level as _torch_level  # noqa: E402
@@ -66,10 +67,10 @@ e = _math.e
 
 __version__ = "0.1.0"
 
-from .runtime.torch_surface import install as _install_torch_surface  # noqa: E402
+from .library.torch_surface import install as _install_torch_surface  # noqa: E402
 _install_torch_surface(globals())   # the extra modules' functions and methods, "not supported yet" names
 
-from .runtime.triangular import install as _install_triangular  # noqa: E402
+from .library.shaping.triangular import install as _install_triangular  # noqa: E402
 _install_triangular(globals())   # tril, triu, diagonal (functions and methods)
 
 
@@ -83,10 +84,18 @@ def _install_extras(ns):
     is_signed/get_device/nbytes/...; greater/less/..., eq_/gt_/..., swapdims, adjoint, H, nonzero_static, apply_;
     set_default_dtype/set_num_threads/set_float32_matmul_precision...; div(rounding_mode=); finfo/iinfo,
     is_tensor, is_storage, broadcast_shapes"""
-    from .runtime import pointwise_binary, searching, storage, conversions, foreach, eigen, rearranging, einsum, \
-        pointwise_composites, products, order_statistics, stacking, index_writes, uniques, matrix_forms, statistics, \
-        pointwise_rounding, pointwise_pairs, pointwise_integer, special_functions, trig_functions, scatter_writes, \
-        tensor_queries, tensor_aliases, defaults, division, type_info, printing, linalg_solve, linalg_norms
+    from .library.pointwise import (
+        binary as pointwise_binary, composites as pointwise_composites, rounding as pointwise_rounding,
+        pairs as pointwise_pairs, integer as pointwise_integer, special as special_functions, trig as trig_functions,
+        division)
+    from .library.sorting import searching, order_statistics, uniques
+    from .runtime import storage, conversions, defaults
+    from .library import foreach, aliases as tensor_aliases
+    from .library.linalg import eigen, einsum, products, matrix_forms, solve as linalg_solve, norms as linalg_norms
+    from .library.shaping import rearranging, stacking
+    from .library.indexing import index_writes, scatter_writes
+    from .library.reductions import statistics
+    from .library.tensor_info import queries as tensor_queries, type_info, printing
     for m in (storage, conversions, foreach, eigen, tensor_queries):
         m.install(ns)
     # the rest declare their names: METHODS are functions and Tensor methods, FUNCTION_ONLY functions (torch's
@@ -115,7 +124,7 @@ del _install_extras
 
 # torch.distributions, torch.special, torch.func and torch.testing load on first use (PEP 562): `import jitgrad`
 # does not pay for them
-_unsupported_name = __getattr__      # noqa: F821  (runtime/torch_surface.py: torch's names jitgrad lacks)
+_unsupported_name = __getattr__      # noqa: F821  (library/torch_surface.py: torch's names jitgrad lacks)
 
 
 def __getattr__(name):

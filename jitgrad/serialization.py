@@ -160,7 +160,7 @@ def save(obj, f, pickle_module=None, pickle_protocol=2, _use_new_zipfile_seriali
     """Write ``obj`` (tensors, state dicts, optimiser state, nested containers of them and of plain Python
     values) to ``f`` (a path or a binary file) in torch's zip format: ``torch.load`` reads it."""
     if not _use_new_zipfile_serialization:
-        from .runtime.torch_surface import UnsupportedError
+        from .library.torch_surface import UnsupportedError
         raise UnsupportedError("jitgrad does not support the legacy (pre-1.6) torch.save format; it writes the "
                                "zip format only")
     buf = io.BytesIO()
@@ -232,7 +232,7 @@ class _Reader(pickle.Unpickler):
                 f"weights_only=True) reads tensors, containers and plain values only; pass weights_only=False "
                 f"for a checkpoint you trust)")
         if module.startswith("torch"):
-            from .runtime.torch_surface import UnsupportedError
+            from .library.torch_surface import UnsupportedError
             raise UnsupportedError(f"jitgrad cannot load the torch object {module}.{name} from a checkpoint")
         return super().find_class(module, name)
 

@@ -2,7 +2,7 @@
 ``LogSigmoid``."""
 from __future__ import annotations
 
-from ..runtime import functions as F
+from ..library import elementary as F
 from . import functional
 from .module import Module
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import warnings
 
-from ..runtime import functions as F
+from ..library import elementary as F
 from . import init as _init
 from . import pointwise_activations as P
 from . import shrink_gate_activations as S

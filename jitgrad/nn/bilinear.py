@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from ..runtime.torch_kwargs import torch_kwargs
+from ..library.torch_kwargs import torch_kwargs
 from . import init
 from .layers import _empty
 from .module import Module

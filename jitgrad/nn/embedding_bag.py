@@ -18,10 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import dtypes as dt
-from ..runtime import factories
+from ..library.creation import factories
 from ..runtime.grad_names import named
 from ..runtime.tensor import Tensor
-from ..runtime.torch_kwargs import torch_kwargs
+from ..library.torch_kwargs import torch_kwargs
 from . import init
 from .layers import _empty
 from .module import Module

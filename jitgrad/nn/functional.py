@@ -4,16 +4,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import dtypes as dt
-from ..runtime import functions as F
+from ..library import elementary as F
 from ..ir.ops import OPS as O
 from ..ir.ops.fused import nll_composition
 from ..runtime.dispatch import bind
-from ..runtime.factories import arange
+from ..library.creation.factories import arange
 from ..runtime.tensor import Tensor
 from ..tracer import STATE as _TR
 from . import loss_reduction
 from .dropout import dropout, dropout1d, dropout2d, dropout3d, alpha_dropout, feature_alpha_dropout  # noqa: F401
-from ..runtime.torch_kwargs import torch_kwargs
+from ..library.torch_kwargs import torch_kwargs
 from ..runtime.grad_names import named
 
 relu = F.relu

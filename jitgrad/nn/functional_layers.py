@@ -2,10 +2,10 @@
 ``jitgrad.nn.functional``; compositions of primitives, so they trace and compile."""
 from __future__ import annotations
 
-from ..runtime import functions as F
+from ..library import elementary as F
 from ..ir.ops import OPS as O
 from ..runtime import grad_mode
-from ..runtime.torch_kwargs import torch_kwargs
+from ..library.torch_kwargs import torch_kwargs
 from ..runtime.grad_names import named
 from ..runtime.dispatch import bind
 

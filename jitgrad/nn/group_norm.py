@@ -8,8 +8,8 @@ jitgrad.Size([3, 4, 5])
 """
 from __future__ import annotations
 
-from ..runtime import functions as F
-from ..runtime.torch_kwargs import torch_kwargs
+from ..library import elementary as F
+from ..library.torch_kwargs import torch_kwargs
 from . import init
 from .layers import _empty
 from .padding import pad

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 
-from ..runtime.torch_kwargs import torch_kwargs
+from ..library.torch_kwargs import torch_kwargs
 from .functional_layers import update_running_stats
 from .layers import _NormBase
 

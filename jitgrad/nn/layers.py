@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ..ir import dtypes as dt
-from ..runtime import factories
+from ..library.creation import factories
 from . import init
 from . import functional_layers as FL
 from .module import Module

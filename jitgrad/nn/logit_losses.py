@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import warnings
 
-from ..runtime import functions as F
+from ..library import elementary as F
 from ..runtime.grad_names import named
-from ..runtime.torch_kwargs import torch_kwargs
+from ..library.torch_kwargs import torch_kwargs
 from . import loss_reduction
 from .smooth_activations import logsigmoid
 

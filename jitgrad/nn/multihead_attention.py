@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 import warnings
 
-from ..runtime import factories
-from ..runtime.shaping import cat
+from ..library.creation import factories
+from ..library.shaping.views import cat
 from . import init
 from .attention import scaled_dot_product_attention
 from .dropout import dropout as _dropout
@@ -22,7 +22,7 @@ from .layers import Linear, _empty
 from .module import Module
 from .padding import pad
 from .parameter import Parameter
-from ..runtime import functions as F
+from ..library import elementary as F
 
 
 def _size(shape):

@@ -12,9 +12,9 @@ import numbers
 
 import numpy as np
 
-from ..runtime import functions as F
-from ..runtime.dim_args import torch_dim
-from ..runtime.torch_kwargs import torch_kwargs
+from ..library import elementary as F
+from ..library.dim_args import torch_dim
+from ..library.torch_kwargs import torch_kwargs
 from . import init
 from .layers import _empty
 from .module import Module
@@ -65,7 +65,7 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None, **torch_kw):
     denom = F.norm(input, p, d, keepdim=True).clamp_min(eps).expand_as(input)
     r = input / denom
     if out is not None:
-        from ..runtime.torch_kwargs import write_out
+        from ..library.torch_kwargs import write_out
         return write_out("normalize", r, out, (input,))
     return r
 

@@ -5,8 +5,8 @@ names).  Each is a composition of primitives;
 checks, view rebasing), as torch's in-place kernels do."""
 from __future__ import annotations
 
-from ..runtime import functions as F
-from ..runtime.torch_kwargs import torch_kwargs
+from ..library import elementary as F
+from ..library.torch_kwargs import torch_kwargs
 
 
 def _maybe_inplace(input, inplace, fn):
@@ -169,7 +169,7 @@ def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False, **
     if not training:
         return leaky_relu(input, (lower + upper) / 2, inplace)
     from ..runtime.grad_mode import no_grad
-    from ..runtime.sampling import rand
+    from ..library.creation.sampling import rand
     with no_grad():
         slope = rand(tuple(input.shape), dtype=input.dtype, device=input.device) * (upper - lower) + lower
     return _maybe_inplace(input, inplace, lambda x: F.where(x > 0, x, x * slope))

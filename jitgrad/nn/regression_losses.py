@@ -15,10 +15,10 @@ import warnings
 
 import numpy as np
 
-from ..runtime import functions as F
-from ..runtime.factories import full_like
+from ..library import elementary as F
+from ..library.creation.factories import full_like
 from ..runtime.grad_names import named
-from ..runtime.torch_kwargs import torch_kwargs
+from ..library.torch_kwargs import torch_kwargs
 from . import loss_reduction as R
 from .smooth_activations import logsigmoid
 

@@ -9,9 +9,9 @@ tensor([-0.5000,  0.0000,  1.5000])
 """
 from __future__ import annotations
 
-from ..runtime import functions as F
-from ..runtime.dim_args import torch_dim
-from ..runtime.torch_kwargs import torch_kwargs
+from ..library import elementary as F
+from ..library.dim_args import torch_dim
+from ..library.torch_kwargs import torch_kwargs
 
 
 def hardshrink(input, lambd=0.5, **torch_kw):

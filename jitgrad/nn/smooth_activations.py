@@ -10,9 +10,9 @@ tensor([ 0.6931, 30.0000])
 """
 from __future__ import annotations
 
-from ..runtime import functions as F
+from ..library import elementary as F
 from ..runtime.grad_names import named
-from ..runtime.torch_kwargs import torch_kwargs
+from ..library.torch_kwargs import torch_kwargs
 
 
 def softplus(input, beta=1.0, threshold=20.0, **torch_kw):

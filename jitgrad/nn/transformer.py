@@ -12,7 +12,7 @@ import copy
 import math
 import warnings
 
-from ..runtime import factories
+from ..library.creation import factories
 from . import functional as F
 from . import init
 from .activation import GELU, ReLU

@@ -66,7 +66,7 @@ def set_default_tensor_type(t, /) -> None:
                   "torch.set_default_dtype() and torch.set_default_device() as alternatives.", UserWarning,
                   stacklevel=2)
     if isinstance(t, str):
-        from . import legacy_types
+        from ..library.creation import legacy_types
         name = t[len("torch."):] if t.startswith("torch.") else None
         cls = getattr(legacy_types, name, None) if name else None
         if cls is None or not isinstance(getattr(cls, "dtype", None), dt.DType):

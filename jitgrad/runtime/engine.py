@@ -210,8 +210,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     >>> float(g), float(g2)
     (27.0, 18.0)
     """
-    if is_grads_batched:        # one backward pass per batch entry, stacked (runtime/batched_grad.py)
-        from .batched_grad import batched_grad
+    if is_grads_batched:        # one backward pass per batch entry, stacked (autograd/batched_grad.py)
+        from ..autograd.batched_grad import batched_grad
         return batched_grad(grad, _as_tuple(outputs), _as_tuple(inputs), _as_tuple(grad_outputs), retain_graph,
                             create_graph, allow_unused if allow_unused is not None else materialize_grads,
                             materialize_grads)

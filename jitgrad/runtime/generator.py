@@ -132,7 +132,7 @@ def generator_of(generator) -> Generator:
 
 def manual_seed(seed) -> Generator:
     """Seed the default generator (torch.manual_seed); returns it."""
-    from . import factories
+    from ..library.creation import factories
     s = _check_seed(seed)
     factories._RNG[0] = np.random.default_rng(s)    # gradgradcheck's random grad_outputs follow the seed too
     return default_generator.manual_seed(seed)

@@ -18,7 +18,7 @@ from .dispatch import BY_POSITIONS
 from .grad_mode import STATE
 from .grad_names import named
 from .tensor import Tensor
-from .torch_kwargs import UnsupportedError, torch_kwargs
+from ..library.torch_kwargs import UnsupportedError, torch_kwargs
 
 # id of a root tensor whose storage is not the start of its own payload -> (weak reference to it, its storage
 # buffer): a root restrided in place (as_strided_) keeps the buffer it was made with; ``v.detach()`` of a view is a
@@ -138,7 +138,7 @@ def as_strided(input, size, stride, storage_offset=None, **torch_kw):
     if (hits > 1).any():
         # an overlapping input (expanded): its copies of a position share the gradient evenly, as torch's
         # backward does; read each position as the mean of its copies (their values are equal)
-        from .masking import scatter_add
+        from ..library.indexing.masking import scatter_add
         per_pos = scatter_add(src.new_zeros((flat.size,)), 0, Tensor._make(ipos), src)
         src = per_pos / Tensor._make(np.maximum(hits, 1).astype(flat.dtype))
         elem = np.where(hits[pos] > 0, pos, -1)

@@ -140,7 +140,7 @@ class Tensor(InPlaceOps, TensorOperators, TensorProtocols):
     def __init__(self, data=None, *, dtype=None, requires_grad=False):
         """``jitgrad.Tensor(data)``: like ``torch.Tensor(data)``, a copy in the default float dtype (prefer
         ``jitgrad.tensor``, which infers the dtype)."""
-        from .factories import as_array
+        from ..library.creation.factories import as_array
         src = Tensor._make(as_array(data if data is not None else [], dtype or dt.DEFAULT_FLOAT))
         for name in Tensor.__slots__[:-1]:          # all slots but __weakref__ (and those left unset)
             if hasattr(src, name):
@@ -567,7 +567,7 @@ class Tensor(InPlaceOps, TensorOperators, TensorProtocols):
         return on_device(t, self.device)
 
     def new_tensor(self, data, dtype=None) -> "Tensor":
-        from .factories import tensor
+        from ..library.creation.factories import tensor
         return tensor(data, dtype=dtype or self.dtype)
 
     # --- methods the vjp rules rely on -----------------------------------------------------------

@@ -98,12 +98,12 @@ class TensorProtocols:
 
     def __repr__(self):
         if backend_of_payload(self._data) is not None:
-            from .printing import tensor_repr
+            from ..library.tensor_info.printing import tensor_repr
             return tensor_repr(self, self._host(), self.device)
         if type(self._data) is not np.ndarray:
             gf = f", grad_fn=<{self.grad_fn.name()}>" if self.grad_fn is not None else ""
             return f"tensor(<traced {self._data.aval}>{gf})"
-        from .printing import tensor_repr
+        from ..library.tensor_info.printing import tensor_repr
         return tensor_repr(self)
 
     def __dlpack__(self, *args, **kwargs):
@@ -115,7 +115,7 @@ class TensorProtocols:
         return self._data.__dlpack_device__()
 
     def __reduce__(self):
-        from .factories import tensor
+        from ..library.creation.factories import tensor
         dev = self.device
         # a leaf keeps requires_grad across pickling (torch); a non-leaf comes back as a leaf without it
         return (tensor, (self._host().copy(), None, None if dev.type == "cpu" else str(dev),
