@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..declarations import published
 from ..ir import dtypes as dt
 from ..ir.ops import OPS as O
 from . import elementary as F
@@ -30,8 +31,12 @@ from ..runtime.tensor import Tensor
 from .torch_kwargs import torch_kwargs
 
 # ---- comparison aliases --------------------------------------------------------------------------------------
-greater, greater_equal, less, less_equal, not_equal = F.gt, F.ge, F.lt, F.le, F.ne
-swapdims = F.transpose
+greater = published("jitgrad", "Tensor", name="greater")(F.gt)
+greater_equal = published("jitgrad", "Tensor", name="greater_equal")(F.ge)
+less = published("jitgrad", "Tensor", name="less")(F.lt)
+less_equal = published("jitgrad", "Tensor", name="less_equal")(F.le)
+not_equal = published("jitgrad", "Tensor", name="not_equal")(F.ne)
+swapdims = published("jitgrad", "Tensor", name="swapdims")(F.transpose)
 
 
 def _as_own_dtype(s, r, node):
@@ -53,26 +58,31 @@ def _cmp_inplace(name, fn, node):
     return f
 
 
+@published("Tensor", name="logical_not_")
 def _logical_not_(self):
     """In place: ``x.logical_not_()`` writes ``logical_not(x)`` into ``x`` as 1 and 0 of its dtype."""
     return self._apply_inplace(lambda s: _as_own_dtype(s, F.logical_not(s), "LogicalNotBackward0"))
 
 
+@published("Tensor", name="cumsum_")
 def _cumsum_(self, dim, *, dtype=None):
     """In place: ``x.cumsum_(dim)`` writes ``cumsum(x, dim)`` into ``x``."""
     return self._apply_inplace(lambda s: s.cumsum(dim, dtype=dtype))
 
 
+@published("Tensor", name="cumprod_")
 def _cumprod_(self, dim, *, dtype=None):
     """In place: ``x.cumprod_(dim)`` writes ``cumprod(x, dim)`` into ``x``."""
     return self._apply_inplace(lambda s: s.cumprod(dim, dtype=dtype))
 
 
+@published("Tensor", name="addmm_")
 def _addmm_(self, mat1, mat2, *, beta=1, alpha=1):
     """In place: ``x.addmm_(m1, m2)`` writes ``beta * x + alpha * (m1 @ m2)`` into ``x``."""
     return self._apply_inplace(lambda s, a, b: addmm(s, a, b, beta=beta, alpha=alpha), mat1, mat2)
 
 
+@published("jitgrad", "Tensor")
 def resize_as_(input, the_template, *, memory_format=None):
     """``input.resize_(the_template.shape)`` (torch.resize_as_)."""
     if memory_format is not None:
@@ -81,6 +91,7 @@ def resize_as_(input, the_template, *, memory_format=None):
 
 
 # ---- views and copies ------------------------------------------------------------------------------------------
+@published("jitgrad", "Tensor")
 def adjoint(input):
     """The conjugate transpose of the last two dimensions (a view; real tensors: ``transpose(-2, -1)``)."""
     if not isinstance(input, Tensor):
@@ -91,6 +102,7 @@ def adjoint(input):
     return input.transpose(-2, -1)
 
 
+@published("Tensor.property", name="H")
 def _H(self):
     """The conjugate transpose of a matrix (2-d tensors only; ``mH`` for batches)."""
     if self.ndim != 2:
@@ -99,6 +111,7 @@ def _H(self):
     return self.transpose(0, 1)
 
 
+@published("jitgrad", "Tensor")
 def narrow_copy(input, dim, start, length, **torch_kw):
     """A copy of ``input.narrow(dim, start, length)`` (not a view)."""
     if torch_kw:
@@ -106,6 +119,7 @@ def narrow_copy(input, dim, start, length, **torch_kw):
     return input.narrow(dim, start, length).clone()
 
 
+@published("Tensor", name="new_empty_strided")
 def _new_empty_strided(self, size, stride, *, dtype=None, device=None, requires_grad=False, layout=None,
                        pin_memory=False):
     """An uninitialised tensor of ``size`` and ``stride`` with this tensor's dtype and device by default."""
@@ -114,6 +128,7 @@ def _new_empty_strided(self, size, stride, *, dtype=None, device=None, requires_
                          requires_grad=requires_grad)
 
 
+@published("jitgrad", "Tensor")
 def nonzero_static(input, *, size, fill_value=-1, **torch_kw):
     """The first ``size`` rows of ``nonzero(input)``, padded with ``fill_value`` rows (int64, shape
     ``(size, input.ndim)``).  Its shape does not depend on the values, so it compiles: a running count of the
@@ -141,12 +156,14 @@ def nonzero_static(input, *, size, fill_value=-1, **torch_kw):
 
 
 # ---- nn functions as Tensor methods ----------------------------------------------------------------------------
+@published("Tensor", name="hardshrink")
 def _hardshrink(self, lambd=0.5):
     """``jitgrad.nn.functional.hardshrink(self, lambd)``: 0 where ``|x| <= lambd``, ``x`` elsewhere."""
     from ..nn import functional as NF
     return NF.hardshrink(self, lambd)
 
 
+@published("Tensor", name="prelu")
 def _prelu(self, weight):
     """``jitgrad.nn.functional.prelu(self, weight)``: ``max(0, x) + weight * min(0, x)`` per channel."""
     from ..nn import functional as NF
@@ -199,6 +216,7 @@ def _others(name, self, *others):
     return out
 
 
+@published("Tensor", name="apply_")
 def _apply_(self, callable):
     """Replace each element ``v`` by ``callable(v)`` (a Python number), in place (CPU tensors that do not
     require grad, as torch; slow: one Python call per element)."""
@@ -208,6 +226,7 @@ def _apply_(self, callable):
     return self
 
 
+@published("Tensor", name="map_")
 def _map_(self, tensor, callable):
     """``self[i] = callable(self[i], tensor[i])`` elementwise, ``tensor`` broadcast to ``self``, in place."""
     _callable_check("map_", callable, self, *([tensor] if isinstance(tensor, Tensor) else []))
@@ -218,6 +237,7 @@ def _map_(self, tensor, callable):
     return self
 
 
+@published("Tensor", name="map2_")
 def _map2_(self, x, y, callable):
     """``self[i] = callable(self[i], x[i], y[i])`` elementwise, ``x`` and ``y`` broadcast to ``self``, in place."""
     _callable_check("map2_", callable, self, *[t for t in (x, y) if isinstance(t, Tensor)])
@@ -229,25 +249,17 @@ def _map2_(self, x, y, callable):
     return self
 
 
-METHODS = ["greater", "greater_equal", "less", "less_equal", "not_equal", "swapdims", "adjoint", "narrow_copy",
-           "nonzero_static"]
-FUNCTION_ONLY = ["resize_as_"]
 _NODES = {"eq": "EqBackward0", "ne": "NeBackward0", "lt": "LtBackward0", "le": "LeBackward0", "gt": "GtBackward0",
           "ge": "GeBackward0"}
-INPLACE = {**{n + "_": _cmp_inplace(n, getattr(F, n), _NODES[n]) for n in _NODES},
-           **{n + "_": _cmp_inplace(n, f, node) for n, f, node in (
-               ("greater", F.gt, "GtBackward0"), ("greater_equal", F.ge, "GeBackward0"), ("less", F.lt, "LtBackward0"),
-               ("less_equal", F.le, "LeBackward0"), ("not_equal", F.ne, "NeBackward0"),
-               ("logical_and", F.logical_and, "LogicalAndBackward0"),
-               ("logical_or", F.logical_or, "LogicalOrBackward0"))},
-           "logical_not_": _logical_not_, "cumsum_": _cumsum_, "cumprod_": _cumprod_, "addmm_": _addmm_,
-           "resize_as_": resize_as_, "new_empty_strided": _new_empty_strided, "hardshrink": _hardshrink,
-           "prelu": _prelu, "apply_": _apply_, "map_": _map_, "map2_": _map2_}
+# x.eq_(y), x.greater_(y), x.logical_and_(y), ...: in-place comparisons writing 1/0 in x's dtype
+for _n in _NODES:
+    published("Tensor", name=_n + "_")(_cmp_inplace(_n, getattr(F, _n), _NODES[_n]))
+for _n, _f, _node in (("greater", F.gt, "GtBackward0"), ("greater_equal", F.ge, "GeBackward0"),
+                      ("less", F.lt, "LtBackward0"), ("less_equal", F.le, "LeBackward0"),
+                      ("not_equal", F.ne, "NeBackward0"), ("logical_and", F.logical_and, "LogicalAndBackward0"),
+                      ("logical_or", F.logical_or, "LogicalOrBackward0")):
+    published("Tensor", name=_n + "_")(_cmp_inplace(_n, _f, _node))
 
 
-def install_properties():
-    """``Tensor.H``."""
-    Tensor.H = property(_H, doc=_H.__doc__)
-
-
-__all__ = METHODS + FUNCTION_ONLY
+__all__ = ["greater", "greater_equal", "less", "less_equal", "not_equal", "swapdims", "adjoint", "narrow_copy",
+           "nonzero_static", "resize_as_"]

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from ..declarations import published
 from ..ir.dtypes import torch_scalar_name
 from ..ir.ops import OPS as O
 from ..runtime.dispatch import bind, op_error, _bind_by_name
@@ -37,52 +38,57 @@ def _unary(name):
     return f
 
 
-exp = _unary("exp")
-log = _unary("log")
-log1p = _unary("log1p")
-expm1 = _unary("expm1")
-sqrt = _unary("sqrt")
-rsqrt = _unary("rsqrt")
-sin = _unary("sin")
-cos = _unary("cos")
-tan = _unary("tan")
-tanh = _unary("tanh")
-sigmoid = _unary("sigmoid")
-relu = _unary("relu")
-abs = _unary("abs")
-sign = _unary("sign")
-neg = _unary("neg")
-reciprocal = _unary("reciprocal")
-erf = _unary("erf")
-isfinite = _unary("isfinite")
-logical_not = _unary("logical_not")
-negative = neg
+exp = published("jitgrad", "Tensor")(_unary("exp"))
+log = published("jitgrad", "Tensor")(_unary("log"))
+log1p = published("jitgrad", "Tensor")(_unary("log1p"))
+expm1 = published("jitgrad", "Tensor")(_unary("expm1"))
+sqrt = published("jitgrad", "Tensor")(_unary("sqrt"))
+rsqrt = published("jitgrad", "Tensor")(_unary("rsqrt"))
+sin = published("jitgrad", "Tensor")(_unary("sin"))
+cos = published("jitgrad", "Tensor")(_unary("cos"))
+tan = published("jitgrad", "Tensor")(_unary("tan"))
+tanh = published("jitgrad", "Tensor")(_unary("tanh"))
+sigmoid = published("jitgrad", "Tensor")(_unary("sigmoid"))
+relu = published("jitgrad", "Tensor")(_unary("relu"))
+abs = published("jitgrad", "Tensor")(_unary("abs"))
+sign = published("jitgrad", "Tensor")(_unary("sign"))
+neg = published("jitgrad", "Tensor")(_unary("neg"))
+reciprocal = published("jitgrad", "Tensor")(_unary("reciprocal"))
+erf = published("jitgrad", "Tensor")(_unary("erf"))
+isfinite = published("jitgrad", "Tensor")(_unary("isfinite"))
+logical_not = published("jitgrad", "Tensor")(_unary("logical_not"))
+negative = published("jitgrad", "Tensor", name="negative")(neg)
 
 
+@published("jitgrad", "Tensor")
 def log2(input, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(log2, 'log2', (input,), {}, torch_kw)
     return log(input) * (1.0 / math.log(2.0))
 
 
+@published("jitgrad", "Tensor")
 def log10(input, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(log10, 'log10', (input,), {}, torch_kw)
     return log(input) * (1.0 / math.log(10.0))
 
 
+@published("jitgrad", "Tensor")
 def square(input, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(square, 'square', (input,), {}, torch_kw)
     return input * input
 
 
+@published("jitgrad", "Tensor")
 def isnan(input, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(isnan, 'isnan', (input,), {}, torch_kw)
     return input != input
 
 
+@published("jitgrad", "Tensor")
 def isinf(input, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(isinf, 'isinf', (input,), {}, torch_kw)
@@ -106,41 +112,45 @@ def _binary(name, opname):
 
 add_ = _binary("add", "add")
 sub_ = _binary("sub", "sub")
-mul = _binary("mul", "mul")
-multiply = mul
+mul = published("jitgrad", "Tensor")(_binary("mul", "mul"))
+multiply = published("jitgrad", "Tensor", name="multiply")(mul)
 div = _binary("div", "div")
-divide = true_divide = div
-floor_divide = _binary("floor_divide", "floordiv")
-remainder = _binary("remainder", "mod")
-pow = _binary("pow", "pow")
-maximum = _binary("maximum", "maximum")
-minimum = _binary("minimum", "minimum")
-eq = _binary("eq", "eq")
-ne = _binary("ne", "ne")
-lt = _binary("lt", "lt")
-le = _binary("le", "le")
-gt = _binary("gt", "gt")
-ge = _binary("ge", "ge")
-logical_and = _binary("logical_and", "logical_and")
-logical_or = _binary("logical_or", "logical_or")
-matmul = _binary("matmul", "matmul")
+divide = div
+true_divide = published("jitgrad", "Tensor", name="true_divide")(div)
+floor_divide = published("jitgrad", "Tensor")(_binary("floor_divide", "floordiv"))
+remainder = published("jitgrad", "Tensor")(_binary("remainder", "mod"))
+pow = published("jitgrad", "Tensor")(_binary("pow", "pow"))
+maximum = published("jitgrad", "Tensor")(_binary("maximum", "maximum"))
+minimum = published("jitgrad", "Tensor")(_binary("minimum", "minimum"))
+eq = published("jitgrad", "Tensor")(_binary("eq", "eq"))
+ne = published("jitgrad", "Tensor")(_binary("ne", "ne"))
+lt = published("jitgrad", "Tensor")(_binary("lt", "lt"))
+le = published("jitgrad", "Tensor")(_binary("le", "le"))
+gt = published("jitgrad", "Tensor")(_binary("gt", "gt"))
+ge = published("jitgrad", "Tensor")(_binary("ge", "ge"))
+logical_and = published("jitgrad", "Tensor")(_binary("logical_and", "logical_and"))
+logical_or = published("jitgrad", "Tensor")(_binary("logical_or", "logical_or"))
+matmul = published("jitgrad", "Tensor")(_binary("matmul", "matmul"))
 
 
+@published("jitgrad", "Tensor")
 def add(input, other, *, alpha=1, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(add, 'add', (input, other), {"alpha": alpha}, torch_kw)
     return add_(input, other if alpha == 1 else other * alpha)
 
 
+@published("jitgrad", "Tensor")
 def sub(input, other, *, alpha=1, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(sub, 'sub', (input, other), {"alpha": alpha}, torch_kw)
     return sub_(input, other if alpha == 1 else other * alpha)
 
 
-subtract = sub
+subtract = published("jitgrad", "Tensor", name="subtract")(sub)
 
 
+@published("jitgrad")
 def where(condition, input=None, other=None, **torch_kw):
     """``where(cond, x, y)``: x where cond else y (broadcasting).  ``where(cond)`` returns nonzero indices."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -152,6 +162,7 @@ def where(condition, input=None, other=None, **torch_kw):
     return bind(O["where"], condition, input, other)
 
 
+@published("jitgrad", "Tensor")
 def clamp(input, min=None, max=None, **torch_kw):
     """Clamp into [min, max]; tensor bounds compose maximum/minimum, scalar bounds use the clamp primitive."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -163,7 +174,7 @@ def clamp(input, min=None, max=None, **torch_kw):
     return bind(O["clamp"], input, min=min, max=max)
 
 
-clip = clamp
+clip = published("jitgrad", "Tensor", name="clip")(clamp)
 
 
 def _clamp_tensor_bounds(input, min, max):
@@ -185,6 +196,7 @@ def _clamp_tensor_bounds(input, min, max):
     return where(input <= max, input, where(input > max, max, r))
 
 
+@published("jitgrad", "Tensor")
 def nonzero(input, *, as_tuple=False, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(nonzero, 'nonzero', (input,), {"as_tuple": as_tuple}, torch_kw)
@@ -202,6 +214,7 @@ def _red(opname, x, dim, keepdim):
     return bind(O[opname], x, axes=_axes(opname, x, dim), keepdims=bool(keepdim))
 
 
+@published("jitgrad", "Tensor")
 def sum(input, dim=None, keepdim=False, *, dtype=None, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(sum, 'sum', (input, dim, keepdim), {"dtype": dtype}, torch_kw)
@@ -210,6 +223,7 @@ def sum(input, dim=None, keepdim=False, *, dtype=None, **torch_kw):
     return _fresh(_red("sum", input, dim, keepdim), input, "SumBackward0" if dim is None else "SumBackward1")
 
 
+@published("jitgrad", "Tensor")
 def mean(input, dim=None, keepdim=False, *, dtype=None, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(mean, 'mean', (input, dim, keepdim), {"dtype": dtype}, torch_kw)
@@ -228,6 +242,7 @@ def mean(input, dim=None, keepdim=False, *, dtype=None, **torch_kw):
     return _fresh(s / n if n else s + math.nan, input, "MeanBackward0" if dim is None else "MeanBackward1")
 
 
+@published("jitgrad", "Tensor")
 def prod(input, dim=None, keepdim=False, *, dtype=None, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(prod, 'prod', (input, dim, keepdim), {"dtype": dtype}, torch_kw)
@@ -236,18 +251,21 @@ def prod(input, dim=None, keepdim=False, *, dtype=None, **torch_kw):
     return _fresh(_red("prod", input, dim, keepdim), input, "ProdBackward0" if dim is None else "ProdBackward1")
 
 
+@published("jitgrad", "Tensor")
 def amax(input, dim=(), keepdim=False, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(amax, 'amax', (input, dim, keepdim), {}, torch_kw)
     return _red("amax", input, None if dim == () else dim, keepdim)
 
 
+@published("jitgrad", "Tensor")
 def amin(input, dim=(), keepdim=False, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(amin, 'amin', (input, dim, keepdim), {}, torch_kw)
     return _red("amin", input, None if dim == () else dim, keepdim)
 
 
+@published("jitgrad", "Tensor")
 def argmax(input, dim=None, keepdim=False, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(argmax, 'argmax', (input, dim, keepdim), {}, torch_kw)
@@ -259,6 +277,7 @@ def argmax(input, dim=None, keepdim=False, **torch_kw):
     return r.reshape((1,) * input.ndim) if keepdim and ax is None else r
 
 
+@published("jitgrad", "Tensor")
 def argmin(input, dim=None, keepdim=False, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(argmin, 'argmin', (input, dim, keepdim), {}, torch_kw)
@@ -308,6 +327,7 @@ def _max_min(name, input, dim, keepdim, other):
     return _ValuesIndices((values, idx))
 
 
+@published("jitgrad", "Tensor")
 def max(input, dim=None, keepdim=False, *, other=None, **torch_kw):
     """``max(x)`` (all elements), ``max(x, dim)`` -> (values, indices), or ``max(x, other)`` elementwise."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -315,12 +335,14 @@ def max(input, dim=None, keepdim=False, *, other=None, **torch_kw):
     return _max_min_named("max", input, dim, keepdim, other)
 
 
+@published("jitgrad", "Tensor")
 def min(input, dim=None, keepdim=False, *, other=None, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(min, 'min', (input, dim, keepdim), {"other": other}, torch_kw)
     return _max_min_named("min", input, dim, keepdim, other)
 
 
+@published("jitgrad", "Tensor")
 def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None, **torch_kw):
     """Variance over ``dim`` with Bessel's ``correction`` (``unbiased=True`` means correction=1)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -343,6 +365,7 @@ def _var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     return ss / builtins_max(n - correction, 0)
 
 
+@published("jitgrad", "Tensor")
 def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None, **torch_kw):
     """sqrt(var), with torch's gradient 0 (not 0 * inf = nan) where the variance is 0 (a constant row): torch's
     std_backward masks grad / (2 std) where std == 0.  The sqrt runs on a variance made 1 there, so no NaN
@@ -354,6 +377,7 @@ def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None, **tor
     return _fresh(sqrt(v.where(~zero, 1.0)).where(~zero, 0.0), input, "StdBackward0")
 
 
+@published("jitgrad", "Tensor")
 def logsumexp(input, dim, keepdim=False, **torch_kw):
     """log(sum(exp(x))) computed stably (the max is subtracted first and detached)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -372,6 +396,7 @@ def _logsumexp(input, dim, keepdim=False):
     return s if keepdim else s.reshape(tuple(d for i, d in enumerate(s.shape) if i not in axes))
 
 
+@published("jitgrad", "Tensor")
 def norm(input, p="fro", dim=None, keepdim=False, dtype=None, **torch_kw):
     """Vector p-norm over ``dim`` (default all elements); p in {2, 'fro', inf, -inf, 1, any float}."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -393,6 +418,7 @@ def _norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     return bind(O["normp"], input, axes=_axes("norm", input, dim), keepdims=bool(keepdim), p=float(p))
 
 
+@published("jitgrad", "Tensor")
 def softmax(input, dim, dtype=None, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(softmax, 'softmax', (input, dim, dtype), {}, torch_kw)
@@ -408,6 +434,7 @@ def _softmax(input, dim, dtype=None):
     return bind(O["softmax"], input, axis=ax)      # one fused op in eager mode; traced: its decomposition
 
 
+@published("jitgrad", "Tensor")
 def log_softmax(input, dim, dtype=None, **torch_kw):
     """``(x - m) - log(sum(exp(x - m)))`` with the max ``m`` detached: exact where ``x - logsumexp(x)`` would
     lose the digits of a large ``m`` (in float32, 1000.31 - 1001.31 keeps only 4 decimals)."""
@@ -429,12 +456,14 @@ def _log_softmax(input, dim, dtype=None):
     return bind(O["log_softmax"], input, axis=ax)  # one fused op in eager mode; traced: its decomposition
 
 
+@published("jitgrad", "Tensor")
 def outer(input, vec2, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(outer, 'outer', (input, vec2), {}, torch_kw)
     return unsqueeze(input, 1) * unsqueeze(vec2, 0)
 
 
+@published("jitgrad", "Tensor")
 def dot(input, other, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(dot, 'dot', (input, other), {}, torch_kw)
@@ -450,6 +479,7 @@ def dot(input, other, **torch_kw):
     return named(matmul(input, other), "DotBackward0")
 
 
+@published("jitgrad", "Tensor")
 def mm(input, mat2, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(mm, 'mm', (input, mat2), {}, torch_kw)
@@ -458,6 +488,7 @@ def mm(input, mat2, **torch_kw):
     return matmul(input, mat2)
 
 
+@published("jitgrad", "Tensor")
 def bmm(input, mat2, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(bmm, 'bmm', (input, mat2), {}, torch_kw)
@@ -473,6 +504,7 @@ def _read_values(what, *ts):
             _traced_read(t, what)
 
 
+@published("jitgrad", "Tensor")
 def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(allclose, 'allclose', (input, other, rtol, atol, equal_nan), {}, torch_kw)
@@ -480,6 +512,7 @@ def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False, **torch_kw):
     return bool(np.allclose(input._data, other._data, rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
+@published("jitgrad", "Tensor")
 def equal(input, other, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(equal, 'equal', (input, other), {}, torch_kw)
@@ -492,35 +525,39 @@ import builtins as _b  # noqa: E402
 builtins_max = _b.max     # max() below is ours
 
 
-# ---- attach as methods ----------------------------------------------------------------------------
-_METHODS = ["exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "sigmoid", "relu", "abs",
-            "sign", "neg", "negative", "reciprocal", "erf", "log2", "log10", "square", "isnan", "isinf", "isfinite",
-            "logical_not", "logical_and", "logical_or", "add", "sub", "subtract", "mul", "multiply", "div", "divide",
-            "true_divide", "floor_divide", "remainder", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt",
-            "ge", "matmul", "clamp", "clip", "nonzero", "sum", "mean", "prod", "amax", "amin", "argmax", "argmin",
-            "max", "min", "var", "std", "logsumexp", "norm", "softmax", "log_softmax", "reshape", "view", "flatten",
-            "squeeze", "unsqueeze", "permute", "transpose", "swapaxes", "t", "expand", "broadcast_to", "expand_as",
-            "split", "chunk", "unbind", "gather", "take_along_dim", "index_select", "outer", "dot", "mm", "bmm",
-            "allclose", "equal"]
-for _n in _METHODS:
-    if not hasattr(Tensor, _n):
-        setattr(Tensor, _n, globals()[_n])
-
-
+# ---- Tensor-only forms ---------------------------------------------------------------------------------
+@published("Tensor", name="view_as")
 def _view_as(self, other):
     return view(self, other.shape)
 
 
+@published("Tensor", name="reshape_as")
 def _reshape_as(self, other):
     return reshape(self, other.shape)
 
 
-Tensor.view_as = _view_as
-Tensor.reshape_as = _reshape_as
-Tensor.T = property(lambda self: _swap_last2(self) if self.ndim == 2 else permute(self, tuple(range(self.ndim))[::-1]))
-Tensor.mT = property(lambda self: _swap_last2(self) if self.ndim >= 2 else transpose(self, -2, -1))
-Tensor.mH = Tensor.mT
+@published("Tensor.property", name="T")
+def _T(self):
+    """The tensor with its dims reversed (``x.T``; a matrix's transpose)."""
+    return _swap_last2(self) if self.ndim == 2 else permute(self, tuple(range(self.ndim))[::-1])
 
-__all__ = [n for n in _METHODS] + ["where", "cat", "concat", "concatenate", "stack", "broadcast_tensors",
-                                    "take_along_dim", "outer", "dot", "mm", "bmm", "multiply"]
+
+@published("Tensor.property", name="mT")
+@published("Tensor.property", name="mH")
+def _mT(self):
+    """The batch of matrices transposed (``x.mT``: the last two dims swapped; ``x.mH`` is the same for real
+    tensors)."""
+    return _swap_last2(self) if self.ndim >= 2 else transpose(self, -2, -1)
+
+
+__all__ = ["exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "sigmoid", "relu", "abs",
+           "sign", "neg", "negative", "reciprocal", "erf", "log2", "log10", "square", "isnan", "isinf", "isfinite",
+           "logical_not", "logical_and", "logical_or", "add", "sub", "subtract", "mul", "multiply", "div", "divide",
+           "true_divide", "floor_divide", "remainder", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt",
+           "ge", "matmul", "clamp", "clip", "nonzero", "sum", "mean", "prod", "amax", "amin", "argmax", "argmin",
+           "max", "min", "var", "std", "logsumexp", "norm", "softmax", "log_softmax", "reshape", "view", "flatten",
+           "squeeze", "unsqueeze", "permute", "transpose", "swapaxes", "t", "expand", "broadcast_to", "expand_as",
+           "split", "chunk", "unbind", "gather", "take_along_dim", "index_select", "outer", "dot", "mm", "bmm",
+           "allclose", "equal", "where", "cat", "concat", "concatenate", "stack", "broadcast_tensors",
+           "take_along_dim", "outer", "dot", "mm", "bmm", "multiply"]
 del op_error

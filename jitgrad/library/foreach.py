@@ -9,10 +9,11 @@ forms (``_foreach_add_``) write through ``_apply_inplace``: the same version bum
 """
 from __future__ import annotations
 
+from ..declarations import published
 from . import elementary as F
 from ..runtime.tensor import Tensor
 
-# per-tensor unary ops that torch has as _foreach_<name> (each installed when jitgrad has the method)
+# per-tensor unary ops that torch has as _foreach_<name> (each calls the Tensor method of that name)
 UNARY = ["abs", "acos", "asin", "atan", "ceil", "cos", "cosh", "erf", "erfc", "exp", "expm1", "floor", "frac",
          "lgamma", "log", "log10", "log1p", "log2", "neg", "reciprocal", "round", "rsqrt", "sigmoid", "sign", "sin",
          "sinh", "sqrt", "tan", "tanh", "trunc"]
@@ -122,6 +123,7 @@ def _pointwise(name, op):
     return f, f_
 
 
+@published("jitgrad")
 def _foreach_lerp(self, tensors1, weight):
     """``x + weight * (end - x)`` per tensor; ``weight`` a number, a list, or a list of tensors."""
     ts = _check_list("lerp", self)
@@ -129,6 +131,7 @@ def _foreach_lerp(self, tensors1, weight):
     return [t + w * (e - t) for t, e, w in zip(ts, tensors1, _others("lerp", ts, weight))]
 
 
+@published("jitgrad")
 def _foreach_lerp_(self, tensors1, weight):
     """In place form of ``_foreach_lerp``."""
     ts = _check_list("lerp_", self)
@@ -140,27 +143,32 @@ def _foreach_lerp_(self, tensors1, weight):
             t._apply_inplace(lambda s, x, ww=w: s + ww * (x - s), e)
 
 
+@published("jitgrad")
 def _foreach_norm(self, ord=2, dtype=None):
     """The ``ord``-norm of each tensor (torch._foreach_norm)."""
     return [t.norm(ord) if dtype is None else t.to(dtype).norm(ord) for t in _check_list("norm", self)]
 
 
+@published("jitgrad")
 def _foreach_max(self):
     """The largest element of each tensor (torch._foreach_max)."""
     return [t.max() for t in _check_list("max", self)]
 
 
+@published("jitgrad")
 def _foreach_clone(self):
     """A clone of each tensor."""
     return [t.clone() for t in _check_list("clone", self)]
 
 
+@published("jitgrad")
 def _foreach_zero_(self):
     """Fill each tensor with zeros, in place."""
     for t in _check_list("zero_", self):
         t.zero_()
 
 
+@published("jitgrad")
 def _foreach_copy_(self, src, non_blocking=False):
     """Copy each tensor of ``src`` into the matching tensor of ``self``, in place."""
     ts = _check_list("copy_", self)
@@ -169,28 +177,16 @@ def _foreach_copy_(self, src, non_blocking=False):
         t.copy_(s)
 
 
-def functions() -> dict:
-    """``{"_foreach_exp": fn, ...}`` for the per-tensor ops jitgrad has."""
-    out = {}
-    for n in UNARY:
-        if callable(getattr(Tensor, n, None)):
-            f, f_ = _unary(n)
-            out[f.__name__], out[f_.__name__] = f, f_
-    for n, op in BINARY.items():
-        f, f_ = _binary(n, op)
-        out[f.__name__], out[f_.__name__] = f, f_
-    for n, op in (("addcmul", lambda a, b: a * b), ("addcdiv", lambda a, b: a / b)):
-        f, f_ = _pointwise(n, op)
-        out[f.__name__], out[f_.__name__] = f, f_
-    for f in (_foreach_lerp, _foreach_lerp_, _foreach_norm, _foreach_max, _foreach_clone, _foreach_zero_,
-              _foreach_copy_):
-        out[f.__name__] = f
-    return out
+# the generated _foreach_<op> / _foreach_<op>_ pairs (the hand-written ones above are declared at their defs)
+for _n in UNARY:
+    for _f in _unary(_n):
+        published("jitgrad")(_f)
+for _n, _op in BINARY.items():
+    for _f in _binary(_n, _op):
+        published("jitgrad")(_f)
+for _n, _op in (("addcmul", lambda a, b: a * b), ("addcdiv", lambda a, b: a / b)):
+    for _f in _pointwise(_n, _op):
+        published("jitgrad")(_f)
 
 
-def install(jg: dict):
-    """The ``_foreach_*`` functions in the ``jitgrad`` namespace (torch has no Tensor methods for them)."""
-    jg.update(functions())
-
-
-__all__ = ["functions", "install", "UNARY", "BINARY"]
+__all__ = ["UNARY", "BINARY"]

@@ -260,3 +260,10 @@ __all__ += ["embedding_bag"]
 from .ctc import ctc_loss  # noqa: E402
 
 __all__ += ["ctc_loss"]
+
+
+def __getattr__(name):
+    """A name torch.nn.functional has and jitgrad lacks raises "not supported yet" (library/torch_surface.py)."""
+    from ..library.torch_names import NN_FUNCTIONAL
+    from ..library.torch_surface import unsupported_attribute
+    raise unsupported_attribute("jitgrad.nn.functional", name, NN_FUNCTIONAL)

@@ -13,6 +13,7 @@ import secrets
 
 import numpy as np
 
+from ..declarations import published
 from ..ir import dtypes as dt
 from ..tracer import STATE as _TR
 from .tensor import Tensor, check_device
@@ -130,6 +131,7 @@ def generator_of(generator) -> Generator:
     return generator
 
 
+@published("jitgrad")
 def manual_seed(seed) -> Generator:
     """Seed the default generator (torch.manual_seed); returns it."""
     from ..library.creation import factories
@@ -138,6 +140,7 @@ def manual_seed(seed) -> Generator:
     return default_generator.manual_seed(seed)
 
 
+@published("jitgrad")
 def seed() -> int:
     """Seed the default generator from the operating system's entropy; returns the seed."""
     s = secrets.randbits(64)

@@ -14,6 +14,7 @@ import weakref
 
 import numpy as np
 
+from ..declarations import published
 from .dispatch import BY_POSITIONS
 from .grad_mode import STATE
 from .grad_names import named
@@ -112,6 +113,7 @@ def _geometry(name, t, flat, size, stride, storage_offset):
     return size, stride, off, pos
 
 
+@published("jitgrad", "Tensor")
 def as_strided(input, size, stride, storage_offset=None, **torch_kw):
     """The elements of ``input``'s storage at ``storage_offset + sum(i_k * stride[k])``, shaped ``size``: a view of
     the storage (eager CPU tensors), differentiable (``AsStridedBackward0``: an index into ``input``, so
@@ -158,6 +160,7 @@ def as_strided(input, size, stride, storage_offset=None, **torch_kw):
     return named(r, "AsStridedBackward0")
 
 
+@published("jitgrad", "Tensor")
 def as_strided_(self, size, stride, storage_offset=None):
     """In place: this tensor takes the geometry ``(size, stride, storage_offset)`` over its storage and returns
     itself; its history continues through ``AsStridedBackward1``."""
@@ -178,5 +181,4 @@ def as_strided_(self, size, stride, storage_offset=None):
     return self
 
 
-METHODS = ["as_strided", "as_strided_"]
-__all__ = METHODS
+__all__ = ["as_strided", "as_strided_"]

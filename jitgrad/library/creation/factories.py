@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...declarations import published
 from ...ir import dtypes as dt
 from ...runtime.tensor import Tensor, check_device, on_device
 from ..torch_kwargs import torch_kwargs
@@ -65,6 +66,7 @@ def as_array(data, dtype=None) -> np.ndarray:
     return a
 
 
+@published("jitgrad")
 def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False, **torch_kw) -> Tensor:
     """Construct a tensor by copying ``data`` (nested lists, scalars, NumPy arrays).
 
@@ -88,6 +90,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False,
     return t
 
 
+@published("jitgrad")
 def as_tensor(data, dtype=None, device=None, **torch_kw) -> Tensor:
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(as_tensor, 'as_tensor', (data, dtype, device), {}, torch_kw)
@@ -98,6 +101,7 @@ def as_tensor(data, dtype=None, device=None, **torch_kw) -> Tensor:
     return tensor(data, dtype=dtype, device=device)
 
 
+@published("jitgrad")
 def from_numpy(ndarray: np.ndarray) -> Tensor:
     """A tensor sharing memory with ``ndarray`` (writes to either are visible in both)."""
     if not isinstance(ndarray, np.ndarray):
@@ -106,6 +110,7 @@ def from_numpy(ndarray: np.ndarray) -> Tensor:
     return Tensor._make(ndarray)
 
 
+@published("jitgrad")
 def from_dlpack(ext) -> Tensor:
     """Zero-copy import of any object with ``__dlpack__`` (NumPy, PyTorch, JAX arrays, jitgrad tensors)."""
     if isinstance(ext, Tensor):
@@ -133,6 +138,7 @@ def _dt(dtype, default=None):
     return default if default is not None else dt.DEFAULT_FLOAT
 
 
+@published("jitgrad")
 def zeros(*size, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(zeros, 'zeros', (*size,), {"dtype": dtype, "device": device, "requires_grad": requires_grad}, torch_kw)
@@ -140,6 +146,7 @@ def zeros(*size, dtype=None, device=None, requires_grad=False, **torch_kw) -> Te
     return _new(np.zeros(_size(size), _dt(dtype).np), requires_grad, device)
 
 
+@published("jitgrad")
 def ones(*size, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(ones, 'ones', (*size,), {"dtype": dtype, "device": device, "requires_grad": requires_grad}, torch_kw)
@@ -147,6 +154,7 @@ def ones(*size, dtype=None, device=None, requires_grad=False, **torch_kw) -> Ten
     return _new(np.ones(_size(size), _dt(dtype).np), requires_grad, device)
 
 
+@published("jitgrad")
 def empty(*size, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(empty, 'empty', (*size,), {"dtype": dtype, "device": device, "requires_grad": requires_grad}, torch_kw)
@@ -154,6 +162,7 @@ def empty(*size, dtype=None, device=None, requires_grad=False, **torch_kw) -> Te
     return _new(np.empty(_size(size), _dt(dtype).np), requires_grad, device)
 
 
+@published("jitgrad")
 def full(size, fill_value, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(full, 'full', (size, fill_value, dtype, device, requires_grad), {}, torch_kw)
@@ -163,6 +172,7 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False, **torch
     return _new(np.full(_size((size,)), fill_value, _dt(dtype).np), requires_grad, device)
 
 
+@published("jitgrad")
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(arange, 'arange', (start, end, step, dtype, device, requires_grad), {}, torch_kw)
@@ -174,6 +184,7 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     return _new(np.arange(start, end, step).astype(_dt(dtype).np), requires_grad, device)
 
 
+@published("jitgrad")
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(linspace, 'linspace', (start, end, steps, dtype, device, requires_grad), {}, torch_kw)
@@ -181,6 +192,7 @@ def linspace(start, end, steps, dtype=None, device=None, requires_grad=False, **
     return _new(np.linspace(start, end, int(steps)).astype(_dt(dtype).np), requires_grad, device)
 
 
+@published("jitgrad")
 def logspace(start, end, steps, base=10.0, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
     """``steps`` values ``base ** x`` for ``x`` evenly spaced from ``start`` to ``end`` (the default float dtype
     unless ``dtype`` is given)."""
@@ -190,6 +202,7 @@ def logspace(start, end, steps, base=10.0, dtype=None, device=None, requires_gra
     return _new(np.logspace(start, end, int(steps), base=base).astype(_dt(dtype).np), requires_grad, device)
 
 
+@published("jitgrad")
 def eye(n, m=None, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(eye, 'eye', (n, m, dtype, device, requires_grad), {}, torch_kw)
@@ -206,6 +219,7 @@ def _like_device(t, device):
     return device if device is not None else (None if t.device.type == "cpu" else t.device)
 
 
+@published("jitgrad")
 def zeros_like(input, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(zeros_like, 'zeros_like', (input, dtype, device, requires_grad), {}, torch_kw)
@@ -214,6 +228,7 @@ def zeros_like(input, dtype=None, device=None, requires_grad=False, **torch_kw) 
     return _new(np.zeros(shape, d.np), requires_grad, device)
 
 
+@published("jitgrad")
 def ones_like(input, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(ones_like, 'ones_like', (input, dtype, device, requires_grad), {}, torch_kw)
@@ -222,6 +237,7 @@ def ones_like(input, dtype=None, device=None, requires_grad=False, **torch_kw) -
     return _new(np.ones(shape, d.np), requires_grad, device)
 
 
+@published("jitgrad")
 def empty_like(input, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(empty_like, 'empty_like', (input, dtype, device, requires_grad), {}, torch_kw)
@@ -230,6 +246,7 @@ def empty_like(input, dtype=None, device=None, requires_grad=False, **torch_kw) 
     return _new(np.empty(shape, d.np), requires_grad, device)
 
 
+@published("jitgrad")
 def full_like(input, fill_value, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(full_like, 'full_like', (input, fill_value, dtype, device, requires_grad), {}, torch_kw)

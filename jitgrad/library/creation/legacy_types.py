@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...declarations import published
 from ...ir import dtypes as dt
 from ...runtime.tensor import Tensor
 
@@ -31,14 +32,15 @@ def _typed(name, dtype):
                                                                    "(constructor and isinstance check)."})
 
 
-FloatTensor = _typed("FloatTensor", dt.float32)
-DoubleTensor = _typed("DoubleTensor", dt.float64)
-LongTensor = _typed("LongTensor", dt.int64)
-IntTensor = _typed("IntTensor", dt.int32)
-BoolTensor = _typed("BoolTensor", dt.bool_)
-ByteTensor = _typed("ByteTensor", dt.uint8)
+FloatTensor = published("jitgrad")(_typed("FloatTensor", dt.float32))
+DoubleTensor = published("jitgrad")(_typed("DoubleTensor", dt.float64))
+LongTensor = published("jitgrad")(_typed("LongTensor", dt.int64))
+IntTensor = published("jitgrad")(_typed("IntTensor", dt.int32))
+BoolTensor = published("jitgrad")(_typed("BoolTensor", dt.bool_))
+ByteTensor = published("jitgrad")(_typed("ByteTensor", dt.uint8))
 
 
+@published("jitgrad")
 def is_inference(input) -> bool:
     """Whether ``input`` is an inference tensor (made under ``inference_mode``)."""
     if not isinstance(input, Tensor):
@@ -51,6 +53,7 @@ __all__ = ["FloatTensor", "DoubleTensor", "LongTensor", "IntTensor", "BoolTensor
 
 # ---- Tensor.new: the legacy constructor method ---------------------------------------------------------------
 
+@published("Tensor", name="new")
 def tensor_new(self, *args, dtype=None, device=None, requires_grad=False):
     """``t.new(*sizes)`` / ``t.new(size)`` -> an uninitialised tensor of that size with ``t``'s dtype;
     ``t.new(sequence)`` -> a tensor of that data as ``t``'s dtype; ``t.new()`` -> an empty tensor."""
@@ -78,20 +81,20 @@ def tensor_new(self, *args, dtype=None, device=None, requires_grad=False):
     return out
 
 
-Tensor.new = tensor_new
-
 
 # ---- torch.set_warn_always -----------------------------------------------------------------------------------
 
 _WARN_ALWAYS = [False]
 
 
+@published("jitgrad")
 def set_warn_always(b: bool) -> None:
     """torch's switch that makes warn-once warnings warn every time.  jitgrad's warnings go through Python's
     ``warnings`` module (its filters decide repetition); the flag is kept for ``is_warn_always_enabled``."""
     _WARN_ALWAYS[0] = bool(b)
 
 
+@published("jitgrad")
 def is_warn_always_enabled() -> bool:
     """The flag of :func:`set_warn_always`."""
     return _WARN_ALWAYS[0]

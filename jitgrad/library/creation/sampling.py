@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...declarations import published
 from ...ir import dtypes as dt
 from ...ir.ops import OPS as O
 from ...runtime.dispatch import bind
@@ -69,6 +70,7 @@ def _concrete(t: Tensor) -> bool:
     return type(t._data) is np.ndarray
 
 
+@published("jitgrad")
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
     """Uniform numbers in [0, 1) (never 1.0), float32 by default."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -78,6 +80,7 @@ def rand(*size, generator=None, dtype=None, device=None, requires_grad=False, **
                    device)
 
 
+@published("jitgrad")
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
     """Standard normal numbers (Box-Muller), float32 by default."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -87,6 +90,7 @@ def randn(*size, generator=None, dtype=None, device=None, requires_grad=False, *
                    device)
 
 
+@published("jitgrad")
 def rand_like(input, dtype=None, device=None, requires_grad=False, generator=None, **torch_kw) -> Tensor:
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(rand_like, 'rand_like', (input, dtype, device, requires_grad, generator), {}, torch_kw)
@@ -94,6 +98,7 @@ def rand_like(input, dtype=None, device=None, requires_grad=False, generator=Non
                 device=device if device is not None else input.device)
 
 
+@published("jitgrad")
 def randn_like(input, dtype=None, device=None, requires_grad=False, generator=None, **torch_kw) -> Tensor:
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(randn_like, 'randn_like', (input, dtype, device, requires_grad, generator), {}, torch_kw)
@@ -111,6 +116,7 @@ def _scaled_ints(shape, low, high, dtype, generator) -> Tensor:
         return ((u * float(high - low)).to(dt.int64) + int(low)).to(dtype)
 
 
+@published("jitgrad")
 def randint(low=0, high=None, size=None, *, generator=None, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
     """Integers uniform in [low, high); ``randint(high, size)`` or ``randint(low, high, size)``, int64 by
     default."""
@@ -127,12 +133,14 @@ def randint(low=0, high=None, size=None, *, generator=None, dtype=None, device=N
     return _finish(_scaled_ints(_size((size,)), int(low), int(high), d, generator), requires_grad, device)
 
 
+@published("jitgrad")
 def randint_like(input, low=0, high=None, *, dtype=None, generator=None) -> Tensor:
     if high is None:
         low, high = 0, low
     return _scaled_ints(input.shape, int(low), int(high), dtype or input.dtype, generator)
 
 
+@published("jitgrad")
 def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False, **torch_kw) -> Tensor:
     """A random permutation of ``0 .. n-1`` (int64 by default)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -144,6 +152,7 @@ def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False,
                                   dtype=d)), requires_grad, device)
 
 
+@published("jitgrad")
 def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Normal numbers with the given ``mean`` and ``std`` (tensors broadcast together, or floats with
     ``size``).  As in torch, the result carries no gradient to ``mean``/``std``."""
@@ -170,6 +179,7 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
         return _finish(z * parts[1] + parts[0], requires_grad)
 
 
+@published("jitgrad")
 def bernoulli(input, p=None, *, generator=None) -> Tensor:
     """Draws 0/1 with probability ``input`` (or the float ``p``) per element, in ``input``'s dtype."""
     probs = input if p is None else p
@@ -186,6 +196,7 @@ def bernoulli(input, p=None, *, generator=None) -> Tensor:
         return (u < pr).to(d)
 
 
+@published("jitgrad")
 def multinomial(input, num_samples, replacement=False, *, generator=None) -> Tensor:
     """Indices drawn from the categories of each row of ``input`` (non-negative weights, 1-D or 2-D): with
     replacement by inverse CDF, without by torch's exponential race."""
@@ -198,6 +209,7 @@ def multinomial(input, num_samples, replacement=False, *, generator=None) -> Ten
 
 
 # ---- in-place forms (Tensor methods) ---------------------------------------------------------------------------
+@published("Tensor")
 def uniform_(self, from_=0.0, to=1.0, *, generator=None, **kw):
     """Fill with numbers uniform in [from, to)."""
     from_ = kw.pop("from", from_)
@@ -209,6 +221,7 @@ def uniform_(self, from_=0.0, to=1.0, *, generator=None, **kw):
     return self.copy_(src)
 
 
+@published("Tensor")
 def normal_(self, mean=0.0, std=1.0, *, generator=None):
     """Fill with normal numbers of the given mean and std."""
     if std < 0:
@@ -219,6 +232,7 @@ def normal_(self, mean=0.0, std=1.0, *, generator=None):
     return self.copy_(src)
 
 
+@published("Tensor")
 def bernoulli_(self, p=0.5, *, generator=None):
     """Fill with 0/1 drawn with probability ``p`` (a float or a tensor broadcast to self)."""
     with no_grad():
@@ -226,6 +240,7 @@ def bernoulli_(self, p=0.5, *, generator=None):
     return self.copy_(src)
 
 
+@published("Tensor")
 def random_(self, from_=None, to=None, *, generator=None, **kw):
     """Fill with integers uniform in [from, to); ``random_(to)`` is [0, to); with neither, [0, 2**24] for
     float32 and [0, 2**53] for float64 (the integers the dtype holds exactly, as torch) and [0, 2**63) or
@@ -252,6 +267,7 @@ def _uniform_like(self, generator, kernel_msg):
     return _uniform(self.shape, dt.float64 if self.dtype is dt.float64 else dt.float32, generator, self.device)
 
 
+@published("Tensor")
 def exponential_(self, lambd=1.0, *, generator=None):
     """Fill with exponential numbers of rate ``lambd``: ``-log1p(-u) / lambd`` for a uniform ``u``."""
     if not lambd > 0:
@@ -263,6 +279,7 @@ def exponential_(self, lambd=1.0, *, generator=None):
     return self.copy_(src)
 
 
+@published("Tensor")
 def geometric_(self, p, *, generator=None):
     """Fill with geometric numbers (trials up to the first success, so >= 1) of success probability ``p``:
     ``floor(log1p(-u) / log1p(-p)) + 1`` (ceil but where the ratio is a whole number); integer tensors too."""
@@ -274,6 +291,7 @@ def geometric_(self, p, *, generator=None):
     return self.copy_(k.to(self.dtype))
 
 
+@published("Tensor")
 def log_normal_(self, mean=1.0, std=2.0, *, generator=None):
     """Fill with ``exp(N(mean, std))`` numbers."""
     if not std > 0:
@@ -285,6 +303,7 @@ def log_normal_(self, mean=1.0, std=2.0, *, generator=None):
     return self.copy_(src)
 
 
+@published("Tensor")
 def cauchy_(self, median=0.0, sigma=1.0, *, generator=None):
     """Fill with Cauchy numbers: ``median + sigma * tan(pi * (u - 1/2))``."""
     if not sigma > 0:
@@ -296,24 +315,15 @@ def cauchy_(self, median=0.0, sigma=1.0, *, generator=None):
     return self.copy_(src)
 
 
+@published("Tensor", name="bernoulli")
 def _tensor_bernoulli(self, p=None, *, generator=None):
     return bernoulli(self, p, generator=generator)
 
 
+@published("Tensor", name="multinomial")
 def _tensor_multinomial(self, num_samples, replacement=False, *, generator=None):
     return multinomial(self, num_samples, replacement, generator=generator)
 
-
-Tensor.uniform_ = uniform_
-Tensor.normal_ = normal_
-Tensor.bernoulli_ = bernoulli_
-Tensor.random_ = random_
-Tensor.exponential_ = exponential_
-Tensor.geometric_ = geometric_
-Tensor.log_normal_ = log_normal_
-Tensor.cauchy_ = cauchy_
-Tensor.bernoulli = _tensor_bernoulli
-Tensor.multinomial = _tensor_multinomial
 
 __all__ = ["rand", "randn", "rand_like", "randn_like", "randint", "randint_like", "randperm", "normal",
            "bernoulli", "multinomial"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...declarations import published
 from ...ir import dtypes as dt
 from ...ir.dtypes import torch_scalar_name
 from ...ir.ops import OPS as O
@@ -43,6 +44,7 @@ def _flat_check(name, input, index):
             raise IndexError(f"out of range: tried to access index {int(bad[0])} on a tensor of {n} elements.")
 
 
+@published("jitgrad", "Tensor")
 def take(input, index, **torch_kw):
     """The elements of ``input`` read as 1-d at ``index`` (a long tensor of any shape; negative counts from the
     end); the result has ``index``'s shape."""
@@ -54,6 +56,7 @@ def take(input, index, **torch_kw):
     return named(input.reshape(-1)[index], "TakeBackward0")
 
 
+@published("jitgrad", "Tensor")
 def put(input, index, source, accumulate=False, **torch_kw):
     """``input`` with ``source``'s elements written at the flat positions ``index`` (added with
     ``accumulate=True``); ``index`` and ``source`` have one number of elements."""
@@ -72,6 +75,7 @@ def put(input, index, source, accumulate=False, **torch_kw):
     return named(r.reshape(tuple(input.shape)), "PutBackward0")
 
 
+@published("Tensor", name="put_")
 def _put_(self, index, source, accumulate=False):
     """In place: writes ``put(self, index, source, accumulate)`` into ``self``."""
     return self._apply_inplace(lambda s, v: put(s, index, v, accumulate), source)
@@ -123,6 +127,7 @@ def _along(input, ax, index, value, accumulate):
     return _put_at(input, (slice(None),) * ax + (index,), value, accumulate)
 
 
+@published("jitgrad", "Tensor")
 def index_add(input, dim, index, source, *, alpha=1, **torch_kw):
     """``input`` plus ``alpha * source``'s slices along ``dim`` added at the positions the 1-d ``index`` names
     (repeated positions add up).  Differentiable: ``source``'s gradient is the incoming one gathered at ``index``."""
@@ -139,6 +144,7 @@ def index_add(input, dim, index, source, *, alpha=1, **torch_kw):
     return named(_along(input, ax, idx, source, True), "IndexAddBackward0")
 
 
+@published("Tensor", name="index_add_")
 def _index_add_(self, dim, index, source, *, alpha=1):
     """In place: writes ``index_add(self, dim, index, source, alpha=alpha)`` into ``self``."""
     return self._apply_inplace(lambda s, v: index_add(s, dim, index, v, alpha=alpha), source)
@@ -150,6 +156,7 @@ def _long_only(name):
     return err
 
 
+@published("jitgrad", "Tensor")
 def index_copy(input, dim, index, source, **torch_kw):
     """``input`` with ``source``'s slices along ``dim`` copied to the positions the 1-d long ``index`` names."""
     if torch_kw:
@@ -165,11 +172,13 @@ def index_copy(input, dim, index, source, **torch_kw):
     return named(_along(input, ax, idx, source, False), "IndexCopyBackward0")
 
 
+@published("Tensor", name="index_copy_")
 def _index_copy_(self, dim, index, source):
     """In place: writes ``index_copy(self, dim, index, source)`` into ``self``."""
     return self._apply_inplace(lambda s, v: index_copy(s, dim, index, v), source)
 
 
+@published("jitgrad", "Tensor")
 def index_fill(input, dim, index, value, **torch_kw):
     """``input`` with ``value`` (a number or a 0-d tensor) written at the positions the 1-d long ``index`` names
     along ``dim``."""
@@ -200,6 +209,7 @@ def index_fill(input, dim, index, value, **torch_kw):
     return named(where(hit, value, input), name)
 
 
+@published("Tensor", name="index_fill_")
 def _index_fill_(self, dim, index, value):
     """In place: writes ``index_fill(self, dim, index, value)`` into ``self``."""
     if isinstance(value, Tensor):
@@ -208,6 +218,7 @@ def _index_fill_(self, dim, index, value):
 
 
 # ---- masked_scatter, index_put, fill_diagonal_ -----------------------------------------------------------------
+@published("jitgrad", "Tensor")
 def masked_scatter(input, mask, source, **torch_kw):
     """``input`` with the positions where ``mask`` (bool, broadcast to ``input``) is True filled, in row-major
     order, by ``source``'s first elements.  A composition with no data-dependent shape (each position reads
@@ -234,6 +245,7 @@ def masked_scatter(input, mask, source, **torch_kw):
     return named(where(m, vals, x), "MaskedScatterBackward0")
 
 
+@published("Tensor", name="masked_scatter_")
 def _masked_scatter_(self, mask, source):
     """In place: writes ``masked_scatter(self, mask, source)`` into ``self`` (the mask broadcasts to ``self``)."""
     return self._apply_inplace(lambda s, v: masked_scatter(s, mask, v), source)
@@ -248,6 +260,7 @@ def _index_put_key(input, indices):
     return tuple(indices)
 
 
+@published("jitgrad", "Tensor")
 def index_put(input, indices, values, accumulate=False, **torch_kw):
     """``input`` with ``values`` written (added with ``accumulate=True``, repeats adding up) at
     ``input[indices]``, ``indices`` a tuple of long or bool tensors, as torch.index_put."""
@@ -282,6 +295,7 @@ def _diagonal_positions(shape, wrap):
     return np.arange(0, end, c + 1, dtype=np.int64)
 
 
+@published("Tensor", name="fill_diagonal_")
 def _fill_diagonal_(self, fill_value, wrap=False):
     """In place: ``fill_value`` on the main diagonal of ``self`` (all dims equal for more than 2 dims); ``wrap``:
     a tall matrix's diagonal starts again every ``ncols + 1`` rows, as NumPy's fill_diagonal."""
@@ -293,9 +307,7 @@ def _fill_diagonal_(self, fill_value, wrap=False):
                                                  False).reshape(shape))
 
 
-METHODS = ["take", "put", "index_add", "index_copy", "index_fill", "masked_scatter", "index_put"]
-INPLACE = {"put_": _put_, "index_add_": _index_add_, "index_copy_": _index_copy_, "index_fill_": _index_fill_,
-           "masked_scatter_": _masked_scatter_, "index_put_": _index_put_, "fill_diagonal_": _fill_diagonal_}
-FUNCTION_ONLY = ["index_put_"]      # torch.index_put_ exists as a function too
-index_put_ = _index_put_
-__all__ = METHODS + FUNCTION_ONLY
+index_put_ = published("jitgrad", "Tensor", name="index_put_")(_index_put_)
+
+
+__all__ = ["take", "put", "index_add", "index_copy", "index_fill", "masked_scatter", "index_put", "index_put_"]

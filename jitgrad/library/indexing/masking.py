@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...declarations import published
 from ...ir.dtypes import torch_cpp_name
 from ...ir.ops import OPS as O
 from ...runtime.dispatch import bind
@@ -16,6 +17,7 @@ from ...runtime.tensor import Tensor
 from ..torch_kwargs import torch_kwargs
 
 
+@published("jitgrad", "Tensor")
 def masked_fill(input, mask, value, **torch_kw):
     """``value`` where ``mask`` (bool) is True, else ``input``, the three broadcast together as torch does (a mask
     with more dims gives its shape); keeps ``input``'s dtype."""
@@ -35,6 +37,7 @@ def masked_fill(input, mask, value, **torch_kw):
     return named(r, "MaskedFillBackward0")
 
 
+@published("Tensor", name="masked_fill_")
 def _masked_fill_(self, mask, value):
     """In place: ``self.copy_(masked_fill(self, mask, value))``; the result must keep ``self``'s shape."""
     r = masked_fill(self, mask, value)
@@ -61,6 +64,7 @@ def oversized_index_dim(input, ax, index, src):
     return None
 
 
+@published("jitgrad", "Tensor")
 def scatter_add(input, dim, index, src, **torch_kw):
     """``out = input.clone(); out[index[i][j]][j] += src[i][j]`` (dim=0), as torch.scatter_add."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -86,11 +90,13 @@ def scatter_add(input, dim, index, src, **torch_kw):
     return named(bind(O["index_put"], input, src, *key, spec=spec, accumulate=True), "ScatterAddBackward0")
 
 
+@published("Tensor", name="scatter_add_")
 def _scatter_add_(self, dim, index, src):
     """In place: ``self.copy_(scatter_add(self, dim, index, src))``."""
     return self.copy_(scatter_add(self, dim, index, src))
 
 
+@published("jitgrad", "Tensor")
 def clamp_min(input, min, **torch_kw):
     """``max(input, min)`` elementwise (``clamp(input, min=min)``)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -98,6 +104,7 @@ def clamp_min(input, min, **torch_kw):
     return named(clamp(input, min=min), "ClampMinBackward0")
 
 
+@published("jitgrad", "Tensor")
 def clamp_max(input, max, **torch_kw):
     """``min(input, max)`` elementwise (``clamp(input, max=max)``)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -105,6 +112,7 @@ def clamp_max(input, max, **torch_kw):
     return named(clamp(input, max=max), "ClampMaxBackward0")
 
 
+@published("jitgrad", "Tensor")
 def addmm(input, mat1, mat2, *, beta=1, alpha=1, **torch_kw):
     """``beta * input + alpha * (mat1 @ mat2)`` for 2-d ``mat1``, ``mat2`` (``nn.Linear``'s op)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -120,6 +128,7 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1, **torch_kw):
     return named((input if beta == 1 else input * beta) + prod, "AddmmBackward0")
 
 
+@published("jitgrad", "Tensor")
 def masked_select(input, mask, **torch_kw):
     """The elements of ``input`` where the bool ``mask`` is True (the two broadcast), as a 1-d tensor in row-major
     order; differentiable.  Its length depends on the mask's values, so inside ``@jg.compile`` a traced mask is
@@ -143,6 +152,4 @@ def masked_select(input, mask, **torch_kw):
     return named(input.expand(shape)[mask.expand(shape)], "MaskedSelectBackward0")
 
 
-METHODS = ["masked_fill", "scatter_add", "clamp_min", "clamp_max", "addmm", "masked_select"]
-INPLACE = {"masked_fill_": _masked_fill_, "scatter_add_": _scatter_add_}
-__all__ = METHODS
+__all__ = ["masked_fill", "scatter_add", "clamp_min", "clamp_max", "addmm", "masked_select"]

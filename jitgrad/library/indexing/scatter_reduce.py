@@ -13,6 +13,7 @@ import warnings
 
 import numpy as np
 
+from ...declarations import published
 from ...ir.ops import OPS as O
 from ...runtime.dispatch import bind
 from ..elementary import _axis
@@ -80,6 +81,7 @@ def _scatter_reduce(input, dim, index, src, reduce, include_self):
     return _reduce(input, ax, index, src, reduce, include_self)
 
 
+@published("jitgrad", "Tensor")
 def scatter_reduce(input, dim, index, src, reduce, *, include_self=True, **torch_kw):
     """Each element of ``src`` reduced into ``input`` at its ``index`` along ``dim`` (as torch.scatter_reduce):
     ``reduce`` is "sum", "prod", "mean", "amax" or "amin"; ``include_self=False`` leaves the targets' own values
@@ -91,6 +93,7 @@ def scatter_reduce(input, dim, index, src, reduce, *, include_self=True, **torch
     return named(_scatter_reduce(input, dim, index, src, reduce, include_self), "ScatterReduceBackward0")
 
 
+@published("Tensor", name="scatter_reduce_")
 def _scatter_reduce_(self, dim, index, src, reduce, *, include_self=True):
     """In place: writes ``scatter_reduce(self, ...)`` into ``self`` and returns it."""
     return self._apply_inplace(lambda s, v: scatter_reduce(s, dim, index, v, reduce, include_self=include_self), src)
@@ -99,6 +102,7 @@ def _scatter_reduce_(self, dim, index, src, reduce, *, include_self=True):
 _BETA_WARNED = False
 
 
+@published("jitgrad", "Tensor")
 def index_reduce(input, dim, index, source, reduce, *, include_self=True, **torch_kw):
     """``source``'s slices along ``dim`` reduced into ``input`` at the positions the 1-d ``index`` names (as
     torch.index_reduce): ``reduce`` is "prod", "mean", "amax" or "amin"; ``include_self=False`` leaves the targets'
@@ -141,12 +145,11 @@ def index_reduce(input, dim, index, source, reduce, *, include_self=True, **torc
     return named(_reduce(input, ax, idx, source, reduce, include_self, "index_reduce"), "IndexReduceBackward0")
 
 
+@published("Tensor", name="index_reduce_")
 def _index_reduce_(self, dim, index, source, reduce, *, include_self=True):
     """In place: writes ``index_reduce(self, ...)`` into ``self`` and returns it."""
     return self._apply_inplace(lambda s, v: index_reduce(s, dim, index, v, reduce, include_self=include_self),
                                source)
 
 
-METHODS = ["scatter_reduce", "index_reduce"]
-INPLACE = {"scatter_reduce_": _scatter_reduce_, "index_reduce_": _index_reduce_}
-__all__ = METHODS
+__all__ = ["scatter_reduce", "index_reduce"]

@@ -21,6 +21,7 @@ import warnings
 
 import numpy as np
 
+from ...declarations import published
 from ...ir.ops import OPS as O
 from ..dim_args import torch_dim
 from ...runtime.dispatch import bind
@@ -62,6 +63,7 @@ def _check_scatter(input, ax, index, src):
         raise RuntimeError(f"index {bad} is out of bounds for dimension {ax} with size {size}")
 
 
+@published("jitgrad", "Tensor")
 def scatter(input, dim, index, src=None, value=None, *, reduce=None, _inplace=False, **torch_kw):
     """``out = input.clone(); out[index[i][j]][j] = src[i][j]`` (dim=0; ``src`` a tensor cut to ``index``'s
     shape, or a number ``value`` written everywhere ``index`` points), as torch.scatter.  ``reduce="add"`` or
@@ -108,6 +110,7 @@ def scatter(input, dim, index, src=None, value=None, *, reduce=None, _inplace=Fa
     return r
 
 
+@published("Tensor", name="scatter_")
 def _scatter_(self, dim, index, src=None, value=None, *, reduce=None):
     """In place: writes ``scatter(self, dim, index, src, reduce=reduce)`` into ``self`` and returns it."""
     if src is None:
@@ -141,6 +144,7 @@ def _write_view(input, src, view, np_view, name, grad_name):
     return named(r.reshape(tuple(input.shape)), grad_name)
 
 
+@published("jitgrad", "Tensor")
 def select_scatter(input, src, dim, index, **torch_kw):
     """``input`` with ``src`` written at ``input.select(dim, index)`` (differentiable in both)."""
     if torch_kw:
@@ -150,6 +154,7 @@ def select_scatter(input, src, dim, index, **torch_kw):
                        "SelectScatterBackward0")
 
 
+@published("jitgrad", "Tensor")
 def slice_scatter(input, src, dim=0, start=None, end=None, step=1, **torch_kw):
     """``input`` with ``src`` written at ``input[start:end:step]`` along ``dim``."""
     if torch_kw:
@@ -161,6 +166,7 @@ def slice_scatter(input, src, dim=0, start=None, end=None, step=1, **torch_kw):
     return _write_view(input, src, view, view, "slice_scatter", "SliceScatterBackward0")
 
 
+@published("jitgrad", "Tensor")
 def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1, **torch_kw):
     """``input`` with ``src`` written on ``input.diagonal(offset, dim1, dim2)``."""
     if torch_kw:
@@ -171,6 +177,7 @@ def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1, **torch_kw):
                        "diagonal_scatter", "DiagonalScatterBackward0")
 
 
+@published("jitgrad", "Tensor")
 def as_strided_scatter(input, src, size, stride, storage_offset=None, **torch_kw):
     """``input`` with ``src`` written where ``input.as_strided(size, stride, storage_offset)`` reads (positions
     in ``input``'s contiguous layout)."""
@@ -192,7 +199,4 @@ def as_strided_scatter(input, src, size, stride, storage_offset=None, **torch_kw
     return _write_view(input, src, lambda t: idx, lambda a: idx, "as_strided_scatter", "AsStridedScatterBackward0")
 
 
-METHODS = ["scatter", "select_scatter", "slice_scatter", "diagonal_scatter", "as_strided_scatter"]
-INPLACE = {"scatter_": _scatter_}
-
-__all__ = METHODS
+__all__ = ["scatter", "select_scatter", "slice_scatter", "diagonal_scatter", "as_strided_scatter"]

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...declarations import published
 from ...ir.ops import OPS
 from ...runtime.dispatch import bind
 from ...runtime.tensor import Tensor
 from ..torch_kwargs import UnsupportedError
 
 
+@published("jitgrad")
 def lobpcg(A, k=None, B=None, X=None, n=None, iK=None, niter=None, tol=None, largest=None, method=None,
            tracker=None, ortho_iparams=None, ortho_fparams=None, ortho_bparams=None):
     """``(E, U)``: the ``k`` largest eigenvalues of symmetric ``A`` (descending; the smallest, ascending, with
@@ -52,12 +54,4 @@ def lobpcg(A, k=None, B=None, X=None, n=None, iK=None, niter=None, tol=None, lar
     return values[..., pick], vectors[..., pick]
 
 
-METHODS = ["lobpcg"]
-
-
-def install(jg: dict):
-    """``jitgrad.lobpcg`` (torch has no Tensor method for it)."""
-    jg["lobpcg"] = lobpcg
-
-
-__all__ = METHODS
+__all__ = ["lobpcg"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from ...declarations import published
 from ...ir import dtypes as dt
 from ...runtime.tensor import Tensor
 from ..torch_kwargs import torch_kwargs
@@ -63,6 +64,7 @@ def _parse(equation: str, operands):
     return terms, out
 
 
+@published("jitgrad")
 def einsum(equation, *operands, **torch_kw):
     """Sums the product of ``operands`` over the indices the ``equation`` leaves out of its output.
 
@@ -209,10 +211,6 @@ def _contract(a, alabels, b, blabels, keep, sizes):
     k = math.prod(a.shape[len(batch) + len(a_only):])
     r = a.reshape(nb + (math.prod(m), k)) @ b.reshape(nb + (k, math.prod(n)))
     return r.reshape(nb + m + n), batch + a_only + b_only
-
-
-METHODS: list = []
-FUNCTION_ONLY = ["einsum"]
 
 
 __all__ = ["einsum"]

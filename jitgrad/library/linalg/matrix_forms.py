@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import warnings
 
+from ...declarations import published
 from ...ir import dtypes as dt
 
 from ..elementary import where
@@ -29,6 +30,7 @@ def _blend(input, prod, beta, alpha, name):
     return named((input if beta == 1 else input * beta) + prod, name)
 
 
+@published("jitgrad", "Tensor")
 def addmv(input, mat, vec, *, beta=1, alpha=1, **torch_kw):
     """``beta * input + alpha * (mat @ vec)``, ``mat`` 2-d and ``vec`` 1-d."""
     if torch_kw:       # out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -38,6 +40,7 @@ def addmv(input, mat, vec, *, beta=1, alpha=1, **torch_kw):
     return _blend(input, mat @ vec, beta, alpha, "AddmvBackward0")
 
 
+@published("jitgrad", "Tensor")
 def addr(input, vec1, vec2, *, beta=1, alpha=1, **torch_kw):
     """``beta * input + alpha * outer(vec1, vec2)``."""
     if torch_kw:
@@ -60,6 +63,7 @@ def _batches(batch1, batch2):
                            f"{batch2.shape[1]}x{batch2.shape[2]})")
 
 
+@published("jitgrad", "Tensor")
 def addbmm(input, batch1, batch2, *, beta=1, alpha=1, **torch_kw):
     """``beta * input + alpha * sum_b batch1[b] @ batch2[b]``."""
     if torch_kw:
@@ -68,6 +72,7 @@ def addbmm(input, batch1, batch2, *, beta=1, alpha=1, **torch_kw):
     return _blend(input, (batch1 @ batch2).sum(0), beta, alpha, "AddbmmBackward0")
 
 
+@published("jitgrad", "Tensor")
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1, **torch_kw):
     """``beta * input + alpha * (batch1 @ batch2)`` per batch."""
     if torch_kw:
@@ -87,6 +92,7 @@ def _inplace(fn):
 _CHAIN_WARNED = False
 
 
+@published("jitgrad")
 def chain_matmul(*matrices, **torch_kw):
     """The product of the 2-d ``matrices`` in order (deprecated in torch for ``torch.linalg.multi_dot``; warns
     once as torch does)."""
@@ -111,6 +117,7 @@ def chain_matmul(*matrices, **torch_kw):
     return r
 
 
+@published("jitgrad", "Tensor")
 def dist(input, other, p=2, **torch_kw):
     """The ``p``-norm of ``input - other`` (broadcast), as a 0-d tensor."""
     if torch_kw:
@@ -118,6 +125,7 @@ def dist(input, other, p=2, **torch_kw):
     return named((input - other).norm(p), "DistBackward0")
 
 
+@published("jitgrad", "Tensor")
 def renorm(input, p, dim, maxnorm, **torch_kw):
     """``input`` with each slice along ``dim`` whose ``p``-norm exceeds ``maxnorm`` scaled down to norm
     ``maxnorm`` (torch's factor ``maxnorm / (norm + 1e-7)``); differentiable through the norm, as torch."""
@@ -137,14 +145,17 @@ def renorm(input, p, dim, maxnorm, **torch_kw):
     return named(input * factor, "RenormBackward0")
 
 
+@published("Tensor", name="renorm_")
 def _renorm_(self, p, dim, maxnorm):
     """In place: writes ``renorm(self, p, dim, maxnorm)`` into ``self``."""
     return self._apply_inplace(lambda s: renorm(s, p, dim, maxnorm))
 
 
-METHODS = ["addmv", "addr", "addbmm", "baddbmm", "dist", "renorm"]
-FUNCTION_ONLY = ["chain_matmul", "addmv_"]
-INPLACE = {"addmv_": _inplace(addmv), "addr_": _inplace(addr), "addbmm_": _inplace(addbmm),
-           "baddbmm_": _inplace(baddbmm), "renorm_": _renorm_}
-addmv_ = INPLACE["addmv_"]          # torch.addmv_ is a function too
-__all__ = METHODS + FUNCTION_ONLY
+# the in-place forms: x.addmv_(...), ... (torch.addmv_ is a function too)
+addmv_ = published("jitgrad", "Tensor")(_inplace(addmv))
+published("Tensor")(_inplace(addr))
+published("Tensor")(_inplace(addbmm))
+published("Tensor")(_inplace(baddbmm))
+
+
+__all__ = ["addmv", "addr", "addbmm", "baddbmm", "dist", "renorm", "chain_matmul", "addmv_"]

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from ...declarations import published
 from ...ir import dtypes as dt
 from ...ir.ops import OPS
 from .. import elementary as F
@@ -188,8 +189,8 @@ def matrix_exp(A, **torch_kw):
 _publish(["vector_norm", "matrix_norm", "norm", "cond", "matrix_rank", "multi_dot", "cross", "diagonal", "vecdot",
           "matrix_exp"], globals(), "linalg.")
 
-# torch.<name> and Tensor.<name> (published by jitgrad/__init__ with the other modules' TORCH_LEVEL)
-TORCH_LEVEL = {"matrix_exp": matrix_exp}
+published("jitgrad", "Tensor")(matrix_exp)      # torch.matrix_exp and Tensor.matrix_exp (its torch-keyword form)
+
 
 __all__ = ["vector_norm", "matrix_norm", "norm", "cond", "matrix_rank", "multi_dot", "cross", "diagonal", "vecdot",
            "matrix_exp"]

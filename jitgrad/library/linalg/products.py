@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import warnings
 
+from ...declarations import published
 from ...ir import dtypes as dt
 from .. import elementary as F
 from ..dim_args import torch_dim
@@ -62,6 +63,7 @@ def _contraction_dims(a, b, dims):
     return dims_a, dims_b
 
 
+@published("jitgrad")
 def tensordot(a, b, dims=2, out=None):
     """Contract ``dims`` of ``a`` with ``dims`` of ``b``: an int ``n`` pairs the last ``n`` dims of ``a`` with the
     first ``n`` of ``b``; a pair of lists names them.  The free dims of ``a`` come first, then those of ``b``.
@@ -99,6 +101,7 @@ def tensordot(a, b, dims=2, out=None):
     return (lhs @ rhs).reshape(tuple(a.shape[i] for i in free_a) + tuple(b.shape[i] for i in free_b))
 
 
+@published("jitgrad", "Tensor")
 def inner(input, other, **torch_kw):
     """The sum over the last dims of ``input`` and ``other`` of their products (a 0-d operand multiplies).
 
@@ -116,6 +119,7 @@ def inner(input, other, **torch_kw):
     return tensordot(input, other, ([-1], [-1]))
 
 
+@published("jitgrad", "Tensor")
 def mv(input, vec, **torch_kw):
     """Matrix @ vector: ``input`` (n, m) times ``vec`` (m,) is (n,).
 
@@ -136,6 +140,7 @@ def mv(input, vec, **torch_kw):
     return named(input @ vec, "MvBackward0")
 
 
+@published("jitgrad", "Tensor")
 def vdot(input, other, **torch_kw):
     """The dot product of two 1-d tensors of one dtype (for real tensors, ``dot``).
 
@@ -148,6 +153,7 @@ def vdot(input, other, **torch_kw):
     return named(F.dot(input, other), "VdotBackward0")       # (real tensors: no conjugate) torch's dot checks
 
 
+@published("jitgrad", "Tensor")
 def ger(input, vec2, **torch_kw):
     """The outer product of two 1-d tensors (torch's older name of ``outer``).
 
@@ -163,6 +169,7 @@ def ger(input, vec2, **torch_kw):
 
 # ---- kron, block_diag, cartesian_prod ----------------------------------------------------------------------------
 
+@published("jitgrad", "Tensor")
 def kron(input, other, **torch_kw):
     """The Kronecker product: block ``(i, j, ...)`` of the result is ``input[i, j, ...] * other`` (the shorter
     shape is padded with leading 1s).
@@ -183,6 +190,7 @@ def kron(input, other, **torch_kw):
     return (a * b).reshape(tuple(x * y for x, y in zip(sa, sb)))
 
 
+@published("jitgrad")
 def block_diag(*tensors):
     """The tensors (0-d as 1x1, 1-d as one row, 2-d as they are) on the diagonal of a zero matrix, in the
     promoted dtype.
@@ -213,6 +221,7 @@ def block_diag(*tensors):
     return F.cat(rows, 0)
 
 
+@published("jitgrad")
 def cartesian_prod(*tensors):
     """Every combination of one element from each 1-d tensor, as rows (the last tensor varies fastest); one
     tensor is returned as it is.
@@ -236,6 +245,7 @@ def cartesian_prod(*tensors):
 
 # ---- cross, cdist ------------------------------------------------------------------------------------------------
 
+@published("jitgrad", "Tensor")
 def cross(input, other, dim=None, **torch_kw):
     """The cross product of 3-vectors along ``dim`` (``input`` and ``other`` broadcast).  Without ``dim`` torch
     takes the first dim of size 3 and warns that this is deprecated; so does jitgrad.
@@ -277,6 +287,7 @@ def _masked_pow(x, p):
     return F.where(zero, 0.0, F.where(zero, 1.0, x) ** p)
 
 
+@published("jitgrad")
 def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     """The p-norm distance between each row of ``x1`` (..., P, M) and each row of ``x2`` (..., R, M), as
     (..., P, R); batch dims broadcast.  ``compute_mode`` is accepted and ignored (jitgrad always takes the
@@ -314,8 +325,4 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     return named(r, "CdistBackward0")
 
 
-METHODS = ["kron", "inner", "mv", "ger", "vdot", "cross"]
-FUNCTION_ONLY = ["tensordot", "block_diag", "cartesian_prod", "cdist"]      # torch has no such Tensor methods
-
-
-__all__ = METHODS + FUNCTION_ONLY
+__all__ = ["kron", "inner", "mv", "ger", "vdot", "cross", "tensordot", "block_diag", "cartesian_prod", "cdist"]

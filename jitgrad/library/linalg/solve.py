@@ -15,6 +15,7 @@ import inspect
 
 import numpy as np
 
+from ...declarations import published
 from ...ir import dtypes as dt
 from ...ir.ops import OPS as O
 from ...ir.ops.factorizations import qr_layout
@@ -425,11 +426,13 @@ _publish(["logdet", "cholesky_solve", "cholesky_inverse", "inverse", "pinverse"]
 for _n, _t in (("torch_slogdet", "slogdet"), ("torch_cholesky", "cholesky"), ("torch_qr", "qr"), ("torch_svd", "svd")):
     globals()[_n] = with_torch_kw(globals()[_n], _t)
 
-# the names jitgrad publishes at the top level (and as Tensor methods): torch.det, Tensor.det ...
-# torch.<name> and Tensor.<name> (published by jitgrad/__init__.py)
-TORCH_LEVEL = {"det": det, "logdet": logdet, "slogdet": torch_slogdet, "inverse": inverse, "pinverse": pinverse,
-               "cholesky": torch_cholesky, "cholesky_solve": cholesky_solve, "cholesky_inverse": cholesky_inverse,
-               "qr": torch_qr, "svd": torch_svd, "matrix_power": matrix_power}
+# torch.<name> and Tensor.<name> for the functions above (their torch-keyword forms): torch.det, Tensor.det, ...
+for _f, _name in ((det, "det"), (logdet, "logdet"), (torch_slogdet, "slogdet"), (inverse, "inverse"),
+                  (pinverse, "pinverse"), (torch_cholesky, "cholesky"), (cholesky_solve, "cholesky_solve"),
+                  (cholesky_inverse, "cholesky_inverse"), (torch_qr, "qr"), (torch_svd, "svd"),
+                  (matrix_power, "matrix_power")):
+    published("jitgrad", "Tensor", name=_name)(_f)
+
 
 __all__ = ["LinAlgError", "det", "slogdet", "logdet", "inv", "inv_ex", "solve", "solve_ex", "solve_triangular", "pinv",
            "matrix_power", "cholesky", "cholesky_ex", "qr", "svd", "svdvals", "eigh", "eigvalsh", "lstsq",

@@ -6,6 +6,7 @@ TypeError); ``nextafter`` records a node whose backward raises torch's NotImplem
 """
 from __future__ import annotations
 
+from ...declarations import published
 from ...ir.ops import OPS
 from ...runtime.dispatch import bind
 from ...runtime.tensor import Tensor
@@ -19,27 +20,6 @@ def _check_tensors(name, input, other):
                             f"not {type(arg).__name__}")
 
 
-def atan2(input, other, **torch_kw):
-    """The angle of the point (``other``, ``input``): ``arctan(input / other)`` in the right quadrant, elementwise
-    with broadcasting (torch.atan2; the gradient at the origin is 0, as torch's)."""
-    if torch_kw:       # out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(atan2, "atan2", (input, other), {}, torch_kw)
-    _check_tensors("atan2", input, other)
-    return bind(OPS["atan2"], input, other)
-
-
-arctan2 = atan2
-
-
-def nextafter(input, other, **torch_kw):
-    """The next floating-point value after ``input`` towards ``other``, elementwise (torch.nextafter; no
-    derivative: backward through it raises NotImplementedError, as torch)."""
-    if torch_kw:       # out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
-        return torch_kwargs(nextafter, "nextafter", (input, other), {}, torch_kw)
-    _check_tensors("nextafter", input, other)
-    return bind(OPS["nextafter"], input, other)
-
-
 def _inplace(fn):
     def f(self, other):
         if not isinstance(other, Tensor):
@@ -50,8 +30,28 @@ def _inplace(fn):
     return f
 
 
-METHODS = ["atan2", "arctan2", "nextafter"]
-INPLACE = {"atan2_": _inplace(atan2), "arctan2_": _inplace(atan2), "nextafter_": _inplace(nextafter)}
+@published("jitgrad", "Tensor", inplace=_inplace)
+def atan2(input, other, **torch_kw):
+    """The angle of the point (``other``, ``input``): ``arctan(input / other)`` in the right quadrant, elementwise
+    with broadcasting (torch.atan2; the gradient at the origin is 0, as torch's)."""
+    if torch_kw:       # out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(atan2, "atan2", (input, other), {}, torch_kw)
+    _check_tensors("atan2", input, other)
+    return bind(OPS["atan2"], input, other)
 
 
-__all__ = METHODS
+arctan2 = published("jitgrad", "Tensor", name="arctan2")(atan2)
+published("Tensor", name="arctan2_")(_inplace(atan2))
+
+
+@published("jitgrad", "Tensor", inplace=_inplace)
+def nextafter(input, other, **torch_kw):
+    """The next floating-point value after ``input`` towards ``other``, elementwise (torch.nextafter; no
+    derivative: backward through it raises NotImplementedError, as torch)."""
+    if torch_kw:       # out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
+        return torch_kwargs(nextafter, "nextafter", (input, other), {}, torch_kw)
+    _check_tensors("nextafter", input, other)
+    return bind(OPS["nextafter"], input, other)
+
+
+__all__ = ["atan2", "arctan2", "nextafter"]

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from ...declarations import published
 from ...ir import dtypes as dt
 from .. import elementary as F
 from ...runtime.grad_names import named
@@ -24,6 +25,7 @@ def _need_tensor(name, arg, what, pos):
         raise TypeError(f"{name}(): argument '{what}' (position {pos}) must be Tensor, not {type(arg).__name__}")
 
 
+@published("jitgrad", "Tensor")
 def lerp(input, end, weight, **torch_kw):
     """``input + weight * (end - input)``: linear interpolation, with ``weight`` a number or a tensor
     (broadcast); ``input``, ``end`` and a tensor ``weight`` share one dtype, as torch requires.
@@ -47,6 +49,7 @@ def lerp(input, end, weight, **torch_kw):
     return named(r, "LerpBackward1" if isinstance(weight, Tensor) else "LerpBackward0")
 
 
+@published("jitgrad", "Tensor")
 def logaddexp(input, other, **torch_kw):
     """``log(exp(input) + exp(other))`` without overflow: ``max + log1p(exp(-|input - other|))``.
 
@@ -69,6 +72,7 @@ def logaddexp(input, other, **torch_kw):
     return named(top + F.log1p(F.exp(-gap)), "LogaddexpBackward0")
 
 
+@published("jitgrad", "Tensor")
 def nan_to_num(input, nan=0.0, posinf=None, neginf=None, **torch_kw):
     """``input`` with NaN replaced by ``nan``, +inf by ``posinf`` and -inf by ``neginf`` (by default the dtype's
     largest and smallest finite values); integer tensors are returned as a copy.
@@ -88,6 +92,7 @@ def nan_to_num(input, nan=0.0, posinf=None, neginf=None, **torch_kw):
     return named(r, "NanToNumBackward0")
 
 
+@published("jitgrad", "Tensor")
 def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False, **torch_kw):
     """Elementwise ``|input - other| <= atol + rtol * |other|`` (equal infinities are close; NaNs only with
     ``equal_nan``), as a bool tensor.
@@ -115,19 +120,16 @@ def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False, **torch_kw):
     return close | (F.isfinite(err) & (err <= atol + F.abs(b * rtol)))
 
 
-METHODS = ["lerp", "logaddexp", "nan_to_num", "isclose"]
-
-
+@published("Tensor", name="lerp_")
 def _lerp_(self, end, weight):
     """In place: ``x.lerp_(end, weight)`` writes ``lerp(x, end, weight)`` into ``x``."""
     return self._apply_inplace(lerp, end, weight)
 
 
+@published("Tensor", name="nan_to_num_")
 def _nan_to_num_(self, nan=0.0, posinf=None, neginf=None):
     """In place: ``x.nan_to_num_()`` writes ``nan_to_num(x, ...)`` into ``x``."""
     return self._apply_inplace(nan_to_num, nan, posinf, neginf)
 
 
-INPLACE = {"lerp_": _lerp_, "nan_to_num_": _nan_to_num_}
-
-__all__ = METHODS
+__all__ = ["lerp", "logaddexp", "nan_to_num", "isclose"]

@@ -14,6 +14,7 @@ integer truncation corrects floor division by one where the remainder is non-zer
 """
 from __future__ import annotations
 
+from ...declarations import published
 from ...ir import dtypes as dt
 from ...ir.ops import OPS
 from ...runtime.dispatch import bind
@@ -53,6 +54,7 @@ def _rounded(input, other, mode):
     return bind(OPS["add"], q, fix).to(d)
 
 
+@published("jitgrad", "Tensor")
 def div(input, other, *, rounding_mode=None, **torch_kw):
     """``input / other`` elementwise; ``rounding_mode``: None (true division), ``'trunc'`` (towards zero) or
     ``'floor'`` (towards minus infinity).  With a rounding mode integer inputs give integers and the gradient is
@@ -70,6 +72,7 @@ def div(input, other, *, rounding_mode=None, **torch_kw):
     return _rounded(input, other, rounding_mode)
 
 
+@published("jitgrad", "Tensor")
 def divide(input, other, *, rounding_mode=None, **torch_kw):
     """Alias of :func:`div`."""
     if torch_kw:
@@ -77,16 +80,14 @@ def divide(input, other, *, rounding_mode=None, **torch_kw):
     return div(input, other, rounding_mode=rounding_mode)
 
 
+@published("Tensor")
 def div_(self, other, *, rounding_mode=None):
     """In place: ``x.div_(other, rounding_mode=None)`` writes ``div(x, other, rounding_mode=...)`` into ``x``."""
     return self._apply_inplace(lambda s, *o: div(s, o[0] if o else other, rounding_mode=rounding_mode),
                                *([other] if isinstance(other, Tensor) else []))
 
 
+@published("Tensor")
 def divide_(self, other, *, rounding_mode=None):
     """Alias of ``Tensor.div_``."""
     return div_(self, other, rounding_mode=rounding_mode)
-
-
-METHODS = ["div", "divide"]
-INPLACE = {"div_": div_, "divide_": divide_}

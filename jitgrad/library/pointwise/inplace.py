@@ -5,11 +5,13 @@ checks and history rebasing as ``add_``.
 """
 from __future__ import annotations
 
+from ...declarations import published
+
 UNARY = ["abs", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "sigmoid", "relu",
          "sign", "neg", "negative", "reciprocal", "erf", "log2", "log10", "square"]
 # in-place ops with arguments: name -> the out-of-place method they apply
-WITH_ARGS = ["clamp_min", "clamp_max", "clip", "remainder", "floor_divide", "true_divide", "multiply", "subtract",
-             "divide"]
+# (``divide_`` is division.py's: it takes ``rounding_mode=``)
+WITH_ARGS = ["clamp_min", "clamp_max", "clip", "remainder", "floor_divide", "true_divide", "multiply", "subtract"]
 
 
 def inplace_form(fn):
@@ -73,17 +75,12 @@ def _metadata_inplace(name, method, node_name):
     return f
 
 
-def install(tensor_type):
-    """Add the in-place methods that ``tensor_type`` does not define itself."""
-    for n in UNARY:
-        if n + "_" not in vars(tensor_type):
-            setattr(tensor_type, n + "_", _unary_inplace(n))
-    for n in WITH_ARGS:
-        if n + "_" not in vars(tensor_type):
-            setattr(tensor_type, n + "_", _inplace_with_args(n))
-    for n, (method, node_name) in METADATA.items():
-        if n not in vars(tensor_type):
-            setattr(tensor_type, n, _metadata_inplace(n, method, node_name))
+for _n in UNARY:
+    published("Tensor", name=_n + "_")(_unary_inplace(_n))
+for _n in WITH_ARGS:
+    published("Tensor", name=_n + "_")(_inplace_with_args(_n))
+for _n, (_method, _node_name) in METADATA.items():
+    published("Tensor", name=_n)(_metadata_inplace(_n, _method, _node_name))
 
 
-__all__ = ["install", "UNARY", "WITH_ARGS", "METADATA"]
+__all__ = ["inplace_form", "UNARY", "WITH_ARGS", "METADATA"]

@@ -10,6 +10,7 @@ refused with torch's NotImplementedError.
 """
 from __future__ import annotations
 
+from ...declarations import published
 from ...ir import dtypes as dt
 from ...ir.ops import OPS
 from ...runtime.dispatch import bind
@@ -51,15 +52,16 @@ def _binary(name, tensor_other):
     return f
 
 
-bitwise_and = _binary("bitwise_and", False)
-bitwise_or = _binary("bitwise_or", False)
-bitwise_xor = _binary("bitwise_xor", False)
-bitwise_left_shift = _binary("bitwise_left_shift", False)
-bitwise_right_shift = _binary("bitwise_right_shift", False)
-gcd = _binary("gcd", True)
-lcm = _binary("lcm", True)
+bitwise_and = published("jitgrad", "Tensor", inplace=inplace_form)(_binary("bitwise_and", False))
+bitwise_or = published("jitgrad", "Tensor", inplace=inplace_form)(_binary("bitwise_or", False))
+bitwise_xor = published("jitgrad", "Tensor", inplace=inplace_form)(_binary("bitwise_xor", False))
+bitwise_left_shift = published("jitgrad", "Tensor", inplace=inplace_form)(_binary("bitwise_left_shift", False))
+bitwise_right_shift = published("jitgrad", "Tensor", inplace=inplace_form)(_binary("bitwise_right_shift", False))
+gcd = published("jitgrad", "Tensor", inplace=inplace_form)(_binary("gcd", True))
+lcm = published("jitgrad", "Tensor", inplace=inplace_form)(_binary("lcm", True))
 
 
+@published("jitgrad", "Tensor")
 def bitwise_not(input, **torch_kw):
     """Elementwise ``~input``: bitwise complement of integers, logical not of bools (torch.bitwise_not)."""
     if torch_kw:
@@ -88,6 +90,7 @@ def _operator(fn, logical=None, reflected=False):
     return op
 
 
+@published("Tensor", name="__invert__")
 def _invert(self):
     if self.dtype is dt.bool_:
         return bind(OPS["logical_not"], self)
@@ -104,23 +107,29 @@ def _inplace_op(fn, logical=None):
     return f
 
 
+@published("Tensor", name="bitwise_not_")
 def _bitwise_not_(self):
     """In place: ``x.bitwise_not_()`` writes ``~x`` into ``x``."""
     return self._apply_inplace(bitwise_not)
 
 
-METHODS = ["bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift",
-           "gcd", "lcm"]
-INPLACE = {**{n + "_": inplace_form(globals()[n]) for n in METHODS if n != "bitwise_not"},
-           "bitwise_not_": _bitwise_not_,
-           "__and__": _operator(bitwise_and, "logical_and"), "__rand__": _operator(bitwise_and, "logical_and", True),
-           "__or__": _operator(bitwise_or, "logical_or"), "__ror__": _operator(bitwise_or, "logical_or", True),
-           "__xor__": _operator(bitwise_xor), "__rxor__": _operator(bitwise_xor, None, True),
-           "__lshift__": _operator(bitwise_left_shift), "__rlshift__": _operator(bitwise_left_shift, None, True),
-           "__rshift__": _operator(bitwise_right_shift), "__rrshift__": _operator(bitwise_right_shift, None, True),
-           "__invert__": _invert,
-           "__iand__": _inplace_op(bitwise_and, "logical_and"), "__ior__": _inplace_op(bitwise_or, "logical_or"),
-           "__ixor__": _inplace_op(bitwise_xor), "__ilshift__": _inplace_op(bitwise_left_shift),
-           "__irshift__": _inplace_op(bitwise_right_shift)}
+# the operators ``&``, ``|``, ``^``, ``<<``, ``>>`` (and reflected, in-place forms) on integer and bool tensors
+published("Tensor", name="__and__")(_operator(bitwise_and, "logical_and"))
+published("Tensor", name="__rand__")(_operator(bitwise_and, "logical_and", True))
+published("Tensor", name="__or__")(_operator(bitwise_or, "logical_or"))
+published("Tensor", name="__ror__")(_operator(bitwise_or, "logical_or", True))
+published("Tensor", name="__xor__")(_operator(bitwise_xor))
+published("Tensor", name="__rxor__")(_operator(bitwise_xor, None, True))
+published("Tensor", name="__lshift__")(_operator(bitwise_left_shift))
+published("Tensor", name="__rlshift__")(_operator(bitwise_left_shift, None, True))
+published("Tensor", name="__rshift__")(_operator(bitwise_right_shift))
+published("Tensor", name="__rrshift__")(_operator(bitwise_right_shift, None, True))
+published("Tensor", name="__iand__")(_inplace_op(bitwise_and, "logical_and"))
+published("Tensor", name="__ior__")(_inplace_op(bitwise_or, "logical_or"))
+published("Tensor", name="__ixor__")(_inplace_op(bitwise_xor))
+published("Tensor", name="__ilshift__")(_inplace_op(bitwise_left_shift))
+published("Tensor", name="__irshift__")(_inplace_op(bitwise_right_shift))
 
-__all__ = METHODS
+
+__all__ = ["bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift",
+           "gcd", "lcm"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections import namedtuple
 
+from ...declarations import published
 from ...ir import dtypes as dt
 from ...ir.ops import OPS
 from .. import elementary as F
@@ -43,6 +44,7 @@ def _promoted(*xs):
     return result_dtype(_avals(OPS["add"], xs))
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def hypot(input, other, **torch_kw):
     """``sqrt(input**2 + other**2)`` without overflow or underflow (torch.hypot; float tensors only)."""
     if torch_kw:
@@ -55,6 +57,7 @@ def hypot(input, other, **torch_kw):
     return bind(OPS["hypot"], input, other)
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def fmod(input, other, **torch_kw):
     """C's remainder ``input - trunc(input / other) * other``: the result has the sign of ``input`` (compare
     :func:`jitgrad.remainder`); an integer zero divisor raises ZeroDivisionError, as torch."""
@@ -64,6 +67,7 @@ def fmod(input, other, **torch_kw):
     return bind(OPS["fmod"], input, other)
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def copysign(input, other, **torch_kw):
     """``|input|`` with the sign (bit) of ``other``; the result is floating point (torch.copysign)."""
     if torch_kw:
@@ -75,6 +79,7 @@ def copysign(input, other, **torch_kw):
                  else "CopysignBackward1")
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def heaviside(input, values, **torch_kw):
     """The Heaviside step: 0 where ``input < 0``, ``values`` where ``input == 0``, 1 where ``input > 0``
     (torch.heaviside: one dtype for both; it has no derivative, backward through it raises)."""
@@ -101,6 +106,7 @@ def _scalar_pair(name, input, other):
                         f"({type(input).__name__}, {type(other).__name__})")
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def xlogy(input, other, **torch_kw):
     """``input * log(other)``, and 0 where ``input == 0`` (unless ``other`` is NaN), as torch.xlogy: the gradient
     there is 0 for ``input`` even where ``log(other)`` is -inf.
@@ -126,6 +132,7 @@ def _xlog(x, y, plus1):
     return bind(OPS["xlogy"], x, y, plus1=plus1)
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def float_power(input, exponent, **torch_kw):
     """``input ** exponent`` computed in float64 (torch.float_power: the result is float64 for any dtype)."""
     if torch_kw:
@@ -136,6 +143,7 @@ def float_power(input, exponent, **torch_kw):
     return a ** b
 
 
+@published("jitgrad", "Tensor")
 def logaddexp2(input, other, **torch_kw):
     """``log2(2**input + 2**other)`` without overflow (torch.logaddexp2; float tensors)."""
     if torch_kw:
@@ -165,10 +173,11 @@ def _fmaxmin(name, cmp):
     return f
 
 
-fmax = _fmaxmin("fmax", lambda a, b: a >= b)
-fmin = _fmaxmin("fmin", lambda a, b: a <= b)
+fmax = published("jitgrad", "Tensor")(_fmaxmin("fmax", lambda a, b: a >= b))
+fmin = published("jitgrad", "Tensor")(_fmaxmin("fmin", lambda a, b: a <= b))
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def ldexp(input, other, **torch_kw):
     """``input * 2 ** other`` (torch.ldexp; the result is floating point)."""
     if torch_kw:
@@ -187,6 +196,7 @@ def _scale(x, e):
 frexp_result = namedtuple("frexp", ["mantissa", "exponent"])
 
 
+@published("jitgrad", "Tensor")
 def frexp(input, **torch_kw):
     """Mantissa in ``[0.5, 1)`` (in magnitude) and int32 exponent with ``input = mantissa * 2 ** exponent``;
     0, inf and NaN keep exponent 0 (torch.frexp; floating-point tensors only; the mantissa's gradient is
@@ -208,6 +218,7 @@ def frexp(input, **torch_kw):
     return frexp_result(mant, e.to(dt.int32))
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def logical_xor(input, other, **torch_kw):
     """Elementwise exclusive or of the truth values (nonzero is True), as a bool tensor."""
     if torch_kw:
@@ -217,6 +228,7 @@ def logical_xor(input, other, **torch_kw):
     return (input != 0) != (other != 0)
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def addcmul(input, tensor1, tensor2, *, value=1, **torch_kw):
     """``input + value * tensor1 * tensor2`` (torch.addcmul)."""
     if torch_kw:
@@ -235,6 +247,7 @@ _ADDCDIV_INT = ("Integer division with addcdiv is no longer supported, and in a 
                 "implementation: (input + value * tensor1 / tensor2), for all dtypes.")
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def addcdiv(input, tensor1, tensor2, *, value=1, **torch_kw):
     """``input + value * tensor1 / tensor2`` (torch.addcdiv; integer ``tensor1``/``tensor2`` are refused)."""
     if torch_kw:
@@ -246,12 +259,5 @@ def addcdiv(input, tensor1, tensor2, *, value=1, **torch_kw):
     return named(input + value * (tensor1 / tensor2), "AddcdivBackward0")
 
 
-METHODS = ["hypot", "fmod", "copysign", "heaviside", "xlogy", "float_power", "logaddexp2", "fmax", "fmin", "ldexp",
+__all__ = ["hypot", "fmod", "copysign", "heaviside", "xlogy", "float_power", "logaddexp2", "fmax", "fmin", "ldexp",
            "frexp", "logical_xor", "addcmul", "addcdiv"]
-
-
-INPLACE = {n + "_": inplace_form(globals()[n]) for n in
-           ("hypot", "fmod", "copysign", "heaviside", "xlogy", "float_power", "ldexp", "logical_xor", "addcmul",
-            "addcdiv")}
-
-__all__ = METHODS

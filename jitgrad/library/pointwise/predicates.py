@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...declarations import published
 from ...runtime.tensor import Tensor
 from ...runtime.traced import is_traced, traced_read
 from ..torch_kwargs import torch_kwargs
 
 
+@published("jitgrad", "Tensor")
 def signbit(input, **torch_kw):
     """True where the sign bit is set (negative numbers, -0.0, NaNs with the sign bit)."""
     if torch_kw:
@@ -19,5 +21,4 @@ def signbit(input, **torch_kw):
     return Tensor._make(np.signbit(np.asarray(input.numpy(force=True))))
 
 
-METHODS = ["signbit"]
-__all__ = METHODS
+__all__ = ["signbit"]

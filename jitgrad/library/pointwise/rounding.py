@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from ...declarations import published
 from ...ir import dtypes as dt
 from ...ir.ops import OPS
 from .. import elementary as F
@@ -50,12 +51,13 @@ def _rounding(name, kernel):
     return f
 
 
-floor = _rounding("floor", "floor_vml_cpu")
-ceil = _rounding("ceil", "ceil_vml_cpu")
-trunc = _rounding("trunc", "trunc_vml_cpu")
+floor = published("jitgrad", "Tensor", inplace=inplace_form)(_rounding("floor", "floor_vml_cpu"))
+ceil = published("jitgrad", "Tensor", inplace=inplace_form)(_rounding("ceil", "ceil_vml_cpu"))
+trunc = published("jitgrad", "Tensor", inplace=inplace_form)(_rounding("trunc", "trunc_vml_cpu"))
 _round0 = _rounding("round", "round_vml_cpu")
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def fix(input, **torch_kw):
     """Alias of :func:`trunc` (torch.fix): rounds towards zero."""
     if torch_kw:
@@ -63,6 +65,7 @@ def fix(input, **torch_kw):
     return trunc(input)
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def round(input, *, decimals=0, **torch_kw):
     """Round half to even (torch.round); ``decimals`` rounds to that many decimal places (negative: to tens,
     hundreds, ...), as ``round(x * 10**d) / 10**d``.  Zero gradient.
@@ -88,6 +91,7 @@ def round(input, *, decimals=0, **torch_kw):
     return named(r, "RoundBackward1")
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def frac(input, **torch_kw):
     """``input - trunc(input)``: the fractional part, with the sign of ``input`` (torch.frac; gradient 1)."""
     if torch_kw:
@@ -98,6 +102,7 @@ def frac(input, **torch_kw):
     return named(input - bind(OPS["trunc"], input), "FracBackward0")
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def sgn(input, **torch_kw):
     """The sign of each element (torch.sgn: ``x / |x|`` for complex tensors; for real ones the same as
     :func:`jitgrad.sign`)."""
@@ -110,6 +115,7 @@ def sgn(input, **torch_kw):
     return named(F.where((input == 0) | F.isnan(input), 0.0, F.sign(input)), "SgnBackward0")
 
 
+@published("jitgrad", "Tensor")
 def positive(input):
     """``input`` itself (torch.positive, unary ``+``); bool tensors are refused as torch does."""
     _need_tensor("positive", input)
@@ -118,6 +124,7 @@ def positive(input):
     return input
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def absolute(input, **torch_kw):
     """Alias of :func:`jitgrad.abs` (torch.absolute)."""
     if torch_kw:
@@ -128,6 +135,7 @@ def absolute(input, **torch_kw):
     return F.abs(input)
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def deg2rad(input, **torch_kw):
     """Degrees to radians: ``input * pi / 180`` (integer tensors give float32)."""
     if torch_kw:
@@ -138,6 +146,7 @@ def deg2rad(input, **torch_kw):
     return named(input * (math.pi / 180.0), "Deg2RadBackward0")
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def rad2deg(input, **torch_kw):
     """Radians to degrees: ``input * 180 / pi`` (integer tensors give float32)."""
     if torch_kw:
@@ -148,6 +157,7 @@ def rad2deg(input, **torch_kw):
     return named(input * (180.0 / math.pi), "Rad2DegBackward0")
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def exp2(input, **torch_kw):
     """``2 ** input`` elementwise (integer tensors give the default float dtype)."""
     if torch_kw:
@@ -156,6 +166,7 @@ def exp2(input, **torch_kw):
     return named(2.0 ** (input if input.dtype is not dt.bool_ else input.to(dt.DEFAULT_FLOAT)), "Exp2Backward0")
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def erfc(input, **torch_kw):
     """The complementary error function ``1 - erf(input)``, accurate in the tail (a primitive)."""
     if torch_kw:
@@ -164,6 +175,7 @@ def erfc(input, **torch_kw):
     return bind(OPS["erfc"], input)
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def logit(input, eps=None, **torch_kw):
     """``log(p / (1 - p))``; with ``eps``, ``p`` is first clamped to ``[eps, 1 - eps]`` and the gradient is 0
     outside that range (torch.logit).
@@ -181,6 +193,7 @@ def logit(input, eps=None, **torch_kw):
     return named(F.log(x / (1.0 - x)), "LogitBackward0")
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def sinc(input, **torch_kw):
     """The normalised sinc ``sin(pi x) / (pi x)``, 1 at 0 (gradient 0 there, as torch's)."""
     if torch_kw:
@@ -193,6 +206,7 @@ def sinc(input, **torch_kw):
     return named(F.where(zero, 1.0, F.sin(px) / safe), "SincBackward0")
 
 
+@published("jitgrad", "Tensor")
 def isneginf(input, **torch_kw):
     """``input == -inf`` (False for integer tensors), as a bool tensor."""
     if torch_kw:
@@ -201,6 +215,7 @@ def isneginf(input, **torch_kw):
     return input == -math.inf if input.is_floating_point() else zeros_like(input, dtype=dt.bool_)
 
 
+@published("jitgrad", "Tensor")
 def isposinf(input, **torch_kw):
     """``input == +inf`` (False for integer tensors), as a bool tensor."""
     if torch_kw:
@@ -209,31 +224,26 @@ def isposinf(input, **torch_kw):
     return input == math.inf if input.is_floating_point() else zeros_like(input, dtype=dt.bool_)
 
 
+@published("jitgrad", "Tensor")
 def isreal(input):
     """True where an element has no imaginary part: everywhere, for jitgrad's real tensors."""
     _need_tensor("isreal", input)
     return ones_like(input, dtype=dt.bool_)
 
 
+@published("jitgrad")
 def is_floating_point(input):
     """Whether ``input``'s dtype is a floating-point type."""
     _need_tensor("is_floating_point", input)
     return input.dtype.is_floating_point
 
 
+@published("jitgrad", "Tensor")
 def is_complex(input):
     """Whether ``input``'s dtype is complex: always False (jitgrad has no complex dtypes)."""
     _need_tensor("is_complex", input)
     return False
 
 
-METHODS = ["floor", "ceil", "trunc", "fix", "round", "frac", "sgn", "positive", "absolute", "deg2rad", "rad2deg",
-           "exp2", "erfc", "logit", "sinc", "isneginf", "isposinf", "isreal", "is_complex"]
-FUNCTION_ONLY = ["is_floating_point"]
-
-
-INPLACE = {n + "_": inplace_form(globals()[n]) for n in
-           ("floor", "ceil", "trunc", "fix", "round", "frac", "sgn", "absolute", "deg2rad", "rad2deg", "exp2", "erfc",
-            "logit", "sinc")}
-
-__all__ = METHODS + FUNCTION_ONLY
+__all__ = ["floor", "ceil", "trunc", "fix", "round", "frac", "sgn", "positive", "absolute", "deg2rad", "rad2deg",
+           "exp2", "erfc", "logit", "sinc", "isneginf", "isposinf", "isreal", "is_complex", "is_floating_point"]

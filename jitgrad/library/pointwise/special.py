@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from ...declarations import published
 from ...ir import dtypes as dt
 from ...ir.ops import OPS
 from .. import elementary as F
@@ -36,6 +37,7 @@ def _float(x):
     return x if x.is_floating_point() else x.to(dt.DEFAULT_FLOAT)
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def lgamma(input, **torch_kw):
     """``log|Gamma(input)|`` (+inf at 0, -1, -2, ...); its gradient is :func:`digamma`."""
     if torch_kw:
@@ -44,6 +46,7 @@ def lgamma(input, **torch_kw):
     return bind(OPS["lgamma"], input)
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def digamma(input, **torch_kw):
     """``d/dx log Gamma(x)`` (torch.digamma: -inf at +0, nan at the negative integers); its gradient is
     ``polygamma(1, x)``."""
@@ -53,6 +56,7 @@ def digamma(input, **torch_kw):
     return named(bind(OPS["polygamma"], _float(input), n=0), "DigammaBackward0")
 
 
+@published("jitgrad")
 def polygamma(n, input, **torch_kw):
     """The ``n``-th derivative of :func:`digamma` (``n = 0`` is digamma itself); differentiable (its gradient is
     ``polygamma(n + 1, x)``).  Compiled code evaluates it by recurrence and an asymptotic series: exact to a few
@@ -67,11 +71,13 @@ def polygamma(n, input, **torch_kw):
     return named(bind(OPS["polygamma"], _float(input), n=n), "PolygammaBackward0")
 
 
+@published("Tensor", name="polygamma")
 def _polygamma_method(self, n):
     """``x.polygamma(n)``: torch's Tensor method takes ``n`` after the tensor."""
     return polygamma(n, self)
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def mvlgamma(input, p, **torch_kw):
     """The multivariate log-gamma of dimension ``p``: ``sum_i lgamma(x - i/2) + p(p-1)/4 log(pi)``; every element
     must exceed ``(p - 1) / 2`` (torch.mvlgamma, torch.special.multigammaln)."""
@@ -90,6 +96,7 @@ def mvlgamma(input, p, **torch_kw):
     return named(r + p * (p - 1) / 4 * math.log(math.pi), "MvlgammaBackward0")
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def erfinv(input, **torch_kw):
     """The inverse error function on ``(-1, 1)`` (+-inf at +-1, nan beyond); gradient
     ``sqrt(pi) / 2 * exp(erfinv(x) ** 2)``."""
@@ -99,6 +106,7 @@ def erfinv(input, **torch_kw):
     return bind(OPS["erfinv"], input)
 
 
+@published("jitgrad", "Tensor")
 def nansum(input, dim=None, keepdim=False, *, dtype=None, **torch_kw):
     """:func:`jitgrad.sum` treating NaN as 0 (its gradient there is 0)."""
     if torch_kw:
@@ -108,6 +116,7 @@ def nansum(input, dim=None, keepdim=False, *, dtype=None, **torch_kw):
     return named(F.sum(x, dim, keepdim, dtype=dtype), "NansumBackward0")
 
 
+@published("jitgrad", "Tensor")
 def nanmean(input, dim=None, keepdim=False, *, dtype=None, **torch_kw):
     """The mean over the non-NaN elements (NaN where there are none); floating-point tensors only."""
     if torch_kw:
@@ -123,6 +132,7 @@ def nanmean(input, dim=None, keepdim=False, *, dtype=None, **torch_kw):
     return F.sum(F.where(keep, input, 0.0), dim, keepdim) / count
 
 
+@published("jitgrad", "Tensor")
 def logcumsumexp(input, dim, **torch_kw):
     """``log(cumsum(exp(input), dim))`` without overflow or underflow: a log-space prefix scan with
     :func:`jitgrad.logaddexp` (log2(n) rounds), so elements far below the running maximum keep their value."""
@@ -145,16 +155,10 @@ def logcumsumexp(input, dim, **torch_kw):
     return named(y if y is not input else input * 1.0, "LogcumsumexpBackward0")
 
 
-METHODS = ["lgamma", "digamma", "mvlgamma", "erfinv", "nansum", "nanmean", "logcumsumexp"]
-FUNCTION_ONLY = ["polygamma"]
-
-
+@published("Tensor", name="polygamma_")
 def _polygamma_(self, n):
     """In place: ``x.polygamma_(n)`` writes ``polygamma(n, x)`` into ``x``."""
     return self._apply_inplace(lambda x: polygamma(n, x))
 
 
-INPLACE = {**{n + "_": inplace_form(globals()[n]) for n in ("lgamma", "digamma", "mvlgamma", "erfinv")},
-           "polygamma": _polygamma_method, "polygamma_": _polygamma_}
-
-__all__ = METHODS + FUNCTION_ONLY
+__all__ = ["lgamma", "digamma", "mvlgamma", "erfinv", "nansum", "nanmean", "logcumsumexp", "polygamma"]

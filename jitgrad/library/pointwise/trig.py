@@ -13,6 +13,7 @@ tensor([1.0000, 1.2661])
 """
 from __future__ import annotations
 
+from ...declarations import published
 from ...ir.ops import OPS
 from ...runtime.dispatch import bind
 from ...runtime.grad_names import named
@@ -50,27 +51,6 @@ def _unary(name):
     return f
 
 
-asin, acos, atan = _unary("asin"), _unary("acos"), _unary("atan")
-sinh, cosh = _unary("sinh"), _unary("cosh")
-asinh, acosh, atanh = _unary("asinh"), _unary("acosh"), _unary("atanh")
-arcsin, arccos, arctan, arcsinh, arccosh, arctanh = asin, acos, atan, asinh, acosh, atanh
-
-
-def bessel_i(input, n, scaled, name):
-    """The modified Bessel function of the first kind of order ``n`` (0 or 1), times ``exp(-|x|)`` when
-    ``scaled`` (the primitive behind ``i0`` and ``jitgrad.special``'s ``i0e``, ``i1``, ``i1e``)."""
-    _need_tensor(name, input)
-    return bind(OPS["bessel_i"], input, n=n, scaled=scaled)
-
-
-def i0(input, **torch_kw):
-    """The modified Bessel function of the first kind of order 0, elementwise (torch.i0, Cephes' Chebyshev
-    expansion; its gradient is ``jitgrad.special.i1``)."""
-    if torch_kw:
-        return torch_kwargs(i0, "i0", (input,), {}, torch_kw)
-    return named(bessel_i(input, 0, False, "i0"), "I0Backward0")
-
-
 _NO_INPLACE_DERIVATIVE = ("asinh", "acosh", "atanh")       # torch's derivatives.yaml has none for these
 
 
@@ -92,10 +72,56 @@ def _inplace(fn):
     return f
 
 
-METHODS = ["asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "arcsin", "arccos", "arctan",
-           "arcsinh", "arccosh", "arctanh", "i0"]
-INPLACE = {n + "_": _inplace(globals()[n]) for n in METHODS}
-globals().update(INPLACE)       # torch.asin_(x) ... are functions too
-FUNCTION_ONLY = list(INPLACE)
+asin = published("jitgrad", "Tensor")(_unary("asin"))
+acos = published("jitgrad", "Tensor")(_unary("acos"))
+atan = published("jitgrad", "Tensor")(_unary("atan"))
+sinh = published("jitgrad", "Tensor")(_unary("sinh"))
+cosh = published("jitgrad", "Tensor")(_unary("cosh"))
+asinh = published("jitgrad", "Tensor")(_unary("asinh"))
+acosh = published("jitgrad", "Tensor")(_unary("acosh"))
+atanh = published("jitgrad", "Tensor")(_unary("atanh"))
+arcsin = published("jitgrad", "Tensor", name="arcsin")(asin)
+arccos = published("jitgrad", "Tensor", name="arccos")(acos)
+arctan = published("jitgrad", "Tensor", name="arctan")(atan)
+arcsinh = published("jitgrad", "Tensor", name="arcsinh")(asinh)
+arccosh = published("jitgrad", "Tensor", name="arccosh")(acosh)
+arctanh = published("jitgrad", "Tensor", name="arctanh")(atanh)
+# torch.asin_(x) ... are functions too; each alias has its own in-place form (named after the primitive)
+asin_ = published("jitgrad", "Tensor")(_inplace(asin))
+acos_ = published("jitgrad", "Tensor")(_inplace(acos))
+atan_ = published("jitgrad", "Tensor")(_inplace(atan))
+sinh_ = published("jitgrad", "Tensor")(_inplace(sinh))
+cosh_ = published("jitgrad", "Tensor")(_inplace(cosh))
+asinh_ = published("jitgrad", "Tensor")(_inplace(asinh))
+acosh_ = published("jitgrad", "Tensor")(_inplace(acosh))
+atanh_ = published("jitgrad", "Tensor")(_inplace(atanh))
+arcsin_ = published("jitgrad", "Tensor", name="arcsin_")(_inplace(arcsin))
+arccos_ = published("jitgrad", "Tensor", name="arccos_")(_inplace(arccos))
+arctan_ = published("jitgrad", "Tensor", name="arctan_")(_inplace(arctan))
+arcsinh_ = published("jitgrad", "Tensor", name="arcsinh_")(_inplace(arcsinh))
+arccosh_ = published("jitgrad", "Tensor", name="arccosh_")(_inplace(arccosh))
+arctanh_ = published("jitgrad", "Tensor", name="arctanh_")(_inplace(arctanh))
 
-__all__ = METHODS + FUNCTION_ONLY
+
+def bessel_i(input, n, scaled, name):
+    """The modified Bessel function of the first kind of order ``n`` (0 or 1), times ``exp(-|x|)`` when
+    ``scaled`` (the primitive behind ``i0`` and ``jitgrad.special``'s ``i0e``, ``i1``, ``i1e``)."""
+    _need_tensor(name, input)
+    return bind(OPS["bessel_i"], input, n=n, scaled=scaled)
+
+
+@published("jitgrad", "Tensor")
+def i0(input, **torch_kw):
+    """The modified Bessel function of the first kind of order 0, elementwise (torch.i0, Cephes' Chebyshev
+    expansion; its gradient is ``jitgrad.special.i1``)."""
+    if torch_kw:
+        return torch_kwargs(i0, "i0", (input,), {}, torch_kw)
+    return named(bessel_i(input, 0, False, "i0"), "I0Backward0")
+
+
+i0_ = published("jitgrad", "Tensor")(_inplace(i0))
+
+
+__all__ = ["asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "arcsin", "arccos", "arctan",
+           "arcsinh", "arccosh", "arctanh", "i0", "asin_", "acos_", "atan_", "sinh_", "cosh_", "asinh_", "acosh_",
+           "atanh_", "arcsin_", "arccos_", "arctan_", "arcsinh_", "arccosh_", "arctanh_", "i0_"]

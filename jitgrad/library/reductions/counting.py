@@ -10,6 +10,7 @@ import collections
 
 import numpy as np
 
+from ...declarations import published
 from ...ir.ops import OPS as O
 from ..dim_args import torch_dim
 from ...runtime.dispatch import bind
@@ -22,6 +23,7 @@ histogram_result = collections.namedtuple("histogram", ["hist", "bin_edges"])
 histogram_result.__doc__ = "``(hist, bin_edges)`` of ``histogram``, like torch.return_types.histogram."
 
 
+@published("jitgrad", "Tensor")
 def all(input, dim=None, keepdim=False, **torch_kw):
     """True where every element (over ``dim``, an int or tuple; default all) is nonzero."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -29,6 +31,7 @@ def all(input, dim=None, keepdim=False, **torch_kw):
     return sum(input == 0, dim, keepdim) == 0
 
 
+@published("jitgrad", "Tensor")
 def any(input, dim=None, keepdim=False, **torch_kw):
     """True where some element (over ``dim``, an int or tuple; default all) is nonzero."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -36,6 +39,7 @@ def any(input, dim=None, keepdim=False, **torch_kw):
     return sum(input != 0, dim, keepdim) > 0
 
 
+@published("jitgrad", "Tensor")
 def histc(input, bins=100, min=0, max=0, **torch_kw):
     """Counts of ``input``'s elements in ``bins`` equal bins over [min, max] (the data's range when both are 0,
     widened by 1 each side when the data is constant); elements outside and NaN are ignored."""
@@ -44,6 +48,7 @@ def histc(input, bins=100, min=0, max=0, **torch_kw):
     return bind(O["histc"], input, bins=int(bins), lo=float(min), hi=float(max), pad=1.0, search=False)
 
 
+@published("jitgrad", "Tensor")
 def histogram(input, bins=100, *, range=None, weight=None, density=False, **torch_kw):
     """``(hist, bin_edges)``: ``bins`` equal bins over ``range`` (default the data's min and max) or the given
     edges (a 1-d tensor); ``weight`` sums weights instead of counting; ``density`` normalises to a density."""
@@ -82,6 +87,7 @@ def _histogram_edges(input, edges, weight, density):
     return histogram_result(Tensor._make(h.astype(input.dtype.np)), Tensor._make(edges._data.copy()))
 
 
+@published("jitgrad", "Tensor")
 def bincount(input, weights=None, minlength=0, **torch_kw):
     """Counts of each value in a 1-d tensor of non-negative integers (or the summed ``weights``)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -104,6 +110,7 @@ def bincount(input, weights=None, minlength=0, **torch_kw):
     return Tensor._make(out.astype(want))
 
 
+@published("jitgrad", "Tensor")
 def count_nonzero(input, dim=None):
     """The number of nonzero elements of ``input``, over all dims or over ``dim`` (an int or a sequence of dims),
     as int64.
@@ -121,5 +128,4 @@ def count_nonzero(input, dim=None):
     return sum(input != 0, dim)
 
 
-METHODS = ["all", "any", "histc", "histogram", "bincount", "count_nonzero"]
-__all__ = METHODS
+__all__ = ["all", "any", "histc", "histogram", "bincount", "count_nonzero"]

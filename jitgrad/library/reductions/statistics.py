@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 
+from ...declarations import published
 from ...ir import dtypes as dt
 from ...ir.dtypes import torch_scalar_name
 from ..dim_args import torch_dim
@@ -37,6 +38,7 @@ def _weights(name, w, n, integral):
     return w
 
 
+@published("jitgrad", "Tensor")
 def cov(input, *, correction=1, fweights=None, aweights=None, **torch_kw):
     """The covariance matrix of the variables in ``input``'s rows (observations in its columns; one variable
     gives a 0-d result: torch squeezes), with ``correction`` (1: Bessel's), integer frequency weights ``fweights``
@@ -73,6 +75,7 @@ def cov(input, *, correction=1, fweights=None, aweights=None, **torch_kw):
     return named(c.squeeze(), "SqueezeBackward0")      # torch squeezes: one variable gives a 0-d result
 
 
+@published("jitgrad", "Tensor")
 def corrcoef(input, **torch_kw):
     """Pearson's correlation coefficients of the variables in ``input``'s rows: ``cov`` scaled by the standard
     deviations, clipped to [-1, 1] (a 1-d input gives ``cov / cov``, 1 or nan)."""
@@ -115,6 +118,7 @@ def _pairs(y, ax):
     return y.narrow(ax, 1, n - 1) + y.narrow(ax, 0, n - 1)
 
 
+@published("jitgrad")
 def trapezoid(y, x=None, *, dx=None, dim=-1, **torch_kw):
     """The trapezoid rule along ``dim``: sample points ``x`` (a tensor) or a constant spacing ``dx`` (default 1)."""
     if torch_kw:
@@ -130,6 +134,7 @@ def trapezoid(y, x=None, *, dx=None, dim=-1, **torch_kw):
     return (y.sum(ax) - (y.narrow(ax, 0, 1) + y.narrow(ax, y.shape[ax] - 1, 1)).squeeze(ax) * 0.5) * h
 
 
+@published("jitgrad")
 def trapz(y, x=None, *, dx=None, dim=-1, **torch_kw):
     """``trapezoid`` (its older name)."""
     if torch_kw:
@@ -137,6 +142,7 @@ def trapz(y, x=None, *, dx=None, dim=-1, **torch_kw):
     return trapezoid(y, x, dx=dx, dim=dim)
 
 
+@published("jitgrad")
 def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1, **torch_kw):
     """The running trapezoid rule along ``dim`` (one element fewer than ``y`` there)."""
     if torch_kw:
@@ -154,6 +160,7 @@ def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1, **torch_kw):
 
 
 # ---- vander, combinations -------------------------------------------------------------------------------------
+@published("jitgrad")
 def vander(x, N=None, increasing=False, **torch_kw):
     """The Vandermonde matrix of the 1-d ``x``: columns ``x**(N-1), ..., x**0`` (``increasing``: the other way),
     ``N`` defaulting to ``len(x)``; made by a running product, as torch (integer and bool inputs give int64)."""
@@ -173,6 +180,7 @@ def vander(x, N=None, increasing=False, **torch_kw):
     return r if increasing else r.flip(1)
 
 
+@published("jitgrad")
 def combinations(input, r=2, with_replacement=False, **torch_kw):
     """The length-``r`` combinations of the 1-d ``input``'s elements (``itertools.combinations``, or
     ``combinations_with_replacement``), one per row; differentiable (a gather)."""
@@ -189,6 +197,4 @@ def combinations(input, r=2, with_replacement=False, **torch_kw):
     return named(input[input._same_device(Tensor._make(idx))], "StackBackward0")
 
 
-METHODS = ["cov", "corrcoef"]
-FUNCTION_ONLY = ["trapezoid", "trapz", "cumulative_trapezoid", "vander", "combinations"]
-__all__ = METHODS + FUNCTION_ONLY
+__all__ = ["cov", "corrcoef", "trapezoid", "trapz", "cumulative_trapezoid", "vander", "combinations"]

@@ -17,6 +17,7 @@ import warnings
 
 import numpy as np
 
+from ...declarations import published
 from ...ir import dtypes as dt
 from ..dim_args import torch_dim
 from ...runtime.grad_names import named
@@ -51,6 +52,7 @@ def _index_of_repeats(repeats: Tensor, output_size):
     return tensor(np.repeat(np.arange(r.size, dtype=np.int64), r), device=repeats.device)
 
 
+@published("jitgrad", "Tensor")
 def repeat_interleave(input, repeats=None, dim=None, *, output_size=None, **torch_kw):
     """Repeat each element of ``input`` ``repeats`` times along ``dim`` (the flattened input when ``dim`` is None).
 
@@ -119,6 +121,7 @@ def _ints(x):
     return tuple(operator.index(v) for v in x) if isinstance(x, (tuple, list)) else (operator.index(x),)
 
 
+@published("jitgrad", "Tensor")
 def roll(input, shifts, dims=None, **torch_kw):
     """Rotate ``input`` by ``shifts`` along ``dims``: elements pushed off the end come back at the start.  With
     ``dims=None`` the flattened tensor is rolled and its shape restored.  Several dims take one shift each.
@@ -157,6 +160,7 @@ def _roll_one(x, shift, ax):
 
 # ---- diff --------------------------------------------------------------------------------------------------------
 
+@published("jitgrad", "Tensor")
 def diff(input, n=1, dim=-1, prepend=None, append=None, **torch_kw):
     """The ``n``-th forward difference along ``dim``: ``out[i] = input[i + 1] - input[i]``, applied ``n`` times
     (``!=`` for bool tensors).  ``prepend`` / ``append`` are concatenated to ``input`` along ``dim`` first.
@@ -196,6 +200,7 @@ def diff(input, n=1, dim=-1, prepend=None, append=None, **torch_kw):
 
 # ---- meshgrid ----------------------------------------------------------------------------------------------------
 
+@published("jitgrad")
 def meshgrid(*tensors, indexing=None, **torch_kw):
     """Coordinate grids of 0-d/1-d tensors: output ``k`` has input ``k`` laid along dim ``k`` and broadcast over
     the others (``indexing='ij'``, the default), or the first two dims swapped (``indexing='xy'``, Cartesian).
@@ -235,6 +240,7 @@ def meshgrid(*tensors, indexing=None, **torch_kw):
 
 # ---- unflatten ---------------------------------------------------------------------------------------------------
 
+@published("jitgrad", "Tensor")
 def unflatten(input, dim, sizes, **torch_kw):
     """Split dim ``dim`` of ``input`` into ``sizes`` (one of them may be -1: inferred), a view (``nn.Unflatten``'s
     op; the inverse of ``flatten``).
@@ -262,8 +268,4 @@ def unflatten(input, dim, sizes, **torch_kw):
     return input.view(input.shape[:ax] + sizes + input.shape[ax + 1:])
 
 
-METHODS = ["repeat_interleave", "roll", "diff", "unflatten"]
-FUNCTION_ONLY = ["meshgrid"]
-
-
-__all__ = METHODS + FUNCTION_ONLY
+__all__ = ["repeat_interleave", "roll", "diff", "unflatten", "meshgrid"]

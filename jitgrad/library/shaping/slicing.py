@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import operator
 
+from ...declarations import published
 from ...runtime.grad_names import named
 from ...runtime.tensor import Tensor
 from ..torch_kwargs import torch_kwargs
@@ -21,6 +22,7 @@ def _dim(name, t, dim):
     return dim + nd if dim < 0 else dim
 
 
+@published("jitgrad", "Tensor")
 def narrow(input, dim, start, length, **torch_kw):
     """``input`` along ``dim`` from ``start`` for ``length`` elements: a view (torch.narrow)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -45,6 +47,7 @@ def narrow(input, dim, start, length, **torch_kw):
     return input[(slice(None),) * d + (slice(start, start + length),)]
 
 
+@published("jitgrad", "Tensor")
 def select(input, dim, index, **torch_kw):
     """The slice of ``input`` at ``index`` along ``dim``, with that dim removed: a view (torch.select)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -60,6 +63,7 @@ def select(input, dim, index, **torch_kw):
     return input[(slice(None),) * d + (index,)]
 
 
+@published("jitgrad", "Tensor")
 def split_with_sizes(input, split_sizes, dim=0, **torch_kw):
     """Pieces of ``input`` along ``dim`` with the given sizes (which must add up to the dim's size)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -73,6 +77,7 @@ def split_with_sizes(input, split_sizes, dim=0, **torch_kw):
     return split(input, sizes, d)
 
 
+@published("jitgrad", "Tensor")
 def repeat(input, *sizes, **torch_kw):
     """``input`` tiled ``sizes[i]`` times along each dim (torch.Tensor.repeat; leading new dims allowed)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -94,6 +99,7 @@ def repeat(input, *sizes, **torch_kw):
     return named(r, "RepeatBackward0") if r is not input else r
 
 
+@published("jitgrad", "Tensor")
 def tile(input, dims, **torch_kw):
     """torch.tile: ``repeat`` with ``dims`` padded by leading ones to ``input.ndim``."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -102,6 +108,7 @@ def tile(input, dims, **torch_kw):
     return repeat(input, (1,) * (input.ndim - len(dims)) + dims)
 
 
+@published("jitgrad")
 def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None, **torch_kw):
     """``(var(input, dim), mean(input, dim))`` as torch.var_mean."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -160,6 +167,7 @@ def _var_mean_fn():
     return VarMean
 
 
+@published("jitgrad")
 def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None, **torch_kw):
     """``(std(input, dim), mean(input, dim))`` as torch.std_mean."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -181,6 +189,7 @@ def _unsafe(pieces, name):
     return pieces
 
 
+@published("jitgrad", "Tensor")
 def unsafe_split(input, split_size, dim=0, **torch_kw):
     """``split`` whose pieces are not tracked as views (torch.unsafe_split; see ``_unsafe``)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -191,6 +200,7 @@ def unsafe_split(input, split_size, dim=0, **torch_kw):
     return _unsafe(split(input, split_size, dim), "UnsafeSplitBackward0")
 
 
+@published("jitgrad", "Tensor")
 def unsafe_split_with_sizes(input, split_sizes, dim=0, **torch_kw):
     """``split_with_sizes`` whose pieces are not tracked as views (torch.unsafe_split_with_sizes)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -199,6 +209,7 @@ def unsafe_split_with_sizes(input, split_sizes, dim=0, **torch_kw):
     return _unsafe(split_with_sizes(input, split_sizes, dim), "UnsafeSplitWithSizesBackward0")
 
 
+@published("jitgrad", "Tensor")
 def unsafe_chunk(input, chunks, dim=0, **torch_kw):
     """``chunk`` whose pieces are not tracked as views (torch.unsafe_chunk)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -207,8 +218,7 @@ def unsafe_chunk(input, chunks, dim=0, **torch_kw):
     return _unsafe(chunk(input, chunks, dim), "UnsafeSplitBackward0")
 
 
-METHODS = ["narrow", "select", "split_with_sizes", "repeat", "tile", "var_mean", "std_mean",
-           "unsafe_split", "unsafe_split_with_sizes", "unsafe_chunk"]
 # torch has no Tensor.var_mean / std_mean methods
-FUNCTION_ONLY = frozenset({"var_mean", "std_mean"})
-__all__ = METHODS
+
+__all__ = ["narrow", "select", "split_with_sizes", "repeat", "tile", "var_mean", "std_mean", "unsafe_split",
+           "unsafe_split_with_sizes", "unsafe_chunk"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...declarations import published
 from ...ir import dtypes as dt
 from ...ir.ops import OPS as O
 from ..dim_args import diagonal_dims, dim_arg, torch_dim
@@ -24,6 +25,7 @@ def _dims(d):
     return [int(d)] if isinstance(d, (int, np.integer)) else [int(i) for i in d]
 
 
+@published("jitgrad", "Tensor")
 def movedim(input, source, destination, **torch_kw):
     """``input`` with its dims ``source`` moved to the positions ``destination`` (ints or sequences of ints),
     the other dims keeping their order: a view (``PermuteBackward0``)."""
@@ -47,9 +49,10 @@ def movedim(input, source, destination, **torch_kw):
     return permute(input, perm) if nd else input
 
 
-moveaxis = movedim
+moveaxis = published("jitgrad", "Tensor", name="moveaxis")(movedim)
 
 
+@published("jitgrad", "Tensor")
 def ravel(input, **torch_kw):
     """``input`` flattened to 1-d (a view when the layout allows, as ``reshape(-1)``)."""
     if torch_kw:
@@ -57,6 +60,7 @@ def ravel(input, **torch_kw):
     return reshape(input, -1)
 
 
+@published("jitgrad", "Tensor")
 def rot90(input, k=1, dims=(0, 1), **torch_kw):
     """``input`` rotated by ``k`` quarter turns in the plane ``dims``, from the first dim towards the second."""
     if torch_kw:
@@ -81,6 +85,7 @@ def rot90(input, k=1, dims=(0, 1), **torch_kw):
     return named(r, "Rot90Backward0")
 
 
+@published("jitgrad", "Tensor")
 def diag_embed(input, offset=0, dim1=-2, dim2=-1, **torch_kw):
     """A tensor whose planes (``dim1``, ``dim2``) hold ``input``'s last dim on their ``offset`` diagonal (zeros
     elsewhere); the other dims of ``input`` are the result's remaining dims."""
@@ -101,6 +106,7 @@ def diag_embed(input, offset=0, dim1=-2, dim2=-1, **torch_kw):
     return named(r, "DiagEmbedBackward0")
 
 
+@published("jitgrad", "Tensor")
 def diag(input, diagonal=0, **torch_kw):
     """1-d ``input``: the square matrix with it on the ``diagonal``-th diagonal; 2-d: that diagonal, as a copy."""
     if torch_kw:
@@ -113,6 +119,7 @@ def diag(input, diagonal=0, **torch_kw):
                  "DiagonalBackward0_copy")     # torch's name for diag's node
 
 
+@published("jitgrad", "Tensor")
 def diagflat(input, offset=0, **torch_kw):
     """The square matrix with ``input`` (flattened) on its ``offset``-th diagonal."""
     if torch_kw:
@@ -121,6 +128,7 @@ def diagflat(input, offset=0, **torch_kw):
 
 
 # ---- splitting ---------------------------------------------------------------------------------------------
+@published("jitgrad", "Tensor")
 def tensor_split(input, indices_or_sections, dim=0, **torch_kw):
     """Views of ``input`` along ``dim``: an int ``n`` gives ``n`` parts whose sizes differ by at most one (the
     first ones larger); a sequence of indices splits before each (Python slice rules)."""
@@ -166,6 +174,7 @@ def _nsplit(name, input, ios, ax, need):
     return tensor_split(input, ios, ax)
 
 
+@published("jitgrad", "Tensor")
 def hsplit(input, indices_or_sections, **torch_kw):
     """``tensor_split`` along dim 1 (dim 0 for a 1-d tensor); an int must divide that dim."""
     if torch_kw:
@@ -173,6 +182,7 @@ def hsplit(input, indices_or_sections, **torch_kw):
     return _nsplit("hsplit", input, indices_or_sections, 0 if input.ndim == 1 else 1, 1)
 
 
+@published("jitgrad", "Tensor")
 def vsplit(input, indices_or_sections, **torch_kw):
     """``tensor_split`` along dim 0 of a tensor with at least 2 dims; an int must divide that dim."""
     if torch_kw:
@@ -180,6 +190,7 @@ def vsplit(input, indices_or_sections, **torch_kw):
     return _nsplit("vsplit", input, indices_or_sections, 0, 2)
 
 
+@published("jitgrad", "Tensor")
 def dsplit(input, indices_or_sections, **torch_kw):
     """``tensor_split`` along dim 2 of a tensor with at least 3 dims; an int must divide that dim."""
     if torch_kw:
@@ -212,16 +223,19 @@ def _3d(t):
     return t.unsqueeze(-1) if t.ndim == 2 else t
 
 
+@published("jitgrad")
 def atleast_1d(*tensors):
     """Each tensor with at least 1 dim (a 0-d one becomes shape (1,)); one tensor in, one out, else a tuple."""
     return _atleast(tensors, _1d)
 
 
+@published("jitgrad")
 def atleast_2d(*tensors):
     """Each tensor with at least 2 dims (leading 1s added); one tensor in, one out, else a tuple."""
     return _atleast(tensors, _2d)
 
 
+@published("jitgrad")
 def atleast_3d(*tensors):
     """Each tensor with at least 3 dims (0-d: (1,1,1); (n,): (1,n,1); (m,n): (m,n,1)), as torch and NumPy."""
     return _atleast(tensors, _3d)
@@ -236,6 +250,7 @@ def _stack_of(name, tensors, prep, dim_of):
     return cat(ts, dim_of(ts))
 
 
+@published("jitgrad")
 def hstack(tensors, **torch_kw):
     """The tensors (at least 1-d) concatenated along dim 1, or dim 0 when they are 1-d."""
     if torch_kw:
@@ -243,6 +258,7 @@ def hstack(tensors, **torch_kw):
     return _stack_of("hstack", tensors, _1d, lambda ts: 0 if ts[0].ndim == 1 else 1)
 
 
+@published("jitgrad")
 def vstack(tensors, **torch_kw):
     """The tensors (at least 2-d) concatenated along dim 0."""
     if torch_kw:
@@ -250,6 +266,7 @@ def vstack(tensors, **torch_kw):
     return _stack_of("vstack", tensors, _2d, lambda ts: 0)
 
 
+@published("jitgrad")
 def row_stack(tensors, **torch_kw):
     """``vstack``."""
     if torch_kw:
@@ -257,6 +274,7 @@ def row_stack(tensors, **torch_kw):
     return _stack_of("row_stack", tensors, _2d, lambda ts: 0)
 
 
+@published("jitgrad")
 def dstack(tensors, **torch_kw):
     """The tensors (at least 3-d) concatenated along dim 2."""
     if torch_kw:
@@ -264,6 +282,7 @@ def dstack(tensors, **torch_kw):
     return _stack_of("dstack", tensors, _3d, lambda ts: 2)
 
 
+@published("jitgrad")
 def column_stack(tensors, **torch_kw):
     """The tensors side by side as columns: 0-d and 1-d ones become (n, 1) columns, then ``hstack``."""
     if torch_kw:
@@ -273,6 +292,7 @@ def column_stack(tensors, **torch_kw):
 
 
 # ---- unfold: sliding windows as a view -----------------------------------------------------------------------
+@published("Tensor")
 def unfold(self, dimension, size, step):
     """All windows of ``size`` elements, ``step`` apart, along ``dimension``: that dim becomes the window count and
     a new last dim of length ``size`` holds each window.  Eagerly a strided view of ``self``'s storage (writes
@@ -301,6 +321,7 @@ def unfold(self, dimension, size, step):
 
 
 # ---- small Tensor surface ------------------------------------------------------------------------------------
+@published("jitgrad")
 def clone(input, *, memory_format=None, **torch_kw):
     """A copy of ``input`` that records ``CloneBackward0`` (``Tensor.clone`` as a function)."""
     if torch_kw:
@@ -308,24 +329,24 @@ def clone(input, *, memory_format=None, **torch_kw):
     return input.clone() if memory_format is None else input.clone(memory_format=memory_format)
 
 
+@published("jitgrad")
 def numel(input):
     """The number of elements of ``input``."""
     return input.numel()
 
 
+@published("Tensor")
 def ndimension(self):
     """The number of dims (``Tensor.dim()``)."""
     return self.ndim
 
 
+@published("Tensor")
 def byte(self, memory_format=None):
     """``self.to(jitgrad.uint8)``."""
     return self.to(dt.uint8)
 
 
-METHODS = ["movedim", "moveaxis", "ravel", "rot90", "diag", "diag_embed", "diagflat", "tensor_split", "hsplit",
-           "vsplit", "dsplit"]
-FUNCTION_ONLY = ["atleast_1d", "atleast_2d", "atleast_3d", "hstack", "vstack", "row_stack", "dstack", "column_stack",
-                 "clone", "numel"]
-TENSOR_ONLY = ["unfold", "ndimension", "byte"]
-__all__ = METHODS + FUNCTION_ONLY
+__all__ = ["movedim", "moveaxis", "ravel", "rot90", "diag", "diag_embed", "diagflat", "tensor_split", "hsplit",
+           "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d", "hstack", "vstack", "row_stack", "dstack",
+           "column_stack", "clone", "numel"]

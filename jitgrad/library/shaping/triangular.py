@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...declarations import published
 from ...ir.ops import OPS as O
 from ..dim_args import diagonal_dims
 from ...runtime.dispatch import bind
@@ -45,6 +46,7 @@ def _keep(name, input, diagonal, lower):
     return named(r, "TrilBackward0" if lower else "TriuBackward0")
 
 
+@published("jitgrad", "Tensor")
 def tril(input, diagonal=0, **torch_kw):
     """The lower triangle of the last two dims (elements at column - row <= ``diagonal``), the rest 0."""
     if torch_kw:       # out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -52,6 +54,7 @@ def tril(input, diagonal=0, **torch_kw):
     return _keep("tril", input, diagonal, True)
 
 
+@published("jitgrad", "Tensor")
 def triu(input, diagonal=0, **torch_kw):
     """The upper triangle of the last two dims (elements at column - row >= ``diagonal``), the rest 0."""
     if torch_kw:       # out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -59,16 +62,19 @@ def triu(input, diagonal=0, **torch_kw):
     return _keep("triu", input, diagonal, False)
 
 
+@published("Tensor", name="tril_")
 def _tril_(self, diagonal=0):
     """In place: ``self.copy_(tril(self, diagonal))``."""
     return self.copy_(tril(self, diagonal))
 
 
+@published("Tensor", name="triu_")
 def _triu_(self, diagonal=0):
     """In place: ``self.copy_(triu(self, diagonal))``."""
     return self.copy_(triu(self, diagonal))
 
 
+@published("jitgrad", "Tensor")
 def diagonal(input, offset=0, dim1=0, dim2=1, **torch_kw):
     """The elements ``input[..., i, i + offset]`` of the plane (``dim1``, ``dim2``), as a new last dim."""
     if torch_kw:       # out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -80,10 +86,7 @@ def diagonal(input, offset=0, dim1=0, dim2=1, **torch_kw):
     return bind(O["diagonal"], input, offset=int(offset), dim1=a, dim2=b)
 
 
-METHODS = ["tril", "triu", "diagonal", "trace"]
-INPLACE = {"tril_": _tril_, "triu_": _triu_}
-
-
+@published("jitgrad", "Tensor")
 def trace(input, **torch_kw):
     """The sum of the main diagonal of a 2-d tensor (any shape: the shorter side's length of entries)."""
     if torch_kw:       # out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -107,6 +110,7 @@ def _triangle_indices(name, row, col, offset, dtype, device, lower):
     return tensor(np.stack([r, c]).astype(dtype.np), device=device)
 
 
+@published("jitgrad")
 def tril_indices(row, col, offset=0, *, dtype=None, device=None, **torch_kw):
     """The (row, column) indices of the lower triangle of a ``row`` x ``col`` matrix (the diagonal ``offset``
     and below), as a 2 x N int64 tensor in row-major order.
@@ -122,6 +126,7 @@ def tril_indices(row, col, offset=0, *, dtype=None, device=None, **torch_kw):
     return _triangle_indices("tril_indices", row, col, offset, dtype, device, lower=True)
 
 
+@published("jitgrad")
 def triu_indices(row, col, offset=0, *, dtype=None, device=None, **torch_kw):
     """The (row, column) indices of the upper triangle of a ``row`` x ``col`` matrix (the diagonal ``offset``
     and above), as a 2 x N int64 tensor in row-major order.
@@ -137,14 +142,4 @@ def triu_indices(row, col, offset=0, *, dtype=None, device=None, **torch_kw):
     return _triangle_indices("triu_indices", row, col, offset, dtype, device, lower=False)
 
 
-def install(jg: dict):
-    """Make the functions public (``jitgrad.tril``) and Tensor methods (``x.tril()``, ``x.tril_()``)."""
-    for n in METHODS:       # the functions themselves take torch's keywords (**torch_kw)
-        jg[n] = globals()[n]
-        setattr(Tensor, n, globals()[n])
-    for n, f in INPLACE.items():
-        setattr(Tensor, n, f)
-    jg["tril_indices"], jg["triu_indices"] = tril_indices, triu_indices     # factories: no Tensor methods
-
-
-__all__ = METHODS
+__all__ = ["tril", "triu", "diagonal", "trace"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...declarations import published
 from ...ir import dtypes as dt
 from ...ir.ops import OPS as O
 from ...ir.graph import Var
@@ -46,6 +47,7 @@ def _infer(name, shape, input):
     return shape
 
 
+@published("jitgrad", "Tensor")
 def reshape(input, *shape, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(reshape, 'reshape', (input, *shape), {}, torch_kw)
@@ -55,6 +57,7 @@ def reshape(input, *shape, **torch_kw):
     return bind(O["reshape"], input, shape=shape)
 
 
+@published("jitgrad", "Tensor")
 def view(input, *shape, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(view, 'view', (input, *shape), {}, torch_kw)
@@ -75,6 +78,7 @@ def view(input, *shape, **torch_kw):
     return definite_view(reshape(input, *shape), input)
 
 
+@published("jitgrad", "Tensor")
 def flatten(input, start_dim=0, end_dim=-1, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(flatten, 'flatten', (input, start_dim, end_dim), {}, torch_kw)
@@ -88,6 +92,7 @@ def flatten(input, start_dim=0, end_dim=-1, **torch_kw):
     return reshape(input, shape)
 
 
+@published("jitgrad", "Tensor")
 def squeeze(input, dim=None, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(squeeze, 'squeeze', (input, dim), {}, torch_kw)
@@ -100,6 +105,7 @@ def squeeze(input, dim=None, **torch_kw):
                          input)
 
 
+@published("jitgrad", "Tensor")
 def unsqueeze(input, dim, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(unsqueeze, 'unsqueeze', (input, dim), {}, torch_kw)
@@ -111,6 +117,7 @@ def unsqueeze(input, dim, **torch_kw):
                                 "UnsqueezeBackward0"), input)
 
 
+@published("jitgrad", "Tensor")
 def permute(input, *dims, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(permute, 'permute', (input, *dims), {}, torch_kw)
@@ -131,6 +138,7 @@ def _swap_last2(input):
     return bind(O["permute"], input, perm=tuple(range(n - 2)) + (n - 1, n - 2))
 
 
+@published("jitgrad", "Tensor")
 def transpose(input, dim0, dim1, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(transpose, 'transpose', (input, dim0, dim1), {}, torch_kw)
@@ -146,9 +154,10 @@ def _transpose(input, dim0, dim1):
     return permute(input, perm)
 
 
-swapaxes = transpose
+swapaxes = published("jitgrad", "Tensor", name="swapaxes")(transpose)
 
 
+@published("jitgrad", "Tensor")
 def t(input, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(t, 't', (input,), {}, torch_kw)
@@ -157,6 +166,7 @@ def t(input, **torch_kw):
     return _fresh(transpose(input, 0, 1), input, "TBackward0") if input.ndim == 2 else input
 
 
+@published("jitgrad", "Tensor")
 def expand(input, *sizes, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(expand, 'expand', (input, *sizes), {}, torch_kw)
@@ -171,18 +181,21 @@ def expand(input, *sizes, **torch_kw):
     return bind(O["broadcast_to"], input, shape=shape)
 
 
+@published("jitgrad", "Tensor")
 def broadcast_to(input, shape, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(broadcast_to, 'broadcast_to', (input, shape), {}, torch_kw)
     return expand(input, tuple(shape))
 
 
+@published("jitgrad", "Tensor")
 def expand_as(input, other, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(expand_as, 'expand_as', (input, other), {}, torch_kw)
     return expand(input, other.shape)
 
 
+@published("jitgrad")
 def broadcast_tensors(*tensors, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(broadcast_tensors, 'broadcast_tensors', (*tensors,), {}, torch_kw)
@@ -190,6 +203,7 @@ def broadcast_tensors(*tensors, **torch_kw):
     return tuple(expand(x, shape) for x in tensors)
 
 
+@published("jitgrad")
 def cat(tensors, dim=0, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(cat, 'cat', (tensors, dim), {}, torch_kw)
@@ -202,9 +216,11 @@ def cat(tensors, dim=0, **torch_kw):
     return bind(O["cat"], *tensors, axis=ax)
 
 
-concat = concatenate = cat
+concat = published("jitgrad", name="concat")(cat)
+concatenate = published("jitgrad", name="concatenate")(cat)
 
 
+@published("jitgrad")
 def stack(tensors, dim=0, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(stack, 'stack', (tensors, dim), {}, torch_kw)
@@ -226,6 +242,7 @@ def _stack(tensors, dim=0):
     return cat([unsqueeze(x, ax) for x in tensors], ax) if len(tensors) > 1 else unsqueeze(tensors[0], ax)
 
 
+@published("jitgrad", "Tensor")
 def split(tensor, split_size_or_sections, dim=0, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(split, 'split', (tensor, split_size_or_sections, dim), {}, torch_kw)
@@ -259,6 +276,7 @@ def _multi_view(outs, input, name):
     return tuple(outs)
 
 
+@published("jitgrad", "Tensor")
 def chunk(input, chunks, dim=0, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(chunk, 'chunk', (input, chunks, dim), {}, torch_kw)
@@ -268,6 +286,7 @@ def chunk(input, chunks, dim=0, **torch_kw):
     return split(input, max(1, -(-n // chunks)), dim)
 
 
+@published("jitgrad", "Tensor")
 def unbind(input, dim=0, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(unbind, 'unbind', (input, dim), {}, torch_kw)
@@ -275,6 +294,7 @@ def unbind(input, dim=0, **torch_kw):
     return _multi_view([input[(slice(None),) * ax + (i,)] for i in range(input.shape[ax])], input, "Unbind")
 
 
+@published("jitgrad", "Tensor")
 def gather(input, dim, index, **torch_kw):
     """``out[i][j][k] = input[index[i][j][k]][j][k]`` (dim=0), as torch.gather, via advanced indexing."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -314,12 +334,14 @@ def index_grid(index, ax):
     return key
 
 
+@published("jitgrad", "Tensor")
 def take_along_dim(input, indices, dim, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(take_along_dim, 'take_along_dim', (input, indices, dim), {}, torch_kw)
     return gather(input, dim, indices)
 
 
+@published("jitgrad", "Tensor")
 def index_select(input, dim, index, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(index_select, 'index_select', (input, dim, index), {}, torch_kw)

@@ -17,6 +17,7 @@ import collections
 
 import numpy as np
 
+from ...declarations import published
 from ...ir import dtypes as dt
 from ..dim_args import torch_dim
 from ..elementary import amax, amin, gather, where
@@ -31,6 +32,7 @@ cummax_result = collections.namedtuple("cummax", ["values", "indices"])
 cummin_result = collections.namedtuple("cummin", ["values", "indices"])
 
 
+@published("jitgrad", "Tensor")
 def aminmax(input, *, dim=None, keepdim=False, **torch_kw):
     """``(min, max)`` of ``input``, over everything or along ``dim`` (NaN propagates, as in amin/amax).
 
@@ -54,6 +56,7 @@ def aminmax(input, *, dim=None, keepdim=False, **torch_kw):
     return aminmax_result(amin(input, ax, keepdim), amax(input, ax, keepdim))
 
 
+@published("jitgrad", "Tensor")
 def kthvalue(input, k, dim=-1, keepdim=False, **torch_kw):
     """The ``k``-th smallest element (1-based) along ``dim`` and its index; NaN sorts as the largest value.
 
@@ -142,6 +145,7 @@ def _quantile(name, input, q, dim, keepdim, interpolation, skip_nan):
     return r.reshape(out_shape) if not (isinstance(q, Tensor) and q.ndim == 1) else r
 
 
+@published("jitgrad", "Tensor")
 def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear", **torch_kw):
     """The ``q``-th quantiles (``q`` a number or a 1-d tensor in [0, 1]) of all elements or along ``dim``;
     between two order statistics ``interpolation`` picks linear (both get gradient), lower, higher, midpoint or
@@ -158,6 +162,7 @@ def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear", **tor
     return named(_quantile("quantile", input, q, dim, keepdim, interpolation, False), "QuantileBackward0")
 
 
+@published("jitgrad", "Tensor")
 def nanquantile(input, q, dim=None, keepdim=False, *, interpolation="linear", **torch_kw):
     """``quantile`` ignoring NaNs (NaN only where a row is all NaN).
 
@@ -197,6 +202,7 @@ def _cumulative(name, input, dim, better, result):
     return result(named(gather(input, ax, idx), f"{name.capitalize()}Backward0"), idx)
 
 
+@published("jitgrad", "Tensor")
 def cummax(input, dim, **torch_kw):
     """``(values, indices)`` of the running maximum along ``dim`` (the latest index on ties; NaN propagates).
 
@@ -209,6 +215,7 @@ def cummax(input, dim, **torch_kw):
     return _cumulative("cummax", input, dim, np.greater, cummax_result)
 
 
+@published("jitgrad", "Tensor")
 def cummin(input, dim, **torch_kw):
     """``(values, indices)`` of the running minimum along ``dim`` (the latest index on ties; NaN propagates).
 
@@ -221,7 +228,4 @@ def cummin(input, dim, **torch_kw):
     return _cumulative("cummin", input, dim, np.less, cummin_result)
 
 
-METHODS = ["aminmax", "kthvalue", "quantile", "nanquantile", "cummax", "cummin"]
-
-
-__all__ = METHODS
+__all__ = ["aminmax", "kthvalue", "quantile", "nanquantile", "cummax", "cummin"]

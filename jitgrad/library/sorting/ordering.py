@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 
+from ...declarations import published
 from ...ir.ops import OPS as O
 from ...runtime.dispatch import bind
 from ..elementary import _axes, _axis, gather
@@ -26,6 +27,7 @@ def _dims_arg(dims):
     return tuple(dims)
 
 
+@published("jitgrad", "Tensor")
 def flip(input, *dims, **torch_kw):
     """Reverse the order of elements along ``dims`` (a copy, as in torch): ``flip(x, (0, 1))``, ``x.flip(0)``."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -37,6 +39,7 @@ def flip(input, *dims, **torch_kw):
     return named(bind(O["flip"], input, axes=axes).clone(), "FlipBackward0")
 
 
+@published("jitgrad", "Tensor")
 def fliplr(input, **torch_kw):
     """Flip a tensor of at least 2 dims left-right (dim 1)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -46,6 +49,7 @@ def fliplr(input, **torch_kw):
     return flip(input, 1)
 
 
+@published("jitgrad", "Tensor")
 def flipud(input, **torch_kw):
     """Flip a tensor of at least 1 dim up-down (dim 0)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -55,6 +59,7 @@ def flipud(input, **torch_kw):
     return flip(input, 0)
 
 
+@published("jitgrad", "Tensor")
 def cumsum(input, dim, *, dtype=None, **torch_kw):
     """Cumulative sum along ``dim``; integer and bool inputs give int64 (torch's rule)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -65,6 +70,7 @@ def cumsum(input, dim, *, dtype=None, **torch_kw):
     return bind(O["cumsum"], input, axis=ax, reverse=False)
 
 
+@published("jitgrad", "Tensor")
 def cumprod(input, dim, *, dtype=None, **torch_kw):
     """Cumulative product along ``dim``; differentiable (exactly, also where ``input`` has zeros)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -75,6 +81,7 @@ def cumprod(input, dim, *, dtype=None, **torch_kw):
     return bind(O["cumprod"], input, axis=ax)
 
 
+@published("jitgrad", "Tensor")
 def argsort(input, dim=-1, descending=False, stable=False, **torch_kw):
     """Indices that sort ``input`` along ``dim`` (always stable here; NaN sorts as the largest value)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -83,6 +90,7 @@ def argsort(input, dim=-1, descending=False, stable=False, **torch_kw):
     return bind(O["argsort"], input, axis=ax, descending=bool(descending), stable=True)
 
 
+@published("jitgrad", "Tensor")
 def sort(input, dim=-1, descending=False, stable=False, **torch_kw):
     """``(values, indices)`` sorted along ``dim``; stable (equal elements keep their order); differentiable."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -120,6 +128,7 @@ def _evenly_at(input, m):
     return input.where(mask, 0.0).sum() / max(count, 1.0)
 
 
+@published("jitgrad", "Tensor")
 def median(input, dim=None, keepdim=False, **torch_kw):
     """The lower median of all elements (a 0-d tensor; NaN if any is NaN), or ``(values, indices)`` along
     ``dim``.  Without a dim the gradient is shared evenly by the elements equal to the median (torch's rule)."""
@@ -128,6 +137,7 @@ def median(input, dim=None, keepdim=False, **torch_kw):
     return _median("median", input, dim, keepdim, skip_nan=False)
 
 
+@published("jitgrad", "Tensor")
 def nanmedian(input, dim=None, keepdim=False, **torch_kw):
     """``median`` ignoring NaNs (NaN only when every element is NaN)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -166,6 +176,7 @@ def _median(name, input, dim, keepdim, skip_nan):
     return median_result(named(values, "MedianBackward1"), pick)
 
 
+@published("jitgrad", "Tensor")
 def topk(input, k, dim=-1, largest=True, sorted=True, **torch_kw):
     """The ``k`` largest (or smallest) elements along ``dim`` and their indices, in sorted order."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -183,6 +194,7 @@ def topk(input, k, dim=-1, largest=True, sorted=True, **torch_kw):
     return topk_result(named(gather(input, ax, idx), "TopkBackward0"), idx)
 
 
+@published("jitgrad", "Tensor")
 def msort(input, **torch_kw):
     """``sort(input, dim=0).values``."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -195,6 +207,4 @@ def _zero_index():
     return np.zeros((), np.int64)
 
 
-METHODS = ["flip", "fliplr", "flipud", "cumsum", "cumprod", "argsort", "sort", "topk", "msort", "median",
-           "nanmedian"]
-__all__ = METHODS
+__all__ = ["flip", "fliplr", "flipud", "cumsum", "cumprod", "argsort", "sort", "topk", "msort", "median", "nanmedian"]

@@ -6,6 +6,7 @@ shape does not depend on the data, so they trace).
 """
 from __future__ import annotations
 
+from ...declarations import published
 from ...ir.ops import OPS
 from ...runtime.dispatch import bind
 from ...runtime.tensor import Tensor
@@ -22,6 +23,7 @@ def _as_tensor(x, like: Tensor | None = None) -> Tensor:
     return tensor(x)
 
 
+@published("jitgrad")
 def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=None, sorter=None, **torch_kw):
     """For each value of ``input``, the index in the last dim of ``sorted_sequence`` where inserting it keeps
     that dim sorted (torch.searchsorted).  ``right=True`` / ``side="right"``: after elements equal to it.
@@ -58,6 +60,7 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
                 out_int32=bool(out_int32))
 
 
+@published("jitgrad")
 def bucketize(input, boundaries, *, out_int32=False, right=False, **torch_kw):
     """The bucket of each value of ``input`` among the 1-D ascending ``boundaries`` (torch.bucketize):
     ``i`` with ``boundaries[i-1] < x <= boundaries[i]``, or ``boundaries[i-1] <= x < boundaries[i]`` with
@@ -71,6 +74,7 @@ def bucketize(input, boundaries, *, out_int32=False, right=False, **torch_kw):
     return searchsorted(boundaries, input, out_int32=out_int32, right=right)
 
 
+@published("jitgrad")
 def isin(elements, test_elements, *, assume_unique=False, invert=False, **torch_kw):
     """Whether each element of ``elements`` occurs in ``test_elements`` (bool, ``elements``' shape; torch.isin).
     Either may be a Python number; ``invert=True`` gives the opposite."""
@@ -84,7 +88,4 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False, **torch_
     return bind(OPS["isin"], el, test, invert=bool(invert))
 
 
-FUNCTION_ONLY = ["searchsorted", "bucketize", "isin"]     # torch's Tensor has none of them
-
-
-__all__ = FUNCTION_ONLY
+__all__ = ["searchsorted", "bucketize", "isin"]

@@ -14,6 +14,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from ...declarations import published
 from ..dim_args import torch_dim
 from ..elementary import where
 from ...runtime.grad_names import named
@@ -38,6 +39,7 @@ def _out(a, like, dtype=None):
     return like._same_device(t)
 
 
+@published("jitgrad", "Tensor")
 def argwhere(input, **torch_kw):
     """The indices of ``input``'s non-zero elements, one row each (shape ``(count, input.ndim)``), in row-major
     order; ``nonzero(input)``."""
@@ -55,6 +57,7 @@ def _results(values, inverse, counts, return_inverse, return_counts, like):
     return out[0] if len(out) == 1 else tuple(out)
 
 
+@published("jitgrad", "Tensor")
 def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None, **torch_kw):
     """The distinct elements of ``input`` in ascending order (with ``dim``: the distinct slices along ``dim``, in
     lexicographic order); ``return_inverse``: where each element (slice) of ``input`` went; ``return_counts``: how
@@ -70,6 +73,7 @@ def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=No
     return _results(v, inv.reshape(-1), cnt, return_inverse, return_counts, input)
 
 
+@published("jitgrad", "Tensor")
 def unique_consecutive(input, return_inverse=False, return_counts=False, dim=None, **torch_kw):
     """``input`` with each run of equal consecutive elements (with ``dim``: slices along ``dim``) kept once, as a
     1-d tensor (with ``dim``: along ``dim``); ``return_inverse``: the run each element belongs to;
@@ -96,6 +100,7 @@ def unique_consecutive(input, return_inverse=False, return_counts=False, dim=Non
     return _results(np.compress(new, a, axis=ax), inv, cnt, return_inverse, return_counts, input)
 
 
+@published("jitgrad", "Tensor")
 def mode(input, dim=-1, keepdim=False, **torch_kw):
     """``(values, indices)``: the most frequent value of each slice along ``dim`` (ties: the smallest such value)
     and the index of its last occurrence, as torch.  Differentiable in ``values`` (the gradient goes to that
@@ -123,5 +128,4 @@ def mode(input, dim=-1, keepdim=False, **torch_kw):
     return _mode_result(named(values, "ModeBackward0"), idx)
 
 
-METHODS = ["argwhere", "unique", "unique_consecutive", "mode"]
-__all__ = METHODS
+__all__ = ["argwhere", "unique", "unique_consecutive", "mode"]

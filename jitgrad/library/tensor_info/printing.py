@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from ...declarations import published
 from ...ir import dtypes as dt
 
 PRECISION = 4
@@ -19,6 +20,7 @@ SCI_MODE = None         # None: chosen per tensor; True/False: forced (set_print
 _PROFILES = {"default": (4, 1000, 3, 80), "short": (2, 1000, 2, 80), "full": (4, math.inf, 3, 80)}
 
 
+@published("jitgrad")
 def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None, profile=None, sci_mode=None):
     """torch's print options for tensor reprs: ``precision`` (digits after the point, 4), ``threshold`` (elements
     above which a tensor prints summarised, 1000), ``edgeitems`` (items kept at each edge when summarised, 3),
@@ -159,6 +161,3 @@ def tensor_repr(t, data=None, device=None) -> str:
     elif t._requires_grad:
         suffixes.append("requires_grad=True")
     return _add_suffixes(prefix + body, suffixes, indent)
-
-
-FUNCTION_ONLY = ["set_printoptions"]

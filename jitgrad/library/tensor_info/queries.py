@@ -10,6 +10,7 @@ negative or conjugate bits: False, and the tensor itself).
 """
 from __future__ import annotations
 
+from ...declarations import published
 from ...runtime.tensor import Tensor
 
 _UNSIGNED = ("bool", "uint8")
@@ -20,12 +21,14 @@ def _need_tensor(name, x, what="input", pos=1):
         raise TypeError(f"{name}(): argument '{what}' (position {pos}) must be Tensor, not {type(x).__name__}")
 
 
+@published("jitgrad", "Tensor")
 def is_signed(input):
     """Whether the dtype holds negative values (False for bool and uint8, as torch)."""
     _need_tensor("is_signed", input)
     return input.dtype.name not in _UNSIGNED
 
 
+@published("jitgrad", "Tensor")
 def get_device(input):
     """The device's index: -1 for a CPU tensor (torch.get_device), the CUDA ordinal otherwise."""
     _need_tensor("get_device", input)
@@ -33,6 +36,7 @@ def get_device(input):
     return -1 if d.type == "cpu" else (d.index or 0)
 
 
+@published("jitgrad", "Tensor")
 def is_nonzero(input):
     """``bool(input)`` for a one-element tensor; torch's RuntimeError for an empty or longer one."""
     _need_tensor("is_nonzero", input)
@@ -44,6 +48,7 @@ def is_nonzero(input):
     return bool(input.item() != 0)
 
 
+@published("jitgrad", "Tensor")
 def is_same_size(input, other):
     """Whether the two tensors have the same shape."""
     _need_tensor("is_same_size", input)
@@ -51,57 +56,51 @@ def is_same_size(input, other):
     return tuple(input.shape) == tuple(other.shape)
 
 
+@published("jitgrad", "Tensor")
 def is_neg(input):
     """False: jitgrad has no lazily negated tensors (torch's negative bit is for complex views)."""
     _need_tensor("is_neg", input)
     return False
 
 
+@published("jitgrad", "Tensor")
 def resolve_neg(input):
     """The tensor itself (no negative bit to resolve)."""
     _need_tensor("resolve_neg", input)
     return input
 
 
+@published("jitgrad", "Tensor")
 def is_conj(input):
     """False: jitgrad's tensors are real."""
     _need_tensor("is_conj", input)
     return False
 
 
+@published("jitgrad", "Tensor")
 def resolve_conj(input):
     """The tensor itself (real tensors have no conjugate bit)."""
     _need_tensor("resolve_conj", input)
     return input
 
 
+@published("Tensor.property", name="is_cpu")
 def _is_cpu(self):
     """Whether the tensor is on the CPU."""
     return self.device.type == "cpu"
 
 
+@published("Tensor.property", name="itemsize")
 def _itemsize(self):
     """Bytes per element (``element_size()``)."""
     return self.element_size()
 
 
+@published("Tensor.property", name="nbytes")
 def _nbytes(self):
     """Bytes of the elements: ``numel() * itemsize``."""
     return self.numel() * self.element_size()
 
 
-METHODS = ["is_signed", "get_device", "is_nonzero", "is_same_size", "is_neg", "resolve_neg", "is_conj",
+__all__ = ["is_signed", "get_device", "is_nonzero", "is_same_size", "is_neg", "resolve_neg", "is_conj",
            "resolve_conj"]
-PROPERTIES = {"is_cpu": _is_cpu, "itemsize": _itemsize, "nbytes": _nbytes}
-
-
-def install(ns):
-    """Publish the functions and methods, and the properties on Tensor."""
-    for n in METHODS:
-        ns[n] = globals()[n]
-        setattr(Tensor, n, globals()[n])
-    for n, f in PROPERTIES.items():
-        setattr(Tensor, n, property(f, doc=f.__doc__))
-
-
-__all__ = METHODS + ["install"]

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ...declarations import published
 from ...ir import dtypes as dt
 from ...runtime.size import Size
 from ...runtime.tensor import Tensor
@@ -22,6 +23,7 @@ def _g(v) -> str:
     return f"{v:.6g}"
 
 
+@published("jitgrad")
 class finfo:      # noqa: N801  (torch's name)
     """Machine limits of a floating-point dtype (``float32``, ``float64``, ``float16``; the default dtype when
     none is given): ``bits``, ``eps``, ``max``, ``min``, ``tiny`` (= ``smallest_normal``), ``resolution`` and
@@ -55,6 +57,7 @@ class finfo:      # noqa: N801  (torch's name)
     __hash__ = None
 
 
+@published("jitgrad")
 class iinfo:      # noqa: N801
     """Machine limits of an integer dtype (``int32``, ``int64``, ``uint8``): ``bits``, ``max``, ``min``, ``dtype``
     (the dtype's name)."""
@@ -76,16 +79,19 @@ class iinfo:      # noqa: N801
     __hash__ = None
 
 
+@published("jitgrad")
 def is_tensor(obj, /) -> bool:
     """Whether ``obj`` is a jitgrad Tensor (``isinstance(obj, Tensor)``)."""
     return isinstance(obj, Tensor)
 
 
+@published("jitgrad")
 def is_storage(obj, /) -> bool:
     """Whether ``obj`` is a storage object: always False (jitgrad tensors expose no separate storage type)."""
     return False
 
 
+@published("jitgrad")
 def broadcast_shapes(*shapes) -> Size:
     """The shape that tensors of ``shapes`` broadcast to (an int stands for a 1-d shape); torch's errors."""
     shapes = tuple((int(x),) if isinstance(x, (int, np.integer)) else x for x in shapes if x is not None)
@@ -113,9 +119,7 @@ def broadcast_shapes(*shapes) -> Size:
     return Size(common)
 
 
+@published("jitgrad")
 def promote_types(type1, type2, /) -> dt.DType:
     """The dtype both ``type1`` and ``type2`` promote to (a float beats an integer, a wider type a narrower)."""
     return dt._promote2(dt.as_dtype(type1), dt.as_dtype(type2))
-
-
-FUNCTION_ONLY = ["finfo", "iinfo", "is_tensor", "is_storage", "broadcast_shapes", "promote_types"]
