@@ -16,7 +16,7 @@ from .declarations import DECLARED, Declaration
 from .runtime.tensor import Tensor
 
 # the modules that declare public names (importing them records their declarations)
-from .runtime import conversions, defaults, generator, storage, strided  # noqa: F401
+from .runtime import conversions, defaults, generator, storage  # noqa: F401
 from .library import aliases, elementary, foreach, torch_surface  # noqa: F401
 from .library.creation import factories, legacy_types, sampling  # noqa: F401
 from .library.indexing import index_writes, masking, scatter_reduce, scatter_writes  # noqa: F401
@@ -24,7 +24,7 @@ from .library.linalg import eigen, einsum, matrix_forms, norms, products, solve 
 from .library.pointwise import (  # noqa: F401
     binary, composites, division, inplace, integer, pairs, predicates, rounding, special, trig)
 from .library.reductions import counting, statistics  # noqa: F401
-from .library.shaping import rearranging, slicing, stacking, triangular, views  # noqa: F401
+from .library.shaping import as_strided, rearranging, slicing, stacking, triangular, views  # noqa: F401
 from .library.sorting import order_statistics, ordering, searching, uniques  # noqa: F401
 from .library.tensor_info import printing, queries, type_info  # noqa: F401
 from .cuda import seeding  # noqa: F401

@@ -1,4 +1,5 @@
-"""``autograd.grad(..., is_grads_batched=True)``: the first dim of every grad_output is a batch of cotangents.
+"""``torch.autograd.grad``: the engine's ``grad`` (runtime/engine.py), and ``is_grads_batched=True``, where the
+first dim of every grad_output is a batch of cotangents.
 
 torch runs the backward pass once under vmap; jitgrad has no vmap, so it runs one backward pass per batch entry
 (keeping the graph between them) and stacks each input's gradients along a new first dim.  The results are the
@@ -8,20 +9,40 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..library.elementary import stack
+from ..runtime import engine
 from ..runtime.tensor import Tensor
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, only_inputs=True,
+         allow_unused=None, is_grads_batched=False, materialize_grads=False):
+    """Return the sum of gradients of ``outputs`` w.r.t. ``inputs`` (nothing is accumulated into ``.grad``); with
+    ``is_grads_batched``, the first dim of each grad_output is a batch and the gradients are stacked.
+
+    >>> import jitgrad as jg
+    >>> x = jg.tensor(3., requires_grad=True)
+    >>> g, = jg.autograd.grad(x ** 3, x, create_graph=True)
+    >>> g2, = jg.autograd.grad(g, x)
+    >>> float(g), float(g2)
+    (27.0, 18.0)
+    """
+    if is_grads_batched:        # one backward pass per batch entry, stacked
+        return batched_grad(engine.grad, engine._as_tuple(outputs), engine._as_tuple(inputs),
+                            engine._as_tuple(grad_outputs), retain_graph, create_graph,
+                            allow_unused if allow_unused is not None else materialize_grads, materialize_grads)
+    return engine.grad(outputs, inputs, grad_outputs, retain_graph, create_graph, only_inputs, allow_unused,
+                       materialize_grads)
 
 
 def batched_grad(grad_fn, outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused,
                  materialize_grads):
     """``grad_fn`` (engine.grad) once per entry of the grad_outputs' first dim; each input's results stacked.
     ``outputs``, ``inputs`` and ``grad_outputs`` are tuples."""
-    from ..runtime.engine import _calculate_shape
-    from ..library.elementary import stack
     if any(g is None for g in grad_outputs):
         raise RuntimeError("grad: is_grads_batched=True needs a grad_output for every output (the first dim of "
                            "each is the batch)")
     for i, (out, g) in enumerate(zip(outputs, grad_outputs)):
-        out_shape, g_shape = _calculate_shape(out, g, True)
+        out_shape, g_shape = engine._calculate_shape(out, g, True)
         if g.ndim == 0 or tuple(g_shape) != tuple(out_shape):
             raise RuntimeError(f"If `is_grads_batched=True`, we interpret the first dimension of each grad_output as "
                                f"the batch dimension. The sizes of the remaining dimensions are expected to match the "
@@ -61,4 +82,4 @@ def batched_grad(grad_fn, outputs, inputs, grad_outputs, retain_graph, create_gr
     return tuple(result)
 
 
-__all__ = ["batched_grad"]
+__all__ = ["grad", "batched_grad"]

@@ -416,7 +416,7 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps: float = 1e-6, atol: f
         raise AssertionError("Setting check_undefined_grad=True requires check_rev_over_rev to be True")
     if check_batched_grad and not check_rev_over_rev:
         raise AssertionError("Setting check_batched_grad=True requires check_rev_over_rev to be True")
-    from ..library.creation.factories import _RNG
+    from ..runtime.generator import CHECK_RNG as _RNG
     func, inputs = _through_host(func, _as_tuple(inputs))
     tupled_inputs = _as_tuple(inputs)
     if grad_outputs is not None:        # the check runs on host copies (see _through_host)

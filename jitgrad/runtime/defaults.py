@@ -1,5 +1,5 @@
-"""Process-wide defaults with torch's names: ``set_default_dtype``/``get_default_dtype`` (and the deprecated
-``set_default_tensor_type``), ``set_num_threads``/``get_num_threads``, ``set_num_interop_threads``/
+"""Process-wide defaults with torch's names: ``set_default_dtype``/``get_default_dtype`` (the deprecated
+``set_default_tensor_type`` is library/creation/legacy_types.py's), ``set_num_threads``/``get_num_threads``, ``set_num_interop_threads``/
 ``get_num_interop_threads``, ``set_float32_matmul_precision``/``get_float32_matmul_precision``,
 ``use_deterministic_algorithms``/``are_deterministic_algorithms_enabled``.
 
@@ -60,26 +60,6 @@ def set_default_dtype(d, /) -> None:
 def get_default_dtype() -> dt.DType:
     """The default floating-point dtype (``float32`` unless :func:`set_default_dtype` changed it)."""
     return dt.DEFAULT_FLOAT
-
-
-@published("jitgrad")
-def set_default_tensor_type(t, /) -> None:
-    """Deprecated in torch: ``set_default_tensor_type(torch.DoubleTensor)`` or ``('torch.DoubleTensor')`` sets the
-    default dtype to that type's dtype (CPU types only)."""
-    warnings.warn("torch.set_default_tensor_type() is deprecated as of PyTorch 2.1, please use "
-                  "torch.set_default_dtype() and torch.set_default_device() as alternatives.", UserWarning,
-                  stacklevel=2)
-    if isinstance(t, str):
-        from ..library.creation import legacy_types
-        name = t[len("torch."):] if t.startswith("torch.") else None
-        cls = getattr(legacy_types, name, None) if name else None
-        if cls is None or not isinstance(getattr(cls, "dtype", None), dt.DType):
-            raise TypeError(f"invalid type: '{t}'")
-        t = cls
-    d = getattr(t, "dtype", None)
-    if not isinstance(d, dt.DType) or not d.is_floating_point:
-        raise TypeError(_ONLY_FLOAT)
-    _apply(_check_default(d))
 
 
 def _positive_int(name, n) -> int:

@@ -200,8 +200,9 @@ def _called_from_tensor_backward() -> bool:
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, only_inputs=True,
-         allow_unused=None, is_grads_batched=False, materialize_grads=False):
+         allow_unused=None, materialize_grads=False):
     """Return the sum of gradients of ``outputs`` w.r.t. ``inputs`` (nothing is accumulated into ``.grad``).
+    (``jitgrad.autograd.grad`` adds torch's ``is_grads_batched``: autograd/batched_grad.py.)
 
     >>> import jitgrad as jg
     >>> x = jg.tensor(3., requires_grad=True)
@@ -210,11 +211,6 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     >>> float(g), float(g2)
     (27.0, 18.0)
     """
-    if is_grads_batched:        # one backward pass per batch entry, stacked (autograd/batched_grad.py)
-        from ..autograd.batched_grad import batched_grad
-        return batched_grad(grad, _as_tuple(outputs), _as_tuple(inputs), _as_tuple(grad_outputs), retain_graph,
-                            create_graph, allow_unused if allow_unused is not None else materialize_grads,
-                            materialize_grads)
     if not only_inputs:
         warnings.warn("only_inputs argument is deprecated and is ignored now (defaults to True). To accumulate "
                       "gradient for other parts of the graph, please use torch.autograd.backward.",

@@ -122,6 +122,10 @@ def _read(t: Tensor, what):
 default_generator = Generator()
 
 
+# NumPy's generator behind gradgradcheck's random grad_outputs (autograd/gradcheck.py), reseeded by manual_seed
+CHECK_RNG = [np.random.default_rng(0)]
+
+
 def generator_of(generator) -> Generator:
     """The generator a draw uses: ``generator`` or the default one; a clear error for anything else."""
     if generator is None:
@@ -134,9 +138,8 @@ def generator_of(generator) -> Generator:
 @published("jitgrad")
 def manual_seed(seed) -> Generator:
     """Seed the default generator (torch.manual_seed); returns it."""
-    from ..library.creation import factories
     s = _check_seed(seed)
-    factories._RNG[0] = np.random.default_rng(s)    # gradgradcheck's random grad_outputs follow the seed too
+    CHECK_RNG[0] = np.random.default_rng(s)    # gradgradcheck's random grad_outputs follow the seed too
     return default_generator.manual_seed(seed)
 
 

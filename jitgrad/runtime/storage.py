@@ -21,7 +21,7 @@ from ..declarations import published
 from . import grad_mode
 from .strided import forget_storage
 from .tensor import Tensor
-from ..library.torch_kwargs import UnsupportedError
+from ..ir.dtypes import UnsupportedError
 
 _GM = grad_mode.STATE
 _TYPE_NAME = {"float32": "float", "float64": "double", "float16": "half", "int64": "long", "int32": "int",

@@ -137,16 +137,6 @@ class Tensor(InPlaceOps, TensorOperators, TensorProtocols):
             tr.keep.append(t)
         return t
 
-    def __init__(self, data=None, *, dtype=None, requires_grad=False):
-        """``jitgrad.Tensor(data)``: like ``torch.Tensor(data)``, a copy in the default float dtype (prefer
-        ``jitgrad.tensor``, which infers the dtype)."""
-        from ..library.creation.factories import as_array
-        src = Tensor._make(as_array(data if data is not None else [], dtype or dt.DEFAULT_FLOAT))
-        for name in Tensor.__slots__[:-1]:          # all slots but __weakref__ (and those left unset)
-            if hasattr(src, name):
-                object.__setattr__(self, name, getattr(src, name))
-        self.requires_grad = requires_grad
-
     # --- metadata --------------------------------------------------------------------------------
     @property
     def dtype(self) -> dt.DType:
@@ -565,10 +555,6 @@ class Tensor(InPlaceOps, TensorOperators, TensorProtocols):
         if type(d) is np.ndarray or _devices.backend_of_payload(d) is None:
             return t
         return on_device(t, self.device)
-
-    def new_tensor(self, data, dtype=None) -> "Tensor":
-        from ..library.creation.factories import tensor
-        return tensor(data, dtype=dtype or self.dtype)
 
     # --- methods the vjp rules rely on -----------------------------------------------------------
     def sum_to_size(self, *size) -> "Tensor":

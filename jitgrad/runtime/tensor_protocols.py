@@ -96,16 +96,6 @@ class TensorProtocols:
             raise TypeError("iteration over a 0-d tensor")
         return (self[i] for i in range(self._data.shape[0]))
 
-    def __repr__(self):
-        if backend_of_payload(self._data) is not None:
-            from ..library.tensor_info.printing import tensor_repr
-            return tensor_repr(self, self._host(), self.device)
-        if type(self._data) is not np.ndarray:
-            gf = f", grad_fn=<{self.grad_fn.name()}>" if self.grad_fn is not None else ""
-            return f"tensor(<traced {self._data.aval}>{gf})"
-        from ..library.tensor_info.printing import tensor_repr
-        return tensor_repr(self)
-
     def __dlpack__(self, *args, **kwargs):
         if self.requires_grad:
             raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
@@ -113,13 +103,6 @@ class TensorProtocols:
 
     def __dlpack_device__(self):
         return self._data.__dlpack_device__()
-
-    def __reduce__(self):
-        from ..library.creation.factories import tensor
-        dev = self.device
-        # a leaf keeps requires_grad across pickling (torch); a non-leaf comes back as a leaf without it
-        return (tensor, (self._host().copy(), None, None if dev.type == "cpu" else str(dev),
-                         self._requires_grad and self.grad_fn is None), None)
 
     def __deepcopy__(self, memo):
         from .tensor import Tensor

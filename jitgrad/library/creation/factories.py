@@ -10,7 +10,6 @@ from ..torch_kwargs import torch_kwargs
 
 # a NumPy generator for internal test inputs (gradgradcheck's random grad_outputs); reseeded by manual_seed.  The
 # random functions (rand, randn, ...) draw from jitgrad.Generator objects instead (library/creation/sampling.py).
-_RNG = [np.random.default_rng(0)]
 
 
 def _infer_dtype(data) -> dt.DType:
@@ -253,6 +252,34 @@ def full_like(input, fill_value, dtype=None, device=None, requires_grad=False, *
     shape, d = _like(input, dtype)
     device = _like_device(input, device)
     return _new(np.full(shape, fill_value, d.np), requires_grad, device)
+
+
+# ---- Tensor's constructor and the methods that make tensors from data ----------------------------------------
+
+@published("Tensor", name="__init__")
+def _tensor_init(self, data=None, *, dtype=None, requires_grad=False):
+    """``jitgrad.Tensor(data)``: like ``torch.Tensor(data)``, a copy in the default float dtype (prefer
+    ``jitgrad.tensor``, which infers the dtype)."""
+    src = Tensor._make(as_array(data if data is not None else [], dtype or dt.DEFAULT_FLOAT))
+    for name in Tensor.__slots__[:-1]:          # all slots but __weakref__ (and those left unset)
+        if hasattr(src, name):
+            object.__setattr__(self, name, getattr(src, name))
+    self.requires_grad = requires_grad
+
+
+@published("Tensor")
+def new_tensor(self, data, dtype=None) -> Tensor:
+    """A new tensor copying ``data``, with this tensor's dtype unless ``dtype`` is given."""
+    return tensor(data, dtype=dtype or self.dtype)
+
+
+@published("Tensor", name="__reduce__")
+def _tensor_reduce(self):
+    """Pickling: the values, rebuilt by :func:`tensor`; a leaf keeps ``requires_grad`` across pickling (torch), a
+    non-leaf comes back as a leaf without it."""
+    dev = self.device
+    return (tensor, (self._host().copy(), None, None if dev.type == "cpu" else str(dev),
+                     self._requires_grad and self.grad_fn is None), None)
 
 
 from .sampling import rand, randn, randint, randperm, rand_like, randn_like  # noqa: E402,F401  (re-exported)

@@ -2,10 +2,13 @@
 ``torch.LongTensor([1, 2])`` (from data), ``isinstance(t, torch.DoubleTensor)``; and ``torch.is_inference``."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ...declarations import published
 from ...ir import dtypes as dt
+from ...runtime import defaults
 from ...runtime.tensor import Tensor
 
 
@@ -80,6 +83,27 @@ def tensor_new(self, *args, dtype=None, device=None, requires_grad=False):
         out.requires_grad_(True)
     return out
 
+
+
+# ---- torch.set_default_tensor_type ---------------------------------------------------------------------------
+
+@published("jitgrad")
+def set_default_tensor_type(t, /) -> None:
+    """Deprecated in torch: ``set_default_tensor_type(torch.DoubleTensor)`` or ``('torch.DoubleTensor')`` sets the
+    default dtype to that type's dtype (CPU types only)."""
+    warnings.warn("torch.set_default_tensor_type() is deprecated as of PyTorch 2.1, please use "
+                  "torch.set_default_dtype() and torch.set_default_device() as alternatives.", UserWarning,
+                  stacklevel=2)
+    if isinstance(t, str):
+        name = t[len("torch."):] if t.startswith("torch.") else None
+        cls = globals().get(name) if name else None
+        if cls is None or not isinstance(getattr(cls, "dtype", None), dt.DType):
+            raise TypeError(f"invalid type: '{t}'")
+        t = cls
+    d = getattr(t, "dtype", None)
+    if not isinstance(d, dt.DType) or not d.is_floating_point:
+        raise TypeError(defaults._ONLY_FLOAT)
+    defaults.set_default_dtype(d)
 
 
 # ---- torch.set_warn_always -----------------------------------------------------------------------------------

@@ -161,3 +161,16 @@ def tensor_repr(t, data=None, device=None) -> str:
     elif t._requires_grad:
         suffixes.append("requires_grad=True")
     return _add_suffixes(prefix + body, suffixes, indent)
+
+
+@published("Tensor", name="__repr__")
+def _tensor_repr(self):
+    """torch's repr: the values (a device tensor's copied to the host), dtype and device when not the defaults,
+    and ``grad_fn`` / ``requires_grad``; a traced value shows its abstract value."""
+    from ...runtime.devices import backend_of_payload
+    if backend_of_payload(self._data) is not None:
+        return tensor_repr(self, self._host(), self.device)
+    if type(self._data) is not np.ndarray:
+        gf = f", grad_fn=<{self.grad_fn.name()}>" if self.grad_fn is not None else ""
+        return f"tensor(<traced {self._data.aval}>{gf})"
+    return tensor_repr(self)
