@@ -32,6 +32,12 @@ _NP_OF_STORAGE = {s: np.dtype(n) for n, s in _STORAGE_OF.items()}
 _ALIGN = 64
 
 
+# the dtypes a torch pickle names (``torch.float32``, and the aliases ``torch.float``...)
+_DTYPES_BY_TORCH_NAME = {"float32": dt.float32, "float64": dt.float64, "int64": dt.int64, "int32": dt.int32,
+                         "bool": dt.bool_, "uint8": dt.uint8, "float": dt.float32, "double": dt.float64,
+                         "long": dt.int64, "int": dt.int32}
+
+
 class _Global:
     """A global a pickle names (``torch._utils._rebuild_tensor_v2``) without importing it."""
 
@@ -217,10 +223,8 @@ class _Reader(pickle.Unpickler):
             return lambda data, rg, hooks, state: _rebuild_parameter(data, rg, hooks)
         if module == "torch" and name in _NP_OF_STORAGE:
             return _StorageType(name)
-        if module == "torch" and name in ("float32", "float64", "int64", "int32", "bool", "uint8", "float",
-                                          "double", "long", "int"):
-            import jitgrad
-            return getattr(jitgrad, name)
+        if module == "torch" and name in _DTYPES_BY_TORCH_NAME:
+            return _DTYPES_BY_TORCH_NAME[name]
         if module == "torch" and name == "device":
             return Device
         if (module, name) in (("collections", "OrderedDict"), ("builtins", "set"), ("builtins", "frozenset"),
