@@ -9,7 +9,9 @@ Targets:
 - ``"jitgrad"``: a function or value of the ``jitgrad`` namespace (``jg.logcumsumexp``, ``jg.channels_last``);
 - ``"Tensor"``: a ``Tensor`` method, bound as the function object itself (``x.logcumsumexp``, ``x.add_``,
   ``x.__and__``);
-- ``"Tensor.property"``: a read-only ``Tensor`` property whose getter is the declared function (``x.T``).
+- ``"Tensor.property"``: a read-only ``Tensor`` property whose getter is the declared function (``x.T``);
+- ``"Tensor.methods"``: a class whose methods and properties are ``Tensor``'s, each under its own name (the
+  engine's operators, in-place ops and protocols: ``x + y``, ``x.add_``, ``x.numpy()``).
 
 ``name=`` publishes under another name than the object's ``__name__`` (aliases, in-place forms made in a loop);
 ``inplace=make`` also publishes the Tensor method ``<name>_`` as ``make(obj)``, the in-place form (made once, here).
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import sys
 
-TARGETS = ("jitgrad", "Tensor", "Tensor.property")
+TARGETS = ("jitgrad", "Tensor", "Tensor.property", "Tensor.methods")
 
 
 class Declaration:

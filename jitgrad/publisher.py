@@ -17,6 +17,7 @@ from .runtime.tensor import Tensor
 
 # the modules that declare public names (importing them records their declarations)
 from .runtime import conversions, defaults, generator, storage  # noqa: F401
+from .runtime import mutation, operators, tensor_methods, tensor_protocols  # noqa: F401
 from .library import aliases, elementary, foreach, torch_surface  # noqa: F401
 from .library.creation import factories, legacy_types, sampling  # noqa: F401
 from .library.indexing import index_writes, masking, scatter_reduce, scatter_writes  # noqa: F401
@@ -34,10 +35,28 @@ PUBLISHED: dict = {}    # ("jitgrad" | "Tensor", name) -> its Declaration, once 
 CORE = frozenset(vars(Tensor))      # Tensor's class body: what no declaration may replace
 
 
+# what a method class's body holds that is not a method of its own
+_CLASS_BOOKKEEPING = frozenset({"__module__", "__qualname__", "__doc__", "__slots__", "__dict__", "__weakref__",
+                                "__firstlineno__", "__static_attributes__", "__annotations__"})
+
+
+def _each_name(declarations):
+    """The declarations, a ``"Tensor.methods"`` class expanded into one declaration per method or property (bound
+    as the class holds it: the function, or the property with its setter)."""
+    for d in declarations:
+        if "Tensor.methods" not in d.targets:
+            yield d
+            continue
+        for name, value in vars(d.obj).items():
+            if name in _CLASS_BOOKKEEPING or (name == "__hash__" and value is None):
+                continue    # (__hash__ is None in a class body that defines __eq__; Tensor's own stays)
+            yield Declaration(value, name, ("Tensor",), d.module, d.line)
+
+
 def publish(namespace: dict) -> None:
     """Bind every declaration: ``jitgrad`` names into ``namespace`` (the package's ``globals()``), Tensor methods
     and properties onto ``Tensor``.  Runs once, at the end of ``jitgrad/__init__``."""
-    for d in DECLARED:
+    for d in _each_name(DECLARED):
         for target in d.targets:
             where = "Tensor" if target.startswith("Tensor") else "jitgrad"
             key = (where, d.name)

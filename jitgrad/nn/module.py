@@ -12,7 +12,8 @@ import numpy as np
 
 from ..ir import dtypes as dt
 from ..runtime import grad_mode
-from ..runtime.tensor import Tensor, Device, check_device
+from ..runtime.devices import check_device
+from ..runtime.tensor import Tensor, Device
 from ..jit.guards import guard, is_compiling
 from .parameter import Parameter
 

@@ -16,7 +16,8 @@ import numpy as np
 from ..declarations import published
 from ..ir import dtypes as dt
 from ..tracer import STATE as _TR
-from .tensor import Tensor, check_device
+from .devices import check_device
+from .tensor import Tensor
 
 DEFAULT_SEED = 67280421310721       # torch's default_rng_seed_val: a fresh process starts from it, as in torch
 _U64 = 1 << 64

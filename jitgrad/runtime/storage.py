@@ -129,7 +129,7 @@ def empty_strided(size, stride, *, dtype=None, layout=None, device=None, require
     """An uninitialised tensor of shape ``size`` whose element ``i`` lives at ``sum(i[k] * stride[k])`` of a fresh
     buffer just large enough (torch.empty_strided); overlapping strides give a read-only tensor here."""
     from ..ir import dtypes as dt
-    from .tensor import check_device
+    from .devices import check_device
     size, stride = tuple(operator.index(n) for n in size), tuple(operator.index(n) for n in stride)
     if len(size) != len(stride):
         raise RuntimeError("mismatch in length of strides and shape")

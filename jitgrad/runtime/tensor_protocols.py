@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..declarations import published
 from . import grad_mode
 from .devices import backend_of_payload, copy_payload
 from .traced import is_traced as _is_traced, traced_read as _traced_read
@@ -16,6 +17,7 @@ from .traced import is_traced as _is_traced, traced_read as _traced_read
 _GM = grad_mode.STATE
 
 
+@published("Tensor.methods")
 class TensorProtocols:
     """What Python and NumPy call on a Tensor to read its value (see the module docstring)."""
 

@@ -5,7 +5,8 @@ import numpy as np
 
 from ...declarations import published
 from ...ir import dtypes as dt
-from ...runtime.tensor import Tensor, check_device, on_device
+from ...runtime.devices import check_device, on_device
+from ...runtime.tensor import Tensor
 from ..torch_kwargs import torch_kwargs
 
 # a NumPy generator for internal test inputs (gradgradcheck's random grad_outputs); reseeded by manual_seed.  The

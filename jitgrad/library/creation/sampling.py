@@ -17,7 +17,8 @@ from ...ir.ops import OPS as O
 from ...runtime.dispatch import bind
 from ...runtime.generator import generator_of
 from ...runtime.grad_mode import no_grad
-from ...runtime.tensor import Tensor, check_device, on_device
+from ...runtime.devices import check_device, on_device
+from ...runtime.tensor import Tensor
 from ...tracer import STATE as _TR
 from ..torch_kwargs import torch_kwargs
 

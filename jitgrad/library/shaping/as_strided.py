@@ -15,7 +15,7 @@ import numpy as np
 
 from ...declarations import published
 from ...ir.dtypes import UnsupportedError
-from ...runtime.dispatch import BY_POSITIONS
+from ...runtime.view_inplace import BY_POSITIONS
 from ...runtime.grad_mode import STATE
 from ...runtime.grad_names import named
 from ...runtime.strided import restrided_storage, set_storage, storage_buffer
