@@ -1,6 +1,6 @@
-"""The public math and reduction functions (``jg.exp(x)`` and ``x.exp()``); the shape functions live in
-``shaping.py`` and are re-exported here, so every public function is in this module's namespace (methods attach
-from it).
+"""The elementary math and reduction functions (``jg.exp(x)`` and ``x.exp()``, each declared with ``@published``
+where it is defined); the basic shape functions live in ``shaping/views.py`` and are re-exported here for the
+modules that build on both.
 
 Each is a primitive ``bind`` or a composition of primitives (var, std, logsumexp, softmax, gather, ...),
 so compositions need no vjp rule of their own.

@@ -1,6 +1,6 @@
 """The public shape functions (``jg.reshape(x, ...)`` and ``x.reshape(...)``): views, cat/stack, split/chunk/
-unbind, gather/index_select.  Each is a primitive ``bind`` or a composition of primitives; ``functions.py``
-re-exports them and attaches them as Tensor methods."""
+unbind, gather/index_select.  Each is a primitive ``bind`` or a composition of primitives, declared with ``@published``
+(function and Tensor method); ``elementary.py`` re-exports them."""
 from __future__ import annotations
 
 import numpy as np
