@@ -27,26 +27,16 @@ from .runtime.heap import keep_freed_memory as _keep_freed_memory
 _keep_freed_memory()        # eager arrays reuse freed heap, not fresh pages (runtime/heap.py)
 
 from .ir.dtypes import DType as dtype, float32, float64, int32, int64, bool_ as bool  # noqa: A001
+from .ir.dtypes import uint8, float16, bfloat16, UnsupportedError
 from .runtime.tensor import Tensor, Device as device
 from .runtime.size import Size
 from .runtime.grad_mode import no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled, \
     is_inference_mode_enabled
 from .runtime.anomaly import is_anomaly_enabled, is_anomaly_check_nan_enabled, set_anomaly_enabled
-from .runtime.factories import tensor, as_tensor, zeros, ones, full, empty, arange, linspace, logspace, eye, rand, randn, \
-    randint, randperm, zeros_like, ones_like, empty_like, full_like, rand_like, randn_like, from_numpy, from_dlpack, \
-    manual_seed, seed
 from .runtime.generator import Generator, default_generator, initial_seed, get_rng_state, set_rng_state
-from .runtime.sampling import normal, bernoulli, multinomial, randint_like
-from .ir.dtypes import uint8, float16, bfloat16
 half = float16
-from .runtime.functions import *  # noqa: F401,F403
-from .runtime.functions import where, cat, concat, stack, max, min, abs, sum, pow  # noqa: A004
-from .runtime.legacy_types import FloatTensor, DoubleTensor, LongTensor, IntTensor, BoolTensor, ByteTensor, \
-    is_inference, set_warn_always, is_warn_always_enabled  # noqa: E402
 from .jit.compile import compile  # noqa: E402,A004
 from . import autograd, nn, optim, cuda  # noqa: E402
-from .nn import torch_level as _torch_level  # noqa: E402
-_torch_level.install(globals())     # torch.conv2d, torch.layer_norm, torch.dropout, ... (nn/torch_level.py)
 from . import profiler  # noqa: E402  (torch.profiler)
 from . import amp, backends, utils  # noqa: E402,F401  (torch.amp, torch.backends, torch.utils.data)
 from .amp import autocast  # noqa: E402
@@ -66,60 +56,19 @@ e = _math.e
 
 __version__ = "0.1.0"
 
-from .runtime.torch_surface import install as _install_torch_surface  # noqa: E402
-_install_torch_surface(globals())   # the extra modules' functions and methods, "not supported yet" names
-
-from .runtime.triangular import install as _install_triangular  # noqa: E402
-_install_triangular(globals())   # tril, triu, diagonal (functions and methods)
-
-
-def _install_extras(ns):
-    """atan2, nextafter; searchsorted, bucketize, isin; set_, resize_; memory formats, type_as; _foreach_*;
-    lobpcg; repeat_interleave, roll, diff, meshgrid, unflatten; einsum; lerp,
-    logaddexp, nan_to_num, isclose; tensordot, kron, cdist, ...; aminmax, kthvalue, quantile, cummax, ...;
-    floor/round/frac/...; hypot/fmod/xlogy/fmax/frexp/addcmul/...; bitwise ops, gcd, lcm; lgamma/digamma/polygamma/
-    erfinv, nansum/nanmean/logcumsumexp; asin/acos/atan/sinh/cosh/asinh/acosh/atanh (arc* aliases), i0;
-    scatter/scatter_, select/slice/diagonal/as_strided_scatter;
-    is_signed/get_device/nbytes/...; greater/less/..., eq_/gt_/..., swapdims, adjoint, H, nonzero_static, apply_;
-    set_default_dtype/set_num_threads/set_float32_matmul_precision...; div(rounding_mode=); finfo/iinfo,
-    is_tensor, is_storage, broadcast_shapes"""
-    from .runtime import pointwise_binary, searching, storage, conversions, foreach, eigen, rearranging, einsum, \
-        pointwise_composites, products, order_statistics, stacking, index_writes, uniques, matrix_forms, statistics, \
-        pointwise_rounding, pointwise_pairs, pointwise_integer, special_functions, trig_functions, scatter_writes, \
-        tensor_queries, tensor_aliases, defaults, division, type_info, printing, linalg_solve, linalg_norms
-    for m in (storage, conversions, foreach, eigen, tensor_queries):
-        m.install(ns)
-    # the rest declare their names: METHODS are functions and Tensor methods, FUNCTION_ONLY functions (torch's
-    # Tensor has no such method), INPLACE Tensor methods (``x.lerp_``), TENSOR_ONLY Tensor methods torch has no
-    # function for (``x.unfold``), TORCH_LEVEL {torch name: function} for both (``torch.det`` / ``x.det``)
-    for m in (pointwise_binary, searching, rearranging, einsum, pointwise_composites, products, order_statistics,
-              stacking, index_writes, uniques, matrix_forms, statistics, pointwise_rounding, pointwise_pairs,
-              pointwise_integer, special_functions, trig_functions, scatter_writes,
-              tensor_aliases, defaults, division, type_info, printing, linalg_solve, linalg_norms):
-        for n in getattr(m, "METHODS", []) + getattr(m, "FUNCTION_ONLY", []):
-            ns[n] = getattr(m, n)
-        for n in getattr(m, "METHODS", []):
-            setattr(Tensor, n, getattr(m, n))
-        for n, f in getattr(m, "INPLACE", {}).items():
-            setattr(Tensor, n, f)
-        for n in getattr(m, "TENSOR_ONLY", []):
-            setattr(Tensor, n, getattr(m, n))
-        for n, f in getattr(m, "TORCH_LEVEL", {}).items():
-            ns[n] = f
-            setattr(Tensor, n, f)
-    tensor_aliases.install_properties()
-
-
-_install_extras(globals())
-del _install_extras
+# every library function (jg.logcumsumexp) and Tensor method beyond its class body (x.logcumsumexp), from the
+# declarations beside their definitions, in one pass (publisher.py)
+from .publisher import publish as _publish  # noqa: E402
+_publish(globals())
+del _publish
 
 # torch.distributions, torch.special, torch.func and torch.testing load on first use (PEP 562): `import jitgrad`
 # does not pay for them
-_unsupported_name = __getattr__      # noqa: F821  (runtime/torch_surface.py: torch's names jitgrad lacks)
-
-
 def __getattr__(name):
     if name in ("distributions", "special", "func", "testing"):
         import importlib
         return importlib.import_module(f"{__name__}.{name}")
-    return _unsupported_name(name)
+    # a name torch has and jitgrad lacks: "not supported yet" (library/torch_surface.py), else AttributeError
+    from .library.torch_names import TORCH_FUNCTIONS
+    from .library.torch_surface import unsupported_attribute
+    raise unsupported_attribute("jitgrad", name, TORCH_FUNCTIONS)

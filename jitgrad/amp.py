@@ -14,7 +14,7 @@ import warnings
 
 from .runtime.grad_mode import no_grad
 from .runtime.tensor import Tensor
-from .runtime.torch_surface import UnsupportedError
+from .library.torch_surface import UnsupportedError
 
 _DEVICES = ("cpu", "cuda")
 _ACTIVE: list = []      # the enabled autocast regions (none can be: jitgrad never lowers precision)

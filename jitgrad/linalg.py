@@ -12,10 +12,11 @@ rest are compositions of them.
 tensor(5.)
 """
 from .ir.ops.solvers import LinAlgError
-from .runtime.linalg_solve import det, slogdet, inv, inv_ex, solve, solve_ex, solve_triangular, pinv, \
-    matrix_power, cholesky, cholesky_ex, qr, svd, svdvals, eigh, eigvalsh, lstsq
-from .runtime.linalg_norms import vector_norm, matrix_norm, norm, cond, matrix_rank, multi_dot, cross, diagonal, \
-    vecdot, matrix_exp
+from .library.linalg.solve import (
+    det, slogdet, inv, inv_ex, solve, solve_ex, solve_triangular, pinv, matrix_power, cholesky, cholesky_ex, qr, svd,
+    svdvals, eigh, eigvalsh, lstsq)
+from .library.linalg.norms import (
+    vector_norm, matrix_norm, norm, cond, matrix_rank, multi_dot, cross, diagonal, vecdot, matrix_exp)
 
 LinAlgError.__module__ = "jitgrad.linalg"
 

@@ -1,4 +1,4 @@
-"""``jitgrad.profiler``: torch.profiler's names over jitgrad's profiler (runtime/profiler.py).
+"""``jitgrad.profiler``: torch.profiler's names over jitgrad's profiler (autograd/profiler.py).
 
 ``profile(activities=[ProfilerActivity.CPU], record_shapes=..., profile_memory=..., with_stack=...)`` records the
 same events as ``jitgrad.autograd.profiler.profile``; ``ProfilerActivity.CUDA`` turns on device timing.  A
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 
-from .runtime.profiler import profile as _autograd_profile, record_function  # noqa: F401
+from .autograd.profiler import profile as _autograd_profile, record_function  # noqa: F401
 
 
 class ProfilerActivity(enum.Enum):

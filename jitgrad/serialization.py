@@ -32,6 +32,12 @@ _NP_OF_STORAGE = {s: np.dtype(n) for n, s in _STORAGE_OF.items()}
 _ALIGN = 64
 
 
+# the dtypes a torch pickle names (``torch.float32``, and the aliases ``torch.float``...)
+_DTYPES_BY_TORCH_NAME = {"float32": dt.float32, "float64": dt.float64, "int64": dt.int64, "int32": dt.int32,
+                         "bool": dt.bool_, "uint8": dt.uint8, "float": dt.float32, "double": dt.float64,
+                         "long": dt.int64, "int": dt.int32}
+
+
 class _Global:
     """A global a pickle names (``torch._utils._rebuild_tensor_v2``) without importing it."""
 
@@ -160,7 +166,7 @@ def save(obj, f, pickle_module=None, pickle_protocol=2, _use_new_zipfile_seriali
     """Write ``obj`` (tensors, state dicts, optimiser state, nested containers of them and of plain Python
     values) to ``f`` (a path or a binary file) in torch's zip format: ``torch.load`` reads it."""
     if not _use_new_zipfile_serialization:
-        from .runtime.torch_surface import UnsupportedError
+        from .library.torch_surface import UnsupportedError
         raise UnsupportedError("jitgrad does not support the legacy (pre-1.6) torch.save format; it writes the "
                                "zip format only")
     buf = io.BytesIO()
@@ -217,10 +223,8 @@ class _Reader(pickle.Unpickler):
             return lambda data, rg, hooks, state: _rebuild_parameter(data, rg, hooks)
         if module == "torch" and name in _NP_OF_STORAGE:
             return _StorageType(name)
-        if module == "torch" and name in ("float32", "float64", "int64", "int32", "bool", "uint8", "float",
-                                          "double", "long", "int"):
-            import jitgrad
-            return getattr(jitgrad, name)
+        if module == "torch" and name in _DTYPES_BY_TORCH_NAME:
+            return _DTYPES_BY_TORCH_NAME[name]
         if module == "torch" and name == "device":
             return Device
         if (module, name) in (("collections", "OrderedDict"), ("builtins", "set"), ("builtins", "frozenset"),
@@ -232,7 +236,7 @@ class _Reader(pickle.Unpickler):
                 f"weights_only=True) reads tensors, containers and plain values only; pass weights_only=False "
                 f"for a checkpoint you trust)")
         if module.startswith("torch"):
-            from .runtime.torch_surface import UnsupportedError
+            from .library.torch_surface import UnsupportedError
             raise UnsupportedError(f"jitgrad cannot load the torch object {module}.{name} from a checkpoint")
         return super().find_class(module, name)
 

@@ -13,16 +13,16 @@ from __future__ import annotations
 import math
 
 from .ir import dtypes as _dt
-from .runtime import functions as _F
-from .runtime.pointwise_pairs import _xlog, xlogy
-from .runtime.pointwise_rounding import erfc, exp2, logit, sinc
-from .runtime.pointwise_rounding import round as _round
-from .runtime.special_functions import digamma, erfinv, mvlgamma, polygamma
-from .runtime.special_functions import lgamma as gammaln
-from .runtime.trig_functions import bessel_i as _bessel_i, i0
+from .library import elementary as _F
+from .library.pointwise.pairs import _xlog, xlogy
+from .library.pointwise.rounding import erfc, exp2, logit, sinc
+from .library.pointwise.rounding import round as _round
+from .library.pointwise.special import digamma, erfinv, mvlgamma, polygamma
+from .library.pointwise.special import lgamma as gammaln
+from .library.pointwise.trig import bessel_i as _bessel_i, i0
 from .runtime.grad_names import named as _named
 from .runtime.tensor import Tensor as _Tensor
-from .runtime.torch_kwargs import torch_kwargs as _torch_kwargs
+from .library.torch_kwargs import torch_kwargs as _torch_kwargs
 
 erf = _F.erf
 expm1 = _F.expm1

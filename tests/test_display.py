@@ -294,6 +294,6 @@ def test_key_averages_render_as_an_html_table():
 def test_function_events_and_empty_lists_render():
     prof = _profiled()
     assert "<table" in prof.function_events._repr_html_()
-    from jitgrad.runtime.profiler import EventList
+    from jitgrad.autograd.profiler import EventList
     assert EventList()._repr_html_() == "<p>(no events)</p>"
 

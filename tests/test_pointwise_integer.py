@@ -1,4 +1,4 @@
-"""The integer ops of runtime/pointwise_integer.py against torch: bitwise and/or/xor/not, the shifts (negative and
+"""The integer ops of library/pointwise/integer.py against torch: bitwise and/or/xor/not, the shifts (negative and
 out-of-range counts), gcd/lcm (negative operands, zeros), the operators & | ^ ~ << >> and their in-place forms,
 dtypes, eager == compiled (interpreter and Numba), and torch's NotImplementedError for float operands."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The pointwise math of runtime/pointwise_rounding.py, pointwise_pairs.py and special_functions.py against torch:
+"""The pointwise math of library/pointwise/rounding.py, pairs.py and special.py against torch:
 values, dtypes and shapes, gradients (float64, eager and compiled by the interpreter), gradcheck/gradgradcheck,
 one Numba-compiled program per theme, in-place variants, and torch's exception types and texts."""
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""addmv/addr/addbmm/baddbmm (and their in-place forms), chain_matmul, dist, renorm (runtime/matrix_forms.py); cov,
-corrcoef, trapezoid/trapz/cumulative_trapezoid, vander, combinations (runtime/statistics.py); the in-place samplers
-exponential_/geometric_/log_normal_/cauchy_ (runtime/sampling.py): values, dtypes, shapes and gradients against
+"""addmv/addr/addbmm/baddbmm (and their in-place forms), chain_matmul, dist, renorm
+(library/linalg/matrix_forms.py); cov, corrcoef, trapezoid/trapz/cumulative_trapezoid, vander, combinations
+(library/reductions/statistics.py); the in-place samplers exponential_/geometric_/log_normal_/cauchy_ (library/creation/sampling.py): values, dtypes, shapes and gradients against
 torch, gradcheck/gradgradcheck in float64, torch's errors, eager == compiled on one batched program, and the
 samplers' distributions and seed reproducibility (eager and compiled)."""
 import warnings

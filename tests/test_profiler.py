@@ -7,7 +7,7 @@ import pytest
 
 import jitgrad as jg
 from jitgrad.autograd import profiler
-from jitgrad.runtime import profiler as rprof
+from jitgrad.autograd import profiler as rprof
 from jitgrad.runtime import profiler_state
 
 

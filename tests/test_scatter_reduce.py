@@ -1,5 +1,5 @@
-"""scatter_reduce / scatter_reduce_ and index_reduce / index_reduce_ (runtime/scatter_reduce.py, the primitive in
-ir/ops/scatter.py): values and gradients against torch on data full of ties and zeros (where the gradient rules
+"""scatter_reduce / scatter_reduce_ and index_reduce / index_reduce_ (library/indexing/scatter_reduce.py, the
+primitive in ir/ops/scatter.py): values and gradients against torch on data full of ties and zeros (where the gradient rules
 are decided), gradcheck / gradgradcheck in float64, integer / bool / NaN / inf behaviour, the in-place forms,
 torch's error messages, and eager == compiled."""
 import warnings
@@ -262,7 +262,7 @@ def test_errors_like_torch(case):
 
 
 def test_index_reduce_warns_like_torch_once():
-    from jitgrad.runtime import scatter_reduce as sr
+    from jitgrad.library.indexing import scatter_reduce as sr
     sr._BETA_WARNED = False
     with pytest.warns(UserWarning, match=r"index_reduce\(\) is in beta"):
         jg.ones(2).index_reduce(0, jg.tensor([0]), jg.tensor([2.0]), "prod")

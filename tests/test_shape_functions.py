@@ -1,4 +1,4 @@
-"""Shape, indexing and set functions (runtime/stacking.py, index_writes.py, uniques.py): values, dtypes, shapes,
+"""Shape, indexing and set functions (library/shaping/stacking.py, index_writes.py, uniques.py): values, dtypes, shapes,
 gradients and grad_fn names against torch; gradcheck / gradgradcheck in float64; the in-place forms; Tensor.unfold
 as a view that writes reach; torch's errors; eager == compiled (interpreter and Numba) on one batched program; the
 traced-value error for the data-dependent ones."""

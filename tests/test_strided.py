@@ -1,4 +1,4 @@
-"""as_strided / as_strided_ (runtime/strided.py): values, storage sharing and gradients against torch, including
+"""as_strided / as_strided_ (library/shaping/as_strided.py): values, storage sharing and gradients against torch, including
 overlapping strides, inputs that are themselves views (transposed, expanded, offset), positions outside the
 input, the in-place form, and PyTorch's own as_strided gradcheck / gradgradcheck cases."""
 import numpy as np

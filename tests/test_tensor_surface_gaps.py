@@ -118,7 +118,7 @@ def test_scatter_inplace_and_reduce_match_torch():
 
 
 def test_scatter_reduce_with_a_tensor_src_warns_once_as_torch():
-    from jitgrad.runtime import scatter_writes
+    from jitgrad.library.indexing import scatter_writes
     scatter_writes._WARNED[0] = False
     code = ("import warnings, torch\nwarnings.simplefilter('always')\ni = torch.tensor([[0, 1]])\n"
             "with warnings.catch_warnings(record=True) as w:\n"
@@ -372,9 +372,9 @@ def test_numba_compiled_program_matches_eager():
         np.testing.assert_allclose(y.numpy(), x.numpy(), rtol=1e-12, atol=1e-12, err_msg=str(k))
 
 
-@pytest.mark.parametrize("module", ["trig_functions", "scatter_writes", "tensor_queries", "tensor_aliases"])
+@pytest.mark.parametrize("module", ["pointwise.trig", "indexing.scatter_writes", "tensor_info.queries", "aliases"])
 def test_docstring_examples_run(module):
     import doctest
     import importlib
-    r = doctest.testmod(importlib.import_module(f"jitgrad.runtime.{module}"))
+    r = doctest.testmod(importlib.import_module(f"jitgrad.library.{module}"))
     assert r.attempted > 0 and r.failed == 0

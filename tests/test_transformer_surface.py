@@ -243,7 +243,7 @@ def test_fused_ops_declare_decompositions_and_eager_binds_them():
     # no public function branches on eager/traced any more: the dispatcher expands decompositions
     import inspect
     from jitgrad.nn import functional as nnF
-    from jitgrad.runtime import functions
+    from jitgrad.library import elementary as functions
     for fn in (functions.softmax, functions.log_softmax, nnF.nll_loss):
         assert "_TR.active is None" not in inspect.getsource(fn)
 

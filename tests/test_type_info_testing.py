@@ -199,8 +199,8 @@ def test_alias_finder_leaves_other_imports_alone():
     assert importlib.import_module("jitgrad.nn.utils.rnn").__name__ == "jitgrad.nn.utils.rnn"
 
 
-@pytest.mark.parametrize("module", ["jitgrad.runtime.defaults", "jitgrad.runtime.division", "jitgrad.runtime.type_info",
-                                    "jitgrad.testing", "jitgrad.import_alias"])
+@pytest.mark.parametrize("module", ["jitgrad.runtime.defaults", "jitgrad.library.pointwise.division",
+                                    "jitgrad.library.tensor_info.type_info", "jitgrad.testing", "jitgrad.import_alias"])
 def test_docstring_examples(module):
     import doctest
     r = doctest.testmod(importlib.import_module(module))

@@ -1,13 +1,15 @@
 """``jitgrad.autograd``: the torch.autograd-shaped public namespace."""
+import sys
+
 from ..runtime.anomaly import detect_anomaly, set_detect_anomaly, is_anomaly_enabled, is_anomaly_check_nan_enabled
-from ..runtime.engine import backward, grad, _calculate_shape  # noqa: F401
+from ..runtime.engine import backward, _calculate_shape  # noqa: F401
+from .batched_grad import grad
 from ..runtime.function import Function, FunctionCtx, once_differentiable, InplaceFunction, NestedIOFunction
 from ..runtime.grad_mode import no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled, \
     set_multithreading_enabled
 from ..runtime.tensor import Tensor
 from ..runtime.saved_access import SavedTensor  # noqa: F401
 from . import functional, profiler, graph, function, gradcheck  # noqa: F401
-import jitgrad as torch  # noqa: E402,F401  (torch.autograd.torch is torch: code written for torch reaches it)
 # as in torch, the names are the functions (the submodule stays importable: ``from ...gradcheck import gradcheck``)
 from .gradcheck import gradcheck, gradgradcheck, GradcheckError  # noqa: E402,F811
 
@@ -48,6 +50,14 @@ class Variable(metaclass=_VariableMeta):
         if requires_grad:
             t.requires_grad_(True)
         return t
+
+
+def __getattr__(name):
+    """``torch.autograd.torch`` is ``torch``: code written for torch reaches it.  The parent package is the one
+    importing this one (so it is in ``sys.modules`` already): no import, and no import circle."""
+    if name == "torch":
+        return sys.modules[__name__.rpartition(".")[0]]
+    raise AttributeError(f"module '{__name__}' has no attribute '{name}'")
 
 
 __all__ = ["backward", "grad", "Function", "FunctionCtx", "once_differentiable", "no_grad", "enable_grad",

@@ -76,8 +76,6 @@ _devices.register("cuda", _CudaBackend())
 __all__ = ["is_available", "device_count", "current_device", "synchronize", "is_simulator", "empty_cache"]
 
 from .seeding import manual_seed, manual_seed_all, seed, seed_all, initial_seed, is_bf16_supported  # noqa: E402
-from .seeding import install_tensor_methods as _install_tensor_methods  # noqa: E402
-_install_tensor_methods()     # Tensor.pin_memory / is_pinned
 from . import amp  # noqa: E402,F401  (torch.cuda.amp.GradScaler / autocast)
 
 __all__ += ["manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "is_bf16_supported"]

@@ -150,7 +150,7 @@ def write_through(t):
     if rec is None or rec[0]() is not t:
         return
     _, base, op, params = rec
-    from ..runtime.view_inplace import view_write_into_base
+    from ..runtime.view_writes import view_write_into_base
     if _GM.grad_enabled and base.requires_grad:
         raise RuntimeError("jitgrad: in-place modification of a view of a CUDA tensor that requires grad is not "
                            "supported; use index assignment on the base tensor (y[idx] = v) or an out-of-place op")

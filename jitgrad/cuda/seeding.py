@@ -6,6 +6,8 @@ jitgrad draws every random number, on the host and on a device, from the generat
 """
 from __future__ import annotations
 
+from ..declarations import published
+
 
 def manual_seed(seed) -> None:
     """Seed the current GPU's generator: nothing separate in jitgrad (``jg.manual_seed`` seeds every draw)."""
@@ -36,6 +38,7 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
     return False
 
 
+@published("Tensor", name="pin_memory")
 def _pin_memory(self, device=None):
     """Page-locked host memory for fast transfers: torch raises without an accelerator, and so do we; with a GPU
     the tensor is returned as is (device transfers copy through NumPy buffers either way)."""
@@ -45,15 +48,10 @@ def _pin_memory(self, device=None):
     return self
 
 
+@published("Tensor", name="is_pinned")
 def _is_pinned(self, device=None) -> bool:
     """False: jitgrad's host tensors are ordinary NumPy memory."""
     return False
-
-
-def install_tensor_methods():
-    from ..runtime.tensor import Tensor
-    Tensor.pin_memory = _pin_memory
-    Tensor.is_pinned = _is_pinned
 
 
 __all__ = ["manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "is_bf16_supported"]

@@ -322,7 +322,7 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     if op == ReduceOp.AVG and not output.dtype.is_floating_point:
         raise RuntimeError(f"reduce_scatter: ReduceOp.AVG needs a floating-point tensor, got {output.dtype.name}")
     if _tracing(output, *input_list):
-        from ..runtime.functions import stack
+        from ..library.elementary import stack
         out = bind(OPS["reduce_scatter"], stack(list(input_list)), group=pg.key, reduce_op=op, size=n)
         _write(output, out)
         return Work() if async_op else None

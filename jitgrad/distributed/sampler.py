@@ -46,7 +46,7 @@ class DistributedSampler(Sampler):
         n = len(self.dataset)
         if self.shuffle:
             from ..runtime.generator import Generator
-            from ..runtime.sampling import randperm
+            from ..library.creation.sampling import randperm
             g = Generator().manual_seed(self.seed + self.epoch)
             indices = randperm(n, generator=g).tolist()
         else:

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..ir import dtypes as dt
 from ..runtime.tensor import Tensor
-from ..runtime import sampling as _sampling
+from ..library.creation import sampling as _sampling
 import jitgrad as _jg
 
 

@@ -185,7 +185,7 @@ def _lit(v: Lit):
 
 def _loop(e, vals, B):
     """The fallback: the op once per example, results stacked along a new first dim."""
-    from ..runtime.functions import stack
+    from ..library.elementary import stack
     per = []
     for i in range(B):
         args = [t[i] if b else t for t, b in vals]

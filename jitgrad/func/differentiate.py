@@ -89,7 +89,7 @@ def _argnums(argnums, args):
 
 
 def _zeros(t):
-    from ..runtime.factories import zeros_like
+    from ..library.creation.factories import zeros_like
     return zeros_like(t)
 
 

@@ -202,7 +202,7 @@ def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
 
 
 def _concat(parts, out_dims):
-    from ..runtime.functions import cat
+    from ..library.elementary import cat
     flat = [_flatten(p) for p in parts]
     out_def = flat[0][1]
     dims = _broadcast(out_dims, pytree.unflatten(out_def, flat[0][0]), lambda: None)

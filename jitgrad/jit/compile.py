@@ -62,7 +62,7 @@ class CompiledFunction(Introspection, Signatures):
             raise ValueError(f"jitgrad.compile: unknown backend {backend!r} (expected 'numba' or 'interpret')")
         refuse_lazy(fn)
         if device is not None:
-            from ..runtime.tensor import check_device
+            from ..runtime.devices import check_device
             device = check_device(device)    # raises when the device has no backend (no CUDA)
             if device.type == "cuda" and device.index is None:
                 device = type(device)("cuda", 0)

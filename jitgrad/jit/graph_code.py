@@ -13,7 +13,6 @@ import weakref
 from ..ir.graph import Graph
 from ..ir.passes import fusion_plan
 from ..runtime import profiler_state
-
 _PROF = profiler_state.STATE
 _COMPILED = weakref.WeakValueDictionary()   # (id(graph), ...) -> CompiledGraph: for introspection and tests
 

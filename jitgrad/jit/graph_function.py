@@ -150,7 +150,7 @@ class CompiledBackward(Node):
 
     def apply(self, grads):
         if self._freed:
-            from ..runtime.node import FREED_MSG
+            from ..runtime.saved_access import FREED_MSG
             raise RuntimeError(FREED_MSG)
         # residuals that alias inputs always matter; with create_graph every input is read again
         checks = self.saved_versions + (self.input_versions if grad_mode.STATE.grad_enabled else [])

@@ -8,7 +8,7 @@ import math
 import warnings
 
 from ..runtime import grad_mode
-from ..runtime import factories
+from ..library.creation import factories
 
 
 def _uniform(like, low, high, generator):
@@ -146,7 +146,7 @@ def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
     if (mean < a - 2 * std) or (mean > b + 2 * std):
         warnings.warn("mean is more than 2 std from [a, b] in nn.init.trunc_normal_. "
                       "The distribution of values may be incorrect.", stacklevel=2)
-    from ..runtime.functions import where
+    from ..library.elementary import where
     with grad_mode.no_grad():
         p = _norm_cdf((b - mean) / std) - _norm_cdf((a - mean) / std)
         if p > 0.3:
@@ -181,7 +181,7 @@ def orthogonal_(tensor, gain=1, generator=None):
         raise ValueError("Only tensors with 2 or more dimensions are supported")
     if tensor.numel() == 0:
         return tensor
-    from ..runtime.linalg_solve import qr
+    from ..library.linalg.solve import qr
     rows = tensor.shape[0]
     cols = tensor.numel() // rows
     kw = {} if generator is None else {"generator": generator}

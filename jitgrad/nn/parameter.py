@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import dtypes as dt
-from ..runtime import factories
+from ..library.creation import factories
 from ..runtime.tensor import Tensor
 
 

@@ -113,11 +113,3 @@ def threshold_(input, threshold, value):
 WRAPPED = ["dropout", "alpha_dropout", "feature_alpha_dropout", "layer_norm", "group_norm", "rms_norm", "batch_norm",
            "instance_norm", "embedding", "max_pool1d", "max_pool2d", "max_pool1d_with_indices",
            "celu", "selu", "rrelu", "threshold", "threshold_"]
-
-
-def install(ns):
-    """Publish the ``torch.*`` forms into the package namespace ``ns``."""
-    for n in SAME:
-        ns[n] = getattr(F, n)
-    for n in WRAPPED:
-        ns[n] = globals()[n]

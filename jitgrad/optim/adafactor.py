@@ -9,11 +9,11 @@ import math
 import numpy as np
 
 from ..ir import dtypes as dt
-from ..runtime import functions as F
+from ..library import elementary as F
 from ..runtime import grad_mode
 from .optimizer import Optimizer, _lerp_, _scalar, _zeros_like
 from ..jit.guards import outside_trace
-from ..runtime import factories
+from ..library.creation import factories
 
 
 class Adafactor(Optimizer):

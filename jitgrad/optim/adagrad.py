@@ -8,8 +8,8 @@ refused, as by the other jitgrad optimisers."""
 from __future__ import annotations
 
 from ..ir import dtypes as dt
-from ..runtime import factories
-from ..runtime import functions as F
+from ..library.creation import factories
+from ..library import elementary as F
 from ..runtime import grad_mode
 from ..jit.guards import outside_trace
 from .optimizer import Optimizer, _check_adam_args, _check_lr, _check_unsupported, _lerp_, _scalar, _zeros_like

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..ir import dtypes as dt
-from ..runtime import functions as F
+from ..library import elementary as F
 from ..runtime import grad_mode
 from . import multi_tensor
 from .optimizer import Optimizer, _check_adam_args, _check_unsupported, _scalar, _zeros_like

@@ -7,8 +7,8 @@ backward) may itself be a compiled function."""
 from __future__ import annotations
 
 from ..jit.guards import is_compiling
-from ..runtime import factories
-from ..runtime import functions as F
+from ..library.creation import factories
+from ..library import elementary as F
 from ..runtime import grad_mode
 from ..runtime.tensor import Tensor
 from .optimizer import Optimizer, _as_float, _check_lr

@@ -7,7 +7,7 @@ agrees with torch's variants to rounding).  ``differentiable=True`` is refused."
 from __future__ import annotations
 
 from ..ir import dtypes as dt
-from ..runtime import functions as F
+from ..library import elementary as F
 from ..runtime import grad_mode
 from .optimizer import Optimizer, _check_adam_args, _check_unsupported, _lerp_, _scalar, _zeros_like
 

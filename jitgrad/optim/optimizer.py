@@ -21,7 +21,8 @@ import numpy as np
 
 from ..ir import dtypes as dt
 from ..jit.guards import guard, is_compiling, on_trace_abort, outside_trace
-from ..runtime import factories, grad_mode
+from ..library.creation import factories
+from ..runtime import grad_mode
 from ..runtime.tensor import Tensor
 from ..nn.modules.module import zero_grads
 
@@ -282,7 +283,7 @@ def _lerp_(t, end, weight):
     """``t.lerp_(end, weight)`` with torch's kernel formula: ``t + w * (end - t)`` for ``|w| < 0.5``, else
     ``end - (end - t) * (1 - w)`` (so a weight of 1 gives ``end`` exactly).  ``weight`` a number (the branch is
     chosen in Python) or a 0-d tensor (both computed, ``where`` picks: the same values, traceable)."""
-    from ..runtime import functions as F
+    from ..library import elementary as F
     if isinstance(weight, Tensor):
         small = F.abs(weight) < 0.5
         t.copy_(F.where(small, t + weight * (end - t), end - (end - t) * (1 - weight)))

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from ..ir import dtypes as dt
 from ..jit.guards import outside_trace
-from ..runtime import factories
-from ..runtime import functions as F
+from ..library.creation import factories
+from ..library import elementary as F
 from ..runtime import grad_mode
 from .optimizer import Optimizer, _as_float, _check_lr, _check_unsupported, _scalar, _zeros_like
 

@@ -16,7 +16,8 @@ import numpy as np
 from ..ir import dtypes as dt
 from ..nn.modules.batchnorm import _BatchNorm
 from ..nn.modules.module import Module
-from ..runtime import factories, grad_mode
+from ..library.creation import factories
+from ..runtime import grad_mode
 from ..runtime.tensor import Tensor
 from .scheduler_base import LRScheduler, _format_param
 from .optimizer import _lerp_

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..declarations import published
 from .tensor import Tensor
 
 
+@published("jitgrad")
 class memory_format:  # noqa: N801  (torch's class name)
     """A memory layout name (``jitgrad.channels_last``), as ``torch.memory_format``."""
 
@@ -32,10 +34,10 @@ class memory_format:  # noqa: N801  (torch's class name)
         return self._name
 
 
-contiguous_format = memory_format("contiguous_format", "rowmajor")
-preserve_format = memory_format("preserve_format", None)
-channels_last = memory_format("channels_last", (0, 2, 3, 1))
-channels_last_3d = memory_format("channels_last_3d", (0, 2, 3, 4, 1))
+contiguous_format = published("jitgrad", name="contiguous_format")(memory_format("contiguous_format", "rowmajor"))
+preserve_format = published("jitgrad", name="preserve_format")(memory_format("preserve_format", None))
+channels_last = published("jitgrad", name="channels_last")(memory_format("channels_last", (0, 2, 3, 1)))
+channels_last_3d = published("jitgrad", name="channels_last_3d")(memory_format("channels_last_3d", (0, 2, 3, 4, 1)))
 FORMATS = {f._name: f for f in (contiguous_format, preserve_format, channels_last, channels_last_3d)}
 
 
@@ -115,6 +117,7 @@ def contiguous_in(t: Tensor, fmt) -> Tensor:
     return relayout(t.clone(), fmt)
 
 
+@published("Tensor")
 def type_as(self, other) -> Tensor:
     """This tensor cast to ``other``'s dtype (``self`` when it already has it), as torch's ``type_as``."""
     if not isinstance(other, Tensor):
@@ -127,6 +130,7 @@ _LEGACY_NAMES = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16":
                  "bool": "BoolTensor"}
 
 
+@published("Tensor", name="type")
 def tensor_type(self, dtype=None, non_blocking=False, **kwargs):
     """torch's ``Tensor.type``: with no argument the type name (``'torch.FloatTensor'``); with a dtype, a legacy
     type (``torch.DoubleTensor``) or its name, this tensor cast to it (``self`` when it already has it)."""
@@ -145,14 +149,6 @@ def tensor_type(self, dtype=None, non_blocking=False, **kwargs):
         dtype = getattr(dtype, "dtype", dtype)      # a legacy type class (torch.DoubleTensor) carries its dtype
     t = self.to(dtype)
     return t if device is None else t.to(device)
-
-
-def install(jg: dict):
-    """The format names in the ``jitgrad`` namespace, ``Tensor.type`` and ``Tensor.type_as``."""
-    jg["memory_format"] = memory_format
-    jg.update(FORMATS)
-    Tensor.type_as = type_as
-    Tensor.type = tensor_type       # replaces tensor.py's (which names jitgrad dtypes, not torch's types)
 
 
 __all__ = ["memory_format", "contiguous_format", "preserve_format", "channels_last", "channels_last_3d",

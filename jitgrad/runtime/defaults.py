@@ -1,5 +1,5 @@
-"""Process-wide defaults with torch's names: ``set_default_dtype``/``get_default_dtype`` (and the deprecated
-``set_default_tensor_type``), ``set_num_threads``/``get_num_threads``, ``set_num_interop_threads``/
+"""Process-wide defaults with torch's names: ``set_default_dtype``/``get_default_dtype`` (the deprecated
+``set_default_tensor_type`` is library/creation/legacy_types.py's), ``set_num_threads``/``get_num_threads``, ``set_num_interop_threads``/
 ``get_num_interop_threads``, ``set_float32_matmul_precision``/``get_float32_matmul_precision``,
 ``use_deterministic_algorithms``/``are_deterministic_algorithms_enabled``.
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import warnings
 
+from ..declarations import published
 from ..ir import dtypes as dt
 from ..ir import settings
 from ..ir.ops import Aval
@@ -49,33 +50,16 @@ def _apply(d: dt.DType) -> None:
     dispatch._RULES.clear()                       # cached eager rules promoted ints with floats to the old default
 
 
+@published("jitgrad")
 def set_default_dtype(d, /) -> None:
     """Make ``d`` (``float32`` or ``float64``) the default floating-point dtype (see the module docstring)."""
     _apply(_check_default(d))
 
 
+@published("jitgrad")
 def get_default_dtype() -> dt.DType:
     """The default floating-point dtype (``float32`` unless :func:`set_default_dtype` changed it)."""
     return dt.DEFAULT_FLOAT
-
-
-def set_default_tensor_type(t, /) -> None:
-    """Deprecated in torch: ``set_default_tensor_type(torch.DoubleTensor)`` or ``('torch.DoubleTensor')`` sets the
-    default dtype to that type's dtype (CPU types only)."""
-    warnings.warn("torch.set_default_tensor_type() is deprecated as of PyTorch 2.1, please use "
-                  "torch.set_default_dtype() and torch.set_default_device() as alternatives.", UserWarning,
-                  stacklevel=2)
-    if isinstance(t, str):
-        from . import legacy_types
-        name = t[len("torch."):] if t.startswith("torch.") else None
-        cls = getattr(legacy_types, name, None) if name else None
-        if cls is None or not isinstance(getattr(cls, "dtype", None), dt.DType):
-            raise TypeError(f"invalid type: '{t}'")
-        t = cls
-    d = getattr(t, "dtype", None)
-    if not isinstance(d, dt.DType) or not d.is_floating_point:
-        raise TypeError(_ONLY_FLOAT)
-    _apply(_check_default(d))
 
 
 def _positive_int(name, n) -> int:
@@ -86,6 +70,7 @@ def _positive_int(name, n) -> int:
     return n
 
 
+@published("jitgrad")
 def set_num_threads(int, /) -> None:     # noqa: A002  (torch's parameter name)
     """Set the intra-op thread count: OpenBLAS's threads now (eager and compiled matmuls); 1 also keeps graphs
     compiled afterwards serial.  The worker pool of parallel compiled kernels keeps its size (``ir/settings.py``
@@ -98,12 +83,14 @@ def set_num_threads(int, /) -> None:     # noqa: A002  (torch's parameter name)
         ctl[1](n)
 
 
+@published("jitgrad")
 def get_num_threads() -> int:
     """The intra-op thread count: the last :func:`set_num_threads`, else one per core this process may run on
     (``NUMBA_NUM_THREADS`` when set)."""
     return settings.num_threads()
 
 
+@published("jitgrad")
 def set_num_interop_threads(int, /) -> None:     # noqa: A002
     """Record the inter-op thread count (jitgrad has no inter-op pool; :func:`get_num_interop_threads` reports it).
     Like torch, it can be set once per process."""
@@ -115,6 +102,7 @@ def set_num_interop_threads(int, /) -> None:     # noqa: A002
     settings.STATE.num_interop_threads = n
 
 
+@published("jitgrad")
 def get_num_interop_threads() -> int:
     """The inter-op thread count: the value set, else one per core (torch's default)."""
     n = settings.STATE.num_interop_threads
@@ -124,6 +112,7 @@ def get_num_interop_threads() -> int:
 _PRECISIONS = ("highest", "high", "medium")
 
 
+@published("jitgrad")
 def set_float32_matmul_precision(precision: str) -> None:
     """Record torch's float32 matmul precision (``'highest'``, ``'high'``, ``'medium'``).  It has no effect on
     results: jitgrad's float32 matmuls run on the CPU in float32 (as torch's CPU matmuls do).  Another value warns
@@ -135,6 +124,7 @@ def set_float32_matmul_precision(precision: str) -> None:
     settings.STATE.matmul_precision = precision
 
 
+@published("jitgrad")
 def get_float32_matmul_precision() -> str:
     """The value of the last :func:`set_float32_matmul_precision` (``'highest'`` by default)."""
     return settings.STATE.matmul_precision
@@ -143,6 +133,7 @@ def get_float32_matmul_precision() -> str:
 _DETERMINISTIC = {"mode": False, "warn_only": False}
 
 
+@published("jitgrad")
 def use_deterministic_algorithms(mode, *, warn_only=False) -> None:
     """Record torch's deterministic-algorithms flag.  jitgrad's CPU kernels are deterministic already for a given
     thread count (parallel loops split work in fixed chunks, scatter-adds accumulate in order), so nothing
@@ -153,17 +144,13 @@ def use_deterministic_algorithms(mode, *, warn_only=False) -> None:
     _DETERMINISTIC["mode"], _DETERMINISTIC["warn_only"] = mode, bool(warn_only)
 
 
+@published("jitgrad")
 def are_deterministic_algorithms_enabled() -> bool:
     """The flag :func:`use_deterministic_algorithms` set (False by default)."""
     return _DETERMINISTIC["mode"]
 
 
+@published("jitgrad")
 def is_deterministic_algorithms_warn_only_enabled() -> bool:
     """The ``warn_only`` flag :func:`use_deterministic_algorithms` set."""
     return _DETERMINISTIC["warn_only"]
-
-
-FUNCTION_ONLY = ["use_deterministic_algorithms", "are_deterministic_algorithms_enabled",
-                 "is_deterministic_algorithms_warn_only_enabled", "set_default_dtype", "get_default_dtype", "set_default_tensor_type", "set_num_threads",
-                 "get_num_threads", "set_num_interop_threads", "get_num_interop_threads",
-                 "set_float32_matmul_precision", "get_float32_matmul_precision"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import Var
+from .tensor import CPU, Device, Tensor
 
 BACKENDS: dict = {}      # device type ("cuda") -> backend object (see register)
 _BY_TYPE: dict = {}      # payload type -> backend (or None: host), filled as payloads are seen
@@ -58,9 +59,32 @@ def device_of(d):
     """The Device a payload lives on."""
     b = backend_of_payload(d)
     if b is None:
-        from .tensor import CPU
         return CPU
     return b.device_of(d)
+
+
+def check_device(device):
+    """The Device named by ``device`` (None: the CPU); raises when its backend is absent or has no device."""
+    if device is None:
+        return CPU
+    d = device if isinstance(device, Device) else Device(device)
+    if d.type != "cpu":
+        backend(d.type)
+    return d
+
+
+def on_device(t: "Tensor", device) -> "Tensor":
+    """A factory's result placed on ``device`` (None or the CPU: ``t`` itself), keeping ``requires_grad`` a
+    leaf flag, as torch's ``device=`` does."""
+    if device is None:
+        return t
+    d = check_device(device)
+    if d.type == "cpu":
+        return t
+    rg = t._requires_grad
+    out = Tensor._make(backend(d.type).to_device(t._data, d))
+    out._requires_grad = rg
+    return out
 
 
 def copy_payload(d):
@@ -75,56 +99,5 @@ def to_host(d) -> np.ndarray:
     return d if b is None else b.to_host(d)
 
 
-__all__ = ["register", "backend", "backend_of_payload", "device_of", "to_host", "BACKENDS"]
-
-
-def transfer(t, device):
-    """``t`` on ``device`` (a Device): itself if already there, else a copy that autograd differentiates
-    (the gradient goes back to ``t``'s device, as torch's ``ToCopyBackward0``)."""
-    src = t.device
-    if src == device:
-        return t
-    if type(t._data) is Var:
-        raise RuntimeError(f"jitgrad: moving a traced tensor between devices ({src} -> {device}) inside a "
-                           "@jitgrad.compile function is not supported; move the arguments before the call, or use "
-                           "@jitgrad.compile(device=...)")
-    return _ToCopy.apply(t, device)
-
-
-def _move(payload, device):
-    b = backend_of_payload(payload)
-    host = payload if b is None else b.to_host(payload)
-    if device.type == "cpu":
-        return host
-    return backend(device.type).to_device(host, device)
-
-
-def _make_to_copy():
-    from .function import Function
-    from .tensor import Tensor
-
-    class ToCopy(Function):
-        @staticmethod
-        def forward(ctx, x, device):
-            ctx.src = x.device
-            return Tensor._make(_move(x._data, device))
-
-        @staticmethod
-        def backward(ctx, g):
-            return transfer(g, ctx.src), None
-
-    ToCopy._op.grad_name = "ToCopyBackward0"
-    return ToCopy
-
-
-class _LazyToCopy:
-    """The ToCopy autograd Function, made on first use (function.py imports tensor.py, which imports us)."""
-    fn = None
-
-    def apply(self, *args):
-        if self.fn is None:
-            self.fn = _make_to_copy()
-        return self.fn.apply(*args)
-
-
-_ToCopy = _LazyToCopy()
+__all__ = ["register", "backend", "backend_of_payload", "device_of", "to_host", "BACKENDS", "check_device",
+           "on_device"]

@@ -25,6 +25,17 @@ _AN = anomaly.STATE
 _PROF = profiler_state.STATE
 
 
+
+class OpNode(Node):
+    """The node of a bound op, and its vjp's ``ctx``: ``ctx.bind("mul", a, b)`` runs an op of the rule (node.py
+    has the rest of the ctx surface: inputs, outputs, shapes, dtypes, params, needs_grad)."""
+
+    __slots__ = ()
+
+    def bind(self, opname, *args, **params):
+        return bind(_OPS[opname], *args, **params)
+
+
 def _describe(avals) -> str:
     return ", ".join("scalar " + a.dtype.name if a.weak else f"{a.dtype.name}{fmt_shape(a.shape)}" for a in avals)
 
@@ -239,7 +250,6 @@ def _rule_entry(op, args, params):
 
 
 # ``Node.view_args`` of a view whose op cannot be bound again on its base (as_strided): refreshed by positions
-BY_POSITIONS = ("by positions",)
 
 
 def refresh_view(a, force=False):
@@ -308,7 +318,7 @@ def _record(op, params, args, hit, t):
         needs.append(False)
     if not normal or True not in needs:
         return              # only inference tensors, or only they "required" grad: nothing to record
-    node = Node(op, params, tuple(nf), tuple(needs))
+    node = OpNode(op, params, tuple(nf), tuple(needs))
     node.shapes = hit[4]
     node.dtypes = hit[5]
     si = op.saves_in
@@ -487,7 +497,7 @@ def _device_bind(op, args, params):
     for k, a in enumerate(args):
         if isinstance(a, Tensor) and a.device != ref.device:
             if a.ndim == 0 and a.device.type == "cpu":      # a CPU scalar tensor goes along, as in torch
-                args = args[:k] + (transfer(a, ref.device),) + args[k + 1:]
+                args = args[:k] + (a.to(ref.device),) + args[k + 1:]
                 continue
             raise RuntimeError(_with_loc(
                 f"Expected all tensors to be on the same device, but found at least two devices, {ref.device} and "
@@ -503,8 +513,8 @@ def _forward_nan(op, avals, t):
 
 
 from .tensor import Tensor  # noqa: E402  (Tensor's methods call bind; bind builds Tensors)
-from .devices import backend_of_payload, to_host, transfer  # noqa: E402
+from .devices import backend_of_payload, to_host  # noqa: E402
 from .saved_hooks import STATE as _SH, pack_node  # noqa: E402
-from .view_inplace import INFERENCE_VIEW, NO_GRAD_VIEW, adopt_base_history, inherited_origin, \
+from .view_inplace import BY_POSITIONS, INFERENCE_VIEW, NO_GRAD_VIEW, adopt_base_history, inherited_origin, \
     read_by_positions  # noqa: E402
 from .traced import is_traced_view, note_layout, note_view  # noqa: E402

@@ -12,9 +12,9 @@ import warnings
 import numpy as np
 
 from . import anomaly, grad_mode, profiler_state, saved_hooks
-from .node import AccumulateGrad, Node, zeros_for
-from .dispatch import refresh_view
-from .graph_hooks import GradientEdge, RUNNING as _RUNNING
+from .node import AccumulateGrad, zeros_for
+from .dispatch import OpNode
+from .graph_hooks import GradientEdge, RUNNING as _RUNNING, root_edge
 from .grad_accumulation import accumulate as _accumulate, retain as _retain
 from .tensor import Tensor
 from .devices import backend_of_payload, to_host
@@ -31,16 +31,6 @@ def _as_tuple(x):
     if isinstance(x, Tensor) or type(x) is GradientEdge:
         return (x,)
     return tuple(x)
-
-
-def _root_edge(t: Tensor):
-    if type(t) is GradientEdge:
-        return t.node, t.output_nr
-    if t._base is not None:
-        refresh_view(t)         # a view whose base was modified in place since: its current history
-    if t.grad_fn is not None:
-        return t.grad_fn, t._out_nr
-    return t._accumulator(), 0
 
 
 def _make_root_grads(outputs, grad_outputs, create_graph):
@@ -196,12 +186,13 @@ def _calculate_shape(output, grad, is_grads_batched):
 def _called_from_tensor_backward() -> bool:
     import sys
     f = sys._getframe(2)
-    return f.f_code.co_name == "backward" and f.f_globals.get("__name__") == "jitgrad.runtime.tensor"
+    return f.f_code.co_name == "backward" and f.f_globals.get("__name__") == "jitgrad.runtime.tensor_methods"
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, only_inputs=True,
-         allow_unused=None, is_grads_batched=False, materialize_grads=False):
+         allow_unused=None, materialize_grads=False):
     """Return the sum of gradients of ``outputs`` w.r.t. ``inputs`` (nothing is accumulated into ``.grad``).
+    (``jitgrad.autograd.grad`` adds torch's ``is_grads_batched``: autograd/batched_grad.py.)
 
     >>> import jitgrad as jg
     >>> x = jg.tensor(3., requires_grad=True)
@@ -210,11 +201,6 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     >>> float(g), float(g2)
     (27.0, 18.0)
     """
-    if is_grads_batched:        # one backward pass per batch entry, stacked (runtime/batched_grad.py)
-        from .batched_grad import batched_grad
-        return batched_grad(grad, _as_tuple(outputs), _as_tuple(inputs), _as_tuple(grad_outputs), retain_graph,
-                            create_graph, allow_unused if allow_unused is not None else materialize_grads,
-                            materialize_grads)
     if not only_inputs:
         warnings.warn("only_inputs argument is deprecated and is ignored now (defaults to True). To accumulate "
                       "gradient for other parts of the graph, please use torch.autograd.backward.",
@@ -319,10 +305,10 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
     captures = {}
     if inputs is not None:
         for k, t in enumerate(inputs):
-            captures.setdefault(_root_edge(t), []).append(k)
+            captures.setdefault(root_edge(t), []).append(k)
     cap_nodes = {n for n, _ in captures}
 
-    root_edges = [_root_edge(t) for t in outputs]
+    root_edges = [root_edge(t) for t in outputs]
     if inputs is None:
         # plain backward: every reachable node runs; count dependencies while discovering them
         deps = {n: 0 for n, _ in root_edges}
@@ -397,7 +383,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
     capturing = bool(cap_nodes)
     every = inputs is None           # plain backward: every discovered node executes
     acc_type = AccumulateGrad
-    node_type = Node            # an op's node (subclasses with their own apply take _apply_node)
+    node_type = OpNode          # an op's node (subclasses with their own apply take _apply_node)
     try:
         while ready:
             node = ready.pop()

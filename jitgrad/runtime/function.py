@@ -78,7 +78,7 @@ class FunctionCtx:
     def _read_saved(self):
         if self._freed or (self._node_ref is not None and self._node_ref() is None):
             # freed by backward, or its graph is gone (a ctx kept past its node's life): torch's error
-            from .node import FREED_MSG
+            from .saved_access import FREED_MSG
             raise RuntimeError(FREED_MSG)
         if self._saved is None:
             return ()
@@ -128,7 +128,7 @@ class BackwardCFunction(Node):
                 grads[k] = None
         if ctx._freed:
             if ctx._saved:
-                from .node import FREED_MSG
+                from .saved_access import FREED_MSG
                 raise RuntimeError(FREED_MSG)
         res = self.op.cls.backward(ctx, *grads)
         return _checked_grads(self.name(), res, self.input_meta, self.needs_grad)

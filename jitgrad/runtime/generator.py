@@ -13,9 +13,11 @@ import secrets
 
 import numpy as np
 
+from ..declarations import published
 from ..ir import dtypes as dt
 from ..tracer import STATE as _TR
-from .tensor import Tensor, check_device
+from .devices import check_device
+from .tensor import Tensor
 
 DEFAULT_SEED = 67280421310721       # torch's default_rng_seed_val: a fresh process starts from it, as in torch
 _U64 = 1 << 64
@@ -121,6 +123,10 @@ def _read(t: Tensor, what):
 default_generator = Generator()
 
 
+# NumPy's generator behind gradgradcheck's random grad_outputs (autograd/gradcheck.py), reseeded by manual_seed
+CHECK_RNG = [np.random.default_rng(0)]
+
+
 def generator_of(generator) -> Generator:
     """The generator a draw uses: ``generator`` or the default one; a clear error for anything else."""
     if generator is None:
@@ -130,14 +136,15 @@ def generator_of(generator) -> Generator:
     return generator
 
 
+@published("jitgrad")
 def manual_seed(seed) -> Generator:
     """Seed the default generator (torch.manual_seed); returns it."""
-    from . import factories
     s = _check_seed(seed)
-    factories._RNG[0] = np.random.default_rng(s)    # gradgradcheck's random grad_outputs follow the seed too
+    CHECK_RNG[0] = np.random.default_rng(s)    # gradgradcheck's random grad_outputs follow the seed too
     return default_generator.manual_seed(seed)
 
 
+@published("jitgrad")
 def seed() -> int:
     """Seed the default generator from the operating system's entropy; returns the seed."""
     s = secrets.randbits(64)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import threading
 
+from .dispatch import refresh_view
 from .node import RemovableHandle
 
 
@@ -13,6 +14,17 @@ class GradientEdge(collections.namedtuple("GradientEdge", ["node", "output_nr"])
     ``inputs`` to get the gradient flowing into that edge."""
 
     __slots__ = ()
+
+
+def root_edge(t):
+    """Where a backward pass starts for ``t`` (a Tensor or a GradientEdge): ``(node, output_nr)``."""
+    if type(t) is GradientEdge:
+        return t.node, t.output_nr
+    if t._base is not None:
+        refresh_view(t)         # a view whose base was modified in place since: its current history
+    if t.grad_fn is not None:
+        return t.grad_fn, t._out_nr
+    return t._accumulator(), 0
 
 
 def get_gradient_edge(tensor) -> GradientEdge:
@@ -68,8 +80,7 @@ def register_multi_grad_hook(tensors, fn, *, mode="all"):
         if nodes is None:
             state["expected"] = len(tensors)
         else:
-            from .engine import _root_edge
-            state["expected"] = sum(1 for t in tensors if t.requires_grad and _root_edge(t)[0] in nodes)
+            state["expected"] = sum(1 for t in tensors if t.requires_grad and root_edge(t)[0] in nodes)
 
     def make(i):
         def hook(grad):

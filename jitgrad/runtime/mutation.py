@@ -1,18 +1,23 @@
-"""In-place ops and index assignment for Tensor (a mixin): the version counter, PyTorch's in-place errors,
+"""In-place ops and index assignment for Tensor (InPlaceOps' methods are Tensor's, published by publisher.py): the
+version counter, PyTorch's in-place errors,
 rebasing a non-leaf's history onto the in-place op's node, and the functionalised form inside a trace."""
 from __future__ import annotations
 
 import numpy as np
 
+from ..declarations import published
 from ..ir.dtypes import torch_scalar_name
 from ..ir.ops import OPS as O
 from ..tracer import STATE as _TR
 from . import grad_mode, saved_mutation
 from .grad_names import getitem_name
 from .view_inplace import INFERENCE_VIEW, INFERENCE_VIEW_MSG, NO_GRAD_VIEW, NO_GRAD_VIEW_MSG, custom_fn_view_msg, \
-    inplace_on_view, view_of_view_msg
-from .traced import is_traced, traced_mask, traced_payload, traced_write
+    view_of_view_msg
+from .view_writes import inplace_on_view, traced_write
+from .traced import is_traced, traced_mask, traced_payload
 from .devices import backend_of_payload, copy_payload
+from .dispatch import bind as _bind
+from .tensor import Tensor
 
 _GM = grad_mode.STATE
 _GETITEM = O["getitem"]
@@ -26,11 +31,7 @@ def _multi_view_msg(origin):
             "inplace. You should replace the inplace operation by an out-of-place one.")
 
 
-def _bind(op, *args, **params):
-    from .dispatch import bind
-    return bind(op, *args, **params)
-
-
+@published("Tensor.methods")
 class InPlaceOps:
     """Indexing (``x[idx]``, ``x[idx] = v``) and the in-place ops (``add_ sub_ mul_ div_ pow_ clamp_ zero_ fill_
     copy_``, ``+= -= *= /=``)."""
@@ -87,7 +88,7 @@ class InPlaceOps:
         and rebase self's history onto the new node when it is recorded."""
         self._check_inplace()
         recording = _GM.grad_enabled and (self.requires_grad or any(
-            isinstance(o, InPlaceOps) and o.requires_grad for o in others))
+            isinstance(o, Tensor) and o.requires_grad for o in others))
         if recording and self._base is not None:
             origin = self._view_origin
             if origin is not None and len(origin) == 4:     # a view a custom Function made (or an input returned)
@@ -147,9 +148,6 @@ class InPlaceOps:
     def mul_(self, other):
         return self._apply_inplace(lambda s, o: s * o, other)
 
-    def div_(self, other):
-        return self._apply_inplace(lambda s, o: s / o, other)
-
     def pow_(self, other):
         return self._apply_inplace(lambda s, o: s ** o, other)
 
@@ -160,23 +158,23 @@ class InPlaceOps:
         return self.fill_(0)
 
     def fill_(self, value):
-        if isinstance(value, InPlaceOps) and value.ndim != 0:
+        if isinstance(value, Tensor) and value.ndim != 0:
             raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} "
                                "dimensions.")
         return self._fill(value)
 
     def _fill(self, value):
         """Write ``value`` (a scalar or a tensor broadcastable to self) into self: fill_ and copy_."""
-        if not (_GM.grad_enabled and (self.requires_grad or isinstance(value, InPlaceOps) and value.requires_grad)) \
+        if not (_GM.grad_enabled and (self.requires_grad or isinstance(value, Tensor) and value.requires_grad)) \
                 and _TR.active is None and backend_of_payload(self._data) is None:
             self._check_inplace()
-            self._data[...] = value._data if isinstance(value, InPlaceOps) else value
+            self._data[...] = value._data if isinstance(value, Tensor) else value
             self._vc[0] += 1
             return self
         return self._apply_inplace(lambda s, v: _bind(O["index_put"], s, v, spec=(Ellipsis,), accumulate=False), value)
 
     def copy_(self, src):
-        if not isinstance(src, InPlaceOps):
+        if not isinstance(src, Tensor):
             src = self._make(np.asarray(src))
         try:
             np.broadcast_to(np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), src.shape, (0,) * src.ndim),
@@ -211,12 +209,12 @@ class InPlaceOps:
         return r
 
     def __setitem__(self, key, value):
-        if _TR.active is not None and isinstance(key, InPlaceOps) and key.dtype.name == "bool" and is_traced(key) \
-                and tuple(key.shape) == tuple(self.shape) and (not isinstance(value, InPlaceOps) or value.numel() == 1):
+        if _TR.active is not None and isinstance(key, Tensor) and key.dtype.name == "bool" and is_traced(key) \
+                and tuple(key.shape) == tuple(self.shape) and (not isinstance(value, Tensor) or value.numel() == 1):
             # ``y[y > 0] = v`` with a traced mask: the masked elements are data-dependent but the result is not,
             # so it is where(mask, v, y) (an index by the mask would need the count: traced_mask's refusal)
             # (the value is cast to the tensor's dtype first, as index_put does)
-            v = value.reshape(()).to(self.dtype) if isinstance(value, InPlaceOps) else \
+            v = value.reshape(()).to(self.dtype) if isinstance(value, Tensor) else \
                 self._make(np.asarray(value, dtype=self._data.dtype))
             self._apply_inplace(lambda s, v: _bind(O["where"], key, v, s), v)
             return
@@ -231,12 +229,12 @@ class InPlaceOps:
             raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place "
                                "operation.")
         if _TR.active is not None or backend_of_payload(self._data) is not None or _GM.grad_enabled and (
-                self.requires_grad or isinstance(value, InPlaceOps) and value.requires_grad):
+                self.requires_grad or isinstance(value, Tensor) and value.requires_grad):
             self._apply_inplace(lambda s, v: _bind(O["index_put"], s, v, *idx, spec=spec, accumulate=False), value)
             return
         self._check_inplace()
         from ..ir.ops.index import np_index
-        v = value._data if isinstance(value, InPlaceOps) else value
+        v = value._data if isinstance(value, Tensor) else value
         ix = np_index(spec, [i._data for i in idx])
         try:
             self._data[ix] = v
@@ -285,7 +283,7 @@ def _check_result(t, r):
 
 
 def _advanced(k) -> bool:
-    return isinstance(k, (InPlaceOps, list, range, np.ndarray))
+    return isinstance(k, (Tensor, list, range, np.ndarray))
 
 
 def _int_key(k) -> bool:
@@ -313,11 +311,11 @@ def parse_index(key, t):
     spec = []
     idx = []
     for k in key:
-        if isinstance(k, InPlaceOps) or isinstance(k, (list, range, np.ndarray)):   # range: an index list
-            a = k._data if isinstance(k, InPlaceOps) else np.arange(k.start, k.stop, k.step, dtype=np.int64) \
+        if isinstance(k, Tensor) or isinstance(k, (list, range, np.ndarray)):   # range: an index list
+            a = k._data if isinstance(k, Tensor) else np.arange(k.start, k.stop, k.step, dtype=np.int64) \
                 if isinstance(k, range) else np.asarray(k)
             if a.dtype == np.bool_:
-                if isinstance(k, InPlaceOps) and is_traced(k):
+                if isinstance(k, Tensor) and is_traced(k):
                     traced_mask(k)
                 for comp in np.nonzero(a):
                     spec.append(("tensor", len(idx)))
@@ -326,7 +324,7 @@ def parse_index(key, t):
             if a.dtype.kind not in "iu":
                 raise IndexError(f"tensors used as indices must be long, int or bool tensors, got {a.dtype}")
             spec.append(("tensor", len(idx)))
-            idx.append(k if isinstance(k, InPlaceOps) else type(t)._make(a.astype(np.int64)))
+            idx.append(k if isinstance(k, Tensor) else type(t)._make(a.astype(np.int64)))
         elif isinstance(k, slice):
             if k.step is not None and int(k.step) <= 0:
                 raise ValueError("step must be greater than zero")

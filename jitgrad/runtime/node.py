@@ -12,16 +12,10 @@ from collections import OrderedDict
 import numpy as np
 
 from ..ir.graph import SourceLoc
-from ..ir.ops import OPS
+from .saved_access import FREED_MSG, saved_attribute
 
 _seq = itertools.count()
 _hook_ids = itertools.count()
-_bind = None
-
-FREED_MSG = ("Trying to backward through the graph a second time (or directly access saved tensors after they have "
-             "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
-             "autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or "
-             "if you need to access saved tensors after calling backward.")
 
 
 class RemovableHandle:
@@ -102,9 +96,8 @@ class Node:
     def __getattr__(self, name):
         # only reached for names the node lacks: torch's _saved_self / _raw_saved_result ... (saved_access.py)
         if name.startswith("_saved_") or name.startswith("_raw_saved_"):
-            from .saved_access import saved_attribute
             return saved_attribute(self, name)
-        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+        raise AttributeError(f"'{self.name()}' object has no attribute '{name}'")
 
     def register_hook(self, fn):
         """fn(grad_inputs, grad_outputs) -> None or replacement grad_inputs; runs after this node."""
@@ -121,13 +114,6 @@ class Node:
         h = RemovableHandle(self._pre_hooks)
         self._pre_hooks[h.id] = fn
         return h
-
-    # --- vjp ctx surface -------------------------------------------------------------------------
-    def bind(self, opname, *args, **params):
-        global _bind
-        if _bind is None:      # dispatch imports this module: import it back on first use
-            from .dispatch import bind as _bind
-        return _bind(OPS[opname], *args, **params)
 
     @property
     def saved_any(self) -> bool:

@@ -1,15 +1,16 @@
 """Tensor's Python operators (``x + y``, ``x @ w``, ``-x``, ``x < y``, ...): each one ``bind`` of a primitive.
 
-A mixin of ``Tensor`` (``tensor.py``); ``tensor.py`` sets ``_bind`` to ``dispatch.bind`` once dispatch can be
-imported, so an operator costs one Python frame above ``bind``.
+The methods of ``TensorOperators`` are ``Tensor``'s (published by ``publisher.py``), so an operator costs one
+Python frame above ``bind``.  (``&``, ``|``, ``^``, ``~`` and the shifts are library/pointwise/integer.py's.)
 """
 from __future__ import annotations
 
+from ..declarations import published
 from ..ir.ops import OPS as O
+from .dispatch import bind as _bind
 
-_bind = None        # dispatch.bind, set by tensor.py (dispatch imports tensor, so it cannot be imported here)
 
-
+@published("Tensor.methods")
 class TensorOperators:
     """The arithmetic, matmul, logical and comparison operators of ``Tensor``."""
 
@@ -71,21 +72,6 @@ class TensorOperators:
 
     def __abs__(self):
         return _bind(O["abs"], self)
-
-    def __invert__(self):
-        if self._data.dtype.kind != "b":
-            raise RuntimeError(f"bitwise_not: only bool tensors are supported, got {self.dtype.name}")
-        return _bind(O["logical_not"], self)
-
-    def __and__(self, o):
-        return _bind(O["logical_and"], self, o)
-
-    __rand__ = __and__
-
-    def __or__(self, o):
-        return _bind(O["logical_or"], self, o)
-
-    __ror__ = __or__
 
     def __lt__(self, o):
         return _bind(O["lt"], self, o)

@@ -2,7 +2,7 @@
 
 
 class _State:
-    active = None   # a runtime.profiler.profile while one is recording
+    active = None   # an autograd.profiler.profile while one is recording
 
 
 STATE = _State()

@@ -7,9 +7,14 @@ output (what an OpDef saves: ``saves_in`` / ``saves_out``).
 """
 from __future__ import annotations
 
-from .node import FREED_MSG
 
 _WHERE = {"self": ("in", 0), "other": ("in", 1), "result": ("out", 0)}
+
+
+FREED_MSG = ("Trying to backward through the graph a second time (or directly access saved tensors after they have "
+             "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
+             "autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or "
+             "if you need to access saved tensors after calling backward.")
 
 
 def _identity(x):

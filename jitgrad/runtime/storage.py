@@ -17,10 +17,11 @@ import operator
 
 import numpy as np
 
+from ..declarations import published
 from . import grad_mode
 from .strided import forget_storage
 from .tensor import Tensor
-from .torch_kwargs import UnsupportedError
+from ..ir.dtypes import UnsupportedError
 
 _GM = grad_mode.STATE
 _TYPE_NAME = {"float32": "float", "float64": "double", "float16": "half", "int64": "long", "int32": "int",
@@ -42,6 +43,7 @@ def _unlink_view(t: Tensor):
         t._view_origin = None
 
 
+@published("Tensor")
 def set_(self, source=None, storage_offset=None, size=None, stride=None):
     """Make this tensor share ``source``'s memory, shape and strides (``x.set_()``: an empty tensor); returns
     ``self``.  torch's storage overloads (``set_(storage, offset, size, stride)``) are not supported."""
@@ -81,6 +83,7 @@ def _sizes(name, sizes):
     return sizes
 
 
+@published("Tensor")
 def resize_(self, *sizes, memory_format=None):
     """Give this tensor the shape ``sizes`` in place, keeping its first elements (in memory order); new
     elements are zero here (uninitialised in torch).  Refused on tensors that require grad (except in inference
@@ -121,11 +124,12 @@ def resize_as_(self, the_template, memory_format=None):
     return resize_(self, tuple(the_template.shape), memory_format=memory_format)
 
 
+@published("jitgrad")
 def empty_strided(size, stride, *, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):
     """An uninitialised tensor of shape ``size`` whose element ``i`` lives at ``sum(i[k] * stride[k])`` of a fresh
     buffer just large enough (torch.empty_strided); overlapping strides give a read-only tensor here."""
     from ..ir import dtypes as dt
-    from .tensor import check_device
+    from .devices import check_device
     size, stride = tuple(operator.index(n) for n in size), tuple(operator.index(n) for n in stride)
     if len(size) != len(stride):
         raise RuntimeError("mismatch in length of strides and shape")
@@ -147,14 +151,4 @@ def empty_strided(size, stride, *, dtype=None, layout=None, device=None, require
     return t.requires_grad_(True) if requires_grad else t
 
 
-METHODS = {"set_": set_, "resize_": resize_, "resize_as_": resize_as_}
-
-
-def install(jg: dict):
-    """Make them Tensor methods (torch has no function forms), and ``jitgrad.empty_strided``."""
-    for n, f in METHODS.items():
-        setattr(Tensor, n, f)
-    jg["empty_strided"] = empty_strided
-
-
-__all__ = list(METHODS) + ["empty_strided"]
+__all__ = ["set_", "resize_", "resize_as_", "empty_strided"]

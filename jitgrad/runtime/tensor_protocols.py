@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..declarations import published
 from . import grad_mode
 from .devices import backend_of_payload, copy_payload
 from .traced import is_traced as _is_traced, traced_read as _traced_read
@@ -16,6 +17,7 @@ from .traced import is_traced as _is_traced, traced_read as _traced_read
 _GM = grad_mode.STATE
 
 
+@published("Tensor.methods")
 class TensorProtocols:
     """What Python and NumPy call on a Tensor to read its value (see the module docstring)."""
 
@@ -96,16 +98,6 @@ class TensorProtocols:
             raise TypeError("iteration over a 0-d tensor")
         return (self[i] for i in range(self._data.shape[0]))
 
-    def __repr__(self):
-        if backend_of_payload(self._data) is not None:
-            from .printing import tensor_repr
-            return tensor_repr(self, self._host(), self.device)
-        if type(self._data) is not np.ndarray:
-            gf = f", grad_fn=<{self.grad_fn.name()}>" if self.grad_fn is not None else ""
-            return f"tensor(<traced {self._data.aval}>{gf})"
-        from .printing import tensor_repr
-        return tensor_repr(self)
-
     def __dlpack__(self, *args, **kwargs):
         if self.requires_grad:
             raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
@@ -113,13 +105,6 @@ class TensorProtocols:
 
     def __dlpack_device__(self):
         return self._data.__dlpack_device__()
-
-    def __reduce__(self):
-        from .factories import tensor
-        dev = self.device
-        # a leaf keeps requires_grad across pickling (torch); a non-leaf comes back as a leaf without it
-        return (tensor, (self._host().copy(), None, None if dev.type == "cpu" else str(dev),
-                         self._requires_grad and self.grad_fn is None), None)
 
     def __deepcopy__(self, memo):
         from .tensor import Tensor

@@ -9,7 +9,6 @@ import numpy as np
 from ..ir import dtypes as dt
 from ..ir.graph import Var
 from ..tracer import STATE as _TR
-from . import grad_mode
 from .view_rule import contiguous_strides, element_strides
 
 _FROM_NP = dt._FROM_NP
@@ -71,27 +70,6 @@ def traced_payload(t, tr):
         tr.on_capture(t)
         d = t._data
     return d
-
-
-def traced_write(t, r, tr):
-    """In-place write inside a trace: the tensor's payload becomes the new traced value (functionalised;
-    the compiled call writes it back into the real buffer afterwards).  When ``t`` is a view made in the trace,
-    its base gets the written values too, and the other views of that base are recomputed (``note_view``)."""
-    if r.dtype is not t.dtype:
-        with grad_mode.no_grad():
-            r = r.to(t.dtype)
-    if tr is not None:
-        traced_payload(t, tr)
-        if tr.on_mutate is not None:
-            tr.on_mutate(t)
-    if tr is not None:
-        _pin_layout(tr, t)
-    t._data = r._data
-    if tr is not None and tr.views:
-        # a recorded write: ``t``'s history becomes ``r``'s, and its views get views of it (eager mode's
-        # refresh_view)
-        _refresh_views(tr, t, history=r if r.grad_fn is not None and grad_mode.STATE.grad_enabled else None)
-        _write_through(tr, t, r)
 
 
 # ---- views inside a trace ------------------------------------------------------------------------------------
@@ -160,7 +138,7 @@ def layout_key(d):
     return element_strides(d)
 
 
-def _pin_layout(tr, t):
+def pin_layout(tr, t):
     """``t`` is written in place: its strides stay those of its first value, whatever op makes the new one (an
     index_put over a strided view, a copy_ of a transposed source)."""
     if id(t) not in tr.pinned:
@@ -249,66 +227,3 @@ def traced_alias(t, base):
     return t
 
 
-def _refresh_views(tr, t, skip=None, history=None):
-    """Recompute the recorded views of ``t`` (and theirs) from its current value; with ``history`` (the tensor
-    whose autograd history ``t`` takes), a view that has a history gets one on ``t``'s new history."""
-    from .dispatch import bind
-    for k in list(tr.view_children.get(id(t), ())):
-        rec = tr.views.get(k)
-        v = rec[0]() if rec is not None else None
-        if v is None or v is skip or rec[1] is not t:
-            continue
-        nv = None
-        if rec[2] is None:          # an alias: the same value, no history
-            v._data = t._data
-        elif history is not None and (v.grad_fn is not None or v._view_origin is None):
-            # (a view made before ``t`` had a history takes the new one too, as eager mode's adopt_base_history)
-            old = t.grad_fn, t._out_nr
-            t.grad_fn, t._out_nr = history.grad_fn, history._out_nr
-            try:
-                with grad_mode.enable_grad():
-                    nv = bind(rec[2], t, **rec[3])
-            finally:
-                t.grad_fn, t._out_nr = old
-            v._data, v.grad_fn, v._out_nr = nv._data, nv.grad_fn, nv._out_nr
-        else:
-            with grad_mode.no_grad():
-                v._data = bind(rec[2], t, **rec[3])._data
-        _refresh_views(tr, v, history=nv)
-
-
-def _write_through(tr, t, r, recorded=True):
-    """``t`` (a recorded view) was written with ``r``: write its base, then the base's base, recomputing the
-    siblings on the way (``recorded``: False once the write went through an alias, which autograd never sees)."""
-    rec = tr.views.get(id(t))
-    if rec is None or rec[0]() is not t:
-        return
-    _, base, op, params = rec
-    if op is None:          # an alias (detach(), .data): the written value is base's, with no history
-        if tr.on_mutate is not None:
-            tr.on_mutate(base)
-        _pin_layout(tr, base)
-        base._data = t._data
-        if base._vc is not t._vc:
-            base._vc[0] += 1
-        _refresh_views(tr, base, skip=t)
-        _write_through(tr, base, t, False)
-        return
-    if recorded and grad_mode.STATE.grad_enabled and (base.requires_grad or r.requires_grad):
-        from .source import user_loc
-        loc = user_loc(4)
-        where = f" at {loc.where()} ({loc.text})" if loc is not None else ""
-        raise RuntimeError(f"jitgrad: in-place modification of a view ({op.name}) of a tensor inside @jg.compile "
-                           f"while gradients are recorded is not supported{where}; use index assignment on the base "
-                           "tensor (y[idx] = v), an out-of-place op, or a jitgrad.no_grad() block")
-    from .view_inplace import view_write_into_base
-    new = view_write_into_base(base, t, op, params)
-    if tr.on_mutate is not None:
-        traced_payload(base, tr)
-        tr.on_mutate(base)
-    _pin_layout(tr, base)
-    base._data = new._data
-    if base._vc is not t._vc:   # the base's memory changed: values saved of it are stale (eager: a shared counter)
-        base._vc[0] += 1
-    _refresh_views(tr, base, skip=t)
-    _write_through(tr, base, new, recorded)

@@ -7,6 +7,9 @@ history.  ``v`` then gets a fresh view node on ``b``'s new history (``dispatch.r
 views of ``b`` when next used.  ``positions`` are the base elements the view covers, found from the two
 arrays' strides and offsets, so any chain of view ops (slices, transposes, reshapes, narrow, select) works.
 
+This module holds what ``bind`` consults (view origins, torch's messages, reading a view by positions); the
+writes themselves run ops and are view_writes.py's.
+
 torch's refusals: a view of a leaf that requires grad (``InPlaceOps._check_inplace``), and a view made in
 no_grad mode of a base that requires grad, modified with grad mode on.
 """
@@ -14,9 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.graph import Var
-from ..ir.ops import OPS as O
-from .grad_names import named
 
 NO_GRAD_VIEW_MSG = ("A view was created in no_grad mode and is being modified inplace with grad mode enabled. Given "
                     "that this use case is ambiguous and error-prone, it is forbidden. You can clarify your code by "
@@ -41,6 +41,10 @@ _CUSTOM_FN_TAIL = (" This view was created inside a custom Function (or because 
                    "autograd logic to handle view+inplace would override the custom backward associated with the "
                    "custom Function, leading to incorrect gradients. This behavior is forbidden. You can fix this by "
                    "cloning the output of the custom Function.")
+
+
+# the view_args of a view made by no view op (as_strided): it shows its base's elements by their positions
+BY_POSITIONS = ("by positions",)
 
 
 def custom_fn_origin(fn_name, k, recorded):
@@ -98,7 +102,6 @@ def adopt_base_history(a):
     if type(a._data) is not np.ndarray or type(a._base._data) is not np.ndarray:
         return      # traced and device views follow their base where it is written (traced.py, cuda/eager.py)
     from . import grad_mode
-    from .dispatch import BY_POSITIONS
     gm = grad_mode.STATE
     prev, gm.grad_enabled = gm.grad_enabled, True    # torch regenerates the node in any grad mode
     try:
@@ -131,77 +134,6 @@ def view_positions(base: np.ndarray, view: np.ndarray) -> np.ndarray:
     return inverse[offsets(view, start) - lo]
 
 
-def inplace_on_view(self, fn, others, snapshot, check_result):
-    """``self.<op>_(*others)`` for a view ``self`` when the op is recorded: see the module docstring."""
-    from .dispatch import BY_POSITIONS, bind, refresh_view
-    base = self._base
-    if self.grad_fn is None and base.requires_grad:
-        raise RuntimeError(NO_GRAD_VIEW_MSG)
-    if self.grad_fn is not None:
-        # the view's current history (its base may have changed since); as_strided's is rebuilt from its base, as
-        # torch does: elements beyond its input, read without history, are the base's (their gradient goes there)
-        refresh_view(self, force=self.grad_fn.view_args is BY_POSITIONS)
-    src = snapshot(self)
-    r = fn(src, *others)
-    check_result(self, r)
-    if r.dtype is not self.dtype:
-        r = r.to(self.dtype)
-    b = base._data
-    if b.ndim == 0:
-        spec, idx = (Ellipsis,), ()
-    else:
-        pos = view_positions(b, self._data)
-        idx = tuple(type(self)._make(a) for a in np.unravel_index(pos, b.shape))
-        spec = tuple(("tensor", k) for k in range(b.ndim))
-    new_base = bind(O["index_put"], base, r, *idx, spec=spec, accumulate=False)
-    b[...] = new_base._data             # the view's memory is part of it
-    self._vc[0] += 1                    # shared by the base and all its views
-    base.grad_fn = named(new_base, "CopySlices").grad_fn
-    base._out_nr = 0
-    base._requires_grad = False
-    node = self.grad_fn
-    if node is not None and node.view_args is not None:
-        refresh_view(self)              # a view node on the base's new history
-    else:                               # a view made when nothing required grad: its value is r
-        self.grad_fn, self._out_nr = r.grad_fn, r._out_nr
-    self._requires_grad = False
-    return self
-
-
-def view_write_into_base(base, view, op, params):
-    """The value of ``base`` after an in-place write into ``view = op(base, **params)``: the view's new values
-    put back where it reads them (traced code and device tensors, whose views are not shared memory).  A view
-    whose elements share a location (``broadcast_to``) or that has no inverse here raises, naming the op."""
-    from . import grad_mode
-    from .dispatch import bind
-    with grad_mode.no_grad():
-        if op.name == "reshape":
-            new = view.reshape(base.shape)
-        elif op.name == "permute":
-            new = view.permute(*np.argsort(params["perm"]).tolist())
-        elif op.name == "broadcast_to" and view.numel() == base.numel():    # only size-1 dims: no repeats
-            new = view.reshape(base.shape)
-        elif op.name == "flip":
-            new = bind(op, view, **params)
-        elif op.name == "getitem":
-            new = bind(O["index_put"], base, view, spec=params["spec"], accumulate=False)
-        elif op.name != "broadcast_to" and type(base._data) is Var:
-            # any other traced view (diagonal): the base elements it reads, found by applying it to their flat
-            # indices (a device tensor's index would have to be uploaded: refused below, as before)
-            pos = np.asarray(op.impl(np.arange(base.numel(), dtype=np.int64).reshape(base.shape), **params))
-            flat = bind(O["index_put"], base.reshape(-1), view.reshape(-1), type(base)._make(pos.reshape(-1)),
-                        spec=(("tensor", 0),), accumulate=False)
-            new = flat.reshape(base.shape)
-        else:
-            raise RuntimeError(f"jitgrad: in-place write into the result of {op.name} is not supported here (inside "
-                               "@jg.compile or on a device: an expanded view's elements share one memory location, "
-                               "and other views have no inverse yet); write into the base tensor instead")
-        if new.dtype is not base.dtype:
-            new = new.to(base.dtype)
-    return new
-
-
-__all__ = ["inplace_on_view", "adopt_base_history", "read_by_positions", "view_positions",
-           "view_write_into_base", "NO_GRAD_VIEW_MSG", "INFERENCE_VIEW_MSG",
+__all__ = ["BY_POSITIONS", "adopt_base_history", "read_by_positions", "view_positions", "NO_GRAD_VIEW_MSG", "INFERENCE_VIEW_MSG",
            "INFERENCE_VIEW", "NO_GRAD_VIEW", "VIEW_OF_NO_GRAD_VIEW", "VIEW_OF_INFERENCE_VIEW", "inherited_origin",
            "view_of_view_msg", "custom_fn_origin", "custom_fn_view_msg"]

@@ -90,7 +90,7 @@ def _scalar_msg(actual, expected, rtol, atol, identifier):
 
 
 def _as_tensor(x):
-    from ..runtime.factories import from_numpy
+    from ..library.creation.factories import from_numpy
     return from_numpy(x) if isinstance(x, np.ndarray) else x
 
 
@@ -206,7 +206,7 @@ def assert_close(actual, expected, *, allow_subclasses=True, rtol=None, atol=Non
 def assert_allclose(actual, expected, rtol=None, atol=None, equal_nan=True, msg=""):
     """Deprecated (torch 1.12): :func:`assert_close` with looser default tolerances (float32 ``1e-4, 1e-5``, float64
     ``1e-5, 1e-8``), no dtype check, and non-tensors converted with ``tensor``."""
-    from ..runtime.factories import tensor
+    from ..library.creation.factories import tensor
     warnings.warn("`torch.testing.assert_allclose()` is deprecated since 1.12 and will be removed in a future "
                   "release. Please use `torch.testing.assert_close()` instead. You can find detailed upgrade "
                   "instructions in https://github.com/pytorch/pytorch/issues/61844.", FutureWarning, stacklevel=2)
@@ -227,7 +227,7 @@ def make_tensor(*shape, dtype, device, low=None, high=None, requires_grad=False,
     ``noncontiguous`` gives a strided view, ``exclude_zero`` replaces zeros (by 1, or the dtype's ``tiny``),
     ``requires_grad`` for floating dtypes.  Values come from jitgrad's generator, not torch's."""
     import jitgrad as jg
-    from ..runtime.type_info import finfo, iinfo
+    from ..library.tensor_info.type_info import finfo, iinfo
     if len(shape) == 1 and isinstance(shape[0], Sequence):
         shape = shape[0]
     shape = tuple(shape)

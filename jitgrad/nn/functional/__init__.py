@@ -44,3 +44,10 @@ __all__ = ["sigmoid", "tanh", "softmax", "log_softmax", "gelu", "relu", "relu_",
            "max_unpool3d", "lp_pool1d", "lp_pool2d", "lp_pool3d", "pad", "multi_head_attention_forward",
            "scaled_dot_product_attention", "cosine_similarity", "pairwise_distance", "pdist", "pixel_shuffle",
            "pixel_unshuffle", "channel_shuffle", "interpolate", "upsample", "upsample_nearest", "upsample_bilinear"]
+
+
+def __getattr__(name):
+    """A name torch.nn.functional has and jitgrad lacks raises "not supported yet" (library/torch_surface.py)."""
+    from ...library.torch_names import NN_FUNCTIONAL
+    from ...library.torch_surface import unsupported_attribute
+    raise unsupported_attribute("jitgrad.nn.functional", name, NN_FUNCTIONAL)

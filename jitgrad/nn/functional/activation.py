@@ -21,12 +21,13 @@ tensor([-0.5000,  0.0000,  1.5000])
 """
 from __future__ import annotations
 
+from ...declarations import published
 from ...ir.ops import OPS as O
-from ...runtime import functions as F
-from ...runtime.dim_args import torch_dim
+from ...library import elementary as F
+from ...library.dim_args import torch_dim
 from ...runtime.dispatch import bind
 from ...runtime.grad_names import named
-from ...runtime.torch_kwargs import torch_kwargs
+from ...library.torch_kwargs import torch_kwargs
 
 
 sigmoid = F.sigmoid
@@ -218,7 +219,7 @@ def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False, **
     if not training:
         return leaky_relu(input, (lower + upper) / 2, inplace)
     from ...runtime.grad_mode import no_grad
-    from ...runtime.sampling import rand
+    from ...library.creation.sampling import rand
     with no_grad():
         slope = rand(tuple(input.shape), dtype=input.dtype, device=input.device) * (upper - lower) + lower
     return _maybe_inplace(input, inplace, lambda x: F.where(x > 0, x, x * slope))
@@ -263,6 +264,7 @@ def logsigmoid(input, **torch_kw):
     return named(F.where(neg, input, 0.0) - F.log1p(F.exp(-mag)), "LogSigmoidBackward0")
 
 
+@published("Tensor")      # x.hardshrink(lambd), as torch
 def hardshrink(input, lambd=0.5, **torch_kw):
     """``x`` where ``|x| > lambd``, else 0."""
     if torch_kw:       # out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -330,6 +332,7 @@ def softmin(input, dim=None, _stacklevel=3, dtype=None, **torch_kw):
     return F.softmax(-input, dim)
 
 
+@published("Tensor")      # x.prelu(weight), as torch
 def prelu(input, weight, **torch_kw):
     """``x`` where ``x > 0``, else ``weight * x``; ``weight`` holds one slope or one per channel (dim 1)."""
     if torch_kw:       # a torch keyword jitgrad lacks (torch_kwargs.py)

@@ -26,11 +26,12 @@ from ...ir import dtypes as dt
 from ...ir.ops import OPS as O
 from ...ir.ops.attention import causal_additive, attention_weights
 from ...ir.ops.tiled_attention import packed_sizes
-from ...runtime import factories, functions as F
+from ...library.creation import factories
+from ...library import elementary as F
 from ...runtime.devices import backend_of_payload
 from ...runtime.dispatch import bind
 from ...runtime.generator import generator_of
-from ...runtime.shaping import cat
+from ...library.shaping.views import cat
 from ...runtime.tensor import Tensor
 from ...tracer import STATE as _TR
 from ..attention import TILING

@@ -19,10 +19,10 @@ import numpy as np
 
 from ...ir.ops import OPS as O
 from ...ir.ops.conv import out_size
-from ...runtime import factories
+from ...library.creation import factories
 from ...runtime.dispatch import bind
 from ...runtime.grad_names import named
-from ...runtime.torch_kwargs import torch_kwargs
+from ...library.torch_kwargs import torch_kwargs
 
 
 _TENSOR_TYPE = {"float32": "torch.FloatTensor", "float64": "torch.DoubleTensor", "float16": "torch.HalfTensor",

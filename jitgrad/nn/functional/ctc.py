@@ -25,10 +25,11 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import dtypes as dt
-from ...runtime import factories, functions as F
+from ...library.creation import factories
+from ...library import elementary as F
 from ...runtime.grad_names import named
 from ...runtime.tensor import Tensor
-from ...runtime.torch_kwargs import torch_kwargs
+from ...library.torch_kwargs import torch_kwargs
 from .. import loss_reduction
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...runtime import functions as F
-from ...runtime.dim_args import torch_dim
-from ...runtime.factories import tensor as _tensor
-from ...runtime.torch_kwargs import torch_kwargs
+from ...library import elementary as F
+from ...library.dim_args import torch_dim
+from ...library.creation.factories import tensor as _tensor
+from ...library.torch_kwargs import torch_kwargs
 
 
 def _floating(x, y):

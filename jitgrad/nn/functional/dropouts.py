@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from ...ir import dtypes as dt
 from ...runtime.grad_mode import no_grad
-from ...runtime.sampling import rand
+from ...library.creation.sampling import rand
 from ...runtime.tensor import Tensor
-from ...runtime.torch_kwargs import torch_kwargs
+from ...library.torch_kwargs import torch_kwargs
 
 
 def _check_p(p):

@@ -3,9 +3,9 @@ compositions of primitives, so they differentiate and compile.
 """
 from __future__ import annotations
 
-from ...runtime import functions as F
+from ...library import elementary as F
 from ...runtime.grad_names import named
-from ...runtime.torch_kwargs import torch_kwargs
+from ...library.torch_kwargs import torch_kwargs
 
 
 def linear(input, weight, bias=None, **torch_kw):

@@ -28,12 +28,12 @@ import numpy as np
 
 from ...ir.ops import OPS as O
 from ...ir.ops.fused import nll_composition
-from ...runtime import functions as F
+from ...library import elementary as F
 from ...runtime.dispatch import bind
-from ...runtime.factories import full_like
+from ...library.creation.factories import full_like
 from ...runtime.grad_names import named
 from ...runtime.tensor import Tensor
-from ...runtime.torch_kwargs import torch_kwargs
+from ...library.torch_kwargs import torch_kwargs
 from ...tracer import STATE as _TR
 from .. import loss_reduction
 from .activation import logsigmoid

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...runtime import functions as F
-from ...runtime.factories import arange
-from ...runtime.torch_kwargs import torch_kwargs
+from ...library import elementary as F
+from ...library.creation.factories import arange
+from ...library.torch_kwargs import torch_kwargs
 from .. import loss_reduction as R
 from .distance import pairwise_distance
 

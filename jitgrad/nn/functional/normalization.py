@@ -17,10 +17,11 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.ops import OPS as O
-from ...runtime import grad_mode, functions as F
-from ...runtime.dim_args import torch_dim
+from ...runtime import grad_mode
+from ...library import elementary as F
+from ...library.dim_args import torch_dim
 from ...runtime.dispatch import bind
-from ...runtime.torch_kwargs import torch_kwargs
+from ...library.torch_kwargs import torch_kwargs
 from .padding import pad
 
 
@@ -218,7 +219,7 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None, **torch_kw):
     denom = F.norm(input, p, d, keepdim=True).clamp_min(eps).expand_as(input)
     r = input / denom
     if out is not None:
-        from ...runtime.torch_kwargs import write_out
+        from ...library.torch_kwargs import write_out
         return write_out("normalize", r, out, (input,))
     return r
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import operator
 
-from ...runtime import factories
+from ...library.creation import factories
 from ...runtime.grad_names import named
-from ...runtime.shaping import cat
-from ...runtime.torch_kwargs import torch_kwargs
+from ...library.shaping.views import cat
+from ...library.torch_kwargs import torch_kwargs
 
 
 _MODES = ("constant", "reflect", "replicate", "circular")

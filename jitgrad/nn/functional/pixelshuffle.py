@@ -8,7 +8,7 @@ jitgrad.Size([1, 2, 4, 6])
 """
 from __future__ import annotations
 
-from ...runtime.torch_kwargs import torch_kwargs
+from ...library.torch_kwargs import torch_kwargs
 
 
 def pixel_shuffle(input, upscale_factor, **torch_kw):

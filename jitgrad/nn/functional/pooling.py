@@ -22,10 +22,10 @@ import operator
 import numpy as np
 
 from ...ir.ops import OPS as O
-from ...runtime import factories
+from ...library.creation import factories
 from ...runtime.dispatch import bind
 from ...runtime.grad_names import named
-from ...runtime.torch_kwargs import torch_kwargs
+from ...library.torch_kwargs import torch_kwargs
 
 
 def _ints(fname, what, value, nd, omitted_ok=False):

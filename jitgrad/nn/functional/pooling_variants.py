@@ -23,9 +23,9 @@ import math
 import numpy as np
 
 from ...ir import dtypes as dt
-from ...runtime import factories
+from ...library.creation import factories
 from ...runtime.grad_names import named
-from ...runtime.torch_kwargs import torch_kwargs
+from ...library.torch_kwargs import torch_kwargs
 from . import activation as _act
 from .pooling import adaptive_sizes, avg_pool1d, avg_pool2d, avg_pool3d
 

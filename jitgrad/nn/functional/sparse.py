@@ -20,13 +20,14 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import dtypes as dt
-from ...runtime import functions as F, factories
-from ...runtime.factories import arange, eye
+from ...library import elementary as F
+from ...library.creation import factories
+from ...library.creation.factories import arange, eye
 from ...runtime.checked_index import CLASS, IN_BAG, IN_SELF
 from ...runtime.grad_names import named
-from ...runtime.shaping import getitem_checked
+from ...library.shaping.views import getitem_checked
 from ...runtime.tensor import Tensor
-from ...runtime.torch_kwargs import torch_kwargs
+from ...library.torch_kwargs import torch_kwargs
 
 
 def embedding(input, weight, padding_idx=None, **torch_kw):

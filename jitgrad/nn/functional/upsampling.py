@@ -20,8 +20,8 @@ import warnings
 
 import numpy as np
 
-from ...runtime.factories import tensor as _tensor
-from ...runtime.torch_kwargs import torch_kwargs
+from ...library.creation.factories import tensor as _tensor
+from ...library.torch_kwargs import torch_kwargs
 
 
 _LINEAR = {"linear": 3, "bilinear": 4, "trilinear": 5, "bicubic": 4}

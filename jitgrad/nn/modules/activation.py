@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import warnings
 
-from ...runtime import functions as F
+from ...library import elementary as F
 from .. import functional, init as _init, init
 from ..functional import activation as P
 from ..functional.attention import _canonical_mask, _none_or_dtype, multi_head_attention_forward

@@ -17,7 +17,7 @@ SyncBatchNorm(4, eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_
 from __future__ import annotations
 
 from ...ir import dtypes as dt
-from ...runtime import factories
+from ...library.creation import factories
 from .. import init
 from ..functional import normalization as FL
 from .module import Module

@@ -13,7 +13,8 @@ import numpy as np
 from ...ir import dtypes as dt
 from ...jit.guards import guard, is_compiling
 from ...runtime import grad_mode
-from ...runtime.tensor import Tensor, Device, check_device
+from ...runtime.tensor import Tensor, Device
+from ...runtime.devices import check_device
 from ..parameter import Parameter
 
 

@@ -13,8 +13,8 @@ import math
 import numbers
 import warnings
 
-from ...runtime import factories
-from ...runtime.shaping import cat, stack
+from ...library.creation import factories
+from ...library.shaping.views import cat, stack
 from .. import init
 from ..functional.dropouts import dropout as _dropout
 from ..functional.linear_forms import linear

@@ -12,7 +12,7 @@ import copy
 import math
 import warnings
 
-from ...runtime import factories
+from ...library.creation import factories
 from .. import functional as F, init
 from ..functional.attention import _canonical_mask, _none_or_dtype
 from .activation import GELU, MultiheadAttention, ReLU

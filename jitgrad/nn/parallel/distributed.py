@@ -42,7 +42,7 @@ from ...ir.ops.collective import next_seq
 from ...jit.guards import guard
 from ...runtime import engine, grad_mode
 from ...runtime.dispatch import bind
-from ...runtime.functions import cat
+from ...library.elementary import cat
 from ...runtime.tensor import Tensor
 from ...tracer import STATE as _TR
 from ..modules.module import Module
@@ -242,7 +242,7 @@ class DistributedDataParallel(Module):
         pg = self.process_group
         grads = [p.grad for p in b.params]
         if _TR.active is not None or any(g is not None and _traced(g) for g in grads):
-            from ...runtime.factories import zeros
+            from ...library.creation.factories import zeros
             parts = [g if g is not None else zeros(p.shape, dtype=p.dtype) for p, g in zip(b.params, grads)]
             # SUM, scaled after the wait: the scaling fuses with the code that reads it, and the driver calls MPI
             # itself (codegen/program/collective_steps.py; AVG would need a Python step)

@@ -7,7 +7,7 @@ import numpy as np
 
 from ...ir.ops import OPS
 from ...optim.multi_tensor import eager_ready
-from ...runtime import functions as F
+from ...library import elementary as F
 from ...runtime import grad_mode
 from ...runtime.tensor import Tensor
 
@@ -47,7 +47,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     grads = _grads(parameters)
     max_norm, norm_type = float(max_norm), float(norm_type)
     if not grads:
-        from ...runtime.factories import tensor
+        from ...library.creation.factories import tensor
         return tensor(0.0)
     plain = _eager_plain(grads)
     with grad_mode.no_grad():
@@ -98,11 +98,11 @@ def clip_grad_value_(parameters, clip_value, foreach=None):
 def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=None):
     """The ``norm_type`` norm of the tensors viewed as one vector (the norm of their norms), as a 0-d tensor;
     ``error_if_nonfinite`` raises torch's RuntimeError for a NaN or infinite result."""
-    from ...runtime.linalg_norms import vector_norm
+    from ...library.linalg.norms import vector_norm
     tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
     norm_type = float(norm_type)
     if not tensors:
-        from ...runtime.factories import tensor
+        from ...library.creation.factories import tensor
         return tensor(0.0)
     norms = [vector_norm(t, norm_type) for t in tensors]
     total = vector_norm(F.stack([n.to(norms[0].dtype) for n in norms]), norm_type)

@@ -1,7 +1,7 @@
 """``parameters_to_vector`` / ``vector_to_parameters``: the parameters flattened into one vector and back."""
 from __future__ import annotations
 
-from ...runtime.shaping import cat
+from ...library.shaping.views import cat
 from ...runtime.tensor import Tensor
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import copy
 
-from ...runtime import factories
+from ...library.creation import factories
 from ..parameter import Parameter
 
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import inspect
 
-from ...runtime import factories, grad_mode
+from ...library.creation import factories
+from ...runtime import grad_mode
 from ...runtime.generator import default_generator
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import warnings
 
-from ...runtime import factories, grad_mode
-from ...runtime.functions import dot
-from ...runtime.products import mv
+from ...library.creation import factories
+
+from ...runtime import grad_mode
+from ...library.elementary import dot
+from ...library.linalg.products import mv
 from ..functional.normalization import normalize
 from ..parameter import Parameter
 

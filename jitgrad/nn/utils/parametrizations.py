@@ -6,11 +6,12 @@ from enum import Enum, auto
 
 import numpy as np
 
-from ...runtime import factories, grad_mode
-from ...runtime.linalg_norms import matrix_exp
-from ...runtime.linalg_solve import qr, solve
-from ...runtime.products import mv, vdot
-from ...runtime.shaping import cat
+from ...library.creation import factories
+from ...runtime import grad_mode
+from ...library.linalg.norms import matrix_exp
+from ...library.linalg.solve import qr, solve
+from ...library.linalg.products import mv, vdot
+from ...library.shaping.views import cat
 from ...runtime.tensor import Tensor
 from ..modules.module import Module
 from ..functional.normalization import normalize

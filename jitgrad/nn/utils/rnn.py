@@ -11,8 +11,8 @@ from collections import namedtuple
 import numpy as np
 
 from ...ir import dtypes as dt
-from ...runtime import factories
-from ...runtime.shaping import cat, stack
+from ...library.creation import factories
+from ...library.shaping.views import cat, stack
 from ...runtime.tensor import Tensor
 from ..functional.padding import pad
 

@@ -10,13 +10,13 @@ from ...runtime.tensor import Tensor
 
 
 def _stack(items):
-    from ...runtime.functions import stack
+    from ...library.elementary import stack
     return stack(items, 0)
 
 
 def default_collate(batch):
     """Collate a list of samples into a batch, recursively through tuples, lists, dicts and named tuples."""
-    from ...runtime.factories import tensor
+    from ...library.creation.factories import tensor
     elem = batch[0]
     if isinstance(elem, Tensor):
         return _stack(batch)
@@ -55,7 +55,7 @@ def default_collate(batch):
 
 def default_convert(data):
     """What a DataLoader without batching returns: NumPy arrays become tensors, containers are walked."""
-    from ...runtime.factories import tensor
+    from ...library.creation.factories import tensor
     if isinstance(data, np.ndarray) and data.dtype.kind not in "OSU":
         return tensor(data)
     if isinstance(data, collections.abc.Mapping):

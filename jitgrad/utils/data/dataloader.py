@@ -152,7 +152,7 @@ class DataLoader:
 
     def _base_seed(self) -> int:
         from ...ir import dtypes as dt
-        from ...runtime.factories import randint
+        from ...library.creation.factories import randint
         return int(randint(0, 2 ** 62, (), dtype=dt.int64, generator=self.generator).item())
 
 

@@ -143,7 +143,7 @@ class ConcatDataset(Dataset):
 
 def random_split(dataset, lengths, generator=None):
     """Split ``dataset`` into non-overlapping random subsets of the given lengths (or fractions summing to 1)."""
-    from ...runtime.factories import randperm
+    from ...library.creation.factories import randperm
     n = len(dataset)
     if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
         sizes = [int(math.floor(n * f)) for f in lengths]

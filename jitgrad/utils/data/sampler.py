@@ -1,7 +1,7 @@
 """Samplers: which dataset indices a DataLoader reads, in which order, and how they are batched."""
 from __future__ import annotations
 
-from ...runtime.factories import randint, randperm
+from ...library.creation.factories import randint, randperm
 from ...runtime.generator import Generator
 from ...ir import dtypes as dt
 
@@ -123,7 +123,7 @@ class WeightedRandomSampler(Sampler):
             raise ValueError(f"num_samples should be a positive integer value, but got num_samples={num_samples}")
         if not isinstance(replacement, bool):
             raise ValueError(f"replacement should be a boolean value, but got replacement={replacement}")
-        from ...runtime.factories import as_tensor
+        from ...library.creation.factories import as_tensor
         w = as_tensor(weights, dtype=dt.float64)
         if len(w.shape) != 1:
             raise ValueError(f"weights should be a 1d sequence but given weights have shape {tuple(w.shape)}")
@@ -133,7 +133,7 @@ class WeightedRandomSampler(Sampler):
         self.generator = generator
 
     def __iter__(self):
-        from ...runtime.sampling import multinomial
+        from ...library.creation.sampling import multinomial
         yield from multinomial(self.weights, self.num_samples, self.replacement, generator=self.generator).tolist()
 
     def __len__(self):

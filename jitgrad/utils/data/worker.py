@@ -58,9 +58,9 @@ def worker_loop(dataset, index_q, result_q, collate_fn, auto_collation, batch_si
     """Serve tasks ``(n, indices)`` from ``index_q`` until a None: put ``(n, batch)`` (or an ExceptionWrapper,
     or the end marker when an iterable dataset's iterator is exhausted) on ``result_q``."""
     global _INFO
-    import jitgrad
+    from ...runtime.generator import manual_seed
     _INFO = WorkerInfo(worker_id, num_workers, seed, dataset)
-    jitgrad.manual_seed(seed)
+    manual_seed(seed)
     random.seed(seed)
     where = f"in DataLoader worker process {worker_id}"
     try:

@@ -1,0 +1,1 @@
+"""Making tensors: factories from data and shapes, random sampling, legacy typed constructors."""

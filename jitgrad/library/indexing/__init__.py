@@ -1,0 +1,1 @@
+"""Indexing writes: masks, scatter, index_* and put."""

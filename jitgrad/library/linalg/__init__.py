@@ -1,0 +1,1 @@
+"""Linear algebra: products, solvers and factorizations, norms, einsum, eigenpairs."""

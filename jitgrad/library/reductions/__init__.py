@@ -1,0 +1,1 @@
+"""Reductions: counting/truth reductions, histograms and statistics."""

@@ -1,0 +1,1 @@
+"""Shape functions: views, stacking and splitting, rearranging, slicing, triangles and diagonals."""

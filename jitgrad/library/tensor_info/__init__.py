@@ -1,0 +1,1 @@
+"""What a tensor or dtype says about itself: queries, type info and printing."""

@@ -1,0 +1,83 @@
+"""The one module that publishes jitgrad's surface: the ``jitgrad`` namespace's library names and ``Tensor``'s
+methods, properties and operators beyond its class body, in one pass over the declarations.
+
+Each public name is declared once, beside its definition, with ``@published(...)`` (``declarations.py``); importing
+the declaring modules below records them, and :func:`publish` binds each declared object itself (no wrapper), so
+``jg.logcumsumexp is jg.Tensor.logcumsumexp`` and ``inspect.getsourcefile(jg.Tensor.logcumsumexp)`` is the file
+whose ``@published`` line declared it.  No other module sets attributes on ``Tensor`` or writes into another
+module's namespace; a name declared twice, or a declaration that would replace part of ``Tensor``'s class body,
+is an error here (there is no precedence to get wrong).
+
+The eager fast path (a later step) is generated here too: it sees every Tensor method and its declaration.
+"""
+from __future__ import annotations
+
+from .declarations import DECLARED, Declaration
+from .runtime.tensor import Tensor
+
+# the modules that declare public names (importing them records their declarations)
+from .runtime import conversions, defaults, generator, storage  # noqa: F401
+from .runtime import mutation, operators, tensor_methods, tensor_protocols  # noqa: F401
+from .library import aliases, elementary, foreach, torch_surface  # noqa: F401
+from .library.creation import factories, legacy_types, sampling  # noqa: F401
+from .library.indexing import index_writes, masking, scatter_reduce, scatter_writes  # noqa: F401
+from .library.linalg import eigen, einsum, matrix_forms, norms, products, solve  # noqa: F401
+from .library.pointwise import (  # noqa: F401
+    binary, composites, division, inplace, integer, pairs, predicates, rounding, special, trig)
+from .library.reductions import counting, statistics  # noqa: F401
+from .library.shaping import as_strided, rearranging, slicing, stacking, triangular, views  # noqa: F401
+from .library.sorting import order_statistics, ordering, searching, uniques  # noqa: F401
+from .library.tensor_info import printing, queries, type_info  # noqa: F401
+from .cuda import seeding  # noqa: F401
+from .nn import functional as _nn_functional, torch_level as _torch_level
+
+PUBLISHED: dict = {}    # ("jitgrad" | "Tensor", name) -> its Declaration, once published
+CORE = frozenset(vars(Tensor))      # Tensor's class body: what no declaration may replace
+
+
+# what a method class's body holds that is not a method of its own
+_CLASS_BOOKKEEPING = frozenset({"__module__", "__qualname__", "__doc__", "__slots__", "__dict__", "__weakref__",
+                                "__firstlineno__", "__static_attributes__", "__annotations__"})
+
+
+def _each_name(declarations):
+    """The declarations, a ``"Tensor.methods"`` class expanded into one declaration per method or property (bound
+    as the class holds it: the function, or the property with its setter)."""
+    for d in declarations:
+        if "Tensor.methods" not in d.targets:
+            yield d
+            continue
+        for name, value in vars(d.obj).items():
+            if name in _CLASS_BOOKKEEPING or (name == "__hash__" and value is None):
+                continue    # (__hash__ is None in a class body that defines __eq__; Tensor's own stays)
+            yield Declaration(value, name, ("Tensor",), d.module, d.line)
+
+
+def publish(namespace: dict) -> None:
+    """Bind every declaration: ``jitgrad`` names into ``namespace`` (the package's ``globals()``), Tensor methods
+    and properties onto ``Tensor``.  Runs once, at the end of ``jitgrad/__init__``."""
+    for d in _each_name(DECLARED):
+        for target in d.targets:
+            where = "Tensor" if target.startswith("Tensor") else "jitgrad"
+            key = (where, d.name)
+            if key in PUBLISHED:
+                raise RuntimeError(f"{where}.{d.name} is declared twice: {PUBLISHED[key]} and {d}")
+            PUBLISHED[key] = d
+            if where == "jitgrad":
+                namespace[d.name] = d.obj
+            elif d.name in CORE:
+                raise RuntimeError(f"{d} would replace Tensor.{d.name} of Tensor's class body (runtime/tensor.py)")
+            else:
+                setattr(Tensor, d.name, property(d.obj, doc=d.obj.__doc__) if target == "Tensor.property" else d.obj)
+    # torch.conv2d, torch.layer_norm, torch.dropout, ...: nn.functional's torch-level names (nn/torch_level.py)
+    # (nn/ declares with tables of names for now; it moves to @published with nn's split into families)
+    for module, names in ((_nn_functional, _torch_level.SAME), (_torch_level, _torch_level.WRAPPED)):
+        for n in names:
+            d = Declaration(getattr(module, n), n, ("jitgrad",), _torch_level.__name__, 0)
+            if ("jitgrad", n) in PUBLISHED:
+                raise RuntimeError(f"jitgrad.{n} is declared twice: {PUBLISHED['jitgrad', n]} and {d}")
+            PUBLISHED["jitgrad", n] = d
+            namespace[n] = d.obj
+
+
+__all__ = ["publish", "PUBLISHED", "CORE"]
