@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from ..declarations import published
+from .pointwise.inplace import inplace_form
 from ..ir.dtypes import torch_scalar_name
 from ..ir.ops import OPS as O
 from ..runtime.dispatch import bind, op_error, _bind_by_name
@@ -38,43 +39,43 @@ def _unary(name):
     return f
 
 
-exp = published("jitgrad", "Tensor")(_unary("exp"))
-log = published("jitgrad", "Tensor")(_unary("log"))
-log1p = published("jitgrad", "Tensor")(_unary("log1p"))
-expm1 = published("jitgrad", "Tensor")(_unary("expm1"))
-sqrt = published("jitgrad", "Tensor")(_unary("sqrt"))
-rsqrt = published("jitgrad", "Tensor")(_unary("rsqrt"))
-sin = published("jitgrad", "Tensor")(_unary("sin"))
-cos = published("jitgrad", "Tensor")(_unary("cos"))
-tan = published("jitgrad", "Tensor")(_unary("tan"))
-tanh = published("jitgrad", "Tensor")(_unary("tanh"))
-sigmoid = published("jitgrad", "Tensor")(_unary("sigmoid"))
-relu = published("jitgrad", "Tensor")(_unary("relu"))
-abs = published("jitgrad", "Tensor")(_unary("abs"))
-sign = published("jitgrad", "Tensor")(_unary("sign"))
-neg = published("jitgrad", "Tensor")(_unary("neg"))
-reciprocal = published("jitgrad", "Tensor")(_unary("reciprocal"))
-erf = published("jitgrad", "Tensor")(_unary("erf"))
+exp = published("jitgrad", "Tensor", inplace=inplace_form)(_unary("exp"))
+log = published("jitgrad", "Tensor", inplace=inplace_form)(_unary("log"))
+log1p = published("jitgrad", "Tensor", inplace=inplace_form)(_unary("log1p"))
+expm1 = published("jitgrad", "Tensor", inplace=inplace_form)(_unary("expm1"))
+sqrt = published("jitgrad", "Tensor", inplace=inplace_form)(_unary("sqrt"))
+rsqrt = published("jitgrad", "Tensor", inplace=inplace_form)(_unary("rsqrt"))
+sin = published("jitgrad", "Tensor", inplace=inplace_form)(_unary("sin"))
+cos = published("jitgrad", "Tensor", inplace=inplace_form)(_unary("cos"))
+tan = published("jitgrad", "Tensor", inplace=inplace_form)(_unary("tan"))
+tanh = published("jitgrad", "Tensor", inplace=inplace_form)(_unary("tanh"))
+sigmoid = published("jitgrad", "Tensor", inplace=inplace_form)(_unary("sigmoid"))
+relu = published("jitgrad", "Tensor", inplace=inplace_form)(_unary("relu"))
+abs = published("jitgrad", "Tensor", inplace=inplace_form)(_unary("abs"))
+sign = published("jitgrad", "Tensor", inplace=inplace_form)(_unary("sign"))
+neg = published("jitgrad", "Tensor", inplace=inplace_form)(_unary("neg"))
+reciprocal = published("jitgrad", "Tensor", inplace=inplace_form)(_unary("reciprocal"))
+erf = published("jitgrad", "Tensor", inplace=inplace_form)(_unary("erf"))
 isfinite = published("jitgrad", "Tensor")(_unary("isfinite"))
 logical_not = published("jitgrad", "Tensor")(_unary("logical_not"))
-negative = published("jitgrad", "Tensor", name="negative")(neg)
+negative = published("jitgrad", "Tensor", name="negative", inplace=inplace_form)(neg)
 
 
-@published("jitgrad", "Tensor")
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def log2(input, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(log2, 'log2', (input,), {}, torch_kw)
     return log(input) * (1.0 / math.log(2.0))
 
 
-@published("jitgrad", "Tensor")
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def log10(input, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(log10, 'log10', (input,), {}, torch_kw)
     return log(input) * (1.0 / math.log(10.0))
 
 
-@published("jitgrad", "Tensor")
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def square(input, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(square, 'square', (input,), {}, torch_kw)

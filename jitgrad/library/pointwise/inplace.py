@@ -1,4 +1,5 @@
-"""In-place forms of the elementwise math (``x.sin_()``, ``x.exp_()``, ``x.clamp_min_(0)``, ...).
+"""In-place forms: ``inplace_form`` (what ``@published(..., inplace=inplace_form)`` makes ``x.sin_()`` from), and the
+ones with arguments or on metadata (``x.clamp_min_(0)``, ...).
 
 Each runs its out-of-place function through ``InPlaceOps._apply_inplace``: the same version bump, leaf/view
 checks and history rebasing as ``add_``.
@@ -7,8 +8,6 @@ from __future__ import annotations
 
 from ...declarations import published
 
-UNARY = ["abs", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "sigmoid", "relu",
-         "sign", "neg", "negative", "reciprocal", "erf", "log2", "log10", "square"]
 # in-place ops with arguments: name -> the out-of-place method they apply
 # (``divide_`` is division.py's: it takes ``rounding_mode=``)
 WITH_ARGS = ["clamp_min", "clamp_max", "clip", "remainder", "floor_divide", "true_divide", "multiply", "subtract"]
@@ -21,14 +20,6 @@ def inplace_form(fn):
         return self._apply_inplace(lambda x, *o: fn(x, *o, **kwargs), *args)
     f.__name__ = fn.__name__ + "_"
     f.__doc__ = f"In place: ``x.{fn.__name__}_(...)`` writes ``{fn.__name__}(x, ...)`` into ``x``."
-    return f
-
-
-def _unary_inplace(name):
-    def f(self):
-        return self._apply_inplace(lambda s: getattr(s, name)())
-    f.__name__ = name + "_"
-    f.__doc__ = f"In-place ``{name}``: ``x.{name}_()`` writes ``x.{name}()`` into ``x`` and returns it."
     return f
 
 
@@ -75,12 +66,10 @@ def _metadata_inplace(name, method, node_name):
     return f
 
 
-for _n in UNARY:
-    published("Tensor", name=_n + "_")(_unary_inplace(_n))
 for _n in WITH_ARGS:
     published("Tensor", name=_n + "_")(_inplace_with_args(_n))
 for _n, (_method, _node_name) in METADATA.items():
     published("Tensor", name=_n)(_metadata_inplace(_n, _method, _node_name))
 
 
-__all__ = ["inplace_form", "UNARY", "WITH_ARGS", "METADATA"]
+__all__ = ["inplace_form", "WITH_ARGS", "METADATA"]
