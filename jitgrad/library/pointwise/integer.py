@@ -61,7 +61,7 @@ gcd = published("jitgrad", "Tensor", inplace=inplace_form)(_binary("gcd", True))
 lcm = published("jitgrad", "Tensor", inplace=inplace_form)(_binary("lcm", True))
 
 
-@published("jitgrad", "Tensor")
+@published("jitgrad", "Tensor", inplace=inplace_form)
 def bitwise_not(input, **torch_kw):
     """Elementwise ``~input``: bitwise complement of integers, logical not of bools (torch.bitwise_not)."""
     if torch_kw:
@@ -105,12 +105,6 @@ def _inplace_op(fn, logical=None):
     def f(self, other):
         return self._apply_inplace(lambda x, o: forward(x, o), other)
     return f
-
-
-@published("Tensor", name="bitwise_not_")
-def _bitwise_not_(self):
-    """In place: ``x.bitwise_not_()`` writes ``~x`` into ``x``."""
-    return self._apply_inplace(bitwise_not)
 
 
 # the operators ``&``, ``|``, ``^``, ``<<``, ``>>`` (and reflected, in-place forms) on integer and bool tensors
