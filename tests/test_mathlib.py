@@ -355,7 +355,7 @@ def test_math_table_rows_exist_on_every_target():
             if mod == "mathlib":        # an IR builder (and the same code compiled by Numba)
                 assert mathlib.DEFS[fn].__code__.co_argcount == row.arity, f"{name} {prec}: {fn}"
                 mod = "mathlib_numba"
-            f = getattr(importlib.import_module(f"jitgrad.codegen.{mod}"), fn)
+            f = getattr(importlib.import_module(f"jitgrad.codegen.kernels.{mod}"), fn)
             assert f.py_func.__code__.co_argcount == row.arity, f"{name} {prec}: {fn}"
         if row.cuda is not None:
             args = [ki.read(ki.Var(f"a{k}", ki.F32)) for k in range(row.arity)]

@@ -176,6 +176,8 @@ def test_opdef_has_its_rules(name):
                   "rand_uniform": {"shape": (2,), "dtype": jg.float32},
                   "rand_normal": {"shape": (2,), "dtype": jg.float64}}.get(name, {})
         from jitgrad.codegen.kernels import kernel_ir as ki
+        if name in ("rand_uniform", "rand_normal"):     # the loop generator passes the element's index
+            params["index"] = ki.read(ki.Var("i", ki.OF_DTYPE["int64"]))
         from jitgrad.codegen.kernels.math_table import MathCalls
         d = "int64" if name.startswith("bitwise_") else "float32"
         body = ki.expr_text(ki.val(op.scalar(MathCalls(d), *[ki.read(ki.Var(n, ki.OF_DTYPE[d])) for n in names],
