@@ -18,6 +18,7 @@ from ..ir.ops.opdef import RuleCtx
 from . import forward_state, grad_mode
 from .dispatch import bind
 from .tensor import Tensor
+from ..tracer import STATE as _TR
 
 _FS = forward_state.STATE
 
@@ -96,6 +97,10 @@ class Duals:
             ts = [lv.get(a) if isinstance(a, Tensor) else None for a in args]
             if any(t is not None for t in ts):
                 found = lv
+        if found is not None and op.decompose is not None and _TR.active is not None:
+            # traced, a fused op is bound as its composition: each primitive of it carries its own tangent, so the
+            # values its autograd nodes save are dual too (forward over reverse reads their tangents)
+            return op.decompose(_bind_name, *args, **params)
         if found is None or op.jvp is None:
             prev = self._hide(0)
             try:
@@ -115,6 +120,14 @@ class Duals:
             if t is not None and o.dtype.is_floating_point:
                 found.set(o, t)
         return out
+
+    def carry(self, src, dst):
+        """Give ``dst`` (a new stand-in for ``src``: func's fresh leaves) ``src``'s tangents at every level."""
+        for lv in self.levels:
+            t = lv.get(src)
+            if t is not None:
+                lv.set(dst, t)
+        return dst
 
     def after_inplace(self, target, result):
         """``target`` was overwritten in place with ``result``'s value: its tangent is now ``result``'s, written
