@@ -10,6 +10,7 @@ primal ones.
 """
 from __future__ import annotations
 
+import contextlib
 import weakref
 
 import numpy as np
@@ -75,6 +76,15 @@ class Duals:
         self.visible = len(self.levels)
         _FS.active = self if self.levels else None
 
+    @contextlib.contextmanager
+    def hidden(self):
+        """Ops bound inside see no tangents (make_dual's view, unpack_dual's primal)."""
+        prev = self._hide(0)
+        try:
+            yield
+        finally:
+            self._show(prev)
+
     def _hide(self, k):
         prev = self.visible
         self.visible = k
@@ -118,6 +128,53 @@ class Duals:
             self._show(prev)
         for o, t in zip(outs, res):
             if t is not None and o.dtype.is_floating_point:
+                found.set(o, t)
+        return out
+
+    def apply_function(self, cls, ctx, args, kwargs, plain):
+        """A custom ``autograd.Function`` applied with tangents: ``forward`` runs with no tangents (as torch's),
+        then the Function's ``jvp(ctx, *tangents)`` gives its outputs' tangents."""
+        k = self.visible
+        found = None
+        while k > 0 and found is None:
+            k -= 1
+            lv = self.levels[k]
+            ts = [lv.get(a) if isinstance(a, Tensor) else None for a in args]
+            if any(t is not None for t in ts):
+                found = lv
+        prev = self._hide(0)
+        try:
+            out = plain(ctx, args, kwargs)
+        finally:
+            self._show(prev)
+        if found is None:
+            return out
+        if getattr(cls.jvp, "_not_implemented", False):
+            raise NotImplementedError("You must implement the jvp function for custom autograd.Function to use it "
+                                      "with forward mode AD.")
+        tin = []
+        for a, t in zip(args, ts):
+            if t is None and isinstance(a, Tensor) and a.dtype.is_floating_point and ctx.materialize_grads:
+                t = a.new_zeros(a.shape)
+            tin.append(t)
+        prev = self._hide(k)
+        ctx._in_jvp = True
+        try:
+            res = cls.jvp(ctx, *tin)
+        finally:
+            ctx._in_jvp = False
+            self._show(prev)
+        outs = out if isinstance(out, tuple) else (out,)
+        res = res if isinstance(res, tuple) else (res,)
+        if len(res) != len(outs):
+            raise RuntimeError(f"function {cls.__name__}_jvp returned an incorrect number of forward gradients "
+                               f"(expected {len(outs)}, got {len(res)})")
+        for o, t in zip(outs, res):
+            if isinstance(o, Tensor) and t is not None and o.dtype.is_floating_point:
+                if tuple(t.shape) != tuple(o.shape):
+                    raise RuntimeError("Trying to set a forward gradient that has a different size than that of the "
+                                       f"original Tensor, this is not supported. Tensor is of size {list(o.shape)} "
+                                       f"while the given forward gradient is of size {list(t.shape)}.")
                 found.set(o, t)
         return out
 
