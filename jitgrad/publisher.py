@@ -29,7 +29,7 @@ from .library.shaping import as_strided, rearranging, slicing, stacking, triangu
 from .library.sorting import order_statistics, ordering, searching, uniques  # noqa: F401
 from .library.tensor_info import printing, queries, type_info  # noqa: F401
 from .cuda import seeding  # noqa: F401
-from .nn import functional as _nn_functional, torch_level as _torch_level
+from .nn import functional as _nn_functional, torch_level as _torch_level  # noqa: F401
 
 PUBLISHED: dict = {}    # ("jitgrad" | "Tensor", name) -> its Declaration, once published
 CORE = frozenset(vars(Tensor))      # Tensor's class body: what no declaration may replace
@@ -69,15 +69,6 @@ def publish(namespace: dict) -> None:
                 raise RuntimeError(f"{d} would replace Tensor.{d.name} of Tensor's class body (runtime/tensor.py)")
             else:
                 setattr(Tensor, d.name, property(d.obj, doc=d.obj.__doc__) if target == "Tensor.property" else d.obj)
-    # torch.conv2d, torch.layer_norm, torch.dropout, ...: nn.functional's torch-level names (nn/torch_level.py)
-    # (nn/ declares with tables of names for now; it moves to @published with nn's split into families)
-    for module, names in ((_nn_functional, _torch_level.SAME), (_torch_level, _torch_level.WRAPPED)):
-        for n in names:
-            d = Declaration(getattr(module, n), n, ("jitgrad",), _torch_level.__name__, 0)
-            if ("jitgrad", n) in PUBLISHED:
-                raise RuntimeError(f"jitgrad.{n} is declared twice: {PUBLISHED['jitgrad', n]} and {d}")
-            PUBLISHED["jitgrad", n] = d
-            namespace[n] = d.obj
 
 
 __all__ = ["publish", "PUBLISHED", "CORE"]
