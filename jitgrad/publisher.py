@@ -29,6 +29,7 @@ from .library.shaping import as_strided, rearranging, slicing, stacking, triangu
 from .library.sorting import order_statistics, ordering, searching, uniques  # noqa: F401
 from .library.tensor_info import printing, queries, type_info  # noqa: F401
 from .cuda import seeding  # noqa: F401
+from .library.torch_names import TORCH_FUNCTIONS
 from .nn import functional as _nn_functional, torch_level as _torch_level  # noqa: F401
 
 PUBLISHED: dict = {}    # ("jitgrad" | "Tensor", name) -> its Declaration, once published
@@ -58,6 +59,8 @@ def publish(namespace: dict) -> None:
     and properties onto ``Tensor``.  Runs once, at the end of ``jitgrad/__init__``."""
     for d in _each_name(DECLARED):
         for target in d.targets:
+            if target == "jitgrad.if_torch" and d.name not in TORCH_FUNCTIONS:
+                continue
             where = "Tensor" if target.startswith("Tensor") else "jitgrad"
             key = (where, d.name)
             if key in PUBLISHED:

@@ -69,7 +69,6 @@ def relu(input, inplace=False, **torch_kw):
     return input._apply_inplace(F.relu) if inplace else F.relu(input)     # (the common call: one frame)
 
 
-@published("jitgrad")      # torch.relu_, the same function
 def relu_(input, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(relu_, 'relu_', (input,), {}, torch_kw)
