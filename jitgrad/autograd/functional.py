@@ -283,7 +283,7 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
     """The Jacobian of ``func`` at ``inputs``: a Tensor of shape ``out.shape + in.shape``, or tuples of them
     (``[output][input]``) when ``func`` returns / ``inputs`` is a tuple.  ``vectorize`` changes nothing but the
     argument checks (there is no vmap: rows are computed one backward at a time); ``strategy="forward-mode"``
-    (requires ``vectorize=True``, as in torch) builds columns with the double-vjp trick.
+    (requires ``vectorize=True``, as in torch) builds columns in forward mode (jvps batched by ``func.vmap``).
 
     >>> import jitgrad as jg
     >>> jg.autograd.functional.jacobian(lambda x: x * x, jg.tensor([1., 2.]))
