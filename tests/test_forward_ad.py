@@ -161,3 +161,33 @@ def test_dual_tensors_under_compile():
         _close(jg.compile(f, backend=backend)(a, t), want)
     an, tn = a.numpy(), t.numpy()
     np.testing.assert_allclose(want.numpy(), ((np.cos(an) * an + np.sin(an)) * tn).sum(-1), rtol=1e-12)
+
+
+def test_custom_function_with_setup_context():
+    """forward without ctx, setup_context saving for forward and backward, a jvp whose missing tangent arrives as
+    zeros (materialized, as torch's)."""
+    res = []
+    for lib, fwd in ((jg, fwAD), (torch, tfwAD)):
+        class Mul(lib.autograd.Function):
+            @staticmethod
+            def forward(a, b):
+                return a * b
+
+            @staticmethod
+            def setup_context(ctx, inputs, output):
+                ctx.save_for_forward(*inputs)
+                ctx.save_for_backward(*inputs)
+
+            @staticmethod
+            def backward(ctx, g):
+                a, b = ctx.saved_tensors
+                return g * b, g * a
+
+            @staticmethod
+            def jvp(ctx, ta, tb):
+                a, b = ctx.saved_tensors
+                return ta * b + a * tb
+        with fwd.dual_level():
+            a = fwd.make_dual(lib.tensor([1.0, 2.0]), lib.tensor([1.0, -0.5]))
+            res.append(fwd.unpack_dual(Mul.apply(a, lib.tensor([3.0, 4.0]))).tangent)
+    _close(*res)

@@ -138,3 +138,11 @@ def test_jvp_rule_differentiates(name, monkeypatch):
         res = [r for r in apply_jvp(op, a, params, outs, ts) if r is not None]
         return tuple(res) if res else outs[0] * 0.0
     assert gradcheck(f, tuple(x.clone().requires_grad_() for x in prim + tans), atol=1e-5, rtol=1e-3)
+
+
+def test_nextafter_has_no_derivative_either_way():
+    import jitgrad.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        d = fwAD.make_dual(jg.tensor([1.0, 2.0]), jg.tensor([1.0, 1.0]))
+        with pytest.raises(NotImplementedError, match="the derivative for 'nextafter' is not implemented"):
+            jg.nextafter(d, jg.tensor([0.0, 0.0]))
