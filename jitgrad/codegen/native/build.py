@@ -349,7 +349,7 @@ class GraphCode:
     def build(self, background: bool):
         """Compile what is missing, then write the graph's file.  ``background`` (on the build thread, while the
         caller's calls run meanwhile): kernels that translate to LLVM IR compile on this thread, one at a time
-        (milliseconds each), and only what is slow goes to build processes: kernels Numba must compile (this
+        (tens of milliseconds each), and only what is slow goes to build processes: kernels Numba must compile (this
         process never imports Numba while it serves calls) and the tail of a big graph (``_build_in_background``).
         Else (a synchronous build) this process compiles a share on worker threads while build processes take
         the rest, in parallel."""
@@ -455,7 +455,7 @@ class GraphCode:
         if away:
             shares += _split(away, helpers)
         procs, sent = [], set()
-        for i, share in enumerate(shares):
+        for share in shares:
             jobs = []
             for kind, key, _ in share:
                 path = cache.store_entry(key, self._source(key))     # the build process reads it

@@ -20,6 +20,9 @@ The switch uses OpenBLAS's own re-initialisation entry points (``gotoblas_dynami
 If the user's code had loaded SciPy's BLAS already, the switch happens all the same, once, at jitgrad's first
 matmul: do not let that first matmul race a SciPy BLAS call in another thread (or set ``keep``).
 :func:`info` says what was chosen and why.
+
+On how many threads: the end of this module holds the thread policy eager and compiled GEMMs share (small ones on
+one thread, large ones on every thread until their calls show contention: ``BlasPacer``, ``eager_threads``).
 """
 from __future__ import annotations
 
