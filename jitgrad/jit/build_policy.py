@@ -25,7 +25,8 @@ the code is ready.
 
 Test hook: ``JITGRAD_BUILD_AFTER_CALL=k`` holds every background build until a compiled function's call k+1,
 which waits for its build: calls 1..k run eagerly or interpreted and the later ones compiled, whatever the
-machine's speed, so a test counts the switch without timing it.
+machine's speed, so a test counts the switch without timing it (``f.wait()`` before that call would wait for
+the gate too).
 """
 from __future__ import annotations
 
