@@ -108,9 +108,8 @@ class CompiledFunction(Introspection, Signatures):
         if self.backend != "numba":
             return True
         ok = True
-        # (in a forked child the build queue and locks are fresh, codegen/native/build_thread.py
-        # ``_after_fork_in_child``: a build the parent had started is built again here, so waiting never blocks on
-        # the parent's threads)
+        # (a forked child's build queue and locks are fresh, native/build_thread.py ``_after_fork_in_child``: a build
+        # the parent had started is built again here, so waiting never blocks on the parent's threads)
         for entries in self._cache.values():
             for e in entries:
                 gf = getattr(e, "gf", None)
