@@ -33,7 +33,7 @@ from . import build_policy
 from .graph_function import GraphFunction
 from .introspection import Introspection
 from .lazy_functions import refuse_lazy, refuse_lazy_result
-from . import python_values
+from . import python_values, recompiles
 from .signatures import COUNTS as _SIG_COUNTS
 from .trace_entries import NO_MEMO as _NO_MEMO, _Entry, _Tracer, _bindings, _break_cycles, _payload_of
 from .signatures import (Signatures, _is_tensor_or_float, _shared_memory, _static_key, args_alias_writes,
@@ -80,6 +80,8 @@ class CompiledFunction(Introspection, Signatures):
         self._n_entries = 0
         self.recompile_limit = RECOMPILE_LIMIT if recompile_limit is None else int(recompile_limit)
         self._last_key = None
+        self._last_one_shot = False
+        self._last_reason = ("first call", "first call")
         self._warned_retrace = False
         # automatic dynamic scalars: float arguments (per argument structure, by position among the floats) and
         # guarded float values (by place) seen to change become graph inputs; a trace that cannot take them as
@@ -93,7 +95,8 @@ class CompiledFunction(Introspection, Signatures):
         # compiled_calls / interpreted_calls: graph executions on generated code / on the reference interpreter
         # (the interpreter serves calls while a background build runs, or when codegen failed)
         self.stats = build_policy.init_stats({"traces": 0, "hits": 0, "calls": 0, "compile_seconds": 0.0,
-                                              "eager_fallbacks": 0, "compiled_calls": 0, "interpreted_calls": 0})
+                                              "eager_fallbacks": 0, "compiled_calls": 0, "interpreted_calls": 0,
+                                              "trace_reasons": {}})
         functools.update_wrapper(self, fn)
 
     def wait(self, timeout=None) -> bool:
@@ -137,24 +140,6 @@ class CompiledFunction(Introspection, Signatures):
                      type(t._data), layout_key(t._data)) for t in leaves)
         return (_static_key(treedef) if tkey is None else tkey, sig, first, self._modes())
 
-    def _describe_change(self, old, new) -> str:
-        if old is None:
-            return "first call"
-        if old[0] != new[0]:
-            return "the arguments' structure or a static (non-tensor) argument changed"
-        if old[1] != new[1]:
-            for i, (a, b) in enumerate(zip(old[1], new[1])):
-                if a != b:
-                    return (f"tensor argument {i} changed from shape {list(a[0])} {a[1]} requires_grad={a[2]} "
-                            f"grad is None={a[3]} to shape {list(b[0])} {b[1]} requires_grad={b[2]} "
-                            f"grad is None={b[3]}")
-            return "the number of tensor arguments changed"
-        if old[2] != new[2]:
-            return "which arguments are the same tensor changed"
-        if old[3] != new[3]:
-            return "grad mode, anomaly mode or the default dtype changed"
-        return "a captured tensor (closure parameter or its .grad) changed identity, shape, dtype or requires_grad"
-
     # --- calling -------------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         prof = _PROF.active
@@ -194,8 +179,9 @@ class CompiledFunction(Introspection, Signatures):
             return self._call_locked(args, kwargs)     # the changed floats are graph inputs now
         if entries:
             self._note_changed_values(entries)
+        self._last_reason = recompiles.miss_reason(self, key, entries)
         if self._n_entries >= self.recompile_limit:
-            self._warn_recompile_limit(key)
+            self._warn_recompile_limit()
             self.stats["eager_fallbacks"] += 1
             return _EAGER
         e = self._trace(leaves, treedef, args, kwargs, key, floats, dyn)
@@ -206,6 +192,7 @@ class CompiledFunction(Introspection, Signatures):
     def _trace(self, leaves, treedef, args, kwargs, key, floats=(), dyn=()) -> _Entry:
         t0 = time.perf_counter()
         self.stats["traces"] += 1
+        recompiles.record(self.stats, self.fn, self._last_reason)
         e = _Entry()
         e.values, e.dynamic = python_values.collect(self.fn, Tensor, self._dyn_sources, (args, kwargs))
         e.arg_floats = tuple(dyn)
@@ -241,6 +228,7 @@ class CompiledFunction(Introspection, Signatures):
                 # the function needs these floats as Python numbers (``if lr > 0:``, ``math.exp(lr)``): pin them
                 # static and trace again with their values baked in, guarded
                 self.stats["traces"] -= 1
+                self.stats["trace_reasons"][self._last_reason[0]] -= 1
                 if dyn:
                     tk = _static_key(treedef)
                     self._static_args[tk] = tuple(self._static_args.get(tk, ())) + tuple(dyn)
@@ -277,6 +265,7 @@ class CompiledFunction(Introspection, Signatures):
                 self._build(e, tracer, outputs, out_diff)
         self.stats["compile_seconds"] += time.perf_counter() - t0
         self._last_key = key
+        self._last_one_shot = e.one_shot
         if not e.one_shot:
             self._cache.setdefault(key, []).append(e)
             self._n_entries += 1
@@ -334,6 +323,7 @@ class CompiledFunction(Introspection, Signatures):
         e.grad_src = [grad_of.get(id(c.ref())) for c in e.captured]
         e.bindings = _bindings(self.fn, e.captured)
         e.guards = tracer.trace.guards
+        e.guard_what = tracer.trace.guard_what
         return outputs, out_diff
 
     @staticmethod
@@ -490,6 +480,7 @@ class CompiledFunction(Introspection, Signatures):
         for e in self._cache.get(key, []):
             if e.guards_ok():
                 return e
+        self._last_reason = recompiles.miss_reason(self, key, self._cache.get(key))
         e = self._trace(leaves, treedef, args, kwargs, key, floats, dyn)
         if e.materialize:
             # the trace made state that outlives it (an optimiser buffer created on the first call): it must not
@@ -561,7 +552,8 @@ def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, ba
     ``"cudagraphs"``) is the default backend and ``"eager"``/``"aot_eager"`` the interpreter; ``mode``
     ("default", "reduce-overhead", "max-autotune", ...) and ``options`` are checked as torch checks them and
     change nothing; ``dynamic`` changes nothing either (a new shape retraces, up to ``recompile_limit``);
-    ``disable=True`` returns the function itself.
+    ``disable=True`` returns the function itself.  ``f.stats["trace_reasons"]`` counts traces by why they ran;
+    ``JITGRAD_LOG=recompiles`` prints one line per trace naming what changed (torch's ``TORCH_LOGS``).
 
     Every Python value the function reads (closure and global scalars, attributes of the objects and modules it
     reaches, an int used in ``reshape``) is guarded: a change retraces.  A float that changes (an argument, or
