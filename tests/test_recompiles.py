@@ -12,7 +12,7 @@ from jitgrad.optim import lr_scheduler
 
 def test_trace_reasons_count_each_kind(capsys, monkeypatch):
     monkeypatch.setenv("JITGRAD_LOG", "recompiles")
-    f = jg.compile(lambda x: x.sum(), backend="interpret")
+    f = jg.compile(lambda x: x.sum(), backend="interpret", dynamic=False)
     f(jg.ones(3))
     f(jg.ones(4))
     f(jg.ones(4))
@@ -27,6 +27,16 @@ def test_trace_reasons_count_each_kind(capsys, monkeypatch):
     assert "[shape]" in lines[1] and "from shape [3] float32" in lines[1] and "to shape [4] float32" in lines[1]
     assert "[dtype]" in lines[2] and "[4] float64" in lines[2]
     assert "[modes]" in lines[3]
+
+
+def test_a_size_change_makes_dims_symbolic_once(capsys, monkeypatch):
+    monkeypatch.setenv("JITGRAD_LOG", "recompiles")
+    f = jg.compile(lambda x: x.sum(), backend="interpret")
+    for n in (3, 4, 5, 6):
+        f(jg.ones(n, 2))
+    assert f.stats["trace_reasons"] == {"first call": 1, "dynamic shape": 1}
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert "[dynamic shape]" in lines[1] and "changed shape from [3, 2]: dims [0, 1] are symbolic" in lines[1]
 
 
 def test_no_log_without_the_setting(capsys, monkeypatch):

@@ -33,7 +33,8 @@ from . import build_policy
 from .graph_function import GraphFunction
 from .introspection import Introspection
 from .lazy_functions import refuse_lazy, refuse_lazy_result
-from . import python_values, recompiles
+from . import python_values, recompiles, symbolic_entries
+from .torch_options import torch_options
 from .signatures import COUNTS as _SIG_COUNTS
 from .trace_entries import NO_MEMO as _NO_MEMO, _Entry, _Tracer, _bindings, _break_cycles, _payload_of
 from .signatures import (Signatures, _is_tensor_or_float, _shared_memory, _static_key, args_alias_writes,
@@ -55,7 +56,7 @@ class CompiledFunction(Introspection, Signatures):
     """The callable ``@jg.compile`` returns.  ``f.ir(*args)``, ``f.source(*args)``, ``f.stats``."""
 
     def __init__(self, fn, device=None, anomaly=None, cache=True, parallel=None, backend=None,
-                 fullgraph=True, background=None, recompile_limit=None):
+                 fullgraph=True, background=None, recompile_limit=None, dynamic=None):
         if backend is None:
             backend = os.environ.get("JITGRAD_BACKEND", "numba")
         if backend not in ("interpret", "numba"):
@@ -77,6 +78,8 @@ class CompiledFunction(Introspection, Signatures):
             background = os.environ.get("JITGRAD_BACKGROUND_COMPILE", "1") != "0"
         self.background = bool(background)
         self._cache: dict = {}
+        self.dynamic = dynamic      # None: automatic dynamic shapes; True: every dim symbolic; False: none
+        self._dyn_dims: dict = {}   # symbolic_entries.shapeless(key) -> {(leaf, dim)}: dims that are symbols
         self._n_entries = 0
         self.recompile_limit = RECOMPILE_LIMIT if recompile_limit is None else int(recompile_limit)
         self._last_key = None
@@ -96,7 +99,7 @@ class CompiledFunction(Introspection, Signatures):
         # (the interpreter serves calls while a background build runs, or when codegen failed)
         self.stats = build_policy.init_stats({"traces": 0, "hits": 0, "calls": 0, "compile_seconds": 0.0,
                                               "eager_fallbacks": 0, "compiled_calls": 0, "interpreted_calls": 0,
-                                              "trace_reasons": {}})
+                                              "trace_reasons": {}, "shape_instances": 0})
         functools.update_wrapper(self, fn)
 
     def wait(self, timeout=None) -> bool:
@@ -160,10 +163,14 @@ class CompiledFunction(Introspection, Signatures):
 
     def _call_locked(self, args, kwargs):
         leaves, treedef, key, floats, dyn = self._signature(args, kwargs)
+        if self._dyn_dims:
+            key = symbolic_entries.symbolic_key(self._dyn_dims, key)
         entries = self._cache.get(key)
         if entries:
             for e in entries:
                 if e.guards_ok():
+                    if e.shape_env is not None and (e := symbolic_entries.instance(self, e, leaves)) is None:
+                        continue        # a size guard of that trace fails for these sizes
                     self.stats["hits"] += 1
                     if e.eager:      # fullgraph=False fallback for this signature, or aliased inputs
                         return _EAGER
@@ -177,14 +184,18 @@ class CompiledFunction(Introspection, Signatures):
                     return self._run(e, leaves, args, kwargs, floats)
         if floats and self._float_args_changed(treedef, floats):
             return self._call_locked(args, kwargs)     # the changed floats are graph inputs now
+        if symbolic_entries.mark_on_miss(self, key, leaves):
+            return self._call_locked(args, kwargs)     # the sizes that changed are symbols now
         if entries:
             self._note_changed_values(entries)
-        self._last_reason = recompiles.miss_reason(self, key, entries)
+        self._last_reason = recompiles.miss_reason(self, key, entries, leaves)
         if self._n_entries >= self.recompile_limit:
             self._warn_recompile_limit()
             self.stats["eager_fallbacks"] += 1
             return _EAGER
         e = self._trace(leaves, treedef, args, kwargs, key, floats, dyn)
+        if e.shape_env is not None:
+            e = symbolic_entries.instance(self, e, leaves)
         if e.eager or (e.arg_writes and writes_read_only(distinct(leaves), e.arg_writes)):
             return _EAGER
         return self._run(e, leaves, args, kwargs, floats)
@@ -210,11 +221,12 @@ class CompiledFunction(Introspection, Signatures):
         saved_values = [(d, d.read()) for d in e.dynamic]
         for d, t in zip(e.dynamic, dyn_tensors[len(dyn):]):
             d.put(t)
-        tracer = _Tracer(list(leaves) + dyn_tensors)
+        env, shapes, e.sym_sources = symbolic_entries.trace_shapes(key, leaves)
+        tracer = _Tracer(list(leaves) + dyn_tensors, shapes)
         if dyn_tensors:      # they promote as the Python floats they stand for
             tracer.trace.python_floats = {tracer.captured[id(t)].var for t in dyn_tensors}
         try:
-            with tracer.trace, grad_mode.set_grad_enabled(grad_mode.STATE.grad_enabled):
+            with tracer.trace, grad_mode.set_grad_enabled(grad_mode.STATE.grad_enabled), symbolic_entries.active(env):
                 with _phase("compile/trace"):
                     out = self.fn(*t_args, **t_kwargs)
                 outputs, out_diff = self._finish(e, tracer, out)
@@ -224,6 +236,11 @@ class CompiledFunction(Introspection, Signatures):
             for d, v in saved_values:
                 d.put(v)
             tracer.trace.abort()
+            if env is not None and isinstance(exc, Exception):
+                # a symbolic trace failed (library code that needs plain ints, or a real error, which the static
+                # trace raises again): this structure is traced per shape from now on
+                return symbolic_entries.retry_static(self, key, exc, leaves, lambda k: self._trace(
+                    leaves, treedef, args, kwargs, k, floats, dyn))
             if (dyn or e.dynamic) and isinstance(exc, Exception):
                 # the function needs these floats as Python numbers (``if lr > 0:``, ``math.exp(lr)``): pin them
                 # static and trace again with their values baked in, guarded
@@ -262,7 +279,11 @@ class CompiledFunction(Introspection, Signatures):
             else:
                 e.write_roots = written_roots(tracer.order, e.writes, e.n_args)
                 e.arg_writes = tuple(ci for ci, _ in e.writes if ci < e.n_args)
-                self._build(e, tracer, outputs, out_diff)
+                raw = Graph(tracer.trace.inputs, tracer.trace.eqns, outputs)
+                if env is None:
+                    self._build(e, raw, out_diff)
+                else:       # a template: instances per call's sizes (symbolic_entries.instance)
+                    e.raw_graph, e.out_diff, e.shape_env, e.instances = raw, out_diff, env, {}
         self.stats["compile_seconds"] += time.perf_counter() - t0
         self._last_key = key
         self._last_one_shot = e.one_shot
@@ -354,9 +375,7 @@ class CompiledFunction(Introspection, Signatures):
             outputs.append(t._data)
             out_diff.append(False)
 
-    def _build(self, e: _Entry, tracer: _Tracer, outputs, out_diff):
-        tr = tracer.trace
-        raw = Graph(tr.inputs, tr.eqns, outputs)
+    def _build(self, e: _Entry, raw: Graph, out_diff):
         e.raw_graph = raw
         with _phase("compile/passes"):
             e.graph = run_pipeline(raw, getattr(self.fn, "__name__", "compiled"))
@@ -477,11 +496,15 @@ class CompiledFunction(Introspection, Signatures):
 
     def _entry_for_locked(self, args, kwargs) -> _Entry:
         leaves, treedef, key, floats, dyn = self._signature(args, kwargs)
+        if self._dyn_dims:
+            key = symbolic_entries.symbolic_key(self._dyn_dims, key)
         for e in self._cache.get(key, []):
-            if e.guards_ok():
-                return e
-        self._last_reason = recompiles.miss_reason(self, key, self._cache.get(key))
+            if e.guards_ok() and (e.shape_env is None or symbolic_entries.instance(self, e, leaves) is not None):
+                return e if e.shape_env is None else symbolic_entries.instance(self, e, leaves)
+        self._last_reason = recompiles.miss_reason(self, key, self._cache.get(key), leaves)
         e = self._trace(leaves, treedef, args, kwargs, key, floats, dyn)
+        if e.shape_env is not None:
+            e = symbolic_entries.instance(self, e, leaves)
         if e.materialize:
             # the trace made state that outlives it (an optimiser buffer created on the first call): it must not
             # keep a traced value, so it gets the value this call would give it; nothing else is updated
@@ -514,25 +537,6 @@ def _phase(name):
     """A profiler event for a compile phase (nothing when no profiler is active)."""
     prof = _PROF.active
     return prof.range(name, None, "compile") if prof is not None else contextlib.nullcontext()
-
-
-# torch.compile's modes and backends, as jitgrad reads them (``_torch_options``)
-TORCH_MODES = ("default", "lite", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
-TORCH_BACKENDS = {"inductor": None, "cudagraphs": None, "eager": "interpret", "aot_eager": "interpret"}
-
-
-def _torch_options(backend, mode, options):
-    """torch.compile's ``backend``/``mode``/``options`` mapped to jitgrad's backend, with torch's errors: its
-    compiling backends ("inductor", "cudagraphs") are jitgrad's default; "eager"/"aot_eager", which run the
-    captured graph without generating code, are the reference interpreter.  ``mode`` and ``options`` tune
-    inductor; they change nothing here."""
-    if mode is not None and options is not None:
-        raise RuntimeError("Either mode or options can be specified, but both can't be specified at the same time.")
-    if mode is not None and mode not in TORCH_MODES:
-        raise RuntimeError(f"Unrecognized mode={mode}, should be one of: {', '.join(TORCH_MODES)}")
-    if options is not None and not isinstance(options, dict):
-        raise TypeError(f"options must be a dict, got {type(options).__name__}")
-    return TORCH_BACKENDS.get(backend, backend)
 
 
 def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, backend=None, fullgraph=True,
@@ -574,7 +578,7 @@ def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, ba
     >>> w
     tensor([0.9000, 1.9000], requires_grad=True)
     """
-    backend = _torch_options(backend, mode, options)
+    backend = torch_options(backend, mode, options)
 
     def wrap(f):
         if disable:
@@ -583,7 +587,8 @@ def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, ba
         if is_module(f):     # torch.compile(model): a Module back (torch's OptimizedModule), see compiled_module.py
             return compile_module(f, wrap)
         return CompiledFunction(f, device=device, anomaly=anomaly, cache=cache, parallel=parallel, backend=backend,
-                                background=background, fullgraph=fullgraph, recompile_limit=recompile_limit)
+                                background=background, fullgraph=fullgraph, recompile_limit=recompile_limit,
+                                dynamic=dynamic)
     if fn is not None:
         return wrap(fn)
     return wrap

@@ -46,6 +46,10 @@ def key_change(old, new) -> tuple[str, str]:
         for i, (a, b) in enumerate(zip(old[1], new[1])):
             if a == b:
                 continue
+            if a[0] != b[0] and None in b[0]:
+                dims = [d for d, n in enumerate(b[0]) if n is None]
+                return "dynamic shape", (f"tensor argument {i} changed shape from {list(a[0])}: dims {dims} are "
+                                         "symbolic from now on")
             if a[0] != b[0]:
                 kind = "shape"
             elif a[1] != b[1]:
@@ -66,11 +70,16 @@ def key_change(old, new) -> tuple[str, str]:
     return "captured tensor", "a captured tensor (closure parameter or its .grad) changed"
 
 
-def miss_reason(cf, key, entries) -> tuple[str, str]:
+def miss_reason(cf, key, entries, leaves) -> tuple[str, str]:
     """(kind, explanation) of a call of the compiled function ``cf`` that no cached entry serves: the failed
     guard of the key's latest entry, else the difference from the nearest cached signature."""
     if entries:
-        return entries[-1].failure()
+        e = entries[-1]
+        kind, why = e.failure()
+        if kind == "unknown" and e.shape_env is not None:
+            return "size guard", "a size guard failed: " + (e.shape_env.failed(
+                {name: leaves[i]._data.shape[d] for name, i, d in e.sym_sources}) or "?")
+        return kind, why
     if cf._last_one_shot and key == cf._last_key:
         return "created state", "the last trace created state that outlives it (it served one call)"
     return key_change(nearest_key([*cf._cache, cf._last_key], key), key)

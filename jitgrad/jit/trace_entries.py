@@ -96,6 +96,10 @@ class _Entry:
         self.alias_token = NO_MEMO  # the signature memo whose arguments args_alias_writes last cleared
         self.slow_times = {}     # build_policy: the fastest eager / interpreted call while its code builds
         self.talks = None        # (group, label) when its graph holds collectives (build_policy.collectives)
+        self.shape_env = None    # a symbolic trace (a template): its symbols and size guards (ir/symbolic.py)
+        self.sym_sources = ()    # (symbol, argument leaf, dim): where each symbol's value is read per call
+        self.instances = None    # sizes -> the concrete entry built for them (symbolic_entries.instance)
+        self.out_diff = None     # a template's outputs that require grad, for its instances' builds
 
     def failure(self) -> tuple[str, str]:
         """Why this entry does not serve the call: (kind, explanation), as ``recompiles.key_change``."""
@@ -165,8 +169,9 @@ class _Entry:
 class _Tracer:
     """Runs one trace of the user's function, with capture and functionalisation hooks installed."""
 
-    def __init__(self, arg_leaves):
+    def __init__(self, arg_leaves, shapes=None):
         from .graph_function import new_trace
+        self.shapes = shapes or {}     # id(argument) -> its shape with symbolic dims (symbolic_entries.py)
         self.trace = new_trace()
         self.captured = {}        # id(tensor) -> _Captured
         self.order = []           # _Captured in input order
@@ -191,7 +196,7 @@ class _Tracer:
         d = t._data
         if type(d) is Var:
             raise TraceError("a traced tensor from another compiled function leaked into this one")
-        var = self.trace.new_input(Aval(tuple(d.shape), dt._FROM_NP[d.dtype]))
+        var = self.trace.new_input(Aval(self.shapes.get(id(t)) or tuple(d.shape), dt._FROM_NP[d.dtype]))
         c = _Captured(t, var)
         if c.strides is not None:
             self.trace.layouts[var] = c.strides
