@@ -288,3 +288,33 @@ def test_data_dependent_sizes_are_refused_not_retraced_per_value():
     f = jg.compile(lambda x: x[x > 0].sum(), backend="interpret")
     with pytest.raises(TracedValueError):
         f(jg.tensor([1.0, -2.0, 3.0]))
+
+
+def _gpt_model():
+    import importlib.util
+    import os
+    spec = importlib.util.spec_from_file_location("gpt_model", os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "gpt_model.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("sdpa,backend", [(False, "interpret"), (True, "interpret"), (False, "numba")])
+def test_nanogpt_with_variable_length_equals_eager(sdpa, backend):
+    # nanoGPT's model (B9's), T drawn per batch from 8..block_size (16, inclusive: the mask buffer sliced whole)
+    gm = _gpt_model()
+
+    def build():
+        jg.manual_seed(0)
+        m = gm.make_gpt(jg, 50, 16, 32, 4, 2, 0.0, sdpa)
+        return gm.make_step(jg, m, m, gm.make_optimizer(jg, m, 1e-2))
+    rng = np.random.default_rng(0)
+    data = []
+    for T in (12, 8, 16, 9, 14, 16, 11):
+        data.append((jg.tensor(rng.integers(0, 50, (3, T))), jg.tensor(rng.integers(0, 50, (3, T)))))
+    eager, comp = build(), jg.compile(build(), backend=backend, background=False)
+    le = [float(eager(x, y)) for x, y in data]
+    lc = [float(comp(x, y)) for x, y in data]
+    np.testing.assert_allclose(lc, le, rtol=2e-5, atol=1e-5)
+    assert comp.stats["traces"] == 2 and comp.stats["eager_fallbacks"] == 0, comp.stats["trace_reasons"]

@@ -462,6 +462,29 @@ def _evaluate_any(p, values):
     return evaluate(p, values)
 
 
+def known_equal(a, b):
+    """Whether sizes (or tuples of sizes) ``a`` and ``b`` are equal for every value of the symbols: True, False
+    (they differ for every value: different constants, or lengths), or None when it depends on the values.  It
+    records no guard: for bookkeeping that may answer "unknown" (strides eager mode would have)."""
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        if len(a) != len(b):
+            return False
+        r = True
+        for x, y in zip(a, b):
+            k = known_equal(x, y)
+            if k is False:
+                return False
+            if k is None:
+                r = None
+        return r
+    p, _ = _poly_of(a)
+    q, _ = _poly_of(b)
+    if p is None or q is None:
+        return a == b
+    c = _constant_of(_add(p, q, -1))
+    return None if c is None else c == 0
+
+
 def is_symbolic(x) -> bool:
     return type(x) is SymInt or type(x) is SymFloat
 
@@ -500,4 +523,5 @@ def _has(x) -> bool:
 has_symbols = _has
 
 __all__ = ["ACTIVE", "ShapeEnv", "SymInt", "SymFloat", "concretize", "evaluate", "has_symbols", "is_symbolic",
+           "known_equal",
            "make"]

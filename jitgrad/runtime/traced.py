@@ -8,7 +8,7 @@ import numpy as np
 
 from ..ir import dtypes as dt
 from ..ir.graph import Var
-from ..ir.symbolic import has_symbols
+from ..ir.symbolic import has_symbols, known_equal
 from ..tracer import STATE as _TR
 from .view_rule import contiguous_strides, element_strides
 
@@ -231,6 +231,13 @@ def note_layout(tr, op, params, args, out, recorded):
     elif tr.layouts and any(type(getattr(a, "_data", None)) is Var and a._data in tr.layouts for a in args):
         st = _elementwise_strides(tr, op, args, out)     # an op over a non-contiguous input
     else:
+        return
+    if st is not None and has_symbols((st, out.shape)):
+        # symbolic sizes: contiguous or not may depend on the sizes (a slice of a buffer): unknown then,
+        # rather than a guard on the sizes for bookkeeping
+        same = known_equal(tuple(st), contiguous_strides(out.shape))
+        if same is not True:
+            tr.layouts[out] = None if same is None else tuple(st)
         return
     if st is None or tuple(st) != contiguous_strides(out.shape) and out.size > 1:
         tr.layouts[out] = None if st is None else tuple(st)
