@@ -555,9 +555,12 @@ def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, ba
     torch.compile's arguments are accepted, so scripts run unchanged: ``backend="inductor"`` (or
     ``"cudagraphs"``) is the default backend and ``"eager"``/``"aot_eager"`` the interpreter; ``mode``
     ("default", "reduce-overhead", "max-autotune", ...) and ``options`` are checked as torch checks them and
-    change nothing; ``dynamic`` changes nothing either (a new shape retraces, up to ``recompile_limit``);
-    ``disable=True`` returns the function itself.  ``f.stats["trace_reasons"]`` counts traces by why they ran;
-    ``JITGRAD_LOG=recompiles`` prints one line per trace naming what changed (torch's ``TORCH_LOGS``).
+    change nothing; ``disable=True`` returns the function itself.  ``f.stats["trace_reasons"]`` counts traces
+    by why they ran; ``JITGRAD_LOG=recompiles`` prints one line per trace naming what changed.
+
+    ``dynamic`` (torch's): by default, argument sizes that change become symbols and one trace serves every size
+    (0 and 1 specialised, size decisions guarded per call: ``jit/symbolic_entries.py``); ``True``: every dim
+    symbolic from the first call; ``False``: a trace per shape.
 
     Every Python value the function reads (closure and global scalars, attributes of the objects and modules it
     reaches, an int used in ``reshape``) is guarded: a change retraces.  A float that changes (an argument, or

@@ -24,7 +24,7 @@ from ..ir.ops import Aval
 from ..ir import symbolic
 from ..ir.symbolic import ShapeEnv, concretize, has_symbols
 
-MAX_INSTANCES = 64      # concrete instances kept per symbolic entry (the oldest go first)
+MAX_INSTANCES = 256     # concrete instances kept per symbolic entry (the oldest go first)
 
 
 def shapeless(key):

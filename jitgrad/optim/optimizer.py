@@ -313,9 +313,13 @@ class Optimizer:
         out = []
         rt = self.runtime_hypers
         for g in self.param_groups:
-            dyn = g.dynamic & rt if rt else ()
-            hyper = tuple((k, ("dynamic", _sign(v)) if k in dyn else v) for k, v in g.items()
-                          if k not in ("params", "lr", "initial_lr") and not isinstance(v, Tensor))
+            dyn = g.dynamic & rt if rt and g.dynamic else None
+            if dyn:
+                hyper = tuple((k, ("dynamic", _sign(v)) if k in dyn else v) for k, v in g.items()
+                              if k not in ("params", "lr", "initial_lr") and not isinstance(v, Tensor))
+            else:       # (every call checks this: the common case as cheap as it was)
+                hyper = tuple((k, v) for k, v in g.items()
+                              if k not in ("params", "lr", "initial_lr") and not isinstance(v, Tensor))
             st = tuple(tuple((k, id(v)) for k, v in self.state[p].items()) if p in self.state else None
                        for p in g["params"])
             out.append((hyper, st, id(g.lr_tensor)))
