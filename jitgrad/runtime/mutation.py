@@ -8,6 +8,7 @@ import numpy as np
 from ..declarations import published
 from ..ir.dtypes import torch_scalar_name
 from ..ir.ops import OPS as O
+from ..ir.symbolic import SymInt
 from ..tracer import STATE as _TR
 from . import grad_mode, saved_mutation
 from .grad_names import getitem_name
@@ -333,6 +334,8 @@ def parse_index(key, t):
             spec.append(k)
         elif isinstance(k, (int, np.integer)):
             spec.append(int(k))
+        elif type(k) is SymInt:         # a size of a trace (ir/symbolic.py): stays symbolic
+            spec.append(k)
         else:
             raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None and long or bool tensors are valid "
                              f"indices (got {type(k).__name__})")
@@ -340,4 +343,4 @@ def parse_index(key, t):
 
 
 def _opt_int(v):
-    return None if v is None else int(v.__index__())
+    return None if v is None else v if type(v) is SymInt else int(v.__index__())
