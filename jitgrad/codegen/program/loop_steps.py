@@ -28,6 +28,9 @@ def fused_group(prog: Program, g: Group):
     shape = op.shape
     classes = [stride_class(st) for st in op.in_strides + op.out_strides]
     per_element = sum(p.dtype.itemsize for p in op.in_places + op.out_places) + g.arith_cost()
+    if isinstance(g, RowGroup):     # each pass sweeps the row again: its reads and its arithmetic, recomputations too
+        per_element += (len(g.passes) - 1) * sum(p.dtype.itemsize for p in op.in_places) \
+            + max(g.cost - g.arith_cost(), 0.0)
     parallel = len(shape) > 0 and prog.runs_parallel(op.size, per_element)
     alias = alias_classes(op.in_places + op.out_places)
     if isinstance(g, RowGroup):
@@ -36,6 +39,7 @@ def fused_group(prog: Program, g: Group):
         k = gen_group(g, classes, parallel, prog.check_ids, len(shape), op.red_axes, alias)
     st = Step("kernel", k, label=f"{g.name} {g.lines()}".strip(), shapes=[list(p.shape) for p in op.in_places],
               scope=g.all_eqns[0].scope)
+    st.work = op.size * per_element
     st.block = len(prog.table)
     prog.table.extend(int(d) for d in shape)
     for p, s_ in zip(op.in_places + op.out_places, op.in_strides + op.out_strides):
