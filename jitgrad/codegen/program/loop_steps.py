@@ -11,7 +11,7 @@ from ...ir.plan import Group, RowGroup
 from .gemm_steps import fold_update_into_gemm
 from .layout import Program, Step, alias_classes, stride_class
 from ..kernels.index_loops import gen_gather, gen_scatter
-from ..kernels.loops import gen_group
+from ..kernels.loops import COLUMN_CHUNKS, gen_group
 from ..lowering import emits
 from ..places import bcast_strides, c_strides
 from ..kernels.rowwise_loops import gen_rows
@@ -46,6 +46,13 @@ def fused_group(prog: Program, g: Group):
         prog.operand(p, s_)
     if g.reduce is not None:
         prog.table.append(int(np.prod(g.reduce.outs[0].aval.shape)))
+    # each fixed chunk of rows sums its columns into a partial row of its own (``loops.chunked_rows``)
+    if isinstance(g, RowGroup) and k.parallel and g.columns:
+        for e in g.columns:
+            prog.slot_addr(prog.places.scratch((COLUMN_CHUNKS * int(shape[-1]),), e.outs[0].aval.dtype))
+    elif not isinstance(g, RowGroup) and k.parallel and g.reduce is not None and len(shape) == 2 \
+            and tuple(op.red_axes) == (0,):
+        prog.slot_addr(prog.places.scratch((COLUMN_CHUNKS * int(shape[-1]),), g.reduce.outs[0].aval.dtype))
     if k.checks:
         prog.err_slots.append(len(prog.table))
         prog.table.append(0)
