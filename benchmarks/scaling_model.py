@@ -9,6 +9,7 @@ prediction is an upper bound on the speedup when more threads also cost more wak
 with the figures (printed first): on a loaded machine the second thread is not a free core.
 
     python benchmarks/scaling_model.py [--rounds 3] [--steps 30] [--only b9]
+    python benchmarks/scaling_model.py --work       # B9's compiled step by its launch records (counted, no clock)
     python benchmarks/scaling_model.py --child b1 jitgrad compile --threads 2     # one process (internal)
 """
 import argparse
@@ -48,6 +49,33 @@ def b1_child(lib, mode, threads, steps):
     return statistics.median(ts) * 1e3
 
 
+def b9_work():
+    """B9's compiled step split by its launch records (``f.launches``): the work, in the plan's cost unit (a
+    GEMM's: multiply-adds), of the steps on the pool, of BLAS GEMMs OpenBLAS threads, and of the serial rest."""
+    import importlib
+    import jitgrad
+    for name in ("", ".nn", ".nn.functional", ".optim", ".autograd", ".utils", ".utils.data"):
+        sys.modules["torch" + name] = importlib.import_module("jitgrad" + name)
+    import torch
+    import gpt_model
+    torch.manual_seed(0)
+    model = gpt_model.make_gpt(torch, 65, 64, 128, 4, 4, dropout=0.0, sdpa=False)
+    opt = gpt_model.make_optimizer(torch, model, lr=3e-4)
+    step = jitgrad.compile(gpt_model.make_step(torch, model, model, opt), backend="numba")
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randint(0, 65, (16, 64), generator=g), torch.randint(0, 65, (16, 64), generator=g)
+    step(x, y)
+    parts = {}
+    for l in step.launches(x, y):
+        where = "pool" if l.parallel else "BLAS threads" if l.threads > 1 else "serial"
+        kind = "GEMM" if l.kind in ("gemm", "bgemm") else "loop"
+        n, w = parts.get((where, kind), (0, 0.0))
+        parts[(where, kind)] = (n + 1, w + l.work)
+    print("| where | kind | launches | work (2^20 units) |\n| --- | --- | --- | --- |")
+    for (where, kind), (n, w) in sorted(parts.items()):
+        print(f"| {where} | {kind} | {n} | {w / 2 ** 20:.1f} |")
+
+
 def run(workload, lib, mode, threads, steps):
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads),
                OMP_NUM_THREADS=str(threads), JITGRAD_BACKGROUND_COMPILE="0")
@@ -71,7 +99,11 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--child", nargs=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--work", action="store_true")
     args = ap.parse_args()
+    if args.work:
+        b9_work()
+        return
     if args.child:
         print(json.dumps({"median_ms": b1_child(*args.child[1:], args.threads, args.steps)}))
         return

@@ -32,6 +32,10 @@ from ..places import Place, Places, Root, bcast_strides, coalesce
 # Measured 2026-11-24, quiet, 2 cores (benchmarks/parallel_threshold.py, min / median): waking the workers costs
 # ~5 us at best and ~30 us typically; a 3-op tanh/sigmoid loop of 524,288 float32 188 / 190 us serial, 109 / 141
 # us parallel; of 262,144, 103 / 104 vs 64 / 92 us (kept serial); x + 1 never gains below 1M elements.
+# The same rule holds for row kernels (their work counts every pass over the row: loop_steps.py) and for a batch
+# of small products (``parallel_batch``: work = multiply-adds).  benchmarks/parallel_threshold.py now measures
+# every kind in alternation and proposes the threshold; its 2026-11-29 run (load average 8.8 on 2 cores: no free
+# second core) found no size that gained, so the quiet figure above stands until a quiet run says otherwise.
 PARALLEL_GRAIN = 1 << 15
 PARALLEL_WORK = 1 << 23
 
