@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import jitgrad as jg
-from jitgrad.codegen.native.threads import BLAS_THREADED_MACS
+from jitgrad.ir.ops.blas import BLAS_THREADED_MACS
 from jitgrad.codegen.program import layout
 from jitgrad.ir import settings
 

@@ -108,8 +108,8 @@ class CompiledFunction(Introspection, Signatures):
         if self.backend != "numba":
             return True
         ok = True
-        # (in a forked child the build queue and locks are fresh, codegen/native/build.py ``_after_fork_in_child``: a
-        # build the parent had started is built again here, so waiting never blocks on the parent's threads)
+        # (a forked child's build queue and locks are fresh, native/build_thread.py ``_after_fork_in_child``: a build
+        # the parent had started is built again here, so waiting never blocks on the parent's threads)
         for entries in self._cache.values():
             for e in entries:
                 gf = getattr(e, "gf", None)
@@ -411,7 +411,7 @@ class CompiledFunction(Introspection, Signatures):
         building = None
         if self.backend == "numba" and not e.code_ready:
             plan = e.gf.grad_plan(inputs)       # looked up once: the build's graph and the interpreted call's
-            building = build_policy.pending_build(e.gf, inputs, plan)
+            building = build_policy.pending_build(e.gf, inputs, plan, self.stats["calls"])
             e.code_ready = building is None
         direct = e.direct
         if direct is None and e.code_ready and self.device is None and _PROF.active is None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import Program, Step
-from ..native.threads import BLAS_THREADED_MACS
+from ...ir.ops.blas import BLAS_THREADED_MACS
 from ..places import Place, c_strides, coalesce
 
 MAX_BATCH_DIMS = 6

@@ -28,7 +28,7 @@ from ...ir import settings
 from ...ir.ops import blas
 from ...ir.plan import Plan
 from . import batched_gemm, collective_steps, gemm_steps, loop_steps, region_steps
-from ..native import build as _build, threads
+from ..native import build as _build, build_thread, threads
 from .layout import Program
 from ..lowering import lower_plan, step_error
 from ..kernels.loops import FASTMATH, PARALLEL_MIN, gen_group  # noqa: F401  (re-exported)
@@ -64,7 +64,7 @@ def _numba_array_type(d, ndim) -> str:
     return f"Array({'boolean' if d.name == 'bool' else d.np.name}, {ndim}, 'C')"
 
 
-_background = _build.queue_background
+_background = build_thread.queue_background
 
 # the CPU target's step modules: importing them registers their emitters (``lowering.emits``)
 STEP_MODULES = (loop_steps, gemm_steps, batched_gemm, region_steps, collective_steps)
@@ -140,6 +140,8 @@ class CompiledGraph:
             with (phase("compile/numba") if phase else contextlib.nullcontext()):
                 self.code.build(background)
             self._ready(t0)
+        except build_thread.BuildStopped:     # the process is exiting: build processes finish the job for the next run
+            return
         except BaseException as e:  # noqa: BLE001 - any codegen failure falls back to the interpreter, loudly
             self.fail(e)
 
