@@ -19,10 +19,12 @@ import os
 import threading
 import time
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 
 from ...ir.interpret import ScopeTracker, run_eqn
+from ...ir import settings
 from ...ir.ops import blas
 from ...ir.plan import Plan
 from . import batched_gemm, collective_steps, gemm_steps, loop_steps, region_steps
@@ -31,6 +33,17 @@ from .layout import Program
 from ..lowering import lower_plan, step_error
 from ..kernels.loops import FASTMATH, PARALLEL_MIN, gen_group  # noqa: F401  (re-exported)
 from .output_pool import take
+
+
+class Launch(NamedTuple):
+    """A step of a compiled call (``CompiledGraph.launches``): its label, kind (``fused``, ``rows``, ``copy``...
+    for loop kernels; ``gemm``, ``bgemm``, ``py``, ``native``...), whether it runs on the worker pool, and the
+    most threads it runs on at once; ``work``: its size in the plan's cost unit as the parallel choice saw it."""
+    label: str
+    kind: str
+    parallel: bool
+    threads: int
+    work: float = 0.0
 
 
 class CodegenWarning(UserWarning):
@@ -140,7 +153,7 @@ class CompiledGraph:
         self._tables()
         if self.nopython and entry.layout_ok():
             # one parallel launch at a time per process; BLAS on one thread while the cores are contended
-            lock = threads.call_guard(any(k.parallel for k in self.kernels),
+            lock = threads.call_guard(any(k.parallel for k in self.kernels) or entry.has_pool_steps(self.program),
                                       threads.blas_threaded(self.program.steps))
             self.run = entry.caller(entry_addr, self.program, len(self.checks), self.A, self.F, self.OFF,
                                     self._python_run, self._ierr, self.step_error, lock)
@@ -149,6 +162,30 @@ class CompiledGraph:
         self.seconds = time.perf_counter() - t0
         for fn in self.on_ready:    # the functions using this graph count its build (jit/build_policy.py)
             fn(self)
+
+    def launches(self) -> list:
+        """One ``Launch`` per step a call runs, in order (the write-backs last): what runs where, counted and never
+        timed.  ``threads``: the most threads the step runs on at once in this process: the pool's workers for a
+        parallel kernel or a parallel batch of small products (one thread each), OpenBLAS's threads for a GEMM
+        large enough for OpenBLAS to split, else 1."""
+        from ..native import workpool
+        pool = workpool.threads() or workpool.default_threads()
+        if settings.STATE.num_threads == 1:
+            pool = 1
+        ctl = blas.thread_control()
+        blas_n = max(1, int(ctl[0]())) if ctl else 1
+        out = []
+        for st in self.program.steps + self.program.writes:
+            if st.kind == "kernel":
+                par = bool(st.kernel.parallel)
+                out.append(Launch(st.label, st.kernel.kind, par, pool if par else 1, st.work))
+            elif st.kind in ("gemm", "bgemm"):
+                par = bool(st.parallel)
+                big = threads.blas_threaded([st])
+                out.append(Launch(st.label, st.kind, par, pool if par else blas_n if big else 1, st.work))
+            else:
+                out.append(Launch(st.label, st.kind, False, 1))
+        return out
 
     def step_error(self) -> Exception:
         """The error of the last call's first failing step, as eager mode raises it, naming the op, the shapes and
@@ -345,4 +382,4 @@ class CompiledGraph:
         return src
 
 
-__all__ = ["CompiledGraph", "lay_out", "STEP_MODULES", "CodegenWarning", "gen_group", "FASTMATH", "PARALLEL_MIN", "ALLOCATIONS"]
+__all__ = ["CompiledGraph", "Launch", "lay_out", "STEP_MODULES", "CodegenWarning", "gen_group", "FASTMATH", "PARALLEL_MIN", "ALLOCATIONS"]
