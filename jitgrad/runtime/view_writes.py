@@ -55,6 +55,29 @@ def inplace_on_view(self, fn, others, snapshot, check_result):
     return self
 
 
+def rebase_custom_write(view, view_fn):
+    """A custom Function wrote ``view`` in place (``ctx.mark_dirty``) and its node is now ``view.grad_fn``: as an
+    in-place op on a view, the base's history becomes CopySlices of that write (so the gradient of the base
+    reaches the Function's inputs), and the view reads the base's new history (``view_fn``: its node before)."""
+    base = view._base
+    b = base._data
+    if type(b) is not np.ndarray or type(view._data) is not np.ndarray:
+        return      # traced and device views follow their base where it is written (traced.py, cuda/eager.py)
+    if b.ndim == 0:
+        spec, idx = (Ellipsis,), ()
+    else:
+        pos = view_positions(b, view._data)
+        idx = tuple(type(view)._make(a) for a in np.unravel_index(pos, b.shape))
+        spec = tuple(("tensor", k) for k in range(b.ndim))
+    new_base = bind(O["index_put"], base, view, *idx, spec=spec, accumulate=False)
+    base.grad_fn = named(new_base, "CopySlices").grad_fn
+    base._out_nr = 0
+    base._requires_grad = False
+    if view_fn is not None and view_fn.view_args is not None:
+        view.grad_fn, view._out_nr = view_fn, 0
+        refresh_view(view)              # a view node on the base's new history
+
+
 def view_write_into_base(base, view, op, params):
     """The value of ``base`` after an in-place write into ``view = op(base, **params)``: the view's new values
     put back where it reads them (traced code and device tensors, whose views are not shared memory).  A view
