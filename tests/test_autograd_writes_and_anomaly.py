@@ -235,3 +235,31 @@ def test_custom_function_write_into_a_view_gradcheck():
 
     assert jg.autograd.gradcheck(func, (a, b))
     assert jg.autograd.gradgradcheck(func, (a, b))
+
+
+# ---- pow saves what torch saves -----------------------------------------------------------------------------
+
+def _saved_count_after_pow(lib):
+    with lib.autograd.graph.allow_mutation_on_saved_tensors() as ctx:
+        a = lib.randn(2, 3, requires_grad=True).clone()
+        b = a ** 2
+        c = a ** 2
+        a.sin_()                # a is saved by both nodes: one clone, not one per saved output
+        return len(ctx.cloned), len(ctx.tid_to_weakhandle)
+
+
+def test_pow_with_a_number_exponent_saves_only_its_input():
+    assert _saved_count_after_pow(jg) == (1, 2)     # one clone; torch counts the same
+
+
+@oracle
+def test_pow_saves_as_torch():
+    assert _saved_count_after_pow(jg) == _saved_count_after_pow(torch)
+
+
+def test_pow_gradients_with_a_tensor_exponent():
+    x = (jg.rand(3, dtype=jg.float64) + 0.5).requires_grad_()
+    y = jg.rand(3, dtype=jg.float64).requires_grad_()
+    assert jg.autograd.gradcheck(lambda a, b: a ** b, (x, y))
+    assert jg.autograd.gradgradcheck(lambda a, b: a ** b, (x, y))
+    assert jg.autograd.gradgradcheck(lambda b: 2.0 ** b, (y,))
