@@ -263,3 +263,28 @@ def test_pow_gradients_with_a_tensor_exponent():
     assert jg.autograd.gradcheck(lambda a, b: a ** b, (x, y))
     assert jg.autograd.gradgradcheck(lambda a, b: a ** b, (x, y))
     assert jg.autograd.gradgradcheck(lambda b: 2.0 ** b, (y,))
+
+
+# ---- hooks on a view written in place -------------------------------------------------------------------------
+
+def _hooks_around_a_view_write(lib):
+    calls = []
+    base = lib.tensor([1.0], requires_grad=True).clone()
+    view, view2 = base[:], base[:]
+    view.register_hook(lambda g: calls.append("view, before the write"))
+    view2.register_hook(lambda g: calls.append("view2, before the write"))
+    view.mul_(2)
+    view2.grad_fn       # noqa: B018 - torch regenerates view2's node when it is read
+    view2.register_hook(lambda g: calls.append(("view2, after the write", g.tolist())))
+    (view + view2).sum().backward()
+    return calls
+
+
+def test_hooks_registered_on_a_view_before_a_write_into_it_are_left_behind():
+    # the write reads the base's history (CopySlices), not the view's old node; a hook registered after it runs
+    assert _hooks_around_a_view_write(jg) == [("view2, after the write", [1.0])]
+
+
+@oracle
+def test_hooks_around_a_view_write_as_torch():
+    assert _hooks_around_a_view_write(jg) == _hooks_around_a_view_write(torch)

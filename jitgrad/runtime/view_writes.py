@@ -25,9 +25,11 @@ def inplace_on_view(self, fn, others, snapshot, check_result):
     if self.grad_fn is None and base.requires_grad:
         raise RuntimeError(NO_GRAD_VIEW_MSG)
     if self.grad_fn is not None:
-        # the view's current history (its base may have changed since); as_strided's is rebuilt from its base, as
-        # torch does: elements beyond its input, read without history, are the base's (their gradient goes there)
-        refresh_view(self, force=self.grad_fn.view_args is BY_POSITIONS)
+        # the write reads the view through a node made now from the base's current history, as torch's
+        # CopySlices reads the base: hooks registered on the view before the write stay on its old node, which
+        # the write leaves out of the graph; as_strided's is rebuilt from its base as well (elements beyond its
+        # input, read without history, are the base's: their gradient goes there)
+        refresh_view(self, force=True)
     src = snapshot(self)
     r = fn(src, *others)
     check_result(self, r)
