@@ -288,3 +288,26 @@ def test_hooks_registered_on_a_view_before_a_write_into_it_are_left_behind():
 @oracle
 def test_hooks_around_a_view_write_as_torch():
     assert _hooks_around_a_view_write(jg) == _hooks_around_a_view_write(torch)
+
+
+# ---- in-place view ops on a view a custom Function returned ------------------------------------------------------
+
+class _ViewAs(jg.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+@pytest.mark.parametrize("op", [lambda v: v.transpose_(0, 1), lambda v: v.t_(), lambda v: v.unsqueeze_(0),
+                                lambda v: v.squeeze_(0), lambda v: v.as_strided_((1, 2), (2, 1))])
+def test_in_place_view_op_on_a_custom_function_view_is_refused(op):
+    base = jg.rand(1, 2, requires_grad=True).clone()
+    v = _ViewAs.apply(base)
+    with pytest.raises(RuntimeError, match="view was created inside a custom Function"):
+        op(v)
+    with jg.no_grad():      # not recorded: allowed (torch refuses the next recorded in-place op instead)
+        op(_ViewAs.apply(base))

@@ -70,6 +70,14 @@ class InPlaceOps:
         if whole and type(self._data) is np.ndarray and not self._data.flags.writeable:
             self._data = writable(self._data)
 
+    def _check_view_inplace(self):
+        """The checks of an in-place view op (``transpose_``, ``as_strided_``): ``_check_inplace``'s, and torch's
+        refusal of one that would be recorded on a view a custom Function returned."""
+        self._check_inplace()
+        origin = self._view_origin if self._base is not None else None
+        if origin is not None and len(origin) == 4 and _GM.grad_enabled and self.requires_grad:
+            raise RuntimeError(custom_fn_view_msg(origin))
+
     def _check_inplace_view(self):
         """The view checks of an in-place op, for a view a custom Function marked dirty (grad mode is off inside
         forward, so they are made here, as torch does when it rebases the view's history)."""
