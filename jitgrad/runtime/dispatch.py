@@ -365,6 +365,7 @@ def _record(op, params, args, hit, t):
     node._loc = user_code_line(3)
     if _AN.enabled:
         node.stack = user_stack(3)
+        node.anomaly_parent = _AN.current
     if t._base is not None:
         node.view_args = args
         node.view_base_fn = t._base.grad_fn

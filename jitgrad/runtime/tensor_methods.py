@@ -116,6 +116,8 @@ class TensorMethods:
         """
         if not self.requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self._base is not None:
+            _dispatch.refresh_view(self)    # a view whose base was written since: the hook goes on its new node
         if self.grad_fn is None:
             if self._hooks is None:
                 self._hooks = OrderedDict()
