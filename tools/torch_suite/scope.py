@@ -56,7 +56,6 @@ RULE_A = [
     ("profiler internals", r"emit_itt|emit_nvtx|use_kineto|profiler_util|_format_time|FunctionEvent|EventList|"
                            r"_ExperimentalConfig|_KinetoProfile|profiler\._|use_cuda=|use_device="),
     ("bfloat16", r"bfloat16"),
-    ("implementation identity", r"torch::autograd::|\bdata_ptr\(\)|def __del__\("),    # amendment 2026-11-29
     ("skipped/xfail in torch", r"unittest\.skip\(|expectedFailure\b|@unittest\.skip\b"),
 ]
 RULE_B = [("logging_tensor", "logging_tensor"), ("vmap", "vectorized"), ("vmap", "vectorize_True"),
