@@ -9,7 +9,7 @@ from ..runtime.grad_mode import no_grad, enable_grad, set_grad_enabled, inferenc
     set_multithreading_enabled
 from ..runtime.tensor import Tensor
 from ..runtime.saved_access import SavedTensor  # noqa: F401
-from . import functional, profiler, graph, function, gradcheck  # noqa: F401
+from . import functional, profiler, graph, function, gradcheck, forward_ad  # noqa: F401
 # as in torch, the names are the functions (the submodule stays importable: ``from ...gradcheck import gradcheck``)
 from .gradcheck import gradcheck, gradgradcheck, GradcheckError  # noqa: E402,F811
 
@@ -63,4 +63,5 @@ def __getattr__(name):
 __all__ = ["backward", "grad", "Function", "FunctionCtx", "once_differentiable", "no_grad", "enable_grad",
            "set_grad_enabled", "inference_mode", "is_grad_enabled", "gradcheck", "gradgradcheck", "GradcheckError",
            "detect_anomaly", "set_detect_anomaly", "Variable", "functional", "profiler", "graph", "kineto_available",
+           "forward_ad",
            "set_multithreading_enabled"]

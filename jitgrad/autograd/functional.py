@@ -1,8 +1,10 @@
 """``jitgrad.autograd.functional``: vjp, jvp, jacobian, hessian, vhp, hvp with torch's signatures and results.
 
-Everything is built on ``autograd.grad``.  Forward-mode products (jvp, hvp, ``strategy="forward-mode"``) use
-the double-vjp trick: the vjp ``u -> J^T u`` is linear in ``u``, so differentiating ``<J^T u, v>`` with respect
-to ``u`` gives ``J v``.  Return structures follow torch exactly: a single Tensor where the user passed/returned
+``vjp``, ``vhp`` and reverse-mode ``jacobian``/``hessian`` are built on ``autograd.grad``.  ``jvp`` uses the
+double-vjp trick as torch's does (the vjp ``u -> J^T u`` is linear in ``u``, so differentiating ``<J^T u, v>``
+with respect to ``u`` gives ``J v``; its ``strict`` checks are torch's), ``hvp`` is forward over reverse (the
+jvp of the gradient, in forward mode) unless ``strict``, and ``strategy="forward-mode"`` /
+``outer_jacobian_strategy="forward-mode"`` use forward mode (dual tensors, batched by ``jitgrad.func.vmap``).  Return structures follow torch exactly: a single Tensor where the user passed/returned
 one, tuples (nested for jacobian/hessian: ``[output][input]``) otherwise.
 """
 from __future__ import annotations
@@ -12,6 +14,7 @@ import numpy as np
 from ..ir.ops import OPS
 from ..runtime import grad_mode
 from ..runtime.dispatch import bind
+from ..runtime.dual import DUALS
 from ..runtime.engine import grad as _grad
 from ..runtime.tensor import Tensor
 
@@ -280,7 +283,7 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
     """The Jacobian of ``func`` at ``inputs``: a Tensor of shape ``out.shape + in.shape``, or tuples of them
     (``[output][input]``) when ``func`` returns / ``inputs`` is a tuple.  ``vectorize`` changes nothing but the
     argument checks (there is no vmap: rows are computed one backward at a time); ``strategy="forward-mode"``
-    (requires ``vectorize=True``, as in torch) builds columns with the double-vjp trick.
+    (requires ``vectorize=True``, as in torch) builds columns in forward mode (jvps batched by ``func.vmap``).
 
     >>> import jitgrad as jg
     >>> jg.autograd.functional.jacobian(lambda x: x * x, jg.tensor([1., 2.]))
@@ -339,26 +342,32 @@ def _jacfwd(func, inputs, strict=False, vectorize=False):
     if not vectorize:
         raise NotImplementedError("Computing Jacobian using forward-AD or forward-over-reverse Hessian is only "
                                   "implemented for `vectorize=True`.")
-    with grad_mode.enable_grad():
-        inputs = _grad_preprocess(inputs, create_graph=False, need_graph=True)
-        out = func(*inputs)
-        is_outputs_tuple, outputs = _as_tuple(out, "outputs")
-        grad_outputs = tuple(_zeros_like(o, requires_grad=o.is_floating_point()) for o in outputs)
-        grad_inputs = _autograd_grad(outputs, inputs, grad_outputs, create_graph=True)
+    # forward mode, one jvp per input element batched by jitgrad.func.vmap (torch: vmap over forward AD)
+    from ..func import jvp as _fwd_jvp, vmap
+    inputs = tuple(x.detach() for x in inputs)
+    out = func(*inputs)
+    is_outputs_tuple, outputs = _as_tuple(out, "outputs")
     jac = [[None] * len(inputs) for _ in outputs]
-    for k, (gi, inp) in enumerate(zip(grad_inputs, inputs)):
+    for k, inp in enumerate(inputs):
         n = inp.numel()
-        cols = [np.zeros((n, o.numel()), o._data.dtype if o.is_floating_point() else inp._data.dtype)
-                for o in outputs]
-        if gi is not None and gi.requires_grad:
-            for j in range(n):
-                r = _autograd_grad((gi,), grad_outputs, (_one_hot(gi, j),), retain_graph=True)
-                for o, c in enumerate(r):
-                    if c is not None:
-                        cols[o][j] = c._data.reshape(-1)
+        basis = Tensor._make(np.eye(n, dtype=inp._data.dtype).reshape((n,) + tuple(inp.shape))) if n else None
+
+        def push(t, k=k):
+            ts = tuple(t if j == k else _zeros_like(x) for j, x in enumerate(inputs))
+            r = _fwd_jvp(lambda *xs: _as_tuple(func(*xs)), inputs, ts)[1]
+            return tuple(r)
+        cols = vmap(push)(basis) if n else None
         for o, out_o in enumerate(outputs):
-            # columns are (input element, output element): move the input dims last
-            jac[o][k] = Tensor._make(np.ascontiguousarray(cols[o].T).reshape(out_o.shape + inp.shape))
+            if cols is None:
+                c = np.zeros((0,) + tuple(out_o.shape), out_o._data.dtype)
+            else:
+                c = cols[o].detach()._data
+                if c.shape != (n,) + tuple(out_o.shape):    # not batched: the same (zero) column for every element
+                    c = np.broadcast_to(c, (n,) + tuple(out_o.shape))
+            # columns are (input element, output element...): move the input dims last
+            m = out_o.numel()
+            jac[o][k] = Tensor._make(np.ascontiguousarray(c.reshape(n, m).T).reshape(tuple(out_o.shape) +
+                                                                                     tuple(inp.shape)))
     # lists, not tuples: torch's forward-mode jacobian returns them so
     return _tuple_postprocess(jac, (is_outputs_tuple, is_inputs_tuple))
 
@@ -432,14 +441,42 @@ def vhp(func, inputs, v=None, create_graph=False, strict=False):
     return _tuple_postprocess(outputs, is_outputs_tuple), _tuple_postprocess(res, is_inputs_tuple)
 
 
+def _hvp_forward_over_reverse(func, inputs, v, create_graph):
+    """hvp as the forward-mode jvp of the gradient: one forward and one backward pass, each carrying tangents."""
+    from ..func import jvp as _fwd_jvp
+    is_inputs_tuple, tup = _as_tuple(inputs, "inputs", "hvp")
+    v = _v_or_scalar(v, tup, is_inputs_tuple, "hvp", create_graph, _V_NONE_INPUT)
+    box = {}
+
+    def gradient(*xs):
+        with grad_mode.enable_grad():
+            # fresh leaves that keep the tangents hvp's jvp gave the arguments
+            xs = tuple(DUALS.carry(x, p) for x, p in zip(xs, _grad_preprocess(xs, create_graph=create_graph,
+                                                                               need_graph=True)))
+            outputs = func(*xs)
+            is_outputs_tuple, outs = _as_tuple(outputs, "outputs of the user-provided function", "hvp")
+            _single_scalar_output(outs, is_outputs_tuple, "hvp")
+            jac = _autograd_grad(outs, xs, create_graph=True)
+        box["out"] = (is_outputs_tuple, outs)
+        return tuple(j if j is not None else _zeros_like(x) for j, x in zip(jac, xs))
+    _, res = _fwd_jvp(gradient, tuple(tup), tuple(v))
+    is_outputs_tuple, outputs = box["out"]
+    outputs = _grad_postprocess(outputs, create_graph)
+    res = _grad_postprocess(tuple(res), create_graph)
+    return _tuple_postprocess(outputs, is_outputs_tuple), _tuple_postprocess(res, is_inputs_tuple)
+
+
 def hvp(func, inputs, v=None, create_graph=False, strict=False):
-    """``(func(inputs), H v)`` for a scalar ``func`` (the double-vjp trick on top of vhp's double backward).
+    """``(func(inputs), H v)`` for a scalar ``func``: forward over reverse (with ``strict``, torch's double-vjp
+    trick on top of vhp's double backward, whose checks ``strict`` makes).
 
     >>> import jitgrad as jg
     >>> out, r = jg.autograd.functional.hvp(lambda x: (x ** 3).sum(), jg.tensor([1., 2.]), jg.tensor([1., 1.]))
     >>> r
     tensor([ 6., 12.])
     """
+    if not strict:
+        return _hvp_forward_over_reverse(func, inputs, v, create_graph)
     with grad_mode.enable_grad():
         is_inputs_tuple, inputs, v, is_outputs_tuple, outputs, jac = _gradient_of_scalar(
             func, inputs, v, create_graph, strict, "hvp")

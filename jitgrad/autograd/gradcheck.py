@@ -14,6 +14,8 @@ How it works, and what makes it fast:
   ``grad_output`` and ``retain_graph=True``.  Rows are computed twice and compared (reentrancy, ``nondet_tol``).
 * ``fast_mode``: torch's random projection, ``v^T J u``, comparing ``v^T (J u)_numerical`` with
   ``(v^T J)_analytical u``: two evaluations per input and one backward per output.
+* Forward AD (``check_forward_ad``): ``func`` runs on dual tensors (``runtime/dual.py``), one jvp per input
+  element (slow mode) or per random direction (fast mode).
 * gradgradcheck checks ``(inputs, grad_outputs) -> autograd.grad(outputs, inputs, grad_outputs,
   create_graph=True)``; its numerical evaluations only need values, so they run that backward without building
   the double-backward graph.
@@ -30,7 +32,7 @@ from ..runtime.tensor import Tensor
 from .jacobians import (  # noqa: F401  (GradcheckError is public here too)
     _as_tuple, _is_diff, _differentiable_outputs, _arr, _fmt, _allclose, _notallclose_msg, _Evaluator,
     _numerical_jacobian, _numerical_jvp, _vjp, _analytical_rows, _check_reentrant, _analytical_jacobian,
-    _analytical_vJ, _forward_columns, GradcheckError)
+    _analytical_vJ, _forward_columns, forward_tangents, GradcheckError)
 
 __all__ = ["GradcheckError", "gradcheck", "gradgradcheck", "get_numerical_jacobian", "get_analytical_jacobian"]
 
@@ -216,7 +218,7 @@ def _slow_gradcheck(c: _Ctx, forward_ad: bool, backward_ad: bool):
                     raise GradcheckError(_notallclose_msg(a, n, o_idx, k, c.rtol, c.atol, in_shapes[k], o.shape,
                                                           c.diff_pos[k]))
     if forward_ad:
-        fwd = _forward_columns(c.outputs, c.diff_inputs)
+        fwd = _forward_columns(c.func, c.inputs, c.diff_pos, c.out_pos)
         for k in range(len(c.diff_inputs)):
             for o_idx, o in enumerate(c.outputs):
                 a, n = fwd[k][o_idx], numerical[k][o_idx]
@@ -253,18 +255,11 @@ def _fast_gradcheck(c: _Ctx, forward_ad: bool, backward_ad: bool):
                                          + _slow_mode_error(c, k, o_idx, forward=False))
     if forward_ad:
         for k, u in enumerate(all_u):
-            with grad_mode.enable_grad():
-                dummies = tuple(Tensor._make(np.zeros(o.shape, o._data.dtype), requires_grad=True)
-                                for o in c.outputs)
-                w = _grad(c.outputs, c.diff_inputs, dummies, create_graph=True, allow_unused=True)
-            wk = w[k]
-            if wk is not None and wk.requires_grad:
-                ju = _grad((wk,), dummies, (Tensor._make(u.astype(wk._data.dtype).reshape(wk.shape)),),
-                           retain_graph=True, allow_unused=True)
-            else:
-                ju = (None,) * len(c.outputs)
+            ts = [None] * len(all_u)
+            ts[k] = u
+            ju = forward_tangents(c.func, c.inputs, c.diff_pos, c.out_pos, ts)
             for o_idx, o in enumerate(c.outputs):
-                a = np.zeros(o.numel()) if ju[o_idx] is None else ju[o_idx]._data.astype(np.float64).reshape(-1)
+                a = ju[o_idx]
                 n = numerical_Ju[k][o_idx]
                 if not _allclose(a, n, c.rtol, c.atol * float(u.sum())):
                     raise GradcheckError(_notallclose_msg(a, n, o_idx, k, c.rtol, c.atol * float(u.sum()),
@@ -273,12 +268,44 @@ def _fast_gradcheck(c: _Ctx, forward_ad: bool, backward_ad: bool):
     return True
 
 
+def _test_batched_forward_grad(c: _Ctx):
+    """torch's batched forward grad check: the jvps of two random tangents per input, computed at once under
+    ``jitgrad.func.vmap``, equal the jvps computed one by one."""
+    from ..func import jvp, vmap
+    rng = np.random.default_rng(_FAST_SEED)
+    for k, i in enumerate(c.diff_pos):
+        x = c.inputs[i]
+        batch = Tensor._make(rng.standard_normal((2,) + tuple(x.shape)).astype(x._data.dtype))
+
+        def push(t, k=k, i=i):
+            def f(xi):
+                args = list(c.inputs)
+                args[i] = xi
+                out = _as_tuple(c.func(*args))
+                return tuple(out[p] for p in c.out_pos)
+            return jvp(f, (x.detach(),), (t,))[1]
+        try:
+            batched = vmap(push)(batch)
+        except Exception as e:  # noqa: BLE001 - torch's words, then the cause
+            raise GradcheckError(f"While computing batched gradients, got: {e}\n\nbatched forward grad check "
+                                 f"failed for input {i}") from e
+        for b in range(2):
+            one = forward_tangents(c.func, c.inputs, c.diff_pos, c.out_pos,
+                                   [batch._data[b].reshape(-1) if j == k else None for j in range(len(c.diff_pos))])
+            for o_idx, t in enumerate(one):
+                got = batched[o_idx].detach()._data[b].astype(np.float64).reshape(-1)
+                if not np.allclose(got, t, rtol=c.rtol, atol=c.atol):
+                    raise GradcheckError(f"For output {c.out_pos[o_idx]} and input {i}:\nForward-mode batched grad "
+                                         f"computed using vmap does not match the forward grads computed one by one."
+                                         f"\nGot: {_fmt(got)}\nExpected: {_fmt(t)}")
+
+
 def _slow_mode_error(c: _Ctx, k: int, o_idx: int, forward: bool) -> str:
     """Recompute the full Jacobian of (input k, output o_idx) to say where fast mode's disagreement comes from."""
     try:
         slow_n = _numerical_jacobian(c.evaluator(), c.eps, which=k)[k][o_idx]
         if forward:
-            slow_a = _forward_columns(c.outputs, c.diff_inputs, which_input=k)[k][o_idx]
+            slow_a = _forward_columns(c.func, c.inputs, c.diff_pos, c.out_pos, which_input=k)[k][o_idx]
         else:
             slow_a = _analytical_rows(c.outputs[o_idx], c.diff_inputs, [True, True])[k]
     except Exception as e:  # noqa: BLE001 - the fast-mode message stands on its own
@@ -330,8 +357,8 @@ def gradcheck(func, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: floa
     ``requires_grad=True`` are checked against every output that requires grad.  Returns True, or raises
     :class:`GradcheckError` naming the input, the output and the worst element (returns False instead with
     ``raise_exception=False``).  ``fast_mode=True`` compares random projections ``v^T J u`` instead of whole
-    Jacobians.  ``check_forward_ad`` checks Jacobian-vector products (computed here with the double-vjp trick:
-    jitgrad has no separate forward mode).
+    Jacobians.  ``check_forward_ad`` checks Jacobian-vector products computed in forward mode (dual tensors),
+    ``check_batched_forward_grad`` that ``jitgrad.func.vmap`` over those jvps gives the same tangents.
 
     >>> import jitgrad as jg
     >>> x = jg.randn(3, dtype=jg.float64, requires_grad=True)
@@ -346,7 +373,8 @@ def gradcheck(func, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: floa
         raise AssertionError("Setting check_batched_forward_grad=True requires check_forward_ad to be True")
     kw = dict(eps=eps, atol=atol, rtol=rtol, nondet_tol=nondet_tol, check_undefined_grad=check_undefined_grad,
               check_grad_dtypes=check_grad_dtypes, check_batched_grad=check_batched_grad,
-              check_forward_ad=check_forward_ad, check_backward_ad=check_backward_ad, fast_mode=fast_mode)
+              check_forward_ad=check_forward_ad, check_backward_ad=check_backward_ad, fast_mode=fast_mode,
+              check_batched_forward_grad=check_batched_forward_grad)
     if not raise_exception:
         try:
             return _gradcheck_helper(func, inputs, **kw)
@@ -373,7 +401,8 @@ def _through_host(func, inputs):
 
 
 def _gradcheck_helper(func, inputs, *, eps, atol, rtol, nondet_tol, check_undefined_grad, check_grad_dtypes,
-                      check_batched_grad, check_forward_ad, check_backward_ad, fast_mode, _value_fn=None):
+                      check_batched_grad, check_forward_ad, check_backward_ad, fast_mode, _value_fn=None,
+                      check_batched_forward_grad=False):
     func, inputs = _through_host(func, _as_tuple(inputs))
     tupled_inputs = _as_tuple(inputs)
     _check_inputs(tupled_inputs)
@@ -384,6 +413,8 @@ def _gradcheck_helper(func, inputs, *, eps, atol, rtol, nondet_tol, check_undefi
     c = _Ctx(func, tupled_inputs, func_out, outputs, out_pos, eps, rtol, atol, nondet_tol, check_grad_dtypes,
              _value_fn)
     (_fast_gradcheck if fast_mode else _slow_gradcheck)(c, check_forward_ad, check_backward_ad)
+    if check_batched_forward_grad and c.outputs:
+        _test_batched_forward_grad(c)
     if not check_backward_ad:
         return True
     if check_batched_grad:

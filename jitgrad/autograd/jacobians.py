@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import grad_mode
+from ..runtime.dual import DUALS
 from ..runtime.engine import grad as _grad
 from ..runtime.tensor import Tensor
 
@@ -345,27 +346,52 @@ def _analytical_vJ(output, diff_inputs, v, nondet_tol, check_grad_dtypes):
     return res[0]
 
 
-def _forward_columns(outputs, diff_inputs, which_input=None):
-    """Forward-mode Jacobians by the double-vjp trick: J u = d/dv <v^T J, u>.  ``F[k][o]``: (numel input k) x
-    (numel output o)."""
-    with grad_mode.enable_grad():
-        dummies = tuple(Tensor._make(np.zeros(o.shape, o._data.dtype), requires_grad=True) for o in outputs)
-        w = _grad(outputs, diff_inputs, dummies, create_graph=True, allow_unused=True)
+def forward_tangents(func, inputs, diff_pos, out_pos, tangents):
+    """The tangents of ``func``'s outputs ``out_pos`` (flat float64 arrays) at ``inputs`` for the tangents of the
+    inputs ``diff_pos`` (flat arrays, or None for zero), in forward mode: ``func`` runs once on dual tensors."""
+    level = DUALS.enter()
+    try:
+        args = list(inputs)
+        for i, t in zip(diff_pos, tangents):
+            if t is None:
+                continue
+            x = inputs[i]
+            with DUALS.hidden():
+                d = x.view_as(x)
+            level.set(d, Tensor._make(np.asarray(t, x._data.dtype).reshape(x.shape)))
+            args[i] = d
+        out = _as_tuple(func(*args))
+        res = []
+        for p in out_pos:
+            t = level.get(out[p])
+            res.append(np.zeros(out[p].numel()) if t is None else t.detach()._data.astype(np.float64).reshape(-1))
+    finally:
+        DUALS.exit(level)
+    return res
+
+
+def _forward_columns(func, inputs, diff_pos, out_pos, which_input=None):
+    """Forward-mode Jacobians, one jvp per input element.  ``F[k][o]``: (numel input k) x (numel output o)."""
     res = []
-    for k, (wk, x) in enumerate(zip(w, diff_inputs)):
+    for k, i in enumerate(diff_pos):
         if which_input is not None and k != which_input:
             res.append(None)
             continue
-        cols = [np.zeros((x.numel(), o.numel())) for o in outputs]
-        if wk is not None and wk.requires_grad:
-            n = x.numel()
-            for j in range(n):
-                e = np.zeros(n, wk._data.dtype)
-                e[j] = 1
-                ju = _grad((wk,), dummies, (Tensor._make(e.reshape(wk.shape)),), retain_graph=True,
-                           allow_unused=True)
-                for o, c in enumerate(ju):
-                    if c is not None:
-                        cols[o][j] = c._data.reshape(-1)
+        x = inputs[i]
+        n = x.numel()
+        cols = None
+        for j in range(n):
+            e = np.zeros(n)
+            e[j] = 1
+            ts = [None] * len(diff_pos)
+            ts[k] = e
+            outs = forward_tangents(func, inputs, diff_pos, out_pos, ts)
+            if cols is None:
+                cols = [np.zeros((n, o.size)) for o in outs]
+            for o, c in enumerate(outs):
+                cols[o][j] = c
+        if cols is None:
+            outs = _as_tuple(func(*inputs))
+            cols = [np.zeros((0, outs[p].numel())) for p in out_pos]
         res.append(cols)
     return res

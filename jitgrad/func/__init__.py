@@ -2,8 +2,9 @@
 
 ``vmap`` traces the function once at per-example shapes and evaluates the trace with per-primitive batching
 rules (``batching.py``), so vectorised code is made of ordinary jitgrad ops: differentiable, nestable and
-compilable.  ``grad``, ``vjp``, ``jvp``, ``jacrev``, ``jacfwd``, ``hessian`` and ``linearize`` sit on jitgrad's
-reverse mode (a jvp is the vjp of a vjp).  ``functional_call`` runs a module with substituted parameters.
+compilable.  ``grad``, ``vjp`` and ``jacrev`` sit on jitgrad's reverse mode; ``jvp``, ``jacfwd`` and ``hessian``
+(forward over reverse) on its forward mode (dual tensors and the OpDefs' jvp rules), ``linearize`` on the jvp pass
+over a traced graph.  ``functional_call`` runs a module with substituted parameters.
 """
 from __future__ import annotations
 

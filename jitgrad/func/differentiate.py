@@ -1,6 +1,7 @@
 """torch.func's differentiation transforms on jitgrad's reverse mode: ``grad``, ``grad_and_value``, ``vjp``,
-``jvp`` (the vjp of the vjp: exact and differentiable; jitgrad has no forward mode), ``linearize``, ``jacrev``
-(``vmap`` of the vjp over the output basis), ``jacfwd`` (``vmap`` of the jvp over the input basis), ``hessian``.
+``jvp`` (forward mode: dual tensors and the OpDefs' jvp rules), ``linearize`` (the jvp pass on a traced graph),
+``jacrev`` (``vmap`` of the vjp over the output basis), ``jacfwd`` (``vmap`` of the jvp over the input basis),
+``hessian`` (forward over reverse).
 
 Each transform runs ``func`` on fresh leaves (a differentiable alias when the argument already requires grad, so
 an enclosing transform sees through it and nested transforms do not confuse their inputs).  Results stay
@@ -14,6 +15,7 @@ import functools
 import numpy as np
 
 from ..runtime import grad_mode
+from ..runtime.dual import DUALS
 from ..runtime.engine import grad as _autograd_grad
 from ..runtime.tensor import Tensor
 from ..tracer import pytree
@@ -29,10 +31,11 @@ def _fresh(x):
     if not isinstance(x, Tensor):
         return x
     if x.requires_grad:
-        return x.clone()      # a new node: gradients reach ``x`` through it
+        return x.clone()      # a new node: gradients reach ``x`` through it (and its tangents, through clone)
     if not x.is_floating_point() and not x.is_complex():
         raise RuntimeError("only Tensors of floating point dtype can require gradients")
-    return x.detach().requires_grad_()
+    leaf = x.detach().requires_grad_()
+    return DUALS.carry(x, leaf) if DUALS.levels else leaf     # an enclosing jvp's tangent goes along
 
 
 def _reaches_outer(outputs, fresh) -> bool:
@@ -68,6 +71,8 @@ def _detach(tree, keep):
     if keep:
         return tree
     leaves, d = _flatten(tree)
+    if DUALS.levels:        # an enclosing jvp's tangents stay with the values
+        return pytree.unflatten(d, [DUALS.carry(t, t.detach()) for t in leaves])
     return pytree.unflatten(d, [t.detach() for t in leaves])
 
 
@@ -203,8 +208,10 @@ def _structure(tree):
 
 
 def jvp(func, primals, tangents, *, strict=False, has_aux=False):
-    """``torch.func.jvp``: ``(func(*primals), J @ tangents)``.  jitgrad has no forward mode: the product is the
-    vjp of the vjp (linear in a dummy cotangent ``u``: ``d/du <J^T u, t> = J t``), exact and differentiable."""
+    """``torch.func.jvp``: ``(func(*primals), J @ tangents)`` in forward mode: ``func`` runs once on dual tensors
+    (a dual level of its own, ``runtime/dual.py``), each op pushing its tangent forward with its jvp rule, so
+    nothing is saved.  Differentiable in the primals and the tangents (reverse over forward), nestable (forward
+    over forward, forward over reverse), and traced like any ops under ``@jitgrad.compile``."""
     if not isinstance(primals, tuple):
         raise RuntimeError("jvp(f, primals, tangents): Expected primals to be a tuple. E.g. it should be valid to "
                            "call f(*primals).")
@@ -214,16 +221,22 @@ def jvp(func, primals, tangents, *, strict=False, has_aux=False):
                            "structure. For example, if primals is a tuple of 3 tensors, tangents also must be. Got "
                            f"primals with structure {_structure(primals)} and tangents with structure "
                            f"{_structure(tangents)}")
-    p_leaves = _flatten(primals)[0]
+    p_leaves, p_def = _flatten(primals)
     t_leaves = _flatten(tangents)[0]
     for p, t in zip(p_leaves, t_leaves):
         if tuple(p.shape) != tuple(t.shape):
             raise RuntimeError("Trying to set a forward gradient that has a different size than that of the original "
                                f"Tensor, this is not supported. Tensor is of size {list(p.shape)} while the given "
                                f"forward gradient is of size {list(t.shape)}.")
-    with grad_mode.enable_grad():
-        fresh = [_fresh(x) for x in p_leaves]
-        out = func(*pytree.unflatten(_flatten(primals)[1], fresh))
+    level = DUALS.enter()
+    try:
+        duals = []
+        for p, t in zip(p_leaves, t_leaves):
+            d = _alias(p)
+            if d.dtype.is_floating_point:
+                level.set(d, t if t.dtype is d.dtype else t.to(d.dtype))
+            duals.append(d)
+        out = func(*pytree.unflatten(p_def, duals))
         aux = None
         if has_aux:
             if not (isinstance(out, tuple) and len(out) == 2):
@@ -231,34 +244,26 @@ def jvp(func, primals, tangents, *, strict=False, has_aux=False):
                                    "if has_aux is True")
             out, aux = out
         out_leaves, out_def = _flatten(out)
-        keep = _reaches_outer(out_leaves, fresh) or any(t.requires_grad for t in t_leaves)
-        diff = [o for o in out_leaves if o.requires_grad]
-        us = [_zeros(o).requires_grad_() for o in diff]
-        if diff:
-            gs = _autograd_grad(diff, fresh, grad_outputs=us, create_graph=True, allow_unused=True)
-            used = [(g, t) for g, t in zip(gs, t_leaves) if g is not None and g.requires_grad]
-        else:
-            used = []
-        if used:
-            jv = _autograd_grad([g for g, _ in used], us, grad_outputs=[t for _, t in used], create_graph=keep,
-                                allow_unused=True)
-        else:
-            jv = [None] * len(us)
-        by_out = {id(o): j for o, j in zip(diff, jv)}
-        res = [by_out.get(id(o)) for o in out_leaves]
-        res = [r if r is not None else _zeros(o) for r, o in zip(res, out_leaves)]
-    out_r = _detach(out, keep)
-    jvp_out = pytree.unflatten(out_def, res if keep else [r.detach() for r in res])
+        res = [level.get(o) for o in out_leaves]
+    finally:
+        DUALS.exit(level)
+    res = [r if r is not None else _zeros(o) for r, o in zip(res, out_leaves)]
+    jvp_out = pytree.unflatten(out_def, res)
     if has_aux:
-        return out_r, jvp_out, _detach(aux, keep)
-    return out_r, jvp_out
+        return out, jvp_out, aux
+    return out, jvp_out
+
+
+def _alias(x):
+    """A new tensor object for primal ``x`` that shares its value and history, to carry a tangent at one level."""
+    if x.requires_grad:
+        return x.view_as(x)     # (bound: an enclosing level's tangent follows the view)
+    return DUALS.carry(x, x.detach())
 
 
 def linearize(func, *primals):
-    """``torch.func.linearize``: ``(func(*primals), jvp_fn)`` with ``jvp_fn(*tangents)`` the Jacobian-vector
-    product at ``primals`` (each call evaluates ``jvp``)."""
-    out = func(*primals)
-
-    def jvp_fn(*tangents):
-        return jvp(func, primals, tangents)[1]
-    return out, jvp_fn
+    """``torch.func.linearize``: ``(func(*primals), jvp_fn)``, as JAX's: ``func`` is traced once into a graph, the
+    jvp pass (``ir/passes/jvp.py``) gives its tangent graph, and that is cut into the primal part (run now, once)
+    and the linear graph of the tangents, which ``jvp_fn(*tangents)`` evaluates without the primal computation."""
+    from .linear_graphs import linearize as _linearize
+    return _linearize(func, primals)

@@ -73,7 +73,7 @@ def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None, _preallocate_and_
 
 def jacfwd(func, argnums=0, has_aux=False, *, randomness="error"):
     """``torch.func.jacfwd``: the Jacobian of ``func`` with respect to the arguments ``argnums`` column by column
-    (one jvp per input element, batched by ``vmap``; the jvp is the double vjp)."""
+    (one jvp per input element, batched by ``vmap``; forward mode)."""
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         diff, f = _split_args(func, argnums, args, kwargs)

@@ -19,6 +19,7 @@ from ..ir.ops import OPS, Aval
 from ..ir.passes import dce, run_pipeline, transpose, active_vars
 from ..tracer import Trace, STATE as _TR
 from ..runtime import grad_mode, profiler_state
+from ..runtime.dual import transpose_vjp
 from ..runtime.node import Node
 from ..runtime.tensor import Tensor
 from .device_exec import execute_on_device, on_device
@@ -65,6 +66,11 @@ class _Front:
     @staticmethod
     def zeros(aval):
         return Tensor._make(np.zeros(aval.shape, aval.dtype.np))
+
+    @staticmethod
+    def transpose_vjp(ctx, tangents):
+        """For the jvp pass: a jvp rule derived from the op's vjp, by reverse mode on the trace."""
+        return transpose_vjp(ctx, tangents)
 
 
 FRONT = _Front()

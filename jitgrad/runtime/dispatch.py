@@ -11,7 +11,7 @@ import numpy as np
 from ..ir import dtypes as dt
 from ..ir.ops import OPS as _OPS, Aval, OpError
 from ..ir.ops.opdef import fmt_shape
-from . import anomaly, grad_mode, profiler_state
+from . import anomaly, forward_state, grad_mode, profiler_state
 from .node import Node
 from .source import user_code_line, user_loc, user_stack
 from ..ir.graph import Lit, Var
@@ -26,6 +26,7 @@ _TRACED_WEAK = {**_WEAK, SymInt: _WEAK[int], SymFloat: _WEAK[float]}
 _GM = grad_mode.STATE
 _AN = anomaly.STATE
 _PROF = profiler_state.STATE
+_FWD = forward_state.STATE
 
 
 
@@ -63,6 +64,8 @@ def op_error(op, avals, e: Exception, cls=None):
 
 def bind(op, *args, **params):
     """Apply primitive ``op`` to tensors / Python scalars ``args``; returns a Tensor (or tuple if nout > 1)."""
+    if _FWD.active is not None:     # a dual level is open: tangents go along (runtime/dual.py)
+        return _FWD.active.bind(op, args, params)
     if _PROF.active is not None:
         return _PROF.active.record_op(op, args, params, _bind)
     return _bind(op, args, params)

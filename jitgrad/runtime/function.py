@@ -7,12 +7,14 @@ import copy
 
 import numpy as np
 
-from . import anomaly, grad_mode, saved_hooks
+from . import anomaly, forward_state, grad_mode, saved_hooks
 from .node import Node, zeros_for
 from .source import user_loc, user_stack
 from .dispatch import refresh_view
 from .tensor import Tensor
 from ..tracer import STATE as _TR
+
+_FWD = forward_state.STATE
 
 
 class FunctionCtx:
@@ -31,6 +33,7 @@ class FunctionCtx:
         self._packed = None
         self._clear_on_access = False     # the Function's clear_saved_tensors_on_access
         self._accessed = False
+        self._in_jvp = False
 
     @property
     def _node(self):
@@ -62,6 +65,8 @@ class FunctionCtx:
 
     @property
     def saved_tensors(self):
+        if self._in_jvp:       # the Function's jvp reads what save_for_forward kept
+            return tuple(getattr(self, "_saved_forward", ()))
         if self._clear_on_access:
             # clear_saved_tensors_on_access = True on the Function: the values are handed over once, and the
             # ctx keeps no reference (backward can free them early), as torch
@@ -329,9 +334,25 @@ class Function(metaclass=_FunctionMeta):
                            "autograd function with static forward method. (Example: "
                            "https://pytorch.org/docs/stable/autograd.html#torch.autograd.Function)")
 
+    @staticmethod
+    def jvp(ctx, *grad_inputs):
+        """The forward-mode rule (``forward_ad``, ``func.jvp``): the outputs' tangents from the inputs' tangents;
+        tensors saved with ``ctx.save_for_forward`` are ``ctx.saved_tensors`` here."""
+        raise NotImplementedError("You must implement the jvp function for custom autograd.Function to use it with "
+                                  "forward mode AD.")
+
+    jvp._not_implemented = True
+
     @classmethod
     def apply(cls, *args, **kwargs):
         ctx = FunctionCtx()
+        fwd = _FWD.active
+        if fwd is not None:     # a dual level is open: the tangents go through the Function's jvp
+            return fwd.apply_function(cls, ctx, args, kwargs, cls._apply)
+        return cls._apply(ctx, args, kwargs)
+
+    @classmethod
+    def _apply(cls, ctx, args, kwargs):
         ctx._clear_on_access = bool(getattr(cls, "clear_saved_tensors_on_access", False))
         tensors_in = [a for a in args if isinstance(a, Tensor)]
         record = (grad_mode.STATE.grad_enabled and not grad_mode.STATE.inference

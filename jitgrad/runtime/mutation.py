@@ -10,7 +10,7 @@ from ..ir.dtypes import torch_scalar_name
 from ..ir.ops import OPS as O
 from ..ir.symbolic import SymInt
 from ..tracer import STATE as _TR
-from . import grad_mode, saved_mutation
+from . import forward_state, grad_mode, saved_mutation
 from .grad_names import getitem_name
 from .view_inplace import INFERENCE_VIEW, INFERENCE_VIEW_MSG, NO_GRAD_VIEW, NO_GRAD_VIEW_MSG, custom_fn_view_msg, \
     view_of_view_msg
@@ -21,6 +21,7 @@ from .dispatch import bind as _bind
 from .tensor import Tensor
 
 _GM = grad_mode.STATE
+_FWD = forward_state.STATE
 _GETITEM = O["getitem"]
 _MUT = saved_mutation.STATE
 
@@ -118,6 +119,8 @@ class InPlaceOps:
             src = self._make(traced_payload(self, tr) if tr is not None else copy_payload(self._data),
                                self._requires_grad)
             src.grad_fn, src._out_nr, src._acc = self.grad_fn, self._out_nr, self._accumulator() if self._requires_grad else None
+            if _FWD.active is not None:
+                _FWD.active.carry(self, src)    # the snapshot carries self's tangents
             r = fn(src, *others)
         else:       # nothing requires grad, or grad mode is off: the op records nothing either way
             r = fn(self, *others)
@@ -137,6 +140,8 @@ class InPlaceOps:
         else:
             sd[...] = rd        # same shape; assignment casts like copyto(casting="unsafe"), without its wrapper
         self._vc[0] += 1
+        if _FWD.active is not None:     # forward AD: self's tangent becomes the result's (runtime/dual.py)
+            _FWD.active.after_inplace(self, r)
         if recording:
             if r.dtype is not self.dtype:
                 r = r.to(self.dtype)
@@ -174,7 +179,7 @@ class InPlaceOps:
     def _fill(self, value):
         """Write ``value`` (a scalar or a tensor broadcastable to self) into self: fill_ and copy_."""
         if not (_GM.grad_enabled and (self.requires_grad or isinstance(value, Tensor) and value.requires_grad)) \
-                and _TR.active is None and backend_of_payload(self._data) is None:
+                and _TR.active is None and backend_of_payload(self._data) is None and _FWD.active is None:
             self._check_inplace()
             self._data[...] = value._data if isinstance(value, Tensor) else value
             self._vc[0] += 1
@@ -236,8 +241,8 @@ class InPlaceOps:
             # torch writes through a view here (select/slice, then copy_): its message names the view
             raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place "
                                "operation.")
-        if _TR.active is not None or backend_of_payload(self._data) is not None or _GM.grad_enabled and (
-                self.requires_grad or isinstance(value, Tensor) and value.requires_grad):
+        if _TR.active is not None or backend_of_payload(self._data) is not None or _FWD.active is not None or \
+                _GM.grad_enabled and (self.requires_grad or isinstance(value, Tensor) and value.requires_grad):
             self._apply_inplace(lambda s, v: _bind(O["index_put"], s, v, *idx, spec=spec, accumulate=False), value)
             return
         self._check_inplace(whole=False)

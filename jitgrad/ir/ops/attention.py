@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .opdef import Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register
+from .opdef import BY_TRANSPOSE, Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register
 
 
 def causal_additive(L, S, dtype):
@@ -110,6 +110,6 @@ def _sdpa_vjp(c, g):
     return tuple(grads)
 
 
-register(OpDef("sdpa", "linalg", _sdpa_rule, _sdpa_impl, _sdpa_vjp, saves_in=(0, 1, 2, 3),
+register(OpDef("sdpa", "linalg", _sdpa_rule, _sdpa_impl, _sdpa_vjp, saves_in=(0, 1, 2, 3), jvp=BY_TRANSPOSE,
                grad_name="ScaledDotProductAttentionBackward0", decompose=_sdpa_decompose,
                doc="sdpa(q, k, v[, mask]; scale): softmax(q @ k^T * scale + mask) @ v over the last two dims"))

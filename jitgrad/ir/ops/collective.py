@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .opdef import Aval, OpDef, OpError, fmt_shape, register
+from .opdef import LINEAR, Aval, OpDef, OpError, fmt_shape, register
 
 REDUCE_OPS = ("sum", "avg", "max", "min", "product")
 
@@ -138,6 +138,15 @@ def _all_reduce_vjp(c, g):
     return (c.bind("all_reduce", g, group=c.params["group"], reduce_op=op),)
 
 
+def _linear_sum_avg(c, t):
+    # a SUM or AVG reduction is linear: the same collective on the tangents (the others have no derivative)
+    op = c.params["reduce_op"]
+    if op not in ("sum", "avg"):
+        raise RuntimeError(f"{c.op.name}: ReduceOp.{op.upper()} has no derivative (only SUM and AVG are "
+                           "differentiable)")
+    return (c.bind(c.op.name, t, **c.params),)
+
+
 def _broadcast_vjp(c, g):
     # d(x_src)/dx: every rank's cotangent flows back to the source; the all-reduce runs on every rank (it is a
     # collective) and the non-source ranks multiply it by zero, so all ranks run the same graph
@@ -161,7 +170,7 @@ def _reduce_scatter_vjp(c, g):
 
 register(OpDef("all_reduce", "collective", _same_rule("all_reduce"),
                lambda x, group, reduce_op: transport("all_reduce", group).all_reduce(_contig(x), reduce_op),
-               _all_reduce_vjp, grad_name="AllReduceBackward0",
+               _all_reduce_vjp, grad_name="AllReduceBackward0", jvp=_linear_sum_avg,
                doc="the element-wise reduction of x over the ranks of a process group, on every rank"))
 _SEQ = [0]
 
@@ -216,6 +225,20 @@ def _wait_vjp(c, g):
     return tuple(out)
 
 
+def _wait_jvp(c, tok_t, *ts):
+    # the request reduces the xs: its tangent is the same reduction of their tangents, flat
+    flat = [(t if t is not None else x.new_zeros(x.shape)).reshape((-1,)) for x, t in zip(c.inputs[1:], ts)]
+    t = flat[0] if len(flat) == 1 else c.bind("cat", *flat, axis=0)
+    return _linear_sum_avg_as(c, "all_reduce", t)
+
+
+def _linear_sum_avg_as(c, name, t):
+    op = c.params["reduce_op"]
+    if op not in ("sum", "avg"):
+        raise RuntimeError(f"{name}: ReduceOp.{op.upper()} has no derivative (only SUM and AVG are differentiable)")
+    return (c.bind(name, t, group=c.params["group"], reduce_op=op),)
+
+
 register(OpDef("all_reduce_start", "collective", _start_rule,
                lambda *xs, group, reduce_op, seq: np.array(
                    transport("all_reduce_start", group).all_reduce_start(_flat(xs), reduce_op), np.int64),
@@ -224,19 +247,19 @@ register(OpDef("all_reduce_start", "collective", _start_rule,
 register(OpDef("all_reduce_wait", "collective", _wait_rule,
                lambda token, *xs, group, reduce_op: transport("all_reduce_wait", group).all_reduce_wait(
                    int(token), lambda: _flat(xs)),
-               _wait_vjp, grad_name="AllReduceBackward0", nondiff_inputs=(0,),
+               _wait_vjp, grad_name="AllReduceBackward0", nondiff_inputs=(0,), jvp=_wait_jvp,
                doc="completes the all-reduce that all_reduce_start(*xs) began and returns the result, flat (the "
                    "tensors' elements in order)"))
 register(OpDef("broadcast", "collective", _same_rule("broadcast"),
                lambda x, group, src: transport("broadcast", group).broadcast(_contig(x), src),
-               _broadcast_vjp, grad_name="BroadcastBackward0",
+               _broadcast_vjp, grad_name="BroadcastBackward0", jvp=LINEAR,
                doc="the source rank's x, on every rank of a process group"))
 register(OpDef("all_gather", "collective", _all_gather_rule,
                lambda x, group, size: transport("all_gather", group).all_gather(_contig(x)),
-               _all_gather_vjp, grad_name="AllGatherBackward0",
+               _all_gather_vjp, grad_name="AllGatherBackward0", jvp=LINEAR,
                doc="every rank's x stacked along a new first axis (rank order), on every rank"))
 register(OpDef("reduce_scatter", "collective", _reduce_scatter_rule,
                lambda x, group, reduce_op, size: transport("reduce_scatter", group).reduce_scatter(_contig(x),
                                                                                                    reduce_op),
-               _reduce_scatter_vjp, grad_name="ReduceScatterBackward0",
+               _reduce_scatter_vjp, grad_name="ReduceScatterBackward0", jvp=_linear_sum_avg,
                doc="row r of the reduction over ranks of x (first axis: one row per rank), on rank r"))

@@ -26,7 +26,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .opdef import Aval, OpDef, OpError, fmt_shape, register
+from .opdef import BILINEAR, Aval, OpDef, OpError, fmt_shape, register
 
 
 def out_size(size, k, stride, padding, dilation):
@@ -202,16 +202,16 @@ def _conv_weight_vjp(c, ct):
 
 
 _BOTH = {0: (1,), 1: (0,)}      # the gradient of either input reads the other one only
-register(OpDef("conv", "linalg", _conv_rule, _conv, _conv_vjp, saves_in=(0, 1), saved_for=_BOTH,
+register(OpDef("conv", "linalg", _conv_rule, _conv, _conv_vjp, saves_in=(0, 1), saved_for=_BOTH, jvp=BILINEAR,
                grad_name="ConvolutionBackward0",
                doc="conv(x, w; stride, padding, dilation, groups): cross-correlation of x (N, C, *S) with w "
                    "(O, C / groups, *K), zero padding given as one (lo, hi) pair per spatial dim"))
 register(OpDef("conv_transpose", "linalg", _conv_transpose_rule, _conv_transpose, _conv_transpose_vjp,
-               saves_in=(0, 1), saved_for=_BOTH, grad_name="ConvolutionBackward0",
+               saves_in=(0, 1), saved_for=_BOTH, jvp=BILINEAR, grad_name="ConvolutionBackward0",
                doc="conv_transpose(g, w; stride, padding, dilation, groups, size): the adjoint of x -> conv(x, w) "
                    "for x of spatial size `size` (conv's input gradient; nn.ConvTranspose2d)"))
 register(OpDef("conv_weight", "linalg", _conv_weight_rule, _conv_weight, _conv_weight_vjp,
-               saves_in=(0, 1), saved_for=_BOTH, grad_name="ConvolutionBackwardBackward0",
+               saves_in=(0, 1), saved_for=_BOTH, jvp=BILINEAR, grad_name="ConvolutionBackwardBackward0",
                doc="conv_weight(x, g; stride, padding, dilation, groups, ksize): the adjoint of w -> conv(x, w) "
                    "for w of kernel size `ksize` (conv's weight gradient)"))
 

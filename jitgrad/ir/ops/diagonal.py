@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .opdef import Aval, OpDef, register
+from .opdef import LINEAR, Aval, OpDef, register
 
 
 def _plan(shape, offset, dim1, dim2):
@@ -72,5 +72,5 @@ def _decompose(b, x, offset, dim1, dim2):
     return moved[(Ellipsis, _const(x, rows + r0), _const(x, rows + c0))]
 
 
-register(OpDef("diagonal", "index", _rule, _impl, _vjp, view=True, grad_name="DiagonalBackward0",
+register(OpDef("diagonal", "index", _rule, _impl, _vjp, view=True, grad_name="DiagonalBackward0", jvp=LINEAR,
                decompose=_decompose, doc="diagonal(x; offset, dim1, dim2): x[..., i, i + offset] as a view"))

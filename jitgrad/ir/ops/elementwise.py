@@ -298,6 +298,7 @@ def _nextafter_rule(avals, params):
 
 
 register(OpDef("nextafter", "elementwise", _nextafter_rule, np.nextafter, _nextafter_vjp,
+               jvp=lambda c, *ts: _nextafter_vjp(c, None),
                scalar=lambda m, x, y: m.nextafter(x, y)))
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .opdef import Aval, OpDef, OpError, fmt_shape, register
+from .opdef import BY_TRANSPOSE, Aval, OpDef, OpError, fmt_shape, register
 from .solvers import LinAlgError, eye_like, lapack_info, mT, raise_failure, square_rule, svd_parts
 
 
@@ -39,7 +39,7 @@ def _chol_vjp(c, g):
     return (mT(c.bind("solve_triangular", mT(lo), mT(x), upper=True, unitriangular=False)),)
 
 
-register(OpDef("cholesky", "linalg", square_rule("cholesky"), _chol_impl, _chol_vjp, saves_out=(0,),
+register(OpDef("cholesky", "linalg", square_rule("cholesky"), _chol_impl, _chol_vjp, saves_out=(0,), jvp=BY_TRANSPOSE,
                grad_name="LinalgCholeskyExBackward0", doc="The lower Cholesky factor (LAPACK potrf)."))
 
 
@@ -112,7 +112,7 @@ def _qr_vjp(c, g):
     return (c.bind("cat", gx, from_y, axis=gx.ndim - 1),)
 
 
-register(OpDef("qr", "linalg", _qr_rule, _qr_impl, _qr_vjp, saves_out=(0,), grad_name="LinalgQrBackward0",
+register(OpDef("qr", "linalg", _qr_rule, _qr_impl, _qr_vjp, saves_out=(0,), grad_name="LinalgQrBackward0", jvp=BY_TRANSPOSE,
                doc="Q and R of the QR decomposition (LAPACK geqrf/orgqr), packed by rows."))
 
 
@@ -177,7 +177,7 @@ def _svd_vjp(c, g):
     return (u @ inner @ vh,)
 
 
-register(OpDef("svd", "linalg", _svd_rule, _svd_impl, _svd_vjp, saves_out=(0,), grad_name="LinalgSvdBackward0",
+register(OpDef("svd", "linalg", _svd_rule, _svd_impl, _svd_vjp, saves_out=(0,), grad_name="LinalgSvdBackward0", jvp=BY_TRANSPOSE,
                doc="U, S, Vh of the singular value decomposition (LAPACK gesdd), packed by rows."))
 
 __all__ = ["LinAlgError", "qr_layout"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .opdef import Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register, result_dtype
+from .opdef import LINEAR, SYMMETRIC, Aval, OpDef, OpError, broadcast_shapes, fit_to, fmt_shape, register, result_dtype
 
 
 def _float_rule(name):
@@ -88,6 +88,31 @@ def _lsm_bwd_vjp(c, h):
     return dg, dout
 
 
+def _log_softmax_jvp(c, t):
+    # d(x - logsumexp x) = t - sum(softmax(x) * t)
+    return (t - c.bind("sum", c.bind("exp", c.outputs[0]) * t, axes=(c.params["axis"],), keepdims=True),)
+
+
+def _lsm_bwd_jvp(c, tg, tout):
+    # y = g - e sum(g), e = exp(out):  dy = (tg - e sum(tg)) - tout e sum(g)
+    g, out = c.inputs
+    total = c.bind("log_softmax_backward", tg, out, axis=c.params["axis"]) if tg is not None else None
+    if tout is not None:
+        d = -(tout * c.bind("exp", out) * c.bind("sum", g, axes=(c.params["axis"],), keepdims=True))
+        total = d if total is None else total + d
+    return (total,)
+
+
+def _tanh_bwd_jvp(c, tg, ty):
+    # z = g (1 - y^2):  dz = tg (1 - y^2) - 2 g y ty
+    g, y = c.inputs
+    total = c.bind("tanh_backward", tg, y) if tg is not None else None
+    if ty is not None:
+        d = ty * g * y * -2.0
+        total = d if total is None else total + d
+    return (fit_to(total, c.outputs[0]),)
+
+
 def _softmax_vjp(c, g):
     # y * (g - sum(g * y))
     y = c.outputs[0]
@@ -95,9 +120,9 @@ def _softmax_vjp(c, g):
 
 
 register(OpDef("log_softmax", "reduce", _float_rule("log_softmax"), _log_softmax_impl, _log_softmax_vjp,
-               saves_out=(0,), grad_name="LogSoftmaxBackward0", decompose=_log_softmax_decompose,
+               saves_out=(0,), jvp=_log_softmax_jvp, grad_name="LogSoftmaxBackward0", decompose=_log_softmax_decompose,
                doc="log_softmax(x; axis): x - logsumexp(x, axis), computed around the detached max"))
-register(OpDef("log_softmax_backward", "reduce", _lsm_bwd_rule, _lsm_bwd_impl, _lsm_bwd_vjp, saves_in=(0, 1),
+register(OpDef("log_softmax_backward", "reduce", _lsm_bwd_rule, _lsm_bwd_impl, _lsm_bwd_vjp, saves_in=(0, 1), jvp=_lsm_bwd_jvp,
                grad_name="LogSoftmaxBackwardBackward0", decompose=_lsm_bwd_decompose,
                doc="log_softmax's vjp in eager mode, g - exp(out) * sum(g, axis): one op instead of four"))
 def _tanh_bwd_rule(avals, params):
@@ -132,12 +157,12 @@ def _tanh_bwd_vjp(c, h):
     return dg, dy
 
 
-register(OpDef("tanh_backward", "elementwise", _tanh_bwd_rule, _tanh_bwd_impl, _tanh_bwd_vjp,
+register(OpDef("tanh_backward", "elementwise", _tanh_bwd_rule, _tanh_bwd_impl, _tanh_bwd_vjp, jvp=_tanh_bwd_jvp,
                scalar=lambda m, g, y: g * (m.lit(1.0) - y * y), saves_in=(0, 1), grad_name="TanhBackwardBackward0",
                decompose=lambda b, g, y: g * (1.0 - y * y),
                doc="tanh's vjp in eager mode, g * (1 - y^2): one op instead of three"))
 register(OpDef("softmax", "reduce", _float_rule("softmax"), _softmax_impl, _softmax_vjp,
-               saves_out=(0,), grad_name="SoftmaxBackward0", decompose=_softmax_decompose,
+               saves_out=(0,), jvp=SYMMETRIC, grad_name="SoftmaxBackward0", decompose=_softmax_decompose,
                doc="softmax(x; axis): exp(x - max) / sum(exp(x - max))"))
 
 _REDUCTIONS = ("mean", "sum", "none")
@@ -234,7 +259,7 @@ def nll_composition(logp, target, weight=None, ignore_index=-100, reduction="mea
     return loss.sum() if reduction == "sum" else loss
 
 
-register(OpDef("nll_loss", "index", _nll_rule, _nll_impl, _nll_vjp, saves_in=(1,), nondiff_inputs=(1,),
+register(OpDef("nll_loss", "index", _nll_rule, _nll_impl, _nll_vjp, saves_in=(1,), nondiff_inputs=(1,), jvp=LINEAR,
                grad_name="NllLossBackward0",
                decompose=lambda b, logp, target, ignore_index, reduction: nll_composition(
                    logp, target, None, ignore_index, reduction),

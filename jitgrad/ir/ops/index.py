@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as dt
-from .opdef import Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register
+from .opdef import LINEAR, Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register
 from ..symbolic import has_symbols
 
 
@@ -185,7 +185,7 @@ def _is_basic(spec):
 
 
 register(OpDef("getitem", "index", _getitem_rule, _getitem_impl, _getitem_vjp,
-               saves_in=tuple(range(1, 64)), view=True, grad_name="IndexBackward0"))
+               saves_in=tuple(range(1, 64)), view=True, grad_name="IndexBackward0", jvp=LINEAR))
 
 
 def _index_put_rule(avals, params):
@@ -235,4 +235,4 @@ def _index_put_vjp(c, g):
 
 
 register(OpDef("index_put", "index", _index_put_rule, _index_put_impl, _index_put_vjp,
-               saves_in=tuple(range(2, 64)), grad_name="IndexPutBackward0"))
+               saves_in=tuple(range(2, 64)), grad_name="IndexPutBackward0", jvp=LINEAR))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import blas
-from .opdef import Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register
+from .opdef import BILINEAR, BY_TRANSPOSE, Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register
 
 
 def _matmul_rule(avals, params):
@@ -76,7 +76,7 @@ def _matmul_impl(x, y):
 
 
 register(OpDef("matmul", "linalg", _matmul_rule, _matmul_impl, _matmul_vjp, saves_in=(0, 1),
-               saved_for={0: (1,), 1: (0,)}, grad_name="MmBackward0"))
+               saved_for={0: (1,), 1: (0,)}, grad_name="MmBackward0", jvp=BILINEAR))
 
 
 # ---- eigh: the eigendecomposition of a symmetric matrix ----------------------------------------------------
@@ -114,5 +114,5 @@ def _eigh_vjp(c, g):
     return (c.bind("matmul", c.bind("matmul", u, inner) + u * g_lam.unsqueeze(-2), ut),)
 
 
-register(OpDef("eigh", "linalg", _eigh_rule, _eigh_impl, _eigh_vjp, saves_out=(0,), grad_name="LinalgEighBackward0",
+register(OpDef("eigh", "linalg", _eigh_rule, _eigh_impl, _eigh_vjp, saves_out=(0,), grad_name="LinalgEighBackward0", jvp=BY_TRANSPOSE,
                doc="Eigenvalues (row 0) and eigenvectors (rows 1..n, as columns) of symmetric matrices, packed."))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .opdef import OpDef, register
+from .opdef import BY_TRANSPOSE, OpDef, register
 from .solvers import mT, square_rule
 
 
@@ -34,6 +34,6 @@ def _expm_vjp(c, g):
     return (e[..., :n, n:],)
 
 
-register(OpDef("matrix_exp", "linalg", square_rule("linalg.matrix_exp"), _expm_impl, _expm_vjp, saves_in=(0,),
+register(OpDef("matrix_exp", "linalg", square_rule("linalg.matrix_exp"), _expm_impl, _expm_vjp, saves_in=(0,), jvp=BY_TRANSPOSE,
                grad_name="LinalgMatrixExpBackward0",
                doc="The matrix exponential of square matrices (SciPy's expm: Pade 13, scaling and squaring)."))

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from .opdef import Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register, result_dtype
+from .opdef import SYMMETRIC, Aval, OpDef, OpError, broadcast_shapes, fit_to, fmt_shape, register, result_dtype
 
 _SQRT_HALF = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -75,7 +75,7 @@ def _gelu_scalar(m, x, approximate="none"):
     return half * x * (one + m.erf(x * m.lit(_SQRT_HALF)))
 
 
-register(OpDef("gelu", "elementwise", _gelu_rule, _gelu_impl, _gelu_vjp, scalar=_gelu_scalar, saves_in=(0,),
+register(OpDef("gelu", "elementwise", _gelu_rule, _gelu_impl, _gelu_vjp, scalar=_gelu_scalar, saves_in=(0,), jvp=SYMMETRIC,
                grad_name="GeluBackward0", decompose=_gelu_decompose,
                doc="gelu(x; approximate): x * Phi(x), or the tanh approximation"))
 
@@ -124,8 +124,20 @@ def _gelu_bwd_vjp(c, h):
     return dg, dx
 
 
+def _gelu_bwd_jvp(c, tg, tx):
+    # z = g d(x):  dz = tg d(x) + tx g d'(x), d' = phi (2 - x^2)
+    g, x = c.inputs
+    total = c.bind("gelu_backward", tg, x) if tg is not None else None
+    if tx is not None:
+        x2 = x * x
+        pdf = _INV_SQRT_2PI * c.bind("exp", -0.5 * x2)
+        d = tx * g * (2.0 * pdf - x2 * pdf)
+        total = d if total is None else total + d
+    return (fit_to(total, c.outputs[0]),)
+
+
 # no scalar body: a trace or a device binds the decomposition, so codegen never meets the op
-register(OpDef("gelu_backward", "elementwise", _gelu_bwd_rule, _gelu_bwd_impl, _gelu_bwd_vjp, saves_in=(0, 1),
+register(OpDef("gelu_backward", "elementwise", _gelu_bwd_rule, _gelu_bwd_impl, _gelu_bwd_vjp, saves_in=(0, 1), jvp=_gelu_bwd_jvp,
                grad_name="GeluBackwardBackward0", decompose=_gelu_bwd_decompose,
                doc="exact GELU's vjp in eager mode, g * (Phi(x) + x phi(x)): one op in cache-sized blocks instead "
                    "of eleven"))
@@ -175,6 +187,6 @@ def _ln_vjp(c, g):
     return (rstd * (g - g.mean(axes, keepdim=True) - y * (g * y).mean(axes, keepdim=True)),)
 
 
-register(OpDef("layer_norm", "reduce", _ln_rule, _ln_impl, _ln_vjp, saves_in=(0,), saves_out=(0,),
+register(OpDef("layer_norm", "reduce", _ln_rule, _ln_impl, _ln_vjp, saves_in=(0,), saves_out=(0,), jvp=SYMMETRIC,
                grad_name="NativeLayerNormBackward0", decompose=_ln_decompose,
                doc="layer_norm(x; naxes, eps): (x - mean) / sqrt(var + eps) over the last naxes dims"))

@@ -11,6 +11,15 @@ records a graph of its own when ``create_graph=True``: the rules are differentia
   shapes   tuple of input shapes;  dtypes: tuple of input DTypes
   params   dict of the op's static parameters
   needs_grad tuple of bools, which inputs want a cotangent
+
+A jvp rule has the signature ``jvp(ctx, *tangents) -> tuple`` (one tangent per output, ``None`` for zero; one
+tangent per input, ``None`` where the input has none).  It is written with tensor methods and ``ctx.bind`` too,
+so it traces (the jvp pass, ``ir/passes/jvp.py``) and differentiates again.  Its ``ctx`` (``RuleCtx``) has what a
+vjp's has, for *every* input and output (``needs_grad``: which inputs carry a tangent), plus ``op`` and
+``transpose_vjp(ts)``: the Jacobian-vector product as the transpose of the op's own vjp (the caller's autograd
+does it), for the ops where a closed form is not worth its code.  Most rules are derived, never written:
+``LINEAR`` (the op applied to the tangents), elementwise ops from their vjp's scalar derivative (``ew``), and
+``SYMMETRIC`` (a Jacobian equal to its transpose: the vjp is the jvp).
 """
 from __future__ import annotations
 
@@ -71,6 +80,8 @@ class OpDef:
     saved_for   {input i: inputs whose gradient reads it}: input i is saved only if one of those needs a
                 gradient (mul: d/da = g*b reads b), so ``h * const`` doesn't pin ``h`` (torch does the same)
     view        the output may alias input 0's memory (shares its version counter)
+    jvp         (ctx, *tangents) -> tuple of output tangents: the pushforward (see the module docstring); ``LINEAR``,
+                ``SYMMETRIC`` or ``BY_TRANSPOSE`` name a derived rule.  Defaults to None iff vjp is None
     decompose   (bind, *inputs, **params) -> outputs: the same op as a composition of other primitives, for a
                 fused op whose ``impl`` is one NumPy call (softmax, layer_norm, SDPA).  Eager CPU mode runs
                 ``impl``; a trace and a device backend bind the decomposition instead (``runtime/dispatch.py``),
@@ -80,12 +91,12 @@ class OpDef:
 
     __slots__ = ("name", "family", "shape_dtype", "impl", "vjp", "scalar", "grad_name", "saves_in",
                  "saves_out", "saved_for", "nout", "view", "differentiable", "nondiff_inputs", "compute_float", "doc",
-                 "decompose")
+                 "decompose", "jvp")
 
     def __init__(self, name: str, family: str, shape_dtype: Callable, impl: Callable, vjp: Callable | None,
                  *, scalar: Callable | None = None, grad_name: str | None = None, saves_in=(), saves_out=(),
                  saved_for=None, nout: int = 1, view: bool = False, nondiff_inputs=(), doc: str = "",
-                 decompose: Callable | None = None):
+                 decompose: Callable | None = None, jvp=None):
         self.name = name
         self.family = family
         self.shape_dtype = shape_dtype
@@ -102,9 +113,113 @@ class OpDef:
         self.nondiff_inputs = frozenset(nondiff_inputs)
         self.doc = doc
         self.decompose = decompose
+        self.jvp = _derived_jvp(self, jvp)
 
     def __repr__(self):
         return f"OpDef({self.name})"
+
+
+class RuleCtx:
+    """What a rule sees (``ctx``): filled in by whoever runs it (eager dispatch, the transpose and jvp passes)."""
+
+    __slots__ = ("op", "inputs", "outputs", "shapes", "dtypes", "params", "needs_grad", "bind", "transpose_vjp")
+
+
+# derived jvp rules, named in an OpDef's ``jvp=``
+LINEAR = "linear"           # linear in its float inputs: the op itself applied to the tangents (zeros where absent)
+SYMMETRIC = "symmetric"     # a symmetric Jacobian (softmax, prod_others): the vjp applied to the tangent
+BY_TRANSPOSE = "by_transpose"   # the transpose of the vjp, computed by the caller's autograd (see RuleCtx)
+BILINEAR = "bilinear"       # linear in each float input (matmul, conv): the sum of the op with one input's tangent
+REDUCTION = "reduction"     # y_j = R(x over j's group) with vjp g_j * D(x)_k: the tangent is sum(D * t) per group
+
+
+def _is_float_tensor(x) -> bool:
+    return hasattr(x, "new_zeros") and x.dtype.is_floating_point
+
+
+def _linear_jvp(c, *ts):
+    args = []
+    for i, (x, t) in enumerate(zip(c.inputs, ts)):
+        if t is not None:
+            args.append(t)
+        elif i not in c.op.nondiff_inputs and _is_float_tensor(x):
+            args.append(x.new_zeros(x.shape))
+        else:
+            args.append(x)      # index tensors, Python numbers, non-differentiable inputs
+    return (c.bind(c.op.name, *args, **c.params),)
+
+
+def _bilinear_jvp(c, *ts):
+    total = None
+    for i, t in enumerate(ts):
+        if t is not None:
+            args = list(c.inputs)
+            args[i] = t
+            r = c.bind(c.op.name, *args, **c.params)
+            total = r if total is None else total + r
+    return (total,)
+
+
+def fit_to(t, out):
+    """Tangent ``t`` (None: zero) broadcast to output ``out``'s shape and cast to its dtype."""
+    if t is None:
+        return None
+    if t.shape != out.shape:
+        t = t.expand(out.shape)
+    if t.dtype is not out.dtype:
+        t = t.to(out.dtype)
+    return t
+
+
+def _symmetric_jvp(c, *ts):
+    return c.op.vjp(c, *ts)
+
+
+def _by_transpose_jvp(c, *ts):
+    return c.transpose_vjp(ts)
+
+
+def _reduction_jvp(c, t):
+    out = c.outputs[0]
+    d = c.op.vjp(c, out.new_ones(out.shape))[0]
+    axes = c.params["axes"]
+    if not axes:
+        return (d * t,)
+    return (c.bind("sum", d * t, axes=axes, keepdims=c.params["keepdims"]),)
+
+
+def elementwise_jvp(rule):
+    """The jvp of an elementwise op from its vjp's ``rule`` (``ctx, g -> per-input g * d_i``, before the sums back
+    to the inputs' shapes): a diagonal Jacobian is its own transpose, so input i's part is the rule applied to its
+    tangent (broadcasting does the rest), asked for input i alone."""
+    def jvp(c, *ts):
+        out = c.outputs[0]
+        needs = c.needs_grad
+        total = None
+        for i, t in enumerate(ts):
+            if t is None:
+                continue
+            c.needs_grad = tuple(j == i for j in range(len(ts)))
+            try:
+                d = rule(c, t)[i]
+            finally:
+                c.needs_grad = needs
+            if d is not None:
+                total = d if total is None else total + d
+        return (fit_to(total, out),)
+    return jvp
+
+
+_DERIVED = {LINEAR: _linear_jvp, BILINEAR: _bilinear_jvp, SYMMETRIC: _symmetric_jvp, BY_TRANSPOSE: _by_transpose_jvp,
+            REDUCTION: _reduction_jvp}
+
+
+def _derived_jvp(op, jvp):
+    if isinstance(jvp, str):
+        return _DERIVED[jvp]
+    if jvp is None and getattr(op.vjp, "rule", None) is not None:     # elementwise: its vjp's derivative table
+        return elementwise_jvp(op.vjp.rule)
+    return jvp
 
 
 OPS: dict[str, OpDef] = {}

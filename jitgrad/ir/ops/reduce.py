@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as dt
-from .opdef import Aval, OpDef, OpError, normalize_axes, register
+from .opdef import LINEAR, REDUCTION, SYMMETRIC, Aval, OpDef, OpError, normalize_axes, register
 
 
 def reduced_shape(shape, axes, keepdims):
@@ -66,14 +66,14 @@ def _amax_vjp(c, g):
     return ((_keep(c, g) / mask.sum(c.params["axes"], keepdim=True)) * mask,)
 
 
-register(OpDef("sum", "reduce", _rule("sum", "acc"), _sum_impl, _sum_vjp,
+register(OpDef("sum", "reduce", _rule("sum", "acc"), _sum_impl, _sum_vjp, jvp=LINEAR,
                scalar=lambda m, acc, x: acc + x))
 register(OpDef("amax", "reduce", _rule("amax"),
                lambda x, axes, keepdims, evenly=False: np.maximum.reduce(x, axis=axes, keepdims=keepdims),
-               _amax_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda m, acc, x: m.max(acc, x)))
+               _amax_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda m, acc, x: m.max(acc, x), jvp=REDUCTION))
 register(OpDef("amin", "reduce", _rule("amin"),
                lambda x, axes, keepdims, evenly=False: np.minimum.reduce(x, axis=axes, keepdims=keepdims),
-               _amax_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda m, acc, x: m.min(acc, x)))
+               _amax_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda m, acc, x: m.min(acc, x), jvp=REDUCTION))
 
 
 def _prod_vjp(c, g):
@@ -92,7 +92,7 @@ def _prod_vjp(c, g):
 
 
 register(OpDef("prod", "reduce", _rule("prod", "acc"), lambda x, axes, keepdims: np.prod(x, axis=axes, keepdims=keepdims),
-               _prod_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda m, acc, x: acc * x))
+               _prod_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda m, acc, x: acc * x, jvp=REDUCTION))
 
 
 def _prod_others_impl(x, axes):
@@ -133,7 +133,7 @@ def _prod_others_vjp(c, h):
 
 
 register(OpDef("prod_others", "reduce", lambda av, p: [Aval(av[0].shape, av[0].dtype)], _prod_others_impl,
-               _prod_others_vjp, saves_in=(0,), grad_name="ProdBackward0"))
+               _prod_others_vjp, saves_in=(0,), grad_name="ProdBackward0", jvp=SYMMETRIC))
 
 
 def _norm_vjp(c, g):
@@ -145,7 +145,7 @@ def _norm_vjp(c, g):
 
 register(OpDef("norm2", "reduce", _rule("norm", "float"),
                lambda x, axes, keepdims: np.sqrt(np.sum(x * x, axis=axes, keepdims=keepdims)),
-               _norm_vjp, saves_in=(0,), saves_out=(0,), grad_name="NormBackward1"))
+               _norm_vjp, saves_in=(0,), saves_out=(0,), grad_name="NormBackward1", jvp=REDUCTION))
 
 
 def _normp_impl(x, axes, keepdims, p):
@@ -166,7 +166,7 @@ def _normp_vjp(c, g):
 
 
 register(OpDef("normp", "reduce", _rule("norm", "float"), _normp_impl, _normp_vjp, saves_in=(0,), saves_out=(0,),
-               grad_name="LinalgVectorNormBackward0"))
+               grad_name="LinalgVectorNormBackward0", jvp=REDUCTION))
 
 
 def _arg_rule(name):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as dt
-from .opdef import Aval, OpDef, OpError, register
+from .opdef import BY_TRANSPOSE, LINEAR, Aval, OpDef, OpError, register
 
 
 def _scan_rule(name):
@@ -35,7 +35,7 @@ def _cumsum_vjp(c, g):
     return (c.bind("cumsum", g, axis=c.params["axis"], reverse=not c.params["reverse"]),)
 
 
-register(OpDef("cumsum", "scan", _scan_rule("cumsum"), _cumsum_impl, _cumsum_vjp, grad_name="CumsumBackward0",
+register(OpDef("cumsum", "scan", _scan_rule("cumsum"), _cumsum_impl, _cumsum_vjp, grad_name="CumsumBackward0", jvp=LINEAR,
                doc="Inclusive prefix sum along ``axis`` (from the end with ``reverse``)."))
 
 
@@ -75,4 +75,4 @@ def _cumprod_vjp(c, g):
 
 
 register(OpDef("cumprod", "scan", _scan_rule("cumprod"), _cumprod_impl, _cumprod_vjp, saves_in=(0,), saves_out=(0,),
-               grad_name="CumprodBackward0", doc="Inclusive prefix product along ``axis``."))
+               grad_name="CumprodBackward0", jvp=BY_TRANSPOSE, doc="Inclusive prefix product along ``axis``."))

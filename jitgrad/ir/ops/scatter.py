@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as dt
-from .opdef import Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register
+from .opdef import BY_TRANSPOSE, LINEAR, Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register
 
 REDUCES = ("prod", "amax", "amin")
 _UFUNC = {"prod": np.multiply, "amax": np.maximum, "amin": np.minimum}     # maximum/minimum propagate NaN, as torch
@@ -131,7 +131,7 @@ def _prod_src_grad(c, g, x, src, key, result, gather, scatter_add):
     return grad_src
 
 
-register(OpDef("scatter_reduce", "index", _rule, _impl, _vjp, saves_in=tuple(range(64)), saves_out=(0,),
+register(OpDef("scatter_reduce", "index", _rule, _impl, _vjp, saves_in=tuple(range(64)), saves_out=(0,), jvp=BY_TRANSPOSE,
                grad_name="ScatterReduceBackward0",
                doc="out[key] (reduce)= src for reduce in prod, amax, amin (torch.scatter_reduce)"))
 
@@ -144,6 +144,6 @@ def _delayed_error_vjp(c, g):
 
 register(OpDef("delayed_error", "shape", lambda avals, params: [Aval(avals[0].shape, avals[0].dtype)],
                lambda x, msg, not_implemented=False: np.array(x, copy=True), _delayed_error_vjp,
-               grad_name="DelayedErrorBackward0",
+               grad_name="DelayedErrorBackward0", jvp=LINEAR,
                doc="identity whose gradient raises RuntimeError(msg) (NotImplementedError with not_implemented): "
                    "a gradient that must not be differentiated"))

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from .opdef import Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register, result_dtype
+from .opdef import LINEAR, Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register, result_dtype
 
 
 def _reshape_rule(avals, params):
@@ -18,7 +18,7 @@ def _reshape_rule(avals, params):
 
 
 register(OpDef("reshape", "shape", _reshape_rule, lambda x, shape: x.reshape(shape),
-               lambda c, g: (g.reshape(c.shapes[0]),), view=True, grad_name="ViewBackward0"))
+               lambda c, g: (g.reshape(c.shapes[0]),), view=True, grad_name="ViewBackward0", jvp=LINEAR))
 
 
 def _permute_rule(avals, params):
@@ -39,7 +39,7 @@ def _permute_vjp(c, g):
 
 
 register(OpDef("permute", "shape", _permute_rule, lambda x, perm: x.transpose(perm), _permute_vjp,
-               view=True))
+               view=True, jvp=LINEAR))
 
 
 def _bcast_rule(avals, params):
@@ -60,7 +60,7 @@ def _bcast_impl(x, shape):
 
 
 register(OpDef("broadcast_to", "shape", _bcast_rule, _bcast_impl,
-               lambda c, g: (g.sum_to_size(c.shapes[0]),), view=True, grad_name="ExpandBackward0"))
+               lambda c, g: (g.sum_to_size(c.shapes[0]),), view=True, grad_name="ExpandBackward0", jvp=LINEAR))
 
 
 def _cat_rule(avals, params):
@@ -100,7 +100,7 @@ def _cat_vjp(c, g):
     return tuple(out)
 
 
-register(OpDef("cat", "shape", _cat_rule, _cat_impl, _cat_vjp))
+register(OpDef("cat", "shape", _cat_rule, _cat_impl, _cat_vjp, jvp=LINEAR))
 
 
 def _flip_rule(avals, params):
@@ -113,4 +113,4 @@ def _flip_rule(avals, params):
 
 # a reversed view (negative strides); the public ``flip`` copies it, as torch's flip returns new memory
 register(OpDef("flip", "shape", _flip_rule, lambda x, axes: np.flip(x, axes) if x.ndim else x,
-               lambda c, g: (c.bind("flip", g, axes=c.params["axes"]),), view=True, grad_name="FlipBackward0"))
+               lambda c, g: (c.bind("flip", g, axes=c.params["axes"]),), view=True, grad_name="FlipBackward0", jvp=LINEAR))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .opdef import Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register
+from .opdef import BY_TRANSPOSE, Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register
 
 
 class LinAlgError(RuntimeError):
@@ -105,7 +105,13 @@ def _inv_vjp(c, g):
     return (-(xt @ g @ xt),)
 
 
-register(OpDef("inv", "linalg", square_rule("inv"), _inv_impl, _inv_vjp, saves_out=(0,),
+def _inv_jvp(c, t):
+    # d(A^-1) = -A^-1 dA A^-1
+    x = c.outputs[0]
+    return (-(x @ t @ x),)
+
+
+register(OpDef("inv", "linalg", square_rule("inv"), _inv_impl, _inv_vjp, saves_out=(0,), jvp=_inv_jvp,
                grad_name="LinalgInvExBackward0", doc="The inverse of square matrices (LAPACK getrf/getri)."))
 
 
@@ -153,7 +159,16 @@ def _solve_vjp(c, g):
             gb.sum_to_size(sb) if c.needs_grad[1] else None)
 
 
-register(OpDef("solve", "linalg", _solve_rule, _solve_impl, _solve_vjp, saves_in=(0,), saves_out=(0,),
+def _solve_jvp(c, ta, tb):
+    # A X = B:  A dX = dB - dA X
+    a, x = c.inputs[0], c.outputs[0]
+    rhs = tb
+    if ta is not None:
+        rhs = -(ta @ x) if rhs is None else rhs - ta @ x
+    return (c.bind("solve", a, rhs, check=c.params.get("check", True)),)
+
+
+register(OpDef("solve", "linalg", _solve_rule, _solve_impl, _solve_vjp, saves_in=(0,), saves_out=(0,), jvp=_solve_jvp,
                grad_name="LinalgSolveExBackward0", doc="X with A X = B (LAPACK gesv), batches broadcast."))
 
 
@@ -202,7 +217,7 @@ def _tri_vjp(c, g):
 
 
 register(OpDef("solve_triangular", "linalg", _tri_rule, _tri_impl, _tri_vjp, saves_in=(0,), saves_out=(0,),
-               grad_name="LinalgSolveTriangularBackward0",
+               grad_name="LinalgSolveTriangularBackward0", jvp=BY_TRANSPOSE,
                doc="X with A X = B for triangular A (LAPACK trtrs), reading one triangle of A."))
 
 
@@ -231,7 +246,7 @@ def _det_vjp(c, g):
     return (((u * others.unsqueeze(-2)) @ vh) * (g * sign).unsqueeze(-1).unsqueeze(-1),)
 
 
-register(OpDef("det", "linalg", _det_rule, _det_impl, _det_vjp, saves_in=(0,), grad_name="LinalgDetBackward0",
+register(OpDef("det", "linalg", _det_rule, _det_impl, _det_vjp, saves_in=(0,), grad_name="LinalgDetBackward0", jvp=BY_TRANSPOSE,
                doc="The determinant of square matrices (LAPACK getrf)."))
 
 
@@ -252,7 +267,7 @@ def _slogdet_vjp(c, g):
 
 
 register(OpDef("slogdet", "linalg", _slogdet_rule, _slogdet_impl, _slogdet_vjp, saves_in=(0,),
-               grad_name="LinalgSlogdetBackward0",
+               grad_name="LinalgSlogdetBackward0", jvp=BY_TRANSPOSE,
                doc="sign and log|det| of square matrices, packed on a last axis of 2."))
 
 
@@ -297,7 +312,7 @@ def _pinv_vjp(c, g):
 
 
 register(OpDef("pinv", "linalg", _pinv_rule, _pinv_impl, _pinv_vjp, saves_in=(0,), saves_out=(0,),
-               grad_name="LinalgPinvBackward0",
+               grad_name="LinalgPinvBackward0", jvp=BY_TRANSPOSE,
                doc="The Moore-Penrose pseudo-inverse (SVD, or eigh with hermitian=True); singular values at or "
                    "below max(atol, rtol * largest) count as zero."))
 

@@ -42,7 +42,7 @@ import numpy as np
 from .. import dtypes as dt
 from .. import philox
 from .attention import causal_additive, check_qkv
-from .opdef import Aval, OpDef, OpError, fmt_shape, register
+from .opdef import BY_TRANSPOSE, Aval, OpDef, OpError, fmt_shape, register
 
 
 def _check_blocks(name, params):
@@ -386,12 +386,12 @@ def _tiled_backward_vjp(c, gflat):
     return tuple(grads)
 
 
-register(OpDef("sdpa_tiled", "linalg", _fwd_rule, _tiled_forward, _tiled_forward_vjp, saves_in=(0, 1, 2, 3, 4, 5),
+register(OpDef("sdpa_tiled", "linalg", _fwd_rule, _tiled_forward, _tiled_forward_vjp, saves_in=(0, 1, 2, 3, 4, 5), jvp=BY_TRANSPOSE,
                saves_out=(0,), grad_name="ScaledDotProductFlashAttentionForCpuBackward0",
                doc="sdpa_tiled(q, k, v[, mask][, seed, offset]; scale, causal, block_q, block_k[, dropout_p]): "
                    "attention tiled over queries and keys with an online softmax; one flat result [out | per-row "
                    "log-sum-exp]"))
-register(OpDef("sdpa_tiled_backward", "linalg", _bwd_rule, _tiled_backward, _tiled_backward_vjp,
+register(OpDef("sdpa_tiled_backward", "linalg", _bwd_rule, _tiled_backward, _tiled_backward_vjp, jvp=BY_TRANSPOSE,
                saves_in=tuple(range(8)), grad_name="SdpaTiledBackwardBackward0",
                doc="sdpa_tiled_backward(q, k, v[, mask][, seed, offset], result, cotangent; scale, causal, block_q, "
                    "block_k, mask_grad[, dropout_p]): the tiled gradients, one flat result [dq | dk | dv (| dmask)]"))

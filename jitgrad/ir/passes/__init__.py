@@ -14,6 +14,7 @@ from .fuse import plan as _fuse
 from .row_chains import merge_row_chains
 from .simplify import simplify
 from .transpose import transpose, active_vars, Transposed  # noqa: F401
+from .jvp import jvp, split_linear, Linear  # noqa: F401
 
 PIPELINE = (("simplify", simplify), ("cse", cse), ("dce", dce))
 
@@ -52,4 +53,4 @@ def fusion_plan(g: Graph, rowwise: bool | None = None) -> Plan:
     return merge_row_chains(p) if rowwise else p
 
 
-__all__ = ["cse", "dce", "simplify", "transpose", "run_pipeline", "PIPELINE", "dump", "active_vars", "fusion_plan"]
+__all__ = ["cse", "dce", "simplify", "transpose", "jvp", "split_linear", "run_pipeline", "PIPELINE", "dump", "active_vars", "fusion_plan"]

@@ -1,0 +1,262 @@
+"""Eager forward mode: dual levels, the tangents they attach to tensors, and the jvp rules run at each op.
+
+A level (``forward_ad.dual_level``, ``func.jvp``) keeps a table tensor -> tangent.  While any level is open,
+``dispatch.bind`` hands each op to ``DUALS.bind``: it finds the innermost level whose tangents reach the op's
+inputs, computes the primal with that level hidden (lower levels still apply, so levels nest: forward over
+forward), then the output tangents with the OpDef's ``jvp`` rule, also with that level hidden, so the rule's own
+ops carry the lower levels' tangents and record autograd history like any op (forward over reverse and reverse
+over forward).  Under a trace the same rule binds traced ops: the tangent eqns land in the graph beside the
+primal ones.
+"""
+from __future__ import annotations
+
+import contextlib
+import weakref
+
+import numpy as np
+
+from ..ir.ops.opdef import RuleCtx
+from . import forward_state, grad_mode
+from .dispatch import bind
+from .tensor import Tensor
+from ..tracer import STATE as _TR
+
+_FS = forward_state.STATE
+
+
+class Level:
+    """One dual level: tensor -> tangent, for the tensors that carry one at this level."""
+
+    __slots__ = ("index", "tangents", "__weakref__")
+
+    def __init__(self, index):
+        self.index = index
+        self.tangents = {}      # id(tensor) -> (weakref to the tensor, tangent)
+
+    def get(self, t):
+        e = self.tangents.get(id(t))
+        if e is None:
+            return None
+        if e[0]() is not t:         # the id was reused by a new tensor
+            del self.tangents[id(t)]
+            return None
+        return e[1]
+
+    def set(self, t, tangent):
+        if tangent is None:
+            self.tangents.pop(id(t), None)
+            return
+        key = id(t)
+        table = self.tangents
+        ref = weakref.ref(t, lambda _r, key=key, table=table: table.pop(key, None))
+        table[key] = (ref, tangent)
+
+
+class Duals:
+    """The open levels (innermost last) and the handler ``dispatch.bind`` calls while any is open."""
+
+    def __init__(self):
+        self.levels = []
+        self.visible = 0        # levels[:visible] apply to the ops bound now (a rule runs with its own hidden)
+
+    # ---- levels ------------------------------------------------------------------------------------------
+    def enter(self) -> Level:
+        lv = Level(len(self.levels))
+        self.levels.append(lv)
+        self.visible = len(self.levels)
+        _FS.active = self
+        return lv
+
+    def exit(self, lv):
+        if not self.levels or self.levels[-1] is not lv:
+            raise RuntimeError("Trying to exit a forward AD level that was not the last one that was created. This "
+                               "is not supported.")
+        self.levels.pop()
+        lv.tangents.clear()
+        self.visible = len(self.levels)
+        _FS.active = self if self.levels else None
+
+    @contextlib.contextmanager
+    def hidden(self):
+        """Ops bound inside see no tangents (make_dual's view, unpack_dual's primal)."""
+        prev = self._hide(0)
+        try:
+            yield
+        finally:
+            self._show(prev)
+
+    def _hide(self, k):
+        prev = self.visible
+        self.visible = k
+        _FS.active = self if k else None
+        return prev
+
+    def _show(self, prev):
+        self.visible = prev
+        _FS.active = self if prev else None
+
+    # ---- ops ---------------------------------------------------------------------------------------------
+    def bind(self, op, args, params):
+        """``bind(op, *args, **params)`` with tangents: the primal, and each output's tangent at the innermost
+        level that reaches the inputs."""
+        k = self.visible
+        found = None
+        while k > 0 and found is None:
+            k -= 1
+            lv = self.levels[k]
+            ts = [lv.get(a) if isinstance(a, Tensor) else None for a in args]
+            if any(t is not None for t in ts):
+                found = lv
+        if found is not None and op.decompose is not None and _TR.active is not None:
+            # traced, a fused op is bound as its composition: each primitive of it carries its own tangent, so the
+            # values its autograd nodes save are dual too (forward over reverse reads their tangents)
+            return op.decompose(_bind_name, *args, **params)
+        if found is None or op.jvp is None:
+            prev = self._hide(0)
+            try:
+                return bind(op, *args, **params)
+            finally:
+                self._show(prev)
+        prev = self._hide(k)
+        try:
+            out = bind(op, *args, **params)
+            outs = out if isinstance(out, tuple) else (out,)
+            if not any(o.dtype.is_floating_point for o in outs):
+                return out
+            res = apply_jvp(op, args, params, outs, ts)
+        finally:
+            self._show(prev)
+        for o, t in zip(outs, res):
+            if t is not None and o.dtype.is_floating_point:
+                found.set(o, t)
+        return out
+
+    def apply_function(self, cls, ctx, args, kwargs, plain):
+        """A custom ``autograd.Function`` applied with tangents: ``forward`` runs with no tangents (as torch's),
+        then the Function's ``jvp(ctx, *tangents)`` gives its outputs' tangents."""
+        k = self.visible
+        found = None
+        while k > 0 and found is None:
+            k -= 1
+            lv = self.levels[k]
+            ts = [lv.get(a) if isinstance(a, Tensor) else None for a in args]
+            if any(t is not None for t in ts):
+                found = lv
+        prev = self._hide(0)
+        try:
+            out = plain(ctx, args, kwargs)
+        finally:
+            self._show(prev)
+        if found is None:
+            return out
+        if getattr(cls.jvp, "_not_implemented", False):
+            raise NotImplementedError("You must implement the jvp function for custom autograd.Function to use it "
+                                      "with forward mode AD.")
+        tin = []
+        for a, t in zip(args, ts):
+            if t is None and isinstance(a, Tensor) and a.dtype.is_floating_point and ctx.materialize_grads:
+                t = a.new_zeros(a.shape)
+            tin.append(t)
+        prev = self._hide(k)
+        ctx._in_jvp = True
+        try:
+            res = cls.jvp(ctx, *tin)
+        finally:
+            ctx._in_jvp = False
+            self._show(prev)
+        outs = out if isinstance(out, tuple) else (out,)
+        res = res if isinstance(res, tuple) else (res,)
+        if len(res) != len(outs):
+            raise RuntimeError(f"function {cls.__name__}_jvp returned an incorrect number of forward gradients "
+                               f"(expected {len(outs)}, got {len(res)})")
+        for o, t in zip(outs, res):
+            if isinstance(o, Tensor) and t is not None and o.dtype.is_floating_point:
+                if tuple(t.shape) != tuple(o.shape):
+                    raise RuntimeError("Trying to set a forward gradient that has a different size than that of the "
+                                       f"original Tensor, this is not supported. Tensor is of size {list(o.shape)} "
+                                       f"while the given forward gradient is of size {list(t.shape)}.")
+                found.set(o, t)
+        return out
+
+    def carry(self, src, dst):
+        """Give ``dst`` (a new stand-in for ``src``: func's fresh leaves) ``src``'s tangents at every level."""
+        for lv in self.levels:
+            t = lv.get(src)
+            if t is not None:
+                lv.set(dst, t)
+        return dst
+
+    def after_inplace(self, target, result):
+        """``target`` was overwritten in place with ``result``'s value: its tangent is now ``result``'s, written
+        into its existing tangent where it has one (so views of it, and its base, see the change)."""
+        for lv in self.levels[:self.visible]:
+            rt = lv.get(result)
+            old = lv.get(target)
+            if rt is None and old is None:
+                continue
+            if rt is None:
+                rt = old.new_zeros(old.shape)
+            if rt.dtype is not target.dtype:
+                rt = rt.to(target.dtype)
+            if old is not None and type(old._data) is np.ndarray and type(rt._data) is np.ndarray:
+                old._data[...] = rt._data
+                old._vc[0] += 1
+            else:
+                lv.set(target, rt)
+
+
+DUALS = Duals()
+
+
+def _float_tensor(x) -> bool:
+    return isinstance(x, Tensor) and x.dtype.is_floating_point
+
+
+def apply_jvp(op, args, params, outs, tangents):
+    """The tangents of ``op``'s outputs ``outs`` (at inputs ``args``) for input tangents ``tangents`` (None:
+    zero), by the OpDef's jvp rule; None for an output with a zero tangent."""
+    c = RuleCtx()
+    c.op = op
+    c.inputs = tuple(args)
+    c.outputs = tuple(outs)
+    c.shapes = tuple(tuple(a.shape) if isinstance(a, Tensor) else () for a in args)
+    c.dtypes = tuple(a.dtype if isinstance(a, Tensor) else None for a in args)
+    c.params = params
+    ts = tuple(t if t is not None and i not in op.nondiff_inputs and _float_tensor(a) else None
+               for i, (a, t) in enumerate(zip(args, tangents)))
+    c.needs_grad = tuple(t is not None for t in ts)
+    c.bind = _bind_name
+    c.transpose_vjp = lambda tts: transpose_vjp(c, tts)
+    if not any(c.needs_grad):
+        return (None,) * len(outs)
+    res = op.jvp(c, *ts)
+    return tuple(res)
+
+
+def _bind_name(opname, *args, **params):
+    from ..ir.ops import OPS
+    return bind(OPS[opname], *args, **params)
+
+
+def transpose_vjp(c, ts):
+    """J t as the transpose of the op's vjp (linear in its cotangent ``u``): d/du <vjp(u), t>, by reverse mode
+    with ``create_graph``, so it stays differentiable in the primals and the tangents."""
+    from .engine import grad as _grad
+    outs = c.outputs
+    with grad_mode.enable_grad():
+        us = [o.new_zeros(o.shape).requires_grad_() for o in outs]
+        cts = c.op.vjp(c, *us)
+        total = None
+        for ct, t in zip(cts, ts):
+            if ct is None or t is None or not ct.requires_grad:
+                continue
+            term = (ct * t).sum()
+            total = term if total is None else total + term
+        if total is None:
+            return (None,) * len(outs)
+        keep = any(isinstance(x, Tensor) and x.requires_grad for x in c.inputs) or \
+            any(t is not None and t.requires_grad for t in ts)
+        gs = _grad([total], us, create_graph=True, allow_unused=True)
+    if not keep:
+        gs = [None if g is None else g.detach() for g in gs]
+    return tuple(gs)

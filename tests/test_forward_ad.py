@@ -1,0 +1,193 @@
+"""``jitgrad.autograd.forward_ad`` against torch's: dual tensors through ops, views and in-place ops, custom
+Functions' ``jvp`` with ``save_for_forward``, torch's errors; ``gradcheck(check_forward_ad=True)``."""
+import numpy as np
+import pytest
+
+import jitgrad as jg
+import jitgrad.autograd.forward_ad as fwAD
+
+torch = pytest.importorskip("torch")
+tfwAD = torch.autograd.forward_ad
+
+RNG = np.random.default_rng(0)
+
+
+def _both(a):
+    return jg.tensor(a), torch.tensor(a)
+
+
+def _close(j, t):
+    np.testing.assert_allclose(j.detach().numpy(), t.detach().numpy(), rtol=1e-10, atol=1e-12)
+
+
+def _program(lib, fwd, x, v):
+    """Ops, views of a dual tensor and in-place writes into it and into its views; returns primal and tangent
+    of everything that should carry one."""
+    with fwd.dual_level():
+        d = fwd.make_dual(x.clone(), v)
+        y = (d * d).tanh() + d.exp().sum(0, keepdim=True)
+        view = d[1:]
+        row = d.reshape(-1)[:2]
+        d.mul_(2.0)                     # the views see it, tangents too
+        view.add_(y[1:] * 0.5)          # through a view into d
+        z = lib.cat([d.sin(), view.cos()], 0).softmax(-1) @ d.T
+        outs = [y, view, row, d, z]
+        return [(fwd.unpack_dual(o).primal.clone(), fwd.unpack_dual(o).tangent.clone()) for o in outs]
+
+
+def test_dual_tensors_through_ops_views_and_inplace_match_torch():
+    a, v = RNG.standard_normal((3, 4)), RNG.standard_normal((3, 4))
+    got = _program(jg, fwAD, *_both(a)[:1], jg.tensor(v))
+    want = _program(torch, tfwAD, torch.tensor(a), torch.tensor(v))
+    for (pj, tj), (pt, tt) in zip(got, want):
+        _close(pj, pt)
+        _close(tj, tt)
+
+
+def test_unpack_dual_and_levels():
+    x, v = jg.tensor([1.0, 2.0]), jg.tensor([0.5, -1.0])
+    assert fwAD.unpack_dual(x) == (x, None)
+    with fwAD.dual_level() as lvl:
+        assert isinstance(lvl, int)
+        d = fwAD.make_dual(x, v)
+        u = fwAD.unpack_dual(d)
+        assert isinstance(u, fwAD.UnpackedDualTensor) and u.tangent is v
+        np.testing.assert_array_equal(u.primal.numpy(), x.numpy())
+        assert fwAD.unpack_dual(u.primal).tangent is None      # the primal carries no tangent
+        assert fwAD.unpack_dual(x).tangent is None              # make_dual made a new (view) tensor
+        assert fwAD.unpack_dual(x + 1).tangent is None
+    assert fwAD.unpack_dual(d).tangent is None                  # the level's tangents are gone
+
+
+def test_errors_match_torch():
+    x = jg.tensor([1.0, 2.0])
+    with pytest.raises(RuntimeError, match="no level exists, make sure to enter_dual_level"):
+        fwAD.make_dual(x, x)
+    with fwAD.dual_level():
+        with pytest.raises(RuntimeError, match="different size than that of the original Tensor.*size \\[2\\] while "
+                                               "the given forward gradient is of size \\[3\\]"):
+            fwAD.make_dual(x, jg.ones(3))
+        with pytest.raises(ValueError, match="Expected primal to be floating point or complex, but got"):
+            fwAD.make_dual(jg.tensor([1, 2]), x)
+        with pytest.raises(ValueError, match="Expected tangent to be floating point or complex"):
+            fwAD.make_dual(x, jg.tensor([1, 2]))
+        with pytest.raises(RuntimeError, match="Nested forward mode AD is not supported at the moment"):
+            fwAD.enter_dual_level()
+    with pytest.raises(RuntimeError, match="Trying to exit a forward AD level that was not the last one"):
+        fwAD.exit_dual_level()
+
+
+def _functions(lib):
+    class Exp(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, k):
+            r = a.exp() * k
+            ctx.save_for_forward(r)
+            ctx.save_for_backward(r)
+            return r
+
+        @staticmethod
+        def backward(ctx, g):
+            r, = ctx.saved_tensors
+            return g * r, None
+
+        @staticmethod
+        def jvp(ctx, t, tk):
+            r, = ctx.saved_tensors
+            return t * r
+
+    class NoJvp(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+    return Exp, NoJvp
+
+
+def test_custom_function_jvp_and_save_for_forward():
+    a, v = RNG.standard_normal(3), RNG.standard_normal(3)
+    res = []
+    for lib, fwd in ((jg, fwAD), (torch, tfwAD)):
+        Exp, NoJvp = _functions(lib)
+        with fwd.dual_level():
+            d = fwd.make_dual(lib.tensor(a), lib.tensor(v))
+            y = Exp.apply(d.sin(), 3.0)
+            res.append(fwd.unpack_dual(y).tangent)
+            with pytest.raises(NotImplementedError, match="You must implement the jvp function for custom "
+                                                          "autograd.Function to use it with forward mode AD"):
+                NoJvp.apply(d)
+            # no tangent in: no jvp needed
+            NoJvp.apply(lib.tensor(a))
+    _close(*res)
+
+
+def test_gradcheck_forward_ad():
+    x = jg.tensor(RNG.standard_normal((2, 3)), requires_grad=True)
+    y = jg.tensor(RNG.standard_normal(3), requires_grad=True)
+    f = lambda a, b: ((a * b).tanh() @ b, a.softmax(-1).log())    # noqa: E731
+    assert jg.autograd.gradcheck(f, (x, y), check_forward_ad=True)
+    assert jg.autograd.gradcheck(f, (x, y), check_forward_ad=True, check_backward_ad=False, fast_mode=True)
+    assert jg.autograd.gradcheck(f, (x, y), check_forward_ad=True, check_batched_forward_grad=True)
+    assert jg.autograd.gradgradcheck(f, (x, y), check_fwd_over_rev=True)
+
+    class Wrong(jg.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a.sin()
+
+        @staticmethod
+        def backward(ctx, g):
+            return g      # wrong too: not checked with check_backward_ad=False
+
+        @staticmethod
+        def jvp(ctx, t):
+            return t * 2.0
+    with pytest.raises(jg.autograd.GradcheckError, match="Jacobian"):
+        jg.autograd.gradcheck(Wrong.apply, (x,), check_forward_ad=True, check_backward_ad=False)
+
+
+def test_dual_tensors_under_compile():
+    """make_dual inside a compiled function: the tangent eqns are traced with the primal ones."""
+    def f(a, t):
+        with fwAD.dual_level():
+            d = fwAD.make_dual(a, t)
+            return fwAD.unpack_dual((d.sin() * d).sum(-1)).tangent
+    a, t = jg.tensor(RNG.standard_normal((2, 3))), jg.tensor(RNG.standard_normal((2, 3)))
+    want = f(a, t)
+    for backend in ("interpret", "numba"):
+        _close(jg.compile(f, backend=backend)(a, t), want)
+    an, tn = a.numpy(), t.numpy()
+    np.testing.assert_allclose(want.numpy(), ((np.cos(an) * an + np.sin(an)) * tn).sum(-1), rtol=1e-12)
+
+
+def test_custom_function_with_setup_context():
+    """forward without ctx, setup_context saving for forward and backward, a jvp whose missing tangent arrives as
+    zeros (materialized, as torch's)."""
+    res = []
+    for lib, fwd in ((jg, fwAD), (torch, tfwAD)):
+        class Mul(lib.autograd.Function):
+            @staticmethod
+            def forward(a, b):
+                return a * b
+
+            @staticmethod
+            def setup_context(ctx, inputs, output):
+                ctx.save_for_forward(*inputs)
+                ctx.save_for_backward(*inputs)
+
+            @staticmethod
+            def backward(ctx, g):
+                a, b = ctx.saved_tensors
+                return g * b, g * a
+
+            @staticmethod
+            def jvp(ctx, ta, tb):
+                a, b = ctx.saved_tensors
+                return ta * b + a * tb
+        with fwd.dual_level():
+            a = fwd.make_dual(lib.tensor([1.0, 2.0]), lib.tensor([1.0, -0.5]))
+            res.append(fwd.unpack_dual(Mul.apply(a, lib.tensor([3.0, 4.0]))).tangent)
+    _close(*res)
