@@ -75,8 +75,31 @@ def _matmul_impl(x, y):
     return blas.matmul(x, y)
 
 
+def _numpy_matmul(x, y):
+    """``_matmul_impl`` for a signature that ``blas.matmul`` hands to NumPy (below its GEMM threshold, or not a
+    float GEMM), with no outer product: only the zero-stride copies are left to decide per call."""
+    if 0 in x.strides and x.size > 1:
+        x = np.ascontiguousarray(x)
+    if 0 in y.strides and y.size > 1:
+        y = np.ascontiguousarray(y)
+    return np.matmul(x, y)
+
+
+def _matmul_for_signature(avals, params):
+    """The eager impl of one matmul signature: ``_numpy_matmul`` where ``_matmul_impl`` would reach ``np.matmul``."""
+    x, y = avals
+    if x.ndim < 2 or y.ndim < 2 or x.shape[-1] == 1:
+        return None
+    macs = y.shape[-1]
+    for n in x.shape:
+        macs *= n
+    if y.ndim == 2 and x.dtype.np in (np.float32, np.float64) and macs >= blas.EAGER_MIN_MACS:
+        return None     # blas.matmul's own GEMM
+    return _numpy_matmul
+
+
 register(OpDef("matmul", "linalg", _matmul_rule, _matmul_impl, _matmul_vjp, saves_in=(0, 1),
-               saved_for={0: (1,), 1: (0,)}, grad_name="MmBackward0"))
+               saved_for={0: (1,), 1: (0,)}, grad_name="MmBackward0", eager_impl=_matmul_for_signature))
 
 
 # ---- eigh: the eigendecomposition of a symmetric matrix ----------------------------------------------------
