@@ -16,7 +16,9 @@ from .view_inplace import INFERENCE_VIEW, INFERENCE_VIEW_MSG, NO_GRAD_VIEW, NO_G
 from .view_writes import inplace_on_view, traced_write
 from .traced import is_traced, traced_mask, traced_payload
 from .devices import backend_of_payload, copy_payload
+from . import dispatch as _dispatch
 from .dispatch import bind as _bind
+from .profiler_state import STATE as _PROF
 from .tensor import Tensor
 
 _GM = grad_mode.STATE
@@ -198,6 +200,25 @@ class InPlaceOps:
 
     # --- indexing --------------------------------------------------------------------------------
     def __getitem__(self, key):
+        tk = type(key)
+        if tk is slice or tk is int:    # one int or slice (x[2], x[2:5]): the spec without parsing
+            if tk is int:
+                spec, name = (key,), "SelectBackward0"
+            else:
+                a, b, st = key.start, key.stop, key.step
+                if (a is None or type(a) is int) and (b is None or type(b) is int) \
+                        and (st is None or type(st) is int and st > 0):
+                    spec = (("slice", a, b, st),)
+                    name = "AliasBackward0" if a is None and b is None and st is None else "SliceBackward0"
+                else:
+                    spec = None         # parse_index converts (or refuses) the bounds
+            if spec is not None:
+                r = _dispatch._bind(_GETITEM, (self,), {"spec": spec}) if _PROF.active is None else \
+                    _bind(_GETITEM, self, spec=spec)
+                gf = r.grad_fn
+                if gf is not None and r is not self and gf.op is _GETITEM:
+                    gf.torch_name = name    # (getitem_name(spec), known here)
+                return r
         split = ints_before_tensors(key)
         if split is not None:
             return self[split[0]][split[1]]
