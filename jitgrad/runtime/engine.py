@@ -21,6 +21,7 @@ from .devices import backend_of_payload, to_host
 from ..tracer import STATE as _TR
 
 _AN = anomaly.STATE
+_wrap = Tensor._make
 _SH = saved_hooks.STATE
 _PROF = profiler_state.STATE
 
@@ -447,7 +448,17 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                         if g is None and node.out_meta[i][1] is not None:
                             grads[i] = zeros_for(node.out_meta[i])
                 node.check_saved()
-                in_grads = node.op.vjp(node, *grads)
+                ev = node.op.eager_vjp
+                in_grads = None
+                if ev is not None and not create_graph and len(grads) == 1:
+                    # the op's pullback on arrays (first order: no graph to build), wrapped as binds wrap results
+                    ins = node.inputs
+                    arrays = ev(node.needs_grad, node.shapes, [None if t is None else t._data for t in ins],
+                                grads[0]._data)
+                    if arrays is not None:
+                        in_grads = tuple(None if a is None else _wrap(a) for a in arrays)
+                if in_grads is None:
+                    in_grads = node.op.vjp(node, *grads)
                 if len(in_grads) != len(node.next_functions):
                     raise RuntimeError(f"function {node.name()} returned an incorrect number of gradients "
                                        f"(expected {len(node.next_functions)}, got {len(in_grads)})")

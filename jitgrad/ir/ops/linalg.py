@@ -98,8 +98,28 @@ def _matmul_for_signature(avals, params):
     return _numpy_matmul
 
 
+def _matmul_eager_vjp(needs, shapes, inputs, g):
+    """``_matmul_vjp`` of two matrices on arrays: ``g @ y.T`` and ``x.T @ g`` through ``_matmul_impl``, as the rule's
+    binds compute them (a permute is NumPy's transpose view); None for other ranks or non-NumPy payloads."""
+    xs, ys = shapes
+    if len(xs) != 2 or len(ys) != 2 or type(g) is not np.ndarray:
+        return None
+    x, y = inputs
+    gx = gy = None
+    if needs[0]:
+        if type(y) is not np.ndarray or y.dtype != g.dtype:     # (a hook's cast cotangent: the rule's error)
+            return None
+        gx = _matmul_impl(g, y.transpose(1, 0))
+    if needs[1]:
+        if type(x) is not np.ndarray or x.dtype != g.dtype:
+            return None
+        gy = _matmul_impl(x.transpose(1, 0), g)
+    return gx, gy
+
+
 register(OpDef("matmul", "linalg", _matmul_rule, _matmul_impl, _matmul_vjp, saves_in=(0, 1),
-               saved_for={0: (1,), 1: (0,)}, grad_name="MmBackward0", eager_impl=_matmul_for_signature))
+               saved_for={0: (1,), 1: (0,)}, grad_name="MmBackward0", eager_impl=_matmul_for_signature,
+               eager_vjp=_matmul_eager_vjp))
 
 
 # ---- eigh: the eigendecomposition of a symmetric matrix ----------------------------------------------------
