@@ -19,6 +19,7 @@ from .devices import backend_of_payload, copy_payload
 from . import dispatch as _dispatch
 from .dispatch import bind as _bind
 from .profiler_state import STATE as _PROF
+from .anomaly import STATE as _AN
 from .tensor import Tensor
 
 _GM = grad_mode.STATE
@@ -142,12 +143,18 @@ class InPlaceOps:
         return self
 
     def add_(self, other, *, alpha=1):
+        if alpha == 1 and _write_ufunc(self, np.add, other):
+            return self
         return self._apply_inplace(lambda s, o: s + (o if alpha == 1 else o * alpha), other)
 
     def sub_(self, other, *, alpha=1):
+        if alpha == 1 and _write_ufunc(self, np.subtract, other):
+            return self
         return self._apply_inplace(lambda s, o: s - (o if alpha == 1 else o * alpha), other)
 
     def mul_(self, other):
+        if _write_ufunc(self, np.multiply, other):
+            return self
         return self._apply_inplace(lambda s, o: s * o, other)
 
     def pow_(self, other):
@@ -291,6 +298,37 @@ def _snapshot(t):
     src = t._make(copy_payload(t._data), t._requires_grad)
     src.grad_fn, src._out_nr, src._acc = t.grad_fn, t._out_nr, t._accumulator() if t._requires_grad else None
     return src
+
+
+def _write_ufunc(self, ufunc, o) -> bool:
+    """``self op= o`` as one NumPy ufunc writing into self's own buffer (``out=``), when that is all the in-place op
+    does: nothing records (grad mode off, or nothing requires grad), no trace, profiler, anomaly mode or
+    mutation-on-saved context, self a floating NumPy array that is not a view, not an inference tensor, and ``o``
+    a Python number or a plain tensor of self's dtype and shape (or 0-d).  The ufunc gives the bits that the
+    out-of-place op and the copy back give.  False: nothing was done (``_apply_inplace`` does it all)."""
+    if _TR.active is not None or _PROF.active is not None or _AN.enabled or _MUT.active is not None \
+            or self._base is not None or self._inference:
+        return False
+    sd = self._data
+    if type(sd) is not np.ndarray or sd.dtype.kind != "f" or not sd.flags.writeable:
+        return False
+    to = type(o)
+    if to is Tensor:
+        od = o._data
+        if type(od) is not np.ndarray or od.dtype != sd.dtype or od.shape != sd.shape and od.ndim != 0 \
+                or o._base is not None:
+            return False
+        if _GM.grad_enabled and (o._requires_grad or o.grad_fn is not None):
+            return False
+    elif to is float or to is int:
+        od = o
+    else:
+        return False
+    if _GM.grad_enabled and (self._requires_grad or self.grad_fn is not None):
+        return False    # recorded (or refused: a leaf that requires grad): _apply_inplace
+    ufunc(sd, od, out=sd)
+    self._vc[0] += 1
+    return True
 
 
 def _check_result(t, r):
