@@ -452,11 +452,14 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                 in_grads = None
                 if ev is not None and not create_graph and len(grads) == 1:
                     # the op's pullback on arrays (first order: no graph to build), wrapped as binds wrap results
-                    ins = node.inputs
-                    arrays = ev(node.needs_grad, node.shapes, [None if t is None else t._data for t in ins],
-                                grads[0]._data)
+                    ins = []
+                    for t in node.inputs:
+                        ins.append(None if t is None else t._data)
+                    arrays = ev(node.needs_grad, node.shapes, ins, grads[0]._data)
                     if arrays is not None:
-                        in_grads = tuple(None if a is None else _wrap(a) for a in arrays)
+                        in_grads = []
+                        for a in arrays:
+                            in_grads.append(None if a is None else _wrap(a))
                 if in_grads is None:
                     in_grads = node.op.vjp(node, *grads)
                 if len(in_grads) != len(node.next_functions):

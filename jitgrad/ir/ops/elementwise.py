@@ -327,9 +327,13 @@ def _where_rule(avals, params):
     return [Aval(shape, result_dtype([x, y]))]
 
 
+# eager dispatch passes arrays and Python numbers only: the C function under np.where's __array_function__ layer
+_WHERE_C = getattr(np.where, "_implementation", None)
+
 register(OpDef("where", "elementwise", _where_rule, np.where,
                _ew_vjp(lambda c, g: (None, g.where(_in(c, 0), 0.0), g.where(~_in(c, 0), 0.0))),
-               scalar=lambda m, c, x, y: m.select(c, x, y), saves_in=(0,), nondiff_inputs=(0,)))
+               scalar=lambda m, c, x, y: m.select(c, x, y), saves_in=(0,), nondiff_inputs=(0,),
+               eager_impl=lambda avals, params: _WHERE_C))
 
 
 def _clamp_rule(avals, params):
