@@ -6,6 +6,7 @@ One pass: find the nodes that lead from the roots to what we want (leaf accumula
 """
 from __future__ import annotations
 
+import operator
 import threading
 import warnings
 
@@ -21,6 +22,7 @@ from .devices import backend_of_payload, to_host
 from ..tracer import STATE as _TR
 
 _AN = anomaly.STATE
+_seq_of = operator.attrgetter("seq")
 _wrap = Tensor._make
 _SH = saved_hooks.STATE
 _PROF = profiler_state.STATE
@@ -303,16 +305,24 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
         return _run_in_fresh_thread(outputs, root_grads, retain_graph, create_graph, inputs, accumulate,
                                     capture_hooks)
     # capture points: (node, output_nr) -> input positions
+    # (plain loops, no comprehensions: each would be one more Python frame per backward call)
     captures = {}
+    cap_nodes = set()
     if inputs is not None:
         for k, t in enumerate(inputs):
-            captures.setdefault(root_edge(t), []).append(k)
-    cap_nodes = {n for n, _ in captures}
+            e = root_edge(t)
+            captures.setdefault(e, []).append(k)
+            cap_nodes.add(e[0])
 
-    root_edges = [root_edge(t) for t in outputs]
+    root_edges = []
+    for t in outputs:
+        gf = t.grad_fn if type(t) is Tensor and t._base is None else None
+        root_edges.append((gf, t._out_nr) if gf is not None else root_edge(t))
     if inputs is None:
         # plain backward: every reachable node runs; count dependencies while discovering them
-        deps = {n: 0 for n, _ in root_edges}
+        deps = {}
+        for n, _ in root_edges:
+            deps[n] = 0
         stack = list(deps)
         while stack:
             n = stack.pop()
@@ -372,8 +382,12 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
     prev_running = _RUNNING.nodes
     _RUNNING.nodes = deps        # register_multi_grad_hook asks which tensors this backward reaches
     reentrant.depth = depth + 1
-    ready = [n for n in needed if deps[n] == 0]
-    ready.sort(key=lambda n: n.seq)
+    ready = []
+    for n in needed:
+        if deps[n] == 0:
+            ready.append(n)
+    if len(ready) > 1:
+        ready.sort(key=_seq_of)
     prev_mode = grad_mode.STATE.grad_enabled
     grad_mode.STATE.grad_enabled = create_graph
     # torch runs backward under the thread-local state captured when it started: saved-tensor hooks that a
