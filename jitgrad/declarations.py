@@ -14,7 +14,9 @@ Targets:
   engine's operators, in-place ops and protocols: ``x + y``, ``x.add_``, ``x.numpy()``).
 
 ``name=`` publishes under another name than the object's ``__name__`` (aliases, in-place forms made in a loop);
-``inplace=make`` also publishes the Tensor method ``<name>_`` as ``make(obj)``, the in-place form (made once, here).
+``inplace=make`` also publishes ``make(obj)``, the in-place form (made once, here), as the Tensor method ``<name>_``,
+and, when ``obj`` is a ``jitgrad`` name, as ``jitgrad.<name>_`` too where torch's namespace has that name
+(``torch.exp_`` exists, ``torch.sign_`` does not): the target ``"jitgrad.if_torch"``.
 
 >>> from jitgrad.declarations import published
 >>> @published("jitgrad", "Tensor")
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import sys
 
-TARGETS = ("jitgrad", "Tensor", "Tensor.property", "Tensor.methods")
+TARGETS = ("jitgrad", "Tensor", "Tensor.property", "Tensor.methods", "jitgrad.if_torch")
 
 
 class Declaration:
@@ -60,7 +62,8 @@ def published(*targets, name=None, inplace=None):
         n = name or obj.__name__
         DECLARED.append(Declaration(obj, n, targets, module, line))
         if inplace is not None:
-            DECLARED.append(Declaration(inplace(obj), n + "_", ("Tensor",), module, line))
+            where = ("Tensor", "jitgrad.if_torch") if "jitgrad" in targets else ("Tensor",)
+            DECLARED.append(Declaration(inplace(obj), n + "_", where, module, line))
         return obj
     return declare
 

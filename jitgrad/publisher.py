@@ -29,7 +29,8 @@ from .library.shaping import as_strided, rearranging, slicing, stacking, triangu
 from .library.sorting import order_statistics, ordering, searching, uniques  # noqa: F401
 from .library.tensor_info import printing, queries, type_info  # noqa: F401
 from .cuda import seeding  # noqa: F401
-from .nn import functional as _nn_functional, torch_level as _torch_level
+from .library.torch_names import TORCH_FUNCTIONS
+from .nn import functional as _nn_functional, torch_level as _torch_level  # noqa: F401
 
 PUBLISHED: dict = {}    # ("jitgrad" | "Tensor", name) -> its Declaration, once published
 CORE = frozenset(vars(Tensor))      # Tensor's class body: what no declaration may replace
@@ -58,6 +59,8 @@ def publish(namespace: dict) -> None:
     and properties onto ``Tensor``.  Runs once, at the end of ``jitgrad/__init__``."""
     for d in _each_name(DECLARED):
         for target in d.targets:
+            if target == "jitgrad.if_torch" and d.name not in TORCH_FUNCTIONS:
+                continue
             where = "Tensor" if target.startswith("Tensor") else "jitgrad"
             key = (where, d.name)
             if key in PUBLISHED:
@@ -69,15 +72,6 @@ def publish(namespace: dict) -> None:
                 raise RuntimeError(f"{d} would replace Tensor.{d.name} of Tensor's class body (runtime/tensor.py)")
             else:
                 setattr(Tensor, d.name, property(d.obj, doc=d.obj.__doc__) if target == "Tensor.property" else d.obj)
-    # torch.conv2d, torch.layer_norm, torch.dropout, ...: nn.functional's torch-level names (nn/torch_level.py)
-    # (nn/ declares with tables of names for now; it moves to @published with nn's split into families)
-    for module, names in ((_nn_functional, _torch_level.SAME), (_torch_level, _torch_level.WRAPPED)):
-        for n in names:
-            d = Declaration(getattr(module, n), n, ("jitgrad",), _torch_level.__name__, 0)
-            if ("jitgrad", n) in PUBLISHED:
-                raise RuntimeError(f"jitgrad.{n} is declared twice: {PUBLISHED['jitgrad', n]} and {d}")
-            PUBLISHED["jitgrad", n] = d
-            namespace[n] = d.obj
 
 
 __all__ = ["publish", "PUBLISHED", "CORE"]

@@ -9,9 +9,12 @@ import pkgutil
 import subprocess
 import sys
 
+import numpy as np
+
 import jitgrad as jg
 from jitgrad import Tensor
 from jitgrad.declarations import DECLARED
+from jitgrad.library.torch_names import TORCH_FUNCTIONS
 from jitgrad.publisher import CORE, PUBLISHED, _each_name
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,10 +63,20 @@ def test_every_jitgrad_name_is_explicit_or_one_declaration():
             assert value is d.obj, f"jitgrad.{name} is not its declared object {d}"
 
 
+def test_in_place_forms_are_torch_level_names_where_torch_has_them():
+    x = jg.tensor([0.25, 0.5])
+    assert jg.exp_(x) is x and jg.arcsin_ is not None and vars(jg)["exp_"] is Tensor.exp_
+    assert np.allclose(x.numpy(), np.exp([0.25, 0.5]))
+    assert "sign_" not in vars(jg) and "sign_" in vars(Tensor)      # torch.sign_ does not exist; x.sign_ does
+
+
 def test_every_declaration_is_published_as_declared():
     seen = set()
     for d in _each_name(DECLARED):      # a "Tensor.methods" class: one declaration per method
         for target in d.targets:
+            if target == "jitgrad.if_torch" and d.name not in TORCH_FUNCTIONS:
+                assert d.name not in vars(jg), d     # an in-place form torch's namespace lacks stays a method
+                continue
             key = ("Tensor" if target.startswith("Tensor") else "jitgrad", d.name)
             assert key not in seen, f"{key} declared twice"
             seen.add(key)

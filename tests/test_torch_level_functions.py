@@ -69,12 +69,21 @@ def test_torch_level_form_matches_torch(name):
         np.testing.assert_allclose(a, b, rtol=1e-7, atol=1e-12)     # (celu: torch rounds its grad 1e-8)
 
 
+def _torch_level_names():
+    """The jitgrad-level names declared by nn/ (F's functions and nn/torch_level.py's ATen forms)."""
+    from jitgrad.publisher import PUBLISHED
+    return {n for (where, n), d in PUBLISHED.items() if where == "jitgrad" and d.module.startswith("jitgrad.nn.")}
+
+
 def test_every_torch_level_name_is_torchs():
-    from jitgrad.nn import torch_level
-    for n in torch_level.SAME + torch_level.WRAPPED:
+    from jitgrad.nn import functional as F, torch_level
+    names = _torch_level_names()
+    assert {"conv2d", "dropout", "embedding", "layer_norm", "pixel_shuffle", "hardshrink"} <= names
+    for n in names:
         assert hasattr(torch, n), n
-        assert getattr(jg, n) is not None
-    assert set(CASES) <= set(torch_level.SAME + torch_level.WRAPPED)
+        # torch.<n> is F.<n> itself, or the ATen-signature form declared in nn/torch_level.py
+        assert getattr(jg, n) is getattr(F, n, None) or getattr(jg, n) is getattr(torch_level, n), n
+    assert set(CASES) <= names
 
 
 def test_in_place_forms_and_required_arguments():

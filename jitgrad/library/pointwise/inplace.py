@@ -18,7 +18,7 @@ def inplace_form(fn):
     wrapper for the surface modules' functions)."""
     def f(self, *args, **kwargs):
         return self._apply_inplace(lambda x, *o: fn(x, *o, **kwargs), *args)
-    f.__name__ = fn.__name__ + "_"
+    f.__name__ = f.__qualname__ = fn.__name__ + "_"
     f.__doc__ = f"In place: ``x.{fn.__name__}_(...)`` writes ``{fn.__name__}(x, ...)`` into ``x``."
     return f
 

@@ -72,35 +72,21 @@ def _inplace(fn):
     return f
 
 
-asin = published("jitgrad", "Tensor")(_unary("asin"))
-acos = published("jitgrad", "Tensor")(_unary("acos"))
-atan = published("jitgrad", "Tensor")(_unary("atan"))
-sinh = published("jitgrad", "Tensor")(_unary("sinh"))
-cosh = published("jitgrad", "Tensor")(_unary("cosh"))
-asinh = published("jitgrad", "Tensor")(_unary("asinh"))
-acosh = published("jitgrad", "Tensor")(_unary("acosh"))
-atanh = published("jitgrad", "Tensor")(_unary("atanh"))
-arcsin = published("jitgrad", "Tensor", name="arcsin")(asin)
-arccos = published("jitgrad", "Tensor", name="arccos")(acos)
-arctan = published("jitgrad", "Tensor", name="arctan")(atan)
-arcsinh = published("jitgrad", "Tensor", name="arcsinh")(asinh)
-arccosh = published("jitgrad", "Tensor", name="arccosh")(acosh)
-arctanh = published("jitgrad", "Tensor", name="arctanh")(atanh)
-# torch.asin_(x) ... are functions too; each alias has its own in-place form (named after the primitive)
-asin_ = published("jitgrad", "Tensor")(_inplace(asin))
-acos_ = published("jitgrad", "Tensor")(_inplace(acos))
-atan_ = published("jitgrad", "Tensor")(_inplace(atan))
-sinh_ = published("jitgrad", "Tensor")(_inplace(sinh))
-cosh_ = published("jitgrad", "Tensor")(_inplace(cosh))
-asinh_ = published("jitgrad", "Tensor")(_inplace(asinh))
-acosh_ = published("jitgrad", "Tensor")(_inplace(acosh))
-atanh_ = published("jitgrad", "Tensor")(_inplace(atanh))
-arcsin_ = published("jitgrad", "Tensor", name="arcsin_")(_inplace(arcsin))
-arccos_ = published("jitgrad", "Tensor", name="arccos_")(_inplace(arccos))
-arctan_ = published("jitgrad", "Tensor", name="arctan_")(_inplace(arctan))
-arcsinh_ = published("jitgrad", "Tensor", name="arcsinh_")(_inplace(arcsinh))
-arccosh_ = published("jitgrad", "Tensor", name="arccosh_")(_inplace(arccosh))
-arctanh_ = published("jitgrad", "Tensor", name="arctanh_")(_inplace(arctanh))
+asin = published("jitgrad", "Tensor", inplace=_inplace)(_unary("asin"))
+acos = published("jitgrad", "Tensor", inplace=_inplace)(_unary("acos"))
+atan = published("jitgrad", "Tensor", inplace=_inplace)(_unary("atan"))
+sinh = published("jitgrad", "Tensor", inplace=_inplace)(_unary("sinh"))
+cosh = published("jitgrad", "Tensor", inplace=_inplace)(_unary("cosh"))
+asinh = published("jitgrad", "Tensor", inplace=_inplace)(_unary("asinh"))
+acosh = published("jitgrad", "Tensor", inplace=_inplace)(_unary("acosh"))
+atanh = published("jitgrad", "Tensor", inplace=_inplace)(_unary("atanh"))
+arcsin = published("jitgrad", "Tensor", name="arcsin", inplace=_inplace)(asin)
+arccos = published("jitgrad", "Tensor", name="arccos", inplace=_inplace)(acos)
+arctan = published("jitgrad", "Tensor", name="arctan", inplace=_inplace)(atan)
+arcsinh = published("jitgrad", "Tensor", name="arcsinh", inplace=_inplace)(asinh)
+arccosh = published("jitgrad", "Tensor", name="arccosh", inplace=_inplace)(acosh)
+arctanh = published("jitgrad", "Tensor", name="arctanh", inplace=_inplace)(atanh)
+# (torch.asin_(x), torch.arcsin_(x) ... are functions too: in-place forms go where torch has them)
 
 
 def bessel_i(input, n, scaled, name):
@@ -110,7 +96,7 @@ def bessel_i(input, n, scaled, name):
     return bind(OPS["bessel_i"], input, n=n, scaled=scaled)
 
 
-@published("jitgrad", "Tensor")
+@published("jitgrad", "Tensor", inplace=_inplace)
 def i0(input, **torch_kw):
     """The modified Bessel function of the first kind of order 0, elementwise (torch.i0, Cephes' Chebyshev
     expansion; its gradient is ``jitgrad.special.i1``)."""
@@ -119,9 +105,5 @@ def i0(input, **torch_kw):
     return named(bessel_i(input, 0, False, "i0"), "I0Backward0")
 
 
-i0_ = published("jitgrad", "Tensor")(_inplace(i0))
-
-
 __all__ = ["asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "arcsin", "arccos", "arctan",
-           "arcsinh", "arccosh", "arctanh", "i0", "asin_", "acos_", "atan_", "sinh_", "cosh_", "asinh_", "acosh_",
-           "atanh_", "arcsin_", "arccos_", "arctan_", "arcsinh_", "arccosh_", "arctanh_", "i0_"]
+           "arcsinh", "arccosh", "arctanh", "i0"]

@@ -154,6 +154,7 @@ def celu(input, alpha=1.0, inplace=False, **torch_kw):
     return _maybe_inplace(input, inplace, lambda x: F.where(x > 0, x, F.expm1(x * (1.0 / alpha)) * alpha))
 
 
+@published("jitgrad")      # torch.celu_, the same function
 def celu_(input, alpha=1.0, **torch_kw):
     if torch_kw:       # a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(celu_, 'celu_', (input, alpha), {}, torch_kw)
@@ -174,6 +175,7 @@ def selu(input, inplace=False, **torch_kw):
                                                             F.expm1(x) * (SELU_ALPHA * SELU_SCALE)))
 
 
+@published("jitgrad")      # torch.selu_, the same function
 def selu_(input, **torch_kw):
     if torch_kw:       # a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(selu_, 'selu_', (input,), {}, torch_kw)
@@ -225,6 +227,7 @@ def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False, **
     return _maybe_inplace(input, inplace, lambda x: F.where(x > 0, x, x * slope))
 
 
+@published("jitgrad")      # torch.rrelu_, the same function
 def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False, **torch_kw):
     if torch_kw:       # a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(rrelu_, 'rrelu_', (input, lower, upper, training), {}, torch_kw)
@@ -264,7 +267,7 @@ def logsigmoid(input, **torch_kw):
     return named(F.where(neg, input, 0.0) - F.log1p(F.exp(-mag)), "LogSigmoidBackward0")
 
 
-@published("Tensor")      # x.hardshrink(lambd), as torch
+@published("jitgrad", "Tensor")      # torch.hardshrink and x.hardshrink(lambd), as torch
 def hardshrink(input, lambd=0.5, **torch_kw):
     """``x`` where ``|x| > lambd``, else 0."""
     if torch_kw:       # out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -332,7 +335,7 @@ def softmin(input, dim=None, _stacklevel=3, dtype=None, **torch_kw):
     return F.softmax(-input, dim)
 
 
-@published("Tensor")      # x.prelu(weight), as torch
+@published("jitgrad", "Tensor")      # torch.prelu and x.prelu(weight), as torch
 def prelu(input, weight, **torch_kw):
     """``x`` where ``x > 0``, else ``weight * x``; ``weight`` holds one slope or one per channel (dim 1)."""
     if torch_kw:       # a torch keyword jitgrad lacks (torch_kwargs.py)

@@ -23,6 +23,7 @@ from ...library.creation import factories
 from ...runtime.dispatch import bind
 from ...runtime.grad_names import named
 from ...library.torch_kwargs import torch_kwargs
+from ...declarations import published
 
 
 _TENSOR_TYPE = {"float32": "torch.FloatTensor", "float64": "torch.DoubleTensor", "float16": "torch.HalfTensor",
@@ -132,6 +133,7 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, nd, fname):
     return out.squeeze(0) if unbatched else out
 
 
+@published("jitgrad")      # torch.conv1d, the same function
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, **torch_kw):
     """1-D cross-correlation of ``input (N, C_in, L)`` (or unbatched ``(C_in, L)``) with ``weight (C_out,
     C_in / groups, k)``, plus ``bias (C_out,)``; ``padding`` an int, a 1-tuple, ``'valid'`` or ``'same'``.
@@ -146,6 +148,7 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     return _conv(input, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
 
 
+@published("jitgrad")      # torch.conv2d, the same function
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, **torch_kw):
     """2-D cross-correlation of ``input (N, C_in, H, W)`` (or unbatched ``(C_in, H, W)``) with ``weight (C_out,
     C_in / groups, kH, kW)``, plus ``bias (C_out,)``; ``stride``, ``padding`` (or ``'valid'``/``'same'``) and
@@ -161,6 +164,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     return _conv(input, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
 
 
+@published("jitgrad")      # torch.conv3d, the same function
 def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, **torch_kw):
     """3-D cross-correlation of ``input (N, C_in, D, H, W)`` (or unbatched ``(C_in, D, H, W)``) with ``weight
     (C_out, C_in / groups, kD, kH, kW)``, plus ``bias (C_out,)``; ``stride``, ``padding`` (or ``'valid'``/
@@ -216,6 +220,7 @@ def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups
     return out.squeeze(0) if unbatched else out
 
 
+@published("jitgrad")      # torch.conv_transpose1d, the same function
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1,
                      **torch_kw):
     """The transposed 1-D convolution (the gradient of ``conv1d`` with respect to its input) of ``input (N, C_in,
@@ -233,6 +238,7 @@ def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_paddi
                            "conv_transpose1d")
 
 
+@published("jitgrad")      # torch.conv_transpose2d, the same function
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1,
                      **torch_kw):
     """The transposed 2-D convolution (the gradient of ``conv2d`` with respect to its input) of ``input (N, C_in,
@@ -250,6 +256,7 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
                            "conv_transpose2d")
 
 
+@published("jitgrad")      # torch.conv_transpose3d, the same function
 def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1,
                      **torch_kw):
     """The transposed 3-D convolution (the gradient of ``conv3d`` with respect to its input) of ``input (N, C_in,

@@ -14,6 +14,7 @@ from ...library import elementary as F
 from ...library.dim_args import torch_dim
 from ...library.creation.factories import tensor as _tensor
 from ...library.torch_kwargs import torch_kwargs
+from ...declarations import published
 
 
 def _floating(x, y):
@@ -24,6 +25,7 @@ def _floating(x, y):
     return x, y
 
 
+@published("jitgrad")      # torch.cosine_similarity, the same function
 def cosine_similarity(x1, x2, dim=1, eps=1e-8, **torch_kw):
     """``sum(x1 * x2) / (max(||x1||, eps) * max(||x2||, eps))`` along ``dim`` (inputs broadcast); each input is
     divided by its clamped norm first, as torch does, which keeps the result in [-1, 1]."""
@@ -40,6 +42,7 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8, **torch_kw):
     return (unit(x1) * unit(x2)).sum(d)
 
 
+@published("jitgrad")      # torch.pairwise_distance, the same function
 def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False, **torch_kw):
     """``||x1 - x2 + eps||_p`` over the last dim (inputs broadcast)."""
     if torch_kw:       # a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -51,6 +54,7 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False, **torch_kw):
     return F.norm(diff, p, nd - 1, keepdim=keepdim)
 
 
+@published("jitgrad")      # torch.pdist, the same function
 def pdist(input, p=2, **torch_kw):
     """The p-norm distance between every pair of rows ``i < j`` of an ``(N, M)`` input, in row-major order of
     the upper triangle: ``N * (N - 1) / 2`` values."""

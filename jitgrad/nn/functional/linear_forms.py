@@ -6,6 +6,7 @@ from __future__ import annotations
 from ...library import elementary as F
 from ...runtime.grad_names import named
 from ...library.torch_kwargs import torch_kwargs
+from ...declarations import published
 
 
 def linear(input, weight, bias=None, **torch_kw):
@@ -22,6 +23,7 @@ def linear(input, weight, bias=None, **torch_kw):
     return out
 
 
+@published("jitgrad")      # torch.bilinear, the same function
 def bilinear(input1, input2, weight, bias=None, **torch_kw):
     """``y[..., o] = sum_ij input1[..., i] * weight[o, i, j] * input2[..., j] + bias[o]``."""
     if torch_kw:       # a torch keyword jitgrad lacks (torch_kwargs.py)

@@ -9,8 +9,10 @@ jitgrad.Size([1, 2, 4, 6])
 from __future__ import annotations
 
 from ...library.torch_kwargs import torch_kwargs
+from ...declarations import published
 
 
+@published("jitgrad")      # torch.pixel_shuffle, the same function
 def pixel_shuffle(input, upscale_factor, **torch_kw):
     """``(*, C * r**2, H, W)`` to ``(*, C, H * r, W * r)`` with ``r = upscale_factor``."""
     if torch_kw:       # a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -31,6 +33,7 @@ def pixel_shuffle(input, upscale_factor, **torch_kw):
     return x.reshape(*batch, c // (r * r), h * r, w * r)
 
 
+@published("jitgrad")      # torch.pixel_unshuffle, the same function
 def pixel_unshuffle(input, downscale_factor, **torch_kw):
     """``(*, C, H * r, W * r)`` to ``(*, C * r**2, H, W)`` with ``r = downscale_factor`` (the inverse of
     ``pixel_shuffle``)."""
@@ -55,6 +58,7 @@ def pixel_unshuffle(input, downscale_factor, **torch_kw):
     return x.reshape(*batch, c * r * r, h // r, w // r)
 
 
+@published("jitgrad")      # torch.channel_shuffle, the same function
 def channel_shuffle(input, groups, **torch_kw):
     """Interleave the channels of ``(N, C, *)``: view them as ``(groups, C / groups)`` and transpose."""
     if torch_kw:       # a torch keyword jitgrad lacks (torch_kwargs.py)

@@ -26,6 +26,7 @@ from ...library.creation import factories
 from ...runtime.dispatch import bind
 from ...runtime.grad_names import named
 from ...library.torch_kwargs import torch_kwargs
+from ...declarations import published
 
 
 def _ints(fname, what, value, nd, omitted_ok=False):
@@ -207,6 +208,7 @@ def _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad,
     return y.squeeze(0) if unbatched else y
 
 
+@published("jitgrad")      # torch.avg_pool1d, the same function
 def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, **torch_kw):
     """The mean of each window of ``input (N, C, L)`` or ``(C, L)``; ``stride`` defaults to ``kernel_size``.
 
@@ -294,6 +296,7 @@ def _adaptive_avg_pool(input, output_size, nd, fname):
     return named(y, f"AdaptiveAvgPool{nd}DBackward0")
 
 
+@published("jitgrad")      # torch.adaptive_avg_pool1d, the same function
 def adaptive_avg_pool1d(input, output_size, **torch_kw):
     """Average pooling of ``(N, C, L)`` or ``(C, L)`` to ``output_size`` positions, the windows chosen for it.
 
