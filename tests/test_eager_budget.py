@@ -203,6 +203,12 @@ def test_inplace_ufunc_path_matches_and_refuses_as_before():
         i -= 0.5
     with jg.no_grad(), pytest.raises(RuntimeError):
         p -= jg.ones(5)
+    q = jg.tensor(np.full(3, 3e38, np.float32))
+    with pytest.raises(RuntimeError, match="int too large"):
+        q += 10 ** 400      # NumPy's conversion error, reported by the op as before
+    with np.errstate(over="raise"), pytest.raises(RuntimeError, match="overflow"):
+        q *= 10.0           # an error NumPy raises after computing: the tensor is left unwritten
+    np.testing.assert_array_equal(q.numpy(), np.full(3, 3e38, np.float32))
 
 
 def test_operators_still_reach_a_spy_on_dispatch(monkeypatch):

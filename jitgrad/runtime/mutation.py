@@ -300,11 +300,22 @@ def _snapshot(t):
     return src
 
 
+_INT_LIMIT = 1 << 63
+# NumPy's floating-point error state: the ufunc writes only under the default one (warnings, no FloatingPointError
+# raised after the buffer was written); the state's context variable is NumPy's own (None: never written this way)
+try:
+    from numpy._core._ufunc_config import _extobj_contextvar as _NP_ERRSTATE
+except ImportError:     # (another NumPy layout)
+    _NP_ERRSTATE = None
+_NP_DEFAULT_ERRSTATE = _NP_ERRSTATE.get() if _NP_ERRSTATE is not None and np.geterr() == {
+    "divide": "warn", "over": "warn", "under": "ignore", "invalid": "warn"} else None
+
+
 def _write_ufunc(self, ufunc, o) -> bool:
     """``self op= o`` as one NumPy ufunc writing into self's own buffer (``out=``), when that is all the in-place op
     does: nothing records (grad mode off, or nothing requires grad), no trace, profiler, anomaly mode or
     mutation-on-saved context, self a floating NumPy array that is not a view, not an inference tensor, and ``o``
-    a Python number or a plain tensor of self's dtype and shape (or 0-d).  The ufunc gives the bits that the
+    a Python number or a plain tensor of self's dtype and shape (or 0-d), under NumPy's default error state.  The ufunc gives the bits that the
     out-of-place op and the copy back give.  False: nothing was done (``_apply_inplace`` does it all)."""
     if _TR.active is not None or _PROF.active is not None or _AN.enabled or _MUT.active is not None \
             or self._base is not None or self._inference:
@@ -320,12 +331,14 @@ def _write_ufunc(self, ufunc, o) -> bool:
             return False
         if _GM.grad_enabled and (o._requires_grad or o.grad_fn is not None):
             return False
-    elif to is float or to is int:
+    elif to is float or to is int and -_INT_LIMIT < o < _INT_LIMIT:     # (a huge int: the op's own error)
         od = o
     else:
         return False
     if _GM.grad_enabled and (self._requires_grad or self.grad_fn is not None):
         return False    # recorded (or refused: a leaf that requires grad): _apply_inplace
+    if _NP_ERRSTATE is None or _NP_ERRSTATE.get() is not _NP_DEFAULT_ERRSTATE:
+        return False    # NumPy errors made to raise (np.errstate): the op raises with self unwritten
     ufunc(sd, od, out=sd)
     self._vc[0] += 1
     return True
