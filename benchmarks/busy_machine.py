@@ -1,6 +1,7 @@
-"""Issue 16 deliver 5: compiled B1 and B2 on a quiet machine, then with one core taken by a spinning process.
+"""Issue 16 deliver 5: compiled B1 and B2 on a quiet machine, then with one core taken by a spinning process;
+eager B1 and B5 (``b1e``, ``b5e``: issue 28's eager thread policy) the same way.
 
-    python benchmarks/busy_machine.py [b1] [b2] [--steps N] [--hogs K] [--pin-hog]
+    python benchmarks/busy_machine.py [b1] [b2] [b1e] [b5e] [--steps N] [--hogs K] [--pin-hog]
 
 Each workload runs in its own fresh process (default settings, thread count included) twice: once quiet, once
 while ``K`` (default 1) hog processes spin (``while True: pass``), started before the child and killed after it.
@@ -31,11 +32,11 @@ import numpy as np
 sys.path.insert(0, HERE)
 which, steps = sys.argv[1], int(sys.argv[2])
 import jitgrad as jg
-if which == "b1":
+if which in ("b1", "b1e", "b5e"):
     import harness as H, mlp
-    x, y, ws = H.mlp_data(256, 784, 512, 10)
+    x, y, ws = H.mlp_data(*((8, 16, 32, 4) if which == "b5e" else (256, 784, 512, 10)))
     ref = mlp.reference(x, y, ws)
-    step, probe = mlp.make_jitgrad(x, y, ws, "numba")
+    step, probe = mlp.make_jitgrad(x, y, ws, None if which.endswith("e") else "numba")
     got = probe(step())
     ok = bool(abs(got["loss"] - ref["loss"]) <= 1e-4 * max(1.0, abs(ref["loss"]))
               and np.abs(got["grad W3"] - ref["grad W3"]).max() <= 1e-3)
@@ -112,14 +113,15 @@ def stop_hogs(procs):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("workloads", nargs="*", default=["b1", "b2"], help="b1 and/or b2")
+    ap.add_argument("workloads", nargs="*", default=["b1", "b2"],
+                    help="b1, b2 (compiled), b1e, b5e (eager B1, eager B5)")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--hogs", type=int, default=1)
     ap.add_argument("--pin-hog", action="store_true")
     a = ap.parse_args(argv)
-    bad = set(a.workloads) - {"b1", "b2"}
+    bad = set(a.workloads) - {"b1", "b2", "b1e", "b5e"}
     if bad:
-        ap.error(f"unknown workloads {sorted(bad)}: choose b1 and/or b2")
+        ap.error(f"unknown workloads {sorted(bad)}: choose from b1, b2, b1e, b5e")
     busy = others_cpu()
     print(f"CPUs other processes used in the last second: {busy:.2f} of {os.cpu_count()}"
           + ("  (NOT QUIET: the quiet figures below are not quiet)" if busy > 0.1 else ""), flush=True)

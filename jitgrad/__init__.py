@@ -62,10 +62,10 @@ from .publisher import publish as _publish  # noqa: E402
 _publish(globals())
 del _publish
 
-# torch.distributions, torch.special, torch.func and torch.testing load on first use (PEP 562): `import jitgrad`
+# torch.distributions, torch.special, torch.func, torch.testing and torch._dynamo load on first use (PEP 562): `import jitgrad`
 # does not pay for them
 def __getattr__(name):
-    if name in ("distributions", "special", "func", "testing"):
+    if name in ("distributions", "special", "func", "testing", "_dynamo"):
         import importlib
         return importlib.import_module(f"{__name__}.{name}")
     # a name torch has and jitgrad lacks: "not supported yet" (library/torch_surface.py), else AttributeError

@@ -39,8 +39,8 @@ def _isolated_cache(tmp_path, monkeypatch):
     entries (NUMBA_CACHE_DIR would move Numba's files elsewhere).  A background build an earlier test of this
     worker left running finishes first: it counts into the same process-wide stats and warns through the same
     warnings machinery the tests read."""
-    from jitgrad.codegen.native import build
-    assert build.wait_background(300)
+    from jitgrad.codegen.native import build_thread
+    assert build_thread.wait_background(300)
     monkeypatch.setenv("JITGRAD_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
     cache.stats.reset()
@@ -137,7 +137,7 @@ def test_background_build_writes_where_the_cache_was_when_it_was_queued(tmp_path
     # a build still running on the background thread must not follow a later change of $JITGRAD_CACHE_DIR
     # (in a test run: into the next test's directory, which it created or wrote before that test could judge it)
     import threading
-    from jitgrad.codegen.native import build
+    from jitgrad.codegen.native import build_thread
     first, later = tmp_path / "first", tmp_path / "later"
     go, seen = threading.Event(), []
 
@@ -148,11 +148,11 @@ def test_background_build_writes_where_the_cache_was_when_it_was_queued(tmp_path
 
     job = Job()
     monkeypatch.setenv("JITGRAD_CACHE_DIR", str(first))
-    build.queue_background(job)
+    build_thread.queue_background(job)
     monkeypatch.setenv("JITGRAD_CACHE_DIR", str(later))
-    assert not build.wait_background(0.05)      # the job waits for go: still queued
+    assert not build_thread.wait_background(0.05)      # the job waits for go: still queued
     go.set()
-    assert build.wait_background(10)
+    assert build_thread.wait_background(10)
     assert seen == [(True, first)]
     assert cache.cache_dir() == later           # this thread follows the variable
     assert first.is_dir() and sorted(p.name for p in tmp_path.iterdir()) == ["first", "later"]

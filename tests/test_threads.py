@@ -1,5 +1,6 @@
 """The thread policy (codegen/native/threads.py): a fork-safe threading layer, so a process that ran a parallel kernel
 can fork and the child can run it again; parallel launches from several Python threads are serialised."""
+import json
 import os
 import subprocess
 import sys
@@ -129,19 +130,19 @@ def test_blas_pacer_drops_to_one_thread_while_calls_show_contention(monkeypatch)
     """The policy, driven by a fake clock and a fake OpenBLAS (counted, not timed): calls at their usual speed
     keep every BLAS thread; one call 3x slower than the best puts BLAS on one thread for HOLD calls; a slow retry
     doubles the hold, a fast one keeps all threads again."""
-    from jitgrad.codegen.native import threads
+    from jitgrad.ir.ops import blas
     state = {"n": 2}
-    monkeypatch.setattr(threads.BlasPacer, "_control", (lambda: state["n"], lambda n: state.update(n=n)))
-    monkeypatch.setattr(threads.BlasPacer, "_max", 2)
-    monkeypatch.setattr(threads.BlasPacer, "_current", 2)
+    monkeypatch.setattr(blas.BlasPacer, "_control", (lambda: state["n"], lambda n: state.update(n=n)))
+    monkeypatch.setattr(blas.BlasPacer, "_max", 2)
+    monkeypatch.setattr(blas.BlasPacer, "_current", 2)
     clock = {"t": 0.0}
 
     class FakeTime:
         @staticmethod
         def perf_counter():
             return clock["t"]
-    monkeypatch.setattr(threads, "time", FakeTime)
-    p = threads.BlasPacer()
+    monkeypatch.setattr(blas, "time", FakeTime)
+    p = blas.BlasPacer()
     p.HOLD, p.MAX_HOLD = 4, 16
     p.hold = p.HOLD
     used = []
@@ -169,7 +170,8 @@ def test_blas_pacer_drops_to_one_thread_while_calls_show_contention(monkeypatch)
 
 def test_blas_pacer_wraps_graphs_that_call_blas_only(monkeypatch):
     from jitgrad.codegen.native import threads
-    monkeypatch.setattr(threads, "BLAS_PACER", True)
+    from jitgrad.ir.ops import blas
+    monkeypatch.setattr(blas, "BLAS_PACER", True)
     assert threads.call_guard(False, False) is None
     g = threads.call_guard(False, True)
     assert g.pacer is not None and g.lock is None
@@ -230,3 +232,56 @@ def test_fork_while_another_thread_launches_the_pool():
     r = subprocess.run([sys.executable, "-c", _FORK_IN_LAUNCH], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "child status 0" in r.stdout, r.stdout + r.stderr[-2000:]
+
+
+_EAGER_GEMM_THREADS = """
+import json
+import numpy as np
+import jitgrad as jg
+from jitgrad.ir.ops import blas
+a = jg.tensor(np.ones((64, 64), np.float32))
+b = jg.tensor(np.ones((64, 48), np.float32))
+A = jg.tensor(np.ones((256, 784), np.float32))
+B = jg.tensor(np.ones((784, 512), np.float32))
+(a @ b).sum()                                   # loads the library
+get = blas.thread_control()[0]
+fn, one, zero = blas._raw_gemm(np.dtype(np.float32))
+seen = []
+
+def counted(*args):                             # the threads OpenBLAS may use for this very call
+    seen.append(get())
+    return fn(*args)
+blas._GEMM[("raw", np.dtype(np.float32))] = (counted, one, zero)
+for x, y in ((a, b), (A, B), (a, b), (A, B)):
+    (x @ y).sum()
+jg.set_num_threads(1)
+(A @ B).sum()
+print(json.dumps({"seen": seen, "library": get()}))
+"""
+
+
+def test_small_eager_gemms_run_on_one_blas_thread():
+    """Threads counted, not timed: a small eager GEMM (below OpenBLAS's own threading threshold) runs with the
+    library on one thread even after a large one ran on two; a large one on every thread while its calls show no
+    contention; ``set_num_threads(1)`` wins."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="2")
+    env.pop("JITGRAD_BLAS_PACER", None)
+    r = subprocess.run([sys.executable, "-c", _EAGER_GEMM_THREADS], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["seen"][0] == 1 and got["seen"][2] == 1, got         # small: one thread
+    assert got["seen"][1] == 2, got                                 # large: both (a quiet start: no contention)
+    assert got["seen"][4] == 1 and got["library"] == 1, got         # torch.set_num_threads(1)
+
+
+def test_eager_gemms_are_paced_per_shape(monkeypatch):
+    from jitgrad.ir.ops import blas
+    monkeypatch.setattr(blas, "BLAS_PACER", True)
+    small = blas.eager_threads(64, 48, 64)
+    assert small is blas.eager_threads(8, 8, 8) and not isinstance(small, blas.BlasPacer)
+    big = blas.eager_threads(256, 512, 784)
+    assert isinstance(big, blas.BlasPacer) and big is blas.eager_threads(256, 512, 784)
+    assert blas.eager_threads(128, 512, 784) is not big
+    monkeypatch.setattr(blas, "BLAS_PACER", False)
+    assert not isinstance(blas.eager_threads(256, 512, 784), blas.BlasPacer)

@@ -99,7 +99,8 @@ def _notallclose_msg(a, n, out_idx, in_idx, rtol, atol, in_shape=None, out_shape
 # ---- numerical evaluation ------------------------------------------------------------------------
 
 class _Evaluator:
-    """Evaluates ``func`` on private copies of the inputs, which the numerical differentiation perturbs in place.
+    """Evaluates ``func`` on the inputs' values, which the numerical differentiation perturbs in place: the
+    inputs' own memory when it is already in the evaluation dtype and contiguous (as torch), else copies.
 
     ``positions`` picks which entries of the returned tuple are compared.  The mode (float64 copies or the
     inputs' own dtype; no_grad or grad mode) is the first that runs and returns the same output structure as
@@ -142,8 +143,15 @@ class _Evaluator:
             x = self.inputs[i]
             c = memo.get(id(x))
             if c is None:
-                a = np.array(x._data, dtype=np.float64 if f64 else x._data.dtype, order="C", copy=True)
-                c = memo[id(x)] = Tensor._make(a, requires_grad=grad)
+                a = x._data
+                if type(a) is np.ndarray and a.flags.c_contiguous and a.flags.writeable and (
+                        a.dtype == np.float64 or not f64) and (x.requires_grad or not grad):
+                    # the input itself, as torch evaluates it: a function that reads it through a closure (not
+                    # its argument) sees the perturbation, and its gradient, too; each entry is restored after use
+                    c = memo[id(x)] = x
+                else:
+                    a = np.array(a, dtype=np.float64 if f64 else a.dtype, order="C", copy=True)
+                    c = memo[id(x)] = Tensor._make(a, requires_grad=grad)
             args[i] = c
             flats[i] = c._data.reshape(-1)
         self.args = tuple(args)
@@ -192,11 +200,14 @@ def _numerical_jacobian(ev: _Evaluator, eps: float, which=None):
         cols = None
         for j in range(n):
             orig = flat[j]
-            flat[j] = orig - eps
-            raw = ev()
-            a = [np.array(v, dtype=np.float64).reshape(-1) for v in raw]
-            flat[j] = orig + eps
-            b = ev()
+            try:            # the input itself may be perturbed (see _Evaluator): restored whatever happens
+                flat[j] = orig - eps
+                raw = ev()
+                a = [np.array(v, dtype=np.float64).reshape(-1) for v in raw]
+                flat[j] = orig + eps
+                b = [np.array(v) for v in ev()]     # copies: an output may be a view of the input
+            finally:
+                flat[j] = orig
             for av, bv in zip(raw, b):
                 if av.dtype != bv.dtype:
                     _check_same(av.reshape(-1), bv.reshape(-1), eps, j)
@@ -209,7 +220,6 @@ def _numerical_jacobian(ev: _Evaluator, eps: float, which=None):
                 if bv.size != col.shape[1]:
                     _check_same(a[o].reshape(-1), bv.reshape(-1), eps, j)
                 np.subtract(bv.reshape(-1), a[o], out=col[j])
-            flat[j] = orig
         if cols is None:
             cols = [np.empty((0, int(np.prod(s)))) for s in ev.ref_shapes]
         for col in cols:
@@ -223,11 +233,14 @@ def _numerical_jvp(ev: _Evaluator, k: int, u: np.ndarray, eps: float):
     flat = ev.flats[ev.diff_pos[k]]
     orig = flat.copy()
     d = (u * eps).astype(flat.dtype)
-    np.subtract(orig, d, out=flat)
-    raw = ev()
-    a = [np.array(v, dtype=np.float64).reshape(-1) for v in raw]
-    np.add(orig, d, out=flat)
-    b = ev()
+    try:                # the input itself may be perturbed (see _Evaluator): restored whatever happens
+        np.subtract(orig, d, out=flat)
+        raw = ev()
+        a = [np.array(v, dtype=np.float64).reshape(-1) for v in raw]
+        np.add(orig, d, out=flat)
+        b = [np.array(v) for v in ev()]     # copies: an output may be a view of the input
+    finally:
+        flat[...] = orig
     out = []
     for av, rv, bv in zip(a, raw, b):
         if rv.dtype != bv.dtype:
@@ -235,7 +248,6 @@ def _numerical_jvp(ev: _Evaluator, k: int, u: np.ndarray, eps: float):
         if av.size != bv.size:
             _check_same(av, bv.reshape(-1), eps)
         out.append((bv.reshape(-1) - av) / (2.0 * eps))
-    flat[...] = orig
     return out
 
 

@@ -17,11 +17,20 @@ communicator), so an eager call on one rank against an interpreted or compiled c
 Stats (``attach``): a compiled graph reports to the ``stats`` dicts of the functions that use it once
 its code is ready, from whichever thread built it: ``build_seconds`` (wall time from the start of the build, or
 of the load, to code ready; ``compile_seconds`` includes it), ``kernels_loaded`` / ``kernels_compiled`` (this
-graph's kernels and entry: linked from object code vs compiled by Numba in this process or a build process),
-and ``graphs_loaded`` / ``graphs_built``.
+graph's kernels and entry: linked from object code vs compiled in this process or a build process),
+and ``graphs_loaded`` / ``graphs_built``; each call's path is counted (``compiled_calls``, ``interpreted_calls``,
+``eager_calls``), and ``first_compiled_call`` says which call first ran compiled code: the switch from the eager
+or interpreted calls to the build thread's code (``codegen/native/build_thread.py``) happens at the first call after
+the code is ready.
+
+Test hook: ``JITGRAD_BUILD_AFTER_CALL=k`` holds every background build until a compiled function's call k+1,
+which waits for its build: calls 1..k run eagerly or interpreted and the later ones compiled, whatever the
+machine's speed, so a test counts the switch without timing it (``f.wait()`` before that call would wait for
+the gate too).
 """
 from __future__ import annotations
 
+import os
 import threading
 
 from ..ir.ops import collective
@@ -29,12 +38,20 @@ from ..ir.ops import collective
 
 _lock = threading.Lock()
 STAT_KEYS = ("build_seconds", "kernels_loaded", "kernels_compiled", "graphs_loaded", "graphs_built", "eager_calls")
+# test hook: background builds start only once a compiled function is past this call, and that call waits for its
+# build, so calls 1..k run eagerly or interpreted and the rest compiled, however fast the machine is
+_env_after = os.environ.get("JITGRAD_BUILD_AFTER_CALL", "").strip()
+BUILD_AFTER_CALL = int(_env_after) if _env_after else None
+_gate = None
 
 
 def init_stats(stats: dict) -> dict:
+    """``stats`` with the build keys (see the module docstring); ``first_compiled_call``: the call of the function
+    (counted from 1) that first ran compiled code, None before; ``last_path``: the last call's path."""
     for k in STAT_KEYS:
         stats.setdefault(k, 0.0 if k.endswith("seconds") else 0)
     stats.setdefault("last_path", None)
+    stats.setdefault("first_compiled_call", None)
     return stats
 
 
@@ -44,20 +61,35 @@ def graph_for(gf, plan):
     return gf.graph if plan is None else plan.fwd
 
 
-def pending_build(gf, inputs, plan):
+def pending_build(gf, inputs, plan, call=None):
     """The CompiledGraph ``gf(inputs, plan)`` would run if its code is not ready yet (else None); ``plan`` is
-    ``gf.grad_plan(inputs)``, which the caller passes on to that call too (one lookup per call)."""
+    ``gf.grad_plan(inputs)``, which the caller passes on to that call too (one lookup per call); ``call``: which
+    call of the compiled function this is (for the ``JITGRAD_BUILD_AFTER_CALL`` test hook)."""
     if gf.backend != "numba":
         return None
     from .device_exec import on_device
     if on_device([t._data for t in inputs]):
         return None
     from .graph_code import compiled_graph
+    if BUILD_AFTER_CALL is not None:
+        _hold_builds()
     cg = compiled_graph(graph_for(gf, plan), gf.writes, gf.parallel, gf.disk_cache, gf.background)
     attach(cg, gf.stats)
+    if BUILD_AFTER_CALL is not None and call is not None and call > BUILD_AFTER_CALL and cg.run is None:
+        _gate.set()                 # the test hook's call: now the build runs, and this call waits for it
+        cg.wait()
     if cg.run is not None or cg.error is not None:
         return None
     return cg
+
+
+def _hold_builds():
+    """The ``JITGRAD_BUILD_AFTER_CALL`` hook: background builds wait for a gate this module opens."""
+    global _gate
+    if _gate is None:
+        from ..codegen.native import build_thread
+        _gate = threading.Event()
+        build_thread.hold_builds(_gate)
 
 
 def collectives(graph, name: str):

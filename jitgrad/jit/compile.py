@@ -33,7 +33,8 @@ from . import build_policy
 from .graph_function import GraphFunction
 from .introspection import Introspection
 from .lazy_functions import refuse_lazy, refuse_lazy_result
-from . import python_values
+from . import python_values, recompiles, symbolic_entries
+from .torch_options import torch_options
 from .signatures import COUNTS as _SIG_COUNTS
 from .trace_entries import NO_MEMO as _NO_MEMO, _Entry, _Tracer, _bindings, _break_cycles, _payload_of
 from .signatures import (Signatures, _is_tensor_or_float, _shared_memory, _static_key, args_alias_writes,
@@ -55,7 +56,7 @@ class CompiledFunction(Introspection, Signatures):
     """The callable ``@jg.compile`` returns.  ``f.ir(*args)``, ``f.source(*args)``, ``f.stats``."""
 
     def __init__(self, fn, device=None, anomaly=None, cache=True, parallel=None, backend=None,
-                 fullgraph=True, background=None, recompile_limit=None):
+                 fullgraph=True, background=None, recompile_limit=None, dynamic=None):
         if backend is None:
             backend = os.environ.get("JITGRAD_BACKEND", "numba")
         if backend not in ("interpret", "numba"):
@@ -77,9 +78,13 @@ class CompiledFunction(Introspection, Signatures):
             background = os.environ.get("JITGRAD_BACKGROUND_COMPILE", "1") != "0"
         self.background = bool(background)
         self._cache: dict = {}
+        self.dynamic = dynamic      # None: automatic dynamic shapes; True: every dim symbolic; False: none
+        self._dyn_dims: dict = {}   # symbolic_entries.shapeless(key) -> {(leaf, dim)}: dims that are symbols
         self._n_entries = 0
         self.recompile_limit = RECOMPILE_LIMIT if recompile_limit is None else int(recompile_limit)
         self._last_key = None
+        self._last_one_shot = False
+        self._last_reason = ("first call", "first call")
         self._warned_retrace = False
         # automatic dynamic scalars: float arguments (per argument structure, by position among the floats) and
         # guarded float values (by place) seen to change become graph inputs; a trace that cannot take them as
@@ -93,7 +98,8 @@ class CompiledFunction(Introspection, Signatures):
         # compiled_calls / interpreted_calls: graph executions on generated code / on the reference interpreter
         # (the interpreter serves calls while a background build runs, or when codegen failed)
         self.stats = build_policy.init_stats({"traces": 0, "hits": 0, "calls": 0, "compile_seconds": 0.0,
-                                              "eager_fallbacks": 0, "compiled_calls": 0, "interpreted_calls": 0})
+                                              "eager_fallbacks": 0, "compiled_calls": 0, "interpreted_calls": 0,
+                                              "trace_reasons": {}, "shape_instances": 0})
         functools.update_wrapper(self, fn)
 
     def wait(self, timeout=None) -> bool:
@@ -108,8 +114,8 @@ class CompiledFunction(Introspection, Signatures):
         if self.backend != "numba":
             return True
         ok = True
-        # (in a forked child the build queue and locks are fresh, codegen/native/build.py ``_after_fork_in_child``: a
-        # build the parent had started is built again here, so waiting never blocks on the parent's threads)
+        # (a forked child's build queue and locks are fresh, native/build_thread.py ``_after_fork_in_child``: a build
+        # the parent had started is built again here, so waiting never blocks on the parent's threads)
         for entries in self._cache.values():
             for e in entries:
                 gf = getattr(e, "gf", None)
@@ -137,24 +143,6 @@ class CompiledFunction(Introspection, Signatures):
                      type(t._data), layout_key(t._data)) for t in leaves)
         return (_static_key(treedef) if tkey is None else tkey, sig, first, self._modes())
 
-    def _describe_change(self, old, new) -> str:
-        if old is None:
-            return "first call"
-        if old[0] != new[0]:
-            return "the arguments' structure or a static (non-tensor) argument changed"
-        if old[1] != new[1]:
-            for i, (a, b) in enumerate(zip(old[1], new[1])):
-                if a != b:
-                    return (f"tensor argument {i} changed from shape {list(a[0])} {a[1]} requires_grad={a[2]} "
-                            f"grad is None={a[3]} to shape {list(b[0])} {b[1]} requires_grad={b[2]} "
-                            f"grad is None={b[3]}")
-            return "the number of tensor arguments changed"
-        if old[2] != new[2]:
-            return "which arguments are the same tensor changed"
-        if old[3] != new[3]:
-            return "grad mode, anomaly mode or the default dtype changed"
-        return "a captured tensor (closure parameter or its .grad) changed identity, shape, dtype or requires_grad"
-
     # --- calling -------------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         prof = _PROF.active
@@ -175,10 +163,14 @@ class CompiledFunction(Introspection, Signatures):
 
     def _call_locked(self, args, kwargs):
         leaves, treedef, key, floats, dyn = self._signature(args, kwargs)
+        if self._dyn_dims:
+            key = symbolic_entries.symbolic_key(self._dyn_dims, key)
         entries = self._cache.get(key)
         if entries:
             for e in entries:
                 if e.guards_ok():
+                    if e.shape_env is not None and (e := symbolic_entries.instance(self, e, leaves)) is None:
+                        continue        # a size guard of that trace fails for these sizes
                     self.stats["hits"] += 1
                     if e.eager:      # fullgraph=False fallback for this signature, or aliased inputs
                         return _EAGER
@@ -192,13 +184,18 @@ class CompiledFunction(Introspection, Signatures):
                     return self._run(e, leaves, args, kwargs, floats)
         if floats and self._float_args_changed(treedef, floats):
             return self._call_locked(args, kwargs)     # the changed floats are graph inputs now
+        if symbolic_entries.mark_on_miss(self, key, leaves):
+            return self._call_locked(args, kwargs)     # the sizes that changed are symbols now
         if entries:
             self._note_changed_values(entries)
+        self._last_reason = recompiles.miss_reason(self, key, entries, leaves)
         if self._n_entries >= self.recompile_limit:
-            self._warn_recompile_limit(key)
+            self._warn_recompile_limit()
             self.stats["eager_fallbacks"] += 1
             return _EAGER
         e = self._trace(leaves, treedef, args, kwargs, key, floats, dyn)
+        if e.shape_env is not None:
+            e = symbolic_entries.instance(self, e, leaves)
         if e.eager or (e.arg_writes and writes_read_only(distinct(leaves), e.arg_writes)):
             return _EAGER
         return self._run(e, leaves, args, kwargs, floats)
@@ -206,6 +203,7 @@ class CompiledFunction(Introspection, Signatures):
     def _trace(self, leaves, treedef, args, kwargs, key, floats=(), dyn=()) -> _Entry:
         t0 = time.perf_counter()
         self.stats["traces"] += 1
+        recompiles.record(self.stats, self.fn, self._last_reason)
         e = _Entry()
         e.values, e.dynamic = python_values.collect(self.fn, Tensor, self._dyn_sources, (args, kwargs))
         e.arg_floats = tuple(dyn)
@@ -223,11 +221,12 @@ class CompiledFunction(Introspection, Signatures):
         saved_values = [(d, d.read()) for d in e.dynamic]
         for d, t in zip(e.dynamic, dyn_tensors[len(dyn):]):
             d.put(t)
-        tracer = _Tracer(list(leaves) + dyn_tensors)
+        env, shapes, e.sym_sources = symbolic_entries.trace_shapes(key, leaves)
+        tracer = _Tracer(list(leaves) + dyn_tensors, shapes)
         if dyn_tensors:      # they promote as the Python floats they stand for
             tracer.trace.python_floats = {tracer.captured[id(t)].var for t in dyn_tensors}
         try:
-            with tracer.trace, grad_mode.set_grad_enabled(grad_mode.STATE.grad_enabled):
+            with tracer.trace, grad_mode.set_grad_enabled(grad_mode.STATE.grad_enabled), symbolic_entries.active(env):
                 with _phase("compile/trace"):
                     out = self.fn(*t_args, **t_kwargs)
                 outputs, out_diff = self._finish(e, tracer, out)
@@ -237,10 +236,16 @@ class CompiledFunction(Introspection, Signatures):
             for d, v in saved_values:
                 d.put(v)
             tracer.trace.abort()
+            if env is not None and isinstance(exc, Exception):
+                # a symbolic trace failed (library code that needs plain ints, or a real error, which the static
+                # trace raises again): this structure is traced per shape from now on
+                return symbolic_entries.retry_static(self, key, exc, leaves, lambda k: self._trace(
+                    leaves, treedef, args, kwargs, k, floats, dyn))
             if (dyn or e.dynamic) and isinstance(exc, Exception):
                 # the function needs these floats as Python numbers (``if lr > 0:``, ``math.exp(lr)``): pin them
                 # static and trace again with their values baked in, guarded
                 self.stats["traces"] -= 1
+                self.stats["trace_reasons"][self._last_reason[0]] -= 1
                 if dyn:
                     tk = _static_key(treedef)
                     self._static_args[tk] = tuple(self._static_args.get(tk, ())) + tuple(dyn)
@@ -274,9 +279,14 @@ class CompiledFunction(Introspection, Signatures):
             else:
                 e.write_roots = written_roots(tracer.order, e.writes, e.n_args)
                 e.arg_writes = tuple(ci for ci, _ in e.writes if ci < e.n_args)
-                self._build(e, tracer, outputs, out_diff)
+                raw = Graph(tracer.trace.inputs, tracer.trace.eqns, outputs)
+                if env is None:
+                    self._build(e, raw, out_diff)
+                else:       # a template: instances per call's sizes (symbolic_entries.instance)
+                    e.raw_graph, e.out_diff, e.shape_env, e.instances = raw, out_diff, env, {}
         self.stats["compile_seconds"] += time.perf_counter() - t0
         self._last_key = key
+        self._last_one_shot = e.one_shot
         if not e.one_shot:
             self._cache.setdefault(key, []).append(e)
             self._n_entries += 1
@@ -334,6 +344,7 @@ class CompiledFunction(Introspection, Signatures):
         e.grad_src = [grad_of.get(id(c.ref())) for c in e.captured]
         e.bindings = _bindings(self.fn, e.captured)
         e.guards = tracer.trace.guards
+        e.guard_what = tracer.trace.guard_what
         return outputs, out_diff
 
     @staticmethod
@@ -364,9 +375,7 @@ class CompiledFunction(Introspection, Signatures):
             outputs.append(t._data)
             out_diff.append(False)
 
-    def _build(self, e: _Entry, tracer: _Tracer, outputs, out_diff):
-        tr = tracer.trace
-        raw = Graph(tr.inputs, tr.eqns, outputs)
+    def _build(self, e: _Entry, raw: Graph, out_diff):
         e.raw_graph = raw
         with _phase("compile/passes"):
             e.graph = run_pipeline(raw, getattr(self.fn, "__name__", "compiled"))
@@ -411,7 +420,7 @@ class CompiledFunction(Introspection, Signatures):
         building = None
         if self.backend == "numba" and not e.code_ready:
             plan = e.gf.grad_plan(inputs)       # looked up once: the build's graph and the interpreted call's
-            building = build_policy.pending_build(e.gf, inputs, plan)
+            building = build_policy.pending_build(e.gf, inputs, plan, self.stats["calls"])
             e.code_ready = building is None
         direct = e.direct
         if direct is None and e.code_ready and self.device is None and _PROF.active is None:
@@ -487,10 +496,15 @@ class CompiledFunction(Introspection, Signatures):
 
     def _entry_for_locked(self, args, kwargs) -> _Entry:
         leaves, treedef, key, floats, dyn = self._signature(args, kwargs)
+        if self._dyn_dims:
+            key = symbolic_entries.symbolic_key(self._dyn_dims, key)
         for e in self._cache.get(key, []):
-            if e.guards_ok():
-                return e
+            if e.guards_ok() and (e.shape_env is None or symbolic_entries.instance(self, e, leaves) is not None):
+                return e if e.shape_env is None else symbolic_entries.instance(self, e, leaves)
+        self._last_reason = recompiles.miss_reason(self, key, self._cache.get(key), leaves)
         e = self._trace(leaves, treedef, args, kwargs, key, floats, dyn)
+        if e.shape_env is not None:
+            e = symbolic_entries.instance(self, e, leaves)
         if e.materialize:
             # the trace made state that outlives it (an optimiser buffer created on the first call): it must not
             # keep a traced value, so it gets the value this call would give it; nothing else is updated
@@ -525,25 +539,6 @@ def _phase(name):
     return prof.range(name, None, "compile") if prof is not None else contextlib.nullcontext()
 
 
-# torch.compile's modes and backends, as jitgrad reads them (``_torch_options``)
-TORCH_MODES = ("default", "lite", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
-TORCH_BACKENDS = {"inductor": None, "cudagraphs": None, "eager": "interpret", "aot_eager": "interpret"}
-
-
-def _torch_options(backend, mode, options):
-    """torch.compile's ``backend``/``mode``/``options`` mapped to jitgrad's backend, with torch's errors: its
-    compiling backends ("inductor", "cudagraphs") are jitgrad's default; "eager"/"aot_eager", which run the
-    captured graph without generating code, are the reference interpreter.  ``mode`` and ``options`` tune
-    inductor; they change nothing here."""
-    if mode is not None and options is not None:
-        raise RuntimeError("Either mode or options can be specified, but both can't be specified at the same time.")
-    if mode is not None and mode not in TORCH_MODES:
-        raise RuntimeError(f"Unrecognized mode={mode}, should be one of: {', '.join(TORCH_MODES)}")
-    if options is not None and not isinstance(options, dict):
-        raise TypeError(f"options must be a dict, got {type(options).__name__}")
-    return TORCH_BACKENDS.get(backend, backend)
-
-
 def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, backend=None, fullgraph=True,
             background=None, recompile_limit=None, dynamic=None, mode=None, options=None, disable=False):
     """Compile a step function: trace it on first call into SSA IR, derive backward graphs with the
@@ -560,8 +555,12 @@ def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, ba
     torch.compile's arguments are accepted, so scripts run unchanged: ``backend="inductor"`` (or
     ``"cudagraphs"``) is the default backend and ``"eager"``/``"aot_eager"`` the interpreter; ``mode``
     ("default", "reduce-overhead", "max-autotune", ...) and ``options`` are checked as torch checks them and
-    change nothing; ``dynamic`` changes nothing either (a new shape retraces, up to ``recompile_limit``);
-    ``disable=True`` returns the function itself.
+    change nothing; ``disable=True`` returns the function itself.  ``f.stats["trace_reasons"]`` counts traces
+    by why they ran; ``JITGRAD_LOG=recompiles`` prints one line per trace naming what changed.
+
+    ``dynamic`` (torch's): by default, argument sizes that change become symbols and one trace serves every size
+    (0 and 1 specialised, size decisions guarded per call: ``jit/symbolic_entries.py``); ``True``: every dim
+    symbolic from the first call; ``False``: a trace per shape.
 
     Every Python value the function reads (closure and global scalars, attributes of the objects and modules it
     reaches, an int used in ``reshape``) is guarded: a change retraces.  A float that changes (an argument, or
@@ -582,7 +581,7 @@ def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, ba
     >>> w
     tensor([0.9000, 1.9000], requires_grad=True)
     """
-    backend = _torch_options(backend, mode, options)
+    backend = torch_options(backend, mode, options)
 
     def wrap(f):
         if disable:
@@ -591,7 +590,8 @@ def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, ba
         if is_module(f):     # torch.compile(model): a Module back (torch's OptimizedModule), see compiled_module.py
             return compile_module(f, wrap)
         return CompiledFunction(f, device=device, anomaly=anomaly, cache=cache, parallel=parallel, backend=backend,
-                                background=background, fullgraph=fullgraph, recompile_limit=recompile_limit)
+                                background=background, fullgraph=fullgraph, recompile_limit=recompile_limit,
+                                dynamic=dynamic)
     if fn is not None:
         return wrap(fn)
     return wrap

@@ -61,8 +61,10 @@ def compiled_result(cg, res, stats):
     """A compiled call's outputs (CPU or CUDA graph ``cg``): counted in ``stats``, and with anomaly checks, the
     trailing ``[first failing check, is_nan]`` turned into the eager error."""
     if stats is not None:
-        stats["compiled_calls"] = stats.get("compiled_calls", 0) + 1
+        n = stats["compiled_calls"] = stats.get("compiled_calls", 0) + 1
         stats["last_path"] = "compiled"
+        if n == 1:                  # the switch to compiled code (jit/build_policy.py)
+            stats["first_compiled_call"] = stats.get("calls")
     if cg.checks:
         err = res[-1]
         if err[0] < len(cg.checks):

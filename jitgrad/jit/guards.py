@@ -25,13 +25,38 @@ def is_compiling() -> bool:
     return _compile_trace() is not None
 
 
-def guard(fn, value=None):
+def guard(fn, value=None, what=None):
     """While a ``@jitgrad.compile`` trace runs: the graph is valid only while ``fn() == value`` (default: ``fn()``
     now); the compiled function checks ``fn()`` at each call and retraces when it differs.  Outside a trace this
-    does nothing.  ``fn`` must be cheap and must not read traced values."""
+    does nothing.  ``fn`` must be cheap and must not read traced values.  ``what``: a str naming the condition,
+    or a function ``(old, new) -> str`` saying what changed, for the retrace's explanation
+    (``JITGRAD_LOG=recompiles``)."""
     tr = _compile_trace()
     if tr is not None:
+        if what is not None:      # kept beside the guards, so checking them per call costs nothing more
+            tr.guard_what[len(tr.guards)] = what
         tr.guards.append((fn, fn() if value is None else value))
+
+
+def explain_guard(what, old, new) -> str:
+    """What changed for a failed guard whose value went from ``old`` to ``new`` (``what`` as given to
+    :func:`guard`; the generic text when it was given none)."""
+    if what is None:
+        return "a condition the library guards changed (train()/eval(), optimiser hyperparameters or state)"
+    return what if type(what) is str else what(old, new)
+
+
+def scalar_input(t):
+    """While a ``@jitgrad.compile`` trace runs: the graph reads ``t`` (a concrete 0-dim float64 tensor mirroring
+    a Python number, such as an optimiser's hyperparameter) as an input at every call, promoted as the Python
+    float it stands for (``f32_tensor * t`` is float32).  Returns ``t``.  Outside a trace it does nothing."""
+    tr = _compile_trace()
+    if tr is not None:
+        var = tr.on_capture(t)
+        if tr.python_floats is None:
+            tr.python_floats = set()
+        tr.python_floats.add(var)
+    return t
 
 
 def on_trace_abort(fn):
@@ -55,4 +80,4 @@ def outside_trace():
         _TR.active = prev
 
 
-__all__ = ["guard", "outside_trace", "is_compiling", "on_trace_abort"]
+__all__ = ["guard", "outside_trace", "is_compiling", "on_trace_abort", "explain_guard", "scalar_input"]

@@ -67,6 +67,17 @@ class Introspection:
             return Listing(compiled_graph(e.graph, gf.writes, gf.parallel, gf.disk_cache, gf.background).source)
         return straight_line_listing(e.graph, getattr(self.fn, "__name__", "compiled"))
 
+    def launches(self, *args, **kwargs) -> list:
+        """The steps a compiled CPU call with these arguments runs, in order: one ``Launch(label, kind, parallel,
+        threads)`` each (``codegen/program/cpu.CompiledGraph.launches``: whether it runs on the worker pool, the
+        most threads it runs on at once).  Empty when the call runs eagerly, on CUDA or on the interpreter."""
+        e = self._entry_for(args, kwargs)
+        if e.eager or self.backend != "numba" or self._on_cuda(args, kwargs):
+            return []
+        from .graph_code import compiled_graph
+        gf = e.gf
+        return compiled_graph(e.graph, gf.writes, gf.parallel, gf.disk_cache, gf.background).launches()
+
     def _on_cuda(self, args, kwargs) -> bool:
         if self.device is not None:
             return self.device.type == "cuda"

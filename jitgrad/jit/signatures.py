@@ -117,12 +117,11 @@ class Signatures:
                         and g.source() not in self._static_sources:
                     self._dyn_sources.add(g.source())
 
-    def _warn_recompile_limit(self, key):
+    def _warn_recompile_limit(self):
         if self._warned_retrace:
             return
         self._warned_retrace = True
-        entries = self._cache.get(key)
-        reason = entries[-1].failure() if entries else self._describe_change(self._last_key, key)
+        reason = self._last_reason[1]
         fn = self.fn
         code = getattr(fn, "__code__", None) or getattr(getattr(fn, "forward", None), "__code__", None)
         where = f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""

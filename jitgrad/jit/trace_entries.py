@@ -15,6 +15,7 @@ from ..tracer import TraceError
 from ..runtime.tensor import Tensor
 from ..runtime.traced import layout_key
 from . import python_values
+from .guards import explain_guard
 
 _MISSING = python_values._MISSING
 NO_MEMO = object()      # an alias token no signature memo is (``_Entry.alias_token``)
@@ -51,8 +52,14 @@ class _Captured:
         t = self.ref()
         if t is None:
             return "a captured tensor was freed"
-        return (f"captured tensor {list(self.shape)} {dt._FROM_NP[self.dtype].name}: now shape {list(t.shape)}, "
-                f"requires_grad={t.requires_grad}, grad is None={t._grad is None}")
+        what = f"captured tensor {list(self.shape)} {dt._FROM_NP[self.dtype].name}"
+        if tuple(t._data.shape) != self.shape or t._data.dtype != self.dtype:
+            return f"{what}: now shape {list(t.shape)} {t.dtype.name}"
+        if t.requires_grad != self.requires_grad:
+            return f"{what}: requires_grad changed to {t.requires_grad}"
+        if (t._grad is None) != self.grad_is_none:
+            return f"{what}: its .grad is {'None' if t._grad is None else 'no longer None'} now"
+        return f"{what}: its strides changed"
 
 
 class _Entry:
@@ -77,6 +84,7 @@ class _Entry:
         self.same_outs = []     # (k, j): user output k is the very tensor user output j (j < k) of the trace
         self.raw_graph = None
         self.guards = []        # (fn, value): Python conditions the trace relied on (jit/guards.py)
+        self.guard_what = {}    # index in guards -> what that guard stands for (its retrace's explanation)
         self.values = []        # python_values.ValueGuard: closure/global/attribute values the trace read
         self.dynamic = []       # python_values.DynamicValue: floats read as graph inputs at each call
         self.arg_floats = ()    # positions (among the float arguments) that are graph inputs
@@ -88,29 +96,34 @@ class _Entry:
         self.alias_token = NO_MEMO  # the signature memo whose arguments args_alias_writes last cleared
         self.slow_times = {}     # build_policy: the fastest eager / interpreted call while its code builds
         self.talks = None        # (group, label) when its graph holds collectives (build_policy.collectives)
+        self.shape_env = None    # a symbolic trace (a template): its symbols and size guards (ir/symbolic.py)
+        self.sym_sources = ()    # (symbol, argument leaf, dim): where each symbol's value is read per call
+        self.instances = None    # sizes -> the concrete entry built for them (symbolic_entries.instance)
+        self.out_diff = None     # a template's outputs that require grad, for its instances' builds
 
-    def failure(self) -> str:
-        """Why this entry does not serve the call (for the recompile message)."""
+    def failure(self) -> tuple[str, str]:
+        """Why this entry does not serve the call: (kind, explanation), as ``recompiles.key_change``."""
         for c, s in zip(self.captured, self.grad_src):
             if s is None and not c.ok():
-                return c.describe()
+                return "captured tensor", c.describe()
         for where, name, k in self.bindings:
             try:
                 now = where.cell_contents if name is None else where.get(name)
             except ValueError:
                 now = None
             if now is not self.captured[k].ref():
-                return f"the name {name or 'in a closure'!s} now refers to another tensor"
+                return "name rebound", f"the name {name or 'in a closure'!s} now refers to another tensor"
         for g in self.values:
             if not g.holds():
-                return g.describe()
+                return "python value", g.describe()
         for d in self.dynamic:
             if type(d.read()) is not float:
-                return f"{d.label} is no longer a float"
-        for fn, value in self.guards:
-            if fn() != value:
-                return "a condition the library guards changed (train()/eval(), optimiser hyperparameters or state)"
-        return "unknown"
+                return "dynamic float", f"{d.label} is no longer a float"
+        for i, (fn, value) in enumerate(self.guards):
+            now = fn()
+            if now != value:
+                return "library guard", explain_guard(self.guard_what.get(i), value, now)
+        return "unknown", "unknown"
 
     def guards_ok(self) -> bool:
         for c, s in zip(self.captured, self.grad_src):     # inline ``c.ok()``: this runs on every call
@@ -156,8 +169,9 @@ class _Entry:
 class _Tracer:
     """Runs one trace of the user's function, with capture and functionalisation hooks installed."""
 
-    def __init__(self, arg_leaves):
+    def __init__(self, arg_leaves, shapes=None):
         from .graph_function import new_trace
+        self.shapes = shapes or {}     # id(argument) -> its shape with symbolic dims (symbolic_entries.py)
         self.trace = new_trace()
         self.captured = {}        # id(tensor) -> _Captured
         self.order = []           # _Captured in input order
@@ -170,6 +184,7 @@ class _Tracer:
         tr.on_grad_write = self.on_grad_write
         tr.made = []
         tr.guards = []      # filled by jit.guards.guard while the function runs
+        tr.guard_what = {}  # and what they stand for, by index
         for a in arg_leaves:
             self.capture(a)
             self.arg_ids.add(id(a))
@@ -181,7 +196,7 @@ class _Tracer:
         d = t._data
         if type(d) is Var:
             raise TraceError("a traced tensor from another compiled function leaked into this one")
-        var = self.trace.new_input(Aval(tuple(d.shape), dt._FROM_NP[d.dtype]))
+        var = self.trace.new_input(Aval(self.shapes.get(id(t)) or tuple(d.shape), dt._FROM_NP[d.dtype]))
         c = _Captured(t, var)
         if c.strides is not None:
             self.trace.layouts[var] = c.strides

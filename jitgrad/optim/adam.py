@@ -27,6 +27,9 @@ class Adam(Optimizer):
                         fused=fused, decoupled_weight_decay=decoupled_weight_decay)
         super().__init__(params, defaults)
 
+    # changed by CyclicLR/OneCycleLR (beta1) or by hand: graph inputs of a compiled step once they change
+    runtime_hypers = frozenset({"betas", "eps", "weight_decay"})
+
     def _state_for(self, p, amsgrad):
         state = self.state[p]
         if len(state) == 0:      # made concretely, even inside a trace: zeros are the first step's input
@@ -54,9 +57,12 @@ class Adam(Optimizer):
                 lr = group.lr_tensor
                 beta1, beta2 = group["betas"]
                 eps, wd, amsgrad = group["eps"], group["weight_decay"], group["amsgrad"]
+                wd_v = group.hyper("weight_decay")
                 if eager and multi_tensor.adam_group(self, group, lambda p: self._state_for(p, amsgrad),
                                                 lambda step_t: self._step_scalars(lr, beta1, beta2, step_t)):
                     continue        # every parameter updated by the multi-tensor path (same values)
+                beta1, beta2 = group.hyper("betas")     # (tensors when dynamic inside a trace)
+                eps = group.hyper("eps")
                 for p in group["params"]:
                     if p.grad is None:
                         continue
@@ -66,9 +72,9 @@ class Adam(Optimizer):
                     step_t.add_(1)
                     if wd != 0:
                         if group["decoupled_weight_decay"]:
-                            p.mul_(1 - lr * wd)
+                            p.mul_(1 - lr * wd_v)
                         else:
-                            g = g + wd * p
+                            g = g + wd_v * p
                     exp_avg.add_((g - exp_avg) * (1 - beta1))          # lerp_(g, 1 - beta1)
                     exp_avg_sq.mul_(beta2).add_(g * g * (1 - beta2))   # addcmul_(g, g, value=1 - beta2)
                     step = step_t.to(dt.float64)

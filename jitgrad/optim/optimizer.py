@@ -8,6 +8,11 @@ How a step behaves inside ``@jitgrad.compile``:
   the state the previous call left;
 - each group's ``lr`` is mirrored into a 0-d float64 tensor that the step reads (a graph input): changing
   ``group['lr']`` by hand or by a scheduler between calls takes effect without a retrace;
+- a numeric hyperparameter the optimiser reads through ``group.hyper(key)`` (its ``runtime_hypers``: SGD's
+  momentum, Adam's betas, ...) is baked into the trace until its value changes (a scheduler cycling momentum,
+  a hand edit); from then on it is mirrored into 0-d float64 tensors the step reads as graph inputs, promoted
+  as the Python floats they stand for, and only its sign is guarded (the step branches on ``momentum != 0``):
+  one retrace, then none however often it changes (torch's automatic dynamic scalars);
 - everything else the step's Python branches on (the other hyperparameters, which state tensors exist) is a
   compile guard (:func:`jitgrad.jit.guards.guard`): changing it retraces.
 """
@@ -20,7 +25,7 @@ from collections import defaultdict
 import numpy as np
 
 from ..ir import dtypes as dt
-from ..jit.guards import guard, is_compiling, on_trace_abort, outside_trace
+from ..jit.guards import guard, is_compiling, on_trace_abort, outside_trace, scalar_input
 from ..library.creation import factories
 from ..runtime import grad_mode
 from ..runtime.tensor import Tensor
@@ -39,15 +44,69 @@ def _as_float(v):
     return float(v.item()) if isinstance(v, Tensor) else float(v)
 
 
+def _numbers(v):
+    """The Python numbers of a numeric hyperparameter (``0.9``, ``(0.9, 0.999)``), or None for any other value."""
+    if type(v) in (int, float):
+        return (v,)
+    if type(v) is tuple and v and all(type(x) in (int, float) for x in v):
+        return v
+    return None
+
+
+def _sign(v):
+    return tuple((x > 0) - (x < 0) for x in _numbers(v))
+
+
 class _ParamGroup(dict):
     """A parameter group: a plain dict to the user (``group['lr'] = 0.01``).  Its ``lr`` is also kept in
-    ``lr_tensor`` (0-d float64), which the step reads, so a compiled step sees the current value."""
+    ``lr_tensor`` (0-d float64), which the step reads, so a compiled step sees the current value; so are, once
+    they change, the numeric hyperparameters a step reads with :meth:`hyper` (``dynamic``)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         with outside_trace():
             self.lr_tensor = factories.tensor(0.0, dtype=dt.float64)
+        self.dynamic = set()        # hyperparameters seen to change: graph inputs of a compiled step
+        self._hyper_tensors = {}    # key -> its 0-d float64 mirrors, one per number
         self._sync_lr(check=False)
+
+    def hyper(self, key):
+        """``self[key]``; inside a compile trace, for a hyperparameter that has changed before, its mirror
+        tensor(s) read as graph inputs (a tuple of them for a tuple such as ``betas``)."""
+        v = self[key]
+        if key not in self.dynamic or not is_compiling():
+            return v
+        ts = self._hyper_tensors.get(key)
+        if ts is None:
+            with outside_trace():
+                ts = self._hyper_tensors[key] = tuple(factories.tensor(float(x), dtype=dt.float64)
+                                                      for x in _numbers(v))
+        ts = tuple(scalar_input(t) for t in ts)
+        return ts if type(v) is tuple else ts[0]
+
+    def _note(self, key, old, new):
+        """``self[key]`` went from ``old`` to ``new``: a numeric value that changed becomes dynamic; a dynamic
+        one's mirrors take the new value."""
+        if key in ("params", "lr", "initial_lr"):
+            return
+        nums = _numbers(new)
+        if key not in self.dynamic:
+            was = _numbers(old)
+            if was is None or nums is None or len(was) != len(nums) or was == nums:
+                return
+            self.dynamic.add(key)
+        ts = self._hyper_tensors.get(key)
+        if ts is None:
+            return
+        if nums is None or len(nums) != len(ts):      # no longer numbers of that form: plain again
+            self.dynamic.discard(key)
+            del self._hyper_tensors[key]
+            return
+        if is_compiling():
+            raise RuntimeError(f"optimizer: a param group's {key!r} was changed inside a @jitgrad.compile "
+                               "function; change it outside: the compiled step reads it at every call.")
+        for t, x in zip(ts, nums):
+            t._data[...] = float(x)
 
     def _sync_lr(self, check=True):
         if "lr" not in self:
@@ -60,15 +119,22 @@ class _ParamGroup(dict):
         self.lr_tensor._data[...] = _as_float(self["lr"])
 
     def __setitem__(self, key, value):
+        old = self.get(key)
         super().__setitem__(key, value)
         if key == "lr":
             self._sync_lr()
+        else:
+            self._note(key, old, value)
 
     def update(self, *args, **kwargs):
         new = dict(*args, **kwargs)
+        old = {k: self.get(k) for k in new}
         super().update(new)
         if "lr" in new:
             self._sync_lr()
+        for k, v in new.items():
+            if k != "lr":
+                self._note(k, old[k], v)
 
     def setdefault(self, key, default=None):
         r = super().setdefault(key, default)
@@ -237,13 +303,23 @@ class Optimizer:
         return Tensor._make(np.array(arr, copy=True))
 
     # --- compile support ----------------------------------------------------------------------------------
+    # hyperparameters this optimiser's step reads with ``group.hyper(key)``: once changed, graph inputs
+    runtime_hypers = frozenset()
+
     def _trace_key(self):
-        """What the step's Python code branches on: hyperparameters other than lr, and which state tensors exist
-        (by identity).  A compiled step is valid while this is unchanged."""
+        """What the step's Python code branches on: hyperparameters other than lr (only the sign of those read
+        as graph inputs), and which state tensors exist (by identity).  A compiled step is valid while this is
+        unchanged."""
         out = []
+        rt = self.runtime_hypers
         for g in self.param_groups:
-            hyper = tuple((k, v) for k, v in g.items()
-                          if k not in ("params", "lr", "initial_lr") and not isinstance(v, Tensor))
+            dyn = g.dynamic & rt if rt and g.dynamic else None
+            if dyn:
+                hyper = tuple((k, ("dynamic", _sign(v)) if k in dyn else v) for k, v in g.items()
+                              if k not in ("params", "lr", "initial_lr") and not isinstance(v, Tensor))
+            else:       # (every call checks this: the common case as cheap as it was)
+                hyper = tuple((k, v) for k, v in g.items()
+                              if k not in ("params", "lr", "initial_lr") and not isinstance(v, Tensor))
             st = tuple(tuple((k, id(v)) for k, v in self.state[p].items()) if p in self.state else None
                        for p in g["params"])
             out.append((hyper, st, id(g.lr_tensor)))
@@ -259,7 +335,7 @@ class Optimizer:
         def key():
             o = ref()
             return None if o is None else o._trace_key()
-        guard(key, self._trace_key() if value is None else value)
+        guard(key, self._trace_key() if value is None else value, what=_explain_key)
 
     def __repr__(self):
         s = type(self).__name__ + " ("
@@ -269,6 +345,27 @@ class Optimizer:
                 if key != "params":
                     s += f"    {key}: {group[key]}\n"
         return s + ")"
+
+
+def _explain_key(old, new) -> str:
+    """What changed between two ``Optimizer._trace_key`` values (a retrace's explanation)."""
+    if new is None:
+        return "the optimizer was freed"
+    if len(old) != len(new):
+        return "the optimizer's number of param groups changed"
+    for i, ((h0, s0, l0), (h1, s1, l1)) in enumerate(zip(old, new)):
+        d0, d1 = dict(h0), dict(h1)
+        for k in sorted(set(d0) | set(d1), key=str):
+            a, b = d0.get(k, "(absent)"), d1.get(k, "(absent)")
+            if a != b:
+                if type(b) is tuple and b[:1] == ("dynamic",) and not (type(a) is tuple and a[:1] == ("dynamic",)):
+                    return f"optimizer param group {i}: {k!r} changed; it is a graph input from now on"
+                return f"optimizer param group {i}: hyperparameter {k!r} changed from {a!r} to {b!r}"
+        if s0 != s1:
+            return f"optimizer param group {i}: its state tensors were created or replaced"
+        if l0 != l1:
+            return f"optimizer param group {i}: its lr tensor was replaced"
+    return "the optimizer's hyperparameters or state changed"
 
 
 def _typename(x):

@@ -31,6 +31,9 @@ class RMSprop(Optimizer):
                         capturable=capturable, foreach=foreach, maximize=maximize, differentiable=differentiable)
         super().__init__(params, defaults)
 
+    # graph inputs of a compiled step once they change (a scheduler cycling momentum, a hand edit)
+    runtime_hypers = frozenset({"alpha", "eps", "weight_decay", "momentum"})
+
     def _state_for(self, p, group):
         state = self.state[p]
         if len(state) == 0:
@@ -48,7 +51,9 @@ class RMSprop(Optimizer):
         with grad_mode.no_grad():
             for group in self.param_groups:
                 lr = group.lr_tensor
-                alpha, eps, wd, momentum = group["alpha"], group["eps"], group["weight_decay"], group["momentum"]
+                wd, momentum = group["weight_decay"], group["momentum"]
+                # (tensors when dynamic inside a trace; the branches read the plain values)
+                alpha, eps, wd_v, momentum_v = (group.hyper(k) for k in ("alpha", "eps", "weight_decay", "momentum"))
                 for p in group["params"]:
                     if p.grad is None:
                         continue
@@ -56,7 +61,7 @@ class RMSprop(Optimizer):
                     state = self._state_for(p, group)
                     state["step"].add_(1)
                     if wd != 0:
-                        g = g + wd * p
+                        g = g + wd_v * p
                     square_avg = state["square_avg"]
                     square_avg.mul_(alpha).add_(g * g * (1 - alpha))
                     if group["centered"]:
@@ -68,7 +73,7 @@ class RMSprop(Optimizer):
                     avg = avg + eps
                     if momentum > 0:
                         buf = state["momentum_buffer"]
-                        buf.mul_(momentum).add_(g / avg)
+                        buf.mul_(momentum_v).add_(g / avg)
                         p.sub_(lr * buf)
                     else:
                         p.sub_(lr * (g / avg))

@@ -38,6 +38,9 @@ class SGD(Optimizer):
                         maximize=maximize, foreach=foreach, differentiable=differentiable, fused=fused)
         super().__init__(params, defaults)
 
+    # changed by CyclicLR/OneCycleLR (momentum) or by hand: graph inputs of a compiled step once they change
+    runtime_hypers = frozenset({"momentum", "weight_decay"})
+
     def step(self, closure=None):
         """One update of every parameter that has a gradient; returns ``closure()``'s loss when given."""
         loss = self._run_closure(closure)
@@ -50,12 +53,13 @@ class SGD(Optimizer):
                     continue        # every parameter updated by the multi-tensor path (same values)
                 lr = group.lr_tensor
                 wd, momentum, dampening = group["weight_decay"], group["momentum"], group["dampening"]
+                wd_v, momentum_v = group.hyper("weight_decay"), group.hyper("momentum")    # (tensors when dynamic)
                 for p in group["params"]:
                     if p.grad is None:
                         continue
                     g = -p.grad if group["maximize"] else p.grad
                     if wd != 0:
-                        g = g + wd * p
+                        g = g + wd_v * p
                     if momentum != 0:
                         state = self.state[p]
                         buf = state.get("momentum_buffer")
@@ -63,15 +67,15 @@ class SGD(Optimizer):
                             if dampening == 0:
                                 # momentum * 0 + g == g exactly: the same graph as every later step
                                 buf = state["momentum_buffer"] = _zeros_like(p)
-                                buf.mul_(momentum).add_(g)
+                                buf.mul_(momentum_v).add_(g)
                             else:
                                 # torch's first step, buf = g whatever the dampening: a graph of its own; made
                                 # inside a trace, the buffer gets its value after the call (a one-shot trace)
                                 buf = state["momentum_buffer"] = g.clone()
                                 first_copy = True
                         else:
-                            buf.mul_(momentum).add_(g, alpha=1 - dampening)
-                        g = g + momentum * buf if group["nesterov"] else buf
+                            buf.mul_(momentum_v).add_(g, alpha=1 - dampening)
+                        g = g + momentum_v * buf if group["nesterov"] else buf
                     p.sub_(lr * g)
         # the first-step copy is a different graph from later steps: valid only while the buffers are absent
         self._guard_trace(before if first_copy else None)

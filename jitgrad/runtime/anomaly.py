@@ -9,6 +9,7 @@ class _Anomaly:
     enabled = False
     check_nan = True
     check_forward = False
+    current = None      # the node the engine is running (anomaly mode only): the parent of nodes made meanwhile
 
 
 STATE = _Anomaly()
@@ -109,6 +110,26 @@ def forward_trace_text(stack) -> str:
         return ("No forward pass information available. Enable detect anomaly during forward pass for more "
                 "information.")
     return "Traceback of forward call that caused the error:\n" + format_stack(stack)
+
+
+def error_report(node) -> list:
+    """torch's anomaly report for an error in ``node``'s backward, one warning text per line of descent: the
+    forward call that made ``node``, then, for a node made while another node's backward ran (a double backward
+    with create_graph), the forward call behind that one, and so on."""
+    texts = [f"Error detected in {node.name()}. {forward_trace_text(node.stack)}"]
+    seen = {id(node)}
+    parent = getattr(node, "anomaly_parent", None)
+    while parent is not None and id(parent) not in seen:
+        seen.add(id(parent))
+        texts.append(f"\n\nPrevious calculation was induced by {parent.name()}. Traceback of forward call that "
+                     "induced the previous calculation:\n" + format_stack_text(parent.stack))
+        parent = getattr(parent, "anomaly_parent", None)
+    return texts
+
+
+def format_stack_text(stack) -> str:
+    from .source import format_stack
+    return format_stack(stack) if stack else "(no forward pass information)\n"
 
 
 def nonfinite_message(name, index, kind, shape, dtype_name, loc, stack, backward=True, op=None,

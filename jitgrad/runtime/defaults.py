@@ -78,9 +78,7 @@ def set_num_threads(int, /) -> None:     # noqa: A002  (torch's parameter name)
     n = _positive_int("set_num_threads", int)
     settings.STATE.num_threads = n
     from ..ir.ops import blas
-    ctl = blas.thread_control()
-    if ctl:
-        ctl[1](n)
+    blas.set_threads(n)
 
 
 @published("jitgrad")

@@ -17,11 +17,14 @@ from . import anomaly, grad_mode, profiler_state
 from .node import Node, _seq as _node_seq
 from .source import _INTERNAL, _internal, user_loc, user_stack
 from ..ir.graph import Lit, Var
+from ..ir.symbolic import SymFloat, SymInt
 from ..tracer import STATE as _TR
 from ..tracer.trace import wait_for_other_traces
 
 _FROM_NP = dt._FROM_NP
 _WEAK = {bool: Aval((), dt.bool_, True), int: Aval((), dt.int64, True), float: Aval((), dt.float32, True)}
+# a trace also takes sizes as numbers (ir/symbolic.py): symbolic literals, replaced per call's sizes
+_TRACED_WEAK = {**_WEAK, SymInt: _WEAK[int], SymFloat: _WEAK[float]}
 _GM = grad_mode.STATE
 _AN = anomaly.STATE
 _PROF = profiler_state.STATE
@@ -396,6 +399,7 @@ def _record(op, params, args, hit, t):
         node._loc = None
     if _AN.enabled:
         node.stack = user_stack(3)
+        node.anomaly_parent = _AN.current
     if t._base is not None:
         node.view_args = args
         node.view_base_fn = t._base.grad_fn
@@ -448,7 +452,7 @@ def _bind_traced(tr, op, args, params):
         elif type(a) is np.ndarray and a.dtype in _FROM_NP:
             return _bind_traced(tr, op, tuple(Tensor._make(x) if type(x) is np.ndarray else x for x in args), params)
         else:
-            w = _WEAK.get(type(a))
+            w = _TRACED_WEAK.get(type(a))
             if w is None:
                 raise TypeError(_with_loc(f"{op.name}: unsupported argument of type {type(a).__name__}: {a!r}"))
             ins.append(Lit(a, w))

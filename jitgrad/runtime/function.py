@@ -415,9 +415,11 @@ class Function(metaclass=_FunctionMeta):
         node.loc = user_loc(2)
         if anomaly.STATE.enabled:
             node.stack = user_stack(2)
+            node.anomaly_parent = anomaly.STATE.current
         new_outs = []
         out_meta = []
         non_diff_pos = []
+        dirty_views = []
         input_ids = {id(t) for t in tensors_in}
         for k, o in enumerate(outs):
             if not isinstance(o, Tensor):
@@ -428,6 +430,8 @@ class Function(metaclass=_FunctionMeta):
                 if o.grad_fn is None and o._requires_grad:
                     raise RuntimeError("a leaf Variable that requires grad has been used in an in-place operation.")
                 t = o
+                if t._base is not None:
+                    dirty_views.append((t, t.grad_fn))
             elif id(o) in input_ids:
                 t = o.detach()      # an input returned as is: a new tensor viewing it
             else:
@@ -442,6 +446,11 @@ class Function(metaclass=_FunctionMeta):
             new_outs.append(t)
         node.out_meta = tuple(out_meta)
         node.non_diff_outputs = tuple(non_diff_pos)
+        if dirty_views:
+            from .view_writes import rebase_custom_write    # writes run ops: view_writes sits above this module
+            for t, view_fn in dirty_views:
+                if t.grad_fn is node:
+                    rebase_custom_write(t, view_fn)
         _mark_custom_views(cls, new_outs, dirty, True)
         tr = _TR.active
         if tr is not None:

@@ -8,6 +8,7 @@ import numpy as np
 from ..declarations import published
 from ..ir.dtypes import torch_scalar_name
 from ..ir.ops import OPS as O
+from ..ir.symbolic import SymInt
 from ..tracer import STATE as _TR
 from . import grad_mode, saved_mutation
 from .grad_names import getitem_name
@@ -42,7 +43,7 @@ class InPlaceOps:
     __slots__ = ()
 
     # --- in-place ops ----------------------------------------------------------------------------
-    def _check_inplace(self):
+    def _check_inplace(self, whole=True):
         if _MUT.active is not None:     # allow_mutation_on_saved_tensors: keep the saved value first
             _MUT.active.before_write(self)
         b = self._base
@@ -70,9 +71,16 @@ class InPlaceOps:
             raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed.You can make "
                                "a clone to get a normal tensor before doing inplace update.See "
                                "https://github.com/pytorch/rfcs/pull/17 for more details.")   # torch's text
-        if type(self._data) is np.ndarray and not self._data.flags.writeable:
-            raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
-                               "single memory location. Please clone() the tensor before performing the operation.")
+        if whole and type(self._data) is np.ndarray and not self._data.flags.writeable:
+            self._data = writable(self._data)
+
+    def _check_view_inplace(self):
+        """The checks of an in-place view op (``transpose_``, ``as_strided_``): ``_check_inplace``'s, and torch's
+        refusal of one that would be recorded on a view a custom Function returned."""
+        self._check_inplace()
+        origin = self._view_origin if self._base is not None else None
+        if origin is not None and len(origin) == 4 and _GM.grad_enabled and self.requires_grad:
+            raise RuntimeError(custom_fn_view_msg(origin))
 
     def _check_inplace_view(self):
         """The view checks of an in-place op, for a view a custom Function marked dirty (grad mode is off inside
@@ -260,12 +268,21 @@ class InPlaceOps:
                 self.requires_grad or isinstance(value, Tensor) and value.requires_grad):
             self._apply_inplace(lambda s, v: _bind(O["index_put"], s, v, *idx, spec=spec, accumulate=False), value)
             return
-        self._check_inplace()
+        self._check_inplace(whole=False)
         from ..ir.ops.index import np_index
         v = value._data if isinstance(value, Tensor) else value
         ix = np_index(spec, [i._data for i in idx])
+        target = self._data
+        if type(target) is np.ndarray and not target.flags.writeable:
+            # a broadcast tensor: torch refuses only a write whose region repeats a location (x.expand(3)[0] = 1
+            # is fine); an advanced index writes a copy, so the whole tensor must be writable then
+            if idx:
+                target = self._data = writable(target)
+            else:
+                view = (*ix, Ellipsis) if type(ix) is tuple else (ix, Ellipsis)     # an array even for ints
+                target, ix = writable(target[view]), Ellipsis
         try:
-            self._data[ix] = v
+            target[ix] = v
         except (ValueError, IndexError) as e:
             from .dispatch import _with_loc
             if isinstance(e, ValueError) and np.shape(v) != ():
@@ -280,6 +297,31 @@ class InPlaceOps:
         self._vc[0] += 1
 
 
+
+
+class _Alias:
+    """Holds the array interface of a writable alias and the array that owns the memory."""
+
+    def __init__(self, iface, owner):
+        self.__array_interface__ = iface
+        self.owner = owner
+
+
+def writable(a):
+    """``a`` itself when writable, else a writable alias of the same memory when no element of ``a`` repeats a
+    location and the memory is the user's to write (NumPy marks every broadcast read-only, also the
+    one-element region of one: torch writes those); otherwise torch's refusal."""
+    if a.flags.writeable:
+        return a
+    root = a
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if root.flags.writeable and (a.size <= 1 or all(n <= 1 or st for n, st in zip(a.shape, a.strides))):
+        iface = dict(a.__array_interface__)
+        iface["data"] = (iface["data"][0], False)
+        return np.asarray(_Alias(iface, root))
+    raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
+                       "single memory location. Please clone() the tensor before performing the operation.")
 
 
 def move_retain_grad(t, node, nr):
@@ -405,6 +447,8 @@ def parse_index(key, t):
             spec.append(k)
         elif isinstance(k, (int, np.integer)):
             spec.append(int(k))
+        elif type(k) is SymInt:         # a size of a trace (ir/symbolic.py): stays symbolic
+            spec.append(k)
         else:
             raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None and long or bool tensors are valid "
                              f"indices (got {type(k).__name__})")
@@ -412,4 +456,4 @@ def parse_index(key, t):
 
 
 def _opt_int(v):
-    return None if v is None else int(v.__index__())
+    return None if v is None else v if type(v) is SymInt else int(v.__index__())

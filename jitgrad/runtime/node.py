@@ -43,7 +43,7 @@ class Node:
     __slots__ = ("op", "params", "inputs", "outputs", "shapes", "dtypes", "needs_grad", "next_functions",
                  "versions", "out_versions", "out_meta", "_loc", "stack", "seq", "_freed", "_pre_hooks", "_hooks",
                  "tensor_hooks", "retain_grad_refs", "_metadata", "view_args", "view_base_fn", "torch_name",
-                 "packed", "__weakref__")
+                 "packed", "anomaly_parent", "__weakref__")
 
     def __init__(self, op, params, next_functions, needs_grad):
         self.op = op

@@ -13,6 +13,7 @@ import numpy as np
 from ..declarations import published
 from ..ir import dtypes as dt
 from ..ir.ops import OPS as O
+from ..ir.symbolic import SymInt
 from ..tracer import STATE as _TR
 from . import devices as _devices, dispatch as _dispatch, engine as _engine, grad_mode
 from .conversions import contiguous_in, is_in_layout, relayout
@@ -20,6 +21,7 @@ from .devices import check_device, on_device
 from .dispatch import bind as _bind
 from .node import AccumulateGrad, RemovableHandle, mark_detached_inplace
 from .strided import share_storage, storage_buffer
+from .symbolic_values import filled, symbolic_size
 from .tensor import CPU, Device, Tensor
 from .traced import traced_alias
 from .transfers import transfer
@@ -114,6 +116,8 @@ class TensorMethods:
         """
         if not self.requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self._base is not None:
+            _dispatch.refresh_view(self)    # a view whose base was written since: the hook goes on its new node
         if self.grad_fn is None:
             if self._hooks is None:
                 self._hooks = OrderedDict()
@@ -241,18 +245,22 @@ class TensorMethods:
         return self._new_filled(np.zeros, size, dtype, device, requires_grad)
 
     def new_ones(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
-        return self._new_filled(np.ones, size, dtype, device, requires_grad)
+        return self._new_filled(np.ones, size, dtype, device, requires_grad, 1)
 
     def new_empty(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
         return self._new_filled(np.empty, size, dtype, device, requires_grad)
 
     def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False) -> "Tensor":
-        return self._new_filled(lambda shp, d: np.full(shp, fill_value, d), (size,), dtype, device, requires_grad)
+        return self._new_filled(lambda shp, d: np.full(shp, fill_value, d), (size,), dtype, device, requires_grad,
+                                fill_value)
 
-    def _new_filled(self, make, size, dtype, device, requires_grad):
-        if len(size) == 1 and not isinstance(size[0], (int, np.integer)):
+    def _new_filled(self, make, size, dtype, device, requires_grad, value=0):
+        if len(size) == 1 and not isinstance(size[0], (int, np.integer, SymInt)):
             size = size[0]
-        t = Tensor._make(make(tuple(int(s) for s in size), dt.as_dtype(dtype or self.dtype).np))
+        if symbolic_size(size):     # a trace's symbolic size: an op, not a constant
+            t = filled(size, value, dt.as_dtype(dtype or self.dtype).np)
+        else:
+            t = Tensor._make(make(tuple(int(s) for s in size), dt.as_dtype(dtype or self.dtype).np))
         t = self._same_device(t) if device is None else on_device(t, device)
         return t.requires_grad_(True) if requires_grad else t
 

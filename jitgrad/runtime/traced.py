@@ -8,6 +8,7 @@ import numpy as np
 
 from ..ir import dtypes as dt
 from ..ir.graph import Var
+from ..ir.symbolic import has_symbols, known_equal
 from ..tracer import STATE as _TR
 from .view_rule import contiguous_strides, element_strides
 
@@ -121,12 +122,42 @@ def _fake(shape, strides):
 def _reshaped(shape, strides, new):
     """Element strides of a view of ``(shape, strides)`` as ``new`` (NumPy's no-copy reshape, as eager mode's), or
     None when eager mode copies."""
+    if has_symbols((shape, new)):
+        # symbolic sizes (ir/symbolic.py): a C-contiguous layout reshapes to a C-contiguous view; other layouts
+        # are not followed (a copy, as when strides are unknown)
+        return contiguous_strides(new) if tuple(strides) == contiguous_strides(shape) else None
     a = _fake(shape, strides).view()
     try:
         a.shape = tuple(new)
     except (AttributeError, ValueError):
         return None
     return a.strides
+
+
+def _symbolic_view_strides(op, params, x_shape, st):
+    """The element strides of view ``op`` of a value with strides ``st`` and symbolic sizes: permutes and basic
+    indexing by ints, unit-step slices and None; other views are not followed (None: unknown)."""
+    if op.name == "permute":
+        return tuple(st[p] for p in params["perm"])
+    if op.name == "broadcast_to":       # new leading dims and stretched size-1 dims take stride 0
+        shape = params["shape"]
+        lead = len(shape) - len(st)
+        return (0,) * lead + tuple(0 if type(n) is int and n == 1 and shape[lead + k] is not n else s
+                                   for k, (n, s) in enumerate(zip(x_shape, st)))
+    if op.name == "getitem" and Ellipsis not in params["spec"]:
+        out, k = [], 0
+        for s in params["spec"]:
+            if s is None:
+                out.append(0)
+            elif type(s) is tuple:
+                if s[0] != "slice" or s[3] not in (None, 1):
+                    return None
+                out.append(st[k])
+                k += 1
+            else:
+                k += 1
+        return tuple(out) + tuple(st[k:])
+    return None
 
 
 def layout_key(d):
@@ -191,6 +222,7 @@ def note_layout(tr, op, params, args, out, recorded):
             x = args[0]
             try:
                 st = _reshaped(x.shape, st, params["shape"]) if op.name == "reshape" else \
+                    _symbolic_view_strides(op, params, x.shape, st) if has_symbols((x.shape, st, params)) else \
                     op.impl(_fake(x.shape, st), **params).strides
             except Exception:   # noqa: BLE001 - a geometry this cannot follow: unknown
                 st = None
@@ -199,6 +231,13 @@ def note_layout(tr, op, params, args, out, recorded):
     elif tr.layouts and any(type(getattr(a, "_data", None)) is Var and a._data in tr.layouts for a in args):
         st = _elementwise_strides(tr, op, args, out)     # an op over a non-contiguous input
     else:
+        return
+    if st is not None and has_symbols((st, out.shape)):
+        # symbolic sizes: contiguous or not may depend on the sizes (a slice of a buffer): unknown then,
+        # rather than a guard on the sizes for bookkeeping
+        same = known_equal(tuple(st), contiguous_strides(out.shape))
+        if same is not True:
+            tr.layouts[out] = None if same is None else tuple(st)
         return
     if st is None or tuple(st) != contiguous_strides(out.shape) and out.size > 1:
         tr.layouts[out] = None if st is None else tuple(st)

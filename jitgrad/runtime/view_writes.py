@@ -25,9 +25,11 @@ def inplace_on_view(self, fn, others, snapshot, check_result):
     if self.grad_fn is None and base.requires_grad:
         raise RuntimeError(NO_GRAD_VIEW_MSG)
     if self.grad_fn is not None:
-        # the view's current history (its base may have changed since); as_strided's is rebuilt from its base, as
-        # torch does: elements beyond its input, read without history, are the base's (their gradient goes there)
-        refresh_view(self, force=self.grad_fn.view_args is BY_POSITIONS)
+        # the write reads the view through a node made now from the base's current history, as torch's
+        # CopySlices reads the base: hooks registered on the view before the write stay on its old node, which
+        # the write leaves out of the graph; as_strided's is rebuilt from its base as well (elements beyond its
+        # input, read without history, are the base's: their gradient goes there)
+        refresh_view(self, force=True)
     src = snapshot(self)
     r = fn(src, *others)
     check_result(self, r)
@@ -53,6 +55,29 @@ def inplace_on_view(self, fn, others, snapshot, check_result):
         self.grad_fn, self._out_nr = r.grad_fn, r._out_nr
     self._requires_grad = False
     return self
+
+
+def rebase_custom_write(view, view_fn):
+    """A custom Function wrote ``view`` in place (``ctx.mark_dirty``) and its node is now ``view.grad_fn``: as an
+    in-place op on a view, the base's history becomes CopySlices of that write (so the gradient of the base
+    reaches the Function's inputs), and the view reads the base's new history (``view_fn``: its node before)."""
+    base = view._base
+    b = base._data
+    if type(b) is not np.ndarray or type(view._data) is not np.ndarray:
+        return      # traced and device views follow their base where it is written (traced.py, cuda/eager.py)
+    if b.ndim == 0:
+        spec, idx = (Ellipsis,), ()
+    else:
+        pos = view_positions(b, view._data)
+        idx = tuple(type(view)._make(a) for a in np.unravel_index(pos, b.shape))
+        spec = tuple(("tensor", k) for k in range(b.ndim))
+    new_base = bind(O["index_put"], base, view, *idx, spec=spec, accumulate=False)
+    base.grad_fn = named(new_base, "CopySlices").grad_fn
+    base._out_nr = 0
+    base._requires_grad = False
+    if view_fn is not None and view_fn.view_args is not None:
+        view.grad_fn, view._out_nr = view_fn, 0
+        refresh_view(view)              # a view node on the base's new history
 
 
 def view_write_into_base(base, view, op, params):

@@ -343,6 +343,39 @@ def _combine(op, a, v):
     return select(ki.or_(cmp, v != v), v, a)
 
 
+COLUMN_CHUNKS = 32      # fixed chunks of rows of a parallel row kernel with column sums: results never depend
+                        # on the thread count (up to 32 workers share them; the partials cost 32 rows each)
+
+
+def chunked_rows(b, nest, row, n_operands, columns, reductions=()):
+    """A rank-2 row kernel with column sums, parallel: ``for c in prange(COLUMN_CHUNKS)`` over fixed chunks of the
+    rows, each zeroing and then accumulating its own partial row of every column sum (``columns``: (partial
+    pointer, output operand, dtype); ``row``: the statements of one row, reading ``b{j}_0``); after the loop, each column's partials are added in chunk order into its
+    output (the chunk order is fixed, so a column sum is the same at every thread count).  ``reductions``: the
+    loop's sum counters (anomaly checks, guards)."""
+    P = COLUMN_CHUNKS
+    n0, n1 = nest.n
+    with b.loop("c", const(P), parallel=True, reductions=reductions):
+        c = read(b.var("c", I64))
+        lo = b.let("r0", n0 * c // P)
+        hi = b.let("r1", n0 * (c + 1) // P)
+        for k, (q, _, d) in enumerate(columns):
+            with b.loop(f"zc{k}", n1) as z:
+                b.store(q, c * n1 + z, cast(const(0), _T(d)))
+        with b.loop("i0", hi, start=lo) as i0:
+            for j in range(n_operands):
+                b.set(b.var(f"b{j}_0", I64), i0 * nest.s[j][0])
+            b.emit(row)
+    for k, (q, j, d) in enumerate(columns):
+        T = _T(d)
+        with b.loop(f"col{k}", n1) as col:
+            acc = b.var(f"colsum{k}", T)
+            b.set(acc, cast(const(0), T))
+            with b.loop(f"part{k}", const(P)) as cc:
+                b.set(acc, read(acc) + load(q, cc * n1 + col))
+            b.emit([store_at(j, nest, col * nest.s[j][1], read(acc))])
+
+
 def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, alias=None) -> Kernel:
     """The loop nest of a fusion group.  ``classes``: inner layout class per operand (inputs then outputs);
     ``rank``/``red_axes``: the iteration rank and folded axes after the layout merged dims (default: the
@@ -356,8 +389,12 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
     if red is not None and red_axes is None:
         red_axes = tuple(sorted(red.params["axes"]))
     full = red is not None and len(red_axes) == rank
+    # a sum over the rows of a rank-2 loop (a bias gradient): parallel over fixed chunks of rows, each into a
+    # partial row of its own (``chunked_rows``)
+    chunked = bool(parallel) and red is not None and red.op.name == "sum" and rank == 2 \
+        and tuple(red_axes) == (0,)
     if red is not None:
-        parallel = parallel and ((full and red.op.name == "sum") or (not full and 0 not in red_axes))
+        parallel = parallel and ((full and red.op.name == "sum") or (not full and 0 not in red_axes) or chunked)
     b = ki.Builder()
     if red_axes is not None:
         b.comment(f"reduction {red.op.name} over axes {list(red_axes)} of rank {rank}")
@@ -427,6 +464,11 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
                 row_pre, each, row_post = row_minmax(b, op, od, rv, "acc", "hacc", "kb", "nans")
                 body += each
             row_post.append(ki.Store(p_ro, nest.index(ro), read(acc)))
+        elif chunked:           # this chunk's partial row, at the element's position along the kept axis
+            q = b.let("qc", b.A[nest.slot + 1].ptr(T))
+            at = read(b.var("c", I64)) * nest.n[1] + nest.i(1)
+            body.append(ki.Store(q, at, cast(load(q, at) + rv, T)))
+            nest.slot += 1
         else:       # the output's strides are 0 along the folded axes: every element of a row lands in one slot
             pre.append(init_loop())
             idx = nest.index(ro)
@@ -446,7 +488,14 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
             counters.append(b.var(f"z{k}", I64))
             post.append(ki.If(read(b.var(f"z{k}", I64)) > 0))
             post[-1].then.append(_index_error(b, IE, 2, k))
-    nest.loops(body, range(len(operands)), pre, post, row_pre, row_post, reductions=counters)
+    if chunked:
+        b.emit(pre)
+        inner = ki.For(b.var("i1", I64), const(0), nest.n[1])
+        inner.body += body
+        chunked_rows(b, nest, [inner], len(operands), [(q, ro, red.outs[0].aval.dtype)], counters)
+        b.emit(post)
+    else:
+        nest.loops(body, range(len(operands)), pre, post, row_pre, row_post, reductions=counters)
     return Kernel("fused", b.finish(), rank=rank, operands=operands, classes=classes, parallel=parallel,
                   checks=checks, red_axes=red_axes, label=g.name, guards=guard_eqns, alias=nest.alias)
 
@@ -482,5 +531,5 @@ def gen_check(dtype: dt.DType, rank: int, cls: str) -> Kernel:
                   checks=[0], label="check")
 
 
-__all__ = ["Kernel", "gen_group", "gen_copy", "gen_check", "PARALLEL_MIN", "FASTMATH",
+__all__ = ["Kernel", "gen_group", "chunked_rows", "COLUMN_CHUNKS", "gen_copy", "gen_check", "PARALLEL_MIN", "FASTMATH",
            "CONTIG", "BCAST", "STRIDED", "GENERATOR_VERSION"]

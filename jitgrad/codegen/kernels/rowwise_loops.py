@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from . import kernel_ir as ki
 from .kernel_ir import I64, cast, const, read
-from .loops import (BCAST, Kernel, _compute_dtype, _load, _store, _stored, _T, group_nest, load_at, reduce_init,
+from .loops import (BCAST, Kernel, chunked_rows, _compute_dtype, _load, _store, _stored, _T, group_nest, load_at, reduce_init,
                     row_minmax, scalar_expr, store_at, value_ref)
 
 
@@ -31,12 +31,21 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
     r = rank
     if r < 1 or tuple(red_axes or ()) != (r - 1,):
         raise ValueError(f"gen_rows: {g.name}: expected the row axis last, got reduced axes {red_axes} of rank {r}")
-    parallel = bool(parallel) and r >= 2 and not g.columns     # rows would race on a column sum
+    # rows would race on a column sum: with one outer dim, each of COLUMN_CHUNKS fixed chunks of rows sums its
+    # columns into its own partial row, added in chunk order after the parallel loop (``loops.chunked_rows``)
+    chunked = bool(parallel) and r == 2 and bool(g.columns)
+    parallel = bool(parallel) and r >= 2 and (not g.columns or chunked)
     b = ki.Builder()
     b.comment(f"rows of axis {r - 1} of rank {r}: {len(g.passes)} passes")
     arrays_in, operands, nest = group_nest(b, g, classes, parallel, r, alias, "gen_rows")
     nest.slot += 1          # the layout's count of the reduction's output (a plain group initialises it; not here)
     slot_of = {v: j for j, v in enumerate(operands)}
+    partial = {}            # column sum eqn -> its partial rows' pointer (``loops.COLUMN_CHUNKS`` x row length)
+    if chunked:
+        for k, e in enumerate(g.columns):
+            partial[e] = b.let(f"q{k}", b.A[nest.slot].ptr(_T(e.outs[0].aval.dtype)))
+            nest.slot += 1
+        chunk = read(b.var("c", I64))
     guards = []
     order = {e: k for k, e in enumerate(g.eqns)}
     local = {}
@@ -49,7 +58,7 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
         local[e.outs[0]] = b.let(f"t{order[e]}", cast(x, _T(od)))
 
     columns = set(g.columns)
-    for e in g.columns:     # a column sum's output: one element per row position (its stride along the row)
+    for e in ([] if chunked else g.columns):     # a column sum's output: one element per row position
         j = slot_of[e.outs[0]]
         with b.loop("j", nest.n[r - 1]) as jv:
             b.emit([store_at(j, nest, jv * nest.s[j][r - 1], cast(const(0), _T(e.outs[0].aval.dtype)))])
@@ -83,6 +92,11 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
                     od = e.outs[0].aval.dtype
                     T = _T(od)
                     rv = b.let(f"rv{k}", cast(ref(e.ins[0], None), T))
+                    if e in columns and chunked:
+                        at = chunk * nest.n[r - 1] + i_row
+                        cs = b.let(f"cs{k}", ki.load(partial[e], at))
+                        b.store(partial[e], at, cast(cs + rv, T))
+                        continue
                     if e in columns:
                         j = slot_of[e.outs[0]]
                         at = i_row * nest.s[j][r - 1]
@@ -115,8 +129,12 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
     if guards:
         raise ValueError(f"gen_rows: {g.name}: a guarded (integer) operation has no place in a row chain")
     # the outer dims (all but the row axis): their loops accumulate every operand's offset
-    outer = _Outer(nest, r - 1)
-    outer.emit(row, range(len(operands)))
+    if chunked:
+        chunked_rows(b, nest, row, len(operands), [(partial[e], slot_of[e.outs[0]], e.outs[0].aval.dtype)
+                                                   for e in g.columns])
+    else:
+        outer = _Outer(nest, r - 1)
+        outer.emit(row, range(len(operands)))
     return Kernel("rows", b.finish(), rank=r, operands=operands, classes=classes, parallel=parallel,
                   red_axes=tuple(red_axes), label=g.name, alias=nest.alias)
 

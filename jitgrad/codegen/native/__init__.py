@@ -1,1 +1,1 @@
-"""Native code's life: compiling rendered kernels (LLVM or Numba), build processes, the on-disk object store and cache directory, linking object code into the process, and the worker pool and thread policy it runs on."""
+"""Native code's life: compiling rendered kernels (LLVM or Numba), the build thread and build processes, the on-disk object store and cache directory, linking object code into the process, and the worker pool and thread policy it runs on."""

@@ -25,7 +25,7 @@ import threading
 
 import atexit
 
-from . import build_procs, cache, numba_build, objstore
+from . import build_procs, build_thread, cache, numba_build, objstore
 from .numba_build import numba_cache_dir, numba_default_dir  # noqa: F401  (Numba's side: numba_build.py)
 
 _ADDRESSES: dict = {}       # kernel/entry key -> address of its code in this process
@@ -39,6 +39,10 @@ ENTRY_EXTRA = ("cpu-entry", 2)
 # kernels straight to LLVM IR where ir_loops can (JITGRAD_IR_LOOPS=0: every kernel through Numba, e.g. to compare)
 IR_LOOPS = os.environ.get("JITGRAD_IR_LOOPS", "1") != "0"
 STARTUP = 3                 # a build process's start (Python, jitgrad, Numba) costs about this many kernel compiles
+# a background build compiles IR kernels on its thread (~20-80 ms each); a build process (~1 s to start Python and
+# jitgrad, ~IR_STARTUP IR kernels) takes a share only of graphs with more than THREAD_KERNELS of them
+IR_STARTUP = 16
+THREAD_KERNELS = 48
 GRAPH_EXTRA = ("cpu-graph", 1)
 COUNTS = {"kernels_compiled": 0, "kernels_ir": 0, "kernels_loaded": 0, "drivers_compiled": 0, "drivers_loaded": 0,
           "build_processes": 0, "graph_files_loaded": 0, "graph_files_assembled": 0}
@@ -343,27 +347,28 @@ class GraphCode:
         return jobs
 
     def build(self, background: bool):
-        """Compile what is missing.  ``background``: everything in build processes (this process only loads
-        their results, so it never imports Numba while it serves calls); else this process compiles a share
-        while build processes take the rest, in parallel.  Then write the graph's file."""
+        """Compile what is missing, then write the graph's file.  ``background`` (on the build thread, while the
+        caller's calls run meanwhile): kernels that translate to LLVM IR compile on this thread, one at a time
+        (tens of milliseconds each), and only what is slow goes to build processes: kernels Numba must compile (this
+        process never imports Numba while it serves calls) and the tail of a big graph (``_build_in_background``).
+        Else (a synchronous build) this process compiles a share on worker threads while build processes take
+        the rest, in parallel."""
         with _lock:
             if self.try_load():
                 return
         self.ensure_entry()
-        todo = self.pending_jobs(sources=background)
+        todo = self.pending_jobs(sources=False)
         procs = []
         if todo:
             busy = [j for j in todo if objstore.BuildLock(j[1]).held_elsewhere()]   # someone builds them: wait
             todo = [j for j in todo if j not in busy]
             cores = _cores()
             if background:
-                parts = min(cores, len(todo))
-                shares = _split(todo, parts) if parts else []
-                procs = [_spawn(s, self if i == 0 else None) for i, s in enumerate(shares)]
-                self.elsewhere |= {j[1] for j in todo}
-                self.spawned = True
+                procs = self._build_in_background(todo, cores)
             else:
                 procs = self._build_here(todo, cores)
+        if build_thread.stopping():
+            raise build_thread.BuildStopped
         for p in procs:
             if p is None:
                 continue
@@ -429,6 +434,47 @@ class GraphCode:
                 pool.shutdown(wait=True)
         return procs
 
+    def _build_in_background(self, todo, cores):
+        """A background build's share-out (see ``build``): Numba's jobs and, for a graph of more than
+        ``THREAD_KERNELS`` IR kernels on a machine with cores to spare, a tail of its IR jobs go to build processes
+        (each costs ~``IR_STARTUP`` kernels' time to start Python, so this thread keeps that many more); the
+        rest compile here, one at a time, each under its build lock.  Returns the build processes started."""
+        from ..kernels import ir_loops
+        fast, slow = [], []
+        for job in todo:
+            is_ir = job[0] == "kernel" and IR_LOOPS and ir_loops.translatable(job[1], self._source(job[1]))
+            (fast if is_ir else slow).append(job)
+        helpers = min(cores - 1, len(fast) // THREAD_KERNELS) if cores > 1 else 0
+        mine, away = fast, []
+        if helpers > 0:
+            n_mine = min(len(fast), -(-(len(fast) + IR_STARTUP * helpers) // (helpers + 1)))
+            mine, away = fast[:n_mine], fast[n_mine:]
+        shares = []
+        if slow:
+            shares += _split(slow, min(cores, len(slow)))
+        if away:
+            shares += _split(away, helpers)
+        procs, sent = [], set()
+        for share in shares:
+            jobs = []
+            for kind, key, _ in share:
+                path = cache.store_entry(key, self._source(key))     # the build process reads it
+                if path is None:
+                    mine.append((kind, key, None))
+                else:
+                    jobs.append((kind, key, str(path)))
+            if jobs:
+                procs.append(_spawn(jobs, self if not self.spawned else None))
+                self.spawned = True
+                sent |= {j[1] for j in jobs}
+        self.elsewhere |= sent
+        for job in mine:
+            with build_thread.compiling() as go:
+                if not go:          # exiting: what is left goes to build processes (``_spawn_leftovers``)
+                    break
+                self._obtain(job[1])
+        return procs
+
     def _obtain(self, key):
         if key in _ADDRESSES:
             return
@@ -442,62 +488,13 @@ class GraphCode:
             self.loaded_keys.add(key)
 
 
-# ------------------------------------------------------------------------------------------------ background builds
-
-_QUEUE = None               # background builds run one at a time (their build processes use every core)
-_QUEUED: list = []          # CompiledGraphs queued or building
-
-
-def queue_background(cg) -> None:
-    """Run ``cg._build(True)`` on the background build thread (started on first use)."""
-    global _QUEUE
-    import queue
-    with _lock:
-        if _QUEUE is None:
-            _QUEUE = queue.Queue()
-            q = _QUEUE
-
-            def worker():
-                while True:
-                    job, root = q.get()
-                    try:
-                        with cache.pinned_dir(root):
-                            job._build(True)
-                    finally:
-                        try:
-                            _QUEUED.remove(job)
-                        except ValueError:
-                            pass
-                        q.task_done()
-            threading.Thread(target=worker, daemon=True, name="jitgrad-compile").start()
-        _QUEUED.append(cg)
-        _QUEUE.put((cg, cache._configured_dir()))
-
-
-def wait_background(timeout: float | None = None) -> bool:
-    """Wait until no build is queued or running on the background thread; False when ``timeout`` (seconds)
-    passed first.  (``f.wait()`` waits for one function's build; this for all of them, e.g. before a test that
-    counts the cache's work.)"""
-    import time
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while _QUEUED:
-        if deadline is not None and time.monotonic() >= deadline:
-            return False
-        time.sleep(0.005)
-    return True
-
+# ------------------------------------------------------------------------------------------------ build processes
 
 def _after_fork_in_child():
-    """A forked child has no build thread and may have forked while a lock was held: fresh locks and queue,
-    and the builds that were queued or running in the parent are pending again (``wait()`` restarts them)."""
-    global _QUEUE, _lock
+    """A forked child may have forked while a thread held the lock: a fresh one (the build thread's state is reset
+    by ``build_thread.py``; cache, ir_loops, objload and workpool reset their own locks)."""
+    global _lock
     _lock = threading.RLock()
-    _QUEUE = None
-    # (cache, ir_loops, objload and workpool reset their own locks: see their fork handlers)
-    for cg in _QUEUED:
-        if cg.run is None and cg.error is None:
-            cg.pending = True
-    _QUEUED.clear()
 
 
 if hasattr(os, "register_at_fork"):
@@ -512,16 +509,17 @@ def _spawn(jobs, graph=None):
 
 @atexit.register
 def _spawn_leftovers():
-    """At exit: builds still queued go to detached build processes, so the next run finds them compiled."""
+    """At exit: builds still queued, and what the build thread had not compiled yet (it stops after the kernel
+    it is compiling), go to detached build processes, so the next run finds them compiled."""
+    queued = build_thread.stop()
     left = []
-    for cg in list(_QUEUED):
+    for cg in queued:
         code = cg.code
-        if code.spawned:
-            continue
         try:
             todo = code.pending_jobs()
         except Exception:   # noqa: BLE001 - exiting: nothing to report to
             continue
+        todo = [j for j in todo or () if not objstore.BuildLock(j[1]).held_elsewhere()]   # (its build processes')
         if todo:
             left.append((todo, code))
     for todo, code in left:

@@ -35,17 +35,13 @@ Policy (knobs in parentheses):
   which is the proportional slowdown the policy aims for.  TBB and OpenMP layers place their own threads and
   are left alone.
 
-- **BLAS drops to one thread while the cores are contended** (``BlasPacer``; ``JITGRAD_BLAS_PACER=0`` turns it
-  off).  OpenBLAS splits a GEMM between its threads, which hand packed panels to each other through spin-waits
-  several times per call: when another process takes a core, the thread there is descheduled for whole
-  scheduler slices while the other spins.  Measured (2 cores, one spinning hog): a B1 step went from 2.7 ms to a
-  median of 7-69 ms and a 90th percentile of 84-187 ms on two BLAS threads, and to 12 ms (p90 16 ms) on one
-  thread (quiet, one thread costs B1 about 1.35x).  So each compiled graph that calls BLAS times its calls: a
-  call slower than ``SLOW`` times the graph's best at that thread count means contention, and the next calls
-  run BLAS on one thread (``HOLD`` calls, doubled each time a retry on all threads is slow again, at most
-  ``MAX_HOLD``), then one call tries all threads again.  A quiet machine keeps all threads; a busy one costs a
-  retry now and then.  The thread count is process-wide (eager matmuls follow it); the pacer takes the count
-  OpenBLAS had when it first ran (``OPENBLAS_NUM_THREADS``, cores) as its maximum.
+- **BLAS drops to one thread while the cores are contended** (``ir/ops/blas.BlasPacer``; ``JITGRAD_BLAS_PACER=0``
+  turns it off).  OpenBLAS's threads spin-wait for each other inside a GEMM, so one descheduled thread stalls the
+  call: measured (2 cores, one spinning hog), a B1 step went from 2.7 ms to a median of 7-69 ms and a 90th
+  percentile of 84-187 ms on two BLAS threads, and to 12 ms (p90 16 ms) on one thread (quiet, one thread costs
+  B1 about 1.35x).  So each compiled graph with a GEMM large enough for OpenBLAS to thread times its calls, and
+  runs BLAS on one thread for a while after a call 3x slower than its best; a quiet machine keeps all threads.
+  Eager GEMMs follow the same policy in ``ir/ops/blas.py`` (paced per shape; small ones on one thread).
 
 The layer is chosen once, before this process's first parallel launch; if other code already launched one with
 another layer, that layer stays (Numba cannot switch).
@@ -55,15 +51,13 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 
-from ...ir import settings
+from ...ir.ops import blas as _blas
 
 _configured = False
 _placed = False
 PIN = os.environ.get("JITGRAD_PIN_THREADS", "1") != "0"
-BLAS_PACER = os.environ.get("JITGRAD_BLAS_PACER", "1") != "0"
-STATS = {"placements": 0, "blas_backoffs": 0}   # worker placements, BLAS drops to one thread (counted, for tests)
+STATS = {"placements": 0}       # worker placements (counted, for tests)
 
 
 class _Launch:
@@ -135,75 +129,13 @@ def place_workers() -> list:
     return sorted(placed)
 
 
-class BlasPacer:
-    """Times one compiled graph's calls and lowers BLAS to one thread while they show contention (see the module
-    docstring).  ``with pacer:`` around each call."""
-    SLOW = 3.0
-    HOLD = 32
-    MAX_HOLD = 1024
-    _control = None             # (get, set) of OpenBLAS's thread count, or False: none
-    _max = 1
-    _current = None
-    _lock = threading.Lock()
-
-    def __init__(self):
-        self.best = {}          # thread count -> fastest call seen (seconds)
-        self.left = 0           # calls still to run on one thread
-        self.hold = self.HOLD
-        self.n = 1
-        self.t0 = 0.0
-
-    @classmethod
-    def _init(cls):
-        from ...ir.ops import blas
-        ctl = blas.thread_control()
-        cls._control = ctl or False
-        if ctl:
-            cls._max = cls._current = max(1, int(ctl[0]()))
-
-    @classmethod
-    def _set(cls, n):
-        with cls._lock:
-            if n != cls._current:
-                cls._control[1](n)
-                cls._current = n
-
-    def __enter__(self):
-        if BlasPacer._control is None:
-            BlasPacer._init()
-        if self.left > 0:
-            self.left -= 1
-            want = 1
-        else:
-            want = settings.STATE.num_threads or BlasPacer._max     # torch.set_num_threads wins
-        if BlasPacer._control and want != BlasPacer._current:
-            BlasPacer._set(want)
-        self.n = want
-        self.t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc):
-        dt = time.perf_counter() - self.t0
-        n = self.n
-        best = self.best.get(n)
-        if best is None or dt < best:
-            self.best[n] = dt
-        if n > 1 and best is not None:
-            if dt > self.SLOW * best:           # contended: one thread for a while, longer each time
-                self.left = self.hold
-                self.hold = min(2 * self.hold, self.MAX_HOLD)
-                STATS["blas_backoffs"] += 1
-            else:
-                self.hold = self.HOLD
-
-
 class CallGuard:
     """``with guard:`` around one compiled graph's call: ``LAUNCH_LOCK`` when it has a parallel kernel, its own
     ``BlasPacer`` when it calls BLAS."""
 
     def __init__(self, parallel: bool, blas: bool):
         self.lock = LAUNCH_LOCK if parallel else None
-        self.pacer = BlasPacer() if blas and BLAS_PACER else None
+        self.pacer = _blas.BlasPacer() if blas and _blas.BLAS_PACER else None
 
     def __enter__(self):
         if self.lock is not None:
@@ -221,11 +153,8 @@ class CallGuard:
                 self.lock.__exit__(*exc)
 
 
-# OpenBLAS runs a GEMM on one thread below 65536 * GEMM_MULTITHREAD_THRESHOLD (4) multiply-adds: graphs whose
-# GEMMs are all below it need no pacer (it costs ~1 us a call, which B5's 16 us steps feel)
-BLAS_THREADED_MACS = 65536 * 4
-
-
+# OpenBLAS runs a GEMM on one thread below BLAS_THREADED_MACS multiply-adds: graphs whose GEMMs are all below it
+# need no pacer (it costs ~1 us a call, which B5's 16 us steps feel)
 def blas_threaded(steps) -> bool:
     """Whether any BLAS step of a program (``layout.Step``) is large enough for OpenBLAS to thread."""
     for st in steps:
@@ -234,14 +163,14 @@ def blas_threaded(steps) -> bool:
             k = a[-1] if a else 1
             m = out[-2] if len(out) >= 2 else 1
             n = out[-1] if out else 1
-            if m * n * k > BLAS_THREADED_MACS:
+            if m * n * k > _blas.BLAS_THREADED_MACS:
                 return True
     return False
 
 
 def call_guard(parallel: bool, blas: bool):
     """What a compiled graph's call is wrapped in (``CallGuard``), or None when it needs nothing."""
-    if not parallel and not (blas and BLAS_PACER):
+    if not parallel and not (blas and _blas.BLAS_PACER):
         return None
     return CallGuard(parallel, blas)
 
@@ -269,5 +198,5 @@ def layer() -> str | None:
     return "workqueue" if workpool.threads() else None
 
 
-__all__ = ["configure", "layer", "place_workers", "call_guard", "blas_threaded", "BlasPacer", "CallGuard",
-           "LAUNCH_LOCK", "PIN", "BLAS_PACER", "STATS"]
+__all__ = ["configure", "layer", "place_workers", "call_guard", "blas_threaded", "CallGuard", "LAUNCH_LOCK", "PIN",
+           "STATS"]

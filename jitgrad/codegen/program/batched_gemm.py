@@ -11,6 +11,9 @@ becomes one of two native steps, never a NumPy host step:
   stride per batch dim (0 for a broadcast dim), and 13 scratch slots; ``abi.call_gemm_batched`` loops over the
   batch inside the driver, pointing the scratch block's A, B, C at each matrix.  Operands are passed by leading
   dimension, so strided views (a head of a ``[B, T, 3C]`` projection, a transposed key) are read in place.
+  When the products are small (OpenBLAS runs each on one thread) and the batch has work enough
+  (``layout.Program.parallel_batch``), the step is ``parallel``: the entry splits the batch into one chunk per
+  worker of the pool (attention's (batch, head) products), each product on one thread (``entry.py``).
 
 The table layout of a ``bgemm`` block is documented on ``abi.call_gemm_batched``.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import Program, Step
+from ...ir.ops.blas import BLAS_THREADED_MACS
 from ..places import Place, c_strides, coalesce
 
 MAX_BATCH_DIMS = 6
@@ -81,7 +85,12 @@ def batched_gemm(prog: Program, e) -> bool:
     shape, (cb, ca, cc) = coalesce(list(bs), [sb, sa, sc])
     if len(shape) > MAX_BATCH_DIMS:
         return False
-    _emit_gemm_block(prog, e, "bgemm", pa, flag_a, pb, flag_b, pc, m, n, k, (shape, cb, ca, cc))
+    st = _emit_gemm_block(prog, e, "bgemm", pa, flag_a, pb, flag_b, pc, m, n, k, (shape, cb, ca, cc))
+    # one level of parallelism: the batch is split between the pool's workers only when OpenBLAS runs each
+    # product on the calling thread (below its threading threshold), so no product starts BLAS threads of its own
+    count = int(np.prod(shape)) if shape else 1
+    st.work *= count
+    st.parallel = m * n * k <= BLAS_THREADED_MACS and prog.parallel_batch(count, st.work)
     return True
 
 def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k, batch):
@@ -103,6 +112,7 @@ def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k
     label = "matmul (BLAS)" if kind == "gemm" else "matmul (batched BLAS)"
     st = Step(kind, label=label, eqn=e, shapes=[list(v.aval.shape) for v in e.ins], scope=e.scope)
     st.gemm = "sgemm" if f32 else "dgemm"
+    st.work = float(m * n * k)             # multiply-adds (a batch's: times the batch, below)
     st.block = len(prog.table)
     for item in ("ta", "tb", "m", "n", "k", "alpha", pb, "lda", pa, "ldb", "beta", pc, "ldc"):
         if isinstance(item, str):

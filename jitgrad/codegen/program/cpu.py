@@ -19,18 +19,31 @@ import os
 import threading
 import time
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 
 from ...ir.interpret import ScopeTracker, run_eqn
+from ...ir import settings
 from ...ir.ops import blas
 from ...ir.plan import Plan
 from . import batched_gemm, collective_steps, gemm_steps, loop_steps, region_steps
-from ..native import build as _build, threads
+from ..native import build as _build, build_thread, threads
 from .layout import Program
 from ..lowering import lower_plan, step_error
 from ..kernels.loops import FASTMATH, PARALLEL_MIN, gen_group  # noqa: F401  (re-exported)
 from .output_pool import take
+
+
+class Launch(NamedTuple):
+    """A step of a compiled call (``CompiledGraph.launches``): its label, kind (``fused``, ``rows``, ``copy``...
+    for loop kernels; ``gemm``, ``bgemm``, ``py``, ``native``...), whether it runs on the worker pool, and the
+    most threads it runs on at once; ``work``: its size in the plan's cost unit as the parallel choice saw it."""
+    label: str
+    kind: str
+    parallel: bool
+    threads: int
+    work: float = 0.0
 
 
 class CodegenWarning(UserWarning):
@@ -51,7 +64,7 @@ def _numba_array_type(d, ndim) -> str:
     return f"Array({'boolean' if d.name == 'bool' else d.np.name}, {ndim}, 'C')"
 
 
-_background = _build.queue_background
+_background = build_thread.queue_background
 
 # the CPU target's step modules: importing them registers their emitters (``lowering.emits``)
 STEP_MODULES = (loop_steps, gemm_steps, batched_gemm, region_steps, collective_steps)
@@ -127,6 +140,8 @@ class CompiledGraph:
             with (phase("compile/numba") if phase else contextlib.nullcontext()):
                 self.code.build(background)
             self._ready(t0)
+        except build_thread.BuildStopped:     # the process is exiting: build processes finish the job for the next run
+            return
         except BaseException as e:  # noqa: BLE001 - any codegen failure falls back to the interpreter, loudly
             self.fail(e)
 
@@ -138,7 +153,7 @@ class CompiledGraph:
         self._tables()
         if self.nopython and entry.layout_ok():
             # one parallel launch at a time per process; BLAS on one thread while the cores are contended
-            lock = threads.call_guard(any(k.parallel for k in self.kernels),
+            lock = threads.call_guard(any(k.parallel for k in self.kernels) or entry.has_pool_steps(self.program),
                                       threads.blas_threaded(self.program.steps))
             self.run = entry.caller(entry_addr, self.program, len(self.checks), self.A, self.F, self.OFF,
                                     self._python_run, self._ierr, self.step_error, lock)
@@ -147,6 +162,30 @@ class CompiledGraph:
         self.seconds = time.perf_counter() - t0
         for fn in self.on_ready:    # the functions using this graph count its build (jit/build_policy.py)
             fn(self)
+
+    def launches(self) -> list:
+        """One ``Launch`` per step a call runs, in order (the write-backs last): what runs where, counted and never
+        timed.  ``threads``: the most threads the step runs on at once in this process: the pool's workers for a
+        parallel kernel or a parallel batch of small products (one thread each), OpenBLAS's threads for a GEMM
+        large enough for OpenBLAS to split, else 1."""
+        from ..native import workpool
+        pool = workpool.threads() or workpool.default_threads()
+        if settings.STATE.num_threads == 1:
+            pool = 1
+        ctl = blas.thread_control()
+        blas_n = max(1, int(ctl[0]())) if ctl else 1
+        out = []
+        for st in self.program.steps + self.program.writes:
+            if st.kind == "kernel":
+                par = bool(st.kernel.parallel)
+                out.append(Launch(st.label, st.kernel.kind, par, pool if par else 1, st.work))
+            elif st.kind in ("gemm", "bgemm"):
+                par = bool(st.parallel)
+                big = threads.blas_threaded([st])
+                out.append(Launch(st.label, st.kind, par, pool if par else blas_n if big else 1, st.work))
+            else:
+                out.append(Launch(st.label, st.kind, False, 1))
+        return out
 
     def step_error(self) -> Exception:
         """The error of the last call's first failing step, as eager mode raises it, naming the op, the shapes and
@@ -343,4 +382,4 @@ class CompiledGraph:
         return src
 
 
-__all__ = ["CompiledGraph", "lay_out", "STEP_MODULES", "CodegenWarning", "gen_group", "FASTMATH", "PARALLEL_MIN", "ALLOCATIONS"]
+__all__ = ["CompiledGraph", "Launch", "lay_out", "STEP_MODULES", "CodegenWarning", "gen_group", "FASTMATH", "PARALLEL_MIN", "ALLOCATIONS"]

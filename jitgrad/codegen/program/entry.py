@@ -61,6 +61,8 @@ def _ops(program, n_inputs: int, n_checks: int):
         # after a step that may raise, an in-place state update runs only when it did not
         guard = "ie" if st.state_write and checked else None
         kind = st.kind if st.kind in ("gemm", "bgemm") else "kernel"
+        if kind == "bgemm" and st.parallel:
+            kind = "pbgemm"         # its batch split between the pool's workers
         ops.append(("call", kind, n, st.block, st.label, guard))
     if (n_checks or checked) and p.writes:    # an anomaly or a raising step leaves the user's state untouched
         ops.append(("if_ok", n_checks, checked))
@@ -84,7 +86,8 @@ def entry_source(program, n_inputs: int, n_checks: int) -> str:
         elif op[0] == "err":
             lines.append(f"{ind}a[{op[1]}] = e")
         elif op[0] == "call":
-            fn = {"gemm": "call_gemm", "bgemm": "call_gemm_batched"}.get(op[1], "call_kernel")
+            fn = {"gemm": "call_gemm", "bgemm": "call_gemm_batched",
+                  "pbgemm": "call_gemm_batched_on_pool"}.get(op[1], "call_kernel")
             call = f"{fn}(F[{op[2]}], A + {8 * op[3]})  # {op[4]}"
             if op[5] == "ie":
                 lines += [f"{ind}if IE[0] == 0:", f"{ind}    {call}"]
@@ -146,6 +149,8 @@ def entry_ir(program, n_inputs: int, n_checks: int, name: str) -> str:
                 b.call(b.inttoptr(target, gty.as_pointer()), [b.inttoptr(at(base, k), i8p) for k in range(13)])
             elif op[1] == "bgemm":
                 _batched_gemm(b, fn, b.inttoptr(blk, i64p), b.inttoptr(target, gty.as_pointer()), op[2])
+            elif op[1] == "pbgemm":
+                _batched_gemm_on_pool(b, fn, b.inttoptr(blk, i64p), target, op[2])
             else:
                 b.call(b.inttoptr(target, kty.as_pointer()), [b.inttoptr(blk, i64p)])
             if skip is not None:
@@ -228,6 +233,142 @@ def _batched_gemm(b, fn, p, gemm, n):
     loop("t", c(0), lambda t: b.icmp_signed("<", t, total), entry_body, lambda t: b.add(t, c(1)))
 
 
+def _pool_symbols(mod):
+    """The worker pool's functions and thread count (``native/workpool.py``), declared in ``mod`` once."""
+    from llvmlite import ir
+    i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
+    out = []
+    for name, ty in (("jitgrad_wq_add_task", ir.FunctionType(ir.VoidType(), [i8p] * 5)),
+                     ("jitgrad_wq_ready", ir.FunctionType(ir.VoidType(), [])),
+                     ("jitgrad_wq_synchronize", ir.FunctionType(ir.VoidType(), []))):
+        out.append(mod.globals.get(name) or ir.Function(mod, ty, name=name))
+    out.append(mod.globals.get("jitgrad_wq_threads") or ir.GlobalVariable(mod, i64, "jitgrad_wq_threads"))
+    return out
+
+
+def _gemm_chunk(mod):
+    """``chunk(task, dims, steps, p)``: the batch entries ``[task[0], task[1])`` of the ``bgemm`` block ``p``, each
+    one ``?gemm`` call (at address ``task[2]``) on the calling thread, its arguments read from the block with B,
+    A and C moved to that entry (no scratch slots: chunks run at once).  One function per entry module."""
+    from llvmlite import ir
+    name = mod.name + "_gemm_chunk"
+    if name in mod.globals:
+        return mod.globals[name]
+    i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
+    i64p = i64.as_pointer()
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64p] * 4), name=name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    task, p = fn.args[0], fn.args[3]
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+
+    def c(k):
+        return ir.Constant(i64, k)
+
+    def ld(base, k):
+        return b.load(b.gep(base, [k if isinstance(k, ir.Value) else c(k)]))
+    var = {v: b.alloca(i64, name=v) for v in ("t", "d", "r", "ob", "oa", "oc")}
+    nd = ld(p, 13)
+    gemm = b.inttoptr(ld(task, 2), ir.FunctionType(ir.VoidType(), [i8p] * 13).as_pointer())
+    fixed = [ld(p, k) for k in range(13)]
+
+    def loop(name, init, cond, body, step):
+        head, inner, done = (fn.append_basic_block(f"{name}{x}") for x in ("_head", "_body", "_done"))
+        b.store(init, var[name])
+        b.branch(head)
+        b.position_at_end(head)
+        b.cbranch(cond(b.load(var[name])), inner, done)
+        b.position_at_end(inner)
+        body(b.load(var[name]))
+        b.store(step(b.load(var[name])), var[name])
+        b.branch(head)
+        b.position_at_end(done)
+
+    def entry_body(t):
+        b.store(t, var["r"])
+        for o in ("ob", "oa", "oc"):
+            b.store(c(0), var[o])
+
+        def dim(d):
+            size = ld(p, b.add(c(14), d))
+            r = b.load(var["r"])
+            j = b.srem(r, size)
+            b.store(b.sdiv(r, size), var["r"])
+            for k, o in enumerate(("ob", "oa", "oc"), start=1):
+                stride = ld(p, b.add(b.add(c(14), b.mul(c(k), nd)), d))
+                b.store(b.add(b.load(var[o]), b.mul(j, stride)), var[o])
+        loop("d", b.sub(nd, c(1)), lambda d: b.icmp_signed(">=", d, c(0)), dim, lambda d: b.sub(d, c(1)))
+        args = list(fixed)
+        for k, o in ((6, "ob"), (8, "oa"), (11, "oc")):
+            args[k] = b.add(fixed[k], b.load(var[o]))
+        b.call(gemm, [b.inttoptr(a, i8p) for a in args])
+    loop("t", ld(task, 0), lambda t: b.icmp_signed("<", t, ld(task, 1)), entry_body, lambda t: b.add(t, c(1)))
+    b.ret_void()
+    return fn
+
+
+def _batched_gemm_on_pool(b, fn, p, gemm_addr, n):
+    """A parallel ``bgemm`` step: its batch entries split into one equal chunk per worker of the pool (chunk
+    ``t`` of ``w``: ``[total * t / w, total * (t + 1) / w)``, fixed by the thread count, never by timing), each
+    chunk's products run one after the other on that worker (``_gemm_chunk``); all on the calling thread when the
+    pool has one worker.  The caller holds ``threads.LAUNCH_LOCK`` (``cpu.CompiledGraph``)."""
+    from llvmlite import ir
+    mod = fn.module
+    i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
+    i64p = i64.as_pointer()
+    add, ready, sync, workers = _pool_symbols(mod)
+    chunk = _gemm_chunk(mod)
+
+    def c(k):
+        return ir.Constant(i64, k)
+
+    def ld(k):
+        return b.load(b.gep(p, [k if isinstance(k, ir.Value) else c(k)]))
+    nd = ld(13)
+    total_v, t_v = b.alloca(i64, name=f"ptotal{n}"), b.alloca(i64, name=f"ptask{n}")
+    b.store(c(1), total_v)
+    b.store(c(0), t_v)
+
+    def loop(name, limit, body):
+        head, inner, done = (fn.append_basic_block(f"{name}{x}{n}") for x in ("_head", "_body", "_done"))
+        b.store(c(0), t_v)
+        b.branch(head)
+        b.position_at_end(head)
+        b.cbranch(b.icmp_signed("<", b.load(t_v), limit), inner, done)
+        b.position_at_end(inner)
+        body(b.load(t_v))
+        b.store(b.add(b.load(t_v), c(1)), t_v)
+        b.branch(head)
+        b.position_at_end(done)
+    loop("pdims", nd, lambda d: b.store(b.mul(b.load(total_v), ld(b.add(c(14), d))), total_v))
+    total = b.load(total_v)
+    nw = b.load(workers)
+    pooled = b.and_(b.icmp_signed(">", nw, c(1)), b.icmp_signed(">", total, c(1)))
+    ntasks = b.select(pooled, nw, c(1))
+    tasks = b.alloca(i64, size=b.mul(ntasks, c(3)), name=f"ptasks{n}")
+    null = ir.Constant(i8p, None)
+
+    def fill(t):
+        rec = b.gep(tasks, [b.mul(t, c(3))])
+        b.store(b.sdiv(b.mul(total, t), ntasks), rec)
+        b.store(b.sdiv(b.mul(total, b.add(t, c(1))), ntasks), b.gep(rec, [c(1)]))
+        b.store(gemm_addr, b.gep(rec, [c(2)]))
+        with b.if_then(pooled):
+            b.call(add, [b.bitcast(chunk, i8p), b.bitcast(rec, i8p), null, null, b.bitcast(p, i8p)])
+    loop("pfill", ntasks, fill)
+    with b.if_else(pooled) as (then, other):
+        with then:
+            b.call(ready, [])
+            b.call(sync, [])
+        with other:
+            b.call(chunk, [tasks, ir.Constant(i64p, None), ir.Constant(i64p, None), p])
+
+
+def has_pool_steps(program) -> bool:
+    """Whether the entry of ``program`` launches work on the pool itself (a parallel ``bgemm`` step)."""
+    return any(st.kind == "bgemm" and st.parallel for st in program.steps)
+
+
 def compile_entry(program, n_inputs: int, n_checks: int, key: str):
     """The entry's object code (``objstore.Blob`` named ``key``): LLVM IR straight to machine code, in
     milliseconds and without Numba."""
@@ -239,7 +380,9 @@ def compile_entry(program, n_inputs: int, n_checks: int, key: str):
     m.verify()
     tm = ll.Target.from_triple(m.triple).create_target_machine(cpu=ll.get_host_cpu_name(), opt=0,
                                                                codemodel="jitdefault")
-    return objstore.Blob(key, name, tm.emit_object(m), [])
+    from ..native import workpool
+    needs = list(workpool.SYMBOLS) if has_pool_steps(program) else []
+    return objstore.Blob(key, name, tm.emit_object(m), needs)
 
 
 def caller(address: int, program, n_checks: int, A, F, OFF, fallback, IE, step_error, lock=None):
@@ -291,4 +434,4 @@ def caller(address: int, program, n_checks: int, A, F, OFF, fallback, IE, step_e
     return run
 
 
-__all__ = ["entry_source", "entry_ir", "compile_entry", "caller", "layout_ok"]
+__all__ = ["entry_source", "entry_ir", "compile_entry", "caller", "layout_ok", "has_pool_steps"]

@@ -71,6 +71,7 @@ def gemm(prog: Program, e) -> bool:
     st = Step("gemm", label="matmul (BLAS)", eqn=e, shapes=[list(a.aval.shape), list(b.aval.shape)],
               scope=e.scope)
     st.gemm = "sgemm" if f32 else "dgemm"
+    st.work = float(m * n * k)             # multiply-adds
     st.block = len(prog.table)
     c_slot = None
     for item in ("ta", "tb", "m", "n", "k", "alpha", pb, "lda", pa, "ldb", "beta", pc, "ldc"):

@@ -32,6 +32,10 @@ from ..places import Place, Places, Root, bcast_strides, coalesce
 # Measured 2026-11-24, quiet, 2 cores (benchmarks/parallel_threshold.py, min / median): waking the workers costs
 # ~5 us at best and ~30 us typically; a 3-op tanh/sigmoid loop of 524,288 float32 188 / 190 us serial, 109 / 141
 # us parallel; of 262,144, 103 / 104 vs 64 / 92 us (kept serial); x + 1 never gains below 1M elements.
+# The same rule holds for row kernels (their work counts every pass over the row: loop_steps.py) and for a batch
+# of small products (``parallel_batch``: work = multiply-adds).  benchmarks/parallel_threshold.py now measures
+# every kind in alternation and proposes the threshold; its 2026-11-29 run (load average 8.8 on 2 cores: no free
+# second core) found no size that gained, so the quiet figure above stands until a quiet run says otherwise.
 PARALLEL_GRAIN = 1 << 15
 PARALLEL_WORK = 1 << 23
 
@@ -79,13 +83,15 @@ class Step:
     """One call of the program: ``kind`` kernel | gemm | native (a fixed cfunc, e.g. an MPI call) | py (NumPy
     impl); ``block``: its slot in the table."""
     __slots__ = ("kind", "kernel", "block", "label", "eqn", "ins", "out", "shapes", "scope", "guarded", "gemm",
-                 "state_write", "native")
+                 "state_write", "native", "parallel", "work")
 
     def __init__(self, kind, kernel=None, label="", eqn=None, shapes=(), scope=()):
         self.kind, self.kernel, self.label, self.eqn, self.shapes, self.scope = kind, kernel, label, eqn, shapes, scope
         self.block, self.ins, self.out, self.guarded, self.gemm = None, (), None, False, None
         self.state_write = False     # writes a state input in place: skipped when an earlier step raised
         self.native = None          # kind "native": the address of a cfunc taking the argument block
+        self.parallel = False       # kind "bgemm": its batch entries split between the pool's workers
+        self.work = 0.0             # its work in the plan's cost unit, as the parallel choice saw it (0: unknown)
 
 
 class Program:
@@ -195,6 +201,7 @@ class Program:
         shape, (sst, dst_st) = coalesce(it, [sst, dst_st])
         k = gen_copy(src.dtype, dst.dtype, len(shape), stride_class(sst), par and len(shape) > 0)
         st = Step("kernel", k, label=label, shapes=[list(it)])
+        st.work = size * 8.0
         st.block = len(self.table)
         self.table.extend(int(d) for d in shape)
         self.operand(src, sst)
@@ -210,6 +217,15 @@ class Program:
         if want is not None:
             return bool(want) and size >= 4096
         return size >= PARALLEL_MIN or (size >= PARALLEL_GRAIN and size * per_element >= PARALLEL_WORK)
+
+    def parallel_batch(self, count, work):
+        """Whether a batch of ``count`` independent products (a ``bgemm`` step), ``work`` cost units in all, is
+        split between the pool's workers, each product on one thread (``batched_gemm.py``)."""
+        if settings.STATE.num_threads == 1 or count < 2:
+            return False
+        if self.parallel is not None:
+            return bool(self.parallel)
+        return work >= PARALLEL_WORK
 
     def _check(self, e, place: Place):
         if e not in self.check_ids:

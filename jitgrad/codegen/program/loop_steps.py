@@ -11,7 +11,7 @@ from ...ir.plan import Group, RowGroup
 from .gemm_steps import fold_update_into_gemm
 from .layout import Program, Step, alias_classes, stride_class
 from ..kernels.index_loops import gen_gather, gen_scatter
-from ..kernels.loops import gen_group
+from ..kernels.loops import COLUMN_CHUNKS, gen_group
 from ..lowering import emits
 from ..places import bcast_strides, c_strides
 from ..kernels.rowwise_loops import gen_rows
@@ -28,6 +28,9 @@ def fused_group(prog: Program, g: Group):
     shape = op.shape
     classes = [stride_class(st) for st in op.in_strides + op.out_strides]
     per_element = sum(p.dtype.itemsize for p in op.in_places + op.out_places) + g.arith_cost()
+    if isinstance(g, RowGroup):     # each pass sweeps the row again: its reads and its arithmetic, recomputations too
+        per_element += (len(g.passes) - 1) * sum(p.dtype.itemsize for p in op.in_places) \
+            + max(g.cost - g.arith_cost(), 0.0)
     parallel = len(shape) > 0 and prog.runs_parallel(op.size, per_element)
     alias = alias_classes(op.in_places + op.out_places)
     if isinstance(g, RowGroup):
@@ -36,12 +39,20 @@ def fused_group(prog: Program, g: Group):
         k = gen_group(g, classes, parallel, prog.check_ids, len(shape), op.red_axes, alias)
     st = Step("kernel", k, label=f"{g.name} {g.lines()}".strip(), shapes=[list(p.shape) for p in op.in_places],
               scope=g.all_eqns[0].scope)
+    st.work = op.size * per_element
     st.block = len(prog.table)
     prog.table.extend(int(d) for d in shape)
     for p, s_ in zip(op.in_places + op.out_places, op.in_strides + op.out_strides):
         prog.operand(p, s_)
     if g.reduce is not None:
         prog.table.append(int(np.prod(g.reduce.outs[0].aval.shape)))
+    # each fixed chunk of rows sums its columns into a partial row of its own (``loops.chunked_rows``)
+    if isinstance(g, RowGroup) and k.parallel and g.columns:
+        for e in g.columns:
+            prog.slot_addr(prog.places.scratch((COLUMN_CHUNKS * int(shape[-1]),), e.outs[0].aval.dtype))
+    elif not isinstance(g, RowGroup) and k.parallel and g.reduce is not None and len(shape) == 2 \
+            and tuple(op.red_axes) == (0,):
+        prog.slot_addr(prog.places.scratch((COLUMN_CHUNKS * int(shape[-1]),), g.reduce.outs[0].aval.dtype))
     if k.checks:
         prog.err_slots.append(len(prog.table))
         prog.table.append(0)

@@ -20,16 +20,23 @@ The switch uses OpenBLAS's own re-initialisation entry points (``gotoblas_dynami
 If the user's code had loaded SciPy's BLAS already, the switch happens all the same, once, at jitgrad's first
 matmul: do not let that first matmul race a SciPy BLAS call in another thread (or set ``keep``).
 :func:`info` says what was chosen and why.
+
+On how many threads: the end of this module holds the thread policy eager and compiled GEMMs share (small ones on
+one thread, large ones on every thread until their calls show contention: ``BlasPacer``, ``eager_threads``).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import os
 import sys
 import threading
+import time
 
 import numpy as np
+
+from .. import settings
 
 ENV_VAR = "JITGRAD_BLAS_CORETYPE"
 _AVX512 = frozenset({"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"})
@@ -142,7 +149,7 @@ def info() -> dict:
 
 def thread_control():
     """``(get, set)``: ctypes functions reading and setting the number of threads SciPy's OpenBLAS runs a call on
-    (``codegen/threads.BlasPacer`` lowers it while the cores are contended); None when this BLAS has none."""
+    (``BlasPacer`` lowers it while the cores are contended); None when this BLAS has none."""
     _setup()
     lib = _STATE["lib"]
     if lib is None:
@@ -238,12 +245,14 @@ def matmul2d(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         gemm, one, zero = _raw_gemm(a.dtype)
         ints = (ctypes.c_int * 6)(n, m, k, ldb, lda, n)       # per call: the sizes (Fortran passes pointers)
         ad = ctypes.addressof(ints)
-        gemm(tb, ta, ad, ad + 4, ad + 8, one, b.ctypes.data, ad + 12, a.ctypes.data, ad + 16, zero, c.ctypes.data,
-             ad + 20)
+        with eager_threads(m, n, k):
+            gemm(tb, ta, ad, ad + 4, ad + 8, one, b.ctypes.data, ad + 12, a.ctypes.data, ad + 16, zero,
+                 c.ctypes.data, ad + 20)
         return c
     mb, tb = _operand(b)
     ma, ta = _operand(a)
-    return _GEMM[a.dtype](1.0, mb, ma, trans_a=tb, trans_b=ta).T
+    with eager_threads(a.shape[0], b.shape[1], a.shape[1]):
+        return _GEMM[a.dtype](1.0, mb, ma, trans_a=tb, trans_b=ta).T
 
 
 def matmul(a, b):
@@ -257,3 +266,127 @@ def matmul(a, b):
             # copy) through the same BLAS as 2-D products, not NumPy's loop of small GEMMs
             return matmul2d(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + (b.shape[1],))
     return np.matmul(a, b)
+
+
+# ------------------------------------------------------------------------------------------------ threads
+# The thread policy of SciPy's OpenBLAS, for eager matmuls and compiled graphs alike (the same library, one
+# process-wide thread count; ``codegen/native/threads.py`` wraps compiled calls in a ``BlasPacer``):
+# - GEMMs of at most BLAS_THREADED_MACS multiply-adds run on one thread (OpenBLAS's own threshold, 65536 *
+#   GEMM_MULTITHREAD_THRESHOLD (4); set explicitly for eager calls, so a count raised by other code, or another
+#   OpenBLAS build's threshold, never wakes workers for them);
+# - larger ones run on every thread (``torch.set_num_threads``'s count, else OpenBLAS's) until their calls show
+#   contention: one call ``SLOW`` x slower than the best of its kind means another process took a core, and the
+#   next calls run on one thread for a while (``BlasPacer``; eager GEMMs are paced per shape).  ``JITGRAD_BLAS_PACER=0``
+#   turns the pacing off.  Idle workers sleep after ~0.4 ms (``OPENBLAS_THREAD_TIMEOUT``, set by ``import jitgrad``).
+BLAS_THREADED_MACS = 65536 * 4
+BLAS_PACER = os.environ.get("JITGRAD_BLAS_PACER", "1") != "0"
+STATS = {"blas_backoffs": 0}    # drops to one thread (counted, for tests)
+
+
+class BlasPacer:
+    """Times one kind of BLAS work (a compiled graph's calls, or one shape of eager GEMM) and lowers SciPy's
+    OpenBLAS to one thread while the calls show contention.  ``with pacer:`` around each call.
+
+    OpenBLAS splits a GEMM between its threads, which hand packed panels to each other through spin-waits
+    several times per call: when another process takes a core, the thread there is descheduled for whole
+    scheduler slices while the other spins.  Measured (2 cores, one spinning hog): a B1 step went from 2.7 ms to a
+    median of 7-69 ms on two BLAS threads, and to 12 ms on one thread.  So a call slower than ``SLOW`` times the
+    best at that thread count means contention, and the next ``HOLD`` calls run BLAS on one thread (doubled each
+    time a retry on all threads is slow again, at most ``MAX_HOLD``), then one call tries all threads again.  The
+    thread count is process-wide; the pacer takes the count OpenBLAS had when it first ran (``OPENBLAS_NUM_THREADS``,
+    cores) as its maximum, and ``torch.set_num_threads``'s count when one is set."""
+    SLOW = 3.0
+    HOLD = 32
+    MAX_HOLD = 1024
+    _control = None             # (get, set) of OpenBLAS's thread count, or False: none
+    _max = 1
+    _current = None
+    _lock = threading.Lock()
+
+    def __init__(self):
+        self.best = {}          # thread count -> fastest call seen (seconds)
+        self.left = 0           # calls still to run on one thread
+        self.hold = self.HOLD
+        self.n = 1
+        self.t0 = 0.0
+
+    @classmethod
+    def _init(cls):
+        ctl = thread_control()
+        cls._control = ctl or False
+        if ctl:
+            cls._max = cls._current = max(1, int(ctl[0]()))
+
+    @classmethod
+    def use(cls, n: int) -> None:
+        """Run SciPy's OpenBLAS on ``n`` threads from now on (a ctypes call only when the count changes)."""
+        if cls._control is None:
+            cls._init()
+        if cls._control and n != cls._current:
+            with cls._lock:
+                if n != cls._current:
+                    cls._control[1](n)
+                    cls._current = n
+
+    def __enter__(self):
+        if BlasPacer._control is None:
+            BlasPacer._init()
+        if self.left > 0:
+            self.left -= 1
+            want = 1
+        else:
+            want = settings.STATE.num_threads or BlasPacer._max     # torch.set_num_threads wins
+        if BlasPacer._control and want != BlasPacer._current:
+            BlasPacer.use(want)
+        self.n = want
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        dt = time.perf_counter() - self.t0
+        n = self.n
+        best = self.best.get(n)
+        if best is None or dt < best:
+            self.best[n] = dt
+        if n > 1 and best is not None:
+            if dt > self.SLOW * best:           # contended: one thread for a while, longer each time
+                self.left = self.hold
+                self.hold = min(2 * self.hold, self.MAX_HOLD)
+                STATS["blas_backoffs"] += 1
+            else:
+                self.hold = self.HOLD
+
+
+class _OneThread:
+    """An eager GEMM too small for threads: OpenBLAS on one thread for it."""
+
+    def __enter__(self):
+        BlasPacer.use(1)
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+_ONE_THREAD = _OneThread()
+_NO_POLICY = contextlib.nullcontext()
+_EAGER_PACERS: dict = {}        # (m, n, k) -> BlasPacer of eager GEMMs of that shape
+
+
+def eager_threads(m: int, n: int, k: int):
+    """What an eager ``(m, k) @ (k, n)`` GEMM on SciPy's OpenBLAS runs under (see the policy above)."""
+    if m * n * k <= BLAS_THREADED_MACS:
+        return _ONE_THREAD
+    if not BLAS_PACER:
+        return _NO_POLICY
+    p = _EAGER_PACERS.get((m, n, k))
+    if p is None:
+        if len(_EAGER_PACERS) > 256:        # shapes come and go (dynamic batch sizes): forget the old ones
+            _EAGER_PACERS.clear()
+        p = _EAGER_PACERS[(m, n, k)] = BlasPacer()
+    return p
+
+
+def set_threads(n: int) -> None:
+    """``torch.set_num_threads``: OpenBLAS's thread count now (the pacers' maximum from then on)."""
+    BlasPacer.use(n)

@@ -238,11 +238,14 @@ def _pow_vjp(c, g):
         else:
             gx = g * (y * x ** (y - 1.0))
     if c.needs_grad[1]:
+        # torch reads the saved result here; it is recomputed instead, so that pow saves only what torch saves
+        # when the exponent needs no gradient (its input: allow_mutation_on_saved_tensors counts saved tensors)
+        out = x ** y
         if isinstance(x, (int, float)):     # a Python-number base (2.0 ** t): log(x) is a constant
             log_x = math.log(x) if x > 0 else -math.inf if x == 0 else math.nan
-            gy = g * (_out(c) * log_x if x != 0 else (_out(c) * log_x).where(y < 0, 0.0))
+            gy = g * (out * log_x if x != 0 else (out * log_x).where(y < 0, 0.0))
         else:
-            gy = g * (_out(c) * x.log()).where(~((x == 0) & (y >= 0)), 0.0)
+            gy = g * (out * x.log()).where(~((x == 0) & (y >= 0)), 0.0)
     return gx, gy
 
 
@@ -259,7 +262,7 @@ def _pow_scalar(m, x, y):
     return m.pow(x, y)
 
 
-ew("pow", _pow_impl, _pow_vjp, _pow_scalar, saves_in=(0, 1), saves_out=(0,), kind="nobool")
+ew("pow", _pow_impl, _pow_vjp, _pow_scalar, saves_in=(0, 1), kind="nobool")
 
 
 def _max_vjp(c, g):

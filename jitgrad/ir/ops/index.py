@@ -19,7 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as dt
-from .opdef import Aval, OpDef, OpError, fmt_shape, register
+from .opdef import Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register
+from ..symbolic import has_symbols
 
 
 def np_index(spec, arrays):
@@ -62,6 +63,8 @@ def _index_shape(name, x: Aval, idx_avals, spec):
     for a in idx_avals:
         if a.dtype not in (dt.int64, dt.int32):
             raise OpError(f"{name}: tensors used as indices must be long, int or bool tensors, got {a.dtype.name}")
+    if has_symbols((x.shape, [a.shape for a in idx_avals], spec)):
+        return _symbolic_index_shape(name, x, idx_avals, spec)
     # zero-stride stand-ins: NumPy computes the result shape (and raises on bad indices) without data
     dummy = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), x.shape, (0,) * x.ndim)
     idx = np_index(spec, [np.zeros(a.shape, np.intp) for a in idx_avals])
@@ -70,6 +73,57 @@ def _index_shape(name, x: Aval, idx_avals, spec):
     except IndexError as e:
         raise IndexOpError(f"{name}: index {spec_str(spec)} is invalid for a tensor of shape {fmt_shape(x.shape)}: "
                            f"{e}") from None
+
+
+def _symbolic_index_shape(name, x: Aval, idx_avals, spec):
+    """NumPy's result shape of ``x[spec]`` with symbolic sizes: decisions on sizes (bounds, slice clamps) are
+    comparisons, guarded by the trace (ir/symbolic.py)."""
+    consumed = sum(1 for s in spec if s is not None and s is not Ellipsis)
+    if consumed > x.ndim:
+        raise IndexOpError(f"{name}: too many indices for a tensor of shape {fmt_shape(x.shape)}")
+    full = []
+    for s in spec:
+        full.extend([("slice", None, None, None)] * (x.ndim - consumed) if s is Ellipsis else [s])
+    if Ellipsis not in spec:
+        full.extend([("slice", None, None, None)] * (x.ndim - consumed))
+    adv = any(type(s) is tuple and s[0] == "tensor" for s in full)
+    out, adv_at, dim, groups, prev = [], None, 0, 0, False
+    for s in full:
+        if s is None:
+            out.append(1)
+            prev = False
+            continue
+        size = x.shape[dim]
+        dim += 1
+        if type(s) is tuple and s[0] == "slice":
+            out.append(_slice_len(size, s[1], s[2], s[3]))
+            prev = False
+            continue
+        if type(s) is not tuple and not (-size <= s < size):
+            raise IndexOpError(f"{name}: index {s} is out of bounds for dimension {dim - 1} with size {size}")
+        if type(s) is tuple or adv:         # with index tensors, an int index is one too (NumPy's rule)
+            if not prev:
+                groups += 1
+                if adv_at is None:
+                    adv_at = len(out)
+            prev = True
+    if adv:
+        bshape = broadcast_shapes(name, [a.shape for a in idx_avals])
+        at = adv_at if groups == 1 else 0
+        out[at:at] = list(bshape)
+    return tuple(out)
+
+
+def _slice_len(size, start, stop, step):
+    step = 1 if step is None else step
+    if step <= 0:
+        raise OpError("slice step must be positive")
+    start = 0 if start is None else (max(start + size, 0) if start < 0 else min(start, size))
+    stop = size if stop is None else (max(stop + size, 0) if stop < 0 else min(stop, size))
+    n = stop - start
+    if step != 1:
+        n = (n + step - 1) // step
+    return n if n > 0 else 0        # (a symbolic length: guarded positive)
 
 
 def tensor_axis(spec, k: int) -> int:

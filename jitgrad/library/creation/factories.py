@@ -5,7 +5,9 @@ import numpy as np
 
 from ...declarations import published
 from ...ir import dtypes as dt
+from ...ir.symbolic import SymInt
 from ...runtime.devices import check_device, on_device
+from ...runtime.symbolic_values import arange as symbolic_arange, filled, symbolic_size
 from ...runtime.tensor import Tensor
 from ..torch_kwargs import torch_kwargs
 
@@ -121,7 +123,15 @@ def from_dlpack(ext) -> Tensor:
 def _size(size):
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = size[0]
-    return tuple(int(s) for s in size)
+    return tuple(s if type(s) is SymInt else int(s) for s in size)     # (a trace's sizes stay symbolic)
+
+
+def _filled(shape, value, dtype, requires_grad, device):
+    """A factory's tensor: a NumPy constant, or in a trace with symbolic sizes an op (runtime/symbolic_values)."""
+    if symbolic_size(shape):
+        t = filled(shape, value, dtype.np)
+        return t.requires_grad_(True) if requires_grad else t
+    return _new(np.full(shape, value, dtype.np), requires_grad, device)
 
 
 def _new(arr, requires_grad, device=None):
@@ -143,7 +153,10 @@ def zeros(*size, dtype=None, device=None, requires_grad=False, **torch_kw) -> Te
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(zeros, 'zeros', (*size,), {"dtype": dtype, "device": device, "requires_grad": requires_grad}, torch_kw)
     check_device(device)
-    return _new(np.zeros(_size(size), _dt(dtype).np), requires_grad, device)
+    shape = _size(size)
+    if symbolic_size(shape):
+        return _filled(shape, 0, _dt(dtype), requires_grad, device)
+    return _new(np.zeros(shape, _dt(dtype).np), requires_grad, device)
 
 
 @published("jitgrad")
@@ -151,7 +164,10 @@ def ones(*size, dtype=None, device=None, requires_grad=False, **torch_kw) -> Ten
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(ones, 'ones', (*size,), {"dtype": dtype, "device": device, "requires_grad": requires_grad}, torch_kw)
     check_device(device)
-    return _new(np.ones(_size(size), _dt(dtype).np), requires_grad, device)
+    shape = _size(size)
+    if symbolic_size(shape):
+        return _filled(shape, 1, _dt(dtype), requires_grad, device)
+    return _new(np.ones(shape, _dt(dtype).np), requires_grad, device)
 
 
 @published("jitgrad")
@@ -159,7 +175,10 @@ def empty(*size, dtype=None, device=None, requires_grad=False, **torch_kw) -> Te
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(empty, 'empty', (*size,), {"dtype": dtype, "device": device, "requires_grad": requires_grad}, torch_kw)
     check_device(device)
-    return _new(np.empty(_size(size), _dt(dtype).np), requires_grad, device)
+    shape = _size(size)
+    if symbolic_size(shape):
+        return _filled(shape, 0, _dt(dtype), requires_grad, device)
+    return _new(np.empty(shape, _dt(dtype).np), requires_grad, device)
 
 
 @published("jitgrad")
@@ -169,7 +188,10 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False, **torch
     check_device(device)
     if dtype is None:
         dtype = dt.result_type([], [fill_value])
-    return _new(np.full(_size((size,)), fill_value, _dt(dtype).np), requires_grad, device)
+    shape = _size((size,))
+    if symbolic_size(shape):
+        return _filled(shape, fill_value, _dt(dtype), requires_grad, device)
+    return _new(np.full(shape, fill_value, _dt(dtype).np), requires_grad, device)
 
 
 @published("jitgrad")
@@ -179,6 +201,16 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     check_device(device)
     if end is None:
         start, end = 0, start
+    if symbolic_size((start, end, step)) and all(type(x) in (int, SymInt) for x in (start, end, step)):
+        # a symbolic length (``arange(T)`` in a trace): an op, sized per call
+        if step <= 0:
+            raise RuntimeError("upper bound and larger bound inconsistent with step sign")
+        n = (end - start + step - 1) // step
+        t = symbolic_arange(n if n > 0 else 0)
+        t = t * step if step != 1 else t
+        t = t + start if type(start) is SymInt or start != 0 else t
+        t = t.to(_dt(dtype, dt.int64))
+        return t.requires_grad_(True) if requires_grad else t
     if dtype is None:
         dtype = dt.result_type([], [start, end, step])
     return _new(np.arange(start, end, step).astype(_dt(dtype).np), requires_grad, device)

@@ -51,7 +51,7 @@ def _metadata_inplace(name, method, node_name):
         if type(self._data) is not np.ndarray:
             from ..torch_kwargs import UnsupportedError
             raise UnsupportedError(f"jitgrad does not support Tensor.{name}() inside @jg.compile or on a device yet")
-        self._check_inplace()
+        self._check_view_inplace()
         r = getattr(self, method)(*args)
         self._data = r._data if r is not self else self._data
         self._vc[0] += 1

@@ -127,7 +127,7 @@ def as_strided_(self, size, stride, storage_offset=None):
     itself; its history continues through ``AsStridedBackward1``."""
     if type(self._data) is not np.ndarray:
         raise UnsupportedError("jitgrad does not support Tensor.as_strided_() inside @jg.compile or on a device yet")
-    self._check_inplace()
+    self._check_view_inplace()
     root, flat = _storage(self)
     r = as_strided(self, size, stride, storage_offset)
     if root is self and restrided_storage(self) is None:     # the buffer stays its storage under the new geometry

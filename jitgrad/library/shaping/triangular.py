@@ -15,6 +15,7 @@ from ..dim_args import diagonal_dims
 from ...runtime.dispatch import bind
 from ..elementary import where
 from ...runtime.grad_names import named
+from ...runtime.symbolic_values import arange as symbolic_arange, symbolic_size
 from ...runtime.tensor import Tensor
 from ..torch_kwargs import torch_kwargs
 
@@ -22,6 +23,9 @@ _TRIANGLES: dict = {}     # (rows, cols, diagonal, lower) -> read-only boolean m
 
 
 def _triangle(m: int, n: int, k: int, lower: bool) -> Tensor:
+    if symbolic_size((m, n)):       # a trace's symbolic sizes: the pattern is computed, not a constant
+        d = symbolic_arange(n).reshape(1, n) - symbolic_arange(m).reshape(m, 1)
+        return d <= k if lower else d >= k
     key = (m, n, k, lower)
     t = _TRIANGLES.get(key)
     if t is None:

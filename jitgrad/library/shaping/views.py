@@ -10,6 +10,8 @@ from ...ir import dtypes as dt
 from ...ir.ops import OPS as O
 from ...ir.graph import Var
 from ...ir.ops import OpError
+from ...ir.symbolic import SymInt
+from ...runtime.symbolic_values import arange as symbolic_arange, symbolic_size
 from ..dim_args import dim_arg as _axis, dims_arg as _axes, fresh_result as _fresh
 from ...runtime.dispatch import bind, op_error
 from ...runtime.grad_names import named
@@ -22,7 +24,7 @@ from ...runtime.checked_index import IN_DIM, IN_SELF, checked_index
 def _shape_arg(shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
-    return tuple(map(int, shape))
+    return tuple(s if type(s) is SymInt else int(s) for s in shape)      # (sizes of a trace stay symbolic)
 
 
 def _infer(name, shape, input):
@@ -249,11 +251,15 @@ def split(tensor, split_size_or_sections, dim=0, **torch_kw):
         return torch_kwargs(split, 'split', (tensor, split_size_or_sections, dim), {}, torch_kw)
     ax = _axis("split", tensor, dim)
     n = tensor.shape[ax]
-    if isinstance(split_size_or_sections, int):
+    if isinstance(split_size_or_sections, (int, SymInt)):
         step = split_size_or_sections
         if step <= 0 and n:
             raise RuntimeError(f"split_size can only be 0 if dimension size is 0, but got dimension size of {n}")
-        sizes = [min(step, n - i) for i in range(0, n, step)] if n else [0]
+        if n and (type(n) is SymInt or type(step) is SymInt):
+            k = int((n + step - 1) // step)      # symbolic sizes: only the number of pieces is guarded
+            sizes = [step] * (k - 1) + [n - step * (k - 1)]
+        else:
+            sizes = [min(step, n - i) for i in range(0, n, step)] if n else [0]
     else:
         sizes = list(split_size_or_sections)
         if sum(sizes) != n:
@@ -263,7 +269,8 @@ def split(tensor, split_size_or_sections, dim=0, **torch_kw):
     for s in sizes:
         out.append(tensor[(slice(None),) * ax + (slice(start, start + s),)])
         start += s
-    return _multi_view(out, tensor, "Split" if isinstance(split_size_or_sections, int) else "SplitWithSizes")
+    return _multi_view(out, tensor, "Split" if isinstance(split_size_or_sections, (int, SymInt))
+                       else "SplitWithSizes")
 
 
 def _multi_view(outs, input, name):
@@ -348,7 +355,10 @@ def index_grid(index, ax):
         else:
             shp = [1] * index.ndim
             shp[i] = index.shape[i]
-            key.append(index._same_device(Tensor._make(np.arange(index.shape[i], dtype=np.int64).reshape(shp))))
+            if symbolic_size(shp):
+                key.append(symbolic_arange(shp[i]).reshape(shp))
+            else:
+                key.append(index._same_device(Tensor._make(np.arange(index.shape[i], dtype=np.int64).reshape(shp))))
     return key
 
 

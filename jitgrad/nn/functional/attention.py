@@ -25,12 +25,14 @@ import numpy as np
 from ...ir import dtypes as dt
 from ...ir.ops import OPS as O
 from ...ir.ops.attention import causal_additive, attention_weights
+from ...ir.ops.opdef import OpError, broadcast_shapes
 from ...ir.ops.tiled_attention import packed_sizes
 from ...library.creation import factories
 from ...library import elementary as F
 from ...runtime.devices import backend_of_payload
 from ...runtime.dispatch import bind
 from ...runtime.generator import generator_of
+from ...runtime.symbolic_values import arange as symbolic_arange, symbolic_size
 from ...library.shaping.views import cat
 from ...runtime.tensor import Tensor
 from ...tracer import STATE as _TR
@@ -268,9 +270,10 @@ def _tiles(query, key, value, mask, L, S, dropout=False):
             return False            # a device tensor: the decomposition, on the device's kernels
     if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
         return False                # the fused op reports the error
-    try:
-        batch = np.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
-    except ValueError:
+    try:        # (the IR's rule: symbolic sizes of a trace stay symbolic)
+        batch = broadcast_shapes("scaled_dot_product_attention", [query.shape[:-2], key.shape[:-2],
+                                                                  value.shape[:-2]])
+    except OpError:
         return False
     n = math.prod(batch) * L * S * np.dtype(query.dtype.np).itemsize
     if n == 0 and dropout:
@@ -296,6 +299,9 @@ def _device(t):
 
 def _causal_mask(L, S, dtype, query):
     """The causal mask on ``query``'s device (a device query: the decomposition adds it there)."""
+    if symbolic_size((L, S)):       # a trace's symbolic lengths: computed per call, not a cached constant
+        d = symbolic_arange(S).reshape(1, S) - symbolic_arange(L).reshape(L, 1)
+        return F.where(d <= 0, 0.0, float("-inf")).to(dt.as_dtype(dtype))
     dev = _device(query)
     dev = None if dev is None else str(dev)
     key = (L, S, dtype, dev)

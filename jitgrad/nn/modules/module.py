@@ -98,7 +98,7 @@ class Module:
     def __call__(self, *args, **kwargs):
         if is_compiling():
             # train()/eval() changes what forward does (BatchNorm, Dropout): a compiled step retraces on a switch
-            guard(lambda: self.training)
+            guard(lambda: self.training, what=f"{type(self).__name__}.training changed (train()/eval())")
         for hook in list(self._forward_pre_hooks.values()):
             r = hook(self, args)
             if r is not None:

@@ -1,0 +1,132 @@
+"""A scaling model per workload: the measured serial and parallel parts of a step at 1 and 2 threads, and the step
+predicted at 4, 8, 16 and 64 cores, for jitgrad and PyTorch side by side.
+
+Each configuration runs in fresh processes, 1 and 2 threads alternating (1, 2, 1, 2, ... so load drifts hit both
+alike), with the thread count set for every library (NUMBA_NUM_THREADS, OPENBLAS_NUM_THREADS, OMP_NUM_THREADS,
+torch.set_num_threads); the figure per thread count is the median of the processes' median steps.  Amdahl's model
+fitted to the two points: ``T(n) = S + P / n`` with ``P = 2 (T1 - T2)`` and ``S = T1 - P`` (S at least 0); the
+prediction is an upper bound on the speedup when more threads also cost more wake-ups.  Say the load average
+with the figures (printed first): on a loaded machine the second thread is not a free core.
+
+    python benchmarks/scaling_model.py [--rounds 3] [--steps 30] [--only b9]
+    python benchmarks/scaling_model.py --work       # B9's compiled step by its launch records (counted, no clock)
+    python benchmarks/scaling_model.py --child b1 jitgrad compile --threads 2     # one process (internal)
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+# (workload, library, mode): B9 through b9_gpt.py, B1 (the MLP step) through this script's child
+CONFIGS = [("b9", "torch", "eager"), ("b9", "jitgrad", "compile-step"), ("b9", "jitgrad", "eager"),
+           ("b1", "torch", "eager"), ("b1", "jitgrad", "compile")]
+PREDICT = (4, 8, 16, 64)
+
+
+def b1_child(lib, mode, threads, steps):
+    import harness as H
+    import mlp
+    x, y, ws = H.mlp_data(256, 784, 512, 10)
+    if lib == "torch":
+        import torch
+        torch.set_num_threads(threads)
+        step, _ = mlp.make_torch(x, y, ws)
+    else:
+        step, _ = mlp.make_jitgrad(x, y, ws, "numba" if mode == "compile" else None)
+    for _ in range(5):
+        step()
+    ts = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        step()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts) * 1e3
+
+
+def b9_work():
+    """B9's compiled step split by its launch records (``f.launches``): the work, in the plan's cost unit (a
+    GEMM's: multiply-adds), of the steps on the pool, of BLAS GEMMs OpenBLAS threads, and of the serial rest."""
+    import importlib
+    import jitgrad
+    for name in ("", ".nn", ".nn.functional", ".optim", ".autograd", ".utils", ".utils.data"):
+        sys.modules["torch" + name] = importlib.import_module("jitgrad" + name)
+    import torch
+    import gpt_model
+    torch.manual_seed(0)
+    model = gpt_model.make_gpt(torch, 65, 64, 128, 4, 4, dropout=0.0, sdpa=False)
+    opt = gpt_model.make_optimizer(torch, model, lr=3e-4)
+    step = jitgrad.compile(gpt_model.make_step(torch, model, model, opt), backend="numba")
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randint(0, 65, (16, 64), generator=g), torch.randint(0, 65, (16, 64), generator=g)
+    step(x, y)
+    parts = {}
+    for l in step.launches(x, y):
+        where = "pool" if l.parallel else "BLAS threads" if l.threads > 1 else "serial"
+        kind = "GEMM" if l.kind in ("gemm", "bgemm") else "loop"
+        n, w = parts.get((where, kind), (0, 0.0))
+        parts[(where, kind)] = (n + 1, w + l.work)
+    print("| where | kind | launches | work (2^20 units) |\n| --- | --- | --- | --- |")
+    for (where, kind), (n, w) in sorted(parts.items()):
+        print(f"| {where} | {kind} | {n} | {w / 2 ** 20:.1f} |")
+
+
+def run(workload, lib, mode, threads, steps):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads),
+               OMP_NUM_THREADS=str(threads), JITGRAD_BACKGROUND_COMPILE="0")
+    if workload == "b9":
+        cmd = [sys.executable, os.path.join(HERE, "b9_gpt.py"), "--lib", lib, "--mode", mode, "--steps",
+               str(steps), "--threads", str(threads), "--json"]
+    else:
+        cmd = [sys.executable, __file__, "--child", workload, lib, mode, "--threads", str(threads), "--steps",
+               str(steps)]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    line = next((x for x in r.stdout.splitlines() if x.startswith("{")), None)
+    if r.returncode or line is None:
+        raise RuntimeError(f"{workload} {lib} {mode} at {threads}: failed\n{r.stderr[-2000:]}")
+    return json.loads(line)["median_ms"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--child", nargs=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--work", action="store_true")
+    args = ap.parse_args()
+    if args.work:
+        b9_work()
+        return
+    if args.child:
+        print(json.dumps({"median_ms": b1_child(*args.child[1:], args.threads, args.steps)}))
+        return
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, load average "
+          f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}; {args.rounds} rounds of fresh processes, 1 and 2 "
+          f"threads alternating, {args.steps} steps each")
+    print("| workload | 1 thread | 2 threads | speedup | serial S | parallel P | "
+          + " | ".join(f"{n} cores" for n in PREDICT) + " |")
+    print("| --- " * (6 + len(PREDICT)) + "|")
+    for workload, lib, mode in CONFIGS:
+        if args.only and workload != args.only:
+            continue
+        got = {1: [], 2: []}
+        for _ in range(args.rounds):
+            for n in (1, 2):
+                got[n].append(run(workload, lib, mode, n, args.steps))
+        t1, t2 = statistics.median(got[1]), statistics.median(got[2])
+        p = max(2 * (t1 - t2), 0.0)
+        s = max(t1 - p, 0.0)
+        pred = " | ".join(f"{s + p / n:.1f} ms" for n in PREDICT)
+        print(f"| {workload.upper()} {lib} {mode} | {t1:.1f} ms | {t2:.1f} ms | {t1 / t2:.2f}x | {s:.1f} ms | "
+              f"{p:.1f} ms | {pred} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Variable-length training (issue 30): an embedding + linear + cross-entropy + Adam step over 50 distinct sequence
+lengths and 5 batch sizes, each shape new once, then every shape again.
+
+Per configuration: traces, eager fallbacks, the largest loss difference from eager over the whole run, the median
+and worst time of a call whose shape is new, and the median of a repeated shape's call.  Configurations: jitgrad
+eager, ``jg.compile`` (default: automatic dynamic shapes, background builds; and ``background=False``),
+``jg.compile(dynamic=False)`` (a trace per shape up to the recompile limit, as before), ``torch.compile`` with its
+default ``dynamic`` when PyTorch is installed, JAX ``jit`` when installed (a compile per shape).
+
+    python benchmarks/variable_length.py [--lengths 50] [--batches 5]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import warnings
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+V, C = 64, 32
+
+
+def shapes(n_len, n_batch):
+    lengths = list(range(11, 11 + n_len))
+    batches = [4, 6, 8, 12, 16][:n_batch]
+    rng = np.random.default_rng(0)
+    order = [(b, t) for t in lengths for b in batches]
+    rng.shuffle(order)
+    data = [(rng.integers(0, V, s), rng.integers(0, V, s)) for s in order]
+    return data
+
+
+def jitgrad_step(compiled=None):
+    import jitgrad as jg
+    import jitgrad.nn as nn
+    import jitgrad.nn.functional as F
+    jg.manual_seed(0)
+    emb, lin = nn.Embedding(V, C), nn.Linear(C, V)
+    opt = jg.optim.Adam(list(emb.parameters()) + list(lin.parameters()), lr=1e-2)
+
+    def step(idx, tgt):
+        opt.zero_grad()
+        B, T = idx.shape
+        loss = F.cross_entropy(lin(emb(idx)).view(B * T, V), tgt.view(B * T))
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    f = step if compiled is None else jg.compile(step, **compiled)
+
+    def call(i, t):
+        return float(f(jg.tensor(i), jg.tensor(t)))
+    return call, f
+
+
+def torch_step():
+    import torch
+    torch.manual_seed(0)
+    emb, lin = torch.nn.Embedding(V, C), torch.nn.Linear(C, V)
+    opt = torch.optim.Adam(list(emb.parameters()) + list(lin.parameters()), lr=1e-2)
+
+    @torch.compile
+    def fwd_bwd(idx, tgt):
+        B, T = idx.shape
+        loss = torch.nn.functional.cross_entropy(lin(emb(idx)).view(B * T, V), tgt.view(B * T))
+        loss.backward()
+        return loss.detach()
+
+    def call(i, t):
+        opt.zero_grad()
+        loss = fwd_bwd(torch.from_numpy(i), torch.from_numpy(t))
+        opt.step()
+        return float(loss)
+    return call, None
+
+
+def jax_step():
+    import jax
+    import jax.numpy as jnp
+    import optax
+    k1, k2 = jax.random.split(jax.random.PRNGKey(0))
+    params = {"emb": jax.random.normal(k1, (V, C)), "w": jax.random.normal(k2, (C, V)) / C ** 0.5,
+              "b": jnp.zeros(V)}
+    opt = optax.adam(1e-2)
+    state = [params, opt.init(params)]
+
+    def loss_fn(p, idx, tgt):
+        logits = (p["emb"][idx] @ p["w"] + p["b"]).reshape(-1, V)
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), tgt.reshape(-1, 1), 1))
+
+    @jax.jit
+    def update(p, s, idx, tgt):
+        loss, g = jax.value_and_grad(loss_fn)(p, idx, tgt)
+        u, s = opt.update(g, s, p)
+        return optax.apply_updates(p, u), s, loss
+
+    def call(i, t):
+        state[0], state[1], loss = update(state[0], state[1], i, t)
+        return float(loss)
+    return call, None
+
+
+def run(name, make, data, ref=None):
+    try:
+        call, f = make()
+    except ImportError as e:
+        print(f"{name:<36} skipped ({e})")
+        return None
+    new_t, new_c, losses = [], [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, t in data:                  # every shape new
+            t0, c0 = time.perf_counter(), time.process_time()
+            losses.append(call(i, t))
+            new_t.append(time.perf_counter() - t0)
+            new_c.append(time.process_time() - c0)
+        if f is not None and hasattr(f, "wait"):
+            f.wait()
+        rep_t, rep_c = [], []
+        for i, t in data[-60:]:            # shapes seen before (the latest: instances kept are the latest)
+            t0, c0 = time.perf_counter(), time.process_time()
+            call(i, t)
+            rep_t.append(time.perf_counter() - t0)
+            rep_c.append(time.process_time() - c0)
+    traces = fb = "-"
+    if f is not None and hasattr(f, "stats"):
+        traces, fb = f.stats["traces"], f.stats["eager_fallbacks"]
+    diff = "-" if ref is None else f"{max(abs(a - b) for a, b in zip(losses, ref)):.1e}"
+    half = len(new_t) // 2
+    print(f"{name:<36} {traces!s:>6} {fb!s:>9} {diff:>10} {1e3 * statistics.median(new_t[half:]):>9.2f} "
+          f"{1e3 * max(new_t[5:]):>9.1f} {1e3 * statistics.median(rep_t):>9.2f} "
+          f"{1e3 * statistics.median(new_c[half:]):>9.2f} {1e3 * statistics.median(rep_c):>9.2f}")
+    return losses
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lengths", type=int, default=50)
+    ap.add_argument("--batches", type=int, default=5)
+    args = ap.parse_args()
+    data = shapes(args.lengths, args.batches)
+    print(f"{len(data)} calls, {args.lengths} lengths x {args.batches} batch sizes, V={V} C={C}; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print(f"{'configuration':<36} {'traces':>6} {'fallbacks':>9} {'vs eager':>10} {'new ms':>9} {'new max':>9} "
+          f"{'repeat ms':>9} {'new cpu':>9} {'rep cpu':>9}")
+    ref = run("jitgrad eager", lambda: jitgrad_step(None), data)
+    run("jg.compile (default)", lambda: jitgrad_step({}), data, ref)
+    run("jg.compile(background=False)", lambda: jitgrad_step({"background": False}), data, ref)
+    run("jg.compile(dynamic=False)", lambda: jitgrad_step({"dynamic": False}), data, ref)
+    run("torch.compile (default dynamic)", torch_step, data)
+    run("jax.jit", jax_step, data)
+    print("new ms: median wall time over the second half of the first pass (every call a new shape); new max: its "
+          "worst after 5 calls; repeat: the last 60 shapes again; cpu: this process's CPU ms (all threads)")
+
+
+if __name__ == "__main__":
+    main()

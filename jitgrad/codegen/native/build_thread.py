@@ -1,0 +1,121 @@
+"""The build thread: background builds (``CompiledGraph._build(True)``), one at a time, on one daemon thread per
+process (started on first use), while the caller's calls run eagerly or interpreted (``jit/build_policy.py``).
+
+One thread, because LLVM's calls are serialised by llvmlite's lock anyway and a background build should take one
+core from the caller, not all of them; the kernels it compiles itself translate to LLVM IR (``build.py``:
+``GraphCode._build_in_background``), the rest go to build processes.  At exit (``build._spawn_leftovers``) the
+thread is stopped between two kernels (``stop``): it finishes the kernel it is compiling, and what it had not
+compiled is handed to build processes, so the next run finds it in the cache.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+
+from . import cache
+
+_lock = threading.Lock()
+_QUEUE = None               # the thread's job queue (None until the first background build)
+_QUEUED: list = []          # CompiledGraphs queued or building
+_STOP = threading.Event()   # set at exit: the thread stops between kernels
+_IN_KERNEL = threading.Lock()   # held while the thread compiles one kernel (``stop`` waits for it)
+_GATE = None                # a threading.Event a background build waits for before it starts (``hold_builds``)
+
+
+class BuildStopped(Exception):
+    """A background build stopped because the process is exiting (its leftovers went to build processes)."""
+
+
+def hold_builds(gate) -> None:
+    """Background builds wait for ``gate`` (a ``threading.Event``; None: no wait) before they start.  A test hook
+    (``jit/build_policy.py``, ``JITGRAD_BUILD_AFTER_CALL``): the calls before the gate opens run eagerly or
+    interpreted whatever the machine's speed, so what a test counts does not depend on timing."""
+    global _GATE
+    _GATE = gate
+
+
+def queue_background(cg) -> None:
+    """Run ``cg._build(True)`` on the build thread (started on first use)."""
+    global _QUEUE
+    import queue
+    with _lock:
+        if _QUEUE is None:
+            _QUEUE = queue.Queue()
+            threading.Thread(target=_worker, args=(_QUEUE,), daemon=True, name="jitgrad-compile").start()
+        _QUEUED.append(cg)
+        _QUEUE.put((cg, cache._configured_dir()))
+
+
+def _worker(q):
+    while True:
+        job, root = q.get()
+        try:
+            gate = _GATE
+            while gate is not None and not gate.wait(0.05) and not _STOP.is_set():
+                pass
+            if not _STOP.is_set():
+                with cache.pinned_dir(root):
+                    job._build(True)
+        finally:
+            try:
+                _QUEUED.remove(job)
+            except ValueError:
+                pass
+            q.task_done()
+
+
+def wait_background(timeout: float | None = None) -> bool:
+    """Wait until no build is queued or running on the build thread; False when ``timeout`` (seconds) passed
+    first.  (``f.wait()`` waits for one function's build; this for all of them, e.g. before a test that counts the
+    cache's work.)"""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while _QUEUED:
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+@contextlib.contextmanager
+def compiling():
+    """``with compiling() as go:`` around one kernel the build thread compiles; ``go`` is False once the process
+    is exiting (then compile nothing more)."""
+    with _IN_KERNEL:
+        yield not _STOP.is_set()
+
+
+def stopping() -> bool:
+    """Whether the process is exiting (the build thread stops)."""
+    return _STOP.is_set()
+
+
+def stop(timeout: float = 10.0) -> list:
+    """At exit: stop the build thread after the kernel it is compiling (waiting for it at most ``timeout``
+    seconds); returns the builds that were queued or running (their leftovers go to build processes)."""
+    queued = list(_QUEUED)
+    _STOP.set()
+    if _IN_KERNEL.acquire(timeout=timeout):
+        _IN_KERNEL.release()
+    return queued
+
+
+def _after_fork_in_child():
+    """A forked child has no build thread and may have forked while a lock was held: fresh locks and queue,
+    and the builds that were queued or running in the parent are pending again (``wait()`` restarts them)."""
+    global _QUEUE, _lock, _IN_KERNEL
+    _lock = threading.Lock()
+    _IN_KERNEL = threading.Lock()
+    _QUEUE = None
+    for cg in _QUEUED:
+        if cg.run is None and cg.error is None:
+            cg.pending = True
+    _QUEUED.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+__all__ = ["queue_background", "wait_background", "hold_builds", "compiling", "stopping", "stop", "BuildStopped"]

@@ -1,0 +1,184 @@
+"""A script's first run on an empty cache (issue 28, item 2): kernels that translate to LLVM IR build in the
+calling process on the build thread, the step switches to them as soon as they are ready, and only what is slow
+(Numba's kernels) goes to build processes.  Counted, never timed: ``JITGRAD_BUILD_AFTER_CALL=k`` holds the build
+until call k, so calls 1..k run eagerly or interpreted and the rest compiled, however loaded the machine is.
+Each script runs in a fresh process on fresh cache directories (``JITGRAD_CACHE_DIR``, ``NUMBA_CACHE_DIR``).
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _env(tmp_path, **extra):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("JITGRAD_BACKGROUND_COMPILE", "JITGRAD_BACKEND", "JITGRAD_BUILD_AFTER_CALL")}
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["JITGRAD_CACHE_DIR"] = str(tmp_path / "cache")
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba")
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def _run(code, env, timeout=300):
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+# B5's step (MLP 16-32-4, batch 8, SGD), once compiled and once eager, on the same data, N calls each
+MLP_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np, jitgrad as jg
+    import jitgrad.nn.functional as F
+    from jitgrad.codegen.native import build
+    N = 250
+    rng = np.random.default_rng(0)
+    x = jg.tensor(rng.standard_normal((8, 16), dtype=np.float32))
+    y = jg.tensor(rng.integers(0, 4, 8))
+    ws = [rng.standard_normal((16, 32), dtype=np.float32) * 0.3, np.zeros(32, np.float32),
+          rng.standard_normal((32, 32), dtype=np.float32) * 0.3, np.zeros(32, np.float32),
+          rng.standard_normal((32, 4), dtype=np.float32) * 0.3, np.zeros(4, np.float32)]
+
+    def make():
+        params = [jg.tensor(w.copy(), requires_grad=True) for w in ws]
+        W1, b1, W2, b2, W3, b3 = params
+
+        def step(x, y):
+            h = jg.relu(x @ W1 + b1)
+            h = jg.relu(h @ W2 + b2)
+            loss = F.cross_entropy(h @ W3 + b3, y)
+            loss.backward()
+            with jg.no_grad():
+                for p in params:
+                    p -= 0.05 * p.grad
+                    p.grad = None
+            return loss.detach()
+        return step, params
+    step, params = make()
+    f = jg.compile(step, backend="numba")
+    got = [float(f(x, y)) for _ in range(N)]
+    eager, eparams = make()
+    want = [float(eager(x, y)) for _ in range(N)]
+    stats = {k: v for k, v in f.stats.items() if isinstance(v, (int, float, str, type(None)))}
+    print(json.dumps({"got": got, "want": want, "stats": stats, "counts": build.COUNTS,
+                      "params": [float(abs(p.detach().numpy() - q.detach().numpy()).max())
+                                 for p, q in zip(params, eparams)],
+                      "numba": "numba" in sys.modules}))
+""")
+
+
+@pytest.mark.parametrize("k", [1, 40])
+def test_a_250_call_script_switches_to_compiled_code_once_its_build_is_ready(tmp_path, k):
+    out = _run(MLP_SCRIPT, _env(tmp_path, JITGRAD_BUILD_AFTER_CALL=k), timeout=600)
+    s, c = out["stats"], out["counts"]
+    # calls 1..k ran before the build (eagerly or interpreted), every later call on its code
+    assert s["calls"] == 250 and s["compiled_calls"] == 250 - k, s
+    assert s["eager_calls"] + s["interpreted_calls"] == k and s["eager_calls"] >= 1, s
+    assert s["first_compiled_call"] == k + 1 and s["last_path"] == "compiled", s
+    # built in this process, on the build thread: every kernel through LLVM IR, no build process, no Numba
+    assert s["graphs_built"] == 1 and s["kernels_compiled"] >= 5, s
+    assert c["kernels_compiled"] == c["kernels_ir"] >= 5 and c["build_processes"] == 0, c
+    assert not out["numba"]
+    # nothing stale or wrong after the switch: every loss and the final parameters are eager mode's
+    assert len(out["got"]) == 250
+    for i, (a, b) in enumerate(zip(out["got"], out["want"])):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-6), (i, a, b)
+    assert max(out["params"]) < 1e-4, out["params"]
+
+
+def test_without_the_hook_the_switch_is_reported_and_calls_add_up(tmp_path):
+    out = _run(MLP_SCRIPT, _env(tmp_path), timeout=600)
+    s = out["stats"]
+    assert s["compiled_calls"] + s["interpreted_calls"] + s["eager_calls"] == s["calls"] == 250, s
+    assert s["eager_calls"] >= 1                 # the first call never waits for a build
+    if s["compiled_calls"]:
+        assert s["first_compiled_call"] == 250 - s["compiled_calls"] + 1, s      # one switch, never back
+    else:
+        assert s["first_compiled_call"] is None
+    for a, b in zip(out["got"], out["want"]):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-6)
+
+
+NUMBA_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np, jitgrad as jg
+    from jitgrad.codegen.native import build
+    # an integer power (intmath.pow_i64: a kernel Numba compiles) beside kernels that translate to LLVM IR
+    W = jg.tensor(np.linspace(-1, 1, 24, dtype=np.float32).reshape(6, 4))
+    f = jg.compile(lambda x, i, y: ((y * 0.75).exp() @ W).sum() + (x ** i).sum().float(), backend="numba")
+    x = jg.tensor(np.arange(6, dtype=np.int64))
+    i = jg.tensor(np.full(6, 3, np.int64))
+    y = jg.tensor(np.linspace(0, 1, 12, dtype=np.float32).reshape(2, 6))
+    first = float(f(x, i, y))
+    second = float(f(x, i, y))      # (the hook's call: it waits for the build)
+    print(json.dumps({"values": [first, second], "stats": {k: v for k, v in f.stats.items()
+                      if isinstance(v, (int, float, str, type(None)))}, "counts": build.COUNTS,
+                      "numba": "numba" in sys.modules}))
+""")
+
+
+def test_kernels_numba_must_build_go_to_build_processes(tmp_path):
+    out = _run(NUMBA_SCRIPT, _env(tmp_path, JITGRAD_BUILD_AFTER_CALL=1))
+    c, s = out["counts"], out["stats"]
+    assert out["values"][0] == pytest.approx(out["values"][1], rel=1e-5)
+    assert s["compiled_calls"] == 1 and s["first_compiled_call"] == 2, s
+    # the Numba kernel in a build process (this process compiles nothing with Numba; it links the object, which
+    # needs Numba's runtime), the rest here through LLVM IR
+    assert c["build_processes"] >= 1 and c["kernels_ir"] >= 1 and c["kernels_compiled"] == c["kernels_ir"], c
+    assert c["kernels_loaded"] >= 1, c
+
+
+# run twice: PHASE=exit exits in the middle of the background build, PHASE=warm builds before its first call (the
+# step's lines are the same in both runs: the entry's listing names them, and its key covers the listing)
+EXIT_SCRIPT = textwrap.dedent("""
+    import json, os, sys, threading
+    import numpy as np, jitgrad as jg
+    from jitgrad.codegen.native import build
+    W = jg.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), requires_grad=True)
+
+    def step(x):
+        loss = (jg.tanh(x @ W) * 2 + jg.exp(-x @ W) * 0.25).sum()
+        loss.backward()
+        with jg.no_grad():
+            W.sub_(0.1 * W.grad)
+            W.grad = None
+        return loss.detach()
+    x = jg.tensor(np.ones((2, 4), np.float32))
+    if os.environ["PHASE"] == "warm":
+        f = jg.compile(step, backend="numba", background=False)
+        f(x)
+        print(json.dumps({"counts": build.COUNTS, "stats": {k: v for k, v in f.stats.items()
+                          if isinstance(v, (int, float, str, type(None)))}}))
+        sys.exit(0)
+    one_done = threading.Event()
+    obtain = build.GraphCode._obtain
+
+    def watched(self, key):         # the build thread: tell the script when it has compiled a kernel
+        obtain(self, key)
+        one_done.set()
+    build.GraphCode._obtain = watched
+    f = jg.compile(step, backend="numba")
+    f(x)                            # eager; the build starts on the build thread
+    assert one_done.wait(300)
+    print(json.dumps({"counts": build.COUNTS}))
+    # exits now, in the middle of the build: the build thread stops after its kernel, build processes the rest
+""")
+
+
+def test_a_script_that_exits_mid_build_leaves_the_next_run_warm(tmp_path):
+    env = _env(tmp_path)
+    first = _run(EXIT_SCRIPT, dict(env, PHASE="exit"))
+    assert first["counts"]["kernels_ir"] >= 1 and first["counts"]["build_processes"] == 0, first
+    # the next run waits for the build processes the first one left (one builder per key), then links their
+    # objects: it compiles nothing
+    second = _run(EXIT_SCRIPT, dict(env, PHASE="warm"))
+    c = second["counts"]
+    assert c["kernels_compiled"] == 0 and c["drivers_compiled"] == 0 and c["kernels_loaded"] >= 2, c
+    assert second["stats"]["compiled_calls"] == 1 and second["stats"]["first_compiled_call"] == 1
