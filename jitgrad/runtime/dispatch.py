@@ -6,14 +6,16 @@ tracer (``@jg.compile``) hooks in here too: a symbolic input routes the op to th
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from ..ir import dtypes as dt
 from ..ir.ops import OPS as _OPS, Aval, OpError
 from ..ir.ops.opdef import fmt_shape
 from . import anomaly, forward_state, grad_mode, profiler_state
-from .node import Node
-from .source import user_code_line, user_loc, user_stack
+from .node import Node, _seq as _node_seq
+from .source import _INTERNAL, _internal, user_code_line, user_loc, user_stack
 from ..ir.graph import Lit, Var
 from ..ir.symbolic import SymFloat, SymInt
 from ..tracer import STATE as _TR
@@ -37,7 +39,11 @@ class OpNode(Node):
     __slots__ = ()
 
     def bind(self, opname, *args, **params):
-        return bind(_OPS[opname], *args, **params)
+        if _FWD.active is not None:     # a dual level is open: backward rules carry tangents (forward over reverse)
+            return bind(_OPS[opname], *args, **params)
+        if _PROF.active is not None:
+            return _PROF.active.record_op(_OPS[opname], args, params, _bind)
+        return _bind(_OPS[opname], args, params)
 
 
 def _describe(avals) -> str:
@@ -145,7 +151,7 @@ def _bind(op, args, params):
                 _RULES.clear()
             _RULES[key] = hit
     try:
-        out = op.impl(*arrays, **params)
+        out = hit[6](*arrays, **params)
     except (ValueError, TypeError, IndexError, FloatingPointError, OverflowError) as e:
         raise op_error(op, hit[1], e) from None
     want = hit[2]
@@ -238,21 +244,26 @@ def _general_key(op, args, params):
 
 
 _new = object.__new__
+_next = next
+_getframe = sys._getframe
+_internal_get = _INTERNAL.get
 # the C function under NumPy's __array_function__ dispatcher (its Python layer costs more than the check)
 _may_share_memory = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
 
 
 def _rule_entry(op, args, params):
     """What eager dispatch keeps per signature: (output avals, input avals, output NumPy dtype, differentiable
-    (a vjp and a float result), input shapes, input dtypes)."""
+    (a vjp and a float result), input shapes, input dtypes, the impl to call (``OpDef.eager_impl``'s choice for
+    the signature, else ``impl``))."""
     avals = _avals(op, args)
     try:
         out_avals = op.shape_dtype(avals, params)
     except OpError as e:
         raise op_error(op, avals, e) from None
     want = out_avals[0].dtype.np
+    impl = op.eager_impl(avals, params) if op.eager_impl is not None else None
     return (out_avals, avals, want, op.vjp is not None and np.dtype(want).kind == "f",
-            tuple(a.shape for a in avals), tuple(a.dtype for a in avals))
+            tuple(a.shape for a in avals), tuple(a.dtype for a in avals), impl or op.impl)
 
 
 # ``Node.view_args`` of a view whose op cannot be bound again on its base (as_strided): refreshed by positions
@@ -297,12 +308,17 @@ def refresh_view(a, force=False):
 
 
 def _record(op, params, args, hit, t):
-    """Give ``t`` a grad_fn Node; ``hit`` is the signature's entry from ``_rule_entry``."""
+    """Give ``t`` a grad_fn Node; ``hit`` is the signature's entry from ``_rule_entry``.
+
+    The hot path of every recorded op: the node is built here slot by slot (no ``Node.__init__`` frame; every
+    slot of ``Node`` is set, tests/test_eager_budget.py checks it) and the user's line is found inline."""
     nf = []
     needs = []
     nondiff = op.nondiff_inputs
     normal = False      # torch: inference tensors skip autograd, so an op on inference tensors only records
-    for i, a in enumerate(args):        # nothing (with a normal one it does)
+    i = -1              # nothing (with a normal one it does)
+    for a in args:
+        i += 1
         if type(a) is Tensor or isinstance(a, Tensor):
             if not a._inference:
                 normal = True
@@ -324,7 +340,15 @@ def _record(op, params, args, hit, t):
         needs.append(False)
     if not normal or True not in needs:
         return              # only inference tensors, or only they "required" grad: nothing to record
-    node = OpNode(op, params, tuple(nf), tuple(needs))
+    node = _new(OpNode)
+    node.op = op
+    node.params = params
+    node.next_functions = tuple(nf)
+    node.needs_grad = tuple(needs)
+    node.seq = _next(_node_seq)
+    node._freed = False
+    node._pre_hooks = node._hooks = node.tensor_hooks = node.retain_grad_refs = node.stack = node._metadata = None
+    node.view_args = node.view_base_fn = node.torch_name = node.packed = None
     node.shapes = hit[4]
     node.dtypes = hit[5]
     si = op.saves_in
@@ -365,7 +389,19 @@ def _record(op, params, args, hit, t):
     if _SH.stack and _TR.active is None:
         pack_node(node)
     node.out_meta = ((t._data.shape, hit[0][0].dtype),)
-    node._loc = user_code_line(3)
+    # the user's line (source.user_code_line, inline): the first frame outside the package above _bind
+    f = _getframe(2)
+    while f is not None:
+        code = f.f_code
+        r = _internal_get(code)
+        if r is None:
+            r = _internal(code)
+        if not r:
+            node._loc = (code, f.f_lineno)
+            break
+        f = f.f_back
+    else:
+        node._loc = None
     if _AN.enabled:
         node.stack = user_stack(3)
         node.anomaly_parent = _AN.current

@@ -6,12 +6,13 @@ One pass: find the nodes that lead from the roots to what we want (leaf accumula
 """
 from __future__ import annotations
 
+import operator
 import threading
 import warnings
 
 import numpy as np
 
-from . import anomaly, grad_mode, profiler_state, saved_hooks
+from . import anomaly, forward_state, grad_mode, profiler_state, saved_hooks
 from .node import AccumulateGrad, zeros_for
 from .dispatch import OpNode
 from .graph_hooks import GradientEdge, RUNNING as _RUNNING, root_edge
@@ -21,8 +22,11 @@ from .devices import backend_of_payload, to_host
 from ..tracer import STATE as _TR
 
 _AN = anomaly.STATE
+_seq_of = operator.attrgetter("seq")
+_wrap = Tensor._make
 _SH = saved_hooks.STATE
 _PROF = profiler_state.STATE
+_FWD = forward_state.STATE
 
 
 def _as_tuple(x):
@@ -302,16 +306,24 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
         return _run_in_fresh_thread(outputs, root_grads, retain_graph, create_graph, inputs, accumulate,
                                     capture_hooks)
     # capture points: (node, output_nr) -> input positions
+    # (plain loops, no comprehensions: each would be one more Python frame per backward call)
     captures = {}
+    cap_nodes = set()
     if inputs is not None:
         for k, t in enumerate(inputs):
-            captures.setdefault(root_edge(t), []).append(k)
-    cap_nodes = {n for n, _ in captures}
+            e = root_edge(t)
+            captures.setdefault(e, []).append(k)
+            cap_nodes.add(e[0])
 
-    root_edges = [root_edge(t) for t in outputs]
+    root_edges = []
+    for t in outputs:
+        gf = t.grad_fn if type(t) is Tensor and t._base is None else None
+        root_edges.append((gf, t._out_nr) if gf is not None else root_edge(t))
     if inputs is None:
         # plain backward: every reachable node runs; count dependencies while discovering them
-        deps = {n: 0 for n, _ in root_edges}
+        deps = {}
+        for n, _ in root_edges:
+            deps[n] = 0
         stack = list(deps)
         while stack:
             n = stack.pop()
@@ -371,8 +383,12 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
     prev_running = _RUNNING.nodes
     _RUNNING.nodes = deps        # register_multi_grad_hook asks which tensors this backward reaches
     reentrant.depth = depth + 1
-    ready = [n for n in needed if deps[n] == 0]
-    ready.sort(key=lambda n: n.seq)
+    ready = []
+    for n in needed:
+        if deps[n] == 0:
+            ready.append(n)
+    if len(ready) > 1:
+        ready.sort(key=_seq_of)
     prev_mode = grad_mode.STATE.grad_enabled
     grad_mode.STATE.grad_enabled = create_graph
     # torch runs backward under the thread-local state captured when it started: saved-tensor hooks that a
@@ -447,7 +463,21 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                         if g is None and node.out_meta[i][1] is not None:
                             grads[i] = zeros_for(node.out_meta[i])
                 node.check_saved()
-                in_grads = node.op.vjp(node, *grads)
+                ev = node.op.eager_vjp
+                in_grads = None
+                if ev is not None and not create_graph and len(grads) == 1 and _FWD.active is None:
+                    # the op's pullback on arrays (first order: no graph to build, no tangents to carry), wrapped as
+                    # binds wrap results
+                    ins = []
+                    for t in node.inputs:
+                        ins.append(None if t is None else t._data)
+                    arrays = ev(node.needs_grad, node.shapes, ins, grads[0]._data)
+                    if arrays is not None:
+                        in_grads = []
+                        for a in arrays:
+                            in_grads.append(None if a is None else _wrap(a))
+                if in_grads is None:
+                    in_grads = node.op.vjp(node, *grads)
                 if len(in_grads) != len(node.next_functions):
                     raise RuntimeError(f"function {node.name()} returned an incorrect number of gradients "
                                        f"(expected {len(node.next_functions)}, got {len(in_grads)})")

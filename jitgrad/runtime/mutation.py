@@ -17,7 +17,11 @@ from .view_inplace import INFERENCE_VIEW, INFERENCE_VIEW_MSG, NO_GRAD_VIEW, NO_G
 from .view_writes import inplace_on_view, traced_write
 from .traced import is_traced, traced_mask, traced_payload
 from .devices import backend_of_payload, copy_payload
+from . import dispatch as _dispatch
 from .dispatch import bind as _bind
+from .forward_state import STATE as _FWD
+from .profiler_state import STATE as _PROF
+from .anomaly import STATE as _AN
 from .tensor import Tensor
 
 _GM = grad_mode.STATE
@@ -153,12 +157,18 @@ class InPlaceOps:
         return self
 
     def add_(self, other, *, alpha=1):
+        if alpha == 1 and _write_ufunc(self, np.add, other):
+            return self
         return self._apply_inplace(lambda s, o: s + (o if alpha == 1 else o * alpha), other)
 
     def sub_(self, other, *, alpha=1):
+        if alpha == 1 and _write_ufunc(self, np.subtract, other):
+            return self
         return self._apply_inplace(lambda s, o: s - (o if alpha == 1 else o * alpha), other)
 
     def mul_(self, other):
+        if _write_ufunc(self, np.multiply, other):
+            return self
         return self._apply_inplace(lambda s, o: s * o, other)
 
     def pow_(self, other):
@@ -211,6 +221,25 @@ class InPlaceOps:
 
     # --- indexing --------------------------------------------------------------------------------
     def __getitem__(self, key):
+        tk = type(key)
+        if tk is slice or tk is int:    # one int or slice (x[2], x[2:5]): the spec without parsing
+            if tk is int:
+                spec, name = (key,), "SelectBackward0"
+            else:
+                a, b, st = key.start, key.stop, key.step
+                if (a is None or type(a) is int) and (b is None or type(b) is int) \
+                        and (st is None or type(st) is int and st > 0):
+                    spec = (("slice", a, b, st),)
+                    name = "AliasBackward0" if a is None and b is None and st is None else "SliceBackward0"
+                else:
+                    spec = None         # parse_index converts (or refuses) the bounds
+            if spec is not None:
+                flat = _PROF.active is None and _FWD.active is None
+                r = _dispatch._bind(_GETITEM, (self,), {"spec": spec}) if flat else _bind(_GETITEM, self, spec=spec)
+                gf = r.grad_fn
+                if gf is not None and r is not self and gf.op is _GETITEM:
+                    gf.torch_name = name    # (getitem_name(spec), known here)
+                return r
         split = ints_before_tensors(key)
         if split is not None:
             return self[split[0]][split[1]]
@@ -317,6 +346,51 @@ def _snapshot(t):
     src = t._make(copy_payload(t._data), t._requires_grad)
     src.grad_fn, src._out_nr, src._acc = t.grad_fn, t._out_nr, t._accumulator() if t._requires_grad else None
     return src
+
+
+_INT_LIMIT = 1 << 63
+# NumPy's floating-point error state: the ufunc writes only under the default one (warnings, no FloatingPointError
+# raised after the buffer was written); the state's context variable is NumPy's own (None: never written this way)
+try:
+    from numpy._core._ufunc_config import _extobj_contextvar as _NP_ERRSTATE
+except ImportError:     # (another NumPy layout)
+    _NP_ERRSTATE = None
+_NP_DEFAULT_ERRSTATE = _NP_ERRSTATE.get() if _NP_ERRSTATE is not None and np.geterr() == {
+    "divide": "warn", "over": "warn", "under": "ignore", "invalid": "warn"} else None
+
+
+def _write_ufunc(self, ufunc, o) -> bool:
+    """``self op= o`` as one NumPy ufunc writing into self's own buffer (``out=``), when that is all the in-place op
+    does: nothing records (grad mode off, or nothing requires grad), no trace, profiler, dual level, anomaly mode
+    or mutation-on-saved context, self a floating NumPy array that is not a view, not an inference tensor, and
+    ``o`` a Python number or a plain tensor of self's dtype and shape (or 0-d), under NumPy's default error state.
+    The ufunc gives the bits that the out-of-place op and the copy back give.  False: nothing was done
+    (``_apply_inplace`` does it all)."""
+    if _TR.active is not None or _PROF.active is not None or _FWD.active is not None or _AN.enabled \
+            or _MUT.active is not None or self._base is not None or self._inference:
+        return False
+    sd = self._data
+    if type(sd) is not np.ndarray or sd.dtype.kind != "f" or not sd.flags.writeable:
+        return False
+    to = type(o)
+    if to is Tensor:
+        od = o._data
+        if type(od) is not np.ndarray or od.dtype != sd.dtype or od.shape != sd.shape and od.ndim != 0 \
+                or o._base is not None:
+            return False
+        if _GM.grad_enabled and (o._requires_grad or o.grad_fn is not None):
+            return False
+    elif to is float or to is int and -_INT_LIMIT < o < _INT_LIMIT:     # (a huge int: the op's own error)
+        od = o
+    else:
+        return False
+    if _GM.grad_enabled and (self._requires_grad or self.grad_fn is not None):
+        return False    # recorded (or refused: a leaf that requires grad): _apply_inplace
+    if _NP_ERRSTATE is None or _NP_ERRSTATE.get() is not _NP_DEFAULT_ERRSTATE:
+        return False    # NumPy errors made to raise (np.errstate): the op raises with self unwritten
+    ufunc(sd, od, out=sd)
+    self._vc[0] += 1
+    return True
 
 
 def _check_result(t, r):

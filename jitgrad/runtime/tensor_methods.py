@@ -283,21 +283,22 @@ class TensorMethods:
     def sum_to_size(self, *size) -> "Tensor":
         """Sum broadcast dimensions so the result has shape ``size`` (the adjoint of ``expand``)."""
         shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
-        if shape == self.shape:
+        own = self._data.shape      # (the payload's: no Size built per read on the backward hot path)
+        if shape == own:
             return self
-        lead = self.ndim - len(shape)
+        lead = len(own) - len(shape)
         if lead < 0:
-            raise RuntimeError(f"size {list(shape)} is not expandable to size {list(self.shape)}")
+            raise RuntimeError(f"size {list(shape)} is not expandable to size {list(own)}")
         axes = list(range(lead))
         for i, d in enumerate(shape):
-            if d == 1 and self.shape[lead + i] != 1:
+            if d == 1 and own[lead + i] != 1:
                 axes.append(lead + i)
-            elif d != self.shape[lead + i]:
-                raise RuntimeError(f"size {list(shape)} is not expandable to size {list(self.shape)}")
+            elif d != own[lead + i]:
+                raise RuntimeError(f"size {list(shape)} is not expandable to size {list(own)}")
         if axes and axes[-1] < lead:     # only leading dims to drop: one reduction, no reshape
             return _bind(O["sum"], self, axes=tuple(axes), keepdims=False)
         r = _bind(O["sum"], self, axes=tuple(axes), keepdims=True) if axes else self
-        return r.reshape(shape) if r.shape != shape else r
+        return r.reshape(shape) if r._data.shape != shape else r
 
     def where(self, condition, other) -> "Tensor":
         """``where(condition, self, other)``."""

@@ -86,13 +86,22 @@ def _float_inputs(impl):
     return f
 
 
+def _float_signature(impl):
+    """``eager_impl`` of a float-valued op: ``impl`` itself when every array input is floating (no cast to make)."""
+    def for_signature(avals, params):
+        return impl if all(a.weak or a.dtype.is_floating_point for a in avals) else None
+    return for_signature
+
+
 def ew(name, impl, vjp=None, scalar=None, kind="same", saves_in=(), saves_out=(), grad_name=None,
        nondiff_inputs=(), saved_for=None, doc=""):
+    eager_impl = None
     if kind == "float":
+        eager_impl = _float_signature(impl)
         impl = _float_inputs(impl)
     return register(OpDef(name, "elementwise", _rule(name, kind), impl, _ew_vjp(vjp) if vjp else None,
                           scalar=scalar, grad_name=grad_name, saves_in=saves_in, saves_out=saves_out,
-                          nondiff_inputs=nondiff_inputs, saved_for=saved_for, doc=doc))
+                          nondiff_inputs=nondiff_inputs, saved_for=saved_for, doc=doc, eager_impl=eager_impl))
 
 
 def _in(ctx, i=0):
@@ -322,9 +331,13 @@ def _where_rule(avals, params):
     return [Aval(shape, result_dtype([x, y]))]
 
 
+# eager dispatch passes arrays and Python numbers only: the C function under np.where's __array_function__ layer
+_WHERE_C = getattr(np.where, "_implementation", None)
+
 register(OpDef("where", "elementwise", _where_rule, np.where,
                _ew_vjp(lambda c, g: (None, g.where(_in(c, 0), 0.0), g.where(~_in(c, 0), 0.0))),
-               scalar=lambda m, c, x, y: m.select(c, x, y), saves_in=(0,), nondiff_inputs=(0,)))
+               scalar=lambda m, c, x, y: m.select(c, x, y), saves_in=(0,), nondiff_inputs=(0,),
+               eager_impl=lambda avals, params: _WHERE_C))
 
 
 def _clamp_rule(avals, params):

@@ -184,8 +184,27 @@ def _is_basic(spec):
     return not any(type(s) is tuple and s[0] == "tensor" for s in spec)
 
 
+def _getitem_for_signature(avals, params):
+    """The eager impl of a basic index (no index tensor, no range check): NumPy's key made once per signature."""
+    spec = params["spec"]
+    if len(avals) > 1 or params.get("oob") is not None:
+        return None
+    for s in spec:
+        if (type(s) is bool or type(s) is int) and (s == 0 or s == 1):
+            # x[True] and x[1] (x[False], x[0]) have equal specs, so one signature's cache entry serves both
+            return None
+    key = np_index(spec, ())
+    if Ellipsis not in spec:
+        key += (Ellipsis,)      # (as _getitem_impl: one element is a 0-d view)
+
+    def basic_index(x, spec, oob=None):
+        return x[key]
+    return basic_index
+
+
 register(OpDef("getitem", "index", _getitem_rule, _getitem_impl, _getitem_vjp,
-               saves_in=tuple(range(1, 64)), view=True, grad_name="IndexBackward0", jvp=LINEAR))
+               saves_in=tuple(range(1, 64)), view=True, grad_name="IndexBackward0", jvp=LINEAR,
+               eager_impl=_getitem_for_signature))
 
 
 def _index_put_rule(avals, params):

@@ -75,8 +75,51 @@ def _matmul_impl(x, y):
     return blas.matmul(x, y)
 
 
+def _numpy_matmul(x, y):
+    """``_matmul_impl`` for a signature that ``blas.matmul`` hands to NumPy (below its GEMM threshold, or not a
+    float GEMM), with no outer product: only the zero-stride copies are left to decide per call."""
+    if 0 in x.strides and x.size > 1:
+        x = np.ascontiguousarray(x)
+    if 0 in y.strides and y.size > 1:
+        y = np.ascontiguousarray(y)
+    return np.matmul(x, y)
+
+
+def _matmul_for_signature(avals, params):
+    """The eager impl of one matmul signature: ``_numpy_matmul`` where ``_matmul_impl`` would reach ``np.matmul``."""
+    x, y = avals
+    if x.ndim < 2 or y.ndim < 2 or x.shape[-1] == 1:
+        return None
+    macs = y.shape[-1]
+    for n in x.shape:
+        macs *= n
+    if y.ndim == 2 and x.dtype.np in (np.float32, np.float64) and macs >= blas.EAGER_MIN_MACS:
+        return None     # blas.matmul's own GEMM
+    return _numpy_matmul
+
+
+def _matmul_eager_vjp(needs, shapes, inputs, g):
+    """``_matmul_vjp`` of two matrices on arrays: ``g @ y.T`` and ``x.T @ g`` through ``_matmul_impl``, as the rule's
+    binds compute them (a permute is NumPy's transpose view); None for other ranks or non-NumPy payloads."""
+    xs, ys = shapes
+    if len(xs) != 2 or len(ys) != 2 or type(g) is not np.ndarray:
+        return None
+    x, y = inputs
+    gx = gy = None
+    if needs[0]:
+        if type(y) is not np.ndarray or y.dtype != g.dtype:     # (a hook's cast cotangent: the rule's error)
+            return None
+        gx = _matmul_impl(g, y.transpose(1, 0))
+    if needs[1]:
+        if type(x) is not np.ndarray or x.dtype != g.dtype:
+            return None
+        gy = _matmul_impl(x.transpose(1, 0), g)
+    return gx, gy
+
+
 register(OpDef("matmul", "linalg", _matmul_rule, _matmul_impl, _matmul_vjp, saves_in=(0, 1),
-               saved_for={0: (1,), 1: (0,)}, grad_name="MmBackward0", jvp=BILINEAR))
+               saved_for={0: (1,), 1: (0,)}, grad_name="MmBackward0", jvp=BILINEAR,
+               eager_impl=_matmul_for_signature, eager_vjp=_matmul_eager_vjp))
 
 
 # ---- eigh: the eigendecomposition of a symmetric matrix ----------------------------------------------------

@@ -87,16 +87,24 @@ class OpDef:
                 ``impl``; a trace and a device backend bind the decomposition instead (``runtime/dispatch.py``),
                 so compiled graphs and device kernels only meet the smaller primitives.  ``bind(name, *args,
                 **params)`` binds a primitive by name; the inputs are tensors, so tensor methods work too.
+    eager_impl  (input avals, params) -> a cheaper callable than ``impl`` for that one signature, or None: eager
+                dispatch asks once per signature and caches the answer (``impl``'s general checks, such as
+                ``_float_inputs``' integer test, then cost nothing per call).  It must compute what ``impl`` does.
+    eager_vjp   (needs_grad, input shapes, saved input arrays, cotangent array) -> per-input cotangent arrays, or
+                None to use ``vjp``: the pullback on NumPy arrays, for an eager first-order backward only (no graph
+                is built: no create_graph, trace, profiler or anomaly mode).  It must compute what ``vjp``'s binds
+                compute, with the same impls, so both give the same bits.
     """
 
     __slots__ = ("name", "family", "shape_dtype", "impl", "vjp", "scalar", "grad_name", "saves_in",
                  "saves_out", "saved_for", "nout", "view", "differentiable", "nondiff_inputs", "compute_float", "doc",
-                 "decompose", "jvp")
+                 "decompose", "jvp", "eager_impl", "eager_vjp")
 
     def __init__(self, name: str, family: str, shape_dtype: Callable, impl: Callable, vjp: Callable | None,
                  *, scalar: Callable | None = None, grad_name: str | None = None, saves_in=(), saves_out=(),
                  saved_for=None, nout: int = 1, view: bool = False, nondiff_inputs=(), doc: str = "",
-                 decompose: Callable | None = None, jvp=None):
+                 decompose: Callable | None = None, jvp=None, eager_impl: Callable | None = None,
+                 eager_vjp: Callable | None = None):
         self.name = name
         self.family = family
         self.shape_dtype = shape_dtype
@@ -114,6 +122,8 @@ class OpDef:
         self.doc = doc
         self.decompose = decompose
         self.jvp = _derived_jvp(self, jvp)
+        self.eager_impl = eager_impl
+        self.eager_vjp = eager_vjp
 
     def __repr__(self):
         return f"OpDef({self.name})"
