@@ -191,3 +191,22 @@ def test_custom_function_with_setup_context():
             a = fwd.make_dual(lib.tensor([1.0, 2.0]), lib.tensor([1.0, -0.5]))
             res.append(fwd.unpack_dual(Mul.apply(a, lib.tensor([3.0, 4.0]))).tangent)
     _close(*res)
+
+
+def test_tangents_pass_the_eager_fast_paths():
+    """The flat call sites of operators and unary functions, basic indexing, the in-place ufunc shortcut and the
+    array pullback of matmul (eager fast path) all step aside while a dual level is open."""
+    import jitgrad.autograd.forward_ad as fwAD
+    x = jg.tensor([1.0, 2.0, 3.0], dtype=jg.float64)
+    with fwAD.dual_level():
+        d = fwAD.make_dual(x, jg.ones(3, dtype=jg.float64))
+        y = (d * d + d.tanh())[1:3]
+        z = y.clone()
+        z += 1.0
+        want = 2 * x.numpy()[1:] + 1 / np.cosh(x.numpy()[1:]) ** 2
+        np.testing.assert_allclose(fwAD.unpack_dual(y).tangent.numpy(), want, rtol=1e-12)
+        np.testing.assert_allclose(fwAD.unpack_dual(z).tangent.numpy(), want, rtol=1e-12)
+        w = jg.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=jg.float64, requires_grad=True)
+        a = fwAD.make_dual(jg.eye(2, dtype=jg.float64), jg.ones(2, 2, dtype=jg.float64))
+        (g,) = jg.autograd.grad((a @ w).sum(), [w])      # matmul's pullback, first order: g = a.T @ 1
+        np.testing.assert_allclose(fwAD.unpack_dual(g).tangent.numpy(), np.full((2, 2), 2.0))
