@@ -96,17 +96,22 @@ class Duals:
         _FS.active = self if prev else None
 
     # ---- ops ---------------------------------------------------------------------------------------------
-    def bind(self, op, args, params):
-        """``bind(op, *args, **params)`` with tangents: the primal, and each output's tangent at the innermost
-        level that reaches the inputs."""
+    def _innermost(self, args):
+        """(k, level, tangents): the innermost visible level ``k`` where some of ``args`` have tangents, and
+        their tangents there (None each where they have none); ``(0, None, [])`` when no level has any."""
         k = self.visible
-        found = None
-        while k > 0 and found is None:
+        while k > 0:
             k -= 1
             lv = self.levels[k]
             ts = [lv.get(a) if isinstance(a, Tensor) else None for a in args]
             if any(t is not None for t in ts):
-                found = lv
+                return k, lv, ts
+        return 0, None, []
+
+    def bind(self, op, args, params):
+        """``bind(op, *args, **params)`` with tangents: the primal, and each output's tangent at the innermost
+        level that reaches the inputs."""
+        k, found, ts = self._innermost(args)
         if found is not None and op.decompose is not None and _TR.active is not None:
             # traced, a fused op is bound as its composition: each primitive of it carries its own tangent, so the
             # values its autograd nodes save are dual too (forward over reverse reads their tangents)
@@ -134,14 +139,7 @@ class Duals:
     def apply_function(self, cls, ctx, args, kwargs, plain):
         """A custom ``autograd.Function`` applied with tangents: ``forward`` runs with no tangents (as torch's),
         then the Function's ``jvp(ctx, *tangents)`` gives its outputs' tangents."""
-        k = self.visible
-        found = None
-        while k > 0 and found is None:
-            k -= 1
-            lv = self.levels[k]
-            ts = [lv.get(a) if isinstance(a, Tensor) else None for a in args]
-            if any(t is not None for t in ts):
-                found = lv
+        k, found, ts = self._innermost(args)
         prev = self._hide(0)
         try:
             out = plain(ctx, args, kwargs)
