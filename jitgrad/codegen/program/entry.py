@@ -173,6 +173,21 @@ def entry_ir(program, n_inputs: int, n_checks: int, name: str) -> str:
     return str(mod)
 
 
+def _for_loop(b, fn, slot, label, init, cond, body, step):
+    """``for (*slot = init; cond(*slot); *slot = step(*slot)) body(*slot)`` at ``b``, in blocks of ``fn`` named
+    ``label.format("_head")`` (``_body``, ``_done``)."""
+    head, inner, done = (fn.append_basic_block(label.format(x)) for x in ("_head", "_body", "_done"))
+    b.store(init, slot)
+    b.branch(head)
+    b.position_at_end(head)
+    b.cbranch(cond(b.load(slot)), inner, done)
+    b.position_at_end(inner)
+    body(b.load(slot))
+    b.store(step(b.load(slot)), slot)
+    b.branch(head)
+    b.position_at_end(done)
+
+
 def _batched_gemm(b, fn, p, gemm, n):
     """A ``bgemm`` step inline in the entry: the loop of ``abi.call_gemm_batched`` (its docstring has the block
     layout) over every batch entry, pointing the scratch block's B, A, C at that entry's matrices."""
@@ -195,17 +210,7 @@ def _batched_gemm(b, fn, p, gemm, n):
     b0, a0, c0 = ld(6), ld(8), ld(11)
 
     def loop(name, init, cond, body, step):
-        """for (var[name] = init; cond(var[name]); var[name] = step(var[name])) body()"""
-        head, inner, done = (fn.append_basic_block(f"{name}{x}{n}") for x in ("_head", "_body", "_done"))
-        b.store(init, var[name])
-        b.branch(head)
-        b.position_at_end(head)
-        b.cbranch(cond(b.load(var[name])), inner, done)
-        b.position_at_end(inner)
-        body(b.load(var[name]))
-        b.store(step(b.load(var[name])), var[name])
-        b.branch(head)
-        b.position_at_end(done)
+        _for_loop(b, fn, var[name], f"{name}{{}}{n}", init, cond, body, step)
 
     b.store(c(1), var["total"])
     loop("d", c(0), lambda d: b.icmp_signed("<", d, nd),
@@ -273,16 +278,7 @@ def _gemm_chunk(mod):
     fixed = [ld(p, k) for k in range(13)]
 
     def loop(name, init, cond, body, step):
-        head, inner, done = (fn.append_basic_block(f"{name}{x}") for x in ("_head", "_body", "_done"))
-        b.store(init, var[name])
-        b.branch(head)
-        b.position_at_end(head)
-        b.cbranch(cond(b.load(var[name])), inner, done)
-        b.position_at_end(inner)
-        body(b.load(var[name]))
-        b.store(step(b.load(var[name])), var[name])
-        b.branch(head)
-        b.position_at_end(done)
+        _for_loop(b, fn, var[name], f"{name}{{}}", init, cond, body, step)
 
     def entry_body(t):
         b.store(t, var["r"])
@@ -330,16 +326,8 @@ def _batched_gemm_on_pool(b, fn, p, gemm_addr, n):
     b.store(c(0), t_v)
 
     def loop(name, limit, body):
-        head, inner, done = (fn.append_basic_block(f"{name}{x}{n}") for x in ("_head", "_body", "_done"))
-        b.store(c(0), t_v)
-        b.branch(head)
-        b.position_at_end(head)
-        b.cbranch(b.icmp_signed("<", b.load(t_v), limit), inner, done)
-        b.position_at_end(inner)
-        body(b.load(t_v))
-        b.store(b.add(b.load(t_v), c(1)), t_v)
-        b.branch(head)
-        b.position_at_end(done)
+        _for_loop(b, fn, t_v, f"{name}{{}}{n}", c(0), lambda t: b.icmp_signed("<", t, limit), body,
+                  lambda t: b.add(t, c(1)))
     loop("pdims", nd, lambda d: b.store(b.mul(b.load(total_v), ld(b.add(c(14), d))), total_v))
     total = b.load(total_v)
     nw = b.load(workers)
