@@ -9,7 +9,6 @@ Figures when the budgets were set (8x8 float32), before -> after the fast path: 
 ``x + y`` with grad 7 -> 4, ``x @ y`` with grad 9 -> 5, ``x.tanh()`` with grad 9 -> 4, ``x[2:5]`` 11 -> 4,
 ``(x @ y).tanh().sum().backward()`` 108 -> 71, the B5 eager step (MLP 16-32-4, batch 8, SGD) 374 -> 231.
 """
-import sys
 
 import numpy as np
 import pytest
@@ -17,23 +16,14 @@ import pytest
 import jitgrad as jg
 from jitgrad.runtime import dispatch
 from jitgrad.runtime.node import Node
+from test_eager_overhead import _count as _count_once
 
 
 def _count(fn, warm=2):
     """(Python calls, C calls) made while ``fn()`` runs, after ``warm`` calls (the per-signature caches)."""
     for _ in range(warm):
         fn()
-    c = {"call": 0, "c_call": 0}
-
-    def prof(frame, event, arg):
-        if event in c:
-            c[event] += 1
-    sys.setprofile(prof)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return c["call"], c["c_call"]
+    return _count_once(fn)
 
 
 def _mats():
