@@ -14,6 +14,7 @@ from ..ir import dtypes as dt
 from ..ir.ops import OPS as _OPS, Aval, OpError
 from ..ir.ops.opdef import fmt_shape
 from . import anomaly, forward_state, grad_mode, profiler_state
+from .bind_route import ROUTE as _ROUTE
 from .node import Node, _seq as _node_seq
 from .source import _INTERNAL, _internal, user_code_line, user_loc, user_stack
 from ..ir.graph import Lit, Var
@@ -39,6 +40,8 @@ class OpNode(Node):
     __slots__ = ()
 
     def bind(self, opname, *args, **params):
+        if _ROUTE.plain:
+            return _bind(_OPS[opname], args, params)
         if _FWD.active is not None:     # a dual level is open: backward rules carry tangents (forward over reverse)
             return bind(_OPS[opname], *args, **params)
         if _PROF.active is not None:
@@ -70,6 +73,8 @@ def op_error(op, avals, e: Exception, cls=None):
 
 def bind(op, *args, **params):
     """Apply primitive ``op`` to tensors / Python scalars ``args``; returns a Tensor (or tuple if nout > 1)."""
+    if _ROUTE.plain:
+        return _bind(op, args, params)
     if _FWD.active is not None:     # a dual level is open: tangents go along (runtime/dual.py)
         return _FWD.active.bind(op, args, params)
     if _PROF.active is not None:
