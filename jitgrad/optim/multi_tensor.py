@@ -22,13 +22,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..jit.guards import is_compiling
-from ..runtime.profiler_state import STATE as _PROF
+from ..runtime.bind_route import ROUTE as _ROUTE
 from ..tracer import STATE as _TR
 
 
 def eager_ready() -> bool:
-    """True when no trace or profiler is active: the multi-tensor path may run."""
-    return _TR.active is None and _PROF.active is None and not is_compiling()
+    """True when no trace, profiler or dual level is active: the multi-tensor path may run (it binds no op, so
+    none of them would see its arithmetic)."""
+    return _TR.active is None and _ROUTE.plain and not is_compiling()
 
 
 def _plain(p):
