@@ -478,6 +478,8 @@ def _bind_traced(tr, op, args, params):
     needs = tuple(isinstance(a, Tensor) and a.requires_grad and i not in op.nondiff_inputs
                   for i, a in enumerate(args)) if diff else (False,) * len(args)
     outs = tr.add_eqn(op, ins, params, out_avals, user_loc(2), diff, needs)
+    if tr.grad_off is not None and not _GM.grad_enabled and outs:
+        tr.grad_off.add(outs[0])
     if scalar_out and out_avals[0].dtype.is_floating_point:     # (a comparison of such floats is a bool, not one)
         tr.python_floats.add(outs[0])
     t = Tensor.__new__(Tensor)
