@@ -11,7 +11,7 @@ import sys
 import numpy as np
 
 from ..ir import dtypes as dt
-from ..ir.ops import OPS as _OPS, Aval, OpError
+from ..ir.ops import OPS as _OPS, Aval, OpError, eager_chunks
 from ..ir.ops.opdef import fmt_shape
 from . import anomaly, forward_state, grad_mode, profiler_state
 from .bind_route import ROUTE as _ROUTE
@@ -266,9 +266,11 @@ def _rule_entry(op, args, params):
     except OpError as e:
         raise op_error(op, avals, e) from None
     want = out_avals[0].dtype.np
-    impl = op.eager_impl(avals, params) if op.eager_impl is not None else None
+    impl = (op.eager_impl(avals, params) if op.eager_impl is not None else None) or op.impl
+    if op.family == "elementwise" and op.nout == 1:
+        impl = eager_chunks.for_signature(impl, avals, out_avals[0], params) or impl    # big: split between threads
     return (out_avals, avals, want, op.vjp is not None and np.dtype(want).kind == "f",
-            tuple(a.shape for a in avals), tuple(a.dtype for a in avals), impl or op.impl)
+            tuple(a.shape for a in avals), tuple(a.dtype for a in avals), impl)
 
 
 # ``Node.view_args`` of a view whose op cannot be bound again on its base (as_strided): refreshed by positions

@@ -1,0 +1,148 @@
+"""Big eager elementwise ops on every core: the output split into one chunk per thread (issue 32, item 3).
+
+NumPy's ufuncs run on one thread (and release the GIL), so an eager ``x * y`` over a million elements leaves the
+other cores idle where torch's ``parallel_for`` splits it.  For a signature whose output has at least
+``2 * MIN_CHUNK`` elements, eager dispatch (``runtime/dispatch._rule_entry``) wraps the op's impl in
+:func:`for_signature`'s chunked form: the output is allocated once, each thread computes the impl on its slice of
+the inputs into its slice of the output (``out=`` for a ufunc), the calling thread takes the first chunk.
+
+Elementwise results do not depend on where the split falls (each element is computed alone, by the same NumPy
+loop), so a chunked op gives the bits of the serial one at any thread count (``tests/test_eager_chunks.py``).  A
+call runs serially when it cannot split cheaply or safely: fewer threads than two (``set_num_threads(1)``), an
+input that is not C-contiguous or not of the output's shape (broadcasting: only 0-d inputs and Python numbers
+may sit beside the full-shape ones), an op with no full-shape input (random draws: their values depend on the
+element's index), or a non-default ``np.errstate`` (it is per thread: a worker would not raise).
+
+Threads: ``settings.num_threads()`` (``torch.set_num_threads``), the knob the compiled kernels and eager BLAS
+follow; the helpers are Python threads started on first use and again after a fork.  A chunked op never runs
+beside a BLAS call of ours (eager ops run one at a time per thread), so the two never oversubscribe the cores.
+"""
+from __future__ import annotations
+
+import math
+import os
+import queue
+import threading
+
+import numpy as np
+
+from .. import settings
+
+# torch's grain (at::internal::GRAIN_SIZE) is 32768 elements per thread; a Python thread hand-off costs ~10 us, so
+# a chunk here is worth it from 64K float32 elements (~30 us of a ufunc): measured in BENCHMARKS.md
+MIN_CHUNK = int(os.environ.get("JITGRAD_EAGER_MIN_CHUNK", 1 << 16))
+_DEFAULT_ERR = {"divide": "warn", "over": "warn", "under": "ignore", "invalid": "warn"}
+STATS = {"chunked_calls": 0, "chunks": 0}       # counted, for tests
+
+
+class _Workers:
+    """Python threads that run chunks (``threads - 1`` of them: the caller runs one chunk itself)."""
+
+    def __init__(self):
+        self.tasks = queue.SimpleQueue()
+        self.threads = []
+        self.lock = threading.Lock()
+
+    def ensure(self, n: int) -> None:
+        if len(self.threads) >= n:
+            return
+        with self.lock:
+            while len(self.threads) < n:
+                t = threading.Thread(target=self._run, name=f"jitgrad-eager-{len(self.threads)}", daemon=True)
+                t.start()
+                self.threads.append(t)
+
+    def _run(self):
+        while True:
+            fn, args, kwargs, done = self.tasks.get()
+            try:
+                fn(*args, **kwargs)
+            except BaseException as e:  # noqa: BLE001 - re-raised by the calling thread
+                done.error = e
+            done.set()
+
+
+class _Done(threading.Event):
+    error = None
+
+
+_WORKERS = _Workers()
+
+
+def _after_fork_in_child():
+    global _WORKERS
+    _WORKERS = _Workers()       # the parent's threads do not exist in the child
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def for_signature(impl, avals, out_aval, params):
+    """The chunked form of ``impl`` for this signature (input avals -> ``out_aval``), or None when the op's
+    output is too small to split or no input has the output's shape."""
+    shape = tuple(out_aval.shape)
+    n = math.prod(shape)
+    if n < 2 * MIN_CHUNK or not shape:
+        return None
+    full = False
+    for a in avals:
+        s = tuple(a.shape)
+        if s == shape:
+            full = True
+        elif s != () and not a.weak:
+            return None         # broadcasting: the slices would not line up
+    if not full:
+        return None
+    is_ufunc = isinstance(impl, np.ufunc) and impl.nout == 1
+    dtype = out_aval.dtype.np
+
+    def chunked(*xs, **kw):
+        nt = min(settings.num_threads(), n // MIN_CHUNK)
+        if nt < 2 or np.geterr() != _DEFAULT_ERR:
+            return impl(*xs, **kw)
+        flat = []
+        for x in xs:
+            if type(x) is np.ndarray and x.ndim:
+                if not x.flags.c_contiguous:
+                    return impl(*xs, **kw)
+                flat.append(x.reshape(-1))
+            else:
+                flat.append(x)
+        out = np.empty(shape, dtype)
+        o = out.reshape(-1)
+        bounds = [n * k // nt for k in range(nt + 1)]
+        done = []
+        _WORKERS.ensure(nt - 1)
+        for k in range(1, nt):
+            ev = _Done()
+            a, b = bounds[k], bounds[k + 1]
+            _WORKERS.tasks.put((_chunk, (impl, is_ufunc, flat, o, a, b, kw), {}, ev))
+            done.append(ev)
+        err = None
+        try:
+            _chunk(impl, is_ufunc, flat, o, 0, bounds[1], kw)
+        except BaseException as e:  # noqa: BLE001 - the workers still write into ``out``: wait for them first
+            err = e
+        for ev in done:
+            ev.wait()
+            if err is None and ev.error is not None:
+                err = ev.error
+        if err is not None:
+            raise err
+        STATS["chunked_calls"] += 1
+        STATS["chunks"] += nt
+        return out
+    chunked.__name__ = f"chunked_{getattr(impl, '__name__', 'impl')}"
+    return chunked
+
+
+def _chunk(impl, is_ufunc, flat, o, a, b, kw):
+    part = [x[a:b] if type(x) is np.ndarray and x.ndim else x for x in flat]
+    if is_ufunc and not kw:
+        impl(*part, out=o[a:b], casting="unsafe")     # (as dispatch's astype of the result)
+    else:
+        o[a:b] = impl(*part, **kw)
+
+
+__all__ = ["for_signature", "MIN_CHUNK", "STATS"]
