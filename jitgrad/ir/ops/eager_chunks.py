@@ -98,7 +98,7 @@ def for_signature(impl, avals, out_aval, params):
     dtype = out_aval.dtype.np
 
     def chunked(*xs, **kw):
-        nt = min(settings.num_threads(), n // MIN_CHUNK)
+        nt = threads_for(n)
         if nt < 2 or np.geterr() != _DEFAULT_ERR:
             return impl(*xs, **kw)
         flat = []
@@ -112,29 +112,42 @@ def for_signature(impl, avals, out_aval, params):
         out = np.empty(shape, dtype)
         o = out.reshape(-1)
         bounds = [n * k // nt for k in range(nt + 1)]
-        done = []
-        _WORKERS.ensure(nt - 1)
-        for k in range(1, nt):
-            ev = _Done()
-            a, b = bounds[k], bounds[k + 1]
-            _WORKERS.tasks.put((_chunk, (impl, is_ufunc, flat, o, a, b, kw), {}, ev))
-            done.append(ev)
-        err = None
-        try:
-            _chunk(impl, is_ufunc, flat, o, 0, bounds[1], kw)
-        except BaseException as e:  # noqa: BLE001 - the workers still write into ``out``: wait for them first
-            err = e
-        for ev in done:
-            ev.wait()
-            if err is None and ev.error is not None:
-                err = ev.error
-        if err is not None:
-            raise err
+        run_split([(_chunk, (impl, is_ufunc, flat, o, bounds[k], bounds[k + 1], kw)) for k in range(nt)])
         STATS["chunked_calls"] += 1
         STATS["chunks"] += nt
         return out
     chunked.__name__ = f"chunked_{getattr(impl, '__name__', 'impl')}"
     return chunked
+
+
+def run_split(tasks) -> None:
+    """Run ``fn(*args)`` for each ``(fn, args)`` of ``tasks``, the first on this thread and the others on the
+    workers at once; returns when all are done, raising the first error (after every task has finished, so none
+    still writes into what the caller owns)."""
+    done = []
+    if len(tasks) > 1:
+        _WORKERS.ensure(len(tasks) - 1)
+    for fn, args in tasks[1:]:
+        ev = _Done()
+        _WORKERS.tasks.put((fn, args, {}, ev))
+        done.append(ev)
+    err = None
+    try:
+        fn, args = tasks[0]
+        fn(*args)
+    except BaseException as e:  # noqa: BLE001 - re-raised once the workers are done
+        err = e
+    for ev in done:
+        ev.wait()
+        if err is None and ev.error is not None:
+            err = ev.error
+    if err is not None:
+        raise err
+
+
+def threads_for(elements: int) -> int:
+    """How many threads an eager parallel call over ``elements`` elements uses (1: run it serially)."""
+    return max(1, min(settings.num_threads(), elements // MIN_CHUNK))
 
 
 def _chunk(impl, is_ufunc, flat, o, a, b, kw):
@@ -145,4 +158,4 @@ def _chunk(impl, is_ufunc, flat, o, a, b, kw):
         o[a:b] = impl(*part, **kw)
 
 
-__all__ = ["for_signature", "MIN_CHUNK", "STATS"]
+__all__ = ["for_signature", "run_split", "threads_for", "MIN_CHUNK", "STATS"]
