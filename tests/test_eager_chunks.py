@@ -120,3 +120,41 @@ def test_chunked_ops_after_fork(monkeypatch):
     p.start()
     p.join(60)
     assert p.exitcode == 0 and q.get(timeout=5) is True
+
+
+ROW_PROGRAMS = {
+    "softmax": lambda x: F.softmax(x, dim=-1),
+    "log_softmax_3d": lambda x: F.log_softmax(x.reshape(N, 8, 8), dim=1),
+    "layer_norm": lambda x: F.layer_norm(x, (64,)),
+    "sum_last": lambda x: x.sum(-1),
+    "amax_keep": lambda x: x.reshape(N, 4, 16).amax(dim=(1, 2), keepdim=True),
+    "cross_entropy_rows": lambda x: F.cross_entropy(x, jg.zeros(N, dtype=jg.int64), reduction="none"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROW_PROGRAMS))
+def test_row_ops_split_by_rows_give_the_serial_bits(monkeypatch, name):
+    a, _ = _data(4)
+    fn = ROW_PROGRAMS[name]
+
+    def run(threads):
+        monkeypatch.setattr(settings.STATE, "num_threads", threads)
+        x = jg.tensor(a, requires_grad=True)
+        y = fn(x)
+        y.backward(jg.tensor(np.random.default_rng(5).standard_normal(tuple(y.shape), dtype=np.float32)))
+        return y.detach().numpy(), x.grad.numpy()
+    ref = run(1)
+    before = eager_chunks.STATS["chunked_calls"]
+    got = run(2)
+    assert eager_chunks.STATS["chunked_calls"] > before
+    for g, r in zip(got, ref):
+        np.testing.assert_array_equal(g, r)
+
+
+def test_row_ops_over_the_leading_axis_stay_serial(monkeypatch):
+    a, _ = _data(4)
+    _threads(monkeypatch, 2)
+    x = jg.tensor(a)
+    before = eager_chunks.STATS["chunked_calls"]
+    F.softmax(x, dim=0), x.sum(0), x.sum()
+    assert eager_chunks.STATS["chunked_calls"] == before

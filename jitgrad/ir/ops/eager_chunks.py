@@ -120,6 +120,51 @@ def for_signature(impl, avals, out_aval, params):
     return chunked
 
 
+def _reduced_axes(params, ndim):
+    """The axes a reduce-family op works along, from its params (``axes``, ``axis`` or layer_norm's ``naxes``),
+    or None when they do not say."""
+    if "axes" in params:
+        return tuple(a % ndim for a in params["axes"])
+    if "axis" in params and type(params["axis"]) is int:
+        return (params["axis"] % ndim,)
+    if "naxes" in params:
+        return tuple(range(ndim - params["naxes"], ndim))
+    return None
+
+
+def for_rows(impl, avals, out_aval, params):
+    """The row-split form of a reduce-family ``impl`` (softmax, log_softmax and its vjp, layer_norm, sum, amax
+    over trailing axes) for this signature, or None.  Every input has one shape whose leading axis the op does
+    not reduce, so output rows ``[a, b)`` are the op on input rows ``[a, b)`` alone: the same bits."""
+    shape = tuple(avals[0].shape)
+    if len(shape) < 2 or shape[0] < 2 or any(tuple(a.shape) != shape for a in avals):
+        return None
+    n = math.prod(shape)
+    axes = _reduced_axes(params, len(shape))
+    if n < 2 * MIN_CHUNK or not axes or 0 in axes:
+        return None
+    rows, oshape, dtype = shape[0], tuple(out_aval.shape), out_aval.dtype.np
+    if not oshape or oshape[0] != rows:
+        return None
+
+    def row_chunked(*xs, **kw):
+        nt = min(threads_for(n), rows)
+        if nt < 2 or np.geterr() != _DEFAULT_ERR or not all(x.flags.c_contiguous for x in xs):
+            return impl(*xs, **kw)
+        out = np.empty(oshape, dtype)
+        bounds = [rows * k // nt for k in range(nt + 1)]
+        run_split([(_rows, (impl, xs, out, bounds[k], bounds[k + 1], kw)) for k in range(nt)])
+        STATS["chunked_calls"] += 1
+        STATS["chunks"] += nt
+        return out
+    row_chunked.__name__ = f"row_chunked_{getattr(impl, '__name__', 'impl')}"
+    return row_chunked
+
+
+def _rows(impl, xs, out, a, b, kw):
+    out[a:b] = impl(*(x[a:b] for x in xs), **kw)
+
+
 def run_split(tasks) -> None:
     """Run ``fn(*args)`` for each ``(fn, args)`` of ``tasks``, the first on this thread and the others on the
     workers at once; returns when all are done, raising the first error (after every task has finished, so none
@@ -158,4 +203,4 @@ def _chunk(impl, is_ufunc, flat, o, a, b, kw):
         o[a:b] = impl(*part, **kw)
 
 
-__all__ = ["for_signature", "run_split", "threads_for", "MIN_CHUNK", "STATS"]
+__all__ = ["for_signature", "for_rows", "run_split", "threads_for", "MIN_CHUNK", "STATS"]
