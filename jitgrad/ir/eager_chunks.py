@@ -26,7 +26,7 @@ import threading
 
 import numpy as np
 
-from .. import settings
+from . import settings
 
 # torch's grain (at::internal::GRAIN_SIZE) is 32768 elements per thread; a Python thread hand-off costs ~10 us, so
 # a chunk here is worth it from 64K float32 elements (~30 us of a ufunc): measured in BENCHMARKS.md
