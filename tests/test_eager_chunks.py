@@ -35,6 +35,9 @@ PROGRAMS = {
     "cast": lambda x, y: (x * 100).to(jg.int32).to(jg.float64) + y.double(),
     "zero_dim": lambda x, y: x * jg.tensor(3.0) + jg.tensor(1.0, dtype=jg.float64),
     "int": lambda x, y: (x * 10).long() // 3 + (y * 10).long() % 7,
+    "bias": lambda x, y: x * y[0] + y[1:2],
+    "mask_4d": lambda x, y: x.reshape(N, 1, 8, 8).expand(N, 2, 8, 8).contiguous().masked_fill(
+        jg.tril(jg.ones(8, 8)) == 0, float("-inf")),
 }
 
 
@@ -77,7 +80,7 @@ def test_what_stays_serial(monkeypatch):
     _threads(monkeypatch, 2)
     serial = {
         "small": lambda: jg.tensor(a[:10]) * 2.0,
-        "broadcast": lambda: x + jg.tensor(b[0]),
+        "broadcast along the first axis": lambda: jg.tensor(a[:1]).expand(N, 64) + x[:1],
         "not contiguous": lambda: x.t() * 2.0,
         "random": lambda: jg.rand(N, 64),
     }
