@@ -15,6 +15,14 @@ from jitgrad.ir import eager_chunks
 N = (3 * eager_chunks.MIN_CHUNK) // 64 + 7      # rows of 64: a size that does not split evenly
 
 
+@pytest.fixture(autouse=True)
+def _no_pacing(monkeypatch):
+    """Split calls are counted here, so a loaded test machine must not switch them to serial (the pacer has a
+    test of its own)."""
+    monkeypatch.setattr(eager_chunks._PACER, "left", 0)
+    monkeypatch.setattr(eager_chunks._Pacer, "SLOW", float("inf"))
+
+
 def _threads(monkeypatch, n):
     monkeypatch.setattr(settings.STATE, "num_threads", n)
 
@@ -176,3 +184,20 @@ def test_random_draws_split_between_threads_give_the_serial_bits(monkeypatch):
     two = draw(2)
     for a, b in zip(one, two):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_late_worker_makes_the_next_calls_serial(monkeypatch):
+    """A split call whose workers finish long after the caller's own chunk (a core taken by another process)
+    runs the next ``HOLD`` calls on one thread, then tries again; a retry that is slow again holds twice as long."""
+    import time
+    monkeypatch.setattr(eager_chunks._Pacer, "SLOW", 2.5)
+    monkeypatch.setattr(eager_chunks, "_PACER", eager_chunks._Pacer())
+    _threads(monkeypatch, 2)
+    n = 4 * eager_chunks.MIN_CHUNK
+    assert eager_chunks.threads_for(n) == 2
+    eager_chunks.run_split([(lambda: None, ()), (time.sleep, (0.05,))])
+    hold = eager_chunks._Pacer.HOLD
+    assert [eager_chunks.threads_for(n) for _ in range(hold)] == [1] * hold
+    assert eager_chunks.threads_for(n) == 2
+    eager_chunks.run_split([(lambda: None, ()), (time.sleep, (0.05,))])
+    assert eager_chunks._PACER.left == 2 * hold

@@ -16,6 +16,8 @@ element's index), or a non-default ``np.errstate`` (it is per thread: a worker w
 Threads: ``settings.num_threads()`` (``torch.set_num_threads``), the knob the compiled kernels and eager BLAS
 follow; the helpers are Python threads started on first use and again after a fork.  A chunked op never runs
 beside a BLAS call of ours (eager ops run one at a time per thread), so the two never oversubscribe the cores.
+A split call that waits long for its workers (another process holds a core) makes the next calls serial for a
+while (``_Pacer``, the policy eager BLAS follows too).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import math
 import os
 import queue
 import threading
+import time
 
 import numpy as np
 
@@ -32,7 +35,7 @@ from . import settings
 # a chunk here is worth it from 64K float32 elements (~30 us of a ufunc): measured in BENCHMARKS.md
 MIN_CHUNK = int(os.environ.get("JITGRAD_EAGER_MIN_CHUNK", 1 << 16))
 _DEFAULT_ERR = {"divide": "warn", "over": "warn", "under": "ignore", "invalid": "warn"}
-STATS = {"chunked_calls": 0, "chunks": 0}       # counted, for tests
+STATS = {"chunked_calls": 0, "chunks": 0, "contended": 0}       # counted, for tests
 
 
 class _Workers:
@@ -203,6 +206,30 @@ def _rows(impl, xs, out, a, b, kw):
     out[a:b] = impl(*(x[a:b] for x in xs), **kw)
 
 
+class _Pacer:
+    """Serial for a while after a split call waited long for its workers: another process holds a core, and a
+    chunk there finishes a scheduler slice late (ir/ops/blas.BlasPacer's policy for BLAS threads: ``HOLD`` calls,
+    doubled each time a retry is slow again, at most ``MAX_HOLD``)."""
+    SLOW = 2.5          # the whole call against the caller's own chunk (equal chunks: about 1 when cores are free)
+    HOLD = 32
+    MAX_HOLD = 1024
+
+    def __init__(self):
+        self.left = 0
+        self.hold = self.HOLD
+
+    def note(self, own: float, whole: float) -> None:
+        if whole > self.SLOW * own + 50e-6:
+            self.left = self.hold
+            self.hold = min(self.hold * 2, self.MAX_HOLD)
+            STATS["contended"] += 1
+        else:
+            self.hold = self.HOLD
+
+
+_PACER = _Pacer()
+
+
 def run_split(tasks) -> None:
     """Run ``fn(*args)`` for each ``(fn, args)`` of ``tasks``, the first on this thread and the others on the
     workers at once; returns when all are done, raising the first error (after every task has finished, so none
@@ -210,6 +237,7 @@ def run_split(tasks) -> None:
     done = []
     if len(tasks) > 1:
         _WORKERS.ensure(len(tasks) - 1)
+    t0 = time.perf_counter()
     for fn, args in tasks[1:]:
         ev = _Done()
         _WORKERS.tasks.put((fn, args, {}, ev))
@@ -220,17 +248,25 @@ def run_split(tasks) -> None:
         fn(*args)
     except BaseException as e:  # noqa: BLE001 - re-raised once the workers are done
         err = e
+    t1 = time.perf_counter()
     for ev in done:
         ev.wait()
         if err is None and ev.error is not None:
             err = ev.error
     if err is not None:
         raise err
+    _PACER.note(t1 - t0, time.perf_counter() - t0)
 
 
 def threads_for(elements: int) -> int:
     """How many threads an eager parallel call over ``elements`` elements uses (1: run it serially)."""
-    return max(1, min(settings.num_threads(), elements // MIN_CHUNK))
+    n = min(settings.num_threads(), elements // MIN_CHUNK)
+    if n < 2:
+        return 1
+    if _PACER.left:
+        _PACER.left -= 1
+        return 1
+    return n
 
 
 def _chunk(impl, is_ufunc, flat, o, a, b, kw):
