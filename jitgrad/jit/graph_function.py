@@ -20,6 +20,7 @@ from ..ir.passes import dce, run_pipeline, transpose, active_vars
 from ..tracer import Trace, STATE as _TR
 from ..runtime import grad_mode, profiler_state
 from ..runtime.dual import transpose_vjp
+from ..runtime.graph_hooks import RUNNING as _RUNNING
 from ..runtime.node import Node
 from ..runtime.tensor import Tensor
 from .device_exec import execute_on_device, on_device
@@ -176,15 +177,25 @@ class CompiledBackward(Node):
                     f"is at version {t._vc[0]}; expected version {v} instead. Hint: the compiled function's "
                     "backward reads this output's buffer; modify a clone instead.")
         plan = self.plan
+        # the inputs this backward pass reaches (autograd.grad(u, x) with parameters requiring grad too: only the
+        # cotangent of x); the others' cotangents are not computed, as eager nodes compute only what is needed
+        running = _RUNNING.nodes
+        present = plan.transposed.present
+        keep = tuple(p and (running is None or c in running) for p, (c, _) in zip(present, self.next_functions))
+        bwd = plan.backward_fn(keep)
         if grad_mode.STATE.grad_enabled:
-            # create_graph: residuals as differentiable functions of the inputs, recomputed
-            res = plan.residual_fn()(self.saved) if plan.transposed.residuals else []
+            # create_graph: the residuals the backward reads, as differentiable functions of the inputs, recomputed;
+            # those it does not read are passed as saved
+            res = [Tensor._make(a) for a in self.residuals]
+            used = plan.residuals_read(keep)
+            if used:
+                for k, t in zip(used, plan.residual_fn(used)(self.saved)):
+                    res[k] = t
         else:
             res = [Tensor._make(a) for a in self.residuals]
-        outs = plan.backward_fn()(list(grads) + list(res))
+        outs = bwd(list(grads) + res)
         it = iter(outs)
-        full = [next(it) if p else None for p in plan.transposed.present]
-        return tuple(full)
+        return tuple(next(it) if k else None for k in keep)
 
     def release(self):
         self._freed = True
@@ -207,27 +218,57 @@ class _Plan:
         self.fwd = Graph(g.inputs, g.eqns, list(g.outputs) + list(self.transposed.residuals))
         gf.stats_add("transpose_seconds", time.perf_counter() - t0)
         self._bwd = None
-        self._res = None
+        self._bwd_kept = {}     # keep mask -> the backward computing only those cotangents
+        self._read = {}         # keep mask -> the residuals its backward reads
+        self._res = {}          # residual indices -> their recomputation
         self.residual_alias = [g.inputs.index(r) for r in self.transposed.residuals if r in set(g.inputs)]
         self.saved_outs = _outputs_sharing_residuals(g, self.transposed.residuals)
 
-    def backward_fn(self) -> "GraphFunction":
-        if self._bwd is None:
-            t = self.transposed
-            bwd = run_pipeline(t.bwd, f"{self.gf.name} backward")
-            self._bwd = GraphFunction(bwd, [True] * len(bwd.outputs), self.gf.backend, self.gf.name + "_bwd",
-                                      stats=self.gf.stats, parallel=self.gf.parallel,
-                                      disk_cache=self.gf.disk_cache, background=self.gf.background)
-        return self._bwd
+    def backward_fn(self, keep=None) -> "GraphFunction":
+        """The backward graph as a GraphFunction; ``keep`` (per ``transposed.present``): only those cotangents
+        (the others' eqns dropped), in order."""
+        t = self.transposed
+        if keep is None or keep == tuple(t.present):
+            if self._bwd is None:
+                self._bwd = self._function(run_pipeline(t.bwd, f"{self.gf.name} backward"), "_bwd")
+            return self._bwd
+        f = self._bwd_kept.get(keep)
+        if f is None:
+            outs = [v for v, k in zip(t.bwd.outputs, (k for p, k in zip(t.present, keep) if p)) if k]
+            g = dce(Graph(t.bwd.inputs, t.bwd.eqns, outs))
+            f = self._bwd_kept[keep] = self._function(run_pipeline(g, f"{self.gf.name} backward"), "_bwd")
+        return f
 
-    def residual_fn(self) -> "GraphFunction":
-        if self._res is None:
+    def residuals_read(self, keep) -> tuple:
+        """Indices of the residuals the backward ``backward_fn(keep)`` reads."""
+        hit = self._read.get(keep)
+        if hit is None:
+            g = self.backward_fn(keep).graph
+            read = {v for e in g.eqns for v in e.ins if isinstance(v, Var)} | \
+                {v for v in g.outputs if isinstance(v, Var)}
+            res_inputs = g.inputs[self.transposed.n_ct:]
+            hit = self._read[keep] = tuple(k for k, v in enumerate(res_inputs) if v in read)
+        return hit
+
+    def residual_fn(self, used=None) -> "GraphFunction":
+        """The residuals (those of ``used``, by index: all when None) as a GraphFunction of the inputs."""
+        res = list(self.transposed.residuals)
+        used = tuple(range(len(res))) if used is None else tuple(used)
+        f = self._res.get(used)
+        if f is None:
             g = self.gf.graph
-            rg = dce(Graph(g.inputs, g.eqns, list(self.transposed.residuals)))
-            self._res = GraphFunction(rg, [True] * len(rg.outputs), self.gf.backend, self.gf.name + "_res",
-                                      stats=self.gf.stats, parallel=self.gf.parallel,
-                                      disk_cache=self.gf.disk_cache, background=self.gf.background)
-        return self._res
+            f = self._res[used] = self._function(dce(Graph(g.inputs, g.eqns, [res[k] for k in used])), "_res")
+        return f
+
+    def functions(self) -> list:
+        """The backward and residual GraphFunctions made so far."""
+        return ([self._bwd] if self._bwd is not None else []) + list(self._bwd_kept.values()) + \
+            list(self._res.values())
+
+    def _function(self, g, suffix) -> "GraphFunction":
+        return GraphFunction(g, [True] * len(g.outputs), self.gf.backend, self.gf.name + suffix,
+                             stats=self.gf.stats, parallel=self.gf.parallel, disk_cache=self.gf.disk_cache,
+                             background=self.gf.background)
 
 
 class GraphFunction:
@@ -252,16 +293,13 @@ class GraphFunction:
         if self.backend != "numba":
             return True
         ok = True
-        graphs = [self.graph] + [g for p in self._plans.values()
-                                 for g in (p.fwd, p._bwd.graph if p._bwd is not None else None,
-                                           p._res.graph if p._res is not None else None) if g is not None]
+        graphs = [self.graph] + [p.fwd for p in self._plans.values()]
         for g in graphs:
             for cg in g.compiled.values():
                 ok = cg.wait(timeout) and ok
         for p in self._plans.values():
-            for sub in (p._bwd, p._res):
-                if sub is not None:
-                    ok = sub.wait(timeout) and ok
+            for sub in p.functions():       # (each waits for its own graphs)
+                ok = sub.wait(timeout) and ok
         return ok
 
     def stats_add(self, key, v):
