@@ -628,11 +628,11 @@ def child_step_main(build, key, unpinned=False, check_steps=4):
 def fresh_process_table(bench, script, configs, only=None, unpinned=False) -> dict:
     """Run each configuration ``(row name, child key, row kind, module it needs)`` as ``script --child key`` in a
     fresh process (:func:`fresh_process_result`) and add its row to ``bench``.  The first configuration that ran
-    gives the reference losses (``bench.tol`` per quantity); a configuration whose module is missing is skipped.
-    Returns the results by row name."""
+    gives the reference losses (``bench.tol`` per quantity; the first configuration, PyTorch eager, runs whatever
+    ``only`` selects); a configuration whose module is missing is skipped.  Returns the results by row name."""
     results = {}
-    for name, key, kind, needs in configs:
-        if only and only not in name and only not in key:
+    for n, (name, key, kind, needs) in enumerate(configs):
+        if n and only and only not in name and only not in key:
             continue
         if not have(needs):
             bench.skip(name, kind, f"{needs} not installed")

@@ -3,7 +3,8 @@
 Called on inputs that require grad (with grad mode on), the forward also returns the residuals its
 transposed graph reads, and each differentiable output gets a ``CompiledFunctionBackward`` node.  That
 node runs the backward graph as another GraphFunction, so with ``create_graph=True`` the backward is itself
-differentiable (the residuals are then recomputed by a differentiable GraphFunction of the inputs): any order.
+differentiable (the residuals it reads then get the residual graph's backward as their node, reading the saved
+values, or are recomputed by that graph as a differentiable GraphFunction of the inputs): any order.
 """
 from __future__ import annotations
 
@@ -189,7 +190,7 @@ class CompiledBackward(Node):
             res = [Tensor._make(a) for a in self.residuals]
             used = plan.residuals_read(keep)
             if used:
-                for k, t in zip(used, plan.residual_fn(used)(self.saved)):
+                for k, t in zip(used, plan.differentiable_residuals(used, self.saved, self.residuals)):
                     res[k] = t
         else:
             res = [Tensor._make(a) for a in self.residuals]
@@ -221,6 +222,7 @@ class _Plan:
         self._bwd_kept = {}     # keep mask -> the backward computing only those cotangents
         self._read = {}         # keep mask -> the residuals its backward reads
         self._res = {}          # residual indices -> their recomputation
+        self._saved_at = {}     # residual indices -> where their graph's own residuals are among the saved values
         self.residual_alias = [g.inputs.index(r) for r in self.transposed.residuals if r in set(g.inputs)]
         self.saved_outs = _outputs_sharing_residuals(g, self.transposed.residuals)
 
@@ -259,6 +261,29 @@ class _Plan:
             g = self.gf.graph
             f = self._res[used] = self._function(dce(Graph(g.inputs, g.eqns, [res[k] for k in used])), "_res")
         return f
+
+    def differentiable_residuals(self, used, inputs, arrays) -> list:
+        """The residuals of ``used`` (their saved ``arrays``) as differentiable functions of ``inputs``, for a
+        backward with ``create_graph``.  Their node is the residual graph's backward; when it reads only values
+        this forward saved (an MLP's activations, the weights), the saved arrays serve it: nothing is recomputed.
+        Otherwise the residuals are recomputed by that graph."""
+        f = self.residual_fn(used)
+        rplan = f.grad_plan(inputs)
+        if rplan is None:
+            return f(inputs, None)
+        at = self._saved_at.get(used)
+        if at is None:
+            g = self.gf.graph
+            where = {v: ("in", i) for i, v in enumerate(g.inputs)}
+            where.update({v: ("res", j) for j, v in enumerate(self.transposed.residuals) if isinstance(v, Var)})
+            at = self._saved_at[used] = [where.get(v) for v in rplan.transposed.residuals]
+        if any(w is None for w in at):
+            return f(inputs, rplan)
+        saved = [inputs[i]._data if kind == "in" else arrays[i] for kind, i in at]
+        out_arrays = [arrays[k] for k in used]
+        outs = [Tensor._make(a) for a in out_arrays]
+        _attach_node(rplan, inputs, outs, out_arrays, saved)
+        return outs
 
     def functions(self) -> list:
         """The backward and residual GraphFunctions made so far."""
@@ -373,29 +398,35 @@ class GraphFunction:
                          self.background, self.stats)
         n = len(self.graph.outputs)
         outs = self._wrap(allout[:n])
-        wrt = plan.wrt_idx
-        nf = tuple((inputs[i].grad_fn, inputs[i]._out_nr) if inputs[i].grad_fn is not None
-                   else (inputs[i]._accumulator(), 0) for i in wrt)
-        node = CompiledBackward(_CompiledOp("CompiledFunctionBackward"), {}, nf, (True,) * len(wrt))
-        node.plan = plan
-        node.saved = list(inputs)
-        node.residuals = allout[n:]
-        node.saved_versions = [(inputs[i], inputs[i]._vc[0]) for i in plan.residual_alias]
-        node.input_versions = [(t, t._vc[0]) for t in inputs]
-        node.saved_outputs = _saved_outputs(plan, outs, allout[:n], allout[n:])
-        node.inputs = node.outputs = ()
-        node.versions = node.out_versions = None
-        node.shapes = tuple(t.shape for t in inputs)
-        node.dtypes = tuple(t.dtype for t in inputs)
-        node.loc = None
-        meta = []
-        for j, k in enumerate(plan.diff_outs):
-            o = outs[k]
-            o.grad_fn = node
-            o._out_nr = j
-            meta.append((o.shape, o.dtype))
-        node.out_meta = tuple(meta)
+        _attach_node(plan, inputs, outs, allout[:n], allout[n:])
         return outs
+
+
+def _attach_node(plan, inputs, outs, out_arrays, residuals):
+    """Give ``outs`` (the Tensors of ``plan``'s graph's outputs on ``inputs``) their ``CompiledBackward`` node: the
+    backward of ``plan`` reading ``residuals`` (arrays)."""
+    wrt = plan.wrt_idx
+    nf = tuple((inputs[i].grad_fn, inputs[i]._out_nr) if inputs[i].grad_fn is not None
+               else (inputs[i]._accumulator(), 0) for i in wrt)
+    node = CompiledBackward(_CompiledOp("CompiledFunctionBackward"), {}, nf, (True,) * len(wrt))
+    node.plan = plan
+    node.saved = list(inputs)
+    node.residuals = residuals
+    node.saved_versions = [(inputs[i], inputs[i]._vc[0]) for i in plan.residual_alias]
+    node.input_versions = [(t, t._vc[0]) for t in inputs]
+    node.saved_outputs = _saved_outputs(plan, outs, out_arrays, residuals)
+    node.inputs = node.outputs = ()
+    node.versions = node.out_versions = None
+    node.shapes = tuple(t.shape for t in inputs)
+    node.dtypes = tuple(t.dtype for t in inputs)
+    node.loc = None
+    meta = []
+    for j, k in enumerate(plan.diff_outs):
+        o = outs[k]
+        o.grad_fn = node
+        o._out_nr = j
+        meta.append((o.shape, o.dtype))
+    node.out_meta = tuple(meta)
 
 
 def _saved_outputs(plan, outs, out_arrays, residuals):
