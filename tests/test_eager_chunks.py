@@ -1,4 +1,4 @@
-"""Big eager elementwise ops split between threads (ir/ops/eager_chunks.py): the same bits as one thread, at
+"""Big eager elementwise ops split between threads (ir/eager_chunks.py): the same bits as one thread, at
 every thread count; the cases that must stay serial stay serial (counted with ``STATS``, never timed)."""
 
 import multiprocessing
@@ -10,7 +10,7 @@ import pytest
 import jitgrad as jg
 import jitgrad.nn.functional as F
 from jitgrad.ir import settings
-from jitgrad.ir.ops import eager_chunks
+from jitgrad.ir import eager_chunks
 
 N = (3 * eager_chunks.MIN_CHUNK) // 64 + 7      # rows of 64: a size that does not split evenly
 
@@ -35,6 +35,9 @@ PROGRAMS = {
     "cast": lambda x, y: (x * 100).to(jg.int32).to(jg.float64) + y.double(),
     "zero_dim": lambda x, y: x * jg.tensor(3.0) + jg.tensor(1.0, dtype=jg.float64),
     "int": lambda x, y: (x * 10).long() // 3 + (y * 10).long() % 7,
+    "bias": lambda x, y: x * y[0] + y[1:2],
+    "mask_4d": lambda x, y: x.reshape(N, 1, 8, 8).expand(N, 2, 8, 8).contiguous().masked_fill(
+        jg.tril(jg.ones(8, 8)) == 0, float("-inf")),
 }
 
 
@@ -77,7 +80,7 @@ def test_what_stays_serial(monkeypatch):
     _threads(monkeypatch, 2)
     serial = {
         "small": lambda: jg.tensor(a[:10]) * 2.0,
-        "broadcast": lambda: x + jg.tensor(b[0]),
+        "broadcast along the first axis": lambda: jg.tensor(a[:1]).expand(N, 64) + x[:1],
         "not contiguous": lambda: x.t() * 2.0,
         "random": lambda: jg.rand(N, 64),
     }
@@ -158,3 +161,18 @@ def test_row_ops_over_the_leading_axis_stay_serial(monkeypatch):
     before = eager_chunks.STATS["chunked_calls"]
     F.softmax(x, dim=0), x.sum(0), x.sum()
     assert eager_chunks.STATS["chunked_calls"] == before
+
+
+def test_random_draws_split_between_threads_give_the_serial_bits(monkeypatch):
+    """Philox's rounds run by chunk on several threads: every element is computed alone, so the draw is the same."""
+    def draw(threads):
+        monkeypatch.setattr(settings.STATE, "num_threads", threads)
+        g = jg.Generator().manual_seed(123)
+        return [jg.rand(N, 64, generator=g).numpy(), jg.randn(N, 32, generator=g, dtype=jg.float64).numpy(),
+                F.dropout(jg.ones(N, 64), 0.3, True).numpy()]
+    jg.manual_seed(7)
+    one = draw(1)
+    jg.manual_seed(7)
+    two = draw(2)
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a, b)

@@ -167,7 +167,7 @@ def test_fused_and_foreach_keywords_as_torch(name):
 def test_multi_tensor_split_between_threads_bit_identical(monkeypatch, make):
     """Big parameters: the update is split between eager threads by parameter; the bits are those of one thread."""
     from jitgrad.ir import settings
-    from jitgrad.ir.ops.eager_chunks import MIN_CHUNK
+    from jitgrad.ir.eager_chunks import MIN_CHUNK
 
     def run(threads):
         monkeypatch.setattr(settings.STATE, "num_threads", threads)

@@ -26,7 +26,7 @@ import threading
 
 import numpy as np
 
-from .. import settings
+from . import settings
 
 # torch's grain (at::internal::GRAIN_SIZE) is 32768 elements per thread; a Python thread hand-off costs ~10 us, so
 # a chunk here is worth it from 64K float32 elements (~30 us of a ufunc): measured in BENCHMARKS.md
@@ -80,20 +80,33 @@ if hasattr(os, "register_at_fork"):
 
 def for_signature(impl, avals, out_aval, params):
     """The chunked form of ``impl`` for this signature (input avals -> ``out_aval``), or None when the op's
-    output is too small to split or no input has the output's shape."""
+    output is too small to split or no input has its leading size.
+
+    Inputs of the output's shape (and 0-d ones) are split by element; with broadcasting (a bias, a mask of
+    ``(1, 1, T, T)``), the output is split along its first axis instead: an input whose first axis is the
+    output's is sliced with it, one that broadcasts along it (size 1, or fewer dims) goes whole to every chunk."""
     shape = tuple(out_aval.shape)
     n = math.prod(shape)
     if n < 2 * MIN_CHUNK or not shape:
         return None
-    full = False
+    full = by_rows = False
     for a in avals:
         s = tuple(a.shape)
         if s == shape:
             full = True
         elif s != () and not a.weak:
-            return None         # broadcasting: the slices would not line up
-    if not full:
-        return None
+            by_rows = True
+            if len(s) == len(shape) and s[0] not in (1, shape[0]):
+                return None
+    if not full and not by_rows:
+        return None       # no input of the output's size (random draws: their values depend on the index)
+    if by_rows:
+        if shape[0] < 2:
+            return None
+        sliced = tuple(len(a.shape) == len(shape) and a.shape[0] == shape[0] for a in avals)
+        if not any(sliced):
+            return None
+        return _by_rows(impl, shape, n, out_aval.dtype.np, sliced)
     is_ufunc = isinstance(impl, np.ufunc) and impl.nout == 1
     dtype = out_aval.dtype.np
 
@@ -118,6 +131,31 @@ def for_signature(impl, avals, out_aval, params):
         return out
     chunked.__name__ = f"chunked_{getattr(impl, '__name__', 'impl')}"
     return chunked
+
+
+def _by_rows(impl, shape, n, dtype, sliced):
+    """A broadcasting elementwise op split along the output's first axis (``sliced``: which inputs go with it)."""
+    rows = shape[0]
+
+    def row_chunked(*xs, **kw):
+        nt = min(threads_for(n), rows)
+        if nt < 2 or np.geterr() != _DEFAULT_ERR:
+            return impl(*xs, **kw)
+        for x in xs:
+            if type(x) is np.ndarray and x.ndim and not x.flags.c_contiguous:
+                return impl(*xs, **kw)      # (the serial result's layout would follow the input's)
+        out = np.empty(shape, dtype)
+        bounds = [rows * k // nt for k in range(nt + 1)]
+        run_split([(_row_slices, (impl, xs, sliced, out, bounds[k], bounds[k + 1], kw)) for k in range(nt)])
+        STATS["chunked_calls"] += 1
+        STATS["chunks"] += nt
+        return out
+    row_chunked.__name__ = f"row_chunked_{getattr(impl, '__name__', 'impl')}"
+    return row_chunked
+
+
+def _row_slices(impl, xs, sliced, out, a, b, kw):
+    out[a:b] = impl(*(x[a:b] if s else x for x, s in zip(xs, sliced)), **kw)
 
 
 def _reduced_axes(params, ndim):
