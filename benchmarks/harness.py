@@ -34,7 +34,7 @@ import numpy as np
 
 # what the machine has and is doing (installed modules, memory, other processes' CPU load): machine.py; scripts
 # read these through the harness (H.have, H.rss_kb, ...)
-from machine import (QUIET, _version, contended, cpu_stall_us, cpu_ticks, foreign_load, have,  # noqa: F401
+from machine import (ONE_THREAD_ENV, QUIET, _version, contended, cpu_stall_us, cpu_ticks, foreign_load, have,  # noqa: F401
                      peak_rss_kb, reset_peak_rss, rss_kb, wait_quiet)
 
 SCALE = float(os.environ.get("JITGRAD_BENCH_SCALE", "1") or 1)
@@ -384,6 +384,17 @@ class Bench:
         self.rows.append(row)
         return row
 
+    def add_child(self, name, kind, result: dict, note=""):
+        """A row from a fresh process's result (:func:`child_step_result`): its median, first call and runs, its
+        error, and its checked quantities (``result["checks"]``) against :attr:`reference`."""
+        row = self.add(name, kind, None if result.get("median_ms") is None else result["median_ms"] / 1e3, note)
+        row.first = result.get("first_call_s")
+        row.runs = result.get("runs", 0)
+        row.error = result.get("error")
+        if result.get("checks"):
+            self._check(row, result["checks"])
+        return row
+
     def _check(self, row, got: dict):
         for q, val in got.items():
             if q not in self.reference:
@@ -527,6 +538,135 @@ def run_child(args, env=None, timeout=600):
     if p.returncode != 0 and res is None:
         res = {"error": f"exit {p.returncode}: " + (out.strip().splitlines() or ["?"])[-1]}
     return wall, res, out[-2000:]
+
+
+def pin_to_one_core():
+    """Pin every thread of this process to one core: XLA:CPU runs independent operations of a jitted step on its
+    thread pool whatever ``XLA_FLAGS`` says."""
+    core = min(os.sched_getaffinity(0))
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), {core})
+        except OSError:         # a thread that has exited meanwhile
+            pass
+
+
+def child_step_result(build, check=None, steps=30, warmup=5, pin=True) -> dict:
+    """Time one training step in this (fresh) process.  ``build()`` returns ``call`` or ``(call, sync)``, where
+    ``call()`` runs one step and returns the loss at the parameters it started from.  The first call is timed
+    alone (tracing and compiling included, on every core), then after ``warmup - 1`` more calls ``steps`` timed
+    ones, pinned to one core unless ``pin`` is False.  ``check()``, run afterwards, returns quantities to
+    compare across processes (a fresh float64 copy of the step's losses).  Returns a JSON-able dict: median_ms,
+    first_call_s, runs, loss_0, loss_after, cpu_per_wall, peak_rss_mb, checks, or error (first line of the
+    exception, for a configuration that raises: that is a result too)."""
+    res = {}
+    try:
+        made = build()
+        call, sync = made if isinstance(made, tuple) else (made, None)
+        sync = sync or (lambda: None)
+        t0 = time.perf_counter()
+        res["loss_0"] = float(call())
+        sync()
+        res["first_call_s"] = round(time.perf_counter() - t0, 4)
+        if pin and hasattr(os, "sched_setaffinity"):
+            pin_to_one_core()
+        res["loss_after"] = float(call())
+        for _ in range(warmup - 2):
+            call()
+        sync()
+        times = []
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        for _ in range(steps):
+            t = time.perf_counter()
+            call()
+            sync()
+            times.append(time.perf_counter() - t)
+        res["cpu_per_wall"] = round((time.process_time() - cpu0) / (time.perf_counter() - wall0), 2)
+        res["median_ms"] = round(float(np.median(times)) * 1e3, 4)
+        res["runs"] = steps
+        checks = {"loss float32": [res["loss_0"], res["loss_after"]]}
+        if check is not None:
+            checks.update({q: [float(v) for v in np.ravel(to_numpy(val))] for q, val in check().items()})
+        res["checks"] = checks
+    except Exception as e:  # noqa: BLE001 - a configuration that raises is a result
+        res["error"] = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+    res["peak_rss_mb"] = round((peak_rss_kb() or 0) / 1024, 1)
+    return res
+
+
+def fresh_process_result(script, args, timeout=1800) -> dict:
+    """Run ``python script args...`` with one thread everywhere and empty jitgrad, Numba and inductor caches (so
+    the first call is a cold build); the last JSON line it prints, or an error."""
+    import shutil
+    import tempfile
+    cache = tempfile.mkdtemp(prefix="jitgrad-bench-")
+    try:
+        env = dict(ONE_THREAD_ENV, JITGRAD_CACHE_DIR=os.path.join(cache, "jitgrad"),
+                   NUMBA_CACHE_DIR=os.path.join(cache, "numba"),
+                   TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"))
+        wall, res, tail = run_child([os.path.abspath(script), *args], env=env, timeout=timeout)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    if res is None:
+        res = {"error": (tail.strip().splitlines() or ["no output"])[-1]}
+    res["process_s"] = round(wall, 2)
+    return res
+
+
+def child_step_main(build, key, unpinned=False, check_steps=4):
+    """A fresh process's side of :func:`fresh_process_table`: ``build(key, dtype)`` makes the configuration's step
+    (see :func:`child_step_result`); float32 is timed, then a fresh float64 copy runs ``check_steps`` steps whose
+    losses are compared across configurations.  Prints one JSON line."""
+    def check():
+        made = build(key, np.float64)
+        call = made[0] if isinstance(made, tuple) else made
+        return {"loss float64": [float(call()) for _ in range(check_steps)]}
+    res = child_step_result(lambda: build(key, np.float32), check=check, pin=not unpinned)
+    print(json.dumps(dict(res, key=key)), flush=True)
+
+
+def fresh_process_table(bench, script, configs, only=None, unpinned=False) -> dict:
+    """Run each configuration ``(row name, child key, row kind, module it needs)`` as ``script --child key`` in a
+    fresh process (:func:`fresh_process_result`) and add its row to ``bench``.  The first configuration that ran
+    gives the reference losses (``bench.tol`` per quantity; the first configuration, PyTorch eager, runs whatever
+    ``only`` selects); a configuration whose module is missing is skipped.  Returns the results by row name."""
+    results = {}
+    for n, (name, key, kind, needs) in enumerate(configs):
+        if n and only and only not in name and only not in key:
+            continue
+        if not have(needs):
+            bench.skip(name, kind, f"{needs} not installed")
+            continue
+        print(f"  .. {name}", flush=True)
+        res = fresh_process_result(script, ["--child", key] + ["--unpinned"] * unpinned)
+        results[name] = res
+        if not bench.reference and res.get("checks"):
+            bench.reference = {q: np.asarray(v, np.float64) for q, v in res["checks"].items()}
+            bench.note(f"losses checked against {name}'s in the same run (float64, {len(res['checks'].get('loss float64', []))} steps: "
+                       f"{res['checks'].get('loss float64')})")
+        note = f"process {res.get('process_s', 0):.1f} s, peak RSS {res.get('peak_rss_mb', 0):.0f} MB"
+        if res.get("cpu_per_wall") is not None:
+            note += f", CPU/wall {res['cpu_per_wall']}"
+        bench.add_child(name, kind, res, note)
+    bench.note("each row a fresh process, one thread, cold caches; first call = tracing and building included; "
+               f"timed steps {'on any core' if unpinned else 'pinned to one core'}")
+    return results
+
+
+def ratio_targets(bench, names, limits, first_s=None):
+    """Targets "row <= limit x baseline row" for each row of ``names`` and ``limits`` ``{baseline name: limit}``,
+    and its first call <= ``first_s``; rows or baselines that did not run are left out."""
+    for name in names:
+        row = bench.row(name)
+        if row is None or row.median is None:
+            continue
+        for base_name, limit in limits.items():
+            base = bench.row(base_name)
+            if base is not None and base.median:
+                bench.target(f"{name} <= {limit}x {base_name}", row.median <= limit * base.median,
+                             f"{row.median / base.median:.2f}x")
+        if first_s is not None and row.first is not None:
+            bench.target(f"{name}: first call cold <= {first_s:g} s", row.first <= first_s, f"{row.first:.2f} s")
 
 
 def mlp_data(B, D, H, C, seed=0):

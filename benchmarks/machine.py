@@ -12,6 +12,11 @@ import os
 import time
 
 QUIET = float(os.environ.get("JITGRAD_BENCH_QUIET", "0.3") or 0.3)             # CPUs of background load
+# one thread everywhere (fresh benchmark processes): set before NumPy, torch or JAX start their thread pools, so
+# this module imports none of them
+ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                  "NUMBA_NUM_THREADS": "1", "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false",
+                  "JITGRAD_BACKGROUND_COMPILE": "0"}
 
 
 # ------------------------------------------------------------------------------------------------ installed

@@ -41,10 +41,10 @@ from .signatures import (Signatures, _is_tensor_or_float, _shared_memory, _stati
                          distinct, state_read_only, writes_alias, writes_read_only, written_roots)
 from ..tracer import trace as _trace_mod
 from ..runtime.tensor import Tensor
-from ..runtime import profiler_state
+from ..runtime import forward_state, profiler_state
 from ..runtime.devices import backend_of_payload
 
-_PROF = profiler_state.STATE
+_PROF, _FS = profiler_state.STATE, forward_state.STATE
 _EAGER = object()       # _call_locked's answer: run the function eagerly (after releasing the lock)
 
 # torch._dynamo.config.recompile_limit: past this many traces of one function, new signatures run eagerly
@@ -153,8 +153,8 @@ class CompiledFunction(Introspection, Signatures):
 
     def _call(self, args, kwargs):
         self.stats["calls"] += 1
-        if _TR.active is not None:      # called while another function is being traced: trace through it
-            return self.fn(*args, **kwargs)
+        if _TR.active is not None or _FS.active is not None:     # traced by a caller: trace through it; a dual
+            return self.fn(*args, **kwargs)     # level open (func.jvp): only eager ops carry its tangents through
         with _trace_mod.TRACE_LOCK:     # no call reads a tensor another thread is tracing
             r = self._call_locked(args, kwargs)
         if r is _EAGER:                 # outside the lock: eager code may wait on other threads' compiled calls
@@ -378,7 +378,7 @@ class CompiledFunction(Introspection, Signatures):
     def _build(self, e: _Entry, raw: Graph, out_diff):
         e.raw_graph = raw
         with _phase("compile/passes"):
-            e.graph = run_pipeline(raw, getattr(self.fn, "__name__", "compiled"))
+            e.graph = run_pipeline(raw, getattr(self.fn, "__name__", "compiled"), transposable=any(out_diff))
         # payload write-backs happen inside the call (into the inputs' buffers); those outputs stay arrays
         e.talks = build_policy.collectives(e.graph, getattr(self.fn, "__name__", "compiled"))
         e.gf = GraphFunction(e.graph, out_diff, self.backend, getattr(self.fn, "__name__", "compiled"),

@@ -3,7 +3,8 @@
 Called on inputs that require grad (with grad mode on), the forward also returns the residuals its
 transposed graph reads, and each differentiable output gets a ``CompiledFunctionBackward`` node.  That
 node runs the backward graph as another GraphFunction, so with ``create_graph=True`` the backward is itself
-differentiable (the residuals are then recomputed by a differentiable GraphFunction of the inputs): any order.
+differentiable (the residuals it reads then get the residual graph's backward as their node, reading the saved
+values, or are recomputed by that graph as a differentiable GraphFunction of the inputs): any order.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from ..ir.passes import dce, run_pipeline, transpose, active_vars
 from ..tracer import Trace, STATE as _TR
 from ..runtime import grad_mode, profiler_state
 from ..runtime.dual import transpose_vjp
+from ..runtime.graph_hooks import RUNNING as _RUNNING
 from ..runtime.node import Node
 from ..runtime.tensor import Tensor
 from .device_exec import execute_on_device, on_device
@@ -176,15 +178,25 @@ class CompiledBackward(Node):
                     f"is at version {t._vc[0]}; expected version {v} instead. Hint: the compiled function's "
                     "backward reads this output's buffer; modify a clone instead.")
         plan = self.plan
+        # the inputs this backward pass reaches (autograd.grad(u, x) with parameters requiring grad too: only the
+        # cotangent of x); the others' cotangents are not computed, as eager nodes compute only what is needed
+        running = _RUNNING.nodes
+        present = plan.transposed.present
+        keep = tuple(p and (running is None or c in running) for p, (c, _) in zip(present, self.next_functions))
+        bwd = plan.backward_fn(keep)
         if grad_mode.STATE.grad_enabled:
-            # create_graph: residuals as differentiable functions of the inputs, recomputed
-            res = plan.residual_fn()(self.saved) if plan.transposed.residuals else []
+            # create_graph: the residuals the backward reads, as differentiable functions of the inputs, recomputed;
+            # those it does not read are passed as saved
+            res = [Tensor._make(a) for a in self.residuals]
+            used = plan.residuals_read(keep)
+            if used:
+                for k, t in zip(used, plan.differentiable_residuals(used, self.saved, self.residuals)):
+                    res[k] = t
         else:
             res = [Tensor._make(a) for a in self.residuals]
-        outs = plan.backward_fn()(list(grads) + list(res))
+        outs = bwd(list(grads) + res)
         it = iter(outs)
-        full = [next(it) if p else None for p in plan.transposed.present]
-        return tuple(full)
+        return tuple(next(it) if k else None for k in keep)
 
     def release(self):
         self._freed = True
@@ -207,27 +219,81 @@ class _Plan:
         self.fwd = Graph(g.inputs, g.eqns, list(g.outputs) + list(self.transposed.residuals))
         gf.stats_add("transpose_seconds", time.perf_counter() - t0)
         self._bwd = None
-        self._res = None
+        self._bwd_kept = {}     # keep mask -> the backward computing only those cotangents
+        self._read = {}         # keep mask -> the residuals its backward reads
+        self._res = {}          # residual indices -> their recomputation
+        self._saved_at = {}     # residual indices -> where their graph's own residuals are among the saved values
         self.residual_alias = [g.inputs.index(r) for r in self.transposed.residuals if r in set(g.inputs)]
         self.saved_outs = _outputs_sharing_residuals(g, self.transposed.residuals)
 
-    def backward_fn(self) -> "GraphFunction":
-        if self._bwd is None:
-            t = self.transposed
-            bwd = run_pipeline(t.bwd, f"{self.gf.name} backward")
-            self._bwd = GraphFunction(bwd, [True] * len(bwd.outputs), self.gf.backend, self.gf.name + "_bwd",
-                                      stats=self.gf.stats, parallel=self.gf.parallel,
-                                      disk_cache=self.gf.disk_cache, background=self.gf.background)
-        return self._bwd
+    def backward_fn(self, keep=None) -> "GraphFunction":
+        """The backward graph as a GraphFunction; ``keep`` (per ``transposed.present``): only those cotangents
+        (the others' eqns dropped), in order."""
+        t = self.transposed
+        if keep is None or keep == tuple(t.present):
+            if self._bwd is None:
+                self._bwd = self._function(run_pipeline(t.bwd, f"{self.gf.name} backward"), "_bwd")
+            return self._bwd
+        f = self._bwd_kept.get(keep)
+        if f is None:
+            outs = [v for v, k in zip(t.bwd.outputs, (k for p, k in zip(t.present, keep) if p)) if k]
+            g = dce(Graph(t.bwd.inputs, t.bwd.eqns, outs))
+            f = self._bwd_kept[keep] = self._function(run_pipeline(g, f"{self.gf.name} backward"), "_bwd")
+        return f
 
-    def residual_fn(self) -> "GraphFunction":
-        if self._res is None:
+    def residuals_read(self, keep) -> tuple:
+        """Indices of the residuals the backward ``backward_fn(keep)`` reads."""
+        hit = self._read.get(keep)
+        if hit is None:
+            g = self.backward_fn(keep).graph
+            read = {v for e in g.eqns for v in e.ins if isinstance(v, Var)} | \
+                {v for v in g.outputs if isinstance(v, Var)}
+            res_inputs = g.inputs[self.transposed.n_ct:]
+            hit = self._read[keep] = tuple(k for k, v in enumerate(res_inputs) if v in read)
+        return hit
+
+    def residual_fn(self, used=None) -> "GraphFunction":
+        """The residuals (those of ``used``, by index: all when None) as a GraphFunction of the inputs."""
+        res = list(self.transposed.residuals)
+        used = tuple(range(len(res))) if used is None else tuple(used)
+        f = self._res.get(used)
+        if f is None:
             g = self.gf.graph
-            rg = dce(Graph(g.inputs, g.eqns, list(self.transposed.residuals)))
-            self._res = GraphFunction(rg, [True] * len(rg.outputs), self.gf.backend, self.gf.name + "_res",
-                                      stats=self.gf.stats, parallel=self.gf.parallel,
-                                      disk_cache=self.gf.disk_cache, background=self.gf.background)
-        return self._res
+            f = self._res[used] = self._function(dce(Graph(g.inputs, g.eqns, [res[k] for k in used])), "_res")
+        return f
+
+    def differentiable_residuals(self, used, inputs, arrays) -> list:
+        """The residuals of ``used`` (their saved ``arrays``) as differentiable functions of ``inputs``, for a
+        backward with ``create_graph``.  Their node is the residual graph's backward; when it reads only values
+        this forward saved (an MLP's activations, the weights), the saved arrays serve it: nothing is recomputed.
+        Otherwise the residuals are recomputed by that graph."""
+        f = self.residual_fn(used)
+        rplan = f.grad_plan(inputs)
+        if rplan is None:
+            return f(inputs, None)
+        at = self._saved_at.get(used)
+        if at is None:
+            g = self.gf.graph
+            where = {v: ("in", i) for i, v in enumerate(g.inputs)}
+            where.update({v: ("res", j) for j, v in enumerate(self.transposed.residuals) if isinstance(v, Var)})
+            at = self._saved_at[used] = [where.get(v) for v in rplan.transposed.residuals]
+        if any(w is None for w in at):
+            return f(inputs, rplan)
+        saved = [inputs[i]._data if kind == "in" else arrays[i] for kind, i in at]
+        out_arrays = [arrays[k] for k in used]
+        outs = [Tensor._make(a) for a in out_arrays]
+        _attach_node(rplan, inputs, outs, out_arrays, saved)
+        return outs
+
+    def functions(self) -> list:
+        """The backward and residual GraphFunctions made so far."""
+        return ([self._bwd] if self._bwd is not None else []) + list(self._bwd_kept.values()) + \
+            list(self._res.values())
+
+    def _function(self, g, suffix) -> "GraphFunction":
+        return GraphFunction(g, [True] * len(g.outputs), self.gf.backend, self.gf.name + suffix,
+                             stats=self.gf.stats, parallel=self.gf.parallel, disk_cache=self.gf.disk_cache,
+                             background=self.gf.background)
 
 
 class GraphFunction:
@@ -252,16 +318,13 @@ class GraphFunction:
         if self.backend != "numba":
             return True
         ok = True
-        graphs = [self.graph] + [g for p in self._plans.values()
-                                 for g in (p.fwd, p._bwd.graph if p._bwd is not None else None,
-                                           p._res.graph if p._res is not None else None) if g is not None]
+        graphs = [self.graph] + [p.fwd for p in self._plans.values()]
         for g in graphs:
             for cg in g.compiled.values():
                 ok = cg.wait(timeout) and ok
         for p in self._plans.values():
-            for sub in (p._bwd, p._res):
-                if sub is not None:
-                    ok = sub.wait(timeout) and ok
+            for sub in p.functions():       # (each waits for its own graphs)
+                ok = sub.wait(timeout) and ok
         return ok
 
     def stats_add(self, key, v):
@@ -335,29 +398,35 @@ class GraphFunction:
                          self.background, self.stats)
         n = len(self.graph.outputs)
         outs = self._wrap(allout[:n])
-        wrt = plan.wrt_idx
-        nf = tuple((inputs[i].grad_fn, inputs[i]._out_nr) if inputs[i].grad_fn is not None
-                   else (inputs[i]._accumulator(), 0) for i in wrt)
-        node = CompiledBackward(_CompiledOp("CompiledFunctionBackward"), {}, nf, (True,) * len(wrt))
-        node.plan = plan
-        node.saved = list(inputs)
-        node.residuals = allout[n:]
-        node.saved_versions = [(inputs[i], inputs[i]._vc[0]) for i in plan.residual_alias]
-        node.input_versions = [(t, t._vc[0]) for t in inputs]
-        node.saved_outputs = _saved_outputs(plan, outs, allout[:n], allout[n:])
-        node.inputs = node.outputs = ()
-        node.versions = node.out_versions = None
-        node.shapes = tuple(t.shape for t in inputs)
-        node.dtypes = tuple(t.dtype for t in inputs)
-        node.loc = None
-        meta = []
-        for j, k in enumerate(plan.diff_outs):
-            o = outs[k]
-            o.grad_fn = node
-            o._out_nr = j
-            meta.append((o.shape, o.dtype))
-        node.out_meta = tuple(meta)
+        _attach_node(plan, inputs, outs, allout[:n], allout[n:])
         return outs
+
+
+def _attach_node(plan, inputs, outs, out_arrays, residuals):
+    """Give ``outs`` (the Tensors of ``plan``'s graph's outputs on ``inputs``) their ``CompiledBackward`` node: the
+    backward of ``plan`` reading ``residuals`` (arrays)."""
+    wrt = plan.wrt_idx
+    nf = tuple((inputs[i].grad_fn, inputs[i]._out_nr) if inputs[i].grad_fn is not None
+               else (inputs[i]._accumulator(), 0) for i in wrt)
+    node = CompiledBackward(_CompiledOp("CompiledFunctionBackward"), {}, nf, (True,) * len(wrt))
+    node.plan = plan
+    node.saved = list(inputs)
+    node.residuals = residuals
+    node.saved_versions = [(inputs[i], inputs[i]._vc[0]) for i in plan.residual_alias]
+    node.input_versions = [(t, t._vc[0]) for t in inputs]
+    node.saved_outputs = _saved_outputs(plan, outs, out_arrays, residuals)
+    node.inputs = node.outputs = ()
+    node.versions = node.out_versions = None
+    node.shapes = tuple(t.shape for t in inputs)
+    node.dtypes = tuple(t.dtype for t in inputs)
+    node.loc = None
+    meta = []
+    for j, k in enumerate(plan.diff_outs):
+        o = outs[k]
+        o.grad_fn = node
+        o._out_nr = j
+        meta.append((o.shape, o.dtype))
+    node.out_meta = tuple(meta)
 
 
 def _saved_outputs(plan, outs, out_arrays, residuals):

@@ -32,10 +32,12 @@ def dump(g: Graph, stage: str, title: str = ""):
         print(f"# after {stage}{' ' + title if title else ''}\n{format_graph(g)}", file=sys.stderr)
 
 
-def run_pipeline(g: Graph, title: str = "", check: bool = False) -> Graph:
+def run_pipeline(g: Graph, title: str = "", check: bool = False, transposable: bool = True) -> Graph:
+    """``g`` through PIPELINE.  ``transposable=False``: ``g`` will never be transposed (no output needs grad), so
+    CSE may merge eqns that differ only in their grad flags."""
     dump(g, "trace", title)
     for name, p in PIPELINE:
-        g = p(g)
+        g = p(g) if p is not cse else cse(g, transposable)
         if check:
             verify(g)
         dump(g, name, title)

@@ -1,4 +1,10 @@
-"""Common-subexpression elimination: an eqn identical to an earlier one (same op, inputs, params) reuses it."""
+"""Common-subexpression elimination: an eqn identical to an earlier one (same op, inputs, params) reuses it.
+
+In a graph that may be transposed, eqns recorded with and without grad (``diff``, ``needs``) stay apart: a value
+computed under ``no_grad`` (the optimiser's, a double backward's reuse of a forward value) stops gradients that
+the same value recorded with grad would pass.  A graph that is never transposed (a compiled step whose outputs
+need no grad: forward, backward and update in one) merges them too: a second-order step recomputes the forward's
+values in its nograd backward otherwise (``1 - tanh^2`` once per backward)."""
 from __future__ import annotations
 
 import numpy as np
@@ -24,14 +30,17 @@ def _params_key(p):
         return None
 
 
-def cse(g: Graph) -> Graph:
+def cse(g: Graph, transposable: bool = True) -> Graph:
+    """``g`` with repeated eqns computed once; ``transposable=False``: ``g`` is never transposed, so eqns that
+    differ only in their grad flags count as the same (the first one's flags are kept)."""
     subst = {}
     seen = {}
     eqns = []
     for e in g.eqns:
         ins = [subst.get(v, v) if not isinstance(v, Lit) else v for v in e.ins]
         pk = _params_key(e.params)
-        key = None if pk is None else (e.op, tuple(_key_of(v) for v in ins), pk, e.diff, e.needs)
+        key = None if pk is None else (e.op, tuple(_key_of(v) for v in ins), pk) + \
+            ((e.diff, e.needs) if transposable else ())
         if key is not None and key in seen:
             for o, prev in zip(e.outs, seen[key].outs):
                 subst[o] = prev

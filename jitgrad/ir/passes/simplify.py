@@ -1,10 +1,12 @@
-"""Algebraic simplification: identities (x*1, x+0, x-0, x/1, --x), no-op reshape/broadcast/permute/cast,
-reshape chains, and constant folding of eqns whose inputs are all literals."""
+"""Algebraic simplification: identities (x*1, x+0, x-0, x/1, x**1, --x), no-op reshape/broadcast/permute/cast,
+reshape chains, scatter-adds of a whole value into zeros as reshapes, and constant folding of eqns whose inputs
+are all literals."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..graph import Graph, Lit, Var
+from ..ops import OPS
 
 _FOLD_MAX = 1 << 16   # fold constants up to this many elements; bigger ones stay computed
 
@@ -36,6 +38,8 @@ def _identity_of(e, defs):
         cand = ins[0] if _is_const(ins[1], 0, defs) else ins[1] if _is_const(ins[0], 0, defs) else None
     elif name in ("sub", "div"):
         cand = ins[0] if _is_const(ins[1], 0 if name == "sub" else 1, defs) else None
+    elif name == "pow":          # x ** 1: the derivative of x ** 2 (2 * x ** 1)
+        cand = ins[0] if _is_const(ins[1], 1, defs) else None
     elif name in ("reshape", "broadcast_to", "cast", "copy"):
         cand = ins[0] if name != "copy" else None
     elif name == "permute":
@@ -51,6 +55,23 @@ def _identity_of(e, defs):
     return None
 
 
+def _whole(spec) -> bool:
+    """An index spec that selects every element (``x[..., None]``, ``x[:, :]``): no ints, ranges or tensors."""
+    return all(s is Ellipsis or s is None or (type(s) is tuple and s == ("slice", None, None, None)) for s in spec)
+
+
+def _put_as_reshape(e, defs):
+    """``index_put(zeros, v; whole spec, accumulate)`` -> ``reshape(v)``: the transpose of ``x[..., None]`` (an
+    unsqueeze by index) is a reshape of its cotangent, not a zero buffer and a scatter-add into it."""
+    base, v = e.ins[0], e.ins[1]
+    out = e.outs[0]
+    if not (e.params.get("accumulate") and len(e.ins) == 2 and e.params.get("oob") is None
+            and _whole(e.params["spec"]) and isinstance(v, Var) and v.aval.size == out.aval.size
+            and v.aval.dtype is out.aval.dtype and _is_const(base, 0, defs)):
+        return e
+    return e.replace(op=OPS["reshape"], ins=[v], params={"shape": tuple(out.aval.shape)}, needs=(e.needs[1],))
+
+
 def simplify(g: Graph) -> Graph:
     subst = {}
     defs = {}
@@ -59,6 +80,8 @@ def simplify(g: Graph) -> Graph:
         ins = [subst.get(v, v) if isinstance(v, Var) else v for v in e.ins]
         e = e.replace(ins=ins)
         out = e.outs[0]
+        if e.op.name == "index_put":
+            e = _put_as_reshape(e, defs)
         same = _identity_of(e, defs)
         if same is not None:
             subst[out] = same

@@ -1,0 +1,235 @@
+"""Second-order training steps (issue 29's B11 and B12): losses equal to PyTorch's in float64 after several Adam
+steps, eager and compiled, and the compiled step graphs no larger than a hand-derived program: each forward
+primitive once (no duplicate forward recomputation), as many matmuls as the chain rule needs, no tangent or
+cotangent chain computed from zeros.  Counted, never timed.
+
+The workloads are the benchmarks' (benchmarks/force_field.py, benchmarks/pinn.py, loaded by path: putting
+benchmarks/ on sys.path would shadow test modules with its harness.py)."""
+from __future__ import annotations
+
+import collections
+import functools
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+import jitgrad as jg
+
+_BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(_BENCH, name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+ff = _load("force_field")
+pinn = _load("pinn")
+STEPS = 4
+
+# (workload module, keyword arguments of its torch_style)
+WORKLOADS = {"B11": (ff, {}), "B12": (pinn, {"laplacian": "reverse"}), "B12 fwd-over-rev": (pinn, {"laplacian": "forward"})}
+
+
+def _losses(lib, workload, mode="eager", backend=None, steps=STEPS):
+    mod, kw = WORKLOADS[workload]
+    compile_ = functools.partial(jg.compile, backend=backend, background=False) if lib is jg else None
+    call, fn, args, _ = mod.torch_style(lib, mode, np.float64, compile_=compile_, **kw)
+    return [float(call()) for _ in range(steps)], fn, args
+
+
+@pytest.fixture(scope="module")
+def torch_losses():
+    torch = pytest.importorskip("torch")
+    torch.set_num_threads(1)
+    return {w: _losses(torch, w)[0] for w in WORKLOADS}
+
+
+@pytest.mark.parametrize("workload", list(WORKLOADS))
+@pytest.mark.parametrize("mode,backend", [("eager", None), ("compiled", "interpret"), ("compiled", "numba"),
+                                          ("model", "interpret")])
+def test_losses_equal_torch_float64(workload, mode, backend, torch_losses):
+    got = _losses(jg, workload, mode, backend)[0]
+    np.testing.assert_allclose(got, torch_losses[workload], rtol=1e-10)
+    assert got[-1] < got[0]          # the steps train
+
+
+# ------------------------------------------------------------------------------------------------ graph sizes
+
+def _step_graph(workload):
+    """The compiled whole step's graph after the passes (simplify, cse, dce)."""
+    _, fn, args = _losses(jg, workload, "compiled", "interpret", steps=1)
+    (entries,) = fn._cache.values()
+    return entries[0].graph
+
+
+def _count(g, name, shape=None):
+    return sum(1 for e in g.eqns if e.op.name == name and (shape is None or e.outs[0].aval.shape == shape))
+
+
+def _duplicates(g):
+    """Eqns that compute what an earlier eqn computed (same op, same inputs, same params)."""
+    seen, dups = set(), []
+    for e in g.eqns:
+        key = (e.op.name, tuple(id(v) if not hasattr(v, "value") else repr(v.value) for v in e.ins),
+               repr(sorted(e.params.items())))
+        if key in seen:
+            dups.append(e)
+        seen.add(key)
+    return dups
+
+
+def _is_zero_const(g, v, defs):
+    if hasattr(v, "value"):
+        a = np.asarray(v.value)
+        return a.size > 0 and not np.any(a)
+    d = defs.get(v)
+    return d is not None and d.op.name == "broadcast_to" and _is_zero_const(g, d.ins[0], defs)
+
+
+def _zero_chains(g):
+    """Eqns that read an all-zero constant where it is not a buffer to accumulate into (index_put's base) or a
+    select's other branch: a tangent or cotangent chain computed from zeros."""
+    defs = {o: e for e in g.eqns for o in e.outs}
+    bad = []
+    for e in g.eqns:
+        for k, v in enumerate(e.ins):
+            if (e.op.name == "index_put" and k == 0) or e.op.name == "where":
+                continue
+            if _is_zero_const(g, v, defs):
+                bad.append(e)
+    return bad
+
+
+def _identity_pows(g):
+    return [e for e in g.eqns if e.op.name == "pow" and hasattr(e.ins[1], "value")
+            and np.all(np.asarray(e.ins[1].value) == 1)]
+
+
+@pytest.fixture(scope="module")
+def graphs():
+    return {w: _step_graph(w) for w in WORKLOADS}
+
+
+@pytest.mark.parametrize("workload", list(WORKLOADS))
+def test_step_graph_computes_nothing_twice(workload, graphs):
+    g = graphs[workload]
+    assert not _duplicates(g), [(e.op.name, e.loc) for e in _duplicates(g)]
+    assert not _zero_chains(g), [(e.op.name, e.loc) for e in _zero_chains(g)]
+    assert not _identity_pows(g)
+
+
+def test_b11_step_graph_is_the_hand_derived_program(graphs):
+    g = graphs["B11"]
+    B, P = ff.B, ff.A * (ff.A - 1)
+    # each transcendental of the forward once: its derivatives reuse it (exp' = exp, cos'' = -cos, tanh' from tanh)
+    assert [_count(g, n) for n in ("exp", "cos", "sin", "tanh")] == [1, 1, 1, 2]
+    assert _count(g, "sqrt", (B, P)) == 1          # the distance; the other sqrts are Adam's
+    # 3 forward, 3 for the forces (input gradients only), then the parameter gradient: 2 per matmul whose
+    # operands both depend on the parameters, 1 where one does not (the ones seeding dE/dx, the features: x is
+    # not differentiated): 10
+    assert _count(g, "matmul") == 16
+    gathers = [e for e in g.eqns if e.op.name == "getitem" and any(s[0] == "tensor" for s in e.params["spec"]
+                                                                    if isinstance(s, tuple))]
+    scatters = [e for e in g.eqns if e.op.name == "index_put" and e.params.get("accumulate")
+                and any(isinstance(s, tuple) and s[0] == "tensor" for s in e.params["spec"])]
+    # x[:, i], x[:, j]; their transposes for the forces (scatter-adds); the scatter-adds' transposes (gathers)
+    assert (len(gathers), len(scatters)) == (4, 2)
+    # and no other scatter: the transposes of r[..., None] and fc[..., None] are reshapes of their cotangents
+    assert _count(g, "index_put") == 2
+
+
+@pytest.mark.parametrize("workload", ["B12", "B12 fwd-over-rev"])
+def test_b12_step_graph_is_the_hand_derived_program(workload, graphs):
+    g = graphs[workload]
+    # u at the collocation and at the boundary points: 3 tanh layers each; derivatives reuse them
+    assert _count(g, "tanh") == 6
+    # forward 4 + 4 (boundary), u_x/u_t 4, u_xx 6 (reverse over reverse and forward over reverse alike: 3 along
+    # the forward chain, 3 along the backward one), then the parameter gradient: 2 per matmul whose operands both
+    # depend on the parameters, 1 where one is a constant (the points, the ones seeding u_x, e_x): 32
+    assert _count(g, "matmul") == 50
+
+
+# ------------------------------------------------------------------------------------------------ compiled inside jvp
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_a_compiled_function_called_inside_jvp_carries_the_tangents(backend):
+    """jg.compile(model) inside func.jvp / forward_ad (B12's forward-over-reverse with a compiled model): the
+    tangents flow through the compiled function as through eager code, never dropped (torch.compile drops them)."""
+    rng = np.random.default_rng(0)
+    w = jg.tensor(rng.standard_normal((3, 4)))
+    x, t = jg.tensor(rng.standard_normal((5, 3))), jg.tensor(rng.standard_normal((5, 3)))
+
+    def f(x):
+        return jg.tanh(x @ w).sum(1)
+    cf = jg.compile(f, backend=backend, background=False)
+    cf(x)                                            # compiled for these arguments before the jvp
+    want = jg.func.jvp(f, (x,), (t,))
+    got = jg.func.jvp(cf, (x,), (t,))
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12)
+    with jg.autograd.forward_ad.dual_level():
+        y = cf(jg.autograd.forward_ad.make_dual(x, t))
+        np.testing.assert_allclose(jg.autograd.forward_ad.unpack_dual(y).tangent.numpy(), want[1].numpy(),
+                                   rtol=1e-12)
+    # forward over reverse through it: the Hessian-vector product of sum(f)
+    hvp = jg.func.jvp(jg.func.grad(lambda x: cf(x).sum()), (x,), (t,))[1]
+    want_hvp = jg.func.jvp(jg.func.grad(lambda x: f(x).sum()), (x,), (t,))[1]
+    np.testing.assert_allclose(hvp.numpy(), want_hvp.numpy(), rtol=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------ compile(model)
+
+def _matmul_calls(fn):
+    """Matmuls run by ``fn()`` (eager ops and the eqns of compiled graphs, counted by the profiler)."""
+    with jg.autograd.profiler.profile() as prof:
+        fn()
+    return sum(1 for e in prof.function_events if e.name.split()[0] == "matmul")
+
+
+def test_compiled_model_backward_computes_only_the_cotangents_asked_for():
+    """autograd.grad(u.sum(), x, create_graph=True) through jg.compile(model), the parameters requiring grad too:
+    the compiled backward computes d/dx only (one matmul per layer), not the parameters' gradients (eager nodes
+    compute those too: two matmuls per layer), and recomputes nothing: the residuals it reads (the activations)
+    are differentiable through the residual graph's backward, which reads only values the forward saved."""
+    data = pinn.make_data(np.float64)
+    model = pinn.make_model(jg, data["params"], jg.float64)
+    cm = jg.compile(model, backend="interpret")
+    x = jg.tensor(data["xt"][:64], requires_grad=True)
+    calls = {}
+    for name, net in (("eager", model), ("compiled", cm)):
+        def first():
+            return jg.autograd.grad(net(x)[:, 0].sum(), x, create_graph=True)[0]
+        first()                     # (the first call traces the backward graphs)
+        u = net(x)[:, 0].sum()
+        calls[name] = _matmul_calls(lambda: jg.autograd.grad(u, x, create_graph=True))
+    assert calls["compiled"] == pinn.DEPTH + 1 <= calls["eager"]
+    # the values: the same as eager, to second order
+    gm = jg.autograd.grad(cm(x)[:, 0].sum(), x, create_graph=True)[0]
+    ge = jg.autograd.grad(model(x)[:, 0].sum(), x, create_graph=True)[0]
+    np.testing.assert_allclose(gm.detach().numpy(), ge.detach().numpy(), rtol=1e-12)
+    params = list(model.parameters())
+    for wrt in (params, [x], params + [x]):
+        hm = jg.autograd.grad((gm[:, 0] ** 2).sum(), wrt, retain_graph=True, allow_unused=True)
+        he = jg.autograd.grad((ge[:, 0] ** 2).sum(), wrt, retain_graph=True, allow_unused=True)
+        for a, b in zip(hm, he):
+            assert (a is None) == (b is None)
+            if a is not None:
+                np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-10, atol=1e-14)
+
+
+def test_compiled_model_in_an_eager_pinn_step_matmul_calls():
+    """B12's eager step with jg.compile(model): 120 matmuls a step when the compiled backward computed every
+    input's cotangent and recomputed the residuals for create_graph, 75 now; eager runs 61 (the rest: the
+    compiled graphs of the third order transpose the second's separately)."""
+    counts = {}
+    for mode in ("eager", "model"):
+        call = pinn.torch_style(jg, mode, np.float64, compile_=functools.partial(jg.compile, backend="interpret"))[0]
+        call()
+        counts[mode] = _matmul_calls(call)
+    assert counts["eager"] == 61
+    assert counts["model"] <= 75
