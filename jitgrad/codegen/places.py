@@ -25,10 +25,13 @@ construction) and lays out its own arguments (the CPU's argument-table slots, CU
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
+from ..ir.symbolic import SymInt, has_symbols, size_key
 from ..ir.ops.index import np_index
 from ..ir.plan import Group
 from .kernels.loops import raises_in_loop
@@ -49,7 +52,7 @@ class Place:
         self.root, self.offset, self.shape, self.strides, self.dtype = root, offset, tuple(shape), tuple(strides), dtype
 
     def contiguous(self) -> bool:
-        return self.strides == c_strides(self.shape) or int(np.prod(self.shape)) <= 1
+        return self.strides == c_strides(self.shape) or math.prod(self.shape) <= 1
 
     def __repr__(self):
         return f"Place({self.root!r}+{self.offset}, {self.shape}, {self.strides}, {getattr(self.dtype, 'name', None)})"
@@ -74,7 +77,7 @@ def c_strides(shape):
     st, acc = [], 1
     for d in reversed(shape):
         st.append(acc)
-        acc *= max(d, 1)
+        acc *= d if type(d) is SymInt else max(d, 1)      # (a symbolic size is never 0 or 1: guards)
     return tuple(reversed(st))
 
 
@@ -124,11 +127,31 @@ def _place_of(res, dummy, src: Place) -> Place:
 def view_place(e, src: Place):
     """The place of view op ``e``'s output over ``src``, found by running the op's NumPy impl on a strided dummy
     array; None when the result is not a view of it (then the op must run)."""
-    dummy = _dummy(src)
+    if has_symbols(src.shape) or has_symbols(src.strides):
+        p = _symbolic_view(e, src)
+        if p is not None:
+            return p
+    dummy = _dummy(src)     # (symbolic sizes: specialised, guarded, for the views _symbolic_view lacks)
     res = e.op.impl(dummy, **e.params)
     if not isinstance(res, np.ndarray) or not np.may_share_memory(res, dummy) or res.shape != e.outs[0].aval.shape:
         return None
     return _place_of(res, dummy, src)
+
+
+def _symbolic_view(e, src: Place):
+    """A view over a place with symbolic sizes, computed on the sizes themselves (a dummy array needs ints):
+    permute and broadcast_to; None for the others."""
+    name = e.op.name
+    if name == "permute":
+        perm = e.params["perm"]
+        return Place(src.root, src.offset, [src.shape[p] for p in perm], [src.strides[p] for p in perm], src.dtype)
+    if name == "broadcast_to":
+        shape = tuple(e.params["shape"])
+        lead = len(shape) - len(src.shape)
+        st = [0] * lead + [0 if (type(d) is int and d == 1 and not (type(n) is int and n == 1)) else s
+                           for d, s, n in zip(src.shape, src.strides, shape[lead:])]
+        return Place(src.root, src.offset, shape, st, src.dtype)
+    return None
 
 
 def region_place(place: Place, spec):
@@ -257,7 +280,7 @@ class Places:
                 cur = self._live_ws.get(id(r))
                 if cur is not None and cur[1] <= n:
                     del self._live_ws[id(r)]
-                    self._free.setdefault(r.nbytes, []).append(r.offset)
+                    self._free.setdefault(size_key(r.nbytes), []).append(r.offset)
 
     # ---- buffers ----------------------------------------------------------------------------------------
     def _root(self, kind, **kw) -> Root:
@@ -272,15 +295,17 @@ class Places:
     def buffer(self, v, shape, dtype: dt.DType, fresh=None) -> Place:
         """A contiguous buffer for ``v``: fresh if it is a graph output, else a workspace slot held until
         ``v``'s last reader (``v`` None: never released)."""
-        nbytes = max(int(np.prod(shape)) * dtype.np.itemsize, 1)
+        nbytes = math.prod(shape) * dtype.np.itemsize
+        if type(nbytes) is not SymInt:
+            nbytes = max(int(nbytes), 1)
         if fresh is None:
             fresh = v is not None and id(v) in self._out_ids
         if fresh:
             r = self._root("fresh", index=len(self.fresh), shape=shape, dtype=dtype, nbytes=nbytes)
             self.fresh.append(r)
         else:
-            r = self._root("ws", shape=shape, dtype=dtype, nbytes=-(-nbytes // _ALIGN) * _ALIGN)
-            free = self._free.get(r.nbytes)
+            r = self._root("ws", shape=shape, dtype=dtype, nbytes=(nbytes + _ALIGN - 1) // _ALIGN * _ALIGN)
+            free = self._free.get(size_key(r.nbytes))
             if free:
                 r.offset = free.pop()
             else:
@@ -364,7 +389,7 @@ class Places:
             red_out = g.outputs.index(red.outs[0])
             red_axes = tuple(d for d in range(len(shape)) if sts[len(ins) + red_out][d] == 0)
         return GroupOperands(ins, [self.place(v) for v in ins], outs, shape, sts[:len(ins)], sts[len(ins):],
-                             red_out, red_axes, in_place, int(np.prod(it)) if it else 1)
+                             red_out, red_axes, in_place, math.prod(it))
 
     # ---- state updates ----------------------------------------------------------------------------------
     def writes_in_place(self, o, g) -> bool:

@@ -489,6 +489,25 @@ def is_symbolic(x) -> bool:
     return type(x) is SymInt or type(x) is SymFloat
 
 
+def size_arg(x):
+    """``x`` as a size argument of generated code: a SymInt kept symbolic (a program lowered once for every
+    size binds it per call: ``codegen/program/sized.py``), anything else as a plain int."""
+    return x if type(x) is SymInt else int(x)
+
+
+def hint_of(x):
+    """The value ``x`` has in the call that was traced, recording no guard: for costs and statistics, which may
+    be approximate, never for decisions the generated code relies on."""
+    t = type(x)
+    return x.hint if t is SymInt or t is SymFloat else x
+
+
+def size_key(x):
+    """A hashable key of size ``x`` by its form, not its value (a symbolic size's polynomial): the workspace
+    reuses a slot for a value of the same byte size in every call, not only in the traced one."""
+    return ("sym", x.poly) if type(x) is SymInt else x
+
+
 def concretize(x, values: dict):
     """``x`` (a size, a shape, params: tuples, lists, dicts, slices) with every symbol replaced by its value."""
     t = type(x)
@@ -522,6 +541,5 @@ def _has(x) -> bool:
 
 has_symbols = _has
 
-__all__ = ["ACTIVE", "ShapeEnv", "SymInt", "SymFloat", "concretize", "evaluate", "has_symbols", "is_symbolic",
-           "known_equal",
-           "make"]
+__all__ = ["ACTIVE", "ShapeEnv", "SymInt", "SymFloat", "concretize", "evaluate", "has_symbols", "hint_of",
+           "is_symbolic", "known_equal", "make", "size_arg", "size_key"]

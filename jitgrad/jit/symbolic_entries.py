@@ -9,9 +9,15 @@ that holds them as symbols (``ir/symbolic.py``), and its instances per call's si
 - The key of a structure with dynamic dims holds ``None`` for them, so every size finds the one entry.
 - The trace runs with those dims as :class:`~jitgrad.ir.symbolic.SymInt`; what it decided on sizes is in its
   ``ShapeEnv``'s guards, checked per call (a call that breaks one misses and retraces).
-- The entry keeps the symbolic graph as a template; each distinct tuple of sizes gets an instance: the graph
-  with its symbols replaced by the sizes, run through the passes and codegen as any static trace (kernels are
-  keyed by structure, so an instance's kernels are already built; its entry and layout are per instance).
+- The entry keeps the symbolic graph as a template; each distinct tuple of sizes gets an instance.  The first
+  is concrete: the graph with its symbols replaced by the sizes, run through the passes and codegen as any
+  static trace (and the build policy: eager or interpreted calls while its kernels build).  At the next new
+  tuple the template is lowered once for every size (``Lowered``): the passes, the fusion plan and the layout
+  run on the symbolic graph, every decision they make on a size recorded as a guard of the lowering, and the
+  kernels and the C entry are those the concrete instance built (structure only).  Each later tuple whose
+  sizes keep the lowering's guards is *bound* to it (``SizedEntry``, ``codegen/program/sized.py``): its tables
+  computed from the sizes by a precomputed plan, the workspace shared and grown to the largest size, outputs
+  pooled by capacity; no pass, no layout, no entry build.  Other tuples get concrete instances, as before.
 """
 from __future__ import annotations
 
@@ -19,10 +25,13 @@ import contextlib
 import copy
 import weakref
 
+import numpy as np
+
 from ..ir.graph import Graph, Lit, Var
 from ..ir.ops import Aval
 from ..ir import symbolic
 from ..ir.symbolic import ShapeEnv, concretize, has_symbols
+from .trace_entries import _Entry
 
 MAX_INSTANCES = 256     # concrete instances kept per symbolic entry (the oldest go first)
 
@@ -148,9 +157,10 @@ def trace_shapes(key, leaves):
 
 
 def instance(cf, e, leaves):
-    """The concrete entry of the symbolic entry ``e`` for these arguments' sizes, built on first use; None when
+    """The concrete entry of the symbolic entry ``e`` for these arguments' sizes, made on first use; None when
     a guard of the trace fails for them (the call misses).  Sizes seen before skip the guards (they depend on
-    the sizes alone)."""
+    the sizes alone).  A new tuple of sizes is bound to the template's one lowering when it has one
+    (``Lowered``: no pass, no layout, no entry build), else gets a concrete build of its own."""
     k = tuple([leaves[i]._data.shape[d] for _, i, d in e.sym_sources])
     inst = e.instances.get(k)
     if inst is not None:
@@ -160,14 +170,157 @@ def instance(cf, e, leaves):
         return None
     if len(e.instances) >= MAX_INSTANCES:
         e.instances.pop(next(iter(e.instances)))
+    inst = _bound(cf, e, values)
+    if inst is None:
+        inst = _concrete(cf, e, values)
+        cf.stats["shape_instances"] = cf.stats.get("shape_instances", 0) + 1
+    e.instances[k] = inst
+    return inst
+
+
+def _concrete(cf, e, values):
+    """A concrete entry of template ``e`` at ``values``: its graph with the sizes put in, through the passes and
+    codegen as any static trace (kernels are keyed by structure, so they are built already)."""
     inst = copy.copy(e)
-    inst.instances = None
-    inst.shape_env = None
+    inst.instances = inst.shape_env = inst.lowered = None
     inst.code_ready, inst.direct, inst.slow_times = False, None, {}
     cf._build(inst, instantiate(e.raw_graph, values), e.out_diff)
-    e.instances[k] = inst
-    cf.stats["shape_instances"] = cf.stats.get("shape_instances", 0) + 1
     return inst
+
+
+class Lowered:
+    """A template lowered once for every size: its graph after the passes (symbolic shapes), the
+    ``CompiledGraph`` of that graph laid out with symbolic sizes (``graph_code.sized_graph``), and once its code
+    is ready, the ``codegen/program/sized.SizedProgram`` that binds it per tuple of sizes."""
+
+    def __init__(self, graph, cg, guards, copy_outs, wrap):
+        self.graph, self.cg, self.guards, self.copy_outs, self.wrap = graph, cg, guards, copy_outs, wrap
+        self.sized = None
+
+    def ready(self):
+        """The SizedProgram once the code is built (None while it builds; the build is started once)."""
+        if self.sized is None:
+            cg = self.cg
+            if cg.run is None:
+                if cg.pending:
+                    cg.start()
+                return None
+            from ..codegen.program.sized import SizedProgram
+            self.sized = SizedProgram(cg, self.guards)
+        return self.sized
+
+
+def _may_lower(cf, e) -> bool:
+    """Lowering once for every size is for entries whose calls take the compiled C entry directly: the numba
+    backend on the CPU, no output that needs an autograd node (those run through GraphFunction's transpose), and
+    an instance already built (so the build policy had its first calls, and the kernels are in the process)."""
+    return (cf.backend == "numba" and cf.device is None and not any(e.out_diff) and not e.eager
+            and any(i.code_ready and i.direct for i in e.instances.values()))
+
+
+def _lower(cf, e):
+    """``e``'s Lowered, or False when its program cannot be bound per sizes (a Python driver, collectives)."""
+    from . import build_policy
+    from .graph_code import sized_graph
+    from ..ir.passes import run_pipeline
+    name = getattr(cf.fn, "__name__", "compiled")
+    env = ShapeEnv()
+    env.hints, env.sources = dict(e.shape_env.hints), dict(e.shape_env.sources)
+    try:
+        with active(env):
+            graph = run_pipeline(e.raw_graph, name)
+        if build_policy.collectives(graph, name) is not None:
+            return False
+        writes = tuple((oi, ci) for ci, oi in e.writes)
+        cg = sized_graph(graph, env, writes, cf.parallel, cf.use_cache, cf.background)
+    except Exception:       # noqa: BLE001 - the concrete builds serve every size, as before
+        return False
+    if not cg.nopython or cg.error is not None:
+        return False
+    cf.stats["shape_lowerings"] = cf.stats.get("shape_lowerings", 0) + 1
+    ins, written, same = set(graph.inputs), {oi for _, oi in e.writes}, dict(e.same_outs)
+    at = {}
+    copy_outs = [k for k, v in enumerate(graph.outputs)
+                 if k not in written and k not in same and (isinstance(v, Lit) or v in ins
+                                                            or at.setdefault(v, k) != k)]
+    from .graph_function import GraphFunction
+    wrap = GraphFunction(graph, e.out_diff, array_outs=written)._wrap
+    return Lowered(graph, cg, env.guards, copy_outs, wrap)
+
+
+def _bound(cf, e, values):
+    """An entry of template ``e`` at ``values`` bound to its lowering, or None (no lowering yet or possible,
+    its code still building, or a guard of the lowering fails at these sizes)."""
+    low = e.lowered
+    if low is None:
+        if not _may_lower(cf, e):
+            return None
+        low = e.lowered = _lower(cf, e)
+    if low is False:
+        return None
+    sized = low.ready()
+    if sized is None:
+        return None
+    vals = sized.holds(values)
+    if vals is None:
+        return None
+    run = sized.bind(vals)
+    inst = SizedEntry.__new__(SizedEntry)
+    inst.__dict__.update(e.__dict__)
+    del inst.__dict__["graph"], inst.__dict__["gf"]
+    inst.instances = inst.shape_env = inst.lowered = None
+    inst.copy_outs = low.copy_outs
+    inst.code_ready, inst.slow_times = True, {}
+    inst.concrete_of = (cf, e, values)
+    inst.direct = _direct_call(cf, inst, low, run)
+    cf.stats["shape_bindings"] = cf.stats.get("shape_bindings", 0) + 1
+    return inst
+
+
+class SizedEntry(_Entry):
+    """An entry bound to its template's lowering (``_bound``).  Its calls run the bound C entry; what needs a
+    graph of its own (introspection, a call the entry cannot take: a profiler, inputs that are not C-contiguous)
+    uses a concrete entry at the same sizes, built on first need."""
+
+    def __getattr__(self, name):
+        if name in ("graph", "gf"):
+            return getattr(self.concrete(), name)
+        raise AttributeError(name)
+
+    def concrete(self):
+        c = self.__dict__.get("_concrete")
+        if c is None:
+            c = self.__dict__["_concrete"] = _concrete(*self.concrete_of)
+        return c
+
+
+def _direct_call(cf, inst, low, run):
+    """The bound entry's call on the graph's input tensors (as ``GraphFunction.direct``'s)."""
+    from ..runtime import profiler_state
+    from .graph_code import compiled_result
+    prof, nd, stats, cg, wrap = profiler_state.STATE, np.ndarray, cf.stats, low.cg, low.wrap
+    bound_copies = set(low.copy_outs)
+
+    def slow(inputs):
+        c = inst.concrete()
+        outs = c.gf(inputs)
+        for k in c.copy_outs:       # the outputs its own graph hands back as inputs' buffers
+            if k not in bound_copies:
+                outs[k]._data = outs[k]._data.copy()
+        return outs
+
+    def call(inputs):
+        if prof.active is not None:
+            return slow(inputs)
+        arrays = [t._data for t in inputs]
+        for a in arrays:
+            if type(a) is not nd:
+                return slow(inputs)
+        res = run(*arrays)
+        if res is None:
+            return slow(inputs)
+        return wrap(compiled_result(cg, res, stats))
+    return call
 
 
 def instantiate(g: Graph, values: dict) -> Graph:
@@ -211,5 +364,5 @@ def active(env):
         symbolic.ACTIVE.env = prev
 
 
-__all__ = ["MAX_INSTANCES", "active", "instance", "instantiate", "mark", "mark_on_miss", "retry_static", "shapeless", "symbolic_key",
+__all__ = ["MAX_INSTANCES", "Lowered", "SizedEntry", "active", "instance", "instantiate", "mark", "mark_on_miss", "retry_static", "shapeless", "symbolic_key",
            "trace_shapes"]
