@@ -199,3 +199,31 @@ def test_bound_entry_serves_profiled_and_strided_calls_through_a_concrete_graph(
     assert "mul" in str(f.ir(x))                        # introspection of a bound entry: its concrete graph
     xt = jg.tensor(rng.standard_normal((5, 8), dtype=np.float32)).T    # not C-contiguous
     np.testing.assert_allclose(arr(f(xt)), arr(xt).sum(0) * 2, rtol=1e-5)
+
+
+def test_nanogpt_new_lengths_are_bound_without_a_build(monkeypatch):
+    """nanoGPT's step (B9's model, its heads split by views of the qkv projection, the causal mask sliced to T)
+    with T drawn per batch: one lowering serves every new length below the block size."""
+    import importlib.util
+    import os
+    spec = importlib.util.spec_from_file_location("gpt_model", os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "gpt_model.py"))
+    gm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gm)
+
+    def build():
+        jg.manual_seed(0)
+        m = gm.make_gpt(jg, 50, 16, 32, 4, 2, 0.0, False)
+        return gm.make_step(jg, m, m, gm.make_optimizer(jg, m, 1e-2))
+    rng = np.random.default_rng(7)
+    lengths = (12, 8, 9, 14, 10, 11, 13, 15)
+    data = [(jg.tensor(rng.integers(0, 50, (3, T))), jg.tensor(rng.integers(0, 50, (3, T)))) for T in lengths]
+    eager, comp = build(), jg.compile(build(), backend="numba")
+    le = [float(eager(x, y)) for x, y in data]
+    lc = [float(comp(x, y)) for x, y in data[:3]]
+    counts = _Counts(monkeypatch)
+    lc += [float(comp(x, y)) for x, y in data[3:]]
+    assert counts.total() == 0, counts.n
+    np.testing.assert_allclose(lc, le, rtol=2e-5, atol=1e-5)
+    s = comp.stats
+    assert s["traces"] == 2 and s["shape_instances"] == 1 and s["shape_bindings"] == len(lengths) - 2, s
