@@ -141,9 +141,11 @@ def test_guards_are_checked_for_every_new_size_after_lowering():
     assert cf.stats["shape_bindings"] >= 10
 
 
-def test_a_broken_lowering_guard_gets_a_concrete_instance(monkeypatch):
-    """A size where the lowering decided otherwise (here: a loop on the worker pool from loops.PARALLEL_MIN
-    elements) is no binding: it gets a concrete build, and stays correct."""
+def test_a_broken_lowering_guard_lowers_again_for_those_sizes(monkeypatch):
+    """A size where the lowering decided otherwise (here: a loop on the worker pool from PARALLEL_MIN elements)
+    is not bound to it: the template is lowered again with that size's decisions (up to MAX_LOWERINGS, then
+    concrete builds), and each size is bound to the lowering whose guards it keeps."""
+    from jitgrad.jit import symbolic_entries
     from jitgrad.codegen.program import layout
     from jitgrad.ir import settings
     monkeypatch.setattr(layout, "PARALLEL_MIN", 4096)
@@ -154,7 +156,16 @@ def test_a_broken_lowering_guard_gets_a_concrete_instance(monkeypatch):
         x = jg.tensor(rng.standard_normal(n, dtype=np.float32) * 0.1)
         np.testing.assert_allclose(arr(f(x)), np.exp(arr(x) * 1.5), rtol=1e-6)
     assert f.stats["traces"] == 2
-    assert f.stats["shape_instances"] == 2 and f.stats["shape_bindings"] == 3, f.stats   # 5000: concrete
+    assert f.stats["shape_instances"] == 1 and f.stats["shape_lowerings"] == 2, f.stats      # 5000: parallel
+    assert f.stats["shape_bindings"] == 4, f.stats
+    monkeypatch.setattr(symbolic_entries, "MAX_LOWERINGS", 1)
+    monkeypatch.setattr(layout, "PARALLEL_MIN", 6000)       # (a new function: new decisions)
+    g = jg.compile(lambda x: (x * 2.5).exp(), backend="numba", parallel=None)
+    for n in (100, 200, 300, 7000, 400, 6500, 6600):
+        x = jg.tensor(rng.standard_normal(n, dtype=np.float32) * 0.1)
+        np.testing.assert_allclose(arr(g(x)), np.exp(arr(x) * 2.5), rtol=1e-6)
+    assert g.stats["shape_lowerings"] == 1 and g.stats["shape_bindings"] == 2, g.stats   # 300, 400
+    assert g.stats["shape_instances"] == 4, g.stats     # 200 (the first), then 7000, 6500, 6600: concrete
 
 
 def test_anomaly_mode_and_double_backward_in_bound_entries():

@@ -526,6 +526,25 @@ def concretize(x, values: dict):
     return x
 
 
+def rehint(x, values: dict):
+    """``x`` (as ``concretize`` takes) with every symbolic value kept symbolic but hinted at ``values``: the
+    decisions a later walk makes on it (a lowering's) are answered for those sizes."""
+    t = type(x)
+    if t is SymInt:
+        return SymInt(x.poly, evaluate(x.poly, values))
+    if t is SymFloat:
+        return SymFloat(x.expr, _feval(x.expr, values))
+    if t is tuple:
+        return tuple(rehint(v, values) for v in x) if any(_has(v) for v in x) else x
+    if t is list:
+        return [rehint(v, values) for v in x]
+    if t is dict:
+        return {k: rehint(v, values) for k, v in x.items()}
+    if t is slice:
+        return slice(rehint(x.start, values), rehint(x.stop, values), rehint(x.step, values))
+    return x
+
+
 def _has(x) -> bool:
     t = type(x)
     if t is SymInt or t is SymFloat:
@@ -542,4 +561,4 @@ def _has(x) -> bool:
 has_symbols = _has
 
 __all__ = ["ACTIVE", "ShapeEnv", "SymInt", "SymFloat", "concretize", "evaluate", "has_symbols", "hint_of",
-           "is_symbolic", "known_equal", "make", "size_arg", "size_key"]
+           "is_symbolic", "known_equal", "make", "rehint", "size_arg", "size_key"]

@@ -30,10 +30,11 @@ import numpy as np
 from ..ir.graph import Graph, Lit, Var
 from ..ir.ops import Aval
 from ..ir import symbolic
-from ..ir.symbolic import ShapeEnv, concretize, has_symbols
+from ..ir.symbolic import ShapeEnv, concretize, has_symbols, rehint
 from .trace_entries import _Entry
 
 MAX_INSTANCES = 256     # concrete instances kept per symbolic entry (the oldest go first)
+MAX_LOWERINGS = 4       # lowerings per symbolic entry, each for the sizes where its decisions hold
 
 
 def shapeless(key):
@@ -218,17 +219,18 @@ def _may_lower(cf, e) -> bool:
             and any(i.code_ready and i.direct for i in e.instances.values()))
 
 
-def _lower(cf, e):
-    """``e``'s Lowered, or False when its program cannot be bound per sizes (a Python driver, collectives)."""
+def _lower(cf, e, values):
+    """``e``'s Lowered at the sizes ``values`` (its decisions taken for them), or False when its program cannot be
+    bound per sizes (a Python driver, collectives)."""
     from . import build_policy
     from .graph_code import sized_graph
     from ..ir.passes import run_pipeline
     name = getattr(cf.fn, "__name__", "compiled")
     env = ShapeEnv()
-    env.hints, env.sources = dict(e.shape_env.hints), dict(e.shape_env.sources)
+    env.hints, env.sources = dict(values), dict(e.shape_env.sources)
     try:
         with active(env):
-            graph = run_pipeline(e.raw_graph, name)
+            graph = run_pipeline(instantiate(e.raw_graph, values, rehint), name)
         if build_policy.collectives(graph, name) is not None:
             return False
         writes = tuple((oi, ci) for ci, oi in e.writes)
@@ -249,21 +251,31 @@ def _lower(cf, e):
 
 
 def _bound(cf, e, values):
-    """An entry of template ``e`` at ``values`` bound to its lowering, or None (no lowering yet or possible,
-    its code still building, or a guard of the lowering fails at these sizes)."""
-    low = e.lowered
-    if low is None:
-        if not _may_lower(cf, e):
+    """An entry of template ``e`` at ``values`` bound to a lowering whose guards hold there, lowering it again
+    for these sizes when none does (up to ``MAX_LOWERINGS``: sizes on both sides of a decision, a loop run on
+    the worker pool from some size on); None when there is none (not possible, code still building)."""
+    lows = e.lowered
+    if lows is False or (lows is None and not _may_lower(cf, e)):
+        return None
+    lows = e.lowered = lows or []
+    for low in reversed(lows):
+        sized = low.ready()
+        vals = None if sized is None else sized.holds(values)
+        if vals is not None:
+            break
+    else:
+        if len(lows) >= MAX_LOWERINGS or any(low.sized is None for low in lows):
             return None
-        low = e.lowered = _lower(cf, e)
-    if low is False:
-        return None
-    sized = low.ready()
-    if sized is None:
-        return None
-    vals = sized.holds(values)
-    if vals is None:
-        return None
+        low = _lower(cf, e, values)
+        if low is False:
+            if not lows:
+                e.lowered = False
+            return None
+        lows.append(low)
+        sized = low.ready()
+        vals = None if sized is None else sized.holds(values)
+        if vals is None:
+            return None
     run = sized.bind(vals)
     inst = SizedEntry.__new__(SizedEntry)
     inst.__dict__.update(e.__dict__)
@@ -323,15 +335,16 @@ def _direct_call(cf, inst, low, run):
     return call
 
 
-def instantiate(g: Graph, values: dict) -> Graph:
-    """The graph ``g`` with every symbol replaced by its value in ``values`` (shapes, params, literals)."""
+def instantiate(g: Graph, values: dict, put=concretize) -> Graph:
+    """The graph ``g`` with every symbol replaced by its value in ``values`` (shapes, params, literals); with
+    ``put=rehint``, kept symbolic and hinted at those values."""
     new = {}
 
     def var(v):
         if type(v) is Lit:
             val = v.value
             if type(val) is symbolic.SymInt or type(val) is symbolic.SymFloat:
-                val = concretize(val, values)
+                val = put(val, values)
             return Lit(val, aval(v.aval))
         w = new.get(v)
         if w is None:
@@ -339,12 +352,12 @@ def instantiate(g: Graph, values: dict) -> Graph:
         return w
 
     def aval(a):
-        return Aval(concretize(a.shape, values), a.dtype, a.weak) if has_symbols(a.shape) else a
+        return Aval(put(a.shape, values), a.dtype, a.weak) if has_symbols(a.shape) else a
 
     ins = [var(v) for v in g.inputs]
     eqns = []
     for e in g.eqns:
-        params = concretize(e.params, values) if has_symbols(e.params) else e.params
+        params = put(e.params, values) if has_symbols(e.params) else e.params
         ne = e.replace(ins=[var(v) for v in e.ins], outs=[var(v) for v in e.outs], params=params)
         eqns.append(ne)
     return Graph(ins, eqns, [var(v) for v in g.outputs])

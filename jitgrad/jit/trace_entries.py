@@ -100,7 +100,7 @@ class _Entry:
         self.sym_sources = ()    # (symbol, argument leaf, dim): where each symbol's value is read per call
         self.instances = None    # sizes -> the concrete entry built for them (symbolic_entries.instance)
         self.out_diff = None     # a template's outputs that require grad, for its instances' builds
-        self.lowered = None      # a template lowered once for every size (symbolic_entries.Lowered; False: cannot)
+        self.lowered = None      # a template's lowerings for every size (symbolic_entries.Lowered; False: cannot)
 
     def failure(self) -> tuple[str, str]:
         """Why this entry does not serve the call: (kind, explanation), as ``recompiles.key_change``."""
