@@ -20,11 +20,12 @@ concrete program otherwise.
 """
 from __future__ import annotations
 
+import operator
 import weakref
 
 import numpy as np
 
-from ...ir.symbolic import SymInt, _ATOMS, _CMP, _feval
+from ...ir.symbolic import SymInt, _ATOMS, _CMP, _constant_of, _divide
 from . import entry
 from .cpu import ALLOCATIONS, CompiledGraph
 
@@ -100,15 +101,14 @@ class Workspace:
 
 
 class _Binding:
-    """One tuple of sizes' tables (kept alive by its run function)."""
-    __slots__ = ("A", "ws_slots", "__weakref__")
+    """One tuple of sizes' tables (kept alive by its run function): its workspace slots and their byte offsets."""
+    __slots__ = ("A", "slots", "offsets", "__weakref__")
 
-    def __init__(self, A, ws_slots):
-        self.A, self.ws_slots = A, ws_slots
+    def __init__(self, A, slots, offsets):
+        self.A, self.slots, self.offsets = A, slots, offsets
 
     def repoint(self, base):
-        for slot, off in self.ws_slots:
-            self.A[slot] = base + off
+        self.A[self.slots] = base + self.offsets
 
 
 class SizedProgram:
@@ -118,76 +118,127 @@ class SizedProgram:
     def __init__(self, cg: CompiledGraph, guards):
         self.cg = cg
         p = self.program = cg.program
-        self.guards = [(g, op, want) for g, op, want in guards if not (type(g) is tuple and g[:1] == ("float",))]
-        self.float_guards = [(g[1], op, want) for g, op, want in guards if type(g) is tuple and g[:1] == ("float",)]
         polys, index = [], {}
 
         def ref(x):
-            """Index of ``x``'s polynomial (a plain int: a constant one) in the plan's values."""
-            poly = x.poly if type(x) is SymInt else ((((), int(x)),) if int(x) else ())
+            """Index of ``x``'s polynomial (``x``: a SymInt, an int, or a polynomial) in the plan's values."""
+            poly = x if type(x) is tuple else x.poly if type(x) is SymInt else ((((), int(x)),) if int(x) else ())
             k = index.get(poly)
             if k is None:
                 k = index[poly] = len(polys)
                 polys.append(poly)
             return k
-        self._guard_refs = [(ref(SymInt(g, 0)), op, want) for g, op, want in self.guards]
-        base = []
-        self._table = []
-        for i, v in enumerate(p.table):
-            if type(v) is SymInt:
-                self._table.append((i, ref(v)))
-                base.append(0)
+        # guards: by comparison, checked as arrays; guards on floats (the planner's cost comparisons) folded where
+        # they do not depend on the sizes (ratios of sizes that divide exactly), the rest as closures
+        by_op, self._float_guards = {}, []
+        for g, op, want in guards:
+            if type(g) is tuple and g[:1] == ("float",):
+                e = _fold(g[1])
+                if e[0] != "const":
+                    self._float_guards.append((_closure(e, ref), _CMP[op], want))
             else:
-                base.append(int(v))
-        self._base = np.array(base or [0], np.int64)
-        self._params = [(off, ref(v)) for off, v in p.sym_params]
-        self._ws = [(slot, ref(root.offset), ref(off)) for slot, root, off in p.ws_slots]
+                refs, wants = by_op.setdefault(op, ([], []))
+                refs.append(ref(g))
+                wants.append(want)
+        self._guards = [(_CMP[op], np.array(r, np.intp), np.array(w, bool)) for op, (r, w) in by_op.items()]
+        base = np.array([0 if type(v) is SymInt else int(v) for v in p.table] or [0], np.int64)
+        sym = [(i, ref(v)) for i, v in enumerate(p.table) if type(v) is SymInt]
+        self._t_slots, self._t_refs = _columns(sym, 2)
+        for slot, arr, off in p.lit_slots:          # (the literals are the program's own arrays)
+            base[slot] = arr.ctypes.data + off
+        for slot in p.ierr_slots:
+            base[slot] = cg._ierr.ctypes.data
+        self._base = base
+        self._param_slots, self._param_offs = _columns(p.param_slots, 2)
+        self._params = np.frombuffer(bytes(p.params) or b"\0", np.uint8).copy()
+        self._sym_params = [(off, ref(v)) for off, v in p.sym_params]
+        self._w_slots, self._w_roots, self._w_offs = _columns(
+            [(slot, ref(root.offset), ref(off)) for slot, root, off in p.ws_slots], 3)
         self._ws_size = ref(p.ws_size)
-        self._off = [(slot, ref(off)) for slot, _, off in p.dynamic]
+        self._o_slots, self._o_refs = _columns([(slot, ref(off)) for slot, _, off in p.dynamic], 2)
         self._fresh = [([ref(d) for d in r.shape], np.dtype(r.dtype.np)) for r in p.fresh]
         self.plan = SizePlan(polys)
         self.workspace = Workspace()
 
     def holds(self, values: dict):
-        """The plan's values at ``values`` when every guard of the lowering holds there, else None."""
+        """The plan's values at ``values`` (an int64 array) when every guard of the lowering holds there, else
+        None."""
         vals = self.plan(values)
-        for k, op, want in self._guard_refs:
-            if _CMP[op](vals[k], 0) != want:
+        V = np.array(vals, np.int64)
+        for cmp, refs, wants in self._guards:
+            if not (cmp(V[refs], 0) == wants).all():
                 return None
-        for expr, op, want in self.float_guards:
-            if _CMP[op](_feval(expr, values), 0) != want:
+        for fn, cmp, want in self._float_guards:
+            if cmp(fn(vals), 0) != want:
                 return None
-        return vals
+        return V
 
-    def bind(self, vals):
-        """``run(*arrays) -> outputs`` for the sizes whose plan values are ``vals`` (``holds``' answer)."""
+    def bind(self, V):
+        """``run(*arrays) -> outputs`` for the sizes whose plan values are ``V`` (``holds``' answer)."""
         cg, p = self.cg, self.program
-        at = vals.__getitem__
         A = self._base.copy()
-        for slot, k in self._table:
-            A[slot] = vals[k]
-        params = np.frombuffer(bytes(p.params) or b"\0", np.uint8).copy()
-        for off, k in self._params:
-            params[off:off + 4] = np.frombuffer(np.int32(at(k)).tobytes(), np.uint8)
-        for slot, arr, off in p.lit_slots:
-            A[slot] = arr.ctypes.data + off
-        for slot, off in p.param_slots:
-            A[slot] = params.ctypes.data + off
-        for slot in p.ierr_slots:
-            A[slot] = cg._ierr.ctypes.data
+        A[self._t_slots] = V[self._t_refs]
+        params = self._params.copy()
+        for off, k in self._sym_params:
+            params[off:off + 4] = np.frombuffer(np.int32(V[k]).tobytes(), np.uint8)
+        A[self._param_slots] = params.ctypes.data + self._param_offs
         OFF = np.zeros_like(A)
-        for slot, k in self._off:
-            OFF[slot] = at(k)
-        b = _Binding(A, [(slot, at(r) + at(o)) for slot, r, o in self._ws])
+        OFF[self._o_slots] = V[self._o_refs]
+        b = _Binding(A, self._w_slots, V[self._w_roots] + V[self._w_offs])
         ws = self.workspace
         ws.bindings.add(b)
-        if not ws.ensure(at(self._ws_size)):
+        if not ws.ensure(int(V[self._ws_size])):
             b.repoint(ws.base)
-        fresh = [(tuple(at(d) for d in shape), dtype) for shape, dtype in self._fresh]
+        fresh = [(tuple(int(V[d]) for d in shape), dtype) for shape, dtype in self._fresh]
         run = entry.caller(cg.entry_address, p, len(cg.checks), A, cg.F, OFF, _decline, cg._ierr, cg.step_error,
                            cg.call_lock, fresh=fresh)
         run._binding = (b, params, ws)
         return run
+
+
+def _columns(rows, n):
+    """``n`` index arrays, one per column of ``rows``."""
+    if not rows:
+        return tuple(np.zeros(0, np.intp) for _ in range(n))
+    return tuple(np.array(c, np.intp) for c in zip(*rows))
+
+
+_FOPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "**": operator.pow}
+
+
+def _fold(e):
+    """A SymFloat expression with every part that does not depend on the sizes computed (``("const", x)``)."""
+    k = e[0]
+    if k == "const":
+        return e
+    if k == "int":
+        c = _constant_of(e[1])
+        return e if c is None else ("const", float(c))
+    a, b = _fold(e[1]), _fold(e[2])
+    if a[0] == "const" and b[0] == "const":
+        try:
+            return ("const", _FOPS[k](a[1], b[1]))
+        except (ZeroDivisionError, OverflowError):
+            return (k, a, b)
+    if k == "/" and a[0] == "int" and b[0] == "int":
+        q = _divide(a[1], b[1])             # (exact integers: their float quotient is that constant)
+        c = None if q is None else _constant_of(q)
+        if c is not None:
+            return ("const", float(c))
+    return (k, a, b)
+
+
+def _closure(e, ref):
+    """``fn(plan values) -> float`` computing expression ``e`` (folded), its polynomials read from the plan."""
+    k = e[0]
+    if k == "const":
+        c = e[1]
+        return lambda v: c
+    if k == "int":
+        i = ref(e[1])
+        return lambda v: float(v[i])
+    fa, fb, op = _closure(e[1], ref), _closure(e[2], ref), _FOPS[k]
+    return lambda v: op(fa(v), fb(v))
 
 
 def _decline(*arrays):
