@@ -25,7 +25,7 @@ import weakref
 
 import numpy as np
 
-from ...ir.symbolic import SymInt, _ATOMS, _CMP, _constant_of, _divide
+from ...ir.symbolic import SymInt, _ATOMS, _CMP, _constant_of
 from . import entry
 from .cpu import ALLOCATIONS, CompiledGraph
 
@@ -220,11 +220,10 @@ def _fold(e):
             return ("const", _FOPS[k](a[1], b[1]))
         except (ZeroDivisionError, OverflowError):
             return (k, a, b)
-    if k == "/" and a[0] == "int" and b[0] == "int":
-        q = _divide(a[1], b[1])             # (exact integers: their float quotient is that constant)
-        c = None if q is None else _constant_of(q)
-        if c is not None:
-            return ("const", float(c))
+    if k == "/" and a[0] == "int" and b[0] == "int" and len(a[1]) == 1 and len(b[1]) == 1 \
+            and a[1][0][0] == b[1][0][0]:
+        # c * m / (d * m): both exact integers (below 2**53), so their correctly rounded quotient is c / d's
+        return ("const", a[1][0][1] / b[1][0][1])
     return (k, a, b)
 
 
