@@ -172,7 +172,7 @@ def test_anomaly_mode_and_double_backward_in_bound_entries():
     w = jg.tensor([0.5, -1.0, 2.0], requires_grad=True)
 
     def hvp(x):
-        y = (x @ w).tanh().sum()           # (a mean's 1 / n would be a constant of the kernels: guarded, n/a here)
+        y = (x @ w).tanh().mean()          # 1 / n: a literal of the trace, an input of the lowering
         (g,) = jg.autograd.grad(y, w, create_graph=True)
         (h,) = jg.autograd.grad((g * g).sum(), w)
         return h.detach()
@@ -238,3 +238,32 @@ def test_nanogpt_new_lengths_are_bound_without_a_build(monkeypatch):
     np.testing.assert_allclose(lc, le, rtol=2e-5, atol=1e-5)
     s = comp.stats
     assert s["traces"] == 2 and s["shape_instances"] == 1 and s["shape_bindings"] == len(lengths) - 2, s
+
+
+def test_size_dependent_literals_are_inputs_of_the_lowering(monkeypatch):
+    """A mean over a symbolic batch scales by 1 / n, and ``(n - 1)`` in arithmetic is a number of the trace: the
+    lowering reads them per call (lift_literals) instead of baking one size's value into a kernel."""
+    def build():
+        jg.manual_seed(0)
+        lin = nn.Linear(8, 1)
+        opt = jg.optim.SGD(lin.parameters(), lr=0.1)
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = ((lin(x) - y) ** 2).mean() + (x.shape[0] - 1) * 1e-3 * lin.weight.pow(2).sum()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step
+    rng = np.random.default_rng(8)
+    data = [(jg.tensor(rng.standard_normal((n, 8), dtype=np.float32)),
+             jg.tensor(rng.standard_normal((n, 1), dtype=np.float32))) for n in (5, 9, 6, 13, 7, 11, 8, 12, 10, 14)]
+    eager, comp = build(), jg.compile(build(), backend="numba")
+    le = [float(eager(x, y)) for x, y in data]
+    lc = [float(comp(x, y)) for x, y in data[:3]]
+    counts = _Counts(monkeypatch)
+    lc += [float(comp(x, y)) for x, y in data[3:]]
+    assert counts.total() == 0, counts.n
+    np.testing.assert_allclose(lc, le, rtol=1e-5)
+    s = comp.stats
+    assert s["shape_lowerings"] == 1 and s["shape_instances"] == 1 and s["shape_bindings"] == len(data) - 2, s

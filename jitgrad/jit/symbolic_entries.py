@@ -194,8 +194,9 @@ class Lowered:
     ``CompiledGraph`` of that graph laid out with symbolic sizes (``graph_code.sized_graph``), and once its code
     is ready, the ``codegen/program/sized.SizedProgram`` that binds it per tuple of sizes."""
 
-    def __init__(self, graph, cg, guards, copy_outs, wrap):
+    def __init__(self, graph, cg, guards, copy_outs, wrap, lifted):
         self.graph, self.cg, self.guards, self.copy_outs, self.wrap = graph, cg, guards, copy_outs, wrap
+        self.lifted = lifted        # (aval, SymInt | SymFloat): the trailing inputs lift_literals made
         self.sized = None
 
     def ready(self):
@@ -229,8 +230,9 @@ def _lower(cf, e, values):
     env = ShapeEnv()
     env.hints, env.sources = dict(values), dict(e.shape_env.sources)
     try:
+        graph, lifted = lift_literals(instantiate(e.raw_graph, values, rehint))
         with active(env):
-            graph = run_pipeline(instantiate(e.raw_graph, values, rehint), name)
+            graph = run_pipeline(graph, name)
         if build_policy.collectives(graph, name) is not None:
             return False
         writes = tuple((oi, ci) for ci, oi in e.writes)
@@ -247,7 +249,29 @@ def _lower(cf, e, values):
                                                             or at.setdefault(v, k) != k)]
     from .graph_function import GraphFunction
     wrap = GraphFunction(graph, e.out_diff, array_outs=written)._wrap
-    return Lowered(graph, cg, env.guards, copy_outs, wrap)
+    return Lowered(graph, cg, env.guards, copy_outs, wrap, lifted)
+
+
+def lift_literals(g: Graph):
+    """``(graph, lifted)``: ``g`` with each scalar literal whose value depends on the sizes (a mean's ``1 / n``,
+    ``T - 1`` in arithmetic) made a graph input appended after the others, and their ``(aval, value)``: a kernel
+    would bake a literal in (a guard equal to one size), an input is read per call (``_bound`` passes each
+    binding's values)."""
+    lifted, sub = [], {}
+
+    def var(v):
+        if type(v) is Lit and (type(v.value) is symbolic.SymInt or type(v.value) is symbolic.SymFloat):
+            w = sub.get(id(v))
+            if w is None:
+                w = sub[id(v)] = Var(v.aval)
+                lifted.append((w, v.value))
+            return w
+        return v
+    eqns = [e.replace(ins=[var(x) for x in e.ins]) if any(type(x) is Lit for x in e.ins) else e for e in g.eqns]
+    outs = [var(v) for v in g.outputs]
+    if not lifted:
+        return g, ()
+    return Graph(list(g.inputs) + [w for w, _ in lifted], eqns, outs), tuple((w.aval, x) for w, x in lifted)
 
 
 def _bound(cf, e, values):
@@ -277,6 +301,7 @@ def _bound(cf, e, values):
         if vals is None:
             return None
     run = sized.bind(vals)
+    extra = tuple(np.asarray(concretize(x, values), dtype=aval.dtype.np) for aval, x in low.lifted)
     inst = SizedEntry.__new__(SizedEntry)
     inst.__dict__.update(e.__dict__)
     del inst.__dict__["graph"], inst.__dict__["gf"]
@@ -284,7 +309,7 @@ def _bound(cf, e, values):
     inst.copy_outs = low.copy_outs
     inst.code_ready, inst.slow_times = True, {}
     inst.concrete_of = (cf, e, values)
-    inst.direct = _direct_call(cf, inst, low, run)
+    inst.direct = _direct_call(cf, inst, low, run, extra)
     cf.stats["shape_bindings"] = cf.stats.get("shape_bindings", 0) + 1
     return inst
 
@@ -306,8 +331,9 @@ class SizedEntry(_Entry):
         return c
 
 
-def _direct_call(cf, inst, low, run):
-    """The bound entry's call on the graph's input tensors (as ``GraphFunction.direct``'s)."""
+def _direct_call(cf, inst, low, run, extra=()):
+    """The bound entry's call on the graph's input tensors (as ``GraphFunction.direct``'s); ``extra``: the
+    arrays of the lifted literals at its sizes, passed after them."""
     from ..runtime import profiler_state
     from .graph_code import compiled_result
     prof, nd, stats, cg, wrap = profiler_state.STATE, np.ndarray, cf.stats, low.cg, low.wrap
@@ -328,7 +354,7 @@ def _direct_call(cf, inst, low, run):
         for a in arrays:
             if type(a) is not nd:
                 return slow(inputs)
-        res = run(*arrays)
+        res = run(*arrays, *extra) if extra else run(*arrays)
         if res is None:
             return slow(inputs)
         return wrap(compiled_result(cg, res, stats))
