@@ -267,3 +267,22 @@ def test_size_dependent_literals_are_inputs_of_the_lowering(monkeypatch):
     np.testing.assert_allclose(lc, le, rtol=1e-5)
     s = comp.stats
     assert s["shape_lowerings"] == 1 and s["shape_instances"] == 1 and s["shape_bindings"] == len(data) - 2, s
+
+
+def test_errors_of_a_bound_entry_are_eager_modes_with_this_calls_shapes():
+    """An index out of range in a bound entry writes no state and raises eager mode's IndexError naming this
+    call's sizes (its concrete graph reports it), not the symbols of the lowering."""
+    emb = nn.Embedding(10, 4)
+
+    def f(idx):
+        return emb(idx).sum(1).detach()
+    cf = jg.compile(f, backend="numba")
+    for n in (3, 4, 5, 6):
+        idx = jg.tensor(np.arange(n) % 10)
+        np.testing.assert_allclose(arr(cf(idx)), arr(f(idx)), rtol=1e-6)
+    assert cf.stats["shape_bindings"] >= 2
+    w = emb.weight.detach().numpy().copy()
+    with pytest.raises(IndexError, match="out of range|out of bounds") as err:
+        cf(jg.tensor(np.array([1, 2, 3, 4, 5, 6, 12])))
+    assert "s0" not in str(err.value)
+    np.testing.assert_array_equal(emb.weight.detach().numpy(), w)

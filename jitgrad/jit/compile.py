@@ -99,7 +99,8 @@ class CompiledFunction(Introspection, Signatures):
         # (the interpreter serves calls while a background build runs, or when codegen failed)
         self.stats = build_policy.init_stats({"traces": 0, "hits": 0, "calls": 0, "compile_seconds": 0.0,
                                               "eager_fallbacks": 0, "compiled_calls": 0, "interpreted_calls": 0,
-                                              "trace_reasons": {}, "shape_instances": 0})
+                                              "trace_reasons": {}, "shape_instances": 0,
+                                              "shape_lowerings": 0, "shape_bindings": 0})
         functools.update_wrapper(self, fn)
 
     def wait(self, timeout=None) -> bool:

@@ -241,7 +241,7 @@ def _lower(cf, e, values):
         return False
     if not cg.nopython or cg.error is not None:
         return False
-    cf.stats["shape_lowerings"] = cf.stats.get("shape_lowerings", 0) + 1
+    cf.stats["shape_lowerings"] += 1
     ins, written, same = set(graph.inputs), {oi for _, oi in e.writes}, dict(e.same_outs)
     at = {}
     copy_outs = [k for k, v in enumerate(graph.outputs)
@@ -310,7 +310,7 @@ def _bound(cf, e, values):
     inst.code_ready, inst.slow_times = True, {}
     inst.concrete_of = (cf, e, values)
     inst.direct = _direct_call(cf, inst, low, run, extra)
-    cf.stats["shape_bindings"] = cf.stats.get("shape_bindings", 0) + 1
+    cf.stats["shape_bindings"] += 1
     return inst
 
 
@@ -354,10 +354,15 @@ def _direct_call(cf, inst, low, run, extra=()):
         for a in arrays:
             if type(a) is not nd:
                 return slow(inputs)
-        res = run(*arrays, *extra) if extra else run(*arrays)
-        if res is None:
+        try:
+            res = run(*arrays, *extra) if extra else run(*arrays)
+            if res is None:
+                return slow(inputs)
+            return wrap(compiled_result(cg, res, stats))
+        except (IndexError, RuntimeError):
+            # an index out of range, a zero divisor, an anomaly check: the step wrote no state, and its error
+            # names the symbolic graph's shapes; the concrete graph raises eager mode's error with this call's
             return slow(inputs)
-        return wrap(compiled_result(cg, res, stats))
     return call
 
 
@@ -403,5 +408,5 @@ def active(env):
         symbolic.ACTIVE.env = prev
 
 
-__all__ = ["MAX_INSTANCES", "Lowered", "SizedEntry", "active", "instance", "instantiate", "mark", "mark_on_miss", "retry_static", "shapeless", "symbolic_key",
-           "trace_shapes"]
+__all__ = ["MAX_INSTANCES", "MAX_LOWERINGS", "Lowered", "SizedEntry", "active", "instance", "instantiate",
+           "lift_literals", "mark", "mark_on_miss", "retry_static", "shapeless", "symbolic_key", "trace_shapes"]
