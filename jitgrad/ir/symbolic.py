@@ -123,6 +123,7 @@ def _fmt(p) -> str:
 
 _CMP = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
         ">=": operator.ge}
+COMPARISONS = _CMP      # a guard's comparison by its name (``ShapeEnv.guards``: ``(p op 0) == expected``)
 
 
 class ShapeEnv:
@@ -560,5 +561,6 @@ def _has(x) -> bool:
 
 has_symbols = _has
 
-__all__ = ["ACTIVE", "ShapeEnv", "SymInt", "SymFloat", "concretize", "evaluate", "has_symbols", "hint_of",
+__all__ = ["ACTIVE", "COMPARISONS", "ShapeEnv", "SymInt", "SymFloat", "concretize", "evaluate", "has_symbols",
+           "hint_of",
            "is_symbolic", "known_equal", "make", "rehint", "size_arg", "size_key"]

@@ -20,61 +20,14 @@ concrete program otherwise.
 """
 from __future__ import annotations
 
-import operator
 import weakref
 
 import numpy as np
 
-from ...ir.symbolic import SymInt, _ATOMS, _CMP, _constant_of
+from ...ir.size_plan import SizePlan, float_function, fold_float
+from ...ir.symbolic import COMPARISONS, SymInt
 from . import entry
 from .cpu import ALLOCATIONS, CompiledGraph
-
-
-class SizePlan:
-    """Polynomials over size symbols evaluated together: each atom (a symbol, or a ``//`` / ``%`` of
-    polynomials) and each monomial once per call of ``__call__(values) -> list of ints``."""
-
-    def __init__(self, polys):
-        self.polys = list(polys)
-        atoms, order = {}, []
-
-        def need(name):
-            if name in atoms:
-                return
-            spec = _ATOMS.get(name)
-            if spec is not None:
-                for p in spec[1:]:
-                    for m, _ in p:
-                        for a in m:
-                            need(a)
-            atoms[name] = len(order)
-            order.append(name)
-        for p in self.polys:
-            for m, _ in p:
-                for a in m:
-                    need(a)
-        self.atoms = order
-        self._index = atoms
-
-    def __call__(self, values: dict) -> list:
-        val = {}
-        for name in self.atoms:
-            v = values.get(name)
-            if v is None:
-                op, x, y = _ATOMS[name]
-                x, y = _poly(x, val), _poly(y, val)
-                v = x // y if op == "floordiv" else x % y
-            val[name] = v
-        return [_poly(p, val) for p in self.polys]
-
-
-def _poly(p, val) -> int:
-    total = 0
-    for m, c in p:
-        for a in m:
-            c *= val[a]
-        total += c
-    return total
 
 
 class Workspace:
@@ -133,14 +86,14 @@ class SizedProgram:
         by_op, self._float_guards = {}, []
         for g, op, want in guards:
             if type(g) is tuple and g[:1] == ("float",):
-                e = _fold(g[1])
+                e = fold_float(g[1])
                 if e[0] != "const":
-                    self._float_guards.append((_closure(e, ref), _CMP[op], want))
+                    self._float_guards.append((float_function(e, ref), COMPARISONS[op], want))
             else:
                 refs, wants = by_op.setdefault(op, ([], []))
                 refs.append(ref(g))
                 wants.append(want)
-        self._guards = [(_CMP[op], np.array(r, np.intp), np.array(w, bool)) for op, (r, w) in by_op.items()]
+        self._guards = [(COMPARISONS[op], np.array(r, np.intp), np.array(w, bool)) for op, (r, w) in by_op.items()]
         base = np.array([0 if type(v) is SymInt else int(v) for v in p.table] or [0], np.int64)
         sym = [(i, ref(v)) for i, v in enumerate(p.table) if type(v) is SymInt]
         self._t_slots, self._t_refs = _columns(sym, 2)
@@ -203,53 +156,9 @@ def _columns(rows, n):
     return tuple(np.array(c, np.intp) for c in zip(*rows))
 
 
-_FOPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "**": operator.pow}
-
-
-def _fold(e):
-    """A SymFloat expression with every part that does not depend on the sizes computed (``("const", x)``)."""
-    k = e[0]
-    if k == "const":
-        return e
-    if k == "int":
-        c = _constant_of(e[1])
-        return e if c is None else ("const", float(c))
-    a, b = _fold(e[1]), _fold(e[2])
-    if a[0] == "const" and b[0] == "const":
-        try:
-            return ("const", _FOPS[k](a[1], b[1]))
-        except (ZeroDivisionError, OverflowError):
-            return (k, a, b)
-    if k == "/" and a[0] == "int" and b[0] == "int" and len(a[1]) == 1 and len(b[1]) == 1 \
-            and a[1][0][0] == b[1][0][0]:
-        # c * m / (d * m): both exact integers (below 2**53), so their correctly rounded quotient is c / d's
-        return ("const", a[1][0][1] / b[1][0][1])
-    return (k, a, b)
-
-
-def _closure(e, ref):
-    """``fn(plan values) -> float`` computing expression ``e`` (folded), its polynomials read from the plan."""
-    k = e[0]
-    if k == "const":
-        c = e[1]
-        return lambda v: c
-    if k == "int":
-        i = ref(e[1])
-        return lambda v: float(v[i])
-    fa, fb, op = _closure(e[1], ref), _closure(e[2], ref), _FOPS[k]
-    return lambda v: op(fa(v), fb(v))
-
-
 def _decline(*arrays):
     """Inputs the entry cannot take (not C-contiguous): the caller serves the call another way."""
     return None
 
 
-def lowered_symbols(cg: CompiledGraph) -> bool:
-    """Whether ``cg``'s program holds symbolic sizes (so it must be bound per call's sizes, never run as is)."""
-    p = cg.program
-    return any(type(v) is SymInt for v in p.table) or type(p.ws_size) is SymInt or bool(p.sym_params) \
-        or any(type(d) is SymInt for r in p.fresh for d in r.shape)
-
-
-__all__ = ["SizedProgram", "SizePlan", "Workspace", "lowered_symbols"]
+__all__ = ["SizedProgram", "Workspace"]
