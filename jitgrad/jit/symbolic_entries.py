@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import time
 import weakref
 
 import numpy as np
@@ -31,7 +32,7 @@ from ..ir.graph import Graph, Lit, Var
 from ..ir.ops import Aval
 from ..ir import symbolic
 from ..ir.symbolic import ShapeEnv, concretize, has_symbols, rehint
-from .trace_entries import _Entry
+from .trace_entries import _Entry, copied_outputs
 
 MAX_INSTANCES = 256     # concrete instances kept per symbolic entry (the oldest go first)
 MAX_LOWERINGS = 4       # lowerings per symbolic entry, each for the sizes where its decisions hold
@@ -226,6 +227,7 @@ def _lower(cf, e, values):
     from . import build_policy
     from .graph_code import sized_graph
     from ..ir.passes import run_pipeline
+    t0 = time.perf_counter()
     name = getattr(cf.fn, "__name__", "compiled")
     env = ShapeEnv()
     env.hints, env.sources = dict(values), dict(e.shape_env.sources)
@@ -239,17 +241,15 @@ def _lower(cf, e, values):
         cg = sized_graph(graph, env, writes, cf.parallel, cf.use_cache, cf.background)
     except Exception:       # noqa: BLE001 - the concrete builds serve every size, as before
         return False
+    finally:
+        cf.stats["compile_seconds"] += time.perf_counter() - t0
+    build_policy.attach(cg, cf.stats)       # (its build counted as the concrete builds are)
     if not cg.nopython or cg.error is not None:
         return False
     cf.stats["shape_lowerings"] += 1
-    ins, written, same = set(graph.inputs), {oi for _, oi in e.writes}, dict(e.same_outs)
-    at = {}
-    copy_outs = [k for k, v in enumerate(graph.outputs)
-                 if k not in written and k not in same and (isinstance(v, Lit) or v in ins
-                                                            or at.setdefault(v, k) != k)]
     from .graph_function import GraphFunction
-    wrap = GraphFunction(graph, e.out_diff, array_outs=written)._wrap
-    return Lowered(graph, cg, env.guards, copy_outs, wrap, lifted)
+    wrap = GraphFunction(graph, e.out_diff, array_outs={oi for _, oi in e.writes})._wrap
+    return Lowered(graph, cg, env.guards, copied_outputs(graph, e.writes, e.same_outs), wrap, lifted)
 
 
 def lift_literals(g: Graph):
