@@ -17,7 +17,9 @@ that holds them as symbols (``ir/symbolic.py``), and its instances per call's si
   kernels and the C entry are those the concrete instance built (structure only).  Each later tuple whose
   sizes keep the lowering's guards is *bound* to it (``SizedEntry``, ``codegen/program/sized.py``): its tables
   computed from the sizes by a precomputed plan, the workspace shared and grown to the largest size, outputs
-  pooled by capacity; no pass, no layout, no entry build.  Other tuples get concrete instances, as before.
+  pooled by capacity; no pass, no layout, no entry build.  A tuple that breaks a lowering's guards is lowered
+  again for its own sizes (up to ``MAX_LOWERINGS``); after that, and for entries that cannot be bound (outputs
+  that need an autograd node, a Python driver, collectives), tuples get concrete instances, as before.
 """
 from __future__ import annotations
 
