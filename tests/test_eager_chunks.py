@@ -15,6 +15,14 @@ from jitgrad.ir import eager_chunks
 N = (3 * eager_chunks.MIN_CHUNK) // 64 + 7      # rows of 64: a size that does not split evenly
 
 
+@pytest.fixture(autouse=True)
+def _no_pacing(monkeypatch):
+    """Split calls are counted here, so a loaded test machine must not switch them to serial (the pacer has a
+    test of its own)."""
+    monkeypatch.setattr(eager_chunks._PACER, "left", 0)
+    monkeypatch.setattr(eager_chunks._Pacer, "SLOW", float("inf"))
+
+
 def _threads(monkeypatch, n):
     monkeypatch.setattr(settings.STATE, "num_threads", n)
 
@@ -35,6 +43,9 @@ PROGRAMS = {
     "cast": lambda x, y: (x * 100).to(jg.int32).to(jg.float64) + y.double(),
     "zero_dim": lambda x, y: x * jg.tensor(3.0) + jg.tensor(1.0, dtype=jg.float64),
     "int": lambda x, y: (x * 10).long() // 3 + (y * 10).long() % 7,
+    "bias": lambda x, y: x * y[0] + y[1:2],
+    "mask_4d": lambda x, y: x.reshape(N, 1, 8, 8).expand(N, 2, 8, 8).contiguous().masked_fill(
+        jg.tril(jg.ones(8, 8)) == 0, float("-inf")),
 }
 
 
@@ -77,7 +88,7 @@ def test_what_stays_serial(monkeypatch):
     _threads(monkeypatch, 2)
     serial = {
         "small": lambda: jg.tensor(a[:10]) * 2.0,
-        "broadcast": lambda: x + jg.tensor(b[0]),
+        "broadcast along the first axis": lambda: jg.tensor(a[:1]).expand(N, 64) + x[:1],
         "not contiguous": lambda: x.t() * 2.0,
         "random": lambda: jg.rand(N, 64),
     }
@@ -173,3 +184,20 @@ def test_random_draws_split_between_threads_give_the_serial_bits(monkeypatch):
     two = draw(2)
     for a, b in zip(one, two):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_late_worker_makes_the_next_calls_serial(monkeypatch):
+    """A split call whose workers finish long after the caller's own chunk (a core taken by another process)
+    runs the next ``HOLD`` calls on one thread, then tries again; a retry that is slow again holds twice as long."""
+    import time
+    monkeypatch.setattr(eager_chunks._Pacer, "SLOW", 2.5)
+    monkeypatch.setattr(eager_chunks, "_PACER", eager_chunks._Pacer())
+    _threads(monkeypatch, 2)
+    n = 4 * eager_chunks.MIN_CHUNK
+    assert eager_chunks.threads_for(n) == 2
+    eager_chunks.run_split([(lambda: None, ()), (time.sleep, (0.05,))])
+    hold = eager_chunks._Pacer.HOLD
+    assert [eager_chunks.threads_for(n) for _ in range(hold)] == [1] * hold
+    assert eager_chunks.threads_for(n) == 2
+    eager_chunks.run_split([(lambda: None, ()), (time.sleep, (0.05,))])
+    assert eager_chunks._PACER.left == 2 * hold

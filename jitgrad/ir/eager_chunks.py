@@ -16,6 +16,8 @@ element's index), or a non-default ``np.errstate`` (it is per thread: a worker w
 Threads: ``settings.num_threads()`` (``torch.set_num_threads``), the knob the compiled kernels and eager BLAS
 follow; the helpers are Python threads started on first use and again after a fork.  A chunked op never runs
 beside a BLAS call of ours (eager ops run one at a time per thread), so the two never oversubscribe the cores.
+A split call that waits long for its workers (another process holds a core) makes the next calls serial for a
+while (``_Pacer``, the policy eager BLAS follows too).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import math
 import os
 import queue
 import threading
+import time
 
 import numpy as np
 
@@ -32,7 +35,7 @@ from . import settings
 # a chunk here is worth it from 64K float32 elements (~30 us of a ufunc): measured in BENCHMARKS.md
 MIN_CHUNK = int(os.environ.get("JITGRAD_EAGER_MIN_CHUNK", 1 << 16))
 _DEFAULT_ERR = {"divide": "warn", "over": "warn", "under": "ignore", "invalid": "warn"}
-STATS = {"chunked_calls": 0, "chunks": 0}       # counted, for tests
+STATS = {"chunked_calls": 0, "chunks": 0, "contended": 0}       # counted, for tests
 
 
 class _Workers:
@@ -80,20 +83,33 @@ if hasattr(os, "register_at_fork"):
 
 def for_signature(impl, avals, out_aval, params):
     """The chunked form of ``impl`` for this signature (input avals -> ``out_aval``), or None when the op's
-    output is too small to split or no input has the output's shape."""
+    output is too small to split or no input has its leading size.
+
+    Inputs of the output's shape (and 0-d ones) are split by element; with broadcasting (a bias, a mask of
+    ``(1, 1, T, T)``), the output is split along its first axis instead: an input whose first axis is the
+    output's is sliced with it, one that broadcasts along it (size 1, or fewer dims) goes whole to every chunk."""
     shape = tuple(out_aval.shape)
     n = math.prod(shape)
     if n < 2 * MIN_CHUNK or not shape:
         return None
-    full = False
+    full = by_rows = False
     for a in avals:
         s = tuple(a.shape)
         if s == shape:
             full = True
         elif s != () and not a.weak:
-            return None         # broadcasting: the slices would not line up
-    if not full:
-        return None
+            by_rows = True
+            if len(s) == len(shape) and s[0] not in (1, shape[0]):
+                return None
+    if not full and not by_rows:
+        return None       # no input of the output's size (random draws: their values depend on the index)
+    if by_rows:
+        if shape[0] < 2:
+            return None
+        sliced = tuple(len(a.shape) == len(shape) and a.shape[0] == shape[0] for a in avals)
+        if not any(sliced):
+            return None
+        return _by_rows(impl, shape, n, out_aval.dtype.np, sliced)
     is_ufunc = isinstance(impl, np.ufunc) and impl.nout == 1
     dtype = out_aval.dtype.np
 
@@ -118,6 +134,31 @@ def for_signature(impl, avals, out_aval, params):
         return out
     chunked.__name__ = f"chunked_{getattr(impl, '__name__', 'impl')}"
     return chunked
+
+
+def _by_rows(impl, shape, n, dtype, sliced):
+    """A broadcasting elementwise op split along the output's first axis (``sliced``: which inputs go with it)."""
+    rows = shape[0]
+
+    def row_chunked(*xs, **kw):
+        nt = min(threads_for(n), rows)
+        if nt < 2 or np.geterr() != _DEFAULT_ERR:
+            return impl(*xs, **kw)
+        for x in xs:
+            if type(x) is np.ndarray and x.ndim and not x.flags.c_contiguous:
+                return impl(*xs, **kw)      # (the serial result's layout would follow the input's)
+        out = np.empty(shape, dtype)
+        bounds = [rows * k // nt for k in range(nt + 1)]
+        run_split([(_row_slices, (impl, xs, sliced, out, bounds[k], bounds[k + 1], kw)) for k in range(nt)])
+        STATS["chunked_calls"] += 1
+        STATS["chunks"] += nt
+        return out
+    row_chunked.__name__ = f"row_chunked_{getattr(impl, '__name__', 'impl')}"
+    return row_chunked
+
+
+def _row_slices(impl, xs, sliced, out, a, b, kw):
+    out[a:b] = impl(*(x[a:b] if s else x for x, s in zip(xs, sliced)), **kw)
 
 
 def _reduced_axes(params, ndim):
@@ -165,6 +206,30 @@ def _rows(impl, xs, out, a, b, kw):
     out[a:b] = impl(*(x[a:b] for x in xs), **kw)
 
 
+class _Pacer:
+    """Serial for a while after a split call waited long for its workers: another process holds a core, and a
+    chunk there finishes a scheduler slice late (ir/ops/blas.BlasPacer's policy for BLAS threads: ``HOLD`` calls,
+    doubled each time a retry is slow again, at most ``MAX_HOLD``)."""
+    SLOW = 2.5          # the whole call against the caller's own chunk (equal chunks: about 1 when cores are free)
+    HOLD = 32
+    MAX_HOLD = 1024
+
+    def __init__(self):
+        self.left = 0
+        self.hold = self.HOLD
+
+    def note(self, own: float, whole: float) -> None:
+        if whole > self.SLOW * own + 50e-6:
+            self.left = self.hold
+            self.hold = min(self.hold * 2, self.MAX_HOLD)
+            STATS["contended"] += 1
+        else:
+            self.hold = self.HOLD
+
+
+_PACER = _Pacer()
+
+
 def run_split(tasks) -> None:
     """Run ``fn(*args)`` for each ``(fn, args)`` of ``tasks``, the first on this thread and the others on the
     workers at once; returns when all are done, raising the first error (after every task has finished, so none
@@ -172,6 +237,7 @@ def run_split(tasks) -> None:
     done = []
     if len(tasks) > 1:
         _WORKERS.ensure(len(tasks) - 1)
+    t0 = time.perf_counter()
     for fn, args in tasks[1:]:
         ev = _Done()
         _WORKERS.tasks.put((fn, args, {}, ev))
@@ -182,17 +248,25 @@ def run_split(tasks) -> None:
         fn(*args)
     except BaseException as e:  # noqa: BLE001 - re-raised once the workers are done
         err = e
+    t1 = time.perf_counter()
     for ev in done:
         ev.wait()
         if err is None and ev.error is not None:
             err = ev.error
     if err is not None:
         raise err
+    _PACER.note(t1 - t0, time.perf_counter() - t0)
 
 
 def threads_for(elements: int) -> int:
     """How many threads an eager parallel call over ``elements`` elements uses (1: run it serially)."""
-    return max(1, min(settings.num_threads(), elements // MIN_CHUNK))
+    n = min(settings.num_threads(), elements // MIN_CHUNK)
+    if n < 2:
+        return 1
+    if _PACER.left:
+        _PACER.left -= 1
+        return 1
+    return n
 
 
 def _chunk(impl, is_ufunc, flat, o, a, b, kw):

@@ -1,4 +1,4 @@
-"""Eager multi-tensor optimiser updates: Adam/AdamW and SGD over all of a group's parameters with NumPy ``out=``
+"""Eager multi-tensor optimiser updates: Adam/AdamW, SGD and RMSprop over all of a group's parameters with NumPy ``out=``
 ufuncs on the parameters' own buffers, no Tensor, no dispatch, no graph per operation.
 
 The per-parameter path (``Adam.step``'s loop of tensor ops) dispatches ~20 ops per parameter and allocates a
@@ -240,4 +240,90 @@ def _sgd_arrays(work, consts, scratch):
         # 0-d tensor (torch's rule), where the product stays float64
         t = scratch.get(2, np.float64, (), 1) if pd.ndim == 0 and dtype != np.float64 else t1
         np.multiply(lr, g, out=t)
+        np.subtract(pd, t, out=pd)
+
+
+def rmsprop_group(opt, group, state_for) -> bool:
+    """One RMSprop update of ``group`` in place, as ``RMSprop.step``'s loop computes it; False (nothing done) when
+    the group needs the general path (state or a gradient that is not a plain array of the parameter's dtype)."""
+    items = _plain_items(group)
+    if items is None:
+        return False
+    momentum, centered = group["momentum"], group["centered"]
+    names = ("square_avg",) + (("momentum_buffer",) if momentum > 0 else ()) + (("grad_avg",) if centered else ())
+    tensors = []
+    for p, g in items:
+        state = state_for(p, group)
+        ts = [state["step"]] + [state[k] for k in names]
+        for t in ts:
+            if type(t._data) is not np.ndarray:
+                return False
+        for t in ts[1:]:
+            if t._data.dtype != p._data.dtype or t._data.shape != p._data.shape:
+                return False
+        tensors.append((p, g, ts))
+    for p, g, ts in tensors:        # every check before any write: a refused one changes nothing
+        p._check_inplace()
+        for t in ts:
+            t._check_inplace()
+    work = []
+    for p, g, ts in tensors:
+        sd = ts[0]._data
+        sd[...] = sd + 1
+        ts[0]._vc[0] += 1
+        sq = ts[1]
+        buf = ts[2] if momentum > 0 else None
+        ga = ts[-1] if centered else None
+        work.append((p._data, g, sq._data, None if buf is None else buf._data, None if ga is None else ga._data))
+        p._vc[0] += 1
+        sq._vc[0] += 2              # square_avg.mul_(alpha).add_(...)
+        if buf is not None:
+            buf._vc[0] += 2         # buf.mul_(momentum).add_(...)
+        if ga is not None:
+            ga._vc[0] += 1
+    consts = (group.lr_tensor._data, group["alpha"], group["eps"], group["weight_decay"], momentum,
+              group["maximize"])
+    _split_by_size(opt, work, lambda part, scratch: _rmsprop_arrays(part, consts, scratch))
+    return True
+
+
+def _rmsprop_arrays(work, consts, scratch):
+    """RMSprop's arithmetic on ``(param, grad, square_avg, momentum buffer or None, grad_avg or None)`` arrays, in
+    the per-parameter path's order."""
+    lr, alpha, eps, wd, momentum, maximize = consts
+    for pd, g, sq, b, ga in work:
+        shape, dtype, size = pd.shape, pd.dtype, pd.size
+        t1 = scratch.get(0, dtype, shape, size)
+        t2 = scratch.get(1, dtype, shape, size)
+        t3 = scratch.get(3, dtype, shape, size)
+        if maximize:
+            g = np.negative(g, out=t2)
+        if wd != 0:
+            np.multiply(pd, wd, out=t1)                    # g = g + wd * p
+            g = np.add(g, t1, out=t2)
+        np.multiply(sq, alpha, out=sq)                     # square_avg.mul_(alpha).add_(g * g * (1 - alpha))
+        np.multiply(g, g, out=t1)
+        np.multiply(t1, 1 - alpha, out=t1)
+        np.add(sq, t1, out=sq)
+        if ga is not None:
+            np.subtract(g, ga, out=t1)                     # grad_avg.add_((g - grad_avg) * (1 - alpha))
+            np.multiply(t1, 1 - alpha, out=t1)
+            np.add(ga, t1, out=ga)
+            np.multiply(ga, ga, out=t1)                    # avg = sqrt(square_avg - grad_avg * grad_avg) + eps
+            np.subtract(sq, t1, out=t1)
+            np.sqrt(t1, out=t3)
+        else:
+            np.sqrt(sq, out=t3)                            # avg = sqrt(square_avg) + eps
+        np.add(t3, eps, out=t3)
+        np.divide(g, t3, out=t1)                           # g / avg
+        if b is not None:
+            np.multiply(b, momentum, out=b)                # buf.mul_(momentum).add_(g / avg)
+            np.add(b, t1, out=b)
+            step = b
+        else:
+            step = t1
+        # p.sub_(lr * step): a 0-d float64 lr times an array rounds to the array's dtype, except beside another
+        # 0-d tensor (torch's rule), where the product stays float64
+        t = scratch.get(2, np.float64, (), 1) if pd.ndim == 0 and dtype != np.float64 else t1
+        np.multiply(lr, step, out=t)
         np.subtract(pd, t, out=pd)
