@@ -163,8 +163,8 @@ def trace_shapes(key, leaves):
 def instance(cf, e, leaves):
     """The concrete entry of the symbolic entry ``e`` for these arguments' sizes, made on first use; None when
     a guard of the trace fails for them (the call misses).  Sizes seen before skip the guards (they depend on
-    the sizes alone).  A new tuple of sizes is bound to the template's one lowering when it has one
-    (``Lowered``: no pass, no layout, no entry build), else gets a concrete build of its own."""
+    the sizes alone).  A new tuple of sizes is bound to a lowering of the template whose guards it keeps
+    (``Lowered``: no pass, no layout, no entry build; ``_bound``), else gets a concrete build of its own."""
     k = tuple([leaves[i]._data.shape[d] for _, i, d in e.sym_sources])
     inst = e.instances.get(k)
     if inst is not None:
@@ -177,7 +177,7 @@ def instance(cf, e, leaves):
     inst = _bound(cf, e, values)
     if inst is None:
         inst = _concrete(cf, e, values)
-        cf.stats["shape_instances"] = cf.stats.get("shape_instances", 0) + 1
+        cf.stats["shape_instances"] += 1
     e.instances[k] = inst
     return inst
 
