@@ -25,10 +25,13 @@ construction) and lays out its own arguments (the CPU's argument-table slots, CU
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
+from ..ir.symbolic import SymInt, has_symbols, size_key
 from ..ir.ops.index import np_index
 from ..ir.plan import Group
 from .kernels.loops import raises_in_loop
@@ -49,7 +52,7 @@ class Place:
         self.root, self.offset, self.shape, self.strides, self.dtype = root, offset, tuple(shape), tuple(strides), dtype
 
     def contiguous(self) -> bool:
-        return self.strides == c_strides(self.shape) or int(np.prod(self.shape)) <= 1
+        return self.strides == c_strides(self.shape) or math.prod(self.shape) <= 1
 
     def __repr__(self):
         return f"Place({self.root!r}+{self.offset}, {self.shape}, {self.strides}, {getattr(self.dtype, 'name', None)})"
@@ -74,7 +77,7 @@ def c_strides(shape):
     st, acc = [], 1
     for d in reversed(shape):
         st.append(acc)
-        acc *= max(d, 1)
+        acc *= d if type(d) is SymInt else max(d, 1)      # (a symbolic size is never 0 or 1: guards)
     return tuple(reversed(st))
 
 
@@ -124,16 +127,125 @@ def _place_of(res, dummy, src: Place) -> Place:
 def view_place(e, src: Place):
     """The place of view op ``e``'s output over ``src``, found by running the op's NumPy impl on a strided dummy
     array; None when the result is not a view of it (then the op must run)."""
-    dummy = _dummy(src)
+    if has_symbols(src.shape) or has_symbols(src.strides) or has_symbols(e.outs[0].aval.shape) \
+            or has_symbols(e.params):
+        p = _symbolic_view(e, src)
+        if p is not _UNKNOWN:
+            return p
+    dummy = _dummy(src)     # (symbolic sizes: specialised, guarded, for the views _symbolic_view lacks)
     res = e.op.impl(dummy, **e.params)
     if not isinstance(res, np.ndarray) or not np.may_share_memory(res, dummy) or res.shape != e.outs[0].aval.shape:
         return None
     return _place_of(res, dummy, src)
 
 
+def _symbolic_view(e, src: Place):
+    """A view over a place with symbolic sizes, computed on the sizes themselves (a dummy array needs ints):
+    permute, broadcast_to, a reshape (None when its strides do not allow it), a basic index; ``_UNKNOWN`` for
+    the others.  Each decision on
+    a size is a guard of the active ShapeEnv (``ir/symbolic.py``), as any comparison of sizes."""
+    name = e.op.name
+    if name == "reshape":
+        st = _reshape_strides(src.shape, src.strides, e.outs[0].aval.shape)
+        return None if st is None else Place(src.root, src.offset, e.outs[0].aval.shape, st, src.dtype)
+    if name == "getitem" and len(e.ins) == 1:
+        p = _basic_index(src, e.params["spec"])
+        return _UNKNOWN if p is None else p
+    if name == "permute":
+        perm = e.params["perm"]
+        return Place(src.root, src.offset, [src.shape[p] for p in perm], [src.strides[p] for p in perm], src.dtype)
+    if name == "broadcast_to":
+        shape = tuple(e.params["shape"])
+        lead = len(shape) - len(src.shape)
+        st = [0] * lead + [0 if (type(d) is int and d == 1 and not (type(n) is int and n == 1)) else s
+                           for d, s, n in zip(src.shape, src.strides, shape[lead:])]
+        return Place(src.root, src.offset, shape, st, src.dtype)
+    return _UNKNOWN
+
+
+_UNKNOWN = object()     # (_symbolic_view: a view it does not compute)
+
+
+def _reshape_strides(old, strides, new):
+    """Element strides of ``old``-shaped data with ``strides`` viewed as shape ``new`` without a copy, or None when
+    its strides cannot express it (torch's view rule: each run of dims walked as one is split or merged)."""
+    if math.prod(old) != math.prod(new):
+        return None
+    out = [0] * len(new)
+    if not old:
+        return tuple(c_strides(new))
+    view_d = len(new) - 1
+    base = strides[-1]
+    t_numel = v_numel = 1
+    for d in range(len(old) - 1, -1, -1):
+        t_numel = t_numel * old[d]
+        if d == 0 or (not (type(old[d - 1]) is int and old[d - 1] == 1)
+                      and strides[d - 1] != t_numel * base):
+            while view_d >= 0 and (v_numel < t_numel or (type(new[view_d]) is int and new[view_d] == 1)):
+                out[view_d] = v_numel * base
+                v_numel = v_numel * new[view_d]
+                view_d -= 1
+            if v_numel != t_numel:
+                return None
+            if d > 0:
+                base = strides[d - 1]
+                t_numel = v_numel = 1
+    if view_d != -1:
+        return None
+    return tuple(out)
+
+
+def _basic_index(place: Place, spec):
+    """The place of ``x[spec]`` over ``place`` for a basic index (slices of step 1 or more, ints, None,
+    Ellipsis) computed on its sizes; None for anything else (the dummy array's way answers it)."""
+    n_real = sum(1 for s in spec if s is not None and s is not Ellipsis)
+    shape, strides, off, k = [], [], place.offset, 0
+    for s in spec:
+        if s is Ellipsis:
+            for _ in range(len(place.shape) - n_real):
+                shape.append(place.shape[k])
+                strides.append(place.strides[k])
+                k += 1
+        elif s is None:
+            shape.append(1)
+            strides.append(0)
+        elif type(s) is tuple and s[0] == "slice":
+            start, stop, step = s[1:]
+            step = 1 if step is None else step
+            if type(step) is not int or step < 1:
+                return None
+            n = place.shape[k]
+            start = 0 if start is None else _clamp(start + n if start < 0 else start, n)
+            stop = n if stop is None else _clamp(stop + n if stop < 0 else stop, n)
+            length = stop - start if stop > start else 0
+            if step != 1:
+                length = (length + step - 1) // step
+            shape.append(length)
+            strides.append(place.strides[k] * step)
+            off = off + start * place.strides[k]
+            k += 1
+        elif type(s) is int or type(s) is SymInt:
+            n = place.shape[k]
+            off = off + (s + n if s < 0 else s) * place.strides[k]
+            k += 1
+        else:
+            return None
+    shape += place.shape[k:]
+    strides += place.strides[k:]
+    return Place(place.root, off, shape, strides, place.dtype)
+
+
+def _clamp(i, n):
+    return 0 if i < 0 else n if i > n else i
+
+
 def region_place(place: Place, spec):
     """The place of ``x[spec]`` (a basic index) over ``place``, found on a strided dummy array as views are;
     None when it is not a view."""
+    if has_symbols(place.shape) or has_symbols(place.strides) or has_symbols(spec):
+        p = _basic_index(place, spec)
+        if p is not None:
+            return p
     dummy = _dummy(place)
     res = dummy[np_index(spec, ())]
     res = np.asarray(res) if not isinstance(res, np.ndarray) else res
@@ -257,7 +369,7 @@ class Places:
                 cur = self._live_ws.get(id(r))
                 if cur is not None and cur[1] <= n:
                     del self._live_ws[id(r)]
-                    self._free.setdefault(r.nbytes, []).append(r.offset)
+                    self._free.setdefault(size_key(r.nbytes), []).append(r.offset)
 
     # ---- buffers ----------------------------------------------------------------------------------------
     def _root(self, kind, **kw) -> Root:
@@ -272,15 +384,17 @@ class Places:
     def buffer(self, v, shape, dtype: dt.DType, fresh=None) -> Place:
         """A contiguous buffer for ``v``: fresh if it is a graph output, else a workspace slot held until
         ``v``'s last reader (``v`` None: never released)."""
-        nbytes = max(int(np.prod(shape)) * dtype.np.itemsize, 1)
+        nbytes = math.prod(shape) * dtype.np.itemsize
+        if type(nbytes) is not SymInt:
+            nbytes = max(int(nbytes), 1)
         if fresh is None:
             fresh = v is not None and id(v) in self._out_ids
         if fresh:
             r = self._root("fresh", index=len(self.fresh), shape=shape, dtype=dtype, nbytes=nbytes)
             self.fresh.append(r)
         else:
-            r = self._root("ws", shape=shape, dtype=dtype, nbytes=-(-nbytes // _ALIGN) * _ALIGN)
-            free = self._free.get(r.nbytes)
+            r = self._root("ws", shape=shape, dtype=dtype, nbytes=(nbytes + _ALIGN - 1) // _ALIGN * _ALIGN)
+            free = self._free.get(size_key(r.nbytes))
             if free:
                 r.offset = free.pop()
             else:
@@ -364,7 +478,7 @@ class Places:
             red_out = g.outputs.index(red.outs[0])
             red_axes = tuple(d for d in range(len(shape)) if sts[len(ins) + red_out][d] == 0)
         return GroupOperands(ins, [self.place(v) for v in ins], outs, shape, sts[:len(ins)], sts[len(ins):],
-                             red_out, red_axes, in_place, int(np.prod(it)) if it else 1)
+                             red_out, red_axes, in_place, math.prod(it))
 
     # ---- state updates ----------------------------------------------------------------------------------
     def writes_in_place(self, o, g) -> bool:

@@ -123,6 +123,7 @@ def _fmt(p) -> str:
 
 _CMP = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
         ">=": operator.ge}
+COMPARISONS = _CMP      # a guard's comparison by its name (``ShapeEnv.guards``: ``(p op 0) == expected``)
 
 
 class ShapeEnv:
@@ -489,6 +490,25 @@ def is_symbolic(x) -> bool:
     return type(x) is SymInt or type(x) is SymFloat
 
 
+def size_arg(x):
+    """``x`` as a size argument of generated code: a SymInt kept symbolic (a program lowered once for every
+    size binds it per call: ``codegen/program/sized.py``), anything else as a plain int."""
+    return x if type(x) is SymInt else int(x)
+
+
+def hint_of(x):
+    """The value ``x`` has in the call that was traced, recording no guard: for costs and statistics, which may
+    be approximate, never for decisions the generated code relies on."""
+    t = type(x)
+    return x.hint if t is SymInt or t is SymFloat else x
+
+
+def size_key(x):
+    """A hashable key of size ``x`` by its form, not its value (a symbolic size's polynomial): the workspace
+    reuses a slot for a value of the same byte size in every call, not only in the traced one."""
+    return ("sym", x.poly) if type(x) is SymInt else x
+
+
 def concretize(x, values: dict):
     """``x`` (a size, a shape, params: tuples, lists, dicts, slices) with every symbol replaced by its value."""
     t = type(x)
@@ -507,6 +527,25 @@ def concretize(x, values: dict):
     return x
 
 
+def rehint(x, values: dict):
+    """``x`` (as ``concretize`` takes) with every symbolic value kept symbolic but hinted at ``values``: the
+    decisions a later walk makes on it (a lowering's) are answered for those sizes."""
+    t = type(x)
+    if t is SymInt:
+        return SymInt(x.poly, evaluate(x.poly, values))
+    if t is SymFloat:
+        return SymFloat(x.expr, _feval(x.expr, values))
+    if t is tuple:
+        return tuple(rehint(v, values) for v in x) if any(_has(v) for v in x) else x
+    if t is list:
+        return [rehint(v, values) for v in x]
+    if t is dict:
+        return {k: rehint(v, values) for k, v in x.items()}
+    if t is slice:
+        return slice(rehint(x.start, values), rehint(x.stop, values), rehint(x.step, values))
+    return x
+
+
 def _has(x) -> bool:
     t = type(x)
     if t is SymInt or t is SymFloat:
@@ -522,6 +561,6 @@ def _has(x) -> bool:
 
 has_symbols = _has
 
-__all__ = ["ACTIVE", "ShapeEnv", "SymInt", "SymFloat", "concretize", "evaluate", "has_symbols", "is_symbolic",
-           "known_equal",
-           "make"]
+__all__ = ["ACTIVE", "COMPARISONS", "ShapeEnv", "SymInt", "SymFloat", "concretize", "evaluate", "has_symbols",
+           "hint_of",
+           "is_symbolic", "known_equal", "make", "rehint", "size_arg", "size_key"]

@@ -24,7 +24,7 @@ import weakref
 import numpy as np
 
 from ..ir import dtypes
-from ..ir.graph import Graph, Lit, Var
+from ..ir.graph import Graph, Var
 from ..ir.passes import run_pipeline
 from ..tracer import STATE as _TR, TraceError, TracedValueError, flatten, unflatten
 from ..runtime import anomaly, grad_mode
@@ -36,7 +36,8 @@ from .lazy_functions import refuse_lazy, refuse_lazy_result
 from . import python_values, recompiles, symbolic_entries
 from .torch_options import torch_options
 from .signatures import COUNTS as _SIG_COUNTS
-from .trace_entries import NO_MEMO as _NO_MEMO, _Entry, _Tracer, _bindings, _break_cycles, _payload_of
+from .trace_entries import (NO_MEMO as _NO_MEMO, _Entry, _Tracer, _bindings, _break_cycles, _payload_of,
+                            copied_outputs)
 from .signatures import (Signatures, _is_tensor_or_float, _shared_memory, _static_key, args_alias_writes,
                          distinct, state_read_only, writes_alias, writes_read_only, written_roots)
 from ..tracer import trace as _trace_mod
@@ -99,7 +100,8 @@ class CompiledFunction(Introspection, Signatures):
         # (the interpreter serves calls while a background build runs, or when codegen failed)
         self.stats = build_policy.init_stats({"traces": 0, "hits": 0, "calls": 0, "compile_seconds": 0.0,
                                               "eager_fallbacks": 0, "compiled_calls": 0, "interpreted_calls": 0,
-                                              "trace_reasons": {}, "shape_instances": 0})
+                                              "trace_reasons": {}, "shape_instances": 0,
+                                              "shape_lowerings": 0, "shape_bindings": 0})
         functools.update_wrapper(self, fn)
 
     def wait(self, timeout=None) -> bool:
@@ -385,14 +387,7 @@ class CompiledFunction(Introspection, Signatures):
                              stats=self.stats, writes=[(oi, ci) for ci, oi in e.writes],
                              array_outs=[oi for _, oi in e.writes], parallel=self.parallel,
                              disk_cache=self.use_cache, background=self.background)
-        # outputs that are graph inputs or constants come back as those very buffers: copied per call, so a
-        # returned tensor or a new .grad never aliases an argument, a parameter or the graph's constants; so are
-        # later outputs of one value that were distinct tensors (the passes merged x * 2 and x * 2)
-        ins, written, same = set(e.graph.inputs), {oi for _, oi in e.writes}, dict(e.same_outs)
-        at = {}
-        e.copy_outs = [k for k, v in enumerate(e.graph.outputs)
-                       if k not in written and k not in same and (isinstance(v, Lit) or v in ins
-                                                                  or at.setdefault(v, k) != k)]
+        e.copy_outs = copied_outputs(e.graph, e.writes, e.same_outs)
 
     def _check_device(self, leaves):
         """``device=``: every argument tensor must be on it (as torch, no implicit transfers)."""

@@ -34,6 +34,26 @@ def compiled_graph(graph: Graph, writes=(), parallel=None, disk_cache=True, back
     return cg
 
 
+def sized_graph(graph: Graph, env, writes=(), parallel=None, disk_cache=True, background=None):
+    """The CompiledGraph of ``graph``, whose shapes hold symbolic sizes, laid out once for every size: the planning
+    passes and the layout run with ``env`` (an ``ir.symbolic.ShapeEnv``) active, so every decision they make on
+    a size is one of its guards; the code build runs without it.  Not kept on the graph: its program must be
+    bound per call's sizes (``codegen/program/sized.py``), never run as it is."""
+    from ..codegen.program.cpu import CompiledGraph, lay_out
+    from ..ir import symbolic
+    prev = symbolic.ACTIVE.env
+    symbolic.ACTIVE.env = env
+    try:
+        plan = fusion_plan(graph)
+        checks = {e: i for i, e in enumerate(e for e in graph.eqns if e.check is not None
+                                                and e.outs[0].aval.dtype.is_floating_point)}
+        program = lay_out(plan, tuple(writes), parallel, checks)
+    finally:
+        symbolic.ACTIVE.env = prev
+    return CompiledGraph(plan, writes, parallel=parallel, disk_cache=disk_cache, background=background,
+                         program=program)
+
+
 def cuda_graph(graph: Graph, writes=(), config=None):
     """The CudaGraph of ``graph`` (built once, kept on the graph); its plan has no row-wise kernels (the CUDA
     target has no emitter for them)."""
@@ -73,4 +93,4 @@ def compiled_result(cg, res, stats):
     return res
 
 
-__all__ = ["compiled_graph", "cuda_graph", "compiled_result", "nonfinite_error"]
+__all__ = ["compiled_graph", "sized_graph", "cuda_graph", "compiled_result", "nonfinite_error"]

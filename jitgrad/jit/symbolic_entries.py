@@ -9,22 +9,35 @@ that holds them as symbols (``ir/symbolic.py``), and its instances per call's si
 - The key of a structure with dynamic dims holds ``None`` for them, so every size finds the one entry.
 - The trace runs with those dims as :class:`~jitgrad.ir.symbolic.SymInt`; what it decided on sizes is in its
   ``ShapeEnv``'s guards, checked per call (a call that breaks one misses and retraces).
-- The entry keeps the symbolic graph as a template; each distinct tuple of sizes gets an instance: the graph
-  with its symbols replaced by the sizes, run through the passes and codegen as any static trace (kernels are
-  keyed by structure, so an instance's kernels are already built; its entry and layout are per instance).
+- The entry keeps the symbolic graph as a template; each distinct tuple of sizes gets an instance.  The first
+  is concrete: the graph with its symbols replaced by the sizes, run through the passes and codegen as any
+  static trace (and the build policy: eager or interpreted calls while its kernels build).  At the next new
+  tuple the template is lowered once for every size (``Lowered``): the passes, the fusion plan and the layout
+  run on the symbolic graph, every decision they make on a size recorded as a guard of the lowering, and the
+  kernels and the C entry are those the concrete instance built (structure only).  Each later tuple whose
+  sizes keep the lowering's guards is *bound* to it (``SizedEntry``, ``codegen/program/sized.py``): its tables
+  computed from the sizes by a precomputed plan, the workspace shared and grown to the largest size, outputs
+  pooled by capacity; no pass, no layout, no entry build.  A tuple that breaks a lowering's guards is lowered
+  again for its own sizes (up to ``MAX_LOWERINGS``); after that, and for entries that cannot be bound (outputs
+  that need an autograd node, a Python driver, collectives), tuples get concrete instances, as before.
 """
 from __future__ import annotations
 
 import contextlib
 import copy
+import time
 import weakref
+
+import numpy as np
 
 from ..ir.graph import Graph, Lit, Var
 from ..ir.ops import Aval
 from ..ir import symbolic
-from ..ir.symbolic import ShapeEnv, concretize, has_symbols
+from ..ir.symbolic import ShapeEnv, concretize, has_symbols, rehint
+from .trace_entries import _Entry, copied_outputs
 
 MAX_INSTANCES = 256     # concrete instances kept per symbolic entry (the oldest go first)
+MAX_LOWERINGS = 4       # lowerings per symbolic entry, each for the sizes where its decisions hold
 
 
 def shapeless(key):
@@ -148,9 +161,10 @@ def trace_shapes(key, leaves):
 
 
 def instance(cf, e, leaves):
-    """The concrete entry of the symbolic entry ``e`` for these arguments' sizes, built on first use; None when
+    """The concrete entry of the symbolic entry ``e`` for these arguments' sizes, made on first use; None when
     a guard of the trace fails for them (the call misses).  Sizes seen before skip the guards (they depend on
-    the sizes alone)."""
+    the sizes alone).  A new tuple of sizes is bound to a lowering of the template whose guards it keeps
+    (``Lowered``: no pass, no layout, no entry build; ``_bound``), else gets a concrete build of its own."""
     k = tuple([leaves[i]._data.shape[d] for _, i, d in e.sym_sources])
     inst = e.instances.get(k)
     if inst is not None:
@@ -160,25 +174,210 @@ def instance(cf, e, leaves):
         return None
     if len(e.instances) >= MAX_INSTANCES:
         e.instances.pop(next(iter(e.instances)))
-    inst = copy.copy(e)
-    inst.instances = None
-    inst.shape_env = None
-    inst.code_ready, inst.direct, inst.slow_times = False, None, {}
-    cf._build(inst, instantiate(e.raw_graph, values), e.out_diff)
+    inst = _bound(cf, e, values)
+    if inst is None:
+        inst = _concrete(cf, e, values)
+        cf.stats["shape_instances"] += 1
     e.instances[k] = inst
-    cf.stats["shape_instances"] = cf.stats.get("shape_instances", 0) + 1
     return inst
 
 
-def instantiate(g: Graph, values: dict) -> Graph:
-    """The graph ``g`` with every symbol replaced by its value in ``values`` (shapes, params, literals)."""
+def _concrete(cf, e, values):
+    """A concrete entry of template ``e`` at ``values``: its graph with the sizes put in, through the passes and
+    codegen as any static trace (kernels are keyed by structure, so they are built already)."""
+    inst = copy.copy(e)
+    inst.instances = inst.shape_env = inst.lowered = None
+    inst.code_ready, inst.direct, inst.slow_times = False, None, {}
+    cf._build(inst, instantiate(e.raw_graph, values), e.out_diff)
+    return inst
+
+
+class Lowered:
+    """A template lowered once for every size: its graph after the passes (symbolic shapes), the
+    ``CompiledGraph`` of that graph laid out with symbolic sizes (``graph_code.sized_graph``), and once its code
+    is ready, the ``codegen/program/sized.SizedProgram`` that binds it per tuple of sizes."""
+
+    def __init__(self, graph, cg, guards, copy_outs, wrap, lifted):
+        self.graph, self.cg, self.guards, self.copy_outs, self.wrap = graph, cg, guards, copy_outs, wrap
+        self.lifted = lifted        # (aval, SymInt | SymFloat): the trailing inputs lift_literals made
+        self.sized = None
+
+    def ready(self):
+        """The SizedProgram once the code is built (None while it builds; the build is started once)."""
+        if self.sized is None:
+            cg = self.cg
+            if cg.run is None:
+                if cg.pending:
+                    cg.start()
+                return None
+            from ..codegen.program.sized import SizedProgram
+            self.sized = SizedProgram(cg, self.guards)
+        return self.sized
+
+
+def _may_lower(cf, e) -> bool:
+    """Lowering once for every size is for entries whose calls take the compiled C entry directly: the numba
+    backend on the CPU, no output that needs an autograd node (those run through GraphFunction's transpose), and
+    an instance already built (so the build policy had its first calls, and the kernels are in the process)."""
+    return (cf.backend == "numba" and cf.device is None and not any(e.out_diff) and not e.eager
+            and any(i.code_ready and i.direct for i in e.instances.values()))
+
+
+def _lower(cf, e, values):
+    """``e``'s Lowered at the sizes ``values`` (its decisions taken for them), or False when its program cannot be
+    bound per sizes (a Python driver, collectives)."""
+    from . import build_policy
+    from .graph_code import sized_graph
+    from ..ir.passes import run_pipeline
+    t0 = time.perf_counter()
+    name = getattr(cf.fn, "__name__", "compiled")
+    env = ShapeEnv()
+    env.hints, env.sources = dict(values), dict(e.shape_env.sources)
+    try:
+        graph, lifted = lift_literals(instantiate(e.raw_graph, values, rehint))
+        with active(env):
+            graph = run_pipeline(graph, name)
+        if build_policy.collectives(graph, name) is not None:
+            return False
+        writes = tuple((oi, ci) for ci, oi in e.writes)
+        cg = sized_graph(graph, env, writes, cf.parallel, cf.use_cache, cf.background)
+    except Exception:       # noqa: BLE001 - the concrete builds serve every size, as before
+        return False
+    finally:
+        cf.stats["compile_seconds"] += time.perf_counter() - t0
+    build_policy.attach(cg, cf.stats)       # (its build counted as the concrete builds are)
+    if not cg.nopython or cg.error is not None:
+        return False
+    cf.stats["shape_lowerings"] += 1
+    from .graph_function import GraphFunction
+    wrap = GraphFunction(graph, e.out_diff, array_outs={oi for _, oi in e.writes})._wrap
+    return Lowered(graph, cg, env.guards, copied_outputs(graph, e.writes, e.same_outs), wrap, lifted)
+
+
+def lift_literals(g: Graph):
+    """``(graph, lifted)``: ``g`` with each scalar literal whose value depends on the sizes (a mean's ``1 / n``,
+    ``T - 1`` in arithmetic) made a graph input appended after the others, and their ``(aval, value)``: a kernel
+    would bake a literal in (a guard equal to one size), an input is read per call (``_bound`` passes each
+    binding's values)."""
+    lifted, sub = [], {}
+
+    def var(v):
+        if type(v) is Lit and (type(v.value) is symbolic.SymInt or type(v.value) is symbolic.SymFloat):
+            w = sub.get(id(v))
+            if w is None:
+                w = sub[id(v)] = Var(v.aval)
+                lifted.append((w, v.value))
+            return w
+        return v
+    eqns = [e.replace(ins=[var(x) for x in e.ins]) if any(type(x) is Lit for x in e.ins) else e for e in g.eqns]
+    outs = [var(v) for v in g.outputs]
+    if not lifted:
+        return g, ()
+    return Graph(list(g.inputs) + [w for w, _ in lifted], eqns, outs), tuple((w.aval, x) for w, x in lifted)
+
+
+def _bound(cf, e, values):
+    """An entry of template ``e`` at ``values`` bound to a lowering whose guards hold there, lowering it again
+    for these sizes when none does (up to ``MAX_LOWERINGS``: sizes on both sides of a decision, a loop run on
+    the worker pool from some size on); None when there is none (not possible, code still building)."""
+    lows = e.lowered
+    if lows is False or (lows is None and not _may_lower(cf, e)):
+        return None
+    lows = e.lowered = lows or []
+    for low in reversed(lows):
+        sized = low.ready()
+        vals = None if sized is None else sized.holds(values)
+        if vals is not None:
+            break
+    else:
+        if len(lows) >= MAX_LOWERINGS or any(low.sized is None for low in lows):
+            return None
+        low = _lower(cf, e, values)
+        if low is False:
+            if not lows:
+                e.lowered = False
+            return None
+        lows.append(low)
+        sized = low.ready()
+        vals = None if sized is None else sized.holds(values)
+        if vals is None:
+            return None
+    run = sized.bind(vals)
+    extra = tuple(np.asarray(concretize(x, values), dtype=aval.dtype.np) for aval, x in low.lifted)
+    inst = SizedEntry.__new__(SizedEntry)
+    inst.__dict__.update(e.__dict__)
+    del inst.__dict__["graph"], inst.__dict__["gf"]
+    inst.instances = inst.shape_env = inst.lowered = None
+    inst.copy_outs = low.copy_outs
+    inst.code_ready, inst.slow_times = True, {}
+    inst.concrete_of = (cf, e, values)
+    inst.direct = _direct_call(cf, inst, low, run, extra)
+    cf.stats["shape_bindings"] += 1
+    return inst
+
+
+class SizedEntry(_Entry):
+    """An entry bound to its template's lowering (``_bound``).  Its calls run the bound C entry; what needs a
+    graph of its own (introspection, a call the entry cannot take: a profiler, inputs that are not C-contiguous)
+    uses a concrete entry at the same sizes, built on first need."""
+
+    def __getattr__(self, name):
+        if name in ("graph", "gf"):
+            return getattr(self.concrete(), name)
+        raise AttributeError(name)
+
+    def concrete(self):
+        c = self.__dict__.get("_concrete")
+        if c is None:
+            c = self.__dict__["_concrete"] = _concrete(*self.concrete_of)
+        return c
+
+
+def _direct_call(cf, inst, low, run, extra=()):
+    """The bound entry's call on the graph's input tensors (as ``GraphFunction.direct``'s); ``extra``: the
+    arrays of the lifted literals at its sizes, passed after them."""
+    from ..runtime import profiler_state
+    from .graph_code import compiled_result
+    prof, nd, stats, cg, wrap = profiler_state.STATE, np.ndarray, cf.stats, low.cg, low.wrap
+    bound_copies = set(low.copy_outs)
+
+    def slow(inputs):
+        c = inst.concrete()
+        outs = c.gf(inputs)
+        for k in c.copy_outs:       # the outputs its own graph hands back as inputs' buffers
+            if k not in bound_copies:
+                outs[k]._data = outs[k]._data.copy()
+        return outs
+
+    def call(inputs):
+        if prof.active is not None:
+            return slow(inputs)
+        arrays = [t._data for t in inputs]
+        for a in arrays:
+            if type(a) is not nd:
+                return slow(inputs)
+        try:
+            res = run(*arrays, *extra) if extra else run(*arrays)
+            if res is None:
+                return slow(inputs)
+            return wrap(compiled_result(cg, res, stats))
+        except (IndexError, RuntimeError):
+            # an index out of range, a zero divisor, an anomaly check: the step wrote no state, and its error
+            # names the symbolic graph's shapes; the concrete graph raises eager mode's error with this call's
+            return slow(inputs)
+    return call
+
+
+def instantiate(g: Graph, values: dict, put=concretize) -> Graph:
+    """The graph ``g`` with every symbol replaced by its value in ``values`` (shapes, params, literals); with
+    ``put=rehint``, kept symbolic and hinted at those values."""
     new = {}
 
     def var(v):
         if type(v) is Lit:
             val = v.value
             if type(val) is symbolic.SymInt or type(val) is symbolic.SymFloat:
-                val = concretize(val, values)
+                val = put(val, values)
             return Lit(val, aval(v.aval))
         w = new.get(v)
         if w is None:
@@ -186,12 +385,12 @@ def instantiate(g: Graph, values: dict) -> Graph:
         return w
 
     def aval(a):
-        return Aval(concretize(a.shape, values), a.dtype, a.weak) if has_symbols(a.shape) else a
+        return Aval(put(a.shape, values), a.dtype, a.weak) if has_symbols(a.shape) else a
 
     ins = [var(v) for v in g.inputs]
     eqns = []
     for e in g.eqns:
-        params = concretize(e.params, values) if has_symbols(e.params) else e.params
+        params = put(e.params, values) if has_symbols(e.params) else e.params
         ne = e.replace(ins=[var(v) for v in e.ins], outs=[var(v) for v in e.outs], params=params)
         eqns.append(ne)
     return Graph(ins, eqns, [var(v) for v in g.outputs])
@@ -211,5 +410,5 @@ def active(env):
         symbolic.ACTIVE.env = prev
 
 
-__all__ = ["MAX_INSTANCES", "active", "instance", "instantiate", "mark", "mark_on_miss", "retry_static", "shapeless", "symbolic_key",
-           "trace_shapes"]
+__all__ = ["MAX_INSTANCES", "MAX_LOWERINGS", "Lowered", "SizedEntry", "active", "instance", "instantiate",
+           "lift_literals", "mark", "mark_on_miss", "retry_static", "shapeless", "symbolic_key", "trace_shapes"]

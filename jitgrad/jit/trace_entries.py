@@ -100,6 +100,7 @@ class _Entry:
         self.sym_sources = ()    # (symbol, argument leaf, dim): where each symbol's value is read per call
         self.instances = None    # sizes -> the concrete entry built for them (symbolic_entries.instance)
         self.out_diff = None     # a template's outputs that require grad, for its instances' builds
+        self.lowered = None      # a template's lowerings for every size (symbolic_entries.Lowered; False: cannot)
 
     def failure(self) -> tuple[str, str]:
         """Why this entry does not serve the call: (kind, explanation), as ``recompiles.key_change``."""
@@ -274,3 +275,15 @@ def _payload_of(t: Tensor, tracer: _Tracer):
     if id(t) in tracer.trace.created or not isinstance(d, np.ndarray):
         return Lit(d, Aval(tuple(d.shape), dt._FROM_NP[d.dtype]))
     return tracer.capture(t)   # an untouched outside tensor returned as is
+
+
+def copied_outputs(graph, writes, same_outs) -> list:
+    """Indices of ``graph``'s outputs copied after each call: outputs that are graph inputs or constants come
+    back as those very buffers, so a returned tensor or a new .grad never aliases an argument, a parameter or
+    the graph's constants; so are later outputs of one value that were distinct tensors (the passes merged
+    x * 2 and x * 2).  ``writes``: (input, output) write-backs (their outputs stay); ``same_outs``: (k, j)
+    user outputs that are one tensor."""
+    ins, written, same = set(graph.inputs), {oi for _, oi in writes}, dict(same_outs)
+    at = {}
+    return [k for k, v in enumerate(graph.outputs)
+            if k not in written and k not in same and (isinstance(v, Lit) or v in ins or at.setdefault(v, k) != k)]

@@ -107,7 +107,7 @@ def gen_scatter(e) -> Kernel:
     first pass that writes the reduction's identity into every target when the targets' own values are left out).
     Block: index-space dims; out (address, n strides, n sizes); v (address, strides); each index."""
     base, v, idx = e.ins[0], e.ins[1], e.ins[2:]
-    r = len(np.broadcast_shapes(*[i.aval.shape for i in idx])) if idx else 0
+    r = max(len(i.aval.shape) for i in idx) if idx else 0
     n = len(idx)
     classes = [STRIDED] * (1 + n)
     b = ki.Builder()

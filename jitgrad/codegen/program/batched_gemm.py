@@ -19,8 +19,11 @@ The table layout of a ``bgemm`` block is documented on ``abi.call_gemm_batched``
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from ...ir.symbolic import hint_of, size_arg
 from .layout import Program, Step
 from ...ir.ops.blas import BLAS_THREADED_MACS
 from ..places import Place, c_strides, coalesce
@@ -71,7 +74,7 @@ def batched_gemm(prog: Program, e) -> bool:
     if not any(sb):
         fshape, fst = coalesce(list(bs) + [m], [sa + [pa.strides[-2]]])
         if len(fshape) <= 1:
-            rows = int(np.prod(bs)) * m
+            rows = math.prod(bs) * m
             ra = fst[0][0] if fshape else max(k, 1)
             flag_a = _gemm_flag((ra, pa.strides[-1]), rows, k)
             flag_b = _gemm_flag(pb.strides[-2:], k, n)
@@ -88,8 +91,8 @@ def batched_gemm(prog: Program, e) -> bool:
     st = _emit_gemm_block(prog, e, "bgemm", pa, flag_a, pb, flag_b, pc, m, n, k, (shape, cb, ca, cc))
     # one level of parallelism: the batch is split between the pool's workers only when OpenBLAS runs each
     # product on the calling thread (below its threading threshold), so no product starts BLAS threads of its own
-    count = int(np.prod(shape)) if shape else 1
-    st.work *= count
+    count = math.prod(shape)
+    st.work *= hint_of(count)
     st.parallel = m * n * k <= BLAS_THREADED_MACS and prog.parallel_batch(count, st.work)
     return True
 
@@ -102,17 +105,14 @@ def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k
     f32 = out.aval.dtype.name == "float32"
     sc = np.float32 if f32 else np.float64
     offs = {}
-    for name, data in (("ta", tb.encode()), ("tb", ta.encode()), ("m", np.int32(n).tobytes()),
-                       ("n", np.int32(m).tobytes()), ("k", np.int32(k).tobytes()),
-                       ("alpha", np.array([1.0], sc).tobytes()), ("lda", np.int32(ldb).tobytes()),
-                       ("ldb", np.int32(lda).tobytes()), ("beta", np.array([0.0], sc).tobytes()),
-                       ("ldc", np.int32(max(n, 1)).tobytes())):
-        offs[name] = len(prog.params)
-        prog.params += data.ljust(8, b"\0")
+    for name, data in (("ta", tb.encode()), ("tb", ta.encode()), ("m", n), ("n", m), ("k", k),
+                       ("alpha", np.array([1.0], sc).tobytes()), ("lda", ldb), ("ldb", lda),
+                       ("beta", np.array([0.0], sc).tobytes()), ("ldc", max(n, 1))):
+        offs[name] = prog.put_param(data)
     label = "matmul (BLAS)" if kind == "gemm" else "matmul (batched BLAS)"
     st = Step(kind, label=label, eqn=e, shapes=[list(v.aval.shape) for v in e.ins], scope=e.scope)
     st.gemm = "sgemm" if f32 else "dgemm"
-    st.work = float(m * n * k)             # multiply-adds (a batch's: times the batch, below)
+    st.work = float(hint_of(m * n * k))    # multiply-adds (a batch's: times the batch, below)
     st.block = len(prog.table)
     for item in ("ta", "tb", "m", "n", "k", "alpha", pb, "lda", pa, "ldb", "beta", pc, "ldc"):
         if isinstance(item, str):
@@ -124,9 +124,9 @@ def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k
         shape, cb, ca, cc = batch
         item = pc.dtype.np.itemsize
         prog.table.append(len(shape))
-        prog.table.extend(int(d) for d in shape)
+        prog.table.extend(size_arg(d) for d in shape)
         for strides in (cb, ca, cc):
-            prog.table.extend(int(s) * item for s in strides)
+            prog.table.extend(size_arg(s) * item for s in strides)
         prog.table.extend([0] * 13)          # scratch: the block of the gemm call being made
     prog.add(st)
     return st

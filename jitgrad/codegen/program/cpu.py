@@ -83,14 +83,16 @@ class CompiledGraph:
 
     ``kernels``: the distinct loop kernels; ``nopython``: whether the C entry runs the whole graph."""
 
-    def __init__(self, plan: Plan, writes=(), background=None, parallel=None, phase=None, disk_cache=True):
+    def __init__(self, plan: Plan, writes=(), background=None, parallel=None, phase=None, disk_cache=True,
+                 program=None):
         self.graph = graph = plan.graph
         self.writes = tuple(writes)
         self.plan = plan
         # anomaly mode: the values that must be finite, by id (the err slot reports the smallest failing id)
         self.checks = [e for e in graph.eqns if e.check is not None and e.outs[0].aval.dtype.is_floating_point]
         self.check_ids = {e: i for i, e in enumerate(self.checks)}
-        self.program = lay_out(plan, self.writes, parallel, self.check_ids)
+        # (``program``: laid out already, with symbolic sizes: ``sized.py``)
+        self.program = program if program is not None else lay_out(plan, self.writes, parallel, self.check_ids)
         self.kernels = list(self.program.kernels.values())
         self.nopython = self.program.native
         self.driver_source, self.signature = self._driver_source() if self.nopython else (None, None)
@@ -103,6 +105,7 @@ class CompiledGraph:
         self.error = None
         self.seconds = 0.0
         self._ws = None
+        self.entry_address, self.call_lock = None, None     # (set with ``run``: sized.py binds them per sizes)
         # [1, step id, index, dim] after a gather/scatter met an index out of range (codegen/kernels/loops.py)
         self._ierr = np.zeros(4, np.int64)
         self._busy = False
@@ -149,12 +152,14 @@ class CompiledGraph:
         """Every kernel and the entry have code in this process: fill the tables, make ``run``."""
         from . import entry
         self._addrs, entry_addr = self.code.addresses()
+        self.entry_address = entry_addr
         self.driver = None
         self._tables()
         if self.nopython and entry.layout_ok():
             # one parallel launch at a time per process; BLAS on one thread while the cores are contended
-            lock = threads.call_guard(any(k.parallel for k in self.kernels) or entry.has_pool_steps(self.program),
-                                      threads.blas_threaded(self.program.steps))
+            lock = self.call_lock = threads.call_guard(
+                any(k.parallel for k in self.kernels) or entry.has_pool_steps(self.program),
+                threads.blas_threaded(self.program.steps))
             self.run = entry.caller(entry_addr, self.program, len(self.checks), self.A, self.F, self.OFF,
                                     self._python_run, self._ierr, self.step_error, lock)
         else:

@@ -373,22 +373,25 @@ def compile_entry(program, n_inputs: int, n_checks: int, key: str):
     return objstore.Blob(key, name, tm.emit_object(m), needs)
 
 
-def caller(address: int, program, n_checks: int, A, F, OFF, fallback, IE, step_error, lock=None):
+def caller(address: int, program, n_checks: int, A, F, OFF, fallback, IE, step_error, lock=None, fresh=None):
     """``run(*arrays) -> list of outputs`` calling the entry at ``address`` (``fallback(*arrays)`` for inputs
     that are not C-contiguous).  ``IE``: the graph's index-error array (the one its kernels' table slots point
     at); after a call that set it, ``step_error()`` is raised.  ``lock``: held around the call (``threads.
     LAUNCH_LOCK`` when the graph has a parallel kernel).  ``A``, ``F``, ``OFF``, ``IE`` are kept alive by the
-    returned function."""
+    returned function.  ``fresh``: the fresh outputs' (shape, dtype) when they are not the program's own (a
+    program lowered for every size, bound to one tuple of sizes: ``sized.py``)."""
     import contextlib
 
-    from .output_pool import MIN_BYTES, take
+    from .output_pool import MIN_BYTES, take, take_by_capacity
     p = program
+    if fresh is not None:       # shapes that change between bindings: buffers kept by capacity, not by shape
+        take = take_by_capacity
     fn = _ENTRY_CALL(address)
     ctx = np.array([A.ctypes.data, F.ctypes.data, OFF.ctypes.data, IE.ctypes.data], np.int64)
     cptr = ctx.ctypes.data
     # outputs below the pool's threshold come from np.empty directly: take() would spend ~2 us in np.prod on
     # the shape of every call's scalar loss (B5's whole budget is 15 us)
-    specs = [(tuple(r.shape), np.dtype(r.dtype.np)) for r in p.fresh]
+    specs = fresh if fresh is not None else [(tuple(r.shape), np.dtype(r.dtype.np)) for r in p.fresh]
     pooled = [math.prod(s) * d.itemsize >= MIN_BYTES for s, d in specs]
     any_pooled = any(pooled)
     empty = np.empty

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.graph import Lit, Var
+from ...ir.symbolic import hint_of
 from ...ir.plan import Group
 from .batched_gemm import batched_gemm
 from .layout import Program, Step
@@ -61,17 +62,13 @@ def gemm(prog: Program, e) -> bool:
     one = np.array([1.0], np.float32 if f32 else np.float64).tobytes()
     zero = np.array([0.0], np.float32 if f32 else np.float64).tobytes()
     offs = {}
-    for name, data in (("ta", tb.encode().ljust(8, b"\0")), ("tb", ta.encode().ljust(8, b"\0")),
-                       ("m", np.int32(n).tobytes().ljust(8, b"\0")), ("n", np.int32(m).tobytes().ljust(8, b"\0")),
-                       ("k", np.int32(k).tobytes().ljust(8, b"\0")), ("alpha", one.ljust(8, b"\0")),
-                       ("lda", np.int32(ldb).tobytes().ljust(8, b"\0")), ("ldb", np.int32(lda).tobytes().ljust(8, b"\0")),
-                       ("beta", zero.ljust(8, b"\0")), ("ldc", np.int32(max(n, 1)).tobytes().ljust(8, b"\0"))):
-        offs[name] = len(prog.params)
-        prog.params += data
+    for name, data in (("ta", tb.encode()), ("tb", ta.encode()), ("m", n), ("n", m), ("k", k), ("alpha", one),
+                       ("lda", ldb), ("ldb", lda), ("beta", zero), ("ldc", max(n, 1))):
+        offs[name] = prog.put_param(data)
     st = Step("gemm", label="matmul (BLAS)", eqn=e, shapes=[list(a.aval.shape), list(b.aval.shape)],
               scope=e.scope)
     st.gemm = "sgemm" if f32 else "dgemm"
-    st.work = float(m * n * k)             # multiply-adds
+    st.work = float(hint_of(m * n * k))    # multiply-adds
     st.block = len(prog.table)
     c_slot = None
     for item in ("ta", "tb", "m", "n", "k", "alpha", pb, "lda", pa, "ldb", "beta", pc, "ldc"):

@@ -18,9 +18,12 @@ so it is shared across batch sizes.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...ir import settings
+from ...ir.symbolic import SymInt, hint_of, size_arg
 from ...ir.plan import Group
 from ..kernels.loops import BCAST, CONTIG, PARALLEL_MIN, STRIDED, gen_check, gen_copy
 from ..places import Place, Places, Root, bcast_strides, coalesce
@@ -108,6 +111,7 @@ class Program:
         self.table = []              # the int64 argument table
         self.dynamic = []            # (slot, root, element offset): patched per call
         self.params = bytearray()    # BLAS scalar arguments (chars, int32s, alpha/beta)
+        self.sym_params = []         # (params byte offset, SymInt): int32 sizes of a program lowered for every size
         self.param_slots = []        # (table slot, params byte offset): address patched once params is allocated
         self.lit_slots = []          # (table slot, lit array, byte offset)
         self.ws_slots = []           # (table slot, root, byte offset)
@@ -175,7 +179,19 @@ class Program:
     def operand(self, place, strides):
         """Append an operand: its address, then its element strides."""
         self.slot_addr(place)
-        self.table.extend(int(s) for s in strides)
+        self.table.extend(size_arg(s) for s in strides)
+
+    def put_param(self, data) -> int:
+        """Append a BLAS scalar argument in an 8-byte cell: ``bytes`` as they are, an int (a size, or a
+        symbolic one: bound per call's sizes, ``sized.py``) as an int32; its byte offset in ``params``."""
+        off = len(self.params)
+        if not isinstance(data, (bytes, bytearray)):
+            if type(data) is SymInt:
+                self.sym_params.append((off, data))
+                data = data.hint
+            data = np.int32(data).tobytes()
+        self.params += bytes(data).ljust(8, b"\0")
+        return off
 
     def add(self, step: Step):
         """Append ``step`` (its kernel shared with an earlier step of the same key)."""
@@ -190,7 +206,7 @@ class Program:
         it = dst.shape
         sst = bcast_strides(src, it) if src.shape != it else list(src.strides)
         dst_st = list(dst.strides)
-        size = int(np.prod(it))
+        size = math.prod(it)
         par = self.runs_parallel(size)
         if dst_st and dst_st[-1] != 1 or not dst.contiguous():
             # the destination is a strided view (state written back into a view): copy in plain NumPy
@@ -201,9 +217,9 @@ class Program:
         shape, (sst, dst_st) = coalesce(it, [sst, dst_st])
         k = gen_copy(src.dtype, dst.dtype, len(shape), stride_class(sst), par and len(shape) > 0)
         st = Step("kernel", k, label=label, shapes=[list(it)])
-        st.work = size * 8.0
+        st.work = hint_of(size) * 8.0
         st.block = len(self.table)
-        self.table.extend(int(d) for d in shape)
+        self.table.extend(size_arg(d) for d in shape)
         self.operand(src, sst)
         self.operand(dst, dst_st)
         return self.add(st)
@@ -234,7 +250,7 @@ class Program:
         k = gen_check(place.dtype, len(shape), stride_class(sts))
         st = Step("kernel", k, label=f"check {e.op.name}")
         st.block = len(self.table)
-        self.table.extend(int(d) for d in shape)
+        self.table.extend(size_arg(d) for d in shape)
         self.operand(place, sts)
         self.err_slots.append(len(self.table))
         self.table.extend([0, self.check_ids[e]])

@@ -5,9 +5,11 @@ one plan entry, and writes its kernel's argument block into the program's table.
 """
 from __future__ import annotations
 
-import numpy as np
+import math
 
+from ...ir.ops.opdef import broadcast_shapes as _broadcast
 from ...ir.plan import Group, RowGroup
+from ...ir.symbolic import hint_of, size_arg
 from .gemm_steps import fold_update_into_gemm
 from .layout import Program, Step, alias_classes, stride_class
 from ..kernels.index_loops import gen_gather, gen_scatter
@@ -39,20 +41,20 @@ def fused_group(prog: Program, g: Group):
         k = gen_group(g, classes, parallel, prog.check_ids, len(shape), op.red_axes, alias)
     st = Step("kernel", k, label=f"{g.name} {g.lines()}".strip(), shapes=[list(p.shape) for p in op.in_places],
               scope=g.all_eqns[0].scope)
-    st.work = op.size * per_element
+    st.work = hint_of(op.size) * per_element
     st.block = len(prog.table)
-    prog.table.extend(int(d) for d in shape)
+    prog.table.extend(size_arg(d) for d in shape)
     for p, s_ in zip(op.in_places + op.out_places, op.in_strides + op.out_strides):
         prog.operand(p, s_)
     if g.reduce is not None:
-        prog.table.append(int(np.prod(g.reduce.outs[0].aval.shape)))
+        prog.table.append(size_arg(math.prod(g.reduce.outs[0].aval.shape)))
     # each fixed chunk of rows sums its columns into a partial row of its own (``loops.chunked_rows``)
     if isinstance(g, RowGroup) and k.parallel and g.columns:
         for e in g.columns:
-            prog.slot_addr(prog.places.scratch((COLUMN_CHUNKS * int(shape[-1]),), e.outs[0].aval.dtype))
+            prog.slot_addr(prog.places.scratch((COLUMN_CHUNKS * size_arg(shape[-1]),), e.outs[0].aval.dtype))
     elif not isinstance(g, RowGroup) and k.parallel and g.reduce is not None and len(shape) == 2 \
             and tuple(op.red_axes) == (0,):
-        prog.slot_addr(prog.places.scratch((COLUMN_CHUNKS * int(shape[-1]),), g.reduce.outs[0].aval.dtype))
+        prog.slot_addr(prog.places.scratch((COLUMN_CHUNKS * size_arg(shape[-1]),), g.reduce.outs[0].aval.dtype))
     if k.checks:
         prog.err_slots.append(len(prog.table))
         prog.table.append(0)
@@ -84,7 +86,7 @@ def gather(prog: Program, e):
     px = prog.place(x)
     st = Step("kernel", k, label="gather", shapes=[list(x.aval.shape)], scope=e.scope)
     st.block = len(prog.table)
-    prog.table.extend(int(d) for d in it)
+    prog.table.extend(size_arg(d) for d in it)
     prog.slot_addr(px)
     prog.table.extend(px.strides)
     prog.table.extend(px.shape)
@@ -103,10 +105,10 @@ def scatter(prog: Program, e):
     po = prog.places.assign(out)
     prog.copy_step(prog.place(base), po, "copy (index_put)")
     k = gen_scatter(e)
-    it = np.broadcast_shapes(*[i.aval.shape for i in idx]) if idx else ()
+    it = _broadcast("index_put", [i.aval.shape for i in idx]) if idx else ()
     st = Step("kernel", k, label="scatter", shapes=[list(out.aval.shape)], scope=e.scope)
     st.block = len(prog.table)
-    prog.table.extend(int(d) for d in it)
+    prog.table.extend(size_arg(d) for d in it)
     prog.slot_addr(po)
     prog.table.extend(po.strides)
     prog.table.extend(po.shape)
@@ -132,10 +134,10 @@ def scan(prog: Program, e):
     outer = [d for i, d in enumerate(out.aval.shape) if i != ax]
     st = Step("kernel", gen_scan(e), label=e.op.name, shapes=[list(x.aval.shape)], scope=e.scope)
     st.block = len(prog.table)
-    prog.table.extend(int(d) for d in outer)
+    prog.table.extend(size_arg(d) for d in outer)
     prog.operand(px, [s for i, s in enumerate(px.strides) if i != ax])
     prog.operand(po, [s for i, s in enumerate(ost) if i != ax])
-    prog.table.extend([int(out.aval.shape[ax]), int(px.strides[ax]), int(ost[ax])])
+    prog.table.extend([size_arg(out.aval.shape[ax]), size_arg(px.strides[ax]), size_arg(ost[ax])])
     prog.add(st)
 
 

@@ -10,6 +10,12 @@ free again when the pool's reference is the only one left: the user's tensor, an
 base) and any buffer export (a memoryview) all count.  ``sys.getrefcount`` tells, under the GIL, and the check
 and the hand-out happen under one lock, so two threads never get the same buffer.
 
+A program lowered once for every size (``sized.py``) hands out arrays of a new shape at many calls: it takes them
+by capacity (``take_by_capacity``): buffers keyed by dtype and a byte capacity (eight steps per power of two, so at
+most 1/8 is unused), an output being a view of the first ``n`` elements of a free one.  A fixed-shape program keeps
+the exact-shape buffers above, which are whole arrays (no view: the argument checks' fast path, which wants
+arrays that own their memory, stays on for outputs fed back as arguments).
+
 Small arrays (below ``MIN_BYTES``) come from ``np.empty``: malloc recycles them without faults anyway.  The
 pool holds at most ``JITGRAD_OUTPUT_POOL_MB`` megabytes (default 1024; 0 turns it off) and ``PER_KEY``
 buffers of one shape and dtype; beyond that, outputs are plain fresh arrays.  ``clear()`` drops the pool.
@@ -58,6 +64,41 @@ def take(shape, dtype) -> np.ndarray:
         return a
 
 
+def capacity(nbytes: int) -> int:
+    """``nbytes`` rounded up to the pool's capacity steps: eight per power of two."""
+    step = 1 << max(int(nbytes).bit_length() - 4, 0)
+    return -(-nbytes // step) * step
+
+
+def take_by_capacity(shape, dtype) -> np.ndarray:
+    """An uninitialised C-contiguous array of ``shape`` and ``dtype``: a view of a recycled buffer of its
+    capacity step when one is free (see the module docstring)."""
+    dtype = np.dtype(dtype)
+    n = 1
+    for d in shape:
+        n *= d
+    nbytes = n * dtype.itemsize
+    if nbytes < MIN_BYTES or _LIMIT <= 0:
+        return np.empty(shape, dtype)
+    global _held
+    cap = capacity(nbytes)
+    key = ("capacity", cap, dtype.str)
+    with _lock:
+        bufs = _pool.get(key)
+        if bufs is None:
+            bufs = _pool[key] = []
+        for a in bufs:
+            if sys.getrefcount(a) == _FREE_REFS:
+                STATS["reused"] += 1
+                return a[:n].reshape(shape)
+        a = np.empty(cap // dtype.itemsize, dtype)
+        STATS["allocated"] += 1
+        if len(bufs) < PER_KEY and _held + cap <= _LIMIT:
+            bufs.append(a)
+            _held += cap
+        return a[:n].reshape(shape)
+
+
 def clear():
     """Forget every pooled buffer (arrays still in use stay valid: they are ordinary arrays)."""
     global _held
@@ -70,4 +111,4 @@ def held_bytes() -> int:
     return _held
 
 
-__all__ = ["take", "clear", "held_bytes", "STATS", "MIN_BYTES", "PER_KEY"]
+__all__ = ["take", "take_by_capacity", "capacity", "clear", "held_bytes", "STATS", "MIN_BYTES", "PER_KEY"]

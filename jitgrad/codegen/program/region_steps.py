@@ -10,9 +10,10 @@ added) into the region the index selects, a strided view of that buffer, read an
 """
 from __future__ import annotations
 
-import numpy as np
+import math
 
 from ...ir import dtypes as dt
+from ...ir.symbolic import size_arg
 from .layout import Program, Step, stride_class
 from ..lowering import emits
 from ..places import bcast_strides, coalesce, region_place
@@ -46,7 +47,7 @@ def region(prog: Program, e) -> bool:
     k = gen_region(out.aval.dtype, len(shape), stride_class(sst), stride_class(dst), acc)
     st = Step("kernel", k, label="index_put (region)", shapes=[list(out.aval.shape)], scope=e.scope)
     st.block = len(prog.table)
-    prog.table.extend(int(d) for d in shape)
+    prog.table.extend(size_arg(d) for d in shape)
     prog.operand(pv, sst)
     prog.operand(area, dst)
     prog.add(st)
@@ -55,7 +56,7 @@ def region(prog: Program, e) -> bool:
 def _row_operands(prog: Program, x, idx, v):
     """(index element stride, value row stride) when BLAS-like row moves can read the operands in place
     (``x``'s rows unit-stride, the index one strided run, the value's rows unit-stride), else None."""
-    c = int(np.prod(x.aval.shape[1:]))
+    c = math.prod(x.aval.shape[1:])
     if v is None:
         px = prog.place(x)
         col = _row_stride(px.strides[1:], px.shape[1:])
@@ -80,13 +81,13 @@ def _emit_rows(prog: Program, e, kind, x, idx, pdata, pother, si, so):
     st = Step("kernel", row_kernel(kind, x.aval.dtype, idx.aval.dtype, e.params.get("accumulate", False)),
               label=f"row {kind}", shapes=[list(x.aval.shape), list(idx.aval.shape)], scope=e.scope)
     st.block = len(prog.table)
-    prog.table += [int(np.prod(idx.aval.shape)), int(np.prod(x.aval.shape[1:]))]
+    prog.table += [size_arg(math.prod(idx.aval.shape)), size_arg(math.prod(x.aval.shape[1:]))]
     prog.slot_addr(pdata)
-    prog.table += [int(pdata.strides[0]) if pdata.shape[0] > 1 else 0, int(x.aval.shape[0])]
+    prog.table += [size_arg(pdata.strides[0]) if pdata.shape[0] > 1 else 0, size_arg(x.aval.shape[0])]
     prog.slot_addr(prog.place(idx))
-    prog.table.append(int(si))
+    prog.table.append(size_arg(si))
     prog.slot_addr(pother)
-    prog.table.append(int(so))
+    prog.table.append(size_arg(so))
     prog.index_check_slot(e)
     prog.add(st)
 
@@ -99,7 +100,7 @@ def row_gather(prog: Program, e) -> bool:
     if ops is None or not out.aval.size:
         return False
     po = prog.places.assign(out)
-    _emit_rows(prog, e, "gather", x, idx, prog.place(x), po, ops[0], int(np.prod(x.aval.shape[1:])))
+    _emit_rows(prog, e, "gather", x, idx, prog.place(x), po, ops[0], math.prod(x.aval.shape[1:]))
     return True
 
 @emits("row_scatter", target="cpu")

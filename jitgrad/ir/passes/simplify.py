@@ -7,6 +7,7 @@ import numpy as np
 
 from ..graph import Graph, Lit, Var
 from ..ops import OPS
+from ..symbolic import has_symbols
 
 _FOLD_MAX = 1 << 16   # fold constants up to this many elements; bigger ones stay computed
 
@@ -90,7 +91,8 @@ def simplify(g: Graph) -> Graph:
             d = defs.get(ins[0])
             if d is not None and d.op.name == "reshape" and d.diff == e.diff:
                 e = e.replace(ins=[d.ins[0]], needs=(d.needs[0] and e.needs[0],))
-        if all(isinstance(v, Lit) for v in ins) and len(e.outs) == 1 and out.size <= _FOLD_MAX:
+        if all(isinstance(v, Lit) for v in ins) and len(e.outs) == 1 and not has_symbols(out.aval.shape) \
+                and out.size <= _FOLD_MAX:      # (a symbolic shape is folded per call by no one: it stays an op)
             val = e.op.impl(*[v.value for v in ins], **e.params)
             subst[out] = Lit(np.asarray(val).astype(out.aval.dtype.np), out.aval)
             continue

@@ -1,0 +1,288 @@
+"""A symbolic trace lowered once for every size (jit/symbolic_entries.py ``Lowered``, codegen/program/sized.py):
+a new tuple of sizes is bound to the lowering (its tables from a precomputed size plan) and runs no IR pass, no
+fusion plan, no layout and no entry build; the workspace grows to the largest size bound and is reused; fresh
+outputs of changing shapes come from the output pool by capacity.  Counted, never timed; results equal eager
+mode's, and every guard (the trace's and the lowering's) is still checked for each new tuple of sizes."""
+import numpy as np
+import pytest
+
+import jitgrad as jg
+import jitgrad.nn as nn
+import jitgrad.nn.functional as F
+import jitgrad.codegen.program.cpu as cpu
+import jitgrad.codegen.program.entry as entry
+import jitgrad.jit.compile as jit_compile
+import jitgrad.jit.graph_code as graph_code
+from jitgrad.codegen.program import output_pool
+
+
+@pytest.fixture(autouse=True)
+def _sync_compile(monkeypatch):
+    monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
+
+
+def arr(t):
+    return t.detach().numpy() if isinstance(t, jg.Tensor) else np.asarray(t)
+
+
+def _lm_step(V=40, C=16):
+    jg.manual_seed(0)
+    emb, lin = nn.Embedding(V, C), nn.Linear(C, V)
+    opt = jg.optim.Adam(list(emb.parameters()) + list(lin.parameters()), lr=1e-2)
+
+    def step(idx, tgt):
+        opt.zero_grad()
+        B, T = idx.shape
+        loss = F.cross_entropy(lin(emb(idx)).view(B * T, V), tgt.view(B * T))
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step
+
+
+class _Counts:
+    """Calls of the per-shape build stages, counted by wrapping them where the compile path looks them up."""
+
+    def __init__(self, monkeypatch):
+        self.n = {"passes": 0, "fusion_plan": 0, "layout": 0, "entry_build": 0}
+        for mod, name, what in ((jit_compile, "run_pipeline", "passes"), (graph_code, "fusion_plan", "fusion_plan"),
+                                (cpu, "lay_out", "layout"), (entry, "compile_entry", "entry_build")):
+            monkeypatch.setattr(mod, name, self._wrap(getattr(mod, name), what))
+
+    def _wrap(self, fn, what):
+        def counted(*a, **k):
+            self.n[what] += 1
+            return fn(*a, **k)
+        return counted
+
+    def total(self):
+        return sum(self.n.values())
+
+
+def test_new_sizes_run_no_pass_no_layout_no_entry_build(monkeypatch):
+    rng = np.random.default_rng(0)
+    shapes = [(b, t) for t in range(5, 16) for b in (2, 3)][:22]
+    rng.shuffle(shapes)
+    data = [(jg.tensor(rng.integers(0, 40, s)), jg.tensor(rng.integers(0, 40, s))) for s in shapes]
+    eager, comp = _lm_step(), jg.compile(_lm_step(), backend="numba")
+    le = [float(eager(i, t)) for i, t in data]
+    lc = [float(comp(i, t)) for i, t in data[:3]]      # the first trace, the symbolic one's first instance, lowering
+    counts = _Counts(monkeypatch)
+    lc += [float(comp(i, t)) for i, t in data[3:]]     # 19 new tuples of sizes
+    assert counts.total() == 0, counts.n
+    np.testing.assert_allclose(lc, le, rtol=1e-5)
+    s = comp.stats
+    assert s["traces"] == 2 and s["eager_fallbacks"] == 0, s["trace_reasons"]
+    assert s["shape_lowerings"] == 1 and s["shape_instances"] == 1 and s["shape_bindings"] == len(data) - 2, s
+    before = dict(s)
+    lc2 = [float(comp(i, t)) for i, t in data[3:]]     # repeated sizes: the same bound entries
+    assert counts.total() == 0 and comp.stats["shape_bindings"] == before["shape_bindings"]
+    assert all(np.isfinite(lc2))
+
+
+def _elementwise(x, y):
+    return ((x * y).tanh() + x.sum(1, keepdim=True)).sum(), (x - y).exp()
+
+
+def test_workspace_grows_to_the_largest_size_and_is_reused(monkeypatch):
+    f = jg.compile(_elementwise, backend="numba")
+    rng = np.random.default_rng(1)
+
+    def call(n, m):
+        x, y = (jg.tensor(rng.standard_normal((n, m), dtype=np.float32)) for _ in range(2))
+        got, want = f(x, y), _elementwise(x, y)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(arr(g), arr(w), rtol=2e-5, atol=1e-5)
+    call(5, 7)
+    call(6, 9)
+    call(7, 11)                 # lowered here
+    call(40, 60)                # the largest
+    counts = _Counts(monkeypatch)
+    ws = cpu.ALLOCATIONS["workspaces"]
+    for n, m in [(8, 13), (30, 17), (12, 59), (39, 60), (40, 59), (9, 9), (33, 3), (21, 22)]:
+        call(n, m)
+    assert cpu.ALLOCATIONS["workspaces"] == ws         # every smaller size fits the one workspace
+    assert counts.total() == 0, counts.n
+    call(80, 90)
+    assert cpu.ALLOCATIONS["workspaces"] == ws + 1     # grown once, for a larger size
+    call(41, 61)
+    assert cpu.ALLOCATIONS["workspaces"] == ws + 1
+    assert f.stats["traces"] == 2 and f.stats["shape_lowerings"] == 1 and f.stats["shape_instances"] == 1
+
+
+def test_outputs_of_changing_shapes_are_pooled_by_capacity():
+    f = jg.compile(lambda x: x * 2.0 + 1.0, backend="numba")
+    rng = np.random.default_rng(2)
+    sizes = [20000, 20001, 20002, 19000, 20003, 19100, 19999, 20004, 19200, 19500]   # float32: one capacity step
+    for n in sizes[:4]:
+        f(jg.tensor(rng.standard_normal(n, dtype=np.float32)))
+    allocated = output_pool.STATS["allocated"]
+    for n in sizes[4:]:
+        x = jg.tensor(rng.standard_normal(n, dtype=np.float32))
+        np.testing.assert_allclose(arr(f(x)), arr(x) * 2 + 1, rtol=1e-6)
+    assert output_pool.STATS["allocated"] == allocated     # every output a recycled buffer of its capacity step
+    assert f.stats["shape_bindings"] >= len(sizes) - 2
+    held = [f(jg.tensor(np.full(n, float(n), np.float32))) for n in (19000, 19001, 19002)]
+    for n, h in zip((19000, 19001, 19002), held):          # outputs still held are never handed out again
+        np.testing.assert_array_equal(arr(h), np.full(n, 2.0 * n + 1, np.float32))
+
+
+def test_guards_are_checked_for_every_new_size_after_lowering():
+    def f(x):
+        if x.shape[0] > 20:                # a trace guard: broken at 21, retraced
+            return (x * 3.0).sum(0)
+        return (x * 2.0).sum(0)
+    cf = jg.compile(f, backend="numba")
+    rng = np.random.default_rng(3)
+    for n in list(range(3, 15)) + [21, 22, 4, 25]:
+        x = jg.tensor(rng.standard_normal((n, 4), dtype=np.float32))
+        np.testing.assert_allclose(arr(cf(x)), arr(f(x)), rtol=1e-5)
+    assert cf.stats["traces"] == 3 and cf.stats["trace_reasons"].get("size guard") == 1, cf.stats
+    assert cf.stats["shape_bindings"] >= 10
+
+
+def test_a_broken_lowering_guard_lowers_again_for_those_sizes(monkeypatch):
+    """A size where the lowering decided otherwise (here: a loop on the worker pool from PARALLEL_MIN elements)
+    is not bound to it: the template is lowered again with that size's decisions (up to MAX_LOWERINGS, then
+    concrete builds), and each size is bound to the lowering whose guards it keeps."""
+    from jitgrad.jit import symbolic_entries
+    from jitgrad.codegen.program import layout
+    from jitgrad.ir import settings
+    monkeypatch.setattr(layout, "PARALLEL_MIN", 4096)
+    monkeypatch.setattr(settings.STATE, "num_threads", 2)
+    f = jg.compile(lambda x: (x * 1.5).exp(), backend="numba", parallel=None)
+    rng = np.random.default_rng(4)
+    for n in (100, 200, 300, 400, 5000, 500):
+        x = jg.tensor(rng.standard_normal(n, dtype=np.float32) * 0.1)
+        np.testing.assert_allclose(arr(f(x)), np.exp(arr(x) * 1.5), rtol=1e-6)
+    assert f.stats["traces"] == 2
+    assert f.stats["shape_instances"] == 1 and f.stats["shape_lowerings"] == 2, f.stats      # 5000: parallel
+    assert f.stats["shape_bindings"] == 4, f.stats
+    monkeypatch.setattr(symbolic_entries, "MAX_LOWERINGS", 1)
+    monkeypatch.setattr(layout, "PARALLEL_MIN", 6000)       # (a new function: new decisions)
+    g = jg.compile(lambda x: (x * 2.5).exp(), backend="numba", parallel=None)
+    for n in (100, 200, 300, 7000, 400, 6500, 6600):
+        x = jg.tensor(rng.standard_normal(n, dtype=np.float32) * 0.1)
+        np.testing.assert_allclose(arr(g(x)), np.exp(arr(x) * 2.5), rtol=1e-6)
+    assert g.stats["shape_lowerings"] == 1 and g.stats["shape_bindings"] == 2, g.stats   # 300, 400
+    assert g.stats["shape_instances"] == 4, g.stats     # 200 (the first), then 7000, 6500, 6600: concrete
+
+
+def test_anomaly_mode_and_double_backward_in_bound_entries():
+    w = jg.tensor([0.5, -1.0, 2.0], requires_grad=True)
+
+    def hvp(x):
+        y = (x @ w).tanh().mean()          # 1 / n: a literal of the trace, an input of the lowering
+        (g,) = jg.autograd.grad(y, w, create_graph=True)
+        (h,) = jg.autograd.grad((g * g).sum(), w)
+        return h.detach()
+    cf = jg.compile(hvp, backend="numba")
+    rng = np.random.default_rng(5)
+    for n in range(3, 12):
+        x = jg.tensor(rng.standard_normal((n, 3)), dtype=jg.float32)
+        np.testing.assert_allclose(arr(cf(x)), arr(hvp(x)), rtol=1e-4, atol=1e-6)
+    assert cf.stats["traces"] == 2 and cf.stats.get("shape_bindings", 0) >= 6, cf.stats
+
+    def sq(x, c):
+        x = x.detach().requires_grad_()
+        loss = (x.sqrt() * c).sum()         # at x = 0 with c = 0, sqrt's backward gives 0 * inf = nan
+        (g,) = jg.autograd.grad(loss, x)
+        return g.detach()
+    ca = jg.compile(sq, backend="numba")
+    with jg.autograd.detect_anomaly():
+        for n in (3, 4, 5, 7, 8, 9):
+            np.testing.assert_allclose(arr(ca(jg.ones(n), jg.tensor(n - 6.0))), np.full(n, 0.5 * (n - 6)), rtol=1e-6)
+        assert ca.stats.get("shape_bindings", 0) >= 3, ca.stats
+        with pytest.raises(RuntimeError, match="SqrtBackward0.*nan"):
+            ca(jg.zeros(10), jg.tensor(0.0))
+    assert ca.stats["traces"] == 2
+
+
+def test_bound_entry_serves_profiled_and_strided_calls_through_a_concrete_graph():
+    f = jg.compile(lambda x: (x * 2.0).sum(0), backend="numba")
+    rng = np.random.default_rng(6)
+    for n in (3, 4, 5, 6):
+        f(jg.tensor(rng.standard_normal((n, 5), dtype=np.float32)))
+    assert f.stats["shape_bindings"] >= 2
+    x = jg.tensor(rng.standard_normal((7, 5), dtype=np.float32))
+    with jg.autograd.profiler.profile():
+        np.testing.assert_allclose(arr(f(x)), arr(x).sum(0) * 2, rtol=1e-5)
+    assert "mul" in str(f.ir(x))                        # introspection of a bound entry: its concrete graph
+    xt = jg.tensor(rng.standard_normal((5, 8), dtype=np.float32)).T    # not C-contiguous
+    np.testing.assert_allclose(arr(f(xt)), arr(xt).sum(0) * 2, rtol=1e-5)
+
+
+def test_nanogpt_new_lengths_are_bound_without_a_build(monkeypatch):
+    """nanoGPT's step (B9's model, its heads split by views of the qkv projection, the causal mask sliced to T)
+    with T drawn per batch: one lowering serves every new length below the block size."""
+    import importlib.util
+    import os
+    spec = importlib.util.spec_from_file_location("gpt_model", os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "gpt_model.py"))
+    gm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gm)
+
+    def build():
+        jg.manual_seed(0)
+        m = gm.make_gpt(jg, 50, 16, 32, 4, 2, 0.0, False)
+        return gm.make_step(jg, m, m, gm.make_optimizer(jg, m, 1e-2))
+    rng = np.random.default_rng(7)
+    lengths = (12, 8, 9, 14, 10, 11, 13, 15)
+    data = [(jg.tensor(rng.integers(0, 50, (3, T))), jg.tensor(rng.integers(0, 50, (3, T)))) for T in lengths]
+    eager, comp = build(), jg.compile(build(), backend="numba")
+    le = [float(eager(x, y)) for x, y in data]
+    lc = [float(comp(x, y)) for x, y in data[:3]]
+    counts = _Counts(monkeypatch)
+    lc += [float(comp(x, y)) for x, y in data[3:]]
+    assert counts.total() == 0, counts.n
+    np.testing.assert_allclose(lc, le, rtol=2e-5, atol=1e-5)
+    s = comp.stats
+    assert s["traces"] == 2 and s["shape_instances"] == 1 and s["shape_bindings"] == len(lengths) - 2, s
+
+
+def test_size_dependent_literals_are_inputs_of_the_lowering(monkeypatch):
+    """A mean over a symbolic batch scales by 1 / n, and ``(n - 1)`` in arithmetic is a number of the trace: the
+    lowering reads them per call (lift_literals) instead of baking one size's value into a kernel."""
+    def build():
+        jg.manual_seed(0)
+        lin = nn.Linear(8, 1)
+        opt = jg.optim.SGD(lin.parameters(), lr=0.1)
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = ((lin(x) - y) ** 2).mean() + (x.shape[0] - 1) * 1e-3 * lin.weight.pow(2).sum()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step
+    rng = np.random.default_rng(8)
+    data = [(jg.tensor(rng.standard_normal((n, 8), dtype=np.float32)),
+             jg.tensor(rng.standard_normal((n, 1), dtype=np.float32))) for n in (5, 9, 6, 13, 7, 11, 8, 12, 10, 14)]
+    eager, comp = build(), jg.compile(build(), backend="numba")
+    le = [float(eager(x, y)) for x, y in data]
+    lc = [float(comp(x, y)) for x, y in data[:3]]
+    counts = _Counts(monkeypatch)
+    lc += [float(comp(x, y)) for x, y in data[3:]]
+    assert counts.total() == 0, counts.n
+    np.testing.assert_allclose(lc, le, rtol=1e-5)
+    s = comp.stats
+    assert s["shape_lowerings"] == 1 and s["shape_instances"] == 1 and s["shape_bindings"] == len(data) - 2, s
+
+
+def test_errors_of_a_bound_entry_are_eager_modes_with_this_calls_shapes():
+    """An index out of range in a bound entry writes no state and raises eager mode's IndexError naming this
+    call's sizes (its concrete graph reports it), not the symbols of the lowering."""
+    emb = nn.Embedding(10, 4)
+
+    def f(idx):
+        return emb(idx).sum(1).detach()
+    cf = jg.compile(f, backend="numba")
+    for n in (3, 4, 5, 6):
+        idx = jg.tensor(np.arange(n) % 10)
+        np.testing.assert_allclose(arr(cf(idx)), arr(f(idx)), rtol=1e-6)
+    assert cf.stats["shape_bindings"] >= 2
+    w = emb.weight.detach().numpy().copy()
+    with pytest.raises(IndexError, match="out of range|out of bounds") as err:
+        cf(jg.tensor(np.array([1, 2, 3, 4, 5, 6, 12])))
+    assert "s0" not in str(err.value)
+    np.testing.assert_array_equal(emb.weight.detach().numpy(), w)
