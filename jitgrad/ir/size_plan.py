@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import operator
 
+import numpy as np
+
 from .symbolic import _ATOMS, _constant_of
 
 
@@ -41,8 +43,17 @@ class SizePlan:
                     need(a)
         self.atoms = order
         self._index = atoms
+        # every monomial of every polynomial as a row: its atoms' indices (padded with the index of a 1), its
+        # coefficient and its polynomial, so a call multiplies and sums them with a few NumPy calls
+        rows = [(j, c, [atoms[a] for a in m]) for j, p in enumerate(self.polys) for m, c in p]
+        one = len(order)
+        width = max((len(r[2]) for r in rows), default=0)
+        self._idx = np.array([r[2] + [one] * (width - len(r[2])) for r in rows], np.intp).reshape(len(rows), width)
+        self._coef = np.array([r[1] for r in rows], np.int64)
+        self._poly_of = np.array([r[0] for r in rows], np.intp)
 
-    def __call__(self, values: dict) -> list:
+    def __call__(self, values: dict) -> np.ndarray:
+        """Every polynomial's value at ``values`` (symbol name -> int), as an int64 array."""
         val = {}
         for name in self.atoms:
             v = values.get(name)
@@ -51,7 +62,11 @@ class SizePlan:
                 x, y = _poly(x, val), _poly(y, val)
                 v = x // y if op == "floordiv" else x % y
             val[name] = v
-        return [_poly(p, val) for p in self.polys]
+        av = np.array([val[a] for a in self.atoms] + [1], np.int64)
+        terms = self._coef * av[self._idx].prod(axis=1)
+        out = np.zeros(len(self.polys), np.int64)
+        np.add.at(out, self._poly_of, terms)
+        return out
 
 
 def _poly(p, val) -> int:

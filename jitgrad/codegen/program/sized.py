@@ -116,8 +116,7 @@ class SizedProgram:
     def holds(self, values: dict):
         """The plan's values at ``values`` (an int64 array) when every guard of the lowering holds there, else
         None."""
-        vals = self.plan(values)
-        V = np.array(vals, np.int64)
+        V = vals = self.plan(values)
         for cmp, refs, wants in self._guards:
             if not (cmp(V[refs], 0) == wants).all():
                 return None
