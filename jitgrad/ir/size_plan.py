@@ -45,12 +45,15 @@ class SizePlan:
         self._index = atoms
         # every monomial of every polynomial as a row: its atoms' indices (padded with the index of a 1), its
         # coefficient and its polynomial, so a call multiplies and sums them with a few NumPy calls
-        rows = [(j, c, [atoms[a] for a in m]) for j, p in enumerate(self.polys) for m, c in p]
+        # (a zero polynomial gets one row of coefficient 0, so every polynomial's rows are a non-empty run and
+        # one ``add.reduceat`` sums them)
+        rows = [(j, c, [atoms[a] for a in m]) for j, p in enumerate(self.polys) for m, c in (p or (((), 0),))]
         one = len(order)
         width = max((len(r[2]) for r in rows), default=0)
         self._idx = np.array([r[2] + [one] * (width - len(r[2])) for r in rows], np.intp).reshape(len(rows), width)
         self._coef = np.array([r[1] for r in rows], np.int64)
-        self._poly_of = np.array([r[0] for r in rows], np.intp)
+        poly_of = [r[0] for r in rows]
+        self._starts = np.array([k for k in range(len(rows)) if k == 0 or poly_of[k] != poly_of[k - 1]], np.intp)
 
     def __call__(self, values: dict) -> np.ndarray:
         """Every polynomial's value at ``values`` (symbol name -> int), as an int64 array."""
@@ -62,11 +65,12 @@ class SizePlan:
                 x, y = _poly(x, val), _poly(y, val)
                 v = x // y if op == "floordiv" else x % y
             val[name] = v
+        if not self.polys:
+            return np.zeros(0, np.int64)
         av = np.array([val[a] for a in self.atoms] + [1], np.int64)
-        terms = self._coef * av[self._idx].prod(axis=1)
-        out = np.zeros(len(self.polys), np.int64)
-        np.add.at(out, self._poly_of, terms)
-        return out
+        terms = av[self._idx].prod(axis=1)
+        terms *= self._coef
+        return np.add.reduceat(terms, self._starts)
 
 
 def _poly(p, val) -> int:

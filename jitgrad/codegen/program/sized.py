@@ -93,7 +93,15 @@ class SizedProgram:
                 refs, wants = by_op.setdefault(op, ([], []))
                 refs.append(ref(g))
                 wants.append(want)
-        self._guards = [(COMPARISONS[op], np.array(r, np.intp), np.array(w, bool)) for op, (r, w) in by_op.items()]
+        # each guard ``(v op 0) == want`` allows some signs of v: a 3-bit mask (bit 0: v < 0, 1: v == 0, 2: v > 0),
+        # so every integer guard is checked by one lookup of the values' signs
+        g_refs, g_masks = [], []
+        for op, (r, w) in by_op.items():
+            cmp = COMPARISONS[op]
+            for k, want in zip(r, w):
+                g_refs.append(k)
+                g_masks.append(sum(1 << b for b, v in enumerate((-1, 0, 1)) if cmp(v, 0) == want))
+        self._g_refs, self._g_masks = np.array(g_refs, np.intp), np.array(g_masks, np.int64)
         base = np.array([0 if type(v) is SymInt else int(v) for v in p.table] or [0], np.int64)
         sym = [(i, ref(v)) for i, v in enumerate(p.table) if type(v) is SymInt]
         self._t_slots, self._t_refs = _columns(sym, 2)
@@ -117,9 +125,8 @@ class SizedProgram:
         """The plan's values at ``values`` (an int64 array) when every guard of the lowering holds there, else
         None."""
         V = vals = self.plan(values)
-        for cmp, refs, wants in self._guards:
-            if not (cmp(V[refs], 0) == wants).all():
-                return None
+        if len(self._g_refs) and not ((self._g_masks >> (np.sign(V[self._g_refs]) + 1)) & 1).all():
+            return None
         for fn, cmp, want in self._float_guards:
             if cmp(fn(vals), 0) != want:
                 return None
