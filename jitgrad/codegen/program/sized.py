@@ -112,7 +112,9 @@ class SizedProgram:
         self._base = base
         self._param_slots, self._param_offs = _columns(p.param_slots, 2)
         self._params = np.frombuffer(bytes(p.params) or b"\0", np.uint8).copy()
-        self._sym_params = [(off, ref(v)) for off, v in p.sym_params]
+        self._sp_refs = np.array([ref(v) for _, v in p.sym_params], np.intp)
+        self._sp_bytes = (np.array([off for off, _ in p.sym_params], np.intp).reshape(-1, 1) + np.arange(4)).astype(
+            np.intp)
         self._w_slots, self._w_roots, self._w_offs = _columns(
             [(slot, ref(root.offset), ref(off)) for slot, root, off in p.ws_slots], 3)
         self._ws_size = ref(p.ws_size)
@@ -138,8 +140,8 @@ class SizedProgram:
         A = self._base.copy()
         A[self._t_slots] = V[self._t_refs]
         params = self._params.copy()
-        for off, k in self._sym_params:
-            params[off:off + 4] = np.frombuffer(np.int32(V[k]).tobytes(), np.uint8)
+        if len(self._sp_refs):      # each symbolic int32 parameter's four bytes (native order) at its offset
+            params[self._sp_bytes] = V[self._sp_refs].astype(np.int32).view(np.uint8).reshape(-1, 4)
         A[self._param_slots] = params.ctypes.data + self._param_offs
         OFF = np.zeros_like(A)
         OFF[self._o_slots] = V[self._o_refs]
