@@ -275,13 +275,37 @@ def test_small_eager_gemms_run_on_one_blas_thread():
     assert got["seen"][4] == 1 and got["library"] == 1, got         # torch.set_num_threads(1)
 
 
-def test_eager_gemms_are_paced_per_shape(monkeypatch):
+def test_eager_gemms_are_paced_per_size_class(monkeypatch):
     from jitgrad.ir.ops import blas
     monkeypatch.setattr(blas, "BLAS_PACER", True)
     small = blas.eager_threads(64, 48, 64)
     assert small is blas.eager_threads(8, 8, 8) and not isinstance(small, blas.BlasPacer)
     big = blas.eager_threads(256, 512, 784)
     assert isinstance(big, blas.BlasPacer) and big is blas.eager_threads(256, 512, 784)
-    assert blas.eager_threads(128, 512, 784) is not big
+    assert blas.eager_threads(128, 512, 784) is not big                 # half the work: another class
+    assert blas.eager_threads(300, 500, 784) is big and big.work == 300 * 500 * 784    # a new shape, same class
     monkeypatch.setattr(blas, "BLAS_PACER", False)
     assert not isinstance(blas.eager_threads(256, 512, 784), blas.BlasPacer)
+
+
+def test_a_contended_gemm_makes_new_shapes_of_its_class_single_threaded(monkeypatch):
+    """Variable lengths: each call a new shape.  Contention seen on one shape holds the next shapes of its size
+    class on one thread (timed per multiply-add, so a larger shape of the class is not taken for contention)."""
+    from jitgrad.ir.ops import blas
+    monkeypatch.setattr(blas, "BLAS_PACER", True)
+    monkeypatch.setattr(blas, "_EAGER_PACERS", {})
+    clock = [0.0]
+    monkeypatch.setattr(blas.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(blas.BlasPacer, "use", classmethod(lambda cls, n: None))
+
+    def call(m, seconds):
+        p = blas.eager_threads(m, 512, 512)
+        with p:
+            clock[0] += seconds
+        return p.n
+    assert call(600, 1.0) > 1 or blas.BlasPacer._max == 1
+    if blas.BlasPacer._max == 1:
+        pytest.skip("OpenBLAS runs one thread here")
+    assert call(700, 700 / 600 * 1.1) > 1          # a bigger shape, the same rate: no contention
+    assert call(650, 10.0) > 1                     # contended (many times slower per multiply-add)
+    assert call(610, 1.0) == 1                     # a new shape of the class: one thread

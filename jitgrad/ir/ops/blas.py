@@ -276,7 +276,7 @@ def matmul(a, b):
 #   OpenBLAS build's threshold, never wakes workers for them);
 # - larger ones run on every thread (``torch.set_num_threads``'s count, else OpenBLAS's) until their calls show
 #   contention: one call ``SLOW`` x slower than the best of its kind means another process took a core, and the
-#   next calls run on one thread for a while (``BlasPacer``; eager GEMMs are paced per shape).  ``JITGRAD_BLAS_PACER=0``
+#   next calls run on one thread for a while (``BlasPacer``; eager GEMMs are paced per size class).  ``JITGRAD_BLAS_PACER=0``
 #   turns the pacing off.  Idle workers sleep after ~0.4 ms (``OPENBLAS_THREAD_TIMEOUT``, set by ``import jitgrad``).
 BLAS_THREADED_MACS = 65536 * 4
 BLAS_PACER = os.environ.get("JITGRAD_BLAS_PACER", "1") != "0"
@@ -304,11 +304,12 @@ class BlasPacer:
     _lock = threading.Lock()
 
     def __init__(self):
-        self.best = {}          # thread count -> fastest call seen (seconds)
+        self.best = {}          # thread count -> fastest call seen (seconds per unit of work)
         self.left = 0           # calls still to run on one thread
         self.hold = self.HOLD
         self.n = 1
         self.t0 = 0.0
+        self.work = 1           # the coming call's work (an eager GEMM's multiply-adds; 1: a graph's call)
 
     @classmethod
     def _init(cls):
@@ -343,7 +344,7 @@ class BlasPacer:
         return self
 
     def __exit__(self, *exc):
-        dt = time.perf_counter() - self.t0
+        dt = (time.perf_counter() - self.t0) / self.work
         n = self.n
         best = self.best.get(n)
         if best is None or dt < best:
@@ -370,20 +371,25 @@ class _OneThread:
 
 _ONE_THREAD = _OneThread()
 _NO_POLICY = contextlib.nullcontext()
-_EAGER_PACERS: dict = {}        # (m, n, k) -> BlasPacer of eager GEMMs of that shape
+_EAGER_PACERS: dict = {}        # size class -> BlasPacer of the eager GEMMs of that class
 
 
 def eager_threads(m: int, n: int, k: int):
-    """What an eager ``(m, k) @ (k, n)`` GEMM on SciPy's OpenBLAS runs under (see the policy above)."""
-    if m * n * k <= BLAS_THREADED_MACS:
+    """What an eager ``(m, k) @ (k, n)`` GEMM on SciPy's OpenBLAS runs under (see the policy above).
+
+    GEMMs are paced per size class (their multiply-adds within a factor of two) and timed per multiply-add, so a
+    sequence of ever new shapes (variable lengths) still shares what was learnt: a class's first call after a
+    contended one runs on one thread, as a repeated shape's would."""
+    macs = m * n * k
+    if macs <= BLAS_THREADED_MACS:
         return _ONE_THREAD
     if not BLAS_PACER:
         return _NO_POLICY
-    p = _EAGER_PACERS.get((m, n, k))
+    c = macs.bit_length()
+    p = _EAGER_PACERS.get(c)
     if p is None:
-        if len(_EAGER_PACERS) > 256:        # shapes come and go (dynamic batch sizes): forget the old ones
-            _EAGER_PACERS.clear()
-        p = _EAGER_PACERS[(m, n, k)] = BlasPacer()
+        p = _EAGER_PACERS[c] = BlasPacer()
+    p.work = macs
     return p
 
 
