@@ -7,6 +7,7 @@ tracer (``@jg.compile``) hooks in here too: a symbolic input routes the op to th
 from __future__ import annotations
 
 import sys
+from weakref import ref as _weakref
 
 import numpy as np
 
@@ -287,10 +288,14 @@ def refresh_view(a, force=False):
     prev = _GM.grad_enabled
     _GM.grad_enabled = True
     try:
-        if vargs is BY_POSITIONS:       # a view made by no view op (as_strided): the base's elements it shows
+        parent = vargs[0]() if vargs is not BY_POSITIONS else None
+        if parent is None:
+            # a view made by no view op (as_strided), or whose parent view is gone (the root base lives on in
+            # a._base): the base's elements it shows
+            vargs = BY_POSITIONS
             r = read_by_positions(a)
         else:
-            r = _bind(node.op, vargs, node.params)      # refreshes a view parent first (a view of a view)
+            r = _bind(node.op, (parent, *vargs[1:]), node.params)    # refreshes a view parent first (a view of a view)
     finally:
         _GM.grad_enabled = prev
     new = r.grad_fn
@@ -381,7 +386,16 @@ def _record(op, params, args, hit, t):
         node.inputs = (None,) * len(args)
         node.versions = None
     if op.saves_out:
-        node.outputs = (t,)
+        # the output is saved without its history (torch's SavedVariable): a tensor on t's buffer and version
+        # counter, not t itself, so there is no t -> node -> t cycle and the node dies with t (node.py unpacks it
+        # with this node as its grad_fn when a vjp builds a graph)
+        s = _new(Tensor)
+        s._data = t._data
+        s._vc = t._vc
+        s._requires_grad = s._retains_grad = s._inference = False
+        s.grad_fn = s._grad = s._base = s._hooks = s._acc = s._view_origin = None
+        s._out_nr = 0
+        node.outputs = (s,)
         node.out_versions = [(0, t._vc[0])]
     else:
         node.outputs = _NO_OUTPUT
@@ -406,7 +420,9 @@ def _record(op, params, args, hit, t):
         node.stack = user_stack(3)
         node.anomaly_parent = _AN.current
     if t._base is not None:
-        node.view_args = args
+        # the parent weakly: the base's history after a write through this view reaches this node, so holding
+        # the parent (or a view of it, which holds the base) would make a cycle (refresh_view reads it)
+        node.view_args = (_weakref(args[0]), *args[1:])
         node.view_base_fn = t._base.grad_fn
     t.grad_fn = node
 

@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 
 from . import anomaly, forward_state, grad_mode, profiler_state, saved_hooks
-from .node import AccumulateGrad, zeros_for
+from .node import AccumulateGrad, vjp_through_outputs, zeros_for
 from .dispatch import OpNode
 from .graph_hooks import GradientEdge, RUNNING as _RUNNING, root_edge
 from .grad_accumulation import accumulate as _accumulate, retain as _retain
@@ -477,7 +477,10 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                         for a in arrays:
                             in_grads.append(None if a is None else _wrap(a))
                 if in_grads is None:
-                    in_grads = node.op.vjp(node, *grads)
+                    if create_graph and node.op.saves_out:      # the saved outputs carry this node's history
+                        in_grads = vjp_through_outputs(node, grads)
+                    else:
+                        in_grads = node.op.vjp(node, *grads)
                 if len(in_grads) != len(node.next_functions):
                     raise RuntimeError(f"function {node.name()} returned an incorrect number of gradients "
                                        f"(expected {len(node.next_functions)}, got {len(in_grads)})")

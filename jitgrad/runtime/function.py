@@ -34,6 +34,9 @@ class FunctionCtx:
         self._clear_on_access = False     # the Function's clear_saved_tensors_on_access
         self._accessed = False
         self._in_jvp = False
+        # {position in saved: (output number, weak ref to its grad_fn or None when that is the node)} for saved
+        # tensors that are outputs, kept without their history (see _save_outputs_without_history)
+        self._saved_outputs = None
 
     @property
     def _node(self):
@@ -100,7 +103,23 @@ class FunctionCtx:
                         f"is at version {t._vc[0]}; expected version {v} instead. Hint: enable anomaly detection to "
                         "find the operation that failed to compute its gradient, with "
                         "jitgrad.autograd.set_detect_anomaly(True).")
+        if self._saved_outputs:
+            return self._unpack_outputs()
         return self._saved
+
+    def _unpack_outputs(self):
+        """The saved tensors with the outputs among them unpacked as torch does: new tensors whose grad_fn is
+        the output's when it was saved (a view rebased by mark_dirty), else this Function's node."""
+        from .node import unpack_output
+        node = self._node
+        saved = list(self._saved)
+        for i, (nr, ref) in self._saved_outputs.items():
+            gf = ref() if ref is not None else None
+            if gf is None:
+                gf = node
+            if saved[i] is not None and gf is not None:
+                saved[i] = unpack_output(saved[i], gf, nr)
+        return tuple(saved)
 
     @property
     def saved_variables(self):
@@ -399,6 +418,9 @@ class Function(metaclass=_FunctionMeta):
             if t._vc[0] == versions_before.get(id(t), -1):
                 t._vc[0] += 1   # modified through .data / numpy: still count it as a write
         non_diff = {id(t) for t in ctx._non_diff}
+        # the ctx outlives forward in the node: it keeps no reference to the outputs it marked (torch clears them
+        # too), which would make output -> node -> ctx -> output cycles
+        ctx._dirty = ctx._non_diff = ()
         if ctx._saved is not None:
             ctx._saved_versions = [None if t is None else t._vc[0] for t in ctx._saved]
             if record and saved_hooks.STATE.stack and _TR.active is None:
@@ -473,11 +495,32 @@ class Function(metaclass=_FunctionMeta):
                 if t.grad_fn is node:
                     rebase_custom_write(t, view_fn)
         _mark_custom_views(cls, new_outs, dirty, True)
+        if ctx._saved and _TR.active is None:
+            _save_outputs_without_history(ctx, node, new_outs)
         tr = _TR.active
         if tr is not None:
             _trace_custom(tr, cls, ctx, node, args, new_outs, node.loc)
         # materialized zero grads for outputs that receive none
         return new_outs[0] if single else tuple(new_outs)
+
+
+def _save_outputs_without_history(ctx, node, outs):
+    """Saved tensors that are outputs of the Function are kept without their history (``node.without_history``),
+    as torch's SavedVariable keeps outputs, so output -> node -> ctx -> output is no reference cycle: the graph
+    dies at ``del``, not at the next garbage collection.  ``saved_tensors`` unpacks them with it."""
+    from .node import without_history
+    recorded = {id(o) for o in outs if isinstance(o, Tensor) and o.grad_fn is not None}
+    saved = list(ctx._saved)
+    info = {}
+    for i, t in enumerate(saved):
+        if t is None or id(t) not in recorded:
+            continue
+        gf = t.grad_fn
+        info[i] = (t._out_nr, None if gf is node else weakref.ref(gf))
+        saved[i] = without_history(t)
+    if info:
+        ctx._saved = tuple(saved)
+        ctx._saved_outputs = info
 
 
 def _mark_custom_views(cls, outs, dirty, recorded):

@@ -40,12 +40,10 @@ def saved_attribute(node, name):
     vals = node.inputs if kind == "in" else node.outputs
     t = vals[i] if vals is not None and i < len(vals) else None
     if kind == "out" and t is not None:
-        # torch unpacks a saved output as a new tensor (same data, version counter and grad_fn), never the
-        # output object itself
-        from .tensor import Tensor
-        u = Tensor._make(t._data)
-        u._vc, u.grad_fn, u._out_nr = t._vc, t.grad_fn, t._out_nr
-        return u
+        # torch unpacks a saved output as a new tensor (same data and version counter, this node as grad_fn),
+        # never the output object itself
+        from .node import unpack_output
+        return unpack_output(t, node, i)
     return t
 
 
