@@ -13,7 +13,8 @@ import warnings
 import numpy as np
 
 from . import anomaly, forward_state, grad_mode, profiler_state, saved_hooks
-from .node import AccumulateGrad, vjp_through_outputs, zeros_for
+from .node import AccumulateGrad, zeros_for
+from .saved_output import vjp_through_outputs
 from .dispatch import OpNode
 from .graph_hooks import GradientEdge, RUNNING as _RUNNING, root_edge
 from .grad_accumulation import accumulate as _accumulate, retain as _retain

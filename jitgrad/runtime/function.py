@@ -9,6 +9,7 @@ import numpy as np
 
 from . import anomaly, forward_state, grad_mode, saved_hooks
 from .node import Node, zeros_for
+from .saved_output import unpack_output, without_history
 from .source import user_loc, user_stack
 from .dispatch import refresh_view
 from .tensor import Tensor
@@ -110,7 +111,6 @@ class FunctionCtx:
     def _unpack_outputs(self):
         """The saved tensors with the outputs among them unpacked as torch does: new tensors whose grad_fn is
         the output's when it was saved (a view rebased by mark_dirty), else this Function's node."""
-        from .node import unpack_output
         node = self._node
         saved = list(self._saved)
         for i, (nr, ref) in self._saved_outputs.items():
@@ -508,7 +508,6 @@ def _save_outputs_without_history(ctx, node, outs):
     """Saved tensors that are outputs of the Function are kept without their history (``node.without_history``),
     as torch's SavedVariable keeps outputs, so output -> node -> ctx -> output is no reference cycle: the graph
     dies at ``del``, not at the next garbage collection.  ``saved_tensors`` unpacks them with it."""
-    from .node import without_history
     recorded = {id(o) for o in outs if isinstance(o, Tensor) and o.grad_fn is not None}
     saved = list(ctx._saved)
     info = {}

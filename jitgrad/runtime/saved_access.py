@@ -7,6 +7,8 @@ output (what an OpDef saves: ``saves_in`` / ``saves_out``).
 """
 from __future__ import annotations
 
+from .saved_output import unpack_output
+
 
 _WHERE = {"self": ("in", 0), "other": ("in", 1), "result": ("out", 0)}
 
@@ -42,7 +44,6 @@ def saved_attribute(node, name):
     if kind == "out" and t is not None:
         # torch unpacks a saved output as a new tensor (same data and version counter, this node as grad_fn),
         # never the output object itself
-        from .node import unpack_output
         return unpack_output(t, node, i)
     return t
 
