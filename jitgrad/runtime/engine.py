@@ -453,7 +453,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                     # change (torch); grad() runs only the tensor hooks
                     _run_pre_hooks(node, tuple(grads))
                 continue
-            if grads[0] is None and type(node) is node_type and (len(grads) == 1 or grads.count(None) == len(grads)):
+            if grads[0] is None and type(node) is node_type and (len(grads) == 1 or _all_none(grads)):
                 # no gradient reached this op's node (a custom backward returned None): its inputs get none
                 # either, as torch's undefined gradients (no zeros are made up and accumulated)
                 in_grads = (None,) * len(node.next_functions)
@@ -511,6 +511,14 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
         _RUNNING.nodes = prev_running
         reentrant.depth = depth
     return captured
+
+
+def _all_none(grads) -> bool:
+    # (not grads.count(None): that compares tensors with ==, an op)
+    for g in grads:
+        if g is not None:
+            return False
+    return True
 
 
 def _apply_node(node, grads, create_graph):
