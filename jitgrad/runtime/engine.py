@@ -417,6 +417,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
             if type(node) is acc_type:
                 var = node.variable
                 g = grads[0]
+                grads = None        # g's one reference here: accumulate takes over a buffer nothing else holds
                 if g is not None and var._hooks:
                     g = _run_tensor_hooks(var._hooks, g)
                 if capturing and node in cap_nodes:
@@ -477,6 +478,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                         in_grads = []
                         for a in arrays:
                             in_grads.append(None if a is None else _wrap(a))
+                        arrays = a = None
                 if in_grads is None:
                     if create_graph and node.op.saves_out:      # the saved outputs carry this node's history
                         in_grads = vjp_through_outputs(node, grads)
@@ -505,6 +507,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                 if d == 1:
                     ready.append(child)
                 deps[child] = d - 1
+            in_grads = g = buf = None   # (a gradient's references are its consumers' buffers alone)
     finally:
         grad_mode.STATE.grad_enabled = prev_mode
         _SH.stack[:] = prev_hooks
