@@ -220,3 +220,13 @@ def test_a_gradient_someone_holds_is_copied():
             return g                        # a tensor the caller holds
     Passes.apply(w).sum().backward()
     assert w.grad.data_ptr() != g.data_ptr()
+
+
+@pytest.mark.parametrize("grad_on", [True, False])
+def test_forward_over_reverse_reads_the_tangent_of_a_saved_output(grad_on):
+    # exp's backward reads its saved output: forward over reverse needs that value's tangent too
+    x = jg.tensor([[0.0, 1.0], [0.5, -1.0]], dtype=jg.float64, requires_grad=True)
+    v = jg.ones(2, 2, dtype=jg.float64)
+    with jg.set_grad_enabled(grad_on):
+        _, hv = jg.autograd.functional.hvp(lambda a: a.exp().sum(), x, v, create_graph=True)
+    np.testing.assert_allclose(hv.detach().numpy(), np.exp(x.detach().numpy()))

@@ -186,14 +186,24 @@ def _bind(op, args, params):
             t._view_origin = INFERENCE_VIEW
             # ... and, as torch, it requires grad when its base does (a leaf: no history is recorded)
             t._requires_grad = base.requires_grad
+            if t._requires_grad:
+                t.__class__ = NoGradView        # its grad_fn checks the base's version (view_inplace.py)
+                t._view_version = t._vc[0]
         elif not _GM.grad_enabled:
             t._view_origin = NO_GRAD_VIEW
+            r = t._base
+            if r._requires_grad or r.grad_fn is not None:
+                t.__class__ = NoGradView
+                t._view_version = t._vc[0]
         else:
             bo = base._view_origin
             if bo is not None:
                 o = inherited_origin(bo)
                 if o is not None:
                     t._view_origin = o
+                    if type(base) is NoGradView:
+                        t.__class__ = NoGradView
+                        t._view_version = t._vc[0]
     else:
         t._vc = [0]
         t._base = None
@@ -339,6 +349,10 @@ def _record(op, params, args, hit, t):
                     # long as the op does not save it (that raises below)
                     acc = a._acc
                     nf.append((acc if acc is not None else a._accumulator(), 0))
+                    needs.append(True)
+                    continue
+                if type(a) is NoGradView:   # requires grad through its base, reaches nothing (torch: no edge)
+                    nf.append(_NO_EDGE)
                     needs.append(True)
                     continue
         nf.append(_NO_EDGE)
@@ -574,6 +588,6 @@ def _forward_nan(op, avals, t):
 from .tensor import Tensor  # noqa: E402  (Tensor's methods call bind; bind builds Tensors)
 from .devices import backend_of_payload, to_host  # noqa: E402
 from .saved_hooks import STATE as _SH, pack_node  # noqa: E402
-from .view_inplace import BY_POSITIONS, INFERENCE_VIEW, NO_GRAD_VIEW, adopt_base_history, inherited_origin, \
-    read_by_positions  # noqa: E402
+from .view_inplace import BY_POSITIONS, INFERENCE_VIEW, NO_GRAD_VIEW, NoGradView, adopt_base_history, \
+    inherited_origin, read_by_positions  # noqa: E402
 from .traced import is_traced_view, note_layout, note_view  # noqa: E402

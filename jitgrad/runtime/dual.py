@@ -134,6 +134,13 @@ class Duals:
         for o, t in zip(outs, res):
             if t is not None and o.dtype.is_floating_point:
                 found.set(o, t)
+                node = o.grad_fn
+                if node is not None and node.op.saves_out and node.outputs:
+                    # the node keeps the output without its history (saved_output.py): the kept value carries
+                    # the tangent too, for a backward that reads it under this level (forward over reverse)
+                    saved = node.outputs[o._out_nr] if o._out_nr < len(node.outputs) else None
+                    if saved is not None:
+                        self.carry(o, saved)
         return out
 
     def apply_function(self, cls, ctx, args, kwargs, plain):
@@ -174,6 +181,11 @@ class Duals:
                                        f"original Tensor, this is not supported. Tensor is of size {list(o.shape)} "
                                        f"while the given forward gradient is of size {list(t.shape)}.")
                 found.set(o, t)
+        if ctx._saved_outputs:      # outputs the ctx saved without their history carry their tangents too
+            for i, (nr, _) in ctx._saved_outputs.items():
+                o = outs[nr] if nr < len(outs) else None
+                if isinstance(o, Tensor) and ctx._saved[i] is not None:
+                    self.carry(o, ctx._saved[i])
         return out
 
     def carry(self, src, dst):

@@ -1,8 +1,10 @@
 """What a node keeps of the outputs it saves, as torch's SavedVariable keeps them: a tensor on the output's buffer
 and version counter without its grad_fn, so no output -> node -> output cycle keeps a graph alive past ``del``;
 backward unpacks it with the node as its grad_fn when the graph it builds must reach that node (create_graph).
-Imports nothing of the engine (node.py, saved_access.py and function.py read it)."""
+Imports nothing of the engine but the forward-mode state (node.py, saved_access.py and function.py read it)."""
 from __future__ import annotations
+
+from .forward_state import STATE as _FWD
 
 
 def without_history(t):
@@ -24,6 +26,8 @@ def unpack_output(s, node, nr):
     u = without_history(s)
     u.grad_fn = node
     u._out_nr = nr
+    if _FWD.active is not None:     # a dual level is open: the unpacked value keeps the saved one's tangents
+        _FWD.active.carry(s, u)
     return u
 
 

@@ -156,10 +156,15 @@ def tensor_repr(t, data=None, device=None) -> str:
     body = format_data(a, indent)
     if device is not None:
         suffixes.insert(0, f"device='{device}'")
-    if t.grad_fn is not None:
-        suffixes.append(f"grad_fn=<{t.grad_fn.name()}>")
-    elif t._requires_grad:
-        suffixes.append("requires_grad=True")
+    try:
+        gf = t.grad_fn
+    except RuntimeError:    # a view made in no_grad mode whose base was written since: torch prints it so
+        suffixes.append("grad_fn=<Invalid>")
+    else:
+        if gf is not None:
+            suffixes.append(f"grad_fn=<{gf.name()}>")
+        elif t._requires_grad or t._view_origin is not None and t.requires_grad:
+            suffixes.append("requires_grad=True")
     return _add_suffixes(prefix + body, suffixes, indent)
 
 
