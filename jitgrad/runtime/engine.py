@@ -6,7 +6,7 @@ One pass: find the nodes that lead from the roots to what we want (leaf accumula
 """
 from __future__ import annotations
 
-import operator
+from heapq import heapify, heappop, heappush
 import threading
 import warnings
 
@@ -23,7 +23,6 @@ from .devices import backend_of_payload, to_host
 from ..tracer import STATE as _TR
 
 _AN = anomaly.STATE
-_seq_of = operator.attrgetter("seq")
 _wrap = Tensor._make
 _SH = saved_hooks.STATE
 _PROF = profiler_state.STATE
@@ -384,12 +383,14 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
     prev_running = _RUNNING.nodes
     _RUNNING.nodes = deps        # register_multi_grad_hook asks which tensors this backward reaches
     reentrant.depth = depth + 1
+    # the ready nodes, a heap of (-seq, node): torch's order, the newest node first and AccumulateGrad (whose seq
+    # is above every other) before them (seqs are unique, so nodes are never compared)
     ready = []
     for n in needed:
         if deps[n] == 0:
-            ready.append(n)
+            ready.append((-n.seq, n))
     if len(ready) > 1:
-        ready.sort(key=_seq_of)
+        heapify(ready)
     prev_mode = grad_mode.STATE.grad_enabled
     grad_mode.STATE.grad_enabled = create_graph
     # torch runs backward under the thread-local state captured when it started: saved-tensor hooks that a
@@ -403,7 +404,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
     node_type = OpNode          # an op's node (subclasses with their own apply take _apply_node)
     try:
         while ready:
-            node = ready.pop()
+            node = heappop(ready)[1]
             grads = buffers.pop(node, None)
             if grads is None:       # no gradient reached it (undefined): one None per output
                 grads = [None] * (len(getattr(node, "out_meta", None) or ()) or 1)
@@ -505,7 +506,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                     else:
                         buf[nr] = g if buf[nr] is None else buf[nr] + g
                 if d == 1:
-                    ready.append(child)
+                    heappush(ready, (-child.seq, child))
                 deps[child] = d - 1
             in_grads = g = buf = None   # (a gradient's references are its consumers' buffers alone)
     finally:

@@ -38,7 +38,11 @@ def saved_attribute(node, name):
         return SavedTensor(node, kind, i)
     if node.packed is not None:
         entry = node.packed[0 if kind == "in" else 1][i]
-        return None if entry is None else unpack(entry)
+        if entry is None:
+            return None
+        r = unpack(entry)
+        # an output unpacked by hooks has this node as its grad_fn (torch), as one unpacked without them
+        return unpack_output(r, node, i) if kind == "out" and r.grad_fn is None else r
     vals = node.inputs if kind == "in" else node.outputs
     t = vals[i] if vals is not None and i < len(vals) else None
     if kind == "out" and t is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ...library import elementary as F
 from ...runtime.grad_names import named
+from ...runtime.node_chain import join as join_chain
 from ...library.torch_kwargs import torch_kwargs
 from ...declarations import published
 
@@ -16,11 +17,19 @@ def linear(input, weight, bias=None, **torch_kw):
     if input.shape[-1] != weight.shape[-1]:
         raise RuntimeError(f"linear: mat1 and mat2 shapes cannot be multiplied ({'x'.join(map(str, input.shape))} "
                            f"and {'x'.join(map(str, weight.shape[::-1]))})")
-    out = F.matmul(input, weight.T)
-    out = out if bias is None else out + bias
-    if input.ndim == 2:     # torch's one node for the 2-d case
-        named(out, "AddmmBackward0" if bias is not None else "MmBackward0")
-    return out
+    if input.ndim != 2:
+        out = F.matmul(input, weight.T)
+        return out if bias is None else out + bias
+    # the 2-d case as torch records it: weight.t() (TBackward0), then one mm or addmm node
+    wt = named(weight.T, "TBackward0")
+    out = named(F.matmul(input, wt), "MmBackward0")
+    if bias is None:
+        return out
+    out = out + bias
+    if out.grad_fn is None or out.grad_fn.next_functions[0][0] is None:
+        return named(out, "AddmmBackward0")
+    # one node for mm and add, its edges torch's (bias, input, weight.t()): add's are (mm, bias), mm's (input, wt)
+    return named(join_chain(out, "AddmmBackward0", 0, (0, 1, 2)), "AddmmBackward0")
 
 
 @published("jitgrad")      # torch.bilinear, the same function
