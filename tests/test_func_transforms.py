@@ -186,3 +186,22 @@ def test_signatures_match_torch(name):
     assert list(sj) == list(st)
     for k in st:
         assert (sj[k].kind, sj[k].default) == (st[k].kind, st[k].default), k
+
+
+def test_jacobians_of_constants_do_not_require_grad():
+    """As torch.func: a Jacobian (or a nested one) of inputs that do not require grad does not require grad (the
+    inner vjp's backward, traced under no_grad by vmap, is replayed under no_grad); of inputs that do, it does
+    and differentiates to the right values."""
+    f = lambda x: (x ** 3).sum()
+    x = jg.tensor([0.5, -1.0, 2.0])
+    assert not jf.jacrev(f)(x).requires_grad
+    h = jf.jacrev(jf.jacrev(f))(x)
+    assert not h.requires_grad
+    np.testing.assert_allclose(h.numpy(), np.diag(6 * x.numpy()), rtol=1e-6)
+    xr = jg.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    hr = jf.jacrev(jf.jacrev(f))(xr)
+    assert hr.requires_grad
+    hr.sum().backward()
+    np.testing.assert_allclose(xr.grad.numpy(), [6.0, 6.0, 6.0])
+    w = jg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    assert jf.vmap(lambda c: c * w)(jg.ones(2, 3)).requires_grad    # a captured tensor that requires grad

@@ -158,3 +158,79 @@ def test_fused_and_foreach_keywords_as_torch(name):
     assert res[9] == res[4]         # (type, message) of the refusal
     for a, b in zip(res[5:9] + res[1:4], res[0:4] + res[:1] * 3):      # jitgrad == torch; every keyword the same
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("make", [lambda ps: jg.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),
+                                  lambda ps: jg.optim.Adam(ps, lr=1e-2, weight_decay=0.05),
+                                  lambda ps: jg.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3)],
+                         ids=["adamw", "adam_l2", "sgd_nesterov"])
+def test_multi_tensor_split_between_threads_bit_identical(monkeypatch, make):
+    """Big parameters: the update is split between eager threads by parameter; the bits are those of one thread."""
+    from jitgrad.ir import eager_chunks, settings
+    from jitgrad.ir.eager_chunks import MIN_CHUNK
+    monkeypatch.setattr(eager_chunks._PACER, "left", 0)        # (a loaded machine must not make it serial)
+    monkeypatch.setattr(eager_chunks._Pacer, "SLOW", float("inf"))
+
+    def run(threads):
+        monkeypatch.setattr(settings.STATE, "num_threads", threads)
+        rng = np.random.default_rng(0)
+        ps = [jg.nn.Parameter(jg.tensor(rng.standard_normal(s, dtype=np.float32)))
+              for s in [(MIN_CHUNK // 64, 96), (MIN_CHUNK // 32,), (MIN_CHUNK // 64, 64), (3, 5), ()]]
+        opt = make(ps)
+        before = multi_tensor.STATS["split_steps"]
+        for _ in range(4):
+            for p in ps:
+                p.grad = jg.tensor(rng.standard_normal(tuple(p.shape), dtype=np.float32))
+            opt.step()
+        return [p.detach().numpy().copy() for p in ps], multi_tensor.STATS["split_steps"] - before
+    one, split1 = run(1)
+    two, split2 = run(2)
+    assert split1 == 0 and split2 >= 3        # (SGD's first step makes its momentum buffers per parameter)
+    _assert_bit_identical(two, one)
+
+
+def test_multi_tensor_refusal_leaves_every_parameter_unchanged():
+    """The in-place checks of every parameter run before any write: one refused parameter changes none."""
+    p = jg.nn.Parameter(jg.randn(3))
+    with jg.inference_mode():
+        q = jg.nn.Parameter(jg.randn(3))
+    opt = jg.optim.Adam([p, q])
+    p.grad, q.grad = jg.ones(3), jg.ones(3)
+    before = p.detach().numpy().copy()
+    with pytest.raises(RuntimeError, match="Inplace update to inference tensor"):
+        opt.step()
+    np.testing.assert_array_equal(p.detach().numpy(), before)
+
+
+RMSPROPS = {
+    "plain": lambda ps: jg.optim.RMSprop(ps, lr=1e-2),
+    "centered_momentum": lambda ps: jg.optim.RMSprop(ps, lr=1e-2, alpha=0.9, momentum=0.8, centered=True),
+    "wd_max": lambda ps: jg.optim.RMSprop(ps, lr=1e-3, weight_decay=0.1, maximize=True, eps=1e-6),
+    "momentum": lambda ps: jg.optim.RMSprop(ps, lr=1e-2, momentum=0.5),
+}
+
+
+def _rmsprop_run(monkeypatch, fast, dtype, make):
+    ps = _params(dtype)
+    opt = make(ps)
+    calls = _spy(monkeypatch, fast, "rmsprop_group")
+    for i in range(5):
+        for j, p in enumerate(ps):
+            p.grad = None if (i == 2 and j == 1) else jg.randn(*p.shape, dtype=dtype) * (10.0 ** (i - 3))
+        if i == 3:
+            opt.param_groups[0]["lr"] = 0.0123
+        opt.step()
+    assert any(calls) == fast
+    state = [t.numpy().copy() for p in ps for t in opt.state[p].values()]
+    versions = [p._version for p in ps] + [t._version for p in ps for t in opt.state[p].values()]
+    return [p.detach().numpy().copy() for p in ps] + state, versions
+
+
+@pytest.mark.parametrize("dtype", [jg.float32, jg.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("which", sorted(RMSPROPS))
+def test_rmsprop_multi_tensor_bit_identical(monkeypatch, dtype, which):
+    fast, v_fast = _rmsprop_run(monkeypatch, True, dtype, RMSPROPS[which])
+    slow, v_slow = _rmsprop_run(monkeypatch, False, dtype, RMSPROPS[which])
+    assert len(fast) == len(slow)
+    _assert_bit_identical(fast, slow)
+    assert v_fast == v_slow           # one version bump per in-place write, as the per-parameter path

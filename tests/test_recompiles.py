@@ -119,6 +119,15 @@ CASES = {
                        lambda o: lr_scheduler.CyclicLR(o, 0.001, 0.02, step_size_up=5)),
     "sgd_cosine": (lambda ps: jg.optim.SGD(ps, lr=0.1, momentum=0.9),
                    lambda o: lr_scheduler.CosineAnnealingWarmRestarts(o, T_0=10)),
+    # beta1 cycled by the schedulers (cycle_momentum), weight decay in both forms
+    "nadam_onecycle": (lambda ps: jg.optim.NAdam(ps, lr=0.01, weight_decay=1e-3),
+                       lambda o: lr_scheduler.OneCycleLR(o, max_lr=0.02, total_steps=200)),
+    "nadamw_cyclic": (lambda ps: jg.optim.NAdam(ps, lr=0.01, weight_decay=1e-2, decoupled_weight_decay=True),
+                      lambda o: lr_scheduler.CyclicLR(o, 0.001, 0.02, step_size_up=6)),
+    "radam_onecycle": (lambda ps: jg.optim.RAdam(ps, lr=0.01, weight_decay=1e-3),
+                       lambda o: lr_scheduler.OneCycleLR(o, max_lr=0.05, total_steps=200)),
+    "adamax_cyclic": (lambda ps: jg.optim.Adamax(ps, lr=0.01, weight_decay=1e-3),
+                      lambda o: lr_scheduler.CyclicLR(o, 0.001, 0.02, step_size_up=5)),
 }
 
 

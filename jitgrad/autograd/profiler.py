@@ -20,6 +20,7 @@ from time import perf_counter_ns
 
 from ..tracer import STATE as _TR
 from ..runtime import profiler_state
+from ..runtime.bind_route import set_profiler
 from .profiler_table import _build_table, _fmt_mem, _fmt_time, _html_table  # noqa: F401 (_fmt_mem: read here by tests)
 from ..runtime.source import frame_file, user_stack
 from ..runtime.tensor import Tensor
@@ -316,13 +317,13 @@ class profile:
         self._stacks = any(p.with_stack for p in self._chain)
         self._mem = any(p.profile_memory for p in self._chain)
         self._t0 = perf_counter_ns()
-        _STATE.active = self
+        set_profiler(self)
         return self
 
     def __exit__(self, *exc):
         if not self.enabled:
             return False
-        _STATE.active = self._prev
+        set_profiler(self._prev)
         self._prev = None
         t = perf_counter_ns() - self._t0
         for e in self._events:

@@ -15,6 +15,7 @@ from ..ir.graph import Lit
 from ..ir.ops import OPS
 from ..ir.ops.opdef import result_dtype
 from ..runtime.dispatch import bind
+from ..runtime.grad_mode import no_grad
 from ..runtime.tensor import Tensor
 from . import index_rules
 from .batch_values import align, bind_op, outs, to_batched
@@ -211,7 +212,7 @@ def _decomposed(e, vals, B, randomness):
     from .tracing import result_marker
     g.outputs = [result_marker(ft, o) for o in outs(out)]
     ins = [vals[i] for i in tensors] + [(s, False) for s in sources]
-    return run_graph(g, ins, B, randomness)
+    return run_graph(g, ins, B, randomness, ft.grad_off)
 
 
 def apply_eqn(e, vals, B, randomness):
@@ -232,13 +233,20 @@ def apply_eqn(e, vals, B, randomness):
     return _loop(e, vals, B)
 
 
-def run_graph(graph, in_vals, B, randomness):
+def run_graph(graph, in_vals, B, randomness, grad_off=frozenset()):
     """Evaluate ``graph`` (its ``outputs`` are ``("var", Var)`` / ``("const", tensor)`` markers) on
-    ``(tensor, batched)`` inputs; returns one ``(tensor, batched)`` per output marker."""
+    ``(tensor, batched)`` inputs; returns one ``(tensor, batched)`` per output marker.  The eqns whose first output
+    is in ``grad_off`` were traced under ``no_grad`` (a vjp's backward without create_graph) and run under it, so
+    a captured tensor that requires grad does not make their results require grad."""
     env = dict(zip(graph.inputs, in_vals))
     for e in graph.eqns:
         vals = [env[v] if type(v) is not Lit else (_lit(v), False) for v in e.ins]
-        for o, r in zip(e.outs, apply_eqn(e, vals, B, randomness)):
+        if e.outs and e.outs[0] in grad_off:
+            with no_grad():
+                rs = apply_eqn(e, vals, B, randomness)
+        else:
+            rs = apply_eqn(e, vals, B, randomness)
+        for o, r in zip(e.outs, rs):
             env[o] = r
     res = []
     for kind, x in graph.outputs:

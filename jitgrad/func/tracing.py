@@ -72,6 +72,7 @@ def trace_function(fn, leaves, shapes, build_args):
     with each tensor leaf replaced by a ``("var", Var)`` or ``("const", tensor)`` marker (see ``result_marker``)."""
     ft = _FuncTracer()
     tr = ft.trace
+    tr.grad_off = ft.grad_off = set()     # eqns traced under no_grad: replayed under it (batching.run_graph)
     try:
         with tr:
             stand_ins = []

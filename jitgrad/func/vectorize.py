@@ -122,7 +122,7 @@ def _run(fn, leaves, treedef, dims, kwargs, randomness):
     out_leaves, out_def = _flatten(out)
     markers = [result_marker(ft, o) for o in out_leaves if isinstance(o, Tensor)]
     graph.outputs = markers + [("var", v) for _, v in ft.writes]
-    results = batching.run_graph(graph, vals + [(s, False) for s in sources], B, randomness)
+    results = batching.run_graph(graph, vals + [(s, False) for s in sources], B, randomness, ft.grad_off)
     n = len(markers)
     _write_back(ft.writes, results[n:])
     return B, out, out_leaves, out_def, results[:n]

@@ -17,8 +17,7 @@ from ..ir.dtypes import torch_scalar_name
 from ..ir.ops import OPS as O
 from ..runtime import dispatch as _dispatch
 from ..runtime.dispatch import bind, op_error, _bind_by_name
-from ..runtime.forward_state import STATE as _FWD
-from ..runtime.profiler_state import STATE as _PROF
+from ..runtime.bind_route import ROUTE as _ROUTE
 from ..runtime.tensor import Tensor
 from .torch_kwargs import torch_kwargs
 from ..runtime.grad_names import named
@@ -36,7 +35,7 @@ def _unary(name):
     def f(input, **torch_kw):
         if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
             return torch_kwargs(f, name, (input,), {}, torch_kw)
-        if type(input) is Tensor and _PROF.active is None and _FWD.active is None:     # flat: straight to the dispatch
+        if type(input) is Tensor and _ROUTE.plain:     # flat: straight to the dispatch
             return _dispatch._bind(op, (input,), {})
         return bind(op, _t(input))
     f.__name__ = name

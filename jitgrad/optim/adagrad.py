@@ -138,13 +138,16 @@ class Adamax(Optimizer):
                         maximize=maximize, differentiable=differentiable, capturable=capturable)
         super().__init__(params, defaults)
 
+    # changed by CyclicLR/OneCycleLR (beta1) or by hand: graph inputs of a compiled step once they change
+    runtime_hypers = frozenset({"betas", "eps", "weight_decay"})
+
     def step(self, closure=None):
         """One update of every parameter that has a gradient; returns ``closure()``'s loss when given."""
         loss = self._run_closure(closure)
         with grad_mode.no_grad():
             for group in self.param_groups:
-                lr, (beta1, beta2) = group.lr_tensor, group["betas"]
-                eps, wd = group["eps"], group["weight_decay"]
+                lr, (beta1, beta2) = group.lr_tensor, group.hyper("betas")     # (tensors when dynamic in a trace)
+                eps, wd, wd_v = group.hyper("eps"), group["weight_decay"], group.hyper("weight_decay")
                 for p in group["params"]:
                     if p.grad is None:
                         continue
@@ -157,7 +160,7 @@ class Adamax(Optimizer):
                     step_t.add_(1)
                     g = _grad(p, group)
                     if wd != 0:
-                        g = g + wd * p
+                        g = g + wd_v * p
                     _lerp_(exp_avg, g, 1 - beta1)
                     exp_inf.copy_(F.maximum(exp_inf * beta2, F.abs(g) + eps))
                     clr = lr / (1 - beta1 ** step_t.to(dt.float64))

@@ -1,4 +1,4 @@
-"""Eager multi-tensor optimiser updates: Adam/AdamW and SGD over all of a group's parameters with NumPy ``out=``
+"""Eager multi-tensor optimiser updates: Adam/AdamW, SGD and RMSprop over all of a group's parameters with NumPy ``out=``
 ufuncs on the parameters' own buffers, no Tensor, no dispatch, no graph per operation.
 
 The per-parameter path (``Adam.step``'s loop of tensor ops) dispatches ~20 ops per parameter and allocates a
@@ -21,14 +21,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.eager_chunks import _DEFAULT_ERR, run_split, threads_for
 from ..jit.guards import is_compiling
-from ..runtime.profiler_state import STATE as _PROF
+from ..runtime.bind_route import ROUTE as _ROUTE
 from ..tracer import STATE as _TR
+
+STATS = {"split_steps": 0}      # multi-tensor updates split between threads (counted, for tests)
 
 
 def eager_ready() -> bool:
-    """True when no trace or profiler is active: the multi-tensor path may run."""
-    return _TR.active is None and _PROF.active is None and not is_compiling()
+    """True when no trace, profiler or dual level is active: the multi-tensor path may run (it binds no op, so
+    none of them would see its arithmetic)."""
+    return _TR.active is None and _ROUTE.plain and not is_compiling()
 
 
 def _plain(p):
@@ -88,8 +92,8 @@ def adam_group(opt, group, state_for, scalars) -> bool:
     if wd != 0 and decoupled:
         decay = np.asarray(1 - group.lr_tensor._data * wd)      # as p.mul_(1 - lr * wd): a 0-d float64
     one_m_b1, one_m_b2 = 1 - beta1, 1 - beta2
-    scratch = opt.__dict__.setdefault("_multi_tensor_scratch", _Scratch())
     by_step = {}
+    tensors = []
     for p, g in items:
         state = state_for(p)
         step_t, m_t, v_t = state["step"], state["exp_avg"], state["exp_avg_sq"]
@@ -98,15 +102,34 @@ def adam_group(opt, group, state_for, scalars) -> bool:
                 return False
         if m_t._data.dtype != p._data.dtype or v_t._data.dtype != p._data.dtype:
             return False
-    for p, g in items:
-        state = state_for(p)
-        step_t, m_t, v_t = state["step"], state["exp_avg"], state["exp_avg_sq"]
+        tensors.append((p, g, step_t, m_t, v_t))
+    for p, g, step_t, m_t, v_t in tensors:      # every check before any write: a refused one changes nothing
         for t in (p, m_t, v_t, step_t):
             t._check_inplace()
-        pd, m, v = p._data, m_t._data, v_t._data
+    work = []
+    for p, g, step_t, m_t, v_t in tensors:
         sd = step_t._data
         sd[...] = sd + 1
         step_t._vc[0] += 1
+        key = float(sd)
+        sc = by_step.get(key)
+        if sc is None:
+            sc = by_step[key] = scalars(step_t)    # tensor ops: on this thread, before the arithmetic is split
+        work.append((p._data, g, m_t._data, v_t._data, sc))
+        p._vc[0] += 2 if decay is not None else 1          # p.mul_ and p.sub_
+        m_t._vc[0] += 1
+        v_t._vc[0] += 1
+    consts = (wd, decoupled, decay, one_m_b1, one_m_b2, beta2, eps)
+    _split_by_size(opt, work, lambda part, scratch: _adam_arrays(part, consts, scratch))
+    return True
+
+
+
+def _adam_arrays(work, consts, scratch):
+    """Adam's arithmetic on ``(param, grad, exp_avg, exp_avg_sq, (step_size, bias_correction2_sqrt))`` arrays,
+    in the per-parameter path's order, one parameter after another."""
+    wd, decoupled, decay, one_m_b1, one_m_b2, beta2, eps = consts
+    for pd, g, m, v, (step_size, bc2_sqrt) in work:
         shape, dtype, size = pd.shape, pd.dtype, pd.size
         t1 = scratch.get(0, dtype, shape, size)
         t2 = scratch.get(1, dtype, shape, size)
@@ -124,11 +147,6 @@ def adam_group(opt, group, state_for, scalars) -> bool:
         np.multiply(g, g, out=t1)
         np.multiply(t1, one_m_b2, out=t1)
         np.add(v, t1, out=v)
-        key = float(sd)
-        sc = by_step.get(key)
-        if sc is None:
-            sc = by_step[key] = scalars(step_t)
-        step_size, bc2_sqrt = sc
         np.sqrt(v, out=t1)                                 # denom = sqrt(v) / bias_correction2_sqrt + eps
         if pd.ndim == 0 and dtype != np.float64:
             # two 0-d tensors promote to the wider dtype (torch's rule): a 0-d parameter's denominator and step
@@ -140,11 +158,27 @@ def adam_group(opt, group, state_for, scalars) -> bool:
         np.divide(m, t1, out=t1)                           # p.sub_(step_size * (exp_avg / denom))
         np.multiply(step_size, t1, out=t1)
         np.subtract(pd, t1, out=pd)
-        p._vc[0] += 2 if decay is not None else 1          # p.mul_ and p.sub_
-        m_t._vc[0] += 1
-        v_t._vc[0] += 1
-    return True
 
+
+def _split_by_size(opt, work, run):
+    """``run(part, scratch)`` over ``work`` (one entry per parameter, its array first): on one thread, or, when
+    the parameters are big enough, split into balanced parts run at once on eager threads (each parameter's
+    arithmetic stays on one thread, in order, so the bits are the same), each part with scratch of its own."""
+    sizes = [w[0].size for w in work]
+    nt = max(1, min(threads_for(sum(sizes)), len(work)))
+    scratches = opt.__dict__.setdefault("_multi_tensor_scratches", [])
+    while len(scratches) < nt:
+        scratches.append(_Scratch())
+    if nt < 2 or np.geterr() != _DEFAULT_ERR:
+        run(work, scratches[0])
+        return
+    parts, loads = [[] for _ in range(nt)], [0] * nt
+    for i in sorted(range(len(work)), key=sizes.__getitem__, reverse=True):  # largest first, to the lightest
+        k = loads.index(min(loads))
+        parts[k].append(work[i])
+        loads[k] += sizes[i]
+    run_split([(run, (part, scratches[k])) for k, part in enumerate(parts) if part])
+    STATS["split_steps"] += 1
 
 def sgd_group(opt, group) -> bool:
     """One SGD update of ``group`` in place, as ``SGD.step``'s loop computes it; False (nothing done) when the
@@ -164,12 +198,24 @@ def sgd_group(opt, group) -> bool:
                 return False
         items.append((p, g, buf))
     lr = group.lr_tensor._data
-    scratch = opt.__dict__.setdefault("_multi_tensor_scratch", _Scratch())
-    for p, g, buf in items:
+    for p, g, buf in items:     # every check before any write: a refused one leaves the group as it was
         p._check_inplace()
         if buf is not None:
             buf._check_inplace()
-        pd = p._data
+    consts = (lr, wd, momentum, dampening, nesterov, maximize)
+    _split_by_size(opt, [(p._data, g, None if buf is None else buf._data) for p, g, buf in items],
+                   lambda part, scratch: _sgd_arrays(part, consts, scratch))
+    for p, g, buf in items:
+        p._vc[0] += 1
+        if buf is not None:
+            buf._vc[0] += 2
+    return True
+
+
+def _sgd_arrays(work, consts, scratch):
+    """SGD's arithmetic on ``(param, grad, momentum buffer or None)`` arrays, as ``SGD.step``'s loop computes it."""
+    lr, wd, momentum, dampening, nesterov, maximize = consts
+    for pd, g, b in work:
         shape, dtype, size = pd.shape, pd.dtype, pd.size
         t1 = scratch.get(0, dtype, shape, size)
         t2 = scratch.get(1, dtype, shape, size)
@@ -178,15 +224,13 @@ def sgd_group(opt, group) -> bool:
         if wd != 0:
             np.multiply(pd, wd, out=t1)                    # g = g + wd * p
             g = np.add(g, t1, out=t2)
-        if buf is not None:
-            b = buf._data
+        if b is not None:
             np.multiply(b, momentum, out=b)                # buf.mul_(momentum).add_(g, alpha=1 - dampening)
             if 1 - dampening == 1:
                 np.add(b, g, out=b)
             else:
                 np.multiply(g, 1 - dampening, out=t1)
                 np.add(b, t1, out=b)
-            buf._vc[0] += 2
             if nesterov:
                 np.multiply(b, momentum, out=t1)          # g = g + momentum * buf
                 g = np.add(g, t1, out=t2)
@@ -197,5 +241,89 @@ def sgd_group(opt, group) -> bool:
         t = scratch.get(2, np.float64, (), 1) if pd.ndim == 0 and dtype != np.float64 else t1
         np.multiply(lr, g, out=t)
         np.subtract(pd, t, out=pd)
+
+
+def rmsprop_group(opt, group, state_for) -> bool:
+    """One RMSprop update of ``group`` in place, as ``RMSprop.step``'s loop computes it; False (nothing done) when
+    the group needs the general path (state or a gradient that is not a plain array of the parameter's dtype)."""
+    items = _plain_items(group)
+    if items is None:
+        return False
+    momentum, centered = group["momentum"], group["centered"]
+    names = ("square_avg",) + (("momentum_buffer",) if momentum > 0 else ()) + (("grad_avg",) if centered else ())
+    tensors = []
+    for p, g in items:
+        state = state_for(p, group)
+        ts = [state["step"]] + [state[k] for k in names]
+        for t in ts:
+            if type(t._data) is not np.ndarray:
+                return False
+        for t in ts[1:]:
+            if t._data.dtype != p._data.dtype or t._data.shape != p._data.shape:
+                return False
+        tensors.append((p, g, ts))
+    for p, g, ts in tensors:        # every check before any write: a refused one changes nothing
+        p._check_inplace()
+        for t in ts:
+            t._check_inplace()
+    work = []
+    for p, g, ts in tensors:
+        sd = ts[0]._data
+        sd[...] = sd + 1
+        ts[0]._vc[0] += 1
+        sq = ts[1]
+        buf = ts[2] if momentum > 0 else None
+        ga = ts[-1] if centered else None
+        work.append((p._data, g, sq._data, None if buf is None else buf._data, None if ga is None else ga._data))
         p._vc[0] += 1
+        sq._vc[0] += 2              # square_avg.mul_(alpha).add_(...)
+        if buf is not None:
+            buf._vc[0] += 2         # buf.mul_(momentum).add_(...)
+        if ga is not None:
+            ga._vc[0] += 1
+    consts = (group.lr_tensor._data, group["alpha"], group["eps"], group["weight_decay"], momentum,
+              group["maximize"])
+    _split_by_size(opt, work, lambda part, scratch: _rmsprop_arrays(part, consts, scratch))
     return True
+
+
+def _rmsprop_arrays(work, consts, scratch):
+    """RMSprop's arithmetic on ``(param, grad, square_avg, momentum buffer or None, grad_avg or None)`` arrays, in
+    the per-parameter path's order."""
+    lr, alpha, eps, wd, momentum, maximize = consts
+    for pd, g, sq, b, ga in work:
+        shape, dtype, size = pd.shape, pd.dtype, pd.size
+        t1 = scratch.get(0, dtype, shape, size)
+        t2 = scratch.get(1, dtype, shape, size)
+        t3 = scratch.get(3, dtype, shape, size)
+        if maximize:
+            g = np.negative(g, out=t2)
+        if wd != 0:
+            np.multiply(pd, wd, out=t1)                    # g = g + wd * p
+            g = np.add(g, t1, out=t2)
+        np.multiply(sq, alpha, out=sq)                     # square_avg.mul_(alpha).add_(g * g * (1 - alpha))
+        np.multiply(g, g, out=t1)
+        np.multiply(t1, 1 - alpha, out=t1)
+        np.add(sq, t1, out=sq)
+        if ga is not None:
+            np.subtract(g, ga, out=t1)                     # grad_avg.add_((g - grad_avg) * (1 - alpha))
+            np.multiply(t1, 1 - alpha, out=t1)
+            np.add(ga, t1, out=ga)
+            np.multiply(ga, ga, out=t1)                    # avg = sqrt(square_avg - grad_avg * grad_avg) + eps
+            np.subtract(sq, t1, out=t1)
+            np.sqrt(t1, out=t3)
+        else:
+            np.sqrt(sq, out=t3)                            # avg = sqrt(square_avg) + eps
+        np.add(t3, eps, out=t3)
+        np.divide(g, t3, out=t1)                           # g / avg
+        if b is not None:
+            np.multiply(b, momentum, out=b)                # buf.mul_(momentum).add_(g / avg)
+            np.add(b, t1, out=b)
+            step = b
+        else:
+            step = t1
+        # p.sub_(lr * step): a 0-d float64 lr times an array rounds to the array's dtype, except beside another
+        # 0-d tensor (torch's rule), where the product stays float64
+        t = scratch.get(2, np.float64, (), 1) if pd.ndim == 0 and dtype != np.float64 else t1
+        np.multiply(lr, step, out=t)
+        np.subtract(pd, t, out=pd)

@@ -14,8 +14,8 @@ from .optimizer import Optimizer, _check_adam_args, _check_unsupported, _lerp_, 
 
 def _decay(p, g, group, lr):
     """Weight decay: L2 added to the gradient, or decoupled (``p *= 1 - lr * weight_decay``)."""
-    wd = group["weight_decay"]
-    if wd != 0:
+    if group["weight_decay"] != 0:     # (the branch on the number; the value a graph input once it changed)
+        wd = group.hyper("weight_decay")
         if group["decoupled_weight_decay"]:
             p.mul_(1 - lr * wd)
         else:
@@ -43,13 +43,16 @@ class NAdam(Optimizer):
                         capturable=capturable, differentiable=differentiable)
         super().__init__(params, defaults)
 
+    # changed by CyclicLR/OneCycleLR (beta1) or by hand: graph inputs of a compiled step once they change
+    runtime_hypers = frozenset({"betas", "eps", "weight_decay", "momentum_decay"})
+
     def step(self, closure=None):
         """One update of every parameter that has a gradient; returns ``closure()``'s loss when given."""
         loss = self._run_closure(closure)
         with grad_mode.no_grad():
             for group in self.param_groups:
-                lr, (beta1, beta2) = group.lr_tensor, group["betas"]
-                eps, momentum_decay = group["eps"], group["momentum_decay"]
+                lr, (beta1, beta2) = group.lr_tensor, group.hyper("betas")     # (tensors when dynamic in a trace)
+                eps, momentum_decay = group.hyper("eps"), group.hyper("momentum_decay")
                 for p in group["params"]:
                     if p.grad is None:
                         continue
@@ -97,12 +100,15 @@ class RAdam(Optimizer):
                         differentiable=differentiable)
         super().__init__(params, defaults)
 
+    # changed by CyclicLR/OneCycleLR (beta1) or by hand: graph inputs of a compiled step once they change
+    runtime_hypers = frozenset({"betas", "eps", "weight_decay"})
+
     def step(self, closure=None):
         """One update of every parameter that has a gradient; returns ``closure()``'s loss when given."""
         loss = self._run_closure(closure)
         with grad_mode.no_grad():
             for group in self.param_groups:
-                lr, (beta1, beta2), eps = group.lr_tensor, group["betas"], group["eps"]
+                lr, (beta1, beta2), eps = group.lr_tensor, group.hyper("betas"), group.hyper("eps")
                 rho_inf = 2 / (1 - beta2) - 1
                 for p in group["params"]:
                     if p.grad is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..ir import dtypes as dt
 from ..library import elementary as F
 from ..runtime import grad_mode
+from . import multi_tensor
 from .optimizer import Optimizer, _check_unsupported, _scalar, _zeros_like
 
 
@@ -48,8 +49,11 @@ class RMSprop(Optimizer):
     def step(self, closure=None):
         """One update of every parameter that has a gradient; returns ``closure()``'s loss when given."""
         loss = self._run_closure(closure)
+        eager = multi_tensor.eager_ready()
         with grad_mode.no_grad():
             for group in self.param_groups:
+                if eager and multi_tensor.rmsprop_group(self, group, self._state_for):
+                    continue        # every parameter updated by the multi-tensor path (same values)
                 lr = group.lr_tensor
                 wd, momentum = group["weight_decay"], group["momentum"]
                 # (tensors when dynamic inside a trace; the branches read the plain values)

@@ -12,9 +12,11 @@ from weakref import ref as _weakref
 import numpy as np
 
 from ..ir import dtypes as dt
+from ..ir import eager_chunks
 from ..ir.ops import OPS as _OPS, Aval, OpError
 from ..ir.ops.opdef import fmt_shape
 from . import anomaly, forward_state, grad_mode, profiler_state
+from .bind_route import ROUTE as _ROUTE
 from .node import Node, _seq as _node_seq
 from .source import _INTERNAL, _internal, user_code_line, user_loc, user_stack
 from ..ir.graph import Lit, Var
@@ -40,6 +42,8 @@ class OpNode(Node):
     __slots__ = ()
 
     def bind(self, opname, *args, **params):
+        if _ROUTE.plain:
+            return _bind(_OPS[opname], args, params)
         if _FWD.active is not None:     # a dual level is open: backward rules carry tangents (forward over reverse)
             return bind(_OPS[opname], *args, **params)
         if _PROF.active is not None:
@@ -71,6 +75,8 @@ def op_error(op, avals, e: Exception, cls=None):
 
 def bind(op, *args, **params):
     """Apply primitive ``op`` to tensors / Python scalars ``args``; returns a Tensor (or tuple if nout > 1)."""
+    if _ROUTE.plain:
+        return _bind(op, args, params)
     if _FWD.active is not None:     # a dual level is open: tangents go along (runtime/dual.py)
         return _FWD.active.bind(op, args, params)
     if _PROF.active is not None:
@@ -272,9 +278,14 @@ def _rule_entry(op, args, params):
     except OpError as e:
         raise op_error(op, avals, e) from None
     want = out_avals[0].dtype.np
-    impl = op.eager_impl(avals, params) if op.eager_impl is not None else None
+    impl = (op.eager_impl(avals, params) if op.eager_impl is not None else None) or op.impl
+    if op.nout == 1:        # big: split between threads (ir/eager_chunks.py)
+        if op.family == "elementwise":
+            impl = eager_chunks.for_signature(impl, avals, out_avals[0], params) or impl
+        elif op.family == "reduce":
+            impl = eager_chunks.for_rows(impl, avals, out_avals[0], params) or impl
     return (out_avals, avals, want, op.vjp is not None and np.dtype(want).kind == "f",
-            tuple(a.shape for a in avals), tuple(a.dtype for a in avals), impl or op.impl)
+            tuple(a.shape for a in avals), tuple(a.dtype for a in avals), impl)
 
 
 # ``Node.view_args`` of a view whose op cannot be bound again on its base (as_strided): refreshed by positions
@@ -503,7 +514,9 @@ def _bind_traced(tr, op, args, params):
     needs = tuple(isinstance(a, Tensor) and a.requires_grad and i not in op.nondiff_inputs
                   for i, a in enumerate(args)) if diff else (False,) * len(args)
     outs = tr.add_eqn(op, ins, params, out_avals, user_loc(2), diff, needs)
-    if scalar_out:
+    if tr.grad_off is not None and not _GM.grad_enabled and outs:
+        tr.grad_off.add(outs[0])
+    if scalar_out and out_avals[0].dtype.is_floating_point:     # (a comparison of such floats is a bool, not one)
         tr.python_floats.add(outs[0])
     t = Tensor.__new__(Tensor)
     t._data = outs[0]

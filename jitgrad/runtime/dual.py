@@ -16,12 +16,12 @@ import weakref
 import numpy as np
 
 from ..ir.ops.opdef import RuleCtx
-from . import forward_state, grad_mode
+from . import grad_mode
+from .bind_route import set_forward
 from .dispatch import bind
 from .tensor import Tensor
 from ..tracer import STATE as _TR
 
-_FS = forward_state.STATE
 
 
 class Level:
@@ -64,7 +64,7 @@ class Duals:
         lv = Level(len(self.levels))
         self.levels.append(lv)
         self.visible = len(self.levels)
-        _FS.active = self
+        set_forward(self)
         return lv
 
     def exit(self, lv):
@@ -74,7 +74,7 @@ class Duals:
         self.levels.pop()
         lv.tangents.clear()
         self.visible = len(self.levels)
-        _FS.active = self if self.levels else None
+        set_forward(self if self.levels else None)
 
     @contextlib.contextmanager
     def hidden(self):
@@ -88,12 +88,12 @@ class Duals:
     def _hide(self, k):
         prev = self.visible
         self.visible = k
-        _FS.active = self if k else None
+        set_forward(self if k else None)
         return prev
 
     def _show(self, prev):
         self.visible = prev
-        _FS.active = self if prev else None
+        set_forward(self if prev else None)
 
     # ---- ops ---------------------------------------------------------------------------------------------
     def _innermost(self, args):

@@ -19,8 +19,7 @@ from .traced import is_traced, traced_mask, traced_payload
 from .devices import backend_of_payload, copy_payload
 from . import dispatch as _dispatch
 from .dispatch import bind as _bind
-from .forward_state import STATE as _FWD
-from .profiler_state import STATE as _PROF
+from .bind_route import ROUTE as _ROUTE
 from .anomaly import STATE as _AN
 from .tensor import Tensor
 
@@ -234,8 +233,7 @@ class InPlaceOps:
                 else:
                     spec = None         # parse_index converts (or refuses) the bounds
             if spec is not None:
-                flat = _PROF.active is None and _FWD.active is None
-                r = _dispatch._bind(_GETITEM, (self,), {"spec": spec}) if flat else _bind(_GETITEM, self, spec=spec)
+                r = _dispatch._bind(_GETITEM, (self,), {"spec": spec}) if _ROUTE.plain else _bind(_GETITEM, self, spec=spec)
                 gf = r.grad_fn
                 if gf is not None and r is not self and gf.op is _GETITEM:
                     gf.torch_name = name    # (getitem_name(spec), known here)
@@ -366,7 +364,7 @@ def _write_ufunc(self, ufunc, o) -> bool:
     ``o`` a Python number or a plain tensor of self's dtype and shape (or 0-d), under NumPy's default error state.
     The ufunc gives the bits that the out-of-place op and the copy back give.  False: nothing was done
     (``_apply_inplace`` does it all)."""
-    if _TR.active is not None or _PROF.active is not None or _FWD.active is not None or _AN.enabled \
+    if _TR.active is not None or not _ROUTE.plain or _AN.enabled \
             or _MUT.active is not None or self._base is not None or self._inference:
         return False
     sd = self._data

@@ -69,6 +69,7 @@ class Trace:
         self.on_grad_write = None  # tensor: its .grad is about to be replaced
         self.on_abort = []       # callables run when the trace fails: library code undoes Python-level state
         self.python_floats = None  # a set when set: Vars standing for Python floats (runtime/dispatch.py)
+        self.grad_off = None     # a set when set: first outputs of eqns traced with grad mode off (func/tracing.py)
         self.views = {}          # id(view tensor) -> (weakref to it, base tensor, view op, params) (runtime/traced.py)
         self.view_children = {}  # id(base tensor) -> ids of its recorded views
         self.layouts = {}        # Var -> eager mode's element strides when not C-contiguous, None: unknown (traced.py)
