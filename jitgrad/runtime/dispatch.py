@@ -197,8 +197,7 @@ def _bind(op, args, params):
                 t._view_version = t._vc[0]
         elif not _GM.grad_enabled:
             t._view_origin = NO_GRAD_VIEW
-            r = t._base
-            if r._requires_grad or r.grad_fn is not None:
+            if t._base._requires_grad or t._base.grad_fn is not None:
                 t.__class__ = NoGradView
                 t._view_version = t._vc[0]
         else:
@@ -311,8 +310,7 @@ def refresh_view(a, force=False):
     try:
         parent = vargs[0]() if vargs is not BY_POSITIONS else None
         if parent is None:
-            # a view made by no view op (as_strided), or whose parent view is gone (the root base lives on in
-            # a._base): the base's elements it shows
+            # made by no view op (as_strided), or its parent view is gone: the base's elements it shows
             vargs = BY_POSITIONS
             r = read_by_positions(a)
         else:
@@ -411,12 +409,9 @@ def _record(op, params, args, hit, t):
         node.inputs = (None,) * len(args)
         node.versions = None
     if op.saves_out:
-        # the output is saved without its history (torch's SavedVariable): a tensor on t's buffer and version
-        # counter, not t itself, so there is no t -> node -> t cycle and the node dies with t (node.py unpacks it
-        # with this node as its grad_fn when a vjp builds a graph)
+        # kept without its history (saved_output.py: no t -> node -> t cycle, the node dies with t)
         s = _new(Tensor)
-        s._data = t._data
-        s._vc = t._vc
+        s._data, s._vc = t._data, t._vc
         s._requires_grad = s._retains_grad = s._inference = False
         s.grad_fn = s._grad = s._base = s._hooks = s._acc = s._view_origin = None
         s._out_nr = 0
@@ -445,8 +440,7 @@ def _record(op, params, args, hit, t):
         node.stack = user_stack(3)
         node.anomaly_parent = _AN.current
     if t._base is not None:
-        # the parent weakly: the base's history after a write through this view reaches this node, so holding
-        # the parent (or a view of it, which holds the base) would make a cycle (refresh_view reads it)
+        # the parent weakly: the base's history after a write through this view reaches this node (a cycle)
         node.view_args = (_weakref(args[0]), *args[1:])
         node.view_base_fn = t._base.grad_fn
     t.grad_fn = node

@@ -383,8 +383,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
     prev_running = _RUNNING.nodes
     _RUNNING.nodes = deps        # register_multi_grad_hook asks which tensors this backward reaches
     reentrant.depth = depth + 1
-    # the ready nodes, a heap of (-seq, node): torch's order, the newest node first and AccumulateGrad (whose seq
-    # is above every other) before them (seqs are unique, so nodes are never compared)
+    # ready nodes: a heap of (-seq, node), torch's order (AccumulateGrad's seq is above all; seqs are unique)
     ready = []
     for n in needed:
         if deps[n] == 0:
@@ -455,7 +454,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                     # change (torch); grad() runs only the tensor hooks
                     _run_pre_hooks(node, tuple(grads))
                 continue
-            if grads[0] is None and type(node) is node_type and (len(grads) == 1 or _all_none(grads)):
+            if grads[0] is None and type(node) is node_type and (len(grads) == 1 or all(g is None for g in grads)):
                 # no gradient reached this op's node (a custom backward returned None): its inputs get none
                 # either, as torch's undefined gradients (no zeros are made up and accumulated)
                 in_grads = (None,) * len(node.next_functions)
@@ -515,14 +514,6 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
         _RUNNING.nodes = prev_running
         reentrant.depth = depth
     return captured
-
-
-def _all_none(grads) -> bool:
-    # (not grads.count(None): that compares tensors with ==, an op)
-    for g in grads:
-        if g is not None:
-            return False
-    return True
 
 
 def _apply_node(node, grads, create_graph):

@@ -87,7 +87,8 @@ def stale_view_msg(t, node):
                          "and its base or another view of its base has been modified inplace")
     if node is not None:
         name = re.sub(r"Backward\d*$", "", node.name())
-        msg = f"Output {t._out_nr} of {name} is a view of a view which was created in " + msg.split(" created in ", 1)[1]
+        msg = (f"Output {t._out_nr} of {name} is a view of a view which was created in "
+               + msg.split(" created in ", 1)[1])
     return msg
 
 
