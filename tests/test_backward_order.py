@@ -93,3 +93,17 @@ def test_the_newest_ready_node_runs_first_across_branches():
     s.grad_fn.next_functions[0][0].register_prehook(lambda g: order.append("inner add"))
     s.sum().backward()
     assert order == ["inner add", "late", "early"]
+
+
+def test_linear_with_a_broadcast_bias_and_a_float64_input():
+    rng = np.random.default_rng(1)
+    xv, wv = rng.standard_normal((5, 4)), rng.standard_normal((3, 4))
+    x = jg.tensor(xv, requires_grad=True)
+    w = jg.tensor(wv, requires_grad=True)
+    b = jg.tensor(np.array([[0.5, -1.0, 2.0]]), requires_grad=True)      # (1, 3): broadcast over rows
+    y = F.linear(x, w, b)
+    y.backward(jg.ones(5, 3, dtype=jg.float64))
+    np.testing.assert_allclose(b.grad.numpy(), [[5.0, 5.0, 5.0]])
+    np.testing.assert_allclose(w.grad.numpy(), np.ones((5, 3)).T @ xv)
+    with jg.no_grad():
+        assert F.linear(x, w, b).grad_fn is None

@@ -1,95 +1,95 @@
-"""One node for a chain of two recorded ops, where torch has one node for the pair: ``F.linear``'s matmul and bias
-add are torch's single ``AddmmBackward0`` with edges (bias, input, weight.t()).
+"""One node for a chain of two recorded ops where torch has one: ``F.linear``'s matmul and bias add are torch's
+single ``AddmmBackward0``, with edges (bias, input, weight.t()).
 
 The values are computed by the ordinary binds (so traced and compiled code see the same primitives); only the eager
-graph is rewired: the joined node runs the outer op's vjp, then the inner op's on the outer's cotangent for it, and
-checks both ops' saved values as they would.  Hooks on the joined node see torch's edges and torch's order.
+graph is rewired: the joined node is a plain op node whose vjp runs the add's, then the matmul's on the add's
+cotangent for it, checking both ops' saved values as they would (in plain first order on arrays, as the engine runs
+the two nodes).  Hooks on the joined node see torch's edges, in torch's order.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import forward_state, grad_mode
 from .dispatch import OpNode
 from .tensor import Tensor
 
-_GM = grad_mode.STATE
-_FWD = forward_state.STATE
+_new = object.__new__
 
 
-class _ChainOp:
-    """Stands in for an OpDef on a joined node: outer(inner(...), ...)'s vjp, its edges in ``order``."""
+def _sum_to(g: np.ndarray, shape) -> np.ndarray:
+    """``g`` summed down to the broadcast operand's ``shape`` (its leading dims, and the dims it has as 1)."""
+    if g.shape == tuple(shape):
+        return g
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1)
+    return g.sum(axis=axes).reshape(shape)
 
-    saves_in = saves_out = nondiff_inputs = ()
+
+class _AddmmOp:
+    """Stands in for an OpDef on the joined node of ``add(matmul(x, wt), bias)``: edges (bias, x, wt)."""
+
+    saves_in = (1, 2)       # (so a released node refuses a second backward: its ops' saved values are gone)
+    saves_out = nondiff_inputs = ()
     saved_for = None
-    eager_vjp = None
     view = False
+    name = "addmm"
+    grad_name = "AddmmBackward0"
 
-    def __init__(self, name, outer, inner, k, order):
-        self.name = name
-        self.grad_name = name
-        self.outer, self.inner, self.k, self.order = outer, inner, k, order
+    def __init__(self, add, mm):
+        self.add, self.mm = add, mm
+
+    def eager_vjp(self, needs, shapes, ins, g):
+        """The pullback on arrays (the engine's plain first order), or None for the general rule."""
+        add, mm = self.add, self.mm
+        ev = mm.op.eager_vjp
+        if ev is None or type(g) is not np.ndarray:
+            return None
+        add.check_saved()
+        mm.check_saved()
+        gx, gwt = ev(mm.needs_grad, mm.shapes, [None if t is None else t._data for t in mm.inputs], g)
+        gb = None
+        if needs[0]:
+            gb = _sum_to(g, shapes[0]).astype(add.dtypes[1].np, copy=False)
+        return gb, gx, gwt
 
     def vjp(self, ctx, g):
-        outer = _run(self.outer, g)
-        gk = outer[self.k]
-        inner = _run(self.inner, gk) if gk is not None else (None,) * len(self.inner.next_functions)
-        both = [c for i, c in enumerate(outer) if i != self.k] + list(inner)
-        return tuple(both[i] for i in self.order)
+        add, mm = self.add, self.mm
+        g_mm, g_bias = add.apply([g])
+        g_x, g_wt = mm.apply([g_mm]) if g_mm is not None else (None, None)
+        return g_bias, g_x, g_wt
 
 
-def _run(node, g):
-    """``node``'s vjp on cotangent ``g``, as the engine runs it (the arrays' pullback in plain first order)."""
-    node.check_saved()
-    ev = node.op.eager_vjp
-    if ev is not None and not _GM.grad_enabled and _FWD.active is None and type(g._data) is np.ndarray:
-        arrays = ev(node.needs_grad, node.shapes, [None if t is None else t._data for t in node.inputs], g._data)
-        if arrays is not None:
-            return tuple(None if a is None else Tensor._make(a) for a in arrays)
-    return tuple(node.apply([g]))
-
-
-class ChainNode(OpNode):
-    """The joined node; releasing it releases the two it runs."""
-
-    __slots__ = ()
-
-    def release(self):
-        super().release()
-        self.op.outer.release()
-        self.op.inner.release()
-
-
-def join(out, name, k, order):
-    """Give ``out`` (recorded by an op whose input ``k`` was recorded by another op) one node named ``name`` for
-    the two, its edges the outer op's others then the inner op's, permuted by ``order``.  Only eager CPU values
-    whose two nodes are plain op nodes with one output are joined; anything else keeps its two nodes."""
-    outer = out.grad_fn
-    if type(outer) is not OpNode or type(out._data) is not np.ndarray or len(outer.out_meta) != 1:
+def join_addmm(out: Tensor) -> Tensor:
+    """Give ``out = matmul(x, wt) + bias`` (eager, both ops recorded) one ``AddmmBackward0`` node with edges
+    (bias, x, wt); anything else keeps its two nodes."""
+    add = out.grad_fn
+    if type(add) is not OpNode or type(out._data) is not np.ndarray:
         return out
-    inner = outer.next_functions[k][0]
-    if type(inner) is not OpNode or len(inner.out_meta) != 1 or outer._hooks or outer._pre_hooks \
-            or inner._hooks or inner._pre_hooks or inner.tensor_hooks or inner.retain_grad_refs:
+    mm = add.next_functions[0][0]
+    if type(mm) is not OpNode or mm.op.name != "matmul" or mm._hooks or mm._pre_hooks or mm.tensor_hooks \
+            or mm.retain_grad_refs:
         return out
-    edges = [e for i, e in enumerate(outer.next_functions) if i != k] + list(inner.next_functions)
-    needs = [n for i, n in enumerate(outer.needs_grad) if i != k] + list(inner.needs_grad)
-    shapes = [s for i, s in enumerate(outer.shapes) if i != k] + list(inner.shapes)
-    dtypes = [d for i, d in enumerate(outer.dtypes) if i != k] + list(inner.dtypes)
-    node = ChainNode(_ChainOp(name, outer, inner, k, order), {}, tuple(edges[i] for i in order),
-                     tuple(needs[i] for i in order))
-    node.shapes = tuple(shapes[i] for i in order)
-    node.dtypes = tuple(dtypes[i] for i in order)
-    node.inputs = (None,) * len(order)
-    node.outputs = ()
+    node = _new(OpNode)     # (built slot by slot, as dispatch._record builds an op's node)
+    node.op = _AddmmOp(add, mm)
+    node.params = {}
+    node.next_functions = (add.next_functions[1],) + mm.next_functions
+    node.needs_grad = (add.needs_grad[1],) + mm.needs_grad
+    node.seq = add.seq
+    node._freed = False
+    node._pre_hooks = node._hooks = node.tensor_hooks = node.retain_grad_refs = node._metadata = None
+    node.view_args = node.view_base_fn = node.torch_name = node.packed = None
+    node.shapes = (add.shapes[1],) + mm.shapes
+    node.dtypes = (add.dtypes[1],) + mm.dtypes
+    node.inputs = (None, None, None)
+    node.outputs = (None,)
     node.versions = node.out_versions = None
-    node.out_meta = outer.out_meta
-    node._loc = outer._loc
-    node.stack = outer.stack
-    if outer.stack is not None:
-        node.anomaly_parent = outer.anomaly_parent
+    node.out_meta = add.out_meta
+    node._loc = add._loc
+    node.stack = add.stack
+    if add.stack is not None:
+        node.anomaly_parent = add.anomaly_parent
     out.grad_fn = node
-    out._out_nr = 0
     return out
 
 
-__all__ = ["join", "ChainNode"]
+__all__ = ["join_addmm"]

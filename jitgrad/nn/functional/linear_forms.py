@@ -4,8 +4,7 @@ compositions of primitives, so they differentiate and compile.
 from __future__ import annotations
 
 from ...library import elementary as F
-from ...runtime.grad_names import named
-from ...runtime.node_chain import join as join_chain
+from ...runtime.node_chain import join_addmm
 from ...library.torch_kwargs import torch_kwargs
 from ...declarations import published
 
@@ -20,16 +19,22 @@ def linear(input, weight, bias=None, **torch_kw):
     if input.ndim != 2:
         out = F.matmul(input, weight.T)
         return out if bias is None else out + bias
-    # the 2-d case as torch records it: weight.t() (TBackward0), then one mm or addmm node
-    wt = named(weight.T, "TBackward0")
-    out = named(F.matmul(input, wt), "MmBackward0")
+    # the 2-d case as torch records it: weight.t() (TBackward0), then one MmBackward0 or AddmmBackward0 node
+    wt = weight.T
+    if wt.grad_fn is not None:
+        wt.grad_fn.torch_name = "TBackward0"
+    out = F.matmul(input, wt)
     if bias is None:
+        if out.grad_fn is not None:
+            out.grad_fn.torch_name = "MmBackward0"
         return out
     out = out + bias
-    if out.grad_fn is None or out.grad_fn.next_functions[0][0] is None:
-        return named(out, "AddmmBackward0")
-    # one node for mm and add, its edges torch's (bias, input, weight.t()): add's are (mm, bias), mm's (input, wt)
-    return named(join_chain(out, "AddmmBackward0", 0, (0, 1, 2)), "AddmmBackward0")
+    if out.grad_fn is not None:
+        if out.grad_fn.next_functions[0][0] is not None:
+            join_addmm(out)         # one node for mm and add (runtime/node_chain.py)
+        if out.grad_fn.op.name != "addmm":
+            out.grad_fn.torch_name = "AddmmBackward0"
+    return out
 
 
 @published("jitgrad")      # torch.bilinear, the same function
