@@ -210,3 +210,37 @@ def test_tangents_pass_the_eager_fast_paths():
         a = fwAD.make_dual(jg.eye(2, dtype=jg.float64), jg.ones(2, 2, dtype=jg.float64))
         (g,) = jg.autograd.grad((a @ w).sum(), [w])      # matmul's pullback, first order: g = a.T @ 1
         np.testing.assert_allclose(fwAD.unpack_dual(g).tangent.numpy(), np.full((2, 2), 2.0))
+
+
+def test_current_level_follows_the_open_level():
+    import jitgrad.autograd.forward_ad as fw
+    assert fw._current_level == -1
+    with fw.dual_level() as lv:
+        assert fw._current_level == lv >= 0
+    assert fw._current_level == -1
+
+
+def test_a_function_that_names_its_backward_vjp():
+    class Double(jg.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def vjp(ctx, g):            # torch's other name for backward
+            return g * 2
+
+        @staticmethod
+        def jvp(ctx, t):
+            return t * 2
+
+    x = jg.tensor([1.0, 3.0], requires_grad=True)
+    Double.apply(x).sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0]
+
+    class Both(Double):
+        @staticmethod
+        def backward(ctx, g):
+            return g
+    with pytest.raises(RuntimeError, match="Implementing both 'backward' and 'vjp'"):
+        Both.apply(x).sum().backward()

@@ -154,7 +154,7 @@ class BackwardCFunction(Node):
             if ctx._saved:
                 from .saved_access import FREED_MSG
                 raise RuntimeError(FREED_MSG)
-        res = self.op.cls.backward(ctx, *grads)
+        res = _user_backward(self.op.cls)(ctx, *grads)
         return _checked_grads(self.name(), res, self.input_meta, self.needs_grad)
 
     def materialize(self):
@@ -175,6 +175,17 @@ class BackwardCFunction(Node):
         self.ctx._freed = True
         self.ctx._saved = None
         self.ctx._packed = None
+
+
+def _user_backward(cls):
+    """The Function's backward: ``vjp`` when it defines that name instead (torch; defining both is an error)."""
+    backward, vjp = cls.backward, cls.vjp
+    if vjp is Function.vjp:
+        return backward
+    if backward is not Function.backward:
+        raise RuntimeError("Implementing both 'backward' and 'vjp' for a custom Function is not allowed. You should "
+                           "only implement one of them.")
+    return vjp
 
 
 def _checked_grads(name, res, input_meta, needs_grad):
@@ -270,7 +281,7 @@ def _trace_custom(tr, cls, ctx, node, args, outs, loc):
                 else:
                     grads.append(Tensor._make(np.zeros(av[0], av[1].np)))
             try:
-                res = cls.backward(bctx, *grads)
+                res = _user_backward(cls)(bctx, *grads)
             finally:
                 bctx._saved = None
                 for a in attrs:
