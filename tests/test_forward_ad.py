@@ -244,3 +244,74 @@ def test_a_function_that_names_its_backward_vjp():
             return g
     with pytest.raises(RuntimeError, match="Implementing both 'backward' and 'vjp'"):
         Both.apply(x).sum().backward()
+
+
+def _dual(v=(1.0, 2.0, 3.0)):
+    return fwAD.make_dual(jg.tensor(list(v), dtype=jg.float64), jg.ones(len(v), dtype=jg.float64))
+
+
+def test_a_jvp_must_write_the_tangent_of_an_input_written_in_place():
+    def make(in_place):
+        class Triple(jg.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                x.mul_(3)
+                ctx.mark_dirty(x)
+                return x
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * 3
+
+            @staticmethod
+            def jvp(ctx, t):
+                return t.mul_(3) if in_place else t * 3
+        return Triple
+
+    with fwAD.dual_level():
+        out = make(True).apply(_dual())
+        assert fwAD.unpack_dual(out).tangent.tolist() == [3.0, 3.0, 3.0]
+        with pytest.raises(RuntimeError, match="jvp function must modify the corresponding gradient inplace"):
+            make(False).apply(_dual())
+
+
+def test_a_jvp_returns_no_tangent_for_a_non_differentiable_output():
+    class Pair(jg.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            flag = x.clone()
+            ctx.mark_non_differentiable(flag)
+            return x.clone(), flag
+
+        @staticmethod
+        def jvp(ctx, t):
+            return t, t.clone()
+
+    with fwAD.dual_level():
+        with pytest.raises(RuntimeError, match="You should return None at that position instead"):
+            Pair.apply(_dual())
+
+
+def test_a_jvp_returns_a_view_where_forward_returns_one():
+    def make(how):
+        class Head(jg.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x.narrow(0, 0, 2)
+
+            @staticmethod
+            def backward(ctx, g):
+                return jg.cat([g, g.new_zeros(1)])
+
+            @staticmethod
+            def jvp(ctx, t):
+                r = t.narrow(0, 0, 2)
+                return {"view": r, "copy": r.clone(), "other view": r.clone().view_as(r)}[how]
+        return Head
+
+    with fwAD.dual_level():
+        make("view").apply(_dual())
+        with pytest.raises(RuntimeError, match="the jvp is not returning a view"):
+            make("copy").apply(_dual())
+        with pytest.raises(RuntimeError, match="not returning a view of the"):
+            make("other view").apply(_dual())

@@ -147,6 +147,8 @@ class Duals:
         """A custom ``autograd.Function`` applied with tangents: ``forward`` runs with no tangents (as torch's),
         then the Function's ``jvp(ctx, *tangents)`` gives its outputs' tangents."""
         k, found, ts = self._innermost(args)
+        if found is not None:
+            ctx._forward_outputs = ()       # (the forward records what the jvp's results are checked against)
         prev = self._hide(0)
         try:
             out = plain(ctx, args, kwargs)
@@ -164,6 +166,7 @@ class Duals:
             tin.append(t)
         prev = self._hide(k)
         ctx._in_jvp = True
+        versions = [None if t is None else t._vc[0] for t in tin]
         try:
             res = cls.jvp(ctx, *tin)
         finally:
@@ -174,6 +177,7 @@ class Duals:
         if len(res) != len(outs):
             raise RuntimeError(f"function {cls.__name__}_jvp returned an incorrect number of forward gradients "
                                f"(expected {len(outs)}, got {len(res)})")
+        _check_jvp_results(ctx._forward_outputs, args, tin, versions, res)
         for o, t in zip(outs, res):
             if isinstance(o, Tensor) and t is not None and o.dtype.is_floating_point:
                 if tuple(t.shape) != tuple(o.shape):
@@ -216,6 +220,42 @@ class Duals:
 
 
 DUALS = Duals()
+
+
+def _check_jvp_results(kinds, args, tin, versions, res):
+    """torch's checks of a custom Function's jvp results against what its forward returned (``kinds``:
+    function._output_kinds): no tangent for a non-differentiable output, the input's own tangent written in place for
+    an input written in place, a view of the input's tangent for an input returned as-is or viewed."""
+    if not kinds:
+        return
+    for k, (kind, t) in enumerate(zip(kinds, res)):
+        if kind is None:
+            continue
+        if kind[0] == "non_diff":
+            if t is not None:
+                raise RuntimeError(f"Function's jvp returned a gradient at position {k}, but  the corresponding "
+                                   "forward output is not a differentiable Tensor.You should return None at that "
+                                   "position instead.")
+            continue
+        i = kind[1]
+        t_in = tin[i]
+        if t_in is None:
+            continue
+        if kind[0] == "dirty":
+            if t is not t_in or t_in._vc[0] == versions[i]:
+                raise RuntimeError("inplace custom Function is not modifying the forward mode gradients inplace. If "
+                                   "the forward is modifying an input inplace, then the jvp function must modify the "
+                                   "corresponding gradient inplace.")
+            continue
+        if t is None or t._base is None:
+            raise RuntimeError("A custom Function's forward is returning a view (or an input as-is) but the jvp is "
+                               "not returning a view.")
+        if t._base is not (t_in if t_in._base is None else t_in._base):
+            if t_in._base is None:
+                raise RuntimeError("A custom Function is returning a view but the jvp is not returning a view of the "
+                                   "given grad input.")
+            raise RuntimeError("A custom Function is returning a view but the jvp is not returning a view of the same "
+                               "base as the given grad input.")
 
 
 def _float_tensor(x) -> bool:

@@ -35,6 +35,7 @@ class FunctionCtx:
         self._clear_on_access = False     # the Function's clear_saved_tensors_on_access
         self._accessed = False
         self._in_jvp = False
+        self._forward_outputs = None    # () when applied under a dual level: then _output_kinds (runtime/dual.py)
         # {position in saved: (output number, weak ref to its grad_fn or None when that is the node)} for saved
         # tensors that are outputs, kept without their history (see _save_outputs_without_history)
         self._saved_outputs = None
@@ -175,6 +176,31 @@ class BackwardCFunction(Node):
         self.ctx._freed = True
         self.ctx._saved = None
         self.ctx._packed = None
+
+
+def _output_kinds(args, outs, dirty, non_diff):
+    """Per output of a Function's forward, what its forward-mode tangent must be (torch's checks of ``jvp``):
+    ("non_diff",) none; ("dirty", i) input i's tangent, written in place; ("view", i) a view of input i's tangent
+    (an input returned as-is counts as its view); None anything."""
+    kinds = []
+    for o in outs:
+        kind = None
+        if isinstance(o, Tensor):
+            if id(o) in non_diff:
+                kind = ("non_diff",)
+            else:
+                for i, a in enumerate(args):
+                    if not isinstance(a, Tensor):
+                        continue
+                    if o is a:
+                        kind = ("dirty", i) if id(o) in dirty else ("view", i)
+                        break
+                    root = a if a._base is None else a._base
+                    if o._base is not None and o._base is root:
+                        kind = ("view", i)
+                        break
+        kinds.append(kind)
+    return tuple(kinds)
 
 
 def _user_backward(cls):
@@ -432,6 +458,8 @@ class Function(metaclass=_FunctionMeta):
         # the ctx outlives forward in the node: it keeps no reference to the outputs it marked (torch clears them
         # too), which would make output -> node -> ctx -> output cycles
         ctx._dirty = ctx._non_diff = ()
+        if ctx._forward_outputs is not None:    # under a dual level: what its jvp's results are checked against
+            ctx._forward_outputs = _output_kinds(args, outs, dirty, non_diff)
         if ctx._saved is not None:
             ctx._saved_versions = [None if t is None else t._vc[0] for t in ctx._saved]
             if record and saved_hooks.STATE.stack and _TR.active is None:
