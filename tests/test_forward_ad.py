@@ -315,3 +315,30 @@ def test_a_jvp_returns_a_view_where_forward_returns_one():
             make("copy").apply(_dual())
         with pytest.raises(RuntimeError, match="not returning a view of the"):
             make("other view").apply(_dual())
+
+
+def test_a_dual_tensor_prints_its_tangent():
+    with fwAD.dual_level():
+        a = jg.tensor([1.0, 2.0])
+        b = fwAD.make_dual(a, jg.tensor([0.5, 0.0]))
+        assert "tangent=" not in repr(a)
+        assert repr(b) == "tensor([1., 2.], tangent=tensor([0.5000, 0.0000]))"
+        p, t = fwAD.unpack_dual(b)
+        assert "tangent=" not in repr(p) and "tangent=" not in repr(t)
+
+
+def test_make_dual_refuses_a_tangent_that_is_dual_at_the_same_level():
+    with fwAD.dual_level():
+        d = fwAD.make_dual(jg.ones(2), jg.ones(2))
+        with pytest.raises(RuntimeError, match="has a forward gradient at the same level"):
+            fwAD.make_dual(jg.zeros(2), d)
+
+
+def test_make_dual_of_an_inference_tensor_aliases_it():
+    with jg.inference_mode():
+        x = jg.zeros(2)
+        with fwAD.dual_level():
+            d = fwAD.make_dual(x, jg.ones(2))
+            assert not d._is_view()
+            d += 1
+    assert x.tolist() == [1.0, 1.0]

@@ -68,8 +68,12 @@ def make_dual(tensor: Tensor, tangent: Tensor, *, level: Optional[int] = None) -
         raise RuntimeError("Trying to set a forward gradient that has a different size than that of the original "
                            f"Tensor, this is not supported. Tensor is of size {list(tensor.shape)} while the given "
                            f"forward gradient is of size {list(tangent.shape)}.")
+    if lv.get(tangent) is not None:
+        raise RuntimeError(f"Setting a forward grad that itself has a forward gradient at the same level {lv.index} "
+                           "is not supported.")
     with DUALS.hidden():
-        dual = tensor.view_as(tensor)
+        # (an inference tensor has no view tracking, as torch's: the dual is an alias of its memory)
+        dual = tensor.view_as(tensor) if not tensor._inference else tensor.detach()
         if tangent.dtype is not tensor.dtype:
             tangent = tangent.to(tensor.dtype)
     lv.set(dual, tangent)

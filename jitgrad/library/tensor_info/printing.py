@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from ...declarations import published
+from ...runtime.dual import DUALS
 from ...ir import dtypes as dt
 
 PRECISION = 4
@@ -165,6 +166,12 @@ def tensor_repr(t, data=None, device=None) -> str:
             suffixes.append(f"grad_fn=<{gf.name()}>")
         elif t._requires_grad or t._view_origin is not None and t.requires_grad:
             suffixes.append("requires_grad=True")
+    if DUALS.levels:        # a dual tensor shows its tangent (torch)
+        for lv in DUALS.levels:
+            tangent = lv.get(t)
+            if tangent is not None:
+                suffixes.append(f"tangent={tensor_repr(tangent)}")
+                break
     return _add_suffixes(prefix + body, suffixes, indent)
 
 
