@@ -342,3 +342,16 @@ def test_make_dual_of_an_inference_tensor_aliases_it():
             assert not d._is_view()
             d += 1
     assert x.tolist() == [1.0, 1.0]
+
+
+def test_out_functions_refuse_dual_tensors():
+    with fwAD.dual_level():
+        d = fwAD.make_dual(jg.ones(2), jg.ones(2))
+        plain = jg.ones(2)
+        with pytest.raises(RuntimeError, match="out= function"):
+            jg.add(plain, plain, out=d)
+        with pytest.raises(RuntimeError, match="out= function"):
+            jg.add(d, plain, out=plain)
+    out = jg.zeros(2)
+    jg.add(plain, plain, out=out)
+    assert out.tolist() == [2.0, 2.0]
