@@ -222,9 +222,34 @@ class Duals:
 DUALS = Duals()
 
 
+def output_kinds(args, outs, dirty, non_diff):
+    """Per output of a Function's forward, what its forward-mode tangent must be (torch's checks of ``jvp``):
+    ("non_diff",) none; ("dirty", i) input i's tangent, written in place; ("view", i) a view of input i's tangent
+    (an input returned as-is counts as its view); None anything."""
+    kinds = []
+    for o in outs:
+        kind = None
+        if isinstance(o, Tensor):
+            if id(o) in non_diff:
+                kind = ("non_diff",)
+            else:
+                for i, a in enumerate(args):
+                    if not isinstance(a, Tensor):
+                        continue
+                    if o is a:
+                        kind = ("dirty", i) if id(o) in dirty else ("view", i)
+                        break
+                    root = a if a._base is None else a._base
+                    if o._base is not None and o._base is root:
+                        kind = ("view", i)
+                        break
+        kinds.append(kind)
+    return tuple(kinds)
+
+
 def _check_jvp_results(kinds, args, tin, versions, res):
     """torch's checks of a custom Function's jvp results against what its forward returned (``kinds``:
-    function._output_kinds): no tangent for a non-differentiable output, the input's own tangent written in place for
+    output_kinds): no tangent for a non-differentiable output, the input's own tangent written in place for
     an input written in place, a view of the input's tangent for an input returned as-is or viewed."""
     if not kinds:
         return

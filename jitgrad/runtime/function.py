@@ -9,7 +9,8 @@ import numpy as np
 
 from . import anomaly, forward_state, grad_mode, saved_hooks
 from .node import Node, zeros_for
-from .saved_output import unpack_output, without_history
+from .saved_output import save_outputs_without_history, unpack_output
+from .dual import output_kinds
 from .source import user_loc, user_stack
 from .dispatch import refresh_view
 from .tensor import Tensor
@@ -37,7 +38,7 @@ class FunctionCtx:
         self._in_jvp = False
         self._forward_outputs = None    # () when applied under a dual level: then _output_kinds (runtime/dual.py)
         # {position in saved: (output number, weak ref to its grad_fn or None when that is the node)} for saved
-        # tensors that are outputs, kept without their history (see _save_outputs_without_history)
+        # tensors that are outputs, kept without their history (saved_output.save_outputs_without_history)
         self._saved_outputs = None
 
     @property
@@ -176,31 +177,6 @@ class BackwardCFunction(Node):
         self.ctx._freed = True
         self.ctx._saved = None
         self.ctx._packed = None
-
-
-def _output_kinds(args, outs, dirty, non_diff):
-    """Per output of a Function's forward, what its forward-mode tangent must be (torch's checks of ``jvp``):
-    ("non_diff",) none; ("dirty", i) input i's tangent, written in place; ("view", i) a view of input i's tangent
-    (an input returned as-is counts as its view); None anything."""
-    kinds = []
-    for o in outs:
-        kind = None
-        if isinstance(o, Tensor):
-            if id(o) in non_diff:
-                kind = ("non_diff",)
-            else:
-                for i, a in enumerate(args):
-                    if not isinstance(a, Tensor):
-                        continue
-                    if o is a:
-                        kind = ("dirty", i) if id(o) in dirty else ("view", i)
-                        break
-                    root = a if a._base is None else a._base
-                    if o._base is not None and o._base is root:
-                        kind = ("view", i)
-                        break
-        kinds.append(kind)
-    return tuple(kinds)
 
 
 def _user_backward(cls):
@@ -459,7 +435,7 @@ class Function(metaclass=_FunctionMeta):
         # too), which would make output -> node -> ctx -> output cycles
         ctx._dirty = ctx._non_diff = ()
         if ctx._forward_outputs is not None:    # under a dual level: what its jvp's results are checked against
-            ctx._forward_outputs = _output_kinds(args, outs, dirty, non_diff)
+            ctx._forward_outputs = output_kinds(args, outs, dirty, non_diff)
         if ctx._saved is not None:
             ctx._saved_versions = [None if t is None else t._vc[0] for t in ctx._saved]
             if record and saved_hooks.STATE.stack and _TR.active is None:
@@ -535,30 +511,12 @@ class Function(metaclass=_FunctionMeta):
                     rebase_custom_write(t, view_fn)
         _mark_custom_views(cls, new_outs, dirty, True)
         if ctx._saved and _TR.active is None:
-            _save_outputs_without_history(ctx, node, new_outs)
+            save_outputs_without_history(ctx, node, new_outs)
         tr = _TR.active
         if tr is not None:
             _trace_custom(tr, cls, ctx, node, args, new_outs, node.loc)
         # materialized zero grads for outputs that receive none
         return new_outs[0] if single else tuple(new_outs)
-
-
-def _save_outputs_without_history(ctx, node, outs):
-    """Saved tensors that are outputs of the Function are kept without their history (``node.without_history``),
-    as torch's SavedVariable keeps outputs, so output -> node -> ctx -> output is no reference cycle: the graph
-    dies at ``del``, not at the next garbage collection.  ``saved_tensors`` unpacks them with it."""
-    recorded = {id(o) for o in outs if isinstance(o, Tensor) and o.grad_fn is not None}
-    saved = list(ctx._saved)
-    info = {}
-    for i, t in enumerate(saved):
-        if t is None or id(t) not in recorded:
-            continue
-        gf = t.grad_fn
-        info[i] = (t._out_nr, None if gf is node else weakref.ref(gf))
-        saved[i] = without_history(t)
-    if info:
-        ctx._saved = tuple(saved)
-        ctx._saved_outputs = info
 
 
 def _mark_custom_views(cls, outs, dirty, recorded):

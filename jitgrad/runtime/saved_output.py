@@ -1,10 +1,14 @@
 """What a node keeps of the outputs it saves, as torch's SavedVariable keeps them: a tensor on the output's buffer
 and version counter without its grad_fn, so no output -> node -> output cycle keeps a graph alive past ``del``;
 backward unpacks it with the node as its grad_fn when the graph it builds must reach that node (create_graph).
-Imports nothing of the engine but the forward-mode state (node.py, saved_access.py and function.py read it)."""
+Imports only Tensor's core and the forward-mode state (node.py, saved_access.py and function.py read it); a
+custom Function's saved outputs are kept the same way (``save_outputs_without_history``)."""
 from __future__ import annotations
 
+import weakref
+
 from .forward_state import STATE as _FWD
+from .tensor import Tensor
 
 
 def without_history(t):
@@ -41,3 +45,21 @@ def vjp_through_outputs(node, grads):
         return node.op.vjp(node, *grads)
     finally:
         node.outputs = saved
+
+
+def save_outputs_without_history(ctx, node, outs):
+    """Saved tensors that are outputs of the Function are kept without their history (``without_history``),
+    as torch's SavedVariable keeps outputs, so output -> node -> ctx -> output is no reference cycle: the graph
+    dies at ``del``, not at the next garbage collection.  ``saved_tensors`` unpacks them with it."""
+    recorded = {id(o) for o in outs if isinstance(o, Tensor) and o.grad_fn is not None}
+    saved = list(ctx._saved)
+    info = {}
+    for i, t in enumerate(saved):
+        if t is None or id(t) not in recorded:
+            continue
+        gf = t.grad_fn
+        info[i] = (t._out_nr, None if gf is node else weakref.ref(gf))
+        saved[i] = without_history(t)
+    if info:
+        ctx._saved = tuple(saved)
+        ctx._saved_outputs = info
