@@ -543,7 +543,7 @@ def test_next_functions_structure():
     (mul, nr), = z.grad_fn.next_functions
     assert mul.name() == "MulBackward0" and nr == 0
     (acc, anr), (none, _) = mul.next_functions
-    assert type(acc).__name__ == "AccumulateGrad" and acc.name() == "AccumulateGrad"
+    assert type(acc).__name__ == "AccumulateGrad" and acc.name() == "torch::autograd::AccumulateGrad"   # as torch
     assert acc.variable is x and anr == 0
     assert none is None                               # a constant: no edge
     # one AccumulateGrad per leaf, shared by every use

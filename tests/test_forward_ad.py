@@ -210,3 +210,148 @@ def test_tangents_pass_the_eager_fast_paths():
         a = fwAD.make_dual(jg.eye(2, dtype=jg.float64), jg.ones(2, 2, dtype=jg.float64))
         (g,) = jg.autograd.grad((a @ w).sum(), [w])      # matmul's pullback, first order: g = a.T @ 1
         np.testing.assert_allclose(fwAD.unpack_dual(g).tangent.numpy(), np.full((2, 2), 2.0))
+
+
+def test_current_level_follows_the_open_level():
+    import jitgrad.autograd.forward_ad as fw
+    assert fw._current_level == -1
+    with fw.dual_level() as lv:
+        assert fw._current_level == lv >= 0
+    assert fw._current_level == -1
+
+
+def test_a_function_that_names_its_backward_vjp():
+    class Double(jg.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def vjp(ctx, g):            # torch's other name for backward
+            return g * 2
+
+        @staticmethod
+        def jvp(ctx, t):
+            return t * 2
+
+    x = jg.tensor([1.0, 3.0], requires_grad=True)
+    Double.apply(x).sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0]
+
+    class Both(Double):
+        @staticmethod
+        def backward(ctx, g):
+            return g
+    with pytest.raises(RuntimeError, match="Implementing both 'backward' and 'vjp'"):
+        Both.apply(x).sum().backward()
+
+
+def _dual(v=(1.0, 2.0, 3.0)):
+    return fwAD.make_dual(jg.tensor(list(v), dtype=jg.float64), jg.ones(len(v), dtype=jg.float64))
+
+
+def test_a_jvp_must_write_the_tangent_of_an_input_written_in_place():
+    def make(in_place):
+        class Triple(jg.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                x.mul_(3)
+                ctx.mark_dirty(x)
+                return x
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * 3
+
+            @staticmethod
+            def jvp(ctx, t):
+                return t.mul_(3) if in_place else t * 3
+        return Triple
+
+    with fwAD.dual_level():
+        out = make(True).apply(_dual())
+        assert fwAD.unpack_dual(out).tangent.tolist() == [3.0, 3.0, 3.0]
+        with pytest.raises(RuntimeError, match="jvp function must modify the corresponding gradient inplace"):
+            make(False).apply(_dual())
+
+
+def test_a_jvp_returns_no_tangent_for_a_non_differentiable_output():
+    class Pair(jg.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            flag = x.clone()
+            ctx.mark_non_differentiable(flag)
+            return x.clone(), flag
+
+        @staticmethod
+        def jvp(ctx, t):
+            return t, t.clone()
+
+    with fwAD.dual_level():
+        with pytest.raises(RuntimeError, match="You should return None at that position instead"):
+            Pair.apply(_dual())
+
+
+def test_a_jvp_returns_a_view_where_forward_returns_one():
+    def make(how):
+        class Head(jg.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x.narrow(0, 0, 2)
+
+            @staticmethod
+            def backward(ctx, g):
+                return jg.cat([g, g.new_zeros(1)])
+
+            @staticmethod
+            def jvp(ctx, t):
+                r = t.narrow(0, 0, 2)
+                return {"view": r, "copy": r.clone(), "other view": r.clone().view_as(r)}[how]
+        return Head
+
+    with fwAD.dual_level():
+        make("view").apply(_dual())
+        with pytest.raises(RuntimeError, match="the jvp is not returning a view"):
+            make("copy").apply(_dual())
+        with pytest.raises(RuntimeError, match="not returning a view of the"):
+            make("other view").apply(_dual())
+
+
+def test_a_dual_tensor_prints_its_tangent():
+    with fwAD.dual_level():
+        a = jg.tensor([1.0, 2.0])
+        b = fwAD.make_dual(a, jg.tensor([0.5, 0.0]))
+        assert "tangent=" not in repr(a)
+        assert repr(b) == "tensor([1., 2.], tangent=tensor([0.5000, 0.0000]))"
+        p, t = fwAD.unpack_dual(b)
+        assert "tangent=" not in repr(p) and "tangent=" not in repr(t)
+
+
+def test_make_dual_refuses_a_tangent_that_is_dual_at_the_same_level():
+    with fwAD.dual_level():
+        d = fwAD.make_dual(jg.ones(2), jg.ones(2))
+        with pytest.raises(RuntimeError, match="has a forward gradient at the same level"):
+            fwAD.make_dual(jg.zeros(2), d)
+
+
+def test_make_dual_of_an_inference_tensor_aliases_it():
+    with jg.inference_mode():
+        x = jg.zeros(2)
+        with fwAD.dual_level():
+            d = fwAD.make_dual(x, jg.ones(2))
+            assert not d._is_view()
+            d += 1
+    assert x.tolist() == [1.0, 1.0]
+
+
+def test_out_functions_refuse_dual_tensors():
+    with fwAD.dual_level():
+        d = fwAD.make_dual(jg.ones(2), jg.ones(2))
+        plain = jg.ones(2)
+        with pytest.raises(RuntimeError, match="out= function"):
+            jg.add(plain, plain, out=d)
+        with pytest.raises(RuntimeError, match="out= function"):
+            jg.add(d, plain, out=plain)
+    out = jg.zeros(2)
+    jg.add(plain, plain, out=out)
+    assert out.tolist() == [2.0, 2.0]

@@ -275,3 +275,10 @@ def test_matches_torch(case):
     # torch's forward-mode Hessian hands back tensors that still require grad (an artefact of its vmap'd
     # forward AD); jitgrad's are plain values
     _same(rj, rt, (name,), check_rg=kw.get("outer_jacobian_strategy") != "forward-mode")
+
+
+def test_hvp_of_a_one_element_input_without_v():
+    x = jg.tensor(0.5, dtype=jg.float64)
+    out, h = jg.autograd.functional.hvp(lambda a: a.exp() * a, x)     # v defaults to one
+    np.testing.assert_allclose(h.numpy(), np.exp(0.5) * 2.5)         # (a e^a)'' = (a + 2) e^a
+    np.testing.assert_allclose(out.numpy(), 0.5 * np.exp(0.5))

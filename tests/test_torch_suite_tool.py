@@ -89,11 +89,11 @@ F = "test_toy.py"
 IDS = {
     # id -> expected in scope
     f"{F}::TestToy::test_plain": True,
-    f"{F}::TestToy::test_forward_mode": False,             # forward-mode AD (fwAD)
+    f"{F}::TestToy::test_forward_mode": True,              # forward-mode AD (fwAD): in, tagged (2026-11-29)
     f"{F}::TestToy::test_needs_cuda": False,                # another device
     f"{F}::TestToy::test_cpu_branch_kept": True,            # device ``if`` replaced by its CPU branch
     f"{F}::TestToy::test_skip_on_mps_only": True,           # an MPS-only skip decorator is dropped
-    f"{F}::TestToy::test_calls_dual_helper": False,         # the self._helper it calls uses fwAD
+    f"{F}::TestToy::test_calls_dual_helper": True,          # the self._helper it calls uses fwAD: tagged
     f"{F}::TestToy::test_calls_device_function": False,     # the file-level function it calls uses cuda
     f"{F}::TestToy::test_calls_plain_function": True,
     f"{F}::TestToy::test_skipped_by_torch": False,          # torch itself skips it
@@ -120,9 +120,9 @@ def test_scope_rule_on_toy_file(classified, tid):
 
 def test_scope_reasons_and_classes(classified):
     why = {tid.split("::")[-1]: v["why"] for tid, v in classified.items()}
-    assert why["test_forward_mode"][0].startswith("forward-mode AD")
+    tagged = {tid.split("::")[-1] for tid, v in classified.items() if v["forward_mode"]}
+    assert tagged == {"test_forward_mode", "test_calls_dual_helper"}      # the forward-mode row tags, never excludes
     assert why["test_needs_cuda"][0].startswith("cuda/other devices")
-    assert why["test_calls_dual_helper"][0].startswith("forward-mode AD")
     assert why["test_uses_sparse"][0].startswith("sparse")
     assert why["test_param_complex128"] == ["name: complex"]
     assert why["test_on_device_meta"] == ["name: meta"]

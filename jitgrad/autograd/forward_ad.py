@@ -18,14 +18,17 @@ from ..runtime.tensor import Tensor
 __all__ = ["UnpackedDualTensor", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual", "dual_level"]
 
 _LEVELS: list = []      # the levels opened through this API (func.jvp opens its own, which nest inside)
+_current_level = -1     # torch's: the index of the level open through this API, -1 when none
 
 
 def enter_dual_level() -> int:
     """Open a new forward AD level (``dual_level`` is the context manager form); returns its index."""
     if _LEVELS:
         raise RuntimeError("Nested forward mode AD is not supported at the moment")
+    global _current_level
     lv = DUALS.enter()
     _LEVELS.append(lv)
+    _current_level = lv.index
     return lv.index
 
 
@@ -34,7 +37,9 @@ def exit_dual_level(*, level: Optional[int] = None) -> None:
     if not _LEVELS or (level is not None and level != _LEVELS[-1].index):
         raise RuntimeError("Trying to exit a forward AD level that was not the last one that was created. This is "
                            "not supported.")
+    global _current_level
     DUALS.exit(_LEVELS.pop())
+    _current_level = _LEVELS[-1].index if _LEVELS else -1
 
 
 def _level(level):
@@ -63,8 +68,12 @@ def make_dual(tensor: Tensor, tangent: Tensor, *, level: Optional[int] = None) -
         raise RuntimeError("Trying to set a forward gradient that has a different size than that of the original "
                            f"Tensor, this is not supported. Tensor is of size {list(tensor.shape)} while the given "
                            f"forward gradient is of size {list(tangent.shape)}.")
+    if lv.get(tangent) is not None:
+        raise RuntimeError(f"Setting a forward grad that itself has a forward gradient at the same level {lv.index} "
+                           "is not supported.")
     with DUALS.hidden():
-        dual = tensor.view_as(tensor)
+        # (an inference tensor has no view tracking, as torch's: the dual is an alias of its memory)
+        dual = tensor.view_as(tensor) if not tensor._inference else tensor.detach()
         if tangent.dtype is not tensor.dtype:
             tangent = tangent.to(tensor.dtype)
     lv.set(dual, tangent)

@@ -446,6 +446,8 @@ def _hvp_forward_over_reverse(func, inputs, v, create_graph):
     from ..func import jvp as _fwd_jvp
     is_inputs_tuple, tup = _as_tuple(inputs, "inputs", "hvp")
     v = _v_or_scalar(v, tup, is_inputs_tuple, "hvp", create_graph, _V_NONE_INPUT)
+    if v is None:       # a single-element input: v is one (torch)
+        v = (_zeros_like(tup[0]) + 1,)
     box = {}
 
     def gradient(*xs):

@@ -256,8 +256,9 @@ def jvp(func, primals, tangents, *, strict=False, has_aux=False):
 
 def _alias(x):
     """A new tensor object for primal ``x`` that shares its value and history, to carry a tangent at one level."""
-    if x.requires_grad:
+    if x.requires_grad and grad_mode.STATE.grad_enabled:
         return x.view_as(x)     # (bound: an enclosing level's tangent follows the view)
+    # (under no_grad a view would keep no history either, yet require grad through its base: a detached alias)
     return DUALS.carry(x, x.detach())
 
 

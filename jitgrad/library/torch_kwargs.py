@@ -70,6 +70,11 @@ def write_out(name, result, out, args):
             isinstance(a, Tensor) and a.requires_grad for a in _flat(args))):
         raise RuntimeError(f"{name}(): functions with out=... arguments don't support automatic differentiation, but "
                            "one of the arguments requires grad.")
+    from ..runtime.dual import DUALS
+    if DUALS.levels and any(lv.get(t) is not None for lv in DUALS.levels
+                            for t in list(outs) + [a for a in _flat(args) if isinstance(a, Tensor)]):
+        raise RuntimeError(f"{name}(): a tensor with a forward-mode tangent was passed to an out= function: out= "
+                           "functions don't support forward mode AD.")
     from ..runtime import saved_mutation
     if saved_mutation.STATE.active is not None:     # allow_mutation_on_saved_tensors: out= is a write too
         for o in outs:

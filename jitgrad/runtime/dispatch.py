@@ -7,6 +7,7 @@ tracer (``@jg.compile``) hooks in here too: a symbolic input routes the op to th
 from __future__ import annotations
 
 import sys
+from weakref import ref as _weakref
 
 import numpy as np
 
@@ -191,14 +192,23 @@ def _bind(op, args, params):
             t._view_origin = INFERENCE_VIEW
             # ... and, as torch, it requires grad when its base does (a leaf: no history is recorded)
             t._requires_grad = base.requires_grad
+            if t._requires_grad:
+                t.__class__ = NoGradView        # its grad_fn checks the base's version (view_inplace.py)
+                t._view_version = t._vc[0]
         elif not _GM.grad_enabled:
             t._view_origin = NO_GRAD_VIEW
+            if t._base._requires_grad or t._base.grad_fn is not None:
+                t.__class__ = NoGradView
+                t._view_version = t._vc[0]
         else:
             bo = base._view_origin
             if bo is not None:
                 o = inherited_origin(bo)
                 if o is not None:
                     t._view_origin = o
+                    if type(base) is NoGradView:
+                        t.__class__ = NoGradView
+                        t._view_version = t._vc[0]
     else:
         t._vc = [0]
         t._base = None
@@ -298,10 +308,13 @@ def refresh_view(a, force=False):
     prev = _GM.grad_enabled
     _GM.grad_enabled = True
     try:
-        if vargs is BY_POSITIONS:       # a view made by no view op (as_strided): the base's elements it shows
+        parent = vargs[0]() if vargs is not BY_POSITIONS else None
+        if parent is None:
+            # made by no view op (as_strided), or its parent view is gone: the base's elements it shows
+            vargs = BY_POSITIONS
             r = read_by_positions(a)
         else:
-            r = _bind(node.op, vargs, node.params)      # refreshes a view parent first (a view of a view)
+            r = _bind(node.op, (parent, *vargs[1:]), node.params)    # refreshes a view parent first (a view of a view)
     finally:
         _GM.grad_enabled = prev
     new = r.grad_fn
@@ -345,6 +358,10 @@ def _record(op, params, args, hit, t):
                     # long as the op does not save it (that raises below)
                     acc = a._acc
                     nf.append((acc if acc is not None else a._accumulator(), 0))
+                    needs.append(True)
+                    continue
+                if type(a) is NoGradView:   # requires grad through its base, reaches nothing (torch: no edge)
+                    nf.append(_NO_EDGE)
                     needs.append(True)
                     continue
         nf.append(_NO_EDGE)
@@ -392,7 +409,13 @@ def _record(op, params, args, hit, t):
         node.inputs = (None,) * len(args)
         node.versions = None
     if op.saves_out:
-        node.outputs = (t,)
+        # kept without its history (saved_output.py: no t -> node -> t cycle, the node dies with t)
+        s = _new(Tensor)
+        s._data, s._vc = t._data, t._vc
+        s._requires_grad = s._retains_grad = s._inference = False
+        s.grad_fn = s._grad = s._base = s._hooks = s._acc = s._view_origin = None
+        s._out_nr = 0
+        node.outputs = (s,)
         node.out_versions = [(0, t._vc[0])]
     else:
         node.outputs = _NO_OUTPUT
@@ -417,7 +440,8 @@ def _record(op, params, args, hit, t):
         node.stack = user_stack(3)
         node.anomaly_parent = _AN.current
     if t._base is not None:
-        node.view_args = args
+        # the parent weakly: the base's history after a write through this view reaches this node (a cycle)
+        node.view_args = (_weakref(args[0]), *args[1:])
         node.view_base_fn = t._base.grad_fn
     t.grad_fn = node
 
@@ -571,6 +595,6 @@ def _forward_nan(op, avals, t):
 from .tensor import Tensor  # noqa: E402  (Tensor's methods call bind; bind builds Tensors)
 from .devices import backend_of_payload, to_host  # noqa: E402
 from .saved_hooks import STATE as _SH, pack_node  # noqa: E402
-from .view_inplace import BY_POSITIONS, INFERENCE_VIEW, NO_GRAD_VIEW, adopt_base_history, inherited_origin, \
-    read_by_positions  # noqa: E402
+from .view_inplace import BY_POSITIONS, INFERENCE_VIEW, NO_GRAD_VIEW, NoGradView, adopt_base_history, \
+    inherited_origin, read_by_positions  # noqa: E402
 from .traced import is_traced_view, note_layout, note_view  # noqa: E402

@@ -134,12 +134,21 @@ class Duals:
         for o, t in zip(outs, res):
             if t is not None and o.dtype.is_floating_point:
                 found.set(o, t)
+                node = o.grad_fn
+                if node is not None and node.op.saves_out and node.outputs:
+                    # the node keeps the output without its history (saved_output.py): the kept value carries
+                    # the tangent too, for a backward that reads it under this level (forward over reverse)
+                    saved = node.outputs[o._out_nr] if o._out_nr < len(node.outputs) else None
+                    if saved is not None:
+                        self.carry(o, saved)
         return out
 
     def apply_function(self, cls, ctx, args, kwargs, plain):
         """A custom ``autograd.Function`` applied with tangents: ``forward`` runs with no tangents (as torch's),
         then the Function's ``jvp(ctx, *tangents)`` gives its outputs' tangents."""
         k, found, ts = self._innermost(args)
+        if found is not None:
+            ctx._forward_outputs = ()       # (the forward records what the jvp's results are checked against)
         prev = self._hide(0)
         try:
             out = plain(ctx, args, kwargs)
@@ -157,6 +166,7 @@ class Duals:
             tin.append(t)
         prev = self._hide(k)
         ctx._in_jvp = True
+        versions = [None if t is None else t._vc[0] for t in tin]
         try:
             res = cls.jvp(ctx, *tin)
         finally:
@@ -167,6 +177,7 @@ class Duals:
         if len(res) != len(outs):
             raise RuntimeError(f"function {cls.__name__}_jvp returned an incorrect number of forward gradients "
                                f"(expected {len(outs)}, got {len(res)})")
+        _check_jvp_results(ctx._forward_outputs, args, tin, versions, res)
         for o, t in zip(outs, res):
             if isinstance(o, Tensor) and t is not None and o.dtype.is_floating_point:
                 if tuple(t.shape) != tuple(o.shape):
@@ -174,6 +185,11 @@ class Duals:
                                        f"original Tensor, this is not supported. Tensor is of size {list(o.shape)} "
                                        f"while the given forward gradient is of size {list(t.shape)}.")
                 found.set(o, t)
+        if ctx._saved_outputs:      # outputs the ctx saved without their history carry their tangents too
+            for i, (nr, _) in ctx._saved_outputs.items():
+                o = outs[nr] if nr < len(outs) else None
+                if isinstance(o, Tensor) and ctx._saved[i] is not None:
+                    self.carry(o, ctx._saved[i])
         return out
 
     def carry(self, src, dst):
@@ -204,6 +220,67 @@ class Duals:
 
 
 DUALS = Duals()
+
+
+def output_kinds(args, outs, dirty, non_diff):
+    """Per output of a Function's forward, what its forward-mode tangent must be (torch's checks of ``jvp``):
+    ("non_diff",) none; ("dirty", i) input i's tangent, written in place; ("view", i) a view of input i's tangent
+    (an input returned as-is counts as its view); None anything."""
+    kinds = []
+    for o in outs:
+        kind = None
+        if isinstance(o, Tensor):
+            if id(o) in non_diff:
+                kind = ("non_diff",)
+            else:
+                for i, a in enumerate(args):
+                    if not isinstance(a, Tensor):
+                        continue
+                    if o is a:
+                        kind = ("dirty", i) if id(o) in dirty else ("view", i)
+                        break
+                    root = a if a._base is None else a._base
+                    if o._base is not None and o._base is root:
+                        kind = ("view", i)
+                        break
+        kinds.append(kind)
+    return tuple(kinds)
+
+
+def _check_jvp_results(kinds, args, tin, versions, res):
+    """torch's checks of a custom Function's jvp results against what its forward returned (``kinds``:
+    output_kinds): no tangent for a non-differentiable output, the input's own tangent written in place for
+    an input written in place, a view of the input's tangent for an input returned as-is or viewed."""
+    if not kinds:
+        return
+    for k, (kind, t) in enumerate(zip(kinds, res)):
+        if kind is None:
+            continue
+        if kind[0] == "non_diff":
+            if t is not None:
+                raise RuntimeError(f"Function's jvp returned a gradient at position {k}, but  the corresponding "
+                                   "forward output is not a differentiable Tensor.You should return None at that "
+                                   "position instead.")
+            continue
+        i = kind[1]
+        t_in = tin[i]
+        if t_in is None:
+            continue
+        if kind[0] == "dirty":
+            if t is not t_in or t_in._vc[0] == versions[i]:
+                raise RuntimeError("inplace custom Function is not modifying the forward mode gradients inplace. If "
+                                   "the forward is modifying an input inplace, then the jvp function must modify the "
+                                   "corresponding gradient inplace.")
+            continue
+        if t is None or t._base is None:
+            raise RuntimeError("A custom Function's forward is returning a view (or an input as-is) but the jvp is "
+                               "not returning a view.")
+        if t._base is not (t_in if t_in._base is None else t_in._base):
+            if t_in._base is None:
+                raise RuntimeError("A custom Function is returning a view but the jvp is not returning a view of the "
+                                   "given grad input.")
+            raise RuntimeError("A custom Function is returning a view but the jvp is not returning a view of the same "
+                               "base as the given grad input.")
 
 
 def _float_tensor(x) -> bool:

@@ -6,7 +6,7 @@ One pass: find the nodes that lead from the roots to what we want (leaf accumula
 """
 from __future__ import annotations
 
-import operator
+from heapq import heapify, heappop, heappush
 import threading
 import warnings
 
@@ -14,6 +14,7 @@ import numpy as np
 
 from . import anomaly, forward_state, grad_mode, profiler_state, saved_hooks
 from .node import AccumulateGrad, zeros_for
+from .saved_output import vjp_through_outputs
 from .dispatch import OpNode
 from .graph_hooks import GradientEdge, RUNNING as _RUNNING, root_edge
 from .grad_accumulation import accumulate as _accumulate, retain as _retain
@@ -22,7 +23,6 @@ from .devices import backend_of_payload, to_host
 from ..tracer import STATE as _TR
 
 _AN = anomaly.STATE
-_seq_of = operator.attrgetter("seq")
 _wrap = Tensor._make
 _SH = saved_hooks.STATE
 _PROF = profiler_state.STATE
@@ -383,12 +383,13 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
     prev_running = _RUNNING.nodes
     _RUNNING.nodes = deps        # register_multi_grad_hook asks which tensors this backward reaches
     reentrant.depth = depth + 1
+    # ready nodes: a heap of (-seq, node), torch's order (AccumulateGrad's seq is above all; seqs are unique)
     ready = []
     for n in needed:
         if deps[n] == 0:
-            ready.append(n)
+            ready.append((-n.seq, n))
     if len(ready) > 1:
-        ready.sort(key=_seq_of)
+        heapify(ready)
     prev_mode = grad_mode.STATE.grad_enabled
     grad_mode.STATE.grad_enabled = create_graph
     # torch runs backward under the thread-local state captured when it started: saved-tensor hooks that a
@@ -402,7 +403,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
     node_type = OpNode          # an op's node (subclasses with their own apply take _apply_node)
     try:
         while ready:
-            node = ready.pop()
+            node = heappop(ready)[1]
             grads = buffers.pop(node, None)
             if grads is None:       # no gradient reached it (undefined): one None per output
                 grads = [None] * (len(getattr(node, "out_meta", None) or ()) or 1)
@@ -416,6 +417,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
             if type(node) is acc_type:
                 var = node.variable
                 g = grads[0]
+                grads = None        # g's one reference here: accumulate takes over a buffer nothing else holds
                 if g is not None and var._hooks:
                     g = _run_tensor_hooks(var._hooks, g)
                 if capturing and node in cap_nodes:
@@ -452,7 +454,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                     # change (torch); grad() runs only the tensor hooks
                     _run_pre_hooks(node, tuple(grads))
                 continue
-            if grads[0] is None and type(node) is node_type and (len(grads) == 1 or grads.count(None) == len(grads)):
+            if grads[0] is None and type(node) is node_type and (len(grads) == 1 or all(g is None for g in grads)):
                 # no gradient reached this op's node (a custom backward returned None): its inputs get none
                 # either, as torch's undefined gradients (no zeros are made up and accumulated)
                 in_grads = (None,) * len(node.next_functions)
@@ -476,8 +478,12 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                         in_grads = []
                         for a in arrays:
                             in_grads.append(None if a is None else _wrap(a))
+                        arrays = a = None
                 if in_grads is None:
-                    in_grads = node.op.vjp(node, *grads)
+                    if create_graph and node.op.saves_out:      # the saved outputs carry this node's history
+                        in_grads = vjp_through_outputs(node, grads)
+                    else:
+                        in_grads = node.op.vjp(node, *grads)
                 if len(in_grads) != len(node.next_functions):
                     raise RuntimeError(f"function {node.name()} returned an incorrect number of gradients "
                                        f"(expected {len(node.next_functions)}, got {len(in_grads)})")
@@ -499,8 +505,9 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                     else:
                         buf[nr] = g if buf[nr] is None else buf[nr] + g
                 if d == 1:
-                    ready.append(child)
+                    heappush(ready, (-child.seq, child))
                 deps[child] = d - 1
+            in_grads = g = buf = None   # (a gradient's references are its consumers' buffers alone)
     finally:
         grad_mode.STATE.grad_enabled = prev_mode
         _SH.stack[:] = prev_hooks

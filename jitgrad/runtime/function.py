@@ -9,6 +9,8 @@ import numpy as np
 
 from . import anomaly, forward_state, grad_mode, saved_hooks
 from .node import Node, zeros_for
+from .saved_output import save_outputs_without_history, unpack_output
+from .dual import output_kinds
 from .source import user_loc, user_stack
 from .dispatch import refresh_view
 from .tensor import Tensor
@@ -34,6 +36,10 @@ class FunctionCtx:
         self._clear_on_access = False     # the Function's clear_saved_tensors_on_access
         self._accessed = False
         self._in_jvp = False
+        self._forward_outputs = None    # () when applied under a dual level: then _output_kinds (runtime/dual.py)
+        # {position in saved: (output number, weak ref to its grad_fn or None when that is the node)} for saved
+        # tensors that are outputs, kept without their history (saved_output.save_outputs_without_history)
+        self._saved_outputs = None
 
     @property
     def _node(self):
@@ -100,7 +106,22 @@ class FunctionCtx:
                         f"is at version {t._vc[0]}; expected version {v} instead. Hint: enable anomaly detection to "
                         "find the operation that failed to compute its gradient, with "
                         "jitgrad.autograd.set_detect_anomaly(True).")
+        if self._saved_outputs:
+            return self._unpack_outputs()
         return self._saved
+
+    def _unpack_outputs(self):
+        """The saved tensors with the outputs among them unpacked as torch does: new tensors whose grad_fn is
+        the output's when it was saved (a view rebased by mark_dirty), else this Function's node."""
+        node = self._node
+        saved = list(self._saved)
+        for i, (nr, ref) in self._saved_outputs.items():
+            gf = ref() if ref is not None else None
+            if gf is None:
+                gf = node
+            if saved[i] is not None and gf is not None:
+                saved[i] = unpack_output(saved[i], gf, nr)
+        return tuple(saved)
 
     @property
     def saved_variables(self):
@@ -135,7 +156,7 @@ class BackwardCFunction(Node):
             if ctx._saved:
                 from .saved_access import FREED_MSG
                 raise RuntimeError(FREED_MSG)
-        res = self.op.cls.backward(ctx, *grads)
+        res = _user_backward(self.op.cls)(ctx, *grads)
         return _checked_grads(self.name(), res, self.input_meta, self.needs_grad)
 
     def materialize(self):
@@ -156,6 +177,17 @@ class BackwardCFunction(Node):
         self.ctx._freed = True
         self.ctx._saved = None
         self.ctx._packed = None
+
+
+def _user_backward(cls):
+    """The Function's backward: ``vjp`` when it defines that name instead (torch; defining both is an error)."""
+    backward, vjp = cls.backward, cls.vjp
+    if vjp is Function.vjp:
+        return backward
+    if backward is not Function.backward:
+        raise RuntimeError("Implementing both 'backward' and 'vjp' for a custom Function is not allowed. You should "
+                           "only implement one of them.")
+    return vjp
 
 
 def _checked_grads(name, res, input_meta, needs_grad):
@@ -251,7 +283,7 @@ def _trace_custom(tr, cls, ctx, node, args, outs, loc):
                 else:
                     grads.append(Tensor._make(np.zeros(av[0], av[1].np)))
             try:
-                res = cls.backward(bctx, *grads)
+                res = _user_backward(cls)(bctx, *grads)
             finally:
                 bctx._saved = None
                 for a in attrs:
@@ -399,6 +431,11 @@ class Function(metaclass=_FunctionMeta):
             if t._vc[0] == versions_before.get(id(t), -1):
                 t._vc[0] += 1   # modified through .data / numpy: still count it as a write
         non_diff = {id(t) for t in ctx._non_diff}
+        # the ctx outlives forward in the node: it keeps no reference to the outputs it marked (torch clears them
+        # too), which would make output -> node -> ctx -> output cycles
+        ctx._dirty = ctx._non_diff = ()
+        if ctx._forward_outputs is not None:    # under a dual level: what its jvp's results are checked against
+            ctx._forward_outputs = output_kinds(args, outs, dirty, non_diff)
         if ctx._saved is not None:
             ctx._saved_versions = [None if t is None else t._vc[0] for t in ctx._saved]
             if record and saved_hooks.STATE.stack and _TR.active is None:
@@ -473,6 +510,8 @@ class Function(metaclass=_FunctionMeta):
                 if t.grad_fn is node:
                     rebase_custom_write(t, view_fn)
         _mark_custom_views(cls, new_outs, dirty, True)
+        if ctx._saved and _TR.active is None:
+            save_outputs_without_history(ctx, node, new_outs)
         tr = _TR.active
         if tr is not None:
             _trace_custom(tr, cls, ctx, node, args, new_outs, node.loc)

@@ -1,13 +1,15 @@
 """How a gradient lands in a tensor's ``.grad``: AccumulateGrad's write into a leaf (``accumulate``) and
 ``retain_grad()``'s into a non-leaf (``retain``).
 
-A first gradient is a fresh buffer laid out as torch lays out a leaf's ``.grad`` (never aliasing a tensor the user
-holds); later ones add into it in place, or out of place where the old ``.grad`` is part of a graph
-(``create_graph``) or the write happens inside ``@jitgrad.compile`` (recorded, written back after the call).
-The engine (engine.py) calls these when a backward reaches an AccumulateGrad node or a node whose outputs retain
-their gradient.
+A first gradient is the incoming buffer itself when nothing else holds it (torch steals it too), else a fresh
+buffer laid out as torch lays out a leaf's ``.grad`` (never aliasing a tensor the user holds); later ones add into
+it in place, or out of place where the old ``.grad`` is part of a graph (``create_graph``) or the write happens
+inside ``@jitgrad.compile`` (recorded, written back after the call).  The engine (engine.py) calls these when a
+backward reaches an AccumulateGrad node or a node whose outputs retain their gradient.
 """
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 
@@ -23,7 +25,13 @@ def accumulate(t: Tensor, g: Tensor, create_graph: bool):
     gd = g._data
     if t._grad is None and not create_graph and _TR.active is None and type(gd) is np.ndarray \
             and gd.dtype == t._data.dtype:
-        ld = t._data        # the common first write: a detached copy, in the leaf's layout (torch)
+        ld = t._data        # the common first write: in the leaf's layout (torch)
+        if _getrefcount(g) <= _ENGINE_REFS and gd.base is None and _getrefcount(gd) <= 3 and g._base is None \
+                and gd.flags.writeable and gd.flags.c_contiguous and ld.flags.c_contiguous and gd.shape == ld.shape:
+            # nothing but the engine holds this gradient or its buffer (no other tensor, view or hook): .grad takes
+            # the buffer over, as torch's AccumulateGrad steals an unshared gradient instead of copying it
+            t._grad = Tensor._make(gd)
+            return
         t._grad = Tensor._make(gd.copy() if ld.flags.c_contiguous else grad_buffer(gd, ld))
         return
     if g.dtype is not t.dtype:
@@ -67,6 +75,12 @@ def accumulate(t: Tensor, g: Tensor, create_graph: bool):
     else:
         np.add(old._data, g._data, out=old._data, casting="unsafe")
         old._vc[0] += 1
+
+
+# the references to a gradient that ``accumulate`` sees when only the engine holds it: the engine's local, the
+# parameter, getrefcount's argument (engine.run drops its other references before it calls accumulate)
+_ENGINE_REFS = 3
+_getrefcount = sys.getrefcount
 
 
 def grad_buffer(g: np.ndarray, leaf: np.ndarray) -> np.ndarray:

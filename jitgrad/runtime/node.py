@@ -12,8 +12,11 @@ from collections import OrderedDict
 import numpy as np
 
 from ..ir.graph import SourceLoc
+from . import grad_mode
 from .saved_access import FREED_MSG, saved_attribute
+from .saved_output import vjp_through_outputs
 
+_GM = grad_mode.STATE
 _seq = itertools.count()
 _hook_ids = itertools.count()
 
@@ -176,6 +179,8 @@ class Node:
     def apply(self, grads):
         """Cotangents of the outputs -> cotangents of the inputs (a tuple, None for 'no gradient')."""
         self.check_saved()
+        if self.op.saves_out and _GM.grad_enabled:
+            return vjp_through_outputs(self, grads)
         return self.op.vjp(self, *grads)
 
     def __call__(self, *grads):
@@ -192,9 +197,13 @@ class Node:
         return out[0] if len(out) == 1 else out
 
 
+# added to an AccumulateGrad's sequence number (torch gives it UINT64_MAX): the engine runs a ready one first
+ACC_SEQ = 1 << 62
+
+
 class _AccOp:
     name = "AccumulateGrad"
-    grad_name = "AccumulateGrad"
+    grad_name = "torch::autograd::AccumulateGrad"      # torch's name(); the type (and repr) say AccumulateGrad
     saves_in = saves_out = ()
 
 
@@ -205,6 +214,7 @@ class AccumulateGrad(Node):
 
     def __init__(self, variable):
         super().__init__(_AccOp, {}, (), ())
+        self.seq = ACC_SEQ + self.seq   # above every op node's (torch: UINT64_MAX): it runs before them
         self.variable = variable
         self.post_hooks = None      # register_post_accumulate_grad_hook: fn(leaf) after .grad is updated
         self.out_meta = ((variable.shape, variable.dtype),)
@@ -212,6 +222,9 @@ class AccumulateGrad(Node):
 
     def apply(self, grads):
         return ()
+
+    def __repr__(self):
+        return f"<AccumulateGrad object at {hex(id(self))}>"
 
 
 # non-leaf tensors detached in place (Tensor.detach_): a node that saved one as an input *before* it was detached

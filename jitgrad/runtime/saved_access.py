@@ -7,6 +7,8 @@ output (what an OpDef saves: ``saves_in`` / ``saves_out``).
 """
 from __future__ import annotations
 
+from .saved_output import unpack_output
+
 
 _WHERE = {"self": ("in", 0), "other": ("in", 1), "result": ("out", 0)}
 
@@ -36,16 +38,17 @@ def saved_attribute(node, name):
         return SavedTensor(node, kind, i)
     if node.packed is not None:
         entry = node.packed[0 if kind == "in" else 1][i]
-        return None if entry is None else unpack(entry)
+        if entry is None:
+            return None
+        r = unpack(entry)
+        # an output unpacked by hooks has this node as its grad_fn (torch), as one unpacked without them
+        return unpack_output(r, node, i) if kind == "out" and r.grad_fn is None else r
     vals = node.inputs if kind == "in" else node.outputs
     t = vals[i] if vals is not None and i < len(vals) else None
     if kind == "out" and t is not None:
-        # torch unpacks a saved output as a new tensor (same data, version counter and grad_fn), never the
-        # output object itself
-        from .tensor import Tensor
-        u = Tensor._make(t._data)
-        u._vc, u.grad_fn, u._out_nr = t._vc, t.grad_fn, t._out_nr
-        return u
+        # torch unpacks a saved output as a new tensor (same data and version counter, this node as grad_fn),
+        # never the output object itself
+        return unpack_output(t, node, i)
     return t
 
 

@@ -66,7 +66,7 @@ class Tensor:
     """
 
     __slots__ = ("_data", "_requires_grad", "grad_fn", "_grad", "_vc", "_base", "_hooks", "_retains_grad", "_acc",
-                 "_out_nr", "_inference", "_view_origin", "__weakref__")
+                 "_out_nr", "_inference", "_view_origin", "_view_version", "__weakref__")
     __array_priority__ = 1000  # NumPy scalars/arrays on the left defer to our operators
 
     # --- construction ----------------------------------------------------------------------------

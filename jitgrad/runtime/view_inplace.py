@@ -17,6 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import grad_mode
+from .tensor import Tensor
+
+_GM = grad_mode.STATE
+
 
 NO_GRAD_VIEW_MSG = ("A view was created in no_grad mode and is being modified inplace with grad mode enabled. Given "
                     "that this use case is ambiguous and error-prone, it is forbidden. You can clarify your code by "
@@ -72,6 +77,60 @@ def inherited_origin(base_origin):
     return None
 
 
+def stale_view_msg(t, node):
+    """torch's text when the grad_fn of a view made in no_grad / inference mode (or of a view of one) is read after
+    its base or another view of it was written in place (its "indirect" rebase); ``node``: the view's own."""
+    import re
+    origin = t._view_origin
+    direct = INFERENCE_VIEW_MSG if origin is INFERENCE_VIEW or origin is VIEW_OF_INFERENCE_VIEW else NO_GRAD_VIEW_MSG
+    msg = direct.replace("and is being modified inplace",
+                         "and its base or another view of its base has been modified inplace")
+    if node is not None:
+        name = re.sub(r"Backward\d*$", "", node.name())
+        msg = (f"Output {t._out_nr} of {name} is a view of a view which was created in "
+               + msg.split(" created in ", 1)[1])
+    return msg
+
+
+# the origins of the views whose grad_fn is refused once their base was written (torch's creation_meta)
+_MADE_WITHOUT_GRAD = (NO_GRAD_VIEW, INFERENCE_VIEW, VIEW_OF_NO_GRAD_VIEW, VIEW_OF_INFERENCE_VIEW)
+
+# the slot that holds a Tensor's grad_fn, read and written past NoGradView's property
+_GRAD_FN_SLOT = Tensor.__dict__["grad_fn"]
+
+
+class NoGradView(Tensor):
+    """A view made in no_grad or inference mode (or a view of one) of a base that requires grad: torch's
+    ``creation_meta``.  Its ``grad_fn`` checks, with grad mode on, that neither its base nor another view of it was
+    written in place since it was made (``_view_version``), and raises torch's error if one was: the history it
+    would need is ambiguous.  It requires grad as its base does.  Only such views have this class (dispatch.bind
+    sets it), so plain tensors keep their slot and the eager fast path."""
+
+    __slots__ = ()
+
+    @property
+    def grad_fn(self):
+        gf = _GRAD_FN_SLOT.__get__(self, Tensor)
+        if self._vc[0] != self._view_version and _GM.grad_enabled and self._view_origin in _MADE_WITHOUT_GRAD:
+            raise RuntimeError(stale_view_msg(self, gf))
+        return gf
+
+    @grad_fn.setter
+    def grad_fn(self, node):
+        _GRAD_FN_SLOT.__set__(self, node)
+
+    @property
+    def requires_grad(self) -> bool:
+        if self._requires_grad or _GRAD_FN_SLOT.__get__(self, Tensor) is not None:
+            return True
+        b = self._base      # as torch's view: it requires grad while its base does (never raises)
+        return b is not None and (b._requires_grad or b.grad_fn is not None)
+
+    @requires_grad.setter
+    def requires_grad(self, flag):
+        Tensor.requires_grad.__set__(self, flag)
+
+
 def view_of_view_msg(t):
     """torch's text for an in-place op on a view of a view made in no_grad / inference mode."""
     import re
@@ -85,7 +144,6 @@ def view_of_view_msg(t):
 def read_by_positions(a):
     """View ``a``'s value as a gather from its base's flat elements: the history of a view whose own op cannot
     be replayed (as_strided) or was never recorded (made before the base had a history)."""
-    from .tensor import Tensor
     base = a._base
     return base.reshape(-1)[Tensor._make(view_positions(base._data, a._data))]
 

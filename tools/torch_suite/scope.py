@@ -26,8 +26,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RULE_A = [
     ("cuda/other devices", r"cuda|CUDA|\bmps\b|MPS|\bxpu\b|XPU|['\"]meta['\"]|deviceCountAtLeast|onlyCUDA|\bhpu\b|"
                            r"privateuse1|torch\.accelerator|\bStream\b|\bstream\(|\bstreams?\b"),
-    ("forward-mode AD", r"fwAD|forward_ad|dual_level|make_dual|unpack_dual|forward-mode|check_forward_ad|"
-                        r"forward_grad|def jvp\b|check_batched_forward_grad|_fw_primal|check_fwd_over_rev"),
     ("complex", r"complex|cfloat|cdouble|\.conj\(|conj_physical|view_as_real|view_as_complex|\b\d+j\b|"
                 r"is_conj|resolve_conj"),
     ("sparse", r"sparse|to_dense|coalesce|\b_indices\b|\b_values\b|\bto_sparse"),
@@ -58,6 +56,9 @@ RULE_A = [
     ("bfloat16", r"bfloat16"),
     ("skipped/xfail in torch", r"unittest\.skip\(|expectedFailure\b|@unittest\.skip\b"),
 ]
+# RULE.md's forward-mode row: since the 2026-11-29 amendment (issue 29) it tags a test instead of excluding it
+FORWARD_MODE = re.compile(r"fwAD|forward_ad|dual_level|make_dual|unpack_dual|forward-mode|check_forward_ad|"
+                          r"forward_grad|def jvp\b|check_batched_forward_grad|_fw_primal|check_fwd_over_rev")
 RULE_B = [("logging_tensor", "logging_tensor"), ("vmap", "vectorized"), ("vmap", "vectorize_True"),
           ("cuda", "cuda"), ("meta", "meta"), ("mps", "mps"), ("xpu", "xpu"), ("complex", "complex"),
           ("bfloat16", "bfloat16")]
@@ -149,8 +150,9 @@ class FileIndex:
 
 
 def classify(ids, files):
-    """The rule: {id: {"in", "why", "class"}} for pytest ids "file::Class::test" given ``files``, a dict
-    {file name: FileIndex of the original (unrewritten) source}."""
+    """The rule: {id: {"in", "why", "class", "forward_mode"}} for pytest ids "file::Class::test" given ``files``,
+    a dict {file name: FileIndex of the original (unrewritten) source}; ``forward_mode``: the forward-mode row's
+    tag (RULE.md, 2026-11-29 amendment)."""
     scope = {}
     for tid in ids:
         fname, cls, name = tid.split("::")
@@ -177,7 +179,7 @@ def classify(ids, files):
                 src_name = max(cands, key=len) if cands else ""
                 if tok in name[len(src_name):].lower() or generic != cls and tok in name[len(src_name):]:
                     why.append(f"name: {reason}")
-        scope[tid] = {"in": not why, "why": why, "class": generic}
+        scope[tid] = {"in": not why, "why": why, "class": generic, "forward_mode": bool(FORWARD_MODE.search(text))}
     return scope
 
 
@@ -201,7 +203,8 @@ def main(argv=None):
     for c, cnt in sorted(by_cls.items()):
         print(f"{c:45s} in {cnt['in']:4d}  out {cnt['out']:4d}")
         total_in += cnt["in"]
-    print("total in scope:", total_in, " collected:", len(scope))
+    print("total in scope:", total_in, " collected:", len(scope),
+          " forward-mode tagged in scope:", sum(v["in"] and v.get("forward_mode", False) for v in scope.values()))
     reasons = Counter(w.split(" (")[0] for v in scope.values() for w in v["why"][:1])
     print("first exclusion reason:", dict(reasons.most_common()))
 

@@ -141,8 +141,18 @@ def _sigmoid(x):
 
 ew("sigmoid", _sigmoid, lambda c, g: (g * _out(c) * (1.0 - _out(c)),), lambda m, x: m.sigmoid(x), "float",
    saves_out=(0,))
+def _grad_named(t, name):
+    """Name the node of gradient ``t`` (recorded under create_graph) as torch names the one backward kernel it
+    computes with (``threshold_backward`` -> ThresholdBackwardBackward0); ``t`` has none when nothing recorded."""
+    gf = getattr(t, "grad_fn", None)
+    if gf is not None:
+        gf.torch_name = name
+    return t
+
+
 ew("relu", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False),
-   lambda c, g: (c.bind("where", _out(c) <= 0, 0.0, g),),     # torch's threshold_backward: NaN passes g
+   # torch's threshold_backward: NaN passes g
+   lambda c, g: (_grad_named(c.bind("where", _out(c) <= 0, 0.0, g), "ThresholdBackwardBackward0"),),
    lambda m, x: m.max(x, m.lit(0)), saves_out=(0,), kind="nobool")
 ew("abs", np.abs, lambda c, g: (g * _in(c).sign(),), lambda m, x: m.abs(x), saves_in=(0,), kind="nobool")
 
@@ -334,8 +344,16 @@ def _where_rule(avals, params):
 # eager dispatch passes arrays and Python numbers only: the C function under np.where's __array_function__ layer
 _WHERE_C = getattr(np.where, "_implementation", None)
 
-register(OpDef("where", "elementwise", _where_rule, np.where,
-               _ew_vjp(lambda c, g: (None, g.where(_in(c, 0), 0.0), g.where(~_in(c, 0), 0.0))),
+def _where_vjp(c, g):
+    cond = _in(c, 0)
+    needs = c.needs_grad
+    gx = g.where(cond, 0.0) if needs[1] else None
+    if gx is not None and getattr(c, "torch_name", None) == "ThresholdBackward0":
+        _grad_named(gx, "ThresholdBackwardBackward0")      # nn.functional.threshold: torch's threshold_backward
+    return None, gx, g.where(~cond, 0.0) if needs[2] else None
+
+
+register(OpDef("where", "elementwise", _where_rule, np.where, _ew_vjp(_where_vjp),
                scalar=lambda m, c, x, y: m.select(c, x, y), saves_in=(0,), nondiff_inputs=(0,),
                eager_impl=lambda avals, params: _WHERE_C))
 

@@ -15,6 +15,7 @@ from ...runtime.symbolic_values import arange as symbolic_arange, symbolic_size
 from ..dim_args import dim_arg as _axis, dims_arg as _axes, fresh_result as _fresh
 from ...runtime.dispatch import bind, op_error
 from ...runtime.grad_names import named
+from ...runtime.multi_view import join as join_views
 from ...runtime.tensor import Tensor
 from ..torch_kwargs import torch_kwargs
 from ...runtime.traced import definite_view, layout_key, traced_strides
@@ -270,17 +271,19 @@ def split(tensor, split_size_or_sections, dim=0, **torch_kw):
         out.append(tensor[(slice(None),) * ax + (slice(start, start + s),)])
         start += s
     return _multi_view(out, tensor, "Split" if isinstance(split_size_or_sections, (int, SymInt))
-                       else "SplitWithSizes")
+                       else "SplitWithSizes", lambda grads: cat(grads, ax))
 
 
-def _multi_view(outs, input, name):
+def _multi_view(outs, input, name, combine):
     """Mark the views a multi-output function returns (torch refuses in-place ops on them when recorded) and
-    name their nodes as torch's single node (UnbindBackward0, SplitBackward0, ...)."""
+    give them torch's single node (UnbindBackward0, SplitBackward0, ...; ``combine`` joins the pieces'
+    gradients into the input's)."""
     for k, t in enumerate(outs):
         if t._base is not None:
             t._view_origin = (name, k)
         if t.grad_fn is not None and t is not input:
-            t.grad_fn.torch_name = name + "Backward0"
+            t.grad_fn.torch_name = name + "Backward0"   # (pieces that keep a node each: traced, on a device)
+    join_views(outs, input, name, combine)
     return tuple(outs)
 
 
@@ -299,7 +302,8 @@ def unbind(input, dim=0, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(unbind, 'unbind', (input, dim), {}, torch_kw)
     ax = _axis("unbind", input, dim)
-    return _multi_view([input[(slice(None),) * ax + (i,)] for i in range(input.shape[ax])], input, "Unbind")
+    return _multi_view([input[(slice(None),) * ax + (i,)] for i in range(input.shape[ax])], input, "Unbind",
+                       lambda grads: stack(grads, ax))
 
 
 @published("jitgrad", "Tensor")

@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from ...declarations import published
+from ...runtime.dual import DUALS
 from ...ir import dtypes as dt
 
 PRECISION = 4
@@ -156,10 +157,21 @@ def tensor_repr(t, data=None, device=None) -> str:
     body = format_data(a, indent)
     if device is not None:
         suffixes.insert(0, f"device='{device}'")
-    if t.grad_fn is not None:
-        suffixes.append(f"grad_fn=<{t.grad_fn.name()}>")
-    elif t._requires_grad:
-        suffixes.append("requires_grad=True")
+    try:
+        gf = t.grad_fn
+    except RuntimeError:    # a view made in no_grad mode whose base was written since: torch prints it so
+        suffixes.append("grad_fn=<Invalid>")
+    else:
+        if gf is not None:
+            suffixes.append(f"grad_fn=<{gf.name()}>")
+        elif t._requires_grad or t._view_origin is not None and t.requires_grad:
+            suffixes.append("requires_grad=True")
+    if DUALS.levels:        # a dual tensor shows its tangent (torch)
+        for lv in DUALS.levels:
+            tangent = lv.get(t)
+            if tangent is not None:
+                suffixes.append(f"tangent={tensor_repr(tangent)}")
+                break
     return _add_suffixes(prefix + body, suffixes, indent)
 
 

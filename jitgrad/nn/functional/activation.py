@@ -79,7 +79,7 @@ def threshold(input, threshold, value, inplace=False, **torch_kw):
     """``x`` where ``x > threshold``, else ``value``."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(threshold, 'threshold', (input, threshold, value, inplace), {}, torch_kw)
-    return _maybe_inplace(input, inplace, lambda x: F.where(x > threshold, x, value))
+    return _maybe_inplace(input, inplace, lambda x: named(F.where(x > threshold, x, value), "ThresholdBackward0"))
 
 
 def threshold_(input, threshold_value, value, **torch_kw):

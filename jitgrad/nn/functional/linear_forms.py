@@ -4,7 +4,7 @@ compositions of primitives, so they differentiate and compile.
 from __future__ import annotations
 
 from ...library import elementary as F
-from ...runtime.grad_names import named
+from ...runtime.node_chain import join_addmm
 from ...library.torch_kwargs import torch_kwargs
 from ...declarations import published
 
@@ -16,10 +16,24 @@ def linear(input, weight, bias=None, **torch_kw):
     if input.shape[-1] != weight.shape[-1]:
         raise RuntimeError(f"linear: mat1 and mat2 shapes cannot be multiplied ({'x'.join(map(str, input.shape))} "
                            f"and {'x'.join(map(str, weight.shape[::-1]))})")
-    out = F.matmul(input, weight.T)
-    out = out if bias is None else out + bias
-    if input.ndim == 2:     # torch's one node for the 2-d case
-        named(out, "AddmmBackward0" if bias is not None else "MmBackward0")
+    if input.ndim != 2:
+        out = F.matmul(input, weight.T)
+        return out if bias is None else out + bias
+    # the 2-d case as torch records it: weight.t() (TBackward0), then one MmBackward0 or AddmmBackward0 node
+    wt = weight.T
+    if wt.grad_fn is not None:
+        wt.grad_fn.torch_name = "TBackward0"
+    out = F.matmul(input, wt)
+    if bias is None:
+        if out.grad_fn is not None:
+            out.grad_fn.torch_name = "MmBackward0"
+        return out
+    out = out + bias
+    if out.grad_fn is not None:
+        if out.grad_fn.next_functions[0][0] is not None:
+            join_addmm(out)         # one node for mm and add (runtime/node_chain.py)
+        if out.grad_fn.op.name != "addmm":
+            out.grad_fn.torch_name = "AddmmBackward0"
     return out
 
 
