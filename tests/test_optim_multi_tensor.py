@@ -166,10 +166,10 @@ def test_fused_and_foreach_keywords_as_torch(name):
                          ids=["adamw", "adam_l2", "sgd_nesterov"])
 def test_multi_tensor_split_between_threads_bit_identical(monkeypatch, make):
     """Big parameters: the update is split between eager threads by parameter; the bits are those of one thread."""
-    from jitgrad.ir import eager_chunks, settings
-    from jitgrad.ir.eager_chunks import MIN_CHUNK
-    monkeypatch.setattr(eager_chunks._PACER, "left", 0)        # (a loaded machine must not make it serial)
-    monkeypatch.setattr(eager_chunks._Pacer, "SLOW", float("inf"))
+    from jitgrad.ir import eager_threads, settings
+    from jitgrad.ir.eager_threads import MIN_CHUNK
+    monkeypatch.setattr(eager_threads._PACER, "left", 0)        # (a loaded machine must not make it serial)
+    monkeypatch.setattr(eager_threads._Pacer, "SLOW", float("inf"))
 
     def run(threads):
         monkeypatch.setattr(settings.STATE, "num_threads", threads)

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .eager_chunks import run_split, threads_for
-
 M0, M1 = 0xD2511F53, 0xCD9E8D57          # the round multipliers
 W0, W1 = 0x9E3779B9, 0xBB67AE85          # the Weyl key increments (golden ratio, sqrt(3) - 1)
 MASK32 = 0xFFFFFFFF
@@ -45,23 +43,12 @@ def philox4x32(ctr, key, rounds=10):
     # one key for every element (a draw's seed) stays a scalar; per-element keys are walked like the lanes
     keys = [k.reshape(()) if k.size == 1 else np.broadcast_to(k, shape).reshape(-1) for k in keys]
     n = lanes[0].size
-    nchunks = -(-n // _CHUNK)
-    nt = min(threads_for(n), nchunks)
-    if nt < 2:
-        _chunks(lanes, keys, 0, n, rounds)
-    else:       # each element is computed alone: the threads' ranges give the bits of one thread
-        bounds = [nchunks * t // nt * _CHUNK for t in range(nt)] + [n]
-        run_split([(_chunks, (lanes, keys, bounds[t], bounds[t + 1], rounds)) for t in range(nt)])
-    return tuple(c.reshape(shape) for c in lanes)
-
-
-def _chunks(lanes, keys, start, stop, rounds):
-    """The rounds over elements ``[start, stop)``, one cache-sized chunk at a time, with scratch of its own."""
-    scratch = (np.empty(min(stop - start, _CHUNK), _U), np.empty(min(stop - start, _CHUNK), _U))
-    for lo in range(start, stop, _CHUNK):
-        hi = min(stop, lo + _CHUNK)
+    scratch = (np.empty(min(n, _CHUNK), _U), np.empty(min(n, _CHUNK), _U))
+    for lo in range(0, n, _CHUNK):
+        hi = min(n, lo + _CHUNK)
         _rounds(*(c[lo:hi] for c in lanes), *(k[lo:hi] if k.ndim else k for k in keys),
                 *(w[:hi - lo] for w in scratch), rounds)
+    return tuple(c.reshape(shape) for c in lanes)
 
 
 def _rounds(c0, c1, c2, c3, k0, k1, p0, p1, rounds):

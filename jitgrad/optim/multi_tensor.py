@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.eager_chunks import _DEFAULT_ERR, run_split, threads_for
+from ..ir.eager_threads import _DEFAULT_ERR, run_split, threads_for
 from ..jit.guards import is_compiling
 from ..runtime.bind_route import ROUTE as _ROUTE
 from ..tracer import STATE as _TR

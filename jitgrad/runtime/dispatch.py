@@ -12,7 +12,6 @@ from weakref import ref as _weakref
 import numpy as np
 
 from ..ir import dtypes as dt
-from ..ir import eager_chunks
 from ..ir.ops import OPS as _OPS, Aval, OpError
 from ..ir.ops.opdef import fmt_shape
 from . import anomaly, forward_state, grad_mode, profiler_state
@@ -278,11 +277,6 @@ def _rule_entry(op, args, params):
         raise op_error(op, avals, e) from None
     want = out_avals[0].dtype.np
     impl = (op.eager_impl(avals, params) if op.eager_impl is not None else None) or op.impl
-    if op.nout == 1:        # big: split between threads (ir/eager_chunks.py)
-        if op.family == "elementwise":
-            impl = eager_chunks.for_signature(impl, avals, out_avals[0], params) or impl
-        elif op.family == "reduce":
-            impl = eager_chunks.for_rows(impl, avals, out_avals[0], params) or impl
     return (out_avals, avals, want, op.vjp is not None and np.dtype(want).kind == "f",
             tuple(a.shape for a in avals), tuple(a.dtype for a in avals), impl)
 
