@@ -412,3 +412,24 @@ def test_concurrent_writers_same_key(tmp_path):
     # exactly one of them published it (os.link: first writer wins), the other verified and used it
     assert sorted((r["stats"]["misses"], r["stats"]["hits"], r["stats"]["rebuilt"]) for r in results) == \
         [(0, 1, 0), (1, 0, 0)]
+
+
+@pytest.mark.parametrize("package", ["codegen", "ir", "jit", "tracer"])
+def test_key_changes_with_the_source_of_what_shapes_a_program(monkeypatch, tmp_path, package):
+    """A source checkout edited between runs keeps its version: a change to the passes, the tracer or the step's
+    bookkeeping (not only codegen) must change every key, or an old program is loaded for new code."""
+    import shutil
+    from pathlib import Path
+    real = Path(cache.__file__).resolve().parent.parent.parent
+    fake = tmp_path / "jitgrad"
+    for d in cache._DIGESTED:
+        shutil.copytree(real / d, fake / d, ignore=shutil.ignore_patterns("__pycache__"))
+    (fake / "codegen" / "native").mkdir(parents=True, exist_ok=True)
+    monkeypatch.setattr(cache, "__file__", str(fake / "codegen" / "native" / "cache.py"))
+    cache._environment.cache_clear()
+    k = cache.cache_key(PLAIN_SRC)
+    target = sorted((fake / package).rglob("*.py"))[0]
+    target.write_text(target.read_text() + "\n# edited\n")
+    cache._environment.cache_clear()
+    assert cache.cache_key(PLAIN_SRC) != k
+    cache._environment.cache_clear()

@@ -3,7 +3,7 @@ we keep and load the object code.
 
 - **Keys.**  A kernel is keyed by its text (its structure: ``kernel_key``), a graph's C entry by its text
   (``entry_key``), and a compiled graph by its entry and its kernels (``graph_key``).  Every key also covers the
-  Numba/llvmlite/NumPy/Python versions, jitgrad's codegen sources and the host CPU (``cache.cache_key``).
+  Numba/llvmlite/NumPy/Python versions, jitgrad's codegen, ir, jit and tracer sources and the host CPU (``cache.cache_key``).
 - **What lands on disk** (``objstore.py``): one object file per kernel and per entry as they are compiled, and
   one file per compiled graph holding all of its objects.  A warm start reads that one file and links it with
   llvmlite (``objload.py``): no Numba import at all.  A graph whose file is missing but whose kernels and entry
