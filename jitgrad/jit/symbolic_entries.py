@@ -34,6 +34,7 @@ from ..ir.graph import Graph, Lit, Var
 from ..ir.ops import Aval
 from ..ir import symbolic
 from ..ir.symbolic import ShapeEnv, concretize, has_symbols, rehint
+from ..runtime.profiler_state import STATE as _PROF
 from .trace_entries import _Entry, copied_outputs
 
 MAX_INSTANCES = 256     # concrete instances kept per symbolic entry (the oldest go first)
@@ -197,9 +198,10 @@ class Lowered:
     ``CompiledGraph`` of that graph laid out with symbolic sizes (``graph_code.sized_graph``), and once its code
     is ready, the ``codegen/program/sized.SizedProgram`` that binds it per tuple of sizes."""
 
-    def __init__(self, graph, cg, guards, copy_outs, wrap, lifted):
+    def __init__(self, graph, cg, guards, copy_outs, wrap, lifted, compiled_result):
         self.graph, self.cg, self.guards, self.copy_outs, self.wrap = graph, cg, guards, copy_outs, wrap
         self.lifted = lifted        # (aval, SymInt | SymFloat): the trailing inputs lift_literals made
+        self.compiled_result = compiled_result      # graph_code's (imported by _lower, kept: no import per binding)
         self.sized = None
 
     def ready(self):
@@ -227,7 +229,7 @@ def _lower(cf, e, values):
     """``e``'s Lowered at the sizes ``values`` (its decisions taken for them), or False when its program cannot be
     bound per sizes (a Python driver, collectives)."""
     from . import build_policy
-    from .graph_code import sized_graph
+    from .graph_code import compiled_result, sized_graph
     from ..ir.passes import run_pipeline
     t0 = time.perf_counter()
     name = getattr(cf.fn, "__name__", "compiled")
@@ -251,7 +253,8 @@ def _lower(cf, e, values):
     cf.stats["shape_lowerings"] += 1
     from .graph_function import GraphFunction
     wrap = GraphFunction(graph, e.out_diff, array_outs={oi for _, oi in e.writes})._wrap
-    return Lowered(graph, cg, env.guards, copied_outputs(graph, e.writes, e.same_outs), wrap, lifted)
+    return Lowered(graph, cg, env.guards, copied_outputs(graph, e.writes, e.same_outs), wrap, lifted,
+                   compiled_result)
 
 
 def lift_literals(g: Graph):
@@ -336,9 +339,8 @@ class SizedEntry(_Entry):
 def _direct_call(cf, inst, low, run, extra=()):
     """The bound entry's call on the graph's input tensors (as ``GraphFunction.direct``'s); ``extra``: the
     arrays of the lifted literals at its sizes, passed after them."""
-    from ..runtime import profiler_state
-    from .graph_code import compiled_result
-    prof, nd, stats, cg, wrap = profiler_state.STATE, np.ndarray, cf.stats, low.cg, low.wrap
+    compiled_result = low.compiled_result
+    prof, nd, stats, cg, wrap = _PROF, np.ndarray, cf.stats, low.cg, low.wrap
     bound_copies = set(low.copy_outs)
 
     def slow(inputs):

@@ -17,14 +17,18 @@ llvmlite alone (``objload.py``).  The text has no sizes in it: a new batch size 
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 
 import numpy as np
 
+from .output_pool import MIN_BYTES, take as take_by_shape, take_by_capacity
+
 TUPLE_ITEMS = 3 * ctypes.sizeof(ctypes.c_void_p)     # PyTupleObject: refcnt, type, size, then ob_item[]
 ARRAY_DATA = 2 * ctypes.sizeof(ctypes.c_void_p)      # PyArrayObject_fields: refcnt, type, then data
 _ENTRY_CALL = ctypes.CFUNCTYPE(None, ctypes.py_object, ctypes.c_void_p)
+_NO_LOCK = contextlib.nullcontext()
 _LAYOUT_OK = None
 
 
@@ -380,12 +384,9 @@ def caller(address: int, program, n_checks: int, A, F, OFF, fallback, IE, step_e
     LAUNCH_LOCK`` when the graph has a parallel kernel).  ``A``, ``F``, ``OFF``, ``IE`` are kept alive by the
     returned function.  ``fresh``: the fresh outputs' (shape, dtype) when they are not the program's own (a
     program lowered for every size, bound to one tuple of sizes: ``sized.py``)."""
-    import contextlib
-
-    from .output_pool import MIN_BYTES, take, take_by_capacity
+    take = take_by_capacity if fresh is not None else take_by_shape
     p = program
-    if fresh is not None:       # shapes that change between bindings: buffers kept by capacity, not by shape
-        take = take_by_capacity
+    # (fresh: shapes that change between bindings, so buffers are kept by capacity, not by shape)
     fn = _ENTRY_CALL(address)
     ctx = np.array([A.ctypes.data, F.ctypes.data, OFF.ctypes.data, IE.ctypes.data], np.int64)
     cptr = ctx.ctypes.data
@@ -397,7 +398,7 @@ def caller(address: int, program, n_checks: int, A, F, OFF, fallback, IE, step_e
     empty = np.empty
     outputs = p.outputs
     checked = bool(p.index_steps)
-    lock = lock if lock is not None else contextlib.nullcontext()
+    lock = lock if lock is not None else _NO_LOCK
 
     def run(*arrays):
         for a in arrays:
