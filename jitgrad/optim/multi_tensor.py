@@ -137,9 +137,7 @@ def _adam_arrays(work, consts, scratch):
             if decoupled:
                 np.multiply(pd, decay, out=pd)
             else:
-                np.multiply(pd, wd, out=t2)                # g = g + wd * p
-                np.add(g, t2, out=t2)
-                g = t2
+                g = _gradient(pd, g, wd, False, t1, t2)
         np.subtract(g, m, out=t1)                          # exp_avg.add_((g - exp_avg) * (1 - beta1))
         np.multiply(t1, one_m_b1, out=t1)
         np.add(m, t1, out=m)
@@ -158,6 +156,22 @@ def _adam_arrays(work, consts, scratch):
         np.divide(m, t1, out=t1)                           # p.sub_(step_size * (exp_avg / denom))
         np.multiply(step_size, t1, out=t1)
         np.subtract(pd, t1, out=pd)
+
+
+def _gradient(pd, g, wd, maximize, t1, t2):
+    """The gradient a step uses, as the per-parameter paths compute it: ``-g`` when maximising, plus ``wd * p``
+    (L2 weight decay); in ``t2`` when either applies (``t1`` is scratch), else ``g`` itself."""
+    if maximize:
+        g = np.negative(g, out=t2)
+    if wd != 0:
+        np.multiply(pd, wd, out=t1)
+        g = np.add(g, t1, out=t2)
+    return g
+
+
+# _SUB_LR: ``p.sub_(lr * step)`` in place, written out in each update (a call per parameter is what the step's
+# budget counts): a 0-d float64 ``lr`` times an array rounds to the array's dtype, except beside another 0-d
+# tensor (torch's rule), where the product stays float64
 
 
 def _split_by_size(opt, work, run):
@@ -219,11 +233,8 @@ def _sgd_arrays(work, consts, scratch):
         shape, dtype, size = pd.shape, pd.dtype, pd.size
         t1 = scratch.get(0, dtype, shape, size)
         t2 = scratch.get(1, dtype, shape, size)
-        if maximize:
-            g = np.negative(g, out=t2)
-        if wd != 0:
-            np.multiply(pd, wd, out=t1)                    # g = g + wd * p
-            g = np.add(g, t1, out=t2)
+        if maximize or wd != 0:
+            g = _gradient(pd, g, wd, maximize, t1, t2)
         if b is not None:
             np.multiply(b, momentum, out=b)                # buf.mul_(momentum).add_(g, alpha=1 - dampening)
             if 1 - dampening == 1:
@@ -236,9 +247,7 @@ def _sgd_arrays(work, consts, scratch):
                 g = np.add(g, t1, out=t2)
             else:
                 g = b
-        # p.sub_(lr * g): a 0-d float64 lr times an array rounds to the array's dtype, except beside another
-        # 0-d tensor (torch's rule), where the product stays float64
-        t = scratch.get(2, np.float64, (), 1) if pd.ndim == 0 and dtype != np.float64 else t1
+        t = scratch.get(2, np.float64, (), 1) if pd.ndim == 0 and dtype != np.float64 else t1    # (_SUB_LR)
         np.multiply(lr, g, out=t)
         np.subtract(pd, t, out=pd)
 
@@ -296,11 +305,8 @@ def _rmsprop_arrays(work, consts, scratch):
         t1 = scratch.get(0, dtype, shape, size)
         t2 = scratch.get(1, dtype, shape, size)
         t3 = scratch.get(3, dtype, shape, size)
-        if maximize:
-            g = np.negative(g, out=t2)
-        if wd != 0:
-            np.multiply(pd, wd, out=t1)                    # g = g + wd * p
-            g = np.add(g, t1, out=t2)
+        if maximize or wd != 0:
+            g = _gradient(pd, g, wd, maximize, t1, t2)
         np.multiply(sq, alpha, out=sq)                     # square_avg.mul_(alpha).add_(g * g * (1 - alpha))
         np.multiply(g, g, out=t1)
         np.multiply(t1, 1 - alpha, out=t1)
@@ -322,8 +328,6 @@ def _rmsprop_arrays(work, consts, scratch):
             step = b
         else:
             step = t1
-        # p.sub_(lr * step): a 0-d float64 lr times an array rounds to the array's dtype, except beside another
-        # 0-d tensor (torch's rule), where the product stays float64
-        t = scratch.get(2, np.float64, (), 1) if pd.ndim == 0 and dtype != np.float64 else t1
+        t = scratch.get(2, np.float64, (), 1) if pd.ndim == 0 and dtype != np.float64 else t1    # (_SUB_LR)
         np.multiply(lr, step, out=t)
         np.subtract(pd, t, out=pd)
