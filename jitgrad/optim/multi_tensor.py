@@ -1,4 +1,4 @@
-"""Eager multi-tensor optimiser updates: Adam/AdamW, SGD and RMSprop over all of a group's parameters with NumPy ``out=``
+"""Eager multi-tensor optimiser updates: Adam/AdamW, SGD and RMSprop over a group's parameters with NumPy ``out=``
 ufuncs on the parameters' own buffers, no Tensor, no dispatch, no graph per operation.
 
 The per-parameter path (``Adam.step``'s loop of tensor ops) dispatches ~20 ops per parameter and allocates a

@@ -35,19 +35,8 @@ def inplace_on_view(self, fn, others, snapshot, check_result):
     check_result(self, r)
     if r.dtype is not self.dtype:
         r = r.to(self.dtype)
-    b = base._data
-    if b.ndim == 0:
-        spec, idx = (Ellipsis,), ()
-    else:
-        pos = view_positions(b, self._data)
-        idx = tuple(type(self)._make(a) for a in np.unravel_index(pos, b.shape))
-        spec = tuple(("tensor", k) for k in range(b.ndim))
-    new_base = bind(O["index_put"], base, r, *idx, spec=spec, accumulate=False)
-    b[...] = new_base._data             # the view's memory is part of it
+    _copy_slices(base, self, r, write=True)
     self._vc[0] += 1                    # shared by the base and all its views
-    base.grad_fn = named(new_base, "CopySlices").grad_fn
-    base._out_nr = 0
-    base._requires_grad = False
     node = self.grad_fn
     if node is not None and node.view_args is not None:
         refresh_view(self)              # a view node on the base's new history
@@ -55,6 +44,25 @@ def inplace_on_view(self, fn, others, snapshot, check_result):
         self.grad_fn, self._out_nr = r.grad_fn, r._out_nr
     self._requires_grad = False
     return self
+
+
+def _copy_slices(base, view, value, write=False):
+    """``base``'s history becomes torch's CopySlices: ``base`` with ``value`` put where ``view`` shows its elements
+    (``index_put``); ``write``: that result's data is also copied into ``base``'s own buffer first (the view's
+    memory is part of it)."""
+    b = base._data
+    if b.ndim == 0:
+        spec, idx = (Ellipsis,), ()
+    else:
+        pos = view_positions(b, view._data)
+        idx = tuple(type(view)._make(a) for a in np.unravel_index(pos, b.shape))
+        spec = tuple(("tensor", k) for k in range(b.ndim))
+    new_base = bind(O["index_put"], base, value, *idx, spec=spec, accumulate=False)
+    if write:
+        b[...] = new_base._data
+    base.grad_fn = named(new_base, "CopySlices").grad_fn
+    base._out_nr = 0
+    base._requires_grad = False
 
 
 def rebase_custom_write(view, view_fn):
@@ -65,16 +73,7 @@ def rebase_custom_write(view, view_fn):
     b = base._data
     if type(b) is not np.ndarray or type(view._data) is not np.ndarray:
         return      # traced and device views follow their base where it is written (traced.py, cuda/eager.py)
-    if b.ndim == 0:
-        spec, idx = (Ellipsis,), ()
-    else:
-        pos = view_positions(b, view._data)
-        idx = tuple(type(view)._make(a) for a in np.unravel_index(pos, b.shape))
-        spec = tuple(("tensor", k) for k in range(b.ndim))
-    new_base = bind(O["index_put"], base, view, *idx, spec=spec, accumulate=False)
-    base.grad_fn = named(new_base, "CopySlices").grad_fn
-    base._out_nr = 0
-    base._requires_grad = False
+    _copy_slices(base, view, view)
     if view_fn is not None and view_fn.view_args is not None:
         view.grad_fn, view._out_nr = view_fn, 0
         refresh_view(view)              # a view node on the base's new history
