@@ -46,8 +46,13 @@ def take(shape, dtype) -> np.ndarray:
     nbytes = int(np.prod(shape)) * dtype.itemsize
     if nbytes < MIN_BYTES or _LIMIT <= 0:
         return np.empty(shape, dtype)
+    return _recycled((tuple(shape), dtype.str), shape, dtype, nbytes)
+
+
+def _recycled(key, shape, dtype, nbytes) -> np.ndarray:
+    """A free buffer of the pool's ``key``, else a new ``np.empty(shape, dtype)`` of ``nbytes``, kept in the pool
+    while its limits allow."""
     global _held
-    key = (tuple(shape), dtype.str)
     with _lock:
         bufs = _pool.get(key)
         if bufs is None:
@@ -80,23 +85,8 @@ def take_by_capacity(shape, dtype) -> np.ndarray:
     nbytes = n * dtype.itemsize
     if nbytes < MIN_BYTES or _LIMIT <= 0:
         return np.empty(shape, dtype)
-    global _held
     cap = capacity(nbytes)
-    key = ("capacity", cap, dtype.str)
-    with _lock:
-        bufs = _pool.get(key)
-        if bufs is None:
-            bufs = _pool[key] = []
-        for a in bufs:
-            if sys.getrefcount(a) == _FREE_REFS:
-                STATS["reused"] += 1
-                return a[:n].reshape(shape)
-        a = np.empty(cap // dtype.itemsize, dtype)
-        STATS["allocated"] += 1
-        if len(bufs) < PER_KEY and _held + cap <= _LIMIT:
-            bufs.append(a)
-            _held += cap
-        return a[:n].reshape(shape)
+    return _recycled(("capacity", cap, dtype.str), cap // dtype.itemsize, dtype, cap)[:n].reshape(shape)
 
 
 def clear():
