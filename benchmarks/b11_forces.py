@@ -20,9 +20,6 @@ backward: their error is the row); torch.func (forces by ``grad`` of the energy)
 JAX jit (when installed); jitgrad eager, ``@jg.compile`` on the whole step (forward, forces, loss, backward,
 Adam), and ``jg.compile(model)`` inside the eager step.
 """
-import argparse
-import functools
-import json
 import os
 import sys
 
@@ -33,12 +30,9 @@ from machine import ONE_THREAD_ENV  # noqa: E402  (imports no NumPy)
 for _name, _value in ONE_THREAD_ENV.items():      # before NumPy, torch or JAX start their thread pools
     os.environ.setdefault(_name, _value)
 
-import numpy as np  # noqa: E402
-
 import force_field as W  # noqa: E402
 import harness as H  # noqa: E402
 
-CHECK_STEPS = 4
 # (row name, child key, row kind, module it needs)
 CONFIGS = [
     ("PyTorch eager", "torch:eager", "peer", "torch"),
@@ -53,43 +47,13 @@ CONFIGS = [
 ]
 
 
-def build(key, dtype):
-    """The configuration ``key`` ("lib:mode") as ``call`` or ``(call, sync)``."""
-    lib, mode = key.split(":")
-    if lib == "jax":
-        return W.jax_step(mode, dtype)
-    if lib == "torch-func":
-        import torch
-        torch.set_num_threads(1)
-        return W.torch_func(torch, mode, dtype)
-    if lib == "torch":
-        import torch
-        torch.set_num_threads(1)
-        return W.torch_style(torch, mode, dtype)[0]
-    import jitgrad
-    # build before the first call returns, so the first call includes the build
-    return W.torch_style(jitgrad, mode, dtype, compile_=functools.partial(jitgrad.compile, background=False))[0]
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--child", help="run one configuration (lib:mode) in this process; prints one JSON line")
-    ap.add_argument("--only", help="run only the configurations whose name or key contains this")
-    ap.add_argument("--unpinned", action="store_true", help="leave the timed steps free to run on every core")
-    ap.add_argument("--json", action="store_true", help="also print every row's result as one JSON line")
-    a = ap.parse_args()
-    if a.child:
-        return H.child_step_main(build, a.child, a.unpinned, CHECK_STEPS)
-    bench = H.Bench("B11", "force-field training step (forces by create_graph, Adam): 8 x 32 atoms, MLP 16-64-64-1",
-                    unit="ms", tol={"loss float64": 1e-8, "loss float32": 1e-4},
-                    baselines=("PyTorch eager", "fastest peer"))
-    results = H.fresh_process_table(bench, __file__, CONFIGS, a.only, a.unpinned)
-    H.ratio_targets(bench, ["jitgrad compiled (whole step)"], {"PyTorch eager": 0.5, "JAX jit": 0.8}, first_s=2.0)
-    bench.ref("issue 29 (2026-11-29, another run): PyTorch eager 2.63 ms, torch.func + torch.compile 0.88 ms "
-              "(first call 15.3 s), JAX jit 0.94 ms, jitgrad eager 4.99 ms, compiled 2.50 ms")
-    bench.finish()
-    if a.json:
-        print(json.dumps({"id": "B11", "machine": H.machine_info(), "load_avg": os.getloadavg(), "rows": results}))
+    H.workload_main(
+        __doc__, __file__, "B11",
+        "force-field training step (forces by create_graph, Adam): 8 x 32 atoms, MLP 16-64-64-1",
+        CONFIGS, W, ["jitgrad compiled (whole step)"],
+        "issue 29 (2026-11-29, another run): PyTorch eager 2.63 ms, torch.func + torch.compile 0.88 ms "
+        "(first call 15.3 s), JAX jit 0.94 ms, jitgrad eager 4.99 ms, compiled 2.50 ms")
 
 
 if __name__ == "__main__":

@@ -22,9 +22,6 @@ their error is the row); torch.func (``vmap(jacrev)``, ``vmap(hessian)`` per poi
 JAX jit (when installed); jitgrad eager and ``@jg.compile`` on the whole step (input derivatives, loss, backward,
 Adam), each with u_xx reverse over reverse and forward over reverse, and ``jg.compile(model)`` inside the eager step.
 """
-import argparse
-import functools
-import json
 import os
 import sys
 
@@ -35,12 +32,9 @@ from machine import ONE_THREAD_ENV  # noqa: E402  (imports no NumPy)
 for _name, _value in ONE_THREAD_ENV.items():      # before NumPy, torch or JAX start their thread pools
     os.environ.setdefault(_name, _value)
 
-import numpy as np  # noqa: E402
-
 import pinn as W  # noqa: E402
 import harness as H  # noqa: E402
 
-CHECK_STEPS = 4
 # (row name, child key, row kind, module it needs)
 CONFIGS = [
     ("PyTorch eager", "torch:eager", "peer", "torch"),
@@ -58,45 +52,14 @@ CONFIGS = [
 ]
 
 
-def build(key, dtype):
-    """The configuration ``key`` ("lib:mode[:forward]") as ``call`` or ``(call, sync)``."""
-    lib, mode, *how = key.split(":")
-    laplacian = how[0] if how else "reverse"
-    if lib == "jax":
-        return W.jax_step(mode, dtype)
-    if lib == "torch-func":
-        import torch
-        torch.set_num_threads(1)
-        return W.torch_func(torch, mode, dtype)
-    if lib == "torch":
-        import torch
-        torch.set_num_threads(1)
-        return W.torch_style(torch, mode, dtype, laplacian=laplacian)[0]
-    import jitgrad
-    # build before the first call returns, so the first call includes the build
-    return W.torch_style(jitgrad, mode, dtype, compile_=functools.partial(jitgrad.compile, background=False),
-                         laplacian=laplacian)[0]
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--child", help="run one configuration (lib:mode[:forward]) in this process; prints one JSON line")
-    ap.add_argument("--only", help="run only the configurations whose name or key contains this")
-    ap.add_argument("--unpinned", action="store_true", help="leave the timed steps free to run on every core")
-    ap.add_argument("--json", action="store_true", help="also print every row's result as one JSON line")
-    a = ap.parse_args()
-    if a.child:
-        return H.child_step_main(build, a.child, a.unpinned, CHECK_STEPS)
-    bench = H.Bench("B12", "PINN step, viscous Burgers (u_x, u_t, u_xx per point, Adam): MLP 2-64-64-64-1, 2,048 + 256 points",
-                    unit="ms", tol={"loss float64": 1e-8, "loss float32": 1e-4},
-                    baselines=("PyTorch eager", "fastest peer"))
-    results = H.fresh_process_table(bench, __file__, CONFIGS, a.only, a.unpinned)
-    H.ratio_targets(bench, ["jitgrad compiled (whole step)", "jitgrad compiled, fwd-over-rev"], {"PyTorch eager": 0.5, "JAX jit": 0.8}, first_s=2.0)
-    bench.ref("issue 29 (2026-11-29, another run): PyTorch eager 12.14 ms, torch.compile and torch.func + "
-              "torch.compile raise, JAX jit 9.36 ms, jitgrad eager 9.28 ms, compiled 3.30 ms")
-    bench.finish()
-    if a.json:
-        print(json.dumps({"id": "B12", "machine": H.machine_info(), "load_avg": os.getloadavg(), "rows": results}))
+    H.workload_main(
+        __doc__, __file__, "B12",
+        "PINN step, viscous Burgers (u_x, u_t, u_xx per point, Adam): MLP 2-64-64-64-1, "
+        "2,048 + 256 points",
+        CONFIGS, W, ["jitgrad compiled (whole step)", "jitgrad compiled, fwd-over-rev"],
+        "issue 29 (2026-11-29, another run): PyTorch eager 12.14 ms, torch.compile and torch.func + "
+        "torch.compile raise, JAX jit 9.36 ms, jitgrad eager 9.28 ms, compiled 3.30 ms")
 
 
 if __name__ == "__main__":

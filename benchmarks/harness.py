@@ -669,6 +669,49 @@ def ratio_targets(bench, names, limits, first_s=None):
             bench.target(f"{name}: first call cold <= {first_s:g} s", row.first <= first_s, f"{row.first:.2f} s")
 
 
+def workload_build(W, key, dtype):
+    """Configuration ``key`` ("lib:mode[:variant]") of a workload module ``W`` with ``torch_style``, ``torch_func``
+    and ``jax_step`` (force_field.py, pinn.py) as ``call`` or ``(call, sync)``; a variant is passed to
+    ``torch_style`` as its ``laplacian``.  One thread for torch; jitgrad builds before its first call returns."""
+    lib, mode, *variant = key.split(":")
+    extra = {"laplacian": variant[0]} if variant else {}
+    if lib == "jax":
+        return W.jax_step(mode, dtype)
+    if lib in ("torch", "torch-func"):
+        import torch
+        torch.set_num_threads(1)
+        if lib == "torch-func":
+            return W.torch_func(torch, mode, dtype)
+        return W.torch_style(torch, mode, dtype, **extra)[0]
+    import functools
+    import jitgrad
+    return W.torch_style(jitgrad, mode, dtype, compile_=functools.partial(jitgrad.compile, background=False),
+                         **extra)[0]
+
+
+def workload_main(doc, script, bench_id, title, configs, W, targets, ref, check_steps=4):
+    """The command line of a fresh-process step table (b11_forces.py, b12_pinn.py): ``--child KEY`` runs one
+    configuration of ``W`` (:func:`workload_build`) here, else every one of ``configs`` in its own process, with
+    ``targets`` (rows held to 0.5x PyTorch eager and 0.8x JAX jit, first call cold <= 2 s) and the ``ref`` line."""
+    import argparse
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--child", help="run one configuration (lib:mode[:variant]) in this process; prints one JSON line")
+    ap.add_argument("--only", help="run only the configurations whose name or key contains this")
+    ap.add_argument("--unpinned", action="store_true", help="leave the timed steps free to run on every core")
+    ap.add_argument("--json", action="store_true", help="also print every row's result as one JSON line")
+    a = ap.parse_args()
+    if a.child:
+        return child_step_main(lambda key, dtype: workload_build(W, key, dtype), a.child, a.unpinned, check_steps)
+    bench = Bench(bench_id, title, unit="ms", tol={"loss float64": 1e-8, "loss float32": 1e-4},
+                  baselines=("PyTorch eager", "fastest peer"))
+    results = fresh_process_table(bench, script, configs, a.only, a.unpinned)
+    ratio_targets(bench, targets, {"PyTorch eager": 0.5, "JAX jit": 0.8}, first_s=2.0)
+    bench.ref(ref)
+    bench.finish()
+    if a.json:
+        print(json.dumps({"id": bench_id, "machine": machine_info(), "load_avg": os.getloadavg(), "rows": results}))
+
+
 def mlp_data(B, D, H, C, seed=0):
     """The anchors' B1/B5 data: x (B,D) float32, labels y (B,), six parameters (float32)."""
     rng = np.random.default_rng(seed)
