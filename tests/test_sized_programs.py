@@ -8,12 +8,12 @@ import pytest
 
 import jitgrad as jg
 import jitgrad.nn as nn
-import jitgrad.nn.functional as F
 import jitgrad.codegen.program.cpu as cpu
 import jitgrad.codegen.program.entry as entry
 import jitgrad.jit.compile as jit_compile
 import jitgrad.jit.graph_code as graph_code
 from jitgrad.codegen.program import output_pool
+from test_symbolic_shapes import _lm_step
 
 
 @pytest.fixture(autouse=True)
@@ -23,21 +23,6 @@ def _sync_compile(monkeypatch):
 
 def arr(t):
     return t.detach().numpy() if isinstance(t, jg.Tensor) else np.asarray(t)
-
-
-def _lm_step(V=40, C=16):
-    jg.manual_seed(0)
-    emb, lin = nn.Embedding(V, C), nn.Linear(C, V)
-    opt = jg.optim.Adam(list(emb.parameters()) + list(lin.parameters()), lr=1e-2)
-
-    def step(idx, tgt):
-        opt.zero_grad()
-        B, T = idx.shape
-        loss = F.cross_entropy(lin(emb(idx)).view(B * T, V), tgt.view(B * T))
-        loss.backward()
-        opt.step()
-        return loss.detach()
-    return step
 
 
 class _Counts:
