@@ -114,6 +114,7 @@ def index_error(e, value: int, dim: int) -> IndexError:
         return err
     idx = e.ins[1:] if e.op.name == "getitem" else e.ins[2:]
     what = "indexing" if e.op.name == "getitem" else "index assignment"
+    dim = tensor_axis(e.params["spec"], dim)      # (the loops record which index tensor; x's dim it indexes)
     msg = (f"{e.op.name}: index {value} is out of bounds for dimension {dim} with size {x.aval.shape[dim]} "
            f"({what} of a tensor of shape {list(x.aval.shape)} with index tensors of shapes "
            f"{[list(v.aval.shape) for v in idx]}; compiled code, no state was updated)")

@@ -32,7 +32,7 @@ import numpy as np
 from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
 from ..ir.symbolic import SymInt, has_symbols, size_key
-from ..ir.ops.index import np_index
+from ..ir.ops.index import np_index, single_tensor_axis
 from ..ir.plan import Group
 from .kernels.loops import raises_in_loop
 from .lowering import step_kind
@@ -259,15 +259,19 @@ class GroupOperands:
     their places ``in_places``, ``out_places`` (one per group output), the coalesced iteration ``shape``, each
     operand's element strides over it (``in_strides``, ``out_strides``; a reduction's output has stride 0 along
     the reduced axes), ``red_out`` (the reduction's output index) and ``red_axes`` (its axes in ``shape``),
-    ``in_place`` (an output is written into its state's buffer) and ``size`` (elements iterated)."""
+    ``in_place`` (an output is written into its state's buffer) and ``size`` (elements iterated).  A group that
+    loads or stores by an index (``Group.gathers``, ``Group.scatters``) has, after its plain inputs, each gather's
+    index and array, then each scatter's index; after its plain outputs, each scatter's output; ``indexed``: the
+    indexed axis's (stride, size) of each gather, then of each scatter."""
     __slots__ = ("ins", "in_places", "out_places", "shape", "in_strides", "out_strides", "red_out", "red_axes",
-                 "in_place", "size")
+                 "in_place", "size", "indexed")
 
     def __init__(self, ins, in_places, out_places, shape, in_strides, out_strides, red_out, red_axes, in_place,
-                 size):
+                 size, indexed=()):
         self.ins, self.in_places, self.out_places, self.shape = ins, in_places, out_places, shape
         self.in_strides, self.out_strides, self.red_out, self.red_axes = in_strides, out_strides, red_out, red_axes
         self.in_place, self.size = in_place, size
+        self.indexed = list(indexed)     # (stride, size) of the indexed axis: per gather, then per scatter
 
 
 class Places:
@@ -298,7 +302,8 @@ class Places:
         # those computed at or before it; later ones run only when it did not raise (the targets skip their
         # ``state_write`` steps once a step raised)
         self.last_raising = max([n for n, s in enumerate(plan.steps) if step_kind(s) in RAISING_KINDS or (
-            isinstance(s, Group) and any(raises_in_loop(e) for e in s.eqns))], default=-1)
+            isinstance(s, Group) and (s.gathers or s.scatters or any(raises_in_loop(e) for e in s.eqns)))],
+            default=-1)
         outs = [v for v in graph.outputs if isinstance(v, Var)]
         self._out_ids = {id(v) for v in outs}      # the graph's outputs (buffer, base_reusable: once per value)
         self.inplace = {} if check_ids else {
@@ -338,7 +343,7 @@ class Places:
         self.last_use = {}           # Var -> the last plan step that reads it (graph outputs: after the last)
         self.uses = {}               # Var -> plan step indices that read it
         for n, s in enumerate(plan.steps):
-            for v in (s.inputs if isinstance(s, Group) else s.ins):
+            for v in (s.reads if isinstance(s, Group) else s.ins):
                 if isinstance(v, Var):
                     self.last_use[v] = n
                     self.uses.setdefault(v, []).append(n)
@@ -451,6 +456,16 @@ class Places:
         it = g.shape
         ins = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
         in_st = [bcast_strides(self.place(v), it) for v in ins]
+        # loads by an index: each gather's index, then its array (strides 0 along the index's dims; the indexed
+        # axis's stride and size are ``indexed``'s); then each scatter's index
+        indexed = []
+        for e in g.gathers:
+            (xs, ix), (k, stride, size) = self._indexed(e.ins[0], e.ins[1], e.params["spec"], self.place(e.ins[0]))
+            ins += [e.ins[1], e.ins[0]]
+            in_st += [ix, xs]
+            indexed.append((stride, size))
+        for e in g.scatters:
+            ins.append(e.ins[2])
         red = g.reduce
         outs, out_st, in_place = [], [], False
         for o in g.outputs:
@@ -472,13 +487,34 @@ class Places:
                     p = self.assign(o)
                 out_st.append(list(c_strides(it)))
             outs.append(p)
+        # stores by an index: each scatter's output (its base copied in first by the target), its index's strides
+        # among the inputs'
+        sc_st = []
+        for e in g.scatters:
+            p = self.assign(e.outs[0])
+            (os_, ix), (k, stride, size) = self._indexed(e.outs[0], e.ins[2], e.params["spec"], p)
+            in_st.append(ix)
+            out_st.append(os_)
+            outs.append(p)
+            indexed.append((stride, size))
         shape, sts = coalesce(it, in_st + out_st)
         red_out = red_axes = None
         if red is not None:
             red_out = g.outputs.index(red.outs[0])
             red_axes = tuple(d for d in range(len(shape)) if sts[len(ins) + red_out][d] == 0)
         return GroupOperands(ins, [self.place(v) for v in ins], outs, shape, sts[:len(ins)], sts[len(ins):],
-                             red_out, red_axes, in_place, math.prod(it))
+                             red_out, red_axes, in_place, math.prod(it), indexed)
+
+    def _indexed(self, x, idx, spec, px):
+        """``(x's strides, the index's strides)`` over the iteration space of ``x[:, ..., idx]`` (x's place
+        ``px``; 0 along the index's dims, resp. along x's others), and ``(axis, its stride, its size)``."""
+        k = single_tensor_axis(spec, x.aval.ndim, 1)
+        m = idx.aval.ndim
+        xs = list(px.strides[:k]) + [0] * m + list(px.strides[k + 1:])
+        xs = [0 if d == 1 else st for d, st in zip(list(x.aval.shape[:k]) + [1] * m + list(x.aval.shape[k + 1:]), xs)]
+        pi = self.place(idx)
+        ix = [0] * k + bcast_strides(pi, idx.aval.shape) + [0] * (x.aval.ndim - k - 1)
+        return (xs, ix), (k, px.strides[k], x.aval.shape[k])
 
     # ---- state updates ----------------------------------------------------------------------------------
     def writes_in_place(self, o, g) -> bool:

@@ -23,7 +23,8 @@ REDUCTIONS = ("sum", "amax", "amin")
 # weighs stores against recomputation with it (fuse.py, row_chains.py); the CPU target decides whether a loop's
 # work pays for waking the worker threads (codegen/program/layout.py).
 OP_BYTES = {"exp": 8.0, "expm1": 8.0, "log": 8.0, "log1p": 8.0, "tanh": 8.0, "sigmoid": 8.0, "erf": 8.0,
-            "sin": 8.0, "cos": 8.0, "tan": 8.0, "pow": 16.0, "div": 2.0, "sqrt": 2.0, "rsqrt": 2.0}
+            "sin": 8.0, "cos": 8.0, "tan": 8.0, "pow": 16.0, "div": 2.0, "sqrt": 2.0, "rsqrt": 2.0,
+            "getitem": 4.0}         # a gather run as a load (its index loaded, checked, then the element)
 PLAIN_OP_BYTES = 0.25
 
 
@@ -39,13 +40,24 @@ class Group:
         self.shape = shape
         self.eqns = []
         self.reduce = None        # the closing reduction eqn, if any
-        self.inputs = []          # Vars/Lits read from outside (order of first use)
+        self.inputs = []          # Vars/Lits read from outside at the loop's own index (order of first use)
         self.outputs = []         # Vars written to memory
+        # gathers run as loads: ``getitem(x, idx)`` eqns among ``eqns`` whose x and idx the loop reads through
+        # the index (not in ``inputs``); scatters close the loop as stores: ``index_put(base, v, idx;
+        # accumulate)`` eqns, ``v`` a value of the loop, added into their output (base copied first)
+        self.gathers = []
+        self.scatters = []
         self.index = 0
 
     @property
     def all_eqns(self):
-        return self.eqns + ([self.reduce] if self.reduce is not None else [])
+        return self.eqns + ([self.reduce] if self.reduce is not None else []) + list(self.scatters)
+
+    @property
+    def reads(self) -> list:
+        """Every value the step reads: ``inputs``, then the gathers' and scatters' operands (liveness)."""
+        extra = [v for e in self.gathers for v in e.ins] + [v for e in self.scatters for v in e.ins]
+        return list(self.inputs) + [v for v in extra if v not in self.inputs]
 
     @property
     def name(self) -> str:

@@ -44,7 +44,8 @@ def sized_graph(graph: Graph, env, writes=(), parallel=None, disk_cache=True, ba
     prev = symbolic.ACTIVE.env
     symbolic.ACTIVE.env = env
     try:
-        plan = fusion_plan(graph)
+        # gathers stay steps of their own here: whether one may join a loop would be a decision on sizes
+        plan = fusion_plan(graph, indexed=False)
         checks = {e: i for i, e in enumerate(e for e in graph.eqns if e.check is not None
                                                 and e.outs[0].aval.dtype.is_floating_point)}
         program = lay_out(plan, tuple(writes), parallel, checks)
@@ -55,15 +56,15 @@ def sized_graph(graph: Graph, env, writes=(), parallel=None, disk_cache=True, ba
 
 
 def cuda_graph(graph: Graph, writes=(), config=None):
-    """The CudaGraph of ``graph`` (built once, kept on the graph); its plan has no row-wise kernels (the CUDA
-    target has no emitter for them)."""
+    """The CudaGraph of ``graph`` (built once, kept on the graph); its plan has no row-wise kernels and no loads or
+    stores by an index inside loops (the CUDA target has no emitter for them)."""
     key = ("cuda", tuple(writes), None if config is None else tuple(sorted(config.items())))
     cg = graph.compiled.get(key)
     if cg is None:
         from ..codegen.gpu.cuda import CudaGraph
         prof = _PROF.active
         with (prof.range("compile/codegen", None, "compile") if prof is not None else contextlib.nullcontext()):
-            cg = CudaGraph(fusion_plan(graph, rowwise=False), writes, config)
+            cg = CudaGraph(fusion_plan(graph, rowwise=False, indexed=False), writes, config)
         graph.compiled[key] = cg
     return cg
 

@@ -297,11 +297,15 @@ def raises_in_loop(e) -> bool:
 
 
 def group_nest(b, g, classes, parallel, rank, alias, who):
-    """``(arrays_in, operands, nest)`` of fusion group ``g``'s loop: the Vars and array literals it reads, those
-    then its outputs (the argument block's order), and their ``_Nest`` (alias-scoped per ``alias`` when it
-    names two classes or more; see ``gen_group``)."""
+    """``(arrays_in, operands, nest)`` of fusion group ``g``'s loop: the Vars and array literals it reads at its
+    own index, every operand in the argument block's order (those, the operands of its gathers and scatters, its
+    outputs, its scatters' outputs), and their ``_Nest`` (alias-scoped per ``alias`` when it names two classes
+    or more; see ``gen_group``)."""
     arrays_in = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
-    operands = arrays_in + list(g.outputs)
+    # then what the loop reads and writes by an index (places.Places.group's order): each gather's index and
+    # array, each scatter's index; after the outputs, each scatter's output
+    operands = arrays_in + [v for e in g.gathers for v in (e.ins[1], e.ins[0])] + [e.ins[2] for e in g.scatters] \
+        + list(g.outputs) + [e.outs[0] for e in g.scatters]
     nest = _Nest(b, rank, classes, parallel)
     for j, v in enumerate(operands):
         nest.operand(j, v.aval.dtype)
@@ -376,6 +380,23 @@ def chunked_rows(b, nest, row, n_operands, columns, reductions=()):
             b.emit([store_at(j, nest, col * nest.s[j][1], read(acc))])
 
 
+def _by_index(b, nest, j, dtype, axis, IE, k, access, otherwise=()):
+    """Statements of one access by an index (a gather's load, a scatter's store): operand ``j``'s index (of
+    ``dtype``) at the loop's position, wrapped when negative (Python's indexing), checked against the indexed
+    axis (``axis``: its stride and size); ``access(offset)`` (the statements, the offset of the indexed
+    element along that axis) when in range, else ``otherwise`` and the first bad index is recorded (block slot
+    ``IE``, step ``k``: ``[1, step id, index, 0]``), for the driver to raise after the step."""
+    stride, size = axis
+    with b.capture() as out:
+        raw = b.let(f"ir{j}", cast(_load(j, nest, dtype), I64))
+        at = b.let(f"ij{j}", select(raw < 0, raw + size, raw))
+        with b.if_(ki.and_(at >= 0, at < size)) as s:
+            b.emit(access(at * stride))
+        with b.else_(s):
+            b.emit(list(otherwise) + [_index_error(b, IE, 1, k, (raw, const(0)))])
+    return out
+
+
 def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, alias=None) -> Kernel:
     """The loop nest of a fusion group.  ``classes``: inner layout class per operand (inputs then outputs);
     ``rank``/``red_axes``: the iteration rank and folded axes after the layout merged dims (default: the
@@ -395,10 +416,23 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
         and tuple(red_axes) == (0,)
     if red is not None:
         parallel = parallel and ((full and red.op.name == "sum") or (not full and 0 not in red_axes) or chunked)
+    if g.scatters:      # adds by an index may meet: one thread, in order, so sums never depend on threads
+        parallel = False
     b = ki.Builder()
     if red_axes is not None:
         b.comment(f"reduction {red.op.name} over axes {list(red_axes)} of rank {rank}")
     arrays_in, operands, nest = group_nest(b, g, classes, parallel, rank, alias, "gen_group")
+    # per gather, then per scatter: the indexed axis's stride and size; then the index-error block (its address,
+    # then their step ids)
+    gathers, scatters = list(g.gathers), list(g.scatters)
+    axes = []
+    for n in range(len(gathers) + len(scatters)):
+        axes.append((b.let(f"xs{n}", b.A[nest.slot]), b.let(f"xn{n}", b.A[nest.slot + 1])))
+        nest.slot += 2
+    IX = nest.slot
+    if axes:
+        nest.slot += 1 + len(axes)
+    first_idx = len(arrays_in)
     local, checks, guards = {}, [], []
     counters = []           # the parallel loop's sums: the reduction's, the checks', the guards'
     with b.capture() as body:
@@ -410,18 +444,30 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
             for d in range(1, rank):
                 flat = flat * nest.n[d] + nest.i(d)
             fi = b.let("fi", cast(flat, I64))
-        outslot = {v: len(arrays_in) + k for k, v in enumerate(outs)}
+        outslot = {v: len(operands) - len(g.scatters) - len(outs) + k for k, v in enumerate(outs)}
         guard_eqns = []
         for n, e in enumerate(g.eqns):
             cd = _compute_dtype(e)
             od = e.outs[0].aval.dtype
-            seen = len(guards)
-            x = scalar_expr(e, cd, od, ref, guards, (fi,) if e.op.name in INDEXED_OPS else ())
-            for cond in guards[seen:]:
-                z = b.var(f"z{len(guard_eqns)}", I64)
-                b.set(z, read(z) + select(cond, 1, 0))
-                guard_eqns.append(e)
-            t = b.let(f"t{n}", cast(x, _T(od)))
+            if e in gathers:    # a load by an index: the index, checked, then the array's element
+                q = gathers.index(e)
+                jx = first_idx + 2 * q + 1
+                tv = b.var(f"t{n}", _T(od))
+
+                def access(off, jx=jx, tv=tv, od=od):
+                    x = load_at(jx, nest, nest.index(jx) + off)
+                    return [ki.Assign(tv, cast(x != 0 if od is dt.bool_ else x, _T(od)))]
+                b.emit(_by_index(b, nest, jx - 1, e.ins[1].aval.dtype, axes[q], IX, q, access,
+                                 [ki.Assign(tv, cast(const(0), _T(od)))]))
+                t = read(tv)
+            else:
+                seen = len(guards)
+                x = scalar_expr(e, cd, od, ref, guards, (fi,) if e.op.name in INDEXED_OPS else ())
+                for cond in guards[seen:]:
+                    z = b.var(f"z{len(guard_eqns)}", I64)
+                    b.set(z, read(z) + select(cond, 1, 0))
+                    guard_eqns.append(e)
+                t = b.let(f"t{n}", cast(x, _T(od)))
             local[e.outs[0]] = t
             if check_ids and e in check_ids and od.is_floating_point:
                 k = len(checks)
@@ -431,6 +477,16 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
                 b.set(qv, read(qv) + select(t == t, 0, 1))
             if e.outs[0] in outslot and (red is None or e.outs[0] is not red.outs[0]):
                 b.emit([_store(outslot[e.outs[0]], nest, od, t)])
+        for q, e in enumerate(scatters):    # stores by an index close the element: out[.., idx, ..] += v
+            ji = first_idx + 2 * len(gathers) + q
+            jo = len(operands) - len(scatters) + q
+            v = ref(e.ins[1], None)
+
+            def access(off, jo=jo, v=v):
+                at = nest.index(jo) + off
+                return [store_at(jo, nest, at, load_at(jo, nest, at) + v)]
+            b.emit(_by_index(b, nest, ji, e.ins[2].aval.dtype, axes[len(gathers) + q], IX, len(gathers) + q,
+                             access))
     pre, post, row_pre, row_post = [], [], [], []
     if red is not None:
         od = red.outs[0].aval.dtype

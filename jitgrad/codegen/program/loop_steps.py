@@ -27,13 +27,16 @@ def fused_group(prog: Program, g: Group):
     if fold_update_into_gemm(prog, g):
         return
     op = prog.places.group(g)
+    # a scatter adds into its output: the base is copied in first
+    for e, po in zip(g.scatters, op.out_places[len(op.out_places) - len(g.scatters):]):
+        prog.copy_step(prog.place(e.ins[0]), po, "copy (index_put)")
     shape = op.shape
     classes = [stride_class(st) for st in op.in_strides + op.out_strides]
     per_element = sum(p.dtype.itemsize for p in op.in_places + op.out_places) + g.arith_cost()
     if isinstance(g, RowGroup):     # each pass sweeps the row again: its reads and its arithmetic, recomputations too
         per_element += (len(g.passes) - 1) * sum(p.dtype.itemsize for p in op.in_places) \
             + max(g.cost - g.arith_cost(), 0.0)
-    parallel = len(shape) > 0 and prog.runs_parallel(op.size, per_element)
+    parallel = len(shape) > 0 and not g.scatters and prog.runs_parallel(op.size, per_element)
     alias = alias_classes(op.in_places + op.out_places)
     if isinstance(g, RowGroup):
         k = gen_rows(g, classes, parallel, len(shape), op.red_axes, alias)
@@ -46,6 +49,14 @@ def fused_group(prog: Program, g: Group):
     prog.table.extend(size_arg(d) for d in shape)
     for p, s_ in zip(op.in_places + op.out_places, op.in_strides + op.out_strides):
         prog.operand(p, s_)
+    if op.indexed:      # gathers' and scatters' indexed axes, then their index-error block (loops.gen_group)
+        for stride, size in op.indexed:
+            prog.table.extend([size_arg(stride), size_arg(size)])
+        prog.ierr_slots.append(len(prog.table))
+        prog.table.append(0)
+        for e in list(g.gathers) + list(g.scatters):
+            prog.table.append(len(prog.index_steps))
+            prog.index_steps.append(e)
     if g.reduce is not None:
         prog.table.append(size_arg(math.prod(g.reduce.outs[0].aval.shape)))
     # each fixed chunk of rows sums its columns into a partial row of its own (``loops.chunked_rows``)

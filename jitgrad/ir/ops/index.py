@@ -137,6 +137,24 @@ def tensor_axis(spec, k: int) -> int:
     return k
 
 
+def single_tensor_axis(spec, ndim: int, n_index: int):
+    """The axis ``k`` when ``spec`` is ``x[:, ..., :, idx]`` (``index_select`` along ``k``): whole slices on every
+    other dim (trailing ones may be left out) and one index tensor on dim ``k``; None otherwise.  Such an index
+    reads ``x[o_0..o_{k-1}, idx[o_k..o_{k+m-1}], o_{k+m}..]`` at output position ``o`` (m = the index's rank):
+    the form the fusion planner turns into loads and stores inside a loop (``ir/passes/fuse.py``)."""
+    if n_index != 1 or len(spec) > ndim:
+        return None
+    k = None
+    for d, s in enumerate(spec):
+        if type(s) is not tuple:
+            return None
+        if s[0] == "tensor":
+            k = d
+        elif s != ("slice", None, None, None):
+            return None
+    return k
+
+
 def oob_error(oob, value: int, axis: int, size: int) -> Exception:
     """The error of a range-checked index (``oob`` param: see the module docstring) that met ``value`` (as bound:
     shifted when negative, for a shifted ``oob``) along ``axis`` of size ``size``."""

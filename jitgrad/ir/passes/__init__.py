@@ -44,12 +44,13 @@ def run_pipeline(g: Graph, title: str = "", check: bool = False, transposable: b
     return g
 
 
-def fusion_plan(g: Graph, rowwise: bool | None = None) -> Plan:
+def fusion_plan(g: Graph, rowwise: bool | None = None, indexed: bool = True) -> Plan:
     """The plan a code generator lowers: ``g``'s eqns fused into loop groups (``fuse.py``), then runs of groups that
     form row-wise chains merged into one kernel each (``row_chains.py``).  ``rowwise``: whether to merge (a target
     that cannot emit row kernels, CUDA, plans without); None: yes, unless ``JITGRAD_ROWWISE=0`` (to compare the
-    plain loops)."""
-    p = _fuse(g)
+    plain loops).  ``indexed``: gathers and scatter-adds by an index join the loops around them (CUDA plans
+    without)."""
+    p = _fuse(g, indexed)
     if rowwise is None:
         rowwise = os.environ.get("JITGRAD_ROWWISE", "1") != "0"
     return merge_row_chains(p) if rowwise else p

@@ -16,6 +16,7 @@ row-wise chain into one kernel (``passes.fusion_plan`` runs both).
 from __future__ import annotations
 
 from ..graph import Graph, Var
+from ..ops.index import single_tensor_axis
 from ..plan import REDUCTIONS, Group, Plan, op_cost
 from .schedule import schedule
 
@@ -29,6 +30,25 @@ def _fusable(e) -> bool:
     # broadcast_to is elementwise too: the loop reads its input through broadcast indexing
     return (e.op.family == "elementwise" and e.op.scalar is not None or e.op.name == "broadcast_to") \
         and len(e.outs) == 1
+
+
+def gather_load(e) -> bool:
+    """``x[:, ..., idx]`` (``single_tensor_axis``): a loop over the result reads it as a load of ``idx`` then of
+    ``x`` at that index (bounds-checked), so the gathered array is never materialised."""
+    return e.op.name == "getitem" and len(e.ins) == 2 and e.outs[0].aval.size > 0 \
+        and not e.ins[1].aval.dtype.is_floating_point and e.ins[1].aval.dtype.name != "bool" \
+        and single_tensor_axis(e.params["spec"], e.ins[0].aval.ndim, 1) is not None
+
+
+def scatter_store(e) -> bool:
+    """``out = base; out[:, ..., idx] += v`` with ``v`` of the indexed region's shape: a loop over ``v`` ends by
+    adding each element into ``out`` at its index (a gather's transpose); the loop then runs serially, so the
+    sums are the same at every thread count."""
+    return e.op.name == "index_put" and e.params.get("accumulate") and len(e.ins) == 3 \
+        and e.outs[0].aval.size > 0 and e.ins[1].aval.size > 0 \
+        and not e.ins[2].aval.dtype.is_floating_point and e.ins[2].aval.dtype.name != "bool" \
+        and e.ins[1].aval.dtype is e.outs[0].aval.dtype and e.outs[0].aval.dtype.name != "bool" \
+        and single_tensor_axis(e.params["spec"], e.ins[0].aval.ndim, 1) is not None
 
 
 def _parallel_reduction(e, rank) -> bool:
@@ -88,8 +108,8 @@ def _recompute_cheap_values(groups, eqns, users, outs, where):
 
 
 def _members(g) -> set:
-    """The eqn indices a group runs (its elementwise eqns and its reduction)."""
-    return {i for i, _ in g.eqns} | ({g.reduce[0]} if g.reduce else set())
+    """The eqn indices a group runs (its elementwise eqns and gathers, its reduction, its scatters)."""
+    return {i for i, _ in g.eqns} | ({g.reduce[0]} if g.reduce else set()) | {i for i, _ in g.scatters}
 
 
 def _scope(g):
@@ -125,8 +145,8 @@ def _cheap_chain(v, eqns, producer, where, users, outs, members, reads):
         if i in chain:
             continue
         e = eqns[i]
-        if e.op.name in NO_RECOMPUTE or i not in g1_members:
-            return None
+        if e.op.name in NO_RECOMPUTE or i not in g1_members or not _fusable(e):
+            return None         # (a gather is loaded once, by the loop that owns it)
         chain.add(i)
         cost += op_cost(e)
         if cost * len(readers) >= store:
@@ -142,8 +162,10 @@ def _cheap_chain(v, eqns, producer, where, users, outs, members, reads):
     return (sorted(chain), readers) if total < store else None
 
 
-def plan(graph: Graph) -> Plan:
-    """The fusion plan of ``graph``: its eqns as loop groups and single steps (see the module docstring)."""
+def plan(graph: Graph, indexed: bool = True) -> Plan:
+    """The fusion plan of ``graph``: its eqns as loop groups and single steps (see the module docstring).
+    ``indexed``: gathers and scatter-adds by one index tensor join the loops around them (``gather_load``,
+    ``scatter_store``); a target that cannot emit them plans without (they stay steps of their own)."""
     eqns = schedule(graph)      # the trace's order, scalars hoisted and elementwise eqns sunk to their users
     users = {}
     for i, e in enumerate(eqns):
@@ -161,21 +183,39 @@ def plan(graph: Graph) -> Plan:
             steps.append(cur)
             cur = None
 
+    def defined_in_cur(v):
+        return cur is not None and where.get(producer.get(v)) is cur
+
+    def reads_closing(e):
+        # a value a scatter of the loop adds into is complete only after the loop
+        return cur is not None and any(v is s.outs[0] for _, s in cur.scatters for v in e.ins)
+
+    producer = {o: i for i, e in enumerate(eqns) for o in e.outs}
     for i, e in enumerate(eqns):
-        if _fusable(e):
+        gather = indexed and gather_load(e)
+        if _fusable(e) or gather:
             shape = e.outs[0].aval.shape
             # record_function blocks are fusion barriers, so the profiler can time exactly the labelled work
-            if cur is None or cur.shape != shape or cur.eqns[0][1].scope != e.scope or (
+            if cur is None or cur.shape != shape or _scope(cur) != e.scope or (
                     cur.reduce is not None and (any(v is cur.reduce[1].outs[0] for v in e.ins)
                                                 or not _parallel_reduction(cur.reduce[1], len(shape)))) \
-                    or len(cur.eqns) >= MAX_GROUP_EQNS:
+                    or len(cur.eqns) >= MAX_GROUP_EQNS or reads_closing(e) \
+                    or (gather and any(defined_in_cur(v) for v in e.ins)):
                 close()
                 cur = Group(shape)
             cur.eqns.append((i, e))
+            if gather:
+                cur.gathers.append(e)
+            where[i] = cur
+            continue
+        if indexed and scatter_store(e) and cur is not None and e.ins[1].aval.shape == cur.shape \
+                and defined_in_cur(e.ins[1]) and not defined_in_cur(e.ins[0]) and not defined_in_cur(e.ins[2]) \
+                and _scope(cur) == e.scope and not reads_closing(e):
+            cur.scatters.append((i, e))     # the loop stays open, as after a reduction
             where[i] = cur
             continue
         if e.op.name in REDUCTIONS and cur is not None and e.ins[0].aval.shape == cur.shape \
-                and cur.reduce is None and cur.eqns[0][1].scope == e.scope \
+                and cur.reduce is None and _scope(cur) == e.scope and not reads_closing(e) \
                 and e.outs[0].aval.dtype.is_floating_point == e.ins[0].aval.dtype.is_floating_point:
             cur.reduce = (i, e)      # the group stays open: later eqns over the same space that do not read
             where[i] = cur           # the reduction's result join the loop (a backward after its forward)
@@ -209,7 +249,7 @@ def plan(graph: Graph) -> Plan:
         defined = set()
         for i in members:
             e = eqns[i]
-            for v in e.ins:
+            for v in (() if e in g.gathers else e.ins):   # a gather's operands are read through its index
                 if isinstance(v, Var) and v in defined:
                     continue
                 if v not in g.inputs:
@@ -227,9 +267,10 @@ def plan(graph: Graph) -> Plan:
                         for u in users.get(o, set()) - mset):
                     g.outputs.append(o)
         g.eqns = [e for _, e in g.eqns]
+        g.scatters = [e for _, e in g.scatters]
         if g.reduce is not None:
             g.reduce = g.reduce[1]
     return Plan(graph, steps)
 
 
-__all__ = ["plan", "exact_value", "MAX_GROUP_EQNS", "NO_RECOMPUTE"]
+__all__ = ["plan", "exact_value", "gather_load", "scatter_store", "MAX_GROUP_EQNS", "NO_RECOMPUTE"]

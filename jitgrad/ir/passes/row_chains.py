@@ -59,7 +59,7 @@ def _chain_reduction(e, S) -> bool:
 
 
 def _can_start(s) -> bool:
-    if type(s) is not Group:
+    if type(s) is not Group or s.gathers or s.scatters:     # loops that load or store by an index stay plain
         return False
     S = s.shape
     return (len(S) >= 1 and S[-1] > 1 and all(d > 0 for d in S)
@@ -67,7 +67,7 @@ def _can_start(s) -> bool:
 
 
 def _can_join(s, S, scope) -> bool:
-    if type(s) is not Group or s.all_eqns[0].scope != scope:
+    if type(s) is not Group or s.gathers or s.scatters or s.all_eqns[0].scope != scope:
         return False
     if s.shape == S:
         return s.reduce is None or _chain_reduction(s.reduce, S)
@@ -267,7 +267,7 @@ def _make(S, members, inputs, outputs, graph_outs):
 def _drop_unread_outputs(steps, graph_outs):
     """After merging, a value some group stored for a part that now recomputes it is read by nobody: it is not
     stored (plain groups keep their reduction's output, which the layout places; row groups are rescheduled)."""
-    read = {v for s in steps for v in (s.inputs if isinstance(s, Group) else s.ins) if isinstance(v, Var)}
+    read = {v for s in steps for v in (s.reads if isinstance(s, Group) else s.ins) if isinstance(v, Var)}
     for k, s in enumerate(steps):
         if not isinstance(s, Group):
             continue
@@ -291,7 +291,7 @@ def merge_row_chains(plan: Plan) -> Plan:
     graph_outs = {v for v in graph.outputs if isinstance(v, Var)}
     readers = {}            # Var -> positions of the steps that read it
     for k, s in enumerate(steps):
-        for v in (s.inputs if isinstance(s, Group) else s.ins):
+        for v in (s.reads if isinstance(s, Group) else s.ins):
             if isinstance(v, Var):
                 readers.setdefault(v, set()).add(k)
     out, k = [], 0
