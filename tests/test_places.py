@@ -44,8 +44,9 @@ def _vars(graph):
 
 
 def _both(graph, writes):
-    # the same plan for both: CUDA plans without row-wise kernels (fusion_plan(rowwise=False)), so the CPU does here
-    plan = fusion_plan(graph, rowwise=False)
+    # the same plan for both: CUDA plans without row-wise kernels and loads by an index inside loops
+    # (fusion_plan(rowwise=False, indexed=False)), so the CPU does here
+    plan = fusion_plan(graph, rowwise=False, indexed=False)
     prog = lay_out(plan, writes)
     cg = CudaGraph(plan, writes)
     return prog, cg
@@ -55,7 +56,7 @@ def _check_in_place_rule(graph, pl):
     """Every update computed in place runs after the last step that may raise, and nothing made before it
     over the state's buffer (the old value, a view of it) is read after it."""
     first = {}
-    for k, s in enumerate(fusion_plan(graph, rowwise=False).steps):
+    for k, s in enumerate(fusion_plan(graph, rowwise=False, indexed=False).steps):
         for v in (s.outputs if isinstance(s, Group) else s.outs):
             first.setdefault(v, k)
     for o in pl.inplace_done:
@@ -243,7 +244,7 @@ def test_workspace_reuse_bounds_memory():
         ws = [r for r in pl.roots if r.kind == "ws"]
         sizes[n] = (pl.ws_size, sum(r.nbytes for r in ws))
         # values over workspace roots: each one's bytes are not reused before its last reader ran
-        plan = fusion_plan(g, rowwise=False)
+        plan = fusion_plan(g, rowwise=False, indexed=False)
         first = {}
         for k, s in enumerate(plan.steps):
             for v in (s.outputs if hasattr(s, "outputs") else s.outs):
@@ -265,7 +266,7 @@ def test_cuda_reduction_scratch_is_released_after_its_step():
     def f(x):
         return (x.exp().sum(1) + 1.0).exp().sum(), (x * 2.0).sum(1)
     (g, wr), = _graphs(f, x)
-    cg = CudaGraph(fusion_plan(g, rowwise=False), wr)
+    cg = CudaGraph(fusion_plan(g, rowwise=False, indexed=False), wr)
     roots = cg.places.roots
     held = {id(p.root) for _, p in cg.places.items()}
     scratch = [k for k, r in enumerate(roots) if r.kind == "ws" and id(r) not in held]
@@ -301,7 +302,7 @@ x = np.linspace(-1, 1, 6).astype(np.float32)
 cf(jg.tensor(x), jg.tensor(np.array([1, 2])))
 (e,) = [e for es in cf._cache.values() for e in es]
 g, writes = e.graph, [(oi, ci) for ci, oi in e.writes]
-cg = CudaGraph(fusion_plan(g, rowwise=False), writes)
+cg = CudaGraph(fusion_plan(g, rowwise=False, indexed=False), writes)
 assert cg.places.inplace_done and any(st.state_write for st in cg.steps), "no update in place"
 by_shape = {(6,): w0, (5, 3): emb}
 host = [x, np.array([1, 2])] + [by_shape[tuple(v.aval.shape)] for v in g.inputs[2:]]

@@ -114,7 +114,8 @@ def index_error(e, value: int, dim: int) -> IndexError:
         return err
     idx = e.ins[1:] if e.op.name == "getitem" else e.ins[2:]
     what = "indexing" if e.op.name == "getitem" else "index assignment"
-    dim = tensor_axis(e.params["spec"], dim)      # (the loops record which index tensor; x's dim it indexes)
+    if "spec" in e.params:      # the loops record which index tensor met it; the message names x's dim
+        dim = tensor_axis(e.params["spec"], dim)
     msg = (f"{e.op.name}: index {value} is out of bounds for dimension {dim} with size {x.aval.shape[dim]} "
            f"({what} of a tensor of shape {list(x.aval.shape)} with index tensors of shapes "
            f"{[list(v.aval.shape) for v in idx]}; compiled code, no state was updated)")

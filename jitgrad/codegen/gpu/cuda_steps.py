@@ -18,6 +18,9 @@ from ..places import Place, bcast_strides, c_strides, coalesce
 def fused_group(cg: Launches, g: Group):
     """A fusion group as a grid-stride loop; closed by a reduction: a block-tree reduction per (row, part), long
     rows finished by a second kernel."""
+    if g.gathers or g.scatters:
+        raise ValueError(f"{g.name}: the CUDA target has no loads or stores by an index inside loops: plan with "
+                         "fusion_plan(..., indexed=False)")
     op = cg.places.group(g)
     red, shape, size, ro, out_places = g.reduce, op.shape, op.size, op.red_out, op.out_places
     args = []
