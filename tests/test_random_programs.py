@@ -3,7 +3,10 @@ first-order grads (``.backward()`` inside and ``autograd.grad`` outside) and sec
 
 A program is 3-8 ops over 1-3 float64 inputs whose shapes broadcast together: unary elementwise ops kept in
 safe domains (log and sqrt of ``x*x+1``, ...), binary ops with broadcasting, reductions with dim/keepdim,
-reshape/transpose/unsqueeze/squeeze/expand, indexing, cat, softmax and matmul wherever the shapes allow.
+reshape/transpose/unsqueeze/squeeze/expand, indexing, gathers along a dim by an index tensor (``x[:, idx]``,
+negatives wrapping, and ``index_select``), ``index_add`` (repeated positions adding up), cat, softmax and matmul
+wherever the shapes allow.  (Gathers and index_add's scatter-adds run as loads and stores inside the compiled
+loops around them: ``ir/passes/fuse.py``.)
 Values come from a drawn seed (not hypothesis floats), so no input sits on a kink.
 """
 import numpy as np
@@ -58,8 +61,10 @@ def _mmshape(a, b):
 
 
 @st.composite
-def programs(draw):
-    base = draw(st.lists(st.sampled_from([1, 2, 3]), min_size=0, max_size=3))
+def programs(draw, indexed=False):
+    """``(input shapes, ops, outputs, seed)``; ``indexed``: ending in B11's pattern (a gather by index, elementwise
+    ops on it, an index_add back), with at least one dim."""
+    base = draw(st.lists(st.sampled_from([1, 2, 3]), min_size=1 if indexed else 0, max_size=3))
     n_in = draw(st.integers(1, 3))
     shapes = []
     for _ in range(n_in):
@@ -72,7 +77,7 @@ def programs(draw):
         i = draw(st.integers(0, len(vals) - 1))
         s = vals[i]
         kind = draw(st.sampled_from(["unary", "unary", "binary", "binary", "reduce", "shape", "matmul",
-                                     "softmax", "index", "cat"]))
+                                     "softmax", "index", "cat", "gather", "index_add"]))
         new = None
         if kind == "binary":
             cands = [j for j in range(len(vals)) if _bshape(s, vals[j]) is not None]
@@ -119,6 +124,19 @@ def programs(draw):
             else:
                 op = ("index0", i)
                 new = s[1:]
+        elif kind == "gather" and len(s) > 0:
+            dim = draw(st.integers(0, len(s) - 1))
+            select = draw(st.booleans())        # index_select (no negatives) or x[:, idx] (negatives wrap)
+            lo = 0 if select else -s[dim]
+            idx = tuple(draw(st.lists(st.integers(lo, s[dim] - 1), min_size=1, max_size=4)))
+            op = ("gather", i, dim, idx, select)
+            new = s[:dim] + (len(idx),) + s[dim + 1:]
+        elif kind == "index_add" and len(s) > 0:
+            dim = draw(st.integers(0, len(s) - 1))
+            m = draw(st.integers(1, 3))
+            idx = tuple(draw(st.lists(st.integers(0, m - 1), min_size=s[dim], max_size=s[dim])))
+            op = ("index_add", i, dim, m, idx, draw(st.booleans()))
+            new = s[:dim] + (m,) + s[dim + 1:]
         elif kind == "cat" and len(s) > 0:
             op = ("cat", i)
             new = s[:-1] + (2 * s[-1],)
@@ -127,6 +145,22 @@ def programs(draw):
             new = s
         ops.append(op)
         vals.append(tuple(new))
+    if indexed:
+        i = draw(st.sampled_from([j for j in range(len(vals)) if len(vals[j]) > 0]))
+        s = vals[i]
+        dim = draw(st.integers(0, len(s) - 1))
+        idx = tuple(draw(st.lists(st.integers(-s[dim], s[dim] - 1), min_size=1, max_size=4)))
+        g = s[:dim] + (len(idx),) + s[dim + 1:]
+        j = draw(st.sampled_from([j for j in range(len(vals)) if _bshape(g, vals[j]) == g] or [i]))
+        back = tuple(draw(st.lists(st.integers(0, s[dim] - 1), min_size=len(idx), max_size=len(idx))))
+        n = len(vals)
+        ops += [("gather", i, dim, idx, False), ("unary", draw(st.sampled_from(sorted(UNARY))), n)]
+        vals += [g, g]
+        if j != i:
+            ops.append(("binary", draw(st.sampled_from(["add", "mul", "sub"])), n + 1, j))
+            vals.append(g)
+        ops.append(("index_add", len(vals) - 1, dim, s[dim], back, draw(st.booleans())))
+        vals.append(s)
     outs = [len(vals) - 1]
     if draw(st.booleans()) and len(vals) - 2 >= n_in:
         outs.append(draw(st.integers(n_in, len(vals) - 2)))
@@ -180,6 +214,17 @@ def build(ops, outs):
                 r = v[op[1]][..., 1:]
             elif k == "index0":
                 r = v[op[1]][0]
+            elif k == "gather":
+                _, i, dim, idx, select = op
+                ix = jg.tensor(np.array(idx, np.int64))
+                r = v[i].index_select(dim, ix) if select else v[i][(slice(None),) * dim + (ix,)]
+            elif k == "index_add":
+                # into zeros or into a value of the program; the added values computed just before (a loop)
+                _, i, dim, m, idx, onto = op
+                x = v[i]
+                shape = x.shape[:dim] + (m,) + x.shape[dim + 1:]
+                base = jg.zeros(shape, dtype=x.dtype) if not onto else jg.ones(shape, dtype=x.dtype) * 0.5
+                r = base.index_add(dim, jg.tensor(np.array(idx, np.int64)), (x * 1.5).tanh())
             elif k == "cat":
                 x = v[op[1]]
                 r = jg.cat([x, x.sin()], dim=-1)
@@ -207,6 +252,25 @@ def test_random_program_eager_compiled_finite_differences(prog):
     assert_close_lists(got["inner_hvp"], h, 1e-4, 1e-5 * hscale, "compiled create_graph inside vs differences")
 
 
+@settings(max_examples=6, deadline=None)
+@given(programs(indexed=True))
+def test_random_indexed_program_kernels_interpreter_eager(prog):
+    """Programs ending in gathers by index and index_add (their loads and stores fused into the loops around
+    them): the generated kernels == the reference interpreter == eager, values and grads, and second order
+    against finite differences."""
+    shapes, ops, outs, seed = prog
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal(s) for s in shapes]
+    fn = build(ops, outs)
+    want = evaluate(fn, arrays, "eager")
+    assert_agree(evaluate(fn, arrays, "compiled", ws=want["ws"]), want)
+    got = evaluate(fn, arrays, "numba", ws=want["ws"])
+    assert_agree(got, want)
+    h = fd_hvp(fn, arrays, want["ws"])
+    hscale = max(1.0, max(float(np.abs(x).max(initial=0)) for x in h))
+    assert_close_lists(got["hvp"], h, 1e-4, 1e-5 * hscale, "kernels' second order vs finite differences")
+
+
 def test_strategy_covers_the_op_kinds():
     """The generator reaches every kind of op (a guard against a strategy that silently degenerates)."""
     seen = set()
@@ -217,7 +281,7 @@ def test_strategy_covers_the_op_kinds():
         seen.update(op[0] for op in prog[1])
     collect()
     assert {"unary", "binary", "reduce", "shape"} <= seen
-    assert len(seen & {"matmul", "softmax", "slice_last", "index0", "cat"}) >= 3
+    assert len(seen & {"matmul", "softmax", "slice_last", "index0", "cat", "gather", "index_add"}) >= 4
 
 
 @pytest.mark.parametrize("prog", [
@@ -226,6 +290,13 @@ def test_strategy_covers_the_op_kinds():
     ([(3, 1), (1, 3)], [("binary", "add", 0, 1), ("softmax", 2, 1, True), ("reduce", "logsumexp", 3, 0, False)],
      [4, 2], 2),
     ([(2, 2)], [("shape", "expand", 0), ("reduce", "var0", 1, 0, True), ("cat", 2), ("index0", 3)], [4], 3),
+    # B11's pair features in small: gathers by index, differences, a norm, Gaussians; the forces' scatter-adds
+    ([(2, 3, 3)], [("gather", 0, 1, (0, 1, 2, 1), False), ("gather", 0, 1, (1, 2, 0, -3), False),
+                   ("binary", "sub", 1, 2), ("binary", "mul", 3, 3), ("reduce", "sum", 4, 2, False),
+                   ("unary", "sqrt_sq1", 5), ("unary", "exp_tanh", 6), ("index_add", 7, 1, 3, (0, 2, 2, 1), False)],
+     [8, 6], 4),
+    ([(3, 2)], [("gather", 0, 0, (2, 2, 0), True), ("unary", "sin", 1), ("index_add", 2, 1, 3, (2, 2), True),
+                ("index_add", 3, 0, 2, (1, 0, 1), False)], [4], 5),
 ])
 def test_fixed_programs(prog):
     shapes, ops, outs, seed = prog
@@ -236,3 +307,5 @@ def test_fixed_programs(prog):
     got = evaluate(fn, arrays, "compiled", ws=want["ws"])
     assert_agree(got, want)
     assert_close_lists(got["grads"], fd_grads(fn, arrays, want["ws"]), 1e-5, 1e-6, "grads vs differences")
+    if any(op[0] in ("gather", "index_add") for op in ops):     # loads and stores by index in the kernels too
+        assert_agree(evaluate(fn, arrays, "numba", ws=want["ws"]), want)

@@ -32,12 +32,19 @@ def _fusable(e) -> bool:
         and len(e.outs) == 1
 
 
+def _indexed_axis(e, x, idx):
+    """The axis of ``x[:, ..., idx]`` for an eqn that may load or store by it; None for other indexes and for
+    whole rows by an index (``x[idx]`` of a matrix or more: an embedding's rows, moved by row kernels)."""
+    if idx.aval.dtype.is_floating_point or idx.aval.dtype.name == "bool" or e.outs[0].aval.size == 0:
+        return None
+    k = single_tensor_axis(e.params["spec"], x.aval.ndim, 1)
+    return None if k is None or (k == 0 and x.aval.ndim >= 2) else k
+
+
 def gather_load(e) -> bool:
     """``x[:, ..., idx]`` (``single_tensor_axis``): a loop over the result reads it as a load of ``idx`` then of
     ``x`` at that index (bounds-checked), so the gathered array is never materialised."""
-    return e.op.name == "getitem" and len(e.ins) == 2 and e.outs[0].aval.size > 0 \
-        and not e.ins[1].aval.dtype.is_floating_point and e.ins[1].aval.dtype.name != "bool" \
-        and single_tensor_axis(e.params["spec"], e.ins[0].aval.ndim, 1) is not None
+    return e.op.name == "getitem" and len(e.ins) == 2 and _indexed_axis(e, e.ins[0], e.ins[1]) is not None
 
 
 def scatter_store(e) -> bool:
@@ -45,10 +52,14 @@ def scatter_store(e) -> bool:
     adding each element into ``out`` at its index (a gather's transpose); the loop then runs serially, so the
     sums are the same at every thread count."""
     return e.op.name == "index_put" and e.params.get("accumulate") and len(e.ins) == 3 \
-        and e.outs[0].aval.size > 0 and e.ins[1].aval.size > 0 \
-        and not e.ins[2].aval.dtype.is_floating_point and e.ins[2].aval.dtype.name != "bool" \
-        and e.ins[1].aval.dtype is e.outs[0].aval.dtype and e.outs[0].aval.dtype.name != "bool" \
-        and single_tensor_axis(e.params["spec"], e.ins[0].aval.ndim, 1) is not None
+        and e.ins[1].aval.size > 0 and e.ins[1].aval.dtype is e.outs[0].aval.dtype \
+        and e.outs[0].aval.dtype.name != "bool" and _indexed_axis(e, e.ins[0], e.ins[2]) is not None \
+        and e.ins[1].aval.shape == _region(e.ins[0], e.ins[2], _indexed_axis(e, e.ins[0], e.ins[2]))
+
+
+def _region(x, idx, k):
+    """The shape of ``x[:, ..., idx]`` (``idx`` on axis ``k``): the loop's iteration space."""
+    return tuple(x.aval.shape[:k]) + tuple(idx.aval.shape) + tuple(x.aval.shape[k + 1:])
 
 
 def _parallel_reduction(e, rank) -> bool:
@@ -131,8 +142,10 @@ def _cheap_chain(v, eqns, producer, where, users, outs, members, reads):
         if u in members[id(g1)]:
             continue
         gu = where.get(u)
-        if not isinstance(gu, Group) or gu.shape != g1.shape or _scope(gu) != _scope(g1):
-            return None             # read by a step that is not a loop over the same space: stored anyway
+        if not isinstance(gu, Group) or gu.shape != g1.shape or _scope(gu) != _scope(g1) \
+                or any(eqns[u] is e for e in gu.gathers) or any(u == j for j, _ in gu.scatters):
+            return None             # read by a step that is not a loop over the same space, or through an
+                                    # index (a gather's, a scatter's operand): stored anyway
         if gu not in readers:
             readers.append(gu)
     if not readers:
