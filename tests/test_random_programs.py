@@ -146,6 +146,9 @@ def programs(draw, indexed=False):
         ops.append(op)
         vals.append(tuple(new))
     if indexed:
+        if not any(vals):           # every value 0-d: one of them unsqueezed
+            ops.append(("shape", "unsqueeze", 0))
+            vals.append((1,) + vals[0])
         i = draw(st.sampled_from([j for j in range(len(vals)) if len(vals[j]) > 0]))
         s = vals[i]
         dim = draw(st.integers(0, len(s) - 1))

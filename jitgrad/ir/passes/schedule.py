@@ -6,6 +6,10 @@ its inputs' producers computes the same values.
   optimiser's step counter, bias corrections, ``lr * weight_decay``) moves to the front.  Left in place it cuts
   a per-parameter update in two: AdamW's ``1 - beta2 ** step`` between the moment updates and the parameter
   update gave two passes over every parameter.
+- **Index arithmetic first.** Integer and boolean elementwise eqns over inputs and literals whose values only
+  become index operands (the range checks' shift of negative indices, ``where(i < 0, i - n, i)``) move to the
+  front too, so a scatter-add can close the loop that computes its value (``fuse.scatter_store``) instead of
+  finding that loop cut by its index's arithmetic.
 - **Elementwise eqns sink to their first user** when every user is an elementwise eqn over the same shape and
   scope: ``clip_grad_norm_``'s ``g.mul_(coef)`` for all parameters, traced before the optimiser, lands just
   before that parameter's AdamW update and runs in its loop.
@@ -18,6 +22,13 @@ from ..graph import Graph, Var
 def _elementwise(e) -> bool:
     return (e.op.family == "elementwise" and e.op.scalar is not None or e.op.name == "broadcast_to") \
         and len(e.outs) == 1
+
+
+def _index_operand(e, v) -> bool:
+    """Whether ``e`` reads ``v`` only as an index tensor (getitem's, index_put's)."""
+    if e.op.name in ("getitem", "index_put"):
+        return all(x is not v for x in e.ins[:1 if e.op.name == "getitem" else 2])
+    return False
 
 
 def schedule(graph: Graph) -> list:
@@ -39,6 +50,16 @@ def schedule(graph: Graph) -> list:
         for v in e.ins:
             if isinstance(v, Var) and v in producer:
                 users[producer[v]].append(i)
+    # index arithmetic: non-float elementwise values read only as index operands (or by such eqns)
+    feeds = set()
+    for i in range(n - 1, -1, -1):
+        e = eqns[i]
+        if _elementwise(e) and not e.outs[0].aval.dtype.is_floating_point and users[i] and all(
+                u in feeds or _index_operand(eqns[u], e.outs[0]) for u in users[i]):
+            feeds.add(i)
+    for i in sorted(feeds):
+        if all(not isinstance(v, Var) or v not in producer or producer[v] in early for v in eqns[i].ins):
+            early.add(i)
     pos = list(range(n))
     for i in range(n - 1, -1, -1):
         e = eqns[i]
