@@ -173,4 +173,4 @@ def test_b11_step_runs_its_gathers_and_scatter_adds_inside_loops():
     assert not [v for g in plan.groups for e in g.gathers for v in e.outs if v in g.outputs]
     launches = fn.launches(*args)
     assert not [ln for ln in launches if ln.kind == "py"], launches      # one native call runs the step
-    assert len(launches) <= 65, len(launches)
+    assert len(launches) <= 63, len(launches)     # (69 before: 6 host steps; the zeros to add into cleared in the loop)

@@ -397,6 +397,13 @@ def _by_index(b, nest, j, dtype, axis, IE, k, access, otherwise=()):
     return out
 
 
+def adds_into_zeros(e) -> bool:
+    """Whether scatter-add ``e`` (a fused loop's store by an index) adds into zeros, a literal: its loop clears
+    its output itself (no copy of the base; B11's force transposes)."""
+    b = e.ins[0]
+    return isinstance(b, Lit) and not np.any(b.value)
+
+
 def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, alias=None) -> Kernel:
     """The loop nest of a fusion group.  ``classes``: inner layout class per operand (inputs then outputs);
     ``rank``/``red_axes``: the iteration rank and folded axes after the layout merged dims (default: the
@@ -429,6 +436,14 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
     for n in range(len(gathers) + len(scatters)):
         axes.append((b.let(f"xs{n}", b.A[nest.slot]), b.let(f"xn{n}", b.A[nest.slot + 1])))
         nest.slot += 2
+    clear = []          # a scatter adding into zeros clears its (contiguous) output first: its element count
+    for q, e in enumerate(scatters):
+        if adds_into_zeros(e):
+            jo = len(operands) - len(scatters) + q
+            f = ki.For(b.var(f"zs{q}", I64), const(0), b.A[nest.slot], 1)
+            f.body.append(store_at(jo, nest, read(b.var(f"zs{q}", I64)), const(0)))
+            clear.append(f)
+            nest.slot += 1
     IX = nest.slot
     if axes:
         nest.slot += 1 + len(axes)
@@ -487,7 +502,7 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
                 return [store_at(jo, nest, at, load_at(jo, nest, at) + v)]
             b.emit(_by_index(b, nest, ji, e.ins[2].aval.dtype, axes[len(gathers) + q], IX, len(gathers) + q,
                              access))
-    pre, post, row_pre, row_post = [], [], [], []
+    pre, post, row_pre, row_post = list(clear), [], [], []
     if red is not None:
         od = red.outs[0].aval.dtype
         T = _T(od)
@@ -587,5 +602,5 @@ def gen_check(dtype: dt.DType, rank: int, cls: str) -> Kernel:
                   checks=[0], label="check")
 
 
-__all__ = ["Kernel", "gen_group", "chunked_rows", "COLUMN_CHUNKS", "gen_copy", "gen_check", "PARALLEL_MIN", "FASTMATH",
+__all__ = ["Kernel", "gen_group", "adds_into_zeros", "chunked_rows", "COLUMN_CHUNKS", "gen_copy", "gen_check", "PARALLEL_MIN", "FASTMATH",
            "CONTIG", "BCAST", "STRIDED", "GENERATOR_VERSION"]

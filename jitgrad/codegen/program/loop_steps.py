@@ -13,7 +13,7 @@ from ...ir.symbolic import hint_of, size_arg
 from .gemm_steps import fold_update_into_gemm
 from .layout import Program, Step, alias_classes, stride_class
 from ..kernels.index_loops import gen_gather, gen_scatter
-from ..kernels.loops import COLUMN_CHUNKS, gen_group
+from ..kernels.loops import COLUMN_CHUNKS, adds_into_zeros, gen_group
 from ..lowering import emits
 from ..places import bcast_strides, c_strides
 from ..kernels.rowwise_loops import gen_rows
@@ -27,9 +27,11 @@ def fused_group(prog: Program, g: Group):
     if fold_update_into_gemm(prog, g):
         return
     op = prog.places.group(g)
-    # a scatter adds into its output: the base is copied in first
-    for e, po in zip(g.scatters, op.out_places[len(op.out_places) - len(g.scatters):]):
-        prog.copy_step(prog.place(e.ins[0]), po, "copy (index_put)")
+    # a scatter adds into its output: the base is copied in first (zeros: the loop clears it itself)
+    scattered = op.out_places[len(op.out_places) - len(g.scatters):]
+    for e, po in zip(g.scatters, scattered):
+        if not adds_into_zeros(e):
+            prog.copy_step(prog.place(e.ins[0]), po, "copy (index_put)")
     shape = op.shape
     classes = [stride_class(st) for st in op.in_strides + op.out_strides]
     per_element = sum(p.dtype.itemsize for p in op.in_places + op.out_places) + g.arith_cost()
@@ -52,6 +54,9 @@ def fused_group(prog: Program, g: Group):
     if op.indexed:      # gathers' and scatters' indexed axes, then their index-error block (loops.gen_group)
         for stride, size in op.indexed:
             prog.table.extend([size_arg(stride), size_arg(size)])
+        for e, po in zip(g.scatters, scattered):
+            if adds_into_zeros(e):
+                prog.table.append(size_arg(math.prod(po.shape)))
         prog.ierr_slots.append(len(prog.table))
         prog.table.append(0)
         for e in list(g.gathers) + list(g.scatters):
