@@ -8,7 +8,8 @@ import numpy as np
 from ...ir import dtypes as dt
 from . import kernel_ir as ki
 from .kernel_ir import I64, U8, cast, const, read, select
-from .loops import CONTIG, STRIDED, Kernel, _elem, _index_error, _load, _Nest, _store, _stored, _T
+from .index_checks import record_index_error
+from .loops import CONTIG, STRIDED, Kernel, _elem, _load, _Nest, _store, _stored, _T
 
 
 def _bounds_checked(b, n, raw, sizes, access, IE, wrap=True):
@@ -35,7 +36,7 @@ def _bounds_checked(b, n, raw, sizes, access, IE, wrap=True):
         with b.if_(read(bad) < 0) as s:
             b.emit(access(js))
         with b.else_(s):
-            b.emit([_index_error(b, IE, 1, 0, (read(bv), read(bad)))])
+            b.emit([record_index_error(b, IE, 1, 0, (read(bv), read(bad)))])
     return out
 
 

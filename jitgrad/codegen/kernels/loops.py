@@ -20,6 +20,7 @@ from ...ir.graph import Lit, Var
 from ...ir.ops.opdef import result_dtype
 from . import ir_loops, kernel_ir as ki
 from .kernel_ir import BOOL, I64, U8, cast, const, load, read, select
+from .index_checks import record_index_error, adds_into_zeros, by_index
 from .math_table import MathCalls
 from .numba_render import module_text
 
@@ -254,17 +255,6 @@ def _report(b, checks, E):
     return out
 
 
-def _index_error(b, IE, code, k, extra=()):
-    """Statements recording the first index error in the index-error array (block slot ``IE``: its address,
-    then step ids): ``[code, step id (slot IE + 1 + k), extra...]`` when nothing was recorded yet."""
-    A = b.A
-    ie = A[IE].ptr(I64)
-    f = ki.If(ie[0] == 0)
-    f.then += [ki.Store(ie, const(0), const(code)), ki.Store(ie, const(1), A[IE + 1 + k])]
-    f.then += [ki.Store(ie, const(2 + n), v) for n, v in enumerate(extra)]
-    return f
-
-
 def scalar_expr(e, cd, od, ref, guards, extra=()) -> ki.Val:
     """Elementwise eqn ``e`` as a kernel IR value, uncast: its OpDef's scalar body over the operands ``ref``
     gives (converted to compute dtype ``cd``), its math calls at the precision they compute in, zero-divisor
@@ -380,30 +370,6 @@ def chunked_rows(b, nest, row, n_operands, columns, reductions=()):
             b.emit([store_at(j, nest, col * nest.s[j][1], read(acc))])
 
 
-def _by_index(b, nest, j, dtype, axis, IE, k, access, otherwise=()):
-    """Statements of one access by an index (a gather's load, a scatter's store): operand ``j``'s index (of
-    ``dtype``) at the loop's position, wrapped when negative (Python's indexing), checked against the indexed
-    axis (``axis``: its stride and size); ``access(offset)`` (the statements, the offset of the indexed
-    element along that axis) when in range, else ``otherwise`` and the first bad index is recorded (block slot
-    ``IE``, step ``k``: ``[1, step id, index, 0]``), for the driver to raise after the step."""
-    stride, size = axis
-    with b.capture() as out:
-        raw = b.let(f"ir{j}", cast(_load(j, nest, dtype), I64))
-        at = b.let(f"ij{j}", select(raw < 0, raw + size, raw))
-        with b.if_(ki.and_(at >= 0, at < size)) as s:
-            b.emit(access(at * stride))
-        with b.else_(s):
-            b.emit(list(otherwise) + [_index_error(b, IE, 1, k, (raw, const(0)))])
-    return out
-
-
-def adds_into_zeros(e) -> bool:
-    """Whether scatter-add ``e`` (a fused loop's store by an index) adds into zeros, a literal: its loop clears
-    its output itself (no copy of the base; B11's force transposes)."""
-    b = e.ins[0]
-    return isinstance(b, Lit) and not np.any(b.value)
-
-
 def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, alias=None) -> Kernel:
     """The loop nest of a fusion group.  ``classes``: inner layout class per operand (inputs then outputs);
     ``rank``/``red_axes``: the iteration rank and folded axes after the layout merged dims (default: the
@@ -472,8 +438,8 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
                 def access(off, jx=jx, tv=tv, od=od):
                     x = load_at(jx, nest, nest.index(jx) + off)
                     return [ki.Assign(tv, cast(x != 0 if od is dt.bool_ else x, _T(od)))]
-                b.emit(_by_index(b, nest, jx - 1, e.ins[1].aval.dtype, axes[q], IX, q, access,
-                                 [ki.Assign(tv, cast(const(0), _T(od)))]))
+                b.emit(by_index(b, _load(jx - 1, nest, e.ins[1].aval.dtype), jx - 1, axes[q], IX, q, access,
+                                [ki.Assign(tv, cast(const(0), _T(od)))]))
                 t = read(tv)
             else:
                 seen = len(guards)
@@ -500,8 +466,8 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
             def access(off, jo=jo, v=v):
                 at = nest.index(jo) + off
                 return [store_at(jo, nest, at, load_at(jo, nest, at) + v)]
-            b.emit(_by_index(b, nest, ji, e.ins[2].aval.dtype, axes[len(gathers) + q], IX, len(gathers) + q,
-                             access))
+            b.emit(by_index(b, _load(ji, nest, e.ins[2].aval.dtype), ji, axes[len(gathers) + q], IX,
+                            len(gathers) + q, access))
     pre, post, row_pre, row_post = list(clear), [], [], []
     if red is not None:
         od = red.outs[0].aval.dtype
@@ -558,7 +524,7 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
             pre.append(ki.Assign(b.var(f"z{k}", I64), const(0)))
             counters.append(b.var(f"z{k}", I64))
             post.append(ki.If(read(b.var(f"z{k}", I64)) > 0))
-            post[-1].then.append(_index_error(b, IE, 2, k))
+            post[-1].then.append(record_index_error(b, IE, 2, k))
     if chunked:
         b.emit(pre)
         inner = ki.For(b.var("i1", I64), const(0), nest.n[1])
@@ -602,5 +568,5 @@ def gen_check(dtype: dt.DType, rank: int, cls: str) -> Kernel:
                   checks=[0], label="check")
 
 
-__all__ = ["Kernel", "gen_group", "adds_into_zeros", "chunked_rows", "COLUMN_CHUNKS", "gen_copy", "gen_check", "PARALLEL_MIN", "FASTMATH",
+__all__ = ["Kernel", "gen_group", "chunked_rows", "COLUMN_CHUNKS", "gen_copy", "gen_check", "PARALLEL_MIN", "FASTMATH",
            "CONTIG", "BCAST", "STRIDED", "GENERATOR_VERSION"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ...ir import dtypes as dt
 from . import kernel_ir as ki
-from .loops import CONTIG, Kernel, _elem, _index_error, _load, _Nest, _store, _T
+from .index_checks import record_index_error
+from .loops import CONTIG, Kernel, _elem, _load, _Nest, _store, _T
 
 
 def gen_region(dtype: dt.DType, rank: int, src_cls: str, dst_cls: str, accumulate: bool) -> Kernel:
@@ -39,7 +40,7 @@ def row_kernel(kind, dtype: dt.DType, idx_dtype: dt.DType, accumulate=False) -> 
         r0 = b.let("r0", ki.cast(pi[i * si], ki.I64))
         j0 = b.let("j0", ki.select(r0 < 0, r0 + nx, r0))
         with b.if_(ki.or_(j0 < 0, j0 >= nx)):
-            b.emit([_index_error(b, 9, 1, 0, (r0, ki.const(0)))])
+            b.emit([record_index_error(b, 9, 1, 0, (r0, ki.const(0)))])
             b.continue_()
         base = b.let("b", j0 * sx)
         o = b.let("o", i * so)

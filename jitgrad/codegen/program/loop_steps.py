@@ -13,7 +13,8 @@ from ...ir.symbolic import hint_of, size_arg
 from .gemm_steps import fold_update_into_gemm
 from .layout import Program, Step, alias_classes, stride_class
 from ..kernels.index_loops import gen_gather, gen_scatter
-from ..kernels.loops import COLUMN_CHUNKS, adds_into_zeros, gen_group
+from ..kernels.index_checks import adds_into_zeros
+from ..kernels.loops import COLUMN_CHUNKS, gen_group
 from ..lowering import emits
 from ..places import bcast_strides, c_strides
 from ..kernels.rowwise_loops import gen_rows
