@@ -174,3 +174,22 @@ def test_b11_step_runs_its_gathers_and_scatter_adds_inside_loops():
     launches = fn.launches(*args)
     assert not [ln for ln in launches if ln.kind == "py"], launches      # one native call runs the step
     assert len(launches) <= 63, len(launches)     # (69 before: 6 host steps; the zeros to add into cleared in the loop)
+
+
+def test_a_state_gathered_and_updated_by_one_loop_reads_its_old_values():
+    """``w.add_(w[idx])``: the loop gathers w at other positions than it writes; a loop that may raise (an index
+    out of range) never writes a state in place, so every gathered value is the old one."""
+    idx = jg.tensor(np.array([5, 4, 3, 2, 1, 0]))
+    w = jg.tensor(np.arange(6.0))
+    want = jg.tensor(np.arange(6.0))
+
+    def f(w, idx):
+        with jg.no_grad():
+            w.add_(w[idx])
+        return idx + 1
+    cf = _compiled(lambda idx: f(w, idx))
+    for _ in range(2):
+        cf(idx)
+        f(want, idx)
+        np.testing.assert_array_equal(w.numpy(), want.numpy())
+    assert any(g.gathers for g in fusion_plan(_graph(cf)).groups)
