@@ -21,46 +21,27 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import threading
-from dataclasses import dataclass
 
 NAME = "jitgrad_sizefill"   # the function's name in the IR (renamed per plan when linked)
 _LOADED: dict = {}          # digest of the IR -> address (one symbol per distinct plan in this process)
 _LOCK = threading.Lock()
 
 
-@dataclass(frozen=True)
 class FillLayout:
-    """Where a binding's tables lie in its int64 buffer (offsets in int64 words; ``params`` ends the buffer)."""
-    n_table: int            # A: [0, n_table)
-    n_values: int           # V: after OFF (OFF has n_table words too)
-    n_ws: int               # the workspace slots' byte offsets, after V; then the entry's context (4 words)
-    n_param_bytes: int
+    """Where a binding's tables lie in its int64 buffer, in int64 words: A ``[0, n_table)``, then OFF (as long),
+    the plan's values ``V`` (``values``), the workspace slots' byte offsets (``ws``), the entry's context
+    (``ctx``: the addresses of A, F, OFF and IE, ``entry.caller``'s; F's and IE's in the template, A's and OFF's
+    written by the fill) and the parameter bytes (``params``), ``words`` in all."""
 
-    @property
-    def off(self):
-        return self.n_table
+    __slots__ = ("n_table", "off", "values", "ws", "ctx", "params", "words")
 
-    @property
-    def values(self):
-        return 2 * self.n_table
-
-    @property
-    def ws(self):
-        return self.values + self.n_values
-
-    @property
-    def ctx(self):
-        """The entry's context (``entry.caller``): the addresses of A, F, OFF and IE (F's and IE's in the
-        template, A's and OFF's written by the fill)."""
-        return self.ws + self.n_ws
-
-    @property
-    def params(self):
-        return self.ctx + 4
-
-    @property
-    def words(self):
-        return self.params + (self.n_param_bytes + 7) // 8
+    def __init__(self, n_table: int, n_values: int, n_ws: int, n_param_bytes: int):
+        self.n_table = self.off = n_table
+        self.values = 2 * n_table
+        self.ws = self.values + n_values
+        self.ctx = self.ws + n_ws
+        self.params = self.ctx + 4
+        self.words = self.params + (n_param_bytes + 7) // 8
 
 
 def fill_ir(plan, names, guards, layout: FillLayout, table, int32_params, param_ptrs, offsets, ws_slots):
