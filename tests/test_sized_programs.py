@@ -321,3 +321,31 @@ def test_native_size_fill_equals_the_reference_plan_and_python_arithmetic(a, b):
     if r == 1:
         np.testing.assert_array_equal(buf[layout.values:layout.ws], want)
         assert buf[0] == want[2]                        # a table slot written from its polynomial
+
+
+def test_calls_waiting_for_a_lowerings_code_run_eagerly_and_build_nothing(monkeypatch):
+    """While a lowering's code builds (background builds), a new tuple of sizes runs the user's function eagerly:
+    no concrete build (passes and layout for one call) per size; once the code is ready, every size binds."""
+    from jitgrad.jit import symbolic_entries
+    held = {"n": 4}
+    ready = symbolic_entries.Lowered.ready
+
+    def slow_ready(self):           # the lowering's code still building for its first few asks
+        if held["n"] > 0:
+            held["n"] -= 1
+            return None
+        return ready(self)
+    monkeypatch.setattr(symbolic_entries.Lowered, "ready", slow_ready)
+    monkeypatch.setattr(symbolic_entries.Lowered, "building", lambda self: held["n"] > 0)
+    rng = np.random.default_rng(4)
+    shapes = [(2, 5), (3, 7), (2, 9), (4, 6), (3, 11), (2, 12), (4, 8), (3, 5), (2, 13)]
+    data = [(jg.tensor(rng.integers(0, 40, s)), jg.tensor(rng.integers(0, 40, s))) for s in shapes]
+    eager, comp = _lm_step(), jg.compile(_lm_step(), backend="numba")
+    le = [float(eager(i, t)) for i, t in data]
+    lc = [float(comp(i, t)) for i, t in data]
+    np.testing.assert_allclose(lc, le, rtol=1e-5)
+    s = comp.stats
+    assert s["traces"] == 2 and s["eager_fallbacks"] == 0, s["trace_reasons"]
+    assert s["shape_instances"] == 1 and s["shape_lowerings"] == 1, s     # no concrete build while it built
+    assert s["eager_calls"] >= 2 and s["shape_bindings"] >= 3, s
+    assert s["eager_calls"] + s["shape_bindings"] == len(data) - 2, s

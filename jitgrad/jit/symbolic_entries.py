@@ -177,12 +177,32 @@ def instance(cf, e, leaves):
         if not e.shape_env.holds(values):
             return None
         inst = _bound(cf, e, k, values)
+        if inst is BUILDING:
+            return _eager_while_building(cf, e)
         if inst is None:
             inst = _concrete(cf, e, values)
             cf.stats["shape_instances"] += 1
     if len(e.instances) >= MAX_INSTANCES:
         e.instances.pop(next(iter(e.instances)))
     e.instances[k] = inst
+    return inst
+
+
+BUILDING = object()     # _bound's answer while the lowering these sizes need is being built
+
+
+def _eager_while_building(cf, e):
+    """The entry serving a call whose sizes wait for a lowering's code (kept nowhere: the next call with these
+    sizes binds once it is built).  It runs the user's function eagerly, as the build policy serves a static
+    trace's first calls: a concrete build of these sizes would run every pass and the layout for one call."""
+    inst = e.__dict__.get("_while_building")
+    if inst is None:
+        inst = copy.copy(e)
+        inst.instances = inst.shape_env = inst.lowered = None
+        inst.eager = True
+        e.__dict__["_while_building"] = inst
+    cf.stats["eager_calls"] += 1
+    cf.stats["last_path"] = "eager"
     return inst
 
 
@@ -209,7 +229,8 @@ class Lowered:
         self.sized = None
 
     def ready(self):
-        """The SizedProgram once the code is built (None while it builds; the build is started once)."""
+        """The SizedProgram once the code is built (None while it builds or when its build failed; the build is
+        started once)."""
         if self.sized is None:
             cg = self.cg
             if cg.run is None:
@@ -219,6 +240,10 @@ class Lowered:
             from ..codegen.program.sized import SizedProgram
             self.sized = SizedProgram(cg, self.guards, self.names, self.trace_guards)
         return self.sized
+
+    def building(self) -> bool:
+        """Whether its code is still being built (neither ready nor failed)."""
+        return self.sized is None and self.cg.run is None and self.cg.error is None
 
 
 def _may_lower(cf, e) -> bool:
@@ -287,7 +312,8 @@ def _bound(cf, e, k, values):
     """An entry of template ``e`` at the sizes ``k`` bound to a lowering whose guards (and the trace's) hold
     there.  With ``values`` (``k`` by symbol name, the trace's guards known to hold), a tuple no lowering takes
     is lowered again for its own sizes (up to ``MAX_LOWERINGS``: sizes on both sides of a decision, a loop run
-    on the worker pool from some size on).  None when there is none (not possible, code still building)."""
+    on the worker pool from some size on), and ``BUILDING`` is the answer while that lowering's code builds.
+    None when there is none (not possible, or not yet: ``values`` is None)."""
     lows = e.lowered
     if lows is False or (lows is None and (values is None or not _may_lower(cf, e))):
         return None
@@ -298,7 +324,11 @@ def _bound(cf, e, k, values):
         if run is not None:
             break
     else:
-        if values is None or len(lows) >= MAX_LOWERINGS or any(low.sized is None for low in lows):
+        if values is None:
+            return None
+        if any(low.building() for low in lows):
+            return BUILDING
+        if len(lows) >= MAX_LOWERINGS:
             return None
         low = _lower(cf, e, values)
         if low is False:
@@ -307,7 +337,9 @@ def _bound(cf, e, k, values):
             return None
         lows.append(low)
         sized = low.ready()
-        run = None if sized is None else sized.bind(k)
+        if sized is None:
+            return BUILDING if low.building() else None
+        run = sized.bind(k)
         if run is None:
             return None
     if values is None:
