@@ -19,6 +19,8 @@ per-parameter path.  Each written tensor gets the checks and the version bump of
 """
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from ..ir.eager_threads import _DEFAULT_ERR, run_split, threads_for
@@ -72,6 +74,93 @@ class _Scratch:
         if b is None or b.size < size:
             b = self.bufs[key] = np.empty(max(size, 1), dtype)
         return b[:size].reshape(shape)
+
+
+class Rule:
+    """One optimiser's multi-tensor update, declared for :func:`run_rule` (which does everything the optimisers
+    share: the checks, the state, the step count, the per-step scalars, the version bumps, the split):
+
+    - ``scalar_state``: names of its 0-d state tensors, ``"step"`` first (``run_rule`` adds 1 to it);
+    - ``state``: names of its parameter-shaped state tensors (of the parameter's dtype);
+    - ``consts(group)``: the group's constants for ``arrays`` (Python numbers, 0-d arrays), or None to decline
+      (an option this path does not do);
+    - ``bumps(group)``: version bumps, one per tensor of ``(param, *state, *scalar_state[1:])``: the in-place
+      writes the per-parameter path makes to each;
+    - ``arrays(work, consts, scratch)``: the arithmetic on ``(param, grad, *state arrays, scalars)`` entries, in
+      the per-parameter path's order, one parameter after another.
+
+    The scalars come from the optimiser's ``_multi_tensor_scalars(group, scalar_state_tensors)``: ``(scalars,
+    new values of scalar_state[1:])``, computed with the tensor ops of its per-parameter loop (so the bits are
+    the same), once per distinct value of the 0-d state; they never write it (``run_rule`` writes the new
+    values before any array is updated, so the scalars must not alias the state: ``.to(dtype)`` may return
+    the tensor itself)."""
+
+    __slots__ = ("scalar_state", "state", "consts", "bumps", "arrays")
+
+    def __init__(self, scalar_state, state, consts, bumps, arrays):
+        self.scalar_state, self.state, self.consts, self.bumps, self.arrays = \
+            tuple(scalar_state), tuple(state), consts, bumps, arrays
+
+
+_DTYPE = operator.attrgetter("dtype")
+_DATA = operator.attrgetter("_data")
+
+
+def run_rule(opt, group, rule) -> bool:
+    """One update of ``group`` in place by ``rule``; False (nothing done) when the group needs the general path
+    (an option the rule declines, a gradient or state tensor that is not a plain array of the parameter's
+    dtype and shape).  ``opt._state_for(p, group)`` makes or returns a parameter's state."""
+    consts = rule.consts(group)
+    if consts is None:
+        return False
+    items = _plain_items(group)
+    if items is None:
+        return False
+    if not items:
+        return True
+    names0, names = rule.scalar_state, rule.state
+    state_for = opt._state_for
+    tensors = []
+    for p, g in items:
+        state = state_for(p, group)
+        zs = list(map(state.__getitem__, names0))
+        arrs = list(map(state.__getitem__, names))
+        pd = p._data
+        for t in zs:
+            if type(t._data) is not np.ndarray or t._data.ndim != 0 or t._base is not None:
+                return False
+        for t in arrs:
+            d = t._data
+            if type(d) is not np.ndarray or d.dtype != pd.dtype or d.shape != pd.shape or t._base is not None:
+                return False
+        tensors.append((p, g, zs, arrs))
+    for p, g, zs, arrs in tensors:      # every check before any write: a refused one changes nothing
+        p._check_inplace()
+        for t in zs:
+            t._check_inplace()
+        for t in arrs:
+            t._check_inplace()
+    bumps = rule.bumps(group)
+    by_key = {}
+    work = []
+    for p, g, zs, arrs in tensors:
+        step_t = zs[0]
+        sd = step_t._data
+        sd[...] = sd + 1
+        step_t._vc[0] += 1
+        zds = list(map(_DATA, zs))
+        key = (tuple(map(float, zds)), tuple(map(_DTYPE, zds)))
+        sc = by_key.get(key)
+        if sc is None:      # tensor ops: on this thread, before the arithmetic is split
+            sc = by_key[key] = opt._multi_tensor_scalars(group, zs)
+        sc, new = sc
+        for t, v in zip(zs[1:], new):
+            t._data[...] = v
+        work.append((p._data, g, *map(_DATA, arrs), sc))
+        for t, b in zip((p, *arrs, *zs[1:]), bumps):
+            t._vc[0] += b
+    _split_by_size(opt, work, lambda part, scratch: rule.arrays(part, consts, scratch))
+    return True
 
 
 def adam_group(opt, group, state_for, scalars) -> bool:
