@@ -1,5 +1,7 @@
-"""Eager multi-tensor optimiser updates: Adam/AdamW, SGD and RMSprop over a group's parameters with NumPy ``out=``
-ufuncs on the parameters' own buffers, no Tensor, no dispatch, no graph per operation.
+"""Eager multi-tensor optimiser updates (torch's ``foreach``): a group's parameters updated with NumPy ``out=``
+ufuncs on their own buffers, no Tensor, no dispatch, no graph per operation.  Adam/AdamW, SGD and RMSprop are
+written out here; every other optimiser declares a :class:`Rule` (``multi_tensor_rules.py``) that
+:func:`run_rule` runs.
 
 The per-parameter path (``Adam.step``'s loop of tensor ops) dispatches ~20 ops per parameter and allocates a
 result for each; a GPT with 52 parameters spent ~10 ms a step there.  These functions compute the *same*
