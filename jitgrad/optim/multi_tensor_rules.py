@@ -1,7 +1,7 @@
-"""Eager multi-tensor updates of Adagrad, Adadelta, Adamax, NAdam, RAdam, Rprop and ASGD, declared as
-:class:`.multi_tensor.Rule`\\ s: each optimiser's constants, version bumps and NumPy arithmetic on a parameter's
-arrays; :func:`.multi_tensor.run_rule` does the rest (checks, state, step counts, per-step scalars computed by the
-optimiser's own tensor ops, the split between threads).
+"""Eager multi-tensor updates of SGD, Adam/AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam, RAdam, Rprop and ASGD,
+declared as :class:`.multi_tensor.Rule`\\ s: each optimiser's constants, version bumps and NumPy arithmetic on a
+parameter's arrays; :func:`.multi_tensor.run_rule` does the rest (checks, state, step counts, per-step scalars
+computed by the optimiser's own tensor ops, the split between threads).
 
 The arithmetic is the per-parameter loop's, operation for operation, in the same order and precision, so the
 values are bit-identical (``tests/test_optim_multi_tensor.py``): a Python number meets an array in the array's
@@ -10,15 +10,27 @@ dtype; a 0-d float64 scalar (``lr``, a bias correction) meets a float32 array in
 intermediates after a float64 scalar are float64 (in a float64 0-d buffer where ``wide``), rounded once when
 written into the parameter.  Arithmetic two rules share is a helper, the rest is inline (the Python calls per
 parameter are budgeted in ``tests/test_eager_budget.py``).
-An option a rule does not do (``capturable``) makes ``consts`` None: the per-parameter path runs.
+An option a rule does not do (a tensor hyperparameter; ``capturable`` for the rules added with issue 28, as
+before them) makes ``consts`` None: the per-parameter path runs.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .multi_tensor import Rule, _gradient
+from .multi_tensor import Rule
 
 _F64 = np.float64
+
+
+def _gradient(pd, g, wd, maximize, t1, t2):
+    """The gradient a step uses, as the per-parameter paths compute it: ``-g`` when maximising, plus ``wd * p``
+    (L2 weight decay); in ``t2`` when either applies (``t1`` is scratch), else ``g`` itself."""
+    if maximize:
+        g = np.negative(g, out=t2)
+    if wd != 0:
+        np.multiply(pd, wd, out=t1)
+        g = np.add(g, t1, out=t2)
+    return g
 
 
 def _lerp(m, g, w, t):
@@ -57,6 +69,144 @@ def _decay_const(group):
     if wd != 0 and group.get("decoupled_weight_decay"):
         return np.asarray(1 - group.lr_tensor._data * wd)
     return None
+
+
+# --- SGD ------------------------------------------------------------------------------------------------------
+
+def _sgd_consts(group):
+    if not _plain_numbers(group, "momentum", "dampening", "weight_decay"):
+        return None
+    return (group.lr_tensor._data, group["weight_decay"], group["momentum"], group["dampening"], group["nesterov"],
+            group["maximize"])
+
+
+def _sgd_arrays(work, consts, scratch):
+    lr, wd, momentum, dampening, nesterov, maximize = consts
+    for pd, g, *buf, _ in work:
+        shape, dtype, size = pd.shape, pd.dtype, pd.size
+        wide = pd.ndim == 0 and dtype != _F64
+        t1 = scratch.get(0, dtype, shape, size)
+        t2 = scratch.get(1, dtype, shape, size)
+        if maximize or wd != 0:
+            g = _gradient(pd, g, wd, maximize, t1, t2)
+        if momentum != 0:
+            b = buf[0]
+            np.multiply(b, momentum, out=b)                # buf.mul_(momentum).add_(g, alpha=1 - dampening)
+            if 1 - dampening == 1:
+                np.add(b, g, out=b)
+            else:
+                np.multiply(g, 1 - dampening, out=t1)
+                np.add(b, t1, out=b)
+            if nesterov:
+                np.multiply(b, momentum, out=t1)          # g = g + momentum * buf
+                g = np.add(g, t1, out=t2)
+            else:
+                g = b
+        t = scratch.get(10, _F64, (), 1) if wide else t1     # p.sub_(lr * g)
+        np.multiply(lr, g, out=t)
+        np.subtract(pd, t, out=pd)
+
+
+# no 0-d state; the momentum buffer, made by the per-parameter path's first step, updated by mul_ and add_
+SGD = Rule((), lambda group: ("momentum_buffer",) if group["momentum"] != 0 else (), _sgd_consts,
+           lambda group: (1, 2), _sgd_arrays)
+
+
+# --- Adam/AdamW -----------------------------------------------------------------------------------------------
+
+def _adam_consts(group):
+    if not _plain_numbers(group, "betas", "eps", "weight_decay"):
+        return None
+    beta1, beta2 = group["betas"]
+    decay = _decay_const(group)
+    l2 = group["weight_decay"] if decay is None else 0
+    return l2, decay, 1 - beta1, 1 - beta2, beta2, group["eps"], group["maximize"], group["amsgrad"]
+
+
+def _adam_arrays(work, consts, scratch):
+    l2, decay, one_m_b1, one_m_b2, beta2, eps, maximize, amsgrad = consts
+    for pd, g, m, v, *max_v, (step_size, bc2_sqrt) in work:
+        shape, dtype, size = pd.shape, pd.dtype, pd.size
+        t1 = scratch.get(0, dtype, shape, size)
+        if maximize or l2 != 0:
+            g = _gradient(pd, g, l2, maximize, t1, scratch.get(1, dtype, shape, size))
+        if decay is not None:
+            np.multiply(pd, decay, out=pd)                 # p.mul_(1 - lr * weight_decay)
+        np.subtract(g, m, out=t1)                          # exp_avg.add_((g - exp_avg) * (1 - beta1))
+        np.multiply(t1, one_m_b1, out=t1)
+        np.add(m, t1, out=m)
+        np.multiply(v, beta2, out=v)                       # exp_avg_sq.mul_(beta2).add_(g * g * (1 - beta2))
+        np.multiply(g, g, out=t1)
+        np.multiply(t1, one_m_b2, out=t1)
+        np.add(v, t1, out=v)
+        if amsgrad:
+            v = np.maximum(max_v[0], v, out=max_v[0])       # max_exp_avg_sq.copy_(maximum(max_exp_avg_sq, v))
+        np.sqrt(v, out=t1)                                 # denom = sqrt(v) / bias_correction2_sqrt + eps
+        if pd.ndim == 0 and dtype != _F64:
+            t1 = np.divide(t1, bc2_sqrt, out=scratch.get(10, _F64, (), 1))
+        else:
+            np.divide(t1, bc2_sqrt, out=t1)
+        np.add(t1, eps, out=t1)
+        np.divide(m, t1, out=t1)                           # p.sub_(step_size * (exp_avg / denom))
+        np.multiply(step_size, t1, out=t1)
+        np.subtract(pd, t1, out=pd)
+
+
+ADAM = Rule(("step",), lambda group: ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"] else ()),
+            _adam_consts, lambda group: _adam_like_bumps(group, 1) + (1,), _adam_arrays)
+
+
+# --- RMSprop --------------------------------------------------------------------------------------------------
+
+def _rmsprop_state(group):
+    return ("square_avg",) + (("momentum_buffer",) if group["momentum"] > 0 else ()) \
+        + (("grad_avg",) if group["centered"] else ())
+
+
+def _rmsprop_consts(group):
+    if not _plain_numbers(group, "alpha", "eps", "weight_decay", "momentum"):
+        return None
+    return (group.lr_tensor._data, group["alpha"], group["eps"], group["weight_decay"], group["momentum"],
+            group["centered"], group["maximize"])
+
+
+def _rmsprop_arrays(work, consts, scratch):
+    lr, alpha, eps, wd, momentum, centered, maximize = consts
+    for pd, g, sq, *more, _ in work:
+        shape, dtype, size = pd.shape, pd.dtype, pd.size
+        wide = pd.ndim == 0 and dtype != _F64
+        t1 = scratch.get(0, dtype, shape, size)
+        t3 = scratch.get(3, dtype, shape, size)
+        if maximize or wd != 0:
+            g = _gradient(pd, g, wd, maximize, t1, scratch.get(1, dtype, shape, size))
+        _square_avg(sq, g, alpha, t1)
+        if centered:
+            ga = more[-1]
+            np.subtract(g, ga, out=t1)                     # grad_avg.add_((g - grad_avg) * (1 - alpha))
+            np.multiply(t1, 1 - alpha, out=t1)
+            np.add(ga, t1, out=ga)
+            np.multiply(ga, ga, out=t1)                    # avg = sqrt(square_avg - grad_avg * grad_avg) + eps
+            np.subtract(sq, t1, out=t1)
+            np.sqrt(t1, out=t3)
+        else:
+            np.sqrt(sq, out=t3)                            # avg = sqrt(square_avg) + eps
+        np.add(t3, eps, out=t3)
+        np.divide(g, t3, out=t1)                           # g / avg
+        if momentum > 0:
+            b = more[0]
+            np.multiply(b, momentum, out=b)                # buf.mul_(momentum).add_(g / avg)
+            np.add(b, t1, out=b)
+            step = b
+        else:
+            step = t1
+        t = scratch.get(10, _F64, (), 1) if wide else t1     # p.sub_(lr * step)
+        np.multiply(lr, step, out=t)
+        np.subtract(pd, t, out=pd)
+
+
+RMSPROP = Rule(("step",), _rmsprop_state, _rmsprop_consts,
+               lambda group: (1, 2) + ((2,) if group["momentum"] > 0 else ()) + ((1,) if group["centered"] else ()),
+               _rmsprop_arrays)
 
 
 # --- Adagrad --------------------------------------------------------------------------------------------------
