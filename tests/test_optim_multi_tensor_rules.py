@@ -123,8 +123,8 @@ def test_multi_tensor_rule_matches_torch(monkeypatch, name, kw):
 
 @pytest.mark.parametrize("name", sorted(OPTIONS))
 def test_multi_tensor_rule_declines_and_changes_nothing(monkeypatch, name):
-    """A gradient of another dtype (as a device could give), a view parameter, ``capturable``: the rule declines
-    before writing anything, and the per-parameter path runs."""
+    """A gradient of another dtype (as a device could give), a view parameter, ``capturable``, a parameter listed
+    twice: the rule declines before writing anything, and the per-parameter path runs."""
     ps = _params(jg.float32)
     kw = {"lr": 0.01}
     opt = getattr(jg.optim, name)(ps, **kw)
@@ -155,6 +155,9 @@ def test_multi_tensor_rule_declines_and_changes_nothing(monkeypatch, name):
         view = jg.randn(4, 3)[1]
         view.grad = jg.ones(3)
         opt = getattr(jg.optim, name)([view], **kw)
+        assert not multi_tensor.run_rule(opt, opt.param_groups[0], rule)
+        with pytest.warns(UserWarning, match="duplicate parameters"):
+            opt = getattr(jg.optim, name)([ps[0], ps[1], ps[0]], **kw)
         assert not multi_tensor.run_rule(opt, opt.param_groups[0], rule)
 
 

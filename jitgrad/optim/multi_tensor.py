@@ -101,9 +101,10 @@ class Rule:
     __slots__ = ("scalar_state", "state", "consts", "bumps", "arrays")
 
     def __init__(self, scalar_state, state, consts, bumps, arrays):
-        self.scalar_state, self.state, self.consts, self.bumps, self.arrays = \
-            tuple(scalar_state), state if callable(state) else (lambda group, names=tuple(state): names), consts, \
-            bumps, arrays
+        if not callable(state):
+            state = (lambda names: lambda group: names)(tuple(state))
+        self.scalar_state, self.state = tuple(scalar_state), state
+        self.consts, self.bumps, self.arrays = consts, bumps, arrays
 
 
 _DTYPE = operator.attrgetter("dtype")
@@ -113,7 +114,7 @@ _DATA = operator.attrgetter("_data")
 def run_rule(opt, group, rule) -> bool:
     """One update of ``group`` in place by ``rule``; False (nothing done) when the group needs the general path
     (an option the rule declines, a gradient or state tensor that is not a plain array of the parameter's
-    dtype and shape, a state tensor still to be made).  ``opt._state_for(p, group)`` makes or returns a
+    dtype and shape, a state tensor still to be made, a parameter listed twice).  ``opt._state_for(p, group)`` makes or returns a
     parameter's state (not called when the rule has none)."""
     consts = rule.consts(group)
     if consts is None:
@@ -123,6 +124,8 @@ def run_rule(opt, group, rule) -> bool:
         return False
     if not items:
         return True
+    if len(set(map(id, group["params"]))) != len(group["params"]):
+        return False        # (torch warns) updated twice in turn: the split could run the two at once
     names0, names = rule.scalar_state, rule.state(group)
     state_for = opt._state_for if names0 or names else None
     zs = arrs = ()
