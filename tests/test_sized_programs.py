@@ -271,3 +271,52 @@ def test_errors_of_a_bound_entry_are_eager_modes_with_this_calls_shapes():
         cf(jg.tensor(np.array([1, 2, 3, 4, 5, 6, 12])))
     assert "s0" not in str(err.value)
     np.testing.assert_array_equal(emb.weight.detach().numpy(), w)
+
+
+# ---- the native size fill (codegen/program/size_fill.py) against the NumPy reference plan ---------------------------
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from jitgrad.codegen.program.size_fill import FillLayout, compile_fill, fill_ir  # noqa: E402
+from jitgrad.ir.size_plan import SizePlan  # noqa: E402
+from jitgrad.ir.symbolic import COMPARISONS, ShapeEnv, SymInt, evaluate  # noqa: E402
+
+
+def _fill_case():
+    """Polynomials with ``//`` and ``%`` atoms (nested, of negative values too) and guards of every comparison."""
+    env = ShapeEnv()
+    a, b = env.symbol(9, "a"), env.symbol(4, "b")
+    exprs = [a, b, a * b - 7 * b, (a * b - 7 * b) // 3, (a - b) % 5, ((a - b) // b) * a + 2, (a * a) % (b + 3),
+             ((a + 1) // 2) % 3 - b, 0, 5]
+    polys = [x.poly if isinstance(x, SymInt) else ((((), x),) if x else ()) for x in exprs]
+    guards = [(polys[i], op, want) for i, op, want in
+              [(2, ">", True), (4, "==", False), (5, "<=", True), (6, ">=", True), (7, "!=", True), (3, "<", False)]]
+    return env, polys, guards
+
+
+def _compiled_fill(polys, guards):
+    plan = SizePlan(polys)
+    masks = [(polys.index(p), sum(1 << k for k, v in enumerate((-1, 0, 1)) if COMPARISONS[op](v, 0) == want))
+             for p, op, want in guards]
+    layout = FillLayout(1, len(polys), 0, 0)
+    text = fill_ir(plan, ("s0", "s1"), masks, layout, [(0, 2)], [], [], [], [])
+    return plan, layout, compile_fill(text, 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(-40, 40), st.integers(-40, 40))
+def test_native_size_fill_equals_the_reference_plan_and_python_arithmetic(a, b):
+    env, polys, guards = _fill_case()
+    plan, layout, fill = _compiled_fill(polys, guards)
+    values = {"s0": a, "s1": b}
+    buf = np.zeros(layout.words, np.int64)
+    r = fill(buf.ctypes.data, 0, a, b)
+    if b == 0 or b == -3:       # an atom divides by b or by b + 3 (Python would raise ZeroDivisionError)
+        assert r == -1
+        return
+    want = [evaluate(p, values) for p in polys]         # Python's own // and % (toward minus infinity)
+    np.testing.assert_array_equal(plan(values), want)
+    env.guards[:] = guards
+    assert r == (1 if env.holds(values) else 0)
+    if r == 1:
+        np.testing.assert_array_equal(buf[layout.values:layout.ws], want)
+        assert buf[0] == want[2]                        # a table slot written from its polynomial

@@ -19,8 +19,9 @@ from .symbolic import _ATOMS, _constant_of
 
 class SizePlan:
     """Polynomials over the symbols evaluated together (a program's sizes, strides and offsets, bound per call's
-    sizes: ``codegen/program/sized.py``): each atom (a symbol, or a ``//`` / ``%`` of polynomials) once, in an
-    order found once, per ``__call__(values) -> list of ints``."""
+    sizes: ``codegen/program/sized.py``): each atom (a symbol, or a ``//`` / ``%`` of polynomials: ``derived``)
+    once, in an order found once (``atoms``).  ``__call__(values)`` evaluates them with NumPy: the reference for
+    the native fill a program is bound with (``codegen/program/size_fill.py``)."""
 
     def __init__(self, polys):
         self.polys = list(polys)
@@ -42,6 +43,7 @@ class SizePlan:
                 for a in m:
                     need(a)
         self.atoms = order
+        self.derived = {a: _ATOMS[a] for a in order if a in _ATOMS}     # atom -> (op, poly a, poly b)
         self._index = atoms
         # every monomial of every polynomial as a row: its atoms' indices (padded with the index of a 1), its
         # coefficient and its polynomial, so a call multiplies and sums them with a few NumPy calls

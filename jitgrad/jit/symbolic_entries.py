@@ -164,21 +164,24 @@ def trace_shapes(key, leaves):
 def instance(cf, e, leaves):
     """The concrete entry of the symbolic entry ``e`` for these arguments' sizes, made on first use; None when
     a guard of the trace fails for them (the call misses).  Sizes seen before skip the guards (they depend on
-    the sizes alone).  A new tuple of sizes is bound to a lowering of the template whose guards it keeps
-    (``Lowered``: no pass, no layout, no entry build; ``_bound``), else gets a concrete build of its own."""
+    the sizes alone).  A new tuple of sizes is bound to a lowering of the template whose guards (and the
+    trace's) it keeps (``Lowered``: no pass, no layout, no entry build; ``_bound``), else gets a concrete build
+    of its own."""
     k = tuple([leaves[i]._data.shape[d] for _, i, d in e.sym_sources])
     inst = e.instances.get(k)
     if inst is not None:
         return inst
-    values = {name: v for (name, _, _), v in zip(e.sym_sources, k)}
-    if not e.shape_env.holds(values):
-        return None
+    inst = _bound(cf, e, k, None)       # (the trace's guards are checked with the lowering's, natively)
+    if inst is None:
+        values = {name: v for (name, _, _), v in zip(e.sym_sources, k)}
+        if not e.shape_env.holds(values):
+            return None
+        inst = _bound(cf, e, k, values)
+        if inst is None:
+            inst = _concrete(cf, e, values)
+            cf.stats["shape_instances"] += 1
     if len(e.instances) >= MAX_INSTANCES:
         e.instances.pop(next(iter(e.instances)))
-    inst = _bound(cf, e, values)
-    if inst is None:
-        inst = _concrete(cf, e, values)
-        cf.stats["shape_instances"] += 1
     e.instances[k] = inst
     return inst
 
@@ -198,8 +201,9 @@ class Lowered:
     ``CompiledGraph`` of that graph laid out with symbolic sizes (``graph_code.sized_graph``), and once its code
     is ready, the ``codegen/program/sized.SizedProgram`` that binds it per tuple of sizes."""
 
-    def __init__(self, graph, cg, guards, copy_outs, wrap, lifted, compiled_result):
+    def __init__(self, graph, cg, guards, copy_outs, wrap, lifted, compiled_result, names, trace_guards):
         self.graph, self.cg, self.guards, self.copy_outs, self.wrap = graph, cg, guards, copy_outs, wrap
+        self.names, self.trace_guards = names, trace_guards
         self.lifted = lifted        # (aval, SymInt | SymFloat): the trailing inputs lift_literals made
         self.compiled_result = compiled_result      # graph_code's (imported by _lower, kept: no import per binding)
         self.sized = None
@@ -213,7 +217,7 @@ class Lowered:
                     cg.start()
                 return None
             from ..codegen.program.sized import SizedProgram
-            self.sized = SizedProgram(cg, self.guards)
+            self.sized = SizedProgram(cg, self.guards, self.names, self.trace_guards)
         return self.sized
 
 
@@ -254,7 +258,7 @@ def _lower(cf, e, values):
     from .graph_function import GraphFunction
     wrap = GraphFunction(graph, e.out_diff, array_outs={oi for _, oi in e.writes})._wrap
     return Lowered(graph, cg, env.guards, copied_outputs(graph, e.writes, e.same_outs), wrap, lifted,
-                   compiled_result)
+                   compiled_result, tuple(n for n, _, _ in e.sym_sources), tuple(e.shape_env.guards))
 
 
 def lift_literals(g: Graph):
@@ -279,21 +283,22 @@ def lift_literals(g: Graph):
     return Graph(list(g.inputs) + [w for w, _ in lifted], eqns, outs), tuple((w.aval, x) for w, x in lifted)
 
 
-def _bound(cf, e, values):
-    """An entry of template ``e`` at ``values`` bound to a lowering whose guards hold there, lowering it again
-    for these sizes when none does (up to ``MAX_LOWERINGS``: sizes on both sides of a decision, a loop run on
-    the worker pool from some size on); None when there is none (not possible, code still building)."""
+def _bound(cf, e, k, values):
+    """An entry of template ``e`` at the sizes ``k`` bound to a lowering whose guards (and the trace's) hold
+    there.  With ``values`` (``k`` by symbol name, the trace's guards known to hold), a tuple no lowering takes
+    is lowered again for its own sizes (up to ``MAX_LOWERINGS``: sizes on both sides of a decision, a loop run
+    on the worker pool from some size on).  None when there is none (not possible, code still building)."""
     lows = e.lowered
-    if lows is False or (lows is None and not _may_lower(cf, e)):
+    if lows is False or (lows is None and (values is None or not _may_lower(cf, e))):
         return None
     lows = e.lowered = lows or []
     for low in reversed(lows):
         sized = low.ready()
-        vals = None if sized is None else sized.holds(values)
-        if vals is not None:
+        run = None if sized is None else sized.bind(k)
+        if run is not None:
             break
     else:
-        if len(lows) >= MAX_LOWERINGS or any(low.sized is None for low in lows):
+        if values is None or len(lows) >= MAX_LOWERINGS or any(low.sized is None for low in lows):
             return None
         low = _lower(cf, e, values)
         if low is False:
@@ -302,19 +307,19 @@ def _bound(cf, e, values):
             return None
         lows.append(low)
         sized = low.ready()
-        vals = None if sized is None else sized.holds(values)
-        if vals is None:
+        run = None if sized is None else sized.bind(k)
+        if run is None:
             return None
-    run = sized.bind(vals)
-    extra = tuple(np.asarray(concretize(x, values), dtype=aval.dtype.np) for aval, x in low.lifted)
+    if values is None:
+        values = {name: v for (name, _, _), v in zip(e.sym_sources, k)}
+    extra = tuple([np.asarray(concretize(x, values), dtype=aval.dtype.np) for aval, x in low.lifted])
     inst = SizedEntry.__new__(SizedEntry)
-    inst.__dict__.update(e.__dict__)
-    del inst.__dict__["graph"], inst.__dict__["gf"]
-    inst.instances = inst.shape_env = inst.lowered = None
-    inst.copy_outs = low.copy_outs
-    inst.code_ready, inst.slow_times = True, {}
-    inst.concrete_of = (cf, e, values)
-    inst.direct = _direct_call(cf, inst, low, run, extra)
+    d = inst.__dict__
+    d.update(e.__dict__)
+    del d["graph"], d["gf"]
+    d["instances"] = d["shape_env"] = d["lowered"] = None
+    d["copy_outs"], d["code_ready"], d["slow_times"], d["concrete_of"] = low.copy_outs, True, {}, (cf, e, values)
+    d["direct"] = _direct_call(cf, inst, low, run, extra)
     cf.stats["shape_bindings"] += 1
     return inst
 
