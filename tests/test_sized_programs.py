@@ -277,7 +277,7 @@ def test_errors_of_a_bound_entry_are_eager_modes_with_this_calls_shapes():
 # ---- the native size fill (codegen/program/size_fill.py) against the NumPy reference plan ---------------------------
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from jitgrad.codegen.program.size_fill import FillLayout, compile_fill, fill_ir  # noqa: E402
+from jitgrad.codegen.program.size_fill import FillLayout, fill_program, size_fill  # noqa: E402
 from jitgrad.ir.size_plan import SizePlan  # noqa: E402
 from jitgrad.ir.symbolic import COMPARISONS, ShapeEnv, SymInt, evaluate  # noqa: E402
 
@@ -298,19 +298,20 @@ def _compiled_fill(polys, guards):
     plan = SizePlan(polys)
     masks = [(polys.index(p), sum(1 << k for k, v in enumerate((-1, 0, 1)) if COMPARISONS[op](v, 0) == want))
              for p, op, want in guards]
-    layout = FillLayout(1, len(polys), 0, 0)
-    text = fill_ir(plan, ("s0", "s1"), masks, layout, [(0, 2)], [], [], [], [])
-    return plan, layout, compile_fill(text, 2)
+    layout = FillLayout(3, len(polys), 1, 2, 8)
+    program = fill_program(plan, ("s0", "s1"), masks, layout, [(0, 2)], [(4, 3)], [(2, 4)], [(1, 4)], [(1, 0, 1)])
+    return plan, layout, program, size_fill()
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(-40, 40), st.integers(-40, 40))
 def test_native_size_fill_equals_the_reference_plan_and_python_arithmetic(a, b):
     env, polys, guards = _fill_case()
-    plan, layout, fill = _compiled_fill(polys, guards)
+    plan, layout, program, fill = _compiled_fill(polys, guards)
     values = {"s0": a, "s1": b}
     buf = np.zeros(layout.words, np.int64)
-    r = fill(buf.ctypes.data, 0, a, b)
+    buf[layout.sizes:layout.params] = (a, b)
+    r = fill(program.ctypes.data, buf.ctypes.data, 1000)
     if b == 0 or b == -3:       # an atom divides by b or by b + 3 (Python would raise ZeroDivisionError)
         assert r == -1
         return
@@ -319,8 +320,16 @@ def test_native_size_fill_equals_the_reference_plan_and_python_arithmetic(a, b):
     env.guards[:] = guards
     assert r == (1 if env.holds(values) else 0)
     if r == 1:
+        address = buf.ctypes.data
         np.testing.assert_array_equal(buf[layout.values:layout.ws], want)
-        assert buf[0] == want[2]                        # a table slot written from its polynomial
+        assert buf[0] == want[2]                                    # a table slot from its polynomial
+        assert buf[1] == 1000 + want[0] + want[1]                   # a workspace slot: base + root + offset
+        assert buf[layout.ws] == want[0] + want[1]                  # (its byte offset kept)
+        assert buf[2] == address + 8 * layout.params + 4            # a parameter pointer
+        assert buf[layout.off + 1] == want[4]                       # an offset
+        params = buf[layout.params:].view(np.uint8)
+        assert int(params[4:8].view(np.int32)[0]) == np.int32(want[3])      # an int32 parameter's bytes
+        assert buf[layout.ctx] == address and buf[layout.ctx + 2] == address + 8 * layout.off
 
 
 def test_calls_waiting_for_a_lowerings_code_run_eagerly_and_build_nothing(monkeypatch):

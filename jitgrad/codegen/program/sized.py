@@ -29,7 +29,7 @@ from ...ir.size_plan import SizePlan, float_function, fold_float
 from ...ir.symbolic import COMPARISONS, SymInt
 from . import entry
 from .cpu import ALLOCATIONS, CompiledGraph
-from .size_fill import FillLayout, compile_fill, fill_ir
+from .size_fill import FillLayout, fill_program, size_fill
 
 
 class Workspace:
@@ -107,7 +107,7 @@ class SizedProgram:
         self.plan = SizePlan(polys)
         self.names = tuple(names)
         n_table = max(len(p.table), 1)
-        L = self.layout = FillLayout(n_table, len(polys), len(ws_slots), len(p.params))
+        L = self.layout = FillLayout(n_table, len(polys), len(ws_slots), len(self.names), len(p.params))
         # the template every binding's buffer is copied from: A's constant entries, OFF zero, the parameters
         template = np.zeros(L.words, np.int64)
         for i, v in enumerate(p.table):
@@ -122,8 +122,10 @@ class SizedProgram:
         template[L.ctx + 1], template[L.ctx + 3] = cg.F.ctypes.data, cg._ierr.ctypes.data
         self._template = template
         self._ws_slots = np.array([slot for slot, _, _ in ws_slots], np.intp)
-        self._fill = compile_fill(fill_ir(self.plan, self.names, int_guards, L, table, sym_params,
-                                          list(p.param_slots), offsets, ws_slots), len(self.names))
+        self._program = fill_program(self.plan, self.names, int_guards, L, table, sym_params,
+                                     list(p.param_slots), offsets, ws_slots)
+        self._program_address = self._program.ctypes.data
+        self._fill = size_fill()
         self._entry_fn = entry.entry_function(cg.entry_address)
         self.workspace = Workspace()
 
@@ -134,9 +136,10 @@ class SizedProgram:
         return self._filled(buf, buf.ctypes.data, sizes)
 
     def _filled(self, buf, address, sizes):
-        if self._fill(address, self.workspace.base, *sizes) != 1:
-            return None
         L = self.layout
+        buf[L.sizes:L.params] = sizes
+        if self._fill(self._program_address, address, self.workspace.base) != 1:
+            return None
         V = buf[L.values:L.ws]
         for fn, cmp, want in self._float_guards:
             if cmp(fn(V), 0) != want:
