@@ -90,7 +90,7 @@ def fold_update_into_gemm(prog: Program, g: Group) -> bool:
     reads costs no pass over memory of its own. Only when no step between the GEMM and this group reads
     ``p`` (or a view of it), so moving the write earlier changes nothing another step sees."""
     places = prog.places
-    if g.reduce is not None or len(g.eqns) != 2 or len(g.outputs) != 1:
+    if g.reduce is not None or g.scatters or len(g.eqns) != 2 or len(g.outputs) != 1:
         return False
     m, u = g.eqns
     o = g.outputs[0]
