@@ -193,3 +193,25 @@ def test_a_state_gathered_and_updated_by_one_loop_reads_its_old_values():
         f(want, idx)
         np.testing.assert_array_equal(w.numpy(), want.numpy())
     assert any(g.gathers for g in fusion_plan(_graph(cf)).groups)
+
+
+def test_a_scatter_add_of_values_computed_elsewhere_is_a_loop_of_its_own():
+    """index_add of a matmul's result (message passing): no loop computes the values, so the scatter-add is a
+    loop of its own reading them (natively: no NumPy step), and its transpose a gather loop."""
+    rng = np.random.default_rng(5)
+    h = jg.tensor(rng.standard_normal((5, 4)), requires_grad=True)
+    w = jg.tensor(rng.standard_normal((4, 6)))
+    dst = jg.tensor(np.array([0, 2, 2, 1, 0, 1]))
+
+    def step(h):
+        loss = jg.zeros((5, 3), dtype=h.dtype).index_add(1, dst, h @ w).tanh().sum()
+        loss.backward()
+        return loss.detach()
+    cs = _compiled(step)
+    h1, h2 = (jg.tensor(h.detach().numpy(), requires_grad=True) for _ in range(2))
+    np.testing.assert_allclose(cs(h1).numpy(), step(h2).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(h1.grad.numpy(), h2.grad.numpy(), rtol=1e-12)
+    plan = fusion_plan(_graph(cs))
+    assert [len(g.scatters) for g in plan.groups if g.scatters] == [1]
+    assert any(g.gathers for g in plan.groups)
+    assert not [ln for ln in cs.launches(h1) if ln.kind == "py"]

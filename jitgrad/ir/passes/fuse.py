@@ -125,7 +125,7 @@ def _members(g) -> set:
 
 
 def _scope(g):
-    return (g.eqns[0][1] if g.eqns else g.reduce[1]).scope
+    return (g.eqns[0][1] if g.eqns else g.reduce[1] if g.reduce else g.scatters[0][1]).scope
 
 
 def _cheap_chain(v, eqns, producer, where, users, outs, members, reads):
@@ -222,10 +222,14 @@ def plan(graph: Graph, indexed: bool = True) -> Plan:
                 cur.gathers.append(e)
             where[i] = cur
             continue
-        if indexed and scatter_store(e) and cur is not None and e.ins[1].aval.shape == cur.shape \
-                and defined_in_cur(e.ins[1]) and not defined_in_cur(e.ins[0]) and not defined_in_cur(e.ins[2]) \
-                and _scope(cur) == e.scope and not reads_closing(e):
-            cur.scatters.append((i, e))     # the loop stays open, as after a reduction
+        if indexed and scatter_store(e):
+            # the store closing the loop over its values (the loop stays open, as after a reduction); its base
+            # and index are read before the loop runs, so they must not be the loop's own
+            if cur is None or cur.shape != e.ins[1].aval.shape or _scope(cur) != e.scope or reads_closing(e) \
+                    or defined_in_cur(e.ins[0]) or defined_in_cur(e.ins[2]) or len(cur.eqns) >= MAX_GROUP_EQNS:
+                close()
+                cur = Group(e.ins[1].aval.shape)        # a loop of its own, over values computed elsewhere
+            cur.scatters.append((i, e))
             where[i] = cur
             continue
         if e.op.name in REDUCTIONS and cur is not None and e.ins[0].aval.shape == cur.shape \
@@ -280,6 +284,10 @@ def plan(graph: Graph, indexed: bool = True) -> Plan:
                         not holders.get(u) or any(i not in member_sets[id(h)] for h in holders[u])
                         for u in users.get(o, set()) - mset):
                     g.outputs.append(o)
+        for _, e in g.scatters:     # the values added: the loop's own, or read at its position
+            v = e.ins[1]
+            if not (isinstance(v, Var) and v in defined) and v not in g.inputs:
+                g.inputs.append(v)
         g.eqns = [e for _, e in g.eqns]
         g.scatters = [e for _, e in g.scatters]
         if g.reduce is not None:
