@@ -318,10 +318,12 @@ def _bound(cf, e, k, values):
     if lows is False or (lows is None and (values is None or not _may_lower(cf, e))):
         return None
     lows = e.lowered = lows or []
-    for low in reversed(lows):
+    for n, low in enumerate(lows):        # (the one that bound last first: nearby sizes keep its decisions)
         sized = low.ready()
         run = None if sized is None else sized.bind(k)
         if run is not None:
+            if n:
+                lows.insert(0, lows.pop(n))
             break
     else:
         if values is None:
@@ -335,7 +337,7 @@ def _bound(cf, e, k, values):
             if not lows:
                 e.lowered = False
             return None
-        lows.append(low)
+        lows.insert(0, low)
         sized = low.ready()
         if sized is None:
             return BUILDING if low.building() else None
