@@ -374,3 +374,37 @@ def test_calls_waiting_for_a_lowerings_code_run_eagerly_and_build_nothing(monkey
     assert s["shape_instances"] == 1 and s["shape_lowerings"] == 1, s     # no concrete build while it built
     assert s["eager_calls"] >= 2 and s["shape_bindings"] >= 3, s
     assert s["eager_calls"] + s["shape_bindings"] == len(data) - 2, s
+
+
+def test_new_sizes_run_eagerly_while_the_first_instance_builds(monkeypatch):
+    """On an empty cache the first symbolic instance's code builds in the background: new sizes meanwhile run
+    eagerly (no concrete build per size, each a full pass and layout run), and once it is built the next new
+    size lowers the template and later ones bind."""
+    from jitgrad.jit import build_policy
+
+    class Building:         # a background build still running for its first three looks
+        error, looks = None, 0
+
+        @property
+        def run(self):
+            Building.looks += 1
+            return None if Building.looks <= 3 else "built"
+
+        def start(self):
+            pass
+    real, asked = build_policy.pending_build, []
+
+    def pending_build(gf, inputs, plan, call=None):
+        asked.append(call)
+        return Building() if len(asked) == 2 else real(gf, inputs, plan, call)     # (the symbolic instance)
+    monkeypatch.setattr(build_policy, "pending_build", pending_build)
+    rng = np.random.default_rng(5)
+    shapes = [(2, 5), (3, 7), (2, 9), (4, 6), (3, 11), (2, 12), (4, 8), (3, 13)]
+    data = [(jg.tensor(rng.integers(0, 40, s)), jg.tensor(rng.integers(0, 40, s))) for s in shapes]
+    eager, comp = _lm_step(), jg.compile(_lm_step(), backend="numba")
+    le = [float(eager(i, t)) for i, t in data]
+    lc = [float(comp(i, t)) for i, t in data]
+    np.testing.assert_allclose(lc, le, rtol=1e-5)
+    s = comp.stats
+    assert s["traces"] == 2 and s["shape_instances"] == 1, s         # no concrete build per size
+    assert s["eager_calls"] >= 3 and s["shape_lowerings"] == 1 and s["shape_bindings"] >= 2, s
