@@ -65,9 +65,13 @@ def _geometry(name, t, flat, size, stride, storage_offset):
         raise RuntimeError(f"{name}: Negative strides are not supported at the moment, got strides: {list(stride)}")
     off = _offset_of(t, flat) if storage_offset is None else operator.index(storage_offset)
     pos = _positions(size, stride, off)
-    need = int(pos.max()) + 1 if pos.size else off
     isz = flat.itemsize
-    if off < 0 or need > flat.size:
+    if off < 0:
+        raise RuntimeError(f"Tensor: invalid storage offset {off}")
+    # a geometry with no elements reads nothing, so any offset fits any storage (torch's computeStorageNbytes
+    # is 0 for it: pytorch#80507)
+    need = int(pos.max()) + 1 if pos.size else 0
+    if need > flat.size:
         raise RuntimeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {off}, and "
                            f"itemsize {isz} requiring a storage size of {need * isz} are out of bounds for storage "
                            f"of size {flat.size * isz}")
