@@ -449,3 +449,30 @@ def test_detach_in_place_drops_the_tangent():
             d.detach_()
             assert fwd.unpack_dual(d).tangent is None
             assert fwd.unpack_dual(d * 2).tangent is None
+
+
+def _as_strided_tangents(lib, fwd, rg):
+    res = []
+    with fwd.dual_level():
+        base = lib.tensor(np.arange(6.0), dtype=lib.float64).requires_grad_(rg)
+        d = fwd.make_dual(base.clone(), lib.tensor(np.arange(6.0) * 10 + 1, dtype=lib.float64))
+        v = d[1:5]      # a view: its geometries reach the whole storage, tangent included
+        for r in (v.as_strided((3,), (2,), 0), v.as_strided((2, 2), (1, 1), 2), d.as_strided((2, 3), (1, 2))):
+            res.append(fwd.unpack_dual(r).tangent)
+        # a tangent copied to the primal's layout (a larger storage): zero beyond the primal
+        primal = lib.tensor(np.arange(5.0), dtype=lib.float64)[:4].detach()
+        dd = fwd.make_dual(primal, lib.tensor([1.0, 2.0, 3.0, 4.0], dtype=lib.float64))
+        res.append(fwd.unpack_dual(dd.as_strided((5,), (1,), 0)).tangent)
+        e = fwd.make_dual(lib.tensor(np.arange(6.0), dtype=lib.float64),
+                          lib.tensor(np.arange(6.0) + 100, dtype=lib.float64))
+        e.as_strided_((2, 2), (1, 2), 1)
+        res.append(fwd.unpack_dual(e).tangent)
+        return [t.detach().clone() for t in res]
+
+
+@pytest.mark.parametrize("rg", [False, True], ids=["no grad", "requires grad"])
+def test_as_strided_reads_the_tangent_with_the_same_geometry(rg):
+    for got, want in zip(_as_strided_tangents(jg, fwAD, rg), _as_strided_tangents(torch, tfwAD, rg)):
+        _close(got, want)
+    x = jg.tensor(RNG.standard_normal(8), requires_grad=True)
+    assert jg.autograd.gradcheck(lambda a: (a * a)[1:7].as_strided((2, 3), (1, 2), 1), (x,), check_forward_ad=True)

@@ -202,6 +202,21 @@ class Duals:
                 lv.set(dst, t)
         return dst
 
+    def follow_view(self, src, out, view_of):
+        """``out`` is a view of ``src`` made outside ``bind`` (``as_strided``): at each level where ``src`` has a
+        tangent, ``out``'s is ``view_of(tangent)``, the same view of it (computed with that level hidden, so it is
+        differentiable and carries the lower levels' tangents)."""
+        for k in range(self.visible):
+            lv = self.levels[k]
+            t = lv.get(src)
+            if t is None:
+                continue
+            prev = self._hide(k)
+            try:
+                lv.set(out, view_of(t))
+            finally:
+                self._show(prev)
+
     def forget(self, t):
         """``t`` carries no tangent at any level any more (``detach_``)."""
         for lv in self.levels:
