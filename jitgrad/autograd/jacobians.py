@@ -10,6 +10,10 @@ from ..runtime.dual import DUALS
 from ..runtime.engine import grad as _grad
 from ..runtime.tensor import Tensor
 
+# torch.Generator()'s default seed: fast mode draws its random vectors from a private generator, never from
+# the user's RNG stream.
+_FAST_SEED = 67280421310721
+
 FAILED_NONDET_MSG = """
 
 NOTE: If your op relies on non-deterministic operations i.e., it is listed here:
