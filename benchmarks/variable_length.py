@@ -1,5 +1,6 @@
 """Variable-length training (issue 30): an embedding + linear + cross-entropy + Adam step over 50 distinct sequence
-lengths and 5 batch sizes, each shape new once, then every shape again.
+lengths and 5 batch sizes, and nanoGPT's model (B9's, small: 2 blocks of width 64, block size 64) with ``T`` drawn
+per batch from 8..64; each shape new once, then shapes seen before again.
 
 Per configuration: traces, eager fallbacks, the largest loss difference from eager over the whole run, the median
 and worst time of a call whose shape is new, and the median of a repeated shape's call.  Configurations: jitgrad
@@ -7,7 +8,7 @@ eager, ``jg.compile`` (default: automatic dynamic shapes, background builds; and
 ``jg.compile(dynamic=False)`` (a trace per shape up to the recompile limit, as before), ``torch.compile`` with its
 default ``dynamic`` when PyTorch is installed, JAX ``jit`` when installed (a compile per shape).
 
-    python benchmarks/variable_length.py [--lengths 50] [--batches 5]
+    python benchmarks/variable_length.py [--lengths 50] [--batches 5] [--workload lm|gpt|both]
 """
 from __future__ import annotations
 
@@ -55,6 +56,47 @@ def jitgrad_step(compiled=None):
     def call(i, t):
         return float(f(jg.tensor(i), jg.tensor(t)))
     return call, f
+
+
+GPT = dict(vocab=65, context=64, width=64, heads=4, layers=2)
+
+
+def gpt_shapes(batch=8):
+    """Every length of 8..block size once, in a shuffled order (nanoGPT's batches with ``T`` drawn per batch)."""
+    rng = np.random.default_rng(1)
+    lengths = list(range(8, GPT["context"] + 1))
+    rng.shuffle(lengths)
+    return [(rng.integers(0, GPT["vocab"], (batch, t)), rng.integers(0, GPT["vocab"], (batch, t))) for t in lengths]
+
+
+def _gpt_model():
+    import gpt_model
+    return gpt_model
+
+
+def gpt_step(compiled=None):
+    import jitgrad as jg
+    gm = _gpt_model()
+    jg.manual_seed(0)
+    m = gm.make_gpt(jg, GPT["vocab"], GPT["context"], GPT["width"], GPT["heads"], GPT["layers"], 0.0, False)
+    step = gm.make_step(jg, m, m, gm.make_optimizer(jg, m, 1e-3))
+    f = step if compiled is None else jg.compile(step, **compiled)
+
+    def call(i, t):
+        return float(f(jg.tensor(i), jg.tensor(t)))
+    return call, f
+
+
+def torch_gpt_step():
+    import torch
+    gm = _gpt_model()
+    torch.manual_seed(0)
+    m = gm.make_gpt(torch, GPT["vocab"], GPT["context"], GPT["width"], GPT["heads"], GPT["layers"], 0.0, False)
+    step = gm.make_step(torch, torch.compile(m), m, gm.make_optimizer(torch, m, 1e-3))
+
+    def call(i, t):
+        return float(step(torch.from_numpy(i), torch.from_numpy(t)))
+    return call, None
 
 
 def torch_step():
@@ -121,7 +163,7 @@ def run(name, make, data, ref=None):
         if f is not None and hasattr(f, "wait"):
             f.wait()
         rep_t, rep_c = [], []
-        for i, t in data[-60:]:            # shapes seen before (the latest: instances kept are the latest)
+        for i, t in data[-min(60, len(data) // 2):]:      # shapes seen before (the latest: instances kept)
             t0, c0 = time.perf_counter(), time.process_time()
             call(i, t)
             rep_t.append(time.perf_counter() - t0)
@@ -138,25 +180,39 @@ def run(name, make, data, ref=None):
     return losses
 
 
+HEADER = (f"{'configuration':<36} {'traces':>6} {'fallbacks':>9} {'vs eager':>10} {'new ms':>9} {'new max':>9} "
+          f"{'repeat ms':>9} {'new/rep':>9} {'new cpu':>9} {'rep cpu':>9}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lengths", type=int, default=50)
     ap.add_argument("--batches", type=int, default=5)
+    ap.add_argument("--workload", choices=("lm", "gpt", "both"), default="both")
     args = ap.parse_args()
-    data = shapes(args.lengths, args.batches)
-    print(f"{len(data)} calls, {args.lengths} lengths x {args.batches} batch sizes, V={V} C={C}; "
-          f"load average {os.getloadavg()[0]:.2f}")
-    print(f"{'configuration':<36} {'traces':>6} {'fallbacks':>9} {'vs eager':>10} {'new ms':>9} {'new max':>9} "
-          f"{'repeat ms':>9} {'new/rep':>9} {'new cpu':>9} {'rep cpu':>9}")
-    ref = run("jitgrad eager", lambda: jitgrad_step(None), data)
-    run("jg.compile (default)", lambda: jitgrad_step({}), data, ref)
-    run("jg.compile(background=False)", lambda: jitgrad_step({"background": False}), data, ref)
-    run("jg.compile(dynamic=False)", lambda: jitgrad_step({"dynamic": False}), data, ref)
-    run("torch.compile (default dynamic)", torch_step, data)
-    run("jax.jit", jax_step, data)
+    if args.workload in ("lm", "both"):
+        data = shapes(args.lengths, args.batches)
+        print(f"{len(data)} calls, {args.lengths} lengths x {args.batches} batch sizes, V={V} C={C}; "
+              f"load average {os.getloadavg()[0]:.2f}")
+        print(HEADER)
+        ref = run("jitgrad eager", lambda: jitgrad_step(None), data)
+        run("jg.compile (default)", lambda: jitgrad_step({}), data, ref)
+        run("jg.compile(background=False)", lambda: jitgrad_step({"background": False}), data, ref)
+        run("jg.compile(dynamic=False)", lambda: jitgrad_step({"dynamic": False}), data, ref)
+        run("torch.compile (default dynamic)", torch_step, data)
+        run("jax.jit", jax_step, data)
+    if args.workload in ("gpt", "both"):
+        data = gpt_shapes()
+        print(f"\nnanoGPT ({GPT}), batch 8, T = 8..{GPT['context']} once each ({len(data)} calls); "
+              f"load average {os.getloadavg()[0]:.2f}")
+        print(HEADER)
+        ref = run("jitgrad eager", lambda: gpt_step(None), data)
+        run("jg.compile (default)", lambda: gpt_step({}), data, ref)
+        run("jg.compile(background=False)", lambda: gpt_step({"background": False}), data, ref)
+        run("torch.compile(model) (default dynamic)", torch_gpt_step, data)
     print("new ms: median wall time over the second half of the first pass (every call a new shape); new max: its "
-          "worst after 5 calls; repeat: the last 60 shapes again; new/rep: new ms over repeat ms (issue 30's target: "
-          "<= 1.2x); cpu: this process's CPU ms (all threads)")
+          "worst after 5 calls; repeat: the latest shapes again (60, or half the calls); new/rep: new ms over "
+          "repeat ms (issue 30's target: <= 1.2x); cpu: this process's CPU ms (all threads)")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import pytest
 import jitgrad as jg
 import jitgrad.nn.utils.clip_grad as clip_grad
 from jitgrad.optim import multi_tensor
+from jitgrad.optim.multi_tensor_rules import ADAM
 
 
 def _params(dtype):
@@ -32,7 +33,7 @@ def _spy(monkeypatch, fast, name):
 def _adam_run(monkeypatch, fast, dtype, make):
     ps = _params(dtype)
     opt = make(ps)
-    calls = _spy(monkeypatch, fast, "adam_group")
+    calls = _spy(monkeypatch, fast, "run_rule")
     for i in range(5):
         for j, p in enumerate(ps):
             # gradients over several decades; one parameter skips a step (no grad): its step count lags
@@ -41,8 +42,9 @@ def _adam_run(monkeypatch, fast, dtype, make):
             opt.param_groups[0]["lr"] = 0.0123
         opt.step()
     assert bool(calls) == fast
-    state = [opt.state[p][k].numpy().copy() for p in ps for k in ("step", "exp_avg", "exp_avg_sq")]
-    return [p.detach().numpy().copy() for p in ps] + state, [p._version for p in ps]
+    state = [opt.state[p][k].numpy().copy() for p in ps for k in sorted(opt.state[p])]
+    versions = [p._version for p in ps] + [(k, opt.state[p][k]._version) for p in ps for k in sorted(opt.state[p])]
+    return [p.detach().numpy().copy() for p in ps] + state, versions
 
 
 ADAMS = {
@@ -50,6 +52,8 @@ ADAMS = {
                                                {"params": ps[2:], "weight_decay": 0.0}], lr=3e-4, betas=(0.9, 0.95)),
     "adam_l2": lambda ps: jg.optim.Adam(ps, lr=1e-2, weight_decay=0.05),
     "adam": lambda ps: jg.optim.Adam(ps, lr=1e-3, eps=1e-6),
+    "adam_amsgrad_max": lambda ps: jg.optim.Adam(ps, lr=1e-2, amsgrad=True, maximize=True, weight_decay=0.05),
+    "adamw_amsgrad": lambda ps: jg.optim.AdamW(ps, lr=1e-2, amsgrad=True, betas=(0.5, 0.9)),
 }
 
 
@@ -67,11 +71,11 @@ def test_adam_multi_tensor_declines_what_it_does_not_do(monkeypatch):
     for p in ps:
         p.grad = jg.ones(*p.shape)
     assert multi_tensor.eager_ready()
-    opt = jg.optim.Adam(ps, amsgrad=True)
-    assert not multi_tensor.adam_group(opt, opt.param_groups[0], lambda p: opt._state_for(p, True), None)
     ps[0].grad._data = ps[0].grad._data.astype(np.float64)     # a gradient of another dtype (as a device could)
     opt = jg.optim.Adam(ps)
-    assert not multi_tensor.adam_group(opt, opt.param_groups[0], lambda p: opt._state_for(p, False), None)
+    assert not multi_tensor.run_rule(opt, opt.param_groups[0], ADAM)
+    opt = jg.optim.Adam([ps[1]], betas=(jg.tensor(0.9), 0.999))   # a tensor hyperparameter promotes otherwise
+    assert not multi_tensor.run_rule(opt, opt.param_groups[0], ADAM)
     with jg.profiler.profile():
         assert not multi_tensor.eager_ready()
 
@@ -113,7 +117,7 @@ SGDS = {
 def _sgd_run(monkeypatch, fast, dtype, make):
     ps = _params(dtype)
     opt = make(ps)
-    calls = _spy(monkeypatch, fast, "sgd_group")
+    calls = _spy(monkeypatch, fast, "run_rule")
     for i in range(4):
         for p in ps:
             p.grad = jg.randn(*p.shape, dtype=dtype) * (10.0 ** (i - 2))
@@ -213,7 +217,7 @@ RMSPROPS = {
 def _rmsprop_run(monkeypatch, fast, dtype, make):
     ps = _params(dtype)
     opt = make(ps)
-    calls = _spy(monkeypatch, fast, "rmsprop_group")
+    calls = _spy(monkeypatch, fast, "run_rule")
     for i in range(5):
         for j, p in enumerate(ps):
             p.grad = None if (i == 2 and j == 1) else jg.randn(*p.shape, dtype=dtype) * (10.0 ** (i - 3))

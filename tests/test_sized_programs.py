@@ -199,7 +199,8 @@ def test_bound_entry_serves_profiled_and_strided_calls_through_a_concrete_graph(
 
 def test_nanogpt_new_lengths_are_bound_without_a_build(monkeypatch):
     """nanoGPT's step (B9's model, its heads split by views of the qkv projection, the causal mask sliced to T)
-    with T drawn per batch: one lowering serves every new length below the block size."""
+    with T drawn per batch: one lowering serves every new length below the block size, a length equal to the
+    batch size (3) too (no shape comparison of different ranks guards the trace on B != T)."""
     import importlib.util
     import os
     spec = importlib.util.spec_from_file_location("gpt_model", os.path.join(
@@ -212,7 +213,7 @@ def test_nanogpt_new_lengths_are_bound_without_a_build(monkeypatch):
         m = gm.make_gpt(jg, 50, 16, 32, 4, 2, 0.0, False)
         return gm.make_step(jg, m, m, gm.make_optimizer(jg, m, 1e-2))
     rng = np.random.default_rng(7)
-    lengths = (12, 8, 9, 14, 10, 11, 13, 15)
+    lengths = (12, 8, 9, 14, 3, 10, 11, 13, 15)
     data = [(jg.tensor(rng.integers(0, 50, (3, T))), jg.tensor(rng.integers(0, 50, (3, T)))) for T in lengths]
     eager, comp = build(), jg.compile(build(), backend="numba")
     le = [float(eager(x, y)) for x, y in data]
@@ -271,3 +272,105 @@ def test_errors_of_a_bound_entry_are_eager_modes_with_this_calls_shapes():
         cf(jg.tensor(np.array([1, 2, 3, 4, 5, 6, 12])))
     assert "s0" not in str(err.value)
     np.testing.assert_array_equal(emb.weight.detach().numpy(), w)
+
+
+# ---- the native size fill (codegen/program/size_fill.py) against the NumPy reference plan ---------------------------
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from jitgrad.codegen.program.size_fill import FillLayout, fill_program, float_guard_nodes, size_fill  # noqa: E402
+from jitgrad.ir.size_plan import SizePlan, fold_float  # noqa: E402
+from jitgrad.ir.symbolic import COMPARISONS, ShapeEnv, SymInt, evaluate  # noqa: E402
+
+
+def _fill_case():
+    """Polynomials with ``//`` and ``%`` atoms (nested, of negative values too) and guards of every comparison."""
+    env = ShapeEnv()
+    a, b = env.symbol(9, "a"), env.symbol(4, "b")
+    exprs = [a, b, a * b - 7 * b, (a * b - 7 * b) // 3, (a - b) % 5, ((a - b) // b) * a + 2, (a * a) % (b + 3),
+             ((a + 1) // 2) % 3 - b, 0, 5]
+    polys = [x.poly if isinstance(x, SymInt) else ((((), x),) if x else ()) for x in exprs]
+    guards = [(polys[i], op, want) for i, op, want in
+              [(2, ">", True), (4, "==", False), (5, "<=", True), (6, ">=", True), (7, "!=", True), (3, "<", False)]]
+    # float guards as the planner makes them (cost comparisons): sums, differences, products and quotients of
+    # sizes and constants; one whose sign is 0 exactly at some sizes, one that divides by a size (b = 0: inf/nan)
+    guards += [(("float", ("-", ("/", ("int", polys[2]), ("const", 3.0)), ("*", ("int", polys[1]), ("const", 0.5)))),
+                ">=", True),
+               (("float", ("+", ("/", ("int", polys[0]), ("int", polys[1])), ("const", -1.25))), "<", False)]
+    return env, polys, guards
+
+
+def _compiled_fill(polys, guards):
+    plan = SizePlan(polys)
+    masks, floats = [], []
+    for p, op, want in guards:
+        mask = sum(1 << k for k, v in enumerate((-1, 0, 1)) if COMPARISONS[op](v, 0) == want)
+        if p[:1] == ("float",):
+            floats.append((float_guard_nodes(fold_float(p[1]), polys.index), mask))
+        else:
+            masks.append((polys.index(p), mask))
+    layout = FillLayout(3, len(polys), 1, 2, 8)
+    program = fill_program(plan, ("s0", "s1"), masks, layout, [(0, 2)], [(4, 3)], [(2, 4)], [(1, 4)], [(1, 0, 1)],
+                           floats)
+    return plan, layout, program, size_fill()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(-40, 40), st.integers(-40, 40))
+def test_native_size_fill_equals_the_reference_plan_and_python_arithmetic(a, b):
+    env, polys, guards = _fill_case()
+    plan, layout, program, fill = _compiled_fill(polys, guards)
+    values = {"s0": a, "s1": b}
+    buf = np.zeros(layout.words, np.int64)
+    buf[layout.sizes:layout.params] = (a, b)
+    r = fill(program.ctypes.data, buf.ctypes.data, 1000)
+    if b == 0 or b == -3:       # an atom divides by b or by b + 3 (Python would raise ZeroDivisionError)
+        assert r == -1
+        return
+    want = [evaluate(p, values) for p in polys]         # Python's own // and % (toward minus infinity)
+    np.testing.assert_array_equal(plan(values), want)
+    env.guards[:] = guards
+    try:
+        holds = env.holds(values)
+    except ZeroDivisionError:       # (Python's float guard divides by b: the fill's quotient is inf or nan)
+        holds = None
+    if holds is not None:
+        assert r == (1 if holds else 0)
+    if r == 1:
+        address = buf.ctypes.data
+        np.testing.assert_array_equal(buf[layout.values:layout.ws], want)
+        assert buf[0] == want[2]                                    # a table slot from its polynomial
+        assert buf[1] == 1000 + want[0] + want[1]                   # a workspace slot: base + root + offset
+        assert buf[layout.ws] == want[0] + want[1]                  # (its byte offset kept)
+        assert buf[2] == address + 8 * layout.params + 4            # a parameter pointer
+        assert buf[layout.off + 1] == want[4]                       # an offset
+        params = buf[layout.params:].view(np.uint8)
+        assert int(params[4:8].view(np.int32)[0]) == np.int32(want[3])      # an int32 parameter's bytes
+        assert buf[layout.ctx] == address and buf[layout.ctx + 2] == address + 8 * layout.off
+
+
+def test_calls_waiting_for_a_lowerings_code_run_eagerly_and_build_nothing(monkeypatch):
+    """While a lowering's code builds (background builds), a new tuple of sizes runs the user's function eagerly:
+    no concrete build (passes and layout for one call) per size; once the code is ready, every size binds."""
+    from jitgrad.jit import symbolic_entries
+    held = {"n": 4}
+    ready = symbolic_entries.Lowered.ready
+
+    def slow_ready(self):           # the lowering's code still building for its first few asks
+        if held["n"] > 0:
+            held["n"] -= 1
+            return None
+        return ready(self)
+    monkeypatch.setattr(symbolic_entries.Lowered, "ready", slow_ready)
+    monkeypatch.setattr(symbolic_entries.Lowered, "building", lambda self: held["n"] > 0)
+    rng = np.random.default_rng(4)
+    shapes = [(2, 5), (3, 7), (2, 9), (4, 6), (3, 11), (2, 12), (4, 8), (3, 5), (2, 13)]
+    data = [(jg.tensor(rng.integers(0, 40, s)), jg.tensor(rng.integers(0, 40, s))) for s in shapes]
+    eager, comp = _lm_step(), jg.compile(_lm_step(), backend="numba")
+    le = [float(eager(i, t)) for i, t in data]
+    lc = [float(comp(i, t)) for i, t in data]
+    np.testing.assert_allclose(lc, le, rtol=1e-5)
+    s = comp.stats
+    assert s["traces"] == 2 and s["eager_fallbacks"] == 0, s["trace_reasons"]
+    assert s["shape_instances"] == 1 and s["shape_lowerings"] == 1, s     # no concrete build while it built
+    assert s["eager_calls"] >= 2 and s["shape_bindings"] >= 3, s
+    assert s["eager_calls"] + s["shape_bindings"] == len(data) - 2, s

@@ -19,8 +19,9 @@ from .symbolic import _ATOMS, _constant_of
 
 class SizePlan:
     """Polynomials over the symbols evaluated together (a program's sizes, strides and offsets, bound per call's
-    sizes: ``codegen/program/sized.py``): each atom (a symbol, or a ``//`` / ``%`` of polynomials) once, in an
-    order found once, per ``__call__(values) -> list of ints``."""
+    sizes: ``codegen/program/sized.py``): each atom (a symbol, or a ``//`` / ``%`` of polynomials: ``derived``)
+    once, in an order found once (``atoms``).  ``__call__(values)`` evaluates them with NumPy: the reference for
+    the native fill a program is bound with (``codegen/program/size_fill.py``)."""
 
     def __init__(self, polys):
         self.polys = list(polys)
@@ -42,18 +43,26 @@ class SizePlan:
                 for a in m:
                     need(a)
         self.atoms = order
+        self.derived = {a: _ATOMS[a] for a in order if a in _ATOMS}     # atom -> (op, poly a, poly b)
         self._index = atoms
-        # every monomial of every polynomial as a row: its atoms' indices (padded with the index of a 1), its
-        # coefficient and its polynomial, so a call multiplies and sums them with a few NumPy calls
-        # (a zero polynomial gets one row of coefficient 0, so every polynomial's rows are a non-empty run and
-        # one ``add.reduceat`` sums them)
-        rows = [(j, c, [atoms[a] for a in m]) for j, p in enumerate(self.polys) for m, c in (p or (((), 0),))]
-        one = len(order)
-        width = max((len(r[2]) for r in rows), default=0)
-        self._idx = np.array([r[2] + [one] * (width - len(r[2])) for r in rows], np.intp).reshape(len(rows), width)
-        self._coef = np.array([r[1] for r in rows], np.int64)
-        poly_of = [r[0] for r in rows]
-        self._starts = np.array([k for k in range(len(rows)) if k == 0 or poly_of[k] != poly_of[k - 1]], np.intp)
+        self._rows = None
+
+    def _table(self):
+        """Every monomial of every polynomial as a row: its atoms' indices (padded with the index of a 1), its
+        coefficient and its polynomial's first row, so a call multiplies and sums them with a few NumPy calls (a
+        zero polynomial gets one row of coefficient 0, so every polynomial's rows are a non-empty run and one
+        ``add.reduceat`` sums them).  Made on the first call: programs are bound by the native fill."""
+        if self._rows is None:
+            atoms = self._index
+            rows = [(j, c, [atoms[a] for a in m]) for j, p in enumerate(self.polys) for m, c in (p or (((), 0),))]
+            one = len(self.atoms)
+            width = max((len(r[2]) for r in rows), default=0)
+            idx = np.array([r[2] + [one] * (width - len(r[2])) for r in rows], np.intp).reshape(len(rows), width)
+            coef = np.array([r[1] for r in rows], np.int64)
+            poly_of = [r[0] for r in rows]
+            starts = np.array([k for k in range(len(rows)) if k == 0 or poly_of[k] != poly_of[k - 1]], np.intp)
+            self._rows = (idx, coef, starts)
+        return self._rows
 
     def __call__(self, values: dict) -> np.ndarray:
         """Every polynomial's value at ``values`` (symbol name -> int), as an int64 array."""
@@ -67,10 +76,11 @@ class SizePlan:
             val[name] = v
         if not self.polys:
             return np.zeros(0, np.int64)
+        idx, coef, starts = self._table()
         av = np.array([val[a] for a in self.atoms] + [1], np.int64)
-        terms = av[self._idx].prod(axis=1)
-        terms *= self._coef
-        return np.add.reduceat(terms, self._starts)
+        terms = av[idx].prod(axis=1)
+        terms *= coef
+        return np.add.reduceat(terms, starts)
 
 
 def _poly(p, val) -> int:

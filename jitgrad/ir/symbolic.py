@@ -490,6 +490,13 @@ def is_symbolic(x) -> bool:
     return type(x) is SymInt or type(x) is SymFloat
 
 
+def same_shape(a, b) -> bool:
+    """``a == b`` for two shapes, their ranks compared first: a tuple's ``==`` compares items before lengths, so
+    ``(B, T, C) == (T, C)`` would ask ``B == T`` and guard a trace on B != T (a retrace when a batch's length
+    equals its size) for a question the ranks answer."""
+    return len(a) == len(b) and a == b
+
+
 def size_arg(x):
     """``x`` as a size argument of generated code: a SymInt kept symbolic (a program lowered once for every
     size binds it per call: ``codegen/program/sized.py``), anything else as a plain int."""
@@ -563,4 +570,4 @@ has_symbols = _has
 
 __all__ = ["ACTIVE", "COMPARISONS", "ShapeEnv", "SymInt", "SymFloat", "concretize", "evaluate", "has_symbols",
            "hint_of",
-           "is_symbolic", "known_equal", "make", "rehint", "size_arg", "size_key"]
+           "is_symbolic", "known_equal", "make", "rehint", "same_shape", "size_arg", "size_key"]

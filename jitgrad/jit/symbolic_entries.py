@@ -164,22 +164,45 @@ def trace_shapes(key, leaves):
 def instance(cf, e, leaves):
     """The concrete entry of the symbolic entry ``e`` for these arguments' sizes, made on first use; None when
     a guard of the trace fails for them (the call misses).  Sizes seen before skip the guards (they depend on
-    the sizes alone).  A new tuple of sizes is bound to a lowering of the template whose guards it keeps
-    (``Lowered``: no pass, no layout, no entry build; ``_bound``), else gets a concrete build of its own."""
+    the sizes alone).  A new tuple of sizes is bound to a lowering of the template whose guards (and the
+    trace's) it keeps (``Lowered``: no pass, no layout, no entry build; ``_bound``), else gets a concrete build
+    of its own."""
     k = tuple([leaves[i]._data.shape[d] for _, i, d in e.sym_sources])
     inst = e.instances.get(k)
     if inst is not None:
         return inst
-    values = {name: v for (name, _, _), v in zip(e.sym_sources, k)}
-    if not e.shape_env.holds(values):
-        return None
+    inst = _bound(cf, e, k, None)       # (the trace's guards are checked with the lowering's, natively)
+    if inst is None:
+        values = {name: v for (name, _, _), v in zip(e.sym_sources, k)}
+        if not e.shape_env.holds(values):
+            return None
+        inst = _bound(cf, e, k, values)
+        if inst is BUILDING:
+            return _eager_while_building(cf, e)
+        if inst is None:
+            inst = _concrete(cf, e, values)
+            cf.stats["shape_instances"] += 1
     if len(e.instances) >= MAX_INSTANCES:
         e.instances.pop(next(iter(e.instances)))
-    inst = _bound(cf, e, values)
-    if inst is None:
-        inst = _concrete(cf, e, values)
-        cf.stats["shape_instances"] += 1
     e.instances[k] = inst
+    return inst
+
+
+BUILDING = object()     # _bound's answer while the lowering these sizes need is being built
+
+
+def _eager_while_building(cf, e):
+    """The entry serving a call whose sizes wait for a lowering's code (kept nowhere: the next call with these
+    sizes binds once it is built).  It runs the user's function eagerly, as the build policy serves a static
+    trace's first calls: a concrete build of these sizes would run every pass and the layout for one call."""
+    inst = e.__dict__.get("_while_building")
+    if inst is None:
+        inst = copy.copy(e)
+        inst.instances = inst.shape_env = inst.lowered = None
+        inst.eager = True
+        e.__dict__["_while_building"] = inst
+    cf.stats["eager_calls"] += 1
+    cf.stats["last_path"] = "eager"
     return inst
 
 
@@ -198,14 +221,16 @@ class Lowered:
     ``CompiledGraph`` of that graph laid out with symbolic sizes (``graph_code.sized_graph``), and once its code
     is ready, the ``codegen/program/sized.SizedProgram`` that binds it per tuple of sizes."""
 
-    def __init__(self, graph, cg, guards, copy_outs, wrap, lifted, compiled_result):
+    def __init__(self, graph, cg, guards, copy_outs, wrap, lifted, compiled_result, names, trace_guards):
         self.graph, self.cg, self.guards, self.copy_outs, self.wrap = graph, cg, guards, copy_outs, wrap
+        self.names, self.trace_guards = names, trace_guards
         self.lifted = lifted        # (aval, SymInt | SymFloat): the trailing inputs lift_literals made
         self.compiled_result = compiled_result      # graph_code's (imported by _lower, kept: no import per binding)
         self.sized = None
 
     def ready(self):
-        """The SizedProgram once the code is built (None while it builds; the build is started once)."""
+        """The SizedProgram once the code is built (None while it builds or when its build failed; the build is
+        started once)."""
         if self.sized is None:
             cg = self.cg
             if cg.run is None:
@@ -213,8 +238,12 @@ class Lowered:
                     cg.start()
                 return None
             from ..codegen.program.sized import SizedProgram
-            self.sized = SizedProgram(cg, self.guards)
+            self.sized = SizedProgram(cg, self.guards, self.names, self.trace_guards)
         return self.sized
+
+    def building(self) -> bool:
+        """Whether its code is still being built (neither ready nor failed)."""
+        return self.sized is None and self.cg.run is None and self.cg.error is None
 
 
 def _may_lower(cf, e) -> bool:
@@ -254,7 +283,7 @@ def _lower(cf, e, values):
     from .graph_function import GraphFunction
     wrap = GraphFunction(graph, e.out_diff, array_outs={oi for _, oi in e.writes})._wrap
     return Lowered(graph, cg, env.guards, copied_outputs(graph, e.writes, e.same_outs), wrap, lifted,
-                   compiled_result)
+                   compiled_result, tuple(n for n, _, _ in e.sym_sources), tuple(e.shape_env.guards))
 
 
 def lift_literals(g: Graph):
@@ -279,42 +308,52 @@ def lift_literals(g: Graph):
     return Graph(list(g.inputs) + [w for w, _ in lifted], eqns, outs), tuple((w.aval, x) for w, x in lifted)
 
 
-def _bound(cf, e, values):
-    """An entry of template ``e`` at ``values`` bound to a lowering whose guards hold there, lowering it again
-    for these sizes when none does (up to ``MAX_LOWERINGS``: sizes on both sides of a decision, a loop run on
-    the worker pool from some size on); None when there is none (not possible, code still building)."""
+def _bound(cf, e, k, values):
+    """An entry of template ``e`` at the sizes ``k`` bound to a lowering whose guards (and the trace's) hold
+    there.  With ``values`` (``k`` by symbol name, the trace's guards known to hold), a tuple no lowering takes
+    is lowered again for its own sizes (up to ``MAX_LOWERINGS``: sizes on both sides of a decision, a loop run
+    on the worker pool from some size on), and ``BUILDING`` is the answer while that lowering's code builds.
+    None when there is none (not possible, or not yet: ``values`` is None)."""
     lows = e.lowered
-    if lows is False or (lows is None and not _may_lower(cf, e)):
+    if lows is False or (lows is None and (values is None or not _may_lower(cf, e))):
         return None
     lows = e.lowered = lows or []
-    for low in reversed(lows):
+    for n, low in enumerate(lows):        # (the one that bound last first: nearby sizes keep its decisions)
         sized = low.ready()
-        vals = None if sized is None else sized.holds(values)
-        if vals is not None:
+        run = None if sized is None else sized.bind(k)
+        if run is not None:
+            if n:
+                lows.insert(0, lows.pop(n))
             break
     else:
-        if len(lows) >= MAX_LOWERINGS or any(low.sized is None for low in lows):
+        if values is None:
+            return None
+        if any(low.building() for low in lows):
+            return BUILDING
+        if len(lows) >= MAX_LOWERINGS:
             return None
         low = _lower(cf, e, values)
         if low is False:
             if not lows:
                 e.lowered = False
             return None
-        lows.append(low)
+        lows.insert(0, low)
         sized = low.ready()
-        vals = None if sized is None else sized.holds(values)
-        if vals is None:
+        if sized is None:
+            return BUILDING if low.building() else None
+        run = sized.bind(k)
+        if run is None:
             return None
-    run = sized.bind(vals)
-    extra = tuple(np.asarray(concretize(x, values), dtype=aval.dtype.np) for aval, x in low.lifted)
+    if values is None:
+        values = {name: v for (name, _, _), v in zip(e.sym_sources, k)}
+    extra = tuple([np.asarray(concretize(x, values), dtype=aval.dtype.np) for aval, x in low.lifted])
     inst = SizedEntry.__new__(SizedEntry)
-    inst.__dict__.update(e.__dict__)
-    del inst.__dict__["graph"], inst.__dict__["gf"]
-    inst.instances = inst.shape_env = inst.lowered = None
-    inst.copy_outs = low.copy_outs
-    inst.code_ready, inst.slow_times = True, {}
-    inst.concrete_of = (cf, e, values)
-    inst.direct = _direct_call(cf, inst, low, run, extra)
+    d = inst.__dict__
+    d.update(e.__dict__)
+    del d["graph"], d["gf"]
+    d["instances"] = d["shape_env"] = d["lowered"] = None
+    d["copy_outs"], d["code_ready"], d["slow_times"], d["concrete_of"] = low.copy_outs, True, {}, (cf, e, values)
+    d["direct"] = _direct_call(cf, inst, low, run, extra)
     cf.stats["shape_bindings"] += 1
     return inst
 

@@ -1,6 +1,7 @@
 """``jitgrad.optim.Adagrad``, ``Adadelta`` and ``Adamax``: torch's single-tensor update rules written as tensor
 ops, with every per-step scalar (step counts, bias corrections) computed from the ``step`` state tensor in the
-graph, so a training step that calls ``opt.step()`` compiles to one graph (see :mod:`.optimizer`).
+graph, so a training step that calls ``opt.step()`` compiles to one graph (see :mod:`.optimizer`).  Eagerly, a
+group takes the multi-tensor path (:mod:`.multi_tensor_rules`: the same values, one NumPy update per parameter).
 
 ``foreach`` and ``capturable`` are accepted and recorded in the param groups as torch does; they do not change
 the arithmetic here (one algorithm: torch's variants agree with it to rounding).  ``differentiable=True`` is
@@ -12,6 +13,8 @@ from ..library.creation import factories
 from ..library import elementary as F
 from ..runtime import grad_mode
 from ..jit.guards import outside_trace
+from . import multi_tensor
+from .multi_tensor_rules import ADADELTA, ADAGRAD, ADAMAX
 from .optimizer import Optimizer, _check_adam_args, _check_lr, _check_unsupported, _lerp_, _scalar, _zeros_like
 
 
@@ -43,9 +46,9 @@ class Adagrad(Optimizer):
         super().__init__(params, defaults)
         for group in self.param_groups:
             for p in group["params"]:
-                self._init_state(p, group)
+                self._state_for(p, group)
 
-    def _init_state(self, p, group):
+    def _state_for(self, p, group):
         state = self.state[p]
         if len(state) == 0:
             state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
@@ -54,22 +57,33 @@ class Adagrad(Optimizer):
                                               dtype=p.dtype)
         return state
 
+    @staticmethod
+    def _clr(lr, lr_decay, step_t):
+        return lr / (1 + (step_t.to(dt.float64) - 1) * lr_decay)
+
+    def _multi_tensor_scalars(self, group, scalar_state):
+        """The multi-tensor path's per-step scalars (multi_tensor.Rule), by the tensor ops of the loop below."""
+        return (self._clr(group.lr_tensor, group["lr_decay"], scalar_state[0])._data,), ()
+
     def step(self, closure=None):
         """One update of every parameter that has a gradient; returns ``closure()``'s loss when given."""
         loss = self._run_closure(closure)
+        eager = multi_tensor.eager_ready()
         with grad_mode.no_grad():
             for group in self.param_groups:
+                if eager and multi_tensor.run_rule(self, group, ADAGRAD):
+                    continue        # every parameter updated by the multi-tensor path (same values)
                 lr, wd, lr_decay, eps = group.lr_tensor, group["weight_decay"], group["lr_decay"], group["eps"]
                 for p in group["params"]:
                     if p.grad is None:
                         continue
-                    state = self._init_state(p, group)
+                    state = self._state_for(p, group)
                     step_t, state_sum = state["step"], state["sum"]
                     step_t.add_(1)
                     g = _grad(p, group)
                     if wd != 0:
                         g = g + wd * p
-                    clr = lr / (1 + (step_t.to(dt.float64) - 1) * lr_decay)
+                    clr = self._clr(lr, lr_decay, step_t)
                     state_sum.add_(g * g)
                     std = F.sqrt(state_sum) + eps
                     p.sub_(clr * (g / std))
@@ -97,20 +111,31 @@ class Adadelta(Optimizer):
                         capturable=capturable, foreach=foreach, differentiable=differentiable)
         super().__init__(params, defaults)
 
+    def _state_for(self, p, group):
+        state = self.state[p]
+        if len(state) == 0:
+            state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
+            state["square_avg"] = _zeros_like(p)
+            state["acc_delta"] = _zeros_like(p)
+        return state
+
+    def _multi_tensor_scalars(self, group, scalar_state):
+        """The multi-tensor path's per-step scalars (multi_tensor.Rule): none but ``lr``."""
+        return (), ()
+
     def step(self, closure=None):
         """One update of every parameter that has a gradient; returns ``closure()``'s loss when given."""
         loss = self._run_closure(closure)
+        eager = multi_tensor.eager_ready()
         with grad_mode.no_grad():
             for group in self.param_groups:
+                if eager and multi_tensor.run_rule(self, group, ADADELTA):
+                    continue        # every parameter updated by the multi-tensor path (same values)
                 lr, rho, eps, wd = group.lr_tensor, group["rho"], group["eps"], group["weight_decay"]
                 for p in group["params"]:
                     if p.grad is None:
                         continue
-                    state = self.state[p]
-                    if len(state) == 0:
-                        state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
-                        state["square_avg"] = _zeros_like(p)
-                        state["acc_delta"] = _zeros_like(p)
+                    state = self._state_for(p, group)
                     square_avg, acc_delta = state["square_avg"], state["acc_delta"]
                     state["step"].add_(1)
                     g = _grad(p, group)
@@ -141,21 +166,36 @@ class Adamax(Optimizer):
     # changed by CyclicLR/OneCycleLR (beta1) or by hand: graph inputs of a compiled step once they change
     runtime_hypers = frozenset({"betas", "eps", "weight_decay"})
 
+    def _state_for(self, p, group):
+        state = self.state[p]
+        if len(state) == 0:
+            state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
+            state["exp_avg"] = _zeros_like(p)
+            state["exp_inf"] = _zeros_like(p)
+        return state
+
+    @staticmethod
+    def _clr(lr, beta1, step_t):
+        return lr / (1 - beta1 ** step_t.to(dt.float64))
+
+    def _multi_tensor_scalars(self, group, scalar_state):
+        """The multi-tensor path's per-step scalars (multi_tensor.Rule), by the tensor ops of the loop below."""
+        return (self._clr(group.lr_tensor, group["betas"][0], scalar_state[0])._data,), ()
+
     def step(self, closure=None):
         """One update of every parameter that has a gradient; returns ``closure()``'s loss when given."""
         loss = self._run_closure(closure)
+        eager = multi_tensor.eager_ready()
         with grad_mode.no_grad():
             for group in self.param_groups:
+                if eager and multi_tensor.run_rule(self, group, ADAMAX):
+                    continue        # every parameter updated by the multi-tensor path (same values)
                 lr, (beta1, beta2) = group.lr_tensor, group.hyper("betas")     # (tensors when dynamic in a trace)
                 eps, wd, wd_v = group.hyper("eps"), group["weight_decay"], group.hyper("weight_decay")
                 for p in group["params"]:
                     if p.grad is None:
                         continue
-                    state = self.state[p]
-                    if len(state) == 0:
-                        state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
-                        state["exp_avg"] = _zeros_like(p)
-                        state["exp_inf"] = _zeros_like(p)
+                    state = self._state_for(p, group)
                     step_t, exp_avg, exp_inf = state["step"], state["exp_avg"], state["exp_inf"]
                     step_t.add_(1)
                     g = _grad(p, group)
@@ -163,7 +203,7 @@ class Adamax(Optimizer):
                         g = g + wd_v * p
                     _lerp_(exp_avg, g, 1 - beta1)
                     exp_inf.copy_(F.maximum(exp_inf * beta2, F.abs(g) + eps))
-                    clr = lr / (1 - beta1 ** step_t.to(dt.float64))
+                    clr = self._clr(lr, beta1, step_t)
                     p.sub_(clr * (exp_avg / exp_inf))
         self._guard_trace()
         return loss

@@ -5,6 +5,7 @@ from ..ir import dtypes as dt
 from ..library import elementary as F
 from ..runtime import grad_mode
 from . import multi_tensor
+from .multi_tensor_rules import ADAM
 from .optimizer import Optimizer, _check_adam_args, _check_unsupported, _scalar, _zeros_like
 
 
@@ -30,7 +31,8 @@ class Adam(Optimizer):
     # changed by CyclicLR/OneCycleLR (beta1) or by hand: graph inputs of a compiled step once they change
     runtime_hypers = frozenset({"betas", "eps", "weight_decay"})
 
-    def _state_for(self, p, amsgrad):
+    def _state_for(self, p, group):
+        amsgrad = group["amsgrad"]
         state = self.state[p]
         if len(state) == 0:      # made concretely, even inside a trace: zeros are the first step's input
             state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
@@ -48,26 +50,29 @@ class Adam(Optimizer):
         step = step_t.to(dt.float64)
         return (lr / (1 - beta1 ** step))._data, F.sqrt(1 - beta2 ** step)._data
 
+    def _multi_tensor_scalars(self, group, scalar_state):
+        """The multi-tensor path's per-step scalars (multi_tensor.Rule)."""
+        beta1, beta2 = group["betas"]
+        return self._step_scalars(group.lr_tensor, beta1, beta2, scalar_state[0]), ()
+
     def step(self, closure=None):
         """One update of every parameter that has a gradient; returns ``closure()``'s loss when given."""
         loss = self._run_closure(closure)
         eager = multi_tensor.eager_ready()
         with grad_mode.no_grad():
             for group in self.param_groups:
-                lr = group.lr_tensor
-                beta1, beta2 = group["betas"]
-                eps, wd, amsgrad = group["eps"], group["weight_decay"], group["amsgrad"]
-                wd_v = group.hyper("weight_decay")
-                if eager and multi_tensor.adam_group(self, group, lambda p: self._state_for(p, amsgrad),
-                                                lambda step_t: self._step_scalars(lr, beta1, beta2, step_t)):
+                if eager and multi_tensor.run_rule(self, group, ADAM):
                     continue        # every parameter updated by the multi-tensor path (same values)
+                lr = group.lr_tensor
+                wd, amsgrad = group["weight_decay"], group["amsgrad"]
+                wd_v = group.hyper("weight_decay")
                 beta1, beta2 = group.hyper("betas")     # (tensors when dynamic inside a trace)
                 eps = group.hyper("eps")
                 for p in group["params"]:
                     if p.grad is None:
                         continue
                     g = -p.grad if group["maximize"] else p.grad
-                    state = self._state_for(p, amsgrad)
+                    state = self._state_for(p, group)
                     step_t, exp_avg, exp_avg_sq = state["step"], state["exp_avg"], state["exp_avg_sq"]
                     step_t.add_(1)
                     if wd != 0:

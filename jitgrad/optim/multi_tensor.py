@@ -1,10 +1,12 @@
-"""Eager multi-tensor optimiser updates: Adam/AdamW, SGD and RMSprop over a group's parameters with NumPy ``out=``
-ufuncs on the parameters' own buffers, no Tensor, no dispatch, no graph per operation.
+"""Eager multi-tensor optimiser updates (torch's ``foreach``): a group's parameters updated with NumPy ``out=``
+ufuncs on their own buffers, no Tensor, no dispatch, no graph per operation.  Each optimiser declares a
+:class:`Rule` (``multi_tensor_rules.py``: its constants, version bumps and arithmetic); :func:`run_rule` does the
+rest, the same for all of them.
 
 The per-parameter path (``Adam.step``'s loop of tensor ops) dispatches ~20 ops per parameter and allocates a
-result for each; a GPT with 52 parameters spent ~10 ms a step there.  These functions compute the *same*
-arithmetic in the same order and precision, operation for operation, so the values are bit-identical
-(``tests/test_optim_multi_tensor.py`` compares them):
+result for each; a GPT with 52 parameters spent ~10 ms a step there.  The rules compute the *same* arithmetic in
+the same order and precision, operation for operation, so the values are bit-identical
+(``tests/test_optim_multi_tensor.py`` and ``tests/test_optim_multi_tensor_rules.py`` compare them):
 
 - a Python number meets a float32 array in float32 (NumPy's weak scalars, as dispatch does);
 - a 0-d float64 tensor (the ``lr`` tensor, the bias corrections) meets a float32 array in float64, rounded to
@@ -14,10 +16,12 @@ arithmetic in the same order and precision, operation for operation, so the valu
   step count, not re-derived.
 
 They run only where that equivalence is plain: CPU NumPy payloads, no trace, no profiler, gradients of the
-parameter's shape and dtype; everything else (a compile trace, a device, amsgrad, maximize, ...) takes the
-per-parameter path.  Each written tensor gets the checks and the version bump of an in-place op.
+parameter's shape and dtype; everything else (a compile trace, a device, capturable, a tensor hyperparameter,
+...) takes the per-parameter path.  Each written tensor gets the checks and the version bump of an in-place op.
 """
 from __future__ import annotations
+
+import operator
 
 import numpy as np
 
@@ -74,104 +78,103 @@ class _Scratch:
         return b[:size].reshape(shape)
 
 
-def adam_group(opt, group, state_for, scalars) -> bool:
-    """One Adam/AdamW update of ``group`` in place; False (nothing done) when the group needs the general path.
+class Rule:
+    """One optimiser's multi-tensor update, declared for :func:`run_rule` (which does everything the optimisers
+    share: the checks, the state, the step count, the per-step scalars, the version bumps, the split):
 
-    ``state_for(p)`` is the optimiser's state maker; ``scalars(step_tensor)`` returns the 0-d float64 arrays
-    ``(step_size, bias_correction2_sqrt)`` computed with tensor ops from a step count tensor."""
-    if group["amsgrad"] or group["maximize"]:
+    - ``scalar_state``: names of its 0-d state tensors, ``"step"`` first (``run_rule`` adds 1 to it), or none;
+    - ``state``: names of its parameter-shaped state tensors (of the parameter's dtype), or a function of the
+      group giving them; one missing (a momentum buffer the first step makes) declines;
+    - ``consts(group)``: the group's constants for ``arrays`` (Python numbers, 0-d arrays), or None to decline
+      (an option this path does not do);
+    - ``bumps(group)``: version bumps, one per tensor of ``(param, *state, *scalar_state[1:])``: the in-place
+      writes the per-parameter path makes to each;
+    - ``arrays(work, consts, scratch)``: the arithmetic on ``(param, grad, *state arrays, scalars)`` entries, in
+      the per-parameter path's order, one parameter after another.
+
+    The scalars come from the optimiser's ``_multi_tensor_scalars(group, scalar_state_tensors)``: ``(scalars,
+    new values of scalar_state[1:])``, computed with the tensor ops of its per-parameter loop (so the bits are
+    the same), once per distinct value of the 0-d state; they never write it (``run_rule`` writes the new
+    values before any array is updated, so the scalars must not alias the state: ``.to(dtype)`` may return
+    the tensor itself)."""
+
+    __slots__ = ("scalar_state", "state", "consts", "bumps", "arrays")
+
+    def __init__(self, scalar_state, state, consts, bumps, arrays):
+        if not callable(state):
+            state = (lambda names: lambda group: names)(tuple(state))
+        self.scalar_state, self.state = tuple(scalar_state), state
+        self.consts, self.bumps, self.arrays = consts, bumps, arrays
+
+
+_DTYPE = operator.attrgetter("dtype")
+_DATA = operator.attrgetter("_data")
+
+
+def run_rule(opt, group, rule) -> bool:
+    """One update of ``group`` in place by ``rule``; False (nothing done) when the group needs the general path
+    (an option the rule declines, a gradient or state tensor that is not a plain array of the parameter's
+    dtype and shape, a state tensor still to be made, a parameter listed twice).  ``opt._state_for(p, group)`` makes or returns a
+    parameter's state (not called when the rule has none)."""
+    consts = rule.consts(group)
+    if consts is None:
         return False
     items = _plain_items(group)
     if items is None:
         return False
     if not items:
         return True
-    beta1, beta2 = group["betas"]
-    eps, wd, decoupled = group["eps"], group["weight_decay"], group["decoupled_weight_decay"]
-    decay = None
-    if wd != 0 and decoupled:
-        decay = np.asarray(1 - group.lr_tensor._data * wd)      # as p.mul_(1 - lr * wd): a 0-d float64
-    one_m_b1, one_m_b2 = 1 - beta1, 1 - beta2
-    by_step = {}
+    if len(set(map(id, group["params"]))) != len(group["params"]):
+        return False        # (torch warns) updated twice in turn: the split could run the two at once
+    names0, names = rule.scalar_state, rule.state(group)
+    state_for = opt._state_for if names0 or names else None
+    zs = arrs = ()
     tensors = []
     for p, g in items:
-        state = state_for(p)
-        step_t, m_t, v_t = state["step"], state["exp_avg"], state["exp_avg_sq"]
-        for t in (step_t, m_t, v_t):
-            if type(t._data) is not np.ndarray:
+        if state_for is not None:
+            state = state_for(p, group)
+            zs = list(map(state.get, names0))
+            arrs = list(map(state.get, names))
+        pd = p._data
+        for t in zs:
+            if t is None or type(t._data) is not np.ndarray or t._data.ndim != 0 or t._base is not None:
                 return False
-        if m_t._data.dtype != p._data.dtype or v_t._data.dtype != p._data.dtype:
-            return False
-        tensors.append((p, g, step_t, m_t, v_t))
-    for p, g, step_t, m_t, v_t in tensors:      # every check before any write: a refused one changes nothing
-        for t in (p, m_t, v_t, step_t):
+        for t in arrs:
+            if t is None:
+                return False
+            d = t._data
+            if type(d) is not np.ndarray or d.dtype != pd.dtype or d.shape != pd.shape or t._base is not None:
+                return False
+        tensors.append((p, g, zs, arrs))
+    for p, g, zs, arrs in tensors:      # every check before any write: a refused one changes nothing
+        p._check_inplace()
+        for t in zs:
             t._check_inplace()
+        for t in arrs:
+            t._check_inplace()
+    bumps = rule.bumps(group)
+    by_key = {}
     work = []
-    for p, g, step_t, m_t, v_t in tensors:
-        sd = step_t._data
-        sd[...] = sd + 1
-        step_t._vc[0] += 1
-        key = float(sd)
-        sc = by_step.get(key)
-        if sc is None:
-            sc = by_step[key] = scalars(step_t)    # tensor ops: on this thread, before the arithmetic is split
-        work.append((p._data, g, m_t._data, v_t._data, sc))
-        p._vc[0] += 2 if decay is not None else 1          # p.mul_ and p.sub_
-        m_t._vc[0] += 1
-        v_t._vc[0] += 1
-    consts = (wd, decoupled, decay, one_m_b1, one_m_b2, beta2, eps)
-    _split_by_size(opt, work, lambda part, scratch: _adam_arrays(part, consts, scratch))
+    sc = ()
+    for p, g, zs, arrs in tensors:
+        if zs:
+            step_t = zs[0]
+            sd = step_t._data
+            sd[...] = sd + 1
+            step_t._vc[0] += 1
+            zds = list(map(_DATA, zs))
+            key = (tuple(map(float, zds)), tuple(map(_DTYPE, zds)))
+            sc = by_key.get(key)
+            if sc is None:      # tensor ops: on this thread, before the arithmetic is split
+                sc = by_key[key] = opt._multi_tensor_scalars(group, zs)
+            sc, new = sc
+            for t, v in zip(zs[1:], new):
+                t._data[...] = v
+        work.append((p._data, g, *map(_DATA, arrs), sc))
+        for t, b in zip((p, *arrs, *zs[1:]), bumps):
+            t._vc[0] += b
+    _split_by_size(opt, work, lambda part, scratch: rule.arrays(part, consts, scratch))
     return True
-
-
-
-def _adam_arrays(work, consts, scratch):
-    """Adam's arithmetic on ``(param, grad, exp_avg, exp_avg_sq, (step_size, bias_correction2_sqrt))`` arrays,
-    in the per-parameter path's order, one parameter after another."""
-    wd, decoupled, decay, one_m_b1, one_m_b2, beta2, eps = consts
-    for pd, g, m, v, (step_size, bc2_sqrt) in work:
-        shape, dtype, size = pd.shape, pd.dtype, pd.size
-        t1 = scratch.get(0, dtype, shape, size)
-        t2 = scratch.get(1, dtype, shape, size)
-        if wd != 0:
-            if decoupled:
-                np.multiply(pd, decay, out=pd)
-            else:
-                g = _gradient(pd, g, wd, False, t1, t2)
-        np.subtract(g, m, out=t1)                          # exp_avg.add_((g - exp_avg) * (1 - beta1))
-        np.multiply(t1, one_m_b1, out=t1)
-        np.add(m, t1, out=m)
-        np.multiply(v, beta2, out=v)                       # exp_avg_sq.mul_(beta2).add_(g * g * (1 - beta2))
-        np.multiply(g, g, out=t1)
-        np.multiply(t1, one_m_b2, out=t1)
-        np.add(v, t1, out=v)
-        np.sqrt(v, out=t1)                                 # denom = sqrt(v) / bias_correction2_sqrt + eps
-        if pd.ndim == 0 and dtype != np.float64:
-            # two 0-d tensors promote to the wider dtype (torch's rule): a 0-d parameter's denominator and step
-            # are float64, rounded once when written into the parameter
-            t1 = np.divide(t1, bc2_sqrt, out=scratch.get(2, np.float64, (), 1))
-        else:
-            np.divide(t1, bc2_sqrt, out=t1)
-        np.add(t1, eps, out=t1)
-        np.divide(m, t1, out=t1)                           # p.sub_(step_size * (exp_avg / denom))
-        np.multiply(step_size, t1, out=t1)
-        np.subtract(pd, t1, out=pd)
-
-
-def _gradient(pd, g, wd, maximize, t1, t2):
-    """The gradient a step uses, as the per-parameter paths compute it: ``-g`` when maximising, plus ``wd * p``
-    (L2 weight decay); in ``t2`` when either applies (``t1`` is scratch), else ``g`` itself."""
-    if maximize:
-        g = np.negative(g, out=t2)
-    if wd != 0:
-        np.multiply(pd, wd, out=t1)
-        g = np.add(g, t1, out=t2)
-    return g
-
-
-# _SUB_LR: ``p.sub_(lr * step)`` in place, written out in each update (a call per parameter is what the step's
-# budget counts): a 0-d float64 ``lr`` times an array rounds to the array's dtype, except beside another 0-d
-# tensor (torch's rule), where the product stays float64
 
 
 def _split_by_size(opt, work, run):
@@ -193,141 +196,3 @@ def _split_by_size(opt, work, run):
         loads[k] += sizes[i]
     run_split([(run, (part, scratches[k])) for k, part in enumerate(parts) if part])
     STATS["split_steps"] += 1
-
-def sgd_group(opt, group) -> bool:
-    """One SGD update of ``group`` in place, as ``SGD.step``'s loop computes it; False (nothing done) when the
-    group needs the general path (a momentum buffer still to be made on a first step, a gradient that is not a
-    plain array of the parameter's dtype)."""
-    wd, momentum, dampening = group["weight_decay"], group["momentum"], group["dampening"]
-    nesterov, maximize = group["nesterov"], group["maximize"]
-    plain = _plain_items(group)
-    if plain is None:
-        return False
-    items = []
-    for p, g in plain:
-        buf = None
-        if momentum != 0:
-            buf = opt.state[p].get("momentum_buffer") if p in opt.state else None
-            if buf is None or type(buf._data) is not np.ndarray or buf._data.dtype != g.dtype:
-                return False
-        items.append((p, g, buf))
-    lr = group.lr_tensor._data
-    for p, g, buf in items:     # every check before any write: a refused one leaves the group as it was
-        p._check_inplace()
-        if buf is not None:
-            buf._check_inplace()
-    consts = (lr, wd, momentum, dampening, nesterov, maximize)
-    _split_by_size(opt, [(p._data, g, None if buf is None else buf._data) for p, g, buf in items],
-                   lambda part, scratch: _sgd_arrays(part, consts, scratch))
-    for p, g, buf in items:
-        p._vc[0] += 1
-        if buf is not None:
-            buf._vc[0] += 2
-    return True
-
-
-def _sgd_arrays(work, consts, scratch):
-    """SGD's arithmetic on ``(param, grad, momentum buffer or None)`` arrays, as ``SGD.step``'s loop computes it."""
-    lr, wd, momentum, dampening, nesterov, maximize = consts
-    for pd, g, b in work:
-        shape, dtype, size = pd.shape, pd.dtype, pd.size
-        t1 = scratch.get(0, dtype, shape, size)
-        t2 = scratch.get(1, dtype, shape, size)
-        if maximize or wd != 0:
-            g = _gradient(pd, g, wd, maximize, t1, t2)
-        if b is not None:
-            np.multiply(b, momentum, out=b)                # buf.mul_(momentum).add_(g, alpha=1 - dampening)
-            if 1 - dampening == 1:
-                np.add(b, g, out=b)
-            else:
-                np.multiply(g, 1 - dampening, out=t1)
-                np.add(b, t1, out=b)
-            if nesterov:
-                np.multiply(b, momentum, out=t1)          # g = g + momentum * buf
-                g = np.add(g, t1, out=t2)
-            else:
-                g = b
-        t = scratch.get(2, np.float64, (), 1) if pd.ndim == 0 and dtype != np.float64 else t1    # (_SUB_LR)
-        np.multiply(lr, g, out=t)
-        np.subtract(pd, t, out=pd)
-
-
-def rmsprop_group(opt, group, state_for) -> bool:
-    """One RMSprop update of ``group`` in place, as ``RMSprop.step``'s loop computes it; False (nothing done) when
-    the group needs the general path (state or a gradient that is not a plain array of the parameter's dtype)."""
-    items = _plain_items(group)
-    if items is None:
-        return False
-    momentum, centered = group["momentum"], group["centered"]
-    names = ("square_avg",) + (("momentum_buffer",) if momentum > 0 else ()) + (("grad_avg",) if centered else ())
-    tensors = []
-    for p, g in items:
-        state = state_for(p, group)
-        ts = [state["step"]] + [state[k] for k in names]
-        for t in ts:
-            if type(t._data) is not np.ndarray:
-                return False
-        for t in ts[1:]:
-            if t._data.dtype != p._data.dtype or t._data.shape != p._data.shape:
-                return False
-        tensors.append((p, g, ts))
-    for p, g, ts in tensors:        # every check before any write: a refused one changes nothing
-        p._check_inplace()
-        for t in ts:
-            t._check_inplace()
-    work = []
-    for p, g, ts in tensors:
-        sd = ts[0]._data
-        sd[...] = sd + 1
-        ts[0]._vc[0] += 1
-        sq = ts[1]
-        buf = ts[2] if momentum > 0 else None
-        ga = ts[-1] if centered else None
-        work.append((p._data, g, sq._data, None if buf is None else buf._data, None if ga is None else ga._data))
-        p._vc[0] += 1
-        sq._vc[0] += 2              # square_avg.mul_(alpha).add_(...)
-        if buf is not None:
-            buf._vc[0] += 2         # buf.mul_(momentum).add_(...)
-        if ga is not None:
-            ga._vc[0] += 1
-    consts = (group.lr_tensor._data, group["alpha"], group["eps"], group["weight_decay"], momentum,
-              group["maximize"])
-    _split_by_size(opt, work, lambda part, scratch: _rmsprop_arrays(part, consts, scratch))
-    return True
-
-
-def _rmsprop_arrays(work, consts, scratch):
-    """RMSprop's arithmetic on ``(param, grad, square_avg, momentum buffer or None, grad_avg or None)`` arrays, in
-    the per-parameter path's order."""
-    lr, alpha, eps, wd, momentum, maximize = consts
-    for pd, g, sq, b, ga in work:
-        shape, dtype, size = pd.shape, pd.dtype, pd.size
-        t1 = scratch.get(0, dtype, shape, size)
-        t2 = scratch.get(1, dtype, shape, size)
-        t3 = scratch.get(3, dtype, shape, size)
-        if maximize or wd != 0:
-            g = _gradient(pd, g, wd, maximize, t1, t2)
-        np.multiply(sq, alpha, out=sq)                     # square_avg.mul_(alpha).add_(g * g * (1 - alpha))
-        np.multiply(g, g, out=t1)
-        np.multiply(t1, 1 - alpha, out=t1)
-        np.add(sq, t1, out=sq)
-        if ga is not None:
-            np.subtract(g, ga, out=t1)                     # grad_avg.add_((g - grad_avg) * (1 - alpha))
-            np.multiply(t1, 1 - alpha, out=t1)
-            np.add(ga, t1, out=ga)
-            np.multiply(ga, ga, out=t1)                    # avg = sqrt(square_avg - grad_avg * grad_avg) + eps
-            np.subtract(sq, t1, out=t1)
-            np.sqrt(t1, out=t3)
-        else:
-            np.sqrt(sq, out=t3)                            # avg = sqrt(square_avg) + eps
-        np.add(t3, eps, out=t3)
-        np.divide(g, t3, out=t1)                           # g / avg
-        if b is not None:
-            np.multiply(b, momentum, out=b)                # buf.mul_(momentum).add_(g / avg)
-            np.add(b, t1, out=b)
-            step = b
-        else:
-            step = t1
-        t = scratch.get(2, np.float64, (), 1) if pd.ndim == 0 and dtype != np.float64 else t1    # (_SUB_LR)
-        np.multiply(lr, step, out=t)
-        np.subtract(pd, t, out=pd)

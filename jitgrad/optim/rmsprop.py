@@ -5,6 +5,7 @@ from ..ir import dtypes as dt
 from ..library import elementary as F
 from ..runtime import grad_mode
 from . import multi_tensor
+from .multi_tensor_rules import RMSPROP
 from .optimizer import Optimizer, _check_unsupported, _scalar, _zeros_like
 
 
@@ -46,13 +47,17 @@ class RMSprop(Optimizer):
                 state["grad_avg"] = _zeros_like(p)
         return state
 
+    def _multi_tensor_scalars(self, group, scalar_state):
+        """The multi-tensor path's per-step scalars (multi_tensor.Rule): none but ``lr``."""
+        return (), ()
+
     def step(self, closure=None):
         """One update of every parameter that has a gradient; returns ``closure()``'s loss when given."""
         loss = self._run_closure(closure)
         eager = multi_tensor.eager_ready()
         with grad_mode.no_grad():
             for group in self.param_groups:
-                if eager and multi_tensor.rmsprop_group(self, group, self._state_for):
+                if eager and multi_tensor.run_rule(self, group, RMSPROP):
                     continue        # every parameter updated by the multi-tensor path (same values)
                 lr = group.lr_tensor
                 wd, momentum = group["weight_decay"], group["momentum"]

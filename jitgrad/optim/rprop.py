@@ -1,6 +1,7 @@
 """``jitgrad.optim.Rprop`` and ``ASGD``: torch's single-tensor rules as tensor ops.  torch's data-dependent
 pieces (Rprop's masked assignments, ASGD's ``mu != 1`` test) are written with ``where``, which gives the same
-values eagerly and keeps a compiled step one graph.
+values eagerly and keeps a compiled step one graph.  Eagerly, a group takes the multi-tensor path
+(:mod:`.multi_tensor_rules`: the same values, one NumPy update per parameter).
 
 ``foreach`` and ``capturable`` are accepted and recorded; they do not change the values.
 ``differentiable=True`` is refused."""
@@ -11,6 +12,8 @@ from ..jit.guards import outside_trace
 from ..library.creation import factories
 from ..library import elementary as F
 from ..runtime import grad_mode
+from . import multi_tensor
+from .multi_tensor_rules import ASGD as _ASGD_RULE, RPROP
 from .optimizer import Optimizer, _as_float, _check_lr, _check_unsupported, _scalar, _zeros_like
 
 
@@ -32,23 +35,33 @@ class Rprop(Optimizer):
                         differentiable=differentiable, capturable=capturable)
         super().__init__(params, defaults)
 
+    def _state_for(self, p, group):
+        state = self.state[p]
+        if len(state) == 0:
+            state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
+            state["prev"] = _zeros_like(p)
+            with outside_trace():
+                state["step_size"] = factories.full(tuple(p.shape), _as_float(group["lr"]), dtype=p.dtype)
+        return state
+
+    def _multi_tensor_scalars(self, group, scalar_state):
+        """The multi-tensor path's per-step scalars (multi_tensor.Rule): none."""
+        return (), ()
+
     def step(self, closure=None):
         """One update of every parameter that has a gradient; returns ``closure()``'s loss when given."""
         loss = self._run_closure(closure)
+        eager = multi_tensor.eager_ready()
         with grad_mode.no_grad():
             for group in self.param_groups:
+                if eager and multi_tensor.run_rule(self, group, RPROP):
+                    continue        # every parameter updated by the multi-tensor path (same values)
                 etaminus, etaplus = group["etas"]
                 step_size_min, step_size_max = group["step_sizes"]
                 for p in group["params"]:
                     if p.grad is None:
                         continue
-                    state = self.state[p]
-                    if len(state) == 0:
-                        state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
-                        state["prev"] = _zeros_like(p)
-                        with outside_trace():
-                            state["step_size"] = factories.full(tuple(p.shape), _as_float(group["lr"]),
-                                                                dtype=p.dtype)
+                    state = self._state_for(p, group)
                     prev, step_size = state["prev"], state["step_size"]
                     state["step"].add_(1)
                     g = -p.grad if group["maximize"] else p.grad
@@ -82,22 +95,48 @@ class ASGD(Optimizer):
                         maximize=maximize, differentiable=differentiable, capturable=capturable)
         super().__init__(params, defaults)
 
+    def _state_for(self, p, group):
+        state = self.state[p]
+        if len(state) == 0:
+            state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
+            state["eta"] = _scalar(_as_float(group["lr"]), dt.DEFAULT_FLOAT)
+            state["mu"] = _scalar(1.0, dt.DEFAULT_FLOAT)
+            state["ax"] = _zeros_like(p)
+        return state
+
+    @staticmethod
+    def _next_eta_mu(lr, lambd, alpha, t0, step_t):
+        """The next ``(eta, mu)`` (float32 0-d tensors) after step count ``step_t``."""
+        step = step_t.to(dt.float64)
+        # torch.as_tensor(python float): the new values are float32, whatever the state's dtype
+        return ((lr / ((1 + lambd * lr * step) ** alpha)).to(dt.DEFAULT_FLOAT),
+                (1 / F.clamp(step - t0, min=1.0)).to(dt.DEFAULT_FLOAT))
+
+    def _multi_tensor_scalars(self, group, scalar_state):
+        """The multi-tensor path's per-step scalars (multi_tensor.Rule) ``(1 - lambd * eta, eta, mu, mu == 1)``
+        (the values before this step's) and the new ``eta`` and ``mu``, by the tensor ops of the loop below."""
+        step_t, eta, mu = scalar_state
+        lambd = group["lambd"]
+        eta_value = eta.to(dt.float64)
+        new_eta, new_mu = self._next_eta_mu(group.lr_tensor, lambd, group["alpha"], group["t0"], step_t)
+        # (copies: run_rule writes the new values into the state before the arrays are updated)
+        return ((1 - lambd * eta_value)._data, eta_value._data.copy(), mu._data.copy(), float(mu._data) == 1), \
+            (new_eta._data, new_mu._data)
+
     def step(self, closure=None):
         """One update of every parameter that has a gradient; returns ``closure()``'s loss when given."""
         loss = self._run_closure(closure)
+        eager = multi_tensor.eager_ready()
         with grad_mode.no_grad():
             for group in self.param_groups:
+                if eager and multi_tensor.run_rule(self, group, _ASGD_RULE):
+                    continue        # every parameter updated by the multi-tensor path (same values)
                 lr, lambd, alpha, t0 = group.lr_tensor, group["lambd"], group["alpha"], group["t0"]
                 wd = group["weight_decay"]
                 for p in group["params"]:
                     if p.grad is None:
                         continue
-                    state = self.state[p]
-                    if len(state) == 0:
-                        state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
-                        state["eta"] = _scalar(_as_float(group["lr"]), dt.DEFAULT_FLOAT)
-                        state["mu"] = _scalar(1.0, dt.DEFAULT_FLOAT)
-                        state["ax"] = _zeros_like(p)
+                    state = self._state_for(p, group)
                     step_t, eta, mu, ax = state["step"], state["eta"], state["mu"], state["ax"]
                     g = -p.grad if group["maximize"] else p.grad
                     step_t.add_(1)
@@ -107,10 +146,9 @@ class ASGD(Optimizer):
                     p.mul_(1 - lambd * eta_value)
                     p.sub_(eta_value * g)
                     ax.copy_(F.where(mu == 1, p, ax + (p - ax) * mu))
-                    step = step_t.to(dt.float64)
-                    # torch.as_tensor(python float): the new values are float32, whatever the state's dtype
-                    eta.copy_((lr / ((1 + lambd * lr * step) ** alpha)).to(dt.DEFAULT_FLOAT))
-                    mu.copy_((1 / F.clamp(step - t0, min=1.0)).to(dt.DEFAULT_FLOAT))
+                    new_eta, new_mu = self._next_eta_mu(lr, lambd, alpha, t0, step_t)
+                    eta.copy_(new_eta)
+                    mu.copy_(new_mu)
         self._guard_trace()
         return loss
 

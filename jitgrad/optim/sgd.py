@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..jit.guards import is_compiling
 from ..runtime import grad_mode
 from . import multi_tensor
+from .multi_tensor_rules import SGD as _SGD_RULE
 from .optimizer import Optimizer, _check_unsupported, _zeros_like
 
 
@@ -41,6 +42,9 @@ class SGD(Optimizer):
     # changed by CyclicLR/OneCycleLR (momentum) or by hand: graph inputs of a compiled step once they change
     runtime_hypers = frozenset({"momentum", "weight_decay"})
 
+    def _state_for(self, p, group):
+        return self.state[p]        # (the momentum buffer is made by the per-parameter path's first step)
+
     def step(self, closure=None):
         """One update of every parameter that has a gradient; returns ``closure()``'s loss when given."""
         loss = self._run_closure(closure)
@@ -49,7 +53,7 @@ class SGD(Optimizer):
         eager = multi_tensor.eager_ready()
         with grad_mode.no_grad():
             for group in self.param_groups:
-                if eager and multi_tensor.sgd_group(self, group):
+                if eager and multi_tensor.run_rule(self, group, _SGD_RULE):
                     continue        # every parameter updated by the multi-tensor path (same values)
                 lr = group.lr_tensor
                 wd, momentum, dampening = group["weight_decay"], group["momentum"], group["dampening"]

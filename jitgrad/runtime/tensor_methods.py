@@ -13,7 +13,7 @@ import numpy as np
 from ..declarations import published
 from ..ir import dtypes as dt
 from ..ir.ops import OPS as O
-from ..ir.symbolic import SymInt
+from ..ir.symbolic import SymInt, same_shape
 from ..tracer import STATE as _TR
 from . import devices as _devices, dispatch as _dispatch, engine as _engine, grad_mode
 from .conversions import contiguous_in, is_in_layout, relayout
@@ -287,7 +287,7 @@ class TensorMethods:
         """Sum broadcast dimensions so the result has shape ``size`` (the adjoint of ``expand``)."""
         shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
         own = self._data.shape      # (the payload's: no Size built per read on the backward hot path)
-        if shape == own:
+        if shape == own if type(self._data) is np.ndarray else same_shape(shape, own):     # (traced: ranks first)
             return self
         lead = len(own) - len(shape)
         if lead < 0:

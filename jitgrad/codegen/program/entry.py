@@ -377,19 +377,30 @@ def compile_entry(program, n_inputs: int, n_checks: int, key: str):
     return objstore.Blob(key, name, tm.emit_object(m), needs)
 
 
-def caller(address: int, program, n_checks: int, A, F, OFF, fallback, IE, step_error, lock=None, fresh=None):
+def entry_function(address: int):
+    """The entry at ``address`` as a ctypes function (``caller``'s; made once per entry where it is bound often)."""
+    return _ENTRY_CALL(address)
+
+
+def caller(address: int, program, n_checks: int, A, F, OFF, fallback, IE, step_error, lock=None, fresh=None,
+           fn=None, ctx=None):
     """``run(*arrays) -> list of outputs`` calling the entry at ``address`` (``fallback(*arrays)`` for inputs
     that are not C-contiguous).  ``IE``: the graph's index-error array (the one its kernels' table slots point
     at); after a call that set it, ``step_error()`` is raised.  ``lock``: held around the call (``threads.
     LAUNCH_LOCK`` when the graph has a parallel kernel).  ``A``, ``F``, ``OFF``, ``IE`` are kept alive by the
     returned function.  ``fresh``: the fresh outputs' (shape, dtype) when they are not the program's own (a
-    program lowered for every size, bound to one tuple of sizes: ``sized.py``)."""
+    program lowered for every size, bound to one tuple of sizes: ``sized.py``); ``fn``: the entry's
+    ``entry_function``, when the caller has it; ``ctx``: the address of the context words (A's, F's, OFF's and
+    IE's addresses) when the caller keeps them (a bound program's buffer)."""
     take = take_by_capacity if fresh is not None else take_by_shape
     p = program
     # (fresh: shapes that change between bindings, so buffers are kept by capacity, not by shape)
-    fn = _ENTRY_CALL(address)
-    ctx = np.array([A.ctypes.data, F.ctypes.data, OFF.ctypes.data, IE.ctypes.data], np.int64)
-    cptr = ctx.ctypes.data
+    fn = fn if fn is not None else _ENTRY_CALL(address)
+    if ctx is None:
+        ctx = np.array([A.ctypes.data, F.ctypes.data, OFF.ctypes.data, IE.ctypes.data], np.int64)
+        cptr = ctx.ctypes.data
+    else:
+        cptr = ctx
     # outputs below the pool's threshold come from np.empty directly: take() would spend ~2 us in np.prod on
     # the shape of every call's scalar loss (B5's whole budget is 15 us)
     specs = fresh if fresh is not None else [(tuple(r.shape), np.dtype(r.dtype.np)) for r in p.fresh]
@@ -426,4 +437,4 @@ def caller(address: int, program, n_checks: int, A, F, OFF, fallback, IE, step_e
     return run
 
 
-__all__ = ["entry_source", "entry_ir", "compile_entry", "caller", "layout_ok", "has_pool_steps"]
+__all__ = ["entry_source", "entry_ir", "compile_entry", "caller", "entry_function", "layout_ok", "has_pool_steps"]

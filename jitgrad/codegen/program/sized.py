@@ -6,17 +6,18 @@ sizes without running a pass, a layout or an entry build again.
 offsets, fresh outputs' shapes and input offsets hold polynomials over the size symbols, and every decision the
 lowering made on sizes (a loop on the worker pool, a slot reused, a view's strides) is a guard of its own
 ``ShapeEnv``.  Kernels and the C entry depend on structure only, so they are the ones a static trace of the same
-sizes would build.  ``SizedProgram.bind(values)`` then makes the tables of one tuple of sizes:
+sizes would build.  ``SizedProgram.bind(sizes)`` then makes the tables of one tuple of sizes:
 
-- the size plan (``SizePlan``): every distinct polynomial of the tables and the guards' polynomials, evaluated
-  once per tuple (atoms and monomials shared), then copied into their slots;
+- the size plan (``SizePlan``): every distinct polynomial of the tables and of the guards (the trace's and the
+  lowering's), evaluated, checked and copied into their slots by one native call (``size_fill.py``) into one
+  buffer per binding, copied from a template holding the tables' constant entries;
 - one workspace per program (``Workspace``), grown to the largest size bound so far (by at least a quarter, so
   slowly growing sizes reallocate rarely) and shared by every binding: calls of one compiled function never
   overlap (they hold the trace lock), and a growth repoints every live binding's workspace slots;
 - the C entry's caller (``entry.caller``) over the binding's tables and its fresh outputs' shapes.
 
-A binding is valid only where the lowering's guards hold (``SizedProgram.holds``); the caller builds a
-concrete program otherwise.
+A binding is made only where every guard holds (``bind`` answers None otherwise); the caller then lowers again or
+builds a concrete program.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from ...ir.size_plan import SizePlan, float_function, fold_float
 from ...ir.symbolic import COMPARISONS, SymInt
 from . import entry
 from .cpu import ALLOCATIONS, CompiledGraph
+from .size_fill import FillLayout, fill_program, float_guard_nodes, size_fill
 
 
 class Workspace:
@@ -66,9 +68,10 @@ class _Binding:
 
 class SizedProgram:
     """``cg`` (a ``CompiledGraph`` of a symbolic plan, its code ready) bound per tuple of sizes (see the module
-    docstring); ``guards``: the lowering's ``ShapeEnv.guards``."""
+    docstring).  ``names``: the size symbols, in the order ``bind`` takes their values; ``guards``: the
+    lowering's ``ShapeEnv.guards``, and ``trace_guards`` the trace's (one native call checks both)."""
 
-    def __init__(self, cg: CompiledGraph, guards):
+    def __init__(self, cg: CompiledGraph, guards, names, trace_guards=()):
         self.cg = cg
         p = self.program = cg.program
         polys, index = [], {}
@@ -81,79 +84,99 @@ class SizedProgram:
                 k = index[poly] = len(polys)
                 polys.append(poly)
             return k
-        # guards: by comparison, checked as arrays; guards on floats (the planner's cost comparisons) folded where
-        # they do not depend on the sizes (ratios of sizes that divide exactly), the rest as closures
-        by_op, self._float_guards = {}, []
-        for g, op, want in guards:
+        # each integer guard ``(v op 0) == want`` allows some signs of v: a 3-bit mask (bit 0: v < 0, 1: v == 0,
+        # 2: v > 0) the fill checks; guards on floats (the planner's cost comparisons) are folded where they do
+        # not depend on the sizes (ratios of sizes that divide exactly), the rest are closures over the values
+        int_guards, float_guards, self._float_guards = [], [], []
+        for g, op, want in list(trace_guards) + list(guards):
+            cmp = COMPARISONS[op]
+            mask = sum(1 << b for b, v in enumerate((-1, 0, 1)) if cmp(v, 0) == want)
             if type(g) is tuple and g[:1] == ("float",):
                 e = fold_float(g[1])
-                if e[0] != "const":
-                    self._float_guards.append((float_function(e, ref), COMPARISONS[op], want))
+                if e[0] == "const":
+                    if cmp(e[1], 0) != want:
+                        int_guards.append((ref(0), 0))         # (never holds)
+                    continue
+                nodes = float_guard_nodes(e, ref)
+                if nodes is not None:
+                    float_guards.append((nodes, mask))
+                else:       # (an operator the fill does not evaluate)
+                    self._float_guards.append((float_function(e, ref), cmp, want))
             else:
-                refs, wants = by_op.setdefault(op, ([], []))
-                refs.append(ref(g))
-                wants.append(want)
-        # each guard ``(v op 0) == want`` allows some signs of v: a 3-bit mask (bit 0: v < 0, 1: v == 0, 2: v > 0),
-        # so every integer guard is checked by one lookup of the values' signs
-        g_refs, g_masks = [], []
-        for op, (r, w) in by_op.items():
-            cmp = COMPARISONS[op]
-            for k, want in zip(r, w):
-                g_refs.append(k)
-                g_masks.append(sum(1 << b for b, v in enumerate((-1, 0, 1)) if cmp(v, 0) == want))
-        self._g_refs, self._g_masks = np.array(g_refs, np.intp), np.array(g_masks, np.int64)
-        base = np.array([0 if type(v) is SymInt else int(v) for v in p.table] or [0], np.int64)
-        sym = [(i, ref(v)) for i, v in enumerate(p.table) if type(v) is SymInt]
-        self._t_slots, self._t_refs = _columns(sym, 2)
-        for slot, arr, off in p.lit_slots:          # (the literals are the program's own arrays)
-            base[slot] = arr.ctypes.data + off
-        for slot in p.ierr_slots:
-            base[slot] = cg._ierr.ctypes.data
-        self._base = base
-        self._param_slots, self._param_offs = _columns(p.param_slots, 2)
-        self._params = np.frombuffer(bytes(p.params) or b"\0", np.uint8).copy()
-        self._sp_refs = np.array([ref(v) for _, v in p.sym_params], np.intp)
-        self._sp_bytes = (np.array([off for off, _ in p.sym_params], np.intp).reshape(-1, 1) + np.arange(4)).astype(
-            np.intp)
-        self._w_slots, self._w_roots, self._w_offs = _columns(
-            [(slot, ref(root.offset), ref(off)) for slot, root, off in p.ws_slots], 3)
-        self._ws_size = ref(p.ws_size)
-        self._o_slots, self._o_refs = _columns([(slot, ref(off)) for slot, _, off in p.dynamic], 2)
-        self._fresh = [([ref(d) for d in r.shape], np.dtype(r.dtype.np)) for r in p.fresh]
+                int_guards.append((ref(g), mask))
+        table = [(i, ref(v)) for i, v in enumerate(p.table) if type(v) is SymInt]
+        sym_params = [(off, ref(v)) for off, v in p.sym_params]
+        offsets = [(slot, ref(off)) for slot, _, off in p.dynamic]
+        ws_slots = [(slot, ref(root.offset), ref(off)) for slot, root, off in p.ws_slots]
+        read, self._fresh = [ref(p.ws_size)], []
+        for r in p.fresh:
+            self._fresh.append((len(read), len(read) + len(r.shape), np.dtype(r.dtype.np)))
+            read += [ref(d) for d in r.shape]
+        self._read = np.array(read, np.intp)
         self.plan = SizePlan(polys)
+        self.names = tuple(names)
+        n_table = max(len(p.table), 1)
+        L = self.layout = FillLayout(n_table, len(polys), len(ws_slots), len(self.names), len(p.params))
+        # the template every binding's buffer is copied from: A's constant entries, OFF zero, the parameters
+        template = np.zeros(L.words, np.int64)
+        for i, v in enumerate(p.table):
+            if type(v) is not SymInt:
+                template[i] = int(v)
+        for slot, arr, off in p.lit_slots:          # (the literals are the program's own arrays)
+            template[slot] = arr.ctypes.data + off
+        for slot in p.ierr_slots:
+            template[slot] = cg._ierr.ctypes.data
+        template.view(np.uint8)[8 * L.params:8 * L.params + len(p.params)] = np.frombuffer(bytes(p.params),
+                                                                                            np.uint8)
+        template[L.ctx + 1], template[L.ctx + 3] = cg.F.ctypes.data, cg._ierr.ctypes.data
+        self._template = template
+        self._ws_slots = np.array([slot for slot, _, _ in ws_slots], np.intp)
+        self._program = fill_program(self.plan, self.names, int_guards, L, table, sym_params,
+                                     list(p.param_slots), offsets, ws_slots, float_guards)
+        self._program_address = self._program.ctypes.data
+        self._fill = size_fill()
+        self._entry_fn = entry.entry_function(cg.entry_address)
         self.workspace = Workspace()
 
-    def holds(self, values: dict):
-        """The plan's values at ``values`` (an int64 array) when every guard of the lowering holds there, else
-        None."""
-        V = vals = self.plan(values)
-        if len(self._g_refs) and not ((self._g_masks >> (np.sign(V[self._g_refs]) + 1)) & 1).all():
+    def values(self, sizes):
+        """The plan's values at ``sizes`` (in ``names`` order) as a list when every guard holds there, else None
+        (the fill's own evaluation: what ``bind`` writes the tables from)."""
+        buf = self._template.copy()
+        return self._filled(buf, buf.ctypes.data, sizes)
+
+    def _filled(self, buf, address, sizes):
+        L = self.layout
+        buf[L.sizes:L.params] = sizes
+        if self._fill(self._program_address, address, self.workspace.base) != 1:
             return None
-        for fn, cmp, want in self._float_guards:
-            if cmp(fn(vals), 0) != want:
-                return None
+        V = buf[L.values:L.ws]
+        if self._float_guards:                  # (guards with an operator the fill does not evaluate)
+            Vl = V.tolist()
+            for fn, cmp, want in self._float_guards:
+                if cmp(fn(Vl), 0) != want:
+                    return None
         return V
 
-    def bind(self, V):
-        """``run(*arrays) -> outputs`` for the sizes whose plan values are ``V`` (``holds``' answer)."""
-        cg, p = self.cg, self.program
-        A = self._base.copy()
-        A[self._t_slots] = V[self._t_refs]
-        params = self._params.copy()
-        if len(self._sp_refs):      # each symbolic int32 parameter's four bytes (native order) at its offset
-            params[self._sp_bytes] = V[self._sp_refs].astype(np.int32).view(np.uint8).reshape(-1, 4)
-        A[self._param_slots] = params.ctypes.data + self._param_offs
-        OFF = np.zeros_like(A)
-        OFF[self._o_slots] = V[self._o_refs]
-        b = _Binding(A, self._w_slots, V[self._w_roots] + V[self._w_offs])
+    def bind(self, sizes):
+        """``run(*arrays) -> outputs`` for ``sizes`` (ints, in ``names`` order), or None when a guard (the
+        trace's or the lowering's) fails there."""
+        buf = self._template.copy()
+        address = buf.ctypes.data
+        V = self._filled(buf, address, sizes)
+        if V is None:
+            return None
+        cg, L = self.cg, self.layout
+        A = buf[:L.n_table]
+        b = _Binding(A, self._ws_slots, buf[L.ws:L.ctx])
         ws = self.workspace
         ws.bindings.add(b)
-        if not ws.ensure(int(V[self._ws_size])):
-            b.repoint(ws.base)
-        fresh = [(tuple(int(V[d]) for d in shape), dtype) for shape, dtype in self._fresh]
-        run = entry.caller(cg.entry_address, p, len(cg.checks), A, cg.F, OFF, _decline, cg._ierr, cg.step_error,
-                           cg.call_lock, fresh=fresh)
-        run._binding = (b, params, ws)
+        read = V[self._read].tolist()           # the workspace's size, then every fresh output's dims
+        ws.ensure(read[0])                      # (a growth repoints every binding, this one too)
+        fresh = [(tuple(read[a:z]), dtype) for a, z, dtype in self._fresh]
+        run = entry.caller(cg.entry_address, self.program, len(cg.checks), A, cg.F, buf[L.off:L.values],
+                           _decline, cg._ierr, cg.step_error, cg.call_lock, fresh=fresh, fn=self._entry_fn,
+                           ctx=address + 8 * L.ctx)
+        run._binding = (b, buf, ws)
         return run
 
 

@@ -13,6 +13,7 @@ import operator
 import numpy as np
 
 from .. import dtypes as dt
+from ..symbolic import same_shape
 from .opdef import Aval, OpDef, OpError, broadcast_shapes, register, result_dtype
 
 _SQRT_2_OVER_PI = 2.0 / math.sqrt(math.pi)
@@ -58,7 +59,8 @@ def _ew_vjp(rule):
                 out.append(None)
                 continue
             d = c._data         # an ndarray, or a Var while tracing: both have shape and a NumPy dtype
-            if d.shape != shapes[i]:
+            # (a traced shape's ranks first: sizes of different dims must not be compared, symbolic.same_shape)
+            if d.shape != shapes[i] if type(d) is np.ndarray else not same_shape(d.shape, shapes[i]):
                 c = c.sum_to_size(shapes[i])
             if c._data.dtype != dtypes[i].np:
                 c = c.to(dtypes[i])

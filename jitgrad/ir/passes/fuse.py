@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from ..graph import Graph, Var
 from ..plan import REDUCTIONS, Group, Plan, op_cost
+from ..symbolic import same_shape
 from .schedule import schedule
 
 # at most this many eqns in one loop: LLVM's time on one function grows faster than its size (a 200-eqn loop with
@@ -136,7 +137,7 @@ def _cheap_chain(v, eqns, producer, where, users, outs, members, reads):
                 q = producer.get(x)
                 if q is not None and q in g1_members:
                     todo.append(q)
-                elif x.aval.shape == g1.shape:
+                elif same_shape(x.aval.shape, g1.shape):
                     inputs.add(x)
     total = sum(cost + sum(x.aval.dtype.np.itemsize for x in inputs if x not in reads[id(g)]) for g in readers)
     return (sorted(chain), readers) if total < store else None
