@@ -16,7 +16,7 @@ from .declarations import DECLARED, Declaration
 from .runtime.tensor import Tensor
 
 # the modules that declare public names (importing them records their declarations)
-from .runtime import conversions, defaults, generator, storage  # noqa: F401
+from .runtime import conversions, defaults, generator, storage, storage_objects  # noqa: F401
 from .runtime import mutation, operators, tensor_methods, tensor_protocols  # noqa: F401
 from .library import aliases, elementary, foreach, torch_surface  # noqa: F401
 from .library.creation import factories, legacy_types, sampling  # noqa: F401

@@ -18,6 +18,7 @@ from .library.pointwise.pairs import _xlog, xlogy
 from .library.pointwise.rounding import erfc, exp2, logit, sinc
 from .library.pointwise.rounding import round as _round
 from .library.pointwise.special import digamma, erfinv, mvlgamma, polygamma
+from .library.pointwise.special import igamma as gammainc, igammac as gammaincc
 from .library.pointwise.special import lgamma as gammaln
 from .library.pointwise.trig import bessel_i as _bessel_i, i0
 from .runtime.grad_names import named as _named
@@ -155,7 +156,7 @@ def logsumexp(input, dim, keepdim=False, **torch_kw):
     return _F.logsumexp(input, dim, keepdim)
 
 
-__all__ = ["digamma", "entr", "erf", "erfc", "erfinv", "exp2", "expit", "expm1", "gammaln", "i0", "i0e", "i1", "i1e",
+__all__ = ["digamma", "entr", "erf", "erfc", "erfinv", "exp2", "expit", "expm1", "gammainc", "gammaincc", "gammaln", "i0", "i0e", "i1", "i1e",
            "log1p", "log_ndtr",
            "log_softmax", "logit", "logsumexp", "multigammaln", "ndtr", "polygamma", "psi", "round", "sinc",
            "softmax", "xlog1py", "xlogy"]

@@ -78,6 +78,7 @@ def _grid(left, right):
 
 
 _BIN = [0.0, -0.0, 1.0, -2.0, 0.5, inf, -inf, 1e-200, 1e200]
+_IGAMMA_A, _IGAMMA_X = _grid([0.5, 1.0, 2.5, 30.0], [0.0, 1e-300, 0.5, 1.0, 2.5, 30.0, 200.0, inf])
 
 def _vjp_with_graph(f):
     """``fn(m, x, g)``: the vjp of ``f`` at ``x`` along ``g``, taken with ``create_graph`` (so the samples check the
@@ -263,6 +264,15 @@ OP_SAMPLES: dict[str, list[Sample]] = {
                                                                    [0.0, -0.0, 1.0, inf, nan]),
                          "values only: torch's backward raises 'the derivative for nextafter is not implemented'",
                          differentiable=False)],
+    "igamma": [Sample(lambda m, a, x: (m.igamma(a, x), m.igammac(a, x)),
+                      _grid([0.0, -0.0, 0.5, 1.0, 30.0, 1e-300, inf, -1.0, nan],
+                            [0.0, 0.5, 1.0, 29.0, 1e-300, inf, -1.0, nan]),
+                      "values at the domain's edges (a or x zero, infinite, negative, nan)", differentiable=False),
+               # torch has no derivative in a: x alone is differentiated, a is a constant (one function per sample:
+               # summed, the two second orders' opposite infinities at x = 1e-300 would make torch's nan)
+               *[Sample(lambda m, x, f=f: getattr(m, f)(m.tensor(_IGAMMA_A), x), [_IGAMMA_X],
+                        f"{f}: derivative in x (x = 0 and x = inf included)")
+                 for f in ("igamma", "igammac")]],
     "atan2": [Sample(lambda m, x, y: m.atan2(x, y), _grid([0.0, -0.0, 1.0, -1.0, 1e-170, inf, -inf, nan],
                                                            [0.0, -0.0, 1.0, -1.0, 1e-170, inf, -inf, nan]))],
     # ---- ir/ops/pointwise_math.py and ir/ops/special.py ------------------------------------------------------

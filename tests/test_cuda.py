@@ -192,6 +192,9 @@ CASES = {
     "lgamma": (lambda a: jg.lgamma(a), [(2, 3)], "any"),
     "polygamma": (lambda a: jg.digamma(a) + jg.polygamma(2, a * a + 0.5), [(2, 3)], "any"),
     "erfinv": (lambda a: jg.erfinv(a), [(2, 3)], "unit"),
+    # igamma has no kernel: a host step (SciPy) on CUDA tensors too; differentiable in x only
+    "igamma": (lambda a: jg.igamma(a.detach().abs() + 0.5, a.abs()) + jg.igammac(a.detach().abs() + 0.5, a.abs()),
+               [(2, 3)], "pos"),
     # ir/ops/trig_bessel.py: math-table rows; bessel_i runs as its decomposition
     **{n: ((lambda n: lambda a: getattr(jg, n)(a))(n), [(2, 3)], "unit")
        for n in ("asin", "acos", "atan", "sinh", "cosh", "asinh", "atanh")},

@@ -355,3 +355,124 @@ def test_out_functions_refuse_dual_tensors():
     out = jg.zeros(2)
     jg.add(plain, plain, out=out)
     assert out.tolist() == [2.0, 2.0]
+
+
+def _write_through_view(lib, fwd, op, base_value, p, t, leaf=False):
+    """``op(view, dual)`` with ``view`` a transpose of a plain ``base`` (a clone of a leaf requiring grad when
+    ``leaf``: the recorded path), then ``view *= 3``; the base's primal and tangent after each write."""
+    with fwd.dual_level():
+        x = lib.tensor(base_value, requires_grad=leaf)
+        base = x.clone() if leaf else x
+        view = base.transpose(0, 1)
+        op(view, fwd.make_dual(lib.tensor(p), lib.tensor(t)))
+        first = [a.detach().clone() for a in fwd.unpack_dual(base)]
+        view *= 3
+        second = [a.detach().clone() for a in fwd.unpack_dual(base)]
+        return first + second
+
+
+WRITES = {"add_": lambda v, d: v.add_(d), "mul_": lambda v, d: v.mul_(d), "copy_": lambda v, d: v.copy_(d),
+          "sub_ of a sum": lambda v, d: v.sub_(d.sin() * 2)}
+
+
+@pytest.mark.parametrize("leaf", [False, True], ids=["plain base", "base with history"])
+@pytest.mark.parametrize("name", sorted(WRITES))
+def test_a_write_through_a_view_gives_its_base_a_tangent(name, leaf):
+    """A view with no tangent written in place with a dual value: the base gets the tangent at the view's
+    positions (zero elsewhere) and later writes through the view reach it, as torch's; against torch and against
+    central differences of the base as a function of the written value (float64)."""
+    b, p, t = (RNG.standard_normal((2, 2)) for _ in range(3))
+    op = WRITES[name]
+    got = _write_through_view(jg, fwAD, op, b, p, t, leaf)
+    want = _write_through_view(torch, tfwAD, op, b, p, t, leaf)
+    for g, w in zip(got, want):
+        _close(g, w)
+
+    def base_after(pv):
+        x = jg.tensor(b)
+        op(x.transpose(0, 1), jg.tensor(pv))
+        x.transpose(0, 1).mul_(3)
+        return x.numpy()
+    eps = 1e-6
+    fd = (base_after(p + eps * t) - base_after(p - eps * t)) / (2 * eps)
+    np.testing.assert_allclose(got[3].numpy(), fd, rtol=1e-6, atol=1e-8)
+
+
+def test_a_write_into_part_of_a_base_leaves_the_rest_of_its_tangent_zero():
+    with fwAD.dual_level():
+        base = jg.zeros(3, 4, dtype=jg.float64)
+        base[1:, 2].copy_(fwAD.make_dual(jg.ones(2, dtype=jg.float64), jg.tensor([5.0, 7.0], dtype=jg.float64)))
+        t = fwAD.unpack_dual(base).tangent
+        want = np.zeros((3, 4))
+        want[1:, 2] = [5.0, 7.0]
+        np.testing.assert_array_equal(t.numpy(), want)
+        base.mul_(2)        # the base's own later writes keep the tangent the views share
+        np.testing.assert_array_equal(fwAD.unpack_dual(base[1:, 2]).tangent.numpy(), [10.0, 14.0])
+
+
+def test_make_dual_lays_the_tangent_out_as_the_primal():
+    """torch's layout check: a tangent with other strides or a storage of another size is copied into one laid
+    out as the primal (writes into the unpacked tangent leave the caller's alone, and ``as_strided`` of the dual
+    reaches the whole storage); one laid out alike is kept as is, and so is one with no elements whatever its
+    storage offset, or one that differs only in the stride of a dim of one element."""
+    for lib, fwd in ((jg, fwAD), (torch, tfwAD)):
+        cases = [
+            (lambda: lib.randn(5, dtype=lib.float64)[:4].detach(), lambda: lib.randn(4, dtype=lib.float64), False),
+            (lambda: lib.randn(3, 2, dtype=lib.float64).t(), lambda: lib.randn(2, 3, dtype=lib.float64), False),
+            (lambda: lib.randn(2, 3, dtype=lib.float64), lambda: lib.randn(2, 3, dtype=lib.float64), True),
+            (lambda: lib.tensor([1.0]).as_strided((0,), (1,), 1), lambda: lib.tensor([1.0]).as_strided((0,), (1,), 2),
+             True),
+            (lambda: lib.tensor([1.0]).as_strided((1,), (2,), 0), lambda: lib.tensor([1.0]).as_strided((1,), (1,), 0),
+             True),     # a dim of one element: its stride does not matter
+            (lambda: lib.randn(4, dtype=lib.float64)[::2], lambda: lib.randn(4, dtype=lib.float64)[:2], False),
+        ]
+        for make_primal, make_tangent, kept in cases:
+            primal, tangent = make_primal(), make_tangent()
+            with fwd.dual_level():
+                dual = fwd.make_dual(primal, tangent)
+                got = fwd.unpack_dual(dual).tangent
+                assert (got is tangent) is kept, (lib.__name__, tuple(primal.shape))
+                assert got.stride() == primal.stride() or kept
+                assert len(got.untyped_storage()) == len(primal.untyped_storage())
+                np.testing.assert_array_equal(got.numpy(), tangent.numpy())
+                before = tangent.clone()
+                got.mul_(2)
+                if not kept:
+                    np.testing.assert_array_equal(tangent.numpy(), before.numpy())
+                dual[1:]
+
+
+def test_detach_in_place_drops_the_tangent():
+    for lib, fwd in ((jg, fwAD), (torch, tfwAD)):
+        with fwd.dual_level():
+            d = fwd.make_dual(lib.ones(2), lib.ones(2)).clone()
+            d.detach_()
+            assert fwd.unpack_dual(d).tangent is None
+            assert fwd.unpack_dual(d * 2).tangent is None
+
+
+def _as_strided_tangents(lib, fwd, rg):
+    res = []
+    with fwd.dual_level():
+        base = lib.tensor(np.arange(6.0), dtype=lib.float64).requires_grad_(rg)
+        d = fwd.make_dual(base.clone(), lib.tensor(np.arange(6.0) * 10 + 1, dtype=lib.float64))
+        v = d[1:5]      # a view: its geometries reach the whole storage, tangent included
+        for r in (v.as_strided((3,), (2,), 0), v.as_strided((2, 2), (1, 1), 2), d.as_strided((2, 3), (1, 2))):
+            res.append(fwd.unpack_dual(r).tangent)
+        # a tangent copied to the primal's layout (a larger storage): zero beyond the primal
+        primal = lib.tensor(np.arange(5.0), dtype=lib.float64)[:4].detach()
+        dd = fwd.make_dual(primal, lib.tensor([1.0, 2.0, 3.0, 4.0], dtype=lib.float64))
+        res.append(fwd.unpack_dual(dd.as_strided((5,), (1,), 0)).tangent)
+        e = fwd.make_dual(lib.tensor(np.arange(6.0), dtype=lib.float64),
+                          lib.tensor(np.arange(6.0) + 100, dtype=lib.float64))
+        e.as_strided_((2, 2), (1, 2), 1)
+        res.append(fwd.unpack_dual(e).tangent)
+        return [t.detach().clone() for t in res]
+
+
+@pytest.mark.parametrize("rg", [False, True], ids=["no grad", "requires grad"])
+def test_as_strided_reads_the_tangent_with_the_same_geometry(rg):
+    for got, want in zip(_as_strided_tangents(jg, fwAD, rg), _as_strided_tangents(torch, tfwAD, rg)):
+        _close(got, want)
+    x = jg.tensor(RNG.standard_normal(8), requires_grad=True)
+    assert jg.autograd.gradcheck(lambda a: (a * a)[1:7].as_strided((2, 3), (1, 2), 1), (x,), check_forward_ad=True)

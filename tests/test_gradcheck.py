@@ -280,3 +280,59 @@ def test_message_shape_matches_torch():
     assert "numerical:tensor([[2.0000, 0.0000],\n        [0.0000, 4.0000]], dtype=" in str(ej.value)
     assert str(et.value).split("\n")[1].startswith("numerical:tensor(")
     assert isinstance(ej.value, RuntimeError)
+
+
+def _jvp_counting(lib):
+    """A custom Function whose jvp counts its calls; and one whose jvp treats a missing tangent unlike a zero one
+    (grads not materialized): the undefined-tangent check must refuse it."""
+    calls = [0]
+
+    class Copy(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, y):
+            return x.clone(), y.clone()
+
+        @staticmethod
+        def jvp(ctx, x_t, y_t):
+            calls[0] += 1
+            return x_t, y_t
+
+    class Careless(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, y):
+            ctx.set_materialize_grads(False)
+            return x + y
+
+        @staticmethod
+        def jvp(ctx, x_t, y_t):
+            if x_t is None or y_t is None:
+                return (x_t if y_t is None else y_t) * 3        # wrong: a missing tangent is a zero one
+            return x_t + y_t
+    return calls, Copy, Careless
+
+
+@needs_torch
+def test_forward_mode_undefined_tangent_check_like_torch():
+    """With ``check_undefined_grad``, gradcheck runs the function once more per input with a zero tangent and
+    once with none (torch's count of jvp calls), and refuses a jvp that treats the two differently."""
+    for lib in (jg, torch):
+        calls, Copy, Careless = _jvp_counting(lib)
+        x = lib.rand(1, dtype=lib.float64, requires_grad=True)
+        y = lib.rand(1, dtype=lib.float64, requires_grad=True)
+        counts = []
+        for undefined in (False, True):
+            calls[0] = 0
+            lib.autograd.gradcheck(Copy.apply, (x, y), check_forward_ad=True, check_backward_ad=False,
+                                   check_undefined_grad=undefined, check_batched_grad=False)
+            counts.append(calls[0])
+        calls[0] = 0
+        lib.autograd.gradcheck(Copy.apply, (x, y.detach()), check_forward_ad=True, check_backward_ad=False,
+                               check_undefined_grad=True, check_batched_grad=False)
+        counts.append(calls[0])
+        assert counts == [2, 6, 2], lib.__name__
+        lib.autograd.gradcheck(Careless.apply, (x, y), check_forward_ad=True, check_backward_ad=False,
+                               check_undefined_grad=False)
+        with pytest.raises(RuntimeError, match="Mismatch in tangent values for output with index") as e:
+            lib.autograd.gradcheck(Careless.apply, (x, y), check_forward_ad=True, check_backward_ad=False,
+                                   check_undefined_grad=True)
+        assert type(e.value).__name__ == "GradcheckError"

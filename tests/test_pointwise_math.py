@@ -309,3 +309,58 @@ def test_special_namespace_functions_with_arguments():
                                rtol=1e-13)
     e = np.array([0.0, -1.0, 0.5, inf, nan])
     np.testing.assert_array_equal(S.entr(jg.tensor(e)).numpy(), torch.special.entr(torch.tensor(e)).numpy())
+
+
+# ---- igamma / igammac (ir/ops/special.py: SciPy's, a host step when compiled) --------------------------------------
+def test_igamma_and_igammac_match_torch_with_gradients_in_x():
+    a = rng(5).uniform(0.2, 6.0, (3, 4))
+    for jf, tf in ((jg.igamma, torch.igamma), (jg.igammac, torch.igammac),
+                   (jg.special.gammainc, torch.special.gammainc), (jg.special.gammaincc, torch.special.gammaincc)):
+        agree(lambda x, s: jf(s, x), lambda x, s: tf(s, x), [POS * 3, a], needs_grad=[True, False], atol=1e-12)
+        # broadcast: a row of shapes against a column of points, the gradient summed back to x's shape
+        agree(lambda x, s: jf(s, x), lambda x, s: tf(s, x), [POS[:1] * 2, a[:, :1]], needs_grad=[True, False],
+              atol=1e-12)
+    x = np.linspace(0.0, 40.0, 9)
+    np.testing.assert_allclose(jg.igamma(jg.tensor(7.5), jg.tensor(x)).numpy() +
+                               jg.igammac(jg.tensor(7.5), jg.tensor(x)).numpy(), np.ones(9), rtol=1e-14)
+
+
+def test_igamma_dtypes_grad_names_and_inplace_like_torch():
+    for M in (jg, torch):
+        f32, f64 = M.tensor([1.5, 2.0]), M.tensor(3.0, dtype=M.float64)
+        assert str(M.igamma(f32, f64).dtype).endswith("float32")
+        assert str(M.igamma(M.tensor([1, 2]), f32).dtype).endswith("float32")
+        x = M.tensor([0.5, 3.0], dtype=M.float64, requires_grad=True)
+        assert M.igamma(f64, x).grad_fn.name() == "IgammaBackward0"
+        assert M.igammac(f64, x).grad_fn.name() == "IgammacBackward0"
+    for name in ("igamma_", "igammac_"):
+        got, want = jg.tensor([0.5, 2.0, 9.0]), torch.tensor([0.5, 2.0, 9.0])
+        getattr(got, name)(jg.tensor([1.0, 1.0, 1.0]))
+        getattr(want, name)(torch.tensor([1.0, 1.0, 1.0]))
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+
+
+def test_igamma_errors_match_torch():
+    x = np.array([0.5, 2.0])
+    for name in ("igamma", "igammac"):
+        raises_as_torch(lambda: getattr(jg, name)(jg.tensor(x, requires_grad=True), jg.tensor(x)).sum().backward(),
+                        lambda: getattr(torch, name)(torch.tensor(x, requires_grad=True), torch.tensor(x)).sum()
+                        .backward())
+        with pytest.raises(TypeError, match="argument 'other'"):
+            getattr(jg, name)(jg.tensor(x), 2.0)
+        for M in (jg, torch):
+            with pytest.raises(RuntimeError, match=f"\"{name}_cpu\" not implemented for 'Long'"):
+                getattr(M, name)(M.tensor([1, 2]), M.tensor([2, 3]))
+
+
+def test_igamma_has_no_forward_mode_as_in_torch():
+    import jitgrad.autograd.forward_ad as fwAD
+    for M, fw in ((jg, fwAD), (torch, torch.autograd.forward_ad)):
+        with fw.dual_level():
+            d = fw.make_dual(M.tensor([1.0, 2.0]), M.tensor([1.0, 0.0]))
+            for fn in (M.igamma, M.igammac):
+                for args in ((d, d), (M.tensor([1.0, 2.0]), d), (d, M.tensor([1.0, 2.0]))):
+                    with pytest.raises(NotImplementedError, match="Trying to use forward AD with igamma"):
+                        fn(*args)
+            plain = M.igamma(M.tensor([1.0, 2.0]), M.tensor([0.5, 0.5]))     # no tangent: no refusal
+            assert fw.unpack_dual(plain).tangent is None

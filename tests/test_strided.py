@@ -132,6 +132,20 @@ def test_errors_like_torch():
             lib.ones(2).as_strided((3,), (1,))
 
 
+def test_a_geometry_without_elements_fits_any_storage_offset():
+    """A result with no elements reads no memory: any non-negative offset is in bounds (pytorch#80507), while a
+    negative one is refused, and one element past the end still is."""
+    for lib in (torch, jg):
+        for offset in (1, 2, 7):
+            r = lib.tensor([1.0]).as_strided((0,), (1,), offset)
+            assert tuple(r.shape) == (0,)
+        assert tuple(lib.ones(3).as_strided((2, 0), (5, 1), 9).shape) == (2, 0)
+        with pytest.raises(RuntimeError, match="invalid storage offset -1"):
+            lib.tensor([1.0]).as_strided((0,), (1,), -1)
+        with pytest.raises(RuntimeError, match="out of bounds for storage"):
+            lib.tensor([1.0]).as_strided((1,), (1,), 1)
+
+
 def test_traced_as_strided_is_refused_clearly():
     step = jg.compile(lambda x: x.as_strided((2, 2), (1, 1)).sum(), backend="interpret")
     with pytest.raises(jg.UnsupportedError, match=r"as_strided\(\) on traced"):

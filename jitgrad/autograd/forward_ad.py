@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
-from ..runtime.dual import DUALS
+from ..runtime.dual import DUALS, same_layout, zeros_with_layout
 from ..runtime.tensor import Tensor
 
 __all__ = ["UnpackedDualTensor", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual", "dual_level"]
@@ -76,6 +76,12 @@ def make_dual(tensor: Tensor, tangent: Tensor, *, level: Optional[int] = None) -
         dual = tensor.view_as(tensor) if not tensor._inference else tensor.detach()
         if tangent.dtype is not tensor.dtype:
             tangent = tangent.to(tensor.dtype)
+        if not same_layout(tangent, tensor):
+            # torch gives the dual a copy of the tangent laid out as the primal (its views, as_strided included,
+            # then read the tangent where they read the primal); writes into it leave the given tangent alone
+            fresh = zeros_with_layout(tensor)
+            if fresh is not None:
+                tangent = fresh.copy_(tangent)
     lv.set(dual, tangent)
     return dual
 

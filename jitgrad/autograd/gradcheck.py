@@ -15,7 +15,8 @@ How it works, and what makes it fast:
 * ``fast_mode``: torch's random projection, ``v^T J u``, comparing ``v^T (J u)_numerical`` with
   ``(v^T J)_analytical u``: two evaluations per input and one backward per output.
 * Forward AD (``check_forward_ad``): ``func`` runs on dual tensors (``runtime/dual.py``), one jvp per input
-  element (slow mode) or per random direction (fast mode).
+  element (slow mode) or per random direction (fast mode); with ``check_undefined_grad``, twice more per input,
+  with a zero tangent and with none (forward_checks.py, as torch's; and the batched forward check).
 * gradgradcheck checks ``(inputs, grad_outputs) -> autograd.grad(outputs, inputs, grad_outputs,
   create_graph=True)``; its numerical evaluations only need values, so they run that backward without building
   the double-backward graph.
@@ -32,13 +33,11 @@ from ..runtime.tensor import Tensor
 from .jacobians import (  # noqa: F401  (GradcheckError is public here too)
     _as_tuple, _is_diff, _differentiable_outputs, _arr, _fmt, _allclose, _notallclose_msg, _Evaluator,
     _numerical_jacobian, _numerical_jvp, _vjp, _analytical_rows, _check_reentrant, _analytical_jacobian,
-    _analytical_vJ, _forward_columns, forward_tangents, GradcheckError)
+    _analytical_vJ, _forward_columns, forward_tangents, GradcheckError, _FAST_SEED)
+from .forward_checks import batched_forward_check, undefined_tangent_check
 
 __all__ = ["GradcheckError", "gradcheck", "gradgradcheck", "get_numerical_jacobian", "get_analytical_jacobian"]
 
-# torch.Generator()'s default seed: fast mode draws its random vectors from a private generator, never from
-# the user's RNG stream.
-_FAST_SEED = 67280421310721
 
 
 FAST_FAIL_SLOW_OK_MSG = """
@@ -268,38 +267,6 @@ def _fast_gradcheck(c: _Ctx, forward_ad: bool, backward_ad: bool):
     return True
 
 
-def _test_batched_forward_grad(c: _Ctx):
-    """torch's batched forward grad check: the jvps of two random tangents per input, computed at once under
-    ``jitgrad.func.vmap``, equal the jvps computed one by one."""
-    from ..func import jvp, vmap
-    rng = np.random.default_rng(_FAST_SEED)
-    for k, i in enumerate(c.diff_pos):
-        x = c.inputs[i]
-        batch = Tensor._make(rng.standard_normal((2,) + tuple(x.shape)).astype(x._data.dtype))
-
-        def push(t, k=k, i=i):
-            def f(xi):
-                args = list(c.inputs)
-                args[i] = xi
-                out = _as_tuple(c.func(*args))
-                return tuple(out[p] for p in c.out_pos)
-            return jvp(f, (x.detach(),), (t,))[1]
-        try:
-            batched = vmap(push)(batch)
-        except Exception as e:  # noqa: BLE001 - torch's words, then the cause
-            raise GradcheckError(f"While computing batched gradients, got: {e}\n\nbatched forward grad check "
-                                 f"failed for input {i}") from e
-        for b in range(2):
-            one = forward_tangents(c.func, c.inputs, c.diff_pos, c.out_pos,
-                                   [batch._data[b].reshape(-1) if j == k else None for j in range(len(c.diff_pos))])
-            for o_idx, t in enumerate(one):
-                got = batched[o_idx].detach()._data[b].astype(np.float64).reshape(-1)
-                if not np.allclose(got, t, rtol=c.rtol, atol=c.atol):
-                    raise GradcheckError(f"For output {c.out_pos[o_idx]} and input {i}:\nForward-mode batched grad "
-                                         f"computed using vmap does not match the forward grads computed one by one."
-                                         f"\nGot: {_fmt(got)}\nExpected: {_fmt(t)}")
-
-
 def _slow_mode_error(c: _Ctx, k: int, o_idx: int, forward: bool) -> str:
     """Recompute the full Jacobian of (input k, output o_idx) to say where fast mode's disagreement comes from."""
     try:
@@ -413,8 +380,10 @@ def _gradcheck_helper(func, inputs, *, eps, atol, rtol, nondet_tol, check_undefi
     c = _Ctx(func, tupled_inputs, func_out, outputs, out_pos, eps, rtol, atol, nondet_tol, check_grad_dtypes,
              _value_fn)
     (_fast_gradcheck if fast_mode else _slow_gradcheck)(c, check_forward_ad, check_backward_ad)
+    if check_forward_ad and check_undefined_grad:
+        undefined_tangent_check(c)
     if check_batched_forward_grad and c.outputs:
-        _test_batched_forward_grad(c)
+        batched_forward_check(c)
     if not check_backward_ad:
         return True
     if check_batched_grad:

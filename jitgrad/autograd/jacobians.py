@@ -10,6 +10,10 @@ from ..runtime.dual import DUALS
 from ..runtime.engine import grad as _grad
 from ..runtime.tensor import Tensor
 
+# torch.Generator()'s default seed: fast mode draws its random vectors from a private generator, never from
+# the user's RNG stream.
+_FAST_SEED = 67280421310721
+
 FAILED_NONDET_MSG = """
 
 NOTE: If your op relies on non-deterministic operations i.e., it is listed here:
@@ -346,15 +350,19 @@ def _analytical_vJ(output, diff_inputs, v, nondet_tol, check_grad_dtypes):
     return res[0]
 
 
-def forward_tangents(func, inputs, diff_pos, out_pos, tangents):
+def forward_tangents(func, inputs, diff_pos, out_pos, tangents, zero_tangents=True):
     """The tangents of ``func``'s outputs ``out_pos`` (flat float64 arrays) at ``inputs`` for the tangents of the
-    inputs ``diff_pos`` (flat arrays, or None for zero), in forward mode: ``func`` runs once on dual tensors."""
+    inputs ``diff_pos`` (flat arrays, or None for zero), in forward mode: ``func`` runs once on dual tensors.  As
+    torch's gradcheck, every input of ``diff_pos`` is dual, a None one with a zero tangent (``zero_tangents``;
+    otherwise it carries none)."""
     level = DUALS.enter()
     try:
         args = list(inputs)
         for i, t in zip(diff_pos, tangents):
             if t is None:
-                continue
+                if not zero_tangents:
+                    continue
+                t = np.zeros(inputs[i].numel())
             x = inputs[i]
             with DUALS.hidden():
                 d = x.view_as(x)

@@ -415,7 +415,7 @@ class CompiledFunction(Introspection, Signatures):
         building = None
         if self.backend == "numba" and not e.code_ready:
             plan = e.gf.grad_plan(inputs)       # looked up once: the build's graph and the interpreted call's
-            building = build_policy.pending_build(e.gf, inputs, plan, self.stats["calls"])
+            building = e.building = build_policy.pending_build(e.gf, inputs, plan, self.stats["calls"])
             e.code_ready = building is None
         direct = e.direct
         if direct is None and e.code_ready and self.device is None and _PROF.active is None:

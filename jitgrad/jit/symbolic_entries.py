@@ -246,12 +246,21 @@ class Lowered:
         return self.sized is None and self.cg.run is None and self.cg.error is None
 
 
-def _may_lower(cf, e) -> bool:
+def _may_lower(cf, e):
     """Lowering once for every size is for entries whose calls take the compiled C entry directly: the numba
-    backend on the CPU, no output that needs an autograd node (those run through GraphFunction's transpose), and
-    an instance already built (so the build policy had its first calls, and the kernels are in the process)."""
-    return (cf.backend == "numba" and cf.device is None and not any(e.out_diff) and not e.eager
-            and any(i.code_ready and i.direct for i in e.instances.values()))
+    backend on the CPU and no output that needs an autograd node (those run through GraphFunction's transpose).
+    It waits for an instance's code (so the build policy had its first calls, and the kernels are in the
+    process): True when one is built, ``BUILDING`` while the first is being built, else False."""
+    if cf.backend != "numba" or cf.device is not None or any(e.out_diff) or e.eager:
+        return False
+    insts = list(e.instances.values())
+    if any(i.code_ready and i.direct for i in insts):
+        return True
+    for i in insts:
+        cg = i.__dict__.get("building")
+        if cg is not None and cg.error is None:
+            return True if cg.run is not None else BUILDING
+    return False
 
 
 def _lower(cf, e, values):
@@ -315,13 +324,19 @@ def _bound(cf, e, k, values):
     on the worker pool from some size on), and ``BUILDING`` is the answer while that lowering's code builds.
     None when there is none (not possible, or not yet: ``values`` is None)."""
     lows = e.lowered
-    if lows is False or (lows is None and (values is None or not _may_lower(cf, e))):
+    if lows is False:
         return None
+    if lows is None:
+        may = values is not None and _may_lower(cf, e)
+        if may is not True:
+            return may or None
     lows = e.lowered = lows or []
-    for low in reversed(lows):
+    for n, low in enumerate(lows):        # (the one that bound last first: nearby sizes keep its decisions)
         sized = low.ready()
         run = None if sized is None else sized.bind(k)
         if run is not None:
+            if n:
+                lows.insert(0, lows.pop(n))
             break
     else:
         if values is None:
@@ -335,7 +350,7 @@ def _bound(cf, e, k, values):
             if not lows:
                 e.lowered = False
             return None
-        lows.append(low)
+        lows.insert(0, low)
         sized = low.ready()
         if sized is None:
             return BUILDING if low.building() else None

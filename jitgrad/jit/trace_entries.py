@@ -92,6 +92,7 @@ class _Entry:
         self.write_roots = None  # {id(root array): written array} of the captured tensors the graph writes
         self.arg_writes = ()     # the argument inputs the graph writes in place (signatures.writes_read_only)
         self.code_ready = False  # its graph's native code is ready (or failed): no build_policy check per call
+        self.building = None     # the CompiledGraph its last call found still building (build_policy)
         self.direct = None       # GraphFunction.direct's call for this entry (False: none), once code is ready
         self.alias_token = NO_MEMO  # the signature memo whose arguments args_alias_writes last cleared
         self.slow_times = {}     # build_policy: the fastest eager / interpreted call while its code builds

@@ -48,14 +48,11 @@ class Adagrad(Optimizer):
             for p in group["params"]:
                 self._state_for(p, group)
 
-    def _state_for(self, p, group):
-        state = self.state[p]
-        if len(state) == 0:
-            state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
-            with outside_trace():
-                state["sum"] = factories.full(tuple(p.shape), float(group["initial_accumulator_value"]),
-                                              dtype=p.dtype)
-        return state
+    def _initial_state(self, p, group):
+        step = _scalar(0.0, dt.DEFAULT_FLOAT)
+        with outside_trace():
+            total = factories.full(tuple(p.shape), float(group["initial_accumulator_value"]), dtype=p.dtype)
+        return {"step": step, "sum": total}
 
     @staticmethod
     def _clr(lr, lr_decay, step_t):
@@ -111,13 +108,8 @@ class Adadelta(Optimizer):
                         capturable=capturable, foreach=foreach, differentiable=differentiable)
         super().__init__(params, defaults)
 
-    def _state_for(self, p, group):
-        state = self.state[p]
-        if len(state) == 0:
-            state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
-            state["square_avg"] = _zeros_like(p)
-            state["acc_delta"] = _zeros_like(p)
-        return state
+    def _initial_state(self, p, group):
+        return {"step": _scalar(0.0, dt.DEFAULT_FLOAT), "square_avg": _zeros_like(p), "acc_delta": _zeros_like(p)}
 
     def _multi_tensor_scalars(self, group, scalar_state):
         """The multi-tensor path's per-step scalars (multi_tensor.Rule): none but ``lr``."""
@@ -166,13 +158,8 @@ class Adamax(Optimizer):
     # changed by CyclicLR/OneCycleLR (beta1) or by hand: graph inputs of a compiled step once they change
     runtime_hypers = frozenset({"betas", "eps", "weight_decay"})
 
-    def _state_for(self, p, group):
-        state = self.state[p]
-        if len(state) == 0:
-            state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
-            state["exp_avg"] = _zeros_like(p)
-            state["exp_inf"] = _zeros_like(p)
-        return state
+    def _initial_state(self, p, group):
+        return {"step": _scalar(0.0, dt.DEFAULT_FLOAT), "exp_avg": _zeros_like(p), "exp_inf": _zeros_like(p)}
 
     @staticmethod
     def _clr(lr, beta1, step_t):

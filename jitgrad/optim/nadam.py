@@ -49,14 +49,11 @@ class NAdam(Optimizer):
     # changed by CyclicLR/OneCycleLR (beta1) or by hand: graph inputs of a compiled step once they change
     runtime_hypers = frozenset({"betas", "eps", "weight_decay", "momentum_decay"})
 
-    def _state_for(self, p, group):
-        state = self.state[p]
-        if len(state) == 0:
-            state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
-            state["mu_product"] = _scalar(1.0, dt.DEFAULT_FLOAT)
-            state["exp_avg"] = _zeros_like(p)
-            state["exp_avg_sq"] = _zeros_like(p)
-        return state
+    def _initial_state(self, p, group):
+        return {"step": _scalar(0.0, dt.DEFAULT_FLOAT),
+                "mu_product": _scalar(1.0, dt.DEFAULT_FLOAT),
+                "exp_avg": _zeros_like(p),
+                "exp_avg_sq": _zeros_like(p)}
 
     @staticmethod
     def _momentum(beta1, momentum_decay, step):
@@ -135,13 +132,8 @@ class RAdam(Optimizer):
     # changed by CyclicLR/OneCycleLR (beta1) or by hand: graph inputs of a compiled step once they change
     runtime_hypers = frozenset({"betas", "eps", "weight_decay"})
 
-    def _state_for(self, p, group):
-        state = self.state[p]
-        if len(state) == 0:
-            state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
-            state["exp_avg"] = _zeros_like(p)
-            state["exp_avg_sq"] = _zeros_like(p)
-        return state
+    def _initial_state(self, p, group):
+        return {"step": _scalar(0.0, dt.DEFAULT_FLOAT), "exp_avg": _zeros_like(p), "exp_avg_sq": _zeros_like(p)}
 
     @staticmethod
     def _rectification(beta1, beta2, step):

@@ -215,6 +215,19 @@ class Optimizer:
         """Reset the gradients of all optimised parameters: to None (the default) or to zeros in place."""
         zero_grads((p for group in self.param_groups for p in group["params"]), set_to_none)
 
+    def _state_for(self, p, group):
+        """``p``'s state, made on first use from ``_initial_state`` (the per-parameter and the multi-tensor
+        paths both ask here, so the state is the same whichever made it)."""
+        state = self.state[p]
+        if len(state) == 0:
+            state.update(self._initial_state(p, group))
+        return state
+
+    def _initial_state(self, p, group) -> dict:
+        """The state an optimiser keeps for ``p`` from its first step (made concretely, even inside a trace:
+        zeros are the first step's input); none by default."""
+        return {}
+
     def _run_closure(self, closure):
         """torch's ``step(closure)``: the loss re-evaluated with grad enabled (None without a closure).  Every
         ``step`` starts here, so inside a compile trace this also arranges for the state to be put back if the

@@ -36,15 +36,12 @@ class RMSprop(Optimizer):
     # graph inputs of a compiled step once they change (a scheduler cycling momentum, a hand edit)
     runtime_hypers = frozenset({"alpha", "eps", "weight_decay", "momentum"})
 
-    def _state_for(self, p, group):
-        state = self.state[p]
-        if len(state) == 0:
-            state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
-            state["square_avg"] = _zeros_like(p)
-            if group["momentum"] > 0:
-                state["momentum_buffer"] = _zeros_like(p)
-            if group["centered"]:
-                state["grad_avg"] = _zeros_like(p)
+    def _initial_state(self, p, group):
+        state = {"step": _scalar(0.0, dt.DEFAULT_FLOAT), "square_avg": _zeros_like(p)}
+        if group["momentum"] > 0:
+            state["momentum_buffer"] = _zeros_like(p)
+        if group["centered"]:
+            state["grad_avg"] = _zeros_like(p)
         return state
 
     def _multi_tensor_scalars(self, group, scalar_state):

@@ -35,13 +35,10 @@ class Rprop(Optimizer):
                         differentiable=differentiable, capturable=capturable)
         super().__init__(params, defaults)
 
-    def _state_for(self, p, group):
-        state = self.state[p]
-        if len(state) == 0:
-            state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
-            state["prev"] = _zeros_like(p)
-            with outside_trace():
-                state["step_size"] = factories.full(tuple(p.shape), _as_float(group["lr"]), dtype=p.dtype)
+    def _initial_state(self, p, group):
+        state = {"step": _scalar(0.0, dt.DEFAULT_FLOAT), "prev": _zeros_like(p)}
+        with outside_trace():
+            state["step_size"] = factories.full(tuple(p.shape), _as_float(group["lr"]), dtype=p.dtype)
         return state
 
     def _multi_tensor_scalars(self, group, scalar_state):
@@ -95,14 +92,11 @@ class ASGD(Optimizer):
                         maximize=maximize, differentiable=differentiable, capturable=capturable)
         super().__init__(params, defaults)
 
-    def _state_for(self, p, group):
-        state = self.state[p]
-        if len(state) == 0:
-            state["step"] = _scalar(0.0, dt.DEFAULT_FLOAT)
-            state["eta"] = _scalar(_as_float(group["lr"]), dt.DEFAULT_FLOAT)
-            state["mu"] = _scalar(1.0, dt.DEFAULT_FLOAT)
-            state["ax"] = _zeros_like(p)
-        return state
+    def _initial_state(self, p, group):
+        return {"step": _scalar(0.0, dt.DEFAULT_FLOAT),
+                "eta": _scalar(_as_float(group["lr"]), dt.DEFAULT_FLOAT),
+                "mu": _scalar(1.0, dt.DEFAULT_FLOAT),
+                "ax": _zeros_like(p)}
 
     @staticmethod
     def _next_eta_mu(lr, lambd, alpha, t0, step_t):

@@ -4,6 +4,10 @@ from __future__ import annotations
 import functools
 import warnings
 
+import numpy as np
+
+from .devices import backend_of_payload, to_host
+
 
 class _Anomaly:
     enabled = False
@@ -147,3 +151,72 @@ def nonfinite_message(name, index, kind, shape, dtype_name, loc, stack, backward
     inside = " [checked inside compiled code]" if compiled else ""
     return (f"{head}\n{what}; {'gradient' if backward else 'output'} shape {list(shape)}, dtype {dtype_name}, "
             f"contains {kind}{inside}\n\n" + forward_trace_text(stack))
+
+
+# ---- the engine's node backward in anomaly mode ------------------------------------------------------------
+
+def apply_node(node, grads, prof):
+    """``node.apply`` in anomaly mode: nodes made meanwhile (create_graph) record it as their parent, NumPy's
+    floating-point warnings are off (the NaN/Inf check that follows is the report, as torch has no such
+    warnings), and an error carries the forward call's traceback."""
+    prev = STATE.current
+    STATE.current = node
+    try:
+        with np.errstate(all="ignore"):
+            if prof is not None:
+                with prof.range(node.name(), [m[0] for m in node.out_meta]):
+                    return node.apply(grads)
+            return node.apply(grads)
+    except AnomalyError:
+        raise                       # already a complete report (e.g. from checks inside compiled code)
+    except Exception as e:
+        raise _with_forward_trace(e, node) from e
+    finally:
+        STATE.current = prev
+
+
+def _warn_report(node):
+    """torch's anomaly warnings for an error in ``node``: where its forward call was, then its parents'."""
+    for text in error_report(node):
+        try:
+            warnings.warn(text, UserWarning, stacklevel=5)
+        except Warning as w:    # warnings turned into errors must not hide the real error: printed instead (torch)
+            import sys
+            print(f"{type(w).__name__}: {w}", file=sys.stderr)
+
+
+def _forward_trace(node) -> str:
+    return forward_trace_text(node.stack)
+
+
+def _with_forward_trace(e: Exception, node) -> Exception:
+    tb = _forward_trace(node)
+    _warn_report(node)
+    msg = f"{e}\n\n[jitgrad anomaly mode] Error detected in {node.name()}. {tb}"
+    try:
+        new = type(e)(msg)
+    except Exception:
+        new = RuntimeError(msg)
+    return new
+
+
+def _nan_error(node, i, g) -> RuntimeError:
+    # torch's wording ("returned nan values") for NaN and Inf alike (API.md); the details say which it was
+    kind = "nan" if np.isnan(g._data).any() else "inf"
+    op = getattr(node.op, "name", node.name())
+    return AnomalyError(nonfinite_message(node.name(), i, kind, g.shape, g.dtype.name, node.loc,
+                                                          node.stack, op=op))
+
+
+def check_finite(node, grads):
+    """torch's check of a node's backward in anomaly mode: a NaN or Inf among its gradients raises (after the
+    report of where its forward call was)."""
+    for i, g in enumerate(grads):
+        if g is None:
+            continue
+        d = g._data
+        if type(d) is not np.ndarray and backend_of_payload(d) is not None:
+            d = to_host(d)      # a device tensor: its values come back for the check (anomaly mode only)
+        if type(d) is np.ndarray and d.dtype.kind == "f" and not np.isfinite(d).all():
+            _warn_report(node)
+            raise _nan_error(node, i, g)

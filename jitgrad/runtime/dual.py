@@ -19,6 +19,8 @@ from ..ir.ops.opdef import RuleCtx
 from . import grad_mode
 from .bind_route import set_forward
 from .dispatch import bind
+from .storage_objects import UntypedStorage, storage_numel
+from .strided import storage_buffer
 from .tensor import Tensor
 from ..tracer import STATE as _TR
 
@@ -200,9 +202,31 @@ class Duals:
                 lv.set(dst, t)
         return dst
 
+    def follow_view(self, src, out, view_of):
+        """``out`` is a view of ``src`` made outside ``bind`` (``as_strided``): at each level where ``src`` has a
+        tangent, ``out``'s is ``view_of(tangent)``, the same view of it (computed with that level hidden, so it is
+        differentiable and carries the lower levels' tangents)."""
+        for k in range(self.visible):
+            lv = self.levels[k]
+            t = lv.get(src)
+            if t is None:
+                continue
+            prev = self._hide(k)
+            try:
+                lv.set(out, view_of(t))
+            finally:
+                self._show(prev)
+
+    def forget(self, t):
+        """``t`` carries no tangent at any level any more (``detach_``)."""
+        for lv in self.levels:
+            lv.set(t, None)
+
     def after_inplace(self, target, result):
         """``target`` was overwritten in place with ``result``'s value: its tangent is now ``result``'s, written
-        into its existing tangent where it has one (so views of it, and its base, see the change)."""
+        into its existing tangent where it has one (so views of it, and its base, see the change).  A view with no
+        tangent gets one first, as torch's: the same view of its base's tangent (a zero one, laid out as the base,
+        made for a base that has none), so the base's tangent sees the write too."""
         for lv in self.levels[:self.visible]:
             rt = lv.get(result)
             old = lv.get(target)
@@ -212,6 +236,12 @@ class Duals:
                 rt = old.new_zeros(old.shape)
             if rt.dtype is not target.dtype:
                 rt = rt.to(target.dtype)
+            if old is None and type(rt._data) is np.ndarray:
+                old = _view_tangent(lv, target) if target._base is not None else None
+                if old is None and target._base is None and not rt.requires_grad and not same_layout(rt, target):
+                    old = zeros_with_layout(target)     # a root's tangent is laid out as the root (as torch's)
+                if old is not None:
+                    lv.set(target, old)
             if old is not None and type(old._data) is np.ndarray and type(rt._data) is np.ndarray:
                 old._data[...] = rt._data
                 old._vc[0] += 1
@@ -220,6 +250,68 @@ class Duals:
 
 
 DUALS = Duals()
+
+
+def same_layout(tangent: Tensor, t: Tensor) -> bool:
+    """torch's layout check of a tangent given to ``t``: the same sizes and strides (where a dim has more than one
+    element), a storage of the same number
+    of elements and the same storage offset (which a tensor with no elements may differ in: pytorch#80507), so
+    that a view of ``t`` and the same view of its tangent read corresponding elements.  Traced and device tensors
+    pass (their layout is not memory)."""
+    if type(tangent._data) is not np.ndarray or type(t._data) is not np.ndarray:
+        return True
+    if tangent._data.shape != t._data.shape:
+        return False
+    if any(a != b and n > 1 for n, a, b in zip(t._data.shape, tangent.stride(), t.stride())):
+        return False        # (a dim of size 1 is read at one stride as well as at another)
+    if storage_numel(tangent) != storage_numel(t):
+        return False
+    return not t._data.size or tangent.storage_offset() == t.storage_offset()
+
+
+def _view_tangent(lv, view):
+    """The tangent of ``view`` (an eager view with none at level ``lv``): its base's tangent read with the view's
+    sizes, strides and storage offset, a view of it; the base gets a zero tangent laid out as itself when it has
+    none.  None where that cannot be done (a base tangent laid out otherwise, an overlapping or traced tensor)."""
+    base = view._base
+    bt = lv.get(base)
+    if bt is None:
+        bt = zeros_with_layout(base)
+        if bt is None:
+            return None
+        lv.set(base, bt)
+    elif not same_layout(bt, base):
+        return None
+    d = view._data
+    if type(d) is not np.ndarray or type(bt._data) is not np.ndarray or bt.dtype is not view.dtype:
+        return None
+    elems = UntypedStorage._of(storage_buffer(bt))._elements(d.dtype)
+    off = view.storage_offset()
+    if d.size and off + 1 + sum((n - 1) * st for n, st in zip(d.shape, view.stride())) > elems.size:
+        return None
+    data = np.lib.stride_tricks.as_strided(elems[off:], d.shape, d.strides, writeable=True) if d.size \
+        else np.zeros(d.shape, d.dtype)
+    root = bt if bt._base is None else bt._base
+    vt = Tensor._make(data)
+    vt._base, vt._vc = root, root._vc
+    return vt
+
+
+def zeros_with_layout(t: Tensor):
+    """Zeros with ``t``'s sizes, strides and storage offset, a view of a fresh zero storage as large as ``t``'s
+    (torch's new_with_same_meta); None when ``t``'s elements overlap in memory (an expanded tensor: nothing could
+    be written into it) or ``t`` is traced or on a device."""
+    d = t._data
+    if type(d) is not np.ndarray or (d.size and 0 in d.strides and any(n > 1 for n, st in zip(d.shape, d.strides)
+                                                                       if st == 0)):
+        return None
+    buf = np.zeros(storage_numel(t), d.dtype)
+    root = Tensor._make(buf)
+    off = t.storage_offset()
+    data = np.lib.stride_tricks.as_strided(buf[off:], d.shape, d.strides) if d.size else np.zeros(d.shape, d.dtype)
+    view = Tensor._make(data)
+    view._base, view._vc = root, root._vc
+    return view
 
 
 def output_kinds(args, outs, dirty, non_diff):

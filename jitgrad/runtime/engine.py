@@ -19,7 +19,6 @@ from .dispatch import OpNode
 from .graph_hooks import GradientEdge, RUNNING as _RUNNING, root_edge
 from .grad_accumulation import accumulate as _accumulate, retain as _retain
 from .tensor import Tensor
-from .devices import backend_of_payload, to_host
 from ..tracer import STATE as _TR
 
 _AN = anomaly.STATE
@@ -541,7 +540,7 @@ def _apply_node(node, grads, create_graph):
 
 def _apply_node_inner(node, grads, prof, given=None):
     if _AN.enabled:
-        out = _apply_anomaly(node, grads, prof)
+        out = anomaly.apply_node(node, grads, prof)
     elif prof is not None:
         with prof.range(node.name(), [m[0] for m in node.out_meta]):
             out = node.apply(grads)
@@ -551,72 +550,10 @@ def _apply_node_inner(node, grads, prof, given=None):
         raise RuntimeError(f"function {node.name()} returned an incorrect number of gradients (expected "
                            f"{len(node.next_functions)}, got {len(out)})")
     if _AN.enabled and _AN.check_nan:
-        for i, g in enumerate(out):
-            if g is None:
-                continue
-            d = g._data
-            if type(d) is not np.ndarray and backend_of_payload(d) is not None:
-                d = to_host(d)      # a device tensor: its values come back for the check (anomaly mode only)
-            if type(d) is np.ndarray and d.dtype.kind == "f" and not np.isfinite(d).all():
-                _warn_report(node)
-                raise _nan_error(node, i, g)
+        anomaly.check_finite(node, out)
     if node._hooks:
         for fn in list(node._hooks.values()):
             r = fn(tuple(out), given if given is not None else tuple(grads))
             if r is not None:
                 out = tuple(r)
     return out
-
-
-def _apply_anomaly(node, grads, prof):
-    """``node.apply`` in anomaly mode: nodes made meanwhile (create_graph) record it as their parent, NumPy's
-    floating-point warnings are off (the NaN/Inf check that follows is the report, as torch has no such
-    warnings), and an error carries the forward call's traceback."""
-    prev = _AN.current
-    _AN.current = node
-    try:
-        with np.errstate(all="ignore"):
-            if prof is not None:
-                with prof.range(node.name(), [m[0] for m in node.out_meta]):
-                    return node.apply(grads)
-            return node.apply(grads)
-    except anomaly.AnomalyError:
-        raise                       # already a complete report (e.g. from checks inside compiled code)
-    except Exception as e:
-        raise _with_forward_trace(e, node) from e
-    finally:
-        _AN.current = prev
-
-
-def _warn_report(node):
-    """torch's anomaly warnings for an error in ``node``: where its forward call was, then its parents'."""
-    for text in anomaly.error_report(node):
-        try:
-            warnings.warn(text, UserWarning, stacklevel=5)
-        except Warning as w:    # warnings turned into errors must not hide the real error: printed instead (torch)
-            import sys
-            print(f"{type(w).__name__}: {w}", file=sys.stderr)
-
-
-def _forward_trace(node) -> str:
-    return anomaly.forward_trace_text(node.stack)
-
-
-def _with_forward_trace(e: Exception, node) -> Exception:
-    tb = _forward_trace(node)
-    _warn_report(node)
-    msg = f"{e}\n\n[jitgrad anomaly mode] Error detected in {node.name()}. {tb}"
-    try:
-        new = type(e)(msg)
-    except Exception:
-        new = RuntimeError(msg)
-    return new
-
-
-def _nan_error(node, i, g) -> RuntimeError:
-    # torch's wording ("returned nan values") for NaN and Inf alike (API.md); the details say which it was
-    kind = "nan" if np.isnan(g._data).any() else "inf"
-    op = getattr(node.op, "name", node.name())
-    return anomaly.AnomalyError(anomaly.nonfinite_message(node.name(), i, kind, g.shape, g.dtype.name, node.loc,
-                                                          node.stack, op=op))
-

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..declarations import published
 from . import grad_mode
-from .strided import forget_storage
+from .strided import forget_storage, set_storage, storage_buffer
 from .tensor import Tensor
 from ..ir.dtypes import UnsupportedError
 
@@ -101,8 +101,11 @@ def resize_(self, *sizes, memory_format=None):
     self._check_inplace()
     n = int(np.prod(shape, dtype=np.int64))
     flat = d.ravel(order="K")       # memory order; a view of d when d is dense
+    keep = None
     if flat.size >= n and np.shares_memory(flat, d):
         new = flat[:n].reshape(shape)
+        # a shrink keeps the whole storage, as torch's (storage(), storage_offset and as_strided still reach it)
+        keep = storage_buffer(self)
     else:
         new = np.zeros(shape, d.dtype)
         m = min(n, flat.size)
@@ -113,6 +116,8 @@ def resize_(self, *sizes, memory_format=None):
     self._data = new
     self._vc[0] += 1
     _unlink_view(self)
+    if keep is not None and keep.flags.c_contiguous and keep.size > n:
+        set_storage(self, keep.reshape(-1))
     return self
 
 

@@ -18,6 +18,7 @@ from ..tracer import STATE as _TR
 from . import devices as _devices, dispatch as _dispatch, engine as _engine, grad_mode
 from .conversions import contiguous_in, is_in_layout, relayout
 from .devices import check_device, on_device
+from .forward_state import STATE as _FWD
 from .dispatch import bind as _bind
 from .node import AccumulateGrad, RemovableHandle, mark_detached_inplace
 from .strided import share_storage, storage_buffer
@@ -165,6 +166,8 @@ class TensorMethods:
             mark_detached_inplace(self)
         self.grad_fn = None
         self._requires_grad = False
+        if _FWD.active is not None:     # torch drops its forward-mode tangents too, at every level
+            _FWD.active.forget(self)
         return self
 
     @property

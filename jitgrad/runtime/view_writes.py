@@ -13,6 +13,7 @@ from ..ir.graph import Var
 from ..ir.ops import OPS as O
 from . import grad_mode
 from .dispatch import bind, refresh_view
+from .forward_state import STATE as _FWD
 from .grad_names import named
 from .source import user_loc
 from .traced import pin_layout, traced_payload
@@ -31,12 +32,16 @@ def inplace_on_view(self, fn, others, snapshot, check_result):
         # input, read without history, are the base's: their gradient goes there)
         refresh_view(self, force=True)
     src = snapshot(self)
+    if _FWD.active is not None:
+        _FWD.active.carry(self, src)    # the snapshot carries the view's tangents
     r = fn(src, *others)
     check_result(self, r)
     if r.dtype is not self.dtype:
         r = r.to(self.dtype)
     _copy_slices(base, self, r, write=True)
     self._vc[0] += 1                    # shared by the base and all its views
+    if _FWD.active is not None:         # forward AD: the view's tangent (and its base's) take the result's
+        _FWD.active.after_inplace(self, r)
     node = self.grad_fn
     if node is not None and node.view_args is not None:
         refresh_view(self)              # a view node on the base's new history

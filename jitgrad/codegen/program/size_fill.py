@@ -38,7 +38,9 @@ import numpy as np
 NAME = "jitgrad_size_fill"
 _HEADER = ("n_sym", "n_atoms", "width", "rows", "polys", "n_defs", "defs", "n_guards", "guards", "n_table", "table",
            "n_i32", "i32", "n_pptr", "pptr", "n_off", "off_writes", "n_ws", "ws_writes",
-           "L_sizes", "L_values", "L_off", "L_ws", "L_ctx", "L_params", "n_values")
+           "L_sizes", "L_values", "L_off", "L_ws", "L_ctx", "L_params", "n_values", "n_fguards", "fguards",
+           "fnodes", "stack")
+_FLOAT_OPS = {"+": 2, "-": 3, "*": 4, "/": 5}       # a float guard's node kinds (0: a constant, 1: a value)
 _H = {name: k for k, name in enumerate(_HEADER)}
 _FILL = None
 _LOCK = threading.Lock()
@@ -62,7 +64,33 @@ class FillLayout:
         self.words = self.params + (n_param_bytes + 7) // 8
 
 
-def fill_program(plan, names, guards, layout: FillLayout, table, int32_params, param_ptrs, offsets, ws_slots):
+def float_guard_nodes(e, ref):
+    """A float guard's folded expression ``e`` (``size_plan.fold_float``) in postfix, as ``(kind, arg)`` rows
+    (kind 0: the float64 constant whose bits are arg, 1: the value of polynomial ``ref(poly)``, then the
+    operators of ``_FLOAT_OPS``), or None when it uses an operator the fill does not evaluate (``**``)."""
+    out = []
+
+    def emit(x):
+        k = x[0]
+        if k == "const":
+            out.append((0, int(np.array(float(x[1]), np.float64).view(np.int64))))
+        elif k == "int":
+            out.append((1, ref(x[1])))
+        elif k in _FLOAT_OPS:
+            emit(x[1])
+            emit(x[2])
+            out.append((_FLOAT_OPS[k], 0))
+        else:
+            raise KeyError(k)
+    try:
+        emit(e)
+    except KeyError:
+        return None
+    return out
+
+
+def fill_program(plan, names, guards, layout: FillLayout, table, int32_params, param_ptrs, offsets, ws_slots,
+                 float_guards=()):
     """The fill's program array (see the module docstring).
 
     ``plan``: a ``SizePlan`` (``atoms`` in dependency order, ``derived``, ``polys``); ``names``: the size symbols
@@ -70,7 +98,8 @@ def fill_program(plan, names, guards, layout: FillLayout, table, int32_params, p
     index)`` written to A; ``int32_params``: ``(byte offset, poly index)``; ``param_ptrs``: ``(slot, byte
     offset)``: A[slot] = the address of the buffer's parameter bytes + offset; ``offsets``: ``(slot, poly
     index)`` written to OFF; ``ws_slots``: ``(slot, root index, offset index)``: the workspace byte offset
-    V[root] + V[offset] is kept and A[slot] = ws_base + it."""
+    V[root] + V[offset] is kept and A[slot] = ws_base + it; ``float_guards``: ``(nodes, mask)``, the float64
+    value of ``nodes`` (``float_guard_nodes``) has a sign ``mask`` allows (a NaN never holds)."""
     atom_index = {n: k for k, n in enumerate(names)}
     for a in plan.atoms:
         if a not in atom_index:
@@ -93,8 +122,16 @@ def fill_program(plan, names, guards, layout: FillLayout, table, int32_params, p
             rows.append([c] + [atom_index[a] for a in m] + [one] * (width - len(m)))
         spans.append((start, len(rows)))
     parts = [np.array(rows, np.int64).reshape(-1, width + 1), np.array(spans, np.int64).reshape(-1, 2)]
+    fspans, fnodes, depth = [], [], 1
+    for nodes, mask in float_guards:
+        fspans.append((len(fnodes), len(fnodes) + len(nodes), mask))
+        fnodes += nodes
+        d = 0
+        for kind, _ in nodes:
+            d += 1 if kind < 2 else -1
+            depth = max(depth, d)
     for block, n in ((defs, 4), (guards, 2), (table, 2), (int32_params, 2), (param_ptrs, 2), (offsets, 2),
-                     (ws_slots, 3)):
+                     (ws_slots, 3), (fspans, 3), (fnodes, 2)):
         parts.append(np.array(block, np.int64).reshape(-1, n))
     header = np.zeros(len(_HEADER), np.int64)
     at = len(_HEADER)
@@ -108,7 +145,8 @@ def fill_program(plan, names, guards, layout: FillLayout, table, int32_params, p
                   n_table=len(table), table=starts[4], n_i32=len(int32_params), i32=starts[5],
                   n_pptr=len(param_ptrs), pptr=starts[6], n_off=len(offsets), off_writes=starts[7],
                   n_ws=len(ws_slots), ws_writes=starts[8], L_sizes=L.sizes, L_values=L.values, L_off=L.off,
-                  L_ws=L.ws, L_ctx=L.ctx, L_params=L.params, n_values=len(plan.polys))
+                  L_ws=L.ws, L_ctx=L.ctx, L_params=L.params, n_values=len(plan.polys),
+                  n_fguards=len(fspans), fguards=starts[9], fnodes=starts[10], stack=depth)
     for k, v in values.items():
         header[_H[k]] = v
     return np.concatenate([header] + [p.ravel() for p in parts])
@@ -210,6 +248,42 @@ def fill_ir() -> str:
         b.cbranch(b.trunc(bit, i1), ok, fail)
         b.position_at_end(ok)
     loop(h("n_guards"), guard, "guard")
+    f64 = ir.DoubleType()
+    stack = b.alloca(f64, size=h("stack"), name="stack")
+    depth = top.alloca(i64, name="depth")
+    fguards, fnodes = h("fguards"), h("fnodes")
+
+    def float_guard(g):
+        start, stop = pair(fguards, g, 3, 0), pair(fguards, g, 3, 1)
+        b.store(c(0), depth)
+
+        def node(n):
+            at = b.add(start, n)
+            kind, arg = pair(fnodes, at, 2, 0), pair(fnodes, at, 2, 1)
+            d = b.load(depth)
+            leaf = b.icmp_signed("<", kind, c(2))
+            # a leaf pushes (a constant's bits, or a value converted); an operator pops two and pushes one
+            x = b.select(b.icmp_signed("==", kind, c(0)), b.bitcast(arg, f64),
+                         b.sitofp(get(V, b.select(b.icmp_signed("==", kind, c(1)), arg, c(0))), f64))
+            top_at = b.sub(d, c(1))
+            below = b.sub(d, c(2))
+            lhs = b.load(b.gep(stack, [b.select(leaf, c(0), below)]))
+            rhs = b.load(b.gep(stack, [b.select(leaf, c(0), top_at)]))
+            r = b.select(b.icmp_signed("==", kind, c(2)), b.fadd(lhs, rhs),
+                         b.select(b.icmp_signed("==", kind, c(3)), b.fsub(lhs, rhs),
+                                  b.select(b.icmp_signed("==", kind, c(4)), b.fmul(lhs, rhs), b.fdiv(lhs, rhs))))
+            b.store(b.select(leaf, x, r), b.gep(stack, [b.select(leaf, d, below)]))
+            b.store(b.select(leaf, b.add(d, c(1)), top_at), depth)
+        loop(b.sub(stop, start), node, "fnode")
+        v = b.load(stack)
+        zero = ir.Constant(f64, 0.0)
+        sign = b.sub(b.zext(b.fcmp_ordered(">", v, zero), i64), b.zext(b.fcmp_ordered("<", v, zero), i64))
+        bit = b.and_(b.lshr(pair(fguards, g, 3, 2), b.add(sign, c(1))), c(1))
+        ok = fn.append_basic_block("fguard.ok")
+        holds = b.and_(b.trunc(bit, i1), b.fcmp_ordered("==", v, v))       # (a NaN never holds)
+        b.cbranch(holds, ok, fail)
+        b.position_at_end(ok)
+    loop(h("n_fguards"), float_guard, "fguard")
     table = h("table")
     loop(h("n_table"), lambda t: put(buf, pair(table, t, 2, 0), get(V, pair(table, t, 2, 1))), "table")
     base = b.ptrtoint(buf, i64)
@@ -259,10 +333,14 @@ def size_fill():
                 m.verify()
                 tm = ll.Target.from_triple(m.triple).create_target_machine(cpu=ll.get_host_cpu_name(), opt=2,
                                                                            codemodel="jitdefault")
+                m.data_layout = str(tm.target_data)
+                # (optimised: its counters and sums live in allocas until mem2reg puts them in registers)
+                pb = ll.create_pass_builder(tm, ll.create_pipeline_tuning_options(speed_level=2))
+                pb.getModulePassManager().run(m, pb)
                 addr = objload.load([objstore.Blob(NAME, NAME, tm.emit_object(m), [])])[NAME]
                 proto = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
                 _FILL = proto(addr)
     return _FILL
 
 
-__all__ = ["FillLayout", "NAME", "fill_ir", "fill_program", "size_fill"]
+__all__ = ["FillLayout", "NAME", "fill_ir", "fill_program", "float_guard_nodes", "size_fill"]

@@ -29,7 +29,7 @@ from ...ir.size_plan import SizePlan, float_function, fold_float
 from ...ir.symbolic import COMPARISONS, SymInt
 from . import entry
 from .cpu import ALLOCATIONS, CompiledGraph
-from .size_fill import FillLayout, fill_program, size_fill
+from .size_fill import FillLayout, fill_program, float_guard_nodes, size_fill
 
 
 class Workspace:
@@ -87,23 +87,32 @@ class SizedProgram:
         # each integer guard ``(v op 0) == want`` allows some signs of v: a 3-bit mask (bit 0: v < 0, 1: v == 0,
         # 2: v > 0) the fill checks; guards on floats (the planner's cost comparisons) are folded where they do
         # not depend on the sizes (ratios of sizes that divide exactly), the rest are closures over the values
-        int_guards, self._float_guards = [], []
+        int_guards, float_guards, self._float_guards = [], [], []
         for g, op, want in list(trace_guards) + list(guards):
             cmp = COMPARISONS[op]
+            mask = sum(1 << b for b, v in enumerate((-1, 0, 1)) if cmp(v, 0) == want)
             if type(g) is tuple and g[:1] == ("float",):
                 e = fold_float(g[1])
-                if e[0] != "const":
+                if e[0] == "const":
+                    if cmp(e[1], 0) != want:
+                        int_guards.append((ref(0), 0))         # (never holds)
+                    continue
+                nodes = float_guard_nodes(e, ref)
+                if nodes is not None:
+                    float_guards.append((nodes, mask))
+                else:       # (an operator the fill does not evaluate)
                     self._float_guards.append((float_function(e, ref), cmp, want))
-                elif cmp(e[1], 0) != want:
-                    int_guards.append((ref(0), 0))         # (never holds)
             else:
-                int_guards.append((ref(g), sum(1 << b for b, v in enumerate((-1, 0, 1)) if cmp(v, 0) == want)))
+                int_guards.append((ref(g), mask))
         table = [(i, ref(v)) for i, v in enumerate(p.table) if type(v) is SymInt]
         sym_params = [(off, ref(v)) for off, v in p.sym_params]
         offsets = [(slot, ref(off)) for slot, _, off in p.dynamic]
         ws_slots = [(slot, ref(root.offset), ref(off)) for slot, root, off in p.ws_slots]
-        self._ws_size = ref(p.ws_size)
-        self._fresh = [([ref(d) for d in r.shape], np.dtype(r.dtype.np)) for r in p.fresh]
+        read, self._fresh = [ref(p.ws_size)], []
+        for r in p.fresh:
+            self._fresh.append((len(read), len(read) + len(r.shape), np.dtype(r.dtype.np)))
+            read += [ref(d) for d in r.shape]
+        self._read = np.array(read, np.intp)
         self.plan = SizePlan(polys)
         self.names = tuple(names)
         n_table = max(len(p.table), 1)
@@ -123,15 +132,15 @@ class SizedProgram:
         self._template = template
         self._ws_slots = np.array([slot for slot, _, _ in ws_slots], np.intp)
         self._program = fill_program(self.plan, self.names, int_guards, L, table, sym_params,
-                                     list(p.param_slots), offsets, ws_slots)
+                                     list(p.param_slots), offsets, ws_slots, float_guards)
         self._program_address = self._program.ctypes.data
         self._fill = size_fill()
         self._entry_fn = entry.entry_function(cg.entry_address)
         self.workspace = Workspace()
 
     def values(self, sizes):
-        """The plan's values at ``sizes`` (in ``names`` order) when every guard holds there, else None (the
-        fill's own evaluation: what ``bind`` writes the tables from)."""
+        """The plan's values at ``sizes`` (in ``names`` order) as a list when every guard holds there, else None
+        (the fill's own evaluation: what ``bind`` writes the tables from)."""
         buf = self._template.copy()
         return self._filled(buf, buf.ctypes.data, sizes)
 
@@ -141,9 +150,11 @@ class SizedProgram:
         if self._fill(self._program_address, address, self.workspace.base) != 1:
             return None
         V = buf[L.values:L.ws]
-        for fn, cmp, want in self._float_guards:
-            if cmp(fn(V), 0) != want:
-                return None
+        if self._float_guards:                  # (guards with an operator the fill does not evaluate)
+            Vl = V.tolist()
+            for fn, cmp, want in self._float_guards:
+                if cmp(fn(Vl), 0) != want:
+                    return None
         return V
 
     def bind(self, sizes):
@@ -159,9 +170,9 @@ class SizedProgram:
         b = _Binding(A, self._ws_slots, buf[L.ws:L.ctx])
         ws = self.workspace
         ws.bindings.add(b)
-        ws.ensure(int(V[self._ws_size]))         # (a growth repoints every binding, this one too)
-        Vl = V.tolist()
-        fresh = [(tuple([Vl[d] for d in shape]), dtype) for shape, dtype in self._fresh]
+        read = V[self._read].tolist()           # the workspace's size, then every fresh output's dims
+        ws.ensure(read[0])                      # (a growth repoints every binding, this one too)
+        fresh = [(tuple(read[a:z]), dtype) for a, z, dtype in self._fresh]
         run = entry.caller(cg.entry_address, self.program, len(cg.checks), A, cg.F, buf[L.off:L.values],
                            _decline, cg._ierr, cg.step_error, cg.call_lock, fresh=fresh, fn=self._entry_fn,
                            ctx=address + 8 * L.ctx)

@@ -180,3 +180,54 @@ def _erfinv(x):
 register(OpDef("erfinv", "elementwise", _rule("erfinv", "float"), _as_float(_erfinv),
                _ew_vjp(lambda c, g: (g * (_out(c) * _out(c)).exp() * (math.sqrt(math.pi) / 2.0),)),
                saves_out=(0,), decompose=_erfinv_decompose, doc="inverse of erf on (-1, 1)"))
+
+
+# ---- igamma / igammac ----------------------------------------------------------------------------------------
+# The regularized incomplete gamma functions P(a, x) (igamma, torch.special.gammainc) and Q(a, x) = 1 - P
+# (``upper=True``: igammac, gammaincc).  No scalar body (no math-table row): compiled code runs SciPy's as a host
+# step.  Derivatives are torch's: with respect to x, +-x^(a-1) e^(-x) / Gamma(a); with respect to a none (torch's
+# "not implemented" error at backward), and no forward-mode rule at all (torch's NotImplementedError as soon as a
+# tangent reaches it).
+def _igamma_impl(a, x, upper=False):
+    from scipy.special import gammainc, gammaincc
+    ft = np.result_type(a, x)
+    r = (gammaincc if upper else gammainc)(a, x)
+    # torch's edge cases, in its order of precedence (the last applied wins): a NaN argument is not always NaN
+    at0, at_inf = (1.0, 0.0) if upper else (0.0, 1.0)      # the value at x = 0 and at x = inf
+    r = np.where(np.isinf(x), at_inf, r)
+    r = np.where(np.isinf(a), np.where(np.isinf(x), np.nan, at0), r)
+    r = np.where(x == 0, at0, r)
+    r = np.where(a == 0, np.where(x > 0, at_inf, np.nan), r)
+    r = np.where((x < 0) | (a < 0), np.nan, r)
+    return np.asarray(r).astype(ft, copy=False)
+
+
+def _igamma_name(c):
+    return "igammac" if c.params.get("upper") else "igamma"
+
+
+def _igamma_vjp(c, g):
+    if c.needs_grad[0]:
+        raise NotImplementedError(f"the derivative for '{_igamma_name(c)}: input' is not implemented.")
+    a, x = _in(c, 0), _in(c, 1)
+    d = g * ((a - 1.0) * x.log() - x - c.bind("lgamma", a)).exp()
+    return (None, -d if c.params.get("upper") else d)
+
+
+def _igamma_jvp(c, *tangents):
+    raise NotImplementedError(f"Trying to use forward AD with {_igamma_name(c)} that does not support it because it "
+                              "has not been implemented yet (as in torch, whose derivative with respect to the first "
+                              "argument is not implemented either).")
+
+
+def _igamma_rule(avals, params):
+    name = "igammac" if params.get("upper") else "igamma"
+    promoted = _rule(name, "same")(avals, params)
+    if not promoted[0].dtype.is_floating_point:
+        raise OpError(f"{name}: \"{name}_cpu\" not implemented for '{dt.torch_scalar_name(promoted[0].dtype)}'")
+    return promoted
+
+
+register(OpDef("igamma", "elementwise", _igamma_rule, _igamma_impl, _ew_vjp(_igamma_vjp), jvp=_igamma_jvp,
+               saves_in=(0, 1), grad_name="IgammaBackward0",
+               doc="the regularized lower (upper=True: upper) incomplete gamma function P(a, x) (Q(a, x))"))

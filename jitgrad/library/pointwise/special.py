@@ -1,9 +1,10 @@
-"""Gamma-family and inverse-error functions (``lgamma``, ``digamma``, ``polygamma``, ``mvlgamma``, ``erfinv``), and
-the NaN-ignoring reductions and log-space scan ``nansum``, ``nanmean``, ``logcumsumexp`` (functions and Tensor
-methods, in-place ``_`` variants where torch has them).
+"""Gamma-family and inverse-error functions (``lgamma``, ``digamma``, ``polygamma``, ``mvlgamma``, ``igamma`` /
+``igammac``, ``erfinv``), and the NaN-ignoring reductions and log-space scan ``nansum``, ``nanmean``,
+``logcumsumexp`` (functions and Tensor methods, in-place ``_`` variants where torch has them).
 
-``lgamma``, ``polygamma`` (``digamma`` is ``n = 0``) and ``erfinv`` are primitives (``ir/ops/special.py``:
-SciPy in eager mode, compositions in compiled code); the rest are compositions.
+``lgamma``, ``polygamma`` (``digamma`` is ``n = 0``), ``igamma`` (``igammac`` is its upper form) and ``erfinv`` are
+primitives (``ir/ops/special.py``: SciPy in eager mode; compiled code runs compositions, igamma SciPy as a host
+step); the rest are compositions.
 
 >>> import jitgrad as jg
 >>> jg.digamma(jg.tensor([1.0]))
@@ -106,6 +107,29 @@ def erfinv(input, **torch_kw):
     return bind(OPS["erfinv"], input)
 
 
+@published("jitgrad", "Tensor", inplace=inplace_form)
+def igamma(input, other, **torch_kw):
+    """The regularized lower incomplete gamma function ``P(input, other)``, elementwise with broadcasting
+    (torch.igamma, torch.special.gammainc).  Differentiable in ``other`` only: backward to ``input`` raises
+    NotImplementedError, and so does forward mode, as torch's."""
+    if torch_kw:
+        return torch_kwargs(igamma, "igamma", (input, other), {}, torch_kw)
+    _need_tensor("igamma", input)
+    _need_tensor("igamma", other, "other", 2)
+    return bind(OPS["igamma"], input, other)
+
+
+@published("jitgrad", "Tensor", inplace=inplace_form)
+def igammac(input, other, **torch_kw):
+    """The regularized upper incomplete gamma function ``Q(input, other) = 1 - P(input, other)`` (torch.igammac,
+    torch.special.gammaincc); derivatives as :func:`igamma`'s."""
+    if torch_kw:
+        return torch_kwargs(igammac, "igammac", (input, other), {}, torch_kw)
+    _need_tensor("igammac", input)
+    _need_tensor("igammac", other, "other", 2)
+    return named(bind(OPS["igamma"], input, other, upper=True), "IgammacBackward0")
+
+
 @published("jitgrad", "Tensor")
 def nansum(input, dim=None, keepdim=False, *, dtype=None, **torch_kw):
     """:func:`jitgrad.sum` treating NaN as 0 (its gradient there is 0)."""
@@ -161,4 +185,5 @@ def _polygamma_(self, n):
     return self._apply_inplace(lambda x: polygamma(n, x))
 
 
-__all__ = ["lgamma", "digamma", "mvlgamma", "erfinv", "nansum", "nanmean", "logcumsumexp", "polygamma"]
+__all__ = ["lgamma", "digamma", "mvlgamma", "erfinv", "igamma", "igammac", "nansum", "nanmean", "logcumsumexp",
+           "polygamma"]

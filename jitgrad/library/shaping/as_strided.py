@@ -18,6 +18,8 @@ from ...ir.dtypes import UnsupportedError
 from ...runtime.view_inplace import BY_POSITIONS
 from ...runtime.grad_mode import STATE
 from ...runtime.grad_names import named
+from ...runtime.dual import same_layout, zeros_with_layout
+from ...runtime.forward_state import STATE as _FWD
 from ...runtime.strided import restrided_storage, set_storage, storage_buffer
 from ...runtime.tensor import Tensor
 from ..torch_kwargs import torch_kwargs
@@ -65,9 +67,13 @@ def _geometry(name, t, flat, size, stride, storage_offset):
         raise RuntimeError(f"{name}: Negative strides are not supported at the moment, got strides: {list(stride)}")
     off = _offset_of(t, flat) if storage_offset is None else operator.index(storage_offset)
     pos = _positions(size, stride, off)
-    need = int(pos.max()) + 1 if pos.size else off
     isz = flat.itemsize
-    if off < 0 or need > flat.size:
+    if off < 0:
+        raise RuntimeError(f"Tensor: invalid storage offset {off}")
+    # a geometry with no elements reads nothing, so any offset fits any storage (torch's computeStorageNbytes
+    # is 0 for it: pytorch#80507)
+    need = int(pos.max()) + 1 if pos.size else 0
+    if need > flat.size:
         raise RuntimeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {off}, and "
                            f"itemsize {isz} requiring a storage size of {need * isz} are out of bounds for storage "
                            f"of size {flat.size * isz}")
@@ -83,6 +89,25 @@ def as_strided(input, size, stride, storage_offset=None, **torch_kw):
         return torch_kwargs(as_strided, 'as_strided', (input, size, stride, storage_offset), {}, torch_kw)
     root, flat = _storage(input)
     size, stride, off, pos = _geometry("as_strided", input, flat, size, stride, storage_offset)
+    r = _as_strided(input, root, flat, size, stride, off, pos)
+    if _FWD.active is not None:     # forward AD: the tangent read with the same geometry (torch's formula)
+        _FWD.active.follow_view(input, r, lambda t: as_strided(_laid_out_as(t, input), size, stride, off))
+    return r
+
+
+def _laid_out_as(tangent, t):
+    """``tangent``, or a copy of it laid out as ``t`` (torch's layout rule for tangents), so that a geometry over
+    ``t``'s storage reads ``tangent``'s element for each of ``t``'s (zero where ``t`` does not reach)."""
+    if same_layout(tangent, t):
+        return tangent
+    fresh = zeros_with_layout(t)
+    if fresh is None:
+        raise UnsupportedError("jitgrad does not support as_strided() of a dual tensor whose elements overlap in "
+                               "memory and whose tangent is laid out otherwise")
+    return fresh.copy_(tangent)
+
+
+def _as_strided(input, root, flat, size, stride, off, pos):
     # the result shares the storage (as torch's view); overlapping positions make it read-only, as NumPy's
     view = np.lib.stride_tricks.as_strided(flat[off:], size, tuple(st * flat.itemsize for st in stride),
                                            writeable=np.unique(pos).size == pos.size)
@@ -134,6 +159,8 @@ def as_strided_(self, size, stride, storage_offset=None):
         set_storage(self, flat)
     self._data = r._data
     self._vc[0] += 1
+    if _FWD.active is not None:     # its tangent takes the new geometry too
+        _FWD.active.carry(r, self)
     if STATE.grad_enabled and r.grad_fn is not None:
         node = r.grad_fn
         node.view_args = None           # its input is this tensor's old value, which this tensor no longer shows
