@@ -258,6 +258,31 @@ def test_workspace_reuse_bounds_memory():
     assert sizes[8][1] >= 3 * sizes[2][1], sizes            # while the values it held grew with the chain
 
 
+def test_a_reshape_that_needs_a_copy_is_never_taken_for_a_view():
+    """A reshape of a strided value that its strides cannot express (merging the heads and time of attention's
+    ``[B, H, T, D]`` view of a ``[B, T, 3C]`` projection) is a copy, whatever the allocator does: the layout once
+    found its place by running NumPy's reshape on a dummy array and asking whether the result shared memory
+    with it, and a copy allocated inside the dummy's span (which it does not own) passed for a view at a bogus
+    offset (B9's compiled step lost its two copies in some processes and read the wrong memory).  Checked for
+    several sizes and repeats, since where a copy lands depends on the allocator; a real view is still found."""
+    from jitgrad.codegen.places import Place, Root, view_place
+    from jitgrad.ir import dtypes as dt
+    from jitgrad.ir.graph import Aval, Eqn
+    from jitgrad.ir.ops.opdef import OPS
+    f32 = dt.float32
+    for B, H, T, D in ((2, 4, 16, 8), (16, 4, 64, 32), (64, 8, 128, 64)):
+        root = Root("ws", nbytes=B * T * 3 * H * D * 4, shape=(B * T * 3 * H * D,), dtype=f32)
+        src = Place(root, 0, (B, H, T, D), (T * 3 * H * D, D, 3 * H * D, 1), f32)
+        merge = Eqn(OPS["reshape"], [Var(Aval((B, H, T, D), f32))], [Var(Aval((B, H * T, D), f32))],
+                    {"shape": (B, H * T, D)})
+        assert all(view_place(merge, src) is None for _ in range(50)), (B, H, T, D)
+        split = Eqn(OPS["reshape"], [Var(Aval((B, H, T, D), f32))], [Var(Aval((B, H, T, D // 2, 2), f32))],
+                    {"shape": (B, H, T, D // 2, 2)})
+        p = view_place(split, src)
+        assert p is not None and p.root is root and p.offset == 0
+        assert p.strides == (T * 3 * H * D, D, 3 * H * D, 2, 1)
+
+
 def test_cuda_reduction_scratch_is_released_after_its_step():
     """A long CUDA reduction takes a scratch buffer for its partial sums: a workspace slot for that step only,
     reused by later values of its size."""

@@ -118,6 +118,29 @@ def _dummy(place: Place):
                                            [s * item for s in place.strides])
 
 
+def _derived(res, dummy) -> bool:
+    """Whether ``res`` is a view of ``dummy``: its chain of bases reaches it.  An overlap of addresses does not
+    tell: the dummy's strides span memory it does not own, where a copy of it may be allocated (a reshape that
+    needs a copy then passed for a view at a bogus offset, now and then, by where the allocator put the copy)."""
+    r = res
+    while r is not None:
+        if r is dummy:
+            return True
+        r = getattr(r, "base", None)
+    return False
+
+
+def _reshape_view(a, shape):
+    """``a`` reshaped without a copy (NumPy's rule), or None when that needs one: never reads ``a``'s data, which
+    a dummy does not own."""
+    r = a.view()
+    try:
+        r.shape = shape
+    except AttributeError:
+        return None
+    return r
+
+
 def _place_of(res, dummy, src: Place) -> Place:
     item = src.dtype.np.itemsize
     off = (res.__array_interface__["data"][0] - dummy.__array_interface__["data"][0]) // item
@@ -133,8 +156,9 @@ def view_place(e, src: Place):
         if p is not _UNKNOWN:
             return p
     dummy = _dummy(src)     # (symbolic sizes: specialised, guarded, for the views _symbolic_view lacks)
-    res = e.op.impl(dummy, **e.params)
-    if not isinstance(res, np.ndarray) or not np.may_share_memory(res, dummy) or res.shape != e.outs[0].aval.shape:
+    res = _reshape_view(dummy, e.params["shape"]) if e.op.name == "reshape" else e.op.impl(dummy, **e.params)
+    if not isinstance(res, np.ndarray) or not np.may_share_memory(res, dummy) or res.shape != e.outs[0].aval.shape \
+            or not _derived(res, dummy):
         return None
     return _place_of(res, dummy, src)
 
@@ -249,7 +273,7 @@ def region_place(place: Place, spec):
     dummy = _dummy(place)
     res = dummy[np_index(spec, ())]
     res = np.asarray(res) if not isinstance(res, np.ndarray) else res
-    if not np.may_share_memory(res, dummy) and res.size:
+    if (not np.may_share_memory(res, dummy) or not _derived(res, dummy)) and res.size:
         return None
     return _place_of(res, dummy, place)
 
