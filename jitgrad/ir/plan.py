@@ -87,7 +87,7 @@ class Group:
         if not any(cells.values()):
             return self.lines()
         parts = []
-        for f in sorted(files, key=lambda f: min(x.line for x in locs if x.file == f)):
+        for f in sorted(files, key=lambda f: (min(x.line for x in locs if x.file == f), f)):
             lo = min(x.line for x in locs if x.file == f)
             hi = max(x.line for x in locs if x.file == f)
             name = cells[f] or os.path.basename(f)

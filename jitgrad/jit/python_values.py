@@ -219,7 +219,7 @@ def _reachable(tp, names) -> tuple:
     r = _TYPE_NAMES.get(key)
     if r is None:
         out = set(names)
-        todo = [n for n in names] + ["__call__", "forward"]
+        todo = sorted(names) + ["__call__", "forward"]      # (sorted: names are a set of str, in hash order)
         done, funcs = set(), []
         while todo:
             n = todo.pop()
@@ -233,7 +233,7 @@ def _reachable(tp, names) -> tuple:
                 funcs.append(f)
             new = code_names(f.__code__) - out
             out |= new
-            todo.extend(new)
+            todo.extend(sorted(new))
         r = _TYPE_NAMES[key] = (frozenset(out), tuple(funcs))
         if len(_TYPE_NAMES) > 4096:
             _TYPE_NAMES.clear()
@@ -272,7 +272,7 @@ class _Collector:
                 continue
             self.slot(cell, None, v, f"closure variable '{var}' of {label}", names, depth)
         g = f.__globals__
-        for n in global_names(code):
+        for n in sorted(global_names(code)):     # a defined order: guards, dynamic inputs
             if n in g:
                 self.slot(g, n, g[n], f"global '{n}'", names, depth)
 
@@ -311,7 +311,7 @@ class _Collector:
                 return
             self.seen.add(id(v))
             d = vars(v)
-            for n in names:
+            for n in sorted(names):
                 if n in d:
                     self.slot(d, n, d[n], f"{label}.{n}", names, depth + 1)
         elif tp is dict:
@@ -320,7 +320,7 @@ class _Collector:
             if id(v) in self.seen:
                 return
             self.seen.add(id(v))
-            for k in names:
+            for k in sorted(names):
                 if k in v:
                     self.slot(v, k, v[k], f"{label}[{k!r}]", names, depth + 1)
         elif isinstance(v, type):
@@ -364,7 +364,7 @@ class _Collector:
             for f in funcs:
                 self.function(f, depth + 1, f.__qualname__)
             return
-        for n in tnames:
+        for n in sorted(tnames):
             if n in d and not n.startswith("__"):
                 self.slot(d, n, d[n], f"{label}.{n}", tnames, depth)
         for f in funcs:          # a user class's methods: the globals and closures they read

@@ -161,15 +161,15 @@ def _passes(members, S, stored, graph_outs, exact=()):
         # values computed in an earlier pass that this one recomputes and uses (the frontier), with the cost of
         # the chain that recomputes each
         uses = [x for e in ps.eqns if phase[e] == p for x in e.ins] + [e.ins[0] for e in ps.reductions] + ps.stores
-        for v in {x for x in uses if isinstance(x, Var)}:
+        for v in dict.fromkeys(x for x in uses if isinstance(x, Var)):     # first-use order: ties in ``saving``
             e = prod.get(v)
             if e is not None and e in need and phase[e] < p:
-                chain, todo = set(), [e]
+                chain, todo = {}, [e]        # (a dict: the sum below in a defined order)
                 while todo:
                     c = todo.pop()
                     if c in chain:
                         continue
-                    chain.add(c)
+                    chain[c] = None
                     todo += [prod[x] for x in c.ins if isinstance(x, Var) and prod.get(x) in need]
                 saving[v] = saving.get(v, 0.0) + sum(op_cost(c) for c in chain)
     row_eqns = [[] for _ in range(last + 2)]
