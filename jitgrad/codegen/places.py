@@ -25,6 +25,7 @@ construction) and lays out its own arguments (the CPU's argument-table slots, CU
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -118,30 +119,12 @@ def _dummy(place: Place):
                                            [s * item for s in place.strides])
 
 
-def _derived(res, dummy) -> bool:
-    """Whether ``res`` is a view of ``dummy``: its chain of bases reaches it.  An overlap of addresses does not
-    tell: the dummy's strides span memory it does not own, where a copy of it may be allocated (a reshape that
-    needs a copy then passed for a view at a bogus offset, now and then, by where the allocator put the copy)."""
-    r = res
-    while r is not None:
-        if r is dummy:
-            return True
-        r = getattr(r, "base", None)
-    return False
-
-
-def _reshape_view(a, shape):
-    """``a`` reshaped without a copy (NumPy's rule), or None when that needs one: never reads ``a``'s data, which
-    a dummy does not own."""
-    r = a.view()
-    try:
-        r.shape = shape
-    except AttributeError:
+def _place_of(res, dummy, src: Place) -> Place | None:
+    base = res      # a view's bases reach the dummy (a copy may well lie in the span it does not own)
+    while base is not None and base is not dummy:
+        base = getattr(base, "base", None)
+    if base is None:
         return None
-    return r
-
-
-def _place_of(res, dummy, src: Place) -> Place:
     item = src.dtype.np.itemsize
     off = (res.__array_interface__["data"][0] - dummy.__array_interface__["data"][0]) // item
     return Place(src.root, src.offset + off, res.shape, [s // item for s in res.strides], src.dtype)
@@ -156,9 +139,13 @@ def view_place(e, src: Place):
         if p is not _UNKNOWN:
             return p
     dummy = _dummy(src)     # (symbolic sizes: specialised, guarded, for the views _symbolic_view lacks)
-    res = _reshape_view(dummy, e.params["shape"]) if e.op.name == "reshape" else e.op.impl(dummy, **e.params)
-    if not isinstance(res, np.ndarray) or not np.may_share_memory(res, dummy) or res.shape != e.outs[0].aval.shape \
-            or not _derived(res, dummy):
+    if e.op.name == "reshape":      # never NumPy's copy: it would read all the memory the dummy spans
+        res = dummy.view()
+        with contextlib.suppress(AttributeError):   # (a copy needed: the shape stays the source's)
+            res.shape = e.params["shape"]
+    else:
+        res = e.op.impl(dummy, **e.params)
+    if not isinstance(res, np.ndarray) or not np.may_share_memory(res, dummy) or res.shape != e.outs[0].aval.shape:
         return None
     return _place_of(res, dummy, src)
 
@@ -272,10 +259,7 @@ def region_place(place: Place, spec):
             return p
     dummy = _dummy(place)
     res = dummy[np_index(spec, ())]
-    res = np.asarray(res) if not isinstance(res, np.ndarray) else res
-    if (not np.may_share_memory(res, dummy) or not _derived(res, dummy)) and res.size:
-        return None
-    return _place_of(res, dummy, place)
+    return _place_of(res, dummy, place) if isinstance(res, np.ndarray) else None
 
 
 class GroupOperands:
