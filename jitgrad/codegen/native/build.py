@@ -43,9 +43,14 @@ STARTUP = 3                 # a build process's start (Python, jitgrad, Numba) c
 # jitgrad, ~IR_STARTUP IR kernels) takes a share only of graphs with more than THREAD_KERNELS of them
 IR_STARTUP = 16
 THREAD_KERNELS = 48
+# a synchronous build of FORK_KERNELS kernels or more forks a process (milliseconds, everything loaded already) that
+# runs LLVM beside this one's (``forked_llvm.py``): one per FORK_KERNELS kernels, up to one per other core, FORKS
+# at most (JITGRAD_BUILD_FORKS=0: none)
+FORK_KERNELS = 6
+FORKS = int(os.environ.get("JITGRAD_BUILD_FORKS", "3"))
 GRAPH_EXTRA = ("cpu-graph", 1)
 COUNTS = {"kernels_compiled": 0, "kernels_ir": 0, "kernels_loaded": 0, "drivers_compiled": 0, "drivers_loaded": 0,
-          "build_processes": 0, "graph_files_loaded": 0, "graph_files_assembled": 0}
+          "build_processes": 0, "forked_compilers": 0, "graph_files_loaded": 0, "graph_files_assembled": 0}
 
 
 def _cores() -> int:
@@ -76,15 +81,16 @@ def graph_key(kernel_keys, ekey) -> str:
 
 # ------------------------------------------------------------------------------------------------ compiling
 
-def compile_code(key: str, source: str, kind: str) -> int:
+def compile_code(key: str, source: str, kind: str, elsewhere=None) -> int:
     """Compile ``source`` (a kernel's or an entry's module) in this process and return the address of its code;
     its object code is kept for the disk (``_BLOBS``).  A kernel goes straight to LLVM IR when ``ir_loops`` can
-    translate it (no Numba), else to Numba."""
+    translate it (no Numba), else to Numba.  ``elsewhere``: forked compilers that may take the LLVM IR's
+    optimisation and emission (``forked_llvm.ForkedCompilers``)."""
     if key in _ADDRESSES:
         return _ADDRESSES[key]
     if kind == "kernel" and IR_LOOPS:
         from ..kernels import ir_loops
-        blob = ir_loops.compile_kernel(key, source)
+        blob = ir_loops.compile_kernel(key, source, elsewhere)
         if blob is not None:
             with _lock:
                 if key not in _ADDRESSES:
@@ -137,14 +143,15 @@ def _from_disk(key: str, kind: str) -> bool:
     return True
 
 
-def obtain(key: str, source: str, kind: str, disk=True) -> int:
+def obtain(key: str, source: str, kind: str, disk=True, elsewhere=None) -> int:
     """The address of one kernel's/entry's code: from this process, from disk, or compiled now (one builder per
-    key across processes: if another process is compiling it, wait for it and load its result)."""
+    key across processes: if another process is compiling it, wait for it and load its result).  ``elsewhere``:
+    as ``compile_code``."""
     addr = _ADDRESSES.get(key)
     if addr is not None:
         return addr
     if not disk or cache.cache_dir() is None:
-        return compile_code(key, source, kind)
+        return compile_code(key, source, kind, elsewhere)
     with _lock:
         if key in _ADDRESSES:
             return _ADDRESSES[key]
@@ -160,14 +167,14 @@ def obtain(key: str, source: str, kind: str, disk=True) -> int:
                 lock.release()
                 return _ADDRESSES[key]
     try:
-        return compile_to_disk(key, source, kind)
+        return compile_to_disk(key, source, kind, elsewhere)
     finally:
         lock.release()
 
 
-def compile_to_disk(key: str, source: str, kind: str) -> int:
+def compile_to_disk(key: str, source: str, kind: str, elsewhere=None) -> int:
     """``compile_code``, and its object code written to its file (the caller holds the key's build lock)."""
-    addr = compile_code(key, source, kind)
+    addr = compile_code(key, source, kind, elsewhere)
     blob = _BLOBS.get(key)
     if blob is not None:
         objstore.write(key, [blob])
@@ -213,6 +220,7 @@ class GraphCode:
         self.elsewhere = set()                # keys our build processes compiled (then linked here)
         self.how = None                       # "process" | "graph file" | "assembled" | "built"
         self.spawned = False                  # its build processes have started (they finish even if we exit)
+        self.forked = 0                       # kernels its forked LLVM compilers compiled (``_build_here``)
         self.errors = []
 
     def _keys(self):
@@ -391,17 +399,19 @@ class GraphCode:
         the next translation and with Numba's Python front end.  A build process costs ~0.9 s to start Python
         and Numba, so it takes a share of the Numba jobs only from a few of them on.  Returns the build processes started."""
         from ..kernels import ir_loops
-        pool = None
+        pool = forked = None
         if cores > 1:
             from concurrent.futures import ThreadPoolExecutor
-            pool = ThreadPoolExecutor(max_workers=cores, thread_name_prefix="jitgrad-build")
+            forked = self._forked_compilers(todo, cores)     # (forked before this build's threads start)
+            workers = max(cores, len(forked.children) + 1) if forked is not None else cores
+            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jitgrad-build")
         futures, slow, procs = [], [], []
 
         def start(key):
             if pool is None:
                 self._obtain(key)
             else:
-                futures.append(pool.submit(self._obtain, key))
+                futures.append(pool.submit(self._obtain, key, forked))
         try:
             for job in todo:
                 if job[0] == "kernel" and IR_LOOPS and ir_loops.translatable(job[1], self._source(job[1])):
@@ -432,7 +442,22 @@ class GraphCode:
         finally:
             if pool is not None:
                 pool.shutdown(wait=True)
+            if forked is not None:
+                forked.close()
+                self.forked = forked.compiled
         return procs
+
+    @staticmethod
+    def _forked_compilers(todo, cores):
+        """Forked LLVM compilers for a synchronous build of ``todo`` (``forked_llvm.py``): one per
+        ``FORK_KERNELS`` kernels, up to one per core besides this process's (``FORKS`` at most); None when too few
+        kernels or a platform without a cheap fork."""
+        from . import forked_llvm
+        n = min(cores - 1, FORKS, sum(1 for j in todo if j[0] == "kernel") // FORK_KERNELS)
+        if n <= 0 or not IR_LOOPS or not forked_llvm.available():
+            return None
+        COUNTS["forked_compilers"] += n
+        return forked_llvm.ForkedCompilers(n)
 
     def _build_in_background(self, todo, cores):
         """A background build's share-out (see ``build``): Numba's jobs and, for a graph of more than
@@ -475,13 +500,13 @@ class GraphCode:
                 self._obtain(job[1])
         return procs
 
-    def _obtain(self, key):
+    def _obtain(self, key, elsewhere=None):
         if key in _ADDRESSES:
             return
         if key == self.ekey:
             self.ensure_entry()
             return
-        obtain(key, self._source(key), self._kind(key), self.disk)
+        obtain(key, self._source(key), self._kind(key), self.disk, elsewhere)
         if key in _BLOBS_MADE_HERE:
             self.compiled_keys.add(key)
         else:

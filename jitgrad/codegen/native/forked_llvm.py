@@ -1,0 +1,178 @@
+"""Forked LLVM compilers: child processes of this one that turn kernels' LLVM IR text into object code while this
+process does the same, so a synchronous cold build runs LLVM on more than one core.
+
+llvmlite serialises every LLVM call of a process with one lock, so the build's worker threads overlap LLVM only
+with Python (rendering the next kernel's IR), never with each other; a build process (``build_procs.py``) costs
+~1 s to start Python and jitgrad, more than a whole graph's IR kernels take.  A fork costs milliseconds and the
+child has everything loaded already (llvmlite, jitgrad's renderer): it reads ``(key, text)`` from a pipe, runs
+the same LLVM passes and emission as this process (``ir_loops.object_code``), and writes the object back.  The
+parent does everything else (build locks, disk, linking), so a kernel's object code does not depend on which
+process compiled it.
+
+Fork safety: ``objload`` takes llvmlite's lock around the fork (no thread is inside LLVM then) and the child gets
+fresh locks (``objload``, ``ir_loops``, ``build``, ``workpool``... reset their own).  The child runs only LLVM and
+the pipe, and leaves with ``os._exit`` (no atexit handler, no buffered output flushed twice).  A child that dies or
+answers nothing usable is closed and its job compiled here: a forked compiler only ever saves time.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import sys
+import threading
+import warnings
+
+_HEADER = struct.Struct("<Q")
+STATS = {"forked": 0, "kernels": 0, "failed": 0}     # counted, so tests can check who compiled what
+
+
+def available() -> bool:
+    """Whether this platform forks cheaply and safely enough (Linux)."""
+    return hasattr(os, "fork") and sys.platform.startswith("linux")
+
+
+def _write(fd: int, payload: bytes) -> None:
+    data = memoryview(_HEADER.pack(len(payload)) + payload)
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _read(fd: int, n: int) -> bytes | None:
+    parts, left = [], n
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return None
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def _message(fd: int):
+    head = _read(fd, _HEADER.size)
+    if head is None:
+        return None
+    body = _read(fd, _HEADER.unpack(head)[0])
+    return None if body is None else pickle.loads(body)
+
+
+def _serve(rfd: int, wfd: int) -> None:
+    """The child's loop: ``(key, text)`` in, ``(key, object bytes, needs)`` or ``(key, None, error)`` out."""
+    from ..kernels import ir_loops
+    while True:
+        msg = _message(rfd)
+        if msg is None:
+            return
+        key, text = msg
+        try:
+            blob = ir_loops.object_code(key, text)
+            reply = (key, blob.data, list(blob.needs))
+        except Exception as e:  # noqa: BLE001 - reported to the parent, which compiles it itself
+            reply = (key, None, f"{type(e).__name__}: {e}")
+        _write(wfd, pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+class ForkedCompiler:
+    """One forked child compiling LLVM IR text to object code, one job at a time (``object_code``)."""
+
+    def __init__(self):
+        from . import objload
+        objload._ll()                       # llvmlite initialised before the fork: the child inherits it
+        to_child_r, to_child_w = os.pipe()
+        to_parent_r, to_parent_w = os.pipe()
+        with warnings.catch_warnings():     # (3.12+ warns on any fork of a process with threads: see above)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:                        # the child
+            code = 0
+            try:
+                os.close(to_child_w)
+                os.close(to_parent_r)
+                _serve(to_child_r, to_parent_w)
+            except BaseException:   # noqa: BLE001 - the parent sees the pipe close and compiles the rest
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(to_child_r)
+        os.close(to_parent_w)
+        self.pid, self._w, self._r = pid, to_child_w, to_parent_r
+        self._busy = threading.Lock()
+        self.alive = True
+        self.compiled = 0
+        STATS["forked"] += 1
+
+    def object_code(self, key: str, text: str):
+        """``text`` (a kernel's LLVM IR, keyed ``key``) compiled by the child (``objstore.Blob``), or None when the
+        child is busy with another job or cannot compile it (the caller compiles it itself)."""
+        if not self.alive or not self._busy.acquire(blocking=False):
+            return None
+        try:
+            try:
+                _write(self._w, pickle.dumps((key, text), protocol=pickle.HIGHEST_PROTOCOL))
+                reply = _message(self._r)       # (os.read releases the GIL: this process goes on meanwhile)
+            except OSError:
+                reply = None
+            if reply is None or reply[0] != key:
+                self._fail()
+                return None
+            _, data, needs = reply
+            if data is None:
+                STATS["failed"] += 1
+                return None
+            from . import objstore
+            from ..kernels import ir_loops
+            self.compiled += 1
+            STATS["kernels"] += 1
+            return objstore.Blob(key, ir_loops.symbol(key), data, needs)
+        finally:
+            self._busy.release()
+
+    def _fail(self):
+        STATS["failed"] += 1
+        self.close()
+
+    def close(self) -> None:
+        """End the child (it exits when its pipe closes) and reap it."""
+        if not self.alive:
+            return
+        self.alive = False
+        for fd in (self._w, self._r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+
+
+class ForkedCompilers:
+    """A few forked compilers; ``object_code`` hands a job to one that is idle, else returns None."""
+
+    def __init__(self, n: int):
+        self.children = []
+        for _ in range(n):
+            try:
+                self.children.append(ForkedCompiler())
+            except OSError:     # no more processes or memory: compile here
+                break
+
+    def object_code(self, key: str, text: str):
+        for child in self.children:
+            blob = child.object_code(key, text)
+            if blob is not None:
+                return blob
+        return None
+
+    @property
+    def compiled(self) -> int:
+        return sum(c.compiled for c in self.children)
+
+    def close(self) -> None:
+        for child in self.children:
+            child.close()
+
+
+__all__ = ["ForkedCompiler", "ForkedCompilers", "available", "STATS"]
