@@ -33,6 +33,7 @@ _BLOBS: dict = {}           # key -> objstore.Blob compiled in this process (ass
 _FUNCS: dict = {}           # key -> Numba cfunc compiled in this process (keeps its code alive)
 _MODULES: dict = {}         # kernel key -> Numba module built for inspection (build_module)
 _BLOBS_MADE_HERE: set = set()   # kernel/entry keys compiled by this process (not loaded from disk)
+_UNLINKED: dict = {}        # key -> objstore.Blob compiled for a forked build, linked when it ends (``link_compiled``)
 _lock = threading.RLock()
 KERNEL_EXTRA = ("cpu-kernel", 3)
 ENTRY_EXTRA = ("cpu-entry", 2)
@@ -85,7 +86,9 @@ def compile_code(key: str, source: str, kind: str, elsewhere=None) -> int:
     """Compile ``source`` (a kernel's or an entry's module) in this process and return the address of its code;
     its object code is kept for the disk (``_BLOBS``).  A kernel goes straight to LLVM IR when ``ir_loops`` can
     translate it (no Numba), else to Numba.  ``elsewhere``: forked compilers that may take the LLVM IR's
-    optimisation and emission (``forked_llvm.ForkedCompilers``)."""
+    optimisation and emission (``forked_llvm.ForkedCompilers``); then the kernel is linked later, with the rest
+    of its build (``link_compiled``; returns None): linking takes llvmlite's lock, and a thread that got a forked
+    compiler's result waiting for it while another thread compiles would leave that compiler idle."""
     if key in _ADDRESSES:
         return _ADDRESSES[key]
     if kind == "kernel" and IR_LOOPS:
@@ -93,14 +96,25 @@ def compile_code(key: str, source: str, kind: str, elsewhere=None) -> int:
         blob = ir_loops.compile_kernel(key, source, elsewhere)
         if blob is not None:
             with _lock:
-                if key not in _ADDRESSES:
-                    _load_blobs([blob])
+                if key not in _ADDRESSES and key not in _UNLINKED:
+                    if elsewhere is None:
+                        _load_blobs([blob])
+                    else:
+                        _UNLINKED[key] = blob
                     _BLOBS[key] = blob
                     _BLOBS_MADE_HERE.add(key)
                     COUNTS["kernels_compiled"] += 1
                     COUNTS["kernels_ir"] += 1
-                return _ADDRESSES[key]
+                return _ADDRESSES.get(key)
     return compile_numba(key, source, kind)
+
+
+def link_compiled() -> None:
+    """Link the kernels compiled unlinked (``compile_code`` with ``elsewhere``) into this process, all at once."""
+    with _lock:
+        blobs = list(_UNLINKED.values())
+        _UNLINKED.clear()
+        _load_blobs(blobs)
 
 
 def compile_numba(key: str, source: str, kind: str) -> int:
@@ -150,6 +164,10 @@ def obtain(key: str, source: str, kind: str, disk=True, elsewhere=None) -> int:
     addr = _ADDRESSES.get(key)
     if addr is not None:
         return addr
+    with _lock:
+        if key in _UNLINKED:                # compiled for a forked build that has not linked it yet
+            _load_blobs([_UNLINKED.pop(key)])
+            return _ADDRESSES[key]
     if not disk or cache.cache_dir() is None:
         return compile_code(key, source, kind, elsewhere)
     with _lock:
@@ -445,6 +463,7 @@ class GraphCode:
             if forked is not None:
                 forked.close()
                 self.forked = forked.compiled
+                link_compiled()
         return procs
 
     @staticmethod
