@@ -96,6 +96,8 @@ def _cold_b11(root, forks):
     env = {k: v for k, v in os.environ.items() if k not in ("JITGRAD_BACKGROUND_COMPILE", "JITGRAD_BACKEND")}
     env.update(PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""), JITGRAD_CACHE_DIR=str(root),
                JITGRAD_BUILD_FORKS=str(forks))
+    # one thread everywhere: how a busy machine splits a parallel loop or a BLAS call must not move the losses
+    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
     r = subprocess.run([sys.executable, "-c", B11, str(REPO / "benchmarks")], capture_output=True, text=True,
                        timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -119,3 +121,16 @@ def test_cold_b11_build_with_a_forked_compiler_is_the_same_build(tmp_path):
     # the same object code, whichever process compiled each kernel: the same files, byte for byte
     files = _graph_files(tmp_path / "forked")
     assert files and files == _graph_files(tmp_path / "alone")
+
+
+def test_entry_is_built_by_a_forked_compiler(tmp_path, monkeypatch):
+    monkeypatch.setenv("JITGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(build, "_cores", lambda: 2)
+    monkeypatch.setattr(build, "FORK_KERNELS", 1)
+    x = jg.tensor(np.linspace(-1, 1, 7).astype(np.float32))
+    f = jg.compile(lambda x: (jg.tanh(x) * 3).sum() + jg.sigmoid(x).max(), backend="numba", background=False)
+    before = dict(forked_llvm.STATS), build.COUNTS["drivers_compiled"]
+    got = float(f(x))
+    assert got == pytest.approx(float(np.tanh(np.linspace(-1, 1, 7)).sum() * 3 + 1 / (1 + np.exp(-1))), rel=1e-5)
+    assert forked_llvm.STATS["entries"] == before[0]["entries"] + 1 and forked_llvm.STATS["failed"] == before[0]["failed"]
+    assert build.COUNTS["drivers_compiled"] == before[1] + 1 and f.stats["compiled_calls"] == 1

@@ -353,13 +353,14 @@ class GraphCode:
             if load:
                 _load_blobs([blob])
 
-    def pending_jobs(self, sources=True):
-        """(kind, key, source path) of the kernels not compiled anywhere yet (the entry is built here, at once);
-        None without a usable disk cache.  ``sources=False``: no source files written (path None; a
-        synchronous build writes them only for the jobs it hands to build processes)."""
+    def pending_jobs(self, sources=True, entry=True):
+        """(kind, key, source path) of the kernels not compiled anywhere yet (the entry is built here, at once,
+        unless ``entry`` is False); None without a usable disk cache.  ``sources=False``: no source files written
+        (path None; a synchronous build writes them only for the jobs it hands to build processes)."""
         if not self.disk or cache.cache_dir() is None:
             return None
-        self.ensure_entry(load=False)
+        if entry:
+            self.ensure_entry(load=False)
         jobs = []
         for key in self.missing():
             if key == self.ekey or objstore.exists(key):
@@ -382,17 +383,28 @@ class GraphCode:
         with _lock:
             if self.try_load():
                 return
-        self.ensure_entry()
-        todo = self.pending_jobs(sources=False)
+        cores = _cores()
+        # a synchronous build forks its LLVM compilers first: one of them builds the entry meanwhile
+        forked = None if background else self._forked_compilers(
+            [("kernel", k) for k in self.missing() if k != self.ekey], cores, self.entry_build)
         procs = []
-        if todo:
-            busy = [j for j in todo if objstore.BuildLock(j[1]).held_elsewhere()]   # someone builds them: wait
-            todo = [j for j in todo if j not in busy]
-            cores = _cores()
-            if background:
+        try:
+            if forked is None:
+                self.ensure_entry()
+            todo = self.pending_jobs(sources=False, entry=forked is None)
+            busy = [j for j in todo or () if objstore.BuildLock(j[1]).held_elsewhere()]   # someone builds them: wait
+            todo = [j for j in todo or () if j not in busy]
+            if background and todo:
                 procs = self._build_in_background(todo, cores)
-            else:
-                procs = self._build_here(todo, cores)
+            elif todo or forked is not None:
+                procs = self._build_here(todo, cores, forked)
+        finally:
+            if forked is not None:
+                forked.close()
+                self.forked = forked.compiled
+                link_compiled()
+        if forked is not None:
+            self.ensure_entry()         # (its object code is here: linked)
         if build_thread.stopping():
             raise build_thread.BuildStopped
         for p in procs:
@@ -410,20 +422,21 @@ class GraphCode:
             if self.how is None:
                 self.how = "built"
 
-    def _build_here(self, todo, cores):
+    def _build_here(self, todo, cores, forked=None):
         """A synchronous build: kernels that translate to LLVM IR (``ir_loops``) compile here, each handed to a
         worker thread as soon as it is translated; the rest need Numba.  llvmlite serialises LLVM's calls with one
         lock, so the threads do not run LLVM in parallel: they overlap LLVM's work (which releases the GIL) with
         the next translation and with Numba's Python front end.  A build process costs ~0.9 s to start Python
         and Numba, so it takes a share of the Numba jobs only from a few of them on.  Returns the build processes started."""
         from ..kernels import ir_loops
-        pool = forked = None
+        pool = None
         if cores > 1:
             from concurrent.futures import ThreadPoolExecutor
-            forked = self._forked_compilers(todo, cores)     # (forked before this build's threads start)
             workers = max(cores, len(forked.children) + 1) if forked is not None else cores
             pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jitgrad-build")
         futures, slow, procs = [], [], []
+        if forked is not None and pool is not None:
+            futures.append(pool.submit(self._entry_elsewhere, forked))
 
         def start(key):
             if pool is None:
@@ -460,23 +473,37 @@ class GraphCode:
         finally:
             if pool is not None:
                 pool.shutdown(wait=True)
-            if forked is not None:
-                forked.close()
-                self.forked = forked.compiled
-                link_compiled()
         return procs
 
     @staticmethod
-    def _forked_compilers(todo, cores):
-        """Forked LLVM compilers for a synchronous build of ``todo`` (``forked_llvm.py``): one per
-        ``FORK_KERNELS`` kernels, up to one per core besides this process's (``FORKS`` at most); None when too few
-        kernels or a platform without a cheap fork."""
+    def _forked_compilers(todo, cores, entry_build=None):
+        """Forked LLVM compilers for a synchronous build of ``todo`` (``forked_llvm.py``; forked before the
+        build's threads start): one per ``FORK_KERNELS`` kernels, up to one per core besides this process's
+        (``FORKS`` at most); None when too few kernels or a platform without a cheap fork."""
         from . import forked_llvm
         n = min(cores - 1, FORKS, sum(1 for j in todo if j[0] == "kernel") // FORK_KERNELS)
         if n <= 0 or not IR_LOOPS or not forked_llvm.available():
             return None
         COUNTS["forked_compilers"] += n
-        return forked_llvm.ForkedCompilers(n)
+        return forked_llvm.ForkedCompilers(n, entry_build)
+
+    def _entry_elsewhere(self, forked):
+        """The entry's object code built by a forked compiler while this process renders kernels (else here),
+        kept and written to disk, linked at the build's end (``ensure_entry``)."""
+        key = self.ekey
+        if key is None or key in _ADDRESSES or key in _BLOBS or self.entry_build is None or \
+                (self.disk and objstore.exists(key)):
+            return self.ensure_entry(load=False)
+        blob = forked.entry_code(key)
+        if blob is None:
+            return self.ensure_entry(load=False)
+        with _lock:
+            if key not in _BLOBS:
+                _BLOBS[key] = blob
+                self.compiled_keys.add(key)
+                COUNTS["drivers_compiled"] += 1
+                if self.disk:
+                    objstore.write(key, [blob])
 
     def _build_in_background(self, todo, cores):
         """A background build's share-out (see ``build``): Numba's jobs and, for a graph of more than

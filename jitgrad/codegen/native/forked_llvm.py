@@ -24,7 +24,7 @@ import threading
 import warnings
 
 _HEADER = struct.Struct("<Q")
-STATS = {"forked": 0, "kernels": 0, "failed": 0}     # counted, so tests can check who compiled what
+STATS = {"forked": 0, "kernels": 0, "entries": 0, "failed": 0}     # counted, so tests can check who compiled what
 
 
 def available() -> bool:
@@ -57,26 +57,29 @@ def _message(fd: int):
     return None if body is None else pickle.loads(body)
 
 
-def _serve(rfd: int, wfd: int) -> None:
-    """The child's loop: ``(key, text)`` in, ``(key, object bytes, needs)`` or ``(key, None, error)`` out."""
+def _serve(rfd: int, wfd: int, entry_build) -> None:
+    """The child's loop: ``("kernel", key, LLVM IR text)`` or ``("entry", key, None)`` in, ``(key, object bytes,
+    symbol, needs)`` or ``(key, None, error)`` out."""
     from ..kernels import ir_loops
     while True:
         msg = _message(rfd)
         if msg is None:
             return
-        key, text = msg
+        kind, key, text = msg
         try:
-            blob = ir_loops.object_code(key, text)
-            reply = (key, blob.data, list(blob.needs))
+            blob = ir_loops.object_code(key, text) if kind == "kernel" else entry_build(key)
+            reply = (key, blob.data, blob.symbol, list(blob.needs))
         except Exception as e:  # noqa: BLE001 - reported to the parent, which compiles it itself
-            reply = (key, None, f"{type(e).__name__}: {e}")
+            reply = (key, None, f"{type(e).__name__}: {e}", None)
         _write(wfd, pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 class ForkedCompiler:
-    """One forked child compiling LLVM IR text to object code, one job at a time (``object_code``)."""
+    """One forked child compiling, one job at a time, kernels' LLVM IR text (``object_code``) and, with
+    ``entry_build`` (key -> ``objstore.Blob``, run in the child on the state this process had at the fork), a
+    graph's entry (``entry_code``)."""
 
-    def __init__(self):
+    def __init__(self, entry_build=None):
         from . import objload
         objload._ll()                       # llvmlite initialised before the fork: the child inherits it
         to_child_r, to_child_w = os.pipe()
@@ -89,7 +92,7 @@ class ForkedCompiler:
             try:
                 os.close(to_child_w)
                 os.close(to_parent_r)
-                _serve(to_child_r, to_parent_w)
+                _serve(to_child_r, to_parent_w, entry_build)
             except BaseException:   # noqa: BLE001 - the parent sees the pipe close and compiles the rest
                 code = 1
             finally:
@@ -105,26 +108,37 @@ class ForkedCompiler:
     def object_code(self, key: str, text: str):
         """``text`` (a kernel's LLVM IR, keyed ``key``) compiled by the child (``objstore.Blob``), or None when the
         child is busy with another job or cannot compile it (the caller compiles it itself)."""
+        blob = self._job("kernel", key, text)
+        if blob is not None:
+            STATS["kernels"] += 1
+        return blob
+
+    def entry_code(self, key: str):
+        """The entry ``key`` built by the child (its ``entry_build``), or None as ``object_code``."""
+        blob = self._job("entry", key, None)
+        if blob is not None:
+            STATS["entries"] += 1
+        return blob
+
+    def _job(self, kind, key, text):
         if not self.alive or not self._busy.acquire(blocking=False):
             return None
         try:
             try:
-                _write(self._w, pickle.dumps((key, text), protocol=pickle.HIGHEST_PROTOCOL))
+                _write(self._w, pickle.dumps((kind, key, text), protocol=pickle.HIGHEST_PROTOCOL))
                 reply = _message(self._r)       # (os.read releases the GIL: this process goes on meanwhile)
             except OSError:
                 reply = None
             if reply is None or reply[0] != key:
                 self._fail()
                 return None
-            _, data, needs = reply
+            _, data, symbol, needs = reply
             if data is None:
                 STATS["failed"] += 1
                 return None
             from . import objstore
-            from ..kernels import ir_loops
             self.compiled += 1
-            STATS["kernels"] += 1
-            return objstore.Blob(key, ir_loops.symbol(key), data, needs)
+            return objstore.Blob(key, symbol, data, needs)
         finally:
             self._busy.release()
 
@@ -149,19 +163,27 @@ class ForkedCompiler:
 
 
 class ForkedCompilers:
-    """A few forked compilers; ``object_code`` hands a job to one that is idle, else returns None."""
+    """A few forked compilers; ``object_code`` and ``entry_code`` hand a job to one that is idle, else return
+    None."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, entry_build=None):
         self.children = []
         for _ in range(n):
             try:
-                self.children.append(ForkedCompiler())
+                self.children.append(ForkedCompiler(entry_build))
             except OSError:     # no more processes or memory: compile here
                 break
 
     def object_code(self, key: str, text: str):
         for child in self.children:
             blob = child.object_code(key, text)
+            if blob is not None:
+                return blob
+        return None
+
+    def entry_code(self, key: str):
+        for child in self.children:
+            blob = child.entry_code(key)
             if blob is not None:
                 return blob
         return None
