@@ -386,7 +386,8 @@ class GraphCode:
         cores = _cores()
         # a synchronous build forks its LLVM compilers first: one of them builds the entry meanwhile
         forked = None if background else self._forked_compilers(
-            [("kernel", k) for k in self.missing() if k != self.ekey], cores, self.entry_build)
+            [("kernel", k) for k in self.missing() if k != self.ekey and not (self.disk and objstore.exists(k))],
+            cores, self.entry_build)
         procs = []
         try:
             if forked is None:
@@ -484,8 +485,9 @@ class GraphCode:
         n = min(cores - 1, FORKS, sum(1 for j in todo if j[0] == "kernel") // FORK_KERNELS)
         if n <= 0 or not IR_LOOPS or not forked_llvm.available():
             return None
-        COUNTS["forked_compilers"] += n
-        return forked_llvm.ForkedCompilers(n, entry_build)
+        forked = forked_llvm.ForkedCompilers(n, entry_build)
+        COUNTS["forked_compilers"] += len(forked.children)
+        return forked
 
     def _entry_elsewhere(self, forked):
         """The entry's object code built by a forked compiler while this process renders kernels (else here),
