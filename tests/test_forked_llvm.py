@@ -69,11 +69,10 @@ def test_busy_or_dead_child_leaves_the_job_here():
 
 
 def test_few_kernels_or_one_core_fork_nothing(monkeypatch):
-    jobs = [("kernel", str(i), None) for i in range(build.FORK_KERNELS)]
-    assert build.GraphCode._forked_compilers(jobs[:-1], 4) is None
-    assert build.GraphCode._forked_compilers(jobs, 1) is None
-    monkeypatch.setattr(build, "FORKS", 0)
-    assert build.GraphCode._forked_compilers(jobs, 4) is None
+    n = forked_llvm.FORK_KERNELS
+    assert forked_llvm.for_build(n - 1, 4) is None and forked_llvm.for_build(n, 1) is None
+    monkeypatch.setattr(forked_llvm, "FORKS", 0)
+    assert forked_llvm.for_build(n, 4) is None
 
 
 # a cold B11 step (benchmarks/force_field.py), built synchronously as if on two cores
@@ -113,7 +112,7 @@ def test_cold_b11_build_with_a_forked_compiler_is_the_same_build(tmp_path):
     assert forked["losses"] == alone["losses"]
     assert forked["counts"]["forked_compilers"] == 1 and alone["counts"]["forked_compilers"] == 0
     # every kernel compiled once, by one process or the other, all from LLVM IR; no Numba, no build process
-    assert forked["counts"]["kernels_compiled"] == alone["counts"]["kernels_compiled"] > build.FORK_KERNELS
+    assert forked["counts"]["kernels_compiled"] == alone["counts"]["kernels_compiled"] > forked_llvm.FORK_KERNELS
     assert forked["counts"]["kernels_ir"] == forked["counts"]["kernels_compiled"]
     assert 1 <= forked["forked"]["kernels"] < forked["counts"]["kernels_compiled"] and not forked["forked"]["failed"]
     assert alone["forked"]["kernels"] == 0
@@ -126,7 +125,7 @@ def test_cold_b11_build_with_a_forked_compiler_is_the_same_build(tmp_path):
 def test_entry_is_built_by_a_forked_compiler(tmp_path, monkeypatch):
     monkeypatch.setenv("JITGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(build, "_cores", lambda: 2)
-    monkeypatch.setattr(build, "FORK_KERNELS", 1)
+    monkeypatch.setattr(forked_llvm, "FORK_KERNELS", 1)
     x = jg.tensor(np.linspace(-1, 1, 7).astype(np.float32))
     f = jg.compile(lambda x: (jg.tanh(x) * 3).sum() + jg.sigmoid(x).max(), backend="numba", background=False)
     before = dict(forked_llvm.STATS), build.COUNTS["drivers_compiled"]

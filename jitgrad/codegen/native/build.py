@@ -25,7 +25,7 @@ import threading
 
 import atexit
 
-from . import build_procs, build_thread, cache, numba_build, objstore
+from . import build_procs, build_thread, cache, forked_llvm, numba_build, objstore
 from .numba_build import numba_cache_dir, numba_default_dir  # noqa: F401  (Numba's side: numba_build.py)
 
 _ADDRESSES: dict = {}       # kernel/entry key -> address of its code in this process
@@ -44,11 +44,6 @@ STARTUP = 3                 # a build process's start (Python, jitgrad, Numba) c
 # jitgrad, ~IR_STARTUP IR kernels) takes a share only of graphs with more than THREAD_KERNELS of them
 IR_STARTUP = 16
 THREAD_KERNELS = 48
-# a synchronous build of FORK_KERNELS kernels or more forks a process (milliseconds, everything loaded already) that
-# runs LLVM beside this one's (``forked_llvm.py``): one per FORK_KERNELS kernels, up to one per other core, FORKS
-# at most (JITGRAD_BUILD_FORKS=0: none)
-FORK_KERNELS = 6
-FORKS = int(os.environ.get("JITGRAD_BUILD_FORKS", "3"))
 GRAPH_EXTRA = ("cpu-graph", 1)
 COUNTS = {"kernels_compiled": 0, "kernels_ir": 0, "kernels_loaded": 0, "drivers_compiled": 0, "drivers_loaded": 0,
           "build_processes": 0, "forked_compilers": 0, "graph_files_loaded": 0, "graph_files_assembled": 0}
@@ -384,10 +379,11 @@ class GraphCode:
             if self.try_load():
                 return
         cores = _cores()
-        # a synchronous build forks its LLVM compilers first: one of them builds the entry meanwhile
-        forked = None if background else self._forked_compilers(
-            [("kernel", k) for k in self.missing() if k != self.ekey and not (self.disk and objstore.exists(k))],
-            cores, self.entry_build)
+        forked = None       # a synchronous build forks its LLVM compilers first: one builds the entry meanwhile
+        if not background and IR_LOOPS:
+            forked = forked_llvm.for_build(sum(1 for k in self.missing() if k != self.ekey and not (
+                self.disk and objstore.exists(k))), cores, self.entry_build)
+            COUNTS["forked_compilers"] += len(forked.children) if forked is not None else 0
         procs = []
         try:
             if forked is None:
@@ -475,19 +471,6 @@ class GraphCode:
             if pool is not None:
                 pool.shutdown(wait=True)
         return procs
-
-    @staticmethod
-    def _forked_compilers(todo, cores, entry_build=None):
-        """Forked LLVM compilers for a synchronous build of ``todo`` (``forked_llvm.py``; forked before the
-        build's threads start): one per ``FORK_KERNELS`` kernels, up to one per core besides this process's
-        (``FORKS`` at most); None when too few kernels or a platform without a cheap fork."""
-        from . import forked_llvm
-        n = min(cores - 1, FORKS, sum(1 for j in todo if j[0] == "kernel") // FORK_KERNELS)
-        if n <= 0 or not IR_LOOPS or not forked_llvm.available():
-            return None
-        forked = forked_llvm.ForkedCompilers(n, entry_build)
-        COUNTS["forked_compilers"] += len(forked.children)
-        return forked
 
     def _entry_elsewhere(self, forked):
         """The entry's object code built by a forked compiler while this process renders kernels (else here),

@@ -25,11 +25,25 @@ import warnings
 
 _HEADER = struct.Struct("<Q")
 STATS = {"forked": 0, "kernels": 0, "entries": 0, "failed": 0}     # counted, so tests can check who compiled what
+# a synchronous build of FORK_KERNELS kernels or more forks one compiler per FORK_KERNELS kernels, up to one per
+# core besides this process's, FORKS at most (JITGRAD_BUILD_FORKS=0: none)
+FORK_KERNELS = 6
+FORKS = int(os.environ.get("JITGRAD_BUILD_FORKS", "3"))
 
 
 def available() -> bool:
     """Whether this platform forks cheaply and safely enough (Linux)."""
     return hasattr(os, "fork") and sys.platform.startswith("linux")
+
+
+def for_build(kernels: int, cores: int, entry_build=None):
+    """Forked compilers for a synchronous build of ``kernels`` kernels on ``cores`` cores (forked before the
+    build's threads start; ``entry_build`` as ``ForkedCompiler``), or None: too few kernels, no core to spare, or
+    no cheap fork here."""
+    n = min(cores - 1, FORKS, kernels // FORK_KERNELS)
+    if n <= 0 or not available():
+        return None
+    return ForkedCompilers(n, entry_build)
 
 
 def _write(fd: int, payload: bytes) -> None:
@@ -197,4 +211,4 @@ class ForkedCompilers:
             child.close()
 
 
-__all__ = ["ForkedCompiler", "ForkedCompilers", "available", "STATS"]
+__all__ = ["ForkedCompiler", "ForkedCompilers", "for_build", "available", "FORK_KERNELS", "FORKS", "STATS"]
