@@ -98,9 +98,14 @@ class ForkedCompiler:
         objload._ll()                       # llvmlite initialised before the fork: the child inherits it
         to_child_r, to_child_w = os.pipe()
         to_parent_r, to_parent_w = os.pipe()
-        with warnings.catch_warnings():     # (3.12+ warns on any fork of a process with threads: see above)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
+        try:
+            with warnings.catch_warnings():     # (3.12+ warns on any fork of a process with threads: see above)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+        except OSError:
+            for fd in (to_child_r, to_child_w, to_parent_r, to_parent_w):
+                os.close(fd)
+            raise
         if pid == 0:                        # the child
             code = 0
             try:
