@@ -68,6 +68,19 @@ def test_busy_or_dead_child_leaves_the_job_here():
         fc.close()
 
 
+def test_stuck_child_is_ended_and_the_job_done_here(monkeypatch):
+    key, text = _kernel_text(5.0)
+    fc = forked_llvm.ForkedCompiler()
+    try:
+        os.kill(fc.pid, signal.SIGSTOP)         # alive, never answers
+        monkeypatch.setattr(forked_llvm, "REPLY_TIMEOUT_S", 0.2)
+        assert fc.object_code(key, text) is None and not fc.alive
+    finally:
+        fc.close()
+    with pytest.raises(ChildProcessError):      # killed and reaped
+        os.waitpid(fc.pid, os.WNOHANG)
+
+
 def test_few_kernels_or_one_core_fork_nothing(monkeypatch):
     n = forked_llvm.FORK_KERNELS
     assert forked_llvm.for_build(n - 1, 4) is None and forked_llvm.for_build(n, 1) is None

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import select
+import signal
 import struct
 import sys
 import threading
@@ -29,6 +31,7 @@ STATS = {"forked": 0, "kernels": 0, "entries": 0, "failed": 0}     # counted, so
 # core besides this process's, FORKS at most (JITGRAD_BUILD_FORKS=0: none)
 FORK_KERNELS = 6
 FORKS = int(os.environ.get("JITGRAD_BUILD_FORKS", "3"))
+REPLY_TIMEOUT_S = 600.0      # one kernel takes well under a second: a child silent this long is stuck
 
 
 def available() -> bool:
@@ -145,7 +148,11 @@ class ForkedCompiler:
         try:
             try:
                 _write(self._w, pickle.dumps((kind, key, text), protocol=pickle.HIGHEST_PROTOCOL))
-                reply = _message(self._r)       # (os.read releases the GIL: this process goes on meanwhile)
+                # (select and os.read release the GIL: this process goes on meanwhile)
+                ready = select.select([self._r], [], [], REPLY_TIMEOUT_S)[0]
+                reply = _message(self._r) if ready else None
+                if not ready:                   # a child stuck for minutes on one kernel: ended, the job done here
+                    os.kill(self.pid, signal.SIGKILL)
             except OSError:
                 reply = None
             if reply is None or reply[0] != key:
