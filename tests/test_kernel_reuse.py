@@ -33,10 +33,10 @@ def _loads(monkeypatch):
     seen = []
     orig = build.compile_code
 
-    def counting(key, source, kind):
+    def counting(key, source, kind, elsewhere=None):
         if key not in build._ADDRESSES:
             seen.append(("driver" if kind == "entry" else kind, key))
-        return orig(key, source, kind)
+        return orig(key, source, kind, elsewhere)
     monkeypatch.setattr(build, "compile_code", counting)
     orig_entry = cpu.CompiledGraph._entry_build
 

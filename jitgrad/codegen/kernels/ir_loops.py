@@ -655,9 +655,10 @@ def _optimised(text):
     return m, tm
 
 
-def compile_kernel(key: str, source: str):
-    """The kernel's object code (``objstore.Blob``), or None when Numba must compile it."""
-    from ..native import objload, objstore
+def compile_kernel(key: str, source: str, elsewhere=None):
+    """The kernel's object code (``objstore.Blob``), or None when Numba must compile it.  ``elsewhere``: an object
+    with ``object_code(key, text)`` that may compile the text in another process (``native/forked_llvm.py``;
+    None: it did not, and this process does)."""
     with _lock:
         text = _TEXTS.pop(key, None)
     if text is None:
@@ -669,13 +670,22 @@ def compile_kernel(key: str, source: str):
         return None
     if not text.startswith(f"{HEADER}{key}\n"):
         raise ValueError(f"kernel {key}: its LLVM IR names another key")
+    blob = elsewhere.object_code(key, text) if elsewhere is not None else None
+    if blob is None:
+        blob = object_code(key, text)
+    with _lock:
+        STATS["kernels_ir"] += 1
+    return blob
+
+
+def object_code(key: str, text: str):
+    """LLVM IR ``text`` of kernel ``key`` optimised and compiled to object code (``objstore.Blob``)."""
+    from ..native import objload, objstore
     m, tm = _optimised(text)
     obj = tm.emit_object(m)
     # the C library's functions it calls (atan2, nextafter; LLVM may add memset) and, for a parallel kernel, the
     # pool's (``workpool.SYMBOLS``): resolved from the process when the object is linked (``objload.load``)
     needs = objload.external_symbols(m)
-    with _lock:
-        STATS["kernels_ir"] += 1
     return objstore.Blob(key, symbol(key), obj, needs)
 
 
@@ -685,5 +695,5 @@ def assembly(kir: ki.KernelIR, key: str = "0" * 64) -> str:
     return tm.emit_assembly(m)
 
 
-__all__ = ["render", "register", "compile_text", "translatable", "compile_kernel", "assembly", "Unsupported",
-           "STATS", "tag_alias_class", "symbol"]
+__all__ = ["render", "register", "compile_text", "translatable", "compile_kernel", "object_code", "assembly",
+           "Unsupported", "STATS", "tag_alias_class", "symbol"]

@@ -25,7 +25,7 @@ import threading
 
 import atexit
 
-from . import build_procs, build_thread, cache, numba_build, objstore
+from . import build_procs, build_thread, cache, forked_llvm, numba_build, objstore
 from .numba_build import numba_cache_dir, numba_default_dir  # noqa: F401  (Numba's side: numba_build.py)
 
 _ADDRESSES: dict = {}       # kernel/entry key -> address of its code in this process
@@ -33,6 +33,7 @@ _BLOBS: dict = {}           # key -> objstore.Blob compiled in this process (ass
 _FUNCS: dict = {}           # key -> Numba cfunc compiled in this process (keeps its code alive)
 _MODULES: dict = {}         # kernel key -> Numba module built for inspection (build_module)
 _BLOBS_MADE_HERE: set = set()   # kernel/entry keys compiled by this process (not loaded from disk)
+_UNLINKED: dict = {}        # key -> objstore.Blob compiled for a forked build, linked when it ends (``link_compiled``)
 _lock = threading.RLock()
 KERNEL_EXTRA = ("cpu-kernel", 3)
 ENTRY_EXTRA = ("cpu-entry", 2)
@@ -45,7 +46,7 @@ IR_STARTUP = 16
 THREAD_KERNELS = 48
 GRAPH_EXTRA = ("cpu-graph", 1)
 COUNTS = {"kernels_compiled": 0, "kernels_ir": 0, "kernels_loaded": 0, "drivers_compiled": 0, "drivers_loaded": 0,
-          "build_processes": 0, "graph_files_loaded": 0, "graph_files_assembled": 0}
+          "build_processes": 0, "forked_compilers": 0, "graph_files_loaded": 0, "graph_files_assembled": 0}
 
 
 def _cores() -> int:
@@ -76,25 +77,39 @@ def graph_key(kernel_keys, ekey) -> str:
 
 # ------------------------------------------------------------------------------------------------ compiling
 
-def compile_code(key: str, source: str, kind: str) -> int:
+def compile_code(key: str, source: str, kind: str, elsewhere=None) -> int:
     """Compile ``source`` (a kernel's or an entry's module) in this process and return the address of its code;
     its object code is kept for the disk (``_BLOBS``).  A kernel goes straight to LLVM IR when ``ir_loops`` can
-    translate it (no Numba), else to Numba."""
+    translate it (no Numba), else to Numba.  ``elsewhere``: forked compilers that may take the LLVM IR's
+    optimisation and emission (``forked_llvm.ForkedCompilers``); then the kernel is linked later, with the rest
+    of its build (``link_compiled``; returns None): linking takes llvmlite's lock, and a thread that got a forked
+    compiler's result waiting for it while another thread compiles would leave that compiler idle."""
     if key in _ADDRESSES:
         return _ADDRESSES[key]
     if kind == "kernel" and IR_LOOPS:
         from ..kernels import ir_loops
-        blob = ir_loops.compile_kernel(key, source)
+        blob = ir_loops.compile_kernel(key, source, elsewhere)
         if blob is not None:
             with _lock:
-                if key not in _ADDRESSES:
-                    _load_blobs([blob])
+                if key not in _ADDRESSES and key not in _UNLINKED:
+                    if elsewhere is None:
+                        _load_blobs([blob])
+                    else:
+                        _UNLINKED[key] = blob
                     _BLOBS[key] = blob
                     _BLOBS_MADE_HERE.add(key)
                     COUNTS["kernels_compiled"] += 1
                     COUNTS["kernels_ir"] += 1
-                return _ADDRESSES[key]
+                return _ADDRESSES.get(key)
     return compile_numba(key, source, kind)
+
+
+def link_compiled() -> None:
+    """Link the kernels compiled unlinked (``compile_code`` with ``elsewhere``) into this process, all at once."""
+    with _lock:
+        blobs = list(_UNLINKED.values())
+        _UNLINKED.clear()
+        _load_blobs(blobs)
 
 
 def compile_numba(key: str, source: str, kind: str) -> int:
@@ -137,14 +152,19 @@ def _from_disk(key: str, kind: str) -> bool:
     return True
 
 
-def obtain(key: str, source: str, kind: str, disk=True) -> int:
+def obtain(key: str, source: str, kind: str, disk=True, elsewhere=None) -> int:
     """The address of one kernel's/entry's code: from this process, from disk, or compiled now (one builder per
-    key across processes: if another process is compiling it, wait for it and load its result)."""
+    key across processes: if another process is compiling it, wait for it and load its result).  ``elsewhere``:
+    as ``compile_code``."""
     addr = _ADDRESSES.get(key)
     if addr is not None:
         return addr
+    with _lock:
+        if key in _UNLINKED:                # compiled for a forked build that has not linked it yet
+            _load_blobs([_UNLINKED.pop(key)])
+            return _ADDRESSES[key]
     if not disk or cache.cache_dir() is None:
-        return compile_code(key, source, kind)
+        return compile_code(key, source, kind, elsewhere)
     with _lock:
         if key in _ADDRESSES:
             return _ADDRESSES[key]
@@ -160,14 +180,14 @@ def obtain(key: str, source: str, kind: str, disk=True) -> int:
                 lock.release()
                 return _ADDRESSES[key]
     try:
-        return compile_to_disk(key, source, kind)
+        return compile_to_disk(key, source, kind, elsewhere)
     finally:
         lock.release()
 
 
-def compile_to_disk(key: str, source: str, kind: str) -> int:
+def compile_to_disk(key: str, source: str, kind: str, elsewhere=None) -> int:
     """``compile_code``, and its object code written to its file (the caller holds the key's build lock)."""
-    addr = compile_code(key, source, kind)
+    addr = compile_code(key, source, kind, elsewhere)
     blob = _BLOBS.get(key)
     if blob is not None:
         objstore.write(key, [blob])
@@ -213,6 +233,7 @@ class GraphCode:
         self.elsewhere = set()                # keys our build processes compiled (then linked here)
         self.how = None                       # "process" | "graph file" | "assembled" | "built"
         self.spawned = False                  # its build processes have started (they finish even if we exit)
+        self.forked = 0                       # kernels its forked LLVM compilers compiled (``_build_here``)
         self.errors = []
 
     def _keys(self):
@@ -327,13 +348,14 @@ class GraphCode:
             if load:
                 _load_blobs([blob])
 
-    def pending_jobs(self, sources=True):
-        """(kind, key, source path) of the kernels not compiled anywhere yet (the entry is built here, at once);
-        None without a usable disk cache.  ``sources=False``: no source files written (path None; a
-        synchronous build writes them only for the jobs it hands to build processes)."""
+    def pending_jobs(self, sources=True, entry=True):
+        """(kind, key, source path) of the kernels not compiled anywhere yet (the entry is built here, at once,
+        unless ``entry`` is False); None without a usable disk cache.  ``sources=False``: no source files written
+        (path None; a synchronous build writes them only for the jobs it hands to build processes)."""
         if not self.disk or cache.cache_dir() is None:
             return None
-        self.ensure_entry(load=False)
+        if entry:
+            self.ensure_entry(load=False)
         jobs = []
         for key in self.missing():
             if key == self.ekey or objstore.exists(key):
@@ -356,17 +378,30 @@ class GraphCode:
         with _lock:
             if self.try_load():
                 return
-        self.ensure_entry()
-        todo = self.pending_jobs(sources=False)
+        cores = _cores()
+        forked = None       # a synchronous build forks its LLVM compilers first: one builds the entry meanwhile
+        if not background and IR_LOOPS:
+            forked = forked_llvm.for_build(sum(1 for k in self.missing() if k != self.ekey and not (
+                self.disk and objstore.exists(k))), cores, self.entry_build)
+            COUNTS["forked_compilers"] += len(forked.children) if forked is not None else 0
         procs = []
-        if todo:
-            busy = [j for j in todo if objstore.BuildLock(j[1]).held_elsewhere()]   # someone builds them: wait
-            todo = [j for j in todo if j not in busy]
-            cores = _cores()
-            if background:
+        try:
+            if forked is None:
+                self.ensure_entry()
+            todo = self.pending_jobs(sources=False, entry=forked is None)
+            busy = [j for j in todo or () if objstore.BuildLock(j[1]).held_elsewhere()]   # someone builds them: wait
+            todo = [j for j in todo or () if j not in busy]
+            if background and todo:
                 procs = self._build_in_background(todo, cores)
-            else:
-                procs = self._build_here(todo, cores)
+            elif todo or forked is not None:
+                procs = self._build_here(todo, cores, forked)
+        finally:
+            if forked is not None:
+                forked.close()
+                self.forked = forked.compiled
+                link_compiled()
+        if forked is not None:
+            self.ensure_entry()         # (its object code is here: linked)
         if build_thread.stopping():
             raise build_thread.BuildStopped
         for p in procs:
@@ -384,7 +419,7 @@ class GraphCode:
             if self.how is None:
                 self.how = "built"
 
-    def _build_here(self, todo, cores):
+    def _build_here(self, todo, cores, forked=None):
         """A synchronous build: kernels that translate to LLVM IR (``ir_loops``) compile here, each handed to a
         worker thread as soon as it is translated; the rest need Numba.  llvmlite serialises LLVM's calls with one
         lock, so the threads do not run LLVM in parallel: they overlap LLVM's work (which releases the GIL) with
@@ -394,14 +429,17 @@ class GraphCode:
         pool = None
         if cores > 1:
             from concurrent.futures import ThreadPoolExecutor
-            pool = ThreadPoolExecutor(max_workers=cores, thread_name_prefix="jitgrad-build")
+            workers = max(cores, len(forked.children) + 1) if forked is not None else cores
+            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jitgrad-build")
         futures, slow, procs = [], [], []
+        if forked is not None and pool is not None:
+            futures.append(pool.submit(self._entry_elsewhere, forked))
 
         def start(key):
             if pool is None:
                 self._obtain(key)
             else:
-                futures.append(pool.submit(self._obtain, key))
+                futures.append(pool.submit(self._obtain, key, forked))
         try:
             for job in todo:
                 if job[0] == "kernel" and IR_LOOPS and ir_loops.translatable(job[1], self._source(job[1])):
@@ -433,6 +471,24 @@ class GraphCode:
             if pool is not None:
                 pool.shutdown(wait=True)
         return procs
+
+    def _entry_elsewhere(self, forked):
+        """The entry's object code built by a forked compiler while this process renders kernels (else here),
+        kept and written to disk, linked at the build's end (``ensure_entry``)."""
+        key = self.ekey
+        if key is None or key in _ADDRESSES or key in _BLOBS or self.entry_build is None or \
+                (self.disk and objstore.exists(key)):
+            return self.ensure_entry(load=False)
+        blob = forked.entry_code(key)
+        if blob is None:
+            return self.ensure_entry(load=False)
+        with _lock:
+            if key not in _BLOBS:
+                _BLOBS[key] = blob
+                self.compiled_keys.add(key)
+                COUNTS["drivers_compiled"] += 1
+                if self.disk:
+                    objstore.write(key, [blob])
 
     def _build_in_background(self, todo, cores):
         """A background build's share-out (see ``build``): Numba's jobs and, for a graph of more than
@@ -475,13 +531,13 @@ class GraphCode:
                 self._obtain(job[1])
         return procs
 
-    def _obtain(self, key):
+    def _obtain(self, key, elsewhere=None):
         if key in _ADDRESSES:
             return
         if key == self.ekey:
             self.ensure_entry()
             return
-        obtain(key, self._source(key), self._kind(key), self.disk)
+        obtain(key, self._source(key), self._kind(key), self.disk, elsewhere)
         if key in _BLOBS_MADE_HERE:
             self.compiled_keys.add(key)
         else:

@@ -1,0 +1,226 @@
+"""Forked LLVM compilers: child processes of this one that turn kernels' LLVM IR text into object code while this
+process does the same, so a synchronous cold build runs LLVM on more than one core.
+
+llvmlite serialises every LLVM call of a process with one lock, so the build's worker threads overlap LLVM only
+with Python (rendering the next kernel's IR), never with each other; a build process (``build_procs.py``) costs
+~1 s to start Python and jitgrad, more than a whole graph's IR kernels take.  A fork costs milliseconds and the
+child has everything loaded already (llvmlite, jitgrad's renderer): it reads ``(key, text)`` from a pipe, runs
+the same LLVM passes and emission as this process (``ir_loops.object_code``), and writes the object back.  The
+parent does everything else (build locks, disk, linking), so a kernel's object code does not depend on which
+process compiled it.
+
+Fork safety: ``objload`` takes llvmlite's lock around the fork (no thread is inside LLVM then) and the child gets
+fresh locks (``objload``, ``ir_loops``, ``build``, ``workpool``... reset their own).  The child runs only LLVM and
+the pipe, and leaves with ``os._exit`` (no atexit handler, no buffered output flushed twice).  A child that dies or
+answers nothing usable is closed and its job compiled here: a forked compiler only ever saves time.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import struct
+import sys
+import threading
+import warnings
+
+_HEADER = struct.Struct("<Q")
+STATS = {"forked": 0, "kernels": 0, "entries": 0, "failed": 0}     # counted, so tests can check who compiled what
+# a synchronous build of FORK_KERNELS kernels or more forks one compiler per FORK_KERNELS kernels, up to one per
+# core besides this process's, FORKS at most (JITGRAD_BUILD_FORKS=0: none)
+FORK_KERNELS = 6
+FORKS = int(os.environ.get("JITGRAD_BUILD_FORKS", "3"))
+REPLY_TIMEOUT_S = 600.0      # one kernel takes well under a second: a child silent this long is stuck
+
+
+def available() -> bool:
+    """Whether this platform forks cheaply and safely enough (Linux)."""
+    return hasattr(os, "fork") and sys.platform.startswith("linux")
+
+
+def for_build(kernels: int, cores: int, entry_build=None):
+    """Forked compilers for a synchronous build of ``kernels`` kernels on ``cores`` cores (forked before the
+    build's threads start; ``entry_build`` as ``ForkedCompiler``), or None: too few kernels, no core to spare, or
+    no cheap fork here."""
+    n = min(cores - 1, FORKS, kernels // FORK_KERNELS)
+    if n <= 0 or not available():
+        return None
+    return ForkedCompilers(n, entry_build)
+
+
+def _write(fd: int, payload: bytes) -> None:
+    data = memoryview(_HEADER.pack(len(payload)) + payload)
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _read(fd: int, n: int) -> bytes | None:
+    parts, left = [], n
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return None
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def _message(fd: int):
+    head = _read(fd, _HEADER.size)
+    if head is None:
+        return None
+    body = _read(fd, _HEADER.unpack(head)[0])
+    return None if body is None else pickle.loads(body)
+
+
+def _serve(rfd: int, wfd: int, entry_build) -> None:
+    """The child's loop: ``("kernel", key, LLVM IR text)`` or ``("entry", key, None)`` in, ``(key, object bytes,
+    symbol, needs)`` or ``(key, None, error)`` out."""
+    from ..kernels import ir_loops
+    while True:
+        msg = _message(rfd)
+        if msg is None:
+            return
+        kind, key, text = msg
+        try:
+            blob = ir_loops.object_code(key, text) if kind == "kernel" else entry_build(key)
+            reply = (key, blob.data, blob.symbol, list(blob.needs))
+        except Exception as e:  # noqa: BLE001 - reported to the parent, which compiles it itself
+            reply = (key, None, f"{type(e).__name__}: {e}", None)
+        _write(wfd, pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+class ForkedCompiler:
+    """One forked child compiling, one job at a time, kernels' LLVM IR text (``object_code``) and, with
+    ``entry_build`` (key -> ``objstore.Blob``, run in the child on the state this process had at the fork), a
+    graph's entry (``entry_code``)."""
+
+    def __init__(self, entry_build=None):
+        from . import objload
+        objload._ll()                       # llvmlite initialised before the fork: the child inherits it
+        to_child_r, to_child_w = os.pipe()
+        to_parent_r, to_parent_w = os.pipe()
+        try:
+            with warnings.catch_warnings():     # (3.12+ warns on any fork of a process with threads: see above)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+        except OSError:
+            for fd in (to_child_r, to_child_w, to_parent_r, to_parent_w):
+                os.close(fd)
+            raise
+        if pid == 0:                        # the child
+            code = 0
+            try:
+                os.close(to_child_w)
+                os.close(to_parent_r)
+                _serve(to_child_r, to_parent_w, entry_build)
+            except BaseException:   # noqa: BLE001 - the parent sees the pipe close and compiles the rest
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(to_child_r)
+        os.close(to_parent_w)
+        self.pid, self._w, self._r = pid, to_child_w, to_parent_r
+        self._busy = threading.Lock()
+        self.alive = True
+        self.compiled = 0
+        STATS["forked"] += 1
+
+    def object_code(self, key: str, text: str):
+        """``text`` (a kernel's LLVM IR, keyed ``key``) compiled by the child (``objstore.Blob``), or None when the
+        child is busy with another job or cannot compile it (the caller compiles it itself)."""
+        blob = self._job("kernel", key, text)
+        if blob is not None:
+            STATS["kernels"] += 1
+        return blob
+
+    def entry_code(self, key: str):
+        """The entry ``key`` built by the child (its ``entry_build``), or None as ``object_code``."""
+        blob = self._job("entry", key, None)
+        if blob is not None:
+            STATS["entries"] += 1
+        return blob
+
+    def _job(self, kind, key, text):
+        if not self.alive or not self._busy.acquire(blocking=False):
+            return None
+        try:
+            try:
+                _write(self._w, pickle.dumps((kind, key, text), protocol=pickle.HIGHEST_PROTOCOL))
+                # (select and os.read release the GIL: this process goes on meanwhile)
+                ready = select.select([self._r], [], [], REPLY_TIMEOUT_S)[0]
+                reply = _message(self._r) if ready else None
+                if not ready:                   # a child stuck for minutes on one kernel: ended, the job done here
+                    os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                reply = None
+            if reply is None or reply[0] != key:
+                self._fail()
+                return None
+            _, data, symbol, needs = reply
+            if data is None:
+                STATS["failed"] += 1
+                return None
+            from . import objstore
+            self.compiled += 1
+            return objstore.Blob(key, symbol, data, needs)
+        finally:
+            self._busy.release()
+
+    def _fail(self):
+        STATS["failed"] += 1
+        self.close()
+
+    def close(self) -> None:
+        """End the child (it exits when its pipe closes) and reap it."""
+        if not self.alive:
+            return
+        self.alive = False
+        for fd in (self._w, self._r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+
+
+class ForkedCompilers:
+    """A few forked compilers; ``object_code`` and ``entry_code`` hand a job to one that is idle, else return
+    None."""
+
+    def __init__(self, n: int, entry_build=None):
+        self.children = []
+        for _ in range(n):
+            try:
+                self.children.append(ForkedCompiler(entry_build))
+            except OSError:     # no more processes or memory: compile here
+                break
+
+    def object_code(self, key: str, text: str):
+        for child in self.children:
+            blob = child.object_code(key, text)
+            if blob is not None:
+                return blob
+        return None
+
+    def entry_code(self, key: str):
+        for child in self.children:
+            blob = child.entry_code(key)
+            if blob is not None:
+                return blob
+        return None
+
+    @property
+    def compiled(self) -> int:
+        return sum(c.compiled for c in self.children)
+
+    def close(self) -> None:
+        for child in self.children:
+            child.close()
+
+
+__all__ = ["ForkedCompiler", "ForkedCompilers", "for_build", "available", "FORK_KERNELS", "FORKS", "STATS"]
