@@ -31,7 +31,8 @@ STATS = {"forked": 0, "kernels": 0, "entries": 0, "failed": 0}     # counted, so
 # core besides this process's, FORKS at most (JITGRAD_BUILD_FORKS=0: none)
 FORK_KERNELS = 6
 FORKS = int(os.environ.get("JITGRAD_BUILD_FORKS", "3"))
-REPLY_TIMEOUT_S = 600.0      # one kernel takes well under a second: a child silent this long is stuck
+REPLY_TIMEOUT_S = 60.0       # one kernel takes well under a second: a child silent this long is stuck (killed, and
+#                              its job compiled here)
 
 
 def available() -> bool:
