@@ -322,18 +322,26 @@ def _adam_like_bumps(group, p_writes):
     return p_writes + (_decay_const(group) is not None), 1, 2
 
 
+def _adam_moments(pd, g, m, v, l2, decay, w, beta2, maximize, scratch):
+    """NAdam's and RAdam's first half: the gradient (maximised, L2-decayed), decoupled decay of the parameter, the
+    first moment's lerp and the second's update.  ``(g, t1)``: the gradient used and the scratch it left in t1."""
+    shape, dtype, size = pd.shape, pd.dtype, pd.size
+    t1 = scratch.get(0, dtype, shape, size)
+    if maximize or l2 != 0:
+        g = _gradient(pd, g, l2, maximize, t1, scratch.get(1, dtype, shape, size))
+    if decay is not None:
+        np.multiply(pd, decay, out=pd)                 # p.mul_(1 - lr * weight_decay)
+    _lerp(m, g, w, t1)
+    _square_avg(v, g, beta2, t1)
+    return g, t1
+
+
 def _nadam_arrays(work, consts, scratch):
     l2, decay, w, beta2, eps, maximize = consts
     for pd, g, m, v, (bc2, c1, c2) in work:
         shape, dtype, size = pd.shape, pd.dtype, pd.size
         wide = pd.ndim == 0 and dtype != _F64
-        t1 = scratch.get(0, dtype, shape, size)
-        if maximize or l2 != 0:
-            g = _gradient(pd, g, l2, maximize, t1, scratch.get(1, dtype, shape, size))
-        if decay is not None:
-            np.multiply(pd, decay, out=pd)                 # p.mul_(1 - lr * weight_decay)
-        _lerp(m, g, w, t1)
-        _square_avg(v, g, beta2, t1)
+        g, t1 = _adam_moments(pd, g, m, v, l2, decay, w, beta2, maximize, scratch)
         d = scratch.get(10, _F64, (), 1) if wide else scratch.get(3, dtype, shape, size)
         np.divide(v, bc2, out=d)                           # denom = sqrt(exp_avg_sq / bias_correction2) + eps
         np.sqrt(d, out=d)
@@ -357,13 +365,7 @@ def _radam_arrays(work, consts, scratch):
     for pd, g, m, v, (bc1, bc2_sqrt, rect, rectify) in work:
         shape, dtype, size = pd.shape, pd.dtype, pd.size
         wide = pd.ndim == 0 and dtype != _F64
-        t1 = scratch.get(0, dtype, shape, size)
-        if maximize or l2 != 0:
-            g = _gradient(pd, g, l2, maximize, t1, scratch.get(1, dtype, shape, size))
-        if decay is not None:
-            np.multiply(pd, decay, out=pd)                 # p.mul_(1 - lr * weight_decay)
-        _lerp(m, g, w, t1)
-        _square_avg(v, g, beta2, t1)
+        g, t1 = _adam_moments(pd, g, m, v, l2, decay, w, beta2, maximize, scratch)
         q = scratch.get(10, _F64, (), 1) if wide else t1
         np.divide(m, bc1, out=q)                           # plain = exp_avg / bias_correction1 * lr
         np.multiply(q, lr, out=q)
