@@ -127,7 +127,10 @@ def test_cold_b11_build_with_a_forked_compiler_is_the_same_build(tmp_path):
     # every kernel compiled once, by one process or the other, all from LLVM IR; no Numba, no build process
     assert forked["counts"]["kernels_compiled"] == alone["counts"]["kernels_compiled"] > forked_llvm.FORK_KERNELS
     assert forked["counts"]["kernels_ir"] == forked["counts"]["kernels_compiled"]
-    assert 1 <= forked["forked"]["kernels"] < forked["counts"]["kernels_compiled"] and not forked["forked"]["failed"]
+    # the child compiled some kernels, this process the rest, and no job fell back after a child failed
+    assert forked["forked"]["kernels"] >= 1
+    assert forked["forked"]["kernels"] < forked["counts"]["kernels_compiled"]
+    assert forked["forked"]["failed"] == 0
     assert alone["forked"]["kernels"] == 0
     assert forked["counts"]["build_processes"] == 0 and not forked["numba"]
     # the same object code, whichever process compiled each kernel: the same files, byte for byte
