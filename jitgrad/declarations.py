@@ -11,7 +11,10 @@ Targets:
   ``x.__and__``);
 - ``"Tensor.property"``: a read-only ``Tensor`` property whose getter is the declared function (``x.T``);
 - ``"Tensor.methods"``: a class whose methods and properties are ``Tensor``'s, each under its own name (the
-  engine's operators, in-place ops and protocols: ``x + y``, ``x.add_``, ``x.numpy()``).
+  engine's operators, in-place ops and protocols: ``x + y``, ``x.add_``, ``x.numpy()``);
+- ``"OpDef.eager_kernel"``: the eager-kernel chooser of the primitive named ``name`` (``OpDef.eager_kernel``: a
+  native kernel eager dispatch runs over large arrays), declared by the jit layer (``jit/eager_kernels.py``), which
+  the engine never imports.
 
 ``name=`` publishes under another name than the object's ``__name__`` (aliases, in-place forms made in a loop);
 ``inplace=make`` also publishes ``make(obj)``, the in-place form (made once, here), as the Tensor method ``<name>_``,
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 import sys
 
-TARGETS = ("jitgrad", "Tensor", "Tensor.property", "Tensor.methods", "jitgrad.if_torch")
+TARGETS = ("jitgrad", "Tensor", "Tensor.property", "Tensor.methods", "jitgrad.if_torch", "OpDef.eager_kernel")
 
 
 class Declaration:

@@ -31,8 +31,10 @@ from .library.tensor_info import printing, queries, type_info  # noqa: F401
 from .cuda import seeding  # noqa: F401
 from .library.torch_names import TORCH_FUNCTIONS
 from .nn import functional as _nn_functional, torch_level as _torch_level  # noqa: F401
+from .jit import eager_kernels  # noqa: F401
+from .ir.ops import OPS
 
-PUBLISHED: dict = {}    # ("jitgrad" | "Tensor", name) -> its Declaration, once published
+PUBLISHED: dict = {}    # ("jitgrad" | "Tensor" | "OpDef.eager_kernel", name) -> its Declaration, once published
 CORE = frozenset(vars(Tensor))      # Tensor's class body: what no declaration may replace
 
 
@@ -56,17 +58,19 @@ def _each_name(declarations):
 
 def publish(namespace: dict) -> None:
     """Bind every declaration: ``jitgrad`` names into ``namespace`` (the package's ``globals()``), Tensor methods
-    and properties onto ``Tensor``.  Runs once, at the end of ``jitgrad/__init__``."""
+    and properties onto ``Tensor``, eager-kernel choosers into their OpDefs.  Runs once, at the end of ``jitgrad/__init__``."""
     for d in _each_name(DECLARED):
         for target in d.targets:
             if target == "jitgrad.if_torch" and d.name not in TORCH_FUNCTIONS:
                 continue
-            where = "Tensor" if target.startswith("Tensor") else "jitgrad"
+            where = "Tensor" if target.startswith("Tensor") else target if target.startswith("OpDef") else "jitgrad"
             key = (where, d.name)
             if key in PUBLISHED:
                 raise RuntimeError(f"{where}.{d.name} is declared twice: {PUBLISHED[key]} and {d}")
             PUBLISHED[key] = d
-            if where == "jitgrad":
+            if where == "OpDef.eager_kernel":
+                OPS[d.name].eager_kernel = d.obj
+            elif where == "jitgrad":
                 namespace[d.name] = d.obj
             elif d.name in CORE:
                 raise RuntimeError(f"{d} would replace Tensor.{d.name} of Tensor's class body (runtime/tensor.py)")

@@ -14,6 +14,7 @@ import numpy as np
 import jitgrad as jg
 from jitgrad import Tensor
 from jitgrad.declarations import DECLARED
+from jitgrad.ir.ops import OPS
 from jitgrad.library.torch_names import TORCH_FUNCTIONS
 from jitgrad.publisher import CORE, PUBLISHED, _each_name
 
@@ -77,10 +78,14 @@ def test_every_declaration_is_published_as_declared():
             if target == "jitgrad.if_torch" and d.name not in TORCH_FUNCTIONS:
                 assert d.name not in vars(jg), d     # an in-place form torch's namespace lacks stays a method
                 continue
-            key = ("Tensor" if target.startswith("Tensor") else "jitgrad", d.name)
+            key = ("Tensor" if target.startswith("Tensor") else target if target.startswith("OpDef") else "jitgrad",
+                   d.name)
             assert key not in seen, f"{key} declared twice"
             seen.add(key)
             assert PUBLISHED[key].obj is d.obj and PUBLISHED[key].name == d.name
+            if key[0] == "OpDef.eager_kernel":      # an op's eager-kernel chooser, bound into its OpDef
+                assert OPS[d.name].eager_kernel is d.obj, d
+                continue
             bound = vars(jg)[d.name] if key[0] == "jitgrad" else vars(Tensor)[d.name]
             assert bound is d.obj or _unwrap(bound) is d.obj, d
 

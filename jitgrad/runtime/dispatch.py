@@ -269,7 +269,7 @@ _may_share_memory = getattr(np.may_share_memory, "_implementation", np.may_share
 def _rule_entry(op, args, params):
     """What eager dispatch keeps per signature: (output avals, input avals, output NumPy dtype, differentiable
     (a vjp and a float result), input shapes, input dtypes, the impl to call (``OpDef.eager_impl``'s choice for
-    the signature, else ``impl``))."""
+    the signature, else ``impl``; ``OpDef.eager_kernel``'s native kernel where it serves the signature))."""
     avals = _avals(op, args)
     try:
         out_avals = op.shape_dtype(avals, params)
@@ -277,6 +277,8 @@ def _rule_entry(op, args, params):
         raise op_error(op, avals, e) from None
     want = out_avals[0].dtype.np
     impl = (op.eager_impl(avals, params) if op.eager_impl is not None else None) or op.impl
+    if op.eager_kernel is not None:     # a native kernel over large arrays (jit/eager_kernels.py), NumPy otherwise
+        impl = op.eager_kernel(avals, params, impl) or impl
     return (out_avals, avals, want, op.vjp is not None and np.dtype(want).kind == "f",
             tuple(a.shape for a in avals), tuple(a.dtype for a in avals), impl)
 

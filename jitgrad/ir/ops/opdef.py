@@ -94,11 +94,16 @@ class OpDef:
                 None to use ``vjp``: the pullback on NumPy arrays, for an eager first-order backward only (no graph
                 is built: no create_graph, trace, profiler or anomaly mode).  It must compute what ``vjp``'s binds
                 compute, with the same impls, so both give the same bits.
+    eager_kernel (input avals, params, fallback) -> a callable for that one signature, or None: a native kernel
+                of the op over large arrays (``jit/eager_kernels.py``), asked once per signature after
+                ``eager_impl``; ``fallback`` is the NumPy callable it runs where the kernel does not serve a call.
+                Not set here: the publisher binds it from the jit layer's declaration (target
+                ``"OpDef.eager_kernel"``, ``declarations.py``), so the engine never imports code generation.
     """
 
     __slots__ = ("name", "family", "shape_dtype", "impl", "vjp", "scalar", "grad_name", "saves_in",
                  "saves_out", "saved_for", "nout", "view", "differentiable", "nondiff_inputs", "compute_float", "doc",
-                 "decompose", "jvp", "eager_impl", "eager_vjp")
+                 "decompose", "jvp", "eager_impl", "eager_vjp", "eager_kernel")
 
     def __init__(self, name: str, family: str, shape_dtype: Callable, impl: Callable, vjp: Callable | None,
                  *, scalar: Callable | None = None, grad_name: str | None = None, saves_in=(), saves_out=(),
@@ -124,6 +129,7 @@ class OpDef:
         self.jvp = _derived_jvp(self, jvp)
         self.eager_impl = eager_impl
         self.eager_vjp = eager_vjp
+        self.eager_kernel = None
 
     def __repr__(self):
         return f"OpDef({self.name})"
