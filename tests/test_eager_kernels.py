@@ -97,6 +97,61 @@ def test_native_gives_the_compiled_kernels_bits(sync, case, dtype):
         assert mine & keys, (name, n)
 
 
+def _lsm_backward(g, out):
+    return dispatch.bind(OPS["log_softmax_backward"], g, out, axis=g.ndim - 1)
+
+
+ROW_CASES = [
+    ("softmax", lambda x: F.softmax(x, -1), 1),
+    ("log_softmax", lambda x: F.log_softmax(x, -1), 1),
+    ("log_softmax_backward", _lsm_backward, 2),
+]
+
+
+def _row_inputs(shape, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(shape) * 4).astype(dtype)
+    flat = x.reshape(-1, shape[-1])
+    if flat.shape[0] >= 3:
+        flat[0, :3] = [np.inf, 1.0, 2.0]      # a row holding +inf: nan throughout (torch's)
+        flat[1, :] = -np.inf                  # a row of -inf: nan
+        flat[2, 5] = np.nan
+    g = rng.standard_normal(shape).astype(dtype)
+    return x, g
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", range(len(ROW_CASES)))
+def test_row_kernels_give_the_compiled_kernels_bits(sync, case, dtype):
+    name, fn, nin = ROW_CASES[case]
+    for shape in ((MIN // 64, 64), (16, 4, 64, 64), (7, MIN // 7 + 1), (3 * MIN + 1,)):
+        x, g = _row_inputs(shape, dtype, seed=len(shape))
+        with np.errstate(all="ignore"):
+            arrays = (g, np.log(np.abs(x) + 0.25).astype(dtype)) if nin == 2 else (x,)
+            got = _native(fn, *arrays)
+            ref = OPS[name].impl(*arrays, axis=len(shape) - 1)
+        want, keys = _compiled(fn, *arrays)
+        np.testing.assert_array_equal(got, want)
+        mine = {v[2] for k, v in ek.structures().items() if k[0] == name and v[0] == "ready"}
+        # (a 1-D array is one row: the compiled path builds that as a rank-1 kernel, eager calls the rank-2 one)
+        assert mine & keys or len(shape) == 1, (name, shape)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+        np.testing.assert_array_equal(got[np.isinf(ref)], ref[np.isinf(ref)])
+        ok = np.isfinite(ref)
+        scale = np.abs(ref[ok]).max()
+        tol = (1e-5 if dtype == np.float32 else 1e-13) * scale
+        np.testing.assert_allclose(got[ok], ref[ok], rtol=tol, atol=tol)
+
+
+def test_row_ops_over_another_axis_keep_numpy(sync):
+    x, _ = _row_inputs((64, 128), np.float32)
+    before = dict(ek.COUNTS)
+    with np.errstate(all="ignore"):
+        y = F.softmax(jg.tensor(x), 0).numpy()
+        np.testing.assert_array_equal(y, OPS["softmax"].impl(x, axis=0))
+    assert ek.COUNTS == before
+
+
 @pytest.mark.parametrize("dtype,rtol", [(np.float32, 2e-6), (np.float64, 1e-13)])
 def test_native_is_close_to_scipy(sync, dtype, rtol):
     x, g = _inputs(3 * MIN + 5, dtype, special=False)
@@ -188,7 +243,7 @@ def test_background_build_runs_numpy_until_the_kernel_is_linked(monkeypatch):
         # a structure no other test asks for: float64 tanh-GELU's vjp binds no kernel op; gelu_backward float64
         # with a fresh key is requested here
         x, g = _inputs(MIN + 7, np.float64, seed=11, special=False)
-        st = ek._structure("gelu_backward", ("float64", "float64"), (), False)
+        st = ek._structure("gelu_backward", ("float64", "float64"), (), False, False)
         fresh = st.state == "new"
         before = dict(ek.COUNTS)
         r1 = _gelu_backward(jg.tensor(g), jg.tensor(x)).numpy()

@@ -65,15 +65,17 @@ _KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 class _Structure:
     """One kernel: an op's decomposition for given dtypes and params, serial or parallel.  ``fn`` is its ctypes
-    callable once linked (None before); ``order`` maps the kernel's input operands to the op's arguments."""
+    callable once linked (None before); ``rows``: a row-wise op over the last axis (a row kernel over (rows,
+    row length)) rather than an elementwise one; ``roles``: per operand of the kernel, what a call passes
+    (``_kernel``)."""
 
-    __slots__ = ("op", "dtypes", "params", "parallel", "fn", "order", "per_element", "state", "error", "key",
+    __slots__ = ("op", "dtypes", "params", "parallel", "rows", "fn", "roles", "per_element", "state", "error", "key",
                  "how", "run", "pending")
 
-    def __init__(self, op, dtypes, params, parallel):
-        self.op, self.dtypes, self.params, self.parallel = op, dtypes, params, parallel
+    def __init__(self, op, dtypes, params, parallel, rows):
+        self.op, self.dtypes, self.params, self.parallel, self.rows = op, dtypes, params, parallel, rows
         self.fn = None
-        self.order = None
+        self.roles = None
         self.per_element = None
         self.state = "new"          # new -> queued -> ready | failed
         self.error = None
@@ -111,7 +113,7 @@ class _Structure:
             COUNTS["kernels_failed"] += 1
 
     def _link(self) -> None:
-        kernel, order, per_element = _kernel(self.op, self.dtypes, self.params, self.parallel)
+        kernel, roles, per_element = _kernel(self.op, self.dtypes, self.params, self.parallel, self.rows)
         from ..codegen.kernels import ir_loops
         from ..codegen.native import build
         key = build.kernel_key(kernel)
@@ -128,42 +130,66 @@ class _Structure:
         else:
             self.how = "loaded"
             COUNTS["kernels_loaded"] += 1
-        self.key, self.order, self.per_element = key, order, per_element
+        self.key, self.roles, self.per_element = key, roles, per_element
         self.fn = _KERNEL_FN(addr)
         self.state = "ready"
 
 
-def _kernel(opname, dtypes, params, parallel):
-    """(the kernel, the op's argument index of each kernel input, the plan's cost of one element) of ``opname``'s
-    decomposition over 1-D contiguous arrays of ``dtypes``: the loop the compiled path builds for it."""
-    from ..codegen.kernels.loops import CONTIG, gen_group
+# a kernel operand's role in a call: an argument of the op (its index), the result, or scratch of the row kernel
+# (a value one pass stores for the next: full-size, or one element per row)
+RESULT, FULL, ROW = "result", "full", "row"
+_ROWS_HINT = (256, 128)     # the row stand-in's shape while tracing
+
+
+def _kernel(opname, dtypes, params, parallel, rows):
+    """(the kernel, each operand's role (``RESULT``, ``FULL``, ``ROW`` or the op's argument index), the plan's
+    cost of one element) of ``opname``'s decomposition over C-contiguous arrays of ``dtypes``: 1-D for an
+    elementwise op, (rows, row length) for a row-wise one (its ``axis`` param the last): the loop the compiled
+    path builds for it."""
+    from ..codegen.kernels.loops import BCAST, CONTIG, gen_group
+    from ..codegen.kernels.rowwise_loops import gen_rows
     from ..ir.graph import Graph, Var
     from ..ir.passes import fusion_plan, run_pipeline
-    from ..ir.plan import Group
+    from ..ir.plan import Group, RowGroup
     from ..runtime.dispatch import bind
     from ..runtime.tensor import Tensor
     from ..tracer import Trace
+    shape = _ROWS_HINT if rows else (_N_HINT,)
     tr = Trace()
     with tr:
-        ins = [Tensor._make(tr.new_input(Aval((_N_HINT,), dt.as_dtype(d)))) for d in dtypes]
+        ins = [Tensor._make(tr.new_input(Aval(shape, dt.as_dtype(d)))) for d in dtypes]
         out = bind(OPS[opname], *ins, **dict(params))
     graph = run_pipeline(Graph(list(tr.inputs), list(tr.eqns), [out._data]), f"eager {opname}", transposable=False)
     plan = fusion_plan(graph)
-    if len(plan.steps) != 1 or not isinstance(plan.steps[0], Group):
-        raise RuntimeError(f"{opname}: its decomposition is not one loop ({plan})")
+    if len(plan.steps) != 1 or not isinstance(plan.steps[0], RowGroup if rows else Group):
+        raise RuntimeError(f"{opname}: its decomposition is not one {'row' if rows else 'plain'} loop ({plan})")
     g = plan.steps[0]
-    if g.reduce is not None or g.gathers or g.scatters or len(g.outputs) != 1 or g.outputs[0] is not graph.outputs[0]:
-        raise RuntimeError(f"{opname}: not a plain elementwise loop")
+    if g.gathers or g.scatters or (not rows and g.reduce is not None) or graph.outputs[0] not in g.outputs \
+            or (rows and g.columns):
+        raise RuntimeError(f"{opname}: not a kernel this module calls")
     arrays_in = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
     if any(not isinstance(v, Var) or v not in graph.inputs for v in arrays_in):
         raise RuntimeError(f"{opname}: the loop reads an array that is not an input")
-    order = tuple(graph.inputs.index(v) for v in arrays_in)
-    n = len(arrays_in) + 1
-    # as the compiled path for a graph of this op alone: contiguous operands, each its own alias class (inputs
-    # are distinct buffers as far as writes go, the output is fresh memory; loop_steps.fused_group)
-    kernel = gen_group(g, [CONTIG] * n, parallel, None, 1, None, list(range(n)))
+    roles = [graph.inputs.index(v) for v in arrays_in]
+    for v in g.outputs:
+        roles.append(RESULT if v is graph.outputs[0] else FULL if v.aval.shape == shape else ROW)
+    if rows and any(r == ROW for r in roles) and not all(v.aval.shape in (shape, g.row_shape) for v in g.outputs):
+        raise RuntimeError(f"{opname}: a row kernel output of another shape")
+    n = len(roles)
+    # as the compiled path lays out a graph of this op alone (loop_steps.fused_group): contiguous operands but the
+    # row values (stride 0 along the row), each its own alias class (inputs are distinct buffers as far as writes
+    # go; the result and the workspace are distinct memory)
+    classes = [BCAST if r == ROW else CONTIG for r in roles]
+    alias = list(range(n))
+    # the cost of one element as loop_steps.fused_group prices it (a row kernel's later passes read again)
     per_element = sum(v.aval.dtype.np.itemsize for v in arrays_in + list(g.outputs)) + g.arith_cost()
-    return kernel, order, per_element
+    if rows:
+        per_element += (len(g.passes) - 1) * sum(v.aval.dtype.np.itemsize for v in arrays_in) \
+            + max(g.cost - g.arith_cost(), 0.0)
+        kernel = gen_rows(g, classes, parallel, 2, (1,), alias)
+    else:
+        kernel = gen_group(g, classes, parallel, None, 1, None, alias)
+    return kernel, tuple(roles), per_element
 
 
 def _runs_parallel(size: int, per_element: float) -> bool:
@@ -174,14 +200,14 @@ def _runs_parallel(size: int, per_element: float) -> bool:
     return size >= PARALLEL_MIN or (size >= PARALLEL_GRAIN and size * per_element >= PARALLEL_WORK)
 
 
-def _structure(opname, dtypes, params, parallel) -> _Structure:
+def _structure(opname, dtypes, params, parallel, rows) -> _Structure:
     key = (opname, dtypes, params, parallel)
     st = _STRUCTURES.get(key)
     if st is None:
         with _lock:
             st = _STRUCTURES.get(key)
             if st is None:
-                st = _STRUCTURES[key] = _Structure(opname, dtypes, params, parallel)
+                st = _STRUCTURES[key] = _Structure(opname, dtypes, params, parallel, rows)
     return st
 
 
@@ -190,38 +216,70 @@ def _pool_ok() -> bool:
     return workpool.available()
 
 
+def _same_floats(avals):
+    """The one float dtype and shape of ``avals`` (arrays all), else None."""
+    if not avals:
+        return None
+    a0 = avals[0]
+    if a0.dtype not in _FLOATS:
+        return None
+    for a in avals:
+        if a.weak or a.shape != a0.shape or a.dtype is not a0.dtype:
+            return None
+    return a0
+
+
+def _named(choose, opname, what):
+    choose.__name__ = choose.__qualname__ = f"{opname}_eager_kernel"
+    choose.__doc__ = f"The native kernel of eager ``{opname}`` over large float arrays ({what}; ``eager_kernels.py``)."
+    return choose
+
+
 def elementwise_chooser(opname):
     """The ``eager_kernel`` chooser of elementwise op ``opname``: ``(input avals, params, fallback) -> callable``
     for signatures the kernel serves (every input an array of one float dtype and one shape, at least
     ``MIN_ELEMENTS`` elements), else None."""
     def choose(avals, params, fallback):
-        if not ENABLED or not avals:
+        a0 = _same_floats(avals) if ENABLED else None
+        if a0 is None or a0.size < MIN_ELEMENTS:
             return None
-        a0 = avals[0]
-        shape, d = a0.shape, a0.dtype
-        if d not in _FLOATS or a0.size < MIN_ELEMENTS:
-            return None
-        for a in avals:
-            if a.weak or a.shape != shape or a.dtype is not d:
-                return None
-        return _call_for(opname, tuple(a.dtype.name for a in avals), tuple(sorted(params.items())), shape,
-                         d.np, a0.size, fallback)
-    choose.__name__ = f"{opname}_eager_kernel"
-    choose.__qualname__ = choose.__name__
-    choose.__doc__ = f"The native kernel of eager ``{opname}`` over large float arrays (``eager_kernels.py``)."
-    return choose
+        return _call_for(opname, tuple(a.dtype.name for a in avals), tuple(sorted(params.items())), a0, (a0.size,),
+                         fallback)
+    return _named(choose, opname, "one loop over the elements")
 
 
-def _call_for(opname, dtypes, params, shape, npdtype, size, fallback):
-    """The callable eager dispatch keeps for one signature: the kernel when it is linked and the arrays are
-    C-contiguous and aligned, else ``fallback`` (and the kernel's build requested)."""
-    serial = _structure(opname, dtypes, params, False)
-    par = _structure(opname, dtypes, params, True)
+def rowwise_chooser(opname):
+    """The ``eager_kernel`` chooser of row-wise op ``opname`` (its ``axis`` param the reduced axis): as
+    ``elementwise_chooser``, for signatures whose axis is the last one (the kernel runs over (rows, row
+    length) of C-contiguous arrays)."""
+    def choose(avals, params, fallback):
+        a0 = _same_floats(avals) if ENABLED else None
+        if a0 is None or a0.size < MIN_ELEMENTS or params.get("axis") != a0.ndim - 1:
+            return None
+        c = a0.shape[-1]
+        key_params = tuple(sorted({**params, "axis": 1}.items()))
+        return _call_for(opname, tuple(a.dtype.name for a in avals), key_params, a0, (a0.size // c, c), fallback)
+    return _named(choose, opname, "a row kernel over the last axis")
+
+
+def _call_for(opname, dtypes, params, aval, dims, fallback):
+    """The callable eager dispatch keeps for one signature (result ``aval``; the kernel's loop over ``dims``: the
+    element count, or rows and row length): the kernel when it is linked and the arrays are C-contiguous and
+    aligned, else ``fallback`` (and the kernel's build requested)."""
+    rows = len(dims) == 2
+    serial = _structure(opname, dtypes, params, False, rows)
+    par = _structure(opname, dtypes, params, True, rows)
     from ..codegen.native.threads import LAUNCH_LOCK
     counts = COUNTS
     empty = np.empty
     block_of = np.array
     i64 = np.int64
+    shape, npdtype, size = aval.shape, aval.dtype.np, aval.size
+    head = list(dims)
+    # per operand after its address: its element strides over the loop (a row value: 0 along the row)
+    full_strides = [dims[1], 1] if rows else [1]
+    row_strides = [1, 0]
+    tail = [dims[0]] if rows else []    # a row kernel's slot for its reduction's count (rowwise_loops.gen_rows)
 
     def run(*arrays, **kw):
         st = serial
@@ -236,18 +294,31 @@ def _call_for(opname, dtypes, params, shape, npdtype, size, fallback):
             if fn is None:
                 counts["numpy_calls"] += 1
                 return fallback(*arrays, **kw)
-        block = [size]
-        for j in st.order:
-            a = arrays[j]
+        for a in arrays:
             f = a.flags
             if not (f.c_contiguous and f.aligned):
                 counts["numpy_calls"] += 1
                 return fallback(*arrays, **kw)
+        block = head[:]
+        out = None
+        keep = []
+        for r in st.roles:
+            if r == RESULT:
+                out = a = empty(shape, npdtype)
+            elif r == FULL:
+                a = empty(shape, npdtype)
+                keep.append(a)
+            elif r == ROW:
+                a = empty(dims[0], npdtype)
+                keep.append(a)
+                block.append(a.ctypes.data)
+                block.extend(row_strides)
+                continue
+            else:
+                a = arrays[r]
             block.append(a.ctypes.data)
-            block.append(1)
-        out = empty(shape, npdtype)
-        block.append(out.ctypes.data)
-        block.append(1)
+            block.extend(full_strides)
+        block.extend(tail)
         blk = block_of(block, i64)
         if st.parallel:
             with LAUNCH_LOCK:
@@ -286,6 +357,9 @@ if hasattr(os, "register_at_fork"):
 # the ops served (declared: the publisher binds each into its OpDef's ``eager_kernel`` slot)
 published("OpDef.eager_kernel", name="gelu")(elementwise_chooser("gelu"))
 published("OpDef.eager_kernel", name="gelu_backward")(elementwise_chooser("gelu_backward"))
+published("OpDef.eager_kernel", name="softmax")(rowwise_chooser("softmax"))
+published("OpDef.eager_kernel", name="log_softmax")(rowwise_chooser("log_softmax"))
+published("OpDef.eager_kernel", name="log_softmax_backward")(rowwise_chooser("log_softmax_backward"))
 
 
-__all__ = ["elementwise_chooser", "wait", "structures", "COUNTS", "ENABLED", "SYNC", "MIN_ELEMENTS"]
+__all__ = ["elementwise_chooser", "rowwise_chooser", "wait", "structures", "COUNTS", "ENABLED", "SYNC", "MIN_ELEMENTS"]
