@@ -70,7 +70,7 @@ class _Structure:
     (``_kernel``)."""
 
     __slots__ = ("op", "dtypes", "params", "parallel", "rows", "fn", "roles", "per_element", "state", "error", "key",
-                 "how", "run", "pending")
+                 "how", "run", "pending", "code")
 
     def __init__(self, op, dtypes, params, parallel, rows):
         self.op, self.dtypes, self.params, self.parallel, self.rows = op, dtypes, params, parallel, rows
@@ -81,7 +81,9 @@ class _Structure:
         self.error = None
         self.key = None
         self.how = None             # "compiled" | "loaded" | "process" (linked by another structure's build)
-        self.run = self.pending = None      # (what the build thread's fork handler reads of a queued job)
+        # what the build thread's fork and exit handlers read of a queued job (no graph code: nothing to hand to
+        # build processes at exit)
+        self.run = self.pending = self.code = None
 
     def request(self) -> None:
         """Build (or load) the kernel: now when ``SYNC``, else on the build thread (once)."""
