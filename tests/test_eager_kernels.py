@@ -101,10 +101,11 @@ def _lsm_backward(g, out):
     return dispatch.bind(OPS["log_softmax_backward"], g, out, axis=g.ndim - 1)
 
 
-ROW_CASES = [
-    ("softmax", lambda x: F.softmax(x, -1), 1),
-    ("log_softmax", lambda x: F.log_softmax(x, -1), 1),
-    ("log_softmax_backward", _lsm_backward, 2),
+ROW_CASES = [   # (op, the call, inputs, the NumPy impl's params)
+    ("softmax", lambda x: F.softmax(x, -1), 1, lambda nd: {"axis": nd - 1}),
+    ("log_softmax", lambda x: F.log_softmax(x, -1), 1, lambda nd: {"axis": nd - 1}),
+    ("log_softmax_backward", _lsm_backward, 2, lambda nd: {"axis": nd - 1}),
+    ("layer_norm", lambda x: F.layer_norm(x, x.shape[-1:]), 1, lambda nd: {"naxes": 1, "eps": 1e-5}),
 ]
 
 
@@ -123,13 +124,13 @@ def _row_inputs(shape, dtype, seed=0):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("case", range(len(ROW_CASES)))
 def test_row_kernels_give_the_compiled_kernels_bits(sync, case, dtype):
-    name, fn, nin = ROW_CASES[case]
+    name, fn, nin, impl_params = ROW_CASES[case]
     for shape in ((MIN // 64, 64), (16, 4, 64, 64), (7, MIN // 7 + 1), (3 * MIN + 1,)):
         x, g = _row_inputs(shape, dtype, seed=len(shape))
         with np.errstate(all="ignore"):
             arrays = (g, np.log(np.abs(x) + 0.25).astype(dtype)) if nin == 2 else (x,)
             got = _native(fn, *arrays)
-            ref = OPS[name].impl(*arrays, axis=len(shape) - 1)
+            ref = OPS[name].impl(*arrays, **impl_params(len(shape)))
         want, keys = _compiled(fn, *arrays)
         np.testing.assert_array_equal(got, want)
         mine = {v[2] for k, v in ek.structures().items() if k[0] == name and v[0] == "ready"}
@@ -149,6 +150,8 @@ def test_row_ops_over_another_axis_keep_numpy(sync):
     with np.errstate(all="ignore"):
         y = F.softmax(jg.tensor(x), 0).numpy()
         np.testing.assert_array_equal(y, OPS["softmax"].impl(x, axis=0))
+        z = F.layer_norm(jg.tensor(x), (64, 128)).numpy()     # two axes normalised: NumPy
+        np.testing.assert_array_equal(z, OPS["layer_norm"].impl(x, naxes=2, eps=1e-5))
     assert ek.COUNTS == before
 
 
@@ -323,3 +326,15 @@ def test_serial_and_parallel_kernels_agree(sync, monkeypatch):
     kinds = {k[3] for k, v in ek.structures().items() if k[0] == "gelu" and v[0] == "ready"}
     assert kinds == {False, True}
     np.testing.assert_array_equal(par, ser)
+
+
+def test_a_kernel_that_bakes_a_size_in_is_refused_unless_keyed_by_it():
+    """layer_norm's mean divides by the row length: traced at two row lengths its kernel differs, so it is built
+    per row length (``sized``), never reused for another."""
+    params = (("eps", 1e-5), ("naxes", 1))
+    with pytest.raises(RuntimeError, match="depends on the sizes"):
+        ek._kernel("layer_norm", ("float32",), params, False, True)
+    a, _, _ = ek._kernel("layer_norm", ("float32",), params, False, True, row_length=64)
+    b, _, _ = ek._kernel("layer_norm", ("float32",), params, False, True, row_length=128)
+    assert a.source != b.source
+    ek._kernel("softmax", ("float32",), (("axis", 1),), False, True)      # any row length: one kernel

@@ -54,7 +54,10 @@ SYNC = _MODE == "sync"
 # float64 form SciPy's erf at ~10 ns an element: below a few thousand elements neither is worth a kernel's
 # structure in the signature cache.
 MIN_ELEMENTS = int(os.environ.get("JITGRAD_EAGER_KERNEL_MIN", "4096"))
-_N_HINT = 1 << 16       # the stand-in's length while tracing (sizes reach the kernel as arguments)
+# the stand-ins' sizes while tracing, two of each: sizes reach a kernel as arguments, so both must give one text
+# (a decomposition with a mean bakes its row length in: such an op says so, and its row length keys its kernel)
+_ELEMENT_HINTS = ((1 << 16,), (3 << 14,))
+_ROW_HINTS = ((256, 128), (192, 96))
 _FLOATS = (dt.float32, dt.float64)
 
 COUNTS = {"native_calls": 0, "numpy_calls": 0, "kernels_compiled": 0, "kernels_loaded": 0, "kernels_failed": 0}
@@ -66,14 +69,16 @@ _KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 class _Structure:
     """One kernel: an op's decomposition for given dtypes and params, serial or parallel.  ``fn`` is its ctypes
     callable once linked (None before); ``rows``: a row-wise op over the last axis (a row kernel over (rows,
-    row length)) rather than an elementwise one; ``roles``: per operand of the kernel, what a call passes
+    row length)) rather than an elementwise one; ``row_length``: the row length it is built for (None: any);
+    ``roles``: per operand of the kernel, what a call passes
     (``_kernel``)."""
 
-    __slots__ = ("op", "dtypes", "params", "parallel", "rows", "fn", "roles", "per_element", "state", "error", "key",
+    __slots__ = ("op", "dtypes", "params", "parallel", "rows", "row_length", "fn", "roles", "per_element", "state", "error", "key",
                  "how", "run", "pending", "code")
 
-    def __init__(self, op, dtypes, params, parallel, rows):
+    def __init__(self, op, dtypes, params, parallel, rows, row_length):
         self.op, self.dtypes, self.params, self.parallel, self.rows = op, dtypes, params, parallel, rows
+        self.row_length = row_length
         self.fn = None
         self.roles = None
         self.per_element = None
@@ -115,7 +120,8 @@ class _Structure:
             COUNTS["kernels_failed"] += 1
 
     def _link(self) -> None:
-        kernel, roles, per_element = _kernel(self.op, self.dtypes, self.params, self.parallel, self.rows)
+        kernel, roles, per_element = _kernel(self.op, self.dtypes, self.params, self.parallel, self.rows,
+                                             self.row_length)
         from ..codegen.kernels import ir_loops
         from ..codegen.native import build
         key = build.kernel_key(kernel)
@@ -140,14 +146,22 @@ class _Structure:
 # a kernel operand's role in a call: an argument of the op (its index), the result, or scratch of the row kernel
 # (a value one pass stores for the next: full-size, or one element per row)
 RESULT, FULL, ROW = "result", "full", "row"
-_ROWS_HINT = (256, 128)     # the row stand-in's shape while tracing
-
-
-def _kernel(opname, dtypes, params, parallel, rows):
+def _kernel(opname, dtypes, params, parallel, rows, row_length=None):
     """(the kernel, each operand's role (``RESULT``, ``FULL``, ``ROW`` or the op's argument index), the plan's
     cost of one element) of ``opname``'s decomposition over C-contiguous arrays of ``dtypes``: 1-D for an
-    elementwise op, (rows, row length) for a row-wise one (its ``axis`` param the last): the loop the compiled
-    path builds for it."""
+    elementwise op, (rows, row length) for a row-wise one (its ``axis`` param the last; ``row_length``, when
+    given, the rows' length): the loop the compiled path builds for it.  Traced at two sizes, which must give
+    one kernel text: sizes are the kernel's arguments, never part of its code."""
+    hints = _ROW_HINTS if rows else _ELEMENT_HINTS
+    if row_length is not None:
+        hints = tuple((r, row_length) for r, _ in hints)
+    first, other = (_traced_kernel(opname, dtypes, params, parallel, rows, shape) for shape in hints)
+    if first[0].source != other[0].source:
+        raise RuntimeError(f"{opname}: its kernel depends on the sizes it was traced at")
+    return first
+
+
+def _traced_kernel(opname, dtypes, params, parallel, rows, shape):
     from ..codegen.kernels.loops import BCAST, CONTIG, gen_group
     from ..codegen.kernels.rowwise_loops import gen_rows
     from ..ir.graph import Graph, Var
@@ -156,7 +170,6 @@ def _kernel(opname, dtypes, params, parallel, rows):
     from ..runtime.dispatch import bind
     from ..runtime.tensor import Tensor
     from ..tracer import Trace
-    shape = _ROWS_HINT if rows else (_N_HINT,)
     tr = Trace()
     with tr:
         ins = [Tensor._make(tr.new_input(Aval(shape, dt.as_dtype(d)))) for d in dtypes]
@@ -202,14 +215,14 @@ def _runs_parallel(size: int, per_element: float) -> bool:
     return size >= PARALLEL_MIN or (size >= PARALLEL_GRAIN and size * per_element >= PARALLEL_WORK)
 
 
-def _structure(opname, dtypes, params, parallel, rows) -> _Structure:
-    key = (opname, dtypes, params, parallel)
+def _structure(opname, dtypes, params, parallel, rows, row_length=None) -> _Structure:
+    key = (opname, dtypes, params, parallel) if row_length is None else (opname, dtypes, params, parallel, row_length)
     st = _STRUCTURES.get(key)
     if st is None:
         with _lock:
             st = _STRUCTURES.get(key)
             if st is None:
-                st = _STRUCTURES[key] = _Structure(opname, dtypes, params, parallel, rows)
+                st = _STRUCTURES[key] = _Structure(opname, dtypes, params, parallel, rows, row_length)
     return st
 
 
@@ -250,27 +263,41 @@ def elementwise_chooser(opname):
     return _named(choose, opname, "one loop over the elements")
 
 
-def rowwise_chooser(opname):
-    """The ``eager_kernel`` chooser of row-wise op ``opname`` (its ``axis`` param the reduced axis): as
-    ``elementwise_chooser``, for signatures whose axis is the last one (the kernel runs over (rows, row
-    length) of C-contiguous arrays)."""
+def _softmax_axis(params, ndim):
+    """The rank-2 kernel's params of a softmax-like op over the last axis (``axis``), else None."""
+    return tuple(sorted({**params, "axis": 1}.items())) if params.get("axis") == ndim - 1 else None
+
+
+def _layer_norm_axes(params, ndim):
+    """The rank-2 kernel's params of a layer_norm over the last axis alone (``naxes`` 1), else None."""
+    return tuple(sorted(params.items())) if params.get("naxes") == 1 else None
+
+
+def rowwise_chooser(opname, last_axis=_softmax_axis, sized=False):
+    """The ``eager_kernel`` chooser of row-wise op ``opname``: as ``elementwise_chooser``, for signatures that
+    reduce the last axis alone (``last_axis(params, ndim)``: the params of its rank-2 kernel, else None); the
+    kernel runs over (rows, row length) of C-contiguous arrays.  ``sized``: its decomposition bakes the row
+    length in (a mean divides by it), so a kernel is built per row length, as the compiled path's is."""
     def choose(avals, params, fallback):
         a0 = _same_floats(avals) if ENABLED else None
-        if a0 is None or a0.size < MIN_ELEMENTS or params.get("axis") != a0.ndim - 1:
+        if a0 is None or a0.size < MIN_ELEMENTS or a0.ndim < 1:
+            return None
+        key_params = last_axis(params, a0.ndim)
+        if key_params is None:
             return None
         c = a0.shape[-1]
-        key_params = tuple(sorted({**params, "axis": 1}.items()))
-        return _call_for(opname, tuple(a.dtype.name for a in avals), key_params, a0, (a0.size // c, c), fallback)
+        return _call_for(opname, tuple(a.dtype.name for a in avals), key_params, a0, (a0.size // c, c), fallback,
+                         c if sized else None)
     return _named(choose, opname, "a row kernel over the last axis")
 
 
-def _call_for(opname, dtypes, params, aval, dims, fallback):
+def _call_for(opname, dtypes, params, aval, dims, fallback, row_length=None):
     """The callable eager dispatch keeps for one signature (result ``aval``; the kernel's loop over ``dims``: the
     element count, or rows and row length): the kernel when it is linked and the arrays are C-contiguous and
     aligned, else ``fallback`` (and the kernel's build requested)."""
     rows = len(dims) == 2
-    serial = _structure(opname, dtypes, params, False, rows)
-    par = _structure(opname, dtypes, params, True, rows)
+    serial = _structure(opname, dtypes, params, False, rows, row_length)
+    par = _structure(opname, dtypes, params, True, rows, row_length)
     from ..codegen.native.threads import LAUNCH_LOCK
     counts = COUNTS
     empty = np.empty
@@ -362,6 +389,7 @@ published("OpDef.eager_kernel", name="gelu_backward")(elementwise_chooser("gelu_
 published("OpDef.eager_kernel", name="softmax")(rowwise_chooser("softmax"))
 published("OpDef.eager_kernel", name="log_softmax")(rowwise_chooser("log_softmax"))
 published("OpDef.eager_kernel", name="log_softmax_backward")(rowwise_chooser("log_softmax_backward"))
+published("OpDef.eager_kernel", name="layer_norm")(rowwise_chooser("layer_norm", _layer_norm_axes, sized=True))
 
 
 __all__ = ["elementwise_chooser", "rowwise_chooser", "wait", "structures", "COUNTS", "ENABLED", "SYNC", "MIN_ELEMENTS"]
