@@ -207,12 +207,13 @@ def _traced_kernel(opname, dtypes, params, parallel, rows, shape):
     return kernel, tuple(roles), per_element
 
 
-def _runs_parallel(size: int, per_element: float) -> bool:
-    """The compiled path's rule (``layout.Program.runs_parallel``) for a loop of ``size`` elements."""
-    if settings.STATE.num_threads == 1:
-        return False
+def _parallel_pays(size: int, per_element: float) -> bool:
+    """The compiled path's rule (``layout.Program.runs_parallel``) for a loop of ``size`` elements each costing
+    ``per_element``, on a pool this process can start (``torch.set_num_threads(1)`` is checked per call)."""
+    from ..codegen.native import workpool
     from ..codegen.program.layout import PARALLEL_GRAIN, PARALLEL_MIN, PARALLEL_WORK
-    return size >= PARALLEL_MIN or (size >= PARALLEL_GRAIN and size * per_element >= PARALLEL_WORK)
+    pays = size >= PARALLEL_MIN or (size >= PARALLEL_GRAIN and size * per_element >= PARALLEL_WORK)
+    return pays and workpool.available()
 
 
 def _structure(opname, dtypes, params, parallel, rows, row_length=None) -> _Structure:
@@ -224,11 +225,6 @@ def _structure(opname, dtypes, params, parallel, rows, row_length=None) -> _Stru
             if st is None:
                 st = _STRUCTURES[key] = _Structure(opname, dtypes, params, parallel, rows, row_length)
     return st
-
-
-def _pool_ok() -> bool:
-    from ..codegen.native import workpool
-    return workpool.available()
 
 
 def _same_floats(avals):
@@ -310,10 +306,14 @@ def _call_for(opname, dtypes, params, aval, dims, fallback, row_length=None):
     row_strides = [1, 0]
     tail = [dims[0]] if rows else []    # a row kernel's slot for its reduction's count (rowwise_loops.gen_rows)
 
+    threads = settings.STATE
+    pool = [None]       # whether the loop goes to the pool: known once the serial kernel told its cost
+
     def run(*arrays, **kw):
         st = serial
-        if par.state != "failed" and serial.per_element is not None and _runs_parallel(size, serial.per_element) \
-                and _pool_ok():
+        if pool[0] is None and serial.per_element is not None:
+            pool[0] = _parallel_pays(size, serial.per_element)
+        if pool[0] and threads.num_threads != 1 and par.state != "failed":
             st = par
         fn = st.fn
         if fn is None:
