@@ -338,3 +338,15 @@ def test_a_kernel_that_bakes_a_size_in_is_refused_unless_keyed_by_it():
     b, _, _ = ek._kernel("layer_norm", ("float32",), params, False, True, row_length=128)
     assert a.source != b.source
     ek._kernel("softmax", ("float32",), (("axis", 1),), False, True)      # any row length: one kernel
+
+
+def test_a_process_exits_cleanly_with_eager_builds_queued(tmp_path):
+    """Builds queued on the build thread at exit are dropped (they have no graph code to hand to build
+    processes): the process exits at once, with nothing on stderr."""
+    code = ("import numpy as np, jitgrad as jg, jitgrad.nn.functional as F\n"
+            "x = jg.tensor(np.ones((256, 512), np.float32))\n"
+            "F.gelu(x); F.softmax(x, -1); F.layer_norm(x, (512,))\n")
+    env = dict(os.environ, JITGRAD_CACHE_DIR=str(tmp_path), JITGRAD_EAGER_KERNELS="1",
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert r.returncode == 0 and r.stderr == "", r.stderr[-3000:]
