@@ -1,5 +1,6 @@
 """The one module that publishes jitgrad's surface: the ``jitgrad`` namespace's library names and ``Tensor``'s
-methods, properties and operators beyond its class body, in one pass over the declarations.
+methods, properties and operators beyond its class body, in one pass over the declarations; and the jit layer's
+eager-kernel choosers into their OpDefs (``OpDef.eager_kernel``, ``jit/eager_kernels.py``).
 
 Each public name is declared once, beside its definition, with ``@published(...)`` (``declarations.py``); importing
 the declaring modules below records them, and :func:`publish` binds each declared object itself (no wrapper), so
@@ -58,7 +59,8 @@ def _each_name(declarations):
 
 def publish(namespace: dict) -> None:
     """Bind every declaration: ``jitgrad`` names into ``namespace`` (the package's ``globals()``), Tensor methods
-    and properties onto ``Tensor``, eager-kernel choosers into their OpDefs.  Runs once, at the end of ``jitgrad/__init__``."""
+    and properties onto ``Tensor``, eager-kernel choosers into their OpDefs.  Runs once, at the end of
+    ``jitgrad/__init__``."""
     for d in _each_name(DECLARED):
         for target in d.targets:
             if target == "jitgrad.if_torch" and d.name not in TORCH_FUNCTIONS:

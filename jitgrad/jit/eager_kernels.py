@@ -3,11 +3,12 @@ from eager dispatch, on the worker pool when the array is large enough.
 
 NumPy runs an eager fused op such as GELU as many passes over memory (``ir/ops/numpy_erf.py``: ~30 ufunc calls a
 block, ~15 ns an element), single-threaded.  Here the op's decomposition (``OpDef.decompose``, what a trace binds)
-is traced on a 1-D stand-in, run through the compile path's passes (``run_pipeline``, ``fusion_plan``) and its one
-fusion group becomes the same kernel the compiled path builds for it (``codegen/kernels/loops.gen_group``: same
-scalar bodies, mathlib's erf/exp, same fast-math flags, same key), so eager gives the compiled kernel's bits
-(~1 ns an element) and shares its cache: ``codegen/native/build.obtain`` links it from the disk cache when it is
-there (a second process loads it in milliseconds) and compiles it to LLVM IR, without Numba, when not.
+is traced on a stand-in (1-D for an elementwise op, (rows, row length) for a row-wise one), run through the
+compile path's passes (``run_pipeline``, ``fusion_plan``), and its one fusion group becomes the kernel the compiled
+path builds for it (``codegen/kernels/loops.gen_group``, ``rowwise_loops.gen_rows``: same scalar bodies, mathlib's
+erf/exp, same fast-math flags, same key), so eager gives the compiled kernel's bits (~1 ns an element) and shares
+its cache: ``codegen/native/build.obtain`` links it from the disk cache when it is there (a second process loads it
+in milliseconds) and compiles it to LLVM IR, without Numba, when not.
 
 The seam (ARCHITECTURE.md, "Eager kernels"): each op this module serves has a chooser declared here with
 ``@published("OpDef.eager_kernel", name=op)``; the publisher binds it into the OpDef's ``eager_kernel`` slot, and
@@ -15,10 +16,11 @@ eager dispatch (``runtime/dispatch._rule_entry``) asks it once per signature (op
 callable to run instead of the NumPy impl.  So ``runtime/`` never imports this module or ``codegen/``, and a small
 array costs nothing per call: its signature's entry holds the NumPy impl.
 
-Per structure (op, dtypes, params, serial or parallel) a kernel is built once per process, never per size.  A
-call whose kernel is not linked yet runs NumPy and queues the build on the build thread
-(``codegen/native/build_thread.py``): a cold build (trace, passes, LLVM at O3) takes tens of milliseconds, longer
-than any first call should wait, and a warm one still imports llvmlite and renders the kernel's text to key it.
+Per structure (op, dtypes, params, serial or parallel; the row length where the decomposition bakes it in) a
+kernel is built once per process, never per size.  A call whose kernel is not linked yet runs NumPy and queues the
+build on the build thread (``codegen/native/build_thread.py``): measured (BENCHMARKS.md, "eagerkern"), a cold build
+(trace, passes, LLVM at O3) takes 100-400 ms, far longer than a first call should wait, and even a warm one
+(loaded from disk) costs 10-15 ms of tracing and kernel IR to key it, plus ~0.25 s of imports for the first.
 Calls switch to the kernel once it is linked.  Inputs it does not handle (not C-contiguous, unaligned, shapes that
 broadcast, mixed dtypes) run NumPy, so semantics are the impl's: out-of-place results, NaN propagation (the
 kernels never carry nnan/ninf), and everything dispatch does around the impl (version counters, autograd records,
@@ -62,7 +64,7 @@ _FLOATS = (dt.float32, dt.float64)
 
 COUNTS = {"native_calls": 0, "numpy_calls": 0, "kernels_compiled": 0, "kernels_loaded": 0, "kernels_failed": 0}
 _lock = threading.Lock()
-_STRUCTURES: dict = {}      # (op name, dtype names, params, parallel) -> _Structure
+_STRUCTURES: dict = {}      # (op name, dtype names, params, parallel[, row length]) -> _Structure
 _KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
@@ -70,11 +72,10 @@ class _Structure:
     """One kernel: an op's decomposition for given dtypes and params, serial or parallel.  ``fn`` is its ctypes
     callable once linked (None before); ``rows``: a row-wise op over the last axis (a row kernel over (rows,
     row length)) rather than an elementwise one; ``row_length``: the row length it is built for (None: any);
-    ``roles``: per operand of the kernel, what a call passes
-    (``_kernel``)."""
+    ``roles``: per operand of the kernel, what a call passes (``_kernel``)."""
 
-    __slots__ = ("op", "dtypes", "params", "parallel", "rows", "row_length", "fn", "roles", "per_element", "state", "error", "key",
-                 "how", "run", "pending", "code")
+    __slots__ = ("op", "dtypes", "params", "parallel", "rows", "row_length", "fn", "roles", "per_element", "state",
+                 "error", "key", "how", "run", "pending", "code")
 
     def __init__(self, op, dtypes, params, parallel, rows, row_length):
         self.op, self.dtypes, self.params, self.parallel, self.rows = op, dtypes, params, parallel, rows
@@ -315,8 +316,11 @@ def _call_for(opname, dtypes, params, aval, dims, fallback, row_length=None):
         st = serial
         if pool[0] is None and serial.per_element is not None:
             pool[0] = _parallel_pays(size, serial.per_element)
-        if pool[0] and threads.num_threads != 1 and par.state != "failed":
-            st = par
+        if pool[0] and threads.num_threads != 1:
+            if par.state == "new":
+                par.request()       # (the serial kernel serves until it is linked)
+            if par.fn is not None:
+                st = par
         fn = st.fn
         if fn is None:
             if st.state == "new":
