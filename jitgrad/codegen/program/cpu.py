@@ -31,6 +31,7 @@ from . import batched_gemm, collective_steps, gemm_steps, loop_steps, region_ste
 from ..native import build as _build, build_thread, threads
 from .layout import Program
 from ..lowering import lower_plan, step_error
+from ..kernels import small_gemm
 from ..kernels.loops import FASTMATH, PARALLEL_MIN, gen_group  # noqa: F401  (re-exported)
 from .output_pool import take
 
@@ -38,12 +39,15 @@ from .output_pool import take
 class Launch(NamedTuple):
     """A step of a compiled call (``CompiledGraph.launches``): its label, kind (``fused``, ``rows``, ``copy``...
     for loop kernels; ``gemm``, ``bgemm``, ``py``, ``native``...), whether it runs on the worker pool, and the
-    most threads it runs on at once; ``work``: its size in the plan's cost unit as the parallel choice saw it."""
+    most threads it runs on at once; ``work``: its size in the plan's cost unit as the parallel choice saw it;
+    ``routine``: a matrix product's routine (``sgemm``/``dgemm``: BLAS; ``small_sgemm``/``small_dgemm``:
+    ``kernels/small_gemm.py``)."""
     label: str
     kind: str
     parallel: bool
     threads: int
     work: float = 0.0
+    routine: str = ""
 
 
 class CodegenWarning(UserWarning):
@@ -56,7 +60,10 @@ _GEMM_CALL = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 13))
 
 
 def blas_address(name: str) -> int:
-    """Address of SciPy's Fortran BLAS routine (``sgemm``/``dgemm``): the library eager matmul calls too."""
+    """Address of a GEMM step's routine: SciPy's Fortran BLAS ``sgemm``/``dgemm`` (the library eager matmul calls
+    too), or ``small_sgemm``/``small_dgemm`` (``kernels/small_gemm.py``, same calling convention)."""
+    if name.startswith("small_"):
+        return small_gemm.address(name[6:], blas.gemm_address)
     return blas.gemm_address(name)
 
 
@@ -187,7 +194,7 @@ class CompiledGraph:
             elif st.kind in ("gemm", "bgemm"):
                 par = bool(st.parallel)
                 big = threads.blas_threaded([st])
-                out.append(Launch(st.label, st.kind, par, pool if par else blas_n if big else 1, st.work))
+                out.append(Launch(st.label, st.kind, par, pool if par else blas_n if big else 1, st.work, st.gemm))
             else:
                 out.append(Launch(st.label, st.kind, False, 1))
         return out
