@@ -350,3 +350,18 @@ def test_a_process_exits_cleanly_with_eager_builds_queued(tmp_path):
                PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert r.returncode == 0 and r.stderr == "", r.stderr[-3000:]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")     # (anomaly mode's own warnings, as torch's)
+def test_anomaly_mode_sees_the_kernels_nan(sync):
+    """A NaN the native vjp returns is reported by anomaly mode as the NumPy one was (the checks run on the
+    impl's result, whichever computed it)."""
+    x0, g0 = _inputs(2 * MIN, np.float32, special=False)
+    g0[5] = np.nan
+    x = jg.tensor(x0, requires_grad=True)
+    with jg.autograd.detect_anomaly():
+        y = F.gelu(x)
+        before = ek.COUNTS["native_calls"]
+        with pytest.raises(RuntimeError, match="GeluBackward0' returned nan"):
+            y.backward(jg.tensor(g0))
+    assert ek.COUNTS["native_calls"] == before + 1
