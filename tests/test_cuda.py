@@ -171,6 +171,7 @@ CASES = {
     "layer_norm": (lambda a: _bind("layer_norm", a, naxes=1, eps=1e-5), [(2, 3)], "any"),
     "log_softmax": (lambda a: _bind("log_softmax", a, axis=0), [(2, 3)], "any"),
     "log_softmax_backward": (lambda g, o: _bind("log_softmax_backward", g, o, axis=1), [(2, 3), (2, 3)], "any"),
+    "softmax_backward": (lambda g, o: _bind("softmax_backward", g, o, axis=1), [(2, 3), (2, 3)], "any"),
     "nll_loss": (lambda a: _bind("nll_loss", _bind("log_softmax", a, axis=1), jg.tensor([2, 0], device=a.device),
                                  ignore_index=-100, reduction="mean"), [(2, 3)], "any"),
     "flip": (lambda a: a.flip(1) * a, [(2, 3)], "any"),

@@ -105,6 +105,8 @@ ROW_CASES = [   # (op, the call, inputs, the NumPy impl's params)
     ("softmax", lambda x: F.softmax(x, -1), 1, lambda nd: {"axis": nd - 1}),
     ("log_softmax", lambda x: F.log_softmax(x, -1), 1, lambda nd: {"axis": nd - 1}),
     ("log_softmax_backward", _lsm_backward, 2, lambda nd: {"axis": nd - 1}),
+    ("softmax_backward", lambda g, y: dispatch.bind(OPS["softmax_backward"], g, y, axis=g.ndim - 1), 2,
+     lambda nd: {"axis": nd - 1}),
     ("layer_norm", lambda x: F.layer_norm(x, x.shape[-1:]), 1, lambda nd: {"naxes": 1, "eps": 1e-5}),
 ]
 

@@ -11,8 +11,8 @@ import jitgrad as jg
 import jitgrad.nn.functional as F
 from jitgrad.autograd import gradcheck, gradgradcheck
 
-FUSED = ("softmax", "log_softmax", "nll_loss", "log_softmax_backward", "tanh_backward", "gelu", "gelu_backward", "layer_norm",
-         "sdpa")
+FUSED = ("softmax", "softmax_backward", "log_softmax", "nll_loss", "log_softmax_backward", "tanh_backward", "gelu",
+         "gelu_backward", "layer_norm", "sdpa")
 
 
 def _logits(shape=(5, 4), seed=0, dtype=np.float64):

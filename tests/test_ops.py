@@ -1228,6 +1228,7 @@ SMOKE = {
     "log_softmax": lambda: _g(lambda a: jg.log_softmax(a, 0), (2, 3)),
     "nll_loss": lambda: SMOKE_nll_loss(),
     "log_softmax_backward": lambda: SMOKE_log_softmax_backward(),
+    "softmax_backward": lambda: SMOKE_softmax_backward(),
     "tanh_backward": lambda: SMOKE_tanh_backward(),
     "gelu_backward": lambda: SMOKE_gelu_backward(),
     "sdpa": lambda: _g(lambda q, k, v: jg.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
@@ -1278,6 +1279,15 @@ def SMOKE_log_softmax_backward():
     # log_softmax's eager vjp binds it; differentiating that vjp again (create_graph) exercises its own vjp
     def f(a, v):
         y = jg.log_softmax(a, 1)
+        g, = jg.autograd.grad((y * v).sum(), a, create_graph=True)
+        return g
+    _g(f, (2, 3), (2, 3))
+
+
+def SMOKE_softmax_backward():
+    # softmax's eager vjp binds it; differentiating that vjp again (create_graph) exercises its own vjp
+    def f(a, v):
+        y = jg.softmax(a, 1)
         g, = jg.autograd.grad((y * v).sum(), a, create_graph=True)
         return g
     _g(f, (2, 3), (2, 3))

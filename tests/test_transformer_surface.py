@@ -236,7 +236,8 @@ def test_sdpa_argument_errors_are_torchs(case, tiled):
 
 def test_fused_ops_declare_decompositions_and_eager_binds_them():
     from jitgrad.ir.ops import OPS
-    for name in ("softmax", "log_softmax", "log_softmax_backward", "tanh_backward", "nll_loss", "sdpa"):
+    for name in ("softmax", "softmax_backward", "log_softmax", "log_softmax_backward", "tanh_backward", "nll_loss",
+                 "sdpa"):
         assert OPS[name].decompose is not None, name
     x = jg.tensor(_rng().standard_normal((4, 3)), requires_grad=True)
     assert jg.softmax(x, 1).grad_fn.name() == "SoftmaxBackward0"

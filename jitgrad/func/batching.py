@@ -163,7 +163,7 @@ for _name, _o in OPS.items():
     if _o.family == "elementwise" and _name not in RANDOM:
         RULES[_name] = _elementwise
 for _name in ("sum", "amax", "amin", "prod", "prod_others", "norm2", "normp", "argmax", "argmin", "log_softmax",
-              "softmax", "log_softmax_backward", "cumsum", "cumprod", "flip", "argsort"):
+              "softmax", "softmax_backward", "log_softmax_backward", "cumsum", "cumprod", "flip", "argsort"):
     RULES[_name] = _axes_rule
 RULES.update(layer_norm=_keep_trailing, reshape=_reshape, permute=_permute, broadcast_to=_broadcast_to, cat=_cat,
              matmul=_matmul, getitem=index_rules.getitem, index_put=index_rules.index_put, isin=_isin)

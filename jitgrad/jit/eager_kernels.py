@@ -393,6 +393,7 @@ if hasattr(os, "register_at_fork"):
 published("OpDef.eager_kernel", name="gelu")(elementwise_chooser("gelu"))
 published("OpDef.eager_kernel", name="gelu_backward")(elementwise_chooser("gelu_backward"))
 published("OpDef.eager_kernel", name="softmax")(rowwise_chooser("softmax"))
+published("OpDef.eager_kernel", name="softmax_backward")(rowwise_chooser("softmax_backward"))
 published("OpDef.eager_kernel", name="log_softmax")(rowwise_chooser("log_softmax"))
 published("OpDef.eager_kernel", name="log_softmax_backward")(rowwise_chooser("log_softmax_backward"))
 published("OpDef.eager_kernel", name="layer_norm")(rowwise_chooser("layer_norm", _layer_norm_axes, sized=True))

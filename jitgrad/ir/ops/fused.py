@@ -1,5 +1,5 @@
-"""Fused primitives for composite functions: ``softmax``, ``log_softmax``, ``nll_loss``, the vjps of log_softmax
-and tanh, ``layer_norm`` (the normalisation), ``gelu`` and ``sdpa`` (scaled dot-product attention).
+"""Fused primitives for composite functions: ``softmax``, ``log_softmax``, ``nll_loss``, the vjps of softmax,
+log_softmax and tanh, ``layer_norm`` (the normalisation), ``gelu`` and ``sdpa`` (scaled dot-product attention).
 
 Each one is a composition of smaller primitives, and says so: its ``decompose`` rebuilds it from them.  Eager CPU
 mode runs the fused ``impl`` (one NumPy call and one backward node instead of six to twelve of each:
@@ -114,9 +114,52 @@ def _tanh_bwd_jvp(c, tg, ty):
 
 
 def _softmax_vjp(c, g):
-    # y * (g - sum(g * y))
+    # y * (g - sum(g * y)): one fused op (its decomposition binds exactly that) when g is laid out as y
     y = c.outputs[0]
+    if g.shape == y.shape and g.dtype == y.dtype:
+        return (c.bind("softmax_backward", g, y, axis=c.params["axis"]),)
     return (y * (g - c.bind("sum", g * y, axes=(c.params["axis"],), keepdims=True)),)
+
+
+def _sm_bwd_rule(avals, params):
+    g, y = avals
+    if g.shape != y.shape or g.dtype is not y.dtype or not g.dtype.is_floating_point:
+        raise OpError(f"softmax_backward: expected matching float gradient and output, got "
+                      f"{g.dtype.name}{fmt_shape(g.shape)} and {y.dtype.name}{fmt_shape(y.shape)}")
+    return [Aval(g.shape, g.dtype)]
+
+
+def _sm_bwd_impl(g, y, axis):
+    # the composition's ops in its order (mul, sum, sub, mul), so eager results keep their bits
+    return y * (g - np.add.reduce(g * y, axis=(axis,), keepdims=True))
+
+
+def _sm_bwd_decompose(b, g, y, axis):
+    return y * (g - b("sum", g * y, axes=(axis,), keepdims=True))
+
+
+def _sm_bwd_vjp(c, h):
+    # z = y (g - s), s = sum(g y):  dz/dg . h = y (h - sum(h y));  dz/dy . h = h (g - s) - g sum(h y)
+    g, y = c.inputs
+    axis = c.params["axis"]
+    dg = c.bind("softmax_backward", h, y, axis=axis) if c.needs_grad[0] else None
+    dy = None
+    if c.needs_grad[1]:
+        s = c.bind("sum", g * y, axes=(axis,), keepdims=True)
+        dy = h * (g - s) - g * c.bind("sum", h * y, axes=(axis,), keepdims=True)
+    return dg, dy
+
+
+def _sm_bwd_jvp(c, tg, ty):
+    # dz = softmax_backward(tg, y) + ty (g - s) - y sum(g ty)
+    g, y = c.inputs
+    axis = c.params["axis"]
+    total = c.bind("softmax_backward", tg, y, axis=axis) if tg is not None else None
+    if ty is not None:
+        s = c.bind("sum", g * y, axes=(axis,), keepdims=True)
+        d = ty * (g - s) - y * c.bind("sum", g * ty, axes=(axis,), keepdims=True)
+        total = d if total is None else total + d
+    return (total,)
 
 
 register(OpDef("log_softmax", "reduce", _float_rule("log_softmax"), _log_softmax_impl, _log_softmax_vjp,
@@ -161,6 +204,9 @@ register(OpDef("tanh_backward", "elementwise", _tanh_bwd_rule, _tanh_bwd_impl, _
                scalar=lambda m, g, y: g * (m.lit(1.0) - y * y), saves_in=(0, 1), grad_name="TanhBackwardBackward0",
                decompose=lambda b, g, y: g * (1.0 - y * y),
                doc="tanh's vjp in eager mode, g * (1 - y^2): one op instead of three"))
+register(OpDef("softmax_backward", "reduce", _sm_bwd_rule, _sm_bwd_impl, _sm_bwd_vjp, saves_in=(0, 1), jvp=_sm_bwd_jvp,
+               grad_name="SoftmaxBackwardDataBackward0", decompose=_sm_bwd_decompose,
+               doc="softmax's vjp in eager mode, y * (g - sum(g * y, axis)): one op instead of four"))
 register(OpDef("softmax", "reduce", _float_rule("softmax"), _softmax_impl, _softmax_vjp,
                saves_out=(0,), jvp=SYMMETRIC, grad_name="SoftmaxBackward0", decompose=_softmax_decompose,
                doc="softmax(x; axis): exp(x - max) / sum(exp(x - max))"))
