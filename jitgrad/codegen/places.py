@@ -32,7 +32,7 @@ import numpy as np
 
 from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
-from ..ir.symbolic import SymInt, has_symbols, size_key
+from ..ir.symbolic import SymInt, has_symbols, known_equal, size_key
 from ..ir.ops.index import np_index, single_tensor_axis
 from ..ir.plan import Group
 from .kernels.loops import raises_in_loop
@@ -91,6 +91,13 @@ def bcast_strides(place: Place, it_shape):
     return out
 
 
+def _same(a, b) -> bool:
+    """``a == b`` for strides: plain ints compared, symbolic ones only when equal for every value of the sizes."""
+    if type(a) is int and type(b) is int:
+        return a == b
+    return known_equal(a, b) is True
+
+
 def coalesce(shape, strides):
     """Drop size-1 dims and merge neighbours that every operand walks as one (``strides``: per operand), so
     that one kernel serves every rank and shape with the same access pattern (an SGD update of a matrix and of
@@ -102,7 +109,9 @@ def coalesce(shape, strides):
     sts = [[s[d] for d in keep] for s in strides]
     i = len(shape) - 2
     while i >= 0:
-        if all(st[i] == st[i + 1] * shape[i + 1] for st in sts):
+        # (symbolic sizes merge only where they do for every value: a guard here, ``T == 64`` for a slice of a
+        # 64-wide buffer, would split a program laid out for every size at one size, for a merge it can do without)
+        if all(_same(st[i], st[i + 1] * shape[i + 1]) for st in sts):
             shape[i] *= shape[i + 1]
             del shape[i + 1]
             for st in sts:

@@ -133,7 +133,10 @@ class _Renderer:
         the kernel runs the statements before the loop, hands one chunk to each worker of the pool
         (``workpool.py``: ``add_task`` per queue, ``ready``, ``synchronize``; one chunk on the calling thread when
         the pool has one worker or the loop one iteration), adds the chunks' partial sums to the loop's
-        ``reductions`` in chunk order (each chunk starts them at zero), then runs the statements after it."""
+        ``reductions`` in chunk order (each chunk starts them at zero), then runs the statements after it.  A
+        gated loop (``For.gate``) takes the pool only when this call's work reaches the pool's minimum; else
+        it runs the same chunks (one, when it sums nothing) one after another on the calling thread, so its
+        results are those of the pooled launch."""
         at = [n for n, s in enumerate(body) if isinstance(s, ki.For) and s.parallel]
         if len(at) != 1:
             raise Unsupported("parallel loop placement")
@@ -145,7 +148,8 @@ class _Renderer:
         self.block(body[:n])
         chunk = self._chunk_function(body[:n], loop)
         stop = self.value(loop.stop, {})
-        self._dispatch(chunk, stop, loop.reductions, 2 + len(loop.reductions))
+        gate = None if loop.gate is None else (self.value(loop.gate[0], {}), float(loop.gate[1]))
+        self._dispatch(chunk, stop, loop.reductions, 2 + len(loop.reductions), gate)
         self.block(body[n + 1:])
 
     def _chunk_function(self, prologue, loop):
@@ -175,18 +179,20 @@ class _Renderer:
             setattr(self, attr, v)
         return fn
 
-    def _dispatch(self, chunk, n, reductions, width):
+    def _dispatch(self, chunk, n, reductions, width, gate=None):
         ir, b, i64 = self.ir, self.b, self.i64
         i8p = ir.IntType(8).as_pointer()
         m = self.module
         add = _declare(m, "jitgrad_wq_add_task", ir.FunctionType(ir.VoidType(), [i8p] * 5))
         ready = _declare(m, "jitgrad_wq_ready", ir.FunctionType(ir.VoidType(), []))
         sync = _declare(m, "jitgrad_wq_synchronize", ir.FunctionType(ir.VoidType(), []))
-        workers = m.globals.get("jitgrad_wq_threads") or ir.GlobalVariable(m, i64, "jitgrad_wq_threads")
+        workers = pool_global(m, "jitgrad_wq_threads")
         one = ir.Constant(i64, 1)
         nw = b.load(workers)
-        pooled = b.and_(b.icmp_signed(">", nw, one), b.icmp_signed(">", n, one))
-        ntasks = b.select(pooled, nw, one)
+        split = b.and_(b.icmp_signed(">", nw, one), b.icmp_signed(">", n, one))
+        pooled = split if gate is None else b.and_(split, takes_pool(b, m, *gate))
+        # not pooled: a loop that sums runs the pooled launch's chunks here, in order (the same partial sums)
+        ntasks = b.select(split if reductions else pooled, nw, one)
         tasks = b.alloca(i64, size=b.mul(ntasks, ir.Constant(i64, width)), name="tasks")
         a = b.bitcast(self.fn.args[0], i8p)
         null = ir.Constant(i8p, None)
@@ -213,11 +219,13 @@ class _Renderer:
         each_task(fill)
         with b.if_else(pooled) as (then, other):
             with then:
+                rounds = pool_global(m, "jitgrad_wq_rounds")
+                b.store(b.add(b.load(rounds), one), rounds)
                 b.call(ready, [])
                 b.call(sync, [])
             with other:
-                b.call(chunk, [tasks, ir.Constant(i64.as_pointer(), None), ir.Constant(i64.as_pointer(), None),
-                               self.fn.args[0]])
+                nil = ir.Constant(i64.as_pointer(), None)
+                each_task(lambda t, rec: b.call(chunk, [rec, nil, nil, self.fn.args[0]]))
         if reductions:
             def combine(t, rec):
                 for j, r in enumerate(reductions):
@@ -541,6 +549,23 @@ def _declare(module, name, fnty):
     return fn
 
 
+def pool_global(module, name):
+    """The worker pool's ``int64`` global ``name`` (``workpool.SYMBOLS``), declared in ``module`` once."""
+    ir = _ir()
+    return module.globals.get(name) or ir.GlobalVariable(module, ir.IntType(64), name)
+
+
+def takes_pool(b, module, elements, per_element: float):
+    """The ``i1`` test of ``workpool.takes``: ``elements`` (an int64 value) reach the pool's grain and, each
+    costing ``per_element``, its minimum work (globals read at every call, so a new threshold needs no rebuild)."""
+    ir = _ir()
+    f64 = ir.DoubleType()
+    grain = b.load(pool_global(module, "jitgrad_wq_grain"))
+    least = b.sitofp(b.load(pool_global(module, "jitgrad_wq_min_work")), f64)
+    work = b.fmul(b.sitofp(elements, f64), ir.Constant(f64, per_element))
+    return b.and_(b.icmp_signed(">=", elements, grain), b.fcmp_ordered(">=", work, least))
+
+
 # ---------------------------------------------------------------------------------------------------- compiling
 def symbol(key: str) -> str:
     return f"jitgrad_kernel_{key[:24]}"
@@ -696,4 +721,4 @@ def assembly(kir: ki.KernelIR, key: str = "0" * 64) -> str:
 
 
 __all__ = ["render", "register", "compile_text", "translatable", "compile_kernel", "object_code", "assembly",
-           "Unsupported", "STATS", "tag_alias_class", "symbol"]
+           "Unsupported", "STATS", "tag_alias_class", "symbol", "pool_global", "takes_pool"]
