@@ -91,13 +91,6 @@ def bcast_strides(place: Place, it_shape):
     return out
 
 
-def _same(a, b) -> bool:
-    """``a == b`` for strides: plain ints compared, symbolic ones only when equal for every value of the sizes."""
-    if type(a) is int and type(b) is int:
-        return a == b
-    return known_equal(a, b) is True
-
-
 def coalesce(shape, strides):
     """Drop size-1 dims and merge neighbours that every operand walks as one (``strides``: per operand), so
     that one kernel serves every rank and shape with the same access pattern (an SGD update of a matrix and of
@@ -109,9 +102,8 @@ def coalesce(shape, strides):
     sts = [[s[d] for d in keep] for s in strides]
     i = len(shape) - 2
     while i >= 0:
-        # (symbolic sizes merge only where they do for every value: a guard here, ``T == 64`` for a slice of a
-        # 64-wide buffer, would split a program laid out for every size at one size, for a merge it can do without)
-        if all(_same(st[i], st[i + 1] * shape[i + 1]) for st in sts):
+        # (symbolic: only where equal for every size; a guard, T == 64 for a 64-wide buffer's slice, splits a lowering)
+        if all(known_equal(st[i], st[i + 1] * shape[i + 1]) is True for st in sts):
             shape[i] *= shape[i + 1]
             del shape[i + 1]
             for st in sts:

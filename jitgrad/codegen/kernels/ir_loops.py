@@ -25,7 +25,7 @@ import re
 import threading
 import weakref
 
-from . import kernel_ir as ki
+from . import kernel_ir as ki, pool_abi
 
 STATS = {"kernels_ir": 0, "kernels_refused": 0}     # counted, so tests can check which path built what
 _lock = threading.Lock()
@@ -183,14 +183,11 @@ class _Renderer:
         ir, b, i64 = self.ir, self.b, self.i64
         i8p = ir.IntType(8).as_pointer()
         m = self.module
-        add = _declare(m, "jitgrad_wq_add_task", ir.FunctionType(ir.VoidType(), [i8p] * 5))
-        ready = _declare(m, "jitgrad_wq_ready", ir.FunctionType(ir.VoidType(), []))
-        sync = _declare(m, "jitgrad_wq_synchronize", ir.FunctionType(ir.VoidType(), []))
-        workers = pool_global(m, "jitgrad_wq_threads")
+        add, ready, sync = pool_abi.declare(m)
         one = ir.Constant(i64, 1)
-        nw = b.load(workers)
+        nw = b.load(pool_abi.pool_global(m, "threads"))
         split = b.and_(b.icmp_signed(">", nw, one), b.icmp_signed(">", n, one))
-        pooled = split if gate is None else b.and_(split, takes_pool(b, m, *gate))
+        pooled = split if gate is None else b.and_(split, pool_abi.takes_pool(b, m, *gate))
         # not pooled: a loop that sums runs the pooled launch's chunks here, in order (the same partial sums)
         ntasks = b.select(split if reductions else pooled, nw, one)
         tasks = b.alloca(i64, size=b.mul(ntasks, ir.Constant(i64, width)), name="tasks")
@@ -219,8 +216,7 @@ class _Renderer:
         each_task(fill)
         with b.if_else(pooled) as (then, other):
             with then:
-                rounds = pool_global(m, "jitgrad_wq_rounds")
-                b.store(b.add(b.load(rounds), one), rounds)
+                pool_abi.count_round(b, m)
                 b.call(ready, [])
                 b.call(sync, [])
             with other:
@@ -542,30 +538,6 @@ def _vars_read_value(x) -> set:
     return {v.attr for v in ki.walk_values(x) if v.op == "var"}
 
 
-def _declare(module, name, fnty):
-    fn = module.globals.get(name)
-    if fn is None:
-        fn = _ir().Function(module, fnty, name=name)
-    return fn
-
-
-def pool_global(module, name):
-    """The worker pool's ``int64`` global ``name`` (``workpool.SYMBOLS``), declared in ``module`` once."""
-    ir = _ir()
-    return module.globals.get(name) or ir.GlobalVariable(module, ir.IntType(64), name)
-
-
-def takes_pool(b, module, elements, per_element: float):
-    """The ``i1`` test of ``workpool.takes``: ``elements`` (an int64 value) reach the pool's grain and, each
-    costing ``per_element``, its minimum work (globals read at every call, so a new threshold needs no rebuild)."""
-    ir = _ir()
-    f64 = ir.DoubleType()
-    grain = b.load(pool_global(module, "jitgrad_wq_grain"))
-    least = b.sitofp(b.load(pool_global(module, "jitgrad_wq_min_work")), f64)
-    work = b.fmul(b.sitofp(elements, f64), ir.Constant(f64, per_element))
-    return b.and_(b.icmp_signed(">=", elements, grain), b.fcmp_ordered(">=", work, least))
-
-
 # ---------------------------------------------------------------------------------------------------- compiling
 def symbol(key: str) -> str:
     return f"jitgrad_kernel_{key[:24]}"
@@ -721,4 +693,4 @@ def assembly(kir: ki.KernelIR, key: str = "0" * 64) -> str:
 
 
 __all__ = ["render", "register", "compile_text", "translatable", "compile_kernel", "object_code", "assembly",
-           "Unsupported", "STATS", "tag_alias_class", "symbol", "pool_global", "takes_pool"]
+           "Unsupported", "STATS", "tag_alias_class", "symbol"]

@@ -363,10 +363,9 @@ class Store:
 
 class For:
     """``for var in range(start, stop, step)`` (step 1 or -1); ``parallel``: the kernel's parallel outer loop,
-    whose ``reductions`` (Vars assigned before it, updated in it only as ``r = r + e``) sum across chunks.
-    ``gate``: for a parallel loop, ``(elements, per_element)``: an int64 value (the kernel's element count) and a
-    float cost per element; the loop takes the worker pool only in calls whose work reaches the pool's minimum
-    (``workpool.takes``), else it runs the same chunks on the calling thread.  None: it always takes the pool."""
+    whose ``reductions`` (Vars assigned before it, updated in it only as ``r = r + e``) sum across chunks, and
+    ``gate``: None (it always takes the worker pool) or ``(elements, per_element)`` (an int64 value, a float): it
+    takes the pool in calls whose work reaches the pool's minimum (``workpool.takes``), else runs here."""
     __slots__ = ("var", "start", "stop", "step", "body", "parallel", "reductions", "gate")
 
     def __init__(self, var, start, stop, step=1, parallel=False, reductions=(), gate=None):

@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from ...ir.ops.blas import BLAS_THREADED_MACS
-from ..kernels.ir_loops import pool_global
+from ..kernels import pool_abi
 from .output_pool import MIN_BYTES, take as take_by_shape, take_by_capacity
 
 TUPLE_ITEMS = 3 * ctypes.sizeof(ctypes.c_void_p)     # PyTupleObject: refcnt, type, size, then ob_item[]
@@ -245,19 +245,6 @@ def _batched_gemm(b, fn, p, gemm, n):
     loop("t", c(0), lambda t: b.icmp_signed("<", t, total), entry_body, lambda t: b.add(t, c(1)))
 
 
-def _pool_symbols(mod):
-    """The worker pool's functions and thread count (``native/workpool.py``), declared in ``mod`` once."""
-    from llvmlite import ir
-    i8p = ir.IntType(8).as_pointer()
-    out = []
-    for name, ty in (("jitgrad_wq_add_task", ir.FunctionType(ir.VoidType(), [i8p] * 5)),
-                     ("jitgrad_wq_ready", ir.FunctionType(ir.VoidType(), [])),
-                     ("jitgrad_wq_synchronize", ir.FunctionType(ir.VoidType(), []))):
-        out.append(mod.globals.get(name) or ir.Function(mod, ty, name=name))
-    out.append(pool_global(mod, "jitgrad_wq_threads"))
-    return out
-
-
 def _gemm_chunk(mod):
     """``chunk(task, dims, steps, p)``: the batch entries ``[task[0], task[1])`` of the ``bgemm`` block ``p``, each
     one ``?gemm`` call (at address ``task[2]``) on the calling thread, its arguments read from the block with B,
@@ -322,7 +309,7 @@ def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False):
     mod = fn.module
     i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
     i64p = i64.as_pointer()
-    add, ready, sync, workers = _pool_symbols(mod)
+    add, ready, sync = pool_abi.declare(mod)
     chunk = _gemm_chunk(mod)
 
     def c(k):
@@ -340,18 +327,16 @@ def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False):
                   lambda t: b.add(t, c(1)))
     loop("pdims", nd, lambda d: b.store(b.mul(b.load(total_v), ld(b.add(c(14), d))), total_v))
     total = b.load(total_v)
-    nw = b.load(workers)
+    nw = b.load(pool_abi.pool_global(mod, "threads"))
     pooled = b.and_(b.icmp_signed(">", nw, c(1)), b.icmp_signed(">", total, c(1)))
     if gated:       # slots 2, 3, 4: the addresses of the int32 sizes m, n, k (batched_gemm._emit_gemm_block)
         i32p = ir.IntType(32).as_pointer()
         macs = c(1)
         for k in (2, 3, 4):
             macs = b.mul(macs, b.sext(b.load(b.inttoptr(ld(k), i32p)), i64))
-        f64 = ir.DoubleType()
-        work = b.fmul(b.sitofp(macs, f64), b.sitofp(total, f64))
-        least = b.sitofp(b.load(pool_global(mod, "jitgrad_wq_min_work")), f64)
+        work = b.fmul(b.sitofp(macs, ir.DoubleType()), b.sitofp(total, ir.DoubleType()))
         pooled = b.and_(pooled, b.and_(b.icmp_signed("<=", macs, c(BLAS_THREADED_MACS)),
-                                       b.fcmp_ordered(">=", work, least)))
+                                       pool_abi.reaches_min_work(b, mod, work)))
     ntasks = b.select(pooled, nw, c(1))
     tasks = b.alloca(i64, size=b.mul(ntasks, c(3)), name=f"ptasks{n}")
     null = ir.Constant(i8p, None)
@@ -366,8 +351,7 @@ def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False):
     loop("pfill", ntasks, fill)
     with b.if_else(pooled) as (then, other):
         with then:
-            rounds = pool_global(mod, "jitgrad_wq_rounds")
-            b.store(b.add(b.load(rounds), c(1)), rounds)
+            pool_abi.count_round(b, mod)
             b.call(ready, [])
             b.call(sync, [])
         with other:
