@@ -94,8 +94,10 @@ def entry_source(program, n_inputs: int, n_checks: int) -> str:
             lines.append(f"{ind}a[{op[1]}] = e")
         elif op[0] == "call":
             fn = {"gemm": "call_gemm", "bgemm": "call_gemm_batched", "pbgemm": "call_gemm_batched_on_pool",
-                  "gbgemm": f"call_gemm_batched_on_pool_from_work_{BLAS_THREADED_MACS}"}.get(op[1], "call_kernel")
-            call = f"{fn}(F[{op[2]}], A + {8 * op[3]})  # {op[4]}"
+                  "gbgemm": "call_gemm_batched_on_pool"}.get(op[1], "call_kernel")
+            per_call = f", when_macs_at_most={BLAS_THREADED_MACS}, when_work_reaches=min_work" \
+                if op[1] == "gbgemm" else ""
+            call = f"{fn}(F[{op[2]}], A + {8 * op[3]}{per_call})  # {op[4]}"
             if op[5] == "ie":
                 lines += [f"{ind}if IE[0] == 0:", f"{ind}    {call}"]
             else:
