@@ -185,7 +185,7 @@ def test_sgd_update_folds_into_the_weight_gradient_gemm_and_matches_eager():
     for a, b in zip(_params_of(sc), _params_of(se)):
         np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6)
     labels = [s.label for s in cgs[-1].program.steps if s.kind == "gemm"]
-    assert labels.count("matmul (BLAS) + update") == 3, labels       # W1, W2, W3: no update pass of their own
+    assert sum(x.endswith(" + update") for x in labels) == 3, labels       # W1, W2, W3: no update pass of their own
 
 
 def test_update_not_folded_when_the_old_weight_is_read_after_its_gradient():
@@ -206,6 +206,6 @@ def test_update_not_folded_when_the_old_weight_is_read_after_its_gradient():
     for _ in range(2):
         e, c = program(x, We), f(x)
         labels = [s.label for v in [v for k, v in _COMPILED.items() if k not in before] for s in v.program.steps]
-        assert "matmul (BLAS) + update" not in labels, labels
+        assert not any(x.endswith(" + update") for x in labels), labels
         np.testing.assert_allclose(c.numpy(), e.numpy(), rtol=1e-12)
         np.testing.assert_allclose(Wc.detach().numpy(), We.detach().numpy(), rtol=1e-12)

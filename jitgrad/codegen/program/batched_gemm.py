@@ -27,6 +27,7 @@ import numpy as np
 from ...ir.symbolic import hint_of, size_arg
 from .layout import Program, Step
 from ..places import Place, c_strides, coalesce
+from ..kernels import small_gemm
 
 MAX_BATCH_DIMS = 6
 
@@ -111,10 +112,12 @@ def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k
                        ("alpha", np.array([1.0], sc).tobytes()), ("lda", ldb), ("ldb", lda),
                        ("beta", np.array([0.0], sc).tobytes()), ("ldc", max(n, 1))):
         offs[name] = prog.put_param(data)
-    label = "matmul (BLAS)" if kind == "gemm" else "matmul (batched BLAS)"
+    work = float(hint_of(m * n * k))    # multiply-adds (a batch's: times the batch, below)
+    routine = small_gemm.routine("sgemm" if f32 else "dgemm", work)
+    how = "small kernel" if routine.startswith("small_") else "BLAS"
+    label = f"matmul ({how})" if kind == "gemm" else f"matmul (batched, {how})"
     st = Step(kind, label=label, eqn=e, shapes=[list(v.aval.shape) for v in e.ins], scope=e.scope)
-    st.gemm = "sgemm" if f32 else "dgemm"
-    st.work = float(hint_of(m * n * k))    # multiply-adds (a batch's: times the batch, below)
+    st.work, st.gemm = work, routine
     st.block = len(prog.table)
     for item in ("ta", "tb", "m", "n", "k", "alpha", pb, "lda", pa, "ldb", "beta", pc, "ldc"):
         if isinstance(item, str):

@@ -31,6 +31,7 @@ from . import batched_gemm, collective_steps, gemm_steps, loop_steps, region_ste
 from ..native import build as _build, build_thread, threads
 from .layout import Program
 from ..lowering import lower_plan, step_error
+from ..kernels import small_gemm
 from ..kernels.loops import FASTMATH, PARALLEL_MIN, gen_group  # noqa: F401  (re-exported)
 from .output_pool import take
 
@@ -39,12 +40,15 @@ class Launch(NamedTuple):
     """A step of a compiled call (``CompiledGraph.launches``): its label, kind (``fused``, ``rows``, ``copy``...
     for loop kernels; ``gemm``, ``bgemm``, ``py``, ``native``...), whether it runs on the worker pool in this call,
     and the most threads it runs on at once; ``work``: its size in the plan's cost unit as the parallel choice
-    saw it; ``gated``: a parallel-capable step that decides per call, by its work, whether to take the pool."""
+    saw it; ``routine``: a matrix product's routine (``sgemm``/``dgemm``: BLAS; ``small_sgemm``/``small_dgemm``:
+    ``kernels/small_gemm.py``); ``gated``: a parallel-capable step that decides per call, by its work, whether
+    to take the pool."""
     label: str
     kind: str
     parallel: bool
     threads: int
     work: float = 0.0
+    routine: str = ""
     gated: bool = False
 
 
@@ -70,7 +74,10 @@ def _split_by_numba(k) -> bool:
 
 
 def blas_address(name: str) -> int:
-    """Address of SciPy's Fortran BLAS routine (``sgemm``/``dgemm``): the library eager matmul calls too."""
+    """Address of a GEMM step's routine: SciPy's Fortran BLAS ``sgemm``/``dgemm`` (the library eager matmul calls
+    too), or ``small_sgemm``/``small_dgemm`` (``kernels/small_gemm.py``, same calling convention)."""
+    if name.startswith("small_"):
+        return small_gemm.address(name[6:], blas.gemm_address)
     return blas.gemm_address(name)
 
 
@@ -206,13 +213,14 @@ class CompiledGraph:
                 par = bool(st.kernel.parallel)
                 if gated and not workpool.takes(size(st.gate[0]), st.gate[1]):
                     par = _split_by_numba(st.kernel)      # (Numba's prange splits every call)
-                out.append(Launch(st.label, st.kernel.kind, par, pool if par else 1, st.work, gated))
+                out.append(Launch(st.label, st.kernel.kind, par, pool if par else 1, st.work, gated=gated))
             elif st.kind in ("gemm", "bgemm"):
                 par = bool(st.parallel)
                 if gated:
                     par = workpool.takes_batch(size(st.gate[0]), size(st.gate[1]), blas.BLAS_THREADED_MACS)
                 big = threads.blas_threaded([st])
-                out.append(Launch(st.label, st.kind, par, pool if par else blas_n if big else 1, st.work, gated))
+                out.append(Launch(st.label, st.kind, par, pool if par else blas_n if big else 1, st.work, st.gemm,
+                                  gated))
             else:
                 out.append(Launch(st.label, st.kind, False, 1))
         return out

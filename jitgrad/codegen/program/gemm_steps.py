@@ -13,6 +13,7 @@ from ...ir.graph import Lit, Var
 from ...ir.symbolic import hint_of
 from ...ir.plan import Group
 from .batched_gemm import batched_gemm
+from ..kernels import small_gemm
 from .layout import Program, Step
 from ..lowering import emits
 
@@ -65,10 +66,11 @@ def gemm(prog: Program, e) -> bool:
     for name, data in (("ta", tb.encode()), ("tb", ta.encode()), ("m", n), ("n", m), ("k", k), ("alpha", one),
                        ("lda", ldb), ("ldb", lda), ("beta", zero), ("ldc", max(n, 1))):
         offs[name] = prog.put_param(data)
-    st = Step("gemm", label="matmul (BLAS)", eqn=e, shapes=[list(a.aval.shape), list(b.aval.shape)],
-              scope=e.scope)
-    st.gemm = "sgemm" if f32 else "dgemm"
-    st.work = float(hint_of(m * n * k))    # multiply-adds
+    work = float(hint_of(m * n * k))    # multiply-adds
+    routine = small_gemm.routine("sgemm" if f32 else "dgemm", work)
+    st = Step("gemm", label="matmul (small kernel)" if routine.startswith("small_") else "matmul (BLAS)", eqn=e,
+              shapes=[list(a.aval.shape), list(b.aval.shape)], scope=e.scope)
+    st.work, st.gemm = work, routine
     st.block = len(prog.table)
     c_slot = None
     for item in ("ta", "tb", "m", "n", "k", "alpha", pb, "lda", pa, "ldb", "beta", pc, "ldc"):
@@ -125,7 +127,7 @@ def fold_update_into_gemm(prog: Program, g: Group) -> bool:
     prog.params[alpha_off:alpha_off + 8] = np.array([alpha], sc).tobytes().ljust(8, b"\0")
     prog.params[beta_off:beta_off + 8] = np.array([1.0], sc).tobytes().ljust(8, b"\0")
     prog.move_slot(c_slot, pp)
-    st.label = "matmul (BLAS) + update"
+    st.label += " + update"
     st.state_write = True
     places.state_place(o)
     return True

@@ -1,0 +1,317 @@
+"""Small matrix products without BLAS: ``?gemm`` with BLAS's own calling convention, for products too small for
+OpenBLAS to pay off.
+
+Attention's per-head products (``q @ k.mT`` on ``[B, H, T, D]``: 64 x 32 x 64 each in B9) are ``bgemm`` steps of
+many tiny ``sgemm`` calls.  Measured in B9's compiled step (2026-11-29, one thread): 1536 such calls took 20 ms, 13 us
+each for 4 us of arithmetic (OpenBLAS packs both operands for every call); and on two threads the pool's two
+workers calling OpenBLAS at once took as long as one thread did (OpenBLAS serialises concurrent small calls).  The
+kernel here packs nothing it can read in place and shares no state, so the pool's workers run their products at
+once.
+
+``small_gemm(transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc)`` computes, column-major as BLAS
+does, ``C = alpha op(A) op(B) + beta C`` (``C`` not read when ``beta == 0``), all 13 arguments by pointer
+(``int32`` sizes), so a ``gemm`` or ``bgemm`` step's table block calls it exactly as it calls SciPy's routine
+(``codegen/program/gemm_steps.py``, ``batched_gemm.py``; the entry and the Python driver call whatever address the
+kernel table holds).  How it computes:
+
+- ``C`` in tiles of rows x columns held in registers across the whole ``k`` loop (``TILE_ROWS``, ``TILE_COLUMNS``):
+  each step adds ``op(A)[rows, p] * op(B)[p, cols]``, a piece of ``A``'s column ``p`` (contiguous when ``transa``
+  is ``N``) times broadcast elements of ``B`` (any layout: they are read one at a time);
+- ``transa == T``: ``A`` is first copied transposed into a stack buffer (at most ``PACK_MAX`` elements) so its
+  columns are contiguous;
+- sums over ``p`` in order (so a product's result does not depend on
+  which thread runs it);
+- what it does not take goes to the BLAS routine itself (``fallback``: products of more than ``MAX_MACS``
+  multiply-adds, a transposed ``A`` too big to pack, ``alpha == 0``).
+
+One LLVM module (no Numba), built by llvmlite once per machine and kept in the disk cache of compiled code;
+a process links it on first use (``address``).
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+WIDTH = {"sgemm": 8, "dgemm": 4}    # elements per vector (256-bit; LLVM splits them where the CPU is narrower)
+# a tile of C held in registers over the whole k loop: rows in SIMD vectors x columns.  4 vectors x 3 columns is 12
+# accumulators, 4 loads of A and 3 broadcasts of B per 12 multiply-adds (16 AVX registers in all), so the loop is
+# bound by multiply-adds, not loads; then narrower tiles for the rows and columns left over
+TILE_ROWS = {name: ((4, w), (1, w), (1, 1)) for name, w in WIDTH.items()}
+TILE_COLUMNS = (3, 1)
+MAX_MACS = 1 << 21      # bigger products go to BLAS (its packing and cache blocking pay off there)
+PACK_MAX = 8192         # elements of a transposed A copied to the stack (32 KiB float32)
+NAMES = {"sgemm": "jitgrad_small_sgemm", "dgemm": "jitgrad_small_dgemm"}
+_FALLBACK = {"sgemm": "jitgrad_blas_sgemm", "dgemm": "jitgrad_blas_dgemm"}
+# products up to this many multiply-adds (by their sizes' hints) call this kernel rather than BLAS: the size below
+# which OpenBLAS runs a product on one thread anyway (ir/ops/blas.py's BLAS_THREADED_MACS)
+SMALL_MACS = 65536 * 4
+ENABLED = os.environ.get("JITGRAD_SMALL_GEMM", "1") != "0"
+STATS = {"modules_built": 0, "modules_loaded": 0}
+LEAN_PASSES = ("sroa", "instruction_combine", "simplify_cfg", "loop_rotate", "new_gvn", "loop_strength_reduce",
+               "instruction_combine", "simplify_cfg")
+_LOCK = threading.Lock()
+_ADDRESSES: dict = {}
+
+
+def small_gemm_ir(fma: bool = True) -> str:
+    """The module's LLVM IR: ``jitgrad_small_sgemm`` and ``jitgrad_small_dgemm`` (BLAS's signature), each calling
+    its BLAS routine (an external symbol, ``jitgrad_blas_?gemm``) for what it does not take.  ``fma``: the CPU
+    has fused multiply-add (``llvm.fma`` per step; else a multiply and an add, which LLVM may still contract)."""
+    from llvmlite import ir
+    mod = ir.Module(name="jitgrad_small_gemm")
+    for name in ("sgemm", "dgemm"):
+        _emit(ir, mod, name, fma)
+    return str(mod)
+
+
+def _emit(ir, mod, name, fma):
+    i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+    t = ir.FloatType() if name == "sgemm" else ir.DoubleType()
+    W = WIDTH[name]
+    i8p = i8.as_pointer()
+    sig = ir.FunctionType(ir.VoidType(), [i8p] * 13)
+    fn = ir.Function(mod, sig, name=NAMES[name])
+    fn.attributes.add("nounwind")
+    fallback = ir.Function(mod, sig, name=_FALLBACK[name])
+    args = fn.args
+    # the stack buffer for a transposed A, every loop counter and accumulator: allocas of the first block (mem2reg
+    # keeps counters and accumulators in registers)
+    first = fn.append_basic_block("allocas")
+    ab = ir.IRBuilder(first)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    ab.branch(b.block)
+    ab.position_at_start(first)
+    fm = ("contract",)
+    pack = ab.alloca(ir.ArrayType(t, PACK_MAX), name="packed")
+    slots = {}
+
+    def slot(nm, ty=i64):
+        if nm not in slots:
+            slots[nm] = ab.alloca(ty, name=nm)
+        return slots[nm]
+
+    def c(k):
+        return ir.Constant(i64, k)
+
+    def int_arg(k):
+        return b.sext(b.load(b.bitcast(args[k], i32.as_pointer())), i64)
+
+    def is_t(k):
+        ch = b.load(args[k])
+        hit = [b.icmp_unsigned("==", ch, ir.Constant(i8, ord(x))) for x in "TtCc"]
+        return b.or_(b.or_(hit[0], hit[1]), b.or_(hit[2], hit[3]))
+    ta, tb = is_t(0), is_t(1)
+    m, n, k = int_arg(2), int_arg(3), int_arg(4)
+    alpha = b.load(b.bitcast(args[5], t.as_pointer()))
+    A0 = b.bitcast(args[6], t.as_pointer())
+    lda0 = int_arg(7)
+    B = b.bitcast(args[8], t.as_pointer())
+    ldb = int_arg(9)
+    beta = b.load(b.bitcast(args[10], t.as_pointer()))
+    C = b.bitcast(args[11], t.as_pointer())
+    ldc = int_arg(12)
+    zero_t = ir.Constant(t, 0.0)
+
+    # what goes to BLAS: too much work, a transposed A too big to pack, alpha == 0 (A and B not read)
+    big = b.icmp_signed(">", b.mul(b.mul(m, n), k), c(MAX_MACS))
+    big = b.or_(big, b.and_(ta, b.icmp_signed(">", b.mul(m, k), c(PACK_MAX))))
+    big = b.or_(big, b.fcmp_ordered("==", alpha, zero_t))
+    to_blas, ours = fn.append_basic_block("to_blas"), fn.append_basic_block("ours")
+    b.cbranch(big, to_blas, ours)
+    b.position_at_end(to_blas)
+    b.call(fallback, list(args))
+    b.ret_void()
+    b.position_at_end(ours)
+    empty = b.or_(b.icmp_signed("<=", m, c(0)), b.icmp_signed("<=", n, c(0)))
+    done, work = fn.append_basic_block("done"), fn.append_basic_block("work")
+    b.cbranch(empty, done, work)
+    b.position_at_end(work)
+
+    def loop(nm, start, stop, body, step=1):
+        """``for nm in range(start, stop, step)`` (``stop`` re-read each time: a value), body(i)."""
+        s = slot(nm)
+        b.store(start, s)
+        head, inner, after = (fn.append_basic_block(f"{nm}_{x}") for x in ("head", "body", "done"))
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.load(s)
+        b.cbranch(b.icmp_signed("<", i, stop(i) if callable(stop) else stop), inner, after)
+        b.position_at_end(inner)
+        body(i)
+        b.store(b.add(b.load(s), c(step)), s)
+        b.branch(head)
+        b.position_at_end(after)
+
+    # A transposed: copied into the stack buffer, so op(A)'s columns are contiguous (lda = m)
+    a_slot, lda_slot = slot("A", A0.type), slot("lda")
+    b.store(A0, a_slot)
+    b.store(lda0, lda_slot)
+    with b.if_then(ta):
+        base = b.bitcast(pack, t.as_pointer())
+
+        def pack_row(i):           # op(A)[i, p] = A[p + i * lda]  ->  packed[i + p * m]
+            src = b.gep(A0, [b.mul(i, lda0)])
+            loop("pp", c(0), k, lambda p: b.store(b.load(b.gep(src, [p])), b.gep(base, [b.add(i, b.mul(p, m))])))
+        loop("pi", c(0), m, pack_row)
+        b.store(base, a_slot)
+        b.store(m, lda_slot)
+    A, lda = b.load(a_slot), b.load(lda_slot)
+    beta_zero = b.fcmp_ordered("==", beta, zero_t)
+
+    # op(B)[p, j] = B[p * bp + j * bj]: the strides chosen once, so the k loop has no select
+    bp, bj = b.select(tb, ldb, c(1)), b.select(tb, c(1), ldb)
+
+    def b_elem(p, j):
+        return b.load(b.gep(B, [b.add(b.mul(p, bp), b.mul(j, bj))]))
+
+    def splat(x, width):
+        if width == 1:
+            return x
+        vty = ir.VectorType(t, width)
+        v = b.insert_element(ir.Constant(vty, ir.Undefined), x, ir.Constant(i32, 0))
+        return b.shuffle_vector(v, ir.Constant(vty, ir.Undefined), ir.Constant(ir.VectorType(i32, width), [0] * width))
+
+    def fma_of(ty):
+        """``llvm.fma`` for ``ty`` (a float type or a vector of them), declared once in the module."""
+        suffix = f"v{ty.count}{'f32' if t == ir.FloatType() else 'f64'}" if isinstance(ty, ir.VectorType) else \
+            ("f32" if t == ir.FloatType() else "f64")
+        nm = f"llvm.fma.{suffix}"
+        return mod.globals.get(nm) or ir.Function(mod, ir.FunctionType(ty, [ty] * 3), name=nm)
+
+    def tile(i, j, nvec, width, ncols):
+        """Rows ``[i, i + nvec * width)`` of columns ``[j, j + ncols)``: ``nvec * ncols`` accumulators across the
+        whole k loop (each step: ``nvec`` loads of A's column, ``ncols`` broadcasts of B, their products)."""
+        vty = ir.VectorType(t, width) if width > 1 else t
+        zero = ir.Constant(vty, None) if width > 1 else zero_t
+        accs = [[slot(f"acc{nvec}x{width}x{ncols}_{v}_{q}", vty) for q in range(ncols)] for v in range(nvec)]
+        for row in accs:
+            for a in row:
+                b.store(zero, a)
+        arow = b.gep(A, [i])
+
+        def step(p):
+            bs = [splat(b_elem(p, b.add(j, c(q))), width) for q in range(ncols)]
+            col = b.gep(arow, [b.mul(p, lda)])
+            for v, row in enumerate(accs):
+                x = _load(b, ir, t, b.gep(col, [c(v * width)]), width)
+                for bq, a in zip(bs, row):
+                    acc = b.load(a)
+                    b.store(b.call(fma_of(vty), [x, bq, acc]) if fma else
+                            b.fadd(acc, b.fmul(x, bq, flags=fm), flags=fm), a)
+        loop(f"p{nvec}x{width}x{ncols}", c(0), k, step)
+        al, be = splat(alpha, width), splat(beta, width)
+        cols = [b.gep(C, [b.add(i, b.mul(b.add(j, c(q)), ldc))]) for q in range(ncols)]
+        with b.if_else(beta_zero) as (then, other):
+            with then:
+                for v, row in enumerate(accs):
+                    for ccol, a in zip(cols, row):
+                        _store(b, ir, t, b.fmul(b.load(a), al), b.gep(ccol, [c(v * width)]), width)
+            with other:
+                for v, row in enumerate(accs):
+                    for ccol, a in zip(cols, row):
+                        ptr = b.gep(ccol, [c(v * width)])
+                        old = _load(b, ir, t, ptr, width)
+                        _store(b, ir, t, b.fadd(b.fmul(b.load(a), al), b.fmul(old, be)), ptr, width)
+
+    rows, cols_done = slot("rows"), slot("cols")
+
+    def counted(name, done_slot, total, span, body):
+        """``while *done_slot + span <= total: body(); *done_slot += span`` as a counted loop."""
+        def each(_):
+            body(b.load(done_slot))
+            b.store(b.add(b.load(done_slot), c(span)), done_slot)
+        loop(name, c(0), b.sdiv(b.sub(total, b.load(done_slot)), c(span)), each)
+
+    def columns(j, ncols):
+        b.store(c(0), rows)
+        for nvec, width in TILE_ROWS[name]:
+            counted(f"rows{nvec}x{width}x{ncols}", rows, m, nvec * width,
+                    lambda i, nvec=nvec, width=width: tile(i, j, nvec, width, ncols))
+
+    b.store(c(0), cols_done)
+    for ncols in TILE_COLUMNS:
+        counted(f"cols{ncols}", cols_done, n, ncols, lambda j, ncols=ncols: columns(j, ncols))
+
+    b.branch(done)
+    b.position_at_end(done)
+    b.ret_void()
+
+
+def _elem_bytes(t) -> int:
+    return 4 if str(t) == "float" else 8
+
+
+def _load(b, ir, t, ptr, width):
+    if width == 1:
+        return b.load(ptr)
+    return b.load(b.bitcast(ptr, ir.VectorType(t, width).as_pointer()), align=_elem_bytes(t))
+
+
+def _store(b, ir, t, val, ptr, width):
+    if width == 1:
+        b.store(val, ptr)
+    else:
+        b.store(val, b.bitcast(ptr, ir.VectorType(t, width).as_pointer()), align=_elem_bytes(t))
+
+
+def routine(blas_name: str, macs: int) -> str:
+    """The routine a product of ``macs`` multiply-adds calls: ``blas_name`` (``sgemm``/``dgemm``), or this module's
+    kernel for it (``small_sgemm``/``small_dgemm``; ``JITGRAD_SMALL_GEMM=0``: never)."""
+    return f"small_{blas_name}" if ENABLED and macs <= SMALL_MACS else blas_name
+
+
+def _object_code() -> bytes:
+    """The module's object code for this machine: from the disk cache when built before (its key covers this
+    file's source, through the codegen digest, and the CPU), else built now (~0.3-0.6 s of LLVM) and stored."""
+    from ..native import cache, objload, objstore
+    key = cache.cache_key("jitgrad.codegen.kernels.small_gemm", extra=("small-gemm-module",))
+    if cache.cache_dir() is not None:
+        blobs = objstore.read(key, warn=False)
+        if blobs and len(blobs) == 1:
+            return blobs[0].data
+    ll = objload._ll()
+    triple, cpu, features = cache._cpu()
+    m = ll.parse_assembly(small_gemm_ir(fma="+fma" in features.split(",")))
+    m.triple = triple
+    m.verify()
+    tm = ll.Target.from_triple(triple).create_target_machine(cpu=cpu, features=features, opt=2,
+                                                             codemodel="jitdefault")
+    m.data_layout = str(tm.target_data)
+    # the loops are written vectorised and tiled already: a short pipeline (counters and accumulators into
+    # registers, invariants out of the loops) builds in a third of O3's time for the same inner loops
+    pb = ll.create_pass_builder(tm, ll.create_pipeline_tuning_options(speed_level=0))
+    fpm = ll.create_new_function_pass_manager()
+    for step in LEAN_PASSES:
+        getattr(fpm, f"add_{step}_pass")()
+    for f in m.functions:
+        if not f.is_declaration:
+            fpm.run(f, pb)
+    data = tm.emit_object(m)
+    STATS["modules_built"] += 1
+    objstore.write(key, [objstore.Blob("jitgrad_small_gemm", NAMES["sgemm"], data, list(_FALLBACK.values()))])
+    return data
+
+
+def address(name: str, blas_address) -> int:
+    """The address of ``jitgrad_small_<name>`` (``name``: ``sgemm`` or ``dgemm``), the module linked into this
+    process on first use; ``blas_address(name)``: the BLAS routine it hands big products to."""
+    addr = _ADDRESSES.get(name)
+    if addr is None:
+        with _LOCK:
+            if not _ADDRESSES:
+                from ..native import objload, objstore
+                ll = objload._ll()
+                for nm, sym in _FALLBACK.items():
+                    ll.add_symbol(sym, blas_address(nm))
+                objload.load([objstore.Blob("jitgrad_small_gemm", NAMES["sgemm"], _object_code(),
+                                            list(_FALLBACK.values()))])
+                ee = objload._engine()
+                for nm, sym in NAMES.items():
+                    _ADDRESSES[nm] = ee.get_function_address(sym)
+                STATS["modules_loaded"] += 1
+            addr = _ADDRESSES[name]
+    return addr
+
+
+__all__ = ["small_gemm_ir", "address", "routine", "SMALL_MACS", "MAX_MACS", "PACK_MAX", "TILE_ROWS", "TILE_COLUMNS",
+           "NAMES", "STATS"]
