@@ -13,7 +13,8 @@ from scipy.special import erf as scipy_erf
 import jitgrad as jg
 import jitgrad.nn.functional as F
 from jitgrad.codegen.native import build
-from jitgrad.codegen.program.layout import PARALLEL_GRAIN, PARALLEL_MIN
+from jitgrad.codegen.kernels.loops import PARALLEL_MIN
+from jitgrad.codegen.native.workpool import PARALLEL_GRAIN
 from jitgrad.ir.ops import OPS
 from jitgrad.jit import eager_kernels as ek
 from jitgrad.jit import graph_code
@@ -323,11 +324,16 @@ def test_serial_and_parallel_kernels_agree(sync, monkeypatch):
     with np.errstate(all="ignore"):
         F.gelu(jg.tensor(x))                         # the serial kernel tells the loop's cost
         par = _native(lambda t: F.gelu(t), x)
+        # the parallel-capable kernel is the one a compiled graph of this size runs (its gate's cost included)
+        want, keys = _compiled(lambda t: F.gelu(t), x)
         monkeypatch.setattr(settings.STATE, "num_threads", 1)     # torch.set_num_threads(1): the serial kernel
         ser = _native(lambda t: F.gelu(t), x)
     kinds = {k[3] for k, v in ek.structures().items() if k[0] == "gelu" and v[0] == "ready"}
     assert kinds == {False, True}
     np.testing.assert_array_equal(par, ser)
+    np.testing.assert_array_equal(par, want)
+    mine = {v[2] for k, v in ek.structures().items() if k[0] == "gelu" and k[3] and v[0] == "ready"}
+    assert mine & keys
 
 
 def test_a_kernel_that_bakes_a_size_in_is_refused_unless_keyed_by_it():

@@ -3,6 +3,9 @@ dimension, alpha and beta, against NumPy in float64; what it hands to BLAS; and 
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -147,3 +150,24 @@ def test_gradcheck_through_compiled_small_products():
     assert [x.routine for x in f.launches(a, b) if x.kind == "bgemm"] == ["small_dgemm"]
     assert jg.autograd.gradcheck(f, (a, b))
     assert jg.autograd.gradgradcheck(f, (a, b))
+
+
+_LOAD = """
+import numpy as np, jitgrad as jg
+from jitgrad.codegen.kernels import small_gemm
+a = jg.tensor(np.ones((3, 4, 4), np.float32))
+f = jg.compile(lambda a: a @ a, backend="numba", background=False)
+assert (f(a).numpy() == 4.0).all()
+print("stats", small_gemm.STATS["modules_built"], small_gemm.STATS["modules_loaded"])
+"""
+
+
+def test_the_module_is_built_once_per_machine(tmp_path):
+    """The first process builds the module and stores it in the cache of compiled code; the next loads it."""
+    env = dict(os.environ, JITGRAD_CACHE_DIR=str(tmp_path / "cache"), NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    got = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", _LOAD], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        got.append(r.stdout.split("stats")[1].split())
+    assert got == [["1", "1"], ["0", "1"]]

@@ -26,10 +26,11 @@ broadcast, mixed dtypes) run NumPy, so semantics are the impl's: out-of-place re
 kernels never carry nnan/ninf), and everything dispatch does around the impl (version counters, autograd records,
 anomaly checks) is unchanged.
 
-Parallel: the compiled path's rule (``codegen/program/layout``: at least ``PARALLEL_GRAIN`` elements and size x
-per-element cost >= ``PARALLEL_WORK``, always from ``PARALLEL_MIN``), with ``torch.set_num_threads(1)`` keeping
-the serial kernel.  A parallel kernel splits its loop into one chunk per worker of the pool (``workpool.py``), and
-every element is computed by the same instructions whichever chunk holds it: the bits do not depend on the thread
+Parallel: the compiled path's choice (``layout.Program.pool_choice``): where a loop of that size takes the pool
+now (``workpool.takes``: at least ``PARALLEL_GRAIN`` elements and elements x per-element cost >= ``min_work()``),
+the parallel-capable kernel, which tests its work per call itself; ``torch.set_num_threads(1)`` keeps the serial
+kernel.  A parallel kernel splits its loop into one chunk per worker of the pool (``workpool.py``), and every
+element is computed by the same instructions whichever chunk holds it: the bits do not depend on the thread
 count.  Calls take ``threads.LAUNCH_LOCK`` (one parallel launch at a time per process).
 
 Knobs: ``JITGRAD_EAGER_KERNELS=0`` turns the path off (every eager op runs its NumPy impl); ``=sync`` builds a
@@ -166,6 +167,7 @@ def _kernel(opname, dtypes, params, parallel, rows, row_length=None):
 
 def _traced_kernel(opname, dtypes, params, parallel, rows, shape):
     from ..codegen.kernels.loops import BCAST, CONTIG, gen_group
+    from ..codegen.program.layout import MIN_ELEMENT_COST
     from ..codegen.kernels.rowwise_loops import gen_rows
     from ..ir.graph import Graph, Var
     from ..ir.passes import fusion_plan, run_pipeline
@@ -199,24 +201,28 @@ def _traced_kernel(opname, dtypes, params, parallel, rows, shape):
     # go; the result and the workspace are distinct memory)
     classes = [BCAST if r == ROW else CONTIG for r in roles]
     alias = list(range(n))
-    # the cost of one element as loop_steps.fused_group prices it (a row kernel's later passes read again)
+    # the cost of one element as loop_steps.fused_group prices it (a row kernel's later passes read again), at
+    # least layout.MIN_ELEMENT_COST (layout.Program.pool_choice); a parallel kernel tests its work per call with it
     per_element = sum(v.aval.dtype.np.itemsize for v in arrays_in + list(g.outputs)) + g.arith_cost()
     if rows:
         per_element += (len(g.passes) - 1) * sum(v.aval.dtype.np.itemsize for v in arrays_in) \
             + max(g.cost - g.arith_cost(), 0.0)
-        kernel = gen_rows(g, classes, parallel, 2, (1,), alias)
+    per_element = max(float(per_element), MIN_ELEMENT_COST)
+    gate = per_element if parallel else None
+    if rows:
+        kernel = gen_rows(g, classes, parallel, 2, (1,), alias, gate)
     else:
-        kernel = gen_group(g, classes, parallel, None, 1, None, alias)
+        kernel = gen_group(g, classes, parallel, None, 1, None, alias, gate)
     return kernel, tuple(roles), per_element
 
 
 def _parallel_pays(size: int, per_element: float) -> bool:
-    """The compiled path's rule (``layout.Program.runs_parallel``) for a loop of ``size`` elements each costing
-    ``per_element``, on a pool this process can start (``torch.set_num_threads(1)`` is checked per call)."""
+    """The compiled path's choice for a loop of concrete ``size`` elements each costing ``per_element``
+    (``layout.Program.pool_choice``: the parallel-capable kernel when it takes the pool now, ``workpool.takes``),
+    on a pool this process can start (``torch.set_num_threads(1)`` is checked per call).  The kernel itself tests
+    its work per call against the threshold then in force, so a changed threshold stays correct."""
     from ..codegen.native import workpool
-    from ..codegen.program.layout import PARALLEL_GRAIN, PARALLEL_MIN, PARALLEL_WORK
-    pays = size >= PARALLEL_MIN or (size >= PARALLEL_GRAIN and size * per_element >= PARALLEL_WORK)
-    return pays and workpool.available()
+    return workpool.available() and workpool.takes(size, per_element)
 
 
 def _structure(opname, dtypes, params, parallel, rows, row_length=None) -> _Structure:

@@ -24,7 +24,8 @@ kernel table holds).  How it computes:
 - what it does not take goes to the BLAS routine itself (``fallback``: products of more than ``MAX_MACS``
   multiply-adds, a transposed ``A`` too big to pack, ``alpha == 0``).
 
-One LLVM module per process (``address``), built by llvmlite on first use in milliseconds (no Numba).
+One LLVM module (no Numba), built by llvmlite once per machine and kept in the disk cache of compiled code;
+a process links it on first use (``address``).
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ WIDTH = {"sgemm": 8, "dgemm": 4}    # elements per vector (256-bit; LLVM splits 
 # a tile of C held in registers over the whole k loop: rows in SIMD vectors x columns.  4 vectors x 3 columns is 12
 # accumulators, 4 loads of A and 3 broadcasts of B per 12 multiply-adds (16 AVX registers in all), so the loop is
 # bound by multiply-adds, not loads; then narrower tiles for the rows and columns left over
-TILE_ROWS = {name: ((4, w), (2, w), (1, w), (1, 1)) for name, w in WIDTH.items()}
+TILE_ROWS = {name: ((4, w), (1, w), (1, 1)) for name, w in WIDTH.items()}
 TILE_COLUMNS = (3, 1)
 MAX_MACS = 1 << 21      # bigger products go to BLAS (its packing and cache blocking pay off there)
 PACK_MAX = 8192         # elements of a transposed A copied to the stack (32 KiB float32)
@@ -45,22 +46,25 @@ _FALLBACK = {"sgemm": "jitgrad_blas_sgemm", "dgemm": "jitgrad_blas_dgemm"}
 # which OpenBLAS runs a product on one thread anyway (ir/ops/blas.py's BLAS_THREADED_MACS)
 SMALL_MACS = 65536 * 4
 ENABLED = os.environ.get("JITGRAD_SMALL_GEMM", "1") != "0"
-STATS = {"modules_built": 0}
+STATS = {"modules_built": 0, "modules_loaded": 0}
+LEAN_PASSES = ("sroa", "instruction_combine", "simplify_cfg", "loop_rotate", "new_gvn", "loop_strength_reduce",
+               "instruction_combine", "simplify_cfg")
 _LOCK = threading.Lock()
 _ADDRESSES: dict = {}
 
 
-def small_gemm_ir() -> str:
+def small_gemm_ir(fma: bool = True) -> str:
     """The module's LLVM IR: ``jitgrad_small_sgemm`` and ``jitgrad_small_dgemm`` (BLAS's signature), each calling
-    its BLAS routine (an external symbol, ``jitgrad_blas_?gemm``) for what it does not take."""
+    its BLAS routine (an external symbol, ``jitgrad_blas_?gemm``) for what it does not take.  ``fma``: the CPU
+    has fused multiply-add (``llvm.fma`` per step; else a multiply and an add, which LLVM may still contract)."""
     from llvmlite import ir
     mod = ir.Module(name="jitgrad_small_gemm")
     for name in ("sgemm", "dgemm"):
-        _emit(ir, mod, name)
+        _emit(ir, mod, name, fma)
     return str(mod)
 
 
-def _emit(ir, mod, name):
+def _emit(ir, mod, name, fma):
     i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
     t = ir.FloatType() if name == "sgemm" else ir.DoubleType()
     W = WIDTH[name]
@@ -167,6 +171,13 @@ def _emit(ir, mod, name):
         v = b.insert_element(ir.Constant(vty, ir.Undefined), x, ir.Constant(i32, 0))
         return b.shuffle_vector(v, ir.Constant(vty, ir.Undefined), ir.Constant(ir.VectorType(i32, width), [0] * width))
 
+    def fma_of(ty):
+        """``llvm.fma`` for ``ty`` (a float type or a vector of them), declared once in the module."""
+        suffix = f"v{ty.count}{'f32' if t == ir.FloatType() else 'f64'}" if isinstance(ty, ir.VectorType) else \
+            ("f32" if t == ir.FloatType() else "f64")
+        nm = f"llvm.fma.{suffix}"
+        return mod.globals.get(nm) or ir.Function(mod, ir.FunctionType(ty, [ty] * 3), name=nm)
+
     def tile(i, j, nvec, width, ncols):
         """Rows ``[i, i + nvec * width)`` of columns ``[j, j + ncols)``: ``nvec * ncols`` accumulators across the
         whole k loop (each step: ``nvec`` loads of A's column, ``ncols`` broadcasts of B, their products)."""
@@ -184,7 +195,9 @@ def _emit(ir, mod, name):
             for v, row in enumerate(accs):
                 x = _load(b, ir, t, b.gep(col, [c(v * width)]), width)
                 for bq, a in zip(bs, row):
-                    b.store(b.fadd(b.load(a), b.fmul(x, bq, flags=fm), flags=fm), a)
+                    acc = b.load(a)
+                    b.store(b.call(fma_of(vty), [x, bq, acc]) if fma else
+                            b.fadd(acc, b.fmul(x, bq, flags=fm), flags=fm), a)
         loop(f"p{nvec}x{width}x{ncols}", c(0), k, step)
         al, be = splat(alpha, width), splat(beta, width)
         cols = [b.gep(C, [b.add(i, b.mul(b.add(j, c(q)), ldc))]) for q in range(ncols)]
@@ -247,9 +260,41 @@ def routine(blas_name: str, macs: int) -> str:
     return f"small_{blas_name}" if ENABLED and macs <= SMALL_MACS else blas_name
 
 
+def _object_code() -> bytes:
+    """The module's object code for this machine: from the disk cache when built before (its key covers this
+    file's source, through the codegen digest, and the CPU), else built now (~0.3-0.6 s of LLVM) and stored."""
+    from ..native import cache, objload, objstore
+    key = cache.cache_key("jitgrad.codegen.kernels.small_gemm", extra=("small-gemm-module",))
+    if cache.cache_dir() is not None:
+        blobs = objstore.read(key, warn=False)
+        if blobs and len(blobs) == 1:
+            return blobs[0].data
+    ll = objload._ll()
+    triple, cpu, features = cache._cpu()
+    m = ll.parse_assembly(small_gemm_ir(fma="+fma" in features.split(",")))
+    m.triple = triple
+    m.verify()
+    tm = ll.Target.from_triple(triple).create_target_machine(cpu=cpu, features=features, opt=2,
+                                                             codemodel="jitdefault")
+    m.data_layout = str(tm.target_data)
+    # the loops are written vectorised and tiled already: a short pipeline (counters and accumulators into
+    # registers, invariants out of the loops) builds in a third of O3's time for the same inner loops
+    pb = ll.create_pass_builder(tm, ll.create_pipeline_tuning_options(speed_level=0))
+    fpm = ll.create_new_function_pass_manager()
+    for step in LEAN_PASSES:
+        getattr(fpm, f"add_{step}_pass")()
+    for f in m.functions:
+        if not f.is_declaration:
+            fpm.run(f, pb)
+    data = tm.emit_object(m)
+    STATS["modules_built"] += 1
+    objstore.write(key, [objstore.Blob("jitgrad_small_gemm", NAMES["sgemm"], data, list(_FALLBACK.values()))])
+    return data
+
+
 def address(name: str, blas_address) -> int:
-    """The address of ``jitgrad_small_<name>`` (``name``: ``sgemm`` or ``dgemm``), the module built and linked
-    into this process on first use; ``blas_address(name)``: the BLAS routine it hands big products to."""
+    """The address of ``jitgrad_small_<name>`` (``name``: ``sgemm`` or ``dgemm``), the module linked into this
+    process on first use; ``blas_address(name)``: the BLAS routine it hands big products to."""
     addr = _ADDRESSES.get(name)
     if addr is None:
         with _LOCK:
@@ -258,23 +303,15 @@ def address(name: str, blas_address) -> int:
                 ll = objload._ll()
                 for nm, sym in _FALLBACK.items():
                     ll.add_symbol(sym, blas_address(nm))
-                m = ll.parse_assembly(small_gemm_ir())
-                m.triple = ll.get_process_triple()
-                m.verify()
-                tm = ll.Target.from_triple(m.triple).create_target_machine(cpu=ll.get_host_cpu_name(),
-                                                                           features=ll.get_host_cpu_features().flatten(),
-                                                                           opt=3, codemodel="jitdefault")
-                m.data_layout = str(tm.target_data)
-                pb = ll.create_pass_builder(tm, ll.create_pipeline_tuning_options(speed_level=3))
-                pb.getModulePassManager().run(m, pb)
-                sym = NAMES["sgemm"]
-                objload.load([objstore.Blob("jitgrad_small_gemm", sym, tm.emit_object(m), list(_FALLBACK.values()))])
+                objload.load([objstore.Blob("jitgrad_small_gemm", NAMES["sgemm"], _object_code(),
+                                            list(_FALLBACK.values()))])
                 ee = objload._engine()
                 for nm, sym in NAMES.items():
                     _ADDRESSES[nm] = ee.get_function_address(sym)
-                STATS["modules_built"] += 1
+                STATS["modules_loaded"] += 1
             addr = _ADDRESSES[name]
     return addr
 
 
-__all__ = ["small_gemm_ir", "address", "routine", "SMALL_MACS", "MAX_MACS", "PACK_MAX", "TILE_ROWS", "TILE_COLUMNS", "NAMES", "STATS"]
+__all__ = ["small_gemm_ir", "address", "routine", "SMALL_MACS", "MAX_MACS", "PACK_MAX", "TILE_ROWS", "TILE_COLUMNS",
+           "NAMES", "STATS"]
