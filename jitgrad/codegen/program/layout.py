@@ -19,10 +19,12 @@ so it is shared across batch sizes.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
 from ...ir import settings
+from ...ir.ops.blas import BLAS_THREADED_MACS
 from ...ir.symbolic import SymInt, hint_of, size_arg
 from ...ir.plan import Group
 from ..kernels.loops import BCAST, CONTIG, PARALLEL_MIN, STRIDED, gen_check, gen_copy
@@ -40,6 +42,13 @@ from ..places import Place, Places, Root, bcast_strides, coalesce
 # every kind in alternation and proposes the threshold; its 2026-11-29 run (load average 8.8 on 2 cores: no free
 # second core) found no size that gained, so the quiet figure above stands until a quiet run says otherwise.
 PARALLEL_GRAIN = 1 << 15
+# Big GEMMs on the pool (``split_rows``): their rows in one block per worker, each block one single-threaded BLAS
+# call, so one set of threads serves loops, batched products and GEMMs alike.  OpenBLAS's own threads spin ~0.4 ms
+# after each call (``native/threads.py``), on the cores the pool's next launch needs: measured in B9's compiled
+# step at 2 threads, its row kernels on the pool took 1.6x their serial time behind the GEMMs.
+# ``JITGRAD_POOL_GEMMS=0``: OpenBLAS threads big GEMMs itself, as before.
+POOL_GEMMS = os.environ.get("JITGRAD_POOL_GEMMS", "1") != "0"
+POOL_GEMM_MIN_ROWS = 32
 PARALLEL_WORK = 1 << 23
 
 
@@ -86,7 +95,7 @@ class Step:
     """One call of the program: ``kind`` kernel | gemm | native (a fixed cfunc, e.g. an MPI call) | py (NumPy
     impl); ``block``: its slot in the table."""
     __slots__ = ("kind", "kernel", "block", "label", "eqn", "ins", "out", "shapes", "scope", "guarded", "gemm",
-                 "state_write", "native", "parallel", "work")
+                 "state_write", "native", "parallel", "work", "split")
 
     def __init__(self, kind, kernel=None, label="", eqn=None, shapes=(), scope=()):
         self.kind, self.kernel, self.label, self.eqn, self.shapes, self.scope = kind, kernel, label, eqn, shapes, scope
@@ -95,6 +104,7 @@ class Step:
         self.native = None          # kind "native": the address of a cfunc taking the argument block
         self.parallel = False       # kind "bgemm": its batch entries split between the pool's workers
         self.work = 0.0             # its work in the plan's cost unit, as the parallel choice saw it (0: unknown)
+        self.split = False          # a big GEMM's rows split between the pool's workers (batched_gemm.split_rows)
 
 
 class Program:
@@ -233,6 +243,23 @@ class Program:
         if want is not None:
             return bool(want) and size >= 4096
         return size >= PARALLEL_MIN or (size >= PARALLEL_GRAIN and size * per_element >= PARALLEL_WORK)
+
+    def split_rows(self, rows, macs) -> int:
+        """Into how many equal blocks of rows a GEMM of ``rows`` result rows and ``macs`` multiply-adds is split
+        between the pool's workers, one BLAS call on one thread each (0: one call, OpenBLAS's own threads).
+        Only products big enough for OpenBLAS to thread, with concrete rows, ``POOL_GEMM_MIN_ROWS`` a block."""
+        if not POOL_GEMMS or settings.STATE.num_threads == 1 or self.parallel is False:
+            return 0
+        if type(rows) is not int or macs <= BLAS_THREADED_MACS:
+            return 0
+        from ..native import workpool
+        w = workpool.threads() or workpool.default_threads()
+        if settings.STATE.num_threads:
+            w = min(w, settings.STATE.num_threads)
+        for nb in range(w, 1, -1):
+            if rows % nb == 0 and rows // nb >= POOL_GEMM_MIN_ROWS:
+                return nb
+        return 0
 
     def parallel_batch(self, count, work):
         """Whether a batch of ``count`` independent products (a ``bgemm`` step), ``work`` cost units in all, is
