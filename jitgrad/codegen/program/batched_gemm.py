@@ -112,6 +112,9 @@ def split_rows(prog: Program, e, pa, flag_a, pb, flag_b, pc, m, n, k) -> bool:
     st.label = "matmul (BLAS, rows on the pool)"
     st.work *= nb
     st.parallel = st.split = True
+    # an SGD update of the product may still fold into it (gemm_steps.fold_update_into_gemm: alpha, beta and C's
+    # slot; the blocks' C stride is the updated weight's own, a contiguous array of C's shape)
+    prog.gemm_outs[e.outs[0]] = (st, prog.places.n, st.fold[0], st.fold[1], st.fold[2])
     return True
 
 
@@ -140,7 +143,9 @@ def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k
             prog.param_slots.append((len(prog.table), offs[item]))
             prog.table.append(0)
         else:
-            prog.slot_addr(item)
+            slot = prog.slot_addr(item)
+            if item is pc:
+                st.fold = (offs["alpha"], offs["beta"], slot)
     if batch is not None:
         shape, cb, ca, cc = batch
         item = pc.dtype.np.itemsize

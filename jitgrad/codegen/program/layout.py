@@ -95,7 +95,7 @@ class Step:
     """One call of the program: ``kind`` kernel | gemm | native (a fixed cfunc, e.g. an MPI call) | py (NumPy
     impl); ``block``: its slot in the table."""
     __slots__ = ("kind", "kernel", "block", "label", "eqn", "ins", "out", "shapes", "scope", "guarded", "gemm",
-                 "state_write", "native", "parallel", "work", "split")
+                 "state_write", "native", "parallel", "work", "split", "fold")
 
     def __init__(self, kind, kernel=None, label="", eqn=None, shapes=(), scope=()):
         self.kind, self.kernel, self.label, self.eqn, self.shapes, self.scope = kind, kernel, label, eqn, shapes, scope
@@ -105,6 +105,7 @@ class Step:
         self.parallel = False       # kind "bgemm": its batch entries split between the pool's workers
         self.work = 0.0             # its work in the plan's cost unit, as the parallel choice saw it (0: unknown)
         self.split = False          # a big GEMM's rows split between the pool's workers (batched_gemm.split_rows)
+        self.fold = None            # a GEMM block's (alpha offset, beta offset, C's slot), for an update folded in
 
 
 class Program:
