@@ -1,4 +1,4 @@
-"""Where a compiled kernel starts paying for the worker pool: the measurement behind ``layout.PARALLEL_WORK``.
+"""Where a compiled kernel starts paying for the worker pool: the measurement behind ``workpool.PARALLEL_WORK``.
 
 For loops of each kind a step runs (an elementwise chain, a plain add, softmax and LayerNorm rows, a batch of
 attention-sized products) over a range of sizes, one fresh process times the serial and the parallel build of
@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 import jitgrad as jg
-from jitgrad.codegen.program import layout
+from jitgrad.codegen.native import workpool
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--reps", type=int, default=200)
@@ -70,7 +70,7 @@ def measure(fn, x):
 
 print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, load average "
       f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}, pool threads {jg.get_num_threads()}; "
-      f"current PARALLEL_WORK 2^{int(np.log2(layout.PARALLEL_WORK))}")
+      f"current PARALLEL_WORK 2^{int(np.log2(workpool.PARALLEL_WORK))}")
 rows = []
 for name, fn, shape in CASES:
     for n in SIZES:
@@ -88,3 +88,6 @@ for p in range(16, 30):
         break
 print(f"smallest power of two of work from which every kernel gains >= {args.gain:.0%}: "
       f"{'2^' + str(best) if best is not None else 'none measured'}")
+if best is not None:      # built kernels read the threshold per call: no rebuild needed to apply it
+    print(f"apply it: JITGRAD_PARALLEL_WORK={2 ** best} (a process), or "
+          f"jitgrad.codegen.native.workpool.set_min_work({2 ** best}) (at run time)")

@@ -168,19 +168,22 @@ def run(name, make, data, ref=None):
             call(i, t)
             rep_t.append(time.perf_counter() - t0)
             rep_c.append(time.process_time() - c0)
-    traces = fb = "-"
+    traces = fb = low = inst = "-"
     if f is not None and hasattr(f, "stats"):
         traces, fb = f.stats["traces"], f.stats["eager_fallbacks"]
+        low, inst = f.stats.get("shape_lowerings", 0), f.stats.get("shape_instances", 0)
     diff = "-" if ref is None else f"{max(abs(a - b) for a, b in zip(losses, ref)):.1e}"
     half = len(new_t) // 2
     ratio = statistics.median(new_t[half:]) / statistics.median(rep_t)
-    print(f"{name:<36} {traces!s:>6} {fb!s:>9} {diff:>10} {1e3 * statistics.median(new_t[half:]):>9.2f} "
+    print(f"{name:<36} {traces!s:>6} {fb!s:>9} {low!s:>5} {inst!s:>5} {diff:>10} "
+          f"{1e3 * statistics.median(new_t[half:]):>9.2f} "
           f"{1e3 * max(new_t[5:]):>9.1f} {1e3 * statistics.median(rep_t):>9.2f} {ratio:>8.2f}x "
           f"{1e3 * statistics.median(new_c[half:]):>9.2f} {1e3 * statistics.median(rep_c):>9.2f}")
     return losses
 
 
-HEADER = (f"{'configuration':<36} {'traces':>6} {'fallbacks':>9} {'vs eager':>10} {'new ms':>9} {'new max':>9} "
+HEADER = (f"{'configuration':<36} {'traces':>6} {'fallbacks':>9} {'lower':>5} {'inst':>5} {'vs eager':>10} "
+          f"{'new ms':>9} {'new max':>9} "
           f"{'repeat ms':>9} {'new/rep':>9} {'new cpu':>9} {'rep cpu':>9}")
 
 
@@ -210,7 +213,7 @@ def main():
         run("jg.compile (default)", lambda: gpt_step({}), data, ref)
         run("jg.compile(background=False)", lambda: gpt_step({"background": False}), data, ref)
         run("torch.compile(model) (default dynamic)", torch_gpt_step, data)
-    print("new ms: median wall time over the second half of the first pass (every call a new shape); new max: its "
+    print("lower / inst: programs lowered for every size / concrete builds per size (f.stats); new ms: median wall time over the second half of the first pass (every call a new shape); new max: its "
           "worst after 5 calls; repeat: the latest shapes again (60, or half the calls); new/rep: new ms over "
           "repeat ms (issue 30's target: <= 1.2x); cpu: this process's CPU ms (all threads)")
 

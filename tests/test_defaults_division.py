@@ -271,7 +271,8 @@ def test_interop_threads_once_per_process():
 
 
 def test_set_num_threads_one_keeps_compiled_loops_serial():
-    from jitgrad.codegen.program.layout import PARALLEL_MIN, Program
+    from jitgrad.codegen.kernels.loops import PARALLEL_MIN
+    from jitgrad.codegen.program.layout import Program
     from jitgrad.ir import settings
     plan = Program.__new__(Program)
     n0 = settings.STATE.num_threads
@@ -279,9 +280,9 @@ def test_set_num_threads_one_keeps_compiled_loops_serial():
         for parallel in (None, True):
             plan.parallel = parallel
             settings.STATE.num_threads = None
-            assert plan.runs_parallel(PARALLEL_MIN * 4)
+            assert plan.pool_choice(PARALLEL_MIN * 4)[0]
             jg.set_num_threads(1)
-            assert not plan.runs_parallel(PARALLEL_MIN * 4)
+            assert not plan.pool_choice(PARALLEL_MIN * 4)[0]
         f = jg.compile(lambda x: (x * 2 + 1).sum(), backend="numba")
         assert f(jg.ones(PARALLEL_MIN * 4)).item() == 3 * PARALLEL_MIN * 4
     finally:

@@ -43,6 +43,7 @@ STEP = textwrap.dedent("""
     import json, sys
     import numpy as np, jitgrad as jg
     from jitgrad.codegen.native import build, objstore
+    from jitgrad.codegen.kernels import small_gemm
     W = jg.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), requires_grad=True)
 
     @jg.compile(backend="numba", background=BACKGROUND)
@@ -57,6 +58,7 @@ STEP = textwrap.dedent("""
     step.wait()
     v2 = float(step(jg.tensor(np.ones((2, 4), np.float32))))
     print(json.dumps({"loss": [v, v2], "stats": step.stats, "counts": build.COUNTS, "files": objstore.STATS,
+                      "small_gemm": small_gemm.STATS,
                       "compiler": "numba.core.compiler" in sys.modules, "numba": "numba" in sys.modules,
                       "rejected": objstore.last_error}))
     """)
@@ -85,7 +87,10 @@ def test_warm_start_loads_one_file_and_imports_no_numba(tmp_path):
     # N kernels and the entry linked from the graph's one file; nothing compiled; Numba never imported
     assert c["kernels_compiled"] == 0 and c["drivers_compiled"] == 0 and c["build_processes"] == 0, c
     assert c["kernels_loaded"] == cold["counts"]["kernels_compiled"] and c["drivers_loaded"] == 1, c
-    assert c["graph_files_loaded"] == 1 and warm["files"]["files_read"] == 1, warm["files"]
+    # the graph's one file, and the small-GEMM kernels' module (kernels/small_gemm.py: its 4x3 product), once per
+    # process for every graph
+    assert warm["small_gemm"] == {"modules_built": 0, "modules_loaded": 1}, warm["small_gemm"]
+    assert c["graph_files_loaded"] == 1 and warm["files"]["files_read"] == 2, warm["files"]
     assert not warm["compiler"] and not warm["numba"]
     assert warm["loss"] == cold["loss"]
     assert warm["stats"]["compiled_calls"] == 2 and warm["stats"]["interpreted_calls"] == 0

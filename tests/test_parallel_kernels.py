@@ -75,7 +75,11 @@ def test_parallel_kernel_from_ir_matches_numbas_build(n):
     key = cache.cache_key(_PAR, extra=("test-parallel-kernels",))
     blob = ir_loops.compile_kernel(key, ir_loops.render(_PARK.ir, key))
     assert blob is not None, "the renderer refused a parallel kernel"
-    assert set(workpool.SYMBOLS) <= set(blob.needs)        # it calls the pool, not Numba's threading layer
+    # it calls the pool, not Numba's threading layer (an ungated loop reads no threshold)
+    pool_calls = {"jitgrad_wq_add_task", "jitgrad_wq_ready", "jitgrad_wq_synchronize", "jitgrad_wq_threads",
+                  "jitgrad_wq_rounds"}
+    assert pool_calls <= set(blob.needs) and pool_calls <= set(workpool.SYMBOLS)
+    assert not {"jitgrad_wq_min_work", "jitgrad_wq_grain"} & set(blob.needs)
     from jitgrad.codegen.native import threads
     with threads.LAUNCH_LOCK:
         addr = objload.load([blob])[key]
@@ -203,7 +207,6 @@ def test_numba_built_parallel_kernels_share_the_pool(tmp_path):
 def test_parallel_by_work_not_only_by_size():
     """Default thread choice (counted): a long transcendental chain over 2^17 elements is worth waking the
     workers, a plain add over the same elements is not, and neither is anything below the grain size."""
-    from jitgrad.codegen.program import layout
     from jitgrad.jit.graph_code import compiled_graph
 
     def chain(a):
@@ -217,10 +220,10 @@ def test_parallel_by_work_not_only_by_size():
         e = f._entry_for((x,), {})
         return compiled_graph(e.graph, e.gf.writes).kernels
     n = 1 << 17
-    assert n * 24 * 8 >= layout.PARALLEL_WORK > n * 9
+    assert n * 24 * 8 >= workpool.min_work() > n * 9
     assert [k.parallel for k in kernels(chain, n)] == [True]
     assert [k.parallel for k in kernels(lambda a: a + 1.0, n)] == [False]
-    assert [k.parallel for k in kernels(chain, layout.PARALLEL_GRAIN // 2)] == [False]
+    assert [k.parallel for k in kernels(chain, workpool.grain() // 2)] == [False]
 
 
 def test_chunks_see_values_the_statements_before_the_loop_compute():

@@ -2,7 +2,7 @@
 
 - A compiled call lists what it launches (``f.launches``: label, kind, parallel, threads, work); a B9 GPT step's
   attention products run as batches split between the pool's workers, each product on one thread, and its
-  row-wise kernels (softmax, LayerNorm) and big elementwise loops on the pool (``layout.PARALLEL_WORK``).
+  row-wise kernels (softmax, LayerNorm) and big elementwise loops on the pool (``workpool.min_work()``).
 - One level of parallelism, no oversubscription: no step runs more threads than the process has cores, and a batch
   split between the workers holds only products OpenBLAS runs on the calling thread.
 - The same results at 1 and 2 threads: a parallel batch of products and row kernels are bit-identical to their
@@ -22,7 +22,7 @@ import pytest
 
 import jitgrad as jg
 from jitgrad.ir.ops.blas import BLAS_THREADED_MACS
-from jitgrad.codegen.program import layout
+from jitgrad.codegen.native import workpool
 from jitgrad.ir import settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -133,7 +133,7 @@ def test_which_kernels_of_a_b9_step_run_on_the_pool():
     # whatever runs serial is below the work threshold
     for x_ in launches:
         if x_.kind in ("fused", "rows", "copy") and not x_.parallel:
-            assert x_.work < layout.PARALLEL_WORK, x_
+            assert x_.work < workpool.min_work(), x_
     assert sum(x_.kind in ("fused", "rows") for x_ in par) >= 30
     # no oversubscription: no step runs more threads than this process has cores, and a parallel batch's
     # products are below OpenBLAS's threading threshold (each runs on its worker's thread); the split GEMMs'

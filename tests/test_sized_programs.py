@@ -127,13 +127,15 @@ def test_guards_are_checked_for_every_new_size_after_lowering():
 
 
 def test_a_broken_lowering_guard_lowers_again_for_those_sizes(monkeypatch):
-    """A size where the lowering decided otherwise (here: a loop on the worker pool from PARALLEL_MIN elements)
-    is not bound to it: the template is lowered again with that size's decisions (up to MAX_LOWERINGS, then
-    concrete builds), and each size is bound to the lowering whose guards it keeps."""
+    """A size where the lowering decided otherwise (here: a layout rule patched to decide on the size, a loop
+    parallel from 4096 elements, which the real rule leaves to the kernel per call) is not bound to it: the
+    template is lowered again with that size's decisions (up to MAX_LOWERINGS, then concrete builds), and each
+    size is bound to the lowering whose guards it keeps."""
     from jitgrad.jit import symbolic_entries
     from jitgrad.codegen.program import layout
     from jitgrad.ir import settings
-    monkeypatch.setattr(layout, "PARALLEL_MIN", 4096)
+    limit = [4096]
+    monkeypatch.setattr(layout.Program, "pool_choice", lambda self, size, per_element=8.0: (size >= limit[0], None))
     monkeypatch.setattr(settings.STATE, "num_threads", 2)
     f = jg.compile(lambda x: (x * 1.5).exp(), backend="numba", parallel=None)
     rng = np.random.default_rng(4)
@@ -144,7 +146,7 @@ def test_a_broken_lowering_guard_lowers_again_for_those_sizes(monkeypatch):
     assert f.stats["shape_instances"] == 1 and f.stats["shape_lowerings"] == 2, f.stats      # 5000: parallel
     assert f.stats["shape_bindings"] == 4, f.stats
     monkeypatch.setattr(symbolic_entries, "MAX_LOWERINGS", 1)
-    monkeypatch.setattr(layout, "PARALLEL_MIN", 6000)       # (a new function: new decisions)
+    limit[0] = 6000       # (a new function: new decisions)
     g = jg.compile(lambda x: (x * 2.5).exp(), backend="numba", parallel=None)
     for n in (100, 200, 300, 7000, 400, 6500, 6600):
         x = jg.tensor(rng.standard_normal(n, dtype=np.float32) * 0.1)

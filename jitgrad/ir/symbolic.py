@@ -467,6 +467,8 @@ def known_equal(a, b):
     """Whether sizes (or tuples of sizes) ``a`` and ``b`` are equal for every value of the symbols: True, False
     (they differ for every value: different constants, or lengths), or None when it depends on the values.  It
     records no guard: for bookkeeping that may answer "unknown" (strides eager mode would have)."""
+    if type(a) is int and type(b) is int:
+        return a == b
     if isinstance(a, tuple) or isinstance(b, tuple):
         if len(a) != len(b):
             return False

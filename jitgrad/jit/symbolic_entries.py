@@ -320,8 +320,9 @@ def lift_literals(g: Graph):
 def _bound(cf, e, k, values):
     """An entry of template ``e`` at the sizes ``k`` bound to a lowering whose guards (and the trace's) hold
     there.  With ``values`` (``k`` by symbol name, the trace's guards known to hold), a tuple no lowering takes
-    is lowered again for its own sizes (up to ``MAX_LOWERINGS``: sizes on both sides of a decision, a loop run
-    on the worker pool from some size on), and ``BUILDING`` is the answer while that lowering's code builds.
+    is lowered again for its own sizes (up to ``MAX_LOWERINGS``: sizes on both sides of a decision, a view that
+    is contiguous at one size; whether a loop takes the worker pool is no such decision, its kernel tests it per
+    call), and ``BUILDING`` is the answer while that lowering's code builds.
     None when there is none (not possible, or not yet: ``values`` is None)."""
     lows = e.lowered
     if lows is False:

@@ -25,7 +25,7 @@ import re
 import threading
 import weakref
 
-from . import kernel_ir as ki
+from . import kernel_ir as ki, pool_abi
 
 STATS = {"kernels_ir": 0, "kernels_refused": 0}     # counted, so tests can check which path built what
 _lock = threading.Lock()
@@ -133,7 +133,10 @@ class _Renderer:
         the kernel runs the statements before the loop, hands one chunk to each worker of the pool
         (``workpool.py``: ``add_task`` per queue, ``ready``, ``synchronize``; one chunk on the calling thread when
         the pool has one worker or the loop one iteration), adds the chunks' partial sums to the loop's
-        ``reductions`` in chunk order (each chunk starts them at zero), then runs the statements after it."""
+        ``reductions`` in chunk order (each chunk starts them at zero), then runs the statements after it.  A
+        gated loop (``For.gate``) takes the pool only when this call's work reaches the pool's minimum; else
+        it runs the same chunks (one, when it sums nothing) one after another on the calling thread, so its
+        results are those of the pooled launch."""
         at = [n for n, s in enumerate(body) if isinstance(s, ki.For) and s.parallel]
         if len(at) != 1:
             raise Unsupported("parallel loop placement")
@@ -145,7 +148,8 @@ class _Renderer:
         self.block(body[:n])
         chunk = self._chunk_function(body[:n], loop)
         stop = self.value(loop.stop, {})
-        self._dispatch(chunk, stop, loop.reductions, 2 + len(loop.reductions))
+        gate = None if loop.gate is None else (self.value(loop.gate[0], {}), float(loop.gate[1]))
+        self._dispatch(chunk, stop, loop.reductions, 2 + len(loop.reductions), gate)
         self.block(body[n + 1:])
 
     def _chunk_function(self, prologue, loop):
@@ -175,18 +179,17 @@ class _Renderer:
             setattr(self, attr, v)
         return fn
 
-    def _dispatch(self, chunk, n, reductions, width):
+    def _dispatch(self, chunk, n, reductions, width, gate=None):
         ir, b, i64 = self.ir, self.b, self.i64
         i8p = ir.IntType(8).as_pointer()
         m = self.module
-        add = _declare(m, "jitgrad_wq_add_task", ir.FunctionType(ir.VoidType(), [i8p] * 5))
-        ready = _declare(m, "jitgrad_wq_ready", ir.FunctionType(ir.VoidType(), []))
-        sync = _declare(m, "jitgrad_wq_synchronize", ir.FunctionType(ir.VoidType(), []))
-        workers = m.globals.get("jitgrad_wq_threads") or ir.GlobalVariable(m, i64, "jitgrad_wq_threads")
+        add, ready, sync = pool_abi.declare(m)
         one = ir.Constant(i64, 1)
-        nw = b.load(workers)
-        pooled = b.and_(b.icmp_signed(">", nw, one), b.icmp_signed(">", n, one))
-        ntasks = b.select(pooled, nw, one)
+        nw = b.load(pool_abi.pool_global(m, "threads"))
+        split = b.and_(b.icmp_signed(">", nw, one), b.icmp_signed(">", n, one))
+        pooled = split if gate is None else b.and_(split, pool_abi.takes_pool(b, m, *gate))
+        # not pooled: a loop that sums runs the pooled launch's chunks here, in order (the same partial sums)
+        ntasks = b.select(split if reductions else pooled, nw, one)
         tasks = b.alloca(i64, size=b.mul(ntasks, ir.Constant(i64, width)), name="tasks")
         a = b.bitcast(self.fn.args[0], i8p)
         null = ir.Constant(i8p, None)
@@ -213,11 +216,12 @@ class _Renderer:
         each_task(fill)
         with b.if_else(pooled) as (then, other):
             with then:
+                pool_abi.count_round(b, m)
                 b.call(ready, [])
                 b.call(sync, [])
             with other:
-                b.call(chunk, [tasks, ir.Constant(i64.as_pointer(), None), ir.Constant(i64.as_pointer(), None),
-                               self.fn.args[0]])
+                nil = ir.Constant(i64.as_pointer(), None)
+                each_task(lambda t, rec: b.call(chunk, [rec, nil, nil, self.fn.args[0]]))
         if reductions:
             def combine(t, rec):
                 for j, r in enumerate(reductions):
@@ -532,13 +536,6 @@ def _all_values(x):
 
 def _vars_read_value(x) -> set:
     return {v.attr for v in ki.walk_values(x) if v.op == "var"}
-
-
-def _declare(module, name, fnty):
-    fn = module.globals.get(name)
-    if fn is None:
-        fn = _ir().Function(module, fnty, name=name)
-    return fn
 
 
 # ---------------------------------------------------------------------------------------------------- compiling

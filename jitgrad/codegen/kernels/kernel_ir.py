@@ -363,12 +363,15 @@ class Store:
 
 class For:
     """``for var in range(start, stop, step)`` (step 1 or -1); ``parallel``: the kernel's parallel outer loop,
-    whose ``reductions`` (Vars assigned before it, updated in it only as ``r = r + e``) sum across chunks."""
-    __slots__ = ("var", "start", "stop", "step", "body", "parallel", "reductions")
+    whose ``reductions`` (Vars assigned before it, updated in it only as ``r = r + e``) sum across chunks, and
+    ``gate``: None (it always takes the worker pool) or ``(elements, per_element)`` (an int64 value, a float): it
+    takes the pool in calls whose work reaches the pool's minimum (``workpool.takes``), else runs here."""
+    __slots__ = ("var", "start", "stop", "step", "body", "parallel", "reductions", "gate")
 
-    def __init__(self, var, start, stop, step=1, parallel=False, reductions=()):
+    def __init__(self, var, start, stop, step=1, parallel=False, reductions=(), gate=None):
         self.var, self.start, self.stop, self.step = var, start, stop, step
         self.body, self.parallel, self.reductions = [], parallel, list(reductions)
+        self.gate = gate if parallel else None
 
 
 class If:
@@ -438,10 +441,10 @@ class Builder:
         self._blocks[-1].append(Continue())
 
     @contextlib.contextmanager
-    def loop(self, name, stop, start=0, step=1, parallel=False, reductions=()):
-        """``for name in range(start, stop, step)``: yields the loop variable's value."""
+    def loop(self, name, stop, start=0, step=1, parallel=False, reductions=(), gate=None):
+        """``for name in range(start, stop, step)``: yields the loop variable's value (``gate``: see ``For``)."""
         v = self.var(name, I64)
-        f = For(v, cast(val(start), I64), cast(val(stop), I64), step, parallel, reductions)
+        f = For(v, cast(val(start), I64), cast(val(stop), I64), step, parallel, reductions, gate)
         if parallel:
             self.parallel = True
         self._blocks[-1].append(f)
@@ -543,6 +546,8 @@ def format_kernel(k: KernelIR) -> str:
                 rng = expr_text(s.stop) if (s.step == 1 and s.start.op == "const" and s.start.attr == 0) else \
                     f"{expr_text(s.start)}, {expr_text(s.stop)}, {s.step}"
                 par = f" parallel sum({', '.join(v.name for v in s.reductions)})" if s.parallel else ""
+                if s.gate is not None:
+                    par += f" from work {expr_text(s.gate[0])} * {s.gate[1]!r}"
                 lines.append(f"{ind}for {s.var.name} in range({rng}){par}:")
                 block(s.body, ind + "    ")
             elif isinstance(s, If):
@@ -581,6 +586,8 @@ def statement_values(stmts):
             yield from (s.ptr, s.idx, s.value)
         elif isinstance(s, For):
             yield from (s.start, s.stop)
+            if s.gate is not None:
+                yield s.gate[0]
             yield from statement_values(s.body)
         elif isinstance(s, If):
             yield s.cond

@@ -25,9 +25,9 @@ from .math_table import MathCalls
 from .numba_render import module_text
 
 # the kernel IR's generators: a change to what they build changes every kernel's text, hence its key
-GENERATOR_VERSION = 1
-PARALLEL_MIN = 1 << 20      # elements; below this a kernel runs serial (see BENCHMARKS.md: thread wake-up
-                            # costs ~10 us on an idle machine and ~20 ms when the cores are busy)
+GENERATOR_VERSION = 2       # 2: parallel loops take the pool by their work per call (For.gate)
+PARALLEL_MIN = 1 << 20      # elements from which every loop takes the pool at the default threshold (each element
+                            # costs at least layout.MIN_ELEMENT_COST: workpool.PARALLEL_WORK / 8)
 FASTMATH = set(ki.KERNEL_FASTMATH)     # never nnan/ninf: NaN checks must survive
 
 # elementwise ops whose scalar body also takes the element's row-major index in the iteration space (the random
@@ -53,16 +53,19 @@ class Kernel:
     """One kernel: its IR, its rendered text (``source``) and what the layout needs to fill its argument block.
 
     ``operands``: the Vars/Lits read and written, in block order (inputs, then outputs); ``rank``: iteration rank;
-    ``classes``: inner layout class per operand; ``key``: hash of the text (the kernel's identity)."""
+    ``classes``: inner layout class per operand; ``key``: hash of the text (the kernel's identity);
+    ``per_element``: a parallel kernel's cost per element when it takes the pool by its work per call
+    (``kernel_ir.For.gate``), None when it always does (or is serial)."""
 
     def __init__(self, kind, kir: ki.KernelIR, *, rank, operands, classes, parallel, checks=(), red_axes=None,
-                 label="", guards=(), alias=None):
+                 label="", guards=(), alias=None, per_element=None):
         self.kind = kind
         self.ir = kir
         self.rank = rank
         self.operands = list(operands)
         self.classes = list(classes)
         self.parallel = parallel
+        self.per_element = per_element if parallel else None
         self.checks = list(checks)       # check ids (graph-local), filled in the block, not in the kernel
         self.guards = list(guards)       # eqns whose guard (a zero integer divisor) the loop counts
         self.red_axes = red_axes
@@ -101,13 +104,15 @@ def literal(v, d: dt.DType) -> ki.Val:
 
 
 class _Nest:
-    """A loop nest over ``rank`` dims reading/writing operands through strides from the argument block."""
+    """A loop nest over ``rank`` dims reading/writing operands through strides from the argument block.
+    ``per_element``: a parallel nest's cost per element, when its loop takes the pool by its work per call."""
 
-    def __init__(self, b: ki.Builder, rank, classes, parallel):
+    def __init__(self, b: ki.Builder, rank, classes, parallel, per_element=None):
         self.b = b
         self.rank = rank
         self.classes = classes
         self.parallel = parallel
+        self.per_element = per_element
         self.n = [b.let(f"n{d}", b.A[d]) for d in range(rank)]
         self.p, self.s = {}, {}
         self.slot = rank
@@ -123,6 +128,16 @@ class _Nest:
 
     def i(self, d) -> ki.Val:
         return read(self.b.var(f"i{d}", I64))
+
+    def gate(self):
+        """The parallel loop's ``For.gate`` (its element count, the product of the dims, and the cost of one), or
+        None when it always takes the pool."""
+        if not self.parallel or self.per_element is None:
+            return None
+        size = self.n[0]
+        for d in self.n[1:]:
+            size = size * d
+        return size, float(self.per_element)
 
     def base(self, j, d) -> ki.Val:
         return read(self.b.var(f"b{j}_{d}", I64))
@@ -152,7 +167,8 @@ class _Nest:
                 block.extend(row_pre)
                 row_block = block
             par = d == 0 and self.parallel
-            f = ki.For(b.var(f"i{d}", I64), const(0), self.n[d], 1, par, reductions if par else ())
+            f = ki.For(b.var(f"i{d}", I64), const(0), self.n[d], 1, par, reductions if par else (),
+                       self.gate() if par else None)
             if par:
                 b.parallel = True
             block.append(f)
@@ -286,7 +302,7 @@ def raises_in_loop(e) -> bool:
     return False
 
 
-def group_nest(b, g, classes, parallel, rank, alias, who):
+def group_nest(b, g, classes, parallel, rank, alias, who, per_element=None):
     """``(arrays_in, operands, nest)`` of fusion group ``g``'s loop: the Vars and array literals it reads at its
     own index, every operand in the argument block's order (those, the operands of its gathers and scatters, its
     outputs, its scatters' outputs), and their ``_Nest`` (alias-scoped per ``alias`` when it names two classes
@@ -296,7 +312,7 @@ def group_nest(b, g, classes, parallel, rank, alias, who):
     # array, each scatter's index; after the outputs, each scatter's output
     operands = arrays_in + [v for e in g.gathers for v in (e.ins[1], e.ins[0])] + [e.ins[2] for e in g.scatters] \
         + list(g.outputs) + [e.outs[0] for e in g.scatters]
-    nest = _Nest(b, rank, classes, parallel)
+    nest = _Nest(b, rank, classes, parallel, per_element)
     for j, v in enumerate(operands):
         nest.operand(j, v.aval.dtype)
     if alias is not None and len(set(alias)) > 1:
@@ -349,7 +365,7 @@ def chunked_rows(b, nest, row, n_operands, columns, reductions=()):
     loop's sum counters (anomaly checks, guards)."""
     P = COLUMN_CHUNKS
     n0, n1 = nest.n
-    with b.loop("c", const(P), parallel=True, reductions=reductions):
+    with b.loop("c", const(P), parallel=True, reductions=reductions, gate=nest.gate()):
         c = read(b.var("c", I64))
         lo = b.let("r0", n0 * c // P)
         hi = b.let("r1", n0 * (c + 1) // P)
@@ -370,13 +386,15 @@ def chunked_rows(b, nest, row, n_operands, columns, reductions=()):
             b.emit([store_at(j, nest, col * nest.s[j][1], read(acc))])
 
 
-def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, alias=None) -> Kernel:
+def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, alias=None,
+              per_element=None) -> Kernel:
     """The loop nest of a fusion group.  ``classes``: inner layout class per operand (inputs then outputs);
     ``rank``/``red_axes``: the iteration rank and folded axes after the layout merged dims (default: the
     group's own); ``check_ids``: eqn -> id for values that must be finite (anomaly mode): integer counters that
     vectorise with the loop, reported through the err slot after it, so no branch leaves the fast path.
     ``alias``: per operand, its alias class (operands of one class may share memory, of two never do; see
-    ``alias_scopes.py``); None: nothing is known, every access is a plain one."""
+    ``alias_scopes.py``); None: nothing is known, every access is a plain one.  ``per_element``: a parallel
+    loop's cost per element, when it takes the pool by its work per call (``kernel_ir.For.gate``)."""
     rank = len(g.shape) if rank is None else rank
     outs = list(g.outputs)
     red = g.reduce
@@ -394,7 +412,7 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
     b = ki.Builder()
     if red_axes is not None:
         b.comment(f"reduction {red.op.name} over axes {list(red_axes)} of rank {rank}")
-    arrays_in, operands, nest = group_nest(b, g, classes, parallel, rank, alias, "gen_group")
+    arrays_in, operands, nest = group_nest(b, g, classes, parallel, rank, alias, "gen_group", per_element)
     # per gather, then per scatter: the indexed axis's stride and size; then the index-error block (its address,
     # then their step ids)
     gathers, scatters = list(g.gathers), list(g.scatters)
@@ -534,13 +552,16 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
     else:
         nest.loops(body, range(len(operands)), pre, post, row_pre, row_post, reductions=counters)
     return Kernel("fused", b.finish(), rank=rank, operands=operands, classes=classes, parallel=parallel,
-                  checks=checks, red_axes=red_axes, label=g.name, guards=guard_eqns, alias=nest.alias)
+                  checks=checks, red_axes=red_axes, label=g.name, guards=guard_eqns, alias=nest.alias,
+                  per_element=per_element)
 
 
-def gen_copy(src_dtype: dt.DType, dst_dtype: dt.DType, rank: int, cls: str, parallel=False) -> Kernel:
-    """``dst[...] = src`` (with a cast): materialising views, writing state back, BLAS operand copies."""
+def gen_copy(src_dtype: dt.DType, dst_dtype: dt.DType, rank: int, cls: str, parallel=False,
+             per_element=None) -> Kernel:
+    """``dst[...] = src`` (with a cast): materialising views, writing state back, BLAS operand copies
+    (``per_element``: as ``gen_group``'s)."""
     b = ki.Builder()
-    nest = _Nest(b, rank, [cls, CONTIG], parallel)
+    nest = _Nest(b, rank, [cls, CONTIG], parallel, per_element)
     nest.operand(0, src_dtype)
     nest.operand(1, dst_dtype)
     with b.capture() as body:
@@ -549,7 +570,7 @@ def gen_copy(src_dtype: dt.DType, dst_dtype: dt.DType, rank: int, cls: str, para
         b.emit([_store(1, nest, dst_dtype, v)])
     nest.loops(body, (0, 1))
     return Kernel("copy", b.finish(), rank=rank, operands=[None, None], classes=[cls, CONTIG],
-                  parallel=parallel, label="copy")
+                  parallel=parallel, label="copy", per_element=per_element)
 
 
 def gen_check(dtype: dt.DType, rank: int, cls: str) -> Kernel:

@@ -25,9 +25,9 @@ from .loops import (BCAST, Kernel, chunked_rows, _compute_dtype, _load, _store, 
                     row_minmax, scalar_expr, store_at, value_ref)
 
 
-def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
+def gen_rows(g, classes, parallel, rank, red_axes, alias=None, per_element=None) -> Kernel:
     """The kernel of row group ``g`` over iteration rank ``rank`` (after the layout merged dims), whose row axis
-    is the last (``red_axes`` must say so).  ``classes``/``alias``: per operand, as for ``loops.gen_group``."""
+    is the last (``red_axes`` must say so).  ``classes``/``alias``/``per_element``: as for ``loops.gen_group``."""
     r = rank
     if r < 1 or tuple(red_axes or ()) != (r - 1,):
         raise ValueError(f"gen_rows: {g.name}: expected the row axis last, got reduced axes {red_axes} of rank {r}")
@@ -37,7 +37,7 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
     parallel = bool(parallel) and r >= 2 and (not g.columns or chunked)
     b = ki.Builder()
     b.comment(f"rows of axis {r - 1} of rank {r}: {len(g.passes)} passes")
-    arrays_in, operands, nest = group_nest(b, g, classes, parallel, r, alias, "gen_rows")
+    arrays_in, operands, nest = group_nest(b, g, classes, parallel, r, alias, "gen_rows", per_element)
     nest.slot += 1          # the layout's count of the reduction's output (a plain group initialises it; not here)
     slot_of = {v: j for j, v in enumerate(operands)}
     partial = {}            # column sum eqn -> its partial rows' pointer (``loops.COLUMN_CHUNKS`` x row length)
@@ -136,7 +136,7 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None) -> Kernel:
         outer = _Outer(nest, r - 1)
         outer.emit(row, range(len(operands)))
     return Kernel("rows", b.finish(), rank=r, operands=operands, classes=classes, parallel=parallel,
-                  red_axes=tuple(red_axes), label=g.name, alias=nest.alias)
+                  red_axes=tuple(red_axes), label=g.name, alias=nest.alias, per_element=per_element)
 
 
 class _Outer:
@@ -150,7 +150,7 @@ class _Outer:
         block = b._blocks[-1]
         for d in range(self.dims):
             par = d == 0 and nest.parallel
-            f = ki.For(b.var(f"i{d}", I64), const(0), nest.n[d], 1, par)
+            f = ki.For(b.var(f"i{d}", I64), const(0), nest.n[d], 1, par, (), nest.gate() if par else None)
             if par:
                 b.parallel = True
             block.append(f)

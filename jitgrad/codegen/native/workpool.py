@@ -12,9 +12,20 @@ on the same workers.
 One launch round per kernel (Numba's own ``parallel_for`` makes two: one to sync a thread-local count, one to
 run), and no Python on the way: the kernel calls the pool itself.  The kernels reach the pool through symbols this
 module registers with llvmlite before code that needs them is linked (``objload.load``):
-``jitgrad_wq_add_task``, ``jitgrad_wq_ready``, ``jitgrad_wq_synchronize`` and the ``int64`` global
+``jitgrad_wq_add_task``, ``jitgrad_wq_ready``, ``jitgrad_wq_synchronize`` and the ``int64`` globals
 ``jitgrad_wq_threads`` (the number of worker queues: a launch adds exactly one task per queue, since ``ready``
-wakes every queue).  The object code holds no address, so a kernel from the disk cache links in any process.
+wakes every queue), ``jitgrad_wq_min_work`` and ``jitgrad_wq_grain`` (when a launch is worth the pool, below) and
+``jitgrad_wq_rounds`` (the pool rounds launched so far, counted for tests).  The object code holds no address, so
+a kernel from the disk cache links in any process.
+
+**When a loop takes the pool: decided per call, inside the kernel.**  A parallel kernel is *parallel-capable*:
+each call it compares its work (elements x the plan's per-element cost, ``layout.py``) with the process-wide
+minimum ``min_work()`` and its elements with ``grain()``, and hands its chunks to the workers only when both are
+reached (else it runs the same chunks on the calling thread, so its results never depend on the decision).  A
+batch of small products (``batched_gemm.py``) does the same in the entry with its multiply-adds.  So a program laid
+out once for every size (``codegen/program/sized.py``) needs no guard on a parallel choice, and a measured
+threshold (``benchmarks/parallel_threshold.py``, ``JITGRAD_PARALLEL_WORK`` or ``set_min_work``) applies to built
+kernels without rebuilding them.  Kernels Numba builds (random draws, integer powers) always split their loop.
 
 Not thread-safe: one launch at a time per process (``threads.LAUNCH_LOCK``, held around calls of graphs with a
 parallel kernel).  After a fork the child's pool is empty and the library starts new workers at the child's first
@@ -31,10 +42,68 @@ import threading
 
 from ...ir import settings
 
-SYMBOLS = ("jitgrad_wq_add_task", "jitgrad_wq_ready", "jitgrad_wq_synchronize", "jitgrad_wq_threads")
+SYMBOLS = ("jitgrad_wq_add_task", "jitgrad_wq_ready", "jitgrad_wq_synchronize", "jitgrad_wq_threads",
+           "jitgrad_wq_min_work", "jitgrad_wq_grain", "jitgrad_wq_rounds")
 _lock = threading.Lock()
 _LIB = None
 _THREADS = ctypes.c_int64(0)    # the global the kernels read (its address is the symbol jitgrad_wq_threads)
+
+# A loop takes the pool when its work pays for waking the workers (one wake-up round, ~5-30 us): at least
+# PARALLEL_GRAIN elements (PyTorch's grain size) and elements x per-element cost >= PARALLEL_WORK, about 160 us of
+# one core's work (ir/plan.py's cost unit runs at ~0.02 ns on one core of this kind of machine: B2's loop, ~26
+# units, 0.53 ns an element).  Every element costs at least ``layout.MIN_ELEMENT_COST`` (8), so from 2^20
+# elements (``loops.PARALLEL_MIN``) every loop takes the pool.
+# Measured 2026-11-24, quiet, 2 cores (benchmarks/parallel_threshold.py, min / median): waking the workers costs
+# ~5 us at best and ~30 us typically; a 3-op tanh/sigmoid loop of 524,288 float32 188 / 190 us serial, 109 / 141
+# us parallel; of 262,144, 103 / 104 vs 64 / 92 us (kept serial); x + 1 never gains below 1M elements.
+# The same rule holds for row kernels (their work counts every pass over the row: loop_steps.py) and for a batch
+# of small products (work = multiply-adds).  benchmarks/parallel_threshold.py measures every kind in alternation
+# and proposes the threshold; its 2026-11-29 run (load average 8.8 on 2 cores: no free second core) found no size
+# that gained, so the quiet figure above stands until a quiet run says otherwise.  JITGRAD_PARALLEL_WORK sets it
+# for a process (``set_min_work`` at run time).
+PARALLEL_GRAIN = 1 << 15
+PARALLEL_WORK = 1 << 23
+_MIN_WORK = ctypes.c_int64(int(float(os.environ.get("JITGRAD_PARALLEL_WORK", PARALLEL_WORK))))
+_GRAIN = ctypes.c_int64(PARALLEL_GRAIN)
+_ROUNDS = ctypes.c_int64(0)     # pool rounds launched by kernels built from IR and by entries (tests count them)
+
+
+def min_work() -> int:
+    """The work (the plan's cost units) from which a parallel kernel or batch hands its chunks to the workers."""
+    return int(_MIN_WORK.value)
+
+
+def set_min_work(work: int, grain: int | None = None) -> tuple:
+    """Set ``min_work()`` (and ``grain()``, when given) for this process: built kernels read them at every call.
+    Returns the previous ``(min_work, grain)``."""
+    prev = (int(_MIN_WORK.value), int(_GRAIN.value))
+    _MIN_WORK.value = max(0, int(work))
+    if grain is not None:
+        _GRAIN.value = max(0, int(grain))
+    return prev
+
+
+def grain() -> int:
+    """The fewest elements a parallel loop hands to the workers."""
+    return int(_GRAIN.value)
+
+
+def rounds() -> int:
+    """How many times kernels built from IR and entries woke the workers (one round per pooled launch)."""
+    return int(_ROUNDS.value)
+
+
+def takes(elements, per_element: float) -> bool:
+    """Whether a parallel-capable loop of ``elements`` elements, each costing ``per_element``, takes the pool:
+    the test the kernel makes per call (``ir_loops._Renderer._dispatch``), less the worker count."""
+    return elements >= _GRAIN.value and float(elements) * per_element >= float(_MIN_WORK.value)
+
+
+def takes_batch(macs, count, most: int) -> bool:
+    """Whether a batch of ``count`` products of ``macs`` multiply-adds each takes the pool, each product on one
+    thread: at least two, each at most ``most`` (OpenBLAS would thread a larger one itself), and work enough
+    (the entry's test, ``entry._batched_gemm_on_pool``)."""
+    return count >= 2 and macs <= most and float(macs) * float(count) >= float(_MIN_WORK.value)
 
 
 def default_threads() -> int:
@@ -120,6 +189,9 @@ def launch() -> int:
             ll.add_symbol("jitgrad_wq_ready", lib.ready)
             ll.add_symbol("jitgrad_wq_synchronize", lib.synchronize)
             ll.add_symbol("jitgrad_wq_threads", ctypes.addressof(_THREADS))
+            ll.add_symbol("jitgrad_wq_min_work", ctypes.addressof(_MIN_WORK))
+            ll.add_symbol("jitgrad_wq_grain", ctypes.addressof(_GRAIN))
+            ll.add_symbol("jitgrad_wq_rounds", ctypes.addressof(_ROUNDS))
     return int(_THREADS.value)
 
 
@@ -156,4 +228,5 @@ def run_on_each(fn) -> list:
     return results
 
 
-__all__ = ["available", "launch", "threads", "run_on_each", "default_threads", "library", "SYMBOLS"]
+__all__ = ["available", "launch", "threads", "run_on_each", "default_threads", "library", "SYMBOLS", "PARALLEL_GRAIN",
+           "PARALLEL_WORK", "min_work", "set_min_work", "grain", "rounds", "takes", "takes_batch"]

@@ -11,9 +11,10 @@ becomes one of two native steps, never a NumPy host step:
   stride per batch dim (0 for a broadcast dim), and 13 scratch slots; ``abi.call_gemm_batched`` loops over the
   batch inside the driver, pointing the scratch block's A, B, C at each matrix.  Operands are passed by leading
   dimension, so strided views (a head of a ``[B, T, 3C]`` projection, a transposed key) are read in place.
-  When the products are small (OpenBLAS runs each on one thread) and the batch has work enough
-  (``layout.Program.parallel_batch``), the step is ``parallel``: the entry splits the batch into one chunk per
-  worker of the pool (attention's (batch, head) products), each product on one thread (``entry.py``).
+  When the products may be small (OpenBLAS runs each on one thread) and the batch may have work enough
+  (``layout.Program.batch_choice``: sizes that vary, or that pay now), the step is ``parallel``: the entry splits
+  the batch into one chunk per worker of the pool (attention's (batch, head) products), each product on one
+  thread, in the calls where both hold (``entry.py``: the test is made per call, so it needs no guard on sizes).
 
 The table layout of a ``bgemm`` block is documented on ``abi.call_gemm_batched``.
 """
@@ -25,7 +26,6 @@ import numpy as np
 
 from ...ir.symbolic import hint_of, size_arg
 from .layout import Program, Step
-from ...ir.ops.blas import BLAS_THREADED_MACS
 from ..places import Place, c_strides, coalesce
 from ..kernels import small_gemm
 
@@ -95,7 +95,9 @@ def batched_gemm(prog: Program, e) -> bool:
     # product on the calling thread (below its threading threshold), so no product starts BLAS threads of its own
     count = math.prod(shape)
     st.work *= hint_of(count)
-    st.parallel = m * n * k <= BLAS_THREADED_MACS and prog.parallel_batch(count, st.work)
+    st.parallel, gated = prog.batch_choice(m * n * k, count)
+    if gated:
+        st.gate = (m * n * k, count)
     return True
 
 def split_rows(prog: Program, e, pa, flag_a, pb, flag_b, pc, m, n, k) -> bool:

@@ -38,16 +38,18 @@ from .output_pool import take
 
 class Launch(NamedTuple):
     """A step of a compiled call (``CompiledGraph.launches``): its label, kind (``fused``, ``rows``, ``copy``...
-    for loop kernels; ``gemm``, ``bgemm``, ``py``, ``native``...), whether it runs on the worker pool, and the
-    most threads it runs on at once; ``work``: its size in the plan's cost unit as the parallel choice saw it;
-    ``routine``: a matrix product's routine (``sgemm``/``dgemm``: BLAS; ``small_sgemm``/``small_dgemm``:
-    ``kernels/small_gemm.py``)."""
+    for loop kernels; ``gemm``, ``bgemm``, ``py``, ``native``...), whether it runs on the worker pool in this call,
+    and the most threads it runs on at once; ``work``: its size in the plan's cost unit as the parallel choice
+    saw it; ``routine``: a matrix product's routine (``sgemm``/``dgemm``: BLAS; ``small_sgemm``/``small_dgemm``:
+    ``kernels/small_gemm.py``); ``gated``: a parallel-capable step that decides per call, by its work, whether
+    to take the pool."""
     label: str
     kind: str
     parallel: bool
     threads: int
     work: float = 0.0
     routine: str = ""
+    gated: bool = False
 
 
 class CodegenWarning(UserWarning):
@@ -57,6 +59,18 @@ class CodegenWarning(UserWarning):
 ALLOCATIONS = {"workspaces": 0, "fresh_arrays": 0}    # counted, so tests can check reuse (never timed)
 _KERNEL_CALL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _GEMM_CALL = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 13))
+
+
+_NUMBA_SPLITS: dict = {}        # kernel key -> whether Numba builds it (its prange splits the loop every call)
+
+
+def _split_by_numba(k) -> bool:
+    """Whether parallel kernel ``k`` is built by Numba (``ir_loops`` cannot lower it), which ignores its gate."""
+    got = _NUMBA_SPLITS.get(k.key)
+    if got is None:
+        from ..kernels import ir_loops
+        got = _NUMBA_SPLITS[k.key] = not ir_loops.translatable(k.key, k.source)
+    return got
 
 
 def blas_address(name: str) -> int:
@@ -175,26 +189,38 @@ class CompiledGraph:
         for fn in self.on_ready:    # the functions using this graph count its build (jit/build_policy.py)
             fn(self)
 
-    def launches(self) -> list:
+    def launches(self, sizes=None) -> list:
         """One ``Launch`` per step a call runs, in order (the write-backs last): what runs where, counted and never
-        timed.  ``threads``: the most threads the step runs on at once in this process: the pool's workers for a
-        parallel kernel or a parallel batch of small products (one thread each), OpenBLAS's threads for a GEMM
-        large enough for OpenBLAS to split, else 1."""
+        timed.  ``parallel``: whether the step runs on the worker pool in a call of these sizes (a gated step's
+        test, ``workpool.takes``, at the pool's threshold now; ``sizes``: symbol name -> value for a program laid
+        out with symbolic sizes, else the sizes it was laid out for).  ``threads``: the most threads the step
+        runs on at once in this process: the pool's workers for a parallel kernel or a parallel batch of small
+        products (one thread each), OpenBLAS's threads for a GEMM large enough for OpenBLAS to split, else 1."""
         from ..native import workpool
+        from ...ir.symbolic import concretize, hint_of
         pool = workpool.threads() or workpool.default_threads()
         if settings.STATE.num_threads == 1:
             pool = 1
         ctl = blas.thread_control()
         blas_n = max(1, int(ctl[0]())) if ctl else 1
+
+        def size(x):
+            return concretize(x, sizes) if sizes else hint_of(x)
         out = []
         for st in self.program.steps + self.program.writes:
+            gated = st.gate is not None
             if st.kind == "kernel":
                 par = bool(st.kernel.parallel)
-                out.append(Launch(st.label, st.kernel.kind, par, pool if par else 1, st.work))
+                if gated and not workpool.takes(size(st.gate[0]), st.gate[1]):
+                    par = _split_by_numba(st.kernel)      # (Numba's prange splits every call)
+                out.append(Launch(st.label, st.kernel.kind, par, pool if par else 1, st.work, gated=gated))
             elif st.kind in ("gemm", "bgemm"):
                 par = bool(st.parallel)
+                if gated:
+                    par = workpool.takes_batch(size(st.gate[0]), size(st.gate[1]), blas.BLAS_THREADED_MACS)
                 big = threads.blas_threaded([st])
-                out.append(Launch(st.label, st.kind, par, pool if par else blas_n if big else 1, st.work, st.gemm))
+                out.append(Launch(st.label, st.kind, par, pool if par else blas_n if big else 1, st.work, st.gemm,
+                                  gated))
             else:
                 out.append(Launch(st.label, st.kind, False, 1))
         return out

@@ -23,6 +23,8 @@ import math
 
 import numpy as np
 
+from ...ir.ops.blas import BLAS_THREADED_MACS
+from ..kernels import pool_abi
 from .output_pool import MIN_BYTES, take as take_by_shape, take_by_capacity
 
 TUPLE_ITEMS = 3 * ctypes.sizeof(ctypes.c_void_p)     # PyTupleObject: refcnt, type, size, then ob_item[]
@@ -66,7 +68,8 @@ def _ops(program, n_inputs: int, n_checks: int):
         guard = "ie" if st.state_write and checked else None
         kind = st.kind if st.kind in ("gemm", "bgemm") else "kernel"
         if kind == "bgemm" and st.parallel:
-            kind = "pbgemm"         # its batch split between the pool's workers
+            # its batch split between the pool's workers (gated: in the calls where that pays)
+            kind = "pbgemm" if st.gate is None else "gbgemm"
         ops.append(("call", kind, n, st.block, st.label, guard))
     if (n_checks or checked) and p.writes:    # an anomaly or a raising step leaves the user's state untouched
         ops.append(("if_ok", n_checks, checked))
@@ -90,9 +93,11 @@ def entry_source(program, n_inputs: int, n_checks: int) -> str:
         elif op[0] == "err":
             lines.append(f"{ind}a[{op[1]}] = e")
         elif op[0] == "call":
-            fn = {"gemm": "call_gemm", "bgemm": "call_gemm_batched",
-                  "pbgemm": "call_gemm_batched_on_pool"}.get(op[1], "call_kernel")
-            call = f"{fn}(F[{op[2]}], A + {8 * op[3]})  # {op[4]}"
+            fn = {"gemm": "call_gemm", "bgemm": "call_gemm_batched", "pbgemm": "call_gemm_batched_on_pool",
+                  "gbgemm": "call_gemm_batched_on_pool"}.get(op[1], "call_kernel")
+            per_call = f", when_macs_at_most={BLAS_THREADED_MACS}, when_work_reaches=min_work" \
+                if op[1] == "gbgemm" else ""
+            call = f"{fn}(F[{op[2]}], A + {8 * op[3]}{per_call})  # {op[4]}"
             if op[5] == "ie":
                 lines += [f"{ind}if IE[0] == 0:", f"{ind}    {call}"]
             else:
@@ -153,8 +158,8 @@ def entry_ir(program, n_inputs: int, n_checks: int, name: str) -> str:
                 b.call(b.inttoptr(target, gty.as_pointer()), [b.inttoptr(at(base, k), i8p) for k in range(13)])
             elif op[1] == "bgemm":
                 _batched_gemm(b, fn, b.inttoptr(blk, i64p), b.inttoptr(target, gty.as_pointer()), op[2])
-            elif op[1] == "pbgemm":
-                _batched_gemm_on_pool(b, fn, b.inttoptr(blk, i64p), target, op[2])
+            elif op[1] in ("pbgemm", "gbgemm"):
+                _batched_gemm_on_pool(b, fn, b.inttoptr(blk, i64p), target, op[2], op[1] == "gbgemm")
             else:
                 b.call(b.inttoptr(target, kty.as_pointer()), [b.inttoptr(blk, i64p)])
             if skip is not None:
@@ -242,19 +247,6 @@ def _batched_gemm(b, fn, p, gemm, n):
     loop("t", c(0), lambda t: b.icmp_signed("<", t, total), entry_body, lambda t: b.add(t, c(1)))
 
 
-def _pool_symbols(mod):
-    """The worker pool's functions and thread count (``native/workpool.py``), declared in ``mod`` once."""
-    from llvmlite import ir
-    i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
-    out = []
-    for name, ty in (("jitgrad_wq_add_task", ir.FunctionType(ir.VoidType(), [i8p] * 5)),
-                     ("jitgrad_wq_ready", ir.FunctionType(ir.VoidType(), [])),
-                     ("jitgrad_wq_synchronize", ir.FunctionType(ir.VoidType(), []))):
-        out.append(mod.globals.get(name) or ir.Function(mod, ty, name=name))
-    out.append(mod.globals.get("jitgrad_wq_threads") or ir.GlobalVariable(mod, i64, "jitgrad_wq_threads"))
-    return out
-
-
 def _gemm_chunk(mod):
     """``chunk(task, dims, steps, p)``: the batch entries ``[task[0], task[1])`` of the ``bgemm`` block ``p``, each
     one ``?gemm`` call (at address ``task[2]``) on the calling thread, its arguments read from the block with B,
@@ -307,16 +299,19 @@ def _gemm_chunk(mod):
     return fn
 
 
-def _batched_gemm_on_pool(b, fn, p, gemm_addr, n):
+def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False):
     """A parallel ``bgemm`` step: its batch entries split into one equal chunk per worker of the pool (chunk
     ``t`` of ``w``: ``[total * t / w, total * (t + 1) / w)``, fixed by the thread count, never by timing), each
     chunk's products run one after the other on that worker (``_gemm_chunk``); all on the calling thread when the
-    pool has one worker.  The caller holds ``threads.LAUNCH_LOCK`` (``cpu.CompiledGraph``)."""
+    pool has one worker.  ``gated``: only in calls where each product is at most ``BLAS_THREADED_MACS``
+    multiply-adds (m, n, k read from the block's parameters) and the batch's reach the pool's minimum work
+    (``workpool.takes_batch``); else all on the calling thread.  The caller holds ``threads.LAUNCH_LOCK``
+    (``cpu.CompiledGraph``)."""
     from llvmlite import ir
     mod = fn.module
     i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
     i64p = i64.as_pointer()
-    add, ready, sync, workers = _pool_symbols(mod)
+    add, ready, sync = pool_abi.declare(mod)
     chunk = _gemm_chunk(mod)
 
     def c(k):
@@ -334,8 +329,16 @@ def _batched_gemm_on_pool(b, fn, p, gemm_addr, n):
                   lambda t: b.add(t, c(1)))
     loop("pdims", nd, lambda d: b.store(b.mul(b.load(total_v), ld(b.add(c(14), d))), total_v))
     total = b.load(total_v)
-    nw = b.load(workers)
+    nw = b.load(pool_abi.pool_global(mod, "threads"))
     pooled = b.and_(b.icmp_signed(">", nw, c(1)), b.icmp_signed(">", total, c(1)))
+    if gated:       # slots 2, 3, 4: the addresses of the int32 sizes m, n, k (batched_gemm._emit_gemm_block)
+        i32p = ir.IntType(32).as_pointer()
+        macs = c(1)
+        for k in (2, 3, 4):
+            macs = b.mul(macs, b.sext(b.load(b.inttoptr(ld(k), i32p)), i64))
+        work = b.fmul(b.sitofp(macs, ir.DoubleType()), b.sitofp(total, ir.DoubleType()))
+        pooled = b.and_(pooled, b.and_(b.icmp_signed("<=", macs, c(BLAS_THREADED_MACS)),
+                                       pool_abi.reaches_min_work(b, mod, work)))
     ntasks = b.select(pooled, nw, c(1))
     tasks = b.alloca(i64, size=b.mul(ntasks, c(3)), name=f"ptasks{n}")
     null = ir.Constant(i8p, None)
@@ -350,6 +353,7 @@ def _batched_gemm_on_pool(b, fn, p, gemm_addr, n):
     loop("pfill", ntasks, fill)
     with b.if_else(pooled) as (then, other):
         with then:
+            pool_abi.count_round(b, mod)
             b.call(ready, [])
             b.call(sync, [])
         with other:

@@ -28,20 +28,16 @@ from ...ir.ops.blas import BLAS_THREADED_MACS
 from ...ir.symbolic import SymInt, hint_of, size_arg
 from ...ir.plan import Group
 from ..kernels.loops import BCAST, CONTIG, PARALLEL_MIN, STRIDED, gen_check, gen_copy
+from ..native import workpool
 from ..places import Place, Places, Root, bcast_strides, coalesce
 
-# A kernel runs its outer loop on the worker pool when its work pays for waking the workers (one wake-up round,
-# ~5-30 us: workpool.py): at least PARALLEL_GRAIN elements (PyTorch's grain size) and size x per-element cost
-# >= PARALLEL_WORK, about 160 us of one core's work (ir/plan.py's cost unit runs at ~0.02 ns on one core of this
-# kind of machine: B2's loop, ~26 units, 0.53 ns an element); always from loops.PARALLEL_MIN elements.
-# Measured 2026-11-24, quiet, 2 cores (benchmarks/parallel_threshold.py, min / median): waking the workers costs
-# ~5 us at best and ~30 us typically; a 3-op tanh/sigmoid loop of 524,288 float32 188 / 190 us serial, 109 / 141
-# us parallel; of 262,144, 103 / 104 vs 64 / 92 us (kept serial); x + 1 never gains below 1M elements.
-# The same rule holds for row kernels (their work counts every pass over the row: loop_steps.py) and for a batch
-# of small products (``parallel_batch``: work = multiply-adds).  benchmarks/parallel_threshold.py now measures
-# every kind in alternation and proposes the threshold; its 2026-11-29 run (load average 8.8 on 2 cores: no free
-# second core) found no size that gained, so the quiet figure above stands until a quiet run says otherwise.
-PARALLEL_GRAIN = 1 << 15
+# Which loops may take the worker pool (``workpool.py`` has the threshold and where it was measured): a loop is
+# *parallel-capable* when its work may reach ``workpool.min_work()`` (its size is symbolic, or it reaches it
+# now), and then it compares its work per call (``kernel_ir.For.gate``), so a program laid out for every size
+# records no guard on the choice.  A loop of concrete size below the threshold stays serial, as it always was.
+# Every element costs at least MIN_ELEMENT_COST (a float32 read and written), so from loops.PARALLEL_MIN
+# elements every loop takes the pool at the default threshold.
+MIN_ELEMENT_COST = workpool.PARALLEL_WORK / PARALLEL_MIN
 # Big GEMMs on the pool (``split_rows``): their rows in one block per worker, each block one single-threaded BLAS
 # call, so one set of threads serves loops, batched products and GEMMs alike.  OpenBLAS's own threads spin ~0.4 ms
 # after each call (``native/threads.py``), on the cores the pool's next launch needs: measured in B9's compiled
@@ -49,7 +45,6 @@ PARALLEL_GRAIN = 1 << 15
 # ``JITGRAD_POOL_GEMMS=0``: OpenBLAS threads big GEMMs itself, as before.
 POOL_GEMMS = os.environ.get("JITGRAD_POOL_GEMMS", "1") != "0"
 POOL_GEMM_MIN_ROWS = 32
-PARALLEL_WORK = 1 << 23
 
 
 def alias_classes(places) -> list:
@@ -95,7 +90,7 @@ class Step:
     """One call of the program: ``kind`` kernel | gemm | native (a fixed cfunc, e.g. an MPI call) | py (NumPy
     impl); ``block``: its slot in the table."""
     __slots__ = ("kind", "kernel", "block", "label", "eqn", "ins", "out", "shapes", "scope", "guarded", "gemm",
-                 "state_write", "native", "parallel", "work", "split", "fold")
+                 "state_write", "native", "parallel", "work", "gate", "split", "fold")
 
     def __init__(self, kind, kernel=None, label="", eqn=None, shapes=(), scope=()):
         self.kind, self.kernel, self.label, self.eqn, self.shapes, self.scope = kind, kernel, label, eqn, shapes, scope
@@ -104,6 +99,9 @@ class Step:
         self.native = None          # kind "native": the address of a cfunc taking the argument block
         self.parallel = False       # kind "bgemm": its batch entries split between the pool's workers
         self.work = 0.0             # its work in the plan's cost unit, as the parallel choice saw it (0: unknown)
+        # a parallel step that takes the pool by its work per call: (elements, per-element cost) of a kernel,
+        # (multiply-adds of one product, products) of a bgemm (sizes may be symbolic); None: it always does
+        self.gate = None
         self.split = False          # a big GEMM's rows split between the pool's workers (batched_gemm.split_rows)
         self.fold = None            # a GEMM block's (alpha offset, beta offset, C's slot), for an update folded in
 
@@ -218,7 +216,6 @@ class Program:
         sst = bcast_strides(src, it) if src.shape != it else list(src.strides)
         dst_st = list(dst.strides)
         size = math.prod(it)
-        par = self.runs_parallel(size)
         if dst_st and dst_st[-1] != 1 or not dst.contiguous():
             # the destination is a strided view (state written back into a view): copy in plain NumPy
             self.native = False
@@ -226,24 +223,34 @@ class Program:
             st.ins, st.out = (src,), dst
             return self.add(st)
         shape, (sst, dst_st) = coalesce(it, [sst, dst_st])
-        k = gen_copy(src.dtype, dst.dtype, len(shape), stride_class(sst), par and len(shape) > 0)
+        par, per_element = self.pool_choice(size) if shape else (False, None)
+        k = gen_copy(src.dtype, dst.dtype, len(shape), stride_class(sst), par, per_element)
         st = Step("kernel", k, label=label, shapes=[list(it)])
-        st.work = hint_of(size) * 8.0
+        st.work = hint_of(size) * MIN_ELEMENT_COST
+        if k.per_element is not None:
+            st.gate = (size, k.per_element)
         st.block = len(self.table)
         self.table.extend(size_arg(d) for d in shape)
         self.operand(src, sst)
         self.operand(dst, dst_st)
         return self.add(st)
 
-    def runs_parallel(self, size, per_element=8.0):
-        """Whether a kernel of ``size`` elements, each costing ``per_element`` (the plan's cost unit: bytes moved
-        plus ``ir/plan.op_cost`` per op), runs its outer loop on the worker pool (see PARALLEL_WORK)."""
+    def pool_choice(self, size, per_element=MIN_ELEMENT_COST):
+        """``(parallel, per_element)`` for a kernel of ``size`` elements, each costing ``per_element`` (the plan's
+        cost unit: bytes moved plus ``ir/plan.op_cost`` per op; at least MIN_ELEMENT_COST): whether its outer loop
+        is parallel-capable, and the cost its run-time test uses (``kernel_ir.For.gate``; None: it always takes
+        the pool).  A symbolic size is capable and decides per call; a concrete one is capable when it takes the
+        pool now (``workpool.takes``).  ``parallel=True/False`` (tests, benchmarks) and ``torch.set_num_threads(1)``
+        decide here once: forced loops from 4096 elements always take the pool."""
         want = self.parallel
         if settings.STATE.num_threads == 1:       # torch.set_num_threads(1): no worker pool
-            return False
+            return False, None
         if want is not None:
-            return bool(want) and size >= 4096
-        return size >= PARALLEL_MIN or (size >= PARALLEL_GRAIN and size * per_element >= PARALLEL_WORK)
+            return bool(want) and size >= 4096, None
+        per_element = max(float(per_element), MIN_ELEMENT_COST)
+        if type(size) is SymInt or workpool.takes(size, per_element):
+            return True, per_element
+        return False, None
 
     def split_rows(self, rows, macs) -> int:
         """Into how many equal blocks of rows a GEMM of ``rows`` result rows and ``macs`` multiply-adds is split
@@ -253,7 +260,6 @@ class Program:
             return 0
         if type(rows) is not int or macs <= BLAS_THREADED_MACS:
             return 0
-        from ..native import workpool
         w = workpool.threads() or workpool.default_threads()
         if settings.STATE.num_threads:
             w = min(w, settings.STATE.num_threads)
@@ -262,14 +268,19 @@ class Program:
                 return nb
         return 0
 
-    def parallel_batch(self, count, work):
-        """Whether a batch of ``count`` independent products (a ``bgemm`` step), ``work`` cost units in all, is
-        split between the pool's workers, each product on one thread (``batched_gemm.py``)."""
-        if settings.STATE.num_threads == 1 or count < 2:
-            return False
+    def batch_choice(self, macs, count):
+        """``(parallel, gated)`` for a batch of ``count`` independent products of ``macs`` multiply-adds each (a
+        ``bgemm`` step, ``batched_gemm.py``): whether the entry may split it between the pool's workers, each
+        product on one thread, and whether it tests per call that the split pays and that OpenBLAS would not
+        thread a product itself (``workpool.takes_batch``), as ``pool_choice`` decides for loops."""
+        if settings.STATE.num_threads == 1:
+            return False, False
         if self.parallel is not None:
-            return bool(self.parallel)
-        return work >= PARALLEL_WORK
+            return bool(self.parallel) and macs <= BLAS_THREADED_MACS and count >= 2, False
+        if type(macs) is SymInt or type(count) is SymInt:
+            return True, True
+        t = workpool.takes_batch(macs, count, BLAS_THREADED_MACS)
+        return t, t
 
     def _check(self, e, place: Place):
         if e not in self.check_ids:
@@ -296,4 +307,4 @@ class Program:
         self.index_steps.append(e)
 
 
-__all__ = ["Program", "Place", "Root", "Step", "alias_classes", "stride_class", "PARALLEL_MIN"]
+__all__ = ["Program", "Place", "Root", "Step", "alias_classes", "stride_class", "MIN_ELEMENT_COST"]

@@ -39,15 +39,17 @@ def fused_group(prog: Program, g: Group):
     if isinstance(g, RowGroup):     # each pass sweeps the row again: its reads and its arithmetic, recomputations too
         per_element += (len(g.passes) - 1) * sum(p.dtype.itemsize for p in op.in_places) \
             + max(g.cost - g.arith_cost(), 0.0)
-    parallel = len(shape) > 0 and not g.scatters and prog.runs_parallel(op.size, per_element)
+    parallel, gate = prog.pool_choice(op.size, per_element) if len(shape) > 0 and not g.scatters else (False, None)
     alias = alias_classes(op.in_places + op.out_places)
     if isinstance(g, RowGroup):
-        k = gen_rows(g, classes, parallel, len(shape), op.red_axes, alias)
+        k = gen_rows(g, classes, parallel, len(shape), op.red_axes, alias, gate)
     else:
-        k = gen_group(g, classes, parallel, prog.check_ids, len(shape), op.red_axes, alias)
+        k = gen_group(g, classes, parallel, prog.check_ids, len(shape), op.red_axes, alias, gate)
     st = Step("kernel", k, label=f"{g.name} {g.lines()}".strip(), shapes=[list(p.shape) for p in op.in_places],
               scope=g.all_eqns[0].scope)
     st.work = hint_of(op.size) * per_element
+    if k.per_element is not None:
+        st.gate = (op.size, k.per_element)
     st.block = len(prog.table)
     prog.table.extend(size_arg(d) for d in shape)
     for p, s_ in zip(op.in_places + op.out_places, op.in_strides + op.out_strides):

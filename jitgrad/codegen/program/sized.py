@@ -4,9 +4,9 @@ sizes without running a pass, a layout or an entry build again.
 ``jit/symbolic_entries.py`` runs the passes, the fusion plan and the layout of a symbolic trace once, with its
 ``SymInt`` sizes in the shapes (``ir/symbolic.py``): the program's table, its BLAS size parameters, workspace
 offsets, fresh outputs' shapes and input offsets hold polynomials over the size symbols, and every decision the
-lowering made on sizes (a loop on the worker pool, a slot reused, a view's strides) is a guard of its own
-``ShapeEnv``.  Kernels and the C entry depend on structure only, so they are the ones a static trace of the same
-sizes would build.  ``SizedProgram.bind(sizes)`` then makes the tables of one tuple of sizes:
+lowering made on sizes (a slot reused, a view's strides) is a guard of its own ``ShapeEnv``; a loop that may
+take the worker pool is built parallel-capable and decides per call (``workpool.py``).  Kernels and the C entry
+depend on structure only.  ``SizedProgram.bind(sizes)`` then makes the tables of one tuple of sizes:
 
 - the size plan (``SizePlan``): every distinct polynomial of the tables and of the guards (the trace's and the
   lowering's), evaluated, checked and copied into their slots by one native call (``size_fill.py``) into one
