@@ -23,6 +23,7 @@ import pytest
 import jitgrad as jg
 from jitgrad.ir.ops.blas import BLAS_THREADED_MACS
 from jitgrad.codegen.native import workpool
+from jitgrad.codegen.program import layout
 from jitgrad.ir import settings
 
 REPO = Path(__file__).resolve().parents[1]
