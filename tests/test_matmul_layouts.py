@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import jitgrad as jg
+from jitgrad.ir import settings
 from jitgrad.ir.ops import blas
 from jitgrad.jit.graph_code import _COMPILED
 
@@ -186,6 +187,28 @@ def test_sgd_update_folds_into_the_weight_gradient_gemm_and_matches_eager():
         np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6)
     labels = [s.label for s in cgs[-1].program.steps if s.kind == "gemm"]
     assert sum(x.endswith(" + update") for x in labels) == 3, labels       # W1, W2, W3: no update pass of their own
+
+
+@pytest.mark.skipif(settings.default_threads() < 2, reason="needs a pool of two workers")
+def test_sgd_update_folds_into_a_gemm_whose_rows_are_split_on_the_pool(monkeypatch):
+    """B1's shape of step, big enough for the pool to split the weight gradients' rows: the update still rides
+    each weight's GEMM (alpha = -lr, beta = 1 into the weight, block by block), equal to eager."""
+    from jitgrad.codegen.program import layout
+    monkeypatch.setattr(layout, "POOL_GEMMS", True)
+    seed = int(R.integers(1 << 30))
+
+    def make():
+        global R
+        R = np.random.default_rng(seed)
+        return _mlp_step((256, 128, 64), 64)
+    le, se, _ = _run_steps(make, 3, compiled=False)
+    lc, sc, cgs = _run_steps(make, 3, compiled=True)
+    np.testing.assert_allclose(lc, le, rtol=1e-5)
+    for a, b in zip(_params_of(sc), _params_of(se)):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6)
+    labels = [s.label for s in cgs[-1].program.steps if s.kind in ("gemm", "bgemm")]
+    assert "matmul (BLAS, rows on the pool) + update" in labels, labels
+    assert sum(x.endswith(" + update") for x in labels) == 3, labels
 
 
 def test_update_not_folded_when_the_old_weight_is_read_after_its_gradient():

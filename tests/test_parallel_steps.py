@@ -23,6 +23,7 @@ import pytest
 import jitgrad as jg
 from jitgrad.ir.ops.blas import BLAS_THREADED_MACS
 from jitgrad.codegen.native import workpool
+from jitgrad.codegen.program import layout
 from jitgrad.ir import settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -111,8 +112,15 @@ def test_which_kernels_of_a_b9_step_run_on_the_pool():
     step(x, y)
     launches = step.launches(x, y)
     par = [x_ for x_ in launches if x_.parallel]
-    bgemm = [x_ for x_ in launches if x_.kind == "bgemm"]
+    bgemm = [x_ for x_ in launches if x_.kind == "bgemm" and "batched" in x_.label]
     assert len(bgemm) == 24 and all(x_.parallel for x_ in bgemm)        # 4 layers x (2 forward + 4 backward)
+    assert all(x_.routine == "small_sgemm" for x_ in bgemm)             # attention's per-head products
+    # every other product is big: its rows split between the pool's workers, one BLAS call on one thread each
+    split = [x_ for x_ in launches if x_.kind in ("gemm", "bgemm") and x_ not in bgemm]
+    assert len(split) == 51
+    if layout.POOL_GEMMS and settings.default_threads() > 1:
+        assert all(x_.kind == "bgemm" and x_.parallel and x_.label == "matmul (BLAS, rows on the pool)"
+                   for x_ in split), split
     rows = [x_ for x_ in launches if x_.kind == "rows"]
     softmax = [x_ for x_ in rows if "amax" in x_.label and "exp" in x_.label and "log" not in x_.label]
     assert len(softmax) == 4 and all(x_.parallel for x_ in softmax)
@@ -129,7 +137,8 @@ def test_which_kernels_of_a_b9_step_run_on_the_pool():
             assert x_.work < workpool.min_work(), x_
     assert sum(x_.kind in ("fused", "rows") for x_ in par) >= 30
     # no oversubscription: no step runs more threads than this process has cores, and a parallel batch's
-    # products are below OpenBLAS's threading threshold (each runs on its worker's thread)
+    # products are below OpenBLAS's threading threshold (each runs on its worker's thread); the split GEMMs'
+    # calls run with OpenBLAS on one thread (the call guard sets it: tests/test_threads.py)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     assert max(x_.threads for x_ in launches) <= max(cores, settings.default_threads())
     assert all(x_.work / (16 * 4) <= BLAS_THREADED_MACS for x_ in bgemm)
@@ -148,7 +157,7 @@ step = jg.compile(gpt_model.make_step(jg, model, model, opt), backend="numba", p
 g = jg.Generator().manual_seed(1)
 x, y = jg.randint(0, 65, (8, 32), generator=g), jg.randint(0, 65, (8, 32), generator=g)
 losses = [float(step(x, y)) for _ in range(4)]
-par = sum(l.parallel for l in step.launches(x, y))
+par = sum(l.parallel for l in step.launches(x, y) if l.kind not in ("gemm", "bgemm"))
 params = np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
 print(json.dumps({"losses": losses, "params": params.astype(np.float64).tolist(), "parallel": par}))
 '''
@@ -168,7 +177,8 @@ def _run_child(tmp_path, threads):
 def test_training_steps_agree_at_one_and_two_threads(tmp_path):
     """Four compiled steps of a small GPT with every splittable kernel on the pool (parallel=True): two runs at
     2 threads are bit-identical (fixed chunks, partial sums added in chunk order), and 1 thread agrees to
-    rounding (only full sums reassociate)."""
+    rounding (only full sums reassociate).  The same loop kernels run on the pool at both thread counts (big
+    GEMMs split their rows between the workers at 2 threads only)."""
     l2, p2, n2 = _run_child(tmp_path, 2)
     l2b, p2b, _ = _run_child(tmp_path, 2)
     l1, p1, n1 = _run_child(tmp_path, 1)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import jitgrad as jg
+from jitgrad.ir import settings
 
 _CHILD = """
 import os, numpy as np, jitgrad as jg
@@ -179,22 +180,48 @@ def test_blas_pacer_wraps_graphs_that_call_blas_only(monkeypatch):
     assert g.pacer is None and g.lock is threads.LAUNCH_LOCK
 
 
+def _gemm_program(n, k, m):
+    a = jg.tensor(np.ones((n, k), np.float32))
+    b = jg.tensor(np.ones((k, m), np.float32))
+    f = jg.compile(lambda a, b: (a @ b).sum(), backend="numba")
+    assert float(f(a, b)) == n * k * m
+    (entries,) = f._cache.values()
+    from jitgrad.jit.graph_code import compiled_graph
+    return compiled_graph(entries[0].graph, entries[0].gf.writes)
+
+
 def test_graphs_with_small_gemms_only_get_no_pacer(monkeypatch):
     """OpenBLAS runs GEMMs below 2^18 multiply-adds on one thread: those graphs need no pacer (it costs ~1 us a
-    call); B1's 256x784x512 GEMMs get one."""
+    call); B1's 256x784x512 GEMMs get one when OpenBLAS threads them itself."""
     monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
     from jitgrad.codegen.native import threads
-    from jitgrad.jit.graph_code import compiled_graph
+    from jitgrad.codegen.program import layout
+    monkeypatch.setattr(layout, "POOL_GEMMS", False)
+    assert not threads.blas_threaded(_gemm_program(8, 8, 8).program.steps)
+    assert threads.blas_threaded(_gemm_program(256, 784, 64).program.steps)
 
-    def program(n, k, m):
-        a = jg.tensor(np.ones((n, k), np.float32))
-        b = jg.tensor(np.ones((k, m), np.float32))
-        f = jg.compile(lambda a, b: (a @ b).sum(), backend="numba")
-        f(a, b)
-        (entries,) = f._cache.values()
-        return compiled_graph(entries[0].graph, entries[0].gf.writes).program
-    assert not threads.blas_threaded(program(8, 8, 8).steps)
-    assert threads.blas_threaded(program(256, 784, 64).steps)
+
+@pytest.mark.skipif(settings.default_threads() < 2, reason="needs a pool of two workers")
+def test_big_gemms_split_rows_between_the_pools_workers(monkeypatch):
+    """One set of threads: a big GEMM's rows in one block per worker (a parallel batch of single-threaded BLAS
+    calls), its call guard sets OpenBLAS to one thread and needs no pacer; the result is exact here."""
+    monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
+    from jitgrad.codegen.native import threads
+    from jitgrad.codegen.program import layout
+    from jitgrad.ir.ops import blas
+    monkeypatch.setattr(layout, "POOL_GEMMS", True)
+    cg = _gemm_program(256, 784, 64)
+    (st,) = [s for s in cg.program.steps if s.kind in ("gemm", "bgemm")]
+    assert st.split and st.parallel and st.kind == "bgemm" and st.label == "matmul (BLAS, rows on the pool)"
+    assert not threads.blas_threaded(cg.program.steps)
+    guard = cg.call_lock
+    assert guard.single and guard.pacer is None and guard.lock is threads.LAUNCH_LOCK
+    blas.BlasPacer.use(2)
+    with guard:
+        assert blas.BlasPacer._current == 1
+    # rows not divisible into blocks of POOL_GEMM_MIN_ROWS: one BLAS call
+    (st,) = [s for s in _gemm_program(33, 784, 64).program.steps if s.kind in ("gemm", "bgemm")]
+    assert not st.split and st.kind == "gemm"
 
 
 _FORK_IN_LAUNCH = """

@@ -131,15 +131,20 @@ def place_workers() -> list:
 
 class CallGuard:
     """``with guard:`` around one compiled graph's call: ``LAUNCH_LOCK`` when it has a parallel kernel, its own
-    ``BlasPacer`` when it calls BLAS."""
+    ``BlasPacer`` when it calls BLAS; ``single_blas``: its big GEMMs run on the pool's workers (rows split,
+    ``layout.Program.split_rows``), so OpenBLAS runs each call on the calling thread (no thread of its own, no
+    pacer: one set of threads for the whole call)."""
 
-    def __init__(self, parallel: bool, blas: bool):
+    def __init__(self, parallel: bool, blas: bool, single_blas: bool = False):
         self.lock = LAUNCH_LOCK if parallel else None
-        self.pacer = _blas.BlasPacer() if blas and _blas.BLAS_PACER else None
+        self.single = single_blas
+        self.pacer = _blas.BlasPacer() if blas and _blas.BLAS_PACER and not single_blas else None
 
     def __enter__(self):
         if self.lock is not None:
             self.lock.__enter__()
+        if self.single:
+            _blas.BlasPacer.use(1)
         if self.pacer is not None:
             self.pacer.__enter__()
         return self
@@ -158,7 +163,7 @@ class CallGuard:
 def blas_threaded(steps) -> bool:
     """Whether any BLAS step of a program (``layout.Step``) is large enough for OpenBLAS to thread."""
     for st in steps:
-        if st.kind in ("gemm", "bgemm") and st.eqn is not None:
+        if st.kind in ("gemm", "bgemm") and st.eqn is not None and not st.split:
             a, out = st.eqn.ins[0].aval.shape, st.eqn.outs[0].aval.shape
             k = a[-1] if a else 1
             m = out[-2] if len(out) >= 2 else 1
@@ -168,11 +173,11 @@ def blas_threaded(steps) -> bool:
     return False
 
 
-def call_guard(parallel: bool, blas: bool):
+def call_guard(parallel: bool, blas: bool, single_blas: bool = False):
     """What a compiled graph's call is wrapped in (``CallGuard``), or None when it needs nothing."""
-    if not parallel and not (blas and _blas.BLAS_PACER):
+    if not parallel and not (blas and _blas.BLAS_PACER) and not single_blas:
         return None
-    return CallGuard(parallel, blas)
+    return CallGuard(parallel, blas, single_blas)
 
 
 def _after_fork_in_child():

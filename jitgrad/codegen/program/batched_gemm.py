@@ -80,8 +80,9 @@ def batched_gemm(prog: Program, e) -> bool:
             flag_a = _gemm_flag((ra, pa.strides[-1]), rows, k)
             flag_b = _gemm_flag(pb.strides[-2:], k, n)
             if flag_a is not None and flag_a[0] == "N":
-                _emit_gemm_block(prog, e, "gemm", Place(pa.root, pa.offset, (rows, k), (ra, pa.strides[-1]),
-                                                       pa.dtype), flag_a, pb, flag_b, pc, rows, n, k, None)
+                pa2 = Place(pa.root, pa.offset, (rows, k), (ra, pa.strides[-1]), pa.dtype)
+                if not split_rows(prog, e, pa2, flag_a, pb, flag_b, pc, rows, n, k):
+                    _emit_gemm_block(prog, e, "gemm", pa2, flag_a, pb, flag_b, pc, rows, n, k, None)
                 return True
     flag_a = _gemm_flag(pa.strides[-2:], m, k)
     flag_b = _gemm_flag(pb.strides[-2:], k, n)
@@ -98,6 +99,26 @@ def batched_gemm(prog: Program, e) -> bool:
     if gated:
         st.gate = (m * n * k, count)
     return True
+
+def split_rows(prog: Program, e, pa, flag_a, pb, flag_b, pc, m, n, k) -> bool:
+    """A big ``C = A B`` (``m`` x ``n``, row-major ``C``) as a parallel ``bgemm`` step over blocks of C's rows
+    (``Program.split_rows``): entry ``j`` multiplies A's rows ``[j r, (j + 1) r)`` by the shared B into the same
+    rows of C, one single-threaded BLAS call per block on the pool's workers.  False: not split (one call)."""
+    nb = prog.split_rows(m, float(hint_of(m * n * k)))
+    if not nb:
+        return False
+    r = m // nb
+    row_a = flag_a[1] if flag_a[0] == "N" else 1       # A's row stride (elements): ld, or 1 for a transposed view
+    st = _emit_gemm_block(prog, e, "bgemm", pa, flag_a, pb, flag_b, pc, r, n, k,
+                          ((nb,), [0], [r * row_a], [r * max(n, 1)]))
+    st.label = "matmul (BLAS, rows on the pool)"
+    st.work *= nb
+    st.parallel = st.split = True
+    # an SGD update of the product may still fold into it (gemm_steps.fold_update_into_gemm: alpha, beta and C's
+    # slot; the blocks' C stride is the updated weight's own, a contiguous array of C's shape)
+    prog.gemm_outs[e.outs[0]] = (st, prog.places.n, st.fold[0], st.fold[1], st.fold[2])
+    return True
+
 
 def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k, batch):
     """Append a ``?gemm`` argument block (``C = A B`` row-major, i.e. ``C^T = B^T A^T`` column-major: B goes
@@ -124,7 +145,9 @@ def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k
             prog.param_slots.append((len(prog.table), offs[item]))
             prog.table.append(0)
         else:
-            prog.slot_addr(item)
+            slot = prog.slot_addr(item)
+            if item is pc:
+                st.fold = (offs["alpha"], offs["beta"], slot)
     if batch is not None:
         shape, cb, ca, cc = batch
         item = pc.dtype.np.itemsize
@@ -137,4 +160,4 @@ def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k
     return st
 
 
-__all__ = ["batched_gemm", "MAX_BATCH_DIMS"]
+__all__ = ["batched_gemm", "split_rows", "MAX_BATCH_DIMS"]

@@ -180,7 +180,7 @@ class CompiledGraph:
             # one parallel launch at a time per process; BLAS on one thread while the cores are contended
             lock = self.call_lock = threads.call_guard(
                 any(k.parallel for k in self.kernels) or entry.has_pool_steps(self.program),
-                threads.blas_threaded(self.program.steps))
+                threads.blas_threaded(self.program.steps), any(st.split for st in self.program.steps))
             self.run = entry.caller(entry_addr, self.program, len(self.checks), self.A, self.F, self.OFF,
                                     self._python_run, self._ierr, self.step_error, lock)
         else:

@@ -19,6 +19,7 @@ so it is shared across batch sizes.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -37,6 +38,13 @@ from ..places import Place, Places, Root, bcast_strides, coalesce
 # Every element costs at least MIN_ELEMENT_COST (a float32 read and written), so from loops.PARALLEL_MIN
 # elements every loop takes the pool at the default threshold.
 MIN_ELEMENT_COST = workpool.PARALLEL_WORK / PARALLEL_MIN
+# Big GEMMs on the pool (``split_rows``): their rows in one block per worker, each block one single-threaded BLAS
+# call, so one set of threads serves loops, batched products and GEMMs alike.  OpenBLAS's own threads spin ~0.4 ms
+# after each call (``native/threads.py``), on the cores the pool's next launch needs: measured in B9's compiled
+# step at 2 threads, its row kernels on the pool took 1.6x their serial time behind the GEMMs.
+# ``JITGRAD_POOL_GEMMS=0``: OpenBLAS threads big GEMMs itself, as before.
+POOL_GEMMS = os.environ.get("JITGRAD_POOL_GEMMS", "1") != "0"
+POOL_GEMM_MIN_ROWS = 32
 
 
 def alias_classes(places) -> list:
@@ -82,7 +90,7 @@ class Step:
     """One call of the program: ``kind`` kernel | gemm | native (a fixed cfunc, e.g. an MPI call) | py (NumPy
     impl); ``block``: its slot in the table."""
     __slots__ = ("kind", "kernel", "block", "label", "eqn", "ins", "out", "shapes", "scope", "guarded", "gemm",
-                 "state_write", "native", "parallel", "work", "gate")
+                 "state_write", "native", "parallel", "work", "gate", "split", "fold")
 
     def __init__(self, kind, kernel=None, label="", eqn=None, shapes=(), scope=()):
         self.kind, self.kernel, self.label, self.eqn, self.shapes, self.scope = kind, kernel, label, eqn, shapes, scope
@@ -94,6 +102,8 @@ class Step:
         # a parallel step that takes the pool by its work per call: (elements, per-element cost) of a kernel,
         # (multiply-adds of one product, products) of a bgemm (sizes may be symbolic); None: it always does
         self.gate = None
+        self.split = False          # a big GEMM's rows split between the pool's workers (batched_gemm.split_rows)
+        self.fold = None            # a GEMM block's (alpha offset, beta offset, C's slot), for an update folded in
 
 
 class Program:
@@ -241,6 +251,22 @@ class Program:
         if type(size) is SymInt or workpool.takes(size, per_element):
             return True, per_element
         return False, None
+
+    def split_rows(self, rows, macs) -> int:
+        """Into how many equal blocks of rows a GEMM of ``rows`` result rows and ``macs`` multiply-adds is split
+        between the pool's workers, one BLAS call on one thread each (0: one call, OpenBLAS's own threads).
+        Only products big enough for OpenBLAS to thread, with concrete rows, ``POOL_GEMM_MIN_ROWS`` a block."""
+        if not POOL_GEMMS or settings.STATE.num_threads == 1 or self.parallel is False:
+            return 0
+        if type(rows) is not int or macs <= BLAS_THREADED_MACS:
+            return 0
+        w = workpool.threads() or workpool.default_threads()
+        if settings.STATE.num_threads:
+            w = min(w, settings.STATE.num_threads)
+        for nb in range(w, 1, -1):
+            if rows % nb == 0 and rows // nb >= POOL_GEMM_MIN_ROWS:
+                return nb
+        return 0
 
     def batch_choice(self, macs, count):
         """``(parallel, gated)`` for a batch of ``count`` independent products of ``macs`` multiply-adds each (a
