@@ -66,12 +66,18 @@ def _lsm_bwd_decompose(b, g, out, axis):
     return g - b("exp", out) * b("sum", g, axes=(axis,), keepdims=True)
 
 
-def _lsm_bwd_rule(avals, params):
-    g, out = avals
-    if g.shape != out.shape or g.dtype is not out.dtype or not g.dtype.is_floating_point:
-        raise OpError(f"log_softmax_backward: expected matching float gradient and output, got "
-                      f"{g.dtype.name}{fmt_shape(g.shape)} and {out.dtype.name}{fmt_shape(out.shape)}")
-    return [Aval(g.shape, g.dtype)]
+def _gradient_and_output_rule(name):
+    """The shape rule of a backward that takes a gradient and its op's output: one float array of their shape."""
+    def rule(avals, params):
+        g, out = avals
+        if g.shape != out.shape or g.dtype is not out.dtype or not g.dtype.is_floating_point:
+            raise OpError(f"{name}: expected matching float gradient and output, got "
+                          f"{g.dtype.name}{fmt_shape(g.shape)} and {out.dtype.name}{fmt_shape(out.shape)}")
+        return [Aval(g.shape, g.dtype)]
+    return rule
+
+
+_lsm_bwd_rule = _gradient_and_output_rule("log_softmax_backward")
 
 
 def _lsm_bwd_impl(g, out, axis):
@@ -121,12 +127,7 @@ def _softmax_vjp(c, g):
     return (y * (g - c.bind("sum", g * y, axes=(c.params["axis"],), keepdims=True)),)
 
 
-def _sm_bwd_rule(avals, params):
-    g, y = avals
-    if g.shape != y.shape or g.dtype is not y.dtype or not g.dtype.is_floating_point:
-        raise OpError(f"softmax_backward: expected matching float gradient and output, got "
-                      f"{g.dtype.name}{fmt_shape(g.shape)} and {y.dtype.name}{fmt_shape(y.shape)}")
-    return [Aval(g.shape, g.dtype)]
+_sm_bwd_rule = _gradient_and_output_rule("softmax_backward")
 
 
 def _sm_bwd_impl(g, y, axis):
