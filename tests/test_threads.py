@@ -219,9 +219,32 @@ def test_big_gemms_split_rows_between_the_pools_workers(monkeypatch):
     blas.BlasPacer.use(2)
     with guard:
         assert blas.BlasPacer._current == 1
-    # rows not divisible into blocks of POOL_GEMM_MIN_ROWS: one BLAS call
-    (st,) = [s for s in _gemm_program(33, 784, 64).program.steps if s.kind in ("gemm", "bgemm")]
+    # rows and columns not divisible into blocks of POOL_GEMM_MIN_ROWS: one BLAS call
+    (st,) = [s for s in _gemm_program(33, 784, 33).program.steps if s.kind in ("gemm", "bgemm")]
     assert not st.split and st.kind == "gemm"
+
+
+@pytest.mark.skipif(settings.default_threads() < 2, reason="needs a pool of two workers")
+@pytest.mark.parametrize("m, n", [(256, 64), (64, 256)])
+@pytest.mark.parametrize("layout_a, layout_b", [("N", "N"), ("T", "N"), ("N", "T"), ("T", "T")])
+def test_split_gemms_match_numpy_for_every_operand_layout(monkeypatch, m, n, layout_a, layout_b):
+    """Blocks of rows (n <= m: the shared right operand is the smaller) or of columns (n > m), with either
+    operand a transposed view: every block's offsets right, against NumPy in float64."""
+    monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
+    from jitgrad.codegen.program import layout
+    monkeypatch.setattr(layout, "POOL_GEMMS", True)
+    k = 160
+    rng = np.random.default_rng(m + 2 * n)
+    a = rng.standard_normal((m, k) if layout_a == "N" else (k, m)).astype(np.float32)
+    b = rng.standard_normal((k, n) if layout_b == "N" else (n, k)).astype(np.float32)
+    op_a = (lambda t: t) if layout_a == "N" else (lambda t: t.T)
+    op_b = (lambda t: t) if layout_b == "N" else (lambda t: t.T)
+    f = jg.compile(lambda x, y: op_a(x) @ op_b(y), backend="numba")
+    got = f(jg.tensor(a), jg.tensor(b)).numpy()
+    np.testing.assert_allclose(got, op_a(a).astype(np.float64) @ op_b(b).astype(np.float64), rtol=2e-5, atol=2e-4)
+    (launch,) = [x for x in f.launches(jg.tensor(a), jg.tensor(b)) if x.kind in ("gemm", "bgemm")]
+    assert launch.parallel and launch.label == ("matmul (BLAS, rows on the pool)" if n <= m else
+                                                "matmul (BLAS, columns on the pool)")
 
 
 _FORK_IN_LAUNCH = """

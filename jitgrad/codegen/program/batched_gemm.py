@@ -101,28 +101,40 @@ def batched_gemm(prog: Program, e) -> bool:
     return True
 
 def split_rows(prog: Program, e, pa, flag_a, pb, flag_b, pc, m, n, k) -> bool:
-    """A big ``C = A B`` (``m`` x ``n``, row-major ``C``) as a parallel ``bgemm`` step over blocks of C's rows
-    (``Program.split_rows``): entry ``j`` multiplies A's rows ``[j r, (j + 1) r)`` by the shared B into the same
-    rows of C, one single-threaded BLAS call per block on the pool's workers.  False: not split (one call)."""
-    nb = prog.split_rows(m, float(hint_of(m * n * k)))
+    """A big ``C = A B`` (``m`` x ``n``, row-major ``C``) as a parallel ``bgemm`` step over blocks of C
+    (``Program.split_rows``), one single-threaded BLAS call per block on the pool's workers.  Each call packs
+    the operand the blocks share, so the split is along the side whose shared operand is the smaller: blocks of
+    rows (entry ``j``: A's rows ``[j r, (j + 1) r)`` times all of B) when ``n <= m``, else blocks of columns (all
+    of A times B's columns ``[j c, (j + 1) c)``).  False: not split (one call)."""
+    macs = float(hint_of(m * n * k))
+    by_rows = not (type(m) is int and type(n) is int and n > m)
+    nb = prog.split_rows(m if by_rows else n, macs)
     if not nb:
         return False
-    r = m // nb
-    row_a = flag_a[1] if flag_a[0] == "N" else 1       # A's row stride (elements): ld, or 1 for a transposed view
-    st = _emit_gemm_block(prog, e, "bgemm", pa, flag_a, pb, flag_b, pc, r, n, k,
-                          ((nb,), [0], [r * row_a], [r * max(n, 1)]))
-    st.label = "matmul (BLAS, rows on the pool)"
+    if by_rows:
+        r = m // nb
+        row_a = flag_a[1] if flag_a[0] == "N" else 1       # A's row stride (elements): ld, or 1 if transposed
+        st = _emit_gemm_block(prog, e, "bgemm", pa, flag_a, pb, flag_b, pc, r, n, k,
+                              ((nb,), [0], [r * row_a], [r * max(n, 1)]))
+        st.label = "matmul (BLAS, rows on the pool)"
+    else:
+        c = n // nb
+        col_b = 1 if flag_b[0] == "N" else flag_b[1]       # B's column stride (elements): 1, or ld if transposed
+        st = _emit_gemm_block(prog, e, "bgemm", pa, flag_a, pb, flag_b, pc, m, c, k,
+                              ((nb,), [c * col_b], [0], [c]), ldc=n)
+        st.label = "matmul (BLAS, columns on the pool)"
     st.work *= nb
     st.parallel = st.split = True
     # an SGD update of the product may still fold into it (gemm_steps.fold_update_into_gemm: alpha, beta and C's
-    # slot; the blocks' C stride is the updated weight's own, a contiguous array of C's shape)
+    # slot; the blocks' C offsets are the updated weight's own, a contiguous array of C's shape)
     prog.gemm_outs[e.outs[0]] = (st, prog.places.n, st.fold[0], st.fold[1], st.fold[2])
     return True
 
 
-def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k, batch):
+def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k, batch, ldc=None):
     """Append a ``?gemm`` argument block (``C = A B`` row-major, i.e. ``C^T = B^T A^T`` column-major: B goes
-    first) and, for ``bgemm``, the batch sizes, byte strides and scratch slots."""
+    first) and, for ``bgemm``, the batch sizes, byte strides and scratch slots; ``ldc``: C's row stride when it
+    is not ``n`` (a block of C's columns)."""
     out = e.outs[0]
     ta, lda = flag_a
     tb, ldb = flag_b
@@ -131,7 +143,7 @@ def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k
     offs = {}
     for name, data in (("ta", tb.encode()), ("tb", ta.encode()), ("m", n), ("n", m), ("k", k),
                        ("alpha", np.array([1.0], sc).tobytes()), ("lda", ldb), ("ldb", lda),
-                       ("beta", np.array([0.0], sc).tobytes()), ("ldc", max(n, 1))):
+                       ("beta", np.array([0.0], sc).tobytes()), ("ldc", max(n if ldc is None else ldc, 1))):
         offs[name] = prog.put_param(data)
     work = float(hint_of(m * n * k))    # multiply-adds (a batch's: times the batch, below)
     routine = small_gemm.routine("sgemm" if f32 else "dgemm", work)

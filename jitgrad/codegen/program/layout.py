@@ -38,8 +38,8 @@ from ..places import Place, Places, Root, bcast_strides, coalesce
 # Every element costs at least MIN_ELEMENT_COST (a float32 read and written), so from loops.PARALLEL_MIN
 # elements every loop takes the pool at the default threshold.
 MIN_ELEMENT_COST = workpool.PARALLEL_WORK / PARALLEL_MIN
-# Big GEMMs on the pool (``split_rows``): their rows in one block per worker, each block one single-threaded BLAS
-# call, so one set of threads serves loops, batched products and GEMMs alike.  OpenBLAS's own threads spin ~0.4 ms
+# Big GEMMs on the pool (``split_rows``): their rows (or columns) in one block per worker, each block one
+# single-threaded BLAS call, so one set of threads serves loops, batched products and GEMMs alike.  OpenBLAS's own threads spin ~0.4 ms
 # after each call (``native/threads.py``), on the cores the pool's next launch needs: measured in B9's compiled
 # step at 2 threads, its row kernels on the pool took 1.6x their serial time behind the GEMMs.
 # ``JITGRAD_POOL_GEMMS=0``: OpenBLAS threads big GEMMs itself, as before.
