@@ -313,7 +313,7 @@ def test_second_process_loads_from_the_disk_cache(tmp_path):
 def test_same_bits_at_one_and_two_pool_threads(tmp_path):
     n = PARALLEL_MIN + 12345                         # parallel by the compiled path's rule, an uneven split
     one, two = _child(tmp_path, n, threads=1), _child(tmp_path, n, threads=2)
-    assert True in one["parallel"] and True in two["parallel"]
+    assert any(one["parallel"]) and any(two["parallel"])      # some call ran the parallel kernel
     assert one["pool"] == 1 and two["pool"] == 2
     assert one["bits"] == two["bits"]
 
