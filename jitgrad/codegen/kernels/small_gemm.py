@@ -67,7 +67,6 @@ def small_gemm_ir(fma: bool = True) -> str:
 def _emit(ir, mod, name, fma):
     i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
     t = ir.FloatType() if name == "sgemm" else ir.DoubleType()
-    W = WIDTH[name]
     i8p = i8.as_pointer()
     sig = ir.FunctionType(ir.VoidType(), [i8p] * 13)
     fn = ir.Function(mod, sig, name=NAMES[name])
