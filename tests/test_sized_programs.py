@@ -276,6 +276,110 @@ def test_errors_of_a_bound_entry_are_eager_modes_with_this_calls_shapes():
     np.testing.assert_array_equal(emb.weight.detach().numpy(), w)
 
 
+# ---- binding a new tuple of sizes: its Python work counted, its results against eager and a static trace -----------
+from test_eager_overhead import _count  # noqa: E402
+
+
+def _opcodes(fn):
+    """Bytecodes the interpreter runs while ``fn()`` runs (``sys.settrace``'s opcode events: counted, not timed)."""
+    import sys
+    n = [0]
+
+    def trace(frame, event, arg):
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            n[0] += 1
+        return trace
+    sys.settrace(trace)
+    try:
+        fn()
+    finally:
+        sys.settrace(None)
+    return n[0]
+
+
+def test_binding_a_new_size_costs_a_few_python_calls():
+    """A new tuple of sizes bound to a lowering (the LM step of benchmarks/variable_length.py) costs a handful of
+    Python calls and a few hundred bytecodes more than a call of sizes bound before: the fill is one native call,
+    the caller is made from data (entry.callers), nothing walks an expression or builds a table per size.  When
+    this budget was set: 6 Python calls, 5 C calls and ~300 bytecodes more (before: 15, 15 and ~840)."""
+    rng = np.random.default_rng(11)
+    shapes = [(b, t) for t in range(5, 40) for b in (2, 3, 4)]
+    rng.shuffle(shapes)
+    data = [(rng.integers(0, 40, s), rng.integers(0, 40, s)) for s in shapes]
+    comp = jg.compile(_lm_step(), backend="numba")
+    for i, t in data[:8]:       # a static trace, a symbolic one's concrete instance, then bindings
+        comp(jg.tensor(i), jg.tensor(t))
+    assert comp.stats["shape_lowerings"] == 1 and comp.stats["shape_bindings"] == 6, comp.stats
+    extra = []
+    for (i, t), (ri, rt) in zip(data[8:14], data[2:8]):
+        bindings = comp.stats["shape_bindings"]
+        new_args, rep_args = (jg.tensor(i), jg.tensor(t)), (jg.tensor(ri), jg.tensor(rt))
+        new = _count(lambda: comp(*new_args))
+        rep = _count(lambda: comp(*rep_args))
+        assert comp.stats["shape_bindings"] == bindings + 1          # (the first bound, the second seen before)
+        new_args, rep_args = (jg.tensor(i), jg.tensor(t)), (jg.tensor(ri), jg.tensor(rt))
+        ops_rep = _opcodes(lambda: comp(*rep_args))
+        i2, t2 = data[14 + len(extra)]
+        new_args = (jg.tensor(i2), jg.tensor(t2))
+        ops_new = _opcodes(lambda: comp(*new_args))
+        extra.append((new[0] - rep[0], new[1] - rep[1], ops_new - ops_rep))
+    for py, c, ops in extra:
+        assert py <= 8, f"binding a new size made {py} more Python calls than a repeated size (budget 8): {extra}"
+        assert c <= 8, f"... and {c} more C calls (budget 8): {extra}"
+        assert ops <= 450, f"... and {ops} more bytecodes (budget 450): {extra}"
+
+
+def _multi(x, w):
+    """Outputs of every kind a binding makes: symbolic shapes (one large enough for the output pool), a constant
+    shape, a scalar, a reduction over a symbolic size, a matmul's BLAS sizes."""
+    h = (x @ w).tanh()
+    return h * 2.0, h.sum(0), (h.mean() + x.sum()), (x[:, :3] - x[:, 1:4]).exp(), w * h.mean()
+
+
+def test_bound_results_equal_eager_and_a_static_trace_across_many_sizes():
+    rng = np.random.default_rng(12)
+    w = jg.tensor(rng.standard_normal((6, 5), dtype=np.float32) * 0.3)
+    f = jg.compile(_multi, backend="numba")
+    sizes = [3, 4, 5, 9, 4000, 17, 6, 2100, 33, 8, 7, 3001, 12]
+    for n in sizes:
+        x = jg.tensor(rng.standard_normal((n, 6), dtype=np.float32))
+        got = f(x, w)
+        want = _multi(x, w)
+        static = jg.compile(_multi, backend="numba", dynamic=False)(x, w)
+        for g, e, s_ in zip(got, want, static):
+            assert g.shape == e.shape
+            np.testing.assert_allclose(arr(g), arr(e), rtol=2e-5, atol=2e-5)
+            np.testing.assert_allclose(arr(g), arr(s_), rtol=2e-5, atol=2e-5)
+    assert f.stats["traces"] == 2 and f.stats["shape_lowerings"] == 1, f.stats
+    assert f.stats["shape_bindings"] == len(sizes) - 2, f.stats
+
+
+def test_bindings_of_many_chunks_follow_a_workspace_growth():
+    """Binding buffers are rows of chunks (sized._Chunks); a workspace growth repoints the rows of every live
+    chunk, so sizes bound before the growth, in an earlier chunk, still compute right."""
+    from jitgrad.codegen.program import sized
+    f = jg.compile(_elementwise, backend="numba")
+    rng = np.random.default_rng(13)
+    xs = {}
+
+    def call(n, m):
+        if (n, m) not in xs:
+            xs[n, m] = [jg.tensor(rng.standard_normal((n, m), dtype=np.float32)) for _ in range(2)]
+        x, y = xs[n, m]
+        for g, w in zip(f(x, y), _elementwise(x, y)):
+            np.testing.assert_allclose(arr(g), arr(w), rtol=2e-5, atol=1e-5)
+    small = [(n, m) for n in range(2, 9) for m in range(3, 9)][:sized.CHUNK_ROWS + 8]
+    for n, m in small:
+        call(n, m)
+    ws = cpu.ALLOCATIONS["workspaces"]
+    call(200, 300)                      # a growth: every chunk's rows repointed
+    assert cpu.ALLOCATIONS["workspaces"] == ws + 1
+    for n, m in small[2:] + [(200, 300)]:
+        call(n, m)                      # (bound before the growth: the first chunk's rows and the second's)
+    assert f.stats["shape_bindings"] == len(small) - 1, f.stats
+
+
 # ---- the native size fill (codegen/program/size_fill.py) against the NumPy reference plan ---------------------------
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
@@ -310,9 +414,10 @@ def _compiled_fill(polys, guards):
             floats.append((float_guard_nodes(fold_float(p[1]), polys.index), mask))
         else:
             masks.append((polys.index(p), mask))
-    layout = FillLayout(3, len(polys), 1, 2, 8)
+    layout = FillLayout(3, len(polys), 1, 2, 8, 2)
     program = fill_program(plan, ("s0", "s1"), masks, layout, [(0, 2)], [(4, 3)], [(2, 4)], [(1, 4)], [(1, 0, 1)],
-                           floats)
+                           floats, [5, 2])
+    program.template[layout.n_table + 2] = 77       # (a constant entry: OFF's third slot)
     return plan, layout, program, size_fill()
 
 
@@ -322,9 +427,9 @@ def test_native_size_fill_equals_the_reference_plan_and_python_arithmetic(a, b):
     env, polys, guards = _fill_case()
     plan, layout, program, fill = _compiled_fill(polys, guards)
     values = {"s0": a, "s1": b}
-    buf = np.zeros(layout.words, np.int64)
-    buf[layout.sizes:layout.params] = (a, b)
-    r = fill(program.ctypes.data, buf.ctypes.data, 1000)
+    buf = np.full(layout.words, -5, np.int64)
+    program.sizes[:] = (a, b)
+    r = fill(program.address, buf.ctypes.data, 1000)
     if b == 0 or b == -3:       # an atom divides by b or by b + 3 (Python would raise ZeroDivisionError)
         assert r == -1
         return
@@ -339,7 +444,9 @@ def test_native_size_fill_equals_the_reference_plan_and_python_arithmetic(a, b):
         assert r == (1 if holds else 0)
     if r == 1:
         address = buf.ctypes.data
-        np.testing.assert_array_equal(buf[layout.values:layout.ws], want)
+        np.testing.assert_array_equal(program.values, want)
+        assert program.read.tolist() == [want[5], want[2]]           # the values read back, in their order
+        assert buf[layout.off + 2] == 77 and buf[layout.off] == 0   # the template's entries, copied
         assert buf[0] == want[2]                                    # a table slot from its polynomial
         assert buf[1] == 1000 + want[0] + want[1]                   # a workspace slot: base + root + offset
         assert buf[layout.ws] == want[0] + want[1]                  # (its byte offset kept)

@@ -221,12 +221,16 @@ class Lowered:
     ``CompiledGraph`` of that graph laid out with symbolic sizes (``graph_code.sized_graph``), and once its code
     is ready, the ``codegen/program/sized.SizedProgram`` that binds it per tuple of sizes."""
 
-    def __init__(self, graph, cg, guards, copy_outs, wrap, lifted, compiled_result, names, trace_guards):
+    def __init__(self, graph, cg, guards, copy_outs, wrap, lifted, compiled_result, names, trace_guards, stats):
         self.graph, self.cg, self.guards, self.copy_outs, self.wrap = graph, cg, guards, copy_outs, wrap
         self.names, self.trace_guards = names, trace_guards
         self.lifted = lifted        # (aval, SymInt | SymFloat): the trailing inputs lift_literals made
         self.compiled_result = compiled_result      # graph_code's (imported by _lower, kept: no import per binding)
         self.sized = None
+        # what every entry bound to it has of its own (``_bound``), and the maker of their calls
+        self.entry_fields = {"instances": None, "shape_env": None, "lowered": None, "copy_outs": copy_outs,
+                             "code_ready": True}
+        self.direct_call = _direct_calls(self, stats)
 
     def ready(self):
         """The SizedProgram once the code is built (None while it builds or when its build failed; the build is
@@ -292,7 +296,7 @@ def _lower(cf, e, values):
     from .graph_function import GraphFunction
     wrap = GraphFunction(graph, e.out_diff, array_outs={oi for _, oi in e.writes})._wrap
     return Lowered(graph, cg, env.guards, copied_outputs(graph, e.writes, e.same_outs), wrap, lifted,
-                   compiled_result, tuple(n for n, _, _ in e.sym_sources), tuple(e.shape_env.guards))
+                   compiled_result, tuple(n for n, _, _ in e.sym_sources), tuple(e.shape_env.guards), cf.stats)
 
 
 def lift_literals(g: Graph):
@@ -358,16 +362,17 @@ def _bound(cf, e, k, values):
         run = sized.bind(k)
         if run is None:
             return None
-    if values is None:
-        values = {name: v for (name, _, _), v in zip(e.sym_sources, k)}
-    extra = tuple([np.asarray(concretize(x, values), dtype=aval.dtype.np) for aval, x in low.lifted])
+    extra = ()
+    if low.lifted:
+        values = values or dict(zip(low.names, k))
+        extra = tuple([np.asarray(concretize(x, values), dtype=aval.dtype.np) for aval, x in low.lifted])
     inst = SizedEntry.__new__(SizedEntry)
     d = inst.__dict__
     d.update(e.__dict__)
     del d["graph"], d["gf"]
-    d["instances"] = d["shape_env"] = d["lowered"] = None
-    d["copy_outs"], d["code_ready"], d["slow_times"], d["concrete_of"] = low.copy_outs, True, {}, (cf, e, values)
-    d["direct"] = _direct_call(cf, inst, low, run, extra)
+    d.update(low.entry_fields)
+    d["slow_times"], d["concrete_of"] = {}, (cf, e, k)
+    d["direct"] = low.direct_call(inst, run, extra)
     cf.stats["shape_bindings"] += 1
     return inst
 
@@ -385,42 +390,46 @@ class SizedEntry(_Entry):
     def concrete(self):
         c = self.__dict__.get("_concrete")
         if c is None:
-            c = self.__dict__["_concrete"] = _concrete(*self.concrete_of)
+            cf, e, k = self.concrete_of
+            c = self.__dict__["_concrete"] = _concrete(cf, e, {name: v for (name, _, _), v in zip(e.sym_sources, k)})
         return c
 
 
-def _direct_call(cf, inst, low, run, extra=()):
-    """The bound entry's call on the graph's input tensors (as ``GraphFunction.direct``'s); ``extra``: the
-    arrays of the lifted literals at its sizes, passed after them."""
+def _direct_calls(low, stats):
+    """``make(inst, run, extra) -> call``: the call of an entry bound to the lowering ``low`` on the graph's input
+    tensors (as ``GraphFunction.direct``'s), made once per lowering; ``run``: the binding's caller; ``extra``: the
+    arrays of the lifted literals at its sizes, passed after the inputs."""
     compiled_result = low.compiled_result
-    prof, nd, stats, cg, wrap = _PROF, np.ndarray, cf.stats, low.cg, low.wrap
+    prof, nd, cg, wrap = _PROF, np.ndarray, low.cg, low.wrap
     bound_copies = set(low.copy_outs)
 
-    def slow(inputs):
-        c = inst.concrete()
-        outs = c.gf(inputs)
-        for k in c.copy_outs:       # the outputs its own graph hands back as inputs' buffers
-            if k not in bound_copies:
-                outs[k]._data = outs[k]._data.copy()
-        return outs
+    def make(inst, run, extra):
+        def slow(inputs):
+            c = inst.concrete()
+            outs = c.gf(inputs)
+            for k in c.copy_outs:       # the outputs its own graph hands back as inputs' buffers
+                if k not in bound_copies:
+                    outs[k]._data = outs[k]._data.copy()
+            return outs
 
-    def call(inputs):
-        if prof.active is not None:
-            return slow(inputs)
-        arrays = [t._data for t in inputs]
-        for a in arrays:
-            if type(a) is not nd:
+        def call(inputs):
+            if prof.active is not None:
                 return slow(inputs)
-        try:
-            res = run(*arrays, *extra) if extra else run(*arrays)
-            if res is None:
+            arrays = [t._data for t in inputs]
+            for a in arrays:
+                if type(a) is not nd:
+                    return slow(inputs)
+            try:
+                res = run(*arrays, *extra) if extra else run(*arrays)
+                if res is None:
+                    return slow(inputs)
+                return wrap(compiled_result(cg, res, stats))
+            except (IndexError, RuntimeError):
+                # an index out of range, a zero divisor, an anomaly check: the step wrote no state, and its error
+                # names the symbolic graph's shapes; the concrete graph raises eager mode's error with this call's
                 return slow(inputs)
-            return wrap(compiled_result(cg, res, stats))
-        except (IndexError, RuntimeError):
-            # an index out of range, a zero divisor, an anomaly check: the step wrote no state, and its error
-            # names the symbolic graph's shapes; the concrete graph raises eager mode's error with this call's
-            return slow(inputs)
-    return call
+        return call
+    return make
 
 
 def instantiate(g: Graph, values: dict, put=concretize) -> Graph:

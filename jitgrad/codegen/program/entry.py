@@ -25,7 +25,7 @@ import numpy as np
 
 from ...ir.ops.blas import BLAS_THREADED_MACS
 from ..kernels import pool_abi
-from .output_pool import MIN_BYTES, take as take_by_shape, take_by_capacity
+from .output_pool import MIN_BYTES, take as take_by_shape
 
 TUPLE_ITEMS = 3 * ctypes.sizeof(ctypes.c_void_p)     # PyTupleObject: refcnt, type, size, then ob_item[]
 ARRAY_DATA = 2 * ctypes.sizeof(ctypes.c_void_p)      # PyArrayObject_fields: refcnt, type, then data
@@ -386,59 +386,62 @@ def entry_function(address: int):
     return _ENTRY_CALL(address)
 
 
-def caller(address: int, program, n_checks: int, A, F, OFF, fallback, IE, step_error, lock=None, fresh=None,
-           fn=None, ctx=None):
+def caller(address: int, program, n_checks: int, A, F, OFF, fallback, IE, step_error, lock=None):
     """``run(*arrays) -> list of outputs`` calling the entry at ``address`` (``fallback(*arrays)`` for inputs
     that are not C-contiguous).  ``IE``: the graph's index-error array (the one its kernels' table slots point
     at); after a call that set it, ``step_error()`` is raised.  ``lock``: held around the call (``threads.
     LAUNCH_LOCK`` when the graph has a parallel kernel).  ``A``, ``F``, ``OFF``, ``IE`` are kept alive by the
-    returned function.  ``fresh``: the fresh outputs' (shape, dtype) when they are not the program's own (a
-    program lowered for every size, bound to one tuple of sizes: ``sized.py``); ``fn``: the entry's
-    ``entry_function``, when the caller has it; ``ctx``: the address of the context words (A's, F's, OFF's and
-    IE's addresses) when the caller keeps them (a bound program's buffer)."""
-    take = take_by_capacity if fresh is not None else take_by_shape
-    p = program
-    # (fresh: shapes that change between bindings, so buffers are kept by capacity, not by shape)
-    fn = fn if fn is not None else _ENTRY_CALL(address)
-    if ctx is None:
-        ctx = np.array([A.ctypes.data, F.ctypes.data, OFF.ctypes.data, IE.ctypes.data], np.int64)
-        cptr = ctx.ctypes.data
-    else:
-        cptr = ctx
+    returned function."""
+    ctx = np.array([A.ctypes.data, F.ctypes.data, OFF.ctypes.data, IE.ctypes.data], np.int64)
+    specs = [(tuple(r.shape), np.dtype(r.dtype.np)) for r in program.fresh]
+    make = callers(program, n_checks, fallback, IE, step_error, lock, _ENTRY_CALL(address), take_by_shape,
+                   (A, F, OFF, IE))
     # outputs below the pool's threshold come from np.empty directly: take() would spend ~2 us in np.prod on
     # the shape of every call's scalar loss (B5's whole budget is 15 us)
-    specs = fresh if fresh is not None else [(tuple(r.shape), np.dtype(r.dtype.np)) for r in p.fresh]
-    pooled = [math.prod(s) * d.itemsize >= MIN_BYTES for s, d in specs]
-    any_pooled = any(pooled)
+    return make(ctx.ctypes.data, specs, [math.prod(s) * d.itemsize >= MIN_BYTES for s, d in specs], ctx)
+
+
+def callers(program, n_checks: int, fallback, IE, step_error, lock, fn, take, keep=()):
+    """``make(ctx, specs, pooled, keep) -> run``: callers of one entry (``fn``: its ``entry_function``) that differ
+    in their tables and fresh outputs only; made once per program, so that a program bound per tuple of sizes
+    (``sized.py``) makes a caller per binding from data alone.  ``ctx``: the address of the context words (A's,
+    F's, OFF's and IE's addresses); ``specs``: each fresh output's (shape, dtype); ``pooled``: whether it is taken
+    from the output pool (``take``: by shape, or by capacity where shapes change between bindings) rather than
+    ``np.empty``; ``keep``: what the tables' memory belongs to, kept alive by ``run`` (with this maker's
+    ``keep``).  See ``caller`` for ``run``."""
     empty = np.empty
-    outputs = p.outputs
-    checked = bool(p.index_steps)
+    outputs = program.outputs
+    checked = bool(program.index_steps)
     lock = lock if lock is not None else _NO_LOCK
 
-    def run(*arrays):
-        for a in arrays:
-            if not a.flags.c_contiguous:
-                return fallback(*arrays)
-        if any_pooled:
-            fresh = [take(s, d) if big else empty(s, d) for (s, d), big in zip(specs, pooled)]
-        else:
-            fresh = [empty(s, d) for s, d in specs]
-        if n_checks:
-            err = np.array([n_checks, 0], np.int64)
-            args = arrays + tuple(fresh) + (err,)
-        else:
-            args = arrays + tuple(fresh)
-        with lock:
-            if checked:
-                IE[0] = 0
-            fn(args, cptr)
-            if checked and IE[0]:
-                raise step_error()
-        outs = [arrays[i] if kind == "input" else fresh[i] for kind, i in outputs]
-        return outs + [err] if n_checks else outs
-    run._keep = (A, F, OFF, IE, ctx, fn)
-    run.ncheck = n_checks
-    return run
+    def make(cptr, specs, pooled, keep_tables):
+        any_pooled = True in pooled
+
+        def run(*arrays):
+            for a in arrays:
+                if not a.flags.c_contiguous:
+                    return fallback(*arrays)
+            if any_pooled:
+                fresh = [take(s, d) if big else empty(s, d) for (s, d), big in zip(specs, pooled)]
+            else:
+                fresh = [empty(s, d) for s, d in specs]
+            if n_checks:
+                err = np.array([n_checks, 0], np.int64)
+                args = arrays + tuple(fresh) + (err,)
+            else:
+                args = arrays + tuple(fresh)
+            with lock:
+                if checked:
+                    IE[0] = 0
+                fn(args, cptr)
+                if checked and IE[0]:
+                    raise step_error()
+            outs = [arrays[i] if kind == "input" else fresh[i] for kind, i in outputs]
+            return outs + [err] if n_checks else outs
+        run._keep = (keep, keep_tables, fn)
+        run.ncheck = n_checks       # (marks the C entry's caller: GraphFunction.direct asks for it)
+        return run
+    return make
 
 
-__all__ = ["entry_source", "entry_ir", "compile_entry", "caller", "entry_function", "layout_ok", "has_pool_steps"]
+__all__ = ["entry_source", "entry_ir", "compile_entry", "caller", "callers", "entry_function", "layout_ok", "has_pool_steps"]

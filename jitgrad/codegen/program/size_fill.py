@@ -7,11 +7,15 @@ milliseconds, no Numba):
 
     i64 jitgrad_size_fill(i64 *program, i64 *buf, i64 ws_base)
 
-``buf`` holds one binding's tables side by side (``FillLayout``): the call's sizes, the argument table ``A``,
-the per-slot offsets ``OFF``, the plan's values ``V``, the workspace slots' byte offsets, the entry's context and
-the parameter bytes.  It returns 1 when every guard holds (the tables are written), 0 when one fails, and -1 when
-an atom ``a // b`` or ``a % b`` has ``b == 0`` at these sizes (the caller treats both as "not this lowering").
-``//`` and ``%`` round as Python's do (toward minus infinity), which is what ``ir/symbolic.py`` means by them.
+``buf`` holds one binding's tables side by side (``FillLayout``): the argument table ``A``, the per-slot offsets
+``OFF``, the workspace slots' byte offsets, the entry's context and the parameter bytes.  The program array ends
+with two regions of its own: the *template* every binding's buffer starts as (the tables' constant entries; the
+fill copies it into ``buf`` first, so Python allocates and copies nothing per binding) and the *scratch*: the
+call's sizes (written there by the caller), the plan's values ``V`` and the values the caller reads back (the
+workspace's size, fresh outputs' dims), side by side so one ``tolist`` reads them.  It returns 1 when every guard
+holds (the tables are written), 0 when one fails, and -1 when an atom ``a // b`` or ``a % b`` has ``b == 0`` at
+these sizes (the caller treats both as "not this lowering").  ``//`` and ``%`` round as Python's do (toward minus
+infinity), which is what ``ir/symbolic.py`` means by them.
 
 The program array (int64 words): a header of ``_HEADER`` counts and offsets, then
 
@@ -22,7 +26,9 @@ The program array (int64 words): a header of ``_HEADER`` counts and offsets, the
   atom index;
 - the guards (polynomial, mask: bit ``sign(v) + 1`` set where the guard holds), the table writes (slot,
   polynomial), the int32 parameters (byte offset, polynomial), the parameter pointers (slot, byte offset), the
-  offsets (slot, polynomial) and the workspace slots (slot, root polynomial, offset polynomial).
+  offsets (slot, polynomial), the workspace slots (slot, root polynomial, offset polynomial), the float guards
+  and the values read back (polynomial);
+- the template (``FillLayout.words``) and the scratch (``FillLayout.scratch_words``).
 
 A program with thousands of polynomials binds in microseconds and costs nothing to compile: a straight-line
 function per lowering took seconds to build for nanoGPT's 751 polynomials.  ``SizePlan.__call__`` stays the
@@ -38,8 +44,8 @@ import numpy as np
 NAME = "jitgrad_size_fill"
 _HEADER = ("n_sym", "n_atoms", "width", "rows", "polys", "n_defs", "defs", "n_guards", "guards", "n_table", "table",
            "n_i32", "i32", "n_pptr", "pptr", "n_off", "off_writes", "n_ws", "ws_writes",
-           "L_sizes", "L_values", "L_off", "L_ws", "L_ctx", "L_params", "n_values", "n_fguards", "fguards",
-           "fnodes", "stack")
+           "L_off", "L_ws", "L_ctx", "L_params", "n_values", "n_fguards", "fguards", "fnodes", "stack",
+           "template", "words", "scratch", "S_values", "n_read", "reads", "S_read")
 _FLOAT_OPS = {"+": 2, "-": 3, "*": 4, "/": 5}       # a float guard's node kinds (0: a constant, 1: a value)
 _H = {name: k for k, name in enumerate(_HEADER)}
 _FILL = None
@@ -47,21 +53,41 @@ _LOCK = threading.Lock()
 
 
 class FillLayout:
-    """Where a binding's tables lie in its int64 buffer, in int64 words: A ``[0, n_table)``, then OFF (as long),
-    the plan's values ``V`` (``values``), the workspace slots' byte offsets (``ws``), the entry's context
-    (``ctx``: the addresses of A, F, OFF and IE, ``entry.caller``'s; F's and IE's in the template, A's and OFF's
-    written by the fill), the call's sizes (``sizes``) and the parameter bytes (``params``), ``words`` in all."""
+    """Where a binding's tables lie in its int64 buffer, in int64 words: A ``[0, n_table)``, then OFF (as long,
+    at ``off``), the workspace slots' byte offsets (``ws``), the entry's context (``ctx``: the addresses of A, F,
+    OFF and IE, ``entry.caller``'s; F's and IE's in the template, A's and OFF's written by the fill) and the
+    parameter bytes (``params``), ``words`` in all.  And where the program's scratch holds the call's sizes
+    (``[0, n_sizes)``), the plan's values (``values``) and the values read back (``read``), ``scratch_words`` in
+    all."""
 
-    __slots__ = ("n_table", "off", "values", "ws", "ctx", "sizes", "params", "words")
+    __slots__ = ("n_table", "off", "ws", "ctx", "params", "words", "n_sizes", "values", "read", "scratch_words")
 
-    def __init__(self, n_table: int, n_values: int, n_ws: int, n_sizes: int, n_param_bytes: int):
+    def __init__(self, n_table: int, n_values: int, n_ws: int, n_sizes: int, n_param_bytes: int, n_read: int = 0):
         self.n_table = self.off = n_table
-        self.values = 2 * n_table
-        self.ws = self.values + n_values
+        self.ws = 2 * n_table
         self.ctx = self.ws + n_ws
-        self.sizes = self.ctx + 4
-        self.params = self.sizes + n_sizes
+        self.params = self.ctx + 4
         self.words = self.params + (n_param_bytes + 7) // 8
+        self.n_sizes = self.values = n_sizes
+        self.read = n_sizes + n_values
+        self.scratch_words = self.read + n_read
+
+
+class FillProgram:
+    """A lowering's fill program (``array``, passed to the fill by its address) and views of its own regions:
+    ``template`` (a binding buffer's start: the caller writes the constant entries), ``sizes`` (the caller writes
+    a call's sizes here before the fill), ``values`` (the plan's values after a fill) and ``read`` (the values the
+    caller reads back, in the order it asked for them)."""
+
+    __slots__ = ("array", "address", "template", "sizes", "values", "read")
+
+    def __init__(self, array, template_at: int, scratch_at: int, layout: FillLayout):
+        L = layout
+        self.array = array
+        self.address = array.ctypes.data
+        self.template = array[template_at:template_at + L.words]
+        scratch = array[scratch_at:scratch_at + L.scratch_words]
+        self.sizes, self.values, self.read = scratch[:L.n_sizes], scratch[L.values:L.read], scratch[L.read:]
 
 
 def float_guard_nodes(e, ref):
@@ -90,8 +116,8 @@ def float_guard_nodes(e, ref):
 
 
 def fill_program(plan, names, guards, layout: FillLayout, table, int32_params, param_ptrs, offsets, ws_slots,
-                 float_guards=()):
-    """The fill's program array (see the module docstring).
+                 float_guards=(), reads=()) -> FillProgram:
+    """The fill's program (see the module docstring), its template zero.
 
     ``plan``: a ``SizePlan`` (``atoms`` in dependency order, ``derived``, ``polys``); ``names``: the size symbols
     in the order their values are in the buffer; ``guards``: ``(poly index, mask)``; ``table``: ``(slot, poly
@@ -99,7 +125,8 @@ def fill_program(plan, names, guards, layout: FillLayout, table, int32_params, p
     offset)``: A[slot] = the address of the buffer's parameter bytes + offset; ``offsets``: ``(slot, poly
     index)`` written to OFF; ``ws_slots``: ``(slot, root index, offset index)``: the workspace byte offset
     V[root] + V[offset] is kept and A[slot] = ws_base + it; ``float_guards``: ``(nodes, mask)``, the float64
-    value of ``nodes`` (``float_guard_nodes``) has a sign ``mask`` allows (a NaN never holds)."""
+    value of ``nodes`` (``float_guard_nodes``) has a sign ``mask`` allows (a NaN never holds); ``reads``: poly
+    indices whose values the fill copies to the scratch's ``read`` region."""
     atom_index = {n: k for k, n in enumerate(names)}
     for a in plan.atoms:
         if a not in atom_index:
@@ -131,25 +158,29 @@ def fill_program(plan, names, guards, layout: FillLayout, table, int32_params, p
             d += 1 if kind < 2 else -1
             depth = max(depth, d)
     for block, n in ((defs, 4), (guards, 2), (table, 2), (int32_params, 2), (param_ptrs, 2), (offsets, 2),
-                     (ws_slots, 3), (fspans, 3), (fnodes, 2)):
+                     (ws_slots, 3), (fspans, 3), (fnodes, 2), (list(reads), 1)):
         parts.append(np.array(block, np.int64).reshape(-1, n))
+    L = layout
+    parts += [np.zeros(L.words, np.int64), np.zeros(L.scratch_words, np.int64)]     # the template, the scratch
     header = np.zeros(len(_HEADER), np.int64)
     at = len(_HEADER)
     starts = []
     for p in parts:
         starts.append(at)
         at += p.size
-    L = layout
     values = dict(n_sym=len(names), n_atoms=one, width=width, rows=starts[0], polys=starts[1],
                   n_defs=len(defs), defs=starts[2], n_guards=len(guards), guards=starts[3],
                   n_table=len(table), table=starts[4], n_i32=len(int32_params), i32=starts[5],
                   n_pptr=len(param_ptrs), pptr=starts[6], n_off=len(offsets), off_writes=starts[7],
-                  n_ws=len(ws_slots), ws_writes=starts[8], L_sizes=L.sizes, L_values=L.values, L_off=L.off,
-                  L_ws=L.ws, L_ctx=L.ctx, L_params=L.params, n_values=len(plan.polys),
-                  n_fguards=len(fspans), fguards=starts[9], fnodes=starts[10], stack=depth)
+                  n_ws=len(ws_slots), ws_writes=starts[8], L_off=L.off, L_ws=L.ws, L_ctx=L.ctx,
+                  L_params=L.params, n_values=len(plan.polys), n_fguards=len(fspans), fguards=starts[9],
+                  fnodes=starts[10], stack=depth, template=starts[12], words=L.words, scratch=starts[13],
+                  S_values=L.values, n_read=len(reads), reads=starts[11], S_read=L.read)
+    if len(plan.polys) > L.read - L.values or len(reads) > L.scratch_words - L.read:
+        raise ValueError("the layout's scratch is smaller than the plan's values or the values read back")
     for k, v in values.items():
         header[_H[k]] = v
-    return np.concatenate([header] + [p.ravel() for p in parts])
+    return FillProgram(np.concatenate([header] + [p.ravel() for p in parts]), starts[12], starts[13], L)
 
 
 def fill_ir() -> str:
@@ -195,11 +226,14 @@ def fill_ir() -> str:
     def pair(base, k, width, j):
         return get(prog, b.add(base, b.add(b.mul(k, c(width)), c(j))))
 
+    # the buffer starts as the template; the sizes and the plan's values are in the program's scratch
+    template, scratch = b.gep(prog, [h("template")]), b.gep(prog, [h("scratch")])
+    loop(h("words"), lambda k: put(buf, k, get(template, k)), "copy")
     # atom values: the sizes, the derived atoms in order, and a 1 the rows are padded with
     n_atoms = h("n_atoms")
     atoms = b.alloca(i64, size=b.add(n_atoms, c(1)), name="atoms")
     put(atoms, n_atoms, c(1))
-    sizes = b.gep(buf, [h("L_sizes")])
+    sizes = scratch
     loop(h("n_sym"), lambda k: put(atoms, k, get(sizes, k)), "sym")
     width = h("width")
     rows, polys = h("rows"), h("polys")
@@ -236,7 +270,7 @@ def fill_ir() -> str:
                      b.add(r, b.select(adjust, y, c(0))))
         put(atoms, pair(defs, d, 4, 3), v)
     loop(h("n_defs"), derive, "def")
-    V = b.gep(buf, [h("L_values")])
+    V = b.gep(scratch, [h("S_values")])
     loop(h("n_values"), lambda p: put(V, p, poly(p)), "value")
     guards = h("guards")
 
@@ -310,6 +344,8 @@ def fill_ir() -> str:
     ctx = h("L_ctx")
     put(buf, ctx, base)
     put(buf, b.add(ctx, c(2)), b.add(base, b.mul(off_base, c(8))))
+    reads, read_at = h("reads"), b.gep(scratch, [h("S_read")])
+    loop(h("n_read"), lambda k: put(read_at, k, get(V, get(prog, b.add(reads, k)))), "read")
     b.ret(c(1))
     top.branch(body)
     b.position_at_end(fail)
@@ -343,4 +379,4 @@ def size_fill():
     return _FILL
 
 
-__all__ = ["FillLayout", "NAME", "fill_ir", "fill_program", "float_guard_nodes", "size_fill"]
+__all__ = ["FillLayout", "FillProgram", "NAME", "fill_ir", "fill_program", "float_guard_nodes", "size_fill"]

@@ -9,18 +9,26 @@ take the worker pool is built parallel-capable and decides per call (``workpool.
 depend on structure only.  ``SizedProgram.bind(sizes)`` then makes the tables of one tuple of sizes:
 
 - the size plan (``SizePlan``): every distinct polynomial of the tables and of the guards (the trace's and the
-  lowering's), evaluated, checked and copied into their slots by one native call (``size_fill.py``) into one
-  buffer per binding, copied from a template holding the tables' constant entries;
+  lowering's), evaluated, checked and copied into their slots by one native call (``size_fill.py``), which starts
+  the binding's buffer as a copy of the lowering's template (the tables' constant entries) and leaves the values
+  Python needs (the workspace's size, the dims of fresh outputs whose shapes have symbols) side by side;
+- the buffers are rows of a chunk (``_Chunks``: one allocation per 32 bindings, their addresses known without
+  asking NumPy), so a binding allocates no array;
 - one workspace per program (``Workspace``), grown to the largest size bound so far (by at least a quarter, so
   slowly growing sizes reallocate rarely) and shared by every binding: calls of one compiled function never
-  overlap (they hold the trace lock), and a growth repoints every live binding's workspace slots;
-- the C entry's caller (``entry.caller``) over the binding's tables and its fresh outputs' shapes.
+  overlap (they hold the trace lock), and a growth repoints the workspace slots of every chunk's rows at once;
+- the C entry's caller, made by a maker of callers built once per program (``entry.callers``) from the binding's
+  context address and its fresh outputs' shapes (those without symbols made once).
+
+Nothing of it walks an expression or builds a table in Python: a binding is a few dozen bytecodes, counted by
+``tests/test_sized_programs.py``.
 
 A binding is made only where every guard holds (``bind`` answers None otherwise); the caller then lowers again or
 builds a concrete program.
 """
 from __future__ import annotations
 
+import math
 import weakref
 
 import numpy as np
@@ -29,20 +37,25 @@ from ...ir.size_plan import SizePlan, float_function, fold_float
 from ...ir.symbolic import COMPARISONS, SymInt
 from . import entry
 from .cpu import ALLOCATIONS, CompiledGraph
+from .output_pool import MIN_BYTES, take_by_capacity
 from .size_fill import FillLayout, fill_program, float_guard_nodes, size_fill
+
+CHUNK_ROWS = 32     # binding buffers per allocation
 
 
 class Workspace:
-    """The one workspace of a ``SizedProgram``'s bindings: grown, never shrunk."""
+    """The one workspace of a ``SizedProgram``'s bindings: grown, never shrunk.  ``capacity``: the bytes it has
+    (a binding compares before calling ``ensure``)."""
 
-    def __init__(self):
+    def __init__(self, chunks=None):
         self.array = None
         self.base = 0
-        self.bindings = weakref.WeakSet()
+        self.capacity = 0
+        self.chunks = chunks        # (_Chunks: every binding's workspace slots, repointed at a growth)
 
     def ensure(self, nbytes: int):
-        """At least ``nbytes`` (64-aligned base); True when it was reallocated (bindings must be repointed)."""
-        have = 0 if self.array is None else self.array.nbytes - 64
+        """At least ``nbytes`` (64-aligned base); True when it was reallocated (bindings are repointed)."""
+        have = self.capacity
         if nbytes <= have:
             return False
         size = max(nbytes, have + have // 4, 64)
@@ -50,20 +63,38 @@ class Workspace:
         ALLOCATIONS["workspaces"] += 1
         base = self.array.ctypes.data
         self.base = base + (-base) % 64
-        for b in list(self.bindings):
-            b.repoint(self.base)
+        self.capacity = size
+        if self.chunks is not None:
+            self.chunks.repoint(self.base)
         return True
 
 
-class _Binding:
-    """One tuple of sizes' tables (kept alive by its run function): its workspace slots and their byte offsets."""
-    __slots__ = ("A", "slots", "offsets", "__weakref__")
+class _Chunks:
+    """The bindings' buffers: rows of ``CHUNK_ROWS`` at a time (a bound caller keeps its chunk alive).  ``take()``
+    -> the address of the next free row; ``used()`` after a fill that held there."""
 
-    def __init__(self, A, slots, offsets):
-        self.A, self.slots, self.offsets = A, slots, offsets
+    def __init__(self, layout: FillLayout, ws_slots):
+        self.words, self.ws_at, self.n_ws = layout.words, layout.ws, len(ws_slots)
+        self.ws_slots = np.asarray(ws_slots, np.intp)
+        self.live = []      # weak references to every chunk a binding may still call with
+        self.chunk, self.base, self.next = None, 0, CHUNK_ROWS
+        self.row_bytes = 8 * self.words
 
-    def repoint(self, base):
-        self.A[self.slots] = base + self.offsets
+    def new_chunk(self):
+        """A fresh chunk (zero: rows not bound yet hold no address)."""
+        self.chunk = np.zeros((CHUNK_ROWS, self.words), np.int64)
+        self.base, self.next = self.chunk.ctypes.data, 0
+        self.live = [r for r in self.live if r() is not None] + [weakref.ref(self.chunk)]
+
+    def repoint(self, ws_base: int):
+        """Every row's workspace slots at ``ws_base`` plus the row's byte offsets (rows of bindings dropped or not
+        made yet get harmless values: they are never called)."""
+        if not self.n_ws:
+            return
+        for r in self.live:
+            rows = r()
+            if rows is not None:
+                rows[:, self.ws_slots] = ws_base + rows[:, self.ws_at:self.ws_at + self.n_ws]
 
 
 class SizedProgram:
@@ -108,17 +139,27 @@ class SizedProgram:
         sym_params = [(off, ref(v)) for off, v in p.sym_params]
         offsets = [(slot, ref(off)) for slot, _, off in p.dynamic]
         ws_slots = [(slot, ref(root.offset), ref(off)) for slot, root, off in p.ws_slots]
-        read, self._fresh = [ref(p.ws_size)], []
-        for r in p.fresh:
-            self._fresh.append((len(read), len(read) + len(r.shape), np.dtype(r.dtype.np)))
-            read += [ref(d) for d in r.shape]
-        self._read = np.array(read, np.intp)
+        # fresh outputs: a shape without symbols is made once; one with symbols is read back from the fill
+        reads, specs, self._sym_fresh = [ref(p.ws_size)], [], []
+        for k, r in enumerate(p.fresh):
+            dtype = np.dtype(r.dtype.np)
+            if any(type(d) is SymInt for d in r.shape):
+                self._sym_fresh.append((k, len(reads), len(reads) + len(r.shape), dtype))
+                reads += [ref(d) for d in r.shape]
+                specs.append(None)
+            else:
+                specs.append((tuple(int(d) for d in r.shape), dtype))
+        self._specs = specs
+        self._pooled = [s is not None and math.prod(s[0]) * s[1].itemsize >= MIN_BYTES for s in specs]
         self.plan = SizePlan(polys)
         self.names = tuple(names)
         n_table = max(len(p.table), 1)
-        L = self.layout = FillLayout(n_table, len(polys), len(ws_slots), len(self.names), len(p.params))
-        # the template every binding's buffer is copied from: A's constant entries, OFF zero, the parameters
-        template = np.zeros(L.words, np.int64)
+        L = self.layout = FillLayout(n_table, len(polys), len(ws_slots), len(self.names), len(p.params),
+                                     len(reads))
+        fp = self._fp = fill_program(self.plan, self.names, int_guards, L, table, sym_params, list(p.param_slots),
+                                     offsets, ws_slots, float_guards, reads)
+        # the template every binding's buffer starts as: A's constant entries, OFF zero, the parameters
+        template = fp.template
         for i, v in enumerate(p.table):
             if type(v) is not SymInt:
                 template[i] = int(v)
@@ -129,62 +170,53 @@ class SizedProgram:
         template.view(np.uint8)[8 * L.params:8 * L.params + len(p.params)] = np.frombuffer(bytes(p.params),
                                                                                             np.uint8)
         template[L.ctx + 1], template[L.ctx + 3] = cg.F.ctypes.data, cg._ierr.ctypes.data
-        self._template = template
-        self._ws_slots = np.array([slot for slot, _, _ in ws_slots], np.intp)
-        self._program = fill_program(self.plan, self.names, int_guards, L, table, sym_params,
-                                     list(p.param_slots), offsets, ws_slots, float_guards)
-        self._program_address = self._program.ctypes.data
         self._fill = size_fill()
-        self._entry_fn = entry.entry_function(cg.entry_address)
-        self.workspace = Workspace()
+        self._chunks = _Chunks(L, [slot for slot, _, _ in ws_slots])
+        self.workspace = Workspace(self._chunks)
+        self._callers = entry.callers(self.program, len(cg.checks), _decline, cg._ierr, cg.step_error,
+                                      cg.call_lock, entry.entry_function(cg.entry_address), take_by_capacity,
+                                      (cg.F, cg._ierr))
 
-    def values(self, sizes):
-        """The plan's values at ``sizes`` (in ``names`` order) as a list when every guard holds there, else None
-        (the fill's own evaluation: what ``bind`` writes the tables from)."""
-        buf = self._template.copy()
-        return self._filled(buf, buf.ctypes.data, sizes)
-
-    def _filled(self, buf, address, sizes):
-        L = self.layout
-        buf[L.sizes:L.params] = sizes
-        if self._fill(self._program_address, address, self.workspace.base) != 1:
-            return None
-        V = buf[L.values:L.ws]
+    def _holds(self, sizes, address) -> bool:
+        """Fill the buffer at ``address`` for ``sizes``: True when every guard holds there."""
+        self._fp.sizes[:] = sizes
+        if self._fill(self._fp.address, address, self.workspace.base) != 1:
+            return False
         if self._float_guards:                  # (guards with an operator the fill does not evaluate)
-            Vl = V.tolist()
+            Vl = self._fp.values.tolist()
             for fn, cmp, want in self._float_guards:
                 if cmp(fn(Vl), 0) != want:
-                    return None
-        return V
+                    return False
+        return True
+
+    def values(self, sizes):
+        """The plan's values at ``sizes`` (in ``names`` order) as an array when every guard holds there, else None
+        (the fill's own evaluation: what ``bind`` writes the tables from)."""
+        buf = np.zeros(self.layout.words, np.int64)
+        return self._fp.values.copy() if self._holds(sizes, buf.ctypes.data) else None
 
     def bind(self, sizes):
         """``run(*arrays) -> outputs`` for ``sizes`` (ints, in ``names`` order), or None when a guard (the
         trace's or the lowering's) fails there."""
-        buf = self._template.copy()
-        address = buf.ctypes.data
-        V = self._filled(buf, address, sizes)
-        if V is None:
-            return None
-        cg, L = self.cg, self.layout
-        A = buf[:L.n_table]
-        b = _Binding(A, self._ws_slots, buf[L.ws:L.ctx])
+        ch = self._chunks
+        if ch.next == CHUNK_ROWS:
+            ch.new_chunk()
+        address = ch.base + ch.next * ch.row_bytes
+        if not self._holds(sizes, address):
+            return None                         # (the row stays free)
+        ch.next += 1
+        read = self._fp.read.tolist()           # the workspace's size, then the dims of fresh outputs with symbols
         ws = self.workspace
-        ws.bindings.add(b)
-        read = V[self._read].tolist()           # the workspace's size, then every fresh output's dims
-        ws.ensure(read[0])                      # (a growth repoints every binding, this one too)
-        fresh = [(tuple(read[a:z]), dtype) for a, z, dtype in self._fresh]
-        run = entry.caller(cg.entry_address, self.program, len(cg.checks), A, cg.F, buf[L.off:L.values],
-                           _decline, cg._ierr, cg.step_error, cg.call_lock, fresh=fresh, fn=self._entry_fn,
-                           ctx=address + 8 * L.ctx)
-        run._binding = (b, buf, ws)
-        return run
-
-
-def _columns(rows, n):
-    """``n`` index arrays, one per column of ``rows``."""
-    if not rows:
-        return tuple(np.zeros(0, np.intp) for _ in range(n))
-    return tuple(np.array(c, np.intp) for c in zip(*rows))
+        if read[0] > ws.capacity:
+            ws.ensure(read[0])                  # (a growth repoints every binding, this one too)
+        specs, pooled = self._specs, self._pooled
+        if self._sym_fresh:
+            specs, pooled = specs.copy(), pooled.copy()
+            for k, a, z, dtype in self._sym_fresh:
+                shape = tuple(read[a:z])
+                specs[k] = (shape, dtype)
+                pooled[k] = math.prod(shape) * dtype.itemsize >= MIN_BYTES
+        return self._callers(address + 8 * self.layout.ctx, specs, pooled, ch.chunk)
 
 
 def _decline(*arrays):
