@@ -391,7 +391,8 @@ class SizedEntry(_Entry):
         c = self.__dict__.get("_concrete")
         if c is None:
             cf, e, k = self.concrete_of
-            c = self.__dict__["_concrete"] = _concrete(cf, e, {name: v for (name, _, _), v in zip(e.sym_sources, k)})
+            values = {name: v for (name, _, _), v in zip(e.sym_sources, k)}
+            c = self.__dict__["_concrete"] = _concrete(cf, e, values)
         return c
 
 

@@ -444,4 +444,5 @@ def callers(program, n_checks: int, fallback, IE, step_error, lock, fn, take, ke
     return make
 
 
-__all__ = ["entry_source", "entry_ir", "compile_entry", "caller", "callers", "entry_function", "layout_ok", "has_pool_steps"]
+__all__ = ["entry_source", "entry_ir", "compile_entry", "caller", "callers", "entry_function", "layout_ok",
+           "has_pool_steps"]

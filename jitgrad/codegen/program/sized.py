@@ -47,7 +47,7 @@ class Workspace:
     """The one workspace of a ``SizedProgram``'s bindings: grown, never shrunk.  ``capacity``: the bytes it has
     (a binding compares before calling ``ensure``)."""
 
-    def __init__(self, chunks=None):
+    def __init__(self, chunks):
         self.array = None
         self.base = 0
         self.capacity = 0
@@ -64,14 +64,14 @@ class Workspace:
         base = self.array.ctypes.data
         self.base = base + (-base) % 64
         self.capacity = size
-        if self.chunks is not None:
-            self.chunks.repoint(self.base)
+        self.chunks.repoint(self.base)
         return True
 
 
 class _Chunks:
-    """The bindings' buffers: rows of ``CHUNK_ROWS`` at a time (a bound caller keeps its chunk alive).  ``take()``
-    -> the address of the next free row; ``used()`` after a fill that held there."""
+    """The bindings' buffers: rows of ``CHUNK_ROWS`` at a time (a bound caller keeps its chunk alive).  The next
+    free row is at ``base + next * row_bytes``; ``next`` moves on after a fill that held there, and at
+    ``CHUNK_ROWS`` a ``new_chunk()`` comes."""
 
     def __init__(self, layout: FillLayout, ws_slots):
         self.words, self.ws_at, self.n_ws = layout.words, layout.ws, len(ws_slots)
