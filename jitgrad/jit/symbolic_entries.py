@@ -337,7 +337,7 @@ def _bound(cf, e, k, values):
             return may or None
     lows = e.lowered = lows or []
     for n, low in enumerate(lows):        # (the one that bound last first: nearby sizes keep its decisions)
-        sized = low.ready()
+        sized = low.sized or low.ready()
         run = None if sized is None else sized.bind(k)
         if run is not None:
             if n:

@@ -81,14 +81,14 @@ class _Chunks:
         self.row_bytes = 8 * self.words
 
     def new_chunk(self):
-        """A fresh chunk (zero: rows not bound yet hold no address)."""
-        self.chunk = np.zeros((CHUNK_ROWS, self.words), np.int64)
+        """A fresh chunk, not cleared: the fill writes a row whole (the template first) before any call reads it."""
+        self.chunk = np.empty((CHUNK_ROWS, self.words), np.int64)
         self.base, self.next = self.chunk.ctypes.data, 0
         self.live = [r for r in self.live if r() is not None] + [weakref.ref(self.chunk)]
 
     def repoint(self, ws_base: int):
         """Every row's workspace slots at ``ws_base`` plus the row's byte offsets (rows of bindings dropped or not
-        made yet get harmless values: they are never called)."""
+        made yet get meaningless values, which wrap silently: they are never called, and a fill rewrites them)."""
         if not self.n_ws:
             return
         for r in self.live:
@@ -177,23 +177,22 @@ class SizedProgram:
                                       cg.call_lock, entry.entry_function(cg.entry_address), take_by_capacity,
                                       (cg.F, cg._ierr))
 
-    def _holds(self, sizes, address) -> bool:
-        """Fill the buffer at ``address`` for ``sizes``: True when every guard holds there."""
-        self._fp.sizes[:] = sizes
-        if self._fill(self._fp.address, address, self.workspace.base) != 1:
-            return False
-        if self._float_guards:                  # (guards with an operator the fill does not evaluate)
-            Vl = self._fp.values.tolist()
-            for fn, cmp, want in self._float_guards:
-                if cmp(fn(Vl), 0) != want:
-                    return False
+    def _floats_hold(self) -> bool:
+        """After a fill: whether the guards with an operator the fill does not evaluate hold."""
+        Vl = self._fp.values.tolist()
+        for fn, cmp, want in self._float_guards:
+            if cmp(fn(Vl), 0) != want:
+                return False
         return True
 
     def values(self, sizes):
         """The plan's values at ``sizes`` (in ``names`` order) as an array when every guard holds there, else None
         (the fill's own evaluation: what ``bind`` writes the tables from)."""
         buf = np.zeros(self.layout.words, np.int64)
-        return self._fp.values.copy() if self._holds(sizes, buf.ctypes.data) else None
+        self._fp.sizes[:] = sizes
+        if self._fill(self._fp.address, buf.ctypes.data, self.workspace.base) != 1:
+            return None
+        return self._fp.values.copy() if not self._float_guards or self._floats_hold() else None
 
     def bind(self, sizes):
         """``run(*arrays) -> outputs`` for ``sizes`` (ints, in ``names`` order), or None when a guard (the
@@ -202,8 +201,11 @@ class SizedProgram:
         if ch.next == CHUNK_ROWS:
             ch.new_chunk()
         address = ch.base + ch.next * ch.row_bytes
-        if not self._holds(sizes, address):
+        self._fp.sizes[:] = sizes
+        if self._fill(self._fp.address, address, self.workspace.base) != 1:
             return None                         # (the row stays free)
+        if self._float_guards and not self._floats_hold():
+            return None
         ch.next += 1
         read = self._fp.read.tolist()           # the workspace's size, then the dims of fresh outputs with symbols
         ws = self.workspace
