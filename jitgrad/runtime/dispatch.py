@@ -423,7 +423,7 @@ def _record(op, params, args, hit, t):
     f = _getframe(2)
     while f is not None:
         code = f.f_code
-        r = _internal_get(code)
+        r = _internal_get(code.co_filename)
         if r is None:
             r = _internal(code)
         if not r:

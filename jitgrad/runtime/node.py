@@ -13,7 +13,7 @@ import numpy as np
 
 from ..ir.graph import SourceLoc
 from . import grad_mode
-from .saved_access import FREED_MSG, saved_attribute
+from .saved_access import FREED_MSG, SAVED_NAMES, SavedValueAttribute
 from .saved_output import vjp_through_outputs
 
 _GM = grad_mode.STATE
@@ -95,12 +95,6 @@ class Node:
 
     def __repr__(self):
         return f"<{self.name()} object at {hex(id(self))}>"
-
-    def __getattr__(self, name):
-        # only reached for names the node lacks: torch's _saved_self / _raw_saved_result ... (saved_access.py)
-        if name.startswith("_saved_") or name.startswith("_raw_saved_"):
-            return saved_attribute(self, name)
-        raise AttributeError(f"'{self.name()}' object has no attribute '{name}'")
 
     def register_hook(self, fn):
         """fn(grad_inputs, grad_outputs) -> None or replacement grad_inputs; runs after this node."""
@@ -199,6 +193,11 @@ class Node:
 
 # added to an AccumulateGrad's sequence number (torch gives it UINT64_MAX): the engine runs a ready one first
 ACC_SEQ = 1 << 62
+
+
+# torch's ``node._saved_self`` / ``_raw_saved_self`` ... : class attributes of every node (saved_access.py)
+for _name in SAVED_NAMES:
+    setattr(Node, _name, SavedValueAttribute(_name))
 
 
 class _AccOp:
