@@ -5,7 +5,7 @@
 (``add_task``, ``ready``, ``synchronize``) and ``int64`` globals: the worker count, the threshold a gated launch
 compares its work with (``min_work``, ``grain``: read at every call, so a new value needs no rebuild), the count
 of pool rounds, and what the pool's pacer asks of a gated launch (``pace``: time it, or keep it on the calling
-thread; ``gated_launch``).  Nothing here imports Numba; llvmlite is imported when a declaration is made.
+thread; ``launch``).  Nothing here imports Numba; llvmlite is imported when a declaration is made.
 """
 from __future__ import annotations
 
@@ -78,21 +78,29 @@ def _add(b, module, name, value):
 def paced(b, module, takes):
     """``(pooled, pace)`` of a gated launch: ``pooled``, the ``i1`` that it wakes the workers (``takes``, its
     threshold test, holds and the pool's pacer is not holding launches off the pool); ``pace``, the pacer's state
-    as read for this launch (``workpool.pace``), for ``gated_launch``."""
+    as read for this launch (``workpool.pace``), for ``launch``."""
     ir = _ir()
     pace = b.load(pool_global(module, "pace"))
     return b.and_(takes, b.icmp_signed("!=", pace, ir.Constant(ir.IntType(64), PACE_HELD))), pace
 
 
-def gated_launch(b, module, pooled, takes, pace, work, on_pool, on_caller, alloca=None):
-    """Emit a gated launch (``pooled, pace = paced(b, module, takes)``): ``on_pool()`` (wakes the workers) when
-    ``pooled``, else ``on_caller()`` (the same chunks on the calling thread, so the choice changes no bit).  The
-    pacer's clock (``workpool.py``'s docstring): at ``PACE_TIMED`` the pooled branch adds its nanoseconds and
-    ``work`` (a double) to ``pool_ns``/``pool_work``; at ``PACE_HELD`` a launch that reached the threshold runs on
-    the calling thread and adds them to ``serial_ns``/``serial_work``.  ``alloca``: a builder for the clock's
-    slots (default ``b``: a launch is not inside a loop)."""
+def launch(b, module, pooled, takes, pace, work, on_pool, on_caller, alloca=None):
+    """Emit a launch: ``on_pool()`` (wakes the workers) when ``pooled``, else ``on_caller()`` (the same chunks on
+    the calling thread, so the choice changes no bit).  A gated one (``pooled, pace = paced(b, module, takes)``;
+    ``work``, a double) reads the pacer's clock (``workpool.py``'s docstring): at ``PACE_TIMED`` the pooled
+    branch adds its nanoseconds and ``work`` to ``pool_ns``/``pool_work``; at ``PACE_HELD`` a launch that reached
+    the threshold runs on the calling thread and adds them to ``serial_ns``/``serial_work``.  ``pace`` None: an
+    ungated launch, never timed.  ``alloca``: a builder for the clock's slots (default ``b``: a launch is not
+    inside a loop)."""
     ir = _ir()
     i64 = ir.IntType(64)
+    if pace is None:
+        with b.if_else(pooled) as (then, other):
+            with then:
+                on_pool()
+            with other:
+                on_caller()
+        return
     a = alloca if alloca is not None else b
     ts, t0 = a.alloca(ir.ArrayType(i64, 2), name="pace_ts"), a.alloca(i64, name="pace_t0")
 
@@ -118,4 +126,4 @@ def work_of(b, elements, per_element: float):
     return b.fmul(b.sitofp(elements, f64), ir.Constant(f64, per_element))
 
 
-__all__ = ["declare", "pool_global", "reaches_min_work", "takes_pool", "count_round", "paced", "gated_launch", "work_of"]
+__all__ = ["declare", "pool_global", "reaches_min_work", "takes_pool", "count_round", "paced", "launch", "work_of"]

@@ -8,7 +8,7 @@ its GEMMs on the pool, against 1.39x when OpenBLAS dropped to one thread under i
 
 **Signal: each pooled launch's wall time per unit of its work.**  A gated launch that wakes the workers reads the
 clock before ``ready`` and after ``synchronize`` and adds the nanoseconds and its work (the plan's cost units, a
-GEMM's multiply-adds) to the pool's counters (``workpool.launch_times``; ``pool_abi.gated_launch``): two clock
+GEMM's multiply-adds) to the pool's counters (``workpool.launch_times``; ``pool_abi.launch``): two clock
 reads per pooled launch, none per chunk and none for a launch that stays on the calling thread.  Work-normalised,
 so a program bound to ever new sizes (variable lengths) is judged by one rate.  A compiled graph's call guard
 (``threads.CallGuard``) reads the counters before and after each call: the call's pooled rate.  No clock call in

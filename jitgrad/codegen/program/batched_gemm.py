@@ -130,7 +130,7 @@ def split_rows(prog: Program, e, pa, flag_a, pb, flag_b, pc, m, n, k) -> bool:
     st.parallel = st.split = True
     if prog.parallel is None:
         # its work compared with the pool's threshold per call, as a loop's (and held off the pool by its pacer
-        # while the cores are contended: pool_abi.gated_launch); blocks of rows or columns alike
+        # while the cores are contended: pool_abi.launch); blocks of rows or columns alike
         st.gate = ((m // nb) * n * k, nb) if by_rows else (m * (n // nb) * k, nb)
     # an SGD update of the product may still fold into it (gemm_steps.fold_update_into_gemm: alpha, beta and C's
     # slot; the blocks' C offsets are the updated weight's own, a contiguous array of C's shape)

@@ -309,8 +309,8 @@ def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False, bounded=True):
     pool has one worker.  ``gated``: only in calls where each product is at most ``BLAS_THREADED_MACS``
     multiply-adds (m, n, k read from the block's parameters; ``bounded=False``: any size, the blocks of a split
     GEMM) and the batch's reach the pool's minimum work (``workpool.takes_batch``), and while the pool's pacer does
-    not hold launches off the pool (``pool_abi.gated_launch``); else all on the calling thread.  The caller holds ``threads.LAUNCH_LOCK``
-    (``cpu.CompiledGraph``)."""
+    not hold launches off the pool (``pool_abi.launch``); else all on the calling thread.  The caller holds
+    ``threads.LAUNCH_LOCK`` (``cpu.CompiledGraph``)."""
     from llvmlite import ir
     mod = fn.module
     i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
@@ -335,6 +335,7 @@ def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False, bounded=True):
     total = b.load(total_v)
     nw = b.load(pool_abi.pool_global(mod, "threads"))
     pooled = b.and_(b.icmp_signed(">", nw, c(1)), b.icmp_signed(">", total, c(1)))
+    takes, pace, work = pooled, None, None
     if gated:       # slots 2, 3, 4: the addresses of the int32 sizes m, n, k (batched_gemm._emit_gemm_block)
         i32p = ir.IntType(32).as_pointer()
         macs = c(1)
@@ -365,14 +366,7 @@ def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False, bounded=True):
 
     def on_caller():
         b.call(chunk, [tasks, ir.Constant(i64p, None), ir.Constant(i64p, None), p])
-    if gated:
-        pool_abi.gated_launch(b, mod, pooled, takes, pace, work, on_pool, on_caller)
-    else:
-        with b.if_else(pooled) as (then, other):
-            with then:
-                on_pool()
-            with other:
-                on_caller()
+    pool_abi.launch(b, mod, pooled, takes, pace, work, on_pool, on_caller)
 
 
 def has_pool_steps(program) -> bool:
