@@ -141,17 +141,6 @@ def test_the_knob_turns_the_pacer_off(monkeypatch):
     assert threads.call_guard(False, True) is None or threads.call_guard(False, True).pool_pacer is None
 
 
-def test_a_held_launch_is_off_the_pool_in_the_launch_records_test(pace):
-    """``workpool.takes``/``takes_batch`` (the kernels' test, which ``f.launches`` and eager kernels ask) say no
-    while the pacer holds launches off the pool."""
-    big = workpool.min_work() * 4
-    assert workpool.takes(big, 1.0) and workpool.takes_batch(big, 2, None)
-    workpool.set_pace(workpool.PACE_HELD)
-    assert not workpool.takes(big, 1.0) and not workpool.takes_batch(big, 2, None)
-    workpool.set_pace(workpool.PACE_TIMED)
-    assert workpool.takes(big, 1.0)
-
-
 # ---- in a fresh process: the kernels' own clock, scripted --------------------------------------------------------
 _CHILD = r'''
 import ctypes, hashlib, json, sys

@@ -117,17 +117,16 @@ def rounds() -> int:
 
 def takes(elements, per_element: float) -> bool:
     """Whether a parallel-capable loop of ``elements`` elements, each costing ``per_element``, takes the pool:
-    the test the kernel makes per call (``ir_loops._Renderer._dispatch``), less the worker count."""
-    return elements >= _GRAIN.value and float(elements) * per_element >= float(_MIN_WORK.value) \
-        and _PACE.value != PACE_HELD
+    the test the kernel makes per call (``ir_loops._Renderer._dispatch``), less the worker count and the pacer
+    (which holds launches off the pool only inside a paced graph's call: never between calls)."""
+    return elements >= _GRAIN.value and float(elements) * per_element >= float(_MIN_WORK.value)
 
 
 def takes_batch(macs, count, most: int | None) -> bool:
     """Whether a batch of ``count`` products of ``macs`` multiply-adds each takes the pool, each product on one
     thread: at least two, each at most ``most`` (OpenBLAS would thread a larger one itself; None: no bound, the
     blocks of a split GEMM), and work enough (the entry's test, ``entry._batched_gemm_on_pool``)."""
-    return count >= 2 and (most is None or macs <= most) and float(macs) * float(count) >= float(_MIN_WORK.value) \
-        and _PACE.value != PACE_HELD
+    return count >= 2 and (most is None or macs <= most) and float(macs) * float(count) >= float(_MIN_WORK.value)
 
 
 def pace() -> int:
