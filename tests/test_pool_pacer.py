@@ -202,8 +202,18 @@ step()
 c0 = READS[0]
 for _ in range(5):
     step()
-print("RESULT " + json.dumps({"first": first, "paced": paced, "off": off, "held": held,
-                              "workers": workpool.threads(), "b5_reads": READS[0] - c0,
+b5_reads = READS[0] - c0
+# B1's step (the scripted clock is steady: nothing contended): its reads and its pool rounds
+TICK[0] = 1000
+xs, ys, ws = H.mlp_data(256, 784, 512, 10)
+step, probe = mlp.make_jitgrad(xs, ys, ws, "numba")
+step()
+c0, r0 = READS[0], workpool.rounds()
+for _ in range(3):
+    step()
+b1 = [(READS[0] - c0) / 3, (workpool.rounds() - r0) / 3]
+print("RESULT " + json.dumps({"first": first, "paced": paced, "off": off, "held": held, "b1": b1,
+                              "workers": workpool.threads(), "b5_reads": b5_reads,
                               "gemm": [s.label for s in cg.program.steps if s.kind == "bgemm"],
                               "best": [p.best_pool, p.best_caller] if p else None}))
 '''
@@ -247,13 +257,15 @@ def test_the_kernels_clock_drives_the_pacer_and_changes_no_bit():
     assert out["off"][:2] == [2, 0]
     # the bits: pooled, held and unpaced calls alike
     assert len({tuple(r[2:]) for r in out["paced"] + [out["first"], out["off"]]}) == 1
-    # a step of B5's size has no gated launch: the pacer reads no clock in it
+    # a step of B5's size has no gated launch: the pacer reads no clock in it; B1's reads two per pooled launch
+    # (its five big GEMMs' blocks; its loops stay below the threshold)
     assert out["b5_reads"] == 0
+    assert out["b1"] == [10, 5]
 
 
 def test_one_worker_never_wakes_the_pool_nor_reads_the_clock():
     out = _child(1)
-    assert out["workers"] == 1 and out["held"] == 0 and out["b5_reads"] == 0
+    assert out["workers"] == 1 and out["held"] == 0 and out["b5_reads"] == 0 and out["b1"] == [0, 0]
     assert all(r[:2] == [0, 0] for r in out["paced"])
     assert len({tuple(r[2:]) for r in out["paced"] + [out["first"], out["off"]]}) == 1
 
