@@ -97,8 +97,9 @@ def entry_source(program, n_inputs: int, n_checks: int) -> str:
             fn = {"gemm": "call_gemm", "bgemm": "call_gemm_batched", "pbgemm": "call_gemm_batched_on_pool",
                   "gbgemm": "call_gemm_batched_on_pool", "sbgemm": "call_gemm_batched_on_pool"}.get(
                 op[1], "call_kernel")
-            per_call = f", when_macs_at_most={BLAS_THREADED_MACS}, when_work_reaches=min_work" \
-                if op[1] == "gbgemm" else ", when_work_reaches=min_work" if op[1] == "sbgemm" else ""
+            # (a gated launch also reads the pool pacer's state: pool_abi.launch)
+            per_call = f", when_macs_at_most={BLAS_THREADED_MACS}, when_work_reaches=min_work, paced=pace" \
+                if op[1] == "gbgemm" else ", when_work_reaches=min_work, paced=pace" if op[1] == "sbgemm" else ""
             call = f"{fn}(F[{op[2]}], A + {8 * op[3]}{per_call})  # {op[4]}"
             if op[5] == "ie":
                 lines += [f"{ind}if IE[0] == 0:", f"{ind}    {call}"]
