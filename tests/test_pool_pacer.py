@@ -36,13 +36,15 @@ class Script:
     def __init__(self):
         self.totals = {False: [0, 0], True: [0, 0]}
         self.rate, self.work = 1.0, 1000
+        self.caller = None              # the held calls' rate, when not ``rate``
         self.reads = 0
 
     def __call__(self, held):
         self.reads += 1
         t = self.totals[held]
         if self.reads % 2 == 0:         # the second read of a call: the call ran its launches
-            t[0] += int(self.rate * self.work)
+            rate = self.caller if held and self.caller is not None else self.rate
+            t[0] += int(rate * self.work)
             t[1] += self.work
         return tuple(t)
 
@@ -139,6 +141,49 @@ def test_the_knob_turns_the_pacer_off(monkeypatch):
     # no gated launch, no pacer: nothing to hold off the pool
     assert threads.call_guard(True, False, paced=False).pool_pacer is None
     assert threads.call_guard(False, True) is None or threads.call_guard(False, True).pool_pacer is None
+
+
+@pytest.mark.skipif(settings.default_threads() < 2, reason="the pool needs two workers")
+def test_calls_from_two_threads_share_one_pacer_under_the_launch_lock(pace, monkeypatch):
+    """Two Python threads calling one paced graph: the pacer's reads, judgements and the pool's pace all happen
+    inside the launch lock, so the counts are those of one thread making every call, and every result has the
+    same bits."""
+    import threading
+
+    import numpy as np
+
+    import jitgrad as jg
+    from jitgrad.jit.graph_code import compiled_graph
+    monkeypatch.setattr(pool_pacer.PoolPacer, "HOLD", 3)
+    z = jg.tensor(np.random.default_rng(0).standard_normal((1024, 1024)).astype(np.float32))
+    f = jg.compile(lambda z: (z * z + 1.0).sum(), backend="numba")       # one gated launch over 2^20 elements
+    want = f(z).numpy().tobytes()
+    (entries,) = f._cache.values()
+    guard = compiled_graph(entries[0].graph, entries[0].gf.writes).call_lock
+    script = Script()
+    script.rate, script.caller = 3.0, 2.0
+    script.totals[False] = [1000, 1000]     # as if one quiet pooled call had been seen: the best rate is 1.0
+    p = pool_pacer.PoolPacer(read=script, workers=2)
+    p.best_pool = 1.0
+    monkeypatch.setattr(guard, "pool_pacer", p)
+    got, errors = [], []
+    rounds = workpool.rounds()
+
+    def calls():
+        try:
+            for _ in range(20):
+                got.append(f(z).numpy().tobytes())
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+    ts = [threading.Thread(target=calls) for _ in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors and len(got) == 40 and set(got) == {want}
+    # every pooled call is contended (3x): pooled 1, held 3, pooled 1, held 6, pooled 1, held 12, pooled 1, held 15
+    assert workpool.rounds() - rounds == 4
+    assert p.left == 24 - 15 and p.hold == 48
 
 
 # ---- in a fresh process: the kernels' own clock, scripted --------------------------------------------------------
