@@ -83,6 +83,7 @@ _ROUNDS = ctypes.c_int64(0)     # pool rounds launched by kernels built from IR 
 PACE_OFF, PACE_TIMED, PACE_HELD = 0, 1, 2
 _PACE = ctypes.c_int64(PACE_OFF)
 _TIMES = {name: ctypes.c_int64(0) for name in ("pool_ns", "pool_work", "serial_ns", "serial_work")}
+_POOL_NS, _POOL_WORK, _SERIAL_NS, _SERIAL_WORK = _TIMES.values()
 # the clock gated launches read: libc's clock_gettime (through the vDSO on Linux: no system call), or the
 # function at CLOCK_ADDRESS (the same signature) when one is set before the pool's first launch (tests count the
 # reads and script the times through it)
@@ -144,8 +145,8 @@ def launch_times(held: bool = False) -> tuple:
     """``(nanoseconds, work)`` of the timed launches so far: those on the pool, or (``held``) those the pacer
     kept on the calling thread.  Cumulative; a pacer reads them before and after a call."""
     if held:
-        return _TIMES["serial_ns"].value, _TIMES["serial_work"].value
-    return _TIMES["pool_ns"].value, _TIMES["pool_work"].value
+        return _SERIAL_NS.value, _SERIAL_WORK.value
+    return _POOL_NS.value, _POOL_WORK.value
 
 
 def default_threads() -> int:
