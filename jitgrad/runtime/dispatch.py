@@ -427,7 +427,7 @@ def _record(op, params, args, hit, t):
         if r is None:
             r = _internal(code)
         if not r:
-            node._loc = (code, f.f_lineno)
+            node._loc = (code, f.f_lasti)     # the line when asked (Node.loc): f_lineno walks the line table
             break
         f = f.f_back
     else:

@@ -14,6 +14,7 @@ import numpy as np
 from ..ir.graph import SourceLoc
 from . import grad_mode
 from .saved_access import FREED_MSG, SAVED_NAMES, SavedValueAttribute
+from .source import line_at
 from .saved_output import vjp_through_outputs
 
 _GM = grad_mode.STATE
@@ -70,11 +71,11 @@ class Node:
     @property
     def loc(self):
         """The SourceLoc of the user's line that created this node (built on first use: recording keeps only
-        the code object and line number, which is cheaper on the eager hot path)."""
+        the code object and the instruction's offset, which is cheaper on the eager hot path)."""
         lo = self._loc
         if type(lo) is tuple:
-            code, line = lo
-            lo = self._loc = SourceLoc(code.co_filename, line, code.co_name)
+            code, lasti = lo
+            lo = self._loc = SourceLoc(code.co_filename, line_at(code, lasti), code.co_name)
         return lo
 
     @loc.setter

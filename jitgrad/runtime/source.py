@@ -48,6 +48,15 @@ def user_code_line(depth: int = 2):
     return None
 
 
+def line_at(code, lasti: int) -> int | None:
+    """The source line of the instruction at byte offset ``lasti`` of ``code`` (a frame's ``f_lineno`` computed
+    later: eager recording keeps ``f_lasti``, as reading ``f_lineno`` walks the line table on every op)."""
+    for start, end, line in code.co_lines():
+        if start <= lasti < end:
+            return line
+    return None
+
+
 def user_loc(depth: int = 2) -> SourceLoc | None:
     f = user_frame(depth + 1)
     if f is None:
