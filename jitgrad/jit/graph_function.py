@@ -1,10 +1,12 @@
 """GraphFunction: run a Graph on tensors, with autograd through the transpose pass.
 
 Called on inputs that require grad (with grad mode on), the forward also returns the residuals its
-transposed graph reads, and each differentiable output gets a ``CompiledFunctionBackward`` node.  That
-node runs the backward graph as another GraphFunction, so with ``create_graph=True`` the backward is itself
-differentiable (the residuals it reads then get the residual graph's backward as their node, reading the saved
-values, or are recomputed by that graph as a differentiable GraphFunction of the inputs): any order.
+transposed graph reads, and each differentiable output gets a ``CompiledBackward`` node.  That node runs the
+backward graph as another GraphFunction, so with ``create_graph=True`` the backward is itself differentiable: the
+residuals it reads become outputs of the same node (an activation's cotangent from the double backward meets the
+output's there, and the forward is transposed once for all of them, as eager nodes are), the inputs it reads are
+the inputs themselves, and a value the forward did not save is recomputed by a differentiable GraphFunction of the
+inputs: any order.
 """
 from __future__ import annotations
 
@@ -252,7 +254,9 @@ _SAVED, _INPUT, _RECOMPUTED = 0, 1, 2   # where a backward graph's forward value
 
 
 def _zeros_like_input(node, i):
-    return Tensor._make(np.zeros(node.shapes[node.plan.wrt_idx[i]], node.dtypes[node.plan.wrt_idx[i]].np))
+    """Zeros for the node's ``i``-th edge, on its input's device."""
+    k = node.plan.wrt_idx[i]
+    return node.saved[k]._same_device(Tensor._make(np.zeros(tuple(node.shapes[k]), node.dtypes[k].np)))
 
 
 class _Backward:
@@ -329,17 +333,19 @@ class _Plan:
     def backward(self, cts, want) -> _Backward:
         """The backward for output cotangents ``cts`` (a flag per node output: the differentiable outputs, then
         the residuals handed out) computing the inputs marked in ``want`` (per ``wrt_idx``)."""
+        n_diff = len(self.diff_outs)
+        if len(cts) > n_diff and not any(cts[n_diff:]):
+            cts = cts[:n_diff]      # (no residual's cotangent: the first order's backward)
         key = (cts, want)
         bk = self._backward.get(key)
         if bk is not None:
             return bk
-        bk = self._backward[key] = _Backward()
+        bk = _Backward()
         t = self.transposed_for(cts) if any(cts) else None
         # an input the first-order backward reaches gets zeros when a differentiable output's cotangent came (or
         # none came at all) but none reaches the input now: the outputs' missing cotangents count as zeros, as
         # before; when only residuals' came (a double backward through the activations) it gets None, as eager
         first = self.transposed.present
-        n_diff = len(self.diff_outs)
         as_zero = any(cts[:n_diff]) or not any(cts)
         kinds, outs = [], []
         at = iter(t.bwd.outputs) if t is not None else iter(())
@@ -354,12 +360,11 @@ class _Plan:
         bk.kinds = tuple(kinds)
         bk.fn, bk.sources, bk.recomputed = None, (), ()
         if not outs:
+            self._backward[key] = bk
             return bk
         bwd = t.bwd
-        g = dce(Graph(bwd.inputs, bwd.eqns, outs))
-        g = run_pipeline(g, f"{self.gf.name} backward")
-        bk.fn = self._function(g, "_bwd")
-        # the forward values it reads: saved residuals first, then inputs, else recomputed
+        g = run_pipeline(dce(Graph(bwd.inputs, bwd.eqns, outs)), f"{self.gf.name} backward")
+        # the forward values it reads: inputs as themselves, saved residuals, else recomputed
         read = {v for e in g.eqns for v in e.ins if isinstance(v, Var)} | {v for v in g.outputs if isinstance(v, Var)}
         saved = {r: j for j, r in enumerate(self.transposed.residuals)}
         ins = {v: i for i, v in enumerate(self.gf.graph.inputs)}
@@ -377,10 +382,9 @@ class _Plan:
             else:
                 sources.append((_RECOMPUTED, len(recomputed)))
                 recomputed.append(fv)
-        if len(keep_inputs) != len(g.inputs):
-            g = Graph(keep_inputs, g.eqns, g.outputs)
-            bk.fn = self._function(g, "_bwd")
+        bk.fn = self._function(Graph(keep_inputs, g.eqns, g.outputs), "_bwd")
         bk.sources, bk.recomputed = tuple(sources), tuple(recomputed)
+        self._backward[key] = bk
         return bk
 
     def residual_fn(self, vars_) -> "GraphFunction":
