@@ -34,7 +34,7 @@ from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
 from ..ir.symbolic import SymInt, has_symbols, known_equal, size_key
 from ..ir.ops.index import np_index, single_tensor_axis
-from ..ir.plan import Group
+from ..ir.plan import Group, LoopBatch
 from .kernels.loops import raises_in_loop
 from .lowering import step_kind
 
@@ -320,6 +320,9 @@ class Places:
             if isinstance(graph.outputs[o], Var) and outs.count(graph.outputs[o]) == 1
             and graph.outputs[o] not in graph.inputs}
         self.inplace_done = set()    # outputs computed in place (their write-back is done)
+        # while a batch's member is placed (``ir/plan.LoopBatch``): what the other members read, at this same
+        # step and in any order with it, so no update of one is computed into a buffer another reads
+        self.batch_reads = frozenset()
         self.writes = tuple(writes)
 
     # ---- the mapping ------------------------------------------------------------------------------------
@@ -352,7 +355,7 @@ class Places:
         self.last_use = {}           # Var -> the last plan step that reads it (graph outputs: after the last)
         self.uses = {}               # Var -> plan step indices that read it
         for n, s in enumerate(plan.steps):
-            for v in (s.reads if isinstance(s, Group) else s.ins):
+            for v in (s.reads if isinstance(s, (Group, LoopBatch)) else s.ins):
                 if isinstance(v, Var):
                     self.last_use[v] = n
                     self.uses.setdefault(v, []).append(n)
@@ -538,7 +541,7 @@ class Places:
         if o.aval.shape != g.shape or v.aval.shape != g.shape or o.aval.dtype is not v.aval.dtype:
             return False
         n = self.n
-        if n <= self.last_raising:
+        if n <= self.last_raising or v in self.batch_reads:
             return False
         if self.reads_root_later(p.root, v, n):
             return False

@@ -103,17 +103,32 @@ def literal(v, d: dt.DType) -> ki.Val:
     return c
 
 
-class _Nest:
-    """A loop nest over ``rank`` dims reading/writing operands through strides from the argument block.
-    ``per_element``: a parallel nest's cost per element, when its loop takes the pool by its work per call."""
+class Rebased:
+    """An argument block that starts ``base`` (an int64 value) slots into the kernel's own, ``A``: a batch's member
+    blocks (``batch_loops.py``).  Indexed as ``A`` is."""
 
-    def __init__(self, b: ki.Builder, rank, classes, parallel, per_element=None):
+    def __init__(self, A, base):
+        self.A, self.base = A, base
+
+    def __getitem__(self, i):
+        return self.A[self.base + i]
+
+
+class _Nest:
+    """A loop nest over ``rank`` dims reading/writing operands through strides from the argument block (``block``:
+    the kernel's ``A``, or a ``Rebased`` one).  ``per_element``: a parallel nest's cost per element, when its loop
+    takes the pool by its work per call; ``rows``: ``(c, C)``, the outer loop runs only the ``c``-th of ``C``
+    equal parts of its range (a batch's piece), else all of it."""
+
+    def __init__(self, b: ki.Builder, rank, classes, parallel, per_element=None, block=None, rows=None):
         self.b = b
         self.rank = rank
         self.classes = classes
         self.parallel = parallel
         self.per_element = per_element
-        self.n = [b.let(f"n{d}", b.A[d]) for d in range(rank)]
+        self.blk = b.A if block is None else block
+        self.rows = rows
+        self.n = [b.let(f"n{d}", self.blk[d]) for d in range(rank)]
         self.p, self.s = {}, {}
         self.slot = rank
         self.alias = None       # alias class per operand and their number: scoped accesses (alias_scopes.py)
@@ -122,8 +137,8 @@ class _Nest:
     def operand(self, j, dtype: dt.DType):
         """Declare operand ``j``: its pointer and strides come next in the block."""
         b = self.b
-        self.p[j] = b.let(f"p{j}", b.A[self.slot].ptr(_elem(dtype)))
-        self.s[j] = [b.let(f"s{j}_{d}", b.A[self.slot + 1 + d]) for d in range(self.rank)]
+        self.p[j] = b.let(f"p{j}", self.blk[self.slot].ptr(_elem(dtype)))
+        self.s[j] = [b.let(f"s{j}_{d}", self.blk[self.slot + 1 + d]) for d in range(self.rank)]
         self.slot += 1 + self.rank
 
     def i(self, d) -> ki.Val:
@@ -167,7 +182,11 @@ class _Nest:
                 block.extend(row_pre)
                 row_block = block
             par = d == 0 and self.parallel
-            f = ki.For(b.var(f"i{d}", I64), const(0), self.n[d], 1, par, reductions if par else (),
+            lo, hi = const(0), self.n[d]
+            if d == 0 and self.rows is not None:
+                c, parts = self.rows
+                lo, hi = self.n[0] * c // parts, self.n[0] * (c + 1) // parts
+            f = ki.For(b.var(f"i{d}", I64), lo, hi, 1, par, reductions if par else (),
                        self.gate() if par else None)
             if par:
                 b.parallel = True
@@ -302,7 +321,7 @@ def raises_in_loop(e) -> bool:
     return False
 
 
-def group_nest(b, g, classes, parallel, rank, alias, who, per_element=None):
+def group_nest(b, g, classes, parallel, rank, alias, who, per_element=None, block=None, rows=None):
     """``(arrays_in, operands, nest)`` of fusion group ``g``'s loop: the Vars and array literals it reads at its
     own index, every operand in the argument block's order (those, the operands of its gathers and scatters, its
     outputs, its scatters' outputs), and their ``_Nest`` (alias-scoped per ``alias`` when it names two classes
@@ -312,7 +331,7 @@ def group_nest(b, g, classes, parallel, rank, alias, who, per_element=None):
     # array, each scatter's index; after the outputs, each scatter's output
     operands = arrays_in + [v for e in g.gathers for v in (e.ins[1], e.ins[0])] + [e.ins[2] for e in g.scatters] \
         + list(g.outputs) + [e.outs[0] for e in g.scatters]
-    nest = _Nest(b, rank, classes, parallel, per_element)
+    nest = _Nest(b, rank, classes, parallel, per_element, block, rows)
     for j, v in enumerate(operands):
         nest.operand(j, v.aval.dtype)
     if alias is not None and len(set(alias)) > 1:
@@ -395,6 +414,29 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
     ``alias``: per operand, its alias class (operands of one class may share memory, of two never do; see
     ``alias_scopes.py``); None: nothing is known, every access is a plain one.  ``per_element``: a parallel
     loop's cost per element, when it takes the pool by its work per call (``kernel_ir.For.gate``)."""
+    b = ki.Builder()
+    made = group_loop(b, g, classes, parallel, check_ids, rank, red_axes, alias, per_element)
+    return Kernel("fused", b.finish(), rank=made.rank, operands=made.operands, classes=classes,
+                  parallel=made.parallel, checks=made.checks, red_axes=made.red_axes, label=g.name,
+                  guards=made.guards, alias=made.alias, per_element=per_element)
+
+
+class GroupLoop:
+    """What ``group_loop`` built: the iteration rank, the operands in block order, whether its outer loop is
+    parallel, its anomaly checks and guards, the folded axes and the alias classes."""
+    __slots__ = ("rank", "operands", "parallel", "checks", "guards", "red_axes", "alias")
+
+    def __init__(self, **kw):
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+
+def group_loop(b, g, classes, parallel, check_ids=None, rank=None, red_axes=None, alias=None, per_element=None,
+               block=None, rows=None) -> GroupLoop:
+    """Fusion group ``g``'s loop nest emitted into builder ``b`` (``gen_group`` says what the arguments are), reading
+    its argument block from ``block`` (default: the kernel's ``A``; a batch's member: ``Rebased``), its outer loop
+    over the ``rows`` part of its range (``_Nest``).  A loop over another block has no checks, guards, indexed
+    accesses or partial reductions (their slots are the kernel's own)."""
     rank = len(g.shape) if rank is None else rank
     outs = list(g.outputs)
     red = g.reduce
@@ -409,10 +451,13 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
         parallel = parallel and ((full and red.op.name == "sum") or (not full and 0 not in red_axes) or chunked)
     if g.scatters:      # adds by an index may meet: one thread, in order, so sums never depend on threads
         parallel = False
-    b = ki.Builder()
+    if block is not None and (g.gathers or g.scatters or parallel or (red is not None and not full)
+                              or (check_ids and any(e in check_ids for e in g.all_eqns))):
+        raise ValueError(f"{g.name}: not a loop that runs over another argument block")
     if red_axes is not None:
         b.comment(f"reduction {red.op.name} over axes {list(red_axes)} of rank {rank}")
-    arrays_in, operands, nest = group_nest(b, g, classes, parallel, rank, alias, "gen_group", per_element)
+    arrays_in, operands, nest = group_nest(b, g, classes, parallel, rank, alias, "gen_group", per_element, block,
+                                           rows)
     # per gather, then per scatter: the indexed axis's stride and size; then the index-error block (its address,
     # then their step ids)
     gathers, scatters = list(g.gathers), list(g.scatters)
@@ -537,6 +582,8 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
         post += _report(b, checks, E)
         nest.slot += 1 + len(checks)
     if guard_eqns:      # block: the index-error array's address, then one step id per guard
+        if block is not None:
+            raise ValueError(f"{g.name}: a guarded loop over another argument block")
         IE = nest.slot
         for k in range(len(guard_eqns)):
             pre.append(ki.Assign(b.var(f"z{k}", I64), const(0)))
@@ -551,9 +598,8 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
         b.emit(post)
     else:
         nest.loops(body, range(len(operands)), pre, post, row_pre, row_post, reductions=counters)
-    return Kernel("fused", b.finish(), rank=rank, operands=operands, classes=classes, parallel=parallel,
-                  checks=checks, red_axes=red_axes, label=g.name, guards=guard_eqns, alias=nest.alias,
-                  per_element=per_element)
+    return GroupLoop(rank=rank, operands=operands, parallel=parallel, checks=checks, guards=guard_eqns,
+                     red_axes=red_axes, alias=nest.alias)
 
 
 def gen_copy(src_dtype: dt.DType, dst_dtype: dt.DType, rank: int, cls: str, parallel=False,

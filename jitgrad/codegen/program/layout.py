@@ -26,7 +26,7 @@ import numpy as np
 from ...ir import settings
 from ...ir.ops.blas import BLAS_THREADED_MACS
 from ...ir.symbolic import SymInt, hint_of, size_arg
-from ...ir.plan import Group
+from ...ir.plan import Group, LoopBatch
 from ..kernels.loops import BCAST, CONTIG, PARALLEL_MIN, STRIDED, gen_check, gen_copy
 from ..native import workpool
 from ..places import Place, Places, Root, bcast_strides, coalesce
@@ -297,7 +297,7 @@ class Program:
 
     def after_step(self, s):
         """After each plan entry: the anomaly check of a single eqn's output (groups check inside their loop)."""
-        if not isinstance(s, Group):
+        if not isinstance(s, (Group, LoopBatch)):
             self._check(s, self.places[s.outs[0]])
 
     def index_check_slot(self, e):
