@@ -65,14 +65,21 @@ def _lit_key(v: Lit):
 
 def signature(g: Group):
     """What makes two groups' loops the same up to sizes and addresses: their eqns, how they are wired, dtypes,
-    literals, the reduction, and which inputs are broadcast along which of the loop's dims."""
+    literals, the reduction, and which inputs are whole, scalars, or broadcast along which of the loop's dims
+    (not the rank: the layout merges contiguous dims, so parameters of any rank share one loop)."""
     rank = len(g.shape)
     where = {}
     for k, v in enumerate(g.inputs):
         if isinstance(v, Var):
-            shp = (1,) * (rank - len(v.aval.shape)) + tuple(v.aval.shape)
-            where[v] = ("in", k, v.aval.dtype.name, tuple(d == 1 for d in shp))
-    parts = [rank]
+            shp = tuple(v.aval.shape)
+            if shp == tuple(g.shape):
+                how = "full"
+            elif int(np.prod(shp, dtype=np.int64)) == 1:
+                how = "scalar"
+            else:       # broadcast along some dims: which ones, counted from the innermost
+                how = tuple(d == 1 for d in (1,) * (rank - len(shp)) + shp)
+            where[v] = ("in", k, v.aval.dtype.name, how)
+    parts = [g.reduce is not None]
     for n, e in enumerate(g.all_eqns):
         ins = []
         for v in e.ins:
@@ -82,7 +89,10 @@ def signature(g: Group):
                 ins.append(where.get(v, ("?",)))
         for j, o in enumerate(e.outs):
             where[o] = ("t", n, j)
-        parts.append((e.op.name, repr(sorted(e.params.items(), key=lambda kv: kv[0])),
+        params = dict(e.params)
+        if e is g.reduce:       # a full sum (``_plain``): its axes are every dim, whatever the rank
+            params["axes"] = "all"
+        parts.append((e.op.name, repr(sorted(params.items(), key=lambda kv: kv[0])),
                       tuple(o.aval.dtype.name for o in e.outs), tuple(ins)))
     parts.append(tuple(where.get(o, ("?",)) for o in g.outputs))
     return tuple(parts)
