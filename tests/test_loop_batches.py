@@ -151,3 +151,26 @@ def test_only_independent_loops_are_batched():
     assert "over [10]" in lines[at + 1] and "over [20]" in lines[at + 2]
     assert sum(la.kind == "batch" for la in f.launches(*xs)) == 1
     np.testing.assert_allclose(out.numpy(), three(*xs).numpy(), rtol=1e-6)
+
+
+def test_a_member_never_updates_in_place_a_state_another_member_reads():
+    """Two updates of one body in one batch (a scan between them keeps them apart in the plan), the first
+    reading the state the second updates: the second is not computed into that state's buffer, where the first,
+    on another worker, would read new values; it is written back after the step.  The results are eager's."""
+    n = 1 << 16
+    rng = np.random.default_rng(1)
+    a0, b0, c0 = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
+    a, b, c = (jg.tensor(v.copy()) for v in (a0, b0, c0))
+
+    @jg.compile(backend="numba", background=False, parallel=True)
+    def update(d):
+        b.mul_(2.0).add_(a)         # reads a's old value
+        s = jg.cumsum(d, 0)
+        a.mul_(2.0).add_(c)         # the same body
+        return s
+    d = jg.tensor(c0)
+    update(d)
+    assert str(update.fusion_plan(d)).splitlines()[1] == "  batch of 2 loops:"
+    assert [la.label for la in update.launches(d) if la.kind == "copy"] == ["write-back"]
+    np.testing.assert_array_equal(b.numpy(), b0 * np.float32(2.0) + a0)
+    np.testing.assert_array_equal(a.numpy(), a0 * np.float32(2.0) + c0)

@@ -320,9 +320,6 @@ class Places:
             if isinstance(graph.outputs[o], Var) and outs.count(graph.outputs[o]) == 1
             and graph.outputs[o] not in graph.inputs}
         self.inplace_done = set()    # outputs computed in place (their write-back is done)
-        # while a batch's member is placed (``ir/plan.LoopBatch``): what the other members read, at this same
-        # step and in any order with it, so no update of one is computed into a buffer another reads
-        self.batch_reads = frozenset()
         self.writes = tuple(writes)
 
     # ---- the mapping ------------------------------------------------------------------------------------
@@ -541,7 +538,7 @@ class Places:
         if o.aval.shape != g.shape or v.aval.shape != g.shape or o.aval.dtype is not v.aval.dtype:
             return False
         n = self.n
-        if n <= self.last_raising or v in self.batch_reads:
+        if n <= self.last_raising:
             return False
         if self.reads_root_later(p.root, v, n):
             return False

@@ -12,6 +12,7 @@ Building kernels imports nothing of Numba (the first call must not wait for it).
 from __future__ import annotations
 
 import hashlib
+from typing import NamedTuple
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from ...ir.ops.opdef import result_dtype
 from . import ir_loops, kernel_ir as ki
 from .kernel_ir import BOOL, I64, U8, cast, const, load, read, select
 from .index_checks import record_index_error, adds_into_zeros, by_index
+from .ordered_keys import row_minmax
 from .math_table import MathCalls
 from .numba_render import module_text
 
@@ -104,8 +106,7 @@ def literal(v, d: dt.DType) -> ki.Val:
 
 
 class Rebased:
-    """An argument block that starts ``base`` (an int64 value) slots into the kernel's own, ``A``: a batch's member
-    blocks (``batch_loops.py``).  Indexed as ``A`` is."""
+    """The argument block ``base`` (an int64 value) slots into ``A``: a batch's member's (``batch_loops.py``)."""
 
     def __init__(self, A, base):
         self.A, self.base = A, base
@@ -229,48 +230,6 @@ def _stored(dtype, value) -> ki.Val:
 
 def _store(j, nest, dtype, value) -> ki.Store:
     return store_at(j, nest, nest.index(j), _stored(dtype, value))
-
-
-def _assign(b, name, value) -> ki.Assign:
-    """``name = value`` as a statement (not emitted: for statement lists built apart)."""
-    value = ki.val(value)
-    return ki.Assign(b.var(name, value.t), value)
-
-
-def ordered_key(od: dt.DType):
-    """``(bits, flip, from_bits)``: builders of a float of dtype ``od`` as an int64 ``flip(bits(v))`` that orders
-    as the float does (its bits, the magnitude bits of negatives flipped; ``flip`` undoes itself) and back,
-    ``from_bits(flip(k))``, bit for bit.  A row max/min over such keys is an integer reduction, which LLVM
-    vectorises; over floats it needs ``nnan``, which the kernels never carry.  NaNs are counted apart (their
-    keys order anywhere); +0 > -0."""
-    if od.name == "float32":
-        return (lambda v: cast(ki.bitcast(v, ki.I32), I64), lambda k: k ^ ((k >> 31) & 2147483647),
-                lambda k: ki.bitcast(cast(k, ki.I32), ki.F32))
-    return (lambda v: ki.bitcast(v, I64), lambda k: k ^ ((k >> 63) & 9223372036854775807),
-            lambda k: ki.bitcast(k, ki.F64))
-
-
-def row_minmax(b, op: str, od: dt.DType, rv, acc: str, h: str, kb: str, nans: str):
-    """``(before, each, after)``: the statements of a row's max/min (``op``) of float values ``rv`` into ``acc``,
-    over ordered integer keys (``ordered_key``; accumulated in ``h``, ``kb`` the element's) plus a NaN count
-    (``nans``): both vectorise; a NaN wins after the row."""
-    bits, flip, from_bits = ordered_key(od)
-    H, KB, NANS = (read(b.var(n, I64)) for n in (h, kb, nans))
-    before = [_assign(b, h, const(key_of(-np.inf if op == "amax" else np.inf, od))), _assign(b, nans, const(0))]
-    each = [_assign(b, kb, bits(rv)), _assign(b, kb, flip(KB)),
-            _assign(b, h, select(KB > H if op == "amax" else KB < H, KB, H)),
-            _assign(b, nans, NANS + select(rv == rv, 0, 1))]
-    ACC = read(b.var(acc, _T(od)))
-    after = [_assign(b, h, flip(H)), _assign(b, acc, from_bits(H)),
-             _assign(b, acc, select(NANS == 0, ACC, const(np.nan, _T(od))))]
-    return before, each, after
-
-
-def key_of(value: float, od: dt.DType) -> int:
-    """The ``ordered_key`` of a constant (a reduction's initial value), as a Python int."""
-    bits = int(np.array(value, od.np).view(np.int32 if od.name == "float32" else np.int64))
-    width = 31 if od.name == "float32" else 63
-    return bits ^ ((1 << width) - 1) if bits < 0 else bits
 
 
 def _report(b, checks, E):
@@ -421,14 +380,16 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
                   guards=made.guards, alias=made.alias, per_element=per_element)
 
 
-class GroupLoop:
+class GroupLoop(NamedTuple):
     """What ``group_loop`` built: the iteration rank, the operands in block order, whether its outer loop is
     parallel, its anomaly checks and guards, the folded axes and the alias classes."""
-    __slots__ = ("rank", "operands", "parallel", "checks", "guards", "red_axes", "alias")
-
-    def __init__(self, **kw):
-        for k, v in kw.items():
-            setattr(self, k, v)
+    rank: int
+    operands: list
+    parallel: bool
+    checks: list
+    guards: list
+    red_axes: tuple
+    alias: list
 
 
 def group_loop(b, g, classes, parallel, check_ids=None, rank=None, red_axes=None, alias=None, per_element=None,

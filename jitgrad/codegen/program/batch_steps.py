@@ -2,7 +2,7 @@
 loop_batches.py``) as one launch per kernel identity, parallel over (member, chunk) on the worker pool.
 
 Each member is placed as its own group would be (an update computed in place only when no other member reads
-that state: ``places.Places.batch_reads``; an SGD update still folds into its GEMM), its own kernel made to learn
+that state; an SGD update still folds into its GEMM), its own kernel made to learn
 its identity, and members of one identity run as one ``batch_loops.gen_batch`` kernel over their argument
 blocks: one launch where there were as many as members.  A member whose kernel differs from every other one's
 runs alone, as before.
@@ -30,16 +30,21 @@ UNITS_PER_THREAD = 4
 def loop_batch(prog: Program, lb: LoopBatch):
     """Every member placed, then one step per kernel identity (see the module docstring)."""
     places = prog.places
+    inplace = places.inplace        # state output -> the input it updates, when it may be computed in place
     reads = [{v for v in g.reads if isinstance(v, Var)} for g in lb.members]
     laid = []
     for m, g in enumerate(lb.members):
-        places.batch_reads = frozenset().union(*(r for j, r in enumerate(reads) if j != m))
+        # the members run at one step, in any order: no update computed into a buffer another member reads
+        others = set().union(*(r for j, r in enumerate(reads) if j != m))
+        vetoed = {o: inplace[o] for o in g.outputs if o in inplace and prog.graph.inputs[inplace[o]] in others}
+        for o in vetoed:
+            del inplace[o]
         try:
             if fold_update_into_gemm(prog, g):
                 continue
             laid.append((g, places.group(g)))
         finally:
-            places.batch_reads = frozenset()
+            inplace.update(vetoed)
     by_key = {}
     for g, op in laid:
         classes, per_element, alias = loop_facts(g, op)
