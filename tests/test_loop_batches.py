@@ -174,3 +174,47 @@ def test_a_member_never_updates_in_place_a_state_another_member_reads():
     assert [la.label for la in update.launches(d) if la.kind == "copy"] == ["write-back"]
     np.testing.assert_array_equal(b.numpy(), b0 * np.float32(2.0) + a0)
     np.testing.assert_array_equal(a.numpy(), a0 * np.float32(2.0) + c0)
+
+
+def _gpt(grouped, monkeypatch):
+    """Two compiled B9-style steps (a 2-block GPT of width 64, AdamW with clipping): the step, its launches and
+    the parameters after them."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location("gpt_model", Path(__file__).resolve().parents[1] / "benchmarks"
+                                                  / "gpt_model.py")
+    gpt_model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpt_model)
+    monkeypatch.setenv("JITGRAD_GROUP_LOOPS", "1" if grouped else "0")
+    jg.manual_seed(0)
+    m = gpt_model.make_gpt(jg, 65, 64, 64, 4, 2, 0.0, False)
+    step = jg.compile(gpt_model.make_step(jg, m, m, gpt_model.make_optimizer(jg, m, 1e-3)), backend="numba",
+                      background=False)
+    g = jg.Generator().manual_seed(1)
+    x, y = jg.randint(0, 65, (4, 64), generator=g), jg.randint(0, 65, (4, 64), generator=g)
+    for _ in range(2):
+        step(x, y)
+    launches = step.launches(x, y)
+    monkeypatch.delenv("JITGRAD_GROUP_LOOPS")
+    return launches, [p.detach().numpy().copy() for p in m.parameters()]
+
+
+def test_a_gpt_step_batches_its_update_clipping_and_write_backs(monkeypatch):
+    """A B9-style step: AdamW's per-parameter updates and clipping's per-parameter sums of squares run as a few
+    batches, and the step counts' write-backs (after the embedding's steps that may raise, so not in place) as
+    one; the parameters are the ungrouped program's bit for bit."""
+    grouped, params = _gpt(True, monkeypatch)
+    ungrouped, params_u = _gpt(False, monkeypatch)
+    n = len(params)
+    wb = [la for la in ungrouped if la.label == "write-back"]
+    assert len(wb) >= n
+    assert [la.label for la in grouped if la.label.startswith("write-back")] == [f"write-back (batch of {len(wb)})"]
+    batches = [la for la in grouped if la.kind == "batch" and not la.label.startswith("write-back")]
+    members = sum(int(la.label.split()[2].rstrip(":")) for la in batches)
+    assert members >= 1.5 * n       # clipping's sum per parameter, and most of the updates
+    # each batch launches once for its members (the write-backs' batch is a loop launch too); the rest of the
+    # step is launched as before
+    assert len(_loops(grouped)) == len(_loops(ungrouped)) - members + len(batches) + 1
+    assert len(grouped) == len(ungrouped) - (members - len(batches)) - (len(wb) - 1)
+    for p, q in zip(params, params_u):
+        np.testing.assert_array_equal(p, q)

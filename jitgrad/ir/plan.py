@@ -146,6 +146,12 @@ class RowGroup(Group):
         return f"fused_{self.index}[{','.join(e.op.name for e in self.eqns)}] by rows"
 
 
+def batching() -> bool:
+    """Whether independent loops of one body run as one launch (``LoopBatch`` plans; the CPU target's batched
+    write-backs): ``JITGRAD_GROUP_LOOPS``, default on, read per plan so a test can compare both."""
+    return os.environ.get("JITGRAD_GROUP_LOOPS", "1") != "0"
+
+
 class LoopBatch:
     """Independent fusion groups of one scalar body run as one step (``ir/passes/loop_batches.py``): no member
     reads what another writes, so the code generator may run their elements in any order, all of them in one
@@ -209,5 +215,5 @@ class Plan:
         return "plan {\n" + "\n".join(out) + "\n}"
 
 
-__all__ = ["Plan", "Group", "RowGroup", "LoopBatch", "RowPass", "RowOutput", "REDUCTIONS", "OP_BYTES", "PLAIN_OP_BYTES",
+__all__ = ["Plan", "Group", "RowGroup", "LoopBatch", "batching", "RowPass", "RowOutput", "REDUCTIONS", "OP_BYTES", "PLAIN_OP_BYTES",
            "op_cost"]

@@ -19,16 +19,18 @@ either way, where there were as many as members.
 from __future__ import annotations
 
 from . import kernel_ir as ki
+from .copy_loops import copy_loop
 from .loops import Kernel, Rebased, group_loop
 
 HEADER = 2      # U, E: then the unit table
 
 
-def gen_batch(g, classes, rank, red_axes, alias, parallel, per_element=None, whole=False) -> Kernel:
-    """The batch kernel of members shaped like fusion group ``g`` (``classes``, ``rank``, ``red_axes``, ``alias``:
-    as the members' own kernel has them, ``loops.gen_group``); ``parallel``: its unit loop takes the pool
-    (``per_element``: gated per call by its work); ``whole``: every piece is a whole member (full reductions and
-    rank-0 loops)."""
+def gen_batch(member, rank, classes, parallel, per_element=None, whole=False, label="batch") -> Kernel:
+    """The batch kernel of members whose loop ``member(b, block, rows)`` emits into builder ``b`` over argument
+    block ``block`` (a ``loops.Rebased``), its outer loop over part ``rows`` of its range (None: all), returning
+    ``(operands, alias classes, folded axes)``; ``rank``, ``classes``: the members' own kernel's.  ``parallel``:
+    the unit loop takes the pool (``per_element``: gated per call by its work); ``whole``: every piece is a whole
+    member (full reductions and rank-0 loops)."""
     b = ki.Builder()
     A = b.A
     units = b.let("bu", A[0])
@@ -43,9 +45,25 @@ def gen_batch(g, classes, rank, red_axes, alias, parallel, per_element=None, who
             rows = None
             if not whole and rank > 0:
                 rows = (b.let("bc", A[at + 1]), b.let("bparts", A[at + 2]))
-            made = group_loop(b, g, classes, False, None, rank, red_axes, alias, None, Rebased(A, base), rows)
-    return Kernel("batch", b.finish(), rank=rank, operands=made.operands, classes=classes, parallel=parallel,
-                  red_axes=made.red_axes, label=f"batch {g.name}", alias=made.alias, per_element=per_element)
+            made = member(b, Rebased(A, base), rows)
+    operands, alias, red_axes = made
+    return Kernel("batch", b.finish(), rank=rank, operands=operands, classes=classes, parallel=parallel,
+                  red_axes=red_axes, label=label, alias=alias, per_element=per_element)
+
+
+def group_member(g, classes, rank, red_axes, alias):
+    """``gen_batch``'s member: fusion group ``g``'s loop (``loops.group_loop``; the arguments are its kernel's)."""
+    def member(b, block, rows):
+        made = group_loop(b, g, classes, False, None, rank, red_axes, alias, None, block, rows)
+        return made.operands, made.alias, made.red_axes
+    return member
+
+
+def copy_member(src_dtype, dst_dtype, rank, cls):
+    """``gen_batch``'s member: a copy's loop (``copy_loops.copy_loop``)."""
+    def member(b, block, rows):
+        return [None, None], copy_loop(b, src_dtype, dst_dtype, rank, cls, block=block, rows=rows), None
+    return member
 
 
 def plan_pieces(members, target_units, min_piece=4096, whole=False):
@@ -71,4 +89,4 @@ def plan_pieces(members, target_units, min_piece=4096, whole=False):
     return units, pieces
 
 
-__all__ = ["gen_batch", "plan_pieces", "HEADER"]
+__all__ = ["gen_batch", "group_member", "copy_member", "plan_pieces", "HEADER"]

@@ -563,38 +563,5 @@ def group_loop(b, g, classes, parallel, check_ids=None, rank=None, red_axes=None
                      red_axes=red_axes, alias=nest.alias)
 
 
-def gen_copy(src_dtype: dt.DType, dst_dtype: dt.DType, rank: int, cls: str, parallel=False,
-             per_element=None) -> Kernel:
-    """``dst[...] = src`` (with a cast): materialising views, writing state back, BLAS operand copies
-    (``per_element``: as ``gen_group``'s)."""
-    b = ki.Builder()
-    nest = _Nest(b, rank, [cls, CONTIG], parallel, per_element)
-    nest.operand(0, src_dtype)
-    nest.operand(1, dst_dtype)
-    with b.capture() as body:
-        v = _load(0, nest, src_dtype)
-        v = b.let("v", v if dst_dtype is dt.bool_ else cast(v, _T(dst_dtype)))
-        b.emit([_store(1, nest, dst_dtype, v)])
-    nest.loops(body, (0, 1))
-    return Kernel("copy", b.finish(), rank=rank, operands=[None, None], classes=[cls, CONTIG],
-                  parallel=parallel, label="copy", per_element=per_element)
-
-
-def gen_check(dtype: dt.DType, rank: int, cls: str) -> Kernel:
-    """Anomaly check of a value no fused loop produced (a BLAS result, a gather): count non-finite elements."""
-    b = ki.Builder()
-    nest = _Nest(b, rank, [cls], False)
-    nest.operand(0, dtype)
-    k0, q0 = b.var("k0", I64), b.var("q0", I64)
-    with b.capture() as body:
-        v = b.let("v", _load(0, nest, dtype))
-        b.set(k0, read(k0) + select(MathCalls(dtype.name).isfinite(v), 0, 1))
-        b.set(q0, read(q0) + select(v == v, 0, 1))
-    pre = [ki.Assign(k0, const(0)), ki.Assign(q0, const(0))]
-    nest.loops(body, (0,), pre, _report(b, [0], nest.slot))
-    return Kernel("check", b.finish(), rank=rank, operands=[None], classes=[cls], parallel=False,
-                  checks=[0], label="check")
-
-
-__all__ = ["Kernel", "gen_group", "chunked_rows", "COLUMN_CHUNKS", "gen_copy", "gen_check", "PARALLEL_MIN", "FASTMATH",
+__all__ = ["Kernel", "gen_group", "chunked_rows", "COLUMN_CHUNKS", "PARALLEL_MIN", "FASTMATH",
            "CONTIG", "BCAST", "STRIDED", "GENERATOR_VERSION"]

@@ -9,22 +9,15 @@ runs alone, as before.
 """
 from __future__ import annotations
 
-from ...ir import settings
 from ...ir.graph import Var
 from ...ir.plan import LoopBatch
 from ...ir.symbolic import hint_of
-from ..kernels.batch_loops import HEADER, gen_batch, plan_pieces
+from ..kernels.batch_loops import gen_batch, group_member
 from ..kernels.loops import gen_group
 from ..lowering import emits
-from ..native import workpool
 from .gemm_steps import fold_update_into_gemm
-from .layout import Program, Step
+from .layout import Program
 from .loop_steps import emit_group, group_block, loop_facts
-
-# units of work per pool thread a parallel batch is cut into (pieces of members packed to similar sizes): the
-# pool hands each worker a contiguous run of units, so a few per thread even out members of unequal sizes
-UNITS_PER_THREAD = 4
-
 
 @emits("batch", target="cpu")
 def loop_batch(prog: Program, lb: LoopBatch):
@@ -57,44 +50,21 @@ def loop_batch(prog: Program, lb: LoopBatch):
             _emit_batch(prog, members)
 
 
-def _workers() -> int:
-    w = workpool.threads() or workpool.default_threads()
-    if settings.STATE.num_threads:
-        w = min(w, settings.STATE.num_threads)
-    return max(int(w), 1)
-
-
 def _emit_batch(prog: Program, members):
+    """Members ``(group, operands, own kernel, classes, per_element, alias)`` of one kernel identity as one step."""
     g0, op0, _, classes, _, alias = members[0]
     rank = len(op0.shape)
     whole = rank == 0 or g0.reduce is not None
     sizes = [int(hint_of(op.size)) for _, op, *_ in members]     # concrete: loop_batches batches no symbolic size
-    elements = sum(sizes)
     per_element = max(m[4] for m in members)
-    parallel, gate = prog.pool_choice(elements, per_element)
-    k = gen_batch(g0, classes, rank, op0.red_axes, alias, parallel, gate, whole)
-    rows = [int(hint_of(op.shape[0])) if rank else 1 for _, op, *_ in members]
-    units, pieces = plan_pieces(list(zip(sizes, rows)), UNITS_PER_THREAD * _workers() if parallel else 1,
-                                whole=whole)
-    st = Step("kernel", k, label=f"batch of {len(members)}: {g0.name} {g0.lines()}".strip(),
-              shapes=[list(p.shape) for p in op0.in_places], scope=g0.all_eqns[0].scope)
-    st.work = elements * per_element
-    if k.per_element is not None:
-        st.gate = (elements, k.per_element)
-    st.block = b0 = len(prog.table)
-    prog.table += [len(units) - 1, elements] + units
-    at = len(prog.table)
-    for m, c, parts in pieces:
-        prog.table += [m, c, parts]         # m: the member's block, once it is written (below)
-    starts = []
-    for g, op, km, *_ in members:
-        starts.append(len(prog.table) - b0)
-        group_block(prog, g, op, km)
-    for q, (m, _, _) in enumerate(pieces):
-        prog.table[at + 3 * q] = starts[m]
-    assert at - b0 == HEADER + len(units)
+    parallel, gate = prog.pool_choice(sum(sizes), per_element)
+    k = gen_batch(group_member(g0, classes, rank, op0.red_axes, alias), rank, classes, parallel, gate, whole,
+                  f"batch {g0.name}")
+    blocks = [(n, int(hint_of(op.shape[0])) if rank else 1, lambda g=g, op=op, km=km: group_block(prog, g, op, km))
+              for n, (g, op, km, *_) in zip(sizes, members)]
+    st = prog.batch_step(k, blocks, whole, per_element, f"batch of {len(members)}: {g0.name} {g0.lines()}".strip(),
+                         [list(p.shape) for p in op0.in_places], g0.all_eqns[0].scope)
     st.state_write = any(op.in_place for _, op, *_ in members)
-    prog.add(st)
 
 
-__all__ = ["loop_batch", "UNITS_PER_THREAD"]
+__all__ = ["loop_batch"]

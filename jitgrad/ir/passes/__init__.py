@@ -58,7 +58,7 @@ def fusion_plan(g: Graph, rowwise: bool | None = None, indexed: bool = True, bat
         rowwise = os.environ.get("JITGRAD_ROWWISE", "1") != "0"
     p = merge_row_chains(p) if rowwise else p
     if batched is None:
-        batched = loop_batches.enabled()
+        batched = loop_batches.batching()
     return loop_batches.batch_loops(p) if batched else p
 
 

@@ -20,20 +20,13 @@ that cannot move up starts the next batch of its signature.  ``JITGRAD_GROUP_LOO
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from ..graph import Lit, Var
-from ..plan import Group, LoopBatch, Plan
+from ..plan import Group, LoopBatch, Plan, batching
 
 BATCH_MAX_ELEMENTS = 1 << 20        # from here a loop takes the pool by itself (codegen's loops.PARALLEL_MIN)
 NO_BATCH_OPS = ("rand_uniform", "rand_normal")
-
-
-def enabled() -> bool:
-    """Whether plans batch loops (``JITGRAD_GROUP_LOOPS``, default on)."""
-    return os.environ.get("JITGRAD_GROUP_LOOPS", "1") != "0"
 
 
 def _candidate(s) -> bool:
@@ -131,4 +124,4 @@ def batch_loops(plan: Plan) -> Plan:
     return Plan(plan.graph, out)
 
 
-__all__ = ["batch_loops", "signature", "enabled", "BATCH_MAX_ELEMENTS"]
+__all__ = ["batch_loops", "signature", "batching", "BATCH_MAX_ELEMENTS"]
