@@ -2,9 +2,9 @@
 loop_batches.py``) as one launch per kernel identity, parallel over (member, chunk) on the worker pool.
 
 Each member is placed as its own group would be (an update computed in place only when no other member reads
-that state; an SGD update still folds into its GEMM), its own kernel made to learn
-its identity, and members of one identity run as one ``batch_loops.gen_batch`` kernel over their argument
-blocks: one launch where there were as many as members.  A member whose kernel differs from every other one's
+that state; an SGD update still folds into its GEMM), its own kernel made to learn its identity, and members of
+one identity run as one ``batch_loops.gen_batch`` kernel over their argument blocks (``layout.Program.
+batch_step``): one launch where there were as many as members.  A member whose kernel differs from every other one's
 runs alone, as before.
 """
 from __future__ import annotations
@@ -18,6 +18,7 @@ from ..lowering import emits
 from .gemm_steps import fold_update_into_gemm
 from .layout import Program
 from .loop_steps import emit_group, group_block, loop_facts
+
 
 @emits("batch", target="cpu")
 def loop_batch(prog: Program, lb: LoopBatch):
