@@ -218,3 +218,18 @@ def test_a_gpt_step_batches_its_update_clipping_and_write_backs(monkeypatch):
     assert len(grouped) == len(ungrouped) - (members - len(batches)) - (len(wb) - 1)
     for p, q in zip(params, params_u):
         np.testing.assert_array_equal(p, q)
+
+
+def test_a_loop_reading_a_scatters_result_stays_after_it():
+    """A loop of the batch's body that reads what a scatter-add (the store closing another loop) wrote cannot move
+    up to the batch before that loop: it starts a batch of its own."""
+    def f(x, y, idx, v):
+        a = (x * 2.0 + 1.0).sum()
+        s = y.index_add(0, idx, v)          # a loop over v whose store adds into s by idx
+        b = (s * 2.0 + 1.0).sum()           # a's body, over s
+        return a + b
+    x, y = jg.tensor(np.linspace(0, 1, 10, dtype=np.float32)), jg.tensor(np.ones(12, np.float32))
+    idx, v = jg.tensor(np.array([1, 3, 3, 11])), jg.tensor(np.arange(4, dtype=np.float32))
+    g = jg.compile(f, backend="numba", background=False)
+    np.testing.assert_allclose(g(x, y, idx, v).numpy(), f(x, y, idx, v).numpy(), rtol=1e-6)
+    assert "batch of" not in str(g.fusion_plan(x, y, idx, v))

@@ -108,8 +108,9 @@ def batch_loops(plan: Plan) -> Plan:
             else:
                 open_[sig] = [n]
                 batches.append(open_[sig])
-        for v in (s.outputs if isinstance(s, Group) else s.outs):
-            made_at[id(v)] = n
+        for e in (s.all_eqns if isinstance(s, Group) else (s,)):   # every value a step makes (a scatter's too)
+            for v in e.outs:
+                made_at[id(v)] = n
     batches = [m for m in batches if len(m) >= 2]
     if not batches:
         return plan
