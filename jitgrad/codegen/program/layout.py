@@ -113,7 +113,8 @@ class Step:
         self.parallel = False       # kind "bgemm": its batch entries split between the pool's workers
         self.work = 0.0             # its work in the plan's cost unit, as the parallel choice saw it (0: unknown)
         # a parallel step that takes the pool by its work per call: (elements, per-element cost) of a kernel,
-        # (multiply-adds of one product, products) of a bgemm (sizes may be symbolic); None: it always does
+        # (multiply-adds of one product, products) of a bgemm or of a split GEMM's blocks (sizes may be symbolic);
+        # None: it always does
         self.gate = None
         self.split = False          # a big GEMM's rows split between the pool's workers (batched_gemm.split_rows)
         self.fold = None            # a GEMM block's (alpha offset, beta offset, C's slot), for an update folded in
