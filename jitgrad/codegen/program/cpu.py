@@ -27,7 +27,7 @@ from ...ir.interpret import ScopeTracker, run_eqn
 from ...ir import settings
 from ...ir.ops import blas
 from ...ir.plan import Plan
-from . import batched_gemm, collective_steps, gemm_steps, loop_steps, region_steps
+from . import batch_steps, batched_gemm, collective_steps, gemm_steps, loop_steps, region_steps
 from ..native import build as _build, build_thread, threads
 from .layout import Program
 from ..lowering import lower_plan, step_error
@@ -88,7 +88,7 @@ def _numba_array_type(d, ndim) -> str:
 _background = build_thread.queue_background
 
 # the CPU target's step modules: importing them registers their emitters (``lowering.emits``)
-STEP_MODULES = (loop_steps, gemm_steps, batched_gemm, region_steps, collective_steps)
+STEP_MODULES = (loop_steps, batch_steps, gemm_steps, batched_gemm, region_steps, collective_steps)
 
 
 def lay_out(plan: Plan, writes=(), parallel=None, check_ids=None) -> Program:
