@@ -11,6 +11,10 @@ prints the median and 90th percentile of the per-step times.  The verdict is the
 per workload; the target is at most ~2x (a step may lose the core taken from it, no more), not 5-10x (threads
 waiting on descheduled spinners).
 
+The worker pool's pacer (``JITGRAD_POOL_PACER``, inherited by the children) reports what it did: its backoffs
+and the calls it held on the calling thread; ``JITGRAD_POOL_PACER=0 python benchmarks/busy_machine.py b1 b2``
+measures without it.
+
 Run it on an otherwise quiet machine: the script measures the CPU other processes use for a second before the
 runs and warns when it is above 0.1 CPU (then the quiet figures are not quiet).
 """
@@ -56,9 +60,13 @@ ts = []
 for _ in range(steps):
     t0 = time.perf_counter(); run(); ts.append(time.perf_counter() - t0)
 ts = np.array(ts) * 1e3
-from jitgrad.codegen.native import threads
+from jitgrad.codegen.native import pool_pacer, threads
+from jitgrad.ir.ops import blas
 print("RESULT " + json.dumps({"median_ms": float(np.median(ts)), "p90_ms": float(np.percentile(ts, 90)),
                               "min_ms": float(ts.min()), "ok": ok, "layer": threads.layer(),
+                              "pool_pacer": pool_pacer.POOL_PACER, "pool_backoffs": pool_pacer.STATS["pool_backoffs"],
+                              "pool_held_calls": pool_pacer.STATS["held_calls"],
+                              "blas_backoffs": blas.STATS["blas_backoffs"],
                               "threads": int(os.environ.get("NUMBA_NUM_THREADS") or len(os.sched_getaffinity(0)))}))
 '''
 

@@ -12,6 +12,9 @@ Targets:
 - ``"Tensor.property"``: a read-only ``Tensor`` property whose getter is the declared function (``x.T``);
 - ``"Tensor.methods"``: a class whose methods and properties are ``Tensor``'s, each under its own name (the
   engine's operators, in-place ops and protocols: ``x + y``, ``x.add_``, ``x.numpy()``);
+- ``"Tensor.missing"``: a class ``C`` with ``C.names``: each of those names that nothing else publishes on
+  ``Tensor`` becomes the class attribute ``C(name)`` (``library/torch_surface.py``: torch's names jitgrad lacks
+  raise ``UnsupportedError``);
 - ``"OpDef.eager_kernel"``: the eager-kernel chooser of the primitive named ``name`` (``OpDef.eager_kernel``: a
   native kernel eager dispatch runs over large arrays), declared by the jit layer (``jit/eager_kernels.py``), which
   the engine never imports.
@@ -34,7 +37,8 @@ from __future__ import annotations
 
 import sys
 
-TARGETS = ("jitgrad", "Tensor", "Tensor.property", "Tensor.methods", "jitgrad.if_torch", "OpDef.eager_kernel")
+TARGETS = ("jitgrad", "Tensor", "Tensor.property", "Tensor.methods", "Tensor.missing", "jitgrad.if_torch",
+           "OpDef.eager_kernel")
 
 
 class Declaration:

@@ -61,9 +61,13 @@ def publish(namespace: dict) -> None:
     """Bind every declaration: ``jitgrad`` names into ``namespace`` (the package's ``globals()``), Tensor methods
     and properties onto ``Tensor``, eager-kernel choosers into their OpDefs.  Runs once, at the end of
     ``jitgrad/__init__``."""
+    missing = []
     for d in _each_name(DECLARED):
         for target in d.targets:
             if target == "jitgrad.if_torch" and d.name not in TORCH_FUNCTIONS:
+                continue
+            if target == "Tensor.missing":
+                missing.append(d)
                 continue
             where = "Tensor" if target.startswith("Tensor") else target if target.startswith("OpDef") else "jitgrad"
             key = (where, d.name)
@@ -78,6 +82,12 @@ def publish(namespace: dict) -> None:
                 raise RuntimeError(f"{d} would replace Tensor.{d.name} of Tensor's class body (runtime/tensor.py)")
             else:
                 setattr(Tensor, d.name, property(d.obj, doc=d.obj.__doc__) if target == "Tensor.property" else d.obj)
+    # after every other declaration: the names still missing on Tensor get their stand-in attribute
+    for d in missing:
+        for name in d.obj.names:
+            if not any(name in vars(k) for k in Tensor.__mro__):
+                PUBLISHED[("Tensor", name)] = d
+                setattr(Tensor, name, d.obj(name))
 
 
 __all__ = ["publish", "PUBLISHED", "CORE"]

@@ -167,3 +167,84 @@ def test_linearize_evaluates_only_the_linear_graph():
     finally:
         dispatch._bind = orig
     assert "sin" not in calls and "exp" not in calls, calls      # the primal is not recomputed
+
+
+# ---- eager forward over reverse: memory (counted with tracemalloc, never timed) ----------------------------------
+
+def _b13_like(n=128, d_in=96, hidden=128, classes=10):
+    """B13's MLP loss (relu, cross-entropy) on small sizes: the loss of the six parameters, the parameters and
+    random directions (float32)."""
+    rng = np.random.default_rng(0)
+    x = jg.tensor(rng.standard_normal((n, d_in)).astype(np.float32))
+    y = jg.tensor(rng.integers(0, classes, n))
+    shapes = [(d_in, hidden), (hidden,), (hidden, hidden), (hidden,), (hidden, classes), (classes,)]
+    ps = tuple(jg.tensor((rng.standard_normal(s) * 0.1).astype(np.float32)) for s in shapes)
+    ts = tuple(jg.tensor((rng.standard_normal(s) * 0.05).astype(np.float32)) for s in shapes)
+
+    def f(w1, b1, w2, b2, w3, b3):
+        h = jg.relu(x @ w1 + b1)
+        h = jg.relu(h @ w2 + b2)
+        return jg.nn.functional.cross_entropy(h @ w3 + b3, y)
+    return f, ps, ts
+
+
+def _hvp_fwd_rev(f, ps, ts):
+    return jf.jvp(jf.grad(f, argnums=tuple(range(6))), ps, ts)[1]
+
+
+def _hvp_rev_rev(f, ps, ts):
+    g = jf.grad(f, argnums=tuple(range(6)))
+    return jf.grad(lambda *p: sum((gi * vi).sum() for gi, vi in zip(g(*p), ts)), argnums=tuple(range(6)))(*ps)
+
+
+def _peak_bytes(fn):
+    """Peak bytes allocated while ``fn()`` runs, the cycle collector off: values kept alive only by reference
+    cycles count until the call returns, as they do whenever the collector does not happen to run."""
+    import gc
+    import tracemalloc
+    fn()
+    gc.collect()
+    gc.disable()
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        gc.enable()
+
+
+def test_eager_forward_over_reverse_makes_no_reference_cycles():
+    """The jvp rules' contexts hold the op's inputs and outputs; a context referring to itself (a closure over it
+    stored on it) kept every one of them alive until the cycle collector ran: B13's forward over reverse peaked
+    at 1.3-2.1x reverse over reverse."""
+    import gc
+    f, ps, ts = _b13_like(n=8, d_in=6, hidden=5)
+    _hvp_fwd_rev(f, ps, ts)
+    gc.collect()
+    gc.disable()
+    try:
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        _hvp_fwd_rev(f, ps, ts)
+        gc.collect()
+        contexts = [o for o in gc.garbage if type(o).__name__ == "RuleCtx"]
+        # (func.grad's fresh leaves and their AccumulateGrad nodes refer to each other: views of the arguments)
+        values = [o for o in gc.garbage if isinstance(o, jg.Tensor)
+                  and not any(np.shares_memory(o.detach().numpy(), a.numpy()) for a in ps + ts)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert contexts == [] and values == []
+
+
+def test_eager_forward_over_reverse_hvp_peaks_no_higher_than_reverse_over_reverse():
+    """B13's eager target (peak memory of the forward-over-reverse HVP <= reverse over reverse's), counted: the
+    tangent of a product's parameter gradient (t_h^T g + h^T t_g) is summed into its first term, not a third
+    array, and no value waits for the cycle collector."""
+    f, ps, ts = _b13_like()
+    fr = _hvp_fwd_rev(f, ps, ts)
+    rr = _hvp_rev_rev(f, ps, ts)
+    for a, b in zip(fr, rr):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
+    assert _peak_bytes(lambda: _hvp_fwd_rev(f, ps, ts)) <= _peak_bytes(lambda: _hvp_rev_rev(f, ps, ts))

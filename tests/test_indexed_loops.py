@@ -12,7 +12,7 @@ import pytest
 
 import jitgrad as jg
 from jitgrad.ir.passes import fusion_plan
-from jitgrad.ir.plan import Group
+from jitgrad.ir.plan import Group, LoopBatch
 
 from test_second_order_steps import ff
 
@@ -43,7 +43,7 @@ def test_gathers_are_loads_of_the_loop_that_reads_them():
     f = _compiled(lambda x: _features(x, i, j))
     np.testing.assert_allclose(f(x).numpy(), _features(x, i, j).numpy(), rtol=1e-12)
     plan = fusion_plan(_graph(f))
-    assert not [s for s in plan.steps if not isinstance(s, Group) and s.op.name == "getitem"
+    assert not [s for s in plan.steps if not isinstance(s, (Group, LoopBatch)) and s.op.name == "getitem"
                 and s.ins[1:]], str(plan)                       # no gather step left
     (g,) = [s for s in plan.groups if s.gathers]
     assert len(g.gathers) == 2 and g.reduce is not None          # both gathers and the norm's sum: one loop
@@ -60,7 +60,7 @@ def test_scatter_adds_close_the_loop_of_their_value():
     f = _compiled(forces)
     np.testing.assert_allclose(f(x).detach().numpy(), forces(x).detach().numpy(), rtol=1e-10, atol=1e-12)
     plan = fusion_plan(_graph(f))
-    assert not [s for s in plan.steps if not isinstance(s, Group) and s.op.name == "index_put"], str(plan)
+    assert not [s for s in plan.steps if not isinstance(s, (Group, LoopBatch)) and s.op.name == "index_put"], str(plan)
     (g,) = [s for s in plan.groups if s.scatters]
     assert len(g.scatters) == 2             # x[:, i] and x[:, j]'s transposes, one loop over the pairs
 
@@ -164,7 +164,7 @@ def test_b11_step_runs_its_gathers_and_scatter_adds_inside_loops():
                                        compile_=lambda f: jg.compile(f, background=False))
     call()
     plan = fusion_plan(_graph(fn))
-    loose = [s.op.name for s in plan.steps if not isinstance(s, Group) and s.op.name in ("getitem", "index_put")
+    loose = [s.op.name for s in plan.steps if not isinstance(s, (Group, LoopBatch)) and s.op.name in ("getitem", "index_put")
              and len(s.ins) > 1 + (s.op.name == "index_put")]
     assert loose == [], str(plan)
     gathers = sum(len(g.gathers) for g in plan.groups)

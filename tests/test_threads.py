@@ -227,12 +227,16 @@ def test_big_gemms_split_rows_between_the_pools_workers(monkeypatch):
 @pytest.mark.skipif(settings.default_threads() < 2, reason="needs a pool of two workers")
 @pytest.mark.parametrize("m, n", [(256, 64), (64, 256)])
 @pytest.mark.parametrize("layout_a, layout_b", [("N", "N"), ("T", "N"), ("N", "T"), ("T", "T")])
-def test_split_gemms_match_numpy_for_every_operand_layout(monkeypatch, m, n, layout_a, layout_b):
+def test_split_gemms_match_numpy_for_every_operand_layout(monkeypatch, request, m, n, layout_a, layout_b):
     """Blocks of rows (n <= m: the shared right operand is the smaller) or of columns (n > m), with either
-    operand a transposed view: every block's offsets right, against NumPy in float64."""
+    operand a transposed view: every block's offsets right, against NumPy in float64.  (These products are below
+    the pool's threshold, which split GEMMs test per call: it is lowered here so their blocks run on the pool.)"""
     monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
+    from jitgrad.codegen.native import workpool
     from jitgrad.codegen.program import layout
     monkeypatch.setattr(layout, "POOL_GEMMS", True)
+    prev = workpool.set_min_work(1 << 16)
+    request.addfinalizer(lambda: workpool.set_min_work(*prev))
     k = 160
     rng = np.random.default_rng(m + 2 * n)
     a = rng.standard_normal((m, k) if layout_a == "N" else (k, m)).astype(np.float32)

@@ -10,6 +10,8 @@ CUDA's GEMM takes floats only), and the entry runs as the target's ``host`` step
 
 Kinds:
 - ``fused``: a fusion group (elementwise loop, optionally closed by a reduction);
+- ``batch``: independent fusion groups of one body (``ir/plan.LoopBatch``) as one launch (CPU only; CUDA plans
+  have none);
 - ``view``: a view op whose output is a place over its input (reshape, permute, expand, basic indexing);
 - ``gemm``: matmul;
 - ``gather`` / ``scatter``: indexing with one integer tensor per dim (``x[i, j]``, ``x[i, j] = v``), and
@@ -30,9 +32,9 @@ target, in a step module the target's assembly imports (``cpu.py``: ``STEP_MODUL
 from __future__ import annotations
 
 from ..ir.ops.index import oob_error, tensor_axis
-from ..ir.plan import Group
+from ..ir.plan import Group, LoopBatch
 
-KINDS = ("fused", "view", "gemm", "gather", "scatter", "scatter_reduce", "region", "row_gather", "row_scatter", "scan",
+KINDS = ("fused", "batch", "view", "gemm", "gather", "scatter", "scatter_reduce", "region", "row_gather", "row_scatter", "scan",
          "cat", "collective", "host")
 
 
@@ -92,6 +94,8 @@ def step_kind(s) -> str:
     """The kind of step plan entry ``s`` (a Group or an Eqn) lowers to (see the module docstring)."""
     if isinstance(s, Group):
         return "fused"
+    if isinstance(s, LoopBatch):
+        return "batch"
     rule = _BY_OP.get(s.op.name)
     if rule is not None:
         return rule(s)

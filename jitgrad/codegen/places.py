@@ -34,7 +34,7 @@ from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
 from ..ir.symbolic import SymInt, has_symbols, known_equal, size_key
 from ..ir.ops.index import np_index, single_tensor_axis
-from ..ir.plan import Group
+from ..ir.plan import Group, LoopBatch
 from .kernels.loops import raises_in_loop
 from .lowering import step_kind
 
@@ -352,7 +352,7 @@ class Places:
         self.last_use = {}           # Var -> the last plan step that reads it (graph outputs: after the last)
         self.uses = {}               # Var -> plan step indices that read it
         for n, s in enumerate(plan.steps):
-            for v in (s.reads if isinstance(s, Group) else s.ins):
+            for v in (s.reads if isinstance(s, (Group, LoopBatch)) else s.ins):
                 if isinstance(v, Var):
                     self.last_use[v] = n
                     self.uses.setdefault(v, []).append(n)

@@ -62,7 +62,8 @@ def compiled_op(op, args, params, avals, out_avals):
     cg = _GRAPHS.get(key) if ok else None
     if cg is None:
         # planned as compiled graphs are for CUDA (jit/graph_code.cuda_graph): no row-wise chains
-        cg = CudaGraph(fusion_plan(_one_op_graph(op, args, params, avals, out_avals), rowwise=False, indexed=False))
+        cg = CudaGraph(fusion_plan(_one_op_graph(op, args, params, avals, out_avals), rowwise=False, indexed=False,
+                                   batched=False))
         if ok:
             if len(_GRAPHS) > 4096:
                 _GRAPHS.clear()

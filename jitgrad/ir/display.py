@@ -6,14 +6,19 @@ import numpy as np
 
 from .graph import Graph, Lit
 from .listing import Listing, distinct_locs
-from .plan import Group
+from .plan import Group, LoopBatch
 
 
 def plan_listing(plan) -> Listing:
     """A fusion plan (``ir/plan.Plan``): its ``str()`` text, and per step its user lines."""
     rows = [("plan {", None, ())]
     for s in plan.steps:
-        if isinstance(s, Group):
+        if isinstance(s, LoopBatch):
+            rows.append((f"  batch of {len(s.members)} loops:", None, ()))
+            for g in s.members:
+                locs = sorted(distinct_locs(*(e.loc for e in g.all_eqns)), key=lambda lo: (lo.file, lo.line))
+                rows.append((f"    {g.name}  over {list(g.shape)}", g.where(), tuple(locs)))
+        elif isinstance(s, Group):
             locs = sorted(distinct_locs(*(e.loc for e in s.all_eqns)), key=lambda lo: (lo.file, lo.line))
             rows.append((f"  {s.name}  over {list(s.shape)}", s.where(), tuple(locs)))
         else:

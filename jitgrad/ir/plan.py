@@ -2,7 +2,8 @@
 
 A :class:`Plan` is a graph as a sequence of steps, each a :class:`Group` (a fused loop kernel: elementwise eqns
 over one iteration space, optionally closed by a reduction), a :class:`RowGroup` (a row-wise chain as one
-kernel: several sweeps of each row) or a single ``Eqn`` (matmul, shape ops, indexing...).  ``ir/passes/fuse.py``
+kernel: several sweeps of each row), a :class:`LoopBatch` (independent groups of one body as one launch: an
+optimiser's per-parameter updates) or a single ``Eqn`` (matmul, shape ops, indexing...).  ``ir/passes/fuse.py``
 and ``ir/passes/row_chains.py`` build plans; ``codegen/`` lowers them and runs no pass; ``ir/display.py`` shows
 them.  This module is vocabulary: it imports only ``graph.py``.
 
@@ -145,8 +146,46 @@ class RowGroup(Group):
         return f"fused_{self.index}[{','.join(e.op.name for e in self.eqns)}] by rows"
 
 
+def batching() -> bool:
+    """Whether independent loops of one body run as one launch (``LoopBatch`` plans; the CPU target's batched
+    write-backs): ``JITGRAD_GROUP_LOOPS``, default on, read per plan so a test can compare both."""
+    return os.environ.get("JITGRAD_GROUP_LOOPS", "1") != "0"
+
+
+class LoopBatch:
+    """Independent fusion groups of one scalar body run as one step (``ir/passes/loop_batches.py``): no member
+    reads what another writes, so the code generator may run their elements in any order, all of them in one
+    launch parallel over (member, chunk).  The step stands where its last member stood."""
+
+    def __init__(self, members):
+        self.members = list(members)
+        self.index = self.members[0].index
+
+    @property
+    def reads(self) -> list:
+        """Every value a member reads (liveness: all are read at this step)."""
+        out, seen = [], set()
+        for g in self.members:
+            for v in g.reads:
+                if id(v) not in seen:
+                    seen.add(id(v))
+                    out.append(v)
+        return out
+
+    @property
+    def all_eqns(self):
+        return [e for g in self.members for e in g.all_eqns]
+
+    @property
+    def name(self) -> str:
+        return f"batch of {len(self.members)} loops: {self.members[0].name}"
+
+    def where(self) -> str:
+        return self.members[0].where()
+
+
 class Plan:
-    """The graph as a sequence of steps: Groups (RowGroups among them) and single eqns."""
+    """The graph as a sequence of steps: Groups (RowGroups among them), LoopBatches of Groups and single eqns."""
 
     def __init__(self, graph: Graph, steps):
         self.graph = graph
@@ -154,17 +193,27 @@ class Plan:
 
     @property
     def groups(self):
-        return [s for s in self.steps if isinstance(s, Group)]
+        """Every fusion group, a batch's members included."""
+        out = []
+        for s in self.steps:
+            if isinstance(s, Group):
+                out.append(s)
+            elif isinstance(s, LoopBatch):
+                out += s.members
+        return out
 
     def __str__(self):
         out = []
         for s in self.steps:
-            if isinstance(s, Group):
+            if isinstance(s, LoopBatch):
+                out.append(f"  batch of {len(s.members)} loops:")
+                out += [f"    {g.name}  over {list(g.shape)}  # {g.where()}" for g in s.members]
+            elif isinstance(s, Group):
                 out.append(f"  {s.name}  over {list(s.shape)}  # {s.where()}")
             else:
                 out.append(f"  {s.op.name}  # {s.loc.short() if s.loc else ''}")
         return "plan {\n" + "\n".join(out) + "\n}"
 
 
-__all__ = ["Plan", "Group", "RowGroup", "RowPass", "RowOutput", "REDUCTIONS", "OP_BYTES", "PLAIN_OP_BYTES",
+__all__ = ["Plan", "Group", "RowGroup", "LoopBatch", "batching", "RowPass", "RowOutput", "REDUCTIONS", "OP_BYTES", "PLAIN_OP_BYTES",
            "op_cost"]

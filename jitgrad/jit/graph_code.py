@@ -64,7 +64,7 @@ def cuda_graph(graph: Graph, writes=(), config=None):
         from ..codegen.gpu.cuda import CudaGraph
         prof = _PROF.active
         with (prof.range("compile/codegen", None, "compile") if prof is not None else contextlib.nullcontext()):
-            cg = CudaGraph(fusion_plan(graph, rowwise=False, indexed=False), writes, config)
+            cg = CudaGraph(fusion_plan(graph, rowwise=False, indexed=False, batched=False), writes, config)
         graph.compiled[key] = cg
     return cg
 

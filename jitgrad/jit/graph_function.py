@@ -1,10 +1,12 @@
 """GraphFunction: run a Graph on tensors, with autograd through the transpose pass.
 
 Called on inputs that require grad (with grad mode on), the forward also returns the residuals its
-transposed graph reads, and each differentiable output gets a ``CompiledFunctionBackward`` node.  That
-node runs the backward graph as another GraphFunction, so with ``create_graph=True`` the backward is itself
-differentiable (the residuals it reads then get the residual graph's backward as their node, reading the saved
-values, or are recomputed by that graph as a differentiable GraphFunction of the inputs): any order.
+transposed graph reads, and each differentiable output gets a ``CompiledBackward`` node.  That node runs the
+backward graph as another GraphFunction, so with ``create_graph=True`` the backward is itself differentiable: the
+residuals it reads become outputs of the same node (an activation's cotangent from the double backward meets the
+output's there, and the forward is transposed once for all of them, as eager nodes are), the inputs it reads are
+the inputs themselves, and a value the forward did not save is recomputed by a differentiable GraphFunction of the
+inputs: any order.
 """
 from __future__ import annotations
 
@@ -152,9 +154,18 @@ class _CompiledOp:
 
 
 class CompiledBackward(Node):
-    """grad_fn of a GraphFunction's differentiable outputs."""
+    """grad_fn of a GraphFunction's differentiable outputs.
+
+    Its outputs are the graph's differentiable outputs and, once a backward with ``create_graph`` has handed them
+    out as differentiable tensors, the residuals this forward saved (output ``len(plan.diff_outs) + j`` is residual
+    ``j``): cotangents reaching the activations from a double backward meet the outputs' at this one node, so the
+    forward is transposed once for all of them, as eager nodes are."""
 
     __slots__ = ("plan", "saved", "saved_versions", "input_versions", "residuals", "saved_outputs")
+
+    def materialize(self) -> bool:
+        # outputs no cotangent reached are left out of the transpose (apply), not fed zeros
+        return False
 
     def apply(self, grads):
         if self._freed:
@@ -178,25 +189,59 @@ class CompiledBackward(Node):
                     f"is at version {t._vc[0]}; expected version {v} instead. Hint: the compiled function's "
                     "backward reads this output's buffer; modify a clone instead.")
         plan = self.plan
+        cts = tuple(g is not None for g in grads)
         # the inputs this backward pass reaches (autograd.grad(u, x) with parameters requiring grad too: only the
         # cotangent of x); the others' cotangents are not computed, as eager nodes compute only what is needed
         running = _RUNNING.nodes
-        present = plan.transposed.present
-        keep = tuple(p and (running is None or c in running) for p, (c, _) in zip(present, self.next_functions))
-        bwd = plan.backward_fn(keep)
-        if grad_mode.STATE.grad_enabled:
-            # create_graph: the residuals the backward reads, as differentiable functions of the inputs, recomputed;
-            # those it does not read are passed as saved
-            res = [Tensor._make(a) for a in self.residuals]
-            used = plan.residuals_read(keep)
-            if used:
-                for k, t in zip(used, plan.differentiable_residuals(used, self.saved, self.residuals)):
-                    res[k] = t
+        if running is None:
+            want = (True,) * len(self.next_functions)
         else:
-            res = [Tensor._make(a) for a in self.residuals]
-        outs = bwd(list(grads) + res)
+            cb = CompiledBackward
+            want = tuple(c in running and (type(c) is not cb or c.output_reaches(nr, running))
+                         for c, nr in self.next_functions)
+        bk = plan.backward(cts, want)
+        if bk.fn is None:
+            outs = ()
+        else:
+            outs = bk.fn([g for g in grads if g is not None] + self._residuals_of(bk))
         it = iter(outs)
-        return tuple(next(it) if k else None for k in keep)
+        zeros = _zeros_like_input
+        return tuple(next(it) if k == _COMPUTED else zeros(self, i) if k == _ZERO else None
+                     for i, k in enumerate(bk.kinds))
+
+    def output_reaches(self, nr, running) -> bool:
+        """Whether output ``nr`` depends on an input whose node the running backward reaches (an activation
+        does, the transposed weight a linear layer saved does not when only the input's cotangent is asked for)."""
+        for k in self.plan.output_inputs()[nr]:
+            if self.next_functions[k][0] in running:
+                return True
+        return False
+
+    def _residuals_of(self, bk) -> list:
+        """The forward values backward ``bk`` reads, as tensors: with create_graph, differentiable (this node's
+        residual outputs, the inputs themselves, or recomputed as a differentiable function of the inputs)."""
+        arrays, inputs = self.residuals, self.saved
+        diff = grad_mode.STATE.grad_enabled
+        if diff and len(self.out_meta) == len(self.plan.diff_outs):
+            # residuals become outputs of this node
+            self.out_meta = self.out_meta + tuple((a.shape, t) for a, t in zip(arrays, self.plan.residual_dtypes))
+        res = []
+        missing = None
+        n_diff = len(self.plan.diff_outs)
+        for kind, j in bk.sources:
+            if kind == _SAVED:
+                t = Tensor._make(arrays[j])
+                if diff and self.plan.residual_active[j]:
+                    t.grad_fn = self
+                    t._out_nr = n_diff + j
+                res.append(t)
+            elif kind == _INPUT:
+                res.append(inputs[j])
+            else:
+                if missing is None:
+                    missing = iter(self.plan.residual_fn(bk.recomputed)(inputs))
+                res.append(next(missing))
+        return res
 
     def release(self):
         self._freed = True
@@ -204,8 +249,27 @@ class CompiledBackward(Node):
         self.residuals = None
 
 
+_COMPUTED, _ZERO, _NONE = 0, 1, 2       # an input's cotangent: from the backward graph, zeros, or None
+_SAVED, _INPUT, _RECOMPUTED = 0, 1, 2   # where a backward graph's forward value comes from
+
+
+def _zeros_like_input(node, i):
+    """Zeros for the node's ``i``-th edge, on its input's device."""
+    k = node.plan.wrt_idx[i]
+    return node.saved[k]._same_device(Tensor._make(np.zeros(tuple(node.shapes[k]), node.dtypes[k].np)))
+
+
+class _Backward:
+    """One backward of a plan: for the outputs that have a cotangent and the inputs asked for, the graph
+    (``fn``, None when it computes nothing), what each input gets (``kinds``: _COMPUTED, _ZERO or _NONE) and where
+    each forward value the graph reads comes from (``sources``: (_SAVED, residual index), (_INPUT, input index)
+    or (_RECOMPUTED, k), the k-th of ``recomputed``, forward Vars this forward did not save)."""
+
+    __slots__ = ("fn", "kinds", "sources", "recomputed")
+
+
 class _Plan:
-    """Forward-with-residuals and the lazily built backward for one set of inputs needing grad."""
+    """Forward-with-residuals and the lazily built backwards for one set of inputs needing grad."""
 
     def __init__(self, gf, wrt_idx):
         g = gf.graph
@@ -216,79 +280,124 @@ class _Plan:
         self.diff_outs = [k for k, v in enumerate(g.outputs) if gf.out_diff[k] and isinstance(v, Var) and v in act]
         t0 = time.perf_counter()
         self.transposed = transpose(g, self.diff_outs, wrt, FRONT)
-        self.fwd = Graph(g.inputs, g.eqns, list(g.outputs) + list(self.transposed.residuals))
+        res = self.transposed.residuals
+        self.fwd = Graph(g.inputs, g.eqns, list(g.outputs) + list(res))
         gf.stats_add("transpose_seconds", time.perf_counter() - t0)
-        self._bwd = None
-        self._bwd_kept = {}     # keep mask -> the backward computing only those cotangents
-        self._read = {}         # keep mask -> the residuals its backward reads
-        self._res = {}          # residual indices -> their recomputation
-        self._saved_at = {}     # residual indices -> where their graph's own residuals are among the saved values
-        self.residual_alias = [g.inputs.index(r) for r in self.transposed.residuals if r in set(g.inputs)]
-        self.saved_outs = _outputs_sharing_residuals(g, self.transposed.residuals)
+        inputs = set(g.inputs)
+        # residuals a double backward differentiates through this node (the others are inputs or constants)
+        self.residual_active = [isinstance(r, Var) and r in act and r not in inputs for r in res]
+        self.residual_dtypes = [r.aval.dtype for r in res]
+        self._transposed = {}   # output cotangent mask -> its Transposed (the first order's: self.transposed)
+        self._backward = {}     # (output cotangent mask, inputs wanted) -> _Backward
+        self._res = {}          # forward Vars -> their recomputation
+        self._output_inputs = None
+        self.residual_alias = [g.inputs.index(r) for r in res if r in inputs]
+        self.saved_outs = _outputs_sharing_residuals(g, res)
 
-    def backward_fn(self, keep=None) -> "GraphFunction":
-        """The backward graph as a GraphFunction; ``keep`` (per ``transposed.present``): only those cotangents
-        (the others' eqns dropped), in order."""
-        t = self.transposed
-        if keep is None or keep == tuple(t.present):
-            if self._bwd is None:
-                self._bwd = self._function(run_pipeline(t.bwd, f"{self.gf.name} backward"), "_bwd")
-            return self._bwd
-        f = self._bwd_kept.get(keep)
-        if f is None:
-            outs = [v for v, k in zip(t.bwd.outputs, (k for p, k in zip(t.present, keep) if p)) if k]
-            g = dce(Graph(t.bwd.inputs, t.bwd.eqns, outs))
-            f = self._bwd_kept[keep] = self._function(run_pipeline(g, f"{self.gf.name} backward"), "_bwd")
-        return f
+    def output_inputs(self) -> list:
+        """For each node output (the differentiable outputs, then the residuals): the inputs (by position in
+        ``wrt_idx``) it depends on differentiably."""
+        deps = self._output_inputs
+        if deps is None:
+            g = self.gf.graph
+            bits = {g.inputs[i]: 1 << k for k, i in enumerate(self.wrt_idx)}
+            for e in g.eqns:
+                if e.diff:
+                    b = 0
+                    for v, n in zip(e.ins, e.needs):
+                        if n and isinstance(v, Var):
+                            b |= bits.get(v, 0)
+                    if b:
+                        for o in e.outs:
+                            bits[o] = b
+            outs = [g.outputs[k] for k in self.diff_outs] + list(self.transposed.residuals)
+            n = len(self.wrt_idx)
+            deps = self._output_inputs = [tuple(k for k in range(n) if bits.get(v, 0) >> k & 1) for v in outs]
+        return deps
 
-    def residuals_read(self, keep) -> tuple:
-        """Indices of the residuals the backward ``backward_fn(keep)`` reads."""
-        hit = self._read.get(keep)
-        if hit is None:
-            g = self.backward_fn(keep).graph
-            read = {v for e in g.eqns for v in e.ins if isinstance(v, Var)} | \
-                {v for v in g.outputs if isinstance(v, Var)}
-            res_inputs = g.inputs[self.transposed.n_ct:]
-            hit = self._read[keep] = tuple(k for k, v in enumerate(res_inputs) if v in read)
-        return hit
+    def transposed_for(self, cts) -> "Transposed":
+        """The transpose from the outputs (the differentiable outputs, then the residuals) marked in ``cts``."""
+        first = len(self.diff_outs)
+        if len(cts) == first and all(cts):
+            return self.transposed
+        t = self._transposed.get(cts)
+        if t is None:
+            n = len(self.gf.graph.outputs)
+            idx = [k for k, c in zip(self.diff_outs, cts) if c] + [n + j for j, c in enumerate(cts[first:]) if c]
+            g = self.gf.graph
+            t0 = time.perf_counter()
+            t = self._transposed[cts] = transpose(self.fwd, idx, [g.inputs[i] for i in self.wrt_idx], FRONT)
+            self.gf.stats_add("transpose_seconds", time.perf_counter() - t0)
+        return t
 
-    def residual_fn(self, used=None) -> "GraphFunction":
-        """The residuals (those of ``used``, by index: all when None) as a GraphFunction of the inputs."""
-        res = list(self.transposed.residuals)
-        used = tuple(range(len(res))) if used is None else tuple(used)
-        f = self._res.get(used)
+    def backward(self, cts, want) -> _Backward:
+        """The backward for output cotangents ``cts`` (a flag per node output: the differentiable outputs, then
+        the residuals handed out) computing the inputs marked in ``want`` (per ``wrt_idx``)."""
+        n_diff = len(self.diff_outs)
+        if len(cts) > n_diff and not any(cts[n_diff:]):
+            cts = cts[:n_diff]      # (no residual's cotangent: the first order's backward)
+        key = (cts, want)
+        bk = self._backward.get(key)
+        if bk is not None:
+            return bk
+        bk = _Backward()
+        t = self.transposed_for(cts) if any(cts) else None
+        # an input the first-order backward reaches gets zeros when a differentiable output's cotangent came (or
+        # none came at all) but none reaches the input now: the outputs' missing cotangents count as zeros, as
+        # before; when only residuals' came (a double backward through the activations) it gets None, as eager
+        first = self.transposed.present
+        as_zero = any(cts[:n_diff]) or not any(cts)
+        kinds, outs = [], []
+        at = iter(t.bwd.outputs) if t is not None else iter(())
+        for i, w in enumerate(want):
+            here = t is not None and t.present[i]
+            v = next(at) if here else None
+            if w and here:
+                kinds.append(_COMPUTED)
+                outs.append(v)
+            else:
+                kinds.append(_ZERO if w and first[i] and as_zero else _NONE)
+        bk.kinds = tuple(kinds)
+        bk.fn, bk.sources, bk.recomputed = None, (), ()
+        if not outs:
+            self._backward[key] = bk
+            return bk
+        bwd = t.bwd
+        g = run_pipeline(dce(Graph(bwd.inputs, bwd.eqns, outs)), f"{self.gf.name} backward")
+        # the forward values it reads: inputs as themselves, saved residuals, else recomputed
+        read = {v for e in g.eqns for v in e.ins if isinstance(v, Var)} | {v for v in g.outputs if isinstance(v, Var)}
+        saved = {r: j for j, r in enumerate(self.transposed.residuals)}
+        ins = {v: i for i, v in enumerate(self.gf.graph.inputs)}
+        sources, recomputed = [], []
+        n_ct = t.n_ct
+        keep_inputs = list(g.inputs[:n_ct])
+        for fv, bv in zip(t.residuals, bwd.inputs[n_ct:]):
+            if bv not in read:
+                continue
+            keep_inputs.append(bv)
+            if fv in ins:       # (an input is read as itself: with create_graph, through its own history)
+                sources.append((_INPUT, ins[fv]))
+            elif fv in saved:
+                sources.append((_SAVED, saved[fv]))
+            else:
+                sources.append((_RECOMPUTED, len(recomputed)))
+                recomputed.append(fv)
+        bk.fn = self._function(Graph(keep_inputs, g.eqns, g.outputs), "_bwd")
+        bk.sources, bk.recomputed = tuple(sources), tuple(recomputed)
+        self._backward[key] = bk
+        return bk
+
+    def residual_fn(self, vars_) -> "GraphFunction":
+        """Forward values (Vars of the graph) as a GraphFunction of the inputs."""
+        f = self._res.get(vars_)
         if f is None:
             g = self.gf.graph
-            f = self._res[used] = self._function(dce(Graph(g.inputs, g.eqns, [res[k] for k in used])), "_res")
+            f = self._res[vars_] = self._function(dce(Graph(g.inputs, g.eqns, list(vars_))), "_res")
         return f
-
-    def differentiable_residuals(self, used, inputs, arrays) -> list:
-        """The residuals of ``used`` (their saved ``arrays``) as differentiable functions of ``inputs``, for a
-        backward with ``create_graph``.  Their node is the residual graph's backward; when it reads only values
-        this forward saved (an MLP's activations, the weights), the saved arrays serve it: nothing is recomputed.
-        Otherwise the residuals are recomputed by that graph."""
-        f = self.residual_fn(used)
-        rplan = f.grad_plan(inputs)
-        if rplan is None:
-            return f(inputs, None)
-        at = self._saved_at.get(used)
-        if at is None:
-            g = self.gf.graph
-            where = {v: ("in", i) for i, v in enumerate(g.inputs)}
-            where.update({v: ("res", j) for j, v in enumerate(self.transposed.residuals) if isinstance(v, Var)})
-            at = self._saved_at[used] = [where.get(v) for v in rplan.transposed.residuals]
-        if any(w is None for w in at):
-            return f(inputs, rplan)
-        saved = [inputs[i]._data if kind == "in" else arrays[i] for kind, i in at]
-        out_arrays = [arrays[k] for k in used]
-        outs = [Tensor._make(a) for a in out_arrays]
-        _attach_node(rplan, inputs, outs, out_arrays, saved)
-        return outs
 
     def functions(self) -> list:
         """The backward and residual GraphFunctions made so far."""
-        return ([self._bwd] if self._bwd is not None else []) + list(self._bwd_kept.values()) + \
-            list(self._res.values())
+        return [bk.fn for bk in self._backward.values() if bk.fn is not None] + list(self._res.values())
 
     def _function(self, g, suffix) -> "GraphFunction":
         return GraphFunction(g, [True] * len(g.outputs), self.gf.backend, self.gf.name + suffix,

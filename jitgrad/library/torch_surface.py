@@ -10,7 +10,8 @@ The rest of the surface lives in the functions themselves: each public function 
 names its result's node as torch does (``MeanBackward0``; grad_names.py), so ``jg.sum`` is the function itself.
 
 ``jitgrad.__getattr__`` and ``jitgrad.nn.functional.__getattr__`` (PEP 562) call :func:`unsupported_attribute`;
-``Tensor.__getattr__`` and ``Tensor.__format__`` are declared here and published with the rest of the surface.
+``Tensor.__format__`` and ``UnsupportedTensorAttribute`` (the attribute of each torch Tensor name jitgrad lacks) are
+declared here and published with the rest of the surface.
 """
 from __future__ import annotations
 
@@ -29,10 +30,24 @@ def unsupported_attribute(owner: str, name: str, known) -> AttributeError:
                           f"'Tensor' object has no attribute '{name}'")
 
 
-@published("Tensor", name="__getattr__")
-def _tensor_getattr(self, name):
-    # only reached when normal lookup fails: a name torch's Tensor has and ours lacks, or a typo
-    raise unsupported_attribute("Tensor", name, TENSOR_METHODS)
+@published("Tensor.missing", name="UnsupportedTensorAttribute")
+class UnsupportedTensorAttribute:
+    """The class attribute the publisher gives each name of torch's Tensor that jitgrad lacks: reading it raises
+    ``UnsupportedError`` ("jitgrad does not support torch.Tensor.stft yet"); ``hasattr`` is False.
+
+    A descriptor per name rather than ``Tensor.__getattr__``: CPython's adaptive interpreter specialises no
+    attribute read of a class that defines ``__getattr__``, and every eager op reads a dozen Tensor attributes.
+    A name torch lacks too (a typo) gets Python's own AttributeError, with its "Did you mean" hint.
+    """
+
+    names = TENSOR_METHODS      # the names it stands in for, where nothing else is published
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        raise unsupported_attribute("Tensor", self.name, TENSOR_METHODS)
 
 
 @published("Tensor", name="__format__")
@@ -46,4 +61,4 @@ def _tensor_format(self, spec):
     return str(self)
 
 
-__all__ = ["UnsupportedError", "unsupported_attribute", "REDUCTIONS", "write_out"]
+__all__ = ["UnsupportedError", "unsupported_attribute", "UnsupportedTensorAttribute", "REDUCTIONS", "write_out"]

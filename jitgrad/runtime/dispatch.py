@@ -423,11 +423,11 @@ def _record(op, params, args, hit, t):
     f = _getframe(2)
     while f is not None:
         code = f.f_code
-        r = _internal_get(code)
+        r = _internal_get(code.co_filename)
         if r is None:
             r = _internal(code)
         if not r:
-            node._loc = (code, f.f_lineno)
+            node._loc = (code, f.f_lasti)     # the line when asked (Node.loc): f_lineno walks the line table
             break
         f = f.f_back
     else:

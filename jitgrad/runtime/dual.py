@@ -393,7 +393,7 @@ def apply_jvp(op, args, params, outs, tangents):
                for i, (a, t) in enumerate(zip(args, tangents)))
     c.needs_grad = tuple(t is not None for t in ts)
     c.bind = _bind_name
-    c.transpose_vjp = lambda tts: transpose_vjp(c, tts)
+    c.transposer = transpose_vjp
     if not any(c.needs_grad):
         return (None,) * len(outs)
     res = op.jvp(c, *ts)

@@ -13,7 +13,8 @@ import numpy as np
 
 from ..ir.graph import SourceLoc
 from . import grad_mode
-from .saved_access import FREED_MSG, saved_attribute
+from .saved_access import FREED_MSG, SAVED_NAMES, SavedValueAttribute
+from .source import line_at
 from .saved_output import vjp_through_outputs
 
 _GM = grad_mode.STATE
@@ -70,11 +71,11 @@ class Node:
     @property
     def loc(self):
         """The SourceLoc of the user's line that created this node (built on first use: recording keeps only
-        the code object and line number, which is cheaper on the eager hot path)."""
+        the code object and the instruction's offset, which is cheaper on the eager hot path)."""
         lo = self._loc
         if type(lo) is tuple:
-            code, line = lo
-            lo = self._loc = SourceLoc(code.co_filename, line, code.co_name)
+            code, lasti = lo
+            lo = self._loc = SourceLoc(code.co_filename, line_at(code, lasti), code.co_name)
         return lo
 
     @loc.setter
@@ -95,12 +96,6 @@ class Node:
 
     def __repr__(self):
         return f"<{self.name()} object at {hex(id(self))}>"
-
-    def __getattr__(self, name):
-        # only reached for names the node lacks: torch's _saved_self / _raw_saved_result ... (saved_access.py)
-        if name.startswith("_saved_") or name.startswith("_raw_saved_"):
-            return saved_attribute(self, name)
-        raise AttributeError(f"'{self.name()}' object has no attribute '{name}'")
 
     def register_hook(self, fn):
         """fn(grad_inputs, grad_outputs) -> None or replacement grad_inputs; runs after this node."""
@@ -199,6 +194,11 @@ class Node:
 
 # added to an AccumulateGrad's sequence number (torch gives it UINT64_MAX): the engine runs a ready one first
 ACC_SEQ = 1 << 62
+
+
+# torch's ``node._saved_self`` / ``_raw_saved_self`` ... : class attributes of every node (saved_access.py)
+for _name in SAVED_NAMES:
+    setattr(Node, _name, SavedValueAttribute(_name))
 
 
 class _AccOp:

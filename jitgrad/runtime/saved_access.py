@@ -11,6 +11,8 @@ from .saved_output import unpack_output
 
 
 _WHERE = {"self": ("in", 0), "other": ("in", 1), "result": ("out", 0)}
+# the attribute names a node answers (``Node``'s class attributes: ``SavedValueAttribute``)
+SAVED_NAMES = tuple(p + w for w in _WHERE for p in ("_saved_", "_raw_saved_"))
 
 
 FREED_MSG = ("Trying to backward through the graph a second time (or directly access saved tensors after they have "
@@ -50,6 +52,20 @@ def saved_attribute(node, name):
         # never the output object itself
         return unpack_output(t, node, i)
     return t
+
+
+class SavedValueAttribute:
+    """``node._saved_self`` (and ``_raw_saved_self``, ``_saved_other``, ``_saved_result`` ...) as a class attribute
+    of ``Node``: a descriptor per name rather than ``Node.__getattr__``, which would leave every attribute read of
+    every node unspecialised by CPython's adaptive interpreter (the backward engine reads a dozen per node)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, node, owner=None):
+        return self if node is None else saved_attribute(node, self.name)
 
 
 class SavedTensor:
@@ -115,4 +131,4 @@ class SavedTensor:
         node.packed = (tuple(entries), node.packed[1]) if side == 0 else (node.packed[0], tuple(entries))
 
 
-__all__ = ["saved_attribute", "SavedTensor"]
+__all__ = ["saved_attribute", "SavedTensor", "SavedValueAttribute", "SAVED_NAMES"]

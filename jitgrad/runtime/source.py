@@ -12,14 +12,17 @@ _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _USER_MODULES = (_PKG + "demo.py", _PKG + "bench.py")
 
 
-_INTERNAL: dict = {}   # code object -> is it jitgrad's own code
+# a code object's file name -> is it jitgrad's own code.  Keyed by the name (whose hash a str caches) because every
+# recorded op looks up the frames above it, and a code object's own hash is not cached: it walks the code's
+# constants, nested functions included (microseconds for a script's module or a long function).
+_INTERNAL: dict = {}
 
 
 def _internal(code) -> bool:
-    r = _INTERNAL.get(code)
+    fn = code.co_filename
+    r = _INTERNAL.get(fn)
     if r is None:
-        fn = code.co_filename
-        r = _INTERNAL[code] = fn.startswith(_PKG) and not fn.startswith(_USER_MODULES)
+        r = _INTERNAL[fn] = fn.startswith(_PKG) and not fn.startswith(_USER_MODULES)
     return r
 
 
@@ -36,12 +39,21 @@ def user_code_line(depth: int = 2):
     get = _INTERNAL.get
     while f is not None:
         code = f.f_code
-        r = get(code)
+        r = get(code.co_filename)
         if r is None:
             r = _internal(code)
         if not r:
             return code, f.f_lineno
         f = f.f_back
+    return None
+
+
+def line_at(code, lasti: int) -> int | None:
+    """The source line of the instruction at byte offset ``lasti`` of ``code`` (a frame's ``f_lineno`` computed
+    later: eager recording keeps ``f_lasti``, as reading ``f_lineno`` walks the line table on every op)."""
+    for start, end, line in code.co_lines():
+        if start <= lasti < end:
+            return line
     return None
 
 
@@ -56,15 +68,20 @@ def user_loc(depth: int = 2) -> SourceLoc | None:
 # cell are machinery, not the user's program, and are dropped from forward tracebacks.
 _KERNEL_MODULES = ("IPython", "ipykernel", "ipykernel_launcher", "tornado", "asyncio", "zmq", "jupyter_client",
                    "traitlets", "runpy", "anyio", "nest_asyncio")
-_KERNEL: dict = {}    # code object -> is it kernel machinery
+# id(code object) -> is it kernel machinery (by id: see _INTERNAL; _CODES keeps each code alive while its id is a
+# key, so no other code can take the id)
+_KERNEL: dict = {}
+_CODES: dict = {}
 
 
 def _kernel_frame(f) -> bool:
     code = f.f_code
-    r = _KERNEL.get(code)
+    k = id(code)
+    r = _KERNEL.get(k)
     if r is None:
         mod = f.f_globals.get("__name__") or ""
-        r = _KERNEL[code] = (mod.split(".", 1)[0] in _KERNEL_MODULES
+        _CODES[k] = code
+        r = _KERNEL[k] = (mod.split(".", 1)[0] in _KERNEL_MODULES
                              or code.co_filename.endswith(("ipykernel_launcher.py", "<frozen runpy>")))
     return r
 

@@ -187,7 +187,11 @@ class _Renderer:
         one = ir.Constant(i64, 1)
         nw = b.load(pool_abi.pool_global(m, "threads"))
         split = b.and_(b.icmp_signed(">", nw, one), b.icmp_signed(">", n, one))
-        pooled = split if gate is None else b.and_(split, pool_abi.takes_pool(b, m, *gate))
+        takes, pooled, pace, work = split, split, None, None
+        if gate is not None:        # the threshold per call, and the pool's pacer (pool_abi.launch)
+            takes = b.and_(split, pool_abi.takes_pool(b, m, *gate))
+            pooled, pace = pool_abi.paced(b, m, takes)
+            work = pool_abi.work_of(b, *gate)
         # not pooled: a loop that sums runs the pooled launch's chunks here, in order (the same partial sums)
         ntasks = b.select(split if reductions else pooled, nw, one)
         tasks = b.alloca(i64, size=b.mul(ntasks, ir.Constant(i64, width)), name="tasks")
@@ -214,14 +218,16 @@ class _Renderer:
             with b.if_then(pooled):
                 b.call(add, [b.bitcast(chunk, i8p), b.bitcast(rec, i8p), null, null, a])
         each_task(fill)
-        with b.if_else(pooled) as (then, other):
-            with then:
-                pool_abi.count_round(b, m)
-                b.call(ready, [])
-                b.call(sync, [])
-            with other:
-                nil = ir.Constant(i64.as_pointer(), None)
-                each_task(lambda t, rec: b.call(chunk, [rec, nil, nil, self.fn.args[0]]))
+
+        def on_pool():
+            pool_abi.count_round(b, m)
+            b.call(ready, [])
+            b.call(sync, [])
+
+        def on_caller():
+            nil = ir.Constant(i64.as_pointer(), None)
+            each_task(lambda t, rec: b.call(chunk, [rec, nil, nil, self.fn.args[0]]))
+        pool_abi.launch(b, m, pooled, takes, pace, work, on_pool, on_caller, self.alloca_b)
         if reductions:
             def combine(t, rec):
                 for j, r in enumerate(reductions):

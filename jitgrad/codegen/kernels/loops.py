@@ -12,6 +12,7 @@ Building kernels imports nothing of Numba (the first call must not wait for it).
 from __future__ import annotations
 
 import hashlib
+from typing import NamedTuple
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from ...ir.ops.opdef import result_dtype
 from . import ir_loops, kernel_ir as ki
 from .kernel_ir import BOOL, I64, U8, cast, const, load, read, select
 from .index_checks import record_index_error, adds_into_zeros, by_index
+from .ordered_keys import row_minmax
 from .math_table import MathCalls
 from .numba_render import module_text
 
@@ -103,17 +105,31 @@ def literal(v, d: dt.DType) -> ki.Val:
     return c
 
 
-class _Nest:
-    """A loop nest over ``rank`` dims reading/writing operands through strides from the argument block.
-    ``per_element``: a parallel nest's cost per element, when its loop takes the pool by its work per call."""
+class Rebased:
+    """The argument block ``base`` (an int64 value) slots into ``A``: a batch's member's (``batch_loops.py``)."""
 
-    def __init__(self, b: ki.Builder, rank, classes, parallel, per_element=None):
+    def __init__(self, A, base):
+        self.A, self.base = A, base
+
+    def __getitem__(self, i):
+        return self.A[self.base + i]
+
+
+class _Nest:
+    """A loop nest over ``rank`` dims reading/writing operands through strides from the argument block (``block``:
+    the kernel's ``A``, or a ``Rebased`` one).  ``per_element``: a parallel nest's cost per element, when its loop
+    takes the pool by its work per call; ``rows``: ``(c, C)``, the outer loop runs only the ``c``-th of ``C``
+    equal parts of its range (a batch's piece), else all of it."""
+
+    def __init__(self, b: ki.Builder, rank, classes, parallel, per_element=None, block=None, rows=None):
         self.b = b
         self.rank = rank
         self.classes = classes
         self.parallel = parallel
         self.per_element = per_element
-        self.n = [b.let(f"n{d}", b.A[d]) for d in range(rank)]
+        self.blk = b.A if block is None else block
+        self.rows = rows
+        self.n = [b.let(f"n{d}", self.blk[d]) for d in range(rank)]
         self.p, self.s = {}, {}
         self.slot = rank
         self.alias = None       # alias class per operand and their number: scoped accesses (alias_scopes.py)
@@ -122,8 +138,8 @@ class _Nest:
     def operand(self, j, dtype: dt.DType):
         """Declare operand ``j``: its pointer and strides come next in the block."""
         b = self.b
-        self.p[j] = b.let(f"p{j}", b.A[self.slot].ptr(_elem(dtype)))
-        self.s[j] = [b.let(f"s{j}_{d}", b.A[self.slot + 1 + d]) for d in range(self.rank)]
+        self.p[j] = b.let(f"p{j}", self.blk[self.slot].ptr(_elem(dtype)))
+        self.s[j] = [b.let(f"s{j}_{d}", self.blk[self.slot + 1 + d]) for d in range(self.rank)]
         self.slot += 1 + self.rank
 
     def i(self, d) -> ki.Val:
@@ -167,7 +183,11 @@ class _Nest:
                 block.extend(row_pre)
                 row_block = block
             par = d == 0 and self.parallel
-            f = ki.For(b.var(f"i{d}", I64), const(0), self.n[d], 1, par, reductions if par else (),
+            lo, hi = const(0), self.n[d]
+            if d == 0 and self.rows is not None:
+                c, parts = self.rows
+                lo, hi = self.n[0] * c // parts, self.n[0] * (c + 1) // parts
+            f = ki.For(b.var(f"i{d}", I64), lo, hi, 1, par, reductions if par else (),
                        self.gate() if par else None)
             if par:
                 b.parallel = True
@@ -210,48 +230,6 @@ def _stored(dtype, value) -> ki.Val:
 
 def _store(j, nest, dtype, value) -> ki.Store:
     return store_at(j, nest, nest.index(j), _stored(dtype, value))
-
-
-def _assign(b, name, value) -> ki.Assign:
-    """``name = value`` as a statement (not emitted: for statement lists built apart)."""
-    value = ki.val(value)
-    return ki.Assign(b.var(name, value.t), value)
-
-
-def ordered_key(od: dt.DType):
-    """``(bits, flip, from_bits)``: builders of a float of dtype ``od`` as an int64 ``flip(bits(v))`` that orders
-    as the float does (its bits, the magnitude bits of negatives flipped; ``flip`` undoes itself) and back,
-    ``from_bits(flip(k))``, bit for bit.  A row max/min over such keys is an integer reduction, which LLVM
-    vectorises; over floats it needs ``nnan``, which the kernels never carry.  NaNs are counted apart (their
-    keys order anywhere); +0 > -0."""
-    if od.name == "float32":
-        return (lambda v: cast(ki.bitcast(v, ki.I32), I64), lambda k: k ^ ((k >> 31) & 2147483647),
-                lambda k: ki.bitcast(cast(k, ki.I32), ki.F32))
-    return (lambda v: ki.bitcast(v, I64), lambda k: k ^ ((k >> 63) & 9223372036854775807),
-            lambda k: ki.bitcast(k, ki.F64))
-
-
-def row_minmax(b, op: str, od: dt.DType, rv, acc: str, h: str, kb: str, nans: str):
-    """``(before, each, after)``: the statements of a row's max/min (``op``) of float values ``rv`` into ``acc``,
-    over ordered integer keys (``ordered_key``; accumulated in ``h``, ``kb`` the element's) plus a NaN count
-    (``nans``): both vectorise; a NaN wins after the row."""
-    bits, flip, from_bits = ordered_key(od)
-    H, KB, NANS = (read(b.var(n, I64)) for n in (h, kb, nans))
-    before = [_assign(b, h, const(key_of(-np.inf if op == "amax" else np.inf, od))), _assign(b, nans, const(0))]
-    each = [_assign(b, kb, bits(rv)), _assign(b, kb, flip(KB)),
-            _assign(b, h, select(KB > H if op == "amax" else KB < H, KB, H)),
-            _assign(b, nans, NANS + select(rv == rv, 0, 1))]
-    ACC = read(b.var(acc, _T(od)))
-    after = [_assign(b, h, flip(H)), _assign(b, acc, from_bits(H)),
-             _assign(b, acc, select(NANS == 0, ACC, const(np.nan, _T(od))))]
-    return before, each, after
-
-
-def key_of(value: float, od: dt.DType) -> int:
-    """The ``ordered_key`` of a constant (a reduction's initial value), as a Python int."""
-    bits = int(np.array(value, od.np).view(np.int32 if od.name == "float32" else np.int64))
-    width = 31 if od.name == "float32" else 63
-    return bits ^ ((1 << width) - 1) if bits < 0 else bits
 
 
 def _report(b, checks, E):
@@ -302,7 +280,7 @@ def raises_in_loop(e) -> bool:
     return False
 
 
-def group_nest(b, g, classes, parallel, rank, alias, who, per_element=None):
+def group_nest(b, g, classes, parallel, rank, alias, who, per_element=None, block=None, rows=None):
     """``(arrays_in, operands, nest)`` of fusion group ``g``'s loop: the Vars and array literals it reads at its
     own index, every operand in the argument block's order (those, the operands of its gathers and scatters, its
     outputs, its scatters' outputs), and their ``_Nest`` (alias-scoped per ``alias`` when it names two classes
@@ -312,7 +290,7 @@ def group_nest(b, g, classes, parallel, rank, alias, who, per_element=None):
     # array, each scatter's index; after the outputs, each scatter's output
     operands = arrays_in + [v for e in g.gathers for v in (e.ins[1], e.ins[0])] + [e.ins[2] for e in g.scatters] \
         + list(g.outputs) + [e.outs[0] for e in g.scatters]
-    nest = _Nest(b, rank, classes, parallel, per_element)
+    nest = _Nest(b, rank, classes, parallel, per_element, block, rows)
     for j, v in enumerate(operands):
         nest.operand(j, v.aval.dtype)
     if alias is not None and len(set(alias)) > 1:
@@ -395,6 +373,31 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
     ``alias``: per operand, its alias class (operands of one class may share memory, of two never do; see
     ``alias_scopes.py``); None: nothing is known, every access is a plain one.  ``per_element``: a parallel
     loop's cost per element, when it takes the pool by its work per call (``kernel_ir.For.gate``)."""
+    b = ki.Builder()
+    made = group_loop(b, g, classes, parallel, check_ids, rank, red_axes, alias, per_element)
+    return Kernel("fused", b.finish(), rank=made.rank, operands=made.operands, classes=classes,
+                  parallel=made.parallel, checks=made.checks, red_axes=made.red_axes, label=g.name,
+                  guards=made.guards, alias=made.alias, per_element=per_element)
+
+
+class GroupLoop(NamedTuple):
+    """What ``group_loop`` built: the iteration rank, the operands in block order, whether its outer loop is
+    parallel, its anomaly checks and guards, the folded axes and the alias classes."""
+    rank: int
+    operands: list
+    parallel: bool
+    checks: list
+    guards: list
+    red_axes: tuple
+    alias: list
+
+
+def group_loop(b, g, classes, parallel, check_ids=None, rank=None, red_axes=None, alias=None, per_element=None,
+               block=None, rows=None) -> GroupLoop:
+    """Fusion group ``g``'s loop nest emitted into builder ``b`` (``gen_group`` says what the arguments are), reading
+    its argument block from ``block`` (default: the kernel's ``A``; a batch's member: ``Rebased``), its outer loop
+    over the ``rows`` part of its range (``_Nest``).  A loop over another block has no checks, guards, indexed
+    accesses or partial reductions (their slots are the kernel's own)."""
     rank = len(g.shape) if rank is None else rank
     outs = list(g.outputs)
     red = g.reduce
@@ -409,10 +412,13 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
         parallel = parallel and ((full and red.op.name == "sum") or (not full and 0 not in red_axes) or chunked)
     if g.scatters:      # adds by an index may meet: one thread, in order, so sums never depend on threads
         parallel = False
-    b = ki.Builder()
+    if block is not None and (g.gathers or g.scatters or parallel or (red is not None and not full)
+                              or (check_ids and any(e in check_ids for e in g.all_eqns))):
+        raise ValueError(f"{g.name}: not a loop that runs over another argument block")
     if red_axes is not None:
         b.comment(f"reduction {red.op.name} over axes {list(red_axes)} of rank {rank}")
-    arrays_in, operands, nest = group_nest(b, g, classes, parallel, rank, alias, "gen_group", per_element)
+    arrays_in, operands, nest = group_nest(b, g, classes, parallel, rank, alias, "gen_group", per_element, block,
+                                           rows)
     # per gather, then per scatter: the indexed axis's stride and size; then the index-error block (its address,
     # then their step ids)
     gathers, scatters = list(g.gathers), list(g.scatters)
@@ -537,6 +543,8 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
         post += _report(b, checks, E)
         nest.slot += 1 + len(checks)
     if guard_eqns:      # block: the index-error array's address, then one step id per guard
+        if block is not None:
+            raise ValueError(f"{g.name}: a guarded loop over another argument block")
         IE = nest.slot
         for k in range(len(guard_eqns)):
             pre.append(ki.Assign(b.var(f"z{k}", I64), const(0)))
@@ -551,43 +559,9 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
         b.emit(post)
     else:
         nest.loops(body, range(len(operands)), pre, post, row_pre, row_post, reductions=counters)
-    return Kernel("fused", b.finish(), rank=rank, operands=operands, classes=classes, parallel=parallel,
-                  checks=checks, red_axes=red_axes, label=g.name, guards=guard_eqns, alias=nest.alias,
-                  per_element=per_element)
+    return GroupLoop(rank=rank, operands=operands, parallel=parallel, checks=checks, guards=guard_eqns,
+                     red_axes=red_axes, alias=nest.alias)
 
 
-def gen_copy(src_dtype: dt.DType, dst_dtype: dt.DType, rank: int, cls: str, parallel=False,
-             per_element=None) -> Kernel:
-    """``dst[...] = src`` (with a cast): materialising views, writing state back, BLAS operand copies
-    (``per_element``: as ``gen_group``'s)."""
-    b = ki.Builder()
-    nest = _Nest(b, rank, [cls, CONTIG], parallel, per_element)
-    nest.operand(0, src_dtype)
-    nest.operand(1, dst_dtype)
-    with b.capture() as body:
-        v = _load(0, nest, src_dtype)
-        v = b.let("v", v if dst_dtype is dt.bool_ else cast(v, _T(dst_dtype)))
-        b.emit([_store(1, nest, dst_dtype, v)])
-    nest.loops(body, (0, 1))
-    return Kernel("copy", b.finish(), rank=rank, operands=[None, None], classes=[cls, CONTIG],
-                  parallel=parallel, label="copy", per_element=per_element)
-
-
-def gen_check(dtype: dt.DType, rank: int, cls: str) -> Kernel:
-    """Anomaly check of a value no fused loop produced (a BLAS result, a gather): count non-finite elements."""
-    b = ki.Builder()
-    nest = _Nest(b, rank, [cls], False)
-    nest.operand(0, dtype)
-    k0, q0 = b.var("k0", I64), b.var("q0", I64)
-    with b.capture() as body:
-        v = b.let("v", _load(0, nest, dtype))
-        b.set(k0, read(k0) + select(MathCalls(dtype.name).isfinite(v), 0, 1))
-        b.set(q0, read(q0) + select(v == v, 0, 1))
-    pre = [ki.Assign(k0, const(0)), ki.Assign(q0, const(0))]
-    nest.loops(body, (0,), pre, _report(b, [0], nest.slot))
-    return Kernel("check", b.finish(), rank=rank, operands=[None], classes=[cls], parallel=False,
-                  checks=[0], label="check")
-
-
-__all__ = ["Kernel", "gen_group", "chunked_rows", "COLUMN_CHUNKS", "gen_copy", "gen_check", "PARALLEL_MIN", "FASTMATH",
+__all__ = ["Kernel", "gen_group", "chunked_rows", "COLUMN_CHUNKS", "PARALLEL_MIN", "FASTMATH",
            "CONTIG", "BCAST", "STRIDED", "GENERATOR_VERSION"]

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from . import kernel_ir as ki
 from .kernel_ir import I64, cast, const, read
+from .ordered_keys import row_minmax
 from .loops import (BCAST, Kernel, chunked_rows, _compute_dtype, _load, _store, _stored, _T, group_nest, load_at, reduce_init,
-                    row_minmax, scalar_expr, store_at, value_ref)
+                    scalar_expr, store_at, value_ref)
 
 
 def gen_rows(g, classes, parallel, rank, red_axes, alias=None, per_element=None) -> Kernel:

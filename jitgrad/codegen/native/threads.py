@@ -35,6 +35,14 @@ Policy (knobs in parentheses):
   which is the proportional slowdown the policy aims for.  TBB and OpenMP layers place their own threads and
   are left alone.
 
+- **The pool's launches stay on the calling thread while the cores are contended** (``pool_pacer.py``;
+  ``JITGRAD_POOL_PACER=0`` turns it off).  With one core taken by another process, the pinned worker there shares
+  it and each pooled launch waits for its chunk: B1 with its GEMMs on the pool took 1.86x its quiet time.  Each
+  compiled graph with gated launches reads the pool's launch clock (two reads per pooled launch) around its calls
+  and, while pooled launches run much slower per unit of work than their best and than the calling thread
+  alone, keeps them (split GEMMs included) on the calling thread for a number of calls that doubles while the
+  contention lasts.
+
 - **BLAS drops to one thread while the cores are contended** (``ir/ops/blas.BlasPacer``; ``JITGRAD_BLAS_PACER=0``
   turns it off).  OpenBLAS's threads spin-wait for each other inside a GEMM, so one descheduled thread stalls the
   call: measured (2 cores, one spinning hog), a B1 step went from 2.7 ms to a median of 7-69 ms and a 90th
@@ -53,6 +61,7 @@ import sys
 import threading
 
 from ...ir.ops import blas as _blas
+from . import pool_pacer as _pool_pacer
 
 _configured = False
 _placed = False
@@ -133,24 +142,35 @@ class CallGuard:
     """``with guard:`` around one compiled graph's call: ``LAUNCH_LOCK`` when it has a parallel kernel, its own
     ``BlasPacer`` when it calls BLAS; ``single_blas``: its big GEMMs run on the pool's workers (rows split,
     ``layout.Program.split_rows``), so OpenBLAS runs each call on the calling thread (no thread of its own, no
-    pacer: one set of threads for the whole call)."""
+    pacer: one set of threads for the whole call); ``paced``: it has gated pool launches, which its own
+    ``pool_pacer.PoolPacer`` keeps on the calling thread while the cores are contended (inside the lock)."""
 
-    def __init__(self, parallel: bool, blas: bool, single_blas: bool = False):
+    def __init__(self, parallel: bool, blas: bool, single_blas: bool = False, paced: bool = False):
         self.lock = LAUNCH_LOCK if parallel else None
         self.single = single_blas
         self.pacer = _blas.BlasPacer() if blas and _blas.BLAS_PACER and not single_blas else None
+        self.pool_pacer = _pool_pacer.pacer() if paced and parallel else None
 
     def __enter__(self):
         if self.lock is not None:
             self.lock.__enter__()
-        if self.single:
-            _blas.BlasPacer.use(1)
-        if self.pacer is not None:
-            self.pacer.__enter__()
+        try:
+            if self.single:
+                _blas.BlasPacer.use(1)
+            if self.pacer is not None:
+                self.pacer.__enter__()
+            if self.pool_pacer is not None:
+                self.pool_pacer.__enter__()
+        except BaseException:
+            if self.lock is not None:
+                self.lock.__exit__(None, None, None)
+            raise
         return self
 
     def __exit__(self, *exc):
         try:
+            if self.pool_pacer is not None:
+                self.pool_pacer.__exit__(*exc)
             if self.pacer is not None:
                 self.pacer.__exit__(*exc)
         finally:
@@ -173,11 +193,12 @@ def blas_threaded(steps) -> bool:
     return False
 
 
-def call_guard(parallel: bool, blas: bool, single_blas: bool = False):
-    """What a compiled graph's call is wrapped in (``CallGuard``), or None when it needs nothing."""
+def call_guard(parallel: bool, blas: bool, single_blas: bool = False, paced: bool = False):
+    """What a compiled graph's call is wrapped in (``CallGuard``), or None when it needs nothing.  ``paced``:
+    some of its pool launches are gated (``layout.Step.gate``), so a ``PoolPacer`` may hold them off the pool."""
     if not parallel and not (blas and _blas.BLAS_PACER) and not single_blas:
         return None
-    return CallGuard(parallel, blas, single_blas)
+    return CallGuard(parallel, blas, single_blas, paced)
 
 
 def _after_fork_in_child():

@@ -15,8 +15,9 @@ module registers with llvmlite before code that needs them is linked (``objload.
 ``jitgrad_wq_add_task``, ``jitgrad_wq_ready``, ``jitgrad_wq_synchronize`` and the ``int64`` globals
 ``jitgrad_wq_threads`` (the number of worker queues: a launch adds exactly one task per queue, since ``ready``
 wakes every queue), ``jitgrad_wq_min_work`` and ``jitgrad_wq_grain`` (when a launch is worth the pool, below) and
-``jitgrad_wq_rounds`` (the pool rounds launched so far, counted for tests).  The object code holds no address, so
-a kernel from the disk cache links in any process.
+``jitgrad_wq_rounds`` (the pool rounds launched so far, counted for tests), and the pacer's (below):
+``jitgrad_wq_pace``, the clock ``jitgrad_wq_clock`` (libc's ``clock_gettime``) and the four counters of timed
+launches.  The object code holds no address, so a kernel from the disk cache links in any process.
 
 **When a loop takes the pool: decided per call, inside the kernel.**  A parallel kernel is *parallel-capable*:
 each call it compares its work (elements x the plan's per-element cost, ``layout.py``) with the process-wide
@@ -26,6 +27,16 @@ batch of small products (``batched_gemm.py``) does the same in the entry with it
 out once for every size (``codegen/program/sized.py``) needs no guard on a parallel choice, and a measured
 threshold (``benchmarks/parallel_threshold.py``, ``JITGRAD_PARALLEL_WORK`` or ``set_min_work``) applies to built
 kernels without rebuilding them.  Kernels Numba builds (random draws, integer powers) always split their loop.
+
+**What the pool's pacer sees** (``pool_pacer.py``; ``jitgrad_wq_pace``, set by the pacer under the launch lock):
+0, nothing timed (no pacer, the default until one runs); ``PACE_TIMED``, every gated launch that takes the pool
+reads the clock before it wakes the workers and after they all finished, and adds the nanoseconds and its work
+to ``pool_ns``/``pool_work``; ``PACE_HELD``, gated launches that reach the threshold run on the calling thread
+anyway (the pacer saw contention) and add their time and work to ``serial_ns``/``serial_work``.  So a launch
+costs two clock reads (vDSO, ~20 ns each, against a wake-up of 5-30 us) when it wakes the workers, none when it
+does not, and a graph without a parallel-capable step never reads the clock.  The workers themselves are not
+timed: with equal static chunks, the launch's wall time already waits for the slowest worker, which is what a
+core taken by another process shows as.
 
 Not thread-safe: one launch at a time per process (``threads.LAUNCH_LOCK``, held around calls of graphs with a
 parallel kernel).  After a fork the child's pool is empty and the library starts new workers at the child's first
@@ -39,11 +50,13 @@ import importlib.util
 import os
 import sys
 import threading
+import time
 
 from ...ir import settings
 
 SYMBOLS = ("jitgrad_wq_add_task", "jitgrad_wq_ready", "jitgrad_wq_synchronize", "jitgrad_wq_threads",
-           "jitgrad_wq_min_work", "jitgrad_wq_grain", "jitgrad_wq_rounds")
+           "jitgrad_wq_min_work", "jitgrad_wq_grain", "jitgrad_wq_rounds", "jitgrad_wq_pace", "jitgrad_wq_clock",
+           "jitgrad_wq_pool_ns", "jitgrad_wq_pool_work", "jitgrad_wq_serial_ns", "jitgrad_wq_serial_work")
 _lock = threading.Lock()
 _LIB = None
 _THREADS = ctypes.c_int64(0)    # the global the kernels read (its address is the symbol jitgrad_wq_threads)
@@ -66,6 +79,16 @@ PARALLEL_WORK = 1 << 23
 _MIN_WORK = ctypes.c_int64(int(float(os.environ.get("JITGRAD_PARALLEL_WORK", PARALLEL_WORK))))
 _GRAIN = ctypes.c_int64(PARALLEL_GRAIN)
 _ROUNDS = ctypes.c_int64(0)     # pool rounds launched by kernels built from IR and by entries (tests count them)
+# the pacer's state and counters (see the module docstring): gated launches read PACE at every call
+PACE_OFF, PACE_TIMED, PACE_HELD = 0, 1, 2
+_PACE = ctypes.c_int64(PACE_OFF)
+_TIMES = {name: ctypes.c_int64(0) for name in ("pool_ns", "pool_work", "serial_ns", "serial_work")}
+_POOL_NS, _POOL_WORK, _SERIAL_NS, _SERIAL_WORK = _TIMES.values()
+# the clock gated launches read: libc's clock_gettime (through the vDSO on Linux: no system call), or the
+# function at CLOCK_ADDRESS (the same signature) when one is set before the pool's first launch (tests count the
+# reads and script the times through it)
+CLOCK_ID = getattr(time, "CLOCK_MONOTONIC", 1)
+CLOCK_ADDRESS = None
 
 
 def min_work() -> int:
@@ -95,15 +118,35 @@ def rounds() -> int:
 
 def takes(elements, per_element: float) -> bool:
     """Whether a parallel-capable loop of ``elements`` elements, each costing ``per_element``, takes the pool:
-    the test the kernel makes per call (``ir_loops._Renderer._dispatch``), less the worker count."""
+    the test the kernel makes per call (``ir_loops._Renderer._dispatch``), less the worker count and the pacer
+    (which holds launches off the pool only inside a paced graph's call: never between calls)."""
     return elements >= _GRAIN.value and float(elements) * per_element >= float(_MIN_WORK.value)
 
 
-def takes_batch(macs, count, most: int) -> bool:
+def takes_batch(macs, count, most: int | None) -> bool:
     """Whether a batch of ``count`` products of ``macs`` multiply-adds each takes the pool, each product on one
-    thread: at least two, each at most ``most`` (OpenBLAS would thread a larger one itself), and work enough
-    (the entry's test, ``entry._batched_gemm_on_pool``)."""
-    return count >= 2 and macs <= most and float(macs) * float(count) >= float(_MIN_WORK.value)
+    thread: at least two, each at most ``most`` (OpenBLAS would thread a larger one itself; None: no bound, the
+    blocks of a split GEMM), and work enough (the entry's test, ``entry._batched_gemm_on_pool``)."""
+    return count >= 2 and (most is None or macs <= most) and float(macs) * float(count) >= float(_MIN_WORK.value)
+
+
+def pace() -> int:
+    """What gated launches do about the pacer now: ``PACE_OFF``, ``PACE_TIMED`` or ``PACE_HELD`` (module
+    docstring)."""
+    return int(_PACE.value)
+
+
+def set_pace(state: int) -> None:
+    """Set ``pace()`` (the pacer does, holding ``threads.LAUNCH_LOCK``, so no launch reads it half-way)."""
+    _PACE.value = int(state)
+
+
+def launch_times(held: bool = False) -> tuple:
+    """``(nanoseconds, work)`` of the timed launches so far: those on the pool, or (``held``) those the pacer
+    kept on the calling thread.  Cumulative; a pacer reads them before and after a call."""
+    if held:
+        return _SERIAL_NS.value, _SERIAL_WORK.value
+    return _POOL_NS.value, _POOL_WORK.value
 
 
 def default_threads() -> int:
@@ -192,6 +235,11 @@ def launch() -> int:
             ll.add_symbol("jitgrad_wq_min_work", ctypes.addressof(_MIN_WORK))
             ll.add_symbol("jitgrad_wq_grain", ctypes.addressof(_GRAIN))
             ll.add_symbol("jitgrad_wq_rounds", ctypes.addressof(_ROUNDS))
+            ll.add_symbol("jitgrad_wq_pace", ctypes.addressof(_PACE))
+            for name, counter in _TIMES.items():
+                ll.add_symbol("jitgrad_wq_" + name, ctypes.addressof(counter))
+            clock = CLOCK_ADDRESS or ctypes.cast(ctypes.CDLL(None).clock_gettime, ctypes.c_void_p).value
+            ll.add_symbol("jitgrad_wq_clock", clock)
     return int(_THREADS.value)
 
 
@@ -229,4 +277,5 @@ def run_on_each(fn) -> list:
 
 
 __all__ = ["available", "launch", "threads", "run_on_each", "default_threads", "library", "SYMBOLS", "PARALLEL_GRAIN",
-           "PARALLEL_WORK", "min_work", "set_min_work", "grain", "rounds", "takes", "takes_batch"]
+           "PARALLEL_WORK", "min_work", "set_min_work", "grain", "rounds", "takes", "takes_batch", "pace", "set_pace",
+           "launch_times", "PACE_OFF", "PACE_TIMED", "PACE_HELD", "CLOCK_ID", "CLOCK_ADDRESS"]

@@ -105,7 +105,10 @@ def split_rows(prog: Program, e, pa, flag_a, pb, flag_b, pc, m, n, k) -> bool:
     (``Program.split_rows``), one single-threaded BLAS call per block on the pool's workers.  Each call packs
     the operand the blocks share, so the split is along the side whose shared operand is the smaller: blocks of
     rows (entry ``j``: A's rows ``[j r, (j + 1) r)`` times all of B) when ``n <= m``, else blocks of columns (all
-    of A times B's columns ``[j c, (j + 1) c)``).  False: not split (one call)."""
+    of A times B's columns ``[j c, (j + 1) c)``).  Per call, the blocks go to the pool when their multiply-adds
+    reach the pool's threshold (``workpool.takes_batch``, no bound on a block's size) and its pacer does not
+    hold launches off it; else they run one after the other on the calling thread (the same calls, the same
+    bits).  False: not split (one call)."""
     macs = float(hint_of(m * n * k))
     by_rows = not (type(m) is int and type(n) is int and n > m)
     nb = prog.split_rows(m if by_rows else n, macs)
@@ -125,6 +128,10 @@ def split_rows(prog: Program, e, pa, flag_a, pb, flag_b, pc, m, n, k) -> bool:
         st.label = "matmul (BLAS, columns on the pool)"
     st.work *= nb
     st.parallel = st.split = True
+    if prog.parallel is None:
+        # its work compared with the pool's threshold per call, as a loop's (and held off the pool by its pacer
+        # while the cores are contended: pool_abi.launch); blocks of rows or columns alike
+        st.gate = ((m // nb) * n * k, nb) if by_rows else (m * (n // nb) * k, nb)
     # an SGD update of the product may still fold into it (gemm_steps.fold_update_into_gemm: alpha, beta and C's
     # slot; the blocks' C offsets are the updated weight's own, a contiguous array of C's shape)
     prog.gemm_outs[e.outs[0]] = (st, prog.places.n, st.fold[0], st.fold[1], st.fold[2])

@@ -27,7 +27,7 @@ from ...ir.interpret import ScopeTracker, run_eqn
 from ...ir import settings
 from ...ir.ops import blas
 from ...ir.plan import Plan
-from . import batched_gemm, collective_steps, gemm_steps, loop_steps, region_steps
+from . import batch_steps, batched_gemm, collective_steps, gemm_steps, loop_steps, region_steps
 from ..native import build as _build, build_thread, threads
 from .layout import Program
 from ..lowering import lower_plan, step_error
@@ -88,7 +88,7 @@ def _numba_array_type(d, ndim) -> str:
 _background = build_thread.queue_background
 
 # the CPU target's step modules: importing them registers their emitters (``lowering.emits``)
-STEP_MODULES = (loop_steps, gemm_steps, batched_gemm, region_steps, collective_steps)
+STEP_MODULES = (loop_steps, batch_steps, gemm_steps, batched_gemm, region_steps, collective_steps)
 
 
 def lay_out(plan: Plan, writes=(), parallel=None, check_ids=None) -> Program:
@@ -178,9 +178,11 @@ class CompiledGraph:
         self._tables()
         if self.nopython and entry.layout_ok():
             # one parallel launch at a time per process; BLAS on one thread while the cores are contended
+            steps = self.program.steps + self.program.writes
             lock = self.call_lock = threads.call_guard(
                 any(k.parallel for k in self.kernels) or entry.has_pool_steps(self.program),
-                threads.blas_threaded(self.program.steps), any(st.split for st in self.program.steps))
+                threads.blas_threaded(self.program.steps), any(st.split for st in self.program.steps),
+                any(st.gate is not None for st in steps))
             self.run = entry.caller(entry_addr, self.program, len(self.checks), self.A, self.F, self.OFF,
                                     self._python_run, self._ierr, self.step_error, lock)
         else:
@@ -216,8 +218,9 @@ class CompiledGraph:
                 out.append(Launch(st.label, st.kernel.kind, par, pool if par else 1, st.work, gated=gated))
             elif st.kind in ("gemm", "bgemm"):
                 par = bool(st.parallel)
-                if gated:
-                    par = workpool.takes_batch(size(st.gate[0]), size(st.gate[1]), blas.BLAS_THREADED_MACS)
+                if gated:       # (a split GEMM's blocks: no bound on their size)
+                    par = workpool.takes_batch(size(st.gate[0]), size(st.gate[1]),
+                                               None if st.split else blas.BLAS_THREADED_MACS)
                 big = threads.blas_threaded([st])
                 out.append(Launch(st.label, st.kind, par, pool if par else blas_n if big else 1, st.work, st.gemm,
                                   gated))

@@ -69,7 +69,8 @@ def _ops(program, n_inputs: int, n_checks: int):
         kind = st.kind if st.kind in ("gemm", "bgemm") else "kernel"
         if kind == "bgemm" and st.parallel:
             # its batch split between the pool's workers (gated: in the calls where that pays)
-            kind = "pbgemm" if st.gate is None else "gbgemm"
+            # (a split GEMM's blocks: gated by the work alone)
+            kind = "pbgemm" if st.gate is None else "sbgemm" if st.split else "gbgemm"
         ops.append(("call", kind, n, st.block, st.label, guard))
     if (n_checks or checked) and p.writes:    # an anomaly or a raising step leaves the user's state untouched
         ops.append(("if_ok", n_checks, checked))
@@ -94,9 +95,11 @@ def entry_source(program, n_inputs: int, n_checks: int) -> str:
             lines.append(f"{ind}a[{op[1]}] = e")
         elif op[0] == "call":
             fn = {"gemm": "call_gemm", "bgemm": "call_gemm_batched", "pbgemm": "call_gemm_batched_on_pool",
-                  "gbgemm": "call_gemm_batched_on_pool"}.get(op[1], "call_kernel")
-            per_call = f", when_macs_at_most={BLAS_THREADED_MACS}, when_work_reaches=min_work" \
-                if op[1] == "gbgemm" else ""
+                  "gbgemm": "call_gemm_batched_on_pool", "sbgemm": "call_gemm_batched_on_pool"}.get(
+                op[1], "call_kernel")
+            # (a gated launch also reads the pool pacer's state: pool_abi.launch)
+            per_call = f", when_macs_at_most={BLAS_THREADED_MACS}, when_work_reaches=min_work, paced=pace" \
+                if op[1] == "gbgemm" else ", when_work_reaches=min_work, paced=pace" if op[1] == "sbgemm" else ""
             call = f"{fn}(F[{op[2]}], A + {8 * op[3]}{per_call})  # {op[4]}"
             if op[5] == "ie":
                 lines += [f"{ind}if IE[0] == 0:", f"{ind}    {call}"]
@@ -158,8 +161,9 @@ def entry_ir(program, n_inputs: int, n_checks: int, name: str) -> str:
                 b.call(b.inttoptr(target, gty.as_pointer()), [b.inttoptr(at(base, k), i8p) for k in range(13)])
             elif op[1] == "bgemm":
                 _batched_gemm(b, fn, b.inttoptr(blk, i64p), b.inttoptr(target, gty.as_pointer()), op[2])
-            elif op[1] in ("pbgemm", "gbgemm"):
-                _batched_gemm_on_pool(b, fn, b.inttoptr(blk, i64p), target, op[2], op[1] == "gbgemm")
+            elif op[1] in ("pbgemm", "gbgemm", "sbgemm"):
+                _batched_gemm_on_pool(b, fn, b.inttoptr(blk, i64p), target, op[2], op[1] != "pbgemm",
+                                      op[1] == "gbgemm")
             else:
                 b.call(b.inttoptr(target, kty.as_pointer()), [b.inttoptr(blk, i64p)])
             if skip is not None:
@@ -299,14 +303,15 @@ def _gemm_chunk(mod):
     return fn
 
 
-def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False):
+def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False, bounded=True):
     """A parallel ``bgemm`` step: its batch entries split into one equal chunk per worker of the pool (chunk
     ``t`` of ``w``: ``[total * t / w, total * (t + 1) / w)``, fixed by the thread count, never by timing), each
     chunk's products run one after the other on that worker (``_gemm_chunk``); all on the calling thread when the
     pool has one worker.  ``gated``: only in calls where each product is at most ``BLAS_THREADED_MACS``
-    multiply-adds (m, n, k read from the block's parameters) and the batch's reach the pool's minimum work
-    (``workpool.takes_batch``); else all on the calling thread.  The caller holds ``threads.LAUNCH_LOCK``
-    (``cpu.CompiledGraph``)."""
+    multiply-adds (m, n, k read from the block's parameters; ``bounded=False``: any size, the blocks of a split
+    GEMM) and the batch's reach the pool's minimum work (``workpool.takes_batch``), and while the pool's pacer does
+    not hold launches off the pool (``pool_abi.launch``); else all on the calling thread.  The caller holds
+    ``threads.LAUNCH_LOCK`` (``cpu.CompiledGraph``)."""
     from llvmlite import ir
     mod = fn.module
     i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
@@ -331,14 +336,17 @@ def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False):
     total = b.load(total_v)
     nw = b.load(pool_abi.pool_global(mod, "threads"))
     pooled = b.and_(b.icmp_signed(">", nw, c(1)), b.icmp_signed(">", total, c(1)))
+    takes, pace, work = pooled, None, None
     if gated:       # slots 2, 3, 4: the addresses of the int32 sizes m, n, k (batched_gemm._emit_gemm_block)
         i32p = ir.IntType(32).as_pointer()
         macs = c(1)
         for k in (2, 3, 4):
             macs = b.mul(macs, b.sext(b.load(b.inttoptr(ld(k), i32p)), i64))
         work = b.fmul(b.sitofp(macs, ir.DoubleType()), b.sitofp(total, ir.DoubleType()))
-        pooled = b.and_(pooled, b.and_(b.icmp_signed("<=", macs, c(BLAS_THREADED_MACS)),
-                                       pool_abi.reaches_min_work(b, mod, work)))
+        takes = b.and_(pooled, pool_abi.reaches_min_work(b, mod, work))
+        if bounded:     # small products: only where OpenBLAS would not thread one itself
+            takes = b.and_(takes, b.icmp_signed("<=", macs, c(BLAS_THREADED_MACS)))
+        pooled, pace = pool_abi.paced(b, mod, takes)
     ntasks = b.select(pooled, nw, c(1))
     tasks = b.alloca(i64, size=b.mul(ntasks, c(3)), name=f"ptasks{n}")
     null = ir.Constant(i8p, None)
@@ -351,13 +359,15 @@ def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False):
         with b.if_then(pooled):
             b.call(add, [b.bitcast(chunk, i8p), b.bitcast(rec, i8p), null, null, b.bitcast(p, i8p)])
     loop("pfill", ntasks, fill)
-    with b.if_else(pooled) as (then, other):
-        with then:
-            pool_abi.count_round(b, mod)
-            b.call(ready, [])
-            b.call(sync, [])
-        with other:
-            b.call(chunk, [tasks, ir.Constant(i64p, None), ir.Constant(i64p, None), p])
+
+    def on_pool():
+        pool_abi.count_round(b, mod)
+        b.call(ready, [])
+        b.call(sync, [])
+
+    def on_caller():
+        b.call(chunk, [tasks, ir.Constant(i64p, None), ir.Constant(i64p, None), p])
+    pool_abi.launch(b, mod, pooled, takes, pace, work, on_pool, on_caller)
 
 
 def has_pool_steps(program) -> bool:

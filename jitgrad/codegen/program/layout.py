@@ -26,8 +26,10 @@ import numpy as np
 from ...ir import settings
 from ...ir.ops.blas import BLAS_THREADED_MACS
 from ...ir.symbolic import SymInt, hint_of, size_arg
-from ...ir.plan import Group
-from ..kernels.loops import BCAST, CONTIG, PARALLEL_MIN, STRIDED, gen_check, gen_copy
+from ...ir.plan import Group, LoopBatch, batching
+from ..kernels.batch_loops import HEADER, copy_member, gen_batch, plan_pieces
+from ..kernels.copy_loops import gen_check, gen_copy
+from ..kernels.loops import BCAST, CONTIG, PARALLEL_MIN, STRIDED
 from ..native import workpool
 from ..places import Place, Places, Root, bcast_strides, coalesce
 
@@ -45,6 +47,17 @@ MIN_ELEMENT_COST = workpool.PARALLEL_WORK / PARALLEL_MIN
 # ``JITGRAD_POOL_GEMMS=0``: OpenBLAS threads big GEMMs itself, as before.
 POOL_GEMMS = os.environ.get("JITGRAD_POOL_GEMMS", "1") != "0"
 POOL_GEMM_MIN_ROWS = 32
+# units of work per pool thread a parallel batch (``batch_loops.py``) is cut into, members' pieces packed to similar
+# sizes: the pool hands each worker a contiguous run of units, so a few per thread even out unequal members
+UNITS_PER_THREAD = 4
+
+
+def pool_workers() -> int:
+    """The threads a parallel launch may run on in this process (the pool's, at most ``set_num_threads``)."""
+    w = workpool.threads() or workpool.default_threads()
+    if settings.STATE.num_threads:
+        w = min(w, settings.STATE.num_threads)
+    return max(int(w), 1)
 
 
 def alias_classes(places) -> list:
@@ -100,7 +113,8 @@ class Step:
         self.parallel = False       # kind "bgemm": its batch entries split between the pool's workers
         self.work = 0.0             # its work in the plan's cost unit, as the parallel choice saw it (0: unknown)
         # a parallel step that takes the pool by its work per call: (elements, per-element cost) of a kernel,
-        # (multiply-adds of one product, products) of a bgemm (sizes may be symbolic); None: it always does
+        # (multiply-adds of one product, products) of a bgemm or of a split GEMM's blocks (sizes may be symbolic);
+        # None: it always does
         self.gate = None
         self.split = False          # a big GEMM's rows split between the pool's workers (batched_gemm.split_rows)
         self.fold = None            # a GEMM block's (alpha offset, beta offset, C's slot), for an update folded in
@@ -137,11 +151,75 @@ class Program:
         """After the plan's steps: where each output is, and the write-backs (run after every step, and only when
         no check failed)."""
         self.outputs = [self.places.output(v) for v in self.graph.outputs]
-        for src, dst in self.places.write_backs():
-            st = self.copy_step(src, dst, "write-back")
+        pairs = self.places.write_backs()
+        for st in self._write_back_batches(pairs) + [self.copy_step(src, dst, "write-back") for src, dst in pairs]:
             self.steps.remove(st)
             st.guarded = True
             self.writes.append(st)
+
+    def _write_back_batches(self, pairs) -> list:
+        """Write-backs that are small serial copies of one kind (an optimiser's step counts) as one batch launch
+        each (``batch_loops.gen_batch``); they are taken out of ``pairs``.  Not when a copy reads a buffer another
+        one writes (the batch runs them in any order)."""
+        if not batching() or {id(s.root) for s, _ in pairs} & {id(d.root) for _, d in pairs}:
+            return []
+        kinds = {}
+        for src, dst in pairs:
+            it = dst.shape
+            size = math.prod(it)
+            if type(size) is not int or not dst.contiguous() or (dst.strides and dst.strides[-1] != 1) \
+                    or any(type(s) is not int for s in src.strides) or (it and self.pool_choice(size)[0]):
+                continue
+            sst = bcast_strides(src, it) if src.shape != it else list(src.strides)
+            shape, (sst, dst_st) = coalesce(it, [sst, list(dst.strides)])
+            kind = (src.dtype, dst.dtype, len(shape), stride_class(sst))
+            kinds.setdefault(kind, []).append((src, dst, shape, sst, dst_st, size))
+        out = []
+        for (sd, dd, rank, cls), copies in kinds.items():
+            if len(copies) < 2:
+                continue
+            total = sum(c[5] for c in copies)
+            par, gate = self.pool_choice(total) if rank else (False, None)
+            k = gen_batch(copy_member(sd, dd, rank, cls), rank, [cls, CONTIG], par, gate, rank == 0, "batch copy")
+
+            def writer(src, dst, shape, sst, dst_st):
+                def write():
+                    self.table.extend(size_arg(d) for d in shape)
+                    self.operand(src, sst)
+                    self.operand(dst, dst_st)
+                return write
+            members = [(c[5], c[2][0] if rank else 1, writer(*c[:5])) for c in copies]
+            out.append(self.batch_step(k, members, rank == 0, MIN_ELEMENT_COST, f"write-back (batch of {len(copies)})",
+                                       [list(copies[0][1].shape)]))
+            done = {id(c[1]) for c in copies}
+            pairs[:] = [(s, d) for s, d in pairs if id(d) not in done]
+        return out
+
+    def batch_step(self, k, members, whole, per_element, label, shapes=(), scope=()) -> Step:
+        """The step of batch kernel ``k`` (``batch_loops.gen_batch``) over ``members``: ``(elements, outer rows,
+        write)``, ``write()`` appending that member's own argument block to the table; ``whole``: a member is one
+        piece.  Its block: the unit and piece tables, then the members' blocks (``batch_loops``'s layout)."""
+        sizes = [m[0] for m in members]
+        elements = sum(sizes)
+        units, pieces = plan_pieces([(n, rows) for n, rows, _ in members],
+                                    UNITS_PER_THREAD * pool_workers() if k.parallel else 1, whole=whole)
+        st = Step("kernel", k, label=label, shapes=shapes, scope=scope)
+        st.work = elements * per_element
+        if k.per_element is not None:
+            st.gate = (elements, k.per_element)
+        st.block = b0 = len(self.table)
+        self.table += [len(units) - 1, elements] + units
+        at = len(self.table)
+        for m, c, parts in pieces:
+            self.table += [m, c, parts]         # m: the member's block, once it is written (below)
+        starts = []
+        for _, _, write in members:
+            starts.append(len(self.table) - b0)
+            write()
+        for q, (m, _, _) in enumerate(pieces):
+            self.table[at + 3 * q] = starts[m]
+        assert at - b0 == HEADER + len(units)
+        return self.add(st)
 
     @property
     def fresh(self) -> list:
@@ -297,7 +375,7 @@ class Program:
 
     def after_step(self, s):
         """After each plan entry: the anomaly check of a single eqn's output (groups check inside their loop)."""
-        if not isinstance(s, Group):
+        if not isinstance(s, (Group, LoopBatch)):
             self._check(s, self.places[s.outs[0]])
 
     def index_check_slot(self, e):

@@ -27,20 +27,19 @@ def fused_group(prog: Program, g: Group):
     update of a GEMM's result is folded into that GEMM instead (``gemm_steps.py``)."""
     if fold_update_into_gemm(prog, g):
         return
-    op = prog.places.group(g)
+    emit_group(prog, g, prog.places.group(g))
+
+
+def emit_group(prog: Program, g, op):
+    """Group ``g``'s loop kernel over its placed operands ``op`` (``places.Places.group``) as a step."""
     # a scatter adds into its output: the base is copied in first (zeros: the loop clears it itself)
     scattered = op.out_places[len(op.out_places) - len(g.scatters):]
     for e, po in zip(g.scatters, scattered):
         if not adds_into_zeros(e):
             prog.copy_step(prog.place(e.ins[0]), po, "copy (index_put)")
     shape = op.shape
-    classes = [stride_class(st) for st in op.in_strides + op.out_strides]
-    per_element = sum(p.dtype.itemsize for p in op.in_places + op.out_places) + g.arith_cost()
-    if isinstance(g, RowGroup):     # each pass sweeps the row again: its reads and its arithmetic, recomputations too
-        per_element += (len(g.passes) - 1) * sum(p.dtype.itemsize for p in op.in_places) \
-            + max(g.cost - g.arith_cost(), 0.0)
+    classes, per_element, alias = loop_facts(g, op)
     parallel, gate = prog.pool_choice(op.size, per_element) if len(shape) > 0 and not g.scatters else (False, None)
-    alias = alias_classes(op.in_places + op.out_places)
     if isinstance(g, RowGroup):
         k = gen_rows(g, classes, parallel, len(shape), op.red_axes, alias, gate)
     else:
@@ -51,6 +50,27 @@ def fused_group(prog: Program, g: Group):
     if k.per_element is not None:
         st.gate = (op.size, k.per_element)
     st.block = len(prog.table)
+    group_block(prog, g, op, k, scattered)
+    st.state_write = op.in_place
+    prog.add(st)
+
+
+def loop_facts(g, op):
+    """``(classes, per_element, alias)`` of group ``g``'s loop over its operands ``op`` (``places.Places.group``):
+    the inner layout class of each operand, the work of one element in the plan's cost unit (bytes moved plus
+    arithmetic; a row kernel's counts every sweep of the row) and the operands' alias classes."""
+    classes = [stride_class(st) for st in op.in_strides + op.out_strides]
+    per_element = sum(p.dtype.itemsize for p in op.in_places + op.out_places) + g.arith_cost()
+    if isinstance(g, RowGroup):     # each pass sweeps the row again: its reads and its arithmetic, recomputations too
+        per_element += (len(g.passes) - 1) * sum(p.dtype.itemsize for p in op.in_places) \
+            + max(g.cost - g.arith_cost(), 0.0)
+    return classes, per_element, alias_classes(op.in_places + op.out_places)
+
+
+def group_block(prog: Program, g, op, k, scattered=()):
+    """Append group ``g``'s argument block for kernel ``k`` to the table: sizes, operands, then the slots its
+    indexed accesses, reduction, partial sums, checks and guards read (``loops.gen_group``'s order)."""
+    shape = op.shape
     prog.table.extend(size_arg(d) for d in shape)
     for p, s_ in zip(op.in_places + op.out_places, op.in_strides + op.out_strides):
         prog.operand(p, s_)
@@ -84,8 +104,6 @@ def fused_group(prog: Program, g: Group):
         for e in k.guards:
             prog.table.append(len(prog.index_steps))
             prog.index_steps.append(e)
-    st.state_write = op.in_place
-    prog.add(st)
 
 
 @emits("view", target="cpu")
@@ -170,4 +188,4 @@ def host(prog: Program, e):
     prog.add(st)
 
 
-__all__ = ["fused_group", "view", "gather", "scatter", "scan", "host"]
+__all__ = ["fused_group", "emit_group", "loop_facts", "group_block", "view", "gather", "scatter", "scan", "host"]

@@ -26,11 +26,18 @@ def _float_rule(name):
     return shape_dtype
 
 
+# the ufuncs' reduce: the ndarray methods go through NumPy's Python wrappers (_methods.py), a frame per call that
+# small tensors feel
+_max_reduce = np.maximum.reduce
+_add_reduce = np.add.reduce
+_or_reduce = np.logical_or.reduce
+
+
 def _shifted(x, axis):
     """x minus its max along ``axis``, as torch (and the composition) do: a row holding +inf, or all -inf, is nan
     throughout."""
-    m = x.max(axis=axis, keepdims=True)       # the methods skip np.amax's Python wrapper (small-tensor cost)
-    if np.isfinite(m.sum()):
+    m = _max_reduce(x, axis=axis, keepdims=True)
+    if np.isfinite(_add_reduce(m, axis=None)):
         return x - m
     with np.errstate(invalid="ignore"):        # inf - inf: nan on purpose, no warning
         return x - m
@@ -38,12 +45,12 @@ def _shifted(x, axis):
 
 def _log_softmax_impl(x, axis):
     s = _shifted(x, axis)
-    return s - np.log(np.exp(s).sum(axis=axis, keepdims=True))
+    return s - np.log(_add_reduce(np.exp(s), axis=axis, keepdims=True))
 
 
 def _softmax_impl(x, axis):
     e = np.exp(_shifted(x, axis))
-    return e / e.sum(axis=axis, keepdims=True)
+    return e / _add_reduce(e, axis=axis, keepdims=True)
 
 
 def _log_softmax_vjp(c, g):
@@ -81,7 +88,7 @@ _lsm_bwd_rule = _gradient_and_output_rule("log_softmax_backward")
 
 
 def _lsm_bwd_impl(g, out, axis):
-    return g - np.exp(out) * g.sum(axis=axis, keepdims=True)
+    return g - np.exp(out) * _add_reduce(g, axis=axis, keepdims=True)
 
 
 def _lsm_bwd_vjp(c, h):
@@ -249,8 +256,8 @@ def _nll_weights(target, ignore_index):
 
 def _nll_impl(logp, target, ignore_index, reduction):
     rows = _rows(target.shape[0])
-    if reduction == "mean" and rows.size and not (target == ignore_index).any():     # the common case: nothing ignored
-        return -(logp[rows, target].sum(dtype=logp.dtype) / logp.dtype.type(target.shape[0]))
+    if reduction == "mean" and rows.size and not _or_reduce(target == ignore_index, axis=None):     # nothing ignored
+        return -(_add_reduce(logp[rows, target], axis=None, dtype=logp.dtype) / logp.dtype.type(target.shape[0]))
     valid, safe = _nll_weights(target, ignore_index)
     picked = np.where(valid, -logp[rows, safe], logp.dtype.type(0))     # ignored rows are skipped (-inf there too)
     if reduction == "none":
@@ -271,7 +278,7 @@ def _nll_vjp(c, g):
     dtype = np.dtype(c.dtypes[0].np)
     red = c.params["reduction"]
     w = np.zeros((n_rows, n_cls), dtype)
-    if red == "mean" and n_rows and not (target == c.params["ignore_index"]).any():     # nothing ignored
+    if red == "mean" and n_rows and not _or_reduce(target == c.params["ignore_index"], axis=None):  # none ignored
         w[_rows(n_rows), target] = -1.0 / n_rows
         return (g * w, None)
     valid, safe = _nll_weights(target, c.params["ignore_index"])

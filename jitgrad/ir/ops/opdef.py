@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
+
 from .. import dtypes as dt
 
 
@@ -138,7 +140,13 @@ class OpDef:
 class RuleCtx:
     """What a rule sees (``ctx``): filled in by whoever runs it (eager dispatch, the transpose and jvp passes)."""
 
-    __slots__ = ("op", "inputs", "outputs", "shapes", "dtypes", "params", "needs_grad", "bind", "transpose_vjp")
+    __slots__ = ("op", "inputs", "outputs", "shapes", "dtypes", "params", "needs_grad", "bind", "transposer")
+
+    def transpose_vjp(self, ts):
+        """J ts as the transpose of the op's vjp: ``self.transposer(self, ts)``, the caller's (a function of the
+        context, not a closure over it: a closure stored on the context is a reference cycle, which would keep the
+        rule's inputs and outputs alive until the cycle collector runs)."""
+        return self.transposer(self, ts)
 
 
 # derived jvp rules, named in an OpDef's ``jvp=``
@@ -172,8 +180,19 @@ def _bilinear_jvp(c, *ts):
             args = list(c.inputs)
             args[i] = t
             r = c.bind(c.op.name, *args, **c.params)
-            total = r if total is None else total + r
+            if total is None:
+                total = r
+            elif _own_buffer(total) and not total.requires_grad and not r.requires_grad:
+                total.add_(r)   # (the first term is this rule's own array: summed into it, not into a third one)
+            else:
+                total = total + r
     return (total,)
+
+
+def _own_buffer(t) -> bool:
+    """An eager tensor that is no view and may be written (a product this rule just made)."""
+    d = t._data
+    return type(d) is np.ndarray and t._base is None and d.flags.writeable
 
 
 def fit_to(t, out):

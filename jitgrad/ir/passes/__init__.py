@@ -11,6 +11,7 @@ from ..plan import Plan
 from .cse import cse
 from .dce import dce
 from .fuse import plan as _fuse
+from . import loop_batches
 from .row_chains import merge_row_chains
 from .simplify import simplify
 from .transpose import transpose, active_vars, Transposed  # noqa: F401
@@ -44,16 +45,21 @@ def run_pipeline(g: Graph, title: str = "", check: bool = False, transposable: b
     return g
 
 
-def fusion_plan(g: Graph, rowwise: bool | None = None, indexed: bool = True) -> Plan:
+def fusion_plan(g: Graph, rowwise: bool | None = None, indexed: bool = True, batched: bool | None = None) -> Plan:
     """The plan a code generator lowers: ``g``'s eqns fused into loop groups (``fuse.py``), then runs of groups that
-    form row-wise chains merged into one kernel each (``row_chains.py``).  ``rowwise``: whether to merge (a target
+    form row-wise chains merged into one kernel each (``row_chains.py``), then independent groups of one body
+    gathered into batches (``loop_batches.py``: one launch each; ``batched``: whether to, None: unless
+    ``JITGRAD_GROUP_LOOPS=0``; a target that cannot emit batches, CUDA, plans without).  ``rowwise``: whether to merge (a target
     that cannot emit row kernels, CUDA, plans without); None: yes, unless ``JITGRAD_ROWWISE=0`` (to compare the
     plain loops).  ``indexed``: gathers and scatter-adds by an index join the loops around them (CUDA plans
     without)."""
     p = _fuse(g, indexed)
     if rowwise is None:
         rowwise = os.environ.get("JITGRAD_ROWWISE", "1") != "0"
-    return merge_row_chains(p) if rowwise else p
+    p = merge_row_chains(p) if rowwise else p
+    if batched is None:
+        batched = loop_batches.batching()
+    return loop_batches.batch_loops(p) if batched else p
 
 
 __all__ = ["cse", "dce", "simplify", "transpose", "jvp", "split_linear", "run_pipeline", "PIPELINE", "dump", "active_vars", "fusion_plan"]

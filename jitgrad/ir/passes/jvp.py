@@ -50,7 +50,7 @@ def jvp(g: Graph, wrt, front, out_idx=None) -> Graph:
                   for i, (v, t) in enumerate(zip(e.ins, ts))]
             ctx.needs_grad = tuple(t is not None for t in ts)
             ctx.bind = front.bind_name
-            ctx.transpose_vjp = (lambda c: lambda tts: front.transpose_vjp(c, tts))(ctx)
+            ctx.transposer = front.transpose_vjp
             if not any(ctx.needs_grad):
                 continue
             with tb.located(e.loc, f"{e.op.name} (jvp)"):

@@ -18,6 +18,11 @@ from ..graph import Graph, Lit, Var
 from .dce import dce
 
 
+# views whose base is no larger than the view: the backward takes them again from the base (a slice's base can be
+# much larger than the slice, so a slice stays a residual of its own)
+REDERIVED_VIEWS = frozenset({"reshape", "permute", "broadcast_to", "flip"})
+
+
 class _Ctx:
     """What a vjp rule sees: the ``ctx`` protocol of ``ir/ops/opdef.py``."""
 
@@ -48,13 +53,23 @@ def transpose(g: Graph, out_idx, wrt, front, loc_of=None) -> Transposed:
     """Transpose ``g`` from outputs ``out_idx`` back to the input Vars ``wrt``."""
     act = active_vars(g, wrt)
     outs = [g.outputs[i] for i in out_idx]
+    views = {e.outs[0]: e for e in g.eqns if e.op.name in REDERIVED_VIEWS and isinstance(e.ins[0], Var)}
     with front.tracing() as tb:
         ct_inputs = [tb.new_input(o.aval) for o in outs]
         residual = {}    # forward Var -> bwd input Var
+        rederived = {}   # forward view Var -> the bwd tensor taking the same view of its lifted base
 
         def lift(v):
             if isinstance(v, Lit):
                 return front.wrap(v, False)
+            e = views.get(v)
+            if e is not None:
+                # a view (a linear layer's W.T, an activation's transpose) is taken again in the backward from
+                # its base: the forward saves the base, never a copy of the view
+                t = rederived.get(v)
+                if t is None:
+                    t = rederived[v] = front.bind_name(e.op.name, lift(e.ins[0]), **e.params)
+                return t
             r = residual.get(v)
             if r is None:
                 r = residual[v] = tb.new_input(v.aval)

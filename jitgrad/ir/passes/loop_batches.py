@@ -1,0 +1,128 @@
+"""Batching independent loops: fusion groups of one scalar body that do not depend on each other become one
+``LoopBatch`` step, which the CPU target runs as one launch parallel over (member, chunk).
+
+An optimiser's update is one small loop per parameter (AdamW over B9's 50 parameters: 35 loops of a few
+thousand to 65K elements, each below the worker pool's threshold, so each ran serially, one launch after
+another); clipping's per-parameter sums of squares are the same story.  Batched, their work adds up: one launch
+that takes the pool when the sum reaches the threshold, or one serial launch instead of dozens.
+
+Which groups: plain ``Group``s (not row kernels) of concrete size up to ``BATCH_MAX_ELEMENTS`` (bigger loops
+take the pool by themselves), elementwise or closed by a full reduction, with no loads or stores by an index,
+no anomaly checks, no draws (their body takes the element's index) and no integer arithmetic (an integer
+division's zero check raises from inside the loop).  Groups batch when their ``signature`` (eqns, wiring,
+dtypes, literals, which inputs broadcast) is equal; the code generator still splits a batch by kernel identity.
+
+Where: a batch stands where its first member stood; later members move up to it.  That is legal when a member
+reads nothing computed at or after the batch's first member (the graph is SSA: reading is the only dependence,
+and a member's own outputs count, so no member reads another's; state updates computed in place are the
+layout's decision, taken in the new order, and so is which updates run after a step that may raise).  A group
+that cannot move up starts the next batch of its signature.  ``JITGRAD_GROUP_LOOPS=0`` turns it off.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import Lit, Var
+from ..plan import Group, LoopBatch, Plan, batching
+
+BATCH_MAX_ELEMENTS = 1 << 20        # from here a loop takes the pool by itself (codegen's loops.PARALLEL_MIN)
+NO_BATCH_OPS = ("rand_uniform", "rand_normal")
+
+
+def _candidate(s) -> bool:
+    if type(s) is not Group or s.gathers or s.scatters or not all(type(d) is int for d in s.shape):
+        return False
+    n = int(np.prod(s.shape, dtype=np.int64))
+    return 0 < n <= BATCH_MAX_ELEMENTS and _plain(s)
+
+
+def _plain(s) -> bool:
+    r = s.reduce
+    if r is not None and (r.op.name != "sum" or len(r.params["axes"]) != len(s.shape)):
+        return False        # only a full sum: a member is then one piece, summed in the order it always was
+    for e in s.all_eqns:
+        if e.check is not None or e.op.name in NO_BATCH_OPS:
+            return False
+        d = e.outs[0].aval.dtype
+        if not (d.is_floating_point or d.name == "bool"):
+            return False
+    return True
+
+
+def _lit_key(v: Lit):
+    x = v.value
+    if isinstance(x, np.ndarray):
+        return ("array", x.shape, str(x.dtype), x.tobytes())
+    return ("lit", repr(x), type(x).__name__, v.aval.dtype.name, v.aval.weak)
+
+
+def signature(g: Group):
+    """What makes two groups' loops the same up to sizes and addresses: their eqns, how they are wired, dtypes,
+    literals, the reduction, and which inputs are whole, scalars, or broadcast along which of the loop's dims
+    (not the rank: the layout merges contiguous dims, so parameters of any rank share one loop)."""
+    rank = len(g.shape)
+    where = {}
+    for k, v in enumerate(g.inputs):
+        if isinstance(v, Var):
+            shp = tuple(v.aval.shape)
+            if shp == tuple(g.shape):
+                how = "full"
+            elif int(np.prod(shp, dtype=np.int64)) == 1:
+                how = "scalar"
+            else:       # broadcast along some dims: which ones, counted from the innermost
+                how = tuple(d == 1 for d in (1,) * (rank - len(shp)) + shp)
+            where[v] = ("in", k, v.aval.dtype.name, how)
+    parts = [g.reduce is not None]
+    for n, e in enumerate(g.all_eqns):
+        ins = []
+        for v in e.ins:
+            if isinstance(v, Lit):
+                ins.append(_lit_key(v))
+            else:
+                ins.append(where.get(v, ("?",)))
+        for j, o in enumerate(e.outs):
+            where[o] = ("t", n, j)
+        params = dict(e.params)
+        if e is g.reduce:       # a full sum (``_plain``): its axes are every dim, whatever the rank
+            params["axes"] = "all"
+        parts.append((e.op.name, repr(sorted(params.items(), key=lambda kv: kv[0])),
+                      tuple(o.aval.dtype.name for o in e.outs), tuple(ins)))
+    parts.append(tuple(where.get(o, ("?",)) for o in g.outputs))
+    return tuple(parts)
+
+
+def batch_loops(plan: Plan) -> Plan:
+    """``plan`` with its batchable groups (see the module docstring) gathered into ``LoopBatch`` steps."""
+    steps = plan.steps
+    made_at = {}        # id(Var) -> the step that computes it
+    open_ = {}          # signature -> its batch's member step indices (the first is where the batch stands)
+    batches = []
+    for n, s in enumerate(steps):
+        if _candidate(s):
+            sig = signature(s)
+            # the last step this one reads from: it may move up to the batch's first member when that is later
+            dep = max((made_at.get(id(v), -1) for v in s.reads if isinstance(v, Var)), default=-1)
+            cur = open_.get(sig)
+            if cur is not None and dep < cur[0]:
+                cur.append(n)
+            else:
+                open_[sig] = [n]
+                batches.append(open_[sig])
+        for e in (s.all_eqns if isinstance(s, Group) else (s,)):   # every value a step makes (a scatter's too)
+            for v in e.outs:
+                made_at[id(v)] = n
+    batches = [m for m in batches if len(m) >= 2]
+    if not batches:
+        return plan
+    at_start = {m[0]: m for m in batches}
+    moved = {n for m in batches for n in m}
+    out = []
+    for n, s in enumerate(steps):
+        if n in at_start:
+            out.append(LoopBatch([steps[k] for k in at_start[n]]))
+        elif n not in moved:
+            out.append(s)
+    return Plan(plan.graph, out)
+
+
+__all__ = ["batch_loops", "signature", "batching", "BATCH_MAX_ELEMENTS"]
