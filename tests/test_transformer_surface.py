@@ -143,6 +143,8 @@ def test_sdpa_eager_is_one_op_and_traces_to_primitives():
     text = jg.compile(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True).sum(),
                       backend="interpret").ir(q, k, v)
     assert "sdpa" not in text and "softmax" not in text and "matmul" in text
+    # every eqn, backward ones included (a view the backward takes again from its base), names the lambda's line
+    assert all(line.endswith("<lambda>") for line in text.splitlines() if "#" in line), text
 
 
 def test_sdpa_dropout_and_errors():

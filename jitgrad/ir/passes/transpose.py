@@ -68,7 +68,9 @@ def transpose(g: Graph, out_idx, wrt, front, loc_of=None) -> Transposed:
                 # its base: the forward saves the base, never a copy of the view
                 t = rederived.get(v)
                 if t is None:
-                    t = rederived[v] = front.bind_name(e.op.name, lift(e.ins[0]), **e.params)
+                    base = lift(e.ins[0])
+                    with tb.located(e.loc, None, e.stack):      # the forward view's line, not the caller's
+                        t = rederived[v] = front.bind_name(e.op.name, base, **e.params)
                 return t
             r = residual.get(v)
             if r is None:
