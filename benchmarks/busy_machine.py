@@ -11,9 +11,9 @@ prints the median and 90th percentile of the per-step times.  The verdict is the
 per workload; the target is at most ~2x (a step may lose the core taken from it, no more), not 5-10x (threads
 waiting on descheduled spinners).
 
-The worker pool's pacer (``JITGRAD_POOL_PACER``, inherited by the children) reports what it did: its backoffs
-and the calls it held on the calling thread; ``JITGRAD_POOL_PACER=0 python benchmarks/busy_machine.py b1 b2``
-measures without it.
+The worker pool's pacer (``JITGRAD_POOL_PACER``, inherited by the children; off by default) reports what it did:
+its backoffs and the calls it held on the calling thread; ``JITGRAD_POOL_PACER=1 python benchmarks/busy_machine.py
+b1 b2`` measures with it.
 
 Run it on an otherwise quiet machine: the script measures the CPU other processes use for a second before the
 runs and warns when it is above 0.1 CPU (then the quiet figures are not quiet).

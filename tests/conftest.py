@@ -15,9 +15,9 @@ os.environ.setdefault("JITGRAD_BACKGROUND_COMPILE", "0")
 # jg.compile without backend= runs the reference interpreter in tests (Numba builds cost seconds each); the numba
 # backend is tested explicitly: the "numba" mode of the ``mode`` fixture and tests that pass backend="numba"
 os.environ.setdefault("JITGRAD_BACKEND", "interpret")
-# the worker pool's pacer holds launches off the pool when they run slow (codegen/native/pool_pacer.py): on a
-# shared test machine that would move the pool rounds tests count; its own tests drive it through a given clock
-os.environ.setdefault("JITGRAD_POOL_PACER", "0")
+# the worker pool's pacer (codegen/native/pool_pacer.py, off by default) would move the pool rounds tests count on
+# a shared test machine: off even where the environment turns it on; its own tests drive it through a given clock
+os.environ["JITGRAD_POOL_PACER"] = "0"
 
 # "ci" is derandomized: the same examples every run, so a CI result never depends on luck (use "dev" to explore)
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.filter_too_much]

@@ -27,7 +27,11 @@ thread's rate.  The pacer sets the pool's pace at each call's start and restores
 reads a half-set state.  Results never depend on it: a held launch runs the chunks the pool would (a loop that
 sums adds the same partial sums in the same order; products and blocks are independent calls).
 
-``JITGRAD_POOL_PACER=0`` turns it off (no pacer, no clock read).  ``read``, the counters a pacer reads, can be
+**Off by default** (``JITGRAD_POOL_PACER=1`` turns it on): measured on a quiet machine (2 cores, 2026-11-29,
+``benchmarks/busy_machine.py b1``), it held B1's launches off the pool for 261 of 400 calls (6 backoffs) and took
+the quiet step from 9.3 to 15.2 ms: a pooled call's rate varies by more than ``SLOW`` on a quiet VM, so the signal
+needs a steadier reference (a median of recent calls, not the best) before it can be on.  Without it B1 and B2
+stay within the 2x busy/quiet target (1.83x, 1.41x in the same run).  Off: no pacer, no clock read.  ``read``, the counters a pacer reads, can be
 given (tests drive a pacer through it deterministically, without timing anything).
 """
 from __future__ import annotations
@@ -36,7 +40,7 @@ import os
 
 from . import workpool
 
-POOL_PACER = os.environ.get("JITGRAD_POOL_PACER", "1") != "0"
+POOL_PACER = os.environ.get("JITGRAD_POOL_PACER", "0") == "1"
 STATS = {"pool_backoffs": 0, "held_calls": 0}      # counted, for tests
 
 
@@ -106,7 +110,7 @@ class PoolPacer:
 
 
 def pacer():
-    """A new ``PoolPacer`` for one compiled graph, or None when ``JITGRAD_POOL_PACER=0``."""
+    """A new ``PoolPacer`` for one compiled graph, or None unless ``JITGRAD_POOL_PACER=1``."""
     return PoolPacer() if POOL_PACER else None
 
 

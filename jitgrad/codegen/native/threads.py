@@ -36,7 +36,7 @@ Policy (knobs in parentheses):
   are left alone.
 
 - **The pool's launches stay on the calling thread while the cores are contended** (``pool_pacer.py``;
-  ``JITGRAD_POOL_PACER=0`` turns it off).  With one core taken by another process, the pinned worker there shares
+  ``JITGRAD_POOL_PACER=1`` turns it on: off by default, it misfires on a quiet machine).  With one core taken by another process, the pinned worker there shares
   it and each pooled launch waits for its chunk: B1 with its GEMMs on the pool took 1.86x its quiet time.  Each
   compiled graph with gated launches reads the pool's launch clock (two reads per pooled launch) around its calls
   and, while pooled launches run much slower per unit of work than their best and than the calling thread
