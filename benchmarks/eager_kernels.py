@@ -25,6 +25,7 @@ ap.add_argument("--builds", action="store_true", help="also time cold and warm f
 args = ap.parse_args()
 
 os.environ.setdefault("JITGRAD_EAGER_KERNELS", "sync")
+import harness  # noqa: E402
 import jitgrad as jg  # noqa: E402
 import jitgrad.nn.functional as F  # noqa: E402
 from scipy.special import erf  # noqa: E402
@@ -38,13 +39,7 @@ def load():
 
 
 def median_ms(fn, repeat):
-    fn()
-    ts = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return 1e3 * float(np.median(ts))
+    return 1e3 * float(np.median(harness.call_times(fn, repeat)))
 
 
 def gelu_step(x0, g0):

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
+
+import harness  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--torch-eager-ms", type=float, default=None, help="B9 PyTorch eager median, for the ratio")
@@ -39,13 +40,7 @@ BATCHED = {(T, D, T): B * H, (T, T, D): B * H}      # products of these sizes ar
 
 
 def best(fn, repeat):
-    fn()
-    ts = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return min(ts)
+    return min(harness.call_times(fn, repeat))
 
 
 def main():

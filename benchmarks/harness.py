@@ -126,6 +126,19 @@ def block(r):
     return r
 
 
+def call_times(fn, repeat, warmup=1):
+    """Seconds of each of ``repeat`` timed calls of ``fn`` after ``warmup`` untimed ones (the caller takes the
+    median or the best)."""
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return ts
+
+
 def measure(step, runs, warmup=3, budget_s=3.0, min_runs=5, first=True):
     """Run ``step`` ``warmup`` times, then time up to ``runs`` calls (stopping early once ``budget_s`` of timed
     calls have run and ``min_runs`` are done).  Returns (median seconds, number of timed runs)."""

@@ -39,14 +39,7 @@ def b1_child(lib, mode, threads, steps):
         step, _ = mlp.make_torch(x, y, ws)
     else:
         step, _ = mlp.make_jitgrad(x, y, ws, "numba" if mode == "compile" else None)
-    for _ in range(5):
-        step()
-    ts = []
-    for _ in range(steps):
-        t = time.perf_counter()
-        step()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts) * 1e3
+    return statistics.median(H.call_times(step, steps, warmup=5)) * 1e3
 
 
 def b9_work():

@@ -28,11 +28,11 @@ reads a half-set state.  Results never depend on it: a held launch runs the chun
 sums adds the same partial sums in the same order; products and blocks are independent calls).
 
 **Off by default** (``JITGRAD_POOL_PACER=1`` turns it on): measured on a quiet machine (2 cores, 2026-11-29,
-``benchmarks/busy_machine.py b1``), it held B1's launches off the pool for 261 of 400 calls (6 backoffs) and took
-the quiet step from 9.3 to 15.2 ms: a pooled call's rate varies by more than ``SLOW`` on a quiet VM, so the signal
-needs a steadier reference (a median of recent calls, not the best) before it can be on.  Without it B1 and B2
-stay within the 2x busy/quiet target (1.83x, 1.41x in the same run).  Off: no pacer, no clock read.  ``read``, the counters a pacer reads, can be
-given (tests drive a pacer through it deterministically, without timing anything).
+``benchmarks/busy_machine.py b1``), it held B1's launches off the pool for 261 of 400 calls (6 backoffs) and took the
+quiet step from 9.3 to 15.2 ms: a pooled call's rate varies by more than ``SLOW`` on a quiet VM, so the signal needs a
+steadier reference (a median of recent calls, not the best) before it can be on. Without it B1 and B2 stay within the
+2x busy/quiet target (1.83x, 1.41x in the same run). Off: no pacer, no clock read. ``read``, the counters a pacer
+reads, can be given (tests drive a pacer through it deterministically, without timing anything).
 """
 from __future__ import annotations
 

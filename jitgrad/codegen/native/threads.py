@@ -36,12 +36,12 @@ Policy (knobs in parentheses):
   are left alone.
 
 - **The pool's launches stay on the calling thread while the cores are contended** (``pool_pacer.py``;
-  ``JITGRAD_POOL_PACER=1`` turns it on: off by default, it misfires on a quiet machine).  With one core taken by another process, the pinned worker there shares
-  it and each pooled launch waits for its chunk: B1 with its GEMMs on the pool took 1.86x its quiet time.  Each
-  compiled graph with gated launches reads the pool's launch clock (two reads per pooled launch) around its calls
-  and, while pooled launches run much slower per unit of work than their best and than the calling thread
-  alone, keeps them (split GEMMs included) on the calling thread for a number of calls that doubles while the
-  contention lasts.
+  ``JITGRAD_POOL_PACER=1`` turns it on: off by default, it misfires on a quiet machine). With one core taken by
+  another process, the pinned worker there shares it and each pooled launch waits for its chunk: B1 with its GEMMs on
+  the pool took 1.86x its quiet time. Each compiled graph with gated launches reads the pool's launch clock (two reads
+  per pooled launch) around its calls and, while pooled launches run much slower per unit of work than their best and
+  than the calling thread alone, keeps them (split GEMMs included) on the calling thread for a number of calls that
+  doubles while the contention lasts.
 
 - **BLAS drops to one thread while the cores are contended** (``ir/ops/blas.BlasPacer``; ``JITGRAD_BLAS_PACER=0``
   turns it off).  OpenBLAS's threads spin-wait for each other inside a GEMM, so one descheduled thread stalls the
