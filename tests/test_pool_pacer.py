@@ -17,6 +17,7 @@ import pytest
 
 from jitgrad.codegen.native import pool_pacer, threads, workpool
 from jitgrad.ir import settings
+from thread_calls import call_from_threads
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -148,8 +149,6 @@ def test_calls_from_two_threads_share_one_pacer_under_the_launch_lock(pace, monk
     """Two Python threads calling one paced graph: the pacer's reads, judgements and the pool's pace all happen
     inside the launch lock, so the counts are those of one thread making every call, and every result has the
     same bits."""
-    import threading
-
     import numpy as np
 
     import jitgrad as jg
@@ -166,21 +165,9 @@ def test_calls_from_two_threads_share_one_pacer_under_the_launch_lock(pace, monk
     p = pool_pacer.PoolPacer(read=script, workers=2)
     p.best_pool = 1.0
     monkeypatch.setattr(guard, "pool_pacer", p)
-    got, errors = [], []
     rounds = workpool.rounds()
-
-    def calls():
-        try:
-            for _ in range(20):
-                got.append(f(z).numpy().tobytes())
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-    ts = [threading.Thread(target=calls) for _ in range(2)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not errors and len(got) == 40 and set(got) == {want}
+    got = call_from_threads(lambda: f(z).numpy().tobytes(), 2, 20)
+    assert len(got) == 40 and set(got) == {want}
     # every pooled call is contended (3x): pooled 1, held 3, pooled 1, held 6, pooled 1, held 12, pooled 1, held 15
     assert workpool.rounds() - rounds == 4
     assert p.left == 24 - 15 and p.hold == 48

@@ -4,13 +4,13 @@ import json
 import os
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
 
 import jitgrad as jg
 from jitgrad.ir import settings
+from thread_calls import call_from_threads
 
 _CHILD = """
 import os, numpy as np, jitgrad as jg
@@ -43,20 +43,8 @@ def test_parallel_calls_from_threads_agree(monkeypatch):
     f = jg.compile(lambda a: (a * 2.0).tanh() * 0.5, backend="numba", parallel=True)
     x = jg.tensor(np.linspace(-1, 1, 1 << 13))
     want = f(x).numpy().copy()
-    errors, results = [], []
-
-    def work():
-        try:
-            for _ in range(20):
-                results.append(np.array_equal(f(x).numpy(), want))
-        except Exception as e:      # noqa: BLE001 - reported below
-            errors.append(e)
-    ts = [threading.Thread(target=work) for _ in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not errors and len(results) == 80 and all(results)
+    results = call_from_threads(lambda: np.array_equal(f(x).numpy(), want), 4, 20)
+    assert len(results) == 80 and all(results)
 
 
 _IDLE = """
