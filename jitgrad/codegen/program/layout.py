@@ -338,10 +338,7 @@ class Program:
             return 0
         if type(rows) is not int or macs <= BLAS_THREADED_MACS:
             return 0
-        w = workpool.threads() or workpool.default_threads()
-        if settings.STATE.num_threads:
-            w = min(w, settings.STATE.num_threads)
-        for nb in range(w, 1, -1):
+        for nb in range(pool_workers(), 1, -1):
             if rows % nb == 0 and rows // nb >= POOL_GEMM_MIN_ROWS:
                 return nb
         return 0
