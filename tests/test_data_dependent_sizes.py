@@ -123,6 +123,23 @@ def test_selections_match_eager_over_random_masks(bits, seed):
     assert SELECT.stats["traces"] == 1 and SELECT.stats["compiled_calls"] == SELECT.stats["calls"]
 
 
+def _uniques(x):
+    v, inv, cnt = jg.unique(x, return_inverse=True, return_counts=True)
+    return v * 2, inv, cnt, jg.unique(x), jg.argwhere(x > 1)
+
+
+@pytest.mark.parametrize("backend", ["numba", "interpret"])
+def test_unique_and_argwhere_are_bounded_too(backend):
+    rng = np.random.default_rng(4)
+    f = jg.compile(_uniques, backend=backend, background=False)
+    for x in (rng.integers(0, 4, (3, 5)), np.full((3, 5), 2), rng.integers(0, 15, (3, 5)), [[1, np.nan, np.nan]]):
+        x = jg.tensor(np.asarray(x, np.float32))
+        for got, want in zip(f(x), _uniques(x)):
+            assert got.shape == want.shape and got.dtype == want.dtype
+            np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert f.stats["traces"] == 2       # (the last input's shape differs)
+
+
 def test_symbolic_and_data_dependent_sizes_together():
     # a batch dim that varies (a backed symbol) and a mask's count bounded by it: one trace
     def step(x, m):
@@ -140,6 +157,26 @@ def test_symbolic_and_data_dependent_sizes_together():
         np.testing.assert_allclose(got, float(step(x, m)), rtol=1e-6)
         np.testing.assert_allclose(g, x.grad.numpy(), rtol=1e-6)
     assert f.stats["traces"] == 1
+
+
+def _log_loss(x):
+    loss = (x[x > 0].log() * 2).sum()
+    loss.backward()
+    return loss.detach()
+
+
+def test_the_padding_computes_like_the_data():
+    # the padding repeats the first selected element: log of the unselected -1 is never computed, so anomaly mode
+    # sees no NaN; nor does an integer division meet a zero divisor the mask left out
+    x = jg.tensor([[-1.0, 2.0, 3.0], [0.5, -4.0, 6.0]], requires_grad=True)
+    with jg.autograd.detect_anomaly():
+        got = float(jg.compile(_log_loss, backend="numba", background=False)(x))
+        g = x.grad.numpy().copy()
+        x.grad = None
+        np.testing.assert_allclose(got, float(_log_loss(x)), rtol=1e-6)
+        np.testing.assert_allclose(g, x.grad.numpy(), rtol=1e-6)
+    k = jg.tensor([[0, 2, 3], [4, 0, 6]])
+    assert int(jg.compile(lambda k: (12 // k[k != 0]).sum(), background=False)(k)) == 6 + 4 + 3 + 2
 
 
 def test_what_cannot_take_a_data_dependent_size_is_refused_clearly():

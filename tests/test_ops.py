@@ -1336,7 +1336,7 @@ def SMOKE_sdpa_tiled():
 def _nonzero_bounded_case():
     x = jg.tensor([[0.0, 1.5], [-2.0, 0.0]])
     r = dispatch.bind(OPS["nonzero_bounded"], x, jg.tensor(2), size=4)
-    np.testing.assert_array_equal(r.numpy(), [[0, 1], [1, 0], [0, 0], [0, 0]])
+    np.testing.assert_array_equal(r.numpy(), [[0, 1], [1, 0], [0, 1], [0, 1]])
     return r
 
 

@@ -458,7 +458,7 @@ class CompiledFunction(Introspection, Signatures):
                 else:
                     t._grad = Tensor._make(g._data)
         for k, d, n in e.trims:     # outputs of data-dependent size: their valid entries (bounded_sizes.py)
-            outs[k] = trimmed(outs[k], d, int(outs[n]._data))
+            outs[k] = trimmed(outs[k], d, int(outs[n].item()))
         for k in e.float_outs:
             outs[k] = float(outs[k]._data)
         if e.out_treedef == ("*",):

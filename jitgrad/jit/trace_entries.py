@@ -330,8 +330,9 @@ def trimmed(t, dim, n):
     valid entries along ``dim``: a fresh tensor, or a slice recorded by autograd when it requires grad."""
     if t.requires_grad:
         return t.narrow(dim, 0, n)
-    key = (slice(None),) * dim + (slice(0, n),)
-    return Tensor._make(np.ascontiguousarray(t._data[key]))
+    if type(t._data) is not np.ndarray:         # a device array
+        return t.narrow(dim, 0, n).clone()
+    return Tensor._make(np.ascontiguousarray(t._data[(slice(None),) * dim + (slice(0, n),)]))
 
 
 def copied_outputs(graph, writes, same_outs) -> list:

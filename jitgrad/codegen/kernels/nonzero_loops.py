@@ -1,7 +1,9 @@
 """The kernel of ``nonzero_bounded`` (a data-dependent size: ``ir/passes/bounded_sizes.py``), built as kernel IR.
 
 One serial walk of ``x`` in row-major order: each nonzero element's coordinates go to the next row of the output
-(a (bound, rank) int64 buffer), then the rows left are zeroed (the padding indexes element 0, in range).
+(a (bound, rank) int64 buffer), then the rows left repeat the first one (zeros when there is none): the padding
+indexes a selected element, so what is computed from it is what the data gives (no spurious NaN for anomaly
+mode, no zero divisor).
 Block: x's dims; x (address, strides); out (address, row stride, column stride); out's rows.  Like every kernel
 here it depends on structure only (rank, dtype), never on sizes.
 """
@@ -35,8 +37,8 @@ def gen_nonzero(e) -> Kernel:
             b.set(k, read(k) + 1)
     nest.loops(body, (0,))
     with b.loop("j", rows, start=read(k)) as j:
-        for d in range(r):
-            b.store(po, j * s_row + d * s_col, const(0))
+        for d in range(r):      # the first row again (zeros when there is none)
+            b.store(po, j * s_row + d * s_col, ki.select(read(k) > 0, ki.load(po, d * s_col), const(0)))
     return Kernel("nonzero", b.finish(), rank=r, operands=[x, out], classes=[STRIDED, STRIDED], parallel=False,
                   label=e.op.name)
 

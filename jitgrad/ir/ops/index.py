@@ -284,11 +284,14 @@ def _nonzero_bounded_rule(avals, params):
 
 
 def _nonzero_bounded_impl(x, n, size):
-    """The coordinates of ``x``'s nonzero elements in row-major order, in the first rows of a (size, ndim) buffer
-    (zeros after them: the padding indexes element 0, in range); ``n`` is their count, computed beside it."""
+    """The coordinates of ``x``'s nonzero elements in row-major order, in the first rows of a (size, ndim) buffer,
+    the first row repeated after them (zeros when there is none: the padding indexes a selected element, in
+    range); ``n`` is their count, computed beside it."""
     out = np.zeros((size, x.ndim), np.int64)
-    nz = np.argwhere(np.asarray(x))
-    out[:len(nz)] = nz[:size]
+    nz = np.argwhere(np.asarray(x))[:size]
+    out[:len(nz)] = nz
+    if len(nz):
+        out[len(nz):] = nz[0]
     return out
 
 

@@ -2,12 +2,14 @@
 ``nonzero(mask)``, so of ``x[mask]``) become the bound's size, and the run's count says how much of it is valid.
 
 XLA's dynamic padder does the same for bounded dynamic shapes.  ``nonzero_bounded(mask, n; size=u)`` writes its
-``n`` coordinates into a buffer of the bound's rows (the mask's number of elements), zeros after them, and ``n``
+``n`` coordinates into a buffer of the bound's rows (the mask's number of elements), the first repeated after
+them, and ``n``
 (the count, computed in the graph) is the value of ``u`` for the call.  Every value whose shape holds ``u`` is laid
 out at the bound's size; its first ``u`` entries along that dim are its elements, the rest padding:
 
-- elementwise ops, broadcasts, permutes, gathers by those coordinates (the padding indexes element 0, in range)
-  and reshapes that keep ``u`` in the leading dim compute on the padding too, harmlessly;
+- elementwise ops, broadcasts, permutes, gathers by those coordinates (the padding repeats the first selected
+  element's, so it computes what the data gives) and reshapes that keep ``u`` in the leading dim compute on the
+  padding too, harmlessly;
 - reductions over such a dim (``sum``, ``mean``'s sum, ``amax`` ...) read the padding as their identity
   (``where(iota < n, x, identity)``), a product over it (``matmul`` contracting it) as zeros, and an accumulating
   ``index_put`` by such coordinates (``x[mask]``'s gradient) adds zeros for it;
@@ -128,12 +130,20 @@ class _Padder:
         return v
 
     def masked(self, new, old_aval, dims, fill, loc, diff):
-        """``new`` with its padding along ``dims`` replaced by ``fill`` ("zero", "one", "low", "high")."""
+        """``new`` with its padding along ``dims`` replaced by ``fill`` ("zero", "one", "low", "high"; "first":
+        the dim's first entry, which the data gives when there is one)."""
         for d in sorted(dims):
             size = old_aval.shape[d]
-            ok = self.valid(size, new.aval.shape[d], len(old_aval.shape), d, loc)
-            new = self.emit("where", [ok, new, _fill_lit(fill, new.aval.dtype)], loc, diff=diff,
-                            needs=(False, True, False))
+            nd = len(old_aval.shape)
+            ok = self.valid(size, new.aval.shape[d], nd, d, loc)
+            if fill == "first":     # (0 when the dim has no entry: in range of the bound)
+                head = self.emit("getitem", [new], loc,
+                                 spec=(("slice", None, None, None),) * d + (("slice", 0, 1, None),))
+                some = self.emit("gt", [self.poly_var(size.poly, loc), Lit(0, Aval((), dt.int64, True))], loc)
+                other = self.emit("where", [some, head, _fill_lit("zero", new.aval.dtype)], loc)
+            else:
+                other = _fill_lit(fill, new.aval.dtype)
+            new = self.emit("where", [ok, new, other], loc, diff=diff, needs=(False, True, False))
         return new
 
     # -- the walk ---------------------------------------------------------------------------------------------
@@ -255,8 +265,8 @@ class _Padder:
             j = k0 + s[1]
             if d in dims[0]:
                 ins[j] = self.checked(ins[j], dims[0][d], ins[0].aval.shape[d], e.loc)
-            if dims[j]:
-                ins[j] = self.masked(ins[j], old_in[j], dims[j], "zero", e.loc, False)
+            if dims[j]:         # (an index computed from padding, arange(u)'s, may be out of range)
+                ins[j] = self.masked(ins[j], old_in[j], dims[j], "first", e.loc, False)
         if put and dims[1]:
             ins[1] = self.masked(ins[1], old_in[1], dims[1], "zero", e.loc, needs(1))
 
