@@ -11,7 +11,6 @@ import jitgrad.nn as nn
 import jitgrad.nn.functional as F
 from jitgrad.ir import symbolic
 from jitgrad.ir.symbolic import ShapeEnv, SymFloat, SymInt, concretize
-from jitgrad.tracer import TracedValueError
 
 
 def arr(t):

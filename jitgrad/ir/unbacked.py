@@ -52,16 +52,20 @@ def unbacked_names(p) -> list:
     return sorted({a for m, _ in p for a in m if is_unbacked(a)})
 
 
-def user_site() -> str:
-    """``file:line (text)`` of the first frame outside jitgrad, or "an unknown line"."""
-    f = sys._getframe(1)
+def user_site(api=False) -> str:
+    """``file:line (text)`` of the first frame outside jitgrad, or "an unknown line"; with ``api``, prefixed by
+    the jitgrad function that line called (``reshape() at f.py:3 (...)``), when it called one."""
+    f, called = sys._getframe(1), None
     while f is not None and f.f_code.co_filename.startswith(_PKG):
+        # (a decision the user's own code made goes through SymInt's operators: no jitgrad function to name)
+        called = None if os.path.abspath(f.f_code.co_filename) in _HERE else f.f_code.co_name
         f = f.f_back
     if f is None:
         return "an unknown line"
     import linecache
     text = linecache.getline(f.f_code.co_filename, f.f_lineno).strip()
-    return f"{f.f_code.co_filename}:{f.f_lineno}" + (f" ({text})" if text else "")
+    site = f"{f.f_code.co_filename}:{f.f_lineno}" + (f" ({text})" if text else "")
+    return f"{called.strip('_')}() at {site}" if api and called and not called.startswith("<") else site
 
 
 def decided_by_library() -> bool:
@@ -81,7 +85,7 @@ def refuse(what: str, names) -> DataDependentSizeError:
     """The error for Python needing the value of unbacked sizes ``names`` (``what``: the decision)."""
     return DataDependentSizeError(
         f"{what} needs the value of a data-dependent size ({origin_of(names)}) inside a @jitgrad.compile "
-        f"function, at {user_site()}. The size is known only when the compiled code runs (it is bounded by the "
+        f"function, in {user_site(api=True)}. The size is known only when the compiled code runs (it is bounded by the "
         "mask's number of elements), so Python cannot branch on it or use it as an int. Fix: keep it in tensor "
         "ops (x[mask].sum() / mask.sum(), torch.where(mask, x, 0)), use nonzero_static(size=...), or pass "
         "fullgraph=False to run this signature eagerly.")
