@@ -539,9 +539,9 @@ def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, ba
     symbolic from the first call; ``False``: a trace per shape.
 
     Data-dependent sizes (``x[mask]``, ``nonzero``, ``masked_select``, ``where(cond)``) are bounded by the mask's
-    size and known when the code runs: one trace serves every mask, a masked loss and its gradient included; a
-    Python decision on one (``if x[m].shape[0] > 0``) or an op needing its value (a slice along it, a sort)
-    raises ``DataDependentSizeError`` naming the line (``ir/passes/bounded_sizes.py``).
+    size and known when the code runs: one trace serves every mask, a masked loss, ``y[mask] = v`` and their
+    gradients included; a Python decision on one (``if x[m].shape[0] > 0``) or an op needing its value (a slice
+    along it, a sort) raises ``DataDependentSizeError`` naming the line (``ir/passes/bounded_sizes.py``).
 
     Every Python value the function reads (closure and global scalars, attributes of the objects and modules it
     reaches, an int used in ``reshape``) is guarded: a change retraces.  A float that changes (an argument, or

@@ -3,23 +3,24 @@
 
 XLA's dynamic padder does the same for bounded dynamic shapes.  ``nonzero_bounded(mask, n; size=u)`` writes its
 ``n`` coordinates into a buffer of the bound's rows (the mask's number of elements), the first repeated after
-them, and ``n``
-(the count, computed in the graph) is the value of ``u`` for the call.  Every value whose shape holds ``u`` is laid
-out at the bound's size; its first ``u`` entries along that dim are its elements, the rest padding:
+them, and ``n`` (the count, computed in the graph) is the value of ``u`` for the call.  Every value whose shape
+holds ``u`` is laid out at the bound's size; its first ``u`` entries along that dim are its elements, the rest
+padding:
 
 - elementwise ops, broadcasts, permutes, gathers by those coordinates (the padding repeats the first selected
   element's, so it computes what the data gives) and reshapes that keep ``u`` in the leading dim compute on the
   padding too, harmlessly;
-- reductions over such a dim (``sum``, ``mean``'s sum, ``amax`` ...) read the padding as their identity
-  (``where(iota < n, x, identity)``), a product over it (``matmul`` contracting it) as zeros, and an accumulating
-  ``index_put`` by such coordinates (``x[mask]``'s gradient) adds zeros for it;
+- reductions over such a dim (``sum``, ``mean``'s sum, ``amax`` ...) and reverse scans read the padding as
+  their identity (``where(iota < n, x, identity)``), a product over it (``matmul`` contracting it) as zeros, an
+  accumulating ``index_put`` by such coordinates (``x[mask]``'s gradient) adds zeros for it, and a plain one
+  (``y[mask] = v``) writes for the padding what the first valid entry writes (with none, element 0's own value);
 - a literal computed from ``u`` (``mean``'s ``1 / u``) is computed from ``n``;
 - outputs that hold ``u`` are trimmed after the call (``trims``: the output, its dim, and the graph output
   holding the valid length).
 
-Any other use of such a dim (a slice or an index along it, a sort, a reshape moving it, a write into a value that
-holds it, state that keeps it) is refused with :class:`~jitgrad.ir.unbacked.DataDependentSizeError` naming the op,
-the shapes and the user's line: never a wrong answer.
+Any other use of such a dim (a slice or an index along it, a sort, a reshape moving it, state that keeps it) is
+refused with :class:`~jitgrad.ir.unbacked.DataDependentSizeError` naming the op, the shapes and the user's line:
+never a wrong answer.
 """
 from __future__ import annotations
 
@@ -131,16 +132,18 @@ class _Padder:
 
     def masked(self, new, old_aval, dims, fill, loc, diff):
         """``new`` with its padding along ``dims`` replaced by ``fill`` ("zero", "one", "low", "high"; "first":
-        the dim's first entry, which the data gives when there is one)."""
+        the dim's first entry, which the data gives when there is one, else 0; ``("first", value)``: else
+        ``value``)."""
         for d in sorted(dims):
             size = old_aval.shape[d]
             nd = len(old_aval.shape)
             ok = self.valid(size, new.aval.shape[d], nd, d, loc)
-            if fill == "first":     # (0 when the dim has no entry: in range of the bound)
+            if fill == "first" or type(fill) is tuple:     # (0, or the given value, when the dim is empty)
                 head = self.emit("getitem", [new], loc,
                                  spec=(("slice", None, None, None),) * d + (("slice", 0, 1, None),))
                 some = self.emit("gt", [self.poly_var(size.poly, loc), Lit(0, Aval((), dt.int64, True))], loc)
-                other = self.emit("where", [some, head, _fill_lit("zero", new.aval.dtype)], loc)
+                other = self.emit("where", [some, head, fill[1] if type(fill) is tuple else
+                                            _fill_lit("zero", new.aval.dtype)], loc)
             else:
                 other = _fill_lit(fill, new.aval.dtype)
             new = self.emit("where", [ok, new, other], loc, diff=diff, needs=(False, True, False))
@@ -210,8 +213,11 @@ class _Padder:
             red = {d for d in dims[0] if d in axes}
             if red:
                 ins[0] = self.masked(ins[0], old_in[0], red, _REDUCTION_FILL[name], e.loc, needs(0))
-        elif name in ("cumsum", "cumprod") and not e.params.get("reverse"):
-            pass                # a prefix scan: the valid entries never read the padding
+        elif name in ("cumsum", "cumprod"):
+            # a prefix scan's valid entries never read the padding; a reverse one's read it as the identity
+            if e.params.get("reverse") and e.params["axis"] in dims[0]:
+                ins[0] = self.masked(ins[0], old_in[0], {e.params["axis"]}, "zero" if name == "cumsum" else "one",
+                                     e.loc, needs(0))
         elif name == "reshape":
             if not _leading(old_in[0].shape, e.outs[0].aval.shape):
                 raise _refuse(name, old_in, e, dims[0], "it moves a data-dependent size out of the leading dim")
@@ -252,11 +258,10 @@ class _Padder:
             if d in dims[0] and not (type(s) is tuple and s[0] == "tensor") and not _whole(s):
                 raise _refuse(name, old_in, e, dims[0], "it slices or indexes along a data-dependent size")
         idx_syms = {a for dd in dims[k0:] for a in _names(dd)}
-        if put and not e.params.get("accumulate") and (idx_syms or dims[1]):
-            raise _refuse(name, old_in, e, dims[1] or next(dd for dd in dims[k0:] if dd),
-                          "it writes by data-dependent indices (x[mask] = v with a tensor v); use torch.where(mask, "
-                          "v, x)")
-        if put and not idx_syms <= _names(dims[1]):
+        accumulate = put and e.params.get("accumulate")
+        if put and not idx_syms and dims[1]:
+            raise _refuse(name, old_in, e, dims[1], "its value has a data-dependent size its indices do not have")
+        if accumulate and not idx_syms <= _names(dims[1]):
             raise _refuse(name, old_in, e, next(dd for dd in dims[k0:] if dd),
                           "its value does not follow the data-dependent indices")
         for d, s in _spec_dims(spec, len(old_in[0].shape)):
@@ -267,8 +272,21 @@ class _Padder:
                 ins[j] = self.checked(ins[j], dims[0][d], ins[0].aval.shape[d], e.loc)
             if dims[j]:         # (an index computed from padding, arange(u)'s, may be out of range)
                 ins[j] = self.masked(ins[j], old_in[j], dims[j], "first", e.loc, False)
-        if put and dims[1]:
+        if accumulate and dims[1]:
             ins[1] = self.masked(ins[1], old_in[1], dims[1], "zero", e.loc, needs(1))
+        elif put and idx_syms:
+            # a write by data-dependent indices (y[mask] = v): the padding's indices point where the first valid
+            # one does and write its value, or with none valid at element 0 its own value: no write changes a thing
+            old_tgt = OPS["getitem"].shape_dtype([old_in[0]] + old_in[k0:], {"spec": spec})[0]
+            cur = self.emit("getitem", [ins[0]] + ins[k0:], e.loc, spec=spec)
+            v = ins[1]
+            if type(v) is Lit and not isinstance(v.value, np.ndarray):     # a Python scalar: an array to broadcast
+                v = Lit(np.array(v.value, cur.aval.dtype.np), Aval((), cur.aval.dtype))
+            if v.aval.dtype is not cur.aval.dtype:
+                v = self.emit("cast", [v], e.loc, dtype=cur.aval.dtype)
+            if tuple(v.aval.shape) != tuple(cur.aval.shape):
+                v = self.emit("broadcast_to", [v], e.loc, shape=tuple(cur.aval.shape))
+            ins[1] = self.masked(v, old_tgt, _unbacked_dims(old_tgt), ("first", cur), e.loc, needs(1))
 
     def checked(self, idx, size, n_padded, loc):
         """Index values into a dim of data-dependent ``size`` (padded to ``n_padded``): wrapped by the count when
@@ -335,7 +353,8 @@ def _refuse(name, avals, e, dims, why) -> DataDependentSizeError:
     return DataDependentSizeError(
         f"{name} on {', '.join(map(repr, avals))} inside a @jitgrad.compile function, at {where}{text}: {why}. "
         f"Data-dependent sizes ({origin_of(sorted(_names(dims)))}) are bounded, not known, when the function is "
-        "compiled: elementwise ops, reductions, gathers by nonzero's indices and leading-dim reshapes take them. "
+        "compiled: elementwise ops, reductions, matmul, gathers and writes by a mask, leading-dim reshapes take "
+        "them. "
         "Fix: keep full shapes with torch.where(mask, x, 0) / mask.sum(), use nonzero_static(size=...), or "
         "pass fullgraph=False to run this signature eagerly.")
 
