@@ -188,6 +188,25 @@ def test_writes_by_a_mask_match_eager(backend):
     assert f.stats["traces"] == 1
 
 
+def test_a_mask_computed_twice_is_one_size_and_writes_differentiate():
+    # y[x > 0] = ... x[x > 0]: two evaluations of one mask give one data-dependent size (the ops agree)
+    def write(x, w):
+        y = x * 1
+        y[x > 0] = w * x[x > 0]
+        y[x < -0.5] = w         # a value broadcast over the selected elements
+        return y
+    rng = np.random.default_rng(7)
+    f = jg.compile(write, background=False)
+    for dens in (0.5, 0.0, 1.0):
+        xn = rng.standard_normal((3, 4))
+        xn = np.abs(xn) + 1 if dens == 1.0 else -np.abs(xn) if dens == 0.0 else xn
+        x, w = jg.tensor(xn, requires_grad=True), jg.tensor(0.5, dtype=jg.float64, requires_grad=True)
+        np.testing.assert_allclose(f(x, w).detach().numpy(), write(x, w).detach().numpy())
+        assert jg.autograd.gradcheck(lambda x, w: f(x, w), (x, w))
+    # (gradcheck's evaluations under no_grad are another mode: one more trace, never one per mask)
+    assert f.stats["trace_reasons"] == {"first call": 1, "modes": 1}
+
+
 def _log_loss(x):
     loss = (x[x > 0].log() * 2).sum()
     loss.backward()

@@ -8,6 +8,7 @@ import weakref
 
 import numpy as np
 
+from ..ir.graph import Var
 from ..ir.ops import OPS as O
 from ..ir.symbolic import has_symbols, unbacked_symbol
 from ..ir.unbacked import user_site
@@ -46,7 +47,7 @@ def nonzero(t) -> Tensor:
     """``nonzero(t)`` in a compiled function's trace: ``(u, t.ndim)`` int64 coordinates, ``u`` a data-dependent
     size (at most ``t.numel()``) whose value is the count of nonzero elements (``ir/passes/bounded_sizes.py``)."""
     tr = _TR.active
-    key = traced_payload(t, tr)
+    key = mask_key({o: e for e in tr.eqns for o in e.outs}, traced_payload(t, tr))
     r = tr.nonzeros.get(key)
     r = r() if r is not None else None      # (weakly: a tensor the trace keeps would count as leaked state)
     if r is None:       # (a mask used twice, h[m] and target[m], gives one size: their shapes agree)
@@ -59,4 +60,26 @@ def nonzero(t) -> Tensor:
     return r
 
 
-__all__ = ["arange", "bounded_nonzero_here", "filled", "nonzero", "symbolic_size"]
+_DRAWS = frozenset(("rand_uniform", "rand_normal", "multinomial", "randperm"))
+
+
+def mask_key(defs, v, depth=6):
+    """What identifies mask ``v`` (``defs``: the trace's eqn defining each Var): the same ops on the same inputs
+    give the same key, so ``y[x > 0] = x[x > 0] * 2`` computes one mask twice and gets one data-dependent size (as
+    CSE would merge them); a graph input, a value deeper than ``depth`` ops, or a random draw is its own key."""
+    if type(v) is not Var or depth == 0:
+        return v if type(v) is Var else ("lit", _lit_key(v))
+    e = defs.get(v)
+    if e is None or e.op.name in _DRAWS or len(e.outs) != 1:
+        return v
+    return (e.op.name, repr(sorted(e.params.items())), tuple(mask_key(defs, x, depth - 1) for x in e.ins))
+
+
+def _lit_key(lit):
+    a = lit.value
+    if isinstance(a, np.ndarray):
+        return (a.dtype.str, a.shape, a.tobytes()) if a.size <= 64 else id(a)
+    return (type(a).__name__, repr(a))
+
+
+__all__ = ["arange", "bounded_nonzero_here", "filled", "mask_key", "nonzero", "symbolic_size"]

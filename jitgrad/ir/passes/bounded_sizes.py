@@ -13,7 +13,7 @@ padding:
 - reductions over such a dim (``sum``, ``mean``'s sum, ``amax`` ...) and reverse scans read the padding as
   their identity (``where(iota < n, x, identity)``), a product over it (``matmul`` contracting it) as zeros, an
   accumulating ``index_put`` by such coordinates (``x[mask]``'s gradient) adds zeros for it, and a plain one
-  (``y[mask] = v``) writes for the padding what the first valid entry writes (with none, element 0's own value);
+  (``y[mask] = v``) becomes accumulating ones (``write``);
 - a literal computed from ``u`` (``mean``'s ``1 / u``) is computed from ``n``;
 - outputs that hold ``u`` are trimmed after the call (``trims``: the output, its dim, and the graph output
   holding the valid length).
@@ -222,7 +222,10 @@ class _Padder:
             if not _leading(old_in[0].shape, e.outs[0].aval.shape):
                 raise _refuse(name, old_in, e, dims[0], "it moves a data-dependent size out of the leading dim")
         elif name in ("getitem", "index_put"):
-            self.index(e, ins, old_in, dims, needs)
+            r = self.index(e, ins, old_in, dims, needs)
+            if r is not None:       # the eqn became others: its output is their value
+                self.sub[e.outs[0]] = r
+                return
         elif name == "matmul":
             a, b = old_in
             ka, kb = len(a.shape) - 1, (len(b.shape) - 2 if len(b.shape) >= 2 else 0)
@@ -249,9 +252,10 @@ class _Padder:
 
 
     def index(self, e, ins, old_in, dims, needs):
-        """getitem / index_put with values of data-dependent size: their index tensors' padding points at element
-        0 (an accumulated value there is zero); an index into a data-dependent dim is checked against the count
-        (negatives wrap by it; out of range it points past the bound, where the kernel's check raises)."""
+        """getitem / index_put with values of data-dependent size: their index tensors' padding points where
+        their first entry does (an accumulated value there is zero); an index into a data-dependent dim is
+        checked against the count (negatives wrap by it; out of range it points past the bound, where the
+        kernel's check raises).  A Var when the eqn's output is computed otherwise (``write``), else None."""
         name, spec, k0 = e.op.name, e.params["spec"], 1 if e.op.name == "getitem" else 2
         put = name == "index_put"
         for d, s in _spec_dims(spec, len(old_in[0].shape)):
@@ -275,18 +279,40 @@ class _Padder:
         if accumulate and dims[1]:
             ins[1] = self.masked(ins[1], old_in[1], dims[1], "zero", e.loc, needs(1))
         elif put and idx_syms:
-            # a write by data-dependent indices (y[mask] = v): the padding's indices point where the first valid
-            # one does and write its value, or with none valid at element 0 its own value: no write changes a thing
-            old_tgt = OPS["getitem"].shape_dtype([old_in[0]] + old_in[k0:], {"spec": spec})[0]
-            cur = self.emit("getitem", [ins[0]] + ins[k0:], e.loc, spec=spec)
-            v = ins[1]
-            if type(v) is Lit and not isinstance(v.value, np.ndarray):     # a Python scalar: an array to broadcast
-                v = Lit(np.array(v.value, cur.aval.dtype.np), Aval((), cur.aval.dtype))
-            if v.aval.dtype is not cur.aval.dtype:
-                v = self.emit("cast", [v], e.loc, dtype=cur.aval.dtype)
-            if tuple(v.aval.shape) != tuple(cur.aval.shape):
-                v = self.emit("broadcast_to", [v], e.loc, shape=tuple(cur.aval.shape))
-            ins[1] = self.masked(v, old_tgt, _unbacked_dims(old_tgt), ("first", cur), e.loc, needs(1))
+            return self.write(e, ins, old_in, k0, needs)
+        return None
+
+    def write(self, e, ins, old_in, k0, needs):
+        """``y[mask] = v`` (index_put by data-dependent indices, not accumulating), as a value for its output.  A
+        float one is ``where(hits > 0, scatter_add(0, v), x)``, the padding adding zeros and no hits: every later
+        pass, the transpose pass's vjps included, sees only writes the padding cannot disturb (torch leaves
+        duplicate indices undefined; nonzero's have none).  Others (no gradient): the padding's indices point where
+        the first valid one does and write its value, or with none valid at element 0 its own value back."""
+        spec, loc, x = e.params["spec"], e.loc, ins[0]
+        old_tgt = OPS["getitem"].shape_dtype([old_in[0]] + old_in[k0:], {"spec": spec})[0]
+        tgt = self.size(old_tgt.shape)
+        dtype = x.aval.dtype
+        v = ins[1]
+        if type(v) is Lit and not isinstance(v.value, np.ndarray):     # a Python scalar: an array to broadcast
+            v = Lit(np.array(v.value, dtype.np), Aval((), dtype))
+        if v.aval.dtype is not dtype:
+            v = self.emit("cast", [v], loc, diff=needs(1), needs=(True,), dtype=dtype)
+        if tuple(v.aval.shape) != tuple(tgt):
+            v = self.emit("broadcast_to", [v], loc, diff=needs(1), needs=(True,), shape=tuple(tgt))
+        udims = _unbacked_dims(old_tgt)
+        if not dtype.is_floating_point:
+            cur = self.emit("getitem", [x] + ins[k0:], loc, spec=spec)
+            ins[1] = self.masked(v, old_tgt, udims, ("first", cur), loc, needs(1))
+            return None
+        zero = self.emit("broadcast_to", [Lit(np.array(0, dtype.np), Aval((), dtype))], loc, shape=tuple(x.aval.shape))
+        one = self.emit("broadcast_to", [Lit(np.array(1, dtype.np), Aval((), dtype))], loc, shape=tuple(tgt))
+        n = len(ins) - k0
+        added = self.emit("index_put", [zero, self.masked(v, old_tgt, udims, "zero", loc, needs(1))] + ins[k0:], loc,
+                          diff=needs(1), needs=(False, True) + (False,) * n, spec=spec, accumulate=True)
+        hits = self.emit("index_put", [zero, self.masked(one, old_tgt, udims, "zero", loc, False)] + ins[k0:], loc,
+                         spec=spec, accumulate=True)
+        hit = self.emit("gt", [hits, Lit(0, Aval((), dt.int64, True))], loc)
+        return self.emit("where", [hit, added, x], loc, diff=e.diff, needs=(False, needs(1), needs(0)))
 
     def checked(self, idx, size, n_padded, loc):
         """Index values into a dim of data-dependent ``size`` (padded to ``n_padded``): wrapped by the count when
