@@ -39,8 +39,9 @@ _PASS = frozenset(("broadcast_to", "permute", "copy", "cast", "delayed_error"))
 
 
 def has_unbacked(g: Graph) -> bool:
-    """Whether ``g`` holds a data-dependent size (an eqn that makes one)."""
-    return any(e.op.name == PRODUCER for e in g.eqns)
+    """Whether ``g`` holds a data-dependent size (an eqn that makes one; one bound with a plain size is none)."""
+    return any(e.op.name == PRODUCER and type(e.params["size"]) is SymInt and poly_unbacked(e.params["size"].poly)
+               for e in g.eqns)
 
 
 def _unbacked_dims(aval) -> dict:
@@ -194,7 +195,7 @@ class _Padder:
 
         def needs(i):
             return diff and i < len(e.needs) and e.needs[i]
-        if name == PRODUCER:
+        if name == PRODUCER and type(e.params["size"]) is SymInt and poly_unbacked(e.params["size"].poly):
             if dims[0]:         # nonzero of a value of data-dependent size: its padding counts as zeros
                 ins[0] = self.masked(ins[0], old_in[0], dims[0], "zero", e.loc, False)
             u = _symbol_of(e.params["size"])
