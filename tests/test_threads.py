@@ -168,6 +168,34 @@ def test_blas_pacer_wraps_graphs_that_call_blas_only(monkeypatch):
     assert g.pacer is None and g.lock is threads.LAUNCH_LOCK
 
 
+def test_graphs_that_thread_blas_run_it_on_a_fixed_count_whatever_count_was_left(monkeypatch):
+    """The default (no BLAS pacer: its switches would move the bits): a graph whose GEMM OpenBLAS threads sets
+    OpenBLAS to every thread at each call, after a small GEMM or a split graph left it on one; a graph whose big
+    GEMMs are split sets one; ``set_num_threads`` wins."""
+    from jitgrad.codegen.native import threads
+    from jitgrad.ir.ops import blas
+    state = {"n": 4}
+    monkeypatch.setattr(blas, "BLAS_PACER", False)
+    monkeypatch.setattr(blas.BlasPacer, "_control", (lambda: state["n"], lambda n: state.update(n=n)))
+    monkeypatch.setattr(blas.BlasPacer, "_max", 4)
+    monkeypatch.setattr(blas.BlasPacer, "_current", 4)
+    monkeypatch.setattr(settings.STATE, "num_threads", None)
+    g, single = threads.call_guard(False, True), threads.call_guard(False, False, single_blas=True)
+    assert g.pacer is None and g.threaded and single.pacer is None and not single.threaded
+    seen = []
+    for guard in (g, single, g, g):
+        with guard:
+            seen.append(state["n"])
+        with blas.eager_threads(8, 8, 8):           # a small eager GEMM: one thread, left behind
+            pass
+    assert seen == [4, 1, 4, 4]
+    with blas.eager_threads(256, 512, 784):         # a large eager GEMM: every thread, after the small one
+        assert state["n"] == 4
+    monkeypatch.setattr(settings.STATE, "num_threads", 2)
+    with g:
+        assert state["n"] == 2
+
+
 def _gemm_program(n, k, m):
     a = jg.tensor(np.ones((n, k), np.float32))
     b = jg.tensor(np.ones((k, m), np.float32))
