@@ -3,10 +3,12 @@
 A configuration (the pool's workers, OpenBLAS's threads) gives the same bits call after call and run after run,
 whatever the machine's load: neither pacer may change what is computed.  Each child process below fixes a
 configuration, drives both pacers through scripted clocks so that they see contention and quiet in turns (the
-BLAS pacer's ``time.perf_counter``, the pool's kernel clock ``workpool.CLOCK_ADDRESS``), and hashes every output
-of many calls: compiled GEMMs that OpenBLAS threads itself (one pool worker, OpenBLAS on two threads: the case
-where the bits used to move, with OpenBLAS's thread count switched by the BLAS pacer), split GEMMs, a full sum (the
-pool's partial sums), an optimiser update as multi-tensor batches, and the same GEMM and sum in eager mode.
+BLAS pacer's ``time.perf_counter``, the pool's kernel clock ``workpool.CLOCK_ADDRESS``, the eager split's clock),
+and hashes every output of many calls: compiled GEMMs that OpenBLAS threads itself (one pool worker, OpenBLAS on
+two threads: the case where the bits used to move, with OpenBLAS's thread count switched by the BLAS pacer), split
+GEMMs, a full sum (the pool's partial sums), an optimiser update as multi-tensor batches, and in eager mode the
+GEMMs (SciPy's OpenBLAS, and NumPy's for small and batched products), the sum and a multi-tensor update split
+between threads.
 """
 from __future__ import annotations
 
@@ -23,9 +25,10 @@ from jitgrad.ir import settings
 REPO = Path(__file__).resolve().parents[1]
 
 _CHILD = r'''
-import ctypes, hashlib, json, sys
+import ctypes, hashlib, json, os, sys
 import numpy as np
 from jitgrad.codegen.native import workpool, pool_pacer
+from jitgrad.ir import eager_threads
 from jitgrad.ir.ops import blas
 
 # the pool's kernel clock, scripted: each read advances it by TICK ns (a pooled launch reads it twice)
@@ -56,7 +59,18 @@ class FakeTime:                 # the BLAS pacers' clock: each read advances it 
         return cls.now
 
 
+class EagerClock:               # the eager split's clock: its third read of a call (the last worker done) late
+    now, reads, late = 0.0, 0, 0.0
+
+    @classmethod
+    def perf_counter(cls):
+        cls.reads += 1
+        cls.now += 1e-3 + (cls.late if cls.reads % 3 == 0 else 0.0)
+        return cls.now
+
+
 blas.time = FakeTime
+eager_threads.time = EagerClock
 import jitgrad as jg
 workpool.set_min_work(1 << 12, 1 << 8)      # small arrays take the pool (every gated launch reaches the threshold)
 get_threads = blas.thread_control()[0] if blas.thread_control() else (lambda: 1)
@@ -68,6 +82,9 @@ z = jg.tensor(rng.standard_normal((512, 512)).astype(np.float32))
 params = [jg.nn.Parameter(jg.tensor(rng.standard_normal(s).astype(np.float32))) for s in
           [(64, 32), (32,), (48, 16), (128,), (90, 40), (200,)] * 3]
 opt = jg.optim.AdamW(params, lr=1e-2, weight_decay=0.1)
+# an eager multi-tensor update split between threads by parameter (eager_threads.py)
+eager_params = [jg.nn.Parameter(jg.tensor(rng.standard_normal(s).astype(np.float32))) for s in [(256, 256)] * 4]
+eager_opt = jg.optim.AdamW(eager_params, lr=1e-2, weight_decay=0.1)
 
 
 def step(x, w, z):
@@ -88,14 +105,22 @@ def digest(a):
 # contended and quiet in turns, for both pacers: (pool tick ns, BLAS seconds per clock read)
 script = [(1000, 1.0), (1000, 1.0), (5000, 5.0), (2000, 2.0), (2000, 2.0), (5000, 5.0)] + [(2000, 2.0)] * 4 + \
          [(1000, 1.0)] * 3 + [(5000, 5.0), (2000, 2.0), (2000, 2.0), (1000, 1.0), (1000, 1.0)]
-compiled, eager, blas_threads, rounds = [], [], [], []
+if sys.argv[1] == "steady":     # nothing contended: the pacers never move
+    script = [(1000, 1.0)] * len(script)
+compiled, eager, blas_threads, rounds, losses, eager_updates = [], [], [], [], [], []
 for pool_tick, blas_seconds in script * 2:
     TICK[0], FakeTime.seconds = pool_tick, blas_seconds
+    EagerClock.late = 1.0 if pool_tick > 1000 else 0.0
     r0 = workpool.rounds()
     out = f(x, w, z)
     rounds.append(workpool.rounds() - r0)
     blas_threads.append(get_threads())
     compiled.append([digest(o.numpy()) for o in out[:2]])
+    losses.append(digest(out[2].numpy()))
+    sum(((p * 0.7).sin() * p).sum() for p in eager_params).backward()
+    eager_opt.step()
+    eager_opt.zero_grad(set_to_none=True)
+    eager_updates.append(digest(np.concatenate([p.detach().numpy().ravel() for p in eager_params])))
     # eager: the GEMM on SciPy's OpenBLAS, a small one and a batched one on NumPy's, the sum on the pool
     eager.append([digest((x @ w).numpy()), digest((x[:20, :30] @ w[:30, :10]).numpy()),
                   digest((z.reshape(8, 64, 512) @ z.reshape(8, 512, 64)).numpy()),
@@ -103,7 +128,9 @@ for pool_tick, blas_seconds in script * 2:
 # the parameters after every update: the run's end state (compared between runs by the parent)
 final = digest(np.concatenate([p.detach().numpy().ravel() for p in params]))
 print("RESULT " + json.dumps({"compiled": compiled, "eager": eager, "blas_threads": blas_threads, "rounds": rounds,
-                              "final": final, "workers": workpool.threads(),
+                              "final": final, "workers": workpool.threads(), "losses": losses,
+                              "eager_updates": eager_updates, "eager_contended": eager_threads.STATS["contended"],
+                              "pooled_kinds": sorted({la.kind for la in f.launches(x, w, z) if la.parallel}),
                               "blas_backoffs": blas.STATS["blas_backoffs"],
                               "pool_held": pool_pacer.STATS["held_calls"]}))
 '''
@@ -112,16 +139,17 @@ print("RESULT " + json.dumps({"compiled": compiled, "eager": eager, "blas_thread
 _RUNS: dict = {}
 
 
-def _child(workers: int, blas_threads: int, run: int = 0, **env_) -> dict:
-    """The child's hashes and counts for one configuration (``run``: a second process of the same one)."""
-    key = (workers, blas_threads, run, tuple(sorted(env_.items())))
+def _child(workers: int, blas_threads: int, run: int = 0, script: str = "switch", **env_) -> dict:
+    """The child's hashes and counts for one configuration (``run``: a second process of the same one;
+    ``script``: ``switch``, the clocks show contention and quiet in turns, or ``steady``, never contended)."""
+    key = (workers, blas_threads, run, script, tuple(sorted(env_.items())))
     if key in _RUNS:
         return _RUNS[key]
     env = dict(os.environ, PYTHONPATH=str(REPO), NUMBA_NUM_THREADS=str(workers),
                OPENBLAS_NUM_THREADS=str(blas_threads), JITGRAD_BACKGROUND_COMPILE="0")
     env.pop("JITGRAD_BLAS_PACER", None)
     env.update(env_)
-    r = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, "-c", _CHILD, script], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     (line,) = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
     out = _RUNS[key] = json.loads(line[7:])
@@ -153,9 +181,20 @@ def test_a_fixed_configuration_gives_the_same_bits_every_call_whatever_the_pacer
 
 @pytest.mark.parametrize("workers, blas_threads", [(1, 2), (2, 2)])
 def test_a_fixed_configuration_gives_the_same_bits_run_to_run(workers, blas_threads):
+    """Two processes whose pacers switch, and one whose clocks never show contention: the same bits, for fixed
+    inputs and for state updated every call (the compiled step's losses, parameters updated by multi-tensor
+    batches on the pool or held on the calling thread, and an eager update split between threads or not)."""
     _needs(workers, blas_threads)
     a, b = _child(workers, blas_threads), _child(workers, blas_threads, run=1)
-    assert a["compiled"][0] == b["compiled"][0] and a["eager"][0] == b["eager"][0] and a["final"] == b["final"]
+    steady = _child(workers, blas_threads, script="steady")
+    for other in (b, steady):
+        assert a["compiled"][0] == other["compiled"][0] and a["eager"][0] == other["eager"][0]
+        assert a["losses"] == other["losses"] and a["eager_updates"] == other["eager_updates"]
+        assert a["final"] == other["final"]
+    assert steady["pool_held"] == 0 and steady["eager_contended"] == 0
+    if workers > 1:         # what moved: held calls, the eager split gone serial; what ran on the pool
+        assert a["pool_held"] > 0 and a["eager_contended"] > 0
+        assert {"batch", "bgemm", "fused"} <= set(a["pooled_kinds"]), a["pooled_kinds"]
 
 
 def test_the_optimiser_update_has_the_same_bits_at_one_and_two_workers():
