@@ -64,6 +64,7 @@ import sys
 import threading
 
 from ...ir.ops import blas as _blas
+from ...ir.symbolic import is_symbolic
 from . import pool_pacer as _pool_pacer
 
 _configured = False
@@ -187,14 +188,19 @@ class CallGuard:
 
 # OpenBLAS runs a GEMM on one thread below BLAS_THREADED_MACS multiply-adds whatever its count: graphs whose GEMMs
 # are all below it need no guard (it costs ~1 us a call, which B5's 16 us steps feel)
-def blas_threaded(steps) -> bool:
-    """Whether any BLAS step of a program (``layout.Step``) is large enough for OpenBLAS to thread."""
+def blas_threaded(steps, size=None) -> bool:
+    """Whether any BLAS step of a program (``layout.Step``) is large enough for OpenBLAS to thread.  A GEMM of
+    symbolic size may be, at some sizes: it counts unless ``size`` (symbolic size -> int, a call's) says."""
     for st in steps:
         if st.kind in ("gemm", "bgemm") and st.eqn is not None and not st.split:
             a, out = st.eqn.ins[0].aval.shape, st.eqn.outs[0].aval.shape
             k = a[-1] if a else 1
             m = out[-2] if len(out) >= 2 else 1
             n = out[-1] if out else 1
+            if size is not None:
+                m, n, k = size(m), size(n), size(k)
+            elif any(is_symbolic(d) for d in (m, n, k)):
+                return True
             if m * n * k > _blas.BLAS_THREADED_MACS:
                 return True
     return False
