@@ -261,19 +261,21 @@ _CHILD = r'''
 import ctypes, hashlib, json, sys
 import numpy as np
 from jitgrad.codegen.native import workpool, pool_pacer
-READS, NOW, TICK = [0], [0], [1000]
+READS, NOW, TICK, HELD_TICK = [0], [0], [1000], [None]
 
 
 @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64))
-def clock(cid, ts):             # the kernels' clock: each read advances it by TICK ns
+def clock(cid, ts):             # the kernels' clock: each read advances it by TICK ns (HELD_TICK in a held call)
     READS[0] += 1
-    NOW[0] += TICK[0]
+    held = HELD_TICK[0] is not None and workpool.pace() == workpool.PACE_HELD
+    NOW[0] += HELD_TICK[0] if held else TICK[0]
     ts[0], ts[1] = divmod(NOW[0], 10 ** 9)
     return 0
 
 
 workpool.CLOCK_ADDRESS = ctypes.cast(clock, ctypes.c_void_p).value
 pool_pacer.POOL_PACER = True
+DEFAULTS = {k: getattr(pool_pacer.PoolPacer, k) for k in ("HOLD", "WARMUP", "STREAK")}
 pool_pacer.PoolPacer.HOLD = 2
 pool_pacer.PoolPacer.WARMUP = pool_pacer.PoolPacer.STREAK = 1     # judge from the first calls, hold at the first slow
 import jitgrad as jg
@@ -303,6 +305,19 @@ p = cg.call_lock.pool_pacer if cg.call_lock is not None else None
 script = [1000, 1000, 4000, 2000, 2000, 4000, 2000, 2000, 2000, 2000, 1000, 1000]
 paced = [call(t) for t in script]
 held = pool_pacer.STATS["held_calls"]
+# the default policy through the kernels' clock: 100 quiet calls whose rate varies 1-2x, then 60 calls with a core
+# taken (pooled launches 5x, the calling thread 2x)
+for k, v in DEFAULTS.items():
+    setattr(pool_pacer.PoolPacer, k, v)
+p2 = pool_pacer.PoolPacer()
+cg.call_lock.pool_pacer = p2
+jitter = np.exp(np.random.default_rng(0).uniform(0.0, np.log(2.0), 100))
+policy = [call(int(1000 * j))[2:] for j in jitter]
+quiet_held = p2.held_calls
+HELD_TICK[0] = 2000
+policy += [call(5000)[2:] for _ in range(60)]
+HELD_TICK[0] = None
+policy_held = [quiet_held, p2.held_calls - quiet_held]
 # the knob's state: no pacer, nothing timed
 if cg.call_lock is not None:
     cg.call_lock.pool_pacer = None
@@ -329,6 +344,7 @@ for _ in range(3):
     step()
 b1 = [(READS[0] - c0) / 3, (workpool.rounds() - r0) / 3]
 print("RESULT " + json.dumps({"first": first, "paced": paced, "off": off, "held": held, "b1": b1,
+                              "policy_held": policy_held, "policy_bits": len({tuple(d) for d in policy}),
                               "workers": workpool.threads(), "b5_reads": b5_reads,
                               "gemm": [s.label for s in cg.program.steps if s.kind == "bgemm"],
                               "best": [p.reference(), p.caller()] if p else None}))
@@ -368,6 +384,8 @@ def test_the_kernels_clock_drives_the_pacer_and_changes_no_bit():
     # the calling thread's rate, 2x the reference); 4000 again on the retry: past both, held for 4 calls; 1000: quiet
     assert rounds == [2, 2, 2, 0, 0, 2, 0, 0, 0, 0, 2, 2]
     assert out["held"] == 6
+    # the default policy: the quiet calls' jitter holds nothing, the busy core holds all but a run of 4 and a retry
+    assert out["policy_held"][0] == 0 and out["policy_held"][1] >= 50 and out["policy_bits"] == 1
     assert out["best"][1] == pytest.approx(2 * out["best"][0])
     # the knob's state: the same launches on the pool, no clock read
     assert out["off"][:2] == [2, 0]
