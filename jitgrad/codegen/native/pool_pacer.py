@@ -15,25 +15,26 @@ so a program bound to ever new sizes (variable lengths) is judged by one rate.  
 Python, and a graph without a parallel-capable step has no pacer at all (B5's 16 us steps read nothing).
 
 **Policy** (per compiled graph, like ``BlasPacer``), judged against a steady reference: the median of the last
-``WINDOW`` pooled calls judged quiet (no judgement before ``WARMUP`` of them).  A pooled call is *slow* when its rate
-is ``SLOW`` x that median and slower than running the same launches on the calling thread (the median of recent
-held calls, or until one was seen, ``EFFICIENCY`` x the workers x the reference).  Every pooled call enters the
-reference but those of a run of slow calls long enough to hold (a reference that left out every call over ``SLOW``
-x itself would only ever fall: the calls it keeps are the fast ones).  ``STREAK`` slow calls in a row mean contention: the next ``HOLD`` calls run their gated launches on the
-calling thread (``workpool.PACE_HELD``: the threshold is out of reach, split GEMMs included), then one call tries
-the pool again; a slow retry holds again at once, for twice as long (at most ``MAX_HOLD``), and one quiet pooled
-call ends the streak and starts the hold again from ``HOLD``.  So entering takes a run of slow calls and leaving a
-single quiet one: a quiet machine's jitter (a pooled call's rate varies 1.5-2x from call to call on a VM, and a
-call now and then takes a scheduler slice) sits under ``SLOW`` x its median, or comes alone, while a core taken by
-another process slows every pooled call.  (The reference was first the single best pooled call: on a quiet
-machine, 2 cores, 2026-11-29, ``benchmarks/busy_machine.py b1``, that held B1's launches off the pool for 261 of
-400 calls, 9.3 -> 15.2 ms.)  Comparing with the calling thread's own rate keeps a many-core machine on the pool
-when one core of sixteen is taken (a 2x slower launch still beats one thread).  Held calls time what they kept
-off the pool (``serial_ns``/``serial_work``): that is the calling thread's rate.  The pacer sets the pool's pace
-at each call's start and restores it at its end, holding ``threads.LAUNCH_LOCK`` (the guard takes it first), so
-eager kernels between calls never see a hold and no launch reads a half-set state.  Results never depend on it: a
-held launch runs the chunks the pool would (a loop that sums adds the same partial sums in the same order;
-products and blocks are independent calls; ``tests/test_thread_bits.py``).
+``WINDOW`` pooled calls (no judgement before ``WARMUP`` of them). A pooled call is *slow* when its
+rate is ``SLOW`` x that median and slower than running the same launches on the calling thread (the median of
+recent held calls, or until one was seen, ``EFFICIENCY`` x the workers x the reference). Every pooled call enters
+the reference but those of a run of slow calls long enough to hold (a reference that left out every call over
+``SLOW`` x itself would only ever fall: the calls it keeps are the fast ones). ``STREAK`` slow calls in a row mean
+contention: the next ``HOLD`` calls run their gated launches on the calling thread (``workpool.PACE_HELD``: the
+threshold is out of reach, split GEMMs included), then one call tries the pool again; a slow retry holds again at
+once, for twice as long (at most ``MAX_HOLD``), and one quiet pooled call ends the streak and starts the hold again
+from ``HOLD``. So entering takes a run of slow calls and leaving a single quiet one: a quiet machine's jitter (a
+pooled call's rate varies 1.5-2x from call to call on a VM, and a call now and then takes a scheduler slice) sits
+under ``SLOW`` x its median, or comes alone, while a core taken by another process slows every pooled call. (The
+reference was first the single best pooled call: on a quiet machine, 2 cores, 2026-11-29,
+``benchmarks/busy_machine.py b1``, that held B1's launches off the pool for 261 of 400 calls, 9.3 -> 15.2 ms.)
+Comparing with the calling thread's own rate keeps a many-core machine on the pool when one core of sixteen is
+taken (a 2x slower launch still beats one thread). Held calls time what they kept off the pool
+(``serial_ns``/``serial_work``): that is the calling thread's rate. The pacer sets the pool's pace at each call's
+start and restores it at its end, holding ``threads.LAUNCH_LOCK`` (the guard takes it first), so eager kernels
+between calls never see a hold and no launch reads a half-set state. Results never depend on it: a held launch runs
+the chunks the pool would (a loop that sums adds the same partial sums in the same order; products and blocks are
+independent calls; ``tests/test_thread_bits.py``).
 
 **Off by default** (``JITGRAD_POOL_PACER=1`` turns it on) until a quiet machine's count of held calls says the
 median reference holds nothing there (``benchmarks/busy_machine.py`` reports the held calls).  Off: no pacer, no
@@ -54,10 +55,10 @@ STATS = {"pool_backoffs": 0, "held_calls": 0}      # counted, for tests
 class PoolPacer:
     """``with pacer:`` around each call of one compiled graph that has gated pool launches (see the module
     docstring).  Not re-entrant; callers hold ``threads.LAUNCH_LOCK``."""
-    SLOW = 1.5              # a pooled rate this much over the reference (the recent quiet median) is slow
+    SLOW = 1.5              # a pooled rate this much over the reference (the recent median) is slow
     STREAK = 4              # slow pooled calls in a row that mean contention (fewer: a quiet VM's jitter)
     WINDOW = 32             # the recent calls a reference is the median of
-    WARMUP = 4              # quiet pooled calls seen before the first judgement
+    WARMUP = 4              # pooled calls seen before the first judgement
     EFFICIENCY = 0.75       # the pool's speedup per worker assumed until a held call measured the calling thread
     HOLD = 32
     MAX_HOLD = 1024
@@ -65,7 +66,7 @@ class PoolPacer:
     def __init__(self, read=workpool.launch_times, workers=None):
         self.read = read            # held -> cumulative (nanoseconds, work) of timed launches
         self.workers = workers      # the pool's size (None: workpool.threads() at the first judgement)
-        self.pooled = collections.deque(maxlen=self.WINDOW)    # ns per unit of work of recent quiet pooled calls
+        self.pooled = collections.deque(maxlen=self.WINDOW)    # ns per unit of work of recent pooled calls
         self.serial = collections.deque(maxlen=self.WINDOW)    # the same of recent held calls (the calling thread)
         self.slow = 0               # slow pooled calls in a row
         self.pending = []           # their rates, while the run is shorter than STREAK
@@ -100,8 +101,8 @@ class PoolPacer:
         self.judge((ns - self.start[0]) / work, held)
 
     def reference(self):
-        """The pooled rate calls are judged against: the median of the recent quiet pooled calls (None before
-        any)."""
+        """The pooled rate calls are judged against: the median of the recent pooled calls but those of a run that
+        held (None before any)."""
         return _median(self.pooled)
 
     def caller(self):

@@ -36,12 +36,13 @@ Policy (knobs in parentheses):
   are left alone.
 
 - **The pool's launches stay on the calling thread while the cores are contended** (``pool_pacer.py``;
-  ``JITGRAD_POOL_PACER=1`` turns it on: off by default, it misfires on a quiet machine). With one core taken by
-  another process, the pinned worker there shares it and each pooled launch waits for its chunk: B1 with its GEMMs on
-  the pool took 1.86x its quiet time. Each compiled graph with gated launches reads the pool's launch clock (two reads
-  per pooled launch) around its calls and, while pooled launches run much slower per unit of work than their best and
-  than the calling thread alone, keeps them (split GEMMs included) on the calling thread for a number of calls that
-  doubles while the contention lasts.
+  ``JITGRAD_POOL_PACER=1`` turns it on: off by default until a quiet machine's run counts what it holds). With one
+  core taken by another process, the pinned worker there shares it and each pooled launch waits for its chunk: B1
+  with its GEMMs on the pool took 1.86x its quiet time. Each compiled graph with gated launches reads the pool's
+  launch clock (two reads per pooled launch) around its calls and, while pooled launches run much slower per unit of
+  work than their recent median and than the calling thread alone, call after call, keeps them (split GEMMs
+  included) on the calling thread for a number of calls that doubles while the contention lasts.  It changes no
+  bit: a held launch runs the chunks the pool would.
 
 - **BLAS runs on a thread count fixed by the configuration** (``ir/ops/blas.py``): a graph with a GEMM large
   enough for OpenBLAS to thread itself sets OpenBLAS to ``blas.all_threads()`` at every call (an eager GEMM or

@@ -22,7 +22,8 @@ matmul: do not let that first matmul race a SciPy BLAS call in another thread (o
 :func:`info` says what was chosen and why.
 
 On how many threads: the end of this module holds the thread policy eager and compiled GEMMs share (small ones on
-one thread, large ones on every thread until their calls show contention: ``BlasPacer``, ``eager_threads``).
+one thread, large ones on every thread, a count fixed by the configuration so the bits are: ``all_threads``,
+``eager_threads``; ``BlasPacer`` paces it with the load when asked to).
 """
 from __future__ import annotations
 
@@ -397,9 +398,9 @@ def eager_threads(m: int, n: int, k: int):
     """What an eager ``(m, k) @ (k, n)`` GEMM on SciPy's OpenBLAS runs under (see the policy above): one thread, or
     ``all_threads()``.
 
-    With ``JITGRAD_BLAS_PACER=1`` large GEMMs are paced per size class (their multiply-adds within a factor of two) and timed per multiply-add, so a
-    sequence of ever new shapes (variable lengths) still shares what was learnt: a class's first call after a
-    contended one runs on one thread, as a repeated shape's would."""
+    With ``JITGRAD_BLAS_PACER=1`` large GEMMs are paced per size class (their multiply-adds within a factor of
+    two) and timed per multiply-add, so a sequence of ever new shapes (variable lengths) still shares what was
+    learnt: a class's first call after a contended one runs on one thread, as a repeated shape's would."""
     macs = m * n * k
     if macs <= BLAS_THREADED_MACS:
         return _ONE_THREAD
