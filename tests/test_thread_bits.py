@@ -186,13 +186,14 @@ def test_a_fixed_configuration_gives_the_same_bits_run_to_run(workers, blas_thre
     batches on the pool or held on the calling thread, and an eager update split between threads or not)."""
     _needs(workers, blas_threads)
     a, b = _child(workers, blas_threads), _child(workers, blas_threads, run=1)
-    steady = _child(workers, blas_threads, script="steady")
+    # (with one worker nothing the default policy runs moves with the clocks: a steady run would be the same run)
+    steady = _child(workers, blas_threads, script="steady") if workers > 1 else b
     for other in (b, steady):
         assert a["compiled"][0] == other["compiled"][0] and a["eager"][0] == other["eager"][0]
         assert a["losses"] == other["losses"] and a["eager_updates"] == other["eager_updates"]
         assert a["final"] == other["final"]
-    assert steady["pool_held"] == 0 and steady["eager_contended"] == 0
     if workers > 1:         # what moved: held calls, the eager split gone serial; what ran on the pool
+        assert steady["pool_held"] == 0 and steady["eager_contended"] == 0
         assert a["pool_held"] > 0 and a["eager_contended"] > 0
         assert {"batch", "bgemm", "fused"} <= set(a["pooled_kinds"]), a["pooled_kinds"]
 
