@@ -213,4 +213,4 @@ def test_the_blas_pacer_makes_bits_follow_openblas_thread_count():
     out = _child(1, 2, JITGRAD_BLAS_PACER="1")
     assert out["blas_backoffs"] > 0 and set(out["blas_threads"]) == {1, 2}
     per_count = {(n, tuple(c)) for n, c in zip(out["blas_threads"], out["compiled"])}
-    assert len(per_count) == 2
+    assert sorted(n for n, _ in per_count) == [1, 2]     # (the two hashes differ on this VM's Haswell kernels)
