@@ -327,3 +327,50 @@ def test_compiled_hvp_forward_over_reverse_does_no_more_work_than_reverse_over_r
     assert len(fr.steps) < len(rr.steps)
     # fr's one copy is the zeros the cross-entropy gather's scatter-add starts from; rr has it too
     assert _copies(fr) == ["copy (index_put)"] and len(_copies(rr)) == 2
+
+
+def _gpt_loss(vocab=65, context=8, width=16, heads=2, layers=2, batch=2):
+    """B13's other function: B9's GPT (benchmarks/gpt_model.py, loaded by path) as a loss of its parameters, on
+    tiny sizes; the parameters and random directions."""
+    import importlib.util
+    import os
+    spec = importlib.util.spec_from_file_location("gpt_model", os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "gpt_model.py"))
+    gpt_model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpt_model)
+    jg.manual_seed(0)
+    model = gpt_model.make_gpt(jg, vocab, context, width, heads, layers, dropout=0.0, sdpa=False)
+    names = [n for n, _ in model.named_parameters()]
+    ps = tuple(p.detach() for _, p in model.named_parameters())
+    rng = np.random.default_rng(0)
+    ts = tuple(jg.tensor((rng.standard_normal(p.shape) * 0.02).astype(np.float32)) for p in ps)
+    x, y = (jg.tensor(rng.integers(0, vocab, (batch, context))) for _ in range(2))
+    return (lambda *p: jf.functional_call(model, dict(zip(names, p)), (x, y))), ps, ts
+
+
+def test_compiled_gpt_jvp_and_hvp_counted():
+    """B13 on B9's GPT (tangents on every parameter): every product of f has both operands varying, so the jvp is
+    3x f's GEMMs and multiply-adds exactly; forward over reverse runs reverse over reverse's GEMMs and
+    multiply-adds in fewer loops and copies.  No weight's HVP is a transposed view copied into its output (8 copies
+    here before simplify wrote ``(x^T g_t + x_t^T g)^T`` as products of transposes).  Values against eager."""
+    f, ps, ts = _gpt_loss()
+    k = len(ps)
+    jvp_f = lambda *a: jf.jvp(f, a[:k], a[k:])                                       # noqa: E731
+    fr_f = lambda *a: jf.jvp(jf.grad(f, argnums=tuple(range(k))), a[:k], a[k:])[1]  # noqa: E731
+
+    def rr_f(*a):
+        g = jf.grad(f, argnums=tuple(range(k)))
+        return jf.grad(lambda *p: sum((gi * vi).sum() for gi, vi in zip(g(*p), a[k:])), argnums=tuple(range(k)))(
+            *a[:k])
+    _, p_f = _program(f, *ps)
+    _, p_j = _program(jvp_f, *ps, *ts)
+    _, p_fr = _program(fr_f, *ps, *ts)
+    _, p_rr = _program(rr_f, *ps, *ts)
+    macs = [sum(s.work for s in _gemms(p)) for p in (p_f, p_j, p_fr, p_rr)]
+    assert [len(_gemms(p)) for p in (p_f, p_j)] == [13, 39] and macs[1] == 3 * macs[0]
+    assert len(_gemms(p_fr)) == len(_gemms(p_rr)) and macs[2] <= macs[3]
+    assert len(p_fr.steps) < len(p_rr.steps) and len(_copies(p_fr)) < len(_copies(p_rr))
+    assert not [s for s in p_fr.steps if s.label == "copy (output)"]
+    got = jg.compile(fr_f, backend="numba", background=False)(*ps, *ts)
+    for a, b in zip(got, fr_f(*ps, *ts)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-3, atol=1e-6)

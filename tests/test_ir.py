@@ -420,6 +420,23 @@ def test_simplify_writes_a_transposed_product_as_the_product_of_transposes():
     assert [e.op.name for e in two.eqns].count("permute") == 2
 
 
+def test_simplify_transposes_a_sum_of_products_term_by_term():
+    """``(A B + C D)^T`` -> ``B^T A^T + D^T C^T``: forward over reverse's tangent of a weight's gradient
+    ``(x^T g)^T`` is such a sum, and was a transposed view copied into the output."""
+    f64 = dt.float64
+    a, b, c, d = (Var(Aval(s, f64)) for s in ((4, 3), (3, 5), (4, 2), (2, 5)))
+    p, q, r, out = Var(Aval((4, 5), f64)), Var(Aval((4, 5), f64)), Var(Aval((4, 5), f64)), Var(Aval((5, 4), f64))
+    g = Graph([a, b, c, d], [Eqn(OPS["matmul"], [a, b], [p], {}), Eqn(OPS["matmul"], [c, d], [q], {}),
+                             Eqn(OPS["sub"], [p, q], [r], {}), Eqn(OPS["permute"], [r], [out], {"perm": (1, 0)})],
+              [out])
+    s = dce(simplify(g))
+    assert verify(s)
+    assert [e.op.name for e in s.eqns].count("matmul") == 2 and s.eqns[-1].op.name == "sub"
+    assert s.eqns[-1].outs == [out] and all(e.outs[0].aval.shape == (5, 4) for e in s.eqns if e.op.name != "permute")
+    vals = _random_inputs(g)
+    _same(interpret(s, vals), interpret(g, vals))
+
+
 def test_simplify_composes_permute_chains():
     f64 = dt.float64
     x = Var(Aval((2, 3, 4), f64))

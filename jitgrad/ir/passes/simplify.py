@@ -129,38 +129,67 @@ _SWAP = (1, 0)
 
 
 def _transposed_products(g: Graph) -> Graph:
-    """``permute(matmul(A, B), (1, 0))`` -> ``matmul(B.T, A.T)`` for matrices, when nothing else reads the product:
-    the transposes are views BLAS reads by flag, where the transposed product was a view that a consumer read with
-    swapped strides, or that a graph output (a weight's gradient ``(x.T g).T`` in a compiled ``nn.Linear``
+    """``permute(matmul(A, B), (1, 0))`` -> ``matmul(B.T, A.T)`` for matrices, when nothing else reads the product,
+    and the same through sums of such products (``(A B + C D)^T``: the tangent of a weight's gradient in forward over
+    reverse): the transposes are views BLAS reads by flag, where the transposed product was a view that a consumer
+    read with swapped strides, or that a graph output (a weight's gradient ``(x.T g).T`` in a compiled ``nn.Linear``
     backward) copied into a fresh array.  ``A.T`` of ``A = X.T`` is ``X`` itself."""
     defs = {}
     uses = None
     eqns, dropped = [], set()
-    for e in g.eqns:
-        d = defs.get(e.ins[0]) if e.op.name == "permute" and tuple(e.params["perm"]) == _SWAP else None
-        if d is not None and d.op.name == "matmul" and d.diff == e.diff and len(d.outs) == 1 \
-                and all(isinstance(v, Var) and v.aval.ndim == 2 for v in d.ins):
-            if uses is None:
-                uses = _use_counts(g)
-            if uses.get(d.outs[0]) == 1:
-                a, b = d.ins
-                operands = []
-                for v, need in ((b, d.needs[1]), (a, d.needs[0])):
-                    vd = defs.get(v)
-                    if vd is not None and vd.op.name == "permute" and tuple(vd.params["perm"]) == _SWAP \
-                            and vd.diff == e.diff and vd.needs[0] == need and isinstance(vd.ins[0], Var):
-                        operands.append(vd.ins[0])
-                        continue
-                    t = Var(Aval(tuple(reversed(v.aval.shape)), v.aval.dtype))
-                    eqns.append(e.replace(ins=[v], outs=[t], needs=(need,), check=None))
-                    defs[t] = eqns[-1]
-                    operands.append(t)
-                dropped.add(id(d))
-                e = d.replace(ins=operands, outs=e.outs, needs=(d.needs[1], d.needs[0]),
-                              check=e.check if e.check is not None else d.check)
+
+    def swappable(v, diff):
+        """Whether ``v.T`` can be computed as transposed products in place of ``v``: a matrix product, or a sum
+        of such, read only where it is transposed."""
+        d = defs.get(v) if isinstance(v, Var) else None
+        if d is None or d.diff != diff or len(d.outs) != 1 or uses.get(v) != 1 or v.aval.ndim != 2:
+            return False
+        if d.op.name == "matmul":
+            return all(isinstance(u, Var) and u.aval.ndim == 2 for u in d.ins)
+        return d.op.name in ("add", "sub") and all(isinstance(u, Var) and _same_type(u, v) and swappable(u, diff)
+                                                   for u in d.ins)
+
+    def transposed(v, perm_eqn, need):
+        """``v.T``'s Var: a view of a transposed view's base, else a new permute eqn."""
+        vd = defs.get(v)
+        if vd is not None and vd.op.name == "permute" and tuple(vd.params["perm"]) == _SWAP \
+                and vd.diff == perm_eqn.diff and vd.needs[0] == need and isinstance(vd.ins[0], Var):
+            return vd.ins[0]
+        t = Var(Aval(tuple(reversed(v.aval.shape)), v.aval.dtype))
+        emit(perm_eqn.replace(ins=[v], outs=[t], needs=(need,), check=None))
+        return t
+
+    def emit(e):
         for o in e.outs:
             defs[o] = e
         eqns.append(e)
+
+    def rewrite(v, out, perm_eqn):
+        """Emit ``out = v.T`` from v's operands; v's own eqn is dropped."""
+        d = defs[v]
+        dropped.add(id(d))
+        check = perm_eqn.check if out is perm_eqn.outs[0] and perm_eqn.check is not None else d.check
+        if d.op.name == "matmul":
+            a, b = d.ins
+            bt, at = transposed(b, perm_eqn, d.needs[1]), transposed(a, perm_eqn, d.needs[0])
+            emit(d.replace(ins=[bt, at], outs=[out], needs=(d.needs[1], d.needs[0]), check=check))
+            return
+        ins = []
+        for u in d.ins:
+            t = Var(Aval(tuple(reversed(u.aval.shape)), u.aval.dtype))
+            rewrite(u, t, perm_eqn)
+            ins.append(t)
+        emit(d.replace(ins=ins, outs=[out], check=check))
+
+    for e in g.eqns:
+        if e.op.name == "permute" and tuple(e.params["perm"]) == _SWAP and isinstance(e.ins[0], Var) \
+                and defs.get(e.ins[0]) is not None and defs[e.ins[0]].op.name in ("matmul", "add", "sub"):
+            if uses is None:
+                uses = _use_counts(g)
+            if swappable(e.ins[0], e.diff):
+                rewrite(e.ins[0], e.outs[0], e)
+                continue
+        emit(e)
     if not dropped:
         return g
     return Graph(g.inputs, [e for e in eqns if id(e) not in dropped], g.outputs)
