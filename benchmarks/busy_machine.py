@@ -13,7 +13,8 @@ waiting on descheduled spinners).
 
 The worker pool's pacer (``JITGRAD_POOL_PACER``, inherited by the children; off by default) reports what it did:
 its backoffs and the calls it held on the calling thread; ``JITGRAD_POOL_PACER=1 python benchmarks/busy_machine.py
-b1 b2`` measures with it.
+b1 b2`` measures with it.  The BLAS pacer (``JITGRAD_BLAS_PACER=1``, off by default: it makes a GEMM's last bits
+follow the load) likewise, for GEMMs OpenBLAS threads itself (eager ``b1e``'s).
 
 Run it on an otherwise quiet machine: the script measures the CPU other processes use for a second before the
 runs and warns when it is above 0.1 CPU (then the quiet figures are not quiet).

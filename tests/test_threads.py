@@ -10,6 +10,7 @@ import pytest
 
 import jitgrad as jg
 from jitgrad.ir import settings
+from jitgrad.ir.ops import blas
 from thread_calls import call_from_threads
 
 _CHILD = """
@@ -168,6 +169,34 @@ def test_blas_pacer_wraps_graphs_that_call_blas_only(monkeypatch):
     assert g.pacer is None and g.lock is threads.LAUNCH_LOCK
 
 
+def test_graphs_that_thread_blas_run_it_on_a_fixed_count_whatever_count_was_left(monkeypatch):
+    """The default (no BLAS pacer: its switches would move the bits): a graph whose GEMM OpenBLAS threads sets
+    OpenBLAS to every thread at each call, after a small GEMM or a split graph left it on one; a graph whose big
+    GEMMs are split sets one; ``set_num_threads`` wins."""
+    from jitgrad.codegen.native import threads
+    from jitgrad.ir.ops import blas
+    state = {"n": 4}
+    monkeypatch.setattr(blas, "BLAS_PACER", False)
+    monkeypatch.setattr(blas.BlasPacer, "_control", (lambda: state["n"], lambda n: state.update(n=n)))
+    monkeypatch.setattr(blas.BlasPacer, "_max", 4)
+    monkeypatch.setattr(blas.BlasPacer, "_current", 4)
+    monkeypatch.setattr(settings.STATE, "num_threads", None)
+    g, single = threads.call_guard(False, True), threads.call_guard(False, False, single_blas=True)
+    assert g.pacer is None and g.threaded and single.pacer is None and not single.threaded
+    seen = []
+    for guard in (g, single, g, g):
+        with guard:
+            seen.append(state["n"])
+        with blas.eager_threads(8, 8, 8):           # a small eager GEMM: one thread, left behind
+            pass
+    assert seen == [4, 1, 4, 4]
+    with blas.eager_threads(256, 512, 784):         # a large eager GEMM: every thread, after the small one
+        assert state["n"] == 4
+    monkeypatch.setattr(settings.STATE, "num_threads", 2)
+    with g:
+        assert state["n"] == 2
+
+
 def _gemm_program(n, k, m):
     a = jg.tensor(np.ones((n, k), np.float32))
     b = jg.tensor(np.ones((k, m), np.float32))
@@ -187,6 +216,30 @@ def test_graphs_with_small_gemms_only_get_no_pacer(monkeypatch):
     monkeypatch.setattr(layout, "POOL_GEMMS", False)
     assert not threads.blas_threaded(_gemm_program(8, 8, 8).program.steps)
     assert threads.blas_threaded(_gemm_program(256, 784, 64).program.steps)
+
+
+def test_a_gemm_of_symbolic_size_sets_openblas_count_at_every_call(monkeypatch):
+    """A program laid out once for every size (``codegen/program/sized.py``) may run its GEMM at sizes OpenBLAS
+    threads: its call guard sets OpenBLAS's count at every call (a count another call left would otherwise decide
+    its bits); ``launches`` counts its threads at each call's sizes."""
+    monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
+    from jitgrad.codegen.program import layout
+    from jitgrad.ir.symbolic import is_symbolic
+    monkeypatch.setattr(layout, "POOL_GEMMS", False)
+    f = jg.compile(lambda a, b: (a @ b).sum(), backend="numba")
+    b = jg.tensor(np.ones((64, 48), np.float32))
+    for m in (8, 9, 10):
+        f(jg.tensor(np.ones((m, 64), np.float32)), b)
+    lowered = [lo for entries in f._cache.values() for e in entries if isinstance(e.lowered, list)
+               for lo in e.lowered]
+    cgs = [lo.cg for lo in lowered if any(is_symbolic(d) for d in lo.graph.inputs[0].aval.shape)]
+    assert cgs and all(cg.call_lock is not None and cg.call_lock.threaded for cg in cgs)
+    big = jg.tensor(np.ones((400, 64), np.float32))
+    assert float(f(big, b)) == 400 * 64 * 48
+    blas_n = max(1, blas.thread_control()[0]()) if blas.thread_control() else 1
+    (gemm,) = [la for la in f.launches(big, b) if la.kind in ("gemm", "bgemm")]
+    (small,) = [la for la in f.launches(jg.tensor(np.ones((11, 64), np.float32)), b) if la.kind in ("gemm", "bgemm")]
+    assert small.threads == 1 and gemm.threads == blas.all_threads() or blas_n == 1
 
 
 @pytest.mark.skipif(settings.default_threads() < 2, reason="needs a pool of two workers")

@@ -1,7 +1,7 @@
 """Process-wide settings that both the eager runtime and codegen read (neither imports the other, both import ir).
 
 - ``num_threads`` (``torch.set_num_threads``): the intra-op thread count.  It sets OpenBLAS's thread count at once
-  (eager and compiled matmuls) and is the maximum ``ir/ops/blas.BlasPacer`` restores after contention; with 1,
+  (eager and compiled matmuls: the count ``ir/ops/blas.all_threads`` sets for large GEMMs); with 1,
   graphs compiled from then on plan every loop serial (``codegen/program/layout.py``).  The worker pool of parallel
   compiled kernels (``codegen/native/workpool.py``) keeps its size (``default_threads()``, Numba's rule: Numba's own
   parallel kernels may run on the same pool and assume that size).  ``None``: not set.

@@ -262,6 +262,9 @@ def _run_tensor_hooks(hooks, g):
             if not isinstance(r, Tensor) or r.shape != g.shape:
                 raise RuntimeError(f"hook '{getattr(fn, '__name__', fn)}' has changed the size of value: expected "
                                    f"{list(g.shape)}, got {list(getattr(r, 'shape', ()))}")
+            if r.dtype is not g.dtype:      # torch's check: a hook may not change the gradient's type
+                raise RuntimeError(f"hook '{getattr(fn, '__name__', fn)}' has changed the type of value (was "
+                                   f"{g.type()} got {r.type()})")
             g = r
     return g
 
@@ -469,10 +472,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                 if ev is not None and not create_graph and len(grads) == 1 and _FWD.active is None:
                     # the op's pullback on arrays (first order: no graph to build, no tangents to carry), wrapped as
                     # binds wrap results
-                    ins = []
-                    for t in node.inputs:
-                        ins.append(None if t is None else t._data)
-                    arrays = ev(node.needs_grad, node.shapes, ins, grads[0]._data)
+                    arrays = ev(node, grads[0]._data)
                     if arrays is not None:
                         in_grads = []
                         for a in arrays:

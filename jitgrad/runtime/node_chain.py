@@ -10,19 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.ops.elementwise import sum_to_shape
 from .dispatch import OpNode
 from .tensor import Tensor
 
 _new = object.__new__
-
-
-def _sum_to(g: np.ndarray, shape) -> np.ndarray:
-    """``g`` summed down to the broadcast operand's ``shape`` (its leading dims, and the dims it has as 1)."""
-    if g.shape == tuple(shape):
-        return g
-    lead = g.ndim - len(shape)
-    axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1)
-    return g.sum(axis=axes).reshape(shape)
 
 
 class _AddmmOp:
@@ -38,18 +30,22 @@ class _AddmmOp:
     def __init__(self, add, mm):
         self.add, self.mm = add, mm
 
-    def eager_vjp(self, needs, shapes, ins, g):
+    def eager_vjp(self, node, g):
         """The pullback on arrays (the engine's plain first order), or None for the general rule."""
         add, mm = self.add, self.mm
+        needs, shapes = node.needs_grad, node.shapes
         ev = mm.op.eager_vjp
         if ev is None or type(g) is not np.ndarray:
             return None
         add.check_saved()
         mm.check_saved()
-        gx, gwt = ev(mm.needs_grad, mm.shapes, [None if t is None else t._data for t in mm.inputs], g)
+        grads = ev(mm, g)
+        if grads is None:
+            return None
+        gx, gwt = grads
         gb = None
         if needs[0]:
-            gb = _sum_to(g, shapes[0]).astype(add.dtypes[1].np, copy=False)
+            gb = sum_to_shape(g, shapes[0]).astype(add.dtypes[1].np, copy=False)
         return gb, gx, gwt
 
     def vjp(self, ctx, g):

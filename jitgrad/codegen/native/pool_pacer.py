@@ -14,28 +14,36 @@ so a program bound to ever new sizes (variable lengths) is judged by one rate.  
 (``threads.CallGuard``) reads the counters before and after each call: the call's pooled rate.  No clock call in
 Python, and a graph without a parallel-capable step has no pacer at all (B5's 16 us steps read nothing).
 
-**Policy** (per compiled graph, like ``BlasPacer``): a call whose pooled rate is ``SLOW`` x the best pooled rate
-seen, and slower than running the same launches on the calling thread (the best rate of held calls, or until one
-was seen, ``EFFICIENCY`` x the workers x the best pooled rate), means contention: the next ``HOLD`` calls run
-their gated launches on the calling thread (``workpool.PACE_HELD``: the threshold is out of reach, split GEMMs
-included), then one call tries the pool again; the hold doubles while retries stay contended (at most
-``MAX_HOLD``) and starts again from ``HOLD`` after a quiet call.  Comparing with the calling thread's own rate
-keeps a many-core machine on the pool when one core of sixteen is taken (a 2x slower launch still beats one
-thread).  Held calls time what they kept off the pool (``serial_ns``/``serial_work``): that is the calling
-thread's rate.  The pacer sets the pool's pace at each call's start and restores it at its end, holding
-``threads.LAUNCH_LOCK`` (the guard takes it first), so eager kernels between calls never see a hold and no launch
-reads a half-set state.  Results never depend on it: a held launch runs the chunks the pool would (a loop that
-sums adds the same partial sums in the same order; products and blocks are independent calls).
+**Policy** (per compiled graph, like ``BlasPacer``), judged against a steady reference: the median of the last
+``WINDOW`` pooled calls (no judgement before ``WARMUP`` of them). A pooled call is *slow* when its
+rate is ``SLOW`` x that median and slower than running the same launches on the calling thread (the median of
+recent held calls, or until one was seen, ``EFFICIENCY`` x the workers x the reference). Every pooled call enters
+the reference but those of a run of slow calls long enough to hold (a reference that left out every call over
+``SLOW`` x itself would only ever fall: the calls it keeps are the fast ones). ``STREAK`` slow calls in a row mean
+contention: the next ``HOLD`` calls run their gated launches on the calling thread (``workpool.PACE_HELD``: the
+threshold is out of reach, split GEMMs included), then one call tries the pool again; a slow retry holds again at
+once, for twice as long (at most ``MAX_HOLD``), and one quiet pooled call ends the streak and starts the hold again
+from ``HOLD``. So entering takes a run of slow calls and leaving a single quiet one: a quiet machine's jitter (a
+pooled call's rate varies 1.5-2x from call to call on a VM, and a call now and then takes a scheduler slice) sits
+under ``SLOW`` x its median, or comes alone, while a core taken by another process slows every pooled call. (The
+reference was first the single best pooled call: on a quiet machine, 2 cores, 2026-11-29,
+``benchmarks/busy_machine.py b1``, that held B1's launches off the pool for 261 of 400 calls, 9.3 -> 15.2 ms.)
+Comparing with the calling thread's own rate keeps a many-core machine on the pool when one core of sixteen is
+taken (a 2x slower launch still beats one thread). Held calls time what they kept off the pool
+(``serial_ns``/``serial_work``): that is the calling thread's rate. The pacer sets the pool's pace at each call's
+start and restores it at its end, holding ``threads.LAUNCH_LOCK`` (the guard takes it first), so eager kernels
+between calls never see a hold and no launch reads a half-set state. Results never depend on it: a held launch runs
+the chunks the pool would (a loop that sums adds the same partial sums in the same order; products and blocks are
+independent calls; ``tests/test_thread_bits.py``).
 
-**Off by default** (``JITGRAD_POOL_PACER=1`` turns it on): measured on a quiet machine (2 cores, 2026-11-29,
-``benchmarks/busy_machine.py b1``), it held B1's launches off the pool for 261 of 400 calls (6 backoffs) and took the
-quiet step from 9.3 to 15.2 ms: a pooled call's rate varies by more than ``SLOW`` on a quiet VM, so the signal needs a
-steadier reference (a median of recent calls, not the best) before it can be on. Without it B1 and B2 stay within the
-2x busy/quiet target (1.83x, 1.41x in the same run). Off: no pacer, no clock read. ``read``, the counters a pacer
-reads, can be given (tests drive a pacer through it deterministically, without timing anything).
+**Off by default** (``JITGRAD_POOL_PACER=1`` turns it on) until a quiet machine's count of held calls says the
+median reference holds nothing there (``benchmarks/busy_machine.py`` reports the held calls).  Off: no pacer, no
+clock read.  ``read``, the counters a pacer reads, can be given (tests drive a pacer through it deterministically,
+without timing anything).
 """
 from __future__ import annotations
 
+import collections
 import os
 
 from . import workpool
@@ -47,7 +55,10 @@ STATS = {"pool_backoffs": 0, "held_calls": 0}      # counted, for tests
 class PoolPacer:
     """``with pacer:`` around each call of one compiled graph that has gated pool launches (see the module
     docstring).  Not re-entrant; callers hold ``threads.LAUNCH_LOCK``."""
-    SLOW = 1.5              # a pooled rate this much over the best: another process took a core
+    SLOW = 1.5              # a pooled rate this much over the reference (the recent median) is slow
+    STREAK = 4              # slow pooled calls in a row that mean contention (fewer: a quiet VM's jitter)
+    WINDOW = 32             # the recent calls a reference is the median of
+    WARMUP = 4              # pooled calls seen before the first judgement
     EFFICIENCY = 0.75       # the pool's speedup per worker assumed until a held call measured the calling thread
     HOLD = 32
     MAX_HOLD = 1024
@@ -55,17 +66,21 @@ class PoolPacer:
     def __init__(self, read=workpool.launch_times, workers=None):
         self.read = read            # held -> cumulative (nanoseconds, work) of timed launches
         self.workers = workers      # the pool's size (None: workpool.threads() at the first judgement)
-        self.best_pool = None       # nanoseconds per unit of work: the fastest pooled call seen
-        self.best_caller = None     # the same on the calling thread (held calls)
+        self.pooled = collections.deque(maxlen=self.WINDOW)    # ns per unit of work of recent pooled calls
+        self.serial = collections.deque(maxlen=self.WINDOW)    # the same of recent held calls (the calling thread)
+        self.slow = 0               # slow pooled calls in a row
+        self.pending = []           # their rates, while the run is shorter than STREAK
         self.left = 0               # calls still to hold off the pool
         self.hold = self.HOLD
         self.held = False
+        self.held_calls = 0         # calls this pacer held off the pool (counted, for tests and benchmarks)
         self.start = (0, 0)
 
     def __enter__(self):
         if self.left > 0:
             self.left -= 1
             self.held = True
+            self.held_calls += 1
             STATS["held_calls"] += 1
             workpool.set_pace(workpool.PACE_HELD)
         else:
@@ -85,28 +100,54 @@ class PoolPacer:
             return
         self.judge((ns - self.start[0]) / work, held)
 
+    def reference(self):
+        """The pooled rate calls are judged against: the median of the recent pooled calls but those of a run that
+        held (None before any)."""
+        return _median(self.pooled)
+
+    def caller(self):
+        """The calling thread's rate: the median of recent held calls, or until one was seen, ``EFFICIENCY`` x the
+        workers x the reference (None before any pooled call)."""
+        if self.serial:
+            return _median(self.serial)
+        ref = self.reference()
+        if ref is None:
+            return None
+        n = self.workers if self.workers is not None else workpool.threads()
+        return ref * max(1.0, self.EFFICIENCY * n)
+
     def judge(self, rate: float, held: bool) -> None:
         """Take one call's rate (nanoseconds per unit of work of its timed launches; ``held``: run on the calling
         thread) into the policy."""
         if held:
-            if self.best_caller is None or rate < self.best_caller:
-                self.best_caller = rate
+            self.serial.append(rate)
             return
-        best = self.best_pool
-        if best is None or rate < best:
-            self.best_pool = rate
-            if best is None:
-                return
-        caller = self.best_caller
-        if caller is None:
-            n = self.workers if self.workers is not None else workpool.threads()
-            caller = self.best_pool * max(1.0, self.EFFICIENCY * n)
-        if rate > self.SLOW * self.best_pool and rate > caller:
-            self.left = self.hold
-            self.hold = min(2 * self.hold, self.MAX_HOLD)
-            STATS["pool_backoffs"] += 1
-        else:
-            self.hold = self.HOLD
+        if len(self.pooled) < self.WARMUP:
+            self.pooled.append(rate)
+            return
+        if rate > self.SLOW * self.reference() and rate > self.caller():
+            self.slow += 1
+            self.pending.append(rate)
+            if self.slow >= self.STREAK:
+                self.pending.clear()        # contention: no call of the run is the norm
+                self.left = self.hold
+                self.hold = min(2 * self.hold, self.MAX_HOLD)
+                STATS["pool_backoffs"] += 1
+            return
+        if self.slow < self.STREAK:         # a run too short for contention: a quiet machine's jitter after all
+            self.pooled.extend(self.pending)
+        self.pending.clear()
+        self.slow = 0
+        self.hold = self.HOLD
+        self.pooled.append(rate)
+
+
+def _median(values):
+    if not values:
+        return None
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
 def pacer():

@@ -36,20 +36,24 @@ Policy (knobs in parentheses):
   are left alone.
 
 - **The pool's launches stay on the calling thread while the cores are contended** (``pool_pacer.py``;
-  ``JITGRAD_POOL_PACER=1`` turns it on: off by default, it misfires on a quiet machine). With one core taken by
-  another process, the pinned worker there shares it and each pooled launch waits for its chunk: B1 with its GEMMs on
-  the pool took 1.86x its quiet time. Each compiled graph with gated launches reads the pool's launch clock (two reads
-  per pooled launch) around its calls and, while pooled launches run much slower per unit of work than their best and
-  than the calling thread alone, keeps them (split GEMMs included) on the calling thread for a number of calls that
-  doubles while the contention lasts.
+  ``JITGRAD_POOL_PACER=1`` turns it on: off by default until a quiet machine's run counts what it holds). With one
+  core taken by another process, the pinned worker there shares it and each pooled launch waits for its chunk: B1
+  with its GEMMs on the pool took 1.86x its quiet time. Each compiled graph with gated launches reads the pool's
+  launch clock (two reads per pooled launch) around its calls and, while pooled launches run much slower per unit of
+  work than their recent median and than the calling thread alone, call after call, keeps them (split GEMMs
+  included) on the calling thread for a number of calls that doubles while the contention lasts.  It changes no
+  bit: a held launch runs the chunks the pool would.
 
-- **BLAS drops to one thread while the cores are contended** (``ir/ops/blas.BlasPacer``; ``JITGRAD_BLAS_PACER=0``
-  turns it off).  OpenBLAS's threads spin-wait for each other inside a GEMM, so one descheduled thread stalls the
-  call: measured (2 cores, one spinning hog), a B1 step went from 2.7 ms to a median of 7-69 ms and a 90th
-  percentile of 84-187 ms on two BLAS threads, and to 12 ms (p90 16 ms) on one thread (quiet, one thread costs
-  B1 about 1.35x).  So each compiled graph with a GEMM large enough for OpenBLAS to thread times its calls, and
-  runs BLAS on one thread for a while after a call 3x slower than its best; a quiet machine keeps all threads.
-  Eager GEMMs follow the same policy in ``ir/ops/blas.py`` (paced per shape; small ones on one thread).
+- **BLAS runs on a thread count fixed by the configuration** (``ir/ops/blas.py``): a graph with a GEMM large
+  enough for OpenBLAS to thread itself sets OpenBLAS to ``blas.all_threads()`` at every call (an eager GEMM or
+  another graph may have left another count), one whose big GEMMs are split on the pool sets it to one.
+  OpenBLAS's last bits depend on its thread count, so a count that followed the machine's load would make the
+  bits follow it too.  ``JITGRAD_BLAS_PACER=1`` trades them for speed on a busy machine (``blas.BlasPacer``):
+  OpenBLAS's threads spin-wait for each other inside a GEMM, so one descheduled thread stalls the call (measured,
+  2 cores, one spinning hog: a B1 step went from 2.7 ms to a median of 7-69 ms on two BLAS threads and to 12 ms on
+  one, when OpenBLAS threaded B1's GEMMs itself), and the pacer runs BLAS on one thread for a while after a call
+  3x slower than its best.  Graphs whose big GEMMs are split on the pool (the default with two workers or more)
+  never thread OpenBLAS, so the pool's own pacer, which changes no bit, is theirs.
 
 The layer is chosen once, before this process's first parallel launch; if other code already launched one with
 another layer, that layer stays (Numba cannot switch).
@@ -61,6 +65,7 @@ import sys
 import threading
 
 from ...ir.ops import blas as _blas
+from ...ir.symbolic import is_symbolic
 from . import pool_pacer as _pool_pacer
 
 _configured = False
@@ -139,16 +144,18 @@ def place_workers() -> list:
 
 
 class CallGuard:
-    """``with guard:`` around one compiled graph's call: ``LAUNCH_LOCK`` when it has a parallel kernel, its own
-    ``BlasPacer`` when it calls BLAS; ``single_blas``: its big GEMMs run on the pool's workers (rows split,
-    ``layout.Program.split_rows``), so OpenBLAS runs each call on the calling thread (no thread of its own, no
-    pacer: one set of threads for the whole call); ``paced``: it has gated pool launches, which its own
+    """``with guard:`` around one compiled graph's call: ``LAUNCH_LOCK`` when it has a parallel kernel;
+    ``blas``: a GEMM large enough for OpenBLAS to thread, run on ``blas.all_threads()`` (or under its own
+    ``BlasPacer`` with ``JITGRAD_BLAS_PACER=1``); ``single_blas``: its big GEMMs run on the pool's workers (rows
+    split, ``layout.Program.split_rows``), so OpenBLAS runs each call on the calling thread (no thread of its own,
+    no pacer: one set of threads for the whole call); ``paced``: it has gated pool launches, which its own
     ``pool_pacer.PoolPacer`` keeps on the calling thread while the cores are contended (inside the lock)."""
 
     def __init__(self, parallel: bool, blas: bool, single_blas: bool = False, paced: bool = False):
         self.lock = LAUNCH_LOCK if parallel else None
         self.single = single_blas
-        self.pacer = _blas.BlasPacer() if blas and _blas.BLAS_PACER and not single_blas else None
+        self.threaded = blas and not single_blas
+        self.pacer = _blas.BlasPacer() if self.threaded and _blas.BLAS_PACER else None
         self.pool_pacer = _pool_pacer.pacer() if paced and parallel else None
 
     def __enter__(self):
@@ -157,8 +164,10 @@ class CallGuard:
         try:
             if self.single:
                 _blas.BlasPacer.use(1)
-            if self.pacer is not None:
+            elif self.pacer is not None:
                 self.pacer.__enter__()
+            elif self.threaded:
+                _blas.BlasPacer.use(_blas.all_threads())
             if self.pool_pacer is not None:
                 self.pool_pacer.__enter__()
         except BaseException:
@@ -178,16 +187,21 @@ class CallGuard:
                 self.lock.__exit__(*exc)
 
 
-# OpenBLAS runs a GEMM on one thread below BLAS_THREADED_MACS multiply-adds: graphs whose GEMMs are all below it
-# need no pacer (it costs ~1 us a call, which B5's 16 us steps feel)
-def blas_threaded(steps) -> bool:
-    """Whether any BLAS step of a program (``layout.Step``) is large enough for OpenBLAS to thread."""
+# OpenBLAS runs a GEMM on one thread below BLAS_THREADED_MACS multiply-adds whatever its count: graphs whose GEMMs
+# are all below it need no guard (it costs ~1 us a call, which B5's 16 us steps feel)
+def blas_threaded(steps, size=None) -> bool:
+    """Whether any BLAS step of a program (``layout.Step``) is large enough for OpenBLAS to thread.  A GEMM of
+    symbolic size may be, at some sizes: it counts unless ``size`` (symbolic size -> int, a call's) says."""
     for st in steps:
         if st.kind in ("gemm", "bgemm") and st.eqn is not None and not st.split:
             a, out = st.eqn.ins[0].aval.shape, st.eqn.outs[0].aval.shape
             k = a[-1] if a else 1
             m = out[-2] if len(out) >= 2 else 1
             n = out[-1] if out else 1
+            if size is not None:
+                m, n, k = size(m), size(n), size(k)
+            elif any(is_symbolic(d) for d in (m, n, k)):
+                return True
             if m * n * k > _blas.BLAS_THREADED_MACS:
                 return True
     return False
@@ -196,7 +210,7 @@ def blas_threaded(steps) -> bool:
 def call_guard(parallel: bool, blas: bool, single_blas: bool = False, paced: bool = False):
     """What a compiled graph's call is wrapped in (``CallGuard``), or None when it needs nothing.  ``paced``:
     some of its pool launches are gated (``layout.Step.gate``), so a ``PoolPacer`` may hold them off the pool."""
-    if not parallel and not (blas and _blas.BLAS_PACER) and not single_blas:
+    if not parallel and not blas and not single_blas:
         return None
     return CallGuard(parallel, blas, single_blas, paced)
 

@@ -221,7 +221,7 @@ class CompiledGraph:
                 if gated:       # (a split GEMM's blocks: no bound on their size)
                     par = workpool.takes_batch(size(st.gate[0]), size(st.gate[1]),
                                                None if st.split else blas.BLAS_THREADED_MACS)
-                big = threads.blas_threaded([st])
+                big = threads.blas_threaded([st], size)
                 out.append(Launch(st.label, st.kind, par, pool if par else blas_n if big else 1, st.work, st.gemm,
                                   gated))
             else:

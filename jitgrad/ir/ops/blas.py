@@ -22,11 +22,11 @@ matmul: do not let that first matmul race a SciPy BLAS call in another thread (o
 :func:`info` says what was chosen and why.
 
 On how many threads: the end of this module holds the thread policy eager and compiled GEMMs share (small ones on
-one thread, large ones on every thread until their calls show contention: ``BlasPacer``, ``eager_threads``).
+one thread, large ones on every thread, a count fixed by the configuration so the bits are: ``all_threads``,
+``eager_threads``; ``BlasPacer`` paces it with the load when asked to).
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import glob
 import os
@@ -256,36 +256,60 @@ def matmul2d(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def matmul(a, b):
-    """NumPy ``matmul`` semantics; large 2-D float GEMMs go to :func:`matmul2d`."""
+    """NumPy ``matmul`` semantics; large 2-D float GEMMs go to :func:`matmul2d`, small ones to :func:`dot2d`."""
     if (b.ndim == 2 and a.ndim >= 2 and a.dtype == b.dtype and a.dtype.kind == "f" and a.dtype.itemsize in (4, 8)
-            and a.shape[-1] == b.shape[0] and a.size * b.shape[1] >= EAGER_MIN_MACS):
-        if a.ndim == 2:
-            return matmul2d(a, b)
-        if a.flags.c_contiguous:
-            # (..., m, k) @ (k, n), a Linear layer on a batch of sequences: one GEMM over all rows (a view, no
-            # copy) through the same BLAS as 2-D products, not NumPy's loop of small GEMMs
-            return matmul2d(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + (b.shape[1],))
+            and a.shape[-1] == b.shape[0]):
+        if a.size * b.shape[1] >= EAGER_MIN_MACS:
+            if a.ndim == 2:
+                return matmul2d(a, b)
+            if a.flags.c_contiguous:
+                # (..., m, k) @ (k, n), a Linear layer on a batch of sequences: one GEMM over all rows (a view, no
+                # copy) through the same BLAS as 2-D products, not NumPy's loop of small GEMMs
+                return matmul2d(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + (b.shape[1],))
+        elif a.ndim == 2:
+            return dot2d(a, b)
     return np.matmul(a, b)
+
+
+# ndarray.dot of two float matrices calls the same GEMM as np.matmul without the generalized ufunc's iterator
+# setup (about 4,000 instructions of an 8x8 product's 10,000); an operand with a zero stride is copied to a
+# contiguous one, as _matmul_impl does for matmul
+dot2d = np.ndarray.dot
+
+
+def small_gemm_is_dot(a_ndim, b_ndim, a_dtype, b_dtype) -> bool:
+    """Whether :func:`matmul` runs a product below its GEMM threshold as :func:`dot2d` (two float32 or float64
+    matrices of one dtype)."""
+    return a_ndim == 2 and b_ndim == 2 and a_dtype == b_dtype and np.dtype(a_dtype).itemsize in (4, 8) \
+        and np.dtype(a_dtype).kind == "f"
 
 
 # ------------------------------------------------------------------------------------------------ threads
 # The thread policy of SciPy's OpenBLAS, for eager matmuls and compiled graphs alike (the same library, one
-# process-wide thread count; ``codegen/native/threads.py`` wraps compiled calls in a ``BlasPacer``):
+# process-wide thread count; ``codegen/native/threads.py`` sets it around compiled calls):
 # - GEMMs of at most BLAS_THREADED_MACS multiply-adds run on one thread (OpenBLAS's own threshold, 65536 *
 #   GEMM_MULTITHREAD_THRESHOLD (4); set explicitly for eager calls, so a count raised by other code, or another
 #   OpenBLAS build's threshold, never wakes workers for them);
-# - larger ones run on every thread (``torch.set_num_threads``'s count, else OpenBLAS's) until their calls show
-#   contention: one call ``SLOW`` x slower than the best of its kind means another process took a core, and the
-#   next calls run on one thread for a while (``BlasPacer``; eager GEMMs are paced per size class).  ``JITGRAD_BLAS_PACER=0``
-#   turns the pacing off.  Idle workers sleep after ~0.4 ms (``OPENBLAS_THREAD_TIMEOUT``, set by ``import jitgrad``).
+# - larger ones run on every thread: ``torch.set_num_threads``'s count, else the count OpenBLAS had when jitgrad
+#   first used it (``all_threads``), set before every such call, so a count another call left behind (a small
+#   GEMM's 1) never decides a large one's.
+# A fixed configuration gives the same bits whatever the load: OpenBLAS's result depends on its thread count
+# (its threads split the result into blocks whose edges take other kernels: measured 2026-11-30 on its Haswell
+# kernels, 14 of 15 float32 shapes and 2 of 15 float64 ones differ between 1 and 2 threads, each count giving the
+# same bits every call), so no pacer may change the count a GEMM runs on by default.  ``JITGRAD_BLAS_PACER=1``
+# trades those bits for speed on a busy machine: one call ``SLOW`` x slower than the best of its kind means
+# another process took a core, and the next calls run on one thread for a while (``BlasPacer``; eager GEMMs paced
+# per size class).  Idle workers sleep after ~0.4 ms (``OPENBLAS_THREAD_TIMEOUT``, set by ``import jitgrad``).
 BLAS_THREADED_MACS = 65536 * 4
-BLAS_PACER = os.environ.get("JITGRAD_BLAS_PACER", "1") != "0"
+BLAS_PACER = os.environ.get("JITGRAD_BLAS_PACER", "0") == "1"
 STATS = {"blas_backoffs": 0}    # drops to one thread (counted, for tests)
 
 
 class BlasPacer:
     """Times one kind of BLAS work (a compiled graph's calls, or one shape of eager GEMM) and lowers SciPy's
-    OpenBLAS to one thread while the calls show contention.  ``with pacer:`` around each call.
+    OpenBLAS to one thread while the calls show contention.  ``with pacer:`` around each call.  Only with
+    ``JITGRAD_BLAS_PACER=1``: OpenBLAS's last bits depend on its thread count, so pacing it makes a GEMM's bits
+    depend on the machine's load (see above).
 
     OpenBLAS splits a GEMM between its threads, which hand packed panels to each other through spin-waits
     several times per call: when another process takes a core, the thread there is descheduled for whole
@@ -358,33 +382,46 @@ class BlasPacer:
                 self.hold = self.HOLD
 
 
-class _OneThread:
-    """An eager GEMM too small for threads: OpenBLAS on one thread for it."""
+def all_threads() -> int:
+    """The thread count GEMMs large enough for OpenBLAS to thread run on: ``torch.set_num_threads``'s, else the
+    count OpenBLAS had when jitgrad first used it (``OPENBLAS_NUM_THREADS``, or its cores)."""
+    if BlasPacer._control is None:
+        BlasPacer._init()
+    return settings.STATE.num_threads or BlasPacer._max
+
+
+class _Threads:
+    """A GEMM run on a thread count fixed by the configuration: one (too small for threads) or ``all_threads()``
+    (the same count every call, whatever count an earlier call left)."""
+
+    def __init__(self, one: bool):
+        self.one = one
 
     def __enter__(self):
-        BlasPacer.use(1)
+        BlasPacer.use(1 if self.one else all_threads())
         return self
 
     def __exit__(self, *exc):
         return None
 
 
-_ONE_THREAD = _OneThread()
-_NO_POLICY = contextlib.nullcontext()
+_ONE_THREAD = _Threads(True)
+ALL_THREADS = _Threads(False)
 _EAGER_PACERS: dict = {}        # size class -> BlasPacer of the eager GEMMs of that class
 
 
 def eager_threads(m: int, n: int, k: int):
-    """What an eager ``(m, k) @ (k, n)`` GEMM on SciPy's OpenBLAS runs under (see the policy above).
+    """What an eager ``(m, k) @ (k, n)`` GEMM on SciPy's OpenBLAS runs under (see the policy above): one thread, or
+    ``all_threads()``.
 
-    GEMMs are paced per size class (their multiply-adds within a factor of two) and timed per multiply-add, so a
-    sequence of ever new shapes (variable lengths) still shares what was learnt: a class's first call after a
-    contended one runs on one thread, as a repeated shape's would."""
+    With ``JITGRAD_BLAS_PACER=1`` large GEMMs are paced per size class (their multiply-adds within a factor of
+    two) and timed per multiply-add, so a sequence of ever new shapes (variable lengths) still shares what was
+    learnt: a class's first call after a contended one runs on one thread, as a repeated shape's would."""
     macs = m * n * k
     if macs <= BLAS_THREADED_MACS:
         return _ONE_THREAD
     if not BLAS_PACER:
-        return _NO_POLICY
+        return ALL_THREADS
     c = macs.bit_length()
     p = _EAGER_PACERS.get(c)
     if p is None:

@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..symbolic import same_shape
+from .fused import _tanh_bwd_impl
 from .opdef import Aval, OpDef, OpError, broadcast_shapes, register, result_dtype
 
 _SQRT_2_OVER_PI = 2.0 / math.sqrt(math.pi)
@@ -96,14 +97,98 @@ def _float_signature(impl):
 
 
 def ew(name, impl, vjp=None, scalar=None, kind="same", saves_in=(), saves_out=(), grad_name=None,
-       nondiff_inputs=(), saved_for=None, doc=""):
+       nondiff_inputs=(), saved_for=None, doc="", eager_vjp=None):
     eager_impl = None
     if kind == "float":
         eager_impl = _float_signature(impl)
         impl = _float_inputs(impl)
     return register(OpDef(name, "elementwise", _rule(name, kind), impl, _ew_vjp(vjp) if vjp else None,
                           scalar=scalar, grad_name=grad_name, saves_in=saves_in, saves_out=saves_out,
-                          nondiff_inputs=nondiff_inputs, saved_for=saved_for, doc=doc, eager_impl=eager_impl))
+                          nondiff_inputs=nondiff_inputs, saved_for=saved_for, doc=doc, eager_impl=eager_impl,
+                          eager_vjp=eager_vjp))
+
+
+# ---- pullbacks on arrays (OpDef.eager_vjp) -----------------------------------------------------------------
+# An eager first-order backward calls these instead of the rules' binds: the same NumPy calls, in the same order,
+# on the arrays themselves (no Tensor, no dispatch per step), so both give the same bits
+# (tests/test_eager_vjps.py compares every one with its rule).  Anything unusual (a cotangent of another dtype or
+# shape, a saved value that is not an array) returns None: the rule runs.
+
+def sum_to_shape(g: np.ndarray, shape) -> np.ndarray:
+    """``g`` summed down to the broadcast operand's ``shape``: ``Tensor.sum_to_size``'s reductions on an array."""
+    own = g.shape
+    if own == shape:
+        return g
+    lead = len(own) - len(shape)
+    axes = list(range(lead))
+    for i, d in enumerate(shape):
+        if d == 1 and own[lead + i] != 1:
+            axes.append(lead + i)
+    if axes and axes[-1] < lead:
+        return np.asarray(_add_reduce(g, axis=tuple(axes), keepdims=False))
+    r = _add_reduce(g, axis=tuple(axes), keepdims=True) if axes else g
+    return r.reshape(shape) if r.shape != shape else r
+
+
+_add_reduce = np.add.reduce     # (sum's impl: ir/ops/reduce.py)
+
+
+def _plain_cotangent(c, g, i):
+    """Whether input ``i``'s cotangent can be computed on arrays from ``g``: ``g`` is an array of that input's
+    dtype (a hook may have cast it)."""
+    return type(g) is np.ndarray and g.dtype == c.dtypes[i].np
+
+
+def _linear_eager_vjp(negate_second):
+    """add's and sub's pullback: ``g`` (``-g`` for sub's second input) summed to each input's shape."""
+    def pullback(c, g):
+        needs, shapes = c.needs_grad, c.shapes
+        out = [None, None]
+        for i in (0, 1):
+            if needs[i]:
+                if not _plain_cotangent(c, g, i):
+                    return None
+                out[i] = sum_to_shape(np.negative(g) if i and negate_second else g, shapes[i])
+        return out
+    return pullback
+
+
+def _saved_array(v, g):
+    """A saved operand as the rule's bind sees it: its array when it has ``g``'s dtype, a Python number as it is;
+    None for anything else (the rule runs)."""
+    d = getattr(v, "_data", v)
+    if type(d) is np.ndarray:
+        return d if d.dtype == g.dtype else None
+    return v if type(v) is float or type(v) is int else None
+
+
+def _mul_eager_vjp(c, g):
+    """mul's pullback: ``g * y`` and ``g * x``, each summed to its input's shape."""
+    needs, shapes, ins = c.needs_grad, c.shapes, c.inputs
+    out = [None, None]
+    for i in (0, 1):
+        if needs[i]:
+            other = _saved_array(ins[1 - i], g)
+            if other is None or not _plain_cotangent(c, g, i):
+                return None
+            out[i] = sum_to_shape(np.asarray(np.multiply(g, other)), shapes[i])
+    return out
+
+
+def _relu_eager_vjp(c, g):
+    """relu's pullback (torch's threshold_backward): ``g`` where the output is positive or NaN, else 0."""
+    y = c.outputs[0]._data
+    if not _plain_cotangent(c, g, 0) or type(y) is not np.ndarray or g.shape != y.shape:
+        return None
+    return (np.where(np.less_equal(y, 0), 0.0, g).astype(g.dtype, copy=False),)
+
+
+def _tanh_eager_vjp(c, g):
+    """tanh's pullback: tanh_backward's impl, ``g * (1 - y^2)``."""
+    y = c.outputs[0]._data
+    if not _plain_cotangent(c, g, 0) or type(y) is not np.ndarray or g.shape != y.shape or y.dtype != g.dtype:
+        return None
+    return (np.asarray(_tanh_bwd_impl(g, y)),)
 
 
 def _in(ctx, i=0):
@@ -132,7 +217,7 @@ def _tanh_vjp(c, g):
     return (c.bind("tanh_backward", g, _out(c)),)
 
 
-ew("tanh", np.tanh, _tanh_vjp, lambda m, x: m.tanh(x), "float", saves_out=(0,))
+ew("tanh", np.tanh, _tanh_vjp, lambda m, x: m.tanh(x), "float", saves_out=(0,), eager_vjp=_tanh_eager_vjp)
 
 
 def _sigmoid(x):
@@ -155,7 +240,7 @@ def _grad_named(t, name):
 ew("relu", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False),
    # torch's threshold_backward: NaN passes g
    lambda c, g: (_grad_named(c.bind("where", _out(c) <= 0, 0.0, g), "ThresholdBackwardBackward0"),),
-   lambda m, x: m.max(x, m.lit(0)), saves_out=(0,), kind="nobool")
+   lambda m, x: m.max(x, m.lit(0)), saves_out=(0,), kind="nobool", eager_vjp=_relu_eager_vjp)
 ew("abs", np.abs, lambda c, g: (g * _in(c).sign(),), lambda m, x: m.abs(x), saves_in=(0,), kind="nobool")
 
 
@@ -186,11 +271,11 @@ register(OpDef("cast", "elementwise", _rule("cast", "cast"),
                grad_name="ToCopyBackward0"))
 
 # ---- binary ---------------------------------------------------------------------------------------
-ew("add", np.add, lambda c, g: (g, g), lambda m, x, y: x + y)
-ew("sub", np.subtract, lambda c, g: (g, -g), lambda m, x, y: x - y, kind="nobool")
+ew("add", np.add, lambda c, g: (g, g), lambda m, x, y: x + y, eager_vjp=_linear_eager_vjp(False))
+ew("sub", np.subtract, lambda c, g: (g, -g), lambda m, x, y: x - y, kind="nobool", eager_vjp=_linear_eager_vjp(True))
 ew("mul", np.multiply, lambda c, g: (g * _in(c, 1) if c.needs_grad[0] else None,
                                      g * _in(c, 0) if c.needs_grad[1] else None),
-   lambda m, x, y: x * y, saves_in=(0, 1), saved_for={0: (1,), 1: (0,)})
+   lambda m, x, y: x * y, saves_in=(0, 1), saved_for={0: (1,), 1: (0,)}, eager_vjp=_mul_eager_vjp)
 def _div_vjp(c, g):
     # torch's formulas, term for term, so that infinities, zeros and the second order agree:
     # d/dy = -g * ((x / y) / y).  A Python-number numerator is torch's ``s / t = t.reciprocal() * s``, whose

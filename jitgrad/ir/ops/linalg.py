@@ -95,16 +95,19 @@ def _matmul_for_signature(avals, params):
         macs *= n
     if y.ndim == 2 and x.dtype.np in (np.float32, np.float64) and macs >= blas.EAGER_MIN_MACS:
         return None     # blas.matmul's own GEMM
+    if blas.small_gemm_is_dot(x.ndim, y.ndim, x.dtype.np, y.dtype.np):
+        return blas.dot2d       # what blas.matmul runs for them (the vjp's products too): one C call
     return _numpy_matmul
 
 
-def _matmul_eager_vjp(needs, shapes, inputs, g):
+def _matmul_eager_vjp(c, g):
     """``_matmul_vjp`` of two matrices on arrays: ``g @ y.T`` and ``x.T @ g`` through ``_matmul_impl``, as the rule's
     binds compute them (a permute is NumPy's transpose view); None for other ranks or non-NumPy payloads."""
-    xs, ys = shapes
+    xs, ys = c.shapes
     if len(xs) != 2 or len(ys) != 2 or type(g) is not np.ndarray:
         return None
-    x, y = inputs
+    needs = c.needs_grad
+    x, y = (None if t is None else t._data for t in c.inputs)
     gx = gy = None
     if needs[0]:
         if type(y) is not np.ndarray or y.dtype != g.dtype:     # (a hook's cast cotangent: the rule's error)

@@ -1,0 +1,151 @@
+"""Pullbacks on arrays (``OpDef.eager_vjp``): an eager first-order backward runs them instead of the vjp rules'
+binds, so they must give the rule's bits exactly, fall back to the rule where they do not apply, and keep every
+gradient semantics (broadcasting, Python-number operands, NaN, hooks that cast the cotangent).
+
+``create_graph=True`` runs the rules (it needs their graph), so each case compares the two paths bit for bit.
+"""
+
+import numpy as np
+import pytest
+
+import jitgrad as jg
+import jitgrad.nn.functional as F
+from jitgrad.ir.ops import OPS
+from jitgrad.runtime import dispatch
+
+
+def _t(rng, shape, dtype=np.float32, grad=True):
+    return jg.tensor(rng.standard_normal(shape).astype(dtype), requires_grad=grad)
+
+
+def _binary(fn, xs, ys, dtypes=(np.float32, np.float32)):
+    def make(rng):
+        x, y = _t(rng, xs, dtypes[0]), _t(rng, ys, dtypes[1])
+        return fn(x, y), (x, y)
+    return make
+
+
+def _with_nans(fn):
+    def make(rng):
+        a = rng.standard_normal((5, 4)).astype(np.float32)
+        a[0, :2] = np.nan
+        a[1, 1] = 0.0
+        a[2, 3] = -0.0
+        x = jg.tensor(a, requires_grad=True)
+        return fn(x), (x,)
+    return make
+
+
+def _nll(reduction, ignore=None):
+    def make(rng):
+        logp = F.log_softmax(_t(rng, (6, 5)), dim=1)
+        target = rng.integers(0, 5, 6)
+        if ignore is not None:
+            target[[1, 4]] = ignore
+        x = logp.grad_fn.next_functions[0][0].variable
+        kw = {} if ignore is None else {"ignore_index": ignore}
+        return F.nll_loss(logp, jg.tensor(target), reduction=reduction, **kw), (x,)
+    return make
+
+
+def _scalar_operand(fn):
+    def make(rng):
+        x = _t(rng, (3, 4))
+        return fn(x), (x,)
+    return make
+
+
+def _linear(rng):
+    x, w, b = _t(rng, (6, 5)), _t(rng, (3, 5)), _t(rng, (3,))
+    return F.linear(x, w, b), (x, w, b)
+
+
+def _matmul(xs, ys):
+    return _binary(lambda x, y: x @ y, xs, ys)
+
+
+# op name -> cases; every op with an eager pullback has its row (test_every_eager_vjp_has_cases)
+CASES = {
+    "add": [_binary(lambda x, y: x + y, (4, 3), (4, 3)), _binary(lambda x, y: x + y, (4, 3), (3,)),
+            _binary(lambda x, y: x + y, (4, 1), (1, 3)), _binary(lambda x, y: x + y, (2, 4, 3), (4, 1)),
+            _binary(lambda x, y: x + y, (), (3,)), _scalar_operand(lambda x: x + 2.5),
+            _binary(lambda x, y: x + y, (4, 3), (3,), (np.float32, np.float64))],
+    "sub": [_binary(lambda x, y: x - y, (4, 3), (4, 3)), _binary(lambda x, y: x - y, (4, 3), (1, 3)),
+            _scalar_operand(lambda x: 1.0 - x)],
+    "mul": [_binary(lambda x, y: x * y, (4, 3), (4, 3)), _binary(lambda x, y: x * y, (4, 3), (3,)),
+            _binary(lambda x, y: x * y, (4, 1), (1, 3)), _scalar_operand(lambda x: x * 0.1),
+            _scalar_operand(lambda x: 3 * x), _scalar_operand(lambda x: x * x),
+            _binary(lambda x, y: x * y, (4, 3), (4, 3), (np.float64, np.float32))],
+    "relu": [_with_nans(jg.relu), _binary(lambda x, y: jg.relu(x - y), (4, 3), (3,))],
+    "tanh": [_with_nans(jg.tanh), _scalar_operand(lambda x: (x * 3.0).tanh())],
+    "nll_loss": [_nll("mean"), _nll("sum"), _nll("none"), _nll("mean", ignore=2), _nll("none", ignore=-100)],
+    "matmul": [_matmul((5, 7), (7, 3)), _matmul((4, 1), (1, 6)), _matmul((64, 48), (48, 40))],
+    "addmm": [_linear],
+}
+
+
+def _grads(make, seed, create_graph):
+    rng = np.random.default_rng(seed)
+    out, inputs = make(rng)
+    g = jg.tensor(np.random.default_rng(seed + 1).standard_normal(out.shape).astype(out.detach().numpy().dtype))
+    return jg.autograd.grad(out, inputs, g, create_graph=create_graph)
+
+
+@pytest.mark.parametrize("name,make", [(n, m) for n, ms in CASES.items() for m in ms],
+                         ids=[f"{n}-{i}" for n, ms in CASES.items() for i in range(len(ms))])
+def test_pullback_on_arrays_matches_the_rule_bit_for_bit(name, make):
+    fast = _grads(make, 7, False)
+    rule = _grads(make, 7, True)
+    for f, r in zip(fast, rule):
+        assert f.dtype == r.dtype and f.shape == r.shape and not f.requires_grad
+        np.testing.assert_array_equal(f.numpy(), r.detach().numpy())
+
+
+def test_every_eager_vjp_has_cases():
+    with_pullback = {name for name, op in OPS.items() if op.eager_vjp is not None}
+    assert with_pullback <= set(CASES), f"eager_vjp without cases here: {sorted(with_pullback - set(CASES))}"
+
+
+def test_first_order_backward_runs_no_dispatch_for_these_ops(monkeypatch):
+    """The B5 MLP's backward (matmul, bias add, relu, log_softmax, nll) binds only log_softmax's backward; with
+    create_graph every rule binds."""
+    rng = np.random.default_rng(0)
+    x = jg.tensor(rng.standard_normal((8, 16)).astype(np.float32))
+    w1, w2 = _t(rng, (16, 32)), _t(rng, (32, 4))
+    b1, b2 = _t(rng, (32,)), _t(rng, (4,))
+    target = jg.tensor(rng.integers(0, 4, 8))
+    binds = []
+    real = dispatch._bind
+
+    def spy(op, args, params):
+        binds.append(op.name)
+        return real(op, args, params)
+
+    def step(create_graph):
+        loss = F.cross_entropy(jg.relu(x @ w1 + b1) @ w2 + b2, target)
+        binds.clear()
+        monkeypatch.setattr(dispatch, "_bind", spy)
+        try:
+            return jg.autograd.grad(loss, (w1, w2, b1, b2), create_graph=create_graph), list(binds)
+        finally:
+            monkeypatch.setattr(dispatch, "_bind", real)
+
+    fast, fast_binds = step(False)
+    rule, rule_binds = step(True)
+    assert fast_binds == ["log_softmax_backward"]
+    assert len(rule_binds) > 8 and "where" in rule_binds
+    for f, r in zip(fast, rule):
+        np.testing.assert_array_equal(f.numpy(), r.detach().numpy())
+
+
+def test_a_hook_may_not_change_the_cotangents_type():
+    """torch refuses a tensor hook's result of another dtype (it would reach the pullbacks as an array of the wrong
+    type), on both paths, with torch's words."""
+    for create_graph in (False, True):
+        rng = np.random.default_rng(1)
+        x, y = _t(rng, (4, 3)), _t(rng, (3,))
+        z = x * y
+        z.register_hook(lambda g: g.double())
+        with pytest.raises(RuntimeError, match=r"hook '<lambda>' has changed the type of value \(was "
+                                               r"torch.FloatTensor got torch.DoubleTensor\)"):
+            z.sum().backward(create_graph=create_graph)
