@@ -113,3 +113,50 @@ def test_eager_matmul_of_tensors_splits_and_keeps_its_bits(two_threads):
     y.backward(jg.tensor(np.ones(y.shape, np.float32)))
     assert blas.STATS["gemm_split_calls"] - s0["gemm_split_calls"] == 3     # y, and both gradients
     assert y.detach().numpy().tobytes() == _one_thread_whole(x.reshape(300, 96), w).reshape(4, 75, 700).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m, k, n", SHAPES + [(64, 500, 700)])
+def test_compiled_split_gemm_bits_are_one_threads_on_the_pool_or_held(two_threads, request, m, k, n, dtype):
+    """A compiled GEMM split on the pool (equal blocks a multiple of OpenBLAS's unit, the rows left one more call):
+    the same bits whether the blocks run on the pool's workers or are held on the calling thread (the pool pacer's
+    hold), at ``set_num_threads(1)`` (one call, not split), and eagerly: one single-threaded call's.  Counted: the
+    blocks, the rows left, the threads (the pool's, never more; OpenBLAS on one inside the blocks)."""
+    from jitgrad.codegen.native import workpool
+    from jitgrad.codegen.program import layout
+    if not layout.POOL_GEMMS or workpool.default_threads() < 2:
+        pytest.skip("no split GEMMs here")
+    prev = workpool.set_min_work(1 << 12, 1 << 8)
+    request.addfinalizer(lambda: workpool.set_min_work(*prev))
+    rng = np.random.default_rng(m * k + n + 1)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    ta, tb = jg.tensor(a), jg.tensor(b)
+    f = jg.compile(lambda x, y: x @ y, backend="numba", background=False)
+    pooled = f(ta, tb).numpy()
+    launches = [la for la in f.launches(ta, tb) if la.kind in ("gemm", "bgemm")]
+    if not launches[0].label.endswith("on the pool)"):
+        pytest.skip("not split on this BLAS (no unit in either direction, or too few rows)")
+    blocks, *rest = launches
+    assert blocks.parallel and blocks.threads == workpool.threads() and len(rest) <= 1
+    assert all(r.threads == 1 and not r.parallel and "last" in r.label for r in rest)
+    assert blas.thread_control()[0]() == 1
+    r0 = workpool.rounds()
+    assert f(ta, tb).numpy().tobytes() == pooled.tobytes() and workpool.rounds() == r0 + 1     # on the pool
+    r0 = workpool.rounds()
+    before = workpool.pace()
+    workpool.set_pace(workpool.PACE_HELD)
+    try:
+        held = f(ta, tb).numpy()
+    finally:
+        workpool.set_pace(before)
+    assert workpool.rounds() == r0                  # held: nothing launched on the pool
+    jg.set_num_threads(1)
+    g = jg.compile(lambda x, y: x @ y, backend="numba", background=False)
+    single = g(ta, tb).numpy()
+    assert [la.label for la in g.launches(ta, tb) if la.kind in ("gemm", "bgemm")] == ["matmul (BLAS)"]
+    jg.set_num_threads(2)
+    want = _one_thread_whole(a, b).tobytes()
+    assert pooled.tobytes() == held.tobytes() == single.tobytes() == want
+    if blas.row_blocks(m, dtype, 1) is not None:    # eager splits by rows only
+        assert (ta @ tb).numpy().tobytes() == want

@@ -245,15 +245,23 @@ def test_a_gemm_of_symbolic_size_sets_openblas_count_at_every_call(monkeypatch):
 @pytest.mark.skipif(settings.default_threads() < 2, reason="needs a pool of two workers")
 def test_big_gemms_split_rows_between_the_pools_workers(monkeypatch):
     """One set of threads: a big GEMM's rows in one block per worker (a parallel batch of single-threaded BLAS
-    calls), its call guard sets OpenBLAS to one thread and needs no pacer; the result is exact here."""
+    calls, each a multiple of OpenBLAS's row unit, the rows left one more call), its call guard sets OpenBLAS to
+    one thread and needs no pacer; the result is exact here."""
     monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
     from jitgrad.codegen.native import threads
     from jitgrad.codegen.program import layout
     from jitgrad.ir.ops import blas
     monkeypatch.setattr(layout, "POOL_GEMMS", True)
+    unit = blas.block_unit(np.float32)
+    if unit is None:
+        pytest.skip("this BLAS has no row unit for float32: no split")
     cg = _gemm_program(256, 784, 64)
-    (st,) = [s for s in cg.program.steps if s.kind in ("gemm", "bgemm")]
+    st, *rest = [s for s in cg.program.steps if s.kind in ("gemm", "bgemm")]
     assert st.split and st.parallel and st.kind == "bgemm" and st.label == "matmul (BLAS, rows on the pool)"
+    nb, h = cg.program.split_rows(256, 256 * 784 * 64, np.float32)
+    assert h % unit == 0 and h >= blas.MIN_BLOCK_ROWS and 0 <= 256 - nb * h < nb * unit
+    assert len(rest) == (256 % (nb * unit) != 0)
+    assert all(r.split and r.kind == "gemm" and r.label == "matmul (BLAS, last rows of the pool's)" for r in rest)
     assert not threads.blas_threaded(cg.program.steps)
     guard = cg.call_lock
     assert guard.single and guard.pacer is None and guard.lock is threads.LAUNCH_LOCK
@@ -266,11 +274,13 @@ def test_big_gemms_split_rows_between_the_pools_workers(monkeypatch):
 
 
 @pytest.mark.skipif(settings.default_threads() < 2, reason="needs a pool of two workers")
-@pytest.mark.parametrize("m, n", [(256, 64), (64, 256)])
+@pytest.mark.parametrize("m, n, dtype", [(256, 64, np.float32), (96, 256, np.float32), (250, 64, np.float64),
+                                         (64, 250, np.float64)])
 @pytest.mark.parametrize("layout_a, layout_b", [("N", "N"), ("T", "N"), ("N", "T"), ("T", "T")])
-def test_split_gemms_match_numpy_for_every_operand_layout(monkeypatch, request, m, n, layout_a, layout_b):
-    """Blocks of rows (n <= m: the shared right operand is the smaller) or of columns (n > m), with either
-    operand a transposed view: every block's offsets right, against NumPy in float64.  (These products are below
+def test_split_gemms_match_numpy_for_every_operand_layout(monkeypatch, request, m, n, dtype, layout_a, layout_b):
+    """Blocks of rows (n <= m: the shared right operand is the smaller) or of columns (n > m, where OpenBLAS has a
+    column unit for the dtype: float32 has none here, so rows), with either operand a transposed view: every
+    block's offsets right, against NumPy in float64, and the bits of one single-threaded call.  (These products are below
     the pool's threshold, which split GEMMs test per call: it is lowered here so their blocks run on the pool.)"""
     monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
     from jitgrad.codegen.native import workpool
@@ -280,16 +290,26 @@ def test_split_gemms_match_numpy_for_every_operand_layout(monkeypatch, request, 
     request.addfinalizer(lambda: workpool.set_min_work(*prev))
     k = 160
     rng = np.random.default_rng(m + 2 * n)
-    a = rng.standard_normal((m, k) if layout_a == "N" else (k, m)).astype(np.float32)
-    b = rng.standard_normal((k, n) if layout_b == "N" else (n, k)).astype(np.float32)
+    a = rng.standard_normal((m, k) if layout_a == "N" else (k, m)).astype(dtype)
+    b = rng.standard_normal((k, n) if layout_b == "N" else (n, k)).astype(dtype)
     op_a = (lambda t: t) if layout_a == "N" else (lambda t: t.T)
     op_b = (lambda t: t) if layout_b == "N" else (lambda t: t.T)
     f = jg.compile(lambda x, y: op_a(x) @ op_b(y), backend="numba")
     got = f(jg.tensor(a), jg.tensor(b)).numpy()
     np.testing.assert_allclose(got, op_a(a).astype(np.float64) @ op_b(b).astype(np.float64), rtol=2e-5, atol=2e-4)
-    (launch,) = [x for x in f.launches(jg.tensor(a), jg.tensor(b)) if x.kind in ("gemm", "bgemm")]
-    assert launch.parallel and launch.label == ("matmul (BLAS, rows on the pool)" if n <= m else
-                                                "matmul (BLAS, columns on the pool)")
+    by_cols = n > m and blas.block_unit(dtype, False) is not None
+    if blas.block_unit(dtype, not by_cols) is None:
+        pytest.skip("this BLAS has no unit to split these blocks by")
+    launch, *rest = [x for x in f.launches(jg.tensor(a), jg.tensor(b)) if x.kind in ("gemm", "bgemm")]
+    assert launch.parallel and launch.label == ("matmul (BLAS, columns on the pool)" if by_cols else
+                                                "matmul (BLAS, rows on the pool)")
+    assert all(not x.parallel and "last" in x.label for x in rest) and len(rest) <= 1
+    blas.BlasPacer.use(1)
+    ref = np.empty((m, n), dtype)         # one single-threaded call (packing makes the operands' layout moot)
+    aa, ta, lda = blas._raw_operand(np.ascontiguousarray(op_a(a)))
+    bb, tb, ldb = blas._raw_operand(np.ascontiguousarray(op_b(b)))
+    blas._gemm_rows(aa, ta, lda, bb, tb, ldb, ref, 0, m)
+    assert got.tobytes() == ref.tobytes()
 
 
 _FORK_IN_LAUNCH = """
