@@ -160,3 +160,19 @@ def test_compiled_split_gemm_bits_are_one_threads_on_the_pool_or_held(two_thread
     assert pooled.tobytes() == held.tobytes() == single.tobytes() == want
     if blas.row_blocks(m, dtype, 1) is not None:    # eager splits by rows only
         assert (ta @ tb).numpy().tobytes() == want
+
+
+def test_eager_gemm_too_small_for_two_blocks_runs_whole_on_one_thread(two_threads):
+    """A GEMM just over OpenBLAS's threading threshold, with rows enough for two blocks but work for one thread:
+    one single-threaded call (the same bits as blocks would give), no hand-off to a thread."""
+    if blas.row_blocks(96, np.float32, 1) is None:
+        pytest.skip("not split on this BLAS")
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((96, 64)).astype(np.float32)       # 96 * 64 * 64: over 2^18, under 2 x 2^18
+    b = rng.standard_normal((64, 64)).astype(np.float32)
+    assert blas.BLAS_THREADED_MACS < 96 * 64 * 64 < 2 * blas.BLAS_THREADED_MACS
+    s0 = dict(blas.STATS)
+    got = blas.matmul2d(a, b)
+    assert blas.STATS["gemm_whole_one_thread"] - s0["gemm_whole_one_thread"] == 1
+    assert blas.STATS["gemm_split_calls"] == s0["gemm_split_calls"]
+    assert got.tobytes() == _one_thread_whole(a, b).tobytes()

@@ -534,11 +534,14 @@ def row_blocks(rows, dtype, parts: int):
 def _rows_on_threads(a, ta, lda, b, tb, ldb, c) -> bool:
     """An eager GEMM too big for one thread as blocks of rows (``row_blocks``), each a single-threaded OpenBLAS
     call, on the eager threads: the bits of one single-threaded call, however many threads run the blocks (one
-    call on the calling thread when the threads are one or their pacer holds them).  False: not split."""
+    call on the calling thread when the threads are one, the work is too little for two, or their pacer holds
+    them).  False: not split."""
     m = c.shape[0]
     if row_blocks(m, c.dtype, 1) is None:
         return False
-    blocks = row_blocks(m, c.dtype, _eager_split.split_threads(m // MIN_BLOCK_ROWS))
+    # each block at least the work OpenBLAS itself would give a thread (a hand-off to a thread costs ~10 us)
+    parts = min(m // MIN_BLOCK_ROWS, m * c.shape[1] * a.shape[1] // BLAS_THREADED_MACS)
+    blocks = row_blocks(m, c.dtype, _eager_split.split_threads(parts))
     BlasPacer.use(1)                # the blocks' threads are all the threads: none of OpenBLAS's own
     if len(blocks) < 2:
         STATS["gemm_whole_one_thread"] += 1
