@@ -86,6 +86,7 @@ def test_eager_gemm_bits_are_one_threads_whatever_runs_the_blocks(two_threads, m
         assert blas.STATS["gemm_split_calls"] - s0["gemm_split_calls"] == 1
         assert blas.STATS["gemm_blocks"] - s0["gemm_blocks"] == len(blas.row_blocks(m, dtype, 2)) == 2
         assert blas.thread_control()[0]() == 1
+        assert len(eager_threads._WORKERS.threads) <= settings.num_threads() - 1     # the caller runs one block
         _Clock.late = 1.0                        # a helper finishes late: the next calls stay on this thread
         blas.matmul2d(a_, b)
         _Clock.late = 0.0
