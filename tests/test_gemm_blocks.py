@@ -13,7 +13,8 @@ from jitgrad.ir import eager_threads, settings
 from jitgrad.ir.ops import blas
 
 # (rows, k, n): rows a multiple of float32's unit (12) and of float64's (2) or not, K past OpenBLAS's K block
-SHAPES = [(256, 784, 512), (257, 300, 100), (100, 500, 300), (784, 256, 512), (73, 1000, 64), (999, 64, 70)]
+SHAPES = [(256, 784, 512), (257, 300, 100), (100, 500, 300), (784, 256, 512), (73, 1000, 64), (999, 64, 70),
+          (200, 300, 1500)]
 
 
 def _one_thread_whole(a, b):
