@@ -375,3 +375,79 @@ def test_transpose_twice_equals_eager_double_backward(name):
             continue
         np.testing.assert_allclose(h[k], want.numpy(), rtol=1e-9, atol=1e-11)
         k += 1
+
+
+def _matmul_graph(read_twice=False):
+    """``out = (A (B.T))^T`` over float64 matrices A [4, 3], B [5, 3]: the transpose of a weight gradient's product."""
+    f64 = dt.float64
+    a, b = Var(Aval((4, 3), f64)), Var(Aval((5, 3), f64))
+    bt, p, out = Var(Aval((3, 5), f64)), Var(Aval((4, 5), f64)), Var(Aval((5, 4), f64))
+    eqns = [Eqn(OPS["permute"], [b], [bt], {"perm": (1, 0)}, diff=True),
+            Eqn(OPS["matmul"], [a, bt], [p], {}, diff=True),
+            Eqn(OPS["permute"], [p], [out], {"perm": (1, 0)}, diff=True)]
+    outs = [out]
+    if read_twice:
+        s = Var(Aval((4, 5), f64))
+        eqns.append(Eqn(OPS["mul"], [p, p], [s], {}, diff=True))
+        outs.append(s)
+    return Graph([a, b], eqns, outs)
+
+
+def test_simplify_writes_a_transposed_product_as_the_product_of_transposes():
+    """``(A B.T)^T`` -> ``B A.T``: one GEMM reading A transposed by flag, no transposed product for a consumer (or a
+    graph output's copy) to read with swapped strides; ``(B.T).T`` is B.  Same values and the same gradients; a
+    product read elsewhere too is left alone (it would be computed twice)."""
+    g = _matmul_graph()
+    s = dce(simplify(g))          # (B.T's permute is left dead)
+    assert verify(s)
+    assert [e.op.name for e in s.eqns] == ["permute", "matmul"]
+    (mm,) = [e for e in s.eqns if e.op.name == "matmul"]
+    assert mm.ins[0] is g.inputs[1] and mm.outs == g.outputs          # B @ A.T, into the output itself
+    vals = _random_inputs(g)
+    _same(interpret(s, vals), interpret(g, vals))
+    for graph in (g, s):                                          # the rewritten graph transposes to the same grads
+        t = transpose(graph, [0], list(graph.inputs), FRONT)
+        assert verify(t.bwd)
+    ct = np.random.default_rng(3).uniform(-1, 1, (5, 4))
+    grads = []
+    for graph in (g, s):
+        t = transpose(graph, [0], list(graph.inputs), FRONT)
+        res = interpret(Graph(graph.inputs, graph.eqns, list(t.residuals)), vals)
+        grads.append(interpret(run_pipeline(t.bwd), [ct] + res))
+    _same(grads[1], grads[0])
+    two = dce(simplify(_matmul_graph(read_twice=True)))
+    assert [e.op.name for e in two.eqns].count("matmul") == 1
+    assert [e.op.name for e in two.eqns].count("permute") == 2
+
+
+def test_simplify_transposes_a_sum_of_products_term_by_term():
+    """``(A B + C D)^T`` -> ``B^T A^T + D^T C^T``: forward over reverse's tangent of a weight's gradient
+    ``(x^T g)^T`` is such a sum, and was a transposed view copied into the output."""
+    f64 = dt.float64
+    a, b, c, d = (Var(Aval(s, f64)) for s in ((4, 3), (3, 5), (4, 2), (2, 5)))
+    p, q, r, out = Var(Aval((4, 5), f64)), Var(Aval((4, 5), f64)), Var(Aval((4, 5), f64)), Var(Aval((5, 4), f64))
+    g = Graph([a, b, c, d], [Eqn(OPS["matmul"], [a, b], [p], {}), Eqn(OPS["matmul"], [c, d], [q], {}),
+                             Eqn(OPS["sub"], [p, q], [r], {}), Eqn(OPS["permute"], [r], [out], {"perm": (1, 0)})],
+              [out])
+    s = dce(simplify(g))
+    assert verify(s)
+    assert [e.op.name for e in s.eqns].count("matmul") == 2 and s.eqns[-1].op.name == "sub"
+    assert s.eqns[-1].outs == [out] and all(e.outs[0].aval.shape == (5, 4) for e in s.eqns if e.op.name != "permute")
+    vals = _random_inputs(g)
+    _same(interpret(s, vals), interpret(g, vals))
+
+
+def test_simplify_composes_permute_chains():
+    f64 = dt.float64
+    x = Var(Aval((2, 3, 4), f64))
+    y, z, w = Var(Aval((3, 4, 2), f64)), Var(Aval((4, 2, 3), f64)), Var(Aval((2, 3, 4), f64))
+    g = Graph([x], [Eqn(OPS["permute"], [x], [y], {"perm": (1, 2, 0)}),
+                    Eqn(OPS["permute"], [y], [z], {"perm": (1, 2, 0)}),
+                    Eqn(OPS["permute"], [z], [w], {"perm": (1, 2, 0)})], [z, w])
+    s = simplify(g)
+    assert verify(s)
+    # z is one permute of x; w = x itself
+    assert [(e.ins[0] is x, e.params["perm"]) for e in s.eqns if e.outs[0] in s.outputs] == [(True, (2, 0, 1))]
+    assert s.outputs[1] is x
+    vals = _random_inputs(g)
+    _same(interpret(s, vals), interpret(g, vals))

@@ -228,3 +228,37 @@ def test_update_not_folded_when_the_old_weight_is_read_after_its_gradient():
         assert not any(x.endswith(" + update") for x in labels), labels
         np.testing.assert_allclose(c.numpy(), e.numpy(), rtol=1e-12)
         np.testing.assert_allclose(Wc.detach().numpy(), We.detach().numpy(), rtol=1e-12)
+
+
+def _gemm_program(fn, *args):
+    """The values and the CPU program of ``jg.compile(fn, backend="numba")`` for ``args``."""
+    from jitgrad.jit.graph_code import compiled_graph
+    cf = jg.compile(fn, backend="numba", background=False)
+    out = cf(*args)
+    (entries,) = cf._cache.values()
+    e = entries[0]
+    return out, compiled_graph(e.graph, e.gf.writes, e.gf.parallel, e.gf.disk_cache, e.gf.background).program
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_sum_of_two_products_accumulates_into_one_gemm(dtype):
+    """``A B + C D``: the later GEMM accumulates into the earlier one's result (beta = 1), no add loop: into the
+    output array itself when the sum is returned, into the earlier product's buffer when a later step reads it;
+    not when a product is read elsewhere too.  Values against NumPy."""
+    rng = np.random.default_rng(4)
+    a, b, c, d, w = (rng.standard_normal(s).astype(dtype) for s in ((6, 5), (5, 7), (6, 3), (3, 7), (7, 2)))
+    ta, tb, tc, td, tw = (jg.tensor(v) for v in (a, b, c, d, w))
+    tol = dict(rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-6 if dtype == np.float32 else 1e-13)
+
+    out, prog = _gemm_program(lambda a, b, c, d: a @ b + c @ d.T.T, ta, tb, tc, td)
+    np.testing.assert_allclose(out.numpy(), a @ b + c @ d, **tol)
+    assert [s.kind for s in prog.steps] == ["gemm", "gemm"] and prog.steps[1].label.endswith(" + accumulate")
+
+    out, prog = _gemm_program(lambda a, b, c, d, w: (a @ b + c @ d) @ w, ta, tb, tc, td, tw)
+    np.testing.assert_allclose(out.numpy(), (a @ b + c @ d) @ w, **tol)
+    assert [s.kind for s in prog.steps] == ["gemm", "gemm", "gemm"]
+
+    out, prog = _gemm_program(lambda a, b, c, d: (a @ b + c @ d, (a @ b).sum()), ta, tb, tc, td)
+    np.testing.assert_allclose(out[0].numpy(), a @ b + c @ d, **tol)
+    np.testing.assert_allclose(float(out[1]), (a @ b).sum(), rtol=1e-5)
+    assert not any(s.label.endswith(" + accumulate") for s in prog.steps)

@@ -235,6 +235,23 @@ def test_compiled_model_in_an_eager_pinn_step_matmul_calls():
     assert counts["model"] <= 50 <= counts["eager"]
 
 
+def test_compiled_model_in_an_eager_pinn_step_copies_no_weight_gradient():
+    """B12's eager step with jg.compile(model), numba: the compiled backward graphs return each nn.Linear weight's
+    gradient ``(x.T g).T`` as the product ``g.T x`` written straight into its output (simplify's rewrite of a
+    transposed product), not as a transposed view copied into a fresh array: 18 output copies a step before, 0 now;
+    the same GEMMs (50)."""
+    from jitgrad.jit.graph_code import _COMPILED
+    before = set(_COMPILED)
+    call = pinn.torch_style(jg, "model", np.float32,
+                            compile_=functools.partial(jg.compile, backend="numba", background=False))[0]
+    call()
+    call()
+    programs = [cg.program for k, cg in _COMPILED.items() if k not in before]
+    steps = [s for p in programs for s in p.steps]
+    assert [s.label for s in steps if "copy" in s.label or s.kind == "pycopy"] == []
+    assert sum(s.kind in ("gemm", "bgemm") for s in steps) == 50
+
+
 def _tiny_pinn(net, x, xb, gb, params):
     """A B12-like step on tiny sizes: u_x, u_t by a first and u_xx by a second create_graph backward through
     ``net``, the residual loss and a boundary term, backward to ``params``; returns the loss and the gradients."""

@@ -16,7 +16,7 @@ from ..ir.graph import Eqn, Graph, Lit, Var
 from ..ir.ops import Aval, OpError
 from ..ir.passes import fusion_plan
 from ..runtime import anomaly, grad_mode
-from ..runtime.dispatch import _WEAK, _forward_nan, _record, op_error
+from ..runtime.dispatch import _WEAK, _forward_nan, _record, op_error, record_entry
 from ..runtime.tensor import Tensor
 
 _FROM_NP = dt._FROM_NP
@@ -105,8 +105,7 @@ def bind_cuda(op, args, params):
         _CHILDREN.setdefault(id(args[0]), set()).add(id(t))
     t._inference = _GM.inference
     if need and _GM.grad_enabled and not _GM.inference and op.vjp is not None and out_avals[0].dtype.is_floating_point:
-        _record(op, params, args, (out_avals, avals, None, True, tuple(a.shape for a in avals),
-                                   tuple(a.dtype for a in avals)), t)
+        _record(op, params, args, record_entry(out_avals, avals, out.shape), t)
     if _AN.enabled and _AN.check_forward and out_avals[0].dtype.is_floating_point \
             and not np.isfinite(out.copy_to_host()).all():
         _forward_nan(op, avals, t)

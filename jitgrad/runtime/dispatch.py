@@ -269,7 +269,8 @@ _may_share_memory = getattr(np.may_share_memory, "_implementation", np.may_share
 def _rule_entry(op, args, params):
     """What eager dispatch keeps per signature: (output avals, input avals, output NumPy dtype, differentiable
     (a vjp and a float result), input shapes, input dtypes, the impl to call (``OpDef.eager_impl``'s choice for
-    the signature, else ``impl``; ``OpDef.eager_kernel``'s native kernel where it serves the signature))."""
+    the signature, else ``impl``; ``OpDef.eager_kernel``'s native kernel where it serves the signature), the
+    node's ``out_meta``, and the ``inputs`` of a node that saves none)."""
     avals = _avals(op, args)
     try:
         out_avals = op.shape_dtype(avals, params)
@@ -280,7 +281,8 @@ def _rule_entry(op, args, params):
     if op.eager_kernel is not None:     # a native kernel over large arrays (jit/eager_kernels.py), NumPy otherwise
         impl = op.eager_kernel(avals, params, impl) or impl
     return (out_avals, avals, want, op.vjp is not None and np.dtype(want).kind == "f",
-            tuple(a.shape for a in avals), tuple(a.dtype for a in avals), impl)
+            tuple(a.shape for a in avals), tuple(a.dtype for a in avals), impl,
+            ((out_avals[0].shape, out_avals[0].dtype),), (None,) * len(args))
 
 
 # ``Node.view_args`` of a view whose op cannot be bound again on its base (as_strided): refreshed by positions
@@ -402,7 +404,7 @@ def _record(op, params, args, hit, t):
         node.inputs = tuple(ins)
         node.versions = vers
     else:
-        node.inputs = (None,) * len(args)
+        node.inputs = hit[8]
         node.versions = None
     if op.saves_out:
         # kept without its history (saved_output.py: no t -> node -> t cycle, the node dies with t)
@@ -418,7 +420,7 @@ def _record(op, params, args, hit, t):
         node.out_versions = None
     if _SH.stack and _TR.active is None:
         pack_node(node)
-    node.out_meta = ((t._data.shape, hit[0][0].dtype),)
+    node.out_meta = hit[7]
     # the user's line (source.user_code_line, inline): the first frame outside the package above _bind
     f = _getframe(2)
     while f is not None:
@@ -528,9 +530,16 @@ def _bind_traced(tr, op, args, params):
     if tr.made is not None:
         tr.made.append(t)
     if diff:
-        _record(op, params, args, (out_avals, avals, None, True, tuple(a.shape for a in avals),
-                                   tuple(a.dtype for a in avals)), t)
+        _record(op, params, args, record_entry(out_avals, avals, t._data.shape), t)
     return t
+
+
+def record_entry(out_avals, avals, out_shape):
+    """The part of a ``_rule_entry`` that ``_record`` reads, for an op bound outside the eager cache (traced, on a
+    device): output and input avals, the input shapes and dtypes, ``out_meta`` from ``out_shape`` (a traced
+    payload's shape may hold symbols)."""
+    return (out_avals, avals, None, True, tuple(a.shape for a in avals), tuple(a.dtype for a in avals), None,
+            ((out_shape, out_avals[0].dtype),), (None,) * len(avals))
 
 
 def _python_float_inputs(tr, op, ins) -> bool:

@@ -15,7 +15,7 @@ from ...ir.symbolic import hint_of
 from ..kernels.batch_loops import gen_batch, group_member
 from ..kernels.loops import gen_group
 from ..lowering import emits
-from .gemm_steps import fold_update_into_gemm
+from .gemm_steps import fold_into_gemm
 from .layout import Program
 from .loop_steps import emit_group, group_block, loop_facts
 
@@ -34,7 +34,7 @@ def loop_batch(prog: Program, lb: LoopBatch):
         for o in vetoed:
             del inplace[o]
         try:
-            if fold_update_into_gemm(prog, g):
+            if fold_into_gemm(prog, g):
                 continue
             laid.append((g, places.group(g)))
         finally:

@@ -1,7 +1,7 @@
 """The BLAS steps of the CPU target (the ``gemm`` emitter, ``lowering.emits``): a 2-D float matmul becomes a
 call of SciPy's ``?gemm`` (``ir/ops/blas.py``) with its 13 arguments in the table, transposed operands passed by
-flag rather than copied (N-D matmuls: ``batched_gemm.py``); and an SGD-style update of the GEMM's result is folded
-into that GEMM (``fold_update_into_gemm``, which the fused-group emitter asks first).
+flag rather than copied (N-D matmuls: ``batched_gemm.py``); and an SGD-style update of the GEMM's result, or the
+sum of two GEMMs' results, is folded into the GEMM (``fold_into_gemm``, which the fused-group emitter asks first).
 
 Kept apart from ``layout.py`` because it is the one place that knows BLAS's column-major calling convention.
 """
@@ -140,4 +140,59 @@ def fold_update_into_gemm(prog: Program, g: Group) -> bool:
     return True
 
 
-__all__ = ["gemm", "fold_update_into_gemm"]
+def fold_sum_into_gemm(prog: Program, g: Group) -> bool:
+    """``A B + C D`` (a group of one add of two GEMMs' results that nothing else reads) as the later GEMM
+    accumulating into the earlier one's result (``beta = 1``): the tangent of a parameter's gradient in forward
+    over reverse (``h_t^T g + h^T g_t``), or a weight used twice, costs no loop of its own.  Into a fresh array when
+    the sum is a graph output (both GEMMs write there), else into the earlier GEMM's buffer, which becomes the
+    sum's.  Only when nothing reads either product's buffer between the earlier GEMM and this group."""
+    places = prog.places
+    if g.reduce is not None or g.scatters or g.gathers or len(g.eqns) != 1 or len(g.outputs) != 1:
+        return False
+    (u,) = g.eqns
+    o = g.outputs[0]
+    if u.op.name != "add" or o is not u.outs[0] or u.check is not None or len(u.ins) != 2 or o in places.inplace:
+        return False
+    d1, d2 = u.ins
+    if not (isinstance(d1, Var) and isinstance(d2, Var) and d1 is not d2 and d1 in prog.gemm_outs
+            and d2 in prog.gemm_outs):
+        return False
+    n = places.n
+    for d in (d1, d2):
+        if d.aval.shape != o.aval.shape or d.aval.dtype is not o.aval.dtype or places.uses.get(d) != [n] \
+                or any(x is d for x in prog.graph.outputs) or prog.gemm_outs[d][0].eqn.check is not None:
+            return False
+    first, second = sorted((d1, d2), key=lambda d: prog.gemm_outs[d][1])
+    st1, n1, _, _, slot1 = prog.gemm_outs[first]
+    st2, _, _, beta_off, slot2 = prog.gemm_outs[second]
+    p1, p2 = places[first], places[second]
+    for p in (p1, p2):
+        if p.offset != 0 or not p.contiguous() or tuple(p.shape) != tuple(o.aval.shape):
+            return False
+    # no other value over either buffer (a view of a product) is read from the earlier GEMM on
+    for v, pv in places.items():
+        if (pv.root is p1.root or pv.root is p2.root) and v is not d1 and v is not d2 \
+                and any(n1 <= k <= n for k in places.uses.get(v, ())):
+            return False
+    if any(x is o for x in prog.graph.outputs):
+        dst = places.assign(o)
+        if dst.root.kind != "fresh":
+            return False
+        prog.move_slot(slot1, dst)
+    else:
+        dst = places[o] = p1
+        places.hold(p1.root, o)
+    prog.move_slot(slot2, dst)
+    sc = np.float32 if o.aval.dtype.name == "float32" else np.float64
+    prog.params[beta_off:beta_off + 8] = np.array([1.0], sc).tobytes().ljust(8, b"\0")
+    st2.label += " + accumulate"
+    return True
+
+
+def fold_into_gemm(prog: Program, g: Group) -> bool:
+    """Whether fusion group ``g`` rides a GEMM before it (an SGD update, or the sum of two products) instead of
+    running a loop of its own."""
+    return fold_update_into_gemm(prog, g) or fold_sum_into_gemm(prog, g)
+
+
+__all__ = ["gemm", "fold_update_into_gemm", "fold_sum_into_gemm", "fold_into_gemm"]

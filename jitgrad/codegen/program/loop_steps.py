@@ -10,7 +10,7 @@ import math
 from ...ir.ops.opdef import broadcast_shapes as _broadcast
 from ...ir.plan import Group, RowGroup
 from ...ir.symbolic import hint_of, size_arg
-from .gemm_steps import fold_update_into_gemm
+from .gemm_steps import fold_into_gemm
 from .layout import Program, Step, alias_classes, stride_class
 from ..kernels.index_loops import gen_gather, gen_scatter
 from ..kernels.index_checks import adds_into_zeros
@@ -25,7 +25,7 @@ from ..kernels.scan_loops import gen_scan
 def fused_group(prog: Program, g: Group):
     """A fusion group as one loop kernel (a ``RowGroup``: one nest over rows, several sweeps of each); an SGD
     update of a GEMM's result is folded into that GEMM instead (``gemm_steps.py``)."""
-    if fold_update_into_gemm(prog, g):
+    if fold_into_gemm(prog, g):
         return
     emit_group(prog, g, prog.places.group(g))
 

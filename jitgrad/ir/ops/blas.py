@@ -275,16 +275,32 @@ def _gemm_rows(a, ta, lda, b, tb, ldb, c, r0, r1, c0=0, c1=None) -> None:
 
 
 def matmul(a, b):
-    """NumPy ``matmul`` semantics; large 2-D float GEMMs go to :func:`matmul2d`."""
+    """NumPy ``matmul`` semantics; large 2-D float GEMMs go to :func:`matmul2d`, small ones to :func:`dot2d`."""
     if (b.ndim == 2 and a.ndim >= 2 and a.dtype == b.dtype and a.dtype.kind == "f" and a.dtype.itemsize in (4, 8)
-            and a.shape[-1] == b.shape[0] and a.size * b.shape[1] >= EAGER_MIN_MACS):
-        if a.ndim == 2:
-            return matmul2d(a, b)
-        if a.flags.c_contiguous:
-            # (..., m, k) @ (k, n), a Linear layer on a batch of sequences: one GEMM over all rows (a view, no
-            # copy) through the same BLAS as 2-D products, not NumPy's loop of small GEMMs
-            return matmul2d(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + (b.shape[1],))
+            and a.shape[-1] == b.shape[0]):
+        if a.size * b.shape[1] >= EAGER_MIN_MACS:
+            if a.ndim == 2:
+                return matmul2d(a, b)
+            if a.flags.c_contiguous:
+                # (..., m, k) @ (k, n), a Linear layer on a batch of sequences: one GEMM over all rows (a view, no
+                # copy) through the same BLAS as 2-D products, not NumPy's loop of small GEMMs
+                return matmul2d(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + (b.shape[1],))
+        elif a.ndim == 2:
+            return dot2d(a, b)
     return np.matmul(a, b)
+
+
+# ndarray.dot of two float matrices calls the same GEMM as np.matmul without the generalized ufunc's iterator
+# setup (about 4,000 instructions of an 8x8 product's 10,000); an operand with a zero stride is copied to a
+# contiguous one, as _matmul_impl does for matmul
+dot2d = np.ndarray.dot
+
+
+def small_gemm_is_dot(a_ndim, b_ndim, a_dtype, b_dtype) -> bool:
+    """Whether :func:`matmul` runs a product below its GEMM threshold as :func:`dot2d` (two float32 or float64
+    matrices of one dtype)."""
+    return a_ndim == 2 and b_ndim == 2 and a_dtype == b_dtype and np.dtype(a_dtype).itemsize in (4, 8) \
+        and np.dtype(a_dtype).kind == "f"
 
 
 # ------------------------------------------------------------------------------------------------ threads

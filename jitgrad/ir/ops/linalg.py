@@ -95,6 +95,8 @@ def _matmul_for_signature(avals, params):
         macs *= n
     if y.ndim == 2 and x.dtype.np in (np.float32, np.float64) and macs >= blas.EAGER_MIN_MACS:
         return None     # blas.matmul's own GEMM
+    if blas.small_gemm_is_dot(x.ndim, y.ndim, x.dtype.np, y.dtype.np):
+        return blas.dot2d       # what blas.matmul runs for them (the vjp's products too): one C call
     return _numpy_matmul
 
 

@@ -1,12 +1,12 @@
 """Algebraic simplification: identities (x*1, x+0, x-0, x/1, x**1, --x), no-op reshape/broadcast/permute/cast,
-reshape chains, scatter-adds of a whole value into zeros as reshapes, and constant folding of eqns whose inputs
-are all literals."""
+reshape and permute chains, scatter-adds of a whole value into zeros as reshapes, transposed matrix products
+(``(A B)^T`` as ``B^T A^T``), and constant folding of eqns whose inputs are all literals."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..graph import Graph, Lit, Var
-from ..ops import OPS
+from ..ops import OPS, Aval
 from ..symbolic import has_symbols
 
 _FOLD_MAX = 1 << 16   # fold constants up to this many elements; bigger ones stay computed
@@ -91,6 +91,16 @@ def simplify(g: Graph) -> Graph:
             d = defs.get(ins[0])
             if d is not None and d.op.name == "reshape" and d.diff == e.diff:
                 e = e.replace(ins=[d.ins[0]], needs=(d.needs[0] and e.needs[0],))
+        if e.op.name == "permute":
+            d = defs.get(ins[0])
+            if d is not None and d.op.name == "permute" and d.diff == e.diff:
+                # (x.T).T, the transpose pass's view of a saved W.T: one permute, or none
+                inner = d.params["perm"]
+                perm = tuple(inner[p] for p in e.params["perm"])
+                if perm == tuple(range(len(perm))) and isinstance(d.ins[0], Var) and _same_type(d.ins[0], out):
+                    subst[out] = d.ins[0]
+                    continue
+                e = e.replace(ins=[d.ins[0]], params={"perm": perm}, needs=(d.needs[0] and e.needs[0],))
         if all(isinstance(v, Lit) for v in ins) and len(e.outs) == 1 and not has_symbols(out.aval.shape) \
                 and out.size <= _FOLD_MAX:      # (a symbolic shape is folded per call by no one: it stays an op)
             val = e.op.impl(*[v.value for v in ins], **e.params)
@@ -99,14 +109,11 @@ def simplify(g: Graph) -> Graph:
         defs[out] = e
         eqns.append(e)
     outs = [subst.get(v, v) if isinstance(v, Var) else v for v in g.outputs]
-    return _fold_index_put_adds(Graph(g.inputs, eqns, outs))
+    return _fold_index_put_adds(_transposed_products(Graph(g.inputs, eqns, outs)))
 
 
-def _fold_index_put_adds(g: Graph) -> Graph:
-    """``x + index_put(zeros, v; accumulate)`` -> ``index_put(x, v; accumulate)`` when the index_put's result has
-    no other use: the gradient of ``q, k, v = x.split(C, dim=2)`` (three index_puts into zeros, then two adds of
-    full-size buffers) becomes one buffer that each gradient is added into.  The same values: x + 0 is x outside
-    the region (up to the sign of a zero), and x + (0 + v) = x + v inside it."""
+def _use_counts(g: Graph) -> dict:
+    """Reads of each Var by the eqns; a graph output counts as two (it always has a reader outside)."""
     uses = {}
     for e in g.eqns:
         for v in e.ins:
@@ -115,6 +122,85 @@ def _fold_index_put_adds(g: Graph) -> Graph:
     for v in g.outputs:
         if isinstance(v, Var):
             uses[v] = uses.get(v, 0) + 2
+    return uses
+
+
+_SWAP = (1, 0)
+
+
+def _transposed_products(g: Graph) -> Graph:
+    """``permute(matmul(A, B), (1, 0))`` -> ``matmul(B.T, A.T)`` for matrices, when nothing else reads the product,
+    and the same through sums of such products (``(A B + C D)^T``: the tangent of a weight's gradient in forward over
+    reverse): the transposes are views BLAS reads by flag, where the transposed product was a view that a consumer
+    read with swapped strides, or that a graph output (a weight's gradient ``(x.T g).T`` in a compiled ``nn.Linear``
+    backward) copied into a fresh array.  ``A.T`` of ``A = X.T`` is ``X`` itself."""
+    defs = {}
+    uses = None
+    eqns, dropped = [], set()
+
+    def swappable(v, diff):
+        """Whether ``v.T`` can be computed as transposed products in place of ``v``: a matrix product, or a sum
+        of such, read only where it is transposed."""
+        d = defs.get(v) if isinstance(v, Var) else None
+        if d is None or d.diff != diff or len(d.outs) != 1 or uses.get(v) != 1 or v.aval.ndim != 2:
+            return False
+        if d.op.name == "matmul":
+            return all(isinstance(u, Var) and u.aval.ndim == 2 for u in d.ins)
+        return d.op.name in ("add", "sub") and all(isinstance(u, Var) and _same_type(u, v) and swappable(u, diff)
+                                                   for u in d.ins)
+
+    def transposed(v, perm_eqn, need):
+        """``v.T``'s Var: a view of a transposed view's base, else a new permute eqn."""
+        vd = defs.get(v)
+        if vd is not None and vd.op.name == "permute" and tuple(vd.params["perm"]) == _SWAP \
+                and vd.diff == perm_eqn.diff and vd.needs[0] == need and isinstance(vd.ins[0], Var):
+            return vd.ins[0]
+        t = Var(Aval(tuple(reversed(v.aval.shape)), v.aval.dtype))
+        emit(perm_eqn.replace(ins=[v], outs=[t], needs=(need,), check=None))
+        return t
+
+    def emit(e):
+        for o in e.outs:
+            defs[o] = e
+        eqns.append(e)
+
+    def rewrite(v, out, perm_eqn):
+        """Emit ``out = v.T`` from v's operands; v's own eqn is dropped."""
+        d = defs[v]
+        dropped.add(id(d))
+        check = perm_eqn.check if out is perm_eqn.outs[0] and perm_eqn.check is not None else d.check
+        if d.op.name == "matmul":
+            a, b = d.ins
+            bt, at = transposed(b, perm_eqn, d.needs[1]), transposed(a, perm_eqn, d.needs[0])
+            emit(d.replace(ins=[bt, at], outs=[out], needs=(d.needs[1], d.needs[0]), check=check))
+            return
+        ins = []
+        for u in d.ins:
+            t = Var(Aval(tuple(reversed(u.aval.shape)), u.aval.dtype))
+            rewrite(u, t, perm_eqn)
+            ins.append(t)
+        emit(d.replace(ins=ins, outs=[out], check=check))
+
+    for e in g.eqns:
+        if e.op.name == "permute" and tuple(e.params["perm"]) == _SWAP and isinstance(e.ins[0], Var) \
+                and defs.get(e.ins[0]) is not None and defs[e.ins[0]].op.name in ("matmul", "add", "sub"):
+            if uses is None:
+                uses = _use_counts(g)
+            if swappable(e.ins[0], e.diff):
+                rewrite(e.ins[0], e.outs[0], e)
+                continue
+        emit(e)
+    if not dropped:
+        return g
+    return Graph(g.inputs, [e for e in eqns if id(e) not in dropped], g.outputs)
+
+
+def _fold_index_put_adds(g: Graph) -> Graph:
+    """``x + index_put(zeros, v; accumulate)`` -> ``index_put(x, v; accumulate)`` when the index_put's result has
+    no other use: the gradient of ``q, k, v = x.split(C, dim=2)`` (three index_puts into zeros, then two adds of
+    full-size buffers) becomes one buffer that each gradient is added into.  The same values: x + 0 is x outside
+    the region (up to the sign of a zero), and x + (0 + v) = x + v inside it."""
+    uses = _use_counts(g)
     defs, eqns, dropped = {}, [], set()
     for e in g.eqns:
         if e.op.name == "add" and not e.diff and len(e.ins) == 2:
