@@ -126,10 +126,14 @@ def test_which_kernels_of_a_b9_step_run_on_the_pool():
     if layout.POOL_GEMMS and settings.default_threads() > 1:
         # (on the pool in the calls where the blocks' work reaches its threshold, as any gated launch: the rows
         # left after the blocks are not theirs, so a product at the threshold may fall just under it)
+        # (but a product too thin for two blocks of OpenBLAS's unit either way: the output head's gradient, 65 x
+        # 128, float32 having no column unit on this BLAS: one call, OpenBLAS's threads)
+        whole = [x_ for x_ in split if x_.label == "matmul (BLAS)"]
+        assert len(whole) <= 1 and all(x_.kind == "gemm" for x_ in whole), split
         assert all(x_.kind == "bgemm" and x_.parallel == (x_.work >= workpool.min_work())
                    and x_.label in ("matmul (BLAS, rows on the pool)", "matmul (BLAS, columns on the pool)")
-                   for x_ in split), split
-        assert sum(x_.parallel for x_ in split) >= 48, split
+                   for x_ in split if x_ not in whole), split
+        assert sum(x_.parallel for x_ in split) >= 47, split
         assert max(x_.threads for x_ in launches) <= workpool.threads()        # no oversubscription
     rows = [x_ for x_ in launches if x_.kind == "rows"]
     softmax = [x_ for x_ in rows if "amax" in x_.label and "exp" in x_.label and "log" not in x_.label]
