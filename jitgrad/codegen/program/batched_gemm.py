@@ -120,8 +120,11 @@ def split_rows(prog: Program, e, pa, flag_a, pb, flag_b, pc, m, n, k) -> bool:
             break
     else:
         return False
+    row_a = flag_a[1] if flag_a[0] == "N" else 1           # A's row stride (elements): ld, or 1 if transposed
+    col_b = 1 if flag_b[0] == "N" else flag_b[1]           # B's column stride (elements): 1, or ld if transposed
+    if (m if by_rows else n) != nb * h and any(type(x) is not int for x in ((row_a, n) if by_rows else (col_b,))):
+        return False        # (the last block's offsets would be symbolic: one call)
     if by_rows:
-        row_a = flag_a[1] if flag_a[0] == "N" else 1       # A's row stride (elements): ld, or 1 if transposed
         st = _emit_gemm_block(prog, e, "bgemm", pa, flag_a, pb, flag_b, pc, h, n, k,
                               ((nb,), [0], [h * row_a], [h * max(n, 1)]), split=True)
         st.label = "matmul (BLAS, rows on the pool)"
@@ -132,7 +135,6 @@ def split_rows(prog: Program, e, pa, flag_a, pb, flag_b, pc, m, n, k) -> bool:
                                     left, n, k, None, scalars=st.fold[:2])
             rest.label = "matmul (BLAS, last rows of the pool's)"
     else:
-        col_b = 1 if flag_b[0] == "N" else flag_b[1]       # B's column stride (elements): 1, or ld if transposed
         st = _emit_gemm_block(prog, e, "bgemm", pa, flag_a, pb, flag_b, pc, m, h, k,
                               ((nb,), [h * col_b], [0], [h]), ldc=n, split=True)
         st.label = "matmul (BLAS, columns on the pool)"
