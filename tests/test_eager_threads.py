@@ -58,3 +58,22 @@ def test_split_calls_after_fork(monkeypatch):
     p.start()
     p.join(60)
     assert p.exitcode == 0 and q.get(timeout=5) == [1, 2]
+
+
+def test_a_worker_keeps_nothing_of_a_finished_part(monkeypatch):
+    """A worker waiting for its next part holds no reference to the last one's arguments: an array handed to a
+    part is freed when the caller drops it (one held a part longer made eager peak memory depend on timing)."""
+    import gc
+    import weakref
+
+    import numpy as np
+    monkeypatch.setattr(eager_threads._Pacer, "SLOW", float("inf"))
+    arr = np.ones(1000)
+    ref = weakref.ref(arr)
+    eager_threads.run_split([(lambda: None, ()), (np.add, (arr, 1.0))])
+    gc.disable()        # (a reference held anywhere, not a cycle, would keep it)
+    try:
+        del arr
+        assert ref() is None
+    finally:
+        gc.enable()

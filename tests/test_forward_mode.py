@@ -238,14 +238,27 @@ def test_eager_forward_over_reverse_makes_no_reference_cycles():
     assert contexts == [] and values == []
 
 
-@pytest.mark.xfail(strict=True, reason="B13's eager memory target, missed since reverse-over-reverse's outer "
-                   "first-order backward runs the array pullbacks (OpDef.eager_vjp): its peak fell from 778 to 705 kB "
-                   "here while forward-over-reverse's is 760 kB (it went 764 -> 760); it passes again when forward "
-                   "over reverse holds fewer tangents")
+def test_eager_forward_over_reverse_value_keeps_its_tangent_and_drops_its_history():
+    """``jvp(grad_and_value(f))``: the value's tangent is f's directional derivative (it was dropped: zero), and
+    neither it nor the loss's tangent during the backward keeps the forward's tangent chain (history reaching only
+    grad's own leaves, which nothing can differentiate with respect to once grad returns)."""
+    x, v = jg.tensor([1., 2.]), jg.tensor([1., 0.5])
+
+    def f(x):
+        return ((x.sin() * x) ** 3).sum()
+    (g, val), (tg, tval) = jf.jvp(jf.grad_and_value(f), (x,), (v,))
+    xs, vs = x.numpy(), v.numpy()
+    h, dh = np.sin(xs) * xs, np.cos(xs) * xs + np.sin(xs)
+    np.testing.assert_allclose(val.numpy(), (h ** 3).sum(), rtol=1e-6)
+    np.testing.assert_allclose(tval.numpy(), (3 * h ** 2 * dh * vs).sum(), rtol=1e-6)
+    assert not tval.requires_grad       # (its history reached only grad's leaves: dropped before the backward)
+
+
 def test_eager_forward_over_reverse_hvp_peaks_no_higher_than_reverse_over_reverse():
     """B13's eager target (peak memory of the forward-over-reverse HVP <= reverse over reverse's), counted: the
     tangent of a product's parameter gradient (t_h^T g + h^T t_g) is summed into its first term, not a third
-    array, and no value waits for the cycle collector."""
+    array, no value waits for the cycle collector, the loss's tangent does not hold the forward's tangent chain
+    through the backward, and no eager worker thread holds its last part's arrays."""
     f, ps, ts = _b13_like()
     fr = _hvp_fwd_rev(f, ps, ts)
     rr = _hvp_rev_rev(f, ps, ts)

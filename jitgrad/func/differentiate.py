@@ -67,6 +67,17 @@ def _reaches_outer(outputs, fresh) -> bool:
     return False
 
 
+def _drop_local_tangent_history(out, fresh):
+    """``out``'s tangents whose autograd history reaches only this call's ``fresh`` leaves lose it (forward over
+    reverse): the backward reads the saved values' tangents, never ``out``'s, and nothing can differentiate with
+    respect to ``fresh`` once the call returns, while that history (the forward's tangent chain, each product
+    saving the tangent it multiplied) would hold every tangent of the forward alive until the backward ends."""
+    for lv in DUALS.levels:
+        t = lv.get(out)
+        if t is not None and t.requires_grad and not _reaches_outer([t], fresh):
+            lv.set(out, t.detach())
+
+
 def _detach(tree, keep):
     if keep:
         return tree
@@ -134,11 +145,13 @@ def grad_and_value(func, argnums=0, has_aux=False):
                                    "instead?")
             flat = [x for fresh, _ in diff for x in fresh]
             keep = _reaches_outer([out], flat)
+            if not keep and DUALS.levels:
+                _drop_local_tangent_history(out, flat)
             gs = _grads([out], flat, None, keep) if out.requires_grad else [_zeros(x) for x in flat]
         it = iter(gs)
         res = [pytree.unflatten(d, [next(it) for _ in fresh]) for fresh, d in diff]
         g = res[0] if isinstance(argnums, int) else tuple(res)
-        value = out if keep else out.detach()
+        value = out if keep else _detach(out, keep)
         if has_aux:
             return g, (value, _detach(aux, keep))
         return g, value

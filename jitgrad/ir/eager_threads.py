@@ -52,6 +52,9 @@ class _Workers:
                 fn(*args, **kwargs)
             except BaseException as e:  # noqa: BLE001 - re-raised by the calling thread
                 done.error = e
+            # nothing of the finished part stays referenced (dropped before the caller is woken): its arrays are
+            # freed when the caller drops them, not when this thread takes its next part
+            fn = args = kwargs = None
             done.set()
 
 
