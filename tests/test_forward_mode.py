@@ -238,6 +238,64 @@ def test_eager_forward_over_reverse_makes_no_reference_cycles():
     assert contexts == [] and values == []
 
 
+@pytest.mark.parametrize("m,k,n", [(40, 40, 40), (256, 200, 300)])
+def test_gemm_adds_a_product_into_an_array_in_place(m, k, n):
+    """``blas.matmul_add_into``: ``c += a @ b`` by the GEMM (beta = 1), for C- and F-ordered operands, below and
+    above the threaded size; nothing written (False) where it cannot (a strided or read-only ``c``, an operand
+    sharing ``c``'s memory, mixed dtypes, an integer product)."""
+    from jitgrad.ir.ops import blas
+    rng = np.random.default_rng(3)
+    for dtype in (np.float32, np.float64):
+        a = rng.standard_normal((m, k)).astype(dtype)
+        b = rng.standard_normal((k, n)).astype(dtype)
+        for a_, b_ in ((a, b), (np.asfortranarray(a), b), (a, np.asfortranarray(b)), (a.T.copy().T, b)):
+            c = rng.standard_normal((m, n)).astype(dtype)
+            want = c.astype(np.float64) + a.astype(np.float64) @ b.astype(np.float64)
+            buf = c.ctypes.data
+            assert blas.matmul_add_into(c, a_, b_)
+            assert c.ctypes.data == buf
+            np.testing.assert_allclose(c, want, rtol=1e-4 if dtype == np.float32 else 1e-10, atol=1e-4)
+        c = np.zeros((m, 2 * n), dtype)[:, ::2]
+        assert not blas.matmul_add_into(c, a, b) and not c.any()
+        c = np.zeros((m, n), dtype)
+        c.flags.writeable = False
+        assert not blas.matmul_add_into(c, a, b)
+        sq = rng.standard_normal((m, m)).astype(dtype)
+        assert not blas.matmul_add_into(sq, sq, sq[:, :m])
+    assert not blas.matmul_add_into(np.zeros((m, n), np.float32), a.astype(np.float32), b.astype(np.float64))
+    assert not blas.matmul_add_into(np.zeros((m, n), np.int64), np.ones((m, k), np.int64), np.ones((k, n), np.int64))
+
+
+def test_eager_matmul_jvp_in_a_plain_backward_makes_one_array():
+    """matmul's tangent t_x @ y + x @ t_y where the rule's binds record nothing (a backward without create_graph,
+    under one dual level): the second product is added by the GEMM into the first's array, so the rule leaves one
+    array of the output's size and allocates no other; with history to record, the same values as two products."""
+    import tracemalloc
+    from jitgrad.autograd import forward_ad as fwAD
+    rng = np.random.default_rng(4)
+    x, tx = (_t(rng.standard_normal((96, 64))) for _ in range(2))
+    y, ty = (_t(rng.standard_normal((64, 80))) for _ in range(2))
+    want = tx.numpy() @ y.numpy() + x.numpy() @ ty.numpy()
+    with fwAD.dual_level():
+        dx, dy = fwAD.make_dual(x, tx), fwAD.make_dual(y, ty)
+        dx @ dy
+        with jg.no_grad():
+            tracemalloc.start()
+            try:
+                out = dx @ dy
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            t = fwAD.unpack_dual(out).tangent
+        np.testing.assert_allclose(t.numpy(), want, rtol=1e-12)
+        assert peak < 2 * 96 * 80 * 8 + 8192, peak     # the primal and the tangent, no third product
+        w = y.clone().requires_grad_()
+        dw = fwAD.make_dual(w, ty)
+        t2 = fwAD.unpack_dual(dx @ dw).tangent
+        assert t2.requires_grad
+        np.testing.assert_allclose(t2.detach().numpy(), want, rtol=1e-12)
+
+
 def test_eager_forward_over_reverse_value_keeps_its_tangent_and_drops_its_history():
     """``jvp(grad_and_value(f))``: the value's tangent is f's directional derivative (it was dropped: zero), and
     neither it nor the loss's tangent during the backward keeps the forward's tangent chain (history reaching only

@@ -375,6 +375,10 @@ def _check_jvp_results(kinds, args, tin, versions, res):
                                "base as the given grad input.")
 
 
+def _requires_grad(x) -> bool:
+    return isinstance(x, Tensor) and x.requires_grad
+
+
 def _float_tensor(x) -> bool:
     return isinstance(x, Tensor) and x.dtype.is_floating_point
 
@@ -396,6 +400,9 @@ def apply_jvp(op, args, params, outs, tangents):
     c.transposer = transpose_vjp
     if not any(c.needs_grad):
         return (None,) * len(outs)
+    # the rule's binds record nothing (no lower level shows, no history, not traced): it may work on the arrays
+    c.plain = DUALS.visible == 0 and _TR.active is None and not (
+        grad_mode.STATE.grad_enabled and (any(_requires_grad(a) for a in args) or any(_requires_grad(t) for t in ts)))
     res = op.jvp(c, *ts)
     return tuple(res)
 

@@ -256,9 +256,34 @@ def matmul2d(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return _GEMM[a.dtype](1.0, mb, ma, trans_a=tb, trans_b=ta).T
 
 
-def _gemm_rows(a, ta, lda, b, tb, ldb, c, r0, r1, c0=0, c1=None) -> None:
-    """``c[r0:r1, c0:c1] = a[r0:r1] @ b[:, c0:c1]`` through SciPy's OpenBLAS (``a``, ``b`` as :func:`_raw_operand`
-    hands them, ``c`` C-ordered), on the thread count OpenBLAS has now.  Releases the GIL (a ctypes call)."""
+def matmul_add_into(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
+    """``c += a @ b`` in place by the GEMM itself (beta = 1: no array for the product), for the products
+    :func:`matmul` runs as :func:`matmul2d` (2-D float32/float64 of one dtype, at least ``EAGER_MIN_MACS``), ``c``
+    C-ordered, writable and apart from ``a`` and ``b``; the same blocks and threads as :func:`matmul2d`.  False
+    (nothing written) for anything else, or without the raw GEMM."""
+    if not (a.ndim == b.ndim == c.ndim == 2 and a.dtype == b.dtype == c.dtype and a.dtype.kind == "f"
+            and a.dtype.itemsize in (4, 8) and a.shape[1] == b.shape[0] and c.shape == (a.shape[0], b.shape[1])
+            and a.size * b.shape[1] >= EAGER_MIN_MACS and c.flags.c_contiguous and c.flags.writeable
+            and 0 not in a.strides and 0 not in b.strides):
+        return False
+    if "raw" not in _GEMM and np.float32 not in _GEMM:
+        matmul2d(a[:0], b[:, :0])       # (the GEMM's one-time set-up)
+    if "raw" not in _GEMM or np.may_share_memory(c, a) or np.may_share_memory(c, b):
+        return False
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    a, ta, lda = _raw_operand(a)
+    b, tb, ldb = _raw_operand(b)
+    if m * n * k > BLAS_THREADED_MACS and not BLAS_PACER and _rows_on_threads(a, ta, lda, b, tb, ldb, c, True):
+        return True
+    with eager_threads(m, n, k):
+        _gemm_rows(a, ta, lda, b, tb, ldb, c, 0, m, 0, None, True)
+    return True
+
+
+def _gemm_rows(a, ta, lda, b, tb, ldb, c, r0, r1, c0=0, c1=None, add=False) -> None:
+    """``c[r0:r1, c0:c1] = a[r0:r1] @ b[:, c0:c1]`` (``+=`` with ``add``: GEMM's beta = 1) through SciPy's OpenBLAS
+    (``a``, ``b`` as :func:`_raw_operand` hands them, ``c`` C-ordered), on the thread count OpenBLAS has now.
+    Releases the GIL (a ctypes call)."""
     gemm, one, zero = _raw_gemm(c.dtype)
     n = c.shape[1]
     c1 = n if c1 is None else c1
@@ -270,8 +295,8 @@ def _gemm_rows(a, ta, lda, b, tb, ldb, c, r0, r1, c0=0, c1=None) -> None:
     b_at = b.ctypes.data + c0 * (1 if tb == b"N" else ldb) * item
     ints = (ctypes.c_int * 6)(c1 - c0, r1 - r0, k, ldb, lda, n)     # per call: the sizes (Fortran passes pointers)
     ad = ctypes.addressof(ints)
-    gemm(tb, ta, ad, ad + 4, ad + 8, one, b_at, ad + 12, a_at, ad + 16, zero, c.ctypes.data + (r0 * n + c0) * item,
-         ad + 20)
+    gemm(tb, ta, ad, ad + 4, ad + 8, one, b_at, ad + 12, a_at, ad + 16, one if add else zero,
+         c.ctypes.data + (r0 * n + c0) * item, ad + 20)
 
 
 def matmul(a, b):
@@ -547,7 +572,7 @@ def row_blocks(rows, dtype, parts: int):
     return [(r, min(r + h, rows)) for r in range(0, rows, h)]
 
 
-def _rows_on_threads(a, ta, lda, b, tb, ldb, c) -> bool:
+def _rows_on_threads(a, ta, lda, b, tb, ldb, c, add=False) -> bool:
     """An eager GEMM too big for one thread as blocks of rows (``row_blocks``), each a single-threaded OpenBLAS
     call, on the eager threads: the bits of one single-threaded call, however many threads run the blocks (one
     call on the calling thread when the threads are one, the work is too little for two, or their pacer holds
@@ -561,9 +586,9 @@ def _rows_on_threads(a, ta, lda, b, tb, ldb, c) -> bool:
     BlasPacer.use(1)                # the blocks' threads are all the threads: none of OpenBLAS's own
     if len(blocks) < 2:
         STATS["gemm_whole_one_thread"] += 1
-        _gemm_rows(a, ta, lda, b, tb, ldb, c, 0, m)
+        _gemm_rows(a, ta, lda, b, tb, ldb, c, 0, m, 0, None, add)
         return True
     STATS["gemm_split_calls"] += 1
     STATS["gemm_blocks"] += len(blocks)
-    _eager_split.run_split([(_gemm_rows, (a, ta, lda, b, tb, ldb, c, r0, r1)) for r0, r1 in blocks])
+    _eager_split.run_split([(_gemm_rows, (a, ta, lda, b, tb, ldb, c, r0, r1, 0, None, add)) for r0, r1 in blocks])
     return True

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import blas
-from .opdef import BILINEAR, BY_TRANSPOSE, Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register
+from .opdef import BY_TRANSPOSE, Aval, OpDef, OpError, bilinear_adding, broadcast_shapes, fmt_shape, register
 
 
 def _matmul_rule(avals, params):
@@ -120,8 +120,14 @@ def _matmul_eager_vjp(c, g):
     return gx, gy
 
 
+def _matmul_add_into(out, args, params):
+    """``out += x @ y`` by the GEMM (``blas.matmul_add_into``) for two eager matrices; False otherwise."""
+    x, y = (getattr(a, "_data", None) for a in args)
+    return type(x) is np.ndarray and type(y) is np.ndarray and blas.matmul_add_into(out, x, y)
+
+
 register(OpDef("matmul", "linalg", _matmul_rule, _matmul_impl, _matmul_vjp, saves_in=(0, 1),
-               saved_for={0: (1,), 1: (0,)}, grad_name="MmBackward0", jvp=BILINEAR,
+               saved_for={0: (1,), 1: (0,)}, grad_name="MmBackward0", jvp=bilinear_adding(_matmul_add_into),
                eager_impl=_matmul_for_signature, eager_vjp=_matmul_eager_vjp))
 
 

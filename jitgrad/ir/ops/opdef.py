@@ -141,7 +141,13 @@ class OpDef:
 class RuleCtx:
     """What a rule sees (``ctx``): filled in by whoever runs it (eager dispatch, the transpose and jvp passes)."""
 
-    __slots__ = ("op", "inputs", "outputs", "shapes", "dtypes", "params", "needs_grad", "bind", "transposer")
+    __slots__ = ("op", "inputs", "outputs", "shapes", "dtypes", "params", "needs_grad", "bind", "transposer",
+                 "plain")
+
+    def __init__(self):
+        # True where the caller knows its binds record nothing (no autograd history, no tangent at another level)
+        # and the values are eager arrays: a rule may then compute on the arrays themselves
+        self.plain = False
 
     def transpose_vjp(self, ts):
         """J ts as the transpose of the op's vjp: ``self.transposer(self, ts)``, the caller's (a function of the
@@ -174,12 +180,15 @@ def _linear_jvp(c, *ts):
     return (c.bind(c.op.name, *args, **c.params),)
 
 
-def _bilinear_jvp(c, *ts):
+def _bilinear_jvp(c, *ts, add_into=None):
     total = None
     for i, t in enumerate(ts):
         if t is not None:
             args = list(c.inputs)
             args[i] = t
+            if total is not None and add_into is not None and c.plain and _own_buffer(total) \
+                    and add_into(total._data, args, c.params):
+                continue        # the op added this term into the first one's array itself
             r = c.bind(c.op.name, *args, **c.params)
             if total is None:
                 total = r
@@ -188,6 +197,16 @@ def _bilinear_jvp(c, *ts):
             else:
                 total = total + r
     return (total,)
+
+
+def bilinear_adding(add_into):
+    """BILINEAR's rule for an op that can add its result into an array: ``add_into(out, args, params)`` does
+    ``out += op(*args)`` in place on the arrays (False, nothing written, where it cannot).  Where the caller's
+    binds are plain (``RuleCtx.plain``), each term after the first is made in the first one's array with no array
+    of its own (matmul: the GEMM with beta = 1)."""
+    def jvp(c, *ts):
+        return _bilinear_jvp(c, *ts, add_into=add_into)
+    return jvp
 
 
 def _own_buffer(t) -> bool:
