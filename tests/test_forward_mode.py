@@ -296,6 +296,20 @@ def test_eager_matmul_jvp_in_a_plain_backward_makes_one_array():
         np.testing.assert_allclose(t2.detach().numpy(), want, rtol=1e-12)
 
 
+def test_saved_output_read_only_as_a_mask_carries_no_tangent():
+    """relu's node reads its saved output only as ``out <= 0``, so under forward mode the saved output gets no
+    tangent (it would keep the output's tangent alive until relu's backward runs); exp's reads its output's value,
+    so the saved one carries the tangent a forward over reverse needs."""
+    from jitgrad.autograd import forward_ad as fwAD
+    x = _t([-1.0, 2.0]).requires_grad_()
+    with fwAD.dual_level():
+        d = fwAD.make_dual(x, _t([1.0, 1.0]))
+        r, e = d.relu(), d.exp()
+        assert fwAD.unpack_dual(r).tangent is not None
+        assert fwAD.unpack_dual(r.grad_fn.outputs[0]).tangent is None
+        np.testing.assert_allclose(fwAD.unpack_dual(e.grad_fn.outputs[0]).tangent.detach().numpy(), np.exp([-1.0, 2.0]))
+
+
 def test_eager_forward_over_reverse_value_keeps_its_tangent_and_drops_its_history():
     """``jvp(grad_and_value(f))``: the value's tangent is f's directional derivative (it was dropped: zero), and
     neither it nor the loss's tangent during the backward keeps the forward's tangent chain (history reaching only

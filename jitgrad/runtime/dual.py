@@ -137,7 +137,7 @@ class Duals:
             if t is not None and o.dtype.is_floating_point:
                 found.set(o, t)
                 node = o.grad_fn
-                if node is not None and node.op.saves_out and node.outputs:
+                if node is not None and node.op.saves_out and node.outputs and not node.op.out_as_mask:
                     # the node keeps the output without its history (saved_output.py): the kept value carries
                     # the tangent too, for a backward that reads it under this level (forward over reverse)
                     saved = node.outputs[o._out_nr] if o._out_nr < len(node.outputs) else None

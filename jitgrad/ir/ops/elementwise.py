@@ -97,7 +97,7 @@ def _float_signature(impl):
 
 
 def ew(name, impl, vjp=None, scalar=None, kind="same", saves_in=(), saves_out=(), grad_name=None,
-       nondiff_inputs=(), saved_for=None, doc="", eager_vjp=None):
+       nondiff_inputs=(), saved_for=None, doc="", eager_vjp=None, out_as_mask=False):
     eager_impl = None
     if kind == "float":
         eager_impl = _float_signature(impl)
@@ -105,7 +105,7 @@ def ew(name, impl, vjp=None, scalar=None, kind="same", saves_in=(), saves_out=()
     return register(OpDef(name, "elementwise", _rule(name, kind), impl, _ew_vjp(vjp) if vjp else None,
                           scalar=scalar, grad_name=grad_name, saves_in=saves_in, saves_out=saves_out,
                           nondiff_inputs=nondiff_inputs, saved_for=saved_for, doc=doc, eager_impl=eager_impl,
-                          eager_vjp=eager_vjp))
+                          eager_vjp=eager_vjp, out_as_mask=out_as_mask))
 
 
 # ---- pullbacks on arrays (OpDef.eager_vjp) -----------------------------------------------------------------
@@ -240,7 +240,7 @@ def _grad_named(t, name):
 ew("relu", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False),
    # torch's threshold_backward: NaN passes g
    lambda c, g: (_grad_named(c.bind("where", _out(c) <= 0, 0.0, g), "ThresholdBackwardBackward0"),),
-   lambda m, x: m.max(x, m.lit(0)), saves_out=(0,), kind="nobool", eager_vjp=_relu_eager_vjp)
+   lambda m, x: m.max(x, m.lit(0)), saves_out=(0,), kind="nobool", eager_vjp=_relu_eager_vjp, out_as_mask=True)
 ew("abs", np.abs, lambda c, g: (g * _in(c).sign(),), lambda m, x: m.abs(x), saves_in=(0,), kind="nobool")
 
 

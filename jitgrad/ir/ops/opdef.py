@@ -79,6 +79,9 @@ class OpDef:
                 kernel IR values (codegen/math_table.MathCalls, codegen/kernels/kernel_ir.py), so no text is written
     grad_name   the backward node's name (``MulBackward0``)
     saves_in    input indices the vjp reads;  saves_out: output indices the vjp reads
+    out_as_mask the vjp reads its saved outputs only through comparisons (relu's ``out <= 0``): their tangents
+                never matter, so forward mode gives the saved outputs none (forward over reverse then frees an
+                output's tangent with the output's last other use, not with the node)
     saved_for   {input i: inputs whose gradient reads it}: input i is saved only if one of those needs a
                 gradient (mul: d/da = g*b reads b), so ``h * const`` doesn't pin ``h`` (torch does the same)
     view        the output may alias input 0's memory (shares its version counter)
@@ -106,13 +109,13 @@ class OpDef:
 
     __slots__ = ("name", "family", "shape_dtype", "impl", "vjp", "scalar", "grad_name", "saves_in",
                  "saves_out", "saved_for", "nout", "view", "differentiable", "nondiff_inputs", "compute_float", "doc",
-                 "decompose", "jvp", "eager_impl", "eager_vjp", "eager_kernel")
+                 "decompose", "jvp", "eager_impl", "eager_vjp", "eager_kernel", "out_as_mask")
 
     def __init__(self, name: str, family: str, shape_dtype: Callable, impl: Callable, vjp: Callable | None,
                  *, scalar: Callable | None = None, grad_name: str | None = None, saves_in=(), saves_out=(),
                  saved_for=None, nout: int = 1, view: bool = False, nondiff_inputs=(), doc: str = "",
                  decompose: Callable | None = None, jvp=None, eager_impl: Callable | None = None,
-                 eager_vjp: Callable | None = None):
+                 eager_vjp: Callable | None = None, out_as_mask: bool = False):
         self.name = name
         self.family = family
         self.shape_dtype = shape_dtype
@@ -132,6 +135,7 @@ class OpDef:
         self.jvp = _derived_jvp(self, jvp)
         self.eager_impl = eager_impl
         self.eager_vjp = eager_vjp
+        self.out_as_mask = out_as_mask
         self.eager_kernel = None
 
     def __repr__(self):
