@@ -70,6 +70,12 @@ def test_b11_pair_loops(b11_plan):
     assert not [g for g in pair if [e.op.name for e in g.eqns] == ["broadcast_to"]]
     # every feature sum over j runs in the loop that computes its terms
     assert all(g.reduce is not None for g in pair)
-    # pair-sized arrays written: r - mu and exp(...) (read by the backward loops); not g, nor a broadcast (5 before)
+    # pair-sized arrays written: exp(...) only (read by the three backward loops); not g, nor a broadcast, nor
+    # r - mu, which the loops that read it recompute from r and mu (5 before); read: exp, once per backward loop
     stored = [v for g in pair for v in g.outputs if v.aval.size == n]
-    assert len(stored) == 2
+    assert [defs_op(b11_plan, v) for v in stored] == ["exp"]
+    assert sum(v.aval.size == n for g in pair for v in g.inputs) == 3
+
+
+def defs_op(plan, v):
+    return next(e.op.name for e in plan.graph.eqns if v in e.outs)
