@@ -60,22 +60,24 @@ def b11_plan():
 
 
 def test_b11_pair_loops(b11_plan):
-    """B11's compiled step runs 4 loops over its (B, P, K) pair Gaussians: the features (exp once, summed over j in
-    the same loop), and the force's and the parameter gradient's three (two reduce over K, one sums over j); the
-    features' cotangent is broadcast by index, never written out (7 loops before, one a broadcast copy)."""
+    """B11's compiled step runs 3 loops over its (B, P, K) pair Gaussians, as many as the math needs: the features
+    (exp once, summed over j in the same loop), the force's two sums over K (one sweep, ``row_chains``), and the
+    parameter gradient's sum over j; the features' cotangent is broadcast by index, never written out (7 loops
+    before, one a broadcast copy)."""
     n = ff.B * ff.A * (ff.A - 1) * ff.K
     pair = [g for g in b11_plan.groups if int(np.prod(g.shape)) == n]
-    assert len(pair) == 4
-    assert sum(e.op.name == "exp" for g in b11_plan.groups for e in g.eqns) == 1
-    assert not [g for g in pair if [e.op.name for e in g.eqns] == ["broadcast_to"]]
-    # every feature sum over j runs in the loop that computes its terms
-    assert all(g.reduce is not None for g in pair)
-    # pair-sized arrays written: exp(...) only (read by the three backward loops); not g, nor a broadcast, nor
+    assert len(pair) == 3
+    assert sum(e.op.name == "exp" for g in b11_plan.groups for e in g.all_eqns) == 1
+    assert not [g for g in pair if [e.op.name for e in g.all_eqns] == ["broadcast_to"]]
+    # every sum over j or K runs in the loop that computes its terms
+    assert all(any(e.op.name == "sum" for e in g.all_eqns) for g in pair)
+    # pair-sized arrays written: exp(...) only (read by the two backward loops); not g, nor a broadcast, nor
     # r - mu, which the loops that read it recompute from r and mu (5 before); read: exp, once per backward loop
+    # (8 pair-sized reads before)
     stored = [v for g in pair for v in g.outputs if v.aval.size == n]
-    assert [defs_op(b11_plan, v) for v in stored] == ["exp"]
-    assert sum(v.aval.size == n for g in pair for v in g.inputs) == 3
+    assert [_producer(b11_plan, v) for v in stored] == ["exp"]
+    assert sum(v.aval.size == n for g in pair for v in g.inputs) == 2
 
 
-def defs_op(plan, v):
+def _producer(plan, v):
     return next(e.op.name for e in plan.graph.eqns if v in e.outs)
