@@ -20,6 +20,11 @@ that holds them as symbols (``ir/symbolic.py``), and its instances per call's si
   pooled by capacity; no pass, no layout, no entry build.  A tuple that breaks a lowering's guards is lowered
   again for its own sizes (up to ``MAX_LOWERINGS``); after that, and for entries that cannot be bound (outputs
   that need an autograd node, a Python driver, collectives), tuples get concrete instances, as before.
+- Background builds: while a lowering's code builds, new tuples run the user's function eagerly.  So that they
+  wait for as short a chain of builds as ``background=False``'s, the template is lowered while the first
+  instance's code still builds (not at the first call after it), and at its first tuple (no concrete instance)
+  while another trace of the function still builds; the build thread makes the ``SizedProgram`` once the code
+  is ready (``Lowered._prepare``), so it is no new-size call's work.
 """
 from __future__ import annotations
 
