@@ -11,6 +11,7 @@ import jitgrad as jg
 import jitgrad.nn.functional as F
 from jitgrad import autograd
 from jitgrad.tracer import TraceError, TracedValueError
+from jitgrad.ir.unbacked import DataDependentSizeError
 
 THIS = os.path.basename(__file__)
 
@@ -730,18 +731,31 @@ def test_fullgraph_false_compiles_what_it_can():
 
 
 @pytest.mark.parametrize("what", ["mask_getitem", "nonzero"])
-def test_data_dependent_shapes_are_a_clear_trace_error(what):
-    # (``y[x > 0] = v`` is a where: tests/test_traced_views.py)
+def test_data_dependent_shapes_compile_with_a_bounded_size(what):
+    # (``y[x > 0] = v`` is a where: tests/test_traced_views.py; tests/test_data_dependent_sizes.py has the rest)
     def mask_getitem(x):
         return x[x > 0]
 
     def nonzero(x):
         return x.nonzero()
     fn = {"mask_getitem": mask_getitem, "nonzero": nonzero}[what]
+    f = jg.compile(fn)
+    for v in ([1.0, -2.0, 3.0], [-1.0, -2.0, -3.0], [1.0, 2.0, 3.0]):
+        x = jg.tensor(v)
+        got, want = f(x), fn(x)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        close(got, want)
+    assert f.stats["traces"] == 1
+
+
+def test_python_decisions_on_a_data_dependent_size_are_a_clear_error():
+    def fn(x):
+        y = x[x > 0]
+        return y * 2 if y.shape[0] > 1 else y
     x = jg.tensor([1.0, -2.0, 3.0])
-    with pytest.raises(TraceError) as ei:
+    with pytest.raises(DataDependentSizeError) as ei:
         jg.compile(fn)(x)
-    assert THIS in str(ei.value)
+    assert f"{THIS}:{line_of(fn, 'y.shape[0] > 1')}" in str(ei.value) and "data-dependent" in str(ei.value)
     # fullgraph=False: eager, with the eager result
     with pytest.warns(UserWarning, match="fullgraph=False"):
         got = jg.compile(fn, fullgraph=False)(x)
@@ -765,10 +779,16 @@ def test_reading_a_tensor_from_outside_is_refused_not_baked_in():
     def masked(x):
         return x[mask]
 
-    for fn, text in ((scaled, "lr.item()"), (masked, "x[mask]")):
+    for fn, text in ((scaled, "lr.item()"),):
         with pytest.raises(TracedValueError) as ei:
             jg.compile(fn)(jg.ones(3))
         assert "outside" in str(ei.value) and f"{THIS}:{line_of(fn, text)}" in str(ei.value)
+    # a mask from outside indexes by its values at each call (a data-dependent size, not a constant)
+    g = jg.compile(masked)
+    close(g(jg.arange(3.0)), [0.0, 2.0])
+    mask[1] = True
+    close(g(jg.arange(3.0)), [0.0, 1.0, 2.0])
+    assert g.stats["traces"] == 1
     # the supported forms: use it as a tensor (a graph input, read at each call)
     f = jg.compile(lambda x: x * lr)
     close(f(jg.ones(2)), [0.1, 0.1], rtol=1e-6)

@@ -214,6 +214,9 @@ CASES = {
     "searchsorted": (lambda a: a * jg.searchsorted(jg.tensor([-1.0, 0.0, 1.0], device=a.device),
                                                    a.detach()).to(a.dtype), [(2, 3)], "any"),
     "isin": (lambda a: jg.where(jg.isin(a.detach(), a.detach()[0]), a, 0.0), [(2, 3)], "any"),
+    # a data-dependent size's coordinates at its bound (compiled x[mask] binds it): a host step on CUDA
+    "nonzero_bounded": (lambda a: a * _bind("nonzero_bounded", a.detach() > 0, (a.detach() > 0).sum(),
+                                            size=6)[:, 1].reshape(2, 3).to(a.dtype), [(2, 3)], "any"),
     "eigh": (lambda a: (lambda d, u: d.sum() + (u * u * a[:, :1]).sum())(*jg.lobpcg(a @ a.mT + a, k=1)), [(3, 3)],
              "any"),
     # jitgrad.linalg's primitives: host steps on CUDA tensors
@@ -928,3 +931,28 @@ def test_sim_compiled_function_making_cuda_tensors_inside(background):
         np.testing.assert_allclose(b.detach().cpu().numpy(), [0.0, 2.0])
     (a.sum() + b.sum()).backward()
     np.testing.assert_allclose(x.grad.cpu().numpy(), [1.0, 2.0])
+
+
+@sim
+def test_sim_masked_loss_with_a_data_dependent_size_compiles_once():
+    """x[mask] on device tensors inside @jg.compile: a size bounded by the mask (ir/passes/bounded_sizes.py), the
+    nonzero step a host step; the loss, its gradient and the returned x[mask] equal NumPy's for every density."""
+    rng = np.random.default_rng(5)
+    xn = rng.standard_normal((4, 3)).astype(np.float32)
+    x = jg.tensor(xn, device="cuda", requires_grad=True)
+
+    @jg.compile(backend="numba", background=False)
+    def step(x, m):
+        loss = (x[m] ** 2).mean()
+        loss.backward()
+        return loss.detach(), (x[m] * 2).detach()
+    for dens in (0.5, 0.0, 1.0):
+        mn = rng.random((4, 3)) < dens
+        x.grad = None
+        with np.errstate(all="ignore"):       # (the simulator's scalar 0 / 0 for an empty mask's mean)
+            loss, y = step(x, jg.tensor(mn, device="cuda"))
+        np.testing.assert_allclose(float(loss.cpu()), (xn[mn] ** 2).mean() if mn.any() else np.nan, rtol=1e-6)
+        np.testing.assert_allclose(y.cpu().numpy(), 2 * xn[mn], rtol=1e-6)
+        np.testing.assert_allclose(x.grad.cpu().numpy(), np.where(mn, 2 * xn / max(mn.sum(), 1), 0), rtol=1e-5,
+                                   atol=1e-7)
+    assert step.stats["traces"] == 1 and step.stats["eager_fallbacks"] == 0

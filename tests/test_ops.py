@@ -39,7 +39,8 @@ NP = {jg.float32: np.float32, jg.float64: np.float64, jg.int64: np.int64, jg.int
 NONDIFF = {"lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not", "isfinite", "argmax",
            "argmin", "floordiv", "rand_uniform", "rand_normal", "multinomial", "randperm", "argsort", "histc",
            "all_reduce_start", "searchsorted", "isin", "max_pool_indices", "linalg_info", "bitwise_and", "bitwise_or",
-           "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "gcd", "lcm"}
+           "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "gcd", "lcm",
+           "nonzero_bounded"}
 
 
 # ---- (c): the rule of every concrete op call agrees with its impl ------------------------------------
@@ -1178,6 +1179,8 @@ SMOKE = {
     "histc": lambda: jg.histc(_x(), 3),
     "searchsorted": lambda: jg.searchsorted(jg.tensor([-1.0, 0.5, 2.0]), _x()),
     "isin": lambda: jg.isin(_x(), jg.tensor([2.0, 0.5])),
+    # a data-dependent size's coordinates at the bound (ir/passes/bounded_sizes.py; compiled x[mask] binds it)
+    "nonzero_bounded": lambda: _nonzero_bounded_case(),
     "atan2": lambda: _g(jg.atan2, (2, 3), (3,), domain="nonzero"),
     "eigh": lambda: _g(_lobpcg_signed, (4, 4)),
     # jitgrad.linalg's primitives (ir/ops/solvers.py, factorizations.py), on well-conditioned inputs
@@ -1328,6 +1331,13 @@ def SMOKE_sdpa_tiled():
     with attention_tiling(0, 2, 2):
         _g(lambda q, k, v: jg.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
            (2, 3, 2), (2, 4, 2), (2, 4, 3))
+
+
+def _nonzero_bounded_case():
+    x = jg.tensor([[0.0, 1.5], [-2.0, 0.0]])
+    r = dispatch.bind(OPS["nonzero_bounded"], x, jg.tensor(2), size=4)
+    np.testing.assert_array_equal(r.numpy(), [[0, 1], [1, 0], [0, 1], [0, 1]])
+    return r
 
 
 def SMOKE_index_put():

@@ -208,13 +208,26 @@ def test_mode_gradient_goes_to_the_returned_index():
     _both(lambda m, x: m.mode(x, 1, keepdim=True).values, a)
 
 
-@pytest.mark.parametrize("what", ["unique", "unique_consecutive", "argwhere"])
+@pytest.mark.parametrize("what", ["unique_consecutive", "unique_dim"])
 def test_data_dependent_shapes_refused_inside_compile_naming_the_op_and_line(what):
+    fn = jg.unique_consecutive if what == "unique_consecutive" else lambda x: jg.unique(x, dim=0)
+
     @jg.compile(backend="interpret")
     def f(x):
-        return getattr(jg, what)(x) * 1      # the user's line
-    with pytest.raises(jg.tracer.TracedValueError, match=rf"{what}\(\) reads the value .*test_shape_functions\.py"):
+        return fn(x) * 1      # the user's line
+    name = "unique_consecutive" if what == "unique_consecutive" else "unique"
+    with pytest.raises(jg.tracer.TracedValueError, match=rf"{name}\(\) reads the value .*test_shape_functions\.py"):
         f(jg.ones(3))
+
+
+@pytest.mark.parametrize("what", ["unique", "argwhere"])
+def test_unique_and_argwhere_compile_with_a_bounded_size(what):
+    # (a size bounded by the input's: tests/test_data_dependent_sizes.py)
+    f = jg.compile(lambda x: getattr(jg, what)(x) * 1, backend="interpret")
+    for x in ([1.0, 0.0, 1.0], [0.0, 0.0, 2.0], [3.0, 2.0, 1.0]):
+        x = jg.tensor(x)
+        np.testing.assert_array_equal(f(x).numpy(), (getattr(jg, what)(x) * 1).numpy())
+    assert f.stats["traces"] == 1
 
 
 ERRORS = [

@@ -214,3 +214,27 @@ def test_the_blas_pacer_makes_bits_follow_openblas_thread_count():
     assert out["blas_backoffs"] > 0 and set(out["blas_threads"]) == {1, 2}
     per_count = {(n, tuple(c)) for n, c in zip(out["blas_threads"], out["compiled"])}
     assert sorted(n for n, _ in per_count) == [1, 2]     # (the two hashes differ on this VM's Haswell kernels)
+
+
+def test_eager_big_gemm_bits_do_not_depend_on_the_thread_count():
+    """An eager GEMM big enough to split (``x @ w``, 256 rows) runs as blocks of rows on single-threaded OpenBLAS,
+    or as one single-threaded call while held or at one thread: one hash at one and two threads, whatever
+    OpenBLAS's own count (``ir/ops/blas.row_blocks``)."""
+    _needs(2)
+    from jitgrad.ir.ops import blas
+    import numpy as np
+    if blas.row_blocks(256, np.float32, 1) is None:
+        pytest.skip("this BLAS has no row unit for float32: its big GEMMs are not split")
+    assert len({_child(w, t)["eager"][0][0] for w, t in [(1, 1), (1, 2), (2, 2)]}) == 1
+
+
+def test_compiled_split_gemm_bits_do_not_depend_on_the_worker_count():
+    """The compiled ``x @ w`` (256 rows): split on the pool at two workers (blocks aligned to OpenBLAS's row
+    unit), one single-threaded call at one worker and one OpenBLAS thread: one hash."""
+    _needs(2)
+    from jitgrad.ir.ops import blas
+    import numpy as np
+    if blas.row_blocks(256, np.float32, 1) is None:
+        pytest.skip("this BLAS has no row unit for float32: its big GEMMs are not split")
+    one, two = _child(1, 1), _child(2, 2)
+    assert one["compiled"][0][0] == two["compiled"][0][0]

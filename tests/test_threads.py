@@ -245,15 +245,23 @@ def test_a_gemm_of_symbolic_size_sets_openblas_count_at_every_call(monkeypatch):
 @pytest.mark.skipif(settings.default_threads() < 2, reason="needs a pool of two workers")
 def test_big_gemms_split_rows_between_the_pools_workers(monkeypatch):
     """One set of threads: a big GEMM's rows in one block per worker (a parallel batch of single-threaded BLAS
-    calls), its call guard sets OpenBLAS to one thread and needs no pacer; the result is exact here."""
+    calls, each a multiple of OpenBLAS's row unit, the rows left one more call), its call guard sets OpenBLAS to
+    one thread and needs no pacer; the result is exact here."""
     monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
     from jitgrad.codegen.native import threads
     from jitgrad.codegen.program import layout
     from jitgrad.ir.ops import blas
     monkeypatch.setattr(layout, "POOL_GEMMS", True)
+    unit = blas.block_unit(np.float32)
+    if unit is None:
+        pytest.skip("this BLAS has no row unit for float32: no split")
     cg = _gemm_program(256, 784, 64)
-    (st,) = [s for s in cg.program.steps if s.kind in ("gemm", "bgemm")]
+    st, *rest = [s for s in cg.program.steps if s.kind in ("gemm", "bgemm")]
     assert st.split and st.parallel and st.kind == "bgemm" and st.label == "matmul (BLAS, rows on the pool)"
+    nb, h = cg.program.split_rows(256, 256 * 784 * 64, np.float32)
+    assert h % unit == 0 and h >= blas.MIN_BLOCK_ROWS and 0 <= 256 - nb * h < nb * unit
+    assert len(rest) == (256 % (nb * unit) != 0)
+    assert all(r.split and r.kind == "gemm" and r.label == "matmul (BLAS, last rows of the pool's)" for r in rest)
     assert not threads.blas_threaded(cg.program.steps)
     guard = cg.call_lock
     assert guard.single and guard.pacer is None and guard.lock is threads.LAUNCH_LOCK
@@ -266,11 +274,13 @@ def test_big_gemms_split_rows_between_the_pools_workers(monkeypatch):
 
 
 @pytest.mark.skipif(settings.default_threads() < 2, reason="needs a pool of two workers")
-@pytest.mark.parametrize("m, n", [(256, 64), (64, 256)])
+@pytest.mark.parametrize("m, n, dtype", [(256, 64, np.float32), (96, 256, np.float32), (250, 64, np.float64),
+                                         (64, 250, np.float64)])
 @pytest.mark.parametrize("layout_a, layout_b", [("N", "N"), ("T", "N"), ("N", "T"), ("T", "T")])
-def test_split_gemms_match_numpy_for_every_operand_layout(monkeypatch, request, m, n, layout_a, layout_b):
-    """Blocks of rows (n <= m: the shared right operand is the smaller) or of columns (n > m), with either
-    operand a transposed view: every block's offsets right, against NumPy in float64.  (These products are below
+def test_split_gemms_match_numpy_for_every_operand_layout(monkeypatch, request, m, n, dtype, layout_a, layout_b):
+    """Blocks of rows (n <= m: the shared right operand is the smaller) or of columns (n > m, where OpenBLAS has a
+    column unit for the dtype: float32 has none here, so rows), with either operand a transposed view: every
+    block's offsets right, against NumPy in float64, and the bits of one single-threaded call.  (These products are below
     the pool's threshold, which split GEMMs test per call: it is lowered here so their blocks run on the pool.)"""
     monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
     from jitgrad.codegen.native import workpool
@@ -280,16 +290,26 @@ def test_split_gemms_match_numpy_for_every_operand_layout(monkeypatch, request, 
     request.addfinalizer(lambda: workpool.set_min_work(*prev))
     k = 160
     rng = np.random.default_rng(m + 2 * n)
-    a = rng.standard_normal((m, k) if layout_a == "N" else (k, m)).astype(np.float32)
-    b = rng.standard_normal((k, n) if layout_b == "N" else (n, k)).astype(np.float32)
+    a = rng.standard_normal((m, k) if layout_a == "N" else (k, m)).astype(dtype)
+    b = rng.standard_normal((k, n) if layout_b == "N" else (n, k)).astype(dtype)
     op_a = (lambda t: t) if layout_a == "N" else (lambda t: t.T)
     op_b = (lambda t: t) if layout_b == "N" else (lambda t: t.T)
     f = jg.compile(lambda x, y: op_a(x) @ op_b(y), backend="numba")
     got = f(jg.tensor(a), jg.tensor(b)).numpy()
     np.testing.assert_allclose(got, op_a(a).astype(np.float64) @ op_b(b).astype(np.float64), rtol=2e-5, atol=2e-4)
-    (launch,) = [x for x in f.launches(jg.tensor(a), jg.tensor(b)) if x.kind in ("gemm", "bgemm")]
-    assert launch.parallel and launch.label == ("matmul (BLAS, rows on the pool)" if n <= m else
-                                                "matmul (BLAS, columns on the pool)")
+    by_cols = n > m and blas.block_unit(dtype, False) is not None
+    if blas.block_unit(dtype, not by_cols) is None:
+        pytest.skip("this BLAS has no unit to split these blocks by")
+    launch, *rest = [x for x in f.launches(jg.tensor(a), jg.tensor(b)) if x.kind in ("gemm", "bgemm")]
+    assert launch.parallel and launch.label == ("matmul (BLAS, columns on the pool)" if by_cols else
+                                                "matmul (BLAS, rows on the pool)")
+    assert all(not x.parallel and "last" in x.label for x in rest) and len(rest) <= 1
+    blas.BlasPacer.use(1)
+    ref = np.empty((m, n), dtype)         # one single-threaded call (packing makes the operands' layout moot)
+    aa, ta, lda = blas._raw_operand(np.ascontiguousarray(op_a(a)))
+    bb, tb, ldb = blas._raw_operand(np.ascontiguousarray(op_b(b)))
+    blas._gemm_rows(aa, ta, lda, bb, tb, ldb, ref, 0, m)
+    assert got.tobytes() == ref.tobytes()
 
 
 _FORK_IN_LAUNCH = """
@@ -338,7 +358,9 @@ a = jg.tensor(np.ones((64, 64), np.float32))
 b = jg.tensor(np.ones((64, 48), np.float32))
 A = jg.tensor(np.ones((256, 784), np.float32))
 B = jg.tensor(np.ones((784, 512), np.float32))
+C = jg.tensor(np.ones((40, 784), np.float32))   # too few rows for two blocks: OpenBLAS threads it itself
 (a @ b).sum()                                   # loads the library
+blas.block_unit(np.float32)                     # (derived once per process, from probe products of its own)
 get = blas.thread_control()[0]
 fn, one, zero = blas._raw_gemm(np.dtype(np.float32))
 seen = []
@@ -347,27 +369,39 @@ def counted(*args):                             # the threads OpenBLAS may use f
     seen.append(get())
     return fn(*args)
 blas._GEMM[("raw", np.dtype(np.float32))] = (counted, one, zero)
-for x, y in ((a, b), (A, B), (a, b), (A, B)):
+calls = []
+for x, y in ((a, b), (A, B), (a, b), (C, B), (A, B)):
+    del seen[:]
     (x @ y).sum()
+    calls.append(list(seen))
 jg.set_num_threads(1)
-(A @ B).sum()
-print(json.dumps({"seen": seen, "library": get()}))
+for x, y in ((C, B), (A, B)):
+    del seen[:]
+    (x @ y).sum()
+    calls.append(list(seen))
+print(json.dumps({"calls": calls, "library": get(), "blocks": blas.STATS["gemm_blocks"],
+                  "whole": blas.STATS["gemm_whole_one_thread"]}))
 """
 
 
 def test_small_eager_gemms_run_on_one_blas_thread():
     """Threads counted, not timed: a small eager GEMM (below OpenBLAS's own threading threshold) runs with the
-    library on one thread even after a large one ran on two; a large one on every thread while its calls show no
-    contention; ``set_num_threads(1)`` wins."""
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="2")
+    library on one thread even after a large one ran on two; a large one split into blocks of rows runs them
+    with OpenBLAS on one thread (its threads: the blocks'), one too thin to split on every OpenBLAS thread;
+    ``set_num_threads(1)`` wins."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="2", NUMBA_NUM_THREADS="2")
     env.pop("JITGRAD_BLAS_PACER", None)
     r = subprocess.run([sys.executable, "-c", _EAGER_GEMM_THREADS], env=env, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert got["seen"][0] == 1 and got["seen"][2] == 1, got         # small: one thread
-    assert got["seen"][1] == 2, got                                 # large: both (a quiet start: no contention)
-    assert got["seen"][4] == 1 and got["library"] == 1, got         # torch.set_num_threads(1)
+    calls = got["calls"]
+    assert calls[0] == [1] and calls[2] == [1], got                 # small: one thread
+    if blas.row_blocks(256, np.float32, 1) is not None:             # large: blocks (or one call while held), one
+        assert calls[1] in ([1, 1], [1]) and calls[4] in ([1, 1], [1]), got     # OpenBLAS thread each
+        assert got["blocks"] + got["whole"] >= 2, got
+    assert calls[3] == [2], got                                     # too thin to split: both (no pacer)
+    assert calls[5] == [1] and calls[6] == [1] and got["library"] == 1, got     # torch.set_num_threads(1)
 
 
 def test_eager_gemms_are_paced_per_size_class(monkeypatch):

@@ -19,6 +19,8 @@ Kinds:
 - ``row_gather`` / ``row_scatter``: ``w[idx]`` and its index_put (embedding rows; ``region_steps.py``);
 - ``region``: ``index_put`` with a basic index (``x[:, a:b] = v``, the backward of slicing and ``split``);
 - ``scan``: cumsum / cumprod along one axis;
+- ``nonzero``: ``nonzero_bounded``'s coordinates into a buffer of its bound's rows (a data-dependent size, CPU
+  only: CUDA has no emitter, a host step);
 - ``cat``: concatenation (copies into slabs of the output);
 - ``collective``: an op of the ``collective`` family (all_reduce...): on the CPU, MPI called natively
   (``collective_steps.py``) when the group's transport allows it;
@@ -35,7 +37,7 @@ from ..ir.ops.index import oob_error, tensor_axis
 from ..ir.plan import Group, LoopBatch
 
 KINDS = ("fused", "batch", "view", "gemm", "gather", "scatter", "scatter_reduce", "region", "row_gather", "row_scatter", "scan",
-         "cat", "collective", "host")
+         "nonzero", "cat", "collective", "host")
 
 
 def all_tensor_spec(spec, ndim):
@@ -85,6 +87,7 @@ _BY_OP = {
     "index_put": _index_put,
     "cumsum": _scan,
     "cumprod": _scan,
+    "nonzero_bounded": lambda e: "nonzero",
     "cat": lambda e: "cat" if e.outs[0].aval.ndim > 0 else "host",
     "scatter_reduce": lambda e: "scatter_reduce" if e.outs[0].aval.size and e.ins[1].aval.size else "host",
 }

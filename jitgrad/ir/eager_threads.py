@@ -1,6 +1,7 @@
 """Eager work split between ``set_num_threads`` threads: the multi-tensor optimiser updates by parameter
 (``optim/multi_tensor.py``), each parameter's arithmetic on one thread, in order, so the bits are those of one
-thread (issue 32, item 3).
+thread (issue 32, item 3); and big GEMMs by blocks of rows, each a single-threaded OpenBLAS call
+(``ops/blas.row_blocks``: blocks aligned to OpenBLAS's row unit give one thread's bits).
 
 The helpers are Python threads (started on first use, and again after a fork); a part is a run of NumPy calls on
 big arrays, which release the GIL.  Measured on 2 cores (BENCHMARKS.md): B9's AdamW step over 810K parameters
@@ -124,7 +125,13 @@ def run_split(tasks) -> None:
 
 def threads_for(elements: int) -> int:
     """How many threads an eager parallel call over ``elements`` elements uses (1: run it serially)."""
-    n = min(settings.num_threads(), elements // MIN_CHUNK)
+    return split_threads(elements // MIN_CHUNK)
+
+
+def split_threads(parts: int) -> int:
+    """How many threads an eager call that may be cut into ``parts`` parts uses: at most ``set_num_threads``'s
+    count, and 1 while the pacer holds split calls on the calling thread (another process holds a core)."""
+    n = min(settings.num_threads(), parts)
     if n < 2:
         return 1
     if _PACER.left:
@@ -133,4 +140,4 @@ def threads_for(elements: int) -> int:
     return n
 
 
-__all__ = ["run_split", "threads_for", "MIN_CHUNK", "STATS"]
+__all__ = ["run_split", "threads_for", "split_threads", "MIN_CHUNK", "STATS"]

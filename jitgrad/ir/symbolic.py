@@ -20,6 +20,8 @@ import operator
 import threading
 import traceback
 
+from . import unbacked
+
 
 class _Active(threading.local):
     def __init__(self):
@@ -267,6 +269,8 @@ class SymInt:
         c = _constant_of(d)
         if c is not None:
             return _CMP[op](c, 0)
+        if unbacked.poly_unbacked(d):       # a data-dependent size (ir/unbacked.py): no guard can check it
+            return unbacked.decide(d, op, _ATOMS, evaluate, ACTIVE.env, f"the size decision {_fmt(d)} {op} 0")
         r = _CMP[op](self.hint - h, 0)
         env = ACTIVE.env
         if env is not None:
@@ -302,6 +306,8 @@ class SymInt:
 
     def __index__(self):
         """Python needs a plain int: the value is guarded equal to the hint (the trace specialises on it)."""
+        if unbacked.poly_unbacked(self.poly):
+            raise unbacked.refuse(f"int({_fmt(self.poly)})", unbacked.base_names(self.poly, _ATOMS, True))
         env = ACTIVE.env
         if env is not None:
             env.record(_add(self.poly, _const(self.hint), -1), "==", True)
@@ -397,6 +403,9 @@ class SymFloat:
         if type(o) not in (int, float, bool, SymInt, SymFloat):
             return NotImplemented
         d = self - o
+        names = unbacked.expr_unbacked(d.expr, _ATOMS)
+        if names:
+            raise unbacked.refuse(f"the decision {_fexpr(d.expr)} {op} 0", names)
         r = _CMP[op](d.hint, 0)
         env = ACTIVE.env
         if env is not None:
@@ -428,6 +437,9 @@ class SymFloat:
         return hash(self.hint)
 
     def __float__(self):
+        names = unbacked.expr_unbacked(self.expr, _ATOMS)
+        if names:
+            raise unbacked.refuse(f"float({_fexpr(self.expr)})", names)
         env = ACTIVE.env
         if env is not None:
             env.record(("float", (self - self.hint).expr), "==", True)
@@ -437,6 +449,12 @@ class SymFloat:
 
     def __repr__(self):
         return _fexpr(self.expr)
+
+
+def unbacked_symbol(bound, origin: str) -> SymInt:
+    """A new data-dependent size (ir/unbacked.py) of at most ``bound`` (an int or a SymInt: its hint is the
+    bound's, for costs)."""
+    return SymInt((((unbacked.fresh(origin),), 1),), hint_of(bound))
 
 
 def _fexpr(e) -> str:
@@ -572,4 +590,5 @@ has_symbols = _has
 
 __all__ = ["ACTIVE", "COMPARISONS", "ShapeEnv", "SymInt", "SymFloat", "concretize", "evaluate", "has_symbols",
            "hint_of",
-           "is_symbolic", "known_equal", "make", "rehint", "same_shape", "size_arg", "size_key"]
+           "is_symbolic", "known_equal", "make", "rehint", "same_shape", "size_arg", "size_key",
+           "unbacked_symbol"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import gc
 import time
 import warnings
 import weakref
@@ -26,6 +25,7 @@ import numpy as np
 from ..ir import dtypes
 from ..ir.graph import Graph, Var
 from ..ir.passes import run_pipeline
+from ..ir.unbacked import DataDependentSizeError
 from ..tracer import STATE as _TR, TraceError, TracedValueError, flatten, unflatten
 from ..runtime import anomaly, grad_mode
 from ..runtime.traced import layout_key
@@ -36,8 +36,8 @@ from .lazy_functions import refuse_lazy, refuse_lazy_result
 from . import python_values, recompiles, symbolic_entries
 from .torch_options import torch_options
 from .signatures import COUNTS as _SIG_COUNTS
-from .trace_entries import (NO_MEMO as _NO_MEMO, _Entry, _Tracer, _bindings, _break_cycles, _payload_of,
-                            copied_outputs)
+from .trace_entries import (NO_MEMO as _NO_MEMO, _Entry, _Tracer, _bindings, _payload_of, bounded,
+                            copied_outputs, materialize_leaks, trimmed)
 from .signatures import (Signatures, _is_tensor_or_float, _shared_memory, _static_key, args_alias_writes,
                          distinct, state_read_only, writes_alias, writes_read_only, written_roots)
 from ..tracer import trace as _trace_mod
@@ -260,19 +260,14 @@ class CompiledFunction(Introspection, Signatures):
                     self._static_sources.add(src)
                 leaves2, treedef2, key2, floats2, dyn2 = self._signature(args, kwargs)
                 return self._trace(leaves2, treedef2, args, kwargs, key2, floats2, dyn2)
-            if not isinstance(exc, TracedValueError) or self.fullgraph:
+            if not isinstance(exc, (TracedValueError, DataDependentSizeError)) or self.fullgraph:
                 raise
-            e.eager = True
-            self.stats["eager_fallbacks"] += 1
-            if not self._warned_eager:
-                self._warned_eager = True
-                warnings.warn(f"jitgrad.compile(fullgraph=False): {getattr(self.fn, '__name__', 'function')} reads "
-                              "a traced value; this signature runs eagerly.", stacklevel=5)
+            self._eager_signature(e)
         else:
             tracer.restore()
             for d, v in saved_values:
                 d.put(v)
-            self._materialize_leaks(e, tracer, outputs, out_diff)
+            materialize_leaks(e, tracer, outputs, out_diff)
             if e.writes and (not e.materialize and writes_alias(tracer.order, e.writes)
                              or state_read_only(tracer.order, e.writes, e.n_args)):
                 # inputs share memory and the function writes one of them in place (the graph's functional view
@@ -284,7 +279,10 @@ class CompiledFunction(Introspection, Signatures):
                 e.write_roots = written_roots(tracer.order, e.writes, e.n_args)
                 e.arg_writes = tuple(ci for ci, _ in e.writes if ci < e.n_args)
                 raw = Graph(tracer.trace.inputs, tracer.trace.eqns, outputs)
-                if env is None:
+                raw, out_diff = bounded(e, raw, out_diff, env, self.fullgraph)     # data-dependent sizes
+                if raw is None:
+                    self._eager_signature(e)
+                elif env is None:
                     self._build(e, raw, out_diff)
                 else:       # a template: instances per call's sizes (symbolic_entries.instance)
                     e.raw_graph, e.out_diff, e.shape_env, e.instances = raw, out_diff, env, {}
@@ -295,6 +293,15 @@ class CompiledFunction(Introspection, Signatures):
             self._cache.setdefault(key, []).append(e)
             self._n_entries += 1
         return e
+
+    def _eager_signature(self, e: _Entry):
+        """fullgraph=False: a trace that read a traced value (or a data-dependent size) runs eagerly."""
+        e.eager = True
+        self.stats["eager_fallbacks"] += 1
+        if not self._warned_eager:
+            self._warned_eager = True
+            warnings.warn(f"jitgrad.compile(fullgraph=False): {getattr(self.fn, '__name__', 'function')} reads "
+                          "a traced value; this signature runs eagerly.", stacklevel=6)
 
     def _finish(self, e: _Entry, tracer: _Tracer, out):
         refuse_lazy_result(self.fn, out)
@@ -316,7 +323,7 @@ class CompiledFunction(Introspection, Signatures):
         for t in tracer.mutated.values():
             c = tracer.captured.get(id(t))
             if c is None:
-                continue      # made inside the trace: a temporary, or state that outlives it (see _materialize_leaks)
+                continue      # made inside the trace: a temporary, or state that outlives it (see materialize_leaks)
             if t._data is c.var:
                 continue
             e.writes.append((tracer.order.index(c), len(outputs)))
@@ -350,34 +357,6 @@ class CompiledFunction(Introspection, Signatures):
         e.guards = tracer.trace.guards
         e.guard_what = tracer.trace.guard_what
         return outputs, out_diff
-
-    @staticmethod
-    def _materialize_leaks(e: _Entry, tracer: _Tracer, outputs, out_diff):
-        """Tensors made inside the trace that outlive it (a momentum buffer created lazily on the first call, a
-        value stored in a closure's dict) hold traced values: each becomes an extra graph output whose value is
-        set into the tensor after the call, and the entry is one-shot (the next call retraces with the new
-        state captured by identity)."""
-        tr = tracer.trace
-        _break_cycles(tr.made, tr.keep)
-        cands = [weakref.ref(t) for t in tr.made + tr.keep if type(t._data) is Var]
-        tr.made, tr.keep, tr.pinned = None, [], {}
-        tracer.mutated.clear()
-        tracer.grad_touched.clear()
-        if not cands:
-            return
-
-        def alive():
-            return [t for t in (r() for r in cands) if t is not None and type(t._data) is Var]
-        leaked = alive()
-        if leaked:      # autograd nodes and their outputs form cycles: only what survives a collection leaked
-            leaked = None
-            gc.collect()
-            leaked = alive()
-        for t in leaked:
-            e.one_shot = True
-            e.materialize.append((weakref.ref(t), len(outputs)))
-            outputs.append(t._data)
-            out_diff.append(False)
 
     def _build(self, e: _Entry, raw: Graph, out_diff):
         e.raw_graph = raw
@@ -480,6 +459,8 @@ class CompiledFunction(Introspection, Signatures):
                     dev.after_write(old)
                 else:
                     t._grad = Tensor._make(g._data)
+        for k, d, n in e.trims:     # outputs of data-dependent size: their valid entries (bounded_sizes.py)
+            outs[k] = trimmed(outs[k], d, int(outs[n].item()))
         for k in e.float_outs:
             outs[k] = float(outs[k]._data)
         if e.out_treedef == ("*",):
@@ -559,6 +540,11 @@ def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, ba
     (0 and 1 specialised, size decisions guarded per call: ``jit/symbolic_entries.py``); ``True``: every dim
     symbolic from the first call; ``False``: a trace per shape.
 
+    Data-dependent sizes (``x[mask]``, ``nonzero``, ``masked_select``, ``where(cond)``) are bounded by the mask's
+    size and known when the code runs: one trace serves every mask, a masked loss, ``y[mask] = v`` and their
+    gradients included; a Python decision on one (``if x[m].shape[0] > 0``) or an op needing its value (a slice
+    along it, a sort) raises ``DataDependentSizeError`` naming the line (``ir/passes/bounded_sizes.py``).
+
     Every Python value the function reads (closure and global scalars, attributes of the objects and modules it
     reaches, an int used in ``reshape``) is guarded: a change retraces.  A float that changes (an argument, or
     a guarded value) becomes a graph input after its first change, so it does not retrace again.
@@ -594,4 +580,4 @@ def compile(fn=None, *, device=None, anomaly=None, cache=True, parallel=None, ba
     return wrap
 
 
-__all__ = ["compile", "CompiledFunction", "TraceError", "TracedValueError"]
+__all__ = ["compile", "CompiledFunction", "DataDependentSizeError", "TraceError", "TracedValueError"]

@@ -4,11 +4,14 @@ state), and the tracer whose hooks capture and functionalise while the user's fu
 """
 from __future__ import annotations
 
+import gc
 import weakref
 
 import numpy as np
 
 from ..ir.graph import Lit, Var
+from ..ir.passes.bounded_sizes import has_unbacked, pad_unbacked
+from ..ir.unbacked import DataDependentSizeError
 from ..ir.ops import Aval
 from ..ir import dtypes as dt
 from ..tracer import TraceError
@@ -89,6 +92,7 @@ class _Entry:
         self.dynamic = []       # python_values.DynamicValue: floats read as graph inputs at each call
         self.arg_floats = ()    # positions (among the float arguments) that are graph inputs
         self.float_outs = ()    # user outputs that stand for Python floats (computed from dynamic floats alone)
+        self.trims = ()         # (output, dim, length output): user outputs of data-dependent size (trimmed)
         self.write_roots = None  # {id(root array): written array} of the captured tensors the graph writes
         self.arg_writes = ()     # the argument inputs the graph writes in place (signatures.writes_read_only)
         self.code_ready = False  # its graph's native code is ready (or failed): no build_policy check per call
@@ -276,6 +280,59 @@ def _payload_of(t: Tensor, tracer: _Tracer):
     if id(t) in tracer.trace.created or not isinstance(d, np.ndarray):
         return Lit(d, Aval(tuple(d.shape), dt._FROM_NP[d.dtype]))
     return tracer.capture(t)   # an untouched outside tensor returned as is
+
+
+def materialize_leaks(e, tracer, outputs, out_diff):
+    """Tensors made inside the trace that outlive it (a momentum buffer created lazily on the first call, a
+    value stored in a closure's dict) hold traced values: each becomes an extra graph output whose value is
+    set into the tensor after the call, and the entry is one-shot (the next call retraces with the new
+    state captured by identity)."""
+    tr = tracer.trace
+    _break_cycles(tr.made, tr.keep)
+    cands = [weakref.ref(t) for t in tr.made + tr.keep if type(t._data) is Var]
+    tr.made, tr.keep, tr.pinned = None, [], {}
+    tracer.mutated.clear()
+    tracer.grad_touched.clear()
+    if not cands:
+        return
+
+    def alive():
+        return [t for t in (r() for r in cands) if t is not None and type(t._data) is Var]
+    leaked = alive()
+    if leaked:      # autograd nodes and their outputs form cycles: only what survives a collection leaked
+        leaked = None
+        gc.collect()
+        leaked = alive()
+    for t in leaked:
+        e.one_shot = True
+        e.materialize.append((weakref.ref(t), len(outputs)))
+        outputs.append(t._data)
+        out_diff.append(False)
+
+
+def bounded(e, raw, out_diff, env, fullgraph):
+    """``(graph, out_diff)``: a trace's graph with its data-dependent sizes at their bounds
+    (``ir/passes/bounded_sizes.py``; ``e.trims``: the outputs trimmed after each call), or ``(None, out_diff)``
+    when an op refused one and ``fullgraph`` is False (the signature runs eagerly)."""
+    if not has_unbacked(raw):
+        return raw, out_diff
+    try:
+        raw, e.trims = pad_unbacked(raw, e.n_user_out, env.hints if env is not None else None)
+    except DataDependentSizeError:
+        if fullgraph:
+            raise
+        return None, out_diff
+    return raw, list(out_diff) + [False] * (len(raw.outputs) - len(out_diff))
+
+
+def trimmed(t, dim, n):
+    """Output ``t`` of data-dependent size (laid out at its bound: ``ir/passes/bounded_sizes.py``) cut to its ``n``
+    valid entries along ``dim``: a fresh tensor, or a slice recorded by autograd when it requires grad."""
+    if t.requires_grad:
+        return t.narrow(dim, 0, n)
+    if type(t._data) is not np.ndarray:         # a device array
+        return t.narrow(dim, 0, n).clone()
+    return Tensor._make(np.ascontiguousarray(t._data[(slice(None),) * dim + (slice(0, n),)]))
 
 
 def copied_outputs(graph, writes, same_outs) -> list:

@@ -205,6 +205,12 @@ def _clamp_tensor_bounds(input, min, max):
 def nonzero(input, *, as_tuple=False, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(nonzero, 'nonzero', (input,), {"as_tuple": as_tuple}, torch_kw)
+    from ..runtime.traced import is_traced as _is_traced
+    if _is_traced(input):
+        from ..runtime import symbolic_values
+        if symbolic_values.bounded_nonzero_here():      # a data-dependent size (ir/unbacked.py)
+            r = symbolic_values.nonzero(input)
+            return tuple(r[:, k] for k in range(input.ndim)) if as_tuple else r
     if type(input._data) is not np.ndarray:     # its shape depends on the data: not traceable
         from ..runtime.traced import traced_read as _traced_read
         _traced_read(input, "nonzero()")

@@ -33,7 +33,6 @@ _PROF = profiler_state.STATE
 _FWD = forward_state.STATE
 
 
-
 class OpNode(Node):
     """The node of a bound op, and its vjp's ``ctx``: ``ctx.bind("mul", a, b)`` runs an op of the rule (node.py
     has the rest of the ctx surface: inputs, outputs, shapes, dtypes, params, needs_grad)."""
@@ -556,19 +555,13 @@ def _python_float_inputs(tr, op, ins) -> bool:
     if not strong:
         return True
     target = dt.result_type(strong, [0.0])
-    cast = _CAST[0]
-    if cast is None:
-        from ..ir.ops import OPS
-        cast = _CAST[0] = OPS["cast"]
+    cast = _OPS["cast"]
     for i in idx:
         v = ins[i]
         if v.aval.dtype is not target:
             ins[i] = tr.add_eqn(cast, [v], {"dtype": target}, [Aval(v.aval.shape, target)], user_loc(3), False,
                                 (False,))[0]
     return False
-
-
-_CAST = [None]
 
 
 def _device_bind(op, args, params):

@@ -16,6 +16,7 @@ from .view_inplace import INFERENCE_VIEW, INFERENCE_VIEW_MSG, NO_GRAD_VIEW, NO_G
     view_of_view_msg
 from .view_writes import inplace_on_view, traced_write
 from .traced import is_traced, traced_mask, traced_payload
+from .symbolic_values import bounded_nonzero_here, nonzero as symbolic_nonzero
 from .devices import backend_of_payload, copy_payload
 from . import dispatch as _dispatch
 from .dispatch import bind as _bind
@@ -435,7 +436,14 @@ def parse_index(key, t):
                 if isinstance(k, range) else np.asarray(k)
             if a.dtype == np.bool_:
                 if isinstance(k, Tensor) and is_traced(k):
-                    traced_mask(k)
+                    if not bounded_nonzero_here():
+                        traced_mask(k)
+                    # a mask in a compiled function: its nonzero coordinates, of data-dependent length
+                    nz = symbolic_nonzero(k)
+                    for c in range(k.ndim):
+                        spec.append(("tensor", len(idx)))
+                        idx.append(nz[:, c])
+                    continue
                 for comp in np.nonzero(a):
                     spec.append(("tensor", len(idx)))
                     idx.append(type(t)._make(comp.astype(np.int64)))

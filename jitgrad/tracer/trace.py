@@ -74,6 +74,7 @@ class Trace:
         self.view_children = {}  # id(base tensor) -> ids of its recorded views
         self.layouts = {}        # Var -> eager mode's element strides when not C-contiguous, None: unknown (traced.py)
         self.pinned = {}         # id(tensor written in place) -> (it, its strides, which writes do not change)
+        self.nonzeros = {}       # mask Var -> its nonzero tensor (weakly): one data-dependent size per mask
 
     # --- building ---------------------------------------------------------------------------------
     def new_input(self, aval) -> Var:

@@ -53,7 +53,9 @@ Policy (knobs in parentheses):
   2 cores, one spinning hog: a B1 step went from 2.7 ms to a median of 7-69 ms on two BLAS threads and to 12 ms on
   one, when OpenBLAS threaded B1's GEMMs itself), and the pacer runs BLAS on one thread for a while after a call
   3x slower than its best.  Graphs whose big GEMMs are split on the pool (the default with two workers or more)
-  never thread OpenBLAS, so the pool's own pacer, which changes no bit, is theirs.
+  never thread OpenBLAS, so the pool's own pacer, which changes no bit, is theirs: their blocks start at
+  multiples of OpenBLAS's row unit (``blas.block_unit``), so they give one single-threaded call's bits whatever
+  the workers, as eager's big GEMMs, split the same way on the eager threads, do.
 
 The layer is chosen once, before this process's first parallel launch; if other code already launched one with
 another layer, that layer stays (Numba cannot switch).

@@ -101,47 +101,78 @@ def batched_gemm(prog: Program, e) -> bool:
     return True
 
 def split_rows(prog: Program, e, pa, flag_a, pb, flag_b, pc, m, n, k) -> bool:
-    """A big ``C = A B`` (``m`` x ``n``, row-major ``C``) as a parallel ``bgemm`` step over blocks of C
-    (``Program.split_rows``), one single-threaded BLAS call per block on the pool's workers.  Each call packs
-    the operand the blocks share, so the split is along the side whose shared operand is the smaller: blocks of
-    rows (entry ``j``: A's rows ``[j r, (j + 1) r)`` times all of B) when ``n <= m``, else blocks of columns (all
-    of A times B's columns ``[j c, (j + 1) c)``).  Per call, the blocks go to the pool when their multiply-adds
-    reach the pool's threshold (``workpool.takes_batch``, no bound on a block's size) and its pacer does not
-    hold launches off it; else they run one after the other on the calling thread (the same calls, the same
-    bits).  False: not split (one call)."""
+    """A big ``C = A B`` (``m`` x ``n``, row-major ``C``) as a parallel ``bgemm`` step over equal blocks of C
+    (``Program.split_rows``), one single-threaded BLAS call per block on the pool's workers, and the rows (or
+    columns) left after them as one more call on the calling thread.  Each call packs the operand the blocks share,
+    so the split is along the side whose shared operand is the smaller where OpenBLAS's unit allows both: blocks
+    of rows (entry ``j``: A's rows ``[j r, (j + 1) r)`` times all of B) when ``n <= m``, else blocks of columns
+    (all of A times B's columns ``[j c, (j + 1) c)``).  Every block starts at a multiple of OpenBLAS's unit, so
+    the result has one single-threaded call's bits whatever the workers.  Per call, the blocks go to the pool
+    when their multiply-adds reach the pool's threshold (``workpool.takes_batch``, no bound on a block's size)
+    and its pacer does not hold launches off it; else they run one after the other on the calling thread (the
+    same calls, the same bits).  False: not split (one call)."""
     macs = float(hint_of(m * n * k))
-    by_rows = not (type(m) is int and type(n) is int and n > m)
-    nb = prog.split_rows(m if by_rows else n, macs)
-    if not nb:
-        return False
-    if by_rows:
-        r = m // nb
-        row_a = flag_a[1] if flag_a[0] == "N" else 1       # A's row stride (elements): ld, or 1 if transposed
-        st = _emit_gemm_block(prog, e, "bgemm", pa, flag_a, pb, flag_b, pc, r, n, k,
-                              ((nb,), [0], [r * row_a], [r * max(n, 1)]))
-        st.label = "matmul (BLAS, rows on the pool)"
+    dtype = e.outs[0].aval.dtype.np
+    prefer_rows = not (type(m) is int and type(n) is int and n > m)
+    for by_rows in (prefer_rows, not prefer_rows):
+        nb, h = prog.split_rows(m if by_rows else n, macs, dtype, by_rows)
+        if nb:
+            break
     else:
-        c = n // nb
-        col_b = 1 if flag_b[0] == "N" else flag_b[1]       # B's column stride (elements): 1, or ld if transposed
-        st = _emit_gemm_block(prog, e, "bgemm", pa, flag_a, pb, flag_b, pc, m, c, k,
-                              ((nb,), [c * col_b], [0], [c]), ldc=n)
+        return False
+    row_a = flag_a[1] if flag_a[0] == "N" else 1           # A's row stride (elements): ld, or 1 if transposed
+    col_b = 1 if flag_b[0] == "N" else flag_b[1]           # B's column stride (elements): 1, or ld if transposed
+    if (m if by_rows else n) != nb * h and any(type(x) is not int for x in ((row_a, n) if by_rows else (col_b,))):
+        return False        # (the last block's offsets would be symbolic: one call)
+    if by_rows:
+        st = _emit_gemm_block(prog, e, "bgemm", pa, flag_a, pb, flag_b, pc, h, n, k,
+                              ((nb,), [0], [h * row_a], [h * max(n, 1)]), split=True)
+        st.label = "matmul (BLAS, rows on the pool)"
+        left = m - nb * h
+        if left:
+            a_off, c_off = nb * h * row_a, nb * h * n
+            rest = _emit_gemm_block(prog, e, "gemm", _shifted(pa, a_off), flag_a, pb, flag_b, _shifted(pc, c_off),
+                                    left, n, k, None, scalars=st.fold[:2])
+            rest.label = "matmul (BLAS, last rows of the pool's)"
+    else:
+        st = _emit_gemm_block(prog, e, "bgemm", pa, flag_a, pb, flag_b, pc, m, h, k,
+                              ((nb,), [h * col_b], [0], [h]), ldc=n, split=True)
         st.label = "matmul (BLAS, columns on the pool)"
+        left = n - nb * h
+        if left:
+            c_off = nb * h
+            rest = _emit_gemm_block(prog, e, "gemm", pa, flag_a, _shifted(pb, c_off * col_b), flag_b,
+                                    _shifted(pc, c_off), m, left, k, None, ldc=n, scalars=st.fold[:2])
+            rest.label = "matmul (BLAS, last columns of the pool's)"
     st.work *= nb
     st.parallel = st.split = True
+    more = []
+    if left:
+        # on the calling thread with OpenBLAS on one thread, as every split GEMM's (the call guard's single_blas)
+        rest.split = True
+        more.append((rest, rest.fold[2], c_off))
     if prog.parallel is None:
         # its work compared with the pool's threshold per call, as a loop's (and held off the pool by its pacer
         # while the cores are contended: pool_abi.launch); blocks of rows or columns alike
-        st.gate = ((m // nb) * n * k, nb) if by_rows else (m * (n // nb) * k, nb)
+        st.gate = (h * n * k, nb) if by_rows else (m * h * k, nb)
     # an SGD update of the product may still fold into it (gemm_steps.fold_update_into_gemm: alpha, beta and C's
-    # slot; the blocks' C offsets are the updated weight's own, a contiguous array of C's shape)
-    prog.gemm_outs[e.outs[0]] = (st, prog.places.n, st.fold[0], st.fold[1], st.fold[2])
+    # slots; the blocks' C offsets are the updated weight's own, a contiguous array of C's shape)
+    prog.gemm_outs[e.outs[0]] = (st, prog.places.n, st.fold[0], st.fold[1], st.fold[2], more)
     return True
 
 
-def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k, batch, ldc=None):
+def _shifted(p: Place, elements) -> Place:
+    """``p`` moved ``elements`` elements on in its buffer (the first row or column of a GEMM's last block)."""
+    return Place(p.root, p.offset + elements, p.shape, p.strides, p.dtype)
+
+
+def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k, batch, ldc=None, scalars=None,
+                     split=False):
     """Append a ``?gemm`` argument block (``C = A B`` row-major, i.e. ``C^T = B^T A^T`` column-major: B goes
     first) and, for ``bgemm``, the batch sizes, byte strides and scratch slots; ``ldc``: C's row stride when it
-    is not ``n`` (a block of C's columns)."""
+    is not ``n`` (a block of C's columns); ``scalars``: the params offsets of alpha and beta another block of
+    the same product has (one SGD update folded into both sets both); ``split``: a block of a split GEMM (always
+    OpenBLAS's routine)."""
     out = e.outs[0]
     ta, lda = flag_a
     tb, ldb = flag_b
@@ -151,9 +182,15 @@ def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k
     for name, data in (("ta", tb.encode()), ("tb", ta.encode()), ("m", n), ("n", m), ("k", k),
                        ("alpha", np.array([1.0], sc).tobytes()), ("lda", ldb), ("ldb", lda),
                        ("beta", np.array([0.0], sc).tobytes()), ("ldc", max(n if ldc is None else ldc, 1))):
+        if scalars is not None and name in ("alpha", "beta"):
+            offs[name] = scalars[name == "beta"]
+            continue
         offs[name] = prog.put_param(data)
     work = float(hint_of(m * n * k))    # multiply-adds (a batch's: times the batch, below)
-    routine = small_gemm.routine("sgemm" if f32 else "dgemm", work)
+    # a split GEMM's blocks are all OpenBLAS's (a small last block on another kernel would change its bits)
+    routine = "sgemm" if f32 else "dgemm"
+    if scalars is None and not split:
+        routine = small_gemm.routine(routine, work)
     how = "small kernel" if routine.startswith("small_") else "BLAS"
     label = f"matmul ({how})" if kind == "gemm" else f"matmul (batched, {how})"
     st = Step(kind, label=label, eqn=e, shapes=[list(v.aval.shape) for v in e.ins], scope=e.scope)

@@ -14,6 +14,7 @@ from ...ir.symbolic import hint_of
 from ...ir.plan import Group
 from .batched_gemm import batched_gemm, split_rows
 from ..kernels import small_gemm
+from ..places import Place
 from .layout import Program, Step
 from ..lowering import emits
 
@@ -110,7 +111,7 @@ def fold_update_into_gemm(prog: Program, g: Group) -> bool:
     a0, a1 = u.ins
     if not ((a0 is p_var and a1 is mo) or (u.op.name == "add" and a0 is mo and a1 is p_var)):
         return False
-    st, n_gemm, alpha_off, beta_off, c_slot = prog.gemm_outs[d]
+    st, n_gemm, alpha_off, beta_off, c_slot, *more = prog.gemm_outs[d]
     if n_gemm <= places.last_raising:      # the GEMM would write p before a step that may still raise
         return False
     pp = places[p_var]
@@ -131,6 +132,10 @@ def fold_update_into_gemm(prog: Program, g: Group) -> bool:
     prog.move_slot(c_slot, pp)
     st.label += " + update"
     st.state_write = True
+    for st2, slot2, offset in (more[0] if more else ()):     # a split GEMM's last block (batched_gemm.split_rows)
+        prog.move_slot(slot2, Place(pp.root, pp.offset + offset, pp.shape, pp.strides, pp.dtype))
+        st2.label += " + update"
+        st2.state_write = True
     places.state_place(o)
     return True
 

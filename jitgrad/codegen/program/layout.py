@@ -24,7 +24,7 @@ import os
 import numpy as np
 
 from ...ir import settings
-from ...ir.ops.blas import BLAS_THREADED_MACS
+from ...ir.ops.blas import BLAS_THREADED_MACS, MIN_BLOCK_ROWS, block_unit
 from ...ir.symbolic import SymInt, hint_of, size_arg
 from ...ir.plan import Group, LoopBatch, batching
 from ..kernels.batch_loops import HEADER, copy_member, gen_batch, plan_pieces
@@ -41,12 +41,13 @@ from ..places import Place, Places, Root, bcast_strides, coalesce
 # elements every loop takes the pool at the default threshold.
 MIN_ELEMENT_COST = workpool.PARALLEL_WORK / PARALLEL_MIN
 # Big GEMMs on the pool (``split_rows``): their rows (or columns) in one block per worker, each block one
-# single-threaded BLAS call, so one set of threads serves loops, batched products and GEMMs alike.  OpenBLAS's own threads spin ~0.4 ms
+# single-threaded BLAS call, so one set of threads serves loops, batched products and GEMMs alike.  Every block
+# starts at a multiple of OpenBLAS's row (column) unit (``blas.block_unit``), so the blocks give the bits of one
+# single-threaded call of the whole product, whatever the number of workers (and eager's bits).  OpenBLAS's own threads spin ~0.4 ms
 # after each call (``native/threads.py``), on the cores the pool's next launch needs: measured in B9's compiled
 # step at 2 threads, its row kernels on the pool took 1.6x their serial time behind the GEMMs.
 # ``JITGRAD_POOL_GEMMS=0``: OpenBLAS threads big GEMMs itself, as before.
 POOL_GEMMS = os.environ.get("JITGRAD_POOL_GEMMS", "1") != "0"
-POOL_GEMM_MIN_ROWS = 32
 # units of work per pool thread a parallel batch (``batch_loops.py``) is cut into, members' pieces packed to similar
 # sizes: the pool hands each worker a contiguous run of units, so a few per thread even out unequal members
 UNITS_PER_THREAD = 4
@@ -330,18 +331,26 @@ class Program:
             return True, per_element
         return False, None
 
-    def split_rows(self, rows, macs) -> int:
-        """Into how many equal blocks of rows a GEMM of ``rows`` result rows and ``macs`` multiply-adds is split
-        between the pool's workers, one BLAS call on one thread each (0: one call, OpenBLAS's own threads).
-        Only products big enough for OpenBLAS to thread, with concrete rows, ``POOL_GEMM_MIN_ROWS`` a block."""
+    def split_rows(self, rows, macs, dtype, by_rows=True) -> tuple:
+        """``(blocks, height)``: a GEMM of ``rows`` result rows (``by_rows=False``: columns) of ``dtype`` and
+        ``macs`` multiply-adds split between the pool's workers into ``blocks`` equal blocks of ``height`` rows,
+        one BLAS call on one thread each, and the ``rows - blocks * height`` rows left (fewer than ``blocks``
+        units) one more call on the calling thread; ``(0, 0)``: one call, OpenBLAS's own threads.  Only products
+        big enough for OpenBLAS to thread, with concrete rows, each block a multiple of OpenBLAS's unit for
+        ``dtype`` in that direction (``blas.block_unit``: none, no split) and ``blas.MIN_BLOCK_ROWS`` at least."""
         if not POOL_GEMMS or settings.STATE.num_threads == 1 or self.parallel is False:
-            return 0
-        if type(rows) is not int or macs <= BLAS_THREADED_MACS:
-            return 0
+            return 0, 0
+        if type(rows) is not int or macs <= BLAS_THREADED_MACS or rows < 2 * MIN_BLOCK_ROWS:
+            return 0, 0
+        u = block_unit(dtype, by_rows)
+        if u is None:
+            return 0, 0
+        low = -(-MIN_BLOCK_ROWS // u) * u
         for nb in range(pool_workers(), 1, -1):
-            if rows % nb == 0 and rows // nb >= POOL_GEMM_MIN_ROWS:
-                return nb
-        return 0
+            h = rows // (nb * u) * u
+            if h >= low:
+                return nb, h
+        return 0, 0
 
     def batch_choice(self, macs, count):
         """``(parallel, gated)`` for a batch of ``count`` independent products of ``macs`` multiply-adds each (a

@@ -19,6 +19,7 @@ from ..lowering import emits
 from ..places import bcast_strides, c_strides
 from ..kernels.rowwise_loops import gen_rows
 from ..kernels.scan_loops import gen_scan
+from ..kernels.nonzero_loops import gen_nonzero
 
 
 @emits("fused", target="cpu")
@@ -178,6 +179,22 @@ def scan(prog: Program, e):
     prog.add(st)
 
 
+@emits("nonzero", target="cpu")
+def nonzero(prog: Program, e):
+    """nonzero_bounded: a data-dependent count of coordinates into a buffer of the bound's rows
+    (codegen/kernels/nonzero_loops.py)."""
+    x, out = e.ins[0], e.outs[0]
+    po = prog.places.assign(out)
+    px = prog.place(x)
+    st = Step("kernel", gen_nonzero(e), label=e.op.name, shapes=[list(x.aval.shape)], scope=e.scope)
+    st.block = len(prog.table)
+    prog.table.extend(size_arg(d) for d in x.aval.shape)
+    prog.operand(px, px.strides)
+    prog.operand(po, c_strides(out.aval.shape))
+    prog.table.append(size_arg(out.aval.shape[0]))
+    prog.add(st)
+
+
 @emits("host", target="cpu")
 def host(prog: Program, e):
     """An op with no loop form runs its NumPy impl: the graph gets a Python driver."""
@@ -188,4 +205,4 @@ def host(prog: Program, e):
     prog.add(st)
 
 
-__all__ = ["fused_group", "emit_group", "loop_facts", "group_block", "view", "gather", "scatter", "scan", "host"]
+__all__ = ["fused_group", "emit_group", "loop_facts", "group_block", "view", "gather", "scatter", "scan", "nonzero", "host"]

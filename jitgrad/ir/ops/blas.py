@@ -22,8 +22,10 @@ matmul: do not let that first matmul race a SciPy BLAS call in another thread (o
 :func:`info` says what was chosen and why.
 
 On how many threads: the end of this module holds the thread policy eager and compiled GEMMs share (small ones on
-one thread, large ones on every thread, a count fixed by the configuration so the bits are: ``all_threads``,
-``eager_threads``; ``BlasPacer`` paces it with the load when asked to).
+one thread, large ones as blocks of rows on single-threaded OpenBLAS where its row unit is known, so their bits
+are one thread's whatever runs the blocks: ``row_blocks``; others on every thread, a count fixed by the
+configuration so the bits are: ``all_threads``, ``eager_threads``; ``BlasPacer`` paces it with the load when asked
+to).
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ import time
 
 import numpy as np
 
+from .. import eager_threads as _eager_split
 from .. import settings
 
 ENV_VAR = "JITGRAD_BLAS_CORETYPE"
@@ -223,7 +226,7 @@ def _raw_gemm(dtype):
 
 def matmul2d(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b`` for 2-D float32/float64 arrays of one dtype, through SciPy's BLAS (transposed views by flag)."""
-    if not _GEMM:
+    if "raw" not in _GEMM and np.float32 not in _GEMM:     # (``_raw_gemm`` may have filled in its own entries)
         _setup()
         if _STATE["lib"] is None or getattr(_STATE["lib"], "scipy_sgemm_", None) is None:
             from scipy.linalg import blas as fblas
@@ -242,17 +245,33 @@ def matmul2d(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             return c
         a, ta, lda = _raw_operand(a)
         b, tb, ldb = _raw_operand(b)
-        gemm, one, zero = _raw_gemm(a.dtype)
-        ints = (ctypes.c_int * 6)(n, m, k, ldb, lda, n)       # per call: the sizes (Fortran passes pointers)
-        ad = ctypes.addressof(ints)
+        if m * n * k > BLAS_THREADED_MACS and not BLAS_PACER and _rows_on_threads(a, ta, lda, b, tb, ldb, c):
+            return c
         with eager_threads(m, n, k):
-            gemm(tb, ta, ad, ad + 4, ad + 8, one, b.ctypes.data, ad + 12, a.ctypes.data, ad + 16, zero,
-                 c.ctypes.data, ad + 20)
+            _gemm_rows(a, ta, lda, b, tb, ldb, c, 0, m)
         return c
     mb, tb = _operand(b)
     ma, ta = _operand(a)
     with eager_threads(a.shape[0], b.shape[1], a.shape[1]):
         return _GEMM[a.dtype](1.0, mb, ma, trans_a=tb, trans_b=ta).T
+
+
+def _gemm_rows(a, ta, lda, b, tb, ldb, c, r0, r1, c0=0, c1=None) -> None:
+    """``c[r0:r1, c0:c1] = a[r0:r1] @ b[:, c0:c1]`` through SciPy's OpenBLAS (``a``, ``b`` as :func:`_raw_operand`
+    hands them, ``c`` C-ordered), on the thread count OpenBLAS has now.  Releases the GIL (a ctypes call)."""
+    gemm, one, zero = _raw_gemm(c.dtype)
+    n = c.shape[1]
+    c1 = n if c1 is None else c1
+    k = a.shape[1]
+    item = c.itemsize
+    # A's row r0: r0 rows of lda down a C-ordered A, r0 elements along an F-ordered one (BLAS sees its transpose);
+    # B's column c0 likewise
+    a_at = a.ctypes.data + r0 * (lda if ta == b"N" else 1) * item
+    b_at = b.ctypes.data + c0 * (1 if tb == b"N" else ldb) * item
+    ints = (ctypes.c_int * 6)(c1 - c0, r1 - r0, k, ldb, lda, n)     # per call: the sizes (Fortran passes pointers)
+    ad = ctypes.addressof(ints)
+    gemm(tb, ta, ad, ad + 4, ad + 8, one, b_at, ad + 12, a_at, ad + 16, zero, c.ctypes.data + (r0 * n + c0) * item,
+         ad + 20)
 
 
 def matmul(a, b):
@@ -290,7 +309,10 @@ def small_gemm_is_dot(a_ndim, b_ndim, a_dtype, b_dtype) -> bool:
 # - GEMMs of at most BLAS_THREADED_MACS multiply-adds run on one thread (OpenBLAS's own threshold, 65536 *
 #   GEMM_MULTITHREAD_THRESHOLD (4); set explicitly for eager calls, so a count raised by other code, or another
 #   OpenBLAS build's threshold, never wakes workers for them);
-# - larger ones run on every thread: ``torch.set_num_threads``'s count, else the count OpenBLAS had when jitgrad
+# - larger ones with rows enough for two blocks run as blocks of rows, each on one OpenBLAS thread (eager: on the
+#   eager threads, ``_rows_on_threads``; compiled: on the pool, ``layout.Program.split_rows``): one thread's bits
+#   whatever runs the blocks (the row blocks section at the end);
+# - the others run on every thread: ``torch.set_num_threads``'s count, else the count OpenBLAS had when jitgrad
 #   first used it (``all_threads``), set before every such call, so a count another call left behind (a small
 #   GEMM's 1) never decides a large one's.
 # A fixed configuration gives the same bits whatever the load: OpenBLAS's result depends on its thread count
@@ -433,3 +455,115 @@ def eager_threads(m: int, n: int, k: int):
 def set_threads(n: int) -> None:
     """``torch.set_num_threads``: OpenBLAS's thread count now (the pacers' maximum from then on)."""
     BlasPacer.use(n)
+
+
+# ------------------------------------------------------------------------------------------------ row blocks
+# A big GEMM split into blocks of C's rows, each one single-threaded OpenBLAS call, gives the bits of one
+# single-threaded call of the whole product whatever the number of threads the blocks run on, when every block
+# starts at a multiple of OpenBLAS's row unit: its micro-kernel computes C in tiles of that many rows (C's rows
+# are the columns of the C^T BLAS computes: GEMM_UNROLL_N), and the rows after the last whole tile take narrower
+# kernels whose sums differ in the last bits; a block starting on a tile edge is tiled as the whole product is.
+# Measured 2026-11-30 on this VM's Haswell kernels: float32 12 rows, float64 2 (blocks of columns: float64 4,
+# float32 none, every width up to 256 differs somewhere).  The unit is no part of OpenBLAS's interface, so it is
+# derived once per process and dtype (``block_unit``: the smallest candidate whose blocks reproduce the whole
+# product bit for bit on probe products), and a dtype without one is not split (OpenBLAS threads it itself).
+# Eager GEMMs run their blocks on the eager threads (``ir/eager_threads.py``, whose pacer keeps them on the
+# calling thread while another process holds a core: the same bits); compiled graphs on the pool's workers
+# (``codegen/program/layout.Program.split_rows``).
+MIN_BLOCK_ROWS = 32             # rows a block has at least (a thinner one packs B for little work)
+UNIT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+_UNITS: dict = {}               # (dtype, rows) -> unit, or None: no unit found
+_UNIT_LOCK = threading.Lock()
+_PROBES = ((75, 800, 40), (40, 200, 75))     # (m, k, n): edges in every direction, K past OpenBLAS's K block
+STATS.update(gemm_split_calls=0, gemm_blocks=0, gemm_whole_one_thread=0)   # eager row splits (counted, for tests)
+
+
+def _probe(rows: bool, unit: int, products) -> bool:
+    """Whether blocks of ``unit`` rows (or columns) of each probe product give its one-call bits."""
+    for a, b, full in products:
+        m, n = full.shape
+        c = np.empty_like(full)
+        for s in range(0, m if rows else n, unit):
+            if rows:
+                _gemm_rows(a, b"N", a.shape[1], b, b"N", b.shape[1], c, s, min(s + unit, m))
+                same = c[s:s + unit].tobytes() == full[s:s + unit].tobytes()
+            else:
+                _gemm_rows(a, b"N", a.shape[1], b, b"N", b.shape[1], c, 0, m, s, min(s + unit, n))
+                same = c[:, s:s + unit].tobytes() == full[:, s:s + unit].tobytes()
+            if not same:
+                return False
+    return True
+
+
+def block_unit(dtype, rows: bool = True):
+    """The row unit of SciPy's OpenBLAS for ``dtype`` (``rows=False``: the column unit): blocks of C starting at
+    its multiples give the bits of one single-threaded call (see above); derived once per process from probe
+    products (~2 ms), None when no candidate reproduces them (or OpenBLAS's thread count cannot be set to one)."""
+    key = (np.dtype(dtype), bool(rows))
+    if key in _UNITS:
+        return _UNITS[key]
+    with _UNIT_LOCK:
+        if key not in _UNITS:
+            _UNITS[key] = _derive_unit(key[0], key[1])
+    return _UNITS[key]
+
+
+def _derive_unit(dtype, rows: bool):
+    _setup()
+    if _STATE["lib"] is None or getattr(_STATE["lib"], "scipy_sgemm_", None) is None or not thread_control():
+        return None
+    if BlasPacer._control is None:
+        BlasPacer._init()
+    before = BlasPacer._current
+    BlasPacer.use(1)
+    try:
+        rng = np.random.default_rng(32)
+        products = []
+        for m, k, n in _PROBES:
+            a = rng.standard_normal((m, k)).astype(dtype)
+            b = rng.standard_normal((k, n)).astype(dtype)
+            full = np.empty((m, n), dtype)
+            _gemm_rows(a, b"N", k, b, b"N", n, full, 0, m)
+            products.append((a, b, full))
+        return next((u for u in UNIT_CANDIDATES if _probe(rows, u, products)), None)
+    finally:
+        BlasPacer.use(before)
+
+
+def row_blocks(rows, dtype, parts: int):
+    """Blocks ``[(r0, r1)]`` of a big GEMM's ``rows`` rows for ``parts`` threads, each at least ``MIN_BLOCK_ROWS``
+    rows and starting at a multiple of the row unit (the last one takes what is left; one block when ``parts`` is
+    1), or None when the product is not split at all (no unit, or fewer rows than two blocks): then OpenBLAS
+    threads it itself.  Whether it is None depends on the shape and dtype only, never on ``parts``."""
+    if type(rows) is not int or rows < 2 * MIN_BLOCK_ROWS:
+        return None
+    u = block_unit(dtype)
+    if u is None:
+        return None
+    low = -(-MIN_BLOCK_ROWS // u) * u
+    if rows < 2 * low:
+        return None
+    h = max(low, -(-rows // (max(1, parts) * u)) * u)
+    return [(r, min(r + h, rows)) for r in range(0, rows, h)]
+
+
+def _rows_on_threads(a, ta, lda, b, tb, ldb, c) -> bool:
+    """An eager GEMM too big for one thread as blocks of rows (``row_blocks``), each a single-threaded OpenBLAS
+    call, on the eager threads: the bits of one single-threaded call, however many threads run the blocks (one
+    call on the calling thread when the threads are one, the work is too little for two, or their pacer holds
+    them).  False: not split."""
+    m = c.shape[0]
+    if row_blocks(m, c.dtype, 1) is None:
+        return False
+    # each block at least the work OpenBLAS itself would give a thread (a hand-off to a thread costs ~10 us)
+    parts = min(m // MIN_BLOCK_ROWS, m * c.shape[1] * a.shape[1] // BLAS_THREADED_MACS)
+    blocks = row_blocks(m, c.dtype, _eager_split.split_threads(parts))
+    BlasPacer.use(1)                # the blocks' threads are all the threads: none of OpenBLAS's own
+    if len(blocks) < 2:
+        STATS["gemm_whole_one_thread"] += 1
+        _gemm_rows(a, ta, lda, b, tb, ldb, c, 0, m)
+        return True
+    STATS["gemm_split_calls"] += 1
+    STATS["gemm_blocks"] += len(blocks)
+    _eager_split.run_split([(_gemm_rows, (a, ta, lda, b, tb, ldb, c, r0, r1)) for r0, r1 in blocks])
+    return True

@@ -273,3 +273,29 @@ def _index_put_vjp(c, g):
 
 register(OpDef("index_put", "index", _index_put_rule, _index_put_impl, _index_put_vjp,
                saves_in=tuple(range(2, 64)), grad_name="IndexPutBackward0", jvp=LINEAR))
+
+
+# ---- data-dependent sizes (ir/unbacked.py, ir/passes/bounded_sizes.py) ---------------------------------------
+def _nonzero_bounded_rule(avals, params):
+    x, n = avals
+    if n.shape != () or n.dtype is not dt.int64:
+        raise OpError(f"nonzero_bounded: the count must be an int64 scalar, got {n}")
+    return [Aval((params["size"], len(x.shape)), dt.int64)]
+
+
+def _nonzero_bounded_impl(x, n, size):
+    """The coordinates of ``x``'s nonzero elements in row-major order, in the first rows of a (size, ndim) buffer,
+    the first row repeated after them (zeros when there is none: the padding indexes a selected element, in
+    range); ``n`` is their count, computed beside it."""
+    out = np.zeros((size, x.ndim), np.int64)
+    nz = np.argwhere(np.asarray(x))[:size]
+    out[:len(nz)] = nz
+    if len(nz):
+        out[len(nz):] = nz[0]
+    return out
+
+
+register(OpDef("nonzero_bounded", "index", _nonzero_bounded_rule, _nonzero_bounded_impl, None,
+               doc="nonzero_bounded(x, n; size): nonzero(x) as (size, ndim) int64 coordinates, n of them valid "
+                   "(n: the count of nonzero elements); size is a data-dependent symbol in a trace, the bound "
+                   "(x's number of elements) once ir/passes/bounded_sizes.py has run"))

@@ -137,8 +137,8 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1, **torch_kw):
 @published("jitgrad", "Tensor")
 def masked_select(input, mask, **torch_kw):
     """The elements of ``input`` where the bool ``mask`` is True (the two broadcast), as a 1-d tensor in row-major
-    order; differentiable.  Its length depends on the mask's values, so inside ``@jg.compile`` a traced mask is
-    refused with the traced-mask error (use ``where(mask, x, 0)`` there).
+    order; differentiable.  Its length depends on the mask's values, so inside ``@jg.compile`` it is a tensor
+    of data-dependent length (a size bounded by the mask's, ``ir/unbacked.py``).
 
     >>> import jitgrad as jg
     >>> x = jg.tensor([[1., -2.], [3., -4.]])
@@ -149,11 +149,8 @@ def masked_select(input, mask, **torch_kw):
         return torch_kwargs(masked_select, "masked_select", (input, mask), {}, torch_kw)
     from ...ir import dtypes as dt
     from ..linalg.products import _broadcast_shape
-    from ...runtime.traced import is_traced, traced_mask
     if mask.dtype is not dt.bool_:
         raise RuntimeError("masked_select: expected BoolTensor for mask")
-    if is_traced(mask):
-        traced_mask(mask)
     shape = _broadcast_shape(mask.shape, input.shape)     # torch names the mask "tensor a"
     return named(input.expand(shape)[mask.expand(shape)], "MaskedSelectBackward0")
 

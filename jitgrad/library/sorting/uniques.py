@@ -1,12 +1,14 @@
 """Set-like and frequency functions: ``argwhere``, ``unique``, ``unique_consecutive`` (functions and Tensor
 methods) and ``mode``.
 
-``argwhere``, ``unique`` and ``unique_consecutive`` return as many elements as the data holds, so, as
-``nonzero`` and ``masked_select``, they read their input's values: inside ``@jitgrad.compile`` a traced input is
-refused with the traced-value error that names the op and the user's line (compute them outside the compiled
-function, or pass ``fullgraph=False``).  Their results carry no gradient.  ``mode`` has a fixed output shape: it is
-a composition (an all-pairs equality count along ``dim``), so it traces, compiles and differentiates (the gradient
-goes to the returned index, as torch's ``ModeBackward0``).
+``argwhere``, ``unique`` and ``unique_consecutive`` return as many elements as the data holds.  Inside
+``@jitgrad.compile``, ``argwhere`` and ``unique`` (over all elements) give a data-dependent size bounded by the
+input's, as ``nonzero`` and ``masked_select`` do (``ir/unbacked.py``); ``unique(dim=...)`` and
+``unique_consecutive`` read their input's values, so a traced input is refused with the traced-value error that
+names the op and the user's line (compute them outside the compiled function, or pass ``fullgraph=False``).
+Their results carry no gradient.  ``mode`` has a fixed output shape: it is a composition (an all-pairs equality
+count along ``dim``), so it traces, compiles and differentiates (the gradient goes to the returned index, as
+torch's ``ModeBackward0``).
 """
 from __future__ import annotations
 
@@ -45,6 +47,8 @@ def argwhere(input, **torch_kw):
     order; ``nonzero(input)``."""
     if torch_kw:       # out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(argwhere, "argwhere", (input,), {}, torch_kw)
+    if _bounded(input):
+        return input.nonzero()
     return _out(np.argwhere(_host(input, "argwhere()")), input, np.int64)
 
 
@@ -64,6 +68,8 @@ def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=No
     often each occurs.  NaNs are all distinct, as in torch.  (``sorted=False`` sorts too, as torch's CPU kernel.)"""
     if torch_kw:
         return torch_kwargs(unique, "unique", (input, sorted, return_inverse, return_counts, dim), {}, torch_kw)
+    if (dim is None or input.ndim == 0) and _bounded(input):
+        return _traced_unique(input, return_inverse, return_counts)
     a = _host(input, "unique()")
     if dim is None or a.ndim == 0:
         v, inv, cnt = np.unique(a.reshape(-1), return_inverse=True, return_counts=True, equal_nan=False)
@@ -71,6 +77,35 @@ def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=No
     ax = torch_dim(input, dim)
     v, inv, cnt = np.unique(a, return_inverse=True, return_counts=True, axis=ax)
     return _results(v, inv.reshape(-1), cnt, return_inverse, return_counts, input)
+
+
+def _bounded(input) -> bool:
+    """Whether ``input`` is traced by @jitgrad.compile, where a data-dependent size is bounded (ir/unbacked.py)."""
+    from ...runtime.symbolic_values import bounded_nonzero_here
+    from ...runtime.traced import is_traced
+    return is_traced(input) and bounded_nonzero_here()
+
+
+def _traced_unique(input, return_inverse, return_counts):
+    """unique over all elements in a compiled function: sorted, the first of each run kept (``s[new]``: a
+    data-dependent size, at most ``input.numel()``); the inverse puts each run's rank back in the input's order,
+    the counts add ones per rank (NaNs all distinct, as torch)."""
+    from ...runtime.symbolic_values import arange
+    flat = input.reshape(-1)
+    s, perm = flat.sort()
+    new = s.new_ones(s.shape, dtype=bool)
+    if s.shape[0] != 0:
+        new[1:] = s[1:] != s[:-1]
+    out = [s[new]]
+    rank = new.long().cumsum(0) - 1
+    if return_inverse:
+        inv = rank.new_zeros(rank.shape)
+        inv[perm] = rank
+        out.append(inv.reshape(input.shape))
+    if return_counts:
+        counts = rank.new_zeros(rank.shape).index_add(0, rank, rank.new_ones(rank.shape))
+        out.append(counts[arange(out[0].shape[0])])
+    return out[0] if len(out) == 1 else tuple(out)
 
 
 @published("jitgrad", "Tensor")

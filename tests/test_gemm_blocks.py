@@ -1,0 +1,180 @@
+"""Big GEMMs as blocks of rows, each one single-threaded OpenBLAS call (``ir/ops/blas.py``, issue 32 items 2 and 4):
+blocks that start at multiples of OpenBLAS's row unit give the bits of one single-threaded call of the whole
+product, so a GEMM's bits do not depend on how many threads run its blocks, nor on the pacer that keeps them on
+the calling thread while another process holds a core.  Counted and compared, never timed: the eager split's
+clock is scripted."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jitgrad as jg
+from jitgrad.ir import eager_threads, settings
+from jitgrad.ir.ops import blas
+
+# (rows, k, n): rows a multiple of float32's unit (12) and of float64's (2) or not, K past OpenBLAS's K block
+SHAPES = [(256, 784, 512), (257, 300, 100), (100, 500, 300), (784, 256, 512), (73, 1000, 64), (999, 64, 70),
+          (200, 300, 1500)]
+
+
+def _one_thread_whole(a, b):
+    """The product as one single-threaded OpenBLAS call: the reference bits."""
+    blas.BlasPacer.use(1)
+    c = np.empty((a.shape[0], b.shape[1]), a.dtype)
+    aa, ta, lda = blas._raw_operand(a)
+    bb, tb, ldb = blas._raw_operand(b)
+    blas._gemm_rows(aa, ta, lda, bb, tb, ldb, c, 0, a.shape[0])
+    return c
+
+
+class _Clock:
+    """The eager split's clock: a call reads it three times (start, its own block done, every block done); ``late``
+    makes the last read late, as when a helper thread's core is taken by another process."""
+    now, reads, late = 0.0, 0, 0.0
+
+    @classmethod
+    def perf_counter(cls):
+        cls.reads += 1
+        cls.now += 1e-3 + (cls.late if cls.reads % 3 == 0 else 0.0)
+        return cls.now
+
+
+@pytest.fixture
+def two_threads(monkeypatch):
+    if settings.default_threads() < 2:
+        pytest.skip("needs two cores")
+    before = settings.STATE.num_threads
+    jg.set_num_threads(2)
+    monkeypatch.setattr(eager_threads, "time", _Clock)
+    monkeypatch.setattr(eager_threads._PACER, "left", 0)
+    monkeypatch.setattr(eager_threads._PACER, "hold", eager_threads._Pacer.HOLD)
+    monkeypatch.setattr(blas, "BLAS_PACER", False)
+    yield
+    settings.STATE.num_threads = before
+    blas.BlasPacer.use(blas.all_threads())
+
+
+def test_the_units_found_reproduce_the_probe_products():
+    """A unit per dtype (this OpenBLAS has one for rows in both float dtypes); blocks of a unit's multiples give the
+    probe products' bits (what the derivation checked), and a unit is derived once per process."""
+    for dt in (np.float32, np.float64):
+        u = blas.block_unit(dt)
+        if u is None:
+            pytest.skip(f"this BLAS has no row unit for {np.dtype(dt).name}")
+        assert u in blas.UNIT_CANDIDATES and blas.block_unit(dt) is u
+        blocks = blas.row_blocks(100, dt, 3)
+        assert blocks[0][0] == 0 and blocks[-1][1] == 100
+        assert all(r0 % u == 0 and r1 - r0 >= blas.MIN_BLOCK_ROWS for r0, r1 in blocks[:-1])
+        assert all(p[1] == q[0] for p, q in zip(blocks, blocks[1:]))
+    assert blas.row_blocks(40, np.float32, 2) is None        # fewer rows than two blocks: OpenBLAS threads it
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m, k, n", SHAPES)
+def test_eager_gemm_bits_are_one_threads_whatever_runs_the_blocks(two_threads, m, k, n, dtype):
+    """The same bits from blocks on two threads, from one call on the calling thread while the pacer holds, and at
+    ``set_num_threads(1)``: those of one single-threaded call, for either layout of A.  Counted: the blocks run,
+    the calls held; OpenBLAS is on one thread inside the blocks (the two threads are all the threads)."""
+    if blas.row_blocks(m, dtype, 1) is None:
+        pytest.skip("not split on this BLAS")
+    rng = np.random.default_rng(m * k + n)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    for a_ in (a, np.asfortranarray(a)):
+        want = _one_thread_whole(a_, b).tobytes()
+        s0 = dict(blas.STATS)
+        split = blas.matmul2d(a_, b)             # quiet clock: on two threads
+        assert blas.STATS["gemm_split_calls"] - s0["gemm_split_calls"] == 1
+        assert blas.STATS["gemm_blocks"] - s0["gemm_blocks"] == len(blas.row_blocks(m, dtype, 2)) == 2
+        assert blas.thread_control()[0]() == 1
+        assert len(eager_threads._WORKERS.threads) <= settings.num_threads() - 1     # the caller runs one block
+        _Clock.late = 1.0                        # a helper finishes late: the next calls stay on this thread
+        blas.matmul2d(a_, b)
+        _Clock.late = 0.0
+        s1 = dict(blas.STATS)
+        held = blas.matmul2d(a_, b)
+        assert blas.STATS["gemm_whole_one_thread"] - s1["gemm_whole_one_thread"] == 1
+        assert blas.STATS["gemm_split_calls"] == s1["gemm_split_calls"]
+        eager_threads._PACER.left = 0
+        jg.set_num_threads(1)
+        single = blas.matmul2d(a_, b)
+        jg.set_num_threads(2)
+        assert split.tobytes() == held.tobytes() == single.tobytes() == want
+        np.testing.assert_allclose(split, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-3)
+
+
+def test_eager_matmul_of_tensors_splits_and_keeps_its_bits(two_threads):
+    """Through ``Tensor.__matmul__`` (a batch of sequences folded into rows, and a transposed view as A), forward
+    and backward: every big product's bits are those of one single-threaded call."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 75, 96)).astype(np.float32)     # 300 rows: not a multiple of 12 per block
+    w = rng.standard_normal((96, 700)).astype(np.float32)
+    s0 = dict(blas.STATS)
+    xt, wt = jg.tensor(x, requires_grad=True), jg.tensor(w, requires_grad=True)
+    y = xt @ wt
+    y.backward(jg.tensor(np.ones(y.shape, np.float32)))
+    assert blas.STATS["gemm_split_calls"] - s0["gemm_split_calls"] == 3     # y, and both gradients
+    assert y.detach().numpy().tobytes() == _one_thread_whole(x.reshape(300, 96), w).reshape(4, 75, 700).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m, k, n", SHAPES + [(64, 500, 700)])
+def test_compiled_split_gemm_bits_are_one_threads_on_the_pool_or_held(two_threads, request, m, k, n, dtype):
+    """A compiled GEMM split on the pool (equal blocks a multiple of OpenBLAS's unit, the rows left one more call):
+    the same bits whether the blocks run on the pool's workers or are held on the calling thread (the pool pacer's
+    hold), at ``set_num_threads(1)`` (one call, not split), and eagerly: one single-threaded call's.  Counted: the
+    blocks, the rows left, the threads (the pool's, never more; OpenBLAS on one inside the blocks)."""
+    from jitgrad.codegen.native import workpool
+    from jitgrad.codegen.program import layout
+    if not layout.POOL_GEMMS or workpool.default_threads() < 2:
+        pytest.skip("no split GEMMs here")
+    prev = workpool.set_min_work(1 << 12, 1 << 8)
+    request.addfinalizer(lambda: workpool.set_min_work(*prev))
+    rng = np.random.default_rng(m * k + n + 1)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    ta, tb = jg.tensor(a), jg.tensor(b)
+    f = jg.compile(lambda x, y: x @ y, backend="numba", background=False)
+    pooled = f(ta, tb).numpy()
+    launches = [la for la in f.launches(ta, tb) if la.kind in ("gemm", "bgemm")]
+    if not launches[0].label.endswith("on the pool)"):
+        pytest.skip("not split on this BLAS (no unit in either direction, or too few rows)")
+    blocks, *rest = launches
+    assert blocks.parallel and blocks.threads == workpool.threads() and len(rest) <= 1
+    assert all(r.threads == 1 and not r.parallel and "last" in r.label for r in rest)
+    assert blas.thread_control()[0]() == 1
+    r0 = workpool.rounds()
+    assert f(ta, tb).numpy().tobytes() == pooled.tobytes() and workpool.rounds() == r0 + 1     # on the pool
+    r0 = workpool.rounds()
+    before = workpool.pace()
+    workpool.set_pace(workpool.PACE_HELD)
+    try:
+        held = f(ta, tb).numpy()
+    finally:
+        workpool.set_pace(before)
+    assert workpool.rounds() == r0                  # held: nothing launched on the pool
+    jg.set_num_threads(1)
+    g = jg.compile(lambda x, y: x @ y, backend="numba", background=False)
+    single = g(ta, tb).numpy()
+    assert [la.label for la in g.launches(ta, tb) if la.kind in ("gemm", "bgemm")] == ["matmul (BLAS)"]
+    jg.set_num_threads(2)
+    want = _one_thread_whole(a, b).tobytes()
+    assert pooled.tobytes() == held.tobytes() == single.tobytes() == want
+    if blas.row_blocks(m, dtype, 1) is not None:    # eager splits by rows only
+        assert (ta @ tb).numpy().tobytes() == want
+
+
+def test_eager_gemm_too_small_for_two_blocks_runs_whole_on_one_thread(two_threads):
+    """A GEMM just over OpenBLAS's threading threshold, with rows enough for two blocks but work for one thread:
+    one single-threaded call (the same bits as blocks would give), no hand-off to a thread."""
+    if blas.row_blocks(96, np.float32, 1) is None:
+        pytest.skip("not split on this BLAS")
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((96, 64)).astype(np.float32)       # 96 * 64 * 64: over 2^18, under 2 x 2^18
+    b = rng.standard_normal((64, 64)).astype(np.float32)
+    assert blas.BLAS_THREADED_MACS < 96 * 64 * 64 < 2 * blas.BLAS_THREADED_MACS
+    s0 = dict(blas.STATS)
+    got = blas.matmul2d(a, b)
+    assert blas.STATS["gemm_whole_one_thread"] - s0["gemm_whole_one_thread"] == 1
+    assert blas.STATS["gemm_split_calls"] == s0["gemm_split_calls"]
+    assert got.tobytes() == _one_thread_whole(a, b).tobytes()
