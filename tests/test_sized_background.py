@@ -6,6 +6,13 @@ concrete build, no lowering, no eager run.  Before that, on an empty cache, the 
 eagerly while its builds run, one after another on the build thread: the first (static) trace's, then the
 symbolic trace's lowering, with no concrete instance's build queued between them (``symbolic_entries._may_lower``).
 """
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import numpy as np
 
 import jitgrad as jg
@@ -13,6 +20,7 @@ from jitgrad.jit import build_policy
 from test_eager_overhead import _count
 from test_symbolic_shapes import _lm_step
 
+REPO = Path(__file__).resolve().parents[1]
 _KEYS = ("shape_instances", "shape_lowerings", "shape_bindings", "eager_calls", "interpreted_calls", "traces")
 
 
@@ -79,3 +87,36 @@ def test_while_the_first_trace_builds_the_symbolic_trace_is_lowered_without_a_co
     assert s["traces"] == 2 and s["eager_fallbacks"] == 0, s["trace_reasons"]
     assert s["shape_instances"] == 0 and s["shape_lowerings"] == 1, s        # lowered at the second size
     assert s["eager_calls"] == 1 and s["shape_bindings"] == len(data) - 1, s   # only the first trace's call
+
+
+LM_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np, jitgrad as jg
+    sys.path.insert(0, sys.argv[1])
+    from test_symbolic_shapes import _lm_step
+    rng = np.random.default_rng(14)
+    shapes = [(2, 5), (3, 7), (2, 9), (4, 6), (3, 11), (2, 12), (4, 8), (3, 13)]
+    comp = jg.compile(_lm_step(), backend="numba")
+    for s in shapes:
+        comp(jg.tensor(rng.integers(0, 40, s)), jg.tensor(rng.integers(0, 40, s)))
+    keys = ("shape_instances", "shape_lowerings", "shape_bindings", "eager_calls", "compiled_calls",
+            "first_compiled_call")
+    print(json.dumps({k: comp.stats[k] for k in keys}))
+""")
+
+
+def test_an_empty_cache_builds_the_first_trace_then_the_lowering_only(tmp_path):
+    """A fresh process on an empty cache with background builds, the builds held until call 2
+    (``JITGRAD_BUILD_AFTER_CALL=1``): call 1 runs eagerly, call 2 (a new size) lowers the template and waits for
+    the one build queued behind the first trace's, and every later size binds: no concrete instance, one eager
+    call.  (Before, call 2 made and built a concrete instance, and call 3 lowered and ran eagerly meanwhile.)"""
+    env = {k: v for k, v in os.environ.items() if k not in ("JITGRAD_BACKGROUND_COMPILE", "JITGRAD_BACKEND")}
+    env.update(JITGRAD_BUILD_AFTER_CALL="1", JITGRAD_CACHE_DIR=str(tmp_path / "cache"),
+               NUMBA_CACHE_DIR=str(tmp_path / "numba"),
+               PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", LM_SCRIPT, str(REPO / "tests")], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = json.loads(r.stdout.strip().splitlines()[-1])
+    assert s == {"shape_instances": 0, "shape_lowerings": 1, "shape_bindings": 7, "eager_calls": 1,
+                 "compiled_calls": 7, "first_compiled_call": 2}, s
