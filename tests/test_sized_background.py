@@ -6,10 +6,6 @@ concrete build, no lowering, no eager run.  Before that, on an empty cache, the 
 eagerly while its builds run, one after another on the build thread: the first (static) trace's, then the
 symbolic trace's lowering, with no concrete instance's build queued between them (``symbolic_entries._may_lower``).
 """
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -17,6 +13,7 @@ import numpy as np
 
 import jitgrad as jg
 from jitgrad.jit import build_policy
+from test_background_build import _env, _run
 from test_eager_overhead import _count
 from test_symbolic_shapes import _lm_step
 
@@ -92,7 +89,7 @@ def test_while_the_first_trace_builds_the_symbolic_trace_is_lowered_without_a_co
 LM_SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np, jitgrad as jg
-    sys.path.insert(0, sys.argv[1])
+    sys.path.insert(0, TESTS)
     from test_symbolic_shapes import _lm_step
     rng = np.random.default_rng(14)
     shapes = [(2, 5), (3, 7), (2, 9), (4, 6), (3, 11), (2, 12), (4, 8), (3, 13)]
@@ -110,13 +107,7 @@ def test_an_empty_cache_builds_the_first_trace_then_the_lowering_only(tmp_path):
     (``JITGRAD_BUILD_AFTER_CALL=1``): call 1 runs eagerly, call 2 (a new size) lowers the template and waits for
     the one build queued behind the first trace's, and every later size binds: no concrete instance, one eager
     call.  (Before, call 2 made and built a concrete instance, and call 3 lowered and ran eagerly meanwhile.)"""
-    env = {k: v for k, v in os.environ.items() if k not in ("JITGRAD_BACKGROUND_COMPILE", "JITGRAD_BACKEND")}
-    env.update(JITGRAD_BUILD_AFTER_CALL="1", JITGRAD_CACHE_DIR=str(tmp_path / "cache"),
-               NUMBA_CACHE_DIR=str(tmp_path / "numba"),
-               PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, "-c", LM_SCRIPT, str(REPO / "tests")], env=env, capture_output=True,
-                       text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    s = json.loads(r.stdout.strip().splitlines()[-1])
+    code = LM_SCRIPT.replace("TESTS", repr(str(REPO / "tests")))
+    s = _run(code, _env(tmp_path, JITGRAD_BUILD_AFTER_CALL=1), timeout=600)
     assert s == {"shape_instances": 0, "shape_lowerings": 1, "shape_bindings": 7, "eager_calls": 1,
                  "compiled_calls": 7, "first_compiled_call": 2}, s
