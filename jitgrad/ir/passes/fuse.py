@@ -185,10 +185,13 @@ def _same_space(g, g1) -> bool:
 
 
 def _cheap_input(q, eqns, where, g1) -> bool:
-    """Whether eqn ``q`` (producing an input of a chain ``g1``'s readers would recompute) is itself an elementwise
-    eqn of another loop over ``g1``'s space, not that loop's reduction: the chain may go on through it."""
+    """Whether eqn ``q`` (producing an input of a chain ``g1``'s readers would recompute) is an elementwise eqn of
+    another loop over ``g1``'s space that reads only smaller arrays (broadcast along the space): the chain may go
+    on through it, its recomputation loads nothing of the space's size."""
     g = where.get(q)
-    return g is not g1 and _same_space(g, g1) and _fusable(eqns[q]) and not (g.reduce and g.reduce[0] == q)
+    e = eqns[q]
+    return g is not g1 and _same_space(g, g1) and _fusable(e) and not (g.reduce and g.reduce[0] == q) \
+        and all(not isinstance(x, Var) or not same_shape(x.aval.shape, g1.shape) for x in e.ins)
 
 
 def plan(graph: Graph, indexed: bool = True) -> Plan:
