@@ -40,6 +40,9 @@ def test_lifted_step_equals_eager(backend):
     got = f(jg.tensor(x0, requires_grad=True), jg.tensor(w0, requires_grad=True))
     for a, b in zip(got, want):
         np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-10, atol=1e-12)
+    (entries,) = f._cache.values()
+    shapes = [tuple(g.shape) for g in fusion_plan(entries[0].graph).groups]
+    assert (2, 4, 3, 5) in shapes and (2, 12, 5) not in shapes, shapes     # the pair loops run split
 
 
 def test_a_graph_without_split_reshapes_is_left_alone():
