@@ -8,7 +8,7 @@ eager, ``jg.compile`` (default: automatic dynamic shapes, background builds; and
 ``jg.compile(dynamic=False)`` (a trace per shape up to the recompile limit, as before), ``torch.compile`` with its
 default ``dynamic`` when PyTorch is installed, JAX ``jit`` when installed (a compile per shape).
 
-    python benchmarks/variable_length.py [--lengths 50] [--batches 5] [--workload lm|gpt|both]
+    python benchmarks/variable_length.py [--lengths 50] [--batches 5] [--workload lm|gpt|both] [--only NAME]
 """
 from __future__ import annotations
 
@@ -153,6 +153,8 @@ def run(name, make, data, ref=None):
         print(f"{name:<36} skipped ({e})")
         return None
     new_t, new_c, losses = [], [], []
+    stats = getattr(f, "stats", None)
+    slow0 = 0 if stats is None else stats.get("eager_calls", 0) + stats.get("interpreted_calls", 0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for i, t in data:                  # every shape new
@@ -160,6 +162,8 @@ def run(name, make, data, ref=None):
             losses.append(call(i, t))
             new_t.append(time.perf_counter() - t0)
             new_c.append(time.process_time() - c0)
+        # first-pass calls served eagerly or interpreted while builds ran (background builds on a cold cache)
+        slow = "-" if stats is None else stats.get("eager_calls", 0) + stats.get("interpreted_calls", 0) - slow0
         if f is not None and hasattr(f, "wait"):
             f.wait()
         rep_t, rep_c = [], []
@@ -175,14 +179,14 @@ def run(name, make, data, ref=None):
     diff = "-" if ref is None else f"{max(abs(a - b) for a, b in zip(losses, ref)):.1e}"
     half = len(new_t) // 2
     ratio = statistics.median(new_t[half:]) / statistics.median(rep_t)
-    print(f"{name:<36} {traces!s:>6} {fb!s:>9} {low!s:>5} {inst!s:>5} {diff:>10} "
+    print(f"{name:<36} {traces!s:>6} {fb!s:>9} {low!s:>5} {inst!s:>5} {slow!s:>5} {diff:>10} "
           f"{1e3 * statistics.median(new_t[half:]):>9.2f} "
           f"{1e3 * max(new_t[5:]):>9.1f} {1e3 * statistics.median(rep_t):>9.2f} {ratio:>8.2f}x "
           f"{1e3 * statistics.median(new_c[half:]):>9.2f} {1e3 * statistics.median(rep_c):>9.2f}")
     return losses
 
 
-HEADER = (f"{'configuration':<36} {'traces':>6} {'fallbacks':>9} {'lower':>5} {'inst':>5} {'vs eager':>10} "
+HEADER = (f"{'configuration':<36} {'traces':>6} {'fallbacks':>9} {'lower':>5} {'inst':>5} {'slow':>5} {'vs eager':>10} "
           f"{'new ms':>9} {'new max':>9} "
           f"{'repeat ms':>9} {'new/rep':>9} {'new cpu':>9} {'rep cpu':>9}")
 
@@ -192,28 +196,34 @@ def main():
     ap.add_argument("--lengths", type=int, default=50)
     ap.add_argument("--batches", type=int, default=5)
     ap.add_argument("--workload", choices=("lm", "gpt", "both"), default="both")
+    ap.add_argument("--only", default=None, help="run only the configurations whose name contains this")
     args = ap.parse_args()
+
+    def row(name, make, data, ref=None):
+        return run(name, make, data, ref) if args.only is None or args.only in name else None
     if args.workload in ("lm", "both"):
         data = shapes(args.lengths, args.batches)
         print(f"{len(data)} calls, {args.lengths} lengths x {args.batches} batch sizes, V={V} C={C}; "
               f"load average {os.getloadavg()[0]:.2f}")
         print(HEADER)
-        ref = run("jitgrad eager", lambda: jitgrad_step(None), data)
-        run("jg.compile (default)", lambda: jitgrad_step({}), data, ref)
-        run("jg.compile(background=False)", lambda: jitgrad_step({"background": False}), data, ref)
-        run("jg.compile(dynamic=False)", lambda: jitgrad_step({"dynamic": False}), data, ref)
-        run("torch.compile (default dynamic)", torch_step, data)
-        run("jax.jit", jax_step, data)
+        ref = row("jitgrad eager", lambda: jitgrad_step(None), data)
+        row("jg.compile (default)", lambda: jitgrad_step({}), data, ref)
+        row("jg.compile(background=False)", lambda: jitgrad_step({"background": False}), data, ref)
+        row("jg.compile(dynamic=False)", lambda: jitgrad_step({"dynamic": False}), data, ref)
+        row("torch.compile (default dynamic)", torch_step, data)
+        row("jax.jit", jax_step, data)
     if args.workload in ("gpt", "both"):
         data = gpt_shapes()
         print(f"\nnanoGPT ({GPT}), batch 8, T = 8..{GPT['context']} once each ({len(data)} calls); "
               f"load average {os.getloadavg()[0]:.2f}")
         print(HEADER)
-        ref = run("jitgrad eager", lambda: gpt_step(None), data)
-        run("jg.compile (default)", lambda: gpt_step({}), data, ref)
-        run("jg.compile(background=False)", lambda: gpt_step({"background": False}), data, ref)
-        run("torch.compile(model) (default dynamic)", torch_gpt_step, data)
-    print("lower / inst: programs lowered for every size / concrete builds per size (f.stats); new ms: median wall time over the second half of the first pass (every call a new shape); new max: its "
+        ref = row("jitgrad eager", lambda: gpt_step(None), data)
+        row("jg.compile (default)", lambda: gpt_step({}), data, ref)
+        row("jg.compile(background=False)", lambda: gpt_step({"background": False}), data, ref)
+        row("torch.compile(model) (default dynamic)", torch_gpt_step, data)
+    print("lower / inst: programs lowered for every size / concrete builds per size (f.stats); slow: first-pass calls "
+          "run eagerly or interpreted while builds ran (a cold cache; each configuration's builds warm the cache for "
+          "the rows after it: --only runs one row, for a fresh process each); new ms: median wall time over the second half of the first pass (every call a new shape); new max: its "
           "worst after 5 calls; repeat: the latest shapes again (60, or half the calls); new/rep: new ms over "
           "repeat ms (issue 30's target: <= 1.2x); cpu: this process's CPU ms (all threads)")
 

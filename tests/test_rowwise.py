@@ -167,12 +167,30 @@ def test_a_value_compared_with_its_row_max_is_stored_not_recomputed():
 
 
 def test_a_chain_that_reads_no_reduction_back_is_not_merged():
-    """Two row sums and nothing that uses them along the row: no pass to save, the plain loops stay."""
+    """A row sum and a loop over the same space that reads nothing of it: no pass to save, the plain loops stay."""
     def fn(x):
-        return x.exp().sum(-1, keepdim=True), (x * 2.0).amax(-1, keepdim=True)
+        return x.exp().sum(-1, keepdim=True), (x * 2.0).sin()
     x = jg.tensor(_rand((8, 16), np.float32))
     p = fusion_plan(_graph(jg.compile(fn, backend="numba"), x))
     assert not any(isinstance(s, RowGroup) for s in p.steps), str(p)
+
+
+def test_sibling_row_reductions_share_one_sweep():
+    """Two row reductions of one input, nothing reading them back along the row (B11's two force sums over the
+    pair Gaussians, a reshape of the first between them): one kernel of one pass, the input read once (twice as
+    two plain loops), the values those loops compute."""
+    def fn(x):
+        s = x.exp().sum(-1, keepdim=True).reshape(8, 2, 1)
+        return s, (x * 2.0).amax(-1, keepdim=True)
+    x = _rand((16, 32), np.float32)
+    f = jg.compile(fn, backend="numba")
+    p = fusion_plan(_graph(f, jg.tensor(x)))
+    (rg,) = [s for s in p.steps if isinstance(s, RowGroup)]
+    assert len(rg.passes) == 1 and len(rg.passes[0].reductions) == 2, str(p)
+    assert _sweeps(p, x.size) == 1 < _sweeps(fusion_plan(p.graph, rowwise=False), x.size)
+    got = f(jg.tensor(x))
+    np.testing.assert_allclose(got[0].numpy(), np.exp(x).sum(-1).reshape(8, 2, 1), rtol=1e-5)
+    np.testing.assert_array_equal(got[1].numpy(), (x * 2).max(-1, keepdims=True))
 
 
 def test_row_kernels_translate_without_numba_and_vectorise(tmp_path, monkeypatch):

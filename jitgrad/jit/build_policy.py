@@ -83,6 +83,17 @@ def pending_build(gf, inputs, plan, call=None):
     return cg
 
 
+def release_held(call) -> bool:
+    """The ``JITGRAD_BUILD_AFTER_CALL`` hook for a call that would run eagerly while a build its sizes need is
+    pending (a symbolic trace's lowering): True when ``call`` (counted from 1) is past the held calls, the gate
+    then open (the caller waits for that build, as ``pending_build``'s caller does)."""
+    if BUILD_AFTER_CALL is None or call is None or call <= BUILD_AFTER_CALL:
+        return False
+    _hold_builds()
+    _gate.set()
+    return True
+
+
 def _hold_builds():
     """The ``JITGRAD_BUILD_AFTER_CALL`` hook: background builds wait for a gate this module opens."""
     global _gate
@@ -157,4 +168,5 @@ def _add(cg, stats):
         stats["graphs_loaded" if code.compiled == 0 else "graphs_built"] += 1
 
 
-__all__ = ["choose", "collectives", "run_watched", "record", "pending_build", "attach", "init_stats", "graph_for"]
+__all__ = ["choose", "collectives", "run_watched", "record", "pending_build", "release_held", "attach", "init_stats",
+           "graph_for"]

@@ -123,6 +123,8 @@ class CompiledFunction(Introspection, Signatures):
                 gf = getattr(e, "gf", None)
                 if gf is not None:
                     ok = gf.wait(timeout) and ok
+                if e.shape_env is not None:     # a symbolic trace: its instances' and lowerings' builds
+                    ok = symbolic_entries.wait(e, timeout) and ok
         return ok
 
     # --- keys ----------------------------------------------------------------------------------------

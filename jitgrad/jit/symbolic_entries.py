@@ -20,11 +20,17 @@ that holds them as symbols (``ir/symbolic.py``), and its instances per call's si
   pooled by capacity; no pass, no layout, no entry build.  A tuple that breaks a lowering's guards is lowered
   again for its own sizes (up to ``MAX_LOWERINGS``); after that, and for entries that cannot be bound (outputs
   that need an autograd node, a Python driver, collectives), tuples get concrete instances, as before.
+- Background builds: while a lowering's code builds, new tuples run the user's function eagerly.  So that they
+  wait for as short a chain of builds as ``background=False``'s, the template is lowered while the first
+  instance's code still builds (not at the first call after it), and at its first tuple (no concrete instance)
+  while another trace of the function still builds; the build thread makes the ``SizedProgram`` once the code
+  is ready (``Lowered._prepare``), so it is no new-size call's work.
 """
 from __future__ import annotations
 
 import contextlib
 import copy
+import threading
 import time
 import weakref
 
@@ -35,6 +41,7 @@ from ..ir.ops import Aval
 from ..ir import symbolic
 from ..ir.symbolic import ShapeEnv, concretize, has_symbols, rehint
 from ..runtime.profiler_state import STATE as _PROF
+from . import build_policy
 from .trace_entries import _Entry, copied_outputs
 
 MAX_INSTANCES = 256     # concrete instances kept per symbolic entry (the oldest go first)
@@ -177,6 +184,10 @@ def instance(cf, e, leaves):
         if not e.shape_env.holds(values):
             return None
         inst = _bound(cf, e, k, values)
+        if inst is BUILDING and build_policy.release_held(cf.stats["calls"]):
+            for low in e.lowered:       # (the test hook's call past the held ones: it waits for the code)
+                low.cg.wait()
+            inst = _bound(cf, e, k, values)
         if inst is BUILDING:
             return _eager_while_building(cf, e)
         if inst is None:
@@ -227,10 +238,16 @@ class Lowered:
         self.lifted = lifted        # (aval, SymInt | SymFloat): the trailing inputs lift_literals made
         self.compiled_result = compiled_result      # graph_code's (imported by _lower, kept: no import per binding)
         self.sized = None
+        self._making = threading.Lock()
         # what every entry bound to it has of its own (``_bound``), and the maker of their calls
         self.entry_fields = {"instances": None, "shape_env": None, "lowered": None, "copy_outs": copy_outs,
                              "code_ready": True}
         self.direct_call = _direct_calls(self, stats)
+        if cg.run is None and cg.error is None:
+            # a background build: the thread that builds the code makes the SizedProgram too (its size plan, the
+            # fill program, the fill function's first link), which would otherwise fall to the first call that
+            # binds after the build, a call of new sizes; background=False makes it in the lowering's call
+            cg.on_ready.append(self._prepare)
 
     def ready(self):
         """The SizedProgram once the code is built (None while it builds or when its build failed; the build is
@@ -241,9 +258,23 @@ class Lowered:
                 if cg.pending:
                     cg.start()
                 return None
-            from ..codegen.program.sized import SizedProgram
-            self.sized = SizedProgram(cg, self.guards, self.names, self.trace_guards)
+            return self._make()
         return self.sized
+
+    def _make(self):
+        with self._making:      # (once: the build thread's ``_prepare`` and a call may ask at the same time)
+            if self.sized is None:
+                from ..codegen.program.sized import SizedProgram
+                self.sized = SizedProgram(self.cg, self.guards, self.names, self.trace_guards)
+        return self.sized
+
+    def _prepare(self, cg):
+        """``cg.on_ready``'s callback (on the build thread): make the SizedProgram there.  Never raises: an error
+        would fail the build; the next call's ``ready`` makes it instead (and raises in the caller's thread)."""
+        try:
+            self._make()
+        except Exception:   # noqa: BLE001 - see the docstring
+            pass
 
     def building(self) -> bool:
         """Whether its code is still being built (neither ready nor failed)."""
@@ -253,8 +284,11 @@ class Lowered:
 def _may_lower(cf, e):
     """Lowering once for every size is for entries whose calls take the compiled C entry directly: the numba
     backend on the CPU and no output that needs an autograd node (those run through GraphFunction's transpose).
-    It waits for an instance's code (so the build policy had its first calls, and the kernels are in the
-    process): True when one is built, ``BUILDING`` while the first is being built, else False."""
+    True when an instance's code is built, or is being built (the lowering's build is queued behind it on the
+    build thread, which links the kernels they share first: waiting for it would add the lowering's passes and
+    a call to the calls that run eagerly meanwhile); True too for the first tuple of sizes while another trace
+    of the function is still building (background builds on an empty cache: a concrete instance would only
+    queue a build of its own between that one and the lowering's), else False."""
     if cf.backend != "numba" or cf.device is not None or any(e.out_diff) or e.eager:
         return False
     insts = list(e.instances.values())
@@ -263,14 +297,37 @@ def _may_lower(cf, e):
     for i in insts:
         cg = i.__dict__.get("building")
         if cg is not None and cg.error is None:
-            return True if cg.run is not None else BUILDING
+            return True
+    return not insts and _other_builds_pending(cf)
+
+
+def wait(e, timeout=None) -> bool:
+    """Wait for the builds of the symbolic entry ``e``'s concrete instances and lowerings (``CompiledFunction.wait``);
+    True when each produced code.  (A bound entry's concrete graph, made only on need, is not waited for.)"""
+    ok = True
+    for inst in list((e.instances or {}).values()):
+        gf = inst.__dict__.get("gf")
+        if gf is not None:
+            ok = gf.wait(timeout) and ok
+    for low in e.lowered or ():
+        built = low.cg.wait(timeout)
+        ok = built and low.ready() is not None and ok      # (its SizedProgram made too: the build thread's last step)
+    return ok
+
+
+def _other_builds_pending(cf) -> bool:
+    """Whether a trace of ``cf`` is waiting for its code (a background build queued or running)."""
+    for entries in cf._cache.values():
+        for o in entries:
+            cg = o.__dict__.get("building")
+            if cg is not None and cg.run is None and cg.error is None:
+                return True
     return False
 
 
 def _lower(cf, e, values):
     """``e``'s Lowered at the sizes ``values`` (its decisions taken for them), or False when its program cannot be
     bound per sizes (a Python driver, collectives)."""
-    from . import build_policy
     from .graph_code import compiled_result, sized_graph
     from ..ir.passes import run_pipeline
     t0 = time.perf_counter()
@@ -476,4 +533,4 @@ def active(env):
 
 
 __all__ = ["MAX_INSTANCES", "MAX_LOWERINGS", "Lowered", "SizedEntry", "active", "instance", "instantiate",
-           "lift_literals", "mark", "mark_on_miss", "retry_static", "shapeless", "symbolic_key", "trace_shapes"]
+           "lift_literals", "mark", "mark_on_miss", "retry_static", "shapeless", "symbolic_key", "trace_shapes", "wait"]

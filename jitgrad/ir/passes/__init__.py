@@ -14,6 +14,7 @@ from .fuse import plan as _fuse
 from . import loop_batches
 from .row_chains import merge_row_chains
 from .simplify import simplify
+from .split_axes import lift_split_reshapes
 from .transpose import transpose, active_vars, Transposed  # noqa: F401
 from .jvp import jvp, split_linear, Linear  # noqa: F401
 
@@ -53,7 +54,7 @@ def fusion_plan(g: Graph, rowwise: bool | None = None, indexed: bool = True, bat
     that cannot emit row kernels, CUDA, plans without); None: yes, unless ``JITGRAD_ROWWISE=0`` (to compare the
     plain loops).  ``indexed``: gathers and scatter-adds by an index join the loops around them (CUDA plans
     without)."""
-    p = _fuse(g, indexed)
+    p = _fuse(lift_split_reshapes(g), indexed)
     if rowwise is None:
         rowwise = os.environ.get("JITGRAD_ROWWISE", "1") != "0"
     p = merge_row_chains(p) if rowwise else p

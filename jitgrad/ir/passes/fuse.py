@@ -159,7 +159,8 @@ def _cheap_chain(v, eqns, producer, where, users, outs, members, reads):
         if i in chain:
             continue
         e = eqns[i]
-        if e.op.name in NO_RECOMPUTE or i not in g1_members or not _fusable(e):
+        if e.op.name in NO_RECOMPUTE or not _fusable(e) or (i not in g1_members and not _same_space(where.get(i), g1)) \
+                or (i != p and exact_value([eqns[u] for u in users.get(e.outs[0], ())])):
             return None         # (a gather is loaded once, by the loop that owns it)
         chain.add(i)
         cost += op_cost(e)
@@ -168,12 +169,29 @@ def _cheap_chain(v, eqns, producer, where, users, outs, members, reads):
         for x in e.ins:
             if isinstance(x, Var):
                 q = producer.get(x)
-                if q is not None and q in g1_members:
+                # the chain goes on through values an earlier loop over the same space computed (B11's r - mu,
+                # computed by the features' loop, read as 2 (r - mu) by the force's and the second-order loops):
+                # recomputing them from the smaller arrays they broadcast costs less than a full-size load
+                if q is not None and (q in g1_members or _cheap_input(q, eqns, where, g1)):
                     todo.append(q)
                 elif same_shape(x.aval.shape, g1.shape):
                     inputs.add(x)
     total = sum(cost + sum(x.aval.dtype.np.itemsize for x in inputs if x not in reads[id(g)]) for g in readers)
     return (sorted(chain), readers) if total < store else None
+
+
+def _same_space(g, g1) -> bool:
+    return isinstance(g, Group) and g.shape == g1.shape and _scope(g) == _scope(g1)
+
+
+def _cheap_input(q, eqns, where, g1) -> bool:
+    """Whether eqn ``q`` (producing an input of a chain ``g1``'s readers would recompute) is an elementwise eqn of
+    another loop over ``g1``'s space that reads only smaller arrays (broadcast along the space): the chain may go
+    on through it, its recomputation loads nothing of the space's size."""
+    g = where.get(q)
+    e = eqns[q]
+    return g is not g1 and _same_space(g, g1) and _fusable(e) and not (g.reduce and g.reduce[0] == q) \
+        and all(not isinstance(x, Var) or not same_shape(x.aval.shape, g1.shape) for x in e.ins)
 
 
 def plan(graph: Graph, indexed: bool = True) -> Plan:

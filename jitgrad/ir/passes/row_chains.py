@@ -132,8 +132,9 @@ def _passes(members, S, stored, graph_outs, exact=()):
     if any(avail.get(v, 0) >= 1 << 30 for e in members for v in e.ins):
         return None         # a member reads a column sum, which no row has whole
     last = max([phase[e] for e in members if kind[e] != "row"], default=0)
-    if last == 0:
-        return None         # no pass reads a reduction back: nothing to gain over the plain loops
+    if last == 0 and sum(kind[e] == "red" for e in members) < 2:
+        return None         # no pass reads a reduction back, and no sibling reductions share a sweep: nothing to
+                            # gain over the plain loops
     if any(v in graph_outs and phase[prod[v]] < last for v in exact):
         return None         # returned values are written in the last pass, recomputed: not the bits a max saw
     store_at = {v: (last if v in graph_outs else phase[prod[v]]) for v in stored
@@ -284,6 +285,15 @@ def _drop_unread_outputs(steps, graph_outs):
             s.outputs = keep
 
 
+def _passed_view(s, run_outs) -> bool:
+    """Whether step ``s`` is a reshape that a row chain may pass over (B11's force loops are two row reductions
+    over the pair Gaussians with reshapes of the first's result between them): a view of the run's values (or
+    of such a view).
+    The run stops at a group that reads a passed reshape (it runs after the merged group)."""
+    return not isinstance(s, Group) and s.op.name == "reshape" and all(v in run_outs for v in s.ins
+                                                                          if isinstance(v, Var))
+
+
 def merge_row_chains(plan: Plan) -> Plan:
     """``plan`` with each run of consecutive groups that forms a row-wise chain, and costs less as one, replaced
     by a ``RowGroup``; the longest such run from each start.  The groups are numbered afresh."""
@@ -297,21 +307,33 @@ def merge_row_chains(plan: Plan) -> Plan:
     out, k = [], 0
     while k < len(steps):
         s = steps[k]
-        run = [s] if _can_start(s) else []
+        run = [k] if _can_start(s) else []      # positions of the run's groups
         if run:
             scope, n_eqns = s.all_eqns[0].scope, len(s.all_eqns)
-            while k + len(run) < len(steps) and _can_join(steps[k + len(run)], s.shape, scope):
-                n_eqns += len(steps[k + len(run)].all_eqns)
+            n, passed = k + 1, set()
+            while n < len(steps):
+                if _passed_view(steps[n], passed | {v for i in run for v in steps[i].outputs}):
+                    passed.update(steps[n].outs)
+                    n += 1
+                    continue
+                if not _can_join(steps[n], s.shape, scope) or any(v in passed for v in steps[n].reads):
+                    break
+                n_eqns += len(steps[n].all_eqns)
                 if n_eqns > ROW_MAX_EQNS:
                     break
-                run.append(steps[k + len(run)])
+                run.append(n)
+                n += 1
         merged = None
         for j in range(len(run), 1, -1):
-            span = range(k, k + j)
-            merged = _row_group(run[:j], graph_outs, lambda v: any(r not in span for r in readers.get(v, ())))
+            span = set(run[:j])
+            merged = _row_group([steps[i] for i in run[:j]], graph_outs,
+                                lambda v: any(r not in span for r in readers.get(v, ())))
             if merged is not None:
+                # the reshapes the run passed over run after it: they read its values, and none of its groups
+                # reads theirs (``_passed_view``)
                 out.append(merged)
-                k += j
+                out += [steps[i] for i in range(k, run[j - 1] + 1) if i not in span]
+                k = run[j - 1] + 1
                 break
         if merged is None:
             out.append(s)

@@ -1,0 +1,86 @@
+"""Elementwise runs moved into the split shape of the reshape that borders them (``ir/passes/split_axes.py``):
+the same values, fewer loops and fewer pair-sized arrays in B11's compiled step."""
+import functools
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+import jitgrad as jg
+from jitgrad.ir.passes import fusion_plan
+from jitgrad.ir.passes.split_axes import lift_split_reshapes
+
+_FF = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "force_field.py")
+_spec = importlib.util.spec_from_file_location("force_field_split_axes", _FF)
+ff = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ff)
+
+
+def _pair_features(x, w, mu):
+    """B11's pattern on small sizes: pair values over (B, P, K), summed over j in (B, A, A-1, K), a loss whose
+    gradient broadcasts the features' cotangent back over the pairs."""
+    g = jg.exp(-(x[..., None] - mu) ** 2) * w[..., None]
+    f = g.reshape(2, 4, 3, 5).sum(2)
+    return (f * f).sum()
+
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_lifted_step_equals_eager(backend):
+    rng = np.random.default_rng(0)
+    x0, w0, mu = rng.standard_normal((2, 12)), rng.standard_normal((2, 12)), jg.tensor(rng.standard_normal(5))
+
+    def step(x, w):
+        loss = _pair_features(x, w, mu)
+        gx, gw = jg.autograd.grad(loss, (x, w))
+        return loss, gx, gw
+
+    want = step(jg.tensor(x0, requires_grad=True), jg.tensor(w0, requires_grad=True))
+    f = jg.compile(step, backend=backend, background=False)
+    got = f(jg.tensor(x0, requires_grad=True), jg.tensor(w0, requires_grad=True))
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-10, atol=1e-12)
+    (entries,) = f._cache.values()
+    shapes = [tuple(g.shape) for g in fusion_plan(entries[0].graph).groups]
+    assert (2, 4, 3, 5) in shapes and (2, 12, 5) not in shapes, shapes     # the pair loops run split
+
+
+def test_a_graph_without_split_reshapes_is_left_alone():
+    f = jg.compile(lambda x: (x.exp() * 2).sum(), backend="interpret", background=False)
+    f(jg.ones(3, 4))
+    (entries,) = f._cache.values()
+    g = entries[0].graph
+    assert lift_split_reshapes(g) is g
+
+
+@pytest.fixture(scope="module")
+def b11_plan():
+    call, fn, _, _ = ff.torch_style(jg, "compiled", np.float32,
+                                    compile_=functools.partial(jg.compile, backend="interpret", background=False))
+    call()
+    (entries,) = fn._cache.values()
+    return fusion_plan(entries[0].graph)
+
+
+def test_b11_pair_loops(b11_plan):
+    """B11's compiled step runs 3 loops over its (B, P, K) pair Gaussians, as many as the math needs: the features
+    (exp once, summed over j in the same loop), the force's two sums over K (one sweep, ``row_chains``), and the
+    parameter gradient's sum over j; the features' cotangent is broadcast by index, never written out (7 loops
+    before, one a broadcast copy)."""
+    n = ff.B * ff.A * (ff.A - 1) * ff.K
+    pair = [g for g in b11_plan.groups if int(np.prod(g.shape)) == n]
+    assert len(pair) == 3
+    assert sum(e.op.name == "exp" for g in b11_plan.groups for e in g.all_eqns) == 1
+    assert not [g for g in pair if [e.op.name for e in g.all_eqns] == ["broadcast_to"]]
+    # every sum over j or K runs in the loop that computes its terms
+    assert all(any(e.op.name == "sum" for e in g.all_eqns) for g in pair)
+    # pair-sized arrays written: exp(...) only (read by the two backward loops); not g, nor a broadcast, nor
+    # r - mu, which the loops that read it recompute from r and mu (5 before); read: exp, once per backward loop
+    # (8 pair-sized reads before)
+    stored = [v for g in pair for v in g.outputs if v.aval.size == n]
+    assert [_producer(b11_plan, v) for v in stored] == ["exp"]
+    assert sum(v.aval.size == n for g in pair for v in g.inputs) == 2
+
+
+def _producer(plan, v):
+    return next(e.op.name for e in plan.graph.eqns if v in e.outs)
