@@ -71,7 +71,7 @@ def test_the_units_found_reproduce_the_probe_products():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("m, k, n", SHAPES)
-def test_eager_gemm_bits_are_one_threads_whatever_runs_the_blocks(two_threads, m, k, n, dtype):
+def test_eager_gemm_bits_are_one_threads_whatever_runs_the_blocks(two_threads, monkeypatch, m, k, n, dtype):
     """The same bits from blocks on two threads, from one call on the calling thread while the pacer holds, and at
     ``set_num_threads(1)``: those of one single-threaded call, for either layout of A.  Counted: the blocks run,
     the calls held; OpenBLAS is on one thread inside the blocks (the two threads are all the threads)."""
@@ -80,6 +80,9 @@ def test_eager_gemm_bits_are_one_threads_whatever_runs_the_blocks(two_threads, m
     rng = np.random.default_rng(m * k + n)
     a = rng.standard_normal((m, k)).astype(dtype)
     b = rng.standard_normal((k, n)).astype(dtype)
+    split_sizes = []        # tasks per split call: the caller runs one, a worker each of the others
+    run_split = eager_threads.run_split
+    monkeypatch.setattr(eager_threads, "run_split", lambda tasks: (split_sizes.append(len(tasks)), run_split(tasks)))
     for a_ in (a, np.asfortranarray(a)):
         want = _one_thread_whole(a_, b).tobytes()
         s0 = dict(blas.STATS)
@@ -87,7 +90,7 @@ def test_eager_gemm_bits_are_one_threads_whatever_runs_the_blocks(two_threads, m
         assert blas.STATS["gemm_split_calls"] - s0["gemm_split_calls"] == 1
         assert blas.STATS["gemm_blocks"] - s0["gemm_blocks"] == len(blas.row_blocks(m, dtype, 2)) == 2
         assert blas.thread_control()[0]() == 1
-        assert len(eager_threads._WORKERS.threads) <= settings.num_threads() - 1     # the caller runs one block
+        assert split_sizes[-1] == 2 <= settings.num_threads()      # at once: the caller's block and one worker's
         _Clock.late = 1.0                        # a helper finishes late: the next calls stay on this thread
         blas.matmul2d(a_, b)
         _Clock.late = 0.0
