@@ -652,6 +652,9 @@ EXEMPT = {
              "compares it with torch, including negative operands, zero and out-of-range shifts"
        for name in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift",
                     "bitwise_right_shift", "gcd", "lcm")},
+    "nonzero_bounded": "an integer op of a traced mask (the coordinates of its nonzeros, padded to a bound): no "
+                       "gradient and no floating-point special values; tests/test_data_dependent_sizes.py compares "
+                       "it with eager nonzero over random masks, all-false and all-true included",
     "prod_others": "an internal primitive: the vjp of prod (its first and second derivatives are prod's second and "
                    "third), checked through the prod samples",
     **{name: "a collective moves values between processes and computes nothing at a point (SUM/AVG are linear); "
