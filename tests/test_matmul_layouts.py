@@ -262,3 +262,25 @@ def test_a_sum_of_two_products_accumulates_into_one_gemm(dtype):
     np.testing.assert_allclose(out[0].numpy(), a @ b + c @ d, **tol)
     np.testing.assert_allclose(float(out[1]), (a @ b).sum(), rtol=1e-5)
     assert not any(s.label.endswith(" + accumulate") for s in prog.steps)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_sum_of_two_split_products_accumulates_their_last_rows_too(dtype):
+    """``A B + C D`` over GEMMs big enough for the pool's row blocks, whose rows left over run as one more GEMM
+    call (batched_gemm.split_rows): both the blocks and the last rows of the later product accumulate into the
+    earlier one's, in the returned array and in the earlier product's buffer.  Values against NumPy."""
+    rng = np.random.default_rng(5)
+    a, b, c, d = (rng.standard_normal(s).astype(dtype) for s in ((262, 512), (512, 160), (262, 384), (384, 160)))
+    w = rng.standard_normal((160, 3)).astype(dtype)
+    ta, tb, tc, td, tw = (jg.tensor(v) for v in (a, b, c, d, w))
+    tol = dict(rtol=1e-4 if dtype == np.float32 else 1e-12, atol=1e-3 if dtype == np.float32 else 1e-11)
+    ref = a.astype(np.float64) @ b + c.astype(np.float64) @ d
+    out, prog = _gemm_program(lambda a, b, c, d: a @ b + c @ d, ta, tb, tc, td)
+    np.testing.assert_allclose(out.numpy(), ref, **tol)
+    labels = [s.label for s in prog.steps]
+    if not any("last rows" in x for x in labels):
+        pytest.skip(f"not split with rows left over here: {labels}")
+    assert [s.kind for s in prog.steps] == ["bgemm", "gemm", "bgemm", "gemm"], labels     # no add loop
+    assert sum(x.endswith(" + accumulate") for x in labels) == 2, labels       # the blocks and the last rows
+    out, prog = _gemm_program(lambda a, b, c, d, w: (a @ b + c @ d) @ w, ta, tb, tc, td, tw)
+    np.testing.assert_allclose(out.numpy(), ref @ w, **tol)
