@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import collections
 import os
+from statistics import median
 
 from . import workpool
 
@@ -103,13 +104,13 @@ class PoolPacer:
     def reference(self):
         """The pooled rate calls are judged against: the median of the recent pooled calls but those of a run that
         held (None before any)."""
-        return _median(self.pooled)
+        return median(self.pooled) if self.pooled else None
 
     def caller(self):
         """The calling thread's rate: the median of recent held calls, or until one was seen, ``EFFICIENCY`` x the
         workers x the reference (None before any pooled call)."""
         if self.serial:
-            return _median(self.serial)
+            return median(self.serial)
         ref = self.reference()
         if ref is None:
             return None
@@ -140,14 +141,6 @@ class PoolPacer:
         self.slow = 0
         self.hold = self.HOLD
         self.pooled.append(rate)
-
-
-def _median(values):
-    if not values:
-        return None
-    v = sorted(values)
-    n = len(v)
-    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
 def pacer():

@@ -129,11 +129,8 @@ def fold_update_into_gemm(prog: Program, g: Group) -> bool:
     sc = np.float32 if dt_.name == "float32" else np.float64
     prog.params[alpha_off:alpha_off + 8] = np.array([alpha], sc).tobytes().ljust(8, b"\0")
     prog.params[beta_off:beta_off + 8] = np.array([1.0], sc).tobytes().ljust(8, b"\0")
-    prog.move_slot(c_slot, pp)
-    st.label += " + update"
-    st.state_write = True
-    for st2, slot2, offset in (more[0] if more else ()):     # a split GEMM's last block (batched_gemm.split_rows)
-        prog.move_slot(slot2, Place(pp.root, pp.offset + offset, pp.shape, pp.strides, pp.dtype))
+    _move_product(prog, c_slot, more, pp)
+    for st2 in (st, *(rest for rest, _, _ in (more[0] if more else ()))):     # (a split GEMM's last rows too)
         st2.label += " + update"
         st2.state_write = True
     places.state_place(o)
