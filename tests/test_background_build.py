@@ -67,7 +67,9 @@ MLP_SCRIPT = textwrap.dedent("""
     eager, eparams = make()
     want = [float(eager(x, y)) for _ in range(N)]
     stats = {k: v for k, v in f.stats.items() if isinstance(v, (int, float, str, type(None)))}
-    print(json.dumps({"got": got, "want": want, "stats": stats, "counts": build.COUNTS,
+    f.wait()                        # (a quick build's optimised tier too)
+    waited = {k: v for k, v in f.stats.items() if isinstance(v, (int, float, str, type(None)))}
+    print(json.dumps({"got": got, "want": want, "stats": stats, "waited": waited, "counts": build.COUNTS,
                       "params": [float(abs(p.detach().numpy() - q.detach().numpy()).max())
                                  for p, q in zip(params, eparams)],
                       "numba": "numba" in sys.modules}))
@@ -82,9 +84,13 @@ def test_a_250_call_script_switches_to_compiled_code_once_its_build_is_ready(tmp
     assert s["calls"] == 250 and s["compiled_calls"] == 250 - k, s
     assert s["eager_calls"] + s["interpreted_calls"] == k and s["eager_calls"] >= 1, s
     assert s["first_compiled_call"] == k + 1 and s["last_path"] == "compiled", s
-    # built in this process, on the build thread: every kernel through LLVM IR, no build process, no Numba
-    assert s["graphs_built"] == 1 and s["kernels_compiled"] >= 5, s
+    # built in this process, on the build thread: every kernel through LLVM IR, no build process, no Numba; first
+    # quickly (the calls from k + 1 ran that code), then optimised (f.wait() waits for it)
+    w = out["waited"]
+    assert s["graphs_built"] == 1 and s["kernels_quick"] >= 5, s
+    assert w["kernels_compiled"] >= w["kernels_quick"] == s["kernels_quick"] and w["graphs_optimising"] == 0, w
     assert c["kernels_compiled"] == c["kernels_ir"] >= 5 and c["build_processes"] == 0, c
+    assert c["kernels_quick"] == s["kernels_quick"], c
     assert not out["numba"]
     # nothing stale or wrong after the switch: every loss and the final parameters are eager mode's
     assert len(out["got"]) == 250
@@ -118,6 +124,7 @@ NUMBA_SCRIPT = textwrap.dedent("""
     y = jg.tensor(np.linspace(0, 1, 12, dtype=np.float32).reshape(2, 6))
     first = float(f(x, i, y))
     second = float(f(x, i, y))      # (the hook's call: it waits for the build)
+    f.wait()                        # (its optimised tier too)
     print(json.dumps({"values": [first, second], "stats": {k: v for k, v in f.stats.items()
                       if isinstance(v, (int, float, str, type(None)))}, "counts": build.COUNTS,
                       "numba": "numba" in sys.modules}))
@@ -132,7 +139,7 @@ def test_kernels_numba_must_build_go_to_build_processes(tmp_path):
     # the Numba kernel in a build process (this process compiles nothing with Numba; it links the object, which
     # needs Numba's runtime), the rest here through LLVM IR
     assert c["build_processes"] >= 1 and c["kernels_ir"] >= 1 and c["kernels_compiled"] == c["kernels_ir"], c
-    assert c["kernels_loaded"] >= 1, c
+    assert c["kernels_loaded"] >= 1 and c["kernels_quick"] == c["kernels_ir"], c
 
 
 # run twice: PHASE=exit exits in the middle of the background build, PHASE=warm builds before its first call (the
@@ -160,9 +167,10 @@ EXIT_SCRIPT = textwrap.dedent("""
     one_done = threading.Event()
     obtain = build.GraphCode._obtain
 
-    def watched(self, key):         # the build thread: tell the script when it has compiled a kernel
-        obtain(self, key)
-        one_done.set()
+    def watched(self, key):         # the build thread: tell the script when it has compiled a kernel (optimised:
+        obtain(self, key)           # after the quick build's switch)
+        if key != self.ekey:
+            one_done.set()
     build.GraphCode._obtain = watched
     f = jg.compile(step, backend="numba")
     f(x)                            # eager; the build starts on the build thread
@@ -182,3 +190,70 @@ def test_a_script_that_exits_mid_build_leaves_the_next_run_warm(tmp_path):
     c = second["counts"]
     assert c["kernels_compiled"] == 0 and c["drivers_compiled"] == 0 and c["kernels_loaded"] >= 2, c
     assert second["stats"]["compiled_calls"] == 1 and second["stats"]["first_compiled_call"] == 1
+
+
+# two tiers: calls 1..3 eager (the hook), 4..8 on the quick build (its optimised tier held by a gate), then the
+# optimised build swapped in; a pure step (fixed weights), so every compiled call gives the same loss
+TIERS_SCRIPT = textwrap.dedent("""
+    import json, threading
+    import numpy as np, jitgrad as jg
+    from jitgrad.codegen.native import build, build_thread, objstore
+    from jitgrad.jit.graph_code import _COMPILED
+    rng = np.random.default_rng(1)
+    W1 = jg.tensor(rng.standard_normal((16, 32), dtype=np.float32))
+    W2 = jg.tensor(rng.standard_normal((32, 4), dtype=np.float32))
+    x = jg.tensor(rng.standard_normal((64, 16), dtype=np.float32))
+
+    def step(x):
+        h = jg.tanh(x @ W1) * jg.sigmoid(x @ W1)
+        return (jg.exp(h @ W2 * 0.1).sum(dim=1).log()).mean()
+    gate = threading.Event()
+    if PHASE == "cold":
+        build_thread.hold_optimising(gate)
+    f = jg.compile(step, backend="numba")
+    out, seen = [], {}
+    for n in range(12):
+        if n == 8:
+            (cg,) = [c for c in _COMPILED.values() if c.run is not None]
+            seen["quick"] = {"on_disk": sum(objstore.exists(k) for k in cg.code.kkeys.values()),
+                             "kernels": len(set(cg.code.kkeys.values())), "counts": dict(build.COUNTS),
+                             "stats": {k: f.stats[k] for k in ("kernels_quick", "graphs_optimising",
+                                                               "first_optimised_call", "compiled_calls")}}
+            gate.set()
+            assert f.wait()
+            seen["optimised"] = {"on_disk": sum(objstore.exists(k) for k in cg.code.kkeys.values()),
+                                 "graph_file": objstore.exists(cg.code.gkey),
+                                 "swapped": all(cg._addrs[k] == build._ADDRESSES[cg.code.kkeys[k]]
+                                                for k in cg._addrs)}
+        out.append(float(f(x).numpy()))
+    s = {k: v for k, v in f.stats.items() if isinstance(v, (int, float, str, type(None)))}
+    print(json.dumps({"out": out, "seen": seen, "stats": s, "counts": build.COUNTS}))
+""")
+
+
+def test_a_quick_build_serves_calls_until_its_optimised_build_is_swapped_in(tmp_path):
+    """An empty cache: the build thread first builds the step's kernels quickly (few LLVM passes, kept in memory
+    only) and the calls switch to them; the optimised builds follow, are written to disk and replace the quick
+    code in the calls' address table.  The cache never holds quick code: the next run loads the optimised code."""
+    env = _env(tmp_path, JITGRAD_BUILD_AFTER_CALL=3)
+    cold = _run(TIERS_SCRIPT.replace("PHASE", repr("cold")), env)
+    s, q, o = cold["stats"], cold["seen"]["quick"], cold["seen"]["optimised"]
+    assert s["eager_calls"] + s["interpreted_calls"] == 3 and s["compiled_calls"] == 9, s
+    assert s["first_compiled_call"] == 4 and s["first_optimised_call"] == 9, s
+    # calls 4..8: every kernel quick, none optimised nor on disk
+    assert q["stats"] == {"kernels_quick": q["kernels"], "graphs_optimising": 1, "first_optimised_call": None,
+                          "compiled_calls": 5}, q
+    assert q["kernels"] >= 3 and q["counts"]["kernels_quick"] == q["kernels"] and q["counts"]["kernels_ir"] == 0, q
+    assert q["on_disk"] == 0, q
+    # then each optimised, on disk, in the table
+    assert o == {"on_disk": q["kernels"], "graph_file": True, "swapped": True}, o
+    assert s["graphs_optimising"] == 0 and s["kernels_compiled"] >= q["kernels"], s
+    c = cold["counts"]
+    assert c["kernels_ir"] == c["kernels_compiled"] == c["kernels_quick"] == q["kernels"], c
+    # the same function: the quick build's losses are the optimised build's to rounding
+    out = cold["out"]
+    assert out[3:8] == pytest.approx([out[8]] * 5, rel=1e-5) and len(set(out[8:])) == 1
+    warm = _run(TIERS_SCRIPT.replace("PHASE", repr("warm")), env)
+    w = warm["counts"]
+    assert w["kernels_compiled"] == w["kernels_quick"] == 0 and w["graph_files_loaded"] == 1, w
+    assert warm["stats"]["first_compiled_call"] == 1 and warm["out"][0] == out[8]      # the bits of the optimised code

@@ -21,12 +21,15 @@ graph's kernels and entry: linked from object code vs compiled in this process o
 and ``graphs_loaded`` / ``graphs_built``; each call's path is counted (``compiled_calls``, ``interpreted_calls``,
 ``eager_calls``), and ``first_compiled_call`` says which call first ran compiled code: the switch from the eager
 or interpreted calls to the build thread's code (``codegen/native/build_thread.py``) happens at the first call after
-the code is ready.
+the code is ready.  A background build on an empty cache first builds its kernels quickly (``codegen/native/
+build.py``, two tiers): ``kernels_quick`` counts those, ``graphs_optimising`` the graphs still running quick code,
+and once none is, ``first_optimised_call`` says from which call every kernel ran its optimised build (the
+optimised builds count in ``kernels_compiled`` as they land).
 
 Test hook: ``JITGRAD_BUILD_AFTER_CALL=k`` holds every background build until a compiled function's call k+1,
-which waits for its build: calls 1..k run eagerly or interpreted and the later ones compiled, whatever the
-machine's speed, so a test counts the switch without timing it (``f.wait()`` before that call would wait for
-the gate too).
+which waits for its build (up to the switch: a quick build's optimised tier may land later, ``f.wait()`` waits for
+it): calls 1..k run eagerly or interpreted and the later ones compiled, whatever the machine's speed, so a test
+counts the switch without timing it (``f.wait()`` before that call would wait for the gate too).
 """
 from __future__ import annotations
 
@@ -37,7 +40,8 @@ from ..ir.ops import collective
 
 
 _lock = threading.Lock()
-STAT_KEYS = ("build_seconds", "kernels_loaded", "kernels_compiled", "graphs_loaded", "graphs_built", "eager_calls")
+STAT_KEYS = ("build_seconds", "kernels_loaded", "kernels_compiled", "kernels_quick", "graphs_loaded", "graphs_built",
+             "graphs_optimising", "eager_calls")
 # test hook: background builds start only once a compiled function is past this call, and that call waits for its
 # build, so calls 1..k run eagerly or interpreted and the rest compiled, however fast the machine is
 _env_after = os.environ.get("JITGRAD_BUILD_AFTER_CALL", "").strip()
@@ -52,6 +56,7 @@ def init_stats(stats: dict) -> dict:
         stats.setdefault(k, 0.0 if k.endswith("seconds") else 0)
     stats.setdefault("last_path", None)
     stats.setdefault("first_compiled_call", None)
+    stats.setdefault("first_optimised_call", None)
     return stats
 
 
@@ -77,7 +82,7 @@ def pending_build(gf, inputs, plan, call=None):
     attach(cg, gf.stats)
     if BUILD_AFTER_CALL is not None and call is not None and call > BUILD_AFTER_CALL and cg.run is None:
         _gate.set()                 # the test hook's call: now the build runs, and this call waits for it
-        cg.wait()
+        cg.wait(optimised=False)
     if cg.run is not None or cg.error is not None:
         return None
     return cg
@@ -165,7 +170,21 @@ def _add(cg, stats):
         stats["compile_seconds"] = stats.get("compile_seconds", 0.0) + cg.seconds
         stats["kernels_loaded"] += code.loaded
         stats["kernels_compiled"] += code.compiled
-        stats["graphs_loaded" if code.compiled == 0 else "graphs_built"] += 1
+        quick = len(code.quick_keys) if cg.optimising else 0
+        stats["kernels_quick"] += quick
+        stats["graphs_loaded" if code.compiled == 0 and not quick else "graphs_built"] += 1
+        if quick:
+            stats["graphs_optimising"] += 1
+            cg.on_optimised.append(lambda cg, stats=stats, before=code.compiled: _add_optimised(cg, stats, before))
+
+
+def _add_optimised(cg, stats, before):
+    """``cg``'s optimised tier landed (see the module docstring): its kernels compiled since the switch count."""
+    with _lock:
+        stats["kernels_compiled"] += cg.code.compiled - before
+        stats["graphs_optimising"] -= 1
+        if not stats["graphs_optimising"]:
+            stats["first_optimised_call"] = stats.get("calls", 0) + 1
 
 
 __all__ = ["choose", "collectives", "run_watched", "record", "pending_build", "release_held", "attach", "init_stats",

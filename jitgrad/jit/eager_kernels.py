@@ -102,7 +102,7 @@ class _Structure:
             self._build(False)
             return
         from ..codegen.native import build_thread
-        build_thread.queue_background(self)
+        build_thread.queue_background(self, build_thread.EAGER)
 
     def _build(self, background: bool) -> None:
         """What the build thread runs (``build_thread.queue_background``): never raises (the thread would die)."""

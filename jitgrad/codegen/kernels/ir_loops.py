@@ -27,7 +27,7 @@ import weakref
 
 from . import kernel_ir as ki, pool_abi
 
-STATS = {"kernels_ir": 0, "kernels_refused": 0}     # counted, so tests can check which path built what
+STATS = {"kernels_ir": 0, "kernels_quick": 0, "kernels_refused": 0}     # counted, so tests can check which path built what
 _lock = threading.Lock()
 
 
@@ -627,29 +627,44 @@ def translatable(key: str, source: str) -> bool:
 
 
 _TLS = threading.local()
+# The quick build (a background build's first tier, ``build.py``): promote the kernel's variables to registers
+# (its allocas), fold and simplify, then emit with the code generator's cheap level.  No loop passes, no
+# vectoriser: counted on the GPT step's 44 kernels (one thread), the LLVM work falls ~5x below O3's (scalar
+# loops, no interleaving), and the step's calls run ~1.8x O3's, still far under eager's.  The optimised build
+# replaces it kernel by kernel.
+QUICK_PASSES = ("sroa", "instruction_combine", "simplify_cfg")
+QUICK_SUFFIX = "_quick"     # the quick object's symbol: both builds of a kernel live in one process's engine
 
 
-def _tools():
-    """This thread's LLVM context and target machine: threads compile kernels at once, and neither is safe to
-    share while it works (LLVM itself runs without the GIL: llvmlite's calls release it)."""
-    t = getattr(_TLS, "tools", None)
+def _tools(quick=False):
+    """This thread's LLVM context and target machine (``quick``: the code generator's cheap level): threads compile
+    kernels at once, and neither is safe to share while it works (LLVM itself runs without the GIL: llvmlite's
+    calls release it)."""
+    t = getattr(_TLS, "quick" if quick else "tools", None)
     if t is None:
         from ..native import objload
         ll = objload._ll()
         target = ll.Target.from_triple(ll.get_process_triple())
         # the host's target machine as Numba configures its JIT: O3, host CPU and features, static relocations
         tm = target.create_target_machine(cpu=ll.get_host_cpu_name(), features=ll.get_host_cpu_features().flatten(),
-                                          opt=3, reloc="static", codemodel="jitdefault")
-        t = _TLS.tools = (ll, ll.create_context(), tm)
+                                          opt=1 if quick else 3, reloc="static", codemodel="jitdefault")
+        t = (ll, ll.create_context(), tm)
+        setattr(_TLS, "quick" if quick else "tools", t)
     return t
 
 
-def _optimised(text):
-    ll, ctx, tm = _tools()
+def _optimised(text, quick=False):
+    ll, ctx, tm = _tools(quick)
     m = ll.parse_assembly(text, context=ctx)
     m.triple = ll.get_process_triple()
     m.data_layout = str(tm.target_data)
     m.verify()
+    if quick:
+        pm = ll.create_new_module_pass_manager()
+        for name in QUICK_PASSES:
+            getattr(pm, f"add_{name}_pass")()
+        pm.run(m, ll.create_pass_builder(tm, ll.create_pipeline_tuning_options(speed_level=0)))
+        return m, tm
     pto = ll.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization = True       # Numba's defaults (NUMBA_LOOP_VECTORIZE=1, NUMBA_SLP_VECTORIZE=0)
     pto.slp_vectorization = False
@@ -658,21 +673,28 @@ def _optimised(text):
     return m, tm
 
 
-def compile_kernel(key: str, source: str, elsewhere=None):
+def compile_kernel(key: str, source: str, elsewhere=None, quick=False):
     """The kernel's object code (``objstore.Blob``), or None when Numba must compile it.  ``elsewhere``: an object
     with ``object_code(key, text)`` that may compile the text in another process (``native/forked_llvm.py``;
-    None: it did not, and this process does)."""
+    None: it did not, and this process does).  ``quick``: the quick build (``QUICK_PASSES``), whose text stays
+    for the optimised build that follows."""
     with _lock:
-        text = _TEXTS.pop(key, None)
+        text = _TEXTS.get(key) if quick else _TEXTS.pop(key, None)
     if text is None:
         text = compile_text(key, source)
-        with _lock:
-            _TEXTS.pop(key, None)
+        if not quick:
+            with _lock:
+                _TEXTS.pop(key, None)
     if not is_llvm(text):
         STATS["kernels_refused"] += 1
         return None
     if not text.startswith(f"{HEADER}{key}\n"):
         raise ValueError(f"kernel {key}: its LLVM IR names another key")
+    if quick:
+        blob = object_code(key, text, quick=True)
+        with _lock:
+            STATS["kernels_quick"] += 1
+        return blob
     blob = elsewhere.object_code(key, text) if elsewhere is not None else None
     if blob is None:
         blob = object_code(key, text)
@@ -681,15 +703,20 @@ def compile_kernel(key: str, source: str, elsewhere=None):
     return blob
 
 
-def object_code(key: str, text: str):
-    """LLVM IR ``text`` of kernel ``key`` optimised and compiled to object code (``objstore.Blob``)."""
+def object_code(key: str, text: str, quick=False):
+    """LLVM IR ``text`` of kernel ``key`` optimised and compiled to object code (``objstore.Blob``); ``quick``: the
+    quick build, its symbol ``symbol(key) + QUICK_SUFFIX``."""
     from ..native import objload, objstore
-    m, tm = _optimised(text)
+    m, tm = _optimised(text, quick)
+    name = symbol(key)
+    if quick:
+        name += QUICK_SUFFIX
+        m.get_function(symbol(key)).name = name
     obj = tm.emit_object(m)
     # the C library's functions it calls (atan2, nextafter; LLVM may add memset) and, for a parallel kernel, the
     # pool's (``workpool.SYMBOLS``): resolved from the process when the object is linked (``objload.load``)
     needs = objload.external_symbols(m)
-    return objstore.Blob(key, symbol(key), obj, needs)
+    return objstore.Blob(key, name, obj, needs)
 
 
 def assembly(kir: ki.KernelIR, key: str = "0" * 64) -> str:

@@ -17,6 +17,12 @@ we keep and load the object code.
 - **One builder per key across processes**: a builder holds ``objstore.BuildLock(key)`` while it compiles;
   others wait for it and load its result, and no build process is started for a key someone else is building.
 - **A full disk** or an unusable cache directory: what this process compiled is used from memory.
+- **Two tiers in a background build** (``QUICK``): the kernels this process compiles are first built quickly
+  (``ir_loops.QUICK_PASSES``: a few cheap passes, no vectoriser; ~5x less LLVM work than O3) and linked, so the
+  caller's calls switch to compiled code that much sooner; the same kernels are then built at O3 (``optimise``,
+  after every other graph's quick build on the build thread), written to disk and swapped in kernel by kernel.
+  Quick code is never written to disk: the cache holds optimised code only, and a run that exits before the
+  optimised build hands it to build processes, as any unfinished build.
 """
 from __future__ import annotations
 
@@ -34,6 +40,7 @@ _FUNCS: dict = {}           # key -> Numba cfunc compiled in this process (keeps
 _MODULES: dict = {}         # kernel key -> Numba module built for inspection (build_module)
 _BLOBS_MADE_HERE: set = set()   # kernel/entry keys compiled by this process (not loaded from disk)
 _UNLINKED: dict = {}        # key -> objstore.Blob compiled for a forked build, linked when it ends (``link_compiled``)
+_QUICK: dict = {}           # kernel key -> address of its quick build's code in this process (until optimised)
 _lock = threading.RLock()
 KERNEL_EXTRA = ("cpu-kernel", 3)
 ENTRY_EXTRA = ("cpu-entry", 2)
@@ -44,9 +51,11 @@ STARTUP = 3                 # a build process's start (Python, jitgrad, Numba) c
 # jitgrad, ~IR_STARTUP IR kernels) takes a share only of graphs with more than THREAD_KERNELS of them
 IR_STARTUP = 16
 THREAD_KERNELS = 48
+# a background build's kernels compiled here are first built quickly (see the module docstring; 0: O3 at once)
+QUICK = os.environ.get("JITGRAD_QUICK_BUILD", "1") != "0"
 GRAPH_EXTRA = ("cpu-graph", 1)
-COUNTS = {"kernels_compiled": 0, "kernels_ir": 0, "kernels_loaded": 0, "drivers_compiled": 0, "drivers_loaded": 0,
-          "build_processes": 0, "forked_compilers": 0, "graph_files_loaded": 0, "graph_files_assembled": 0}
+COUNTS = {"kernels_compiled": 0, "kernels_ir": 0, "kernels_quick": 0, "kernels_loaded": 0, "drivers_compiled": 0,
+          "drivers_loaded": 0, "build_processes": 0, "forked_compilers": 0, "graph_files_loaded": 0, "graph_files_assembled": 0}
 
 
 def _cores() -> int:
@@ -110,6 +119,25 @@ def link_compiled() -> None:
         blobs = list(_UNLINKED.values())
         _UNLINKED.clear()
         _load_blobs(blobs)
+
+
+def compile_quick(key: str, source: str):
+    """The address of kernel ``key``'s code for a background build's first tier: its optimised code when this
+    process has it, else its quick build (compiled and linked now, kept in memory only); None when Numba must
+    compile the kernel (no quick build)."""
+    addr = _ADDRESSES.get(key) or _QUICK.get(key)
+    if addr is not None:
+        return addr
+    from ..kernels import ir_loops
+    blob = ir_loops.compile_kernel(key, source, quick=True)
+    if blob is None:
+        return None
+    from . import objload
+    with _lock:
+        if key not in _QUICK:
+            _QUICK[key] = objload.load([blob])[key]
+            COUNTS["kernels_quick"] += 1
+        return _ADDRESSES.get(key) or _QUICK[key]
 
 
 def compile_numba(key: str, source: str, kind: str) -> int:
@@ -234,6 +262,7 @@ class GraphCode:
         self.how = None                       # "process" | "graph file" | "assembled" | "built"
         self.spawned = False                  # its build processes have started (they finish even if we exit)
         self.forked = 0                       # kernels its forked LLVM compilers compiled (``_build_here``)
+        self.quick_keys = set()               # kernels it runs from quick code until ``optimise`` builds them
         self.errors = []
 
     def _keys(self):
@@ -254,7 +283,8 @@ class GraphCode:
         raise KeyError(key)
 
     def addresses(self):
-        kaddr = {k.key: _ADDRESSES[self.kkeys[k.key]] for k in self.kernels}
+        """(kernel name -> address, the entry's address): each kernel's optimised code, else its quick code."""
+        kaddr = {k.key: _ADDRESSES.get(self.kkeys[k.key]) or _QUICK[self.kkeys[k.key]] for k in self.kernels}
         return kaddr, (_ADDRESSES[self.ekey] if self.ekey else None)
 
     def missing(self):
@@ -389,6 +419,8 @@ class GraphCode:
             if forked is None:
                 self.ensure_entry()
             todo = self.pending_jobs(sources=False, entry=forked is None)
+            if todo is None and background and QUICK:      # no disk cache: its kernels built quickly first too
+                todo = [(self._kind(k), k, None) for k in self.missing() if k != self.ekey]
             busy = [j for j in todo or () if objstore.BuildLock(j[1]).held_elsewhere()]   # someone builds them: wait
             todo = [j for j in todo or () if j not in busy]
             if background and todo:
@@ -412,12 +444,30 @@ class GraphCode:
                 self.errors.append(err.decode(errors="replace")[-2000:])
         with _lock:
             if self.missing() and self.try_load():
+                self.quick_keys.clear()
                 return
             for key in self._keys():
-                self._obtain(key)
-            self.assemble()         # (also when this process compiled everything: the next run loads one file)
+                if key not in self.quick_keys:
+                    self._obtain(key)
+            if not self.quick_keys:
+                self.assemble()     # (also when this process compiled everything: the next run loads one file)
             if self.how is None:
                 self.how = "built"
+
+    def optimise(self, swap):
+        """A quick build's second tier (on the build thread, after the switch): each kernel run from quick code
+        compiled at O3 under its build lock and written to disk (``_obtain``), then ``swap(key, address)`` so the
+        graph's calls take it; then the graph's file.  Raises ``build_thread.BuildStopped`` when the process is
+        exiting (what is left goes to build processes)."""
+        for key in [k for k in self._keys() if k in self.quick_keys]:
+            with build_thread.compiling() as go:
+                if not go:
+                    raise build_thread.BuildStopped
+                self._obtain(key)
+            self.quick_keys.discard(key)
+            swap(key, _ADDRESSES[key])
+        with _lock:
+            self.assemble()
 
     def _build_here(self, todo, cores, forked=None):
         """A synchronous build: kernels that translate to LLVM IR (``ir_loops``) compile here, each handed to a
@@ -500,7 +550,8 @@ class GraphCode:
         for job in todo:
             is_ir = job[0] == "kernel" and IR_LOOPS and ir_loops.translatable(job[1], self._source(job[1]))
             (fast if is_ir else slow).append(job)
-        helpers = min(cores - 1, len(fast) // THREAD_KERNELS) if cores > 1 else 0
+        # (quick builds: every IR kernel here, ~5x cheaper than O3; a build process would make the switch wait for it)
+        helpers = min(cores - 1, len(fast) // THREAD_KERNELS) if cores > 1 and not QUICK else 0
         mine, away = fast, []
         if helpers > 0:
             n_mine = min(len(fast), -(-(len(fast) + IR_STARTUP * helpers) // (helpers + 1)))
@@ -528,8 +579,18 @@ class GraphCode:
             with build_thread.compiling() as go:
                 if not go:          # exiting: what is left goes to build processes (``_spawn_leftovers``)
                     break
-                self._obtain(job[1])
+                if not (QUICK and self._quick(job[1])):
+                    self._obtain(job[1])
         return procs
+
+    def _quick(self, key) -> bool:
+        """Kernel ``key`` served by quick code (``compile_quick``; False when it needs Numba)."""
+        if key in _ADDRESSES:
+            return False
+        if compile_quick(key, self._source(key)) is None:
+            return False
+        self.quick_keys.add(key)
+        return True
 
     def _obtain(self, key, elsewhere=None):
         if key in _ADDRESSES:

@@ -6,6 +6,11 @@ core from the caller, not all of them; the kernels it compiles itself translate 
 ``GraphCode._build_in_background``), the rest go to build processes.  At exit (``build._spawn_leftovers``) the
 thread is stopped between two kernels (``stop``): it finishes the kernel it is compiling, and what it had not
 compiled is handed to build processes, so the next run finds it in the cache.
+
+Jobs run by priority, then in the order they came: first builds (``FIRST``: a graph's calls run eagerly or
+interpreted until it is done), then the optimised tier of quick builds (``OPTIMISE``: their calls run compiled
+already), then eager mode's kernels (``EAGER``, ``jit/eager_kernels.py``: a compiled function's first call runs
+eagerly and asks for them before its own build is queued, which they would otherwise delay).
 """
 from __future__ import annotations
 
@@ -16,12 +21,14 @@ import time
 
 from . import cache
 
+FIRST, OPTIMISE, EAGER = 0, 1, 2   # job priorities (see the module docstring)
 _lock = threading.Lock()
 _QUEUE = None               # the thread's job queue (None until the first background build)
 _QUEUED: list = []          # CompiledGraphs queued or building
 _STOP = threading.Event()   # set at exit: the thread stops between kernels
 _IN_KERNEL = threading.Lock()   # held while the thread compiles one kernel (``stop`` waits for it)
 _GATE = None                # a threading.Event a background build waits for before it starts (``hold_builds``)
+_OPT_GATE = None            # the same for the optimised tier's jobs (``hold_optimising``)
 
 
 class BuildStopped(Exception):
@@ -36,25 +43,37 @@ def hold_builds(gate) -> None:
     _GATE = gate
 
 
-def queue_background(cg) -> None:
-    """Run ``cg._build(True)`` on the build thread (started on first use)."""
-    global _QUEUE
+def hold_optimising(gate) -> None:
+    """The optimised tier's jobs (``OPTIMISE``) wait for ``gate`` (None: no wait), as ``hold_builds``: a test that
+    counts the calls quick code serves holds them (other jobs queued behind one wait too)."""
+    global _OPT_GATE
+    _OPT_GATE = gate
+
+
+def queue_background(cg, priority: int = FIRST) -> None:
+    """Run ``cg._build(True)`` on the build thread (started on first use), after the jobs queued before it at the
+    same or a lower ``priority``."""
+    global _QUEUE, _SEQ
     import queue
     with _lock:
         if _QUEUE is None:
-            _QUEUE = queue.Queue()
+            _QUEUE = queue.PriorityQueue()
             threading.Thread(target=_worker, args=(_QUEUE,), daemon=True, name="jitgrad-compile").start()
         _QUEUED.append(cg)
-        _QUEUE.put((cg, cache._configured_dir()))
+        _SEQ += 1
+        _QUEUE.put((priority, _SEQ, cg, cache._configured_dir()))
+
+
+_SEQ = 0        # jobs queued so far (equal priorities run in this order)
 
 
 def _worker(q):
     while True:
-        job, root = q.get()
+        priority, _, job, root = q.get()
         try:
-            gate = _GATE
-            while gate is not None and not gate.wait(0.05) and not _STOP.is_set():
-                pass
+            for gate in (_GATE, _OPT_GATE if priority == OPTIMISE else None):
+                while gate is not None and not gate.wait(0.05) and not _STOP.is_set():
+                    pass
             if not _STOP.is_set():
                 with cache.pinned_dir(root):
                     job._build(True)
@@ -109,7 +128,7 @@ def _after_fork_in_child():
     _IN_KERNEL = threading.Lock()
     _QUEUE = None
     for cg in _QUEUED:
-        if cg.run is None and cg.error is None:
+        if cg.error is None and (cg.run is None or getattr(cg, "optimising", False)):
             cg.pending = True
     _QUEUED.clear()
 
@@ -118,4 +137,5 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-__all__ = ["queue_background", "wait_background", "hold_builds", "compiling", "stopping", "stop", "BuildStopped"]
+__all__ = ["FIRST", "OPTIMISE", "EAGER", "queue_background", "wait_background", "hold_builds", "hold_optimising",
+           "compiling", "stopping", "stop", "BuildStopped"]

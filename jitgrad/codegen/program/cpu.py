@@ -132,6 +132,10 @@ class CompiledGraph:
         self._busy = False
         self._lock = threading.Lock()
         self.on_ready = []       # callables(cg) run once its code is ready (from the thread that built it)
+        # a background build's first tier runs quick code (``build.py``): ``optimising`` until its kernels' optimised
+        # code is swapped in, then ``on_optimised``'s callables(cg) run (from the build thread)
+        self.optimising = False
+        self.on_optimised = []
         self.code = _build.GraphCode(self.kernels, self.driver_source if self.nopython else None, disk_cache,
                                      self._entry_build)
         if background is None:
@@ -150,12 +154,14 @@ class CompiledGraph:
 
     # ---- building -----------------------------------------------------------------------------------------
     def start(self):
-        """Queue the background build (once)."""
+        """Queue the background build (once), or its optimised tier (a forked child's, whose parent had queued it)."""
         if self.pending:
             self.pending = False
-            _background(self)
+            _background(self, build_thread.OPTIMISE if self.optimising else build_thread.FIRST)
 
     def _build(self, background: bool):
+        if self.optimising:         # queued again after the quick build's switch: the optimised tier
+            return self._optimise()
         t0 = time.perf_counter()
         if any(k.parallel for k in self.kernels):
             threads.configure()     # the threading layer, before any parallel kernel can launch (it imports Numba)
@@ -163,11 +169,39 @@ class CompiledGraph:
             phase = self._phase if (self._phase is not None and not background) else None
             with (phase("compile/numba") if phase else contextlib.nullcontext()):
                 self.code.build(background)
+            self.optimising = bool(self.code.quick_keys)
             self._ready(t0)
         except build_thread.BuildStopped:     # the process is exiting: build processes finish the job for the next run
             return
         except BaseException as e:  # noqa: BLE001 - any codegen failure falls back to the interpreter, loudly
             self.fail(e)
+            return
+        if self.optimising:         # behind every first build queued meanwhile (their calls wait for them)
+            _background(self, build_thread.OPTIMISE)
+
+    def _optimise(self):
+        """The optimised tier of a quick build: each kernel built at O3 and swapped into the address table, where
+        the next call's entry reads it (one aligned word per kernel: a call running meanwhile runs either build
+        of it, both the same function), then ``on_optimised``.  An error leaves the quick code in place."""
+        try:
+            self.code.optimise(self._swap)
+        except build_thread.BuildStopped:
+            return
+        except Exception as e:  # noqa: BLE001 - the quick code keeps serving; say why once
+            warnings.warn(f"jitgrad: the optimised build of a graph failed ({type(e).__name__}: {e}); its quick "
+                          f"build keeps serving it", CodegenWarning, stacklevel=2)
+            self.code.quick_keys.clear()
+        self.optimising = False
+        for fn in self.on_optimised:
+            fn(self)
+
+    def _swap(self, key, address):
+        """Kernel ``key``'s (a build key) optimised code at ``address`` replaces its quick code in the tables."""
+        kkeys = self.code.kkeys
+        for n, st in enumerate(self.program.steps + self.program.writes):
+            if st.kind == "kernel" and kkeys[st.kernel.key] == key:
+                self._addrs[st.kernel.key] = address
+                self.F[n] = address
 
     def _ready(self, t0):
         """Every kernel and the entry have code in this process: fill the tables, make ``run``."""
@@ -243,13 +277,16 @@ class CompiledGraph:
         warnings.warn(f"jitgrad: Numba code generation failed for a graph ({', '.join(self.names.values())[:200]});"
                       f" running it on the reference interpreter instead.\n{detail}", CodegenWarning, stacklevel=3)
 
-    def wait(self, timeout=None) -> bool:
-        """Block until the background build finished (True if compiled code is available)."""
+    def wait(self, timeout=None, optimised=True) -> bool:
+        """Block until the background build finished (True if compiled code is available); ``optimised``: and a
+        quick build's optimised tier (False: until the switch only)."""
         t0 = time.perf_counter()
-        while self.run is None and self.error is None:
+        while (self.run is None and self.error is None) or (optimised and self.optimising):
             if self.pending:
                 self.start()
             if timeout is not None and time.perf_counter() - t0 > timeout:
+                break
+            if self.run is not None and build_thread.stopping():
                 break
             time.sleep(0.005)
         return self.run is not None
