@@ -147,7 +147,7 @@ def test_kernels_numba_must_build_go_to_build_processes(tmp_path):
 EXIT_SCRIPT = textwrap.dedent("""
     import json, os, sys, threading
     import numpy as np, jitgrad as jg
-    from jitgrad.codegen.native import build
+    from jitgrad.codegen.native import build, graph_build
     W = jg.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), requires_grad=True)
 
     def step(x):
@@ -165,13 +165,13 @@ EXIT_SCRIPT = textwrap.dedent("""
                           if isinstance(v, (int, float, str, type(None)))}}))
         sys.exit(0)
     one_done = threading.Event()
-    obtain = build.GraphCode._obtain
+    obtain = graph_build.GraphCode._obtain
 
     def watched(self, key):         # the build thread: tell the script when it has compiled a kernel (optimised:
         obtain(self, key)           # after the quick build's switch)
         if key != self.ekey:
             one_done.set()
-    build.GraphCode._obtain = watched
+    graph_build.GraphCode._obtain = watched
     f = jg.compile(step, backend="numba")
     f(x)                            # eager; the build starts on the build thread
     assert one_done.wait(300)

@@ -15,7 +15,7 @@ import pytest
 
 import jitgrad as jg
 from jitgrad.codegen.kernels import ir_loops, kernel_ir as ki, loops
-from jitgrad.codegen.native import build, cache, forked_llvm, llvm_build, objstore
+from jitgrad.codegen.native import build, cache, forked_llvm, graph_build, llvm_build, objstore
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not forked_llvm.available(), reason="forked compilers need a Linux fork")
@@ -92,8 +92,8 @@ def test_few_kernels_or_one_core_fork_nothing(monkeypatch):
 B11 = """
 import importlib.util, json, os, sys, functools
 import numpy as np, jitgrad as jg
-from jitgrad.codegen.native import build, forked_llvm
-build._cores = lambda: 2
+from jitgrad.codegen.native import build, forked_llvm, graph_build
+graph_build._cores = lambda: 2
 spec = importlib.util.spec_from_file_location("force_field", os.path.join(sys.argv[1], "force_field.py"))
 ff = importlib.util.module_from_spec(spec); spec.loader.exec_module(ff)
 call, fn, args, _ = ff.torch_style(jg, "compiled", np.float32,
@@ -140,7 +140,7 @@ def test_cold_b11_build_with_a_forked_compiler_is_the_same_build(tmp_path):
 
 def test_entry_is_built_by_a_forked_compiler(tmp_path, monkeypatch):
     monkeypatch.setenv("JITGRAD_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(build, "_cores", lambda: 2)
+    monkeypatch.setattr(graph_build, "_cores", lambda: 2)
     monkeypatch.setattr(forked_llvm, "FORK_KERNELS", 1)
     x = jg.tensor(np.linspace(-1, 1, 7).astype(np.float32))
     f = jg.compile(lambda x: (jg.tanh(x) * 3).sum() + jg.sigmoid(x).max(), backend="numba", background=False)

@@ -21,8 +21,8 @@ graph's kernels and entry: linked from object code vs compiled in this process o
 and ``graphs_loaded`` / ``graphs_built``; each call's path is counted (``compiled_calls``, ``interpreted_calls``,
 ``eager_calls``), and ``first_compiled_call`` says which call first ran compiled code: the switch from the eager
 or interpreted calls to the build thread's code (``codegen/native/build_thread.py``) happens at the first call after
-the code is ready.  A background build on an empty cache first builds its kernels quickly (``codegen/native/
-build.py``, two tiers): ``kernels_quick`` counts those, ``graphs_optimising`` the graphs still running quick code,
+the code is ready.  A background build on an empty cache first builds its kernels quickly (two tiers:
+``codegen/native/graph_build.py``): ``kernels_quick`` counts those, ``graphs_optimising`` the graphs still running quick code,
 and once none is, ``first_optimised_call`` says from which call every kernel ran its optimised build (the
 optimised builds count in ``kernels_compiled`` as they land).
 

@@ -2,7 +2,7 @@
 
 They are started with the caller's working directory off ``sys.path`` (``_BOOT``), so a ``numba.py`` or
 ``jitgrad/`` there never runs; they outlive the script that started them, so a build that has started lands in
-the cache even when the script exits (``build.py`` hands them the builds still queued at exit).  The process
+the cache even when the script exits (``graph_build.py`` hands them the builds still queued at exit).  The process
 that starts one takes each job's build lock and hands it over (an inherited descriptor), so no second builder
 starts for a key meanwhile.  This module starts them; what one runs is ``build_worker.py``, which compiles like
 this process does (``build.compile_code``: LLVM IR where ``ir_loops`` can, else Numba), so one whose kernels all

@@ -2,8 +2,8 @@
 process (started on first use), while the caller's calls run eagerly or interpreted (``jit/build_policy.py``).
 
 One thread, because LLVM's calls are serialised by llvmlite's lock anyway and a background build should take one
-core from the caller, not all of them; the kernels it compiles itself translate to LLVM IR (``build.py``:
-``GraphCode._build_in_background``), the rest go to build processes.  At exit (``build._spawn_leftovers``) the
+core from the caller, not all of them; the kernels it compiles itself translate to LLVM IR (``graph_build.py``:
+``GraphCode._build_in_background``), the rest go to build processes.  At exit (``graph_build._spawn_leftovers``) the
 thread is stopped between two kernels (``stop``): it finishes the kernel it is compiling, and what it had not
 compiled is handed to build processes, so the next run finds it in the cache.
 

@@ -28,7 +28,7 @@ from ...ir import settings
 from ...ir.ops import blas
 from ...ir.plan import Plan
 from . import batch_steps, batched_gemm, collective_steps, gemm_steps, loop_steps, region_steps
-from ..native import build as _build, build_thread, threads
+from ..native import build_thread, graph_build, threads
 from .layout import Program
 from ..lowering import lower_plan, step_error
 from ..kernels import small_gemm
@@ -136,8 +136,8 @@ class CompiledGraph:
         # code is swapped in, then ``on_optimised``'s callables(cg) run (from the build thread)
         self.optimising = False
         self.on_optimised = []
-        self.code = _build.GraphCode(self.kernels, self.driver_source if self.nopython else None, disk_cache,
-                                     self._entry_build)
+        self.code = graph_build.GraphCode(self.kernels, self.driver_source if self.nopython else None, disk_cache,
+                                         self._entry_build)
         if background is None:
             background = os.environ.get("JITGRAD_BACKGROUND_COMPILE", "1") != "0"
         t0 = time.perf_counter()

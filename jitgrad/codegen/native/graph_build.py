@@ -1,0 +1,439 @@
+"""A compiled graph's code (``GraphCode``): loaded from its file or assembled from its objects, else built, and
+who compiles which kernel (``build.py`` holds each kernel's code by key).
+
+- **Loading.**  A warm start reads the graph's one file and links it with llvmlite: no Numba import at all.  A graph
+  whose file is missing but whose kernels and entry are on disk (another graph shares them, or the build that
+  wrote them was cut short) is assembled from them, still without Numba.
+- **Building** in this process (the build thread for a background build, worker threads and forked LLVM compilers
+  for a synchronous one), or in build processes (``build_procs.py``, isolated from the caller's working
+  directory), which are detached: a build that has started finishes and lands in the cache even when the script
+  that asked for it exits.  Builds still queued at exit are handed to build processes then (``_spawn_leftovers``).
+  No build process is started for a key someone else is building (its build lock is held).
+- **Two tiers in a background build** (``QUICK``): the kernels this process compiles are first built quickly
+  (``build.compile_quick``) and linked, so the caller's calls switch to compiled code that much sooner; the same
+  kernels are then built at O3 (``optimise``, after every other graph's quick build on the build thread), written
+  to disk and swapped in kernel by kernel.  A run that exits before the optimised build hands it to build
+  processes, as any unfinished build.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+
+from . import build, build_procs, build_thread, cache, forked_llvm, objstore
+
+STARTUP = 3                 # a build process's start (Python, jitgrad, Numba) costs about this many kernel compiles
+# a background build compiles IR kernels on its thread (~20-80 ms each); a build process (~1 s to start Python and
+# jitgrad, ~IR_STARTUP IR kernels) takes a share only of graphs with more than THREAD_KERNELS of them
+IR_STARTUP = 16
+THREAD_KERNELS = 48
+# a background build's kernels compiled here are first built quickly (see the module docstring; 0: O3 at once)
+QUICK = os.environ.get("JITGRAD_QUICK_BUILD", "1") != "0"
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:      # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class GraphCode:
+    """The code of one compiled graph: its kernels (``kernel.key`` -> address) and its entry's address."""
+
+    def __init__(self, kernels, entry_src=None, disk=True, entry_build=None):
+        self.kernels = list(kernels)
+        self.entry_src = entry_src             # the entry's listing (its identity)
+        self.entry_build = entry_build         # key -> objstore.Blob: its machine code (entry.compile_entry)
+        self.disk = disk
+        self.kkeys = {k.key: build.kernel_key(k) for k in self.kernels}
+        self.ekey = build.entry_key(entry_src) if entry_src is not None else None
+        self.gkey = build.graph_key(self.kkeys.values(), self.ekey or "")
+        self.loaded_keys, self.compiled_keys = set(), set()    # linked from object code / compiled here
+        # code another graph of this process built already counts as loaded (compiled before this build), so a
+        # graph's stats always add up to its kernels and entry
+        self.loaded_keys |= {k for k in self._keys() if k in build._ADDRESSES}
+        self.elsewhere = set()                # keys our build processes compiled (then linked here)
+        self.how = None                       # "process" | "graph file" | "assembled" | "built"
+        self.spawned = False                  # its build processes have started (they finish even if we exit)
+        self.forked = 0                       # kernels its forked LLVM compilers compiled (``_build_here``)
+        self.quick_keys = set()               # kernels it runs from quick code until ``optimise`` builds them
+        self.errors = []
+
+    def _keys(self):
+        ks = list(dict.fromkeys(self.kkeys.values()))
+        return ks + ([self.ekey] if self.ekey else [])
+
+    def _kind(self, key):
+        return "entry" if key == self.ekey else "kernel"
+
+    def _source(self, key):
+        """What compiles ``key``: a kernel's LLVM IR where ``ir_loops`` renders its IR, else its Numba text."""
+        for k in self.kernels:
+            if self.kkeys[k.key] == key:
+                if build.IR_LOOPS:
+                    from . import llvm_build
+                    return llvm_build.compile_text(key, k.source, k.ir)
+                return k.source
+        raise KeyError(key)
+
+    def addresses(self):
+        """(kernel name -> address, the entry's address): each kernel's optimised code, else its quick code."""
+        kaddr = {k.key: build._ADDRESSES.get(self.kkeys[k.key]) or build._QUICK[self.kkeys[k.key]] for k in self.kernels}
+        return kaddr, (build._ADDRESSES[self.ekey] if self.ekey else None)
+
+    def missing(self):
+        return [k for k in self._keys() if k not in build._ADDRESSES]
+
+    def try_load(self) -> bool:
+        """Without compiling (and without Numba): from this process, the graph's file, or its objects' files.
+        True when every kernel and the entry have code here now."""
+        with build._lock:
+            todo = self.missing()
+            if not todo:
+                self.how = self.how or "process"
+                return True
+            if not self.disk or cache.cache_dir() is None:
+                return False
+            blobs = objstore.read(self.gkey)
+            if blobs is not None and {b.name for b in blobs} >= set(self._keys()):
+                try:
+                    build._load_blobs(blobs)
+                except Exception:  # noqa: BLE001 - unlinkable: treated as corrupt, rebuilt
+                    objstore.last_error[self.gkey] = "cannot be linked"
+                else:
+                    self._count_loaded(todo)
+                    build.COUNTS["graph_files_loaded"] += 1
+                    self.how = "graph file"
+                    return True
+            for key in list(todo):          # the graph's file is missing: its objects may be on disk
+                if not objstore.exists(key):
+                    return False
+            for key in todo:
+                if not build._from_disk(key, self._kind(key)):
+                    return False
+                self.loaded_keys.add(key)
+            self.assemble()
+            self.how = "assembled"
+            return True
+
+    @property
+    def loaded(self) -> int:
+        """This graph's kernels and entry that were linked from object code compiled before its build."""
+        return len(self.loaded_keys - self.elsewhere)
+
+    @property
+    def compiled(self) -> int:
+        """This graph's kernels and entry compiled for its build (here or in its build processes)."""
+        return len(self.compiled_keys | (self.elsewhere & self.loaded_keys))
+
+    def _count_loaded(self, todo):
+        self.loaded_keys |= set(todo)
+        for key in todo:
+            build.COUNTS["kernels_loaded" if self._kind(key) == "kernel" else "drivers_loaded"] += 1
+
+    def assemble(self) -> bool:
+        """Write the graph's file from its objects (compiled here or read from their files)."""
+        if not self.disk:
+            return False
+        blobs = []
+        for key in self._keys():
+            b = build._BLOBS.get(key)
+            if b is None:
+                got = objstore.read(key)
+                if not got:
+                    return False
+                b = got[0]
+            blobs.append(b)
+        ok = objstore.write(self.gkey, blobs) is not None
+        if ok:
+            build.COUNTS["graph_files_assembled"] += 1
+        return ok
+
+    def ensure_entry(self, load=True) -> None:
+        """The entry's object code (built here: LLVM IR to machine code in milliseconds, no Numba), written to
+        disk for the graph's file, and linked into this process when ``load``."""
+        key = self.ekey
+        if key is None or key in build._ADDRESSES:
+            return
+        with build._lock:
+            blob = build._BLOBS.get(key)
+            if blob is None and self.disk:
+                got = objstore.read(key)
+                if got and [b.name for b in got] == [key]:
+                    blob = got[0]
+                    self.loaded_keys.add(key)
+                    build.COUNTS["drivers_loaded"] += 1
+            if blob is None:
+                blob = build._BLOBS[key] = self.entry_build(key)
+                self.compiled_keys.add(key)
+                build.COUNTS["drivers_compiled"] += 1
+                if self.disk:
+                    objstore.write(key, [blob])
+            if load:
+                build._load_blobs([blob])
+
+    def pending_jobs(self, sources=True, entry=True):
+        """(kind, key, source path) of the kernels not compiled anywhere yet (the entry is built here, at once,
+        unless ``entry`` is False); None without a usable disk cache.  ``sources=False``: no source files written
+        (path None; a synchronous build writes them only for the jobs it hands to build processes)."""
+        if not self.disk or cache.cache_dir() is None:
+            return None
+        if entry:
+            self.ensure_entry(load=False)
+        jobs = []
+        for key in self.missing():
+            if key == self.ekey or objstore.exists(key):
+                continue
+            path = None
+            if sources:
+                path = cache.store_entry(key, self._source(key))
+                if path is None:
+                    return None
+            jobs.append((self._kind(key), key, None if path is None else str(path)))
+        return jobs
+
+    def build(self, background: bool):
+        """Compile what is missing, then write the graph's file.  ``background`` (on the build thread, while the
+        caller's calls run meanwhile): kernels that translate to LLVM IR compile on this thread, one at a time
+        (tens of milliseconds each), and only what is slow goes to build processes: kernels Numba must compile (this
+        process never imports Numba while it serves calls) and the tail of a big graph (``_build_in_background``).
+        Else (a synchronous build) this process compiles a share on worker threads while build processes take
+        the rest, in parallel."""
+        with build._lock:
+            if self.try_load():
+                return
+        cores = _cores()
+        forked = None       # a synchronous build forks its LLVM compilers first: one builds the entry meanwhile
+        if not background and build.IR_LOOPS:
+            forked = forked_llvm.for_build(sum(1 for k in self.missing() if k != self.ekey and not (
+                self.disk and objstore.exists(k))), cores, self.entry_build)
+            build.COUNTS["forked_compilers"] += len(forked.children) if forked is not None else 0
+        procs = []
+        try:
+            if forked is None:
+                self.ensure_entry()
+            todo = self.pending_jobs(sources=False, entry=forked is None)
+            if todo is None and background and QUICK:      # no disk cache: its kernels built quickly first too
+                todo = [(self._kind(k), k, None) for k in self.missing() if k != self.ekey]
+            busy = [j for j in todo or () if objstore.BuildLock(j[1]).held_elsewhere()]   # someone builds them: wait
+            todo = [j for j in todo or () if j not in busy]
+            if background and todo:
+                procs = self._build_in_background(todo, cores)
+            elif todo or forked is not None:
+                procs = self._build_here(todo, cores, forked)
+        finally:
+            if forked is not None:
+                forked.close()
+                self.forked = forked.compiled
+                build.link_compiled()
+        if forked is not None:
+            self.ensure_entry()         # (its object code is here: linked)
+        if build_thread.stopping():
+            raise build_thread.BuildStopped
+        for p in procs:
+            if p is None:
+                continue
+            _, err = p.communicate()
+            if p.returncode != 0:
+                self.errors.append(err.decode(errors="replace")[-2000:])
+        with build._lock:
+            if self.missing() and self.try_load():
+                self.quick_keys.clear()
+                return
+            for key in self._keys():
+                if key not in self.quick_keys:
+                    self._obtain(key)
+            if not self.quick_keys:
+                self.assemble()     # (also when this process compiled everything: the next run loads one file)
+            if self.how is None:
+                self.how = "built"
+
+    def optimise(self, swap):
+        """A quick build's second tier (on the build thread, after the switch): each kernel run from quick code
+        compiled at O3 under its build lock and written to disk (``_obtain``), then ``swap(key, address)`` so the
+        graph's calls take it; then the graph's file.  Raises ``build_thread.BuildStopped`` when the process is
+        exiting (what is left goes to build processes)."""
+        for key in [k for k in self._keys() if k in self.quick_keys]:
+            with build_thread.compiling() as go:
+                if not go:
+                    raise build_thread.BuildStopped
+                self._obtain(key)
+            self.quick_keys.discard(key)
+            swap(key, build._ADDRESSES[key])
+        with build._lock:
+            self.assemble()
+
+    def _build_here(self, todo, cores, forked=None):
+        """A synchronous build: kernels that translate to LLVM IR (``ir_loops``) compile here, each handed to a
+        worker thread as soon as it is translated; the rest need Numba.  llvmlite serialises LLVM's calls with one
+        lock, so the threads do not run LLVM in parallel: they overlap LLVM's work (which releases the GIL) with
+        the next translation and with Numba's Python front end.  A build process costs ~0.9 s to start Python
+        and Numba, so it takes a share of the Numba jobs only from a few of them on.  Returns the build processes started."""
+        from . import llvm_build
+        pool = None
+        if cores > 1:
+            from concurrent.futures import ThreadPoolExecutor
+            workers = max(cores, len(forked.children) + 1) if forked is not None else cores
+            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jitgrad-build")
+        futures, slow, procs = [], [], []
+        if forked is not None and pool is not None:
+            futures.append(pool.submit(self._entry_elsewhere, forked))
+
+        def start(key):
+            if pool is None:
+                self._obtain(key)
+            else:
+                futures.append(pool.submit(self._obtain, key, forked))
+        try:
+            for job in todo:
+                if job[0] == "kernel" and build.IR_LOOPS and llvm_build.translatable(job[1], self._source(job[1])):
+                    start(job[1])
+                else:
+                    slow.append(job)
+            mine = slow
+            helpers = min(cores - 1, len(slow) // 4)
+            if helpers > 0:
+                # a build process spends ~STARTUP kernels' time starting Python and Numba: this process, which is
+                # up already, takes that many more
+                n_mine = min(len(slow), -(-(len(slow) + STARTUP * helpers) // (helpers + 1)))
+                mine, rest = slow[:n_mine], []
+                for job in slow[n_mine:]:
+                    path = cache.store_entry(job[1], self._source(job[1]))     # the build process reads it
+                    if path is None:
+                        mine.append(job)
+                    else:
+                        rest.append((job[0], job[1], str(path)))
+                shares = _split(rest, helpers) if rest else []
+                procs = [_spawn(share) for share in shares]
+                self.elsewhere |= {j[1] for share in shares for j in share}
+                self.spawned = bool(shares)
+            for job in mine:
+                start(job[1])
+            for fut in futures:
+                fut.result()
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
+        return procs
+
+    def _entry_elsewhere(self, forked):
+        """The entry's object code built by a forked compiler while this process renders kernels (else here),
+        kept and written to disk, linked at the build's end (``ensure_entry``)."""
+        key = self.ekey
+        if key is None or key in build._ADDRESSES or key in build._BLOBS or self.entry_build is None or \
+                (self.disk and objstore.exists(key)):
+            return self.ensure_entry(load=False)
+        blob = forked.entry_code(key)
+        if blob is None:
+            return self.ensure_entry(load=False)
+        with build._lock:
+            if key not in build._BLOBS:
+                build._BLOBS[key] = blob
+                self.compiled_keys.add(key)
+                build.COUNTS["drivers_compiled"] += 1
+                if self.disk:
+                    objstore.write(key, [blob])
+
+    def _build_in_background(self, todo, cores):
+        """A background build's share-out (see ``build``): Numba's jobs and, for a graph of more than
+        ``THREAD_KERNELS`` IR kernels on a machine with cores to spare, a tail of its IR jobs go to build processes
+        (each costs ~``IR_STARTUP`` kernels' time to start Python, so this thread keeps that many more); the
+        rest compile here, one at a time, each under its build lock.  Returns the build processes started."""
+        from . import llvm_build
+        fast, slow = [], []
+        for job in todo:
+            is_ir = job[0] == "kernel" and build.IR_LOOPS and llvm_build.translatable(job[1], self._source(job[1]))
+            (fast if is_ir else slow).append(job)
+        # (quick builds: every IR kernel here, ~5x cheaper than O3; a build process would make the switch wait for it)
+        helpers = min(cores - 1, len(fast) // THREAD_KERNELS) if cores > 1 and not QUICK else 0
+        mine, away = fast, []
+        if helpers > 0:
+            n_mine = min(len(fast), -(-(len(fast) + IR_STARTUP * helpers) // (helpers + 1)))
+            mine, away = fast[:n_mine], fast[n_mine:]
+        shares = []
+        if slow:
+            shares += _split(slow, min(cores, len(slow)))
+        if away:
+            shares += _split(away, helpers)
+        procs, sent = [], set()
+        for share in shares:
+            jobs = []
+            for kind, key, _ in share:
+                path = cache.store_entry(key, self._source(key))     # the build process reads it
+                if path is None:
+                    mine.append((kind, key, None))
+                else:
+                    jobs.append((kind, key, str(path)))
+            if jobs:
+                procs.append(_spawn(jobs, self if not self.spawned else None))
+                self.spawned = True
+                sent |= {j[1] for j in jobs}
+        self.elsewhere |= sent
+        for job in mine:
+            with build_thread.compiling() as go:
+                if not go:          # exiting: what is left goes to build processes (``_spawn_leftovers``)
+                    break
+                if not (QUICK and self._quick(job[1])):
+                    self._obtain(job[1])
+        return procs
+
+    def _quick(self, key) -> bool:
+        """Kernel ``key`` served by quick code (``build.compile_quick``; False when it needs Numba)."""
+        if key in build._ADDRESSES:
+            return False
+        if build.compile_quick(key, self._source(key)) is None:
+            return False
+        self.quick_keys.add(key)
+        return True
+
+    def _obtain(self, key, elsewhere=None):
+        if key in build._ADDRESSES:
+            return
+        if key == self.ekey:
+            self.ensure_entry()
+            return
+        build.obtain(key, self._source(key), self._kind(key), self.disk, elsewhere)
+        if key in build._BLOBS_MADE_HERE:
+            self.compiled_keys.add(key)
+        else:
+            self.loaded_keys.add(key)
+
+
+# ------------------------------------------------------------------------------------------------ build processes
+
+def _spawn(jobs, graph=None):
+    """A detached build process for ``jobs`` (``build_procs.spawn``), counted."""
+    build.COUNTS["build_processes"] += 1
+    return build_procs.spawn(jobs, graph)
+
+
+@atexit.register
+def _spawn_leftovers():
+    """At exit: builds still queued, and what the build thread had not compiled yet (it stops after the kernel
+    it is compiling), go to detached build processes, so the next run finds them compiled."""
+    queued = build_thread.stop()
+    left = []
+    for cg in queued:
+        code = cg.code
+        try:
+            todo = code.pending_jobs()
+        except Exception:   # noqa: BLE001 - exiting: nothing to report to
+            continue
+        todo = [j for j in todo or () if not objstore.BuildLock(j[1]).held_elsewhere()]   # (its build processes')
+        if todo:
+            left.append((todo, code))
+    for todo, code in left:
+        try:
+            p = _spawn(todo, code)
+            if p is not None and p.stderr is not None:
+                p.stderr.close()
+        except OSError:
+            pass
+
+
+def _split(todo, parts):
+    shares = [[] for _ in range(max(parts, 1))]
+    for i, job in enumerate(todo):
+        shares[i % len(shares)].append(job)
+    return [s for s in shares if s]
