@@ -7,8 +7,9 @@ Each run is a fresh process; the cold runs get new empty ``JITGRAD_CACHE_DIR`` a
 are paired (eager, cold, eager, cold ...) so a machine whose load changes treats both alike; the warm run reuses
 the last cold run's caches after the build processes it left have finished.  "total" is the child's wall time as
 the parent sees it (interpreter start, imports, data, every call); "calls" the loop alone.  The compiled rows also
-give how many calls ran compiled and which call was the first.  Target: cold total <= eager total, >= 80% of the
-calls compiled; warm as before.
+give how many calls ran compiled and which call was the first, how many kernels the first (quick) build made and
+from which call every kernel ran its optimised build (None: not within the run).  Target: cold total <= eager
+total, >= 80% of the calls compiled; warm as before.
 
     python benchmarks/first_run.py --child b5 compiled 250     # one child: prints RESULT {json}
 """
@@ -66,7 +67,8 @@ def child(which, mode, steps):
         fs = [f] if f is not None else [o for o in gc.get_objects() if type(o).__name__ == "CompiledFunction"]
         s = fs[0].stats
         info.update(compiled=s["compiled_calls"], first=s.get("first_compiled_call"), eager=s["eager_calls"],
-                    interpreted=s["interpreted_calls"], calls=s["calls"], build_s=s.get("build_seconds"))
+                    interpreted=s["interpreted_calls"], calls=s["calls"], build_s=s.get("build_seconds"),
+                    quick=s.get("kernels_quick"), optimised=s.get("first_optimised_call"))
         from jitgrad.codegen.native import build
         info["build_processes"] = build.COUNTS["build_processes"]
     print("RESULT " + json.dumps(info), flush=True)
@@ -112,7 +114,8 @@ def _row(name, info, steps):
     extra = ""
     if "compiled" in info:
         extra = (f"  compiled {info['compiled']}/{steps} ({100 * info['compiled'] / steps:.0f}%), first at call "
-                 f"{info['first']}, build {info['build_s']:.2f} s, {info['build_processes']} build processes")
+                 f"{info['first']}, build {info['build_s']:.2f} s, {info['build_processes']} build processes, "
+                 f"{info['quick']} kernels quick, optimised from call {info['optimised']}")
     print(f"  {name:<14} total {info['total_s']:6.2f} s   calls {info['calls_s']:6.2f} s{extra}", flush=True)
 
 
