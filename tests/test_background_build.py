@@ -199,6 +199,7 @@ TIERS_SCRIPT = textwrap.dedent("""
     import numpy as np, jitgrad as jg
     from jitgrad.codegen.native import build, build_thread, objstore
     from jitgrad.jit.graph_code import _COMPILED
+    from jitgrad.codegen.program.cpu import blas_address
     rng = np.random.default_rng(1)
     W1 = jg.tensor(rng.standard_normal((16, 32), dtype=np.float32))
     W2 = jg.tensor(rng.standard_normal((32, 4), dtype=np.float32))
@@ -215,7 +216,10 @@ TIERS_SCRIPT = textwrap.dedent("""
     for n in range(12):
         if n == 8:
             (cg,) = [c for c in _COMPILED.values() if c.run is not None]
+            small = [n for n, st in enumerate(cg.program.steps) if st.kind == "gemm" and st.gemm.startswith("small_")]
+            blas_small = [int(cg.F[n]) == blas_address(cg.program.steps[n].gemm[6:]) for n in small]
             seen["quick"] = {"on_disk": sum(objstore.exists(k) for k in cg.code.kkeys.values()),
+                             "small_gemms": len(small), "on_blas": all(blas_small),
                              "kernels": len(set(cg.code.kkeys.values())), "counts": dict(build.COUNTS),
                              "stats": {k: f.stats[k] for k in ("kernels_quick", "graphs_optimising",
                                                                "first_optimised_call", "compiled_calls")}}
@@ -224,7 +228,9 @@ TIERS_SCRIPT = textwrap.dedent("""
             seen["optimised"] = {"on_disk": sum(objstore.exists(k) for k in cg.code.kkeys.values()),
                                  "graph_file": objstore.exists(cg.code.gkey),
                                  "swapped": all(cg._addrs[k] == build._ADDRESSES[cg.code.kkeys[k]]
-                                                for k in cg._addrs)}
+                                                for k in cg._addrs),
+                                 "small_gemms": all(int(cg.F[n]) == blas_address(cg.program.steps[n].gemm)
+                                                    for n in small)}
         out.append(float(f(x).numpy()))
     s = {k: v for k, v in f.stats.items() if isinstance(v, (int, float, str, type(None)))}
     print(json.dumps({"out": out, "seen": seen, "stats": s, "counts": build.COUNTS}))
@@ -245,8 +251,10 @@ def test_a_quick_build_serves_calls_until_its_optimised_build_is_swapped_in(tmp_
                           "compiled_calls": 5}, q
     assert q["kernels"] >= 3 and q["counts"]["kernels_quick"] == q["kernels"] and q["counts"]["kernels_ir"] == 0, q
     assert q["on_disk"] == 0, q
+    # its small products on BLAS's routine meanwhile (the small GEMMs' module is built with the optimised tier)
+    assert q["small_gemms"] >= 1 and q["on_blas"], q
     # then each optimised, on disk, in the table
-    assert o == {"on_disk": q["kernels"], "graph_file": True, "swapped": True}, o
+    assert o == {"on_disk": q["kernels"], "graph_file": True, "swapped": True, "small_gemms": True}, o
     assert s["graphs_optimising"] == 0 and s["kernels_compiled"] >= q["kernels"], s
     c = cold["counts"]
     assert c["kernels_ir"] == c["kernels_compiled"] == c["kernels_quick"] == q["kernels"], c

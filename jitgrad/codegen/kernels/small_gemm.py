@@ -291,6 +291,11 @@ def _object_code() -> bytes:
     return data
 
 
+def linked() -> bool:
+    """Whether the module is linked into this process (``address`` costs nothing more)."""
+    return bool(_ADDRESSES)
+
+
 def address(name: str, blas_address) -> int:
     """The address of ``jitgrad_small_<name>`` (``name``: ``sgemm`` or ``dgemm``), the module linked into this
     process on first use; ``blas_address(name)``: the BLAS routine it hands big products to."""
@@ -312,5 +317,5 @@ def address(name: str, blas_address) -> int:
     return addr
 
 
-__all__ = ["small_gemm_ir", "address", "routine", "SMALL_MACS", "MAX_MACS", "PACK_MAX", "TILE_ROWS", "TILE_COLUMNS",
+__all__ = ["small_gemm_ir", "address", "linked", "routine", "SMALL_MACS", "MAX_MACS", "PACK_MAX", "TILE_ROWS", "TILE_COLUMNS",
            "NAMES", "STATS"]

@@ -73,10 +73,14 @@ def _split_by_numba(k) -> bool:
     return got
 
 
-def blas_address(name: str) -> int:
+def blas_address(name: str, quick=False) -> int:
     """Address of a GEMM step's routine: SciPy's Fortran BLAS ``sgemm``/``dgemm`` (the library eager matmul calls
-    too), or ``small_sgemm``/``small_dgemm`` (``kernels/small_gemm.py``, same calling convention)."""
+    too), or ``small_sgemm``/``small_dgemm`` (``kernels/small_gemm.py``, same calling convention).  ``quick``: a
+    quick build's (see ``CompiledGraph._optimise``), which takes BLAS's routine while the small GEMMs' module is
+    not linked yet (building it costs a cold process ~0.3-0.6 s, most of it Python) and swaps it in later."""
     if name.startswith("small_"):
+        if quick and not small_gemm.linked():
+            return blas.gemm_address(name[6:])
         return small_gemm.address(name[6:], blas.gemm_address)
     return blas.gemm_address(name)
 
@@ -185,6 +189,9 @@ class CompiledGraph:
         of it, both the same function), then ``on_optimised``.  An error leaves the quick code in place."""
         try:
             self.code.optimise(self._swap)
+            for n, st in enumerate(self.program.steps):     # small products: their own module (``blas_address``)
+                if st.kind in ("gemm", "bgemm") and st.gemm.startswith("small_"):
+                    self.F[n] = blas_address(st.gemm)
         except build_thread.BuildStopped:
             return
         except Exception as e:  # noqa: BLE001 - the quick code keeps serving; say why once
@@ -321,7 +328,7 @@ class CompiledGraph:
             if st.kind == "kernel":
                 F.append(self._addrs[st.kernel.key])
             elif st.kind in ("gemm", "bgemm"):
-                F.append(blas_address(st.gemm))
+                F.append(blas_address(st.gemm, self.optimising))
             elif st.kind == "native":
                 F.append(st.native)
             else:
