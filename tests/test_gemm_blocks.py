@@ -181,3 +181,45 @@ def test_eager_gemm_too_small_for_two_blocks_runs_whole_on_one_thread(two_thread
     assert blas.STATS["gemm_whole_one_thread"] - s0["gemm_whole_one_thread"] == 1
     assert blas.STATS["gemm_split_calls"] == s0["gemm_split_calls"]
     assert got.tobytes() == _one_thread_whole(a, b).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_eager_stack_of_small_products_splits_over_its_leading_axis_with_numpys_bits(two_threads, dtype):
+    """Attention's (batch, head) products (``blas.stack_matmul``): split between the eager threads over the leading
+    axis, one part on the calling thread while the pacer holds, the whole ``np.matmul`` at one thread; the bits of
+    one ``np.matmul`` call every time (transposed views as operands, as attention's ``q @ k.mT``)."""
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((15, 4, 64, 96)).astype(dtype)[..., :32]      # strided rows, an odd leading size
+    k = rng.standard_normal((15, 4, 64, 32)).astype(dtype)
+    kt = k.transpose(0, 1, 3, 2)
+    want = np.matmul(q, kt).tobytes()
+    assert blas.splits_stack(q.shape, kt.shape, q.dtype, kt.dtype)
+    s0 = blas.STATS["stack_split_calls"]
+    assert blas.matmul(q, kt).tobytes() == want
+    assert blas.STATS["stack_split_calls"] == s0 + 1
+    eager_threads._PACER.left = 3                                            # held: one call on this thread
+    assert blas.matmul(q, kt).tobytes() == want
+    assert blas.STATS["stack_split_calls"] == s0 + 1
+    eager_threads._PACER.left = 0
+    jg.set_num_threads(1)
+    assert blas.matmul(q, kt).tobytes() == want
+    jg.set_num_threads(2)
+    assert blas.STATS["stack_split_calls"] == s0 + 1
+    # through tensors, forward and backward (the rule's products run the same impl)
+    qt, ktt = jg.tensor(q, requires_grad=True), jg.tensor(k, requires_grad=True)
+    y = qt @ ktt.transpose(-2, -1)
+    y.backward(jg.tensor(np.ones(y.shape, dtype)))
+    assert y.detach().numpy().tobytes() == want
+    assert blas.STATS["stack_split_calls"] == s0 + 4                         # y, and both gradients
+    np.testing.assert_array_equal(qt.grad.numpy(), np.matmul(np.ones(y.shape, dtype), k))
+
+
+def test_stacks_that_are_not_split():
+    """Broadcast batch shapes, products OpenBLAS would thread itself (one level of threads), too little work for two
+    parts: NumPy's one call."""
+    f4 = np.float32
+    assert not blas.splits_stack((16, 4, 64, 32), (1, 4, 32, 64), f4, f4)          # broadcast
+    assert not blas.splits_stack((8, 256, 512), (8, 512, 256), f4, f4)             # each product threaded by BLAS
+    assert not blas.splits_stack((2, 16, 16), (2, 16, 16), f4, f4)                 # too little work
+    assert not blas.splits_stack((16, 64, 32), (16, 32, 64), np.int64, np.int64)  # not a float GEMM
+    assert blas.splits_stack((16, 64, 32), (16, 32, 64), f4, f4)

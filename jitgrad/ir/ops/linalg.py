@@ -85,11 +85,24 @@ def _numpy_matmul(x, y):
     return np.matmul(x, y)
 
 
+def _stack_matmul(x, y):
+    """``_matmul_impl`` for a signature that ``blas.matmul`` splits as a stack of small products
+    (``blas.stack_matmul``, same bits as ``np.matmul``)."""
+    if 0 in x.strides and x.size > 1:
+        x = np.ascontiguousarray(x)
+    if 0 in y.strides and y.size > 1:
+        y = np.ascontiguousarray(y)
+    return blas.stack_matmul(x, y)
+
+
 def _matmul_for_signature(avals, params):
-    """The eager impl of one matmul signature: ``_numpy_matmul`` where ``_matmul_impl`` would reach ``np.matmul``."""
+    """The eager impl of one matmul signature: ``_numpy_matmul`` where ``_matmul_impl`` would reach ``np.matmul``
+    (``_stack_matmul`` where it would split a stack of small products between the eager threads)."""
     x, y = avals
     if x.ndim < 2 or y.ndim < 2 or x.shape[-1] == 1:
         return None
+    if x.ndim >= 3 and blas.splits_stack(x.shape, y.shape, x.dtype.np, y.dtype.np):
+        return _stack_matmul
     macs = y.shape[-1]
     for n in x.shape:
         macs *= n
