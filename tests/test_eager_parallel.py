@@ -3,7 +3,7 @@
 B9's GPT (``benchmarks/gpt_model.py``, its shape: batch 16, context 64, width 128, 4 heads) runs one eager training
 step at two threads and at one.  A spy around every eager op (dispatch's ``_bind``, and the pullbacks on arrays the
 engine runs) records what each op split: big GEMMs into row blocks (``blas.STATS``), stacks of small products over
-their leading axis (attention's (batch, head) products, ``blas.stack_matmul``), native kernels on the worker pool
+their leading axis (attention's (batch, head) products, ``stacked_gemm.matmul``), native kernels on the worker pool
 (``workpool.rounds()``), and the optimiser's multi-tensor update by parameter.  The eager split's clock is scripted
 (its pacer sees a quiet machine), so the counts do not depend on the load; the two thread counts give the same loss
 and parameters bit for bit.
@@ -20,7 +20,7 @@ import pytest
 import jitgrad as jg
 from jitgrad.codegen.native import workpool
 from jitgrad.ir import eager_threads, settings
-from jitgrad.ir.ops import OPS, blas
+from jitgrad.ir.ops import OPS, blas, stacked_gemm
 from jitgrad.jit import eager_kernels as ek
 from jitgrad.optim import multi_tensor
 from jitgrad.runtime import dispatch
@@ -44,7 +44,7 @@ class _QuietClock:
 
 
 def _counters():
-    return (blas.STATS["gemm_split_calls"], blas.STATS["stack_split_calls"], workpool.rounds(),
+    return (blas.STATS["gemm_split_calls"], stacked_gemm.STATS["split_calls"], workpool.rounds(),
             multi_tensor.STATS["split_steps"])
 
 

@@ -125,7 +125,7 @@ for pool_tick, blas_seconds in script * 2:
     eager.append([digest((x @ w).numpy()), digest((x[:20, :30] @ w[:30, :10]).numpy()),
                   digest((z.reshape(8, 64, 512) @ z.reshape(8, 512, 64)).numpy()),
                   digest((z * z + 1.0).sum().numpy()),
-                  # attention's stack of small products: split over its leading axis (blas.stack_matmul)
+                  # attention's stack of small products: split over its leading axis (stacked_gemm.matmul)
                   digest((z.reshape(16, 4, 64, 64) @ (z * 0.5).reshape(16, 4, 64, 64).transpose(-2, -1)).numpy())])
 # the parameters after every update: the run's end state (compared between runs by the parent)
 final = digest(np.concatenate([p.detach().numpy().ravel() for p in params]))

@@ -2,7 +2,7 @@
 (``optim/multi_tensor.py``), each parameter's arithmetic on one thread, in order, so the bits are those of one
 thread (issue 32, item 3); and big GEMMs by blocks of rows, each a single-threaded OpenBLAS call
 (``ops/blas.row_blocks``: blocks aligned to OpenBLAS's row unit give one thread's bits), and stacks of small
-products over their leading axis (``ops/blas.stack_matmul``: attention's (batch, head) products).
+products over their leading axis (``ops/stacked_gemm.py``: attention's (batch, head) products).
 
 The helpers are Python threads (started on first use, and again after a fork); a part is a run of NumPy calls on
 big arrays, which release the GIL.  Measured on 2 cores (BENCHMARKS.md): B9's AdamW step over 810K parameters

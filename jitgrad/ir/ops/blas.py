@@ -312,8 +312,6 @@ def matmul(a, b):
                 return matmul2d(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + (b.shape[1],))
         elif a.ndim == 2:
             return dot2d(a, b)
-    if a.ndim >= 3 and splits_stack(a.shape, b.shape, a.dtype, b.dtype):
-        return stack_matmul(a, b)
     return np.matmul(a, b)
 
 
@@ -594,55 +592,3 @@ def _rows_on_threads(a, ta, lda, b, tb, ldb, c, add=False) -> bool:
     STATS["gemm_blocks"] += len(blocks)
     _eager_split.run_split([(_gemm_rows, (a, ta, lda, b, tb, ldb, c, r0, r1, 0, None, add)) for r0, r1 in blocks])
     return True
-
-
-# ------------------------------------------------------------------------------------------------ stacks of products
-# A stack of small products (attention's q @ k.mT and att @ v over (batch, head)) is NumPy's loop of one
-# single-threaded BLAS call per matrix: eager mode split it over its leading axis between the eager threads, each
-# thread one ``np.matmul`` of its part into its slice of the result.  NumPy computes every matrix of the stack by
-# the same call whatever part holds it (the BLAS call per matrix, chosen from the matrix's own strides and sizes),
-# so the bits are one call's whatever the threads.  Only products OpenBLAS would not thread itself (at most
-# BLAS_THREADED_MACS each: one level of threads, never a BLAS thread inside a part), and each part at least the
-# work OpenBLAS itself gives a thread (BLAS_THREADED_MACS, as the row blocks of ``_rows_on_threads``).
-STATS.update(stack_split_calls=0, stack_parts=0)   # eager stacks split (counted, for tests)
-
-
-def splits_stack(a_shape, b_shape, a_dtype, b_dtype) -> bool:
-    """Whether eager ``a @ b`` of these shapes and dtypes is a stack of small float products that
-    :func:`stack_matmul` may split: one batch shape (no broadcasting), each product at most
-    ``BLAS_THREADED_MACS`` multiply-adds, at least two parts' work in all."""
-    if len(a_shape) < 3 or len(a_shape) != len(b_shape) or a_shape[:-2] != b_shape[:-2]:
-        return False
-    if a_dtype != b_dtype or np.dtype(a_dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
-        return False
-    m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
-    if b_shape[-2] != k or a_shape[0] < 2 or k < 2:
-        return False
-    macs = m * k * n
-    count = 1
-    for d in a_shape[:-2]:
-        count *= d
-    return 0 < macs <= BLAS_THREADED_MACS and macs * count >= 2 * BLAS_THREADED_MACS
-
-
-def _matmul_into(a, b, out):
-    np.matmul(a, b, out=out)
-
-
-def stack_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``np.matmul(a, b)`` of a stack :func:`splits_stack` accepts, split over the leading axis between the eager
-    threads (one part on the calling thread when the threads are one or their pacer holds them): the bits of one
-    ``np.matmul`` call."""
-    count = a.size // (a.shape[-2] * a.shape[-1]) if a.size else 0
-    macs = a.shape[-2] * a.shape[-1] * b.shape[-1]
-    lead = a.shape[0]
-    parts = _eager_split.split_threads(min(lead, macs * count // BLAS_THREADED_MACS))
-    if parts < 2:
-        return np.matmul(a, b)
-    out = np.empty(a.shape[:-1] + (b.shape[-1],), np.result_type(a, b))
-    step = -(-lead // parts)
-    tasks = [(_matmul_into, (a[s:s + step], b[s:s + step], out[s:s + step])) for s in range(0, lead, step)]
-    STATS["stack_split_calls"] += 1
-    STATS["stack_parts"] += len(tasks)
-    _eager_split.run_split(tasks)
-    return out

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import blas
+from . import blas, stacked_gemm
 from .opdef import BY_TRANSPOSE, Aval, OpDef, OpError, bilinear_adding, broadcast_shapes, fmt_shape, register
 
 
@@ -72,6 +72,8 @@ def _matmul_impl(x, y):
         x = np.ascontiguousarray(x)
     if 0 in y.strides and y.size > 1:
         y = np.ascontiguousarray(y)
+    if x.ndim >= 3 and stacked_gemm.splits(x.shape, y.shape, x.dtype, y.dtype):
+        return stacked_gemm.matmul(x, y)
     return blas.matmul(x, y)
 
 
@@ -86,13 +88,13 @@ def _numpy_matmul(x, y):
 
 
 def _stack_matmul(x, y):
-    """``_matmul_impl`` for a signature that ``blas.matmul`` splits as a stack of small products
-    (``blas.stack_matmul``, same bits as ``np.matmul``)."""
+    """``_matmul_impl`` for a signature that is a stack of small products split between the eager threads
+    (``stacked_gemm.matmul``, the bits of one ``np.matmul``)."""
     if 0 in x.strides and x.size > 1:
         x = np.ascontiguousarray(x)
     if 0 in y.strides and y.size > 1:
         y = np.ascontiguousarray(y)
-    return blas.stack_matmul(x, y)
+    return stacked_gemm.matmul(x, y)
 
 
 def _matmul_for_signature(avals, params):
@@ -101,7 +103,7 @@ def _matmul_for_signature(avals, params):
     x, y = avals
     if x.ndim < 2 or y.ndim < 2 or x.shape[-1] == 1:
         return None
-    if x.ndim >= 3 and blas.splits_stack(x.shape, y.shape, x.dtype.np, y.dtype.np):
+    if x.ndim >= 3 and stacked_gemm.splits(x.shape, y.shape, x.dtype.np, y.dtype.np):
         return _stack_matmul
     macs = y.shape[-1]
     for n in x.shape:
