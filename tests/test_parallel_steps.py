@@ -133,6 +133,11 @@ def test_which_kernels_of_a_b9_step_run_on_the_pool():
     rows = [x_ for x_ in launches if x_.kind == "rows"]
     softmax = [x_ for x_ in rows if "amax" in x_.label and "exp" in x_.label and "log" not in x_.label]
     assert len(softmax) == 4 and all(x_.parallel for x_ in softmax)
+    # softmax's backward over the attention's rows: its row sums and their use one row kernel (the mask's
+    # logical_not, planned between them, runs before it: row_chains._hoisted), on the pool; serial as two loops
+    soft_back = [x_ for x_ in rows if "neg,div,mul,sum" in x_.label and "where" in x_.label]
+    assert len(soft_back) == 4 and all(x_.parallel for x_ in soft_back)
+    assert not any(x_.kind == "fused" and "neg,div,mul,sum" in x_.label for x_ in launches)
     gelu = [x_ for x_ in launches if x_.kind == "fused" and "erf" in x_.label]
     assert len(gelu) == 4 and all(x_.parallel for x_ in gelu)
     # LayerNorm's backward (column sums of its weight and bias) and GELU's (the bias gradient): fixed chunks
