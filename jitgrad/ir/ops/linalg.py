@@ -5,7 +5,7 @@ import numpy as np
 
 from . import blas
 from .opdef import BY_TRANSPOSE, Aval, OpDef, OpError, bilinear_adding, broadcast_shapes, fmt_shape, register
-from .stacked_gemm import matmul as stack_matmul, splits as splits_stack
+from . import stacked_gemm
 
 
 def _matmul_rule(avals, params):
@@ -73,8 +73,8 @@ def _matmul_impl(x, y):
         x = np.ascontiguousarray(x)
     if 0 in y.strides and y.size > 1:
         y = np.ascontiguousarray(y)
-    if x.ndim >= 3 and splits_stack(x.shape, y.shape, x.dtype, y.dtype):
-        return stack_matmul(x, y)
+    if x.ndim >= 3 and stacked_gemm.splits(x.shape, y.shape, x.dtype, y.dtype):
+        return stacked_gemm.matmul(x, y)
     return blas.matmul(x, y)
 
 
@@ -95,7 +95,7 @@ def _stack_matmul(x, y):
         x = np.ascontiguousarray(x)
     if 0 in y.strides and y.size > 1:
         y = np.ascontiguousarray(y)
-    return stack_matmul(x, y)
+    return stacked_gemm.matmul(x, y)
 
 
 def _matmul_for_signature(avals, params):
@@ -104,7 +104,7 @@ def _matmul_for_signature(avals, params):
     x, y = avals
     if x.ndim < 2 or y.ndim < 2 or x.shape[-1] == 1:
         return None
-    if x.ndim >= 3 and splits_stack(x.shape, y.shape, x.dtype.np, y.dtype.np):
+    if x.ndim >= 3 and stacked_gemm.splits(x.shape, y.shape, x.dtype.np, y.dtype.np):
         return _stack_matmul
     macs = y.shape[-1]
     for n in x.shape:
