@@ -84,3 +84,37 @@ def test_b11_pair_loops(b11_plan):
 
 def _producer(plan, v):
     return next(e.op.name for e in plan.graph.eqns if v in e.outs)
+
+
+def _fors(body):
+    from jitgrad.codegen.kernels import kernel_ir as ki
+    for s in body:
+        if isinstance(s, ki.For):
+            yield s
+            yield from _fors(s.body)
+        elif isinstance(s, ki.If):
+            yield from _fors(s.then)
+            yield from _fors(s.orelse)
+
+
+def test_b11_pair_loops_run_their_16_gaussians_in_full_vectors(b11_plan):
+    """The three pair loops' innermost loop runs over the K = 16 Gaussians: fewer elements than one interleaved
+    vector step (``ir_loops.SHORT_TRIP``), so they are marked short and rendered without interleaving (LLVM's
+    8-lane body interleaved 4 times needs 32; the 16 ran in its 4-lane remainder loop).  Loops over long rows
+    keep their interleaving."""
+    from jitgrad.codegen.kernels import ir_loops
+    from jitgrad.codegen.program.cpu import lay_out
+    assert ff.K < ir_loops.SHORT_TRIP
+    prog = lay_out(b11_plan)
+    n = ff.B * ff.A * (ff.A - 1) * ff.K
+    by_name = {g.name: g for g in b11_plan.groups}
+    kernels = [st.kernel for st in prog.steps if st.kind == "kernel"]
+    pair = [k for k in kernels if k.label in by_name and int(np.prod(by_name[k.label].shape)) == n]
+    assert len(pair) == 3
+    for k in pair:
+        assert [f.short for f in _fors(k.ir.body)][-1], k.label     # the innermost loop of the nest
+        text = ir_loops.render(k.ir, k.key)
+        assert '"llvm.loop.interleave.count", i32 1' in text, k.label
+    # a loop over B * P pairs, one long row after the layout merged its dims, stays interleaved
+    flat = [k for k in kernels if k.label in by_name and tuple(by_name[k.label].shape) == (ff.B, ff.A * (ff.A - 1))]
+    assert flat and not any(f.short for k in flat for f in _fors(k.ir.body))

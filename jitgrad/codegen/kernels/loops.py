@@ -119,9 +119,10 @@ class _Nest:
     """A loop nest over ``rank`` dims reading/writing operands through strides from the argument block (``block``:
     the kernel's ``A``, or a ``Rebased`` one).  ``per_element``: a parallel nest's cost per element, when its loop
     takes the pool by its work per call; ``rows``: ``(c, C)``, the outer loop runs only the ``c``-th of ``C``
-    equal parts of its range (a batch's piece), else all of it."""
+    equal parts of its range (a batch's piece), else all of it; ``short``: its innermost loop is ``For.short``."""
 
-    def __init__(self, b: ki.Builder, rank, classes, parallel, per_element=None, block=None, rows=None):
+    def __init__(self, b: ki.Builder, rank, classes, parallel, per_element=None, block=None, rows=None,
+                 short=False):
         self.b = b
         self.rank = rank
         self.classes = classes
@@ -129,6 +130,7 @@ class _Nest:
         self.per_element = per_element
         self.blk = b.A if block is None else block
         self.rows = rows
+        self.short = short
         self.n = [b.let(f"n{d}", self.blk[d]) for d in range(rank)]
         self.p, self.s = {}, {}
         self.slot = rank
@@ -188,7 +190,7 @@ class _Nest:
                 c, parts = self.rows
                 lo, hi = self.n[0] * c // parts, self.n[0] * (c + 1) // parts
             f = ki.For(b.var(f"i{d}", I64), lo, hi, 1, par, reductions if par else (),
-                       self.gate() if par else None)
+                       self.gate() if par else None, short=self.short and d == r - 1)
             if par:
                 b.parallel = True
             block.append(f)
@@ -280,7 +282,7 @@ def raises_in_loop(e) -> bool:
     return False
 
 
-def group_nest(b, g, classes, parallel, rank, alias, who, per_element=None, block=None, rows=None):
+def group_nest(b, g, classes, parallel, rank, alias, who, per_element=None, block=None, rows=None, short=False):
     """``(arrays_in, operands, nest)`` of fusion group ``g``'s loop: the Vars and array literals it reads at its
     own index, every operand in the argument block's order (those, the operands of its gathers and scatters, its
     outputs, its scatters' outputs), and their ``_Nest`` (alias-scoped per ``alias`` when it names two classes
@@ -290,7 +292,7 @@ def group_nest(b, g, classes, parallel, rank, alias, who, per_element=None, bloc
     # array, each scatter's index; after the outputs, each scatter's output
     operands = arrays_in + [v for e in g.gathers for v in (e.ins[1], e.ins[0])] + [e.ins[2] for e in g.scatters] \
         + list(g.outputs) + [e.outs[0] for e in g.scatters]
-    nest = _Nest(b, rank, classes, parallel, per_element, block, rows)
+    nest = _Nest(b, rank, classes, parallel, per_element, block, rows, short)
     for j, v in enumerate(operands):
         nest.operand(j, v.aval.dtype)
     if alias is not None and len(set(alias)) > 1:
@@ -365,16 +367,17 @@ def chunked_rows(b, nest, row, n_operands, columns, reductions=()):
 
 
 def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, alias=None,
-              per_element=None) -> Kernel:
+              per_element=None, short=False) -> Kernel:
     """The loop nest of a fusion group.  ``classes``: inner layout class per operand (inputs then outputs);
     ``rank``/``red_axes``: the iteration rank and folded axes after the layout merged dims (default: the
     group's own); ``check_ids``: eqn -> id for values that must be finite (anomaly mode): integer counters that
     vectorise with the loop, reported through the err slot after it, so no branch leaves the fast path.
     ``alias``: per operand, its alias class (operands of one class may share memory, of two never do; see
     ``alias_scopes.py``); None: nothing is known, every access is a plain one.  ``per_element``: a parallel
-    loop's cost per element, when it takes the pool by its work per call (``kernel_ir.For.gate``)."""
+    loop's cost per element, when it takes the pool by its work per call (``kernel_ir.For.gate``).  ``short``: the
+    layout knows the innermost dim is short (``kernel_ir.For.short``)."""
     b = ki.Builder()
-    made = group_loop(b, g, classes, parallel, check_ids, rank, red_axes, alias, per_element)
+    made = group_loop(b, g, classes, parallel, check_ids, rank, red_axes, alias, per_element, short=short)
     return Kernel("fused", b.finish(), rank=made.rank, operands=made.operands, classes=classes,
                   parallel=made.parallel, checks=made.checks, red_axes=made.red_axes, label=g.name,
                   guards=made.guards, alias=made.alias, per_element=per_element)
@@ -393,7 +396,7 @@ class GroupLoop(NamedTuple):
 
 
 def group_loop(b, g, classes, parallel, check_ids=None, rank=None, red_axes=None, alias=None, per_element=None,
-               block=None, rows=None) -> GroupLoop:
+               block=None, rows=None, short=False) -> GroupLoop:
     """Fusion group ``g``'s loop nest emitted into builder ``b`` (``gen_group`` says what the arguments are), reading
     its argument block from ``block`` (default: the kernel's ``A``; a batch's member: ``Rebased``), its outer loop
     over the ``rows`` part of its range (``_Nest``).  A loop over another block has no checks, guards, indexed
@@ -418,7 +421,7 @@ def group_loop(b, g, classes, parallel, check_ids=None, rank=None, red_axes=None
     if red_axes is not None:
         b.comment(f"reduction {red.op.name} over axes {list(red_axes)} of rank {rank}")
     arrays_in, operands, nest = group_nest(b, g, classes, parallel, rank, alias, "gen_group", per_element, block,
-                                           rows)
+                                           rows, short)
     # per gather, then per scatter: the indexed axis's stride and size; then the index-error block (its address,
     # then their step ids)
     gathers, scatters = list(g.gathers), list(g.scatters)
