@@ -21,7 +21,7 @@ from ...ir.graph import Lit, Var
 from ...ir.ops.opdef import result_dtype
 from . import ir_loops, kernel_ir as ki
 from .kernel_ir import BOOL, I64, U8, cast, const, load, read, select
-from .index_checks import record_index_error, adds_into_zeros, by_index
+from .index_checks import record_index_error, adds_into_zeros, by_checked, by_index, index_once
 from .ordered_keys import row_minmax
 from .math_table import MathCalls
 from .numba_render import module_text
@@ -441,6 +441,19 @@ def group_loop(b, g, classes, parallel, check_ids=None, rank=None, red_axes=None
     if axes:
         nest.slot += 1 + len(axes)
     first_idx = len(arrays_in)
+    # every index the same along the innermost axis (it broadcasts there): each is read and checked once per run
+    # of that axis, before it, not at every element (B11's pair indices over x, y, z: a third of the checks)
+    idx_ops = [first_idx + 2 * q for q in range(len(gathers))] + \
+        [first_idx + 2 * len(gathers) + q for q in range(len(scatters))]
+    once = {}           # index operand -> (offset, ok) of its access, checked before the innermost loop
+    hoisted = []
+    if idx_ops and rank >= 2 and not chunked and block is None and all(classes[j] == BCAST for j in idx_ops):
+        for n, j in enumerate(idx_ops):
+            e = gathers[n] if n < len(gathers) else scatters[n - len(gathers)]
+            stmts, off, ok = index_once(b, _load(j, nest, e.ins[1 if n < len(gathers) else 2].aval.dtype), j,
+                                        axes[n], IX, n, nest.n[rank - 1] > 0)
+            hoisted += stmts
+            once[j] = (off, ok)
     local, checks, guards = {}, [], []
     counters = []           # the parallel loop's sums: the reduction's, the checks', the guards'
     with b.capture() as body:
@@ -465,8 +478,12 @@ def group_loop(b, g, classes, parallel, check_ids=None, rank=None, red_axes=None
                 def access(off, jx=jx, tv=tv, od=od):
                     x = load_at(jx, nest, nest.index(jx) + off)
                     return [ki.Assign(tv, cast(x != 0 if od is dt.bool_ else x, _T(od)))]
-                b.emit(by_index(b, _load(jx - 1, nest, e.ins[1].aval.dtype), jx - 1, axes[q], IX, q, access,
-                                [ki.Assign(tv, cast(const(0), _T(od)))]))
+                zero = [ki.Assign(tv, cast(const(0), _T(od)))]
+                if jx - 1 in once:
+                    b.emit(by_checked(b, once[jx - 1][1], once[jx - 1][0], access, zero))
+                else:
+                    b.emit(by_index(b, _load(jx - 1, nest, e.ins[1].aval.dtype), jx - 1, axes[q], IX, q, access,
+                                    zero))
                 t = read(tv)
             else:
                 seen = len(guards)
@@ -493,9 +510,12 @@ def group_loop(b, g, classes, parallel, check_ids=None, rank=None, red_axes=None
             def access(off, jo=jo, v=v):
                 at = nest.index(jo) + off
                 return [store_at(jo, nest, at, load_at(jo, nest, at) + v)]
-            b.emit(by_index(b, _load(ji, nest, e.ins[2].aval.dtype), ji, axes[len(gathers) + q], IX,
-                            len(gathers) + q, access))
-    pre, post, row_pre, row_post = list(clear), [], [], []
+            if ji in once:
+                b.emit(by_checked(b, once[ji][1], once[ji][0], access))
+            else:
+                b.emit(by_index(b, _load(ji, nest, e.ins[2].aval.dtype), ji, axes[len(gathers) + q], IX,
+                                len(gathers) + q, access))
+    pre, post, row_pre, row_post = list(clear), [], list(hoisted), []
     if red is not None:
         od = red.outs[0].aval.dtype
         T = _T(od)
@@ -521,11 +541,12 @@ def group_loop(b, g, classes, parallel, check_ids=None, rank=None, red_axes=None
             # a row reduction (softmax's and LayerNorm's sums over the last axis): the row accumulates in a
             # register and is stored once, so the inner loop carries no memory dependence and vectorises
             pre.append(init_loop())
-            row_pre = [ki.Assign(acc, init)]
+            row_pre += [ki.Assign(acc, init)]
             if op == "sum" or not od.is_floating_point:
                 body.append(ki.Assign(acc, cast(_combine(op, read(acc), rv), T)))
             else:
-                row_pre, each, row_post = row_minmax(b, op, od, rv, "acc", "hacc", "kb", "nans")
+                before, each, row_post = row_minmax(b, op, od, rv, "acc", "hacc", "kb", "nans")
+                row_pre = list(hoisted) + before
                 body += each
             row_post.append(ki.Store(p_ro, nest.index(ro), read(acc)))
         elif chunked:           # this chunk's partial row, at the element's position along the kept axis
