@@ -118,3 +118,31 @@ def test_b11_pair_loops_run_their_16_gaussians_in_full_vectors(b11_plan):
     # a loop over B * P pairs, one long row after the layout merged its dims, stays interleaved
     flat = [k for k in kernels if k.label in by_name and tuple(by_name[k.label].shape) == (ff.B, ff.A * (ff.A - 1))]
     assert flat and not any(f.short for k in flat for f in _fors(k.ir.body))
+
+
+def test_b11_cutoff_sine_and_cosine_share_one_loop(b11_plan):
+    """The cutoff's cosine (forward) and the sine of its derivative (backward) are of one value: one loop over
+    the pairs computes both (``schedule``: the sine joins the cosine), so the argument is range-reduced once a
+    step, not twice (B11: 2 loops with a transcendental over the (B, P) pairs -> 1)."""
+    trig = [g for g in b11_plan.groups if {e.op.name for e in g.all_eqns} & {"sin", "cos"}]
+    assert len(trig) == 1
+    names = [e.op.name for e in trig[0].all_eqns]
+    assert names.count("sin") == 1 and names.count("cos") == 1
+
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_a_sine_moved_beside_its_cosine_gives_the_same_values(backend):
+    rng = np.random.default_rng(3)
+    x0 = rng.uniform(-20.0, 20.0, (3, 7))
+
+    def step(x):
+        y = (x.cos() * 2.0).exp().sum()
+        (gx,) = jg.autograd.grad(y, (x,), create_graph=True)
+        return y, gx, (gx * gx.sin()).sum()
+    want = step(jg.tensor(x0, requires_grad=True))
+    f = jg.compile(step, backend=backend, background=False)
+    got = f(jg.tensor(x0, requires_grad=True))
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-12, atol=1e-12)
+    x = jg.tensor(x0, requires_grad=True)
+    assert jg.autograd.gradcheck(lambda x: f(x)[2], (x,))
