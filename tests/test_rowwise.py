@@ -9,8 +9,7 @@ import pytest
 
 import jitgrad as jg
 import jitgrad.nn.functional as F
-from jitgrad.codegen.native import build
-from jitgrad.codegen.kernels import ir_loops
+from jitgrad.codegen.native import build, llvm_build
 from jitgrad.ir.passes import fusion_plan
 from jitgrad.ir.plan import Group, RowGroup
 
@@ -198,7 +197,7 @@ def test_row_kernels_translate_without_numba_and_vectorise(tmp_path, monkeypatch
     and each pass of a row is packed vector arithmetic."""
     monkeypatch.setenv("JITGRAD_CACHE_DIR", str(tmp_path / "cache"))
     before = dict(build.COUNTS)
-    refused = ir_loops.STATS["kernels_refused"]
+    refused = llvm_build.STATS["kernels_refused"]
     kernels = []
     for fn in (lambda x: F.softmax(x * 0.75, -1), lambda x: F.layer_norm(x, (x.shape[-1],), eps=1e-3)):
         f = jg.compile(_fwd_bwd(fn), backend="numba", background=False)
@@ -208,10 +207,10 @@ def test_row_kernels_translate_without_numba_and_vectorise(tmp_path, monkeypatch
         kernels += [k for k in _kernels(f, x, g) if k.kind == "rows"]
     after = build.COUNTS
     assert after["kernels_ir"] - before["kernels_ir"] == after["kernels_compiled"] - before["kernels_compiled"] >= 2
-    assert ir_loops.STATS["kernels_refused"] == refused
+    assert llvm_build.STATS["kernels_refused"] == refused
     assert len(kernels) == 2
     for k in kernels:
-        asm = ir_loops.assembly(k.ir)
+        asm = llvm_build.assembly(k.ir)
         loops = k.source.count("for i1 in range(n1):")
         assert loops >= 3
         assert sum(bool(re.search(r"\tv\w+p[sd]\s", ln)) for ln in asm.splitlines()) >= 2 * loops, k.label

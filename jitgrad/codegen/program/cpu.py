@@ -68,8 +68,8 @@ def _split_by_numba(k) -> bool:
     """Whether parallel kernel ``k`` is built by Numba (``ir_loops`` cannot lower it), which ignores its gate."""
     got = _NUMBA_SPLITS.get(k.key)
     if got is None:
-        from ..kernels import ir_loops
-        got = _NUMBA_SPLITS[k.key] = not ir_loops.translatable(k.key, k.source)
+        from ..native import llvm_build
+        got = _NUMBA_SPLITS[k.key] = not llvm_build.translatable(k.key, k.source)
     return got
 
 
