@@ -48,6 +48,42 @@ class OpNode(Node):
             return _PROF.active.record_op(_OPS[opname], args, params, _bind)
         return _bind(_OPS[opname], args, params)
 
+    def on_arrays(self, opname, *args, **params):
+        """What ``self.bind(opname, *args, **params)`` computes, on NumPy arrays and Python numbers: the array, with
+        no Tensor and no node (an eager first-order pullback, ``OpDef.eager_vjp``, runs its rule's ops this way)."""
+        return on_arrays(_OPS[opname], args, params)
+
+
+def on_arrays(op, args, params):
+    """``_bind``'s result array for NumPy arrays and Python numbers ``args``: the same signature entry (so the same
+    impl: ``OpDef.eager_impl``'s choice, the native kernel ``OpDef.eager_kernel`` chose), the same cast to the result
+    dtype and the same errors, and no Tensor, node or anomaly check (an eager first-order backward's pullbacks run
+    with anomaly mode off).  Bit for bit what the bind gives."""
+    key = [op]
+    for a in args:
+        if type(a) is np.ndarray:
+            key.append(a.shape)
+            key.append(a.dtype)
+        else:
+            key.append(type(a))
+    if params:
+        key.append(tuple(params.items()))
+    key = tuple(key)
+    hit = _RULES.get(key)
+    if hit is None:
+        hit = _rule_entry(op, tuple(Tensor._make(a) if type(a) is np.ndarray else a for a in args), params)
+        if len(_RULES) > 50000:
+            _RULES.clear()
+        _RULES[key] = hit
+    try:
+        out = hit[6](*args, **params)
+    except (ValueError, TypeError, IndexError, FloatingPointError, OverflowError) as e:
+        raise op_error(op, hit[1], e) from None
+    want = hit[2]
+    if type(out) is not np.ndarray:
+        return np.asarray(out, dtype=want)
+    return out if out.dtype == want else out.astype(want)
+
 
 def _describe(avals) -> str:
     return ", ".join("scalar " + a.dtype.name if a.weak else f"{a.dtype.name}{fmt_shape(a.shape)}" for a in avals)

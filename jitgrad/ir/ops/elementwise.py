@@ -444,9 +444,36 @@ def _where_vjp(c, g):
     return None, gx, g.where(~cond, 0.0) if needs[2] else None
 
 
+def _finished(c, i, a):
+    """``_ew_vjp``'s last steps on an array cotangent ``a`` of input ``i``: summed to its shape; None where it needs
+    a cast (the rule runs)."""
+    if a.shape != c.shapes[i]:
+        a = sum_to_shape(a, c.shapes[i])
+    return a if a.dtype == c.dtypes[i].np else None
+
+
+def _where_eager_vjp(c, g):
+    """where's pullback (``masked_fill``'s): ``where(cond, g, 0)`` and ``where(~cond, g, 0)`` as the rule binds them,
+    each summed to its input's shape."""
+    cond = getattr(c.inputs[0], "_data", None)
+    if type(g) is not np.ndarray or type(cond) is not np.ndarray:
+        return None
+    needs = c.needs_grad
+    gx = gy = None
+    if needs[1]:
+        gx = _finished(c, 1, c.on_arrays("where", cond, g, 0.0))
+        if gx is None:
+            return None
+    if needs[2]:
+        gy = _finished(c, 2, c.on_arrays("where", c.on_arrays("logical_not", cond), g, 0.0))
+        if gy is None:
+            return None
+    return None, gx, gy
+
+
 register(OpDef("where", "elementwise", _where_rule, np.where, _ew_vjp(_where_vjp),
                scalar=lambda m, c, x, y: m.select(c, x, y), saves_in=(0,), nondiff_inputs=(0,),
-               eager_impl=lambda avals, params: _WHERE_C))
+               eager_impl=lambda avals, params: _WHERE_C, eager_vjp=_where_eager_vjp))
 
 
 def _clamp_rule(avals, params):

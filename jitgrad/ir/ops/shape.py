@@ -17,8 +17,22 @@ def _reshape_rule(avals, params):
     return [Aval(tuple(shape), x.dtype)]
 
 
+def _cotangent_array(c, g):
+    """Whether ``g`` is a NumPy array of the input's dtype (a pullback on arrays applies; else the rule runs)."""
+    return type(g) is np.ndarray and g.dtype == c.dtypes[0].np
+
+
+def _reshape_eager_vjp(c, g):
+    """reshape's pullback on arrays (``OpDef.eager_vjp``): ``g`` in the input's shape, as ``Tensor.reshape``."""
+    if not _cotangent_array(c, g):
+        return None
+    shape = c.shapes[0]
+    return (g if g.shape == shape else g.reshape(shape),)
+
+
 register(OpDef("reshape", "shape", _reshape_rule, lambda x, shape: x.reshape(shape),
-               lambda c, g: (g.reshape(c.shapes[0]),), view=True, grad_name="ViewBackward0", jvp=LINEAR))
+               lambda c, g: (g.reshape(c.shapes[0]),), view=True, grad_name="ViewBackward0", jvp=LINEAR,
+               eager_vjp=_reshape_eager_vjp))
 
 
 def _permute_rule(avals, params):
@@ -38,8 +52,19 @@ def _permute_vjp(c, g):
     return (g.permute(*inv),)
 
 
+def _permute_eager_vjp(c, g):
+    """permute's pullback on arrays: ``g`` transposed by the inverse permutation (the impl's view)."""
+    if not _cotangent_array(c, g):
+        return None
+    perm = c.params["perm"]
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return (g.transpose(inv),)
+
+
 register(OpDef("permute", "shape", _permute_rule, lambda x, perm: x.transpose(perm), _permute_vjp,
-               view=True, jvp=LINEAR))
+               view=True, jvp=LINEAR, eager_vjp=_permute_eager_vjp))
 
 
 def _bcast_rule(avals, params):
