@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 
+from .elementwise import sum_to_shape
 from .opdef import LINEAR, Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register, result_dtype
 
 
@@ -104,8 +105,16 @@ def _bcast_impl(x, shape):
     return r
 
 
+def _bcast_eager_vjp(c, g):
+    """expand's pullback on arrays: ``g`` summed to the input's shape (``Tensor.sum_to_size``'s reductions)."""
+    if not _cotangent_array(c, g):
+        return None
+    return (sum_to_shape(g, c.shapes[0]),)
+
+
 register(OpDef("broadcast_to", "shape", _bcast_rule, _bcast_impl,
-               lambda c, g: (g.sum_to_size(c.shapes[0]),), view=True, grad_name="ExpandBackward0", jvp=LINEAR))
+               lambda c, g: (g.sum_to_size(c.shapes[0]),), view=True, grad_name="ExpandBackward0", jvp=LINEAR,
+               eager_vjp=_bcast_eager_vjp))
 
 
 def _cat_rule(avals, params):
@@ -145,7 +154,24 @@ def _cat_vjp(c, g):
     return tuple(out)
 
 
-register(OpDef("cat", "shape", _cat_rule, _cat_impl, _cat_vjp, jvp=LINEAR))
+def _cat_eager_vjp(c, g):
+    """cat's pullback on arrays: each input's slice of ``g`` along the axis (a view, as the rule's basic index)."""
+    if type(g) is not np.ndarray:
+        return None
+    axis, out, start = c.params["axis"], [], 0
+    for i, s in enumerate(c.shapes):
+        n = s[axis]
+        if c.needs_grad[i]:
+            if c.dtypes[i].np != g.dtype:
+                return None
+            out.append(g[(slice(None),) * axis + (slice(start, start + n),)])
+        else:
+            out.append(None)
+        start += n
+    return tuple(out)
+
+
+register(OpDef("cat", "shape", _cat_rule, _cat_impl, _cat_vjp, jvp=LINEAR, eager_vjp=_cat_eager_vjp))
 
 
 def _flip_rule(avals, params):
