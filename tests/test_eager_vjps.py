@@ -274,3 +274,35 @@ def test_gradients_that_meet_are_summed_without_a_bind(monkeypatch):
     assert fast_binds == [] and rule_binds.count("add") >= 2
     np.testing.assert_array_equal(fx.numpy(), rx.detach().numpy())
     np.testing.assert_array_equal(fw.numpy(), rw.detach().numpy())
+
+
+@pytest.fixture
+def native_kernels(monkeypatch):
+    """Eager kernels built at their first call (jit/eager_kernels.py), signatures chosen afresh."""
+    from jitgrad.jit import eager_kernels as ek
+    monkeypatch.setattr(ek, "SYNC", True)
+    monkeypatch.setattr(ek, "ENABLED", True)
+    dispatch._RULES.clear()
+    yield ek
+    dispatch._RULES.clear()
+
+
+@pytest.mark.parametrize("name,fn,native", [
+    ("log_softmax", lambda x: F.log_softmax(x, dim=-1), True),
+    ("softmax", lambda x: F.softmax(x, dim=-1), True),
+    ("gelu", F.gelu, True),
+    ("layer_norm", lambda x: F.layer_norm(x, (128,)), False)])
+def test_pullbacks_run_the_native_kernel_where_the_bind_does(native_kernels, name, fn, native):
+    """Large rows: the backward op's bind runs a native kernel (its bits are the compiled kernel's, not NumPy's);
+    the pullback runs the same kernel, so both paths still agree bit for bit."""
+    ek = native_kernels
+    rng = np.random.default_rng(5)
+    x = _t(rng, (64, 128))
+    g = jg.tensor(rng.standard_normal((64, 128)).astype(np.float32))
+    out = fn(x)
+    before = ek.COUNTS["native_calls"]
+    (fast,) = jg.autograd.grad(out, x, g)
+    if native:
+        assert ek.COUNTS["native_calls"] == before + 1
+    (rule,) = jg.autograd.grad(fn(x), x, g, create_graph=True)
+    np.testing.assert_array_equal(fast.numpy(), rule.detach().numpy())
