@@ -19,11 +19,15 @@ against a torch-like module ``lib`` (``jitgrad`` or ``torch``):
 
 Both libraries get the same initial weights (torch's, copied into jitgrad) and the same batches (NumPy); the first
 steps are run with dropout off and their losses compared before anything is timed.  Timing follows
-``eager_ops.py``: one thread each (``OPENBLAS_NUM_THREADS=1``, ``torch.set_num_threads(1)``), jitgrad and torch
+``eager_ops.py``: one thread each (``OPENBLAS_NUM_THREADS=1``, ``set_num_threads(1)`` in both), jitgrad and torch
 interleaved round by round, each round the best of a few repeats of ``n`` iterations, the median over rounds, the
 calling thread's CPU time by default.  Run in a fresh process::
 
     python benchmarks/gpt_scripts.py [--rounds N] [--only nanogpt,makemore-mlp] [--scale 0.2] [--check-only]
+
+Eager kernels (``jit/eager_kernels.py``) are built in the background at first use; the losses checked before
+timing run every kernel's first call, and the timing waits for their builds (``eager_kernels.wait``), so no round
+times NumPy stand-ins for a kernel still building.
 """
 from __future__ import annotations
 
@@ -634,23 +638,33 @@ def main(argv=None):
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every iteration count (0.1 for a smoke run)")
     ap.add_argument("--only", default="", help="comma-separated workloads (default: all): " + ", ".join(WORKLOADS))
     ap.add_argument("--check-only", action="store_true", help="compare the first losses, time nothing")
-    ap.add_argument("--clock", choices=("thread", "wall"), default="thread")
+    ap.add_argument("--clock", choices=("thread", "wall"), default="thread",
+                    help="thread: the calling thread's CPU time (default); wall: perf_counter")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="intra-op threads for both libraries (default 1: with more, the thread clock misses the "
+                         "workers' time; use --clock wall)")
     args = ap.parse_args(argv)
     names = [n for n in args.only.split(",") if n] or list(WORKLOADS)
     clock = time.thread_time if args.clock == "thread" else time.perf_counter
     import torch
 
     import jitgrad as jg
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
+    jg.set_num_threads(args.threads)
     for name in names:
         losses = check(name, jg, torch)
         print(f"{name:16s} first losses agree: " + ", ".join(f"{j:.5f}/{t:.5f}" for j, t in losses))
     if args.check_only:
         return
+    from jitgrad.jit import eager_kernels
     runs = {}
     for name in names:
         jstep, tstep, jdata, tdata = _pair(name, jg, torch, dropout=True)
         runs[name] = {"jitgrad": _cycle(jstep, jdata), "torch": _cycle(tstep, tdata)}
+    for name in names:                  # one step each with dropout on (its ops' kernels too), then the builds
+        for lib in ("jitgrad", "torch"):
+            runs[name][lib]()
+    eager_kernels.wait(120)
     times = {name: {"jitgrad": [], "torch": []} for name in names}
     for _ in range(args.rounds):
         for name in names:
