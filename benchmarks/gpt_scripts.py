@@ -584,12 +584,21 @@ WORKLOADS = {
     "makemore-mlp-bn": (makemore_mlp_bn, {}, lambda rng: _name_batches(rng, 32, 8), 100),
 }
 DROPOUT_KEYS = ("dropout", "embd_pdrop", "resid_pdrop", "attn_pdrop")
+# the same models and ops at a fraction of the sizes (tests count the work of a step, they do not time it)
+SMALL = {"nanogpt": (dict(n_layer=2, n_embd=32, block_size=16), lambda rng: _char_batches(rng, 65, 3, 16, 3)),
+         "mingpt": (dict(n_layer=2, n_embd=32, block_size=16), lambda rng: _char_batches(rng, 65, 3, 16, 3)),
+         "gpt.py": (dict(n_layer=2, n_embd=32, block_size=16), lambda rng: _char_batches(rng, 65, 3, 16, 3)),
+         "makemore-bigram": ({}, lambda rng: _name_batches(rng, 500, 3, bigram=True))}
 
 
-def _pair(name, jg, torch, dropout):
-    """(jitgrad's step, torch's step, jitgrad batches, torch batches): the same weights (torch's, copied) and data."""
+def _pair(name, jg, torch, dropout, small=False):
+    """(jitgrad's step, torch's step, jitgrad batches, torch batches): the same weights (torch's, copied) and data;
+    ``small``: the sizes of ``SMALL``."""
     build, cfg, batches, _ = WORKLOADS[name]
     cfg = dict(cfg)
+    if small and name in SMALL:
+        cfg.update(SMALL[name][0])
+        batches = SMALL[name][1]
     if not dropout:
         cfg.update({k: 0.0 for k in DROPOUT_KEYS if k in cfg})
     torch.manual_seed(1337)
@@ -602,9 +611,9 @@ def _pair(name, jg, torch, dropout):
     return jstep, tstep, jdata, tdata
 
 
-def check(name, jg, torch, steps=3, rtol=2e-4):
+def check(name, jg, torch, steps=3, rtol=2e-4, small=False):
     """Run ``steps`` iterations of both with dropout off; return the (jitgrad, torch) losses, raising if they part."""
-    jstep, tstep, jdata, tdata = _pair(name, jg, torch, dropout=False)
+    jstep, tstep, jdata, tdata = _pair(name, jg, torch, dropout=False, small=small)
     losses = [(jstep(*jdata[i]), tstep(*tdata[i])) for i in range(steps)]
     for j, t in losses:
         if not abs(j - t) <= rtol * max(1.0, abs(t)):
