@@ -15,7 +15,7 @@ import pytest
 
 import jitgrad as jg
 from jitgrad.codegen.kernels import ir_loops, kernel_ir as ki, loops
-from jitgrad.codegen.native import build, cache, forked_llvm, objstore
+from jitgrad.codegen.native import build, cache, forked_llvm, llvm_build, objstore
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not forked_llvm.available(), reason="forked compilers need a Linux fork")
@@ -40,7 +40,7 @@ def test_child_object_code_is_this_process_s():
     try:
         for key, text in texts:
             blob = fc.object_code(key, text)
-            here = ir_loops.object_code(key, text)
+            here = llvm_build.object_code(key, text)
             assert blob is not None and blob.data == here.data and blob.symbol == here.symbol
             assert list(blob.needs) == list(here.needs)
         assert fc.compiled == 2
@@ -62,8 +62,8 @@ def test_busy_or_dead_child_leaves_the_job_here():
         assert not fc.alive and forked_llvm.STATS["failed"] == failed + 1
         assert fc.object_code(key, text) is None          # closed: never asked again
         # the build's call: the job compiled here
-        blob = ir_loops.compile_kernel(key, text, forked_llvm.ForkedCompilers(0))
-        assert blob.data == ir_loops.object_code(key, text).data
+        blob = llvm_build.compile_kernel(key, text, forked_llvm.ForkedCompilers(0))
+        assert blob.data == llvm_build.object_code(key, text).data
     finally:
         fc.close()
 

@@ -1,4 +1,5 @@
-"""Kernels rendered from their IR to LLVM IR (codegen/kernels/ir_loops.py), without Numba (issue 17, item 2; issue 27).
+"""Kernels rendered from their IR to LLVM IR (codegen/kernels/ir_loops.py) and compiled (codegen/native/llvm_build.py),
+without Numba (issue 17, item 2; issue 27).
 
 Counted and compared, never timed: the LLVM renderer's results are bit-identical to Numba's build of the same
 kernel's rendered text (codegen/kernels/numba_render.py; every mathlib function it expands, over normal, huge, tiny and
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 import jitgrad as jg
-from jitgrad.codegen.native import build, cache, objload
+from jitgrad.codegen.native import build, cache, llvm_build, objload
 from jitgrad.codegen.kernels import ir_loops, kernel_interp, kernel_ir as ki, loops
 from jitgrad.codegen.kernels.math_table import MathCalls
 
@@ -48,7 +49,7 @@ def _kernel(fn, dtype, arity):
 
 def _llvm_address(k, tag="test-ir-loops"):
     key = cache.cache_key(k.source, extra=(tag,))
-    blob = ir_loops.compile_kernel(key, ir_loops.render(k.ir, key))
+    blob = llvm_build.compile_kernel(key, ir_loops.render(k.ir, key))
     assert blob is not None
     return objload.load([blob])[key], blob
 
@@ -101,7 +102,7 @@ def test_expanded_mathlib_is_bit_identical_to_numba_and_agrees_with_the_interpre
     reference interpreter, running the same IR on NumPy scalars, agrees to rounding (it fuses no FMA)."""
     compared = []
     for fn, k in _mathlib_cases():
-        assert ir_loops.translatable(cache.cache_key(k.source, extra=("test-ir-loops",)), k.source), fn
+        assert llvm_build.translatable(cache.cache_key(k.source, extra=("test-ir-loops",)), k.source), fn
         dtype = np.float32 if fn.endswith("f32") else np.float64
         x = _inputs(dtype)
         y = np.random.default_rng(1).permutation(x)
@@ -191,7 +192,7 @@ import json, sys
 import numpy as np
 import jitgrad as jg
 import jitgrad.nn.functional as F
-from jitgrad.codegen.native import build; from jitgrad.codegen.kernels import ir_loops
+from jitgrad.codegen.native import build, llvm_build
 rng = np.random.default_rng(0)
 ws = [rng.standard_normal(s).astype(np.float32) * 0.1 for s in [(12, 16), (16,), (16, 5), (5,)]]
 W1, b1, W2, b2 = params = [jg.tensor(w, requires_grad=True) for w in ws]
@@ -209,7 +210,7 @@ x = jg.tensor(rng.standard_normal((8, 12)).astype(np.float32))
 y = jg.tensor(rng.integers(0, 5, 8))
 losses = [float(step(x, y)) for _ in range(3)]
 print(json.dumps({"losses": losses, "numba": sorted(m for m in sys.modules if m == "numba" or m.startswith("numba.")),
-                  "counts": build.COUNTS, "ir": ir_loops.STATS, "stats": {k: v for k, v in step.stats.items()
+                  "counts": build.COUNTS, "ir": llvm_build.STATS, "stats": {k: v for k, v in step.stats.items()
                   if isinstance(v, int)}}))
 '''
 
@@ -261,7 +262,7 @@ def test_ir_kernels_vectorise_like_numbas():
     def packed(asm):
         return sum(bool(re.search(r"\tv\w+p[sd]\s", ln)) for ln in asm.splitlines())
     for k in ks:
-        ir_asm = ir_loops.assembly(k.ir)
+        ir_asm = llvm_build.assembly(k.ir)
         nb_asm = build.build_module(k).kernel._library.get_asm_str()
         assert packed(ir_asm) > 0 and packed(ir_asm) >= 0.8 * packed(nb_asm), k.label
 
@@ -293,7 +294,7 @@ def test_renderer_refuses_what_it_does_not_lower():
         k = _kernel_of(body, 1, (t,), t)
         with pytest.raises(ir_loops.Unsupported):
             ir_loops.render(k.ir, "0" * 64)
-        assert not ir_loops.translatable("0" * 64, k.source)
+        assert not llvm_build.translatable("0" * 64, k.source)
     # a parallel loop must be the kernel's outer loop (tests/test_parallel_kernels.py has the rest)
     b = ki.Builder()
     with b.loop("i0", b.A[0]):
@@ -383,7 +384,7 @@ def test_alias_scoped_loop_from_ir_carries_scopes_and_needs_no_overlap_check(fre
         key=str)
 
     # optimised: vectorised, no runtime overlap check, vector accesses keep their scopes, as Numba's
-    m, _ = ir_loops._optimised(raw)
+    m, _ = llvm_build._optimised(raw)
     opt = str(m)
     assert "vector.body" in opt and "vector.memcheck" not in opt
     ours = _scope_names(opt, r"(?:load|store) <\d+ x float>")
@@ -392,14 +393,14 @@ def test_alias_scoped_loop_from_ir_carries_scopes_and_needs_no_overlap_check(fre
     exec(compile(k.source, f"<{k.name}>", "exec"), ns)
     numbas = _scope_names(ns["kernel"]._library.get_llvm_str(), r"(?:load|store) <\d+ x float>")
     assert set(ours) == set(numbas)
-    asm = ir_loops.assembly(k.ir)
+    asm = llvm_build.assembly(k.ir)
     scalar = [ln for ln in asm.splitlines() if re.match(r"^\s+v(mul|add|sub|fn?madd\d+)ss\s", ln)]
     assert len(scalar) <= 20, "more scalar arithmetic than one remainder loop: a scalar fallback copy is left"
 
     # the same loop with plain accesses: LLVM must check for overlap at run time
     plain = ir_loops.render(_unscoped(k.ir), "1" * 64)
     assert "alias.scope" not in plain
-    m2, _ = ir_loops._optimised(plain)
+    m2, _ = llvm_build._optimised(plain)
     assert "vector.memcheck" in str(m2)
 
 

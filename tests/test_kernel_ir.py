@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from jitgrad.codegen.native import cache, objload
+from jitgrad.codegen.native import cache, llvm_build, objload
 from jitgrad.codegen.kernels import ir_loops, kernel_interp, kernel_ir as ki, loops
 from jitgrad.codegen.kernels.math_table import MathCalls
 from jitgrad.codegen.kernels.numba_render import Exprs
@@ -110,7 +110,7 @@ def test_random_programs_agree_across_renderers_and_the_interpreter(prog):
     n = 64
     x, y = _inputs(dtype, n, 1), _inputs(dtype, n, 2)
     key = cache.cache_key(k.source, extra=("test-kernel-ir",))
-    blob = ir_loops.compile_kernel(key, ir_loops.render(k.ir, key))
+    blob = llvm_build.compile_kernel(key, ir_loops.render(k.ir, key))
     llvm_out = np.empty_like(x)
     _CALL(objload.load([blob])[key])(_block((x, y), llvm_out).ctypes.data)
     numba_fn = cache._in_memory(cache._module_name("kernel", key) + "_ref", key, k.source).kernel

@@ -1,5 +1,5 @@
-"""Parallel (``prange``) kernels built from their text without Numba (codegen/kernels/ir_loops.py) and run on the worker
-pool (codegen/native/workpool.py, issue 16).
+"""Parallel (``prange``) kernels built without Numba (codegen/kernels/ir_loops.py, codegen/native/llvm_build.py) and run
+on the worker pool (codegen/native/workpool.py, issue 16).
 
 Counted and compared, never timed: a parallel kernel's elementwise results are bit-identical to Numba's build of
 the same text (chunks change nothing element by element), its sums agree to rounding and its counters exactly;
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import jitgrad as jg
-from jitgrad.codegen.native import cache, objload, workpool
+from jitgrad.codegen.native import cache, llvm_build, objload, workpool
 from jitgrad.codegen.kernels import ir_loops, kernel_ir as ki, loops
 from jitgrad.codegen.kernels.math_table import MathCalls
 
@@ -73,7 +73,7 @@ def _run_block(addr, x):
 @pytest.mark.parametrize("n", [0, 1, 3, 4097, 100003])
 def test_parallel_kernel_from_ir_matches_numbas_build(n):
     key = cache.cache_key(_PAR, extra=("test-parallel-kernels",))
-    blob = ir_loops.compile_kernel(key, ir_loops.render(_PARK.ir, key))
+    blob = llvm_build.compile_kernel(key, ir_loops.render(_PARK.ir, key))
     assert blob is not None, "the renderer refused a parallel kernel"
     # it calls the pool, not Numba's threading layer (an ungated loop reads no threshold)
     pool_calls = {"jitgrad_wq_add_task", "jitgrad_wq_ready", "jitgrad_wq_synchronize", "jitgrad_wq_threads",
@@ -122,7 +122,7 @@ def test_compiled_parallel_graph_agrees_with_eager(shape):
     def f(x):
         y = jg.tanh(x) * jg.sigmoid(x) + 0.25
         return y, y.sum(), (y * y).sum(-1)
-    before = dict(ir_loops.STATS)
+    before = dict(llvm_build.STATS)
     eager, comp, _ = _eager_and_compiled(f, x)
     serial = jg.compile(f, backend="numba", background=False, parallel=False)(x)
     np.testing.assert_array_equal(comp[0].numpy(), serial[0].numpy())      # chunks change no element
@@ -130,7 +130,7 @@ def test_compiled_parallel_graph_agrees_with_eager(shape):
     np.testing.assert_allclose(comp[0].numpy(), eager[0].numpy(), rtol=1e-5, atol=1e-7)  # mathlib's tanh vs NumPy's
     np.testing.assert_allclose(float(comp[1]), float(eager[1]), rtol=1e-5)
     np.testing.assert_allclose(comp[2].numpy(), eager[2].numpy(), rtol=1e-5)
-    assert ir_loops.STATS["kernels_refused"] == before["kernels_refused"]
+    assert llvm_build.STATS["kernels_refused"] == before["kernels_refused"]
 
 
 def test_anomaly_in_the_last_chunk_of_a_parallel_kernel_is_reported():
@@ -165,7 +165,7 @@ _CHILD = r'''
 import json, sys
 import numpy as np
 import jitgrad as jg
-from jitgrad.codegen.kernels import ir_loops; from jitgrad.codegen.native import threads, workpool
+from jitgrad.codegen.native import llvm_build, threads, workpool
 x = jg.tensor(np.linspace(-2, 2, 1 << 14, dtype=np.float32))
 f = jg.compile(lambda x: (jg.tanh(x) * 3.0).sum(), backend="numba", background=False, parallel=True)
 out = {"tanh": float(f(x)), "workers": workpool.threads(), "numba": "numba" in sys.modules}
@@ -174,7 +174,7 @@ if MIXED:    # float floor division is not lowered by ir_loops: Numba builds tha
     out["sin"] = float(g(x))
     out["tanh2"] = float(f(x))
     out["layer"] = threads.layer()
-    out["refused"] = ir_loops.STATS["kernels_refused"]
+    out["refused"] = llvm_build.STATS["kernels_refused"]
 print(json.dumps(out))
 '''
 
@@ -240,7 +240,7 @@ def test_chunks_see_values_the_statements_before_the_loop_compute():
     k = _par_kernel(prologue=prologue)
     src = k.source
     key = cache.cache_key(src, extra=("test-parallel-kernels-prologue",))
-    blob = ir_loops.compile_kernel(key, ir_loops.render(k.ir, key))
+    blob = llvm_build.compile_kernel(key, ir_loops.render(k.ir, key))
     assert blob is not None
     from jitgrad.codegen.native import threads
     x = np.random.default_rng(5).standard_normal(4097).astype(np.float32)

@@ -9,8 +9,7 @@ import pytest
 
 import jitgrad as jg
 import jitgrad.nn.functional as F
-from jitgrad.codegen.native import build
-from jitgrad.codegen.kernels import ir_loops
+from jitgrad.codegen.native import build, llvm_build
 from jitgrad.ir.passes import fusion_plan
 from jitgrad.ir.plan import Group, RowGroup
 
@@ -198,7 +197,7 @@ def test_row_kernels_translate_without_numba_and_vectorise(tmp_path, monkeypatch
     and each pass of a row is packed vector arithmetic."""
     monkeypatch.setenv("JITGRAD_CACHE_DIR", str(tmp_path / "cache"))
     before = dict(build.COUNTS)
-    refused = ir_loops.STATS["kernels_refused"]
+    refused = llvm_build.STATS["kernels_refused"]
     kernels = []
     for fn in (lambda x: F.softmax(x * 0.75, -1), lambda x: F.layer_norm(x, (x.shape[-1],), eps=1e-3)):
         f = jg.compile(_fwd_bwd(fn), backend="numba", background=False)
@@ -208,10 +207,10 @@ def test_row_kernels_translate_without_numba_and_vectorise(tmp_path, monkeypatch
         kernels += [k for k in _kernels(f, x, g) if k.kind == "rows"]
     after = build.COUNTS
     assert after["kernels_ir"] - before["kernels_ir"] == after["kernels_compiled"] - before["kernels_compiled"] >= 2
-    assert ir_loops.STATS["kernels_refused"] == refused
+    assert llvm_build.STATS["kernels_refused"] == refused
     assert len(kernels) == 2
     for k in kernels:
-        asm = ir_loops.assembly(k.ir)
+        asm = llvm_build.assembly(k.ir)
         loops = k.source.count("for i1 in range(n1):")
         assert loops >= 3
         assert sum(bool(re.search(r"\tv\w+p[sd]\s", ln)) for ln in asm.splitlines()) >= 2 * loops, k.label
@@ -294,6 +293,32 @@ def test_attention_softmax_with_scale_and_mask(mask_kind, dtype):
     ts = [jg.tensor(a, requires_grad=i < 3) for i, a in enumerate(arrays)]
     p = fusion_plan(_graph(f, *ts))
     assert sum(isinstance(g, RowGroup) for g in p.groups) == 2, str(p)
+
+
+def test_masked_fill_softmax_backward_is_one_row_kernel_past_the_masks_loop():
+    """nanoGPT's attention without SDPA (``masked_fill`` of a causal mask, then softmax): the backward's row sums
+    and their use are one row kernel, although the mask's ``logical_not`` is planned between them (a small loop
+    that reads none of the chain's values runs before the merged kernel).  Forward and backward equal eager."""
+    T = 12
+    mask = jg.tensor(np.tril(np.ones((T, T), np.float32)).reshape(1, 1, T, T))
+
+    def step(a, v):
+        att = (a * 0.5).masked_fill(mask == 0, float("-inf"))
+        y = F.softmax(att, dim=-1)
+        (y @ v).sum().backward()        # (a product between the forward's chain and the backward's)
+        return y.detach(), a.grad
+    arrays = [_rand((2, 3, T, T), np.float32, 3), _rand((2, 3, T, 5), np.float32, 4)]
+    eager, compiled = _run_both(step, arrays)
+    for a, b in zip(eager, compiled):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    a = jg.tensor(arrays[0], requires_grad=True)
+    p = fusion_plan(_graph(jg.compile(step, backend="numba"), a, jg.tensor(arrays[1])))
+    rows = [g for g in p.groups if isinstance(g, RowGroup)]
+    assert len(rows) == 2, str(p)            # the forward's, and the backward's
+    back = rows[1]
+    assert [e.op.name for e in back.eqns if e.op.name in ("sum", "where")] == ["sum", "where"], str(p)
+    nots = [g for g in p.groups if any(e.op.name == "logical_not" for e in g.eqns)]
+    assert len(nots) == 1 and p.steps.index(nots[0]) < p.steps.index(back), str(p)
 
 
 @pytest.mark.parametrize("name", ["softmax", "log_softmax", "layer_norm"])

@@ -124,13 +124,12 @@ class _Structure:
     def _link(self) -> None:
         kernel, roles, per_element = _kernel(self.op, self.dtypes, self.params, self.parallel, self.rows,
                                              self.row_length)
-        from ..codegen.kernels import ir_loops
-        from ..codegen.native import build, objstore
+        from ..codegen.native import build, llvm_build, objstore
         key = build.kernel_key(kernel)
         source = kernel.source          # (what keys it; a kernel on disk needs nothing more)
         if key not in build._ADDRESSES and not objstore.exists(key):
-            source = ir_loops.compile_text(key, kernel.source, kernel.ir)
-            if not ir_loops.is_llvm(source):       # Numba would compile it: eager mode never imports Numba
+            source = llvm_build.compile_text(key, kernel.source, kernel.ir)
+            if not llvm_build.is_llvm(source):       # Numba would compile it: eager mode never imports Numba
                 raise RuntimeError(f"{self.op}: its kernel does not translate to LLVM IR")
         before = key in build._ADDRESSES
         addr = build.obtain(key, source, "kernel")

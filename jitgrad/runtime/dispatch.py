@@ -198,8 +198,10 @@ def _bind(op, args, params):
     want = hit[2]
     if type(out) is not np.ndarray:
         out = np.asarray(out, dtype=want)
-    elif out.dtype != want:
-        out = out.astype(want)
+    else:
+        od = out.dtype
+        if od is not want and od != want:     # (NumPy's built-in dtypes are singletons: identity is the fast test)
+            out = out.astype(want)
     t = _new(Tensor)
     t._data = out
     t._requires_grad = False

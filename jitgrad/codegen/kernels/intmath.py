@@ -1,5 +1,5 @@
 """Integer helpers for generated kernels (the ``i64`` column of ``math_table.MATH``): exact ``pow`` with int64
-wrap-around, ``sign``, ``isfinite``.  Float helpers are in ``mathlib.py``."""
+wrap-around, ``sign``, ``isfinite``.  Float helpers are mathlib's (``mathlib.py``)."""
 from numba import njit
 from numpy import int64
 

@@ -6,8 +6,9 @@ builder: kernel variables in allocas, ``For`` as counted loops (the innermost on
 scoped-noalias metadata as ``alias_scopes.py``'s Numba intrinsics, so the vectoriser needs no runtime overlap
 checks), each arithmetic instruction with the fast-math flags its value was built under (never nnan/ninf), and
 math calls expanded by ``mathlib``'s IR builders (straight-line, so loops calling them vectorise).  LLVM then
-optimises it as Numba would (O3, loop vectorisation, the host CPU's features).  Numba spends ~30 ms per kernel
-typing and lowering the same loop, plus ~0.7 s once per process to import itself; this takes a few milliseconds.
+optimises it as Numba would (O3, loop vectorisation, the host CPU's features: ``native/llvm_build.py`` compiles the
+text).  Numba spends ~30 ms per kernel typing and lowering the same loop, plus ~0.7 s once per process to import
+itself; this takes a few milliseconds.
 The results are bit-identical to Numba's build of the kernel's rendered text (``numba_render.py``;
 ``tests/test_ir_loops.py``).
 
@@ -22,26 +23,12 @@ from __future__ import annotations
 
 import os
 import re
-import threading
-import weakref
 
 from . import kernel_ir as ki, pool_abi
-
-STATS = {"kernels_ir": 0, "kernels_refused": 0}     # counted, so tests can check which path built what
-_lock = threading.Lock()
 
 
 class Unsupported(Exception):
     """The kernel uses something this renderer does not lower: Numba compiles its rendered text."""
-
-
-def _after_fork_in_child():
-    global _lock
-    _lock = threading.Lock()        # a build thread of the parent may have held it at the fork
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _ir():
@@ -544,7 +531,7 @@ def _vars_read_value(x) -> set:
     return {v.attr for v in ki.walk_values(x) if v.op == "var"}
 
 
-# ---------------------------------------------------------------------------------------------------- compiling
+# ---------------------------------------------------------------------------------------------------- the text
 def symbol(key: str) -> str:
     return f"jitgrad_kernel_{key[:24]}"
 
@@ -580,123 +567,4 @@ def render(kir: ki.KernelIR, key: str) -> str:
     return f"{HEADER}{key}\n{text}"
 
 
-# kernel source (its Numba text, which keys it) -> its IR, for the kernels this process made: the build asks by
-# key and source, and renders the IR (nothing parses the text)
-_IRS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
-_TEXTS: dict = {}       # key -> LLVM IR text rendered by ``compile_text`` (compiled next, then dropped)
-
-
-def register(source: str, kir: ki.KernelIR) -> None:
-    """``kir`` is the IR of the kernel whose rendered text is ``source`` (the first one registered is kept while
-    it lives: equal texts have equal IR)."""
-    if _IRS.get(source) is None:
-        _IRS[source] = kir
-
-
-def is_llvm(text: str) -> bool:
-    return text.startswith(HEADER)
-
-
-def compile_text(key: str, source: str, kir: ki.KernelIR | None = None) -> str:
-    """What compiles kernel ``source`` (keyed ``key``; its IR ``kir``, else the one registered for ``source``):
-    its LLVM IR text when this renderer lowers its IR, else ``source`` itself (Numba compiles it)."""
-    if is_llvm(source):
-        return source
-    with _lock:
-        text = _TEXTS.get(key)
-    if text is not None:
-        return text
-    if kir is None:
-        kir = _IRS.get(source)
-    if kir is None:
-        return source
-    try:
-        text = render(kir, key)
-    except Unsupported:
-        return source
-    with _lock:
-        if len(_TEXTS) > 512:
-            _TEXTS.clear()
-        _TEXTS[key] = text
-    return text
-
-
-def translatable(key: str, source: str) -> bool:
-    """Whether the kernel compiles without Numba."""
-    return is_llvm(compile_text(key, source))
-
-
-_TLS = threading.local()
-
-
-def _tools():
-    """This thread's LLVM context and target machine: threads compile kernels at once, and neither is safe to
-    share while it works (LLVM itself runs without the GIL: llvmlite's calls release it)."""
-    t = getattr(_TLS, "tools", None)
-    if t is None:
-        from ..native import objload
-        ll = objload._ll()
-        target = ll.Target.from_triple(ll.get_process_triple())
-        # the host's target machine as Numba configures its JIT: O3, host CPU and features, static relocations
-        tm = target.create_target_machine(cpu=ll.get_host_cpu_name(), features=ll.get_host_cpu_features().flatten(),
-                                          opt=3, reloc="static", codemodel="jitdefault")
-        t = _TLS.tools = (ll, ll.create_context(), tm)
-    return t
-
-
-def _optimised(text):
-    ll, ctx, tm = _tools()
-    m = ll.parse_assembly(text, context=ctx)
-    m.triple = ll.get_process_triple()
-    m.data_layout = str(tm.target_data)
-    m.verify()
-    pto = ll.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_vectorization = True       # Numba's defaults (NUMBA_LOOP_VECTORIZE=1, NUMBA_SLP_VECTORIZE=0)
-    pto.slp_vectorization = False
-    pb = ll.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(m, pb)
-    return m, tm
-
-
-def compile_kernel(key: str, source: str, elsewhere=None):
-    """The kernel's object code (``objstore.Blob``), or None when Numba must compile it.  ``elsewhere``: an object
-    with ``object_code(key, text)`` that may compile the text in another process (``native/forked_llvm.py``;
-    None: it did not, and this process does)."""
-    with _lock:
-        text = _TEXTS.pop(key, None)
-    if text is None:
-        text = compile_text(key, source)
-        with _lock:
-            _TEXTS.pop(key, None)
-    if not is_llvm(text):
-        STATS["kernels_refused"] += 1
-        return None
-    if not text.startswith(f"{HEADER}{key}\n"):
-        raise ValueError(f"kernel {key}: its LLVM IR names another key")
-    blob = elsewhere.object_code(key, text) if elsewhere is not None else None
-    if blob is None:
-        blob = object_code(key, text)
-    with _lock:
-        STATS["kernels_ir"] += 1
-    return blob
-
-
-def object_code(key: str, text: str):
-    """LLVM IR ``text`` of kernel ``key`` optimised and compiled to object code (``objstore.Blob``)."""
-    from ..native import objload, objstore
-    m, tm = _optimised(text)
-    obj = tm.emit_object(m)
-    # the C library's functions it calls (atan2, nextafter; LLVM may add memset) and, for a parallel kernel, the
-    # pool's (``workpool.SYMBOLS``): resolved from the process when the object is linked (``objload.load``)
-    needs = objload.external_symbols(m)
-    return objstore.Blob(key, symbol(key), obj, needs)
-
-
-def assembly(kir: ki.KernelIR, key: str = "0" * 64) -> str:
-    """The kernel's machine code as assembly text (for tests and introspection)."""
-    m, tm = _optimised(render(kir, key))
-    return tm.emit_assembly(m)
-
-
-__all__ = ["render", "register", "compile_text", "translatable", "compile_kernel", "object_code", "assembly",
-           "Unsupported", "STATS", "tag_alias_class", "symbol"]
+__all__ = ["render", "Unsupported", "tag_alias_class", "symbol", "HEADER", "INTERLEAVE"]

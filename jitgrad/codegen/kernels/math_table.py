@@ -14,8 +14,8 @@
 Scalar bodies (``OpDef.scalar``) receive a ``MathCalls`` as their first argument and write ``m.tanh(x)``: a
 math call of this table's row, in the kernel IR (``kernel_ir.py``), at the precision the loop computes in; each
 renderer expands it for its target.  Adding a math function is one row here plus its CPU helpers
-(``mathlib.py`` for floats, ``intmath.py`` for integers); ``tests/test_mathlib.py`` checks that every row's
-helpers exist with the row's arity.
+(a ``mathlib_*.py`` family module for floats, ``intmath.py`` for integers); ``tests/test_mathlib.py`` checks that
+every row's helpers exist with the row's arity.
 
 Nothing here imports Numba: building kernels must not wait for it.
 """

@@ -1,7 +1,8 @@
-"""mathlib's functions compiled by Numba: the same code objects as ``mathlib.py``'s IR builders, run with the
-vocabulary (``select``, ``f32``, ``f32_as_i32``, ``fma_f32``, ``sqrt``, ``lookup``, ``c_atan2``...) bound to
-Numba's.  Imported by the kernels Numba compiles (``numba_render.py`` writes ``from
-jitgrad.codegen.kernels.mathlib_numba import exp_f32``) and by the accuracy tests; importing it imports Numba.
+"""mathlib's functions compiled by Numba: the same code objects as the IR builders (``mathlib.DEFS``, from the
+family modules), each run in its own module's namespace with the vocabulary (``select``, ``f32``, ``f32_as_i32``,
+``fma_f32``, ``sqrt``, ``lookup``, ``c_atan2``...: ``mathlib_vocabulary.py``'s names) bound to Numba's.  Imported
+by the kernels Numba compiles (``numba_render.py`` writes ``from jitgrad.codegen.kernels.mathlib_numba import
+exp_f32``) and by the accuracy tests; importing it imports Numba.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from llvmlite import ir as llir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from . import mathlib
+from . import mathlib, mathlib_vocabulary
 
 _jit = njit(fastmath=mathlib.FASTMATH, forceinline=True, cache=True, error_model="numpy")
 
@@ -73,16 +74,22 @@ NUMBA_VOCABULARY = {
     "fma_f32": fma_f32, "fma_f64": fma_f64,
     "sqrt": math.sqrt, "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "rint": np.rint, "fmod": np.fmod,
     "copysign": np.copysign, "c_nextafter": np.nextafter,
-    **{f"c_{n}": getattr(math, n) for n in mathlib.LIBM if n != "nextafter"},
+    **{f"c_{n}": getattr(math, n) for n in mathlib_vocabulary.LIBM if n != "nextafter"},
 }
 
-_GLOBALS = {**vars(mathlib), **NUMBA_VOCABULARY}
-for _name, _fn in mathlib.DEFS.items():
-    _GLOBALS[_name] = _jit(pytypes.FunctionType(_fn.__code__, _GLOBALS, _name, _fn.__defaults__, _fn.__closure__))
-globals().update({n: _GLOBALS[n] for n in mathlib.DEFS})
+_COMPILED: dict = {}        # name -> the njit function, every family's
+_NAMESPACES = []            # per family: its module's names (constants) with Numba's vocabulary and _COMPILED
+for _family in mathlib.FAMILIES:
+    _ns = {**vars(_family), **NUMBA_VOCABULARY}
+    for _name, _fn in _family.DEFS.items():
+        _COMPILED[_name] = _jit(pytypes.FunctionType(_fn.__code__, _ns, _name, _fn.__defaults__, _fn.__closure__))
+    _NAMESPACES.append(_ns)
+for _ns in _NAMESPACES:     # a function calls the others by name (Numba resolves the names when it compiles)
+    _ns.update(_COMPILED)
+globals().update(_COMPILED)
 
 _SUFFIX = {"float32": "f32", "float64": "f64"}
-FUNCS = {(n, d): _GLOBALS[f"{n}_{s}"] for n in mathlib.NAMES for d, s in _SUFFIX.items()}
+FUNCS = {(n, d): _COMPILED[f"{n}_{s}"] for n in mathlib.NAMES for d, s in _SUFFIX.items()}
 
 
 def scalar_namespace(dtype_name: str) -> dict:
@@ -92,7 +99,7 @@ def scalar_namespace(dtype_name: str) -> dict:
         suffix = _SUFFIX[dtype_name]
     except KeyError:
         raise KeyError(f"mathlib has float32 and float64 functions, not {dtype_name}") from None
-    return {n: _GLOBALS[f"{n}_{suffix}"] for n in mathlib.NAMES}
+    return {n: _COMPILED[f"{n}_{suffix}"] for n in mathlib.NAMES}
 
 
 __all__ = ["FUNCS", "scalar_namespace", "f32_as_i32", "i32_as_f32", "f64_as_i64", "i64_as_f64", "fma_f32",

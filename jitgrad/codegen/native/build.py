@@ -1,5 +1,5 @@
-"""Building compiled graphs: kernels compiled from LLVM IR (``ir_loops.py``) or by Numba (``numba_build.py``);
-we keep and load the object code.
+"""Building compiled graphs: kernels compiled from LLVM IR (``ir_loops.py`` renders it, ``llvm_build.py`` compiles
+it) or by Numba (``numba_build.py``); we keep and load the object code.
 
 - **Keys.**  A kernel is keyed by its text (its structure: ``kernel_key``), a graph's C entry by its text
   (``entry_key``), and a compiled graph by its entry and its kernels (``graph_key``).  Every key also covers the
@@ -87,8 +87,8 @@ def compile_code(key: str, source: str, kind: str, elsewhere=None) -> int:
     if key in _ADDRESSES:
         return _ADDRESSES[key]
     if kind == "kernel" and IR_LOOPS:
-        from ..kernels import ir_loops
-        blob = ir_loops.compile_kernel(key, source, elsewhere)
+        from . import llvm_build
+        blob = llvm_build.compile_kernel(key, source, elsewhere)
         if blob is not None:
             with _lock:
                 if key not in _ADDRESSES and key not in _UNLINKED:
@@ -248,8 +248,8 @@ class GraphCode:
         for k in self.kernels:
             if self.kkeys[k.key] == key:
                 if IR_LOOPS:
-                    from ..kernels import ir_loops
-                    return ir_loops.compile_text(key, k.source, k.ir)
+                    from . import llvm_build
+                    return llvm_build.compile_text(key, k.source, k.ir)
                 return k.source
         raise KeyError(key)
 
@@ -425,7 +425,7 @@ class GraphCode:
         lock, so the threads do not run LLVM in parallel: they overlap LLVM's work (which releases the GIL) with
         the next translation and with Numba's Python front end.  A build process costs ~0.9 s to start Python
         and Numba, so it takes a share of the Numba jobs only from a few of them on.  Returns the build processes started."""
-        from ..kernels import ir_loops
+        from . import llvm_build
         pool = None
         if cores > 1:
             from concurrent.futures import ThreadPoolExecutor
@@ -442,7 +442,7 @@ class GraphCode:
                 futures.append(pool.submit(self._obtain, key, forked))
         try:
             for job in todo:
-                if job[0] == "kernel" and IR_LOOPS and ir_loops.translatable(job[1], self._source(job[1])):
+                if job[0] == "kernel" and IR_LOOPS and llvm_build.translatable(job[1], self._source(job[1])):
                     start(job[1])
                 else:
                     slow.append(job)
@@ -495,10 +495,10 @@ class GraphCode:
         ``THREAD_KERNELS`` IR kernels on a machine with cores to spare, a tail of its IR jobs go to build processes
         (each costs ~``IR_STARTUP`` kernels' time to start Python, so this thread keeps that many more); the
         rest compile here, one at a time, each under its build lock.  Returns the build processes started."""
-        from ..kernels import ir_loops
+        from . import llvm_build
         fast, slow = [], []
         for job in todo:
-            is_ir = job[0] == "kernel" and IR_LOOPS and ir_loops.translatable(job[1], self._source(job[1]))
+            is_ir = job[0] == "kernel" and IR_LOOPS and llvm_build.translatable(job[1], self._source(job[1]))
             (fast if is_ir else slow).append(job)
         helpers = min(cores - 1, len(fast) // THREAD_KERNELS) if cores > 1 else 0
         mine, away = fast, []
@@ -548,7 +548,7 @@ class GraphCode:
 
 def _after_fork_in_child():
     """A forked child may have forked while a thread held the lock: a fresh one (the build thread's state is reset
-    by ``build_thread.py``; cache, ir_loops, objload and workpool reset their own locks)."""
+    by ``build_thread.py``; cache, llvm_build, objload and workpool reset their own locks)."""
     global _lock
     _lock = threading.RLock()
 

@@ -15,7 +15,7 @@ def _read_job(kind, key, path):
     with open(path, encoding="utf-8") as f:
         src = f.read()
     from ..kernels.ir_loops import HEADER
-    if kind == "kernel" and src.startswith(HEADER):     # LLVM IR rendered for this key (ir_loops.compile_text)
+    if kind == "kernel" and src.startswith(HEADER):     # LLVM IR rendered for this key (llvm_build.compile_text)
         if not src.startswith(f"{HEADER}{key}\n"):
             raise SystemExit(f"jitgrad build: {path} does not match its key; not compiled")
         return src

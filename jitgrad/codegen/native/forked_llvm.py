@@ -5,12 +5,12 @@ llvmlite serialises every LLVM call of a process with one lock, so the build's w
 with Python (rendering the next kernel's IR), never with each other; a build process (``build_procs.py``) costs
 ~1 s to start Python and jitgrad, more than a whole graph's IR kernels take.  A fork costs milliseconds and the
 child has everything loaded already (llvmlite, jitgrad's renderer): it reads ``(key, text)`` from a pipe, runs
-the same LLVM passes and emission as this process (``ir_loops.object_code``), and writes the object back.  The
+the same LLVM passes and emission as this process (``llvm_build.object_code``), and writes the object back.  The
 parent does everything else (build locks, disk, linking), so a kernel's object code does not depend on which
 process compiled it.
 
 Fork safety: ``objload`` takes llvmlite's lock around the fork (no thread is inside LLVM then) and the child gets
-fresh locks (``objload``, ``ir_loops``, ``build``, ``workpool``... reset their own).  The child runs only LLVM and
+fresh locks (``objload``, ``llvm_build``, ``build``, ``workpool``... reset their own).  The child runs only LLVM and
 the pipe, and leaves with ``os._exit`` (no atexit handler, no buffered output flushed twice).  A child that dies or
 answers nothing usable is closed and its job compiled here: a forked compiler only ever saves time.
 """
@@ -78,14 +78,14 @@ def _message(fd: int):
 def _serve(rfd: int, wfd: int, entry_build) -> None:
     """The child's loop: ``("kernel", key, LLVM IR text)`` or ``("entry", key, None)`` in, ``(key, object bytes,
     symbol, needs)`` or ``(key, None, error)`` out."""
-    from ..kernels import ir_loops
+    from . import llvm_build
     while True:
         msg = _message(rfd)
         if msg is None:
             return
         kind, key, text = msg
         try:
-            blob = ir_loops.object_code(key, text) if kind == "kernel" else entry_build(key)
+            blob = llvm_build.object_code(key, text) if kind == "kernel" else entry_build(key)
             reply = (key, blob.data, blob.symbol, list(blob.needs))
         except Exception as e:  # noqa: BLE001 - reported to the parent, which compiles it itself
             reply = (key, None, f"{type(e).__name__}: {e}", None)

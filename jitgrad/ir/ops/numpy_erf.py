@@ -1,5 +1,6 @@
 """erf, GELU and GELU's vjp of float32 arrays in NumPy for eager mode: the compiled kernels' algorithm
-(``codegen/kernels/mathlib.py``'s ``erf_f32``), evaluated with NumPy's SIMD loops a cache-sized block at a time.
+(``codegen/kernels/mathlib_exp_log.py``'s ``erf_f32``), evaluated with NumPy's SIMD loops a cache-sized block at a
+time.
 
 SciPy's ``erf`` on float32 goes element by element through a double-precision routine: ~12 ns an element, which
 made GELU (its forward and backward each take an erf) the costliest op of an eager GPT step after the GEMMs.
@@ -22,7 +23,7 @@ import math
 import numpy as np
 
 _F = np.float32
-# the coefficients of mathlib's _F_A and _F_B (the same float32 values)
+# the coefficients of mathlib_exp_log's _F_A and _F_B (the same float32 values)
 _A = tuple(_F(c) for c in (1.1283792, -0.37612632, 0.112836875, -0.02685894, 0.005199907, -0.0008130013,
                            8.316775e-05))
 _B = tuple(_F(c) for c in (0.0017120629, 0.2606605, 0.39347643, -0.05872, 0.6317423, -0.22910842))

@@ -294,6 +294,16 @@ def _passed_view(s, run_outs) -> bool:
                                                                           if isinstance(v, Var))
 
 
+def _hoisted(s, S, run_outs, graph_outs) -> bool:
+    """Whether step ``s`` is a small loop a row chain may pass over by moving it before the merged group: a plain
+    group over fewer elements than ``S`` (and not its rows) that reads none of the run's values and returns
+    nothing (a softmax backward's ``logical_not`` of its causal mask, made between the row sums and their use)."""
+    R = tuple(S[:-1]) + (1,)
+    return (type(s) is Group and not s.gathers and not s.scatters and s.shape not in (S, R)
+            and math.prod(s.shape) < math.prod(S) and not any(v in run_outs for v in s.reads)
+            and not any(v in graph_outs for v in s.outputs))
+
+
 def merge_row_chains(plan: Plan) -> Plan:
     """``plan`` with each run of consecutive groups that forms a row-wise chain, and costs less as one, replaced
     by a ``RowGroup``; the longest such run from each start.  The groups are numbered afresh."""
@@ -308,12 +318,17 @@ def merge_row_chains(plan: Plan) -> Plan:
     while k < len(steps):
         s = steps[k]
         run = [k] if _can_start(s) else []      # positions of the run's groups
+        hoist = set()           # positions of the steps a merged run starts after (``_hoisted``)
         if run:
             scope, n_eqns = s.all_eqns[0].scope, len(s.all_eqns)
             n, passed = k + 1, set()
             while n < len(steps):
                 if _passed_view(steps[n], passed | {v for i in run for v in steps[i].outputs}):
                     passed.update(steps[n].outs)
+                    n += 1
+                    continue
+                if _hoisted(steps[n], s.shape, passed | {v for i in run for v in steps[i].outputs}, graph_outs):
+                    hoist.add(n)
                     n += 1
                     continue
                 if not _can_join(steps[n], s.shape, scope) or any(v in passed for v in steps[n].reads):
@@ -329,10 +344,12 @@ def merge_row_chains(plan: Plan) -> Plan:
             merged = _row_group([steps[i] for i in run[:j]], graph_outs,
                                 lambda v: any(r not in span for r in readers.get(v, ())))
             if merged is not None:
-                # the reshapes the run passed over run after it: they read its values, and none of its groups
+                # the small loops it passed over that read none of its values run before it (its groups may read
+                # theirs); the reshapes it passed over after it: they read its values, and none of its groups
                 # reads theirs (``_passed_view``)
+                out += [steps[i] for i in range(k, run[j - 1] + 1) if i in hoist]
                 out.append(merged)
-                out += [steps[i] for i in range(k, run[j - 1] + 1) if i not in span]
+                out += [steps[i] for i in range(k, run[j - 1] + 1) if i not in span and i not in hoist]
                 k = run[j - 1] + 1
                 break
         if merged is None:
