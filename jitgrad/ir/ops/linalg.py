@@ -6,6 +6,7 @@ import numpy as np
 from . import blas
 from .elementwise import sum_to_shape
 from .opdef import BY_TRANSPOSE, Aval, OpDef, OpError, bilinear_adding, broadcast_shapes, fmt_shape, register
+from . import stacked_gemm
 
 
 def _matmul_rule(avals, params):
@@ -73,6 +74,8 @@ def _matmul_impl(x, y):
         x = np.ascontiguousarray(x)
     if 0 in y.strides and y.size > 1:
         y = np.ascontiguousarray(y)
+    if x.ndim >= 3 and stacked_gemm.splits(x.shape, y.shape, x.dtype, y.dtype):
+        return stacked_gemm.matmul(x, y)
     return blas.matmul(x, y)
 
 
@@ -86,11 +89,24 @@ def _numpy_matmul(x, y):
     return np.matmul(x, y)
 
 
+def _stack_matmul(x, y):
+    """``_matmul_impl`` for a signature that is a stack of small products split between the eager threads
+    (``stacked_gemm.matmul``, the bits of one ``np.matmul``)."""
+    if 0 in x.strides and x.size > 1:
+        x = np.ascontiguousarray(x)
+    if 0 in y.strides and y.size > 1:
+        y = np.ascontiguousarray(y)
+    return stacked_gemm.matmul(x, y)
+
+
 def _matmul_for_signature(avals, params):
-    """The eager impl of one matmul signature: ``_numpy_matmul`` where ``_matmul_impl`` would reach ``np.matmul``."""
+    """The eager impl of one matmul signature: ``_numpy_matmul`` where ``_matmul_impl`` would reach ``np.matmul``
+    (``_stack_matmul`` where it would split a stack of small products between the eager threads)."""
     x, y = avals
     if x.ndim < 2 or y.ndim < 2 or x.shape[-1] == 1:
         return None
+    if x.ndim >= 3 and stacked_gemm.splits(x.shape, y.shape, x.dtype.np, y.dtype.np):
+        return _stack_matmul
     macs = y.shape[-1]
     for n in x.shape:
         macs *= n

@@ -28,6 +28,7 @@ import math
 
 from ..graph import Var
 from ..plan import PLAIN_OP_BYTES, REDUCTIONS, Group, Plan, RowGroup, RowPass, op_cost
+from ..symbolic import known_equal
 from .fuse import MAX_GROUP_EQNS, NO_RECOMPUTE, exact_value
 
 # a column sum joins a row chain only below this many elements: its kernel then runs serially (rows would race
@@ -296,12 +297,17 @@ def _passed_view(s, run_outs) -> bool:
 
 def _hoisted(s, S, run_outs, graph_outs) -> bool:
     """Whether step ``s`` is a small loop a row chain may pass over by moving it before the merged group: a plain
-    group over fewer elements than ``S`` (and not its rows) that reads none of the run's values and returns
-    nothing (a softmax backward's ``logical_not`` of its causal mask, made between the row sums and their use)."""
-    R = tuple(S[:-1]) + (1,)
-    return (type(s) is Group and not s.gathers and not s.scatters and s.shape not in (S, R)
-            and math.prod(s.shape) < math.prod(S) and not any(v in run_outs for v in s.reads)
-            and not any(v in graph_outs for v in s.outputs))
+    group over a proper suffix of ``S``'s dims (leading 1s aside) that reads none of the run's values and returns
+    nothing (a softmax backward's ``logical_not`` of its causal mask, made between the row sums and their use).
+    The sizes are compared by their form (``known_equal``), never by value: a comparison of symbolic sizes would
+    guard a program lowered for every size on this choice."""
+    if type(s) is not Group or s.gathers or s.scatters:
+        return False
+    shape = tuple(s.shape)
+    while shape and type(shape[0]) is int and shape[0] == 1:
+        shape = shape[1:]
+    return (0 < len(shape) < len(S) and known_equal(shape, tuple(S[len(S) - len(shape):])) is True
+            and not any(v in run_outs for v in s.reads) and not any(v in graph_outs for v in s.outputs))
 
 
 def merge_row_chains(plan: Plan) -> Plan:
