@@ -191,6 +191,32 @@ def test_small_arrays_keep_numpy(sync):
     assert hit[6] is OPS["gelu"].impl   # the signature's entry holds the NumPy impl itself
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_one_ufunc_ops_take_the_kernel_where_the_pool_takes_every_loop(sync, monkeypatch, dtype):
+    """add, sub and mul run their kernel from ``POOLED_MIN`` elements (the compiled rule's ``PARALLEL_MIN``: every
+    loop of that size takes the pool), on the pool at two threads, with NumPy's bits (one rounding, NaN and signed
+    zeros included); below it NumPy's one ufunc serves the signature (its entry holds the impl)."""
+    from jitgrad.codegen.native import workpool
+    from jitgrad.ir import settings
+    assert ek.POOLED_MIN == PARALLEL_MIN
+    monkeypatch.setattr(settings.STATE, "num_threads", 2)
+    rng = np.random.default_rng(4)
+    for n, native in ((PARALLEL_MIN // 8, False), (PARALLEL_MIN + 123, True)):
+        x, y = (rng.standard_normal(n).astype(dtype) for _ in range(2))
+        x[:4], y[:4] = [np.nan, np.inf, -0.0, 0.0], [1.0, -np.inf, 0.0, -0.0]
+        X, Y = jg.tensor(x), jg.tensor(y)
+        with np.errstate(all="ignore"):
+            for _ in range(2):                  # (the first call builds; the second runs the parallel kernel)
+                before, r0 = dict(ek.COUNTS), workpool.rounds()
+                outs = [(X + Y).numpy(), (X - Y).numpy(), (X * Y).numpy()]
+                assert [o.tobytes() for o in outs] == [(x + y).tobytes(), (x - y).tobytes(), (x * y).tobytes()]
+                assert ek.COUNTS["native_calls"] - before["native_calls"] == (3 if native else 0)
+        if native and workpool.threads() >= 2:
+            assert workpool.rounds() - r0 == 3
+        hit = dispatch._RULES[(OPS["add"], (n,), np.dtype(dtype), (n,), np.dtype(dtype))]
+        assert (hit[6] is OPS["add"].impl) != native
+
+
 def test_layouts_it_does_not_serve_run_numpy(sync):
     x, g = _inputs(2 * MIN, np.float32)
     X = x.reshape(64, -1)

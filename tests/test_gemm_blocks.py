@@ -123,10 +123,11 @@ def test_eager_matmul_of_tensors_splits_and_keeps_its_bits(two_threads):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("m, k, n", SHAPES + [(64, 500, 700)])
 def test_compiled_split_gemm_bits_are_one_threads_on_the_pool_or_held(two_threads, request, m, k, n, dtype):
-    """A compiled GEMM split on the pool (equal blocks a multiple of OpenBLAS's unit, the rows left one more call):
-    the same bits whether the blocks run on the pool's workers or are held on the calling thread (the pool pacer's
-    hold), at ``set_num_threads(1)`` (one call, not split), and eagerly: one single-threaded call's.  Counted: the
-    blocks, the rows left, the threads (the pool's, never more; OpenBLAS on one inside the blocks)."""
+    """A compiled GEMM split on the pool (blocks starting at multiples of OpenBLAS's unit, the last one as high as
+    the rows left, all in one launch): the same bits whether the blocks run on the pool's workers or are held on
+    the calling thread (the pool pacer's hold), at ``set_num_threads(1)`` (one call, not split), and eagerly: one
+    single-threaded call's.  Counted: one GEMM launch, one pool round, the threads (the pool's, never more;
+    OpenBLAS on one inside the blocks)."""
     from jitgrad.codegen.native import workpool
     from jitgrad.codegen.program import layout
     if not layout.POOL_GEMMS or workpool.default_threads() < 2:
@@ -142,9 +143,8 @@ def test_compiled_split_gemm_bits_are_one_threads_on_the_pool_or_held(two_thread
     launches = [la for la in f.launches(ta, tb) if la.kind in ("gemm", "bgemm")]
     if not launches[0].label.endswith("on the pool)"):
         pytest.skip("not split on this BLAS (no unit in either direction, or too few rows)")
-    blocks, *rest = launches
-    assert blocks.parallel and blocks.threads == workpool.threads() and len(rest) <= 1
-    assert all(r.threads == 1 and not r.parallel and "last" in r.label for r in rest)
+    (blocks,) = launches            # the rows left run inside the launch: no call of their own
+    assert blocks.parallel and blocks.threads == workpool.threads()
     assert blas.thread_control()[0]() == 1
     r0 = workpool.rounds()
     assert f(ta, tb).numpy().tobytes() == pooled.tobytes() and workpool.rounds() == r0 + 1     # on the pool
@@ -181,3 +181,47 @@ def test_eager_gemm_too_small_for_two_blocks_runs_whole_on_one_thread(two_thread
     assert blas.STATS["gemm_whole_one_thread"] - s0["gemm_whole_one_thread"] == 1
     assert blas.STATS["gemm_split_calls"] == s0["gemm_split_calls"]
     assert got.tobytes() == _one_thread_whole(a, b).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m, k, n", [(257, 300, 100), (100, 500, 300), (73, 1000, 64)])
+def test_compiled_split_gemm_runs_its_rows_left_inside_the_one_launch(two_threads, request, m, k, n, dtype):
+    """Rows (or columns) not a multiple of the block: the last block is as high as the rows left, an entry of the one pooled
+    launch (no GEMM call of its own after it), and the pool's threshold counts the whole product, the last
+    block's rows too (a threshold one multiply-add over it keeps the blocks on the calling thread, one at it
+    takes the pool).  The bits, on the pool, held, and through the Python driver (the profiler's run: the
+    batched GEMM's native loop), are one single-threaded call's."""
+    from jitgrad.codegen.native import workpool
+    from jitgrad.codegen.program import layout
+    from jitgrad.jit.graph_code import compiled_graph
+    if not layout.POOL_GEMMS or workpool.default_threads() < 2 or blas.block_unit(dtype) is None:
+        pytest.skip("no split GEMMs here")
+    prev = workpool.set_min_work(1 << 12, 1 << 8)
+    request.addfinalizer(lambda: workpool.set_min_work(*prev))
+    rng = np.random.default_rng(m + k + n)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    ta, tb = jg.tensor(a), jg.tensor(b)
+    f = jg.compile(lambda x, y: x @ y, backend="numba", background=False)
+    pooled = f(ta, tb).numpy()
+    (entries,) = f._cache.values()
+    cg = compiled_graph(entries[0].graph, entries[0].gf.writes)
+    (st,) = [s for s in cg.program.steps if s.kind in ("gemm", "bgemm")]
+    by_rows = st.label == "matmul (BLAS, rows on the pool)"         # (else columns, where n > m allows)
+    assert st.split and st.kind == "bgemm" and (by_rows or st.label == "matmul (BLAS, columns on the pool)")
+    side = m if by_rows else n
+    nb, h = cg.program.split_rows(side, m * k * n, dtype, by_rows)
+    last = side - (nb - 1) * h
+    assert nb >= 2 and h % blas.block_unit(dtype, by_rows) == 0 and 0 < last < h       # a lower last block
+    assert st.gate == (m * k * n, nb)
+    want = _one_thread_whole(a, b).tobytes()
+    assert pooled.tobytes() == want
+    for threshold, rounds in ((m * k * n + 1, 0), (m * k * n, 1)):
+        workpool.set_min_work(threshold)
+        (la,) = [x for x in f.launches(ta, tb) if x.kind in ("gemm", "bgemm")]
+        assert la.parallel == bool(rounds)
+        r0 = workpool.rounds()
+        assert f(ta, tb).numpy().tobytes() == want
+        assert workpool.rounds() - r0 == rounds
+    (out,) = cg._python_run(a, b)
+    assert np.asarray(out).tobytes() == want

@@ -215,3 +215,56 @@ def test_a_scatter_add_of_values_computed_elsewhere_is_a_loop_of_its_own():
     assert [len(g.scatters) for g in plan.groups if g.scatters] == [1]
     assert any(g.gathers for g in plan.groups)
     assert not [ln for ln in cs.launches(h1) if ln.kind == "py"]
+
+
+def _innermost_index_loads(kernel):
+    """Index loads (int64 loads: the data here are floats) inside the innermost loops of a kernel's IR."""
+    from jitgrad.codegen.kernels import kernel_ir as ki
+
+    def inner(body):
+        for s in body:
+            if isinstance(s, ki.For):
+                if any(isinstance(t, ki.For) for t in s.body):
+                    yield from inner(s.body)
+                else:
+                    yield s
+            elif isinstance(s, ki.If):
+                yield from inner(s.then + s.orelse)
+    n = 0
+    for f in inner(kernel.ir.body):
+        seen = set()
+        for top in ki.statement_values(f.body):
+            n += sum(v.op == "load" and v.t == ki.I64 for v in ki.walk_values(top, seen))
+    return n
+
+
+def test_an_index_the_same_along_the_inner_axis_is_read_and_checked_once_per_run():
+    """``x[:, i]`` over (B, P, 3) reads i[p] once per run of the 3 coordinates, before it, for the gathers and
+    for their scatter-add transposes (B11's pair loops: two index loads and checks per element before); the
+    values, gradients (repeated and negative indices) and second derivatives are eager's."""
+    from jitgrad.codegen.program.cpu import lay_out
+    rng = np.random.default_rng(7)
+    x0 = rng.standard_normal((2, 5, 3))
+    i = jg.tensor(np.array([0, 1, -1, 3, 1, 0]))
+    j = jg.tensor(np.array([4, 2, 2, -5, 0, 3]))
+
+    def energy(x):
+        d = x[:, i] - x[:, j]
+        return ((d * d).sum(-1) + 0.5).sqrt().sin().sum()
+
+    def step(x):
+        (gx,) = jg.autograd.grad(energy(x), (x,), create_graph=True)
+        return energy(x), gx, (gx * gx).sum()
+    want = step(jg.tensor(x0, requires_grad=True))
+    cf = _compiled(step)
+    got = cf(jg.tensor(x0, requires_grad=True))
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-12, atol=1e-12)
+    plan = fusion_plan(_graph(cf))
+    indexed = {g.name for g in plan.groups if g.gathers or g.scatters}
+    kernels = [st.kernel for st in lay_out(plan).steps if st.kind == "kernel" and st.kernel.label in indexed]
+    assert len(kernels) >= 2 and any(k.ir for k in kernels)
+    assert [_innermost_index_loads(k) for k in kernels] == [0] * len(kernels)
+    x = jg.tensor(x0, requires_grad=True)
+    assert jg.autograd.gradcheck(lambda x: cf(x)[2], (x,))
+    assert jg.autograd.gradgradcheck(lambda x: cf(x)[0], (x,))

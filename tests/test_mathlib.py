@@ -320,9 +320,10 @@ _LIBM = re.compile(r"declare [^@]*@(exp|expf|log|logf|log1p|log1pf|expm1|expm1f|
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_loops_vectorise_without_libm(dtype):
-    """Every loop is free of libm calls; the loops LLVM vectorises carry SIMD vector types.  (sin/cos/tan
-    gather from the 2/pi table, so their vectorisation depends on the target having gathers; they are
-    only checked for libm calls.)"""
+    """Every loop is free of libm calls; the loops LLVM vectorises carry SIMD vector types.  (sin/cos/tan are only
+    checked for libm calls: float64's gather from the 2/pi table, so their vectorisation depends on the target
+    having gathers; float32's compute the table's words, and their kernel IR's loops vectorise:
+    ``test_split_axes``' B11 cutoff.)"""
     vt = "float" if dtype == "float32" else "double"
     for name in UNARY + ("pow",):
         k = _kernel(name, dtype)
@@ -339,6 +340,15 @@ def test_two_over_pi_table_is_exact():
     with mp.workdps(450):
         want = int(mp.floor(2 / mp.pi * mp.mpf(2) ** 1300))
     assert mathlib_trig._two_over_pi_bits(1300) >> 40 == want >> 40
+
+
+def test_float32_window_words_are_the_table_of_2_over_pi():
+    """float32's Payne-Hanek words, computed by selects and shifts (``_ph32_word``: no gather), are the table's
+    words for every exponent, so sin and cos keep their bits."""
+    table = mathlib_trig._pio2_table(mathlib_trig._PH32_EXLO, 254, 150, 4)
+    word = M._COMPILED["_ph32_word"]        # the same function code the kernels' IR builders expand
+    got = [word(np.int64(ex - 128 + 24 * i)) for ex in range(mathlib_trig._PH32_EXLO, 255) for i in range(4)]
+    np.testing.assert_array_equal(np.array(got, np.int64), table)
 
 
 def test_math_table_rows_exist_on_every_target():

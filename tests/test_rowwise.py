@@ -295,6 +295,32 @@ def test_attention_softmax_with_scale_and_mask(mask_kind, dtype):
     assert sum(isinstance(g, RowGroup) for g in p.groups) == 2, str(p)
 
 
+def test_masked_fill_softmax_backward_is_one_row_kernel_past_the_masks_loop():
+    """nanoGPT's attention without SDPA (``masked_fill`` of a causal mask, then softmax): the backward's row sums
+    and their use are one row kernel, although the mask's ``logical_not`` is planned between them (a small loop
+    that reads none of the chain's values runs before the merged kernel).  Forward and backward equal eager."""
+    T = 12
+    mask = jg.tensor(np.tril(np.ones((T, T), np.float32)).reshape(1, 1, T, T))
+
+    def step(a, v):
+        att = (a * 0.5).masked_fill(mask == 0, float("-inf"))
+        y = F.softmax(att, dim=-1)
+        (y @ v).sum().backward()        # (a product between the forward's chain and the backward's)
+        return y.detach(), a.grad
+    arrays = [_rand((2, 3, T, T), np.float32, 3), _rand((2, 3, T, 5), np.float32, 4)]
+    eager, compiled = _run_both(step, arrays)
+    for a, b in zip(eager, compiled):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    a = jg.tensor(arrays[0], requires_grad=True)
+    p = fusion_plan(_graph(jg.compile(step, backend="numba"), a, jg.tensor(arrays[1])))
+    rows = [g for g in p.groups if isinstance(g, RowGroup)]
+    assert len(rows) == 2, str(p)            # the forward's, and the backward's
+    back = rows[1]
+    assert [e.op.name for e in back.eqns if e.op.name in ("sum", "where")] == ["sum", "where"], str(p)
+    nots = [g for g in p.groups if any(e.op.name == "logical_not" for e in g.eqns)]
+    assert len(nots) == 1 and p.steps.index(nots[0]) < p.steps.index(back), str(p)
+
+
 @pytest.mark.parametrize("name", ["softmax", "log_softmax", "layer_norm"])
 def test_gradcheck_and_gradgradcheck_compiled(name):
     fn = {"softmax": lambda x: F.softmax(x * 1.5, -1), "log_softmax": lambda x: F.log_softmax(x, -1),

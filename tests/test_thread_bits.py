@@ -124,7 +124,9 @@ for pool_tick, blas_seconds in script * 2:
     # eager: the GEMM on SciPy's OpenBLAS, a small one and a batched one on NumPy's, the sum on the pool
     eager.append([digest((x @ w).numpy()), digest((x[:20, :30] @ w[:30, :10]).numpy()),
                   digest((z.reshape(8, 64, 512) @ z.reshape(8, 512, 64)).numpy()),
-                  digest((z * z + 1.0).sum().numpy())])
+                  digest((z * z + 1.0).sum().numpy()),
+                  # attention's stack of small products: split over its leading axis (stacked_gemm.matmul)
+                  digest((z.reshape(16, 4, 64, 64) @ (z * 0.5).reshape(16, 4, 64, 64).transpose(-2, -1)).numpy())])
 # the parameters after every update: the run's end state (compared between runs by the parent)
 final = digest(np.concatenate([p.detach().numpy().ravel() for p in params]))
 print("RESULT " + json.dumps({"compiled": compiled, "eager": eager, "blas_threads": blas_threads, "rounds": rounds,
@@ -226,6 +228,13 @@ def test_eager_big_gemm_bits_do_not_depend_on_the_thread_count():
     if blas.row_blocks(256, np.float32, 1) is None:
         pytest.skip("this BLAS has no row unit for float32: its big GEMMs are not split")
     assert len({_child(w, t)["eager"][0][0] for w, t in [(1, 1), (1, 2), (2, 2)]}) == 1
+
+
+def test_eager_stack_of_small_products_bits_do_not_depend_on_the_thread_count():
+    """Attention's (batch, head) products in eager mode, split over the leading axis between the eager threads (or
+    one ``np.matmul`` while held or at one thread): one hash at one and two threads."""
+    _needs(2)
+    assert len({_child(w, t)["eager"][0][4] for w, t in [(1, 1), (1, 2), (2, 2)]}) == 1
 
 
 def test_compiled_split_gemm_bits_do_not_depend_on_the_worker_count():

@@ -245,8 +245,8 @@ def test_a_gemm_of_symbolic_size_sets_openblas_count_at_every_call(monkeypatch):
 @pytest.mark.skipif(settings.default_threads() < 2, reason="needs a pool of two workers")
 def test_big_gemms_split_rows_between_the_pools_workers(monkeypatch):
     """One set of threads: a big GEMM's rows in one block per worker (a parallel batch of single-threaded BLAS
-    calls, each a multiple of OpenBLAS's row unit, the rows left one more call), its call guard sets OpenBLAS to
-    one thread and needs no pacer; the result is exact here."""
+    calls, each starting at a multiple of OpenBLAS's row unit, the last one as high as the rows left: one step, one
+    launch), its call guard sets OpenBLAS to one thread and needs no pacer; the result is exact here."""
     monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "0")
     from jitgrad.codegen.native import threads
     from jitgrad.codegen.program import layout
@@ -256,12 +256,11 @@ def test_big_gemms_split_rows_between_the_pools_workers(monkeypatch):
     if unit is None:
         pytest.skip("this BLAS has no row unit for float32: no split")
     cg = _gemm_program(256, 784, 64)
-    st, *rest = [s for s in cg.program.steps if s.kind in ("gemm", "bgemm")]
+    (st,) = [s for s in cg.program.steps if s.kind in ("gemm", "bgemm")]
     assert st.split and st.parallel and st.kind == "bgemm" and st.label == "matmul (BLAS, rows on the pool)"
     nb, h = cg.program.split_rows(256, 256 * 784 * 64, np.float32)
-    assert h % unit == 0 and h >= blas.MIN_BLOCK_ROWS and 0 <= 256 - nb * h < nb * unit
-    assert len(rest) == (256 % (nb * unit) != 0)
-    assert all(r.split and r.kind == "gemm" and r.label == "matmul (BLAS, last rows of the pool's)" for r in rest)
+    assert h % unit == 0 and h >= blas.MIN_BLOCK_ROWS and nb >= 2 and 0 < 256 - (nb - 1) * h <= h
+    assert st.gate == (256 * 784 * 64, nb)      # the pool's threshold sees the whole product
     assert not threads.blas_threaded(cg.program.steps)
     guard = cg.call_lock
     assert guard.single and guard.pacer is None and guard.lock is threads.LAUNCH_LOCK
@@ -303,7 +302,7 @@ def test_split_gemms_match_numpy_for_every_operand_layout(monkeypatch, request, 
     launch, *rest = [x for x in f.launches(jg.tensor(a), jg.tensor(b)) if x.kind in ("gemm", "bgemm")]
     assert launch.parallel and launch.label == ("matmul (BLAS, columns on the pool)" if by_cols else
                                                 "matmul (BLAS, rows on the pool)")
-    assert all(not x.parallel and "last" in x.label for x in rest) and len(rest) <= 1
+    assert rest == []                   # (the rows or columns left: the last block of the one launch)
     blas.BlasPacer.use(1)
     ref = np.empty((m, n), dtype)         # one single-threaded call (packing makes the operands' layout moot)
     aa, ta, lda = blas._raw_operand(np.ascontiguousarray(op_a(a)))

@@ -16,7 +16,8 @@ from ..ir.graph import Eqn, Graph, Lit, Var
 from ..ir.ops import Aval, OpError
 from ..ir.passes import fusion_plan
 from ..runtime import anomaly, grad_mode
-from ..runtime.dispatch import _WEAK, _forward_nan, _record, op_error, record_entry
+from ..runtime.dispatch import _WEAK, _record, record_entry
+from ..runtime.op_errors import forward_nan, op_error
 from ..runtime.tensor import Tensor
 
 _FROM_NP = dt._FROM_NP
@@ -108,7 +109,7 @@ def bind_cuda(op, args, params):
         _record(op, params, args, record_entry(out_avals, avals, out.shape), t)
     if _AN.enabled and _AN.check_forward and out_avals[0].dtype.is_floating_point \
             and not np.isfinite(out.copy_to_host()).all():
-        _forward_nan(op, avals, t)
+        forward_nan(op, avals, t)
     return t
 
 

@@ -1,7 +1,8 @@
 """Eager work split between ``set_num_threads`` threads: the multi-tensor optimiser updates by parameter
 (``optim/multi_tensor.py``), each parameter's arithmetic on one thread, in order, so the bits are those of one
 thread (issue 32, item 3); and big GEMMs by blocks of rows, each a single-threaded OpenBLAS call
-(``ops/blas.row_blocks``: blocks aligned to OpenBLAS's row unit give one thread's bits).
+(``ops/blas.row_blocks``: blocks aligned to OpenBLAS's row unit give one thread's bits), and stacks of small
+products over their leading axis (``ops/stacked_gemm.py``: attention's (batch, head) products).
 
 The helpers are Python threads (started on first use, and again after a fork); a part is a run of NumPy calls on
 big arrays, which release the GIL.  Measured on 2 cores (BENCHMARKS.md): B9's AdamW step over 810K parameters
@@ -25,7 +26,8 @@ from . import settings
 # elements per thread below which a split is not worth a Python thread hand-off (~10 us)
 MIN_CHUNK = int(os.environ.get("JITGRAD_EAGER_MIN_CHUNK", 1 << 16))
 _DEFAULT_ERR = {"divide": "warn", "over": "warn", "under": "ignore", "invalid": "warn"}
-STATS = {"contended": 0}       # split calls that waited long for their workers (counted, for tests)
+# split calls that waited long for their workers, and calls split at all (counted, for tests)
+STATS = {"contended": 0, "split_calls": 0}
 
 
 class _Workers:
@@ -105,6 +107,7 @@ def run_split(tasks) -> None:
     done = []
     if len(tasks) > 1:
         _WORKERS.ensure(len(tasks) - 1)
+        STATS["split_calls"] += 1
     t0 = time.perf_counter()
     for fn, args in tasks[1:]:
         ev = _Done()

@@ -35,7 +35,8 @@ count.  Calls take ``threads.LAUNCH_LOCK`` (one parallel launch at a time per pr
 
 Knobs: ``JITGRAD_EAGER_KERNELS=0`` turns the path off (every eager op runs its NumPy impl); ``=sync`` builds a
 kernel in the calling thread at its first call (tests, benchmarks that must not time NumPy calls);
-``JITGRAD_EAGER_KERNEL_MIN`` the element count from which an op takes the native path (``MIN_ELEMENTS``).
+``JITGRAD_EAGER_KERNEL_MIN`` the element count from which an op takes the native path (``MIN_ELEMENTS``);
+``JITGRAD_EAGER_POOLED_MIN`` that of the one-ufunc ops (add, sub, mul: ``POOLED_MIN``).
 """
 from __future__ import annotations
 
@@ -57,6 +58,11 @@ SYNC = _MODE == "sync"
 # float64 form SciPy's erf at ~10 ns an element: below a few thousand elements neither is worth a kernel's
 # structure in the signature cache.
 MIN_ELEMENTS = int(os.environ.get("JITGRAD_EAGER_KERNEL_MIN", "4096"))
+# From this many elements a one-ufunc op (add, sub, mul) runs its kernel: where the compiled path's rule puts every
+# loop on the pool at the default threshold (``loops.PARALLEL_MIN``: each element costs at least
+# ``layout.MIN_ELEMENT_COST``, and that many elements reach ``workpool.PARALLEL_WORK``; a test keeps them equal; not
+# imported: the chooser runs at a signature's first call, and codegen's kernel modules take ~0.3 s to import).
+POOLED_MIN = int(os.environ.get("JITGRAD_EAGER_POOLED_MIN", 1 << 20))
 # the stand-ins' sizes while tracing, two of each: sizes reach a kernel as arguments, so both must give one text
 # (a decomposition with a mean bakes its row length in: such an op says so, and its row length keys its kernel)
 _ELEMENT_HINTS = ((1 << 16,), (3 << 14,))
@@ -267,6 +273,22 @@ def elementwise_chooser(opname):
     return _named(choose, opname, "one loop over the elements")
 
 
+def pooled_chooser(opname):
+    """The ``eager_kernel`` chooser of a one-ufunc elementwise op (``add``, ``sub``, ``mul``: one rounding, so the
+    kernel's bits are NumPy's): as ``elementwise_chooser``, but only from the size where the pool takes every loop
+    (``POOLED_MIN``).  Below it the serial kernel would do what NumPy's one ufunc does (measured,
+    ``workpool.py``: ``x + 1`` gained nothing from the pool below 2^20 elements), so those signatures keep NumPy;
+    above it a call whose loop the pool does not take (a raised ``min_work()``, one thread) runs the serial kernel,
+    whose bits are the same."""
+    def choose(avals, params, fallback):
+        a0 = _same_floats(avals) if ENABLED else None
+        if a0 is None or a0.size < max(POOLED_MIN, MIN_ELEMENTS):
+            return None
+        return _call_for(opname, tuple(a.dtype.name for a in avals), tuple(sorted(params.items())), a0, (a0.size,),
+                         fallback)
+    return _named(choose, opname, "one loop over the elements, on the pool")
+
+
 def _softmax_axis(params, ndim):
     """The rank-2 kernel's params of a softmax-like op over the last axis (``axis``), else None."""
     return tuple(sorted({**params, "axis": 1}.items())) if params.get("axis") == ndim - 1 else None
@@ -397,6 +419,9 @@ if hasattr(os, "register_at_fork"):
 # the ops served (declared: the publisher binds each into its OpDef's ``eager_kernel`` slot)
 published("OpDef.eager_kernel", name="gelu")(elementwise_chooser("gelu"))
 published("OpDef.eager_kernel", name="gelu_backward")(elementwise_chooser("gelu_backward"))
+published("OpDef.eager_kernel", name="add")(pooled_chooser("add"))
+published("OpDef.eager_kernel", name="sub")(pooled_chooser("sub"))
+published("OpDef.eager_kernel", name="mul")(pooled_chooser("mul"))
 published("OpDef.eager_kernel", name="softmax")(rowwise_chooser("softmax"))
 published("OpDef.eager_kernel", name="softmax_backward")(rowwise_chooser("softmax_backward"))
 published("OpDef.eager_kernel", name="log_softmax")(rowwise_chooser("log_softmax"))
@@ -404,4 +429,5 @@ published("OpDef.eager_kernel", name="log_softmax_backward")(rowwise_chooser("lo
 published("OpDef.eager_kernel", name="layer_norm")(rowwise_chooser("layer_norm", _layer_norm_axes, sized=True))
 
 
-__all__ = ["elementwise_chooser", "rowwise_chooser", "wait", "structures", "COUNTS", "ENABLED", "SYNC", "MIN_ELEMENTS"]
+__all__ = ["elementwise_chooser", "pooled_chooser", "rowwise_chooser", "wait", "structures", "COUNTS", "ENABLED", "SYNC",
+           "MIN_ELEMENTS", "POOLED_MIN"]

@@ -16,7 +16,8 @@ from .pointwise.inplace import inplace_form
 from ..ir.dtypes import torch_scalar_name
 from ..ir.ops import OPS as O
 from ..runtime import dispatch as _dispatch
-from ..runtime.dispatch import bind, op_error, _bind_by_name
+from ..runtime.dispatch import bind, _bind_by_name
+from ..runtime.op_errors import op_error
 from ..runtime.bind_route import ROUTE as _ROUTE
 from ..runtime.tensor import Tensor
 from .torch_kwargs import torch_kwargs

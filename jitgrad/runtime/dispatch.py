@@ -17,6 +17,7 @@ from ..ir.ops.opdef import fmt_shape
 from . import anomaly, forward_state, grad_mode, profiler_state
 from .bind_route import ROUTE as _ROUTE
 from .node import Node, _seq as _node_seq
+from .op_errors import describe_avals, forward_nan, op_error, with_user_line
 from .source import _INTERNAL, _internal, user_code_line, user_loc, user_stack
 from ..ir.graph import Lit, Var
 from ..ir.symbolic import SymFloat, SymInt
@@ -48,27 +49,33 @@ class OpNode(Node):
             return _PROF.active.record_op(_OPS[opname], args, params, _bind)
         return _bind(_OPS[opname], args, params)
 
-
-def _describe(avals) -> str:
-    return ", ".join("scalar " + a.dtype.name if a.weak else f"{a.dtype.name}{fmt_shape(a.shape)}" for a in avals)
-
-
-def _with_loc(msg: str) -> str:
-    loc = user_loc(3)
-    if loc is None:
-        return msg
-    return f"{msg}\n  at {loc.where()} in {loc.function}: {loc.text}"
+    def on_arrays(self, opname, *args, **params):
+        """``self.bind``'s result array, for NumPy arrays and Python numbers (``dispatch.on_arrays``)."""
+        return on_arrays(_OPS[opname], args, params)
 
 
-def op_error(op, avals, e: Exception, cls=None):
-    """Re-raise an impl/rule failure as an error naming the op, the inputs' shapes/dtypes and the user's line."""
-    text = str(e)
-    if not text.startswith(op.name):
-        text = f"{op.name}: {text}"
-    if "input" not in text:
-        text += f" (inputs: {_describe(avals)})"
-    cls = cls or (IndexError if isinstance(e, IndexError) else RuntimeError)
-    return cls(_with_loc(text))
+def on_arrays(op, args, params):
+    """``_bind``'s result array for NumPy arrays and numbers ``args``, bit for bit (its signature entry: the same impl,
+    eager kernel, cast and errors), with no Tensor, node or anomaly check: how ``OpDef.eager_vjp`` runs rule ops."""
+    key = [op]
+    for a in args:
+        key += (a.shape, a.dtype) if type(a) is np.ndarray else (type(a),)
+    if params:
+        key.append(tuple(params.items()))
+    key = tuple(key)
+    hit = _RULES.get(key)
+    if hit is None:
+        if len(_RULES) > 50000:
+            _RULES.clear()
+        hit = _RULES[key] = _rule_entry(op, tuple(Tensor._make(a) if type(a) is np.ndarray else a for a in args),
+                                        params)
+    try:
+        out = hit[6](*args, **params)
+    except (ValueError, TypeError, IndexError, FloatingPointError, OverflowError) as e:
+        raise op_error(op, hit[1], e) from None
+    if type(out) is not np.ndarray:
+        return np.asarray(out, dtype=hit[2])
+    return out if out.dtype == hit[2] else out.astype(hit[2])
 
 
 def bind(op, *args, **params):
@@ -216,7 +223,7 @@ def _bind(op, args, params):
     if need and hit[3] and _GM.grad_enabled and not _GM.inference and not (t._inference and op.view):
         _record(op, params, args, hit, t)       # (a view of an inference tensor has no history: torch)
     if _AN.enabled and _AN.check_forward and out.dtype.kind == "f" and not np.isfinite(out).all():
-        _forward_nan(op, hit[1], t)
+        forward_nan(op, hit[1], t)
     return t
 
 
@@ -251,7 +258,7 @@ def _general_key(op, args, params):
                 if ta is np.ndarray and a.dtype in _FROM_NP:   # NumPy arrays act as tensors, as in torch
                     return _bind(op, tuple(Tensor._make(x) if type(x) is np.ndarray else x for x in args), params)
                 else:
-                    raise TypeError(_with_loc(f"{op.name}: unsupported argument of type {ta.__name__}: {a!r}"))
+                    raise TypeError(with_user_line(f"{op.name}: unsupported argument of type {ta.__name__}: {a!r}"))
             arrays.append(a)
             sig.append(ta)
     if params:
@@ -396,7 +403,7 @@ def _record(op, params, args, hit, t):
             ins[i] = a
             if type(a) is Tensor or isinstance(a, Tensor):
                 if a._inference:
-                    raise RuntimeError(_with_loc(
+                    raise RuntimeError(with_user_line(
                         "Inference tensors cannot be saved for backward. Please do not use Tensors created in "
                         "inference mode in computation tracked by autograd. To work around this, you can make a clone "
                         "to get a normal tensor and use it in autograd, or use `jitgrad.no_grad()` instead of "
@@ -493,7 +500,7 @@ def _bind_traced(tr, op, args, params):
         else:
             w = _TRACED_WEAK.get(type(a))
             if w is None:
-                raise TypeError(_with_loc(f"{op.name}: unsupported argument of type {type(a).__name__}: {a!r}"))
+                raise TypeError(with_user_line(f"{op.name}: unsupported argument of type {type(a).__name__}: {a!r}"))
             ins.append(Lit(a, w))
     scalar_out = False
     if tr.python_floats is not None:
@@ -579,17 +586,10 @@ def _device_bind(op, args, params):
             if a.ndim == 0 and a.device.type == "cpu":      # a CPU scalar tensor goes along, as in torch
                 args = args[:k] + (a.to(ref.device),) + args[k + 1:]
                 continue
-            raise RuntimeError(_with_loc(
+            raise RuntimeError(with_user_line(
                 f"Expected all tensors to be on the same device, but found at least two devices, {ref.device} and "
                 f"{a.device}! (when checking argument for argument {k} in method {op.name})"))
     return dev.bind(op, args, params)
-
-
-def _forward_nan(op, avals, t):
-    loc = user_loc(3)
-    where = f"\n  at {loc.where()} in {loc.function}: {loc.text}" if loc else ""
-    raise RuntimeError(f"Function '{op.name}' (forward) returned nan values in its 0th output. "
-                       f"Output shape {fmt_shape(t.shape)}, dtype {t.dtype.name}; inputs: {_describe(avals)}{where}")
 
 
 from .tensor import Tensor  # noqa: E402  (Tensor's methods call bind; bind builds Tensors)

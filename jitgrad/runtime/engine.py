@@ -23,6 +23,7 @@ from ..tracer import STATE as _TR
 
 _AN = anomaly.STATE
 _wrap = Tensor._make
+_np_add = np.add
 _SH = saved_hooks.STATE
 _PROF = profiler_state.STATE
 _FWD = forward_state.STATE
@@ -400,6 +401,8 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
     # the common case (no profiler, no trace, no anomaly mode) calls the vjp directly, not via _apply_node
     plain = _PROF.active is None and _TR.active is None and not _AN.enabled
     capturing = bool(cap_nodes)
+    # gradients that meet are summed on their arrays in a plain first-order backward (nothing to record)
+    sum_arrays = plain and not create_graph and _FWD.active is None
     every = inputs is None           # plain backward: every discovered node executes
     acc_type = AccumulateGrad
     node_type = OpNode          # an op's node (subclasses with their own apply take _apply_node)
@@ -502,7 +505,16 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                         buf = buffers[child] = [None] * (len(child.out_meta) or 1)
                         buf[nr] = g
                     else:
-                        buf[nr] = g if buf[nr] is None else buf[nr] + g
+                        old = buf[nr]
+                        if old is None:
+                            buf[nr] = g
+                        elif sum_arrays and type(old) is Tensor and type(g) is Tensor \
+                                and type(od := old._data) is np.ndarray and type(gd := g._data) is np.ndarray \
+                                and od.dtype == gd.dtype and od.shape == gd.shape:
+                            buf[nr] = _wrap(_np_add(od, gd))     # add's impl on the arrays: no bind, no node
+                        else:
+                            buf[nr] = old + g
+                        old = od = gd = None
                 if d == 1:
                     heappush(ready, (-child.seq, child))
                 deps[child] = d - 1

@@ -12,6 +12,7 @@ from ..ir.symbolic import SymInt
 from ..tracer import STATE as _TR
 from . import forward_state, grad_mode, saved_mutation
 from .grad_names import getitem_name
+from .op_errors import with_user_line
 from .view_inplace import INFERENCE_VIEW, INFERENCE_VIEW_MSG, NO_GRAD_VIEW, NO_GRAD_VIEW_MSG, custom_fn_view_msg, \
     view_of_view_msg
 from .view_writes import inplace_on_view, traced_write
@@ -289,7 +290,6 @@ class InPlaceOps:
         try:
             target[ix] = v
         except (ValueError, IndexError) as e:
-            from .dispatch import _with_loc
             if isinstance(e, ValueError) and np.shape(v) != ():
                 try:
                     region = list(self._data[ix].shape)
@@ -298,7 +298,7 @@ class InPlaceOps:
                 if region is not None:    # torch's words, not NumPy's "could not broadcast input array"
                     e = RuntimeError(f"shape mismatch: value tensor of shape {list(np.shape(v))} cannot be "
                                      f"broadcast to indexing result of shape {region}")
-            raise type(e)(_with_loc(f"index_put: {e} (tensor {self.dtype.name}{list(self.shape)})")) from None
+            raise type(e)(with_user_line(f"index_put: {e} (tensor {self.dtype.name}{list(self.shape)})")) from None
         self._vc[0] += 1
 
 

@@ -80,7 +80,9 @@ def call_gemm_batched(fn, block):
     """A batch of ``?gemm`` calls (the ``bgemm`` step of ``codegen/program/batched_gemm.py``).  ``block`` holds: [0, 13)
     the gemm arguments of the first matrix (slots 6, 8, 11: B, A, C's addresses), [13] ``nd`` batch dims,
     then ``nd`` sizes, then per operand B, A, C ``nd`` byte strides, then 13 scratch slots: each call's
-    arguments, the first block's with the three addresses moved to that batch entry."""
+    arguments, the first block's with the three addresses moved to that batch entry; then the last entry's own
+    size: the index of the argument it replaces (2: m, 3: n; 0: none) and its address (a split GEMM's last block
+    is as high as the rows left)."""
     p = ptr_i64(block)
     nd = p[13]
     total = 1
@@ -103,6 +105,8 @@ def call_gemm_batched(fn, block):
         store(p, s + 6, b0 + ob)
         store(p, s + 8, a0 + oa)
         store(p, s + 11, c0 + oc)
+        if t == total - 1 and p[s + 13] != 0:
+            store(p, s + p[s + 13], p[s + 14])
         call_gemm(fn, block + 8 * s)
 
 

@@ -40,6 +40,33 @@ def by_index(b, index, j, axis, IE, k, access, otherwise=()):
     return out
 
 
+def index_once(b, index, j, axis, IE, k, runs):
+    """``(statements, offset, ok)`` for an index that is the same along a loop's innermost run (its operand
+    broadcasts along the inner axis: B11's pair index over the 3 coordinates): the statements read it once,
+    before the run, wrap it when negative and check it, recording the first bad one (as ``by_index`` does) when
+    ``runs`` (the run has elements); inside the run ``by_checked(ok, offset, ...)`` accesses by it."""
+    stride, size = axis
+    with b.capture() as out:
+        raw = b.let(f"ir{j}", cast(index, I64))
+        at = b.let(f"ij{j}", select(raw < 0, raw + size, raw))
+        ok = b.let(f"ok{j}", ki.and_(at >= 0, at < size))
+        with b.if_(ki.and_(ki.not_(ok), runs)):
+            b.emit([record_index_error(b, IE, 1, k, (raw, const(0)))])
+    return out, at * stride, ok
+
+
+def by_checked(b, ok, offset, access, otherwise=()):
+    """Statements of one access by an index checked before the loop (``index_once``): ``access(offset)`` when it
+    is in range, else ``otherwise``."""
+    with b.capture() as out:
+        with b.if_(ok) as s:
+            b.emit(access(offset))
+        if otherwise:
+            with b.else_(s):
+                b.emit(list(otherwise))
+    return out
+
+
 def adds_into_zeros(e) -> bool:
     """Whether scatter-add ``e`` (a fused loop's store by an index) adds into zeros, a literal: its loop clears
     its output itself (no copy of the base; B11's force transposes)."""
@@ -47,4 +74,4 @@ def adds_into_zeros(e) -> bool:
     return isinstance(b, Lit) and not np.any(b.value)
 
 
-__all__ = ["record_index_error", "by_index", "adds_into_zeros"]
+__all__ = ["record_index_error", "by_index", "index_once", "by_checked", "adds_into_zeros"]

@@ -295,9 +295,9 @@ class _Renderer:
         if not b.block.is_terminated:
             self._loops[-1][2].append(b.branch(head))
         _, innermost, back_edges = self._loops.pop()
-        if innermost:                       # see INTERLEAVE
+        if innermost:                       # see INTERLEAVE and SHORT_TRIP
             for br in back_edges:
-                br.set_metadata(_LATCH_TAG, self._latch_md)
+                br.set_metadata(_SHORT_TAG if s.short else _LATCH_TAG, self._latch_md)
         b.position_at_end(done)
 
     # ---- values -------------------------------------------------------------------------------------------
@@ -544,18 +544,27 @@ def symbol(key: str) -> str:
 # the IR is built and the tag becomes a distinct, self-referencing loop ID in the text (llvmlite's builder
 # makes no distinct nodes).
 INTERLEAVE = int(os.environ.get("JITGRAD_INTERLEAVE", "4"))
+# An innermost loop the layout knows runs fewer than SHORT_TRIP times (``kernel_ir.For.short``: B11's loops over
+# its 16 Gaussians) is not interleaved: interleaved, LLVM's vector body takes 8 float32 lanes x INTERLEAVE = 32
+# elements a step, so a 16-element loop ran in its 4-lane remainder loop (B11's three pair loops: 4 lanes where
+# the host has 8); not interleaved, it runs two full 8-lane steps.
+SHORT_TRIP = 8 * INTERLEAVE
 # Parallel kernels are rendered too, their chunks run on ``workpool``'s workers; 0: Numba builds them
 PARALLEL = os.environ.get("JITGRAD_IR_PARALLEL", "1") != "0"
 _LATCH_TAG = "jitgrad.latch"
+_SHORT_TAG = "jitgrad.short"
 HEADER = "; jitgrad kernel "         # the first line of a kernel's LLVM IR text: then its key
 
 
 def _with_loop_ids(text: str) -> str:
-    if INTERLEAVE <= 1 or f"!{_LATCH_TAG}" not in text:
+    if INTERLEAVE <= 1 or (f"!{_LATCH_TAG}" not in text and f"!{_SHORT_TAG}" not in text):
         return text
     text = re.sub(rf"!{re.escape(_LATCH_TAG)} !\d+", "!llvm.loop !90000", text)
+    text = re.sub(rf"!{re.escape(_SHORT_TAG)} !\d+", "!llvm.loop !90002", text)
     return text + (f'\n!90000 = distinct !{{!90000, !90001}}\n'
-                   f'!90001 = !{{!"llvm.loop.interleave.count", i32 {INTERLEAVE}}}\n')
+                   f'!90001 = !{{!"llvm.loop.interleave.count", i32 {INTERLEAVE}}}\n'
+                   f'!90002 = distinct !{{!90002, !90003}}\n'
+                   f'!90003 = !{{!"llvm.loop.interleave.count", i32 1}}\n')
 
 
 def render(kir: ki.KernelIR, key: str) -> str:

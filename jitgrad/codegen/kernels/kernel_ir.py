@@ -362,16 +362,16 @@ class Store:
 
 
 class For:
-    """``for var in range(start, stop, step)`` (step 1 or -1); ``parallel``: the kernel's parallel outer loop,
-    whose ``reductions`` (Vars assigned before it, updated in it only as ``r = r + e``) sum across chunks, and
-    ``gate``: None (it always takes the worker pool) or ``(elements, per_element)`` (an int64 value, a float): it
-    takes the pool in calls whose work reaches the pool's minimum (``workpool.takes``), else runs here."""
-    __slots__ = ("var", "start", "stop", "step", "body", "parallel", "reductions", "gate")
+    """``for var in range(start, stop, step)`` (step 1 or -1); ``parallel``: the kernel's parallel outer loop, whose
+    ``reductions`` (Vars assigned before it, updated in it only as ``r = r + e``) sum across chunks; ``gate``: None
+    (it always takes the pool) or ``(elements, per_element)`` (an int64 value, a float): it takes the pool when the
+    work reaches ``workpool.takes``'s minimum; ``short``: under ``ir_loops.SHORT_TRIP`` trips, not interleaved."""
+    __slots__ = ("var", "start", "stop", "step", "body", "parallel", "reductions", "gate", "short")
 
-    def __init__(self, var, start, stop, step=1, parallel=False, reductions=(), gate=None):
+    def __init__(self, var, start, stop, step=1, parallel=False, reductions=(), gate=None, short=False):
         self.var, self.start, self.stop, self.step = var, start, stop, step
         self.body, self.parallel, self.reductions = [], parallel, list(reductions)
-        self.gate = gate if parallel else None
+        self.gate, self.short = (gate if parallel else None), short
 
 
 class If:
@@ -548,7 +548,7 @@ def format_kernel(k: KernelIR) -> str:
                 par = f" parallel sum({', '.join(v.name for v in s.reductions)})" if s.parallel else ""
                 if s.gate is not None:
                     par += f" from work {expr_text(s.gate[0])} * {s.gate[1]!r}"
-                lines.append(f"{ind}for {s.var.name} in range({rng}){par}:")
+                lines.append(f"{ind}for {s.var.name} in range({rng}){par}{' short' * s.short}:")
                 block(s.body, ind + "    ")
             elif isinstance(s, If):
                 lines.append(f"{ind}if {expr_text(s.cond)}:")

@@ -21,7 +21,7 @@ from ...ir.graph import Lit, Var
 from ...ir.ops.opdef import result_dtype
 from . import kernel_ir as ki
 from .kernel_ir import BOOL, I64, U8, cast, const, load, read, select
-from .index_checks import record_index_error, adds_into_zeros, by_index
+from .index_checks import record_index_error, adds_into_zeros, by_checked, by_index, index_once
 from .ordered_keys import row_minmax
 from .math_table import MathCalls
 from .numba_render import module_text
@@ -120,9 +120,10 @@ class _Nest:
     """A loop nest over ``rank`` dims reading/writing operands through strides from the argument block (``block``:
     the kernel's ``A``, or a ``Rebased`` one).  ``per_element``: a parallel nest's cost per element, when its loop
     takes the pool by its work per call; ``rows``: ``(c, C)``, the outer loop runs only the ``c``-th of ``C``
-    equal parts of its range (a batch's piece), else all of it."""
+    equal parts of its range (a batch's piece), else all of it; ``short``: its innermost loop is ``For.short``."""
 
-    def __init__(self, b: ki.Builder, rank, classes, parallel, per_element=None, block=None, rows=None):
+    def __init__(self, b: ki.Builder, rank, classes, parallel, per_element=None, block=None, rows=None,
+                 short=False):
         self.b = b
         self.rank = rank
         self.classes = classes
@@ -130,6 +131,7 @@ class _Nest:
         self.per_element = per_element
         self.blk = b.A if block is None else block
         self.rows = rows
+        self.short = short
         self.n = [b.let(f"n{d}", self.blk[d]) for d in range(rank)]
         self.p, self.s = {}, {}
         self.slot = rank
@@ -189,7 +191,7 @@ class _Nest:
                 c, parts = self.rows
                 lo, hi = self.n[0] * c // parts, self.n[0] * (c + 1) // parts
             f = ki.For(b.var(f"i{d}", I64), lo, hi, 1, par, reductions if par else (),
-                       self.gate() if par else None)
+                       self.gate() if par else None, short=self.short and d == r - 1)
             if par:
                 b.parallel = True
             block.append(f)
@@ -281,7 +283,7 @@ def raises_in_loop(e) -> bool:
     return False
 
 
-def group_nest(b, g, classes, parallel, rank, alias, who, per_element=None, block=None, rows=None):
+def group_nest(b, g, classes, parallel, rank, alias, who, per_element=None, block=None, rows=None, short=False):
     """``(arrays_in, operands, nest)`` of fusion group ``g``'s loop: the Vars and array literals it reads at its
     own index, every operand in the argument block's order (those, the operands of its gathers and scatters, its
     outputs, its scatters' outputs), and their ``_Nest`` (alias-scoped per ``alias`` when it names two classes
@@ -291,7 +293,7 @@ def group_nest(b, g, classes, parallel, rank, alias, who, per_element=None, bloc
     # array, each scatter's index; after the outputs, each scatter's output
     operands = arrays_in + [v for e in g.gathers for v in (e.ins[1], e.ins[0])] + [e.ins[2] for e in g.scatters] \
         + list(g.outputs) + [e.outs[0] for e in g.scatters]
-    nest = _Nest(b, rank, classes, parallel, per_element, block, rows)
+    nest = _Nest(b, rank, classes, parallel, per_element, block, rows, short)
     for j, v in enumerate(operands):
         nest.operand(j, v.aval.dtype)
     if alias is not None and len(set(alias)) > 1:
@@ -366,16 +368,17 @@ def chunked_rows(b, nest, row, n_operands, columns, reductions=()):
 
 
 def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, alias=None,
-              per_element=None) -> Kernel:
+              per_element=None, short=False) -> Kernel:
     """The loop nest of a fusion group.  ``classes``: inner layout class per operand (inputs then outputs);
     ``rank``/``red_axes``: the iteration rank and folded axes after the layout merged dims (default: the
     group's own); ``check_ids``: eqn -> id for values that must be finite (anomaly mode): integer counters that
     vectorise with the loop, reported through the err slot after it, so no branch leaves the fast path.
     ``alias``: per operand, its alias class (operands of one class may share memory, of two never do; see
     ``alias_scopes.py``); None: nothing is known, every access is a plain one.  ``per_element``: a parallel
-    loop's cost per element, when it takes the pool by its work per call (``kernel_ir.For.gate``)."""
+    loop's cost per element, when it takes the pool by its work per call (``kernel_ir.For.gate``).  ``short``: the
+    layout knows the innermost dim is short (``kernel_ir.For.short``)."""
     b = ki.Builder()
-    made = group_loop(b, g, classes, parallel, check_ids, rank, red_axes, alias, per_element)
+    made = group_loop(b, g, classes, parallel, check_ids, rank, red_axes, alias, per_element, short=short)
     return Kernel("fused", b.finish(), rank=made.rank, operands=made.operands, classes=classes,
                   parallel=made.parallel, checks=made.checks, red_axes=made.red_axes, label=g.name,
                   guards=made.guards, alias=made.alias, per_element=per_element)
@@ -394,7 +397,7 @@ class GroupLoop(NamedTuple):
 
 
 def group_loop(b, g, classes, parallel, check_ids=None, rank=None, red_axes=None, alias=None, per_element=None,
-               block=None, rows=None) -> GroupLoop:
+               block=None, rows=None, short=False) -> GroupLoop:
     """Fusion group ``g``'s loop nest emitted into builder ``b`` (``gen_group`` says what the arguments are), reading
     its argument block from ``block`` (default: the kernel's ``A``; a batch's member: ``Rebased``), its outer loop
     over the ``rows`` part of its range (``_Nest``).  A loop over another block has no checks, guards, indexed
@@ -419,7 +422,7 @@ def group_loop(b, g, classes, parallel, check_ids=None, rank=None, red_axes=None
     if red_axes is not None:
         b.comment(f"reduction {red.op.name} over axes {list(red_axes)} of rank {rank}")
     arrays_in, operands, nest = group_nest(b, g, classes, parallel, rank, alias, "gen_group", per_element, block,
-                                           rows)
+                                           rows, short)
     # per gather, then per scatter: the indexed axis's stride and size; then the index-error block (its address,
     # then their step ids)
     gathers, scatters = list(g.gathers), list(g.scatters)
@@ -439,6 +442,19 @@ def group_loop(b, g, classes, parallel, check_ids=None, rank=None, red_axes=None
     if axes:
         nest.slot += 1 + len(axes)
     first_idx = len(arrays_in)
+    # every index the same along the innermost axis (it broadcasts there): each is read and checked once per run
+    # of that axis, before it, not at every element (B11's pair indices over x, y, z: a third of the checks)
+    idx_ops = [first_idx + 2 * q for q in range(len(gathers))] + \
+        [first_idx + 2 * len(gathers) + q for q in range(len(scatters))]
+    once = {}           # index operand -> (offset, ok) of its access, checked before the innermost loop
+    hoisted = []
+    if idx_ops and rank >= 2 and not chunked and block is None and all(classes[j] == BCAST for j in idx_ops):
+        for n, j in enumerate(idx_ops):
+            e = gathers[n] if n < len(gathers) else scatters[n - len(gathers)]
+            stmts, off, ok = index_once(b, _load(j, nest, e.ins[1 if n < len(gathers) else 2].aval.dtype), j,
+                                        axes[n], IX, n, nest.n[rank - 1] > 0)
+            hoisted += stmts
+            once[j] = (off, ok)
     local, checks, guards = {}, [], []
     counters = []           # the parallel loop's sums: the reduction's, the checks', the guards'
     with b.capture() as body:
@@ -463,8 +479,12 @@ def group_loop(b, g, classes, parallel, check_ids=None, rank=None, red_axes=None
                 def access(off, jx=jx, tv=tv, od=od):
                     x = load_at(jx, nest, nest.index(jx) + off)
                     return [ki.Assign(tv, cast(x != 0 if od is dt.bool_ else x, _T(od)))]
-                b.emit(by_index(b, _load(jx - 1, nest, e.ins[1].aval.dtype), jx - 1, axes[q], IX, q, access,
-                                [ki.Assign(tv, cast(const(0), _T(od)))]))
+                zero = [ki.Assign(tv, cast(const(0), _T(od)))]
+                if jx - 1 in once:
+                    b.emit(by_checked(b, once[jx - 1][1], once[jx - 1][0], access, zero))
+                else:
+                    b.emit(by_index(b, _load(jx - 1, nest, e.ins[1].aval.dtype), jx - 1, axes[q], IX, q, access,
+                                    zero))
                 t = read(tv)
             else:
                 seen = len(guards)
@@ -491,9 +511,12 @@ def group_loop(b, g, classes, parallel, check_ids=None, rank=None, red_axes=None
             def access(off, jo=jo, v=v):
                 at = nest.index(jo) + off
                 return [store_at(jo, nest, at, load_at(jo, nest, at) + v)]
-            b.emit(by_index(b, _load(ji, nest, e.ins[2].aval.dtype), ji, axes[len(gathers) + q], IX,
-                            len(gathers) + q, access))
-    pre, post, row_pre, row_post = list(clear), [], [], []
+            if ji in once:
+                b.emit(by_checked(b, once[ji][1], once[ji][0], access))
+            else:
+                b.emit(by_index(b, _load(ji, nest, e.ins[2].aval.dtype), ji, axes[len(gathers) + q], IX,
+                                len(gathers) + q, access))
+    pre, post, row_pre, row_post = list(clear), [], list(hoisted), []
     if red is not None:
         od = red.outs[0].aval.dtype
         T = _T(od)
@@ -519,11 +542,12 @@ def group_loop(b, g, classes, parallel, check_ids=None, rank=None, red_axes=None
             # a row reduction (softmax's and LayerNorm's sums over the last axis): the row accumulates in a
             # register and is stored once, so the inner loop carries no memory dependence and vectorises
             pre.append(init_loop())
-            row_pre = [ki.Assign(acc, init)]
+            row_pre += [ki.Assign(acc, init)]
             if op == "sum" or not od.is_floating_point:
                 body.append(ki.Assign(acc, cast(_combine(op, read(acc), rv), T)))
             else:
-                row_pre, each, row_post = row_minmax(b, op, od, rv, "acc", "hacc", "kb", "nans")
+                before, each, row_post = row_minmax(b, op, od, rv, "acc", "hacc", "kb", "nans")
+                row_pre = list(hoisted) + before
                 body += each
             row_post.append(ki.Store(p_ro, nest.index(ro), read(acc)))
         elif chunked:           # this chunk's partial row, at the element's position along the kept axis

@@ -63,7 +63,10 @@ def _pio2_table(ex_lo, ex_hi, exp_offset, nwords):
 
 
 _PH32_EXLO = 107                      # below 2^-20 sin x = x within float32 rounding: no reduction
-_PH32 = _pio2_table(_PH32_EXLO, 254, 150, 4)
+# float32's window words (``_pio2_table(_PH32_EXLO, 254, 150, 4)``'s) are computed, not loaded (``_ph32_word``):
+# from 2/pi's bits 1..224 in 32-bit chunks, D1 the most significant
+_PH32_D1, _PH32_D2, _PH32_D3, _PH32_D4, _PH32_D5, _PH32_D6, _PH32_D7 = (
+    (_two_over_pi_bits(224) >> (224 - 32 * k)) & 0xFFFFFFFF for k in range(1, 8))
 _PH64_EXLO = 993                      # below 2^-30 for float64
 _PH64 = _pio2_table(_PH64_EXLO, 2046, 1075, 8)
 _M24 = 0xFFFFFF
@@ -73,6 +76,21 @@ _F_PIO2_LO = F(1.5707963267948966 / 2.0 ** 58 - float(_F_PIO2_HI))
 
 # ==== float32 =============================================================================================
 @_def
+def _ph32_word(e):
+    """floor(2/pi 2^e) mod 2^24 for e in [-21, 198]: word i of the window for exponent ex (e = ex - 128 + 24 i),
+    from the chunks of 2/pi's bits by selects and shifts.  A table loaded at a computed index is a gather, which
+    LLVM's cost model does not vectorise on this CPU: with one, loops computing sin or cos ran scalar (B11's
+    cutoff, ~120 instructions an element)."""
+    m = (e + 31) >> 5                                   # the chunk holding bit e; the bits end r places into it
+    r = 32 * m - e
+    hi = select(m == 1, _PH32_D1, select(m == 2, _PH32_D2, select(m == 3, _PH32_D3, select(
+        m == 4, _PH32_D4, select(m == 5, _PH32_D5, select(m == 6, _PH32_D6, select(m == 7, _PH32_D7, 0)))))))
+    lo = select(m == 2, _PH32_D1, select(m == 3, _PH32_D2, select(m == 4, _PH32_D3, select(
+        m == 5, _PH32_D4, select(m == 6, _PH32_D5, select(m == 7, _PH32_D6, 0))))))
+    return ((lo << (32 - r)) | (hi >> r)) & _M24
+
+
+@_def
 def _rem_pio2_f32(a):
     """a = |x| finite -> (r, q): a = q pi/2 + r (mod 2 pi), |r| <= pi/4, by Payne-Hanek in int64 arithmetic:
     exact for every float32, including 3.4e38.  Below 2^-20, r = a."""
@@ -80,14 +98,14 @@ def _rem_pio2_f32(a):
     ex = ia >> 23
     ex = select(ex > _PH32_EXLO, ex, _PH32_EXLO)
     ex = select(ex < 254, ex, 254)
-    row = (ex - _PH32_EXLO) * 4
+    e = ex - 128                                          # the window's words for ex: _ph32_word(e + 24 i)
     m = (ia & 0x7FFFFF) | 0x800000
-    t = lookup(_PH32, row + 3) * m                                # column sums of m * window, then carries
-    t = lookup(_PH32, row + 2) * m + (t >> 24)
+    t = _ph32_word(e + 72) * m                            # column sums of m * window, then carries
+    t = _ph32_word(e + 48) * m + (t >> 24)
     l1 = t & _M24
-    t = lookup(_PH32, row + 1) * m + (t >> 24)
+    t = _ph32_word(e + 24) * m + (t >> 24)
     l2 = t & _M24
-    t = lookup(_PH32, row) * m + (t >> 24)
+    t = _ph32_word(e) * m + (t >> 24)
     l3 = t & _M24
     top = (l3 << 36) | (l2 << 12) | (l1 >> 12)            # x 2/pi mod 4 = top / 2^58
     top = top + (1 << 57)                                 # round to the nearest quadrant

@@ -26,9 +26,10 @@ from .loops import (BCAST, Kernel, chunked_rows, _compute_dtype, _load, _store, 
                     scalar_expr, store_at, value_ref)
 
 
-def gen_rows(g, classes, parallel, rank, red_axes, alias=None, per_element=None) -> Kernel:
+def gen_rows(g, classes, parallel, rank, red_axes, alias=None, per_element=None, short=False) -> Kernel:
     """The kernel of row group ``g`` over iteration rank ``rank`` (after the layout merged dims), whose row axis
-    is the last (``red_axes`` must say so).  ``classes``/``alias``/``per_element``: as for ``loops.gen_group``."""
+    is the last (``red_axes`` must say so).  ``classes``/``alias``/``per_element``/``short``: as for
+    ``loops.gen_group`` (``short``: the rows are)."""
     r = rank
     if r < 1 or tuple(red_axes or ()) != (r - 1,):
         raise ValueError(f"gen_rows: {g.name}: expected the row axis last, got reduced axes {red_axes} of rank {r}")
@@ -116,7 +117,7 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None, per_element=None)
                 for v in ps.stores:
                     b.emit([_store(slot_of[v], nest, v.aval.dtype, local[v])])
             b.emit(init)
-            f = ki.For(b.var(f"i{r - 1}", I64), const(0), nest.n[r - 1])
+            f = ki.For(b.var(f"i{r - 1}", I64), const(0), nest.n[r - 1], short=short)
             f.body += inner
             b.emit([f] + after)
             for e in ps.reductions:

@@ -123,11 +123,18 @@ def takes(elements, per_element: float) -> bool:
     return elements >= _GRAIN.value and float(elements) * per_element >= float(_MIN_WORK.value)
 
 
-def takes_batch(macs, count, most: int | None) -> bool:
+def takes_batch(macs, count, most: int) -> bool:
     """Whether a batch of ``count`` products of ``macs`` multiply-adds each takes the pool, each product on one
-    thread: at least two, each at most ``most`` (OpenBLAS would thread a larger one itself; None: no bound, the
-    blocks of a split GEMM), and work enough (the entry's test, ``entry._batched_gemm_on_pool``)."""
-    return count >= 2 and (most is None or macs <= most) and float(macs) * float(count) >= float(_MIN_WORK.value)
+    thread: at least two, each at most ``most`` (OpenBLAS would thread a larger one itself), and work enough (the
+    entry's test, ``entry._batched_gemm_on_pool``)."""
+    return count >= 2 and macs <= most and float(macs) * float(count) >= float(_MIN_WORK.value)
+
+
+def takes_split(macs, blocks) -> bool:
+    """Whether a GEMM of ``macs`` multiply-adds split into ``blocks`` blocks of rows (``batched_gemm.split_rows``)
+    takes the pool: two blocks at least, and the whole product's work enough (the entry's test, the last block at
+    its own height)."""
+    return blocks >= 2 and float(macs) >= float(_MIN_WORK.value)
 
 
 def pace() -> int:
@@ -277,5 +284,5 @@ def run_on_each(fn) -> list:
 
 
 __all__ = ["available", "launch", "threads", "run_on_each", "default_threads", "library", "SYMBOLS", "PARALLEL_GRAIN",
-           "PARALLEL_WORK", "min_work", "set_min_work", "grain", "rounds", "takes", "takes_batch", "pace", "set_pace",
-           "launch_times", "PACE_OFF", "PACE_TIMED", "PACE_HELD", "CLOCK_ID", "CLOCK_ADDRESS"]
+           "PARALLEL_WORK", "min_work", "set_min_work", "grain", "rounds", "takes", "takes_batch", "takes_split", "pace",
+           "set_pace", "launch_times", "PACE_OFF", "PACE_TIMED", "PACE_HELD", "CLOCK_ID", "CLOCK_ADDRESS"]

@@ -8,7 +8,8 @@ becomes one of two native steps, never a NumPy host step:
   operand's batch dims and row dim walk memory as one dim (a contiguous ``[B, T, C]`` activation), the batch is
   just more rows: one ``?gemm`` with ``M = B * T``.  A ``Linear`` on 3-D input costs one GEMM, as in torch.
 - **batched**: otherwise a ``bgemm`` step: one ``?gemm`` argument block, the batch sizes and each operand's byte
-  stride per batch dim (0 for a broadcast dim), and 13 scratch slots; ``abi.call_gemm_batched`` loops over the
+  stride per batch dim (0 for a broadcast dim), 13 scratch slots and the last entry's own size (a split GEMM's
+  last block: ``split_rows``); ``abi.call_gemm_batched`` loops over the
   batch inside the driver, pointing the scratch block's A, B, C at each matrix.  Operands are passed by leading
   dimension, so strided views (a head of a ``[B, T, 3C]`` projection, a transposed key) are read in place.
   When the products may be small (OpenBLAS runs each on one thread) and the batch may have work enough
@@ -30,6 +31,9 @@ from ..places import Place, c_strides, coalesce
 from ..kernels import small_gemm
 
 MAX_BATCH_DIMS = 6
+# the ``?gemm`` argument a ``bgemm`` block's last entry may size on its own (``abi.call_gemm_batched``): BLAS's
+# ``n`` is C's rows (C^T is what BLAS computes), its ``m`` C's columns
+LAST_ROWS, LAST_COLUMNS = 3, 2
 
 
 def _gemm_flag(strides, rows, cols):
@@ -101,16 +105,17 @@ def batched_gemm(prog: Program, e) -> bool:
     return True
 
 def split_rows(prog: Program, e, pa, flag_a, pb, flag_b, pc, m, n, k) -> bool:
-    """A big ``C = A B`` (``m`` x ``n``, row-major ``C``) as a parallel ``bgemm`` step over equal blocks of C
-    (``Program.split_rows``), one single-threaded BLAS call per block on the pool's workers, and the rows (or
-    columns) left after them as one more call on the calling thread.  Each call packs the operand the blocks share,
-    so the split is along the side whose shared operand is the smaller where OpenBLAS's unit allows both: blocks
-    of rows (entry ``j``: A's rows ``[j r, (j + 1) r)`` times all of B) when ``n <= m``, else blocks of columns
-    (all of A times B's columns ``[j c, (j + 1) c)``).  Every block starts at a multiple of OpenBLAS's unit, so
-    the result has one single-threaded call's bits whatever the workers.  Per call, the blocks go to the pool
-    when their multiply-adds reach the pool's threshold (``workpool.takes_batch``, no bound on a block's size)
-    and its pacer does not hold launches off it; else they run one after the other on the calling thread (the
-    same calls, the same bits).  False: not split (one call)."""
+    """A big ``C = A B`` (``m`` x ``n``, row-major ``C``) as one parallel ``bgemm`` step over blocks of C
+    (``Program.split_rows``: equal blocks, the last one the rows left), one single-threaded BLAS call per block on
+    the pool's workers; the last block is as high as the rows left (its own row count: ``_emit_gemm_block``'s
+    ``last``), so every row runs inside the one launch.  Each call packs the operand the blocks share, so the
+    split is along the side whose shared operand is the smaller where OpenBLAS's unit allows both: blocks of rows
+    (entry ``j``: A's rows ``[j r, (j + 1) r)`` times all of B) when ``n <= m``, else blocks of columns (all of A
+    times B's columns ``[j c, (j + 1) c)``).  Every block starts at a multiple of OpenBLAS's unit, so the result
+    has one single-threaded call's bits whatever the workers.  Per call, the blocks go to the pool when the whole
+    product's multiply-adds reach the pool's threshold (``workpool.takes_split``) and its pacer does not hold
+    launches off it; else they run one after the other on the calling thread (the same calls, the same bits).
+    False: not split (one call)."""
     macs = float(hint_of(m * n * k))
     dtype = e.outs[0].aval.dtype.np
     prefer_rows = not (type(m) is int and type(n) is int and n > m)
@@ -120,59 +125,36 @@ def split_rows(prog: Program, e, pa, flag_a, pb, flag_b, pc, m, n, k) -> bool:
             break
     else:
         return False
-    row_a = flag_a[1] if flag_a[0] == "N" else 1           # A's row stride (elements): ld, or 1 if transposed
-    col_b = 1 if flag_b[0] == "N" else flag_b[1]           # B's column stride (elements): 1, or ld if transposed
-    if (m if by_rows else n) != nb * h and any(type(x) is not int for x in ((row_a, n) if by_rows else (col_b,))):
-        return False        # (the last block's offsets would be symbolic: one call)
+    last = (m if by_rows else n) - (nb - 1) * h
     if by_rows:
+        row_a = flag_a[1] if flag_a[0] == "N" else 1       # A's row stride (elements): ld, or 1 if transposed
         st = _emit_gemm_block(prog, e, "bgemm", pa, flag_a, pb, flag_b, pc, h, n, k,
-                              ((nb,), [0], [h * row_a], [h * max(n, 1)]), split=True)
+                              ((nb,), [0], [h * row_a], [h * max(n, 1)]), split=True, last=(LAST_ROWS, last))
         st.label = "matmul (BLAS, rows on the pool)"
-        left = m - nb * h
-        if left:
-            a_off, c_off = nb * h * row_a, nb * h * n
-            rest = _emit_gemm_block(prog, e, "gemm", _shifted(pa, a_off), flag_a, pb, flag_b, _shifted(pc, c_off),
-                                    left, n, k, None, scalars=st.fold[:2])
-            rest.label = "matmul (BLAS, last rows of the pool's)"
     else:
+        col_b = 1 if flag_b[0] == "N" else flag_b[1]       # B's column stride (elements): 1, or ld if transposed
         st = _emit_gemm_block(prog, e, "bgemm", pa, flag_a, pb, flag_b, pc, m, h, k,
-                              ((nb,), [h * col_b], [0], [h]), ldc=n, split=True)
+                              ((nb,), [h * col_b], [0], [h]), ldc=n, split=True, last=(LAST_COLUMNS, last))
         st.label = "matmul (BLAS, columns on the pool)"
-        left = n - nb * h
-        if left:
-            c_off = nb * h
-            rest = _emit_gemm_block(prog, e, "gemm", pa, flag_a, _shifted(pb, c_off * col_b), flag_b,
-                                    _shifted(pc, c_off), m, left, k, None, ldc=n, scalars=st.fold[:2])
-            rest.label = "matmul (BLAS, last columns of the pool's)"
-    st.work *= nb
+    st.work = macs
     st.parallel = st.split = True
-    more = []
-    if left:
-        # on the calling thread with OpenBLAS on one thread, as every split GEMM's (the call guard's single_blas)
-        rest.split = True
-        more.append((rest, rest.fold[2], c_off))
     if prog.parallel is None:
-        # its work compared with the pool's threshold per call, as a loop's (and held off the pool by its pacer
-        # while the cores are contended: pool_abi.launch); blocks of rows or columns alike
-        st.gate = (h * n * k, nb) if by_rows else (m * h * k, nb)
+        # the whole product's work compared with the pool's threshold per call, as a loop's (and held off the pool
+        # by its pacer while the cores are contended: pool_abi.launch); blocks of rows or columns alike
+        st.gate = (m * n * k, nb)
     # an SGD update of the product may still fold into it (gemm_steps.fold_update_into_gemm: alpha, beta and C's
-    # slots; the blocks' C offsets are the updated weight's own, a contiguous array of C's shape)
-    prog.gemm_outs[e.outs[0]] = (st, prog.places.n, st.fold[0], st.fold[1], st.fold[2], more)
+    # slot; the blocks' C offsets are the updated weight's own, a contiguous array of C's shape)
+    prog.gemm_outs[e.outs[0]] = (st, prog.places.n, st.fold[0], st.fold[1], st.fold[2])
     return True
 
 
-def _shifted(p: Place, elements) -> Place:
-    """``p`` moved ``elements`` elements on in its buffer (the first row or column of a GEMM's last block)."""
-    return Place(p.root, p.offset + elements, p.shape, p.strides, p.dtype)
-
-
-def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k, batch, ldc=None, scalars=None,
-                     split=False):
+def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k, batch, ldc=None, split=False,
+                     last=None):
     """Append a ``?gemm`` argument block (``C = A B`` row-major, i.e. ``C^T = B^T A^T`` column-major: B goes
-    first) and, for ``bgemm``, the batch sizes, byte strides and scratch slots; ``ldc``: C's row stride when it
-    is not ``n`` (a block of C's columns); ``scalars``: the params offsets of alpha and beta another block of
-    the same product has (one SGD update folded into both sets both); ``split``: a block of a split GEMM (always
-    OpenBLAS's routine)."""
+    first) and, for ``bgemm``, the batch sizes, byte strides, scratch slots and the last entry's size; ``ldc``:
+    C's row stride when it is not ``n`` (a block of C's columns); ``split``: the blocks of a split GEMM (always
+    OpenBLAS's routine); ``last``: ``(argument, size)``, the last batch entry's own C rows (``LAST_ROWS``) or
+    columns (``LAST_COLUMNS``) where they differ from the others' (a split GEMM's rows left)."""
     out = e.outs[0]
     ta, lda = flag_a
     tb, ldb = flag_b
@@ -182,14 +164,11 @@ def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k
     for name, data in (("ta", tb.encode()), ("tb", ta.encode()), ("m", n), ("n", m), ("k", k),
                        ("alpha", np.array([1.0], sc).tobytes()), ("lda", ldb), ("ldb", lda),
                        ("beta", np.array([0.0], sc).tobytes()), ("ldc", max(n if ldc is None else ldc, 1))):
-        if scalars is not None and name in ("alpha", "beta"):
-            offs[name] = scalars[name == "beta"]
-            continue
         offs[name] = prog.put_param(data)
     work = float(hint_of(m * n * k))    # multiply-adds (a batch's: times the batch, below)
     # a split GEMM's blocks are all OpenBLAS's (a small last block on another kernel would change its bits)
     routine = "sgemm" if f32 else "dgemm"
-    if scalars is None and not split:
+    if not split:
         routine = small_gemm.routine(routine, work)
     how = "small kernel" if routine.startswith("small_") else "BLAS"
     label = f"matmul ({how})" if kind == "gemm" else f"matmul (batched, {how})"
@@ -212,6 +191,12 @@ def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k
         for strides in (cb, ca, cc):
             prog.table.extend(size_arg(s) * item for s in strides)
         prog.table.extend([0] * 13)          # scratch: the block of the gemm call being made
+        if last is None:
+            prog.table.extend([0, 0])
+        else:                                # the last entry's size argument: its address
+            prog.table.append(last[0])
+            prog.param_slots.append((len(prog.table), prog.put_param(last[1])))
+            prog.table.append(0)
     prog.add(st)
     return st
 

@@ -259,9 +259,10 @@ class CompiledGraph:
                 out.append(Launch(st.label, st.kernel.kind, par, pool if par else 1, st.work, gated=gated))
             elif st.kind in ("gemm", "bgemm"):
                 par = bool(st.parallel)
-                if gated:       # (a split GEMM's blocks: no bound on their size)
-                    par = workpool.takes_batch(size(st.gate[0]), size(st.gate[1]),
-                                               None if st.split else blas.BLAS_THREADED_MACS)
+                if gated and st.split:      # (the whole product's work, its blocks of any size)
+                    par = workpool.takes_split(size(st.gate[0]), size(st.gate[1]))
+                elif gated:
+                    par = workpool.takes_batch(size(st.gate[0]), size(st.gate[1]), blas.BLAS_THREADED_MACS)
                 big = threads.blas_threaded([st], size)
                 out.append(Launch(st.label, st.kind, par, pool if par else blas_n if big else 1, st.work, st.gemm,
                                   gated))

@@ -247,8 +247,21 @@ def _batched_gemm(b, fn, p, gemm, n):
         st(b.add(s, c(6)), b.add(b0, b.load(var["ob"])))
         st(b.add(s, c(8)), b.add(a0, b.load(var["oa"])))
         st(b.add(s, c(11)), b.add(c0, b.load(var["oc"])))
-        b.call(gemm, [b.inttoptr(ld(b.add(s, c(k))), i8p) for k in range(13)])
+        args = [ld(b.add(s, c(k))) for k in range(13)]
+        _last_entry_size(b, args, b.icmp_signed("==", t, b.sub(total, c(1))), ld(b.add(s, c(13))),
+                         ld(b.add(s, c(14))))
+        b.call(gemm, [b.inttoptr(a, i8p) for a in args])
     loop("t", c(0), lambda t: b.icmp_signed("<", t, total), entry_body, lambda t: b.add(t, c(1)))
+
+
+def _last_entry_size(b, args, is_last, which, address):
+    """Point ``args``' m or n (index ``which``: 2 or 3; 0: neither) at ``address`` where ``is_last``: the last
+    batch entry's own size (``abi.call_gemm_batched``: a split GEMM's last block)."""
+    from llvmlite import ir
+    i64 = ir.IntType(64)
+    for k in (2, 3):
+        use = b.and_(is_last, b.icmp_signed("==", which, ir.Constant(i64, k)))
+        args[k] = b.select(use, address, args[k])
 
 
 def _gemm_chunk(mod):
@@ -272,13 +285,20 @@ def _gemm_chunk(mod):
 
     def ld(base, k):
         return b.load(b.gep(base, [k if isinstance(k, ir.Value) else c(k)]))
-    var = {v: b.alloca(i64, name=v) for v in ("t", "d", "r", "ob", "oa", "oc")}
+    var = {v: b.alloca(i64, name=v) for v in ("t", "d", "r", "ob", "oa", "oc", "nd", "total")}
     nd = ld(p, 13)
     gemm = b.inttoptr(ld(task, 2), ir.FunctionType(ir.VoidType(), [i8p] * 13).as_pointer())
     fixed = [ld(p, k) for k in range(13)]
+    s = b.add(c(14), b.mul(c(4), nd))
+    which, address = ld(p, b.add(s, c(13))), ld(p, b.add(s, c(14)))     # the last entry's own size
 
     def loop(name, init, cond, body, step):
         _for_loop(b, fn, var[name], f"{name}{{}}", init, cond, body, step)
+    b.store(c(1), var["total"])
+    loop("nd", c(0), lambda d: b.icmp_signed("<", d, nd),
+         lambda d: b.store(b.mul(b.load(var["total"]), ld(p, b.add(c(14), d))), var["total"]),
+         lambda d: b.add(d, c(1)))
+    final = b.sub(b.load(var["total"]), c(1))
 
     def entry_body(t):
         b.store(t, var["r"])
@@ -297,6 +317,7 @@ def _gemm_chunk(mod):
         args = list(fixed)
         for k, o in ((6, "ob"), (8, "oa"), (11, "oc")):
             args[k] = b.add(fixed[k], b.load(var[o]))
+        _last_entry_size(b, args, b.icmp_signed("==", t, final), which, address)
         b.call(gemm, [b.inttoptr(a, i8p) for a in args])
     loop("t", ld(task, 0), lambda t: b.icmp_signed("<", t, ld(task, 1)), entry_body, lambda t: b.add(t, c(1)))
     b.ret_void()
@@ -309,8 +330,9 @@ def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False, bounded=True):
     chunk's products run one after the other on that worker (``_gemm_chunk``); all on the calling thread when the
     pool has one worker.  ``gated``: only in calls where each product is at most ``BLAS_THREADED_MACS``
     multiply-adds (m, n, k read from the block's parameters; ``bounded=False``: any size, the blocks of a split
-    GEMM) and the batch's reach the pool's minimum work (``workpool.takes_batch``), and while the pool's pacer does
-    not hold launches off the pool (``pool_abi.launch``); else all on the calling thread.  The caller holds
+    GEMM) and the batch's (the last entry's at its own size: a split GEMM counts its whole product) reach the
+    pool's minimum work (``workpool.takes_batch``, ``takes_split``), and while the pool's pacer does not hold
+    launches off the pool (``pool_abi.launch``); else all on the calling thread.  The caller holds
     ``threads.LAUNCH_LOCK`` (``cpu.CompiledGraph``)."""
     from llvmlite import ir
     mod = fn.module
@@ -342,7 +364,14 @@ def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False, bounded=True):
         macs = c(1)
         for k in (2, 3, 4):
             macs = b.mul(macs, b.sext(b.load(b.inttoptr(ld(k), i32p)), i64))
-        work = b.fmul(b.sitofp(macs, ir.DoubleType()), b.sitofp(total, ir.DoubleType()))
+        # the last entry's multiply-adds with its own size (a split GEMM's last block: the whole product counts)
+        s = b.add(c(14), b.mul(c(4), nd))
+        args = [ld(k) for k in range(5)]
+        _last_entry_size(b, args, ir.Constant(ir.IntType(1), 1), ld(b.add(s, c(13))), ld(b.add(s, c(14))))
+        last = c(1)
+        for k in (2, 3, 4):
+            last = b.mul(last, b.sext(b.load(b.inttoptr(args[k], i32p)), i64))
+        work = b.sitofp(b.add(b.mul(macs, b.sub(total, c(1))), last), ir.DoubleType())
         takes = b.and_(pooled, pool_abi.reaches_min_work(b, mod, work))
         if bounded:     # small products: only where OpenBLAS would not thread one itself
             takes = b.and_(takes, b.icmp_signed("<=", macs, c(BLAS_THREADED_MACS)))

@@ -14,7 +14,6 @@ from ...ir.symbolic import hint_of
 from ...ir.plan import Group
 from .batched_gemm import batched_gemm, split_rows
 from ..kernels import small_gemm
-from ..places import Place
 from .layout import Program, Step
 from ..lowering import emits
 
@@ -111,7 +110,7 @@ def fold_update_into_gemm(prog: Program, g: Group) -> bool:
     a0, a1 = u.ins
     if not ((a0 is p_var and a1 is mo) or (u.op.name == "add" and a0 is mo and a1 is p_var)):
         return False
-    st, n_gemm, alpha_off, beta_off, c_slot, *more = prog.gemm_outs[d]
+    st, n_gemm, alpha_off, beta_off, c_slot = prog.gemm_outs[d]
     if n_gemm <= places.last_raising:      # the GEMM would write p before a step that may still raise
         return False
     pp = places[p_var]
@@ -129,10 +128,9 @@ def fold_update_into_gemm(prog: Program, g: Group) -> bool:
     sc = np.float32 if dt_.name == "float32" else np.float64
     prog.params[alpha_off:alpha_off + 8] = np.array([alpha], sc).tobytes().ljust(8, b"\0")
     prog.params[beta_off:beta_off + 8] = np.array([1.0], sc).tobytes().ljust(8, b"\0")
-    _move_product(prog, c_slot, more, pp)
-    for st2 in (st, *(rest for rest, _, _ in (more[0] if more else ()))):     # (a split GEMM's last rows too)
-        st2.label += " + update"
-        st2.state_write = True
+    prog.move_slot(c_slot, pp)      # (a split GEMM's blocks, its last one too, are at their offsets from it)
+    st.label += " + update"
+    st.state_write = True
     places.state_place(o)
     return True
 
@@ -160,8 +158,8 @@ def fold_sum_into_gemm(prog: Program, g: Group) -> bool:
                 or any(x is d for x in prog.graph.outputs) or prog.gemm_outs[d][0].eqn.check is not None:
             return False
     first, second = sorted((d1, d2), key=lambda d: prog.gemm_outs[d][1])
-    st1, n1, _, _, slot1, *more1 = prog.gemm_outs[first]
-    st2, _, _, beta_off, slot2, *more2 = prog.gemm_outs[second]
+    st1, n1, _, _, slot1 = prog.gemm_outs[first]
+    st2, _, _, beta_off, slot2 = prog.gemm_outs[second]
     p1, p2 = places[first], places[second]
     for p in (p1, p2):
         if p.offset != 0 or not p.contiguous() or tuple(p.shape) != tuple(o.aval.shape):
@@ -175,26 +173,15 @@ def fold_sum_into_gemm(prog: Program, g: Group) -> bool:
         dst = places.assign(o)
         if dst.root.kind != "fresh":
             return False
-        _move_product(prog, slot1, more1, dst)
+        prog.move_slot(slot1, dst)
     else:
         dst = places[o] = p1
         places.hold(p1.root, o)
-    _move_product(prog, slot2, more2, dst)
+    prog.move_slot(slot2, dst)      # (a split GEMM's blocks, its last one too, are at their offsets from it)
     sc = np.float32 if o.aval.dtype.name == "float32" else np.float64
-    # (a split GEMM's last block shares its alpha and beta: batched_gemm.split_rows)
     prog.params[beta_off:beta_off + 8] = np.array([1.0], sc).tobytes().ljust(8, b"\0")
     st2.label += " + accumulate"
-    for st_rest, _, _ in (more2[0] if more2 else ()):
-        st_rest.label += " + accumulate"
     return True
-
-
-def _move_product(prog: Program, slot, more, dst: Place) -> None:
-    """Write a GEMM's C (table slot ``slot``) at ``dst``, with the blocks of a split GEMM's rows left over
-    (``more``: (step, slot, element offset) of batched_gemm.split_rows) at their offsets in it."""
-    prog.move_slot(slot, dst)
-    for _, slot_rest, offset in (more[0] if more else ()):
-        prog.move_slot(slot_rest, Place(dst.root, dst.offset + offset, dst.shape, dst.strides, dst.dtype))
 
 
 def fold_into_gemm(prog: Program, g: Group) -> bool:

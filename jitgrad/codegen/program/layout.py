@@ -114,8 +114,8 @@ class Step:
         self.parallel = False       # kind "bgemm": its batch entries split between the pool's workers
         self.work = 0.0             # its work in the plan's cost unit, as the parallel choice saw it (0: unknown)
         # a parallel step that takes the pool by its work per call: (elements, per-element cost) of a kernel,
-        # (multiply-adds of one product, products) of a bgemm or of a split GEMM's blocks (sizes may be symbolic);
-        # None: it always does
+        # (multiply-adds of one product, products) of a bgemm, (the whole product's multiply-adds, blocks) of a
+        # split GEMM (sizes may be symbolic); None: it always does
         self.gate = None
         self.split = False          # a big GEMM's rows split between the pool's workers (batched_gemm.split_rows)
         self.fold = None            # a GEMM block's (alpha offset, beta offset, C's slot), for an update folded in
@@ -333,11 +333,12 @@ class Program:
 
     def split_rows(self, rows, macs, dtype, by_rows=True) -> tuple:
         """``(blocks, height)``: a GEMM of ``rows`` result rows (``by_rows=False``: columns) of ``dtype`` and
-        ``macs`` multiply-adds split between the pool's workers into ``blocks`` equal blocks of ``height`` rows,
-        one BLAS call on one thread each, and the ``rows - blocks * height`` rows left (fewer than ``blocks``
-        units) one more call on the calling thread; ``(0, 0)``: one call, OpenBLAS's own threads.  Only products
-        big enough for OpenBLAS to thread, with concrete rows, each block a multiple of OpenBLAS's unit for
-        ``dtype`` in that direction (``blas.block_unit``: none, no split) and ``blas.MIN_BLOCK_ROWS`` at least."""
+        ``macs`` multiply-adds split between the pool's workers into ``blocks`` blocks of ``height`` rows, the last
+        one the ``rows - (blocks - 1) * height`` rows left (1 to ``height``), one BLAS call on one thread each, all
+        in one pooled launch; ``(0, 0)``: one call, OpenBLAS's own threads.  Only products big enough for OpenBLAS
+        to thread, with concrete rows, ``height`` a multiple of OpenBLAS's unit for ``dtype`` in that direction
+        (``blas.block_unit``: none, no split; so every block starts on one) and ``blas.MIN_BLOCK_ROWS`` at least,
+        as ``blas.row_blocks`` cuts eager GEMMs."""
         if not POOL_GEMMS or settings.STATE.num_threads == 1 or self.parallel is False:
             return 0, 0
         if type(rows) is not int or macs <= BLAS_THREADED_MACS or rows < 2 * MIN_BLOCK_ROWS:
@@ -346,11 +347,9 @@ class Program:
         if u is None:
             return 0, 0
         low = -(-MIN_BLOCK_ROWS // u) * u
-        for nb in range(pool_workers(), 1, -1):
-            h = rows // (nb * u) * u
-            if h >= low:
-                return nb, h
-        return 0, 0
+        h = max(low, -(-rows // (pool_workers() * u)) * u)
+        nb = -(-rows // h)
+        return (nb, h) if nb >= 2 else (0, 0)
 
     def batch_choice(self, macs, count):
         """``(parallel, gated)`` for a batch of ``count`` independent products of ``macs`` multiply-adds each (a

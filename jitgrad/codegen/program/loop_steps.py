@@ -15,6 +15,7 @@ from .layout import Program, Step, alias_classes, stride_class
 from ..kernels.index_loops import gen_gather, gen_scatter
 from ..kernels.index_checks import adds_into_zeros
 from ..kernels.loops import COLUMN_CHUNKS, gen_group
+from ..kernels.ir_loops import SHORT_TRIP
 from ..lowering import emits
 from ..places import bcast_strides, c_strides
 from ..kernels.rowwise_loops import gen_rows
@@ -41,10 +42,11 @@ def emit_group(prog: Program, g, op):
     shape = op.shape
     classes, per_element, alias = loop_facts(g, op)
     parallel, gate = prog.pool_choice(op.size, per_element) if len(shape) > 0 and not g.scatters else (False, None)
+    short = len(shape) > 0 and isinstance(shape[-1], int) and shape[-1] < SHORT_TRIP
     if isinstance(g, RowGroup):
-        k = gen_rows(g, classes, parallel, len(shape), op.red_axes, alias, gate)
+        k = gen_rows(g, classes, parallel, len(shape), op.red_axes, alias, gate, short)
     else:
-        k = gen_group(g, classes, parallel, prog.check_ids, len(shape), op.red_axes, alias, gate)
+        k = gen_group(g, classes, parallel, prog.check_ids, len(shape), op.red_axes, alias, gate, short)
     st = Step("kernel", k, label=f"{g.name} {g.lines()}".strip(), shapes=[list(p.shape) for p in op.in_places],
               scope=g.all_eqns[0].scope)
     st.work = hint_of(op.size) * per_element

@@ -139,6 +139,14 @@ def _plain_cotangent(c, g, i):
     return type(g) is np.ndarray and g.dtype == c.dtypes[i].np
 
 
+def _finished(c, i, a):
+    """``_ew_vjp``'s last steps on an array cotangent ``a`` of input ``i``: summed to its shape; None where it needs
+    a cast (the rule runs)."""
+    if a.shape != c.shapes[i]:
+        a = sum_to_shape(a, c.shapes[i])
+    return a if a.dtype == c.dtypes[i].np else None
+
+
 def _linear_eager_vjp(negate_second):
     """add's and sub's pullback: ``g`` (``-g`` for sub's second input) summed to each input's shape."""
     def pullback(c, g):
@@ -191,6 +199,70 @@ def _tanh_eager_vjp(c, g):
     return (np.asarray(_tanh_bwd_impl(g, y)),)
 
 
+def _unary_eager_vjp(formula, saved=None):
+    """The pullback of a unary op whose rule is ``formula(run, g, v)`` on the saved value ``v`` (``"in"``: the
+    input, ``"out"``: the output, None: nothing), each op run as its bind would run it (``ctx.on_arrays``)."""
+    def pullback(c, g):
+        if not _plain_cotangent(c, g, 0):
+            return None
+        v = None
+        if saved is not None:
+            v = (c.outputs[0] if saved == "out" else c.inputs[0])._data
+            if type(v) is not np.ndarray or v.dtype != g.dtype or v.shape != g.shape:
+                return None
+        a = _finished(c, 0, formula(c.on_arrays, g, v))
+        return None if a is None else (a,)
+    return pullback
+
+
+def _div_eager_vjp(c, g):
+    """div's pullback: torch's formulas as ``_div_vjp`` binds them (a Python-number numerator: reciprocal's)."""
+    x, y = c.inputs
+    needs = c.needs_grad
+    ya = _saved_array(y, g)
+    if ya is None or type(g) is not np.ndarray:
+        return None
+    run = c.on_arrays
+    gx = gy = None
+    if needs[0]:
+        gx = _finished(c, 0, run("div", g, ya)) if g.dtype == c.dtypes[0].np else None
+        if gx is None:
+            return None
+    if needs[1]:
+        if type(ya) is not np.ndarray:
+            return None
+        if isinstance(x, (int, float)):
+            r = run("reciprocal", ya)
+            gy = run("mul", run("neg", run("mul", g, x)), run("mul", r, r))
+        else:
+            xa = _saved_array(x, g)
+            if xa is None:
+                return None
+            gy = run("mul", run("neg", g), run("div", run("div", xa, ya), ya))
+        gy = _finished(c, 1, gy)
+        if gy is None:
+            return None
+    return gx, gy
+
+
+def _pow_eager_vjp(c, g):
+    """pow's pullback for a Python-number exponent: ``g * (y * x ** (y - 1))`` as ``_pow_vjp`` binds it, zeros for
+    exponent 0; a tensor exponent runs the rule."""
+    x, y = c.inputs
+    if c.needs_grad[1] or not (type(y) is float or type(y) is int):
+        return None
+    xa = _saved_array(x, g)
+    if type(xa) is not np.ndarray or not _plain_cotangent(c, g, 0):
+        return None
+    if y == 0:
+        gx = np.zeros(g.shape, g.dtype)
+    else:
+        run = c.on_arrays
+        gx = run("mul", g, run("mul", y, run("pow", xa, y - 1.0)))
+    gx = _finished(c, 0, gx)
+    return None if gx is None else (gx, None)
+
+
 def _in(ctx, i=0):
     return ctx.inputs[i]
 
@@ -200,15 +272,20 @@ def _out(ctx):
 
 
 # ---- unary ----------------------------------------------------------------------------------------
-ew("neg", np.negative, lambda c, g: (-g,), lambda m, x: -x, kind="nobool")
+ew("neg", np.negative, lambda c, g: (-g,), lambda m, x: -x, kind="nobool",
+   eager_vjp=_unary_eager_vjp(lambda run, g, v: run("neg", g)))
 ew("copy", np.copy, lambda c, g: (g,), lambda m, x: x, grad_name="CloneBackward0")
-ew("exp", np.exp, lambda c, g: (g * _out(c),), lambda m, x: m.exp(x), "float", saves_out=(0,))
-ew("log", np.log, lambda c, g: (g / _in(c),), lambda m, x: m.log(x), "float", saves_in=(0,))
+ew("exp", np.exp, lambda c, g: (g * _out(c),), lambda m, x: m.exp(x), "float", saves_out=(0,),
+   eager_vjp=_unary_eager_vjp(lambda run, g, y: run("mul", g, y), "out"))
+ew("log", np.log, lambda c, g: (g / _in(c),), lambda m, x: m.log(x), "float", saves_in=(0,),
+   eager_vjp=_unary_eager_vjp(lambda run, g, x: run("div", g, x), "in"))
 ew("log1p", np.log1p, lambda c, g: (g / (_in(c) + 1.0),), lambda m, x: m.log1p(x), "float", saves_in=(0,))
 ew("expm1", np.expm1, lambda c, g: (g * (_out(c) + 1.0),), lambda m, x: m.expm1(x), "float", saves_out=(0,))
-ew("sqrt", np.sqrt, lambda c, g: (g / (_out(c) * 2.0),), lambda m, x: m.sqrt(x), "float", saves_out=(0,))
+ew("sqrt", np.sqrt, lambda c, g: (g / (_out(c) * 2.0),), lambda m, x: m.sqrt(x), "float", saves_out=(0,),
+   eager_vjp=_unary_eager_vjp(lambda run, g, y: run("div", g, run("mul", y, 2.0)), "out"))
 ew("rsqrt", lambda x: 1.0 / np.sqrt(x), lambda c, g: (g * (_out(c) ** 3) * -0.5,),
-   lambda m, x: m.rsqrt(x), "float", saves_out=(0,))
+   lambda m, x: m.rsqrt(x), "float", saves_out=(0,),
+   eager_vjp=_unary_eager_vjp(lambda run, g, y: run("mul", run("mul", g, run("pow", y, 3)), -0.5), "out"))
 ew("sin", np.sin, lambda c, g: (g * _in(c).cos(),), lambda m, x: m.sin(x), "float", saves_in=(0,))
 ew("cos", np.cos, lambda c, g: (-(g * _in(c).sin()),), lambda m, x: m.cos(x), "float", saves_in=(0,))
 ew("tan", np.tan, lambda c, g: (g * (_out(c) * _out(c) + 1.0),), lambda m, x: m.tan(x), "float", saves_out=(0,))
@@ -291,7 +368,8 @@ def _div_vjp(c, g):
     return (g / y if c.needs_grad[0] else None, gy)
 
 
-ew("div", np.true_divide, _div_vjp, lambda m, x, y: x / y, "float", saves_in=(0, 1), saved_for={0: (1,)})
+ew("div", np.true_divide, _div_vjp, lambda m, x, y: x / y, "float", saves_in=(0, 1), saved_for={0: (1,)},
+   eager_vjp=_div_eager_vjp)
 
 
 def _int_zero_check(y):
@@ -347,8 +425,11 @@ def _pow_vjp(c, g):
 
 
 def _pow_impl(x, y):
-    r = np.power(x, y)
-    return r
+    if (type(y) is float or type(y) is int) and y == 3 and type(x) is np.ndarray:
+        # torch's pow(x, 3) is base * base * base (its scalar-exponent fast path), and so is the scalar body below:
+        # two products instead of C pow per element (minGPT's NewGELU cubes every activation)
+        return np.multiply(np.multiply(x, x), x)
+    return np.power(x, y)
 
 
 def _pow_scalar(m, x, y):
@@ -360,10 +441,13 @@ def _pow_scalar(m, x, y):
     # way): no exp(2 log x) in float64 per element (B11's Gaussians, every squared error)
     if type(getattr(y, "value", None)) in (int, float) and y.value == 2:
         return x * x
+    # exponent 3: (x * x) * x, as the eager impl and torch's fast path compute it
+    if type(getattr(y, "value", None)) in (int, float) and y.value == 3:
+        return x * x * x
     return m.pow(x, y)
 
 
-ew("pow", _pow_impl, _pow_vjp, _pow_scalar, saves_in=(0, 1), kind="nobool")
+ew("pow", _pow_impl, _pow_vjp, _pow_scalar, saves_in=(0, 1), kind="nobool", eager_vjp=_pow_eager_vjp)
 
 
 def _max_vjp(c, g):
@@ -444,9 +528,28 @@ def _where_vjp(c, g):
     return None, gx, g.where(~cond, 0.0) if needs[2] else None
 
 
+def _where_eager_vjp(c, g):
+    """where's pullback (``masked_fill``'s): ``where(cond, g, 0)`` and ``where(~cond, g, 0)`` as the rule binds them,
+    each summed to its input's shape."""
+    cond = getattr(c.inputs[0], "_data", None)
+    if type(g) is not np.ndarray or type(cond) is not np.ndarray:
+        return None
+    needs = c.needs_grad
+    gx = gy = None
+    if needs[1]:
+        gx = _finished(c, 1, c.on_arrays("where", cond, g, 0.0))
+        if gx is None:
+            return None
+    if needs[2]:
+        gy = _finished(c, 2, c.on_arrays("where", c.on_arrays("logical_not", cond), g, 0.0))
+        if gy is None:
+            return None
+    return None, gx, gy
+
+
 register(OpDef("where", "elementwise", _where_rule, np.where, _ew_vjp(_where_vjp),
                scalar=lambda m, c, x, y: m.select(c, x, y), saves_in=(0,), nondiff_inputs=(0,),
-               eager_impl=lambda avals, params: _WHERE_C))
+               eager_impl=lambda avals, params: _WHERE_C, eager_vjp=_where_eager_vjp))
 
 
 def _clamp_rule(avals, params):

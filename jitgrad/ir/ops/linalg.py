@@ -4,7 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import blas
+from .elementwise import sum_to_shape
 from .opdef import BY_TRANSPOSE, Aval, OpDef, OpError, bilinear_adding, broadcast_shapes, fmt_shape, register
+from . import stacked_gemm
 
 
 def _matmul_rule(avals, params):
@@ -72,6 +74,8 @@ def _matmul_impl(x, y):
         x = np.ascontiguousarray(x)
     if 0 in y.strides and y.size > 1:
         y = np.ascontiguousarray(y)
+    if x.ndim >= 3 and stacked_gemm.splits(x.shape, y.shape, x.dtype, y.dtype):
+        return stacked_gemm.matmul(x, y)
     return blas.matmul(x, y)
 
 
@@ -85,11 +89,24 @@ def _numpy_matmul(x, y):
     return np.matmul(x, y)
 
 
+def _stack_matmul(x, y):
+    """``_matmul_impl`` for a signature that is a stack of small products split between the eager threads
+    (``stacked_gemm.matmul``, the bits of one ``np.matmul``)."""
+    if 0 in x.strides and x.size > 1:
+        x = np.ascontiguousarray(x)
+    if 0 in y.strides and y.size > 1:
+        y = np.ascontiguousarray(y)
+    return stacked_gemm.matmul(x, y)
+
+
 def _matmul_for_signature(avals, params):
-    """The eager impl of one matmul signature: ``_numpy_matmul`` where ``_matmul_impl`` would reach ``np.matmul``."""
+    """The eager impl of one matmul signature: ``_numpy_matmul`` where ``_matmul_impl`` would reach ``np.matmul``
+    (``_stack_matmul`` where it would split a stack of small products between the eager threads)."""
     x, y = avals
     if x.ndim < 2 or y.ndim < 2 or x.shape[-1] == 1:
         return None
+    if x.ndim >= 3 and stacked_gemm.splits(x.shape, y.shape, x.dtype.np, y.dtype.np):
+        return _stack_matmul
     macs = y.shape[-1]
     for n in x.shape:
         macs *= n
@@ -100,12 +117,21 @@ def _matmul_for_signature(avals, params):
     return _numpy_matmul
 
 
+def _swap_last2(a):
+    """``_mT``'s permute on an array: the impl's transpose view."""
+    n = a.ndim
+    return a.transpose(tuple(range(n - 2)) + (n - 1, n - 2))
+
+
 def _matmul_eager_vjp(c, g):
-    """``_matmul_vjp`` of two matrices on arrays: ``g @ y.T`` and ``x.T @ g`` through ``_matmul_impl``, as the rule's
-    binds compute them (a permute is NumPy's transpose view); None for other ranks or non-NumPy payloads."""
+    """``_matmul_vjp`` on arrays: for two matrices ``g @ y.T`` and ``x.T @ g`` through ``_matmul_impl``, as the rule's
+    binds compute them (a permute is NumPy's transpose view); other ranks run the rule's steps, each product through
+    the impl its bind would run (``ctx.on_arrays``); None for non-NumPy payloads."""
     xs, ys = c.shapes
-    if len(xs) != 2 or len(ys) != 2 or type(g) is not np.ndarray:
+    if type(g) is not np.ndarray:
         return None
+    if len(xs) != 2 or len(ys) != 2:
+        return _matmul_eager_vjp_batched(c, g, xs, ys)
     needs = c.needs_grad
     x, y = (None if t is None else t._data for t in c.inputs)
     gx = gy = None
@@ -117,6 +143,48 @@ def _matmul_eager_vjp(c, g):
         if type(x) is not np.ndarray or x.dtype != g.dtype:
             return None
         gy = _matmul_impl(x.transpose(1, 0), g)
+    return gx, gy
+
+
+def _matmul_eager_vjp_batched(c, g, xs, ys):
+    """``_matmul_vjp`` step by step on arrays (1-D promotion, batched and broadcast products, the shared matrix's one
+    GEMM); None where the rule must run (a saved operand or the cotangent not an array of the result's dtype)."""
+    needs = c.needs_grad
+    x, y = (None if t is None else t._data for t in c.inputs)
+    want = c.dtypes[0].np
+    if g.dtype != want:
+        return None
+    if needs[0] and (type(y) is not np.ndarray or y.dtype != want):
+        return None
+    if needs[1] and (type(x) is not np.ndarray or x.dtype != want):
+        return None
+    x2 = x.reshape((1,) + xs) if len(xs) == 1 and x is not None else x
+    y2 = y.reshape(ys + (1,)) if len(ys) == 1 and y is not None else y
+    g2 = g
+    if len(ys) == 1:
+        g2 = g2.reshape(g2.shape + (1,))
+    if len(xs) == 1:
+        g2 = g2.reshape(g2.shape[:-1] + (1,) + g2.shape[-1:])
+    xs2 = (1,) + xs if len(xs) == 1 else xs
+    ys2 = ys + (1,) if len(ys) == 1 else ys
+    gx = gy = None
+    if needs[0]:
+        gx = c.on_arrays("matmul", g2, _swap_last2(y2))
+        if gx.shape != xs:
+            gx = sum_to_shape(gx, xs2)
+            if gx.shape != xs:
+                gx = gx.reshape(xs)
+    if needs[1] and len(ys2) == 2 and len(xs2) > 2:
+        k = xs2[-1]
+        a = x2.reshape((-1, k))
+        b = g2.reshape((-1, g2.shape[-1]))
+        gy = c.on_arrays("matmul", _swap_last2(a), b)
+    elif needs[1]:
+        gy = c.on_arrays("matmul", _swap_last2(x2), g2)
+        if gy.shape != ys:
+            gy = sum_to_shape(gy, ys2)
+            if gy.shape != ys:
+                gy = gy.reshape(ys)
     return gx, gy
 
 

@@ -75,8 +75,18 @@ def _gelu_scalar(m, x, approximate="none"):
     return half * x * (one + m.erf(x * m.lit(_SQRT_HALF)))
 
 
+def _gelu_eager_vjp(c, g):
+    """exact GELU's pullback on arrays (``OpDef.eager_vjp``): ``gelu_backward`` as its bind runs it (the native
+    kernel where one serves the signature); the tanh form runs its rule."""
+    x = c.inputs[0]._data
+    if c.params.get("approximate", "none") != "none" or type(g) is not np.ndarray or type(x) is not np.ndarray \
+            or g.dtype != x.dtype:
+        return None
+    return (c.on_arrays("gelu_backward", g, x),)
+
+
 register(OpDef("gelu", "elementwise", _gelu_rule, _gelu_impl, _gelu_vjp, scalar=_gelu_scalar, saves_in=(0,), jvp=SYMMETRIC,
-               grad_name="GeluBackward0", decompose=_gelu_decompose,
+               grad_name="GeluBackward0", decompose=_gelu_decompose, eager_vjp=_gelu_eager_vjp,
                doc="gelu(x; approximate): x * Phi(x), or the tanh approximation"))
 
 
@@ -187,6 +197,29 @@ def _ln_vjp(c, g):
     return (rstd * (g - g.mean(axes, keepdim=True) - y * (g * y).mean(axes, keepdim=True)),)
 
 
+def _ln_eager_vjp(c, g):
+    """``_ln_vjp`` on arrays: the rule's ops in its order (a mean is a sum and a division by the count, as
+    ``Tensor.mean`` binds them), each run as its bind would run it (``ctx.on_arrays``)."""
+    x, y = c.inputs[0]._data, c.outputs[0]._data
+    eps = c.params["eps"]
+    if type(g) is not np.ndarray or type(x) is not np.ndarray or type(y) is not np.ndarray \
+            or not g.dtype == x.dtype == y.dtype or g.shape != x.shape or type(eps) not in (float, int):
+        return None
+    axes = _ln_axes(x.ndim, c.params["naxes"])
+    n = 1
+    for a in axes:
+        n *= x.shape[a]
+    run = c.on_arrays
+
+    def mean(a):
+        s = run("sum", a, axes=axes, keepdims=True)
+        return run("div", s, n) if n else run("add", s, math.nan)
+    d = run("sub", x, mean(x))
+    rstd = run("rsqrt", run("add", mean(run("mul", d, d)), eps))
+    inner = run("sub", run("sub", g, mean(g)), run("mul", y, mean(run("mul", g, y))))
+    return (run("mul", rstd, inner),)
+
+
 register(OpDef("layer_norm", "reduce", _ln_rule, _ln_impl, _ln_vjp, saves_in=(0,), saves_out=(0,), jvp=SYMMETRIC,
-               grad_name="NativeLayerNormBackward0", decompose=_ln_decompose,
+               grad_name="NativeLayerNormBackward0", decompose=_ln_decompose, eager_vjp=_ln_eager_vjp,
                doc="layer_norm(x; naxes, eps): (x - mean) / sqrt(var + eps) over the last naxes dims"))

@@ -28,6 +28,7 @@ import math
 
 from ..graph import Var
 from ..plan import PLAIN_OP_BYTES, REDUCTIONS, Group, Plan, RowGroup, RowPass, op_cost
+from ..symbolic import known_equal
 from .fuse import MAX_GROUP_EQNS, NO_RECOMPUTE, exact_value
 
 # a column sum joins a row chain only below this many elements: its kernel then runs serially (rows would race
@@ -294,6 +295,21 @@ def _passed_view(s, run_outs) -> bool:
                                                                           if isinstance(v, Var))
 
 
+def _hoisted(s, S, run_outs, graph_outs) -> bool:
+    """Whether step ``s`` is a small loop a row chain may pass over by moving it before the merged group: a plain
+    group over a proper suffix of ``S``'s dims (leading 1s aside) that reads none of the run's values and returns
+    nothing (a softmax backward's ``logical_not`` of its causal mask, made between the row sums and their use).
+    The sizes are compared by their form (``known_equal``), never by value: a comparison of symbolic sizes would
+    guard a program lowered for every size on this choice."""
+    if type(s) is not Group or s.gathers or s.scatters:
+        return False
+    shape = tuple(s.shape)
+    while shape and type(shape[0]) is int and shape[0] == 1:
+        shape = shape[1:]
+    return (0 < len(shape) < len(S) and known_equal(shape, tuple(S[len(S) - len(shape):])) is True
+            and not any(v in run_outs for v in s.reads) and not any(v in graph_outs for v in s.outputs))
+
+
 def merge_row_chains(plan: Plan) -> Plan:
     """``plan`` with each run of consecutive groups that forms a row-wise chain, and costs less as one, replaced
     by a ``RowGroup``; the longest such run from each start.  The groups are numbered afresh."""
@@ -308,12 +324,17 @@ def merge_row_chains(plan: Plan) -> Plan:
     while k < len(steps):
         s = steps[k]
         run = [k] if _can_start(s) else []      # positions of the run's groups
+        hoist = set()           # positions of the steps a merged run starts after (``_hoisted``)
         if run:
             scope, n_eqns = s.all_eqns[0].scope, len(s.all_eqns)
             n, passed = k + 1, set()
             while n < len(steps):
                 if _passed_view(steps[n], passed | {v for i in run for v in steps[i].outputs}):
                     passed.update(steps[n].outs)
+                    n += 1
+                    continue
+                if _hoisted(steps[n], s.shape, passed | {v for i in run for v in steps[i].outputs}, graph_outs):
+                    hoist.add(n)
                     n += 1
                     continue
                 if not _can_join(steps[n], s.shape, scope) or any(v in passed for v in steps[n].reads):
@@ -329,10 +350,12 @@ def merge_row_chains(plan: Plan) -> Plan:
             merged = _row_group([steps[i] for i in run[:j]], graph_outs,
                                 lambda v: any(r not in span for r in readers.get(v, ())))
             if merged is not None:
-                # the reshapes the run passed over run after it: they read its values, and none of its groups
+                # the small loops it passed over that read none of its values run before it (its groups may read
+                # theirs); the reshapes it passed over after it: they read its values, and none of its groups
                 # reads theirs (``_passed_view``)
+                out += [steps[i] for i in range(k, run[j - 1] + 1) if i in hoist]
                 out.append(merged)
-                out += [steps[i] for i in range(k, run[j - 1] + 1) if i not in span]
+                out += [steps[i] for i in range(k, run[j - 1] + 1) if i not in span and i not in hoist]
                 k = run[j - 1] + 1
                 break
         if merged is None:

@@ -13,10 +13,17 @@ its inputs' producers computes the same values.
 - **Elementwise eqns sink to their first user** when every user is an elementwise eqn over the same shape and
   scope: ``clip_grad_norm_``'s ``g.mul_(coef)`` for all parameters, traced before the optimiser, lands just
   before that parameter's AdamW update and runs in its loop.
+- **A sine joins the cosine of the same value** (and the other way round): the later moves to the earlier's
+  place, so one loop computes both and the kernels' shared range reduction (Payne-Hanek, scalar code) runs once
+  (B11's cutoff: its cosine in the forward, the sine of its derivative in the backward, were two loops over the
+  pairs, each reducing every argument).
 """
 from __future__ import annotations
 
 from ..graph import Graph, Var
+
+
+SINCOS = ("sin", "cos")
 
 
 def _elementwise(e) -> bool:
@@ -70,6 +77,14 @@ def schedule(graph: Graph) -> list:
         if all(_elementwise(eqns[u]) and u not in early and eqns[u].outs[0].aval.shape == shape
                and eqns[u].scope == e.scope for u in us):
             pos[i] = min(pos[u] for u in us)
+    # sine and cosine of one value: the later joins the earlier (never sunk away from it), so one loop computes
+    # both and their shared range reduction runs once (B11's cutoff: cos in the forward, sin in its backward)
+    first = {}
+    for i, e in enumerate(eqns):
+        if e.op.name in SINCOS and isinstance(e.ins[0], Var) and i not in early:
+            j = first.setdefault((e.ins[0], e.scope), i)
+            if j != i and eqns[j].op.name != e.op.name and eqns[j].outs[0].aval.shape == e.outs[0].aval.shape:
+                pos[i] = pos[j]
     order = sorted(range(n), key=lambda i: (-1 if i in early else pos[i], i))
     return [eqns[i] for i in order]
 

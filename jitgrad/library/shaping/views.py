@@ -13,7 +13,8 @@ from ...ir.ops import OpError
 from ...ir.symbolic import SymInt
 from ...runtime.symbolic_values import arange as symbolic_arange, symbolic_size
 from ..dim_args import dim_arg as _axis, dims_arg as _axes, fresh_result as _fresh
-from ...runtime.dispatch import bind, op_error
+from ...runtime.dispatch import bind
+from ...runtime.op_errors import op_error
 from ...runtime.grad_names import named
 from ...runtime.multi_view import join as join_views
 from ...runtime.tensor import Tensor
@@ -34,9 +35,8 @@ def _infer(name, shape, input):
     numel = input.numel()
 
     def error(msg):
-        from ...runtime.dispatch import op_error as _op_error
         from ...ir.ops import Aval
-        return _op_error(O["reshape"], [Aval(input.shape, input.dtype)],
+        return op_error(O["reshape"], [Aval(input.shape, input.dtype)],
                          OpError(f"{name}: {msg} (input shape {list(input.shape)})"))
     if shape.count(-1) > 1:
         raise error("only one dimension can be inferred")

@@ -1,0 +1,137 @@
+"""Which eager ops of a B9 step run on both threads (issue 32, item 3), counted per op, never timed.
+
+B9's GPT (``benchmarks/gpt_model.py``, its shape: batch 16, context 64, width 128, 4 heads) runs one eager training
+step at two threads and at one.  A spy around every eager op (dispatch's ``_bind``, and the pullbacks on arrays the
+engine runs) records what each op split: big GEMMs into row blocks (``blas.STATS``), stacks of small products over
+their leading axis (attention's (batch, head) products, ``stacked_gemm.matmul``), native kernels on the worker pool
+(``workpool.rounds()``), and the optimiser's multi-tensor update by parameter.  The eager split's clock is scripted
+(its pacer sees a quiet machine), so the counts do not depend on the load; the two thread counts give the same loss
+and parameters bit for bit.
+"""
+from __future__ import annotations
+
+import collections
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+import jitgrad as jg
+from jitgrad.codegen.native import workpool
+from jitgrad.ir import eager_threads, settings
+from jitgrad.ir.ops import OPS, blas, stacked_gemm
+from jitgrad.jit import eager_kernels as ek
+from jitgrad.optim import multi_tensor
+from jitgrad.runtime import dispatch
+
+_spec = importlib.util.spec_from_file_location("gpt_model", os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "gpt_model.py"))
+gpt_model = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gpt_model)
+
+VOCAB, T, C, H, L, B = 65, 64, 128, 4, 2, 16       # B9's shape, two of its four blocks
+
+
+class _QuietClock:
+    """The eager split's clock: every part finishes with the caller's (its pacer never holds a split)."""
+    now = 0.0
+
+    @classmethod
+    def perf_counter(cls):
+        cls.now += 1e-3
+        return cls.now
+
+
+def _counters():
+    return (blas.STATS["gemm_split_calls"], stacked_gemm.STATS["split_calls"], workpool.rounds(),
+            multi_tensor.STATS["split_steps"])
+
+
+_KINDS = ("gemm_rows", "stack", "pool", "update")
+
+
+class _Spy:
+    """Per eager op (its name, with a ``vjp:`` prefix for a pullback on arrays): calls, and the splits each way
+    (GEMMs split into row blocks, stacks split, pool launches)."""
+
+    def __init__(self):
+        self.calls = collections.Counter()
+        self.split = {k: collections.Counter() for k in _KINDS}
+        self.depth = 0
+
+    def around(self, name, fn, *args):
+        if self.depth:
+            return fn(*args)
+        self.depth += 1
+        before = _counters()
+        try:
+            return fn(*args)
+        finally:
+            self.depth -= 1
+            self.calls[name] += 1
+            for kind, a, b in zip(_KINDS, before, _counters()):
+                if b > a:       # (a pullback on arrays may run two products)
+                    self.split[kind][name] += b - a
+
+
+def _step_counts(monkeypatch, threads):
+    """One warm B9 step (after two steps that build the eager kernels) at ``threads``: the spy, the loss and the
+    parameters after the update."""
+    monkeypatch.setattr(settings.STATE, "num_threads", threads)
+    spy = _Spy()
+    bind = dispatch._bind
+    monkeypatch.setattr(dispatch, "_bind", lambda op, args, params: spy.around(op.name, bind, op, args, params))
+    for name, op in OPS.items():
+        ev = op.eager_vjp
+        if ev is not None:
+            monkeypatch.setattr(op, "eager_vjp", lambda c, g, ev=ev, name=name: spy.around("vjp:" + name, ev, c, g))
+    jg.manual_seed(0)
+    model = gpt_model.make_gpt(jg, VOCAB, T, C, H, L, dropout=0.0, sdpa=False)
+    opt = gpt_model.make_optimizer(jg, model, lr=3e-4)
+    step = gpt_model.make_step(jg, model, model, opt)
+    g = jg.Generator().manual_seed(1)
+    batches = [(jg.randint(0, VOCAB, (B, T), generator=g), jg.randint(0, VOCAB, (B, T), generator=g))
+               for _ in range(3)]
+    step(*batches[0])
+    step(*batches[1])
+    spy.__init__()
+    updates = multi_tensor.STATS["split_steps"]
+    loss = step(*batches[2])
+    spy.split["update"]["optimizer step"] = multi_tensor.STATS["split_steps"] - updates
+    params = np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
+    return spy, loss.numpy().tobytes(), params.tobytes()
+
+
+@pytest.fixture
+def quiet_split(monkeypatch):
+    if settings.default_threads() < 2:
+        pytest.skip("needs two cores")
+    monkeypatch.setattr(eager_threads, "time", _QuietClock)
+    monkeypatch.setattr(eager_threads._PACER, "left", 0)
+    monkeypatch.setattr(eager_threads._PACER, "hold", eager_threads._Pacer.HOLD)
+    monkeypatch.setattr(blas, "BLAS_PACER", False)
+    monkeypatch.setattr(ek, "SYNC", True)
+    monkeypatch.setattr(ek, "ENABLED", True)
+    dispatch._RULES.clear()
+    yield
+    dispatch._RULES.clear()
+    blas.BlasPacer.use(blas.all_threads())
+
+
+def test_b9_eager_step_splits_its_big_work_at_two_threads_and_keeps_its_bits(quiet_split, monkeypatch):
+    """At two threads: every big GEMM runs as row blocks, every attention product stack (2 forward, 4 backward a
+    block) split over (batch, head), GELU, its pullback and softmax on the pool (the compiled path's rule: their
+    work reaches ``min_work()``), the AdamW update split by parameter.  At one thread nothing splits, and the loss
+    and the updated parameters are the same bits."""
+    two, loss2, params2 = _step_counts(monkeypatch, 2)
+    # (a pullback's products and kernels count under the pullback when it runs on arrays, under the op otherwise)
+    stacks, rows, pooled = two.split["stack"], two.split["gemm_rows"], two.split["pool"]
+    assert stacks["matmul"] + stacks["vjp:matmul"] == 6 * L, dict(stacks)
+    assert rows["matmul"] + rows["vjp:matmul"] >= 12 * L, dict(rows)       # 4 Linears, forward + 2 gradients
+    assert pooled["gelu"] == pooled["softmax"] == two.calls["gelu"] == two.calls["softmax"] == L, dict(pooled)
+    assert pooled["gelu_backward"] + pooled["vjp:gelu"] == L, dict(pooled)
+    assert two.split["update"]["optimizer step"] == 1
+    one, loss1, params1 = _step_counts(monkeypatch, 1)
+    assert not any(sum(one.split[k].values()) for k in _KINDS)
+    assert loss1 == loss2 and params1 == params2
