@@ -3,8 +3,8 @@ never timed (issue 30: nanoGPT's new / repeated call was 1.37x by default agains
 
 Once the builds are done, a new size's call does the same work in both: the same Python calls, one binding, no
 concrete build, no lowering, no eager run.  Before that, on an empty cache, the default configuration serves calls
-eagerly while its builds run, one after another on the build thread: the first (static) trace's, then the
-symbolic trace's lowering, with no concrete instance's build queued between them (``symbolic_entries._may_lower``).
+eagerly while its builds run on the build thread: the symbolic trace's lowering, with no concrete instance's build
+queued (``symbolic_entries._may_lower``), and the first (static) trace's dropped once no call can reach it.
 """
 import gc
 import textwrap
@@ -80,14 +80,18 @@ def test_while_the_first_trace_builds_the_symbolic_trace_is_lowered_without_a_co
 
     class Building:         # the first trace's background build, never done in this test
         run = error = None
+        dropped = False
 
         def start(self):
             pass
-    real, asked = build_policy.pending_build, []
+
+        def drop(self):
+            self.dropped = True
+    real, asked, first = build_policy.pending_build, [], Building()
 
     def pending_build(gf, inputs, plan, call=None):
         asked.append(call)
-        return Building() if len(asked) == 1 else real(gf, inputs, plan, call)
+        return first if len(asked) == 1 else real(gf, inputs, plan, call)
     monkeypatch.setattr(build_policy, "pending_build", pending_build)
     data = _data(13, 9)
     eager, comp = _lm_step(), jg.compile(_lm_step(), backend="numba")
@@ -98,6 +102,8 @@ def test_while_the_first_trace_builds_the_symbolic_trace_is_lowered_without_a_co
     assert s["traces"] == 2 and s["eager_fallbacks"] == 0, s["trace_reasons"]
     assert s["shape_instances"] == 0 and s["shape_lowerings"] == 1, s        # lowered at the second size
     assert s["eager_calls"] == 1 and s["shape_bindings"] == len(data) - 1, s   # only the first trace's call
+    # no call reaches the first trace once its dims are symbolic: its build was dropped (the lowering's goes first)
+    assert first.dropped and s["builds_dropped"] == 1, s
 
 
 LM_SCRIPT = textwrap.dedent("""
@@ -111,17 +117,19 @@ LM_SCRIPT = textwrap.dedent("""
     for s in shapes:
         comp(jg.tensor(rng.integers(0, 40, s)), jg.tensor(rng.integers(0, 40, s)))
     keys = ("shape_instances", "shape_lowerings", "shape_bindings", "eager_calls", "compiled_calls",
-            "first_compiled_call")
+            "first_compiled_call", "builds_dropped", "graphs_built")
     print(json.dumps({k: comp.stats[k] for k in keys}))
 """)
 
 
-def test_an_empty_cache_builds_the_first_trace_then_the_lowering_only(tmp_path):
+def test_an_empty_cache_builds_the_lowering_only(tmp_path):
     """A fresh process on an empty cache with background builds, the builds held until call 2
-    (``JITGRAD_BUILD_AFTER_CALL=1``): call 1 runs eagerly, call 2 (a new size) lowers the template and waits for
-    the one build queued behind the first trace's, and every later size binds: no concrete instance, one eager
-    call.  (Before, call 2 made and built a concrete instance, and call 3 lowered and ran eagerly meanwhile.)"""
+    (``JITGRAD_BUILD_AFTER_CALL=1``): call 1 runs eagerly, call 2 (a new size) drops the first trace's build (no
+    call reaches it once the dims are symbolic), lowers the template and waits for that one build, and every later
+    size binds: no concrete instance, one eager call, one graph built.  (Before, call 2 made and built a concrete
+    instance, and call 3 lowered and ran eagerly meanwhile; then the lowering's build waited for the first
+    trace's.)"""
     code = LM_SCRIPT.replace("TESTS", repr(str(REPO / "tests")))
     s = _run(code, _env(tmp_path, JITGRAD_BUILD_AFTER_CALL=1), timeout=600)
     assert s == {"shape_instances": 0, "shape_lowerings": 1, "shape_bindings": 7, "eager_calls": 1,
-                 "compiled_calls": 7, "first_compiled_call": 2}, s
+                 "compiled_calls": 7, "first_compiled_call": 2, "builds_dropped": 1, "graphs_built": 1}, s

@@ -118,7 +118,9 @@ class CompiledFunction(Introspection, Signatures):
         ok = True
         # (a forked child's build queue and locks are fresh, native/build_thread.py ``_after_fork_in_child``: a build
         # the parent had started is built again here, so waiting never blocks on the parent's threads)
-        for entries in self._cache.values():
+        for key, entries in self._cache.items():
+            if symbolic_entries.unreachable(self, key):
+                continue                # (its build was dropped: no call runs it)
             for e in entries:
                 gf = getattr(e, "gf", None)
                 if gf is not None:
@@ -189,6 +191,7 @@ class CompiledFunction(Introspection, Signatures):
         if floats and self._float_args_changed(treedef, floats):
             return self._call_locked(args, kwargs)     # the changed floats are graph inputs now
         if symbolic_entries.mark_on_miss(self, key, leaves):
+            symbolic_entries.drop_static_builds(self)
             return self._call_locked(args, kwargs)     # the sizes that changed are symbols now
         if entries:
             self._note_changed_values(entries)

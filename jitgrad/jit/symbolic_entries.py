@@ -301,6 +301,24 @@ def _may_lower(cf, e):
     return not insts and _other_builds_pending(cf)
 
 
+def drop_static_builds(cf) -> None:
+    """Dims of ``cf`` just turned symbolic: its traces whose keys held those sizes are never looked up again (a call's
+    key has ``None`` there now), so their background builds not done yet are dropped (``CompiledGraph.drop``):
+    they would delay the symbolic trace's lowering on the build thread and compete with the calls for the cores."""
+    for k, entries in cf._cache.items():
+        if symbolic_key(cf._dyn_dims, k) != k:
+            for e in entries:
+                cg = e.__dict__.get("building")
+                if cg is not None:
+                    cg.drop()
+                    cf.stats["builds_dropped"] = cf.stats.get("builds_dropped", 0) + (cg.run is None)
+
+
+def unreachable(cf, key) -> bool:
+    """Whether no call can reach the entries cached under ``key`` any more (its sizes are symbolic now)."""
+    return bool(cf._dyn_dims) and symbolic_key(cf._dyn_dims, key) != key
+
+
 def wait(e, timeout=None) -> bool:
     """Wait for the builds of the symbolic entry ``e``'s concrete instances and lowerings (``CompiledFunction.wait``);
     True when each produced code.  (A bound entry's concrete graph, made only on need, is not waited for.)"""
@@ -533,4 +551,5 @@ def active(env):
 
 
 __all__ = ["MAX_INSTANCES", "MAX_LOWERINGS", "Lowered", "SizedEntry", "active", "instance", "instantiate",
-           "lift_literals", "mark", "mark_on_miss", "retry_static", "shapeless", "symbolic_key", "trace_shapes", "wait"]
+           "lift_literals", "mark", "mark_on_miss", "drop_static_builds", "unreachable", "retry_static", "shapeless",
+           "symbolic_key", "trace_shapes", "wait"]

@@ -58,6 +58,7 @@ class GraphCode:
         self.spawned = False                  # its build processes have started (they finish even if we exit)
         self.forked = 0                       # kernels its forked LLVM compilers compiled (``_build_here``)
         self.quick_keys = set()               # kernels it runs from quick code until ``optimise`` builds them
+        self.dropped = False                  # no call will run it: a background build stops between kernels
         self.errors = []
 
     def _keys(self):
@@ -229,7 +230,7 @@ class GraphCode:
                 build.link_compiled()
         if forked is not None:
             self.ensure_entry()         # (its object code is here: linked)
-        if build_thread.stopping():
+        if build_thread.stopping() or self.dropped:
             raise build_thread.BuildStopped
         for p in procs:
             if p is None:
@@ -372,8 +373,8 @@ class GraphCode:
         self.elsewhere |= sent
         for job in mine:
             with build_thread.compiling() as go:
-                if not go:          # exiting: what is left goes to build processes (``_spawn_leftovers``)
-                    break
+                if not go or self.dropped:      # exiting (what is left goes to build processes, ``_spawn_leftovers``)
+                    break                       # or dropped (``CompiledGraph.drop``)
                 if not (QUICK and self._quick(job[1])):
                     self._obtain(job[1])
         return procs

@@ -163,7 +163,15 @@ class CompiledGraph:
             self.pending = False
             _background(self, build_thread.OPTIMISE if self.optimising else build_thread.FIRST)
 
+    def drop(self):
+        """No call will run this graph (``jit/symbolic_entries.drop_static_builds``): a background build not done yet
+        stops between two kernels, or at its start; the kernels it compiled stay for the graphs that share them."""
+        if self.run is None:
+            self.code.dropped = True
+
     def _build(self, background: bool):
+        if self.code.dropped:
+            return
         if self.optimising:         # queued again after the quick build's switch: the optimised tier
             return self._optimise()
         t0 = time.perf_counter()
@@ -294,7 +302,7 @@ class CompiledGraph:
                 self.start()
             if timeout is not None and time.perf_counter() - t0 > timeout:
                 break
-            if self.run is not None and build_thread.stopping():
+            if (self.run is not None and build_thread.stopping()) or (self.run is None and self.code.dropped):
                 break
             time.sleep(0.005)
         return self.run is not None
