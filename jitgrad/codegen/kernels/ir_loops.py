@@ -55,11 +55,21 @@ def tag_alias_class(module, instr, cls: int, n: int) -> None:
     facts.  Fewer than two classes: nothing to say, no metadata."""
     if n < 2:
         return
-    ir = _ir()
-    domain = module.add_metadata([ir.MetaDataString(module, ALIAS_DOMAIN)])
-    scopes = [module.add_metadata([ir.MetaDataString(module, f"{ALIAS_DOMAIN}.{k}"), domain]) for k in range(n)]
-    instr.set_metadata("alias.scope", module.add_metadata([scopes[cls]]))
-    instr.set_metadata("noalias", module.add_metadata([scopes[k] for k in range(n) if k != cls]))
+    # the module's nodes made once per (n, class): ``add_metadata`` would return the same nodes (it deduplicates),
+    # after building and hashing every scope again for each access (a 30-operand kernel: ~2,000 calls)
+    made = module.__dict__.setdefault("_jitgrad_alias_md", {})
+    md = made.get((n, cls))
+    if md is None:
+        scopes = made.get(n)
+        if scopes is None:
+            ir = _ir()
+            domain = module.add_metadata([ir.MetaDataString(module, ALIAS_DOMAIN)])
+            scopes = made[n] = [module.add_metadata([ir.MetaDataString(module, f"{ALIAS_DOMAIN}.{k}"), domain])
+                                for k in range(n)]
+        md = made[(n, cls)] = (module.add_metadata([scopes[cls]]),
+                               module.add_metadata([scopes[k] for k in range(n) if k != cls]))
+    instr.set_metadata("alias.scope", md[0])
+    instr.set_metadata("noalias", md[1])
 
 
 # C library functions, as Numba lowers them: the symbol per float type (hypot, erfc, lgamma and the inverse
