@@ -92,7 +92,15 @@ def test_while_building_the_faster_of_eager_and_interpreter_is_chosen():
     build_policy.record(e, "eager", 0.010)
     assert build_policy.choose(e) == "interpret"        # then the interpreter
     build_policy.record(e, "interpret", 0.004)
+    assert build_policy.choose(e) == "eager"            # eager again: its first call paid one-time costs
+    build_policy.record(e, "eager", 0.006)
     assert build_policy.choose(e) == "interpret"        # then the faster of the two
+    paths = []
+    for _ in range(2 * build_policy.RESAMPLE):          # (each path's fastest call counts)
+        paths.append(build_policy.choose(e))
+        build_policy.record(e, paths[-1], 0.007)
+    # every RESAMPLE-th call the slower path again (a call measured while the build held the GIL may mislead)
+    assert paths.count("eager") == 2 and paths.count("interpret") == 2 * build_policy.RESAMPLE - 2, paths
     build_policy.record(e, "eager", 0.002)
     assert build_policy.choose(e) == "eager"
 
