@@ -36,7 +36,9 @@ count.  Calls take ``threads.LAUNCH_LOCK`` (one parallel launch at a time per pr
 Knobs: ``JITGRAD_EAGER_KERNELS=0`` turns the path off (every eager op runs its NumPy impl); ``=sync`` builds a
 kernel in the calling thread at its first call (tests, benchmarks that must not time NumPy calls);
 ``JITGRAD_EAGER_KERNEL_MIN`` the element count from which an op takes the native path (``MIN_ELEMENTS``);
-``JITGRAD_EAGER_POOLED_MIN`` that of the one-ufunc ops (add, sub, mul: ``POOLED_MIN``).
+``JITGRAD_EAGER_POOLED_MIN`` that of the one-ufunc ops (add, sub, mul: ``POOLED_MIN``); ``JITGRAD_EAGER_DRAW_MIN``
+that of uniform draws (``rand_uniform``: ``DRAW_MIN``; their kernel's numbers are NumPy's Philox bits, so a draw
+gives the same numbers before and after its kernel is linked).
 """
 from __future__ import annotations
 
