@@ -130,3 +130,76 @@ def test_small_and_odd_draws_keep_numpy(sync):
     st = dispatch._avals(OPS["rand_uniform"], (jg.tensor(0), jg.tensor(0)))
     assert choose(st, {"shape": (ek.DRAW_MIN - 1,), "dtype": jg.float32}, None) is None
     assert choose(st, {"shape": (ek.DRAW_MIN,), "dtype": jg.float32}, None) is not None
+
+
+_COLD_DROPOUT = r'''
+import json, sys
+import numpy as np
+import jitgrad as jg
+import jitgrad.nn.functional as F
+from jitgrad.codegen.native import build
+from jitgrad.jit import eager_kernels as ek
+w = jg.tensor(np.linspace(-1, 1, 96 * 40, dtype=np.float32).reshape(96, 40), requires_grad=True)
+
+def step(x):
+    y = F.dropout(x @ w, 0.2)
+    (y ** 2).mean().backward()
+    g = w.grad.detach().clone()
+    w.grad = None
+    return y.detach(), g
+cstep = jg.compile(step, backend="numba", background=False)
+x = jg.tensor(np.ones((8, 96), np.float32))
+jg.manual_seed(5)
+comp = [[t.numpy() for t in cstep(x)] for _ in range(2)]
+jg.manual_seed(5)
+eager = [[t.numpy() for t in step(x)] for _ in range(2)]
+masks = [[(c[0] == 0).tolist(), (c[1] == 0).tolist()] for c in comp] + [[(e[0] == 0).tolist(), (e[1] == 0).tolist()] for e in eager]
+close = all(np.allclose(c, e, rtol=1e-4, atol=1e-5) for cs, es in zip(comp, eager) for c, e in zip(cs, es))
+print(json.dumps({"masks": masks, "close": close, "dropped": int((comp[0][0] == 0).sum()),
+                  "numba": sorted(m for m in sys.modules if m in ("numba", "numba.core")),
+                  "ir": build.COUNTS["kernels_ir"], "native": ek.COUNTS["native_calls"],
+                  "numpy": ek.COUNTS["numpy_calls"]}))
+'''
+
+
+def test_a_cold_dropout_step_imports_no_numba(tmp_path):
+    """An empty cache: a compiled step with dropout builds every kernel from LLVM IR (its Philox loop included),
+    never imports Numba's compiler (the worker pool's library is loaded alone), and drops what eager mode drops
+    (whose mask draws ran their native kernel), its values eager's to rounding."""
+    import json
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root, "JITGRAD_CACHE_DIR": str(tmp_path / "cache"),
+           "JITGRAD_EAGER_KERNELS": "sync"}
+    r = subprocess.run([sys.executable, "-c", _COLD_DROPOUT], capture_output=True, text=True, env=env, cwd=root,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    masks = got["masks"]
+    assert masks[0] == masks[2] and masks[1] == masks[3] and masks[0] != masks[1]   # each call's own mask, alike
+    assert got["close"] and 0 < got["dropped"] < 8 * 40
+    assert got["numba"] == [] and got["ir"] >= 1        # Numba's compiler never imported
+    assert got["native"] >= 2 and got["numpy"] == 0       # both eager masks (8 x 40 elements) drawn natively
+
+
+def test_background_build_switches_a_stream_without_a_seam(monkeypatch):
+    """With the kernel built on the build thread, the first draws run NumPy and later ones the kernel: one
+    stream, the numbers of a NumPy-only run."""
+    monkeypatch.setattr(ek, "SYNC", False)
+    monkeypatch.setattr(ek, "ENABLED", True)
+    monkeypatch.setattr(ek, "_STRUCTURES", {})       # nothing linked yet in this process
+    dispatch._RULES.clear()
+    try:
+        jg.manual_seed(99)
+        before = dict(ek.COUNTS)
+        first = jg.rand(3, 333, dtype=jg.float64).numpy()
+        assert ek.COUNTS["numpy_calls"] == before["numpy_calls"] + 1
+        assert ek.wait(120)
+        later = jg.rand(3, 333, dtype=jg.float64).numpy()
+        assert ek.COUNTS["native_calls"] == before["native_calls"] + 1
+    finally:
+        dispatch._RULES.clear()
+    for k, got in enumerate((first, later)):
+        np.testing.assert_array_equal(got, philox.uniform(jg.default_generator._seed._data, k, (3, 333), np.float64))
