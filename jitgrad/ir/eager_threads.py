@@ -137,6 +137,8 @@ def threads_for(elements: int) -> int:
 def split_threads(parts: int) -> int:
     """How many threads an eager call that may be cut into ``parts`` parts uses: at most ``set_num_threads``'s
     count, and 1 while the pacer holds split calls on the calling thread (another process holds a core)."""
+    if parts < 2:       # (most calls: asked before the thread count, which reads the process's affinity)
+        return 1
     n = min(settings.num_threads(), parts)
     if n < 2:
         return 1
