@@ -68,12 +68,14 @@ def test_kernel_or_numpy_the_same_stream(sync, monkeypatch, dtype):
         jg.manual_seed(1234)
         out = [jg.rand(n, dtype=dtype).numpy() for n in (5, 300, 4096, 0, 1023)]
         out.append(F.dropout(jg.ones(64, 33, dtype=dtype), 0.3).numpy())
+        out.append(jg.bernoulli(jg.full((40, 40), 0.3, dtype=dtype)).numpy())
+        out.append(jg.randint(0, 10, (500,)).numpy())       # (float64 uniforms, scaled)
         return out, int(jg.default_generator._offset.item())
     before = ek.COUNTS["native_calls"]
     on = stream(True)
-    assert ek.COUNTS["native_calls"] - before == 4      # the three large draws and dropout's mask
+    assert ek.COUNTS["native_calls"] - before == 6      # the three large draws, dropout's, bernoulli's, randint's
     off = stream(False)
-    assert on[1] == off[1] == 6
+    assert on[1] == off[1] == 8
     for a, b in zip(on[0], off[0]):
         np.testing.assert_array_equal(a, b)
 
