@@ -274,11 +274,11 @@ def test_refused_kernels_go_to_numba(fresh_cache):
 
     @jg.compile(backend="numba", background=False)
     def f(x, i):
-        return (i ** 3 * 7).sum(), (x * 2.5 + 1.25).max()      # (kernels no other test compiles)
+        return (i ** 5 * 7).sum(), (x * 2.5 + 1.25).max()      # (kernels no other test compiles)
     xv = np.linspace(-3, 3, 50, dtype=np.float32)
     iv = np.arange(-5, 6)
     s, m = f(jg.tensor(xv), jg.tensor(iv))
-    assert int(s) == int((iv ** 3 * 7).sum())
+    assert int(s) == int((iv ** 5 * 7).sum())
     assert float(m) == pytest.approx(8.75)
     after = build.COUNTS
     compiled = after["kernels_compiled"] - before["kernels_compiled"]
@@ -286,11 +286,29 @@ def test_refused_kernels_go_to_numba(fresh_cache):
     assert compiled >= 2 and 1 <= by_ir < compiled        # sin's kernel by Numba, the rest from IR
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_uniform_draws_lower_with_numbas_and_numpys_bits(dtype):
+    """A Philox uniform draw (``philox_ir.py``) renders to LLVM IR: the bits of Numba's build of the same kernel
+    (``philox.py``) and of NumPy's (``ir/philox.py``), over seeds, offsets and indices across all 64 bits."""
+    from jitgrad.ir import philox
+    i64 = ki.I64
+    k = _kernel_of(lambda b, xs: MathCalls(dtype).rng_uniform(*xs), 3, (i64, i64, i64), _T[dtype])
+    rng = np.random.default_rng(11)
+    n = 3001
+    seeds, offsets = (rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64) for _ in range(2))
+    index = rng.integers(0, 2**63 - 1, n, dtype=np.int64)
+    seeds[:4], offsets[:4], index[:4] = [0, -1, 2**32, 5], [0, 2**32 - 1, -1, 7], [0, 1, 2**32 + 1, 2**40]
+    llvm, numba = _both(k, [seeds, offsets, index], np.empty(n, dtype))
+    np.testing.assert_array_equal(llvm, numba)
+    want = [philox.uniform_at(seeds[j], offsets[j], index[j:j + 1], np.dtype(dtype))[0] for j in range(0, n, 7)]
+    np.testing.assert_array_equal(llvm[::7], want)
+
+
 def test_renderer_refuses_what_it_does_not_lower():
     t = ki.F32
     for body in (lambda b, xs: xs[0] % np.float32(3.0),                         # float modulo (Python's)
                  lambda b, xs: MathCalls("int64").pow(ki.cast(xs[0], ki.I64), 2),  # intmath.pow_i64: a loop
-                 lambda b, xs: MathCalls("float32").rng_uniform(1, 2, 3)):       # a Philox draw
+                 lambda b, xs: MathCalls("float32").rng_normal(1, 2, 3)):        # a normal draw (libm)
         k = _kernel_of(body, 1, (t,), t)
         with pytest.raises(ir_loops.Unsupported):
             ir_loops.render(k.ir, "0" * 64)

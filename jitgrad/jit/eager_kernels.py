@@ -36,7 +36,9 @@ count.  Calls take ``threads.LAUNCH_LOCK`` (one parallel launch at a time per pr
 Knobs: ``JITGRAD_EAGER_KERNELS=0`` turns the path off (every eager op runs its NumPy impl); ``=sync`` builds a
 kernel in the calling thread at its first call (tests, benchmarks that must not time NumPy calls);
 ``JITGRAD_EAGER_KERNEL_MIN`` the element count from which an op takes the native path (``MIN_ELEMENTS``);
-``JITGRAD_EAGER_POOLED_MIN`` that of the one-ufunc ops (add, sub, mul: ``POOLED_MIN``).
+``JITGRAD_EAGER_POOLED_MIN`` that of the one-ufunc ops (add, sub, mul: ``POOLED_MIN``); ``JITGRAD_EAGER_DRAW_MIN``
+that of uniform draws (``rand_uniform``: ``DRAW_MIN``; their kernel's numbers are NumPy's Philox bits, so a draw
+gives the same numbers before and after its kernel is linked).
 """
 from __future__ import annotations
 
@@ -63,6 +65,9 @@ MIN_ELEMENTS = int(os.environ.get("JITGRAD_EAGER_KERNEL_MIN", "4096"))
 # ``layout.MIN_ELEMENT_COST``, and that many elements reach ``workpool.PARALLEL_WORK``; a test keeps them equal; not
 # imported: the chooser runs at a signature's first call, and codegen's kernel modules take ~0.3 s to import).
 POOLED_MIN = int(os.environ.get("JITGRAD_EAGER_POOLED_MIN", 1 << 20))
+# From this many elements a uniform draw runs its kernel.  NumPy's Philox (``ir/philox.py``) is ~100 ufunc calls a
+# draw whatever its size (ten rounds of ten) plus ~10 ns an element; the kernel is one call.
+DRAW_MIN = int(os.environ.get("JITGRAD_EAGER_DRAW_MIN", "256"))
 # the stand-ins' sizes while tracing, two of each: sizes reach a kernel as arguments, so both must give one text
 # (a decomposition with a mean bakes its row length in: such an op says so, and its row length keys its kernel)
 _ELEMENT_HINTS = ((1 << 16,), (3 << 14,))
@@ -171,6 +176,7 @@ def _kernel(opname, dtypes, params, parallel, rows, row_length=None):
 
 
 def _traced_kernel(opname, dtypes, params, parallel, rows, shape):
+    """One trace of ``_kernel``'s at stand-in ``shape``."""
     from ..codegen.kernels.loops import BCAST, CONTIG, gen_group
     from ..codegen.program.layout import MIN_ELEMENT_COST
     from ..codegen.kernels.rowwise_loops import gen_rows
@@ -180,10 +186,14 @@ def _traced_kernel(opname, dtypes, params, parallel, rows, shape):
     from ..runtime.dispatch import bind
     from ..runtime.tensor import Tensor
     from ..tracer import Trace
+    params = dict(params)
+    drawn = opname in _DRAWS
+    if drawn:       # a draw's inputs are the generator's 0-dim state; its shape is a param, the loop's range
+        params["shape"] = shape
     tr = Trace()
     with tr:
-        ins = [Tensor._make(tr.new_input(Aval(shape, dt.as_dtype(d)))) for d in dtypes]
-        out = bind(OPS[opname], *ins, **dict(params))
+        ins = [Tensor._make(tr.new_input(Aval(() if drawn else shape, dt.as_dtype(d)))) for d in dtypes]
+        out = bind(OPS[opname], *ins, **params)
     graph = run_pipeline(Graph(list(tr.inputs), list(tr.eqns), [out._data]), f"eager {opname}", transposable=False)
     plan = fusion_plan(graph)
     if len(plan.steps) != 1 or not isinstance(plan.steps[0], RowGroup if rows else Group):
@@ -204,7 +214,9 @@ def _traced_kernel(opname, dtypes, params, parallel, rows, shape):
     # as the compiled path lays out a graph of this op alone (loop_steps.fused_group): contiguous operands but the
     # row values (stride 0 along the row), each its own alias class (inputs are distinct buffers as far as writes
     # go; the result and the workspace are distinct memory)
-    classes = [BCAST if r == ROW else CONTIG for r in roles]
+    # (a draw's seed and offset: one element read at every index)
+    classes = [BCAST if r == ROW or (isinstance(r, int) and graph.inputs[r].aval.shape == ()) else CONTIG
+               for r in roles]
     alias = list(range(n))
     # the cost of one element as loop_steps.fused_group prices it (a row kernel's later passes read again), at
     # least layout.MIN_ELEMENT_COST (layout.Program.pool_choice); a parallel kernel tests its work per call with it
@@ -287,6 +299,27 @@ def pooled_chooser(opname):
         return _call_for(opname, tuple(a.dtype.name for a in avals), tuple(sorted(params.items())), a0, (a0.size,),
                          fallback)
     return _named(choose, opname, "one loop over the elements, on the pool")
+
+
+_DRAWS = ("rand_uniform",)      # the draws whose scalar body renders to LLVM IR (codegen/kernels/philox_ir.py)
+
+
+def draw_chooser(opname):
+    """The ``eager_kernel`` chooser of a draw (``rand_uniform``): its inputs are the generator's 0-dim seed and
+    offset, its ``shape`` and ``dtype`` params the result's; from ``DRAW_MIN`` elements one loop over the result's
+    elements (the kernel is keyed by the dtype alone: the shape is its size argument).  Its bits are NumPy's
+    (``ir/philox.py``: integer rounds and an exact conversion), so a call gives the same numbers whichever runs."""
+    def choose(avals, params, fallback):
+        if not ENABLED or len(avals) != 2 or any(a.shape != () or a.dtype is not dt.int64 for a in avals):
+            return None
+        d = params.get("dtype")
+        if d not in _FLOATS:
+            return None
+        out = Aval(tuple(params["shape"]), d)
+        if out.size < max(DRAW_MIN, 1):
+            return None
+        return _call_for(opname, ("int64", "int64"), (("dtype", d),), out, (out.size,), fallback)
+    return _named(choose, opname, "one loop over the drawn elements")
 
 
 def _softmax_axis(params, ndim):
@@ -426,8 +459,9 @@ published("OpDef.eager_kernel", name="softmax")(rowwise_chooser("softmax"))
 published("OpDef.eager_kernel", name="softmax_backward")(rowwise_chooser("softmax_backward"))
 published("OpDef.eager_kernel", name="log_softmax")(rowwise_chooser("log_softmax"))
 published("OpDef.eager_kernel", name="log_softmax_backward")(rowwise_chooser("log_softmax_backward"))
+published("OpDef.eager_kernel", name="rand_uniform")(draw_chooser("rand_uniform"))
 published("OpDef.eager_kernel", name="layer_norm")(rowwise_chooser("layer_norm", _layer_norm_axes, sized=True))
 
 
-__all__ = ["elementwise_chooser", "pooled_chooser", "rowwise_chooser", "wait", "structures", "COUNTS", "ENABLED", "SYNC",
-           "MIN_ELEMENTS", "POOLED_MIN"]
+__all__ = ["elementwise_chooser", "pooled_chooser", "rowwise_chooser", "draw_chooser", "wait", "structures", "COUNTS", "ENABLED", "SYNC",
+           "MIN_ELEMENTS", "POOLED_MIN", "DRAW_MIN"]

@@ -16,8 +16,8 @@ A parallel kernel (its outer ``For`` is ``parallel``) becomes a chunk function a
 on the worker pool (``workpool.py``; ``_Renderer.parallel_kernel``).
 
 What this renderer does not lower raises ``Unsupported`` and the kernel is compiled by Numba from its rendered
-text (``build.compile_code``): ``intmath``'s ``pow_i64``/``fmod_i64`` (loops and branches), ``philox``'s draws,
-float ``//`` and ``%``, unsigned 64-bit division.
+text (``build.compile_code``): ``intmath``'s ``pow_i64``/``fmod_i64`` (loops and branches), ``philox``'s normal
+draws (uniform ones are built by ``philox_ir.py``), float ``//`` and ``%``, unsigned 64-bit division.
 """
 from __future__ import annotations
 
@@ -387,7 +387,11 @@ class _Renderer:
         name, prec = x.attr[0], x.attr[1]
         if prec in ("f32", "f64"):
             if name.startswith("rng_"):
-                raise Unsupported(f"{name} (philox)")
+                from . import philox_ir
+                drawn = philox_ir.expand(name, prec, x.args)
+                if drawn is None:
+                    raise Unsupported(f"{name} (philox)")
+                return ki.cast(drawn, x.t)
             from . import mathlib
             return ki.cast(mathlib.expand(name, prec, x.args), x.t)
         (a, *_) = x.args

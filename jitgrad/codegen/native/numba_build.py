@@ -1,5 +1,5 @@
-"""Compiling with Numba: the kernels ``ir_loops`` cannot render to LLVM IR (``philox`` and ``intmath`` calls,
-float floor division), from their rendered text (``numba_render.py``), keeping the object code Numba emits
+"""Compiling with Numba: the kernels ``ir_loops`` cannot render to LLVM IR (``philox``'s normal draws, ``intmath``
+calls, float floor division), from their rendered text (``numba_render.py``), keeping the object code Numba emits
 (``build.py`` puts it on disk and links it like any other).
 
 Also here: where Numba caches jitgrad's own ``cache=True`` helpers (``numba_cache_dir``: only a directory nobody
