@@ -56,17 +56,6 @@ def _b5e(which):
     return ("B5E: MLP 16-32-4, batch 8, SGD step", step, 100)
 
 
-def _best(fn, n, repeats, clock):
-    """Best per-call seconds over ``repeats`` timings of ``n`` calls."""
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = clock()
-        for _ in range(n):
-            fn()
-        best = min(best, (clock() - t0) / n)
-    return best
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=7)
@@ -90,7 +79,7 @@ def main(argv=None):
             for name in libs:       # interleaved: each case, jitgrad then torch, in every round
                 _, fn, n = cases[name][i]
                 fn()
-                times[name][i].append(_best(fn, max(1, int(n * args.scale)), args.repeats, clock))
+                times[name][i].append(H.best_per_call(fn, max(1, int(n * args.scale)), args.repeats, clock))
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
     print(f"eager per-op overhead, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {load}, "

@@ -43,6 +43,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 
+import harness as H  # noqa: E402
+
 TARGETS = {"nanogpt": 1.5, "mingpt": 1.5, "gpt.py": 1.5,
            "makemore-bigram": 1.3, "makemore-mlp": 1.3, "makemore-mlp-bn": 1.3}
 
@@ -630,16 +632,6 @@ def _cycle(step, data):
     return one
 
 
-def _best(fn, n, repeats, clock):
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = clock()
-        for _ in range(n):
-            fn()
-        best = min(best, (clock() - t0) / n)
-    return best
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -681,7 +673,7 @@ def main(argv=None):
             for lib in ("jitgrad", "torch"):
                 fn = runs[name][lib]
                 fn()
-                times[name][lib].append(_best(fn, n, args.repeats, clock))
+                times[name][lib].append(H.best_per_call(fn, n, args.repeats, clock))
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
     print(f"\nGPT scripts, eager per iteration, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "

@@ -139,6 +139,17 @@ def call_times(fn, repeat, warmup=1):
     return ts
 
 
+def best_per_call(fn, n, repeats, clock):
+    """Best per-call seconds over ``repeats`` timings of ``n`` calls of ``fn`` on ``clock``."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = clock()
+        for _ in range(n):
+            fn()
+        best = min(best, (clock() - t0) / n)
+    return best
+
+
 def measure(step, runs, warmup=3, budget_s=3.0, min_runs=5, first=True):
     """Run ``step`` ``warmup`` times, then time up to ``runs`` calls (stopping early once ``budget_s`` of timed
     calls have run and ``min_runs`` are done).  Returns (median seconds, number of timed runs)."""

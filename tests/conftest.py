@@ -41,6 +41,18 @@ def _fresh_state():
     anomaly.set_anomaly_enabled(False)
 
 
+@pytest.fixture
+def sync(monkeypatch):
+    """Eager kernels built at their first call (no background build to wait for), signatures chosen afresh."""
+    from jitgrad.jit import eager_kernels
+    from jitgrad.runtime import dispatch
+    monkeypatch.setattr(eager_kernels, "SYNC", True)
+    monkeypatch.setattr(eager_kernels, "ENABLED", True)
+    dispatch._RULES.clear()
+    yield
+    dispatch._RULES.clear()
+
+
 @pytest.fixture(params=["eager", "compiled", "numba"])
 def mode(request):
     """Run a test's programs eagerly and under ``@jg.compile`` on both backends ("compiled" is the reference

@@ -19,16 +19,6 @@ SHAPES = [(0,), (3, 0), (1,), (7,), (255,), (256,), (257,), (1000, 7), (3, 5, 17
 DTYPES = [jg.float32, jg.float64]
 
 
-@pytest.fixture
-def sync(monkeypatch):
-    """Kernels built at their first call, signatures chosen afresh."""
-    monkeypatch.setattr(ek, "SYNC", True)
-    monkeypatch.setattr(ek, "ENABLED", True)
-    dispatch._RULES.clear()
-    yield
-    dispatch._RULES.clear()
-
-
 def _draw(seed, offset, shape, dtype):
     """One eager ``rand`` from a generator at (``seed``, ``offset``): (numbers, the generator's offset after,
     whether the native kernel ran)."""

@@ -25,16 +25,6 @@ MIN = ek.MIN_ELEMENTS
 _SQRT_HALF = 1.0 / np.sqrt(2.0)
 
 
-@pytest.fixture
-def sync(monkeypatch):
-    """Kernels built at their first call (no background build to wait for), signatures chosen afresh."""
-    monkeypatch.setattr(ek, "SYNC", True)
-    monkeypatch.setattr(ek, "ENABLED", True)
-    dispatch._RULES.clear()
-    yield
-    dispatch._RULES.clear()
-
-
 def _gelu_backward(g, x):
     return dispatch.bind(OPS["gelu_backward"], g, x)
 
