@@ -275,8 +275,8 @@ def test_adamw_with_clipping_one_pass_per_parameter():
     assert "norm2" not in str(plan) and "cat" not in str(plan)
     assert fc.stats["compiled_calls"] == 4
     # the update is in place: each state is stored through the pointer it was loaded by, so LLVM vectorises the
-    # loop with no runtime overlap check (which fails for equal pointers: the update ran scalar, ~8x the
-    # instructions of B9's whole AdamW)
+    # loop with no runtime overlap check (which fails for equal pointers: B9's update ran scalar, ~8x the
+    # vector loop's instructions)
     from jitgrad.codegen.kernels import ir_loops
     from jitgrad.codegen.native import llvm_build
     kernels = [s.kernel for s in cg.program.steps if s.kind == "kernel" and "sqrt,div,add,div,mul,sub" in s.label]
