@@ -58,15 +58,6 @@ def _log_softmax_vjp(c, g):
     return (c.bind("log_softmax_backward", g, c.outputs[0], axis=c.params["axis"]),)
 
 
-def _log_softmax_eager_vjp(c, g):
-    """log_softmax's pullback on arrays (``OpDef.eager_vjp``): ``log_softmax_backward`` as its bind runs it (the
-    native kernel that serves large rows, where it serves the signature), so the bits are the rule's."""
-    out = c.outputs[0]._data
-    if type(g) is not np.ndarray or type(out) is not np.ndarray or g.dtype != out.dtype:
-        return None
-    return (c.on_arrays("log_softmax_backward", g, out, axis=c.params["axis"]),)
-
-
 def _softmax_decompose(b, x, axis):
     # the max is subtracted as is, as torch does: a row holding +inf (or all -inf) is nan throughout
     e = b("exp", x - b("amax", x, axes=(axis,), keepdims=True).detach())
@@ -143,15 +134,6 @@ def _softmax_vjp(c, g):
     return (y * (g - c.bind("sum", g * y, axes=(c.params["axis"],), keepdims=True)),)
 
 
-def _softmax_eager_vjp(c, g):
-    """softmax's pullback on arrays: ``softmax_backward`` as its bind runs it, where the rule binds it (``g`` laid
-    out as the output); else the rule."""
-    y = c.outputs[0]._data
-    if type(g) is not np.ndarray or type(y) is not np.ndarray or g.shape != y.shape or g.dtype != y.dtype:
-        return None
-    return (c.on_arrays("softmax_backward", g, y, axis=c.params["axis"]),)
-
-
 _sm_bwd_rule = _gradient_and_output_rule("softmax_backward")
 
 
@@ -190,7 +172,6 @@ def _sm_bwd_jvp(c, tg, ty):
 
 register(OpDef("log_softmax", "reduce", _float_rule("log_softmax"), _log_softmax_impl, _log_softmax_vjp,
                saves_out=(0,), jvp=_log_softmax_jvp, grad_name="LogSoftmaxBackward0", decompose=_log_softmax_decompose,
-               eager_vjp=_log_softmax_eager_vjp,
                doc="log_softmax(x; axis): x - logsumexp(x, axis), computed around the detached max"))
 register(OpDef("log_softmax_backward", "reduce", _lsm_bwd_rule, _lsm_bwd_impl, _lsm_bwd_vjp, saves_in=(0, 1), jvp=_lsm_bwd_jvp,
                grad_name="LogSoftmaxBackwardBackward0", decompose=_lsm_bwd_decompose,
@@ -236,7 +217,6 @@ register(OpDef("softmax_backward", "reduce", _sm_bwd_rule, _sm_bwd_impl, _sm_bwd
                doc="softmax's vjp in eager mode, y * (g - sum(g * y, axis)): one op instead of four"))
 register(OpDef("softmax", "reduce", _float_rule("softmax"), _softmax_impl, _softmax_vjp,
                saves_out=(0,), jvp=SYMMETRIC, grad_name="SoftmaxBackward0", decompose=_softmax_decompose,
-               eager_vjp=_softmax_eager_vjp,
                doc="softmax(x; axis): exp(x - max) / sum(exp(x - max))"))
 
 _REDUCTIONS = ("mean", "sum", "none")

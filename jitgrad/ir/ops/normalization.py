@@ -75,18 +75,8 @@ def _gelu_scalar(m, x, approximate="none"):
     return half * x * (one + m.erf(x * m.lit(_SQRT_HALF)))
 
 
-def _gelu_eager_vjp(c, g):
-    """exact GELU's pullback on arrays (``OpDef.eager_vjp``): ``gelu_backward`` as its bind runs it (the native
-    kernel where one serves the signature); the tanh form runs its rule."""
-    x = c.inputs[0]._data
-    if c.params.get("approximate", "none") != "none" or type(g) is not np.ndarray or type(x) is not np.ndarray \
-            or g.dtype != x.dtype:
-        return None
-    return (c.on_arrays("gelu_backward", g, x),)
-
-
 register(OpDef("gelu", "elementwise", _gelu_rule, _gelu_impl, _gelu_vjp, scalar=_gelu_scalar, saves_in=(0,), jvp=SYMMETRIC,
-               grad_name="GeluBackward0", decompose=_gelu_decompose, eager_vjp=_gelu_eager_vjp,
+               grad_name="GeluBackward0", decompose=_gelu_decompose,
                doc="gelu(x; approximate): x * Phi(x), or the tanh approximation"))
 
 
