@@ -200,6 +200,92 @@ def test_every_eager_vjp_has_cases():
     assert with_pullback <= set(CASES), f"eager_vjp without cases here: {sorted(with_pullback - set(CASES))}"
 
 
+def _pos(x):
+    return x.abs() + 0.5
+
+
+# more rules replayed on arrays: (name, function, input shapes); each must plan (no rule declines) and keep its bits
+REPLAYED = [
+    ("sigmoid", lambda x: x.sigmoid(), [(4, 5)]), ("sin", lambda x: x.sin(), [(4, 5)]),
+    ("cos", lambda x: x.cos(), [(4, 5)]), ("tan", lambda x: x.tan(), [(4, 5)]), ("abs", lambda x: x.abs(), [(4, 5)]),
+    ("log1p", lambda x: _pos(x).log1p(), [(4, 5)]), ("expm1", lambda x: x.expm1(), [(4, 5)]),
+    ("reciprocal", lambda x: _pos(x).reciprocal(), [(4, 5)]), ("erf", lambda x: x.erf(), [(4, 5)]),
+    ("clamp", lambda x: x.clamp(-0.3, 0.4), [(4, 5)]), ("maximum", lambda x, y: jg.maximum(x, y), [(4, 5), (5,)]),
+    ("minimum", lambda x, y: jg.minimum(x, y), [(4, 5), (4, 1)]), ("atan2", jg.atan2, [(4, 5), (4, 5)]),
+    ("amax", lambda x: x.amax(1), [(4, 5)]), ("max", lambda x: x.max(1).values, [(4, 5)]),
+    ("mean", lambda x: x.mean((0, 2)), [(3, 4, 5)]), ("var", lambda x: x.var(1), [(4, 5)]),
+    ("std", lambda x: x.std(), [(4, 5)]), ("norm", lambda x: x.norm(), [(4, 5)]),
+    ("logsumexp", lambda x: x.logsumexp(1), [(4, 5)]), ("prod", lambda x: x.prod(1), [(4, 5)]),
+    ("cumsum", lambda x: x.cumsum(1), [(4, 5)]), ("cumprod", lambda x: x.cumprod(1), [(4, 5)]),
+    ("flip", lambda x: x.flip(0), [(4, 5)]), ("repeat", lambda x: x.repeat(2, 3), [(4, 5)]),
+    ("gather", lambda x: x.gather(1, jg.tensor(np.array([[0, 1], [2, 2], [4, 0], [1, 1]]))), [(4, 5)]),
+    ("index_select", lambda x: x.index_select(0, jg.tensor(np.array([0, 2, 2]))), [(4, 5)]),
+    ("stack", lambda x, y: jg.stack([x, y]), [(4, 5), (4, 5)]),
+    ("split", lambda x: x.split(2, dim=1)[0] * 3 + x.split(2, dim=1)[1].sum(), [(4, 5)]),
+    ("unbind", lambda x: x.unbind(1)[2].tanh(), [(4, 5)]),
+    ("pad", lambda x: F.pad(x, (1, 2)), [(4, 5)]), ("silu", F.silu, [(4, 5)]), ("elu", F.elu, [(4, 5)]),
+    ("leaky_relu", lambda x: F.leaky_relu(x, 0.1), [(4, 5)]), ("softplus", F.softplus, [(4, 5)]),
+    ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), [(4, 5)]), ("mse", F.mse_loss, [(4, 5), (4, 5)]),
+    ("conv1d", lambda x, w: F.conv1d(x, w, padding=1), [(2, 3, 7), (4, 3, 3)]),
+    ("conv2d", lambda x, w: F.conv2d(x, w, stride=2), [(2, 3, 7, 7), (4, 3, 3, 3)]),
+    ("batch_norm", lambda x: F.batch_norm(x, None, None, training=True), [(4, 5)]),
+    ("linear3d", F.linear, [(2, 4, 5), (3, 5), (3,)]),
+    ("inv", lambda x: jg.linalg.inv(x + 3 * jg.eye(4)), [(4, 4)]), ("det", jg.linalg.det, [(4, 4)]),
+    ("lerp", lambda x, y: jg.lerp(x, y, 0.3), [(4, 5), (4, 5)]), ("hypot", jg.hypot, [(4, 5), (4, 5)]),
+    ("pow_tensor", lambda x, y: _pos(x) ** y, [(4, 5), (5,)]), ("rpow", lambda x: 2.0 ** x, [(4, 5)]),
+    ("diagonal", lambda x: x.diagonal(), [(4, 4)]), ("bmm", jg.bmm, [(2, 3, 4), (2, 4, 5)]),
+    ("sdpa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), [(2, 3, 4, 8)] * 3),
+    ("contiguous", lambda x: x.t().contiguous() * 2, [(4, 5)]), ("float64", lambda x: (x.double() * 2).tanh(), [(4, 5)]),
+]
+
+
+@pytest.mark.parametrize("fn,shapes", [r[1:] for r in REPLAYED], ids=[r[0] for r in REPLAYED])
+def test_more_rules_replayed_on_arrays_keep_their_bits(fn, shapes):
+    """The rules of these ops had no hand-written pullback: replayed on arrays, they give create_graph's bits (and
+    the same strides), the second call as the first, and no rule declines."""
+    def grads(create_graph):
+        rng = np.random.default_rng(3)
+        xs = [_t(rng, s) for s in shapes]
+        out = fn(*xs)
+        g = jg.tensor(np.random.default_rng(4).standard_normal(out.shape).astype(out.detach().numpy().dtype))
+        return jg.autograd.grad(out, xs, g, create_graph=create_graph)
+    pullback_plans._PLANS.clear()
+    fast = grads(False)
+    assert pullback_plans._PLANS and pullback_plans._NO_PLAN not in pullback_plans._PLANS.values()
+    traces = pullback_plans.COUNTS["traces"]
+    again = grads(False)
+    assert pullback_plans.COUNTS["traces"] == traces
+    rule = grads(True)
+    for f, a, r in zip(fast, again, rule):
+        r = r.detach().numpy()
+        assert f.numpy().tobytes() == a.numpy().tobytes() == r.tobytes() and f.numpy().strides == r.strides
+
+
+def test_split_pieces_backward_binds_nothing(monkeypatch):
+    """split's joined node (one node, an output per piece: nanoGPT's q, k, v) replays its ``cat`` on arrays, the
+    pieces without a gradient as zeros."""
+    rng = np.random.default_rng(2)
+    x = _t(rng, (4, 6))
+    binds = []
+    real = dispatch._bind
+
+    def grads(create_graph):
+        q, k, v = x.split(2, dim=1)
+        y = (q * 2.0).sum() + v.tanh().sum()
+        binds.clear()
+        monkeypatch.setattr(dispatch, "_bind", lambda op, args, params: binds.append(op.name) or real(op, args, params))
+        try:
+            return jg.autograd.grad(y, x, create_graph=create_graph)[0]
+        finally:
+            monkeypatch.setattr(dispatch, "_bind", real)
+    grads(False)
+    fast = grads(False)
+    assert binds == []
+    rule = grads(True)
+    assert "cat" in binds
+    np.testing.assert_array_equal(fast.numpy(), rule.detach().numpy())
+
+
 def test_first_order_backward_runs_no_dispatch_for_these_ops(monkeypatch):
     """The B5 MLP's backward (matmul, bias add, relu, log_softmax, nll) binds nothing once its rules' plans are
     traced (the first call traces them); with create_graph every rule binds."""

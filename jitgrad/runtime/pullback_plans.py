@@ -29,7 +29,7 @@ import numpy as np
 from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
 from ..ir.ops import OPS, Aval
-from ..ir.ops.opdef import OpDef, RuleCtx
+from ..ir.ops.opdef import RuleCtx
 from ..tracer.trace import Trace
 from . import grad_mode
 from .dispatch import _bind, _rule_entry
@@ -72,7 +72,7 @@ def pullback(node, gs):
     ev = op.eager_vjp
     if ev is not None:
         return ev(node, gs[0]) if len(gs) == 1 else None
-    if type(op) is not OpDef or node.packed is not None:
+    if node.packed is not None:
         return None
     vals = gs
     saved = 0
