@@ -1,8 +1,10 @@
-"""Pullbacks on arrays (``OpDef.eager_vjp``): an eager first-order backward runs them instead of the vjp rules'
-binds, so they must give the rule's bits exactly, fall back to the rule where they do not apply, and keep every
-gradient semantics (broadcasting, Python-number operands, NaN, hooks that cast the cotangent).
+"""Pullbacks on arrays: an eager first-order backward replays each op's own vjp rule on arrays
+(``runtime/pullback_plans.py``: traced once per signature into a plan of the binds' signature entries), or runs an
+op's hand-written ``OpDef.eager_vjp``, instead of binding the rule's ops; so the gradients must be the rule's bits,
+the rules must plan (or decline where marked), and every gradient semantics must hold (broadcasting, Python-number
+operands, NaN, hooks that cast the cotangent, native kernels).
 
-``create_graph=True`` runs the rules (it needs their graph), so each case compares the two paths bit for bit.
+``create_graph=True`` runs the rules on tensors (it needs their graph), so each case compares the two paths bit for bit.
 """
 
 import numpy as np

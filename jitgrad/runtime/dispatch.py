@@ -56,7 +56,7 @@ class OpNode(Node):
 
 def on_arrays(op, args, params):
     """``_bind``'s result array for NumPy arrays and numbers ``args``, bit for bit (its signature entry: the same impl,
-    eager kernel, cast and errors), with no Tensor, node or anomaly check: how ``OpDef.eager_vjp`` runs rule ops."""
+    eager kernel, cast and errors), with no Tensor, node or anomaly check: how an ``OpDef.eager_vjp`` runs ops."""
     key = [op]
     for a in args:
         key += (a.shape, a.dtype) if type(a) is np.ndarray else (type(a),)

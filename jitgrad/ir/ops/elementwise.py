@@ -96,7 +96,7 @@ def _float_signature(impl):
 
 
 def ew(name, impl, vjp=None, scalar=None, kind="same", saves_in=(), saves_out=(), grad_name=None,
-       nondiff_inputs=(), saved_for=None, doc="", eager_vjp=None, out_as_mask=False):
+       nondiff_inputs=(), saved_for=None, doc="", out_as_mask=False):
     eager_impl = None
     if kind == "float":
         eager_impl = _float_signature(impl)
@@ -104,7 +104,7 @@ def ew(name, impl, vjp=None, scalar=None, kind="same", saves_in=(), saves_out=()
     return register(OpDef(name, "elementwise", _rule(name, kind), impl, _ew_vjp(vjp) if vjp else None,
                           scalar=scalar, grad_name=grad_name, saves_in=saves_in, saves_out=saves_out,
                           nondiff_inputs=nondiff_inputs, saved_for=saved_for, doc=doc, eager_impl=eager_impl,
-                          eager_vjp=eager_vjp, out_as_mask=out_as_mask))
+                          out_as_mask=out_as_mask))
 
 
 def _in(ctx, i=0):

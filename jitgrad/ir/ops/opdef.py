@@ -95,11 +95,12 @@ class OpDef:
     eager_impl  (input avals, params) -> a cheaper callable than ``impl`` for that one signature, or None: eager
                 dispatch asks once per signature and caches the answer (``impl``'s general checks, such as
                 ``_float_inputs``' integer test, then cost nothing per call).  It must compute what ``impl`` does.
-    eager_vjp   (ctx, cotangent array) -> per-input cotangent arrays, or None to use ``vjp``: the pullback on
-                NumPy arrays (``ctx`` as ``vjp`` gets it; saved values are read through their ``_data``), for an
-                eager first-order backward only (no graph is built: no create_graph, trace, profiler or anomaly
-                mode).  It must compute what ``vjp``'s binds compute, with the same impls, so both give the same
-                bits.
+    eager_vjp   (ctx, cotangent array) -> per-input cotangent arrays, or None to use ``vjp``: a hand-written
+                pullback on NumPy arrays, for the rare rule that an eager first-order backward cannot replay on
+                arrays (``runtime/pullback_plans.py`` traces every other rule once per signature and replays it):
+                one that reads a value, such as nll_loss's targets.  ``ctx`` as ``vjp`` gets it (saved values are
+                read through their ``_data``; ``ctx.on_arrays(opname, ...)`` runs an op as its bind would).  It
+                must compute what ``vjp``'s binds compute, with the same impls, so both give the same bits.
     eager_kernel (input avals, params, fallback) -> a callable for that one signature, or None: a native kernel
                 of the op over large arrays (``jit/eager_kernels.py``), asked once per signature after
                 ``eager_impl``; ``fallback`` is the NumPy callable it runs where the kernel does not serve a call.
