@@ -43,6 +43,7 @@ _NO_PLAN = object()
 _PLANS: dict = {}
 COUNTS = {"traces": 0}
 _ERRORS = (ValueError, TypeError, IndexError, FloatingPointError, OverflowError)
+_FILL_MIN = 4096        # elements from which a constant of one value is made per call, not kept
 
 
 class Plan:
@@ -134,6 +135,8 @@ def replay(plan, vals):
                 out = impl(vals[a[0]], vals[a[1]])
             elif kind == 11:
                 out = impl(vals[a], **params)
+            elif kind == 3:
+                out = impl()
             else:
                 out = impl(*[vals[i] for i in a], **params)
             if type(out) is not np.ndarray:
@@ -144,8 +147,10 @@ def replay(plan, vals):
                     out = out.astype(want)
             vals[k] = out
     except _ERRORS as e:
-        op, avals = plan.where[vals.index(None, plan.first) - plan.first]   # (the first step with no result)
-        raise op_error(op, avals, e) from None
+        for step, (op, avals) in zip(plan.steps, plan.where):
+            if vals[step[5]] is None and op is not None:       # (the first step with no result raised)
+                raise op_error(op, avals, e) from None
+        raise
     out = plan.pick(vals)
     if plan.single:
         out = (out,)
@@ -162,6 +167,17 @@ class _Outside(Exception):
 
 def _outside(t):
     raise _Outside()
+
+
+def _one_value(value):
+    """Whether ``value`` is a big C-contiguous array of one value, bit for bit (as ``np.full`` makes it)."""
+    return type(value) is np.ndarray and value.size >= _FILL_MIN and value.flags.c_contiguous \
+        and _filled(value)().tobytes() == value.tobytes()
+
+
+def _filled(value):
+    shape, fill, dtype = value.shape, value.flat[0], value.dtype
+    return lambda: np.full(shape, fill, dtype)
 
 
 def _stand_in(d):
@@ -271,6 +287,14 @@ def _plan(tr, res, slot_of, ninputs, nresults):
     steps, where = [], []
     n = ninputs + len(consts)
     from_const = set(range(ninputs, n))     # slots that are a constant or a view of one
+    for j, value in enumerate(consts):
+        if _one_value(value):
+            # a big constant of one value (getitem's zeros of an embedding's shape): made per call, as the rule
+            # makes it, not held by the plan for the life of the process
+            steps.append((_filled(value), 3, (), None, value.dtype, ninputs + j))
+            where.append((None, None))
+            consts[j] = None
+            from_const.discard(ninputs + j)
     for e, args in ref:
         args = [resolve(a) if type(a) is tuple else slot[a] for a in args]
         avals = [a.aval if type(a) is Lit else Aval(tuple(a.aval.shape), a.aval.dtype) for a in e.ins]
