@@ -269,44 +269,48 @@ def _nll_impl(logp, target, ignore_index, reduction):
     return total / logp.dtype.type(n) if n else np.array(np.nan, logp.dtype)   # all ignored or empty: 0/0, as torch
 
 
-def _nll_grad_weights(c, target):
+def _nll_weights_rule(avals, params):
+    (target,) = avals
+    return [Aval((target.shape[0], params["n_cls"]), params["dtype"])]
+
+
+def _nll_weights_impl(target, n_cls, dtype, ignore_index, reduction):
     """``w`` with d loss / d logp = g * w (nll_loss is linear in logp: a constant scatter of -1, or -1/n for
-    'mean', at the targets), and whether the cotangent is per row ('none': g is (N,), reshaped to (N, 1))."""
-    n_rows, n_cls = c.shapes[0]
-    dtype = np.dtype(c.dtypes[0].np)
-    red = c.params["reduction"]
+    'mean', at the targets; ignored rows 0)."""
+    n_rows = target.shape[0]
+    dtype = dtype.np
     w = np.zeros((n_rows, n_cls), dtype)
-    if red == "mean" and n_rows and not _or_reduce(target == c.params["ignore_index"], axis=None):  # none ignored
+    if reduction == "mean" and n_rows and not _or_reduce(target == ignore_index, axis=None):  # none ignored
         w[_rows(n_rows), target] = -1.0 / n_rows
-        return w, False
-    valid, safe = _nll_weights(target, c.params["ignore_index"])
+        return w
+    valid, safe = _nll_weights(target, ignore_index)
     scale = -valid.astype(dtype)
     n = valid.sum()
-    if red == "mean" and n:
+    if reduction == "mean" and n:
         scale = scale / dtype.type(n)
     w[_rows(n_rows), safe] = scale      # ignored rows get 0 (all ignored too: torch's gradient there is 0)
-    return w, red == "none"
+    return w
 
 
 def _nll_vjp(c, g):
-    target = c.inputs[1]._data
-    if type(target) is not np.ndarray:      # a device tensor's payload: the scatter weights are built on the host
-        target = c.inputs[1].cpu()._data
-    w, per_row = _nll_grad_weights(c, target)
-    if per_row:
-        g = c.bind("reshape", g, shape=(c.shapes[0][0], 1))
-    return (g * w, None)       # an ndarray operand binds as a constant tensor
+    # the weights are an op of the targets (read by its impl, not by this rule's Python), so an eager backward
+    # replays this rule on arrays as any other (runtime/pullback_plans.py)
+    target = c.inputs[1]
+    n_rows, n_cls = c.shapes[0]
+    red = c.params["reduction"]
+    on_device = target.device.type != "cpu"
+    if on_device:       # the scatter weights are built on the host, a constant of the device's product
+        target = target.cpu()
+    w = c.bind("nll_grad_weights", target, n_cls=n_cls, dtype=c.dtypes[0], ignore_index=c.params["ignore_index"],
+               reduction=red)
+    if red == "none":
+        g = c.bind("reshape", g, shape=(n_rows, 1))
+    return (g * (w._data if on_device else w), None)
 
 
-def _nll_eager_vjp(c, g):
-    """``_nll_vjp`` on arrays (OpDef.eager_vjp): the same weights and product."""
-    target = c.inputs[1]._data
-    if type(target) is not np.ndarray or type(g) is not np.ndarray or g.dtype != c.dtypes[0].np:
-        return None
-    w, per_row = _nll_grad_weights(c, target)
-    if per_row:
-        g = g.reshape((c.shapes[0][0], 1))
-    return (np.multiply(g, w), None)
+register(OpDef("nll_grad_weights", "index", _nll_weights_rule, _nll_weights_impl, None,
+               doc="nll_grad_weights(target (N,); n_cls, dtype, ignore_index, reduction): nll_loss's d loss / d logp "
+                   "per unit cotangent, (N, n_cls): -1 (or -1/n for 'mean') at the targets, 0 elsewhere"))
 
 
 # torch's error for a target out of range (runtime/checked_index.py's TARGET; ir imports nothing of runtime)
@@ -331,7 +335,7 @@ def nll_composition(logp, target, weight=None, ignore_index=-100, reduction="mea
 
 
 register(OpDef("nll_loss", "index", _nll_rule, _nll_impl, _nll_vjp, saves_in=(1,), nondiff_inputs=(1,), jvp=LINEAR,
-               grad_name="NllLossBackward0", eager_vjp=_nll_eager_vjp,
+               grad_name="NllLossBackward0",
                decompose=lambda b, logp, target, ignore_index, reduction: nll_composition(
                    logp, target, None, ignore_index, reduction),
                doc="nll_loss(logp (N,C), target (N,); ignore_index, reduction): -logp[i, target[i]], reduced"))

@@ -98,9 +98,10 @@ class OpDef:
     eager_vjp   (ctx, cotangent array) -> per-input cotangent arrays, or None to use ``vjp``: a hand-written
                 pullback on NumPy arrays, for the rare rule that an eager first-order backward cannot replay on
                 arrays (``runtime/pullback_plans.py`` traces every other rule once per signature and replays it):
-                one that reads a value, such as nll_loss's targets.  ``ctx`` as ``vjp`` gets it (saved values are
-                read through their ``_data``; ``ctx.on_arrays(opname, ...)`` runs an op as its bind would).  It
-                must compute what ``vjp``'s binds compute, with the same impls, so both give the same bits.
+                one that reads a value (a rule can leave that to an op: nll_loss's ``nll_grad_weights``).  ``ctx``
+                as ``vjp`` gets it (saved values are read through their ``_data``; ``ctx.on_arrays(opname, ...)``
+                runs an op as its bind would).  It must compute what ``vjp``'s binds compute, with the same impls,
+                so both give the same bits.
     eager_kernel (input avals, params, fallback) -> a callable for that one signature, or None: a native kernel
                 of the op over large arrays (``jit/eager_kernels.py``), asked once per signature after
                 ``eager_impl``; ``fallback`` is the NumPy callable it runs where the kernel does not serve a call.
