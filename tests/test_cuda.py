@@ -169,6 +169,8 @@ CASES = {
                          "distinct"),
     "gelu": (lambda a: _bind("gelu", a, approximate="none") + _bind("gelu", a, approximate="tanh"), [(2, 3)], "any"),
     "layer_norm": (lambda a: _bind("layer_norm", a, naxes=1, eps=1e-5), [(2, 3)], "any"),
+    "layer_norm_backward": (lambda g, x, y: _bind("layer_norm_backward", g, x, y, naxes=1, eps=1e-5),
+                            [(2, 3), (2, 3), (2, 3)], "any"),
     "log_softmax": (lambda a: _bind("log_softmax", a, axis=0), [(2, 3)], "any"),
     "log_softmax_backward": (lambda g, o: _bind("log_softmax_backward", g, o, axis=1), [(2, 3), (2, 3)], "any"),
     "softmax_backward": (lambda g, o: _bind("softmax_backward", g, o, axis=1), [(2, 3), (2, 3)], "any"),
