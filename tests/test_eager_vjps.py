@@ -1,8 +1,8 @@
 """Pullbacks on arrays: an eager first-order backward replays each op's own vjp rule on arrays
-(``runtime/pullback_plans.py``: traced once per signature into a plan of the binds' signature entries), or runs an
-op's hand-written ``OpDef.eager_vjp``, instead of binding the rule's ops; so the gradients must be the rule's bits,
-the rules must plan (or decline where marked), and every gradient semantics must hold (broadcasting, Python-number
-operands, NaN, hooks that cast the cotangent, native kernels).
+(``runtime/pullback_plans.py``: traced once per signature into a plan of the binds' signature entries) instead of
+binding the rule's ops; so the gradients must be the rule's bits, the rules must plan (or decline where marked), and
+every gradient semantics must hold (broadcasting, Python-number operands, NaN, hooks that cast the cotangent, native
+kernels).
 
 ``create_graph=True`` runs the rules on tensors (it needs their graph), so each case compares the two paths bit for bit.
 """
@@ -110,13 +110,7 @@ def _layer_norm(shape, naxes, affine=False, dtype=np.float32):
     return make
 
 
-def _rule_only(make):
-    """A case whose pullback declines (returns None): the rule runs on both paths."""
-    make.rule_only = True
-    return make
-
-
-# op name -> cases; every op with an eager pullback has its row (test_every_eager_vjp_has_cases)
+# op name -> cases (the ops that had a hand-written pullback before their rules were replayed, and addmm's joined node)
 CASES = {
     "add": [_binary(lambda x, y: x + y, (4, 3), (4, 3)), _binary(lambda x, y: x + y, (4, 3), (3,)),
             _binary(lambda x, y: x + y, (4, 1), (1, 3)), _binary(lambda x, y: x + y, (2, 4, 3), (4, 1)),
@@ -180,26 +174,19 @@ def _grads(make, seed, create_graph):
 @pytest.mark.parametrize("name,make", [(n, m) for n, ms in CASES.items() for m in ms],
                          ids=[f"{n}-{i}" for n, ms in CASES.items() for i in range(len(ms))])
 def test_pullback_on_arrays_matches_the_rule_bit_for_bit(name, make):
-    """The first-order backward (the rule replayed on arrays, or the op's hand-written ``eager_vjp``) against
-    create_graph's (the rule on tensors)."""
+    """The first-order backward (the rule replayed on arrays) against create_graph's (the rule on tensors)."""
     op = OPS.get(name)
     pullback_plans._PLANS.clear()
     fast = _grads(make, 7, False)
-    if op is not None and op.eager_vjp is None:     # (addmm's joined node replays add's and matmul's)
+    if op is not None:      # (addmm's joined node replays add's and matmul's)
         plans = [p for k, p in pullback_plans._PLANS.items() if k[0] is op]
-        planned = any(p is not pullback_plans._NO_PLAN for p in plans)
-        assert plans and planned != getattr(make, "rule_only", False), plans
+        assert plans and pullback_plans._NO_PLAN not in plans, plans
     again = _grads(make, 7, False)      # (the plan replayed: a second call traces nothing)
     rule = _grads(make, 7, True)
     for f, a, r in zip(fast, again, rule):
         assert f.dtype == r.dtype and f.shape == r.shape and not f.requires_grad
         np.testing.assert_array_equal(f.numpy(), r.detach().numpy())
         np.testing.assert_array_equal(a.numpy(), r.detach().numpy())
-
-
-def test_every_eager_vjp_has_cases():
-    with_pullback = {name for name, op in OPS.items() if op.eager_vjp is not None}
-    assert with_pullback <= set(CASES), f"eager_vjp without cases here: {sorted(with_pullback - set(CASES))}"
 
 
 def _pos(x):
@@ -286,6 +273,29 @@ def test_split_pieces_backward_binds_nothing(monkeypatch):
     rule = grads(True)
     assert "cat" in binds
     np.testing.assert_array_equal(fast.numpy(), rule.detach().numpy())
+
+
+def test_a_rule_that_reads_a_value_runs_as_it_is(monkeypatch):
+    """A rule whose Python reads a value cannot be a plan: the trace refuses it, and that signature's backward runs
+    the rule on tensors (its binds), every call, with the rule's result."""
+    op = OPS["exp"]
+    rule = op.vjp
+
+    def reading(c, g):
+        scale = 2.0 if float(g.sum()) > 0 else 3.0      # (a value read: no plan can hold it)
+        return (rule(c, g)[0] * scale,)
+    monkeypatch.setattr(op, "vjp", reading)
+    pullback_plans._PLANS.clear()
+    binds = []
+    real = dispatch._bind
+    monkeypatch.setattr(dispatch, "_bind", lambda o, args, params: binds.append(o.name) or real(o, args, params))
+    x = jg.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    for sign in (1.0, -1.0):
+        (gx,) = jg.autograd.grad(x.exp(), x, jg.tensor([sign, sign, sign]))
+        np.testing.assert_allclose(gx.numpy(), sign * np.exp(x.detach().numpy()) * (2.0 if sign > 0 else 3.0),
+                                   rtol=1e-6)
+    assert [p for k, p in pullback_plans._PLANS.items() if k[0] is op] == [pullback_plans._NO_PLAN]
+    assert binds.count("mul") >= 4       # the rule ran on tensors at both calls
 
 
 def test_first_order_backward_runs_no_dispatch_for_these_ops(monkeypatch):

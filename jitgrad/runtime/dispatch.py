@@ -49,34 +49,6 @@ class OpNode(Node):
             return _PROF.active.record_op(_OPS[opname], args, params, _bind)
         return _bind(_OPS[opname], args, params)
 
-    def on_arrays(self, opname, *args, **params):
-        """``self.bind``'s result array, for NumPy arrays and Python numbers (``dispatch.on_arrays``)."""
-        return on_arrays(_OPS[opname], args, params)
-
-
-def on_arrays(op, args, params):
-    """``_bind``'s result array for NumPy arrays and numbers ``args``, bit for bit (its signature entry: the same impl,
-    eager kernel, cast and errors), with no Tensor, node or anomaly check: how an ``OpDef.eager_vjp`` runs ops."""
-    key = [op]
-    for a in args:
-        key += (a.shape, a.dtype) if type(a) is np.ndarray else (type(a),)
-    if params:
-        key.append(tuple(params.items()))
-    key = tuple(key)
-    hit = _RULES.get(key)
-    if hit is None:
-        if len(_RULES) > 50000:
-            _RULES.clear()
-        hit = _RULES[key] = _rule_entry(op, tuple(Tensor._make(a) if type(a) is np.ndarray else a for a in args),
-                                        params)
-    try:
-        out = hit[6](*args, **params)
-    except (ValueError, TypeError, IndexError, FloatingPointError, OverflowError) as e:
-        raise op_error(op, hit[1], e) from None
-    if type(out) is not np.ndarray:
-        return np.asarray(out, dtype=hit[2])
-    return out if out.dtype == hit[2] else out.astype(hit[2])
-
 
 def bind(op, *args, **params):
     """Apply primitive ``op`` to tensors / Python scalars ``args``; returns a Tensor (or tuple if nout > 1)."""

@@ -22,7 +22,7 @@ class _JoinedViewsOp:
 
     saves_in = saves_out = nondiff_inputs = ()
     saved_for = None
-    eager_vjp = None
+    pullback = None         # (no pullback of its own: its rule is replayed, pullback_plans.py)
     view = False
 
     def __init__(self, name, combine):

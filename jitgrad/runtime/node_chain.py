@@ -30,10 +30,12 @@ class _AddmmOp:
     def __init__(self, add, mm):
         self.add, self.mm = add, mm
 
-    def eager_vjp(self, node, g):
+    def pullback(self, node, gs):
         """The pullback on arrays (the engine's plain first order): the add's rule, then the matmul's on the add's
-        cotangent for it, each as the engine runs a node's (``pullback_plans.pullback``); None for the rules."""
+        cotangent for it, each replayed as the engine replays a node's (``pullback_plans.pullback``); None for the
+        rules."""
         add, mm = self.add, self.mm
+        g = gs[0]
         if type(g) is not np.ndarray:
             return None
         add.check_saved()

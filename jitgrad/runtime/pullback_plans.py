@@ -15,8 +15,8 @@ arrays matter, so the engine asks ``pullback`` instead:
 
 A rule the plan cannot hold falls back to the rule itself, for that signature: one that reads a value (the tracer
 refuses: ``TracedValueError``), meets a tensor from outside its context, warns, binds a multi-output op or fails in
-any other way while traced.  ``OpDef.eager_vjp`` (a hand-written pullback, for a rule that reads values) wins where
-an op has one.  ``COUNTS["traces"]`` counts the plans traced (tests check that later steps trace none).
+any other way while traced (a rule that needs a value computed from its inputs leaves it to an op: nll_loss's
+``nll_grad_weights``).  ``COUNTS["traces"]`` counts the plans traced (tests check that later steps trace none).
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import numpy as np
 from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
 from ..ir.ops import OPS, Aval
-from ..ir.ops.opdef import RuleCtx
+from ..ir.ops.opdef import OpDef, RuleCtx
 from ..tracer.trace import Trace
 from . import grad_mode
 from .dispatch import _bind, _rule_entry
@@ -67,12 +67,13 @@ class Plan:
 
 def pullback(node, gs):
     """The cotangent arrays of ``node``'s inputs for its outputs' cotangent arrays ``gs`` (a list the call may
-    extend), computed by its op's ``eager_vjp`` or its rule's plan; None where the rule must run on tensors (the
-    caller then runs it)."""
+    extend), computed by its rule's plan (or a joined node's own ``pullback``); None where the rule must run on
+    tensors (the caller then runs it)."""
     op = node.op
-    ev = op.eager_vjp
-    if ev is not None:
-        return ev(node, gs[0]) if len(gs) == 1 else None
+    if type(op) is not OpDef:       # a joined node's stand-in (node_chain: AddmmBackward0, multi_view: SplitBackward0)
+        own = op.pullback
+        if own is not None:
+            return own(node, gs)
     if node.packed is not None:
         return None
     vals = gs
