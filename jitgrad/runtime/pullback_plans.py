@@ -68,7 +68,7 @@ class Plan:
 def pullback(node, gs):
     """The cotangent arrays of ``node``'s inputs for its outputs' cotangent arrays ``gs`` (a list the call may
     extend), computed by its rule's plan (or a joined node's own ``pullback``); None where the rule must run on
-    tensors (the caller then runs it)."""
+    tensors (the caller then runs it).  The hot path of every eager backward: kept to one frame."""
     op = node.op
     if type(op) is not OpDef:       # a joined node's stand-in (node_chain: AddmmBackward0, multi_view: SplitBackward0)
         own = op.pullback
@@ -76,13 +76,17 @@ def pullback(node, gs):
             return own(node, gs)
     if node.packed is not None:
         return None
+    g = gs[0]
+    if type(g) is not np.ndarray:
+        return None
+    key = (op, node.needs_grad, node.shapes, node.dtypes, g.shape, g.dtype)
+    ngrads = len(gs)
+    if ngrads > 1:
+        for d in gs[1:]:
+            if type(d) is not np.ndarray:
+                return None
+            key += (d.shape, d.dtype)
     vals = gs
-    saved = 0
-    key = [op, node.needs_grad, node.shapes, node.dtypes]
-    for d in gs:
-        if type(d) is not np.ndarray:
-            return None
-        key += (d.shape, d.dtype)
     if op.saves_in:
         for t in node.inputs:
             if t is None:
@@ -93,11 +97,9 @@ def pullback(node, gs):
                 if type(d) is not np.ndarray:
                     return None
                 vals += (d,)
-                saved += 1
             elif tt is float or tt is int or tt is bool:
-                key += (tt, t)      # a Python number: the rule's Python may read it (and -0.0 == 0.0)
-                if not t:
-                    key.append(_copysign(1.0, t))
+                # a Python number: the rule's Python may read it (and -0.0 == 0.0)
+                key += (tt, t, _copysign(1.0, t)) if not t else (tt, t)
             else:
                 return None
     if op.saves_out:
@@ -107,11 +109,9 @@ def pullback(node, gs):
                 if type(d) is not np.ndarray:
                     return None
                 vals += (d,)
-                saved += 1
     params = node.params
     if params:
-        key.append(tuple(params.items()))
-    key = tuple(key)
+        key += (tuple(params.items()),)
     try:
         plan = _PLANS.get(key)
     except TypeError:           # unhashable params
@@ -119,15 +119,11 @@ def pullback(node, gs):
     if plan is None:
         if len(_PLANS) > 20000:
             _PLANS.clear()
-        plan = _PLANS[key] = _trace(node, vals, len(vals) - saved)
+        plan = _PLANS[key] = _trace(node, vals, ngrads)
     if plan is _NO_PLAN:
         return None
-    return replay(plan, vals)
-
-
-def replay(plan, vals):
-    """Run ``plan`` on the input arrays ``vals`` (a list, extended in place); the cotangent arrays."""
-    vals += plan.pad        # the constants, then a slot per step
+    # the plan on the arrays: the constants, then a slot per step
+    vals += plan.pad
     try:
         for impl, kind, a, params, want, k in plan.steps:
             if kind == 1:
@@ -148,10 +144,7 @@ def replay(plan, vals):
                     out = out.astype(want)
             vals[k] = out
     except _ERRORS as e:
-        for step, (op, avals) in zip(plan.steps, plan.where):
-            if vals[step[5]] is None and op is not None:       # (the first step with no result raised)
-                raise op_error(op, avals, e) from None
-        raise
+        raise _step_error(plan, vals, e) from None
     out = plan.pick(vals)
     if plan.single:
         out = (out,)
@@ -160,6 +153,14 @@ def replay(plan, vals):
         for i in plan.fresh:
             out[i] = out[i].copy()
     return out
+
+
+def _step_error(plan, vals, e):
+    """The error of the step that raised ``e`` (the first with no result), as its bind would raise it."""
+    for step, (op, avals) in zip(plan.steps, plan.where):
+        if vals[step[5]] is None and op is not None:
+            return op_error(op, avals, e)
+    return e
 
 
 class _Outside(Exception):
