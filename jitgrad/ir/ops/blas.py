@@ -141,12 +141,13 @@ def _gemm_rows(a, ta, lda, b, tb, ldb, c, r0, r1, c0=0, c1=None, add=False) -> N
     # B's column c0 likewise
     a_at = _address(a if ta == b"N" else a.T) + r0 * (lda if ta == b"N" else 1) * item
     b_at = _address(b if tb == b"N" else b.T) + c0 * (1 if tb == b"N" else ldb) * item
-    ints = (ctypes.c_int * 6)(c1 - c0, r1 - r0, k, ldb, lda, n)     # per call: the sizes (Fortran passes pointers)
+    ints = _SIZES(c1 - c0, r1 - r0, k, ldb, lda, n)     # per call: the sizes (Fortran passes pointers)
     ad = _addressof(ints)
     gemm(tb, ta, ad, ad + 4, ad + 8, one, b_at, ad + 12, a_at, ad + 16, one if add else zero,
          _address(c) + (r0 * n + c0) * item, ad + 20)
 
 
+_SIZES = ctypes.c_int * 6
 _addressof = ctypes.addressof
 _from_buffer = ctypes.c_char.from_buffer
 
