@@ -99,6 +99,8 @@ ROW_CASES = [   # (op, the call, inputs, the NumPy impl's params)
     ("softmax_backward", lambda g, y: dispatch.bind(OPS["softmax_backward"], g, y, axis=g.ndim - 1), 2,
      lambda nd: {"axis": nd - 1}),
     ("layer_norm", lambda x: F.layer_norm(x, x.shape[-1:]), 1, lambda nd: {"naxes": 1, "eps": 1e-5}),
+    ("layer_norm_backward", lambda g, x, y: dispatch.bind(OPS["layer_norm_backward"], g, x, y, naxes=1, eps=1e-5), 3,
+     lambda nd: {"naxes": 1, "eps": 1e-5}),
 ]
 
 
@@ -121,7 +123,8 @@ def test_row_kernels_give_the_compiled_kernels_bits(sync, case, dtype):
     for shape in ((MIN // 64, 64), (16, 4, 64, 64), (7, MIN // 7 + 1), (3 * MIN + 1,)):
         x, g = _row_inputs(shape, dtype, seed=len(shape))
         with np.errstate(all="ignore"):
-            arrays = (g, np.log(np.abs(x) + 0.25).astype(dtype)) if nin == 2 else (x,)
+            arrays = {1: (x,), 2: (g, np.log(np.abs(x) + 0.25).astype(dtype)),
+                      3: (g, x, OPS["layer_norm"].impl(x, naxes=1, eps=1e-5))}[nin]
             got = _native(fn, *arrays)
             ref = OPS[name].impl(*arrays, **impl_params(len(shape)))
         want, keys = _compiled(fn, *arrays)

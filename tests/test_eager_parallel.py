@@ -4,7 +4,8 @@ B9's GPT (``benchmarks/gpt_model.py``, its shape: batch 16, context 64, width 12
 step at two threads and at one.  A spy around every eager op (dispatch's ``_bind``, and the pullbacks on arrays the
 engine runs) records what each op split: big GEMMs into row blocks (``blas.STATS``), stacks of small products over
 their leading axis (attention's (batch, head) products, ``stacked_gemm.matmul``), native kernels on the worker pool
-(``workpool.rounds()``), and the optimiser's multi-tensor update by parameter.  The eager split's clock is scripted
+(``workpool.rounds()``; native kernel calls are counted whether pooled or not), and the optimiser's multi-tensor
+update by parameter.  The eager split's clock is scripted
 (its pacer sees a quiet machine), so the counts do not depend on the load; the two thread counts give the same loss
 and parameters bit for bit.
 """
@@ -58,6 +59,7 @@ class _Spy:
     def __init__(self):
         self.calls = collections.Counter()
         self.split = {k: collections.Counter() for k in _KINDS}
+        self.native = collections.Counter()     # native kernel calls (eager_kernels), pooled or not
         self.depth = 0
 
     def around(self, name, fn, *args):
@@ -65,17 +67,19 @@ class _Spy:
             return fn(*args)
         self.depth += 1
         before = _counters()
+        native = ek.COUNTS["native_calls"]
         try:
             return fn(*args)
         finally:
             self.depth -= 1
             self.calls[name] += 1
+            self.native[name] += ek.COUNTS["native_calls"] - native
             for kind, a, b in zip(_KINDS, before, _counters()):
                 if b > a:       # (a pullback on arrays may run two products)
                     self.split[kind][name] += b - a
 
 
-def _step_counts(monkeypatch, threads):
+def _step_counts(monkeypatch, threads, batch=B, layers=L):
     """One warm B9 step (after two steps that build the eager kernels) at ``threads``: the spy, the loss and the
     parameters after the update."""
     monkeypatch.setattr(settings.STATE, "num_threads", threads)
@@ -87,11 +91,11 @@ def _step_counts(monkeypatch, threads):
         if ev is not None:
             monkeypatch.setattr(op, "eager_vjp", lambda c, g, ev=ev, name=name: spy.around("vjp:" + name, ev, c, g))
     jg.manual_seed(0)
-    model = gpt_model.make_gpt(jg, VOCAB, T, C, H, L, dropout=0.0, sdpa=False)
+    model = gpt_model.make_gpt(jg, VOCAB, T, C, H, layers, dropout=0.0, sdpa=False)
     opt = gpt_model.make_optimizer(jg, model, lr=3e-4)
     step = gpt_model.make_step(jg, model, model, opt)
     g = jg.Generator().manual_seed(1)
-    batches = [(jg.randint(0, VOCAB, (B, T), generator=g), jg.randint(0, VOCAB, (B, T), generator=g))
+    batches = [(jg.randint(0, VOCAB, (batch, T), generator=g), jg.randint(0, VOCAB, (batch, T), generator=g))
                for _ in range(3)]
     step(*batches[0])
     step(*batches[1])
@@ -122,7 +126,8 @@ def quiet_split(monkeypatch):
 def test_b9_eager_step_splits_its_big_work_at_two_threads_and_keeps_its_bits(quiet_split, monkeypatch):
     """At two threads: every big GEMM runs as row blocks, every attention product stack (2 forward, 4 backward a
     block) split over (batch, head), GELU, its pullback and softmax on the pool (the compiled path's rule: their
-    work reaches ``min_work()``), the AdamW update split by parameter.  At one thread nothing splits, and the loss
+    work reaches ``min_work()``), each LayerNorm's pullback one native row kernel, the AdamW update split by
+    parameter.  At one thread nothing splits, and the loss
     and the updated parameters are the same bits."""
     two, loss2, params2 = _step_counts(monkeypatch, 2)
     # (a pullback's products and kernels count under the pullback when it runs on arrays, under the op otherwise)
@@ -131,7 +136,23 @@ def test_b9_eager_step_splits_its_big_work_at_two_threads_and_keeps_its_bits(qui
     assert rows["matmul"] + rows["vjp:matmul"] >= 12 * L, dict(rows)       # 4 Linears, forward + 2 gradients
     assert pooled["gelu"] == pooled["softmax"] == two.calls["gelu"] == two.calls["softmax"] == L, dict(pooled)
     assert pooled["gelu_backward"] + pooled["vjp:gelu"] == L, dict(pooled)
+    # every LayerNorm's backward is one native row kernel (layer_norm_backward), not the rule's 17 NumPy ops; at
+    # B9's (1024, 128) rows its work (131,072 elements x 57 cost units, float32) stays under min_work(): serial by
+    # the compiled path's rule (test_layer_norm_backward_takes_the_pool_over_twice_the_rows splits it)
+    assert two.native["vjp:layer_norm"] == two.calls["vjp:layer_norm"] == 2 * L + 1, dict(two.native)
+    assert pooled["vjp:layer_norm"] == 0
     assert two.split["update"]["optimizer step"] == 1
     one, loss1, params1 = _step_counts(monkeypatch, 1)
     assert not any(sum(one.split[k].values()) for k in _KINDS)
+    assert loss1 == loss2 and params1 == params2
+
+
+def test_layer_norm_backward_takes_the_pool_over_twice_the_rows(quiet_split, monkeypatch):
+    """At twice B9's batch (2048 rows of 128: 262,144 elements, work 2x ``min_work()``) each LayerNorm's backward
+    runs its row kernel on the pool at two threads, rows split between them, and serially at one, with the same
+    loss and parameters bit for bit (every row computed by the same instructions on whichever thread)."""
+    two, loss2, params2 = _step_counts(monkeypatch, 2, batch=2 * B, layers=1)
+    assert two.split["pool"]["vjp:layer_norm"] == two.native["vjp:layer_norm"] == 3, dict(two.split["pool"])
+    one, loss1, params1 = _step_counts(monkeypatch, 1, batch=2 * B, layers=1)
+    assert one.native["vjp:layer_norm"] == 3 and one.split["pool"]["vjp:layer_norm"] == 0
     assert loss1 == loss2 and params1 == params2

@@ -1241,6 +1241,7 @@ SMOKE = {
     "gelu": lambda: (_g(lambda a: jg.nn.functional.gelu(a), (2, 3)),
                      _g(lambda a: jg.nn.functional.gelu(a, approximate="tanh"), (2, 3))),
     "layer_norm": lambda: _g(lambda a: jg.nn.functional.layer_norm(a, (3,)) * a, (2, 3)),
+    "layer_norm_backward": lambda: SMOKE_layer_norm_backward(),
     # convolutions (ir/ops/conv.py): each one's vjp binds the other two (tests/test_conv.py has the rest)
     "conv": lambda: _g(lambda x, w: jg.nn.functional.conv2d(x, w, stride=(2, 1), padding=1, groups=2),
                        (1, 4, 3, 4), (2, 2, 2, 2)),
@@ -1294,6 +1295,18 @@ def SMOKE_softmax_backward():
         g, = jg.autograd.grad((y * v).sum(), a, create_graph=True)
         return g
     _g(f, (2, 3), (2, 3))
+
+
+def SMOKE_layer_norm_backward():
+    # layer_norm's eager vjp binds it; differentiating that vjp again (create_graph) exercises its own vjp; bound
+    # directly, its output y is an input of its own (any values), over one and two normalised dims
+    def f(a, v):
+        y = jg.nn.functional.layer_norm(a, (3,))
+        g, = jg.autograd.grad((y * v).sum(), a, create_graph=True)
+        return g
+    _g(f, (2, 3), (2, 3))
+    _g(lambda g, x, y: _bind("layer_norm_backward", g, x, y, naxes=1, eps=1e-5), (2, 3), (2, 3), (2, 3))
+    _g(lambda g, x, y: _bind("layer_norm_backward", g, x, y, naxes=2, eps=0.5), (2, 2, 3), (2, 2, 3), (2, 2, 3))
 
 
 def SMOKE_nll_loss():

@@ -461,6 +461,8 @@ published("OpDef.eager_kernel", name="log_softmax")(rowwise_chooser("log_softmax
 published("OpDef.eager_kernel", name="log_softmax_backward")(rowwise_chooser("log_softmax_backward"))
 published("OpDef.eager_kernel", name="rand_uniform")(draw_chooser("rand_uniform"))
 published("OpDef.eager_kernel", name="layer_norm")(rowwise_chooser("layer_norm", _layer_norm_axes, sized=True))
+published("OpDef.eager_kernel", name="layer_norm_backward")(
+    rowwise_chooser("layer_norm_backward", _layer_norm_axes, sized=True))
 
 
 __all__ = ["elementwise_chooser", "pooled_chooser", "rowwise_chooser", "draw_chooser", "wait", "structures", "COUNTS", "ENABLED", "SYNC",
