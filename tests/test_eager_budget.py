@@ -203,8 +203,8 @@ def test_basic_index_node_names_and_views():
         x[10]
 
 
-def test_matmul_eager_vjp_matches_the_rule_bit_for_bit():
-    """First-order backward runs matmul's pullback on arrays; create_graph=True runs its rule (binds)."""
+def test_matmul_pullback_on_arrays_matches_the_rule_bit_for_bit():
+    """First-order backward replays matmul's rule on arrays (pullback_plans); create_graph=True runs it (binds)."""
     rng = np.random.default_rng(3)
     for xs, ys in (((5, 7), (7, 3)), ((4, 1), (1, 6)), ((64, 48), (48, 40))):
         a = jg.tensor(rng.standard_normal(xs, dtype=np.float32), requires_grad=True)
