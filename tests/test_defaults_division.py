@@ -245,8 +245,8 @@ def test_num_threads():
     try:
         jg.set_num_threads(1)
         assert jg.get_num_threads() == 1
-        from jitgrad.ir.ops import blas
-        ctl = blas.thread_control()
+        from jitgrad.ir.ops import blas_library
+        ctl = blas_library.thread_control()
         if ctl:
             assert ctl[0]() == 1
         x = jg.randn(64, 64)
@@ -288,8 +288,8 @@ def test_set_num_threads_one_keeps_compiled_loops_serial():
     finally:
         settings.STATE.num_threads = n0
         if n0 is None:
-            from jitgrad.ir.ops import blas
-            ctl = blas.thread_control()
+            from jitgrad.ir.ops import blas_library
+            ctl = blas_library.thread_control()
             if ctl:
                 ctl[1](settings.default_threads())
 

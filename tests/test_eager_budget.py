@@ -10,6 +10,8 @@ Figures when the budgets were set (8x8 float32), before -> after the fast path: 
 ``(x @ y).tanh().sum().backward()`` 108 -> 71, the B5 eager step (MLP 16-32-4, batch 8, SGD) 374 -> 231.
 """
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -64,6 +66,39 @@ def test_forward_backward_python_calls():
     assert calls <= 75, f"(x @ w).tanh().sum().backward() made {calls} Python calls (71 when this budget was set)"
     assert c_calls <= 155, f"... and {c_calls} C calls (144 when this budget was set)"
 
+
+
+def test_raw_gemm_python_calls():
+    """A product big enough for the raw GEMM (``blas.matmul2d``, 32x30 @ 30x200, makemore's first layer) reads its
+    three operand addresses through ctypes views of the buffers, never NumPy's ``x.ctypes`` (a Python object and
+    two frames per read, ~11,000 instructions), and runs on one thread without the thread policy's context manager:
+    21 -> 14 Python calls when this budget was set; a read-only operand takes ``x.ctypes`` and gives the same bits."""
+    from jitgrad.ir.ops import blas
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((32, 30), dtype=np.float32)
+    b = rng.standard_normal((30, 200), dtype=np.float32)
+    x = jg.tensor(a, requires_grad=True)
+    w = jg.tensor(b)
+    seen = []
+
+    def prof(frame, event, arg):
+        if event == "call":
+            seen.append(frame.f_code.co_filename)
+    fn = lambda: x @ w      # noqa: E731
+    calls, _ = _count(fn)
+    sys.setprofile(prof)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    assert calls <= 14, f"x @ w through the raw GEMM made {calls} Python calls (14 when this budget was set)"
+    assert not [f for f in seen if "numpy" in f], seen
+    ro = b.copy()
+    ro.flags.writeable = False
+    assert blas.matmul2d(a, ro).tobytes() == blas.matmul2d(a, b).tobytes()
+    f_ordered = np.asfortranarray(b)        # passed by the GEMM's transpose flag
+    f_ordered.flags.writeable = False
+    np.testing.assert_allclose(blas.matmul2d(a, f_ordered), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
 
 def _b5_step():
     rng = np.random.default_rng(0)
@@ -168,8 +203,8 @@ def test_basic_index_node_names_and_views():
         x[10]
 
 
-def test_matmul_eager_vjp_matches_the_rule_bit_for_bit():
-    """First-order backward runs matmul's pullback on arrays; create_graph=True runs its rule (binds)."""
+def test_matmul_pullback_on_arrays_matches_the_rule_bit_for_bit():
+    """First-order backward replays matmul's rule on arrays (pullback_plans); create_graph=True runs it (binds)."""
     rng = np.random.default_rng(3)
     for xs, ys in (((5, 7), (7, 3)), ((4, 1), (1, 6)), ((64, 48), (48, 40))):
         a = jg.tensor(rng.standard_normal(xs, dtype=np.float32), requires_grad=True)

@@ -24,7 +24,7 @@ from jitgrad.ir import eager_threads, settings
 from jitgrad.ir.ops import OPS, blas, stacked_gemm
 from jitgrad.jit import eager_kernels as ek
 from jitgrad.optim import multi_tensor
-from jitgrad.runtime import dispatch
+from jitgrad.runtime import dispatch, pullback_plans
 
 _spec = importlib.util.spec_from_file_location("gpt_model", os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "gpt_model.py"))
@@ -86,10 +86,9 @@ def _step_counts(monkeypatch, threads, batch=B, layers=L):
     spy = _Spy()
     bind = dispatch._bind
     monkeypatch.setattr(dispatch, "_bind", lambda op, args, params: spy.around(op.name, bind, op, args, params))
-    for name, op in OPS.items():
-        ev = op.eager_vjp
-        if ev is not None:
-            monkeypatch.setattr(op, "eager_vjp", lambda c, g, ev=ev, name=name: spy.around("vjp:" + name, ev, c, g))
+    pullback = pullback_plans.pullback
+    monkeypatch.setattr(pullback_plans, "pullback",
+                        lambda node, gs: spy.around("vjp:" + node.op.name, pullback, node, gs))
     jg.manual_seed(0)
     model = gpt_model.make_gpt(jg, VOCAB, T, C, H, layers, dropout=0.0, sdpa=False)
     opt = gpt_model.make_optimizer(jg, model, lr=3e-4)

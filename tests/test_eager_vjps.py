@@ -1,8 +1,10 @@
-"""Pullbacks on arrays (``OpDef.eager_vjp``): an eager first-order backward runs them instead of the vjp rules'
-binds, so they must give the rule's bits exactly, fall back to the rule where they do not apply, and keep every
-gradient semantics (broadcasting, Python-number operands, NaN, hooks that cast the cotangent).
+"""Pullbacks on arrays: an eager first-order backward replays each op's own vjp rule on arrays
+(``runtime/pullback_plans.py``: traced once per signature into a plan of the binds' signature entries) instead of
+binding the rule's ops; so the gradients must be the rule's bits, the rules must plan (or decline where marked), and
+every gradient semantics must hold (broadcasting, Python-number operands, NaN, hooks that cast the cotangent, native
+kernels).
 
-``create_graph=True`` runs the rules (it needs their graph), so each case compares the two paths bit for bit.
+``create_graph=True`` runs the rules on tensors (it needs their graph), so each case compares the two paths bit for bit.
 """
 
 import numpy as np
@@ -11,7 +13,7 @@ import pytest
 import jitgrad as jg
 import jitgrad.nn.functional as F
 from jitgrad.ir.ops import OPS
-from jitgrad.runtime import dispatch
+from jitgrad.runtime import dispatch, pullback_plans
 
 
 def _t(rng, shape, dtype=np.float32, grad=True):
@@ -108,24 +110,18 @@ def _layer_norm(shape, naxes, affine=False, dtype=np.float32):
     return make
 
 
-def _rule_only(make):
-    """A case whose pullback declines (returns None): the rule runs on both paths."""
-    make.rule_only = True
-    return make
-
-
-# op name -> cases; every op with an eager pullback has its row (test_every_eager_vjp_has_cases)
+# op name -> cases (the ops that had a hand-written pullback before their rules were replayed, and addmm's joined node)
 CASES = {
     "add": [_binary(lambda x, y: x + y, (4, 3), (4, 3)), _binary(lambda x, y: x + y, (4, 3), (3,)),
             _binary(lambda x, y: x + y, (4, 1), (1, 3)), _binary(lambda x, y: x + y, (2, 4, 3), (4, 1)),
             _binary(lambda x, y: x + y, (), (3,)), _scalar_operand(lambda x: x + 2.5),
-            _rule_only(_binary(lambda x, y: x + y, (4, 3), (3,), (np.float32, np.float64)))],
+            _binary(lambda x, y: x + y, (4, 3), (3,), (np.float32, np.float64))],
     "sub": [_binary(lambda x, y: x - y, (4, 3), (4, 3)), _binary(lambda x, y: x - y, (4, 3), (1, 3)),
             _scalar_operand(lambda x: 1.0 - x)],
     "mul": [_binary(lambda x, y: x * y, (4, 3), (4, 3)), _binary(lambda x, y: x * y, (4, 3), (3,)),
             _binary(lambda x, y: x * y, (4, 1), (1, 3)), _scalar_operand(lambda x: x * 0.1),
             _scalar_operand(lambda x: 3 * x), _scalar_operand(lambda x: x * x),
-            _rule_only(_binary(lambda x, y: x * y, (4, 3), (4, 3), (np.float64, np.float32)))],
+            _binary(lambda x, y: x * y, (4, 3), (4, 3), (np.float64, np.float32))],
     "relu": [_with_nans(jg.relu), _binary(lambda x, y: jg.relu(x - y), (4, 3), (3,))],
     "tanh": [_with_nans(jg.tanh), _scalar_operand(lambda x: (x * 3.0).tanh())],
     "nll_loss": [_nll("mean"), _nll("sum"), _nll("none"), _nll("mean", ignore=2), _nll("none", ignore=-100)],
@@ -144,12 +140,12 @@ CASES = {
                     _with_nans(lambda x: F.log_softmax(x, dim=1)),
                     _unary(lambda x: F.log_softmax(x, dim=1), (3, 5), np.float64)],
     "gelu": [_unary(F.gelu, (4, 6)), _with_nans(F.gelu), _unary(F.gelu, (3, 4), np.float64),
-             _rule_only(_unary(lambda x: F.gelu(x, approximate="tanh"), (4, 6)))],
+             _unary(lambda x: F.gelu(x, approximate="tanh"), (4, 6))],
     "where": [_masked_fill((2, 4, 4), (4, 4)), _masked_fill((3, 4), (3, 4)), _where_both],
     "div": [_binary(lambda x, y: x / y, (4, 3), (4, 3)), _binary(lambda x, y: x / y, (4, 3), (3,)),
             _scalar_operand(lambda x: x / 3.0), _scalar_operand(lambda x: 2.0 / x), _scalar_operand(lambda x: 2 / x),
             _with_nans(lambda x: x / x.detach()), _with_nans(lambda x: 1.0 / x),
-            _rule_only(_binary(lambda x, y: x / y, (4, 3), (3,), (np.float32, np.float64)))],
+            _binary(lambda x, y: x / y, (4, 3), (3,), (np.float32, np.float64))],
     "sum": [_unary(lambda x: x.sum(), (4, 3)), _unary(lambda x: x.sum(0), (4, 3)), _unary(lambda x: x.sum(-1, keepdim=True), (2, 4, 3)),
             _unary(lambda x: x.sum((0, 2)), (2, 4, 3)), _unary(lambda x: x.mean(1), (4, 3))],
     "broadcast_to": [_unary(lambda x: x.expand(4, 3) * 2.0, (1, 3)), _unary(lambda x: x.expand(2, 4, 3) * 2.0, (4, 1))],
@@ -160,7 +156,7 @@ CASES = {
     "rsqrt": [_unary(lambda x: (x * x + 0.5).rsqrt(), (4, 3)), _with_nans(jg.rsqrt)],
     "pow": [_scalar_operand(lambda x: x ** 3.0), _scalar_operand(lambda x: x ** 2), _scalar_operand(lambda x: x ** 0),
             _scalar_operand(lambda x: jg.pow(x, 0.5)), _with_nans(lambda x: x ** -1.5),
-            _rule_only(_binary(lambda x, y: x ** y, (4, 3), (3,)))],
+            _binary(lambda x, y: x ** y, (4, 3), (3,))],
     "cat": [_binary(lambda x, y: jg.cat([x, y], dim=1), (4, 3), (4, 2)),
             _unary(lambda x: jg.cat([x, jg.ones(1, 3), x], dim=0), (2, 3))],
     "getitem": [_embedding, _unary(lambda x: x[[0, 2, 2]] * 2.0, (4, 3)), _unary(lambda x: x[1:3, ::2] * 2.0, (4, 5))],
@@ -177,35 +173,134 @@ def _grads(make, seed, create_graph):
 
 @pytest.mark.parametrize("name,make", [(n, m) for n, ms in CASES.items() for m in ms],
                          ids=[f"{n}-{i}" for n, ms in CASES.items() for i in range(len(ms))])
-def test_pullback_on_arrays_matches_the_rule_bit_for_bit(name, make, monkeypatch):
+def test_pullback_on_arrays_matches_the_rule_bit_for_bit(name, make):
+    """The first-order backward (the rule replayed on arrays) against create_graph's (the rule on tensors)."""
     op = OPS.get(name)
-    real = op.eager_vjp if op is not None else None
-    ran = []
-
-    def counted(c, g):
-        r = real(c, g)
-        ran.append(r is not None)
-        return r
-    if name != "addmm":         # (addmm's pullback lives on its joined node: it calls matmul's)
-        monkeypatch.setattr(op, "eager_vjp", counted)
+    pullback_plans._PLANS.clear()
     fast = _grads(make, 7, False)
-    if name != "addmm":
-        monkeypatch.setattr(op, "eager_vjp", real)
-        assert ran and any(ran) != getattr(make, "rule_only", False), ran
+    if op is not None:      # (addmm's joined node replays add's and matmul's)
+        plans = [p for k, p in pullback_plans._PLANS.items() if k[0] is op]
+        assert plans and pullback_plans._NO_PLAN not in plans, plans
+    again = _grads(make, 7, False)      # (the plan replayed: a second call traces nothing)
     rule = _grads(make, 7, True)
-    for f, r in zip(fast, rule):
+    for f, a, r in zip(fast, again, rule):
         assert f.dtype == r.dtype and f.shape == r.shape and not f.requires_grad
         np.testing.assert_array_equal(f.numpy(), r.detach().numpy())
+        np.testing.assert_array_equal(a.numpy(), r.detach().numpy())
 
 
-def test_every_eager_vjp_has_cases():
-    with_pullback = {name for name, op in OPS.items() if op.eager_vjp is not None}
-    assert with_pullback <= set(CASES), f"eager_vjp without cases here: {sorted(with_pullback - set(CASES))}"
+def _pos(x):
+    return x.abs() + 0.5
+
+
+# more rules replayed on arrays: (name, function, input shapes); each must plan (no rule declines) and keep its bits
+REPLAYED = [
+    ("sigmoid", lambda x: x.sigmoid(), [(4, 5)]), ("sin", lambda x: x.sin(), [(4, 5)]),
+    ("cos", lambda x: x.cos(), [(4, 5)]), ("tan", lambda x: x.tan(), [(4, 5)]), ("abs", lambda x: x.abs(), [(4, 5)]),
+    ("log1p", lambda x: _pos(x).log1p(), [(4, 5)]), ("expm1", lambda x: x.expm1(), [(4, 5)]),
+    ("reciprocal", lambda x: _pos(x).reciprocal(), [(4, 5)]), ("erf", lambda x: x.erf(), [(4, 5)]),
+    ("clamp", lambda x: x.clamp(-0.3, 0.4), [(4, 5)]), ("maximum", lambda x, y: jg.maximum(x, y), [(4, 5), (5,)]),
+    ("minimum", lambda x, y: jg.minimum(x, y), [(4, 5), (4, 1)]), ("atan2", jg.atan2, [(4, 5), (4, 5)]),
+    ("amax", lambda x: x.amax(1), [(4, 5)]), ("max", lambda x: x.max(1).values, [(4, 5)]),
+    ("mean", lambda x: x.mean((0, 2)), [(3, 4, 5)]), ("var", lambda x: x.var(1), [(4, 5)]),
+    ("std", lambda x: x.std(), [(4, 5)]), ("norm", lambda x: x.norm(), [(4, 5)]),
+    ("logsumexp", lambda x: x.logsumexp(1), [(4, 5)]), ("prod", lambda x: x.prod(1), [(4, 5)]),
+    ("cumsum", lambda x: x.cumsum(1), [(4, 5)]), ("cumprod", lambda x: x.cumprod(1), [(4, 5)]),
+    ("flip", lambda x: x.flip(0), [(4, 5)]), ("repeat", lambda x: x.repeat(2, 3), [(4, 5)]),
+    ("gather", lambda x: x.gather(1, jg.tensor(np.array([[0, 1], [2, 2], [4, 0], [1, 1]]))), [(4, 5)]),
+    ("index_select", lambda x: x.index_select(0, jg.tensor(np.array([0, 2, 2]))), [(4, 5)]),
+    ("stack", lambda x, y: jg.stack([x, y]), [(4, 5), (4, 5)]),
+    ("split", lambda x: x.split(2, dim=1)[0] * 3 + x.split(2, dim=1)[1].sum(), [(4, 5)]),
+    ("unbind", lambda x: x.unbind(1)[2].tanh(), [(4, 5)]),
+    ("pad", lambda x: F.pad(x, (1, 2)), [(4, 5)]), ("silu", F.silu, [(4, 5)]), ("elu", F.elu, [(4, 5)]),
+    ("leaky_relu", lambda x: F.leaky_relu(x, 0.1), [(4, 5)]), ("softplus", F.softplus, [(4, 5)]),
+    ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), [(4, 5)]), ("mse", F.mse_loss, [(4, 5), (4, 5)]),
+    ("conv1d", lambda x, w: F.conv1d(x, w, padding=1), [(2, 3, 7), (4, 3, 3)]),
+    ("conv2d", lambda x, w: F.conv2d(x, w, stride=2), [(2, 3, 7, 7), (4, 3, 3, 3)]),
+    ("batch_norm", lambda x: F.batch_norm(x, None, None, training=True), [(4, 5)]),
+    ("linear3d", F.linear, [(2, 4, 5), (3, 5), (3,)]),
+    ("inv", lambda x: jg.linalg.inv(x + 3 * jg.eye(4)), [(4, 4)]), ("det", jg.linalg.det, [(4, 4)]),
+    ("lerp", lambda x, y: jg.lerp(x, y, 0.3), [(4, 5), (4, 5)]), ("hypot", jg.hypot, [(4, 5), (4, 5)]),
+    ("pow_tensor", lambda x, y: _pos(x) ** y, [(4, 5), (5,)]), ("rpow", lambda x: 2.0 ** x, [(4, 5)]),
+    ("diagonal", lambda x: x.diagonal(), [(4, 4)]), ("bmm", jg.bmm, [(2, 3, 4), (2, 4, 5)]),
+    ("sdpa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), [(2, 3, 4, 8)] * 3),
+    ("contiguous", lambda x: x.t().contiguous() * 2, [(4, 5)]), ("float64", lambda x: (x.double() * 2).tanh(), [(4, 5)]),
+]
+
+
+@pytest.mark.parametrize("fn,shapes", [r[1:] for r in REPLAYED], ids=[r[0] for r in REPLAYED])
+def test_more_rules_replayed_on_arrays_keep_their_bits(fn, shapes):
+    """The rules of these ops had no hand-written pullback: replayed on arrays, they give create_graph's bits (and
+    the same strides), the second call as the first, and no rule declines."""
+    def grads(create_graph):
+        rng = np.random.default_rng(3)
+        xs = [_t(rng, s) for s in shapes]
+        out = fn(*xs)
+        g = jg.tensor(np.random.default_rng(4).standard_normal(out.shape).astype(out.detach().numpy().dtype))
+        return jg.autograd.grad(out, xs, g, create_graph=create_graph)
+    pullback_plans._PLANS.clear()
+    fast = grads(False)
+    assert pullback_plans._PLANS and pullback_plans._NO_PLAN not in pullback_plans._PLANS.values()
+    traces = pullback_plans.COUNTS["traces"]
+    again = grads(False)
+    assert pullback_plans.COUNTS["traces"] == traces
+    rule = grads(True)
+    for f, a, r in zip(fast, again, rule):
+        r = r.detach().numpy()
+        assert f.numpy().tobytes() == a.numpy().tobytes() == r.tobytes() and f.numpy().strides == r.strides
+
+
+def test_split_pieces_backward_binds_nothing(monkeypatch):
+    """split's joined node (one node, an output per piece: nanoGPT's q, k, v) replays its ``cat`` on arrays, the
+    pieces without a gradient as zeros."""
+    rng = np.random.default_rng(2)
+    x = _t(rng, (4, 6))
+    binds = []
+    real = dispatch._bind
+
+    def grads(create_graph):
+        q, k, v = x.split(2, dim=1)
+        y = (q * 2.0).sum() + v.tanh().sum()
+        binds.clear()
+        monkeypatch.setattr(dispatch, "_bind", lambda op, args, params: binds.append(op.name) or real(op, args, params))
+        try:
+            return jg.autograd.grad(y, x, create_graph=create_graph)[0]
+        finally:
+            monkeypatch.setattr(dispatch, "_bind", real)
+    grads(False)
+    fast = grads(False)
+    assert binds == []
+    rule = grads(True)
+    assert "cat" in binds
+    np.testing.assert_array_equal(fast.numpy(), rule.detach().numpy())
+
+
+def test_a_rule_that_reads_a_value_runs_as_it_is(monkeypatch):
+    """A rule whose Python reads a value cannot be a plan: the trace refuses it, and that signature's backward runs
+    the rule on tensors (its binds), every call, with the rule's result."""
+    op = OPS["exp"]
+    rule = op.vjp
+
+    def reading(c, g):
+        scale = 2.0 if float(g.sum()) > 0 else 3.0      # (a value read: no plan can hold it)
+        return (rule(c, g)[0] * scale,)
+    monkeypatch.setattr(op, "vjp", reading)
+    pullback_plans._PLANS.clear()
+    binds = []
+    real = dispatch._bind
+    monkeypatch.setattr(dispatch, "_bind", lambda o, args, params: binds.append(o.name) or real(o, args, params))
+    x = jg.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    for sign in (1.0, -1.0):
+        (gx,) = jg.autograd.grad(x.exp(), x, jg.tensor([sign, sign, sign]))
+        np.testing.assert_allclose(gx.numpy(), sign * np.exp(x.detach().numpy()) * (2.0 if sign > 0 else 3.0),
+                                   rtol=1e-6)
+    assert [p for k, p in pullback_plans._PLANS.items() if k[0] is op] == [pullback_plans._NO_PLAN]
+    assert binds.count("mul") >= 4       # the rule ran on tensors at both calls
 
 
 def test_first_order_backward_runs_no_dispatch_for_these_ops(monkeypatch):
-    """The B5 MLP's backward (matmul, bias add, relu, log_softmax, nll) binds nothing; with create_graph every
-    rule binds."""
+    """The B5 MLP's backward (matmul, bias add, relu, log_softmax, nll) binds nothing once its rules' plans are
+    traced (the first call traces them); with create_graph every rule binds."""
     rng = np.random.default_rng(0)
     x = jg.tensor(rng.standard_normal((8, 16)).astype(np.float32))
     w1, w2 = _t(rng, (16, 32)), _t(rng, (32, 4))
@@ -227,9 +322,11 @@ def test_first_order_backward_runs_no_dispatch_for_these_ops(monkeypatch):
         finally:
             monkeypatch.setattr(dispatch, "_bind", real)
 
+    step(False)
+    traces = pullback_plans.COUNTS["traces"]
     fast, fast_binds = step(False)
     rule, rule_binds = step(True)
-    assert fast_binds == []
+    assert fast_binds == [] and pullback_plans.COUNTS["traces"] == traces
     assert len(rule_binds) > 8 and "where" in rule_binds
     for f, r in zip(fast, rule):
         np.testing.assert_array_equal(f.numpy(), r.detach().numpy())
@@ -269,6 +366,7 @@ def test_gradients_that_meet_are_summed_without_a_bind(monkeypatch):
             return jg.autograd.grad(y, (x, w), create_graph=create_graph), list(binds)
         finally:
             monkeypatch.setattr(dispatch, "_bind", real)
+    grads(False)        # (traces the rules' plans)
     (fx, fw), fast_binds = grads(False)
     (rx, rw), rule_binds = grads(True)
     assert fast_binds == [] and rule_binds.count("add") >= 2

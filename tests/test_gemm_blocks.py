@@ -10,7 +10,7 @@ import pytest
 
 import jitgrad as jg
 from jitgrad.ir import eager_threads, settings
-from jitgrad.ir.ops import blas
+from jitgrad.ir.ops import blas, blas_library
 
 # (rows, k, n): rows a multiple of float32's unit (12) and of float64's (2) or not, K past OpenBLAS's K block
 SHAPES = [(256, 784, 512), (257, 300, 100), (100, 500, 300), (784, 256, 512), (73, 1000, 64), (999, 64, 70),
@@ -89,7 +89,7 @@ def test_eager_gemm_bits_are_one_threads_whatever_runs_the_blocks(two_threads, m
         split = blas.matmul2d(a_, b)             # quiet clock: on two threads
         assert blas.STATS["gemm_split_calls"] - s0["gemm_split_calls"] == 1
         assert blas.STATS["gemm_blocks"] - s0["gemm_blocks"] == len(blas.row_blocks(m, dtype, 2)) == 2
-        assert blas.thread_control()[0]() == 1
+        assert blas_library.thread_control()[0]() == 1
         assert split_sizes[-1] == 2 <= settings.num_threads()      # at once: the caller's block and one worker's
         _Clock.late = 1.0                        # a helper finishes late: the next calls stay on this thread
         blas.matmul2d(a_, b)
@@ -145,7 +145,7 @@ def test_compiled_split_gemm_bits_are_one_threads_on_the_pool_or_held(two_thread
         pytest.skip("not split on this BLAS (no unit in either direction, or too few rows)")
     (blocks,) = launches            # the rows left run inside the launch: no call of their own
     assert blocks.parallel and blocks.threads == workpool.threads()
-    assert blas.thread_control()[0]() == 1
+    assert blas_library.thread_control()[0]() == 1
     r0 = workpool.rounds()
     assert f(ta, tb).numpy().tobytes() == pooled.tobytes() and workpool.rounds() == r0 + 1     # on the pool
     r0 = workpool.rounds()

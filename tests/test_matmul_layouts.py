@@ -10,7 +10,7 @@ import pytest
 
 import jitgrad as jg
 from jitgrad.ir import settings
-from jitgrad.ir.ops import blas
+from jitgrad.ir.ops import blas_library
 from jitgrad.jit.graph_code import _COMPILED
 
 R = np.random.default_rng(12)
@@ -147,13 +147,13 @@ def test_compiled_mlp_step_counts_gemms_and_copies():
 
 
 def test_blas_kernel_choice_reported_and_respected():
-    info = blas.info()
+    info = blas_library.info()
     assert set(info) == {"library", "corename", "before", "action"}
-    flags = blas._cpu_flags()
-    if info["library"] and blas._AVX512 <= flags and os.environ.get(blas.ENV_VAR, "auto") == "auto":
-        assert info["corename"].lower() in blas._WIDE, info
-    code = ("import jitgrad as jg; from jitgrad.ir.ops import blas; import numpy as np;"
-            "c = jg.ones(64, 64) @ jg.ones(64, 64); assert float(c[0, 0]) == 64.0; print(blas.info()['action'])")
+    flags = blas_library._cpu_flags()
+    if info["library"] and blas_library._AVX512 <= flags and os.environ.get(blas_library.ENV_VAR, "auto") == "auto":
+        assert info["corename"].lower() in blas_library._WIDE, info
+    code = ("import jitgrad as jg; from jitgrad.ir.ops import blas_library; import numpy as np;"
+            "c = jg.ones(64, 64) @ jg.ones(64, 64); assert float(c[0, 0]) == 64.0; print(blas_library.info()['action'])")
     env = dict(os.environ, JITGRAD_BLAS_CORETYPE="keep")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

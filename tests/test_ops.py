@@ -40,7 +40,7 @@ NONDIFF = {"lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "log
            "argmin", "floordiv", "rand_uniform", "rand_normal", "multinomial", "randperm", "argsort", "histc",
            "all_reduce_start", "searchsorted", "isin", "max_pool_indices", "linalg_info", "bitwise_and", "bitwise_or",
            "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "gcd", "lcm",
-           "nonzero_bounded"}
+           "nonzero_bounded", "nll_grad_weights"}
 
 
 # ---- (c): the rule of every concrete op call agrees with its impl ------------------------------------
@@ -1230,6 +1230,7 @@ SMOKE = {
     "diagonal": lambda: _g(lambda a: a.diagonal(1, 2, 0) * a.diagonal(-1, 0, 1).sum(), (3, 4, 2)),
     "log_softmax": lambda: _g(lambda a: jg.log_softmax(a, 0), (2, 3)),
     "nll_loss": lambda: SMOKE_nll_loss(),
+    "nll_grad_weights": lambda: SMOKE_nll_grad_weights(),
     "log_softmax_backward": lambda: SMOKE_log_softmax_backward(),
     "softmax_backward": lambda: SMOKE_softmax_backward(),
     "tanh_backward": lambda: SMOKE_tanh_backward(),
@@ -1314,6 +1315,14 @@ def SMOKE_nll_loss():
     target = jg.tensor([0, 2, -100])
     for red in ("mean", "sum", "none"):
         _g(lambda a: F.nll_loss(a, target, reduction=red), (3, 3))
+
+
+def SMOKE_nll_grad_weights():
+    """nll_loss's gradient weights (its vjp binds them): -1/n at the targets for 'mean', 0 in ignored rows."""
+    w = _bind("nll_grad_weights", jg.tensor([0, 2, -100]), n_cls=3, dtype=jg.float64, ignore_index=-100,
+              reduction="mean")
+    np.testing.assert_array_equal(w.numpy(), [[-0.5, 0, 0], [0, 0, -0.5], [0, 0, 0]])
+    return w
 
 
 def SMOKE_delayed_error():

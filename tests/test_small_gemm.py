@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 import jitgrad as jg
 from jitgrad.codegen.kernels import small_gemm
-from jitgrad.ir.ops import blas
+from jitgrad.ir.ops import blas_library
 
 _CALL = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 13))
 
@@ -67,7 +67,7 @@ def test_small_gemm_is_blas_gemm(dt, ta, tb, m, n, k, pad, alpha, beta, seed):
     columns in threes); with beta == 0, C is not read (NaN there stays out); nothing outside C's m x n window
     is written."""
     name = "sgemm" if dt == np.float32 else "dgemm"
-    routine = small_gemm.address(name, blas.gemm_address)
+    routine = small_gemm.address(name, blas_library.gemm_address)
     A, lda, B, ldb, C, ldc = _case(dt, ta.upper(), tb.upper(), m, n, k, pad, seed)
     if beta == 0.0:
         C[:] = np.nan
@@ -99,8 +99,8 @@ def test_what_the_kernel_does_not_take_goes_to_blas(dt, why):
         m, n, k, alpha = 16, 8, 8, 0.0
     A, lda, B, ldb, C, ldc = _case(dt, ta, "N", m, n, k, 1, 0)
     ours, theirs = C.copy(), C.copy()
-    _gemm(small_gemm.address(name, blas.gemm_address), dt, ta, "N", m, n, k, alpha, A, lda, B, ldb, 0.5, ours, ldc)
-    _gemm(blas.gemm_address(name), dt, ta, "N", m, n, k, alpha, A, lda, B, ldb, 0.5, theirs, ldc)
+    _gemm(small_gemm.address(name, blas_library.gemm_address), dt, ta, "N", m, n, k, alpha, A, lda, B, ldb, 0.5, ours, ldc)
+    _gemm(blas_library.gemm_address(name), dt, ta, "N", m, n, k, alpha, A, lda, B, ldb, 0.5, theirs, ldc)
     np.testing.assert_array_equal(ours, theirs)
 
 

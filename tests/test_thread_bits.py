@@ -29,7 +29,7 @@ import ctypes, hashlib, json, os, sys
 import numpy as np
 from jitgrad.codegen.native import workpool, pool_pacer
 from jitgrad.ir import eager_threads
-from jitgrad.ir.ops import blas
+from jitgrad.ir.ops import blas, blas_library
 
 # the pool's kernel clock, scripted: each read advances it by TICK ns (a pooled launch reads it twice)
 NOW, TICK = [0], [1000]
@@ -73,7 +73,7 @@ blas.time = FakeTime
 eager_threads.time = EagerClock
 import jitgrad as jg
 workpool.set_min_work(1 << 12, 1 << 8)      # small arrays take the pool (every gated launch reaches the threshold)
-get_threads = blas.thread_control()[0] if blas.thread_control() else (lambda: 1)
+get_threads = blas_library.thread_control()[0] if blas_library.thread_control() else (lambda: 1)
 
 rng = np.random.default_rng(0)
 x = jg.tensor(rng.standard_normal((256, 784)).astype(np.float32))

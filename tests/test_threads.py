@@ -10,7 +10,7 @@ import pytest
 
 import jitgrad as jg
 from jitgrad.ir import settings
-from jitgrad.ir.ops import blas
+from jitgrad.ir.ops import blas, blas_library
 from thread_calls import call_from_threads
 
 _CHILD = """
@@ -236,7 +236,7 @@ def test_a_gemm_of_symbolic_size_sets_openblas_count_at_every_call(monkeypatch):
     assert cgs and all(cg.call_lock is not None and cg.call_lock.threaded for cg in cgs)
     big = jg.tensor(np.ones((400, 64), np.float32))
     assert float(f(big, b)) == 400 * 64 * 48
-    blas_n = max(1, blas.thread_control()[0]()) if blas.thread_control() else 1
+    blas_n = max(1, blas_library.thread_control()[0]()) if blas_library.thread_control() else 1
     (gemm,) = [la for la in f.launches(big, b) if la.kind in ("gemm", "bgemm")]
     (small,) = [la for la in f.launches(jg.tensor(np.ones((11, 64), np.float32)), b) if la.kind in ("gemm", "bgemm")]
     assert small.threads == 1 and gemm.threads == blas.all_threads() or blas_n == 1
@@ -352,7 +352,7 @@ _EAGER_GEMM_THREADS = """
 import json
 import numpy as np
 import jitgrad as jg
-from jitgrad.ir.ops import blas
+from jitgrad.ir.ops import blas, blas_library
 a = jg.tensor(np.ones((64, 64), np.float32))
 b = jg.tensor(np.ones((64, 48), np.float32))
 A = jg.tensor(np.ones((256, 784), np.float32))
@@ -360,7 +360,7 @@ B = jg.tensor(np.ones((784, 512), np.float32))
 C = jg.tensor(np.ones((40, 784), np.float32))   # too few rows for two blocks: OpenBLAS threads it itself
 (a @ b).sum()                                   # loads the library
 blas.block_unit(np.float32)                     # (derived once per process, from probe products of its own)
-get = blas.thread_control()[0]
+get = blas_library.thread_control()[0]
 fn, one, zero = blas._raw_gemm(np.dtype(np.float32))
 seen = []
 

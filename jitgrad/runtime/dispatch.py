@@ -49,34 +49,6 @@ class OpNode(Node):
             return _PROF.active.record_op(_OPS[opname], args, params, _bind)
         return _bind(_OPS[opname], args, params)
 
-    def on_arrays(self, opname, *args, **params):
-        """``self.bind``'s result array, for NumPy arrays and Python numbers (``dispatch.on_arrays``)."""
-        return on_arrays(_OPS[opname], args, params)
-
-
-def on_arrays(op, args, params):
-    """``_bind``'s result array for NumPy arrays and numbers ``args``, bit for bit (its signature entry: the same impl,
-    eager kernel, cast and errors), with no Tensor, node or anomaly check: how ``OpDef.eager_vjp`` runs rule ops."""
-    key = [op]
-    for a in args:
-        key += (a.shape, a.dtype) if type(a) is np.ndarray else (type(a),)
-    if params:
-        key.append(tuple(params.items()))
-    key = tuple(key)
-    hit = _RULES.get(key)
-    if hit is None:
-        if len(_RULES) > 50000:
-            _RULES.clear()
-        hit = _RULES[key] = _rule_entry(op, tuple(Tensor._make(a) if type(a) is np.ndarray else a for a in args),
-                                        params)
-    try:
-        out = hit[6](*args, **params)
-    except (ValueError, TypeError, IndexError, FloatingPointError, OverflowError) as e:
-        raise op_error(op, hit[1], e) from None
-    if type(out) is not np.ndarray:
-        return np.asarray(out, dtype=hit[2])
-    return out if out.dtype == hit[2] else out.astype(hit[2])
-
 
 def bind(op, *args, **params):
     """Apply primitive ``op`` to tensors / Python scalars ``args``; returns a Tensor (or tuple if nout > 1)."""
@@ -274,12 +246,12 @@ _internal_get = _INTERNAL.get
 _may_share_memory = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
 
 
-def _rule_entry(op, args, params):
+def _rule_entry(op, args, params, avals=None):
     """What eager dispatch keeps per signature: (output avals, input avals, output NumPy dtype, differentiable
     (a vjp and a float result), input shapes, input dtypes, the impl to call (``OpDef.eager_impl``'s choice for
     the signature, else ``impl``; ``OpDef.eager_kernel``'s native kernel where it serves the signature), the
-    node's ``out_meta``, and the ``inputs`` of a node that saves none)."""
-    avals = _avals(op, args)
+    node's ``out_meta``, and the ``inputs`` of a node that saves none); ``avals`` instead of ``args``: a plan's step."""
+    avals = _avals(op, args) if avals is None else avals
     try:
         out_avals = op.shape_dtype(avals, params)
     except OpError as e:
@@ -290,7 +262,7 @@ def _rule_entry(op, args, params):
         impl = op.eager_kernel(avals, params, impl) or impl
     return (out_avals, avals, want, op.vjp is not None and np.dtype(want).kind == "f",
             tuple(a.shape for a in avals), tuple(a.dtype for a in avals), impl,
-            ((out_avals[0].shape, out_avals[0].dtype),), (None,) * len(args))
+            ((out_avals[0].shape, out_avals[0].dtype),), (None,) * len(avals))
 
 
 # ``Node.view_args`` of a view whose op cannot be bound again on its base (as_strided): refreshed by positions
@@ -465,7 +437,7 @@ def _bind_traced(tr, op, args, params):
     """The traced path: append an Eqn to the active trace; autograd recording is the same as eager.  A fused op
     with a decomposition (``OpDef.decompose``) is traced as that composition, so graphs hold only the primitives
     codegen knows."""
-    if op.decompose is not None:
+    if op.decompose is not None and not tr.fused:
         r = op.decompose(_bind_by_name, *args, **params)
         if op.view and isinstance(args[0], Tensor):
             note_view(tr, r, args[0], op, params)     # a write into it reaches args[0] (or is refused)

@@ -18,6 +18,7 @@ from .saved_output import vjp_through_outputs
 from .dispatch import OpNode
 from .graph_hooks import GradientEdge, RUNNING as _RUNNING, root_edge
 from .grad_accumulation import accumulate as _accumulate, retain as _retain
+from . import pullback_plans as _plans
 from .tensor import Tensor
 from ..tracer import STATE as _TR
 
@@ -470,12 +471,12 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                         if g is None and node.out_meta[i][1] is not None:
                             grads[i] = zeros_for(node.out_meta[i])
                 node.check_saved()
-                ev = node.op.eager_vjp
                 in_grads = None
-                if ev is not None and not create_graph and len(grads) == 1 and _FWD.active is None:
-                    # the op's pullback on arrays (first order: no graph to build, no tangents to carry), wrapped as
-                    # binds wrap results
-                    arrays = ev(node, grads[0]._data)
+                if sum_arrays and _FWD.active is None:
+                    # the rule on arrays (first order: no graph to build, no tangents to carry, pullback_plans.py),
+                    # its results wrapped as binds wrap theirs
+                    arrays = _plans.pullback(node, [grads[0]._data] if len(grads) == 1 else
+                                             [None if g is None else g._data for g in grads])
                     if arrays is not None:
                         in_grads = []
                         for a in arrays:

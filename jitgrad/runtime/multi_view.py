@@ -15,12 +15,14 @@ from .view_inplace import BY_POSITIONS
 
 
 class _JoinedViewsOp:
-    """Stands in for an OpDef on the joined node: its vjp is ``combine`` of the pieces' gradients (zeros where a
-    piece got none, made by the engine from ``out_meta``)."""
+    """Stands in for an OpDef on the joined node: its vjp is ``combine(grads, axis)`` of the pieces' gradients (zeros
+    where a piece got none, made by the engine from ``out_meta``).  One per (name, combine), as an OpDef is one per
+    primitive: the node's ``params`` hold the axis, so an eager backward replays its rule on arrays per signature
+    (``pullback_plans``) as any op's."""
 
     saves_in = saves_out = nondiff_inputs = ()
     saved_for = None
-    eager_vjp = None
+    pullback = None         # (no pullback of its own: its rule is replayed, pullback_plans.py)
     view = False
 
     def __init__(self, name, combine):
@@ -29,11 +31,15 @@ class _JoinedViewsOp:
         self.combine = combine
 
     def vjp(self, ctx, *grads):
-        return (self.combine(list(grads)),)
+        return (self.combine(list(grads), ctx.params["axis"]),)
 
 
-def join(outs, input, name, combine):
-    """Give the pieces ``outs`` of ``input`` one node named ``<name>Backward0`` (output k: piece k).  Only eager
+_JOINED: dict = {}      # (name, combine) -> its _JoinedViewsOp
+
+
+def join(outs, input, name, combine, axis):
+    """Give the pieces ``outs`` of ``input`` one node named ``<name>Backward0`` (output k: piece k), whose vjp is
+    ``combine(grads, axis)``.  Only eager
     CPU pieces that each recorded a node of ``input`` are joined (traced and device views keep one node each)."""
     if not outs:
         return
@@ -44,7 +50,10 @@ def join(outs, input, name, combine):
         if t is input or t.grad_fn is None or type(t._data) is not np.ndarray:
             return
     edge = first.next_functions[0]
-    node = OpNode(_JoinedViewsOp(name, combine), {}, (edge,), (True,))
+    op = _JOINED.get((name, combine))
+    if op is None:
+        op = _JOINED[name, combine] = _JoinedViewsOp(name, combine)
+    node = OpNode(op, {"axis": axis}, (edge,), (True,))
     node.inputs = (None,)
     node.outputs = ()
     node.versions = node.out_versions = None

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.ops.elementwise import sum_to_shape
 from .dispatch import OpNode
+from . import pullback_plans
 from .tensor import Tensor
 
 _new = object.__new__
@@ -30,23 +30,24 @@ class _AddmmOp:
     def __init__(self, add, mm):
         self.add, self.mm = add, mm
 
-    def eager_vjp(self, node, g):
-        """The pullback on arrays (the engine's plain first order), or None for the general rule."""
+    def pullback(self, node, gs):
+        """The pullback on arrays (the engine's plain first order): the add's rule, then the matmul's on the add's
+        cotangent for it, each replayed as the engine replays a node's (``pullback_plans.pullback``); None for the
+        rules."""
         add, mm = self.add, self.mm
-        needs, shapes = node.needs_grad, node.shapes
-        ev = mm.op.eager_vjp
-        if ev is None or type(g) is not np.ndarray:
+        g = gs[0]
+        if type(g) is not np.ndarray:
             return None
         add.check_saved()
         mm.check_saved()
-        grads = ev(mm, g)
+        grads = pullback_plans.pullback(add, [g])
+        if grads is None or grads[0] is None:
+            return None
+        g_mm, gb = grads
+        grads = pullback_plans.pullback(mm, [g_mm])
         if grads is None:
             return None
-        gx, gwt = grads
-        gb = None
-        if needs[0]:
-            gb = sum_to_shape(g, shapes[0]).astype(add.dtypes[1].np, copy=False)
-        return gb, gx, gwt
+        return gb, grads[0], grads[1]
 
     def vjp(self, ctx, g):
         add, mm = self.add, self.mm

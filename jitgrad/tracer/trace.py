@@ -75,6 +75,7 @@ class Trace:
         self.layouts = {}        # Var -> eager mode's element strides when not C-contiguous, None: unknown (traced.py)
         self.pinned = {}         # id(tensor written in place) -> (it, its strides, which writes do not change)
         self.nonzeros = {}       # mask Var -> its nonzero tensor (weakly): one data-dependent size per mask
+        self.fused = False       # fused ops stay one eqn, not their decomposition (eager replay: pullback_plans)
 
     # --- building ---------------------------------------------------------------------------------
     def new_input(self, aval) -> Var:

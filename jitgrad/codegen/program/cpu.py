@@ -25,7 +25,7 @@ import numpy as np
 
 from ...ir.interpret import ScopeTracker, run_eqn
 from ...ir import settings
-from ...ir.ops import blas
+from ...ir.ops import blas, blas_library
 from ...ir.plan import Plan
 from . import batch_steps, batched_gemm, collective_steps, gemm_steps, loop_steps, region_steps
 from ..native import build_thread, graph_build, threads
@@ -80,9 +80,9 @@ def blas_address(name: str, quick=False) -> int:
     not linked yet (building it costs a cold process ~0.3-0.6 s, most of it Python) and swaps it in later."""
     if name.startswith("small_"):
         if quick and not small_gemm.linked():
-            return blas.gemm_address(name[6:])
-        return small_gemm.address(name[6:], blas.gemm_address)
-    return blas.gemm_address(name)
+            return blas_library.gemm_address(name[6:])
+        return small_gemm.address(name[6:], blas_library.gemm_address)
+    return blas_library.gemm_address(name)
 
 
 def _numba_array_type(d, ndim) -> str:
@@ -252,7 +252,7 @@ class CompiledGraph:
         pool = workpool.threads() or workpool.default_threads()
         if settings.STATE.num_threads == 1:
             pool = 1
-        ctl = blas.thread_control()
+        ctl = blas_library.thread_control()
         blas_n = max(1, int(ctl[0]())) if ctl else 1
 
         def size(x):

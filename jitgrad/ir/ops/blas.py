@@ -1,25 +1,11 @@
 """The BLAS behind ``matmul`` in every backend: SciPy's OpenBLAS, with kernels chosen for this CPU.
 
 Eager 2-D float matmuls (and the reference interpreter) call SciPy's ``sgemm``/``dgemm`` through
-:func:`matmul2d`; compiled graphs call the same routines by address (:func:`gemm_address`). One library, so eager
-and compiled agree to the last bit on a GEMM, and one place that decides which kernels run.
+:func:`matmul2d`; compiled graphs call the same routines by address (``blas_library.gemm_address``). One library,
+so eager and compiled agree to the last bit on a GEMM, and one place that decides which kernels run.
 
-Why jitgrad touches the kernel choice: OpenBLAS built with ``DYNAMIC_ARCH`` picks its kernels at load time, from
-the CPU or from ``OPENBLAS_CORETYPE``. On CPUs with AVX-512 it may pick (or be told to pick) the AVX2
-``Haswell`` kernels, which are ~1.6x slower on B1's GEMMs than the AVX-512 ``SkylakeX`` kernels
-(measured 2026-11-23, 256x784 @ 784x512 float32: 1.02 ms vs 0.64 ms). So, when jitgrad first needs BLAS:
-
-* ``JITGRAD_BLAS_CORETYPE`` unset or ``auto``: if the CPU has AVX-512 (F, CD, BW, DQ, VL) and SciPy's OpenBLAS
-  runs narrower kernels, jitgrad selects ``SkylakeX`` for **SciPy's** OpenBLAS (NumPy's own OpenBLAS, which
-  ``np.dot``/``@`` on arrays use, is a separate library and is left alone);
-* ``keep``: jitgrad never changes the kernel choice;
-* any other value (``Haswell``, ``SkylakeX``, ``Zen`` ...): that OpenBLAS core type.
-
-The switch uses OpenBLAS's own re-initialisation entry points (``gotoblas_dynamic_quit``/``_init``, with
-``OPENBLAS_CORETYPE`` set only for that call and restored at once), right after SciPy loads its BLAS for jitgrad.
-If the user's code had loaded SciPy's BLAS already, the switch happens all the same, once, at jitgrad's first
-matmul: do not let that first matmul race a SciPy BLAS call in another thread (or set ``keep``).
-:func:`info` says what was chosen and why.
+The library itself (loading SciPy's OpenBLAS, its kernel choice for this CPU, its entry points) is
+``blas_library.py``.
 
 On how many threads: the end of this module holds the thread policy eager and compiled GEMMs share (small ones on
 one thread, large ones as blocks of rows on single-threaded OpenBLAS where its row unit is known, so their bits
@@ -30,9 +16,7 @@ to).
 from __future__ import annotations
 
 import ctypes
-import glob
 import os
-import sys
 import threading
 import time
 
@@ -40,151 +24,10 @@ import numpy as np
 
 from .. import eager_threads as _eager_split
 from .. import settings
+from .blas_library import LIBRARY, gemm_address, load, thread_control
 
-ENV_VAR = "JITGRAD_BLAS_CORETYPE"
-_AVX512 = frozenset({"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"})
-_WIDE = frozenset({"skylakex", "cooperlake", "sapphirerapids"})   # AVX-512 kernels already
-_LOCK = threading.Lock()
-_STATE: dict = {}          # "lib", "corename", "before", "action", "addresses"
 # below this many multiply-adds the f2py call costs more than NumPy's own matmul saves
 EAGER_MIN_MACS = 32 * 32 * 32
-
-
-def _cpu_flags() -> frozenset:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
-def _library_path():
-    import scipy
-    base = os.path.dirname(os.path.dirname(scipy.__file__))
-    found = sorted(glob.glob(os.path.join(base, "scipy.libs", "libscipy_openblas*.so*")))
-    return found[0] if found else None
-
-
-def _loaded(path) -> bool:
-    try:
-        with open("/proc/self/maps") as f:
-            return any(path in line for line in f)
-    except OSError:
-        return False
-
-
-def _corename(lib) -> str:
-    for sym in ("scipy_openblas_get_corename", "openblas_get_corename"):
-        fn = getattr(lib, sym, None)
-        if fn is not None:
-            fn.restype = ctypes.c_char_p
-            return (fn() or b"").decode().strip()
-    return ""
-
-
-def _wanted(current: str):
-    setting = os.environ.get(ENV_VAR, "auto").strip()
-    if setting.lower() == "keep":
-        return None, "JITGRAD_BLAS_CORETYPE=keep"
-    if setting.lower() != "auto":
-        return (None if setting.lower() == current.lower() else setting), f"JITGRAD_BLAS_CORETYPE={setting}"
-    if current.lower() in _WIDE:
-        return None, "OpenBLAS already runs AVX-512 kernels"
-    if not _AVX512 <= _cpu_flags():
-        return None, "the CPU has no AVX-512 (F, CD, BW, DQ, VL)"
-    return "SkylakeX", f"the CPU has AVX-512 and OpenBLAS chose {current or 'its default'}"
-
-
-def _setup():
-    """Load SciPy's BLAS with the kernels :func:`_wanted` asks for; idempotent."""
-    with _LOCK:
-        if "lib" in _STATE:
-            return
-        path = _library_path() if sys.platform.startswith("linux") else None
-        action = "left as loaded"
-        before = ""
-        if path is None:                      # not the scipy-openblas wheel layout: use SciPy's BLAS as it is
-            from scipy.linalg import cython_blas  # noqa: F401
-            _STATE.update(lib=None, corename="", before="", action="unknown BLAS library: left as loaded",
-                          addresses={})
-            return
-        # when SciPy had not loaded its BLAS yet, nothing else can be inside it while it is re-initialised
-        _STATE["was_loaded"] = _loaded(path)
-        lib = ctypes.CDLL(path)     # the library SciPy's BLAS wrappers call (importing scipy.linalg costs ~0.3 s)
-        before = _corename(lib)
-        want, why = _wanted(before)
-        if want is not None:
-            quit_, init = getattr(lib, "gotoblas_dynamic_quit", None), getattr(lib, "gotoblas_dynamic_init", None)
-            if quit_ is not None and init is not None:
-                old = os.environ.get("OPENBLAS_CORETYPE")
-                os.environ["OPENBLAS_CORETYPE"] = want
-                try:
-                    quit_()
-                    init()
-                finally:
-                    if old is None:
-                        del os.environ["OPENBLAS_CORETYPE"]
-                    else:
-                        os.environ["OPENBLAS_CORETYPE"] = old
-                action = f"switched to {want}: {why}"
-            else:
-                action = f"wanted {want} ({why}), but this OpenBLAS has no re-initialisation entry points"
-        else:
-            action = f"left as loaded: {why}"
-        _STATE.update(lib=lib, corename=_corename(lib), before=before, action=action, addresses={})
-
-
-def info() -> dict:
-    """What BLAS jitgrad's matmuls run: ``{"library", "corename", "before", "action"}``.
-
-    >>> from jitgrad.ir.ops import blas
-    >>> sorted(blas.info())
-    ['action', 'before', 'corename', 'library']
-    """
-    _setup()
-    lib = _STATE["lib"]
-    return {"library": getattr(lib, "_name", None), "corename": _STATE["corename"], "before": _STATE["before"],
-            "action": _STATE["action"]}
-
-
-def thread_control():
-    """``(get, set)``: ctypes functions reading and setting the number of threads SciPy's OpenBLAS runs a call on
-    (``BlasPacer`` lowers it while the cores are contended); None when this BLAS has none."""
-    _setup()
-    lib = _STATE["lib"]
-    if lib is None:
-        return None
-    get = getattr(lib, "scipy_openblas_get_num_threads", None) or getattr(lib, "openblas_get_num_threads", None)
-    set_ = getattr(lib, "scipy_openblas_set_num_threads", None) or getattr(lib, "openblas_set_num_threads", None)
-    if get is None or set_ is None:
-        return None
-    get.restype, get.argtypes = ctypes.c_int, []
-    set_.restype, set_.argtypes = None, [ctypes.c_int]
-    return get, set_
-
-
-def gemm_address(name: str) -> int:
-    """Address of SciPy's Fortran-ABI ``sgemm``/``dgemm`` (compiled graphs call it directly)."""
-    addr = _STATE.get("addresses", {}).get(name)
-    if addr is None:
-        _setup()
-        fn = getattr(_STATE["lib"], f"scipy_{name}_", None) if _STATE["lib"] is not None else None
-        if fn is not None:          # the routine cython_blas forwards to, without importing scipy.linalg
-            addr = _STATE["addresses"][name] = ctypes.cast(fn, ctypes.c_void_p).value
-            return addr
-        from scipy.linalg import cython_blas
-        cap = cython_blas.__pyx_capi__[name]
-        get_name = ctypes.pythonapi.PyCapsule_GetName
-        get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
-        get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
-        get_ptr.restype, get_ptr.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-        addr = _STATE["addresses"][name] = get_ptr(cap, get_name(cap))
-    return addr
-
-
 _GEMM = {}
 _KEEP: list = []        # the ctypes constants whose addresses _raw_gemm hands out
 
@@ -227,8 +70,8 @@ def _raw_gemm(dtype):
 def matmul2d(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b`` for 2-D float32/float64 arrays of one dtype, through SciPy's BLAS (transposed views by flag)."""
     if "raw" not in _GEMM and np.float32 not in _GEMM:     # (``_raw_gemm`` may have filled in its own entries)
-        _setup()
-        if _STATE["lib"] is None or getattr(_STATE["lib"], "scipy_sgemm_", None) is None:
+        load()
+        if LIBRARY["lib"] is None or getattr(LIBRARY["lib"], "scipy_sgemm_", None) is None:
             from scipy.linalg import blas as fblas
             _GEMM[np.dtype(np.float32)] = fblas.sgemm
             _GEMM[np.dtype(np.float64)] = fblas.dgemm
@@ -245,7 +88,12 @@ def matmul2d(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             return c
         a, ta, lda = _raw_operand(a)
         b, tb, ldb = _raw_operand(b)
-        if m * n * k > BLAS_THREADED_MACS and not BLAS_PACER and _rows_on_threads(a, ta, lda, b, tb, ldb, c):
+        if m * n * k <= BLAS_THREADED_MACS:     # eager_threads' one thread, without its context manager's calls
+            if BlasPacer._current != 1:
+                BlasPacer.use(1)
+            _gemm_rows(a, ta, lda, b, tb, ldb, c, 0, m)
+            return c
+        if not BLAS_PACER and _rows_on_threads(a, ta, lda, b, tb, ldb, c):
             return c
         with eager_threads(m, n, k):
             _gemm_rows(a, ta, lda, b, tb, ldb, c, 0, m)
@@ -291,12 +139,26 @@ def _gemm_rows(a, ta, lda, b, tb, ldb, c, r0, r1, c0=0, c1=None, add=False) -> N
     item = c.itemsize
     # A's row r0: r0 rows of lda down a C-ordered A, r0 elements along an F-ordered one (BLAS sees its transpose);
     # B's column c0 likewise
-    a_at = a.ctypes.data + r0 * (lda if ta == b"N" else 1) * item
-    b_at = b.ctypes.data + c0 * (1 if tb == b"N" else ldb) * item
-    ints = (ctypes.c_int * 6)(c1 - c0, r1 - r0, k, ldb, lda, n)     # per call: the sizes (Fortran passes pointers)
-    ad = ctypes.addressof(ints)
+    a_at = _address(a if ta == b"N" else a.T) + r0 * (lda if ta == b"N" else 1) * item
+    b_at = _address(b if tb == b"N" else b.T) + c0 * (1 if tb == b"N" else ldb) * item
+    ints = _SIZES(c1 - c0, r1 - r0, k, ldb, lda, n)     # per call: the sizes (Fortran passes pointers)
+    ad = _addressof(ints)
     gemm(tb, ta, ad, ad + 4, ad + 8, one, b_at, ad + 12, a_at, ad + 16, one if add else zero,
-         c.ctypes.data + (r0 * n + c0) * item, ad + 20)
+         _address(c) + (r0 * n + c0) * item, ad + 20)
+
+
+_SIZES = ctypes.c_int * 6
+_addressof = ctypes.addressof
+_from_buffer = ctypes.c_char.from_buffer
+
+
+def _address(x) -> int:
+    """The address of C-ordered ``x``'s first element: through a ctypes view of its buffer where it is writable
+    (~4,000 instructions), else ``x.ctypes.data`` (~11,000: NumPy builds a Python object per read)."""
+    try:
+        return _addressof(_from_buffer(x))
+    except (TypeError, ValueError):     # read-only, or empty
+        return x.ctypes.data
 
 
 def matmul(a, b):
@@ -534,8 +396,8 @@ def block_unit(dtype, rows: bool = True):
 
 
 def _derive_unit(dtype, rows: bool):
-    _setup()
-    if _STATE["lib"] is None or getattr(_STATE["lib"], "scipy_sgemm_", None) is None or not thread_control():
+    load()
+    if LIBRARY["lib"] is None or getattr(LIBRARY["lib"], "scipy_sgemm_", None) is None or not thread_control():
         return None
     if BlasPacer._control is None:
         BlasPacer._init()

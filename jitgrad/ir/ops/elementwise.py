@@ -14,7 +14,6 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..symbolic import same_shape
-from .fused import _tanh_bwd_impl
 from .opdef import Aval, OpDef, OpError, broadcast_shapes, register, result_dtype
 
 _SQRT_2_OVER_PI = 2.0 / math.sqrt(math.pi)
@@ -97,7 +96,7 @@ def _float_signature(impl):
 
 
 def ew(name, impl, vjp=None, scalar=None, kind="same", saves_in=(), saves_out=(), grad_name=None,
-       nondiff_inputs=(), saved_for=None, doc="", eager_vjp=None, out_as_mask=False):
+       nondiff_inputs=(), saved_for=None, doc="", out_as_mask=False):
     eager_impl = None
     if kind == "float":
         eager_impl = _float_signature(impl)
@@ -105,162 +104,7 @@ def ew(name, impl, vjp=None, scalar=None, kind="same", saves_in=(), saves_out=()
     return register(OpDef(name, "elementwise", _rule(name, kind), impl, _ew_vjp(vjp) if vjp else None,
                           scalar=scalar, grad_name=grad_name, saves_in=saves_in, saves_out=saves_out,
                           nondiff_inputs=nondiff_inputs, saved_for=saved_for, doc=doc, eager_impl=eager_impl,
-                          eager_vjp=eager_vjp, out_as_mask=out_as_mask))
-
-
-# ---- pullbacks on arrays (OpDef.eager_vjp) -----------------------------------------------------------------
-# An eager first-order backward calls these instead of the rules' binds: the same NumPy calls, in the same order,
-# on the arrays themselves (no Tensor, no dispatch per step), so both give the same bits
-# (tests/test_eager_vjps.py compares every one with its rule).  Anything unusual (a cotangent of another dtype or
-# shape, a saved value that is not an array) returns None: the rule runs.
-
-def sum_to_shape(g: np.ndarray, shape) -> np.ndarray:
-    """``g`` summed down to the broadcast operand's ``shape``: ``Tensor.sum_to_size``'s reductions on an array."""
-    own = g.shape
-    if own == shape:
-        return g
-    lead = len(own) - len(shape)
-    axes = list(range(lead))
-    for i, d in enumerate(shape):
-        if d == 1 and own[lead + i] != 1:
-            axes.append(lead + i)
-    if axes and axes[-1] < lead:
-        return np.asarray(_add_reduce(g, axis=tuple(axes), keepdims=False))
-    r = _add_reduce(g, axis=tuple(axes), keepdims=True) if axes else g
-    return r.reshape(shape) if r.shape != shape else r
-
-
-_add_reduce = np.add.reduce     # (sum's impl: ir/ops/reduce.py)
-
-
-def _plain_cotangent(c, g, i):
-    """Whether input ``i``'s cotangent can be computed on arrays from ``g``: ``g`` is an array of that input's
-    dtype (a hook may have cast it)."""
-    return type(g) is np.ndarray and g.dtype == c.dtypes[i].np
-
-
-def _finished(c, i, a):
-    """``_ew_vjp``'s last steps on an array cotangent ``a`` of input ``i``: summed to its shape; None where it needs
-    a cast (the rule runs)."""
-    if a.shape != c.shapes[i]:
-        a = sum_to_shape(a, c.shapes[i])
-    return a if a.dtype == c.dtypes[i].np else None
-
-
-def _linear_eager_vjp(negate_second):
-    """add's and sub's pullback: ``g`` (``-g`` for sub's second input) summed to each input's shape."""
-    def pullback(c, g):
-        needs, shapes = c.needs_grad, c.shapes
-        out = [None, None]
-        for i in (0, 1):
-            if needs[i]:
-                if not _plain_cotangent(c, g, i):
-                    return None
-                out[i] = sum_to_shape(np.negative(g) if i and negate_second else g, shapes[i])
-        return out
-    return pullback
-
-
-def _saved_array(v, g):
-    """A saved operand as the rule's bind sees it: its array when it has ``g``'s dtype, a Python number as it is;
-    None for anything else (the rule runs)."""
-    d = getattr(v, "_data", v)
-    if type(d) is np.ndarray:
-        return d if d.dtype == g.dtype else None
-    return v if type(v) is float or type(v) is int else None
-
-
-def _mul_eager_vjp(c, g):
-    """mul's pullback: ``g * y`` and ``g * x``, each summed to its input's shape."""
-    needs, shapes, ins = c.needs_grad, c.shapes, c.inputs
-    out = [None, None]
-    for i in (0, 1):
-        if needs[i]:
-            other = _saved_array(ins[1 - i], g)
-            if other is None or not _plain_cotangent(c, g, i):
-                return None
-            out[i] = sum_to_shape(np.asarray(np.multiply(g, other)), shapes[i])
-    return out
-
-
-def _relu_eager_vjp(c, g):
-    """relu's pullback (torch's threshold_backward): ``g`` where the output is positive or NaN, else 0."""
-    y = c.outputs[0]._data
-    if not _plain_cotangent(c, g, 0) or type(y) is not np.ndarray or g.shape != y.shape:
-        return None
-    return (np.where(np.less_equal(y, 0), 0.0, g).astype(g.dtype, copy=False),)
-
-
-def _tanh_eager_vjp(c, g):
-    """tanh's pullback: tanh_backward's impl, ``g * (1 - y^2)``."""
-    y = c.outputs[0]._data
-    if not _plain_cotangent(c, g, 0) or type(y) is not np.ndarray or g.shape != y.shape or y.dtype != g.dtype:
-        return None
-    return (np.asarray(_tanh_bwd_impl(g, y)),)
-
-
-def _unary_eager_vjp(formula, saved=None):
-    """The pullback of a unary op whose rule is ``formula(run, g, v)`` on the saved value ``v`` (``"in"``: the
-    input, ``"out"``: the output, None: nothing), each op run as its bind would run it (``ctx.on_arrays``)."""
-    def pullback(c, g):
-        if not _plain_cotangent(c, g, 0):
-            return None
-        v = None
-        if saved is not None:
-            v = (c.outputs[0] if saved == "out" else c.inputs[0])._data
-            if type(v) is not np.ndarray or v.dtype != g.dtype or v.shape != g.shape:
-                return None
-        a = _finished(c, 0, formula(c.on_arrays, g, v))
-        return None if a is None else (a,)
-    return pullback
-
-
-def _div_eager_vjp(c, g):
-    """div's pullback: torch's formulas as ``_div_vjp`` binds them (a Python-number numerator: reciprocal's)."""
-    x, y = c.inputs
-    needs = c.needs_grad
-    ya = _saved_array(y, g)
-    if ya is None or type(g) is not np.ndarray:
-        return None
-    run = c.on_arrays
-    gx = gy = None
-    if needs[0]:
-        gx = _finished(c, 0, run("div", g, ya)) if g.dtype == c.dtypes[0].np else None
-        if gx is None:
-            return None
-    if needs[1]:
-        if type(ya) is not np.ndarray:
-            return None
-        if isinstance(x, (int, float)):
-            r = run("reciprocal", ya)
-            gy = run("mul", run("neg", run("mul", g, x)), run("mul", r, r))
-        else:
-            xa = _saved_array(x, g)
-            if xa is None:
-                return None
-            gy = run("mul", run("neg", g), run("div", run("div", xa, ya), ya))
-        gy = _finished(c, 1, gy)
-        if gy is None:
-            return None
-    return gx, gy
-
-
-def _pow_eager_vjp(c, g):
-    """pow's pullback for a Python-number exponent: ``g * (y * x ** (y - 1))`` as ``_pow_vjp`` binds it, zeros for
-    exponent 0; a tensor exponent runs the rule."""
-    x, y = c.inputs
-    if c.needs_grad[1] or not (type(y) is float or type(y) is int):
-        return None
-    xa = _saved_array(x, g)
-    if type(xa) is not np.ndarray or not _plain_cotangent(c, g, 0):
-        return None
-    if y == 0:
-        gx = np.zeros(g.shape, g.dtype)
-    else:
-        run = c.on_arrays
-        gx = run("mul", g, run("mul", y, run("pow", xa, y - 1.0)))
-    gx = _finished(c, 0, gx)
-    return None if gx is None else (gx, None)
+                          out_as_mask=out_as_mask))
 
 
 def _in(ctx, i=0):
@@ -272,20 +116,15 @@ def _out(ctx):
 
 
 # ---- unary ----------------------------------------------------------------------------------------
-ew("neg", np.negative, lambda c, g: (-g,), lambda m, x: -x, kind="nobool",
-   eager_vjp=_unary_eager_vjp(lambda run, g, v: run("neg", g)))
+ew("neg", np.negative, lambda c, g: (-g,), lambda m, x: -x, kind="nobool")
 ew("copy", np.copy, lambda c, g: (g,), lambda m, x: x, grad_name="CloneBackward0")
-ew("exp", np.exp, lambda c, g: (g * _out(c),), lambda m, x: m.exp(x), "float", saves_out=(0,),
-   eager_vjp=_unary_eager_vjp(lambda run, g, y: run("mul", g, y), "out"))
-ew("log", np.log, lambda c, g: (g / _in(c),), lambda m, x: m.log(x), "float", saves_in=(0,),
-   eager_vjp=_unary_eager_vjp(lambda run, g, x: run("div", g, x), "in"))
+ew("exp", np.exp, lambda c, g: (g * _out(c),), lambda m, x: m.exp(x), "float", saves_out=(0,))
+ew("log", np.log, lambda c, g: (g / _in(c),), lambda m, x: m.log(x), "float", saves_in=(0,))
 ew("log1p", np.log1p, lambda c, g: (g / (_in(c) + 1.0),), lambda m, x: m.log1p(x), "float", saves_in=(0,))
 ew("expm1", np.expm1, lambda c, g: (g * (_out(c) + 1.0),), lambda m, x: m.expm1(x), "float", saves_out=(0,))
-ew("sqrt", np.sqrt, lambda c, g: (g / (_out(c) * 2.0),), lambda m, x: m.sqrt(x), "float", saves_out=(0,),
-   eager_vjp=_unary_eager_vjp(lambda run, g, y: run("div", g, run("mul", y, 2.0)), "out"))
+ew("sqrt", np.sqrt, lambda c, g: (g / (_out(c) * 2.0),), lambda m, x: m.sqrt(x), "float", saves_out=(0,))
 ew("rsqrt", lambda x: 1.0 / np.sqrt(x), lambda c, g: (g * (_out(c) ** 3) * -0.5,),
-   lambda m, x: m.rsqrt(x), "float", saves_out=(0,),
-   eager_vjp=_unary_eager_vjp(lambda run, g, y: run("mul", run("mul", g, run("pow", y, 3)), -0.5), "out"))
+   lambda m, x: m.rsqrt(x), "float", saves_out=(0,))
 ew("sin", np.sin, lambda c, g: (g * _in(c).cos(),), lambda m, x: m.sin(x), "float", saves_in=(0,))
 ew("cos", np.cos, lambda c, g: (-(g * _in(c).sin()),), lambda m, x: m.cos(x), "float", saves_in=(0,))
 ew("tan", np.tan, lambda c, g: (g * (_out(c) * _out(c) + 1.0),), lambda m, x: m.tan(x), "float", saves_out=(0,))
@@ -294,7 +133,7 @@ def _tanh_vjp(c, g):
     return (c.bind("tanh_backward", g, _out(c)),)
 
 
-ew("tanh", np.tanh, _tanh_vjp, lambda m, x: m.tanh(x), "float", saves_out=(0,), eager_vjp=_tanh_eager_vjp)
+ew("tanh", np.tanh, _tanh_vjp, lambda m, x: m.tanh(x), "float", saves_out=(0,))
 
 
 def _sigmoid(x):
@@ -317,7 +156,7 @@ def _grad_named(t, name):
 ew("relu", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False),
    # torch's threshold_backward: NaN passes g
    lambda c, g: (_grad_named(c.bind("where", _out(c) <= 0, 0.0, g), "ThresholdBackwardBackward0"),),
-   lambda m, x: m.max(x, m.lit(0)), saves_out=(0,), kind="nobool", eager_vjp=_relu_eager_vjp, out_as_mask=True)
+   lambda m, x: m.max(x, m.lit(0)), saves_out=(0,), kind="nobool", out_as_mask=True)
 ew("abs", np.abs, lambda c, g: (g * _in(c).sign(),), lambda m, x: m.abs(x), saves_in=(0,), kind="nobool")
 
 
@@ -348,11 +187,11 @@ register(OpDef("cast", "elementwise", _rule("cast", "cast"),
                grad_name="ToCopyBackward0"))
 
 # ---- binary ---------------------------------------------------------------------------------------
-ew("add", np.add, lambda c, g: (g, g), lambda m, x, y: x + y, eager_vjp=_linear_eager_vjp(False))
-ew("sub", np.subtract, lambda c, g: (g, -g), lambda m, x, y: x - y, kind="nobool", eager_vjp=_linear_eager_vjp(True))
+ew("add", np.add, lambda c, g: (g, g), lambda m, x, y: x + y)
+ew("sub", np.subtract, lambda c, g: (g, -g), lambda m, x, y: x - y, kind="nobool")
 ew("mul", np.multiply, lambda c, g: (g * _in(c, 1) if c.needs_grad[0] else None,
                                      g * _in(c, 0) if c.needs_grad[1] else None),
-   lambda m, x, y: x * y, saves_in=(0, 1), saved_for={0: (1,), 1: (0,)}, eager_vjp=_mul_eager_vjp)
+   lambda m, x, y: x * y, saves_in=(0, 1), saved_for={0: (1,), 1: (0,)})
 def _div_vjp(c, g):
     # torch's formulas, term for term, so that infinities, zeros and the second order agree:
     # d/dy = -g * ((x / y) / y).  A Python-number numerator is torch's ``s / t = t.reciprocal() * s``, whose
@@ -368,8 +207,7 @@ def _div_vjp(c, g):
     return (g / y if c.needs_grad[0] else None, gy)
 
 
-ew("div", np.true_divide, _div_vjp, lambda m, x, y: x / y, "float", saves_in=(0, 1), saved_for={0: (1,)},
-   eager_vjp=_div_eager_vjp)
+ew("div", np.true_divide, _div_vjp, lambda m, x, y: x / y, "float", saves_in=(0, 1), saved_for={0: (1,)})
 
 
 def _int_zero_check(y):
@@ -447,7 +285,7 @@ def _pow_scalar(m, x, y):
     return m.pow(x, y)
 
 
-ew("pow", _pow_impl, _pow_vjp, _pow_scalar, saves_in=(0, 1), kind="nobool", eager_vjp=_pow_eager_vjp)
+ew("pow", _pow_impl, _pow_vjp, _pow_scalar, saves_in=(0, 1), kind="nobool")
 
 
 def _max_vjp(c, g):
@@ -528,28 +366,9 @@ def _where_vjp(c, g):
     return None, gx, g.where(~cond, 0.0) if needs[2] else None
 
 
-def _where_eager_vjp(c, g):
-    """where's pullback (``masked_fill``'s): ``where(cond, g, 0)`` and ``where(~cond, g, 0)`` as the rule binds them,
-    each summed to its input's shape."""
-    cond = getattr(c.inputs[0], "_data", None)
-    if type(g) is not np.ndarray or type(cond) is not np.ndarray:
-        return None
-    needs = c.needs_grad
-    gx = gy = None
-    if needs[1]:
-        gx = _finished(c, 1, c.on_arrays("where", cond, g, 0.0))
-        if gx is None:
-            return None
-    if needs[2]:
-        gy = _finished(c, 2, c.on_arrays("where", c.on_arrays("logical_not", cond), g, 0.0))
-        if gy is None:
-            return None
-    return None, gx, gy
-
-
 register(OpDef("where", "elementwise", _where_rule, np.where, _ew_vjp(_where_vjp),
                scalar=lambda m, c, x, y: m.select(c, x, y), saves_in=(0,), nondiff_inputs=(0,),
-               eager_impl=lambda avals, params: _WHERE_C, eager_vjp=_where_eager_vjp))
+               eager_impl=lambda avals, params: _WHERE_C))
 
 
 def _clamp_rule(avals, params):

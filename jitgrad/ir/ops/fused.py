@@ -58,15 +58,6 @@ def _log_softmax_vjp(c, g):
     return (c.bind("log_softmax_backward", g, c.outputs[0], axis=c.params["axis"]),)
 
 
-def _log_softmax_eager_vjp(c, g):
-    """log_softmax's pullback on arrays (``OpDef.eager_vjp``): ``log_softmax_backward`` as its bind runs it (the
-    native kernel that serves large rows, where it serves the signature), so the bits are the rule's."""
-    out = c.outputs[0]._data
-    if type(g) is not np.ndarray or type(out) is not np.ndarray or g.dtype != out.dtype:
-        return None
-    return (c.on_arrays("log_softmax_backward", g, out, axis=c.params["axis"]),)
-
-
 def _softmax_decompose(b, x, axis):
     # the max is subtracted as is, as torch does: a row holding +inf (or all -inf) is nan throughout
     e = b("exp", x - b("amax", x, axes=(axis,), keepdims=True).detach())
@@ -143,15 +134,6 @@ def _softmax_vjp(c, g):
     return (y * (g - c.bind("sum", g * y, axes=(c.params["axis"],), keepdims=True)),)
 
 
-def _softmax_eager_vjp(c, g):
-    """softmax's pullback on arrays: ``softmax_backward`` as its bind runs it, where the rule binds it (``g`` laid
-    out as the output); else the rule."""
-    y = c.outputs[0]._data
-    if type(g) is not np.ndarray or type(y) is not np.ndarray or g.shape != y.shape or g.dtype != y.dtype:
-        return None
-    return (c.on_arrays("softmax_backward", g, y, axis=c.params["axis"]),)
-
-
 _sm_bwd_rule = _gradient_and_output_rule("softmax_backward")
 
 
@@ -190,7 +172,6 @@ def _sm_bwd_jvp(c, tg, ty):
 
 register(OpDef("log_softmax", "reduce", _float_rule("log_softmax"), _log_softmax_impl, _log_softmax_vjp,
                saves_out=(0,), jvp=_log_softmax_jvp, grad_name="LogSoftmaxBackward0", decompose=_log_softmax_decompose,
-               eager_vjp=_log_softmax_eager_vjp,
                doc="log_softmax(x; axis): x - logsumexp(x, axis), computed around the detached max"))
 register(OpDef("log_softmax_backward", "reduce", _lsm_bwd_rule, _lsm_bwd_impl, _lsm_bwd_vjp, saves_in=(0, 1), jvp=_lsm_bwd_jvp,
                grad_name="LogSoftmaxBackwardBackward0", decompose=_lsm_bwd_decompose,
@@ -236,7 +217,6 @@ register(OpDef("softmax_backward", "reduce", _sm_bwd_rule, _sm_bwd_impl, _sm_bwd
                doc="softmax's vjp in eager mode, y * (g - sum(g * y, axis)): one op instead of four"))
 register(OpDef("softmax", "reduce", _float_rule("softmax"), _softmax_impl, _softmax_vjp,
                saves_out=(0,), jvp=SYMMETRIC, grad_name="SoftmaxBackward0", decompose=_softmax_decompose,
-               eager_vjp=_softmax_eager_vjp,
                doc="softmax(x; axis): exp(x - max) / sum(exp(x - max))"))
 
 _REDUCTIONS = ("mean", "sum", "none")
@@ -289,44 +269,48 @@ def _nll_impl(logp, target, ignore_index, reduction):
     return total / logp.dtype.type(n) if n else np.array(np.nan, logp.dtype)   # all ignored or empty: 0/0, as torch
 
 
-def _nll_grad_weights(c, target):
+def _nll_weights_rule(avals, params):
+    (target,) = avals
+    return [Aval((target.shape[0], params["n_cls"]), params["dtype"])]
+
+
+def _nll_weights_impl(target, n_cls, dtype, ignore_index, reduction):
     """``w`` with d loss / d logp = g * w (nll_loss is linear in logp: a constant scatter of -1, or -1/n for
-    'mean', at the targets), and whether the cotangent is per row ('none': g is (N,), reshaped to (N, 1))."""
-    n_rows, n_cls = c.shapes[0]
-    dtype = np.dtype(c.dtypes[0].np)
-    red = c.params["reduction"]
+    'mean', at the targets; ignored rows 0)."""
+    n_rows = target.shape[0]
+    dtype = dtype.np
     w = np.zeros((n_rows, n_cls), dtype)
-    if red == "mean" and n_rows and not _or_reduce(target == c.params["ignore_index"], axis=None):  # none ignored
+    if reduction == "mean" and n_rows and not _or_reduce(target == ignore_index, axis=None):  # none ignored
         w[_rows(n_rows), target] = -1.0 / n_rows
-        return w, False
-    valid, safe = _nll_weights(target, c.params["ignore_index"])
+        return w
+    valid, safe = _nll_weights(target, ignore_index)
     scale = -valid.astype(dtype)
     n = valid.sum()
-    if red == "mean" and n:
+    if reduction == "mean" and n:
         scale = scale / dtype.type(n)
     w[_rows(n_rows), safe] = scale      # ignored rows get 0 (all ignored too: torch's gradient there is 0)
-    return w, red == "none"
+    return w
 
 
 def _nll_vjp(c, g):
-    target = c.inputs[1]._data
-    if type(target) is not np.ndarray:      # a device tensor's payload: the scatter weights are built on the host
-        target = c.inputs[1].cpu()._data
-    w, per_row = _nll_grad_weights(c, target)
-    if per_row:
-        g = c.bind("reshape", g, shape=(c.shapes[0][0], 1))
-    return (g * w, None)       # an ndarray operand binds as a constant tensor
+    # the weights are an op of the targets (read by its impl, not by this rule's Python), so an eager backward
+    # replays this rule on arrays as any other (runtime/pullback_plans.py)
+    target = c.inputs[1]
+    n_rows, n_cls = c.shapes[0]
+    red = c.params["reduction"]
+    on_device = target.device.type != "cpu"
+    if on_device:       # the scatter weights are built on the host, a constant of the device's product
+        target = target.cpu()
+    w = c.bind("nll_grad_weights", target, n_cls=n_cls, dtype=c.dtypes[0], ignore_index=c.params["ignore_index"],
+               reduction=red)
+    if red == "none":
+        g = c.bind("reshape", g, shape=(n_rows, 1))
+    return (g * (w._data if on_device else w), None)
 
 
-def _nll_eager_vjp(c, g):
-    """``_nll_vjp`` on arrays (OpDef.eager_vjp): the same weights and product."""
-    target = c.inputs[1]._data
-    if type(target) is not np.ndarray or type(g) is not np.ndarray or g.dtype != c.dtypes[0].np:
-        return None
-    w, per_row = _nll_grad_weights(c, target)
-    if per_row:
-        g = g.reshape((c.shapes[0][0], 1))
-    return (np.multiply(g, w), None)
+register(OpDef("nll_grad_weights", "index", _nll_weights_rule, _nll_weights_impl, None,
+               doc="nll_grad_weights(target (N,); n_cls, dtype, ignore_index, reduction): nll_loss's d loss / d logp "
+                   "per unit cotangent, (N, n_cls): -1 (or -1/n for 'mean') at the targets, 0 elsewhere"))
 
 
 # torch's error for a target out of range (runtime/checked_index.py's TARGET; ir imports nothing of runtime)
@@ -351,7 +335,7 @@ def nll_composition(logp, target, weight=None, ignore_index=-100, reduction="mea
 
 
 register(OpDef("nll_loss", "index", _nll_rule, _nll_impl, _nll_vjp, saves_in=(1,), nondiff_inputs=(1,), jvp=LINEAR,
-               grad_name="NllLossBackward0", eager_vjp=_nll_eager_vjp,
+               grad_name="NllLossBackward0",
                decompose=lambda b, logp, target, ignore_index, reduction: nll_composition(
                    logp, target, None, ignore_index, reduction),
                doc="nll_loss(logp (N,C), target (N,); ignore_index, reduction): -logp[i, target[i]], reduced"))

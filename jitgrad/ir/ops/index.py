@@ -198,21 +198,6 @@ def _getitem_vjp(c, g):
     return (c.bind("index_put", zeros, g, *idx, spec=c.params["spec"], accumulate=True),) + (None,) * len(idx)
 
 
-def _getitem_eager_vjp(c, g):
-    """getitem's pullback on arrays (``OpDef.eager_vjp``): ``g`` accumulated into zeros of the input's shape by
-    ``index_put`` as its bind runs it (an embedding's backward)."""
-    idx = []
-    for t in c.inputs[1:]:
-        d = getattr(t, "_data", None)
-        if type(d) is not np.ndarray:
-            return None
-        idx.append(d)
-    if type(g) is not np.ndarray or g.dtype != c.dtypes[0].np:
-        return None
-    zeros = np.zeros(c.shapes[0], g.dtype)
-    return (c.on_arrays("index_put", zeros, g, *idx, spec=c.params["spec"], accumulate=True),) + (None,) * len(idx)
-
-
 def _is_basic(spec):
     return not any(type(s) is tuple and s[0] == "tensor" for s in spec)
 
@@ -237,7 +222,7 @@ def _getitem_for_signature(avals, params):
 
 register(OpDef("getitem", "index", _getitem_rule, _getitem_impl, _getitem_vjp,
                saves_in=tuple(range(1, 64)), view=True, grad_name="IndexBackward0", jvp=LINEAR,
-               eager_impl=_getitem_for_signature, eager_vjp=_getitem_eager_vjp))
+               eager_impl=_getitem_for_signature))
 
 
 def _index_put_rule(avals, params):

@@ -4,7 +4,6 @@ from __future__ import annotations
 import numpy as np
 
 from . import blas
-from .elementwise import sum_to_shape
 from .opdef import BY_TRANSPOSE, Aval, OpDef, OpError, bilinear_adding, broadcast_shapes, fmt_shape, register
 from . import stacked_gemm
 
@@ -117,77 +116,6 @@ def _matmul_for_signature(avals, params):
     return _numpy_matmul
 
 
-def _swap_last2(a):
-    """``_mT``'s permute on an array: the impl's transpose view."""
-    n = a.ndim
-    return a.transpose(tuple(range(n - 2)) + (n - 1, n - 2))
-
-
-def _matmul_eager_vjp(c, g):
-    """``_matmul_vjp`` on arrays: for two matrices ``g @ y.T`` and ``x.T @ g`` through ``_matmul_impl``, as the rule's
-    binds compute them (a permute is NumPy's transpose view); other ranks run the rule's steps, each product through
-    the impl its bind would run (``ctx.on_arrays``); None for non-NumPy payloads."""
-    xs, ys = c.shapes
-    if type(g) is not np.ndarray:
-        return None
-    if len(xs) != 2 or len(ys) != 2:
-        return _matmul_eager_vjp_batched(c, g, xs, ys)
-    needs = c.needs_grad
-    x, y = (None if t is None else t._data for t in c.inputs)
-    gx = gy = None
-    if needs[0]:
-        if type(y) is not np.ndarray or y.dtype != g.dtype:     # (a hook's cast cotangent: the rule's error)
-            return None
-        gx = _matmul_impl(g, y.transpose(1, 0))
-    if needs[1]:
-        if type(x) is not np.ndarray or x.dtype != g.dtype:
-            return None
-        gy = _matmul_impl(x.transpose(1, 0), g)
-    return gx, gy
-
-
-def _matmul_eager_vjp_batched(c, g, xs, ys):
-    """``_matmul_vjp`` step by step on arrays (1-D promotion, batched and broadcast products, the shared matrix's one
-    GEMM); None where the rule must run (a saved operand or the cotangent not an array of the result's dtype)."""
-    needs = c.needs_grad
-    x, y = (None if t is None else t._data for t in c.inputs)
-    want = c.dtypes[0].np
-    if g.dtype != want:
-        return None
-    if needs[0] and (type(y) is not np.ndarray or y.dtype != want):
-        return None
-    if needs[1] and (type(x) is not np.ndarray or x.dtype != want):
-        return None
-    x2 = x.reshape((1,) + xs) if len(xs) == 1 and x is not None else x
-    y2 = y.reshape(ys + (1,)) if len(ys) == 1 and y is not None else y
-    g2 = g
-    if len(ys) == 1:
-        g2 = g2.reshape(g2.shape + (1,))
-    if len(xs) == 1:
-        g2 = g2.reshape(g2.shape[:-1] + (1,) + g2.shape[-1:])
-    xs2 = (1,) + xs if len(xs) == 1 else xs
-    ys2 = ys + (1,) if len(ys) == 1 else ys
-    gx = gy = None
-    if needs[0]:
-        gx = c.on_arrays("matmul", g2, _swap_last2(y2))
-        if gx.shape != xs:
-            gx = sum_to_shape(gx, xs2)
-            if gx.shape != xs:
-                gx = gx.reshape(xs)
-    if needs[1] and len(ys2) == 2 and len(xs2) > 2:
-        k = xs2[-1]
-        a = x2.reshape((-1, k))
-        b = g2.reshape((-1, g2.shape[-1]))
-        gy = c.on_arrays("matmul", _swap_last2(a), b)
-    elif needs[1]:
-        gy = c.on_arrays("matmul", _swap_last2(x2), g2)
-        if gy.shape != ys:
-            gy = sum_to_shape(gy, ys2)
-            if gy.shape != ys:
-                gy = gy.reshape(ys)
-    return gx, gy
-
-
 def _matmul_add_into(out, args, params):
     """``out += x @ y`` by the GEMM (``blas.matmul_add_into``) for two eager matrices; False otherwise."""
     x, y = (getattr(a, "_data", None) for a in args)
@@ -196,7 +124,7 @@ def _matmul_add_into(out, args, params):
 
 register(OpDef("matmul", "linalg", _matmul_rule, _matmul_impl, _matmul_vjp, saves_in=(0, 1),
                saved_for={0: (1,), 1: (0,)}, grad_name="MmBackward0", jvp=bilinear_adding(_matmul_add_into),
-               eager_impl=_matmul_for_signature, eager_vjp=_matmul_eager_vjp))
+               eager_impl=_matmul_for_signature))
 
 
 # ---- eigh: the eigendecomposition of a symmetric matrix ----------------------------------------------------

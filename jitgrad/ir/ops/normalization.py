@@ -75,18 +75,8 @@ def _gelu_scalar(m, x, approximate="none"):
     return half * x * (one + m.erf(x * m.lit(_SQRT_HALF)))
 
 
-def _gelu_eager_vjp(c, g):
-    """exact GELU's pullback on arrays (``OpDef.eager_vjp``): ``gelu_backward`` as its bind runs it (the native
-    kernel where one serves the signature); the tanh form runs its rule."""
-    x = c.inputs[0]._data
-    if c.params.get("approximate", "none") != "none" or type(g) is not np.ndarray or type(x) is not np.ndarray \
-            or g.dtype != x.dtype:
-        return None
-    return (c.on_arrays("gelu_backward", g, x),)
-
-
 register(OpDef("gelu", "elementwise", _gelu_rule, _gelu_impl, _gelu_vjp, scalar=_gelu_scalar, saves_in=(0,), jvp=SYMMETRIC,
-               grad_name="GeluBackward0", decompose=_gelu_decompose, eager_vjp=_gelu_eager_vjp,
+               grad_name="GeluBackward0", decompose=_gelu_decompose,
                doc="gelu(x; approximate): x * Phi(x), or the tanh approximation"))
 
 
@@ -198,18 +188,8 @@ def _ln_vjp(c, g):
     return (_ln_bwd_decompose(c.bind, g, x, y, naxes, eps),)
 
 
-def _ln_eager_vjp(c, g):
-    """layer_norm's pullback on arrays (``OpDef.eager_vjp``): ``layer_norm_backward`` as its bind runs it (the
-    native row kernel where one serves the signature), where the rule binds it; else the rule."""
-    x, y = c.inputs[0]._data, c.outputs[0]._data
-    if type(g) is not np.ndarray or type(x) is not np.ndarray or type(y) is not np.ndarray \
-            or not g.dtype == x.dtype == y.dtype or g.shape != y.shape:
-        return None
-    return (c.on_arrays("layer_norm_backward", g, x, y, naxes=c.params["naxes"], eps=c.params["eps"]),)
-
-
 register(OpDef("layer_norm", "reduce", _ln_rule, _ln_impl, _ln_vjp, saves_in=(0,), saves_out=(0,), jvp=SYMMETRIC,
-               grad_name="NativeLayerNormBackward0", decompose=_ln_decompose, eager_vjp=_ln_eager_vjp,
+               grad_name="NativeLayerNormBackward0", decompose=_ln_decompose,
                doc="layer_norm(x; naxes, eps): (x - mean) / sqrt(var + eps) over the last naxes dims"))
 
 

@@ -95,11 +95,6 @@ class OpDef:
     eager_impl  (input avals, params) -> a cheaper callable than ``impl`` for that one signature, or None: eager
                 dispatch asks once per signature and caches the answer (``impl``'s general checks, such as
                 ``_float_inputs``' integer test, then cost nothing per call).  It must compute what ``impl`` does.
-    eager_vjp   (ctx, cotangent array) -> per-input cotangent arrays, or None to use ``vjp``: the pullback on
-                NumPy arrays (``ctx`` as ``vjp`` gets it; saved values are read through their ``_data``), for an
-                eager first-order backward only (no graph is built: no create_graph, trace, profiler or anomaly
-                mode).  It must compute what ``vjp``'s binds compute, with the same impls, so both give the same
-                bits.
     eager_kernel (input avals, params, fallback) -> a callable for that one signature, or None: a native kernel
                 of the op over large arrays (``jit/eager_kernels.py``), asked once per signature after
                 ``eager_impl``; ``fallback`` is the NumPy callable it runs where the kernel does not serve a call.
@@ -109,13 +104,13 @@ class OpDef:
 
     __slots__ = ("name", "family", "shape_dtype", "impl", "vjp", "scalar", "grad_name", "saves_in",
                  "saves_out", "saved_for", "nout", "view", "differentiable", "nondiff_inputs", "compute_float", "doc",
-                 "decompose", "jvp", "eager_impl", "eager_vjp", "eager_kernel", "out_as_mask")
+                 "decompose", "jvp", "eager_impl", "eager_kernel", "out_as_mask")
 
     def __init__(self, name: str, family: str, shape_dtype: Callable, impl: Callable, vjp: Callable | None,
                  *, scalar: Callable | None = None, grad_name: str | None = None, saves_in=(), saves_out=(),
                  saved_for=None, nout: int = 1, view: bool = False, nondiff_inputs=(), doc: str = "",
                  decompose: Callable | None = None, jvp=None, eager_impl: Callable | None = None,
-                 eager_vjp: Callable | None = None, out_as_mask: bool = False):
+                 out_as_mask: bool = False):
         self.name = name
         self.family = family
         self.shape_dtype = shape_dtype
@@ -134,7 +129,6 @@ class OpDef:
         self.decompose = decompose
         self.jvp = _derived_jvp(self, jvp)
         self.eager_impl = eager_impl
-        self.eager_vjp = eager_vjp
         self.out_as_mask = out_as_mask
         self.eager_kernel = None
 

@@ -66,19 +66,8 @@ def _amax_vjp(c, g):
     return ((_keep(c, g) / mask.sum(c.params["axes"], keepdim=True)) * mask,)
 
 
-def _sum_eager_vjp(c, g):
-    """sum's pullback on arrays (``OpDef.eager_vjp``): ``g`` with the reduced dims kept, broadcast to the input's
-    shape (a read-only view, as ``expand``'s)."""
-    if type(g) is not np.ndarray or g.dtype != c.dtypes[0].np:
-        return None
-    shape, axes = c.shapes[0], c.params["axes"]
-    if len(axes) != len(shape) and not c.params["keepdims"]:
-        g = g.reshape(reduced_shape(shape, axes, True))
-    return (g if g.shape == shape else np.broadcast_to(g, shape),)
-
-
 register(OpDef("sum", "reduce", _rule("sum", "acc"), _sum_impl, _sum_vjp, jvp=LINEAR,
-               scalar=lambda m, acc, x: acc + x, eager_vjp=_sum_eager_vjp))
+               scalar=lambda m, acc, x: acc + x))
 register(OpDef("amax", "reduce", _rule("amax"),
                lambda x, axes, keepdims, evenly=False: np.maximum.reduce(x, axis=axes, keepdims=keepdims),
                _amax_vjp, saves_in=(0,), saves_out=(0,), scalar=lambda m, acc, x: m.max(acc, x), jvp=REDUCTION))

@@ -5,7 +5,6 @@ import math
 
 import numpy as np
 
-from .elementwise import sum_to_shape
 from .opdef import LINEAR, Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register, result_dtype
 
 
@@ -18,22 +17,8 @@ def _reshape_rule(avals, params):
     return [Aval(tuple(shape), x.dtype)]
 
 
-def _cotangent_array(c, g):
-    """Whether ``g`` is a NumPy array of the input's dtype (a pullback on arrays applies; else the rule runs)."""
-    return type(g) is np.ndarray and g.dtype == c.dtypes[0].np
-
-
-def _reshape_eager_vjp(c, g):
-    """reshape's pullback on arrays (``OpDef.eager_vjp``): ``g`` in the input's shape, as ``Tensor.reshape``."""
-    if not _cotangent_array(c, g):
-        return None
-    shape = c.shapes[0]
-    return (g if g.shape == shape else g.reshape(shape),)
-
-
 register(OpDef("reshape", "shape", _reshape_rule, lambda x, shape: x.reshape(shape),
-               lambda c, g: (g.reshape(c.shapes[0]),), view=True, grad_name="ViewBackward0", jvp=LINEAR,
-               eager_vjp=_reshape_eager_vjp))
+               lambda c, g: (g.reshape(c.shapes[0]),), view=True, grad_name="ViewBackward0", jvp=LINEAR))
 
 
 def _permute_rule(avals, params):
@@ -53,19 +38,8 @@ def _permute_vjp(c, g):
     return (g.permute(*inv),)
 
 
-def _permute_eager_vjp(c, g):
-    """permute's pullback on arrays: ``g`` transposed by the inverse permutation (the impl's view)."""
-    if not _cotangent_array(c, g):
-        return None
-    perm = c.params["perm"]
-    inv = [0] * len(perm)
-    for i, p in enumerate(perm):
-        inv[p] = i
-    return (g.transpose(inv),)
-
-
 register(OpDef("permute", "shape", _permute_rule, lambda x, perm: x.transpose(perm), _permute_vjp,
-               view=True, jvp=LINEAR, eager_vjp=_permute_eager_vjp))
+               view=True, jvp=LINEAR))
 
 
 def _bcast_rule(avals, params):
@@ -105,16 +79,8 @@ def _bcast_impl(x, shape):
     return r
 
 
-def _bcast_eager_vjp(c, g):
-    """expand's pullback on arrays: ``g`` summed to the input's shape (``Tensor.sum_to_size``'s reductions)."""
-    if not _cotangent_array(c, g):
-        return None
-    return (sum_to_shape(g, c.shapes[0]),)
-
-
 register(OpDef("broadcast_to", "shape", _bcast_rule, _bcast_impl,
-               lambda c, g: (g.sum_to_size(c.shapes[0]),), view=True, grad_name="ExpandBackward0", jvp=LINEAR,
-               eager_vjp=_bcast_eager_vjp))
+               lambda c, g: (g.sum_to_size(c.shapes[0]),), view=True, grad_name="ExpandBackward0", jvp=LINEAR))
 
 
 def _cat_rule(avals, params):
@@ -154,24 +120,7 @@ def _cat_vjp(c, g):
     return tuple(out)
 
 
-def _cat_eager_vjp(c, g):
-    """cat's pullback on arrays: each input's slice of ``g`` along the axis (a view, as the rule's basic index)."""
-    if type(g) is not np.ndarray:
-        return None
-    axis, out, start = c.params["axis"], [], 0
-    for i, s in enumerate(c.shapes):
-        n = s[axis]
-        if c.needs_grad[i]:
-            if c.dtypes[i].np != g.dtype:
-                return None
-            out.append(g[(slice(None),) * axis + (slice(start, start + n),)])
-        else:
-            out.append(None)
-        start += n
-    return tuple(out)
-
-
-register(OpDef("cat", "shape", _cat_rule, _cat_impl, _cat_vjp, jvp=LINEAR, eager_vjp=_cat_eager_vjp))
+register(OpDef("cat", "shape", _cat_rule, _cat_impl, _cat_vjp, jvp=LINEAR))
 
 
 def _flip_rule(avals, params):

@@ -271,19 +271,19 @@ def split(tensor, split_size_or_sections, dim=0, **torch_kw):
         out.append(tensor[(slice(None),) * ax + (slice(start, start + s),)])
         start += s
     return _multi_view(out, tensor, "Split" if isinstance(split_size_or_sections, (int, SymInt))
-                       else "SplitWithSizes", lambda grads: cat(grads, ax))
+                       else "SplitWithSizes", cat, ax)
 
 
-def _multi_view(outs, input, name, combine):
+def _multi_view(outs, input, name, combine, axis):
     """Mark the views a multi-output function returns (torch refuses in-place ops on them when recorded) and
     give them torch's single node (UnbindBackward0, SplitBackward0, ...; ``combine`` joins the pieces'
-    gradients into the input's)."""
+    gradients into the input's along ``axis``)."""
     for k, t in enumerate(outs):
         if t._base is not None:
             t._view_origin = (name, k)
         if t.grad_fn is not None and t is not input:
             t.grad_fn.torch_name = name + "Backward0"   # (pieces that keep a node each: traced, on a device)
-    join_views(outs, input, name, combine)
+    join_views(outs, input, name, combine, axis)
     return tuple(outs)
 
 
@@ -303,7 +303,7 @@ def unbind(input, dim=0, **torch_kw):
         return torch_kwargs(unbind, 'unbind', (input, dim), {}, torch_kw)
     ax = _axis("unbind", input, dim)
     return _multi_view([input[(slice(None),) * ax + (i,)] for i in range(input.shape[ax])], input, "Unbind",
-                       lambda grads: stack(grads, ax))
+                       stack, ax)
 
 
 @published("jitgrad", "Tensor")
