@@ -300,6 +300,9 @@ def group_nest(b, g, classes, parallel, rank, alias, who, per_element=None, bloc
         if len(alias) != len(operands):
             raise ValueError(f"{who}: {len(alias)} alias classes for {len(operands)} operands")
         nest.alias, nest.nclasses = list(alias), max(alias) + 1
+    for j, t in enumerate(getattr(alias, "twins", ())):     # at the very same place: one pointer, one index
+        if t is not None:
+            nest.p[j], nest.s[j] = nest.p[t], nest.s[t]
     return arrays_in, operands, nest
 
 

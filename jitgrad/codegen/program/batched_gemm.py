@@ -74,7 +74,6 @@ def batched_gemm(prog: Program, e) -> bool:
 
     pa, pb = readable(a, pa), readable(b, pb)
     sa, sb = batch_strides(pa), batch_strides(pb)
-    pc = prog.places.assign(out)
     # rows folded: B shared by every batch entry and A's batch dims continue its rows
     if not any(sb):
         fshape, fst = coalesce(list(bs) + [m], [sa + [pa.strides[-2]]])
@@ -84,17 +83,20 @@ def batched_gemm(prog: Program, e) -> bool:
             flag_a = _gemm_flag((ra, pa.strides[-1]), rows, k)
             flag_b = _gemm_flag(pb.strides[-2:], k, n)
             if flag_a is not None and flag_a[0] == "N":
+                pc = prog.places.assign(out)        # rows folded: C's rows one run of memory
                 pa2 = Place(pa.root, pa.offset, (rows, k), (ra, pa.strides[-1]), pa.dtype)
                 if not split_rows(prog, e, pa2, flag_a, pb, flag_b, pc, rows, n, k):
                     _emit_gemm_block(prog, e, "gemm", pa2, flag_a, pb, flag_b, pc, rows, n, k, None)
                 return True
     flag_a = _gemm_flag(pa.strides[-2:], m, k)
     flag_b = _gemm_flag(pb.strides[-2:], k, n)
-    sc = list(c_strides(out.aval.shape)[:-2])
+    pc = (len(bs) <= MAX_BATCH_DIMS and permuted_c(prog, out)) or prog.places.assign(out)
+    sc = list(pc.strides[:-2])
     shape, (cb, ca, cc) = coalesce(list(bs), [sb, sa, sc])
     if len(shape) > MAX_BATCH_DIMS:
         return False
-    st = _emit_gemm_block(prog, e, "bgemm", pa, flag_a, pb, flag_b, pc, m, n, k, (shape, cb, ca, cc))
+    st = _emit_gemm_block(prog, e, "bgemm", pa, flag_a, pb, flag_b, pc, m, n, k, (shape, cb, ca, cc),
+                          ldc=pc.strides[-2])
     # one level of parallelism: the batch is split between the pool's workers only when OpenBLAS runs each
     # product on the calling thread (below its threading threshold), so no product starts BLAS threads of its own
     count = math.prod(shape)
@@ -103,6 +105,33 @@ def batched_gemm(prog: Program, e) -> bool:
     if gated:
         st.gate = (m * n * k, count)
     return True
+
+
+def permuted_c(prog: Program, out):
+    """A place for a batched product's ``out`` in the order its one reader permutes it to (attention's
+    ``(att @ v).transpose(1, 2)``, the heads' gradients on their way back into ``[B, T, C]``): a contiguous buffer
+    of the permuted shape, seen through the inverse permutation, so the permute is contiguous and the reshape
+    after it a free view, not a layout copy.  Only where BLAS can write each product there (a unit column
+    stride); None: out gets a buffer of its own order."""
+    places = prog.places
+    uses = places.uses.get(out, ())
+    if len(uses) != 1 or id(out) in places._out_ids or out in places.inplace:
+        return None
+    e = prog.plan_steps[uses[0]]
+    if getattr(e, "op", None) is None or e.op.name != "permute" or e.ins[0] is not out:
+        return None
+    perm = tuple(e.params["perm"])
+    pshape = [out.aval.shape[d] for d in perm]
+    pst = c_strides(pshape)
+    strides = [0] * len(perm)
+    for i, d in enumerate(perm):
+        strides[d] = pst[i]
+    if strides[-1] != 1:         # (its row stride then spans the last dim: at least n)
+        return None
+    buf = places.buffer(out, pshape, out.aval.dtype)
+    p = places[out] = Place(buf.root, 0, out.aval.shape, tuple(strides), out.aval.dtype)
+    return p
+
 
 def split_rows(prog: Program, e, pa, flag_a, pb, flag_b, pc, m, n, k) -> bool:
     """A big ``C = A B`` (``m`` x ``n``, row-major ``C``) as one parallel ``bgemm`` step over blocks of C
@@ -201,4 +230,4 @@ def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k
     return st
 
 
-__all__ = ["batched_gemm", "split_rows", "MAX_BATCH_DIMS"]
+__all__ = ["batched_gemm", "permuted_c", "split_rows", "MAX_BATCH_DIMS"]

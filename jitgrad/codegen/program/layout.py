@@ -25,7 +25,7 @@ import numpy as np
 
 from ...ir import settings
 from ...ir.ops.blas import BLAS_THREADED_MACS, MIN_BLOCK_ROWS, block_unit
-from ...ir.symbolic import SymInt, hint_of, size_arg
+from ...ir.symbolic import SymInt, hint_of, known_equal, size_arg
 from ...ir.plan import Group, LoopBatch, batching
 from ..kernels.batch_loops import HEADER, copy_member, gen_batch, plan_pieces
 from ..kernels.copy_loops import gen_check, gen_copy
@@ -89,7 +89,27 @@ def alias_classes(places) -> list:
     ids, out = {}, []
     for a in range(n):
         out.append(ids.setdefault(find(a), len(ids)))
-    return out
+    twins = [next((b for b in range(a) if _same_place(places[a], places[b])), None) for a in range(n)]
+    return OperandAliasing(out, twins) if any(t is not None for t in twins) else out
+
+
+def _same_place(p, q) -> bool:
+    # (sizes compared without a guard: a symbolic one that may differ is not the same place)
+    return p.root is q.root and p.dtype is q.dtype and known_equal(p.offset, q.offset) is True \
+        and known_equal(tuple(p.shape), tuple(q.shape)) is True \
+        and known_equal(tuple(p.strides), tuple(q.strides)) is True
+
+
+class OperandAliasing(list):
+    """Alias classes per operand (a list, as ``alias_classes`` returns) that also names, per operand, an
+    earlier operand at the very same place (``twins``; None where there is none): a state updated in place and
+    its old value.  The kernel reads and writes such a pair through one pointer, so LLVM sees one address at one
+    index and vectorises the loop without its runtime overlap check, which fails for equal pointers and left
+    AdamW's in-place update scalar."""
+
+    def __init__(self, classes, twins):
+        super().__init__(classes)
+        self.twins = list(twins)
 
 
 def stride_class(strides) -> str:
@@ -127,6 +147,7 @@ class Program:
 
     def __init__(self, plan, writes=(), parallel=None, check_ids=None):
         self.graph = graph = plan.graph
+        self.plan_steps = plan.steps     # emitters may look ahead at a value's readers (batched_gemm.permuted_c)
         self.check_ids = check_ids or {}
         self.parallel = parallel
         self.places = Places(graph, plan, writes, self.check_ids, copy=self.copy_step)
