@@ -673,6 +673,9 @@ EXEMPT = {
     "nonzero_bounded": "an integer op of a traced mask (the coordinates of its nonzeros, padded to a bound): no "
                        "gradient and no floating-point special values; tests/test_data_dependent_sizes.py compares "
                        "it with eager nonzero over random masks, all-false and all-true included",
+    "nll_grad_weights": "an internal primitive: nll_loss's gradient weights, a function of the integer targets alone "
+                        "(no gradient, no floating-point input to be singular at); checked through the nll_loss samples "
+                        "and tests/test_eager_vjps.py",
     "prod_others": "an internal primitive: the vjp of prod (its first and second derivatives are prod's second and "
                    "third), checked through the prod samples",
     **{name: "a collective moves values between processes and computes nothing at a point (SUM/AVG are linear); "

@@ -177,6 +177,8 @@ CASES = {
     "softmax_backward": (lambda g, o: _bind("softmax_backward", g, o, axis=1), [(2, 3), (2, 3)], "any"),
     "nll_loss": (lambda a: _bind("nll_loss", _bind("log_softmax", a, axis=1), jg.tensor([2, 0], device=a.device),
                                  ignore_index=-100, reduction="mean"), [(2, 3)], "any"),
+    "nll_grad_weights": (lambda a: a * _bind("nll_grad_weights", jg.tensor([2, 0], device=a.device), n_cls=3,
+                                             dtype=a.dtype, ignore_index=-100, reduction="mean"), [(2, 3)], "any"),
     "flip": (lambda a: a.flip(1) * a, [(2, 3)], "any"),
     "normp": (lambda a: a.norm(p=3, dim=1), [(2, 3)], "any"),
     "cumsum": (lambda a: a.cumsum(1) + a.flip(0).cumsum(0), [(2, 3)], "any"),
