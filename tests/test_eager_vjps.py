@@ -404,3 +404,53 @@ def test_pullbacks_run_the_native_kernel_where_the_bind_does(native_kernels, nam
         assert ek.COUNTS["native_calls"] == before + 1
     (rule,) = jg.autograd.grad(fn(x), x, g, create_graph=True)
     np.testing.assert_array_equal(fast.numpy(), rule.detach().numpy())
+
+
+def test_a_saved_number_that_changes_every_step_stops_tracing():
+    """A saved Python number is part of a plan's signature (the rule's Python may read it), so a weight that changes
+    every step (a KL weight on a schedule) traces a plan per value: after ``NUMBER_VALUES_MAX`` values that
+    signature's rule runs on tensors, with the same gradients, and traces no more."""
+    pullback_plans._PLANS.clear()
+    pullback_plans._NUMBER_VALUES.clear()
+    x = jg.tensor(np.linspace(-1.0, 1.0, 6).reshape(2, 3), requires_grad=True)
+    before = pullback_plans.COUNTS["traces"]
+    steps = 3 * pullback_plans.NUMBER_VALUES_MAX
+    for i in range(steps):
+        beta = 0.1 + 0.01 * i
+        x.grad = None
+        (x.tanh() * beta).sum().backward()
+        want = beta * (1.0 - np.tanh(x.detach().numpy()) ** 2)
+        np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-6)
+    traced = pullback_plans.COUNTS["traces"] - before
+    # tanh's plan once, mul's once per value up to the bound (the sum's once)
+    assert traced <= pullback_plans.NUMBER_VALUES_MAX + 2, traced
+    assert traced >= pullback_plans.NUMBER_VALUES_MAX      # (the bound is what stopped it)
+    assert len(pullback_plans._PLANS) <= pullback_plans.NUMBER_VALUES_MAX + 2
+
+
+@pytest.mark.parametrize("who", ["the rule", "another thread"])
+def test_only_the_rules_own_warning_costs_its_plan(monkeypatch, who):
+    """A rule that warns runs on tensors (it warns at every call); a warning another thread gives while the rule is
+    traced (a build thread's) is shown as usual and leaves the plan alone (the filters are the process's)."""
+    import threading
+    import warnings
+    op = OPS["exp"]
+    rule = op.vjp
+
+    def warning(c, g):
+        if who == "the rule":
+            warnings.warn("the rule's own warning")
+        else:
+            t = threading.Thread(target=warnings.warn, args=("a build thread's warning",))
+            t.start()
+            t.join()
+        return rule(c, g)
+    monkeypatch.setattr(op, "vjp", warning)
+    pullback_plans._PLANS.clear()
+    x = jg.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    with pytest.warns(UserWarning, match="the rule's own" if who == "the rule" else "a build thread's"):
+        (gx,) = jg.autograd.grad(x.exp().sum(), x)
+    np.testing.assert_allclose(gx.numpy(), np.exp(x.detach().numpy()), rtol=1e-6)
+    plans = [p for k, p in pullback_plans._PLANS.items() if k[0] is op]
+    assert len(plans) == 1
+    assert (plans[0] is pullback_plans._NO_PLAN) == (who == "the rule")
