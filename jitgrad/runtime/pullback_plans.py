@@ -20,7 +20,6 @@ any other way while traced (a rule that needs a value computed from its inputs l
 """
 from __future__ import annotations
 
-import threading
 import warnings
 from operator import itemgetter
 from math import copysign as _copysign
@@ -42,9 +41,6 @@ _GM = grad_mode.STATE
 _NO_PLAN = object()
 # signature -> its plan, or _NO_PLAN (the rule runs)
 _PLANS: dict = {}
-# signature less its saved numbers -> the values of them traced (at most NUMBER_VALUES_MAX)
-_NUMBER_VALUES: dict = {}
-NUMBER_VALUES_MAX = 32
 COUNTS = {"traces": 0}
 _ERRORS = (ValueError, TypeError, IndexError, FloatingPointError, OverflowError)
 _FILL_MIN = 4096        # elements from which a constant of one value is made per call, not kept
@@ -91,7 +87,6 @@ def pullback(node, gs):
                 return None
             key += (d.shape, d.dtype)
     vals = gs
-    nums = ()
     if op.saves_in:
         for t in node.inputs:
             if t is None:
@@ -104,7 +99,7 @@ def pullback(node, gs):
                 vals += (d,)
             elif tt is float or tt is int or tt is bool:
                 # a Python number: the rule's Python may read it (and -0.0 == 0.0)
-                nums += (tt, t, _copysign(1.0, t)) if not t else (tt, t)
+                key += (tt, t, _copysign(1.0, t)) if not t else (tt, t)
             else:
                 return None
     if op.saves_out:
@@ -117,28 +112,13 @@ def pullback(node, gs):
     params = node.params
     if params:
         key += (tuple(params.items()),)
-    base = key
-    if nums:
-        key += nums
     try:
         plan = _PLANS.get(key)
     except TypeError:           # unhashable params
         return None
     if plan is None:
-        if nums:
-            # a saved number is part of the signature: one that changes every step (a KL weight on a schedule, an
-            # annealed temperature) would trace a plan per value, so after a few values its rule runs on tensors
-            # (distinct values are counted: gelu's tanh form multiplies by four constants of one signature)
-            seen = _NUMBER_VALUES.get(base)
-            if seen is None:
-                seen = _NUMBER_VALUES[base] = set()
-            if nums not in seen:
-                if len(seen) >= NUMBER_VALUES_MAX:
-                    return None
-                seen.add(nums)
         if len(_PLANS) > 20000:
             _PLANS.clear()
-            _NUMBER_VALUES.clear()
         plan = _PLANS[key] = _trace(node, vals, ngrads)
     if plan is _NO_PLAN:
         return None
@@ -238,23 +218,10 @@ def _trace(node, vals, ngrads):
     tr.on_capture = _outside
     prev = _GM.grad_enabled
     _GM.grad_enabled = False
-    warned = []
-    me = threading.get_ident()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(record=True) as warned, tr:
             warnings.simplefilter("always")
-            shown = warnings.showwarning
-
-            def show(message, category, filename, lineno, file=None, line=None):
-                # the filters are the process's: only this thread's warnings are the rule's (a build thread's
-                # warning in this window is shown as it would have been, and does not cost the plan)
-                if threading.get_ident() == me:
-                    warned.append(message)
-                else:
-                    shown(message, category, filename, lineno, file, line)
-            warnings.showwarning = show
-            with tr:
-                res = op.vjp(c, *syms[:ngrads])
+            res = op.vjp(c, *syms[:ngrads])
         if warned:
             return _NO_PLAN         # (the rule runs, and warns, at every call)
         return _plan(tr, res, slot_of, len(vals), len(node.next_functions))
