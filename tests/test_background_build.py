@@ -265,3 +265,85 @@ def test_a_quick_build_serves_calls_until_its_optimised_build_is_swapped_in(tmp_
     w = warm["counts"]
     assert w["kernels_compiled"] == w["kernels_quick"] == 0 and w["graph_files_loaded"] == 1, w
     assert warm["stats"]["first_compiled_call"] == 1 and warm["out"][0] == out[8]      # the bits of the optimised code
+
+
+# PHASE=exit: the build thread is stuck in a kernel's compile, holding the kernel's build lock, when the script
+# exits, and stopping it times out; PHASE=warm: the next run, default settings
+STUCK_SCRIPT = textwrap.dedent("""
+    import json, os, threading
+    import numpy as np, jitgrad as jg
+    from jitgrad.codegen.native import build, build_thread
+    W = jg.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), requires_grad=True)
+
+    def step(x):
+        loss = (jg.tanh(x @ W) * 2).sum()
+        loss.backward()
+        with jg.no_grad():
+            W.sub_(0.1 * W.grad)
+            W.grad = None
+        return loss.detach()
+    x = jg.tensor(np.arange(8, dtype=np.float32).reshape(2, 4) / 8)
+    if os.environ["PHASE"] == "exit":
+        stuck, never = threading.Event(), threading.Event()
+        compile_code = build.compile_code
+
+        def stalled(key, source, kind, elsewhere=None):
+            if kind == "kernel" and threading.current_thread().name == "jitgrad-compile":
+                stuck.set()
+                never.wait()        # (holding the kernel's build lock: build.obtain took it)
+            return compile_code(key, source, kind, elsewhere)
+        build.compile_code = stalled
+        build_thread.stop.__defaults__ = (0.2,)     # at exit, wait 0.2 s for the kernel, not 10 s
+    f = jg.compile(step, backend="numba")
+    v = float(f(x))
+    if os.environ["PHASE"] == "exit":
+        assert stuck.wait(300)
+    print(json.dumps({"loss": v, "counts": build.COUNTS, "stats": {k: v for k, v in f.stats.items()
+                      if isinstance(v, (int, float, str, type(None)))}}))
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="flock")
+def test_a_kernel_the_build_thread_still_holds_at_exit_is_built_for_the_next_run(tmp_path):
+    env = _env(tmp_path, JITGRAD_QUICK_BUILD=0)     # (no quick tier: the thread compiles at O3, under the lock)
+    first = _run(STUCK_SCRIPT, dict(env, PHASE="exit"))
+    assert first["counts"]["kernels_compiled"] == 0, first
+    # the build process the exit started (after the print) waited for the lock the dying thread held, then built the kernel
+    second = _run(STUCK_SCRIPT, dict(env, PHASE="warm"))
+    assert second["loss"] == pytest.approx(first["loss"], rel=1e-6)
+    c = second["counts"]
+    assert second["stats"]["compiled_calls"] == 1 and second["stats"]["first_compiled_call"] == 1, second
+    assert c["kernels_compiled"] == 0 and c["drivers_compiled"] == 0 and c["kernels_loaded"] >= 1, c
+
+
+def test_a_build_lock_another_thread_holds_is_not_held_elsewhere(tmp_path):
+    """A probe from one thread while another thread of this process holds (or probes) a key's lock: "here", not
+    "another process" (at exit that answer dropped the key from the build processes' jobs); a lock another
+    process holds is "elsewhere"."""
+    import threading
+    from jitgrad.codegen.native import objstore
+    key = "ab" + "0" * 62
+    held = objstore.BuildLock(key, tmp_path)
+    assert held.acquire() and held.held_here()
+    seen = []
+    t = threading.Thread(target=lambda: seen.append((objstore.BuildLock(key, tmp_path).held_elsewhere(),
+                                                     objstore.BuildLock(key, tmp_path).acquire(block=False))))
+    t.start()
+    t.join()
+    assert seen == [(False, False)]        # here; and still exclusive between threads
+    held.release()
+    assert not objstore.BuildLock(key, tmp_path).held_here()
+    other = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, os, sys
+        fd = os.open({str(held.path)!r}, os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        print("held", flush=True)
+        sys.stdin.read()
+        """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "held"
+        probe = objstore.BuildLock(key, tmp_path)
+        assert probe.held_elsewhere() and not probe.acquire(block=False)
+    finally:
+        other.communicate("")
+    assert not objstore.BuildLock(key, tmp_path).held_elsewhere()

@@ -182,7 +182,7 @@ def test_script_that_calls_once_and_exits_leaves_compiled_code(tmp_path):
     assert r2.returncode == 0, r2.stderr
     two = json.loads(r2.stdout.splitlines()[-1])
     assert two["loss"] == pytest.approx(one["loss"], rel=1e-6)
-    assert two["stats"]["compiled_calls"] == 1 and two["stats"]["interpreted_calls"] == 0
+    assert two["stats"]["compiled_calls"] == 1 and two["stats"]["interpreted_calls"] == 0, (one, two, r2.stderr)
     c = two["counts"]
     assert c["kernels_compiled"] == 0 and c["drivers_compiled"] == 0 and c["build_processes"] == 0, c
     assert c["kernels_loaded"] > 0 and c["drivers_loaded"] == 1, c

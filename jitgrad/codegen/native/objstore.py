@@ -34,6 +34,7 @@ import stat
 import struct
 import sys
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 
@@ -42,6 +43,23 @@ from . import cache
 MAGIC = b"JGOBJ\x02\n\0"
 SUFFIX = ".jgo"
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+try:
+    import fcntl as _fcntl
+except ImportError:     # pragma: no cover - not POSIX: builds are not coordinated
+    _fcntl = None
+_HERE_LOCK = threading.Lock()
+_HERE: dict = {}        # key -> build locks of it this process holds now (``BuildLock``)
+
+
+def _after_fork_in_child():
+    """A forked child holds none of the parent's locks as its own (it may have forked mid-acquire)."""
+    global _HERE_LOCK
+    _HERE_LOCK = threading.Lock()
+    _HERE.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _POSIX = os.name == "posix"
 _ELF = b"\x7fELF"
@@ -248,7 +266,12 @@ class BuildLock:
     """An exclusive ``flock`` on ``<key>.lock`` in the key's shard: one builder of ``key`` across processes.
 
     ``acquire(block)`` returns True when held (always True without a cache directory or without ``fcntl``:
-    nothing to coordinate then).  The kernel drops the lock when the process dies."""
+    nothing to coordinate then).  The kernel drops the lock when the process dies.
+
+    ``flock`` also excludes two descriptors of one process, so the locks this process holds are counted by key
+    (``_HERE``): a probe (``held_elsewhere``) that meets another thread of this process, mid-build or mid-probe, is
+    not told "another process builds it" (at exit that answer would drop the key from the build processes'
+    jobs, and the next run would find it missing)."""
 
     def __init__(self, key: str, root: Path | None = None):
         self.key = key
@@ -256,26 +279,44 @@ class BuildLock:
         self.path = None if root is None else Path(root) / key[:2] / f"{key}.lock"
         self.fd = None
 
-    def acquire(self, block: bool = False) -> bool:
-        if self.path is None:
-            return True
-        try:
-            import fcntl
-        except ImportError:     # pragma: no cover - not POSIX
-            return True
+    def _open(self):
+        """A descriptor of the lock file; None when there is nothing to coordinate (no cache directory, not
+        POSIX, a read-only or planted shard: build without the lock)."""
+        if self.path is None or _fcntl is None:
+            return None
         try:
             os.mkdir(self.path.parent, 0o700)
         except FileExistsError:
             pass
         except OSError:
+            return None
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW, 0o600)
+        except OSError:
+            return None
+
+    def acquire(self, block: bool = False) -> bool:
+        fd = self._open()
+        if fd is None:
             return True
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW, 0o600)
-        except OSError:
-            return True          # cannot coordinate (read-only, a planted link): build without the lock
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
-        except OSError:
+        with _HERE_LOCK:
+            try:
+                _fcntl.flock(fd, _fcntl.LOCK_EX | _fcntl.LOCK_NB)
+            except OSError:
+                got = False
+            else:
+                got = True
+                _HERE[self.key] = _HERE.get(self.key, 0) + 1
+        if not got and block:
+            try:
+                _fcntl.flock(fd, _fcntl.LOCK_EX)     # (not under _HERE_LOCK: the holder may be this process)
+            except OSError:
+                os.close(fd)
+                return False
+            with _HERE_LOCK:
+                _HERE[self.key] = _HERE.get(self.key, 0) + 1
+            got = True
+        if not got:
             os.close(fd)
             return False
         self.fd = fd
@@ -283,17 +324,38 @@ class BuildLock:
 
     def release(self) -> None:
         if self.fd is not None:
-            try:
-                os.close(self.fd)     # closing drops the flock
-            finally:
-                self.fd = None
+            with _HERE_LOCK:
+                try:
+                    os.close(self.fd)     # closing drops the flock
+                finally:
+                    self.fd = None
+                    n = _HERE.get(self.key, 0) - 1
+                    if n > 0:
+                        _HERE[self.key] = n
+                    else:
+                        _HERE.pop(self.key, None)
+
+    def held_here(self) -> bool:
+        """A thread of this process holds the lock now."""
+        return self.key in _HERE
 
     def held_elsewhere(self) -> bool:
-        """Someone else holds the lock now (a build of this key is running in another process)."""
-        if self.acquire(block=False):
-            self.release()
+        """Another process holds the lock now (a build of this key is running there); False when the holder is
+        this process (see the class docstring)."""
+        fd = self._open()
+        if fd is None:
             return False
-        return True
+        with _HERE_LOCK:        # (a thread of ours takes or drops it under this lock: no probe between)
+            try:
+                if self.key in _HERE:
+                    return False
+                try:
+                    _fcntl.flock(fd, _fcntl.LOCK_EX | _fcntl.LOCK_NB)
+                except OSError:
+                    return True
+                return False
+            finally:
+                os.close(fd)    # (drops the probe's flock before another thread may try)
 
     def __enter__(self):
         self.acquire(block=True)
