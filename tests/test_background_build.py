@@ -347,3 +347,44 @@ def test_a_build_lock_another_thread_holds_is_not_held_elsewhere(tmp_path):
     finally:
         other.communicate("")
     assert not objstore.BuildLock(key, tmp_path).held_elsewhere()
+
+
+# the optimised tier builds the heaviest kernels first: a step with loops over 2**16, 2**10 and 16 elements
+ORDER_SCRIPT = textwrap.dedent("""
+    import json, threading
+    import numpy as np, jitgrad as jg
+    from jitgrad.codegen.native import build_thread
+    from jitgrad.codegen.program import cpu
+    from jitgrad.jit.graph_code import _COMPILED
+    swapped = []
+    swap = cpu.CompiledGraph._swap
+
+    def recording(self, key, address):
+        swapped.append(key)
+        return swap(self, key, address)
+    cpu.CompiledGraph._swap = recording
+    gate = threading.Event()
+    build_thread.hold_optimising(gate)
+
+    def step(a, b, c):
+        return (jg.exp(c) * 3).sum() + (jg.tanh(a) * 2 - a).sum() + jg.sigmoid(b * 0.5).sum()
+    rng = np.random.default_rng(0)
+    args = [jg.tensor(rng.standard_normal(n, dtype=np.float32)) for n in (1 << 16, 1 << 10, 16)]
+    f = jg.compile(step, backend="numba")
+    f(*args)
+    f(*args)                        # (JITGRAD_BUILD_AFTER_CALL=1: this call waits for the quick build's switch)
+    (cg,) = [c for c in _COMPILED.values() if c.run is not None]
+    quick = sorted(cg.code.quick_keys)
+    work = cg.kernel_work()
+    gate.set()
+    f.wait()
+    print(json.dumps({"swapped": swapped, "quick": quick, "work": {k: work.get(k, 0.0) for k in swapped}}))
+""")
+
+
+def test_the_optimised_tier_builds_the_heaviest_kernels_first(tmp_path):
+    out = _run(ORDER_SCRIPT, _env(tmp_path, JITGRAD_BUILD_AFTER_CALL=1))
+    swapped, work = out["swapped"], out["work"]
+    assert sorted(swapped) == out["quick"] and len(swapped) >= 3, out
+    weights = [work[k] for k in swapped]
+    assert weights == sorted(weights, reverse=True) and weights[0] > weights[-1], out

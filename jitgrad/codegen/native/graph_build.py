@@ -250,12 +250,17 @@ class GraphCode:
             if self.how is None:
                 self.how = "built"
 
-    def optimise(self, swap):
+    def optimise(self, swap, work=None):
         """A quick build's second tier (on the build thread, after the switch): each kernel run from quick code
         compiled at O3 under its build lock and written to disk (``_obtain``), then ``swap(key, address)`` so the
-        graph's calls take it; then the graph's file.  Raises ``build_thread.BuildStopped`` when the process is
-        exiting (what is left goes to build processes)."""
-        for key in [k for k in self._keys() if k in self.quick_keys]:
+        graph's calls take it; then the graph's file.  ``work``: key -> what a call's launches of it do (the
+        plan's cost unit): the heaviest kernels are built first, so the first to land gain the calls the most (a
+        GPT step's O3 tier takes longer than a short script's 250 calls).  Raises ``build_thread.BuildStopped``
+        when the process is exiting (what is left goes to build processes)."""
+        keys = [k for k in self._keys() if k in self.quick_keys]
+        if work:
+            keys.sort(key=lambda k: -work.get(k, 0.0))      # (stable: equal work keeps the graph's order)
+        for key in keys:
             with build_thread.compiling() as go:
                 if not go:
                     raise build_thread.BuildStopped

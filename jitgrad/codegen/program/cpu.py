@@ -196,7 +196,7 @@ class CompiledGraph:
         the next call's entry reads it (one aligned word per kernel: a call running meanwhile runs either build
         of it, both the same function), then ``on_optimised``.  An error leaves the quick code in place."""
         try:
-            self.code.optimise(self._swap)
+            self.code.optimise(self._swap, self.kernel_work())
             for n, st in enumerate(self.program.steps):     # small products: their own module (``blas_address``)
                 if st.kind in ("gemm", "bgemm") and st.gemm.startswith("small_"):
                     self.F[n] = blas_address(st.gemm)
@@ -209,6 +209,17 @@ class CompiledGraph:
         self.optimising = False
         for fn in self.on_optimised:
             fn(self)
+
+    def kernel_work(self) -> dict:
+        """Build key -> the work a call's launches of that kernel do, in the plan's cost unit (at the sizes the
+        program was laid out for, or their hints)."""
+        from ...ir.symbolic import hint_of
+        work = {}
+        for st in self.program.steps + self.program.writes:
+            if st.kind == "kernel":
+                key = self.code.kkeys[st.kernel.key]
+                work[key] = work.get(key, 0.0) + float(hint_of(st.work))
+        return work
 
     def _swap(self, key, address):
         """Kernel ``key``'s (a build key) optimised code at ``address`` replaces its quick code in the tables."""
