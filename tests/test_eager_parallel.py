@@ -132,7 +132,8 @@ def test_b9_eager_step_splits_its_big_work_at_two_threads_and_keeps_its_bits(qui
     # (a pullback's products and kernels count under the pullback when it runs on arrays, under the op otherwise)
     stacks, rows, pooled = two.split["stack"], two.split["gemm_rows"], two.split["pool"]
     assert stacks["matmul"] + stacks["vjp:matmul"] == 6 * L, dict(stacks)
-    assert rows["matmul"] + rows["vjp:matmul"] >= 12 * L, dict(rows)       # 4 Linears, forward + 2 gradients
+    if blas.block_unit(np.float32) is not None:    # (no row unit, as SkylakeX's kernels: OpenBLAS threads them)
+        assert rows["matmul"] + rows["vjp:matmul"] >= 12 * L, dict(rows)       # 4 Linears, forward + 2 gradients
     assert pooled["gelu"] == pooled["softmax"] == two.calls["gelu"] == two.calls["softmax"] == L, dict(pooled)
     assert pooled["gelu_backward"] + pooled["vjp:gelu"] == L, dict(pooled)
     # every LayerNorm's backward is one native row kernel (layer_norm_backward), not the rule's 17 NumPy ops; at

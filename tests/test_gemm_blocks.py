@@ -109,6 +109,8 @@ def test_eager_gemm_bits_are_one_threads_whatever_runs_the_blocks(two_threads, m
 def test_eager_matmul_of_tensors_splits_and_keeps_its_bits(two_threads):
     """Through ``Tensor.__matmul__`` (a batch of sequences folded into rows, and a transposed view as A), forward
     and backward: every big product's bits are those of one single-threaded call."""
+    if blas.row_blocks(300, np.float32, 1) is None:
+        pytest.skip("not split by rows on this BLAS")
     rng = np.random.default_rng(3)
     x = rng.standard_normal((4, 75, 96)).astype(np.float32)     # 300 rows: not a multiple of 12 per block
     w = rng.standard_normal((96, 700)).astype(np.float32)
@@ -225,3 +227,31 @@ def test_compiled_split_gemm_runs_its_rows_left_inside_the_one_launch(two_thread
         assert workpool.rounds() - r0 == rounds
     (out,) = cg._python_run(a, b)
     assert np.asarray(out).tobytes() == want
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_blocks_exact_says_what_the_blocks_give(dtype):
+    """``blas.blocks_exact`` (a split GEMM's cut tried once per shape) answers as the blocks' own products do:
+    one block is the whole call, and for cuts of rows or columns with tails thin and wide (SkylakeX's kernels
+    move some of them) the answer is whether their bits are the whole single-threaded call's."""
+    m = k = n = 300
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    assert blas.blocks_exact(dtype, True, m, k, n, [(0, m)]) and blas.blocks_exact(dtype, False, m, k, n, [(0, n)])
+    blas.BlasPacer.use(1)
+    try:
+        assert blas.blocks_exact(dtype, True, m, k, n, [(0, m)]) and blas.blocks_exact(dtype, False, m, k, n, [(0, n)])
+        for by_rows in (True, False):
+            for cut in ([(0, 48), (48, 300)], [(0, 192), (192, 300)], [(0, 144), (144, 288), (288, 300)]):
+                full, got = np.empty((m, n), dtype), np.empty((m, n), dtype)
+                blas._gemm_rows(a, b"N", k, b, b"N", n, full, 0, m)
+                for r0, r1 in cut:
+                    if by_rows:
+                        blas._gemm_rows(a, b"N", k, b, b"N", n, got, r0, r1)
+                    else:
+                        blas._gemm_rows(a, b"N", k, b, b"N", n, got, 0, m, r0, r1)
+                same = got.tobytes() == full.tobytes()
+                assert blas.blocks_exact(dtype, by_rows, m, k, n, cut) == same, (by_rows, cut)
+    finally:
+        blas.BlasPacer.use(blas.all_threads())

@@ -314,7 +314,7 @@ class Places:
             isinstance(s, Group) and (s.gathers or s.scatters or any(raises_in_loop(e) for e in s.eqns)))],
             default=-1)
         outs = [v for v in graph.outputs if isinstance(v, Var)]
-        self._out_ids = {id(v) for v in outs}      # the graph's outputs (buffer, base_reusable: once per value)
+        self.out_ids = {id(v) for v in outs}      # the graph's outputs by id (buffer, base_reusable, permuted_c)
         self.inplace = {} if check_ids else {
             graph.outputs[o]: i for o, i in writes
             if isinstance(graph.outputs[o], Var) and outs.count(graph.outputs[o]) == 1
@@ -402,7 +402,7 @@ class Places:
         if type(nbytes) is not SymInt:
             nbytes = max(int(nbytes), 1)
         if fresh is None:
-            fresh = v is not None and id(v) in self._out_ids
+            fresh = v is not None and id(v) in self.out_ids
         if fresh:
             r = self._root("fresh", index=len(self.fresh), shape=shape, dtype=dtype, nbytes=nbytes)
             self.fresh.append(r)
@@ -561,7 +561,7 @@ class Places:
         """The place of ``base`` when an ``index_put`` may write its result into base's own buffer: a whole
         workspace buffer of the output's shape and dtype, not a graph output, read by nothing after this step
         (its value, or any other view of the buffer)."""
-        if not isinstance(base, Var) or id(base) in self._out_ids:
+        if not isinstance(base, Var) or id(base) in self.out_ids:
             return None
         p = self._of.get(base)
         if p is None or p.root.kind != "ws" or p.offset != 0 or p.dtype is not out.aval.dtype \

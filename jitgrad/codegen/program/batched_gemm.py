@@ -25,6 +25,7 @@ import math
 
 import numpy as np
 
+from ...ir.ops import blas
 from ...ir.symbolic import hint_of, size_arg
 from .layout import Program, Step
 from ..places import Place, c_strides, coalesce
@@ -115,7 +116,7 @@ def permuted_c(prog: Program, out):
     stride); None: out gets a buffer of its own order."""
     places = prog.places
     uses = places.uses.get(out, ())
-    if len(uses) != 1 or id(out) in places._out_ids or out in places.inplace:
+    if len(uses) != 1 or id(out) in places.out_ids or out in places.inplace:
         return None
     e = prog.plan_steps[uses[0]]
     if getattr(e, "op", None) is None or e.op.name != "permute" or e.ins[0] is not out:
@@ -140,17 +141,22 @@ def split_rows(prog: Program, e, pa, flag_a, pb, flag_b, pc, m, n, k) -> bool:
     ``last``), so every row runs inside the one launch.  Each call packs the operand the blocks share, so the
     split is along the side whose shared operand is the smaller where OpenBLAS's unit allows both: blocks of rows
     (entry ``j``: A's rows ``[j r, (j + 1) r)`` times all of B) when ``n <= m``, else blocks of columns (all of A
-    times B's columns ``[j c, (j + 1) c)``).  Every block starts at a multiple of OpenBLAS's unit, so the result
-    has one single-threaded call's bits whatever the workers.  Per call, the blocks go to the pool when the whole
+    times B's columns ``[j c, (j + 1) c)``).  Every block starts at a multiple of OpenBLAS's unit, and the cut is
+    tried once on the product's shape (``blas.blocks_exact``), so the result has one single-threaded call's bits
+    whatever the workers.  Per call, the blocks go to the pool when the whole
     product's multiply-adds reach the pool's threshold (``workpool.takes_split``) and its pacer does not hold
     launches off it; else they run one after the other on the calling thread (the same calls, the same bits).
     False: not split (one call)."""
     macs = float(hint_of(m * n * k))
     dtype = e.outs[0].aval.dtype.np
     prefer_rows = not (type(m) is int and type(n) is int and n > m)
+    shape = [int(hint_of(x)) for x in (m, k, n)]       # (a symbolic size at its hint: the blocks' side is concrete)
     for by_rows in (prefer_rows, not prefer_rows):
-        nb, h = prog.split_rows(m if by_rows else n, macs, dtype, by_rows)
-        if nb:
+        side = m if by_rows else n
+        nb, h = prog.split_rows(side, macs, dtype, by_rows)
+        # the blocks' bits tried on the product's shape once (OpenBLAS's unit alone does not settle them)
+        if nb and blas.blocks_exact(dtype, by_rows, *shape, [(r, r + h) for r in range(0, h * (nb - 1), h)]
+                                    + [(h * (nb - 1), side)]):
             break
     else:
         return False

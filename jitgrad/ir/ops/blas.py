@@ -417,21 +417,60 @@ def _derive_unit(dtype, rows: bool):
         BlasPacer.use(before)
 
 
-def row_blocks(rows, dtype, parts: int):
-    """Blocks ``[(r0, r1)]`` of a big GEMM's ``rows`` rows for ``parts`` threads, each at least ``MIN_BLOCK_ROWS``
-    rows and starting at a multiple of the row unit (the last one takes what is left; one block when ``parts`` is
-    1), or None when the product is not split at all (no unit, or fewer rows than two blocks): then OpenBLAS
-    threads it itself.  Whether it is None depends on the shape and dtype only, never on ``parts``."""
+def _blocks(rows: int, unit: int, parts: int) -> list:
+    low = -(-MIN_BLOCK_ROWS // unit) * unit
+    h = max(low, -(-rows // (max(1, parts) * unit)) * unit)
+    return [(r, min(r + h, rows)) for r in range(0, rows, h)]
+
+
+_EXACT: dict = {}               # (dtype, by_rows, m, k, n, blocks) -> whether those blocks give one call's bits
+
+
+def blocks_exact(dtype, by_rows: bool, m: int, k: int, n: int, blocks) -> bool:
+    """Whether ``blocks`` of the rows (``by_rows=False``: columns) of C = A B, ``m`` x ``k`` by ``k`` x ``n``, each
+    one single-threaded call, give one single-threaded call's bits: tried once per shape and cut, on random
+    operands.  The unit does not settle it alone: SkylakeX's kernels take a small block down a small-matrix path,
+    and treat a product's last columns by its whole width (past some boundary a block's sums move)."""
+    key = (np.dtype(dtype), bool(by_rows), m, k, n, tuple(blocks))
+    got = _EXACT.get(key)
+    if got is not None:
+        return got
+    load()
+    with _UNIT_LOCK:
+        if key not in _EXACT:
+            if BlasPacer._control is None:
+                BlasPacer._init()
+            before = BlasPacer._current
+            BlasPacer.use(1)
+            try:
+                rng = np.random.default_rng(m * 31 + k * 7 + n)
+                a = rng.standard_normal((m, k)).astype(dtype)
+                b = rng.standard_normal((k, n)).astype(dtype)
+                full, cut = np.empty((m, n), dtype), np.empty((m, n), dtype)
+                _gemm_rows(a, b"N", k, b, b"N", n, full, 0, m)
+                for r0, r1 in blocks:
+                    if by_rows:
+                        _gemm_rows(a, b"N", k, b, b"N", n, cut, r0, r1)
+                    else:
+                        _gemm_rows(a, b"N", k, b, b"N", n, cut, 0, m, r0, r1)
+                _EXACT[key] = cut.tobytes() == full.tobytes()
+            finally:
+                BlasPacer.use(before)
+    return _EXACT[key]
+
+
+def row_blocks(rows, dtype, parts: int, by_rows=True):
+    """Blocks ``[(r0, r1)]`` of a big GEMM's ``rows`` rows (``by_rows=False``: columns) for ``parts`` threads, each
+    at least ``MIN_BLOCK_ROWS`` rows and starting at a multiple of OpenBLAS's unit in that direction (the last one
+    takes what is left; one block when ``parts`` is 1), or None when the product is not split at all (no unit, or rows for fewer than two blocks):
+    then OpenBLAS threads it itself.  Whether it is None depends on the shape and dtype only, never on ``parts``;
+    whether a cut gives one call's bits is tried per shape (``blocks_exact``)."""
     if type(rows) is not int or rows < 2 * MIN_BLOCK_ROWS:
         return None
-    u = block_unit(dtype)
-    if u is None:
+    u = block_unit(dtype, by_rows)
+    if u is None or rows < 2 * (-(-MIN_BLOCK_ROWS // u) * u):
         return None
-    low = -(-MIN_BLOCK_ROWS // u) * u
-    if rows < 2 * low:
-        return None
-    h = max(low, -(-rows // (max(1, parts) * u)) * u)
-    return [(r, min(r + h, rows)) for r in range(0, rows, h)]
+    return _blocks(rows, u, parts)
 
 
 def _rows_on_threads(a, ta, lda, b, tb, ldb, c, add=False) -> bool:
@@ -445,6 +484,8 @@ def _rows_on_threads(a, ta, lda, b, tb, ldb, c, add=False) -> bool:
     # each block at least the work OpenBLAS itself would give a thread (a hand-off to a thread costs ~10 us)
     parts = min(m // MIN_BLOCK_ROWS, m * c.shape[1] * a.shape[1] // BLAS_THREADED_MACS)
     blocks = row_blocks(m, c.dtype, _eager_split.split_threads(parts))
+    if len(blocks) >= 2 and not blocks_exact(c.dtype, True, m, a.shape[1], c.shape[1], blocks):
+        return False                # (OpenBLAS threads it itself)
     BlasPacer.use(1)                # the blocks' threads are all the threads: none of OpenBLAS's own
     if len(blocks) < 2:
         STATS["gemm_whole_one_thread"] += 1
