@@ -149,8 +149,17 @@ def pullback(node, gs):
     if type(plan) is not Plan:
         if plan is _NO_PLAN:
             return None
-        plan = _value_plan(plan, node, vals, ngrads, nums)
+        # planned per value (_value_key, inlined for one number: mean's count, a constant scale)
+        if len(nums) == 1:
+            t = nums[0]
+            vk = _bits(t) if type(t) is float else t
+        else:
+            vk = _value_key(nums)
+        table = plan
+        plan = table.get(vk)
         if plan is None:
+            plan = _value_plan(table, vk, node, vals, ngrads)
+        if plan is _NO_PLAN:
             return None
     elif plan.numbers:
         vals += nums
@@ -246,21 +255,22 @@ def _first_plan(node, vals, ngrads, nums):
 
 
 def _value_key(nums):
-    # a float by its bits: -0.0 is not 0.0, and a NaN is found again
+    """The key of saved numbers' values in a _Values: a float by its bits (-0.0 is not 0.0, and a NaN is found
+    again); one number's is its own, several numbers' a tuple."""
+    if len(nums) == 1:
+        t = nums[0]
+        return _bits(t) if type(t) is float else t
     return tuple(_bits(t) if type(t) is float else t for t in nums)
 
 
-def _value_plan(table, node, vals, ngrads, nums):
-    """The plan of ``nums``'s values in ``table`` (traced on a miss), or None: the rule runs (it declines, or the
-    signature has had NUMBER_VALUES_MAX values: a number that changes every step would trace without end)."""
-    vk = _value_key(nums)
-    plan = table.get(vk)
-    if plan is None:
-        if len(table) >= NUMBER_VALUES_MAX:
-            return None
-        concrete = _record(node, vals, ngrads, None)
-        plan = table[vk] = _NO_PLAN if concrete is None else _plan(*concrete, len(vals), len(node.next_functions))
-    return None if plan is _NO_PLAN else plan
+def _value_plan(table, vk, node, vals, ngrads):
+    """The plan of the values ``vk`` not in ``table`` yet, traced; _NO_PLAN where the rule runs: it declines, or
+    the signature has had NUMBER_VALUES_MAX values (a number that changes every step would trace without end)."""
+    if len(table) >= NUMBER_VALUES_MAX:
+        return _NO_PLAN
+    concrete = _record(node, vals, ngrads, None)
+    plan = table[vk] = _NO_PLAN if concrete is None else _plan(*concrete, len(vals), len(node.next_functions))
+    return plan
 
 
 def _record(node, vals, ngrads, numbers):
