@@ -6,23 +6,33 @@ with nothing to record (no create_graph, trace, profiler, anomaly mode, dual lev
 arrays matter, so the engine asks ``pullback`` instead:
 
 - per signature (the op, its params, which inputs need a gradient, the shapes and dtypes of the cotangents and of the
-  saved values, the values of saved Python numbers), the rule is traced once on symbolic stand-ins
+  saved values, the types of saved Python numbers), the rule is traced once on symbolic stand-ins
   (``tracer.Trace`` with ``fused``: a fused op stays one op, as eager dispatch runs it) into a straight-line plan:
   each eqn resolved to the eager signature entry ``_bind`` would use (``dispatch._rule_entry``: the same impl,
   eager kernel and result cast), constants the rule made kept as they are, steps no result needs dropped;
 - later calls replay the plan on the arrays: one loop over its steps calling each impl, casting as ``_bind`` casts.
   So the gradients are the rule's bits, and the rule is written once.
 
+Saved Python numbers (``x * beta``: a KL weight on a schedule, an annealed temperature) change between steps, so a
+plan must not hold their values.  A saved float is traced as a symbolic scalar (an unbacked ``SymFloat``: Python that
+reads it, ``if beta == 0`` or ``float(beta)``, raises) and is an input of the plan, so one plan serves every value.
+The rule is traced a second time on the number itself, and the two traces must be the same steps with the number
+where the symbol is (a rule that tells numbers from tensors by type, div's Python-number numerator, takes another
+branch on a symbol).  A rule that reads its numbers, or saves ints or bools, is planned per value instead, for at most
+``NUMBER_VALUES_MAX`` values of one signature; later values run the rule on tensors.
+
 A rule the plan cannot hold falls back to the rule itself, for that signature: one that reads a value (the tracer
 refuses: ``TracedValueError``), meets a tensor from outside its context, warns, binds a multi-output op or fails in
 any other way while traced (a rule that needs a value computed from its inputs leaves it to an op: nll_loss's
-``nll_grad_weights``).  ``COUNTS["traces"]`` counts the plans traced (tests check that later steps trace none).
+``nll_grad_weights``).  Only the tracing thread's warnings count (``_WARNED``), and another thread's warning is
+handled as if no trace ran.  ``COUNTS["traces"]`` counts the rules traced (tests check that later steps trace none).
 """
 from __future__ import annotations
 
+import struct
+import threading
 import warnings
 from operator import itemgetter
-from math import copysign as _copysign
 
 import numpy as np
 
@@ -30,6 +40,7 @@ from ..ir import dtypes as dt
 from ..ir.graph import Lit, Var
 from ..ir.ops import OPS, Aval
 from ..ir.ops.opdef import OpDef, RuleCtx
+from ..ir.symbolic import SymFloat
 from ..tracer.trace import Trace
 from . import grad_mode
 from .dispatch import _bind, _rule_entry
@@ -39,23 +50,26 @@ from .tensor import Tensor
 _FROM_NP = dt._FROM_NP
 _GM = grad_mode.STATE
 _NO_PLAN = object()
-# signature -> its plan, or _NO_PLAN (the rule runs)
+# signature -> its plan, _NO_PLAN (the rule runs) or, where saved numbers are planned per value, a _Values
 _PLANS: dict = {}
+NUMBER_VALUES_MAX = 32      # values of the saved numbers planned per signature, where a plan must hold them
 COUNTS = {"traces": 0}
 _ERRORS = (ValueError, TypeError, IndexError, FloatingPointError, OverflowError)
 _FILL_MIN = 4096        # elements from which a constant of one value is made per call, not kept
+_bits = struct.Struct("<d").pack
 
 
 class Plan:
     """A rule traced for one signature: ``steps`` (impl, call kind, argument slots, params, result dtype, result
-    slot) run on a list of values: the inputs (cotangents, then saved inputs, then saved outputs), then ``pad`` (the
-    constants, a slot per step from ``first`` on, and a None); ``pick`` takes the inputs' cotangents from it (a
-    tuple, or the one value where ``single``); ``fresh``: the results that are (views of) constants, copied per call
-    so that no caller holds the plan's buffer; ``where``: each step's op and input avals, for an error's message."""
+    slot) run on a list of values: the inputs (cotangents, then saved inputs, then saved outputs, then the saved
+    numbers where ``numbers``), then ``pad`` (the constants, a slot per step from ``first`` on, and a None); ``pick``
+    takes the inputs' cotangents from it (a tuple, or the one value where ``single``); ``fresh``: the results that are
+    (views of) constants, copied per call so that no caller holds the plan's buffer; ``where``: each step's op and
+    input avals, for an error's message."""
 
-    __slots__ = ("steps", "pad", "first", "pick", "single", "fresh", "where")
+    __slots__ = ("steps", "pad", "first", "pick", "single", "fresh", "where", "numbers")
 
-    def __init__(self, steps, pad, first, results, fresh, where):
+    def __init__(self, steps, pad, first, results, fresh, where, numbers=False):
         self.steps = steps
         self.pad = pad
         self.first = first
@@ -63,6 +77,14 @@ class Plan:
         self.single = len(results) == 1
         self.fresh = fresh
         self.where = where
+        self.numbers = numbers
+
+
+class _Values(dict):
+    """The plans of a signature whose rule must see its saved numbers' values: value key -> Plan or _NO_PLAN, at
+    most NUMBER_VALUES_MAX of them."""
+
+    __slots__ = ()
 
 
 def pullback(node, gs):
@@ -87,6 +109,7 @@ def pullback(node, gs):
                 return None
             key += (d.shape, d.dtype)
     vals = gs
+    nums = None         # the saved Python numbers: their types are the signature's, their values the plan's inputs
     if op.saves_in:
         for t in node.inputs:
             if t is None:
@@ -98,8 +121,11 @@ def pullback(node, gs):
                     return None
                 vals += (d,)
             elif tt is float or tt is int or tt is bool:
-                # a Python number: the rule's Python may read it (and -0.0 == 0.0)
-                key += (tt, t, _copysign(1.0, t)) if not t else (tt, t)
+                key += (tt,)
+                if nums is None:
+                    nums = [t]
+                else:
+                    nums.append(t)
             else:
                 return None
     if op.saves_out:
@@ -119,9 +145,24 @@ def pullback(node, gs):
     if plan is None:
         if len(_PLANS) > 20000:
             _PLANS.clear()
-        plan = _PLANS[key] = _trace(node, vals, ngrads)
-    if plan is _NO_PLAN:
-        return None
+        plan = _PLANS[key] = _first_plan(node, vals, ngrads, nums)
+    if type(plan) is not Plan:
+        if plan is _NO_PLAN:
+            return None
+        # planned per value (_value_key, inlined for one number: mean's count, a constant scale)
+        if len(nums) == 1:
+            t = nums[0]
+            vk = _bits(t) if type(t) is float else t
+        else:
+            vk = _value_key(nums)
+        table = plan
+        plan = table.get(vk)
+        if plan is None:
+            plan = _value_plan(table, vk, node, vals, ngrads)
+        if plan is _NO_PLAN:
+            return None
+    elif plan.numbers:
+        vals += nums
     # the plan on the arrays: the constants, then a slot per step
     vals += plan.pad
     try:
@@ -190,19 +231,66 @@ def _ctx_bind(opname, *args, **params):
     return _bind(OPS[opname], args, params)
 
 
-def _trace(node, vals, ngrads):
-    """``node``'s rule traced on stand-ins of ``vals`` (the arrays ``pullback`` collected, in its order) into a
-    Plan, or _NO_PLAN."""
+def _first_plan(node, vals, ngrads, nums):
+    """The plan of a new signature: the rule traced on its numbers' values; where they are all floats and the rule
+    does not read them, the plan that takes them as inputs (the rule traced again on symbols, which must give the
+    same steps); else a _Values holding the plan of these values."""
+    concrete = _record(node, vals, ngrads, None)
+    plan = _NO_PLAN if concrete is None else _plan(*concrete, len(vals), len(node.next_functions))
+    if nums is None:
+        return plan
+    table = _Values()
+    table[_value_key(nums)] = plan
+    if plan is _NO_PLAN or any(type(t) is not float for t in nums):
+        return table
+    # unbacked symbols: Python that decides on one or reads it raises (ir/unbacked.py); a NaN hint, so that code
+    # which takes a symbol's hint for a value makes steps that differ from the concrete trace's
+    syms = [SymFloat(("int", (((f"u_saved{i}",), 1),)), float("nan")) for i in range(len(nums))]
+    symbolic = _record(node, vals, ngrads, syms)
+    if symbolic is None or not _same_steps(concrete, symbolic, nums, syms):
+        return table
+    number_slot = {id(s): len(vals) + i for i, s in enumerate(syms)}
+    plan = _plan(*symbolic, len(vals) + len(nums), len(node.next_functions), number_slot)
+    return table if plan is _NO_PLAN else plan
+
+
+def _value_key(nums):
+    """The key of saved numbers' values in a _Values: a float by its bits (-0.0 is not 0.0, and a NaN is found
+    again); one number's is its own, several numbers' a tuple."""
+    if len(nums) == 1:
+        t = nums[0]
+        return _bits(t) if type(t) is float else t
+    return tuple(_bits(t) if type(t) is float else t for t in nums)
+
+
+def _value_plan(table, vk, node, vals, ngrads):
+    """The plan of the values ``vk`` not in ``table`` yet, traced; _NO_PLAN where the rule runs: it declines, or
+    the signature has had NUMBER_VALUES_MAX values (a number that changes every step would trace without end)."""
+    if len(table) >= NUMBER_VALUES_MAX:
+        return _NO_PLAN
+    concrete = _record(node, vals, ngrads, None)
+    plan = table[vk] = _NO_PLAN if concrete is None else _plan(*concrete, len(vals), len(node.next_functions))
+    return plan
+
+
+def _record(node, vals, ngrads, numbers):
+    """``node``'s rule traced on stand-ins of ``vals`` (the arrays ``pullback`` collected, in its order) and on
+    ``numbers`` in place of its saved numbers (None: the numbers themselves): (trace, results, stand-in slots), or
+    None where the rule cannot be traced (it failed, or warned in this thread)."""
     COUNTS["traces"] += 1
     op = node.op
     syms = [_stand_in(d) for d in vals]
     slot_of = {t._data: i for i, t in enumerate(syms)}
     k = ngrads
+    j = 0
     inputs = []
     for t in node.inputs:
         if isinstance(t, Tensor):
             t = syms[k]
             k += 1
+        elif numbers is not None and t is not None:
+            t = numbers[j]
+            j += 1
         inputs.append(t)
     outputs = []
     for t in node.outputs:
@@ -218,22 +306,134 @@ def _trace(node, vals, ngrads):
     tr.on_capture = _outside
     prev = _GM.grad_enabled
     _GM.grad_enabled = False
+    watch = _WATCH
+    was = watch.on, watch.warned
+    watch.on, watch.warned = True, False
     try:
-        with warnings.catch_warnings(record=True) as warned, tr:
-            warnings.simplefilter("always")
+        _watch_warnings()
+        with tr:
             res = op.vjp(c, *syms[:ngrads])
-        if warned:
-            return _NO_PLAN         # (the rule runs, and warns, at every call)
-        return _plan(tr, res, slot_of, len(vals), len(node.next_functions))
+        if watch.warned:
+            return None         # (the rule runs, and warns, at every call)
+        return tr, res, slot_of
     except Exception:
         tr.abort()
-        return _NO_PLAN
+        return None
     finally:
+        watch.on, watch.warned = was
         _GM.grad_enabled = prev
 
 
-def _plan(tr, res, slot_of, ninputs, nresults):
-    """The Plan of trace ``tr`` whose results are ``res`` (``slot_of``: the stand-ins' Vars and their slots)."""
+class _Watch(threading.local):
+    def __init__(self):
+        self.on = False         # this thread traces a rule
+        self.warned = False     # ... and a warning was given in this thread meanwhile
+
+
+_WATCH = _Watch()
+
+
+class _TracingThread:
+    """The ``module`` pattern of the warnings filter ``_WARNED``: matches in a thread that traces a rule (and notes
+    that the rule warned there), in no other."""
+
+    __slots__ = ()
+
+    def match(self, module):
+        w = _WATCH
+        if w.on:
+            w.warned = True
+            return True
+        return False
+
+
+# First among the process's warnings filters while a rule is traced: a warning the tracing thread gives is noted and
+# not shown (the rule then runs, and warns, at every call); one from another thread passes it by to the filters the
+# user set.  (warnings.catch_warnings would swap the process's filters and showwarning for the trace's length: it
+# took, or swallowed, other threads' warnings, and an overlapping window in another thread, Numba's compiles in the
+# eager kernel build thread, could restore them after the trace.)  A warning the registry has already shown under
+# the user's filters is not seen: the rule would not show it again either.
+_WARNED = ("ignore", None, Warning, _TracingThread(), 0)
+
+
+def _watch_warnings():
+    filters = warnings.filters
+    if not filters or filters[0] is not _WARNED:
+        try:
+            filters.remove(_WARNED)
+        except ValueError:
+            pass
+        filters.insert(0, _WARNED)
+
+
+def _same_steps(concrete, symbolic, nums, syms) -> bool:
+    """Whether two traces of a rule (on the saved numbers ``nums`` and on the symbols ``syms``) are the same steps,
+    each symbol where its number is: then the symbolic trace is the rule's for every value of the numbers."""
+    tc, rc, slot_c = concrete
+    ts, rs, slot_s = symbolic
+    if len(tc.eqns) != len(ts.eqns) or len(rc) != len(rs):
+        return False
+    by_slot = {i: v for v, i in slot_c.items()}
+    var = {v: by_slot[i] for v, i in slot_s.items()}       # symbolic trace's Var -> the concrete trace's
+    sym_at = {id(s): i for i, s in enumerate(syms)}
+    for ec, es in zip(tc.eqns, ts.eqns):
+        if ec.op is not es.op or len(ec.ins) != len(es.ins) or len(ec.outs) != len(es.outs):
+            return False
+        try:
+            if ec.params != es.params:
+                return False
+        except Exception:           # (a symbol in a param decides, and raises; arrays compare elementwise)
+            return False
+        for a, b in zip(ec.ins, es.ins):
+            if type(b) is Var:
+                if var.get(b) is not a:
+                    return False
+            elif type(a) is not Lit or not a.aval == b.aval:
+                return False
+            elif type(b.value) is SymFloat:
+                i = sym_at.get(id(b.value))
+                if i is None or type(a.value) is not float or _bits(a.value) != _bits(nums[i]):
+                    return False        # (a number computed from a symbol: the plan would need its expression)
+            elif not _same_value(a.value, b.value):
+                return False
+        var.update(zip(es.outs, ec.outs))
+    for a, b in zip(rc, rs):
+        if a is None or b is None:
+            if a is not b:
+                return False
+        elif type(a) is not Tensor or type(b) is not Tensor:
+            return False
+        elif type(b._data) is Var:
+            if var.get(b._data) is not a._data:
+                return False
+        elif not _same_value(a._data, b._data):
+            return False
+    return True
+
+
+def _same_value(a, b) -> bool:
+    if type(a) is not type(b):
+        return False
+    if type(a) is np.ndarray:
+        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    if type(a) is float:
+        return _bits(a) == _bits(b)
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+def _plan(tr, res, slot_of, ninputs, nresults, number_slot=None):
+    """The Plan of trace ``tr`` whose results are ``res`` (``slot_of``: the stand-ins' Vars and their slots;
+    ``number_slot``: id of each saved number's symbol -> its slot among the inputs), or _NO_PLAN."""
+    try:
+        return _build(tr, res, slot_of, ninputs, nresults, number_slot)
+    except Exception:
+        return _NO_PLAN
+
+
+def _build(tr, res, slot_of, ninputs, nresults, number_slot):
     if type(res) not in (tuple, list) or len(res) != nresults:
         return _NO_PLAN
     consts = []
@@ -277,14 +477,27 @@ def _plan(tr, res, slot_of, ninputs, nresults):
         live.add(i)
         stack.extend(a for a in tr.eqns[i].ins if type(a) is Var)
     slot = dict(slot_of)
-    ref = []                    # per step: (eqn, its arguments: a Var, or ("c", constant number))
+    ref = []        # per step: (eqn, its arguments: a Var, ("c", constant number) or ("n", a saved number's slot))
     for i, e in enumerate(tr.eqns):
         if i in live:
-            ref.append((e, [a if type(a) is Var else const(a.value) for a in e.ins]))
+            args = []
+            for a in e.ins:
+                if type(a) is Var:
+                    args.append(a)
+                elif type(a.value) is SymFloat:
+                    k = number_slot.get(id(a.value)) if number_slot else None
+                    if k is None:
+                        return _NO_PLAN     # (a number computed from a saved one)
+                    args.append(("n", k))
+                else:
+                    args.append(const(a.value))
+            ref.append((e, args))
             slot[e.outs[0]] = None      # (numbered below, once the constants are)
 
     def resolve(a):
-        return ninputs + a[1] if type(a) is tuple else a
+        if type(a) is not tuple:
+            return a
+        return ninputs + a[1] if a[0] == "c" else a[1]
 
     steps, where = [], []
     n = ninputs + len(consts)
@@ -325,4 +538,5 @@ def _plan(tr, res, slot_of, ninputs, nresults):
         if r in from_const:
             fresh.append(j)
     first = ninputs + len(consts)
-    return Plan(tuple(steps), consts + [None] * (n - first + 1), first, results, tuple(fresh), tuple(where))
+    return Plan(tuple(steps), consts + [None] * (n - first + 1), first, results, tuple(fresh), tuple(where),
+                bool(number_slot))
