@@ -17,7 +17,8 @@ from .node import AccumulateGrad, zeros_for
 from .saved_output import vjp_through_outputs
 from .dispatch import OpNode
 from .graph_hooks import GradientEdge, RUNNING as _RUNNING, root_edge
-from .grad_accumulation import accumulate as _accumulate, retain as _retain
+from .grad_accumulation import accumulate as _accumulate, accumulate_array as _accumulate_array, \
+    retain as _retain
 from . import pullback_plans as _plans
 from .tensor import Tensor
 from ..tracer import STATE as _TR
@@ -25,6 +26,7 @@ from ..tracer import STATE as _TR
 _AN = anomaly.STATE
 _wrap = Tensor._make
 _np_add = np.add
+_ndarray = np.ndarray
 _SH = saved_hooks.STATE
 _PROF = profiler_state.STATE
 _FWD = forward_state.STATE
@@ -254,6 +256,25 @@ def _edge_shape(t):
     return t.node.out_meta[t.output_nr][0] if type(t) is GradientEdge else t.shape
 
 
+def _as_tensors(grads):
+    """``grads`` (a list) with its gradient arrays wrapped as Tensors, in place: what hooks, captures, retained
+    gradients and vjp rules on tensors see (a first-order backward carries plain arrays between pullbacks)."""
+    for i, g in enumerate(grads):
+        if type(g) is _ndarray:
+            grads[i] = _wrap(g)
+    return grads
+
+
+def _sum(old, g):
+    """Two gradients of one output summed: on their arrays where both are NumPy arrays of one dtype and shape
+    (add's impl: no bind, no node), else as tensors."""
+    od = old if type(old) is _ndarray else old._data
+    gd = g if type(g) is _ndarray else g._data
+    if type(od) is _ndarray and type(gd) is _ndarray and od.dtype == gd.dtype and od.shape == gd.shape:
+        return np.asarray(_np_add(od, gd))      # (0-d arrays add to a NumPy scalar)
+    return (_wrap(old) if type(old) is _ndarray else old) + (_wrap(g) if type(g) is _ndarray else g)
+
+
 def _run_tensor_hooks(hooks, g):
     for fn in list(hooks.values()):
         r = fn(g)
@@ -413,17 +434,30 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
             grads = buffers.pop(node, None)
             if grads is None:       # no gradient reached it (undefined): one None per output
                 grads = [None] * (len(getattr(node, "out_meta", None) or ()) or 1)
-            # hooks registered on the tensors this node produced; retain_grad
+            # hooks registered on the tensors this node produced; retain_grad (they see tensors)
             if node.tensor_hooks:
+                if sum_arrays:
+                    _as_tensors(grads)
                 for nr, hooks in node.tensor_hooks.items():
                     if hooks:           # a sibling output with no gradient gets its hooks called with None (torch)
                         grads[nr] = _run_tensor_hooks(hooks, grads[nr])
             if node.retain_grad_refs:
+                if sum_arrays:
+                    _as_tensors(grads)
                 _retain(node, grads, create_graph)
             if type(node) is acc_type:
                 var = node.variable
                 g = grads[0]
                 grads = None        # g's one reference here: accumulate takes over a buffer nothing else holds
+                if type(g) is _ndarray:
+                    if accumulate and not var._hooks and not node._pre_hooks and not node._hooks \
+                            and _PROF.active is None and not (capturing and node in cap_nodes):
+                        _accumulate_array(var, g)       # the gradient array into .grad: no Tensor in between
+                        g = None
+                        if node.post_hooks:
+                            _run_post_accumulate_hooks(node, var)
+                        continue
+                    g = _wrap(g)
                 if g is not None and var._hooks:
                     g = _run_tensor_hooks(var._hooks, g)
                 if capturing and node in cap_nodes:
@@ -451,6 +485,8 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                             fn((), gout)
                 continue
             if capturing and node in cap_nodes:
+                if sum_arrays:
+                    _as_tensors(grads)
                 for nr in range(len(grads)):
                     for k in captures.get((node, nr), ()):
                         captured[k] = grads[nr]
@@ -458,7 +494,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                 if capture_hooks and node._pre_hooks and capturing and node in cap_nodes:
                     # backward(inputs=non-leaf): the node's pre hooks run after the capture, which they do not
                     # change (torch); grad() runs only the tensor hooks
-                    _run_pre_hooks(node, tuple(grads))
+                    _run_pre_hooks(node, tuple(_as_tensors(grads) if sum_arrays else grads))
                 continue
             if grads[0] is None and type(node) is node_type and (len(grads) == 1 or all(g is None for g in grads)):
                 # no gradient reached this op's node (a custom backward returned None): its inputs get none
@@ -473,16 +509,21 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                 node.check_saved()
                 in_grads = None
                 if sum_arrays and _FWD.active is None:
-                    # the rule on arrays (first order: no graph to build, no tangents to carry, pullback_plans.py),
-                    # its results wrapped as binds wrap theirs
-                    arrays = _plans.pullback(node, [grads[0]._data] if len(grads) == 1 else
-                                             [None if g is None else g._data for g in grads])
-                    if arrays is not None:
-                        in_grads = []
-                        for a in arrays:
-                            in_grads.append(None if a is None else _wrap(a))
-                        arrays = a = None
+                    # the rule on arrays (first order: no graph to build, no tangents to carry, pullback_plans.py);
+                    # its result arrays go to the children's buffers as they are (wrapped only where a tensor is
+                    # seen: hooks, captures, retained or accumulated gradients, a rule run on tensors)
+                    if len(grads) == 1:
+                        g = grads[0]
+                        gs = [g if type(g) is _ndarray else g._data]
+                    else:
+                        gs = []
+                        for g in grads:
+                            gs.append(g if g is None or type(g) is _ndarray else g._data)
+                    in_grads = _plans.pullback(node, gs)
+                    gs = g = None
                 if in_grads is None:
+                    if sum_arrays:
+                        _as_tensors(grads)
                     if create_graph and node.op.saves_out:      # the saved outputs carry this node's history
                         in_grads = vjp_through_outputs(node, grads)
                     else:
@@ -491,7 +532,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                     raise RuntimeError(f"function {node.name()} returned an incorrect number of gradients "
                                        f"(expected {len(node.next_functions)}, got {len(in_grads)})")
             else:
-                in_grads = _apply_node(node, grads, create_graph)
+                in_grads = _apply_node(node, _as_tensors(grads) if sum_arrays else grads, create_graph)
             if not retain_graph:
                 node.release()
             for (child, nr), g in zip(node.next_functions, in_grads):
@@ -509,13 +550,15 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                         old = buf[nr]
                         if old is None:
                             buf[nr] = g
-                        elif sum_arrays and type(old) is Tensor and type(g) is Tensor \
-                                and type(od := old._data) is np.ndarray and type(gd := g._data) is np.ndarray \
-                                and od.dtype == gd.dtype and od.shape == gd.shape:
-                            buf[nr] = _wrap(_np_add(od, gd))     # add's impl on the arrays: no bind, no node
+                        elif sum_arrays and type(old) is _ndarray and type(g) is _ndarray \
+                                and old.dtype == g.dtype and old.shape == g.shape:
+                            old = _np_add(old, g)       # add's impl on the arrays: no bind, no node
+                            buf[nr] = old if type(old) is _ndarray else np.asarray(old)    # (0-d: a scalar)
+                        elif sum_arrays:
+                            buf[nr] = _sum(old, g)
                         else:
                             buf[nr] = old + g
-                        old = od = gd = None
+                        old = None
                 if d == 1:
                     heappush(ready, (-child.seq, child))
                 deps[child] = d - 1
