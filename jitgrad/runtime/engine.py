@@ -506,7 +506,8 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                     for i, g in enumerate(grads):
                         if g is None and node.out_meta[i][1] is not None:
                             grads[i] = zeros_for(node.out_meta[i])
-                node.check_saved()
+                if node.versions or node.out_versions or node._freed or node.packed is not None:
+                    node.check_saved()      # (a node that saved nothing has nothing to check)
                 in_grads = None
                 if sum_arrays and _FWD.active is None:
                     # the rule on arrays (first order: no graph to build, no tangents to carry, pullback_plans.py);
@@ -534,7 +535,11 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
             else:
                 in_grads = _apply_node(node, _as_tensors(grads) if sum_arrays else grads, create_graph)
             if not retain_graph:
-                node.release()
+                if type(node) is node_type:     # Node.release inlined (an op's node does not override it)
+                    node._freed = True
+                    node.inputs = node.outputs = node.packed = None
+                else:
+                    node.release()
             for (child, nr), g in zip(node.next_functions, in_grads):
                 if child is None:
                     continue
