@@ -362,3 +362,18 @@ def test_gradients_that_meet_on_zero_dim_arrays_sum_to_an_array():
     w = jg.tensor(2.0, requires_grad=True)
     (w * x + x * x).backward()
     assert type(x.grad._data) is np.ndarray and float(x.grad) == 2.0 + 3.0
+
+
+def test_gradients_summed_in_place_only_into_arrays_nothing_else_holds():
+    """Gradients that meet add into the first one's array only where the engine alone holds it: add's pullback
+    hands one array to both its inputs (x * 2 and x * 3 here), so a later gradient for one of them must not be
+    added into the other's (the engine checks its array's references: 4 there, not 3)."""
+    x = jg.tensor(np.arange(1.0, 7.0).reshape(2, 3), requires_grad=True)
+    b = x * 3
+    a = x * 2
+    e = a * 5           # made first, so its pullback runs after (a + b)'s: a's buffer holds add's array then
+    seen = []
+    b.register_hook(lambda g: seen.append(g.numpy().copy()))
+    ((a + b) * 1.0 + e).sum().backward()     # (* 1.0: add gets a fresh array, not sum's broadcast view)
+    np.testing.assert_array_equal(seen[0], np.ones((2, 3)))
+    np.testing.assert_array_equal(x.grad.numpy(), np.full((2, 3), 2.0 * 6 + 3.0))

@@ -7,6 +7,7 @@ One pass: find the nodes that lead from the roots to what we want (leaf accumula
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
+import sys
 import threading
 import warnings
 
@@ -27,6 +28,7 @@ _AN = anomaly.STATE
 _wrap = Tensor._make
 _np_add = np.add
 _ndarray = np.ndarray
+_getrefcount = sys.getrefcount
 _SH = saved_hooks.STATE
 _PROF = profiler_state.STATE
 _FWD = forward_state.STATE
@@ -191,7 +193,6 @@ def _calculate_shape(output, grad, is_grads_batched):
 
 
 def _called_from_tensor_backward() -> bool:
-    import sys
     f = sys._getframe(2)
     return f.f_code.co_name == "backward" and f.f_globals.get("__name__") == "jitgrad.runtime.tensor_methods"
 
@@ -557,8 +558,14 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                             buf[nr] = g
                         elif sum_arrays and type(old) is _ndarray and type(g) is _ndarray \
                                 and old.dtype == g.dtype and old.shape == g.shape:
-                            old = _np_add(old, g)       # add's impl on the arrays: no bind, no node
-                            buf[nr] = old if type(old) is _ndarray else np.asarray(old)    # (0-d: a scalar)
+                            # add's impl on the arrays (no bind, no node); into the buffer's own array where
+                            # nothing else holds it (no tensor, view or other buffer: this list, old, the count's
+                            # argument), as torch's InputBuffer accumulates in place
+                            if old.base is None and _getrefcount(old) <= 3 and old.ndim and old.flags.writeable:
+                                _np_add(old, g, out=old)
+                            else:
+                                old = _np_add(old, g)
+                                buf[nr] = old if type(old) is _ndarray else np.asarray(old)    # (0-d: a scalar)
                         elif sum_arrays:
                             buf[nr] = _sum(old, g)
                         else:
