@@ -16,6 +16,7 @@ import numpy as np
 from . import anomaly, forward_state, grad_mode, profiler_state, saved_hooks
 from .node import AccumulateGrad, zeros_for
 from .saved_output import vjp_through_outputs
+from .root_grads import check_outputs, make_root_grads
 from .dispatch import OpNode
 from .graph_hooks import GradientEdge, RUNNING as _RUNNING, root_edge
 from .grad_accumulation import accumulate as _accumulate, accumulate_array as _accumulate_array, \
@@ -42,51 +43,6 @@ def _as_tuple(x):
     return tuple(x)
 
 
-def _make_root_grads(outputs, grad_outputs, create_graph):
-    grads = []
-    for i, (out, g) in enumerate(zip(outputs, grad_outputs)):
-        if type(out) is GradientEdge:       # backward(edge): the gradient flowing into that edge (torch)
-            meta = out.node.out_meta[out.output_nr] if getattr(out.node, "out_meta", None) else None
-            if g is None:
-                if meta is None or int(np.prod(meta[0])) != 1:
-                    raise RuntimeError("grad can be implicitly created only for scalar outputs")
-                g = zeros_for(meta) + 1
-            grads.append(g)
-            continue
-        if g is None:
-            if out._data.size != 1:
-                raise RuntimeError(f"grad can be implicitly created only for scalar outputs (output {i} has shape "
-                                   f"{list(out.shape)}); pass gradient= / grad_outputs= of that shape")
-            d = out._data
-            g = out._same_device(Tensor._make(np.array(1, d.dtype) if d.ndim == 0 else np.ones(d.shape, d.dtype)))
-        else:
-            if not isinstance(g, Tensor):
-                g = Tensor._make(np.asarray(g, dtype=out._data.dtype))
-            if g.shape != out.shape:
-                raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {g.shape} and "
-                                   f"output[{i}] has a shape of {out.shape}.")     # Size: torch's text
-            if g.is_floating_point() != out.is_floating_point():
-                raise RuntimeError(f"For complex Tensors, both grad_output and output are required to have the same "
-                                   f"dtype. Mismatch in dtype: grad_output[{i}] has a dtype of {g.dtype.name} and "
-                                   f"output[{i}] has a dtype of {out.dtype.name}.")
-            if not create_graph and g.requires_grad:
-                g = g.detach()
-            if g.dtype is not out.dtype and g.is_floating_point():
-                g = g.to(out.dtype)     # torch casts a gradient to the dtype of the tensor it is for
-        grads.append(g)
-    return grads
-
-
-def _check_outputs(outputs):
-    for i, t in enumerate(outputs):
-        if type(t) is GradientEdge:
-            continue
-        if not isinstance(t, Tensor):
-            raise TypeError(f"element {i} of tensors is not a Tensor (got {type(t).__name__})")
-        if not t.requires_grad:
-            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
-
-
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, grad_variables=None, inputs=None):
     """Compute the sum of gradients of ``tensors`` w.r.t. graph leaves and accumulate them into ``.grad``.
 
@@ -109,10 +65,10 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     grad_tensors = _as_tuple(grad_tensors) or (None,) * len(tensors)
     if len(grad_tensors) != len(tensors):
         raise RuntimeError(f"grad_tensors has {len(grad_tensors)} entries but tensors has {len(tensors)}")
-    _check_outputs(tensors)
+    check_outputs(tensors)
     if retain_graph is None:
         retain_graph = create_graph
-    roots = _make_root_grads(tensors, grad_tensors, create_graph)
+    roots = make_root_grads(tensors, grad_tensors, create_graph)
     if create_graph:
         warnings.warn("Using backward() with create_graph=True will create a reference cycle between the parameter "
                       "and its gradient which can cause a memory leak. We recommend using autograd.grad when "
@@ -227,13 +183,13 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     if len(grad_outputs) != len(outputs):
         raise RuntimeError(f"grad requires one grad_output per output (got {len(grad_outputs)} for "
                            f"{len(outputs)} outputs)")
-    _check_outputs(outputs)
+    check_outputs(outputs)
     for t in inputs:
         if type(t) is not GradientEdge and (not isinstance(t, Tensor) or not t.requires_grad):
             raise RuntimeError("One of the differentiated Tensors does not require grad")
     if retain_graph is None:
         retain_graph = create_graph
-    roots = _make_root_grads(outputs, grad_outputs, create_graph)
+    roots = make_root_grads(outputs, grad_outputs, create_graph)
     res = run(outputs, roots, retain_graph, create_graph, inputs, accumulate=False)
     out = []
     for i, (t, g) in enumerate(zip(inputs, res)):
