@@ -7,6 +7,7 @@ One pass: find the nodes that lead from the roots to what we want (leaf accumula
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
+import sys
 import threading
 import warnings
 
@@ -15,9 +16,11 @@ import numpy as np
 from . import anomaly, forward_state, grad_mode, profiler_state, saved_hooks
 from .node import AccumulateGrad, zeros_for
 from .saved_output import vjp_through_outputs
+from .root_grads import check_outputs, make_root_grads
 from .dispatch import OpNode
 from .graph_hooks import GradientEdge, RUNNING as _RUNNING, root_edge
-from .grad_accumulation import accumulate as _accumulate, retain as _retain
+from .grad_accumulation import accumulate as _accumulate, accumulate_array as _accumulate_array, \
+    retain as _retain
 from . import pullback_plans as _plans
 from .tensor import Tensor
 from ..tracer import STATE as _TR
@@ -25,6 +28,8 @@ from ..tracer import STATE as _TR
 _AN = anomaly.STATE
 _wrap = Tensor._make
 _np_add = np.add
+_ndarray = np.ndarray
+_getrefcount = sys.getrefcount
 _SH = saved_hooks.STATE
 _PROF = profiler_state.STATE
 _FWD = forward_state.STATE
@@ -36,51 +41,6 @@ def _as_tuple(x):
     if isinstance(x, Tensor) or type(x) is GradientEdge:
         return (x,)
     return tuple(x)
-
-
-def _make_root_grads(outputs, grad_outputs, create_graph):
-    grads = []
-    for i, (out, g) in enumerate(zip(outputs, grad_outputs)):
-        if type(out) is GradientEdge:       # backward(edge): the gradient flowing into that edge (torch)
-            meta = out.node.out_meta[out.output_nr] if getattr(out.node, "out_meta", None) else None
-            if g is None:
-                if meta is None or int(np.prod(meta[0])) != 1:
-                    raise RuntimeError("grad can be implicitly created only for scalar outputs")
-                g = zeros_for(meta) + 1
-            grads.append(g)
-            continue
-        if g is None:
-            if out._data.size != 1:
-                raise RuntimeError(f"grad can be implicitly created only for scalar outputs (output {i} has shape "
-                                   f"{list(out.shape)}); pass gradient= / grad_outputs= of that shape")
-            d = out._data
-            g = out._same_device(Tensor._make(np.array(1, d.dtype) if d.ndim == 0 else np.ones(d.shape, d.dtype)))
-        else:
-            if not isinstance(g, Tensor):
-                g = Tensor._make(np.asarray(g, dtype=out._data.dtype))
-            if g.shape != out.shape:
-                raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {g.shape} and "
-                                   f"output[{i}] has a shape of {out.shape}.")     # Size: torch's text
-            if g.is_floating_point() != out.is_floating_point():
-                raise RuntimeError(f"For complex Tensors, both grad_output and output are required to have the same "
-                                   f"dtype. Mismatch in dtype: grad_output[{i}] has a dtype of {g.dtype.name} and "
-                                   f"output[{i}] has a dtype of {out.dtype.name}.")
-            if not create_graph and g.requires_grad:
-                g = g.detach()
-            if g.dtype is not out.dtype and g.is_floating_point():
-                g = g.to(out.dtype)     # torch casts a gradient to the dtype of the tensor it is for
-        grads.append(g)
-    return grads
-
-
-def _check_outputs(outputs):
-    for i, t in enumerate(outputs):
-        if type(t) is GradientEdge:
-            continue
-        if not isinstance(t, Tensor):
-            raise TypeError(f"element {i} of tensors is not a Tensor (got {type(t).__name__})")
-        if not t.requires_grad:
-            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, grad_variables=None, inputs=None):
@@ -105,10 +65,10 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     grad_tensors = _as_tuple(grad_tensors) or (None,) * len(tensors)
     if len(grad_tensors) != len(tensors):
         raise RuntimeError(f"grad_tensors has {len(grad_tensors)} entries but tensors has {len(tensors)}")
-    _check_outputs(tensors)
+    check_outputs(tensors)
     if retain_graph is None:
         retain_graph = create_graph
-    roots = _make_root_grads(tensors, grad_tensors, create_graph)
+    roots = make_root_grads(tensors, grad_tensors, create_graph)
     if create_graph:
         warnings.warn("Using backward() with create_graph=True will create a reference cycle between the parameter "
                       "and its gradient which can cause a memory leak. We recommend using autograd.grad when "
@@ -189,7 +149,6 @@ def _calculate_shape(output, grad, is_grads_batched):
 
 
 def _called_from_tensor_backward() -> bool:
-    import sys
     f = sys._getframe(2)
     return f.f_code.co_name == "backward" and f.f_globals.get("__name__") == "jitgrad.runtime.tensor_methods"
 
@@ -224,13 +183,13 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     if len(grad_outputs) != len(outputs):
         raise RuntimeError(f"grad requires one grad_output per output (got {len(grad_outputs)} for "
                            f"{len(outputs)} outputs)")
-    _check_outputs(outputs)
+    check_outputs(outputs)
     for t in inputs:
         if type(t) is not GradientEdge and (not isinstance(t, Tensor) or not t.requires_grad):
             raise RuntimeError("One of the differentiated Tensors does not require grad")
     if retain_graph is None:
         retain_graph = create_graph
-    roots = _make_root_grads(outputs, grad_outputs, create_graph)
+    roots = make_root_grads(outputs, grad_outputs, create_graph)
     res = run(outputs, roots, retain_graph, create_graph, inputs, accumulate=False)
     out = []
     for i, (t, g) in enumerate(zip(inputs, res)):
@@ -252,6 +211,25 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
 
 def _edge_shape(t):
     return t.node.out_meta[t.output_nr][0] if type(t) is GradientEdge else t.shape
+
+
+def _as_tensors(grads):
+    """``grads`` (a list) with its gradient arrays wrapped as Tensors, in place: what hooks, captures, retained
+    gradients and vjp rules on tensors see (a first-order backward carries plain arrays between pullbacks)."""
+    for i, g in enumerate(grads):
+        if type(g) is _ndarray:
+            grads[i] = _wrap(g)
+    return grads
+
+
+def _sum(old, g):
+    """Two gradients of one output summed: on their arrays where both are NumPy arrays of one dtype and shape
+    (add's impl: no bind, no node), else as tensors."""
+    od = old if type(old) is _ndarray else old._data
+    gd = g if type(g) is _ndarray else g._data
+    if type(od) is _ndarray and type(gd) is _ndarray and od.dtype == gd.dtype and od.shape == gd.shape:
+        return np.asarray(_np_add(od, gd))      # (0-d arrays add to a NumPy scalar)
+    return (_wrap(old) if type(old) is _ndarray else old) + (_wrap(g) if type(g) is _ndarray else g)
 
 
 def _run_tensor_hooks(hooks, g):
@@ -413,17 +391,30 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
             grads = buffers.pop(node, None)
             if grads is None:       # no gradient reached it (undefined): one None per output
                 grads = [None] * (len(getattr(node, "out_meta", None) or ()) or 1)
-            # hooks registered on the tensors this node produced; retain_grad
+            # hooks registered on the tensors this node produced; retain_grad (they see tensors)
             if node.tensor_hooks:
+                if sum_arrays:
+                    _as_tensors(grads)
                 for nr, hooks in node.tensor_hooks.items():
                     if hooks:           # a sibling output with no gradient gets its hooks called with None (torch)
                         grads[nr] = _run_tensor_hooks(hooks, grads[nr])
             if node.retain_grad_refs:
+                if sum_arrays:
+                    _as_tensors(grads)
                 _retain(node, grads, create_graph)
             if type(node) is acc_type:
                 var = node.variable
                 g = grads[0]
                 grads = None        # g's one reference here: accumulate takes over a buffer nothing else holds
+                if type(g) is _ndarray:
+                    if accumulate and not var._hooks and not node._pre_hooks and not node._hooks \
+                            and _PROF.active is None and not (capturing and node in cap_nodes):
+                        _accumulate_array(var, g)       # the gradient array into .grad: no Tensor in between
+                        g = None
+                        if node.post_hooks:
+                            _run_post_accumulate_hooks(node, var)
+                        continue
+                    g = _wrap(g)
                 if g is not None and var._hooks:
                     g = _run_tensor_hooks(var._hooks, g)
                 if capturing and node in cap_nodes:
@@ -451,6 +442,8 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                             fn((), gout)
                 continue
             if capturing and node in cap_nodes:
+                if sum_arrays:
+                    _as_tensors(grads)
                 for nr in range(len(grads)):
                     for k in captures.get((node, nr), ()):
                         captured[k] = grads[nr]
@@ -458,7 +451,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                 if capture_hooks and node._pre_hooks and capturing and node in cap_nodes:
                     # backward(inputs=non-leaf): the node's pre hooks run after the capture, which they do not
                     # change (torch); grad() runs only the tensor hooks
-                    _run_pre_hooks(node, tuple(grads))
+                    _run_pre_hooks(node, tuple(_as_tensors(grads) if sum_arrays else grads))
                 continue
             if grads[0] is None and type(node) is node_type and (len(grads) == 1 or all(g is None for g in grads)):
                 # no gradient reached this op's node (a custom backward returned None): its inputs get none
@@ -470,19 +463,25 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                     for i, g in enumerate(grads):
                         if g is None and node.out_meta[i][1] is not None:
                             grads[i] = zeros_for(node.out_meta[i])
-                node.check_saved()
+                if node.versions or node.out_versions or node._freed or node.packed is not None:
+                    node.check_saved()      # (a node that saved nothing has nothing to check)
                 in_grads = None
                 if sum_arrays and _FWD.active is None:
-                    # the rule on arrays (first order: no graph to build, no tangents to carry, pullback_plans.py),
-                    # its results wrapped as binds wrap theirs
-                    arrays = _plans.pullback(node, [grads[0]._data] if len(grads) == 1 else
-                                             [None if g is None else g._data for g in grads])
-                    if arrays is not None:
-                        in_grads = []
-                        for a in arrays:
-                            in_grads.append(None if a is None else _wrap(a))
-                        arrays = a = None
+                    # the rule on arrays (first order: no graph to build, no tangents to carry, pullback_plans.py);
+                    # its result arrays go to the children's buffers as they are (wrapped only where a tensor is
+                    # seen: hooks, captures, retained or accumulated gradients, a rule run on tensors)
+                    if len(grads) == 1:
+                        g = grads[0]
+                        gs = [g if type(g) is _ndarray else g._data]
+                    else:
+                        gs = []
+                        for g in grads:
+                            gs.append(g if g is None or type(g) is _ndarray else g._data)
+                    in_grads = _plans.pullback(node, gs)
+                    gs = g = None
                 if in_grads is None:
+                    if sum_arrays:
+                        _as_tensors(grads)
                     if create_graph and node.op.saves_out:      # the saved outputs carry this node's history
                         in_grads = vjp_through_outputs(node, grads)
                     else:
@@ -491,9 +490,13 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                     raise RuntimeError(f"function {node.name()} returned an incorrect number of gradients "
                                        f"(expected {len(node.next_functions)}, got {len(in_grads)})")
             else:
-                in_grads = _apply_node(node, grads, create_graph)
+                in_grads = _apply_node(node, _as_tensors(grads) if sum_arrays else grads, create_graph)
             if not retain_graph:
-                node.release()
+                if type(node) is node_type:     # Node.release inlined (an op's node does not override it)
+                    node._freed = True
+                    node.inputs = node.outputs = node.packed = None
+                else:
+                    node.release()
             for (child, nr), g in zip(node.next_functions, in_grads):
                 if child is None:
                     continue
@@ -509,13 +512,21 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                         old = buf[nr]
                         if old is None:
                             buf[nr] = g
-                        elif sum_arrays and type(old) is Tensor and type(g) is Tensor \
-                                and type(od := old._data) is np.ndarray and type(gd := g._data) is np.ndarray \
-                                and od.dtype == gd.dtype and od.shape == gd.shape:
-                            buf[nr] = _wrap(_np_add(od, gd))     # add's impl on the arrays: no bind, no node
+                        elif sum_arrays and type(old) is _ndarray and type(g) is _ndarray \
+                                and old.dtype == g.dtype and old.shape == g.shape:
+                            # add's impl on the arrays (no bind, no node); into the buffer's own array where
+                            # nothing else holds it (no tensor, view or other buffer: this list, old, the count's
+                            # argument), as torch's InputBuffer accumulates in place
+                            if old.base is None and _getrefcount(old) <= 3 and old.ndim and old.flags.writeable:
+                                _np_add(old, g, out=old)
+                            else:
+                                old = _np_add(old, g)
+                                buf[nr] = old if type(old) is _ndarray else np.asarray(old)    # (0-d: a scalar)
+                        elif sum_arrays:
+                            buf[nr] = _sum(old, g)
                         else:
                             buf[nr] = old + g
-                        old = od = gd = None
+                        old = None
                 if d == 1:
                     heappush(ready, (-child.seq, child))
                 deps[child] = d - 1

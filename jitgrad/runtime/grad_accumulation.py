@@ -77,9 +77,33 @@ def accumulate(t: Tensor, g: Tensor, create_graph: bool):
         old._vc[0] += 1
 
 
+def accumulate_array(t: Tensor, gd: np.ndarray) -> None:
+    """``accumulate(t, Tensor(gd), False)`` for a gradient array of a first-order backward (the engine carries
+    arrays between pullbacks): the first write takes the array over when nothing else holds it, later ones add in
+    place; anything else as ``accumulate``."""
+    ld = t._data
+    if _TR.active is None and gd.dtype == ld.dtype:
+        old = t._grad
+        if old is None:
+            if _getrefcount(gd) <= _ENGINE_ARRAY_REFS and gd.base is None and gd.flags.writeable \
+                    and gd.flags.c_contiguous and ld.flags.c_contiguous and gd.shape == ld.shape:
+                t._grad = Tensor._make(gd)      # (as ``accumulate``: torch steals an unshared gradient)
+                return
+            t._grad = Tensor._make(gd.copy() if ld.flags.c_contiguous else grad_buffer(gd, ld))
+            return
+        if type(old._data) is np.ndarray and not old.requires_grad:
+            np.add(old._data, gd, out=old._data, casting="unsafe")
+            old._vc[0] += 1
+            return
+    accumulate(t, Tensor._make(gd), False)
+
+
 # the references to a gradient that ``accumulate`` sees when only the engine holds it: the engine's local, the
 # parameter, getrefcount's argument (engine.run drops its other references before it calls accumulate)
 _ENGINE_REFS = 3
+# the references to a gradient array that ``accumulate_array`` sees when only the engine holds it: the engine's
+# local, the parameter, getrefcount's argument
+_ENGINE_ARRAY_REFS = 3
 _getrefcount = sys.getrefcount
 
 
@@ -114,4 +138,4 @@ def retain(node, grads, create_graph):
                 t._grad = t._grad + (g if create_graph else g.detach())
 
 
-__all__ = ["accumulate", "retain", "grad_buffer", "fresh_copy"]
+__all__ = ["accumulate", "accumulate_array", "retain", "grad_buffer", "fresh_copy"]
