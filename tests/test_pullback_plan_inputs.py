@@ -174,3 +174,25 @@ def test_a_warnings_window_of_another_thread_across_a_trace_leaves_the_warnings_
         with pytest.warns(UserWarning, match="this thread's later warning"):
             warnings.warn("this thread's later warning")
     assert type(_plans_of("exp")[0]) is pullback_plans.Plan
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, v: x.clamp(min=v),
+    lambda x, v: x.clamp(-2.0, v + 1.5),
+], ids=["min", "min_max"])
+def test_params_that_change_every_step_are_bounded(fn):
+    """An op's params are part of its signature by value (clamp's bound, a slope): a value per step plans the rule
+    for at most NUMBER_VALUES_MAX values, then runs it on tensors and traces nothing more; every value's gradient
+    is the rule's bits."""
+    pullback_plans._PLANS.clear()
+    x = jg.tensor(np.linspace(-1.5, 1.5, 12).reshape(3, 4), requires_grad=True)
+    g = jg.tensor(np.random.default_rng(2).standard_normal((3, 4)))
+    cap = pullback_plans.NUMBER_VALUES_MAX
+    op = fn(x, 0.5).grad_fn.op
+    counts = []
+    for i in range(3 * cap):
+        before = pullback_plans.COUNTS["traces"]
+        _same_bits(lambda x: fn(x, -1.0 + 0.01 * i), x, g)
+        counts.append(pullback_plans.COUNTS["traces"] - before)
+    assert all(counts[:cap]) and not any(counts[cap:]), counts
+    assert len(_plans_of(op.name)) == cap

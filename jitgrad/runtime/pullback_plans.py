@@ -19,7 +19,8 @@ reads it, ``if beta == 0`` or ``float(beta)``, raises) and is an input of the pl
 The rule is traced a second time on the number itself, and the two traces must be the same steps with the number
 where the symbol is (a rule that tells numbers from tensors by type, div's Python-number numerator, takes another
 branch on a symbol).  A rule that reads its numbers, or saves ints or bools, is planned per value instead, for at most
-``NUMBER_VALUES_MAX`` values of one signature; later values run the rule on tensors.
+``NUMBER_VALUES_MAX`` values of one signature; later values run the rule on tensors.  An op's params (clamp's bounds)
+are keyed by value too, and bounded alike.
 
 A rule the plan cannot hold falls back to the rule itself, for that signature: one that reads a value (the tracer
 refuses: ``TracedValueError``), meets a tensor from outside its context, warns, binds a multi-output op or fails in
@@ -50,9 +51,24 @@ from .tensor import Tensor
 _FROM_NP = dt._FROM_NP
 _GM = grad_mode.STATE
 _NO_PLAN = object()
-# signature -> its plan, _NO_PLAN (the rule runs) or, where saved numbers are planned per value, a _Values
-_PLANS: dict = {}
 NUMBER_VALUES_MAX = 32      # values of the saved numbers planned per signature, where a plan must hold them
+
+
+class _Plans(dict):
+    """Signature -> its plan, _NO_PLAN (the rule runs) or, where saved numbers are planned per value, a _Values;
+    ``param_values``: a signature less its params -> how many params' values have a plan (at most
+    NUMBER_VALUES_MAX: clamp's bounds on a schedule would trace without end), cleared with the plans."""
+
+    def __init__(self):
+        super().__init__()
+        self.param_values = {}
+
+    def clear(self):
+        super().clear()
+        self.param_values.clear()
+
+
+_PLANS = _Plans()
 COUNTS = {"traces": 0}
 _ERRORS = (ValueError, TypeError, IndexError, FloatingPointError, OverflowError)
 _FILL_MIN = 4096        # elements from which a constant of one value is made per call, not kept
@@ -145,6 +161,12 @@ def pullback(node, gs):
     if plan is None:
         if len(_PLANS) > 20000:
             _PLANS.clear()
+        if params:      # params keyed by value (clamp's bounds, a slope): bounded per signature as saved numbers are
+            base = key[:-1]
+            n = _PLANS.param_values.get(base, 0)
+            if n >= NUMBER_VALUES_MAX:
+                return None
+            _PLANS.param_values[base] = n + 1
         plan = _PLANS[key] = _first_plan(node, vals, ngrads, nums)
     if type(plan) is not Plan:
         if plan is _NO_PLAN:
