@@ -144,10 +144,8 @@ def test_kernels_numba_must_build_go_to_build_processes(tmp_path):
 
 # run twice: PHASE=exit exits in the middle of the background build, PHASE=warm builds before its first call (the
 # step's lines are the same in both runs: the entry's listing names them, and its key covers the listing)
-EXIT_SCRIPT = textwrap.dedent("""
-    import json, os, sys, threading
-    import numpy as np, jitgrad as jg
-    from jitgrad.codegen.native import build, graph_build
+# a one-layer SGD step (the scripts below share it)
+STEP = """
     W = jg.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), requires_grad=True)
 
     def step(x):
@@ -157,6 +155,12 @@ EXIT_SCRIPT = textwrap.dedent("""
             W.sub_(0.1 * W.grad)
             W.grad = None
         return loss.detach()
+"""
+EXIT_SCRIPT = textwrap.dedent("""
+    import json, os, sys, threading
+    import numpy as np, jitgrad as jg
+    from jitgrad.codegen.native import build, graph_build
+""" + STEP + """
     x = jg.tensor(np.ones((2, 4), np.float32))
     if os.environ["PHASE"] == "warm":
         f = jg.compile(step, backend="numba", background=False)
@@ -273,15 +277,7 @@ STUCK_SCRIPT = textwrap.dedent("""
     import json, os, threading
     import numpy as np, jitgrad as jg
     from jitgrad.codegen.native import build, build_thread
-    W = jg.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), requires_grad=True)
-
-    def step(x):
-        loss = (jg.tanh(x @ W) * 2).sum()
-        loss.backward()
-        with jg.no_grad():
-            W.sub_(0.1 * W.grad)
-            W.grad = None
-        return loss.detach()
+""" + STEP + """
     x = jg.tensor(np.arange(8, dtype=np.float32).reshape(2, 4) / 8)
     if os.environ["PHASE"] == "exit":
         stuck, never = threading.Event(), threading.Event()
