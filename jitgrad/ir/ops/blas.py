@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import eager_threads as _eager_split
 from .. import settings
-from .blas_library import LIBRARY, gemm_address, load, thread_control
+from .blas_library import LIBRARY, gemm_address, info, load, thread_control
 
 # below this many multiply-adds the f2py call costs more than NumPy's own matmul saves
 EAGER_MIN_MACS = 32 * 32 * 32
@@ -361,24 +361,59 @@ MIN_BLOCK_ROWS = 32             # rows a block has at least (a thinner one packs
 UNIT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 _UNITS: dict = {}               # (dtype, rows) -> unit, or None: no unit found
 _UNIT_LOCK = threading.Lock()
-_PROBES = ((75, 800, 40), (40, 200, 75))     # (m, k, n): edges in every direction, K past OpenBLAS's K block
+# (m, k, n): edges in every direction, K past OpenBLAS's K block, blocks of MIN_BLOCK_ROWS rows or columns over
+# SMALL_PATH_MACS (below), and 300 columns (float64 blocks of those differ on SkylakeX kernels from any start)
+_PROBES = ((75, 800, 100), (100, 400, 90), (110, 300, 300))
 STATS.update(gemm_split_calls=0, gemm_blocks=0, gemm_whole_one_thread=0)   # eager row splits (counted, for tests)
+# OpenBLAS computes a product of at most SMALL_PATH_MACS multiply-adds on its small-matrix kernels where the core
+# has them (its ``gemm_small_kernel_permit``: SkylakeX and later), which sum in another order than its blocked
+# path: a block at or under it has other bits than the same rows of the whole product.  So no block is cut at or
+# under it (a short last block joins the one before it: ``cut``), and the probes' blocks are over it.  Measured
+# 2026-11-30 on an AVX-512 host (SkylakeX kernels): float32 blocks over it reproduce the whole product from any
+# start, blocks under it nowhere; the old probes' blocks were all under it, so no row unit was found and B9's
+# eager GEMMs ran on OpenBLAS's own threads.  Other cores (Haswell...) have no such path: the rule is off there.
+SMALL_PATH_MACS = 100 ** 3
+_SMALL_PATH_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
+_SMALL_PATH: list = []
+
+
+def small_path_macs() -> int:
+    """``SMALL_PATH_MACS`` when SciPy's OpenBLAS runs a core with small-matrix kernels, else 0 (no block rule)."""
+    if not _SMALL_PATH:
+        core = str(info()["corename"] or "").lower()
+        _SMALL_PATH.append(SMALL_PATH_MACS if core in _SMALL_PATH_CORES else 0)
+    return _SMALL_PATH[0]
+
+
+def cut(total: int, height: int, per=None) -> list:
+    """Blocks ``[(s, e)]`` of ``total`` rows (or columns) ``height`` apart, the last one the rows left; ``per``:
+    the multiply-adds of one row, when the blocks must each be over ``small_path_macs()``: a last block at or under
+    it joins the one before."""
+    blocks = [(r, min(r + height, total)) for r in range(0, total, height)]
+    if per and len(blocks) > 1 and (blocks[-1][1] - blocks[-1][0]) * per <= small_path_macs():
+        blocks[-2:] = [(blocks[-2][0], total)]
+    return blocks
 
 
 def _probe(rows: bool, unit: int, products) -> bool:
-    """Whether blocks of ``unit`` rows (or columns) of each probe product give its one-call bits."""
+    """Whether blocks starting at multiples of ``unit`` rows (or columns), at least ``MIN_BLOCK_ROWS`` high and
+    each over ``SMALL_PATH_MACS`` as real splits cut them, give each probe product's one-call bits: two heights
+    (the least multiple of the unit, and one unit more), so the starts are not all multiples of a larger unit."""
     for a, b, full in products:
         m, n = full.shape
-        c = np.empty_like(full)
-        for s in range(0, m if rows else n, unit):
-            if rows:
-                _gemm_rows(a, b"N", a.shape[1], b, b"N", b.shape[1], c, s, min(s + unit, m))
-                same = c[s:s + unit].tobytes() == full[s:s + unit].tobytes()
-            else:
-                _gemm_rows(a, b"N", a.shape[1], b, b"N", b.shape[1], c, 0, m, s, min(s + unit, n))
-                same = c[:, s:s + unit].tobytes() == full[:, s:s + unit].tobytes()
-            if not same:
-                return False
+        k = a.shape[1]
+        low = least_height(unit, k * (n if rows else m))
+        for h in (low, low + unit):
+            c = np.empty_like(full)
+            for s, e in cut(m if rows else n, h, k * (n if rows else m)):
+                if rows:
+                    _gemm_rows(a, b"N", k, b, b"N", n, c, s, e)
+                    same = c[s:e].tobytes() == full[s:e].tobytes()
+                else:
+                    _gemm_rows(a, b"N", k, b, b"N", n, c, 0, m, s, e)
+                    same = c[:, s:e].tobytes() == full[:, s:e].tobytes()
+                if not same:
+                    return False
     return True
 
 
@@ -417,21 +452,29 @@ def _derive_unit(dtype, rows: bool):
         BlasPacer.use(before)
 
 
-def row_blocks(rows, dtype, parts: int):
+def row_blocks(rows, dtype, parts: int, per_row=None):
     """Blocks ``[(r0, r1)]`` of a big GEMM's ``rows`` rows for ``parts`` threads, each at least ``MIN_BLOCK_ROWS``
     rows and starting at a multiple of the row unit (the last one takes what is left; one block when ``parts`` is
     1), or None when the product is not split at all (no unit, or fewer rows than two blocks): then OpenBLAS
-    threads it itself.  Whether it is None depends on the shape and dtype only, never on ``parts``."""
+    threads it itself.  ``per_row``: the multiply-adds of one row (``n k``), when given every block is over
+    ``SMALL_PATH_MACS`` (``cut``).  Whether it is None depends on the shape and dtype only, never on ``parts``."""
     if type(rows) is not int or rows < 2 * MIN_BLOCK_ROWS:
         return None
     u = block_unit(dtype)
     if u is None:
         return None
-    low = -(-MIN_BLOCK_ROWS // u) * u
+    low = least_height(u, per_row)
     if rows < 2 * low:
         return None
     h = max(low, -(-rows // (max(1, parts) * u)) * u)
-    return [(r, min(r + h, rows)) for r in range(0, rows, h)]
+    return cut(rows, h, per_row)
+
+
+def least_height(unit: int, per=None) -> int:
+    """The least height of a block: a multiple of ``unit``, ``MIN_BLOCK_ROWS`` at least, and over
+    ``SMALL_PATH_MACS`` when one row costs ``per`` multiply-adds."""
+    low = max(MIN_BLOCK_ROWS, int(small_path_macs() // per) + 1 if per else 0)
+    return -(-low // unit) * unit
 
 
 def _rows_on_threads(a, ta, lda, b, tb, ldb, c, add=False) -> bool:
@@ -442,9 +485,11 @@ def _rows_on_threads(a, ta, lda, b, tb, ldb, c, add=False) -> bool:
     m = c.shape[0]
     if row_blocks(m, c.dtype, 1) is None:
         return False
-    # each block at least the work OpenBLAS itself would give a thread (a hand-off to a thread costs ~10 us)
-    parts = min(m // MIN_BLOCK_ROWS, m * c.shape[1] * a.shape[1] // BLAS_THREADED_MACS)
-    blocks = row_blocks(m, c.dtype, _eager_split.split_threads(parts))
+    # each block at least the work OpenBLAS itself would give a thread (a hand-off to a thread costs ~10 us), and
+    # over OpenBLAS's small-matrix path (else the whole product on one thread)
+    per_row = c.shape[1] * a.shape[1]
+    parts = min(m // MIN_BLOCK_ROWS, m * per_row // BLAS_THREADED_MACS)
+    blocks = row_blocks(m, c.dtype, _eager_split.split_threads(parts), per_row) or [(0, m)]
     BlasPacer.use(1)                # the blocks' threads are all the threads: none of OpenBLAS's own
     if len(blocks) < 2:
         STATS["gemm_whole_one_thread"] += 1
