@@ -297,8 +297,10 @@ def test_split_gemms_match_numpy_for_every_operand_layout(monkeypatch, request, 
     got = f(jg.tensor(a), jg.tensor(b)).numpy()
     np.testing.assert_allclose(got, op_a(a).astype(np.float64) @ op_b(b).astype(np.float64), rtol=2e-5, atol=2e-4)
     by_cols = n > m and blas.block_unit(dtype, False) is not None
-    if blas.block_unit(dtype, not by_cols) is None:
-        pytest.skip("this BLAS has no unit to split these blocks by")
+    side, per = (n, m * k) if by_cols else (m, n * k)
+    unit = blas.block_unit(dtype, not by_cols)
+    if unit is None or side < 2 * blas.least_height(unit, per):
+        pytest.skip("this BLAS has no unit to split these blocks by (or no two blocks over its small-matrix path)")
     launch, *rest = [x for x in f.launches(jg.tensor(a), jg.tensor(b)) if x.kind in ("gemm", "bgemm")]
     assert launch.parallel and launch.label == ("matmul (BLAS, columns on the pool)" if by_cols else
                                                 "matmul (BLAS, rows on the pool)")
