@@ -369,10 +369,7 @@ class Program:
             return 0, 0
         # every block over OpenBLAS's small-matrix path (``blas.cut``: a short last block joins the one before)
         per = float(macs) / rows
-        low = least_height(u, per)
-        if rows < 2 * low:
-            return 0, 0
-        h = max(low, -(-rows // (pool_workers() * u)) * u)
+        h = max(least_height(u, per), -(-rows // (pool_workers() * u)) * u)
         nb = len(cut(rows, h, per))
         return (nb, h) if nb >= 2 else (0, 0)
 
