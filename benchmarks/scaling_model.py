@@ -10,6 +10,7 @@ with the figures (printed first): on a loaded machine the second thread is not a
 
     python benchmarks/scaling_model.py [--rounds 3] [--steps 30] [--only b9]
     python benchmarks/scaling_model.py --work       # B9's compiled step by its launch records (counted, no clock)
+    python benchmarks/scaling_model.py --work --launches    # ... and every launch record, one a line
     python benchmarks/scaling_model.py --child b1 jitgrad compile --threads 2     # one process (internal)
 """
 import argparse
@@ -42,9 +43,10 @@ def b1_child(lib, mode, threads, steps):
     return statistics.median(H.call_times(step, steps, warmup=5)) * 1e3
 
 
-def b9_work():
+def b9_work(every=False):
     """B9's compiled step split by its launch records (``f.launches``): the work, in the plan's cost unit (a
-    GEMM's: multiply-adds), of the steps on the pool, of BLAS GEMMs OpenBLAS threads, and of the serial rest."""
+    GEMM's: multiply-adds), of the steps on the pool, of BLAS GEMMs OpenBLAS threads, and of the serial rest;
+    ``every``: each record first, one a line, and the pool rounds of one step."""
     import importlib
     import jitgrad
     for name in ("", ".nn", ".nn.functional", ".optim", ".autograd", ".utils", ".utils.data"):
@@ -54,11 +56,19 @@ def b9_work():
     torch.manual_seed(0)
     model = gpt_model.make_gpt(torch, 65, 64, 128, 4, 4, dropout=0.0, sdpa=False)
     opt = gpt_model.make_optimizer(torch, model, lr=3e-4)
-    step = jitgrad.compile(gpt_model.make_step(torch, model, model, opt), backend="numba")
+    step = jitgrad.compile(gpt_model.make_step(torch, model, model, opt), backend="numba", background=False)
     g = torch.Generator().manual_seed(1)
     x, y = torch.randint(0, 65, (16, 64), generator=g), torch.randint(0, 65, (16, 64), generator=g)
     step(x, y)
     parts = {}
+    if every:
+        from jitgrad.codegen.native import workpool
+        r0 = workpool.rounds()
+        step(x, y)
+        print(f"# pool rounds of one step: {workpool.rounds() - r0} ({workpool.threads()} workers)")
+        for i, l in enumerate(step.launches(x, y)):
+            print(f"{i:4d} {l.kind:7s} {'pool' if l.parallel else '-':4s} {l.threads} {l.work / 2 ** 20:10.3f} "
+                  f"{l.routine:12s} {l.label[:100]}")
     for l in step.launches(x, y):
         where = "pool" if l.parallel else "BLAS threads" if l.threads > 1 else "serial"
         kind = "GEMM" if l.kind in ("gemm", "bgemm") else "loop"
@@ -93,9 +103,10 @@ def main():
     ap.add_argument("--child", nargs=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--work", action="store_true")
+    ap.add_argument("--launches", action="store_true", help="with --work: every launch record")
     args = ap.parse_args()
     if args.work:
-        b9_work()
+        b9_work(args.launches)
         return
     if args.child:
         print(json.dumps({"median_ms": b1_child(*args.child[1:], args.threads, args.steps)}))

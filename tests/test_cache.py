@@ -433,3 +433,30 @@ def test_key_changes_with_the_source_of_what_shapes_a_program(monkeypatch, tmp_p
     cache._environment.cache_clear()
     assert cache.cache_key(PLAIN_SRC) != k
     cache._environment.cache_clear()
+
+
+def test_code_is_built_for_the_cpu_the_key_names(monkeypatch):
+    """``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES`` name the CPU in every cache key (``cache._cpu``); the kernels'
+    target machine builds for that CPU too, not for the host's, so an entry keyed for a baseline x86-64 (a cache
+    shared between machines, or a Haswell-keyed cache read under valgrind on an AVX-512 host) holds no wider
+    instructions: a 16-lane float add becomes SSE code (xmm registers only)."""
+    import threading
+    from jitgrad.codegen.native import llvm_build, objload
+    monkeypatch.setenv("NUMBA_CPU_NAME", "x86-64")
+    monkeypatch.setenv("NUMBA_CPU_FEATURES", "+sse,+sse2")
+    assert cache._cpu()[1:] == ("x86-64", "+sse,+sse2")
+    ll = objload._ll()
+    src = ("define void @twice(<16 x float>* %p) {\n  %v = load <16 x float>, <16 x float>* %p\n"
+           "  %w = fadd <16 x float> %v, %v\n  store <16 x float> %w, <16 x float>* %p\n  ret void\n}\n")
+    out = []
+
+    def build():        # (a fresh thread: the target machine is made once per thread)
+        _, _, tm = llvm_build._tools()
+        m = ll.parse_assembly(src)
+        m.triple = ll.get_process_triple()
+        out.append(tm.emit_assembly(m))
+    t = threading.Thread(target=build)
+    t.start()
+    t.join()
+    asm = out[0]
+    assert "xmm" in asm and "ymm" not in asm and "zmm" not in asm

@@ -61,6 +61,7 @@ class _Spy:
         self.split = {k: collections.Counter() for k in _KINDS}
         self.native = collections.Counter()     # native kernel calls (eager_kernels), pooled or not
         self.depth = 0
+        self.blas_counts = []                   # the thread counts OpenBLAS was set to (``BlasPacer.use``)
 
     def around(self, name, fn, *args):
         if self.depth:
@@ -89,6 +90,8 @@ def _step_counts(monkeypatch, threads, batch=B, layers=L):
     pullback = pullback_plans.pullback
     monkeypatch.setattr(pullback_plans, "pullback",
                         lambda node, gs: spy.around("vjp:" + node.op.name, pullback, node, gs))
+    use = blas.BlasPacer.use.__func__
+    monkeypatch.setattr(blas.BlasPacer, "use", classmethod(lambda cls, n: (spy.blas_counts.append(n), use(cls, n))))
     jg.manual_seed(0)
     model = gpt_model.make_gpt(jg, VOCAB, T, C, H, layers, dropout=0.0, sdpa=False)
     opt = gpt_model.make_optimizer(jg, model, lr=3e-4)
@@ -142,6 +145,11 @@ def test_b9_eager_step_splits_its_big_work_at_two_threads_and_keeps_its_bits(qui
     assert two.native["vjp:layer_norm"] == two.calls["vjp:layer_norm"] == 2 * L + 1, dict(two.native)
     assert pooled["vjp:layer_norm"] == 0
     assert two.split["update"]["optimizer step"] == 1
+    # no oversubscription: the split GEMMs' blocks run on single-threaded OpenBLAS calls (the eager threads are all
+    # the threads), so OpenBLAS's own workers never wake beside the pool's or the eager threads (on a BLAS without
+    # a unit they would: its big GEMMs are not split)
+    if blas.row_blocks(B * T, np.float32, 1) is not None:
+        assert two.blas_counts and set(two.blas_counts) == {1}, collections.Counter(two.blas_counts)
     one, loss1, params1 = _step_counts(monkeypatch, 1)
     assert not any(sum(one.split[k].values()) for k in _KINDS)
     assert loss1 == loss2 and params1 == params2

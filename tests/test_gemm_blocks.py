@@ -109,8 +109,6 @@ def test_eager_gemm_bits_are_one_threads_whatever_runs_the_blocks(two_threads, m
 def test_eager_matmul_of_tensors_splits_and_keeps_its_bits(two_threads):
     """Through ``Tensor.__matmul__`` (a batch of sequences folded into rows, and a transposed view as A), forward
     and backward: every big product's bits are those of one single-threaded call."""
-    if blas.row_blocks(300, np.float32, 1) is None:
-        pytest.skip("not split by rows on this BLAS")
     rng = np.random.default_rng(3)
     x = rng.standard_normal((4, 75, 96)).astype(np.float32)     # 300 rows: not a multiple of 12 per block
     w = rng.standard_normal((96, 700)).astype(np.float32)
@@ -214,7 +212,10 @@ def test_compiled_split_gemm_runs_its_rows_left_inside_the_one_launch(two_thread
     side = m if by_rows else n
     nb, h = cg.program.split_rows(side, m * k * n, dtype, by_rows)
     last = side - (nb - 1) * h
-    assert nb >= 2 and h % blas.block_unit(dtype, by_rows) == 0 and 0 < last < h       # a lower last block
+    # the rows left: a lower last block (or, under OpenBLAS's small-matrix path, joined to the one before: higher;
+    # equal where the unit is 1 and the halves even)
+    assert nb >= 2 and h % blas.block_unit(dtype, by_rows) == 0 and 0 < last < 2 * h
+    assert last * (m * k * n // side) > blas.small_path_macs() and h * (m * k * n // side) > blas.small_path_macs()
     assert st.gate == (m * k * n, nb)
     want = _one_thread_whole(a, b).tobytes()
     assert pooled.tobytes() == want
@@ -227,6 +228,30 @@ def test_compiled_split_gemm_runs_its_rows_left_inside_the_one_launch(two_thread
         assert workpool.rounds() - r0 == rounds
     (out,) = cg._python_run(a, b)
     assert np.asarray(out).tobytes() == want
+
+
+@pytest.mark.parametrize("m, k, n", [(257, 300, 100), (999, 64, 70), (1024, 128, 384), (96, 64, 64)])
+def test_blocks_stay_over_openblas_small_matrix_path(monkeypatch, m, k, n):
+    """On a core with small-matrix kernels (OpenBLAS sums products of at most 100^3 multiply-adds in another order
+    there: SkylakeX), no block is cut at or under that size: a short last block joins the one before, and a product
+    whose rows cannot give two such blocks is not split.  Counted on the blocks, with the path's size scripted (so
+    the rule is checked on any core); the bits on this core are the tests above."""
+    monkeypatch.setattr(blas, "_SMALL_PATH", [blas.SMALL_PATH_MACS])
+    for dt in (np.float32, np.float64):
+        if blas.block_unit(dt) is None:
+            continue
+        for parts in (1, 2, 3):
+            blocks = blas.row_blocks(m, dt, parts, n * k)
+            if blocks is None:
+                assert m < 2 * blas.least_height(blas.block_unit(dt), n * k)
+                continue
+            assert blocks[0][0] == 0 and blocks[-1][1] == m and all(p[1] == q[0] for p, q in zip(blocks, blocks[1:]))
+            assert all((e - s) * n * k > blas.SMALL_PATH_MACS for s, e in blocks)
+            assert all(s % blas.block_unit(dt) == 0 for s, _ in blocks)
+    assert blas.cut(100, 40, 30_000) == [(0, 40), (40, 100)]       # the last 20 rows: 600,000 multiply-adds
+    assert blas.cut(100, 40, None) == [(0, 40), (40, 80), (80, 100)]
+    monkeypatch.setattr(blas, "_SMALL_PATH", [0])                  # a core without the path: no rule
+    assert blas.cut(100, 40, 30_000) == [(0, 40), (40, 80), (80, 100)]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -90,12 +90,15 @@ def _tools(quick=False):
     calls release it)."""
     t = getattr(_TLS, "quick" if quick else "tools", None)
     if t is None:
-        from . import objload
+        from . import cache, objload
         ll = objload._ll()
         target = ll.Target.from_triple(ll.get_process_triple())
-        # the host's target machine as Numba configures its JIT: O3, host CPU and features, static relocations
-        tm = target.create_target_machine(cpu=ll.get_host_cpu_name(), features=ll.get_host_cpu_features().flatten(),
-                                          opt=1 if quick else 3, reloc="static", codemodel="jitdefault")
+        # the host's target machine as Numba configures its JIT: O3, host CPU and features (or the ones
+        # NUMBA_CPU_NAME / NUMBA_CPU_FEATURES name: the CPU the cache key names, so an entry built for another CPU
+        # never runs here), static relocations
+        _, cpu, features = cache._cpu()
+        tm = target.create_target_machine(cpu=cpu, features=features, opt=1 if quick else 3, reloc="static",
+                                          codemodel="jitdefault")
         t = (ll, ll.create_context(), tm)
         setattr(_TLS, "quick" if quick else "tools", t)
     return t

@@ -268,20 +268,23 @@ class CompiledGraph:
 
         def size(x):
             return concretize(x, sizes) if sizes else hint_of(x)
+        # a pool of one worker runs every chunk on the calling thread (the kernels' and the entry's launch test
+        # ``jitgrad_wq_threads > 1``): nothing of ours runs parallel then, whatever the kernels could do
+        ours = (workpool.threads() or workpool.default_threads()) > 1
         out = []
         for st in self.program.steps + self.program.writes:
             gated = st.gate is not None
             if st.kind == "kernel":
-                par = bool(st.kernel.parallel)
+                par = bool(st.kernel.parallel) and (ours or _split_by_numba(st.kernel))
                 if gated and not workpool.takes(size(st.gate[0]), st.gate[1]):
                     par = _split_by_numba(st.kernel)      # (Numba's prange splits every call)
                 out.append(Launch(st.label, st.kernel.kind, par, pool if par else 1, st.work, gated=gated))
             elif st.kind in ("gemm", "bgemm"):
-                par = bool(st.parallel)
+                par = bool(st.parallel) and ours
                 if gated and st.split:      # (the whole product's work, its blocks of any size)
-                    par = workpool.takes_split(size(st.gate[0]), size(st.gate[1]))
+                    par = ours and workpool.takes_split(size(st.gate[0]), size(st.gate[1]))
                 elif gated:
-                    par = workpool.takes_batch(size(st.gate[0]), size(st.gate[1]), blas.BLAS_THREADED_MACS)
+                    par = ours and workpool.takes_batch(size(st.gate[0]), size(st.gate[1]), blas.BLAS_THREADED_MACS)
                 big = threads.blas_threaded([st], size)
                 out.append(Launch(st.label, st.kind, par, pool if par else blas_n if big else 1, st.work, st.gemm,
                                   gated))

@@ -407,13 +407,14 @@ def has_pool_steps(program) -> bool:
 def compile_entry(program, n_inputs: int, n_checks: int, key: str):
     """The entry's object code (``objstore.Blob`` named ``key``): LLVM IR straight to machine code, in
     milliseconds and without Numba."""
-    from ..native import objload, objstore
+    from ..native import cache, objload, objstore
     ll = objload._ll()
     name = f"jitgrad_entry_{key[:24]}"
     m = ll.parse_assembly(entry_ir(program, n_inputs, n_checks, name))
     m.triple = ll.get_process_triple()
     m.verify()
-    tm = ll.Target.from_triple(m.triple).create_target_machine(cpu=ll.get_host_cpu_name(), opt=0,
+    _, cpu, features = cache._cpu()         # the CPU the cache key names (NUMBA_CPU_NAME/FEATURES honoured)
+    tm = ll.Target.from_triple(m.triple).create_target_machine(cpu=cpu, features=features, opt=0,
                                                                codemodel="jitdefault")
     from ..native import workpool
     needs = list(workpool.SYMBOLS) if has_pool_steps(program) else []

@@ -24,7 +24,7 @@ import os
 import numpy as np
 
 from ...ir import settings
-from ...ir.ops.blas import BLAS_THREADED_MACS, MIN_BLOCK_ROWS, block_unit
+from ...ir.ops.blas import BLAS_THREADED_MACS, MIN_BLOCK_ROWS, block_unit, cut, least_height
 from ...ir.symbolic import SymInt, hint_of, known_equal, size_arg
 from ...ir.plan import Group, LoopBatch, batching
 from ..kernels.batch_loops import HEADER, copy_member, gen_batch, plan_pieces
@@ -355,7 +355,7 @@ class Program:
     def split_rows(self, rows, macs, dtype, by_rows=True) -> tuple:
         """``(blocks, height)``: a GEMM of ``rows`` result rows (``by_rows=False``: columns) of ``dtype`` and
         ``macs`` multiply-adds split between the pool's workers into ``blocks`` blocks of ``height`` rows, the last
-        one the ``rows - (blocks - 1) * height`` rows left (1 to ``height``), one BLAS call on one thread each, all
+        one the ``rows - (blocks - 1) * height`` rows left (under twice ``height``), one BLAS call on one thread each, all
         in one pooled launch; ``(0, 0)``: one call, OpenBLAS's own threads.  Only products big enough for OpenBLAS
         to thread, with concrete rows, ``height`` a multiple of OpenBLAS's unit for ``dtype`` in that direction
         (``blas.block_unit``: none, no split; so every block starts on one) and ``blas.MIN_BLOCK_ROWS`` at least,
@@ -367,9 +367,10 @@ class Program:
         u = block_unit(dtype, by_rows)
         if u is None:
             return 0, 0
-        low = -(-MIN_BLOCK_ROWS // u) * u
-        h = max(low, -(-rows // (pool_workers() * u)) * u)
-        nb = -(-rows // h)
+        # every block over OpenBLAS's small-matrix path (``blas.cut``: a short last block joins the one before)
+        per = float(macs) / rows
+        h = max(least_height(u, per), -(-rows // (pool_workers() * u)) * u)
+        nb = len(cut(rows, h, per))
         return (nb, h) if nb >= 2 else (0, 0)
 
     def batch_choice(self, macs, count):

@@ -366,12 +366,13 @@ def size_fill():
     if _FILL is None:
         with _LOCK:
             if _FILL is None:
-                from ..native import objload, objstore
+                from ..native import cache, objload, objstore
                 ll = objload._ll()
                 m = ll.parse_assembly(fill_ir())
                 m.triple = ll.get_process_triple()
                 m.verify()
-                tm = ll.Target.from_triple(m.triple).create_target_machine(cpu=ll.get_host_cpu_name(), opt=2,
+                _, cpu, features = cache._cpu()
+                tm = ll.Target.from_triple(m.triple).create_target_machine(cpu=cpu, features=features, opt=2,
                                                                            codemodel="jitdefault")
                 m.data_layout = str(tm.target_data)
                 # (optimised: its counters and sums live in allocas until mem2reg puts them in registers)

@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import eager_threads as _eager_split
 from .. import settings
-from .blas_library import LIBRARY, gemm_address, load, thread_control
+from .blas_library import LIBRARY, gemm_address, info, load, thread_control
 
 # below this many multiply-adds the f2py call costs more than NumPy's own matmul saves
 EAGER_MIN_MACS = 32 * 32 * 32
@@ -361,24 +361,59 @@ MIN_BLOCK_ROWS = 32             # rows a block has at least (a thinner one packs
 UNIT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 _UNITS: dict = {}               # (dtype, rows) -> unit, or None: no unit found
 _UNIT_LOCK = threading.Lock()
-_PROBES = ((75, 800, 40), (40, 200, 75))     # (m, k, n): edges in every direction, K past OpenBLAS's K block
+# (m, k, n): edges in every direction, K past OpenBLAS's K block, blocks of MIN_BLOCK_ROWS rows or columns over
+# SMALL_PATH_MACS (below), and 300 columns (float64 blocks of those differ on SkylakeX kernels from any start)
+_PROBES = ((75, 800, 100), (100, 400, 90), (110, 300, 300))
 STATS.update(gemm_split_calls=0, gemm_blocks=0, gemm_whole_one_thread=0)   # eager row splits (counted, for tests)
+# OpenBLAS computes a product of at most SMALL_PATH_MACS multiply-adds on its small-matrix kernels where the core
+# has them (its ``gemm_small_kernel_permit``: SkylakeX and later), which sum in another order than its blocked
+# path: a block at or under it has other bits than the same rows of the whole product.  So no block is cut at or
+# under it (a short last block joins the one before it: ``cut``), and the probes' blocks are over it.  Measured
+# 2026-11-30 on an AVX-512 host (SkylakeX kernels): float32 blocks over it reproduce the whole product from any
+# start, blocks under it nowhere; the old probes' blocks were all under it, so no row unit was found and B9's
+# eager GEMMs ran on OpenBLAS's own threads.  Other cores (Haswell...) have no such path: the rule is off there.
+SMALL_PATH_MACS = 100 ** 3
+_SMALL_PATH_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
+_SMALL_PATH: list = []
+
+
+def small_path_macs() -> int:
+    """``SMALL_PATH_MACS`` when SciPy's OpenBLAS runs a core with small-matrix kernels, else 0 (no block rule)."""
+    if not _SMALL_PATH:
+        core = str(info()["corename"] or "").lower()
+        _SMALL_PATH.append(SMALL_PATH_MACS if core in _SMALL_PATH_CORES else 0)
+    return _SMALL_PATH[0]
+
+
+def cut(total: int, height: int, per=None) -> list:
+    """Blocks ``[(s, e)]`` of ``total`` rows (or columns) ``height`` apart, the last one the rows left; ``per``:
+    the multiply-adds of one row, when the blocks must each be over ``small_path_macs()``: a last block at or under
+    it joins the one before."""
+    blocks = [(r, min(r + height, total)) for r in range(0, total, height)]
+    if per and len(blocks) > 1 and (blocks[-1][1] - blocks[-1][0]) * per <= small_path_macs():
+        blocks[-2:] = [(blocks[-2][0], total)]
+    return blocks
 
 
 def _probe(rows: bool, unit: int, products) -> bool:
-    """Whether blocks of ``unit`` rows (or columns) of each probe product give its one-call bits."""
+    """Whether blocks starting at multiples of ``unit`` rows (or columns), at least ``MIN_BLOCK_ROWS`` high and
+    each over ``SMALL_PATH_MACS`` as real splits cut them, give each probe product's one-call bits: two heights
+    (the least multiple of the unit, and one unit more), so the starts are not all multiples of a larger unit."""
     for a, b, full in products:
         m, n = full.shape
-        c = np.empty_like(full)
-        for s in range(0, m if rows else n, unit):
-            if rows:
-                _gemm_rows(a, b"N", a.shape[1], b, b"N", b.shape[1], c, s, min(s + unit, m))
-                same = c[s:s + unit].tobytes() == full[s:s + unit].tobytes()
-            else:
-                _gemm_rows(a, b"N", a.shape[1], b, b"N", b.shape[1], c, 0, m, s, min(s + unit, n))
-                same = c[:, s:s + unit].tobytes() == full[:, s:s + unit].tobytes()
-            if not same:
-                return False
+        k = a.shape[1]
+        low = least_height(unit, k * (n if rows else m))
+        for h in (low, low + unit):
+            c = np.empty_like(full)
+            for s, e in cut(m if rows else n, h, k * (n if rows else m)):
+                if rows:
+                    _gemm_rows(a, b"N", k, b, b"N", n, c, s, e)
+                    same = c[s:e].tobytes() == full[s:e].tobytes()
+                else:
+                    _gemm_rows(a, b"N", k, b, b"N", n, c, 0, m, s, e)
+                    same = c[:, s:e].tobytes() == full[:, s:e].tobytes()
+                if not same:
+                    return False
     return True
 
 
@@ -417,10 +452,29 @@ def _derive_unit(dtype, rows: bool):
         BlasPacer.use(before)
 
 
-def _blocks(rows: int, unit: int, parts: int) -> list:
-    low = -(-MIN_BLOCK_ROWS // unit) * unit
-    h = max(low, -(-rows // (max(1, parts) * unit)) * unit)
-    return [(r, min(r + h, rows)) for r in range(0, rows, h)]
+def row_blocks(rows, dtype, parts: int, per_row=None):
+    """Blocks ``[(r0, r1)]`` of a big GEMM's ``rows`` rows for ``parts`` threads, each at least ``MIN_BLOCK_ROWS``
+    rows and starting at a multiple of the row unit (the last one takes what is left; one block when ``parts`` is
+    1), or None when the product is not split at all (no unit, or fewer rows than two blocks): then OpenBLAS
+    threads it itself.  ``per_row``: the multiply-adds of one row (``n k``), when given every block is over
+    ``SMALL_PATH_MACS`` (``cut``).  Whether it is None depends on the shape and dtype only, never on ``parts``."""
+    if type(rows) is not int or rows < 2 * MIN_BLOCK_ROWS:
+        return None
+    u = block_unit(dtype)
+    if u is None:
+        return None
+    low = least_height(u, per_row)
+    if rows < 2 * low:
+        return None
+    h = max(low, -(-rows // (max(1, parts) * u)) * u)
+    return cut(rows, h, per_row)
+
+
+def least_height(unit: int, per=None) -> int:
+    """The least height of a block: a multiple of ``unit``, ``MIN_BLOCK_ROWS`` at least, and over
+    ``SMALL_PATH_MACS`` when one row costs ``per`` multiply-adds."""
+    low = max(MIN_BLOCK_ROWS, int(small_path_macs() // per) + 1 if per else 0)
+    return -(-low // unit) * unit
 
 
 _EXACT: dict = {}               # (dtype, by_rows, m, k, n, blocks) -> whether those blocks give one call's bits
@@ -429,8 +483,9 @@ _EXACT: dict = {}               # (dtype, by_rows, m, k, n, blocks) -> whether t
 def blocks_exact(dtype, by_rows: bool, m: int, k: int, n: int, blocks) -> bool:
     """Whether ``blocks`` of the rows (``by_rows=False``: columns) of C = A B, ``m`` x ``k`` by ``k`` x ``n``, each
     one single-threaded call, give one single-threaded call's bits: tried once per shape and cut, on random
-    operands.  The unit does not settle it alone: SkylakeX's kernels take a small block down a small-matrix path,
-    and treat a product's last columns by its whole width (past some boundary a block's sums move)."""
+    operands, before a split is first made.  The unit and the small-path rule are a model of OpenBLAS's kernels
+    drawn from probes; this holds each real cut to what it promises (SkylakeX's kernels also treat a product's
+    last columns by its whole width: float64 blocks of 300 columns differ from any start)."""
     key = (np.dtype(dtype), bool(by_rows), m, k, n, tuple(blocks))
     got = _EXACT.get(key)
     if got is not None:
@@ -441,36 +496,24 @@ def blocks_exact(dtype, by_rows: bool, m: int, k: int, n: int, blocks) -> bool:
             if BlasPacer._control is None:
                 BlasPacer._init()
             before = BlasPacer._current
-            BlasPacer.use(1)
+            if before != 1:
+                BlasPacer.use(1)
             try:
                 rng = np.random.default_rng(m * 31 + k * 7 + n)
                 a = rng.standard_normal((m, k)).astype(dtype)
                 b = rng.standard_normal((k, n)).astype(dtype)
-                full, cut = np.empty((m, n), dtype), np.empty((m, n), dtype)
+                full, part = np.empty((m, n), dtype), np.empty((m, n), dtype)
                 _gemm_rows(a, b"N", k, b, b"N", n, full, 0, m)
                 for r0, r1 in blocks:
                     if by_rows:
-                        _gemm_rows(a, b"N", k, b, b"N", n, cut, r0, r1)
+                        _gemm_rows(a, b"N", k, b, b"N", n, part, r0, r1)
                     else:
-                        _gemm_rows(a, b"N", k, b, b"N", n, cut, 0, m, r0, r1)
-                _EXACT[key] = cut.tobytes() == full.tobytes()
+                        _gemm_rows(a, b"N", k, b, b"N", n, part, 0, m, r0, r1)
+                _EXACT[key] = part.tobytes() == full.tobytes()
             finally:
-                BlasPacer.use(before)
+                if before != 1:
+                    BlasPacer.use(before)
     return _EXACT[key]
-
-
-def row_blocks(rows, dtype, parts: int, by_rows=True):
-    """Blocks ``[(r0, r1)]`` of a big GEMM's ``rows`` rows (``by_rows=False``: columns) for ``parts`` threads, each
-    at least ``MIN_BLOCK_ROWS`` rows and starting at a multiple of OpenBLAS's unit in that direction (the last one
-    takes what is left; one block when ``parts`` is 1), or None when the product is not split at all (no unit, or rows for fewer than two blocks):
-    then OpenBLAS threads it itself.  Whether it is None depends on the shape and dtype only, never on ``parts``;
-    whether a cut gives one call's bits is tried per shape (``blocks_exact``)."""
-    if type(rows) is not int or rows < 2 * MIN_BLOCK_ROWS:
-        return None
-    u = block_unit(dtype, by_rows)
-    if u is None or rows < 2 * (-(-MIN_BLOCK_ROWS // u) * u):
-        return None
-    return _blocks(rows, u, parts)
 
 
 def _rows_on_threads(a, ta, lda, b, tb, ldb, c, add=False) -> bool:
@@ -481,12 +524,14 @@ def _rows_on_threads(a, ta, lda, b, tb, ldb, c, add=False) -> bool:
     m = c.shape[0]
     if row_blocks(m, c.dtype, 1) is None:
         return False
-    # each block at least the work OpenBLAS itself would give a thread (a hand-off to a thread costs ~10 us)
-    parts = min(m // MIN_BLOCK_ROWS, m * c.shape[1] * a.shape[1] // BLAS_THREADED_MACS)
-    blocks = row_blocks(m, c.dtype, _eager_split.split_threads(parts))
-    if len(blocks) >= 2 and not blocks_exact(c.dtype, True, m, a.shape[1], c.shape[1], blocks):
-        return False                # (OpenBLAS threads it itself)
+    # each block at least the work OpenBLAS itself would give a thread (a hand-off to a thread costs ~10 us), and
+    # over OpenBLAS's small-matrix path (else the whole product on one thread)
+    per_row = c.shape[1] * a.shape[1]
+    parts = min(m // MIN_BLOCK_ROWS, m * per_row // BLAS_THREADED_MACS)
+    blocks = row_blocks(m, c.dtype, _eager_split.split_threads(parts), per_row) or [(0, m)]
     BlasPacer.use(1)                # the blocks' threads are all the threads: none of OpenBLAS's own
+    if len(blocks) >= 2 and not blocks_exact(c.dtype, True, m, a.shape[1], c.shape[1], blocks):
+        blocks = [(0, m)]           # (a cut this BLAS does not keep one call's bits in)
     if len(blocks) < 2:
         STATS["gemm_whole_one_thread"] += 1
         _gemm_rows(a, ta, lda, b, tb, ldb, c, 0, m, 0, None, add)
