@@ -198,7 +198,7 @@ def _module_routine(wide: bool, dt) -> int:
 def test_512_bit_tiles_give_the_256_bit_bits(dt):
     """The module built for AVX-512 (``TILE_ROWS_WIDE``) and the 256-bit one compute every element of C as the
     same ordered sum: the same bits, for attention's 64- and 32-row products and every remainder of rows
-    (4, 2, 1 vectors, scalars) and columns."""
+    (2, 1 vectors, scalars) and columns (6, 3, 1)."""
     wide, narrow = _module_routine(True, dt), _module_routine(False, dt)
     rng = np.random.default_rng(7)
     shapes = [(64, 64, 32), (32, 64, 64), (64, 32, 64)] + [tuple(int(v) for v in rng.integers(1, 80, 3))
