@@ -171,3 +171,43 @@ def test_the_module_is_built_once_per_machine(tmp_path):
         assert r.returncode == 0, r.stderr[-2000:]
         got.append(r.stdout.split("stats")[1].split())
     assert got == [["1", "1"], ["0", "1"]]
+
+
+_ENGINES = []       # the test modules' engines, kept alive with their code
+
+
+def _module_routine(wide: bool, dt) -> int:
+    """The address of this module's ``?gemm`` built at one vector width (``wide``: 512-bit), under a name of its
+    own, so both widths live in one process whatever this CPU's own build is."""
+    from jitgrad.codegen.native import objload
+    small_gemm.address("sgemm", blas_library.gemm_address)     # (links the module: its BLAS fallbacks' symbols)
+    ll = objload._ll()
+    prefix = f"test_w{int(wide)}_"
+    m = ll.parse_assembly(small_gemm.small_gemm_ir(fma=True, wide=wide).replace('"jitgrad_small_', '"' + prefix))
+    tm = ll.Target.from_default_triple().create_target_machine(
+        cpu=ll.get_host_cpu_name(), features=ll.get_host_cpu_features().flatten(), opt=2, codemodel="jitdefault")
+    ee = ll.create_mcjit_compiler(m, tm)
+    ee.finalize_object()
+    _ENGINES.append(ee)
+    address = ee.get_function_address(prefix + ("sgemm" if dt == np.float32 else "dgemm"))
+    assert address
+    return address
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_512_bit_tiles_give_the_256_bit_bits(dt):
+    """The module built for AVX-512 (``TILE_ROWS_WIDE``) and the 256-bit one compute every element of C as the
+    same ordered sum: the same bits, for attention's 64- and 32-row products and every remainder of rows
+    (2, 1 vectors, scalars) and columns (6, 3, 1)."""
+    wide, narrow = _module_routine(True, dt), _module_routine(False, dt)
+    rng = np.random.default_rng(7)
+    shapes = [(64, 64, 32), (32, 64, 64), (64, 32, 64)] + [tuple(int(v) for v in rng.integers(1, 80, 3))
+                                                          for _ in range(40)]
+    for i, (m, n, k) in enumerate(shapes):
+        ta, tb = "NT"[i % 2], "NT"[(i // 2) % 2]
+        alpha, beta = (1.0, 0.0) if i % 3 else (0.5, 0.25)
+        A, lda, B, ldb, C, ldc = _case(dt, ta, tb, m, n, k, i % 3, i)
+        got = [C.copy(), C.copy()]
+        for routine, out in zip((wide, narrow), got):
+            _gemm(routine, dt, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, out, ldc)
+        np.testing.assert_array_equal(got[0], got[1], err_msg=f"{ta}{tb} {m}x{n}x{k}")

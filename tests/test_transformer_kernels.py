@@ -165,7 +165,9 @@ def test_row_reductions_match_eager_with_nan_and_inf():
         np.testing.assert_array_equal(a, c)
         np.testing.assert_allclose(b, c, rtol=1e-5)
     src = fc.source(jg.tensor(x))
-    assert src.count("acc = (acc if (nans == 0) else") == 2       # amax, amin (keepdim shares the kernel): a select and a NaN count per row
+    # amax, amin (keepdim shares the kernel): a select and a NaN flag per row, over int32 keys (float32)
+    assert src.count("acc = (acc if (int64(nans) == 0) else") == 2
+    assert src.count("hacc = int32(") >= 4 and src.count("nans = int32((int64(nans) | ") == 2
 
 
 def test_softmax_masked_forward_backward():

@@ -110,6 +110,15 @@ def exp_f32(x):
 
 
 @_def
+def _exp_normal_f32(x):
+    """exp(x) for x in [-16, 0] (erf's exp(-x^2)): exp_f32 without its clamps, its NaN repair and its split
+    scaling, none of which acts there, so the same bits (p 2^k1 2^k2 = p 2^k exactly while the results are
+    normal), ~9 vector instructions fewer."""
+    r, k = _exp_reduce_f32(x)
+    return (_F1 + _expm1_reduced_f32(r)) * _pow2_f32(k)
+
+
+@_def
 def expm1_f32(x):
     x = f32(x)
     xc = select(x > f32(-18.0), x, f32(-18.0))                  # expm1(-18) rounds to -1
@@ -199,7 +208,7 @@ def erf_f32(x):
     h = _F_B[5]
     for i in range(4, -1, -1):
         h = h * t + _F_B[i]
-    large = _F1 - exp_f32(-(ac * ac)) * h
+    large = _F1 - _exp_normal_f32(-(ac * ac)) * h                # ac is never NaN: -16 <= -ac^2 <= 0
     y = select(a < f32(0.92), small, large)
     y = i32_as_f32(i32(f32_as_i32(y) | (f32_as_i32(x) & i32(-2147483648))))
     return select(x != x, x, y)

@@ -33,11 +33,17 @@ import os
 import threading
 
 WIDTH = {"sgemm": 8, "dgemm": 4}    # elements per vector (256-bit; LLVM splits them where the CPU is narrower)
+# on a CPU with AVX-512 (``+avx512f``), 512-bit vectors: twice the multiply-adds per FMA instruction (static count
+# of the k loop, sgemm: 12 FMAs in 25 instructions per 96 multiply-adds at 256 bits, in 31 per 192 at 512)
+WIDE = {"sgemm": 16, "dgemm": 8}
 # a tile of C held in registers over the whole k loop: rows in SIMD vectors x columns.  4 vectors x 3 columns is 12
 # accumulators, 4 loads of A and 3 broadcasts of B per 12 multiply-adds (16 AVX registers in all), so the loop is
-# bound by multiply-adds, not loads; then narrower tiles for the rows and columns left over
+# bound by multiply-adds, not loads; then narrower tiles for the rows and columns left over.  At 512 bits (32
+# registers) 2 vectors x 6 columns: 12 accumulators again, and attention's 32-row products fill a tile too
 TILE_ROWS = {name: ((4, w), (1, w), (1, 1)) for name, w in WIDTH.items()}
 TILE_COLUMNS = (3, 1)
+TILE_ROWS_WIDE = {name: ((2, w), (1, w), (1, 1)) for name, w in WIDE.items()}
+TILE_COLUMNS_WIDE = (6, 3, 1)
 MAX_MACS = 1 << 21      # bigger products go to BLAS (its packing and cache blocking pay off there)
 PACK_MAX = 8192         # elements of a transposed A copied to the stack (32 KiB float32)
 NAMES = {"sgemm": "jitgrad_small_sgemm", "dgemm": "jitgrad_small_dgemm"}
@@ -53,18 +59,21 @@ _LOCK = threading.Lock()
 _ADDRESSES: dict = {}
 
 
-def small_gemm_ir(fma: bool = True) -> str:
+def small_gemm_ir(fma: bool = True, wide: bool = False) -> str:
     """The module's LLVM IR: ``jitgrad_small_sgemm`` and ``jitgrad_small_dgemm`` (BLAS's signature), each calling
     its BLAS routine (an external symbol, ``jitgrad_blas_?gemm``) for what it does not take.  ``fma``: the CPU
-    has fused multiply-add (``llvm.fma`` per step; else a multiply and an add, which LLVM may still contract)."""
+    has fused multiply-add (``llvm.fma`` per step; else a multiply and an add, which LLVM may still contract).
+    ``wide``: 512-bit vectors (``TILE_ROWS_WIDE`` x ``TILE_COLUMNS_WIDE``).  Every element of C is the same sum in the same order at
+    either width (one accumulator per element, ``p`` ascending), so both give the same bits."""
     from llvmlite import ir
     mod = ir.Module(name="jitgrad_small_gemm")
     for name in ("sgemm", "dgemm"):
-        _emit(ir, mod, name, fma)
+        _emit(ir, mod, name, fma, (TILE_ROWS_WIDE if wide else TILE_ROWS)[name],
+              TILE_COLUMNS_WIDE if wide else TILE_COLUMNS)
     return str(mod)
 
 
-def _emit(ir, mod, name, fma):
+def _emit(ir, mod, name, fma, tile_rows, tile_columns):
     i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
     t = ir.FloatType() if name == "sgemm" else ir.DoubleType()
     i8p = i8.as_pointer()
@@ -223,12 +232,12 @@ def _emit(ir, mod, name, fma):
 
     def columns(j, ncols):
         b.store(c(0), rows)
-        for nvec, width in TILE_ROWS[name]:
+        for nvec, width in tile_rows:
             counted(f"rows{nvec}x{width}x{ncols}", rows, m, nvec * width,
                     lambda i, nvec=nvec, width=width: tile(i, j, nvec, width, ncols))
 
     b.store(c(0), cols_done)
-    for ncols in TILE_COLUMNS:
+    for ncols in tile_columns:
         counted(f"cols{ncols}", cols_done, n, ncols, lambda j, ncols=ncols: columns(j, ncols))
 
     b.branch(done)
@@ -270,7 +279,8 @@ def _object_code() -> bytes:
             return blobs[0].data
     ll = objload._ll()
     triple, cpu, features = cache._cpu()
-    m = ll.parse_assembly(small_gemm_ir(fma="+fma" in features.split(",")))
+    feats = features.split(",")
+    m = ll.parse_assembly(small_gemm_ir(fma="+fma" in feats, wide="+avx512f" in feats))
     m.triple = triple
     m.verify()
     tm = ll.Target.from_triple(triple).create_target_machine(cpu=cpu, features=features, opt=2,
@@ -317,5 +327,6 @@ def address(name: str, blas_address) -> int:
     return addr
 
 
-__all__ = ["small_gemm_ir", "address", "linked", "routine", "SMALL_MACS", "MAX_MACS", "PACK_MAX", "TILE_ROWS", "TILE_COLUMNS",
+__all__ = ["small_gemm_ir", "address", "linked", "routine", "SMALL_MACS", "MAX_MACS", "PACK_MAX", "TILE_ROWS", "TILE_ROWS_WIDE", "TILE_COLUMNS",
+           "TILE_COLUMNS_WIDE",
            "NAMES", "STATS"]
