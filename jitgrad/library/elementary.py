@@ -460,11 +460,12 @@ def _log_softmax(input, dim, dtype=None):
     if dtype is not None:
         input = input.to(dtype)
     ax = _axis("log_softmax", input, dim)
-    if not input.is_floating_point():
+    if input._data.dtype.kind != "f":     # (the payload read, not three property frames: once per loss)
         input = input.float()
-    if input.numel() == 0:
+    d = input._data
+    if d.size == 0:
         return input * 1.0
-    if input.ndim == 0:
+    if d.ndim == 0:
         return O["log_softmax"].decompose(_bind_by_name, input, axis=ax)
     return bind(O["log_softmax"], input, axis=ax)  # one fused op in eager mode; traced: its decomposition
 

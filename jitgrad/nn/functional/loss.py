@@ -71,7 +71,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
 
 
 def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
-    unbatched = input.ndim == 1
+    unbatched = input._data.ndim == 1
     if unbatched:
         input, target = input.unsqueeze(0), target.reshape(1)
     if target.dtype.name not in ("int64", "int32"):
@@ -111,7 +111,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
 
 
 def _cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing):
-    cdim = 0 if input.ndim == 1 else 1
+    cdim = 0 if input._data.ndim == 1 else 1
     logp = F.log_softmax(input, cdim)
     if isinstance(target, Tensor) and target.is_floating_point():
         if target.shape != input.shape:
