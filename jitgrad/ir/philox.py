@@ -87,7 +87,15 @@ def words_at(seed, offset, index):
 def uniform(seed, offset, shape, dtype=np.float32):
     """Uniform numbers in [0, 1) of ``shape`` and ``dtype`` (float32 or float64)."""
     n = int(np.prod(shape, dtype=np.int64))
-    return uniform_at(seed, offset, np.arange(n, dtype=_U), dtype).reshape(shape)
+    return _owned(uniform_at(seed, offset, np.arange(n, dtype=_U), dtype), shape, dtype)
+
+
+def _owned(flat, shape, dtype):
+    """``flat`` cast to ``dtype`` in an array of ``shape`` that owns its memory: a reshaped view would make every
+    tensor drawn from it look like a view of a larger storage (``p.data`` then shares storage, per step)."""
+    out = np.empty(shape, dtype=dtype)
+    out.reshape(-1)[...] = flat
+    return out
 
 
 def uniform_at(seed, offset, index, dtype=np.float32):
@@ -107,7 +115,7 @@ def normal(seed, offset, shape, dtype=np.float32):
     u1 = ((x0 << _U(21)) | (x1 >> _U(11))).astype(np.float64) * (2.0 ** -53)
     u2 = ((x2 << _U(21)) | (x3 >> _U(11))).astype(np.float64) * (2.0 ** -53)
     z = np.sqrt(-2.0 * np.log(1.0 - u1)) * np.cos(TWO_PI * u2)
-    return z.astype(dtype).reshape(shape)
+    return _owned(z, shape, dtype)
 
 
 def bits64(seed, offset, n):

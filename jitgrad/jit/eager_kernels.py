@@ -51,6 +51,7 @@ import numpy as np
 from ..declarations import published
 from ..ir import dtypes as dt, settings
 from ..ir.ops import OPS, Aval
+from ..ir.ops.blas import array_address
 
 _MODE = os.environ.get("JITGRAD_EAGER_KERNELS", "1").strip().lower()
 ENABLED = _MODE not in ("0", "off", "false", "no")
@@ -406,20 +407,20 @@ def _call_for(opname, dtypes, params, aval, dims, fallback, row_length=None):
             elif r == ROW:
                 a = empty(dims[0], npdtype)
                 keep.append(a)
-                block.append(a.ctypes.data)
+                block.append(array_address(a))
                 block.extend(row_strides)
                 continue
             else:
                 a = arrays[r]
-            block.append(a.ctypes.data)
+            block.append(array_address(a))     # (NumPy's a.ctypes: ~7,000 instructions more a read)
             block.extend(full_strides)
         block.extend(tail)
         blk = block_of(block, i64)
         if st.parallel:
             with LAUNCH_LOCK:
-                fn(blk.ctypes.data)
+                fn(array_address(blk))
         else:
-            fn(blk.ctypes.data)
+            fn(array_address(blk))
         counts["native_calls"] += 1
         return out
     run.__name__ = f"{opname}_native"

@@ -3,7 +3,6 @@ IndexError, and torch's node name on a fresh result."""
 from __future__ import annotations
 
 from ..ir.ops import OpError, normalize_axes, normalize_axis
-from ..runtime.grad_names import named
 from ..runtime.tensor import Tensor
 
 
@@ -60,7 +59,11 @@ def diagonal_dims(dim1, dim2, nd):
 def fresh_result(result, input, name):
     """Name ``result``'s node as torch does (see grad_names.py), if this call made one (``reshape`` to the same
     shape returns its input)."""
-    return named(result, name) if result is not input else result
+    if result is not input:
+        gf = getattr(result, "grad_fn", None)       # (grad_names.named, inline: once per reduction)
+        if gf is not None:
+            gf.torch_name = name
+    return result
 
 
 __all__ = ["tensor_arg", "dims_arg", "dim_arg", "torch_dim", "fresh_result"]

@@ -367,8 +367,9 @@ def _var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
         correction = 1 if unbiased is None or unbiased else 0
     axes = _axes("var", input, dim)
     n = 1
+    shape = input.shape
     for a in axes:
-        n *= input.shape[a]
+        n *= shape[a]
     mu = bind(O["sum"], input, axes=axes, keepdims=True) / (n if n else 1)
     d = input - mu
     ss = bind(O["sum"], d * d, axes=axes, keepdims=bool(keepdim))
@@ -385,8 +386,8 @@ def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None, **tor
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(std, 'std', (input, dim, unbiased, keepdim), {"correction": correction}, torch_kw)
     v = var(input, dim, unbiased, keepdim, correction=correction)
-    zero = v == 0
-    return _fresh(sqrt(v.where(~zero, 1.0)).where(~zero, 0.0), input, "StdBackward0")
+    nonzero = v != 0        # (one op for ~(v == 0), NaN included)
+    return _fresh(sqrt(v.where(nonzero, 1.0)).where(nonzero, 0.0), input, "StdBackward0")
 
 
 @published("jitgrad", "Tensor")
@@ -459,11 +460,12 @@ def _log_softmax(input, dim, dtype=None):
     if dtype is not None:
         input = input.to(dtype)
     ax = _axis("log_softmax", input, dim)
-    if not input.is_floating_point():
+    if input._data.dtype.kind != "f":     # (the payload read, not three property frames: once per loss)
         input = input.float()
-    if input.numel() == 0:
+    d = input._data
+    if d.size == 0:
         return input * 1.0
-    if input.ndim == 0:
+    if d.ndim == 0:
         return O["log_softmax"].decompose(_bind_by_name, input, axis=ax)
     return bind(O["log_softmax"], input, axis=ax)  # one fused op in eager mode; traced: its decomposition
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import struct
 import threading
 import warnings
-from operator import itemgetter
+from operator import itemgetter, methodcaller
 
 import numpy as np
 
@@ -216,6 +216,10 @@ def pullback(node, gs):
         for i in plan.fresh:
             out[i] = out[i].copy()
     return out
+
+
+# view ops whose impl is ``lambda x, p: x.METHOD(p)`` (ir/ops/shape.py): op name -> (METHOD, the parameter)
+_METHOD_STEPS = {"reshape": ("reshape", "shape"), "permute": ("transpose", "perm")}
 
 
 def _step_error(plan, vals, e):
@@ -537,13 +541,18 @@ def _build(tr, res, slot_of, ninputs, nresults, number_slot):
         avals = [a.aval if type(a) is Lit else Aval(tuple(a.aval.shape), a.aval.dtype) for a in e.ins]
         entry = _rule_entry(e.op, None, e.params, avals)
         params = e.params
-        if len(args) == 1:
+        impl = entry[6]
+        method = _METHOD_STEPS.get(e.op.name)
+        if method is not None and impl is e.op.impl and len(args) == 1:
+            # a view step calls the array's method, its parameter bound once (the impl is a Python lambda)
+            impl, kind, a = methodcaller(method[0], params[method[1]]), 1, args[0]
+        elif len(args) == 1:
             kind, a = (11 if params else 1), args[0]
         elif len(args) == 2 and not params:
             kind, a = 2, tuple(args)
         else:
             kind, a = 0, tuple(args)
-        steps.append((entry[6], kind, a, params, entry[2], n))
+        steps.append((impl, kind, a, params, entry[2], n))
         where.append((e.op, entry[1]))
         if e.op.view and args[0] in from_const:
             from_const.add(n)

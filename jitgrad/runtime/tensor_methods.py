@@ -173,7 +173,14 @@ class TensorMethods:
     @property
     def data(self) -> "Tensor":
         # own version counter, not a view: ``p.data.add_()`` is allowed
-        return _with_storage_of(traced_alias(Tensor._make(self._data), self), self)
+        d = self._data
+        t = Tensor._make(d)
+        if _TR.active is not None:
+            traced_alias(t, self)
+        # (_with_storage_of, inline: read once per parameter per optimiser step in the notebooks' loops)
+        if self._base is not None or type(d) is np.ndarray and not d.flags.owndata:
+            share_storage(t, self)
+        return t
 
     @data.setter
     def data(self, value):

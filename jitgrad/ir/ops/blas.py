@@ -139,12 +139,12 @@ def _gemm_rows(a, ta, lda, b, tb, ldb, c, r0, r1, c0=0, c1=None, add=False) -> N
     item = c.itemsize
     # A's row r0: r0 rows of lda down a C-ordered A, r0 elements along an F-ordered one (BLAS sees its transpose);
     # B's column c0 likewise
-    a_at = _address(a if ta == b"N" else a.T) + r0 * (lda if ta == b"N" else 1) * item
-    b_at = _address(b if tb == b"N" else b.T) + c0 * (1 if tb == b"N" else ldb) * item
+    a_at = array_address(a if ta == b"N" else a.T) + r0 * (lda if ta == b"N" else 1) * item
+    b_at = array_address(b if tb == b"N" else b.T) + c0 * (1 if tb == b"N" else ldb) * item
     ints = _SIZES(c1 - c0, r1 - r0, k, ldb, lda, n)     # per call: the sizes (Fortran passes pointers)
     ad = _addressof(ints)
     gemm(tb, ta, ad, ad + 4, ad + 8, one, b_at, ad + 12, a_at, ad + 16, one if add else zero,
-         _address(c) + (r0 * n + c0) * item, ad + 20)
+         array_address(c) + (r0 * n + c0) * item, ad + 20)
 
 
 _SIZES = ctypes.c_int * 6
@@ -152,7 +152,7 @@ _addressof = ctypes.addressof
 _from_buffer = ctypes.c_char.from_buffer
 
 
-def _address(x) -> int:
+def array_address(x) -> int:
     """The address of C-ordered ``x``'s first element: through a ctypes view of its buffer where it is writable
     (~4,000 instructions), else ``x.ctypes.data`` (~11,000: NumPy builds a Python object per read)."""
     try:

@@ -26,6 +26,11 @@ from ...runtime.checked_index import IN_DIM, IN_SELF, checked_index
 def _shape_arg(shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
+    for s in shape:
+        if type(s) is not int:
+            break
+    else:
+        return tuple(shape)         # (the common case, without a generator's frames)
     return tuple(s if type(s) is SymInt else int(s) for s in shape)      # (sizes of a trace stay symbolic)
 
 
@@ -47,7 +52,9 @@ def _infer(name, shape, input):
                 known *= s
         if known == 0 or numel % known:
             raise error(f"shape '{list(shape)}' is invalid for input of size {numel}")
-        shape = tuple(numel // known if s == -1 else s for s in shape)
+        shape = list(shape)
+        shape[shape.index(-1)] = numel // known      # (the only -1: checked above)
+        shape = tuple(shape)
     return shape
 
 
@@ -68,18 +75,17 @@ def view(input, *shape, **torch_kw):
     if len(shape) == 1 and isinstance(shape[0], dt.DType):
         raise NotImplementedError("view(dtype) is not supported; use .to(dtype)")
     d = input._data
+    new = _infer("view", _shape_arg(shape), input)
     # a traced value has the strides eager mode would give it, when known (runtime/traced.py)
     strides = traced_strides(input) if type(d) is Var else layout_key(d)
     if strides is not None and d.size > 1:
         from ...runtime.view_rule import viewable
-        new = _infer("view", _shape_arg(shape), input)
         if not viewable(d.shape, strides, new):
             raise RuntimeError("view size is not compatible with input tensor's size and stride (at least one "
                                "dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
-    if not torch_kw and _infer("view", _shape_arg(shape), input) == input.shape:
-        # as torch: a view is a new tensor, even of one shape
-        return definite_view(bind(O["reshape"], input, shape=input.shape), input)
-    return definite_view(reshape(input, *shape), input)
+    if new == input.shape:
+        new = input.shape       # as torch: a view is a new tensor, even of one shape
+    return definite_view(bind(O["reshape"], input, shape=new), input)
 
 
 @published("jitgrad", "Tensor")

@@ -71,15 +71,16 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
 
 
 def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
-    unbatched = input.ndim == 1
+    unbatched = input._data.ndim == 1
     if unbatched:
         input, target = input.unsqueeze(0), target.reshape(1)
     if target.dtype.name not in ("int64", "int32"):
         raise RuntimeError(f"nll_loss: expected target of dtype int64 (class indices), got {target.dtype.name}")
-    if target.shape != input.shape[:1] + input.shape[2:]:
-        raise RuntimeError(f"nll_loss: expected target of shape {list(input.shape[:1] + input.shape[2:])} for input "
-                           f"of shape {list(input.shape)}, got {list(target.shape)}")
-    C = input.shape[1]
+    shape = input.shape     # (a property: read once)
+    if target.shape != shape[:1] + shape[2:]:
+        raise RuntimeError(f"nll_loss: expected target of shape {list(shape[:1] + shape[2:])} for input "
+                           f"of shape {list(shape)}, got {list(target.shape)}")
+    C = shape[1]
     # bounds are checked on concrete targets (inside @compile the value is not known while tracing; a CUDA
     # target is read back for it, or the gather would read out of bounds); ignored entries may lie outside [0, C)
     t = target._data if type(target._data) is np.ndarray or _TR.active is not None else target.cpu()._data
@@ -90,7 +91,7 @@ def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
         if lo < 0 or hi >= C:
             raise IndexError(f"Target {hi if hi >= C else lo} is out of bounds.")      # torch's text
     loss_reduction.check(reduction)
-    if weight is None and input.ndim == 2:
+    if weight is None and len(shape) == 2:
         # one fused primitive in eager CPU mode; traced or on a device its decomposition (ir/ops/fused.py)
         loss = bind(O["nll_loss"], input, target, ignore_index=int(ignore_index), reduction=reduction)
     else:
@@ -110,7 +111,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
 
 
 def _cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing):
-    cdim = 0 if input.ndim == 1 else 1
+    cdim = 0 if input._data.ndim == 1 else 1
     logp = F.log_softmax(input, cdim)
     if isinstance(target, Tensor) and target.is_floating_point():
         if target.shape != input.shape:
