@@ -155,8 +155,7 @@ def split_rows(prog: Program, e, pa, flag_a, pb, flag_b, pc, m, n, k) -> bool:
         side = m if by_rows else n
         nb, h = prog.split_rows(side, macs, dtype, by_rows)
         # the blocks' bits tried on the product's shape once (OpenBLAS's unit alone does not settle them)
-        if nb and blas.blocks_exact(dtype, by_rows, *shape, [(r, r + h) for r in range(0, h * (nb - 1), h)]
-                                    + [(h * (nb - 1), side)]):
+        if nb and blas.blocks_exact(dtype, by_rows, *shape, blas.cut(side, h, macs / side)):
             break
     else:
         return False

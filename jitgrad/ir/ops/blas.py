@@ -15,6 +15,7 @@ to).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
@@ -401,20 +402,26 @@ def _probe(rows: bool, unit: int, products) -> bool:
     (the least multiple of the unit, and one unit more), so the starts are not all multiples of a larger unit."""
     for a, b, full in products:
         m, n = full.shape
-        k = a.shape[1]
-        low = least_height(unit, k * (n if rows else m))
+        per = a.shape[1] * (n if rows else m)
+        low = least_height(unit, per)
         for h in (low, low + unit):
-            c = np.empty_like(full)
-            for s, e in cut(m if rows else n, h, k * (n if rows else m)):
-                if rows:
-                    _gemm_rows(a, b"N", k, b, b"N", n, c, s, e)
-                    same = c[s:e].tobytes() == full[s:e].tobytes()
-                else:
-                    _gemm_rows(a, b"N", k, b, b"N", n, c, 0, m, s, e)
-                    same = c[:, s:e].tobytes() == full[:, s:e].tobytes()
-                if not same:
-                    return False
+            if _by_blocks(a, b, cut(m if rows else n, h, per), rows).tobytes() != full.tobytes():
+                return False
     return True
+
+
+def _by_blocks(a, b, blocks, rows: bool):
+    """``a @ b`` (C-ordered operands), one OpenBLAS call per block of C's rows (``rows``) or columns, on the
+    thread count OpenBLAS has now."""
+    m, k = a.shape
+    n = b.shape[1]
+    c = np.empty((m, n), a.dtype)
+    for s, e in blocks:
+        if rows:
+            _gemm_rows(a, b"N", k, b, b"N", n, c, s, e)
+        else:
+            _gemm_rows(a, b"N", k, b, b"N", n, c, 0, m, s, e)
+    return c
 
 
 def block_unit(dtype, rows: bool = True):
@@ -434,22 +441,29 @@ def _derive_unit(dtype, rows: bool):
     load()
     if LIBRARY["lib"] is None or getattr(LIBRARY["lib"], "scipy_sgemm_", None) is None or not thread_control():
         return None
-    if BlasPacer._control is None:
-        BlasPacer._init()
-    before = BlasPacer._current
-    BlasPacer.use(1)
-    try:
+    with _one_blas_thread():
         rng = np.random.default_rng(32)
         products = []
         for m, k, n in _PROBES:
             a = rng.standard_normal((m, k)).astype(dtype)
             b = rng.standard_normal((k, n)).astype(dtype)
-            full = np.empty((m, n), dtype)
-            _gemm_rows(a, b"N", k, b, b"N", n, full, 0, m)
-            products.append((a, b, full))
+            products.append((a, b, _by_blocks(a, b, [(0, m)], True)))
         return next((u for u in UNIT_CANDIDATES if _probe(rows, u, products)), None)
+
+
+@contextlib.contextmanager
+def _one_blas_thread():
+    """OpenBLAS on one thread inside (probes compare single-threaded calls), its count as it was after."""
+    if BlasPacer._control is None:
+        BlasPacer._init()
+    before = BlasPacer._current
+    if before != 1:
+        BlasPacer.use(1)
+    try:
+        yield
     finally:
-        BlasPacer.use(before)
+        if before != 1:
+            BlasPacer.use(before)
 
 
 def row_blocks(rows, dtype, parts: int, per_row=None):
@@ -491,28 +505,13 @@ def blocks_exact(dtype, by_rows: bool, m: int, k: int, n: int, blocks) -> bool:
     if got is not None:
         return got
     load()
-    with _UNIT_LOCK:
+    with _UNIT_LOCK, _one_blas_thread():
         if key not in _EXACT:
-            if BlasPacer._control is None:
-                BlasPacer._init()
-            before = BlasPacer._current
-            if before != 1:
-                BlasPacer.use(1)
-            try:
-                rng = np.random.default_rng(m * 31 + k * 7 + n)
-                a = rng.standard_normal((m, k)).astype(dtype)
-                b = rng.standard_normal((k, n)).astype(dtype)
-                full, part = np.empty((m, n), dtype), np.empty((m, n), dtype)
-                _gemm_rows(a, b"N", k, b, b"N", n, full, 0, m)
-                for r0, r1 in blocks:
-                    if by_rows:
-                        _gemm_rows(a, b"N", k, b, b"N", n, part, r0, r1)
-                    else:
-                        _gemm_rows(a, b"N", k, b, b"N", n, part, 0, m, r0, r1)
-                _EXACT[key] = part.tobytes() == full.tobytes()
-            finally:
-                if before != 1:
-                    BlasPacer.use(before)
+            rng = np.random.default_rng(m * 31 + k * 7 + n)
+            a = rng.standard_normal((m, k)).astype(dtype)
+            b = rng.standard_normal((k, n)).astype(dtype)
+            whole = _by_blocks(a, b, [(0, m)], True)
+            _EXACT[key] = _by_blocks(a, b, blocks, by_rows).tobytes() == whole.tobytes()
     return _EXACT[key]
 
 
