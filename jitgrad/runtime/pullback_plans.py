@@ -262,7 +262,7 @@ def _first_plan(node, vals, ngrads, nums):
     does not read them, the plan that takes them as inputs (the rule traced again on symbols, which must give the
     same steps); else a _Values holding the plan of these values."""
     concrete = _record(node, vals, ngrads, None)
-    plan = _NO_PLAN if concrete is None else _plan(*concrete, len(vals), len(node.next_functions))
+    plan = _concrete_plan(concrete, node, vals)
     if nums is None:
         return plan
     table = _Values()
@@ -294,9 +294,13 @@ def _value_plan(table, vk, node, vals, ngrads):
     the signature has had NUMBER_VALUES_MAX values (a number that changes every step would trace without end)."""
     if len(table) >= NUMBER_VALUES_MAX:
         return _NO_PLAN
-    concrete = _record(node, vals, ngrads, None)
-    plan = table[vk] = _NO_PLAN if concrete is None else _plan(*concrete, len(vals), len(node.next_functions))
+    plan = table[vk] = _concrete_plan(_record(node, vals, ngrads, None), node, vals)
     return plan
+
+
+def _concrete_plan(recorded, node, vals):
+    """The plan of a rule traced on its numbers' values (``_record``'s result), or _NO_PLAN where it declined."""
+    return _NO_PLAN if recorded is None else _plan(*recorded, len(vals), len(node.next_functions))
 
 
 def _record(node, vals, ngrads, numbers):
