@@ -118,6 +118,8 @@ class Node:
         return bool(self.op.saves_in or self.op.saves_out)
 
     def release(self):
+        # (the engine's backward loop inlines this for an op's node, and calls check_saved only where one of
+        # versions, out_versions, _freed or packed is set: keep both in step with these methods)
         self._freed = True
         self.inputs = self.outputs = None
         self.packed = None
