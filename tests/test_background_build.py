@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from build_processes import wait_for_builders
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -280,11 +282,12 @@ STUCK_SCRIPT = textwrap.dedent("""
 """ + STEP + """
     x = jg.tensor(np.arange(8, dtype=np.float32).reshape(2, 4) / 8)
     if os.environ["PHASE"] == "exit":
-        stuck, never = threading.Event(), threading.Event()
+        stuck, never, held = threading.Event(), threading.Event(), []
         compile_code = build.compile_code
 
         def stalled(key, source, kind, elsewhere=None):
             if kind == "kernel" and threading.current_thread().name == "jitgrad-compile":
+                held.append(key)
                 stuck.set()
                 never.wait()        # (holding the kernel's build lock: build.obtain took it)
             return compile_code(key, source, kind, elsewhere)
@@ -294,8 +297,8 @@ STUCK_SCRIPT = textwrap.dedent("""
     v = float(f(x))
     if os.environ["PHASE"] == "exit":
         assert stuck.wait(300)
-    print(json.dumps({"loss": v, "counts": build.COUNTS, "stats": {k: v for k, v in f.stats.items()
-                      if isinstance(v, (int, float, str, type(None)))}}))
+    print(json.dumps({"loss": v, "counts": build.COUNTS, "held": held if os.environ["PHASE"] == "exit" else None,
+                      "stats": {k: v for k, v in f.stats.items() if isinstance(v, (int, float, str, type(None)))}}))
 """)
 
 
@@ -303,13 +306,31 @@ STUCK_SCRIPT = textwrap.dedent("""
 def test_a_kernel_the_build_thread_still_holds_at_exit_is_built_for_the_next_run(tmp_path):
     env = _env(tmp_path, JITGRAD_QUICK_BUILD=0)     # (no quick tier: the thread compiles at O3, under the lock)
     first = _run(STUCK_SCRIPT, dict(env, PHASE="exit"))
-    assert first["counts"]["kernels_compiled"] == 0, first
-    # the build process the exit started (after the print) waited for the lock the dying thread held, then built the kernel
+    assert first["counts"]["kernels_compiled"] == 0 and len(first["held"]) == 1, first
+    # the build process the exit started (after the print) shares the lock the dying thread held: the key is never
+    # free while its kernel is missing (a run starting now waits for that build, it starts no second one)
+    from jitgrad.codegen.native import objstore
+    key, root = first["held"][0], tmp_path / "cache"
+    assert objstore.BuildLock(key, root).held_elsewhere() or objstore.exists(key, root)
+    wait_for_builders(root)
+    assert objstore.exists(key, root)
     second = _run(STUCK_SCRIPT, dict(env, PHASE="warm"))
     assert second["loss"] == pytest.approx(first["loss"], rel=1e-6)
     c = second["counts"]
     assert second["stats"]["compiled_calls"] == 1 and second["stats"]["first_compiled_call"] == 1, second
     assert c["kernels_compiled"] == 0 and c["drivers_compiled"] == 0 and c["kernels_loaded"] >= 1, c
+
+
+def _flock_free(path) -> bool:
+    import fcntl
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def test_a_build_lock_another_thread_holds_is_not_held_elsewhere(tmp_path):
@@ -327,8 +348,13 @@ def test_a_build_lock_another_thread_holds_is_not_held_elsewhere(tmp_path):
     t.start()
     t.join()
     assert seen == [(False, False)]        # here; and still exclusive between threads
+    shared = objstore.BuildLock(key, tmp_path)
+    assert shared.share()                   # (at exit: handed to a build process)
     held.release()
-    assert not objstore.BuildLock(key, tmp_path).held_here()
+    assert shared.held_here() and not _flock_free(held.path)     # the shared descriptor keeps the flock
+    shared.release()
+    assert not objstore.BuildLock(key, tmp_path).held_here() and _flock_free(held.path)
+    assert not objstore.BuildLock(key, tmp_path).share()
     other = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import fcntl, os, sys
         fd = os.open({str(held.path)!r}, os.O_RDWR)

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,8 @@ import pytest
 import jitgrad as jg
 from jitgrad.codegen.native import build, build_procs, cache
 from jitgrad.codegen.program import cpu
+
+from build_processes import wait_for_builders
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -125,46 +126,6 @@ def _step_script(cache_dir):
         """)
 
 
-def _builders(cache_dir) -> dict:
-    """{pid: CPU ticks used so far} of the build processes working on ``cache_dir`` (their command lines name
-    the job files in it)."""
-    found = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                cmd = open(f"/proc/{d}/cmdline", "rb").read()
-                if b"jitgrad.codegen.native.build" not in cmd or str(cache_dir).encode() not in cmd:
-                    continue
-                stat = open(f"/proc/{d}/stat").read()
-            except OSError:
-                continue        # it exited meanwhile
-            fields = stat[stat.rindex(")") + 2:].split()
-            if fields[0] != "Z":                            # (a zombie has finished)
-                found[d] = int(fields[11]) + int(fields[12])    # utime + stime
-    return found
-
-
-def _wait_for_builders(cache_dir, stall=120, limit=900):
-    """Build processes are detached: wait until none runs on this cache directory.  A loaded machine only makes
-    them slower, so the wait is bounded by their progress, not by a deadline: it fails when they use no CPU time
-    for ``stall`` seconds (a hung build), or after ``limit`` seconds whatever they do."""
-    t0 = last_progress = time.monotonic()
-    seen = {}
-    while True:
-        now_running = _builders(cache_dir)
-        if not now_running:
-            return
-        now = time.monotonic()
-        if any(seen.get(pid) != ticks for pid, ticks in now_running.items()):
-            last_progress = now
-        seen = now_running
-        if now - last_progress > stall:
-            raise AssertionError(f"build processes {sorted(now_running)} used no CPU time for {stall} s")
-        if now - t0 > limit:
-            raise AssertionError(f"build processes {sorted(now_running)} still running after {limit} s")
-        time.sleep(0.2)
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_script_that_calls_once_and_exits_leaves_compiled_code(tmp_path):
     cache_dir = tmp_path / "c"
@@ -176,7 +137,7 @@ def test_script_that_calls_once_and_exits_leaves_compiled_code(tmp_path):
     one = json.loads(r1.stdout.splitlines()[-1])
     st = one["stats"]         # default: background build; the first call eager (or interpreted), not compiled
     assert st["interpreted_calls"] + st["eager_calls"] == 1 and st["compiled_calls"] == 0
-    _wait_for_builders(cache_dir)
+    wait_for_builders(cache_dir)
     # the next run, default mode too: everything is on disk, so it loads before its first call (no interpreter)
     r2 = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert r2.returncode == 0, r2.stderr

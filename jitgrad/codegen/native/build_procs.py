@@ -30,7 +30,7 @@ _BOOT = ("import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')];
 
 def command(jobs, graph=None) -> list:
     """The build process's command line (see ``_BOOT``): ``kind key path lock-fd`` per job (``-``: no lock handed
-    over; ``wait``: wait for it), then ``graph gkey keys -``."""
+    over), then ``graph gkey keys -``."""
     args = [sys.executable] + (["-P"] if sys.version_info >= (3, 11) else []) + ["-c", _BOOT, _package_root()]
     for job in jobs:
         args += [job[0], job[1], job[2], job[3] if len(job) > 3 else "-"]
@@ -39,22 +39,23 @@ def command(jobs, graph=None) -> list:
     return args
 
 
-def spawn(jobs, graph=None) -> subprocess.Popen | None:
+def spawn(jobs, graph=None, exiting=False) -> subprocess.Popen | None:
     """A detached build process compiling ``jobs`` into the disk cache (it outlives this process); with
     ``graph``, it also writes that graph's file once every object of it is on disk.
 
     This process takes each job's build lock and hands it to the child (an inherited descriptor: the lock is
     held from before the child starts until it finishes), so a run that starts meanwhile sees the key being built
-    and starts no second builder for it.  Jobs whose lock another process holds are left to that builder; one
-    that a thread of this process holds (at exit: the build thread, stopped mid-kernel) is handed over as
-    ``wait``: the child takes the lock when this process lets go of it, then builds what is still missing."""
+    and starts no second builder for it.  Jobs whose lock another process holds are left to that builder, and so
+    are those a thread of this process holds, except ``exiting``: then that thread (the build thread, stopped
+    mid-kernel) dies with us, and its lock is shared with the child (``BuildLock.share``), which builds the kernel
+    unless that thread wrote it before this process exited."""
     locks, handed = [], []
     try:
         for job in jobs:
             lock = objstore.BuildLock(job[1])
-            if not lock.acquire(block=False):
-                if lock.held_here():    # a thread of ours builds it (at exit it dies with us): the child waits
-                    handed.append(tuple(job[:3]) + ("wait",))
+            # (at exit, held by the build thread that dies with us: the child shares its lock; tried again when
+            # that thread let go between the two)
+            if not (lock.acquire(block=False) or exiting and (lock.share() or lock.acquire(block=False))):
                 continue
             locks.append(lock)
             handed.append(tuple(job[:3]) + ((str(lock.fd) if lock.fd is not None else "-"),))

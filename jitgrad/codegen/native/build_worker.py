@@ -43,9 +43,7 @@ def _build_jobs(argv):
         jobs[key] = (kind, path, fd)
     for key, (kind, path, fd) in jobs.items():
         lock = objstore.BuildLock(key)
-        if fd == "wait":
-            lock.acquire(block=True)        # our starter's thread held it: it lets go when it exits
-        elif fd != "-":
+        if fd != "-":
             lock.fd = int(fd)               # handed over by the process that started us: already held
         elif not lock.acquire(block=False):
             continue                        # another process builds it

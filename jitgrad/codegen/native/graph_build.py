@@ -408,10 +408,10 @@ class GraphCode:
 
 # ------------------------------------------------------------------------------------------------ build processes
 
-def _spawn(jobs, graph=None):
+def _spawn(jobs, graph=None, exiting=False):
     """A detached build process for ``jobs`` (``build_procs.spawn``), counted."""
     build.COUNTS["build_processes"] += 1
-    return build_procs.spawn(jobs, graph)
+    return build_procs.spawn(jobs, graph, exiting)
 
 
 @atexit.register
@@ -431,7 +431,7 @@ def _spawn_leftovers():
             left.append((todo, code))
     for todo, code in left:
         try:
-            p = _spawn(todo, code)
+            p = _spawn(todo, code, exiting=True)
             if p is not None and p.stderr is not None:
                 p.stderr.close()
         except OSError:

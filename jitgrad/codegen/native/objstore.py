@@ -48,7 +48,7 @@ try:
 except ImportError:     # pragma: no cover - not POSIX: builds are not coordinated
     _fcntl = None
 _HERE_LOCK = threading.Lock()
-_HERE: dict = {}        # key -> build locks of it this process holds now (``BuildLock``)
+_HERE: dict = {}        # key -> descriptors of this process holding its build lock now (``BuildLock``)
 
 
 def _after_fork_in_child():
@@ -306,7 +306,7 @@ class BuildLock:
                 got = False
             else:
                 got = True
-                _HERE[self.key] = _HERE.get(self.key, 0) + 1
+                _HERE.setdefault(self.key, []).append(fd)
         if not got and block:
             try:
                 _fcntl.flock(fd, _fcntl.LOCK_EX)     # (not under _HERE_LOCK: the holder may be this process)
@@ -314,7 +314,7 @@ class BuildLock:
                 os.close(fd)
                 return False
             with _HERE_LOCK:
-                _HERE[self.key] = _HERE.get(self.key, 0) + 1
+                _HERE.setdefault(self.key, []).append(fd)
             got = True
         if not got:
             os.close(fd)
@@ -326,14 +326,27 @@ class BuildLock:
         if self.fd is not None:
             with _HERE_LOCK:
                 try:
-                    os.close(self.fd)     # closing drops the flock
+                    os.close(self.fd)     # closing the last descriptor of the open file drops the flock
                 finally:
-                    self.fd = None
-                    n = _HERE.get(self.key, 0) - 1
-                    if n > 0:
-                        _HERE[self.key] = n
-                    else:
+                    fds = _HERE.get(self.key, [])
+                    if self.fd in fds:
+                        fds.remove(self.fd)
+                    if not fds:
                         _HERE.pop(self.key, None)
+                    self.fd = None
+
+    def share(self) -> bool:
+        """Hold the lock a thread of this process holds, through a descriptor of the same open file (``dup``):
+        the ``flock`` stays until both are closed.  Handed to a build process, that descriptor keeps the key locked
+        after this process exits (at exit: the build thread's kernel), with no moment between when another run
+        could find it free and the entry missing.  False when no thread here holds it."""
+        with _HERE_LOCK:
+            fds = _HERE.get(self.key)
+            if not fds:
+                return False
+            self.fd = os.dup(fds[0])
+            fds.append(self.fd)
+            return True
 
     def held_here(self) -> bool:
         """A thread of this process holds the lock now."""
