@@ -1474,7 +1474,7 @@ def test_variable_shim():
 
 def test_grad_on_deep_graph_visits_each_node_once(monkeypatch):
     # it was quadratic in the depth when inputs were given: count the work instead of timing it
-    from jitgrad.runtime import engine
+    from jitgrad.runtime.backward import engine
     x = jg.tensor([1.], requires_grad=True)
     a = jg.tensor([0.5], requires_grad=True)
     y = x

@@ -841,7 +841,7 @@ def test_deep_reentrant_backward_has_no_recursion_limit():
 
 
 def test_reentrant_backward_in_a_fresh_thread_keeps_grad_mode_and_errors():
-    from jitgrad.runtime import engine
+    from jitgrad.runtime.backward import engine
     seen = []
 
     class Probe(jg.autograd.Function):

@@ -136,7 +136,7 @@ def test_backward_engine_calls_per_node():
     def cost(n):
         loss = chain(n)
         return _count(loss.backward)[0]
-    cost(10)    # the first backward traces mul's pullback plan, once per signature (runtime/pullback_plans.py)
+    cost(10)    # the first backward traces mul's pullback plan, once per signature (runtime/backward/pullback_plans.py)
     small, big = cost(10), cost(40)
     per_node = (big - small) / 30
     # a mul node: its pullback plan's replay (one mul step on arrays), the saved-value check, release (4 calls

@@ -24,7 +24,8 @@ from jitgrad.ir import eager_threads, settings
 from jitgrad.ir.ops import OPS, blas, stacked_gemm
 from jitgrad.jit import eager_kernels as ek
 from jitgrad.optim import multi_tensor
-from jitgrad.runtime import dispatch, pullback_plans
+from jitgrad.runtime import dispatch
+from jitgrad.runtime.backward import pullback_plans
 
 _spec = importlib.util.spec_from_file_location("gpt_model", os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "gpt_model.py"))

@@ -1,5 +1,5 @@
 """Pullbacks on arrays: an eager first-order backward replays each op's own vjp rule on arrays
-(``runtime/pullback_plans.py``: traced once per signature into a plan of the binds' signature entries) instead of
+(``runtime/backward/pullback_plans.py``: traced once per signature into a plan of the binds' signature entries) instead of
 binding the rule's ops; so the gradients must be the rule's bits, the rules must plan (or decline where marked), and
 every gradient semantics must hold (broadcasting, Python-number operands, NaN, hooks that cast the cotangent, native
 kernels).
@@ -13,7 +13,8 @@ import pytest
 import jitgrad as jg
 import jitgrad.nn.functional as F
 from jitgrad.ir.ops import OPS
-from jitgrad.runtime import dispatch, pullback_plans
+from jitgrad.runtime import dispatch
+from jitgrad.runtime.backward import pullback_plans
 
 
 def _t(rng, shape, dtype=np.float32, grad=True):

@@ -1,7 +1,7 @@
 """The GPT scripts' and makemore notebooks' training iterations of ``benchmarks/gpt_scripts.py`` (nanoGPT, minGPT,
 the lecture's gpt.py, makemore's bigram and MLPs, written in their scripts' idioms): their first losses agree with
 torch's given the same weights and batches, and their eager backward replays the ops' vjp rules on arrays (issue 28,
-``runtime/pullback_plans.py``), counted: no op is bound in the backward, split's ``cat`` included, and only the first
+``runtime/backward/pullback_plans.py``), counted: no op is bound in the backward, split's ``cat`` included, and only the first
 step's backward traces plans."""
 import collections
 import os
@@ -13,7 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import jitgrad as jg  # noqa: E402
-from jitgrad.runtime import dispatch, engine, pullback_plans  # noqa: E402
+from jitgrad.runtime import dispatch
+from jitgrad.runtime.backward import engine, pullback_plans  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 import gpt_scripts as G  # noqa: E402

@@ -1,4 +1,4 @@
-"""Pullback plans (``runtime/pullback_plans.py``) and what a plan must not hold: the values of saved Python numbers
+"""Pullback plans (``runtime/backward/pullback_plans.py``) and what a plan must not hold: the values of saved Python numbers
 (a KL weight on a schedule, an annealed temperature: one plan serves every value, with the rule's bits for each),
 and the process's warnings state (only the tracing thread's warnings cost a plan; another thread's reach the user,
 and nothing of the trace stays behind in the warnings module).
@@ -15,7 +15,7 @@ import pytest
 
 import jitgrad as jg
 from jitgrad.ir.ops import OPS
-from jitgrad.runtime import pullback_plans
+from jitgrad.runtime.backward import pullback_plans
 
 _SPECIAL = [0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1e-45, -3.0]
 

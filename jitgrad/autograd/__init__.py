@@ -2,7 +2,7 @@
 import sys
 
 from ..runtime.anomaly import detect_anomaly, set_detect_anomaly, is_anomaly_enabled, is_anomaly_check_nan_enabled
-from ..runtime.engine import backward, _calculate_shape  # noqa: F401
+from ..runtime.backward.engine import backward, _calculate_shape  # noqa: F401
 from .batched_grad import grad
 from ..runtime.function import Function, FunctionCtx, once_differentiable, InplaceFunction, NestedIOFunction
 from ..runtime.grad_mode import no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled, \
@@ -25,7 +25,7 @@ class _ExecutionEngine:
 
     @staticmethod
     def queue_callback(fn):
-        from ..runtime.engine import queue_callback
+        from ..runtime.backward.engine import queue_callback
         queue_callback(fn)
 
 

@@ -1,4 +1,4 @@
-"""``torch.autograd.grad``: the engine's ``grad`` (runtime/engine.py), and ``is_grads_batched=True``, where the
+"""``torch.autograd.grad``: the engine's ``grad`` (runtime/backward/engine.py), and ``is_grads_batched=True``, where the
 first dim of every grad_output is a batch of cotangents.
 
 torch runs the backward pass once under vmap; jitgrad has no vmap, so it runs one backward pass per batch entry
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..library.elementary import stack
-from ..runtime import engine
+from ..runtime.backward import engine
 from ..runtime.tensor import Tensor
 
 

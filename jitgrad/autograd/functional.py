@@ -15,7 +15,7 @@ from ..ir.ops import OPS
 from ..runtime import grad_mode
 from ..runtime.dispatch import bind
 from ..runtime.dual import DUALS
-from ..runtime.engine import grad as _grad
+from ..runtime.backward.engine import grad as _grad
 from ..runtime.tensor import Tensor
 
 __all__ = ["vjp", "jvp", "jacobian", "hessian", "vhp", "hvp"]

@@ -28,7 +28,7 @@ import warnings
 import numpy as np
 
 from ..runtime import grad_mode
-from ..runtime.engine import grad as _grad
+from ..runtime.backward.engine import grad as _grad
 from ..runtime.tensor import Tensor
 from .jacobians import (  # noqa: F401  (GradcheckError is public here too)
     _as_tuple, _is_diff, _differentiable_outputs, _arr, _fmt, _allclose, _notallclose_msg, _Evaluator,
@@ -94,7 +94,7 @@ def _test_undefined_backward_mode(outputs, diff_inputs, all_zero_done=False):
                       stacklevel=4)
 
     # undefined (None) gradients for every output, as torch's UndefinedGrad: hooks and backward see None
-    from ..runtime.engine import run as _run
+    from ..runtime.backward.engine import run as _run
     outs = tuple(o for o in outputs if o.requires_grad)
     if outs:
         try:

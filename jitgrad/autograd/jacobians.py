@@ -7,7 +7,7 @@ import numpy as np
 
 from ..runtime import grad_mode
 from ..runtime.dual import DUALS
-from ..runtime.engine import grad as _grad
+from ..runtime.backward.engine import grad as _grad
 from ..runtime.tensor import Tensor
 
 # torch.Generator()'s default seed: fast mode draws its random vectors from a private generator, never from

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..runtime import grad_mode
 from ..runtime.dual import DUALS
-from ..runtime.engine import grad as _autograd_grad
+from ..runtime.backward.engine import grad as _autograd_grad
 from ..runtime.tensor import Tensor
 from ..tracer import pytree
 from .vectorize import vmap

@@ -415,7 +415,7 @@ def _bind_name(opname, *args, **params):
 def transpose_vjp(c, ts):
     """J t as the transpose of the op's vjp (linear in its cotangent ``u``): d/du <vjp(u), t>, by reverse mode
     with ``create_graph``, so it stays differentiable in the primals and the tangents."""
-    from .engine import grad as _grad
+    from .backward.engine import grad as _grad
     outs = c.outputs
     with grad_mode.enable_grad():
         us = [o.new_zeros(o.shape).requires_grad_() for o in outs]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .dispatch import OpNode
-from . import pullback_plans
+from .backward import pullback_plans
 from .tensor import Tensor
 
 _new = object.__new__

@@ -15,7 +15,8 @@ from ..ir import dtypes as dt
 from ..ir.ops import OPS as O
 from ..ir.symbolic import SymInt, same_shape
 from ..tracer import STATE as _TR
-from . import devices as _devices, dispatch as _dispatch, engine as _engine, grad_mode
+from . import devices as _devices, dispatch as _dispatch, grad_mode
+from .backward import engine as _engine
 from .conversions import contiguous_in, is_in_layout, relayout
 from .devices import check_device, on_device
 from .forward_state import STATE as _FWD

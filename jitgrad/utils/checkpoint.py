@@ -74,7 +74,7 @@ class CheckpointFunction(Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        from ..runtime.engine import backward as run_backward
+        from ..runtime.backward.engine import backward as run_backward
         inputs = list(ctx.inputs)
         for i, t in zip(ctx.tensor_indices, ctx.saved_tensors):
             inputs[i] = t

@@ -294,7 +294,7 @@ def _nll_weights_impl(target, n_cls, dtype, ignore_index, reduction):
 
 def _nll_vjp(c, g):
     # the weights are an op of the targets (read by its impl, not by this rule's Python), so an eager backward
-    # replays this rule on arrays as any other (runtime/pullback_plans.py)
+    # replays this rule on arrays as any other (runtime/backward/pullback_plans.py)
     target = c.inputs[1]
     n_rows, n_cls = c.shapes[0]
     red = c.params["reduction"]

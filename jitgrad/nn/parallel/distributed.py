@@ -40,7 +40,8 @@ from ...ir.graph import Var
 from ...ir.ops import OPS
 from ...ir.ops.collective import next_seq
 from ...jit.guards import guard
-from ...runtime import engine, grad_mode
+from ...runtime import grad_mode
+from ...runtime.backward import engine
 from ...runtime.dispatch import bind
 from ...library.elementary import cat
 from ...runtime.tensor import Tensor

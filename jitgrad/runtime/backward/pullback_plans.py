@@ -37,16 +37,16 @@ from operator import itemgetter, methodcaller
 
 import numpy as np
 
-from ..ir import dtypes as dt
-from ..ir.graph import Lit, Var
-from ..ir.ops import OPS, Aval
-from ..ir.ops.opdef import OpDef, RuleCtx
-from ..ir.symbolic import SymFloat
-from ..tracer.trace import Trace
-from . import grad_mode
-from .dispatch import _bind, _rule_entry
-from .op_errors import op_error
-from .tensor import Tensor
+from ...ir import dtypes as dt
+from ...ir.graph import Lit, Var
+from ...ir.ops import OPS, Aval
+from ...ir.ops.opdef import OpDef, RuleCtx
+from ...ir.symbolic import SymFloat
+from ...tracer.trace import Trace
+from .. import grad_mode
+from ..dispatch import _bind, _rule_entry
+from ..op_errors import op_error
+from ..tensor import Tensor
 
 _FROM_NP = dt._FROM_NP
 _GM = grad_mode.STATE

@@ -13,17 +13,17 @@ import warnings
 
 import numpy as np
 
-from . import anomaly, forward_state, grad_mode, profiler_state, saved_hooks
-from .node import AccumulateGrad, zeros_for
-from .saved_output import vjp_through_outputs
+from .. import anomaly, forward_state, grad_mode, profiler_state, saved_hooks
+from ..node import AccumulateGrad, zeros_for
+from ..saved_output import vjp_through_outputs
 from .root_grads import check_outputs, make_root_grads
-from .dispatch import OpNode
-from .graph_hooks import GradientEdge, RUNNING as _RUNNING, root_edge
+from ..dispatch import OpNode
+from ..graph_hooks import GradientEdge, RUNNING as _RUNNING, root_edge
 from .grad_accumulation import accumulate as _accumulate, accumulate_array as _accumulate_array, \
     retain as _retain
 from . import pullback_plans as _plans
-from .tensor import Tensor
-from ..tracer import STATE as _TR
+from ..tensor import Tensor
+from ...tracer import STATE as _TR
 
 _AN = anomaly.STATE
 _wrap = Tensor._make

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .graph_hooks import GradientEdge
-from .node import zeros_for
-from .tensor import Tensor
+from ..graph_hooks import GradientEdge
+from ..node import zeros_for
+from ..tensor import Tensor
 
 
 def make_root_grads(outputs, grad_outputs, create_graph):

@@ -13,11 +13,11 @@ import sys
 
 import numpy as np
 
-from . import grad_mode
-from .conversions import contiguous_format, dense_like
-from .node import CopyBackwards
-from .tensor import Tensor
-from ..tracer import STATE as _TR
+from .. import grad_mode
+from ..conversions import contiguous_format, dense_like
+from ..node import CopyBackwards
+from ..tensor import Tensor
+from ...tracer import STATE as _TR
 
 
 def accumulate(t: Tensor, g: Tensor, create_graph: bool):
