@@ -13,6 +13,7 @@ import numpy as np
 from ..ir import dtypes as dt
 from . import grad_mode
 from ..tracer import STATE as _TR
+from ..tracer.trace import DEPARTED as _DEPARTED
 from .view_rule import contiguous_strides, element_strides
 from .size import Size
 
@@ -83,12 +84,15 @@ class Tensor:
         t._retains_grad = False
         t._acc = None
         t._out_nr = 0
-        t._inference = _GM.inference
         t._view_origin = None   # set, so reading it never falls through to __getattr__ (torch_surface's refusal)
-        tr = _TR.active
-        if tr is not None:   # made while tracing: a constant of the graph, not an input
-            tr.created.add(id(t))
-            tr.keep.append(t)
+        if _DEPARTED:       # (the thread-local states are read only where some thread's depart: tracer/trace.py)
+            t._inference = _GM.inference_on
+            tr = _TR.active
+            if tr is not None:   # made while tracing: a constant of the graph, not an input
+                tr.created.add(id(t))
+                tr.keep.append(t)
+        else:
+            t._inference = False
         return t
 
     # --- metadata --------------------------------------------------------------------------------
