@@ -390,8 +390,12 @@ def _record(op, params, args, hit, t):
     if _SH.stack and (not _DEPARTED or _TR.active is None):
         pack_node(node)
     node.out_meta = hit[7]
-    # the user's line (source.user_code_line, inline): the first frame outside the package above _bind
-    f = _getframe(2)
+    # the user's line (source.user_code_line, inline): the first frame outside the package above _bind's caller.
+    # (Its caller is the package's own code: starting above it makes one frame object fewer, and reads one less.)
+    try:
+        f = _getframe(3)
+    except ValueError:      # (_bind called from a module's top level)
+        f = _getframe(2)
     while f is not None:
         code = f.f_code
         r = _internal_get(code.co_filename)

@@ -153,9 +153,10 @@ class Tensor:
 
     @grad.setter
     def grad(self, value):
-        tr = _TR.active
-        if tr is not None and tr.on_grad_write is not None:
-            tr.on_grad_write(self)
+        if _DEPARTED:
+            tr = _TR.active
+            if tr is not None and tr.on_grad_write is not None:
+                tr.on_grad_write(self)
         if value is not None:
             if not isinstance(value, Tensor):
                 raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type "
