@@ -222,12 +222,25 @@ def nonzero(input, *, as_tuple=False, **torch_kw):
 
 
 # ---- reductions -----------------------------------------------------------------------------------
+_SUM = O["sum"]
+_EVERY_AXIS = [tuple(range(n)) for n in range(64)]     # (dims_arg's axes for dim=None, made once)
+
+
 def _red(opname, x, dim, keepdim):
     return bind(O[opname], x, axes=_axes(opname, x, dim), keepdims=bool(keepdim))
 
 
 @published("jitgrad", "Tensor")
 def sum(input, dim=None, keepdim=False, *, dtype=None, **torch_kw):
+    if dim is None and dtype is None and type(input) is Tensor and _ROUTE.plain and not torch_kw:
+        # flat: a sum of every element (``x.sum()``, a loss) straight to the dispatch, its node named as below
+        nd = input._data.ndim
+        r = _dispatch._bind(_SUM, (input,), {"axes": _EVERY_AXIS[nd] if nd < 64 else tuple(range(nd)),
+                                             "keepdims": bool(keepdim)})
+        gf = r.grad_fn
+        if gf is not None:
+            gf.torch_name = "SumBackward0"
+        return r
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(sum, 'sum', (input, dim, keepdim), {"dtype": dtype}, torch_kw)
     if dtype is not None:

@@ -15,8 +15,8 @@ _FROM_NP = dt._FROM_NP
 WEAK = {bool: Aval((), dt.bool_, True), int: Aval((), dt.int64, True), float: Aval((), dt.float32, True)}
 
 
-def avals_of(args) -> list:
-    """The avals of a bind's arguments (tensors and Python scalars)."""
+def avals_of(op, args) -> list:
+    """The avals of ``op``'s arguments (tensors and Python scalars)."""
     avals = []
     for a in args:
         if isinstance(a, Tensor):
@@ -32,7 +32,7 @@ def rule_entry(op, args, params, avals=None):
     the signature, else ``impl``; ``OpDef.eager_kernel``'s native kernel where it serves the signature), the
     node's ``out_meta``, the ``inputs`` of a node that saves none, and {needs_grad: the inputs a node saves}
     (filled by ``_record``)); ``avals`` instead of ``args``: a plan's step."""
-    avals = avals_of(args) if avals is None else avals
+    avals = avals_of(op, args) if avals is None else avals
     try:
         out_avals = op.shape_dtype(avals, params)
     except OpError as e:
