@@ -347,8 +347,8 @@ def _record(op, params, args, hit, t):
     node.needs_grad = needs
     node.seq = _next(_node_seq)
     node._freed = False
-    node._pre_hooks = node._hooks = node.tensor_hooks = node.retain_grad_refs = node.stack = node._metadata = None
-    node.view_args = node.view_base_fn = node.torch_name = node.packed = None
+    node._x = None          # (hooks, retained grads, packed values, anomaly's stack: node.NodeExtras, when set)
+    node.view_args = node.view_base_fn = node.torch_name = None
     node.shapes = hit[4]
     node.dtypes = hit[5]
     if op.saves_in:
