@@ -74,10 +74,10 @@ def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     unbatched = input._data.ndim == 1
     if unbatched:
         input, target = input.unsqueeze(0), target.reshape(1)
-    if target.dtype.name not in ("int64", "int32"):
+    if target._data.dtype.name not in ("int64", "int32"):     # (payloads read: no property frames, once per loss)
         raise RuntimeError(f"nll_loss: expected target of dtype int64 (class indices), got {target.dtype.name}")
-    shape = input.shape     # (a property: read once)
-    if target.shape != shape[:1] + shape[2:]:
+    shape = input._data.shape
+    if target._data.shape != shape[:1] + shape[2:]:
         raise RuntimeError(f"nll_loss: expected target of shape {list(shape[:1] + shape[2:])} for input "
                            f"of shape {list(shape)}, got {list(target.shape)}")
     C = shape[1]
@@ -104,16 +104,22 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     """Cross entropy between logits ``input`` (N, C, ...) or (C,) and class indices or class probabilities."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(cross_entropy, 'cross_entropy', (input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing), {}, torch_kw)
-    reduction = loss_reduction.resolve(size_average, reduce, reduction)
-    r = _cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing)
+    if size_average is not None or reduce is not None:
+        reduction = loss_reduction.legacy_reduction(size_average, reduce)
+    probs = isinstance(target, Tensor) and target._data.dtype.kind == "f"      # (target.is_floating_point())
+    r = _cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing, probs)
     # class probabilities as the target: torch's result is not an NLL node either
-    return r if getattr(target, "is_floating_point", lambda: False)() else named(r, "NllLossBackward0")
+    if not probs:
+        gf = getattr(r, "grad_fn", None)    # (grad_names.named, inline)
+        if gf is not None:
+            gf.torch_name = "NllLossBackward0"
+    return r
 
 
-def _cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing):
+def _cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing, probs):
     cdim = 0 if input._data.ndim == 1 else 1
     logp = F.log_softmax(input, cdim)
-    if isinstance(target, Tensor) and target.is_floating_point():
+    if probs:
         if target.shape != input.shape:
             raise RuntimeError(f"cross_entropy: probability target shape {list(target.shape)} must match input "
                                f"shape {list(input.shape)}")
@@ -127,9 +133,10 @@ def _cross_entropy(input, target, weight, ignore_index, reduction, label_smoothi
         if reduction == "mean":
             return loss.sum() / (loss.numel() / 1 if input.ndim > 1 else 1)
         return loss_reduction.reduce_loss(loss, reduction)
-    nll = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
+    nll = _nll_loss(logp, target, weight, ignore_index, reduction)
     if not label_smoothing:
-        return nll
+        return nll      # (cross_entropy names its node)
+    named(nll, "NllLossBackward0")
     C = input.shape[cdim]
     lp = logp if input.ndim > 1 else logp.unsqueeze(0)
     t = target if input.ndim > 1 else target.reshape(1)
