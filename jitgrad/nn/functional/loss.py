@@ -26,6 +26,7 @@ import warnings
 
 import numpy as np
 
+from ...ir import dtypes as dt
 from ...ir.ops import OPS as O
 from ...ir.ops.fused import nll_composition
 from ...library import elementary as F
@@ -70,11 +71,17 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     return named(_nll_loss(input, target, weight, ignore_index, reduction), "NllLossBackward0")
 
 
+_FROM_NP = dt._FROM_NP
+_INDEX_DTYPES = (dt.int64, dt.int32)
+# (NumPy's module has a __getattr__: CPython specialises no ``np.X`` read, so a loss's are bound once)
+_ndarray, _min_reduce, _max_reduce = np.ndarray, np.minimum.reduce, np.maximum.reduce
+
+
 def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     unbatched = input._data.ndim == 1
     if unbatched:
         input, target = input.unsqueeze(0), target.reshape(1)
-    if target._data.dtype.name not in ("int64", "int32"):     # (payloads read: no property frames, once per loss)
+    if _FROM_NP[target._data.dtype] not in _INDEX_DTYPES:       # (payloads read: no property frames, once per loss)
         raise RuntimeError(f"nll_loss: expected target of dtype int64 (class indices), got {target.dtype.name}")
     shape = input._data.shape
     if target._data.shape != shape[:1] + shape[2:]:
@@ -83,9 +90,8 @@ def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     C = shape[1]
     # bounds are checked on concrete targets (inside @compile the value is not known while tracing; a CUDA
     # target is read back for it, or the gather would read out of bounds); ignored entries may lie outside [0, C)
-    t = target._data if type(target._data) is np.ndarray or _TR.active is not None else target.cpu()._data
-    if type(t) is np.ndarray and t.size \
-            and not (0 <= np.minimum.reduce(t, axis=None) and np.maximum.reduce(t, axis=None) < C):
+    t = target._data if type(target._data) is _ndarray or _TR.active is not None else target.cpu()._data
+    if type(t) is _ndarray and t.size and not (0 <= _min_reduce(t, axis=None) and _max_reduce(t, axis=None) < C):
         safe = np.where(t != ignore_index, t, 0)
         lo, hi = int(safe.min()), int(safe.max())
         if lo < 0 or hi >= C:
