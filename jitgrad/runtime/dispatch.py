@@ -508,7 +508,7 @@ def _bind_traced(tr, op, args, params):
             ins.append(Lit(a, w))
     scalar_out = False
     if tr.python_floats is not None:
-        scalar_out = _python_float_inputs(tr, op, ins)
+        scalar_out = python_float_inputs(tr, op, ins)
     avals = [v.aval for v in ins]
     try:
         out_avals = op.shape_dtype(avals, params)
@@ -546,29 +546,6 @@ def _bind_traced(tr, op, args, params):
     return t
 
 
-def _python_float_inputs(tr, op, ins) -> bool:
-    """A Python float a compiled function takes as a graph input (a float argument that changes between calls;
-    ``tr.python_floats`` holds its float64 0-dim Var and the values computed from such floats alone) must
-    promote as the Python number it stands for: next to tensors it is cast, as torch casts a scalar operand, to
-    the type a Python float would give (``int_tensor * lr`` is float32, ``f64_tensor * lr`` float64).  Rewrites
-    ``ins`` in place; True when every input is such a number (the result is one too)."""
-    pf = tr.python_floats
-    idx = [i for i, v in enumerate(ins) if type(v) is Var and v in pf]
-    if not idx:
-        return False
-    strong = [(len(v.aval.shape), v.aval.dtype) for i, v in enumerate(ins) if i not in idx and not v.aval.weak]
-    if not strong:
-        return True
-    target = dt.result_type(strong, [0.0])
-    cast = _OPS["cast"]
-    for i in idx:
-        v = ins[i]
-        if v.aval.dtype is not target:
-            ins[i] = tr.add_eqn(cast, [v], {"dtype": target}, [Aval(v.aval.shape, target)], user_loc(3), False,
-                                (False,))[0]
-    return False
-
-
 def _device_bind(op, args, params):
     """An op with a device tensor among its inputs: every tensor must be on that device (torch's rule, with
     its error), then the device's backend runs it (``jitgrad.cuda`` registers one).  A fused op with a
@@ -593,4 +570,4 @@ from .devices import backend_of_payload, to_host  # noqa: E402
 from .saved_hooks import STATE as _SH, pack_node  # noqa: E402
 from .view_inplace import BY_POSITIONS, INFERENCE_VIEW, NO_GRAD_VIEW, NoGradView, adopt_base_history, \
     inherited_origin, read_by_positions  # noqa: E402
-from .traced import is_traced_view, note_layout, note_view  # noqa: E402
+from .traced import is_traced_view, note_layout, note_view, python_float_inputs  # noqa: E402
