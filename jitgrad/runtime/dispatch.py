@@ -77,7 +77,8 @@ def _bind(op, args, params):
     # the key is the same tuple the general loop below builds
     n = len(args)
     a0 = args[0] if n else None
-    if type(a0) is Tensor and n <= 2 and type(a0._data) is _ndarray:   # device payloads: the general path
+    t0 = type(a0)       # (Tensor, or a subclass that dispatches as one: nn.Parameter; device payloads: the general path)
+    if (t0 is Tensor or t0 in _AS_TENSOR) and n <= 2 and type(a0._data) is _ndarray:
         d0 = a0._data
         # (a view made before its base had a history: refresh_view gives it the base's)
         need = a0._requires_grad or a0.grad_fn is not None or a0._base is not None and a0._base.grad_fn is not None
@@ -96,6 +97,12 @@ def _bind(op, args, params):
             elif t1 is float or t1 is int or t1 is bool:
                 arrays = (d0, a1)
                 key = (op, d0.shape, d0.dtype, t1)
+            elif t1 in _AS_TENSOR and type(a1._data) is _ndarray:     # (as the first branch)
+                d1 = a1._data
+                arrays = (d0, d1)
+                key = (op, d0.shape, d0.dtype, d1.shape, d1.dtype)
+                if a1._requires_grad or a1.grad_fn is not None or a1._base is not None and a1._base.grad_fn is not None:
+                    need = True
             else:
                 arrays = None
         if params and arrays is not None:
@@ -289,13 +296,15 @@ def _record(op, params, args, hit, t):
 
     The hot path of every recorded op: the node is built here slot by slot (no ``Node.__init__`` frame; every
     slot of ``Node`` is set, tests/test_eager_budget.py checks it) and the user's line is found inline.  One or two
-    plain tensors (not views, not inference tensors) and Python scalars take straight-line code; any other
-    signature the general loop (``_edges``)."""
+    tensors (not inference tensors; views whose history is current, where refresh_view would change nothing) and
+    Python scalars take straight-line code; any other signature the general loop (``_edges``)."""
     n = len(args)
     nondiff = op.nondiff_inputs
     a0 = args[0]
     t0 = type(a0)
-    if t0 is Tensor and a0._base is None and not a0._inference and n <= 2:
+    if (t0 is Tensor or t0 in _AS_TENSOR) and not a0._inference and n <= 2 and (
+            (b := a0._base) is None or ((g := a0.grad_fn) is None and b.grad_fn is None)
+            or g is not None and (g.view_args is None or b.grad_fn is g.view_base_fn)):
         if nondiff and 0 in nondiff:
             e0, n0 = _NO_EDGE, False
         else:
@@ -316,7 +325,9 @@ def _record(op, params, args, hit, t):
             t1 = type(a1)
             if t1 is float or t1 is int or t1 is bool:
                 e1, n1 = _NO_EDGE, False
-            elif t1 is Tensor and a1._base is None and not a1._inference:
+            elif (t1 is Tensor or t1 in _AS_TENSOR) and not a1._inference and (
+                    (b := a1._base) is None or ((g := a1.grad_fn) is None and b.grad_fn is None)
+                    or g is not None and (g.view_args is None or b.grad_fn is g.view_base_fn)):
                 if nondiff and 1 in nondiff:
                     e1, n1 = _NO_EDGE, False
                 else:
@@ -565,7 +576,7 @@ def _device_bind(op, args, params):
     return dev.bind(op, args, params)
 
 
-from .tensor import Tensor  # noqa: E402  (Tensor's methods call bind; bind builds Tensors)
+from .tensor import AS_TENSOR as _AS_TENSOR, Tensor  # noqa: E402  (Tensor's methods call bind; bind builds Tensors)
 from .devices import backend_of_payload, to_host  # noqa: E402
 from .saved_hooks import STATE as _SH, pack_node  # noqa: E402
 from .view_inplace import BY_POSITIONS, INFERENCE_VIEW, NO_GRAD_VIEW, NoGradView, adopt_base_history, \

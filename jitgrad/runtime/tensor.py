@@ -54,6 +54,8 @@ class Device:
 
 
 CPU = Device("cpu")
+# Tensor's subclasses that eager dispatch treats as Tensor itself (``Tensor.__init_subclass__``)
+AS_TENSOR: set = set()
 
 
 class Tensor:
@@ -69,6 +71,13 @@ class Tensor:
     __slots__ = ("_data", "_requires_grad", "grad_fn", "_grad", "_vc", "_base", "_hooks", "_retains_grad", "_acc",
                  "_out_nr", "_inference", "_view_origin", "_view_version", "__weakref__")
     __array_priority__ = 1000  # NumPy scalars/arrays on the left defer to our operators
+
+    def __init_subclass__(cls, dispatch_as_tensor: bool = False, **kw):
+        """``class P(Tensor, dispatch_as_tensor=True)``: eager dispatch takes P's instances by its fast paths, as it
+        takes Tensor's own (for a subclass that changes nothing an op reads or records: nn.Parameter)."""
+        super().__init_subclass__(**kw)
+        if dispatch_as_tensor:
+            AS_TENSOR.add(cls)
 
     # --- construction ----------------------------------------------------------------------------
     @staticmethod

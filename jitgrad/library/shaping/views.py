@@ -13,6 +13,8 @@ from ...ir.ops import OpError
 from ...ir.symbolic import SymInt
 from ...runtime.symbolic_values import arange as symbolic_arange, symbolic_size
 from ..dim_args import dim_arg as _axis, dims_arg as _axes, fresh_result as _fresh
+from ...runtime import dispatch as _dispatch
+from ...runtime.bind_route import ROUTE as _ROUTE
 from ...runtime.dispatch import bind
 from ...runtime.op_errors import op_error
 from ...runtime.grad_names import named
@@ -142,10 +144,16 @@ def permute(input, *dims, **torch_kw):
     return bind(O["permute"], input, perm=perm)
 
 
+_PERMUTE = O["permute"]
+
+
 def _swap_last2(input):
     """``.mT`` / ``.t()`` of a matrix: one permute bind, no argument normalisation."""
-    n = input.ndim
-    return bind(O["permute"], input, perm=tuple(range(n - 2)) + (n - 1, n - 2))
+    n = input._data.ndim
+    perm = (1, 0) if n == 2 else tuple(range(n - 2)) + (n - 1, n - 2)
+    if _ROUTE.plain:
+        return _dispatch._bind(_PERMUTE, (input,), {"perm": perm})
+    return bind(_PERMUTE, input, perm=perm)
 
 
 @published("jitgrad", "Tensor")
