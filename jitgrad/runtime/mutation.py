@@ -459,9 +459,13 @@ def parse_index(key, t):
             spec.append(("tensor", len(idx)))
             idx.append(k if isinstance(k, Tensor) else type(t)._make(a.astype(np.int64)))
         elif isinstance(k, slice):
-            if k.step is not None and int(k.step) <= 0:
+            a, b, st = k.start, k.stop, k.step
+            if st is not None and int(st) <= 0:
                 raise ValueError("step must be greater than zero")
-            spec.append(("slice", _opt_int(k.start), _opt_int(k.stop), _opt_int(k.step)))
+            # (plain ints and None as they are: _opt_int's frame only for other index types)
+            spec.append(("slice", a if a is None or type(a) is int else _opt_int(a),
+                         b if b is None or type(b) is int else _opt_int(b),
+                         st if st is None or type(st) is int else _opt_int(st)))
         elif k is None or k is Ellipsis or isinstance(k, bool):
             spec.append(k)
         elif isinstance(k, (int, np.integer)):
