@@ -246,7 +246,8 @@ class InPlaceOps:
         if split is not None:
             return self[split[0]][split[1]]
         spec, idx = parse_index(key, self)
-        r = _bind(O["getitem"], self, *idx, spec=spec)
+        r = _dispatch._bind(_GETITEM, (self, *idx), {"spec": spec}) if _ROUTE.plain else \
+            _bind(_GETITEM, self, *idx, spec=spec)
         gf = r.grad_fn
         if gf is not None and r is not self and gf.op is _GETITEM:
             gf.torch_name = getitem_name(spec)      # torch's node: SelectBackward0, SliceBackward0, ...
@@ -408,8 +409,11 @@ def _check_result(t, r):
                            f"{torch_scalar_name(t.dtype)}")
 
 
+_ADVANCED = (Tensor, list, range, np.ndarray)
+
+
 def _advanced(k) -> bool:
-    return isinstance(k, (Tensor, list, range, np.ndarray))
+    return isinstance(k, _ADVANCED)
 
 
 def _int_key(k) -> bool:
@@ -421,7 +425,12 @@ def ints_before_tensors(key):
     (a view), then the tensors index what is left.  NumPy counts an integer beside an index array as one more
     advanced index, which moves the result's dims to the front when a slice separates them (shape (2, 3) where
     torch gives (3, 2)).  Returns the two keys to apply in turn, or None when the key needs no split."""
-    if type(key) is not tuple or not any(_advanced(k) for k in key):
+    if type(key) is not tuple:
+        return None
+    for k in key:       # (_advanced inline: no frame per key element for a key of ints and slices)
+        if isinstance(k, _ADVANCED):
+            break
+    else:
         return None
     if not any(_int_key(k) for k in key) or any(isinstance(k, (bool, np.bool_)) for k in key):
         return None

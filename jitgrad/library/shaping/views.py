@@ -87,7 +87,8 @@ def view(input, *shape, **torch_kw):
                                "dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
     if new == input.shape:
         new = input.shape       # as torch: a view is a new tensor, even of one shape
-    return definite_view(bind(O["reshape"], input, shape=new), input)
+    r = _dispatch._bind(_RESHAPE, (input,), {"shape": new}) if _ROUTE.plain else bind(_RESHAPE, input, shape=new)
+    return definite_view(r, input)
 
 
 @published("jitgrad", "Tensor")
@@ -146,10 +147,10 @@ def permute(input, *dims, **torch_kw):
     perm = tuple(perm)
     if perm == tuple(range(nd)):
         return input
-    return bind(O["permute"], input, perm=perm)
+    return _dispatch._bind(_PERMUTE, (input,), {"perm": perm}) if _ROUTE.plain else bind(_PERMUTE, input, perm=perm)
 
 
-_PERMUTE = O["permute"]
+_PERMUTE, _RESHAPE = O["permute"], O["reshape"]
 
 
 def _swap_last2(input):
