@@ -188,3 +188,16 @@ def test_tensor_from_an_array_takes_four_python_calls():
     assert jg.tensor(np.arange(3, dtype=np.uint32)).dtype == jg.int64
     with pytest.raises(TypeError, match="unsupported NumPy dtype"):
         jg.tensor(np.array(["a"]))
+
+
+def test_a_ufunc_entry_skips_the_result_check_only_where_numpy_gives_the_rules_dtype():
+    from jitgrad.ir.ops import OPS
+    from jitgrad.runtime.rule_entries import rule_entry
+    f, i = jg.ones((2, 3)), jg.tensor([[1, 2, 3], [4, 5, 6]])
+    assert rule_entry(OPS["add"], (f, f), {})[10] and rule_entry(OPS["mul"], (f, 2.0), {})[10]
+    assert not rule_entry(OPS["div"], (i, 2), {})[10]          # NumPy: float64; the rule (torch): float32
+    assert not rule_entry(OPS["add"], (i, 2.5), {})[10]
+    assert not rule_entry(OPS["add"], (jg.tensor(1.0), jg.tensor(2.0)), {})[10]     # 0-d: a NumPy scalar
+    assert (i / 2).dtype == jg.float32 and (i + 2.5).dtype == jg.float32 and (f + i).dtype == jg.float32
+    r = jg.tensor(1.0) + jg.tensor(2.0)
+    assert type(r._data) is np.ndarray and r.dtype == jg.float32 and float(r) == 3.0

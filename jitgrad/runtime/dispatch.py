@@ -138,11 +138,13 @@ def _bind(op, args, params):
         out = hit[6](*arrays, **params) if params else hit[6](*arrays)     # (no kwargs dict made per call)
     except (ValueError, TypeError, IndexError, FloatingPointError, OverflowError) as e:
         raise op_error(op, hit[1], e) from None
-    want = hit[2]
-    if type(out) is not _ndarray:
-        out = np.asarray(out, dtype=want)
+    if hit[10]:
+        pass        # a ufunc whose loop gives an array of the output dtype (rule_entries.exact_ufunc)
+    elif type(out) is not _ndarray:
+        out = np.asarray(out, dtype=hit[2])
     else:
         od = out.dtype
+        want = hit[2]
         if od is not want and od != want:     # (NumPy's built-in dtypes are singletons: identity is the fast test)
             out = out.astype(want)
     t = _new(Tensor)
