@@ -77,7 +77,7 @@ def _bind(op, args, params):
     # the key is the same tuple the general loop below builds
     n = len(args)
     a0 = args[0] if n else None
-    t0 = type(a0)       # (Tensor, or a subclass that dispatches as one: nn.Parameter; device payloads: the general path)
+    t0 = type(a0)       # (Tensor or a subclass dispatched as one, nn.Parameter; device payloads: the general path)
     if (t0 is Tensor or t0 in _AS_TENSOR) and n <= 2 and type(a0._data) is _ndarray:
         d0 = a0._data
         # (a view made before its base had a history: refresh_view gives it the base's)
