@@ -19,7 +19,7 @@ def linear(input, weight, bias=None, **torch_kw):
     """``input @ weight.T + bias`` with torch's ``(out_features, in_features)`` weight layout."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(linear, 'linear', (input, weight, bias), {}, torch_kw)
-    xs, ws = input._data.shape, weight._data.shape     # (payloads: no Size made per call)
+    xs, ws = tuple(input._data.shape), tuple(weight._data.shape)      # (payloads': a device array's may be no tuple)
     if xs[-1] != ws[-1]:
         raise RuntimeError(f"linear: mat1 and mat2 shapes cannot be multiplied ({'x'.join(map(str, input.shape))} "
                            f"and {'x'.join(map(str, weight.shape[::-1]))})")

@@ -83,8 +83,8 @@ def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
         input, target = input.unsqueeze(0), target.reshape(1)
     if _FROM_NP[target._data.dtype] not in _INDEX_DTYPES:       # (payloads read: no property frames, once per loss)
         raise RuntimeError(f"nll_loss: expected target of dtype int64 (class indices), got {target.dtype.name}")
-    shape = input._data.shape
-    if target._data.shape != shape[:1] + shape[2:]:
+    shape = tuple(input._data.shape)     # (a device array's may be no tuple)
+    if tuple(target._data.shape) != shape[:1] + shape[2:]:
         raise RuntimeError(f"nll_loss: expected target of shape {list(shape[:1] + shape[2:])} for input "
                            f"of shape {list(shape)}, got {list(target.shape)}")
     C = shape[1]

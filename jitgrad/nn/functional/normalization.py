@@ -36,7 +36,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, **torc
         return torch_kwargs(layer_norm, 'layer_norm', (input, normalized_shape, weight, bias, eps), {}, torch_kw)
     normalized_shape = tuple(normalized_shape) if not isinstance(normalized_shape, int) else (normalized_shape,)
     k = len(normalized_shape)
-    xs = input._data.shape      # (the payload's: no Size, no property frames)
+    xs = tuple(input._data.shape)       # (the payload's, no property frames; a device array's may be no tuple)
     if tuple(xs[len(xs) - k:]) != normalized_shape:
         raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
                            f"[*, {', '.join(map(str, normalized_shape))}], but got input of size{list(input.shape)}")
