@@ -1,0 +1,75 @@
+"""The eager training step's backward and update paths (issue 28): the cheaper impls they take keep the general
+impls' bits (counted work is in test_eager_budget.py)."""
+import numpy as np
+import pytest
+
+import jitgrad as jg
+from jitgrad.ir import dtypes as dt
+from jitgrad.ir.ops.index import _index_put_for_signature, _index_put_impl
+from jitgrad.ir.ops.opdef import Aval
+
+_ROWS = (("tensor", 0),)
+
+
+def _aval(a):
+    return Aval(a.shape, dt._FROM_NP[a.dtype])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape, ishape, vshape, spec", [
+    ((27, 10), (32, 3), (32, 3, 10), _ROWS),             # makemore's embedding
+    ((5,), (7,), (7,), _ROWS),
+    ((6, 2, 3), (40,), (40, 2, 3), _ROWS),
+    ((6, 4), (), (4,), _ROWS),                           # a 0-d index
+    ((6, 4), (9,), (4,), _ROWS),                         # a value broadcast over the indices
+    ((6, 4), (9,), (1,), _ROWS + (("slice", None, None, None),)),
+    ((6, 4), (0,), (0, 4), _ROWS),                       # no index
+])
+def test_index_put_by_rows_keeps_the_general_impls_bits(dtype, shape, ishape, vshape, spec):
+    """``index_put`` accumulating along the first axis (an embedding's backward) runs ``np.add.at`` over the
+    flattened array: repeated and negative indices, broadcast values and signed zeros give the general impl's
+    bits and layout."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(dtype)
+    i = rng.integers(-shape[0], shape[0], ishape)
+    v = rng.standard_normal(vshape).astype(dtype)
+    v.flat[::3] = -0.0
+    fast = _index_put_for_signature([_aval(x), _aval(v), _aval(i)], {"spec": spec, "accumulate": True})
+    assert fast is not None and fast.__name__ == "index_put_rows"
+    for xx, vv in ((x, v), (np.zeros_like(x), -np.zeros_like(v))):
+        a = fast(xx, vv, i, spec=spec, accumulate=True)
+        b = _index_put_impl(xx, vv, i, spec=spec, accumulate=True)
+        assert a.tobytes() == b.tobytes() and a.strides == b.strides and a.dtype == b.dtype
+    f_ordered = np.asfortranarray(rng.standard_normal((6, 4, 2)).astype(dtype))     # (the general impl then)
+    j = rng.integers(0, 6, 5)
+    w = rng.standard_normal((5, 4, 2)).astype(dtype)
+    fast = _index_put_for_signature([_aval(f_ordered), _aval(w), _aval(j)], {"spec": _ROWS, "accumulate": True})
+    assert fast(f_ordered, w, j, spec=_ROWS, accumulate=True).tobytes() == \
+        _index_put_impl(f_ordered, w, j, spec=_ROWS, accumulate=True).tobytes()
+
+
+def test_index_put_by_rows_only_where_it_applies():
+    x, v, i = np.zeros((6, 4), np.float32), np.ones((3, 4), np.float32), np.array([0, 1, 1])
+    avals = [_aval(x), _aval(v), _aval(i)]
+    assert _index_put_for_signature(avals, {"spec": _ROWS, "accumulate": False}) is None
+    assert _index_put_for_signature(avals, {"spec": (("slice", 1, None, None), ("tensor", 0)),
+                                            "accumulate": True}) is None
+    assert _index_put_for_signature([avals[0], avals[1], _aval(i > 0)], {"spec": _ROWS, "accumulate": True}) is None
+    ints = np.zeros((6, 4), np.int64)
+    assert _index_put_for_signature([_aval(ints), _aval(ints[:3]), avals[2]],
+                                    {"spec": _ROWS, "accumulate": True}) is None
+
+
+def test_embedding_backward_out_of_range_still_raises():
+    """An index out of range raises as the general impl's does (the range check of ``oob`` ops, or NumPy's)."""
+    rng = np.random.default_rng(1)
+    C = jg.tensor(rng.standard_normal((27, 10), dtype=np.float32), requires_grad=True)
+    idx = jg.tensor(rng.integers(0, 27, (32, 3)))
+    for _ in range(3):
+        C.grad = None
+        (C[idx] * 2.0).sum().backward()
+    want = np.zeros((27, 10), np.float32)
+    np.add.at(want, idx.numpy(), np.float32(2.0))
+    np.testing.assert_array_equal(C.grad.numpy(), want)
+    with pytest.raises(IndexError):
+        jg.nn.functional.embedding(jg.tensor(np.array([0, 27])), C).sum().backward()
