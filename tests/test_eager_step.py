@@ -73,3 +73,37 @@ def test_embedding_backward_out_of_range_still_raises():
     np.testing.assert_array_equal(C.grad.numpy(), want)
     with pytest.raises(IndexError):
         jg.nn.functional.embedding(jg.tensor(np.array([0, 27])), C).sum().backward()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m, k, n", [(32, 30, 200), (32, 200, 27), (200, 32, 27), (30, 32, 200), (64, 64, 64)])
+def test_gemm_of_one_signature_is_matmul2ds_call(dtype, m, k, n):
+    """A single-threaded GEMM's signature gets its call worked out once (``eager_gemm``): the same routine and
+    arguments as ``blas.matmul2d``, so the same bits, for every operand layout (C- or F-ordered, neither,
+    read-only)."""
+    from jitgrad.ir.ops import blas, eager_gemm
+    f = eager_gemm.gemm_for_signature(m, k, n, dtype)
+    assert f is not None
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    ro = a.copy()
+    ro.flags.writeable = False
+    for x in (a, np.asfortranarray(a), np.repeat(a, 2, axis=1)[:, ::2], ro):
+        for y in (b, np.asfortranarray(b)):
+            got = f(x, y)
+            assert got.flags.c_contiguous and got.dtype == dtype
+            assert got.tobytes() == blas.matmul2d(x, y).tobytes()
+
+
+def test_gemm_of_one_signature_only_where_matmul2d_runs_one_call():
+    from jitgrad.ir.ops import blas, eager_gemm
+    assert eager_gemm.gemm_for_signature(8, 8, 8, np.float32) is None          # under EAGER_MIN_MACS: dot2d
+    assert eager_gemm.gemm_for_signature(128, 128, 128, np.float32) is None    # over BLAS_THREADED_MACS
+    assert eager_gemm.gemm_for_signature(32, 32, 64, np.int64) is None
+    x = jg.tensor(np.ones((32, 30), np.float32), requires_grad=True)
+    w = jg.tensor(np.ones((30, 200), np.float32), requires_grad=True)
+    (x @ w).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.full((32, 30), 200.0, np.float32))
+    np.testing.assert_array_equal(w.grad.numpy(), np.full((30, 200), 32.0, np.float32))
+    assert blas.BLAS_THREADED_MACS >= 32 * 30 * 200 >= blas.EAGER_MIN_MACS
