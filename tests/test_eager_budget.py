@@ -11,7 +11,8 @@ Figures when the budgets were set (8x8 float32), before -> after the fast path: 
 gradient arrays carried through the backward engine (2026-11-30) 53 -> 45 and 193 -> 165; with view steps of pullback
 plans called as array methods and lighter loss/std helpers (fwdbind, 2026-11-30) 45 -> 42 and 165 -> 151, the
 makemore MLP step 290 -> 239; single-threaded GEMMs' calls worked out per signature and the engine's common op node
-first (bwdstep, 2026-11-30): 42 -> 40, B5 151 -> 144, makemore MLP 239 -> 169.
+first, ``loss.backward()``'s argument checks and root gradient inline (bwdstep, 2026-11-30): 42 -> 33, B5 151 -> 137,
+makemore MLP 239 -> 162.
 """
 
 import os
@@ -68,8 +69,8 @@ def test_forward_backward_python_calls():
         x.grad = None
         w.grad = None
     calls, c_calls = _count(fwd_bwd)
-    assert calls <= 42, f"(x @ w).tanh().sum().backward() made {calls} Python calls (40 when this budget was set)"
-    assert c_calls <= 124, f"... and {c_calls} C calls (121 when this budget was set)"
+    assert calls <= 35, f"(x @ w).tanh().sum().backward() made {calls} Python calls (33 when this budget was set)"
+    assert c_calls <= 119, f"... and {c_calls} C calls (116 when this budget was set)"
 
 
 
@@ -131,8 +132,8 @@ def _b5_step():
 
 def test_b5_eager_step_python_calls():
     calls, c_calls = _count(_b5_step(), warm=3)
-    assert calls <= 147, f"the B5 eager step made {calls} Python calls (144 when this budget was set)"
-    assert c_calls <= 410, f"the B5 eager step made {c_calls} C calls (404 when this budget was set)"
+    assert calls <= 140, f"the B5 eager step made {calls} Python calls (137 when this budget was set)"
+    assert c_calls <= 405, f"the B5 eager step made {c_calls} C calls (399 when this budget was set)"
 
 
 def _makemore_step(name):
@@ -148,15 +149,15 @@ def _makemore_step(name):
     return G._cycle(step, data)
 
 
-@pytest.mark.parametrize("name, budget, when_set", [("makemore-mlp", 172, 169), ("makemore-mlp-bn", 296, 293)])
+@pytest.mark.parametrize("name, budget, when_set", [("makemore-mlp", 165, 162), ("makemore-mlp-bn", 289, 286)])
 def test_makemore_step_python_calls(name, budget, when_set):
     """The makemore notebooks' eager steps (issue 28): 290 -> 239 (MLP) and 425 -> 369 (MLP + BN) Python calls when
     randn's draws came to own their arrays (``p.data`` no longer shares a larger storage), ``view`` inferred its shape
     once, view steps of pullback plans became array methods, ``std`` masked with one ``!=`` (not ``~(v == 0)``
     twice), nll_loss read ``input.shape`` once and log_softmax / cross_entropy read the payload's
-    dims and dtype, not Tensor properties; 239 -> 169 and 369 -> 293 with each single-threaded GEMM signature's call
-    worked out once (``ir/ops/eager_gemm.py``: 9 frames fewer a product), the embedding's backward by rows and the
-    engine's common op node first (bwdstep, 2026-11-30)."""
+    dims and dtype, not Tensor properties; 239 -> 162 and 369 -> 286 with each single-threaded GEMM signature's call
+    worked out once (``ir/ops/eager_gemm.py``: 9 frames fewer a product), the embedding's backward by rows, the
+    engine's common op node first and ``loss.backward()``'s checks inline (bwdstep, 2026-11-30)."""
     calls, _ = _count(_makemore_step(name), warm=3)
     assert calls <= budget, f"the {name} step made {calls} Python calls ({when_set} when this budget was set)"
 

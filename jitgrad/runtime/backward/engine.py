@@ -55,6 +55,24 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     >>> x.grad
     tensor([3., 3.])
     """
+    if grad_tensors is None and grad_variables is None and inputs is None and not create_graph \
+            and type(tensors) is tuple and len(tensors) == 1:
+        # ``loss.backward()``: one tensor with a history, its gradient the ones its payload is made of (the
+        # arguments' checks and make_root_grads for it, inline)
+        t = tensors[0]
+        d = t._data if type(t) is Tensor and t.grad_fn is not None else None
+        if type(d) is _ndarray and d.size == 1:
+            _CALLBACKS.depth += 1
+            try:
+                run(tensors, [_wrap(np.array(1, d.dtype) if d.ndim == 0 else np.ones(d.shape, d.dtype))],
+                    bool(retain_graph), False, None, accumulate=True)
+                if _CALLBACKS.queue:
+                    _run_queued_callbacks()
+            finally:
+                _CALLBACKS.depth -= 1
+                if _CALLBACKS.depth == 0:
+                    _CALLBACKS.queue = []
+            return
     if grad_variables is not None:
         warnings.warn("'grad_variables' is deprecated. Use 'grad_tensors' instead.", FutureWarning, stacklevel=2)
         if grad_tensors is not None:
