@@ -25,10 +25,14 @@ def _aval(a):
     ((6, 4), (9,), (1,), _ROWS + (("slice", None, None, None),)),
     ((6, 4), (0,), (0, 4), _ROWS),                       # no index
 ])
-def test_index_put_by_rows_keeps_the_general_impls_bits(dtype, shape, ishape, vshape, spec):
+@pytest.mark.parametrize("tiled", [True, False])
+def test_index_put_by_rows_keeps_the_general_impls_bits(dtype, shape, ishape, vshape, spec, tiled, monkeypatch):
     """``index_put`` accumulating along the first axis (an embedding's backward) runs ``np.add.at`` over the
     flattened array: repeated and negative indices, broadcast values and signed zeros give the general impl's
-    bits and layout."""
+    bits and layout (element numbers from a tiled row kept per signature, or broadcast per call)."""
+    from jitgrad.ir.ops import index
+    if not tiled:
+        monkeypatch.setattr(index, "_TILED_MAX", 0)
     rng = np.random.default_rng(0)
     x = rng.standard_normal(shape).astype(dtype)
     i = rng.integers(-shape[0], shape[0], ishape)
@@ -107,3 +111,21 @@ def test_gemm_of_one_signature_only_where_matmul2d_runs_one_call():
     np.testing.assert_array_equal(x.grad.numpy(), np.full((32, 30), 200.0, np.float32))
     np.testing.assert_array_equal(w.grad.numpy(), np.full((30, 200), 32.0, np.float32))
     assert blas.BLAS_THREADED_MACS >= 32 * 30 * 200 >= blas.EAGER_MIN_MACS
+
+
+@pytest.mark.parametrize("xs, shape", [((1, 200), (32, 200)), ((200,), (32, 200)), ((), (3, 4)), ((3, 1), (3, 5)),
+                                       ((1, 1), (4, 1, 1))])
+def test_broadcast_of_one_signature_is_bcast_impls_view(xs, shape):
+    """A broadcast that repeats elements (a sum's vjp) gets its strides worked out once: the same read-only view as
+    ``_bcast_impl`` (values, strides), and ``_bcast_impl`` itself for an input that is not C-ordered."""
+    from jitgrad.ir.ops.shape import _bcast_for_signature, _bcast_impl
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(xs).astype(np.float32)
+    f = _bcast_for_signature([_aval(x)], {"shape": shape})
+    assert f is not None and f.__name__ == "broadcast_view"
+    a, b = f(x, shape), _bcast_impl(x, shape)
+    assert a.tobytes() == b.tobytes() and a.strides == b.strides and not a.flags.writeable and not b.flags.writeable
+    if len(xs) == 2 and xs[1] > 1:
+        y = np.asfortranarray(np.repeat(x, 3, axis=0))[:1]       # (not C-ordered: the general impl)
+        assert f(y, shape).tobytes() == _bcast_impl(y, shape).tobytes()
+    assert _bcast_for_signature([_aval(np.ones((2, 3), np.float32))], {"shape": (2, 3)}) is None   # nothing repeats

@@ -272,6 +272,7 @@ def _index_put_vjp(c, g):
 
 
 _FULL = ("slice", None, None, None)
+_TILED_MAX = 1 << 16
 
 
 def _index_put_for_signature(avals, params):
@@ -294,6 +295,10 @@ def _index_put_for_signature(avals, params):
     starts = np.arange(n, dtype=np.intp) * row     # np.take wraps a negative index as Python does
     cols = np.arange(row, dtype=np.intp)
     region = tuple(i.shape) + tuple(x.shape[1:])
+    count = int(np.prod(i.shape, dtype=np.int64))
+    # each index's row of element numbers: its start repeated, plus 0..row-1 tiled (kept per signature where small;
+    # a (count, 1) + (row,) broadcast costs ~2x more)
+    tiled = np.tile(cols, count) if count * row <= _TILED_MAX else None
 
     def index_put_rows(x, v, i, spec, accumulate, oob=None):
         out = np.array(x, copy=True)
@@ -304,8 +309,12 @@ def _index_put_for_signature(avals, params):
         v = np.asarray(v).astype(out.dtype, copy=False)
         if v.shape != region:
             v = np.broadcast_to(v, region)
-        at = np.take(starts, i).reshape(-1, 1) + cols
-        np.add.at(out.reshape(-1), at.reshape(-1), v.reshape(-1))
+        if tiled is not None:
+            at = starts.take(i.reshape(-1)).repeat(row)
+            at += tiled
+        else:
+            at = (np.take(starts, i).reshape(-1, 1) + cols).reshape(-1)
+        np.add.at(out.reshape(-1), at, v.reshape(-1))
         return out
     return index_put_rows
 
