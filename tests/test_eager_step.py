@@ -129,3 +129,14 @@ def test_broadcast_of_one_signature_is_bcast_impls_view(xs, shape):
         y = np.asfortranarray(np.repeat(x, 3, axis=0))[:1]       # (not C-ordered: the general impl)
         assert f(y, shape).tobytes() == _bcast_impl(y, shape).tobytes()
     assert _bcast_for_signature([_aval(np.ones((2, 3), np.float32))], {"shape": (2, 3)}) is None   # nothing repeats
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape, axis", [((32, 27), 1), ((4, 5, 6), 0), ((7,), 0)])
+def test_log_softmax_backward_into_one_buffer_keeps_its_bits(dtype, shape, axis):
+    from jitgrad.ir.ops.fused import _lsm_bwd_impl
+    rng = np.random.default_rng(0)
+    g, out = rng.standard_normal(shape).astype(dtype), rng.standard_normal(shape).astype(dtype)
+    want = g - np.exp(out) * np.add.reduce(g, axis=axis, keepdims=True)
+    got = _lsm_bwd_impl(g, out, axis)
+    assert got.tobytes() == want.tobytes() and got.dtype == want.dtype
