@@ -19,7 +19,6 @@ from . import blas
 _N, _T = b"N", b"T"
 _addressof = ctypes.addressof
 _from_buffer = ctypes.c_char.from_buffer
-_KEEP: list = []        # the size arrays whose addresses the functions hold
 
 
 def gemm_for_signature(m: int, k: int, n: int, dtype):
@@ -33,17 +32,13 @@ def gemm_for_signature(m: int, k: int, n: int, dtype):
         return None
     gemm, one, zero = blas._raw_gemm(dtype)
     # per (x transposed, y transposed): C^T = op(y^T) op(x^T) in column-major, as blas._gemm_rows calls it
-    sizes = []
-    for tx in (False, True):
-        for ty in (False, True):
-            ints = blas._SIZES(n, m, k, k if ty else n, m if tx else k, n)
-            _KEEP.append(ints)
-            sizes.append(_addressof(ints))
-    sizes = tuple(sizes)
+    arrays = tuple(blas._SIZES(n, m, k, k if ty else n, m if tx else k, n) for tx in (False, True)
+                   for ty in (False, True))
+    sizes = tuple(map(_addressof, arrays))
     shape = (m, n)
     pacer = blas.BlasPacer
 
-    def gemm_one_thread(x, y):
+    def gemm_one_thread(x, y, _arrays=arrays):     # (the size arrays live as long as the function)
         f = x.flags
         if f.c_contiguous:
             tx = 0

@@ -272,7 +272,7 @@ def _index_put_vjp(c, g):
 
 
 _FULL = ("slice", None, None, None)
-_TILED_MAX = 1 << 16
+_TILED_MAX = 1 << 14      # elements of a tiled row kept per signature (128 KiB)
 
 
 def _index_put_for_signature(avals, params):
