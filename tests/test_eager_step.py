@@ -140,3 +140,19 @@ def test_log_softmax_backward_into_one_buffer_keeps_its_bits(dtype, shape, axis)
     want = g - np.exp(out) * np.add.reduce(g, axis=axis, keepdims=True)
     got = _lsm_bwd_impl(g, out, axis)
     assert got.tobytes() == want.tobytes() and got.dtype == want.dtype
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_cross_entropy_target_range_in_one_reduction(dtype):
+    """The class-index check reads the targets as unsigned (a negative one is huge): one reduction, the same errors;
+    an ignored target outside [0, C) still passes, and the node is named once, as torch names it."""
+    F = jg.nn.functional
+    x = jg.tensor(np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32), requires_grad=True)
+    loss = F.cross_entropy(x, jg.tensor(np.array([0, 1, 4, 2], dtype)))
+    assert loss.grad_fn.name() == "NllLossBackward0"
+    assert F.cross_entropy(x, jg.tensor(np.array([0, -100, 4, 2], dtype))).grad_fn.name() == "NllLossBackward0"
+    for bad, shown in (([0, 5, 1, 1], 5), ([0, -1, 1, 1], -1), ([0, -7, 1, 9], 9)):
+        with pytest.raises(IndexError, match=f"Target {shown} is out of bounds"):
+            F.cross_entropy(x, jg.tensor(np.array(bad, dtype)))
+    smoothed = F.cross_entropy(x, jg.tensor(np.array([0, 1, 4, 2], dtype)), label_smoothing=0.1)
+    assert smoothed.grad_fn.name() == "NllLossBackward0"
