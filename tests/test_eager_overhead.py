@@ -77,8 +77,8 @@ def test_b5_step_python_calls():
     for _ in range(3):      # warm the per-signature rule cache
         step()
     calls, c_calls = _count(step)
-    assert calls <= 155, f"B5 eager step made {calls} Python calls (152 when this threshold was set)"
-    assert c_calls <= 445, f"B5 eager step made {c_calls} C calls (437 when this threshold was set)"
+    assert calls <= 137, f"B5 eager step made {calls} Python calls (134 when this threshold was set)"
+    assert c_calls <= 400, f"B5 eager step made {c_calls} C calls (396 when this threshold was set)"
 
 
 def test_b5_step_op_count(bound_ops):

@@ -84,8 +84,9 @@ def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     # bounds are checked on concrete targets (inside @compile the value is not known while tracing; a CUDA
     # target is read back for it, or the gather would read out of bounds); ignored entries may lie outside [0, C)
     t = target._data if type(target._data) is np.ndarray or _TR.active is not None else target.cpu()._data
+    # every target in [0, C): the largest seen unsigned is below C (a negative one is huge), one reduction
     if type(t) is np.ndarray and t.size \
-            and not (0 <= np.minimum.reduce(t, axis=None) and np.maximum.reduce(t, axis=None) < C):
+            and not np.maximum.reduce(t.view(_UNSIGNED[t.dtype.itemsize]), axis=None) < C:
         safe = np.where(t != ignore_index, t, 0)
         lo, hi = int(safe.min()), int(safe.max())
         if lo < 0 or hi >= C:
@@ -99,21 +100,25 @@ def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     return loss.reshape(()) if unbatched and reduction == "none" else loss
 
 
+_UNSIGNED = {8: np.uint64, 4: np.uint32}
+
+
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
                   label_smoothing=0.0, **torch_kw):
     """Cross entropy between logits ``input`` (N, C, ...) or (C,) and class indices or class probabilities."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(cross_entropy, 'cross_entropy', (input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing), {}, torch_kw)
     reduction = loss_reduction.resolve(size_average, reduce, reduction)
-    r = _cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing)
+    probs = isinstance(target, Tensor) and target.is_floating_point()
+    r = _cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing, probs)
     # class probabilities as the target: torch's result is not an NLL node either
-    return r if getattr(target, "is_floating_point", lambda: False)() else named(r, "NllLossBackward0")
+    return r if probs else named(r, "NllLossBackward0")
 
 
-def _cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing):
+def _cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing, probs):
     cdim = 0 if input._data.ndim == 1 else 1
     logp = F.log_softmax(input, cdim)
-    if isinstance(target, Tensor) and target.is_floating_point():
+    if probs:
         if target.shape != input.shape:
             raise RuntimeError(f"cross_entropy: probability target shape {list(target.shape)} must match input "
                                f"shape {list(input.shape)}")
@@ -127,9 +132,10 @@ def _cross_entropy(input, target, weight, ignore_index, reduction, label_smoothi
         if reduction == "mean":
             return loss.sum() / (loss.numel() / 1 if input.ndim > 1 else 1)
         return loss_reduction.reduce_loss(loss, reduction)
-    nll = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
+    nll = _nll_loss(logp, target, weight, ignore_index, reduction)     # (named by cross_entropy)
     if not label_smoothing:
         return nll
+    nll = named(nll, "NllLossBackward0")
     C = input.shape[cdim]
     lp = logp if input.ndim > 1 else logp.unsqueeze(0)
     t = target if input.ndim > 1 else target.reshape(1)
