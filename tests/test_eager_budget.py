@@ -10,11 +10,13 @@ Figures when the budgets were set (8x8 float32), before -> after the fast path: 
 ``(x @ y).tanh().sum().backward()`` 108 -> 71, the B5 eager step (MLP 16-32-4, batch 8, SGD) 374 -> 231; with
 gradient arrays carried through the backward engine (2026-11-30) 53 -> 45 and 193 -> 165; with view steps of pullback
 plans called as array methods and lighter loss/std helpers (fwdbind, 2026-11-30) 45 -> 42 and 165 -> 151, the
-makemore MLP step 290 -> 239.  With the forward dispatch trimmed (record, 2026-11-30: thread-local states read only
-where some thread departs from the default, nodes recorded by straight-line code, rarely set node attributes in one
-record, ``x.sum()`` bound flat) the per-op Python calls stay at their floor and their C calls fall (``x + y`` 13 -> 9,
-``x @ y`` 18 -> 12, ``x.tanh()`` 12 -> 10), fwd+bwd 42 -> 35 (C 131 -> 117), B5 151 -> 135 (C 437 -> 391), the
-makemore MLP 239 -> 225, MLP + BN 369 -> 356.
+makemore MLP step 290 -> 239; single-threaded GEMMs' calls worked out per signature and the engine's common op node
+first, ``loss.backward()``'s argument checks and root gradient inline (bwdstep, 2026-11-30): 42 -> 33, B5 151 -> 133,
+makemore MLP 239 -> 155.  With the forward dispatch trimmed besides (record, 2026-11-30: thread-local states read
+only where some thread departs from the default, nodes recorded by straight-line code, rarely set node attributes in
+one record, ``x.sum()`` bound flat) the per-op Python calls stay at their floor and their C calls fall (``x + y``
+13 -> 9, ``x @ y`` 18 -> 12, ``x.tanh()`` 12 -> 10), fwd+bwd 33 -> 26 (C 116 -> 99), B5 133 -> 120 (C 396 -> 353),
+the makemore MLP 155 -> 140, MLP + BN 279 -> 261.
 """
 
 import os
@@ -75,8 +77,8 @@ def test_forward_backward_python_calls():
         x.grad = None
         w.grad = None
     calls, c_calls = _count(fwd_bwd)
-    assert calls <= 36, f"(x @ w).tanh().sum().backward() made {calls} Python calls (35 when this budget was set)"
-    assert c_calls <= 120, f"... and {c_calls} C calls (117 when this budget was set)"
+    assert calls <= 28, f"(x @ w).tanh().sum().backward() made {calls} Python calls (26 when this budget was set)"
+    assert c_calls <= 102, f"... and {c_calls} C calls (99 when this budget was set)"
 
 
 
@@ -84,7 +86,8 @@ def test_raw_gemm_python_calls():
     """A product big enough for the raw GEMM (``blas.matmul2d``, 32x30 @ 30x200, makemore's first layer) reads its
     three operand addresses through ctypes views of the buffers, never NumPy's ``x.ctypes`` (a Python object and
     two frames per read, ~11,000 instructions), and runs on one thread without the thread policy's context manager:
-    21 -> 14 Python calls when this budget was set; a read-only operand takes ``x.ctypes`` and gives the same bits."""
+    21 -> 14 Python calls when this budget was set, 14 -> 5 with the signature's call worked out once
+    (``ir/ops/eager_gemm.py``); a read-only operand takes ``x.ctypes`` and gives the same bits."""
     from jitgrad.ir.ops import blas
     rng = np.random.default_rng(0)
     a = rng.standard_normal((32, 30), dtype=np.float32)
@@ -103,7 +106,7 @@ def test_raw_gemm_python_calls():
         fn()
     finally:
         sys.setprofile(None)
-    assert calls <= 14, f"x @ w through the raw GEMM made {calls} Python calls (14 when this budget was set)"
+    assert calls <= 6, f"x @ w through the raw GEMM made {calls} Python calls (5 when this budget was set)"
     assert not [f for f in seen if "numpy" in f], seen
     ro = b.copy()
     ro.flags.writeable = False
@@ -137,8 +140,8 @@ def _b5_step():
 
 def test_b5_eager_step_python_calls():
     calls, c_calls = _count(_b5_step(), warm=3)
-    assert calls <= 138, f"the B5 eager step made {calls} Python calls (135 when this budget was set)"
-    assert c_calls <= 398, f"the B5 eager step made {c_calls} C calls (391 when this budget was set)"
+    assert calls <= 123, f"the B5 eager step made {calls} Python calls (120 when this budget was set)"
+    assert c_calls <= 360, f"the B5 eager step made {c_calls} C calls (353 when this budget was set)"
 
 
 def _makemore_step(name):
@@ -154,13 +157,16 @@ def _makemore_step(name):
     return G._cycle(step, data)
 
 
-@pytest.mark.parametrize("name, budget, when_set", [("makemore-mlp", 230, 225), ("makemore-mlp-bn", 362, 356)])
+@pytest.mark.parametrize("name, budget, when_set", [("makemore-mlp", 143, 140), ("makemore-mlp-bn", 265, 261)])
 def test_makemore_step_python_calls(name, budget, when_set):
     """The makemore notebooks' eager steps (issue 28): 290 -> 239 (MLP) and 425 -> 369 (MLP + BN) Python calls when
     randn's draws came to own their arrays (``p.data`` no longer shares a larger storage), ``view`` inferred its shape
     once, view steps of pullback plans became array methods, ``std`` masked with one ``!=`` (not ``~(v == 0)``
     twice), nll_loss read ``input.shape`` once and log_softmax / cross_entropy read the payload's
-    dims and dtype, not Tensor properties."""
+    dims and dtype, not Tensor properties; 239 -> 155 and 369 -> 279 with each single-threaded GEMM signature's call
+    worked out once (``ir/ops/eager_gemm.py``: 9 frames fewer a product), the embedding's backward by rows, the
+    engine's common op node first, ``loss.backward()``'s checks inline and cross_entropy naming its node once
+    (bwdstep, 2026-11-30)."""
     calls, _ = _count(_makemore_step(name), warm=3)
     assert calls <= budget, f"the {name} step made {calls} Python calls ({when_set} when this budget was set)"
 

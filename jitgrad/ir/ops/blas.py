@@ -71,13 +71,7 @@ def _raw_gemm(dtype):
 def matmul2d(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b`` for 2-D float32/float64 arrays of one dtype, through SciPy's BLAS (transposed views by flag)."""
     if "raw" not in _GEMM and np.float32 not in _GEMM:     # (``_raw_gemm`` may have filled in its own entries)
-        load()
-        if LIBRARY["lib"] is None or getattr(LIBRARY["lib"], "scipy_sgemm_", None) is None:
-            from scipy.linalg import blas as fblas
-            _GEMM[np.dtype(np.float32)] = fblas.sgemm
-            _GEMM[np.dtype(np.float64)] = fblas.dgemm
-        else:
-            _GEMM["raw"] = True
+        raw_gemm_ready()
     if "raw" in _GEMM:
         # C = A B computed as C^T = B^T A^T in column-major, written straight into a C-ordered result
         m, k, n = a.shape[0], a.shape[1], b.shape[1]
@@ -103,6 +97,19 @@ def matmul2d(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     ma, ta = _operand(a)
     with eager_threads(a.shape[0], b.shape[1], a.shape[1]):
         return _GEMM[a.dtype](1.0, mb, ma, trans_a=tb, trans_b=ta).T
+
+
+def raw_gemm_ready() -> bool:
+    """Whether GEMMs call SciPy's routine by ctypes (else its f2py wrappers); decided on the first call."""
+    if "raw" not in _GEMM and np.float32 not in _GEMM:
+        load()
+        if LIBRARY["lib"] is None or getattr(LIBRARY["lib"], "scipy_sgemm_", None) is None:
+            from scipy.linalg import blas as fblas
+            _GEMM[np.dtype(np.float32)] = fblas.sgemm
+            _GEMM[np.dtype(np.float64)] = fblas.dgemm
+        else:
+            _GEMM["raw"] = True
+    return "raw" in _GEMM
 
 
 def matmul_add_into(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:

@@ -90,7 +90,11 @@ _lsm_bwd_rule = _gradient_and_output_rule("log_softmax_backward")
 
 
 def _lsm_bwd_impl(g, out, axis):
-    return g - _exp(out) * _add_reduce(g, axis=axis, keepdims=True)
+    if g.shape != out.shape or g.dtype != out.dtype or not out.ndim:
+        return g - _exp(out) * _add_reduce(g, axis=axis, keepdims=True)
+    e = _exp(out)               # the same three ops into one buffer (cross_entropy's backward: two arrays fewer)
+    _multiply(e, _add_reduce(g, axis=axis, keepdims=True), out=e)
+    return _subtract(g, e, out=e)
 
 
 def _lsm_bwd_vjp(c, h):

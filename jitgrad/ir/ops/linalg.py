@@ -5,7 +5,8 @@ import numpy as np
 
 from . import blas
 from .opdef import BY_TRANSPOSE, Aval, OpDef, OpError, bilinear_adding, broadcast_shapes, fmt_shape, register
-from . import stacked_gemm
+from . import eager_gemm, stacked_gemm
+from ..symbolic import has_symbols
 
 
 def _matmul_rule(avals, params):
@@ -110,6 +111,9 @@ def _matmul_for_signature(avals, params):
     for n in x.shape:
         macs *= n
     if y.ndim == 2 and x.dtype.np in (np.float32, np.float64) and macs >= blas.EAGER_MIN_MACS:
+        if x.ndim == 2 and x.dtype is y.dtype and not has_symbols(x.shape) and not has_symbols(y.shape):
+            # one single-threaded GEMM of these shapes: its call worked out once (the same call, the same bits)
+            return eager_gemm.gemm_for_signature(x.shape[0], x.shape[1], y.shape[1], x.dtype.np)
         return None     # blas.matmul's own GEMM
     if blas.small_gemm_is_dot(x.ndim, y.ndim, x.dtype.np, y.dtype.np):
         return blas.dot2d       # what blas.matmul runs for them (the vjp's products too): one C call

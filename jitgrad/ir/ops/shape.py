@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 
+from ..symbolic import has_symbols
 from .opdef import LINEAR, Aval, OpDef, OpError, broadcast_shapes, fmt_shape, register, result_dtype
 
 
@@ -79,8 +80,43 @@ def _bcast_impl(x, shape):
     return r
 
 
+def _bcast_for_signature(avals, params):
+    """The eager impl of one broadcast that repeats elements (every sum's vjp makes one): ``_bcast_impl``'s view of
+    a C-ordered input with its strides worked out once (a size-1 dimension's own stride, which no element's
+    address uses, is NumPy's for a fresh array); other inputs take ``_bcast_impl``."""
+    (x,) = avals
+    shape = tuple(params["shape"])
+    if has_symbols(x.shape) or has_symbols(shape) or 0 in shape or 0 in x.shape:
+        return None
+    lead = len(shape) - len(x.shape)
+    if lead < 0:
+        return None
+    own = np.empty(x.shape, np.dtype(x.dtype.np)).strides if x.shape else ()
+    strides = []
+    for i, m in enumerate(shape):
+        n = x.shape[i - lead] if i >= lead else 1
+        if n == m:
+            strides.append(own[i - lead] if i >= lead else 0)
+        elif n == 1:
+            strides.append(0)
+        else:
+            return None
+    if not [m for m, st in zip(shape, strides) if st == 0 and m > 1]:
+        return None         # (nothing repeats: a writeable view, as _bcast_impl makes it)
+    strides, dtype = tuple(strides), np.dtype(x.dtype.np)
+
+    def broadcast_view(x, shape):
+        if not x.flags.c_contiguous:
+            return _bcast_impl(x, shape)
+        r = np.ndarray(shape, dtype, x, 0, strides)
+        r.flags.writeable = False       # an element repeats: read-only, as NumPy's broadcasts
+        return r
+    return broadcast_view
+
+
 register(OpDef("broadcast_to", "shape", _bcast_rule, _bcast_impl,
-               lambda c, g: (g.sum_to_size(c.shapes[0]),), view=True, grad_name="ExpandBackward0", jvp=LINEAR))
+               lambda c, g: (g.sum_to_size(c.shapes[0]),), view=True, grad_name="ExpandBackward0", jvp=LINEAR,
+               eager_impl=_bcast_for_signature))
 
 
 def _cat_rule(avals, params):

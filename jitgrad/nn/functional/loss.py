@@ -74,7 +74,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
 _FROM_NP = dt._FROM_NP
 _INDEX_DTYPES = (dt.int64, dt.int32)
 # (NumPy's module has a __getattr__: CPython specialises no ``np.X`` read, so a loss's are bound once)
-_ndarray, _min_reduce, _max_reduce = np.ndarray, np.minimum.reduce, np.maximum.reduce
+_ndarray, _max_reduce = np.ndarray, np.maximum.reduce
 
 
 def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
@@ -91,7 +91,8 @@ def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     # bounds are checked on concrete targets (inside @compile the value is not known while tracing; a CUDA
     # target is read back for it, or the gather would read out of bounds); ignored entries may lie outside [0, C)
     t = target._data if type(target._data) is _ndarray or _TR.active is not None else target.cpu()._data
-    if type(t) is _ndarray and t.size and not (0 <= _min_reduce(t, axis=None) and _max_reduce(t, axis=None) < C):
+    # every target in [0, C): the largest seen unsigned is below C (a negative one is huge), one reduction
+    if type(t) is _ndarray and t.size and not _max_reduce(t.view(_UNSIGNED[t.dtype.itemsize]), axis=None) < C:
         safe = np.where(t != ignore_index, t, 0)
         lo, hi = int(safe.min()), int(safe.max())
         if lo < 0 or hi >= C:
@@ -103,6 +104,9 @@ def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     else:
         loss = nll_composition(input, target, weight, int(ignore_index), reduction)
     return loss.reshape(()) if unbatched and reduction == "none" else loss
+
+
+_UNSIGNED = {8: np.uint64, 4: np.uint32}
 
 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
@@ -139,10 +143,10 @@ def _cross_entropy(input, target, weight, ignore_index, reduction, label_smoothi
         if reduction == "mean":
             return loss.sum() / (loss.numel() / 1 if input.ndim > 1 else 1)
         return loss_reduction.reduce_loss(loss, reduction)
-    nll = _nll_loss(logp, target, weight, ignore_index, reduction)
+    nll = _nll_loss(logp, target, weight, ignore_index, reduction)     # (named by cross_entropy)
     if not label_smoothing:
-        return nll      # (cross_entropy names its node)
-    named(nll, "NllLossBackward0")
+        return nll
+    nll = named(nll, "NllLossBackward0")
     C = input.shape[cdim]
     lp = logp if input.ndim > 1 else logp.unsqueeze(0)
     t = target if input.ndim > 1 else target.reshape(1)

@@ -14,11 +14,14 @@ import warnings
 import numpy as np
 
 from .. import anomaly, forward_state, grad_mode, profiler_state, saved_hooks
+from .. import node as _nd
 from ..node import AccumulateGrad, zeros_for
 from ..saved_output import vjp_through_outputs
 from .root_grads import check_outputs, make_root_grads
 from ..dispatch import OpNode
 from ..graph_hooks import GradientEdge, RUNNING as _RUNNING, root_edge
+from .hooks import CALLBACKS as _CALLBACKS, queue_callback, run_post_accumulate_hooks as _run_post_accumulate_hooks, \
+    run_pre_hooks as _run_pre_hooks, run_queued_callbacks as _run_queued_callbacks, run_tensor_hooks as _run_tensor_hooks
 from .grad_accumulation import accumulate as _accumulate, accumulate_array as _accumulate_array, \
     retain as _retain
 from . import pullback_plans as _plans
@@ -52,6 +55,24 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     >>> x.grad
     tensor([3., 3.])
     """
+    if grad_tensors is None and grad_variables is None and inputs is None and not create_graph \
+            and type(tensors) is tuple and len(tensors) == 1:
+        # ``loss.backward()``: one tensor with a history, its gradient the ones its payload is made of (the
+        # arguments' checks and make_root_grads for it, inline)
+        t = tensors[0]
+        d = t._data if type(t) is Tensor and t.grad_fn is not None else None
+        if type(d) is _ndarray and d.size == 1:
+            _CALLBACKS.depth += 1
+            try:
+                run(tensors, [_wrap(np.array(1, d.dtype) if d.ndim == 0 else np.ones(d.shape, d.dtype))],
+                    bool(retain_graph), False, None, accumulate=True)
+                if _CALLBACKS.queue:
+                    _run_queued_callbacks()
+            finally:
+                _CALLBACKS.depth -= 1
+                if _CALLBACKS.depth == 0:
+                    _CALLBACKS.queue = []
+            return
     if grad_variables is not None:
         warnings.warn("'grad_variables' is deprecated. Use 'grad_tensors' instead.", FutureWarning, stacklevel=2)
         if grad_tensors is not None:
@@ -96,50 +117,6 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
         _CALLBACKS.depth -= 1
         if _CALLBACKS.depth == 0:
             _CALLBACKS.queue = []
-
-
-class _Callbacks(threading.local):
-    """Callbacks queued during a backward() call, run when it ends (torch's
-    ``Variable._execution_engine.queue_callback``); DistributedDataParallel waits for its gradient buckets there."""
-
-    def __init__(self):
-        self.depth = 0
-        self.queue = []
-
-
-_CALLBACKS = _Callbacks()
-
-
-def queue_callback(fn):
-    """Run ``fn()`` when the backward() call now running finishes (its gradients are all accumulated)."""
-    if _CALLBACKS.depth == 0:
-        raise RuntimeError("queue_callback: no backward() call is running (call it from a hook)")
-    _CALLBACKS.queue.append(fn)
-
-
-def _run_queued_callbacks():
-    q = _CALLBACKS.queue
-    while q:                    # a callback may queue another
-        q.pop(0)()
-
-
-def _run_pre_hooks(node, grads: tuple) -> tuple:
-    """A node's pre hooks, in order, on its output gradients ``grads``; returns the gradients they leave."""
-    for fn in list(node._pre_hooks.values()):
-        r = fn(grads)
-        if r is not None:
-            grads = tuple(r)
-    return grads
-
-
-def _run_post_accumulate_hooks(acc, var):
-    """``register_post_accumulate_grad_hook``: each hook gets the leaf after its .grad was updated."""
-    for fn in list(acc.post_hooks.values()):
-        r = fn(var)
-        if r is not None:       # torch's texts: a Tensor is "should return None", anything else a TypeError
-            if not isinstance(r, Tensor):
-                raise TypeError(f"expected Variable, but hook returned '{type(r).__name__}'")
-            raise RuntimeError("Tensor post accumulate grad hooks should return None.")
 
 
 def _calculate_shape(output, grad, is_grads_batched):
@@ -230,23 +207,6 @@ def _sum(old, g):
     if type(od) is _ndarray and type(gd) is _ndarray and od.dtype == gd.dtype and od.shape == gd.shape:
         return np.asarray(_np_add(od, gd))      # (0-d arrays add to a NumPy scalar)
     return (_wrap(old) if type(old) is _ndarray else old) + (_wrap(g) if type(g) is _ndarray else g)
-
-
-def _run_tensor_hooks(hooks, g):
-    for fn in list(hooks.values()):
-        r = fn(g)
-        if r is not None:
-            if g is None:
-                g = r
-                continue
-            if not isinstance(r, Tensor) or r.shape != g.shape:
-                raise RuntimeError(f"hook '{getattr(fn, '__name__', fn)}' has changed the size of value: expected "
-                                   f"{list(g.shape)}, got {list(getattr(r, 'shape', ()))}")
-            if r.dtype is not g.dtype:      # torch's check: a hook may not change the gradient's type
-                raise RuntimeError(f"hook '{getattr(fn, '__name__', fn)}' has changed the type of value (was "
-                                   f"{g.type()} got {r.type()})")
-            g = r
-    return g
 
 
 class _Reentrant(threading.local):
@@ -453,7 +413,43 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                     # change (torch); grad() runs only the tensor hooks
                     _run_pre_hooks(node, tuple(_as_tensors(grads) if sum_arrays else grads))
                 continue
-            if grads[0] is None and type(node) is node_type and (len(grads) == 1 or all(g is None for g in grads)):
+            g = grads[0]
+            if g is not None and len(grads) == 1 and plain and type(node) is node_type and (
+                    node._x is None or node._pre_hooks is None and node._hooks is None):
+                # the common op node: one cotangent, no hooks (Node.apply and check_saved inlined; node._x: the
+                # NodeExtras record, None for most nodes, tested before its properties)
+                if node._freed or node._x is not None and node.packed is not None or _nd._LAST_DETACH > node.seq:
+                    node.check_saved()
+                else:
+                    saved = node.versions
+                    if saved:
+                        ins = node.inputs
+                        for i, v in saved:
+                            if ins[i]._vc[0] != v:
+                                node.check_saved()      # (raises)
+                    saved = node.out_versions
+                    if saved:
+                        ins = node.outputs
+                        for i, v in saved:
+                            if ins[i]._vc[0] != v:
+                                node.check_saved()
+                    saved = ins = None
+                in_grads = None
+                if sum_arrays and _FWD.active is None:
+                    # the rule on arrays (pullback_plans.py): its results have one entry per input
+                    in_grads = _plans.pullback(node, [g if type(g) is _ndarray else g._data])
+                if in_grads is None:
+                    if sum_arrays:
+                        _as_tensors(grads)
+                    if create_graph and node.op.saves_out:
+                        in_grads = vjp_through_outputs(node, grads)
+                    else:
+                        in_grads = node.op.vjp(node, *grads)
+                    if len(in_grads) != len(node.next_functions):
+                        raise RuntimeError(f"function {node.name()} returned an incorrect number of gradients "
+                                           f"(expected {len(node.next_functions)}, got {len(in_grads)})")
+                g = None
+            elif g is None and type(node) is node_type and (len(grads) == 1 or all(g is None for g in grads)):
                 # no gradient reached this op's node (a custom backward returned None): its inputs get none
                 # either, as torch's undefined gradients (no zeros are made up and accumulated)
                 in_grads = (None,) * len(node.next_functions)
@@ -509,8 +505,11 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                 if g is not None:
                     buf = buffers.get(child)
                     if buf is None:
-                        buf = buffers[child] = [None] * (len(child.out_meta) or 1)
-                        buf[nr] = g
+                        if nr == 0 and len(child.out_meta) <= 1:
+                            buffers[child] = [g]
+                        else:
+                            buf = buffers[child] = [None] * len(child.out_meta)
+                            buf[nr] = g
                     else:
                         old = buf[nr]
                         if old is None:
