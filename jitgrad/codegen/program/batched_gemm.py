@@ -30,6 +30,7 @@ from ...ir.symbolic import hint_of, size_arg
 from .layout import Program, Step
 from ..places import Place, c_strides, coalesce
 from ..kernels import small_gemm
+from .region_chains import value_place
 
 MAX_BATCH_DIMS = 6
 # the ``?gemm`` argument a ``bgemm`` block's last entry may size on its own (``abi.call_gemm_batched``): BLAS's
@@ -129,6 +130,15 @@ def permuted_c(prog: Program, out):
         strides[d] = pst[i]
     if strides[-1] != 1:         # (its row stride then spans the last dim: at least n)
         return None
+    # a split's gradient (the heads' way back into qkv's): written straight into its region of the chain's buffer
+    area = value_place(prog, e.outs[0], pshape)
+    if area is not None:
+        st = [0] * len(perm)
+        for i, d in enumerate(perm):
+            st[d] = area.strides[i]
+        if st[-1] == 1 and st[-2] >= out.aval.shape[-1]:
+            p = places[out] = Place(area.root, area.offset, out.aval.shape, tuple(st), out.aval.dtype)
+            return p
     buf = places.buffer(out, pshape, out.aval.dtype)
     p = places[out] = Place(buf.root, 0, out.aval.shape, tuple(strides), out.aval.dtype)
     return p
