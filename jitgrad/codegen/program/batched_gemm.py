@@ -88,7 +88,8 @@ def batched_gemm(prog: Program, e) -> bool:
                 pc = prog.places.assign(out)        # rows folded: C's rows one run of memory
                 pa2 = Place(pa.root, pa.offset, (rows, k), (ra, pa.strides[-1]), pa.dtype)
                 if not split_rows(prog, e, pa2, flag_a, pb, flag_b, pc, rows, n, k):
-                    _emit_gemm_block(prog, e, "gemm", pa2, flag_a, pb, flag_b, pc, rows, n, k, None)
+                    st = _emit_gemm_block(prog, e, "gemm", pa2, flag_a, pb, flag_b, pc, rows, n, k, None)
+                    prog.gemm_outs[out] = (st, prog.places.n, st.fold[0], st.fold[1], st.fold[2])
                 return True
     flag_a = _gemm_flag(pa.strides[-2:], m, k)
     flag_b = _gemm_flag(pb.strides[-2:], k, n)
