@@ -25,6 +25,7 @@ import numpy as np
 from ..graph import Lit, Var
 from .fuse import MAX_GROUP_EQNS
 from ..plan import Group, LoopBatch, Plan, batching
+from ..symbolic import known_equal
 
 BATCH_MAX_ELEMENTS = 1 << 20        # from here a loop takes the pool by itself (codegen's loops.PARALLEL_MIN)
 NO_BATCH_OPS = ("rand_uniform", "rand_normal")
@@ -134,7 +135,8 @@ def _join_neighbours(graph, steps) -> list:
     """Elementwise groups over one shape that batching left side by side, joined into one loop (up to
     ``MAX_GROUP_EQNS`` eqns): the reductions that cut them apart moved into a batch.  Clipping's running total
     of per-gradient sums of squares was one 0-d launch per gradient (B9: 50); the joined loop computes the same
-    eqns in the same order (the same bits) and stores only what a later step or the caller reads."""
+    eqns in the same order (the same bits) and stores only what a later step or the caller reads.  Shapes are
+    compared without a guard (``known_equal``): a join must not tie a trace to sizes differing by value."""
     readers = {}        # id(Var) -> the steps that read it
     for s in steps:
         for v in (s.reads if isinstance(s, (Group, LoopBatch)) else s.ins):
@@ -145,7 +147,7 @@ def _join_neighbours(graph, steps) -> list:
     run = []            # the groups being joined (res[-1] their join, once there are two)
     for s in steps:
         prev = run[-1] if run else None
-        if prev is not None and _plain_loop(s) and s.shape == prev.shape and s.eqns[0].scope == prev.eqns[0].scope \
+        if prev is not None and _plain_loop(s) and known_equal(s.shape, prev.shape) is True and s.eqns[0].scope == prev.eqns[0].scope \
                 and len(res[-1].eqns) + len(s.eqns) <= MAX_GROUP_EQNS:
             run.append(s)
             res[-1] = _joined(run, readers, outs)
