@@ -119,3 +119,32 @@ def test_fused_ops_match_torch():
     g, = jg.autograd.grad(jg.softmax(x, 0)[1:].sum() + jg.log_softmax(x, 1)[:, 2].sum(), x)
     tg, = torch.autograd.grad(torch.softmax(tx, 0)[1:].sum() + torch.log_softmax(tx, 1)[:, 2].sum(), tx)
     np.testing.assert_allclose(g.numpy(), tg.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_traced_backward_takes_softmax_s_own_rule():
+    """Inside a compiled step, softmax's backward is its own rule, ``y * (g - sum(g * y))`` (``OpDef.trace_vjp``),
+    as eager mode's: the one ``div`` left in the graph is the forward's (the composition's rule divided the
+    gradient and the output by the sum again, and kept the exponentials for it).  First and second order equal
+    eager's, compiled and interpreted."""
+    v = jg.tensor(_logits((3, 5), seed=5))
+    w = jg.tensor(_logits((3, 5), seed=6))
+
+    def first(x):
+        x = x.detach().requires_grad_(True)
+        (jg.softmax(x * 2.0, -1) * v).sum().backward()
+        return x.grad
+
+    def second(x):
+        x = x.detach().requires_grad_(True)
+        g, = jg.autograd.grad((jg.softmax(x * 2.0, -1) * v).sum(), x, create_graph=True)
+        h, = jg.autograd.grad((g * w).sum(), x)
+        return h
+
+    x = jg.tensor(_logits((3, 5), seed=7))
+    text = str(jg.compile(first, backend="interpret").ir(x))
+    assert sum(" = div " in line for line in text.splitlines()) == 1, text
+    for fn in (first, second):
+        ref = fn(x).numpy()
+        for backend in ("interpret", "numba"):
+            got = jg.compile(fn, backend=backend, background=False)(x).numpy()
+            np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)

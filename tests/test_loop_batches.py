@@ -201,8 +201,9 @@ def _gpt(grouped, monkeypatch):
 
 def test_a_gpt_step_batches_its_update_clipping_and_write_backs(monkeypatch):
     """A B9-style step: AdamW's per-parameter updates and clipping's per-parameter sums of squares run as a few
-    batches, and the step counts' write-backs (after the embedding's steps that may raise, so not in place) as
-    one; the parameters are the ungrouped program's bit for bit."""
+    batches, clipping's running total of those sums as one loop, and the step counts' write-backs (after the
+    embedding's steps that may raise, so not in place) as one; the parameters are the ungrouped program's bit for
+    bit."""
     grouped, params = _gpt(True, monkeypatch)
     ungrouped, params_u = _gpt(False, monkeypatch)
     n = len(params)
@@ -212,10 +213,16 @@ def test_a_gpt_step_batches_its_update_clipping_and_write_backs(monkeypatch):
     batches = [la for la in grouped if la.kind == "batch" and not la.label.startswith("write-back")]
     members = sum(int(la.label.split()[2].rstrip(":")) for la in batches)
     assert members >= 1.5 * n       # clipping's sum per parameter, and most of the updates
-    # each batch launches once for its members (the write-backs' batch is a loop launch too); the rest of the
-    # step is launched as before
-    assert len(_loops(grouped)) == len(_loops(ungrouped)) - members + len(batches) + 1
-    assert len(grouped) == len(ungrouped) - (members - len(batches)) - (len(wb) - 1)
+    # each batch launches once for its members (the write-backs' batch is a loop launch too); clipping's running
+    # total, one 0-d add per gradient between the sums of squares, joins the clip coefficient's loop once the sums
+    # moved into their batch (loop_batches._join_neighbours); the rest of the step is launched as before
+    adds = [la for la in ungrouped if la.kind == "fused" and la.label.endswith("[add] gpt_model.py:98")]
+    assert len(adds) >= n // 2          # (one per gradient after the first)
+    assert not any(la.label.endswith("[add] gpt_model.py:98") for la in grouped)
+    clip = [la for la in grouped if la.kind == "fused" and "clamp" in la.label]
+    assert len(clip) == 1 and clip[0].label.count("add") == len(adds) + 2
+    assert len(_loops(grouped)) == len(_loops(ungrouped)) - members + len(batches) + 1 - len(adds)
+    assert len(grouped) == len(ungrouped) - (members - len(batches)) - (len(wb) - 1) - len(adds)
     for p, q in zip(params, params_u):
         np.testing.assert_array_equal(p, q)
 

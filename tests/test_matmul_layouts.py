@@ -286,3 +286,29 @@ def test_a_sum_of_two_split_products_accumulates_their_last_rows_too(dtype):
     assert labels[1].endswith(" + accumulate"), labels
     out, prog = _gemm_program(lambda a, b, c, d, w: (a @ b + c @ d) @ w, ta, tb, tc, td, tw)
     np.testing.assert_allclose(out.numpy(), ref @ w, **tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_bias_that_no_loop_takes_in_folds_into_its_gemm(dtype, monkeypatch):
+    """``(x @ W + b) @ V`` (attention's qkv: the biased product read by products only): C filled with the bias
+    before the GEMM, which accumulates onto it (beta = 1), no add loop; bit for bit the program with the add loop
+    (the fold turned off), and equal to NumPy.  Not folded past ``BIAS_FOLD_MAX_K`` terms, nor when the product
+    is read elsewhere too."""
+    from jitgrad.codegen.program import gemm_steps
+    rng = np.random.default_rng(6)
+    x, w, b, v = (rng.standard_normal(s).astype(dtype) for s in ((4, 32, 48), (48, 40), (40,), (40, 8)))
+    tx, tw, tb, tv = (jg.tensor(a) for a in (x, w, b, v))
+    tol = dict(rtol=1e-4 if dtype == np.float32 else 1e-12, atol=1e-4 if dtype == np.float32 else 1e-12)
+    out, prog = _gemm_program(lambda x, w, b, v: (x @ w + b) @ v, tx, tw, tb, tv)
+    np.testing.assert_allclose(out.numpy(), (x @ w + b) @ v, **tol)
+    labels = [s.label for s in prog.steps]
+    assert labels[:2] == ["copy (bias)", labels[1]] and labels[1].endswith(" + bias"), labels
+    assert not any(s.kind == "kernel" and "add" in s.label for s in prog.steps), labels
+    monkeypatch.setattr(gemm_steps, "BIAS_FOLD_MAX_K", 47)
+    unfolded, prog = _gemm_program(lambda x, w, b, v: (x @ w + b) @ v, tx, tw, tb, tv)
+    assert not any(s.label.endswith(" + bias") for s in prog.steps)
+    np.testing.assert_array_equal(out.numpy(), unfolded.numpy())
+    monkeypatch.undo()
+    out, prog = _gemm_program(lambda x, w, b, v: ((x @ w + b) @ v, (x @ w).sum()), tx, tw, tb, tv)
+    np.testing.assert_allclose(out[0].numpy(), (x @ w + b) @ v, **tol)
+    assert not any(s.label.endswith(" + bias") for s in prog.steps)

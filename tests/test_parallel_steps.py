@@ -125,19 +125,23 @@ def test_which_kernels_of_a_b9_step_run_on_the_pool():
         # the default threshold, every one of them (the logits' products, whose rows left the blocks' work just
         # under it while they ran as a call of their own, included)
         assert all(x_.kind == "bgemm" and x_.parallel == (x_.work >= workpool.min_work())
-                   and x_.label in ("matmul (BLAS, rows on the pool)", "matmul (BLAS, columns on the pool)")
+                   and x_.label.removesuffix(" + bias") in ("matmul (BLAS, rows on the pool)",
+                                                           "matmul (BLAS, columns on the pool)")
                    for x_ in split), split
+        assert sum(x_.label.endswith(" + bias") for x_ in split) == 4      # qkv's bias (gemm_steps.fold_bias)
         if workpool.min_work() == workpool.PARALLEL_WORK:
             assert all(x_.parallel for x_ in split), [x_ for x_ in split if not x_.parallel]
         assert max(x_.threads for x_ in launches) <= workpool.threads()        # no oversubscription
     rows = [x_ for x_ in launches if x_.kind == "rows"]
     softmax = [x_ for x_ in rows if "amax" in x_.label and "exp" in x_.label and "log" not in x_.label]
     assert len(softmax) == 4 and all(x_.parallel for x_ in softmax)
-    # softmax's backward over the attention's rows: its row sums and their use one row kernel (the mask's
-    # logical_not, planned between them, runs before it: row_chains._hoisted), on the pool; serial as two loops
-    soft_back = [x_ for x_ in rows if "neg,div,mul,sum" in x_.label and "where" in x_.label]
-    assert len(soft_back) == 4 and all(x_.parallel for x_ in soft_back)
-    assert not any(x_.kind == "fused" and "neg,div,mul,sum" in x_.label for x_ in launches)
+    # softmax's backward over the attention's rows (its own rule, y (g - sum(g y)): OpDef.trace_vjp): its row sums
+    # and their use one row kernel (the mask's logical_not, planned between them, runs before it:
+    # row_chains._hoisted), on the pool where its work reaches the threshold (7.2 of its 8 units since it reads
+    # the output only); serial as two loops
+    soft_back = [x_ for x_ in rows if "mul,sum,sub,mul,where" in x_.label]
+    assert len(soft_back) == 4 and all(x_.parallel == (x_.work >= workpool.min_work()) for x_ in soft_back)
+    assert not any(x_.kind == "fused" and "mul,sum,sub" in x_.label for x_ in launches)
     gelu = [x_ for x_ in launches if x_.kind == "fused" and "erf" in x_.label]
     assert len(gelu) == 4 and all(x_.parallel for x_ in gelu)
     # LayerNorm's backward (column sums of its weight and bias) and GELU's (the bias gradient): fixed chunks

@@ -443,3 +443,27 @@ def test_numba_builds_the_row_kernels_too(tmp_path, monkeypatch):
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
     assert build.COUNTS["kernels_ir"] == before["kernels_ir"]
+
+
+def test_a_stash_only_later_passes_read_is_one_row_per_outer_index():
+    """The attention softmax stores its exponentials for its own last pass (row_chains._schedule: cheaper than a
+    second exp); nothing else reads them, so they go to a scratch row per index of the outer loop (strides
+    ``[row, 0, 1]`` over the kernel's merged dims ``[B*H, T, T]``: 8 rows of 16, not the whole space), and the
+    values are eager's."""
+    from jitgrad.jit.graph_code import compiled_graph
+    rng = np.random.default_rng(3)
+    x = jg.tensor(rng.standard_normal((2, 4, 8, 16)).astype(np.float32))
+    mask = jg.tensor(np.tril(np.ones((8, 16), bool)).reshape(1, 1, 8, 16))
+
+    def f(x):
+        return x.masked_fill(mask.logical_not(), float("-inf")).softmax(-1)
+    cf = jg.compile(f, backend="numba")
+    np.testing.assert_allclose(cf(x).numpy(), f(x).numpy(), rtol=1e-6, atol=1e-7)
+    e = cf._entry_for((x,), {})
+    prog = compiled_graph(e.graph, e.gf.writes, e.gf.parallel).program
+    (st,) = [s for s in prog.steps if s.kind == "kernel" and "by rows" in s.label]
+    rank = 3
+    assert prog.table[st.block:st.block + rank] == [8, 8, 16]
+    ops = prog.table[st.block + rank:]
+    strides = [list(ops[1 + k * (rank + 1):1 + k * (rank + 1) + rank]) for k in range(5)]
+    assert strides.count([16, 0, 1]) == 1, strides

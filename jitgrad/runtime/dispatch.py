@@ -487,6 +487,12 @@ def _bind_traced(tr, op, args, params):
         if op.view and isinstance(args[0], Tensor):
             note_view(tr, r, args[0], op, params)     # a write into it reaches args[0] (or is refused)
             note_layout(tr, op, params, args, r._data, True)    # the view's strides, not its composition's
+        elif op.trace_vjp and r.grad_fn is not None:
+            # the op's own rule, as eager records it (OpDef.trace_vjp); the composition's eqns keep theirs for
+            # the transpose pass
+            avals = [a._data.aval if type(a._data) is Var else Aval(a._data.shape, _FROM_NP[a._data.dtype])
+                     for a in args]
+            _record(op, params, args, record_entry([r._data.aval], avals, r._data.shape), r)
         return r
     ins = []
     need = False

@@ -30,6 +30,7 @@ from ...ir.symbolic import hint_of, size_arg
 from .layout import Program, Step
 from ..places import Place, c_strides, coalesce
 from ..kernels import small_gemm
+from .region_chains import value_place
 
 MAX_BATCH_DIMS = 6
 # the ``?gemm`` argument a ``bgemm`` block's last entry may size on its own (``abi.call_gemm_batched``): BLAS's
@@ -87,7 +88,8 @@ def batched_gemm(prog: Program, e) -> bool:
                 pc = prog.places.assign(out)        # rows folded: C's rows one run of memory
                 pa2 = Place(pa.root, pa.offset, (rows, k), (ra, pa.strides[-1]), pa.dtype)
                 if not split_rows(prog, e, pa2, flag_a, pb, flag_b, pc, rows, n, k):
-                    _emit_gemm_block(prog, e, "gemm", pa2, flag_a, pb, flag_b, pc, rows, n, k, None)
+                    st = _emit_gemm_block(prog, e, "gemm", pa2, flag_a, pb, flag_b, pc, rows, n, k, None)
+                    prog.gemm_outs[out] = (st, prog.places.n, st.fold[0], st.fold[1], st.fold[2])
                 return True
     flag_a = _gemm_flag(pa.strides[-2:], m, k)
     flag_b = _gemm_flag(pb.strides[-2:], k, n)
@@ -129,6 +131,15 @@ def permuted_c(prog: Program, out):
         strides[d] = pst[i]
     if strides[-1] != 1:         # (its row stride then spans the last dim: at least n)
         return None
+    # a split's gradient (the heads' way back into qkv's): written straight into its region of the chain's buffer
+    area = value_place(prog, e.outs[0], pshape)
+    if area is not None:
+        st = [0] * len(perm)
+        for i, d in enumerate(perm):
+            st[d] = area.strides[i]
+        if st[-1] == 1 and st[-2] >= out.aval.shape[-1]:
+            p = places[out] = Place(area.root, area.offset, out.aval.shape, tuple(st), out.aval.dtype)
+            return p
     buf = places.buffer(out, pshape, out.aval.dtype)
     p = places[out] = Place(buf.root, 0, out.aval.shape, tuple(strides), out.aval.dtype)
     return p

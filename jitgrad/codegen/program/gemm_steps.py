@@ -184,10 +184,62 @@ def fold_sum_into_gemm(prog: Program, g: Group) -> bool:
     return True
 
 
+# A bias folded into its product's GEMM (C filled with the bias, then beta = 1) keeps the loop's bits while the
+# product's depth is summed in one pass of OpenBLAS's kernel (acc + bias rounded once, as the loop's add): up to
+# this many terms, below every kernel's depth block (GEMM_Q), where C would take partial sums in turn
+BIAS_FOLD_MAX_K = 256
+
+
+def fold_bias_into_gemm(prog: Program, g: Group) -> bool:
+    """``A @ B + b`` (a group of one add of a GEMM's result that nothing else reads and an input broadcast to it:
+    a linear layer's bias where no later loop takes it in, attention's qkv) as the bias copied into C before the
+    GEMM and the GEMM accumulating onto it (``beta = 1``): the copy replaces OpenBLAS's zeroing of C, so the add's
+    pass over the result (a read and a write) goes."""
+    places = prog.places
+    if g.reduce is not None or g.scatters or g.gathers or len(g.eqns) != 1 or len(g.outputs) != 1:
+        return False
+    (u,) = g.eqns
+    o = g.outputs[0]
+    if u.op.name != "add" or o is not u.outs[0] or u.check is not None or len(u.ins) != 2 or o in places.inplace:
+        return False
+    ds = [x for x in u.ins if isinstance(x, Var) and x in prog.gemm_outs]
+    if len(ds) != 1:
+        return False
+    d = ds[0]
+    b = u.ins[1] if u.ins[0] is d else u.ins[0]
+    st, n_gemm, _, beta_off, c_slot = prog.gemm_outs[d]
+    e = st.eqn
+    n = places.n
+    if b is d or not (isinstance(b, Lit) or b in prog.graph.inputs) or b.aval.dtype is not o.aval.dtype \
+            or d.aval.shape != o.aval.shape or d.aval.dtype is not o.aval.dtype or places.uses.get(d) != [n] \
+            or any(x is d for x in prog.graph.outputs) or e.check is not None \
+            or type(e.ins[0].aval.shape[-1]) is not int or e.ins[0].aval.shape[-1] > BIAS_FOLD_MAX_K:
+        return False
+    pc = places[d]
+    if pc.offset != 0 or not pc.contiguous() or tuple(pc.shape) != tuple(o.aval.shape):
+        return False
+    for v, pv in places.items():        # no other value over C's buffer is read from the GEMM on
+        if pv.root is pc.root and v is not d and any(n_gemm <= k <= n for k in places.uses.get(v, ())):
+            return False
+    fill = prog.copy_step(prog.place(b), pc, "copy (bias)")
+    if fill.kind != "kernel":
+        prog.steps.remove(fill)
+        return False
+    prog.steps.remove(fill)
+    prog.steps.insert(prog.steps.index(st), fill)
+    places[o] = pc
+    places.hold(pc.root, o)
+    sc = np.float32 if o.aval.dtype.name == "float32" else np.float64
+    prog.params[beta_off:beta_off + 8] = np.array([1.0], sc).tobytes().ljust(8, b"\0")
+    st.label += " + bias"
+    return True
+
+
 def fold_into_gemm(prog: Program, g: Group) -> bool:
-    """Whether fusion group ``g`` rides a GEMM before it (an SGD update, or the sum of two products) instead of
-    running a loop of its own."""
-    return fold_update_into_gemm(prog, g) or fold_sum_into_gemm(prog, g)
+    """Whether fusion group ``g`` rides a GEMM before it (an SGD update, the sum of two products, a bias) instead
+    of running a loop of its own."""
+    return fold_update_into_gemm(prog, g) or fold_sum_into_gemm(prog, g) or fold_bias_into_gemm(prog, g)
 
 
-__all__ = ["gemm", "fold_update_into_gemm", "fold_sum_into_gemm", "fold_into_gemm"]
+__all__ = ["gemm", "fold_update_into_gemm", "fold_sum_into_gemm", "fold_bias_into_gemm", "fold_into_gemm",
+           "BIAS_FOLD_MAX_K"]

@@ -148,6 +148,7 @@ class Program:
     def __init__(self, plan, writes=(), parallel=None, check_ids=None):
         self.graph = graph = plan.graph
         self.plan_steps = plan.steps     # emitters may look ahead at a value's readers (batched_gemm.permuted_c)
+        self.region_chains = None        # id(index_put) -> its ZeroChain (region_steps.zero_chain), found once
         self.check_ids = check_ids or {}
         self.parallel = parallel
         self.places = Places(graph, plan, writes, self.check_ids, copy=self.copy_step)

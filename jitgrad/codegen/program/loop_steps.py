@@ -40,6 +40,8 @@ def emit_group(prog: Program, g, op):
         if not adds_into_zeros(e):
             prog.copy_step(prog.place(e.ins[0]), po, "copy (index_put)")
     shape = op.shape
+    if isinstance(g, RowGroup) and not g.columns:
+        row_stashes(prog, g, op)
     classes, per_element, alias = loop_facts(g, op)
     parallel, gate = prog.pool_choice(op.size, per_element) if len(shape) > 0 and not g.scatters else (False, None)
     short = len(shape) > 0 and isinstance(shape[-1], int) and shape[-1] < SHORT_TRIP
@@ -56,6 +58,24 @@ def emit_group(prog: Program, g, op):
     group_block(prog, g, op, k, scattered)
     st.state_write = op.in_place
     prog.add(st)
+
+
+def row_stashes(prog: Program, g, op):
+    """A value a row chain stores only for its own later passes (``row_chains._schedule``: a softmax's
+    exponentials, read back to divide by their sum) goes to a scratch row per index of the outermost dim (the one
+    the pool splits) instead of a buffer of the whole space: each row's passes reuse that row, read back from L1,
+    and the value never travels to memory (B9's softmax: 1 MiB a layer)."""
+    places = prog.places
+    shape = op.shape
+    if not shape or not all(type(d) is int for d in shape):
+        return
+    for j, o in enumerate(g.outputs):
+        if tuple(o.aval.shape) != tuple(g.shape) or id(o) in places.out_ids or o in places.inplace \
+                or places.last_use.get(o, -1) > places.n or op.out_strides[j][-1] != 1:
+            continue
+        outer = shape[0] if len(shape) >= 2 else 1
+        op.out_places[j] = places.scratch((outer * shape[-1],), o.aval.dtype)
+        op.out_strides[j] = ([shape[-1]] if len(shape) >= 2 else []) + [0] * max(len(shape) - 2, 0) + [1]
 
 
 def loop_facts(g, op):

@@ -18,6 +18,7 @@ from .layout import Program, Step, stride_class
 from ..lowering import emits
 from ..places import bcast_strides, coalesce, region_place
 from ..kernels.region_loops import gen_region, row_kernel
+from .region_chains import is_place, zero_chain
 
 
 @emits("region", target="cpu")
@@ -28,18 +29,29 @@ def region(prog: Program, e) -> bool:
     acc = e.params["accumulate"]
     if out.aval.dtype is dt.bool_ and acc or v.aval.dtype is not out.aval.dtype:
         return False
-    reuse = prog.places.base_reusable(base, out)
-    po = reuse if reuse is not None else prog.places.buffer(out, out.aval.shape, out.aval.dtype)
-    area = region_place(po, e.params["spec"])
-    if area is None:
-        return False
-    prog.places[out] = po
-    if reuse is not None:
-        # the base is a dead intermediate: add into its buffer, no copy (a chain of index_puts, e.g. the
-        # q, k, v gradients of a split written into one qkv gradient)
-        prog.places.hold(po.root, out)
+    chain = zero_chain(prog, e)
+    if chain is not None:
+        # every element of a zero base written once (region_chains): no zeros and a plain write, or nothing at
+        # all where a product already wrote the value in place
+        po = chain.place(prog)
+        area = region_place(po, e.params["spec"])      # (slices: always a view)
+        prog.places[out] = po
+        if is_place(prog.place(v), area):
+            return True
+        acc = False
     else:
-        prog.copy_step(prog.place(base), po, "copy (index_put)")
+        reuse = prog.places.base_reusable(base, out)
+        po = reuse if reuse is not None else prog.places.buffer(out, out.aval.shape, out.aval.dtype)
+        area = region_place(po, e.params["spec"])
+        if area is None:
+            return False
+        prog.places[out] = po
+        if reuse is not None:
+            # the base is a dead intermediate: add into its buffer, no copy (a chain of index_puts that does
+            # not start from zeros)
+            prog.places.hold(po.root, out)
+        else:
+            prog.copy_step(prog.place(base), po, "copy (index_put)")
     pv = prog.place(v)
     it = area.shape
     sst = bcast_strides(pv, it) if tuple(pv.shape) != tuple(it) else list(pv.strides)

@@ -222,7 +222,7 @@ register(OpDef("softmax_backward", "reduce", _sm_bwd_rule, _sm_bwd_impl, _sm_bwd
                grad_name="SoftmaxBackwardDataBackward0", decompose=_sm_bwd_decompose,
                doc="softmax's vjp in eager mode, y * (g - sum(g * y, axis)): one op instead of four"))
 register(OpDef("softmax", "reduce", _float_rule("softmax"), _softmax_impl, _softmax_vjp,
-               saves_out=(0,), jvp=SYMMETRIC, grad_name="SoftmaxBackward0", decompose=_softmax_decompose,
+               saves_out=(0,), jvp=SYMMETRIC, grad_name="SoftmaxBackward0", decompose=_softmax_decompose, trace_vjp=True,
                doc="softmax(x; axis): exp(x - max) / sum(exp(x - max))"))
 
 _REDUCTIONS = ("mean", "sum", "none")

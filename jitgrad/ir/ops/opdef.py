@@ -92,6 +92,9 @@ class OpDef:
                 ``impl``; a trace and a device backend bind the decomposition instead (``runtime/dispatch.py``),
                 so compiled graphs and device kernels only meet the smaller primitives.  ``bind(name, *args,
                 **params)`` binds a primitive by name; the inputs are tensors, so tensor methods work too.
+    trace_vjp   a trace records ``vjp`` for the decomposition's result, as eager mode records it, instead of the
+                composition's rules (softmax: its backward reads the output, where the composition's reads the
+                exponentials and their sum too, one more array kept from forward to backward)
     eager_impl  (input avals, params) -> a cheaper callable than ``impl`` for that one signature, or None: eager
                 dispatch asks once per signature and caches the answer (``impl``'s general checks, such as
                 ``_float_inputs``' integer test, then cost nothing per call).  It must compute what ``impl`` does.
@@ -104,13 +107,13 @@ class OpDef:
 
     __slots__ = ("name", "family", "shape_dtype", "impl", "vjp", "scalar", "grad_name", "saves_in",
                  "saves_out", "saved_for", "nout", "view", "differentiable", "nondiff_inputs", "compute_float", "doc",
-                 "decompose", "jvp", "eager_impl", "eager_kernel", "out_as_mask")
+                 "decompose", "jvp", "eager_impl", "eager_kernel", "out_as_mask", "trace_vjp")
 
     def __init__(self, name: str, family: str, shape_dtype: Callable, impl: Callable, vjp: Callable | None,
                  *, scalar: Callable | None = None, grad_name: str | None = None, saves_in=(), saves_out=(),
                  saved_for=None, nout: int = 1, view: bool = False, nondiff_inputs=(), doc: str = "",
                  decompose: Callable | None = None, jvp=None, eager_impl: Callable | None = None,
-                 out_as_mask: bool = False):
+                 out_as_mask: bool = False, trace_vjp: bool = False):
         self.name = name
         self.family = family
         self.shape_dtype = shape_dtype
@@ -130,6 +133,7 @@ class OpDef:
         self.jvp = _derived_jvp(self, jvp)
         self.eager_impl = eager_impl
         self.out_as_mask = out_as_mask
+        self.trace_vjp = trace_vjp
         self.eager_kernel = None
 
     def __repr__(self):

@@ -23,7 +23,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import Lit, Var
+from .fuse import MAX_GROUP_EQNS
 from ..plan import Group, LoopBatch, Plan, batching
+from ..symbolic import known_equal
 
 BATCH_MAX_ELEMENTS = 1 << 20        # from here a loop takes the pool by itself (codegen's loops.PARALLEL_MIN)
 NO_BATCH_OPS = ("rand_uniform", "rand_normal")
@@ -122,7 +124,51 @@ def batch_loops(plan: Plan) -> Plan:
             out.append(LoopBatch([steps[k] for k in at_start[n]]))
         elif n not in moved:
             out.append(s)
-    return Plan(plan.graph, out)
+    return Plan(plan.graph, _join_neighbours(plan.graph, out))
+
+
+def _plain_loop(s) -> bool:
+    return type(s) is Group and s.reduce is None and not s.gathers and not s.scatters and bool(s.eqns)
+
+
+def _join_neighbours(graph, steps) -> list:
+    """Elementwise groups over one shape that batching left side by side, joined into one loop (up to
+    ``MAX_GROUP_EQNS`` eqns): the reductions that cut them apart moved into a batch.  Clipping's running total
+    of per-gradient sums of squares was one 0-d launch per gradient (B9: 50); the joined loop computes the same
+    eqns in the same order (the same bits) and stores only what a later step or the caller reads.  Shapes are
+    compared without a guard (``known_equal``): a join must not tie a trace to sizes differing by value."""
+    readers = {}        # id(Var) -> the steps that read it
+    for s in steps:
+        for v in (s.reads if isinstance(s, (Group, LoopBatch)) else s.ins):
+            if isinstance(v, Var):
+                readers.setdefault(id(v), []).append(s)
+    outs = {id(v) for v in graph.outputs if isinstance(v, Var)}
+    res = []
+    run = []            # the groups being joined (res[-1] their join, once there are two)
+    for s in steps:
+        prev = run[-1] if run else None
+        if prev is not None and _plain_loop(s) and known_equal(s.shape, prev.shape) is True and s.eqns[0].scope == prev.eqns[0].scope \
+                and len(res[-1].eqns) + len(s.eqns) <= MAX_GROUP_EQNS:
+            run.append(s)
+            res[-1] = _joined(run, readers, outs)
+            continue
+        run = [s] if _plain_loop(s) else []
+        res.append(s)
+    return res
+
+
+def _joined(run, readers, outs) -> Group:
+    g = Group(run[0].shape)
+    members = {id(m) for m in run}
+    made = set()
+    for m in run:
+        g.eqns += m.eqns
+        g.inputs += [v for v in m.inputs if id(v) not in made and all(v is not x for x in g.inputs)]
+        made.update(id(o) for e in m.eqns for o in e.outs)
+    g.outputs = [o for m in run for o in m.outputs
+                 if id(o) in outs or any(id(r) not in members for r in readers.get(id(o), ()))]
+    g.index = run[0].index
+    return g
 
 
 __all__ = ["batch_loops", "signature", "batching", "BATCH_MAX_ELEMENTS"]

@@ -1,0 +1,59 @@
+"""B9's compiled step counted in bytes, not timed: per loop kernel of the program (fused loops, row kernels, copies
+and region writes), the distinct elements each operand spans (its strides over the kernel's iteration sizes, from
+the program's argument table) times their item size, summed by label.  No caching is modelled: a value a kernel
+writes and the next reads counts twice.  GEMMs (their operands are the same in every plan) and loop batches (the
+optimiser's update) are left out.
+
+    python benchmarks/loop_bytes.py [--top 25]
+"""
+import argparse
+import importlib
+import math
+import os
+import re
+import sys
+from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--top", type=int, default=25)
+args = ap.parse_args()
+
+import jitgrad  # noqa: E402
+for name in ("", ".nn", ".nn.functional", ".optim", ".autograd", ".utils", ".utils.data"):
+    sys.modules["torch" + name] = importlib.import_module("jitgrad" + name)
+import torch  # noqa: E402
+import gpt_model  # noqa: E402
+from jitgrad.ir.graph import Var  # noqa: E402
+from jitgrad.jit.graph_code import compiled_graph  # noqa: E402
+
+torch.manual_seed(0)
+model = gpt_model.make_gpt(torch, 65, 64, 128, 4, 4, dropout=0.0, sdpa=False)
+opt = gpt_model.make_optimizer(torch, model, lr=3e-4)
+step = jitgrad.compile(gpt_model.make_step(torch, model, model, opt), backend="numba", background=False)
+g = torch.Generator().manual_seed(1)
+x, y = torch.randint(0, 65, (16, 64), generator=g), torch.randint(0, 65, (16, 64), generator=g)
+step(x, y)
+e = [e for es in step._cache.values() for e in es][0]
+prog = compiled_graph(e.graph, e.gf.writes, e.gf.parallel).program
+total, count = defaultdict(float), defaultdict(int)
+for st in prog.steps + prog.writes:
+    k = st.kernel
+    if st.kind != "kernel" or k is None or k.kind not in ("fused", "rows", "copy"):
+        continue
+    r = k.rank
+    t = prog.table[st.block:]
+    sizes = [int(v) for v in t[:r]]
+    nbytes = 0
+    for i in range(len(k.classes)):       # each operand: its address, then its strides over the sizes
+        strides = [int(v) for v in t[r + i * (r + 1) + 1:r + (i + 1) * (r + 1)]]
+        op = k.operands[i] if i < len(k.operands) else None
+        item = op.aval.dtype.np.itemsize if isinstance(op, Var) else 4
+        nbytes += math.prod(d for d, s in zip(sizes, strides) if s) * item
+    label = re.sub(r"^fused_\d+", "loop", st.label.split(" gpt_model")[0])[:70]     # one label per body
+    total[label] += nbytes
+    count[label] += 1
+print(f"B9 loop kernels: {sum(total.values()) / 2**20:.2f} MiB a step, {len(prog.steps) + len(prog.writes)} launches")
+for label, b in sorted(total.items(), key=lambda kv: -kv[1])[:args.top]:
+    print(f"  {b / 2**20:8.2f} MiB  x{count[label]:<3d} {label}")
