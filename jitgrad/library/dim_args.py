@@ -18,17 +18,18 @@ def dims_arg(name, x, dim):
     """``dim`` (an int, a sequence or None) as normalized axes of ``x``; torch's IndexError when out of range."""
     if name != "squeeze" and isinstance(dim, (tuple, list)) and len(dim) == 0:
         dim = None      # torch: a reduction over dim=() / [] reduces every dim (squeeze(dim=()) squeezes none)
+    nd = x._data.ndim if type(x) is Tensor else x.ndim     # (the payload's: no property frame for a plain tensor)
     try:
-        axes = normalize_axes(name, dim, x.ndim)
+        axes = normalize_axes(name, dim, nd)
     except OpError as e:
         raise IndexError(str(e)) from None
-    return axes if x.ndim else ()    # a 0-d tensor takes dim 0 / -1 (torch), and has no axis to reduce
+    return axes if nd else ()    # a 0-d tensor takes dim 0 / -1 (torch), and has no axis to reduce
 
 
 def dim_arg(name, x, dim):
     """``dim`` as a normalized axis of ``x``; torch's IndexError when out of range."""
     try:
-        return normalize_axis(name, dim, x.ndim)
+        return normalize_axis(name, dim, x._data.ndim if type(x) is Tensor else x.ndim)
     except OpError as e:
         raise IndexError(str(e)) from None
 

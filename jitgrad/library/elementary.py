@@ -19,7 +19,7 @@ from ..runtime import dispatch as _dispatch
 from ..runtime.dispatch import bind, _bind_by_name
 from ..runtime.op_errors import op_error
 from ..runtime.bind_route import ROUTE as _ROUTE
-from ..runtime.tensor import Tensor
+from ..runtime.tensor import AS_TENSOR as _AS_TENSOR, Tensor
 from .torch_kwargs import torch_kwargs
 from ..runtime.grad_names import named
 from .dim_args import dim_arg as _axis, dims_arg as _axes, fresh_result as _fresh, tensor_arg as _t  # noqa: F401
@@ -36,7 +36,7 @@ def _unary(name):
     def f(input, **torch_kw):
         if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
             return torch_kwargs(f, name, (input,), {}, torch_kw)
-        if type(input) is Tensor and _ROUTE.plain:     # flat: straight to the dispatch
+        if (type(input) is Tensor or type(input) in _AS_TENSOR) and _ROUTE.plain:     # flat: straight to the dispatch
             return _dispatch._bind(op, (input,), {})
         return bind(op, _t(input))
     f.__name__ = name
@@ -111,6 +111,8 @@ def _binary(name, opname):
             return torch_kwargs(f, name, (input, other), {}, torch_kw)
         if not isinstance(input, Tensor) and not isinstance(other, Tensor):
             input = _t(input)
+        if _ROUTE.plain:        # flat: straight to the dispatch
+            return _dispatch._bind(op, (input, other), {})
         return bind(op, input, other)
     f.__name__ = name
     return f
@@ -222,12 +224,26 @@ def nonzero(input, *, as_tuple=False, **torch_kw):
 
 
 # ---- reductions -----------------------------------------------------------------------------------
+_SUM = O["sum"]
+_EVERY_AXIS = [tuple(range(n)) for n in range(64)]     # (dims_arg's axes for dim=None, made once)
+
+
 def _red(opname, x, dim, keepdim):
     return bind(O[opname], x, axes=_axes(opname, x, dim), keepdims=bool(keepdim))
 
 
 @published("jitgrad", "Tensor")
 def sum(input, dim=None, keepdim=False, *, dtype=None, **torch_kw):
+    if dim is None and dtype is None and (type(input) is Tensor or type(input) in _AS_TENSOR) and _ROUTE.plain \
+            and not torch_kw:
+        # flat: a sum of every element (``x.sum()``, a loss) straight to the dispatch, its node named as below
+        nd = input._data.ndim
+        r = _dispatch._bind(_SUM, (input,), {"axes": _EVERY_AXIS[nd] if nd < 64 else tuple(range(nd)),
+                                             "keepdims": bool(keepdim)})
+        gf = r.grad_fn
+        if gf is not None:
+            gf.torch_name = "SumBackward0"
+        return r
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(sum, 'sum', (input, dim, keepdim), {"dtype": dtype}, torch_kw)
     if dtype is not None:
@@ -553,7 +569,8 @@ def _reshape_as(self, other):
 @published("Tensor.property", name="T")
 def _T(self):
     """The tensor with its dims reversed (``x.T``; a matrix's transpose)."""
-    return _swap_last2(self) if self.ndim == 2 else permute(self, tuple(range(self.ndim))[::-1])
+    n = self._data.ndim
+    return _swap_last2(self) if n == 2 else permute(self, tuple(range(n))[::-1])
 
 
 @published("Tensor.property", name="mT")
@@ -561,7 +578,7 @@ def _T(self):
 def _mT(self):
     """The batch of matrices transposed (``x.mT``: the last two dims swapped; ``x.mH`` is the same for real
     tensors)."""
-    return _swap_last2(self) if self.ndim >= 2 else transpose(self, -2, -1)
+    return _swap_last2(self) if self._data.ndim >= 2 else transpose(self, -2, -1)
 
 
 __all__ = ["exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "sigmoid", "relu", "abs",

@@ -10,7 +10,7 @@ from ..library.creation import factories
 from ..runtime.tensor import Tensor
 
 
-class Parameter(Tensor):
+class Parameter(Tensor, dispatch_as_tensor=True):
     """A leaf tensor that requires grad by default and that :class:`~jitgrad.nn.Module` registers when it is
     assigned as an attribute.  Like ``torch.nn.Parameter(data=None, requires_grad=True)``, it shares ``data``'s
     storage.

@@ -10,10 +10,15 @@ from .devices import backend_of_payload, to_host
 
 
 class _Anomaly:
-    enabled = False
-    check_nan = True
-    check_forward = False
-    current = None      # the node the engine is running (anomaly mode only): the parent of nodes made meanwhile
+    # instance slots, not class attributes: every bind reads ``enabled``, and the adaptive interpreter specialises a
+    # slot read (a class attribute read through an instance it does not)
+    __slots__ = ("enabled", "check_nan", "check_forward", "current")
+
+    def __init__(self):
+        self.enabled = False
+        self.check_nan = True
+        self.check_forward = False
+        self.current = None     # the node the engine is running (anomaly mode only): the parent of nodes made meanwhile
 
 
 STATE = _Anomaly()

@@ -13,19 +13,18 @@ import numpy as np
 
 from ..ir import dtypes as dt
 from ..ir.ops import OPS as _OPS, Aval, OpError
-from ..ir.ops.opdef import fmt_shape
 from . import anomaly, forward_state, grad_mode, profiler_state
 from .bind_route import ROUTE as _ROUTE
 from .node import Node, _seq as _node_seq
-from .op_errors import describe_avals, forward_nan, op_error, with_user_line
-from .source import _INTERNAL, _internal, user_code_line, user_loc, user_stack
+from .op_errors import forward_nan, op_error, with_user_line
+from .rule_entries import WEAK as _WEAK, avals_of as _avals, record_entry, rule_entry as _rule_entry, saved_inputs
+from .source import _INTERNAL, _internal, user_loc, user_stack
 from ..ir.graph import Lit, Var
 from ..ir.symbolic import SymFloat, SymInt
 from ..tracer import STATE as _TR
-from ..tracer.trace import wait_for_other_traces
+from ..tracer.trace import DEPARTED as _DEPARTED, wait_for_other_traces
 
 _FROM_NP = dt._FROM_NP
-_WEAK = {bool: Aval((), dt.bool_, True), int: Aval((), dt.int64, True), float: Aval((), dt.float32, True)}
 # a trace also takes sizes as numbers (ir/symbolic.py): symbolic literals, replaced per call's sizes
 _TRACED_WEAK = {**_WEAK, SymInt: _WEAK[int], SymFloat: _WEAK[float]}
 _GM = grad_mode.STATE
@@ -66,25 +65,20 @@ def bind(op, *args, **params):
 _RULES: dict = {}
 
 
-def _avals(op, args):
-    avals = []
-    for a in args:
-        if isinstance(a, Tensor):
-            avals.append(Aval(a._data.shape, _FROM_NP[a._data.dtype]))
-        else:
-            avals.append(_WEAK[type(a)])
-    return avals
-
-
 def _bind(op, args, params):
-    tr = _TR.active
-    if tr is not None:
-        return _bind_traced(tr, op, args, params)
+    if _DEPARTED:       # some thread traces or runs in inference mode: read this thread's states (tracer/trace.py)
+        tr = _TR.active
+        if tr is not None:
+            return _bind_traced(tr, op, args, params)
+        inference = _GM.inference_on
+    else:
+        inference = False
     # the common signatures (one or two tensors, or a tensor and a Python scalar) build their cache key directly;
     # the key is the same tuple the general loop below builds
     n = len(args)
     a0 = args[0] if n else None
-    if type(a0) is Tensor and n <= 2 and type(a0._data) is np.ndarray:   # device payloads: the general path
+    t0 = type(a0)       # (Tensor or a subclass dispatched as one, nn.Parameter; device payloads: the general path)
+    if (t0 is Tensor or t0 in _AS_TENSOR) and n <= 2 and type(a0._data) is _ndarray:
         d0 = a0._data
         # (a view made before its base had a history: refresh_view gives it the base's)
         need = a0._requires_grad or a0.grad_fn is not None or a0._base is not None and a0._base.grad_fn is not None
@@ -94,7 +88,7 @@ def _bind(op, args, params):
         else:
             a1 = args[1]
             t1 = type(a1)
-            if t1 is Tensor and type(a1._data) is np.ndarray:
+            if t1 is Tensor and type(a1._data) is _ndarray:
                 d1 = a1._data
                 arrays = (d0, d1)
                 key = (op, d0.shape, d0.dtype, d1.shape, d1.dtype)
@@ -103,12 +97,18 @@ def _bind(op, args, params):
             elif t1 is float or t1 is int or t1 is bool:
                 arrays = (d0, a1)
                 key = (op, d0.shape, d0.dtype, t1)
+            elif t1 in _AS_TENSOR and type(a1._data) is _ndarray:     # (as the first branch)
+                d1 = a1._data
+                arrays = (d0, d1)
+                key = (op, d0.shape, d0.dtype, d1.shape, d1.dtype)
+                if a1._requires_grad or a1.grad_fn is not None or a1._base is not None and a1._base.grad_fn is not None:
+                    need = True
             else:
                 arrays = None
         if params and arrays is not None:
             key += (tuple(params.items()),)
     elif n == 2 and type(args[1]) is Tensor and (type(a0) is float or type(a0) is int) \
-            and type(args[1]._data) is np.ndarray:     # 0.1 * t
+            and type(args[1]._data) is _ndarray:     # 0.1 * t
         a1 = args[1]
         d1 = a1._data
         arrays = (a0, d1)
@@ -135,14 +135,16 @@ def _bind(op, args, params):
                 _RULES.clear()
             _RULES[key] = hit
     try:
-        out = hit[6](*arrays, **params)
+        out = hit[6](*arrays, **params) if params else hit[6](*arrays)     # (no kwargs dict made per call)
     except (ValueError, TypeError, IndexError, FloatingPointError, OverflowError) as e:
         raise op_error(op, hit[1], e) from None
-    want = hit[2]
-    if type(out) is not np.ndarray:
-        out = np.asarray(out, dtype=want)
+    if hit[10]:
+        pass        # a ufunc whose loop gives an array of the output dtype (rule_entries.exact_ufunc)
+    elif type(out) is not _ndarray:
+        out = np.asarray(out, dtype=hit[2])
     else:
         od = out.dtype
+        want = hit[2]
         if od is not want and od != want:     # (NumPy's built-in dtypes are singletons: identity is the fast test)
             out = out.astype(want)
     t = _new(Tensor)
@@ -154,7 +156,7 @@ def _bind(op, args, params):
     t._retains_grad = False
     t._acc = None
     t._out_nr = 0
-    t._inference = _GM.inference
+    t._inference = inference
     t._view_origin = None
     # an empty result shares no memory, but a view op's is still a view (torch refuses in-place writes into an empty
     # view of a leaf that requires grad, and as_strided of it reads its base's storage)
@@ -164,9 +166,9 @@ def _bind(op, args, params):
         t._base = base if base._base is None else base._base
         if base._inference:
             t._inference = True         # a view of an inference tensor is one (in any mode)
-            if not _GM.inference:
+            if not inference:
                 t._base = None          # ... and, made outside inference mode, not tracked as a view (torch)
-        elif _GM.inference:
+        elif inference:
             t._inference = False        # a view of a normal tensor stays normal, marked as made in inference mode
             t._view_origin = INFERENCE_VIEW
             # ... and, as torch, it requires grad when its base does (a leaf: no history is recorded)
@@ -192,7 +194,7 @@ def _bind(op, args, params):
         t._vc = [0]
         t._base = None
     # inference mode wins over enable_grad; integer and bool results are never differentiable (torch)
-    if need and hit[3] and _GM.grad_enabled and not _GM.inference and not (t._inference and op.view):
+    if need and hit[3] and _GM.grad_enabled and not inference and not (t._inference and op.view):
         _record(op, params, args, hit, t)       # (a view of an inference tensor has no history: torch)
     if _AN.enabled and _AN.check_forward and out.dtype.kind == "f" and not np.isfinite(out).all():
         forward_nan(op, hit[1], t)
@@ -239,30 +241,12 @@ def _general_key(op, args, params):
 
 
 _new = object.__new__
+_ndarray = np.ndarray       # (NumPy's module has a __getattr__: CPython specialises no attribute read of it)
 _next = next
 _getframe = sys._getframe
 _internal_get = _INTERNAL.get
 # the C function under NumPy's __array_function__ dispatcher (its Python layer costs more than the check)
 _may_share_memory = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
-
-
-def _rule_entry(op, args, params, avals=None):
-    """What eager dispatch keeps per signature: (output avals, input avals, output NumPy dtype, differentiable
-    (a vjp and a float result), input shapes, input dtypes, the impl to call (``OpDef.eager_impl``'s choice for
-    the signature, else ``impl``; ``OpDef.eager_kernel``'s native kernel where it serves the signature), the
-    node's ``out_meta``, and the ``inputs`` of a node that saves none); ``avals`` instead of ``args``: a plan's step."""
-    avals = _avals(op, args) if avals is None else avals
-    try:
-        out_avals = op.shape_dtype(avals, params)
-    except OpError as e:
-        raise op_error(op, avals, e) from None
-    want = out_avals[0].dtype.np
-    impl = (op.eager_impl(avals, params) if op.eager_impl is not None else None) or op.impl
-    if op.eager_kernel is not None:     # a native kernel over large arrays (jit/eager_kernels.py), NumPy otherwise
-        impl = op.eager_kernel(avals, params, impl) or impl
-    return (out_avals, avals, want, op.vjp is not None and np.dtype(want).kind == "f",
-            tuple(a.shape for a in avals), tuple(a.dtype for a in avals), impl,
-            ((out_avals[0].shape, out_avals[0].dtype),), (None,) * len(avals))
 
 
 # ``Node.view_args`` of a view whose op cannot be bound again on its base (as_strided): refreshed by positions
@@ -313,64 +297,82 @@ def _record(op, params, args, hit, t):
     """Give ``t`` a grad_fn Node; ``hit`` is the signature's entry from ``_rule_entry``.
 
     The hot path of every recorded op: the node is built here slot by slot (no ``Node.__init__`` frame; every
-    slot of ``Node`` is set, tests/test_eager_budget.py checks it) and the user's line is found inline."""
-    nf = []
-    needs = []
+    slot of ``Node`` is set, tests/test_eager_budget.py checks it) and the user's line is found inline.  One or two
+    tensors (not inference tensors; views whose history is current, where refresh_view would change nothing) and
+    Python scalars take straight-line code; any other signature the general loop (``_edges``)."""
+    n = len(args)
     nondiff = op.nondiff_inputs
-    normal = False      # torch: inference tensors skip autograd, so an op on inference tensors only records
-    i = -1              # nothing (with a normal one it does)
-    for a in args:
-        i += 1
-        if type(a) is Tensor or isinstance(a, Tensor):
-            if not a._inference:
-                normal = True
-            if not nondiff or i not in nondiff:
-                if a._base is not None:
-                    refresh_view(a)     # (an inference tensor has no history: nothing to refresh)
-                gf = a.grad_fn
-                if gf is not None:
-                    nf.append((gf, a._out_nr))
-                    needs.append(True)
-                    continue
-                if a._requires_grad:    # an inference leaf that requires grad gets its gradient too (torch), as
-                    # long as the op does not save it (that raises below)
-                    acc = a._acc
-                    nf.append((acc if acc is not None else a._accumulator(), 0))
-                    needs.append(True)
-                    continue
-                if type(a) is NoGradView:   # requires grad through its base, reaches nothing (torch: no edge)
-                    nf.append(_NO_EDGE)
-                    needs.append(True)
-                    continue
-        nf.append(_NO_EDGE)
-        needs.append(False)
-    if not normal or True not in needs:
+    a0 = args[0]
+    t0 = type(a0)
+    if (t0 is Tensor or t0 in _AS_TENSOR) and not a0._inference and n <= 2 and (
+            (b := a0._base) is None or ((g := a0.grad_fn) is None and b.grad_fn is None)
+            or g is not None and (g.view_args is None or b.grad_fn is g.view_base_fn)):
+        if nondiff and 0 in nondiff:
+            e0, n0 = _NO_EDGE, False
+        else:
+            gf = a0.grad_fn
+            if gf is not None:
+                e0, n0 = (gf, a0._out_nr), True
+            elif a0._requires_grad:
+                acc = a0._acc
+                e0, n0 = (acc if acc is not None else a0._accumulator(), 0), True
+            else:
+                e0, n0 = _NO_EDGE, False
+        if n == 1:
+            if not n0:
+                return
+            nf, needs = (e0,), _NEEDS_ONE
+        else:
+            a1 = args[1]
+            t1 = type(a1)
+            if t1 is float or t1 is int or t1 is bool:
+                e1, n1 = _NO_EDGE, False
+            elif (t1 is Tensor or t1 in _AS_TENSOR) and not a1._inference and (
+                    (b := a1._base) is None or ((g := a1.grad_fn) is None and b.grad_fn is None)
+                    or g is not None and (g.view_args is None or b.grad_fn is g.view_base_fn)):
+                if nondiff and 1 in nondiff:
+                    e1, n1 = _NO_EDGE, False
+                else:
+                    gf = a1.grad_fn
+                    if gf is not None:
+                        e1, n1 = (gf, a1._out_nr), True
+                    elif a1._requires_grad:
+                        acc = a1._acc
+                        e1, n1 = (acc if acc is not None else a1._accumulator(), 0), True
+                    else:
+                        e1, n1 = _NO_EDGE, False
+            else:
+                e1 = None       # another kind of argument: the general loop
+            if e1 is None:
+                nf, needs = _edges(op, args)
+            elif n0 or n1:
+                nf, needs = (e0, e1), (n0, n1)
+            else:
+                return
+    else:
+        nf, needs = _edges(op, args)
+    if nf is None:
         return              # only inference tensors, or only they "required" grad: nothing to record
     node = _new(OpNode)
     node.op = op
     node.params = params
-    node.next_functions = tuple(nf)
-    node.needs_grad = tuple(needs)
+    node.next_functions = nf
+    node.needs_grad = needs
     node.seq = _next(_node_seq)
     node._freed = False
-    node._pre_hooks = node._hooks = node.tensor_hooks = node.retain_grad_refs = node.stack = node._metadata = None
-    node.view_args = node.view_base_fn = node.torch_name = node.packed = None
+    node._x = None          # (hooks, retained grads, packed values, anomaly's stack: node.NodeExtras, when set)
+    node.view_args = node.view_base_fn = node.torch_name = None
     node.shapes = hit[4]
     node.dtypes = hit[5]
-    si = op.saves_in
-    if si:
-        ins = [None] * len(args)
+    if op.saves_in:
+        # the inputs to save for this pattern of needs (an input whose gradient nobody needs may save nothing)
+        plans = hit[9]
+        saved = plans.get(needs)
+        if saved is None:
+            saved = plans[needs] = saved_inputs(op, n, needs)
+        ins = [None] * n
         vers = []
-        only_for = op.saved_for
-        for i in si:
-            if i >= len(args):
-                break
-            if only_for and i in only_for:
-                for j in only_for[i]:
-                    if needs[j]:
-                        break
-                else:
-                    continue    # as torch: not saved when no input whose gradient reads it needs one
+        for i in saved:
             a = args[i]
             ins[i] = a
             if type(a) is Tensor or isinstance(a, Tensor):
@@ -398,11 +400,15 @@ def _record(op, params, args, hit, t):
     else:
         node.outputs = _NO_OUTPUT
         node.out_versions = None
-    if _SH.stack and _TR.active is None:
+    if _SH.stack and (not _DEPARTED or _TR.active is None):
         pack_node(node)
     node.out_meta = hit[7]
-    # the user's line (source.user_code_line, inline): the first frame outside the package above _bind
-    f = _getframe(2)
+    # the user's line (source.user_code_line, inline): the first frame outside the package above _bind's caller.
+    # (Its caller is the package's own code: starting above it makes one frame object fewer, and reads one less.)
+    try:
+        f = _getframe(3)
+    except ValueError:      # (_bind called from a module's top level)
+        f = _getframe(2)
     while f is not None:
         code = f.f_code
         r = _internal_get(code.co_filename)
@@ -424,8 +430,47 @@ def _record(op, params, args, hit, t):
     t.grad_fn = node
 
 
+def _edges(op, args):
+    """(next_functions, needs_grad) of a node of ``op`` over ``args``, any signature; (None, None) when there is
+    nothing to record."""
+    nf = []
+    needs = []
+    nondiff = op.nondiff_inputs
+    normal = False      # torch: inference tensors skip autograd, so an op on inference tensors only records
+    i = -1              # nothing (with a normal one it does)
+    for a in args:
+        i += 1
+        if type(a) is Tensor or isinstance(a, Tensor):
+            if not a._inference:
+                normal = True
+            if not nondiff or i not in nondiff:
+                if a._base is not None:
+                    refresh_view(a)     # (an inference tensor has no history: nothing to refresh)
+                gf = a.grad_fn
+                if gf is not None:
+                    nf.append((gf, a._out_nr))
+                    needs.append(True)
+                    continue
+                if a._requires_grad:    # an inference leaf that requires grad gets its gradient too (torch), as
+                    # long as the op does not save it (that raises in _record)
+                    acc = a._acc
+                    nf.append((acc if acc is not None else a._accumulator(), 0))
+                    needs.append(True)
+                    continue
+                if type(a) is NoGradView:   # requires grad through its base, reaches nothing (torch: no edge)
+                    nf.append(_NO_EDGE)
+                    needs.append(True)
+                    continue
+        nf.append(_NO_EDGE)
+        needs.append(False)
+    if not normal or True not in needs:
+        return None, None
+    return tuple(nf), tuple(needs)
+
+
 _NO_EDGE = (None, 0)
 _NO_OUTPUT = (None,)
+_NEEDS_ONE = (True,)
 
 
 def _bind_by_name(name, *args, **params):
@@ -482,7 +527,7 @@ def _bind_traced(tr, op, args, params):
             ins.append(Lit(a, w))
     scalar_out = False
     if tr.python_floats is not None:
-        scalar_out = _python_float_inputs(tr, op, ins)
+        scalar_out = python_float_inputs(tr, op, ins)
     avals = [v.aval for v in ins]
     try:
         out_avals = op.shape_dtype(avals, params)
@@ -520,37 +565,6 @@ def _bind_traced(tr, op, args, params):
     return t
 
 
-def record_entry(out_avals, avals, out_shape):
-    """The part of a ``_rule_entry`` that ``_record`` reads, for an op bound outside the eager cache (traced, on a
-    device): output and input avals, the input shapes and dtypes, ``out_meta`` from ``out_shape`` (a traced
-    payload's shape may hold symbols)."""
-    return (out_avals, avals, None, True, tuple(a.shape for a in avals), tuple(a.dtype for a in avals), None,
-            ((out_shape, out_avals[0].dtype),), (None,) * len(avals))
-
-
-def _python_float_inputs(tr, op, ins) -> bool:
-    """A Python float a compiled function takes as a graph input (a float argument that changes between calls;
-    ``tr.python_floats`` holds its float64 0-dim Var and the values computed from such floats alone) must
-    promote as the Python number it stands for: next to tensors it is cast, as torch casts a scalar operand, to
-    the type a Python float would give (``int_tensor * lr`` is float32, ``f64_tensor * lr`` float64).  Rewrites
-    ``ins`` in place; True when every input is such a number (the result is one too)."""
-    pf = tr.python_floats
-    idx = [i for i, v in enumerate(ins) if type(v) is Var and v in pf]
-    if not idx:
-        return False
-    strong = [(len(v.aval.shape), v.aval.dtype) for i, v in enumerate(ins) if i not in idx and not v.aval.weak]
-    if not strong:
-        return True
-    target = dt.result_type(strong, [0.0])
-    cast = _OPS["cast"]
-    for i in idx:
-        v = ins[i]
-        if v.aval.dtype is not target:
-            ins[i] = tr.add_eqn(cast, [v], {"dtype": target}, [Aval(v.aval.shape, target)], user_loc(3), False,
-                                (False,))[0]
-    return False
-
-
 def _device_bind(op, args, params):
     """An op with a device tensor among its inputs: every tensor must be on that device (torch's rule, with
     its error), then the device's backend runs it (``jitgrad.cuda`` registers one).  A fused op with a
@@ -570,9 +584,9 @@ def _device_bind(op, args, params):
     return dev.bind(op, args, params)
 
 
-from .tensor import Tensor  # noqa: E402  (Tensor's methods call bind; bind builds Tensors)
+from .tensor import AS_TENSOR as _AS_TENSOR, Tensor  # noqa: E402  (Tensor's methods call bind; bind builds Tensors)
 from .devices import backend_of_payload, to_host  # noqa: E402
 from .saved_hooks import STATE as _SH, pack_node  # noqa: E402
 from .view_inplace import BY_POSITIONS, INFERENCE_VIEW, NO_GRAD_VIEW, NoGradView, adopt_base_history, \
     inherited_origin, read_by_positions  # noqa: E402
-from .traced import is_traced_view, note_layout, note_view  # noqa: E402
+from .traced import is_traced_view, note_layout, note_view, python_float_inputs  # noqa: E402

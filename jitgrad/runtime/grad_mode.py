@@ -5,11 +5,23 @@ import functools
 import inspect
 import threading
 
+from ..tracer.trace import INFERENCE, mark_departed
+
 
 class _State(threading.local):
     def __init__(self):
         self.grad_enabled = True
-        self.inference = False
+        self.inference_on = False   # read by the hot paths (no property call); written only through ``inference``
+
+    @property
+    def inference(self) -> bool:
+        """Whether inference mode is on in this thread; setting it keeps the thread's bit in ``DEPARTED``."""
+        return self.inference_on
+
+    @inference.setter
+    def inference(self, on: bool):
+        self.inference_on = on
+        mark_departed(INFERENCE, on)
 
 
 STATE = _State()

@@ -10,6 +10,7 @@ from ..ir.dtypes import torch_scalar_name
 from ..ir.ops import OPS as O
 from ..ir.symbolic import SymInt
 from ..tracer import STATE as _TR
+from ..tracer.trace import DEPARTED as _DEPARTED
 from . import forward_state, grad_mode, saved_mutation
 from .grad_names import getitem_name
 from .op_errors import with_user_line
@@ -158,17 +159,17 @@ class InPlaceOps:
         return self
 
     def add_(self, other, *, alpha=1):
-        if alpha == 1 and _write_ufunc(self, np.add, other):
+        if alpha == 1 and _write_ufunc(self, _np_add, other):
             return self
         return self._apply_inplace(lambda s, o: s + (o if alpha == 1 else o * alpha), other)
 
     def sub_(self, other, *, alpha=1):
-        if alpha == 1 and _write_ufunc(self, np.subtract, other):
+        if alpha == 1 and _write_ufunc(self, _np_subtract, other):
             return self
         return self._apply_inplace(lambda s, o: s - (o if alpha == 1 else o * alpha), other)
 
     def mul_(self, other):
-        if _write_ufunc(self, np.multiply, other):
+        if _write_ufunc(self, _np_multiply, other):
             return self
         return self._apply_inplace(lambda s, o: s * o, other)
 
@@ -208,14 +209,15 @@ class InPlaceOps:
                                f"destination of shape {list(self.shape)}") from None
         return self._fill(src)
 
+    # (the ufunc write tried here first: one frame fewer for an optimiser's ``p -= lr * g``)
     def __iadd__(self, o):
-        return self.add_(o)
+        return self if _write_ufunc(self, _np_add, o) else self.add_(o)
 
     def __isub__(self, o):
-        return self.sub_(o)
+        return self if _write_ufunc(self, _np_subtract, o) else self.sub_(o)
 
     def __imul__(self, o):
-        return self.mul_(o)
+        return self if _write_ufunc(self, _np_multiply, o) else self.mul_(o)
 
     def __itruediv__(self, o):
         return self.div_(o)
@@ -244,7 +246,8 @@ class InPlaceOps:
         if split is not None:
             return self[split[0]][split[1]]
         spec, idx = parse_index(key, self)
-        r = _bind(O["getitem"], self, *idx, spec=spec)
+        r = _dispatch._bind(_GETITEM, (self, *idx), {"spec": spec}) if _ROUTE.plain else \
+            _bind(_GETITEM, self, *idx, spec=spec)
         gf = r.grad_fn
         if gf is not None and r is not self and gf.op is _GETITEM:
             gf.torch_name = getitem_name(spec)      # torch's node: SelectBackward0, SliceBackward0, ...
@@ -358,6 +361,10 @@ _NP_DEFAULT_ERRSTATE = _NP_ERRSTATE.get() if _NP_ERRSTATE is not None and np.get
     "divide": "warn", "over": "warn", "under": "ignore", "invalid": "warn"} else None
 
 
+_ndarray, _np_add, _np_subtract, _np_multiply = np.ndarray, np.add, np.subtract, np.multiply   # (NumPy's module
+# has a __getattr__: CPython specialises no attribute read of it)
+
+
 def _write_ufunc(self, ufunc, o) -> bool:
     """``self op= o`` as one NumPy ufunc writing into self's own buffer (``out=``), when that is all the in-place op
     does: nothing records (grad mode off, or nothing requires grad), no trace, profiler, dual level, anomaly mode
@@ -365,25 +372,25 @@ def _write_ufunc(self, ufunc, o) -> bool:
     ``o`` a Python number or a plain tensor of self's dtype and shape (or 0-d), under NumPy's default error state.
     The ufunc gives the bits that the out-of-place op and the copy back give.  False: nothing was done
     (``_apply_inplace`` does it all)."""
-    if _TR.active is not None or not _ROUTE.plain or _AN.enabled \
+    if _DEPARTED and _TR.active is not None or not _ROUTE.plain or _AN.enabled \
             or _MUT.active is not None or self._base is not None or self._inference:
         return False
     sd = self._data
-    if type(sd) is not np.ndarray or sd.dtype.kind != "f" or not sd.flags.writeable:
+    if type(sd) is not _ndarray or sd.dtype.kind != "f" or not sd.flags.writeable:
         return False
     to = type(o)
     if to is Tensor:
         od = o._data
-        if type(od) is not np.ndarray or od.dtype != sd.dtype or od.shape != sd.shape and od.ndim != 0 \
+        if type(od) is not _ndarray or od.dtype != sd.dtype or od.shape != sd.shape and od.ndim != 0 \
                 or o._base is not None:
             return False
-        if _GM.grad_enabled and (o._requires_grad or o.grad_fn is not None):
-            return False
+        hist = o._requires_grad or o.grad_fn is not None
     elif to is float or to is int and -_INT_LIMIT < o < _INT_LIMIT:     # (a huge int: the op's own error)
         od = o
+        hist = False
     else:
         return False
-    if _GM.grad_enabled and (self._requires_grad or self.grad_fn is not None):
+    if (hist or self._requires_grad or self.grad_fn is not None) and _GM.grad_enabled:
         return False    # recorded (or refused: a leaf that requires grad): _apply_inplace
     if _NP_ERRSTATE is None or _NP_ERRSTATE.get() is not _NP_DEFAULT_ERRSTATE:
         return False    # NumPy errors made to raise (np.errstate): the op raises with self unwritten
@@ -402,8 +409,11 @@ def _check_result(t, r):
                            f"{torch_scalar_name(t.dtype)}")
 
 
+_ADVANCED = (Tensor, list, range, np.ndarray)
+
+
 def _advanced(k) -> bool:
-    return isinstance(k, (Tensor, list, range, np.ndarray))
+    return isinstance(k, _ADVANCED)
 
 
 def _int_key(k) -> bool:
@@ -415,7 +425,12 @@ def ints_before_tensors(key):
     (a view), then the tensors index what is left.  NumPy counts an integer beside an index array as one more
     advanced index, which moves the result's dims to the front when a slice separates them (shape (2, 3) where
     torch gives (3, 2)).  Returns the two keys to apply in turn, or None when the key needs no split."""
-    if type(key) is not tuple or not any(_advanced(k) for k in key):
+    if type(key) is not tuple:
+        return None
+    for k in key:       # (_advanced inline: no frame per key element for a key of ints and slices)
+        if isinstance(k, _ADVANCED):
+            break
+    else:
         return None
     if not any(_int_key(k) for k in key) or any(isinstance(k, (bool, np.bool_)) for k in key):
         return None
@@ -453,9 +468,13 @@ def parse_index(key, t):
             spec.append(("tensor", len(idx)))
             idx.append(k if isinstance(k, Tensor) else type(t)._make(a.astype(np.int64)))
         elif isinstance(k, slice):
-            if k.step is not None and int(k.step) <= 0:
+            a, b, st = k.start, k.stop, k.step
+            if st is not None and int(st) <= 0:
                 raise ValueError("step must be greater than zero")
-            spec.append(("slice", _opt_int(k.start), _opt_int(k.stop), _opt_int(k.step)))
+            # (plain ints and None as they are: _opt_int's frame only for other index types)
+            spec.append(("slice", a if a is None or type(a) is int else _opt_int(a),
+                         b if b is None or type(b) is int else _opt_int(b),
+                         st if st is None or type(st) is int else _opt_int(st)))
         elif k is None or k is Ellipsis or isinstance(k, bool):
             spec.append(k)
         elif isinstance(k, (int, np.integer)):

@@ -41,13 +41,55 @@ class RemovableHandle:
         self.remove()
 
 
+class NodeExtras:
+    """What few nodes have, in one record made on the first write of one (``Node._x``; None for most nodes), so
+    recording an op sets one slot for them all and the backward loop tests one slot for all."""
+
+    __slots__ = ("pre_hooks", "hooks", "tensor_hooks", "retain_grad_refs", "stack", "metadata", "packed",
+                 "anomaly_parent")
+
+    def __init__(self):
+        self.pre_hooks = self.hooks = None
+        self.tensor_hooks = None     # {output_nr: OrderedDict of hooks registered on that output tensor}
+        self.retain_grad_refs = None  # {output_nr: weakref to the tensor that retains its grad}
+        self.stack = None            # anomaly mode: the forward traceback
+        self.metadata = None         # torch's Node.metadata dict, made on first use
+        self.packed = None           # saved values packed by saved_tensors_hooks (saved_hooks.py)
+        self.anomaly_parent = None   # anomaly mode: the node whose backward made this one
+
+
+def _extra(field: str, doc: str):
+    """A Node attribute kept in its NodeExtras (None while it has none; setting None makes none)."""
+    def get(node):
+        x = node._x
+        return None if x is None else getattr(x, field)
+
+    def put(node, value):
+        x = node._x
+        if x is None:
+            if value is None:
+                return
+            x = node._x = NodeExtras()
+        setattr(x, field, value)
+    return property(get, put, doc=doc)
+
+
 class Node:
     """A backward function.  ``name()`` is e.g. ``MulBackward0``; ``next_functions`` the edges to inputs."""
 
     __slots__ = ("op", "params", "inputs", "outputs", "shapes", "dtypes", "needs_grad", "next_functions",
-                 "versions", "out_versions", "out_meta", "_loc", "stack", "seq", "_freed", "_pre_hooks", "_hooks",
-                 "tensor_hooks", "retain_grad_refs", "_metadata", "view_args", "view_base_fn", "torch_name",
-                 "packed", "anomaly_parent", "__weakref__")
+                 "versions", "out_versions", "out_meta", "_loc", "seq", "_freed", "view_args", "view_base_fn",
+                 "torch_name", "_x", "__weakref__")
+
+    # the rarely set attributes (NodeExtras): hot code reads ``_x`` first (None: all of them are None)
+    _pre_hooks = _extra("pre_hooks", "{id: fn(grad_outputs)} run before this node (register_prehook)")
+    _hooks = _extra("hooks", "{id: fn(grad_inputs, grad_outputs)} run after this node (register_hook)")
+    tensor_hooks = _extra("tensor_hooks", "{output_nr: OrderedDict of hooks registered on that output tensor}")
+    retain_grad_refs = _extra("retain_grad_refs", "{output_nr: weakref to the tensor that retains its grad}")
+    stack = _extra("stack", "anomaly mode: the forward traceback of the op that made this node")
+    _metadata = _extra("metadata", "torch's Node.metadata dict, made on first use")
+    packed = _extra("packed", "saved values packed by saved_tensors_hooks (saved_hooks.py)")
+    anomaly_parent = _extra("anomaly_parent", "anomaly mode: the node whose backward made this one")
 
     def __init__(self, op, params, next_functions, needs_grad):
         self.op = op
@@ -56,17 +98,11 @@ class Node:
         self.needs_grad = needs_grad
         self.seq = next(_seq)
         self._freed = False
-        self._pre_hooks = None
-        self._hooks = None
-        self.tensor_hooks = None     # {output_nr: OrderedDict of hooks registered on that output tensor}
-        self.retain_grad_refs = None  # {output_nr: weakref to the tensor that retains its grad}
-        self.stack = None
-        self._metadata = None        # torch's Node.metadata dict, made on first use
+        self._x = None
         # for a view op's node: the op's args and its base's grad_fn when the view was made (see refresh_view)
         self.view_args = None
         self.view_base_fn = None
         self.torch_name = None   # set by a composition (mean, log_softmax, ...) to torch's name for the whole
-        self.packed = None       # saved values packed by saved_tensors_hooks (saved_hooks.py)
 
     @property
     def loc(self):
@@ -122,7 +158,8 @@ class Node:
         # versions, out_versions, _freed or packed is set: keep both in step with these methods)
         self._freed = True
         self.inputs = self.outputs = None
-        self.packed = None
+        if self._x is not None:
+            self._x.packed = None
 
     def check_saved(self):
         """Raise if saved values were freed or modified in place since they were saved."""
@@ -130,7 +167,8 @@ class Node:
             if self.saved_any:
                 raise RuntimeError(FREED_MSG)
             return
-        if self.packed is not None:     # saved through saved_tensors_hooks: unpacked for each run, not checked
+        if self._x is not None and self._x.packed is not None:     # saved through saved_tensors_hooks: unpacked
+            # for each run, not checked
             from .saved_hooks import unpack_node
             unpack_node(self)
             return

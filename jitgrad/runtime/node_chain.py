@@ -63,8 +63,8 @@ def join_addmm(out: Tensor) -> Tensor:
     if type(add) is not OpNode or type(out._data) is not np.ndarray:
         return out
     mm = add.next_functions[0][0]
-    if type(mm) is not OpNode or mm.op.name != "matmul" or mm._hooks or mm._pre_hooks or mm.tensor_hooks \
-            or mm.retain_grad_refs:
+    if type(mm) is not OpNode or mm.op.name != "matmul" or mm._x is not None and (
+            mm._hooks or mm._pre_hooks or mm.tensor_hooks or mm.retain_grad_refs):
         return out
     node = _new(OpNode)     # (built slot by slot, as dispatch._record builds an op's node)
     node.op = _AddmmOp(add, mm)
@@ -73,8 +73,8 @@ def join_addmm(out: Tensor) -> Tensor:
     node.needs_grad = (add.needs_grad[1],) + mm.needs_grad
     node.seq = add.seq
     node._freed = False
-    node._pre_hooks = node._hooks = node.tensor_hooks = node.retain_grad_refs = node._metadata = None
-    node.view_args = node.view_base_fn = node.torch_name = node.packed = None
+    node._x = None
+    node.view_args = node.view_base_fn = node.torch_name = None
     node.shapes = (add.shapes[1],) + mm.shapes
     node.dtypes = (add.dtypes[1],) + mm.dtypes
     node.inputs = (None, None, None)
@@ -82,8 +82,8 @@ def join_addmm(out: Tensor) -> Tensor:
     node.versions = node.out_versions = None
     node.out_meta = add.out_meta
     node._loc = add._loc
-    node.stack = add.stack
-    if add.stack is not None:
+    if add._x is not None and add.stack is not None:     # (anomaly mode)
+        node.stack = add.stack
         node.anomaly_parent = add.anomaly_parent
     out.grad_fn = node
     return out

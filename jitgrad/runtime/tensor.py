@@ -13,6 +13,7 @@ import numpy as np
 from ..ir import dtypes as dt
 from . import grad_mode
 from ..tracer import STATE as _TR
+from ..tracer.trace import DEPARTED as _DEPARTED
 from .view_rule import contiguous_strides, element_strides
 from .size import Size
 
@@ -53,6 +54,8 @@ class Device:
 
 
 CPU = Device("cpu")
+# Tensor's subclasses that eager dispatch treats as Tensor itself (``Tensor.__init_subclass__``)
+AS_TENSOR: set = set()
 
 
 class Tensor:
@@ -69,6 +72,13 @@ class Tensor:
                  "_out_nr", "_inference", "_view_origin", "_view_version", "__weakref__")
     __array_priority__ = 1000  # NumPy scalars/arrays on the left defer to our operators
 
+    def __init_subclass__(cls, dispatch_as_tensor: bool = False, **kw):
+        """``class P(Tensor, dispatch_as_tensor=True)``: eager dispatch takes P's instances by its fast paths, as it
+        takes Tensor's own (for a subclass that changes nothing an op reads or records: nn.Parameter)."""
+        super().__init_subclass__(**kw)
+        if dispatch_as_tensor:
+            AS_TENSOR.add(cls)
+
     # --- construction ----------------------------------------------------------------------------
     @staticmethod
     def _make(data: np.ndarray, requires_grad: bool = False) -> "Tensor":
@@ -83,12 +93,15 @@ class Tensor:
         t._retains_grad = False
         t._acc = None
         t._out_nr = 0
-        t._inference = _GM.inference
         t._view_origin = None   # set, so reading it never falls through to __getattr__ (torch_surface's refusal)
-        tr = _TR.active
-        if tr is not None:   # made while tracing: a constant of the graph, not an input
-            tr.created.add(id(t))
-            tr.keep.append(t)
+        if _DEPARTED:       # (the thread-local states are read only where some thread's depart: tracer/trace.py)
+            t._inference = _GM.inference_on
+            tr = _TR.active
+            if tr is not None:   # made while tracing: a constant of the graph, not an input
+                tr.created.add(id(t))
+                tr.keep.append(t)
+        else:
+            t._inference = False
         return t
 
     # --- metadata --------------------------------------------------------------------------------
@@ -149,9 +162,10 @@ class Tensor:
 
     @grad.setter
     def grad(self, value):
-        tr = _TR.active
-        if tr is not None and tr.on_grad_write is not None:
-            tr.on_grad_write(self)
+        if _DEPARTED:
+            tr = _TR.active
+            if tr is not None and tr.on_grad_write is not None:
+                tr.on_grad_write(self)
         if value is not None:
             if not isinstance(value, Tensor):
                 raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type "

@@ -8,8 +8,10 @@ import numpy as np
 
 from ..ir import dtypes as dt
 from ..ir.graph import Var
+from ..ir.ops import OPS, Aval
 from ..ir.symbolic import has_symbols, known_equal
 from ..tracer import STATE as _TR
+from .source import user_loc
 from .view_rule import contiguous_strides, element_strides
 
 _FROM_NP = dt._FROM_NP
@@ -266,3 +268,24 @@ def traced_alias(t, base):
     return t
 
 
+def python_float_inputs(tr, op, ins) -> bool:
+    """A Python float a compiled function takes as a graph input (a float argument that changes between calls;
+    ``tr.python_floats`` holds its float64 0-dim Var and the values computed from such floats alone) must
+    promote as the Python number it stands for: next to tensors it is cast, as torch casts a scalar operand, to
+    the type a Python float would give (``int_tensor * lr`` is float32, ``f64_tensor * lr`` float64).  Rewrites
+    ``ins`` in place; True when every input is such a number (the result is one too)."""
+    pf = tr.python_floats
+    idx = [i for i, v in enumerate(ins) if type(v) is Var and v in pf]
+    if not idx:
+        return False
+    strong = [(len(v.aval.shape), v.aval.dtype) for i, v in enumerate(ins) if i not in idx and not v.aval.weak]
+    if not strong:
+        return True
+    target = dt.result_type(strong, [0.0])
+    cast = OPS["cast"]
+    for i in idx:
+        v = ins[i]
+        if v.aval.dtype is not target:
+            ins[i] = tr.add_eqn(cast, [v], {"dtype": target}, [Aval(v.aval.shape, target)], user_loc(3), False,
+                                (False,))[0]
+    return False

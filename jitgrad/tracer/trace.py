@@ -16,9 +16,38 @@ class TracedValueError(TraceError):
     """Python tried to read the value of a traced tensor (bool, item, numpy, ...)."""
 
 
+# Threads whose eager state departs from the default: thread id -> bits (TRACING: a trace is active in it;
+# INFERENCE: inference mode is on, runtime/grad_mode.py).  A read of a thread-local state costs ~500 instructions
+# (CPython specialises no attribute read of one), so eager dispatch reads this thread's states only while the dict
+# is non-empty.  A thread sets and clears its own bits as its states change, so a thread whose state departs is
+# always in it; a bit a thread left when it died only sends others the slow way.
+DEPARTED: dict = {}
+TRACING = 1
+INFERENCE = 2
+
+
+def mark_departed(bit: int, on: bool) -> None:
+    """Set (``on``) or clear ``bit`` of the calling thread in DEPARTED."""
+    k = threading.get_ident()
+    m = DEPARTED.get(k, 0)
+    m = m | bit if on else m & ~bit
+    if m:
+        DEPARTED[k] = m
+    else:
+        DEPARTED.pop(k, None)
+
+
+_local_setattr = threading.local.__setattr__
+
+
 class _State(threading.local):
     def __init__(self):
         self.active = None
+
+    def __setattr__(self, name, value):
+        _local_setattr(self, name, value)
+        if name == "active":
+            mark_departed(TRACING, value is not None)
 
 
 STATE = _State()

@@ -153,7 +153,8 @@ def _grad_named(t, name):
     return t
 
 
-ew("relu", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False),
+_maximum = np.maximum   # (bound once: NumPy's module __getattr__ leaves ``np.X`` reads unspecialised)
+ew("relu", lambda x: _maximum(x, 0).astype(x.dtype, copy=False),
    # torch's threshold_backward: NaN passes g
    lambda c, g: (_grad_named(c.bind("where", _out(c) <= 0, 0.0, g), "ThresholdBackwardBackward0"),),
    lambda m, x: m.max(x, m.lit(0)), saves_out=(0,), kind="nobool", out_as_mask=True)

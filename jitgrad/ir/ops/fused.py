@@ -31,13 +31,15 @@ def _float_rule(name):
 _max_reduce = np.maximum.reduce
 _add_reduce = np.add.reduce
 _or_reduce = np.logical_or.reduce
+# (NumPy's module has a __getattr__, so CPython specialises no ``np.X`` read: the eager impls' functions bound once)
+_isfinite, _exp, _log, _subtract, _multiply = np.isfinite, np.exp, np.log, np.subtract, np.multiply
 
 
 def _shifted(x, axis):
     """x minus its max along ``axis``, as torch (and the composition) do: a row holding +inf, or all -inf, is nan
     throughout."""
     m = _max_reduce(x, axis=axis, keepdims=True)
-    if np.isfinite(_add_reduce(m, axis=None)):
+    if _isfinite(_add_reduce(m, axis=None)):
         return x - m
     with np.errstate(invalid="ignore"):        # inf - inf: nan on purpose, no warning
         return x - m
@@ -45,7 +47,7 @@ def _shifted(x, axis):
 
 def _log_softmax_impl(x, axis):
     s = _shifted(x, axis)
-    return s - np.log(_add_reduce(np.exp(s), axis=axis, keepdims=True))
+    return s - _log(_add_reduce(_exp(s), axis=axis, keepdims=True))
 
 
 def _softmax_impl(x, axis):
@@ -89,10 +91,10 @@ _lsm_bwd_rule = _gradient_and_output_rule("log_softmax_backward")
 
 def _lsm_bwd_impl(g, out, axis):
     if g.shape != out.shape or g.dtype != out.dtype or not out.ndim:
-        return g - np.exp(out) * _add_reduce(g, axis=axis, keepdims=True)
-    e = np.exp(out)             # the same three ops into one buffer (cross_entropy's backward: two arrays fewer)
-    np.multiply(e, _add_reduce(g, axis=axis, keepdims=True), out=e)
-    return np.subtract(g, e, out=e)
+        return g - _exp(out) * _add_reduce(g, axis=axis, keepdims=True)
+    e = _exp(out)               # the same three ops into one buffer (cross_entropy's backward: two arrays fewer)
+    _multiply(e, _add_reduce(g, axis=axis, keepdims=True), out=e)
+    return _subtract(g, e, out=e)
 
 
 def _lsm_bwd_vjp(c, h):
@@ -192,8 +194,8 @@ def _tanh_bwd_impl(g, y):
     if y.ndim == 0 or g.shape != y.shape or g.dtype != y.dtype:     # 0-d: NumPy scalars take no out=
         return g * (1 - y * y)
     t = y * y                       # g * (1 - y^2) with one temporary
-    np.subtract(1, t, out=t)
-    np.multiply(g, t, out=t)
+    _subtract(1, t, out=t)
+    _multiply(g, t, out=t)
     return t
 
 

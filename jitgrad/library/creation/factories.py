@@ -43,18 +43,22 @@ def _infer_dtype(data) -> dt.DType:
     return {0: dt.bool_, 1: dt.int64, 2: dt.DEFAULT_FLOAT}[max(kinds)] if kinds else dt.DEFAULT_FLOAT
 
 
+_FROM_NP = dt._FROM_NP
+_ndarray, _np_array = np.ndarray, np.array      # (NumPy's module has a __getattr__: no specialised read of it)
+
+
 def as_array(data, dtype=None) -> np.ndarray:
     d = dt.as_dtype(dtype) if dtype is not None else None
     if isinstance(data, Tensor):
         a = data._data
         return a.astype(d.np) if d is not None and a.dtype != d.np else a.copy()
-    if isinstance(data, np.ndarray):
+    if isinstance(data, _ndarray):
         if d is None:
-            d = dt.from_numpy_dtype(data.dtype) if data.dtype in dt._FROM_NP else (
+            d = _FROM_NP.get(data.dtype) or (
                 dt.float64 if data.dtype.kind == "f" else dt.int64 if data.dtype.kind in "iu" else None)
             if d is None:
                 raise TypeError(f"jitgrad.tensor: unsupported NumPy dtype {data.dtype}")
-        return np.array(data, dtype=d.np, copy=True)
+        return _np_array(data, dtype=d.np, copy=True)
     if isinstance(data, (list, tuple)):
         data = [x._data if isinstance(x, Tensor) else x for x in data] if any(isinstance(x, Tensor) for x in data) else data
     if d is None:
@@ -79,14 +83,17 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False,
     """
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(tensor, 'tensor', (data, dtype, device, requires_grad, pin_memory), {}, torch_kw)
-    check_device(device)
-    if isinstance(data, Tensor) and type(data._data) is not np.ndarray:   # a traced value (inside @compile)
+    if device is not None:
+        check_device(device)
+    if isinstance(data, Tensor) and type(data._data) is not _ndarray:   # a traced value (inside @compile)
         from ...runtime.grad_mode import no_grad
         with no_grad():
             t = (data if dtype is None else data.to(dtype)).detach().clone()
     else:
         src = data._host() if isinstance(data, Tensor) else data
-        t = on_device(Tensor._make(as_array(src, dtype)), device)
+        t = Tensor._make(as_array(src, dtype))
+        if device is not None:
+            t = on_device(t, device)
     if requires_grad:
         t.requires_grad_(True)
     return t

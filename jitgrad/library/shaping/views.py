@@ -13,6 +13,8 @@ from ...ir.ops import OpError
 from ...ir.symbolic import SymInt
 from ...runtime.symbolic_values import arange as symbolic_arange, symbolic_size
 from ..dim_args import dim_arg as _axis, dims_arg as _axes, fresh_result as _fresh
+from ...runtime import dispatch as _dispatch
+from ...runtime.bind_route import ROUTE as _ROUTE
 from ...runtime.dispatch import bind
 from ...runtime.op_errors import op_error
 from ...runtime.grad_names import named
@@ -85,7 +87,8 @@ def view(input, *shape, **torch_kw):
                                "dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
     if new == input.shape:
         new = input.shape       # as torch: a view is a new tensor, even of one shape
-    return definite_view(bind(O["reshape"], input, shape=new), input)
+    r = _dispatch._bind(_RESHAPE, (input,), {"shape": new}) if _ROUTE.plain else bind(_RESHAPE, input, shape=new)
+    return definite_view(r, input)
 
 
 @published("jitgrad", "Tensor")
@@ -132,20 +135,31 @@ def permute(input, *dims, **torch_kw):
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(permute, 'permute', (input, *dims), {}, torch_kw)
     dims = _shape_arg(dims)
-    if len(dims) != input.ndim:
+    nd = input.ndim
+    if len(dims) != nd:
         raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does not match the length "
-                           f"of the desired ordering of dimensions i.e. input.dim() = {input.ndim} is not equal to "
+                           f"of the desired ordering of dimensions i.e. input.dim() = {nd} is not equal to "
                            f"len(dims) = {len(dims)}")
-    perm = tuple(_axis("permute", input, d) for d in dims)
-    if perm == tuple(range(input.ndim)):
+    perm = []
+    for d in dims:      # (an int in range taken as it is: dim_arg's frames for the rest, and its errors)
+        perm.append(d if type(d) is int and 0 <= d < nd else d + nd if type(d) is int and -nd <= d < 0
+                    else _axis("permute", input, d))
+    perm = tuple(perm)
+    if perm == tuple(range(nd)):
         return input
-    return bind(O["permute"], input, perm=perm)
+    return _dispatch._bind(_PERMUTE, (input,), {"perm": perm}) if _ROUTE.plain else bind(_PERMUTE, input, perm=perm)
+
+
+_PERMUTE, _RESHAPE = O["permute"], O["reshape"]
 
 
 def _swap_last2(input):
     """``.mT`` / ``.t()`` of a matrix: one permute bind, no argument normalisation."""
-    n = input.ndim
-    return bind(O["permute"], input, perm=tuple(range(n - 2)) + (n - 1, n - 2))
+    n = input._data.ndim
+    perm = (1, 0) if n == 2 else tuple(range(n - 2)) + (n - 1, n - 2)
+    if _ROUTE.plain:
+        return _dispatch._bind(_PERMUTE, (input,), {"perm": perm})
+    return bind(_PERMUTE, input, perm=perm)
 
 
 @published("jitgrad", "Tensor")
@@ -156,10 +170,12 @@ def transpose(input, dim0, dim1, **torch_kw):
 
 
 def _transpose(input, dim0, dim1):
-    if input.ndim == 2 and type(dim0) is int and type(dim1) is int and -2 <= dim0 <= 1 and -2 <= dim1 <= 1:
+    nd = input.ndim
+    if nd == 2 and type(dim0) is int and type(dim1) is int and -2 <= dim0 <= 1 and -2 <= dim1 <= 1:
         return _swap_last2(input) if dim0 % 2 != dim1 % 2 else input
-    a, b = _axis("transpose", input, dim0), _axis("transpose", input, dim1)
-    perm = list(range(input.ndim))
+    a = dim0 if type(dim0) is int and 0 <= dim0 < nd else _axis("transpose", input, dim0)
+    b = dim1 if type(dim1) is int and 0 <= dim1 < nd else _axis("transpose", input, dim1)
+    perm = list(range(nd))
     perm[a], perm[b] = perm[b], perm[a]
     return permute(input, perm)
 

@@ -26,6 +26,7 @@ import warnings
 
 import numpy as np
 
+from ...ir import dtypes as dt
 from ...ir.ops import OPS as O
 from ...ir.ops.fused import nll_composition
 from ...library import elementary as F
@@ -70,23 +71,28 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     return named(_nll_loss(input, target, weight, ignore_index, reduction), "NllLossBackward0")
 
 
+_FROM_NP = dt._FROM_NP
+_INDEX_DTYPES = (dt.int64, dt.int32)
+# (NumPy's module has a __getattr__: CPython specialises no ``np.X`` read, so a loss's are bound once)
+_ndarray, _max_reduce = np.ndarray, np.maximum.reduce
+
+
 def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     unbatched = input._data.ndim == 1
     if unbatched:
         input, target = input.unsqueeze(0), target.reshape(1)
-    if target.dtype.name not in ("int64", "int32"):
+    if _FROM_NP[target._data.dtype] not in _INDEX_DTYPES:       # (payloads read: no property frames, once per loss)
         raise RuntimeError(f"nll_loss: expected target of dtype int64 (class indices), got {target.dtype.name}")
-    shape = input.shape     # (a property: read once)
-    if target.shape != shape[:1] + shape[2:]:
+    shape = tuple(input._data.shape)     # (a device array's may be no tuple)
+    if tuple(target._data.shape) != shape[:1] + shape[2:]:
         raise RuntimeError(f"nll_loss: expected target of shape {list(shape[:1] + shape[2:])} for input "
                            f"of shape {list(shape)}, got {list(target.shape)}")
     C = shape[1]
     # bounds are checked on concrete targets (inside @compile the value is not known while tracing; a CUDA
     # target is read back for it, or the gather would read out of bounds); ignored entries may lie outside [0, C)
-    t = target._data if type(target._data) is np.ndarray or _TR.active is not None else target.cpu()._data
+    t = target._data if type(target._data) is _ndarray or _TR.active is not None else target.cpu()._data
     # every target in [0, C): the largest seen unsigned is below C (a negative one is huge), one reduction
-    if type(t) is np.ndarray and t.size \
-            and not np.maximum.reduce(t.view(_UNSIGNED[t.dtype.itemsize]), axis=None) < C:
+    if type(t) is _ndarray and t.size and not _max_reduce(t.view(_UNSIGNED[t.dtype.itemsize]), axis=None) < C:
         safe = np.where(t != ignore_index, t, 0)
         lo, hi = int(safe.min()), int(safe.max())
         if lo < 0 or hi >= C:
@@ -108,11 +114,16 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     """Cross entropy between logits ``input`` (N, C, ...) or (C,) and class indices or class probabilities."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(cross_entropy, 'cross_entropy', (input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing), {}, torch_kw)
-    reduction = loss_reduction.resolve(size_average, reduce, reduction)
-    probs = isinstance(target, Tensor) and target.is_floating_point()
+    if size_average is not None or reduce is not None:
+        reduction = loss_reduction.legacy_reduction(size_average, reduce)
+    probs = isinstance(target, Tensor) and target._data.dtype.kind == "f"      # (target.is_floating_point())
     r = _cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing, probs)
     # class probabilities as the target: torch's result is not an NLL node either
-    return r if probs else named(r, "NllLossBackward0")
+    if not probs:
+        gf = getattr(r, "grad_fn", None)    # (grad_names.named, inline)
+        if gf is not None:
+            gf.torch_name = "NllLossBackward0"
+    return r
 
 
 def _cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing, probs):

@@ -20,9 +20,14 @@ from ...ir.ops import OPS as O
 from ...runtime import grad_mode
 from ...library import elementary as F
 from ...library.dim_args import torch_dim
+from ...runtime import dispatch as _dispatch
+from ...runtime.bind_route import ROUTE as _ROUTE
 from ...runtime.dispatch import bind
 from ...library.torch_kwargs import torch_kwargs
 from .padding import pad
+
+
+_LAYER_NORM = O["layer_norm"]
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, **torch_kw):
@@ -31,11 +36,13 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, **torc
         return torch_kwargs(layer_norm, 'layer_norm', (input, normalized_shape, weight, bias, eps), {}, torch_kw)
     normalized_shape = tuple(normalized_shape) if not isinstance(normalized_shape, int) else (normalized_shape,)
     k = len(normalized_shape)
-    if tuple(input.shape[input.ndim - k:]) != normalized_shape:
+    xs = tuple(input._data.shape)       # (the payload's, no property frames; a device array's may be no tuple)
+    if tuple(xs[len(xs) - k:]) != normalized_shape:
         raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
                            f"[*, {', '.join(map(str, normalized_shape))}], but got input of size{list(input.shape)}")
     # one fused op in eager mode; traced or on a device its decomposition (ir/ops/normalization.py)
-    out = bind(O["layer_norm"], input, naxes=k, eps=float(eps))
+    out = _dispatch._bind(_LAYER_NORM, (input,), {"naxes": k, "eps": float(eps)}) if _ROUTE.plain else \
+        bind(_LAYER_NORM, input, naxes=k, eps=float(eps))
     if weight is not None:
         out = out * weight
     if bias is not None:

@@ -14,6 +14,7 @@ from ...ir import dtypes as dt
 from ...jit.guards import guard, is_compiling
 from ...runtime import grad_mode
 from ...runtime.tensor import Tensor, Device
+from ...tracer.trace import DEPARTED as _DEPARTED
 from ...runtime.devices import check_device
 from ..parameter import Parameter
 
@@ -96,22 +97,28 @@ class Module:
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
 
     def __call__(self, *args, **kwargs):
-        if is_compiling():
+        # (a trace runs only where some thread's state departs from the default: tracer/trace.py)
+        if _DEPARTED and is_compiling():
             # train()/eval() changes what forward does (BatchNorm, Dropout): a compiled step retraces on a switch
             guard(lambda: self.training, what=f"{type(self).__name__}.training changed (train()/eval())")
-        for hook in list(self._forward_pre_hooks.values()):
-            r = hook(self, args)
-            if r is not None:
-                args = r if isinstance(r, tuple) else (r,)
-        if self.__dict__.get("_backward_hooks") or self.__dict__.get("_backward_pre_hooks"):
+        d = self.__dict__
+        hooks = self._forward_pre_hooks
+        if hooks:
+            for hook in list(hooks.values()):
+                r = hook(self, args)
+                if r is not None:
+                    args = r if isinstance(r, tuple) else (r,)
+        if d.get("_backward_hooks") or d.get("_backward_pre_hooks"):
             from .backward_hooks import call_with_backward_hooks
             out = call_with_backward_hooks(self, args, kwargs, self.forward)
         else:
             out = self.forward(*args, **kwargs)
-        for hook in list(self._forward_hooks.values()):
-            r = hook(self, args, out)
-            if r is not None:
-                out = r
+        hooks = self._forward_hooks
+        if hooks:
+            for hook in list(hooks.values()):
+                r = hook(self, args, out)
+                if r is not None:
+                    out = r
         return out
 
     def register_forward_pre_hook(self, hook):

@@ -352,13 +352,13 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
             if grads is None:       # no gradient reached it (undefined): one None per output
                 grads = [None] * (len(getattr(node, "out_meta", None) or ()) or 1)
             # hooks registered on the tensors this node produced; retain_grad (they see tensors)
-            if node.tensor_hooks:
+            if node._x is not None and node.tensor_hooks:     # (node.NodeExtras: None for most nodes)
                 if sum_arrays:
                     _as_tensors(grads)
                 for nr, hooks in node.tensor_hooks.items():
                     if hooks:           # a sibling output with no gradient gets its hooks called with None (torch)
                         grads[nr] = _run_tensor_hooks(hooks, grads[nr])
-            if node.retain_grad_refs:
+            if node._x is not None and node.retain_grad_refs:
                 if sum_arrays:
                     _as_tensors(grads)
                 _retain(node, grads, create_graph)
@@ -367,7 +367,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                 g = grads[0]
                 grads = None        # g's one reference here: accumulate takes over a buffer nothing else holds
                 if type(g) is _ndarray:
-                    if accumulate and not var._hooks and not node._pre_hooks and not node._hooks \
+                    if accumulate and not var._hooks and (node._x is None or not node._pre_hooks and not node._hooks) \
                             and _PROF.active is None and not (capturing and node in cap_nodes):
                         _accumulate_array(var, g)       # the gradient array into .grad: no Tensor in between
                         g = None
@@ -414,10 +414,11 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                     _run_pre_hooks(node, tuple(_as_tensors(grads) if sum_arrays else grads))
                 continue
             g = grads[0]
-            if g is not None and len(grads) == 1 and plain and type(node) is node_type and node._pre_hooks is None \
-                    and node._hooks is None:
-                # the common op node: one cotangent, no hooks (Node.apply and check_saved inlined)
-                if node._freed or node.packed is not None or _nd._LAST_DETACH > node.seq:
+            if g is not None and len(grads) == 1 and plain and type(node) is node_type and (
+                    node._x is None or node._pre_hooks is None and node._hooks is None):
+                # the common op node: one cotangent, no hooks (Node.apply and check_saved inlined; node._x: the
+                # NodeExtras record, None for most nodes, tested before its properties)
+                if node._freed or node._x is not None and node.packed is not None or _nd._LAST_DETACH > node.seq:
                     node.check_saved()
                 else:
                     saved = node.versions
@@ -452,13 +453,14 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                 # no gradient reached this op's node (a custom backward returned None): its inputs get none
                 # either, as torch's undefined gradients (no zeros are made up and accumulated)
                 in_grads = (None,) * len(node.next_functions)
-            elif plain and type(node) is node_type and node._pre_hooks is None and node._hooks is None:
+            elif plain and type(node) is node_type and (node._x is None
+                                                        or node._pre_hooks is None and node._hooks is None):
                 # Node.apply inlined: zeros for outputs with no cotangent, saved-value checks, the vjp rule
                 if len(grads) != 1 or grads[0] is None:
                     for i, g in enumerate(grads):
                         if g is None and node.out_meta[i][1] is not None:
                             grads[i] = zeros_for(node.out_meta[i])
-                if node.versions or node.out_versions or node._freed or node.packed is not None:
+                if node.versions or node.out_versions or node._freed or node._x is not None and node.packed is not None:
                     node.check_saved()      # (a node that saved nothing has nothing to check)
                 in_grads = None
                 if sum_arrays and _FWD.active is None:
@@ -489,7 +491,9 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
             if not retain_graph:
                 if type(node) is node_type:     # Node.release inlined (an op's node does not override it)
                     node._freed = True
-                    node.inputs = node.outputs = node.packed = None
+                    node.inputs = node.outputs = None
+                    if node._x is not None:
+                        node.packed = None
                 else:
                     node.release()
             for (child, nr), g in zip(node.next_functions, in_grads):

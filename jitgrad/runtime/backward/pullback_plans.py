@@ -112,7 +112,7 @@ def pullback(node, gs):
         own = op.pullback
         if own is not None:
             return own(node, gs)
-    if node.packed is not None:
+    if node._x is not None and node.packed is not None:
         return None
     g = gs[0]
     if type(g) is not np.ndarray:
