@@ -365,8 +365,7 @@ b = jg.tensor(np.ones((64, 48), np.float32))
 A = jg.tensor(np.ones((256, 784), np.float32))
 B = jg.tensor(np.ones((784, 512), np.float32))
 C = jg.tensor(np.ones((40, 784), np.float32))   # too few rows for two blocks: OpenBLAS threads it itself
-(a @ b).sum()                                   # loads the library
-blas.block_unit(np.float32)                     # (derived once per process, from probe products of its own)
+assert blas.raw_gemm_ready()                    # loads the library
 get = blas_library.thread_control()[0]
 fn, one, zero = blas._raw_gemm(np.dtype(np.float32))
 seen = []
@@ -374,7 +373,9 @@ seen = []
 def counted(*args):                             # the threads OpenBLAS may use for this very call
     seen.append(get())
     return fn(*args)
+# (before the first product: a small product's signature function takes the routine when it is made, eager_gemm.py)
 blas._GEMM[("raw", np.dtype(np.float32))] = (counted, one, zero)
+blas.block_unit(np.float32)                     # (derived once per process, from probe products of its own)
 calls = []
 for x, y in ((a, b), (A, B), (a, b), (C, B), (A, B)):
     del seen[:]
