@@ -41,31 +41,39 @@ from ...ir import dtypes as dt
 from ...ir.graph import Lit, Var
 from ...ir.ops import OPS, Aval
 from ...ir.ops.opdef import OpDef, RuleCtx
+from ...ir import symbolic
 from ...ir.symbolic import SymFloat
 from ...tracer.trace import Trace
 from .. import grad_mode
 from ..dispatch import _bind, _rule_entry
 from ..op_errors import op_error
 from ..tensor import Tensor
+from . import rule_traces
+from .rule_traces import same_steps
 
 _FROM_NP = dt._FROM_NP
 _GM = grad_mode.STATE
 _NO_PLAN = object()
+_UNSIZED = object()     # a form whose rule traces otherwise on symbols: traced per shape
 NUMBER_VALUES_MAX = 32      # values of the saved numbers planned per signature, where a plan must hold them
 
 
 class _Plans(dict):
     """Signature -> its plan, _NO_PLAN (the rule runs) or, where saved numbers are planned per value, a _Values;
-    ``param_values``: a signature less its params -> how many params' values have a plan (at most
-    NUMBER_VALUES_MAX: clamp's bounds on a schedule would trace without end), cleared with the plans."""
+    ``param_values``: a signature's form less its params -> the params' forms that have plans (at most
+    NUMBER_VALUES_MAX: clamp's bounds on a schedule would trace without end); ``sized``: (a signature's form, how its
+    numbers are traced) -> the rule's traces on symbolic sizes (rule_traces.Template), or _UNSIZED; both cleared
+    with the plans."""
 
     def __init__(self):
         super().__init__()
         self.param_values = {}
+        self.sized = {}
 
     def clear(self):
         super().clear()
         self.param_values.clear()
+        self.sized.clear()
 
 
 _PLANS = _Plans()
@@ -161,13 +169,10 @@ def pullback(node, gs):
     if plan is None:
         if len(_PLANS) > 20000:
             _PLANS.clear()
-        if params:      # params keyed by value (clamp's bounds, a slope): bounded per signature as saved numbers are
-            base = key[:-1]
-            n = _PLANS.param_values.get(base, 0)
-            if n >= NUMBER_VALUES_MAX:
-                return None
-            _PLANS.param_values[base] = n + 1
-        plan = _PLANS[key] = _first_plan(node, vals, ngrads, nums)
+        plan = _first_plan(node, vals, ngrads, nums)
+        if plan is None:
+            return None         # (params over their bound)
+        _PLANS[key] = plan
     if type(plan) is not Plan:
         if plan is _NO_PLAN:
             return None
@@ -180,7 +185,7 @@ def pullback(node, gs):
         table = plan
         plan = table.get(vk)
         if plan is None:
-            plan = _value_plan(table, vk, node, vals, ngrads)
+            plan = _value_plan(table, vk, node, vals, ngrads, nums)
         if plan is _NO_PLAN:
             return None
     elif plan.numbers:
@@ -258,26 +263,88 @@ def _ctx_bind(opname, *args, **params):
 
 
 def _first_plan(node, vals, ngrads, nums):
-    """The plan of a new signature: the rule traced on its numbers' values; where they are all floats and the rule
-    does not read them, the plan that takes them as inputs (the rule traced again on symbols, which must give the
-    same steps); else a _Values holding the plan of these values."""
-    concrete = _record(node, vals, ngrads, None)
+    """The plan of a new signature (None where its params are over their bound): the rule traced on its numbers'
+    values; where they are all floats and the rule does not read them, the plan that takes them as inputs (the rule
+    traced again on symbols, which must give the same steps); else a _Values holding the plan of these values."""
+    form = _form(node, vals, nums)
+    if form is None:
+        return None
+    vk = None if nums is None else _value_key(nums)
+    concrete = _traced(node, vals, ngrads, None, form, vk)
     plan = _concrete_plan(concrete, node, vals)
     if nums is None:
         return plan
     table = _Values()
-    table[_value_key(nums)] = plan
+    table[vk] = plan
     if plan is _NO_PLAN or any(type(t) is not float for t in nums):
         return table
     # unbacked symbols: Python that decides on one or reads it raises (ir/unbacked.py); a NaN hint, so that code
     # which takes a symbol's hint for a value makes steps that differ from the concrete trace's
     syms = [SymFloat(("int", (((f"u_saved{i}",), 1),)), float("nan")) for i in range(len(nums))]
-    symbolic = _record(node, vals, ngrads, syms)
-    if symbolic is None or not _same_steps(concrete, symbolic, nums, syms):
+    symbolic = _traced(node, vals, ngrads, syms, form, _SYMBOLS)
+    if symbolic is None or not same_steps(concrete, symbolic, nums, syms):
         return table
     number_slot = {id(s): len(vals) + i for i, s in enumerate(syms)}
     plan = _plan(*symbolic, len(vals) + len(nums), len(node.next_functions), number_slot)
     return table if plan is _NO_PLAN else plan
+
+
+_SYMBOLS = object()         # (the saved numbers traced as symbols, in a sized trace's key)
+
+
+def _form(node, vals, nums):
+    """(the signature's form less its params, its params' form, rule_traces.form's key and sizes) for ``_traced``;
+    None where the form's params are new and it has had NUMBER_VALUES_MAX params' forms (params keyed by value:
+    clamp's bounds, a slope; a reshape's target is a form of the sizes, one for every shape)."""
+    key, sizes = rule_traces.form(node.shapes, vals, node.params)
+    base = (node.op, node.needs_grad, node.dtypes, tuple(d.dtype for d in vals),
+            None if nums is None else tuple(type(t) for t in nums), key[0], key[1])
+    if key[2] is not None:
+        seen = _PLANS.param_values.get(base)
+        if seen is None:
+            seen = _PLANS.param_values[base] = set()
+        if key[2] not in seen:
+            if len(seen) >= NUMBER_VALUES_MAX:
+                return None
+            seen.add(key[2])
+    return base + (key[2],), key, sizes
+
+
+def _traced(node, vals, ngrads, numbers, form, mode):
+    """``node``'s rule traced for ``vals`` as ``_record`` traces it, through a trace of the rule on symbolic sizes
+    where one serves the signature's form (``mode``: the saved numbers' value key, or _SYMBOLS) and its guards hold
+    at these sizes: that trace's instance at them, no trace.  A form's first trace on symbols is checked against
+    the trace on the shapes themselves (the same steps, or the form is traced per shape: _UNSIZED); a form whose
+    guards fail gets another, up to NUMBER_VALUES_MAX of them."""
+    sig, key, sizes = form
+    if not sizes:
+        return _record(node, vals, ngrads, numbers)
+    sized = _PLANS.sized
+    skey = (sig, mode)
+    templates = sized.get(skey)
+    if templates is _UNSIZED:
+        return _record(node, vals, ngrads, numbers)
+    values = rule_traces.values_of(sizes)
+    if templates is not None:
+        for t in templates:
+            if t.env.holds(values):
+                return rule_traces.instance(t, values, numbers)
+        if len(templates) >= NUMBER_VALUES_MAX:
+            return _record(node, vals, ngrads, numbers)
+    env, shapes, arrays, params = rule_traces.symbols(key, sizes, node.shapes, node.params)
+    symbolic = _record(node, vals, ngrads, numbers, (env, shapes, arrays, params))
+    concrete = _record(node, vals, ngrads, numbers)
+    if symbolic is not None and concrete is not None and type(symbolic[1]) in (tuple, list) \
+            and type(concrete[1]) in (tuple, list):
+        t = rule_traces.Template(env, symbolic, numbers)
+        if same_steps(concrete, rule_traces.instance(t, values, numbers), (), ()):
+            if templates is None:
+                templates = sized[skey] = []
+            templates.append(t)
+            return concrete
+    if templates is None:
+        sized[skey] = _UNSIZED
+    return concrete
 
 
 def _value_key(nums):
@@ -289,12 +356,14 @@ def _value_key(nums):
     return tuple(_bits(t) if type(t) is float else t for t in nums)
 
 
-def _value_plan(table, vk, node, vals, ngrads):
+def _value_plan(table, vk, node, vals, ngrads, nums):
     """The plan of the values ``vk`` not in ``table`` yet, traced; _NO_PLAN where the rule runs: it declines, or
     the signature has had NUMBER_VALUES_MAX values (a number that changes every step would trace without end)."""
     if len(table) >= NUMBER_VALUES_MAX:
         return _NO_PLAN
-    plan = table[vk] = _concrete_plan(_record(node, vals, ngrads, None), node, vals)
+    form = _form(node, vals, nums)
+    recorded = None if form is None else _traced(node, vals, ngrads, None, form, vk)
+    plan = table[vk] = _concrete_plan(recorded, node, vals)
     return plan
 
 
@@ -303,13 +372,20 @@ def _concrete_plan(recorded, node, vals):
     return _NO_PLAN if recorded is None else _plan(*recorded, len(vals), len(node.next_functions))
 
 
-def _record(node, vals, ngrads, numbers):
+def _record(node, vals, ngrads, numbers, sized=None):
     """``node``'s rule traced on stand-ins of ``vals`` (the arrays ``pullback`` collected, in its order) and on
     ``numbers`` in place of its saved numbers (None: the numbers themselves): (trace, results, stand-in slots), or
-    None where the rule cannot be traced (it failed, or warned in this thread)."""
+    None where the rule cannot be traced (it failed, or warned in this thread).  ``sized``: (a ShapeEnv, the node's
+    shapes, the arrays' shapes, the params), symbolic: the rule is traced on them, its decisions on sizes guards in
+    that ShapeEnv."""
     COUNTS["traces"] += 1
     op = node.op
-    syms = [_stand_in(d) for d in vals]
+    if sized is None:
+        env, shapes, params = None, node.shapes, node.params
+        syms = [_stand_in(d) for d in vals]
+    else:
+        env, shapes, arrays, params = sized
+        syms = [Tensor._make(Var(Aval(s, _FROM_NP[d.dtype]))) for d, s in zip(vals, arrays)]
     slot_of = {t._data: i for i, t in enumerate(syms)}
     k = ngrads
     j = 0
@@ -329,8 +405,8 @@ def _record(node, vals, ngrads, numbers):
             k += 1
         outputs.append(t)
     c = RuleCtx()
-    c.op, c.inputs, c.outputs, c.shapes, c.dtypes = op, tuple(inputs), tuple(outputs), node.shapes, node.dtypes
-    c.params, c.needs_grad, c.bind, c.transposer = node.params, node.needs_grad, _ctx_bind, None
+    c.op, c.inputs, c.outputs, c.shapes, c.dtypes = op, tuple(inputs), tuple(outputs), shapes, node.dtypes
+    c.params, c.needs_grad, c.bind, c.transposer = params, node.needs_grad, _ctx_bind, None
     tr = Trace()
     tr.fused = True
     tr.on_capture = _outside
@@ -339,6 +415,8 @@ def _record(node, vals, ngrads, numbers):
     watch = _WATCH
     was = watch.on, watch.warned
     watch.on, watch.warned = True, False
+    active = symbolic.ACTIVE
+    prev_env, active.env = active.env, env
     try:
         _watch_warnings()
         with tr:
@@ -350,6 +428,7 @@ def _record(node, vals, ngrads, numbers):
         tr.abort()
         return None
     finally:
+        active.env = prev_env
         watch.on, watch.warned = was
         _GM.grad_enabled = prev
 
@@ -394,64 +473,6 @@ def _watch_warnings():
         except ValueError:
             pass
         filters.insert(0, _WARNED)
-
-
-def _same_steps(concrete, symbolic, nums, syms) -> bool:
-    """Whether two traces of a rule (on the saved numbers ``nums`` and on the symbols ``syms``) are the same steps,
-    each symbol where its number is: then the symbolic trace is the rule's for every value of the numbers."""
-    tc, rc, slot_c = concrete
-    ts, rs, slot_s = symbolic
-    if len(tc.eqns) != len(ts.eqns) or len(rc) != len(rs):
-        return False
-    by_slot = {i: v for v, i in slot_c.items()}
-    var = {v: by_slot[i] for v, i in slot_s.items()}       # symbolic trace's Var -> the concrete trace's
-    sym_at = {id(s): i for i, s in enumerate(syms)}
-    for ec, es in zip(tc.eqns, ts.eqns):
-        if ec.op is not es.op or len(ec.ins) != len(es.ins) or len(ec.outs) != len(es.outs):
-            return False
-        try:
-            if ec.params != es.params:
-                return False
-        except Exception:           # (a symbol in a param decides, and raises; arrays compare elementwise)
-            return False
-        for a, b in zip(ec.ins, es.ins):
-            if type(b) is Var:
-                if var.get(b) is not a:
-                    return False
-            elif type(a) is not Lit or not a.aval == b.aval:
-                return False
-            elif type(b.value) is SymFloat:
-                i = sym_at.get(id(b.value))
-                if i is None or type(a.value) is not float or _bits(a.value) != _bits(nums[i]):
-                    return False        # (a number computed from a symbol: the plan would need its expression)
-            elif not _same_value(a.value, b.value):
-                return False
-        var.update(zip(es.outs, ec.outs))
-    for a, b in zip(rc, rs):
-        if a is None or b is None:
-            if a is not b:
-                return False
-        elif type(a) is not Tensor or type(b) is not Tensor:
-            return False
-        elif type(b._data) is Var:
-            if var.get(b._data) is not a._data:
-                return False
-        elif not _same_value(a._data, b._data):
-            return False
-    return True
-
-
-def _same_value(a, b) -> bool:
-    if type(a) is not type(b):
-        return False
-    if type(a) is np.ndarray:
-        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
-    if type(a) is float:
-        return _bits(a) == _bits(b)
-    try:
-        return bool(a == b)
-    except Exception:
-        return False
 
 
 def _plan(tr, res, slot_of, ninputs, nresults, number_slot=None):

@@ -1,0 +1,266 @@
+"""A vjp rule's traces as data (``pullback_plans``): a signature's sizes made symbols, a trace on them instantiated
+at a call's sizes, and two traces compared step by step.
+
+A rule traced once on symbolic sizes serves every shape of its signature's *form*: the same ranks, dtypes and params,
+each size of at least 2 a symbol (sizes equal in the call one symbol, as torch's duck sizing; 0 and 1 kept, as
+torch specialises them), a param's int that equals one of the sizes (a reshape's target, an expand's) that symbol.
+Decisions the rule takes on a size are guards (``ir/symbolic.py``): a call whose sizes break one is traced again.
+A trace instantiated at a call's sizes is the rule's concrete trace at them (the same eqns, params and literals, the
+sizes put in), so the plan built from it is the plan a trace on those shapes would give: the same NumPy calls.
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from ...ir.graph import Lit, Var
+from ...ir.ops import Aval
+from ...ir.symbolic import ShapeEnv, SymFloat, SymInt, concretize, has_symbols
+from ..tensor import Tensor
+
+_bits = struct.Struct("<d").pack
+
+
+class _Mark:
+    """A param's int that is the signature's k-th size, in a form's key (a plain int there would be a value)."""
+
+    __slots__ = ("k",)
+
+    def __init__(self, k):
+        self.k = k
+
+    def __repr__(self):
+        return f"<size {self.k}>"
+
+
+_MARKS: list = []
+
+
+def _mark(k):
+    while len(_MARKS) <= k:
+        _MARKS.append(_Mark(len(_MARKS)))
+    return _MARKS[k]
+
+
+def form(shapes, arrays, params):
+    """The form of a signature: (key, sizes).  ``sizes``: its distinct sizes of at least 2 in order of first
+    appearance (in ``shapes``, then the arrays' shapes, then params); ``key``: the shapes with the k-th size as
+    ``-1 - k``, the arrays' shapes alike, and ``params`` (a dict, or None) with each int equal to one of the sizes
+    as that size's mark."""
+    index = {}
+
+    def shape(s):
+        out = []
+        for n in s:
+            if n >= 2:
+                k = index.get(n)
+                if k is None:
+                    k = index[n] = len(index)
+                n = -1 - k
+            out.append(n)
+        return tuple(out)
+
+    key = (tuple(None if s is None else shape(s) for s in shapes), tuple(shape(a.shape) for a in arrays),
+           tuple((k, _put(v, index, _mark)) for k, v in params.items()) if params else None)
+    return key, list(index)
+
+
+def _put(x, index, make):
+    """``x`` (a param: ints, tuples, lists, dicts) with each int that is a size replaced by ``make(its index)``."""
+    t = type(x)
+    if t is int:
+        k = index.get(x) if x >= 2 else None
+        return x if k is None else make(k)
+    if t is tuple:
+        return tuple(_put(v, index, make) for v in x)
+    if t is list:
+        return [_put(v, index, make) for v in x]
+    if t is dict:
+        return {k: _put(v, index, make) for k, v in x.items()}
+    return x
+
+
+def symbols(key, sizes, shapes, params):
+    """For a trace of form ``key`` at ``sizes``: (its ShapeEnv, the symbolic ``shapes``, the arrays' symbolic shapes,
+    the symbolic ``params``), the k-th size the symbol ``s{k}``."""
+    env = ShapeEnv()
+    syms = [env.symbol(n, ("size", k)) for k, n in enumerate(sizes)]
+
+    def shape(s):
+        return tuple(syms[-1 - n] if n < 0 else n for n in s)
+
+    node_shapes = tuple(None if s is None else shape(s) for s in key[0])
+    index = {n: k for k, n in enumerate(sizes)}
+    if params:
+        params = _put(params, index, syms.__getitem__)
+    return env, node_shapes, [shape(s) for s in key[1]], params
+
+
+def values_of(sizes):
+    """The symbols' values for ``ShapeEnv.holds`` and ``instance``."""
+    return {f"s{k}": n for k, n in enumerate(sizes)}
+
+
+class Template:
+    """A rule traced on symbolic sizes: its ``env`` (the guards), eqns, results, the stand-ins' slots, the ids of the
+    constants it made (kept alive in ``keep``), and the symbols of the saved numbers it was traced on (or None)."""
+
+    __slots__ = ("env", "eqns", "created", "keep", "res", "slot_of", "numbers")
+
+    def __init__(self, env, recorded, numbers):
+        tr, self.res, self.slot_of = recorded
+        self.env, self.eqns, self.created, self.keep = env, tr.eqns, tr.created, tr.keep
+        self.numbers = numbers
+
+
+class Instance:
+    """A Template at one call's sizes: what ``pullback_plans._build`` and ``same_steps`` read of a Trace."""
+
+    __slots__ = ("eqns", "created", "keep")
+
+    def __init__(self, eqns, created, keep):
+        self.eqns, self.created, self.keep = eqns, created, keep
+
+
+def instance(t: Template, values, numbers):
+    """``t`` at the sizes ``values``, its saved numbers' symbols replaced by ``numbers`` (that trace's own): a
+    recorded trace as ``_record`` gives it, (trace, results, stand-in slots).  A constant the rule made of a
+    symbolic shape (``new_zeros``: a 0-d constant broadcast and copied) is the array it makes of a plain shape."""
+    new = {}
+    swap = {id(s): n for s, n in zip(t.numbers, numbers)} if t.numbers else None
+
+    def aval(a):
+        return Aval(concretize(a.shape, values), a.dtype, a.weak) if has_symbols(a.shape) else a
+
+    def var(v):
+        if type(v) is Lit:
+            val = v.value
+            if type(val) is SymFloat or type(val) is SymInt:
+                if swap is not None and id(val) in swap:
+                    val = swap[id(val)]
+                else:
+                    try:
+                        val = concretize(val, values)
+                    except KeyError:        # a number computed from a saved number's symbol: kept (no plan takes it)
+                        pass
+            return Lit(val, aval(v.aval))
+        w = new.get(v)
+        if w is None:
+            w = new[v] = Var(aval(v.aval))
+        return w
+
+    slot_of = {var(v): i for v, i in t.slot_of.items()}
+    eqns = []
+    folded = _filled_constants(t.eqns)
+    for e in t.eqns:
+        fold = folded.get(e.outs[0]) if e.outs else None
+        if fold is not None:
+            if fold is not _DROPPED:
+                a = aval(e.outs[0].aval)
+                new[e.outs[0]] = Lit(np.full(a.shape, fold, a.dtype.np), Aval(a.shape, a.dtype))
+            continue
+        params = concretize(e.params, values) if has_symbols(e.params) else e.params
+        eqns.append(e.replace(ins=[var(v) for v in e.ins], outs=[var(v) for v in e.outs], params=params))
+    created, keep = t.created, t.keep
+    res = t.res
+    if type(res) in (tuple, list):
+        res = list(res)
+        for i, r in enumerate(res):
+            if type(r) is Tensor and type(r._data) is Var:
+                v = var(r._data)
+                if type(v) is Lit:          # (a constant the rule returns)
+                    r = Tensor._make(v.value)
+                    created, keep = created | {id(r)}, keep + [r]
+                else:
+                    r = Tensor._make(v)
+                res[i] = r
+    return Instance(eqns, created, keep), res, slot_of
+
+
+_DROPPED = object()
+
+
+def _filled_constants(eqns):
+    """The constants of one value a trace made of symbolic shapes (``runtime/symbolic_values.filled``: ``copy`` of
+    ``broadcast_to`` of a 0-d constant): the copy's output -> the value, the broadcast's -> _DROPPED."""
+    out = {}
+    uses = {}
+    for e in eqns:
+        for v in e.ins:
+            if type(v) is Var:
+                uses[v] = uses.get(v, 0) + 1
+    by_out = {}
+    for e in eqns:
+        name = e.op.name
+        if name == "broadcast_to" and type(e.ins[0]) is Lit and type(e.ins[0].value) is np.ndarray \
+                and e.ins[0].value.ndim == 0 and has_symbols(e.outs[0].aval.shape):
+            by_out[e.outs[0]] = e.ins[0].value
+        elif name == "copy" and len(e.ins) == 1 and e.ins[0] in by_out and uses.get(e.ins[0]) == 1 \
+                and e.outs[0].aval.dtype.np == by_out[e.ins[0]].dtype:
+            out[e.ins[0]] = _DROPPED
+            out[e.outs[0]] = by_out[e.ins[0]]
+    return out
+
+
+def same_steps(concrete, symbolic, nums, syms) -> bool:
+    """Whether two traces of a rule (on the saved numbers ``nums`` and on the symbols ``syms``) are the same steps,
+    each symbol where its number is: then the symbolic trace is the rule's for every value of the numbers.  (With
+    no numbers: a rule's concrete trace and its symbolic sizes' instance at the same sizes, a value given to both
+    the same object.)"""
+    tc, rc, slot_c = concrete
+    ts, rs, slot_s = symbolic
+    if len(tc.eqns) != len(ts.eqns) or len(rc) != len(rs):
+        return False
+    by_slot = {i: v for v, i in slot_c.items()}
+    var = {v: by_slot[i] for v, i in slot_s.items()}       # symbolic trace's Var -> the concrete trace's
+    sym_at = {id(s): i for i, s in enumerate(syms)}
+    for ec, es in zip(tc.eqns, ts.eqns):
+        if ec.op is not es.op or len(ec.ins) != len(es.ins) or len(ec.outs) != len(es.outs):
+            return False
+        try:
+            if ec.params != es.params:
+                return False
+        except Exception:           # (a symbol in a param decides, and raises; arrays compare elementwise)
+            return False
+        for a, b in zip(ec.ins, es.ins):
+            if type(b) is Var:
+                if var.get(b) is not a:
+                    return False
+            elif type(a) is not Lit or not a.aval == b.aval:
+                return False
+            elif a.value is b.value:
+                continue
+            elif type(b.value) is SymFloat:
+                i = sym_at.get(id(b.value))
+                if i is None or type(a.value) is not float or _bits(a.value) != _bits(nums[i]):
+                    return False        # (a number computed from a symbol: the plan would need its expression)
+            elif not same_value(a.value, b.value):
+                return False
+        var.update(zip(es.outs, ec.outs))
+    for a, b in zip(rc, rs):
+        if a is None or b is None:
+            if a is not b:
+                return False
+        elif type(a) is not Tensor or type(b) is not Tensor:
+            return False
+        elif type(b._data) is Var:
+            if var.get(b._data) is not a._data:
+                return False
+        elif not same_value(a._data, b._data):
+            return False
+    return True
+
+
+def same_value(a, b) -> bool:
+    """Whether two literals of traces are the same value, bit for bit."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is np.ndarray:
+        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    if type(a) is float:
+        return _bits(a) == _bits(b)
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
