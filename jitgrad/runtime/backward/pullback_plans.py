@@ -54,7 +54,8 @@ from .rule_traces import same_steps
 _FROM_NP = dt._FROM_NP
 _GM = grad_mode.STATE
 _NO_PLAN = object()
-_UNSIZED = object()     # a form whose rule traces otherwise on symbols: traced per shape
+_UNSIZED = object()     # a form whose rule traces otherwise on symbolic sizes: traced per shape
+_DECLINED = object()    # a form whose rule declines its saved numbers as symbols: planned per value
 NUMBER_VALUES_MAX = 32      # values of the saved numbers planned per signature, where a plan must hold them
 
 
@@ -69,11 +70,13 @@ class _Plans(dict):
         super().__init__()
         self.param_values = {}
         self.sized = {}
+        self.checked = set()
 
     def clear(self):
         super().clear()
         self.param_values.clear()
         self.sized.clear()
+        self.checked.clear()
 
 
 _PLANS = _Plans()
@@ -324,6 +327,8 @@ def _traced(node, vals, ngrads, numbers, form, mode):
     templates = sized.get(skey)
     if templates is _UNSIZED:
         return _record(node, vals, ngrads, numbers)
+    if templates is _DECLINED:
+        return None
     values = rule_traces.values_of(sizes)
     if templates is not None:
         for t in templates:
@@ -333,15 +338,30 @@ def _traced(node, vals, ngrads, numbers, form, mode):
             return _record(node, vals, ngrads, numbers)
     env, shapes, arrays, params = rule_traces.symbols(key, sizes, node.shapes, node.params)
     symbolic = _record(node, vals, ngrads, numbers, (env, shapes, arrays, params))
-    concrete = _record(node, vals, ngrads, numbers)
-    if symbolic is not None and concrete is not None and type(symbolic[1]) in (tuple, list) \
-            and type(concrete[1]) in (tuple, list):
+    if symbolic is not None and type(symbolic[1]) in (tuple, list):
         t = rule_traces.Template(env, symbolic, numbers)
-        if same_steps(concrete, rule_traces.instance(t, values, numbers), (), ()):
+        here = rule_traces.instance(t, values, numbers)
+        if sig in _PLANS.checked:
+            concrete = here
+        else:
+            concrete = _record(node, vals, ngrads, numbers)
+            if concrete is None or type(concrete[1]) not in (tuple, list) \
+                    or not same_steps(concrete, here, (), ()):
+                t = None
+            else:
+                _PLANS.checked.add(sig)
+        if t is not None:
             if templates is None:
                 templates = sized[skey] = []
             templates.append(t)
             return concrete
+    elif mode is _SYMBOLS:
+        # (the rule reads its numbers, as a rule that declines mostly does: each value then gets a plan of its own)
+        if templates is None:
+            sized[skey] = _DECLINED
+        return None
+    else:
+        concrete = _record(node, vals, ngrads, numbers)
     if templates is None:
         sized[skey] = _UNSIZED
     return concrete
