@@ -15,7 +15,7 @@ import pytest
 
 import jitgrad as jg
 from jitgrad.ir.ops import OPS
-from jitgrad.runtime.backward import pullback_plans
+from jitgrad.runtime.backward import pullback_plans, rule_traces
 
 _SPECIAL = [0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1e-45, -3.0]
 
@@ -164,14 +164,14 @@ def test_a_warnings_window_of_another_thread_across_a_trace_leaves_the_warnings_
         threading.Thread(target=window).start()
         opened.wait(60)
     with warnings.catch_warnings():         # (the test's own: whatever happens, nothing leaks out of it)
-        before = ([f for f in warnings.filters if f is not pullback_plans._WARNED], warnings.showwarning,
+        before = ([f for f in warnings.filters if f is not rule_traces._WARNED], warnings.showwarning,
                   warnings._showwarnmsg_impl)
         _patched_exp(monkeypatch, open_a_window)
         x = jg.tensor([0.5, -1.0, 2.0], requires_grad=True)
         (gx,) = jg.autograd.grad(x.exp().sum(), x)
         close.set()
         closed.wait(60)
-        after = ([f for f in warnings.filters if f is not pullback_plans._WARNED], warnings.showwarning,
+        after = ([f for f in warnings.filters if f is not rule_traces._WARNED], warnings.showwarning,
                  warnings._showwarnmsg_impl)
         assert after == before
         with pytest.warns(UserWarning, match="this thread's later warning"):

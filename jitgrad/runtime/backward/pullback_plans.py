@@ -6,12 +6,18 @@ with nothing to record (no create_graph, trace, profiler, anomaly mode, dual lev
 arrays matter, so the engine asks ``pullback`` instead:
 
 - per signature (the op, its params, which inputs need a gradient, the shapes and dtypes of the cotangents and of the
-  saved values, the types of saved Python numbers), the rule is traced once on symbolic stand-ins
-  (``tracer.Trace`` with ``fused``: a fused op stays one op, as eager dispatch runs it) into a straight-line plan:
-  each eqn resolved to the eager signature entry ``_bind`` would use (``dispatch._rule_entry``: the same impl,
-  eager kernel and result cast), constants the rule made kept as they are, steps no result needs dropped;
+  saved values, the types of saved Python numbers), the rule's trace (``rule_traces.record``) is made into a
+  straight-line plan: each eqn resolved to the eager signature entry ``_bind`` would use (``dispatch._rule_entry``:
+  the same impl, eager kernel and result cast), constants the rule made kept as they are, steps no result needs
+  dropped;
 - later calls replay the plan on the arrays: one loop over its steps calling each impl, casting as ``_bind`` casts.
   So the gradients are the rule's bits, and the rule is written once.
+
+A new shape is a new signature, but not a new trace: the rule is traced once per *form* of the signature's shapes
+(its sizes as symbols, ``rule_traces``), and that trace, its guards holding, instantiated at the new shape's sizes
+gives the trace the shape itself would (a form's first symbolic trace is checked against it: the same steps, or
+the form is traced per shape).  A rule that decides on a size gets a trace per outcome (its guards), at most
+``NUMBER_VALUES_MAX`` per form; later ones are traced per shape.
 
 Saved Python numbers (``x * beta``: a KL weight on a schedule, an annealed temperature) change between steps, so a
 plan must not hold their values.  A saved float is traced as a symbolic scalar (an unbacked ``SymFloat``: Python that
@@ -20,39 +26,29 @@ The rule is traced a second time on the number itself, and the two traces must b
 where the symbol is (a rule that tells numbers from tensors by type, div's Python-number numerator, takes another
 branch on a symbol).  A rule that reads its numbers, or saves ints or bools, is planned per value instead, for at most
 ``NUMBER_VALUES_MAX`` values of one signature; later values run the rule on tensors.  An op's params (clamp's bounds)
-are keyed by value too, and bounded alike.
+are keyed by value too, and bounded alike (a param that is one of the sizes, a reshape's target, by its form).
 
-A rule the plan cannot hold falls back to the rule itself, for that signature: one that reads a value (the tracer
-refuses: ``TracedValueError``), meets a tensor from outside its context, warns, binds a multi-output op or fails in
-any other way while traced (a rule that needs a value computed from its inputs leaves it to an op: nll_loss's
-``nll_grad_weights``).  Only the tracing thread's warnings count (``_WARNED``), and another thread's warning is
-handled as if no trace ran.  ``COUNTS["traces"]`` counts the rules traced (tests check that later steps trace none).
+A rule the plan cannot hold falls back to the rule itself, for that signature: one whose trace declines
+(``rule_traces.record``), or binds a multi-output op (a rule that needs a value computed from its inputs leaves it
+to an op: nll_loss's ``nll_grad_weights``).
 """
 from __future__ import annotations
 
 import struct
-import threading
-import warnings
 from operator import itemgetter, methodcaller
 
 import numpy as np
 
-from ...ir import dtypes as dt
 from ...ir.graph import Lit, Var
-from ...ir.ops import OPS, Aval
-from ...ir.ops.opdef import OpDef, RuleCtx
-from ...ir import symbolic
+from ...ir.ops import Aval
+from ...ir.ops.opdef import OpDef
 from ...ir.symbolic import SymFloat
-from ...tracer.trace import Trace
-from .. import grad_mode
-from ..dispatch import _bind, _rule_entry
+from ..dispatch import _rule_entry
 from ..op_errors import op_error
 from ..tensor import Tensor
 from . import rule_traces
-from .rule_traces import same_steps
+from .rule_traces import COUNTS, record as _record, same_steps  # noqa: F401 - (COUNTS: the tests' count, read here)
 
-_FROM_NP = dt._FROM_NP
-_GM = grad_mode.STATE
 _NO_PLAN = object()
 _UNSIZED = object()     # a form whose rule traces otherwise on symbolic sizes: traced per shape
 _DECLINED = object()    # a form whose rule declines its saved numbers as symbols: planned per value
@@ -63,8 +59,9 @@ class _Plans(dict):
     """Signature -> its plan, _NO_PLAN (the rule runs) or, where saved numbers are planned per value, a _Values;
     ``param_values``: a signature's form less its params -> the params' forms that have plans (at most
     NUMBER_VALUES_MAX: clamp's bounds on a schedule would trace without end); ``sized``: (a signature's form, how its
-    numbers are traced) -> the rule's traces on symbolic sizes (rule_traces.Template), or _UNSIZED; both cleared
-    with the plans."""
+    numbers are traced) -> the rule's traces on symbolic sizes (rule_traces.Template), _UNSIZED or _DECLINED;
+    ``checked``: the forms whose first symbolic trace was checked against a trace on the shapes; all cleared with
+    the plans."""
 
     def __init__(self):
         super().__init__()
@@ -80,7 +77,6 @@ class _Plans(dict):
 
 
 _PLANS = _Plans()
-COUNTS = {"traces": 0}
 _ERRORS = (ValueError, TypeError, IndexError, FloatingPointError, OverflowError)
 _FILL_MIN = 4096        # elements from which a constant of one value is made per call, not kept
 _bits = struct.Struct("<d").pack
@@ -238,14 +234,6 @@ def _step_error(plan, vals, e):
     return e
 
 
-class _Outside(Exception):
-    """The rule met a concrete tensor that is not one of its context's values: its value would be baked in."""
-
-
-def _outside(t):
-    raise _Outside()
-
-
 def _one_value(value):
     """Whether ``value`` is a big C-contiguous array of one value, bit for bit (as ``np.full`` makes it)."""
     return type(value) is np.ndarray and value.size >= _FILL_MIN and value.flags.c_contiguous \
@@ -255,14 +243,6 @@ def _one_value(value):
 def _filled(value):
     shape, fill, dtype = value.shape, value.flat[0], value.dtype
     return lambda: np.full(shape, fill, dtype)
-
-
-def _stand_in(d):
-    return Tensor._make(Var(Aval(tuple(d.shape), _FROM_NP[d.dtype])))
-
-
-def _ctx_bind(opname, *args, **params):
-    return _bind(OPS[opname], args, params)
 
 
 def _first_plan(node, vals, ngrads, nums):
@@ -390,109 +370,6 @@ def _value_plan(table, vk, node, vals, ngrads, nums):
 def _concrete_plan(recorded, node, vals):
     """The plan of a rule traced on its numbers' values (``_record``'s result), or _NO_PLAN where it declined."""
     return _NO_PLAN if recorded is None else _plan(*recorded, len(vals), len(node.next_functions))
-
-
-def _record(node, vals, ngrads, numbers, sized=None):
-    """``node``'s rule traced on stand-ins of ``vals`` (the arrays ``pullback`` collected, in its order) and on
-    ``numbers`` in place of its saved numbers (None: the numbers themselves): (trace, results, stand-in slots), or
-    None where the rule cannot be traced (it failed, or warned in this thread).  ``sized``: (a ShapeEnv, the node's
-    shapes, the arrays' shapes, the params), symbolic: the rule is traced on them, its decisions on sizes guards in
-    that ShapeEnv."""
-    COUNTS["traces"] += 1
-    op = node.op
-    if sized is None:
-        env, shapes, params = None, node.shapes, node.params
-        syms = [_stand_in(d) for d in vals]
-    else:
-        env, shapes, arrays, params = sized
-        syms = [Tensor._make(Var(Aval(s, _FROM_NP[d.dtype]))) for d, s in zip(vals, arrays)]
-    slot_of = {t._data: i for i, t in enumerate(syms)}
-    k = ngrads
-    j = 0
-    inputs = []
-    for t in node.inputs:
-        if isinstance(t, Tensor):
-            t = syms[k]
-            k += 1
-        elif numbers is not None and t is not None:
-            t = numbers[j]
-            j += 1
-        inputs.append(t)
-    outputs = []
-    for t in node.outputs:
-        if t is not None:
-            t = syms[k]
-            k += 1
-        outputs.append(t)
-    c = RuleCtx()
-    c.op, c.inputs, c.outputs, c.shapes, c.dtypes = op, tuple(inputs), tuple(outputs), shapes, node.dtypes
-    c.params, c.needs_grad, c.bind, c.transposer = params, node.needs_grad, _ctx_bind, None
-    tr = Trace()
-    tr.fused = True
-    tr.on_capture = _outside
-    prev = _GM.grad_enabled
-    _GM.grad_enabled = False
-    watch = _WATCH
-    was = watch.on, watch.warned
-    watch.on, watch.warned = True, False
-    active = symbolic.ACTIVE
-    prev_env, active.env = active.env, env
-    try:
-        _watch_warnings()
-        with tr:
-            res = op.vjp(c, *syms[:ngrads])
-        if watch.warned:
-            return None         # (the rule runs, and warns, at every call)
-        return tr, res, slot_of
-    except Exception:
-        tr.abort()
-        return None
-    finally:
-        active.env = prev_env
-        watch.on, watch.warned = was
-        _GM.grad_enabled = prev
-
-
-class _Watch(threading.local):
-    def __init__(self):
-        self.on = False         # this thread traces a rule
-        self.warned = False     # ... and a warning was given in this thread meanwhile
-
-
-_WATCH = _Watch()
-
-
-class _TracingThread:
-    """The ``module`` pattern of the warnings filter ``_WARNED``: matches in a thread that traces a rule (and notes
-    that the rule warned there), in no other."""
-
-    __slots__ = ()
-
-    def match(self, module):
-        w = _WATCH
-        if w.on:
-            w.warned = True
-            return True
-        return False
-
-
-# First among the process's warnings filters while a rule is traced: a warning the tracing thread gives is noted and
-# not shown (the rule then runs, and warns, at every call); one from another thread passes it by to the filters the
-# user set.  (warnings.catch_warnings would swap the process's filters and showwarning for the trace's length: it
-# took, or swallowed, other threads' warnings, and an overlapping window in another thread, Numba's compiles in the
-# eager kernel build thread, could restore them after the trace.)  A warning the registry has already shown under
-# the user's filters is not seen: the rule would not show it again either.
-_WARNED = ("ignore", None, Warning, _TracingThread(), 0)
-
-
-def _watch_warnings():
-    filters = warnings.filters
-    if not filters or filters[0] is not _WARNED:
-        try:
-            filters.remove(_WARNED)
-        except ValueError:
-            pass
-        filters.insert(0, _WARNED)
 
 
 def _plan(tr, res, slot_of, ninputs, nresults, number_slot=None):

@@ -1,5 +1,11 @@
-"""A vjp rule's traces as data (``pullback_plans``): a signature's sizes made symbols, a trace on them instantiated
-at a call's sizes, and two traces compared step by step.
+"""A vjp rule traced for ``pullback_plans``: on stand-ins of a node's arrays, or on symbolic sizes, and two traces
+compared step by step.
+
+``record`` traces a rule (``tracer.Trace`` with ``fused``: a fused op stays one op, as eager dispatch runs it) on
+stand-ins of the arrays: a rule the plan cannot hold declines (None): one that reads a value (the tracer refuses:
+``TracedValueError``), meets a tensor from outside its context, warns, or fails in any other way while traced.  Only
+the tracing thread's warnings count (``_WARNED``), and another thread's warning is handled as if no trace ran.
+``COUNTS["traces"]`` counts the rules traced (tests check that later steps trace none).
 
 A rule traced once on symbolic sizes serves every shape of its signature's *form*: the same ranks, dtypes and params,
 each size of at least 2 a symbol (sizes equal in the call one symbol, as torch's duck sizing; 0 and 1 kept, as
@@ -11,15 +17,26 @@ sizes put in), so the plan built from it is the plan a trace on those shapes wou
 from __future__ import annotations
 
 import struct
+import threading
+import warnings
 
 import numpy as np
 
+from ...ir import dtypes as dt
+from ...ir import symbolic
 from ...ir.graph import Lit, Var
-from ...ir.ops import Aval
+from ...ir.ops import OPS, Aval
+from ...ir.ops.opdef import RuleCtx
 from ...ir.symbolic import ShapeEnv, SymFloat, SymInt, concretize, has_symbols
+from ...tracer.trace import Trace
+from .. import grad_mode
+from ..dispatch import _bind
 from ..tensor import Tensor
 
 _bits = struct.Struct("<d").pack
+_FROM_NP = dt._FROM_NP
+_GM = grad_mode.STATE
+COUNTS = {"traces": 0}
 
 
 class _Mark:
@@ -201,6 +218,125 @@ def _filled_constants(eqns):
             out[e.ins[0]] = _DROPPED
             out[e.outs[0]] = by_out[e.ins[0]]
     return out
+
+
+class _Outside(Exception):
+    """The rule met a concrete tensor that is not one of its context's values: its value would be baked in."""
+
+
+def _outside(t):
+    raise _Outside()
+
+
+def _stand_in(d):
+    return Tensor._make(Var(Aval(tuple(d.shape), _FROM_NP[d.dtype])))
+
+
+def _ctx_bind(opname, *args, **params):
+    return _bind(OPS[opname], args, params)
+
+
+def record(node, vals, ngrads, numbers, sized=None):
+    """``node``'s rule traced on stand-ins of ``vals`` (the arrays ``pullback_plans.pullback`` collected, in its order) and on
+    ``numbers`` in place of its saved numbers (None: the numbers themselves): (trace, results, stand-in slots), or
+    None where the rule cannot be traced (it failed, or warned in this thread).  ``sized``: (a ShapeEnv, the node's
+    shapes, the arrays' shapes, the params), symbolic: the rule is traced on them, its decisions on sizes guards in
+    that ShapeEnv."""
+    COUNTS["traces"] += 1
+    op = node.op
+    if sized is None:
+        env, shapes, params = None, node.shapes, node.params
+        syms = [_stand_in(d) for d in vals]
+    else:
+        env, shapes, arrays, params = sized
+        syms = [Tensor._make(Var(Aval(s, _FROM_NP[d.dtype]))) for d, s in zip(vals, arrays)]
+    slot_of = {t._data: i for i, t in enumerate(syms)}
+    k = ngrads
+    j = 0
+    inputs = []
+    for t in node.inputs:
+        if isinstance(t, Tensor):
+            t = syms[k]
+            k += 1
+        elif numbers is not None and t is not None:
+            t = numbers[j]
+            j += 1
+        inputs.append(t)
+    outputs = []
+    for t in node.outputs:
+        if t is not None:
+            t = syms[k]
+            k += 1
+        outputs.append(t)
+    c = RuleCtx()
+    c.op, c.inputs, c.outputs, c.shapes, c.dtypes = op, tuple(inputs), tuple(outputs), shapes, node.dtypes
+    c.params, c.needs_grad, c.bind, c.transposer = params, node.needs_grad, _ctx_bind, None
+    tr = Trace()
+    tr.fused = True
+    tr.on_capture = _outside
+    prev = _GM.grad_enabled
+    _GM.grad_enabled = False
+    watch = _WATCH
+    was = watch.on, watch.warned
+    watch.on, watch.warned = True, False
+    active = symbolic.ACTIVE
+    prev_env, active.env = active.env, env
+    try:
+        _watch_warnings()
+        with tr:
+            res = op.vjp(c, *syms[:ngrads])
+        if watch.warned:
+            return None         # (the rule runs, and warns, at every call)
+        return tr, res, slot_of
+    except Exception:
+        tr.abort()
+        return None
+    finally:
+        active.env = prev_env
+        watch.on, watch.warned = was
+        _GM.grad_enabled = prev
+
+
+class _Watch(threading.local):
+    def __init__(self):
+        self.on = False         # this thread traces a rule
+        self.warned = False     # ... and a warning was given in this thread meanwhile
+
+
+_WATCH = _Watch()
+
+
+class _TracingThread:
+    """The ``module`` pattern of the warnings filter ``_WARNED``: matches in a thread that traces a rule (and notes
+    that the rule warned there), in no other."""
+
+    __slots__ = ()
+
+    def match(self, module):
+        w = _WATCH
+        if w.on:
+            w.warned = True
+            return True
+        return False
+
+
+# First among the process's warnings filters while a rule is traced: a warning the tracing thread gives is noted and
+# not shown (the rule then runs, and warns, at every call); one from another thread passes it by to the filters the
+# user set.  (warnings.catch_warnings would swap the process's filters and showwarning for the trace's length: it
+# took, or swallowed, other threads' warnings, and an overlapping window in another thread, Numba's compiles in the
+# eager kernel build thread, could restore them after the trace.)  A warning the registry has already shown under
+# the user's filters is not seen: the rule would not show it again either.
+_WARNED = ("ignore", None, Warning, _TracingThread(), 0)
+
+
+def _watch_warnings():
+    filters = warnings.filters
+    if not filters or filters[0] is not _WARNED:
+        try:
+            filters.remove(_WARNED)
+        except ValueError:
+            pass
+        filters.insert(0, _WARNED)
 
 
 def same_steps(concrete, symbolic, nums, syms) -> bool:
