@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import jitgrad as jg
+import jitgrad.nn.functional as F
 from jitgrad.ir.ops import OPS
 from jitgrad.runtime.backward import pullback_plans, rule_traces
 
@@ -180,3 +181,83 @@ def test_a_rule_that_traces_otherwise_on_symbols_is_planned_per_shape(monkeypatc
         assert traced >= 1
         np.testing.assert_array_equal(got, want)
     assert pullback_plans._UNSIZED in pullback_plans._PLANS.sized.values()
+
+
+_OPS = {
+    "sum_mean": lambda x: x.sum(1).mean() + x.mean(-1, keepdim=True).sum(),
+    "var_std": lambda x: x.var(1).sum() + x.std(-1).sum(),
+    "amax": lambda x: x.amax(1).sum() + x.max(-1).values.sum(),
+    "norm": lambda x: x.norm(dim=-1).sum(),
+    "reshape": lambda x: x.reshape(-1, x.shape[-1]).exp().sum() + x.flatten().sin().sum(),
+    "view": lambda x: x.view(x.shape[0] * x.shape[1], -1).tanh().sum(),
+    "permute": lambda x: x.permute(2, 0, 1).contiguous().cos().sum() + x.transpose(0, 1).sigmoid().sum(),
+    "expand": lambda x: (x[:, :1, :].expand(x.shape) * x).sum(),
+    "unsqueeze": lambda x: (x.unsqueeze(1) * x.unsqueeze(2)).sum(),
+    "cat_stack": lambda x: jg.cat([x, x * 2], dim=1).exp().sum() + jg.stack([x, x.sin()], 0).sum(),
+    "split_chunk": lambda x: sum((p * (i + 1)).sum() for i, p in enumerate(x.split([2, x.shape[1] - 2], dim=1)))
+    + sum((p * (i + 1)).sum() for i, p in enumerate(x.chunk(2, dim=-1))),
+    "softmax": lambda x: F.softmax(x, dim=-1)[..., 0].sum() + F.log_softmax(x, dim=1).mean(),
+    "layer_norm": lambda x: F.layer_norm(x, x.shape[-1:]).pow(2).sum(),
+    "matmul": lambda x: (x @ x.transpose(-2, -1)).sum() + (x @ jg.ones(x.shape[-1], 2)).sum(),
+    "where_mask": lambda x: jg.where(x > 0, x, x * 0.1).sum() + x.masked_fill(x < -0.5, 0.0).sum(),
+    "cumsum": lambda x: x.cumsum(1).sum() + x.cumprod(-1).sum(),
+    "gelu_relu": lambda x: F.gelu(x).sum() + F.relu(x).sum() + F.silu(x).mean(),
+    "clamp_abs": lambda x: x.clamp(-0.5, 0.5).sum() + x.abs().sum() + (x * x).sqrt().sum(),
+    "tril": lambda x: (x[..., :x.shape[1]] if x.shape[2] >= x.shape[1] else x).tril().sum() + x.triu(1).sum(),
+    "pad": lambda x: F.pad(x, (1, 1)).exp().sum(),
+    "repeat": lambda x: x.repeat(1, 2, 1).sin().sum(),
+    "mse_ce": lambda x: F.mse_loss(x, x.detach() * 0.5) + F.cross_entropy(x.reshape(-1, x.shape[-1]),
+                                                                          jg.zeros(x.shape[0] * x.shape[1],
+                                                                                   dtype=jg.long)),
+}
+# (no size of a node equal to another of it at one of them but not the others: T - 2 (the split), C - 1 (var's count))
+_SIZES = ((3, 13, 10), (4, 15, 10), (6, 17, 10), (7, 19, 10))
+
+
+@pytest.mark.parametrize("name", sorted(_OPS))
+def test_each_op_across_sizes_gives_the_rules_bits(name, monkeypatch):
+    """A program of a family of ops at sizes of one form: its gradients are the rule's bits (create_graph=True) and
+    the bits of plans traced on each shape; the sizes after the first trace no rule."""
+    fn = _OPS[name]
+    pullback_plans._PLANS.clear()
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal(s).astype(np.float32) for s in _SIZES]
+    sized, counts = [], []
+    for a in xs:
+        x = jg.tensor(a, requires_grad=True)
+        before = _traces()
+        (g,) = jg.autograd.grad(fn(x), x)
+        counts.append(_traces() - before)
+        (rule,) = jg.autograd.grad(fn(x), x, create_graph=True)
+        assert g.numpy().tobytes() == rule.detach().numpy().tobytes()
+        sized.append(g.numpy())
+    assert counts[0] and not any(counts[1:]), counts
+    pullback_plans._PLANS.clear()
+    _concrete_only(monkeypatch)
+    for a, s in zip(xs, sized):
+        x = jg.tensor(a, requires_grad=True)
+        (g,) = jg.autograd.grad(fn(x), x)
+        assert g.numpy().tobytes() == s.tobytes()
+
+
+def test_a_mean_over_more_sizes_than_values_are_planned_traces_once():
+    """A mean saves its count, an int: a size of the form, so one trace serves every count (each count a plan of
+    its own before: NUMBER_VALUES_MAX of them, then the rule ran on tensors)."""
+    pullback_plans._PLANS.clear()
+    cap = pullback_plans.NUMBER_VALUES_MAX
+    counts = []
+    for n in range(2, cap + 12):
+        x = jg.tensor(np.linspace(-1.0, 1.0, n), requires_grad=True)
+        before = _traces()
+        (g,) = jg.autograd.grad(x.exp().mean(), x)
+        counts.append(_traces() - before)
+        (rule,) = jg.autograd.grad(x.exp().mean(), x, create_graph=True)
+        assert g.numpy().tobytes() == rule.detach().numpy().tobytes()
+    assert counts[0] and not any(counts[1:]), counts
+    (table,) = _plans_of_op("div")
+    assert type(table) is pullback_plans._Values and len(table) == cap + 10
+    assert all(type(p) is pullback_plans.Plan for p in table.values())
+
+
+def _plans_of_op(name):
+    return [p for k, p in pullback_plans._PLANS.items() if k[0] is OPS[name]]

@@ -52,6 +52,7 @@ from .rule_traces import COUNTS, record as _record, same_steps  # noqa: F401 - (
 _NO_PLAN = object()
 _UNSIZED = object()     # a form whose rule traces otherwise on symbolic sizes: traced per shape
 _DECLINED = object()    # a form whose rule declines its saved numbers as symbols: planned per value
+_BY_VALUE = object()    # a form whose rule declines its saved ints as sizes: traced on their values
 NUMBER_VALUES_MAX = 32      # values of the saved numbers planned per signature, where a plan must hold them
 
 
@@ -275,13 +276,14 @@ def _first_plan(node, vals, ngrads, nums):
 _SYMBOLS = object()         # (the saved numbers traced as symbols, in a sized trace's key)
 
 
-def _form(node, vals, nums):
-    """(the signature's form less its params, its params' form, rule_traces.form's key and sizes) for ``_traced``;
-    None where the form's params are new and it has had NUMBER_VALUES_MAX params' forms (params keyed by value:
-    clamp's bounds, a slope; a reshape's target is a form of the sizes, one for every shape)."""
-    key, sizes = rule_traces.form(node.shapes, vals, node.params)
+def _form(node, vals, nums, ints=True):
+    """(the signature's form, rule_traces.form's key and sizes, the saved numbers) for ``_traced`` (``ints``: its
+    saved ints of at least 2 sizes of the form); None where the form's params are new and it has had
+    NUMBER_VALUES_MAX params' forms (params keyed by value: clamp's bounds, a slope; a reshape's target is a form of
+    the sizes, one for every shape)."""
+    key, sizes = rule_traces.form(node.shapes, vals, node.params, nums if ints else None)
     base = (node.op, node.needs_grad, node.dtypes, tuple(d.dtype for d in vals),
-            None if nums is None else tuple(type(t) for t in nums), key[0], key[1])
+            None if nums is None else tuple(type(t) for t in nums), key[0], key[1], key[3])
     if key[2] is not None:
         seen = _PLANS.param_values.get(base)
         if seen is None:
@@ -290,61 +292,84 @@ def _form(node, vals, nums):
             if len(seen) >= NUMBER_VALUES_MAX:
                 return None
             seen.add(key[2])
-    return base + (key[2],), key, sizes
+    return base + (key[2],), key, sizes, nums
 
 
-def _traced(node, vals, ngrads, numbers, form, mode):
+_UNTRACED = object()        # (``_traced`` with ``trace=False``: a trace would be needed)
+
+
+def _traced(node, vals, ngrads, numbers, form, mode, trace=True):
     """``node``'s rule traced for ``vals`` as ``_record`` traces it, through a trace of the rule on symbolic sizes
     where one serves the signature's form (``mode``: the saved numbers' value key, or _SYMBOLS) and its guards hold
-    at these sizes: that trace's instance at them, no trace.  A form's first trace on symbols is checked against
-    the trace on the shapes themselves (the same steps, or the form is traced per shape: _UNSIZED); a form whose
-    guards fail gets another, up to NUMBER_VALUES_MAX of them."""
-    sig, key, sizes = form
+    at these sizes: that trace's instance at them, no trace (else ``_new_template``).  Saved ints of at least 2 are
+    sizes of the form (a mean's count), the mode keeps the other numbers' values.  ``trace=False``: _UNTRACED where
+    it would trace."""
+    sig, key, sizes, nums = form
     if not sizes:
-        return _record(node, vals, ngrads, numbers)
-    sized = _PLANS.sized
+        return _record(node, vals, ngrads, numbers) if trace else _UNTRACED
+    by_value = mode
+    if mode is not _SYMBOLS and key[3] is not None:
+        mode = tuple(None if m is not None else _value_key((t,)) for t, m in zip(nums, key[3]))
     skey = (sig, mode)
-    templates = sized.get(skey)
-    if templates is _UNSIZED:
-        return _record(node, vals, ngrads, numbers)
+    templates = _PLANS.sized.get(skey)
     if templates is _DECLINED:
         return None
+    if templates is _BY_VALUE:
+        form = _form(node, vals, nums, False)
+        return None if form is None else _traced(node, vals, ngrads, numbers, form, by_value, trace)
     values = rule_traces.values_of(sizes)
-    if templates is not None:
+    if templates is not None and templates is not _UNSIZED:
         for t in templates:
             if t.env.holds(values):
                 return rule_traces.instance(t, values, numbers)
-        if len(templates) >= NUMBER_VALUES_MAX:
-            return _record(node, vals, ngrads, numbers)
-    env, shapes, arrays, params = rule_traces.symbols(key, sizes, node.shapes, node.params)
-    symbolic = _record(node, vals, ngrads, numbers, (env, shapes, arrays, params))
-    if symbolic is not None and type(symbolic[1]) in (tuple, list):
+    if not trace:
+        return _UNTRACED
+    if templates is _UNSIZED or (templates is not None and len(templates) >= NUMBER_VALUES_MAX):
+        return _record(node, vals, ngrads, numbers)
+    got = _new_template(node, vals, ngrads, numbers, form, skey, values)
+    if got is not _BY_VALUE:
+        return got
+    form = _form(node, vals, nums, False)
+    return None if form is None else _traced(node, vals, ngrads, numbers, form, by_value)
+
+
+def _new_template(node, vals, ngrads, numbers, form, skey, values):
+    """The rule traced on the form's symbols at ``values``: its instance there, kept for the form's later shapes
+    (the form's first is checked against the trace on the shapes themselves: the same steps, or the form is traced
+    per shape, _UNSIZED); the trace on the shapes where it declines.  _BY_VALUE: the form's saved ints must be
+    traced by value (a rule that tells a number from a size by its type, pow's exponent)."""
+    sig, key, sizes, nums = form
+    sized = _PLANS.sized
+    templates = sized.get(skey)
+    env, shapes, arrays, params, sym_nums = rule_traces.symbols(key, sizes, node.params, nums)
+    symbolic = _record(node, vals, ngrads, sym_nums if numbers is None else numbers, (env, shapes, arrays, params))
+    failed = symbolic is None or type(symbolic[1]) not in (tuple, list)
+    if failed:
+        if numbers is not None:     # (_SYMBOLS: the rule reads its numbers, each value gets a plan of its own)
+            if templates is None:
+                sized[skey] = _DECLINED
+            return None
+        t = concrete = None
+    else:
         t = rule_traces.Template(env, symbolic, numbers)
-        here = rule_traces.instance(t, values, numbers)
-        if sig in _PLANS.checked:
-            concrete = here
-        else:
-            concrete = _record(node, vals, ngrads, numbers)
-            if concrete is None or type(concrete[1]) not in (tuple, list) \
-                    or not same_steps(concrete, here, (), ()):
+        concrete = rule_traces.instance(t, values, numbers)
+        if sig not in _PLANS.checked:
+            here, concrete = concrete, _record(node, vals, ngrads, numbers)
+            if concrete is None or type(concrete[1]) not in (tuple, list) or not same_steps(concrete, here, (), ()):
                 t = None
             else:
                 _PLANS.checked.add(sig)
-        if t is not None:
-            if templates is None:
-                templates = sized[skey] = []
-            templates.append(t)
-            return concrete
-    elif mode is _SYMBOLS:
-        # (the rule reads its numbers, as a rule that declines mostly does: each value then gets a plan of its own)
+    if t is not None:
         if templates is None:
-            sized[skey] = _DECLINED
-        return None
-    else:
-        concrete = _record(node, vals, ngrads, numbers)
+            templates = sized[skey] = []
+        templates.append(t)
+        return concrete
     if templates is None:
+        if sym_nums is not None:
+            sized[skey] = _BY_VALUE
+            return _BY_VALUE
         sized[skey] = _UNSIZED
-    return concrete
+    return _record(node, vals, ngrads, numbers) if failed else concrete
 
 
 def _value_key(nums):
@@ -357,14 +382,20 @@ def _value_key(nums):
 
 
 def _value_plan(table, vk, node, vals, ngrads, nums):
-    """The plan of the values ``vk`` not in ``table`` yet, traced; _NO_PLAN where the rule runs: it declines, or
-    the signature has had NUMBER_VALUES_MAX values (a number that changes every step would trace without end)."""
-    if len(table) >= NUMBER_VALUES_MAX:
+    """The plan of the values ``vk`` not in ``table`` yet; _NO_PLAN where the rule runs: it declines, or the
+    signature has had NUMBER_VALUES_MAX values traced (a number that changes every step would trace without end)
+    and no trace of its form serves these values (a mean's count: a size of the form), or _VALUES_MAX plans."""
+    form = _form(node, vals, nums) if len(table) < _VALUES_MAX else None
+    if form is None:
         return _NO_PLAN
-    form = _form(node, vals, nums)
-    recorded = None if form is None else _traced(node, vals, ngrads, None, form, vk)
+    recorded = _traced(node, vals, ngrads, None, form, vk, len(table) < NUMBER_VALUES_MAX)
+    if recorded is _UNTRACED:
+        return _NO_PLAN
     plan = table[vk] = _concrete_plan(recorded, node, vals)
     return plan
+
+
+_VALUES_MAX = 1024          # plans of one signature's values, where traces of its form serve them
 
 
 def _concrete_plan(recorded, node, vals):

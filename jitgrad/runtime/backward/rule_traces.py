@@ -60,27 +60,35 @@ def _mark(k):
     return _MARKS[k]
 
 
-def form(shapes, arrays, params):
+def form(shapes, arrays, params, nums=None):
     """The form of a signature: (key, sizes).  ``sizes``: its distinct sizes of at least 2 in order of first
-    appearance (in ``shapes``, then the arrays' shapes, then params); ``key``: the shapes with the k-th size as
-    ``-1 - k``, the arrays' shapes alike, and ``params`` (a dict, or None) with each int equal to one of the sizes
-    as that size's mark."""
+    appearance (in ``shapes``, then the arrays' shapes, then the saved ints ``nums`` of at least 2: a mean's count,
+    then params); ``key``: the shapes with the k-th size as ``-1 - k``, the arrays' shapes alike, ``params`` (a
+    dict, or None) with each int equal to one of the sizes as that size's mark, and per saved number its size's
+    mark, or None (a float, a bool, an int below 2: traced on its value)."""
     index = {}
 
+    def size(n):
+        k = index.get(n)
+        if k is None:
+            k = index[n] = len(index)
+        return k
+
     def shape(s):
-        out = []
-        for n in s:
-            if n >= 2:
-                k = index.get(n)
-                if k is None:
-                    k = index[n] = len(index)
-                n = -1 - k
-            out.append(n)
-        return tuple(out)
+        return tuple(-1 - size(n) if n >= 2 else n for n in s)
 
     key = (tuple(None if s is None else shape(s) for s in shapes), tuple(shape(a.shape) for a in arrays),
-           tuple((k, _put(v, index, _mark)) for k, v in params.items()) if params else None)
+           None, None)
+    if nums is not None:
+        key = key[:3] + (tuple(_mark(size(t)) if type(t) is int and t >= 2 else None for t in nums),)
+    if params:
+        key = key[:2] + (tuple((k, v if k in _AXES else _put(v, index, _mark)) for k, v in params.items()),) \
+            + key[3:]
     return key, list(index)
+
+
+# params whose ints are axes, never sizes: kept by value (an axis 2 beside a size 2 would split a form in two)
+_AXES = frozenset(("axis", "axes", "perm", "naxes", "dim", "dims", "keepdims"))
 
 
 def _put(x, index, make):
@@ -98,9 +106,10 @@ def _put(x, index, make):
     return x
 
 
-def symbols(key, sizes, shapes, params):
-    """For a trace of form ``key`` at ``sizes``: (its ShapeEnv, the symbolic ``shapes``, the arrays' symbolic shapes,
-    the symbolic ``params``), the k-th size the symbol ``s{k}``."""
+def symbols(key, sizes, params, nums):
+    """For a trace of form ``key`` at ``sizes``: (its ShapeEnv, the symbolic node shapes, the arrays' symbolic
+    shapes, the symbolic ``params``, the saved numbers ``nums`` with each that is a size its symbol, or None where
+    none is), the k-th size the symbol ``s{k}``."""
     env = ShapeEnv()
     syms = [env.symbol(n, ("size", k)) for k, n in enumerate(sizes)]
 
@@ -110,8 +119,11 @@ def symbols(key, sizes, shapes, params):
     node_shapes = tuple(None if s is None else shape(s) for s in key[0])
     index = {n: k for k, n in enumerate(sizes)}
     if params:
-        params = _put(params, index, syms.__getitem__)
-    return env, node_shapes, [shape(s) for s in key[1]], params
+        params = {k: v if k in _AXES else _put(v, index, syms.__getitem__) for k, v in params.items()}
+    numbers = None
+    if key[3] is not None and any(m is not None for m in key[3]):
+        numbers = [t if m is None else syms[m.k] for t, m in zip(nums, key[3])]
+    return env, node_shapes, [shape(s) for s in key[1]], params, numbers
 
 
 def values_of(sizes):
