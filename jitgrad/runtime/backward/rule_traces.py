@@ -27,7 +27,7 @@ from ...ir import symbolic
 from ...ir.graph import Lit, Var
 from ...ir.ops import OPS, Aval
 from ...ir.ops.opdef import RuleCtx
-from ...ir.symbolic import ShapeEnv, SymFloat, SymInt, concretize, has_symbols
+from ...ir.symbolic import ShapeEnv, SymFloat, SymInt, concretize, evaluate, has_symbols, is_symbolic
 from ...tracer.trace import Trace
 from .. import grad_mode
 from ..dispatch import _bind
@@ -67,24 +67,37 @@ def form(shapes, arrays, params, nums=None):
     dict, or None) with each int equal to one of the sizes as that size's mark, and per saved number its size's
     mark, or None (a float, a bool, an int below 2: traced on its value)."""
     index = {}
-
-    def size(n):
-        k = index.get(n)
-        if k is None:
-            k = index[n] = len(index)
-        return k
-
-    def shape(s):
-        return tuple(-1 - size(n) if n >= 2 else n for n in s)
-
-    key = (tuple(None if s is None else shape(s) for s in shapes), tuple(shape(a.shape) for a in arrays),
-           None, None)
+    out = []
+    for group in (shapes, [a.shape for a in arrays]):       # (plain loops: a new shape's cost, on the hot path)
+        forms = []
+        for s in group:
+            if s is None:
+                forms.append(None)
+                continue
+            f = []
+            for n in s:
+                if n >= 2:
+                    k = index.get(n)
+                    if k is None:
+                        k = index[n] = len(index)
+                    n = -1 - k
+                f.append(n)
+            forms.append(tuple(f))
+        out.append(tuple(forms))
+    marks = None
     if nums is not None:
-        key = key[:3] + (tuple(_mark(size(t)) if type(t) is int and t >= 2 else None for t in nums),)
-    if params:
-        key = key[:2] + (tuple((k, v if k in _AXES else _put(v, index, _mark)) for k, v in params.items()),) \
-            + key[3:]
-    return key, list(index)
+        marks = []
+        for t in nums:
+            if type(t) is int and t >= 2:
+                k = index.get(t)
+                if k is None:
+                    k = index[t] = len(index)
+                marks.append(_mark(k))
+            else:
+                marks.append(None)
+        marks = tuple(marks)
+    ps = tuple((k, v if k in _AXES else _put(v, index, _mark)) for k, v in params.items()) if params else None
+    return (out[0], out[1], ps, marks), list(index)
 
 
 # params whose ints are axes, never sizes: kept by value (an axis 2 beside a size 2 would split a form in two)
@@ -132,15 +145,60 @@ def values_of(sizes):
 
 
 class Template:
-    """A rule traced on symbolic sizes: its ``env`` (the guards), eqns, results, the stand-ins' slots, the ids of the
-    constants it made (kept alive in ``keep``), and the symbols of the saved numbers it was traced on (or None)."""
+    """A rule traced on symbolic sizes, laid out for ``instance``: its ``env`` (the guards), its values (the
+    stand-ins, then the eqns' outputs: per value its aval where it has no symbol, else the form of its shape), its
+    eqns (op, inputs: a value's index or a literal, outputs' indices, params and whether they hold symbols), the
+    constants of one value it made of symbolic shapes, its results, the stand-ins' slots, the ids of the constants
+    it made (kept alive in ``keep``), and the symbols of the saved numbers it was traced on (or None)."""
 
-    __slots__ = ("env", "eqns", "created", "keep", "res", "slot_of", "numbers")
+    __slots__ = ("env", "specs", "eqns", "fills", "res", "slots", "created", "keep", "numbers")
 
     def __init__(self, env, recorded, numbers):
-        tr, self.res, self.slot_of = recorded
-        self.env, self.eqns, self.created, self.keep = env, tr.eqns, tr.created, tr.keep
-        self.numbers = numbers
+        tr, res, slot_of = recorded
+        self.env, self.created, self.keep, self.numbers = env, tr.created, tr.keep, numbers
+        index = {}
+        specs = self.specs = []
+
+        def at(v):
+            i = index.get(v)
+            if i is None:
+                i = index[v] = len(specs)
+                a = v.aval
+                specs.append((a, None) if not has_symbols(a.shape) else (a, tuple(_dim(d) for d in a.shape)))
+            return i
+        self.slots = [(at(v), i) for v, i in slot_of.items()]
+        folded = _filled_constants(tr.eqns)
+        self.fills, self.eqns = [], []
+        for e in tr.eqns:
+            fold = folded.get(e.outs[0]) if e.outs else None
+            if fold is _DROPPED:
+                continue
+            if fold is not None:
+                self.fills.append((at(e.outs[0]), fold))
+                continue
+            ins = [at(v) if type(v) is Var else (v, is_symbolic(v.value) or has_symbols(v.aval.shape)) for v in e.ins]
+            self.eqns.append((e.op, ins, [at(v) for v in e.outs], e.params, has_symbols(e.params)))
+        self.res = [(0, at(r._data)) if type(r) is Tensor and type(r._data) is Var else (1, r) for r in res] \
+            if type(res) in (tuple, list) else None
+
+
+def _dim(d):
+    """A dim of a symbolic shape for ``instance``: (0, an int), (1, a symbol's name: its value), (2, a polynomial)."""
+    if type(d) is not SymInt:
+        return 0, d
+    p = d.poly
+    if len(p) == 1 and p[0][1] == 1 and len(p[0][0]) == 1 and p[0][0][0].startswith("s"):
+        return 1, p[0][0][0]
+    return 2, p
+
+
+class _Eqn:
+    """An eqn of an Instance: what ``pullback_plans._build`` and ``same_steps`` read of one."""
+
+    __slots__ = ("op", "ins", "outs", "params")
+
+    def __init__(self, op, ins, outs, params):
+        self.op, self.ins, self.outs, self.params = op, ins, outs, params
 
 
 class Instance:
@@ -154,57 +212,56 @@ class Instance:
 
 def instance(t: Template, values, numbers):
     """``t`` at the sizes ``values``, its saved numbers' symbols replaced by ``numbers`` (that trace's own): a
-    recorded trace as ``_record`` gives it, (trace, results, stand-in slots).  A constant the rule made of a
+    recorded trace as ``record`` gives it, (trace, results, stand-in slots).  A constant the rule made of a
     symbolic shape (``new_zeros``: a 0-d constant broadcast and copied) is the array it makes of a plain shape."""
-    new = {}
     swap = {id(s): n for s, n in zip(t.numbers, numbers)} if t.numbers else None
-
-    def aval(a):
-        return Aval(concretize(a.shape, values), a.dtype, a.weak) if has_symbols(a.shape) else a
-
-    def var(v):
-        if type(v) is Lit:
-            val = v.value
-            if type(val) is SymFloat or type(val) is SymInt:
+    vs = []
+    for a, spec in t.specs:
+        if spec is not None:
+            shape = []
+            for k, d in spec:
+                shape.append(d if k == 0 else values[d] if k == 1 else evaluate(d, values))
+            a = Aval(tuple(shape), a.dtype, a.weak)
+        vs.append(Var(a))
+    for i, value in t.fills:
+        a = vs[i].aval
+        vs[i] = Lit(np.full(a.shape, value, a.dtype.np), Aval(a.shape, a.dtype))
+    eqns = []
+    for op, ins, outs, params, sym in t.eqns:
+        args = []
+        for v in ins:
+            if type(v) is int:
+                v = vs[v]
+            elif v[1]:
+                v = v[0]
+                val = v.value
                 if swap is not None and id(val) in swap:
                     val = swap[id(val)]
-                else:
+                elif type(val) is SymFloat or type(val) is SymInt:
                     try:
                         val = concretize(val, values)
                     except KeyError:        # a number computed from a saved number's symbol: kept (no plan takes it)
                         pass
-            return Lit(val, aval(v.aval))
-        w = new.get(v)
-        if w is None:
-            w = new[v] = Var(aval(v.aval))
-        return w
-
-    slot_of = {var(v): i for v, i in t.slot_of.items()}
-    eqns = []
-    folded = _filled_constants(t.eqns)
-    for e in t.eqns:
-        fold = folded.get(e.outs[0]) if e.outs else None
-        if fold is not None:
-            if fold is not _DROPPED:
-                a = aval(e.outs[0].aval)
-                new[e.outs[0]] = Lit(np.full(a.shape, fold, a.dtype.np), Aval(a.shape, a.dtype))
-            continue
-        params = concretize(e.params, values) if has_symbols(e.params) else e.params
-        eqns.append(e.replace(ins=[var(v) for v in e.ins], outs=[var(v) for v in e.outs], params=params))
+                a = v.aval
+                v = Lit(val, Aval(concretize(a.shape, values), a.dtype, a.weak) if has_symbols(a.shape) else a)
+            else:
+                v = v[0]
+            args.append(v)
+        eqns.append(_Eqn(op, args, [vs[i] for i in outs], concretize(params, values) if sym else params))
     created, keep = t.created, t.keep
-    res = t.res
-    if type(res) in (tuple, list):
-        res = list(res)
-        for i, r in enumerate(res):
-            if type(r) is Tensor and type(r._data) is Var:
-                v = var(r._data)
+    res = None
+    if t.res is not None:
+        res = []
+        for kind, r in t.res:
+            if kind == 0:
+                v = vs[r]
                 if type(v) is Lit:          # (a constant the rule returns)
                     r = Tensor._make(v.value)
                     created, keep = created | {id(r)}, keep + [r]
                 else:
                     r = Tensor._make(v)
-                res[i] = r
-    return Instance(eqns, created, keep), res, slot_of
+            res.append(r)
+    return Instance(eqns, created, keep), res, {vs[i]: k for i, k in t.slots}
 
 
 _DROPPED = object()
