@@ -42,7 +42,7 @@ import numpy as np
 from ...ir.graph import Lit, Var
 from ...ir.ops import Aval
 from ...ir.ops.opdef import OpDef
-from ...ir.symbolic import SymFloat
+from ...ir.symbolic import SymFloat, concretize, has_symbols
 from ..dispatch import _rule_entry
 from ..op_errors import op_error
 from ..tensor import Tensor
@@ -246,6 +246,7 @@ def _filled(value):
     return lambda: np.full(shape, fill, dtype)
 
 
+
 def _first_plan(node, vals, ngrads, nums):
     """The plan of a new signature (None where its params are over their bound): the rule traced on its numbers'
     values; where they are all floats and the rule does not read them, the plan that takes them as inputs (the rule
@@ -254,7 +255,8 @@ def _first_plan(node, vals, ngrads, nums):
     if form is None:
         return None
     vk = None if nums is None else _value_key(nums)
-    concrete = _traced(node, vals, ngrads, None, form, vk)
+    floats = nums is not None and all(type(t) is float for t in nums)
+    concrete = _traced(node, vals, ngrads, None, form, vk, True, not floats)
     plan = _concrete_plan(concrete, node, vals)
     if nums is None:
         return plan
@@ -298,12 +300,12 @@ def _form(node, vals, nums, ints=True):
 _UNTRACED = object()        # (``_traced`` with ``trace=False``: a trace would be needed)
 
 
-def _traced(node, vals, ngrads, numbers, form, mode, trace=True):
+def _traced(node, vals, ngrads, numbers, form, mode, trace=True, want_plan=False):
     """``node``'s rule traced for ``vals`` as ``_record`` traces it, through a trace of the rule on symbolic sizes
     where one serves the signature's form (``mode``: the saved numbers' value key, or _SYMBOLS) and its guards hold
     at these sizes: that trace's instance at them, no trace (else ``_new_template``).  Saved ints of at least 2 are
     sizes of the form (a mean's count), the mode keeps the other numbers' values.  ``trace=False``: _UNTRACED where
-    it would trace."""
+    it would trace.  ``want_plan``: where a trace of the form serves, its Plan at these sizes (no instance)."""
     sig, key, sizes, nums = form
     if not sizes:
         return _record(node, vals, ngrads, numbers) if trace else _UNTRACED
@@ -316,11 +318,15 @@ def _traced(node, vals, ngrads, numbers, form, mode, trace=True):
         return None
     if templates is _BY_VALUE:
         form = _form(node, vals, nums, False)
-        return None if form is None else _traced(node, vals, ngrads, numbers, form, by_value, trace)
+        return None if form is None else _traced(node, vals, ngrads, numbers, form, by_value, trace, want_plan)
     values = rule_traces.values_of(sizes)
     if templates is not None and templates is not _UNSIZED:
         for t in templates:
             if t.env.holds(values):
+                if want_plan and numbers is None:
+                    plan = _template_plan(t, values, len(vals), len(node.next_functions))
+                    if plan is not _NO_PLAN:
+                        return plan
                 return rule_traces.instance(t, values, numbers)
     if not trace:
         return _UNTRACED
@@ -330,7 +336,24 @@ def _traced(node, vals, ngrads, numbers, form, mode, trace=True):
     if got is not _BY_VALUE:
         return got
     form = _form(node, vals, nums, False)
-    return None if form is None else _traced(node, vals, ngrads, numbers, form, by_value)
+    return None if form is None else _traced(node, vals, ngrads, numbers, form, by_value, True, want_plan)
+
+
+def _template_plan(t, values, ninputs, nresults):
+    """The Plan of template ``t`` at the sizes ``values``: its layout (made once) finished at them."""
+    layout = t.layouts.get((ninputs, nresults))
+    if layout is None:
+        try:
+            layout = _layout(*rule_traces.instance(t, None, None), ninputs, nresults, None, True)
+        except Exception:
+            layout = _NO_PLAN
+        t.layouts[(ninputs, nresults)] = layout
+    if layout is _NO_PLAN:
+        return _NO_PLAN
+    try:
+        return _finish(layout, ninputs, False, values)
+    except Exception:
+        return _NO_PLAN
 
 
 def _new_template(node, vals, ngrads, numbers, form, skey, values):
@@ -355,7 +378,10 @@ def _new_template(node, vals, ngrads, numbers, form, skey, values):
         concrete = rule_traces.instance(t, values, numbers)
         if sig not in _PLANS.checked:
             here, concrete = concrete, _record(node, vals, ngrads, numbers)
-            if concrete is None or type(concrete[1]) not in (tuple, list) or not same_steps(concrete, here, (), ()):
+            nres = len(node.next_functions)
+            if concrete is None or type(concrete[1]) not in (tuple, list) or not same_steps(concrete, here, (), ()) \
+                    or numbers is None and not rule_traces.same_plan(_plan(*concrete, len(vals), nres),
+                                                                     _template_plan(t, values, len(vals), nres)):
                 t = None
             else:
                 _PLANS.checked.add(sig)
@@ -388,7 +414,7 @@ def _value_plan(table, vk, node, vals, ngrads, nums):
     form = _form(node, vals, nums) if len(table) < _VALUES_MAX else None
     if form is None:
         return _NO_PLAN
-    recorded = _traced(node, vals, ngrads, None, form, vk, len(table) < NUMBER_VALUES_MAX)
+    recorded = _traced(node, vals, ngrads, None, form, vk, len(table) < NUMBER_VALUES_MAX, True)
     if recorded is _UNTRACED:
         return _NO_PLAN
     plan = table[vk] = _concrete_plan(recorded, node, vals)
@@ -399,8 +425,13 @@ _VALUES_MAX = 1024          # plans of one signature's values, where traces of i
 
 
 def _concrete_plan(recorded, node, vals):
-    """The plan of a rule traced on its numbers' values (``_record``'s result), or _NO_PLAN where it declined."""
-    return _NO_PLAN if recorded is None else _plan(*recorded, len(vals), len(node.next_functions))
+    """The plan of a rule traced on its numbers' values (``_record``'s result, or the Plan a trace of its form
+    gave), or _NO_PLAN where it declined."""
+    if recorded is None:
+        return _NO_PLAN
+    if type(recorded) is Plan:
+        return recorded
+    return _plan(*recorded, len(vals), len(node.next_functions))
 
 
 def _plan(tr, res, slot_of, ninputs, nresults, number_slot=None):
@@ -413,6 +444,14 @@ def _plan(tr, res, slot_of, ninputs, nresults, number_slot=None):
 
 
 def _build(tr, res, slot_of, ninputs, nresults, number_slot):
+    layout = _layout(tr, res, slot_of, ninputs, nresults, number_slot)
+    return layout if layout is _NO_PLAN else _finish(layout, ninputs, bool(number_slot))
+
+
+def _layout(tr, res, slot_of, ninputs, nresults, number_slot, sized=False):
+    """What of a Plan does not depend on the sizes: (the constants, per step (eqn, its arguments' slots, its
+    slot), the results' slots, the first step's slot, the None's); ``sized``: ``tr`` is a rule's trace on symbolic
+    sizes, its literals computed from them constants that ``_finish`` puts the sizes in."""
     if type(res) not in (tuple, list) or len(res) != nresults:
         return _NO_PLAN
     consts = []
@@ -432,7 +471,8 @@ def _build(tr, res, slot_of, ninputs, nresults, number_slot):
             want.append(None)
         elif type(r) is Tensor and type(r._data) is Var:
             want.append(r._data)
-        elif type(r) is Tensor and type(r._data) is np.ndarray and id(r) in tr.created:
+        elif type(r) is Tensor and (type(r._data) is np.ndarray or sized and type(r._data) is rule_traces.Fill) \
+                and id(r) in tr.created:
             want.append(const(r._data))
         else:
             return _NO_PLAN
@@ -463,7 +503,7 @@ def _build(tr, res, slot_of, ninputs, nresults, number_slot):
             for a in e.ins:
                 if type(a) is Var:
                     args.append(a)
-                elif type(a.value) is SymFloat:
+                elif type(a.value) is SymFloat and not sized:
                     k = number_slot.get(id(a.value)) if number_slot else None
                     if k is None:
                         return _NO_PLAN     # (a number computed from a saved one)
@@ -471,16 +511,33 @@ def _build(tr, res, slot_of, ninputs, nresults, number_slot):
                 else:
                     args.append(const(a.value))
             ref.append((e, args))
-            slot[e.outs[0]] = None      # (numbered below, once the constants are)
+    first = n = ninputs + len(consts)
+    steps = []
+    spec = rule_traces.shape_spec if sized else _no_spec
+    for e, args in ref:
+        ins = [(True, a.aval, spec(a.aval.shape)) if type(a) is Lit else
+               (False, (tuple(a.aval.shape), a.aval.dtype), spec(a.aval.shape)) for a in e.ins]
+        steps.append((e.op, ins, e.params, sized and has_symbols(e.params),
+                      [(ninputs + a[1] if a[0] == "c" else a[1]) if type(a) is tuple else slot[a] for a in args], n))
+        slot[e.outs[0]] = n
+        n += 1
+    results = [n if v is None else ninputs + v[1] if type(v) is tuple else slot[v] for v in want]
+    return consts, steps, results, first, n
 
-    def resolve(a):
-        if type(a) is not tuple:
-            return a
-        return ninputs + a[1] if a[0] == "c" else a[1]
 
+def _no_spec(shape):
+    return None
+
+
+def _finish(layout, ninputs, numbers, values=None):
+    """The Plan of ``layout`` (at the sizes ``values``, where it was laid out from a trace on symbolic sizes)."""
+    consts, ref, results, first, nothing = layout
+    if values is not None:
+        consts = [rule_traces.concrete(c, values) for c in consts]
+    else:
+        consts = list(consts)
     steps, where = [], []
-    n = ninputs + len(consts)
-    from_const = set(range(ninputs, n))     # slots that are a constant or a view of one
+    from_const = set(range(ninputs, first))     # slots that are a constant or a view of one
     for j, value in enumerate(consts):
         if _one_value(value):
             # a big constant of one value (getitem's zeros of an embedding's shape): made per call, as the rule
@@ -489,14 +546,20 @@ def _build(tr, res, slot_of, ninputs, nresults, number_slot):
             where.append((None, None))
             consts[j] = None
             from_const.discard(ninputs + j)
-    for e, args in ref:
-        args = [resolve(a) if type(a) is tuple else slot[a] for a in args]
-        avals = [a.aval if type(a) is Lit else Aval(tuple(a.aval.shape), a.aval.dtype) for a in e.ins]
-        entry = _rule_entry(e.op, None, e.params, avals)
-        params = e.params
+    for op, ins, params, sym, args, n in ref:
+        avals = []
+        for lit, a, spec in ins:
+            if spec is None:
+                avals.append(a if lit else Aval(a[0], a[1]))
+            else:
+                shape = rule_traces.shape_at(spec, values)
+                avals.append(Aval(shape, a.dtype, a.weak) if lit else Aval(shape, a[1]))
+        if sym:
+            params = concretize(params, values)
+        entry = _rule_entry(op, None, params, avals)
         impl = entry[6]
-        method = _METHOD_STEPS.get(e.op.name)
-        if method is not None and impl is e.op.impl and len(args) == 1:
+        method = _METHOD_STEPS.get(op.name)
+        if method is not None and impl is op.impl and len(args) == 1:
             # a view step calls the array's method, its parameter bound once (the impl is a Python lambda)
             impl, kind, a = methodcaller(method[0], params[method[1]]), 1, args[0]
         elif len(args) == 1:
@@ -506,21 +569,8 @@ def _build(tr, res, slot_of, ninputs, nresults, number_slot):
         else:
             kind, a = 0, tuple(args)
         steps.append((impl, kind, a, params, entry[2], n))
-        where.append((e.op, entry[1]))
-        if e.op.view and args[0] in from_const:
+        where.append((op, entry[1]))
+        if op.view and args[0] in from_const:
             from_const.add(n)
-        slot[e.outs[0]] = n
-        n += 1
-    nothing = n                 # (a None after the steps' slots: an input with no cotangent)
-    results, fresh = [], []
-    for j, v in enumerate(want):
-        if v is None:
-            results.append(nothing)
-            continue
-        r = resolve(v) if type(v) is tuple else slot[v]
-        results.append(r)
-        if r in from_const:
-            fresh.append(j)
-    first = ninputs + len(consts)
-    return Plan(tuple(steps), consts + [None] * (n - first + 1), first, results, tuple(fresh), tuple(where),
-                bool(number_slot))
+    fresh = tuple(j for j, r in enumerate(results) if r != nothing and r in from_const)
+    return Plan(tuple(steps), consts + [None] * (nothing - first + 1), first, results, fresh, tuple(where), numbers)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import struct
 import threading
 import warnings
+from operator import methodcaller
 
 import numpy as np
 
@@ -151,11 +152,12 @@ class Template:
     constants of one value it made of symbolic shapes, its results, the stand-ins' slots, the ids of the constants
     it made (kept alive in ``keep``), and the symbols of the saved numbers it was traced on (or None)."""
 
-    __slots__ = ("env", "specs", "eqns", "fills", "res", "slots", "created", "keep", "numbers")
+    __slots__ = ("env", "specs", "eqns", "fills", "res", "slots", "created", "keep", "numbers", "layouts")
 
     def __init__(self, env, recorded, numbers):
         tr, res, slot_of = recorded
         self.env, self.created, self.keep, self.numbers = env, tr.created, tr.keep, numbers
+        self.layouts = {}       # (inputs, results) -> pullback_plans' layout of its plan (made on first use)
         index = {}
         specs = self.specs = []
 
@@ -164,7 +166,7 @@ class Template:
             if i is None:
                 i = index[v] = len(specs)
                 a = v.aval
-                specs.append((a, None) if not has_symbols(a.shape) else (a, tuple(_dim(d) for d in a.shape)))
+                specs.append((a, shape_spec(a.shape)))
             return i
         self.slots = [(at(v), i) for v, i in slot_of.items()]
         folded = _filled_constants(tr.eqns)
@@ -213,15 +215,15 @@ class Instance:
 def instance(t: Template, values, numbers):
     """``t`` at the sizes ``values``, its saved numbers' symbols replaced by ``numbers`` (that trace's own): a
     recorded trace as ``record`` gives it, (trace, results, stand-in slots).  A constant the rule made of a
-    symbolic shape (``new_zeros``: a 0-d constant broadcast and copied) is the array it makes of a plain shape."""
+    symbolic shape (``new_zeros``: a 0-d constant broadcast and copied) is the array it makes of a plain shape
+    (``values`` None: the trace on the symbols, such a constant a ``Fill``)."""
+    if values is None:
+        return _symbolic(t)
     swap = {id(s): n for s, n in zip(t.numbers, numbers)} if t.numbers else None
     vs = []
     for a, spec in t.specs:
         if spec is not None:
-            shape = []
-            for k, d in spec:
-                shape.append(d if k == 0 else values[d] if k == 1 else evaluate(d, values))
-            a = Aval(tuple(shape), a.dtype, a.weak)
+            a = Aval(shape_at(spec, values), a.dtype, a.weak)
         vs.append(Var(a))
     for i, value in t.fills:
         a = vs[i].aval
@@ -262,6 +264,58 @@ def instance(t: Template, values, numbers):
                     r = Tensor._make(v)
             res.append(r)
     return Instance(eqns, created, keep), res, {vs[i]: k for i, k in t.slots}
+
+
+def _symbolic(t: Template):
+    vs = [Var(a) for a, _ in t.specs]
+    for i, value in t.fills:
+        a = vs[i].aval
+        vs[i] = Lit(Fill(a.shape, value, a.dtype.np), Aval(a.shape, a.dtype))
+    eqns = [_Eqn(op, [vs[v] if type(v) is int else v[0] for v in ins], [vs[i] for i in outs], params)
+            for op, ins, outs, params, _ in t.eqns]
+    created, keep, res = t.created, t.keep, None
+    if t.res is not None:
+        res = []
+        for kind, r in t.res:
+            if kind == 0:
+                v = vs[r]
+                r = Tensor._make(v.value if type(v) is Lit else v)
+                if type(v) is Lit:          # (a constant the rule returns)
+                    created, keep = created | {id(r)}, keep + [r]
+            res.append(r)
+    return Instance(eqns, created, keep), res, {vs[i]: k for i, k in t.slots}
+
+
+class Fill:
+    """A constant of one value that a rule made of a symbolic shape, in its trace on the symbols."""
+
+    __slots__ = ("shape", "value", "dtype")
+
+    def __init__(self, shape, value, dtype):
+        self.shape, self.value, self.dtype = shape, value, dtype
+
+
+def concrete(x, values):
+    """A constant or params of a trace on symbolic sizes at the sizes ``values``."""
+    t = type(x)
+    if t is Fill:
+        return np.full(concretize(x.shape, values), x.value, x.dtype)
+    if t is SymInt or t is SymFloat or (t is not np.ndarray and has_symbols(x)):
+        return concretize(x, values)
+    return x
+
+
+def shape_spec(shape):
+    """A symbolic shape for ``shape_at`` (its dims as ``_dim`` gives them), None for a plain one."""
+    return tuple(_dim(d) for d in shape) if has_symbols(shape) else None
+
+
+def shape_at(spec, values) -> tuple:
+    """The shape ``spec`` stands for at the sizes ``values``."""
+    shape = []
+    for k, d in spec:
+        shape.append(d if k == 0 else values[d] if k == 1 else evaluate(d, values))
+    return tuple(shape)
 
 
 _DROPPED = object()
@@ -306,9 +360,9 @@ def _ctx_bind(opname, *args, **params):
 
 
 def record(node, vals, ngrads, numbers, sized=None):
-    """``node``'s rule traced on stand-ins of ``vals`` (the arrays ``pullback_plans.pullback`` collected, in its order) and on
-    ``numbers`` in place of its saved numbers (None: the numbers themselves): (trace, results, stand-in slots), or
-    None where the rule cannot be traced (it failed, or warned in this thread).  ``sized``: (a ShapeEnv, the node's
+    """``node``'s rule traced on stand-ins of ``vals`` (the arrays ``pullback_plans.pullback`` collected, in its
+    order) and on ``numbers`` in place of its saved numbers (None: the numbers themselves): (trace, results, stand-in
+    slots), or None where the rule cannot be traced (it failed, or warned in this thread).  ``sized``: (a ShapeEnv, the node's
     shapes, the arrays' shapes, the params), symbolic: the rule is traced on them, its decisions on sizes guards in
     that ShapeEnv."""
     COUNTS["traces"] += 1
@@ -453,6 +507,48 @@ def same_steps(concrete, symbolic, nums, syms) -> bool:
             if var.get(b._data) is not a._data:
                 return False
         elif not same_value(a._data, b._data):
+            return False
+    return True
+
+
+def same_plan(p, q) -> bool:
+    """Whether two plans make the same calls: the same steps (impls, arguments' slots, params, casts), constants
+    (bit for bit) and results (the plan of a rule's trace on its shapes and that of its form's trace there)."""
+    if not hasattr(p, "steps") or not hasattr(q, "steps"):      # (no plan: the rule runs)
+        return p is q
+    if len(p.steps) != len(q.steps) or len(p.pad) != len(q.pad) or (p.first, p.single, p.fresh, p.numbers) != \
+            (q.first, q.single, q.fresh, q.numbers) or p.pick.__reduce__() != q.pick.__reduce__():
+        return False
+    for a, b in zip(p.pad, q.pad):
+        if (a is None) != (b is None) or a is not None and not same_value(a, b):
+            return False
+    for (fa, *ra), (fb, *rb) in zip(p.steps, q.steps):
+        try:
+            if ra != rb:
+                return False
+        except Exception:       # (params holding arrays)
+            return False
+        if fa is not fb and not _same_call(fa, fb):
+            return False
+    return True
+
+
+def _same_call(f, g) -> bool:
+    """Whether two impls of plan steps are the same call: a view's method with its parameter, or functions made
+    per signature (an index's key, a constant's fill) of one code over equal values."""
+    if type(f) is methodcaller and type(g) is methodcaller:
+        return f.__reduce__() == g.__reduce__()
+    code = getattr(f, "__code__", None)
+    if code is None or code is not getattr(g, "__code__", None) or f.__closure__ is None or g.__closure__ is None:
+        return False
+    for x, y in zip(f.__closure__, g.__closure__):
+        a, b = x.cell_contents, y.cell_contents
+        if a is b:
+            continue
+        if isinstance(a, (np.ndarray, np.generic)) and isinstance(b, (np.ndarray, np.generic)):
+            if not same_value(np.asarray(a), np.asarray(b)):
+                return False
+        elif not same_value(a, b):
             return False
     return True
 
