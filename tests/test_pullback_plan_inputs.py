@@ -15,7 +15,7 @@ import pytest
 
 import jitgrad as jg
 from jitgrad.ir.ops import OPS
-from jitgrad.runtime.backward import pullback_plans
+from jitgrad.runtime.backward import pullback_plans, rule_traces
 
 _SPECIAL = [0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1e-45, -3.0]
 
@@ -101,13 +101,16 @@ def test_signed_zero_and_nan_values_are_told_apart_per_value():
     assert len(table) == 3
 
 
-def _patched_exp(monkeypatch, extra):
-    """exp's rule with ``extra()`` run first in it; exp's plans cleared."""
+def _patched_exp(monkeypatch, extra, once=True):
+    """exp's rule with ``extra()`` run first in it, in its first call only where ``once`` (a new signature's rule is
+    traced twice: on symbolic sizes, and on its shapes to check that trace); exp's plans cleared."""
     op = OPS["exp"]
     rule = op.vjp
+    calls = []
 
     def patched(c, g):
-        extra()
+        if not (once and calls):
+            calls.append(extra())
         return rule(c, g)
     monkeypatch.setattr(op, "vjp", patched)
     pullback_plans._PLANS.clear()
@@ -121,7 +124,7 @@ def _in_another_thread(fn):
 
 
 def test_the_rules_own_warning_costs_its_plan_and_is_shown(monkeypatch):
-    _patched_exp(monkeypatch, lambda: warnings.warn("the rule's own warning"))
+    _patched_exp(monkeypatch, lambda: warnings.warn("the rule's own warning"), once=False)
     x = jg.tensor([0.5, -1.0, 2.0], requires_grad=True)
     for _ in range(2):      # (no plan: the rule runs, and warns, at every call)
         with pytest.warns(UserWarning, match="the rule's own warning"):
@@ -161,14 +164,14 @@ def test_a_warnings_window_of_another_thread_across_a_trace_leaves_the_warnings_
         threading.Thread(target=window).start()
         opened.wait(60)
     with warnings.catch_warnings():         # (the test's own: whatever happens, nothing leaks out of it)
-        before = ([f for f in warnings.filters if f is not pullback_plans._WARNED], warnings.showwarning,
+        before = ([f for f in warnings.filters if f is not rule_traces._WARNED], warnings.showwarning,
                   warnings._showwarnmsg_impl)
         _patched_exp(monkeypatch, open_a_window)
         x = jg.tensor([0.5, -1.0, 2.0], requires_grad=True)
         (gx,) = jg.autograd.grad(x.exp().sum(), x)
         close.set()
         closed.wait(60)
-        after = ([f for f in warnings.filters if f is not pullback_plans._WARNED], warnings.showwarning,
+        after = ([f for f in warnings.filters if f is not rule_traces._WARNED], warnings.showwarning,
                  warnings._showwarnmsg_impl)
         assert after == before
         with pytest.warns(UserWarning, match="this thread's later warning"):

@@ -6,12 +6,18 @@ with nothing to record (no create_graph, trace, profiler, anomaly mode, dual lev
 arrays matter, so the engine asks ``pullback`` instead:
 
 - per signature (the op, its params, which inputs need a gradient, the shapes and dtypes of the cotangents and of the
-  saved values, the types of saved Python numbers), the rule is traced once on symbolic stand-ins
-  (``tracer.Trace`` with ``fused``: a fused op stays one op, as eager dispatch runs it) into a straight-line plan:
-  each eqn resolved to the eager signature entry ``_bind`` would use (``dispatch._rule_entry``: the same impl,
-  eager kernel and result cast), constants the rule made kept as they are, steps no result needs dropped;
+  saved values, the types of saved Python numbers), the rule's trace (``rule_traces.record``) is made into a
+  straight-line plan: each eqn resolved to the eager signature entry ``_bind`` would use (``dispatch._rule_entry``:
+  the same impl, eager kernel and result cast), constants the rule made kept as they are, steps no result needs
+  dropped;
 - later calls replay the plan on the arrays: one loop over its steps calling each impl, casting as ``_bind`` casts.
   So the gradients are the rule's bits, and the rule is written once.
+
+A new shape is a new signature, but not a new trace: the rule is traced once per *form* of the signature's shapes
+(its sizes as symbols, ``rule_traces``), and that trace, its guards holding, instantiated at the new shape's sizes
+gives the trace the shape itself would (a form's first symbolic trace is checked against it: the same steps, or
+the form is traced per shape).  A rule that decides on a size gets a trace per outcome (its guards), at most
+``NUMBER_VALUES_MAX`` per form; later ones are traced per shape.
 
 Saved Python numbers (``x * beta``: a KL weight on a schedule, an annealed temperature) change between steps, so a
 plan must not hold their values.  A saved float is traced as a symbolic scalar (an unbacked ``SymFloat``: Python that
@@ -20,56 +26,58 @@ The rule is traced a second time on the number itself, and the two traces must b
 where the symbol is (a rule that tells numbers from tensors by type, div's Python-number numerator, takes another
 branch on a symbol).  A rule that reads its numbers, or saves ints or bools, is planned per value instead, for at most
 ``NUMBER_VALUES_MAX`` values of one signature; later values run the rule on tensors.  An op's params (clamp's bounds)
-are keyed by value too, and bounded alike.
+are keyed by value too, and bounded alike (a param that is one of the sizes, a reshape's target, by its form).
 
-A rule the plan cannot hold falls back to the rule itself, for that signature: one that reads a value (the tracer
-refuses: ``TracedValueError``), meets a tensor from outside its context, warns, binds a multi-output op or fails in
-any other way while traced (a rule that needs a value computed from its inputs leaves it to an op: nll_loss's
-``nll_grad_weights``).  Only the tracing thread's warnings count (``_WARNED``), and another thread's warning is
-handled as if no trace ran.  ``COUNTS["traces"]`` counts the rules traced (tests check that later steps trace none).
+A rule the plan cannot hold falls back to the rule itself, for that signature: one whose trace declines
+(``rule_traces.record``), or binds a multi-output op (a rule that needs a value computed from its inputs leaves it
+to an op: nll_loss's ``nll_grad_weights``).
 """
 from __future__ import annotations
 
 import struct
-import threading
-import warnings
 from operator import itemgetter, methodcaller
 
 import numpy as np
 
-from ...ir import dtypes as dt
 from ...ir.graph import Lit, Var
-from ...ir.ops import OPS, Aval
-from ...ir.ops.opdef import OpDef, RuleCtx
-from ...ir.symbolic import SymFloat
-from ...tracer.trace import Trace
-from .. import grad_mode
-from ..dispatch import _bind, _rule_entry
+from ...ir.ops import Aval
+from ...ir.ops.opdef import OpDef
+from ...ir.symbolic import SymFloat, concretize, has_symbols
+from ..dispatch import _rule_entry
 from ..op_errors import op_error
 from ..tensor import Tensor
+from . import rule_traces
+from .rule_traces import COUNTS, record as _record, same_steps  # noqa: F401 - (COUNTS: the tests' count, read here)
 
-_FROM_NP = dt._FROM_NP
-_GM = grad_mode.STATE
 _NO_PLAN = object()
+_UNSIZED = object()     # a form whose rule traces otherwise on symbolic sizes: traced per shape
+_DECLINED = object()    # a form whose rule declines its saved numbers as symbols: planned per value
+_BY_VALUE = object()    # a form whose rule declines its saved ints as sizes: traced on their values
 NUMBER_VALUES_MAX = 32      # values of the saved numbers planned per signature, where a plan must hold them
 
 
 class _Plans(dict):
     """Signature -> its plan, _NO_PLAN (the rule runs) or, where saved numbers are planned per value, a _Values;
-    ``param_values``: a signature less its params -> how many params' values have a plan (at most
-    NUMBER_VALUES_MAX: clamp's bounds on a schedule would trace without end), cleared with the plans."""
+    ``param_values``: a signature's form less its params -> the params' forms that have plans (at most
+    NUMBER_VALUES_MAX: clamp's bounds on a schedule would trace without end); ``sized``: (a signature's form, how its
+    numbers are traced) -> the rule's traces on symbolic sizes (rule_traces.Template), _UNSIZED or _DECLINED;
+    ``checked``: the forms whose first symbolic trace was checked against a trace on the shapes; all cleared with
+    the plans."""
 
     def __init__(self):
         super().__init__()
         self.param_values = {}
+        self.sized = {}
+        self.checked = set()
 
     def clear(self):
         super().clear()
         self.param_values.clear()
+        self.sized.clear()
+        self.checked.clear()
 
 
 _PLANS = _Plans()
-COUNTS = {"traces": 0}
 _ERRORS = (ValueError, TypeError, IndexError, FloatingPointError, OverflowError)
 _FILL_MIN = 4096        # elements from which a constant of one value is made per call, not kept
 _bits = struct.Struct("<d").pack
@@ -161,13 +169,10 @@ def pullback(node, gs):
     if plan is None:
         if len(_PLANS) > 20000:
             _PLANS.clear()
-        if params:      # params keyed by value (clamp's bounds, a slope): bounded per signature as saved numbers are
-            base = key[:-1]
-            n = _PLANS.param_values.get(base, 0)
-            if n >= NUMBER_VALUES_MAX:
-                return None
-            _PLANS.param_values[base] = n + 1
-        plan = _PLANS[key] = _first_plan(node, vals, ngrads, nums)
+        plan = _first_plan(node, vals, ngrads, nums)
+        if plan is None:
+            return None         # (params over their bound)
+        _PLANS[key] = plan
     if type(plan) is not Plan:
         if plan is _NO_PLAN:
             return None
@@ -180,7 +185,7 @@ def pullback(node, gs):
         table = plan
         plan = table.get(vk)
         if plan is None:
-            plan = _value_plan(table, vk, node, vals, ngrads)
+            plan = _value_plan(table, vk, node, vals, ngrads, nums)
         if plan is _NO_PLAN:
             return None
     elif plan.numbers:
@@ -230,14 +235,6 @@ def _step_error(plan, vals, e):
     return e
 
 
-class _Outside(Exception):
-    """The rule met a concrete tensor that is not one of its context's values: its value would be baked in."""
-
-
-def _outside(t):
-    raise _Outside()
-
-
 def _one_value(value):
     """Whether ``value`` is a big C-contiguous array of one value, bit for bit (as ``np.full`` makes it)."""
     return type(value) is np.ndarray and value.size >= _FILL_MIN and value.flags.c_contiguous \
@@ -249,35 +246,156 @@ def _filled(value):
     return lambda: np.full(shape, fill, dtype)
 
 
-def _stand_in(d):
-    return Tensor._make(Var(Aval(tuple(d.shape), _FROM_NP[d.dtype])))
-
-
-def _ctx_bind(opname, *args, **params):
-    return _bind(OPS[opname], args, params)
-
 
 def _first_plan(node, vals, ngrads, nums):
-    """The plan of a new signature: the rule traced on its numbers' values; where they are all floats and the rule
-    does not read them, the plan that takes them as inputs (the rule traced again on symbols, which must give the
-    same steps); else a _Values holding the plan of these values."""
-    concrete = _record(node, vals, ngrads, None)
+    """The plan of a new signature (None where its params are over their bound): the rule traced on its numbers'
+    values; where they are all floats and the rule does not read them, the plan that takes them as inputs (the rule
+    traced again on symbols, which must give the same steps); else a _Values holding the plan of these values."""
+    form = _form(node, vals, nums)
+    if form is None:
+        return None
+    vk = None if nums is None else _value_key(nums)
+    floats = nums is not None and all(type(t) is float for t in nums)
+    concrete = _traced(node, vals, ngrads, None, form, vk, True, not floats)
     plan = _concrete_plan(concrete, node, vals)
     if nums is None:
         return plan
     table = _Values()
-    table[_value_key(nums)] = plan
+    table[vk] = plan
     if plan is _NO_PLAN or any(type(t) is not float for t in nums):
         return table
     # unbacked symbols: Python that decides on one or reads it raises (ir/unbacked.py); a NaN hint, so that code
     # which takes a symbol's hint for a value makes steps that differ from the concrete trace's
     syms = [SymFloat(("int", (((f"u_saved{i}",), 1),)), float("nan")) for i in range(len(nums))]
-    symbolic = _record(node, vals, ngrads, syms)
-    if symbolic is None or not _same_steps(concrete, symbolic, nums, syms):
+    symbolic = _traced(node, vals, ngrads, syms, form, _SYMBOLS)
+    if symbolic is None or not same_steps(concrete, symbolic, nums, syms):
         return table
     number_slot = {id(s): len(vals) + i for i, s in enumerate(syms)}
     plan = _plan(*symbolic, len(vals) + len(nums), len(node.next_functions), number_slot)
     return table if plan is _NO_PLAN else plan
+
+
+_SYMBOLS = object()         # (the saved numbers traced as symbols, in a sized trace's key)
+
+
+def _form(node, vals, nums, ints=True):
+    """(the signature's form, rule_traces.form's key and sizes, the saved numbers) for ``_traced`` (``ints``: its
+    saved ints of at least 2 sizes of the form); None where the form's params are new and it has had
+    NUMBER_VALUES_MAX params' forms (params keyed by value: clamp's bounds, a slope; a reshape's target is a form of
+    the sizes, one for every shape)."""
+    key, sizes = rule_traces.form(node.shapes, vals, node.params, nums if ints else None)
+    base = (node.op, node.needs_grad, node.dtypes, tuple(d.dtype for d in vals),
+            None if nums is None else tuple(type(t) for t in nums), key[0], key[1], key[3])
+    if key[2] is not None:
+        seen = _PLANS.param_values.get(base)
+        if seen is None:
+            seen = _PLANS.param_values[base] = set()
+        if key[2] not in seen:
+            if len(seen) >= NUMBER_VALUES_MAX:
+                return None
+            seen.add(key[2])
+    return base + (key[2],), key, sizes, nums
+
+
+_UNTRACED = object()        # (``_traced`` with ``trace=False``: a trace would be needed)
+
+
+def _traced(node, vals, ngrads, numbers, form, mode, trace=True, want_plan=False):
+    """``node``'s rule traced for ``vals`` as ``_record`` traces it, through a trace of the rule on symbolic sizes
+    where one serves the signature's form (``mode``: the saved numbers' value key, or _SYMBOLS) and its guards hold
+    at these sizes: that trace's instance at them, no trace (else ``_new_template``).  Saved ints of at least 2 are
+    sizes of the form (a mean's count), the mode keeps the other numbers' values.  ``trace=False``: _UNTRACED where
+    it would trace.  ``want_plan``: where a trace of the form serves, its Plan at these sizes (no instance)."""
+    sig, key, sizes, nums = form
+    if not sizes:
+        return _record(node, vals, ngrads, numbers) if trace else _UNTRACED
+    by_value = mode
+    if mode is not _SYMBOLS and key[3] is not None:
+        mode = tuple(None if m is not None else _value_key((t,)) for t, m in zip(nums, key[3]))
+    skey = (sig, mode)
+    templates = _PLANS.sized.get(skey)
+    if templates is _DECLINED:
+        return None
+    if templates is _BY_VALUE:
+        form = _form(node, vals, nums, False)
+        return None if form is None else _traced(node, vals, ngrads, numbers, form, by_value, trace, want_plan)
+    values = rule_traces.values_of(sizes)
+    if templates is not None and templates is not _UNSIZED:
+        for t in templates:
+            if t.env.holds(values):
+                if want_plan and numbers is None:
+                    plan = _template_plan(t, values, len(vals), len(node.next_functions))
+                    if plan is not _NO_PLAN:
+                        return plan
+                return rule_traces.instance(t, values, numbers)
+    if not trace:
+        return _UNTRACED
+    if templates is _UNSIZED or (templates is not None and len(templates) >= NUMBER_VALUES_MAX):
+        return _record(node, vals, ngrads, numbers)
+    got = _new_template(node, vals, ngrads, numbers, form, skey, values)
+    if got is not _BY_VALUE:
+        return got
+    form = _form(node, vals, nums, False)
+    return None if form is None else _traced(node, vals, ngrads, numbers, form, by_value, True, want_plan)
+
+
+def _template_plan(t, values, ninputs, nresults):
+    """The Plan of template ``t`` at the sizes ``values``: its layout (made once) finished at them."""
+    layout = t.layouts.get((ninputs, nresults))
+    if layout is None:
+        try:
+            layout = _layout(*rule_traces.instance(t, None, None), ninputs, nresults, None, True)
+        except Exception:
+            layout = _NO_PLAN
+        t.layouts[(ninputs, nresults)] = layout
+    if layout is _NO_PLAN:
+        return _NO_PLAN
+    try:
+        return _finish(layout, ninputs, False, values)
+    except Exception:
+        return _NO_PLAN
+
+
+def _new_template(node, vals, ngrads, numbers, form, skey, values):
+    """The rule traced on the form's symbols at ``values``: its instance there, kept for the form's later shapes
+    (the form's first is checked against the trace on the shapes themselves: the same steps, or the form is traced
+    per shape, _UNSIZED); the trace on the shapes where it declines.  _BY_VALUE: the form's saved ints must be
+    traced by value (a rule that tells a number from a size by its type, pow's exponent)."""
+    sig, key, sizes, nums = form
+    sized = _PLANS.sized
+    templates = sized.get(skey)
+    env, shapes, arrays, params, sym_nums = rule_traces.symbols(key, sizes, node.params, nums)
+    symbolic = _record(node, vals, ngrads, sym_nums if numbers is None else numbers, (env, shapes, arrays, params))
+    failed = symbolic is None or type(symbolic[1]) not in (tuple, list)
+    if failed:
+        if numbers is not None:     # (_SYMBOLS: the rule reads its numbers, each value gets a plan of its own)
+            if templates is None:
+                sized[skey] = _DECLINED
+            return None
+        t = concrete = None
+    else:
+        t = rule_traces.Template(env, symbolic, numbers)
+        concrete = rule_traces.instance(t, values, numbers)
+        if sig not in _PLANS.checked:
+            here, concrete = concrete, _record(node, vals, ngrads, numbers)
+            nres = len(node.next_functions)
+            if concrete is None or type(concrete[1]) not in (tuple, list) or not same_steps(concrete, here, (), ()) \
+                    or numbers is None and not rule_traces.same_plan(_plan(*concrete, len(vals), nres),
+                                                                     _template_plan(t, values, len(vals), nres)):
+                t = None
+            else:
+                _PLANS.checked.add(sig)
+    if t is not None:
+        if templates is None:
+            templates = sized[skey] = []
+        templates.append(t)
+        return concrete
+    if templates is None:
+        if sym_nums is not None:
+            sized[skey] = _BY_VALUE
+            return _BY_VALUE
+        sized[skey] = _UNSIZED
+    return _record(node, vals, ngrads, numbers) if failed else concrete
 
 
 def _value_key(nums):
@@ -289,169 +407,31 @@ def _value_key(nums):
     return tuple(_bits(t) if type(t) is float else t for t in nums)
 
 
-def _value_plan(table, vk, node, vals, ngrads):
-    """The plan of the values ``vk`` not in ``table`` yet, traced; _NO_PLAN where the rule runs: it declines, or
-    the signature has had NUMBER_VALUES_MAX values (a number that changes every step would trace without end)."""
-    if len(table) >= NUMBER_VALUES_MAX:
+def _value_plan(table, vk, node, vals, ngrads, nums):
+    """The plan of the values ``vk`` not in ``table`` yet; _NO_PLAN where the rule runs: it declines, or the
+    signature has had NUMBER_VALUES_MAX values traced (a number that changes every step would trace without end)
+    and no trace of its form serves these values (a mean's count: a size of the form), or _VALUES_MAX plans."""
+    form = _form(node, vals, nums) if len(table) < _VALUES_MAX else None
+    if form is None:
         return _NO_PLAN
-    plan = table[vk] = _concrete_plan(_record(node, vals, ngrads, None), node, vals)
+    recorded = _traced(node, vals, ngrads, None, form, vk, len(table) < NUMBER_VALUES_MAX, True)
+    if recorded is _UNTRACED:
+        return _NO_PLAN
+    plan = table[vk] = _concrete_plan(recorded, node, vals)
     return plan
 
 
+_VALUES_MAX = 1024          # plans of one signature's values, where traces of its form serve them
+
+
 def _concrete_plan(recorded, node, vals):
-    """The plan of a rule traced on its numbers' values (``_record``'s result), or _NO_PLAN where it declined."""
-    return _NO_PLAN if recorded is None else _plan(*recorded, len(vals), len(node.next_functions))
-
-
-def _record(node, vals, ngrads, numbers):
-    """``node``'s rule traced on stand-ins of ``vals`` (the arrays ``pullback`` collected, in its order) and on
-    ``numbers`` in place of its saved numbers (None: the numbers themselves): (trace, results, stand-in slots), or
-    None where the rule cannot be traced (it failed, or warned in this thread)."""
-    COUNTS["traces"] += 1
-    op = node.op
-    syms = [_stand_in(d) for d in vals]
-    slot_of = {t._data: i for i, t in enumerate(syms)}
-    k = ngrads
-    j = 0
-    inputs = []
-    for t in node.inputs:
-        if isinstance(t, Tensor):
-            t = syms[k]
-            k += 1
-        elif numbers is not None and t is not None:
-            t = numbers[j]
-            j += 1
-        inputs.append(t)
-    outputs = []
-    for t in node.outputs:
-        if t is not None:
-            t = syms[k]
-            k += 1
-        outputs.append(t)
-    c = RuleCtx()
-    c.op, c.inputs, c.outputs, c.shapes, c.dtypes = op, tuple(inputs), tuple(outputs), node.shapes, node.dtypes
-    c.params, c.needs_grad, c.bind, c.transposer = node.params, node.needs_grad, _ctx_bind, None
-    tr = Trace()
-    tr.fused = True
-    tr.on_capture = _outside
-    prev = _GM.grad_enabled
-    _GM.grad_enabled = False
-    watch = _WATCH
-    was = watch.on, watch.warned
-    watch.on, watch.warned = True, False
-    try:
-        _watch_warnings()
-        with tr:
-            res = op.vjp(c, *syms[:ngrads])
-        if watch.warned:
-            return None         # (the rule runs, and warns, at every call)
-        return tr, res, slot_of
-    except Exception:
-        tr.abort()
-        return None
-    finally:
-        watch.on, watch.warned = was
-        _GM.grad_enabled = prev
-
-
-class _Watch(threading.local):
-    def __init__(self):
-        self.on = False         # this thread traces a rule
-        self.warned = False     # ... and a warning was given in this thread meanwhile
-
-
-_WATCH = _Watch()
-
-
-class _TracingThread:
-    """The ``module`` pattern of the warnings filter ``_WARNED``: matches in a thread that traces a rule (and notes
-    that the rule warned there), in no other."""
-
-    __slots__ = ()
-
-    def match(self, module):
-        w = _WATCH
-        if w.on:
-            w.warned = True
-            return True
-        return False
-
-
-# First among the process's warnings filters while a rule is traced: a warning the tracing thread gives is noted and
-# not shown (the rule then runs, and warns, at every call); one from another thread passes it by to the filters the
-# user set.  (warnings.catch_warnings would swap the process's filters and showwarning for the trace's length: it
-# took, or swallowed, other threads' warnings, and an overlapping window in another thread, Numba's compiles in the
-# eager kernel build thread, could restore them after the trace.)  A warning the registry has already shown under
-# the user's filters is not seen: the rule would not show it again either.
-_WARNED = ("ignore", None, Warning, _TracingThread(), 0)
-
-
-def _watch_warnings():
-    filters = warnings.filters
-    if not filters or filters[0] is not _WARNED:
-        try:
-            filters.remove(_WARNED)
-        except ValueError:
-            pass
-        filters.insert(0, _WARNED)
-
-
-def _same_steps(concrete, symbolic, nums, syms) -> bool:
-    """Whether two traces of a rule (on the saved numbers ``nums`` and on the symbols ``syms``) are the same steps,
-    each symbol where its number is: then the symbolic trace is the rule's for every value of the numbers."""
-    tc, rc, slot_c = concrete
-    ts, rs, slot_s = symbolic
-    if len(tc.eqns) != len(ts.eqns) or len(rc) != len(rs):
-        return False
-    by_slot = {i: v for v, i in slot_c.items()}
-    var = {v: by_slot[i] for v, i in slot_s.items()}       # symbolic trace's Var -> the concrete trace's
-    sym_at = {id(s): i for i, s in enumerate(syms)}
-    for ec, es in zip(tc.eqns, ts.eqns):
-        if ec.op is not es.op or len(ec.ins) != len(es.ins) or len(ec.outs) != len(es.outs):
-            return False
-        try:
-            if ec.params != es.params:
-                return False
-        except Exception:           # (a symbol in a param decides, and raises; arrays compare elementwise)
-            return False
-        for a, b in zip(ec.ins, es.ins):
-            if type(b) is Var:
-                if var.get(b) is not a:
-                    return False
-            elif type(a) is not Lit or not a.aval == b.aval:
-                return False
-            elif type(b.value) is SymFloat:
-                i = sym_at.get(id(b.value))
-                if i is None or type(a.value) is not float or _bits(a.value) != _bits(nums[i]):
-                    return False        # (a number computed from a symbol: the plan would need its expression)
-            elif not _same_value(a.value, b.value):
-                return False
-        var.update(zip(es.outs, ec.outs))
-    for a, b in zip(rc, rs):
-        if a is None or b is None:
-            if a is not b:
-                return False
-        elif type(a) is not Tensor or type(b) is not Tensor:
-            return False
-        elif type(b._data) is Var:
-            if var.get(b._data) is not a._data:
-                return False
-        elif not _same_value(a._data, b._data):
-            return False
-    return True
-
-
-def _same_value(a, b) -> bool:
-    if type(a) is not type(b):
-        return False
-    if type(a) is np.ndarray:
-        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
-    if type(a) is float:
-        return _bits(a) == _bits(b)
-    try:
-        return bool(a == b)
-    except Exception:
-        return False
+    """The plan of a rule traced on its numbers' values (``_record``'s result, or the Plan a trace of its form
+    gave), or _NO_PLAN where it declined."""
+    if recorded is None:
+        return _NO_PLAN
+    if type(recorded) is Plan:
+        return recorded
+    return _plan(*recorded, len(vals), len(node.next_functions))
 
 
 def _plan(tr, res, slot_of, ninputs, nresults, number_slot=None):
@@ -464,6 +444,14 @@ def _plan(tr, res, slot_of, ninputs, nresults, number_slot=None):
 
 
 def _build(tr, res, slot_of, ninputs, nresults, number_slot):
+    layout = _layout(tr, res, slot_of, ninputs, nresults, number_slot)
+    return layout if layout is _NO_PLAN else _finish(layout, ninputs, bool(number_slot))
+
+
+def _layout(tr, res, slot_of, ninputs, nresults, number_slot, sized=False):
+    """What of a Plan does not depend on the sizes: (the constants, per step (eqn, its arguments' slots, its
+    slot), the results' slots, the first step's slot, the None's); ``sized``: ``tr`` is a rule's trace on symbolic
+    sizes, its literals computed from them constants that ``_finish`` puts the sizes in."""
     if type(res) not in (tuple, list) or len(res) != nresults:
         return _NO_PLAN
     consts = []
@@ -483,7 +471,8 @@ def _build(tr, res, slot_of, ninputs, nresults, number_slot):
             want.append(None)
         elif type(r) is Tensor and type(r._data) is Var:
             want.append(r._data)
-        elif type(r) is Tensor and type(r._data) is np.ndarray and id(r) in tr.created:
+        elif type(r) is Tensor and (type(r._data) is np.ndarray or sized and type(r._data) is rule_traces.Fill) \
+                and id(r) in tr.created:
             want.append(const(r._data))
         else:
             return _NO_PLAN
@@ -514,7 +503,7 @@ def _build(tr, res, slot_of, ninputs, nresults, number_slot):
             for a in e.ins:
                 if type(a) is Var:
                     args.append(a)
-                elif type(a.value) is SymFloat:
+                elif type(a.value) is SymFloat and not sized:
                     k = number_slot.get(id(a.value)) if number_slot else None
                     if k is None:
                         return _NO_PLAN     # (a number computed from a saved one)
@@ -522,16 +511,33 @@ def _build(tr, res, slot_of, ninputs, nresults, number_slot):
                 else:
                     args.append(const(a.value))
             ref.append((e, args))
-            slot[e.outs[0]] = None      # (numbered below, once the constants are)
+    first = n = ninputs + len(consts)
+    steps = []
+    spec = rule_traces.shape_spec if sized else _no_spec
+    for e, args in ref:
+        ins = [(True, a.aval, spec(a.aval.shape)) if type(a) is Lit else
+               (False, (tuple(a.aval.shape), a.aval.dtype), spec(a.aval.shape)) for a in e.ins]
+        steps.append((e.op, ins, e.params, sized and has_symbols(e.params),
+                      [(ninputs + a[1] if a[0] == "c" else a[1]) if type(a) is tuple else slot[a] for a in args], n))
+        slot[e.outs[0]] = n
+        n += 1
+    results = [n if v is None else ninputs + v[1] if type(v) is tuple else slot[v] for v in want]
+    return consts, steps, results, first, n
 
-    def resolve(a):
-        if type(a) is not tuple:
-            return a
-        return ninputs + a[1] if a[0] == "c" else a[1]
 
+def _no_spec(shape):
+    return None
+
+
+def _finish(layout, ninputs, numbers, values=None):
+    """The Plan of ``layout`` (at the sizes ``values``, where it was laid out from a trace on symbolic sizes)."""
+    consts, ref, results, first, nothing = layout
+    if values is not None:
+        consts = [rule_traces.concrete(c, values) for c in consts]
+    else:
+        consts = list(consts)
     steps, where = [], []
-    n = ninputs + len(consts)
-    from_const = set(range(ninputs, n))     # slots that are a constant or a view of one
+    from_const = set(range(ninputs, first))     # slots that are a constant or a view of one
     for j, value in enumerate(consts):
         if _one_value(value):
             # a big constant of one value (getitem's zeros of an embedding's shape): made per call, as the rule
@@ -540,14 +546,20 @@ def _build(tr, res, slot_of, ninputs, nresults, number_slot):
             where.append((None, None))
             consts[j] = None
             from_const.discard(ninputs + j)
-    for e, args in ref:
-        args = [resolve(a) if type(a) is tuple else slot[a] for a in args]
-        avals = [a.aval if type(a) is Lit else Aval(tuple(a.aval.shape), a.aval.dtype) for a in e.ins]
-        entry = _rule_entry(e.op, None, e.params, avals)
-        params = e.params
+    for op, ins, params, sym, args, n in ref:
+        avals = []
+        for lit, a, spec in ins:
+            if spec is None:
+                avals.append(a if lit else Aval(a[0], a[1]))
+            else:
+                shape = rule_traces.shape_at(spec, values)
+                avals.append(Aval(shape, a.dtype, a.weak) if lit else Aval(shape, a[1]))
+        if sym:
+            params = concretize(params, values)
+        entry = _rule_entry(op, None, params, avals)
         impl = entry[6]
-        method = _METHOD_STEPS.get(e.op.name)
-        if method is not None and impl is e.op.impl and len(args) == 1:
+        method = _METHOD_STEPS.get(op.name)
+        if method is not None and impl is op.impl and len(args) == 1:
             # a view step calls the array's method, its parameter bound once (the impl is a Python lambda)
             impl, kind, a = methodcaller(method[0], params[method[1]]), 1, args[0]
         elif len(args) == 1:
@@ -557,21 +569,8 @@ def _build(tr, res, slot_of, ninputs, nresults, number_slot):
         else:
             kind, a = 0, tuple(args)
         steps.append((impl, kind, a, params, entry[2], n))
-        where.append((e.op, entry[1]))
-        if e.op.view and args[0] in from_const:
+        where.append((op, entry[1]))
+        if op.view and args[0] in from_const:
             from_const.add(n)
-        slot[e.outs[0]] = n
-        n += 1
-    nothing = n                 # (a None after the steps' slots: an input with no cotangent)
-    results, fresh = [], []
-    for j, v in enumerate(want):
-        if v is None:
-            results.append(nothing)
-            continue
-        r = resolve(v) if type(v) is tuple else slot[v]
-        results.append(r)
-        if r in from_const:
-            fresh.append(j)
-    first = ninputs + len(consts)
-    return Plan(tuple(steps), consts + [None] * (n - first + 1), first, results, tuple(fresh), tuple(where),
-                bool(number_slot))
+    fresh = tuple(j for j, r in enumerate(results) if r != nothing and r in from_const)
+    return Plan(tuple(steps), consts + [None] * (nothing - first + 1), first, results, fresh, tuple(where), numbers)
