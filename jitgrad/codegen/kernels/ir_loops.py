@@ -180,7 +180,7 @@ class _Renderer:
         ir, b, i64 = self.ir, self.b, self.i64
         i8p = ir.IntType(8).as_pointer()
         m = self.module
-        add, ready, sync = pool_abi.declare(m)
+        add = pool_abi.declare(m)[0]
         one = ir.Constant(i64, 1)
         nw = b.load(pool_abi.pool_global(m, "threads"))
         split = b.and_(b.icmp_signed(">", nw, one), b.icmp_signed(">", n, one))
@@ -212,17 +212,15 @@ class _Renderer:
         def fill(t, rec):       # chunk t of ntasks: [n * t / ntasks, n * (t + 1) / ntasks)
             b.store(b.sdiv(b.mul(n, t), ntasks), rec)
             b.store(b.sdiv(b.mul(n, b.add(t, one)), ntasks), b.gep(rec, [one]))
-            with b.if_then(pooled):
+            with b.if_then(b.and_(pooled, pool_abi.queued(b, m, t))):
                 b.call(add, [b.bitcast(chunk, i8p), b.bitcast(rec, i8p), null, null, a])
         each_task(fill)
+        nil = ir.Constant(i64.as_pointer(), None)
 
-        def on_pool():
-            pool_abi.count_round(b, m)
-            b.call(ready, [])
-            b.call(sync, [])
+        def on_pool():      # chunk 0 on the calling thread when it is the caller's (pool_abi.round_)
+            pool_abi.round_(b, m, lambda: b.call(chunk, [tasks, nil, nil, self.fn.args[0]]))
 
         def on_caller():
-            nil = ir.Constant(i64.as_pointer(), None)
             each_task(lambda t, rec: b.call(chunk, [rec, nil, nil, self.fn.args[0]]))
         pool_abi.launch(b, m, pooled, takes, pace, work, on_pool, on_caller, self.alloca_b)
         if reductions:

@@ -135,9 +135,10 @@ def place_workers() -> list:
     n = workpool.launch()
     if n < 2 or len(cores) < 2:
         return []
+    first = 1 if workpool.caller() else 0       # the calling thread runs a chunk too: the first core is left to it
 
     def pin(i):
-        core = cores[i % len(cores)]
+        core = cores[(i + first) % len(cores)]
         os.sched_setaffinity(0, {core})     # 0: the calling thread
         return (i, core)
     placed = workpool.run_on_each(pin)

@@ -338,7 +338,7 @@ def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False, bounded=True):
     mod = fn.module
     i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
     i64p = i64.as_pointer()
-    add, ready, sync = pool_abi.declare(mod)
+    add = pool_abi.declare(mod)[0]
     chunk = _gemm_chunk(mod)
 
     def c(k):
@@ -385,14 +385,12 @@ def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False, bounded=True):
         b.store(b.sdiv(b.mul(total, t), ntasks), rec)
         b.store(b.sdiv(b.mul(total, b.add(t, c(1))), ntasks), b.gep(rec, [c(1)]))
         b.store(gemm_addr, b.gep(rec, [c(2)]))
-        with b.if_then(pooled):
+        with b.if_then(b.and_(pooled, pool_abi.queued(b, mod, t))):
             b.call(add, [b.bitcast(chunk, i8p), b.bitcast(rec, i8p), null, null, b.bitcast(p, i8p)])
     loop("pfill", ntasks, fill)
 
-    def on_pool():
-        pool_abi.count_round(b, mod)
-        b.call(ready, [])
-        b.call(sync, [])
+    def on_pool():      # chunk 0 (the first record) on the calling thread when it is the caller's
+        pool_abi.round_(b, mod, lambda: b.call(chunk, [tasks, ir.Constant(i64p, None), ir.Constant(i64p, None), p]))
 
     def on_caller():
         b.call(chunk, [tasks, ir.Constant(i64p, None), ir.Constant(i64p, None), p])
