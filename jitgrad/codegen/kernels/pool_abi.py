@@ -149,5 +149,5 @@ def work_of(b, elements, per_element: float):
     return b.fmul(b.sitofp(elements, f64), ir.Constant(f64, per_element))
 
 
-__all__ = ["declare", "pool_global", "reaches_min_work", "takes_pool", "count_round", "queued", "round_", "paced", "launch",
-           "work_of"]
+__all__ = ["declare", "pool_global", "reaches_min_work", "takes_pool", "count_round", "queued", "round_", "paced",
+           "launch", "work_of"]

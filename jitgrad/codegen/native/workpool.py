@@ -1,21 +1,33 @@
 """The worker threads of parallel kernels built without Numba: Numba's ``workqueue`` library, loaded alone.
 
 A parallel kernel (``loops.Kernel.parallel``: its outer loop is a ``prange``) built by ``ir_loops`` splits that loop
-into one chunk per worker and hands the chunks to the pool through three C functions of Numba's ``workqueue``
-threading layer: ``add_task`` (one task per worker queue), ``ready`` (wake them) and ``synchronize`` (wait for all).
-That library is a small C extension that imports nothing from Numba, so loading it costs a ``dlopen``, not
-Numba's ~0.7 s import: a cold build of a large graph needs no Numba, and a warm start loads parallel kernels with
-llvmlite alone.  It is the layer jitgrad's thread policy uses for Numba-built ``prange`` kernels too
-(``threads.py``), and the process has one copy of its state (the same shared object), so both kinds of kernel run
-on the same workers.
+into one chunk per thread of a launch (``threads()``) and hands them to the pool through three C functions of
+Numba's ``workqueue`` threading layer: ``add_task`` (one task per worker queue), ``ready`` (wake them) and
+``synchronize`` (wait for all).  That library is a small C extension that imports nothing from Numba, so loading
+it costs a ``dlopen``, not Numba's ~0.7 s import: a cold build of a large graph needs no Numba, and a warm start
+loads parallel kernels with llvmlite alone.
+
+**The calling thread runs a chunk.**  ``ready`` wakes every queue of the library, so the only way a launch wakes
+fewer workers than it has chunks is a pool with fewer queues: jitgrad's has ``default_threads() - 1`` workers, and
+the calling thread runs chunk 0 of every pooled launch between ``ready`` and ``synchronize`` (``pool_abi.round_``)
+instead of sleeping there.  At two threads a launch wakes one worker, not two, and the caller's cache stays warm
+(B9's step: 110 rounds, the caller's voluntary context switches 389 -> 61 a step; ``benchmarks/pool_wakeups.py``).
+The chunks are the same whoever runs them (fixed by the thread count, summed in chunk order), so results do not
+depend on it, and a chunk reports an error or an anomaly through the same arguments on any thread.  Numba's own
+parallel kernels (``threads.py``'s layer) split into ``NUMBA_NUM_THREADS`` chunks, one per queue, and would overrun
+a pool one queue short, so jitgrad loads a private copy of the library (``library``: its own C state, its own
+threads; ``JITGRAD_PRIVATE_POOL=0`` shares Numba's, where every chunk goes to a worker and the caller waits).  The
+two pools never run at once (``threads.LAUNCH_LOCK``), and Numba's starts only when a Numba-built parallel kernel
+runs.
 
 One launch round per kernel (Numba's own ``parallel_for`` makes two: one to sync a thread-local count, one to
 run), and no Python on the way: the kernel calls the pool itself.  The kernels reach the pool through symbols this
 module registers with llvmlite before code that needs them is linked (``objload.load``):
 ``jitgrad_wq_add_task``, ``jitgrad_wq_ready``, ``jitgrad_wq_synchronize`` and the ``int64`` globals
-``jitgrad_wq_threads`` (the number of worker queues: a launch adds exactly one task per queue, since ``ready``
-wakes every queue), ``jitgrad_wq_min_work`` and ``jitgrad_wq_grain`` (when a launch is worth the pool, below) and
-``jitgrad_wq_rounds`` (the pool rounds launched so far, counted for tests), and the pacer's (below):
+``jitgrad_wq_threads`` (the chunks of a pooled launch: one per worker queue, since ``ready`` wakes every queue,
+and one for the calling thread when ``jitgrad_wq_caller`` is 1), ``jitgrad_wq_min_work`` and ``jitgrad_wq_grain``
+(when a launch is worth the pool, below), ``jitgrad_wq_rounds`` and ``jitgrad_wq_caller_rounds`` (the pool rounds
+launched so far, and those the caller ran a chunk of, counted for tests), and the pacer's (below):
 ``jitgrad_wq_pace``, the clock ``jitgrad_wq_clock`` (libc's ``clock_gettime``) and the four counters of timed
 launches.  The object code holds no address, so a kernel from the disk cache links in any process.
 
@@ -56,8 +68,9 @@ import time
 from ...ir import settings
 
 SYMBOLS = ("jitgrad_wq_add_task", "jitgrad_wq_ready", "jitgrad_wq_synchronize", "jitgrad_wq_threads",
-           "jitgrad_wq_caller", "jitgrad_wq_caller_rounds", "jitgrad_wq_min_work", "jitgrad_wq_grain", "jitgrad_wq_rounds", "jitgrad_wq_pace", "jitgrad_wq_clock",
-           "jitgrad_wq_pool_ns", "jitgrad_wq_pool_work", "jitgrad_wq_serial_ns", "jitgrad_wq_serial_work")
+           "jitgrad_wq_caller", "jitgrad_wq_caller_rounds", "jitgrad_wq_min_work", "jitgrad_wq_grain",
+           "jitgrad_wq_rounds", "jitgrad_wq_pace", "jitgrad_wq_clock", "jitgrad_wq_pool_ns", "jitgrad_wq_pool_work",
+           "jitgrad_wq_serial_ns", "jitgrad_wq_serial_work")
 _lock = threading.Lock()
 _LIB = None
 _PRIVATE = False
