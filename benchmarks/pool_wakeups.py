@@ -23,6 +23,9 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--steps", type=int, default=20)
 ap.add_argument("--layers", type=int, default=4)
 ap.add_argument("--json", action="store_true")
+ap.add_argument("--pin-caller", action="store_true",
+                help="run the calling thread on the first core only (the pool leaves it to the caller): counts "
+                     "that do not depend on where a loaded machine's scheduler put it")
 args = ap.parse_args()
 
 import jitgrad as jg                                        # noqa: E402
@@ -57,6 +60,8 @@ x, y = jg.randint(0, 65, (16, 64), generator=g), jg.randint(0, 65, (16, 64), gen
 for _ in range(3):
     float(step(x, y))
 launches = step.launches(x, y)
+if args.pin_caller:     # after the pool started: its workers take their cores from this thread's mask
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 caller_rounds = getattr(workpool, "caller_rounds", lambda: 0)
 me = threading.get_native_id()
 s0, r0, c0 = switches(), workpool.rounds(), caller_rounds()
