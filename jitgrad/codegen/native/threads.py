@@ -9,15 +9,15 @@ Policy (knobs in parentheses):
   whose workers sleep on a condition until work arrives and take equal static chunks of a loop, so a loop slows
   down at most in proportion to the cores taken from it.  The few parallel kernels Numba builds (sin/cos/tan,
   random draws) run on Numba's ``forksafe`` layer: TBB when installed, else Intel OpenMP, else ``workqueue``
-  (Numba's instance of the library: jitgrad's pool is a private copy with one worker fewer, ``workpool.py``).  Not ``workqueue`` for every process: it aborts when two
-  threads launch at once, and the layer is process-wide, so the user's own Numba ``prange`` code would inherit
-  that.  (``JITGRAD_THREADING_LAYER`` picks another Numba layer for those; ``NUMBA_THREADING_LAYER``, when set,
+  (Numba's instance of the library: jitgrad's pool is a private copy with one worker fewer, ``workpool.py``).
+  Not ``workqueue`` for every process: it aborts when two threads launch at once, and the layer is process-wide,
+  so the user's own Numba ``prange`` code would inherit that.  (``JITGRAD_THREADING_LAYER`` picks another Numba layer for those; ``NUMBA_THREADING_LAYER``, when set,
   is the user's choice and always wins; kernels built from IR stay on ``workqueue`` either way, and
   ``JITGRAD_IR_PARALLEL=0`` has Numba build them all.)
 - **Threads: one per core this process may run on** (``os.sched_getaffinity``), Numba's default, or
   ``NUMBA_NUM_THREADS``, the calling thread one of them: it runs chunk 0 of each pooled launch, the pool's workers
-  the others (``workpool.launch``).  ``torch.set_num_threads`` (``ir/settings.py``) sets OpenBLAS's count at once and, at 1,
-  keeps graphs compiled later serial; it does not resize the pool.  A kernel runs serially unless its work pays for waking the threads
+  the others (``workpool.launch``).  ``torch.set_num_threads`` (``ir/settings.py``) sets OpenBLAS's count at once
+  and, at 1, keeps graphs compiled later serial; it does not resize the pool.  A kernel runs serially unless its work pays for waking the threads
   (``workpool.py``: ``PARALLEL_GRAIN``, ``PARALLEL_WORK``, tested by each parallel-capable kernel per call).
 - **OpenBLAS workers sleep soon when idle** (``OPENBLAS_THREAD_TIMEOUT``, set to 20 by ``import jitgrad``
   unless already set): by default they spin ~0.1 s after every BLAS call, taking the cores Numba's workers need;
@@ -27,8 +27,7 @@ Policy (knobs in parentheses):
   parallel loops at once abort the process), so compiled calls whose graph has a parallel kernel take
   ``LAUNCH_LOCK``; concurrent calls of such graphs would compete for the same cores anyway.
 - **The workers are pinned, one per core, the first core left to the calling thread** (which is never pinned;
-  ``JITGRAD_PIN_THREADS=0`` turns it off).  Its workers
-  sleep between launches and Linux wakes a sleeping thread on the core of the thread that woke it when it
+  ``JITGRAD_PIN_THREADS=0`` turns it off).  Its workers sleep between launches and Linux wakes a sleeping thread on the core of the thread that woke it when it
   can: measured on 2 cores, about half the processes ran both workers on one core for every call, so a
   2-thread B2 step took its 1-thread time (3.4 ms instead of 1.8 ms, bimodal from one process to the next).
   Before the first launch of a process (and again in a forked child, whose workers are new threads) each
