@@ -125,16 +125,15 @@ class _Renderer:
 
     # ---- parallel kernels -----------------------------------------------------------------------------------
     def parallel_kernel(self, body):
-        """A kernel whose outer loop is a parallel ``For`` (a top-level statement): the loop becomes a chunk
-        function ``<name>_chunk(task, dims, steps, A)`` running ``task = [start, stop, partials...]`` of it, and
-        the kernel runs the statements before the loop, splits it into one chunk per thread of a launch
-        (``workpool.threads``) and hands them to the pool (``workpool.py``: ``add_task`` per queue, ``ready``,
-        chunk 0 on the calling thread itself when it is one of them, ``synchronize``: ``pool_abi.round_``; one
-        chunk on the calling thread when the pool has one thread or the loop one iteration), adds the chunks'
-        partial sums to the loop's ``reductions`` in chunk order (each chunk starts them at zero), then runs the statements after it.  A
-        gated loop (``For.gate``) takes the pool only when this call's work reaches the pool's minimum; else
-        it runs the same chunks (one, when it sums nothing) one after another on the calling thread, so its
-        results are those of the pooled launch."""
+        """A kernel whose outer loop is a parallel ``For`` (a top-level statement): the loop becomes a chunk function
+        ``<name>_chunk(task, dims, steps, A)`` running ``task = [start, stop, partials...]`` of it, and the kernel runs
+        the statements before the loop, splits it into one chunk per thread of a launch (``workpool.threads``) and hands
+        them to the pool (``workpool.py``: ``add_task`` per queue, ``ready``, chunk 0 on the calling thread itself when
+        it is one of them, ``synchronize``: ``pool_abi.round_``; one chunk on the calling thread when the pool has one
+        thread or the loop one iteration), adds the chunks' partial sums to the loop's ``reductions`` in chunk order
+        (each chunk starts them at zero), then runs the statements after it.  A gated loop (``For.gate``) takes the pool
+        only when this call's work reaches the pool's minimum; else it runs the same chunks (one, when it sums nothing)
+        one after another on the calling thread, so its results are those of the pooled launch."""
         at = [n for n, s in enumerate(body) if isinstance(s, ki.For) and s.parallel]
         if len(at) != 1:
             raise Unsupported("parallel loop placement")

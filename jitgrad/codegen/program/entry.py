@@ -325,15 +325,15 @@ def _gemm_chunk(mod):
 
 
 def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False, bounded=True):
-    """A parallel ``bgemm`` step: its batch entries split into one equal chunk per thread of a pooled launch
-    (chunk ``t`` of ``w``: ``[total * t / w, total * (t + 1) / w)``, fixed by the thread count, never by timing),
-    each chunk's products run one after the other on one thread (``_gemm_chunk``; chunk 0 on the calling thread
-    itself when it is one of them: ``pool_abi.round_``); all on the calling thread when the pool has one thread.  ``gated``: only in calls where each product is at most ``BLAS_THREADED_MACS``
-    multiply-adds (m, n, k read from the block's parameters; ``bounded=False``: any size, the blocks of a split
-    GEMM) and the batch's (the last entry's at its own size: a split GEMM counts its whole product) reach the
-    pool's minimum work (``workpool.takes_batch``, ``takes_split``), and while the pool's pacer does not hold
-    launches off the pool (``pool_abi.launch``); else all on the calling thread.  The caller holds
-    ``threads.LAUNCH_LOCK`` (``cpu.CompiledGraph``)."""
+    """A parallel ``bgemm`` step: its batch entries split into one equal chunk per thread of a pooled launch (chunk
+    ``t`` of ``w``: ``[total * t / w, total * (t + 1) / w)``, fixed by the thread count, never by timing), each chunk's
+    products run one after the other on one thread (``_gemm_chunk``; chunk 0 on the calling thread itself when it is one
+    of them: ``pool_abi.round_``); all on the calling thread when the pool has one thread.  ``gated``: only in calls
+    where each product is at most ``BLAS_THREADED_MACS`` multiply-adds (m, n, k read from the block's parameters;
+    ``bounded=False``: any size, the blocks of a split GEMM) and the batch's (the last entry's at its own size: a split
+    GEMM counts its whole product) reach the pool's minimum work (``workpool.takes_batch``, ``takes_split``), and while
+    the pool's pacer does not hold launches off the pool (``pool_abi.launch``); else all on the calling thread.  The
+    caller holds ``threads.LAUNCH_LOCK`` (``cpu.CompiledGraph``)."""
     from llvmlite import ir
     mod = fn.module
     i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
