@@ -9,8 +9,9 @@ scheduler took its core), split between the calling thread and the others.
     NUMBA_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 JITGRAD_BACKGROUND_COMPILE=0 python benchmarks/pool_wakeups.py
     ... --steps 20 --layers 4 --json
 
-Run it under ``strace -f -c -e futex`` for the futex calls of the whole process (the build's too: subtract a run
-with ``--steps 0``).
+``--pin-caller`` keeps the calling thread on the first core for the counted steps (the pool's worker is on the
+second), so the counts do not depend on where a loaded machine's scheduler put it.  A process-wide count of futex
+calls or context switches (the build's too) is the difference between runs with ``--steps N`` and ``--steps 0``.
 """
 import argparse
 import importlib.util
