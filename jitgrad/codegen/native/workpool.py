@@ -11,7 +11,8 @@ loads parallel kernels with llvmlite alone.
 fewer workers than it has chunks is a pool with fewer queues: jitgrad's has ``default_threads() - 1`` workers, and
 the calling thread runs chunk 0 of every pooled launch between ``ready`` and ``synchronize`` (``pool_abi.round_``)
 instead of sleeping there.  At two threads a launch wakes one worker, not two, and the caller's cache stays warm
-(B9's step: 110 rounds, the caller's voluntary context switches 389 -> 61 a step; ``benchmarks/pool_wakeups.py``).
+(B9's step, 110 rounds, counted 2026-11-30 with the caller on the first core: the process's context switches
+1005 -> 203 a step, its futex calls 1599 -> 707; ``benchmarks/pool_wakeups.py --pin-caller``).
 The chunks are the same whoever runs them (fixed by the thread count, summed in chunk order), so results do not
 depend on it, and a chunk reports an error or an anomaly through the same arguments on any thread.  Numba's own
 parallel kernels (``threads.py``'s layer) split into ``NUMBA_NUM_THREADS`` chunks, one per queue, and would overrun
