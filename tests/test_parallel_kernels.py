@@ -5,7 +5,8 @@ Counted and compared, never timed: a parallel kernel's elementwise results are b
 the same text (chunks change nothing element by element), its sums agree to rounding and its counters exactly;
 loops of 0, 1 and fewer iterations than workers run; a compiled graph with parallel kernels agrees with eager mode
 (rows not divisible by the workers, full and row sums, an anomaly in the last chunk, an integer division by zero);
-one worker runs chunks on the calling thread; and Numba-built parallel kernels share the same pool.
+errors in the calling thread's chunk and in a worker's are reported alike; one worker runs chunks on the calling
+thread; and Numba-built parallel kernels run beside the pool (on Numba's instance of the library).
 """
 import ctypes
 import json
@@ -161,6 +162,48 @@ def test_integer_division_by_zero_in_a_parallel_kernel_raises():
         f(jg.tensor(a), jg.tensor(d))
 
 
+two_threads = pytest.mark.skipif(workpool.default_threads() < 2 or not workpool.available(),
+                                 reason="needs two threads and the worker pool")
+
+
+def _pooled_rounds(call):
+    """Run ``call()`` with every parallel loop on the pool (threshold 0); return (its result or the exception it
+    raised, the pool rounds it launched, those of them the calling thread ran a chunk of)."""
+    prev = workpool.set_min_work(0, 0)
+    r0, c0 = workpool.rounds(), workpool.caller_rounds()
+    try:
+        out = call()
+    except Exception as e:          # noqa: BLE001 - compared below
+        out = e
+    finally:
+        workpool.set_min_work(*prev)
+    return out, workpool.rounds() - r0, workpool.caller_rounds() - c0
+
+
+@two_threads
+@pytest.mark.parametrize("at", [0, -1], ids=["callers_chunk", "workers_chunk"])
+def test_errors_in_the_callers_chunk_and_a_workers_are_reported_alike(at):
+    """On the pool (two threads: chunk 0 on the calling thread, chunk 1 on the worker), a division by zero and
+    an anomaly (log of a negative) in either chunk raise the same error as on one thread, and the launch ran one
+    round whose chunk 0 the caller ran (counted)."""
+    a = np.arange(1, 1 + (1 << 14), dtype=np.int64)
+    d = np.ones_like(a)
+    d[at] = 0
+    f = jg.compile(lambda a, d: a // d, backend="numba", background=False, parallel=True)
+    ok, rounds, caller = _pooled_rounds(lambda: f(jg.tensor(a), jg.tensor(np.ones_like(a))).numpy())
+    np.testing.assert_array_equal(ok, a)
+    assert (rounds, caller) == (1, 1) and workpool.caller()
+    err, rounds, caller = _pooled_rounds(lambda: f(jg.tensor(a), jg.tensor(d)))
+    assert isinstance(err, RuntimeError) and "ZeroDivisionError" in str(err) and (rounds, caller) == (1, 1)
+    x = np.linspace(-1, 1, 1 << 14).astype(np.float32)
+    x[at] = -2.0
+    with jg.autograd.detect_anomaly(check_forward=True):
+        g = jg.compile(lambda x: (jg.log(x + 1.5) * 2.0).sum(), backend="numba", background=False, parallel=True)
+        err, rounds, caller = _pooled_rounds(lambda: g(jg.tensor(x)))
+    assert isinstance(err, RuntimeError) and "Function 'log' (forward) returned nan values" in str(err), err
+    assert rounds >= 1 and caller == rounds
+
+
 _CHILD = r'''
 import json, sys
 import numpy as np
@@ -169,7 +212,7 @@ from jitgrad.codegen.native import llvm_build, threads, workpool
 x = jg.tensor(np.linspace(-2, 2, 1 << 14, dtype=np.float32))
 f = jg.compile(lambda x: (jg.tanh(x) * 3.0).sum(), backend="numba", background=False, parallel=True)
 out = {"tanh": float(f(x)), "workers": workpool.threads(), "numba": "numba" in sys.modules}
-if MIXED:    # float floor division is not lowered by ir_loops: Numba builds that parallel kernel, on the same pool
+if MIXED:    # float floor division is not lowered by ir_loops: Numba builds that parallel kernel, on its own pool
     g = jg.compile(lambda x: (jg.tanh(x) * 3.0 + x // 0.75).sum(), backend="numba", background=False, parallel=True)
     out["sin"] = float(g(x))
     out["tanh2"] = float(f(x))
@@ -196,7 +239,7 @@ def test_one_worker_runs_the_chunks_on_the_calling_thread(tmp_path):
     assert out["tanh"] == pytest.approx(float((np.tanh(xs.astype(np.float64)) * 3).sum()), abs=1e-2)
 
 
-def test_numba_built_parallel_kernels_share_the_pool(tmp_path):
+def test_numba_built_parallel_kernels_run_beside_the_pool(tmp_path):
     xs = np.linspace(-2, 2, 1 << 14, dtype=np.float32).astype(np.float64)
     out = _child(tmp_path, True, 2)
     assert out["workers"] == 2 and out["layer"] == "workqueue" and out["refused"] >= 1

@@ -83,7 +83,7 @@ def pinned():
         cores = os.sched_getaffinity(int(t))
         if len(cores) == 1:
             out.append(min(cores))
-    return sorted(out) == sorted(os.sched_getaffinity(0))[:2] and "two" or sorted(out)
+    return sorted(out) == sorted(os.sched_getaffinity(0))[1:2] and "second" or sorted(out)
 f = jg.compile(lambda a: (a * 2.0).tanh().sum(), backend="numba", parallel=True)
 x = jg.tensor(np.linspace(-1, 1, 1 << 14))
 want = float(f(x))
@@ -103,17 +103,59 @@ print("child status", status)
 def test_workqueue_workers_each_run_on_their_own_core():
     """Placement counted, not timed: with the ``workqueue`` layer, each worker thread may run on one core, a
     different one each (unpinned, Linux woke both on one core in about half the processes), in the process
-    and again in a forked child (whose workers are new threads)."""
+    and again in a forked child (whose workers are new threads).  At two threads the pool has one worker (the
+    calling thread runs a chunk of each launch itself): it runs on the second core, the first is left to the
+    caller, which is never pinned."""
     env = dict(os.environ, JITGRAD_BACKGROUND_COMPILE="0", NUMBA_NUM_THREADS="2", NUMBA_THREADING_LAYER="workqueue")
     env.pop("JITGRAD_PIN_THREADS", None)
     r = subprocess.run([sys.executable, "-c", _PLACED], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "layer workqueue parent two 1" in r.stdout, r.stdout        # two threads, one on each core
-    assert "child two 2 True" in r.stdout, r.stdout
+    assert "layer workqueue parent second 1" in r.stdout, r.stdout     # the worker on the second core
+    assert "child second 2 True" in r.stdout, r.stdout
     assert "child status 0" in r.stdout, r.stdout
     env["JITGRAD_PIN_THREADS"] = "0"
     r = subprocess.run([sys.executable, "-c", _PLACED], env=env, capture_output=True, text=True, timeout=300)
     assert "layer workqueue parent [] 0" in r.stdout, r.stdout + r.stderr[-2000:]
+
+
+_CALLER_CHUNK = """
+import json, os, numpy as np, jitgrad as jg
+from jitgrad.codegen.native import workpool
+before = set(os.listdir("/proc/self/task"))
+workpool.launch()
+started = len(set(os.listdir("/proc/self/task")) - before)
+workpool.set_min_work(0, 0)
+f = jg.compile(lambda a: (a * 2.0).tanh().sum(), backend="numba", background=False, parallel=True)
+x = jg.tensor(np.linspace(-1, 1, 1 << 16))
+sums = [float(f(x))]
+r0, c0 = workpool.rounds(), workpool.caller_rounds()
+sums += [float(f(x)) for _ in range(5)]
+print(json.dumps({"threads": workpool.threads(), "queues": workpool.queues(), "started": started, "sums": sums,
+                  "rounds": workpool.rounds() - r0, "caller": workpool.caller_rounds() - c0}))
+"""
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_the_calling_thread_runs_a_chunk_of_every_pooled_launch(threads):
+    """Counted, not timed: at ``threads`` threads the pool starts ``threads - 1`` workers (the calling thread is
+    the other one), so each pooled launch wakes ``threads - 1`` of them (``ready`` wakes every queue), and the
+    calling thread runs a chunk of every round (``caller_rounds``); the same sum every call.  At one thread
+    nothing launches on the pool.  With Numba's own instance of the library shared (``JITGRAD_PRIVATE_POOL=0``),
+    one worker per thread and the caller waits (Numba's kernels assume that many workers)."""
+    env = dict(os.environ, JITGRAD_BACKGROUND_COMPILE="0", NUMBA_NUM_THREADS=str(threads))
+    env.pop("JITGRAD_PRIVATE_POOL", None)
+    r = subprocess.run([sys.executable, "-c", _CALLER_CHUNK], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["threads"] == threads and out["queues"] == out["started"] == max(1, threads - 1), out
+    assert out["rounds"] == out["caller"] == (5 if threads > 1 else 0), out
+    assert len(set(out["sums"])) == 1
+    env["JITGRAD_PRIVATE_POOL"] = "0"
+    r = subprocess.run([sys.executable, "-c", _CALLER_CHUNK], env=env, capture_output=True, text=True, timeout=300)
+    shared = json.loads(r.stdout.strip().splitlines()[-1])
+    assert shared["threads"] == shared["queues"] == shared["started"] == threads, shared
+    assert shared["rounds"] == (5 if threads > 1 else 0) and shared["caller"] == 0, shared
+    assert shared["sums"] == out["sums"]            # the same chunks, whoever runs them
 
 
 def test_blas_pacer_drops_to_one_thread_while_calls_show_contention(monkeypatch):

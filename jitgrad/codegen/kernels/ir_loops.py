@@ -125,15 +125,15 @@ class _Renderer:
 
     # ---- parallel kernels -----------------------------------------------------------------------------------
     def parallel_kernel(self, body):
-        """A kernel whose outer loop is a parallel ``For`` (a top-level statement): the loop becomes a chunk
-        function ``<name>_chunk(task, dims, steps, A)`` running ``task = [start, stop, partials...]`` of it, and
-        the kernel runs the statements before the loop, hands one chunk to each worker of the pool
-        (``workpool.py``: ``add_task`` per queue, ``ready``, ``synchronize``; one chunk on the calling thread when
-        the pool has one worker or the loop one iteration), adds the chunks' partial sums to the loop's
-        ``reductions`` in chunk order (each chunk starts them at zero), then runs the statements after it.  A
-        gated loop (``For.gate``) takes the pool only when this call's work reaches the pool's minimum; else
-        it runs the same chunks (one, when it sums nothing) one after another on the calling thread, so its
-        results are those of the pooled launch."""
+        """A kernel whose outer loop is a parallel ``For`` (a top-level statement): the loop becomes a chunk function
+        ``<name>_chunk(task, dims, steps, A)`` running ``task = [start, stop, partials...]`` of it, and the kernel runs
+        the statements before the loop, splits it into one chunk per thread of a launch (``workpool.threads``) and hands
+        them to the pool (``workpool.py``: ``add_task`` per queue, ``ready``, chunk 0 on the calling thread itself when
+        it is one of them, ``synchronize``: ``pool_abi.round_``; one chunk on the calling thread when the pool has one
+        thread or the loop one iteration), adds the chunks' partial sums to the loop's ``reductions`` in chunk order
+        (each chunk starts them at zero), then runs the statements after it.  A gated loop (``For.gate``) takes the pool
+        only when this call's work reaches the pool's minimum; else it runs the same chunks (one, when it sums nothing)
+        one after another on the calling thread, so its results are those of the pooled launch."""
         at = [n for n, s in enumerate(body) if isinstance(s, ki.For) and s.parallel]
         if len(at) != 1:
             raise Unsupported("parallel loop placement")
@@ -180,7 +180,7 @@ class _Renderer:
         ir, b, i64 = self.ir, self.b, self.i64
         i8p = ir.IntType(8).as_pointer()
         m = self.module
-        add, ready, sync = pool_abi.declare(m)
+        add = pool_abi.declare(m)[0]
         one = ir.Constant(i64, 1)
         nw = b.load(pool_abi.pool_global(m, "threads"))
         split = b.and_(b.icmp_signed(">", nw, one), b.icmp_signed(">", n, one))
@@ -212,17 +212,15 @@ class _Renderer:
         def fill(t, rec):       # chunk t of ntasks: [n * t / ntasks, n * (t + 1) / ntasks)
             b.store(b.sdiv(b.mul(n, t), ntasks), rec)
             b.store(b.sdiv(b.mul(n, b.add(t, one)), ntasks), b.gep(rec, [one]))
-            with b.if_then(pooled):
+            with b.if_then(b.and_(pooled, pool_abi.queued(b, m, t))):
                 b.call(add, [b.bitcast(chunk, i8p), b.bitcast(rec, i8p), null, null, a])
         each_task(fill)
+        nil = ir.Constant(i64.as_pointer(), None)
 
-        def on_pool():
-            pool_abi.count_round(b, m)
-            b.call(ready, [])
-            b.call(sync, [])
+        def on_pool():      # chunk 0 on the calling thread when it is the caller's (pool_abi.round_)
+            pool_abi.round_(b, m, lambda: b.call(chunk, [tasks, nil, nil, self.fn.args[0]]))
 
         def on_caller():
-            nil = ir.Constant(i64.as_pointer(), None)
             each_task(lambda t, rec: b.call(chunk, [rec, nil, nil, self.fn.args[0]]))
         pool_abi.launch(b, m, pooled, takes, pace, work, on_pool, on_caller, self.alloca_b)
         if reductions:

@@ -2,10 +2,12 @@
 (``ir_loops.py``) and a graph's entry (``codegen/program/entry.py``, a batch of small products).
 
 ``native/workpool.py`` registers the symbols with llvmlite before code that needs them is linked: three functions
-(``add_task``, ``ready``, ``synchronize``) and ``int64`` globals: the worker count, the threshold a gated launch
-compares its work with (``min_work``, ``grain``: read at every call, so a new value needs no rebuild), the count
-of pool rounds, and what the pool's pacer asks of a gated launch (``pace``: time it, or keep it on the calling
-thread; ``launch``).  Nothing here imports Numba; llvmlite is imported when a declaration is made.
+(``add_task``, ``ready``, ``synchronize``) and ``int64`` globals: the threads a pooled launch runs on, whether the
+calling thread is one of them (``caller``: it runs chunk 0, ``round_``), the threshold a gated launch compares its
+work with (``min_work``, ``grain``: read at every call, so a new value needs no rebuild), the counts of pool rounds
+and of those the caller ran a chunk of, and what the pool's pacer asks of a gated launch (``pace``: time it, or
+keep it on the calling thread; ``launch``).  Nothing here imports Numba; llvmlite is imported when a declaration
+is made.
 """
 from __future__ import annotations
 
@@ -54,6 +56,27 @@ def count_round(b, module):
     """Add one to the pool's round count (before ``ready``: one launch at a time, so no atomics)."""
     rounds = pool_global(module, "rounds")
     b.store(b.add(b.load(rounds), rounds.type.pointee(1)), rounds)
+
+
+def queued(b, module, t):
+    """The ``i1`` that chunk ``t`` (an int64 value) of a pooled launch goes to a worker's queue (``add_task``):
+    every chunk but chunk 0 when the calling thread runs that one (``workpool.caller``)."""
+    return b.icmp_signed(">=", t, b.load(pool_global(module, "caller")))
+
+
+def round_(b, module, run_first):
+    """Emit one pooled round, once the workers' chunks are queued (``queued``): count it, wake the workers
+    (``ready``), run chunk 0 on the calling thread when it is the caller's (``run_first()`` emits that call; its
+    chunk is the one it would be on a worker, so the round's bits do not depend on who ran it), then wait for
+    the workers (``synchronize``)."""
+    ir = _ir()
+    _, ready, sync = declare(module)
+    count_round(b, module)
+    b.call(ready, [])
+    with b.if_then(b.icmp_signed("!=", b.load(pool_global(module, "caller")), ir.Constant(ir.IntType(64), 0))):
+        _add(b, module, "caller_rounds", ir.Constant(ir.IntType(64), 1))
+        run_first()
+    b.call(sync, [])
 
 
 def _clock_ns(b, module, ts):
@@ -126,4 +149,5 @@ def work_of(b, elements, per_element: float):
     return b.fmul(b.sitofp(elements, f64), ir.Constant(f64, per_element))
 
 
-__all__ = ["declare", "pool_global", "reaches_min_work", "takes_pool", "count_round", "paced", "launch", "work_of"]
+__all__ = ["declare", "pool_global", "reaches_min_work", "takes_pool", "count_round", "queued", "round_", "paced",
+           "launch", "work_of"]

@@ -1,10 +1,10 @@
 """The worker pool's pacer: launches stay on the calling thread while pooled ones show another process took a core.
 
-The pool's workers are pinned one per core and take equal static chunks (``workpool.py``), so when another
-process takes a core, the worker there shares it and every pooled launch waits for that worker's chunk: measured
-(2 cores, one spinning hog, ``benchmarks/busy_machine.py``), B1's compiled step took 1.86x its quiet time with
-its GEMMs on the pool, against 1.39x when OpenBLAS dropped to one thread under its own pacer
-(``ir/ops/blas.BlasPacer``).  The pool's pacer does for the pool what that one does for OpenBLAS.
+The pool's workers are pinned one per core and take equal static chunks beside the calling thread's
+(``workpool.py``), so when another process takes a core, the thread there shares it and every pooled launch waits
+for that thread's chunk: measured (2 cores, one spinning hog, ``benchmarks/busy_machine.py``), B1's compiled step
+took 1.86x its quiet time with its GEMMs on the pool, against 1.39x when OpenBLAS dropped to one thread under its
+own pacer (``ir/ops/blas.BlasPacer``).  The pool's pacer does for the pool what that one does for OpenBLAS.
 
 **Signal: each pooled launch's wall time per unit of its work.**  A gated launch that wakes the workers reads the
 clock before ``ready`` and after ``synchronize`` and adds the nanoseconds and its work (the plan's cost units, a

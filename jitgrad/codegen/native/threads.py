@@ -1,23 +1,25 @@
 """The thread policy of parallel kernels: which threading layer runs ``prange`` loops, and how many threads.
 
 Policy (knobs in parentheses):
-- **Layer: fork-safe, and sleeping rather than spinning.**  Numba's default picks GNU OpenMP when it is present;
-  its workers spin while they wait, so a busy machine (another process on one core, or OpenBLAS's own spinning
-  workers) makes a kernel wait for descheduled spinners: 5-10x slower instead of 2x.  And a process that ran a
-  GNU OpenMP region cannot fork: the child is killed ("fork() called from a process already using GNU OpenMP").
-  jitgrad's parallel kernels run on Numba's built-in ``workqueue`` pool, loaded without Numba (``workpool.py``),
-  whose workers sleep on a condition until work arrives and take equal static chunks of a loop, so a loop slows
-  down at most in proportion to the cores taken from it.  The few parallel kernels Numba builds (sin/cos/tan,
-  random draws) run on Numba's ``forksafe`` layer: TBB when installed, else Intel OpenMP, else ``workqueue``, the
-  same pool (the process has one copy of its state).  Not ``workqueue`` for every process: it aborts when two
-  threads launch at once, and the layer is process-wide, so the user's own Numba ``prange`` code would inherit
-  that.  (``JITGRAD_THREADING_LAYER`` picks another Numba layer for those; ``NUMBA_THREADING_LAYER``, when set,
+- **Layer: fork-safe, and sleeping rather than spinning.**  Numba's default picks GNU OpenMP when it is present; its
+  workers spin while they wait, so a busy machine (another process on one core, or OpenBLAS's own spinning workers)
+  makes a kernel wait for descheduled spinners: 5-10x slower instead of 2x.  And a process that ran a GNU OpenMP region
+  cannot fork: the child is killed ("fork() called from a process already using GNU OpenMP"). jitgrad's parallel
+  kernels run on Numba's built-in ``workqueue`` pool, loaded without Numba (``workpool.py``), whose workers sleep on a
+  condition until work arrives and take equal static chunks of a loop, so a loop slows down at most in proportion to
+  the cores taken from it.  The few parallel kernels Numba builds (sin/cos/tan, random draws) run on Numba's
+  ``forksafe`` layer: TBB when installed, else Intel OpenMP, else ``workqueue`` (Numba's instance of the library:
+  jitgrad's pool is a private copy with one worker fewer, ``workpool.py``). Not ``workqueue`` for every process: it
+  aborts when two threads launch at once, and the layer is process-wide, so the user's own Numba ``prange`` code would
+  inherit that.  (``JITGRAD_THREADING_LAYER`` picks another Numba layer for those; ``NUMBA_THREADING_LAYER``, when set,
   is the user's choice and always wins; kernels built from IR stay on ``workqueue`` either way, and
   ``JITGRAD_IR_PARALLEL=0`` has Numba build them all.)
 - **Threads: one per core this process may run on** (``os.sched_getaffinity``), Numba's default, or
-  ``NUMBA_NUM_THREADS``.  ``torch.set_num_threads`` (``ir/settings.py``) sets OpenBLAS's count at once and, at 1,
-  keeps graphs compiled later serial; it does not resize the pool.  A kernel runs serially unless its work pays for waking the threads
-  (``workpool.py``: ``PARALLEL_GRAIN``, ``PARALLEL_WORK``, tested by each parallel-capable kernel per call).
+  ``NUMBA_NUM_THREADS``, the calling thread one of them: it runs chunk 0 of each pooled launch, the pool's workers the
+  others (``workpool.launch``).  ``torch.set_num_threads`` (``ir/settings.py``) sets OpenBLAS's count at once and, at
+  1, keeps graphs compiled later serial; it does not resize the pool.  A kernel runs serially unless its work pays for
+  waking the threads (``workpool.py``: ``PARALLEL_GRAIN``, ``PARALLEL_WORK``, tested by each parallel-capable kernel
+  per call).
 - **OpenBLAS workers sleep soon when idle** (``OPENBLAS_THREAD_TIMEOUT``, set to 20 by ``import jitgrad``
   unless already set): by default they spin ~0.1 s after every BLAS call, taking the cores Numba's workers need;
   at 20 they spin ~0.4 ms, enough to stay awake between one step's GEMMs (4, sleeping at once, made every small
@@ -25,15 +27,14 @@ Policy (knobs in parentheses):
 - **One parallel launch at a time per process.**  ``workqueue`` is not thread-safe (two threads launching
   parallel loops at once abort the process), so compiled calls whose graph has a parallel kernel take
   ``LAUNCH_LOCK``; concurrent calls of such graphs would compete for the same cores anyway.
-- **The workers are pinned, one per core** (``JITGRAD_PIN_THREADS=0`` turns it off).  Its workers
-  sleep between launches and Linux wakes a sleeping thread on the core of the thread that woke it when it
-  can: measured on 2 cores, about half the processes ran both workers on one core for every call, so a
-  2-thread B2 step took its 1-thread time (3.4 ms instead of 1.8 ms, bimodal from one process to the next).
-  Before the first launch of a process (and again in a forked child, whose workers are new threads) each
-  worker pins itself to its own core of the process's affinity mask (``place_workers``).  With one core taken
-  by another process, the worker on that core shares it and the loop takes at most its 1-thread time (2x),
-  which is the proportional slowdown the policy aims for.  TBB and OpenMP layers place their own threads and
-  are left alone.
+- **The workers are pinned, one per core, the first core left to the calling thread** (which is never pinned;
+  ``JITGRAD_PIN_THREADS=0`` turns it off).  Its workers sleep between launches and Linux wakes a sleeping thread on the
+  core of the thread that woke it when it can: measured on 2 cores, about half the processes ran both workers on one
+  core for every call, so a 2-thread B2 step took its 1-thread time (3.4 ms instead of 1.8 ms, bimodal from one
+  process to the next). Before the first launch of a process (and again in a forked child, whose workers are new
+  threads) each worker pins itself to its own core of the process's affinity mask (``place_workers``).  With one core
+  taken by another process, the worker on that core shares it and the loop takes at most its 1-thread time (2x), which
+  is the proportional slowdown the policy aims for.  TBB and OpenMP layers place their own threads and are left alone.
 
 - **The pool's launches stay on the calling thread while the cores are contended** (``pool_pacer.py``;
   ``JITGRAD_POOL_PACER=1`` turns it on: off by default until a quiet machine's run counts what it holds). With one
@@ -135,9 +136,10 @@ def place_workers() -> list:
     n = workpool.launch()
     if n < 2 or len(cores) < 2:
         return []
+    first = 1 if workpool.caller() else 0       # the calling thread runs a chunk too: the first core is left to it
 
     def pin(i):
-        core = cores[i % len(cores)]
+        core = cores[(i + first) % len(cores)]
         os.sched_setaffinity(0, {core})     # 0: the calling thread
         return (i, core)
     placed = workpool.run_on_each(pin)

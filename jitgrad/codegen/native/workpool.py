@@ -1,21 +1,34 @@
 """The worker threads of parallel kernels built without Numba: Numba's ``workqueue`` library, loaded alone.
 
 A parallel kernel (``loops.Kernel.parallel``: its outer loop is a ``prange``) built by ``ir_loops`` splits that loop
-into one chunk per worker and hands the chunks to the pool through three C functions of Numba's ``workqueue``
-threading layer: ``add_task`` (one task per worker queue), ``ready`` (wake them) and ``synchronize`` (wait for all).
-That library is a small C extension that imports nothing from Numba, so loading it costs a ``dlopen``, not
-Numba's ~0.7 s import: a cold build of a large graph needs no Numba, and a warm start loads parallel kernels with
-llvmlite alone.  It is the layer jitgrad's thread policy uses for Numba-built ``prange`` kernels too
-(``threads.py``), and the process has one copy of its state (the same shared object), so both kinds of kernel run
-on the same workers.
+into one chunk per thread of a launch (``threads()``) and hands them to the pool through three C functions of
+Numba's ``workqueue`` threading layer: ``add_task`` (one task per worker queue), ``ready`` (wake them) and
+``synchronize`` (wait for all).  That library is a small C extension that imports nothing from Numba, so loading
+it costs a ``dlopen``, not Numba's ~0.7 s import: a cold build of a large graph needs no Numba, and a warm start
+loads parallel kernels with llvmlite alone.
+
+**The calling thread runs a chunk.**  ``ready`` wakes every queue of the library, so the only way a launch wakes
+fewer workers than it has chunks is a pool with fewer queues: jitgrad's has ``default_threads() - 1`` workers, and
+the calling thread runs chunk 0 of every pooled launch between ``ready`` and ``synchronize`` (``pool_abi.round_``)
+instead of sleeping there.  At two threads a launch wakes one worker, not two, and the caller's cache stays warm
+(B9's step, 110 rounds, counted 2026-11-30 with the caller on the first core: the process's context switches
+1005 -> 203 a step, its futex calls 1599 -> 707; ``benchmarks/pool_wakeups.py --pin-caller``).
+The chunks are the same whoever runs them (fixed by the thread count, summed in chunk order), so results do not
+depend on it, and a chunk reports an error or an anomaly through the same arguments on any thread.  Numba's own
+parallel kernels (``threads.py``'s layer) split into ``NUMBA_NUM_THREADS`` chunks, one per queue, and would overrun
+a pool one queue short, so jitgrad loads a private copy of the library (``library``: its own C state, its own
+threads; ``JITGRAD_PRIVATE_POOL=0`` shares Numba's, where every chunk goes to a worker and the caller waits).  The
+two pools never run at once (``threads.LAUNCH_LOCK``), and Numba's starts only when a Numba-built parallel kernel
+runs.
 
 One launch round per kernel (Numba's own ``parallel_for`` makes two: one to sync a thread-local count, one to
 run), and no Python on the way: the kernel calls the pool itself.  The kernels reach the pool through symbols this
 module registers with llvmlite before code that needs them is linked (``objload.load``):
 ``jitgrad_wq_add_task``, ``jitgrad_wq_ready``, ``jitgrad_wq_synchronize`` and the ``int64`` globals
-``jitgrad_wq_threads`` (the number of worker queues: a launch adds exactly one task per queue, since ``ready``
-wakes every queue), ``jitgrad_wq_min_work`` and ``jitgrad_wq_grain`` (when a launch is worth the pool, below) and
-``jitgrad_wq_rounds`` (the pool rounds launched so far, counted for tests), and the pacer's (below):
+``jitgrad_wq_threads`` (the chunks of a pooled launch: one per worker queue, since ``ready`` wakes every queue,
+and one for the calling thread when ``jitgrad_wq_caller`` is 1), ``jitgrad_wq_min_work`` and ``jitgrad_wq_grain``
+(when a launch is worth the pool, below), ``jitgrad_wq_rounds`` and ``jitgrad_wq_caller_rounds`` (the pool rounds
+launched so far, and those the caller ran a chunk of, counted for tests), and the pacer's (below):
 ``jitgrad_wq_pace``, the clock ``jitgrad_wq_clock`` (libc's ``clock_gettime``) and the four counters of timed
 launches.  The object code holds no address, so a kernel from the disk cache links in any process.
 
@@ -49,17 +62,25 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+import tempfile
 import threading
 import time
 
 from ...ir import settings
 
 SYMBOLS = ("jitgrad_wq_add_task", "jitgrad_wq_ready", "jitgrad_wq_synchronize", "jitgrad_wq_threads",
-           "jitgrad_wq_min_work", "jitgrad_wq_grain", "jitgrad_wq_rounds", "jitgrad_wq_pace", "jitgrad_wq_clock",
-           "jitgrad_wq_pool_ns", "jitgrad_wq_pool_work", "jitgrad_wq_serial_ns", "jitgrad_wq_serial_work")
+           "jitgrad_wq_caller", "jitgrad_wq_caller_rounds", "jitgrad_wq_min_work", "jitgrad_wq_grain",
+           "jitgrad_wq_rounds", "jitgrad_wq_pace", "jitgrad_wq_clock", "jitgrad_wq_pool_ns", "jitgrad_wq_pool_work",
+           "jitgrad_wq_serial_ns", "jitgrad_wq_serial_work")
 _lock = threading.Lock()
 _LIB = None
+_PRIVATE = False
+# jitgrad's own instance of the pool's library (``library``); JITGRAD_PRIVATE_POOL=0 shares Numba's (every chunk of a
+# launch on a worker then, one worker per core: Numba's kernels assume that many)
+PRIVATE_POOL = os.environ.get("JITGRAD_PRIVATE_POOL", "1") != "0"
 _THREADS = ctypes.c_int64(0)    # the global the kernels read (its address is the symbol jitgrad_wq_threads)
+_CALLER = ctypes.c_int64(0)     # 1: the calling thread runs chunk 0 of a pooled launch (jitgrad_wq_caller)
+_QUEUES = 0                     # the pool's worker queues (threads() - caller)
 
 # A loop takes the pool when its work pays for waking the workers (one wake-up round, ~5-30 us): at least
 # PARALLEL_GRAIN elements (PyTorch's grain size) and elements x per-element cost >= PARALLEL_WORK, about 160 us of
@@ -79,6 +100,7 @@ PARALLEL_WORK = 1 << 23
 _MIN_WORK = ctypes.c_int64(int(float(os.environ.get("JITGRAD_PARALLEL_WORK", PARALLEL_WORK))))
 _GRAIN = ctypes.c_int64(PARALLEL_GRAIN)
 _ROUNDS = ctypes.c_int64(0)     # pool rounds launched by kernels built from IR and by entries (tests count them)
+_CALLER_ROUNDS = ctypes.c_int64(0)  # those of them in which the calling thread ran chunk 0
 # the pacer's state and counters (see the module docstring): gated launches read PACE at every call
 PACE_OFF, PACE_TIMED, PACE_HELD = 0, 1, 2
 _PACE = ctypes.c_int64(PACE_OFF)
@@ -114,6 +136,12 @@ def grain() -> int:
 def rounds() -> int:
     """How many times kernels built from IR and entries woke the workers (one round per pooled launch)."""
     return int(_ROUNDS.value)
+
+
+def caller_rounds() -> int:
+    """How many of ``rounds()`` had the calling thread run a chunk (chunk 0) itself (all of them when
+    ``caller()``)."""
+    return int(_CALLER_ROUNDS.value)
 
 
 def takes(elements, per_element: float) -> bool:
@@ -178,25 +206,59 @@ def _library_path() -> str | None:
     return None
 
 
+def _private_copy(path: str):
+    """The extension at ``path`` loaded from a private copy of its file: a module with C state of its own (the
+    dynamic loader shares one instance per file), or None where the copy cannot be made or loaded (a read-only or
+    ``noexec`` temporary directory)."""
+    try:
+        with open(path, "rb") as f:
+            code = f.read()
+        fd, copy = tempfile.mkstemp(prefix="jitgrad-pool-", suffix=os.path.basename(path)[len("workqueue"):])
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(code)
+            name = "jitgrad.codegen.native._pool.workqueue"     # PyInit_workqueue; never in sys.modules
+            loader = importlib.machinery.ExtensionFileLoader(name, copy)
+            spec = importlib.util.spec_from_file_location(name, copy, loader=loader)
+            mod = importlib.util.module_from_spec(spec)
+            loader.exec_module(mod)
+        finally:
+            os.unlink(copy)                 # the loader keeps it mapped
+        return mod
+    except (OSError, ImportError):
+        return None
+
+
 def library():
-    """The ``workqueue`` extension module (loaded once, without importing Numba), or None when it is missing."""
-    global _LIB
+    """The ``workqueue`` extension module (loaded once, without importing Numba), or None when it is missing.
+    Jitgrad's own instance of it (``_private_copy``) where it can: its pool has one worker fewer than the cores
+    (``launch``), which Numba's parallel kernels, sized by ``NUMBA_NUM_THREADS``, must not share; else the one
+    Numba loads (``private()`` is False), whose pool keeps one worker per core."""
+    global _LIB, _PRIVATE
     if _LIB is None:
         with _lock:
             if _LIB is None:
-                mod = sys.modules.get("numba.np.ufunc.workqueue")
+                path = _library_path()
+                if path is None:
+                    _LIB = False
+                    return None
+                mod = _private_copy(path) if PRIVATE_POOL else None
+                _PRIVATE = mod is not None
                 if mod is None:
-                    path = _library_path()
-                    if path is None:
-                        _LIB = False
-                        return None
-                    # the same file Numba would load: one copy of the pool's C state per process either way
+                    mod = sys.modules.get("numba.np.ufunc.workqueue")
+                if mod is None:
+                    # the same file Numba would load: one copy of the pool's C state, shared with Numba's kernels
                     loader = importlib.machinery.ExtensionFileLoader("numba.np.ufunc.workqueue", path)
                     spec = importlib.util.spec_from_file_location("numba.np.ufunc.workqueue", path, loader=loader)
                     mod = importlib.util.module_from_spec(spec)
                     loader.exec_module(mod)
                 _LIB = mod
     return _LIB or None
+
+
+def private() -> bool:
+    """Whether jitgrad's pool is its own instance of the library (``library``), not the one Numba uses."""
+    return library() is not None and _PRIVATE
 
 
 def available() -> bool:
@@ -226,19 +288,32 @@ def _worker_count(lib) -> int:
 
 def launch() -> int:
     """Start the workers (once per process; a no-op when Numba or an earlier call started them) and return how
-    many there are.  Registers the kernels' symbols with llvmlite."""
+    many threads a pooled launch runs on (``threads()``).  Registers the kernels' symbols with llvmlite.
+
+    The pool of jitgrad's own instance of the library (``private()``) has one worker fewer than
+    ``default_threads()``: the calling thread runs chunk 0 of every pooled launch itself (``caller()``), so a
+    launch on two cores wakes one worker, not two, and the caller works instead of sleeping.  A pool shared with
+    Numba keeps one worker per core (Numba's kernels split into that many chunks) and every chunk on a worker."""
+    global _QUEUES
     lib = library()
     if lib is None:
         raise RuntimeError("parallel kernels need Numba's workqueue library, which is not installed")
     with _lock:
         if _THREADS.value == 0:
-            ctypes.CFUNCTYPE(None, ctypes.c_int)(lib.launch_threads)(default_threads())
-            _THREADS.value = _worker_count(lib)
+            n = default_threads()
+            mine = _PRIVATE and n >= 2
+            # a no-op when Numba (sharing the library) launched its pool first
+            ctypes.CFUNCTYPE(None, ctypes.c_int)(lib.launch_threads)(n - 1 if mine else n)
+            _QUEUES = _worker_count(lib)
+            _CALLER.value = 1 if mine else 0
+            _THREADS.value = _QUEUES + _CALLER.value
             import llvmlite.binding as ll
             ll.add_symbol("jitgrad_wq_add_task", lib.add_task)
             ll.add_symbol("jitgrad_wq_ready", lib.ready)
             ll.add_symbol("jitgrad_wq_synchronize", lib.synchronize)
             ll.add_symbol("jitgrad_wq_threads", ctypes.addressof(_THREADS))
+            ll.add_symbol("jitgrad_wq_caller", ctypes.addressof(_CALLER))
+            ll.add_symbol("jitgrad_wq_caller_rounds", ctypes.addressof(_CALLER_ROUNDS))
             ll.add_symbol("jitgrad_wq_min_work", ctypes.addressof(_MIN_WORK))
             ll.add_symbol("jitgrad_wq_grain", ctypes.addressof(_GRAIN))
             ll.add_symbol("jitgrad_wq_rounds", ctypes.addressof(_ROUNDS))
@@ -250,8 +325,20 @@ def launch() -> int:
     return int(_THREADS.value)
 
 
+def caller() -> bool:
+    """Whether the calling thread runs chunk 0 of each pooled launch (the pool jitgrad started: ``launch``)."""
+    return bool(_CALLER.value)
+
+
+def queues() -> int:
+    """The pool's worker threads (``threads()`` less the calling thread when it runs a chunk; 0 before
+    ``launch``)."""
+    return _QUEUES
+
+
 def threads() -> int:
-    """The number of workers (0 before ``launch``)."""
+    """The threads a pooled launch runs on, one chunk each: the workers, and the calling thread when
+    ``caller()`` (0 before ``launch``)."""
     return int(_THREADS.value)
 
 
@@ -259,10 +346,12 @@ _TASK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
 
 
 def run_on_each(fn) -> list:
-    """Call ``fn(i)`` once on each worker ``i`` (Python, under the GIL; for set-up such as pinning) and return the
-    results in worker order.  The caller holds ``threads.LAUNCH_LOCK``."""
+    """Call ``fn(i)`` once on each worker ``i`` of the ``queues()`` (Python, under the GIL; for set-up such as
+    pinning; not on the calling thread) and return the results in worker order.  The caller holds
+    ``threads.LAUNCH_LOCK``."""
     lib = library()
-    n = launch()
+    launch()
+    n = queues()
     results, errors = [None] * n, []
 
     def task(args, dims, steps, data):
@@ -283,6 +372,7 @@ def run_on_each(fn) -> list:
     return results
 
 
-__all__ = ["available", "launch", "threads", "run_on_each", "default_threads", "library", "SYMBOLS", "PARALLEL_GRAIN",
-           "PARALLEL_WORK", "min_work", "set_min_work", "grain", "rounds", "takes", "takes_batch", "takes_split", "pace",
-           "set_pace", "launch_times", "PACE_OFF", "PACE_TIMED", "PACE_HELD", "CLOCK_ID", "CLOCK_ADDRESS"]
+__all__ = ["available", "launch", "threads", "queues", "caller", "private", "run_on_each", "default_threads", "library",
+           "SYMBOLS", "PARALLEL_GRAIN", "PARALLEL_WORK", "PRIVATE_POOL", "min_work", "set_min_work", "grain", "rounds",
+           "caller_rounds", "takes", "takes_batch", "takes_split", "pace", "set_pace", "launch_times", "PACE_OFF",
+           "PACE_TIMED", "PACE_HELD", "CLOCK_ID", "CLOCK_ADDRESS"]

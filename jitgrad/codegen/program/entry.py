@@ -325,20 +325,20 @@ def _gemm_chunk(mod):
 
 
 def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False, bounded=True):
-    """A parallel ``bgemm`` step: its batch entries split into one equal chunk per worker of the pool (chunk
-    ``t`` of ``w``: ``[total * t / w, total * (t + 1) / w)``, fixed by the thread count, never by timing), each
-    chunk's products run one after the other on that worker (``_gemm_chunk``); all on the calling thread when the
-    pool has one worker.  ``gated``: only in calls where each product is at most ``BLAS_THREADED_MACS``
-    multiply-adds (m, n, k read from the block's parameters; ``bounded=False``: any size, the blocks of a split
-    GEMM) and the batch's (the last entry's at its own size: a split GEMM counts its whole product) reach the
-    pool's minimum work (``workpool.takes_batch``, ``takes_split``), and while the pool's pacer does not hold
-    launches off the pool (``pool_abi.launch``); else all on the calling thread.  The caller holds
-    ``threads.LAUNCH_LOCK`` (``cpu.CompiledGraph``)."""
+    """A parallel ``bgemm`` step: its batch entries split into one equal chunk per thread of a pooled launch (chunk
+    ``t`` of ``w``: ``[total * t / w, total * (t + 1) / w)``, fixed by the thread count, never by timing), each chunk's
+    products run one after the other on one thread (``_gemm_chunk``; chunk 0 on the calling thread itself when it is one
+    of them: ``pool_abi.round_``); all on the calling thread when the pool has one thread.  ``gated``: only in calls
+    where each product is at most ``BLAS_THREADED_MACS`` multiply-adds (m, n, k read from the block's parameters;
+    ``bounded=False``: any size, the blocks of a split GEMM) and the batch's (the last entry's at its own size: a split
+    GEMM counts its whole product) reach the pool's minimum work (``workpool.takes_batch``, ``takes_split``), and while
+    the pool's pacer does not hold launches off the pool (``pool_abi.launch``); else all on the calling thread.  The
+    caller holds ``threads.LAUNCH_LOCK`` (``cpu.CompiledGraph``)."""
     from llvmlite import ir
     mod = fn.module
     i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
     i64p = i64.as_pointer()
-    add, ready, sync = pool_abi.declare(mod)
+    add = pool_abi.declare(mod)[0]
     chunk = _gemm_chunk(mod)
 
     def c(k):
@@ -385,14 +385,12 @@ def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False, bounded=True):
         b.store(b.sdiv(b.mul(total, t), ntasks), rec)
         b.store(b.sdiv(b.mul(total, b.add(t, c(1))), ntasks), b.gep(rec, [c(1)]))
         b.store(gemm_addr, b.gep(rec, [c(2)]))
-        with b.if_then(pooled):
+        with b.if_then(b.and_(pooled, pool_abi.queued(b, mod, t))):
             b.call(add, [b.bitcast(chunk, i8p), b.bitcast(rec, i8p), null, null, b.bitcast(p, i8p)])
     loop("pfill", ntasks, fill)
 
-    def on_pool():
-        pool_abi.count_round(b, mod)
-        b.call(ready, [])
-        b.call(sync, [])
+    def on_pool():      # chunk 0 (the first record) on the calling thread when it is the caller's
+        pool_abi.round_(b, mod, lambda: b.call(chunk, [tasks, ir.Constant(i64p, None), ir.Constant(i64p, None), p]))
 
     def on_caller():
         b.call(chunk, [tasks, ir.Constant(i64p, None), ir.Constant(i64p, None), p])
