@@ -194,7 +194,8 @@ def fold_bias_into_gemm(prog: Program, g: Group) -> bool:
     """``A @ B + b`` (a group of one add of a GEMM's result that nothing else reads and an input broadcast to it:
     a linear layer's bias where no later loop takes it in, attention's qkv) as the bias copied into C before the
     GEMM and the GEMM accumulating onto it (``beta = 1``): the copy replaces OpenBLAS's zeroing of C, so the add's
-    pass over the result (a read and a write) goes."""
+    pass over the result (a read and a write) goes.  Not for a result the caller gets: the add's loop writes it
+    straight into the output array, where C would be copied there after the GEMM (a pass more, not one fewer)."""
     places = prog.places
     if g.reduce is not None or g.scatters or g.gathers or len(g.eqns) != 1 or len(g.outputs) != 1:
         return False
@@ -212,7 +213,7 @@ def fold_bias_into_gemm(prog: Program, g: Group) -> bool:
     n = places.n
     if b is d or not (isinstance(b, Lit) or b in prog.graph.inputs) or b.aval.dtype is not o.aval.dtype \
             or d.aval.shape != o.aval.shape or d.aval.dtype is not o.aval.dtype or places.uses.get(d) != [n] \
-            or any(x is d for x in prog.graph.outputs) or e.check is not None \
+            or any(x is d or x is o for x in prog.graph.outputs) or e.check is not None \
             or type(e.ins[0].aval.shape[-1]) is not int or e.ins[0].aval.shape[-1] > BIAS_FOLD_MAX_K:
         return False
     pc = places[d]
