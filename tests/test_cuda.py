@@ -749,13 +749,16 @@ def test_sim_shared_arrays_are_one_per_block_when_the_first_lookup_races(monkeyp
     import types
     from numba.cuda.simulator import kernelapi
 
+    made = [0]
+
     class SlowEmpty(types.ModuleType):
         def __getattr__(self, name):
             return getattr(np, name)
 
         @staticmethod
         def empty(*args, **kw):
-            time.sleep(0.002)                   # gives up the GIL between the lookup and the store
+            made[0] += 1
+            time.sleep(0.02)                    # gives up the GIL between the lookup and the store
             return np.empty(*args, **kw)
     monkeypatch.setattr(kernelapi, "np", SlowEmpty("numpy"))
     x = np.arange(1.0, 301.0)
@@ -764,6 +767,7 @@ def test_sim_shared_arrays_are_one_per_block_when_the_first_lookup_races(monkeyp
     np.testing.assert_array_equal(jg.tensor(x.reshape(3, 100), device="cuda").amax(1).cpu().numpy(),
                                   x.reshape(3, 100).max(1))
     np.testing.assert_array_equal((jg.tensor(a, device="cuda") @ jg.tensor(b, device="cuda")).cpu().numpy(), a @ b)
+    assert made[0] > 2 * 6          # the race was forced: 6 shared-array lines ran (2 reductions, 2 finishes, GEMM)
 
 
 # the compile-agreement programs on CUDA (a representative subset: the simulator is slow; programs that read
