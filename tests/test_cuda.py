@@ -737,6 +737,39 @@ def test_sim_kernels_are_keyed_by_structure_and_cat_is_native():
     assert all(st.kind != "host" for cg in _GRAPHS.values() for st in cg.steps)
 
 
+@sim
+def test_sim_shared_arrays_are_one_per_block_when_the_first_lookup_races(monkeypatch):
+    """The simulator makes a launch's shared array at its first lookup by source line, unlocked: a thread that
+    loses the GIL between its miss and its store keeps a private array (garbage to the rest of its block; the
+    sim set's rare wrong values).  Force that interleaving for every thread (a slow ``np.empty`` there):
+    reductions, their second pass and the GEMM must still be exact."""
+    if not jg.cuda.is_simulator():
+        pytest.skip("the simulator's shared arrays")
+    import time
+    import types
+    from numba.cuda.simulator import kernelapi
+
+    made = [0]
+
+    class SlowEmpty(types.ModuleType):
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def empty(*args, **kw):
+            made[0] += 1
+            time.sleep(0.02)                    # gives up the GIL between the lookup and the store
+            return np.empty(*args, **kw)
+    monkeypatch.setattr(kernelapi, "np", SlowEmpty("numpy"))
+    x = np.arange(1.0, 301.0)
+    a, b = np.arange(12.0).reshape(3, 4), np.arange(8.0).reshape(4, 2)
+    assert jg.tensor(x, device="cuda").sum().cpu().item() == x.sum()          # block trees, then the finish pass
+    np.testing.assert_array_equal(jg.tensor(x.reshape(3, 100), device="cuda").amax(1).cpu().numpy(),
+                                  x.reshape(3, 100).max(1))
+    np.testing.assert_array_equal((jg.tensor(a, device="cuda") @ jg.tensor(b, device="cuda")).cpu().numpy(), a @ b)
+    assert made[0] > 2 * 6          # the race was forced: 6 shared-array lines ran (2 reductions, 2 finishes, GEMM)
+
+
 # the compile-agreement programs on CUDA (a representative subset: the simulator is slow; programs that read
 # module-level CPU tensors, e.g. fixed index tensors, are left out since those would be a device mix)
 AGREEMENT = ["exp", "sigmoid", "where_scalar", "pow_tensor", "sum_tuple_dims", "amax_amin", "logsumexp",

@@ -33,8 +33,9 @@ from ..places import Place, Root
 _KERNELS: dict = {}        # key -> compiled dispatcher (one per kernel identity, per process)
 
 
-GPU_CONFIG = {"threads": 256, "blocks": 1024, "tpb": 256, "tile": 16}
-SIMULATOR_CONFIG = {"threads": 32, "blocks": 4, "tpb": 16, "tile": 4}
+# settle: shared arrays are taken twice around a barrier (the simulator's lookup races: cuda_kernels._shared)
+GPU_CONFIG = {"threads": 256, "blocks": 1024, "tpb": 256, "tile": 16, "settle": False}
+SIMULATOR_CONFIG = {"threads": 32, "blocks": 4, "tpb": 16, "tile": 4, "settle": True}
 
 
 def launch_config():

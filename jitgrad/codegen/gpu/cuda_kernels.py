@@ -159,10 +159,20 @@ def _init(op, od: dt.DType) -> str:
     return _INIT[op]
 
 
-def gen_group(g, rank, red_axes=None, check_ids=None, tpb=256) -> CudaKernel:
+def _shared(var, shape, dtype, settle):
+    """The line that makes shared array ``var``.  ``settle`` (Numba's simulator): the simulator finds a launch's
+    shared array by source line, and its first lookup races: every thread that misses makes an array and the
+    last store wins, so a thread that lost the GIL between its miss and its store keeps a private array the
+    rest of its block never sees (wrong sums, rarely, more often on a loaded machine).  So each thread looks it
+    up again on the same line after a barrier, when the table holds the one array the block shares."""
+    make = f"{var} = cuda.shared.array({shape}, {dtype})"
+    return f"    {make}; cuda.syncthreads(); {make}" if settle else f"    {make}"
+
+
+def gen_group(g, rank, red_axes=None, check_ids=None, tpb=256, settle=False) -> CudaKernel:
     """The kernel of fusion group ``g`` over ``rank`` (coalesced) dims; ``red_axes``: the dims its reduction
     folds.  Parameters: n (elementwise) or M, K, P (reduction), the dims, operands (inputs, then outputs), and
-    the anomaly error array with one check id per check."""
+    the anomaly error array with one check id per check.  ``settle``: see ``_shared``."""
     arrays_in = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
     outs = list(g.outputs)
     operands = arrays_in + outs
@@ -192,7 +202,7 @@ def gen_group(g, rank, red_axes=None, check_ids=None, tpb=256) -> CudaKernel:
     v = ex(local[src] if src in local else literal(src, od))
     comb = _COMBINE[red.op.name]
     body = [f"    # reduction {red.op.name} over dims {folded} of rank {rank}",
-            f"    sm = cuda.shared.array({tpb}, {od.name if od is not dt.bool_ else 'int64'})",
+            _shared("sm", tpb, od.name if od is not dt.bool_ else "int64", settle),
             "    tid = cuda.threadIdx.x", "    row = cuda.blockIdx.x", "    while row < M * P:",
             "        m = row // P", "        part = row - m * P", f"        acc = {od.name}({_init(red.op.name, od)})",
             f"        k = part * {tpb} + tid", "        while k < K:"]
@@ -217,10 +227,10 @@ def _tree(comb, tpb, ind):
             f"{ind}    s //= 2"]
 
 
-def gen_finish(op: str, d: dt.DType, tpb=256) -> CudaKernel:
+def gen_finish(op: str, d: dt.DType, tpb=256, settle=False) -> CudaKernel:
     """The second pass of a split reduction: combine the P partial results of each of M rows."""
     comb = _COMBINE[op]
-    body = [f"    sm = cuda.shared.array({tpb}, {d.name})", "    tid = cuda.threadIdx.x", "    row = cuda.blockIdx.x",
+    body = [_shared("sm", tpb, d.name, settle), "    tid = cuda.threadIdx.x", "    row = cuda.blockIdx.x",
             "    while row < M:", f"        acc = {d.name}({_init(op, d)})", "        k = tid", "        while k < P:",
             "            rv = part[row * P + k]", "            acc = " + comb.format(a="acc", v="rv"),
             f"            k += {tpb}"]
@@ -254,7 +264,7 @@ def gen_check(d: dt.DType, rank: int) -> CudaKernel:
     return CudaKernel("check", "\n".join(body), [("n", "int64")] + ix.params + _check_params([0]), label="check")
 
 
-def gen_gemm(d: dt.DType, nbatch: int, tile=16) -> CudaKernel:
+def gen_gemm(d: dt.DType, nbatch: int, tile=16, settle=False) -> CudaKernel:
     """C[b] = A[b] @ B[b]: a tiled shared-memory GEMM (one ``tile`` x ``tile`` block of C per thread block,
     blockIdx.z the flat batch index over ``nbatch`` broadcast batch dims).  C is contiguous."""
     t = d.name
@@ -262,7 +272,7 @@ def gen_gemm(d: dt.DType, nbatch: int, tile=16) -> CudaKernel:
     params += [("a", arr_t(d)), ("oa", "int64")] + [(f"sa{k}", "int64") for k in range(nbatch)]
     params += [("sam", "int64"), ("sak", "int64"), ("b", arr_t(d)), ("ob", "int64")]
     params += [(f"sb{k}", "int64") for k in range(nbatch)] + [("sbk", "int64"), ("sbn", "int64"), ("c", arr_t(d))]
-    body = [f"    As = cuda.shared.array(({tile}, {tile}), {t})", f"    Bs = cuda.shared.array(({tile}, {tile}), {t})",
+    body = [_shared("As", (tile, tile), t, settle), _shared("Bs", (tile, tile), t, settle),
             "    tx = cuda.threadIdx.x", "    ty = cuda.threadIdx.y",
             f"    col = cuda.blockIdx.x * {tile} + tx", f"    row = cuda.blockIdx.y * {tile} + ty",
             "    z = cuda.blockIdx.z", "    q = z", "    abase = oa", "    bbase = ob"]

@@ -26,7 +26,7 @@ def fused_group(cg: Launches, g: Group):
     args = []
     for p, s_ in zip(op.in_places, op.in_strides):
         args += cg.operand(p, s_)
-    kern = K.gen_group(g, len(shape), op.red_axes, cg.check_ids, cg.cfg["tpb"])
+    kern = K.gen_group(g, len(shape), op.red_axes, cg.check_ids, cg.cfg["tpb"], cg.cfg["settle"])
     checks = [cg.check_ids[e] for e in g.eqns if e in cg.check_ids and e.outs[0].aval.dtype.is_floating_point]
     tail = (["err"] + checks) if checks else []
     if kern.guards:         # zero integer divisors: the index-error array, one step id per guard
@@ -56,7 +56,7 @@ def fused_group(cg: Launches, g: Group):
             cg.steps.remove(st)
             return _host_fill(cg, red, rp)
         if P > 1:
-            fin = K.gen_finish(red.op.name, rp.dtype, tpb)
+            fin = K.gen_finish(red.op.name, rp.dtype, tpb, cg.cfg["settle"])
             cg.launch(fin, M, [M, P, target.root, rp.root, rp.offset], f"finish {red.op.name}", scope,
                       grid=max(1, min(M, 65535)), block=tpb)
         if red in cg.check_ids:
@@ -101,7 +101,7 @@ def gemm(cg: Launches, e):
     args = [M, N, Kd] + list(batch) + [pa.root, pa.offset] + bstrides(a_sh, a_st) + [a_st[-2], a_st[-1]]
     args += [pb.root, pb.offset] + bstrides(b_sh, b_st) + [b_st[-2], b_st[-1], pc.root]
     grid = (-(-N // tile), -(-M // tile), B)
-    cg.launch(K.gen_gemm(out.aval.dtype, nb, tile), M * N * B, args, "matmul (tiled GEMM)", e.scope,
+    cg.launch(K.gen_gemm(out.aval.dtype, nb, tile, cg.cfg["settle"]), M * N * B, args, "matmul (tiled GEMM)", e.scope,
               grid=grid, block=(tile, tile))
 
 
