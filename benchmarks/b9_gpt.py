@@ -22,7 +22,7 @@ Shape (default): vocab 65, context 64, 4 layers, 4 heads, width 128, batch 16, f
 weight decay on matrices only, gradient clipping at 1.0, tied input/output embeddings.  The model, optimiser and
 step are gpt_model.py's (nanoGPT's idioms), the ones tests/test_gpt_training.py trains against PyTorch.
 """
-import argparse, importlib, sys, time
+import argparse, sys, time
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default="torch", choices=["torch", "jitgrad"])
@@ -63,13 +63,11 @@ if args.table:
               flush=True)
     sys.exit(0)
 
-if args.lib == "jitgrad":
-    import jitgrad
-    for name in ("", ".nn", ".nn.functional", ".optim", ".autograd", ".utils", ".utils.data"):
-        sys.modules["torch" + name] = importlib.import_module("jitgrad" + name)
-import torch
-
 import gpt_model    # the model, optimiser and step (the ones tests/test_gpt_training.py trains)
+
+if args.lib == "jitgrad":
+    gpt_model.jitgrad_as_torch()
+import torch
 
 if args.lib == "torch" and args.threads:
     torch.set_num_threads(args.threads)

@@ -100,3 +100,24 @@ def make_step(lib, fwd, model, opt):
         opt.zero_grad(set_to_none=True)
         return loss.detach()
     return step
+
+
+def jitgrad_as_torch():
+    """``import torch`` gives jitgrad from now on (its modules under torch's names): B9's scripts run on it."""
+    import importlib
+    import sys
+    for name in ("", ".nn", ".nn.functional", ".optim", ".autograd", ".utils", ".utils.data"):
+        sys.modules["torch" + name] = importlib.import_module("jitgrad" + name)
+
+
+def compiled_b9(lib):
+    """B9's model, AdamW and whole step compiled by jitgrad ``lib`` (numba, built before the first call), called
+    once on B9's batch: ``(step, x, y)``, for scripts that count what the step's program does."""
+    lib.manual_seed(0)
+    model = make_gpt(lib, 65, 64, 128, 4, 4, dropout=0.0, sdpa=False)
+    opt = make_optimizer(lib, model, lr=3e-4)
+    step = lib.compile(make_step(lib, model, model, opt), backend="numba", background=False)
+    g = lib.Generator().manual_seed(1)
+    x, y = lib.randint(0, 65, (16, 64), generator=g), lib.randint(0, 65, (16, 64), generator=g)
+    step(x, y)
+    return step, x, y

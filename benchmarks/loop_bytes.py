@@ -7,7 +7,6 @@ optimiser's update) are left out.
     python benchmarks/loop_bytes.py [--top 25]
 """
 import argparse
-import importlib
 import math
 import os
 import re
@@ -21,20 +20,11 @@ ap.add_argument("--top", type=int, default=25)
 args = ap.parse_args()
 
 import jitgrad  # noqa: E402
-for name in ("", ".nn", ".nn.functional", ".optim", ".autograd", ".utils", ".utils.data"):
-    sys.modules["torch" + name] = importlib.import_module("jitgrad" + name)
-import torch  # noqa: E402
 import gpt_model  # noqa: E402
 from jitgrad.ir.graph import Var  # noqa: E402
 from jitgrad.jit.graph_code import compiled_graph  # noqa: E402
 
-torch.manual_seed(0)
-model = gpt_model.make_gpt(torch, 65, 64, 128, 4, 4, dropout=0.0, sdpa=False)
-opt = gpt_model.make_optimizer(torch, model, lr=3e-4)
-step = jitgrad.compile(gpt_model.make_step(torch, model, model, opt), backend="numba", background=False)
-g = torch.Generator().manual_seed(1)
-x, y = torch.randint(0, 65, (16, 64), generator=g), torch.randint(0, 65, (16, 64), generator=g)
-step(x, y)
+step, x, y = gpt_model.compiled_b9(jitgrad)
 e = [e for es in step._cache.values() for e in es][0]
 prog = compiled_graph(e.graph, e.gf.writes, e.gf.parallel).program
 total, count = defaultdict(float), defaultdict(int)

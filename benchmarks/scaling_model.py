@@ -47,19 +47,9 @@ def b9_work(every=False):
     """B9's compiled step split by its launch records (``f.launches``): the work, in the plan's cost unit (a
     GEMM's: multiply-adds), of the steps on the pool, of BLAS GEMMs OpenBLAS threads, and of the serial rest;
     ``every``: each record first, one a line, and the pool rounds of one step."""
-    import importlib
     import jitgrad
-    for name in ("", ".nn", ".nn.functional", ".optim", ".autograd", ".utils", ".utils.data"):
-        sys.modules["torch" + name] = importlib.import_module("jitgrad" + name)
-    import torch
     import gpt_model
-    torch.manual_seed(0)
-    model = gpt_model.make_gpt(torch, 65, 64, 128, 4, 4, dropout=0.0, sdpa=False)
-    opt = gpt_model.make_optimizer(torch, model, lr=3e-4)
-    step = jitgrad.compile(gpt_model.make_step(torch, model, model, opt), backend="numba", background=False)
-    g = torch.Generator().manual_seed(1)
-    x, y = torch.randint(0, 65, (16, 64), generator=g), torch.randint(0, 65, (16, 64), generator=g)
-    step(x, y)
+    step, x, y = gpt_model.compiled_b9(jitgrad)
     parts = {}
     if every:
         from jitgrad.codegen.native import workpool

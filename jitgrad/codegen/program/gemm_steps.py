@@ -135,6 +135,18 @@ def fold_update_into_gemm(prog: Program, g: Group) -> bool:
     return True
 
 
+def _one_add(places, g):
+    """The add eqn of a group that is one plain add (no reduction, gather, scatter or check) with one output, not
+    written in place; else None."""
+    if g.reduce is not None or g.scatters or g.gathers or len(g.eqns) != 1 or len(g.outputs) != 1:
+        return None
+    (u,) = g.eqns
+    o = g.outputs[0]
+    if u.op.name != "add" or o is not u.outs[0] or u.check is not None or len(u.ins) != 2 or o in places.inplace:
+        return None
+    return u
+
+
 def fold_sum_into_gemm(prog: Program, g: Group) -> bool:
     """``A B + C D`` (a group of one add of two GEMMs' results that nothing else reads) as the later GEMM
     accumulating into the earlier one's result (``beta = 1``): the tangent of a parameter's gradient in forward
@@ -142,12 +154,10 @@ def fold_sum_into_gemm(prog: Program, g: Group) -> bool:
     the sum is a graph output (both GEMMs write there), else into the earlier GEMM's buffer, which becomes the
     sum's.  Only when nothing reads either product's buffer between the earlier GEMM and this group."""
     places = prog.places
-    if g.reduce is not None or g.scatters or g.gathers or len(g.eqns) != 1 or len(g.outputs) != 1:
+    u = _one_add(places, g)
+    if u is None:
         return False
-    (u,) = g.eqns
     o = g.outputs[0]
-    if u.op.name != "add" or o is not u.outs[0] or u.check is not None or len(u.ins) != 2 or o in places.inplace:
-        return False
     d1, d2 = u.ins
     if not (isinstance(d1, Var) and isinstance(d2, Var) and d1 is not d2 and d1 in prog.gemm_outs
             and d2 in prog.gemm_outs):
@@ -197,12 +207,10 @@ def fold_bias_into_gemm(prog: Program, g: Group) -> bool:
     pass over the result (a read and a write) goes.  Not for a result the caller gets: the add's loop writes it
     straight into the output array, where C would be copied there after the GEMM (a pass more, not one fewer)."""
     places = prog.places
-    if g.reduce is not None or g.scatters or g.gathers or len(g.eqns) != 1 or len(g.outputs) != 1:
+    u = _one_add(places, g)
+    if u is None:
         return False
-    (u,) = g.eqns
     o = g.outputs[0]
-    if u.op.name != "add" or o is not u.outs[0] or u.check is not None or len(u.ins) != 2 or o in places.inplace:
-        return False
     ds = [x for x in u.ins if isinstance(x, Var) and x in prog.gemm_outs]
     if len(ds) != 1:
         return False

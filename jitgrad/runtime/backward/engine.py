@@ -21,7 +21,8 @@ from .root_grads import check_outputs, make_root_grads
 from ..dispatch import OpNode
 from ..graph_hooks import GradientEdge, RUNNING as _RUNNING, root_edge
 from .hooks import CALLBACKS as _CALLBACKS, queue_callback, run_post_accumulate_hooks as _run_post_accumulate_hooks, \
-    run_pre_hooks as _run_pre_hooks, run_queued_callbacks as _run_queued_callbacks, run_tensor_hooks as _run_tensor_hooks
+    run_pre_hooks as _run_pre_hooks, run_queued_callbacks as _run_queued_callbacks, \
+    run_tensor_hooks as _run_tensor_hooks
 from .grad_accumulation import accumulate as _accumulate, accumulate_array as _accumulate_array, \
     retain as _retain
 from . import pullback_plans as _plans
@@ -62,16 +63,8 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
         t = tensors[0]
         d = t._data if type(t) is Tensor and t.grad_fn is not None else None
         if type(d) is _ndarray and d.size == 1:
-            _CALLBACKS.depth += 1
-            try:
-                run(tensors, [_wrap(np.array(1, d.dtype) if d.ndim == 0 else np.ones(d.shape, d.dtype))],
-                    bool(retain_graph), False, None, accumulate=True)
-                if _CALLBACKS.queue:
-                    _run_queued_callbacks()
-            finally:
-                _CALLBACKS.depth -= 1
-                if _CALLBACKS.depth == 0:
-                    _CALLBACKS.queue = []
+            root = np.array(1, d.dtype) if d.ndim == 0 else np.ones(d.shape, d.dtype)
+            _backward_with_callbacks(tensors, [_wrap(root)], bool(retain_graph), False, None)
             return
     if grad_variables is not None:
         warnings.warn("'grad_variables' is deprecated. Use 'grad_tensors' instead.", FutureWarning, stacklevel=2)
@@ -96,6 +89,12 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
                       "creating the graph to avoid this. If you have to use this function, make sure to reset the "
                       ".grad fields of your parameters to None after use to break the cycle and avoid the leak.",
                       UserWarning, stacklevel=3 if _called_from_tensor_backward() else 2)
+    _backward_with_callbacks(tensors, roots, retain_graph, create_graph, inputs)
+
+
+def _backward_with_callbacks(tensors, roots, retain_graph, create_graph, inputs):
+    """``backward()``'s run, then the callbacks queued meanwhile (``queue_callback``; the queue is dropped when
+    the outermost backward ends, also on an error)."""
     _CALLBACKS.depth += 1
     try:
         if inputs is None:
@@ -132,16 +131,9 @@ def _called_from_tensor_backward() -> bool:
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, only_inputs=True,
          allow_unused=None, materialize_grads=False):
-    """Return the sum of gradients of ``outputs`` w.r.t. ``inputs`` (nothing is accumulated into ``.grad``).
-    (``jitgrad.autograd.grad`` adds torch's ``is_grads_batched``: autograd/batched_grad.py.)
-
-    >>> import jitgrad as jg
-    >>> x = jg.tensor(3., requires_grad=True)
-    >>> g, = jg.autograd.grad(x ** 3, x, create_graph=True)
-    >>> g2, = jg.autograd.grad(g, x)
-    >>> float(g), float(g2)
-    (27.0, 18.0)
-    """
+    """Return the sum of gradients of ``outputs`` w.r.t. ``inputs`` (nothing is accumulated into ``.grad``): the
+    engine's side of ``jitgrad.autograd.grad``, which adds torch's ``is_grads_batched`` (autograd/batched_grad.py,
+    with the example)."""
     if not only_inputs:
         warnings.warn("only_inputs argument is deprecated and is ignored now (defaults to True). To accumulate "
                       "gradient for other parts of the graph, please use torch.autograd.backward.",
