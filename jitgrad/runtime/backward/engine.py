@@ -232,6 +232,20 @@ def _run_in_fresh_thread(*args):
     return box["out"]
 
 
+def _vjp_on_tensors(node, grads, sum_arrays, create_graph):
+    """An op node's vjp rule run on tensors (no plan on arrays served it), its result count checked."""
+    if sum_arrays:
+        _as_tensors(grads)
+    if create_graph and node.op.saves_out:      # the saved outputs carry this node's history
+        in_grads = vjp_through_outputs(node, grads)
+    else:
+        in_grads = node.op.vjp(node, *grads)
+    if len(in_grads) != len(node.next_functions):
+        raise RuntimeError(f"function {node.name()} returned an incorrect number of gradients "
+                           f"(expected {len(node.next_functions)}, got {len(in_grads)})")
+    return in_grads
+
+
 def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, capture_hooks=False):
     """Execute the backward graph.  Returns the captured gradients for ``inputs`` (when given)."""
     reentrant = _REENTRANT
@@ -431,15 +445,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                     # the rule on arrays (pullback_plans.py): its results have one entry per input
                     in_grads = _plans.pullback(node, [g if type(g) is _ndarray else g._data])
                 if in_grads is None:
-                    if sum_arrays:
-                        _as_tensors(grads)
-                    if create_graph and node.op.saves_out:
-                        in_grads = vjp_through_outputs(node, grads)
-                    else:
-                        in_grads = node.op.vjp(node, *grads)
-                    if len(in_grads) != len(node.next_functions):
-                        raise RuntimeError(f"function {node.name()} returned an incorrect number of gradients "
-                                           f"(expected {len(node.next_functions)}, got {len(in_grads)})")
+                    in_grads = _vjp_on_tensors(node, grads, sum_arrays, create_graph)
                 g = None
             elif g is None and type(node) is node_type and (len(grads) == 1 or all(g is None for g in grads)):
                 # no gradient reached this op's node (a custom backward returned None): its inputs get none
@@ -469,15 +475,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                     in_grads = _plans.pullback(node, gs)
                     gs = g = None
                 if in_grads is None:
-                    if sum_arrays:
-                        _as_tensors(grads)
-                    if create_graph and node.op.saves_out:      # the saved outputs carry this node's history
-                        in_grads = vjp_through_outputs(node, grads)
-                    else:
-                        in_grads = node.op.vjp(node, *grads)
-                if len(in_grads) != len(node.next_functions):
-                    raise RuntimeError(f"function {node.name()} returned an incorrect number of gradients "
-                                       f"(expected {len(node.next_functions)}, got {len(in_grads)})")
+                    in_grads = _vjp_on_tensors(node, grads, sum_arrays, create_graph)
             else:
                 in_grads = _apply_node(node, _as_tensors(grads) if sum_arrays else grads, create_graph)
             if not retain_graph:
