@@ -4,7 +4,7 @@ the pullback's loop knows; the constants it made kept (or, one value over a big 
 from __future__ import annotations
 
 from functools import partial
-from operator import itemgetter, methodcaller
+from operator import attrgetter, itemgetter, methodcaller
 
 import numpy as np
 
@@ -43,6 +43,8 @@ class Plan:
 
 # view ops whose impl is ``lambda x, p: x.METHOD(p)`` (ir/ops/shape.py): op name -> (METHOD, the parameter)
 _METHOD_STEPS = {"reshape": ("reshape", "shape"), "permute": ("transpose", "perm")}
+_PERMUTE = _METHOD_STEPS["permute"]
+_TRANSPOSED = attrgetter("T")
 
 
 def _one_value(value):
@@ -181,7 +183,9 @@ def finish(layout, ninputs, numbers, values=None):
         entry = _rule_entry(op, None, params, avals)
         impl = entry[6]
         method = _METHOD_STEPS.get(op.name)
-        if method is not None and impl is op.impl and len(args) == 1:
+        if method is _PERMUTE and impl is op.impl and len(args) == 1 and tuple(params["perm"]) == (1, 0):
+            impl, kind, a = _TRANSPOSED, 1, args[0]     # a matrix's transpose: its ``.T`` (no argument to parse)
+        elif method is not None and impl is op.impl and len(args) == 1:
             # a view step calls the array's method, its parameter bound once (the impl is a Python lambda)
             impl, kind, a = methodcaller(method[0], params[method[1]]), 1, args[0]
         elif impl is _sum_impl and len(args) == 1:
