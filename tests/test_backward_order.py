@@ -107,3 +107,27 @@ def test_linear_with_a_broadcast_bias_and_a_float64_input():
     np.testing.assert_allclose(w.grad.numpy(), np.ones((5, 3)).T @ xv)
     with jg.no_grad():
         assert F.linear(x, w, b).grad_fn is None
+
+
+def test_a_plain_leafs_gradient_lands_before_the_next_op_node_runs():
+    """A leaf with no hooks is accumulated as soon as its last gradient arrives (not through the ready heap), which
+    is where torch's order puts its AccumulateGrad: before any op node that is ready or becomes ready; a leaf fed
+    twice gets both gradients, and a hooked sibling leaf still runs its hooks."""
+    p = jg.randn(3, requires_grad=True)
+    r = jg.randn(3, requires_grad=True)
+    hooked = jg.randn(3, requires_grad=True)
+    seen, hook_saw = [], []
+    hooked.register_hook(lambda g: hook_saw.append(g.numpy().copy()))
+    first = r * 3                           # created first: runs last
+    second = p * 2 + p * hooked             # its nodes feed p's accumulator (twice) and hooked's
+    first.grad_fn.register_prehook(lambda g: seen.append(None if p.grad is None else p.grad.numpy().copy()))
+    (first + second).sum().backward()
+    want = 2 + hooked.detach().numpy()
+    assert len(seen) == 1 and seen[0] is not None and np.array_equal(seen[0], want)
+    np.testing.assert_array_equal(p.grad.numpy(), want)
+    assert len(hook_saw) == 1 and np.array_equal(hook_saw[0], p.detach().numpy())
+    np.testing.assert_array_equal(r.grad.numpy(), np.full(3, 3.0, np.float32))
+    before = p.grad
+    (p * 4).sum().backward()                # a second backward adds into the same .grad, in place
+    assert p.grad is before
+    np.testing.assert_array_equal(p.grad.numpy(), want + 4)

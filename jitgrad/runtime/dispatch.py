@@ -364,6 +364,7 @@ def _record(op, params, args, hit, t):
     node.view_args = node.view_base_fn = node.torch_name = None
     node.shapes = hit[4]
     node.dtypes = hit[5]
+    node.plans = hit[11]
     if op.saves_in:
         # the inputs to save for this pattern of needs (an input whose gradient nobody needs may save nothing)
         plans = hit[9]

@@ -79,7 +79,7 @@ class Node:
 
     __slots__ = ("op", "params", "inputs", "outputs", "shapes", "dtypes", "needs_grad", "next_functions",
                  "versions", "out_versions", "out_meta", "_loc", "seq", "_freed", "view_args", "view_base_fn",
-                 "torch_name", "_x", "__weakref__")
+                 "torch_name", "_x", "plans", "__weakref__")
 
     # the rarely set attributes (NodeExtras): hot code reads ``_x`` first (None: all of them are None)
     _pre_hooks = _extra("pre_hooks", "{id: fn(grad_outputs)} run before this node (register_prehook)")
@@ -103,6 +103,8 @@ class Node:
         self.view_args = None
         self.view_base_fn = None
         self.torch_name = None   # set by a composition (mean, log_softmax, ...) to torch's name for the whole
+        # an op's node: its forward signature's table of pullback plans (the dispatch entry's, pullback_plans.py)
+        self.plans = None
 
     @property
     def loc(self):

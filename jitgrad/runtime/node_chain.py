@@ -74,7 +74,7 @@ def join_addmm(out: Tensor) -> Tensor:
     node.seq = add.seq
     node._freed = False
     node._x = None
-    node.view_args = node.view_base_fn = node.torch_name = None
+    node.view_args = node.view_base_fn = node.torch_name = node.plans = None
     node.shapes = (add.shapes[1],) + mm.shapes
     node.dtypes = (add.dtypes[1],) + mm.dtypes
     node.inputs = (None, None, None)

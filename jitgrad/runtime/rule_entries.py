@@ -31,8 +31,9 @@ def rule_entry(op, args, params, avals=None):
     (a vjp and a float result), input shapes, input dtypes, the impl to call (``OpDef.eager_impl``'s choice for
     the signature, else ``impl``; ``OpDef.eager_kernel``'s native kernel where it serves the signature), the
     node's ``out_meta``, the ``inputs`` of a node that saves none, {needs_grad: the inputs a node saves} (filled by
-    ``_record``), and whether the impl's result is known to be an array of the output dtype (``exact_ufunc``));
-    ``avals`` instead of ``args``: a plan's step."""
+    ``_record``), whether the impl's result is known to be an array of the output dtype (``exact_ufunc``), and
+    {(needs_grad, cotangent's shape, dtype): the pullback plan} (filled by ``pullback_plans.pullback``); ``avals``
+    instead of ``args``: a plan's step."""
     avals = avals_of(op, args) if avals is None else avals
     try:
         out_avals = op.shape_dtype(avals, params)
@@ -45,7 +46,7 @@ def rule_entry(op, args, params, avals=None):
     return (out_avals, avals, want, op.vjp is not None and np.dtype(want).kind == "f",
             tuple(a.shape for a in avals), tuple(a.dtype for a in avals), impl,
             ((out_avals[0].shape, out_avals[0].dtype),), (None,) * len(avals), {},
-            exact_ufunc(impl, avals, params, out_avals, want))
+            exact_ufunc(impl, avals, params, out_avals, want), {})
 
 
 def exact_ufunc(impl, avals, params, out_avals, want) -> bool:
@@ -74,7 +75,7 @@ def record_entry(out_avals, avals, out_shape):
     device): output and input avals, the input shapes and dtypes, ``out_meta`` from ``out_shape`` (a traced
     payload's shape may hold symbols)."""
     return (out_avals, avals, None, True, tuple(a.shape for a in avals), tuple(a.dtype for a in avals), None,
-            ((out_shape, out_avals[0].dtype),), (None,) * len(avals), {}, False)
+            ((out_shape, out_avals[0].dtype),), (None,) * len(avals), {}, False, {})
 
 
 def saved_inputs(op, n: int, needs: tuple) -> tuple:

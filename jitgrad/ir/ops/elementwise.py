@@ -154,7 +154,7 @@ def _grad_named(t, name):
 
 
 _maximum = np.maximum   # (bound once: NumPy's module __getattr__ leaves ``np.X`` reads unspecialised)
-ew("relu", lambda x: _maximum(x, 0).astype(x.dtype, copy=False),
+ew("relu", lambda x: _maximum(x, 0),     # (a Python 0 keeps x's dtype: NumPy's weak scalars, or its value)
    # torch's threshold_backward: NaN passes g
    lambda c, g: (_grad_named(c.bind("where", _out(c) <= 0, 0.0, g), "ThresholdBackwardBackward0"),),
    lambda m, x: m.max(x, m.lit(0)), saves_out=(0,), kind="nobool", out_as_mask=True)

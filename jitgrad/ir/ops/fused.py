@@ -10,6 +10,8 @@ differentiable to any order in every mode.
 """
 from __future__ import annotations
 
+from math import isfinite as _isfinite_float
+
 import numpy as np
 
 from .opdef import LINEAR, SYMMETRIC, Aval, OpDef, OpError, broadcast_shapes, fit_to, fmt_shape, register, result_dtype
@@ -29,6 +31,7 @@ def _float_rule(name):
 # the ufuncs' reduce: the ndarray methods go through NumPy's Python wrappers (_methods.py), a frame per call that
 # small tensors feel
 _max_reduce = np.maximum.reduce
+_min_reduce = np.minimum.reduce
 _add_reduce = np.add.reduce
 _or_reduce = np.logical_or.reduce
 # (NumPy's module has a __getattr__, so CPython specialises no ``np.X`` read: the eager impls' functions bound once)
@@ -39,10 +42,26 @@ def _shifted(x, axis):
     """x minus its max along ``axis``, as torch (and the composition) do: a row holding +inf, or all -inf, is nan
     throughout."""
     m = _max_reduce(x, axis=axis, keepdims=True)
-    if _isfinite(_add_reduce(m, axis=None)):
+    if m.dtype in _BLAS_FLOATS:
+        # every max finite: its dot with itself is (one call where a sum and an isfinite were two, each the cost of
+        # a small op; BLAS raises no NumPy warning, and an overflow only takes the careful branch below)
+        v = m.ravel()
+        finite = _isfinite_float(float(v.dot(v)))
+    else:
+        finite = _isfinite(_add_reduce(m, axis=None))
+    if finite:
         return x - m
     with np.errstate(invalid="ignore"):        # inf - inf: nan on purpose, no warning
         return x - m
+
+
+_BLAS_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _none_ignored(target, ignore_index):
+    """Whether no target is ``ignore_index`` (callers first try a negative one, torch's -100, against the least
+    target: one reduction where this is two)."""
+    return not _or_reduce(target == ignore_index, axis=None)
 
 
 def _log_softmax_impl(x, axis):
@@ -261,9 +280,13 @@ def _nll_weights(target, ignore_index):
 
 
 def _nll_impl(logp, target, ignore_index, reduction):
-    rows = _rows(target.shape[0])
-    if reduction == "mean" and rows.size and not _or_reduce(target == ignore_index, axis=None):     # nothing ignored
-        return -(_add_reduce(logp[rows, target], axis=None, dtype=logp.dtype) / logp.dtype.type(target.shape[0]))
+    n = target.shape[0]
+    rows = _ARANGE.get(n)       # (_rows, inline)
+    if rows is None:
+        rows = _rows(n)
+    if reduction == "mean" and n and (ignore_index < 0 and _min_reduce(target, axis=None) >= 0
+                                      or _none_ignored(target, ignore_index)):
+        return -(_add_reduce(logp[rows, target], axis=None, dtype=logp.dtype) / logp.dtype.type(n))
     valid, safe = _nll_weights(target, ignore_index)
     picked = np.where(valid, -logp[rows, safe], logp.dtype.type(0))     # ignored rows are skipped (-inf there too)
     if reduction == "none":
@@ -286,8 +309,10 @@ def _nll_weights_impl(target, n_cls, dtype, ignore_index, reduction):
     n_rows = target.shape[0]
     dtype = dtype.np
     w = np.zeros((n_rows, n_cls), dtype)
-    if reduction == "mean" and n_rows and not _or_reduce(target == ignore_index, axis=None):  # none ignored
-        w[_rows(n_rows), target] = -1.0 / n_rows
+    if reduction == "mean" and n_rows and (ignore_index < 0 and _min_reduce(target, axis=None) >= 0
+                                           or _none_ignored(target, ignore_index)):
+        rows = _ARANGE.get(n_rows)      # (_rows, inline)
+        w[_rows(n_rows) if rows is None else rows, target] = -1.0 / n_rows
         return w
     valid, safe = _nll_weights(target, ignore_index)
     scale = -valid.astype(dtype)

@@ -351,6 +351,11 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
     every = inputs is None           # plain backward: every discovered node executes
     acc_type = AccumulateGrad
     node_type = OpNode          # an op's node (subclasses with their own apply take _apply_node)
+    # a leaf's accumulator with nothing to run but the accumulation (no hooks, no profiler, not a capture point) runs
+    # as soon as its last gradient arrives, not through the heap: AccumulateGrad's seq is above every op node's, so
+    # the heap would pop it next anyway, and such accumulators, each into its own leaf, cannot tell their order
+    quick_acc = accumulate and _PROF.active is None and not capturing
+    leaves = None
     try:
         while ready:
             node = heappop(ready)[1]
@@ -520,9 +525,29 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                             buf[nr] = old + g
                         old = None
                 if d == 1:
-                    heappush(ready, (-child.seq, child))
+                    if type(child) is acc_type and quick_acc and child._x is None and not child.post_hooks \
+                            and not child.variable._hooks:
+                        if leaves is None:
+                            leaves = [child]
+                        else:
+                            leaves.append(child)
+                    else:
+                        heappush(ready, (-child.seq, child))
                 deps[child] = d - 1
             in_grads = g = buf = None   # (a gradient's references are its consumers' buffers alone)
+            if leaves is not None:
+                for child in leaves:
+                    grads = buffers.get(child)
+                    if grads is not None and type(grads[0]) is _ndarray:
+                        del buffers[child]
+                        g = grads[0]
+                        grads = None    # (g's one reference here: accumulate takes over a buffer nothing else holds)
+                        _accumulate_array(child.variable, g)
+                        g = None
+                    elif grads is not None:     # a tensor: AccumulateGrad's general path, next off the heap
+                        heappush(ready, (-child.seq, child))
+                    # (no gradient reached it: nothing to accumulate, as when the node runs)
+                leaves = grads = None
     finally:
         grad_mode.STATE.grad_enabled = prev_mode
         _SH.stack[:] = prev_hooks

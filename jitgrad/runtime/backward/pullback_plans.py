@@ -35,21 +35,17 @@ to an op: nll_loss's ``nll_grad_weights``).
 from __future__ import annotations
 
 import struct
-from operator import itemgetter, methodcaller
 
 import numpy as np
 
-from ...ir.graph import Lit, Var
-from ...ir.ops import Aval
 from ...ir.ops.opdef import OpDef
-from ...ir.symbolic import SymFloat, concretize, has_symbols
-from ..dispatch import _rule_entry
+from ...ir.symbolic import SymFloat
 from ..op_errors import op_error
 from ..tensor import Tensor
 from . import rule_traces
+from .plan_layout import NO_PLAN as _NO_PLAN, Plan, finish as _finish, layout as _layout, plan_of as _plan
 from .rule_traces import COUNTS, record as _record, same_steps  # noqa: F401 - (COUNTS: the tests' count, read here)
 
-_NO_PLAN = object()
 _UNSIZED = object()     # a form whose rule traces otherwise on symbolic sizes: traced per shape
 _DECLINED = object()    # a form whose rule declines its saved numbers as symbols: planned per value
 _BY_VALUE = object()    # a form whose rule declines its saved ints as sizes: traced on their values
@@ -61,7 +57,8 @@ class _Plans(dict):
     ``param_values``: a signature's form less its params -> the params' forms that have plans (at most
     NUMBER_VALUES_MAX: clamp's bounds on a schedule would trace without end); ``sized``: (a signature's form, how its
     numbers are traced) -> the rule's traces on symbolic sizes (rule_traces.Template), _UNSIZED or _DECLINED;
-    ``checked``: the forms whose first symbolic trace was checked against a trace on the shapes; all cleared with
+    ``checked``: the forms whose first symbolic trace was checked against a trace on the shapes; ``entries``: the
+    forward signatures' own tables of their plans (``Node.plans``: by needs_grad and cotangent); all cleared with
     the plans."""
 
     def __init__(self):
@@ -69,9 +66,13 @@ class _Plans(dict):
         self.param_values = {}
         self.sized = {}
         self.checked = set()
+        self.entries = []
 
     def clear(self):
         super().clear()
+        for mine in self.entries:
+            mine.clear()
+        self.entries.clear()
         self.param_values.clear()
         self.sized.clear()
         self.checked.clear()
@@ -79,29 +80,7 @@ class _Plans(dict):
 
 _PLANS = _Plans()
 _ERRORS = (ValueError, TypeError, IndexError, FloatingPointError, OverflowError)
-_FILL_MIN = 4096        # elements from which a constant of one value is made per call, not kept
 _bits = struct.Struct("<d").pack
-
-
-class Plan:
-    """A rule traced for one signature: ``steps`` (impl, call kind, argument slots, params, result dtype, result
-    slot) run on a list of values: the inputs (cotangents, then saved inputs, then saved outputs, then the saved
-    numbers where ``numbers``), then ``pad`` (the constants, a slot per step from ``first`` on, and a None); ``pick``
-    takes the inputs' cotangents from it (a tuple, or the one value where ``single``); ``fresh``: the results that are
-    (views of) constants, copied per call so that no caller holds the plan's buffer; ``where``: each step's op and
-    input avals, for an error's message."""
-
-    __slots__ = ("steps", "pad", "first", "pick", "single", "fresh", "where", "numbers")
-
-    def __init__(self, steps, pad, first, results, fresh, where, numbers=False):
-        self.steps = steps
-        self.pad = pad
-        self.first = first
-        self.pick = itemgetter(*results)
-        self.single = len(results) == 1
-        self.fresh = fresh
-        self.where = where
-        self.numbers = numbers
 
 
 class _Values(dict):
@@ -125,13 +104,11 @@ def pullback(node, gs):
     g = gs[0]
     if type(g) is not np.ndarray:
         return None
-    key = (op, node.needs_grad, node.shapes, node.dtypes, g.shape, g.dtype)
     ngrads = len(gs)
     if ngrads > 1:
         for d in gs[1:]:
             if type(d) is not np.ndarray:
                 return None
-            key += (d.shape, d.dtype)
     vals = gs
     nums = None         # the saved Python numbers: their types are the signature's, their values the plan's inputs
     if op.saves_in:
@@ -145,7 +122,6 @@ def pullback(node, gs):
                     return None
                 vals += (d,)
             elif tt is float or tt is int or tt is bool:
-                key += (tt,)
                 if nums is None:
                     nums = [t]
                 else:
@@ -159,20 +135,26 @@ def pullback(node, gs):
                 if type(d) is not np.ndarray:
                     return None
                 vals += (d,)
-    params = node.params
-    if params:
-        key += (tuple(params.items()),)
-    try:
-        plan = _PLANS.get(key)
-    except TypeError:           # unhashable params
-        return None
-    if plan is None:
-        if len(_PLANS) > 20000:
-            _PLANS.clear()
-        plan = _first_plan(node, vals, ngrads, nums)
+    # the forward signature's entry holds its plans (node.plans): the op, params, shapes, dtypes and the saved
+    # numbers' types are the entry's, so only which inputs need a gradient and the cotangent's shape and dtype
+    # are looked up (no key of the whole signature built and hashed per node)
+    mine = node.plans
+    if mine is not None and ngrads == 1:
+        local = (node.needs_grad, g.shape, g.dtype)
+        plan = mine.get(local)
         if plan is None:
-            return None         # (params over their bound)
-        _PLANS[key] = plan
+            plan = _signature_plan(node, vals, ngrads, nums)
+            if plan is None:
+                return None
+            if not mine:
+                if len(_PLANS.entries) > 20000:
+                    _PLANS.clear()
+                _PLANS.entries.append(mine)
+            mine[local] = plan
+    else:
+        plan = _signature_plan(node, vals, ngrads, nums)
+        if plan is None:
+            return None
     if type(plan) is not Plan:
         if plan is _NO_PLAN:
             return None
@@ -200,6 +182,10 @@ def pullback(node, gs):
                 out = impl(vals[a[0]], vals[a[1]])
             elif kind == 11:
                 out = impl(vals[a], **params)
+            elif kind == 12:
+                out = impl(vals[a[0]], vals[a[1]], **params)
+            elif kind == 4:
+                out = impl(vals[a[0]], vals[a[1]], vals[a[2]])
             elif kind == 3:
                 out = impl()
             else:
@@ -223,8 +209,31 @@ def pullback(node, gs):
     return out
 
 
-# view ops whose impl is ``lambda x, p: x.METHOD(p)`` (ir/ops/shape.py): op name -> (METHOD, the parameter)
-_METHOD_STEPS = {"reshape": ("reshape", "shape"), "permute": ("transpose", "perm")}
+def _signature_plan(node, vals, ngrads, nums):
+    """The plan (or _Values, or _NO_PLAN) of ``node``'s whole signature (the op, its params, which inputs need a
+    gradient, the shapes and dtypes of the cotangents and saved values, the types of saved numbers), made where
+    new; None where it cannot be had (unhashable params, params over their bound)."""
+    gs = vals
+    key = (node.op, node.needs_grad, node.shapes, node.dtypes)
+    for d in gs[:ngrads]:
+        key += (d.shape, d.dtype)
+    if nums is not None:
+        key += tuple(type(t) for t in nums)
+    params = node.params
+    if params:
+        key += (tuple(params.items()),)
+    try:
+        plan = _PLANS.get(key)
+    except TypeError:           # unhashable params
+        return None
+    if plan is None:
+        if len(_PLANS) > 20000:
+            _PLANS.clear()
+        plan = _first_plan(node, vals, ngrads, nums)
+        if plan is None:
+            return None         # (params over their bound)
+        _PLANS[key] = plan
+    return plan
 
 
 def _step_error(plan, vals, e):
@@ -233,18 +242,6 @@ def _step_error(plan, vals, e):
         if vals[step[5]] is None and op is not None:
             return op_error(op, avals, e)
     return e
-
-
-def _one_value(value):
-    """Whether ``value`` is a big C-contiguous array of one value, bit for bit (as ``np.full`` makes it)."""
-    return type(value) is np.ndarray and value.size >= _FILL_MIN and value.flags.c_contiguous \
-        and _filled(value)().tobytes() == value.tobytes()
-
-
-def _filled(value):
-    shape, fill, dtype = value.shape, value.flat[0], value.dtype
-    return lambda: np.full(shape, fill, dtype)
-
 
 
 def _first_plan(node, vals, ngrads, nums):
@@ -432,145 +429,3 @@ def _concrete_plan(recorded, node, vals):
     if type(recorded) is Plan:
         return recorded
     return _plan(*recorded, len(vals), len(node.next_functions))
-
-
-def _plan(tr, res, slot_of, ninputs, nresults, number_slot=None):
-    """The Plan of trace ``tr`` whose results are ``res`` (``slot_of``: the stand-ins' Vars and their slots;
-    ``number_slot``: id of each saved number's symbol -> its slot among the inputs), or _NO_PLAN."""
-    try:
-        return _build(tr, res, slot_of, ninputs, nresults, number_slot)
-    except Exception:
-        return _NO_PLAN
-
-
-def _build(tr, res, slot_of, ninputs, nresults, number_slot):
-    layout = _layout(tr, res, slot_of, ninputs, nresults, number_slot)
-    return layout if layout is _NO_PLAN else _finish(layout, ninputs, bool(number_slot))
-
-
-def _layout(tr, res, slot_of, ninputs, nresults, number_slot, sized=False):
-    """What of a Plan does not depend on the sizes: (the constants, per step (eqn, its arguments' slots, its
-    slot), the results' slots, the first step's slot, the None's); ``sized``: ``tr`` is a rule's trace on symbolic
-    sizes, its literals computed from them constants that ``_finish`` puts the sizes in."""
-    if type(res) not in (tuple, list) or len(res) != nresults:
-        return _NO_PLAN
-    consts = []
-    const_of = {}               # id(Lit value) -> its constant's number (a constant tensor used twice is one)
-
-    def const(value):
-        n = const_of.get(id(value))
-        if n is None:
-            n = const_of[id(value)] = len(consts)
-            consts.append(value)
-        return ("c", n)
-
-    # results: a stand-in's Var, an eqn's output Var, or a constant tensor the rule made
-    want = []
-    for r in res:
-        if r is None:
-            want.append(None)
-        elif type(r) is Tensor and type(r._data) is Var:
-            want.append(r._data)
-        elif type(r) is Tensor and (type(r._data) is np.ndarray or sized and type(r._data) is rule_traces.Fill) \
-                and id(r) in tr.created:
-            want.append(const(r._data))
-        else:
-            return _NO_PLAN
-    # the steps the results need, backwards from them
-    made = {}
-    for i, e in enumerate(tr.eqns):
-        if len(e.outs) != 1:
-            return _NO_PLAN
-        made[e.outs[0]] = i
-    live = set()
-    stack = [v for v in want if type(v) is Var]
-    while stack:
-        v = stack.pop()
-        i = made.get(v)
-        if i is None:
-            if v not in slot_of:
-                return _NO_PLAN     # a Var of no eqn here and no stand-in
-            continue
-        if i in live:
-            continue
-        live.add(i)
-        stack.extend(a for a in tr.eqns[i].ins if type(a) is Var)
-    slot = dict(slot_of)
-    ref = []        # per step: (eqn, its arguments: a Var, ("c", constant number) or ("n", a saved number's slot))
-    for i, e in enumerate(tr.eqns):
-        if i in live:
-            args = []
-            for a in e.ins:
-                if type(a) is Var:
-                    args.append(a)
-                elif type(a.value) is SymFloat and not sized:
-                    k = number_slot.get(id(a.value)) if number_slot else None
-                    if k is None:
-                        return _NO_PLAN     # (a number computed from a saved one)
-                    args.append(("n", k))
-                else:
-                    args.append(const(a.value))
-            ref.append((e, args))
-    first = n = ninputs + len(consts)
-    steps = []
-    spec = rule_traces.shape_spec if sized else _no_spec
-    for e, args in ref:
-        ins = [(True, a.aval, spec(a.aval.shape)) if type(a) is Lit else
-               (False, (tuple(a.aval.shape), a.aval.dtype), spec(a.aval.shape)) for a in e.ins]
-        steps.append((e.op, ins, e.params, sized and has_symbols(e.params),
-                      [(ninputs + a[1] if a[0] == "c" else a[1]) if type(a) is tuple else slot[a] for a in args], n))
-        slot[e.outs[0]] = n
-        n += 1
-    results = [n if v is None else ninputs + v[1] if type(v) is tuple else slot[v] for v in want]
-    return consts, steps, results, first, n
-
-
-def _no_spec(shape):
-    return None
-
-
-def _finish(layout, ninputs, numbers, values=None):
-    """The Plan of ``layout`` (at the sizes ``values``, where it was laid out from a trace on symbolic sizes)."""
-    consts, ref, results, first, nothing = layout
-    if values is not None:
-        consts = [rule_traces.concrete(c, values) for c in consts]
-    else:
-        consts = list(consts)
-    steps, where = [], []
-    from_const = set(range(ninputs, first))     # slots that are a constant or a view of one
-    for j, value in enumerate(consts):
-        if _one_value(value):
-            # a big constant of one value (getitem's zeros of an embedding's shape): made per call, as the rule
-            # makes it, not held by the plan for the life of the process
-            steps.append((_filled(value), 3, (), None, value.dtype, ninputs + j))
-            where.append((None, None))
-            consts[j] = None
-            from_const.discard(ninputs + j)
-    for op, ins, params, sym, args, n in ref:
-        avals = []
-        for lit, a, spec in ins:
-            if spec is None:
-                avals.append(a if lit else Aval(a[0], a[1]))
-            else:
-                shape = rule_traces.shape_at(spec, values)
-                avals.append(Aval(shape, a.dtype, a.weak) if lit else Aval(shape, a[1]))
-        if sym:
-            params = concretize(params, values)
-        entry = _rule_entry(op, None, params, avals)
-        impl = entry[6]
-        method = _METHOD_STEPS.get(op.name)
-        if method is not None and impl is op.impl and len(args) == 1:
-            # a view step calls the array's method, its parameter bound once (the impl is a Python lambda)
-            impl, kind, a = methodcaller(method[0], params[method[1]]), 1, args[0]
-        elif len(args) == 1:
-            kind, a = (11 if params else 1), args[0]
-        elif len(args) == 2 and not params:
-            kind, a = 2, tuple(args)
-        else:
-            kind, a = 0, tuple(args)
-        steps.append((impl, kind, a, params, entry[2], n))
-        where.append((op, entry[1]))
-        if op.view and args[0] in from_const:
-            from_const.add(n)
-    fresh = tuple(j for j, r in enumerate(results) if r != nothing and r in from_const)
-    return Plan(tuple(steps), consts + [None] * (nothing - first + 1), first, results, fresh, tuple(where), numbers)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import struct
 import threading
 import warnings
+from functools import partial
 from operator import methodcaller
 
 import numpy as np
@@ -534,10 +535,13 @@ def same_plan(p, q) -> bool:
 
 
 def _same_call(f, g) -> bool:
-    """Whether two impls of plan steps are the same call: a view's method with its parameter, or functions made
+    """Whether two impls of plan steps are the same call: a view's method with its parameter, a function with its
+    arguments bound, or functions made
     per signature (an index's key, a constant's fill) of one code over equal values."""
     if type(f) is methodcaller and type(g) is methodcaller:
         return f.__reduce__() == g.__reduce__()
+    if type(f) is partial and type(g) is partial:      # (a sum's reduce, its axes bound)
+        return f.func is g.func and f.args == g.args and f.keywords == g.keywords
     code = getattr(f, "__code__", None)
     if code is None or code is not getattr(g, "__code__", None) or f.__closure__ is None or g.__closure__ is None:
         return False
