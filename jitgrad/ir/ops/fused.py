@@ -42,10 +42,10 @@ def _shifted(x, axis):
     """x minus its max along ``axis``, as torch (and the composition) do: a row holding +inf, or all -inf, is nan
     throughout."""
     m = _max_reduce(x, axis=axis, keepdims=True)
-    if m.size <= _LISTED and m.dtype.kind == "f":
+    if m.ndim == 2 and m.size <= _LISTED and m.dtype.kind == "f":
         # every max finite: their sum as Python floats is (a few rows: cheaper than any NumPy call; an overflow
-        # only takes the careful branch below)
-        finite = _isfinite_float(sum(m.ravel().tolist()))
+        # only takes the careful branch below); m is (rows, 1) or (1, cols): one row of its transpose or itself
+        finite = _isfinite_float(sum((m.T if axis else m).tolist()[0]))
     elif m.dtype in _BLAS_FLOATS:
         # every max finite: its dot with itself is (one call where a sum and an isfinite were two, each the cost of
         # a small op; BLAS raises no NumPy warning, and an overflow only takes the careful branch below)
@@ -66,7 +66,7 @@ _LISTED = 64
 
 def _none_ignored(target, ignore_index):
     """Whether no target is ``ignore_index`` (callers first try a negative one, torch's -100, against the least
-    target: one reduction where this is two)."""
+    target, or search a short target's list: one reduction or none where this is two)."""
     return not _or_reduce(target == ignore_index, axis=None)
 
 
@@ -316,11 +316,18 @@ def _nll_impl(logp, target, ignore_index, reduction):
     rows = _ARANGE.get(n)       # (_rows, inline)
     if rows is None:
         rows = _rows(n)
-    if _all_classes(target, n_cls, ignore_index) and reduction == "mean":
+    if 0 < n <= _LISTED:     # (_all_classes' first case inline: a frame fewer per loss)
+        tl = target.tolist()
+        common = (min(tl) >= 0 and max(tl) < n_cls and not (0 <= ignore_index < n_cls and ignore_index in tl)
+                  or _all_classes(target, n_cls, ignore_index))
+    else:
+        common = _all_classes(target, n_cls, ignore_index)
+    if common and reduction == "mean":
         # (add.reduce of a float array accumulates in its dtype: no dtype= needed, the same loop)
         key = (logp.dtype, n)
-        count = _COUNTS.get(key)
-        if count is None:
+        if key in _COUNTS:
+            count = _COUNTS[key]
+        else:
             if len(_COUNTS) > 64:
                 _COUNTS.clear()
             count = _COUNTS[key] = logp.dtype.type(n)
@@ -347,7 +354,11 @@ def _nll_weights_impl(target, n_cls, dtype, ignore_index, reduction):
     n_rows = target.shape[0]
     dtype = dtype.np
     w = np.zeros((n_rows, n_cls), dtype)
-    if reduction == "mean" and _all_classes(target, n_cls, ignore_index):
+    # every target a class (the forward checked those not ignored) when none is ignore_index: a short target's
+    # list is searched, a long one reduced
+    if reduction == "mean" and n_rows and (ignore_index not in target.tolist() if n_rows <= _LISTED else
+                                           ignore_index < 0 and _min_reduce(target, axis=None) >= 0
+                                           or _none_ignored(target, ignore_index)):
         rows = _ARANGE.get(n_rows)      # (_rows, inline)
         w[_rows(n_rows) if rows is None else rows, target] = -1.0 / n_rows
         return w
