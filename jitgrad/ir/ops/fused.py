@@ -313,9 +313,7 @@ def _all_classes(target, n_cls, ignore_index):
 
 def _nll_impl(logp, target, ignore_index, reduction):
     n, n_cls = logp.shape
-    rows = _ARANGE.get(n)       # (_rows, inline)
-    if rows is None:
-        rows = _rows(n)
+    rows = _ARANGE[n] if n in _ARANGE else _rows(n)     # (_rows, inline)
     if 0 < n <= _LISTED:     # (_all_classes' first case inline: a frame fewer per loss)
         tl = target.tolist()
         common = (min(tl) >= 0 and max(tl) < n_cls and not (0 <= ignore_index < n_cls and ignore_index in tl)
@@ -359,8 +357,7 @@ def _nll_weights_impl(target, n_cls, dtype, ignore_index, reduction):
     if reduction == "mean" and n_rows and (ignore_index not in target.tolist() if n_rows <= _LISTED else
                                            ignore_index < 0 and _min_reduce(target, axis=None) >= 0
                                            or _none_ignored(target, ignore_index)):
-        rows = _ARANGE.get(n_rows)      # (_rows, inline)
-        w[_rows(n_rows) if rows is None else rows, target] = -1.0 / n_rows
+        w[_ARANGE[n_rows] if n_rows in _ARANGE else _rows(n_rows), target] = -1.0 / n_rows    # (_rows, inline)
         return w
     valid, safe = _nll_weights(target, ignore_index)
     scale = -valid.astype(dtype)
