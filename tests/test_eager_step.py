@@ -144,7 +144,8 @@ def test_log_softmax_backward_into_one_buffer_keeps_its_bits(dtype, shape, axis)
 
 @pytest.mark.parametrize("dtype", [np.int64, np.int32])
 def test_cross_entropy_target_range_in_one_reduction(dtype):
-    """The class-index check reads the targets as unsigned (a negative one is huge): one reduction, the same errors;
+    """The class-index check is one pass (a short target as a list; a long one read unsigned, where a negative one
+    is huge: one reduction), the same errors;
     an ignored target outside [0, C) still passes, and the node is named once, as torch names it."""
     F = jg.nn.functional
     x = jg.tensor(np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32), requires_grad=True)

@@ -148,3 +148,120 @@ def test_a_traced_backward_takes_softmax_s_own_rule():
         for backend in ("interpret", "numba"):
             got = jg.compile(fn, backend=backend, background=False)(x).numpy()
             np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+
+
+# ---- cross_entropy's eager common case: class indices in range, none ignored, mean ------------------------------
+
+def _lsm(x):
+    s = x - np.maximum.reduce(x, axis=1, keepdims=True)
+    return s - np.log(np.add.reduce(np.exp(s), axis=1, keepdims=True))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [8, 100])         # a short target is read as a list, a long one reduced
+def test_cross_entropy_common_case_keeps_its_bits(dtype, n):
+    """The mean without dtype= and with a cached divisor, and its gradient, are the bits of the NumPy reference
+    (the formulas of the general path); an ignore_index among the classes that no target takes keeps them."""
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal((n, 5)) * 3).astype(dtype)
+    t = rng.integers(0, 4, n)           # class 4 never a target
+    logp = _lsm(x)
+    rows = np.arange(n)
+    want = -(np.add.reduce(logp[rows, t], axis=None, dtype=logp.dtype) / logp.dtype.type(n))
+    w = np.zeros((n, 5), dtype)
+    w[rows, t] = -1.0 / n
+    want_grad = w - np.exp(logp) * np.add.reduce(w, axis=1, keepdims=True)
+    for ignore_index in (-100, 4):
+        xt = jg.tensor(x, requires_grad=True)
+        loss = F.cross_entropy(xt, jg.tensor(t), ignore_index=ignore_index)
+        loss.backward()
+        assert loss.dtype == jg.tensor(x).dtype
+        assert loss.detach().numpy().tobytes() == np.asarray(want).tobytes()
+        assert xt.grad.numpy().tobytes() == want_grad.tobytes()
+
+
+@pytest.mark.parametrize("n", [4, 100])
+def test_cross_entropy_ignored_targets_leave_the_common_case(n):
+    """Targets equal to ignore_index (torch's -100, or a class) are skipped in every reduction, as the
+    composition skips them; their rows' gradients are 0."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((n, 3))
+    t = rng.integers(0, 3, n)
+    for ignore_index in (-100, 2):
+        tt = t.copy()
+        tt[1] = ignore_index
+        valid = tt != ignore_index
+        picked = -_lsm(x)[np.arange(n), np.where(valid, tt, 0)]
+        for reduction, want in (("mean", picked[valid].sum() / valid.sum()), ("sum", picked[valid].sum()),
+                                ("none", np.where(valid, picked, 0.0))):
+            xt = jg.tensor(x, requires_grad=True)
+            got = F.cross_entropy(xt, jg.tensor(tt), ignore_index=ignore_index, reduction=reduction)
+            np.testing.assert_allclose(got.detach().numpy(), want, rtol=1e-12)
+            got.sum().backward()
+            assert not xt.grad.numpy()[1].any()
+        f = lambda z: F.cross_entropy(z, jg.tensor(tt), ignore_index=ignore_index)     # noqa: E731
+        assert gradcheck(f, (jg.tensor(x[:4], requires_grad=True),)) if n == 4 else True
+
+
+@pytest.mark.parametrize("n", [4, 100])
+def test_out_of_bounds_target_raised_by_the_fused_impl_with_the_user_line(n):
+    x = jg.tensor(_logits((n, 3)), requires_grad=True)
+    for bad in (7, -3):
+        t = np.zeros(n, np.int64)
+        t[1] = bad
+        for reduction in ("mean", "sum", "none"):
+            with pytest.raises(IndexError, match=f"Target {bad} is out of bounds") as e:
+                F.cross_entropy(x, jg.tensor(t), reduction=reduction)
+            assert "test_fused_ops.py" in str(e.value)      # the user's line
+        t[2] = -100         # an ignored target may lie outside [0, C); a bad one is still found
+        with pytest.raises(IndexError, match=f"Target {bad} is out of bounds"):
+            F.nll_loss(x, jg.tensor(t))
+        t[2] = 0
+        assert np.isfinite(F.nll_loss(x, jg.tensor(t), ignore_index=bad).item())
+
+
+@pytest.mark.parametrize("shape, axis", [((3, 4), 1), ((3, 4), 0), ((80, 3), 1), ((2, 3, 4), 1)])
+def test_log_softmax_infinite_max_is_nan_without_a_warning(shape, axis):
+    """A row whose max is +inf or all -inf: nan throughout, no NumPy warning, whichever way the finiteness of the
+    maxima is told (a few rows: their Python sum; else a dot)."""
+    import warnings
+    x = _logits(shape, dtype=np.float32)
+    idx = [0] * len(shape)
+    idx[axis] = slice(None)
+    x[tuple(idx)] = -np.inf
+    bad = np.moveaxis(x, axis, -1).reshape(-1, shape[axis])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = jg.log_softmax(jg.tensor(x), axis).numpy()
+        x[tuple(idx)] = np.inf
+        assert np.isnan(jg.log_softmax(jg.tensor(x), axis).numpy()[tuple(idx)]).all()
+    assert np.isnan(got[tuple(idx)]).all() and bad.shape[0] > 1
+    ok = np.isfinite(np.moveaxis(got, axis, -1).reshape(-1, shape[axis])).all(axis=1)
+    assert ok.sum() == bad.shape[0] - 1
+
+
+def test_cross_entropy_numpy_reductions_counted(monkeypatch):
+    """The B5 loss, forward and backward, on a short target makes 4 NumPy reductions: log_softmax's max and sum,
+    the loss's sum and the backward's row sums.  The targets' bounds and 'none ignored' are told once per forward
+    (a list's min and max), the backward's by a list search (7 reductions before: F.nll_loss's bound, the impl's
+    least target, the weights' least target)."""
+    from jitgrad.ir.ops import fused
+    from jitgrad.nn.functional import loss as loss_module
+    calls = []
+
+    def counted(f, name):
+        def reduce(*a, **k):
+            calls.append(name)
+            return f(*a, **k)
+        return reduce
+    for mod in (fused, loss_module):
+        for name in ("_max_reduce", "_min_reduce", "_add_reduce", "_or_reduce"):
+            if hasattr(mod, name):
+                monkeypatch.setattr(mod, name, counted(getattr(mod, name), name))
+    x = jg.tensor(_logits((8, 4), dtype=np.float32), requires_grad=True)
+    t = jg.tensor(np.random.default_rng(0).integers(0, 4, 8))
+    for _ in range(2):
+        F.cross_entropy(x, t).backward()
+    calls.clear()
+    F.cross_entropy(x, t).backward()
+    assert len(calls) == 4, calls

@@ -42,7 +42,11 @@ def _shifted(x, axis):
     """x minus its max along ``axis``, as torch (and the composition) do: a row holding +inf, or all -inf, is nan
     throughout."""
     m = _max_reduce(x, axis=axis, keepdims=True)
-    if m.dtype in _BLAS_FLOATS:
+    if m.ndim == 2 and m.size <= _LISTED and m.dtype.kind == "f":
+        # every max finite: their sum as Python floats is (a few rows: cheaper than any NumPy call; an overflow
+        # only takes the careful branch below); m is (rows, 1) or (1, cols): one row of its transpose or itself
+        finite = _isfinite_float(sum((m.T if axis else m).tolist()[0]))
+    elif m.dtype in _BLAS_FLOATS:
         # every max finite: its dot with itself is (one call where a sum and an isfinite were two, each the cost of
         # a small op; BLAS raises no NumPy warning, and an overflow only takes the careful branch below)
         v = m.ravel()
@@ -56,11 +60,13 @@ def _shifted(x, axis):
 
 
 _BLAS_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+# up to this many values a check reads them as a Python list: its min / max / sum cost less than one NumPy reduction
+_LISTED = 64
 
 
 def _none_ignored(target, ignore_index):
     """Whether no target is ``ignore_index`` (callers first try a negative one, torch's -100, against the least
-    target: one reduction where this is two)."""
+    target, or search a short target's list: one reduction or none where this is two)."""
     return not _or_reduce(target == ignore_index, axis=None)
 
 
@@ -279,14 +285,51 @@ def _nll_weights(target, ignore_index):
     return valid, np.where(valid, target, 0)
 
 
-def _nll_impl(logp, target, ignore_index, reduction):
+_UNSIGNED = {8: np.uint64, 4: np.uint32}
+_COUNTS: dict = {}      # (dtype, n) -> n as a scalar of that dtype (the mean's divisor, reused across calls)
+
+
+def _all_classes(target, n_cls, ignore_index):
+    """Whether every target (N,) is a class index in [0, n_cls) and none is ``ignore_index``: the common case, told
+    by one pass (a short target's Python list, else one reduction of the targets read unsigned, where a negative
+    one is huge).  A target out of range that is not ``ignore_index`` raises torch's error (here, so eager checks
+    the targets once per loss, not once in ``F.nll_loss`` and again here)."""
     n = target.shape[0]
-    rows = _ARANGE.get(n)       # (_rows, inline)
-    if rows is None:
-        rows = _rows(n)
-    if reduction == "mean" and n and (ignore_index < 0 and _min_reduce(target, axis=None) >= 0
-                                      or _none_ignored(target, ignore_index)):
-        return -(_add_reduce(logp[rows, target], axis=None, dtype=logp.dtype) / logp.dtype.type(n))
+    if not n:
+        return False
+    ignorable = 0 <= ignore_index < n_cls       # (else no target in range is ignore_index)
+    if n <= _LISTED:
+        tl = target.tolist()
+        if min(tl) >= 0 and max(tl) < n_cls:
+            return not ignorable or ignore_index not in tl
+    elif _max_reduce(target.view(_UNSIGNED[target.dtype.itemsize]), axis=None) < n_cls:
+        return not ignorable or _none_ignored(target, ignore_index)
+    safe = np.where(target != ignore_index, target, 0)
+    lo, hi = int(_min_reduce(safe, axis=None)), int(_max_reduce(safe, axis=None))
+    if lo < 0 or hi >= n_cls:
+        raise IndexError(f"Target {hi if hi >= n_cls else lo} is out of bounds.")      # torch's text
+    return False
+
+
+def _nll_impl(logp, target, ignore_index, reduction):
+    n, n_cls = logp.shape
+    rows = _ARANGE[n] if n in _ARANGE else _rows(n)     # (_rows, inline)
+    if 0 < n <= _LISTED:     # (_all_classes' first case inline: a frame fewer per loss)
+        tl = target.tolist()
+        common = (min(tl) >= 0 and max(tl) < n_cls and not (0 <= ignore_index < n_cls and ignore_index in tl)
+                  or _all_classes(target, n_cls, ignore_index))
+    else:
+        common = _all_classes(target, n_cls, ignore_index)
+    if common and reduction == "mean":
+        # (add.reduce of a float array accumulates in its dtype: no dtype= needed, the same loop)
+        key = (logp.dtype, n)
+        if key in _COUNTS:
+            count = _COUNTS[key]
+        else:
+            if len(_COUNTS) > 64:
+                _COUNTS.clear()
+            count = _COUNTS[key] = logp.dtype.type(n)
+        return -(_add_reduce(logp[rows, target], axis=None) / count)
     valid, safe = _nll_weights(target, ignore_index)
     picked = np.where(valid, -logp[rows, safe], logp.dtype.type(0))     # ignored rows are skipped (-inf there too)
     if reduction == "none":
@@ -309,10 +352,12 @@ def _nll_weights_impl(target, n_cls, dtype, ignore_index, reduction):
     n_rows = target.shape[0]
     dtype = dtype.np
     w = np.zeros((n_rows, n_cls), dtype)
-    if reduction == "mean" and n_rows and (ignore_index < 0 and _min_reduce(target, axis=None) >= 0
+    # every target a class (the forward checked those not ignored) when none is ignore_index: a short target's
+    # list is searched, a long one reduced
+    if reduction == "mean" and n_rows and (ignore_index not in target.tolist() if n_rows <= _LISTED else
+                                           ignore_index < 0 and _min_reduce(target, axis=None) >= 0
                                            or _none_ignored(target, ignore_index)):
-        rows = _ARANGE.get(n_rows)      # (_rows, inline)
-        w[_rows(n_rows) if rows is None else rows, target] = -1.0 / n_rows
+        w[_ARANGE[n_rows] if n_rows in _ARANGE else _rows(n_rows), target] = -1.0 / n_rows    # (_rows, inline)
         return w
     valid, safe = _nll_weights(target, ignore_index)
     scale = -valid.astype(dtype)

@@ -88,17 +88,23 @@ def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
         raise RuntimeError(f"nll_loss: expected target of shape {list(shape[:1] + shape[2:])} for input "
                            f"of shape {list(shape)}, got {list(target.shape)}")
     C = shape[1]
+    fused = weight is None and input._data.ndim == 2
     # bounds are checked on concrete targets (inside @compile the value is not known while tracing; a CUDA
-    # target is read back for it, or the gather would read out of bounds); ignored entries may lie outside [0, C)
-    t = target._data if type(target._data) is _ndarray or _TR.active is not None else target.cpu()._data
-    # every target in [0, C): the largest seen unsigned is below C (a negative one is huge), one reduction
-    if type(t) is _ndarray and t.size and not _max_reduce(t.view(_UNSIGNED[t.dtype.itemsize]), axis=None) < C:
-        safe = np.where(t != ignore_index, t, 0)
-        lo, hi = int(safe.min()), int(safe.max())
-        if lo < 0 or hi >= C:
-            raise IndexError(f"Target {hi if hi >= C else lo} is out of bounds.")      # torch's text
-    loss_reduction.check(reduction)
-    if weight is None and len(shape) == 2:
+    # target is read back for it, or the gather would read out of bounds); ignored entries may lie outside [0, C).
+    # The fused primitive's eager CPU impl checks them itself, in the pass that finds its common case.
+    t = target._data
+    if not (fused and type(t) is _ndarray and type(input._data) is _ndarray and _TR.active is None):
+        if type(t) is not _ndarray and _TR.active is None:
+            t = target.cpu()._data
+        # every target in [0, C): the largest seen unsigned is below C (a negative one is huge), one reduction
+        if type(t) is _ndarray and t.size and not _max_reduce(t.view(_UNSIGNED[t.dtype.itemsize]), axis=None) < C:
+            safe = np.where(t != ignore_index, t, 0)
+            lo, hi = int(safe.min()), int(safe.max())
+            if lo < 0 or hi >= C:
+                raise IndexError(f"Target {hi if hi >= C else lo} is out of bounds.")      # torch's text
+    if reduction not in _REDUCTIONS:       # (loss_reduction.check's test inline: a frame fewer per loss)
+        loss_reduction.check(reduction)
+    if fused:
         # one fused primitive in eager CPU mode; traced or on a device its decomposition (ir/ops/fused.py)
         loss = bind(O["nll_loss"], input, target, ignore_index=int(ignore_index), reduction=reduction)
     else:
@@ -107,6 +113,7 @@ def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
 
 
 _UNSIGNED = {8: np.uint64, 4: np.uint32}
+_REDUCTIONS = ("mean", "sum", "none")
 
 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
@@ -116,7 +123,8 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         return torch_kwargs(cross_entropy, 'cross_entropy', (input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing), {}, torch_kw)
     if size_average is not None or reduce is not None:
         reduction = loss_reduction.legacy_reduction(size_average, reduce)
-    probs = isinstance(target, Tensor) and target._data.dtype.kind == "f"      # (target.is_floating_point())
+    # (target.is_floating_point(); a plain Tensor told without a C call)
+    probs = (type(target) is Tensor or isinstance(target, Tensor)) and target._data.dtype.kind == "f"
     r = _cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing, probs)
     # class probabilities as the target: torch's result is not an NLL node either
     if not probs:
