@@ -5,9 +5,10 @@ before writing it (write-allocate), a pass over memory that carries nothing.  Wh
 GEMM result a LayerNorm's backward or a softmax reads, the upstream gradient of GELU's backward) dies in the loop,
 the output takes its buffer instead: each line was just read, so the write finds it in cache.  Every element is
 read before it is written at the same index (the input is read at the loop's own index, over the whole
-iteration space), the kernel sees the pair as one pointer (``layout.alias_classes``' twins), and nothing reads
-the input's buffer afterwards.  The CPU's loops only (``loop_steps.emit_group``); CUDA places its outputs as
-before.
+iteration space: a CUDA loop's thread reads and writes its own elements), the CPU's kernel sees the pair as one
+pointer (``layout.alias_classes``' twins), and nothing reads the input's buffer afterwards.  Both targets' fused
+loops (``loop_steps.emit_group``, ``cuda_steps.fused_group``: one rule, the same places); not a batch of loops
+(``batch_steps.py``), whose members may read each other's inputs in one launch.
 """
 from __future__ import annotations
 

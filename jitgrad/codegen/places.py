@@ -492,7 +492,7 @@ class Places:
             else:
                 if self.writes_in_place(o, g):
                     p, in_place = self.state_place(o), True
-                else:       # (the CPU's loops: over an input they are the last to read, ``input_reuse.py``)
+                else:       # (a fused loop's: over an input it is the last to read, ``input_reuse.py``)
                     p = reuse and over_dying_input(self, o, g, outs) or self.assign(o)
                 out_st.append(list(c_strides(it)))
             outs.append(p)
