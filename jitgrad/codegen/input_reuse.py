@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ..ir.graph import Var
 from ..ir.plan import RowGroup
+from ..ir.symbolic import known_equal
 
 
 def over_dying_input(places, o, g, taken):
@@ -24,21 +25,33 @@ def over_dying_input(places, o, g, taken):
     that stores ``o``.  Only for an ``o`` a later step reads."""
     n = places.n
     # (a value no later step reads: a row kernel's stash, ``loop_steps.row_stashes``, which leaves its place)
+    shape = tuple(o.aval.shape)
+    # (sizes compared without a guard: a program lowered for every size must not depend on their values)
     if g.scatters or g.gathers or id(o) in places.out_ids or o in places.inplace \
-            or tuple(o.aval.shape) != tuple(g.shape) or places.last_use.get(o, -1) <= n:
+            or known_equal(shape, tuple(g.shape)) is not True or places.last_use.get(o, -1) <= n:
         return None
     for x in g.inputs:
         if not isinstance(x, Var) or x not in places or id(x) in places.out_ids or places.last_use.get(x) != n:
             continue
         p = places[x]
-        if p.root.kind != "ws" or p.offset != 0 or not p.contiguous() or p.dtype is not o.aval.dtype \
-                or tuple(p.shape) != tuple(o.aval.shape) or any(q.root is p.root for q in taken) \
-                or places.reads_root_later(p.root, x, n) or not _rows_allow(g, x, o):
+        if p.root.kind != "ws" or p.dtype is not o.aval.dtype or known_equal(p.offset, 0) is not True \
+                or known_equal(tuple(p.shape), shape) is not True \
+                or known_equal(tuple(p.strides), _c_strides(shape)) is not True \
+                or any(q.root is p.root for q in taken) or places.reads_root_later(p.root, x, n) \
+                or not _rows_allow(g, x, o):
             continue
         places[o] = p
         places.hold(p.root, o)
         return p
     return None
+
+
+def _c_strides(shape) -> tuple:
+    st, acc = [], 1
+    for d in reversed(shape):
+        st.append(acc)
+        acc = acc * d
+    return tuple(reversed(st))
 
 
 def _rows_allow(g, x, o) -> bool:
