@@ -132,3 +132,42 @@ def test_a_value_compared_with_its_max_is_stored_not_recomputed():
             want = fn(jg.tensor(xa, requires_grad=True))
             for a, e in zip(got, want):
                 np.testing.assert_allclose(a.detach().numpy(), e.detach().numpy(), rtol=1e-12, atol=1e-12)
+
+
+def _gelu_mlp(n):
+    rng = np.random.default_rng(8)
+    w = jg.tensor(rng.standard_normal((128, n), dtype=np.float32) * 0.1, requires_grad=True)
+    b = jg.tensor(rng.standard_normal(n, dtype=np.float32) * 0.1, requires_grad=True)
+    w2 = jg.tensor(rng.standard_normal((n, 16), dtype=np.float32) * 0.1, requires_grad=True)
+
+    def step(x):
+        loss = (jg.nn.functional.gelu(x @ w + b) @ w2).square().sum()
+        return jg.autograd.grad(loss, [w, b, w2])
+    return step
+
+
+def _stored_full(p, shape):
+    return sum(tuple(v.aval.shape) == shape for g in p.groups for v in g.outputs)
+
+
+def test_a_big_stored_value_pays_for_its_lines_read_before_written():
+    """A value of at least a core's L2 is not in cache when its loop stores it: the store reads each line first
+    (write-allocate), so it costs twice its item size, and GELU's backward recomputes ``1 + erf(x / sqrt 2)`` from
+    the ``x = h + b`` it recomputes anyway for the pdf (B9: 2 MiB a layer, written by the forward, read by the
+    backward) instead of loading it; over a small space (in cache) the forward still stores it."""
+    x = jg.tensor(np.random.default_rng(9).standard_normal((1024, 128), dtype=np.float32))
+    big = _gelu_mlp(512)                  # 1024 x 512 float32: 2 MiB
+    f = jg.compile(big, backend="numba")
+    p = _plan(f, x)
+    assert _stored_full(p, (1024, 512)) == 2, p      # the GEMM's h and GELU's output (1 + erf: not stored)
+    back = next(g for g in p.groups if g.shape == (1024, 512) and g.reduce is not None)
+    assert "erf" in [e.op.name for e in back.eqns], p
+    for a, b in zip(f(x), big(x)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=2e-4, atol=2e-5)
+    xs = jg.tensor(np.random.default_rng(9).standard_normal((32, 128), dtype=np.float32))
+    small = _gelu_mlp(64)
+    fs = jg.compile(small, backend="numba")
+    ps = _plan(fs, xs)
+    assert _stored_full(ps, (32, 64)) == 3, ps       # h, GELU's output and 1 + erf, stored for the backward
+    for a, b in zip(fs(xs), small(xs)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=2e-4, atol=2e-5)

@@ -133,6 +133,26 @@ def test_heads_written_in_the_order_their_reader_permutes_them(dtype):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_product_read_transposed_is_computed_transposed(dtype):
+    """``(a @ b).transpose(-2, -1)`` read as a contiguous array (reshaped): C would be column-major in that order,
+    so the bgemm computes ``b^T a^T`` row-major into it (operands swapped, read transposed by flag): no layout
+    copy, and eager's values."""
+    rng = np.random.default_rng(4)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    a = jg.tensor(rng.standard_normal((3, 2, 5, 4)).astype(dtype))
+    b = jg.tensor(rng.standard_normal((3, 2, 4, 6)).astype(dtype))
+
+    def f(a, b):
+        return (a @ b).transpose(-2, -1).reshape(3, 2, 30) * 2.0
+
+    fc = jg.compile(f, backend="numba", background=False)
+    np.testing.assert_allclose(fc(a, b).numpy(), f(a, b).numpy(), rtol=tol, atol=tol)
+    labels = _labels(_cg(fc))
+    assert "copy (layout)" not in labels, labels
+    assert labels.count("matmul (batched, BLAS)") + labels.count("matmul (batched, small kernel)") == 1, labels
+
+
 def test_linear_on_3d_is_one_gemm_each_way():
     """x @ W.T on [B, T, C]: the batch folded into M (forward, input grad) and into K (weight grad)."""
     rng = np.random.default_rng(2)

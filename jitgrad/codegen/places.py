@@ -35,6 +35,7 @@ from ..ir.graph import Lit, Var
 from ..ir.symbolic import SymInt, has_symbols, known_equal, size_key
 from ..ir.ops.index import np_index, single_tensor_axis
 from ..ir.plan import Group, LoopBatch
+from .input_reuse import over_dying_input
 from .kernels.loops import raises_in_loop
 from .lowering import step_kind
 
@@ -458,10 +459,10 @@ class Places:
         return p
 
     # ---- fused loops ------------------------------------------------------------------------------------
-    def group(self, g: Group) -> "GroupOperands":
+    def group(self, g: Group, reuse=False) -> "GroupOperands":
         """The operands of fusion group ``g``'s loop, its outputs placed (a reduction's in a buffer of its own,
-        an update in place when ``writes_in_place`` allows, the others in buffers of their own), and the
-        iteration space with every operand's strides coalesced (see ``GroupOperands``)."""
+        an update in place when ``writes_in_place`` allows, the others in buffers of their own or, ``reuse``, over
+        a dying input's), and the iteration space with every operand's strides coalesced (``GroupOperands``)."""
         it = g.shape
         ins = [v for v in g.inputs if isinstance(v, Var) or isinstance(v.value, np.ndarray)]
         in_st = [bcast_strides(self.place(v), it) for v in ins]
@@ -490,10 +491,9 @@ class Places:
                 out_st.append(list(bcast_strides(p, it)))
             else:
                 if self.writes_in_place(o, g):
-                    p = self.state_place(o)
-                    in_place = True
-                else:
-                    p = self.assign(o)
+                    p, in_place = self.state_place(o), True
+                else:       # (a fused loop's: over an input it is the last to read, ``input_reuse.py``)
+                    p = reuse and over_dying_input(self, o, g, outs) or self.assign(o)
                 out_st.append(list(c_strides(it)))
             outs.append(p)
         # stores by an index: each scatter's output (its base copied in first by the target), its index's strides

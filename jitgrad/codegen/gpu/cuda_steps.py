@@ -21,7 +21,7 @@ def fused_group(cg: Launches, g: Group):
     if g.gathers or g.scatters:
         raise ValueError(f"{g.name}: the CUDA target has no loads or stores by an index inside loops: plan with "
                          "fusion_plan(..., indexed=False)")
-    op = cg.places.group(g)
+    op = cg.places.group(g, reuse=True)
     red, shape, size, ro, out_places = g.reduce, op.shape, op.size, op.red_out, op.out_places
     args = []
     for p, s_ in zip(op.in_places, op.in_strides):

@@ -91,9 +91,11 @@ def batched_gemm(prog: Program, e) -> bool:
                     st = _emit_gemm_block(prog, e, "gemm", pa2, flag_a, pb, flag_b, pc, rows, n, k, None)
                     prog.gemm_outs[out] = (st, prog.places.n, st.fold[0], st.fold[1], st.fold[2])
                 return True
+    pc = (len(bs) <= MAX_BATCH_DIMS and permuted_c(prog, out)) or prog.places.assign(out)
+    if pc.strides[-1] != 1:         # C column-major (``_writable``): C^T = B^T A^T, written row-major
+        pa, pb, sa, sb, pc, m, n = _transposed(pb), _transposed(pa), sb, sa, _transposed(pc), n, m
     flag_a = _gemm_flag(pa.strides[-2:], m, k)
     flag_b = _gemm_flag(pb.strides[-2:], k, n)
-    pc = (len(bs) <= MAX_BATCH_DIMS and permuted_c(prog, out)) or prog.places.assign(out)
     sc = list(pc.strides[:-2])
     shape, (cb, ca, cc) = coalesce(list(bs), [sb, sa, sc])
     if len(shape) > MAX_BATCH_DIMS:
@@ -129,7 +131,7 @@ def permuted_c(prog: Program, out):
     strides = [0] * len(perm)
     for i, d in enumerate(perm):
         strides[d] = pst[i]
-    if strides[-1] != 1:         # (its row stride then spans the last dim: at least n)
+    if not _writable(strides, out.aval.shape):
         return None
     # a split's gradient (the heads' way back into qkv's): written straight into its region of the chain's buffer
     area = value_place(prog, e.outs[0], pshape)
@@ -137,12 +139,27 @@ def permuted_c(prog: Program, out):
         st = [0] * len(perm)
         for i, d in enumerate(perm):
             st[d] = area.strides[i]
-        if st[-1] == 1 and st[-2] >= out.aval.shape[-1]:
+        if _writable(st, out.aval.shape):
             p = places[out] = Place(area.root, area.offset, out.aval.shape, tuple(st), out.aval.dtype)
             return p
     buf = places.buffer(out, pshape, out.aval.dtype)
     p = places[out] = Place(buf.root, 0, out.aval.shape, tuple(strides), out.aval.dtype)
     return p
+
+
+def _writable(strides, shape) -> bool:
+    """Whether BLAS can write a product of ``shape`` at ``strides``: each matrix row-major (a unit column stride,
+    the row stride spanning the row) or column-major (``batched_gemm`` then computes its transpose, ``B^T A^T``:
+    a key's gradient ``q^T dS`` on its way back into qkv as ``dS^T q``)."""
+    m, n = shape[-2:]
+    return (strides[-1] == 1 and strides[-2] >= n) or (strides[-2] == 1 and strides[-1] >= m)
+
+
+def _transposed(p: Place) -> Place:
+    """The place of ``p``'s matrices transposed (its last two dims swapped: a view, no copy)."""
+    sh, st = list(p.shape), list(p.strides)
+    sh[-2:], st[-2:] = sh[:-3:-1], st[:-3:-1]
+    return Place(p.root, p.offset, tuple(sh), tuple(st), p.dtype)
 
 
 def split_rows(prog: Program, e, pa, flag_a, pb, flag_b, pc, m, n, k) -> bool:

@@ -29,7 +29,7 @@ def fused_group(prog: Program, g: Group):
     update of a GEMM's result is folded into that GEMM instead (``gemm_steps.py``)."""
     if fold_into_gemm(prog, g):
         return
-    emit_group(prog, g, prog.places.group(g))
+    emit_group(prog, g, prog.places.group(g, reuse=True))
 
 
 def emit_group(prog: Program, g, op):

@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..graph import Graph, Var
 from ..ops.index import single_tensor_axis
 from ..plan import REDUCTIONS, Group, Plan, op_cost
-from ..symbolic import same_shape
+from ..symbolic import hint_of, same_shape
 from .schedule import schedule
 
 # at most this many eqns in one loop: LLVM's time on one function grows faster than its size (a 200-eqn loop with
@@ -83,6 +83,11 @@ NO_RECOMPUTE = ("rand_uniform", "rand_normal")   # draws: their scalar body take
 # ``a * b`` has a second use), and a row whose recomputed values miss its maximum gets a tie count of 0 (NaN
 # gradients).  Such a value is stored where it is computed, never recomputed (``exact_value``)
 EXTREMA, EQUALITY = ("amax", "amin"), ("eq", "ne")
+# A stored value of at least this many bytes (a core's L2) is not in cache when it is written: the CPU reads each
+# line before writing it (write-allocate), so its store costs twice its item size.  B9's GELU stored 1 + erf for
+# its backward (2 MiB a layer): written, then read back; the backward now recomputes the erf (8) from the input it
+# reads anyway (8.5 < 3 x 4 bytes)
+WRITE_ALLOCATE_BYTES = 1 << 20
 
 
 def exact_value(readers) -> bool:
@@ -104,14 +109,24 @@ def _recompute_cheap_values(groups, eqns, users, outs, where):
     reads = {id(g): {v for i in members[id(g)] for v in eqns[i].ins if isinstance(v, Var)} for g in groups}
     decided = {}
     extra = {}          # id(group) -> eqn indices it recomputes
+
+    def decide(v):
+        decided[v] = chain = _cheap_chain(v, eqns, producer, where, users, outs, members, reads)
+        if chain:
+            for g in chain[1]:
+                extra.setdefault(id(g), set()).update(chain[0])
+                # what the recomputation reads, the reader now reads anyway (a later chain from it loads nothing)
+                reads[id(g)].update(x for i in chain[0] for x in eqns[i].ins if isinstance(x, Var))
+
     for g2 in groups:
         for i2 in sorted(members[id(g2)]):
             for v in eqns[i2].ins:
                 if isinstance(v, Var) and v not in decided and producer.get(v) not in members[id(g2)]:
-                    decided[v] = chain = _cheap_chain(v, eqns, producer, where, users, outs, members, reads)
-                    if chain:
-                        for g in chain[1]:
-                            extra.setdefault(id(g), set()).update(chain[0])
+                    decide(v)
+    # once more for the values stored so far: a chain decided later may have brought in the inputs they need (B9's
+    # GELU backward recomputes x = h + b for its pdf, so 1 + erf(x / sqrt 2) costs its arithmetic only)
+    for v in [v for v, chain in decided.items() if not chain]:
+        decide(v)
     for g in groups:
         add = extra.get(id(g), set()) - members[id(g)]
         if add and len(g.eqns) + len(add) <= MAX_GROUP_EQNS:
@@ -152,7 +167,7 @@ def _cheap_chain(v, eqns, producer, where, users, outs, members, reads):
     if not readers:
         return None
     size = v.aval.dtype.np.itemsize
-    store = size * (1 + len(readers))
+    store = size * ((2 if hint_of(v.aval.size) * size >= WRITE_ALLOCATE_BYTES else 1) + len(readers))
     chain, todo, cost, inputs = set(), [p], 0.0, set()
     while todo:
         i = todo.pop()
