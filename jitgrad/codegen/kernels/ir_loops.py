@@ -32,11 +32,12 @@ class Unsupported(Exception):
 
 _TYPES = {ki.F32: T.FLOAT, ki.F64: T.DOUBLE, ki.I64: T.I64, ki.I32: T.I32, ki.U8: T.I8, ki.U64: T.I64,
           ki.BOOL: T.I1}
+_TYPE = _TYPES.get
 
 
 def lltype(t) -> str:
     """The LLVM type (text) of kernel IR type ``t`` (pointers are opaque: ``ptr``)."""
-    got = _TYPES.get(t)
+    got = _TYPE(t)
     if got is None:
         if not ki.is_ptr(t):
             raise TypeError(f"no LLVM type for {t!r}")
@@ -344,11 +345,11 @@ class _Renderer:
     def _emit(self, x, memo):
         b, op = self.b, x.op
         if op == "const":
-            return T.const(lltype(x.t), x.attr)
+            return T.const(_TYPE(x.t) or lltype(x.t), x.attr)
         if op == "var":
             if x.attr.name == "A":
                 return self.arg_block
-            return b.load(lltype(x.t), self.slot(x.attr))
+            return b.load(_TYPE(x.t) or T.PTR, self.slot(x.attr))
         if op == "math":
             return self.value(self._expand(x), memo)
         args = [self.value(a, memo) for a in x.args]
@@ -362,7 +363,7 @@ class _Renderer:
         return self.b.cast("inttoptr", lltype(x.args[0].t), args[0], T.PTR)
 
     def _load(self, x, args):
-        b, t = self.b, lltype(x.t)
+        b, t = self.b, _TYPE(x.t) or lltype(x.t)
         return b.load(t, b.gep(t, args[0], args[1], lltype(x.args[1].t)),
                       alias_md(self.module, *x.attr) if x.attr is not None else "")
 
@@ -443,7 +444,7 @@ class _Renderer:
 
     def _binop(self, x, args):
         t, op = x.t, x.attr
-        lt = lltype(t)
+        lt = _TYPES[t]
         if t in ki.FLOATS:
             f = _FLOAT_BIN.get(op)
             if f is None:

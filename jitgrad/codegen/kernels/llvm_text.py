@@ -163,14 +163,20 @@ class Builder:
         return f'%"{name}.{n}"'
 
     def load(self, ty: str, ptr: str, md: str = "") -> str:
-        return self._def(f"load {ty}, ptr {ptr}{md}")
+        fn = self.fn
+        n = fn.n = fn.n + 1
+        self.lines.append(f"  %.{n} = load {ty}, ptr {ptr}{md}")
+        return f"%.{n}"
 
     def store(self, ty: str, v: str, ptr: str, md: str = "") -> None:
         self.lines.append(f"  store {ty} {v}, ptr {ptr}{md}")
 
     def gep(self, elem: str, ptr: str, idx: str, idx_ty: str = I64) -> str:
         """``&ptr[idx]`` (elements of type ``elem``)."""
-        return self._def(f"getelementptr {elem}, ptr {ptr}, {idx_ty} {idx}")
+        fn = self.fn
+        n = fn.n = fn.n + 1
+        self.lines.append(f"  %.{n} = getelementptr {elem}, ptr {ptr}, {idx_ty} {idx}")
+        return f"%.{n}"
 
     def gep2(self, elem: str, ptr: str, first: str, idx: str, idx_ty: str = I64) -> str:
         """``&(*ptr)[idx]`` of an aggregate ``elem`` (its first index ``first``)."""
@@ -179,7 +185,10 @@ class Builder:
     # ---- arithmetic
     def op(self, opcode: str, ty: str, a: str, b: str, flags: str = "") -> str:
         """``opcode`` (add, fmul, sdiv, xor ...) on ``ty``; ``flags``: fast-math flags' text (``"fast "``)."""
-        return self._def(f"{opcode} {flags}{ty} {a}, {b}")
+        fn = self.fn
+        n = fn.n = fn.n + 1
+        self.lines.append(f"  %.{n} = {opcode} {flags}{ty} {a}, {b}")
+        return f"%.{n}"
 
     def fneg(self, ty: str, a: str, flags: str = "") -> str:
         return self._def(f"fneg {flags}{ty} {a}")
@@ -195,7 +204,10 @@ class Builder:
 
     def cast(self, opcode: str, src: str, v: str, ty: str) -> str:
         """``opcode`` (sext, fptrunc, inttoptr ...) of ``v`` from ``src`` to ``ty``."""
-        return self._def(f"{opcode} {src} {v} to {ty}")
+        fn = self.fn
+        n = fn.n = fn.n + 1
+        self.lines.append(f"  %.{n} = {opcode} {src} {v} to {ty}")
+        return f"%.{n}"
 
     # ---- calls
     def call(self, ret: str, fn: str, args, flags: str = "") -> str | None:
