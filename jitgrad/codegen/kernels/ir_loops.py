@@ -1,14 +1,15 @@
 """Kernels to LLVM IR, without Numba: the CPU renderer of the kernel IR (``kernel_ir.py``), the cold build's path.
 
-A kernel's IR (built by ``loops.py``, ``rowwise_loops.py``, ``scan_loops.py``) is rendered through llvmlite's IR
-builder: kernel variables in allocas, ``For`` as counted loops (the innermost ones tagged for interleaving:
+A kernel's IR (built by ``loops.py``, ``rowwise_loops.py``, ``scan_loops.py``) is written as LLVM assembly text
+(``llvm_text.py``: a line per instruction, no IR objects; llvmlite's IR builder cost ~40 Python calls per
+instruction, this ~10, mathlib's expansions included): kernel variables in allocas, ``For`` as counted loops (the innermost ones tagged for interleaving:
 ``INTERLEAVE``), ``If``/``Continue`` as branches, loads and stores tagged with their alias scopes (the same
 scoped-noalias metadata as ``alias_scopes.py``'s Numba intrinsics, so the vectoriser needs no runtime overlap
 checks), each arithmetic instruction with the fast-math flags its value was built under (never nnan/ninf), and
 math calls expanded by ``mathlib``'s IR builders (straight-line, so loops calling them vectorise).  LLVM then
 optimises it as Numba would (O3, loop vectorisation, the host CPU's features: ``native/llvm_build.py`` compiles the
 text).  Numba spends ~30 ms per kernel typing and lowering the same loop, plus ~0.7 s once per process to import
-itself; this takes a few milliseconds.
+itself; this takes a few milliseconds.  One method per op family (``_EMIT``) lowers a value.
 The results are bit-identical to Numba's build of the kernel's rendered text (``numba_render.py``;
 ``tests/test_ir_loops.py``).
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import os
 
-from . import kernel_ir as ki, llvm_text as T, pool_abi
+from . import chunk_checks, kernel_ir as ki, llvm_text as T, pool_abi
 
 
 class Unsupported(Exception):
@@ -155,7 +156,9 @@ class _Renderer:
         loop = body[n]
         if loop.step != 1 or not (loop.start.op == "const" and loop.start.attr == 0):
             raise Unsupported("parallel loop form")
-        _check_reductions(loop, body[n + 1:])
+        problem = chunk_checks.reduction_problem(loop, body[n + 1:])
+        if problem is not None:
+            raise Unsupported(problem)
         self.block(body[:n])
         chunk = self._chunk_function(body[:n], loop)
         stop = self.value(loop.stop, {})
@@ -167,10 +170,10 @@ class _Renderer:
         saved = {a: getattr(self, a) for a in self._STATE}
         fn = self._start_function(self.name_ + "_chunk", [T.PTR] * 4, linkage="internal")
         task = fn.args[0]
-        read = _vars_read(loop.body)
+        read = chunk_checks.vars_read(loop.body)
         for s in prologue:              # what the loop may read (pointers, sizes, strides), not the stores
-            if _stores(s):
-                if _assigned(s) & read:
+            if chunk_checks.stores(s):
+                if chunk_checks.assigned(s) & read:
                     raise Unsupported("a parallel loop reads a value set beside a store before it")
             else:
                 self.stmt(s)
@@ -507,75 +510,6 @@ _EMIT = {"ptr": _Renderer._ptr, "load": _Renderer._load, "bin": _Renderer._binop
          "libm": _Renderer._libm, "table": _Renderer._table_load}
 
 
-def _walk_stmts(stmts):
-    for s in stmts:
-        yield s
-        if isinstance(s, ki.For):
-            yield from _walk_stmts(s.body)
-        elif isinstance(s, ki.If):
-            yield from _walk_stmts(s.then)
-            yield from _walk_stmts(s.orelse)
-
-
-def _stores(s) -> bool:
-    return any(isinstance(x, ki.Store) for x in _walk_stmts([s]))
-
-
-def _assigned(s) -> set:
-    out = set()
-    for x in _walk_stmts([s]):
-        if isinstance(x, ki.Assign):
-            out.add(x.var)
-        elif isinstance(x, ki.For):
-            out.add(x.var)
-    return out
-
-
-def _vars_read(stmts) -> set:
-    seen, out = set(), set()
-    for top in ki.statement_values(stmts):
-        for v in ki.walk_values(top, seen):
-            if v.op == "var":
-                out.add(v.attr)
-    return out
-
-
-def _check_reductions(loop, after) -> None:
-    """``Unsupported`` unless the parallel ``loop``'s reductions are sums (each update ``r = r + e``, ``e`` not
-    reading ``r``, and ``r`` read nowhere else in the loop) and no other variable it assigns is read after it
-    (its value would be some chunk's)."""
-    red = set(loop.reductions)
-    read_after = _vars_read(after)
-    for s in _walk_stmts(loop.body):
-        if isinstance(s, ki.Assign) and s.var in red:
-            v = s.value
-            ok = v.op == "bin" and v.attr == "+" and v.args[0].op == "var" and v.args[0].attr is s.var \
-                and s.var not in _vars_read_value(v.args[1])
-            if not ok:
-                raise Unsupported(f"{s.var.name}: not a sum reduction of a parallel loop")
-        elif isinstance(s, (ki.Assign, ki.For)) and s.var in read_after:
-            raise Unsupported(f"{s.var.name} made in a parallel loop and read after it")
-    updates = sum(isinstance(s, ki.Assign) and s.var in red for s in _walk_stmts(loop.body))
-    reads = 0
-    for top in ki.statement_values(loop.body):
-        reads += sum(v.op == "var" and v.attr in red for v in _all_values(top))
-    if reads != updates:
-        raise Unsupported("a parallel loop reads its partial sum")
-
-
-def _all_values(x):
-    """Every value in ``x``'s tree, a shared one as often as it is used."""
-    stack = [x]
-    while stack:
-        v = stack.pop()
-        yield v
-        stack.extend(v.args)
-
-
-def _vars_read_value(x) -> set:
-    return {v.attr for v in ki.walk_values(x) if v.op == "var"}
-
-
 # ---------------------------------------------------------------------------------------------------- the text
 def symbol(key: str) -> str:
     return f"jitgrad_kernel_{key[:24]}"
@@ -585,9 +519,8 @@ def symbol(key: str) -> str:
 # transcendentals is latency-bound (its body is longer than the core's out-of-order window, so one vector
 # iteration's dependent chain is not overlapped with the next), and LLVM's cost model picks no interleaving for
 # long bodies.  Measured 2026-11-24 (1M float32, one thread, quiet): a 16-op tanh/sigmoid/mul chain 9.35 ->
-# 3.25 ms, 2 ops (B2's kind) 0.80 -> 0.49 ms, 1 op unchanged (memory-bound).  The back edges are tagged while
-# the IR is built and the tag becomes a distinct, self-referencing loop ID in the text (llvmlite's builder
-# makes no distinct nodes).
+# 3.25 ms, 2 ops (B2's kind) 0.80 -> 0.49 ms, 1 op unchanged (memory-bound).  An innermost loop's back edges carry a
+# distinct, self-referencing loop ID (``_Renderer._loop_id``).
 INTERLEAVE = int(os.environ.get("JITGRAD_INTERLEAVE", "4"))
 # An innermost loop the layout knows runs fewer than SHORT_TRIP times (``kernel_ir.For.short``: B11's loops over
 # its 16 Gaussians) is not interleaved: interleaved, LLVM's vector body takes 8 float32 lanes x INTERLEAVE = 32

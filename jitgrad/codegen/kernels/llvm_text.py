@@ -209,6 +209,15 @@ class Builder:
         self.lines.append(f"  %.{n} = {opcode} {src} {v} to {ty}")
         return f"%.{n}"
 
+    # ---- vectors
+    def vector_insert(self, vty: str, vec: str, ety: str, v: str, idx: str) -> str:
+        """``vec`` (a ``vty``) with element ``idx`` set to ``v`` (an ``ety``)."""
+        return self._def(f"insertelement {vty} {vec}, {ety} {v}, i32 {idx}")
+
+    def vector_shuffle(self, vty: str, a: str, b: str, mask: str, width: int) -> str:
+        """The elements of ``a`` and ``b`` (``vty``) that ``mask`` (``<i32 ...>``, ``width`` of them) picks."""
+        return self._def(f"shufflevector {vty} {a}, {vty} {b}, <{width} x i32> {mask}")
+
     # ---- calls
     def call(self, ret: str, fn: str, args, flags: str = "") -> str | None:
         """``fn(args)`` (``args``: ``"type value"`` strings); ``fn`` a declared name or a pointer value."""
@@ -229,6 +238,10 @@ class Builder:
 
     def ret_void(self) -> None:
         self.lines.append("  ret void")
+        self.block.terminated = True
+
+    def ret(self, ty: str, v: str) -> None:
+        self.lines.append(f"  ret {ty} {v}")
         self.block.terminated = True
 
     @contextlib.contextmanager
