@@ -341,25 +341,24 @@ class _Renderer:
         got = memo.get(id(x))
         if got is not None:
             return got[1]
-        v = self._emit(x, memo)
+        op = x.op
+        if op == "const":
+            v = T.const(_TYPE(x.t) or lltype(x.t), x.attr)
+        elif op == "var":
+            v = self.arg_block if x.attr.name == "A" else self.b.load(_TYPE(x.t) or T.PTR, self.slot(x.attr))
+        elif op == "math":
+            v = self.value(self._expand(x), memo)
+        else:
+            emit = _EMIT.get(op)
+            if emit is None:
+                raise Unsupported(f"value {op}")
+            args = []
+            for a in x.args:
+                got = memo.get(id(a))
+                args.append(got[1] if got is not None else self.value(a, memo))
+            v = emit(self, x, args)
         memo[id(x)] = (x, v)        # (x kept alive: its id stays its own)
         return v
-
-    def _emit(self, x, memo):
-        b, op = self.b, x.op
-        if op == "const":
-            return T.const(_TYPE(x.t) or lltype(x.t), x.attr)
-        if op == "var":
-            if x.attr.name == "A":
-                return self.arg_block
-            return b.load(_TYPE(x.t) or T.PTR, self.slot(x.attr))
-        if op == "math":
-            return self.value(self._expand(x), memo)
-        args = [self.value(a, memo) for a in x.args]
-        emit = _EMIT.get(op)
-        if emit is None:
-            raise Unsupported(f"value {op}")
-        return emit(self, x, args)
 
     # one method per op family: (self, x, args) -> its value
     def _ptr(self, x, args):
