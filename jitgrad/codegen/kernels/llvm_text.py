@@ -1,4 +1,5 @@
-"""LLVM assembly written as text: the small emitter the kernels' and entries' IR is rendered with.
+"""LLVM assembly written as text: the small emitter every LLVM IR jitgrad renders is written with (kernels, parallel
+kernels' pool launches, graph entries, the size fill, the small GEMMs).
 
 llvmlite's IR builder made a Python object per value, type, constant and block and rendered each again in its
 ``str()``: ~40 Python calls per LLVM instruction, holding the GIL while a cold build ran beside a script's eager
@@ -18,7 +19,6 @@ import contextlib
 import struct
 
 VOID, I1, I8, I32, I64, FLOAT, DOUBLE, PTR = "void", "i1", "i8", "i32", "i64", "float", "double", "ptr"
-NULL = "null"
 TRUE, FALSE = "true", "false"
 _PACK_F, _PACK_D, _UNPACK_Q = struct.Struct("<f").pack, struct.Struct("<d").pack, struct.Struct("<Q").unpack
 
@@ -274,4 +274,4 @@ class Builder:
 
 
 __all__ = ["Module", "Function", "Block", "Builder", "const", "VOID", "I1", "I8", "I32", "I64", "FLOAT", "DOUBLE",
-           "PTR", "NULL", "TRUE", "FALSE"]
+           "PTR", "TRUE", "FALSE"]
