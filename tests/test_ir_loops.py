@@ -395,7 +395,7 @@ def test_alias_scoped_loop_from_ir_carries_scopes_and_needs_no_overlap_check(fre
     # the rendering: each operand's access tagged with its own class among 10
     raw = ir_loops.render(k.ir, "0" * 64)
     dom = "jitgrad.kernel.operands"
-    tagged = _scope_names(raw, r"(?:load float, float\*|store float)")
+    tagged = _scope_names(raw, r"(?:load float, ptr|store float)")
     assert len(tagged) == 10
     assert sorted(tagged, key=str) == sorted(
         [(frozenset({f"{dom}.{c}"}), frozenset(f"{dom}.{o}" for o in range(10) if o != c)) for c in range(10)],

@@ -19,7 +19,30 @@ from __future__ import annotations
 from numba import types
 from numba.extending import intrinsic
 
-from .ir_loops import tag_alias_class
+from .ir_loops import ALIAS_DOMAIN
+
+
+def tag_alias_class(module, instr, cls: int, n: int) -> None:
+    """Scoped-noalias metadata on ``instr`` (llvmlite's, in a module Numba builds), an access of alias class ``cls``
+    among ``n``: the nodes ``ir_loops.alias_md`` writes into a rendered kernel's text, here as llvmlite objects (the
+    Numba fallback's path).  Fewer than two classes: no metadata."""
+    if n < 2:
+        return
+    from llvmlite import ir
+    # the module's nodes made once per (n, class): ``add_metadata`` would return the same nodes (it deduplicates),
+    # after building and hashing every scope again for each access
+    made = module.__dict__.setdefault("_jitgrad_alias_md", {})
+    md = made.get((n, cls))
+    if md is None:
+        scopes = made.get(n)
+        if scopes is None:
+            domain = module.add_metadata([ir.MetaDataString(module, ALIAS_DOMAIN)])
+            scopes = made[n] = [module.add_metadata([ir.MetaDataString(module, f"{ALIAS_DOMAIN}.{k}"), domain])
+                                for k in range(n)]
+        md = made[(n, cls)] = (module.add_metadata([scopes[cls]]),
+                               module.add_metadata([scopes[k] for k in range(n) if k != cls]))
+    instr.set_metadata("alias.scope", md[0])
+    instr.set_metadata("noalias", md[1])
 
 
 def _typed_access(ptr, idx, cls, n):
@@ -55,7 +78,7 @@ def load(typingctx, ptr, idx, cls, n):
 
     def codegen(context, builder, sig, args):
         instr = builder.load(_address(context, builder, sig, args))
-        tag_alias_class(builder.module, instr, *lit)    # (as ir_loops tags its own)
+        tag_alias_class(builder.module, instr, *lit)    # (as ir_loops.alias_md tags its own)
         return instr
     return ptr.dtype(ptr, idx, cls, n), codegen
 
@@ -71,7 +94,7 @@ def store_to(typingctx, ptr, idx, val, cls, n):
     def codegen(context, builder, sig, args):
         v = context.cast(builder, args[2], sig.args[2], ptr.dtype)
         instr = builder.store(v, _address(context, builder, sig, args))
-        tag_alias_class(builder.module, instr, *lit)    # (as ir_loops tags its own)
+        tag_alias_class(builder.module, instr, *lit)    # (as ir_loops.alias_md tags its own)
         return context.get_dummy_value()
     return types.void(ptr, idx, val, cls, n), codegen
 

@@ -1,14 +1,15 @@
 """Kernels to LLVM IR, without Numba: the CPU renderer of the kernel IR (``kernel_ir.py``), the cold build's path.
 
-A kernel's IR (built by ``loops.py``, ``rowwise_loops.py``, ``scan_loops.py``) is rendered through llvmlite's IR
-builder: kernel variables in allocas, ``For`` as counted loops (the innermost ones tagged for interleaving:
+A kernel's IR (built by ``loops.py``, ``rowwise_loops.py``, ``scan_loops.py``) is written as LLVM assembly text
+(``llvm_text.py``: a line per instruction, no IR objects; llvmlite's IR builder cost ~40 Python calls per
+instruction, this ~10, mathlib's expansions included): kernel variables in allocas, ``For`` as counted loops (the innermost ones tagged for interleaving:
 ``INTERLEAVE``), ``If``/``Continue`` as branches, loads and stores tagged with their alias scopes (the same
 scoped-noalias metadata as ``alias_scopes.py``'s Numba intrinsics, so the vectoriser needs no runtime overlap
 checks), each arithmetic instruction with the fast-math flags its value was built under (never nnan/ninf), and
 math calls expanded by ``mathlib``'s IR builders (straight-line, so loops calling them vectorise).  LLVM then
 optimises it as Numba would (O3, loop vectorisation, the host CPU's features: ``native/llvm_build.py`` compiles the
 text).  Numba spends ~30 ms per kernel typing and lowering the same loop, plus ~0.7 s once per process to import
-itself; this takes a few milliseconds.
+itself; this takes a few milliseconds.  One method per op family (``_EMIT``) lowers a value.
 The results are bit-identical to Numba's build of the kernel's rendered text (``numba_render.py``;
 ``tests/test_ir_loops.py``).
 
@@ -22,54 +23,66 @@ draws (uniform ones are built by ``philox_ir.py``), float ``//`` and ``%``, unsi
 from __future__ import annotations
 
 import os
-import re
 
-from . import kernel_ir as ki, pool_abi
+from . import chunk_checks, kernel_ir as ki, llvm_text as T, pool_abi
 
 
 class Unsupported(Exception):
     """The kernel uses something this renderer does not lower: Numba compiles its rendered text."""
 
 
-def _ir():
-    from llvmlite import ir
-    return ir
+_TYPES = {ki.F32: T.FLOAT, ki.F64: T.DOUBLE, ki.I64: T.I64, ki.I32: T.I32, ki.U8: T.I8, ki.U64: T.I64,
+          ki.BOOL: T.I1}
+_TYPE = _TYPES.get
 
 
-def lltype(t):
-    ir = _ir()
-    if ki.is_ptr(t):
-        return lltype(t.elem if isinstance(t, ki.Ptr) else t[1]).as_pointer()
-    return {ki.F32: ir.FloatType(), ki.F64: ir.DoubleType(), ki.I64: ir.IntType(64), ki.I32: ir.IntType(32),
-            ki.U8: ir.IntType(8), ki.U64: ir.IntType(64), ki.BOOL: ir.IntType(1)}[t]
+def lltype(t) -> str:
+    """The LLVM type (text) of kernel IR type ``t`` (pointers are opaque: ``ptr``)."""
+    got = _TYPE(t)
+    if got is None:
+        if not ki.is_ptr(t):
+            raise TypeError(f"no LLVM type for {t!r}")
+        return T.PTR
+    return got
+
+
+def _elem(t) -> str:
+    """The LLVM type of what a pointer of kernel IR type ``t`` points at."""
+    return lltype(t.elem if isinstance(t, ki.Ptr) else t[1])
+
+
+_FLAGS = {}     # fast-math flags (a tuple) -> their text
+
+
+def _flags(fm) -> str:
+    got = _FLAGS.get(fm)
+    if got is None:
+        got = _FLAGS[fm] = "".join(f + " " for f in fm or ())
+    return got
 
 
 # ---------------------------------------------------------------------------------------------------- alias scopes
 ALIAS_DOMAIN = "jitgrad.kernel.operands"
 
 
-def tag_alias_class(module, instr, cls: int, n: int) -> None:
-    """Scoped-noalias metadata on ``instr``, an access of alias class ``cls`` among ``n`` (``alias_scopes.py``
-    says why): ``!alias.scope`` its class, ``!noalias`` every other.  The one builder of this metadata, shared by
-    Numba's intrinsics (``alias_scopes.load``/``store_to``) and this renderer, so both paths give LLVM the same
-    facts.  Fewer than two classes: nothing to say, no metadata."""
+def alias_md(module, cls: int, n: int) -> str:
+    """The scoped-noalias metadata (text to append to a load or store) of an access of alias class ``cls`` among
+    ``n`` (``alias_scopes.py`` says why): ``!alias.scope`` its class, ``!noalias`` every other; the module's nodes
+    made once per (n, class).  Fewer than two classes: nothing to say, no metadata.  Numba's intrinsics attach the
+    same nodes (``alias_scopes.tag_alias_class``: ``ALIAS_DOMAIN``'s names), so both paths give LLVM the same facts."""
     if n < 2:
-        return
-    # the module's nodes made once per (n, class): ``add_metadata`` would return the same nodes (it deduplicates),
-    # after building and hashing every scope again for each access (a 30-operand kernel: ~2,000 calls)
-    made = module.__dict__.setdefault("_jitgrad_alias_md", {})
+        return ""
+    made = module.cache.setdefault("alias", {})
     md = made.get((n, cls))
     if md is None:
         scopes = made.get(n)
         if scopes is None:
-            ir = _ir()
-            domain = module.add_metadata([ir.MetaDataString(module, ALIAS_DOMAIN)])
-            scopes = made[n] = [module.add_metadata([ir.MetaDataString(module, f"{ALIAS_DOMAIN}.{k}"), domain])
-                                for k in range(n)]
-        md = made[(n, cls)] = (module.add_metadata([scopes[cls]]),
-                               module.add_metadata([scopes[k] for k in range(n) if k != cls]))
-    instr.set_metadata("alias.scope", md[0])
-    instr.set_metadata("noalias", md[1])
+            domain = module.metadata(f'!"{ALIAS_DOMAIN}"')
+            scopes = made[n] = [module.metadata(f'!"{ALIAS_DOMAIN}.{k}", {domain}') for k in range(n)]
+        scope = module.metadata(scopes[cls])
+        others = module.metadata(", ".join(scopes[k] for k in range(n) if k != cls))
+        md = made[(n, cls)] = f", !alias.scope {scope}, !noalias {others}"
+    return md
 
 
 # C library functions, as Numba lowers them: the symbol per float type (hypot, erfc, lgamma and the inverse
@@ -77,37 +90,39 @@ def tag_alias_class(module, instr, cls: int, n: int) -> None:
 LIBM = {"atan2": {ki.F32: "atan2f", ki.F64: "atan2"}, "nextafter": {ki.F32: "nextafterf", ki.F64: "nextafter"},
         **{f: {ki.F64: f} for f in ("hypot", "erfc", "lgamma", "asin", "acos", "atan", "sinh", "cosh", "asinh",
                                     "acosh", "atanh")}}
+# the kernel IR's comparisons as LLVM's predicates: floats ordered (``!=`` unordered, as Python's), integers signed
+# or unsigned by type
+_FCMP = {"==": "oeq", "!=": "une", "<": "olt", "<=": "ole", ">": "ogt", ">=": "oge"}
+_ICMP_S = {"==": "eq", "!=": "ne", "<": "slt", "<=": "sle", ">": "sgt", ">=": "sge"}
+_ICMP_U = {"==": "eq", "!=": "ne", "<": "ult", "<=": "ule", ">": "ugt", ">=": "uge"}
+_FLOAT_BIN = {"+": "fadd", "-": "fsub", "*": "fmul", "/": "fdiv"}
+_INT_BIN = {"+": "add", "-": "sub", "*": "mul", "&": "and", "|": "or", "^": "xor", "<<": "shl", ">>": "ashr"}
+_INTRINSIC_SUFFIX = {T.FLOAT: "f32", T.DOUBLE: "f64", T.I64: "i64", T.I32: "i32", T.I8: "i8", T.I1: "i1"}
 
 
 # ---------------------------------------------------------------------------------------------------- renderer
 class _Renderer:
     def __init__(self, name):
-        ir = _ir()
-        self.ir = ir
         self.name_ = name
-        self.module = ir.Module(name=name)
-        self.i64 = ir.IntType(64)
-        self._latch_md = self.module.add_metadata([])
+        self.module = T.Module(name)
         self._tables = {}
-        self._start_function(name, [self.i64.as_pointer()])
+        self._loop_md = {}
+        self._start_function(name, [T.PTR])
 
-    def _start_function(self, name, arg_types):
+    def _start_function(self, name, arg_types, linkage=""):
         """Begin emitting function ``name`` (void, ``arg_types``): the builder state below is per function."""
-        ir = self.ir
-        self.fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), arg_types), name=name)
-        self.fn.attributes.add("nounwind")
-        self.entry = self.fn.append_basic_block("entry")
-        body = self.fn.append_basic_block("body")
-        self.b = ir.IRBuilder(body)
-        self.alloca_b = ir.IRBuilder(self.entry)
-        self.body0 = body
+        self.fn = self.module.function(name, arg_types, linkage=linkage)
+        self.entry = self.fn.block("entry")
+        self.body0 = self.fn.block("body")
+        self.b = T.Builder(self.fn, self.body0)
+        self.alloca_b = T.Builder(self.fn, self.entry)
         self.slots = {}         # Var -> alloca
         self.arg_block = self.fn.args[-1]
-        self._loops = []        # per enclosing loop: [head, innermost so far, its back-edge branches]
+        self._loops = []        # per enclosing loop: [head, innermost so far, its back edges (lines, index)]
         return self.fn
 
     def _finish_function(self):
-        if not self.b.block.is_terminated:
+        if not self.b.block.terminated:
             self.b.ret_void()
         self.alloca_b.branch(self.body0)
 
@@ -121,7 +136,7 @@ class _Renderer:
         else:
             self.block(k.body)
         self._finish_function()
-        return _with_loop_ids(str(self.module))
+        return self.module.text()
 
     # ---- parallel kernels -----------------------------------------------------------------------------------
     def parallel_kernel(self, body):
@@ -141,7 +156,9 @@ class _Renderer:
         loop = body[n]
         if loop.step != 1 or not (loop.start.op == "const" and loop.start.attr == 0):
             raise Unsupported("parallel loop form")
-        _check_reductions(loop, body[n + 1:])
+        problem = chunk_checks.reduction_problem(loop, body[n + 1:])
+        if problem is not None:
+            raise Unsupported(problem)
         self.block(body[:n])
         chunk = self._chunk_function(body[:n], loop)
         stop = self.value(loop.stop, {})
@@ -151,85 +168,84 @@ class _Renderer:
 
     def _chunk_function(self, prologue, loop):
         saved = {a: getattr(self, a) for a in self._STATE}
-        ir, i64p = self.ir, self.i64.as_pointer()
-        fn = self._start_function(self.name_ + "_chunk", [i64p, i64p, i64p, i64p])
-        fn.linkage = "internal"
+        fn = self._start_function(self.name_ + "_chunk", [T.PTR] * 4, linkage="internal")
         task = fn.args[0]
-        read = _vars_read(loop.body)
+        read = chunk_checks.vars_read(loop.body)
         for s in prologue:              # what the loop may read (pointers, sizes, strides), not the stores
-            if _stores(s):
-                if _assigned(s) & read:
+            if chunk_checks.stores(s):
+                if chunk_checks.assigned(s) & read:
                     raise Unsupported("a parallel loop reads a value set beside a store before it")
             else:
                 self.stmt(s)
         for r in loop.reductions:
-            self.b.store(ir.Constant(lltype(r.t), 0), self.slot(r))
+            t = lltype(r.t)
+            self.b.store(t, T.const(t, 0), self.slot(r))
         b = self.b
-        start = b.load(b.gep(task, [ir.Constant(self.i64, 0)]))
-        stop = b.load(b.gep(task, [ir.Constant(self.i64, 1)]))
+        start = b.load(T.I64, b.gep(T.I64, task, "0"))
+        stop = b.load(T.I64, b.gep(T.I64, task, "1"))
         self.loop(loop, start, stop)
         for j, r in enumerate(loop.reductions):
-            slot = self.b.bitcast(self.b.gep(task, [ir.Constant(self.i64, 2 + j)]), lltype(r.t).as_pointer())
-            self.b.store(self.b.load(self.slot(r)), slot)
+            slot = self.b.gep(T.I64, task, str(2 + j))
+            t = lltype(r.t)
+            self.b.store(t, self.b.load(t, self.slot(r)), slot)
         self._finish_function()
         for attr, v in saved.items():
             setattr(self, attr, v)
-        return fn
+        return fn.ref
 
     def _dispatch(self, chunk, n, reductions, width, gate=None):
-        ir, b, i64 = self.ir, self.b, self.i64
-        i8p = ir.IntType(8).as_pointer()
+        b, I64 = self.b, T.I64
         m = self.module
         add = pool_abi.declare(m)[0]
-        one = ir.Constant(i64, 1)
-        nw = b.load(pool_abi.pool_global(m, "threads"))
-        split = b.and_(b.icmp_signed(">", nw, one), b.icmp_signed(">", n, one))
+        nw = b.load(I64, pool_abi.pool_global(m, "threads"))
+        split = b.op("and", T.I1, b.icmp("sgt", I64, nw, "1"), b.icmp("sgt", I64, n, "1"))
         takes, pooled, pace, work = split, split, None, None
         if gate is not None:        # the threshold per call, and the pool's pacer (pool_abi.launch)
-            takes = b.and_(split, pool_abi.takes_pool(b, m, *gate))
+            takes = b.op("and", T.I1, split, pool_abi.takes_pool(b, m, *gate))
             pooled, pace = pool_abi.paced(b, m, takes)
             work = pool_abi.work_of(b, *gate)
         # not pooled: a loop that sums runs the pooled launch's chunks here, in order (the same partial sums)
-        ntasks = b.select(split if reductions else pooled, nw, one)
-        tasks = b.alloca(i64, size=b.mul(ntasks, ir.Constant(i64, width)), name="tasks")
-        a = b.bitcast(self.fn.args[0], i8p)
-        null = ir.Constant(i8p, None)
+        ntasks = b.select(split if reductions else pooled, I64, nw, "1")
+        tasks = b.alloca(I64, b.op("mul", I64, ntasks, str(width)))
+        a = self.fn.args[0]
 
         def each_task(emit):
-            t_slot = self.alloca_b.alloca(i64)
-            b.store(ir.Constant(i64, 0), t_slot)
-            head, body, done = (self.fn.append_basic_block(x) for x in ("task.head", "task.body", "task.done"))
+            t_slot = self.alloca_b.alloca(I64)
+            b.store(I64, "0", t_slot)
+            head, body, done = (self.fn.block(x) for x in ("task.head", "task.body", "task.done"))
             b.branch(head)
             b.position_at_end(head)
-            t = b.load(t_slot)
-            b.cbranch(b.icmp_signed("<", t, ntasks), body, done)
+            t = b.load(I64, t_slot)
+            b.cbranch(b.icmp("slt", I64, t, ntasks), body, done)
             b.position_at_end(body)
-            emit(t, b.gep(tasks, [b.mul(t, ir.Constant(i64, width))]))
-            b.store(b.add(t, one), t_slot)
+            emit(t, b.gep(I64, tasks, b.op("mul", I64, t, str(width))))
+            b.store(I64, b.op("add", I64, t, "1"), t_slot)
             b.branch(head)
             b.position_at_end(done)
 
         def fill(t, rec):       # chunk t of ntasks: [n * t / ntasks, n * (t + 1) / ntasks)
-            b.store(b.sdiv(b.mul(n, t), ntasks), rec)
-            b.store(b.sdiv(b.mul(n, b.add(t, one)), ntasks), b.gep(rec, [one]))
-            with b.if_then(b.and_(pooled, pool_abi.queued(b, m, t))):
-                b.call(add, [b.bitcast(chunk, i8p), b.bitcast(rec, i8p), null, null, a])
+            b.store(I64, b.op("sdiv", I64, b.op("mul", I64, n, t), ntasks), rec)
+            b.store(I64, b.op("sdiv", I64, b.op("mul", I64, n, b.op("add", I64, t, "1")), ntasks),
+                    b.gep(I64, rec, "1"))
+            with b.if_then(b.op("and", T.I1, pooled, pool_abi.queued(b, m, t))):
+                b.call(T.VOID, add, [f"ptr {chunk}", f"ptr {rec}", "ptr null", "ptr null", f"ptr {a}"])
         each_task(fill)
-        nil = ir.Constant(i64.as_pointer(), None)
 
         def on_pool():      # chunk 0 on the calling thread when it is the caller's (pool_abi.round_)
-            pool_abi.round_(b, m, lambda: b.call(chunk, [tasks, nil, nil, self.fn.args[0]]))
+            pool_abi.round_(b, m, lambda: b.call(T.VOID, chunk, [f"ptr {tasks}", "ptr null", "ptr null", f"ptr {a}"]))
 
         def on_caller():
-            each_task(lambda t, rec: b.call(chunk, [rec, nil, nil, self.fn.args[0]]))
+            each_task(lambda t, rec: b.call(T.VOID, chunk, [f"ptr {rec}", "ptr null", "ptr null", f"ptr {a}"]))
         pool_abi.launch(b, m, pooled, takes, pace, work, on_pool, on_caller, self.alloca_b)
         if reductions:
             def combine(t, rec):
                 for j, r in enumerate(reductions):
-                    slot = b.bitcast(b.gep(rec, [ir.Constant(i64, 2 + j)]), lltype(r.t).as_pointer())
-                    cur, part = b.load(self.slot(r)), b.load(slot)
-                    total = b.fadd(cur, part, flags=ki.KERNEL_FASTMATH) if r.t in ki.FLOATS else b.add(cur, part)
-                    b.store(total, self.slot(r))
+                    lt = lltype(r.t)
+                    slot = b.gep(T.I64, rec, str(2 + j))
+                    cur, part = b.load(lt, self.slot(r)), b.load(lt, slot)
+                    total = b.op("fadd", lt, cur, part, _flags(ki.KERNEL_FASTMATH)) if r.t in ki.FLOATS else \
+                        b.op("add", lt, cur, part)
+                    b.store(lt, total, self.slot(r))
             each_task(combine)
 
     # ---- statements ---------------------------------------------------------------------------------------
@@ -241,21 +257,21 @@ class _Renderer:
 
     def block(self, stmts):
         for s in stmts:
-            if self.b.block.is_terminated:
+            if self.b.block.terminated:
                 raise Unsupported("code after a continue")
             self.stmt(s)
 
     def stmt(self, s):
         b = self.b
         if isinstance(s, ki.Assign):
-            b.store(self.value(s.value, {}), self.slot(s.var))
+            b.store(lltype(s.var.t), self.value(s.value, {}), self.slot(s.var))
         elif isinstance(s, ki.Store):
             memo = {}
             ptr, idx = self.value(s.ptr, memo), self.value(s.idx, memo)
             v = self.value(s.value, memo)
-            instr = b.store(v, b.gep(ptr, [idx]))
-            if s.alias is not None:
-                tag_alias_class(self.module, instr, *s.alias)
+            elem = _elem(s.ptr.t)
+            b.store(elem, v, b.gep(elem, ptr, idx, lltype(s.idx.t)),
+                    alias_md(self.module, *s.alias) if s.alias is not None else "")
         elif isinstance(s, ki.For):
             if s.parallel:
                 raise Unsupported("a parallel loop inside a loop")
@@ -274,111 +290,129 @@ class _Renderer:
         elif isinstance(s, ki.Continue):
             if not self._loops:
                 raise Unsupported("continue outside a loop")
-            br = b.branch(self._loops[-1][0])   # the counter is already stepped: the head tests the next index
-            self._loops[-1][2].append(br)
+            b.branch(self._loops[-1][0])   # the counter is already stepped: the head tests the next index
+            self._loops[-1][2].append((b.lines, len(b.lines) - 1))
         elif isinstance(s, ki.Comment):
             return
         else:
             raise Unsupported(f"statement {type(s).__name__}")
 
     def loop(self, s: ki.For, start, stop):
-        b, ir = self.b, self.ir
+        b, I64 = self.b, T.I64
         var = self.slot(s.var)
-        counter = self.alloca_b.alloca(self.i64, name=f"{s.var.name}.next")
-        b.store(start, counter)
-        head = self.fn.append_basic_block(f"{s.var.name}.head")
-        body = self.fn.append_basic_block(f"{s.var.name}.body")
-        done = self.fn.append_basic_block(f"{s.var.name}.done")
+        counter = self.alloca_b.alloca(I64, name=f"{s.var.name}.next")
+        b.store(I64, start, counter)
+        name = s.var.name
+        head, body, done = self.fn.block(f"{name}.head"), self.fn.block(f"{name}.body"), self.fn.block(f"{name}.done")
         b.branch(head)
         b.position_at_end(head)
-        i = b.load(counter)
-        b.cbranch(b.icmp_signed("<" if s.step > 0 else ">", i, stop), body, done)
+        i = b.load(I64, counter)
+        b.cbranch(b.icmp("slt" if s.step > 0 else "sgt", I64, i, stop), body, done)
         b.position_at_end(body)
-        b.store(i, var)
-        b.store(b.add(i, ir.Constant(self.i64, s.step)), counter)
+        b.store(I64, i, var)
+        b.store(I64, b.op("add", I64, i, str(s.step)), counter)
         for outer in self._loops:
             outer[1] = False                # it contains this loop: not innermost
         self._loops.append([head, True, []])
         self.block(s.body)
-        if not b.block.is_terminated:
-            self._loops[-1][2].append(b.branch(head))
+        if not b.block.terminated:
+            b.branch(head)
+            self._loops[-1][2].append((b.lines, len(b.lines) - 1))
         _, innermost, back_edges = self._loops.pop()
-        if innermost:                       # see INTERLEAVE and SHORT_TRIP
-            for br in back_edges:
-                br.set_metadata(_SHORT_TAG if s.short else _LATCH_TAG, self._latch_md)
+        if innermost and INTERLEAVE > 1:    # see INTERLEAVE and SHORT_TRIP
+            md = self._loop_id(1 if s.short else INTERLEAVE)
+            for lines, k in back_edges:
+                lines[k] += md
         b.position_at_end(done)
+
+    def _loop_id(self, count: int) -> str:
+        """``, !llvm.loop !N``: a distinct loop ID asking LLVM to interleave ``count`` times (one per module)."""
+        md = self._loop_md.get(count)
+        if md is None:
+            m = self.module
+            md = self._loop_md[count] = ", !llvm.loop " + m.metadata(
+                "!SELF, " + m.metadata(f'!"llvm.loop.interleave.count", i32 {count}'), distinct=True)
+        return md
 
     # ---- values -------------------------------------------------------------------------------------------
     def value(self, x: ki.Val, memo):
-        """``x`` as an LLVM value in the current block; ``memo``: values already emitted for this statement
-        (a DAG's shared parts are emitted once)."""
+        """``x`` as an LLVM value (its name or a constant's text) in the current block; ``memo``: values already
+        emitted for this statement (a DAG's shared parts are emitted once)."""
         got = memo.get(id(x))
         if got is not None:
             return got[1]
-        v = self._emit(x, memo)
+        op = x.op
+        if op == "const":
+            v = T.const(_TYPE(x.t) or lltype(x.t), x.attr)
+        elif op == "var":
+            v = self.arg_block if x.attr.name == "A" else self.b.load(_TYPE(x.t) or T.PTR, self.slot(x.attr))
+        elif op == "math":
+            v = self.value(self._expand(x), memo)
+        else:
+            emit = _EMIT.get(op)
+            if emit is None:
+                raise Unsupported(f"value {op}")
+            args = []
+            for a in x.args:
+                got = memo.get(id(a))
+                args.append(got[1] if got is not None else self.value(a, memo))
+            v = emit(self, x, args)
         memo[id(x)] = (x, v)        # (x kept alive: its id stays its own)
         return v
 
-    def _emit(self, x, memo):
-        b, ir, op = self.b, self.ir, x.op
-        if op == "const":
-            return ir.Constant(lltype(x.t), int(x.attr) if x.t not in ki.FLOATS else x.attr)
-        if op == "var":
-            if x.attr.name == "A":
-                return self.arg_block
-            return b.load(self.slot(x.attr))
-        if op == "math":
-            return self.value(self._expand(x), memo)
-        args = [self.value(a, memo) for a in x.args]
-        fm = x.fm
-        if op == "ptr":
-            return b.inttoptr(args[0], lltype(x.t))
-        if op == "load":
-            instr = b.load(b.gep(args[0], [args[1]]))
-            if x.attr is not None:
-                tag_alias_class(self.module, instr, *x.attr)
-            return instr
-        if op == "bin":
-            return self._binop(x, args, fm)
-        if op == "cmp":
-            t = x.args[0].t
-            if t in ki.FLOATS:
-                if x.attr == "!=":
-                    return b.fcmp_unordered("!=", *args)
-                return b.fcmp_ordered(x.attr, *args)
-            if t in (ki.U64, ki.BOOL):
-                return b.icmp_unsigned(x.attr, *args)
-            return b.icmp_signed(x.attr, *args)
-        if op == "neg":
-            return b.fneg(args[0], flags=fm) if x.t in ki.FLOATS else b.neg(args[0])
-        if op in ("invert", "not"):
-            return b.not_(args[0])
-        if op == "select":
-            return b.select(*args)
-        if op == "cast":
-            return self._cast(args[0], x.args[0].t, x.t)
-        if op == "bitcast":
-            return b.bitcast(args[0], lltype(x.t))
-        if op == "intr":
-            if x.attr == "frem":
-                return b.frem(*args, flags=fm)
-            lt = lltype(x.t)
-            fn = self.module.declare_intrinsic(f"llvm.{x.attr}", [lt], ir.FunctionType(lt, [lt] * len(args)))
-            return b.call(fn, args)
-        if op == "libm":
-            name = LIBM.get(x.attr, {}).get(x.t)
-            if name is None:
-                raise Unsupported(f"libm {x.attr} of {x.t}")
-            lt = lltype(x.t)
-            fn = self.module.globals.get(name)
-            if fn is None:
-                fn = ir.Function(self.module, ir.FunctionType(lt, [lt] * len(args)), name=name)
-                fn.attributes.add("readonly")
-                fn.attributes.add("nounwind")
-            return b.call(fn, args, fastmath=fm)
-        if op == "table":
-            return b.load(b.gep(self._table(x.attr), [ir.Constant(self.i64, 0), args[0]]))
-        raise Unsupported(f"value {op}")
+    # one method per op family: (self, x, args) -> its value
+    def _ptr(self, x, args):
+        return self.b.cast("inttoptr", lltype(x.args[0].t), args[0], T.PTR)
+
+    def _load(self, x, args):
+        b, t = self.b, _TYPE(x.t) or lltype(x.t)
+        return b.load(t, b.gep(t, args[0], args[1], lltype(x.args[1].t)),
+                      alias_md(self.module, *x.attr) if x.attr is not None else "")
+
+    def _cmp(self, x, args):
+        t = x.args[0].t
+        if t in ki.FLOATS:
+            return self.b.fcmp(_FCMP[x.attr], lltype(t), *args)
+        return self.b.icmp((_ICMP_U if t in (ki.U64, ki.BOOL) else _ICMP_S)[x.attr], lltype(t), *args)
+
+    def _neg(self, x, args):
+        t = lltype(x.t)
+        if x.t in ki.FLOATS:
+            return self.b.fneg(t, args[0], _flags(x.fm))
+        return self.b.op("sub", t, "0", args[0])
+
+    def _not(self, x, args):
+        t = lltype(x.t)
+        return self.b.op("xor", t, args[0], T.const(t, -1))
+
+    def _select(self, x, args):
+        return self.b.select(args[0], lltype(x.t), args[1], args[2])
+
+    def _cast_op(self, x, args):
+        return self._cast(args[0], x.args[0].t, x.t)
+
+    def _bitcast(self, x, args):
+        return self.b.cast("bitcast", lltype(x.args[0].t), args[0], lltype(x.t))
+
+    def _intr(self, x, args):
+        lt = lltype(x.t)
+        if x.attr == "frem":
+            return self.b.op("frem", lt, *args, _flags(x.fm))
+        name = f"llvm.{x.attr}.{_INTRINSIC_SUFFIX[lt]}"
+        fn = self.module.declare(name, lt, [lt] * len(args))
+        return self.b.call(lt, fn, [f"{lt} {a}" for a in args])
+
+    def _libm(self, x, args):
+        name = LIBM.get(x.attr, {}).get(x.t)
+        if name is None:
+            raise Unsupported(f"libm {x.attr} of {x.t}")
+        lt = lltype(x.t)
+        fn = self.module.declare(name, lt, [lt] * len(args), "readonly nounwind")
+        return self.b.call(lt, fn, [f"{lt} {a}" for a in args], _flags(x.fm))
+
+    def _table_load(self, x, args):
+        g, ty, lt = self._table(x.attr)
+        return self.b.load(lt, self.b.gep2(ty, g, "0", args[0], lltype(x.args[0].t)))
 
     def _expand(self, x):
         """A math call as the IR it computes (mathlib's builders; the integer forms here)."""
@@ -401,146 +435,78 @@ class _Renderer:
         raise Unsupported(f"intmath {name}")
 
     def _table(self, table):
-        g = self._tables.get(id(table))
-        if g is None:
-            ir = self.ir
+        got = self._tables.get(id(table))
+        if got is None:
             lt = lltype(ki.lookup(table, 0).t)
-            ty = ir.ArrayType(lt, len(table))
-            g = ir.GlobalVariable(self.module, ty, f"jitgrad.table{len(self._tables)}")
-            g.global_constant = True
-            g.linkage = "internal"
-            g.initializer = ir.Constant(ty, [int(v) for v in table.tolist()])
-            self._tables[id(table)] = g
-        return g
+            ty = f"[{len(table)} x {lt}]"
+            init = "[" + ", ".join(f"{lt} {T.const(lt, v)}" for v in table.tolist()) + "]"
+            g = self.module.constant(f"jitgrad.table{len(self._tables)}", ty, init)
+            got = self._tables[id(table)] = (g, ty, lt)
+        return got
 
-    def _binop(self, x, args, fm):
-        b = self.b
+    def _binop(self, x, args):
         t, op = x.t, x.attr
+        lt = _TYPES[t]
         if t in ki.FLOATS:
-            f = {"+": b.fadd, "-": b.fsub, "*": b.fmul, "/": b.fdiv}.get(op)
+            f = _FLOAT_BIN.get(op)
             if f is None:
                 raise Unsupported(f"float {op}")
-            return f(*args, flags=fm)
+            return self.b.op(f, lt, args[0], args[1], _flags(x.fm))
         if op in ("//", "%"):
             if t != ki.I64:
                 raise Unsupported(f"{t} {op}")
             return self.floor_divmod(*args)[op == "%"]
-        f = {"+": b.add, "-": b.sub, "*": b.mul, "&": b.and_, "|": b.or_, "^": b.xor, "<<": b.shl,
-             ">>": b.lshr if t == ki.U64 else b.ashr}.get(op)
+        f = "lshr" if op == ">>" and t == ki.U64 else _INT_BIN.get(op)
         if f is None:
             raise Unsupported(f"integer {op}")
-        return f(*args)
+        return self.b.op(f, lt, args[0], args[1])
 
     def floor_divmod(self, x, y):
         """Python's ``x // y`` and ``x % y`` on int64 as Numba computes them under ``error_model='numpy'``:
         the quotient rounded down, the remainder taking the divisor's sign; both 0 when ``y`` is 0 and when
         ``x`` is the least int64 and ``y`` is -1 (Numba's branches; here the divisor is made 1 in those cases, so
         no instruction ever divides by zero or overflows, and the results are chosen by selects)."""
-        b, ir = self.b, self.ir
-        i64 = ir.IntType(64)
-        zero, one = ir.Constant(i64, 0), ir.Constant(i64, 1)
-        bad = b.or_(b.icmp_signed("==", y, zero),
-                    b.and_(b.icmp_signed("==", x, ir.Constant(i64, -(1 << 63))),
-                           b.icmp_signed("==", y, ir.Constant(i64, -1))))
-        d = b.select(bad, one, y)
-        q, r = b.sdiv(x, d), b.srem(x, d)
-        fix = b.and_(b.icmp_signed("!=", r, zero), b.icmp_signed("<", b.xor(d, r), zero))
-        q = b.select(fix, b.sub(q, one), q)
-        r = b.select(fix, b.add(r, d), r)
-        return b.select(bad, zero, q), b.select(bad, zero, r)
+        b, I64, I1 = self.b, T.I64, T.I1
+        bad = b.op("or", I1, b.icmp("eq", I64, y, "0"),
+                   b.op("and", I1, b.icmp("eq", I64, x, str(-(1 << 63))), b.icmp("eq", I64, y, "-1")))
+        d = b.select(bad, I64, "1", y)
+        q, r = b.op("sdiv", I64, x, d), b.op("srem", I64, x, d)
+        fix = b.op("and", I1, b.icmp("ne", I64, r, "0"), b.icmp("slt", I64, b.op("xor", I64, d, r), "0"))
+        q = b.select(fix, I64, b.op("sub", I64, q, "1"), q)
+        r = b.select(fix, I64, b.op("add", I64, r, d), r)
+        return b.select(bad, I64, "0", q), b.select(bad, I64, "0", r)
 
     def _cast(self, v, src, t):
         """Numba's ``context.cast`` for the scalar types the kernels use."""
-        b, ir = self.b, self.ir
-        lt = lltype(t)
+        b = self.b
+        lt, ls = lltype(t), lltype(src)
         if t == ki.BOOL:
             if src in ki.FLOATS:
-                return b.fcmp_unordered("!=", v, ir.Constant(v.type, 0.0))
-            return b.icmp_signed("!=", v, ir.Constant(v.type, 0))
+                return b.fcmp("une", ls, v, T.const(ls, 0.0))
+            return b.icmp("ne", ls, v, "0" if src != ki.BOOL else "false")
         if src == ki.BOOL:
-            return b.uitofp(v, lt) if t in ki.FLOATS else b.zext(v, lt)
+            return b.cast("uitofp" if t in ki.FLOATS else "zext", ls, v, lt)
         if src in ki.FLOATS and t in ki.FLOATS:
-            return b.fpext(v, lt) if t == ki.F64 else b.fptrunc(v, lt)
+            if src == t:
+                return v
+            return b.cast("fpext" if t == ki.F64 else "fptrunc", ls, v, lt)
         if src in ki.INTS and t in ki.FLOATS:
-            return b.uitofp(v, lt) if src in ki.UNSIGNED else b.sitofp(v, lt)
+            return b.cast("uitofp" if src in ki.UNSIGNED else "sitofp", ls, v, lt)
         if src in ki.FLOATS and t in ki.INTS:
-            return b.fptoui(v, lt) if t in ki.UNSIGNED else b.fptosi(v, lt)
+            return b.cast("fptoui" if t in ki.UNSIGNED else "fptosi", ls, v, lt)
         if src in ki.INTS and t in ki.INTS:
             if ki.BITS[t] < ki.BITS[src]:
-                return b.trunc(v, lt)
+                return b.cast("trunc", ls, v, lt)
             if ki.BITS[t] == ki.BITS[src]:
                 return v
-            return b.zext(v, lt) if src in ki.UNSIGNED else b.sext(v, lt)
+            return b.cast("zext" if src in ki.UNSIGNED else "sext", ls, v, lt)
         raise Unsupported(f"cast {src} -> {t}")
 
 
-def _walk_stmts(stmts):
-    for s in stmts:
-        yield s
-        if isinstance(s, ki.For):
-            yield from _walk_stmts(s.body)
-        elif isinstance(s, ki.If):
-            yield from _walk_stmts(s.then)
-            yield from _walk_stmts(s.orelse)
-
-
-def _stores(s) -> bool:
-    return any(isinstance(x, ki.Store) for x in _walk_stmts([s]))
-
-
-def _assigned(s) -> set:
-    out = set()
-    for x in _walk_stmts([s]):
-        if isinstance(x, ki.Assign):
-            out.add(x.var)
-        elif isinstance(x, ki.For):
-            out.add(x.var)
-    return out
-
-
-def _vars_read(stmts) -> set:
-    seen, out = set(), set()
-    for top in ki.statement_values(stmts):
-        for v in ki.walk_values(top, seen):
-            if v.op == "var":
-                out.add(v.attr)
-    return out
-
-
-def _check_reductions(loop, after) -> None:
-    """``Unsupported`` unless the parallel ``loop``'s reductions are sums (each update ``r = r + e``, ``e`` not
-    reading ``r``, and ``r`` read nowhere else in the loop) and no other variable it assigns is read after it
-    (its value would be some chunk's)."""
-    red = set(loop.reductions)
-    read_after = _vars_read(after)
-    for s in _walk_stmts(loop.body):
-        if isinstance(s, ki.Assign) and s.var in red:
-            v = s.value
-            ok = v.op == "bin" and v.attr == "+" and v.args[0].op == "var" and v.args[0].attr is s.var \
-                and s.var not in _vars_read_value(v.args[1])
-            if not ok:
-                raise Unsupported(f"{s.var.name}: not a sum reduction of a parallel loop")
-        elif isinstance(s, (ki.Assign, ki.For)) and s.var in read_after:
-            raise Unsupported(f"{s.var.name} made in a parallel loop and read after it")
-    updates = sum(isinstance(s, ki.Assign) and s.var in red for s in _walk_stmts(loop.body))
-    reads = 0
-    for top in ki.statement_values(loop.body):
-        reads += sum(v.op == "var" and v.attr in red for v in _all_values(top))
-    if reads != updates:
-        raise Unsupported("a parallel loop reads its partial sum")
-
-
-def _all_values(x):
-    """Every value in ``x``'s tree, a shared one as often as it is used."""
-    stack = [x]
-    while stack:
-        v = stack.pop()
-        yield v
-        stack.extend(v.args)
-
-
-def _vars_read_value(x) -> set:
-    return {v.attr for v in ki.walk_values(x) if v.op == "var"}
+_EMIT = {"ptr": _Renderer._ptr, "load": _Renderer._load, "bin": _Renderer._binop, "cmp": _Renderer._cmp,
+         "neg": _Renderer._neg, "invert": _Renderer._not, "not": _Renderer._not, "select": _Renderer._select,
+         "cast": _Renderer._cast_op, "bitcast": _Renderer._bitcast, "intr": _Renderer._intr,
+         "libm": _Renderer._libm, "table": _Renderer._table_load}
 
 
 # ---------------------------------------------------------------------------------------------------- the text
@@ -552,9 +518,8 @@ def symbol(key: str) -> str:
 # transcendentals is latency-bound (its body is longer than the core's out-of-order window, so one vector
 # iteration's dependent chain is not overlapped with the next), and LLVM's cost model picks no interleaving for
 # long bodies.  Measured 2026-11-24 (1M float32, one thread, quiet): a 16-op tanh/sigmoid/mul chain 9.35 ->
-# 3.25 ms, 2 ops (B2's kind) 0.80 -> 0.49 ms, 1 op unchanged (memory-bound).  The back edges are tagged while
-# the IR is built and the tag becomes a distinct, self-referencing loop ID in the text (llvmlite's builder
-# makes no distinct nodes).
+# 3.25 ms, 2 ops (B2's kind) 0.80 -> 0.49 ms, 1 op unchanged (memory-bound).  An innermost loop's back edges carry a
+# distinct, self-referencing loop ID (``_Renderer._loop_id``).
 INTERLEAVE = int(os.environ.get("JITGRAD_INTERLEAVE", "4"))
 # An innermost loop the layout knows runs fewer than SHORT_TRIP times (``kernel_ir.For.short``: B11's loops over
 # its 16 Gaussians) is not interleaved: interleaved, LLVM's vector body takes 8 float32 lanes x INTERLEAVE = 32
@@ -563,20 +528,7 @@ INTERLEAVE = int(os.environ.get("JITGRAD_INTERLEAVE", "4"))
 SHORT_TRIP = 8 * INTERLEAVE
 # Parallel kernels are rendered too, their chunks run on ``workpool``'s workers; 0: Numba builds them
 PARALLEL = os.environ.get("JITGRAD_IR_PARALLEL", "1") != "0"
-_LATCH_TAG = "jitgrad.latch"
-_SHORT_TAG = "jitgrad.short"
 HEADER = "; jitgrad kernel "         # the first line of a kernel's LLVM IR text: then its key
-
-
-def _with_loop_ids(text: str) -> str:
-    if INTERLEAVE <= 1 or (f"!{_LATCH_TAG}" not in text and f"!{_SHORT_TAG}" not in text):
-        return text
-    text = re.sub(rf"!{re.escape(_LATCH_TAG)} !\d+", "!llvm.loop !90000", text)
-    text = re.sub(rf"!{re.escape(_SHORT_TAG)} !\d+", "!llvm.loop !90002", text)
-    return text + (f'\n!90000 = distinct !{{!90000, !90001}}\n'
-                   f'!90001 = !{{!"llvm.loop.interleave.count", i32 {INTERLEAVE}}}\n'
-                   f'!90002 = distinct !{{!90002, !90003}}\n'
-                   f'!90003 = !{{!"llvm.loop.interleave.count", i32 1}}\n')
 
 
 def render(kir: ki.KernelIR, key: str) -> str:
@@ -588,4 +540,4 @@ def render(kir: ki.KernelIR, key: str) -> str:
     return f"{HEADER}{key}\n{text}"
 
 
-__all__ = ["render", "Unsupported", "tag_alias_class", "symbol", "HEADER", "INTERLEAVE"]
+__all__ = ["render", "Unsupported", "alias_md", "ALIAS_DOMAIN", "symbol", "HEADER", "INTERLEAVE", "lltype"]

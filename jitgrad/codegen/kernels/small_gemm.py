@@ -24,13 +24,16 @@ kernel table holds).  How it computes:
 - what it does not take goes to the BLAS routine itself (``fallback``: products of more than ``MAX_MACS``
   multiply-adds, a transposed ``A`` too big to pack, ``alpha == 0``).
 
-One LLVM module (no Numba), built by llvmlite once per machine and kept in the disk cache of compiled code;
+One LLVM module (no Numba), written as text and compiled by llvmlite once per machine and kept in the disk cache of compiled code;
 a process links it on first use (``address``).
 """
 from __future__ import annotations
 
 import os
 import threading
+
+from . import llvm_text as T
+from .llvm_text import I64, PTR
 
 WIDTH = {"sgemm": 8, "dgemm": 4}    # elements per vector (256-bit; LLVM splits them where the CPU is narrower)
 # on a CPU with AVX-512 (``+avx512f``), 512-bit vectors: twice the multiply-adds per FMA instruction (static count
@@ -64,202 +67,197 @@ def small_gemm_ir(fma: bool = True, wide: bool = False) -> str:
     its BLAS routine (an external symbol, ``jitgrad_blas_?gemm``) for what it does not take.  ``fma``: the CPU
     has fused multiply-add (``llvm.fma`` per step; else a multiply and an add, which LLVM may still contract).
     ``wide``: 512-bit vectors (``TILE_ROWS_WIDE`` x ``TILE_COLUMNS_WIDE``).  Every element of C is the same sum in the same order at
-    either width (one accumulator per element, ``p`` ascending), so both give the same bits."""
-    from llvmlite import ir
-    mod = ir.Module(name="jitgrad_small_gemm")
+    either width (one accumulator per element, ``p`` ascending), so both give the same bits.  Written as text
+    (``llvm_text``)."""
+    mod = T.Module("jitgrad_small_gemm")
     for name in ("sgemm", "dgemm"):
-        _emit(ir, mod, name, fma, (TILE_ROWS_WIDE if wide else TILE_ROWS)[name],
+        _emit(mod, name, fma, (TILE_ROWS_WIDE if wide else TILE_ROWS)[name],
               TILE_COLUMNS_WIDE if wide else TILE_COLUMNS)
-    return str(mod)
+    return mod.text()
 
 
-def _emit(ir, mod, name, fma, tile_rows, tile_columns):
-    i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
-    t = ir.FloatType() if name == "sgemm" else ir.DoubleType()
-    i8p = i8.as_pointer()
-    sig = ir.FunctionType(ir.VoidType(), [i8p] * 13)
-    fn = ir.Function(mod, sig, name=NAMES[name])
-    fn.attributes.add("nounwind")
-    fallback = ir.Function(mod, sig, name=_FALLBACK[name])
+def _emit(mod, name, fma, tile_rows, tile_columns):
+    t = T.FLOAT if name == "sgemm" else T.DOUBLE
+    fn = mod.function(NAMES[name], [PTR] * 13)
+    fallback = mod.declare(_FALLBACK[name], T.VOID, [PTR] * 13)
     args = fn.args
     # the stack buffer for a transposed A, every loop counter and accumulator: allocas of the first block (mem2reg
     # keeps counters and accumulators in registers)
-    first = fn.append_basic_block("allocas")
-    ab = ir.IRBuilder(first)
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    ab.branch(b.block)
-    ab.position_at_start(first)
-    fm = ("contract",)
-    pack = ab.alloca(ir.ArrayType(t, PACK_MAX), name="packed")
+    first = fn.block("allocas")
+    ab = T.Builder(fn, first)
+    b = T.Builder(fn, fn.block("entry"))
+    fm = "contract "
+    pack = ab.alloca(f"[{PACK_MAX} x {t}]", name="packed")
     slots = {}
 
-    def slot(nm, ty=i64):
+    def slot(nm, ty=I64):
         if nm not in slots:
             slots[nm] = ab.alloca(ty, name=nm)
         return slots[nm]
 
-    def c(k):
-        return ir.Constant(i64, k)
+    def mul(x, y):
+        return b.op("mul", I64, x, y)
+
+    def add(x, y):
+        return b.op("add", I64, x, y)
 
     def int_arg(k):
-        return b.sext(b.load(b.bitcast(args[k], i32.as_pointer())), i64)
+        return b.cast("sext", T.I32, b.load(T.I32, args[k]), I64)
 
     def is_t(k):
-        ch = b.load(args[k])
-        hit = [b.icmp_unsigned("==", ch, ir.Constant(i8, ord(x))) for x in "TtCc"]
-        return b.or_(b.or_(hit[0], hit[1]), b.or_(hit[2], hit[3]))
+        ch = b.load(T.I8, args[k])
+        hit = [b.icmp("eq", T.I8, ch, str(ord(x))) for x in "TtCc"]
+        return b.op("or", T.I1, b.op("or", T.I1, hit[0], hit[1]), b.op("or", T.I1, hit[2], hit[3]))
     ta, tb = is_t(0), is_t(1)
     m, n, k = int_arg(2), int_arg(3), int_arg(4)
-    alpha = b.load(b.bitcast(args[5], t.as_pointer()))
-    A0 = b.bitcast(args[6], t.as_pointer())
+    alpha = b.load(t, args[5])
+    A0 = args[6]
     lda0 = int_arg(7)
-    B = b.bitcast(args[8], t.as_pointer())
+    B = args[8]
     ldb = int_arg(9)
-    beta = b.load(b.bitcast(args[10], t.as_pointer()))
-    C = b.bitcast(args[11], t.as_pointer())
+    beta = b.load(t, args[10])
+    C = args[11]
     ldc = int_arg(12)
-    zero_t = ir.Constant(t, 0.0)
+    zero_t = T.const(t, 0.0)
 
     # what goes to BLAS: too much work, a transposed A too big to pack, alpha == 0 (A and B not read)
-    big = b.icmp_signed(">", b.mul(b.mul(m, n), k), c(MAX_MACS))
-    big = b.or_(big, b.and_(ta, b.icmp_signed(">", b.mul(m, k), c(PACK_MAX))))
-    big = b.or_(big, b.fcmp_ordered("==", alpha, zero_t))
-    to_blas, ours = fn.append_basic_block("to_blas"), fn.append_basic_block("ours")
+    big = b.icmp("sgt", I64, mul(mul(m, n), k), str(MAX_MACS))
+    big = b.op("or", T.I1, big, b.op("and", T.I1, ta, b.icmp("sgt", I64, mul(m, k), str(PACK_MAX))))
+    big = b.op("or", T.I1, big, b.fcmp("oeq", t, alpha, zero_t))
+    to_blas, ours = fn.block("to_blas"), fn.block("ours")
     b.cbranch(big, to_blas, ours)
     b.position_at_end(to_blas)
-    b.call(fallback, list(args))
+    b.call(T.VOID, fallback, [f"ptr {x}" for x in args])
     b.ret_void()
     b.position_at_end(ours)
-    empty = b.or_(b.icmp_signed("<=", m, c(0)), b.icmp_signed("<=", n, c(0)))
-    done, work = fn.append_basic_block("done"), fn.append_basic_block("work")
+    empty = b.op("or", T.I1, b.icmp("sle", I64, m, "0"), b.icmp("sle", I64, n, "0"))
+    done, work = fn.block("done"), fn.block("work")
     b.cbranch(empty, done, work)
     b.position_at_end(work)
 
     def loop(nm, start, stop, body, step=1):
-        """``for nm in range(start, stop, step)`` (``stop`` re-read each time: a value), body(i)."""
+        """``for nm in range(start, stop, step)`` (``stop`` a value), body(i)."""
         s = slot(nm)
-        b.store(start, s)
-        head, inner, after = (fn.append_basic_block(f"{nm}_{x}") for x in ("head", "body", "done"))
+        b.store(I64, start, s)
+        head, inner, after = (fn.block(f"{nm}_{x}") for x in ("head", "body", "done"))
         b.branch(head)
         b.position_at_end(head)
-        i = b.load(s)
-        b.cbranch(b.icmp_signed("<", i, stop(i) if callable(stop) else stop), inner, after)
+        i = b.load(I64, s)
+        b.cbranch(b.icmp("slt", I64, i, stop), inner, after)
         b.position_at_end(inner)
         body(i)
-        b.store(b.add(b.load(s), c(step)), s)
+        b.store(I64, add(b.load(I64, s), str(step)), s)
         b.branch(head)
         b.position_at_end(after)
 
     # A transposed: copied into the stack buffer, so op(A)'s columns are contiguous (lda = m)
-    a_slot, lda_slot = slot("A", A0.type), slot("lda")
-    b.store(A0, a_slot)
-    b.store(lda0, lda_slot)
+    a_slot, lda_slot = slot("A", PTR), slot("lda")
+    b.store(PTR, A0, a_slot)
+    b.store(I64, lda0, lda_slot)
     with b.if_then(ta):
-        base = b.bitcast(pack, t.as_pointer())
-
         def pack_row(i):           # op(A)[i, p] = A[p + i * lda]  ->  packed[i + p * m]
-            src = b.gep(A0, [b.mul(i, lda0)])
-            loop("pp", c(0), k, lambda p: b.store(b.load(b.gep(src, [p])), b.gep(base, [b.add(i, b.mul(p, m))])))
-        loop("pi", c(0), m, pack_row)
-        b.store(base, a_slot)
-        b.store(m, lda_slot)
-    A, lda = b.load(a_slot), b.load(lda_slot)
-    beta_zero = b.fcmp_ordered("==", beta, zero_t)
+            src = b.gep(t, A0, mul(i, lda0))
+            loop("pp", "0", k, lambda p: b.store(t, b.load(t, b.gep(t, src, p)), b.gep(t, pack, add(i, mul(p, m)))))
+        loop("pi", "0", m, pack_row)
+        b.store(PTR, pack, a_slot)
+        b.store(I64, m, lda_slot)
+    A, lda = b.load(PTR, a_slot), b.load(I64, lda_slot)
+    beta_zero = b.fcmp("oeq", t, beta, zero_t)
 
     # op(B)[p, j] = B[p * bp + j * bj]: the strides chosen once, so the k loop has no select
-    bp, bj = b.select(tb, ldb, c(1)), b.select(tb, c(1), ldb)
+    bp, bj = b.select(tb, I64, ldb, "1"), b.select(tb, I64, "1", ldb)
 
     def b_elem(p, j):
-        return b.load(b.gep(B, [b.add(b.mul(p, bp), b.mul(j, bj))]))
+        return b.load(t, b.gep(t, B, add(mul(p, bp), mul(j, bj))))
 
     def splat(x, width):
         if width == 1:
             return x
-        vty = ir.VectorType(t, width)
-        v = b.insert_element(ir.Constant(vty, ir.Undefined), x, ir.Constant(i32, 0))
-        return b.shuffle_vector(v, ir.Constant(vty, ir.Undefined), ir.Constant(ir.VectorType(i32, width), [0] * width))
+        vty = f"<{width} x {t}>"
+        v = b.vector_insert(vty, "undef", t, x, "0")
+        return b.vector_shuffle(vty, v, "undef", "<" + ", ".join(["i32 0"] * width) + ">", width)
 
-    def fma_of(ty):
-        """``llvm.fma`` for ``ty`` (a float type or a vector of them), declared once in the module."""
-        suffix = f"v{ty.count}{'f32' if t == ir.FloatType() else 'f64'}" if isinstance(ty, ir.VectorType) else \
-            ("f32" if t == ir.FloatType() else "f64")
-        nm = f"llvm.fma.{suffix}"
-        return mod.globals.get(nm) or ir.Function(mod, ir.FunctionType(ty, [ty] * 3), name=nm)
+    def fma_of(ty, width):
+        """``llvm.fma`` for ``ty`` (a float type or a vector of ``width`` of them), declared once in the module."""
+        suffix = f"v{width}{'f32' if t == T.FLOAT else 'f64'}" if width > 1 else ("f32" if t == T.FLOAT else "f64")
+        return mod.declare(f"llvm.fma.{suffix}", ty, [ty] * 3)
 
     def tile(i, j, nvec, width, ncols):
         """Rows ``[i, i + nvec * width)`` of columns ``[j, j + ncols)``: ``nvec * ncols`` accumulators across the
         whole k loop (each step: ``nvec`` loads of A's column, ``ncols`` broadcasts of B, their products)."""
-        vty = ir.VectorType(t, width) if width > 1 else t
-        zero = ir.Constant(vty, None) if width > 1 else zero_t
+        vty = f"<{width} x {t}>" if width > 1 else t
+        zero = "zeroinitializer" if width > 1 else zero_t
         accs = [[slot(f"acc{nvec}x{width}x{ncols}_{v}_{q}", vty) for q in range(ncols)] for v in range(nvec)]
         for row in accs:
             for a in row:
-                b.store(zero, a)
-        arow = b.gep(A, [i])
+                b.store(vty, zero, a)
+        arow = b.gep(t, A, i)
 
         def step(p):
-            bs = [splat(b_elem(p, b.add(j, c(q))), width) for q in range(ncols)]
-            col = b.gep(arow, [b.mul(p, lda)])
+            bs = [splat(b_elem(p, add(j, str(q))), width) for q in range(ncols)]
+            col = b.gep(t, arow, mul(p, lda))
             for v, row in enumerate(accs):
-                x = _load(b, ir, t, b.gep(col, [c(v * width)]), width)
+                x = _load(b, t, b.gep(t, col, str(v * width)), width)
                 for bq, a in zip(bs, row):
-                    acc = b.load(a)
-                    b.store(b.call(fma_of(vty), [x, bq, acc]) if fma else
-                            b.fadd(acc, b.fmul(x, bq, flags=fm), flags=fm), a)
-        loop(f"p{nvec}x{width}x{ncols}", c(0), k, step)
+                    acc = b.load(vty, a)
+                    b.store(vty, b.call(vty, fma_of(vty, width), [f"{vty} {x}", f"{vty} {bq}", f"{vty} {acc}"])
+                            if fma else b.op("fadd", vty, acc, b.op("fmul", vty, x, bq, fm), fm), a)
+        loop(f"p{nvec}x{width}x{ncols}", "0", k, step)
         al, be = splat(alpha, width), splat(beta, width)
-        cols = [b.gep(C, [b.add(i, b.mul(b.add(j, c(q)), ldc))]) for q in range(ncols)]
+        cols = [b.gep(t, C, add(i, mul(add(j, str(q)), ldc))) for q in range(ncols)]
         with b.if_else(beta_zero) as (then, other):
             with then:
                 for v, row in enumerate(accs):
                     for ccol, a in zip(cols, row):
-                        _store(b, ir, t, b.fmul(b.load(a), al), b.gep(ccol, [c(v * width)]), width)
+                        _store(b, t, b.op("fmul", vty, b.load(vty, a), al), b.gep(t, ccol, str(v * width)), width)
             with other:
                 for v, row in enumerate(accs):
                     for ccol, a in zip(cols, row):
-                        ptr = b.gep(ccol, [c(v * width)])
-                        old = _load(b, ir, t, ptr, width)
-                        _store(b, ir, t, b.fadd(b.fmul(b.load(a), al), b.fmul(old, be)), ptr, width)
+                        ptr = b.gep(t, ccol, str(v * width))
+                        old = _load(b, t, ptr, width)
+                        _store(b, t, b.op("fadd", vty, b.op("fmul", vty, b.load(vty, a), al),
+                                          b.op("fmul", vty, old, be)), ptr, width)
 
     rows, cols_done = slot("rows"), slot("cols")
 
     def counted(name, done_slot, total, span, body):
         """``while *done_slot + span <= total: body(); *done_slot += span`` as a counted loop."""
         def each(_):
-            body(b.load(done_slot))
-            b.store(b.add(b.load(done_slot), c(span)), done_slot)
-        loop(name, c(0), b.sdiv(b.sub(total, b.load(done_slot)), c(span)), each)
+            body(b.load(I64, done_slot))
+            b.store(I64, add(b.load(I64, done_slot), str(span)), done_slot)
+        loop(name, "0", b.op("sdiv", I64, b.op("sub", I64, total, b.load(I64, done_slot)), str(span)), each)
 
     def columns(j, ncols):
-        b.store(c(0), rows)
+        b.store(I64, "0", rows)
         for nvec, width in tile_rows:
             counted(f"rows{nvec}x{width}x{ncols}", rows, m, nvec * width,
                     lambda i, nvec=nvec, width=width: tile(i, j, nvec, width, ncols))
 
-    b.store(c(0), cols_done)
+    b.store(I64, "0", cols_done)
     for ncols in tile_columns:
         counted(f"cols{ncols}", cols_done, n, ncols, lambda j, ncols=ncols: columns(j, ncols))
 
     b.branch(done)
     b.position_at_end(done)
     b.ret_void()
+    ab.branch(fn.blocks[1])
 
 
 def _elem_bytes(t) -> int:
-    return 4 if str(t) == "float" else 8
+    return 4 if t == T.FLOAT else 8
 
 
-def _load(b, ir, t, ptr, width):
+def _load(b, t, ptr, width):
     if width == 1:
-        return b.load(ptr)
-    return b.load(b.bitcast(ptr, ir.VectorType(t, width).as_pointer()), align=_elem_bytes(t))
+        return b.load(t, ptr)
+    return b.load(f"<{width} x {t}>", ptr, f", align {_elem_bytes(t)}")
 
 
-def _store(b, ir, t, val, ptr, width):
+def _store(b, t, val, ptr, width):
     if width == 1:
-        b.store(val, ptr)
+        b.store(t, val, ptr)
     else:
-        b.store(val, b.bitcast(ptr, ir.VectorType(t, width).as_pointer()), align=_elem_bytes(t))
+        b.store(f"<{width} x {t}>", val, ptr, f", align {_elem_bytes(t)}")
 
 
 def routine(blas_name: str, macs: int) -> str:

@@ -24,7 +24,8 @@ import math
 import numpy as np
 
 from ...ir.ops.blas import BLAS_THREADED_MACS
-from ..kernels import pool_abi
+from ..kernels import llvm_text as T, pool_abi
+from ..kernels.llvm_text import DOUBLE, I1, I32, I64, PTR, VOID
 from .output_pool import MIN_BYTES, take as take_by_shape
 
 TUPLE_ITEMS = 3 * ctypes.sizeof(ctypes.c_void_p)     # PyTupleObject: refcnt, type, size, then ob_item[]
@@ -115,67 +116,62 @@ def entry_source(program, n_inputs: int, n_checks: int) -> str:
 
 def entry_ir(program, n_inputs: int, n_checks: int, name: str) -> str:
     """The entry as LLVM IR text: ``void name(i64 T, i64 C)`` (no Numba: straight-line loads, stores and calls
-    through addresses)."""
-    from llvmlite import ir
-    i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
-    i64p = i64.as_pointer()
-    mod = ir.Module(name=name)
-    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64, i64]), name=name)
-    fn.attributes.add("nounwind")
-    T, C = fn.args
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    kty = ir.FunctionType(ir.VoidType(), [i64p])
-    gty = ir.FunctionType(ir.VoidType(), [i8p] * 13)
+    through addresses; written by ``llvm_text``)."""
+    mod = T.Module(name)
+    fn = mod.function(name, [I64, I64])
+    Tup, C = fn.args
+    b = T.Builder(fn, fn.block("entry"))
 
-    def at(base, k):                 # base[k] for an i64* base
-        return b.load(b.gep(base, [ir.Constant(i64, k)]))
+    def at(base, k):                 # base[k] for an i64* base (k an int)
+        return b.load(I64, b.gep(I64, base, str(k)))
 
-    c = b.inttoptr(C, i64p)
+    def ptr(v):
+        return b.cast("inttoptr", I64, v, PTR)
+
+    c = ptr(C)
     A = at(c, 0)
-    a, F, OFF = b.inttoptr(A, i64p), b.inttoptr(at(c, 1), i64p), b.inttoptr(at(c, 2), i64p)
-    IE = b.inttoptr(at(c, 3), i64p)
-    zero = ir.Constant(i64, 0)
+    a, F, OFF = ptr(A), ptr(at(c, 1)), ptr(at(c, 2))
+    IE = ptr(at(c, 3))
 
     def ie_ok():                     # IE[0] == 0: no step raised so far
-        return b.icmp_signed("==", b.load(IE), zero)
-    t = b.inttoptr(b.add(T, ir.Constant(i64, TUPLE_ITEMS)), i64p)
+        return b.icmp("eq", I64, b.load(I64, IE), "0")
+    t = ptr(b.op("add", I64, Tup, str(TUPLE_ITEMS)))
     vals = {}
     for op in _ops(program, n_inputs, n_checks):
         if op[0] == "data":
             obj = at(t, op[2])
-            vals[op[1]] = b.load(b.inttoptr(b.add(obj, ir.Constant(i64, ARRAY_DATA)), i64p))
+            vals[op[1]] = b.load(I64, ptr(b.op("add", I64, obj, str(ARRAY_DATA))))
         elif op[0] == "patch":
-            b.store(b.add(vals[op[2]], at(OFF, op[1])), b.gep(a, [ir.Constant(i64, op[1])]))
+            b.store(I64, b.op("add", I64, vals[op[2]], at(OFF, op[1])), b.gep(I64, a, str(op[1])))
         elif op[0] == "err":
-            b.store(vals["e"], b.gep(a, [ir.Constant(i64, op[1])]))
+            b.store(I64, vals["e"], b.gep(I64, a, str(op[1])))
         elif op[0] == "call":
             skip = None
             if op[5] == "ie":
-                run_it, skip = fn.append_basic_block(f"step{op[2]}"), fn.append_basic_block(f"after{op[2]}")
+                run_it, skip = fn.block(f"step{op[2]}"), fn.block(f"after{op[2]}")
                 b.cbranch(ie_ok(), run_it, skip)
                 b.position_at_end(run_it)
             target = at(F, op[2])
-            blk = b.add(A, ir.Constant(i64, 8 * op[3]))
+            blk = b.op("add", I64, A, str(8 * op[3]))
             if op[1] == "gemm":
-                base = b.inttoptr(blk, i64p)
-                b.call(b.inttoptr(target, gty.as_pointer()), [b.inttoptr(at(base, k), i8p) for k in range(13)])
+                base = ptr(blk)
+                b.call(VOID, ptr(target), [f"ptr {ptr(at(base, k))}" for k in range(13)])
             elif op[1] == "bgemm":
-                _batched_gemm(b, fn, b.inttoptr(blk, i64p), b.inttoptr(target, gty.as_pointer()), op[2])
+                _batched_gemm(b, fn, ptr(blk), ptr(target), op[2])
             elif op[1] in ("pbgemm", "gbgemm", "sbgemm"):
-                _batched_gemm_on_pool(b, fn, b.inttoptr(blk, i64p), target, op[2], op[1] != "pbgemm",
-                                      op[1] == "gbgemm")
+                _batched_gemm_on_pool(b, fn, ptr(blk), target, op[2], op[1] != "pbgemm", op[1] == "gbgemm")
             else:
-                b.call(b.inttoptr(target, kty.as_pointer()), [b.inttoptr(blk, i64p)])
+                b.call(VOID, ptr(target), [f"ptr {ptr(blk)}"])
             if skip is not None:
                 b.branch(skip)
                 b.position_at_end(skip)
         elif op[0] == "if_ok":
-            ok = ir.Constant(ir.IntType(1), 1)
+            ok = T.TRUE
             if op[1]:
-                ok = b.icmp_signed("==", b.load(b.inttoptr(vals["e"], i64p)), ir.Constant(i64, op[1]))
+                ok = b.icmp("eq", I64, b.load(I64, ptr(vals["e"])), str(op[1]))
             if op[2]:
-                ok = b.and_(ok, ie_ok())
-            then, done = fn.append_basic_block("write_back"), fn.append_basic_block("done")
+                ok = b.op("and", I1, ok, ie_ok())
+            then, done = fn.block("write_back"), fn.block("done")
             b.cbranch(ok, then, done)
             b.position_at_end(then)
             vals["_done"] = done
@@ -183,145 +179,142 @@ def entry_ir(program, n_inputs: int, n_checks: int, name: str) -> str:
         b.branch(vals["_done"])
         b.position_at_end(vals["_done"])
     b.ret_void()
-    return str(mod)
+    return mod.text()
 
 
 def _for_loop(b, fn, slot, label, init, cond, body, step):
     """``for (*slot = init; cond(*slot); *slot = step(*slot)) body(*slot)`` at ``b``, in blocks of ``fn`` named
     ``label.format("_head")`` (``_body``, ``_done``)."""
-    head, inner, done = (fn.append_basic_block(label.format(x)) for x in ("_head", "_body", "_done"))
-    b.store(init, slot)
+    head, inner, done = (fn.block(label.format(x)) for x in ("_head", "_body", "_done"))
+    b.store(I64, init, slot)
     b.branch(head)
     b.position_at_end(head)
-    b.cbranch(cond(b.load(slot)), inner, done)
+    b.cbranch(cond(b.load(I64, slot)), inner, done)
     b.position_at_end(inner)
-    body(b.load(slot))
-    b.store(step(b.load(slot)), slot)
+    body(b.load(I64, slot))
+    b.store(I64, step(b.load(I64, slot)), slot)
     b.branch(head)
     b.position_at_end(done)
+
+
+def _ops_on(b, p):
+    """``(ld, st, add, mul)`` on int64 values at ``b`` (``p``: an i64 pointer; an index an int or a value)."""
+    def ld(k):
+        return b.load(I64, b.gep(I64, p, str(k)))
+
+    def st(k, v):
+        b.store(I64, v, b.gep(I64, p, str(k)))
+
+    def add(x, y):
+        return b.op("add", I64, str(x), str(y))
+
+    def mul(x, y):
+        return b.op("mul", I64, str(x), str(y))
+    return ld, st, add, mul
 
 
 def _batched_gemm(b, fn, p, gemm, n):
     """A ``bgemm`` step inline in the entry: the loop of ``abi.call_gemm_batched`` (its docstring has the block
     layout) over every batch entry, pointing the scratch block's B, A, C at that entry's matrices."""
-    from llvmlite import ir
-    i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
-
-    def c(k):
-        return ir.Constant(i64, k)
-
-    def ld(k):                       # p[k], k an i64 value or an int
-        return b.load(b.gep(p, [k if isinstance(k, ir.Value) else c(k)]))
-
-    def st(k, v):
-        b.store(v, b.gep(p, [k if isinstance(k, ir.Value) else c(k)]))
+    ld, st, add, mul = _ops_on(b, p)
     nd = ld(13)
-    var = {name: b.alloca(i64, name=f"{name}{n}") for name in ("t", "d", "dd", "r", "ob", "oa", "oc", "total")}
-    s = b.add(c(14), b.mul(c(4), nd))
+    var = {name: b.alloca(I64, name=f"{name}{n}") for name in ("t", "d", "dd", "r", "ob", "oa", "oc", "total")}
+    s = add(14, mul(4, nd))
     for k in range(13):
-        st(b.add(s, c(k)), ld(k))
+        st(add(s, k), ld(k))
     b0, a0, c0 = ld(6), ld(8), ld(11)
 
     def loop(name, init, cond, body, step):
         _for_loop(b, fn, var[name], f"{name}{{}}{n}", init, cond, body, step)
 
-    b.store(c(1), var["total"])
-    loop("d", c(0), lambda d: b.icmp_signed("<", d, nd),
-         lambda d: b.store(b.mul(b.load(var["total"]), ld(b.add(c(14), d))), var["total"]), lambda d: b.add(d, c(1)))
-    total = b.load(var["total"])
+    b.store(I64, "1", var["total"])
+    loop("d", "0", lambda d: b.icmp("slt", I64, d, nd),
+         lambda d: b.store(I64, mul(b.load(I64, var["total"]), ld(add(14, d))), var["total"]), lambda d: add(d, 1))
+    total = b.load(I64, var["total"])
 
     def entry_body(t):
-        b.store(t, var["r"])
+        b.store(I64, t, var["r"])
         for o in ("ob", "oa", "oc"):
-            b.store(c(0), var[o])
+            b.store(I64, "0", var[o])
 
         def dim(d):
-            size = ld(b.add(c(14), d))
-            r = b.load(var["r"])
-            j = b.srem(r, size)
-            b.store(b.sdiv(r, size), var["r"])
+            size = ld(add(14, d))
+            r = b.load(I64, var["r"])
+            j = b.op("srem", I64, r, size)
+            b.store(I64, b.op("sdiv", I64, r, size), var["r"])
             for k, o in enumerate(("ob", "oa", "oc"), start=1):
-                stride = ld(b.add(b.add(c(14), b.mul(c(k), nd)), d))
-                b.store(b.add(b.load(var[o]), b.mul(j, stride)), var[o])
-        loop("dd", b.sub(nd, c(1)), lambda d: b.icmp_signed(">=", d, c(0)), dim, lambda d: b.sub(d, c(1)))
-        st(b.add(s, c(6)), b.add(b0, b.load(var["ob"])))
-        st(b.add(s, c(8)), b.add(a0, b.load(var["oa"])))
-        st(b.add(s, c(11)), b.add(c0, b.load(var["oc"])))
-        args = [ld(b.add(s, c(k))) for k in range(13)]
-        _last_entry_size(b, args, b.icmp_signed("==", t, b.sub(total, c(1))), ld(b.add(s, c(13))),
-                         ld(b.add(s, c(14))))
-        b.call(gemm, [b.inttoptr(a, i8p) for a in args])
-    loop("t", c(0), lambda t: b.icmp_signed("<", t, total), entry_body, lambda t: b.add(t, c(1)))
+                stride = ld(add(add(14, mul(k, nd)), d))
+                b.store(I64, add(b.load(I64, var[o]), mul(j, stride)), var[o])
+        loop("dd", b.op("sub", I64, nd, "1"), lambda d: b.icmp("sge", I64, d, "0"), dim,
+             lambda d: b.op("sub", I64, d, "1"))
+        st(add(s, 6), add(b0, b.load(I64, var["ob"])))
+        st(add(s, 8), add(a0, b.load(I64, var["oa"])))
+        st(add(s, 11), add(c0, b.load(I64, var["oc"])))
+        args = [ld(add(s, k)) for k in range(13)]
+        _last_entry_size(b, args, b.icmp("eq", I64, t, b.op("sub", I64, total, "1")), ld(add(s, 13)),
+                         ld(add(s, 14)))
+        b.call(VOID, gemm, [f"ptr {b.cast('inttoptr', I64, x, PTR)}" for x in args])
+    loop("t", "0", lambda t: b.icmp("slt", I64, t, total), entry_body, lambda t: add(t, 1))
 
 
 def _last_entry_size(b, args, is_last, which, address):
     """Point ``args``' m or n (index ``which``: 2 or 3; 0: neither) at ``address`` where ``is_last``: the last
     batch entry's own size (``abi.call_gemm_batched``: a split GEMM's last block)."""
-    from llvmlite import ir
-    i64 = ir.IntType(64)
     for k in (2, 3):
-        use = b.and_(is_last, b.icmp_signed("==", which, ir.Constant(i64, k)))
-        args[k] = b.select(use, address, args[k])
+        use = b.op("and", I1, is_last, b.icmp("eq", I64, which, str(k)))
+        args[k] = b.select(use, I64, address, args[k])
 
 
 def _gemm_chunk(mod):
     """``chunk(task, dims, steps, p)``: the batch entries ``[task[0], task[1])`` of the ``bgemm`` block ``p``, each
     one ``?gemm`` call (at address ``task[2]``) on the calling thread, its arguments read from the block with B,
     A and C moved to that entry (no scratch slots: chunks run at once).  One function per entry module."""
-    from llvmlite import ir
     name = mod.name + "_gemm_chunk"
-    if name in mod.globals:
-        return mod.globals[name]
-    i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
-    i64p = i64.as_pointer()
-    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64p] * 4), name=name)
-    fn.linkage = "internal"
-    fn.attributes.add("nounwind")
+    if name in mod.symbols:
+        return f'@"{name}"'
+    fn = mod.function(name, [PTR] * 4, linkage="internal")
     task, p = fn.args[0], fn.args[3]
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-
-    def c(k):
-        return ir.Constant(i64, k)
-
-    def ld(base, k):
-        return b.load(b.gep(base, [k if isinstance(k, ir.Value) else c(k)]))
-    var = {v: b.alloca(i64, name=v) for v in ("t", "d", "r", "ob", "oa", "oc", "nd", "total")}
-    nd = ld(p, 13)
-    gemm = b.inttoptr(ld(task, 2), ir.FunctionType(ir.VoidType(), [i8p] * 13).as_pointer())
-    fixed = [ld(p, k) for k in range(13)]
-    s = b.add(c(14), b.mul(c(4), nd))
-    which, address = ld(p, b.add(s, c(13))), ld(p, b.add(s, c(14)))     # the last entry's own size
+    b = T.Builder(fn, fn.block("entry"))
+    ld_p, _, add, mul = _ops_on(b, p)
+    ld_task = _ops_on(b, task)[0]
+    var = {v: b.alloca(I64, name=v) for v in ("t", "d", "r", "ob", "oa", "oc", "nd", "total")}
+    nd = ld_p(13)
+    gemm = b.cast("inttoptr", I64, ld_task(2), PTR)
+    fixed = [ld_p(k) for k in range(13)]
+    s = add(14, mul(4, nd))
+    which, address = ld_p(add(s, 13)), ld_p(add(s, 14))     # the last entry's own size
 
     def loop(name, init, cond, body, step):
         _for_loop(b, fn, var[name], f"{name}{{}}", init, cond, body, step)
-    b.store(c(1), var["total"])
-    loop("nd", c(0), lambda d: b.icmp_signed("<", d, nd),
-         lambda d: b.store(b.mul(b.load(var["total"]), ld(p, b.add(c(14), d))), var["total"]),
-         lambda d: b.add(d, c(1)))
-    final = b.sub(b.load(var["total"]), c(1))
+    b.store(I64, "1", var["total"])
+    loop("nd", "0", lambda d: b.icmp("slt", I64, d, nd),
+         lambda d: b.store(I64, mul(b.load(I64, var["total"]), ld_p(add(14, d))), var["total"]),
+         lambda d: add(d, 1))
+    final = b.op("sub", I64, b.load(I64, var["total"]), "1")
 
     def entry_body(t):
-        b.store(t, var["r"])
+        b.store(I64, t, var["r"])
         for o in ("ob", "oa", "oc"):
-            b.store(c(0), var[o])
+            b.store(I64, "0", var[o])
 
         def dim(d):
-            size = ld(p, b.add(c(14), d))
-            r = b.load(var["r"])
-            j = b.srem(r, size)
-            b.store(b.sdiv(r, size), var["r"])
+            size = ld_p(add(14, d))
+            r = b.load(I64, var["r"])
+            j = b.op("srem", I64, r, size)
+            b.store(I64, b.op("sdiv", I64, r, size), var["r"])
             for k, o in enumerate(("ob", "oa", "oc"), start=1):
-                stride = ld(p, b.add(b.add(c(14), b.mul(c(k), nd)), d))
-                b.store(b.add(b.load(var[o]), b.mul(j, stride)), var[o])
-        loop("d", b.sub(nd, c(1)), lambda d: b.icmp_signed(">=", d, c(0)), dim, lambda d: b.sub(d, c(1)))
+                stride = ld_p(add(add(14, mul(k, nd)), d))
+                b.store(I64, add(b.load(I64, var[o]), mul(j, stride)), var[o])
+        loop("d", b.op("sub", I64, nd, "1"), lambda d: b.icmp("sge", I64, d, "0"), dim,
+             lambda d: b.op("sub", I64, d, "1"))
         args = list(fixed)
         for k, o in ((6, "ob"), (8, "oa"), (11, "oc")):
-            args[k] = b.add(fixed[k], b.load(var[o]))
-        _last_entry_size(b, args, b.icmp_signed("==", t, final), which, address)
-        b.call(gemm, [b.inttoptr(a, i8p) for a in args])
-    loop("t", ld(task, 0), lambda t: b.icmp_signed("<", t, ld(task, 1)), entry_body, lambda t: b.add(t, c(1)))
+            args[k] = add(fixed[k], b.load(I64, var[o]))
+        _last_entry_size(b, args, b.icmp("eq", I64, t, final), which, address)
+        b.call(VOID, gemm, [f"ptr {b.cast('inttoptr', I64, x, PTR)}" for x in args])
+    loop("t", ld_task(0), lambda t: b.icmp("slt", I64, t, ld_task(1)), entry_body, lambda t: add(t, 1))
     b.ret_void()
-    return fn
+    return fn.ref
 
 
 def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False, bounded=True):
@@ -334,66 +327,58 @@ def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False, bounded=True):
     GEMM counts its whole product) reach the pool's minimum work (``workpool.takes_batch``, ``takes_split``), and while
     the pool's pacer does not hold launches off the pool (``pool_abi.launch``); else all on the calling thread.  The
     caller holds ``threads.LAUNCH_LOCK`` (``cpu.CompiledGraph``)."""
-    from llvmlite import ir
     mod = fn.module
-    i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
-    i64p = i64.as_pointer()
-    add = pool_abi.declare(mod)[0]
+    add_task = pool_abi.declare(mod)[0]
     chunk = _gemm_chunk(mod)
-
-    def c(k):
-        return ir.Constant(i64, k)
-
-    def ld(k):
-        return b.load(b.gep(p, [k if isinstance(k, ir.Value) else c(k)]))
+    ld, _, add, mul = _ops_on(b, p)
     nd = ld(13)
-    total_v, t_v = b.alloca(i64, name=f"ptotal{n}"), b.alloca(i64, name=f"ptask{n}")
-    b.store(c(1), total_v)
-    b.store(c(0), t_v)
+    total_v, t_v = b.alloca(I64, name=f"ptotal{n}"), b.alloca(I64, name=f"ptask{n}")
+    b.store(I64, "1", total_v)
+    b.store(I64, "0", t_v)
 
     def loop(name, limit, body):
-        _for_loop(b, fn, t_v, f"{name}{{}}{n}", c(0), lambda t: b.icmp_signed("<", t, limit), body,
-                  lambda t: b.add(t, c(1)))
-    loop("pdims", nd, lambda d: b.store(b.mul(b.load(total_v), ld(b.add(c(14), d))), total_v))
-    total = b.load(total_v)
-    nw = b.load(pool_abi.pool_global(mod, "threads"))
-    pooled = b.and_(b.icmp_signed(">", nw, c(1)), b.icmp_signed(">", total, c(1)))
+        _for_loop(b, fn, t_v, f"{name}{{}}{n}", "0", lambda t: b.icmp("slt", I64, t, limit), body,
+                  lambda t: add(t, 1))
+    loop("pdims", nd, lambda d: b.store(I64, mul(b.load(I64, total_v), ld(add(14, d))), total_v))
+    total = b.load(I64, total_v)
+    nw = b.load(I64, pool_abi.pool_global(mod, "threads"))
+    pooled = b.op("and", I1, b.icmp("sgt", I64, nw, "1"), b.icmp("sgt", I64, total, "1"))
     takes, pace, work = pooled, None, None
     if gated:       # slots 2, 3, 4: the addresses of the int32 sizes m, n, k (batched_gemm._emit_gemm_block)
-        i32p = ir.IntType(32).as_pointer()
-        macs = c(1)
+        def size(addr):
+            return b.cast("sext", I32, b.load(I32, b.cast("inttoptr", I64, addr, PTR)), I64)
+        macs = "1"
         for k in (2, 3, 4):
-            macs = b.mul(macs, b.sext(b.load(b.inttoptr(ld(k), i32p)), i64))
+            macs = mul(macs, size(ld(k)))
         # the last entry's multiply-adds with its own size (a split GEMM's last block: the whole product counts)
-        s = b.add(c(14), b.mul(c(4), nd))
+        s = add(14, mul(4, nd))
         args = [ld(k) for k in range(5)]
-        _last_entry_size(b, args, ir.Constant(ir.IntType(1), 1), ld(b.add(s, c(13))), ld(b.add(s, c(14))))
-        last = c(1)
+        _last_entry_size(b, args, T.TRUE, ld(add(s, 13)), ld(add(s, 14)))
+        last = "1"
         for k in (2, 3, 4):
-            last = b.mul(last, b.sext(b.load(b.inttoptr(args[k], i32p)), i64))
-        work = b.sitofp(b.add(b.mul(macs, b.sub(total, c(1))), last), ir.DoubleType())
-        takes = b.and_(pooled, pool_abi.reaches_min_work(b, mod, work))
+            last = mul(last, size(args[k]))
+        work = b.cast("sitofp", I64, add(mul(macs, b.op("sub", I64, total, "1")), last), DOUBLE)
+        takes = b.op("and", I1, pooled, pool_abi.reaches_min_work(b, mod, work))
         if bounded:     # small products: only where OpenBLAS would not thread one itself
-            takes = b.and_(takes, b.icmp_signed("<=", macs, c(BLAS_THREADED_MACS)))
+            takes = b.op("and", I1, takes, b.icmp("sle", I64, macs, str(BLAS_THREADED_MACS)))
         pooled, pace = pool_abi.paced(b, mod, takes)
-    ntasks = b.select(pooled, nw, c(1))
-    tasks = b.alloca(i64, size=b.mul(ntasks, c(3)), name=f"ptasks{n}")
-    null = ir.Constant(i8p, None)
+    ntasks = b.select(pooled, I64, nw, "1")
+    tasks = b.alloca(I64, mul(ntasks, 3), name=f"ptasks{n}")
 
     def fill(t):
-        rec = b.gep(tasks, [b.mul(t, c(3))])
-        b.store(b.sdiv(b.mul(total, t), ntasks), rec)
-        b.store(b.sdiv(b.mul(total, b.add(t, c(1))), ntasks), b.gep(rec, [c(1)]))
-        b.store(gemm_addr, b.gep(rec, [c(2)]))
-        with b.if_then(b.and_(pooled, pool_abi.queued(b, mod, t))):
-            b.call(add, [b.bitcast(chunk, i8p), b.bitcast(rec, i8p), null, null, b.bitcast(p, i8p)])
+        rec = b.gep(I64, tasks, mul(t, 3))
+        b.store(I64, b.op("sdiv", I64, mul(total, t), ntasks), rec)
+        b.store(I64, b.op("sdiv", I64, mul(total, add(t, 1)), ntasks), b.gep(I64, rec, "1"))
+        b.store(I64, gemm_addr, b.gep(I64, rec, "2"))
+        with b.if_then(b.op("and", I1, pooled, pool_abi.queued(b, mod, t))):
+            b.call(VOID, add_task, [f"ptr {chunk}", f"ptr {rec}", "ptr null", "ptr null", f"ptr {p}"])
     loop("pfill", ntasks, fill)
 
     def on_pool():      # chunk 0 (the first record) on the calling thread when it is the caller's
-        pool_abi.round_(b, mod, lambda: b.call(chunk, [tasks, ir.Constant(i64p, None), ir.Constant(i64p, None), p]))
+        pool_abi.round_(b, mod, lambda: b.call(VOID, chunk, [f"ptr {tasks}", "ptr null", "ptr null", f"ptr {p}"]))
 
     def on_caller():
-        b.call(chunk, [tasks, ir.Constant(i64p, None), ir.Constant(i64p, None), p])
+        b.call(VOID, chunk, [f"ptr {tasks}", "ptr null", "ptr null", f"ptr {p}"])
     pool_abi.launch(b, mod, pooled, takes, pace, work, on_pool, on_caller)
 
 

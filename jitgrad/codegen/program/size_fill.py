@@ -2,7 +2,7 @@
 its size plan, check every integer guard on them (the trace's and the lowering's), and write that tuple's tables.
 
 The work is described by data (``FillProgram``: an int64 array per lowering, made from its ``SizePlan``) and done
-by one function, written once as LLVM IR and compiled by llvmlite the first time a process binds sizes (a few
+by one function, written once as LLVM IR text (``llvm_text``) and compiled by llvmlite the first time a process binds sizes (a few
 milliseconds, no Numba):
 
     i64 jitgrad_size_fill(i64 *program, i64 *buf, i64 ws_base)
@@ -40,6 +40,9 @@ import ctypes
 import threading
 
 import numpy as np
+
+from ..kernels import llvm_text as T
+from ..kernels.llvm_text import DOUBLE, I1, I32, I64, I8, PTR, VOID
 
 NAME = "jitgrad_size_fill"
 _HEADER = ("n_sym", "n_atoms", "width", "rows", "polys", "n_defs", "defs", "n_guards", "guards", "n_table", "table",
@@ -186,77 +189,85 @@ def fill_program(plan, names, guards, layout: FillLayout, table, int32_params, p
 
 
 def fill_ir() -> str:
-    """The fill function (one for every program) as LLVM IR text."""
-    from llvmlite import ir
-    i1, i8, i32, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
-    i64p = i64.as_pointer()
-    mod = ir.Module(name=NAME)
-    fn = ir.Function(mod, ir.FunctionType(i64, [i64p, i64p, i64]), name=NAME)
+    """The fill function (one for every program) as LLVM IR text (``llvm_text``)."""
+    mod = T.Module(NAME)
+    fn = mod.function(NAME, [PTR, PTR, I64], ret=I64, attrs="")
     prog, buf, ws_base = fn.args
-    top = ir.IRBuilder(fn.append_basic_block("entry"))
-    body = fn.append_basic_block("body")
-    b = ir.IRBuilder(body)
-    fail, zero_div = fn.append_basic_block("guard_failed"), fn.append_basic_block("zero_divisor")
-
-    def c(k):
-        return ir.Constant(i64, k)
+    top = T.Builder(fn, fn.block("entry"))
+    body = fn.block("body")
+    b = T.Builder(fn, body)
+    fail, zero_div = fn.block("guard_failed"), fn.block("zero_divisor")
 
     def get(ptr, k):
-        return b.load(b.gep(ptr, [k]))
+        return b.load(I64, b.gep(I64, ptr, k))
 
     def put(ptr, k, v):
-        b.store(v, b.gep(ptr, [k]))
+        b.store(I64, v, b.gep(I64, ptr, k))
 
     def h(name):
-        return get(prog, c(_H[name]))
+        return get(prog, str(_H[name]))
+
+    def add(x, y):
+        return b.op("add", I64, x, y)
+
+    def mul(x, y):
+        return b.op("mul", I64, x, y)
+
+    def sub(x, y):
+        return b.op("sub", I64, x, y)
+
+    def icmp(pred, x, y):
+        return b.icmp(pred, I64, x, y)
+
+    def zext(x):
+        return b.cast("zext", I1, x, I64)
 
     def loop(n, each, label):
         """``for (k = 0; k < n; k++) each(k)``: its counter in an alloca of the entry block."""
-        slot = top.alloca(i64, name=label)
-        b.store(c(0), slot)
-        head, inner, done = (fn.append_basic_block(f"{label}.{x}") for x in ("head", "body", "done"))
+        slot = top.alloca(I64, name=label)
+        b.store(I64, "0", slot)
+        head, inner, done = (fn.block(f"{label}.{x}") for x in ("head", "body", "done"))
         b.branch(head)
         b.position_at_end(head)
-        k = b.load(slot)
-        b.cbranch(b.icmp_signed("<", k, n), inner, done)
+        k = b.load(I64, slot)
+        b.cbranch(icmp("slt", k, n), inner, done)
         b.position_at_end(inner)
         each(k)
-        b.store(b.add(b.load(slot), c(1)), slot)
+        b.store(I64, add(b.load(I64, slot), "1"), slot)
         b.branch(head)
         b.position_at_end(done)
 
     def pair(base, k, width, j):
-        return get(prog, b.add(base, b.add(b.mul(k, c(width)), c(j))))
+        return get(prog, add(base, add(mul(k, str(width)), str(j))))
 
     # the buffer starts as the template; the sizes and the plan's values are in the program's scratch
-    template, scratch = b.gep(prog, [h("template")]), b.gep(prog, [h("scratch")])
-    i8p = i8.as_pointer()
-    copy = mod.declare_intrinsic("llvm.memcpy", [i8p, i8p, i64])
-    b.call(copy, [b.bitcast(buf, i8p), b.bitcast(template, i8p), b.mul(h("words"), c(8)), ir.Constant(i1, 0)])
+    template, scratch = b.gep(I64, prog, h("template")), b.gep(I64, prog, h("scratch"))
+    copy = mod.declare("llvm.memcpy.p0.p0.i64", VOID, [PTR, PTR, I64, I1])
+    b.call(VOID, copy, [f"ptr {buf}", f"ptr {template}", f"i64 {mul(h('words'), '8')}", "i1 false"])
     # atom values: the sizes, the derived atoms in order, and a 1 the rows are padded with
     n_atoms = h("n_atoms")
-    atoms = b.alloca(i64, size=b.add(n_atoms, c(1)), name="atoms")
-    put(atoms, n_atoms, c(1))
+    atoms = b.alloca(I64, add(n_atoms, "1"), name="atoms")
+    put(atoms, n_atoms, "1")
     sizes = scratch
     loop(h("n_sym"), lambda k: put(atoms, k, get(sizes, k)), "sym")
     width = h("width")
     rows, polys = h("rows"), h("polys")
-    total = top.alloca(i64, name="total")
-    term = top.alloca(i64, name="term")
+    total = top.alloca(I64, name="total")
+    term = top.alloca(I64, name="term")
 
     def poly(p):
         """The value of polynomial ``p``: its rows' coefficient times their atoms, summed."""
         start, stop = pair(polys, p, 2, 0), pair(polys, p, 2, 1)
-        b.store(c(0), total)
+        b.store(I64, "0", total)
 
         def row(r):
-            at = b.add(rows, b.mul(b.add(start, r), b.add(width, c(1))))
-            b.store(get(prog, at), term)
-            loop(width, lambda w: b.store(b.mul(b.load(term), get(atoms, get(prog, b.add(at, b.add(w, c(1)))))),
+            at = add(rows, mul(add(start, r), add(width, "1")))
+            b.store(I64, get(prog, at), term)
+            loop(width, lambda w: b.store(I64, mul(b.load(I64, term), get(atoms, get(prog, add(at, add(w, "1"))))),
                                           term), "atom")
-            b.store(b.add(b.load(total), b.load(term)), total)
-        loop(b.sub(stop, start), row, "row")
-        return b.load(total)
+            b.store(I64, add(b.load(I64, total), b.load(I64, term)), total)
+        loop(sub(stop, start), row, "row")
+        return b.load(I64, total)
 
     defs = h("defs")
 
@@ -264,99 +275,102 @@ def fill_ir() -> str:
         op = pair(defs, d, 4, 0)
         x = poly(pair(defs, d, 4, 1))
         y = poly(pair(defs, d, 4, 2))
-        ok = fn.append_basic_block("divisor.ok")
-        b.cbranch(b.icmp_signed("==", y, c(0)), zero_div, ok)
+        ok = fn.block("divisor.ok")
+        b.cbranch(icmp("eq", y, "0"), zero_div, ok)
         b.position_at_end(ok)
-        q, r = b.sdiv(x, y), b.srem(x, y)
+        q, r = b.op("sdiv", I64, x, y), b.op("srem", I64, x, y)
         # toward minus infinity, as Python: a remainder whose sign differs from the divisor's moves q down one
-        adjust = b.and_(b.icmp_signed("!=", r, c(0)), b.icmp_signed("<", b.xor(r, y), c(0)))
-        v = b.select(b.icmp_signed("==", op, c(0)), b.sub(q, b.zext(adjust, i64)),
-                     b.add(r, b.select(adjust, y, c(0))))
+        adjust = b.op("and", I1, icmp("ne", r, "0"), icmp("slt", b.op("xor", I64, r, y), "0"))
+        v = b.select(icmp("eq", op, "0"), I64, sub(q, zext(adjust)),
+                     add(r, b.select(adjust, I64, y, "0")))
         put(atoms, pair(defs, d, 4, 3), v)
     loop(h("n_defs"), derive, "def")
-    V = b.gep(scratch, [h("S_values")])
+    V = b.gep(I64, scratch, h("S_values"))
     loop(h("n_values"), lambda p: put(V, p, poly(p)), "value")
     guards = h("guards")
 
+    def bit_of(mask, sign):
+        """Bit ``sign + 1`` of ``mask`` (the guard holds where it is set)."""
+        return b.op("and", I64, b.op("lshr", I64, mask, add(sign, "1")), "1")
+
     def guard(g):
         v = get(V, pair(guards, g, 2, 0))
-        sign = b.sub(b.zext(b.icmp_signed(">", v, c(0)), i64), b.zext(b.icmp_signed("<", v, c(0)), i64))
-        bit = b.and_(b.lshr(pair(guards, g, 2, 1), b.add(sign, c(1))), c(1))
-        ok = fn.append_basic_block("guard.ok")
-        b.cbranch(b.trunc(bit, i1), ok, fail)
+        sign = sub(zext(icmp("sgt", v, "0")), zext(icmp("slt", v, "0")))
+        bit = bit_of(pair(guards, g, 2, 1), sign)
+        ok = fn.block("guard.ok")
+        b.cbranch(b.cast("trunc", I64, bit, I1), ok, fail)
         b.position_at_end(ok)
     loop(h("n_guards"), guard, "guard")
-    f64 = ir.DoubleType()
-    stack = b.alloca(f64, size=h("stack"), name="stack")
-    depth = top.alloca(i64, name="depth")
+    stack = b.alloca(DOUBLE, h("stack"), name="stack")
+    depth = top.alloca(I64, name="depth")
     fguards, fnodes = h("fguards"), h("fnodes")
 
     def float_guard(g):
         start, stop = pair(fguards, g, 3, 0), pair(fguards, g, 3, 1)
-        b.store(c(0), depth)
+        b.store(I64, "0", depth)
 
         def node(n):
-            at = b.add(start, n)
+            at = add(start, n)
             kind, arg = pair(fnodes, at, 2, 0), pair(fnodes, at, 2, 1)
-            d = b.load(depth)
-            leaf = b.icmp_signed("<", kind, c(2))
+            d = b.load(I64, depth)
+            leaf = icmp("slt", kind, "2")
             # a leaf pushes (a constant's bits, or a value converted); an operator pops two and pushes one
-            x = b.select(b.icmp_signed("==", kind, c(0)), b.bitcast(arg, f64),
-                         b.sitofp(get(V, b.select(b.icmp_signed("==", kind, c(1)), arg, c(0))), f64))
-            top_at = b.sub(d, c(1))
-            below = b.sub(d, c(2))
-            lhs = b.load(b.gep(stack, [b.select(leaf, c(0), below)]))
-            rhs = b.load(b.gep(stack, [b.select(leaf, c(0), top_at)]))
-            r = b.select(b.icmp_signed("==", kind, c(2)), b.fadd(lhs, rhs),
-                         b.select(b.icmp_signed("==", kind, c(3)), b.fsub(lhs, rhs),
-                                  b.select(b.icmp_signed("==", kind, c(4)), b.fmul(lhs, rhs), b.fdiv(lhs, rhs))))
-            b.store(b.select(leaf, x, r), b.gep(stack, [b.select(leaf, d, below)]))
-            b.store(b.select(leaf, b.add(d, c(1)), top_at), depth)
-        loop(b.sub(stop, start), node, "fnode")
-        v = b.load(stack)
-        zero = ir.Constant(f64, 0.0)
-        sign = b.sub(b.zext(b.fcmp_ordered(">", v, zero), i64), b.zext(b.fcmp_ordered("<", v, zero), i64))
-        bit = b.and_(b.lshr(pair(fguards, g, 3, 2), b.add(sign, c(1))), c(1))
-        ok = fn.append_basic_block("fguard.ok")
-        holds = b.and_(b.trunc(bit, i1), b.fcmp_ordered("==", v, v))       # (a NaN never holds)
+            x = b.select(icmp("eq", kind, "0"), DOUBLE, b.cast("bitcast", I64, arg, DOUBLE),
+                         b.cast("sitofp", I64, get(V, b.select(icmp("eq", kind, "1"), I64, arg, "0")), DOUBLE))
+            top_at = sub(d, "1")
+            below = sub(d, "2")
+            lhs = b.load(DOUBLE, b.gep(DOUBLE, stack, b.select(leaf, I64, "0", below)))
+            rhs = b.load(DOUBLE, b.gep(DOUBLE, stack, b.select(leaf, I64, "0", top_at)))
+            r = b.select(icmp("eq", kind, "2"), DOUBLE, b.op("fadd", DOUBLE, lhs, rhs),
+                         b.select(icmp("eq", kind, "3"), DOUBLE, b.op("fsub", DOUBLE, lhs, rhs),
+                                  b.select(icmp("eq", kind, "4"), DOUBLE, b.op("fmul", DOUBLE, lhs, rhs),
+                                           b.op("fdiv", DOUBLE, lhs, rhs))))
+            b.store(DOUBLE, b.select(leaf, DOUBLE, x, r), b.gep(DOUBLE, stack, b.select(leaf, I64, d, below)))
+            b.store(I64, b.select(leaf, I64, add(d, "1"), top_at), depth)
+        loop(sub(stop, start), node, "fnode")
+        v = b.load(DOUBLE, stack)
+        zero = T.const(DOUBLE, 0.0)
+        sign = sub(zext(b.fcmp("ogt", DOUBLE, v, zero)), zext(b.fcmp("olt", DOUBLE, v, zero)))
+        bit = bit_of(pair(fguards, g, 3, 2), sign)
+        ok = fn.block("fguard.ok")
+        holds = b.op("and", I1, b.cast("trunc", I64, bit, I1), b.fcmp("oeq", DOUBLE, v, v))  # (a NaN never holds)
         b.cbranch(holds, ok, fail)
         b.position_at_end(ok)
     loop(h("n_fguards"), float_guard, "fguard")
     table = h("table")
     loop(h("n_table"), lambda t: put(buf, pair(table, t, 2, 0), get(V, pair(table, t, 2, 1))), "table")
-    base = b.ptrtoint(buf, i64)
+    base = b.cast("ptrtoint", PTR, buf, I64)
     params_word = h("L_params")
-    params = b.add(base, b.mul(params_word, c(8)))
-    raw = b.bitcast(buf, i8.as_pointer())
+    params = add(base, mul(params_word, "8"))
     i32s = h("i32")
 
     def int32(k):
-        at = b.add(b.mul(params_word, c(8)), pair(i32s, k, 2, 0))
-        b.store(b.trunc(get(V, pair(i32s, k, 2, 1)), i32), b.bitcast(b.gep(raw, [at]), i32.as_pointer()))
+        at = add(mul(params_word, "8"), pair(i32s, k, 2, 0))
+        b.store(I32, b.cast("trunc", I64, get(V, pair(i32s, k, 2, 1)), I32), b.gep(I8, buf, at))
     loop(h("n_i32"), int32, "i32")
     pptr = h("pptr")
-    loop(h("n_pptr"), lambda k: put(buf, pair(pptr, k, 2, 0), b.add(params, pair(pptr, k, 2, 1))), "pptr")
+    loop(h("n_pptr"), lambda k: put(buf, pair(pptr, k, 2, 0), add(params, pair(pptr, k, 2, 1))), "pptr")
     offs, off_base = h("off_writes"), h("L_off")
-    loop(h("n_off"), lambda k: put(buf, b.add(off_base, pair(offs, k, 2, 0)), get(V, pair(offs, k, 2, 1))), "off")
+    loop(h("n_off"), lambda k: put(buf, add(off_base, pair(offs, k, 2, 0)), get(V, pair(offs, k, 2, 1))), "off")
     wss, ws_base_word = h("ws_writes"), h("L_ws")
 
     def ws(k):
-        byte = b.add(get(V, pair(wss, k, 3, 1)), get(V, pair(wss, k, 3, 2)))
-        put(buf, b.add(ws_base_word, k), byte)
-        put(buf, pair(wss, k, 3, 0), b.add(ws_base, byte))
+        byte = add(get(V, pair(wss, k, 3, 1)), get(V, pair(wss, k, 3, 2)))
+        put(buf, add(ws_base_word, k), byte)
+        put(buf, pair(wss, k, 3, 0), add(ws_base, byte))
     loop(h("n_ws"), ws, "ws")
     ctx = h("L_ctx")
     put(buf, ctx, base)
-    put(buf, b.add(ctx, c(2)), b.add(base, b.mul(off_base, c(8))))
-    reads, read_at = h("reads"), b.gep(scratch, [h("S_read")])
-    loop(h("n_read"), lambda k: put(read_at, k, get(V, get(prog, b.add(reads, k)))), "read")
-    b.ret(c(1))
+    put(buf, add(ctx, "2"), add(base, mul(off_base, "8")))
+    reads, read_at = h("reads"), b.gep(I64, scratch, h("S_read"))
+    loop(h("n_read"), lambda k: put(read_at, k, get(V, get(prog, add(reads, k)))), "read")
+    b.ret(I64, "1")
     top.branch(body)
     b.position_at_end(fail)
-    b.ret(c(0))
+    b.ret(I64, "0")
     b.position_at_end(zero_div)
-    b.ret(c(-1))
-    return str(mod)
+    b.ret(I64, "-1")
+    return mod.text()
 
 
 def size_fill():
