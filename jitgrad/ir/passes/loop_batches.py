@@ -147,19 +147,17 @@ def _split_chains(graph, steps) -> list:
     while n < len(steps):
         s = steps[n]
         run = [s]
-        if _plain_loop(s) and _candidate(s):
-            while n + len(run) < len(steps):
-                t = steps[n + len(run)]
-                if not (_plain_loop(t) and _candidate(t) and tuple(t.shape) == tuple(s.shape)
-                        and t.eqns[0].scope == s.eqns[0].scope):
-                    break
-                run.append(t)
+        splittable = _plain_loop(s) and _candidate(s)
+        while splittable and n + len(run) < len(steps):
+            t = steps[n + len(run)]
+            if not (_plain_loop(t) and _candidate(t) and tuple(t.shape) == tuple(s.shape)
+                    and t.eqns[0].scope == s.eqns[0].scope):
+                break
+            run.append(t)
         n += len(run)
-        chains = None
-        if _plain_loop(s) and _candidate(s):
-            if readers is None:
-                readers = _readers(graph, steps)
-            chains = _chains(run, readers)
+        if splittable and readers is None:
+            readers = _readers(graph, steps)
+        chains = _chains(run, readers) if splittable else None
         if chains is None:
             out += run
             continue
@@ -197,7 +195,7 @@ def _chains(run, readers):
     if len(chains) < 2 or any(len(c) > MAX_GROUP_EQNS for c in chains.values()):
         return None
     inside = {id(g) for g in run}
-    groups = [_chain_group(run[0].shape, c, inside, readers) for c in chains.values()]
+    groups = [_group_of(run[0].shape, c, inside, readers) for c in chains.values()]
     sigs = [signature(g) for g in groups]
     return groups if len(set(sigs)) < len(sigs) else None
 
@@ -215,9 +213,9 @@ def _readers(graph, steps) -> dict:
     return readers
 
 
-def _chain_group(shape, eqns, run, readers) -> Group:
-    """Chain ``eqns`` as a loop over ``shape``: its inputs in order of first use; its outputs the values read
-    by a step not in ``run`` (ids) or by the caller."""
+def _group_of(shape, eqns, run, readers, stored=None) -> Group:
+    """``eqns`` as one loop over ``shape``: its inputs in order of first use; its outputs the values (of
+    ``stored`` ids, when given) read by a step not in ``run`` (ids) or by the caller."""
     g = Group(shape)
     g.eqns = list(eqns)
     made = set()
@@ -226,7 +224,8 @@ def _chain_group(shape, eqns, run, readers) -> Group:
             if id(v) not in made and all(v is not x for x in g.inputs):
                 g.inputs.append(v)
         made.update(id(o) for o in e.outs)
-    g.outputs = [o for e in eqns for o in e.outs if any(r is None or id(r) not in run for r in readers.get(id(o), ()))]
+    g.outputs = [o for e in eqns for o in e.outs if (stored is None or id(o) in stored)
+                 and any(r is None or id(r) not in run for r in readers.get(id(o), ()))]
     return g
 
 
@@ -240,12 +239,7 @@ def _join_neighbours(graph, steps) -> list:
     of per-gradient sums of squares was one 0-d launch per gradient (B9: 50); the joined loop computes the same
     eqns in the same order (the same bits) and stores only what a later step or the caller reads.  Shapes are
     compared without a guard (``known_equal``): a join must not tie a trace to sizes differing by value."""
-    readers = {}        # id(Var) -> the steps that read it
-    for s in steps:
-        for v in (s.reads if isinstance(s, (Group, LoopBatch)) else s.ins):
-            if isinstance(v, Var):
-                readers.setdefault(id(v), []).append(s)
-    outs = {id(v) for v in graph.outputs if isinstance(v, Var)}
+    readers = _readers(graph, steps)
     res = []
     run = []            # the groups being joined (res[-1] their join, once there are two)
     for s in steps:
@@ -253,23 +247,16 @@ def _join_neighbours(graph, steps) -> list:
         if prev is not None and _plain_loop(s) and known_equal(s.shape, prev.shape) is True and s.eqns[0].scope == prev.eqns[0].scope \
                 and len(res[-1].eqns) + len(s.eqns) <= MAX_GROUP_EQNS:
             run.append(s)
-            res[-1] = _joined(run, readers, outs)
+            res[-1] = _joined(run, readers)
             continue
         run = [s] if _plain_loop(s) else []
         res.append(s)
     return res
 
 
-def _joined(run, readers, outs) -> Group:
-    g = Group(run[0].shape)
-    members = {id(m) for m in run}
-    made = set()
-    for m in run:
-        g.eqns += m.eqns
-        g.inputs += [v for v in m.inputs if id(v) not in made and all(v is not x for x in g.inputs)]
-        made.update(id(o) for e in m.eqns for o in e.outs)
-    g.outputs = [o for m in run for o in m.outputs
-                 if id(o) in outs or any(id(r) not in members for r in readers.get(id(o), ()))]
+def _joined(run, readers) -> Group:
+    g = _group_of(run[0].shape, [e for m in run for e in m.eqns], {id(m) for m in run}, readers,
+                  {id(o) for m in run for o in m.outputs})
     g.index = run[0].index
     return g
 
