@@ -12,6 +12,8 @@ parallel over (member, chunk) (``codegen/program/batch_steps.py``, ``codegen/ker
 """
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -199,30 +201,54 @@ def _gpt(grouped, monkeypatch):
     return launches, [p.detach().numpy().copy() for p in m.parameters()]
 
 
+def _members(la) -> int:
+    return int(la.label.split()[2].rstrip(":")) if la.label.startswith("batch of") else 1
+
+
+def _ops(launches) -> Counter:
+    """Every eqn the loops run, by op name (a batch's body once per member)."""
+    out = Counter()
+    for la in launches:
+        for op in la.label[la.label.index("[") + 1:la.label.index("]")].split(","):
+            out[op] += _members(la)
+    return out
+
+
 def test_a_gpt_step_batches_its_update_clipping_and_write_backs(monkeypatch):
-    """A B9-style step: AdamW's per-parameter updates and clipping's per-parameter sums of squares run as a few
-    batches, clipping's running total of those sums as one loop, and the step counts' write-backs (after the
-    embedding's steps that may raise, so not in place) as one; the parameters are the ungrouped program's bit for
-    bit."""
+    """A B9-style step: AdamW's per-parameter updates and step-count scalars and clipping's per-parameter sums of
+    squares run as a few batches, clipping's running total of those sums as one loop, and the step counts'
+    write-backs (after the embedding's steps that may raise, so not in place) as one; every eqn is still run once;
+    the parameters are the ungrouped program's bit for bit."""
     grouped, params = _gpt(True, monkeypatch)
     ungrouped, params_u = _gpt(False, monkeypatch)
     n = len(params)
     wb = [la for la in ungrouped if la.label == "write-back"]
     assert len(wb) >= n
     assert [la.label for la in grouped if la.label.startswith("write-back")] == [f"write-back (batch of {len(wb)})"]
-    batches = [la for la in grouped if la.kind == "batch" and not la.label.startswith("write-back")]
-    members = sum(int(la.label.split()[2].rstrip(":")) for la in batches)
-    assert members >= 1.5 * n       # clipping's sum per parameter, and most of the updates
-    # each batch launches once for its members (the write-backs' batch is a loop launch too); clipping's running
-    # total, one 0-d add per gradient between the sums of squares, joins the clip coefficient's loop once the sums
-    # moved into their batch (loop_batches._join_neighbours); the rest of the step is launched as before
+    loops = [la for la in _loops(grouped) if not la.label.startswith("write-back")]
+    batches = [la for la in loops if la.kind == "batch"]
+    members = sum(map(_members, batches))
+    assert members >= 2.5 * n       # clipping's sum per parameter, the updates and the step counts' scalars
+    # each batch launches once for its members; clipping's running total, one 0-d add per gradient between the
+    # sums of squares, joins the clip coefficient's loop once the sums moved into their batch
+    # (loop_batches._join_neighbours); the per-parameter chains that fusion had put side by side in one loop
+    # (0-d step-count scalars, same-shape updates) are members too (loop_batches._split_chains)
     adds = [la for la in ungrouped if la.kind == "fused" and la.label.endswith("[add] gpt_model.py:98")]
     assert len(adds) >= n // 2          # (one per gradient after the first)
     assert not any(la.label.endswith("[add] gpt_model.py:98") for la in grouped)
     clip = [la for la in grouped if la.kind == "fused" and "clamp" in la.label]
     assert len(clip) == 1 and clip[0].label.count("add") == len(adds) + 2
-    assert len(_loops(grouped)) == len(_loops(ungrouped)) - members + len(batches) + 1 - len(adds)
-    assert len(grouped) == len(ungrouped) - (members - len(batches)) - (len(wb) - 1) - len(adds)
+    assert _ops(loops) == _ops(_loops(ungrouped))
+
+    def optimiser(la):          # gpt_model.make_step's lines: clipping (98) and the update (99)
+        return la.label.rsplit(" ", 1)[-1] in ("gpt_model.py:98", "gpt_model.py:99", "gpt_model.py:98-99")
+    assert sum(map(optimiser, _loops(ungrouped))) >= 2 * n
+    assert sum(map(optimiser, loops)) <= sum(map(optimiser, batches)) + 3      # the clip and decay factors
+    # the rest of the step is launched as before
+    rest = [la for la in loops if not optimiser(la)]
+    assert len(rest) == sum(not optimiser(la) for la in _loops(ungrouped)) \
+        - sum(_members(la) - 1 for la in rest if la.kind == "batch")
+    assert len(grouped) - len(loops) == len(ungrouped) - len(_loops(ungrouped)) - (len(wb) - 1)
     for p, q in zip(params, params_u):
         np.testing.assert_array_equal(p, q)
 
@@ -240,3 +266,52 @@ def test_a_loop_reading_a_scatters_result_stays_after_it():
     g = jg.compile(f, backend="numba", background=False)
     np.testing.assert_allclose(g(x, y, idx, v).numpy(), f(x, y, idx, v).numpy(), rtol=1e-6)
     assert "batch of" not in str(g.fusion_plan(x, y, idx, v))
+
+
+def _ir_lines(text) -> int:
+    """LLVM IR instructions of a rendered kernel: the lines of its function bodies, less labels."""
+    n, inside = 0, False
+    for line in text.splitlines():
+        if line.startswith("define "):
+            inside = True
+        elif line.startswith("}"):
+            inside = False
+        elif inside and line.strip() and not line.strip().endswith(":"):
+            n += 1
+    return n
+
+
+def _update_kernels(kind, n):
+    """The kernels of a compiled ``opt.step()`` over ``n`` parameters (SHAPES' first four, cycled) and their
+    LLVM IR instructions, with the step's results checked against eager mode's."""
+    from jitgrad.codegen.kernels import ir_loops
+    from jitgrad.codegen.program.cpu import lay_out
+    from jitgrad.ir.passes import fusion_plan
+    runs = []
+    for compiled in (True, False):
+        rng = np.random.default_rng(0)
+        params = [jg.nn.Parameter(jg.tensor(rng.standard_normal(SHAPES[k % 4]).astype(np.float32)))
+                  for k in range(n)]
+        for p in params:
+            p.grad = jg.tensor(rng.standard_normal(p.shape).astype(np.float32))
+        opt = OPTIMIZERS[kind](params)
+        f = jg.compile(opt.step, backend="numba", background=False) if compiled else opt.step
+        fc = f if compiled else fc
+        for _ in range(2):
+            f()
+        runs.append([p.detach().numpy() for p in params])
+    for p, q in zip(*runs):
+        np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
+    (entries,) = fc._cache.values()
+    kernels = lay_out(fusion_plan(entries[0].graph)).kernels.values()
+    return [(k.kind, _ir_lines(ir_loops.render(k.ir, k.key))) for k in kernels]
+
+
+@pytest.mark.parametrize("kind", sorted(OPTIMIZERS))
+def test_an_updates_kernels_do_not_grow_with_the_number_of_parameters(kind):
+    """4 or 40 parameters: the same kernels, of the same LLVM IR size (each batch kernel's loop runs over a table
+    of its members' argument blocks; Adam's per-parameter step-count scalars, which fusion had put side by side
+    in straight-line loops, one ``pow`` per parameter, are members of a batch too)."""
+    few, many = _update_kernels(kind, 4), _update_kernels(kind, 40)
+    assert sorted(many) == sorted(few)
+    assert any(kind == "batch" for kind, _ in many)

@@ -17,6 +17,14 @@ reads nothing computed at or after the batch's first member (the graph is SSA: r
 and a member's own outputs count, so no member reads another's; state updates computed in place are the
 layout's decision, taken in the new order, and so is which updates run after a step that may raise).  A group
 that cannot move up starts the next batch of its signature.  ``JITGRAD_GROUP_LOOPS=0`` turns it off.
+
+Chains fused side by side: the fusion pass joins consecutive eqns of one shape into a loop whether or not they
+depend on each other, so an optimiser's per-parameter 0-d work (Adam's ``step + 1``, ``1 - beta1 ** step``,
+``sqrt(1 - beta2 ** step)``, ``lr / ...``: one chain per parameter, each reading its own step count) came as a few
+straight-line kernels holding every parameter's chain (nanoGPT's step: 4 kernels of 2,600 LLVM IR lines, each
+``pow`` expanded again per parameter).  Before batching, such a run of loops is split into its independent chains
+when two or more of them have one body (``_split_chains``): they then batch as any other members, into one kernel
+whose IR does not grow with the number of parameters; the chains computed alone are joined again afterwards.
 """
 from __future__ import annotations
 
@@ -95,7 +103,7 @@ def signature(g: Group):
 
 def batch_loops(plan: Plan) -> Plan:
     """``plan`` with its batchable groups (see the module docstring) gathered into ``LoopBatch`` steps."""
-    steps = plan.steps
+    steps = _split_chains(plan.graph, plan.steps)
     made_at = {}        # id(Var) -> the step that computes it
     open_ = {}          # signature -> its batch's member step indices (the first is where the batch stands)
     batches = []
@@ -115,7 +123,7 @@ def batch_loops(plan: Plan) -> Plan:
                 made_at[id(v)] = n
     batches = [m for m in batches if len(m) >= 2]
     if not batches:
-        return plan
+        return plan if steps is plan.steps else Plan(plan.graph, _join_neighbours(plan.graph, steps))
     at_start = {m[0]: m for m in batches}
     moved = {n for m in batches for n in m}
     out = []
@@ -125,6 +133,100 @@ def batch_loops(plan: Plan) -> Plan:
         elif n not in moved:
             out.append(s)
     return Plan(plan.graph, _join_neighbours(plan.graph, out))
+
+
+def _split_chains(graph, steps) -> list:
+    """``steps`` with each run of consecutive plain loops over one concrete shape (and profiler scope) split into
+    its independent chains, one group each, when two or more chains have one ``signature`` (the module docstring);
+    ``steps`` itself when no run has such chains.  A chain is the eqns connected by the values they compute
+    inside the run; it stores what the caller or a later step reads.  The chains of a run read nothing another
+    computes, so any order of them computes what the run did, each chain's eqns in their order."""
+    readers = None
+    out, changed, n = [], False, 0
+    fresh = 1 + max((s.index for s in steps if isinstance(s, Group)), default=0)
+    while n < len(steps):
+        s = steps[n]
+        run = [s]
+        splittable = _plain_loop(s) and _candidate(s)
+        while splittable and n + len(run) < len(steps):
+            t = steps[n + len(run)]
+            if not (_plain_loop(t) and _candidate(t) and tuple(t.shape) == tuple(s.shape)
+                    and t.eqns[0].scope == s.eqns[0].scope):
+                break
+            run.append(t)
+        n += len(run)
+        if splittable and readers is None:
+            readers = _readers(graph, steps)
+        chains = _chains(run, readers) if splittable else None
+        if chains is None:
+            out += run
+            continue
+        for g in chains:
+            g.index, fresh = fresh, fresh + 1
+            out.append(g)
+        changed = True
+    return out if changed else steps
+
+
+def _chains(run, readers):
+    """The independent chains of the eqns of loops ``run`` as groups, ordered by their first eqn, when two or
+    more have one body; else None."""
+    eqns = [e for g in run for e in g.eqns]
+    if len({id(e) for e in eqns}) != len(eqns):
+        return None         # a value recomputed by two of the loops: left as planned
+    root = list(range(len(eqns)))
+
+    def find(i):
+        while root[i] != i:
+            root[i] = root[root[i]]
+            i = root[i]
+        return i
+    made = {}
+    for i, e in enumerate(eqns):
+        for v in e.ins:
+            j = made.get(id(v))
+            if j is not None:
+                root[find(j)] = find(i)
+        for o in e.outs:
+            made[id(o)] = i
+    chains = {}
+    for i, e in enumerate(eqns):
+        chains.setdefault(find(i), []).append(e)
+    if len(chains) < 2 or any(len(c) > MAX_GROUP_EQNS for c in chains.values()):
+        return None
+    inside = {id(g) for g in run}
+    groups = [_group_of(run[0].shape, c, inside, readers) for c in chains.values()]
+    sigs = [signature(g) for g in groups]
+    return groups if len(set(sigs)) < len(sigs) else None
+
+
+def _readers(graph, steps) -> dict:
+    """id(Var) -> the steps that read it; the graph's outputs are read by None."""
+    readers = {}
+    for s in steps:
+        for v in (s.reads if isinstance(s, (Group, LoopBatch)) else s.ins):
+            if isinstance(v, Var):
+                readers.setdefault(id(v), []).append(s)
+    for v in graph.outputs:
+        if isinstance(v, Var):
+            readers.setdefault(id(v), []).append(None)
+    return readers
+
+
+def _group_of(shape, eqns, run, readers, stored=None) -> Group:
+    """``eqns`` as one loop over ``shape``: its inputs in order of first use; its outputs the values (of
+    ``stored`` ids, when given) read by a step not in ``run`` (ids) or by the caller."""
+    g = Group(shape)
+    g.eqns = list(eqns)
+    made = set()
+    for e in eqns:
+        for v in e.ins:
+            if id(v) not in made and all(v is not x for x in g.inputs):
+                g.inputs.append(v)
+        made.update(id(o) for o in e.outs)
+    g.outputs = [o for e in eqns for o in e.outs if (stored is None or id(o) in stored)
+                 and any(r is None or id(r) not in run for r in readers.get(id(o), ()))]
+    return g
 
 
 def _plain_loop(s) -> bool:
@@ -137,12 +239,7 @@ def _join_neighbours(graph, steps) -> list:
     of per-gradient sums of squares was one 0-d launch per gradient (B9: 50); the joined loop computes the same
     eqns in the same order (the same bits) and stores only what a later step or the caller reads.  Shapes are
     compared without a guard (``known_equal``): a join must not tie a trace to sizes differing by value."""
-    readers = {}        # id(Var) -> the steps that read it
-    for s in steps:
-        for v in (s.reads if isinstance(s, (Group, LoopBatch)) else s.ins):
-            if isinstance(v, Var):
-                readers.setdefault(id(v), []).append(s)
-    outs = {id(v) for v in graph.outputs if isinstance(v, Var)}
+    readers = _readers(graph, steps)
     res = []
     run = []            # the groups being joined (res[-1] their join, once there are two)
     for s in steps:
@@ -150,23 +247,16 @@ def _join_neighbours(graph, steps) -> list:
         if prev is not None and _plain_loop(s) and known_equal(s.shape, prev.shape) is True and s.eqns[0].scope == prev.eqns[0].scope \
                 and len(res[-1].eqns) + len(s.eqns) <= MAX_GROUP_EQNS:
             run.append(s)
-            res[-1] = _joined(run, readers, outs)
+            res[-1] = _joined(run, readers)
             continue
         run = [s] if _plain_loop(s) else []
         res.append(s)
     return res
 
 
-def _joined(run, readers, outs) -> Group:
-    g = Group(run[0].shape)
-    members = {id(m) for m in run}
-    made = set()
-    for m in run:
-        g.eqns += m.eqns
-        g.inputs += [v for v in m.inputs if id(v) not in made and all(v is not x for x in g.inputs)]
-        made.update(id(o) for e in m.eqns for o in e.outs)
-    g.outputs = [o for m in run for o in m.outputs
-                 if id(o) in outs or any(id(r) not in members for r in readers.get(id(o), ()))]
+def _joined(run, readers) -> Group:
+    g = _group_of(run[0].shape, [e for m in run for e in m.eqns], {id(m) for m in run}, readers,
+                  {id(o) for m in run for o in m.outputs})
     g.index = run[0].index
     return g
 
