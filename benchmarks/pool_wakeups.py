@@ -4,7 +4,9 @@ Per warm step of B9's compiled step (``gpt_model.py``, default shape), in this p
 (``workpool.rounds``), the rounds in which the calling thread ran a chunk itself (``workpool.caller_rounds``), the
 parallel launches of the step's records (``step.launches``), and every thread's context switches from
 ``/proc/self/task/*/status`` (voluntary: the thread slept, so something had to wake it; nonvoluntary: the
-scheduler took its core), split between the calling thread and the others.
+scheduler took its core), split between the calling thread and the others; on jitgrad's own pool
+(``spin_pool.py``, the default) its counters per step: the futex sleeps of the workers and of the caller (each
+with its wake call), the waits a spin ended, the spins cut short by a descheduled spinner (``busy``).
 
     NUMBA_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 JITGRAD_BACKGROUND_COMPILE=0 python benchmarks/pool_wakeups.py
     ... --steps 20 --layers 4 --json
@@ -65,10 +67,13 @@ if args.pin_caller:     # after the pool started: its workers take their cores f
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 caller_rounds = getattr(workpool, "caller_rounds", lambda: 0)
 me = threading.get_native_id()
+spin = getattr(workpool, "spinning", lambda: None)()
+p0 = spin.stats() if spin else {}
 s0, r0, c0 = switches(), workpool.rounds(), caller_rounds()
 for _ in range(args.steps):
     loss = float(step(x, y))
 s1, r1, c1 = switches(), workpool.rounds(), caller_rounds()
+p1 = spin.stats() if spin else {}
 n = max(1, args.steps)
 
 
@@ -84,6 +89,7 @@ out = {"threads": workpool.threads(), "queues": getattr(workpool, "queues", work
        "caller_switches_per_step": per_step(lambda t: t == me),
        "other_switches_per_step": per_step(lambda t: t != me),
        "each_thread_per_step": sorted(per_step(lambda t, u=u: t == u) for u in s1 if u != me),
-       "loss": loss}
+       "pool": "spin" if spin else "workqueue",
+       "spin_pool_per_step": {k: round((p1[k] - p0[k]) / n, 1) for k in p1}, "loss": loss}
 print(json.dumps(out) if args.json else "\n".join(f"{k}: {v}" for k, v in out.items()))
 sys.stdout.flush()

@@ -25,7 +25,7 @@ anyone spun, changes no result bit.
 
 **A busy machine: stop spinning at once.**  A spinning thread reads the clock every 32 ``pause``s; a gap of over
 ``GAP_NS`` between two reads means it was descheduled (another runnable thread wants its core), and then every
-wait of the next ``QUIET_ROUNDS`` sleeps at once (counted: ``stats()['busy']``).  So a core taken by another
+wait of the next ``QUIET_ROUNDS`` rounds sleeps at once (counted: ``stats()['busy']``).  So a core taken by another
 process costs us what the sleeping pool costs (the pacer's rule: at most 2x), and spinning never takes time from
 the thread a spinner waits for.  ``JITGRAD_POOL_SPIN`` (microseconds, default ``SPIN_US``) sets the spin; 0 sleeps
 at once, as ``workqueue`` does; ``JITGRAD_POOL=workqueue`` keeps Numba's library altogether (``workpool.py``).
@@ -47,8 +47,9 @@ MAX_QUEUES = 256        # workers at most (the pool's size is the machine's core
 MAX_TASKS = 16          # queued tasks per worker per round; more run on the calling thread at ``add_task``
 SPIN_US = 50            # how long a thread spins before it sleeps, microseconds (JITGRAD_POOL_SPIN)
 GAP_NS = 200_000        # a gap this long between two clock reads of a spin: the thread was descheduled
-QUIET_ROUNDS = 64       # waits that sleep at once after a spinner saw such a gap
-STAT_NAMES = ("worker_sleeps", "worker_wakes", "caller_sleeps", "caller_wakes", "rounds", "busy", "spin_hits")
+QUIET_ROUNDS = 64       # rounds whose waits sleep at once after a spinner saw such a gap
+STAT_NAMES = ("worker_sleeps", "worker_wakes", "caller_sleeps", "caller_wakes", "rounds", "busy", "spin_hits",
+              "spins")
 _FUTEX = {"x86_64": 202, "AMD64": 202, "aarch64": 98, "arm64": 98}
 _PAUSE = {"x86_64": "call void @llvm.x86.sse2.pause()", "AMD64": "call void @llvm.x86.sse2.pause()",
           "aarch64": 'call void asm sideeffect "yield", ""()', "arm64": 'call void asm sideeffect "yield", ""()'}
@@ -128,12 +129,7 @@ entry:
   %off = icmp eq i64 %budget, 0
   %busy = icmp sgt i32 %q, 0
   %skip = or i1 %off, %busy
-  br i1 %skip, label %noskip_check, label %start
-noskip_check:
-  br i1 %busy, label %count_down, label %once
-count_down:
-  %o = atomicrmw sub ptr @jitgrad_pool_quiet, i32 1 monotonic
-  br label %once
+  br i1 %skip, label %once, label %start
 once:
   %v0 = load atomic i32, ptr %w acquire, align 4
   %z0 = icmp eq i32 %v0, 0
@@ -141,6 +137,7 @@ once:
   %d0 = select i1 %zero, i1 %z0, i1 %n0
   ret i1 %d0
 start:
+  call void @stat(i32 7)
   %t0 = call i64 @now()
   br label %loop
 loop:
@@ -347,6 +344,13 @@ go:
 round:
   store i32 %n, ptr @jitgrad_pool_pending
   call void @stat(i32 4)
+  %q = load atomic i32, ptr @jitgrad_pool_quiet monotonic, align 4
+  %busy = icmp sgt i32 %q, 0
+  br i1 %busy, label %count_down, label %publish
+count_down:
+  %o1 = atomicrmw sub ptr @jitgrad_pool_quiet, i32 1 monotonic
+  br label %publish
+publish:
   %o = atomicrmw add ptr @jitgrad_pool_gen, i32 1 seq_cst
   %w = load atomic i32, ptr @jitgrad_pool_wsleep seq_cst, align 4
   %asleep = icmp sgt i32 %w, 0
@@ -497,7 +501,8 @@ class Pool:
 
     def stats(self) -> dict:
         """Cumulative counts: worker futex sleeps and the caller's wake calls for them, the caller's sleeps and
-        the workers' wake calls for it, rounds, busy cores seen by spinners, waits a spin ended."""
+        the workers' wake calls for it, rounds, busy cores seen by spinners, waits that ended in their spin (or
+        found the round already there), waits that spun."""
         return {name: int(self._stats[i]) for i, name in enumerate(STAT_NAMES)}
 
 

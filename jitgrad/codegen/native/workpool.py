@@ -300,18 +300,18 @@ def launch() -> int:
     pool shared with Numba keeps one worker per core (Numba's kernels split into that many chunks) and every chunk
     on a worker."""
     global _QUEUES, _FUNCS
+    spin = _spin_pool()
+    lib = library() if spin is None else None       # (takes _lock itself)
+    if spin is None and lib is None:
+        raise RuntimeError("parallel kernels need jitgrad's pool (Linux) or Numba's workqueue library")
     with _lock:
         if _THREADS.value == 0:
             n = default_threads()
-            spin = _spin_pool()
             if spin is not None:
                 _QUEUES = spin.start(n - 1) if n >= 2 else 0
                 _CALLER.value = 1 if n >= 2 else 0
                 _FUNCS = (spin.add_task, spin.ready, spin.synchronize)
             else:
-                lib = library()
-                if lib is None:
-                    raise RuntimeError("parallel kernels need jitgrad's pool (Linux) or Numba's workqueue library")
                 mine = _PRIVATE and n >= 2
                 # a no-op when Numba (sharing the library) launched its pool first
                 ctypes.CFUNCTYPE(None, ctypes.c_int)(lib.launch_threads)(n - 1 if mine else n)
