@@ -70,6 +70,7 @@ me = threading.get_native_id()
 spin = getattr(workpool, "spinning", lambda: None)()
 p0 = spin.stats() if spin else {}
 s0, r0, c0 = switches(), workpool.rounds(), caller_rounds()
+loss = None
 for _ in range(args.steps):
     loss = float(step(x, y))
 s1, r1, c1 = switches(), workpool.rounds(), caller_rounds()

@@ -1,14 +1,24 @@
-"""The worker threads of parallel kernels built without Numba: Numba's ``workqueue`` library, loaded alone.
+"""The worker threads of parallel kernels built without Numba: jitgrad's own pool, or Numba's ``workqueue`` library.
 
 A parallel kernel (``loops.Kernel.parallel``: its outer loop is a ``prange``) built by ``ir_loops`` splits that loop
 into one chunk per thread of a launch (``threads()``) and hands them to the pool through three C functions of
-Numba's ``workqueue`` threading layer: ``add_task`` (one task per worker queue), ``ready`` (wake them) and
-``synchronize`` (wait for all).  That library is a small C extension that imports nothing from Numba, so loading
-it costs a ``dlopen``, not Numba's ~0.7 s import: a cold build of a large graph needs no Numba, and a warm start
-loads parallel kernels with llvmlite alone.
+Numba's ``workqueue`` interface: ``add_task`` (one task per worker queue), ``ready`` (wake them) and
+``synchronize`` (wait for all).  Two pools implement it:
 
-**The calling thread runs a chunk.**  ``ready`` wakes every queue of the library, so the only way a launch wakes
-fewer workers than it has chunks is a pool with fewer queues: jitgrad's has ``default_threads() - 1`` workers, and
+- **``spin_pool.py``, the default** (``JITGRAD_POOL=spin``): jitgrad's own, in LLVM IR, whose workers spin briefly
+  after a round (``JITGRAD_POOL_SPIN`` microseconds, default 50; 0 sleeps at once) before they sleep on a futex,
+  and whose caller spins the same way in ``synchronize``, so back-to-back rounds cost no system call; a spinner
+  that sees it lost its core stops spinning for a while (a busy machine).  Linux only.
+- **``workqueue``** (``JITGRAD_POOL=workqueue``, and where ``spin_pool`` cannot run): Numba's small C extension,
+  which imports nothing from Numba, loaded with a ``dlopen``; its workers sleep on a condition after every round.
+
+Counted (``benchmarks/pool_wakeups.py --pin-caller``, B9's step, 106 rounds, 2 threads, 2026-11-30 on a loaded
+machine, load average ~11 on 2 cores): voluntary context switches a step, caller + worker, 107.5 + 114.9 on
+``workqueue`` -> 21.4 + 27.1 on ``spin_pool`` (its counters: 27.6 worker sleeps, 21.8 caller sleeps, 78.4 rounds
+found by a spinning worker), the same loss bits.
+
+**The calling thread runs a chunk.**  ``ready`` wakes every queue of the pool, so the only way a launch wakes
+fewer workers than it has chunks is a pool with fewer queues: jitgrad's have ``default_threads() - 1`` workers, and
 the calling thread runs chunk 0 of every pooled launch between ``ready`` and ``synchronize`` (``pool_abi.round_``)
 instead of sleeping there.  At two threads a launch wakes one worker, not two, and the caller's cache stays warm
 (B9's step, 110 rounds, counted 2026-11-30 with the caller on the first core: the process's context switches
@@ -16,8 +26,9 @@ instead of sleeping there.  At two threads a launch wakes one worker, not two, a
 The chunks are the same whoever runs them (fixed by the thread count, summed in chunk order), so results do not
 depend on it, and a chunk reports an error or an anomaly through the same arguments on any thread.  Numba's own
 parallel kernels (``threads.py``'s layer) split into ``NUMBA_NUM_THREADS`` chunks, one per queue, and would overrun
-a pool one queue short, so jitgrad loads a private copy of the library (``library``: its own C state, its own
-threads; ``JITGRAD_PRIVATE_POOL=0`` shares Numba's, where every chunk goes to a worker and the caller waits).  The
+a pool one queue short, so on ``workqueue`` jitgrad loads a private copy of the library (``library``: its own C
+state, its own threads; ``JITGRAD_PRIVATE_POOL=0`` shares Numba's, where every chunk goes to a worker and the
+caller waits).  The
 two pools never run at once (``threads.LAUNCH_LOCK``), and Numba's starts only when a Numba-built parallel kernel
 runs.
 
@@ -52,8 +63,9 @@ timed: with equal static chunks, the launch's wall time already waits for the sl
 core taken by another process shows as.
 
 Not thread-safe: one launch at a time per process (``threads.LAUNCH_LOCK``, held around calls of graphs with a
-parallel kernel).  After a fork the child's pool is empty and the library starts new workers at the child's first
-launch (its own ``pthread_atfork`` handler); ``threads.py`` pins them again.
+parallel kernel).  After a fork the child's pool is empty and either pool starts new workers at the child's first
+launch (``spin_pool``: ``os.register_at_fork``; ``workqueue``: its own ``pthread_atfork`` handler); ``threads.py``
+pins them again.
 """
 from __future__ import annotations
 
