@@ -1,6 +1,6 @@
 """Counts, never times: what one compiled B9 step asks of the worker pool.
 
-Per warm step of B9's compiled step (``gpt_model.py``, default shape), in this process: the pool rounds
+Per warm step of B9's compiled step (``gpt_model.py``, default shape; ``--workload b1``: B1's), in this process: the pool rounds
 (``workpool.rounds``), the rounds in which the calling thread ran a chunk itself (``workpool.caller_rounds``), the
 parallel launches of the step's records (``step.launches``), and every thread's context switches from
 ``/proc/self/task/*/status`` (voluntary: the thread slept, so something had to wake it; nonvoluntary: the
@@ -26,6 +26,8 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--steps", type=int, default=20)
 ap.add_argument("--layers", type=int, default=4)
 ap.add_argument("--json", action="store_true")
+ap.add_argument("--workload", choices=("b9", "b1"), default="b9", help="B9's GPT step (default) or B1's MLP step "
+                "(no launch records then)")
 ap.add_argument("--pin-caller", action="store_true",
                 help="run the calling thread on the first core only (the pool leaves it to the caller): counts "
                      "that do not depend on where a loaded machine's scheduler put it")
@@ -54,15 +56,30 @@ def switches() -> dict:
     return out
 
 
-jg.manual_seed(0)
-model = gpt_model.make_gpt(jg, 65, 64, 128, 4, args.layers, dropout=0.0, sdpa=False)
-opt = gpt_model.make_optimizer(jg, model, lr=3e-4)
-step = jg.compile(gpt_model.make_step(jg, model, model, opt), backend="numba")
-g = jg.Generator().manual_seed(1)
-x, y = jg.randint(0, 65, (16, 64), generator=g), jg.randint(0, 65, (16, 64), generator=g)
-for _ in range(3):
-    float(step(x, y))
-launches = step.launches(x, y)
+if args.workload == "b1":      # B1's MLP step (benchmarks/b1_mlp.py's shape)
+    sys.path.insert(0, here)
+    import harness                                          # noqa: E402
+    import mlp                                              # noqa: E402
+    run, _ = mlp.make_jitgrad(*harness.mlp_data(256, 784, 512, 10), "numba")
+    for _ in range(3):
+        float(run())
+    launches = []
+
+    def one_step():
+        return float(run())
+else:
+    jg.manual_seed(0)
+    model = gpt_model.make_gpt(jg, 65, 64, 128, 4, args.layers, dropout=0.0, sdpa=False)
+    opt = gpt_model.make_optimizer(jg, model, lr=3e-4)
+    step = jg.compile(gpt_model.make_step(jg, model, model, opt), backend="numba")
+    g = jg.Generator().manual_seed(1)
+    x, y = jg.randint(0, 65, (16, 64), generator=g), jg.randint(0, 65, (16, 64), generator=g)
+    for _ in range(3):
+        float(step(x, y))
+    launches = step.launches(x, y)
+
+    def one_step():
+        return float(step(x, y))
 if args.pin_caller:     # after the pool started: its workers take their cores from this thread's mask
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 caller_rounds = getattr(workpool, "caller_rounds", lambda: 0)
@@ -72,7 +89,7 @@ p0 = spin.stats() if spin else {}
 s0, r0, c0 = switches(), workpool.rounds(), caller_rounds()
 loss = None
 for _ in range(args.steps):
-    loss = float(step(x, y))
+    loss = one_step()
 s1, r1, c1 = switches(), workpool.rounds(), caller_rounds()
 p1 = spin.stats() if spin else {}
 n = max(1, args.steps)
