@@ -96,15 +96,16 @@ print(json.dumps({"ran": ran, "me": me, "stats": delta(before), "workers": pool.
 def test_waits_spin_while_the_spin_lasts_and_sleep_after_it():
     """The clock scripted: while it stands still every wait ends in its spin (no futex call on either side: the
     first round found the worker spinning already); a clock that passes the spin between two reads (but under
-    the gap of a descheduled thread) makes every wait sleep, each sleep answered by one wake call; ``spin`` 0
-    sleeps at once (no wait spins)."""
+    the gap of a descheduled thread) makes the waits sleep; ``spin`` 0
+    sleeps at once (no wait spins).  A sleep is counted when a thread calls ``FUTEX_WAIT``, which returns at
+    once when the round moved meanwhile: sleeps and wake calls need not pair up."""
     outs = _run("""
 scripted_clock(0)
 pool.set_spin_ns(10**9)
 pool.start(1)
 before = pool.stats(); rounds(20, 1); print(json.dumps(delta(before)))
-scripted_clock(spin_pool.GAP_NS // 2)
-pool.set_spin_ns(spin_pool.GAP_NS // 4)
+scripted_clock(spin_pool.GAP_NS // 8)    # (the clock is shared: another spinner's reads add steps between two)
+pool.set_spin_ns(spin_pool.GAP_NS // 16)
 rounds(1, 1)
 before = pool.stats(); rounds(20, 1, 0.005); print(json.dumps(delta(before)))
 pool.set_spin_ns(0)
@@ -117,9 +118,8 @@ before = pool.stats(); rounds(20, 1, 0.005); print(json.dumps(delta(before)))
     # (5 ms between rounds; a worker that loses its core longer than that finds the next round already there)
     assert slept["spins"] >= 40 and slept["worker_sleeps"] >= 10, slept     # both sides spun every round
     assert off["spins"] == 0 and off["worker_sleeps"] >= 10, off
-    for s in (slept, off):      # every sleep answered by a wake call (a lost one hangs the test instead)
-        assert s["worker_wakes"] >= s["worker_sleeps"] and s["caller_wakes"] >= s["caller_sleeps"], s
-        assert s["busy"] == 0, s
+    for s in (slept, off):      # (a lost wake-up hangs the test instead: its timeout fails it)
+        assert s["worker_wakes"] > 0 and s["busy"] == 0, s
 
 
 def test_a_descheduled_spinner_makes_the_next_waits_sleep_at_once():
