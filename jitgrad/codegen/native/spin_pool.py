@@ -45,7 +45,12 @@ import threading
 
 MAX_QUEUES = 256        # workers at most (the pool's size is the machine's cores less one)
 MAX_TASKS = 16          # queued tasks per worker per round; more run on the calling thread at ``add_task``
-SPIN_US = 50            # how long a thread spins before it sleeps, microseconds (JITGRAD_POOL_SPIN)
+# how long a thread spins before it sleeps, microseconds (JITGRAD_POOL_SPIN): the serial stretches between two of
+# B9's 106 rounds a step, counted from its launch records (the work of the steps between two pooled launches):
+# 14 over 2.5e6 cost units (~50 us at ~0.02 ns a unit on one core), 6 over 5e6, none over 1e7 (the longest 9.5e6,
+# ~190 us); so a 50 us spin let ~14 rounds a step pay a wake-up, 250 us about none (the first round of a step
+# excepted: Python runs between steps).  OpenBLAS's threads spin ~400 us after a call (threads.py).
+SPIN_US = 250
 GAP_NS = 200_000        # a gap this long between two clock reads of a spin: the thread was descheduled
 QUIET_ROUNDS = 64       # rounds whose waits sleep at once after a spinner saw such a gap
 STAT_NAMES = ("worker_sleeps", "worker_wakes", "caller_sleeps", "caller_wakes", "rounds", "busy", "spin_hits",

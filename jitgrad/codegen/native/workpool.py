@@ -6,7 +6,7 @@ Numba's ``workqueue`` interface: ``add_task`` (one task per worker queue), ``rea
 ``synchronize`` (wait for all).  Two pools implement it:
 
 - **``spin_pool.py``, the default** (``JITGRAD_POOL=spin``): jitgrad's own, in LLVM IR, whose workers spin briefly
-  after a round (``JITGRAD_POOL_SPIN`` microseconds, default 50; 0 sleeps at once) before they sleep on a futex,
+  after a round (``JITGRAD_POOL_SPIN`` microseconds, default 250; 0 sleeps at once) before they sleep on a futex,
   and whose caller spins the same way in ``synchronize``, so back-to-back rounds cost no system call; a spinner
   that sees it lost its core stops spinning for a while (a busy machine).  Linux only.
 - **``workqueue``** (``JITGRAD_POOL=workqueue``, and where ``spin_pool`` cannot run): Numba's small C extension,
