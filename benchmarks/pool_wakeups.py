@@ -1,10 +1,13 @@
 """Counts, never times: what one compiled B9 step asks of the worker pool.
 
-Per warm step of B9's compiled step (``gpt_model.py``, default shape; ``--workload b1``: B1's), in this process: the pool rounds
+Per warm step of B9's compiled step (``gpt_model.py``, default shape; ``--workload b1``: B1's), in this process:
+the pool rounds
 (``workpool.rounds``), the rounds in which the calling thread ran a chunk itself (``workpool.caller_rounds``), the
 parallel launches of the step's records (``step.launches``), and every thread's context switches from
 ``/proc/self/task/*/status`` (voluntary: the thread slept, so something had to wake it; nonvoluntary: the
-scheduler took its core), split between the calling thread and the others; on jitgrad's own pool
+scheduler took its core), split between the calling thread and the others; the serial stretches between two
+rounds (the work, in the plan's cost units, of the launches between two pooled ones: what the pool's spin must
+outlast); on jitgrad's own pool
 (``spin_pool.py``, the default) its counters per step: the futex sleeps of the workers and of the caller (each
 with its wake call), the waits a spin ended, the spins cut short by a descheduled spinner (``busy``).
 
@@ -101,13 +104,24 @@ def per_step(who):
     return round(vol / n, 1), round(inv / n, 1)
 
 
+# the serial stretches between two pooled rounds (the work of the launches between them, the plan's cost units):
+# what a worker's spin must outlast for the next round to find it awake (spin_pool.SPIN_US)
+gaps, run, started = [], 0.0, False
+for la in launches:
+    if la.parallel:
+        if started:
+            gaps.append(run)
+        run, started = 0.0, True
+    else:
+        run += la.work
 out = {"threads": workpool.threads(), "queues": getattr(workpool, "queues", workpool.threads)(),
        "steps": args.steps, "launches": len(launches), "parallel_launches": sum(1 for la in launches if la.parallel),
        "rounds_per_step": (r1 - r0) / n, "caller_rounds_per_step": (c1 - c0) / n,
        "caller_switches_per_step": per_step(lambda t: t == me),
        "other_switches_per_step": per_step(lambda t: t != me),
        "each_thread_per_step": sorted(per_step(lambda t, u=u: t == u) for u in s1 if u != me),
-       "pool": "spin" if spin else "workqueue",
+       "gaps": len(gaps), "gaps_over_2.5e6_5e6_1e7": [sum(g > t for g in gaps) for t in (2.5e6, 5e6, 1e7)],
+       "longest_gap": max(gaps, default=0.0), "pool": "spin" if spin else "workqueue",
        "spin_pool_per_step": {k: round((p1[k] - p0[k]) / n, 1) for k in p1}, "loss": loss}
 print(json.dumps(out) if args.json else "\n".join(f"{k}: {v}" for k, v in out.items()))
 sys.stdout.flush()
