@@ -1,9 +1,8 @@
 """Counts, never times: what one compiled B9 step asks of the worker pool.
 
 Per warm step of B9's compiled step (``gpt_model.py``, default shape; ``--workload b1``: B1's), in this process:
-the pool rounds
-(``workpool.rounds``), the rounds in which the calling thread ran a chunk itself (``workpool.caller_rounds``), the
-parallel launches of the step's records (``step.launches``), and every thread's context switches from
+the pool rounds (``workpool.rounds``), the rounds in which the calling thread ran a chunk itself
+(``workpool.caller_rounds``), the parallel launches of the step's records (``step.launches``), and every thread's context switches from
 ``/proc/self/task/*/status`` (voluntary: the thread slept, so something had to wake it; nonvoluntary: the
 scheduler took its core), split between the calling thread and the others; the serial stretches between two
 rounds (the work, in the plan's cost units, of the launches between two pooled ones: what the pool's spin must
