@@ -2,13 +2,13 @@
 
 Per warm step of B9's compiled step (``gpt_model.py``, default shape; ``--workload b1``: B1's), in this process:
 the pool rounds (``workpool.rounds``), the rounds in which the calling thread ran a chunk itself
-(``workpool.caller_rounds``), the parallel launches of the step's records (``step.launches``), and every thread's context switches from
-``/proc/self/task/*/status`` (voluntary: the thread slept, so something had to wake it; nonvoluntary: the
-scheduler took its core), split between the calling thread and the others; the serial stretches between two
-rounds (the work, in the plan's cost units, of the launches between two pooled ones: what the pool's spin must
-outlast); on jitgrad's own pool
-(``spin_pool.py``, the default) its counters per step: the futex sleeps of the workers and of the caller (each
-with its wake call), the waits a spin ended, the spins cut short by a descheduled spinner (``busy``).
+(``workpool.caller_rounds``), the parallel launches of the step's records (``step.launches``), every thread's
+context switches from ``/proc/self/task/*/status`` (voluntary: the thread slept, so something had to wake it;
+nonvoluntary: the scheduler took its core), split between the calling thread and the others; the serial stretches
+between two rounds (the work, in the plan's cost units, of the launches between two pooled ones: what the pool's
+spin must outlast); on jitgrad's own pool (``spin_pool.py``, the default) its counters per step: the futex sleeps
+of the workers and of the caller (each with its wake call), the waits a spin ended, the spins cut short by a
+descheduled spinner (``busy``).
 
     NUMBA_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 JITGRAD_BACKGROUND_COMPILE=0 python benchmarks/pool_wakeups.py
     ... --steps 20 --layers 4 --json
