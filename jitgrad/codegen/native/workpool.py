@@ -13,9 +13,10 @@ Numba's ``workqueue`` interface: ``add_task`` (one task per worker queue), ``rea
   which imports nothing from Numba, loaded with a ``dlopen``; its workers sleep on a condition after every round.
 
 Counted (``benchmarks/pool_wakeups.py --pin-caller``, B9's step, 106 rounds, 2 threads, 2026-11-30 on a loaded
-machine, load average ~11 on 2 cores): voluntary context switches a step, caller + worker, 107.5 + 114.9 on
-``workqueue`` -> 21.4 + 27.1 on ``spin_pool`` (its counters: 27.6 worker sleeps, 21.8 caller sleeps, 78.4 rounds
-found by a spinning worker), the same loss bits.
+machine, load average 6-13 on 2 cores): voluntary context switches a step, caller + worker, 103.5 + 118.2 on
+``workqueue`` -> 12.7 + 16.9 on ``spin_pool`` (250 us spin; its counters a step: 17.0 worker and 13.3 caller
+futex sleeps, as many wake calls: ~61 futex calls against ~940 under ``strace -f`` on ``workqueue``; 89 of the
+106 rounds found the worker spinning), the same loss bits.
 
 **The calling thread runs a chunk.**  ``ready`` wakes every queue of the pool, so the only way a launch wakes
 fewer workers than it has chunks is a pool with fewer queues: jitgrad's have ``default_threads() - 1`` workers, and
