@@ -140,16 +140,26 @@ def test_the_calling_thread_runs_a_chunk_of_every_pooled_launch(threads):
     """Counted, not timed: at ``threads`` threads the pool starts ``threads - 1`` workers (the calling thread is
     the other one), so each pooled launch wakes ``threads - 1`` of them (``ready`` wakes every queue), and the
     calling thread runs a chunk of every round (``caller_rounds``); the same sum every call.  At one thread
-    nothing launches on the pool.  With Numba's own instance of the library shared (``JITGRAD_PRIVATE_POOL=0``),
+    nothing launches on the pool (jitgrad's own pool starts no worker; its copy of ``workqueue``, one).  With
+    Numba's own instance of the library shared (``JITGRAD_PRIVATE_POOL=0``),
     one worker per thread and the caller waits (Numba's kernels assume that many workers)."""
     env = dict(os.environ, JITGRAD_BACKGROUND_COMPILE="0", NUMBA_NUM_THREADS=str(threads))
     env.pop("JITGRAD_PRIVATE_POOL", None)
+    env.pop("JITGRAD_POOL", None)
     r = subprocess.run([sys.executable, "-c", _CALLER_CHUNK], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    assert out["threads"] == threads and out["queues"] == out["started"] == max(1, threads - 1), out
+    # jitgrad's own pool (spin_pool, the default): no worker at all at one thread
+    assert out["threads"] == threads and out["queues"] == out["started"] == threads - 1, out
     assert out["rounds"] == out["caller"] == (5 if threads > 1 else 0), out
     assert len(set(out["sums"])) == 1
+    env["JITGRAD_POOL"] = "workqueue"       # jitgrad's copy of Numba's library: one queue at least
+    r = subprocess.run([sys.executable, "-c", _CALLER_CHUNK], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    copy = json.loads(r.stdout.strip().splitlines()[-1])
+    assert copy["threads"] == threads and copy["queues"] == copy["started"] == max(1, threads - 1), copy
+    assert copy["rounds"] == copy["caller"] == (5 if threads > 1 else 0), copy
+    assert copy["sums"] == out["sums"]
     env["JITGRAD_PRIVATE_POOL"] = "0"
     r = subprocess.run([sys.executable, "-c", _CALLER_CHUNK], env=env, capture_output=True, text=True, timeout=300)
     shared = json.loads(r.stdout.strip().splitlines()[-1])

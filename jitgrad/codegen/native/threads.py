@@ -5,9 +5,10 @@ Policy (knobs in parentheses):
   workers spin while they wait, so a busy machine (another process on one core, or OpenBLAS's own spinning workers)
   makes a kernel wait for descheduled spinners: 5-10x slower instead of 2x.  And a process that ran a GNU OpenMP region
   cannot fork: the child is killed ("fork() called from a process already using GNU OpenMP"). jitgrad's parallel
-  kernels run on Numba's built-in ``workqueue`` pool, loaded without Numba (``workpool.py``), whose workers sleep on a
-  condition until work arrives and take equal static chunks of a loop, so a loop slows down at most in proportion to
-  the cores taken from it.  The few parallel kernels Numba builds (sin/cos/tan, random draws) run on Numba's
+  kernels run on jitgrad's own pool (``spin_pool.py``; or Numba's built-in ``workqueue``, loaded without Numba:
+  ``workpool.py``), whose workers take equal static chunks of a loop and sleep between rounds (jitgrad's after a
+  short spin, which ends at once while a spinner sees it lost its core), so a loop slows down at most in proportion
+  to the cores taken from it.  The few parallel kernels Numba builds (sin/cos/tan, random draws) run on Numba's
   ``forksafe`` layer: TBB when installed, else Intel OpenMP, else ``workqueue`` (Numba's instance of the library:
   jitgrad's pool is a private copy with one worker fewer, ``workpool.py``). Not ``workqueue`` for every process: it
   aborts when two threads launch at once, and the layer is process-wide, so the user's own Numba ``prange`` code would

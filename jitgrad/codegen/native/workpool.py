@@ -1,14 +1,25 @@
-"""The worker threads of parallel kernels built without Numba: Numba's ``workqueue`` library, loaded alone.
+"""The worker threads of parallel kernels built without Numba: jitgrad's own pool, or Numba's ``workqueue`` library.
 
 A parallel kernel (``loops.Kernel.parallel``: its outer loop is a ``prange``) built by ``ir_loops`` splits that loop
 into one chunk per thread of a launch (``threads()``) and hands them to the pool through three C functions of
-Numba's ``workqueue`` threading layer: ``add_task`` (one task per worker queue), ``ready`` (wake them) and
-``synchronize`` (wait for all).  That library is a small C extension that imports nothing from Numba, so loading
-it costs a ``dlopen``, not Numba's ~0.7 s import: a cold build of a large graph needs no Numba, and a warm start
-loads parallel kernels with llvmlite alone.
+Numba's ``workqueue`` interface: ``add_task`` (one task per worker queue), ``ready`` (wake them) and
+``synchronize`` (wait for all).  Two pools implement it:
 
-**The calling thread runs a chunk.**  ``ready`` wakes every queue of the library, so the only way a launch wakes
-fewer workers than it has chunks is a pool with fewer queues: jitgrad's has ``default_threads() - 1`` workers, and
+- **``spin_pool.py``, the default** (``JITGRAD_POOL=spin``): jitgrad's own, in LLVM IR, whose workers spin briefly
+  after a round (``JITGRAD_POOL_SPIN`` microseconds, default 250; 0 sleeps at once) before they sleep on a futex,
+  and whose caller spins the same way in ``synchronize``, so back-to-back rounds cost no system call; a spinner
+  that sees it lost its core stops spinning for a while (a busy machine).  Linux only.
+- **``workqueue``** (``JITGRAD_POOL=workqueue``, and where ``spin_pool`` cannot run): Numba's small C extension,
+  which imports nothing from Numba, loaded with a ``dlopen``; its workers sleep on a condition after every round.
+
+Counted (``benchmarks/pool_wakeups.py --pin-caller``, B9's step, 106 rounds, 2 threads, 2026-11-30 on a loaded
+machine, load average 6-13 on 2 cores): voluntary context switches a step, caller + worker, 103.5 + 118.2 on
+``workqueue`` -> 12.7 + 16.9 on ``spin_pool`` (250 us spin; its counters a step: 17.0 worker and 13.3 caller
+futex sleeps, as many wake calls: ~61 futex calls against ~940 under ``strace -f`` on ``workqueue``; 89 of the
+106 rounds found the worker spinning), the same loss bits.
+
+**The calling thread runs a chunk.**  ``ready`` wakes every queue of the pool, so the only way a launch wakes
+fewer workers than it has chunks is a pool with fewer queues: jitgrad's have ``default_threads() - 1`` workers, and
 the calling thread runs chunk 0 of every pooled launch between ``ready`` and ``synchronize`` (``pool_abi.round_``)
 instead of sleeping there.  At two threads a launch wakes one worker, not two, and the caller's cache stays warm
 (B9's step, 110 rounds, counted 2026-11-30 with the caller on the first core: the process's context switches
@@ -16,8 +27,9 @@ instead of sleeping there.  At two threads a launch wakes one worker, not two, a
 The chunks are the same whoever runs them (fixed by the thread count, summed in chunk order), so results do not
 depend on it, and a chunk reports an error or an anomaly through the same arguments on any thread.  Numba's own
 parallel kernels (``threads.py``'s layer) split into ``NUMBA_NUM_THREADS`` chunks, one per queue, and would overrun
-a pool one queue short, so jitgrad loads a private copy of the library (``library``: its own C state, its own
-threads; ``JITGRAD_PRIVATE_POOL=0`` shares Numba's, where every chunk goes to a worker and the caller waits).  The
+a pool one queue short, so on ``workqueue`` jitgrad loads a private copy of the library (``library``: its own C
+state, its own threads; ``JITGRAD_PRIVATE_POOL=0`` shares Numba's, where every chunk goes to a worker and the
+caller waits).  The
 two pools never run at once (``threads.LAUNCH_LOCK``), and Numba's starts only when a Numba-built parallel kernel
 runs.
 
@@ -52,8 +64,9 @@ timed: with equal static chunks, the launch's wall time already waits for the sl
 core taken by another process shows as.
 
 Not thread-safe: one launch at a time per process (``threads.LAUNCH_LOCK``, held around calls of graphs with a
-parallel kernel).  After a fork the child's pool is empty and the library starts new workers at the child's first
-launch (its own ``pthread_atfork`` handler); ``threads.py`` pins them again.
+parallel kernel).  After a fork the child's pool is empty and either pool starts new workers at the child's first
+launch (``spin_pool``: ``os.register_at_fork``; ``workqueue``: its own ``pthread_atfork`` handler); ``threads.py``
+pins them again.
 """
 from __future__ import annotations
 
@@ -78,6 +91,10 @@ _PRIVATE = False
 # jitgrad's own instance of the pool's library (``library``); JITGRAD_PRIVATE_POOL=0 shares Numba's (every chunk of a
 # launch on a worker then, one worker per core: Numba's kernels assume that many)
 PRIVATE_POOL = os.environ.get("JITGRAD_PRIVATE_POOL", "1") != "0"
+# which pool: "spin", jitgrad's own (``spin_pool.py``: workers spin briefly between rounds, then sleep), or
+# "workqueue", Numba's library (a private copy, or Numba's own with JITGRAD_PRIVATE_POOL=0, which implies it)
+POOL = os.environ.get("JITGRAD_POOL", "spin")
+_FUNCS = None                   # the running pool's (add_task, ready, synchronize) addresses
 _THREADS = ctypes.c_int64(0)    # the global the kernels read (its address is the symbol jitgrad_wq_threads)
 _CALLER = ctypes.c_int64(0)     # 1: the calling thread runs chunk 0 of a pooled launch (jitgrad_wq_caller)
 _QUEUES = 0                     # the pool's worker queues (threads() - caller)
@@ -257,13 +274,13 @@ def library():
 
 
 def private() -> bool:
-    """Whether jitgrad's pool is its own instance of the library (``library``), not the one Numba uses."""
-    return library() is not None and _PRIVATE
+    """Whether jitgrad's pool is its own (``spin_pool``, or its own instance of ``library``), not Numba's."""
+    return _spin_pool() is not None or (library() is not None and _PRIVATE)
 
 
 def available() -> bool:
-    """Whether parallel kernels can run on the pool without Numba."""
-    return library() is not None
+    """Whether parallel kernels can run on a pool without Numba: ``spin_pool``'s, or ``workqueue``."""
+    return _spin_pool() is not None or library() is not None
 
 
 def _after_fork_in_child():
@@ -290,27 +307,34 @@ def launch() -> int:
     """Start the workers (once per process; a no-op when Numba or an earlier call started them) and return how
     many threads a pooled launch runs on (``threads()``).  Registers the kernels' symbols with llvmlite.
 
-    The pool of jitgrad's own instance of the library (``private()``) has one worker fewer than
-    ``default_threads()``: the calling thread runs chunk 0 of every pooled launch itself (``caller()``), so a
-    launch on two cores wakes one worker, not two, and the caller works instead of sleeping.  A pool shared with
-    Numba keeps one worker per core (Numba's kernels split into that many chunks) and every chunk on a worker."""
-    global _QUEUES
-    lib = library()
-    if lib is None:
-        raise RuntimeError("parallel kernels need Numba's workqueue library, which is not installed")
+    jitgrad's own pools (``spin_pool``, the default, or its own instance of ``workqueue``: ``private()``) have one
+    worker fewer than ``default_threads()``: the calling thread runs chunk 0 of every pooled launch itself
+    (``caller()``), so a launch on two cores wakes one worker, not two, and the caller works instead of sleeping.  A
+    pool shared with Numba keeps one worker per core (Numba's kernels split into that many chunks) and every chunk
+    on a worker."""
+    global _QUEUES, _FUNCS
+    spin = _spin_pool()
+    lib = library() if spin is None else None       # (takes _lock itself)
+    if spin is None and lib is None:
+        raise RuntimeError("parallel kernels need jitgrad's pool (Linux) or Numba's workqueue library")
     with _lock:
         if _THREADS.value == 0:
             n = default_threads()
-            mine = _PRIVATE and n >= 2
-            # a no-op when Numba (sharing the library) launched its pool first
-            ctypes.CFUNCTYPE(None, ctypes.c_int)(lib.launch_threads)(n - 1 if mine else n)
-            _QUEUES = _worker_count(lib)
-            _CALLER.value = 1 if mine else 0
-            _THREADS.value = _QUEUES + _CALLER.value
+            if spin is not None:
+                _QUEUES = spin.start(n - 1) if n >= 2 else 0
+                _CALLER.value = 1 if n >= 2 else 0
+                _FUNCS = (spin.add_task, spin.ready, spin.synchronize)
+            else:
+                mine = _PRIVATE and n >= 2
+                # a no-op when Numba (sharing the library) launched its pool first
+                ctypes.CFUNCTYPE(None, ctypes.c_int)(lib.launch_threads)(n - 1 if mine else n)
+                _QUEUES = _worker_count(lib)
+                _CALLER.value = 1 if mine else 0
+                _FUNCS = (lib.add_task, lib.ready, lib.synchronize)
+            _THREADS.value = max(1, _QUEUES + _CALLER.value)
             import llvmlite.binding as ll
-            ll.add_symbol("jitgrad_wq_add_task", lib.add_task)
-            ll.add_symbol("jitgrad_wq_ready", lib.ready)
-            ll.add_symbol("jitgrad_wq_synchronize", lib.synchronize)
+            for name, address in zip(("add_task", "ready", "synchronize"), _FUNCS):
+                ll.add_symbol("jitgrad_wq_" + name, address)
             ll.add_symbol("jitgrad_wq_threads", ctypes.addressof(_THREADS))
             ll.add_symbol("jitgrad_wq_caller", ctypes.addressof(_CALLER))
             ll.add_symbol("jitgrad_wq_caller_rounds", ctypes.addressof(_CALLER_ROUNDS))
@@ -323,6 +347,20 @@ def launch() -> int:
             clock = CLOCK_ADDRESS or ctypes.cast(ctypes.CDLL(None).clock_gettime, ctypes.c_void_p).value
             ll.add_symbol("jitgrad_wq_clock", clock)
     return int(_THREADS.value)
+
+
+def _spin_pool():
+    """``spin_pool``'s pool when this process uses it (``POOL``, the default), else None (``workqueue``)."""
+    if POOL != "spin" or not PRIVATE_POOL:
+        return None
+    from . import spin_pool
+    return spin_pool.build()
+
+
+def spinning():
+    """jitgrad's own pool (``spin_pool.Pool``: its spin and counters) when launches run on it, else None."""
+    pool = _spin_pool()
+    return pool if pool is not None and _FUNCS is not None and _FUNCS[1] == pool.ready else None
 
 
 def caller() -> bool:
@@ -349,7 +387,6 @@ def run_on_each(fn) -> list:
     """Call ``fn(i)`` once on each worker ``i`` of the ``queues()`` (Python, under the GIL; for set-up such as
     pinning; not on the calling thread) and return the results in worker order.  The caller holds
     ``threads.LAUNCH_LOCK``."""
-    lib = library()
     launch()
     n = queues()
     results, errors = [None] * n, []
@@ -362,17 +399,17 @@ def run_on_each(fn) -> list:
             errors.append(e)
     cb = _TASK(task)
     add = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                           ctypes.c_void_p)(lib.add_task)
+                           ctypes.c_void_p)(_FUNCS[0])
     for i in range(n):                  # one task per queue: ``ready`` wakes them all
         add(ctypes.cast(cb, ctypes.c_void_p), i, None, None, None)
-    ctypes.CFUNCTYPE(None)(lib.ready)()
-    ctypes.CFUNCTYPE(None)(lib.synchronize)()
+    ctypes.CFUNCTYPE(None)(_FUNCS[1])()
+    ctypes.CFUNCTYPE(None)(_FUNCS[2])()
     if errors:
         raise errors[0]
     return results
 
 
 __all__ = ["available", "launch", "threads", "queues", "caller", "private", "run_on_each", "default_threads", "library",
-           "SYMBOLS", "PARALLEL_GRAIN", "PARALLEL_WORK", "PRIVATE_POOL", "min_work", "set_min_work", "grain", "rounds",
+           "spinning", "POOL", "SYMBOLS", "PARALLEL_GRAIN", "PARALLEL_WORK", "PRIVATE_POOL", "min_work", "set_min_work", "grain", "rounds",
            "caller_rounds", "takes", "takes_batch", "takes_split", "pace", "set_pace", "launch_times", "PACE_OFF",
            "PACE_TIMED", "PACE_HELD", "CLOCK_ID", "CLOCK_ADDRESS"]

@@ -1,0 +1,215 @@
+"""jitgrad's own worker pool (``codegen/native/spin_pool.py``): its protocol, counted, never timed.
+
+Each check runs in a fresh process (one pool per process) under a timeout, so a lost wake-up fails as a hang.  The
+clock the spinners read is scripted (a ctypes function), so whether a wait spins or sleeps is fixed by the test,
+not by the machine's load (but for a worker that loses its core at the wrong moment: margins noted)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from jitgrad.codegen.native.spin_pool import QUIET_ROUNDS as QUIET
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the pool needs Linux (futex)")
+
+_PRELUDE = """
+import ctypes, json, os, threading, time
+from jitgrad.codegen.native import spin_pool
+pool = spin_pool.build()
+TASK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+CLOCK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64))
+ran = []
+task = TASK(lambda a, d, s, x: ran.append((a or 0, threading.get_native_id())))
+add = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 5)(pool.add_task)
+ready, sync = ctypes.CFUNCTYPE(None)(pool.ready), ctypes.CFUNCTYPE(None)(pool.synchronize)
+me = threading.get_native_id()
+
+# the scripted clock: clock_gettime's signature, each read ``step`` nanoseconds after the last; native code (built
+# here with llvmlite), so a spinner reads it without Python's lock: a callback would make it wait for the caller
+import llvmlite.binding as ll
+_engine = ll.create_mcjit_compiler(ll.parse_assembly('''
+@t = global i64 0
+@step = global i64 0
+define i32 @clock(i32 %kind, ptr %ts) {
+  %s = load atomic i64, ptr @step monotonic, align 8
+  %old = atomicrmw add ptr @t, i64 %s monotonic
+  %t = add i64 %old, %s
+  %sec = udiv i64 %t, 1000000000
+  %ns = urem i64 %t, 1000000000
+  store i64 %sec, ptr %ts
+  %p = getelementptr i64, ptr %ts, i64 1
+  store i64 %ns, ptr %p
+  ret i32 0
+}'''), ll.Target.from_default_triple().create_target_machine())
+_engine.finalize_object()
+_step = ctypes.c_int64.from_address(_engine.get_global_value_address("step"))
+pool.set_clock(_engine.get_function_address("clock"))
+
+def scripted_clock(step_ns):
+    _step.value = step_ns
+
+def rounds(n, per_round, pause=0.0):
+    for r in range(n):
+        for i in range(per_round):
+            add(ctypes.cast(task, ctypes.c_void_p), 1 + i, None, None, None)
+        ready()
+        sync()
+        time.sleep(pause)      # (a worker's spin, if it is to run out, ends before the next round)
+
+def delta(before):
+    after = pool.stats()
+    return {k: after[k] - before[k] for k in after}
+"""
+
+
+def _run(body, timeout=120):
+    env = dict(os.environ)
+    env.pop("JITGRAD_POOL_SPIN", None)
+    r = subprocess.run([sys.executable, "-c", _PRELUDE + body], env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+
+
+def test_rounds_run_every_task_round_robin_on_the_workers():
+    """Two workers, four tasks a round: ``add_task`` deals them round robin (tasks 1 and 3 to one worker, 2 and 4 to
+    the other), each round runs all of them on worker threads, never on the caller, and each queue's tasks on
+    one thread; ``rounds`` counts the rounds."""
+    (out,) = _run("""
+assert pool.start(2) == 2
+scripted_clock(0)        # a clock that never moves: no spin runs out, no wait sleeps
+before = pool.stats()
+rounds(10, 4)
+print(json.dumps({"ran": ran, "me": me, "stats": delta(before), "workers": pool.workers()}))
+""")
+    assert len(out["ran"]) == 40 and out["workers"] == 2
+    assert all(tid != out["me"] for _, tid in out["ran"])
+    by_arg = {}
+    for arg, tid in out["ran"]:
+        by_arg.setdefault(arg, set()).add(tid)
+    assert by_arg[1] == by_arg[3] and by_arg[2] == by_arg[4] and by_arg[1] != by_arg[2], by_arg
+    assert out["stats"]["rounds"] == 10
+
+
+def test_waits_spin_while_the_spin_lasts_and_sleep_after_it():
+    """The clock scripted: while it stands still every wait ends in its spin (no futex call on either side: the
+    first round found the worker spinning already); a clock that passes the spin between two reads (but under
+    the gap of a descheduled thread) makes the waits sleep; ``spin`` 0
+    sleeps at once (no wait spins).  A sleep is counted when a thread calls ``FUTEX_WAIT``, which returns at
+    once when the round moved meanwhile: sleeps and wake calls need not pair up."""
+    outs = _run("""
+scripted_clock(0)
+pool.set_spin_ns(10**9)
+pool.start(1)
+before = pool.stats(); rounds(20, 1); print(json.dumps(delta(before)))
+scripted_clock(spin_pool.GAP_NS // 8)    # (the clock is shared: another spinner's reads add steps between two)
+pool.set_spin_ns(spin_pool.GAP_NS // 16)
+rounds(1, 1)
+before = pool.stats(); rounds(20, 1, 0.005); print(json.dumps(delta(before)))
+pool.set_spin_ns(0)
+rounds(1, 1)
+before = pool.stats(); rounds(20, 1, 0.005); print(json.dumps(delta(before)))
+""")
+    spun, slept, off = outs
+    assert spun["spin_hits"] == 20 and spun["worker_sleeps"] == spun["worker_wakes"] == 0, spun
+    assert spun["caller_sleeps"] == 0 and spun["busy"] == 0, spun
+    # (5 ms between rounds; a worker that loses its core longer than that finds the next round already there)
+    assert slept["spins"] >= 40 and slept["worker_sleeps"] >= 10, slept     # both sides spun every round
+    assert off["spins"] == 0 and off["worker_sleeps"] >= 10, off
+    for s in (slept, off):      # (a lost wake-up hangs the test instead: its timeout fails it)
+        assert s["worker_wakes"] > 0 and s["busy"] == 0, s
+
+
+def test_a_descheduled_spinner_makes_the_next_waits_sleep_at_once():
+    """A gap over ``GAP_NS`` between two clock reads of a spin (the thread lost its core: the machine is busy)
+    counts ``busy``, and the waits of the next ``QUIET_ROUNDS`` rounds do not spin, however long the
+    spin is (the busy rounds themselves among them, and which spinner saw the gap first is the scheduler's
+    choice: hence the margin of 3); after them waits spin again."""
+    outs = _run("""
+pool.set_spin_ns(10**12)
+scripted_clock(0)
+pool.start(1)
+rounds(1, 1)
+before = pool.stats()
+scripted_clock(2 * spin_pool.GAP_NS)    # (the worker, spinning, may see the gap at once)
+rounds(2, 1); print(json.dumps(delta(before)))
+scripted_clock(0)
+before = pool.stats(); rounds(spin_pool.QUIET_ROUNDS - 3, 1); print(json.dumps(delta(before)))
+rounds(3, 1)
+before = pool.stats(); rounds(10, 1); print(json.dumps(delta(before)))
+""")
+    busy, quiet, again = outs
+    assert busy["busy"] >= 1, busy
+    assert quiet["spins"] == 0 and quiet["busy"] == 0 and quiet["rounds"] == QUIET - 3, quiet
+    assert again["spin_hits"] == 10 and again["worker_sleeps"] == 0, again
+
+
+def test_stop_joins_the_workers_and_a_later_round_starts_them_again():
+    """``stop`` (also registered at exit) ends and joins every worker: the process's threads go back to what
+    they were; the next round starts the workers again and runs its tasks; the process exits at once with its
+    workers spinning."""
+    (out,) = _run("""
+pool.set_spin_ns(10**12)
+scripted_clock(0)
+base = len(os.listdir("/proc/self/task"))
+pool.start(2)
+started = len(os.listdir("/proc/self/task")) - base
+rounds(3, 2)
+stopped = pool.stop()
+after_stop = len(os.listdir("/proc/self/task")) - base
+rounds(1, 2)
+print(json.dumps({"started": started, "stopped": stopped, "after_stop": after_stop, "workers": pool.workers(),
+                  "ran": len(ran), "again": len(os.listdir("/proc/self/task")) - base}))
+""")
+    assert out == {"started": 2, "stopped": True, "after_stop": 0, "workers": 2, "ran": 8, "again": 2}, out
+
+
+def test_a_forked_child_starts_workers_of_its_own():
+    """A pool that exists before a fork: the child has none of its threads, so its first round starts new
+    workers (threads of the child) and runs the tasks on them; the parent's pool keeps working."""
+    (out,) = _run("""
+pool.start(1)
+scripted_clock(0)
+pool.set_spin_ns(10**12)
+rounds(2, 1)
+parent_worker = ran[-1][1]
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    rounds(2, 1)
+    tids = {t for _, t in ran[2:]}
+    ok = len(ran) == 4 and threading.get_native_id() not in tids and parent_worker not in tids
+    os.write(w, b"1" if ok else b"0")
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+child = os.read(r, 1).decode()
+rounds(1, 1)
+print(json.dumps({"status": status, "child": child, "parent_ran": len(ran), "same": ran[-1][1] == parent_worker}))
+""")
+    assert out == {"status": 0, "child": "1", "parent_ran": 3, "same": True}, out
+
+
+def test_a_step_on_the_pool_gives_the_bits_of_the_old_pool():
+    """The same compiled call on ``spin_pool`` and on Numba's ``workqueue`` (``JITGRAD_POOL``) at two threads:
+    the same chunks, so the same bits; both pooled every round."""
+    code = """
+import json, numpy as np, jitgrad as jg
+from jitgrad.codegen.native import workpool
+workpool.set_min_work(0, 0)
+f = jg.compile(lambda a, b: ((a * 2.0).tanh() * b).sum(), backend="numba", background=False, parallel=True)
+x = jg.tensor(np.linspace(-1, 1, 1 << 16)); y = jg.tensor(np.linspace(2, -1, 1 << 16))
+float(f(x, y)); r0 = workpool.rounds()
+v = [float(f(x, y)).hex() for _ in range(3)]
+print(json.dumps({"v": v, "rounds": workpool.rounds() - r0, "spin": workpool.spinning() is not None}))
+"""
+    outs = {}
+    for pool in ("spin", "workqueue"):
+        env = dict(os.environ, JITGRAD_POOL=pool, NUMBA_NUM_THREADS="2", JITGRAD_BACKGROUND_COMPILE="0")
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        outs[pool] = json.loads(r.stdout.strip().splitlines()[-1])
+    assert outs["spin"]["spin"] and not outs["workqueue"]["spin"]
+    assert outs["spin"]["v"] == outs["workqueue"]["v"] and len(set(outs["spin"]["v"])) == 1
+    assert outs["spin"]["rounds"] == outs["workqueue"]["rounds"] == 3
