@@ -457,6 +457,19 @@ def test_native_size_fill_equals_the_reference_plan_and_python_arithmetic(a, b):
         assert buf[layout.ctx] == address and buf[layout.ctx + 2] == address + 8 * layout.off
 
 
+def test_the_size_fill_is_compiled_once_through_the_quick_pipeline():
+    # every process compiles it on its way to a lowering's first compiled call: the quick pipeline, not O2 (counted in
+    # a fresh process, where nothing has linked it yet)
+    import subprocess
+    import sys
+    code = ("from jitgrad.codegen.native import llvm_build as lb\n"
+            "from jitgrad.codegen.program.size_fill import size_fill\n"
+            "before = dict(lb.STATS); size_fill(); size_fill()\n"
+            "print(lb.STATS['modules_quick'] - before['modules_quick'], lb.STATS['kernels_quick'] - before['kernels_quick'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["1", "0"]
+
+
 def test_calls_waiting_for_a_lowerings_code_run_eagerly_and_build_nothing(monkeypatch):
     """While a lowering's code builds (background builds), a new tuple of sizes runs the user's function eagerly:
     no concrete build (passes and layout for one call) per size; once the code is ready, every size binds."""

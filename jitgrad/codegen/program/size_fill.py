@@ -380,19 +380,10 @@ def size_fill():
     if _FILL is None:
         with _LOCK:
             if _FILL is None:
-                from ..native import cache, objload, objstore
-                ll = objload._ll()
-                m = ll.parse_assembly(fill_ir())
-                m.triple = ll.get_process_triple()
-                m.verify()
-                _, cpu, features = cache._cpu()
-                tm = ll.Target.from_triple(m.triple).create_target_machine(cpu=cpu, features=features, opt=2,
-                                                                           codemodel="jitdefault")
-                m.data_layout = str(tm.target_data)
-                # (optimised: its counters and sums live in allocas until mem2reg puts them in registers)
-                pb = ll.create_pass_builder(tm, ll.create_pipeline_tuning_options(speed_level=2))
-                pb.getModulePassManager().run(m, pb)
-                addr = objload.load([objstore.Blob(NAME, NAME, tm.emit_object(m), [])])[NAME]
+                from ..native import llvm_build, objload, objstore
+                # the quick pipeline (its counters and sums live in allocas until SROA puts them in registers):
+                # O2 cost ~3.5x the instructions, on the build thread before a lowering's first compiled call
+                addr = objload.load([objstore.Blob(NAME, NAME, llvm_build.quick_object(fill_ir()), [])])[NAME]
                 proto = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
                 _FILL = proto(addr)
     return _FILL
