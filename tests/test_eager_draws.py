@@ -181,6 +181,7 @@ def test_background_build_switches_a_stream_without_a_seam(monkeypatch):
     stream, the numbers of a NumPy-only run."""
     monkeypatch.setattr(ek, "SYNC", False)
     monkeypatch.setattr(ek, "ENABLED", True)
+    monkeypatch.setattr(ek, "REQUEST_AFTER_S", 0.0)     # asked for at the first call
     monkeypatch.setattr(ek, "_STRUCTURES", {})       # nothing linked yet in this process
     dispatch._RULES.clear()
     try:
@@ -195,3 +196,24 @@ def test_background_build_switches_a_stream_without_a_seam(monkeypatch):
         dispatch._RULES.clear()
     for k, got in enumerate((first, later)):
         np.testing.assert_array_equal(got, philox.uniform(jg.default_generator._seed._data, k, (3, 333), np.float64))
+
+
+def test_a_build_is_asked_for_only_once_numpy_time_shows_the_work_recurs(monkeypatch):
+    """Outside ``SYNC``, a structure's build is queued once its calls have spent ``REQUEST_AFTER_S`` in NumPy: a
+    one-off draw (a parameter's init) never takes the build thread from a compiled function's first build."""
+    monkeypatch.setattr(ek, "SYNC", False)
+    monkeypatch.setattr(ek, "ENABLED", True)
+    monkeypatch.setattr(ek, "_STRUCTURES", {})
+    dispatch._RULES.clear()
+    try:
+        monkeypatch.setattr(ek, "REQUEST_AFTER_S", 3600.0)
+        for _ in range(3):
+            jg.rand(3, 333, dtype=jg.float64)
+        st = ek._STRUCTURES[next(iter(ek._STRUCTURES))]
+        assert st.state == "new" and 0.0 < st.spent < 3600.0     # three NumPy draws, their time counted
+        monkeypatch.setattr(ek, "REQUEST_AFTER_S", st.spent)     # the time spent reaches it: the next call asks
+        jg.rand(3, 333, dtype=jg.float64)
+        assert st.state in ("queued", "ready")
+        assert ek.wait(120)
+    finally:
+        dispatch._RULES.clear()

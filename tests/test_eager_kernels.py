@@ -261,6 +261,7 @@ def test_background_build_runs_numpy_until_the_kernel_is_linked(monkeypatch):
     import threading
     monkeypatch.setattr(ek, "SYNC", False)
     monkeypatch.setattr(ek, "ENABLED", True)
+    monkeypatch.setattr(ek, "REQUEST_AFTER_S", 0.0)     # asked for at the first call
     dispatch._RULES.clear()
     gate = threading.Event()
     build_thread.hold_builds(gate)

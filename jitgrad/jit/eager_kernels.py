@@ -17,8 +17,8 @@ callable to run instead of the NumPy impl.  So ``runtime/`` never imports this m
 array costs nothing per call: its signature's entry holds the NumPy impl.
 
 Per structure (op, dtypes, params, serial or parallel; the row length where the decomposition bakes it in) a
-kernel is built once per process, never per size.  A call whose kernel is not linked yet runs NumPy and queues the
-build on the build thread (``codegen/native/build_thread.py``): measured (BENCHMARKS.md, "eagerkern"), a cold build
+kernel is built once per process, never per size.  A call whose kernel is not linked yet runs NumPy; once such
+calls have spent ``REQUEST_AFTER_S`` in NumPy, the build is queued on the build thread (``codegen/native/build_thread.py``): measured (BENCHMARKS.md, "eagerkern"), a cold build
 (trace, passes, LLVM at O3) takes 100-400 ms, far longer than a first call should wait, and even a warm one
 (loaded from disk) costs 10-15 ms of tracing and kernel IR to key it, plus ~0.25 s of imports for the first.
 Calls switch to the kernel once it is linked.  Inputs it does not handle (not C-contiguous, unaligned, shapes that
@@ -35,7 +35,8 @@ count.  Calls take ``threads.LAUNCH_LOCK`` (one parallel launch at a time per pr
 
 Knobs: ``JITGRAD_EAGER_KERNELS=0`` turns the path off (every eager op runs its NumPy impl); ``=sync`` builds a
 kernel in the calling thread at its first call (tests, benchmarks that must not time NumPy calls);
-``JITGRAD_EAGER_KERNEL_MIN`` the element count from which an op takes the native path (``MIN_ELEMENTS``);
+``JITGRAD_EAGER_KERNEL_AFTER_S`` the NumPy time a structure's calls spend before its build is queued
+(``REQUEST_AFTER_S``); ``JITGRAD_EAGER_KERNEL_MIN`` the element count from which an op takes the native path (``MIN_ELEMENTS``);
 ``JITGRAD_EAGER_POOLED_MIN`` that of the one-ufunc ops (add, sub, mul: ``POOLED_MIN``); ``JITGRAD_EAGER_DRAW_MIN``
 that of uniform draws (``rand_uniform``: ``DRAW_MIN``; their kernel's numbers are NumPy's Philox bits, so a draw
 gives the same numbers before and after its kernel is linked).
@@ -45,6 +46,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from time import perf_counter
 
 import numpy as np
 
@@ -69,6 +71,12 @@ POOLED_MIN = int(os.environ.get("JITGRAD_EAGER_POOLED_MIN", 1 << 20))
 # From this many elements a uniform draw runs its kernel.  NumPy's Philox (``ir/philox.py``) is ~100 ufunc calls a
 # draw whatever its size (ten rounds of ten) plus ~10 ns an element; the kernel is one call.
 DRAW_MIN = int(os.environ.get("JITGRAD_EAGER_DRAW_MIN", "256"))
+# A structure's build is asked for once its calls have spent this long in NumPy (seconds; ``SYNC`` asks at the first
+# call).  A cold build takes 100-400 ms of the build thread, and a build already running delays a compiled
+# function's first build queued behind it (counted: the LM's init draws, 0.5G instructions ahead of its step's quick
+# tier): so, as in renting before buying, a kernel is built only for work that has shown it will recur.  A big GELU
+# (~8 ms a call in NumPy) asks at its third call; init's one-off draws (~0.1 ms each) never do.
+REQUEST_AFTER_S = float(os.environ.get("JITGRAD_EAGER_KERNEL_AFTER_S", "0.02"))
 # the stand-ins' sizes while tracing, two of each: sizes reach a kernel as arguments, so both must give one text
 # (a decomposition with a mean bakes its row length in: such an op says so, and its row length keys its kernel)
 _ELEMENT_HINTS = ((1 << 16,), (3 << 14,))
@@ -88,7 +96,7 @@ class _Structure:
     ``roles``: per operand of the kernel, what a call passes (``_kernel``)."""
 
     __slots__ = ("op", "dtypes", "params", "parallel", "rows", "row_length", "fn", "roles", "per_element", "state",
-                 "error", "key", "how", "run", "pending", "code")
+                 "error", "key", "how", "run", "pending", "code", "spent")
 
     def __init__(self, op, dtypes, params, parallel, rows, row_length):
         self.op, self.dtypes, self.params, self.parallel, self.rows = op, dtypes, params, parallel, rows
@@ -97,6 +105,7 @@ class _Structure:
         self.roles = None
         self.per_element = None
         self.state = "new"          # new -> queued -> ready | failed
+        self.spent = 0.0            # seconds its calls spent in NumPy before its build was asked for
         self.error = None
         self.key = None
         self.how = None             # "compiled" | "loaded" | "process" (linked by another structure's build)
@@ -385,8 +394,15 @@ def _call_for(opname, dtypes, params, aval, dims, fallback, row_length=None):
         fn = st.fn
         if fn is None:
             if st.state == "new":
-                st.request()
-                fn = st.fn      # (built now when SYNC)
+                if SYNC or st.spent >= REQUEST_AFTER_S:
+                    st.request()
+                    fn = st.fn      # (built now when SYNC)
+                else:
+                    counts["numpy_calls"] += 1
+                    t0 = perf_counter()
+                    out = fallback(*arrays, **kw)
+                    st.spent += perf_counter() - t0
+                    return out
             if fn is None:
                 counts["numpy_calls"] += 1
                 return fallback(*arrays, **kw)
