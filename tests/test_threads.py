@@ -110,12 +110,12 @@ def test_workqueue_workers_each_run_on_their_own_core():
     env.pop("JITGRAD_PIN_THREADS", None)
     r = subprocess.run([sys.executable, "-c", _PLACED], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "layer workqueue parent second 1" in r.stdout, r.stdout     # the worker on the second core
+    assert "layer spin parent second 1" in r.stdout, r.stdout     # the worker on the second core (jitgrad's pool)
     assert "child second 2 True" in r.stdout, r.stdout
     assert "child status 0" in r.stdout, r.stdout
     env["JITGRAD_PIN_THREADS"] = "0"
     r = subprocess.run([sys.executable, "-c", _PLACED], env=env, capture_output=True, text=True, timeout=300)
-    assert "layer workqueue parent [] 0" in r.stdout, r.stdout + r.stderr[-2000:]
+    assert "layer spin parent [] 0" in r.stdout, r.stdout + r.stderr[-2000:]
 
 
 _CALLER_CHUNK = """

@@ -232,7 +232,8 @@ if hasattr(os, "register_at_fork"):
 
 def layer() -> str | None:
     """The threading layer in use once a parallel loop ran (None before): Numba's, when Numba launched one, else
-    ``workqueue`` when jitgrad's own parallel kernels started the pool (``workpool.py``)."""
+    the pool jitgrad's own parallel kernels started (``workpool.py``): ``spin`` (its own, ``spin_pool.py``, the
+    default) or ``workqueue`` (``JITGRAD_POOL=workqueue``: Numba's library, a private copy)."""
     if "numba" in sys.modules:
         import numba
         try:
@@ -240,7 +241,9 @@ def layer() -> str | None:
         except ValueError:
             pass
     from . import workpool
-    return "workqueue" if workpool.threads() else None
+    if not workpool.threads():
+        return None
+    return "spin" if workpool.spinning() is not None else "workqueue"
 
 
 __all__ = ["configure", "layer", "place_workers", "call_guard", "blas_threaded", "CallGuard", "LAUNCH_LOCK", "PIN",
