@@ -8,6 +8,7 @@ The machine that runs the tests is shared, so wall-clock asserts would be noise.
 Figures when the thresholds were set (B5 step: MLP 16-32-4, batch 8, cross-entropy, SGD): 1227 Python calls
 and 73 ops per step before the work, 344 calls and 42 ops after (PyTorch eager binds about 30 ops).
 """
+import gc
 import sys
 
 import numpy as np
@@ -19,17 +20,23 @@ from jitgrad.runtime import dispatch
 
 
 def _count(fn):
-    """(Python calls, C calls) made while ``fn()`` runs."""
+    """(Python calls, C calls) made while ``fn()`` runs.  The garbage collector is off while it runs (what earlier
+    tests left is collected first): a collection would run other objects' finalizers inside the count."""
     c = {"call": 0, "c_call": 0}
 
     def prof(frame, event, arg):
         if event in c:
             c[event] += 1
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
     sys.setprofile(prof)
     try:
         fn()
     finally:
         sys.setprofile(None)
+        if was:
+            gc.enable()
     return c["call"], c["c_call"]
 
 

@@ -194,6 +194,15 @@ def _chains(run, readers):
         chains.setdefault(find(i), []).append(e)
     if len(chains) < 2 or any(len(c) > MAX_GROUP_EQNS for c in chains.values()):
         return None
+    # an array two chains read would be read by two loops, where the fused loop reads it once (a 0-d value costs
+    # nothing to read again): a run whose chains share one stays fused
+    owner = {}
+    for k, c in chains.items():
+        for e in c:
+            for v in e.ins:
+                if isinstance(v, Var) and id(v) not in made and v.aval.shape != ():
+                    if owner.setdefault(id(v), k) != k:
+                        return None
     inside = {id(g) for g in run}
     groups = [_group_of(run[0].shape, c, inside, readers) for c in chains.values()]
     sigs = [signature(g) for g in groups]
