@@ -12,8 +12,6 @@ and parameters bit for bit.
 from __future__ import annotations
 
 import collections
-import importlib.util
-import os
 
 import numpy as np
 import pytest
@@ -27,10 +25,7 @@ from jitgrad.optim import multi_tensor
 from jitgrad.runtime import dispatch
 from jitgrad.runtime.backward import pullback_plans
 
-_spec = importlib.util.spec_from_file_location("gpt_model", os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "gpt_model.py"))
-gpt_model = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gpt_model)
+from benchmark_model import gpt_model  # noqa: E402 - B9's model, shared by the tests
 
 VOCAB, T, C, H, L, B = 65, 64, 128, 4, 2, 16       # B9's shape, two of its four blocks
 

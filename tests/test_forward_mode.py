@@ -429,12 +429,7 @@ def test_compiled_hvp_forward_over_reverse_does_no_more_work_than_reverse_over_r
 def _gpt_loss(vocab=65, context=8, width=16, heads=2, layers=2, batch=2):
     """B13's other function: B9's GPT (benchmarks/gpt_model.py, loaded by path) as a loss of its parameters, on
     tiny sizes; the parameters and random directions."""
-    import importlib.util
-    import os
-    spec = importlib.util.spec_from_file_location("gpt_model", os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "gpt_model.py"))
-    gpt_model = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpt_model)
+    from benchmark_model import gpt_model
     jg.manual_seed(0)
     model = gpt_model.make_gpt(jg, vocab, context, width, heads, layers, dropout=0.0, sdpa=False)
     names = [n for n, _ in model.named_parameters()]

@@ -13,9 +13,7 @@ Small sizes (width 16, 2 layers, context 8) keep it to seconds.
 """
 from __future__ import annotations
 
-import importlib.util
 import io
-import os
 
 import numpy as np
 import pytest
@@ -28,10 +26,7 @@ STEPS = 20
 
 # the model, the optimiser and the step are B9's: one definition, in benchmarks/gpt_model.py (loaded by path:
 # putting benchmarks/ on sys.path would shadow test modules with its harness.py, report.py...)
-_spec = importlib.util.spec_from_file_location("gpt_model", os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "gpt_model.py"))
-gpt_model = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gpt_model)
+from benchmark_model import gpt_model  # noqa: E402 - B9's model, shared by the tests
 make_step = gpt_model.make_step
 
 

@@ -141,12 +141,7 @@ def test_b9_layer_step_program():
     recomputes ``1 + erf`` (its forward stores one 1024 x 512 array, not two), the key's gradient reaches qkv's
     without a region copy, and the softmax, GELU-backward and LayerNorm-backward loops write over the inputs they
     read last; the loss is eager's."""
-    import importlib.util
-    import os
-    spec = importlib.util.spec_from_file_location("gpt_model", os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "gpt_model.py"))
-    gm = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gm)
+    from benchmark_model import gpt_model as gm
 
     def build():
         jg.manual_seed(0)

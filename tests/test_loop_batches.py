@@ -181,12 +181,7 @@ def test_a_member_never_updates_in_place_a_state_another_member_reads():
 def _gpt(grouped, monkeypatch):
     """Two compiled B9-style steps (a 2-block GPT of width 64, AdamW with clipping): the step, its launches and
     the parameters after them."""
-    import importlib.util
-    from pathlib import Path
-    spec = importlib.util.spec_from_file_location("gpt_model", Path(__file__).resolve().parents[1] / "benchmarks"
-                                                  / "gpt_model.py")
-    gpt_model = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpt_model)
+    from benchmark_model import gpt_model
     monkeypatch.setenv("JITGRAD_GROUP_LOOPS", "1" if grouped else "0")
     jg.manual_seed(0)
     m = gpt_model.make_gpt(jg, 65, 64, 64, 4, 2, 0.0, False)

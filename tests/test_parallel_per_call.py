@@ -8,8 +8,6 @@ a call takes the pool changes no bit of its results (the same chunks run on the 
 """
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,10 +16,7 @@ import jitgrad as jg
 from jitgrad.codegen.native import workpool
 from jitgrad.ir import settings
 
-REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("gpt_model", REPO / "benchmarks" / "gpt_model.py")
-gpt_model = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gpt_model)
+from benchmark_model import gpt_model  # noqa: E402 - B9's model, shared by the tests
 
 two_workers = pytest.mark.skipif(settings.default_threads() < 2, reason="the pool needs two workers")
 

@@ -10,7 +10,6 @@
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -27,9 +26,7 @@ from jitgrad.codegen.program import layout
 from jitgrad.ir import settings
 
 REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("gpt_model", REPO / "benchmarks" / "gpt_model.py")
-gpt_model = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gpt_model)
+from benchmark_model import gpt_model  # noqa: E402 - B9's model, shared by the tests
 
 
 def _attention(q, k, v):

@@ -3,8 +3,6 @@ once on symbolic sizes serves every shape of that form, its decisions on sizes g
 rule that decides otherwise at other sizes gets another trace), with the bits of the plan a trace on the shapes
 themselves gives and of the rule run on tensors.  Counted with ``pullback_plans.COUNTS["traces"]``."""
 
-import importlib.util
-import os
 
 import numpy as np
 import pytest
@@ -14,10 +12,7 @@ import jitgrad.nn.functional as F
 from jitgrad.ir.ops import OPS
 from jitgrad.runtime.backward import pullback_plans, rule_traces
 
-_spec = importlib.util.spec_from_file_location("gpt_model", os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "gpt_model.py"))
-gpt_model = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gpt_model)
+from benchmark_model import gpt_model  # noqa: E402 - B9's model, shared by the tests
 
 VOCAB, CONTEXT, WIDTH, HEADS = 29, 24, 16, 2
 LENGTHS = (5, 7, 9, 11, 13)     # (no length equal to another size of the model: each shape is the same form)

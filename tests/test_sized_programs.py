@@ -203,12 +203,7 @@ def test_nanogpt_new_lengths_are_bound_without_a_build(monkeypatch):
     """nanoGPT's step (B9's model, its heads split by views of the qkv projection, the causal mask sliced to T)
     with T drawn per batch: one lowering serves every new length below the block size, a length equal to the
     batch size (3) too (no shape comparison of different ranks guards the trace on B != T)."""
-    import importlib.util
-    import os
-    spec = importlib.util.spec_from_file_location("gpt_model", os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "gpt_model.py"))
-    gm = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gm)
+    from benchmark_model import gpt_model as gm
 
     def build():
         jg.manual_seed(0)

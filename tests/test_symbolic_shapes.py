@@ -299,13 +299,8 @@ def test_data_dependent_sizes_are_bounded_not_retraced_per_value():
 
 
 def _gpt_model():
-    import importlib.util
-    import os
-    spec = importlib.util.spec_from_file_location("gpt_model", os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "gpt_model.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from benchmark_model import gpt_model
+    return gpt_model
 
 
 @pytest.mark.parametrize("sdpa,backend", [(False, "interpret"), (True, "interpret"), (False, "numba")])
