@@ -10,7 +10,6 @@ import sys
 
 import pytest
 
-from jitgrad.codegen.native.spin_pool import QUIET_ROUNDS as QUIET
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the pool needs Linux (futex)")
 
@@ -45,10 +44,14 @@ define i32 @clock(i32 %kind, ptr %ts) {
 }'''), ll.Target.from_default_triple().create_target_machine())
 _engine.finalize_object()
 _step = ctypes.c_int64.from_address(_engine.get_global_value_address("step"))
+_t = ctypes.c_int64.from_address(_engine.get_global_value_address("t"))
 pool.set_clock(_engine.get_function_address("clock"))
 
 def scripted_clock(step_ns):
     _step.value = step_ns
+
+def advance(ns):       # the clock jumps once (between rounds: no thread is spinning to see it as a gap)
+    _t.value += ns
 
 def rounds(n, per_round, pause=0.0):
     for r in range(n):
@@ -107,7 +110,7 @@ before = pool.stats(); rounds(20, 1); print(json.dumps(delta(before)))
 scripted_clock(spin_pool.GAP_NS // 8)    # (the clock is shared: another spinner's reads add steps between two)
 pool.set_spin_ns(spin_pool.GAP_NS // 16)
 rounds(1, 1)
-before = pool.stats(); rounds(20, 1, 0.005); print(json.dumps(delta(before)))
+before = pool.stats(); rounds(5, 1, 0.005); print(json.dumps(delta(before)))
 pool.set_spin_ns(0)
 rounds(1, 1)
 before = pool.stats(); rounds(20, 1, 0.005); print(json.dumps(delta(before)))
@@ -116,17 +119,17 @@ before = pool.stats(); rounds(20, 1, 0.005); print(json.dumps(delta(before)))
     assert spun["spin_hits"] == 20 and spun["worker_sleeps"] == spun["worker_wakes"] == 0, spun
     assert spun["caller_sleeps"] == 0 and spun["busy"] == 0, spun
     # (5 ms between rounds; a worker that loses its core longer than that finds the next round already there)
-    assert slept["spins"] >= 40 and slept["worker_sleeps"] >= 10, slept     # both sides spun every round
+    # both sides spun every round (5 rounds: 10 waits outlast their spin, under ``MISS_LIMIT``)
+    assert slept["spins"] >= 10 and slept["worker_sleeps"] >= 3, slept
     assert off["spins"] == 0 and off["worker_sleeps"] >= 10, off
     for s in (slept, off):      # (a lost wake-up hangs the test instead: its timeout fails it)
         assert s["worker_wakes"] > 0 and s["busy"] == 0, s
 
 
-def test_a_descheduled_spinner_makes_the_next_waits_sleep_at_once():
+def test_a_descheduled_spinner_makes_the_waits_of_the_next_quiet_period_sleep_at_once():
     """A gap over ``GAP_NS`` between two clock reads of a spin (the thread lost its core: the machine is busy)
-    counts ``busy``, and the waits of the next ``QUIET_ROUNDS`` rounds do not spin, however long the
-    spin is (the busy rounds themselves among them, and which spinner saw the gap first is the scheduler's
-    choice: hence the margin of 3); after them waits spin again."""
+    counts ``busy``, and every wait for the next ``QUIET_NS`` does not spin, however long the spin is and however
+    many rounds run (the clock stands still: 40 rounds); once the clock has passed it, waits spin again."""
     outs = _run("""
 pool.set_spin_ns(10**12)
 scripted_clock(0)
@@ -136,14 +139,32 @@ before = pool.stats()
 scripted_clock(2 * spin_pool.GAP_NS)    # (the worker, spinning, may see the gap at once)
 rounds(2, 1); print(json.dumps(delta(before)))
 scripted_clock(0)
-before = pool.stats(); rounds(spin_pool.QUIET_ROUNDS - 3, 1); print(json.dumps(delta(before)))
-rounds(3, 1)
+before = pool.stats(); rounds(40, 1); print(json.dumps(delta(before)))
+advance(spin_pool.QUIET_NS)
+rounds(1, 1)
 before = pool.stats(); rounds(10, 1); print(json.dumps(delta(before)))
 """)
     busy, quiet, again = outs
     assert busy["busy"] >= 1, busy
-    assert quiet["spins"] == 0 and quiet["busy"] == 0 and quiet["rounds"] == QUIET - 3, quiet
+    assert quiet["spins"] == 0 and quiet["busy"] == 0 and quiet["rounds"] == 40, quiet
     assert again["spin_hits"] == 10 and again["worker_sleeps"] == 0, again
+
+
+def test_waits_that_keep_outlasting_their_spin_make_the_next_waits_sleep():
+    """``MISS_LIMIT`` more spins that ran out than ended in time (a core shared with another process: no gap, but
+    the waits outlast the spin, each spin taking a core from the thread waited for) count ``busy`` once, and the
+    waits of the next ``QUIET_NS`` do not spin."""
+    outs = _run("""
+scripted_clock(spin_pool.GAP_NS // 8)
+pool.set_spin_ns(spin_pool.GAP_NS // 16)
+pool.start(1)
+rounds(1, 1)
+before = pool.stats(); rounds(spin_pool.MISS_LIMIT, 1, 0.002); print(json.dumps(delta(before)))
+before = pool.stats(); rounds(10, 1, 0.002); print(json.dumps(delta(before)))
+""")
+    missing, quiet = outs
+    assert missing["busy"] == 1, missing                # (two waits a round: the limit is reached in the rounds)
+    assert quiet["spins"] == 0 and quiet["busy"] == 0 and quiet["rounds"] == 10, quiet
 
 
 def test_stop_joins_the_workers_and_a_later_round_starts_them_again():

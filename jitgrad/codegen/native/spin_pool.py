@@ -30,12 +30,14 @@ sleeps (``csleep``).  Each announce-then-check pair is sequentially consistent a
 change-then-check, so a wake-up is never lost.  Chunks are whatever the caller queued: who runs them, and whether
 anyone spun, changes no result bit.
 
-**A busy machine: stop spinning at once.**  A spinning thread reads the clock every 32 ``pause``s; a gap of over
-``GAP_NS`` between two reads means it was descheduled (another runnable thread wants its core), and then every
-wait of the next ``QUIET_ROUNDS`` rounds sleeps at once (counted: ``stats()['busy']``).  So a core taken by another
-process costs us what the sleeping pool costs (the pacer's rule: at most 2x), and spinning never takes time from
-the thread a spinner waits for.  ``JITGRAD_POOL_SPIN`` (microseconds, default ``SPIN_US``) sets the spin; 0 sleeps
-at once, as ``workqueue`` does; ``JITGRAD_POOL=workqueue`` keeps Numba's library altogether (``workpool.py``).
+**A busy machine: stop spinning.**  Two signs, either of which makes every wait for the next ``QUIET_NS`` (a quarter
+of a second) sleep at once (counted: ``stats()['busy']``): a spinning thread reads the clock every 32 ``pause``s, and a
+gap of over ``GAP_NS`` between two reads means it was descheduled; and ``MISS_LIMIT`` more spins ran out than ended
+in time (with one core taken by another process a spinner is rarely descheduled within its spin, but the waits
+outlast it, and each such spin took a core from the thread it waits for).  So a core taken by another process
+costs us about what the sleeping pool costs (the pacer's rule: at most 2x).  ``JITGRAD_POOL_SPIN`` (microseconds,
+default ``SPIN_US``) sets the spin; 0 sleeps at once, as ``workqueue`` does; ``JITGRAD_POOL=workqueue`` keeps
+Numba's library altogether (``workpool.py``).
 
 **Fork and exit.**  A forked child has no workers: ``forget`` (registered with ``os.register_at_fork``) resets the
 state and the child's first ``ready`` starts new ones.  ``stop`` (registered with ``atexit``) ends the workers and
@@ -59,7 +61,16 @@ MAX_TASKS = 16          # queued tasks per worker per round; more run on the cal
 # excepted: Python runs between steps).  OpenBLAS's threads spin ~400 us after a call (threads.py).
 SPIN_US = 250
 GAP_NS = 200_000        # a gap this long between two clock reads of a spin: the thread was descheduled
-QUIET_ROUNDS = 64       # rounds whose waits sleep at once after a spinner saw such a gap
+# how long waits sleep at once after a spinner saw such a gap: a time, not a count of rounds (64 rounds were 0.6 of
+# B9's steps but 13 of B1's, and B1 with one core taken by a spinning process ran 2.9x its quiet step: every
+# few steps a spinner took a core until it lost it again); a quiet machine that saw a stray gap sleeps as
+# ``workqueue`` did for this long (one core taken, counted: B1 busy/quiet 1.4-1.5x at 0.5 s, 1.7-2.0x at 0.1 s)
+QUIET_NS = 250_000_000
+# spins that run out (the wait outlasted the spin) less those that did not, up to which the pool keeps spinning:
+# with one core taken by another process, a spinner is rarely descheduled within its spin (no gap), but its waits
+# outlast it (B1, counted: 4.1 spins a step, 0.7 of them in time), and each such spin took a core's 250 us from the
+# thread it waits for; on a quiet machine nearly every spin ends in time (B9: 105 of 106 rounds, B1: 5 of 5)
+MISS_LIMIT = 16
 STAT_NAMES = ("worker_sleeps", "worker_wakes", "caller_sleeps", "caller_wakes", "rounds", "busy", "spin_hits",
               "spins")
 _FUTEX = {"x86_64": 202, "AMD64": 202, "aarch64": 98, "arm64": 98}
@@ -86,7 +97,8 @@ def _source(machine: str) -> str:
 @jitgrad_pool_pending = global i32 0, align 64
 @jitgrad_pool_wsleep = global i32 0, align 64
 @jitgrad_pool_csleep = global i32 0, align 64
-@jitgrad_pool_quiet = global i32 0, align 64
+@jitgrad_pool_quiet_until = global i64 0, align 64
+@jitgrad_pool_misses = global i32 0, align 64
 @jitgrad_pool_nq = global i32 0, align 64
 @jitgrad_pool_pivot = global i32 0
 @jitgrad_pool_started = global i32 0
@@ -137,11 +149,13 @@ define internal i64 @now() {{
 define internal i1 @spin(ptr %w, i32 %seen, i1 %zero) {{
 entry:
   %budget = load i64, ptr @jitgrad_pool_spin_ns
-  %q = load atomic i32, ptr @jitgrad_pool_quiet monotonic, align 4
   %off = icmp eq i64 %budget, 0
-  %busy = icmp sgt i32 %q, 0
-  %skip = or i1 %off, %busy
-  br i1 %skip, label %once, label %start
+  br i1 %off, label %once, label %check
+check:
+  %t0 = call i64 @now()
+  %until = load atomic i64, ptr @jitgrad_pool_quiet_until monotonic, align 8
+  %busy = icmp slt i64 %t0, %until
+  br i1 %busy, label %once, label %start
 once:
   %v0 = load atomic i32, ptr %w acquire, align 4
   %z0 = icmp eq i32 %v0, 0
@@ -150,7 +164,6 @@ once:
   ret i1 %d0
 start:
   call void @stat(i32 7)
-  %t0 = call i64 @now()
   br label %loop
 loop:
   %i = phi i64 [0, %start], [%i1, %next], [%i1, %tick]
@@ -174,7 +187,8 @@ clock:
   %jumped = icmp sgt i64 %gap, {GAP_NS}
   br i1 %jumped, label %descheduled, label %spent
 descheduled:
-  store atomic i32 {QUIET_ROUNDS}, ptr @jitgrad_pool_quiet monotonic, align 4
+  %quiet = add i64 %t, {QUIET_NS}
+  store atomic i64 %quiet, ptr @jitgrad_pool_quiet_until monotonic, align 8
   call void @stat(i32 5)
   ret i1 0
 spent:
@@ -184,8 +198,25 @@ spent:
 tick:
   br label %loop
 miss:
+  %runs_out = atomicrmw add ptr @jitgrad_pool_misses, i32 1 monotonic
+  %many = icmp sge i32 %runs_out, {MISS_LIMIT - 1}
+  br i1 %many, label %give_up, label %missed
+give_up:
+  store atomic i32 0, ptr @jitgrad_pool_misses monotonic, align 4
+  %quiet2 = add i64 %t, {QUIET_NS}
+  store atomic i64 %quiet2, ptr @jitgrad_pool_quiet_until monotonic, align 8
+  call void @stat(i32 5)
+  ret i1 0
+missed:
   ret i1 0
 hit:
+  %h = load atomic i32, ptr @jitgrad_pool_misses monotonic, align 4
+  %owed = icmp sgt i32 %h, 0
+  br i1 %owed, label %forgive, label %done
+forgive:
+  %f = atomicrmw sub ptr @jitgrad_pool_misses, i32 1 monotonic
+  br label %done
+done:
   ret i1 1
 }}
 
@@ -356,13 +387,6 @@ go:
 round:
   store i32 %n, ptr @jitgrad_pool_pending
   call void @stat(i32 4)
-  %q = load atomic i32, ptr @jitgrad_pool_quiet monotonic, align 4
-  %busy = icmp sgt i32 %q, 0
-  br i1 %busy, label %count_down, label %publish
-count_down:
-  %o1 = atomicrmw sub ptr @jitgrad_pool_quiet, i32 1 monotonic
-  br label %publish
-publish:
   %o = atomicrmw add ptr @jitgrad_pool_gen, i32 1 seq_cst
   %w = load atomic i32, ptr @jitgrad_pool_wsleep seq_cst, align 4
   %asleep = icmp sgt i32 %w, 0
@@ -451,7 +475,8 @@ define void @jitgrad_pool_forget() {{
 entry:
   store i32 0, ptr @jitgrad_pool_started
   store i32 0, ptr @jitgrad_pool_pivot
-  store i32 0, ptr @jitgrad_pool_quiet
+  store i64 0, ptr @jitgrad_pool_quiet_until
+  store i32 0, ptr @jitgrad_pool_misses
   call void @llvm.memset.p0.i64(ptr @jitgrad_pool_counts, i8 0, i64 {4 * MAX_QUEUES}, i1 0)
   ret void
 }}
@@ -564,5 +589,5 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-__all__ = ["Pool", "build", "spin_setting", "MAX_QUEUES", "MAX_TASKS", "SPIN_US", "GAP_NS", "QUIET_ROUNDS",
+__all__ = ["Pool", "build", "spin_setting", "MAX_QUEUES", "MAX_TASKS", "SPIN_US", "GAP_NS", "QUIET_NS",
            "STAT_NAMES"]
