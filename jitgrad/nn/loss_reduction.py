@@ -23,7 +23,10 @@ def resolve(size_average, reduce, reduction: str) -> str:
     return legacy_reduction(size_average, reduce)
 
 
-def check(reduction: str, allowed=("mean", "sum", "none")) -> None:
+REDUCTIONS = ("mean", "sum", "none")      # what torch's losses accept
+
+
+def check(reduction: str, allowed=REDUCTIONS) -> None:
     if reduction not in allowed:
         raise ValueError(f"{reduction} is not a valid value for reduction")       # torch's type and text
 
@@ -38,4 +41,4 @@ def reduce_loss(loss, reduction: str):
     return loss
 
 
-__all__ = ["legacy_reduction", "resolve", "check", "reduce_loss"]
+__all__ = ["legacy_reduction", "resolve", "check", "reduce_loss", "REDUCTIONS"]

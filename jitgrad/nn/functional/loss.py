@@ -102,7 +102,7 @@ def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
             lo, hi = int(safe.min()), int(safe.max())
             if lo < 0 or hi >= C:
                 raise IndexError(f"Target {hi if hi >= C else lo} is out of bounds.")      # torch's text
-    if reduction not in _REDUCTIONS:       # (loss_reduction.check's test inline: a frame fewer per loss)
+    if reduction not in loss_reduction.REDUCTIONS:       # (loss_reduction.check's test inline: a frame fewer per loss)
         loss_reduction.check(reduction)
     if fused:
         # one fused primitive in eager CPU mode; traced or on a device its decomposition (ir/ops/fused.py)
@@ -113,7 +113,6 @@ def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
 
 
 _UNSIGNED = {8: np.uint64, 4: np.uint32}
-_REDUCTIONS = ("mean", "sum", "none")
 
 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
