@@ -206,6 +206,14 @@ def test_one_ufunc_ops_take_the_kernel_where_the_pool_takes_every_loop(sync, mon
                 assert ek.COUNTS["native_calls"] - before["native_calls"] == (3 if native else 0)
         if native and workpool.threads() >= 2:
             assert workpool.rounds() - r0 == 3
+            pool = workpool.spinning()
+            if pool is not None:        # an eager round leaves its workers asleep, not spinning (EAGER_LAUNCH)
+                import time
+                s0 = pool.stats()
+                X + Y
+                time.sleep(0.01)        # (a lingering worker's spin would have run out and been counted by now)
+                d = {k: v - s0[k] for k, v in pool.stats().items()}
+                assert d["worker_sleeps"] == 1 and d["spins"] <= 1, d      # the caller's spin alone
         hit = dispatch._RULES[(OPS["add"], (n,), np.dtype(dtype), (n,), np.dtype(dtype))]
         assert (hit[6] is OPS["add"].impl) != native
 

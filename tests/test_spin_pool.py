@@ -173,6 +173,33 @@ before = pool.stats(); rounds(10, 1, 0.002); print(json.dumps(delta(before)))
     assert quiet["spins"] == 0 and quiet["busy"] == 0 and quiet["rounds"] == 10, quiet
 
 
+def test_rounds_started_without_linger_leave_their_workers_asleep_at_once():
+    """``set_linger(False)`` (an eager kernel's launch): the workers of the rounds started then sleep as soon as
+    their chunk is done, however long the spin (the clock stands still: a lingering worker would spin through every
+    gap between rounds); the caller still spins for its workers; rounds started after ``set_linger(True)`` are
+    followed by the spin again."""
+    outs = _run("""
+scripted_clock(0)
+pool.set_spin_ns(10**12)
+pool.start(1)
+rounds(1, 1)
+before = pool.stats(); rounds(10, 1, 0.002); print(json.dumps(delta(before)))
+print(json.dumps({"was": pool.set_linger(False)}))
+before = pool.stats(); rounds(10, 1, 0.002); print(json.dumps(delta(before)))
+pool.set_linger(True)
+rounds(1, 1)
+before = pool.stats(); rounds(10, 1, 0.002); print(json.dumps(delta(before)))
+""")
+    lingered, was, asleep, again = outs
+    assert was == {"was": True}
+    assert lingered["spin_hits"] == 10 and lingered["worker_sleeps"] == 0, lingered
+    # (the first round of the ten found the worker still spinning after the lingering round before it; a worker
+    # that lost its core for the 2 ms between two rounds finds the next one there without sleeping)
+    assert asleep["worker_sleeps"] >= 8 and asleep["spin_hits"] <= 2, asleep
+    assert asleep["spins"] == 10 and asleep["worker_wakes"] >= 9, asleep      # the caller's spins only
+    assert again["spin_hits"] == 10 and again["worker_sleeps"] == 0, again
+
+
 def test_stop_joins_the_workers_and_a_later_round_starts_them_again():
     """``stop`` (also registered at exit) ends and joins every worker: the process's threads go back to what
     they were; the next round starts the workers again and runs its tasks; the process exits at once with its

@@ -31,7 +31,8 @@ now (``workpool.takes``: at least ``PARALLEL_GRAIN`` elements and elements x per
 the parallel-capable kernel, which tests its work per call itself; ``torch.set_num_threads(1)`` keeps the serial
 kernel.  A parallel kernel splits its loop into one chunk per worker of the pool (``workpool.py``), and every
 element is computed by the same instructions whichever chunk holds it: the bits do not depend on the thread
-count.  Calls take ``threads.LAUNCH_LOCK`` (one parallel launch at a time per process).
+count.  Calls take ``threads.EAGER_LAUNCH`` (one parallel launch at a time per process; its workers sleep
+after it).
 
 Knobs: ``JITGRAD_EAGER_KERNELS=0`` turns the path off (every eager op runs its NumPy impl); ``=sync`` builds a
 kernel in the calling thread at its first call (tests, benchmarks that must not time NumPy calls);
@@ -367,7 +368,7 @@ def _call_for(opname, dtypes, params, aval, dims, fallback, row_length=None):
     rows = len(dims) == 2
     serial = _structure(opname, dtypes, params, False, rows, row_length)
     par = _structure(opname, dtypes, params, True, rows, row_length)
-    from ..codegen.native.threads import LAUNCH_LOCK
+    from ..codegen.native.threads import EAGER_LAUNCH
     counts = COUNTS
     empty = np.empty
     block_of = np.array
@@ -433,7 +434,7 @@ def _call_for(opname, dtypes, params, aval, dims, fallback, row_length=None):
         block.extend(tail)
         blk = block_of(block, i64)
         if st.parallel:
-            with LAUNCH_LOCK:
+            with EAGER_LAUNCH:
                 fn(array_address(blk))
         else:
             fn(array_address(blk))

@@ -1,19 +1,13 @@
 """jitgrad's own worker pool: workers that spin briefly between rounds, then sleep on a futex.
 
-The pool behind parallel kernels (``workpool.py``) used to be a private copy of Numba's ``workqueue`` library,
-whose workers sleep on a condition variable after every round and whose caller sleeps in ``synchronize``: every
-round paid a wake-up each way (B9's step: ~110 rounds, ~6.4 futex calls a round inside the library).  Rounds come
-back to back (a step's kernels run one after the other, with a little serial work between them), so here a worker
-that finished its chunk keeps watching the round counter for a while (``spin_ns``, with ``pause`` between reads)
-before it sleeps, and the caller waiting for the workers does the same before it sleeps: a round that starts
-within the spin costs no system call on either side.
-
-Why this lever (counted 2026-11-30, callgrind with one file per thread over ~1.2 warm B9 steps at 2 threads on
-``workqueue``, 124 rounds): the caller ran 484.3M instructions, 472.5M of them in its chunks (serial remainder
-11.8M, 2.4%), the worker 460.4M, all in chunks; every loop chunk pair ran the same count, the GEMM blocks' pair
-2.8% more on the caller (OpenBLAS's Haswell row unit, 24: a 528/496 cut of 1024 rows).  So the instructions allow
-944.7 / 484.3 = 1.95x, and what the measured 1.43-1.51x lost (~5 ms of a 22 ms step, ~50 us a round) is two
-wake-ups a round: the worker's at ``ready`` and the caller's in ``synchronize``.
+Numba's ``workqueue`` (the pool this one replaced) sleeps its workers on a condition variable after every round
+and its caller in ``synchronize``: a wake-up each way a round.  Rounds come back to back (a step's kernels run one
+after the other), so here a worker that finished its chunk watches the round counter for a while (``spin_ns``,
+``pause`` between reads) before it sleeps, and so does the caller waiting for it: a round that starts within the
+spin costs no system call.  Why (counted 2026-11-30, callgrind per thread, warm B9 steps at 2 threads on
+``workqueue``): the instructions allowed 1.95x, and what the measured 1.43-1.51x lost (~50 us a round) was those
+two wake-ups.  An eager kernel's round is followed by Python and NumPy work, not another round: ``set_linger(False)``
+makes the workers of the rounds started then sleep at once, leaving the core to OpenBLAS's threads.
 
 Same C interface as ``workqueue`` (``add_task``: a task on the next queue, round robin; ``ready``: start the round;
 ``synchronize``: wait for every queue), so kernels and entries need no change: ``workpool`` registers these
@@ -54,17 +48,13 @@ import threading
 
 MAX_QUEUES = 256        # workers at most (the pool's size is the machine's cores less one)
 MAX_TASKS = 16          # queued tasks per worker per round; more run on the calling thread at ``add_task``
-# how long a thread spins before it sleeps, microseconds (JITGRAD_POOL_SPIN): the serial stretches between two of
-# B9's 106 rounds a step, counted from its launch records (the work of the steps between two pooled launches):
-# 14 over 2.5e6 cost units (~50 us at ~0.02 ns a unit on one core), 6 over 5e6, none over 1e7 (the longest 9.5e6,
-# ~190 us); so a 50 us spin let ~14 rounds a step pay a wake-up, 250 us about none (the first round of a step
-# excepted: Python runs between steps).  OpenBLAS's threads spin ~400 us after a call (threads.py).
+# how long a thread spins before it sleeps, microseconds (JITGRAD_POOL_SPIN): of the serial stretches between two
+# of B9's 106 rounds a step (counted from its launch records), 14 are over ~50 us and none over ~190 us: a 250 us
+# spin lets about none pay a wake-up.  OpenBLAS's threads spin ~400 us after a call (threads.py).
 SPIN_US = 250
 GAP_NS = 200_000        # a gap this long between two clock reads of a spin: the thread was descheduled
 # how long waits sleep at once after a spinner saw such a gap: a time, not a count of rounds (64 rounds were 0.6 of
-# B9's steps but 13 of B1's, and B1 with one core taken by a spinning process ran 2.9x its quiet step: every
-# few steps a spinner took a core until it lost it again); a quiet machine that saw a stray gap sleeps as
-# ``workqueue`` did for this long (one core taken, counted: B1 busy/quiet 1.4-1.5x at 0.5 s, 1.7-2.0x at 0.1 s)
+# B9's steps but 13 of B1's); one core taken, counted: B1 busy/quiet 1.4-1.5x at 0.5 s, 1.7-2.0x at 0.1 s
 QUIET_NS = 250_000_000
 # spins that run out (the wait outlasted the spin) less those that did not, up to which the pool keeps spinning:
 # with one core taken by another process, a spinner is rarely descheduled within its spin (no gap), but its waits
@@ -99,6 +89,8 @@ def _source(machine: str) -> str:
 @jitgrad_pool_csleep = global i32 0, align 64
 @jitgrad_pool_quiet_until = global i64 0, align 64
 @jitgrad_pool_misses = global i32 0, align 64
+@jitgrad_pool_linger_next = global i32 1, align 64
+@jitgrad_pool_linger = global i32 1
 @jitgrad_pool_nq = global i32 0, align 64
 @jitgrad_pool_pivot = global i32 0
 @jitgrad_pool_started = global i32 0
@@ -257,6 +249,10 @@ entry:
   br label %wait
 wait:
   %seen = phi i32 [0, %entry], [%seen, %slept], [%g, %finished]
+  %linger = load atomic i32, ptr @jitgrad_pool_linger monotonic, align 4
+  %at_once = icmp eq i32 %linger, 0
+  br i1 %at_once, label %sleep, label %spin
+spin:
   %ok = call i1 @spin(ptr @jitgrad_pool_gen, i32 %seen, i1 0)
   br i1 %ok, label %hit, label %sleep
 hit:
@@ -386,6 +382,8 @@ go:
   br i1 %none, label %out, label %round
 round:
   store i32 %n, ptr @jitgrad_pool_pending
+  %ln = load i32, ptr @jitgrad_pool_linger_next
+  store atomic i32 %ln, ptr @jitgrad_pool_linger monotonic, align 4
   call void @stat(i32 4)
   %o = atomicrmw add ptr @jitgrad_pool_gen, i32 1 seq_cst
   %w = load atomic i32, ptr @jitgrad_pool_wsleep seq_cst, align 4
@@ -503,6 +501,7 @@ class Pool:
         self._stats = (ctypes.c_int64 * len(STAT_NAMES)).from_address(glob("jitgrad_pool_stats"))
         self._clock = ctypes.c_void_p.from_address(glob("jitgrad_pool_clock"))
         self._clock.value = ctypes.cast(ctypes.CDLL(None).clock_gettime, ctypes.c_void_p).value
+        self._linger = ctypes.c_int32.from_address(glob("jitgrad_pool_linger_next"))
         self._spin.value = spin_ns
 
     def start(self, workers: int) -> int:
@@ -530,6 +529,13 @@ class Pool:
         """Set ``spin_ns`` (read at every wait); returns the previous value."""
         prev = int(self._spin.value)
         self._spin.value = max(0, int(ns))
+        return prev
+
+    def set_linger(self, linger: bool) -> bool:
+        """Whether the workers of the rounds started from now on spin after their chunk (the default) or sleep at
+        once (eager launches: see the module docstring); returns the previous setting."""
+        prev = bool(self._linger.value)
+        self._linger.value = 1 if linger else 0
         return prev
 
     def set_clock(self, address: int) -> None:
