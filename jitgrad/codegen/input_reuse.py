@@ -15,6 +15,7 @@ from __future__ import annotations
 from ..ir.graph import Var
 from ..ir.plan import RowGroup
 from ..ir.symbolic import known_equal
+from .place_types import c_strides
 
 
 def over_dying_input(places, o, g, taken):
@@ -36,7 +37,7 @@ def over_dying_input(places, o, g, taken):
         p = places[x]
         if p.root.kind != "ws" or p.dtype is not o.aval.dtype or known_equal(p.offset, 0) is not True \
                 or known_equal(tuple(p.shape), shape) is not True \
-                or known_equal(tuple(p.strides), _c_strides(shape)) is not True \
+                or known_equal(tuple(p.strides), c_strides(shape)) is not True \
                 or any(q.root is p.root for q in taken) or places.reads_root_later(p.root, x, n) \
                 or not _rows_allow(g, x, o):
             continue
@@ -44,14 +45,6 @@ def over_dying_input(places, o, g, taken):
         places.hold(p.root, o)
         return p
     return None
-
-
-def _c_strides(shape) -> tuple:
-    st, acc = [], 1
-    for d in reversed(shape):
-        st.append(acc)
-        acc = acc * d
-    return tuple(reversed(st))
 
 
 def _rows_allow(g, x, o) -> bool:
