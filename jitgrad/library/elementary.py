@@ -228,6 +228,7 @@ def nonzero(input, *, as_tuple=False, **torch_kw):
 
 # ---- reductions -----------------------------------------------------------------------------------
 _SUM = O["sum"]
+_SUM_FLAT = flat_entry(_SUM, 1)
 _EVERY_AXIS = [tuple(range(n)) for n in range(64)]     # (dims_arg's axes for dim=None, made once)
 
 
@@ -241,8 +242,7 @@ def sum(input, dim=None, keepdim=False, *, dtype=None, **torch_kw):
             and not torch_kw:
         # flat: a sum of every element (``x.sum()``, a loss) straight to the dispatch, its node named as below
         nd = input._data.ndim
-        r = _dispatch._bind(_SUM, (input,), {"axes": _EVERY_AXIS[nd] if nd < 64 else tuple(range(nd)),
-                                             "keepdims": bool(keepdim)})
+        r = _SUM_FLAT(input, {"axes": _EVERY_AXIS[nd] if nd < 64 else tuple(range(nd)), "keepdims": bool(keepdim)})
         gf = r.grad_fn
         if gf is not None:
             gf.torch_name = "SumBackward0"

@@ -45,8 +45,9 @@ _ENTRIES: dict = {}     # (op, arity) -> its entry point
 
 
 def flat_entry(op, arity: int):
-    """The flat entry point of primitive ``op`` called with ``arity`` (1 or 2) arguments and no params, or None
-    for a view op (see the module's docstring)."""
+    """The flat entry point of primitive ``op`` over ``arity`` (1 or 2) arguments, ``f(*args, params=None)``
+    (``params``: the op's params as ``bind`` takes them, a dict the node keeps), or None for a view op (see the
+    module's docstring)."""
     key = (op, arity)
     f = _ENTRIES.get(key)
     if f is None and not op.view:
@@ -59,18 +60,24 @@ def _unary(op):
     saves_in = bool(op.saves_in)
     saves_out = bool(op.saves_out)
 
-    def flat(a):
+    def flat(a, params=None):
         ta = type(a)
         if _DEPARTED or _AN.enabled or _d._bind is not _BIND or not (ta is Tensor or ta in _AS_TENSOR):
-            return _d._bind(op, (a,), {})
+            return _d._bind(op, (a,), params or {})
         da = a._data
         if type(da) is not _ndarray or a._base is not None or a._inference:
-            return _d._bind(op, (a,), {})
-        hit = _RULES.get((op, da.shape, da.dtype))
+            return _d._bind(op, (a,), params or {})
+        if params:
+            try:
+                hit = _RULES.get((op, da.shape, da.dtype, tuple(params.items())))
+            except TypeError:   # (unhashable params: dispatch evaluates the rule uncached)
+                hit = None
+        else:
+            hit = _RULES.get((op, da.shape, da.dtype))
         if hit is None:
-            return _d._bind(op, (a,), {})
+            return _d._bind(op, (a,), params or {})
         try:
-            out = hit[6](da)
+            out = hit[6](da, **params) if params else hit[6](da)
         except _ERRORS as e:
             raise op_error(op, hit[1], e) from None
         if not hit[10]:
@@ -96,7 +103,7 @@ def _unary(op):
             return t
         node = _new(OpNode)
         node.op = op
-        node.params = {}
+        node.params = params or {}
         node.next_functions = (e0,)
         node.needs_grad = _NEEDS_ONE
         node.seq = _next(_node_seq)
@@ -120,7 +127,14 @@ def _unary(op):
             node.inputs = hit[8]
             node.versions = None
         if saves_out:
-            node.outputs, node.out_versions = _saved_output(t), [(0, 0)]
+            # kept without its history (saved_output.py; dispatch._record's form: no t -> node -> t cycle)
+            so = _new(Tensor)
+            so._data, so._vc = out, t._vc
+            so._requires_grad = so._retains_grad = so._inference = False
+            so.grad_fn = so._grad = so._base = so._hooks = so._acc = so._view_origin = None
+            so._out_nr = 0
+            node.outputs = (so,)
+            node.out_versions = [(0, 0)]
         else:
             node.outputs = _NO_OUTPUT
             node.out_versions = None
@@ -153,40 +167,47 @@ def _binary(op):
     saves_in = bool(op.saves_in)
     saves_out = bool(op.saves_out)
 
-    def flat(a, b):
+    def flat(a, b, params=None):
         if _DEPARTED or _AN.enabled or _d._bind is not _BIND:
-            return _d._bind(op, (a, b), {})
+            return _d._bind(op, (a, b), params or {})
         ta = type(a)
         tb = type(b)
         if ta is Tensor or ta in _AS_TENSOR:
             da = a._data
             if type(da) is not _ndarray or a._base is not None or a._inference:
-                return _d._bind(op, (a, b), {})
+                return _d._bind(op, (a, b), params or {})
             if tb is Tensor or tb in _AS_TENSOR:
                 db = b._data
                 if type(db) is not _ndarray or b._base is not None or b._inference:
-                    return _d._bind(op, (a, b), {})
-                hit = _RULES.get((op, da.shape, da.dtype, db.shape, db.dtype))
+                    return _d._bind(op, (a, b), params or {})
+                key = (op, da.shape, da.dtype, db.shape, db.dtype)
                 need = a._requires_grad or a.grad_fn is not None or b._requires_grad or b.grad_fn is not None
             elif tb is float or tb is int or tb is bool:
                 db = b
-                hit = _RULES.get((op, da.shape, da.dtype, tb))
+                key = (op, da.shape, da.dtype, tb)
                 need = a._requires_grad or a.grad_fn is not None
             else:
-                return _d._bind(op, (a, b), {})
+                return _d._bind(op, (a, b), params or {})
         elif (ta is float or ta is int) and tb is Tensor:      # 0.1 * t (dispatch._bind's key: Tensor itself)
             db = b._data
             if type(db) is not _ndarray or b._base is not None or b._inference:
-                return _d._bind(op, (a, b), {})
+                return _d._bind(op, (a, b), params or {})
             da = a
-            hit = _RULES.get((op, ta, db.shape, db.dtype))
+            key = (op, ta, db.shape, db.dtype)
             need = b._requires_grad or b.grad_fn is not None
         else:
-            return _d._bind(op, (a, b), {})
+            return _d._bind(op, (a, b), params or {})
+        if params:
+            try:
+                hit = _RULES.get(key + (tuple(params.items()),))
+            except TypeError:   # (unhashable params: dispatch evaluates the rule uncached)
+                hit = None
+        else:
+            hit = _RULES.get(key)
         if hit is None:
-            return _d._bind(op, (a, b), {})
+            return _d._bind(op, (a, b), params or {})
         try:
-            out = hit[6](da, db)
+            out = hit[6](da, db, **params) if params else hit[6](da, db)
         except _ERRORS as e:
             raise op_error(op, hit[1], e) from None
         if not hit[10]:
@@ -229,7 +250,7 @@ def _binary(op):
             return t
         node = _new(OpNode)
         node.op = op
-        node.params = {}
+        node.params = params or {}
         node.next_functions = (e0, e1)
         node.needs_grad = needs = (n0, n1)
         node.seq = _next(_node_seq)
@@ -258,7 +279,14 @@ def _binary(op):
             node.inputs = hit[8]
             node.versions = None
         if saves_out:
-            node.outputs, node.out_versions = _saved_output(t), [(0, 0)]
+            # kept without its history (saved_output.py; dispatch._record's form: no t -> node -> t cycle)
+            so = _new(Tensor)
+            so._data, so._vc = out, t._vc
+            so._requires_grad = so._retains_grad = so._inference = False
+            so.grad_fn = so._grad = so._base = so._hooks = so._acc = so._view_origin = None
+            so._out_nr = 0
+            node.outputs = (so,)
+            node.out_versions = [(0, 0)]
         else:
             node.outputs = _NO_OUTPUT
             node.out_versions = None
@@ -283,16 +311,6 @@ def _binary(op):
         t.grad_fn = node
         return t
     return _named(flat, op)
-
-
-def _saved_output(t):
-    """``(t,)`` as a node saves its output: without its history (saved_output.py; dispatch._record's form)."""
-    s = _new(Tensor)
-    s._data, s._vc = t._data, t._vc
-    s._requires_grad = s._retains_grad = s._inference = False
-    s.grad_fn = s._grad = s._base = s._hooks = s._acc = s._view_origin = None
-    s._out_nr = 0
-    return (s,)
 
 
 def _named(flat, op):
