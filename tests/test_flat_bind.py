@@ -22,7 +22,8 @@ def _data():
 
 
 # calls each served by a flat entry point once warm: a tensor pair, a scalar on either side, an op that saves its
-# inputs (mul), one that saves its output (tanh), a Python impl (relu), matmul, a params op (sum), the loss
+# inputs (mul), one that saves its output (tanh), a Python impl (relu), matmul, params ops (sum, layer_norm), the
+# loss
 CALLS = {
     "x + y": lambda x, y, w, t: x + y,
     "2.0 - x": lambda x, y, w, t: 2.0 - x,
@@ -33,6 +34,7 @@ CALLS = {
     "x @ w": lambda x, y, w, t: x @ w,
     "x.sum()": lambda x, y, w, t: x.sum(),
     "cross_entropy": lambda x, y, w, t: F.cross_entropy(x @ w, t),
+    "layer_norm": lambda x, y, w, t: F.layer_norm(x, (4,)),
 }
 
 _NODE_FIELDS = ("needs_grad", "shapes", "dtypes", "params", "out_meta", "torch_name", "view_args", "_freed")
