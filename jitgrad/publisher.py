@@ -9,7 +9,8 @@ whose ``@published`` line declared it.  No other module sets attributes on ``Ten
 module's namespace; a name declared twice, or a declaration that would replace part of ``Tensor``'s class body,
 is an error here (there is no precedence to get wrong).
 
-The eager fast path (a later step) is generated here too: it sees every Tensor method and its declaration.
+The eager fast path's flat entry points are made per OpDef from its table row (``runtime/flat_bind.py``) by the
+modules that declare the methods calling them, so the published objects stay the declared ones.
 """
 from __future__ import annotations
 

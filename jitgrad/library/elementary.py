@@ -19,6 +19,7 @@ from ..runtime import dispatch as _dispatch
 from ..runtime.dispatch import bind, _bind_by_name
 from ..runtime.op_errors import op_error
 from ..runtime.bind_route import ROUTE as _ROUTE
+from ..runtime.flat_bind import flat_entry
 from ..runtime.tensor import AS_TENSOR as _AS_TENSOR, Tensor
 from .torch_kwargs import torch_kwargs
 from ..runtime.grad_names import named
@@ -32,12 +33,13 @@ from .shaping.views import (  # noqa: F401  (re-exported: jg.reshape, x.view, ..
 # ---- elementwise ----------------------------------------------------------------------------------
 def _unary(name):
     op = O[name]
+    flat = flat_entry(op, 1)
 
     def f(input, **torch_kw):
         if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
             return torch_kwargs(f, name, (input,), {}, torch_kw)
         if (type(input) is Tensor or type(input) in _AS_TENSOR) and _ROUTE.plain:     # flat: straight to the dispatch
-            return _dispatch._bind(op, (input,), {})
+            return flat(input)
         return bind(op, _t(input))
     f.__name__ = name
     f.__doc__ = f"Elementwise ``{name}``; differentiable (see OpDef ``{name}``)."
@@ -105,6 +107,7 @@ def isinf(input, **torch_kw):
 
 def _binary(name, opname):
     op = O[opname]
+    flat = flat_entry(op, 2)
 
     def f(input, other, **torch_kw):
         if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
@@ -112,7 +115,7 @@ def _binary(name, opname):
         if not isinstance(input, Tensor) and not isinstance(other, Tensor):
             input = _t(input)
         if _ROUTE.plain:        # flat: straight to the dispatch
-            return _dispatch._bind(op, (input, other), {})
+            return flat(input, other)
         return bind(op, input, other)
     f.__name__ = name
     return f
@@ -225,6 +228,7 @@ def nonzero(input, *, as_tuple=False, **torch_kw):
 
 # ---- reductions -----------------------------------------------------------------------------------
 _SUM = O["sum"]
+_SUM_FLAT = flat_entry(_SUM, 1)
 _EVERY_AXIS = [tuple(range(n)) for n in range(64)]     # (dims_arg's axes for dim=None, made once)
 
 
@@ -238,8 +242,7 @@ def sum(input, dim=None, keepdim=False, *, dtype=None, **torch_kw):
             and not torch_kw:
         # flat: a sum of every element (``x.sum()``, a loss) straight to the dispatch, its node named as below
         nd = input._data.ndim
-        r = _dispatch._bind(_SUM, (input,), {"axes": _EVERY_AXIS[nd] if nd < 64 else tuple(range(nd)),
-                                             "keepdims": bool(keepdim)})
+        r = _SUM_FLAT(input, {"axes": _EVERY_AXIS[nd] if nd < 64 else tuple(range(nd)), "keepdims": bool(keepdim)})
         gf = r.grad_fn
         if gf is not None:
             gf.torch_name = "SumBackward0"

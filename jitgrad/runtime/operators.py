@@ -2,9 +2,10 @@
 
 The operators are a table (method name -> primitive); :func:`flat_method` makes each method from its row.  A made
 method is flat: when no interceptor is active (``bind_route.ROUTE.plain``: no profiler recording, no forward-AD
-level) it calls dispatch's ``_bind`` itself, so an operator costs one Python frame above the dispatch; otherwise it
-goes through ``bind``.  ``_d._bind`` is read from the module at each call, so a spy set on ``dispatch._bind`` sees
-operators too.  (``&``, ``|``, ``^``, ``~`` and the shifts are library/pointwise/integer.py's.)
+level) it calls the primitive's flat entry point (``flat_bind.flat_entry``: the signature's cached entry, the impl,
+the output and its node in one frame), so an operator costs one Python frame above the dispatch; otherwise it goes
+through ``bind``.  The entry point hands a call to ``dispatch._bind`` (read from the module) whenever that is
+wrapped, so a spy set on ``dispatch._bind`` sees operators too.  (``&``, ``|``, ``^``, ``~`` and the shifts are library/pointwise/integer.py's.)
 """
 from __future__ import annotations
 
@@ -12,26 +13,28 @@ from ..declarations import published
 from ..ir.ops import OPS
 from . import dispatch as _d
 from .bind_route import ROUTE as _ROUTE
+from .flat_bind import flat_entry
 
 
 def flat_method(name: str, opname: str, arity: int, reflected: bool = False):
     """The Tensor method ``name`` that binds primitive ``opname`` to ``self`` (and ``other``, first when
     ``reflected``: ``2 - x`` is ``x.__rsub__(2)``)."""
     op = OPS[opname]
+    flat = flat_entry(op, arity)
     if arity == 1:
         def method(self):
             if _ROUTE.plain:
-                return _d._bind(op, (self,), {})
+                return flat(self)
             return _d.bind(op, self)
     elif reflected:
         def method(self, other):
             if _ROUTE.plain:
-                return _d._bind(op, (other, self), {})
+                return flat(other, self)
             return _d.bind(op, other, self)
     else:
         def method(self, other):
             if _ROUTE.plain:
-                return _d._bind(op, (self, other), {})
+                return flat(self, other)
             return _d.bind(op, self, other)
     method.__name__ = name
     method.__doc__ = f"``{name}``: primitive ``{opname}``" + (" with the operands swapped." if reflected else ".")

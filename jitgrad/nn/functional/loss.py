@@ -30,7 +30,9 @@ from ...ir import dtypes as dt
 from ...ir.ops import OPS as O
 from ...ir.ops.fused import nll_composition
 from ...library import elementary as F
+from ...runtime.bind_route import ROUTE as _ROUTE
 from ...runtime.dispatch import bind
+from ...runtime.flat_bind import flat_entry
 from ...library.creation.factories import full_like
 from ...runtime.grad_names import named
 from ...runtime.tensor import Tensor
@@ -106,18 +108,36 @@ def _nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
         loss_reduction.check(reduction)
     if fused:
         # one fused primitive in eager CPU mode; traced or on a device its decomposition (ir/ops/fused.py)
-        loss = bind(O["nll_loss"], input, target, ignore_index=int(ignore_index), reduction=reduction)
+        loss = _NLL(input, target, {"ignore_index": int(ignore_index), "reduction": reduction}) if _ROUTE.plain \
+            else bind(O["nll_loss"], input, target, ignore_index=int(ignore_index), reduction=reduction)
     else:
         loss = nll_composition(input, target, weight, int(ignore_index), reduction)
     return loss.reshape(()) if unbatched and reduction == "none" else loss
 
 
 _UNSIGNED = {8: np.uint64, 4: np.uint32}
+# the fused primitives' flat entry points (runtime/flat_bind.py)
+_NLL = flat_entry(O["nll_loss"], 2)
+_LOG_SOFTMAX = flat_entry(O["log_softmax"], 1)
 
 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
                   label_smoothing=0.0, **torch_kw):
     """Cross entropy between logits ``input`` (N, C, ...) or (C,) and class indices or class probabilities."""
+    if type(input) is Tensor and type(target) is Tensor and weight is None and not label_smoothing and not torch_kw \
+            and size_average is None and reduce is None and _ROUTE.plain and _TR.active is None:
+        # the common loss (float logits (N, C), class indices (N,), on the CPU) straight to its two fused primitives'
+        # flat entry points, with _cross_entropy's and _nll_loss's checks: two frames fewer per loss
+        d, t = input._data, target._data
+        if type(d) is _ndarray and type(t) is _ndarray and d.ndim == 2 and d.size and d.dtype.kind == "f" \
+                and t.shape == d.shape[:1] and _FROM_NP[t.dtype] in _INDEX_DTYPES \
+                and reduction in loss_reduction.REDUCTIONS:
+            r = _NLL(_LOG_SOFTMAX(input, {"axis": 1}), target,
+                     {"ignore_index": int(ignore_index), "reduction": reduction})
+            gf = r.grad_fn
+            if gf is not None:
+                gf.torch_name = "NllLossBackward0"
+            return r
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(cross_entropy, 'cross_entropy', (input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing), {}, torch_kw)
     if size_average is not None or reduce is not None:
@@ -139,7 +159,7 @@ def _cross_entropy(input, target, weight, ignore_index, reduction, label_smoothi
     if type(input) is Tensor and type(d) is np.ndarray and d.ndim and d.size and d.dtype.kind == "f":
         # F.log_softmax's eager path, inline (its dim known valid, its payload a float array; the node is named by
         # the op): four frames fewer per loss
-        logp = bind(O["log_softmax"], input, axis=cdim)
+        logp = _LOG_SOFTMAX(input, {"axis": cdim}) if _ROUTE.plain else bind(O["log_softmax"], input, axis=cdim)
     else:
         logp = F.log_softmax(input, cdim)
     if probs:

@@ -20,14 +20,15 @@ from ...ir.ops import OPS as O
 from ...runtime import grad_mode
 from ...library import elementary as F
 from ...library.dim_args import torch_dim
-from ...runtime import dispatch as _dispatch
 from ...runtime.bind_route import ROUTE as _ROUTE
 from ...runtime.dispatch import bind
+from ...runtime.flat_bind import flat_entry
 from ...library.torch_kwargs import torch_kwargs
 from .padding import pad
 
 
 _LAYER_NORM = O["layer_norm"]
+_LAYER_NORM_FLAT = flat_entry(_LAYER_NORM, 1)
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, **torch_kw):
@@ -41,7 +42,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, **torc
         raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
                            f"[*, {', '.join(map(str, normalized_shape))}], but got input of size{list(input.shape)}")
     # one fused op in eager mode; traced or on a device its decomposition (ir/ops/normalization.py)
-    out = _dispatch._bind(_LAYER_NORM, (input,), {"naxes": k, "eps": float(eps)}) if _ROUTE.plain else \
+    out = _LAYER_NORM_FLAT(input, {"naxes": k, "eps": float(eps)}) if _ROUTE.plain else \
         bind(_LAYER_NORM, input, naxes=k, eps=float(eps))
     if weight is not None:
         out = out * weight

@@ -1,0 +1,156 @@
+"""The flat per-op entry points (runtime/flat_bind.py, issue 28): a repeated call builds exactly what the general
+path (``dispatch._bind`` / ``_record``) builds, hands every other call to it, and costs fewer Python calls (counted,
+never timed)."""
+import numpy as np
+import pytest
+
+import jitgrad as jg
+import jitgrad.nn.functional as F
+from jitgrad.runtime import dispatch
+from jitgrad.runtime.flat_bind import flat_entry
+from jitgrad.ir.ops import OPS
+from test_eager_overhead import _count
+
+
+def _data():
+    rng = np.random.default_rng(1)
+    x = jg.tensor(rng.standard_normal((8, 4), dtype=np.float32), requires_grad=True)
+    y = jg.tensor(rng.standard_normal((8, 4), dtype=np.float32))
+    w = jg.tensor(rng.standard_normal((4, 4), dtype=np.float32), requires_grad=True)
+    t = jg.tensor(rng.integers(0, 4, 8))
+    return x, y, w, t
+
+
+# calls each served by a flat entry point once warm: a tensor pair, a scalar on either side, an op that saves its
+# inputs (mul), one that saves its output (tanh), a Python impl (relu), matmul, params ops (sum, layer_norm), the
+# loss
+CALLS = {
+    "x + y": lambda x, y, w, t: x + y,
+    "2.0 - x": lambda x, y, w, t: 2.0 - x,
+    "x * 3": lambda x, y, w, t: x * 3,
+    "x * y": lambda x, y, w, t: x * y,
+    "x.tanh()": lambda x, y, w, t: x.tanh(),
+    "relu(x)": lambda x, y, w, t: jg.relu(x),
+    "x @ w": lambda x, y, w, t: x @ w,
+    "x.sum()": lambda x, y, w, t: x.sum(),
+    "cross_entropy": lambda x, y, w, t: F.cross_entropy(x @ w, t),
+    "layer_norm": lambda x, y, w, t: F.layer_norm(x, (4,)),
+}
+
+_NODE_FIELDS = ("needs_grad", "shapes", "dtypes", "params", "out_meta", "torch_name", "view_args", "_freed")
+
+
+def _described(r):
+    """What a result's graph holds, comparable across two runs on the same leaves."""
+    node = r.grad_fn
+    edges = [(type(f).__name__, f.name() if f is not None else None, nr) for f, nr in node.next_functions]
+    fields = {k: getattr(node, k) for k in _NODE_FIELDS}
+    saved = [None if a is None else (a if not isinstance(a, jg.Tensor) else ("tensor", a._data.tobytes()))
+             for a in node.inputs]
+    outs = [None if o is None else o._data.tobytes() for o in node.outputs]
+    return (node.name(), edges, fields, saved, node.versions, outs, node.out_versions, node.loc.file,
+            r._data.tobytes(), r._data.dtype, r.requires_grad, r.is_leaf)
+
+
+@pytest.mark.parametrize("name", list(CALLS))
+def test_flat_entry_builds_the_general_paths_node(name, monkeypatch):
+    x, y, w, t = _data()
+    call = CALLS[name]
+    call(x, y, w, t)        # (the signature's first call fills dispatch's cache)
+    flat = call(x, y, w, t)
+    seen = _described(flat)
+    flat.sum().backward() if flat.ndim else flat.backward()
+    grads = [x.grad.numpy().copy(), None if w.grad is None else w.grad.numpy().copy()]
+    x.grad = w.grad = None
+    real = dispatch._bind
+    monkeypatch.setattr(dispatch, "_bind", lambda op, args, params: real(op, args, params))    # the general path
+    general = call(x, y, w, t)
+    want = _described(general)
+    assert seen == want
+    general.sum().backward() if general.ndim else general.backward()
+    np.testing.assert_array_equal(grads[0], x.grad.numpy())
+    if grads[1] is not None:
+        np.testing.assert_array_equal(grads[1], w.grad.numpy())
+
+
+def test_flat_entry_records_the_users_line_and_every_slot():
+    x, y, _, _ = _data()
+    x * y
+    node = (x * y).grad_fn
+    assert node.loc.file == __file__ and node.loc.line > 0
+    assert node.seq > 0 and node._x is None and node.plans is not None
+
+
+def test_flat_entry_hands_other_calls_to_the_general_path():
+    """Views, inference tensors and modes, anomaly mode and no_grad keep the general path's semantics."""
+    x, y, w, _ = _data()
+    for _ in range(2):
+        v = w.T + w          # a view input: refreshed history, the general path
+    v.sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), 2 * np.ones((4, 4), np.float32))
+    with jg.no_grad():
+        for _ in range(2):
+            r = x + y
+    assert r.grad_fn is None and not r.requires_grad
+    with jg.inference_mode():
+        for _ in range(2):
+            r = x * y
+    assert r.is_inference() and r.grad_fn is None
+    with jg.autograd.detect_anomaly():
+        r = x.tanh()
+    assert r.grad_fn.stack is not None      # anomaly mode's forward stack (the general path records it)
+    seen = []
+    real = dispatch._bind
+    dispatch._bind = lambda op, args, params: seen.append(op.name) or real(op, args, params)
+    try:
+        x + y, 2.0 * x, x.sum()
+    finally:
+        dispatch._bind = real
+    assert seen == ["add", "mul", "sum"]
+
+
+def test_flat_entry_raises_the_ops_error_with_the_users_line():
+    q = jg.tensor(np.full(3, 3e38, np.float32))
+    q * 2.0
+    with np.errstate(over="raise"), pytest.raises(RuntimeError, match="overflow") as e:
+        q * 10.0
+    assert "test_flat_bind.py" in str(e.value)
+
+
+def test_view_ops_have_no_flat_entry():
+    assert flat_entry(OPS["permute"], 1) is None and flat_entry(OPS["add"], 2) is flat_entry(OPS["add"], 2)
+
+
+def test_cross_entropy_keeps_torchs_nodes_and_checks():
+    x, _, w, t = _data()
+    loss = F.cross_entropy(x @ w, t)
+    assert loss.grad_fn.name() == "NllLossBackward0"
+    assert loss.grad_fn.next_functions[0][0].name() == "LogSoftmaxBackward0"
+    ref = F.nll_loss(F.log_softmax(x @ w, 1), t)
+    np.testing.assert_array_equal(loss.detach().numpy(), ref.detach().numpy())
+    for red in ("sum", "none"):
+        np.testing.assert_array_equal(F.cross_entropy(x @ w, t, reduction=red).detach().numpy(),
+                                      F.nll_loss(F.log_softmax(x @ w, 1), t, reduction=red).detach().numpy())
+    with pytest.raises(IndexError, match="Target 9 is out of bounds"):
+        F.cross_entropy(x, jg.tensor(np.array([0, 1, 2, 3, 9, 0, 1, 2])))
+    with pytest.raises(RuntimeError, match="expected target of shape"):
+        F.cross_entropy(x, jg.tensor(np.zeros(5, np.int64)))
+    with pytest.raises(RuntimeError, match="expected target of dtype int64"):
+        F.cross_entropy(x, jg.tensor(np.zeros(8, bool)))
+    with pytest.raises(ValueError):
+        F.cross_entropy(x, t, reduction="bogus")
+    ignored = jg.tensor(np.array([0, 1, -100, 3, 2, 0, 1, 2]))
+    np.testing.assert_array_equal(F.cross_entropy(x, ignored).detach().numpy(),
+                                  F.nll_loss(F.log_softmax(x, 1), ignored).detach().numpy())
+
+
+def test_cross_entropy_forward_python_calls():
+    """The lambda, cross_entropy, log_softmax's and nll_loss's flat entry points and their impls (log_softmax's
+    shift is a function of its own): 13 Python calls when it went through _cross_entropy, _nll_loss, bind, _bind and
+    _record twice."""
+    x, _, w, t = _data()
+    z = (x @ w).detach().requires_grad_()
+    F.cross_entropy(z, t)
+    calls, c_calls = _count(lambda: F.cross_entropy(z, t))
+    assert calls <= 7, f"cross_entropy made {calls} Python calls (7 when this budget was set)"
+    assert c_calls <= 28, f"cross_entropy made {c_calls} C calls (28 when this budget was set)"
