@@ -155,9 +155,52 @@ def _grad_named(t, name):
 
 _maximum = np.maximum   # (bound once: NumPy's module __getattr__ leaves ``np.X`` reads unspecialised)
 ew("relu", lambda x: _maximum(x, 0),     # (a Python 0 keeps x's dtype: NumPy's weak scalars, or its value)
-   # torch's threshold_backward: NaN passes g
-   lambda c, g: (_grad_named(c.bind("where", _out(c) <= 0, 0.0, g), "ThresholdBackwardBackward0"),),
+   lambda c, g: (c.bind("threshold_backward", g, _out(c), 0),),     # torch's pullback, one kernel
    lambda m, x: m.max(x, m.lit(0)), saves_out=(0,), kind="nobool", out_as_mask=True)
+
+
+def _threshold_backward_rule(avals, params):
+    g, x, t = avals
+    if not t.weak:
+        raise OpError(f"threshold_backward: the threshold must be a number, got a tensor of shape "
+                      f"{list(t.shape)}")
+    if g.dtype is dt.bool_ or x.dtype is dt.bool_:
+        raise OpError("threshold_backward: not supported for bool tensors")
+    return [Aval(broadcast_shapes("threshold_backward", [g.shape, x.shape]), result_dtype([g, x]))]
+
+
+_less_equal, _putmask, _where = np.less_equal, np.putmask, np.where
+# the zero of each float dtype as a 0-d array: a ufunc converts a Python 0 per call, which costs as much as the
+# comparison of a small array itself
+_ZEROS = {np.dtype(np.float32): np.zeros((), np.float32), np.dtype(np.float64): np.zeros((), np.float64)}
+
+
+def _threshold_backward(g, x, threshold):
+    """torch's threshold_backward: 0 where ``x <= threshold``, else ``g`` (a NaN ``x`` passes ``g``; a NaN or
+    infinite ``g`` where ``x <= threshold`` gives 0, which ``g * mask`` would not)."""
+    if type(g) is np.ndarray and type(x) is np.ndarray and g.shape == x.shape and g.dtype == x.dtype:
+        # g's copy with zeros put where the mask says: on a small array half of np.where's cost
+        z = _ZEROS.get(x.dtype)
+        out = g.copy()
+        if z is not None and threshold == 0:
+            _putmask(out, _less_equal(x, z), z)
+        else:
+            _putmask(out, _less_equal(x, threshold), 0)
+        return out
+    return _where(_less_equal(x, threshold), 0, g)
+
+
+def _threshold_backward_vjp(c, h):
+    # linear in g: its own pullback.  x only selects (torch's gradient for it is zeros): it is not differentiable
+    # here, so no zeros flow back through a double backward
+    return (c.bind("threshold_backward", h, _in(c, 1), _in(c, 2)), None, None)
+
+
+register(OpDef("threshold_backward", "elementwise", _threshold_backward_rule, _threshold_backward,
+               _ew_vjp(_threshold_backward_vjp), scalar=lambda m, g, x, t: m.select(x <= t, m.lit(0), g),
+               saves_in=(1, 2), nondiff_inputs=(1, 2), grad_name="ThresholdBackwardBackward0",
+               doc="threshold_backward(g, x, threshold): 0 where x <= threshold, else g (torch's pullback of relu "
+                   "and threshold)"))
 ew("abs", np.abs, lambda c, g: (g * _in(c).sign(),), lambda m, x: m.abs(x), saves_in=(0,), kind="nobool")
 
 
