@@ -144,9 +144,11 @@ def _b5_step():
 
 def test_b5_eager_step_python_calls():
     calls, c_calls = _count(_b5_step(), warm=3)
-    # (at the count: the loss's targets checked once, in the fused impl, took the last frame and C calls off)
-    assert calls <= 107, f"the B5 eager step made {calls} Python calls (107 when this budget was set)"
-    assert c_calls <= 329, f"the B5 eager step made {c_calls} C calls (329 when this budget was set)"
+    # (at the count: the loss's targets checked once, in the fused impl, took the last frame and C calls off;
+    # relu's pullback as one threshold_backward step added a frame per relu (its copy-and-put impl) where two C calls
+    # ran as two plan steps: 15.7k instructions a step fewer under callgrind, 1.110M -> 1.095M)
+    assert calls <= 109, f"the B5 eager step made {calls} Python calls (109 when this budget was set)"
+    assert c_calls <= 331, f"the B5 eager step made {c_calls} C calls (331 when this budget was set)"
 
 
 def _makemore_step(name):

@@ -7,7 +7,7 @@ import pytest
 
 import jitgrad as jg
 from jitgrad.autograd import gradcheck, gradgradcheck
-from jitgrad.ir.ops import OPS
+from jitgrad.ir.ops import OPS, Aval
 from jitgrad.runtime import dispatch
 from jitgrad.runtime.dispatch import bind
 
@@ -39,7 +39,12 @@ def test_eager_impl_is_torchs_select(gshape, xshape, gdt, xdt, threshold):
     out = bind(TB, jg.tensor(g), jg.tensor(x), threshold)
     assert out.dtype.np == want.dtype and out.shape == want.shape
     np.testing.assert_array_equal(out.numpy(), want)
-    assert TB.impl(g, x, threshold) is not g       # a result of its own, never the cotangent's buffer
+    avals = (Aval(g.shape, jg.tensor(g).dtype), Aval(x.shape, jg.tensor(x).dtype), Aval((), jg.float64, True))
+    for impl in (TB.impl, TB.eager_impl(avals, {})):
+        if impl is not None:    # (eager_impl: relu's signature only)
+            r = impl(g, x, threshold)
+            assert r is not g and not np.shares_memory(r, g)     # a result of its own, never the cotangent's buffer
+            np.testing.assert_array_equal(r, want.astype(r.dtype))
 
 
 def test_a_tensor_threshold_is_refused():
@@ -108,7 +113,9 @@ def test_relu_pullback_replays_one_step():
         node = y.grad_fn
         y.backward(jg.ones((8, 32)))
     plans = list((node.plans or {}).values())
-    assert len(plans) == 1 and [s[0] for s in plans[0].steps] == [TB.impl]
+    (step,) = plans[0].steps
+    f32 = Aval((8, 32), jg.float32)
+    assert len(plans) == 1 and step[0].__code__ is TB.eager_impl((f32, f32, Aval((), jg.int64, True)), {}).__code__
 
 
 def test_compiled_graph_has_one_eqn_for_relus_pullback():
