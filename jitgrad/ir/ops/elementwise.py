@@ -215,8 +215,8 @@ register(OpDef("threshold_backward", "elementwise", _threshold_backward_rule, _t
                _ew_vjp(_threshold_backward_vjp), scalar=lambda m, g, x, t: m.select(x <= t, m.lit(0), g),
                saves_in=(1, 2), nondiff_inputs=(1, 2), grad_name="ThresholdBackwardBackward0",
                eager_impl=_threshold_backward_signature,
-               doc="threshold_backward(g, x, threshold): 0 where x <= threshold, else g (torch's pullback of relu "
-                   "and threshold)"))
+               doc="threshold_backward(g, x, threshold): 0 where x <= threshold, else g (relu's pullback, as torch "
+                   "computes it)"))
 ew("abs", np.abs, lambda c, g: (g * _in(c).sign(),), lambda m, x: m.abs(x), saves_in=(0,), kind="nobool")
 
 
