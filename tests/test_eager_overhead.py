@@ -84,9 +84,11 @@ def test_b5_step_python_calls():
     for _ in range(3):      # warm the per-signature rule cache
         step()
     calls, c_calls = _count(step)
-    # (at the count: cross_entropy's targets checked once per loss took a frame and four C calls off, xent)
-    assert calls <= 108, f"B5 eager step made {calls} Python calls (108 when this threshold was set)"
-    assert c_calls <= 329, f"B5 eager step made {c_calls} C calls (329 when this threshold was set)"
+    # (at the count: cross_entropy's targets checked once per loss took a frame and four C calls off, xent; relu's
+    # pullback as one threshold_backward step added a frame per relu, its copy-and-put impl, where np.where and a
+    # comparison ran as two plan steps: 15.7k instructions a step fewer, test_eager_budget's B5 count)
+    assert calls <= 110, f"B5 eager step made {calls} Python calls (110 when this threshold was set)"
+    assert c_calls <= 331, f"B5 eager step made {c_calls} C calls (331 when this threshold was set)"
 
 
 def test_b5_step_op_count(bound_ops):
