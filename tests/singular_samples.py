@@ -371,6 +371,10 @@ OP_SAMPLES: dict[str, list[Sample]] = {
     "tanh_backward": [Sample(_vjp_with_graph(lambda x: x.tanh()),
                              [a(0.0, -0.0, 20.0, -20.0, 400.0, inf, -inf, 1.0, 0.5, 1e-300),
                               a(inf, 1.0, inf, 1.0, 0.0, 2.0, -inf, -inf, 0.0, inf)], "tanh's vjp at (x, g)")],
+    # relu's vjp: zeros of either sign, a nan input (passes g), infinite and nan cotangents (0 where x <= 0)
+    "threshold_backward": [Sample(_vjp_with_graph(lambda x: x.relu()),
+                                  [a(0.0, -0.0, -1.0, 2.0, nan, inf, -inf, 1e-300, -1e-300),
+                                   a(inf, nan, inf, nan, 1.0, 2.0, 3.0, -inf, nan)], "relu's vjp at (x, g)")],
     "nll_loss": [Sample(lambda m, x: m.nn.functional.nll_loss(x, m.tensor([0, 1, 2, -100])),
                         [rows([-inf, 0.0, 1.0], [inf, nan, 2.0], [0.0, -0.0, -inf], [-inf, nan, 0.0])],
                         "inf/nan log-probabilities, an ignored row"),

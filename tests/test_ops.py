@@ -179,7 +179,8 @@ def test_opdef_has_its_rules(name):
         assert op.decompose is not None, f"{name}: elementwise op without a scalar body or a decomposition"
     elif op.family == "elementwise":
         assert callable(op.scalar), f"{name}: elementwise op without a scalar body"
-        names = ["a", "b", "c"][:{"where": 3, "rand_uniform": 2, "rand_normal": 2, "tanh_backward": 2}.get(
+        names = ["a", "b", "c"][:{"where": 3, "rand_uniform": 2, "rand_normal": 2, "tanh_backward": 2,
+                                   "threshold_backward": 3}.get(
             name, 2 if name in BINARY_OPS else 1)]
         params = {"clamp": {"min": 0.0, "max": 1.0}, "cast": {"dtype": jg.float32},
                   "rand_uniform": {"shape": (2,), "dtype": jg.float32},
@@ -1234,6 +1235,7 @@ SMOKE = {
     "log_softmax_backward": lambda: SMOKE_log_softmax_backward(),
     "softmax_backward": lambda: SMOKE_softmax_backward(),
     "tanh_backward": lambda: SMOKE_tanh_backward(),
+    "threshold_backward": lambda: SMOKE_threshold_backward(),
     "gelu_backward": lambda: SMOKE_gelu_backward(),
     "sdpa": lambda: _g(lambda q, k, v: jg.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
                        (2, 3, 2), (2, 4, 2), (2, 4, 3)),
@@ -1270,6 +1272,16 @@ def SMOKE_tanh_backward():
         g, = jg.autograd.grad((jg.tanh(a) * v).sum(), a, create_graph=True)
         return g
     _g(f, (2, 3), (2, 3))
+
+
+def SMOKE_threshold_backward():
+    # relu's eager vjp binds it; create_graph differentiates it again (in g: itself; x only selects)
+    def f(a, v):
+        g, = jg.autograd.grad((jg.relu(a) * v).sum(), a, create_graph=True)
+        return g
+    _g(f, (2, 3), (2, 3), domain="nonzero")
+    # a threshold of its own, g broadcast against x
+    _g(lambda g, x: _bind("threshold_backward", g, x, 0.25), (3,), (2, 3), domain="nonzero")
 
 
 def SMOKE_gelu_backward():

@@ -96,7 +96,7 @@ def _float_signature(impl):
 
 
 def ew(name, impl, vjp=None, scalar=None, kind="same", saves_in=(), saves_out=(), grad_name=None,
-       nondiff_inputs=(), saved_for=None, doc="", out_as_mask=False):
+       nondiff_inputs=(), saved_for=None, doc="", out_as_mask=False, jvp=None):
     eager_impl = None
     if kind == "float":
         eager_impl = _float_signature(impl)
@@ -104,7 +104,7 @@ def ew(name, impl, vjp=None, scalar=None, kind="same", saves_in=(), saves_out=()
     return register(OpDef(name, "elementwise", _rule(name, kind), impl, _ew_vjp(vjp) if vjp else None,
                           scalar=scalar, grad_name=grad_name, saves_in=saves_in, saves_out=saves_out,
                           nondiff_inputs=nondiff_inputs, saved_for=saved_for, doc=doc, eager_impl=eager_impl,
-                          out_as_mask=out_as_mask))
+                          out_as_mask=out_as_mask, jvp=jvp))
 
 
 def _in(ctx, i=0):
@@ -154,10 +154,69 @@ def _grad_named(t, name):
 
 
 _maximum = np.maximum   # (bound once: NumPy's module __getattr__ leaves ``np.X`` reads unspecialised)
+
+
+def _relu_jvp(c, t):
+    # the output enters detached: where the tangent records a node (forward over reverse), that node must not save
+    # the dual output itself, whose tangent is the node's own result (through the level's tangent table the output
+    # would then outlive its last use)
+    return (c.bind("threshold_backward", t, _out(c).detach(), 0),)
+
+
 ew("relu", lambda x: _maximum(x, 0),     # (a Python 0 keeps x's dtype: NumPy's weak scalars, or its value)
-   # torch's threshold_backward: NaN passes g
-   lambda c, g: (_grad_named(c.bind("where", _out(c) <= 0, 0.0, g), "ThresholdBackwardBackward0"),),
-   lambda m, x: m.max(x, m.lit(0)), saves_out=(0,), kind="nobool", out_as_mask=True)
+   lambda c, g: (c.bind("threshold_backward", g, _out(c), 0),),     # torch's pullback, one kernel
+   lambda m, x: m.max(x, m.lit(0)), saves_out=(0,), kind="nobool", out_as_mask=True, jvp=_relu_jvp)
+
+
+def _threshold_backward_rule(avals, params):
+    g, x, t = avals
+    if not t.weak:
+        raise OpError(f"threshold_backward: the threshold must be a number, got a tensor of shape "
+                      f"{list(t.shape)}")
+    if g.dtype is dt.bool_ or x.dtype is dt.bool_:
+        raise OpError("threshold_backward: not supported for bool tensors")
+    return [Aval(broadcast_shapes("threshold_backward", [g.shape, x.shape]), result_dtype([g, x]))]
+
+
+_less_equal = np.less_equal
+# the C functions under NumPy's __array_function__ layer (whose dispatcher is a Python frame per call)
+_putmask = getattr(np.putmask, "_implementation", np.putmask)
+
+
+def _threshold_backward(g, x, threshold):
+    """torch's threshold_backward: 0 where ``x <= threshold``, else ``g`` (a NaN ``x`` passes ``g``; an infinite or
+    NaN ``g`` where ``x <= threshold`` gives 0, which ``g * mask`` would not)."""
+    return np.where(_less_equal(x, threshold), 0, g)
+
+
+def _threshold_backward_signature(avals, params):
+    """``eager_impl``: relu's signature (g laid out as x, one float dtype) as g's copy with zeros put where the mask
+    says, half of np.where's cost on a small array; the zero a 0-d array of the dtype (a ufunc converts a Python 0
+    per call, as dear as the comparison of a small array itself)."""
+    g, x, _ = avals
+    if g.shape != x.shape or g.dtype is not x.dtype or not g.dtype.is_floating_point or not g.shape:
+        return None
+    zero = np.zeros((), g.dtype.np)
+
+    def same_layout(g, x, threshold):
+        out = g.copy()
+        _putmask(out, _less_equal(x, zero if threshold == 0 else threshold), zero)
+        return out
+    return same_layout
+
+
+def _threshold_backward_vjp(c, h):
+    # linear in g: its own pullback.  x only selects (torch's gradient for it is zeros): it is not differentiable
+    # here, so no zeros flow back through a double backward
+    return (c.bind("threshold_backward", h, _in(c, 1), _in(c, 2)), None, None)
+
+
+register(OpDef("threshold_backward", "elementwise", _threshold_backward_rule, _threshold_backward,
+               _ew_vjp(_threshold_backward_vjp), scalar=lambda m, g, x, t: m.select(x <= t, m.lit(0), g),
+               saves_in=(1, 2), nondiff_inputs=(1, 2), grad_name="ThresholdBackwardBackward0",
+               eager_impl=_threshold_backward_signature,
+               doc="threshold_backward(g, x, threshold): 0 where x <= threshold, else g (relu's pullback, as torch "
+                   "computes it)"))
 ew("abs", np.abs, lambda c, g: (g * _in(c).sign(),), lambda m, x: m.abs(x), saves_in=(0,), kind="nobool")
 
 
