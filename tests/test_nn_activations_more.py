@@ -61,6 +61,19 @@ def test_inplace_forms_write_into_the_input(name, kw):
         np.testing.assert_allclose(x2.numpy(), tx.numpy(), rtol=1e-13)
 
 
+def test_threshold_passes_nan_and_its_gradient_as_torch():
+    """``threshold`` replaces where ``x <= threshold``: a NaN is not, so it passes with its gradient (torch's
+    ``threshold`` and ``threshold_backward``), eager and compiled alike."""
+    a = np.array([np.nan, -1.0, 0.5, 0.25, 2.0])
+    for fn in (lambda t: F.threshold(t, 0.25, -3.0), jg.compile(lambda t: F.threshold(t, 0.25, -3.0))):
+        x, tx = pair(a)
+        y, ty = fn(x), TF.threshold(tx, 0.25, -3.0)
+        np.testing.assert_array_equal(y.detach().numpy(), ty.detach().numpy())
+        y.sum().backward()
+        ty.sum().backward()
+        np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())     # [1, 0, 1, 0, 1]
+
+
 def test_inplace_activation_backward_through_a_non_leaf():
     a = np.array([-2.0, -0.3, 0.4, 2.0])
     x, tx = pair(a)

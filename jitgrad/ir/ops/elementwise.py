@@ -421,9 +421,13 @@ def _where_vjp(c, g):
     cond = _in(c, 0)
     needs = c.needs_grad
     gx = g.where(cond, 0.0) if needs[1] else None
-    if gx is not None and getattr(c, "torch_name", None) == "ThresholdBackward0":
-        _grad_named(gx, "ThresholdBackwardBackward0")      # nn.functional.threshold: torch's threshold_backward
-    return None, gx, g.where(~cond, 0.0) if needs[2] else None
+    gy = g.where(~cond, 0.0) if needs[2] else None
+    if getattr(c, "torch_name", None) == "ThresholdBackward0":
+        # nn.functional.threshold, where(x <= threshold, value, x): torch's threshold_backward
+        for gi in (gx, gy):
+            if gi is not None:
+                _grad_named(gi, "ThresholdBackwardBackward0")
+    return None, gx, gy
 
 
 register(OpDef("where", "elementwise", _where_rule, np.where, _ew_vjp(_where_vjp),
