@@ -42,7 +42,8 @@ class Launch(NamedTuple):
     and the most threads it runs on at once; ``work``: its size in the plan's cost unit as the parallel choice
     saw it; ``routine``: a matrix product's routine (``sgemm``/``dgemm``: BLAS; ``small_sgemm``/``small_dgemm``:
     ``kernels/small_gemm.py``); ``gated``: a parallel-capable step that decides per call, by its work, whether
-    to take the pool."""
+    to take the pool; ``elements``: a gated loop's elements, which the per-call test compares with
+    ``workpool.grain()`` (0 for other steps)."""
     label: str
     kind: str
     parallel: bool
@@ -50,6 +51,7 @@ class Launch(NamedTuple):
     work: float = 0.0
     routine: str = ""
     gated: bool = False
+    elements: int = 0
 
 
 class CodegenWarning(UserWarning):
@@ -278,7 +280,8 @@ class CompiledGraph:
                 par = bool(st.kernel.parallel) and (ours or _split_by_numba(st.kernel))
                 if gated and not workpool.takes(size(st.gate[0]), st.gate[1]):
                     par = _split_by_numba(st.kernel)      # (Numba's prange splits every call)
-                out.append(Launch(st.label, st.kernel.kind, par, pool if par else 1, st.work, gated=gated))
+                out.append(Launch(st.label, st.kernel.kind, par, pool if par else 1, st.work, gated=gated,
+                                  elements=int(size(st.gate[0])) if gated else 0))
             elif st.kind in ("gemm", "bgemm"):
                 par = bool(st.parallel) and ours
                 if gated and st.split:      # (the whole product's work, its blocks of any size)

@@ -29,7 +29,7 @@ from ...ir.symbolic import SymInt, hint_of, known_equal, size_arg
 from ...ir.plan import Group, LoopBatch, batching
 from ..kernels.batch_loops import HEADER, copy_member, gen_batch, plan_pieces
 from ..kernels.copy_loops import gen_check, gen_copy
-from ..kernels.loops import BCAST, CONTIG, PARALLEL_MIN, STRIDED
+from ..kernels.loops import BCAST, CONTIG, STRIDED
 from ..native import workpool
 from ..places import Place, Places, Root, bcast_strides, coalesce
 
@@ -37,9 +37,10 @@ from ..places import Place, Places, Root, bcast_strides, coalesce
 # *parallel-capable* when its work may reach ``workpool.min_work()`` (its size is symbolic, or it reaches it
 # now), and then it compares its work per call (``kernel_ir.For.gate``), so a program laid out for every size
 # records no guard on the choice.  A loop of concrete size below the threshold stays serial, as it always was.
-# Every element costs at least MIN_ELEMENT_COST (a float32 read and written), so from loops.PARALLEL_MIN
-# elements every loop takes the pool at the default threshold.
-MIN_ELEMENT_COST = workpool.PARALLEL_WORK / PARALLEL_MIN
+# Every element costs at least MIN_ELEMENT_COST (a float32 read and written: 8 bytes moved), so from
+# loops.PARALLEL_MIN elements every loop takes the pool at a threshold up to 2^23.  A cost, not a threshold: a
+# measured ``workpool.PARALLEL_WORK`` moves which loops take the pool, never what a loop costs.
+MIN_ELEMENT_COST = 8.0
 # Big GEMMs on the pool (``split_rows``): their rows (or columns) in one block per worker, each block one
 # single-threaded BLAS call, so one set of threads serves loops, batched products and GEMMs alike.  Every block
 # starts at a multiple of OpenBLAS's row (column) unit (``blas.block_unit``), so the blocks give the bits of one
