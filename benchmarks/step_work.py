@@ -121,8 +121,8 @@ def instructions(script):
         g = _LINE.match(line)
         if not g or "PROGRAM TOTALS" in line:
             continue
-        n, fn_name, obj = int(g.group(1).replace(",", "")) / STEPS, g.group(3), g.group(4) or ""
-        if fn_name.startswith("0x") and int(fn_name, 16) in m["addresses"]:
+        n, fn_name, obj = int(g.group(1).replace(",", "")) / STEPS, g.group(3).split("'")[0], g.group(4) or ""
+        if fn_name.startswith("0x") and int(fn_name, 16) in m["addresses"]:     # ('2: a recursion level)
             by_address[int(fn_name, 16)] = by_address.get(int(fn_name, 16), 0) + n
         elif "memset" in fn_name:
             parts["memset"] += n

@@ -280,6 +280,8 @@ class CompiledGraph:
                 par = bool(st.kernel.parallel) and (ours or _split_by_numba(st.kernel))
                 if gated and not workpool.takes(size(st.gate[0]), st.gate[1]):
                     par = _split_by_numba(st.kernel)      # (Numba's prange splits every call)
+                if st.units == 1:       # a batch of one unit: its one chunk runs on the calling thread
+                    par = False
                 out.append(Launch(st.label, st.kernel.kind, par, pool if par else 1, st.work, gated=gated,
                                   elements=int(size(st.gate[0])) if gated else 0))
             elif st.kind in ("gemm", "bgemm"):

@@ -125,7 +125,7 @@ class Step:
     """One call of the program: ``kind`` kernel | gemm | native (a fixed cfunc, e.g. an MPI call) | py (NumPy
     impl); ``block``: its slot in the table."""
     __slots__ = ("kind", "kernel", "block", "label", "eqn", "ins", "out", "shapes", "scope", "guarded", "gemm",
-                 "state_write", "native", "parallel", "work", "gate", "split", "fold")
+                 "state_write", "native", "parallel", "work", "gate", "split", "fold", "units")
 
     def __init__(self, kind, kernel=None, label="", eqn=None, shapes=(), scope=()):
         self.kind, self.kernel, self.label, self.eqn, self.shapes, self.scope = kind, kernel, label, eqn, shapes, scope
@@ -140,6 +140,7 @@ class Step:
         self.gate = None
         self.split = False          # a big GEMM's rows split between the pool's workers (batched_gemm.split_rows)
         self.fold = None            # a GEMM block's (alpha offset, beta offset, C's slot), for an update folded in
+        self.units = 0              # a batch kernel's units (batch_loops.plan_pieces): one never splits (0: not a batch)
 
 
 class Program:
@@ -229,6 +230,7 @@ class Program:
                                     UNITS_PER_THREAD * pool_workers() if k.parallel else 1, whole=whole)
         st = Step("kernel", k, label=label, shapes=shapes, scope=scope)
         st.work = elements * per_element
+        st.units = len(units) - 1
         if k.per_element is not None:
             st.gate = (elements, k.per_element)
         st.block = b0 = len(self.table)
