@@ -24,7 +24,7 @@ import os
 import numpy as np
 
 from ...ir import settings
-from ...ir.ops.blas import BLAS_THREADED_MACS, MIN_BLOCK_ROWS, block_unit, cut, least_height
+from ...ir.ops.blas import BLAS_THREADED_MACS, MIN_BLOCK_ROWS, block_unit, cut, least_height, small_path_macs
 from ...ir.symbolic import SymInt, hint_of, known_equal, size_arg
 from ...ir.plan import Group, LoopBatch, batching
 from ..kernels.batch_loops import HEADER, copy_member, gen_batch, plan_pieces
@@ -49,6 +49,11 @@ MIN_ELEMENT_COST = 8.0
 # step at 2 threads, its row kernels on the pool took 1.6x their serial time behind the GEMMs.
 # ``JITGRAD_POOL_GEMMS=0``: OpenBLAS threads big GEMMs itself, as before.
 POOL_GEMMS = os.environ.get("JITGRAD_POOL_GEMMS", "1") != "0"
+# Mid-size GEMMs (over OpenBLAS's threading threshold, but so small that any block of them falls on OpenBLAS's
+# small-matrix path, so no split gives one call's bits: B11's 256 x 64 x 64 products) are cut into at most
+# GEMM_BLOCKS blocks of rows (``fixed_blocks``) whose height depends on the product only, never on the workers: the
+# same calls, the same bits at every thread count, on the pool when the product reaches its threshold.
+GEMM_BLOCKS = 8
 # units of work per pool thread a parallel batch (``batch_loops.py``) is cut into, members' pieces packed to similar
 # sizes: the pool hands each worker a contiguous run of units, so a few per thread even out unequal members
 UNITS_PER_THREAD = 4
@@ -376,6 +381,21 @@ class Program:
         h = max(least_height(u, per), -(-rows // (pool_workers() * u)) * u)
         nb = len(cut(rows, h, per))
         return (nb, h) if nb >= 2 else (0, 0)
+
+    def fixed_blocks(self, rows, macs) -> tuple:
+        """``(blocks, height)``: a product of ``rows`` result rows (or columns) and ``macs`` multiply-adds that
+        ``split_rows`` cannot cut into one call's bits, cut into at most ``GEMM_BLOCKS`` blocks of ``height``
+        rows (``MIN_BLOCK_ROWS`` at least; the last one the rows left), one single-threaded BLAS call each: a
+        geometry of the product's alone (module comment).  ``(0, 0)``: one call, as before: not over OpenBLAS's
+        threading threshold, sizes not concrete, ``parallel=False``, or under the pool's threshold now."""
+        if not POOL_GEMMS or self.parallel is False or type(rows) is not int or macs <= BLAS_THREADED_MACS:
+            return 0, 0
+        # only where no exact cut exists at any worker count (two blocks each over the small path): a product
+        # that ``split_rows`` cuts at two workers and not at one keeps one call's bits at both
+        if macs > 2 * small_path_macs() or rows < 2 * MIN_BLOCK_ROWS or not workpool.takes_split(macs, 2):
+            return 0, 0
+        h = max(MIN_BLOCK_ROWS, -(-rows // GEMM_BLOCKS))
+        return -(-rows // h), h
 
     def batch_choice(self, macs, count):
         """``(parallel, gated)`` for a batch of ``count`` independent products of ``macs`` multiply-adds each (a
