@@ -103,8 +103,9 @@ _LINE = re.compile(r"\s*([\d,]+)\s+\([^)]*\)\s+(.*?):(\S+)(?:\s+\[(.*)\])?\s*$")
 
 def instructions(script):
     """Run ``script --work b11 --under-callgrind`` under callgrind at one thread and print the instructions of one
-    step per launch and per part: loops pooled at 2 threads, serial loops, GEMMs (BLAS's and jitgrad's small
-    kernel), memset (valgrind counts a ``rep stos`` per byte: an overcount), the rest (Python, the entry)."""
+    step per launch and per part: loops and jitgrad's small GEMM kernel, by where they run at two threads;
+    OpenBLAS's code (its launches' records say where); the rest (Python, the entry).  A kernel's count holds
+    the memset that clears its sums, which valgrind counts a byte an instruction (``rep stos``): an overcount."""
     out = tempfile.mkdtemp(prefix="step-work-")
     env = dict(os.environ, NUMBA_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
                JITGRAD_BLAS_CORETYPE=os.environ.get("JITGRAD_BLAS_CORETYPE", "keep"), JITGRAD_BUILD_FORKS="0",
@@ -114,32 +115,37 @@ def instructions(script):
                     "--under-callgrind", out], env=env, check=True, capture_output=True, timeout=1800)
     with open(os.path.join(out, "map.json")) as f:
         m = json.load(f)
-    text = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100",
-                           f"{out}/callgrind.out.{m['pid']}.1"], capture_output=True, text=True, check=True).stdout
-    by_address, parts = {}, {"memset": 0, "BLAS (OpenBLAS)": 0, "other (Python, entry, runtime)": 0}
-    for line in text.splitlines():
-        g = _LINE.match(line)
-        if not g or "PROGRAM TOTALS" in line:
-            continue
-        n, fn_name, obj = int(g.group(1).replace(",", "")) / STEPS, g.group(3).split("'")[0], g.group(4) or ""
-        if fn_name.startswith("0x") and int(fn_name, 16) in m["addresses"]:     # ('2: a recursion level)
-            by_address[int(fn_name, 16)] = by_address.get(int(fn_name, 16), 0) + n
-        elif "memset" in fn_name:
-            parts["memset"] += n
-        elif "openblas" in obj:
-            parts["BLAS (OpenBLAS)"] += n
-        else:
-            parts["other (Python, entry, runtime)"] += n
+    dump = f"{out}/callgrind.out.{m['pid']}.1"
+    total, blas_n, by_address = 0, 0, {}
+    # exclusive: the whole and OpenBLAS's code; inclusive: each kernel with the chunk functions it calls (a
+    # parallel kernel's loop body is one) and the memset that clears its sums
+    for inclusive in ("no", "yes"):
+        text = subprocess.run(["callgrind_annotate", f"--inclusive={inclusive}", "--threshold=100", dump],
+                              capture_output=True, text=True, check=True).stdout
+        for line in text.splitlines():
+            if "PROGRAM TOTALS" in line:
+                total = int(line.split()[0].replace(",", "")) / STEPS
+            g = _LINE.match(line)
+            if not g:
+                continue
+            n, fn_name, obj = int(g.group(1).replace(",", "")) / STEPS, g.group(3).split("'")[0], g.group(4) or ""
+            if inclusive == "no" and "openblas" in obj:
+                blas_n += n
+            elif inclusive == "yes" and fn_name.startswith("0x") and int(fn_name, 16) in m["addresses"]:
+                a = int(fn_name, 16)        # ('2: a recursion level, already in the outer level's count)
+                by_address[a] = max(by_address.get(a, 0), n)
+    parts = {"BLAS (OpenBLAS)": blas_n}
     seen = set()
     print(f"# B11 compiled step, instructions of one step (callgrind, 1 thread, {STEPS} steps)")
     for i, (a, (kind, w_, work, label)) in enumerate(zip(m["addresses"], m["launches"])):
         n = by_address.get(a, 0) if a not in seen else 0
         seen.add(a)
-        part = "GEMM" if kind in ("gemm", "bgemm") else f"loops, {'pooled' if w_ == 'pool' else 'serial'}"
+        part = f"{'GEMMs' if kind in ('gemm', 'bgemm') else 'loops'}, {'pooled' if w_ == 'pool' else 'serial'}"
         parts[part] = parts.get(part, 0) + n
-        print(f"{i:4d} {kind:7s} {w_:12s} {work:11.0f} {n:11.0f}{'' if n or not a else ' (shared)':9s} "
-              f"{label[:80]}")
-    total = sum(parts.values()) or 1
+        note = "" if n else " (BLAS)" if "BLAS" in label else " (shared)" if a else ""
+        print(f"{i:4d} {kind:7s} {w_:12s} {work:11.0f} {n:11.0f}{note:9s} {label[:80]}")
+    parts["other (Python, the entry, runtime)"] = total - sum(parts.values())
+    total = total or 1
     print("| part | instructions a step | share |\n| --- | --- | --- |")
     for k, v in sorted(parts.items(), key=lambda kv: -kv[1]):
         print(f"| {k} | {v:,.0f} | {v / total:.1%} |")

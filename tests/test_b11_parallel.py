@@ -125,3 +125,36 @@ def test_parallel_threshold_proposes_the_pair_that_pools_the_most_gaining_kernel
     assert all(1 - q / s >= 0.1 for _, _, s, q in on)
     assert len(on) == 2 and (p, g) == (20, 15)         # (2^18 would pool the loser: no grain separates them)
     assert propose([(2 ** 16, 2 ** 12, 1.0, 2.0)], 0.1) == (29, 16)     # nothing gains: nothing pooled
+
+
+@pytest.fixture
+def low_thresholds():
+    prev = workpool.set_min_work(WORK, GRAIN)
+    yield
+    workpool.set_min_work(*prev)
+
+
+def test_mid_size_products_split_into_blocks_of_a_fixed_height(low_thresholds):
+    """B11's products, too small for a cut with one call's bits, reach a lowered threshold: over OpenBLAS's
+    threading threshold they run as blocks of 32 rows on the pool (one single-threaded BLAS call each), under it as
+    a batch of the same blocks through jitgrad's small kernel; the blocks' height is the product's (never the
+    workers'), and the results agree with eager mode.  At the default threshold each stays one call."""
+    import jitgrad as jg
+    from jitgrad.ir.ops import blas
+    rng = np.random.default_rng(3)
+    cases = [((8, 32, 16), (16, 64), "blocks of rows, small kernel")]
+    if blas.small_path_macs():      # (OpenBLAS's small-matrix path: no exact cut of 256 x 64 x 64 exists)
+        cases += [((256, 64), (64, 64), "BLAS, rows on the pool"), ((64, 256), (256, 64), "BLAS, rows on the pool")]
+    for sa, sb, label in cases:
+        a = jg.tensor(rng.standard_normal(sa).astype(np.float32))
+        w = jg.tensor(rng.standard_normal(sb).astype(np.float32))
+        f = jg.compile(lambda a, w: a @ w, backend="numba")
+        out = f(a, w).numpy()
+        (l,) = [x for x in f.launches(a, w) if x.kind in ("gemm", "bgemm")]
+        assert l.kind == "bgemm" and label in l.label and l.gated, l
+        assert l.parallel == (settings.default_threads() > 1 and workpool.available())
+        np.testing.assert_allclose(out, (a @ w).numpy(), rtol=1e-5, atol=1e-5)
+        workpool.set_min_work(workpool.PARALLEL_WORK, workpool.PARALLEL_GRAIN)
+        g = jg.compile(lambda a, w: a @ w + 0.0, backend="numba")      # (another graph: laid out afresh)
+        assert [x.kind for x in g.launches(a, w) if x.kind in ("gemm", "bgemm")] == ["gemm"]
+        workpool.set_min_work(WORK, GRAIN)
