@@ -152,9 +152,9 @@ def main():
         t1, t2 = statistics.median(got[1]), statistics.median(got[2])
         p = max(2 * (t1 - t2), 0.0)
         s = max(t1 - p, 0.0)
-        pred = " | ".join(f"{s + p / n:.1f} ms" for n in PREDICT)
-        print(f"| {workload.upper()} {lib} {mode} | {t1:.1f} ms | {t2:.1f} ms | {t1 / t2:.2f}x | {s:.1f} ms | "
-              f"{p:.1f} ms | {pred} |", flush=True)
+        pred = " | ".join(f"{s + p / n:.3g} ms" for n in PREDICT)
+        print(f"| {workload.upper()} {lib} {mode} | {t1:.3g} ms | {t2:.3g} ms | {t1 / t2:.2f}x | {s:.3g} ms | "
+              f"{p:.3g} ms | {pred} |", flush=True)
 
 
 if __name__ == "__main__":
