@@ -195,7 +195,7 @@ def main():
     args = ap.parse_args()
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, load average "
           f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}, pool threads {jg.get_num_threads()}; current "
-          f"thresholds: work 2^{np.log2(max(workpool.min_work(), 1)):.0f}, grain 2^{np.log2(max(workpool.grain(), 1)):.0f}")
+          f"thresholds: work {workpool.min_work()}, grain {workpool.grain()}")
     if args.step:
         measure_step(args)
         return

@@ -14,6 +14,7 @@ with the figures (printed first): on a loaded machine the second thread is not a
     python benchmarks/scaling_model.py --work b11 [--launches]     # B11's (force field) compiled step
     JITGRAD_BLAS_CORETYPE=keep python benchmarks/scaling_model.py --work b11 --instructions
                                             # ... and its instructions per launch, counted by callgrind at 1 thread
+    JITGRAD_BLAS_CORETYPE=keep python benchmarks/scaling_model.py --work b11 --per-thread    # ... per thread, at 2
     python benchmarks/scaling_model.py --child b1 jitgrad compile --threads 2     # one process (internal)
 
 Set ``JITGRAD_PARALLEL_WORK`` / ``JITGRAD_PARALLEL_GRAIN`` (``parallel_threshold.py``'s result) in the environment
@@ -119,12 +120,15 @@ def main():
     ap.add_argument("--work", nargs="?", const="b9", choices=["b9", "b11"])
     ap.add_argument("--launches", action="store_true", help="with --work: every launch record")
     ap.add_argument("--instructions", action="store_true", help="with --work b11: instructions per launch")
+    ap.add_argument("--per-thread", action="store_true", help="with --work b11: instructions per thread, 2 threads")
     ap.add_argument("--under-callgrind", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.work == "b11":
         import step_work
         if args.under_callgrind:
             step_work.counted_steps(args.under_callgrind)
+        elif args.per_thread:
+            step_work.per_thread(__file__)
         elif args.instructions:
             step_work.instructions(__file__)
         else:

@@ -5,9 +5,8 @@ Counted, never timed.  Work is the plan's cost unit (``f.launches``: a loop's el
 GEMM's multiply-adds); the instructions are callgrind's at one thread (``--instructions``: the script runs itself
 under ``valgrind --tool=callgrind``, instrumentation on for ``STEPS`` warm steps only), split per launch by the
 kernel addresses the compiled call's table holds (a kernel shared by several launches is counted once, at its
-first).  A launch *pooled at two threads* is one on the pool now, or one that tests its work per call
-(``gated``) and reaches the process's thresholds (``workpool.min_work()``, ``grain()``): the same launch at one
-thread runs its chunks on the calling thread.
+first).  Where each launch runs is its record's at two threads (``CompiledGraph.launches(workers=2)``): a
+launch on the pool at two threads runs the same chunks on the calling thread at one.
 """
 from __future__ import annotations
 
@@ -33,18 +32,16 @@ def b11_step():
     return call, fn, args
 
 
-def pooled(launch) -> bool:
-    """Whether ``launch`` runs on the pool at two threads or more (module docstring)."""
-    from jitgrad.codegen.native import workpool
-    if launch.parallel:
-        return True
-    if not launch.gated:
-        return False
-    return launch.work >= workpool.min_work() and (not launch.elements or launch.elements >= workpool.grain())
+def launches_at_two(fn, args) -> list:
+    """The launch records of compiled ``fn``'s call with ``args`` as a pool of two threads would run them (the
+    same program at any thread count: its loops decide per call)."""
+    from jitgrad.jit.graph_code import compiled_graph
+    e = fn._entry_for(args, {})
+    return compiled_graph(e.graph, e.gf.writes, e.gf.parallel, e.gf.disk_cache, e.gf.background).launches(workers=2)
 
 
 def where(launch) -> str:
-    if pooled(launch):
+    if launch.parallel:
         return "pool"
     return "BLAS threads" if launch.threads > 1 else "serial"
 
@@ -56,7 +53,7 @@ def b11_work(every=False):
     call, fn, args = b11_step()
     r0 = workpool.rounds()
     call()
-    launches = fn.launches(*args)
+    launches = launches_at_two(fn, args)
     print(f"# B11 compiled step: {len(launches)} launches, pool rounds of one step {workpool.rounds() - r0} "
           f"({workpool.threads()} workers); thresholds: work {workpool.min_work()}, grain {workpool.grain()}")
     if every:
@@ -83,7 +80,7 @@ def counted_steps(out_dir):
     call, fn, args = b11_step()
     e = fn._entry_for(args, {})
     cg = compiled_graph(e.graph, e.gf.writes, e.gf.parallel, e.gf.disk_cache, e.gf.background)
-    launches = fn.launches(*args)
+    launches = launches_at_two(fn, args)
     with open(os.path.join(out_dir, "map.json"), "w") as f:
         json.dump({"pid": os.getpid(), "addresses": [int(a) for a in cg.F],
                    "launches": [[l.kind, where(l), l.work, l.label] for l in launches]}, f)
@@ -150,3 +147,33 @@ def instructions(script):
     for k, v in sorted(parts.items(), key=lambda kv: -kv[1]):
         print(f"| {k} | {v:,.0f} | {v / total:.1%} |")
     print(f"| total | {total:,.0f} | |")
+
+
+def per_thread(script):
+    """Run the same steps under callgrind at two threads, each thread counted apart (the pool's workers sleep at
+    once, ``JITGRAD_POOL_SPIN=0``: a spin is instructions, not work) and print the instructions of one step per
+    thread: the calling thread's and each worker's."""
+    import glob
+    out = tempfile.mkdtemp(prefix="step-work-")
+    env = dict(os.environ, NUMBA_NUM_THREADS="2", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
+               JITGRAD_POOL_SPIN="0", JITGRAD_POOL_PACER="0",
+               JITGRAD_BLAS_CORETYPE=os.environ.get("JITGRAD_BLAS_CORETYPE", "keep"), JITGRAD_BUILD_FORKS="0",
+               JITGRAD_BACKGROUND_COMPILE="0")
+    subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes",
+                    f"--callgrind-out-file={out}/callgrind.out.%p", sys.executable, script, "--work", "b11",
+                    "--under-callgrind", out], env=env, check=True, capture_output=True, timeout=1800)
+    with open(os.path.join(out, "map.json")) as f:
+        pid = json.load(f)["pid"]
+    counts = {}
+    for path in sorted(glob.glob(f"{out}/callgrind.out.{pid}.1-*")):
+        with open(path) as f:
+            n = next((int(x.split()[1]) for x in f if x.startswith(("summary:", "totals:"))), 0)
+        if n:
+            counts[path.rsplit("-", 1)[1]] = n / STEPS
+    print(f"# B11 compiled step at 2 threads, instructions of one step per thread (callgrind, {STEPS} steps)")
+    for t, n in counts.items():
+        print(f"thread {t}: {n:,.0f}")
+    if len(counts) > 1:
+        first, *rest = counts.values()
+        print(f"the calling thread {first:,.0f}, the workers {sum(rest):,.0f}: "
+              f"{sum(rest) / (first + sum(rest)):.1%} of the step's instructions off the calling thread")

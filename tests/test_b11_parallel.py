@@ -40,7 +40,10 @@ r0 = workpool.rounds()
 losses.append(float(call()))
 rounds = workpool.rounds() - r0
 params = np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
-print(json.dumps({"losses": [x.hex() for x in losses], "params": params.astype(np.float64).tolist(),
+from jitgrad.jit.graph_code import compiled_graph
+e = fn._entry_for(args, {})
+at_two = compiled_graph(e.graph, e.gf.writes, e.gf.parallel, e.gf.disk_cache, e.gf.background).launches(workers=2)
+print(json.dumps({"at_two": [bool(l.parallel) for l in at_two], "losses": [x.hex() for x in losses], "params": params.astype(np.float64).tolist(),
                   "hash": hashlib.sha1(params.tobytes()).hexdigest(), "rounds": rounds,
                   "min_work": workpool.min_work(), "grain": workpool.grain(),
                   "launches": [[l.kind, l.label, bool(l.parallel), l.work, l.elements, bool(l.gated)]
@@ -91,6 +94,8 @@ def test_b11_step_runs_its_pair_loops_on_the_pool_with_the_same_results_at_one_a
     # the forces' scatter into (molecule, atom, 3) stays serial: index_put groups never split (two pairs may write
     # one atom); its work is the largest serial loop's
     assert any("index_put" in la[1] and not la[2] for la in a["launches"])
+    # the records a one-thread process gives for two threads (``launches(workers=2)``) are the two-thread run's
+    assert one["at_two"] == [la[2] for la in a["launches"]] == a["at_two"]
     assert a["losses"] == b["losses"] and a["hash"] == b["hash"]
     np.testing.assert_allclose([float.fromhex(x) for x in one["losses"]],
                                [float.fromhex(x) for x in a["losses"]], rtol=1e-5)

@@ -253,17 +253,19 @@ class CompiledGraph:
         for fn in self.on_ready:    # the functions using this graph count its build (jit/build_policy.py)
             fn(self)
 
-    def launches(self, sizes=None) -> list:
+    def launches(self, sizes=None, workers=None) -> list:
         """One ``Launch`` per step a call runs, in order (the write-backs last): what runs where, counted and never
         timed.  ``parallel``: whether the step runs on the worker pool in a call of these sizes (a gated step's
         test, ``workpool.takes``, at the pool's threshold now; ``sizes``: symbol name -> value for a program laid
         out with symbolic sizes, else the sizes it was laid out for).  ``threads``: the most threads the step
         runs on at once in this process: the pool's workers for a parallel kernel or a parallel batch of small
-        products (one thread each), OpenBLAS's threads for a GEMM large enough for OpenBLAS to split, else 1."""
+        products (one thread each), OpenBLAS's threads for a GEMM large enough for OpenBLAS to split, else 1.
+        ``workers``: the pool's size to decide for instead of this process's (what the same program runs where at
+        two threads, asked at one: ``benchmarks/step_work.py``)."""
         from ..native import workpool
         from ...ir.symbolic import concretize, hint_of
-        pool = workpool.threads() or workpool.default_threads()
-        if settings.STATE.num_threads == 1:
+        pool = workers or workpool.threads() or workpool.default_threads()
+        if settings.STATE.num_threads == 1 and not workers:
             pool = 1
         ctl = blas_library.thread_control()
         blas_n = max(1, int(ctl[0]())) if ctl else 1
@@ -272,7 +274,7 @@ class CompiledGraph:
             return concretize(x, sizes) if sizes else hint_of(x)
         # a pool of one worker runs every chunk on the calling thread (the kernels' and the entry's launch test
         # ``jitgrad_wq_threads > 1``): nothing of ours runs parallel then, whatever the kernels could do
-        ours = (workpool.threads() or workpool.default_threads()) > 1
+        ours = (workers or workpool.threads() or workpool.default_threads()) > 1
         out = []
         for st in self.program.steps + self.program.writes:
             gated = st.gate is not None
