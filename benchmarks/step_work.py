@@ -167,7 +167,7 @@ def per_thread(script):
     counts = {}
     for path in sorted(glob.glob(f"{out}/callgrind.out.{pid}.1-*")):
         with open(path) as f:
-            n = next((int(x.split()[1]) for x in f if x.startswith(("summary:", "totals:"))), 0)
+            n = max((int(x.split()[1]) for x in f if x.startswith(("summary:", "totals:"))), default=0)
         if n:
             counts[path.rsplit("-", 1)[1]] = n / STEPS
     print(f"# B11 compiled step at 2 threads, instructions of one step per thread (callgrind, {STEPS} steps)")
