@@ -11,7 +11,14 @@ with the figures (printed first): on a loaded machine the second thread is not a
     python benchmarks/scaling_model.py [--rounds 3] [--steps 30] [--only b9]
     python benchmarks/scaling_model.py --work       # B9's compiled step by its launch records (counted, no clock)
     python benchmarks/scaling_model.py --work --launches    # ... and every launch record, one a line
+    python benchmarks/scaling_model.py --work b11 [--launches]     # B11's (force field) compiled step
+    JITGRAD_BLAS_CORETYPE=keep python benchmarks/scaling_model.py --work b11 --instructions
+                                            # ... and its instructions per launch, counted by callgrind at 1 thread
+    JITGRAD_BLAS_CORETYPE=keep python benchmarks/scaling_model.py --work b11 --per-thread    # ... per thread, at 2
     python benchmarks/scaling_model.py --child b1 jitgrad compile --threads 2     # one process (internal)
+
+Set ``JITGRAD_PARALLEL_WORK`` / ``JITGRAD_PARALLEL_GRAIN`` (``parallel_threshold.py``'s result) in the environment
+to model a step at other pool thresholds: the children inherit them.
 """
 import argparse
 import json
@@ -24,9 +31,11 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-# (workload, library, mode): B9 through b9_gpt.py, B1 (the MLP step) through this script's child
+# (workload, library, mode): B9 through b9_gpt.py, B1 (the MLP step) and B11 (the force field's training step)
+# through this script's child
 CONFIGS = [("b9", "torch", "eager"), ("b9", "jitgrad", "compile-step"), ("b9", "jitgrad", "eager"),
-           ("b1", "torch", "eager"), ("b1", "jitgrad", "compile")]
+           ("b1", "torch", "eager"), ("b1", "jitgrad", "compile"),
+           ("b11", "torch", "eager"), ("b11", "jitgrad", "compile")]
 PREDICT = (4, 8, 16, 64)
 
 
@@ -41,6 +50,22 @@ def b1_child(lib, mode, threads, steps):
     else:
         step, _ = mlp.make_jitgrad(x, y, ws, "numba" if mode == "compile" else None)
     return statistics.median(H.call_times(step, steps, warmup=5)) * 1e3
+
+
+def b11_child(lib, mode, threads, steps):
+    import harness as H
+    import force_field as W
+    if lib == "torch":
+        import torch
+        torch.set_num_threads(threads)
+        call = W.torch_style(torch, "eager")[0]
+    else:
+        import jitgrad
+        call = W.torch_style(jitgrad, "compiled" if mode == "compile" else "eager")[0]
+    return statistics.median(H.call_times(call, steps, warmup=5)) * 1e3
+
+
+CHILDREN = {"b1": b1_child, "b11": b11_child}
 
 
 def b9_work(every=False):
@@ -92,14 +117,28 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--child", nargs=3)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--work", action="store_true")
+    ap.add_argument("--work", nargs="?", const="b9", choices=["b9", "b11"])
     ap.add_argument("--launches", action="store_true", help="with --work: every launch record")
+    ap.add_argument("--instructions", action="store_true", help="with --work b11: instructions per launch")
+    ap.add_argument("--per-thread", action="store_true", help="with --work b11: instructions per thread, 2 threads")
+    ap.add_argument("--under-callgrind", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.work == "b11":
+        import step_work
+        if args.under_callgrind:
+            step_work.counted_steps(args.under_callgrind)
+        elif args.per_thread:
+            step_work.per_thread(__file__)
+        elif args.instructions:
+            step_work.instructions(__file__)
+        else:
+            step_work.b11_work(args.launches)
+        return
     if args.work:
         b9_work(args.launches)
         return
     if args.child:
-        print(json.dumps({"median_ms": b1_child(*args.child[1:], args.threads, args.steps)}))
+        print(json.dumps({"median_ms": CHILDREN[args.child[0]](*args.child[1:], args.threads, args.steps)}))
         return
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, load average "
           f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}; {args.rounds} rounds of fresh processes, 1 and 2 "
@@ -117,9 +156,9 @@ def main():
         t1, t2 = statistics.median(got[1]), statistics.median(got[2])
         p = max(2 * (t1 - t2), 0.0)
         s = max(t1 - p, 0.0)
-        pred = " | ".join(f"{s + p / n:.1f} ms" for n in PREDICT)
-        print(f"| {workload.upper()} {lib} {mode} | {t1:.1f} ms | {t2:.1f} ms | {t1 / t2:.2f}x | {s:.1f} ms | "
-              f"{p:.1f} ms | {pred} |", flush=True)
+        pred = " | ".join(f"{s + p / n:.3g} ms" for n in PREDICT)
+        print(f"| {workload.upper()} {lib} {mode} | {t1:.3g} ms | {t2:.3g} ms | {t1 / t2:.2f}x | {s:.3g} ms | "
+              f"{p:.3g} ms | {pred} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -111,11 +111,13 @@ _QUEUES = 0                     # the pool's worker queues (threads() - caller)
 # of small products (work = multiply-adds).  benchmarks/parallel_threshold.py measures every kind in alternation
 # and proposes the threshold; its 2026-11-29 run (load average 8.8 on 2 cores: no free second core) found no size
 # that gained, so the quiet figure above stands until a quiet run says otherwise.  JITGRAD_PARALLEL_WORK sets it
-# for a process (``set_min_work`` at run time).
+# for a process (``set_min_work`` at run time), and JITGRAD_PARALLEL_GRAIN the grain.  Both figures were measured
+# on the old pool's 5-30 us wake; the spinning pool hands a round to a spinning worker in ~1 us, so the script's
+# small cases (B11's pair loops: a few thousand elements, tens of units each) say whether lower ones pay now.
 PARALLEL_GRAIN = 1 << 15
 PARALLEL_WORK = 1 << 23
 _MIN_WORK = ctypes.c_int64(int(float(os.environ.get("JITGRAD_PARALLEL_WORK", PARALLEL_WORK))))
-_GRAIN = ctypes.c_int64(PARALLEL_GRAIN)
+_GRAIN = ctypes.c_int64(int(float(os.environ.get("JITGRAD_PARALLEL_GRAIN", PARALLEL_GRAIN))))
 _ROUNDS = ctypes.c_int64(0)     # pool rounds launched by kernels built from IR and by entries (tests count them)
 _CALLER_ROUNDS = ctypes.c_int64(0)  # those of them in which the calling thread ran chunk 0
 # the pacer's state and counters (see the module docstring): gated launches read PACE at every call

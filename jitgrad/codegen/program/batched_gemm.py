@@ -27,7 +27,8 @@ import numpy as np
 
 from ...ir.ops import blas
 from ...ir.symbolic import hint_of, size_arg
-from .layout import Program, Step
+from .layout import GEMM_BLOCKS, Program, Step
+from ..native import workpool
 from ..places import Place, c_strides, coalesce
 from ..kernels import small_gemm
 from .region_chains import value_place
@@ -87,7 +88,8 @@ def batched_gemm(prog: Program, e) -> bool:
             if flag_a is not None and flag_a[0] == "N":
                 pc = prog.places.assign(out)        # rows folded: C's rows one run of memory
                 pa2 = Place(pa.root, pa.offset, (rows, k), (ra, pa.strides[-1]), pa.dtype)
-                if not split_rows(prog, e, pa2, flag_a, pb, flag_b, pc, rows, n, k):
+                if not split_rows(prog, e, pa2, flag_a, pb, flag_b, pc, rows, n, k) \
+                        and not row_blocks(prog, e, pa2, flag_a, pb, flag_b, pc, rows, n, k):
                     st = _emit_gemm_block(prog, e, "gemm", pa2, flag_a, pb, flag_b, pc, rows, n, k, None)
                     prog.gemm_outs[out] = (st, prog.places.n, st.fold[0], st.fold[1], st.fold[2])
                 return True
@@ -186,7 +188,11 @@ def split_rows(prog: Program, e, pa, flag_a, pb, flag_b, pc, m, n, k) -> bool:
         if nb and blas.blocks_exact(dtype, by_rows, *shape, blas.cut(side, h, macs / side)):
             break
     else:
-        return False
+        # no cut gives one call's bits: blocks of a height fixed by the product (``Program.fixed_blocks``)
+        by_rows = prefer_rows
+        nb, h = prog.fixed_blocks(m if by_rows else n, macs)
+        if not nb or type(m if by_rows else n) is not int:
+            return False
     last = (m if by_rows else n) - (nb - 1) * h
     if by_rows:
         row_a = flag_a[1] if flag_a[0] == "N" else 1       # A's row stride (elements): ld, or 1 if transposed
@@ -207,6 +213,30 @@ def split_rows(prog: Program, e, pa, flag_a, pb, flag_b, pc, m, n, k) -> bool:
     # an SGD update of the product may still fold into it (gemm_steps.fold_update_into_gemm: alpha, beta and C's
     # slot; the blocks' C offsets are the updated weight's own, a contiguous array of C's shape)
     prog.gemm_outs[e.outs[0]] = (st, prog.places.n, st.fold[0], st.fold[1], st.fold[2])
+    return True
+
+
+def row_blocks(prog: Program, e, pa, flag_a, pb, flag_b, pc, m, n, k) -> bool:
+    """A small ``C = A B`` (each block on one thread: at most OpenBLAS's threading threshold in all) of ``m``
+    rows as a ``bgemm`` batch of equal blocks of rows (``Program.fixed_blocks``' geometry: the product's alone,
+    never the workers'), so the pool splits it like attention's batches, each block on one thread, in the calls
+    where the blocks' work reaches its threshold (``workpool.takes_batch``).  Only where that threshold is reached
+    now (else one call, as before) and the blocks are equal.  False: not cut."""
+    if prog.parallel is False or not all(type(x) is int for x in (m, n, k)) or m < 2 * blas.MIN_BLOCK_ROWS:
+        return False
+    h = max(blas.MIN_BLOCK_ROWS, -(-m // GEMM_BLOCKS))
+    nb = m // h
+    most = blas.BLAS_THREADED_MACS
+    if m % h or m * n * k > most or not workpool.takes_batch(h * n * k, nb, most):
+        return False
+    row_a = flag_a[1] if flag_a[0] == "N" else 1       # A's row stride (elements): ld, or 1 if transposed
+    st = _emit_gemm_block(prog, e, "bgemm", pa, flag_a, pb, flag_b, pc, h, n, k,
+                          ((nb,), [0], [h * row_a], [h * max(n, 1)]))
+    st.label = st.label.replace("batched", "blocks of rows")
+    st.work *= nb
+    st.parallel, gated = prog.batch_choice(h * n * k, nb)
+    if gated:
+        st.gate = (h * n * k, nb)
     return True
 
 
@@ -263,4 +293,4 @@ def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k
     return st
 
 
-__all__ = ["batched_gemm", "permuted_c", "split_rows", "MAX_BATCH_DIMS"]
+__all__ = ["batched_gemm", "permuted_c", "split_rows", "row_blocks", "MAX_BATCH_DIMS"]

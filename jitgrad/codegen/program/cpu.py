@@ -42,7 +42,8 @@ class Launch(NamedTuple):
     and the most threads it runs on at once; ``work``: its size in the plan's cost unit as the parallel choice
     saw it; ``routine``: a matrix product's routine (``sgemm``/``dgemm``: BLAS; ``small_sgemm``/``small_dgemm``:
     ``kernels/small_gemm.py``); ``gated``: a parallel-capable step that decides per call, by its work, whether
-    to take the pool."""
+    to take the pool; ``elements``: a gated loop's elements, which the per-call test compares with
+    ``workpool.grain()`` (0 for other steps)."""
     label: str
     kind: str
     parallel: bool
@@ -50,6 +51,7 @@ class Launch(NamedTuple):
     work: float = 0.0
     routine: str = ""
     gated: bool = False
+    elements: int = 0
 
 
 class CodegenWarning(UserWarning):
@@ -251,17 +253,19 @@ class CompiledGraph:
         for fn in self.on_ready:    # the functions using this graph count its build (jit/build_policy.py)
             fn(self)
 
-    def launches(self, sizes=None) -> list:
+    def launches(self, sizes=None, workers=None) -> list:
         """One ``Launch`` per step a call runs, in order (the write-backs last): what runs where, counted and never
         timed.  ``parallel``: whether the step runs on the worker pool in a call of these sizes (a gated step's
         test, ``workpool.takes``, at the pool's threshold now; ``sizes``: symbol name -> value for a program laid
         out with symbolic sizes, else the sizes it was laid out for).  ``threads``: the most threads the step
         runs on at once in this process: the pool's workers for a parallel kernel or a parallel batch of small
-        products (one thread each), OpenBLAS's threads for a GEMM large enough for OpenBLAS to split, else 1."""
+        products (one thread each), OpenBLAS's threads for a GEMM large enough for OpenBLAS to split, else 1.
+        ``workers``: the pool's size to decide for instead of this process's (what the same program runs where at
+        two threads, asked at one: ``benchmarks/step_work.py``)."""
         from ..native import workpool
         from ...ir.symbolic import concretize, hint_of
-        pool = workpool.threads() or workpool.default_threads()
-        if settings.STATE.num_threads == 1:
+        pool = workers or workpool.threads() or workpool.default_threads()
+        if settings.STATE.num_threads == 1 and not workers:
             pool = 1
         ctl = blas_library.thread_control()
         blas_n = max(1, int(ctl[0]())) if ctl else 1
@@ -270,7 +274,7 @@ class CompiledGraph:
             return concretize(x, sizes) if sizes else hint_of(x)
         # a pool of one worker runs every chunk on the calling thread (the kernels' and the entry's launch test
         # ``jitgrad_wq_threads > 1``): nothing of ours runs parallel then, whatever the kernels could do
-        ours = (workpool.threads() or workpool.default_threads()) > 1
+        ours = (workers or workpool.threads() or workpool.default_threads()) > 1
         out = []
         for st in self.program.steps + self.program.writes:
             gated = st.gate is not None
@@ -278,7 +282,10 @@ class CompiledGraph:
                 par = bool(st.kernel.parallel) and (ours or _split_by_numba(st.kernel))
                 if gated and not workpool.takes(size(st.gate[0]), st.gate[1]):
                     par = _split_by_numba(st.kernel)      # (Numba's prange splits every call)
-                out.append(Launch(st.label, st.kernel.kind, par, pool if par else 1, st.work, gated=gated))
+                if st.units == 1:       # a batch of one unit: its one chunk runs on the calling thread
+                    par = False
+                out.append(Launch(st.label, st.kernel.kind, par, pool if par else 1, st.work, gated=gated,
+                                  elements=int(size(st.gate[0])) if gated else 0))
             elif st.kind in ("gemm", "bgemm"):
                 par = bool(st.parallel) and ours
                 if gated and st.split:      # (the whole product's work, its blocks of any size)

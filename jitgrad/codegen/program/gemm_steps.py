@@ -12,7 +12,7 @@ import numpy as np
 from ...ir.graph import Lit, Var
 from ...ir.symbolic import hint_of
 from ...ir.plan import Group
-from .batched_gemm import batched_gemm, split_rows
+from .batched_gemm import batched_gemm, row_blocks, split_rows
 from ..kernels import small_gemm
 from .layout import Program, Step
 from ..lowering import emits
@@ -59,6 +59,8 @@ def gemm(prog: Program, e) -> bool:
     pb, tb, ldb = operand(b, bsh)
     pc = prog.places.assign(out)
     if split_rows(prog, e, pa, (ta, lda), pb, (tb, ldb), pc, m, n, k):
+        return True
+    if row_blocks(prog, e, pa, (ta, lda), pb, (tb, ldb), pc, m, n, k):
         return True
     # C (m x n, row-major) = A B  <=>  C^T (n x m, column-major) = B^T A^T: B goes first
     f32 = out.aval.dtype.name == "float32"

@@ -24,12 +24,12 @@ import os
 import numpy as np
 
 from ...ir import settings
-from ...ir.ops.blas import BLAS_THREADED_MACS, MIN_BLOCK_ROWS, block_unit, cut, least_height
+from ...ir.ops.blas import BLAS_THREADED_MACS, MIN_BLOCK_ROWS, block_unit, cut, least_height, small_path_macs
 from ...ir.symbolic import SymInt, hint_of, known_equal, size_arg
 from ...ir.plan import Group, LoopBatch, batching
 from ..kernels.batch_loops import HEADER, copy_member, gen_batch, plan_pieces
 from ..kernels.copy_loops import gen_check, gen_copy
-from ..kernels.loops import BCAST, CONTIG, PARALLEL_MIN, STRIDED
+from ..kernels.loops import BCAST, CONTIG, STRIDED
 from ..native import workpool
 from ..places import Place, Places, Root, bcast_strides, coalesce
 
@@ -37,9 +37,10 @@ from ..places import Place, Places, Root, bcast_strides, coalesce
 # *parallel-capable* when its work may reach ``workpool.min_work()`` (its size is symbolic, or it reaches it
 # now), and then it compares its work per call (``kernel_ir.For.gate``), so a program laid out for every size
 # records no guard on the choice.  A loop of concrete size below the threshold stays serial, as it always was.
-# Every element costs at least MIN_ELEMENT_COST (a float32 read and written), so from loops.PARALLEL_MIN
-# elements every loop takes the pool at the default threshold.
-MIN_ELEMENT_COST = workpool.PARALLEL_WORK / PARALLEL_MIN
+# Every element costs at least MIN_ELEMENT_COST (a float32 read and written: 8 bytes moved), so from
+# loops.PARALLEL_MIN elements every loop takes the pool at a threshold up to 2^23.  A cost, not a threshold: a
+# measured ``workpool.PARALLEL_WORK`` moves which loops take the pool, never what a loop costs.
+MIN_ELEMENT_COST = 8.0
 # Big GEMMs on the pool (``split_rows``): their rows (or columns) in one block per worker, each block one
 # single-threaded BLAS call, so one set of threads serves loops, batched products and GEMMs alike.  Every block
 # starts at a multiple of OpenBLAS's row (column) unit (``blas.block_unit``), so the blocks give the bits of one
@@ -48,6 +49,11 @@ MIN_ELEMENT_COST = workpool.PARALLEL_WORK / PARALLEL_MIN
 # step at 2 threads, its row kernels on the pool took 1.6x their serial time behind the GEMMs.
 # ``JITGRAD_POOL_GEMMS=0``: OpenBLAS threads big GEMMs itself, as before.
 POOL_GEMMS = os.environ.get("JITGRAD_POOL_GEMMS", "1") != "0"
+# Mid-size GEMMs (over OpenBLAS's threading threshold, but so small that any block of them falls on OpenBLAS's
+# small-matrix path, so no split gives one call's bits: B11's 256 x 64 x 64 products) are cut into at most
+# GEMM_BLOCKS blocks of rows (``fixed_blocks``) whose height depends on the product only, never on the workers: the
+# same calls, the same bits at every thread count, on the pool when the product reaches its threshold.
+GEMM_BLOCKS = 8
 # units of work per pool thread a parallel batch (``batch_loops.py``) is cut into, members' pieces packed to similar
 # sizes: the pool hands each worker a contiguous run of units, so a few per thread even out unequal members
 UNITS_PER_THREAD = 4
@@ -124,7 +130,7 @@ class Step:
     """One call of the program: ``kind`` kernel | gemm | native (a fixed cfunc, e.g. an MPI call) | py (NumPy
     impl); ``block``: its slot in the table."""
     __slots__ = ("kind", "kernel", "block", "label", "eqn", "ins", "out", "shapes", "scope", "guarded", "gemm",
-                 "state_write", "native", "parallel", "work", "gate", "split", "fold")
+                 "state_write", "native", "parallel", "work", "gate", "split", "fold", "units")
 
     def __init__(self, kind, kernel=None, label="", eqn=None, shapes=(), scope=()):
         self.kind, self.kernel, self.label, self.eqn, self.shapes, self.scope = kind, kernel, label, eqn, shapes, scope
@@ -139,6 +145,7 @@ class Step:
         self.gate = None
         self.split = False          # a big GEMM's rows split between the pool's workers (batched_gemm.split_rows)
         self.fold = None            # a GEMM block's (alpha offset, beta offset, C's slot), for an update folded in
+        self.units = 0              # a batch kernel's units (batch_loops.plan_pieces): one never splits (0: not a batch)
 
 
 class Program:
@@ -228,6 +235,7 @@ class Program:
                                     UNITS_PER_THREAD * pool_workers() if k.parallel else 1, whole=whole)
         st = Step("kernel", k, label=label, shapes=shapes, scope=scope)
         st.work = elements * per_element
+        st.units = len(units) - 1
         if k.per_element is not None:
             st.gate = (elements, k.per_element)
         st.block = b0 = len(self.table)
@@ -373,6 +381,21 @@ class Program:
         h = max(least_height(u, per), -(-rows // (pool_workers() * u)) * u)
         nb = len(cut(rows, h, per))
         return (nb, h) if nb >= 2 else (0, 0)
+
+    def fixed_blocks(self, rows, macs) -> tuple:
+        """``(blocks, height)``: a product of ``rows`` result rows (or columns) and ``macs`` multiply-adds that
+        ``split_rows`` cannot cut into one call's bits, cut into at most ``GEMM_BLOCKS`` blocks of ``height``
+        rows (``MIN_BLOCK_ROWS`` at least; the last one the rows left), one single-threaded BLAS call each: a
+        geometry of the product's alone (module comment).  ``(0, 0)``: one call, as before: not over OpenBLAS's
+        threading threshold, sizes not concrete, ``parallel=False``, or under the pool's threshold now."""
+        if not POOL_GEMMS or self.parallel is False or type(rows) is not int or macs <= BLAS_THREADED_MACS:
+            return 0, 0
+        # only where no exact cut exists at any worker count (two blocks each over the small path): a product
+        # that ``split_rows`` cuts at two workers and not at one keeps one call's bits at both
+        if macs > 2 * small_path_macs() or rows < 2 * MIN_BLOCK_ROWS or not workpool.takes_split(macs, 2):
+            return 0, 0
+        h = max(MIN_BLOCK_ROWS, -(-rows // GEMM_BLOCKS))
+        return -(-rows // h), h
 
     def batch_choice(self, macs, count):
         """``(parallel, gated)`` for a batch of ``count`` independent products of ``macs`` multiply-adds each (a
