@@ -269,8 +269,23 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
         gf = t.grad_fn if type(t) is Tensor and t._base is None else None
         root_edges.append((gf, t._out_nr) if gf is not None else root_edge(t))
     narrowed = None
-    if inputs is None:      # plain backward: every reachable node runs
-        deps = _walk.reachable(root_edges)
+    if inputs is None:
+        # plain backward: every reachable node runs; count dependencies while discovering them
+        deps = {}
+        for n, _ in root_edges:
+            deps[n] = 0
+        stack = list(deps)
+        while stack:
+            n = stack.pop()
+            for c, _ in n.next_functions:
+                if c is None:
+                    continue
+                d = deps.get(c)
+                if d is None:
+                    deps[c] = 1
+                    stack.append(c)
+                else:
+                    deps[c] = d + 1
         needed = execute = deps.keys()
     else:
         deps, needed, execute, narrowed = _walk.toward(root_edges, cap_nodes, OpNode)
@@ -403,7 +418,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                                 node.check_saved()
                     saved = ins = None
                 in_grads = None
-                ctx = node if narrowed is None else _walk.ctx(node, narrowed)
+                ctx = node if narrowed is None or node not in narrowed else _walk.ctx(node, narrowed)
                 if sum_arrays and _FWD.active is None:
                     # the rule on arrays (pullback_plans.py): its results have one entry per input
                     in_grads = _plans.pullback(ctx, [g if type(g) is _ndarray else g._data])
@@ -425,7 +440,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                 if node.versions or node.out_versions or node._freed or node._x is not None and node.packed is not None:
                     node.check_saved()      # (a node that saved nothing has nothing to check)
                 in_grads = None
-                ctx = node if narrowed is None else _walk.ctx(node, narrowed)
+                ctx = node if narrowed is None or node not in narrowed else _walk.ctx(node, narrowed)
                 if sum_arrays and _FWD.active is None:
                     # the rule on arrays (first order: no graph to build, no tangents to carry, pullback_plans.py);
                     # its result arrays go to the children's buffers as they are (wrapped only where a tensor is
