@@ -552,8 +552,7 @@ def _rows_on_threads(a, ta, lda, b, tb, ldb, c, add=False) -> bool:
         if len(_CUTS) > 4096:
             _CUTS.clear()
         _CUTS[key] = blocks
-    if BlasPacer._current != 1:
-        BlasPacer.use(1)            # the blocks' threads are all the threads: none of OpenBLAS's own
+    BlasPacer.use(1)                # the blocks' threads are all the threads: none of OpenBLAS's own
     if len(blocks) < 2:
         STATS["gemm_whole_one_thread"] += 1
         _gemm_rows(a, ta, lda, b, tb, ldb, c, 0, m, 0, None, add)
