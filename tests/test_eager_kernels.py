@@ -69,6 +69,7 @@ CASES = [
     ("gelu", lambda x: F.gelu(x), 1),
     ("gelu", lambda x: F.gelu(x, approximate="tanh"), 1),
     ("gelu_backward", _gelu_backward, 2),
+    ("tanh_backward", lambda g, y: dispatch.bind(OPS["tanh_backward"], g, y), 2),
 ]
 
 

@@ -280,3 +280,24 @@ def test_blocks_exact_says_what_the_blocks_give(dtype):
                 assert blas.blocks_exact(dtype, by_rows, m, k, n, cut) == same, (by_rows, cut)
     finally:
         blas.BlasPacer.use(blas.all_threads())
+
+
+def test_a_shapes_cut_is_made_once(two_threads, monkeypatch):
+    """An eager GEMM's blocks are made once per shape, dtype and thread count (``blas._CUTS``): a second product of
+    the shape finds them without ``row_blocks`` (~15 Python calls a product), and cuts as the first did."""
+    m, k, n = 256, 784, 512
+    if blas.row_blocks(m, np.float32, 1) is None:
+        pytest.skip("not split on this BLAS")
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    blas.matmul2d(a, b)
+    asked = []
+    row_blocks = blas.row_blocks
+    monkeypatch.setattr(blas, "row_blocks", lambda *args: (asked.append(args), row_blocks(*args))[1])
+    s0 = dict(blas.STATS)
+    c = blas.matmul2d(a, b)
+    assert asked == []
+    assert blas.STATS["gemm_split_calls"] - s0["gemm_split_calls"] == 1
+    assert blas.STATS["gemm_blocks"] - s0["gemm_blocks"] == len(row_blocks(m, np.float32, 2, n * k)) == 2
+    assert c.tobytes() == _one_thread_whole(a, b).tobytes()

@@ -35,12 +35,17 @@ def unpack_output(s, node, nr):
     return u
 
 
-def vjp_through_outputs(node, grads):
+def vjp_through_outputs(node, grads, ctx=None):
     """Run ``node``'s vjp rule with its saved outputs unpacked (grad_fn = node), so the graph a vjp builds under
     create_graph reaches this node through them.  Only the vjp sees them: the node keeps its history-free saved
-    outputs, so no cycle outlives the call."""
+    outputs, so no cycle outlives the call.  ``ctx``: a copy of the node the rule runs on instead (the backward
+    engine's, when it needs fewer of the inputs' gradients); it gets the unpacked outputs."""
     saved = node.outputs
-    node.outputs = tuple(None if s is None else unpack_output(s, node, i) for i, s in enumerate(saved))
+    unpacked = tuple(None if s is None else unpack_output(s, node, i) for i, s in enumerate(saved))
+    if ctx is not None and ctx is not node:
+        ctx.outputs = unpacked
+        return node.op.vjp(ctx, *grads)
+    node.outputs = unpacked
     try:
         return node.op.vjp(node, *grads)
     finally:

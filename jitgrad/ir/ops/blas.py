@@ -499,6 +499,8 @@ def least_height(unit: int, per=None) -> int:
 
 
 _EXACT: dict = {}               # (dtype, by_rows, m, k, n, blocks) -> whether those blocks give one call's bits
+# (m, k, n, dtype) -> the parts an eager GEMM may be cut into (0: not cut); (m, k, n, dtype, threads) -> its blocks
+_CUTS: dict = {}
 
 
 def blocks_exact(dtype, by_rows: bool, m: int, k: int, n: int, blocks) -> bool:
@@ -528,16 +530,29 @@ def _rows_on_threads(a, ta, lda, b, tb, ldb, c, add=False) -> bool:
     call on the calling thread when the threads are one, the work is too little for two, or their pacer holds
     them).  False: not split."""
     m = c.shape[0]
-    if row_blocks(m, c.dtype, 1) is None:
+    # the cut depends on the shape, the dtype and the thread count alone: made once per those (_CUTS)
+    key = (m, a.shape[1], c.shape[1], c.dtype)
+    parts = _CUTS.get(key)
+    if parts is None:
+        if row_blocks(m, c.dtype, 1) is None:
+            parts = 0
+        else:
+            # each block at least the work OpenBLAS itself would give a thread (a hand-off to a thread costs
+            # ~10 us), and over OpenBLAS's small-matrix path (else the whole product on one thread)
+            parts = min(m // MIN_BLOCK_ROWS, m * c.shape[1] * a.shape[1] // BLAS_THREADED_MACS)
+        _CUTS[key] = parts
+    if not parts:
         return False
-    # each block at least the work OpenBLAS itself would give a thread (a hand-off to a thread costs ~10 us), and
-    # over OpenBLAS's small-matrix path (else the whole product on one thread)
-    per_row = c.shape[1] * a.shape[1]
-    parts = min(m // MIN_BLOCK_ROWS, m * per_row // BLAS_THREADED_MACS)
-    blocks = row_blocks(m, c.dtype, _eager_split.split_threads(parts), per_row) or [(0, m)]
+    key += (_eager_split.split_threads(parts),)
+    blocks = _CUTS.get(key)
+    if blocks is None:
+        blocks = row_blocks(m, c.dtype, key[-1], c.shape[1] * a.shape[1]) or [(0, m)]
+        if len(blocks) >= 2 and not blocks_exact(c.dtype, True, m, a.shape[1], c.shape[1], blocks):
+            blocks = [(0, m)]       # (a cut this BLAS does not keep one call's bits in)
+        if len(_CUTS) > 4096:
+            _CUTS.clear()
+        _CUTS[key] = blocks
     BlasPacer.use(1)                # the blocks' threads are all the threads: none of OpenBLAS's own
-    if len(blocks) >= 2 and not blocks_exact(c.dtype, True, m, a.shape[1], c.shape[1], blocks):
-        blocks = [(0, m)]           # (a cut this BLAS does not keep one call's bits in)
     if len(blocks) < 2:
         STATS["gemm_whole_one_thread"] += 1
         _gemm_rows(a, ta, lda, b, tb, ldb, c, 0, m, 0, None, add)

@@ -25,7 +25,7 @@ from .hooks import CALLBACKS as _CALLBACKS, queue_callback, run_post_accumulate_
     run_tensor_hooks as _run_tensor_hooks
 from .grad_accumulation import accumulate as _accumulate, accumulate_array as _accumulate_array, \
     retain as _retain
-from . import pullback_plans as _plans
+from . import graph_walk as _walk, pullback_plans as _plans
 from ..tensor import Tensor
 from ...tracer import STATE as _TR
 
@@ -232,14 +232,15 @@ def _run_in_fresh_thread(*args):
     return box["out"]
 
 
-def _vjp_on_tensors(node, grads, sum_arrays, create_graph):
-    """An op node's vjp rule run on tensors (no plan on arrays served it), its result count checked."""
+def _vjp_on_tensors(node, grads, sum_arrays, create_graph, ctx):
+    """An op node's vjp rule run on tensors (no plan on arrays served it) with ``ctx`` (the node, or its copy
+    that needs fewer gradients: graph_walk.ctx), its result count checked."""
     if sum_arrays:
         _as_tensors(grads)
     if create_graph and node.op.saves_out:      # the saved outputs carry this node's history
-        in_grads = vjp_through_outputs(node, grads)
+        in_grads = vjp_through_outputs(node, grads, ctx)
     else:
-        in_grads = node.op.vjp(node, *grads)
+        in_grads = node.op.vjp(ctx, *grads)
     if len(in_grads) != len(node.next_functions):
         raise RuntimeError(f"function {node.name()} returned an incorrect number of gradients "
                            f"(expected {len(node.next_functions)}, got {len(in_grads)})")
@@ -267,6 +268,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
     for t in outputs:
         gf = t.grad_fn if type(t) is Tensor and t._base is None else None
         root_edges.append((gf, t._out_nr) if gf is not None else root_edge(t))
+    narrowed = None
     if inputs is None:
         # plain backward: every reachable node runs; count dependencies while discovering them
         deps = {}
@@ -286,37 +288,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                     deps[c] = d + 1
         needed = execute = deps.keys()
     else:
-        # the nodes on a path from a root to a capture point, in one iterative post-order walk (the graph is
-        # acyclic, so a node's children are final when it is): needed = it is a capture point or has a needed
-        # child; execute = it has a needed child (its vjp must run)
-        status = {}
-        needed = set()
-        execute = set()
-        stack = [(n, False) for n, _ in root_edges]
-        while stack:
-            n, expanded = stack.pop()
-            if expanded:
-                for c, _ in n.next_functions:
-                    if c is not None and status[c]:
-                        execute.add(n)
-                        break
-                r = n in execute or n in cap_nodes
-                status[n] = r
-                if r:
-                    needed.add(n)
-                continue
-            if n in status:
-                continue
-            status[n] = False
-            stack.append((n, True))
-            for c, _ in n.next_functions:
-                if c is not None and c not in status:
-                    stack.append((c, False))
-        deps = dict.fromkeys(needed, 0)
-        for n in execute:
-            for c, _ in n.next_functions:
-                if c in deps:
-                    deps[c] += 1
+        deps, needed, execute, narrowed = _walk.toward(root_edges, cap_nodes, OpNode)
 
     buffers = {}
     for (n, nr), g in zip(root_edges, root_grads):
@@ -446,11 +418,13 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                                 node.check_saved()
                     saved = ins = None
                 in_grads = None
+                ctx = node if narrowed is None or node not in narrowed else _walk.ctx(node, narrowed)
                 if sum_arrays and _FWD.active is None:
                     # the rule on arrays (pullback_plans.py): its results have one entry per input
-                    in_grads = _plans.pullback(node, [g if type(g) is _ndarray else g._data])
+                    in_grads = _plans.pullback(ctx, [g if type(g) is _ndarray else g._data])
                 if in_grads is None:
-                    in_grads = _vjp_on_tensors(node, grads, sum_arrays, create_graph)
+                    in_grads = _vjp_on_tensors(node, grads, sum_arrays, create_graph, ctx)
+                ctx = None
                 g = None
             elif g is None and type(node) is node_type and (len(grads) == 1 or all(g is None for g in grads)):
                 # no gradient reached this op's node (a custom backward returned None): its inputs get none
@@ -466,6 +440,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                 if node.versions or node.out_versions or node._freed or node._x is not None and node.packed is not None:
                     node.check_saved()      # (a node that saved nothing has nothing to check)
                 in_grads = None
+                ctx = node if narrowed is None or node not in narrowed else _walk.ctx(node, narrowed)
                 if sum_arrays and _FWD.active is None:
                     # the rule on arrays (first order: no graph to build, no tangents to carry, pullback_plans.py);
                     # its result arrays go to the children's buffers as they are (wrapped only where a tensor is
@@ -477,10 +452,11 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate, cap
                         gs = []
                         for g in grads:
                             gs.append(g if g is None or type(g) is _ndarray else g._data)
-                    in_grads = _plans.pullback(node, gs)
+                    in_grads = _plans.pullback(ctx, gs)
                     gs = g = None
                 if in_grads is None:
-                    in_grads = _vjp_on_tensors(node, grads, sum_arrays, create_graph)
+                    in_grads = _vjp_on_tensors(node, grads, sum_arrays, create_graph, ctx)
+                ctx = None
             else:
                 in_grads = _apply_node(node, _as_tensors(grads) if sum_arrays else grads, create_graph)
             if not retain_graph:

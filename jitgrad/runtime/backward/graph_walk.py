@@ -1,0 +1,105 @@
+"""Which nodes a backward toward given tensors runs, and which of their inputs' gradients it needs.
+
+(``backward()`` without ``inputs`` runs every node reachable from the roots: engine.run walks them inline.)
+``grad()`` (and ``backward(inputs=)``) runs only the nodes on a path from a root to a capture point, and of those
+nodes' inputs only the ones on such a path need a gradient: an op's node asks its vjp rule for exactly those
+(torch's ``task_should_compute_output``), so ``grad(loss, x)`` through ``x @ W`` makes no gradient for ``W``, and
+a gradient penalty's second backward none for its data.  The cut-down ``needs_grad`` goes on a copy of the node
+that the rule sees as its ``ctx``: the node itself is left as recorded (another backward over a retained graph,
+maybe on another thread, may need more)."""
+from __future__ import annotations
+
+from ...ir.ops.opdef import OpDef
+from ..node import Node
+from ..rule_entries import saved_inputs
+
+_SLOTS = tuple(s for s in Node.__slots__ if s != "__weakref__")
+_KEEP: dict = {}        # (op, number of inputs, needs_grad) -> the inputs a node recorded so saves (few: ops x needs)
+
+
+def toward(root_edges, cap_nodes, node_type):
+    """``(deps, needed, execute, narrowed)`` for a backward toward capture points: needed = a capture point or a
+    node with a needed child; execute = a node with a needed child (its vjp must run); deps = edges from executed
+    nodes into each needed node; narrowed = ``{node: needs_grad}`` for the op nodes (``node_type``) some of whose
+    inputs need a gradient but not in this backward (None when there are none): their rules run on ``ctx``.
+    One iterative post-order walk (the graph is acyclic, so a node's children are final when it is)."""
+    status = {}
+    needed = set()
+    execute = set()
+    stack = [(n, False) for n, _ in root_edges]
+    while stack:
+        n, expanded = stack.pop()
+        if expanded:
+            for c, _ in n.next_functions:
+                if c is not None and status[c]:
+                    execute.add(n)
+                    break
+            r = n in execute or n in cap_nodes
+            status[n] = r
+            if r:
+                needed.add(n)
+            continue
+        if n in status:
+            continue
+        status[n] = False
+        stack.append((n, True))
+        for c, _ in n.next_functions:
+            if c is not None and c not in status:
+                stack.append((c, False))
+    deps = dict.fromkeys(needed, 0)
+    narrowed = None
+    for n in execute:
+        cut = False
+        for c, _ in n.next_functions:
+            if c in deps:
+                deps[c] += 1
+            elif c is not None:
+                cut = True
+        if cut and type(n) is node_type and type(n.op) is OpDef:   # (a joined node's stand-in: as recorded)
+            old = n.needs_grad
+            new = []
+            for w, (c, _) in zip(old, n.next_functions):
+                new.append(bool(w) and c is not None and c in needed)
+            new = tuple(new)
+            if new != old:
+                if narrowed is None:
+                    narrowed = {}
+                narrowed[n] = new
+    return deps, needed, execute, narrowed
+
+
+def ctx(node, narrowed):
+    """What ``node``'s rule runs on: the node, or where this backward needs fewer of its inputs' gradients
+    (``narrowed``, from :func:`toward`), a copy of it that says so in ``needs_grad``.  Made as the node runs, so
+    the copy holds its saved values no longer than the node's own run."""
+    needs = narrowed.get(node) if narrowed is not None else None
+    if needs is None:
+        return node
+    c = object.__new__(type(node))
+    try:    # every slot but __weakref__ (tests/test_double_backward_counts.py checks that none is missed)
+        (c.op, c.params, c.inputs, c.outputs, c.shapes, c.dtypes, c.next_functions, c.versions, c.out_versions,
+         c.out_meta, c._loc, c.seq, c._freed, c.view_args, c.view_base_fn, c.torch_name, c._x, c.plans) = (
+            node.op, node.params, node.inputs, node.outputs, node.shapes, node.dtypes, node.next_functions,
+            node.versions, node.out_versions, node.out_meta, node._loc, node.seq, node._freed, node.view_args,
+            node.view_base_fn, node.torch_name, node._x, node.plans)
+    except AttributeError:      # (a slot never set: a node not made by dispatch._record)
+        for s in _SLOTS:
+            try:
+                setattr(c, s, getattr(node, s))
+            except AttributeError:
+                pass
+    c.needs_grad = needs
+    ins = node.inputs
+    if node.op.saves_in and ins is not None:
+        # what a node recorded with these needs saves (rule_entries.saved_inputs): a rule's plan is keyed by its
+        # needs and lays out the saved values it was made with
+        key = (node.op, len(ins), needs)
+        keep = _KEEP.get(key)
+        if keep is None:
+            keep = _KEEP[key] = saved_inputs(node.op, len(ins), needs)
+        ins = list(ins)
+        for i in range(len(ins)):
+            if i not in keep:
+                ins[i] = None
+        c.inputs = tuple(ins)
+    return c

@@ -1,0 +1,121 @@
+"""B3's gradient penalty in eager mode (``grad(..., create_graph=True)``, then a backward through it), counted: the
+ops its first backward binds, the Python calls of a whole step, and what the engine leaves out.
+
+``grad()`` asks an op's rule only for the input gradients on a path to what it captures (torch's
+``task_should_compute_output``; ``runtime/backward/graph_walk.py``): the first backward makes no gradient for the
+weights, the second none for the data.  Figures when the thresholds were set (B3's step at B=8, D=4, H=16): 208 ->
+189 Python calls (871 -> 802 C calls), the first backward's matmuls 4 -> 2 (at B3's size, 7 -> 5 GEMMs of
+256 x 64 x 256 a step).
+"""
+import numpy as np
+import pytest
+
+import jitgrad as jg
+from jitgrad.runtime import dispatch
+from jitgrad.runtime.backward import graph_walk
+from jitgrad.runtime.node import Node
+from test_eager_overhead import _count
+
+
+def _b3(B=8, D=4, Hd=16, dtype=np.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    x = jg.tensor(rng.standard_normal((B, D)).astype(dtype), requires_grad=True)
+    W1 = jg.tensor((rng.standard_normal((D, Hd)) * 0.1).astype(dtype), requires_grad=True)
+    b1 = jg.tensor(np.zeros(Hd, dtype), requires_grad=True)
+    W2 = jg.tensor((rng.standard_normal((Hd, 1)) * 0.1).astype(dtype), requires_grad=True)
+
+    def step(inputs=None):
+        d = jg.tanh(x @ W1 + b1) @ W2
+        gx, = jg.autograd.grad(d.sum(), x, create_graph=True)
+        loss = d.mean() + 10 * ((gx.norm(dim=1) - 1) ** 2).mean()
+        return loss, jg.autograd.grad(loss, inputs or [W1, b1, W2])
+    return step, (x, W1, b1, W2)
+
+
+@pytest.fixture
+def bound_ops(monkeypatch):
+    names = []
+    orig = dispatch._bind
+
+    def spy(op, args, params):
+        names.append(op.name)
+        return orig(op, args, params)
+    monkeypatch.setattr(dispatch, "_bind", spy)
+    return names
+
+
+def test_first_backward_binds_only_what_reaches_x(bound_ops):
+    step, (x, W1, b1, W2) = _b3()
+    d = jg.tanh(x @ W1 + b1) @ W2
+    s = d.sum()
+    bound_ops.clear()
+    jg.autograd.grad(s, x, create_graph=True)
+    # d = t @ W2: t's gradient only (not W2's); x @ W1: x's only (not W1's); + b1: nothing for b1
+    assert bound_ops.count("matmul") == 2, bound_ops
+    assert "sum" not in bound_ops, bound_ops
+    assert bound_ops.count("tanh_backward") == 1
+
+
+def test_b3_step_python_calls():
+    step, _ = _b3()
+    for _ in range(3):      # warm the rule caches and the plans
+        step()
+    calls, c_calls = _count(step)
+    assert calls <= 192, f"B3 eager step made {calls} Python calls (189 when this threshold was set)"
+    assert c_calls <= 810, f"B3 eager step made {c_calls} C calls (802 when this threshold was set)"
+
+
+def test_narrowed_gradients_are_the_full_ones():
+    """The weights' gradients when x's is not asked for have the bits of those computed beside x's."""
+    step, (x, W1, b1, W2) = _b3(B=16, D=8, Hd=32, seed=1)
+    _, part = step()
+    _, full = step([W1, b1, W2, x])
+    for a, b in zip(part, full):
+        assert a.numpy().tobytes() == b.numpy().tobytes()
+
+
+def test_retained_graph_keeps_its_needs():
+    """A backward that needs fewer gradients leaves the graph as recorded: a second one over it gets the rest."""
+    rng = np.random.default_rng(2)
+    x = jg.tensor(rng.standard_normal((5, 3)), requires_grad=True)
+    W = jg.tensor(rng.standard_normal((3, 4)), requires_grad=True)
+    y = jg.tanh(x @ W).sum()
+    gx, = jg.autograd.grad(y, x, retain_graph=True)
+    node = y.grad_fn.next_functions[0][0].next_functions[0][0]      # tanh <- matmul
+    assert node.needs_grad == (True, True)
+    gW, = jg.autograd.grad(y, W, retain_graph=True)
+    xa, Wa = x.detach().numpy(), W.detach().numpy()
+    t = np.tanh(xa @ Wa)
+    np.testing.assert_allclose(gW.numpy(), xa.T @ (1 - t * t), rtol=1e-12)
+    np.testing.assert_allclose(gx.numpy(), (1 - t * t) @ Wa.T, rtol=1e-12)
+    y.backward()
+    np.testing.assert_allclose(W.grad.numpy(), gW.numpy(), rtol=1e-12)
+
+
+def test_ctx_copies_every_slot():
+    x = jg.tensor(np.ones((2, 3)), requires_grad=True)
+    W = jg.tensor(np.ones((3, 2)), requires_grad=True)
+    node = (x @ W).grad_fn
+    c = graph_walk.ctx(node, {node: (False, True)})
+    assert c is not node and c.needs_grad == (False, True) and node.needs_grad == (True, True)
+    for s in Node.__slots__:
+        if s not in ("__weakref__", "needs_grad", "inputs"):
+            assert getattr(c, s) is getattr(node, s), s
+    # matmul saves x only for W's gradient and W only for x's: the copy keeps what a node so recorded keeps
+    assert c.inputs[0] is node.inputs[0] and c.inputs[1] is None
+    assert graph_walk.ctx(node, {}) is node and graph_walk.ctx(node, None) is node
+
+
+def test_b3_gradgradcheck():
+    rng = np.random.default_rng(3)
+    x = jg.tensor(rng.standard_normal((4, 3)), requires_grad=True)
+    W1 = jg.tensor(rng.standard_normal((3, 5)) * 0.5, requires_grad=True)
+    b1 = jg.tensor(rng.standard_normal(5) * 0.1, requires_grad=True)
+    W2 = jg.tensor(rng.standard_normal((5, 1)) * 0.5, requires_grad=True)
+
+    def penalty(x, W1, b1, W2):
+        d = jg.tanh(x @ W1 + b1) @ W2
+        gx, = jg.autograd.grad(d.sum(), x, create_graph=True)
+        return d.mean() + 10 * ((gx.norm(dim=1) - 1) ** 2).mean()
+    assert jg.autograd.gradcheck(penalty, (x, W1, b1, W2))
+    assert jg.autograd.gradgradcheck(penalty, (x, W1, b1, W2))
