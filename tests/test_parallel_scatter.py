@@ -161,3 +161,24 @@ def test_the_proof_from_strides():
     # a margin that depends on the sizes (rows of 2A atoms, a position reaching A of them: 3A): true for every
     # size, but not proven this way, so serial
     assert not scatters_own_rows(*_facts([B, A * (A - 1), 3], [6 * A, 0, 1], (3, A), (B, 2 * A, 3)))
+
+
+def test_an_index_out_of_range_in_a_split_scatter_loop_raises_like_eager():
+    """A bad index met by any chunk of a split scatter loop raises eager mode's error after the launch (the loop
+    records it; every chunk runs to its end), and a good call afterwards gives the serial bits."""
+    v = jg.tensor(V2)
+
+    def f(v, k):
+        return jg.zeros((64, 7)).index_add(1, k, v.sin())
+    par, ser = _compiled(f, True), _compiled(f, False)
+    good = jg.tensor(IDX)
+    want = ser(v, good).numpy()
+    np.testing.assert_array_equal(par(v, good).numpy(), want)
+    assert [x.parallel for x in _scatter_launches(par, v, good) if x.kind == "fused"] == [_pool()]
+    bad = IDX.copy()
+    bad[4000] = 9           # (every row reads it: each chunk meets it and records the same error)
+    with pytest.raises(Exception) as eager:
+        f(v, jg.tensor(bad))
+    with pytest.raises(type(eager.value), match="index 9 is out of bounds for dimension 1 with size 7"):
+        par(v, jg.tensor(bad))
+    np.testing.assert_array_equal(par(v, good).numpy(), want)
