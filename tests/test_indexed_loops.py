@@ -139,18 +139,25 @@ def test_an_index_out_of_range_in_a_fused_loop_raises_and_writes_nothing():
             assert str(got.value).startswith(str(want.value).split("\n")[0]), (got.value, want.value)
 
 
-def test_scatter_loops_run_serially_and_agree_at_every_thread_count():
-    """Adds by an index may meet: a loop that scatters runs on one thread, so its sums never depend on threads."""
+def test_scatter_loops_split_only_by_rows_they_own_and_agree_at_every_thread_count():
+    """Adds by an index may meet: a loop that scatters splits between threads only when each position of its split
+    axis adds into its own rows of the output (``loop_steps.scatters_own_rows``): each row's sums run on one
+    thread in the serial order, so they never depend on threads.  Along the split axis it stays serial
+    (``test_parallel_scatter.py`` has the rule's cases)."""
     rng = np.random.default_rng(4)
     v = jg.tensor(rng.standard_normal((64, 4096)).astype(np.float32))
     idx = jg.tensor(rng.integers(0, 7, 4096))
 
     def f(v):
         return jg.zeros((64, 7)).index_add(1, idx, v.sin() * 3.0)
-    a = _compiled(f, parallel=True)
-    b = _compiled(f, parallel=False)
-    np.testing.assert_array_equal(a(v).numpy(), b(v).numpy())
-    assert not [ln for ln in a.launches(v) if "index_put" in ln.label and ln.parallel]
+
+    def g(v):       # a 1-D output: every position of the split axis may add into any element
+        return jg.zeros((7,)).index_add(0, idx, v[0].sin() * 3.0)
+    for fn, splits in ((f, True), (g, False)):
+        a = _compiled(fn, parallel=True)
+        b = _compiled(fn, parallel=False)
+        np.testing.assert_array_equal(a(v).numpy(), b(v).numpy())
+        assert any("index_put" in ln.label and ln.parallel for ln in a.launches(v)) == splits
 
 
 # ------------------------------------------------------------------------------------------------ B11 counted

@@ -22,9 +22,11 @@ REDUCTIONS = ("sum", "amax", "amin")
 # B2's fused loop costs 0.53 ns/element on one thread for 2 transcendentals and ~10 plain ops, a 20-byte/element
 # copy 0.37 ns): a plain arithmetic op ~0.25 byte, a division or square root ~2, a transcendental ~8.  The planner
 # weighs stores against recomputation with it (fuse.py, row_chains.py); the CPU target decides whether a loop's
-# work pays for waking the worker threads (codegen/program/layout.py).
+# work pays for waking the worker threads (codegen/program/layout.py).  sin, cos and tan: ~12 exps each, by the
+# instructions of their vectorised loops (Payne-Hanek's reduction in 64-bit lanes; AVX-512, a float32 loop of one
+# op: exp 1.9 an element, tanh 2.1, cos 23.3, sin 24.8; AVX2: 4.4, 5.4, 67.8, 70.2; 2026-11-30)
 OP_BYTES = {"exp": 8.0, "expm1": 8.0, "log": 8.0, "log1p": 8.0, "tanh": 8.0, "sigmoid": 8.0, "erf": 8.0,
-            "sin": 8.0, "cos": 8.0, "tan": 8.0, "pow": 16.0, "div": 2.0, "sqrt": 2.0, "rsqrt": 2.0,
+            "sin": 96.0, "cos": 96.0, "tan": 96.0, "pow": 16.0, "div": 2.0, "sqrt": 2.0, "rsqrt": 2.0,
             "getitem": 4.0}         # a gather run as a load (its index loaded, checked, then the element)
 PLAIN_OP_BYTES = 0.25
 

@@ -371,7 +371,7 @@ def chunked_rows(b, nest, row, n_operands, columns, reductions=()):
 
 
 def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, alias=None,
-              per_element=None, short=False) -> Kernel:
+              per_element=None, short=False, own_rows=False) -> Kernel:
     """The loop nest of a fusion group.  ``classes``: inner layout class per operand (inputs then outputs);
     ``rank``/``red_axes``: the iteration rank and folded axes after the layout merged dims (default: the
     group's own); ``check_ids``: eqn -> id for values that must be finite (anomaly mode): integer counters that
@@ -379,9 +379,12 @@ def gen_group(g, classes, parallel, check_ids=None, rank=None, red_axes=None, al
     ``alias``: per operand, its alias class (operands of one class may share memory, of two never do; see
     ``alias_scopes.py``); None: nothing is known, every access is a plain one.  ``per_element``: a parallel
     loop's cost per element, when it takes the pool by its work per call (``kernel_ir.For.gate``).  ``short``: the
-    layout knows the innermost dim is short (``kernel_ir.For.short``)."""
+    layout knows the innermost dim is short (``kernel_ir.For.short``).  ``own_rows``: the caller proved that each
+    position of the outer loop stores by an index only into its own rows of every scatter's output
+    (``program/loop_steps.scatters_own_rows``): a loop with scatters is then parallel too."""
     b = ki.Builder()
-    made = group_loop(b, g, classes, parallel, check_ids, rank, red_axes, alias, per_element, short=short)
+    made = group_loop(b, g, classes, parallel, check_ids, rank, red_axes, alias, per_element, short=short,
+                      own_rows=own_rows)
     return Kernel("fused", b.finish(), rank=made.rank, operands=made.operands, classes=classes,
                   parallel=made.parallel, checks=made.checks, red_axes=made.red_axes, label=g.name,
                   guards=made.guards, alias=made.alias, per_element=per_element)
@@ -400,7 +403,7 @@ class GroupLoop(NamedTuple):
 
 
 def group_loop(b, g, classes, parallel, check_ids=None, rank=None, red_axes=None, alias=None, per_element=None,
-               block=None, rows=None, short=False) -> GroupLoop:
+               block=None, rows=None, short=False, own_rows=False) -> GroupLoop:
     """Fusion group ``g``'s loop nest emitted into builder ``b`` (``gen_group`` says what the arguments are), reading
     its argument block from ``block`` (default: the kernel's ``A``; a batch's member: ``Rebased``), its outer loop
     over the ``rows`` part of its range (``_Nest``).  A loop over another block has no checks, guards, indexed
@@ -417,8 +420,8 @@ def group_loop(b, g, classes, parallel, check_ids=None, rank=None, red_axes=None
         and tuple(red_axes) == (0,)
     if red is not None:
         parallel = parallel and ((full and red.op.name == "sum") or (not full and 0 not in red_axes) or chunked)
-    if g.scatters:      # adds by an index may meet: one thread, in order, so sums never depend on threads
-        parallel = False
+    if g.scatters and not own_rows:     # adds by an index may meet: one thread, in order, so sums never depend
+        parallel = False                # on threads (unless each outer position owns its rows: ``gen_group``)
     if block is not None and (g.gathers or g.scatters or parallel or (red is not None and not full)
                               or (check_ids and any(e in check_ids for e in g.all_eqns))):
         raise ValueError(f"{g.name}: not a loop that runs over another argument block")

@@ -9,7 +9,7 @@ import math
 
 from ...ir.ops.opdef import broadcast_shapes as _broadcast
 from ...ir.plan import Group, RowGroup
-from ...ir.symbolic import hint_of, size_arg
+from ...ir.symbolic import hint_of, known_equal, size_arg
 from .gemm_steps import fold_into_gemm
 from .layout import Program, Step, alias_classes, stride_class
 from ..kernels.index_loops import gen_gather, gen_scatter
@@ -43,12 +43,14 @@ def emit_group(prog: Program, g, op):
     if isinstance(g, RowGroup) and not g.columns:
         row_stashes(prog, g, op)
     classes, per_element, alias = loop_facts(g, op)
-    parallel, gate = prog.pool_choice(op.size, per_element) if len(shape) > 0 and not g.scatters else (False, None)
+    own_rows = bool(g.scatters) and not isinstance(g, RowGroup) and scatters_own_rows(g, op)
+    pooled = len(shape) > 0 and (not g.scatters or own_rows)
+    parallel, gate = prog.pool_choice(op.size, per_element) if pooled else (False, None)
     short = len(shape) > 0 and isinstance(shape[-1], int) and shape[-1] < SHORT_TRIP
     if isinstance(g, RowGroup):
         k = gen_rows(g, classes, parallel, len(shape), op.red_axes, alias, gate, short)
     else:
-        k = gen_group(g, classes, parallel, prog.check_ids, len(shape), op.red_axes, alias, gate, short)
+        k = gen_group(g, classes, parallel, prog.check_ids, len(shape), op.red_axes, alias, gate, short, own_rows)
     st = Step("kernel", k, label=f"{g.name} {g.lines()}".strip(), shapes=[list(p.shape) for p in op.in_places],
               scope=g.all_eqns[0].scope)
     st.work = hint_of(op.size) * per_element
@@ -58,6 +60,41 @@ def emit_group(prog: Program, g, op):
     group_block(prog, g, op, k, scattered)
     st.state_write = op.in_place
     prog.add(st)
+
+
+def scatters_own_rows(g, op) -> bool:
+    """Whether the pool may split group ``g``'s loop (over its placed operands ``op``, ``Places.group``) although
+    it stores by an index: each scatter's writes at one position ``i0`` of the split (outermost) axis land in a
+    slab of its output, ``[i0 * s0, (i0 + 1) * s0)`` with ``s0`` the output's stride along that axis, that no other
+    position reaches.  Then chunks of that axis never write one element, and each element takes its adds from one
+    ``i0`` in the serial order, so the sums are the same bits at every thread count.  Proven from the strides: the
+    output is a fresh C-contiguous buffer (every stride a product of sizes, so none is negative), and the farthest
+    element one position reaches, ``sum(s_d * (n_d - 1) for the other axes) + s_k * (size_k - 1)`` over the
+    indexed axis ``k`` (its stride ``s_k``, an index checked and wrapped into ``[0, size_k)``), is under ``s0``.
+    An index moving along the split axis leaves the output's stride 0 there (``Places._indexed``): never
+    proven, it stays serial.  Symbolic sizes: only when the margin is the same constant for every size."""
+    shape = op.shape
+    if not shape:
+        return False
+    ns = len(g.scatters)
+    first = len(g.gathers)
+    for q in range(ns):
+        po = op.out_places[len(op.out_places) - ns + q]
+        os_ = op.out_strides[len(op.out_strides) - ns + q]
+        stride, size = op.indexed[first + q]
+        if known_equal(tuple(po.strides), tuple(c_strides(po.shape))) is not True:
+            return False
+        reach = stride * (size - 1)
+        for d in range(1, len(shape)):
+            reach = reach + os_[d] * (shape[d] - 1)
+        margin = os_[0] - 1 - reach
+        if type(margin) is not int:     # symbolic: a constant for every size, or not proven
+            if known_equal(margin, hint_of(margin)) is not True:
+                return False
+            margin = hint_of(margin)
+        if margin < 0:
+            return False
+    return True
 
 
 def row_stashes(prog: Program, g, op):
@@ -227,4 +264,4 @@ def host(prog: Program, e):
     prog.add(st)
 
 
-__all__ = ["fused_group", "emit_group", "loop_facts", "group_block", "view", "gather", "scatter", "scan", "nonzero", "host"]
+__all__ = ["fused_group", "emit_group", "scatters_own_rows", "loop_facts", "group_block", "view", "gather", "scatter", "scan", "nonzero", "host"]

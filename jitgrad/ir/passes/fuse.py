@@ -50,7 +50,8 @@ def gather_load(e) -> bool:
 
 def scatter_store(e) -> bool:
     """``out = base; out[:, ..., idx] += v`` with ``v`` of the indexed region's shape: a loop over ``v`` ends by
-    adding each element into ``out`` at its index (a gather's transpose); the loop then runs serially, so the
+    adding each element into ``out`` at its index (a gather's transpose).  The loop splits between threads only
+    where each part adds into rows of ``out`` no other part reaches (``codegen/program/loop_steps.py``), so the
     sums are the same at every thread count."""
     return e.op.name == "index_put" and e.params.get("accumulate") and len(e.ins) == 3 \
         and e.ins[1].aval.size > 0 and e.ins[1].aval.dtype is e.outs[0].aval.dtype \
