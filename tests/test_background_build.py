@@ -410,3 +410,56 @@ def test_the_optimised_tier_builds_the_heaviest_kernels_first(tmp_path):
     assert sorted(swapped) == out["quick"] and len(swapped) >= 3, out
     weights = [work[k] for k in swapped]
     assert weights == sorted(weights, reverse=True) and weights[0] > weights[-1], out
+
+
+def test_first_tiers_build_kernels_doing_a_sliver_of_the_work_the_cheapest_way():
+    from jitgrad.codegen.native import graph_build
+    share = graph_build.MINOR_SHARE
+    work = {"big": 1000.0, "tiny": 1000.0 * share / 2, "some": 1000.0 * share * 2, "unknown": 0.0}
+    tiers = graph_build.first_tiers(list(work) + ["unlisted"], work)
+    assert tiers == {"big": "quick", "tiny": "minor", "some": "quick", "unknown": "quick", "unlisted": "quick"}
+    assert graph_build.first_tiers(["a"], {}) == {"a": "quick"}
+
+
+# the first tier by kernel: a step with loops over 2**16, 2**10 and 16 elements; its quick calls, then its O3 calls,
+# against eager mode's values
+MINOR_SCRIPT = textwrap.dedent("""
+    import json, threading
+    import numpy as np, jitgrad as jg
+    from jitgrad.codegen.native import build_thread, graph_build, llvm_build
+    from jitgrad.jit.graph_code import _COMPILED
+    gate = threading.Event()
+    build_thread.hold_optimising(gate)
+
+    def step(a, b, c):
+        return (jg.exp(c) * 3).sum() + (jg.tanh(a) * 2 - a).sum() + jg.sigmoid(b * 0.5).sum()
+    rng = np.random.default_rng(0)
+    args = [jg.tensor(rng.standard_normal(n, dtype=np.float32)) for n in (1 << 16, 1 << 10, 16)]
+    f = jg.compile(step, backend="numba")
+    eager = float(step(*args))
+    f(*args)
+    quick = float(f(*args))         # (JITGRAD_BUILD_AFTER_CALL=1: this call waits for the quick build's switch)
+    (cg,) = [c for c in _COMPILED.values() if c.run is not None]
+    record, work = dict(cg.code.first_tier), cg.kernel_work()
+    rule = graph_build.first_tiers(list(record), work)
+    minor = llvm_build.STATS["kernels_quick_minor"]
+    gate.set()
+    f.wait()
+    print(json.dumps({"record": record, "rule": rule, "work": {k: work.get(k, 0.0) for k in record}, "minor": minor,
+                      "eager": eager, "quick": quick, "optimised": float(f(*args)),
+                      "stats": {k: f.stats[k] for k in ("kernels_quick", "graphs_optimising")}}))
+""")
+
+
+def test_the_first_tier_builds_minor_kernels_cheaply_and_every_tier_computes_the_same(tmp_path):
+    out = _run(MINOR_SCRIPT, _env(tmp_path, JITGRAD_BUILD_AFTER_CALL=1))
+    record, work = out["record"], out["work"]
+    # every kernel of the first tier recorded, as the rule says: the heaviest quick, the lightest with work minor
+    assert record == out["rule"] and len(record) == out["stats"]["kernels_quick"] >= 3, out
+    by_work = sorted((w, k) for k, w in work.items() if w > 0)
+    assert record[by_work[-1][1]] == "quick" and record[by_work[0][1]] == "minor", out
+    assert out["minor"] == sum(t == "minor" for t in record.values()) >= 1, out
+    assert out["stats"]["graphs_optimising"] == 0, out
+    # quick (minor kernels included) and O3 code: eager's value to float32 rounding of a 2**16-element sum
+    assert out["quick"] == pytest.approx(out["eager"], rel=1e-5) and out["optimised"] == pytest.approx(
+        out["eager"], rel=1e-5), out

@@ -29,6 +29,20 @@ IR_STARTUP = 16
 THREAD_KERNELS = 48
 # a background build's kernels compiled here are first built quickly (see the module docstring; 0: O3 at once)
 QUICK = os.environ.get("JITGRAD_QUICK_BUILD", "1") != "0"
+# ... and a kernel doing less than MINOR_SHARE of its graph's kernel work is built the cheapest way (``first_tiers``)
+MINOR_SHARE = float(os.environ.get("JITGRAD_QUICK_MINOR_SHARE", "0.01"))
+
+
+def first_tiers(keys, work) -> dict:
+    """Build key -> "quick" or "minor": how a background build's first tier builds each kernel of ``keys``.  The
+    switch to compiled code waits for the last of them, while the calls' time goes to the few kernels doing most of
+    the work: a kernel whose launches do less than ``MINOR_SHARE`` of the graph's kernel work (``work``: key -> a
+    call's work in the plan's cost unit, ``CompiledGraph.kernel_work``) is "minor", built with the code generator's
+    cheapest level (``llvm_build.CODEGEN_LEVEL``).  Counted on ``variable_length.py``'s LM step: 12 of its 24 kernels
+    are minor, together ~1% of a call's instructions at the quick tier.  A kernel of unknown work (0: gathers,
+    scatters, scans) is "quick"."""
+    total = sum(work.get(k, 0.0) for k in keys)
+    return {k: "minor" if 0.0 < work.get(k, 0.0) < MINOR_SHARE * total else "quick" for k in keys}
 
 
 def _cores() -> int:
@@ -58,6 +72,7 @@ class GraphCode:
         self.spawned = False                  # its build processes have started (they finish even if we exit)
         self.forked = 0                       # kernels its forked LLVM compilers compiled (``_build_here``)
         self.quick_keys = set()               # kernels it runs from quick code until ``optimise`` builds them
+        self.first_tier = {}                  # key -> "quick" | "minor": how its first tier built it (``first_tiers``)
         self.dropped = False                  # no call will run it: a background build stops between kernels
         self.errors = []
 
@@ -194,13 +209,13 @@ class GraphCode:
             jobs.append((self._kind(key), key, None if path is None else str(path)))
         return jobs
 
-    def build(self, background: bool):
+    def build(self, background: bool, work=None):
         """Compile what is missing, then write the graph's file.  ``background`` (on the build thread, while the
         caller's calls run meanwhile): kernels that translate to LLVM IR compile on this thread, one at a time
         (tens of milliseconds each), and only what is slow goes to build processes: kernels Numba must compile (this
         process never imports Numba while it serves calls) and the tail of a big graph (``_build_in_background``).
         Else (a synchronous build) this process compiles a share on worker threads while build processes take
-        the rest, in parallel."""
+        the rest, in parallel.  ``work``: key -> a call's work in that kernel (``first_tiers``)."""
         with build._lock:
             if self.try_load():
                 return
@@ -220,7 +235,7 @@ class GraphCode:
             busy = [j for j in todo or () if objstore.BuildLock(j[1]).held_elsewhere()]   # someone builds them: wait
             todo = [j for j in todo or () if j not in busy]
             if background and todo:
-                procs = self._build_in_background(todo, cores)
+                procs = self._build_in_background(todo, cores, work or {})
             elif todo or forked is not None:
                 procs = self._build_here(todo, cores, forked)
         finally:
@@ -341,7 +356,7 @@ class GraphCode:
                 if self.disk:
                     objstore.write(key, [blob])
 
-    def _build_in_background(self, todo, cores):
+    def _build_in_background(self, todo, cores, work):
         """A background build's share-out (see ``build``): Numba's jobs and, for a graph of more than
         ``THREAD_KERNELS`` IR kernels on a machine with cores to spare, a tail of its IR jobs go to build processes
         (each costs ~``IR_STARTUP`` kernels' time to start Python, so this thread keeps that many more); the
@@ -362,6 +377,7 @@ class GraphCode:
             shares += _split(slow, min(cores, len(slow)))
         if away:
             shares += _split(away, helpers)
+        tiers = first_tiers([j[1] for j in mine], work) if QUICK else {}
         procs, sent = [], set()
         for share in shares:
             jobs = []
@@ -380,17 +396,19 @@ class GraphCode:
             with build_thread.compiling() as go:
                 if not go or self.dropped:      # exiting (what is left goes to build processes, ``_spawn_leftovers``)
                     break                       # or dropped (``CompiledGraph.drop``)
-                if not (QUICK and self._quick(job[1])):
+                if not (QUICK and self._quick(job[1], tiers.get(job[1], "quick"))):
                     self._obtain(job[1])
         return procs
 
-    def _quick(self, key) -> bool:
-        """Kernel ``key`` served by quick code (``build.compile_quick``; False when it needs Numba)."""
+    def _quick(self, key, tier="quick") -> bool:
+        """Kernel ``key`` served by quick code (``build.compile_quick``; ``tier``: ``first_tiers``'s; False when it
+        needs Numba)."""
         if key in build._ADDRESSES:
             return False
-        if build.compile_quick(key, self._source(key)) is None:
+        if build.compile_quick(key, self._source(key), tier == "minor") is None:
             return False
         self.quick_keys.add(key)
+        self.first_tier[key] = tier
         return True
 
     def _obtain(self, key, elsewhere=None):

@@ -16,7 +16,7 @@ import weakref
 
 from ..kernels import ir_loops, kernel_ir as ki
 
-STATS = {"kernels_ir": 0, "kernels_quick": 0, "kernels_refused": 0, "modules_quick": 0}     # counted, so tests can check which path built what
+STATS = {"kernels_ir": 0, "kernels_quick": 0, "kernels_quick_minor": 0, "kernels_refused": 0, "modules_quick": 0}     # counted, so tests can check which path built what
 _lock = threading.Lock()
 
 
@@ -82,13 +82,19 @@ _TLS = threading.local()
 # replaces it kernel by kernel.
 QUICK_PASSES = ("sroa", "instruction_combine", "simplify_cfg")
 QUICK_SUFFIX = "_quick"     # the quick object's symbol: both builds of a kernel live in one process's engine
+# A minor kernel's quick build (``graph_build.first_tiers``: a kernel doing a sliver of its graph's work) emits with
+# the code generator's level 0 (fast instruction selection and register allocation): counted on the LM step of
+# ``variable_length.py``, ~2.5x fewer instructions to build than level 1, for code that runs ~2.5x longer, which
+# on a kernel doing under 1% of a call's work is noise.
+CODEGEN_LEVEL = {False: 3, True: 1, "minor": 0}
 
 
 def _tools(quick=False):
-    """This thread's LLVM context and target machine (``quick``: the code generator's cheap level): threads compile
-    kernels at once, and neither is safe to share while it works (LLVM itself runs without the GIL: llvmlite's
-    calls release it)."""
-    t = getattr(_TLS, "quick" if quick else "tools", None)
+    """This thread's LLVM context and target machine (``quick``: True or "minor", the code generator's cheap levels,
+    ``CODEGEN_LEVEL``): threads compile kernels at once, and neither is safe to share while it works (LLVM itself
+    runs without the GIL: llvmlite's calls release it)."""
+    name = {False: "tools", True: "quick", "minor": "minor"}[quick]
+    t = getattr(_TLS, name, None)
     if t is None:
         from . import cache, objload
         ll = objload._ll()
@@ -97,10 +103,10 @@ def _tools(quick=False):
         # NUMBA_CPU_NAME / NUMBA_CPU_FEATURES name: the CPU the cache key names, so an entry built for another CPU
         # never runs here), static relocations
         _, cpu, features = cache._cpu()
-        tm = target.create_target_machine(cpu=cpu, features=features, opt=1 if quick else 3, reloc="static",
+        tm = target.create_target_machine(cpu=cpu, features=features, opt=CODEGEN_LEVEL[quick], reloc="static",
                                           codemodel="jitdefault")
         t = (ll, ll.create_context(), tm)
-        setattr(_TLS, "quick" if quick else "tools", t)
+        setattr(_TLS, name, t)
     return t
 
 
@@ -127,8 +133,8 @@ def _optimised(text, quick=False):
 def compile_kernel(key: str, source: str, elsewhere=None, quick=False):
     """The kernel's object code (``objstore.Blob``), or None when Numba must compile it.  ``elsewhere``: an object
     with ``object_code(key, text)`` that may compile the text in another process (``native/forked_llvm.py``;
-    None: it did not, and this process does).  ``quick``: the quick build (``QUICK_PASSES``), whose text stays
-    for the optimised build that follows."""
+    None: it did not, and this process does).  ``quick``: the quick build (``QUICK_PASSES``; "minor": a minor
+    kernel's, ``CODEGEN_LEVEL``), whose text stays for the optimised build that follows."""
     with _lock:
         text = _TEXTS.get(key) if quick else _TEXTS.pop(key, None)
     if text is None:
@@ -142,9 +148,10 @@ def compile_kernel(key: str, source: str, elsewhere=None, quick=False):
     if not text.startswith(f"{ir_loops.HEADER}{key}\n"):
         raise ValueError(f"kernel {key}: its LLVM IR names another key")
     if quick:
-        blob = object_code(key, text, quick=True)
+        blob = object_code(key, text, quick=quick)
         with _lock:
             STATS["kernels_quick"] += 1
+            STATS["kernels_quick_minor"] += quick == "minor"
         return blob
     blob = elsewhere.object_code(key, text) if elsewhere is not None else None
     if blob is None:
@@ -156,7 +163,7 @@ def compile_kernel(key: str, source: str, elsewhere=None, quick=False):
 
 def object_code(key: str, text: str, quick=False):
     """LLVM IR ``text`` of kernel ``key`` optimised and compiled to object code (``objstore.Blob``); ``quick``: the
-    quick build, its symbol ``symbol(key) + QUICK_SUFFIX``."""
+    quick build (True, or "minor": ``CODEGEN_LEVEL``), its symbol ``symbol(key) + QUICK_SUFFIX``."""
     from . import objload, objstore
     m, tm = _optimised(text, quick)
     name = ir_loops.symbol(key)
@@ -189,4 +196,4 @@ def assembly(kir: ki.KernelIR, key: str = "0" * 64) -> str:
 
 __all__ = ["register", "is_llvm", "compile_text", "translatable", "compile_kernel", "object_code", "quick_object",
            "assembly", "STATS",
-           "QUICK_PASSES"]
+           "QUICK_PASSES", "CODEGEN_LEVEL"]
