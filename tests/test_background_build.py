@@ -412,13 +412,17 @@ def test_the_optimised_tier_builds_the_heaviest_kernels_first(tmp_path):
     assert weights == sorted(weights, reverse=True) and weights[0] > weights[-1], out
 
 
-def test_first_tiers_build_kernels_doing_a_sliver_of_the_work_the_cheapest_way():
+def test_first_tiers_by_each_kernels_share_of_the_work():
     from jitgrad.codegen.native import graph_build
-    share = graph_build.MINOR_SHARE
-    work = {"big": 1000.0, "tiny": 1000.0 * share / 2, "some": 1000.0 * share * 2, "unknown": 0.0}
+    lo, hi = graph_build.MINOR_SHARE, graph_build.VECTOR_SHARE
+    work = {"tiny": 100 * lo / 2, "some": 100 * lo * 2, "unknown": 0.0}
+    work["big"] = 100.0 - sum(work.values())        # (shares of a total of 100)
+    assert work["big"] >= 100 * hi
     tiers = graph_build.first_tiers(list(work) + ["unlisted"], work)
-    assert tiers == {"big": "quick", "tiny": "minor", "some": "quick", "unknown": "quick", "unlisted": "quick"}
+    assert tiers == {"big": "vector", "tiny": "minor", "some": "quick", "unknown": "quick", "unlisted": "quick"}
     assert graph_build.first_tiers(["a"], {}) == {"a": "quick"}
+    # two kernels of equal work, each half of it: both at the vector tier's threshold or above
+    assert set(graph_build.first_tiers(["a", "b"], {"a": 1.0, "b": 1.0}).values()) == {"vector" if hi <= 0.5 else "quick"}
 
 
 # the first tier by kernel: a step with loops over 2**16, 2**10 and 16 elements; its quick calls, then its O3 calls,
@@ -442,24 +446,29 @@ MINOR_SCRIPT = textwrap.dedent("""
     (cg,) = [c for c in _COMPILED.values() if c.run is not None]
     record, work = dict(cg.code.first_tier), cg.kernel_work()
     rule = graph_build.first_tiers(list(record), work)
-    minor = llvm_build.STATS["kernels_quick_minor"]
+    minor, vector = llvm_build.STATS["kernels_quick_minor"], llvm_build.STATS["kernels_quick_vector"]
     gate.set()
     f.wait()
     print(json.dumps({"record": record, "rule": rule, "work": {k: work.get(k, 0.0) for k in record}, "minor": minor,
+                      "vector": vector,
                       "eager": eager, "quick": quick, "optimised": float(f(*args)),
                       "stats": {k: f.stats[k] for k in ("kernels_quick", "graphs_optimising")}}))
 """)
 
 
-def test_the_first_tier_builds_minor_kernels_cheaply_and_every_tier_computes_the_same(tmp_path):
+def test_the_first_tier_builds_each_kernel_by_its_share_and_every_tier_computes_the_same(tmp_path):
     out = _run(MINOR_SCRIPT, _env(tmp_path, JITGRAD_BUILD_AFTER_CALL=1))
     record, work = out["record"], out["work"]
-    # every kernel of the first tier recorded, as the rule says: the heaviest quick, the lightest with work minor
+    # every kernel of the first tier recorded, as the rule says: the heaviest (the 2**16 loop) vectorised, the
+    # lightest with work minor, the 2**10 loop's kernel quick
     assert record == out["rule"] and len(record) == out["stats"]["kernels_quick"] >= 3, out
     by_work = sorted((w, k) for k, w in work.items() if w > 0)
-    assert record[by_work[-1][1]] == "quick" and record[by_work[0][1]] == "minor", out
-    assert out["minor"] == sum(t == "minor" for t in record.values()) >= 1, out
+    assert record[by_work[-1][1]] == "vector" and record[by_work[0][1]] == "minor", out
+    assert "quick" in record.values(), out
+    for tier in ("minor", "vector"):
+        assert out[tier] == sum(t == tier for t in record.values()) >= 1, out
     assert out["stats"]["graphs_optimising"] == 0, out
-    # quick (minor kernels included) and O3 code: eager's value to float32 rounding of a 2**16-element sum
+    # the first tier's code (minor, quick and vector kernels) and O3 code: eager's value to float32 rounding of a
+    # 2**16-element sum
     assert out["quick"] == pytest.approx(out["eager"], rel=1e-5) and out["optimised"] == pytest.approx(
         out["eager"], rel=1e-5), out

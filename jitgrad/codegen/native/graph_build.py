@@ -10,7 +10,8 @@ who compiles which kernel (``build.py`` holds each kernel's code by key).
   that asked for it exits.  Builds still queued at exit are handed to build processes then (``_spawn_leftovers``).
   No build process is started for a key someone else is building (its build lock is held).
 - **Two tiers in a background build** (``QUICK``): the kernels this process compiles are first built quickly
-  (``build.compile_quick``) and linked, so the caller's calls switch to compiled code that much sooner; the same
+  (``build.compile_quick``; the kernels doing a sliver of the work more cheaply still: ``first_tiers``) and linked,
+  so the caller's calls switch to compiled code that much sooner; the same
   kernels are then built at O3 (``optimise``, after every other graph's quick build on the build thread), written
   to disk and swapped in kernel by kernel.  A run that exits before the optimised build hands it to build
   processes, as any unfinished build.
@@ -29,20 +30,27 @@ IR_STARTUP = 16
 THREAD_KERNELS = 48
 # a background build's kernels compiled here are first built quickly (see the module docstring; 0: O3 at once)
 QUICK = os.environ.get("JITGRAD_QUICK_BUILD", "1") != "0"
-# ... and a kernel doing less than MINOR_SHARE of its graph's kernel work is built the cheapest way (``first_tiers``)
+# ... by kernel (``first_tiers``): under MINOR_SHARE of its graph's kernel work the cheapest way, from VECTOR_SHARE
+# with the loop vectoriser
 MINOR_SHARE = float(os.environ.get("JITGRAD_QUICK_MINOR_SHARE", "0.01"))
+VECTOR_SHARE = float(os.environ.get("JITGRAD_QUICK_VECTOR_SHARE", "0.25"))
 
 
 def first_tiers(keys, work) -> dict:
-    """Build key -> "quick" or "minor": how a background build's first tier builds each kernel of ``keys``.  The
-    switch to compiled code waits for the last of them, while the calls' time goes to the few kernels doing most of
-    the work: a kernel whose launches do less than ``MINOR_SHARE`` of the graph's kernel work (``work``: key -> a
-    call's work in the plan's cost unit, ``CompiledGraph.kernel_work``) is "minor", built with the code generator's
-    cheapest level (``llvm_build.CODEGEN_LEVEL``).  Counted on ``variable_length.py``'s LM step: 12 of its 24 kernels
-    are minor, together ~1% of a call's instructions at the quick tier.  A kernel of unknown work (0: gathers,
-    scatters, scans) is "quick"."""
+    """Build key -> "minor", "quick" or "vector": how a background build's first tier builds each kernel of ``keys``
+    (``llvm_build.CODEGEN_LEVEL`` says how each builds).  The switch to compiled code waits for the last of them,
+    while the calls' time goes to the few kernels doing most of the work.  By a kernel's share of the graph's
+    kernel work (``work``: key -> a call's work in the plan's cost unit, ``CompiledGraph.kernel_work``): under
+    ``MINOR_SHARE`` "minor" (the LM step of ``variable_length.py``: 12 of its 24 kernels, ~2% of a quick call's
+    instructions), from ``VECTOR_SHARE`` "vector" (its log-softmax and that one's backward, ~45% of a quick call's
+    instructions, ~8% at "vector").  A kernel of unknown work (0: gathers, scatters, scans) is "quick"."""
     total = sum(work.get(k, 0.0) for k in keys)
-    return {k: "minor" if 0.0 < work.get(k, 0.0) < MINOR_SHARE * total else "quick" for k in keys}
+
+    def tier(w):
+        if w <= 0.0 or total <= 0.0:
+            return "quick"
+        return "minor" if w < MINOR_SHARE * total else "vector" if w >= VECTOR_SHARE * total else "quick"
+    return {k: tier(work.get(k, 0.0)) for k in keys}
 
 
 def _cores() -> int:
@@ -72,7 +80,7 @@ class GraphCode:
         self.spawned = False                  # its build processes have started (they finish even if we exit)
         self.forked = 0                       # kernels its forked LLVM compilers compiled (``_build_here``)
         self.quick_keys = set()               # kernels it runs from quick code until ``optimise`` builds them
-        self.first_tier = {}                  # key -> "quick" | "minor": how its first tier built it (``first_tiers``)
+        self.first_tier = {}                  # key -> "minor" | "quick" | "vector": its first tier (``first_tiers``)
         self.dropped = False                  # no call will run it: a background build stops between kernels
         self.errors = []
 
@@ -405,7 +413,7 @@ class GraphCode:
         needs Numba)."""
         if key in build._ADDRESSES:
             return False
-        if build.compile_quick(key, self._source(key), tier == "minor") is None:
+        if build.compile_quick(key, self._source(key), tier) is None:
             return False
         self.quick_keys.add(key)
         self.first_tier[key] = tier
