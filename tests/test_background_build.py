@@ -422,7 +422,8 @@ def test_first_tiers_by_each_kernels_share_of_the_work():
     assert tiers == {"big": "vector", "tiny": "minor", "some": "quick", "unknown": "quick", "unlisted": "quick"}
     assert graph_build.first_tiers(["a"], {}) == {"a": "quick"}
     # two kernels of equal work, each half of it: both at the vector tier's threshold or above
-    assert set(graph_build.first_tiers(["a", "b"], {"a": 1.0, "b": 1.0}).values()) == {"vector" if hi <= 0.5 else "quick"}
+    halves = graph_build.first_tiers(["a", "b"], {"a": 1.0, "b": 1.0})
+    assert set(halves.values()) == {"vector" if hi <= 0.5 else "quick"}
 
 
 # the first tier by kernel: a step with loops over 2**16, 2**10 and 16 elements; its quick calls, then its O3 calls,

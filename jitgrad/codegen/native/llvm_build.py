@@ -99,9 +99,9 @@ CODEGEN_LEVEL = {False: 3, True: 1, "vector": 1, "minor": 0}
 
 
 def _tools(quick=False):
-    """This thread's LLVM context and target machine (``quick``: True, "vector" or "minor", the code generator's cheap levels,
-    ``CODEGEN_LEVEL``): threads compile kernels at once, and neither is safe to share while it works (LLVM itself
-    runs without the GIL: llvmlite's calls release it)."""
+    """This thread's LLVM context and target machine (``quick``: True, "vector" or "minor", the code generator's
+    cheap levels, ``CODEGEN_LEVEL``): threads compile kernels at once, and neither is safe to share while it works
+    (LLVM itself runs without the GIL: llvmlite's calls release it)."""
     name = {False: "tools", True: "quick", "vector": "quick", "minor": "minor"}[quick]
     t = getattr(_TLS, name, None)
     if t is None:
