@@ -418,16 +418,19 @@ def test_the_optimised_tier_builds_the_heaviest_kernels_first(tmp_path):
 
 def test_first_tiers_by_each_kernels_share_of_the_work():
     from jitgrad.codegen.native import graph_build
-    lo, hi = graph_build.MINOR_SHARE, graph_build.VECTOR_SHARE
+    lo, hi, unit = graph_build.MINOR_SHARE, graph_build.VECTOR_SHARE, graph_build.VECTOR_WORK
     work = {"tiny": 100 * lo / 2, "some": 100 * lo * 2, "unknown": 0.0}
-    work["big"] = 100.0 - sum(work.values())        # (shares of a total of 100)
+    work["big"] = 100.0 - sum(work.values())        # (shares of a total of 100 ...)
     assert work["big"] >= 100 * hi
+    work = {k: w * unit for k, w in work.items()}   # (... units of VECTOR_WORK)
     tiers = graph_build.first_tiers(list(work) + ["unlisted"], work)
     assert tiers == {"big": "vector", "tiny": "minor", "some": "quick", "unknown": "quick", "unlisted": "quick"}
     assert graph_build.first_tiers(["a"], {}) == {"a": "quick"}
-    # two kernels of equal work, each half of it: both at the vector tier's threshold or above
-    halves = graph_build.first_tiers(["a", "b"], {"a": 1.0, "b": 1.0})
+    # two kernels of equal work, each half of it: both at the vector tier's share or above, unless their work is
+    # under VECTOR_WORK
+    halves = graph_build.first_tiers(["a", "b"], {"a": unit, "b": unit})
     assert set(halves.values()) == {"vector" if hi <= 0.5 else "quick"}
+    assert set(graph_build.first_tiers(["a", "b"], {"a": unit / 2, "b": unit / 2}).values()) == {"quick"}
 
 
 # the first tier by kernel: a step with loops over 2**16, 2**10 and 16 elements; its quick calls, then its O3 calls,

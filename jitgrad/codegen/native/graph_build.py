@@ -32,9 +32,12 @@ THREAD_KERNELS = 48
 # a background build's kernels compiled here are first built quickly (see the module docstring; 0: O3 at once)
 QUICK = os.environ.get("JITGRAD_QUICK_BUILD", "1") != "0"
 # ... by kernel (``first_tiers``): under MINOR_SHARE of its graph's kernel work the cheapest way, from VECTOR_SHARE
-# with the loop vectoriser
+# of it and VECTOR_WORK (a call's work in it, the plan's cost unit: about an instruction a unit in quick code) with
+# the loop vectoriser, which costs ~1.5-2x the quick build's instructions more (the LM step's log-softmax: +140M), so
+# that the calls of a short script repay it (the LM's: 1.6M instructions a call less)
 MINOR_SHARE = float(os.environ.get("JITGRAD_QUICK_MINOR_SHARE", "0.01"))
 VECTOR_SHARE = float(os.environ.get("JITGRAD_QUICK_VECTOR_SHARE", "0.25"))
+VECTOR_WORK = float(os.environ.get("JITGRAD_QUICK_VECTOR_WORK", str(1 << 19)))
 
 
 def first_tiers(keys, work) -> dict:
@@ -43,14 +46,18 @@ def first_tiers(keys, work) -> dict:
     while the calls' time goes to the few kernels doing most of the work.  By a kernel's share of the graph's
     kernel work (``work``: key -> a call's work in the plan's cost unit, ``CompiledGraph.kernel_work``): under
     ``MINOR_SHARE`` "minor" (the LM step of ``variable_length.py``: 12 of its 24 kernels, ~2% of a quick call's
-    instructions), from ``VECTOR_SHARE`` "vector" (its log-softmax and that one's backward, ~45% of a quick call's
-    instructions, ~8% at "vector").  A kernel of unknown work (0: gathers, scatters, scans) is "quick"."""
+    instructions), from ``VECTOR_SHARE`` "vector" if its work is ``VECTOR_WORK`` or more (the LM's log-softmax and
+    that one's backward, ~45% of a quick call's instructions, ~13% at "vector"; B5's two heaviest kernels, a few
+    thousand instructions a call, stay "quick").  A kernel of unknown work (0: gathers, scatters, scans) is
+    "quick"."""
     total = sum(work.get(k, 0.0) for k in keys)
 
     def tier(w):
         if w <= 0.0 or total <= 0.0:
             return "quick"
-        return "minor" if w < MINOR_SHARE * total else "vector" if w >= VECTOR_SHARE * total else "quick"
+        if w < MINOR_SHARE * total:
+            return "minor"
+        return "vector" if w >= VECTOR_SHARE * total and w >= VECTOR_WORK else "quick"
     return {k: tier(work.get(k, 0.0)) for k in keys}
 
 
