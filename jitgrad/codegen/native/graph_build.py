@@ -11,9 +11,8 @@ who compiles which kernel (``build.py`` holds each kernel's code by key).
   No build process is started for a key someone else is building (its build lock is held).
 - **Two tiers in a background build** (``QUICK``): the kernels this process compiles are first built quickly
   (``build.compile_quick``; by kernel, ``first_tiers``: those doing a sliver of the work more cheaply still, those
-  doing most of it with the loop vectoriser) and linked,
-  so the caller's calls switch to compiled code that much sooner; the same
-  kernels are then built at O3 (``optimise``, after every other graph's quick build on the build thread), written
+  doing most of it with the loop vectoriser) and linked, so the caller's calls switch to compiled code that much
+  sooner; the same kernels are then built at O3 (``optimise``, after every other graph's quick build on the build thread), written
   to disk and swapped in kernel by kernel.  A run that exits before the optimised build hands it to build
   processes, as any unfinished build.
 """
@@ -33,7 +32,7 @@ THREAD_KERNELS = 48
 QUICK = os.environ.get("JITGRAD_QUICK_BUILD", "1") != "0"
 # ... by kernel (``first_tiers``): under MINOR_SHARE of its graph's kernel work the cheapest way, from VECTOR_SHARE
 # of it and VECTOR_WORK (a call's work in it, the plan's cost unit: about an instruction a unit in quick code) with
-# the loop vectoriser, which costs ~1.5-2x the quick build's instructions more (the LM step's log-softmax: +140M), so
+# the loop vectoriser, which costs ~2-3.5x the quick build's instructions more (the LM step's log-softmax: +140M), so
 # that the calls of a short script repay it (the LM's: 1.6M instructions a call less)
 MINOR_SHARE = float(os.environ.get("JITGRAD_QUICK_MINOR_SHARE", "0.01"))
 VECTOR_SHARE = float(os.environ.get("JITGRAD_QUICK_VECTOR_SHARE", "0.25"))
