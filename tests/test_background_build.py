@@ -397,16 +397,86 @@ ORDER_SCRIPT = textwrap.dedent("""
     f(*args)                        # (JITGRAD_BUILD_AFTER_CALL=1: this call waits for the quick build's switch)
     (cg,) = [c for c in _COMPILED.values() if c.run is not None]
     quick = sorted(cg.code.quick_keys)
-    work = cg.kernel_work()
+    work, tiers = cg.kernel_work(), dict(cg.code.first_tier)
     gate.set()
     f.wait()
-    print(json.dumps({"swapped": swapped, "quick": quick, "work": {k: work.get(k, 0.0) for k in swapped}}))
+    print(json.dumps({"swapped": swapped, "quick": quick, "work": {k: work.get(k, 0.0) for k in swapped},
+                      "tiers": tiers}))
 """)
 
 
 def test_the_optimised_tier_builds_the_heaviest_kernels_first(tmp_path):
     out = _run(ORDER_SCRIPT, _env(tmp_path, JITGRAD_BUILD_AFTER_CALL=1))
-    swapped, work = out["swapped"], out["work"]
+    swapped, work, tiers = out["swapped"], out["work"], out["tiers"]
     assert sorted(swapped) == out["quick"] and len(swapped) >= 3, out
-    weights = [work[k] for k in swapped]
+    # the heaviest first, but the first tier's vectorised kernels (the 2**16 loop's) last: near O3's code already
+    vector = [k for k in swapped if tiers[k] == "vector"]
+    assert len(vector) == 1 and swapped[-1] == vector[0] and work[vector[0]] == max(work.values()), out
+    weights = [work[k] for k in swapped[:-1]]
     assert weights == sorted(weights, reverse=True) and weights[0] > weights[-1], out
+
+
+def test_first_tiers_by_each_kernels_share_of_the_work():
+    from jitgrad.codegen.native import graph_build
+    lo, hi, unit = graph_build.MINOR_SHARE, graph_build.VECTOR_SHARE, graph_build.VECTOR_WORK
+    work = {"tiny": 100 * lo / 2, "some": 100 * lo * 2, "unknown": 0.0}
+    work["big"] = 100.0 - sum(work.values())        # (shares of a total of 100 ...)
+    assert work["big"] >= 100 * hi
+    work = {k: w * unit for k, w in work.items()}   # (... units of VECTOR_WORK)
+    tiers = graph_build.first_tiers(list(work) + ["unlisted"], work)
+    assert tiers == {"big": "vector", "tiny": "minor", "some": "quick", "unknown": "quick", "unlisted": "quick"}
+    assert graph_build.first_tiers(["a"], {}) == {"a": "quick"}
+    # two kernels of equal work, each half of it: both at the vector tier's share or above, unless their work is
+    # under VECTOR_WORK
+    halves = graph_build.first_tiers(["a", "b"], {"a": unit, "b": unit})
+    assert set(halves.values()) == {"vector" if hi <= 0.5 else "quick"}
+    assert set(graph_build.first_tiers(["a", "b"], {"a": unit / 2, "b": unit / 2}).values()) == {"quick"}
+
+
+# the first tier by kernel: a step with loops over 2**16, 2**10 and 16 elements; its quick calls, then its O3 calls,
+# against eager mode's values
+MINOR_SCRIPT = textwrap.dedent("""
+    import json, threading
+    import numpy as np, jitgrad as jg
+    from jitgrad.codegen.native import build_thread, graph_build, llvm_build
+    from jitgrad.jit.graph_code import _COMPILED
+    gate = threading.Event()
+    build_thread.hold_optimising(gate)
+
+    def step(a, b, c):
+        return (jg.exp(c) * 3).sum() + (jg.tanh(a) * 2 - a).sum() + jg.sigmoid(b * 0.5).sum()
+    rng = np.random.default_rng(0)
+    args = [jg.tensor(rng.standard_normal(n, dtype=np.float32)) for n in (1 << 16, 1 << 10, 16)]
+    f = jg.compile(step, backend="numba")
+    eager = float(step(*args))
+    f(*args)
+    quick = float(f(*args))         # (JITGRAD_BUILD_AFTER_CALL=1: this call waits for the quick build's switch)
+    (cg,) = [c for c in _COMPILED.values() if c.run is not None]
+    record, work = dict(cg.code.first_tier), cg.kernel_work()
+    rule = graph_build.first_tiers(list(record), work)
+    minor, vector = llvm_build.STATS["kernels_quick_minor"], llvm_build.STATS["kernels_quick_vector"]
+    gate.set()
+    f.wait()
+    print(json.dumps({"record": record, "rule": rule, "work": {k: work.get(k, 0.0) for k in record}, "minor": minor,
+                      "vector": vector,
+                      "eager": eager, "quick": quick, "optimised": float(f(*args)),
+                      "stats": {k: f.stats[k] for k in ("kernels_quick", "graphs_optimising")}}))
+""")
+
+
+def test_the_first_tier_builds_each_kernel_by_its_share_and_every_tier_computes_the_same(tmp_path):
+    out = _run(MINOR_SCRIPT, _env(tmp_path, JITGRAD_BUILD_AFTER_CALL=1))
+    record, work = out["record"], out["work"]
+    # every kernel of the first tier recorded, as the rule says: the heaviest (the 2**16 loop) vectorised, the
+    # lightest with work minor, the 2**10 loop's kernel quick
+    assert record == out["rule"] and len(record) == out["stats"]["kernels_quick"] >= 3, out
+    by_work = sorted((w, k) for k, w in work.items() if w > 0)
+    assert record[by_work[-1][1]] == "vector" and record[by_work[0][1]] == "minor", out
+    assert "quick" in record.values(), out
+    for tier in ("minor", "vector"):
+        assert out[tier] == sum(t == tier for t in record.values()) >= 1, out
+    assert out["stats"]["graphs_optimising"] == 0, out
+    # the first tier's code (minor, quick and vector kernels) and O3 code: eager's value to float32 rounding of a
+    # 2**16-element sum
+    assert out["quick"] == pytest.approx(out["eager"], rel=1e-5) and out["optimised"] == pytest.approx(
+        out["eager"], rel=1e-5), out

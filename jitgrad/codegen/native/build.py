@@ -100,15 +100,15 @@ def link_compiled() -> None:
         _load_blobs(blobs)
 
 
-def compile_quick(key: str, source: str):
+def compile_quick(key: str, source: str, tier: str = "quick"):
     """The address of kernel ``key``'s code for a background build's first tier: its optimised code when this
-    process has it, else its quick build (compiled and linked now, kept in memory only); None when Numba must
-    compile the kernel (no quick build)."""
+    process has it, else its quick build (compiled and linked now, kept in memory only; ``tier``: "quick", "minor"
+    or "vector", ``graph_build.first_tiers``); None when Numba must compile the kernel (no quick build)."""
     addr = _ADDRESSES.get(key) or _QUICK.get(key)
     if addr is not None:
         return addr
     from . import llvm_build
-    blob = llvm_build.compile_kernel(key, source, quick=True)
+    blob = llvm_build.compile_kernel(key, source, quick=True if tier == "quick" else tier)
     if blob is None:
         return None
     from . import objload

@@ -10,9 +10,10 @@ who compiles which kernel (``build.py`` holds each kernel's code by key).
   that asked for it exits.  Builds still queued at exit are handed to build processes then (``_spawn_leftovers``).
   No build process is started for a key someone else is building (its build lock is held).
 - **Two tiers in a background build** (``QUICK``): the kernels this process compiles are first built quickly
-  (``build.compile_quick``) and linked, so the caller's calls switch to compiled code that much sooner; the same
-  kernels are then built at O3 (``optimise``, after every other graph's quick build on the build thread), written
-  to disk and swapped in kernel by kernel.  A run that exits before the optimised build hands it to build
+  (``build.compile_quick``; by kernel, ``first_tiers``: those doing a sliver of the work more cheaply still, those
+  doing most of it with the loop vectoriser) and linked, so the caller's calls switch to compiled code that much
+  sooner; the same kernels are then built at O3 (``optimise``, after every other graph's quick build on the build
+  thread), written to disk and swapped in kernel by kernel.  A run that exits before the optimised build hands it to build
   processes, as any unfinished build.
 """
 from __future__ import annotations
@@ -29,6 +30,34 @@ IR_STARTUP = 16
 THREAD_KERNELS = 48
 # a background build's kernels compiled here are first built quickly (see the module docstring; 0: O3 at once)
 QUICK = os.environ.get("JITGRAD_QUICK_BUILD", "1") != "0"
+# ... by kernel (``first_tiers``): under MINOR_SHARE of its graph's kernel work the cheapest way, from VECTOR_SHARE
+# of it and VECTOR_WORK (a call's work in it, the plan's cost unit: about an instruction a unit in quick code) with
+# the loop vectoriser, which costs ~2-3.5x the quick build's instructions more (the LM step's log-softmax: +140M), so
+# that the calls of a short script repay it (the LM's: 1.6M instructions a call less)
+MINOR_SHARE = float(os.environ.get("JITGRAD_QUICK_MINOR_SHARE", "0.01"))
+VECTOR_SHARE = float(os.environ.get("JITGRAD_QUICK_VECTOR_SHARE", "0.25"))
+VECTOR_WORK = float(os.environ.get("JITGRAD_QUICK_VECTOR_WORK", str(1 << 19)))
+
+
+def first_tiers(keys, work) -> dict:
+    """Build key -> "minor", "quick" or "vector": how a background build's first tier builds each kernel of ``keys``
+    (``llvm_build.CODEGEN_LEVEL`` says how each builds).  The switch to compiled code waits for the last of them,
+    while the calls' time goes to the few kernels doing most of the work.  By a kernel's share of the graph's
+    kernel work (``work``: key -> a call's work in the plan's cost unit, ``CompiledGraph.kernel_work``): under
+    ``MINOR_SHARE`` "minor" (the LM step of ``variable_length.py``: 12 of its 24 kernels, ~2% of a quick call's
+    instructions), from ``VECTOR_SHARE`` "vector" if its work is ``VECTOR_WORK`` or more (the LM's log-softmax and
+    that one's backward, ~45% of a quick call's instructions, ~13% at "vector"; B5's two heaviest kernels, a few
+    thousand instructions a call, stay "quick").  A kernel of unknown work (0: gathers, scatters, scans) is
+    "quick"."""
+    total = sum(work.get(k, 0.0) for k in keys)
+
+    def tier(w):
+        if w <= 0.0 or total <= 0.0:
+            return "quick"
+        if w < MINOR_SHARE * total:
+            return "minor"
+        return "vector" if w >= VECTOR_SHARE * total and w >= VECTOR_WORK else "quick"
+    return {k: tier(work.get(k, 0.0)) for k in keys}
 
 
 def _cores() -> int:
@@ -58,6 +87,7 @@ class GraphCode:
         self.spawned = False                  # its build processes have started (they finish even if we exit)
         self.forked = 0                       # kernels its forked LLVM compilers compiled (``_build_here``)
         self.quick_keys = set()               # kernels it runs from quick code until ``optimise`` builds them
+        self.first_tier = {}                  # key -> "minor" | "quick" | "vector": its first tier (``first_tiers``)
         self.dropped = False                  # no call will run it: a background build stops between kernels
         self.errors = []
 
@@ -194,13 +224,13 @@ class GraphCode:
             jobs.append((self._kind(key), key, None if path is None else str(path)))
         return jobs
 
-    def build(self, background: bool):
+    def build(self, background: bool, work=None):
         """Compile what is missing, then write the graph's file.  ``background`` (on the build thread, while the
         caller's calls run meanwhile): kernels that translate to LLVM IR compile on this thread, one at a time
         (tens of milliseconds each), and only what is slow goes to build processes: kernels Numba must compile (this
         process never imports Numba while it serves calls) and the tail of a big graph (``_build_in_background``).
         Else (a synchronous build) this process compiles a share on worker threads while build processes take
-        the rest, in parallel."""
+        the rest, in parallel.  ``work``: key -> a call's work in that kernel (``first_tiers``)."""
         with build._lock:
             if self.try_load():
                 return
@@ -220,7 +250,7 @@ class GraphCode:
             busy = [j for j in todo or () if objstore.BuildLock(j[1]).held_elsewhere()]   # someone builds them: wait
             todo = [j for j in todo or () if j not in busy]
             if background and todo:
-                procs = self._build_in_background(todo, cores)
+                procs = self._build_in_background(todo, cores, work or {})
             elif todo or forked is not None:
                 procs = self._build_here(todo, cores, forked)
         finally:
@@ -255,11 +285,12 @@ class GraphCode:
         compiled at O3 under its build lock and written to disk (``_obtain``), then ``swap(key, address)`` so the
         graph's calls take it; then the graph's file.  ``work``: key -> what a call's launches of it do (the
         plan's cost unit): the heaviest kernels are built first, so the first to land gain the calls the most (a
-        GPT step's O3 tier takes longer than a short script's 250 calls).  Raises ``build_thread.BuildStopped``
-        when the process is exiting (what is left goes to build processes)."""
+        GPT step's O3 tier takes longer than a short script's 250 calls), and the first tier's "vector" kernels
+        last (their code is near O3's already: the LM step's log-softmax 0.36M instructions a call, 0.33M at O3).
+        Raises ``build_thread.BuildStopped`` when the process is exiting (what is left goes to build processes)."""
         keys = [k for k in self._keys() if k in self.quick_keys]
-        if work:
-            keys.sort(key=lambda k: -work.get(k, 0.0))      # (stable: equal work keeps the graph's order)
+        if work:        # (stable: equal work keeps the graph's order)
+            keys.sort(key=lambda k: (self.first_tier.get(k) == "vector", -work.get(k, 0.0)))
         for key in keys:
             with build_thread.compiling() as go:
                 if not go:
@@ -341,7 +372,7 @@ class GraphCode:
                 if self.disk:
                     objstore.write(key, [blob])
 
-    def _build_in_background(self, todo, cores):
+    def _build_in_background(self, todo, cores, work):
         """A background build's share-out (see ``build``): Numba's jobs and, for a graph of more than
         ``THREAD_KERNELS`` IR kernels on a machine with cores to spare, a tail of its IR jobs go to build processes
         (each costs ~``IR_STARTUP`` kernels' time to start Python, so this thread keeps that many more); the
@@ -362,6 +393,7 @@ class GraphCode:
             shares += _split(slow, min(cores, len(slow)))
         if away:
             shares += _split(away, helpers)
+        tiers = first_tiers([j[1] for j in mine], work) if QUICK else {}
         procs, sent = [], set()
         for share in shares:
             jobs = []
@@ -380,17 +412,19 @@ class GraphCode:
             with build_thread.compiling() as go:
                 if not go or self.dropped:      # exiting (what is left goes to build processes, ``_spawn_leftovers``)
                     break                       # or dropped (``CompiledGraph.drop``)
-                if not (QUICK and self._quick(job[1])):
+                if not (QUICK and self._quick(job[1], tiers.get(job[1], "quick"))):
                     self._obtain(job[1])
         return procs
 
-    def _quick(self, key) -> bool:
-        """Kernel ``key`` served by quick code (``build.compile_quick``; False when it needs Numba)."""
+    def _quick(self, key, tier="quick") -> bool:
+        """Kernel ``key`` served by quick code (``build.compile_quick``; ``tier``: ``first_tiers``'s; False when it
+        needs Numba)."""
         if key in build._ADDRESSES:
             return False
-        if build.compile_quick(key, self._source(key)) is None:
+        if build.compile_quick(key, self._source(key), tier) is None:
             return False
         self.quick_keys.add(key)
+        self.first_tier[key] = tier
         return True
 
     def _obtain(self, key, elsewhere=None):

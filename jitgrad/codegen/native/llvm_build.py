@@ -16,7 +16,9 @@ import weakref
 
 from ..kernels import ir_loops, kernel_ir as ki
 
-STATS = {"kernels_ir": 0, "kernels_quick": 0, "kernels_refused": 0, "modules_quick": 0}     # counted, so tests can check which path built what
+# counted, so tests can check which path built what (``kernels_quick_minor`` / ``_vector``: of ``kernels_quick``)
+STATS = {"kernels_ir": 0, "kernels_quick": 0, "kernels_quick_minor": 0, "kernels_quick_vector": 0, "kernels_refused": 0,
+         "modules_quick": 0}
 _lock = threading.Lock()
 
 
@@ -75,6 +77,8 @@ def translatable(key: str, source: str) -> bool:
 
 
 _TLS = threading.local()
+_INTERLEAVED = f'!"llvm.loop.interleave.count", i32 {ir_loops.INTERLEAVE}'     # (a "vector" build's loops: 1)
+_NOT_INTERLEAVED = '!"llvm.loop.interleave.count", i32 1'
 # The quick build (a background build's first tier, ``build.py``): promote the kernel's variables to registers
 # (its allocas), fold and simplify, then emit with the code generator's cheap level.  No loop passes, no
 # vectoriser: counted on the GPT step's 44 kernels (one thread), the LLVM work falls ~5x below O3's (scalar
@@ -82,13 +86,24 @@ _TLS = threading.local()
 # replaces it kernel by kernel.
 QUICK_PASSES = ("sroa", "instruction_combine", "simplify_cfg")
 QUICK_SUFFIX = "_quick"     # the quick object's symbol: both builds of a kernel live in one process's engine
+# The first tier by kernel (``graph_build.first_tiers``), counted on ``variable_length.py``'s LM step:
+# - "minor" (a kernel doing a sliver of its graph's work): the quick passes, then the code generator's level 0 (fast
+#   instruction selection and register allocation): ~2.5x fewer instructions to build than level 1, for code that
+#   runs ~3x longer, which on a kernel doing under 1% of a call's work is noise;
+# - "vector" (a kernel doing most of it): what makes the quick code slow is scalar loops (its log-softmax kernel ran
+#   1.95M instructions a call quick, 0.33M at O3; scalar passes gave nothing: O1 without the vectoriser 1.86M), so
+#   LLVM's O1 pipeline with the loop vectoriser, without unrolling and with its loops not interleaved (the text's
+#   interleave count set to 1: the vector body 4x smaller to emit): 0.36M a call, for ~2.7x the quick build's
+#   instructions (O3: ~4.8x).
+CODEGEN_LEVEL = {False: 3, True: 1, "vector": 1, "minor": 0}
 
 
 def _tools(quick=False):
-    """This thread's LLVM context and target machine (``quick``: the code generator's cheap level): threads compile
-    kernels at once, and neither is safe to share while it works (LLVM itself runs without the GIL: llvmlite's
-    calls release it)."""
-    t = getattr(_TLS, "quick" if quick else "tools", None)
+    """This thread's LLVM context and target machine (``quick``: True, "vector" or "minor", the code generator's
+    cheap levels, ``CODEGEN_LEVEL``): threads compile kernels at once, and neither is safe to share while it works
+    (LLVM itself runs without the GIL: llvmlite's calls release it)."""
+    name = {False: "tools", True: "quick", "vector": "quick", "minor": "minor"}[quick]
+    t = getattr(_TLS, name, None)
     if t is None:
         from . import cache, objload
         ll = objload._ll()
@@ -97,19 +112,28 @@ def _tools(quick=False):
         # NUMBA_CPU_NAME / NUMBA_CPU_FEATURES name: the CPU the cache key names, so an entry built for another CPU
         # never runs here), static relocations
         _, cpu, features = cache._cpu()
-        tm = target.create_target_machine(cpu=cpu, features=features, opt=1 if quick else 3, reloc="static",
+        tm = target.create_target_machine(cpu=cpu, features=features, opt=CODEGEN_LEVEL[quick], reloc="static",
                                           codemodel="jitdefault")
         t = (ll, ll.create_context(), tm)
-        setattr(_TLS, "quick" if quick else "tools", t)
+        setattr(_TLS, name, t)
     return t
 
 
 def _optimised(text, quick=False):
     ll, ctx, tm = _tools(quick)
+    if quick == "vector":
+        text = text.replace(_INTERLEAVED, _NOT_INTERLEAVED)
     m = ll.parse_assembly(text, context=ctx)
     m.triple = ll.get_process_triple()
     m.data_layout = str(tm.target_data)
     m.verify()
+    if quick == "vector":
+        pto = ll.create_pipeline_tuning_options(speed_level=1)
+        pto.loop_vectorization, pto.slp_vectorization = True, False
+        pto.loop_unrolling = pto.loop_interleaving = False
+        pb = ll.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(m, pb)
+        return m, tm
     if quick:
         pm = ll.create_new_module_pass_manager()
         for name in QUICK_PASSES:
@@ -127,8 +151,8 @@ def _optimised(text, quick=False):
 def compile_kernel(key: str, source: str, elsewhere=None, quick=False):
     """The kernel's object code (``objstore.Blob``), or None when Numba must compile it.  ``elsewhere``: an object
     with ``object_code(key, text)`` that may compile the text in another process (``native/forked_llvm.py``;
-    None: it did not, and this process does).  ``quick``: the quick build (``QUICK_PASSES``), whose text stays
-    for the optimised build that follows."""
+    None: it did not, and this process does).  ``quick``: the quick build (``QUICK_PASSES``; "minor" or "vector":
+    ``graph_build.first_tiers``'s, see ``CODEGEN_LEVEL``), whose text stays for the optimised build that follows."""
     with _lock:
         text = _TEXTS.get(key) if quick else _TEXTS.pop(key, None)
     if text is None:
@@ -142,9 +166,11 @@ def compile_kernel(key: str, source: str, elsewhere=None, quick=False):
     if not text.startswith(f"{ir_loops.HEADER}{key}\n"):
         raise ValueError(f"kernel {key}: its LLVM IR names another key")
     if quick:
-        blob = object_code(key, text, quick=True)
+        blob = object_code(key, text, quick=quick)
         with _lock:
             STATS["kernels_quick"] += 1
+            if quick in ("minor", "vector"):
+                STATS["kernels_quick_" + quick] += 1
         return blob
     blob = elsewhere.object_code(key, text) if elsewhere is not None else None
     if blob is None:
@@ -156,7 +182,7 @@ def compile_kernel(key: str, source: str, elsewhere=None, quick=False):
 
 def object_code(key: str, text: str, quick=False):
     """LLVM IR ``text`` of kernel ``key`` optimised and compiled to object code (``objstore.Blob``); ``quick``: the
-    quick build, its symbol ``symbol(key) + QUICK_SUFFIX``."""
+    quick build (True, "minor" or "vector": ``CODEGEN_LEVEL``), its symbol ``symbol(key) + QUICK_SUFFIX``."""
     from . import objload, objstore
     m, tm = _optimised(text, quick)
     name = ir_loops.symbol(key)
@@ -189,4 +215,4 @@ def assembly(kir: ki.KernelIR, key: str = "0" * 64) -> str:
 
 __all__ = ["register", "is_llvm", "compile_text", "translatable", "compile_kernel", "object_code", "quick_object",
            "assembly", "STATS",
-           "QUICK_PASSES"]
+           "QUICK_PASSES", "CODEGEN_LEVEL"]

@@ -182,7 +182,7 @@ class CompiledGraph:
         try:
             phase = self._phase if (self._phase is not None and not background) else None
             with (phase("compile/numba") if phase else contextlib.nullcontext()):
-                self.code.build(background)
+                self.code.build(background, self.kernel_work() if background else None)
             self.optimising = bool(self.code.quick_keys)
             self._ready(t0)
         except build_thread.BuildStopped:     # the process is exiting: build processes finish the job for the next run
