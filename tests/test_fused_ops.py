@@ -220,6 +220,21 @@ def test_out_of_bounds_target_raised_by_the_fused_impl_with_the_user_line(n):
         assert np.isfinite(F.nll_loss(x, jg.tensor(t), ignore_index=bad).item())
 
 
+@pytest.mark.parametrize("n_cls", [5, 100])     # the rows of a one-hot table; past 64 classes zeros and a scatter
+def test_nll_mean_weights_are_the_scatters_bits_in_a_fresh_array(n_cls):
+    """nll_loss's backward weights for 'mean' with no target ignored: -1/n at each row's target, +0 elsewhere (the
+    bits of zeros and a scatter), in an array of the caller's own (writing it leaves the next call's alone)."""
+    from jitgrad.ir.ops.fused import _nll_weights_impl
+    t = np.random.default_rng(n_cls).integers(0, n_cls, 12)
+    for dtype in (jg.float32, jg.float64):
+        want = np.zeros((12, n_cls), dtype.np)
+        want[np.arange(12), t] = -1.0 / 12
+        for _ in range(2):
+            w = _nll_weights_impl(t, n_cls=n_cls, dtype=dtype, ignore_index=-100, reduction="mean")
+            assert w.dtype == want.dtype and w.tobytes() == want.tobytes()
+            w[...] = 7.0
+
+
 @pytest.mark.parametrize("shape, axis", [((3, 4), 1), ((3, 4), 0), ((80, 3), 1), ((2, 3, 4), 1)])
 def test_log_softmax_infinite_max_is_nan_without_a_warning(shape, axis):
     """A row whose max is +inf or all -inf: nan throughout, no NumPy warning, whichever way the finiteness of the
