@@ -115,6 +115,13 @@ def test_impl_has_the_bits_of_the_rules_ops_one_by_one(shape, naxes, monkeypatch
     got = OPS["layer_norm_backward"].impl(g, x, y, naxes=naxes, eps=1e-5)
     dispatch._RULES.clear()
     np.testing.assert_array_equal(got, want)
+    # the eager impl of the signature (its constants 0-d arrays made once) has them too
+    fast = OPS["layer_norm_backward"].eager_impl((Aval(shape, jg.float32),) * 3, {"naxes": naxes, "eps": 1e-5})
+    assert fast(g, x, y, naxes=naxes, eps=1e-5).tobytes() == got.tobytes()
+    x.flat[0], g.flat[-1] = np.inf, np.nan
+    with np.errstate(all="ignore"):
+        want = OPS["layer_norm_backward"].impl(g, x, y, naxes=naxes, eps=1e-5)
+        assert fast(g, x, y, naxes=naxes, eps=1e-5).tobytes() == want.tobytes()
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
