@@ -235,6 +235,23 @@ def test_nll_mean_weights_are_the_scatters_bits_in_a_fresh_array(n_cls):
             w[...] = 7.0
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tanh_backward_eager_impl_has_the_impls_bits(dtype):
+    """tanh_backward's eager impl of a signature (g laid out as y) subtracts from a 0-d 1 made once: the bits of the
+    impl's Python 1, infinities and nan included; other layouts keep the impl."""
+    from jitgrad.ir.ops import OPS, Aval
+    from jitgrad.ir.ops.fused import _tanh_bwd_impl
+    op = OPS["tanh_backward"]
+    g, y = _logits((5, 4), 1, dtype), np.tanh(_logits((5, 4), 2, dtype))
+    g.flat[:3] = [np.inf, np.nan, -0.0]
+    y.flat[3:6] = [1.0, -1.0, np.nan]
+    jd = jg.tensor(g).dtype
+    fast = op.eager_impl((Aval((5, 4), jd),) * 2, {})
+    with np.errstate(invalid="ignore"):
+        assert fast(g, y).tobytes() == _tanh_bwd_impl(g, y).tobytes()
+    assert op.eager_impl((Aval((4,), jd), Aval((5, 4), jd)), {}) is None
+
+
 @pytest.mark.parametrize("shape, axis", [((3, 4), 1), ((3, 4), 0), ((80, 3), 1), ((2, 3, 4), 1)])
 def test_log_softmax_infinite_max_is_nan_without_a_warning(shape, axis):
     """A row whose max is +inf or all -inf: nan throughout, no NumPy warning, whichever way the finiteness of the

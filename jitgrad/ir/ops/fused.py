@@ -239,6 +239,21 @@ def _tanh_bwd_impl(g, y):
     return t
 
 
+def _tanh_bwd_signature(avals, params):
+    """``eager_impl``: ``_tanh_bwd_impl``'s one-temporary path with its 1 a 0-d array of the dtype, made once per
+    signature (a ufunc converts a Python 1 on every call, as dear as a small array's whole subtraction)."""
+    g, y = avals
+    if g.shape != y.shape or g.dtype is not y.dtype or not g.shape or not g.dtype.is_floating_point:
+        return None
+    one = np.ones((), g.dtype.np)
+
+    def same_layout(g, y):
+        t = _multiply(y, y)
+        _subtract(one, t, out=t)
+        return _multiply(g, t, out=t)
+    return same_layout
+
+
 def _tanh_bwd_vjp(c, h):
     # z = g * (1 - y^2):  dz/dg . h = h * (1 - y^2);  dz/dy . h = -2 * h * g * y
     g, y = c.inputs
@@ -255,6 +270,7 @@ def _tanh_bwd_vjp(c, h):
 
 
 register(OpDef("tanh_backward", "elementwise", _tanh_bwd_rule, _tanh_bwd_impl, _tanh_bwd_vjp, jvp=_tanh_bwd_jvp,
+               eager_impl=_tanh_bwd_signature,
                scalar=lambda m, g, y: g * (m.lit(1.0) - y * y), saves_in=(0, 1), grad_name="TanhBackwardBackward0",
                decompose=lambda b, g, y: g * (1.0 - y * y),
                doc="tanh's vjp in eager mode, g * (1 - y^2): one op instead of three"))
