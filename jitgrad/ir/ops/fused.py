@@ -42,19 +42,21 @@ def _shifted(x, axis):
     """x minus its max along ``axis``, as torch (and the composition) do: a row holding +inf, or all -inf, is nan
     throughout."""
     m = _max_reduce(x, axis, None, None, True)
-    if _finite(m):
+    if m.size <= _LISTED:
+        # every max finite: their sum as Python floats is (an overflow only takes the careful branch below)
+        t = sum(m.ravel().tolist())
+        finite = t - t == 0.0       # (an infinite or nan sum gives nan: isfinite without its call)
+    else:
+        finite = _finite(m)
+    if finite:
         return x - m
     with np.errstate(invalid="ignore"):        # inf - inf: nan on purpose, no warning
         return x - m
 
 
 def _finite(m):
-    """Whether every max in ``m`` (a reduction's fresh, contiguous result) is finite."""
-    if m.size <= _LISTED:
-        # their sum as Python floats is (a few rows: cheaper than any NumPy call; an overflow only takes the
-        # careful branch)
-        t = sum(m.ravel().tolist())
-        return t - t == 0.0         # (an infinite or nan sum gives nan: isfinite without its call)
+    """Whether every max in ``m`` (a reduction's fresh, contiguous result, of more than ``_LISTED`` values: callers
+    tell fewer by their sum as Python floats, cheaper than any NumPy call) is finite."""
     if m.dtype in _BLAS_FLOATS:
         # its dot with itself is (one call where a sum and an isfinite were two, each the cost of a small op; BLAS
         # raises no NumPy warning, and an overflow only takes the careful branch)
@@ -79,7 +81,7 @@ def _log_softmax_impl(x, axis):
     m = _max_reduce(x, axis, None, None, True)
     if m.size <= _LISTED:
         t = sum(m.ravel().tolist())
-        finite = t - t == 0.0       # (an infinite or nan sum gives nan: isfinite without its call)
+        finite = t - t == 0.0
     else:
         finite = _finite(m)
     if finite:
