@@ -87,8 +87,9 @@ def test_b5_step_python_calls():
     # (at the count: cross_entropy's targets checked once per loss took a frame and four C calls off, xent)
     # (flat entry points per op, runtime/flat_bind.py, and cross_entropy straight to them: 108 -> 94, 329 -> 297;
     # relu's pullback as one threshold_backward step, its copy-and-put impl: a frame and a C call more per relu
-    # where two plan steps ran, ~20k instructions a step fewer, test_eager_budget's B5 count)
-    assert calls <= 96, f"B5 eager step made {calls} Python calls (96 when this threshold was set)"
+    # where two plan steps ran, ~20k instructions a step fewer, test_eager_budget's B5 count; log_softmax's shift
+    # inline in its impl: 96 -> 95)
+    assert calls <= 95, f"B5 eager step made {calls} Python calls (95 when this threshold was set)"
     assert c_calls <= 299, f"B5 eager step made {c_calls} C calls (299 when this threshold was set)"
 
 

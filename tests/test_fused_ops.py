@@ -220,6 +220,38 @@ def test_out_of_bounds_target_raised_by_the_fused_impl_with_the_user_line(n):
         assert np.isfinite(F.nll_loss(x, jg.tensor(t), ignore_index=bad).item())
 
 
+@pytest.mark.parametrize("n_cls", [5, 100])     # the rows of a one-hot table; past 64 classes zeros and a scatter
+def test_nll_mean_weights_are_the_scatters_bits_in_a_fresh_array(n_cls):
+    """nll_loss's backward weights for 'mean' with no target ignored: -1/n at each row's target, +0 elsewhere (the
+    bits of zeros and a scatter), in an array of the caller's own (writing it leaves the next call's alone)."""
+    from jitgrad.ir.ops.fused import _nll_weights_impl
+    t = np.random.default_rng(n_cls).integers(0, n_cls, 12)
+    for dtype in (jg.float32, jg.float64):
+        want = np.zeros((12, n_cls), dtype.np)
+        want[np.arange(12), t] = -1.0 / 12
+        for _ in range(2):
+            w = _nll_weights_impl(t, n_cls=n_cls, dtype=dtype, ignore_index=-100, reduction="mean")
+            assert w.dtype == want.dtype and w.tobytes() == want.tobytes()
+            w[...] = 7.0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tanh_backward_eager_impl_has_the_impls_bits(dtype):
+    """tanh_backward's eager impl of a signature (g laid out as y) subtracts from a 0-d 1 made once: the bits of the
+    impl's Python 1, infinities and nan included; other layouts keep the impl."""
+    from jitgrad.ir.ops import OPS, Aval
+    from jitgrad.ir.ops.fused import _tanh_bwd_impl
+    op = OPS["tanh_backward"]
+    g, y = _logits((5, 4), 1, dtype), np.tanh(_logits((5, 4), 2, dtype))
+    g.flat[:3] = [np.inf, np.nan, -0.0]
+    y.flat[3:6] = [1.0, -1.0, np.nan]
+    jd = jg.tensor(g).dtype
+    fast = op.eager_impl((Aval((5, 4), jd),) * 2, {})
+    with np.errstate(invalid="ignore"):
+        assert fast(g, y).tobytes() == _tanh_bwd_impl(g, y).tobytes()
+    assert op.eager_impl((Aval((4,), jd), Aval((5, 4), jd)), {}) is None
+
+
 @pytest.mark.parametrize("shape, axis", [((3, 4), 1), ((3, 4), 0), ((80, 3), 1), ((2, 3, 4), 1)])
 def test_log_softmax_infinite_max_is_nan_without_a_warning(shape, axis):
     """A row whose max is +inf or all -inf: nan throughout, no NumPy warning, whichever way the finiteness of the

@@ -11,7 +11,7 @@ import jitgrad.nn.functional as F
 from jitgrad.autograd import gradcheck, gradgradcheck
 from jitgrad.codegen.native import workpool
 from jitgrad.ir import settings
-from jitgrad.ir.ops import OPS
+from jitgrad.ir.ops import OPS, Aval
 from jitgrad.ir.ops.normalization import _ln_bwd_decompose
 from jitgrad.jit import eager_kernels as ek
 from jitgrad.runtime import dispatch
@@ -115,6 +115,33 @@ def test_impl_has_the_bits_of_the_rules_ops_one_by_one(shape, naxes, monkeypatch
     got = OPS["layer_norm_backward"].impl(g, x, y, naxes=naxes, eps=1e-5)
     dispatch._RULES.clear()
     np.testing.assert_array_equal(got, want)
+    # the eager impl of the signature (its constants 0-d arrays made once) has them too
+    fast = OPS["layer_norm_backward"].eager_impl((Aval(shape, jg.float32),) * 3, {"naxes": naxes, "eps": 1e-5})
+    assert fast(g, x, y, naxes=naxes, eps=1e-5).tobytes() == got.tobytes()
+    x.flat[0], g.flat[-1] = np.inf, np.nan
+    with np.errstate(all="ignore"):
+        want = OPS["layer_norm_backward"].impl(g, x, y, naxes=naxes, eps=1e-5)
+        assert fast(g, x, y, naxes=naxes, eps=1e-5).tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("shape, naxes", [((5, 7), 1), ((2, 3, 4), 2), ((4,), 1), ((3, 300), 1), ((2, 3), 2)])
+def test_eager_forward_has_the_bits_of_ndarray_mean(dtype, shape, naxes):
+    """layer_norm's eager impl for float32 and float64 spells each ``ndarray.mean`` as the ufunc calls under it
+    (a sum, then a division by the count): the bits of the impl written with ``x.mean``, rows holding inf, nan or
+    one value included, and of eager ``F.layer_norm``; float16 (a mean accumulated in float32) keeps that impl."""
+    x = _arr(shape, 19, dtype, 4.0)
+    x.flat[0] = np.inf
+    x.flat[-1] = np.nan
+    if len(shape) > 1:
+        x[(1,) * (len(shape) - naxes)] = 1.5
+    want = OPS["layer_norm"].impl(x, naxes=naxes, eps=1e-5)
+    fast = OPS["layer_norm"].eager_impl((Aval(shape, jg.tensor(x).dtype),), {"naxes": naxes, "eps": 1e-5})
+    assert (fast is None) == (dtype == np.float16)
+    if fast is not None:
+        assert fast(x, naxes=naxes, eps=1e-5).tobytes() == want.tobytes()
+    got = F.layer_norm(jg.tensor(x), shape[len(shape) - naxes:]).numpy()
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
 
 
 def _rows_ln(rows, cols, dtype, seed):

@@ -1,7 +1,8 @@
 """relu's pullback as one primitive, ``threshold_backward(g, x, threshold)`` (ir/ops/elementwise.py): 0 where
 ``x <= threshold``, else ``g``, as torch's kernel computes it (a NaN ``x`` passes ``g``; an infinite or NaN ``g`` is
 zeroed where ``x <= threshold``).  Eager, the interpreter and compiled code agree bit for bit; relu's eager backward
-replays one step per node, and a compiled graph meets one eqn where it met a comparison and a ``where``."""
+replays one step per node, and a compiled graph meets one eqn where it met a comparison and a ``where``.  relu's
+own eager forward keeps the bits of ``np.maximum(x, 0)``."""
 import numpy as np
 import pytest
 
@@ -123,3 +124,20 @@ def test_compiled_graph_has_one_eqn_for_relus_pullback():
     f = jg.compile(step, backend="interpret")
     ir = str(f.ir(jg.tensor(rng.standard_normal((8, 16)).astype(np.float32))))
     assert ir.count("= threshold_backward ") == 1 and "= le " not in ir and "= where " not in ir
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int32, np.int64, np.uint8])
+def test_relu_eager_impl_has_the_bits_of_maximum_with_a_python_zero(dtype):
+    """relu's forward in eager mode compares against a 0-d zero of x's dtype made once per signature (a Python 0
+    is converted by every ufunc call): the dtype and bits of ``np.maximum(x, 0)``, signed zeros and NaN included."""
+    rng = np.random.default_rng(1)
+    if np.dtype(dtype).kind == "f":
+        x = _special(rng, (4, 5), np.float64).astype(dtype)
+    else:
+        x = rng.integers(0 if np.dtype(dtype).kind == "u" else -50, 50, (4, 5)).astype(dtype)
+    want = np.maximum(x, 0)
+    impl = OPS["relu"].eager_impl((Aval(x.shape, jg.tensor(x).dtype),), {})
+    got = impl(x)
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+    out = jg.relu(jg.tensor(x)).numpy()
+    assert out.dtype == want.dtype and out.tobytes() == want.tobytes()

@@ -53,23 +53,30 @@ def _sdpa_rule(avals, params):
     return [Aval(batch + (L, avals[2].shape[-1]), avals[0].dtype)]
 
 
+# the C functions under NumPy's Python wrappers (np.swapaxes, ndarray.max / .sum / .any: a frame or two per call)
+_matmul, _exp, _divide, _where = np.matmul, np.exp, np.divide, np.where
+_max_reduce, _add_reduce, _or_reduce = np.maximum.reduce, np.add.reduce, np.logical_or.reduce
+
+
 def _sdpa_impl(q, k, v, mask=None, *, scale):
-    s = np.matmul(q, np.swapaxes(k, -1, -2))
+    s = _matmul(q, k.swapaxes(-1, -2))
     s *= s.dtype.type(scale)
     if mask is not None:
         s = s + mask.astype(s.dtype, copy=False)
     if s.shape[-1] == 0:                 # no key: every row is fully masked, output 0 (torch)
-        return np.matmul(s, v)
-    m = s.max(axis=-1, keepdims=True)
+        return _matmul(s, v)
+    m = _max_reduce(s, -1, None, None, True)
     dead = m == -np.inf                  # a fully masked row: weights 0 (torch's _safe_softmax), not nan
-    if dead.any():
-        s = np.where(dead, 0, s)
-        m = np.where(dead, 0, m)
-    e = np.exp(s - m)
-    p = e / e.sum(axis=-1, keepdims=True)
-    if dead.any():
-        p = np.where(dead, 0, p)
-    return np.matmul(p, v)
+    any_dead = _or_reduce(dead, None)
+    if any_dead:
+        s = _where(dead, 0, s)
+        m = _where(dead, 0, m)
+    e = s - m
+    _exp(e, out=e)
+    p = _divide(e, _add_reduce(e, -1, None, None, True), out=e)
+    if any_dead:
+        p = _where(dead, 0, p)
+    return _matmul(p, v)
 
 
 def attention_weights(b, q, k, mask, scale):

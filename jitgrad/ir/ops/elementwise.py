@@ -96,10 +96,9 @@ def _float_signature(impl):
 
 
 def ew(name, impl, vjp=None, scalar=None, kind="same", saves_in=(), saves_out=(), grad_name=None,
-       nondiff_inputs=(), saved_for=None, doc="", out_as_mask=False, jvp=None):
-    eager_impl = None
+       nondiff_inputs=(), saved_for=None, doc="", out_as_mask=False, jvp=None, eager_impl=None):
     if kind == "float":
-        eager_impl = _float_signature(impl)
+        eager_impl = eager_impl or _float_signature(impl)
         impl = _float_inputs(impl)
     return register(OpDef(name, "elementwise", _rule(name, kind), impl, _ew_vjp(vjp) if vjp else None,
                           scalar=scalar, grad_name=grad_name, saves_in=saves_in, saves_out=saves_out,
@@ -163,9 +162,20 @@ def _relu_jvp(c, t):
     return (c.bind("threshold_backward", t, _out(c).detach(), 0),)
 
 
+def _relu_signature(avals, params):
+    """``eager_impl``: relu against a 0-d zero of x's dtype, made once per signature (the same bits as the Python
+    0, which a ufunc converts on every call at the cost of a small array's whole maximum)."""
+    (x,) = avals
+    if x.dtype is dt.bool_:
+        return None
+    zero = np.zeros((), x.dtype.np)
+    return lambda x: _maximum(x, zero)
+
+
 ew("relu", lambda x: _maximum(x, 0),     # (a Python 0 keeps x's dtype: NumPy's weak scalars, or its value)
    lambda c, g: (c.bind("threshold_backward", g, _out(c), 0),),     # torch's pullback, one kernel
-   lambda m, x: m.max(x, m.lit(0)), saves_out=(0,), kind="nobool", out_as_mask=True, jvp=_relu_jvp)
+   lambda m, x: m.max(x, m.lit(0)), saves_out=(0,), kind="nobool", out_as_mask=True, jvp=_relu_jvp,
+   eager_impl=_relu_signature)
 
 
 def _threshold_backward_rule(avals, params):

@@ -35,28 +35,34 @@ _min_reduce = np.minimum.reduce
 _add_reduce = np.add.reduce
 _or_reduce = np.logical_or.reduce
 # (NumPy's module has a __getattr__, so CPython specialises no ``np.X`` read: the eager impls' functions bound once)
-_isfinite, _exp, _log, _subtract, _multiply = np.isfinite, np.exp, np.log, np.subtract, np.multiply
+_isfinite, _exp, _log, _subtract, _multiply, _divide = np.isfinite, np.exp, np.log, np.subtract, np.multiply, np.divide
 
 
 def _shifted(x, axis):
     """x minus its max along ``axis``, as torch (and the composition) do: a row holding +inf, or all -inf, is nan
     throughout."""
-    m = _max_reduce(x, axis=axis, keepdims=True)
-    if m.ndim == 2 and m.size <= _LISTED and m.dtype.kind == "f":
-        # every max finite: their sum as Python floats is (a few rows: cheaper than any NumPy call; an overflow
-        # only takes the careful branch below); m is (rows, 1) or (1, cols): one row of its transpose or itself
-        finite = _isfinite_float(sum((m.T if axis else m).tolist()[0]))
-    elif m.dtype in _BLAS_FLOATS:
-        # every max finite: its dot with itself is (one call where a sum and an isfinite were two, each the cost of
-        # a small op; BLAS raises no NumPy warning, and an overflow only takes the careful branch below)
-        v = m.ravel()
-        finite = _isfinite_float(float(v.dot(v)))
+    m = _max_reduce(x, axis, None, None, True)
+    if m.size <= _LISTED:
+        # every max finite: their sum as Python floats is (an overflow only takes the careful branch below)
+        t = sum(m.ravel().tolist())
+        finite = t - t == 0.0       # (an infinite or nan sum gives nan: isfinite without its call)
     else:
-        finite = _isfinite(_add_reduce(m, axis=None))
+        finite = _finite(m)
     if finite:
         return x - m
     with np.errstate(invalid="ignore"):        # inf - inf: nan on purpose, no warning
         return x - m
+
+
+def _finite(m):
+    """Whether every max in ``m`` (a reduction's fresh, contiguous result, of more than ``_LISTED`` values: callers
+    tell fewer by their sum as Python floats, cheaper than any NumPy call) is finite."""
+    if m.dtype in _BLAS_FLOATS:
+        # its dot with itself is (one call where a sum and an isfinite were two, each the cost of a small op; BLAS
+        # raises no NumPy warning, and an overflow only takes the careful branch)
+        v = m.ravel()
+        return _isfinite_float(float(v.dot(v)))
+    return bool(_isfinite(_add_reduce(m, axis=None)))
 
 
 _BLAS_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -71,13 +77,24 @@ def _none_ignored(target, ignore_index):
 
 
 def _log_softmax_impl(x, axis):
-    s = _shifted(x, axis)
-    return s - _log(_add_reduce(_exp(s), axis=axis, keepdims=True))
+    # (_shifted and its short check inline: a frame fewer per loss; the reductions' arguments positional)
+    m = _max_reduce(x, axis, None, None, True)
+    if m.size <= _LISTED:
+        t = sum(m.ravel().tolist())
+        finite = t - t == 0.0
+    else:
+        finite = _finite(m)
+    if finite:
+        s = x - m
+    else:
+        with np.errstate(invalid="ignore"):        # inf - inf: nan on purpose, no warning
+            s = x - m
+    return s - _log(_add_reduce(_exp(s), axis, None, None, True))
 
 
 def _softmax_impl(x, axis):
-    e = np.exp(_shifted(x, axis))
-    return e / _add_reduce(e, axis=axis, keepdims=True)
+    e = _exp(_shifted(x, axis))
+    return _divide(e, _add_reduce(e, axis, None, None, True), out=e)
 
 
 def _log_softmax_vjp(c, g):
@@ -118,7 +135,7 @@ def _lsm_bwd_impl(g, out, axis):
     if g.shape != out.shape or g.dtype != out.dtype or not out.ndim:
         return g - _exp(out) * _add_reduce(g, axis=axis, keepdims=True)
     e = _exp(out)               # the same three ops into one buffer (cross_entropy's backward: two arrays fewer)
-    _multiply(e, _add_reduce(g, axis=axis, keepdims=True), out=e)
+    _multiply(e, _add_reduce(g, axis, None, None, True), out=e)
     return _subtract(g, e, out=e)
 
 
@@ -224,6 +241,21 @@ def _tanh_bwd_impl(g, y):
     return t
 
 
+def _tanh_bwd_signature(avals, params):
+    """``eager_impl``: ``_tanh_bwd_impl``'s one-temporary path with its 1 a 0-d array of the dtype, made once per
+    signature (a ufunc converts a Python 1 on every call, as dear as a small array's whole subtraction)."""
+    g, y = avals
+    if g.shape != y.shape or g.dtype is not y.dtype or not g.shape or not g.dtype.is_floating_point:
+        return None
+    one = np.ones((), g.dtype.np)
+
+    def same_layout(g, y):
+        t = _multiply(y, y)
+        _subtract(one, t, out=t)
+        return _multiply(g, t, out=t)
+    return same_layout
+
+
 def _tanh_bwd_vjp(c, h):
     # z = g * (1 - y^2):  dz/dg . h = h * (1 - y^2);  dz/dy . h = -2 * h * g * y
     g, y = c.inputs
@@ -240,6 +272,7 @@ def _tanh_bwd_vjp(c, h):
 
 
 register(OpDef("tanh_backward", "elementwise", _tanh_bwd_rule, _tanh_bwd_impl, _tanh_bwd_vjp, jvp=_tanh_bwd_jvp,
+               eager_impl=_tanh_bwd_signature,
                scalar=lambda m, g, y: g * (m.lit(1.0) - y * y), saves_in=(0, 1), grad_name="TanhBackwardBackward0",
                decompose=lambda b, g, y: g * (1.0 - y * y),
                doc="tanh's vjp in eager mode, g * (1 - y^2): one op instead of three"))
@@ -329,7 +362,7 @@ def _nll_impl(logp, target, ignore_index, reduction):
             if len(_COUNTS) > 64:
                 _COUNTS.clear()
             count = _COUNTS[key] = logp.dtype.type(n)
-        return -(_add_reduce(logp[rows, target], axis=None) / count)
+        return -(_add_reduce(logp[rows, target], None) / count)
     valid, safe = _nll_weights(target, ignore_index)
     picked = np.where(valid, -logp[rows, safe], logp.dtype.type(0))     # ignored rows are skipped (-inf there too)
     if reduction == "none":
@@ -346,19 +379,45 @@ def _nll_weights_rule(avals, params):
     return [Aval((target.shape[0], params["n_cls"]), params["dtype"])]
 
 
+_ONE_HOT: dict = {}     # (n_cls, NumPy dtype, n_rows) -> (n_cls, n_cls) table: -1/n_rows on its diagonal, else 0
+_ONE_HOT_CLASSES = 64   # up to this many classes (a table of 4096 values at most)
+
+
+def _one_hot_table(key, value):
+    if len(_ONE_HOT) > 64:
+        _ONE_HOT.clear()
+    n_cls, dtype, _ = key
+    table = np.zeros((n_cls, n_cls), dtype)
+    i = np.arange(n_cls)
+    table[i, i] = value         # (the Python float rounded to the dtype, as the scatter rounds it)
+    table.flags.writeable = False
+    _ONE_HOT[key] = table
+    return table
+
+
 def _nll_weights_impl(target, n_cls, dtype, ignore_index, reduction):
     """``w`` with d loss / d logp = g * w (nll_loss is linear in logp: a constant scatter of -1, or -1/n for
     'mean', at the targets; ignored rows 0)."""
     n_rows = target.shape[0]
     dtype = dtype.np
-    w = np.zeros((n_rows, n_cls), dtype)
     # every target a class (the forward checked those not ignored) when none is ignore_index: a short target's
     # list is searched, a long one reduced
     if reduction == "mean" and n_rows and (ignore_index not in target.tolist() if n_rows <= _LISTED else
                                            ignore_index < 0 and _min_reduce(target, axis=None) >= 0
                                            or _none_ignored(target, ignore_index)):
+        if n_cls <= _ONE_HOT_CLASSES:
+            # the rows of a table that holds -1/n at (c, c) and 0 elsewhere, picked by the targets: one call where
+            # zeros and a scatter were two, the same bits
+            key = (n_cls, dtype, n_rows)
+            try:
+                table = _ONE_HOT[key]
+            except KeyError:
+                table = _one_hot_table(key, -1.0 / n_rows)
+            return table.take(target, 0)
+        w = np.zeros((n_rows, n_cls), dtype)
         w[_ARANGE[n_rows] if n_rows in _ARANGE else _rows(n_rows), target] = -1.0 / n_rows    # (_rows, inline)
         return w
+    w = np.zeros((n_rows, n_cls), dtype)
     valid, safe = _nll_weights(target, ignore_index)
     scale = -valid.astype(dtype)
     n = valid.sum()

@@ -14,6 +14,9 @@ import numpy as np
 
 from .opdef import SYMMETRIC, Aval, OpDef, OpError, broadcast_shapes, fit_to, fmt_shape, register, result_dtype
 
+# (NumPy's module has a __getattr__: its functions bound once)
+_add_reduce, _true_divide, _multiply, _add, _subtract, _sqrt = (np.add.reduce, np.true_divide, np.multiply, np.add,
+                                                                np.subtract, np.sqrt)
 _SQRT_HALF = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _TANH_K = math.sqrt(2.0 / math.pi)
@@ -166,6 +169,39 @@ def _ln_impl(x, naxes, eps):
     return d * (1.0 / np.sqrt(var + x.dtype.type(eps)))
 
 
+_LN_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _ln_signature(avals, params):
+    """``eager_impl``: ``_ln_impl``'s arithmetic for float32 and float64 with each ``ndarray.mean`` spelled as the
+    ufunc calls under it (NumPy's ``_methods._mean``: ``add.reduce``, then a true division by the count, computed in
+    float64 and rounded to the dtype), four Python frames fewer per call; the count a 0-d array of the dtype (exact
+    below 2**24, where a float64 quotient rounded to float32 is the float32 quotient: the same bits), the axes and
+    the constants made once per signature (a ufunc converts a Python number on every call).  None (``_ln_impl``) for float16, whose mean accumulates in float32."""
+    (x,) = avals
+    dtype = np.dtype(x.dtype.np)
+    naxes = params["naxes"]
+    axes = _ln_axes(len(x.shape), naxes)
+    n = 1
+    for a in axes:
+        n *= x.shape[a]
+    if dtype not in _LN_DTYPES or not 0 < n < 2 ** 24:
+        return None
+    count, eps_d, one = (np.array(v, dtype) for v in (n, params["eps"], 1.0))
+
+    def same_bits(x, naxes, eps):
+        mean = _add_reduce(x, axes, None, None, True)
+        _true_divide(mean, count, out=mean)
+        d = x - mean
+        var = _add_reduce(_multiply(d, d), axes, None, None, True)
+        _true_divide(var, count, out=var)
+        _add(var, eps_d, out=var)
+        _sqrt(var, out=var)
+        _true_divide(one, var, out=var)
+        return _multiply(d, var, out=d)
+    return same_bits
+
+
 def _ln_stats(x, naxes, eps):
     """(x - mean, 1 / sqrt(var + eps)) with jitgrad ops: the biased variance, as torch."""
     axes = _ln_axes(x.ndim, naxes)
@@ -189,7 +225,7 @@ def _ln_vjp(c, g):
 
 
 register(OpDef("layer_norm", "reduce", _ln_rule, _ln_impl, _ln_vjp, saves_in=(0,), saves_out=(0,), jvp=SYMMETRIC,
-               grad_name="NativeLayerNormBackward0", decompose=_ln_decompose,
+               grad_name="NativeLayerNormBackward0", decompose=_ln_decompose, eager_impl=_ln_signature,
                doc="layer_norm(x; naxes, eps): (x - mean) / sqrt(var + eps) over the last naxes dims"))
 
 
@@ -211,7 +247,6 @@ def _ln_bwd_rule(avals, params):
     return [Aval(x.shape, x.dtype)]
 
 
-_add_reduce = np.add.reduce
 
 
 def _ln_bwd_impl(g, x, y, naxes, eps):
@@ -228,6 +263,36 @@ def _ln_bwd_impl(g, x, y, naxes, eps):
     d = x - mean(x)
     rstd = 1.0 / np.sqrt(mean(d * d) + eps)
     return rstd * ((g - mean(g)) - y * mean(g * y))
+
+
+def _ln_bwd_signature(avals, params):
+    """``eager_impl``: ``_ln_bwd_impl``'s ops with the count, epsilon and 1 as 0-d arrays of the dtype made once per
+    signature (the same values: a count below 2**24 is exact in float32; a ufunc converts a Python number on every
+    call), the reductions' arguments positional.  None for other dtypes and sizes."""
+    x = avals[1]
+    dtype = np.dtype(x.dtype.np)
+    axes = _ln_axes(len(x.shape), params["naxes"])
+    n = 1
+    for a in axes:
+        n *= x.shape[a]
+    if dtype not in _LN_DTYPES or not 0 < n < 2 ** 24:
+        return None
+    count, eps_d, one = (np.array(v, dtype) for v in (n, params["eps"], 1.0))
+
+    def same_bits(g, x, y, naxes, eps):
+        m = _add_reduce(x, axes, None, None, True)
+        d = x - _true_divide(m, count, out=m)
+        v = _add_reduce(_multiply(d, d), axes, None, None, True)
+        _true_divide(v, count, out=v)
+        _add(v, eps_d, out=v)
+        rstd = _true_divide(one, _sqrt(v, out=v), out=v)
+        mg = _add_reduce(g, axes, None, None, True)
+        w = g - _true_divide(mg, count, out=mg)
+        mgy = _add_reduce(_multiply(g, y), axes, None, None, True)
+        _true_divide(mgy, count, out=mgy)
+        _subtract(w, _multiply(y, mgy), out=w)
+        return _multiply(rstd, w, out=w)
+    return same_bits
 
 
 def _ln_bwd_decompose(b, g, x, y, naxes, eps):
@@ -278,5 +343,6 @@ def _ln_bwd_jvp(c, tg, tx, ty):
 # no scalar body: a trace or a device binds the decomposition, so compiled graphs keep today's ops
 register(OpDef("layer_norm_backward", "reduce", _ln_bwd_rule, _ln_bwd_impl, _ln_bwd_vjp, saves_in=(0, 1, 2),
                jvp=_ln_bwd_jvp, grad_name="NativeLayerNormBackwardBackward0", decompose=_ln_bwd_decompose,
+               eager_impl=_ln_bwd_signature,
                doc="layer_norm's vjp in eager mode, rstd * (g - mean(g) - y * mean(g * y)) with rstd from x: one op "
                    "instead of seventeen"))
