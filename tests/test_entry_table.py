@@ -140,3 +140,38 @@ def test_step_table_lists_each_step_once_in_order():
     assert recs[:, 1].tolist() == list(range(n_steps))
     assert recs[:, 2].tolist() == [st.block for st in p.steps + p.writes]
     assert [entry.KINDS[k] for k in recs[:, 0]] == [entry._kind(st) for st in p.steps] + ["kernel"] * len(p.writes)
+
+
+def test_a_gated_batch_and_a_split_gemm_share_one_branch(request):
+    """A gated batch of small products and a split GEMM: one branch of the loop, which bounds the products' size
+    for the batch only (the split GEMM's whole product is far over OpenBLAS's threaded size and still takes the
+    pool).  The pool rounds a call makes are the parallel launches ``f.launches`` lists, at a low threshold and
+    at a high one, and the bits are the Python driver's either way."""
+    from jitgrad.codegen.native import workpool
+    from jitgrad.codegen.program import layout
+    from jitgrad.ir.ops.blas import BLAS_THREADED_MACS
+    if not layout.POOL_GEMMS or workpool.default_threads() < 2:
+        pytest.skip("no pooled GEMMs here")
+    prev = workpool.set_min_work(1 << 12, 1 << 8)
+    request.addfinalizer(lambda: workpool.set_min_work(*prev))
+
+    def f(q, k, a, b):
+        return (q @ k.transpose(-2, -1)).tanh().sum() + (a @ b).tanh().sum()
+    arrays = [RNG.standard_normal(s).astype(np.float32) for s in ((3, 5, 16, 8), (3, 5, 16, 8), (257, 300),
+                                                                    (300, 100))]
+    ts = [jg.tensor(a) for a in arrays]
+    fc = jg.compile(f, backend="numba", background=False)
+    fc(*ts)
+    cg = _graph(fc, ts)
+    assert {"gbgemm", "sbgemm"} <= set(entry.kinds_of(cg.program))
+    assert ("gated", ("gbgemm", "sbgemm")) in entry._branches(entry.kinds_of(cg.program))
+    split = [st for st in cg.program.steps if st.split]
+    assert split and split[0].gate[0] > BLAS_THREADED_MACS
+    for threshold in (1 << 12, 1 << 60):
+        workpool.set_min_work(threshold)
+        pooled = sum(x.parallel for x in fc.launches(*ts))
+        assert (pooled >= 2) == (threshold == 1 << 12)
+        r0 = workpool.rounds()
+        cg.run(*[a.copy() for a in arrays])
+        assert workpool.rounds() - r0 == pooled
+        _same_as_python_driver(cg, arrays)

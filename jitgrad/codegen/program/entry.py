@@ -111,6 +111,18 @@ def kinds_of(program) -> tuple:
     return tuple(k for k in KINDS if k in have)
 
 
+def _branches(kinds) -> list:
+    """``(name, kinds)`` of each branch of the entry's loop: one per kind, but a gated batch of products and a
+    split GEMM share one (they differ in one test, made per step: ``_batched_gemm_on_pool``'s ``bounded``)."""
+    out = []
+    for kind in kinds:
+        if kind == "sbgemm" and out and out[-1][0] == "gbgemm":
+            out[-1] = ("gated", ("gbgemm", "sbgemm"))
+        else:
+            out.append((kind, (kind,)))
+    return out
+
+
 def _call_text(kind: str) -> str:
     # (a gated launch also reads the pool pacer's state: pool_abi.launch)
     per_call = f", when_macs_at_most={BLAS_THREADED_MACS}, when_work_reaches=min_work, paced=pace" \
@@ -136,11 +148,16 @@ def entry_identity(program) -> str:
              "        kind, n, block, guard = S[k:k + 4]; k += 4",
              f"        if guard & {IE_OK} and IE[0] != 0 or guard & {CHECKS_OK} and ptr_i64(e)[0] != n_checks:",
              "            continue"]
-    for j, kind in enumerate(kinds):
+    branches = _branches(kinds)
+    for j, (_, group) in enumerate(branches):
         test = "if" if j == 0 else "elif"
-        lines.append(f"        {test} kind == {KINDS.index(kind)}:" if j < len(kinds) - 1 else
-                     f"        {'else' if j else 'if True'}:")
-        lines.append(f"            {_call_text(kind)}")
+        codes = " or ".join(f"kind == {KINDS.index(kd)}" for kd in group)
+        lines.append(f"        {test} {codes}:" if j < len(branches) - 1 else f"        {'else' if j else 'if True'}:")
+        if len(group) == 1:
+            lines.append(f"            {_call_text(group[0])}")
+        else:
+            lines += [f"            {_call_text(kd)} if kind == {KINDS.index(kd)} else" for kd in group[:-1]]
+            lines.append(f"            {_call_text(group[-1])}")
     return "# jitgrad.codegen.program.entry: a graph's C entry, emitted as LLVM IR (sizes come from the tables)\n" + \
         "\n".join(lines) + "\n"
 
@@ -226,14 +243,19 @@ def entry_ir(program, n_inputs: int, n_checks: int, name: str) -> str:
         b.position_at_end(run)
         target = at(F, n)
         blk = b.op("add", I64, A, b.op("mul", I64, block, "8"))
-        for j, kd in enumerate(kinds):
-            if j < len(kinds) - 1:
-                this, other = fn.block(kd), fn.block("not_" + kd)
-                b.cbranch(b.icmp("eq", I64, kind, str(KINDS.index(kd))), this, other)
+        branches = _branches(kinds)
+        for j, (name, group) in enumerate(branches):
+            if j < len(branches) - 1:
+                this, other = fn.block(name), fn.block("not_" + name)
+                hit = "false"
+                for kd in group:
+                    hit = b.op("or", I1, hit, b.icmp("eq", I64, kind, str(KINDS.index(kd))))
+                b.cbranch(hit, this, other)
                 b.position_at_end(this)
-            _handler(b, ab, fn, kd, ptr(blk), target)
+            bounded = b.icmp("eq", I64, kind, str(KINDS.index("gbgemm"))) if name == "gated" else None
+            _handler(b, ab, fn, name, ptr(blk), target, bounded)
             b.branch(done)
-            if j < len(kinds) - 1:
+            if j < len(branches) - 1:
                 b.position_at_end(other)
         if not kinds:
             b.branch(done)
@@ -244,17 +266,19 @@ def entry_ir(program, n_inputs: int, n_checks: int, name: str) -> str:
     return mod.text()
 
 
-def _handler(b, ab, fn, kind, blk, target):
-    """The call of one step of ``kind`` at ``b`` (``blk``: its block's address, ``target``: its F entry)."""
+def _handler(b, ab, fn, kind, blk, target, bounded=None):
+    """The call of one step of ``kind`` at ``b`` (``blk``: its block's address, ``target``: its F entry;
+    ``bounded``: the ``i1`` that a step of the ``gated`` branch is a ``gbgemm``)."""
     if kind == "gemm":
         b.call(VOID, b.cast("inttoptr", I64, target, PTR),
                [f"ptr {b.cast('inttoptr', I64, b.load(I64, b.gep(I64, blk, str(k))), PTR)}" for k in range(13)])
     elif kind == "bgemm":
         _batched_gemm(b, ab, fn, blk, b.cast("inttoptr", I64, target, PTR))
-    elif kind in ("pbgemm", "gbgemm", "sbgemm"):
+    elif kind in ("pbgemm", "gbgemm", "sbgemm", "gated"):
         # (the chunks' records are a dynamic alloca: the stack they take is given back after the step)
         save = b.call(PTR, fn.module.declare("llvm.stacksave", PTR, []), [])
-        _batched_gemm_on_pool(b, ab, fn, blk, target, kind, kind != "pbgemm", kind == "gbgemm")
+        _batched_gemm_on_pool(b, ab, fn, blk, target, kind, kind != "pbgemm",
+                              bounded if kind == "gated" else kind == "gbgemm")
         b.call(VOID, fn.module.declare("llvm.stackrestore", VOID, [PTR]), [f"ptr {save}"])
     else:
         b.call(VOID, b.cast("inttoptr", I64, target, PTR), [f"ptr {blk}"])
@@ -402,11 +426,12 @@ def _batched_gemm_on_pool(b, ab, fn, p, gemm_addr, n, gated=False, bounded=True)
     products run one after the other on one thread (``_gemm_chunk``; chunk 0 on the calling thread itself when it is one
     of them: ``pool_abi.round_``); all on the calling thread when the pool has one thread.  ``gated``: only in calls
     where each product is at most ``BLAS_THREADED_MACS`` multiply-adds (m, n, k read from the block's parameters;
-    ``bounded=False``: any size, the blocks of a split GEMM) and the batch's (the last entry's at its own size: a split
-    GEMM counts its whole product) reach the pool's minimum work (``workpool.takes_batch``, ``takes_split``), and while
-    the pool's pacer does not hold launches off the pool (``pool_abi.launch``); else all on the calling thread.  The
-    caller holds ``threads.LAUNCH_LOCK`` (``cpu.CompiledGraph``).  ``ab``: the entry block's builder (the step's
-    slots); ``n``: a word its blocks' names start with."""
+    ``bounded=False``: any size, the blocks of a split GEMM; an ``i1`` value: bounded where it holds) and the batch's
+    (the last entry's at its own size: a split GEMM counts its whole product) reach the pool's minimum work
+    (``workpool.takes_batch``, ``takes_split``), and while the pool's pacer does not hold launches off the pool
+    (``pool_abi.launch``); else all on the calling thread.  The caller holds ``threads.LAUNCH_LOCK``
+    (``cpu.CompiledGraph``).  ``ab``: the entry block's builder (the step's slots); ``n``: a word its blocks' names
+    start with."""
     mod = fn.module
     add_task = pool_abi.declare(mod)[0]
     chunk = _gemm_chunk(mod)
@@ -439,8 +464,11 @@ def _batched_gemm_on_pool(b, ab, fn, p, gemm_addr, n, gated=False, bounded=True)
             last = mul(last, size(args[k]))
         work = b.cast("sitofp", I64, add(mul(macs, b.op("sub", I64, total, "1")), last), DOUBLE)
         takes = b.op("and", I1, pooled, pool_abi.reaches_min_work(b, mod, work))
-        if bounded:     # small products: only where OpenBLAS would not thread one itself
+        if bounded is True:     # small products: only where OpenBLAS would not thread one itself
             takes = b.op("and", I1, takes, b.icmp("sle", I64, macs, str(BLAS_THREADED_MACS)))
+        elif bounded is not False:      # (an i1 value: bounded in the steps where it holds)
+            small = b.icmp("sle", I64, macs, str(BLAS_THREADED_MACS))
+            takes = b.op("and", I1, takes, b.select(bounded, I1, small, T.TRUE))
         pooled, pace = pool_abi.paced(b, mod, takes)
     ntasks = b.select(pooled, I64, nw, "1")
     tasks = b.alloca(I64, mul(ntasks, 3), name=f"ptasks{n}")
