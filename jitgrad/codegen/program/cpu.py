@@ -142,9 +142,10 @@ class CompiledGraph:
         # code is swapped in, then ``on_optimised``'s callables(cg) run (from the build thread)
         self.optimising = False
         self.on_optimised = []
-        # (the entry's identity is its code's listing: graphs with the same step kinds share one entry)
-        self.code = graph_build.GraphCode(self.kernels, self._entry_identity() if self.nopython else None,
-                                         disk_cache, self._entry_build)
+        # (the entry's identity: its listing with the step table, one entry per graph as its files and counts
+        # assume, though graphs of the same step kinds compile to the same code: ``entry.entry_identity``)
+        self.code = graph_build.GraphCode(self.kernels, self.driver_source if self.nopython else None, disk_cache,
+                                         self._entry_build)
         if background is None:
             background = os.environ.get("JITGRAD_BACKGROUND_COMPILE", "1") != "0"
         t0 = time.perf_counter()
@@ -374,10 +375,6 @@ class CompiledGraph:
     def _step_table(self):
         from .entry import step_table
         return step_table(self.program, len(self.graph.inputs), len(self.checks))
-
-    def _entry_identity(self):
-        from .entry import entry_identity
-        return entry_identity(self.program)
 
     def _entry_build(self, key):
         from .entry import compile_entry

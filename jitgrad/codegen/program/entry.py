@@ -15,7 +15,7 @@ may raise, the in-place state updates after it (``Step.state_write``) and the wr
 The entry's code is a loop over the step table (``step_table``: the slots each array's data pointer goes to, then
 one record per step: its kind, its F index, its block in ``A``, its guard), with one branch per step kind the
 program has (``kinds_of``): its text grows with the kinds, not with the steps (a straight-line entry of B9's
-step was ~900 kB of IR, most of a cold build's entry cost), and programs with the same kinds share one entry.
+step was ~900 kB of IR, most of a cold build's entry cost).
 So the object code of a graph is position independent of any Python object, and a new process loads it with
 llvmlite alone (``objload.py``).  The text has no sizes in it: a new batch size reuses the entry.
 """
@@ -131,9 +131,9 @@ def _call_text(kind: str) -> str:
 
 
 def entry_identity(program) -> str:
-    """The listing of the entry's code (Python-shaped text of exactly what ``entry_ir`` emits; its hash is the
-    entry's identity): a loop over the step table, one branch per step kind ``program`` has.  Programs with
-    the same kinds share one entry; what differs between them is data (``step_table``)."""
+    """The listing of the entry's code (Python-shaped text of exactly what ``entry_ir`` emits): a loop over the
+    step table, one branch per step kind ``program`` has.  Programs with the same kinds have the same code; what
+    differs between them is data (``step_table``)."""
     kinds = kinds_of(program)
     lines = ["def entry(T, C):          # T: tuple of arrays, C: int64[5] = {A, F, OFF, IE, S}",
              "    c = ptr_i64(C)", "    A = c[0]", "    a = ptr_i64(A)", "    F = ptr_i64(c[1])",
@@ -164,7 +164,7 @@ def entry_identity(program) -> str:
 
 def entry_source(program, n_inputs: int, n_checks: int) -> str:
     """The entry's listing for ``program`` (a ``layout.Program``) over ``n_inputs`` graph inputs: its code
-    (``entry_identity``) and its step table, each step as the call it makes."""
+    (``entry_identity``) and its step table, each step as the call it makes (its hash is the entry's identity)."""
     patches, errs, steps = _records(program, n_inputs, n_checks)
     lines = [f"# the step table S: {len(patches)} patched slots, {len(errs)} err slots, {len(steps)} steps;"
              " the steps as the loop calls them:"]
