@@ -143,7 +143,7 @@ class CompiledGraph:
         self.optimising = False
         self.on_optimised = []
         # (the entry's identity: its listing with the step table, one entry per graph as its files and counts
-        # assume, though graphs of the same step kinds compile to the same code: ``entry.entry_identity``)
+        # assume, though graphs of the same step kinds compile to the same code: ``entry.code_listing``)
         self.code = graph_build.GraphCode(self.kernels, self.driver_source if self.nopython else None, disk_cache,
                                          self._entry_build)
         if background is None:

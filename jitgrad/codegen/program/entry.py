@@ -130,7 +130,7 @@ def _call_text(kind: str) -> str:
     return f"{_CALLS[kind]}(F[n], A + 8 * block{per_call})"
 
 
-def entry_identity(program) -> str:
+def code_listing(program) -> str:
     """The listing of the entry's code (Python-shaped text of exactly what ``entry_ir`` emits): a loop over the
     step table, one branch per step kind ``program`` has.  Programs with the same kinds have the same code; what
     differs between them is data (``step_table``)."""
@@ -164,7 +164,7 @@ def entry_identity(program) -> str:
 
 def entry_source(program, n_inputs: int, n_checks: int) -> str:
     """The entry's listing for ``program`` (a ``layout.Program``) over ``n_inputs`` graph inputs: its code
-    (``entry_identity``) and its step table, each step as the call it makes (its hash is the entry's identity)."""
+    (``code_listing``) and its step table, each step as the call it makes (its hash is the entry's identity)."""
     patches, errs, steps = _records(program, n_inputs, n_checks)
     lines = [f"# the step table S: {len(patches)} patched slots, {len(errs)} err slots, {len(steps)} steps;"
              " the steps as the loop calls them:"]
@@ -176,7 +176,7 @@ def entry_source(program, n_inputs: int, n_checks: int) -> str:
             lines += [f"if {' and '.join(conds)}:", f"    {call}  # {label}"]
         else:
             lines.append(f"{call}  # {label}")
-    return entry_identity(program) + "\n".join(lines) + "\n"
+    return code_listing(program) + "\n".join(lines) + "\n"
 
 
 def entry_ir(program, n_inputs: int, n_checks: int, name: str) -> str:
@@ -536,10 +536,10 @@ def callers(program, n_checks: int, fallback, IE, step_error, lock, fn, take, ke
     """``make(ctx, specs, pooled, keep) -> run``: callers of one entry (``fn``: its ``entry_function``) that differ
     in their tables and fresh outputs only; made once per program, so that a program bound per tuple of sizes
     (``sized.py``) makes a caller per binding from data alone.  ``ctx``: the address of the context words (A's,
-    F's, OFF's, IE's and the step table's addresses); ``specs``: each fresh output's (shape, dtype); ``pooled``: whether it is taken
-    from the output pool (``take``: by shape, or by capacity where shapes change between bindings) rather than
-    ``np.empty``; ``keep``: what the tables' memory belongs to, kept alive by ``run`` (with this maker's
-    ``keep``).  See ``caller`` for ``run``."""
+    F's, OFF's, IE's and the step table's addresses); ``specs``: each fresh output's (shape, dtype); ``pooled``:
+    whether it is taken from the output pool (``take``: by shape, or by capacity where shapes change between
+    bindings) rather than ``np.empty``; ``keep``: what the tables' memory belongs to, kept alive by ``run`` (with
+    this maker's ``keep``).  See ``caller`` for ``run``."""
     empty = np.empty
     outputs = program.outputs
     checked = bool(program.index_steps)
@@ -575,5 +575,5 @@ def callers(program, n_checks: int, fallback, IE, step_error, lock, fn, take, ke
     return make
 
 
-__all__ = ["entry_source", "entry_identity", "entry_ir", "step_table", "kinds_of", "KINDS", "compile_entry", "caller",
+__all__ = ["entry_source", "code_listing", "entry_ir", "step_table", "kinds_of", "KINDS", "compile_entry", "caller",
            "callers", "entry_function", "layout_ok", "has_pool_steps"]
