@@ -123,6 +123,8 @@ class CompiledGraph:
         self.kernels = list(self.program.kernels.values())
         self.nopython = self.program.native
         self.driver_source, self.signature = self._driver_source() if self.nopython else (None, None)
+        # the entry's step table (its code is a loop over it: ``entry.step_table``)
+        self.S = self._step_table() if self.nopython else None
         self.module_source = "\n\n".join(k.source for k in self.kernels) + (
             "\n\n" + self.driver_source if self.driver_source else "")
         self.names = {g.index: g.name for g in self.plan.groups}
@@ -142,6 +144,8 @@ class CompiledGraph:
         # code is swapped in, then ``on_optimised``'s callables(cg) run (from the build thread)
         self.optimising = False
         self.on_optimised = []
+        # (the entry's identity: its listing with the step table, one entry per graph as its files and counts
+        # assume, though graphs of the same step kinds compile to the same code: ``entry.code_listing``)
         self.code = graph_build.GraphCode(self.kernels, self.driver_source if self.nopython else None, disk_cache,
                                          self._entry_build)
         if background is None:
@@ -245,7 +249,7 @@ class CompiledGraph:
                 any(k.parallel for k in self.kernels) or entry.has_pool_steps(self.program),
                 threads.blas_threaded(self.program.steps), any(st.split for st in self.program.steps),
                 any(st.gate is not None for st in steps))
-            self.run = entry.caller(entry_addr, self.program, len(self.checks), self.A, self.F, self.OFF,
+            self.run = entry.caller(entry_addr, self.program, len(self.checks), self.A, self.F, self.OFF, self.S,
                                     self._python_run, self._ierr, self.step_error, lock)
         else:
             self.run = self._python_run
@@ -374,6 +378,10 @@ class CompiledGraph:
     def _driver_source(self):
         from .entry import entry_source
         return entry_source(self.program, len(self.graph.inputs), len(self.checks)), None
+
+    def _step_table(self):
+        from .entry import step_table
+        return step_table(self.program, len(self.graph.inputs), len(self.checks))
 
     def _entry_build(self, key):
         from .entry import compile_entry

@@ -7,11 +7,15 @@ passes one tuple holding the inputs, then the fresh outputs, then the error slot
 data pointer from the tuple (``PyTupleObject.ob_item``, ``PyArrayObject.data``: NumPy's and CPython's stable
 object layouts, checked once per process by ``layout_ok``), patches them into the argument table and calls each
 kernel, and BLAS, through its address.  ``ctx`` holds the addresses of the argument table ``A``, the kernel
-address table ``F``, the per-slot offsets ``OFF`` and the graph's index-error array ``IE`` (``[code, step id,
-value, dim]``, set by a bounds-checked or zero-dividing step).  When a step may raise, the in-place state updates
-after it (``Step.state_write``) and the write-backs run only if ``IE[0] == 0``; the caller raises the step's error
-after the call (``lowering.step_error``).
+address table ``F``, the per-slot offsets ``OFF``, the graph's index-error array ``IE`` (``[code, step id,
+value, dim]``, set by a bounds-checked or zero-dividing step) and the program's step table ``S``.  When a step
+may raise, the in-place state updates after it (``Step.state_write``) and the write-backs run only if
+``IE[0] == 0``; the caller raises the step's error after the call (``lowering.step_error``).
 
+The entry's code is a loop over the step table (``step_table``: the slots each array's data pointer goes to, then
+one record per step: its kind, its F index, its block in ``A``, its guard), with one branch per step kind the
+program has (``kinds_of``): its text grows with the kinds, not with the steps (a straight-line entry of B9's
+step was ~900 kB of IR, most of a cold build's entry cost).
 So the object code of a graph is position independent of any Python object, and a new process loads it with
 llvmlite alone (``objload.py``).  The text has no sizes in it: a new batch size reuses the entry.
 """
@@ -50,79 +54,143 @@ def layout_ok() -> bool:
     return _LAYOUT_OK
 
 
-def _ops(program, n_inputs: int, n_checks: int):
-    """The entry as a list of steps; its listing (``entry_source``) and its machine code (``entry_ir``) are both
-    made from it, so what ``f.source`` shows is what runs."""
+# the step kinds the entry's loop dispatches on, by code (a kind's handler is emitted once, where a program has it)
+KINDS = ("kernel", "gemm", "bgemm", "pbgemm", "gbgemm", "sbgemm")
+_CALLS = {"kernel": "call_kernel", "gemm": "call_gemm", "bgemm": "call_gemm_batched",
+          "pbgemm": "call_gemm_batched_on_pool", "gbgemm": "call_gemm_batched_on_pool",
+          "sbgemm": "call_gemm_batched_on_pool"}
+HEADER = 5          # the step table's header words: patches, err slots, steps, n_checks, the err array's tuple index
+IE_OK, CHECKS_OK = 1, 2     # a record's guard bits: it runs only when no step raised / no anomaly check failed
+
+
+def _kind(st) -> str:
+    if st.kind == "bgemm" and st.parallel:
+        # its batch split between the pool's workers (gated: in the calls where that pays)
+        # (a split GEMM's blocks: gated by the work alone)
+        return "pbgemm" if st.gate is None else "sbgemm" if st.split else "gbgemm"
+    return st.kind if st.kind in ("gemm", "bgemm") else "kernel"
+
+
+def _records(program, n_inputs: int, n_checks: int):
+    """``(patches, err_slots, steps)`` of ``program``'s step table: ``(slot, tuple index)`` of every slot patched
+    with an array's data pointer; the slots that get the err array's; ``(kind, F index, block, guard, label)`` of
+    every step and write-back, in the order they run."""
     p = program
-    ops = []
-    used_in = sorted({r.index for _, r, _ in p.dynamic if r.kind == "input"})
-    ops += [("data", f"r{k}", k) for k in used_in]
-    ops += [("data", f"q{r.index}", n_inputs + r.index) for r in p.fresh]
-    for slot, r, _ in p.dynamic:
-        ops.append(("patch", slot, f"r{r.index}" if r.kind == "input" else f"q{r.index}"))
-    if n_checks:
-        ops.append(("data", "e", n_inputs + len(p.fresh)))
-        ops += [("err", s) for s in p.err_slots]
+    patches = [(slot, r.index if r.kind == "input" else n_inputs + r.index) for slot, r, _ in p.dynamic]
+    errs = list(p.err_slots) if n_checks else []
     checked = bool(p.index_steps)
+    steps = []
     for n, st in enumerate(p.steps):
         # after a step that may raise, an in-place state update runs only when it did not
-        guard = "ie" if st.state_write and checked else None
-        kind = st.kind if st.kind in ("gemm", "bgemm") else "kernel"
-        if kind == "bgemm" and st.parallel:
-            # its batch split between the pool's workers (gated: in the calls where that pays)
-            # (a split GEMM's blocks: gated by the work alone)
-            kind = "pbgemm" if st.gate is None else "sbgemm" if st.split else "gbgemm"
-        ops.append(("call", kind, n, st.block, st.label, guard))
-    if (n_checks or checked) and p.writes:    # an anomaly or a raising step leaves the user's state untouched
-        ops.append(("if_ok", n_checks, checked))
+        guard = IE_OK if st.state_write and checked else 0
+        steps.append((_kind(st), n, st.block, guard, st.label))
+    # an anomaly or a raising step leaves the user's state untouched
+    guard = (CHECKS_OK if n_checks else 0) | (IE_OK if checked else 0)
     for n, st in enumerate(p.writes):
-        ops.append(("call", "kernel", len(p.steps) + n, st.block, "write-back", None))
-    return ops
+        steps.append(("kernel", len(p.steps) + n, st.block, guard, "write-back"))
+    return patches, errs, steps
 
 
-def entry_source(program, n_inputs: int, n_checks: int) -> str:
-    """The entry's listing for ``program`` (a ``layout.Program``) over ``n_inputs`` graph inputs: Python-shaped
-    text of exactly what ``entry_ir`` emits (its hash is the entry's identity)."""
-    lines = ["def entry(T, C):          # T: tuple of arrays, C: int64[4] = {A, F, OFF, IE}",
+def step_table(program, n_inputs: int, n_checks: int) -> np.ndarray:
+    """``program``'s step table (int64, the entry's ``S``, passed in its context): the header (``HEADER`` words),
+    a ``(slot, tuple index)`` pair per patched slot, the err array's slots, then a ``(kind code, F index, block,
+    guard)`` record per step (``_records``)."""
+    patches, errs, steps = _records(program, n_inputs, n_checks)
+    words = [len(patches), len(errs), len(steps), n_checks, n_inputs + len(program.fresh) if n_checks else -1]
+    for pair in patches:
+        words += pair
+    words += errs
+    for kind, n, block, guard, _ in steps:
+        words += (KINDS.index(kind), n, block, guard)
+    return np.array(words, np.int64)
+
+
+def kinds_of(program) -> tuple:
+    """The step kinds ``program``'s entry dispatches on, in ``KINDS`` order: its code depends on these alone."""
+    have = {_kind(st) for st in program.steps} | ({"kernel"} if program.writes else set())
+    return tuple(k for k in KINDS if k in have)
+
+
+def _branches(kinds) -> list:
+    """``(name, kinds)`` of each branch of the entry's loop: one per kind, but a gated batch of products and a
+    split GEMM share one (they differ in one test, made per step: ``_batched_gemm_on_pool``'s ``bounded``)."""
+    out = []
+    for kind in kinds:
+        if kind == "sbgemm" and out and out[-1][0] == "gbgemm":
+            out[-1] = ("gated", ("gbgemm", "sbgemm"))
+        else:
+            out.append((kind, (kind,)))
+    return out
+
+
+def _call_text(kind: str) -> str:
+    # (a gated launch also reads the pool pacer's state: pool_abi.launch)
+    per_call = f", when_macs_at_most={BLAS_THREADED_MACS}, when_work_reaches=min_work, paced=pace" \
+        if kind == "gbgemm" else ", when_work_reaches=min_work, paced=pace" if kind == "sbgemm" else ""
+    return f"{_CALLS[kind]}(F[n], A + 8 * block{per_call})"
+
+
+def code_listing(program) -> str:
+    """The listing of the entry's code (Python-shaped text of exactly what ``entry_ir`` emits): a loop over the
+    step table, one branch per step kind ``program`` has.  Programs with the same kinds have the same code; what
+    differs between them is data (``step_table``)."""
+    kinds = kinds_of(program)
+    lines = ["def entry(T, C):          # T: tuple of arrays, C: int64[5] = {A, F, OFF, IE, S}",
              "    c = ptr_i64(C)", "    A = c[0]", "    a = ptr_i64(A)", "    F = ptr_i64(c[1])",
-             "    OFF = ptr_i64(c[2])", "    IE = ptr_i64(c[3])", f"    t = ptr_i64(T + {TUPLE_ITEMS})"]
-    ind = "    "
-    for op in _ops(program, n_inputs, n_checks):
-        if op[0] == "data":
-            lines.append(f"{ind}{op[1]} = ptr_i64(t[{op[2]}] + {ARRAY_DATA})[0]")
-        elif op[0] == "patch":
-            lines.append(f"{ind}a[{op[1]}] = {op[2]} + OFF[{op[1]}]")
-        elif op[0] == "err":
-            lines.append(f"{ind}a[{op[1]}] = e")
-        elif op[0] == "call":
-            fn = {"gemm": "call_gemm", "bgemm": "call_gemm_batched", "pbgemm": "call_gemm_batched_on_pool",
-                  "gbgemm": "call_gemm_batched_on_pool", "sbgemm": "call_gemm_batched_on_pool"}.get(
-                op[1], "call_kernel")
-            # (a gated launch also reads the pool pacer's state: pool_abi.launch)
-            per_call = f", when_macs_at_most={BLAS_THREADED_MACS}, when_work_reaches=min_work, paced=pace" \
-                if op[1] == "gbgemm" else ", when_work_reaches=min_work, paced=pace" if op[1] == "sbgemm" else ""
-            call = f"{fn}(F[{op[2]}], A + {8 * op[3]}{per_call})  # {op[4]}"
-            if op[5] == "ie":
-                lines += [f"{ind}if IE[0] == 0:", f"{ind}    {call}"]
-            else:
-                lines.append(f"{ind}{call}")
-        elif op[0] == "if_ok":
-            conds = ([f"ptr_i64(e)[0] == {op[1]}"] if op[1] else []) + (["IE[0] == 0"] if op[2] else [])
-            lines.append(f"    if {' and '.join(conds)}:")
-            ind = "        "
+             "    OFF = ptr_i64(c[2])", "    IE = ptr_i64(c[3])", "    S = ptr_i64(c[4])   # the step table",
+             f"    t = ptr_i64(T + {TUPLE_ITEMS})",
+             f"    n_patches, n_errs, n_steps, n_checks, e_at = S[0:{HEADER}]", f"    k = {HEADER}",
+             "    for i in range(n_patches):       # each array's data pointer into the slots that read it",
+             f"        a[S[k]] = ptr_i64(t[S[k + 1]] + {ARRAY_DATA})[0] + OFF[S[k]]; k += 2",
+             f"    e = ptr_i64(t[e_at] + {ARRAY_DATA})[0] if n_checks else 0     # the anomaly checks' err array",
+             "    for i in range(n_errs):", "        a[S[k]] = e; k += 1",
+             "    for i in range(n_steps):         # one record per step, in the order they run",
+             "        kind, n, block, guard = S[k:k + 4]; k += 4",
+             f"        if guard & {IE_OK} and IE[0] != 0 or guard & {CHECKS_OK} and ptr_i64(e)[0] != n_checks:",
+             "            continue"]
+    branches = _branches(kinds)
+    for j, (_, group) in enumerate(branches):
+        test = "if" if j == 0 else "elif"
+        codes = " or ".join(f"kind == {KINDS.index(kd)}" for kd in group)
+        lines.append(f"        {test} {codes}:" if j < len(branches) - 1 else f"        {'else' if j else 'if True'}:")
+        if len(group) == 1:
+            lines.append(f"            {_call_text(group[0])}")
+        else:
+            lines += [f"            {_call_text(kd)} if kind == {KINDS.index(kd)} else" for kd in group[:-1]]
+            lines.append(f"            {_call_text(group[-1])}")
     return "# jitgrad.codegen.program.entry: a graph's C entry, emitted as LLVM IR (sizes come from the tables)\n" + \
         "\n".join(lines) + "\n"
 
 
+def entry_source(program, n_inputs: int, n_checks: int) -> str:
+    """The entry's listing for ``program`` (a ``layout.Program``) over ``n_inputs`` graph inputs: its code
+    (``code_listing``) and its step table, each step as the call it makes (its hash is the entry's identity)."""
+    patches, errs, steps = _records(program, n_inputs, n_checks)
+    lines = [f"# the step table S: {len(patches)} patched slots, {len(errs)} err slots, {len(steps)} steps;"
+             " the steps as the loop calls them:"]
+    for kind, n, block, guard, label in steps:
+        call = _call_text(kind).replace("F[n]", f"F[{n}]").replace("8 * block", str(8 * block))
+        conds = (["IE[0] == 0"] if guard & IE_OK else []) + ([f"ptr_i64(e)[0] == {n_checks}"]
+                                                            if guard & CHECKS_OK else [])
+        if conds:
+            lines += [f"if {' and '.join(conds)}:", f"    {call}  # {label}"]
+        else:
+            lines.append(f"{call}  # {label}")
+    return code_listing(program) + "\n".join(lines) + "\n"
+
+
 def entry_ir(program, n_inputs: int, n_checks: int, name: str) -> str:
-    """The entry as LLVM IR text: ``void name(i64 T, i64 C)`` (no Numba: straight-line loads, stores and calls
-    through addresses; written by ``llvm_text``)."""
+    """The entry as LLVM IR text: ``void name(i64 T, i64 C)`` (no Numba; written by ``llvm_text``): a loop over
+    the step table ``S`` (``C[4]``, ``step_table``), a branch per step kind of ``program`` (``kinds_of``: the
+    text depends on nothing else; ``n_inputs`` and ``n_checks`` are the table's)."""
+    kinds = kinds_of(program)
     mod = T.Module(name)
     fn = mod.function(name, [I64, I64])
     Tup, C = fn.args
-    b = T.Builder(fn, fn.block("entry"))
+    ab = T.Builder(fn, fn.block("entry"))       # the entry block: every alloca (none inside the loops)
+    b = T.Builder(fn, fn.block("start"))
 
-    def at(base, k):                 # base[k] for an i64* base (k an int)
+    def at(base, k):                 # base[k] for an i64* base (k an int or a value)
         return b.load(I64, b.gep(I64, base, str(k)))
 
     def ptr(v):
@@ -131,55 +199,89 @@ def entry_ir(program, n_inputs: int, n_checks: int, name: str) -> str:
     c = ptr(C)
     A = at(c, 0)
     a, F, OFF = ptr(A), ptr(at(c, 1)), ptr(at(c, 2))
-    IE = ptr(at(c, 3))
-
-    def ie_ok():                     # IE[0] == 0: no step raised so far
-        return b.icmp("eq", I64, b.load(I64, IE), "0")
+    IE, S = ptr(at(c, 3)), ptr(at(c, 4))
     t = ptr(b.op("add", I64, Tup, str(TUPLE_ITEMS)))
-    vals = {}
-    for op in _ops(program, n_inputs, n_checks):
-        if op[0] == "data":
-            obj = at(t, op[2])
-            vals[op[1]] = b.load(I64, ptr(b.op("add", I64, obj, str(ARRAY_DATA))))
-        elif op[0] == "patch":
-            b.store(I64, b.op("add", I64, vals[op[2]], at(OFF, op[1])), b.gep(I64, a, str(op[1])))
-        elif op[0] == "err":
-            b.store(I64, vals["e"], b.gep(I64, a, str(op[1])))
-        elif op[0] == "call":
-            skip = None
-            if op[5] == "ie":
-                run_it, skip = fn.block(f"step{op[2]}"), fn.block(f"after{op[2]}")
-                b.cbranch(ie_ok(), run_it, skip)
-                b.position_at_end(run_it)
-            target = at(F, op[2])
-            blk = b.op("add", I64, A, str(8 * op[3]))
-            if op[1] == "gemm":
-                base = ptr(blk)
-                b.call(VOID, ptr(target), [f"ptr {ptr(at(base, k))}" for k in range(13)])
-            elif op[1] == "bgemm":
-                _batched_gemm(b, fn, ptr(blk), ptr(target), op[2])
-            elif op[1] in ("pbgemm", "gbgemm", "sbgemm"):
-                _batched_gemm_on_pool(b, fn, ptr(blk), target, op[2], op[1] != "pbgemm", op[1] == "gbgemm")
-            else:
-                b.call(VOID, ptr(target), [f"ptr {ptr(blk)}"])
-            if skip is not None:
-                b.branch(skip)
-                b.position_at_end(skip)
-        elif op[0] == "if_ok":
-            ok = T.TRUE
-            if op[1]:
-                ok = b.icmp("eq", I64, b.load(I64, ptr(vals["e"])), str(op[1]))
-            if op[2]:
-                ok = b.op("and", I1, ok, ie_ok())
-            then, done = fn.block("write_back"), fn.block("done")
-            b.cbranch(ok, then, done)
-            b.position_at_end(then)
-            vals["_done"] = done
-    if "_done" in vals:
-        b.branch(vals["_done"])
-        b.position_at_end(vals["_done"])
+    n_patches, n_errs, n_steps, n_checks_v, e_at = (at(S, k) for k in range(HEADER))
+    i_v, k_v, e_v = (ab.alloca(I64, name=x) for x in ("i", "k", "e"))
+    b.store(I64, str(HEADER), k_v)
+
+    def next_k(d):                   # k, then k += d
+        k = b.load(I64, k_v)
+        b.store(I64, b.op("add", I64, k, str(d)), k_v)
+        return k
+
+    def loop(label, limit, body):
+        _for_loop(b, fn, i_v, label + "{}", "0", lambda i: b.icmp("slt", I64, i, limit), lambda i: body(),
+                  lambda i: b.op("add", I64, i, "1"))
+
+    def patch():
+        k = next_k(2)
+        slot = at(S, k)
+        obj = at(t, at(S, b.op("add", I64, k, "1")))
+        data = b.load(I64, ptr(b.op("add", I64, obj, str(ARRAY_DATA))))
+        b.store(I64, b.op("add", I64, data, at(OFF, slot)), b.gep(I64, a, slot))
+    loop("patch", n_patches, patch)
+    b.store(I64, "0", e_v)
+    with b.if_then(b.icmp("ne", I64, n_checks_v, "0")):
+        b.store(I64, b.load(I64, ptr(b.op("add", I64, at(t, e_at), str(ARRAY_DATA)))), e_v)
+    e = b.load(I64, e_v)
+    loop("err", n_errs, lambda: b.store(I64, e, b.gep(I64, a, at(S, next_k(1)))))
+
+    def step():
+        k = next_k(4)
+        kind, n, block, guard = (at(S, b.op("add", I64, k, str(j))) for j in range(4))
+        run, check, check_e, read_e, done = (fn.block(x) for x in ("run", "guard", "guard_e", "read_e", "next"))
+        b.cbranch(b.icmp("eq", I64, guard, "0"), run, check)
+        b.position_at_end(check)
+        ie_bad = b.op("and", I1, b.icmp("ne", I64, b.op("and", I64, guard, str(IE_OK)), "0"),
+                      b.icmp("ne", I64, b.load(I64, IE), "0"))
+        b.cbranch(ie_bad, done, check_e)
+        b.position_at_end(check_e)
+        b.cbranch(b.icmp("eq", I64, b.op("and", I64, guard, str(CHECKS_OK)), "0"), run, read_e)
+        b.position_at_end(read_e)
+        b.cbranch(b.icmp("eq", I64, b.load(I64, ptr(e)), n_checks_v), run, done)
+        b.position_at_end(run)
+        target = at(F, n)
+        blk = b.op("add", I64, A, b.op("mul", I64, block, "8"))
+        branches = _branches(kinds)
+        for j, (name, group) in enumerate(branches):
+            if j < len(branches) - 1:
+                this, other = fn.block(name), fn.block("not_" + name)
+                hit = "false"
+                for kd in group:
+                    hit = b.op("or", I1, hit, b.icmp("eq", I64, kind, str(KINDS.index(kd))))
+                b.cbranch(hit, this, other)
+                b.position_at_end(this)
+            bounded = b.icmp("eq", I64, kind, str(KINDS.index("gbgemm"))) if name == "gated" else None
+            _handler(b, ab, fn, name, ptr(blk), target, bounded)
+            b.branch(done)
+            if j < len(branches) - 1:
+                b.position_at_end(other)
+        if not kinds:
+            b.branch(done)
+        b.position_at_end(done)
+    loop("step", n_steps, step)
     b.ret_void()
+    ab.branch(fn.blocks[1])
     return mod.text()
+
+
+def _handler(b, ab, fn, kind, blk, target, bounded=None):
+    """The call of one step of ``kind`` at ``b`` (``blk``: its block's address, ``target``: its F entry;
+    ``bounded``: the ``i1`` that a step of the ``gated`` branch is a ``gbgemm``)."""
+    if kind == "gemm":
+        b.call(VOID, b.cast("inttoptr", I64, target, PTR),
+               [f"ptr {b.cast('inttoptr', I64, b.load(I64, b.gep(I64, blk, str(k))), PTR)}" for k in range(13)])
+    elif kind == "bgemm":
+        _batched_gemm(b, ab, fn, blk, b.cast("inttoptr", I64, target, PTR))
+    elif kind in ("pbgemm", "gbgemm", "sbgemm", "gated"):
+        # (the chunks' records are a dynamic alloca: the stack they take is given back after the step)
+        save = b.call(PTR, fn.module.declare("llvm.stacksave", PTR, []), [])
+        _batched_gemm_on_pool(b, ab, fn, blk, target, kind, kind != "pbgemm",
+                              bounded if kind == "gated" else kind == "gbgemm")
+        b.call(VOID, fn.module.declare("llvm.stackrestore", VOID, [PTR]), [f"ptr {save}"])
+    else:
+        b.call(VOID, b.cast("inttoptr", I64, target, PTR), [f"ptr {blk}"])
 
 
 def _for_loop(b, fn, slot, label, init, cond, body, step):
@@ -213,19 +315,20 @@ def _ops_on(b, p):
     return ld, st, add, mul
 
 
-def _batched_gemm(b, fn, p, gemm, n):
+def _batched_gemm(b, ab, fn, p, gemm):
     """A ``bgemm`` step inline in the entry: the loop of ``abi.call_gemm_batched`` (its docstring has the block
-    layout) over every batch entry, pointing the scratch block's B, A, C at that entry's matrices."""
+    layout) over every batch entry, pointing the scratch block's B, A, C at that entry's matrices (``ab``: the
+    builder of the entry block, where its slots are)."""
     ld, st, add, mul = _ops_on(b, p)
     nd = ld(13)
-    var = {name: b.alloca(I64, name=f"{name}{n}") for name in ("t", "d", "dd", "r", "ob", "oa", "oc", "total")}
+    var = {name: ab.alloca(I64, name=name) for name in ("t", "d", "dd", "r", "ob", "oa", "oc", "total")}
     s = add(14, mul(4, nd))
     for k in range(13):
         st(add(s, k), ld(k))
     b0, a0, c0 = ld(6), ld(8), ld(11)
 
     def loop(name, init, cond, body, step):
-        _for_loop(b, fn, var[name], f"{name}{{}}{n}", init, cond, body, step)
+        _for_loop(b, fn, var[name], f"{name}{{}}", init, cond, body, step)
 
     b.store(I64, "1", var["total"])
     loop("d", "0", lambda d: b.icmp("slt", I64, d, nd),
@@ -317,22 +420,24 @@ def _gemm_chunk(mod):
     return fn.ref
 
 
-def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False, bounded=True):
+def _batched_gemm_on_pool(b, ab, fn, p, gemm_addr, n, gated=False, bounded=True):
     """A parallel ``bgemm`` step: its batch entries split into one equal chunk per thread of a pooled launch (chunk
     ``t`` of ``w``: ``[total * t / w, total * (t + 1) / w)``, fixed by the thread count, never by timing), each chunk's
     products run one after the other on one thread (``_gemm_chunk``; chunk 0 on the calling thread itself when it is one
     of them: ``pool_abi.round_``); all on the calling thread when the pool has one thread.  ``gated``: only in calls
     where each product is at most ``BLAS_THREADED_MACS`` multiply-adds (m, n, k read from the block's parameters;
-    ``bounded=False``: any size, the blocks of a split GEMM) and the batch's (the last entry's at its own size: a split
-    GEMM counts its whole product) reach the pool's minimum work (``workpool.takes_batch``, ``takes_split``), and while
-    the pool's pacer does not hold launches off the pool (``pool_abi.launch``); else all on the calling thread.  The
-    caller holds ``threads.LAUNCH_LOCK`` (``cpu.CompiledGraph``)."""
+    ``bounded=False``: any size, the blocks of a split GEMM; an ``i1`` value: bounded where it holds) and the batch's
+    (the last entry's at its own size: a split GEMM counts its whole product) reach the pool's minimum work
+    (``workpool.takes_batch``, ``takes_split``), and while the pool's pacer does not hold launches off the pool
+    (``pool_abi.launch``); else all on the calling thread.  The caller holds ``threads.LAUNCH_LOCK``
+    (``cpu.CompiledGraph``).  ``ab``: the entry block's builder (the step's slots); ``n``: a word its blocks' names
+    start with."""
     mod = fn.module
     add_task = pool_abi.declare(mod)[0]
     chunk = _gemm_chunk(mod)
     ld, _, add, mul = _ops_on(b, p)
     nd = ld(13)
-    total_v, t_v = b.alloca(I64, name=f"ptotal{n}"), b.alloca(I64, name=f"ptask{n}")
+    total_v, t_v = ab.alloca(I64, name=f"ptotal{n}"), ab.alloca(I64, name=f"ptask{n}")
     b.store(I64, "1", total_v)
     b.store(I64, "0", t_v)
 
@@ -359,8 +464,11 @@ def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False, bounded=True):
             last = mul(last, size(args[k]))
         work = b.cast("sitofp", I64, add(mul(macs, b.op("sub", I64, total, "1")), last), DOUBLE)
         takes = b.op("and", I1, pooled, pool_abi.reaches_min_work(b, mod, work))
-        if bounded:     # small products: only where OpenBLAS would not thread one itself
+        if bounded is True:     # small products: only where OpenBLAS would not thread one itself
             takes = b.op("and", I1, takes, b.icmp("sle", I64, macs, str(BLAS_THREADED_MACS)))
+        elif bounded is not False:      # (an i1 value: bounded in the steps where it holds)
+            small = b.icmp("sle", I64, macs, str(BLAS_THREADED_MACS))
+            takes = b.op("and", I1, takes, b.select(bounded, I1, small, T.TRUE))
         pooled, pace = pool_abi.paced(b, mod, takes)
     ntasks = b.select(pooled, I64, nw, "1")
     tasks = b.alloca(I64, mul(ntasks, 3), name=f"ptasks{n}")
@@ -379,7 +487,7 @@ def _batched_gemm_on_pool(b, fn, p, gemm_addr, n, gated=False, bounded=True):
 
     def on_caller():
         b.call(VOID, chunk, [f"ptr {tasks}", "ptr null", "ptr null", f"ptr {p}"])
-    pool_abi.launch(b, mod, pooled, takes, pace, work, on_pool, on_caller)
+    pool_abi.launch(b, mod, pooled, takes, pace, work, on_pool, on_caller, ab)
 
 
 def has_pool_steps(program) -> bool:
@@ -409,16 +517,16 @@ def entry_function(address: int):
     return _ENTRY_CALL(address)
 
 
-def caller(address: int, program, n_checks: int, A, F, OFF, fallback, IE, step_error, lock=None):
+def caller(address: int, program, n_checks: int, A, F, OFF, S, fallback, IE, step_error, lock=None):
     """``run(*arrays) -> list of outputs`` calling the entry at ``address`` (``fallback(*arrays)`` for inputs
     that are not C-contiguous).  ``IE``: the graph's index-error array (the one its kernels' table slots point
     at); after a call that set it, ``step_error()`` is raised.  ``lock``: held around the call (``threads.
     LAUNCH_LOCK`` when the graph has a parallel kernel).  ``A``, ``F``, ``OFF``, ``IE`` are kept alive by the
-    returned function."""
-    ctx = np.array([A.ctypes.data, F.ctypes.data, OFF.ctypes.data, IE.ctypes.data], np.int64)
+    returned function, as is ``S``, the program's ``step_table``."""
+    ctx = np.array([A.ctypes.data, F.ctypes.data, OFF.ctypes.data, IE.ctypes.data, S.ctypes.data], np.int64)
     specs = [(tuple(r.shape), np.dtype(r.dtype.np)) for r in program.fresh]
     make = callers(program, n_checks, fallback, IE, step_error, lock, _ENTRY_CALL(address), take_by_shape,
-                   (A, F, OFF, IE))
+                   (A, F, OFF, IE, S))
     # outputs below the pool's threshold come from np.empty directly: take() would spend ~2 us in np.prod on
     # the shape of every call's scalar loss (B5's whole budget is 15 us)
     return make(ctx.ctypes.data, specs, [math.prod(s) * d.itemsize >= MIN_BYTES for s, d in specs], ctx)
@@ -428,10 +536,10 @@ def callers(program, n_checks: int, fallback, IE, step_error, lock, fn, take, ke
     """``make(ctx, specs, pooled, keep) -> run``: callers of one entry (``fn``: its ``entry_function``) that differ
     in their tables and fresh outputs only; made once per program, so that a program bound per tuple of sizes
     (``sized.py``) makes a caller per binding from data alone.  ``ctx``: the address of the context words (A's,
-    F's, OFF's and IE's addresses); ``specs``: each fresh output's (shape, dtype); ``pooled``: whether it is taken
-    from the output pool (``take``: by shape, or by capacity where shapes change between bindings) rather than
-    ``np.empty``; ``keep``: what the tables' memory belongs to, kept alive by ``run`` (with this maker's
-    ``keep``).  See ``caller`` for ``run``."""
+    F's, OFF's, IE's and the step table's addresses); ``specs``: each fresh output's (shape, dtype); ``pooled``:
+    whether it is taken from the output pool (``take``: by shape, or by capacity where shapes change between
+    bindings) rather than ``np.empty``; ``keep``: what the tables' memory belongs to, kept alive by ``run`` (with
+    this maker's ``keep``).  See ``caller`` for ``run``."""
     empty = np.empty
     outputs = program.outputs
     checked = bool(program.index_steps)
@@ -467,5 +575,5 @@ def callers(program, n_checks: int, fallback, IE, step_error, lock, fn, take, ke
     return make
 
 
-__all__ = ["entry_source", "entry_ir", "compile_entry", "caller", "callers", "entry_function", "layout_ok",
-           "has_pool_steps"]
+__all__ = ["entry_source", "code_listing", "entry_ir", "step_table", "kinds_of", "KINDS", "compile_entry", "caller",
+           "callers", "entry_function", "layout_ok", "has_pool_steps"]

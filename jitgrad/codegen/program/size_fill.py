@@ -58,10 +58,10 @@ _LOCK = threading.Lock()
 class FillLayout:
     """Where a binding's tables lie in its int64 buffer, in int64 words: A ``[0, n_table)``, then OFF (as long,
     at ``off``), the workspace slots' byte offsets (``ws``), the entry's context (``ctx``: the addresses of A, F,
-    OFF and IE, ``entry.caller``'s; F's and IE's in the template, A's and OFF's written by the fill) and the
-    parameter bytes (``params``), ``words`` in all.  And where the program's scratch holds the call's sizes
-    (``[0, n_sizes)``), the plan's values (``values``) and the values read back (``read``), ``scratch_words`` in
-    all."""
+    OFF, IE and the step table, ``entry.caller``'s; F's, IE's and the table's in the template, A's and OFF's
+    written by the fill) and the parameter bytes (``params``), ``words`` in all.  And where the program's scratch
+    holds the call's sizes (``[0, n_sizes)``), the plan's values (``values``) and the values read back (``read``),
+    ``scratch_words`` in all."""
 
     __slots__ = ("n_table", "off", "ws", "ctx", "params", "words", "n_sizes", "values", "read", "scratch_words")
 
@@ -69,7 +69,7 @@ class FillLayout:
         self.n_table = self.off = n_table
         self.ws = 2 * n_table
         self.ctx = self.ws + n_ws
-        self.params = self.ctx + 4
+        self.params = self.ctx + 5
         self.words = self.params + (n_param_bytes + 7) // 8
         self.n_sizes = self.values = n_sizes
         self.read = n_sizes + n_values

@@ -170,12 +170,13 @@ class SizedProgram:
         template.view(np.uint8)[8 * L.params:8 * L.params + len(p.params)] = np.frombuffer(bytes(p.params),
                                                                                             np.uint8)
         template[L.ctx + 1], template[L.ctx + 3] = cg.F.ctypes.data, cg._ierr.ctypes.data
+        template[L.ctx + 4] = cg.S.ctypes.data
         self._fill = size_fill()
         self._chunks = _Chunks(L, [slot for slot, _, _ in ws_slots])
         self.workspace = Workspace(self._chunks)
         self._callers = entry.callers(self.program, len(cg.checks), _decline, cg._ierr, cg.step_error,
                                       cg.call_lock, entry.entry_function(cg.entry_address), take_by_capacity,
-                                      (cg.F, cg._ierr))
+                                      (cg.F, cg._ierr, cg.S))
 
     def _floats_hold(self) -> bool:
         """After a fill: whether the guards with an operator the fill does not evaluate hold."""
