@@ -8,13 +8,11 @@ weights, the second none for the data.  Figures when the thresholds were set (B3
 256 x 64 x 256 a step).
 """
 import numpy as np
-import pytest
 
 import jitgrad as jg
-from jitgrad.runtime import dispatch
 from jitgrad.runtime.backward import graph_walk
 from jitgrad.runtime.node import Node
-from test_eager_overhead import _count
+from test_eager_overhead import _count, bound_ops  # noqa: F401 - the fixture: ops bound, in order
 
 
 def _b3(B=8, D=4, Hd=16, dtype=np.float32, seed=0):
@@ -32,16 +30,6 @@ def _b3(B=8, D=4, Hd=16, dtype=np.float32, seed=0):
     return step, (x, W1, b1, W2)
 
 
-@pytest.fixture
-def bound_ops(monkeypatch):
-    names = []
-    orig = dispatch._bind
-
-    def spy(op, args, params):
-        names.append(op.name)
-        return orig(op, args, params)
-    monkeypatch.setattr(dispatch, "_bind", spy)
-    return names
 
 
 def test_first_backward_binds_only_what_reaches_x(bound_ops):

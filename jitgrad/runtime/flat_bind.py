@@ -2,8 +2,8 @@
 ``x.tanh()``, ``x.sum()``, cross_entropy's log_softmax and nll_loss), one made per OpDef from its table row.
 
 ``flat_entry(op, arity)`` returns a function of the op's one or two arguments (and its params) that does in one
-frame what ``dispatch._bind`` then ``dispatch._record`` do for the common call: every tensor a plain CPU tensor (``Tensor`` or a
-subclass dispatched as one) that is no view and no inference tensor, the other argument at most a Python scalar, no
+frame what ``dispatch._bind`` then ``dispatch._record`` do for the common call: every tensor a plain CPU tensor
+(``Tensor`` or a subclass dispatched as one) that is no view and no inference tensor, the other argument at most a Python scalar, no
 thread tracing or in inference mode, anomaly mode off and ``dispatch._bind`` not wrapped (tools that spy on it still
 see every op).  It finds the signature's entry in dispatch's cache under dispatch's own key, calls the entry's impl
 and builds the output and its node as ``_bind`` / ``_record`` would, every slot the same; the op's table row

@@ -172,22 +172,30 @@ def _ln_impl(x, naxes, eps):
 _LN_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-def _ln_signature(avals, params):
-    """``eager_impl``: ``_ln_impl``'s arithmetic for float32 and float64 with each ``ndarray.mean`` spelled as the
-    ufunc calls under it (NumPy's ``_methods._mean``: ``add.reduce``, then a true division by the count, computed in
-    float64 and rounded to the dtype), four Python frames fewer per call; the count a 0-d array of the dtype (exact
-    below 2**24, where a float64 quotient rounded to float32 is the float32 quotient: the same bits), the axes and
-    the constants made once per signature (a ufunc converts a Python number on every call).  None (``_ln_impl``) for float16, whose mean accumulates in float32."""
-    (x,) = avals
+def _ln_constants(x, params):
+    """``(axes, count, eps, 1)`` of a layer_norm signature over ``x`` (an aval), the three constants 0-d arrays of
+    its dtype, or None where the per-signature impls do not apply (float16; an empty or 2**24-element norm)."""
     dtype = np.dtype(x.dtype.np)
-    naxes = params["naxes"]
-    axes = _ln_axes(len(x.shape), naxes)
+    axes = _ln_axes(len(x.shape), params["naxes"])
     n = 1
     for a in axes:
         n *= x.shape[a]
     if dtype not in _LN_DTYPES or not 0 < n < 2 ** 24:
         return None
-    count, eps_d, one = (np.array(v, dtype) for v in (n, params["eps"], 1.0))
+    return (axes,) + tuple(np.array(v, dtype) for v in (n, params["eps"], 1.0))
+
+
+def _ln_signature(avals, params):
+    """``eager_impl``: ``_ln_impl``'s arithmetic for float32 and float64 with each ``ndarray.mean`` spelled as the
+    ufunc calls under it (NumPy's ``_methods._mean``: ``add.reduce``, then a true division by the count, computed in
+    float64 and rounded to the dtype), four Python frames fewer per call; the count a 0-d array of the dtype (exact
+    below 2**24, where a float64 quotient rounded to float32 is the float32 quotient: the same bits), the axes and
+    the constants made once per signature (a ufunc converts a Python number on every call).  None (``_ln_impl``)
+    for float16, whose mean accumulates in float32."""
+    consts = _ln_constants(avals[0], params)
+    if consts is None:
+        return None
+    axes, count, eps_d, one = consts
 
     def same_bits(x, naxes, eps):
         mean = _add_reduce(x, axes, None, None, True)
@@ -269,15 +277,10 @@ def _ln_bwd_signature(avals, params):
     """``eager_impl``: ``_ln_bwd_impl``'s ops with the count, epsilon and 1 as 0-d arrays of the dtype made once per
     signature (the same values: a count below 2**24 is exact in float32; a ufunc converts a Python number on every
     call), the reductions' arguments positional.  None for other dtypes and sizes."""
-    x = avals[1]
-    dtype = np.dtype(x.dtype.np)
-    axes = _ln_axes(len(x.shape), params["naxes"])
-    n = 1
-    for a in axes:
-        n *= x.shape[a]
-    if dtype not in _LN_DTYPES or not 0 < n < 2 ** 24:
+    consts = _ln_constants(avals[1], params)
+    if consts is None:
         return None
-    count, eps_d, one = (np.array(v, dtype) for v in (n, params["eps"], 1.0))
+    axes, count, eps_d, one = consts
 
     def same_bits(g, x, y, naxes, eps):
         m = _add_reduce(x, axes, None, None, True)
