@@ -19,12 +19,28 @@ def test_a_late_worker_makes_the_next_calls_serial(monkeypatch):
     n = 4 * eager_threads.MIN_CHUNK
     assert eager_threads.threads_for(n) == 2
     assert eager_threads.threads_for(eager_threads.MIN_CHUNK) == 1       # too little work to split
+    eager_threads._WORKERS.ensure(1)        # (a call that starts a worker is not paced: the next test)
     eager_threads.run_split([(lambda: None, ()), (time.sleep, (0.05,))])
     hold = eager_threads._Pacer.HOLD
     assert [eager_threads.threads_for(n) for _ in range(hold)] == [1] * hold
     assert eager_threads.threads_for(n) == 2
     eager_threads.run_split([(lambda: None, ()), (time.sleep, (0.05,))])
     assert eager_threads._PACER.left == 2 * hold
+
+
+def test_a_call_that_starts_its_worker_is_not_held_for_it(monkeypatch):
+    """A split call that had to start a worker thread waits for the start as well: that is not a core taken by
+    another process, so it holds nothing; the same slow call with the worker running does."""
+    monkeypatch.setattr(eager_threads._Pacer, "SLOW", 2.5)
+    monkeypatch.setattr(eager_threads, "_PACER", eager_threads._Pacer())
+    monkeypatch.setattr(eager_threads, "_WORKERS", eager_threads._Workers())
+    monkeypatch.setattr(settings.STATE, "num_threads", 2)
+    before = eager_threads.STATS["contended"]
+    eager_threads.run_split([(lambda: None, ()), (time.sleep, (0.05,))])
+    assert eager_threads._PACER.left == 0 and eager_threads.STATS["contended"] == before
+    assert eager_threads.threads_for(4 * eager_threads.MIN_CHUNK) == 2
+    eager_threads.run_split([(lambda: None, ()), (time.sleep, (0.05,))])
+    assert eager_threads._PACER.left == eager_threads._Pacer.HOLD and eager_threads.STATS["contended"] == before + 1
 
 
 def test_a_worker_error_is_raised_after_every_part_finished(monkeypatch):

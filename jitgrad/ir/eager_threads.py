@@ -38,14 +38,18 @@ class _Workers:
         self.threads = []
         self.lock = threading.Lock()
 
-    def ensure(self, n: int) -> None:
+    def ensure(self, n: int) -> bool:
+        """Start threads until there are ``n``; True when this call started one."""
         if len(self.threads) >= n:
-            return
+            return False
         with self.lock:
+            started = False
             while len(self.threads) < n:
                 t = threading.Thread(target=self._run, name=f"jitgrad-eager-{len(self.threads)}", daemon=True)
                 t.start()
                 self.threads.append(t)
+                started = True
+        return started
 
     def _run(self):
         while True:
@@ -105,8 +109,9 @@ def run_split(tasks) -> None:
     workers at once; returns when all are done, raising the first error (after every task has finished, so none
     still writes into what the caller owns)."""
     done = []
+    started = False
     if len(tasks) > 1:
-        _WORKERS.ensure(len(tasks) - 1)
+        started = _WORKERS.ensure(len(tasks) - 1)
         STATS["split_calls"] += 1
     t0 = time.perf_counter()
     for fn, args in tasks[1:]:
@@ -126,7 +131,8 @@ def run_split(tasks) -> None:
             err = ev.error
     if err is not None:
         raise err
-    _PACER.note(t1 - t0, time.perf_counter() - t0)
+    if not started:     # (a thread's start is not a core taken by another process: no hold for it)
+        _PACER.note(t1 - t0, time.perf_counter() - t0)
 
 
 def threads_for(elements: int) -> int:
