@@ -131,8 +131,9 @@ def run_split(tasks) -> None:
             err = ev.error
     if err is not None:
         raise err
+    t2 = time.perf_counter()
     if not started:     # (a thread's start is not a core taken by another process: no hold for it)
-        _PACER.note(t1 - t0, time.perf_counter() - t0)
+        _PACER.note(t1 - t0, t2 - t0)
 
 
 def threads_for(elements: int) -> int:
