@@ -18,7 +18,8 @@ array costs nothing per call: its signature's entry holds the NumPy impl.
 
 Per structure (op, dtypes, params, serial or parallel; the row length where the decomposition bakes it in) a
 kernel is built once per process, never per size.  A call whose kernel is not linked yet runs NumPy; once such
-calls have spent ``REQUEST_AFTER_S`` in NumPy, the build is queued on the build thread (``codegen/native/build_thread.py``): measured (BENCHMARKS.md, "eagerkern"), a cold build
+calls have spent ``REQUEST_AFTER_S`` in NumPy, the build is queued on the build thread
+(``codegen/native/build_thread.py``): measured (BENCHMARKS.md, "eagerkern"), a cold build
 (trace, passes, LLVM at O3) takes 100-400 ms, far longer than a first call should wait, and even a warm one
 (loaded from disk) costs 10-15 ms of tracing and kernel IR to key it, plus ~0.25 s of imports for the first.
 Calls switch to the kernel once it is linked.  Inputs it does not handle (not C-contiguous, unaligned, shapes that
@@ -37,7 +38,8 @@ after it).
 Knobs: ``JITGRAD_EAGER_KERNELS=0`` turns the path off (every eager op runs its NumPy impl); ``=sync`` builds a
 kernel in the calling thread at its first call (tests, benchmarks that must not time NumPy calls);
 ``JITGRAD_EAGER_KERNEL_AFTER_S`` the NumPy time a structure's calls spend before its build is queued
-(``REQUEST_AFTER_S``); ``JITGRAD_EAGER_KERNEL_MIN`` the element count from which an op takes the native path (``MIN_ELEMENTS``);
+(``REQUEST_AFTER_S``); ``JITGRAD_EAGER_KERNEL_MIN`` the element count from which an op takes the native path
+(``MIN_ELEMENTS``);
 ``JITGRAD_EAGER_POOLED_MIN`` that of the one-ufunc ops (add, sub, mul: ``POOLED_MIN``); ``JITGRAD_EAGER_DRAW_MIN``
 that of uniform draws (``rand_uniform``: ``DRAW_MIN``; their kernel's numbers are NumPy's Philox bits, so a draw
 gives the same numbers before and after its kernel is linked).

@@ -111,10 +111,14 @@ class _EagerLaunch:
     NumPy come next, often an OpenBLAS call whose own threads need the cores (B9 eager at 2 threads: a spinning
     worker made it 43-50 ms against 41-43 ms with workers that sleep)."""
 
+    _spinning = None        # jitgrad's pool once a launch found it on (it stays for the process; forks keep it)
+
     def __enter__(self):
         LAUNCH_LOCK.__enter__()
-        from . import workpool
-        pool = workpool.spinning()
+        pool = self._spinning
+        if pool is None:
+            from . import workpool
+            pool = self._spinning = workpool.spinning()
         if pool is not None:
             pool.set_linger(False)
         self._pool = pool
