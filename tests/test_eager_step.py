@@ -80,7 +80,8 @@ def test_embedding_backward_out_of_range_still_raises():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("m, k, n", [(32, 30, 200), (32, 200, 27), (200, 32, 27), (30, 32, 200), (64, 64, 64)])
+@pytest.mark.parametrize("m, k, n", [(32, 30, 200), (32, 200, 27), (200, 32, 27), (30, 32, 200), (64, 64, 64),
+                                     (256, 256, 1), (1, 256, 256)])
 def test_gemm_of_one_signature_is_matmul2ds_call(dtype, m, k, n):
     """A single-threaded GEMM's signature gets its call worked out once (``eager_gemm``): the same routine and
     arguments as ``blas.matmul2d``, so the same bits, for every operand layout (C- or F-ordered, neither,
@@ -98,6 +99,28 @@ def test_gemm_of_one_signature_is_matmul2ds_call(dtype, m, k, n):
             got = f(x, y)
             assert got.flags.c_contiguous and got.dtype == dtype
             assert got.tobytes() == blas.matmul2d(x, y).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_matvec_products_by_gemv(dtype, monkeypatch):
+    """A single-threaded product with one row or one column of output is one ?gemv call (blas_gemv.py: a GEMM packs
+    the whole matrix first), for every operand layout; larger ones (threaded GEMMs) and full products keep ?gemm."""
+    from jitgrad.ir.ops import blas, blas_gemv
+    calls = []
+    monkeypatch.setattr(blas, "matvec", lambda a, b: calls.append(a.shape + b.shape) or blas_gemv.matvec(a, b))
+    rng = np.random.default_rng(1)
+    t = rng.standard_normal((256, 256)).astype(dtype)
+    w = rng.standard_normal((256, 1)).astype(dtype)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    for a, b in ((t, w), (t.T, w), (w.T, t), (w.T, t.T), (np.broadcast_to(w.T, (1, 256)), t),
+                 (t, np.broadcast_to(w[:1], (256, 1)))):
+        got = blas.matmul2d(a, b)
+        assert got.shape == (a.shape[0], b.shape[1]) and got.flags.c_contiguous and got.dtype == dtype
+        np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), **tol)
+    assert len(calls) == 6
+    blas.matmul2d(t, t)                                                     # a full product: ?gemm
+    blas.matmul2d(rng.standard_normal((4096, 128)).astype(dtype), w[:128])  # 512k multiply-adds: threaded ?gemm
+    assert len(calls) == 6
 
 
 def test_gemm_of_one_signature_only_where_matmul2d_runs_one_call():

@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import eager_threads as _eager_split
 from .. import settings
+from .blas_gemv import matvec
 from .blas_library import LIBRARY, gemm_address, info, load, thread_control
 
 # below this many multiply-adds the f2py call costs more than NumPy's own matmul saves
@@ -75,6 +76,13 @@ def matmul2d(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if "raw" in _GEMM:
         # C = A B computed as C^T = B^T A^T in column-major, written straight into a C-ordered result
         m, k, n = a.shape[0], a.shape[1], b.shape[1]
+        if (m == 1 or n == 1) and k and m * n * k <= BLAS_THREADED_MACS:
+            # one row or column of output: ?gemv, which packs nothing (blas_gemv.py)
+            if BlasPacer._current != 1:
+                BlasPacer.use(1)
+            c = matvec(a, b)
+            if c is not None:
+                return c
         c = np.empty((m, n), a.dtype)
         if m == 0 or n == 0:
             return c

@@ -15,6 +15,7 @@ import ctypes
 import numpy as np
 
 from . import blas
+from .blas_gemv import matvec
 
 _N, _T = b"N", b"T"
 _addressof = ctypes.addressof
@@ -30,13 +31,21 @@ def gemm_for_signature(m: int, k: int, n: int, dtype):
         return None
     if not blas.raw_gemm_ready():
         return None
+    pacer = blas.BlasPacer
+    if m == 1 or n == 1:
+        # blas.matmul2d's ?gemv (blas_gemv.py): the same call, the same bits
+        def gemv_one_thread(x, y):
+            if pacer._current != 1:
+                pacer.use(1)
+            c = matvec(x, y)
+            return c if c is not None else blas.matmul2d(x, y)
+        return gemv_one_thread
     gemm, one, zero = blas._raw_gemm(dtype)
     # per (x transposed, y transposed): C^T = op(y^T) op(x^T) in column-major, as blas._gemm_rows calls it
     arrays = tuple(blas._SIZES(n, m, k, k if ty else n, m if tx else k, n) for tx in (False, True)
                    for ty in (False, True))
     sizes = tuple(map(_addressof, arrays))
     shape = (m, n)
-    pacer = blas.BlasPacer
 
     def gemm_one_thread(x, y, _arrays=arrays):     # (the size arrays live as long as the function)
         f = x.flags
