@@ -120,11 +120,19 @@ def test_b3_step_at_size_counts(monkeypatch):
     blocks add frames per thread).  Figures when set: 289 -> 271 Python calls (two threads: 329 -> 316); where's walk
     over the (256, 64) gradient was ~164,000 instructions a step."""
     from jitgrad.ir import settings
-    from jitgrad.ir.ops import elementwise
+    from jitgrad.ir.ops import blas, blas_gemv, eager_gemm, elementwise
     monkeypatch.setattr(settings.STATE, "num_threads", 1)
     walks = []
     where = elementwise._WHERE
     monkeypatch.setattr(elementwise, "_WHERE", lambda *a: walks.append(1) or where(*a))
+    # the BLAS calls: 5 GEMMs of 256 x 64 x 256 (PyTorch's 5) and 3 matrix-vector products as ?gemv
+    # (t @ W2, and W2's two gradients: blas_gemv.py), none a GEMM that packs a whole matrix for one column
+    gemms, gemvs = [], []
+    rows = blas._gemm_rows
+    monkeypatch.setattr(blas, "_gemm_rows", lambda a, ta, lda, b, tb, ldb, c, *r: gemms.append(
+        (a.shape[1],) + c.shape) or rows(a, ta, lda, b, tb, ldb, c, *r))
+    for mod in (blas, eager_gemm):
+        monkeypatch.setattr(mod, "matvec", lambda a, b: gemvs.append(a.shape + b.shape) or blas_gemv.matvec(a, b))
     step, _ = _b3(B=256, D=64, Hd=256)
     for _ in range(3):
         step()
@@ -142,6 +150,11 @@ def test_b3_step_at_size_counts(monkeypatch):
                                                  "<frozen _collections_abc>"))]
     assert len(files) <= 280, f"B3 eager step made {len(files)} Python calls (271 when this threshold was set)"
     assert walks == []
+    gemms.clear()
+    gemvs.clear()
+    step()
+    assert sorted(gemms) == [(64, 256, 256)] * 2 + [(256, 64, 256)] + [(256, 256, 64)] * 2, gemms   # (k, m, n)
+    assert len(gemvs) == 3, gemvs
 
 
 def test_where_row_mask_same_bits():
