@@ -183,3 +183,25 @@ def test_where_row_mask_same_bits():
     n = np.linalg.norm(xs, axis=1, keepdims=True)
     with np.errstate(invalid="ignore"):
         np.testing.assert_allclose(xt.grad.numpy(), np.where(n != 0, xs / n, 0.0), rtol=1e-12)
+
+
+def test_b3_gradcheck_through_gemv(monkeypatch):
+    """The penalty's first and second order where ``t @ W2`` and W2's gradients are ?gemv calls (blas_gemv.py:
+    at least ``EAGER_MIN_MACS`` multiply-adds, one column or row of output), in float64."""
+    from jitgrad.ir.ops import blas, blas_gemv, eager_gemm
+    calls = []
+    for mod in (blas, eager_gemm):
+        monkeypatch.setattr(mod, "matvec", lambda a, b: calls.append(1) or blas_gemv.matvec(a, b))
+    rng = np.random.default_rng(3)
+    x = jg.tensor(rng.standard_normal((128, 4)), requires_grad=True)
+    W1 = jg.tensor(rng.standard_normal((4, 256)) * 0.5, requires_grad=True)
+    b1 = jg.tensor(rng.standard_normal(256) * 0.1, requires_grad=True)
+    W2 = jg.tensor(rng.standard_normal((256, 1)) * 0.5, requires_grad=True)
+
+    def penalty(W2, b1):
+        d = jg.tanh(x @ W1 + b1) @ W2
+        gx, = jg.autograd.grad(d.sum(), x, create_graph=True)
+        return d.mean() + 10 * ((gx.norm(dim=1) - 1) ** 2).mean()
+    assert jg.autograd.gradcheck(penalty, (W2, b1))
+    assert jg.autograd.gradgradcheck(lambda W2: penalty(W2, b1), (W2,))
+    assert calls
