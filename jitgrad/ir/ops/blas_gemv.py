@@ -95,4 +95,42 @@ def matvec(a: np.ndarray, b: np.ndarray):
     return y.reshape(m, n)
 
 
-__all__ = ["matvec"]
+def matvec_for_signature(m: int, k: int, n: int, dtype):
+    """:func:`matvec` for one signature (``m == 1`` or ``n == 1``, ``k >= 1``) with its sizes worked out once per
+    layout of the matrix (C-ordered, F-ordered): the same call, so the same bits; None without ``?gemv``."""
+    r = _routine(np.dtype(dtype))
+    if r is None:
+        return None
+    gemv, one, zero, inc = r
+    dtype = np.dtype(dtype)
+    if n == 1:      # (see matvec) the matrix is x, the vector y
+        c_form, f_form, out, on_x = (_T, _SIZES(k, m, max(1, k), 0)), (_N, _SIZES(m, k, max(1, m), 0)), m, True
+    else:
+        c_form, f_form, out, on_x = (_N, _SIZES(n, k, max(1, n), 0)), (_T, _SIZES(k, n, max(1, k), 0)), n, False
+    c_trans, f_trans = c_form[0], f_form[0]
+    c_ad, f_ad = _addressof(c_form[1]), _addressof(f_form[1])
+    shape = (m, n)
+
+    def gemv_one_signature(x, y, _sizes=(c_form[1], f_form[1])):     # (the size arrays live with the function)
+        if on_x:
+            mat, vec = x, y.reshape(k)
+        else:
+            mat, vec = y, x.reshape(k)
+        f = mat.flags
+        if f.c_contiguous:
+            trans, ad = c_trans, c_ad
+        elif f.f_contiguous:
+            trans, ad = f_trans, f_ad
+        else:
+            mat = np.ascontiguousarray(mat)
+            trans, ad = c_trans, c_ad
+        if not vec.flags.c_contiguous:
+            vec = np.ascontiguousarray(vec)
+        out_ = np.zeros(out, dtype)
+        gemv(trans, ad, ad + 4, one, _address(mat), ad + 8, _address(vec), inc, zero, _addressof(_from_buffer(out_)),
+             inc)
+        return out_.reshape(shape)
+    return gemv_one_signature
+
+
+__all__ = ["matvec", "matvec_for_signature"]

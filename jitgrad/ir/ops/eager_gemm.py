@@ -15,7 +15,7 @@ import ctypes
 import numpy as np
 
 from . import blas
-from .blas_gemv import matvec
+from .blas_gemv import matvec_for_signature
 
 _N, _T = b"N", b"T"
 _addressof = ctypes.addressof
@@ -34,11 +34,14 @@ def gemm_for_signature(m: int, k: int, n: int, dtype):
     pacer = blas.BlasPacer
     if m == 1 or n == 1:
         # blas.matmul2d's ?gemv (blas_gemv.py): the same call, the same bits
+        gemv = matvec_for_signature(m, k, n, dtype)
+        if gemv is None:
+            return None
+
         def gemv_one_thread(x, y):
             if pacer._current != 1:
                 pacer.use(1)
-            c = matvec(x, y)
-            return c if c is not None else blas.matmul2d(x, y)
+            return gemv(x, y)
         return gemv_one_thread
     gemm, one, zero = blas._raw_gemm(dtype)
     # per (x transposed, y transposed): C^T = op(y^T) op(x^T) in column-major, as blas._gemm_rows calls it
