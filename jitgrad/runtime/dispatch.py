@@ -15,7 +15,7 @@ from ..ir import dtypes as dt
 from ..ir.ops import OPS as _OPS, Aval, OpError
 from . import anomaly, forward_state, grad_mode, profiler_state
 from .bind_route import ROUTE as _ROUTE
-from .entry_source import make, record_source
+from .entry_source import make, record_label, record_source
 from .node import Node, _seq as _node_seq
 from .op_errors import forward_nan, op_error, with_user_line
 from .rule_entries import WEAK as _WEAK, avals_of as _avals, record_entry, rule_entry as _rule_entry, saved_inputs
@@ -297,7 +297,7 @@ def refresh_view(a, force=False):
 # _record(op, params, args, hit, t): give ``t`` a grad_fn Node (``hit``: the signature's entry from ``_rule_entry``),
 # the hot path of every recorded op: its text is rendered by entry_source.py from the template the flat entries
 # (flat_bind.py) are rendered from, so both paths build a node from one text
-_record = make(record_source(), "_record", globals())
+_record = make(record_source(), "_record", globals(), record_label())
 
 
 def _edges(op, args):

@@ -135,9 +135,10 @@ node.outputs = _NO_OUTPUT
 node.out_versions = None
 """
 
-# the user's line (source.user_code_line, inline): the first frame outside the package above the entry's caller
-# (the caller is the package's own code: starting above it makes one frame object fewer, and reads one less)
-_USER_LINE = """\
+# the node's saved values packed (saved_tensors_hooks), then the user's line: the first frame outside the package above
+# the entry's caller (source.user_frame's search, inline; the caller is the package's own code: starting above it
+# makes one frame object fewer, and reads one less)
+_PACKED_AND_LINE = """\
 if _SH.stack{traced}:
     pack_node(node)
 try:
@@ -301,8 +302,13 @@ def _flat_record(op, arity) -> str:
     text = head + _NODE.format(op="_op", params="params or {}", next_functions=nf,
                                needs=needs if arity == 1 else "needs = (n0, n1)")
     text += _saved(0, op, arity, needs)
-    text += _USER_LINE.format(traced="", depth=2, depth_1=1) + "t.grad_fn = node\n"
+    text += _PACKED_AND_LINE.format(traced="", depth=2, depth_1=1) + "t.grad_fn = node\n"
     return _at(2, text)
+
+
+def flat_label(op, arity: int) -> str:
+    """The file name's label of ``op``'s flat entry text (the text's row: ops with the same row share it)."""
+    return f"flat entry over {arity} argument{'s' * (arity > 1)}: {_row(op, arity)}"
 
 
 def flat_source(op, arity: int) -> str:
@@ -372,6 +378,10 @@ def _record(op, params, args, hit, t):
 '''
 
 
+def record_label() -> str:
+    return "dispatch._record"
+
+
 def record_source() -> str:
     """The text of ``dispatch._record``."""
     return _RECORD.format(
@@ -379,29 +389,39 @@ def record_source() -> str:
         node=_at(1, _NODE.format(op="op", params="params", next_functions="nf", needs="needs")),
         saved=_saved(1, None, None, "needs"),
         # (a thread's trace binds the traced path's ops here too: their saved values are not packed)
-        user_line=_at(1, _USER_LINE.format(traced=" and (not _DEPARTED or _TR.active is None)", depth=3, depth_1=2)))
+        user_line=_at(1, _PACKED_AND_LINE.format(traced=" and (not _DEPARTED or _TR.active is None)", depth=3, depth_1=2)))
 
 
 # ---- compiling ------------------------------------------------------------------------------------------------------
 
-_CODES: dict = {}       # text -> (its file name, its code object): each distinct text is compiled once
+_CODES: dict = {}       # text -> (its file name, its module's code): each distinct text is compiled once
 SOURCES: dict = {}      # file name -> text, of every text compiled here (the printer's)
 
 
-def make(text: str, name: str, namespace: dict):
+def make(text: str, name: str, namespace: dict, label: str):
     """The function ``name`` that ``text`` defines, its globals ``namespace`` (the dict of the module it serves, so it
-    reads that module's names as the module's own functions do).  The text is kept in ``linecache``."""
+    reads that module's names as the module's own functions do).  The text is kept in ``linecache`` under ``label``'s
+    file name, for tracebacks and ``inspect.getsource``."""
     hit = _CODES.get(text)
     if hit is None:
-        filename = os.path.join(_HERE, f"<generated {name} {len(_CODES)}>")
-        module = compile(text, filename, "exec", dont_inherit=True)
-        code = next(c for c in module.co_consts if type(c) is CodeType and c.co_name == name)
-        hit = _CODES[text] = (filename, code)
+        # (a name inside the package: the frame walks that look for the user's line skip it as jitgrad's own)
+        filename = os.path.join(_HERE, f"<generated {label}>")
+        hit = _CODES[text] = (filename, compile(text, filename, "exec", dont_inherit=True))
         SOURCES[filename] = text
-    filename, code = hit
+    filename, module = hit
     # (mtime None: linecache.checkcache keeps the entry)
     linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+    code = next(c for c in module.co_consts if type(c) is CodeType and c.co_name == name)
     return FunctionType(code, namespace, name)
+
+
+def renamed(fn, name: str):
+    """``fn`` under ``name``, with a code object of its own: ops whose entries share a text do not share CPython's
+    specialisation of its call sites (kept in the code object), so an op's calls never meet another op's types."""
+    code = fn.__code__.replace(co_name=name, co_qualname=name)
+    f = FunctionType(code, fn.__globals__, name, fn.__defaults__, fn.__closure__)
+    f.__doc__ = fn.__doc__
+    return f
 
 
 def source_of(fn) -> str | None:
@@ -409,4 +429,4 @@ def source_of(fn) -> str | None:
     return SOURCES.get(fn.__code__.co_filename)
 
 
-__all__ = ["flat_source", "record_source", "make", "source_of", "SOURCES"]
+__all__ = ["flat_source", "flat_label", "record_source", "record_label", "make", "renamed", "source_of", "SOURCES"]

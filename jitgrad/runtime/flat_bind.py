@@ -24,7 +24,7 @@ import numpy as np
 
 from . import anomaly, dispatch as _d, grad_mode
 from .dispatch import _NEEDS_ONE, _NO_EDGE, _NO_OUTPUT, _RULES, OpNode
-from .entry_source import flat_source, make
+from .entry_source import flat_label, flat_source, make, renamed
 from .node import _seq as _node_seq
 from .op_errors import op_error
 from .rule_entries import saved_inputs
@@ -54,9 +54,9 @@ def flat_entry(op, arity: int):
     key = (op, arity)
     f = _ENTRIES.get(key)
     if f is None and not op.view:
-        f = _ENTRIES[key] = make(flat_source(op, arity), "_make", globals())(op)
-        f.__name__ = f.__qualname__ = f"flat_{op.name}"
-        f.__doc__ = f"Primitive ``{op.name}``'s entry: {f.__doc__[2:]}"
+        f = _ENTRIES[key] = renamed(make(flat_source(op, arity), "_make", globals(), flat_label(op, arity))(op),
+                                    f"flat_{op.name}")
+        f.__doc__ = f"Primitive ``{op.name}``'s {f.__doc__[2:]}"
     return f
 
 
