@@ -183,7 +183,9 @@ def _saved(level, op, arity, needs):
         ins = _SAVED_PLAN.format(needs=needs, op=name, n="n") + _SAVED_EACH.format(
             ins="[None] * n", arg="args[i]", inference=_at(2, _INFERENCE_SAVED),
             is_tensor="type(x) is Tensor or isinstance(x, Tensor)")
-    out = _SAVED_OUTPUT.format(out="out" if op is not None else "t._data", version="0" if op is not None else "t._vc[0]")
+    # (a flat entry's output is fresh: its version is 0; _record's may be a view, whose counter is its base's)
+    out = _SAVED_OUTPUT.format(out="t._data", version="t._vc[0]") if op is None else \
+        _SAVED_OUTPUT.format(out="out", version="0")
     return _at(level, _choose(saves_in, ins, _SAVED_NONE) + _choose(saves_out, out, _NO_SAVED_OUTPUT))
 
 
@@ -292,7 +294,8 @@ def _flat_record(op, arity) -> str:
         if 0 in nondiff:
             head += "e0, n0 = _NO_EDGE, False\n"
         else:
-            head += f"if da is not a:\n{_edge(1, 'a', 0, 'e0, n0 = _NO_EDGE, False')}else:\n    e0, n0 = _NO_EDGE, False\n"
+            head += (f"if da is not a:\n{_edge(1, 'a', 0, 'e0, n0 = _NO_EDGE, False')}"
+                     "else:\n    e0, n0 = _NO_EDGE, False\n")
         if 1 in nondiff:
             head += "if not n0:\n    return t\ne1, n1 = _NO_EDGE, False\n"
         else:
@@ -389,7 +392,8 @@ def record_source() -> str:
         node=_at(1, _NODE.format(op="op", params="params", next_functions="nf", needs="needs")),
         saved=_saved(1, None, None, "needs"),
         # (a thread's trace binds the traced path's ops here too: their saved values are not packed)
-        user_line=_at(1, _PACKED_AND_LINE.format(traced=" and (not _DEPARTED or _TR.active is None)", depth=3, depth_1=2)))
+        user_line=_at(1, _PACKED_AND_LINE.format(
+            traced=" and (not _DEPARTED or _TR.active is None)", depth=3, depth_1=2)))
 
 
 # ---- compiling ------------------------------------------------------------------------------------------------------
@@ -415,18 +419,9 @@ def make(text: str, name: str, namespace: dict, label: str):
     return FunctionType(code, namespace, name)
 
 
-def renamed(fn, name: str):
-    """``fn`` under ``name``, with a code object of its own: ops whose entries share a text do not share CPython's
-    specialisation of its call sites (kept in the code object), so an op's calls never meet another op's types."""
-    code = fn.__code__.replace(co_name=name, co_qualname=name)
-    f = FunctionType(code, fn.__globals__, name, fn.__defaults__, fn.__closure__)
-    f.__doc__ = fn.__doc__
-    return f
-
-
 def source_of(fn) -> str | None:
     """The generated text of a function made here (of the entry an op's factory made), else None."""
     return SOURCES.get(fn.__code__.co_filename)
 
 
-__all__ = ["flat_source", "flat_label", "record_source", "record_label", "make", "renamed", "source_of", "SOURCES"]
+__all__ = ["flat_source", "flat_label", "record_source", "record_label", "make", "source_of", "SOURCES"]
