@@ -4,9 +4,10 @@ Two kinds of function are rendered from it and compiled (``compile``, once per d
 
 - ``flat_source(op, arity)``: primitive ``op``'s flat entry point over one or two arguments (``flat_bind.py``),
   rendered from the op's table row (which inputs it differentiates, whether it saves inputs or its output): the text
-  holds only the branches that op takes, and each op's entry is that text's function with ``_op`` bound to it;
+  holds only the branches that op takes.  Ops with the same row share the text; each op's entry is its function
+  with ``_op`` bound to the op, compiled at the entry's first call (``flat_bind.installed``);
 - ``record_source()``: ``dispatch._record``, the general path's recording of any op's node, its table row read per
-  call.
+  call; compiled at dispatch's import.
 
 Both are built from the same fragments below (an input's edge, the node's slots, the inputs and output it saves, the
 walk to the user's line), so a node has one source whichever path made it; ``tests/test_flat_bind.py`` compares the
