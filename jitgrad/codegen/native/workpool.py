@@ -118,6 +118,15 @@ PARALLEL_GRAIN = 1 << 15
 PARALLEL_WORK = 1 << 23
 _MIN_WORK = ctypes.c_int64(int(float(os.environ.get("JITGRAD_PARALLEL_WORK", PARALLEL_WORK))))
 _GRAIN = ctypes.c_int64(int(float(os.environ.get("JITGRAD_PARALLEL_GRAIN", PARALLEL_GRAIN))))
+# Eager kernels' launches (``jit/eager_kernels.py``) have a threshold of their own: an eager round wakes sleeping
+# workers (5-30 us: ``threads.EAGER_LAUNCH`` leaves them asleep after it, since Python and OpenBLAS come next, not
+# another round), so what pays for a compiled step's back-to-back rounds need not pay for one eager call.  The same
+# built kernels serve both: ``EAGER_LAUNCH`` puts these values in the globals the kernels read for the launch and
+# the compiled ones back after it (``eager_thresholds``).  JITGRAD_EAGER_PARALLEL_WORK / _GRAIN, ``set_eager_min_work``.
+EAGER_PARALLEL_WORK = PARALLEL_WORK
+EAGER_PARALLEL_GRAIN = PARALLEL_GRAIN
+_EAGER = [int(float(os.environ.get("JITGRAD_EAGER_PARALLEL_WORK", EAGER_PARALLEL_WORK))),
+          int(float(os.environ.get("JITGRAD_EAGER_PARALLEL_GRAIN", EAGER_PARALLEL_GRAIN)))]
 _ROUNDS = ctypes.c_int64(0)     # pool rounds launched by kernels built from IR and by entries (tests count them)
 _CALLER_ROUNDS = ctypes.c_int64(0)  # those of them in which the calling thread ran chunk 0
 # the pacer's state and counters (see the module docstring): gated launches read PACE at every call
@@ -152,6 +161,37 @@ def grain() -> int:
     return int(_GRAIN.value)
 
 
+def eager_min_work() -> int:
+    """``min_work()`` for eager kernels' launches (their own knob: ``EAGER_PARALLEL_WORK``)."""
+    return _EAGER[0]
+
+
+def eager_grain() -> int:
+    """``grain()`` for eager kernels' launches."""
+    return _EAGER[1]
+
+
+def set_eager_min_work(work: int, grain: int | None = None) -> tuple:
+    """Set ``eager_min_work()`` (and ``eager_grain()``, when given) for this process; returns the previous pair.
+    Compiled steps' thresholds (``set_min_work``) are not touched."""
+    prev = tuple(_EAGER)
+    _EAGER[0] = max(0, int(work))
+    if grain is not None:
+        _EAGER[1] = max(0, int(grain))
+    return prev
+
+
+def eager_thresholds(on: bool, prev=None):
+    """Put the eager thresholds in the globals the kernels read (``on``; returns what was there) or ``prev`` back
+    (``threads.EAGER_LAUNCH``, holding the launch lock, so no compiled launch sees them)."""
+    if on:
+        was = (_MIN_WORK.value, _GRAIN.value)
+        _MIN_WORK.value, _GRAIN.value = _EAGER
+        return was
+    _MIN_WORK.value, _GRAIN.value = prev
+    return None
+
+
 def rounds() -> int:
     """How many times kernels built from IR and entries woke the workers (one round per pooled launch)."""
     return int(_ROUNDS.value)
@@ -163,11 +203,13 @@ def caller_rounds() -> int:
     return int(_CALLER_ROUNDS.value)
 
 
-def takes(elements, per_element: float) -> bool:
+def takes(elements, per_element: float, eager: bool = False) -> bool:
     """Whether a parallel-capable loop of ``elements`` elements, each costing ``per_element``, takes the pool:
     the test the kernel makes per call (``ir_loops._Renderer._dispatch``), less the worker count and the pacer
-    (which holds launches off the pool only inside a paced graph's call: never between calls)."""
-    return elements >= _GRAIN.value and float(elements) * per_element >= float(_MIN_WORK.value)
+    (which holds launches off the pool only inside a paced graph's call: never between calls).  ``eager``: at
+    the eager kernels' thresholds (``eager_min_work``)."""
+    work, least = (_EAGER[0], _EAGER[1]) if eager else (_MIN_WORK.value, _GRAIN.value)
+    return elements >= least and float(elements) * per_element >= float(work)
 
 
 def takes_batch(macs, count, most: int) -> bool:
@@ -413,5 +455,7 @@ def run_on_each(fn) -> list:
 
 __all__ = ["available", "launch", "threads", "queues", "caller", "private", "run_on_each", "default_threads", "library",
            "spinning", "POOL", "SYMBOLS", "PARALLEL_GRAIN", "PARALLEL_WORK", "PRIVATE_POOL", "min_work", "set_min_work", "grain", "rounds",
+           "EAGER_PARALLEL_WORK", "EAGER_PARALLEL_GRAIN", "eager_min_work", "eager_grain", "set_eager_min_work",
+           "eager_thresholds",
            "caller_rounds", "takes", "takes_batch", "takes_split", "pace", "set_pace", "launch_times", "PACE_OFF",
            "PACE_TIMED", "PACE_HELD", "CLOCK_ID", "CLOCK_ADDRESS"]
