@@ -11,8 +11,8 @@ global an ``i64``.  Nothing here imports Numba or llvmlite.
 """
 from __future__ import annotations
 
-from ..native.workpool import CLOCK_ID, PACE_HELD, PACE_TIMED
-from .llvm_text import DOUBLE, I1, I32, I64, PTR, VOID, const
+from ..native.workpool import CLOCK_ID, JOIN_MAX, PACE_HELD, PACE_OFF, PACE_TIMED, RANGE_SLOTS
+from .llvm_text import DOUBLE, I1, I32, I64, PTR, VOID, Builder, const
 
 
 def declare(module) -> tuple:
@@ -66,6 +66,92 @@ def round_(b, module, run_first):
         _add(b, module, "caller_rounds", "1")
         run_first()
     b.call(VOID, sync, [])
+
+
+def _join_array(module, name, n):
+    return module.external("jitgrad_wq_" + name, f"[{n} x i64]")
+
+
+def flush(b, module):
+    """Emit ``flush()``: run the round launches queued into by joining (``join_chunks``), if any: count it, wake
+    the workers, run the caller's chunks in the order they were queued, wait.  A load and a test when none is
+    pending.  Each module gets the function once (internal)."""
+    name = "jitgrad_wq_flush_pending"
+    ref = f'@"{name}"'
+    if name not in module.symbols:
+        _, ready, sync = declare(module)
+        f = module.function(name, [], linkage="internal", attrs="nounwind noinline")
+        fb = Builder(f, f.block("entry"))
+        with fb.if_then(fb.icmp("ne", I64, _read(fb, module, "queued"), "0")):
+            fb.store(I64, "0", pool_global(module, "queued"))
+            count_round(fb, module)
+            _add(fb, module, "caller_rounds", "1")
+            fb.call(VOID, ready, [])
+            mine = _join_array(module, "mine", 3 * JOIN_MAX)
+            n = _read(fb, module, "nmine")
+            slot = fb.alloca(I64)
+            fb.store(I64, "0", slot)
+            head, body, done = f.block("head"), f.block("body"), f.block("done")
+            fb.branch(head)
+            fb.position_at_end(head)
+            j = fb.load(I64, slot)
+            fb.cbranch(fb.icmp("slt", I64, j, n), body, done)
+            fb.position_at_end(body)
+            at = fb.op("mul", I64, j, "3")
+            fn, args, data = (fb.cast("inttoptr", I64, fb.load(I64, fb.gep(I64, mine, fb.op("add", I64, at, str(k)))),
+                                      PTR) for k in range(3))
+            fb.call(VOID, fn, [f"ptr {args}", "ptr null", "ptr null", f"ptr {data}"])
+            fb.store(I64, fb.op("add", I64, j, "1"), slot)
+            fb.branch(head)
+            fb.position_at_end(done)
+            fb.store(I64, "0", pool_global(module, "nmine"))
+            fb.call(VOID, sync, [])
+            fb.store(I64, "0", pool_global(module, "nranges"))
+        fb.ret_void()
+    b.call(VOID, ref, [])
+
+
+def joining(b, module, pooled, pace=None):
+    """The ``i1`` that a launch that takes the pool (``pooled``) queues its chunks into the pending round instead
+    of running a round of its own: the entry asks it to (``jitgrad_wq_join``: its step shares a round with the
+    step before, ``round_groups.py``), and the pool's pacer is not timing launches (``pace``, a gated one's)."""
+    j = b.op("and", I1, pooled, b.icmp("ne", I64, _read(b, module, "join"), "0"))
+    if pace is not None:
+        j = b.op("and", I1, j, b.icmp("eq", I64, pace, str(PACE_OFF)))
+    return j
+
+
+def join_chunk(b, module, chunk, t, start, stop, data):
+    """Queue chunk ``t`` (an int64 value) ``[start, stop)`` of a joining launch (``chunk``: its chunk function,
+    ``data``: its argument block): the range goes to the pool's own slots (the launch's records die with its
+    frame), chunk 0 to the caller's list when the calling thread runs one (``workpool.caller``), the others to
+    the workers' queues (``add_task``, round robin from the round's first queue: chunk t of every joined launch
+    lands on the same worker)."""
+    ranges = _join_array(module, "ranges", RANGE_SLOTS)
+    r = _read(b, module, "nranges")
+    b.store(I64, b.op("add", I64, r, "2"), pool_global(module, "nranges"))
+    rec = b.gep(I64, ranges, r)
+    b.store(I64, start, rec)
+    b.store(I64, stop, b.gep(I64, rec, "1"))
+    with b.if_else(queued(b, module, t)) as (then, other):
+        with then:
+            b.call(VOID, declare(module)[0], [f"ptr {chunk}", f"ptr {rec}", "ptr null", "ptr null", f"ptr {data}"])
+            _add(b, module, "queued", "1")
+        with other:
+            mine = _join_array(module, "mine", 3 * JOIN_MAX)
+            n = _read(b, module, "nmine")
+            b.store(I64, b.op("add", I64, n, "1"), pool_global(module, "nmine"))
+            at = b.op("mul", I64, n, "3")
+            for k, v in enumerate((b.cast("ptrtoint", PTR, chunk, I64), b.cast("ptrtoint", PTR, rec, I64),
+                                   b.cast("ptrtoint", PTR, data, I64))):
+                b.store(I64, v, b.gep(I64, mine, b.op("add", I64, at, str(k))))
+
+
+def count_join(b, module):
+    """Count a launch that queues its chunks into a round already pending (``workpool.joined``: the pooled
+    launches of a step are its rounds plus these)."""
+    with b.if_then(b.icmp("ne", I64, _read(b, module, "queued"), "0")):
+        _add(b, module, "joined", "1")
 
 
 def _clock_ns(b, module, ts):
@@ -131,4 +217,4 @@ def work_of(b, elements, per_element: float):
 
 
 __all__ = ["declare", "pool_global", "reaches_min_work", "takes_pool", "count_round", "queued", "round_", "paced",
-           "launch", "work_of"]
+           "launch", "work_of", "flush", "joining", "join_chunk", "count_join"]

@@ -84,7 +84,9 @@ from ...ir import settings
 SYMBOLS = ("jitgrad_wq_add_task", "jitgrad_wq_ready", "jitgrad_wq_synchronize", "jitgrad_wq_threads",
            "jitgrad_wq_caller", "jitgrad_wq_caller_rounds", "jitgrad_wq_min_work", "jitgrad_wq_grain",
            "jitgrad_wq_rounds", "jitgrad_wq_pace", "jitgrad_wq_clock", "jitgrad_wq_pool_ns", "jitgrad_wq_pool_work",
-           "jitgrad_wq_serial_ns", "jitgrad_wq_serial_work")
+           "jitgrad_wq_serial_ns", "jitgrad_wq_serial_work", "jitgrad_wq_join", "jitgrad_wq_can_join",
+           "jitgrad_wq_queued", "jitgrad_wq_joined", "jitgrad_wq_nmine", "jitgrad_wq_nranges", "jitgrad_wq_mine",
+           "jitgrad_wq_ranges")
 _lock = threading.Lock()
 _LIB = None
 _PRIVATE = False
@@ -129,6 +131,22 @@ _EAGER = [int(float(os.environ.get("JITGRAD_EAGER_PARALLEL_WORK", EAGER_PARALLEL
           int(float(os.environ.get("JITGRAD_EAGER_PARALLEL_GRAIN", EAGER_PARALLEL_GRAIN)))]
 _ROUNDS = ctypes.c_int64(0)     # pool rounds launched by kernels built from IR and by entries (tests count them)
 _CALLER_ROUNDS = ctypes.c_int64(0)  # those of them in which the calling thread ran chunk 0
+# Launches that share one round (``codegen/program/round_groups.py``): while the entry sets JOIN, a kernel that takes
+# the pool queues its chunks into the round pending since the last one that did (workers' chunks with ``add_task``,
+# the caller's into MINE, each chunk's [start, stop) into RANGES: the kernel's own records die with its frame),
+# and the next step that does not join runs that round (``pool_abi.flush``).  CAN_JOIN: the pool runs a queue's
+# tasks in order (``spin_pool``, whose queues hold ``spin_pool.MAX_TASKS``; ``workqueue`` holds one).  JOIN_MAX
+# launches at most share a round.
+JOIN_MAX = 8
+_JOIN = ctypes.c_int64(0)
+_CAN_JOIN = ctypes.c_int64(0)
+_QUEUED = ctypes.c_int64(0)     # worker tasks queued in the pending round (0: none pending)
+_JOINED = ctypes.c_int64(0)     # launches that queued their chunks into a pending round (counted, for tests)
+_NMINE = ctypes.c_int64(0)
+_NRANGES = ctypes.c_int64(0)
+RANGE_SLOTS = 2 * JOIN_MAX * 257
+_MINE = (ctypes.c_int64 * (3 * JOIN_MAX))()
+_RANGES = (ctypes.c_int64 * RANGE_SLOTS)()
 # the pacer's state and counters (see the module docstring): gated launches read PACE at every call
 PACE_OFF, PACE_TIMED, PACE_HELD = 0, 1, 2
 _PACE = ctypes.c_int64(PACE_OFF)
@@ -195,6 +213,19 @@ def eager_thresholds(on: bool, prev=None):
 def rounds() -> int:
     """How many times kernels built from IR and entries woke the workers (one round per pooled launch)."""
     return int(_ROUNDS.value)
+
+
+def joined() -> int:
+    """How many pooled launches queued their chunks into a round another launch had queued into first
+    (``codegen/program/round_groups.py``): pooled launches that woke no round of their own, so a step's pooled
+    launches are its ``rounds()`` plus these."""
+    return int(_JOINED.value)
+
+
+def can_join() -> bool:
+    """Whether launches can share a round on this process's pool (``spin_pool``, the calling thread one of the
+    threads)."""
+    return bool(_CAN_JOIN.value)
 
 
 def caller_rounds() -> int:
@@ -388,6 +419,11 @@ def launch() -> int:
             ll.add_symbol("jitgrad_wq_pace", ctypes.addressof(_PACE))
             for name, counter in _TIMES.items():
                 ll.add_symbol("jitgrad_wq_" + name, ctypes.addressof(counter))
+            # one round for several launches needs queues that hold more than one task each, run in order
+            _CAN_JOIN.value = 1 if spin is not None and _CALLER.value else 0
+            for name, value in (("join", _JOIN), ("can_join", _CAN_JOIN), ("queued", _QUEUED), ("joined", _JOINED),
+                                ("nmine", _NMINE), ("nranges", _NRANGES), ("mine", _MINE), ("ranges", _RANGES)):
+                ll.add_symbol("jitgrad_wq_" + name, ctypes.addressof(value))
             clock = CLOCK_ADDRESS or ctypes.cast(ctypes.CDLL(None).clock_gettime, ctypes.c_void_p).value
             ll.add_symbol("jitgrad_wq_clock", clock)
     return int(_THREADS.value)
@@ -456,6 +492,6 @@ def run_on_each(fn) -> list:
 __all__ = ["available", "launch", "threads", "queues", "caller", "private", "run_on_each", "default_threads", "library",
            "spinning", "POOL", "SYMBOLS", "PARALLEL_GRAIN", "PARALLEL_WORK", "PRIVATE_POOL", "min_work", "set_min_work", "grain", "rounds",
            "EAGER_PARALLEL_WORK", "EAGER_PARALLEL_GRAIN", "eager_min_work", "eager_grain", "set_eager_min_work",
-           "eager_thresholds",
+           "eager_thresholds", "joined", "can_join", "JOIN_MAX",
            "caller_rounds", "takes", "takes_batch", "takes_split", "pace", "set_pace", "launch_times", "PACE_OFF",
            "PACE_TIMED", "PACE_HELD", "CLOCK_ID", "CLOCK_ADDRESS"]

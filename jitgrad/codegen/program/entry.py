@@ -30,6 +30,7 @@ import numpy as np
 from ...ir.ops.blas import BLAS_THREADED_MACS
 from ..kernels import llvm_text as T, pool_abi
 from ..kernels.llvm_text import DOUBLE, I1, I32, I64, PTR, VOID
+from . import round_groups
 from .output_pool import MIN_BYTES, take as take_by_shape
 
 TUPLE_ITEMS = 3 * ctypes.sizeof(ctypes.c_void_p)     # PyTupleObject: refcnt, type, size, then ob_item[]
@@ -61,8 +62,6 @@ _CALLS = {"kernel": "call_kernel", "gemm": "call_gemm", "bgemm": "call_gemm_batc
           "sbgemm": "call_gemm_batched_on_pool"}
 HEADER = 5          # the step table's header words: patches, err slots, steps, n_checks, the err array's tuple index
 IE_OK, CHECKS_OK = 1, 2     # a record's guard bits: it runs only when no step raised / no anomaly check failed
-
-
 def _kind(st) -> str:
     if st.kind == "bgemm" and st.parallel:
         # its batch split between the pool's workers (gated: in the calls where that pays)
@@ -80,9 +79,11 @@ def _records(program, n_inputs: int, n_checks: int):
     errs = list(p.err_slots) if n_checks else []
     checked = bool(p.index_steps)
     steps = []
+    joins = round_groups.entry_joins(p)
     for n, st in enumerate(p.steps):
         # after a step that may raise, an in-place state update runs only when it did not
         guard = IE_OK if st.state_write and checked else 0
+        guard |= round_groups.guard_bits(joins.get(n))
         steps.append((_kind(st), n, st.block, guard, st.label))
     # an anomaly or a raising step leaves the user's state untouched
     guard = (CHECKS_OK if n_checks else 0) | (IE_OK if checked else 0)
@@ -148,6 +149,9 @@ def code_listing(program) -> str:
              "        kind, n, block, guard = S[k:k + 4]; k += 4",
              f"        if guard & {IE_OK} and IE[0] != 0 or guard & {CHECKS_OK} and ptr_i64(e)[0] != n_checks:",
              "            continue"]
+    joining = bool(round_groups.entry_joins(program))
+    if joining:
+        lines[-2:-2] = round_groups.listing(IE_OK | CHECKS_OK)
     branches = _branches(kinds)
     for j, (_, group) in enumerate(branches):
         test = "if" if j == 0 else "elif"
@@ -158,6 +162,8 @@ def code_listing(program) -> str:
         else:
             lines += [f"            {_call_text(kd)} if kind == {KINDS.index(kd)} else" for kd in group[:-1]]
             lines.append(f"            {_call_text(group[-1])}")
+    if joining:
+        lines += ["        join = 0", "    flush()"]
     return "# jitgrad.codegen.program.entry: a graph's C entry, emitted as LLVM IR (sizes come from the tables)\n" + \
         "\n".join(lines) + "\n"
 
@@ -172,6 +178,7 @@ def entry_source(program, n_inputs: int, n_checks: int) -> str:
         call = _call_text(kind).replace("F[n]", f"F[{n}]").replace("8 * block", str(8 * block))
         conds = (["IE[0] == 0"] if guard & IE_OK else []) + ([f"ptr_i64(e)[0] == {n_checks}"]
                                                             if guard & CHECKS_OK else [])
+        label += round_groups.label(guard)
         if conds:
             lines += [f"if {' and '.join(conds)}:", f"    {call}  # {label}"]
         else:
@@ -227,10 +234,14 @@ def entry_ir(program, n_inputs: int, n_checks: int, name: str) -> str:
     e = b.load(I64, e_v)
     loop("err", n_errs, lambda: b.store(I64, e, b.gep(I64, a, at(S, next_k(1)))))
 
+    joining = bool(round_groups.entry_joins(program))
+
     def step():
         k = next_k(4)
         kind, n, block, guard = (at(S, b.op("add", I64, k, str(j))) for j in range(4))
         run, check, check_e, read_e, done = (fn.block(x) for x in ("run", "guard", "guard_e", "read_e", "next"))
+        if joining:
+            guard = round_groups.emit_join(b, mod, guard, IE_OK | CHECKS_OK)
         b.cbranch(b.icmp("eq", I64, guard, "0"), run, check)
         b.position_at_end(check)
         ie_bad = b.op("and", I1, b.icmp("ne", I64, b.op("and", I64, guard, str(IE_OK)), "0"),
@@ -260,7 +271,11 @@ def entry_ir(program, n_inputs: int, n_checks: int, name: str) -> str:
         if not kinds:
             b.branch(done)
         b.position_at_end(done)
+        if joining:
+            b.store(I64, "0", pool_abi.pool_global(mod, "join"))
     loop("step", n_steps, step)
+    if joining:
+        pool_abi.flush(b, mod)
     b.ret_void()
     ab.branch(fn.blocks[1])
     return mod.text()
@@ -491,8 +506,9 @@ def _batched_gemm_on_pool(b, ab, fn, p, gemm_addr, n, gated=False, bounded=True)
 
 
 def has_pool_steps(program) -> bool:
-    """Whether the entry of ``program`` launches work on the pool itself (a parallel ``bgemm`` step)."""
-    return any(st.kind == "bgemm" and st.parallel for st in program.steps)
+    """Whether the entry of ``program`` launches work on the pool itself (a parallel ``bgemm`` step, or a round
+    that steps share: ``round_groups.entry_joins``)."""
+    return any(st.kind == "bgemm" and st.parallel for st in program.steps) or bool(round_groups.entry_joins(program))
 
 
 def compile_entry(program, n_inputs: int, n_checks: int, key: str):
