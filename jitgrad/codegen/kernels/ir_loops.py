@@ -163,11 +163,7 @@ class _Renderer:
         chunk = self._chunk_function(body[:n], loop)
         stop = self.value(loop.stop, {})
         gate = None if loop.gate is None else (self.value(loop.gate[0], {}), float(loop.gate[1]))
-        # it may queue its chunks into a round started by the launch before (pool_abi.joining) when nothing of it
-        # runs on the calling thread after the chunks (no partial sums to add); what it stores before them (a sum's
-        # output zeroed) the entry's grouping checks no earlier chunk of the round touches (round_groups.py)
-        joinable = not loop.reductions and not body[n + 1:]
-        self._dispatch(chunk, stop, loop.reductions, 2 + len(loop.reductions), gate, joinable)
+        self._dispatch(chunk, stop, loop.reductions, 2 + len(loop.reductions), gate, _joins(body, n))
         self.block(body[n + 1:])
 
     def _chunk_function(self, prologue, loop):
@@ -535,6 +531,20 @@ _EMIT = {"ptr": _Renderer._ptr, "load": _Renderer._load, "bin": _Renderer._binop
          "libm": _Renderer._libm, "table": _Renderer._table_load}
 
 
+def _joins(body, n) -> bool:
+    # a parallel kernel may queue its chunks into a round started by the launch before (pool_abi.joining) when
+    # nothing of it runs on the calling thread after the chunks (no partial sums to add); what it stores before
+    # them (a sum's output zeroed) the entry's grouping checks no earlier chunk of the round touches (round_groups)
+    return not body[n].reductions and not body[n + 1:]
+
+
+def joins_rounds(kir: ki.KernelIR) -> bool:
+    """Whether a parallel kernel's launch may queue its chunks into a pool round pending from launches before
+    it (``pool_abi.joining``: nothing of it runs on the calling thread after its chunks)."""
+    at = [n for n, s in enumerate(kir.body) if isinstance(s, ki.For) and s.parallel]
+    return bool(kir.parallel) and PARALLEL and len(at) == 1 and _joins(kir.body, at[0])
+
+
 # ---------------------------------------------------------------------------------------------------- the text
 def symbol(key: str) -> str:
     return f"jitgrad_kernel_{key[:24]}"
@@ -566,4 +576,4 @@ def render(kir: ki.KernelIR, key: str) -> str:
     return f"{HEADER}{key}\n{text}"
 
 
-__all__ = ["render", "Unsupported", "alias_md", "ALIAS_DOMAIN", "symbol", "HEADER", "INTERLEAVE", "lltype"]
+__all__ = ["render", "Unsupported", "alias_md", "ALIAS_DOMAIN", "symbol", "HEADER", "INTERLEAVE", "lltype", "joins_rounds"]

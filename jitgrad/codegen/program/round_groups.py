@@ -24,7 +24,7 @@ import os
 from typing import NamedTuple
 
 from ...ir.plan import RowGroup
-from ..kernels import pool_abi
+from ..kernels import ir_loops, pool_abi
 from ..kernels.llvm_text import I1, I64
 from ..native.workpool import JOIN_MAX
 
@@ -190,8 +190,26 @@ def entry_joins(program) -> dict:
     if not JOIN_ROUNDS:
         return {}
     from ..native import llvm_build
-    return joins(program.steps, lambda k: llvm_build.translatable(k.key, k.source))
+    return joins(program.steps, lambda k: ir_loops.joins_rounds(k.ir) and llvm_build.translatable(k.key, k.source))
 
 
-__all__ = ["Access", "access_rows", "conflict", "joins", "entry_joins", "guard_bits", "label", "listing", "emit_join",
+def launch_joins(joined, pooled, threads: int, pool_joins: bool) -> list:
+    """Per step, whether its launch queues into a round already pending when ``pooled[k]`` says which steps take
+    the pool this call (``CompiledGraph.launches``): a member of a group (``joined``, ``joins``' answer) after one
+    that took the pool, the thread count dividing the group's divisor, on a pool whose rounds launches can share
+    (``pool_joins``)."""
+    out, pending = [], False
+    for k in range(len(pooled)):
+        got = joined.get(k)
+        if got is None or not pool_joins or got[1] % max(threads, 1):
+            out.append(False)
+            pending = False
+            continue
+        # a member that does not take the pool runs the pending round before its chunks (on the calling thread)
+        out.append(bool(pooled[k]) and pending and not got[0])
+        pending = bool(pooled[k])
+    return out
+
+
+__all__ = ["Access", "access_rows", "conflict", "joins", "entry_joins", "launch_joins", "guard_bits", "label", "listing", "emit_join",
            "JOIN_ROUNDS", "JOIN", "HEAD", "DIVISOR_SHIFT"]
