@@ -172,10 +172,45 @@ def _add(b, module, name, value):
 
 def paced(b, module, takes):
     """``(pooled, pace)`` of a gated launch: ``pooled``, the ``i1`` that it wakes the workers (``takes``, its
-    threshold test, holds and the pool's pacer is not holding launches off the pool); ``pace``, the pacer's state
-    as read for this launch (``workpool.pace``), for ``launch``."""
+    threshold test, holds, the pool's pacer is not holding launches off the pool, and the pool's spinners have
+    not seen another process take a core lately: ``busy``); ``pace``, the pacer's state as read for this launch
+    (``workpool.pace``), for ``launch``."""
     pace = _read(b, module, "pace")
-    return b.op("and", I1, takes, b.icmp("ne", I64, pace, str(PACE_HELD))), pace
+    free = b.op("and", I1, takes, b.icmp("ne", I64, pace, str(PACE_HELD)))
+    held = b.call(I1, _busy_fn(module), [f"i1 {free}"])
+    return b.op("and", I1, free, b.op("xor", I1, held, "true")), pace
+
+
+def _busy_fn(module):
+    """``i1 busy(i1 takes)``, once per module: whether a launch that would take the pool (``takes``) stays on the
+    calling thread because the pool's spinners saw another process take a core (``spin_pool``: a spinner
+    descheduled, or spins that keep running out) less than ``spin_pool.QUIET_NS`` ago: its end is the global
+    ``busy_until`` (the pool's own, ``workpool.launch``; 0: no such sign).  Reads the clock only while that is
+    set; clears it (compare-and-swap: a spinner may set a new one meanwhile) once passed.  Counts the launches it
+    holds (``workpool.busy_held``)."""
+    name = "jitgrad_wq_busy_hold"
+    ref = f'@"{name}"'
+    if name not in module.symbols:
+        f = module.function(name, [I1], ret=I1, linkage="internal", attrs="nounwind noinline")
+        fb = Builder(f, f.block("entry"))
+        ts = fb.alloca("[2 x i64]")
+        check, clock, past, yes, no = (f.block(x) for x in ("check", "clock", "past", "yes", "no"))
+        fb.cbranch(f.args[0], check, no)
+        fb.position_at_end(check)
+        g = pool_global(module, "busy_until")
+        until = fb._def(f"load atomic i64, ptr {g} monotonic, align 8")
+        fb.cbranch(fb.icmp("eq", I64, until, "0"), no, clock)
+        fb.position_at_end(clock)
+        fb.cbranch(fb.icmp("slt", I64, _clock_ns(fb, module, ts), until), yes, past)
+        fb.position_at_end(past)
+        fb._def(f"cmpxchg ptr {g}, i64 {until}, i64 0 monotonic monotonic")
+        fb.branch(no)
+        fb.position_at_end(yes)
+        _add(fb, module, "busy_held", "1")
+        fb.ret(I1, "true")
+        fb.position_at_end(no)
+        fb.ret(I1, "false")
+    return ref
 
 
 def launch(b, module, pooled, takes, pace, work, on_pool, on_caller, alloca=None):

@@ -86,7 +86,7 @@ SYMBOLS = ("jitgrad_wq_add_task", "jitgrad_wq_ready", "jitgrad_wq_synchronize", 
            "jitgrad_wq_rounds", "jitgrad_wq_pace", "jitgrad_wq_clock", "jitgrad_wq_pool_ns", "jitgrad_wq_pool_work",
            "jitgrad_wq_serial_ns", "jitgrad_wq_serial_work", "jitgrad_wq_join", "jitgrad_wq_can_join",
            "jitgrad_wq_queued", "jitgrad_wq_joined", "jitgrad_wq_nmine", "jitgrad_wq_nranges", "jitgrad_wq_mine",
-           "jitgrad_wq_ranges")
+           "jitgrad_wq_ranges", "jitgrad_wq_busy_until", "jitgrad_wq_busy_held")
 _lock = threading.Lock()
 _LIB = None
 _PRIVATE = False
@@ -147,6 +147,14 @@ _NRANGES = ctypes.c_int64(0)
 RANGE_SLOTS = 2 * JOIN_MAX * 257
 _MINE = (ctypes.c_int64 * (3 * JOIN_MAX))()
 _RANGES = (ctypes.c_int64 * RANGE_SLOTS)()
+# The busy rule: while the pool's spinners saw another process take a core (``spin_pool``: a spinner descheduled,
+# or spins that keep outlasting their budget) in the last ``spin_pool.QUIET_NS``, gated launches run their chunks
+# on the calling thread (``pool_abi.paced``: one load a launch, a clock read only while the sign stands): a chunk on
+# the taken core would make every round wait for it.  Their global (``jitgrad_wq_busy_until``) is the spin pool's
+# own ``quiet_until``; JITGRAD_POOL_BUSY_HOLD=0 (or ``workqueue``) points it at a zero.  BUSY_HELD counts them.
+BUSY_HOLD = os.environ.get("JITGRAD_POOL_BUSY_HOLD", "1") != "0"
+_NOT_BUSY = ctypes.c_int64(0)
+_BUSY_HELD = ctypes.c_int64(0)
 # the pacer's state and counters (see the module docstring): gated launches read PACE at every call
 PACE_OFF, PACE_TIMED, PACE_HELD = 0, 1, 2
 _PACE = ctypes.c_int64(PACE_OFF)
@@ -220,6 +228,12 @@ def joined() -> int:
     (``codegen/program/round_groups.py``): pooled launches that woke no round of their own, so a step's pooled
     launches are its ``rounds()`` plus these."""
     return int(_JOINED.value)
+
+
+def busy_held() -> int:
+    """How many gated launches ran on the calling thread because the pool's spinners saw another process take
+    a core lately (the busy rule, above)."""
+    return int(_BUSY_HELD.value)
 
 
 def can_join() -> bool:
@@ -419,6 +433,9 @@ def launch() -> int:
             ll.add_symbol("jitgrad_wq_pace", ctypes.addressof(_PACE))
             for name, counter in _TIMES.items():
                 ll.add_symbol("jitgrad_wq_" + name, ctypes.addressof(counter))
+            busy = spin.quiet_until if spin is not None and BUSY_HOLD else ctypes.addressof(_NOT_BUSY)
+            ll.add_symbol("jitgrad_wq_busy_until", busy)
+            ll.add_symbol("jitgrad_wq_busy_held", ctypes.addressof(_BUSY_HELD))
             # one round for several launches needs queues that hold more than one task each, run in order
             _CAN_JOIN.value = 1 if spin is not None and _CALLER.value else 0
             for name, value in (("join", _JOIN), ("can_join", _CAN_JOIN), ("queued", _QUEUED), ("joined", _JOINED),
@@ -492,6 +509,6 @@ def run_on_each(fn) -> list:
 __all__ = ["available", "launch", "threads", "queues", "caller", "private", "run_on_each", "default_threads", "library",
            "spinning", "POOL", "SYMBOLS", "PARALLEL_GRAIN", "PARALLEL_WORK", "PRIVATE_POOL", "min_work", "set_min_work", "grain", "rounds",
            "EAGER_PARALLEL_WORK", "EAGER_PARALLEL_GRAIN", "eager_min_work", "eager_grain", "set_eager_min_work",
-           "eager_thresholds", "joined", "can_join", "JOIN_MAX",
+           "eager_thresholds", "joined", "can_join", "JOIN_MAX", "busy_held", "BUSY_HOLD",
            "caller_rounds", "takes", "takes_batch", "takes_split", "pace", "set_pace", "launch_times", "PACE_OFF",
            "PACE_TIMED", "PACE_HELD", "CLOCK_ID", "CLOCK_ADDRESS"]
