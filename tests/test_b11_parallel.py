@@ -177,26 +177,25 @@ def test_mid_size_products_split_into_blocks_of_a_fixed_height(low_thresholds):
         workpool.set_min_work(WORK, GRAIN)
 
 
-def test_b11_pair_loops_share_pool_rounds_with_the_bits_of_separate_rounds(tmp_path):
-    """B11's three pair loops of each pass (the pair gather, the cutoff, the Gaussian features; their backward
-    three) split the molecule axis into the same rows (8 molecules, 992 pairs, 256 atoms: a chunk of 2 threads is
-    half of each), so each three share one pool round: 6 of the step's 28 pooled launches wake no round
-    (``round_groups.py``).  A threshold that leaves the first of a three on the calling thread: the second starts
-    the round, the third joins it (the records say so); one that leaves the second of a three under it: it runs
-    the round the first queued into before its own chunks.  The bits are those of separate rounds
-    (``JITGRAD_JOIN_ROUNDS=0``), at both thresholds."""
+def test_b11_steps_share_pool_rounds_with_the_bits_of_separate_rounds(tmp_path):
+    """B11's pooled steps split the molecule axis into the same rows (8 molecules, 992 pairs, 256 atoms, the MLP's
+    256 rows in 8 blocks of 32: a chunk of 2 threads is half of each), so each run of them between serial steps
+    shares one pool round: the pair loops of a pass (gather, cutoff, Gaussian features) with the MLP's products
+    (blocks of rows) and their bias + tanh loops after them, and so on: 21 of the step's 28 pooled launches wake
+    no round, 7 rounds a step (``round_groups.py``).  A threshold (2^20) that leaves some of them on the calling
+    thread: those run the pending round first, the launches after them start a new one.  The bits are those of
+    separate rounds (``JITGRAD_JOIN_ROUNDS=0``), at both thresholds."""
     if settings.default_threads() < 2 or not workpool.available():
         pytest.skip("needs two cores and the worker pool")
     a = _b11_child(tmp_path, 2)
     off = _b11_child(tmp_path, 2, JITGRAD_JOIN_ROUNDS="0")
-    joined = [la[1].split("[")[0] for la in a["launches"] if la[6]]
-    assert a["joined"] == 6 and joined == ["fused_2", "fused_3", "fused_11", "fused_12", "fused_20", "fused_21"]
-    assert a["rounds"] == 22 and off["rounds"] == 28 and off["joined"] == 0
-    # at 2^20: the forward three's first stays on the calling thread, the other two share a round; the backward
-    # three's first (the rows kernel) queues its chunks, and the next, now under the threshold, runs that round
-    # before its own chunks on the calling thread
+    joined = [la for la in a["launches"] if la[6]]
+    assert a["joined"] == len(joined) == 21 and a["rounds"] == 7
+    assert off["rounds"] == 28 and off["joined"] == 0 and not any(la[6] for la in off["launches"])
+    names = [la[1].split("[")[0] for la in joined]
+    assert {"fused_2", "fused_3", "fused_11", "fused_12", "fused_20", "fused_21"} <= set(names)    # the pair loops
+    assert sum(la[0] == "bgemm" for la in joined) == 9          # products' blocks of rows in the rounds before them
     mid_rounds, mid_joined, mid_records = a["mid"]
-    assert mid_joined == sum(mid_records) == 1
-    assert [la[1].split("[")[0] for la, j in zip(a["launches"], mid_records) if j] == ["fused_3"]
-    assert off["mid"][1] == 0 and off["mid"][0] == mid_rounds + mid_joined
+    assert mid_joined == sum(mid_records) == 3 and mid_rounds == 7
+    assert off["mid"] == [10, 0, [False] * len(mid_records)]
     assert a["losses"] == off["losses"] and a["hash"] == off["hash"]

@@ -78,3 +78,28 @@ def test_launch_records_join_where_a_member_before_took_the_pool_and_the_threads
     assert rg.launch_joins(joined, [True, True, False, True], 2, True) == [False] * 4     # the round ran at step 2
     assert rg.launch_joins(joined, [True, True, True, True], 3, True) == [False] * 4     # 3 does not divide 8
     assert rg.launch_joins(joined, [True, True, True, True], 2, False) == [False] * 4    # workqueue: one task a queue
+
+
+def test_a_gemms_blocks_of_rows_join_the_loop_that_wrote_their_rows_but_not_one_that_wrote_b():
+    """``gemm_rows``: 8 blocks of 32 rows of a 256 x 64 product, k = 16: A's rows are rows of the split axis (not
+    transposed), B is read whole, C's rows are written.  After a loop writing A as 256 rows of 64 bytes: one
+    round (the loop's 256 positions, 8 blocks: threads dividing 8).  After a loop writing B, or before a transposed A
+    written by the loop: not."""
+    from jitgrad.codegen.place_types import Place
+    from jitgrad.ir import dtypes as dt
+    f32 = dt.float32
+
+    def place(root, shape):
+        return Place(root, 0, shape, (shape[1], 1), f32)
+    pa, pb, pc = place(X, (256, 16)), place(Y, (16, 64)), place(Z, (256, 64))
+    n_blocks, acc = rg.gemm_rows(pa, ("N", 16), pb, pc, 8, 32, 64, 16)
+    assert n_blocks == 8 and [a.local for a in acc] == [True, False, True]
+    assert acc[0].row == 32 * 16 * 4 and acc[2].row == 32 * 64 * 4 and acc[2].written
+    writes_a = _step(256, Access(IN, 0, 0, 0, False, False), Access(X, 0, 64, 60, True, True))
+    gemm = SimpleNamespace(kind="bgemm", rows=(n_blocks, acc), state_write=False, parallel=True, kernel=None)
+    assert _joins([writes_a, gemm]) == {0: (True, 8), 1: (False, 8)}
+    writes_b = _step(16, Access(Y, 0, 256, 252, True, True))
+    assert _joins([writes_b, gemm]) == {}
+    _, transposed = rg.gemm_rows(pa, ("T", 256), pb, pc, 8, 32, 64, 16)
+    assert _joins([writes_a, SimpleNamespace(kind="bgemm", rows=(8, transposed), state_write=False, parallel=True,
+                                             kernel=None)]) == {}

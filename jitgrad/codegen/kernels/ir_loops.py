@@ -251,8 +251,8 @@ class _Renderer:
             with b.if_else(joining) as (then, other):
                 with then:
                     pool_abi.count_join(b, m)
-                    each_task(lambda t, rec: pool_abi.join_chunk(b, m, chunk, t, b.load(I64, rec),
-                                                                 b.load(I64, b.gep(I64, rec, "1")), a))
+                    each_task(lambda t, rec: pool_abi.join_chunk(
+                        b, m, chunk, t, [b.load(I64, rec), b.load(I64, b.gep(I64, rec, "1"))], a))
                 with other:
                     own_round()
 

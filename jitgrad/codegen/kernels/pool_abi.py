@@ -121,18 +121,18 @@ def joining(b, module, pooled, pace=None):
     return j
 
 
-def join_chunk(b, module, chunk, t, start, stop, data):
-    """Queue chunk ``t`` (an int64 value) ``[start, stop)`` of a joining launch (``chunk``: its chunk function,
-    ``data``: its argument block): the range goes to the pool's own slots (the launch's records die with its
-    frame), chunk 0 to the caller's list when the calling thread runs one (``workpool.caller``), the others to
-    the workers' queues (``add_task``, round robin from the round's first queue: chunk t of every joined launch
-    lands on the same worker)."""
+def join_chunk(b, module, chunk, t, words, data):
+    """Queue chunk ``t`` (an int64 value) of a joining launch (``chunk``: its chunk function, ``words``: its task
+    record, ``[start, stop]`` and at most one more int64 value; ``data``: its argument block): the record goes to
+    the pool's own slots (the launch's records die with its frame), chunk 0 to the caller's list when the calling
+    thread runs one (``workpool.caller``), the others to the workers' queues (``add_task``, round robin from the
+    round's first queue: chunk t of every joined launch lands on the same worker)."""
     ranges = _join_array(module, "ranges", RANGE_SLOTS)
     r = _read(b, module, "nranges")
-    b.store(I64, b.op("add", I64, r, "2"), pool_global(module, "nranges"))
+    b.store(I64, b.op("add", I64, r, str(len(words))), pool_global(module, "nranges"))
     rec = b.gep(I64, ranges, r)
-    b.store(I64, start, rec)
-    b.store(I64, stop, b.gep(I64, rec, "1"))
+    for k, w in enumerate(words):
+        b.store(I64, w, b.gep(I64, rec, str(k)))
     with b.if_else(queued(b, module, t)) as (then, other):
         with then:
             b.call(VOID, declare(module)[0], [f"ptr {chunk}", f"ptr {rec}", "ptr null", "ptr null", f"ptr {data}"])

@@ -144,7 +144,7 @@ _QUEUED = ctypes.c_int64(0)     # worker tasks queued in the pending round (0: n
 _JOINED = ctypes.c_int64(0)     # launches that queued their chunks into a pending round (counted, for tests)
 _NMINE = ctypes.c_int64(0)
 _NRANGES = ctypes.c_int64(0)
-RANGE_SLOTS = 2 * JOIN_MAX * 257
+RANGE_SLOTS = 3 * JOIN_MAX * 257     # a task record of three words at most a chunk (a GEMM batch's: its routine too)
 _MINE = (ctypes.c_int64 * (3 * JOIN_MAX))()
 _RANGES = (ctypes.c_int64 * RANGE_SLOTS)()
 # The busy rule: while the pool's spinners saw another process take a core (``spin_pool``: a spinner descheduled,
@@ -260,7 +260,7 @@ def takes(elements, per_element: float, eager: bool = False) -> bool:
 def takes_batch(macs, count, most: int) -> bool:
     """Whether a batch of ``count`` products of ``macs`` multiply-adds each takes the pool, each product on one
     thread: at least two, each at most ``most`` (OpenBLAS would thread a larger one itself), and work enough (the
-    entry's test, ``entry._batched_gemm_on_pool``)."""
+    entry's test, ``entry_gemms.gemm_batch_on_pool``)."""
     return count >= 2 and macs <= most and float(macs) * float(count) >= float(_MIN_WORK.value)
 
 

@@ -10,7 +10,8 @@ then of the second with no barrier between: the second launch joins the first's 
 the step wakes the pool once for both.  Each element is computed by the same instructions in the same order either
 way, so the bits are those of separate rounds (and of one thread).
 
-``access_rows`` records, when a loop step is emitted, each operand's rows (``Step.rows``); ``joins`` marks the steps
+``access_rows`` records, when a loop step is emitted, each operand's rows (``Step.rows``; ``gemm_rows``, a GEMM's
+blocks of rows on the pool: ``batched_gemm.py``); ``joins`` marks the steps
 that join the round of the step before (the entry's ``JOIN`` guard bit, ``entry._records``).  Proven from the
 places' strides and workspace offsets, never assumed: a gathered operand (read by an index: any row), a negative or
 symbolic stride, a sum over the split axis (partial sums added after the round), an in-place state update or a
@@ -77,6 +78,22 @@ def access_rows(g, op, own_rows: bool):
     return shape[0], out
 
 
+def gemm_rows(pa, flag_a, pb, pc, blocks: int, h: int, n: int, k: int):
+    """``(blocks, accesses)`` of a ``bgemm`` step over ``blocks`` equal blocks of ``h`` rows of a row-major ``C = A
+    B`` (``n`` columns, ``k`` deep; ``flag_a``: A's transpose flag and row stride): block ``j`` reads A's rows
+    ``[j h, (j + 1) h)`` (rows of its split axis when A is not transposed, else anywhere), all of B, and writes C's
+    rows ``[j h, (j + 1) h)``; None where a size or offset is not a concrete int."""
+    ta, lda = flag_a
+    if not all(type(x) is int for x in (blocks, h, n, k, lda, pa.offset, pb.offset, pc.offset)) or blocks < 2:
+        return None
+    sa, sc = pa.dtype.np.itemsize, pc.dtype.np.itemsize
+    a_local = ta == "N" and lda >= k
+    return blocks, [Access(pa.root, pa.offset * sa, h * lda * sa if a_local else 0,
+                           ((h - 1) * lda + k - 1) * sa if a_local else 0, False, a_local),
+                    Access(pb.root, pb.offset * pb.dtype.np.itemsize, 0, 0, False, False),
+                    Access(pc.root, pc.offset * sc, h * n * sc, (h * n - 1) * sc, True, True)]
+
+
 def _span(a: Access):
     """The bytes of the workspace ``a``'s root takes (None: not a workspace slot, or of symbolic size)."""
     r = a.root
@@ -122,9 +139,11 @@ def joins(steps, ir_built) -> dict:
     groups, group = [], []
     for k, st in enumerate(steps):
         rows = getattr(st, "rows", None)
-        ok = st.kind == "kernel" and rows is not None and not st.state_write and st.kernel is not None \
-            and st.kernel.parallel and ir_built(st.kernel)
-        if not ok:
+        if st.kind == "kernel":
+            ok = rows is not None and st.kernel is not None and st.kernel.parallel and ir_built(st.kernel)
+        else:       # a batch of GEMM blocks on the pool: the entry's own launch (entry_gemms.gemm_batch_on_pool)
+            ok = st.kind == "bgemm" and rows is not None and st.parallel
+        if not ok or st.state_write:
             group = []
             continue
         m, acc = rows
@@ -211,5 +230,5 @@ def launch_joins(joined, pooled, threads: int, pool_joins: bool) -> list:
     return out
 
 
-__all__ = ["Access", "access_rows", "conflict", "joins", "entry_joins", "launch_joins", "guard_bits", "label", "listing", "emit_join",
+__all__ = ["Access", "access_rows", "conflict", "joins", "entry_joins", "launch_joins", "gemm_rows", "guard_bits", "label", "listing", "emit_join",
            "JOIN_ROUNDS", "JOIN", "HEAD", "DIVISOR_SHIFT"]
