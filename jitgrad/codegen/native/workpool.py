@@ -375,6 +375,8 @@ def available() -> bool:
 def _after_fork_in_child():
     global _lock
     _lock = threading.Lock()        # a thread of the parent may have held it (in ``launch``) at the fork
+    for pending in (_JOIN, _QUEUED, _NMINE, _NRANGES):     # (a round the parent's entry was queueing is not ours)
+        pending.value = 0
 
 
 if hasattr(os, "register_at_fork"):
