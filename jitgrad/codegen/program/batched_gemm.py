@@ -27,6 +27,7 @@ import numpy as np
 
 from ...ir.ops import blas
 from ...ir.symbolic import hint_of, size_arg
+from . import round_groups
 from .layout import GEMM_BLOCKS, Program, Step
 from ..native import workpool
 from ..places import Place, c_strides, coalesce
@@ -199,6 +200,8 @@ def split_rows(prog: Program, e, pa, flag_a, pb, flag_b, pc, m, n, k) -> bool:
         st = _emit_gemm_block(prog, e, "bgemm", pa, flag_a, pb, flag_b, pc, h, n, k,
                               ((nb,), [0], [h * row_a], [h * max(n, 1)]), split=True, last=(LAST_ROWS, last))
         st.label = "matmul (BLAS, rows on the pool)"
+        if last == h:       # equal blocks: rows of a split axis a loop's chunks may share a round with
+            st.rows = round_groups.gemm_rows(pa, flag_a, pb, pc, nb, h, n, k)
     else:
         col_b = 1 if flag_b[0] == "N" else flag_b[1]       # B's column stride (elements): 1, or ld if transposed
         st = _emit_gemm_block(prog, e, "bgemm", pa, flag_a, pb, flag_b, pc, m, h, k,
@@ -237,6 +240,8 @@ def row_blocks(prog: Program, e, pa, flag_a, pb, flag_b, pc, m, n, k) -> bool:
     st.parallel, gated = prog.batch_choice(h * n * k, nb)
     if gated:
         st.gate = (h * n * k, nb)
+    if st.parallel:
+        st.rows = round_groups.gemm_rows(pa, flag_a, pb, pc, nb, h, n, k)
     return True
 
 
