@@ -185,8 +185,8 @@ def test_b3_gradcheck_through_gemv():
     at least ``EAGER_MIN_MACS`` multiply-adds, one column or row of output), in float64."""
     from jitgrad.ir.ops import eager_gemm
     # (128, 256) @ (256, 1) and its gradients' products: the signatures' impls are the ?gemv calls
-    assert eager_gemm.gemm_for_signature(128, 256, 1, np.float64).__name__ == "gemv_one_thread"
-    assert eager_gemm.gemm_for_signature(1, 128, 256, np.float64).__name__ == "gemv_one_thread"
+    assert eager_gemm.gemm_for_signature(128, 256, 1, np.float64).__name__ == "gemv_one_signature"
+    assert eager_gemm.gemm_for_signature(1, 128, 256, np.float64).__name__ == "gemv_one_signature"
     rng = np.random.default_rng(3)
     x = jg.tensor(rng.standard_normal((128, 4)), requires_grad=True)
     W1 = jg.tensor(rng.standard_normal((4, 256)) * 0.5, requires_grad=True)

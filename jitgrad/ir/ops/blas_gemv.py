@@ -71,7 +71,7 @@ def matvec(a: np.ndarray, b: np.ndarray):
         if mat.flags.c_contiguous:
             trans, rows, cols, ld = _T, k, m, k
         elif mat.flags.f_contiguous:
-            trans, rows, cols, ld = _N, m, k, m
+            mat, trans, rows, cols, ld = mat.T, _N, m, k, m     # (a C-ordered view: its address by buffer)
         else:
             mat = np.ascontiguousarray(mat)
             trans, rows, cols, ld = _T, k, m, k
@@ -81,7 +81,7 @@ def matvec(a: np.ndarray, b: np.ndarray):
         if mat.flags.c_contiguous:
             trans, rows, cols, ld = _N, n, k, n
         elif mat.flags.f_contiguous:
-            trans, rows, cols, ld = _T, k, n, k
+            mat, trans, rows, cols, ld = mat.T, _T, k, n, k
         else:
             mat = np.ascontiguousarray(mat)
             trans, rows, cols, ld = _N, n, k, n
@@ -95,9 +95,10 @@ def matvec(a: np.ndarray, b: np.ndarray):
     return y.reshape(m, n)
 
 
-def matvec_for_signature(m: int, k: int, n: int, dtype):
+def matvec_for_signature(m: int, k: int, n: int, dtype, pacer):
     """:func:`matvec` for one signature (``m == 1`` or ``n == 1``, ``k >= 1``) with its sizes worked out once per
-    layout of the matrix (C-ordered, F-ordered): the same call, so the same bits; None without ``?gemv``."""
+    layout of the matrix (C-ordered, F-ordered): the same call, so the same bits; None without ``?gemv``.  Holds
+    OpenBLAS at one thread through ``pacer`` (``blas.BlasPacer``) as ``blas.matmul2d`` does; one frame a call."""
     r = _routine(np.dtype(dtype))
     if r is None:
         return None
@@ -120,15 +121,24 @@ def matvec_for_signature(m: int, k: int, n: int, dtype):
         if f.c_contiguous:
             trans, ad = c_trans, c_ad
         elif f.f_contiguous:
-            trans, ad = f_trans, f_ad
+            mat, trans, ad = mat.T, f_trans, f_ad     # (the same first element: a C-ordered view for its address)
         else:
             mat = np.ascontiguousarray(mat)
             trans, ad = c_trans, c_ad
         if not vec.flags.c_contiguous:
             vec = np.ascontiguousarray(vec)
+        try:
+            pm = _addressof(_from_buffer(mat))
+        except (TypeError, ValueError):     # read-only
+            pm = mat.ctypes.data
+        try:
+            pv = _addressof(_from_buffer(vec))
+        except (TypeError, ValueError):
+            pv = vec.ctypes.data
+        if pacer._current != 1:
+            pacer.use(1)
         out_ = np.zeros(out, dtype)
-        gemv(trans, ad, ad + 4, one, _address(mat), ad + 8, _address(vec), inc, zero, _addressof(_from_buffer(out_)),
-             inc)
+        gemv(trans, ad, ad + 4, one, pm, ad + 8, pv, inc, zero, _addressof(_from_buffer(out_)), inc)
         return out_.reshape(shape)
     return gemv_one_signature
 

@@ -34,15 +34,7 @@ def gemm_for_signature(m: int, k: int, n: int, dtype):
     pacer = blas.BlasPacer
     if m == 1 or n == 1:
         # blas.matmul2d's ?gemv (blas_gemv.py): the same call, the same bits
-        gemv = matvec_for_signature(m, k, n, dtype)
-        if gemv is None:
-            return None
-
-        def gemv_one_thread(x, y):
-            if pacer._current != 1:
-                pacer.use(1)
-            return gemv(x, y)
-        return gemv_one_thread
+        return matvec_for_signature(m, k, n, dtype, pacer)
     gemm, one, zero = blas._raw_gemm(dtype)
     # per (x transposed, y transposed): C^T = op(y^T) op(x^T) in column-major, as blas._gemm_rows calls it
     arrays = tuple(blas._SIZES(n, m, k, k if ty else n, m if tx else k, n) for tx in (False, True)
