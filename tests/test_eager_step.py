@@ -123,10 +123,39 @@ def test_matvec_products_by_gemv(dtype, monkeypatch):
     assert len(calls) == 6
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m, k, n", [(256, 64, 256), (256, 256, 64), (64, 256, 256), (4096, 128, 1), (96, 512, 80)])
+def test_threaded_gemm_of_one_signature(dtype, m, k, n):
+    """A GEMM over BLAS_THREADED_MACS gets matmul2d's own path per signature (row blocks on the eager threads, or
+    OpenBLAS's threads), without five frames a product: the same bits for every operand layout, at one thread and at
+    the configured count."""
+    from jitgrad.ir import settings
+    from jitgrad.ir.ops import blas, eager_gemm
+    f = eager_gemm.gemm_for_signature(m, k, n, dtype)
+    assert f is not None and f.__name__ == "gemm_threaded"
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    ro = a.copy()
+    ro.flags.writeable = False
+    was = settings.STATE.num_threads
+    try:
+        for threads in (was, 1):
+            settings.STATE.num_threads = threads
+            for x in (a, np.asfortranarray(a), np.repeat(a, 2, axis=1)[:, ::2], ro):
+                for y in (b, np.asfortranarray(b)):
+                    got = f(x, y)
+                    assert got.flags.c_contiguous and got.dtype == dtype and got.shape == (m, n)
+                    assert got.tobytes() == blas.matmul2d(x, y).tobytes()
+    finally:
+        settings.STATE.num_threads = was
+
+
 def test_gemm_of_one_signature_only_where_matmul2d_runs_one_call():
     from jitgrad.ir.ops import blas, eager_gemm
     assert eager_gemm.gemm_for_signature(8, 8, 8, np.float32) is None          # under EAGER_MIN_MACS: dot2d
-    assert eager_gemm.gemm_for_signature(128, 128, 128, np.float32) is None    # over BLAS_THREADED_MACS
+    assert eager_gemm.gemm_for_signature(128, 128, 128, np.float32).__name__ == "gemm_threaded"   # over
+    # BLAS_THREADED_MACS: matmul2d's threaded path without its frames (test_threaded_gemm_of_one_signature)
     assert eager_gemm.gemm_for_signature(32, 32, 64, np.int64) is None
     x = jg.tensor(np.ones((32, 30), np.float32), requires_grad=True)
     w = jg.tensor(np.ones((30, 200), np.float32), requires_grad=True)
