@@ -54,4 +54,8 @@ if hasattr(os, "register_at_fork"):
 def num_threads() -> int:
     """The intra-op thread count in effect (``torch.get_num_threads``)."""
     n = STATE.num_threads
-    return n if n is not None else default_threads()
+    if n is None:
+        n = _DEFAULT[0]     # (default_threads' answer, once read: no second frame per call)
+        if n is None:
+            n = default_threads()
+    return n
