@@ -132,6 +132,7 @@ CASES = {
     # relu's pullback (g broadcast against x, a threshold of its own): the scalar body's CUDA loop; x only
     # selects (no gradient of its own), so x is added for one
     "threshold_backward": (lambda g, x: _bind("threshold_backward", g, x, 0.25) + x, [(3,), (2, 3)], "any"),
+    "threshold": (lambda a: jg.nn.functional.threshold(a, 0.25, -0.7), [(2, 3)], "any"),
     "sum": (lambda a: a.sum(1), [(2, 3)], "any"), "amax": (lambda a: a.amax(1), [(2, 3)], "distinct"),
     "amin": (lambda a: a.amin(0), [(2, 3)], "distinct"), "prod": (lambda a: a.prod(1), [(2, 3)], "any"),
     "prod_others": (lambda a: a.prod(0), [(2, 3)], "any"), "norm2": (lambda a: a.norm(dim=1), [(2, 3)], "any"),
