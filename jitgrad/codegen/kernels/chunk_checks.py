@@ -14,11 +14,13 @@ def _walk_stmts(stmts):
         elif isinstance(s, ki.If):
             yield from _walk_stmts(s.then)
             yield from _walk_stmts(s.orelse)
+        elif isinstance(s, ki.Claim):
+            yield from _walk_stmts(s.body)
 
 
 def stores(s) -> bool:
     """Whether statement ``s`` (or one inside it) stores to memory."""
-    return any(isinstance(x, ki.Store) for x in _walk_stmts([s]))
+    return any(isinstance(x, (ki.Store, ki.Claim)) for x in _walk_stmts([s]))
 
 
 def assigned(s) -> set:

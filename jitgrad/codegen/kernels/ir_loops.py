@@ -287,6 +287,8 @@ class _Renderer:
             else:
                 with b.if_then(cond):
                     self.block(s.then)
+        elif isinstance(s, ki.Claim):
+            self.claim(s)
         elif isinstance(s, ki.Continue):
             if not self._loops:
                 raise Unsupported("continue outside a loop")
@@ -296,6 +298,24 @@ class _Renderer:
             return
         else:
             raise Unsupported(f"statement {type(s).__name__}")
+
+    def claim(self, s: ki.Claim):
+        """``kernel_ir.Claim``: an atomic min on the key slot; when it lowered the slot, a compare-and-swap spin on the
+        lock slot, the body if the key slot still holds this key, and the lock's release."""
+        b, I64 = self.b, T.I64
+        memo = {}
+        slot = b.gep(I64, self.value(s.ptr, memo), self.value(s.at, memo))
+        key = self.value(s.key, memo)
+        lock = b.gep(I64, slot, "1")
+        with b.if_then(b.icmp("sgt", I64, b.atomicrmw("min", I64, slot, key), key)):
+            spin, held = self.fn.block("claim.spin"), self.fn.block("claim.held")
+            b.branch(spin)
+            b.position_at_end(spin)
+            b.cbranch(b.cmpxchg(I64, lock, "0", "1"), held, spin)
+            b.position_at_end(held)
+            with b.if_then(b.icmp("eq", I64, b.load_atomic(I64, slot), key)):
+                self.block(s.body)
+            b.store_atomic(I64, "0", lock)
 
     def loop(self, s: ki.For, start, stop):
         b, I64 = self.b, T.I64
