@@ -22,7 +22,7 @@ RNG = np.random.default_rng(5)
 V = RNG.standard_normal((64, 4096)).astype(np.float32)
 X = RNG.standard_normal(4096).astype(np.float32)
 K = RNG.integers(0, 4096, (64, 4096))
-MSG = re.compile(r"index (-?\d+) is out of bounds for (?:dimension|axis) (\d+) with size (\d+)")
+MSG = re.compile(r"index (-?\d+) is out of bounds for dimension (\d+) with size (\d+)")
 
 
 def _pool():
@@ -51,8 +51,10 @@ def _errors(fn, args, threads, calls=3):
 
 
 def _eager_error(fn, args):
+    """Eager mode's error for ``fn(*args)``: (index, size), its words as compiled code's."""
     with pytest.raises(IndexError) as e:
         fn(*args)
+    assert "for dimension" in str(e.value)
     return MSG.search(str(e.value)).group(1, 3)
 
 
@@ -67,7 +69,9 @@ def test_two_bad_indices_in_two_chunks_report_the_serial_loops_first():
     assert par == [_pool()]
     assert len(set(one + two)) == 1, (one, two)
     assert MSG.search(one[0]).group(1, 2, 3) == ("7000", "0", "4096")
-    assert _eager_error(_gather, args) == ("7000", "4096")
+    with pytest.raises(IndexError) as eager:
+        _gather(*args)
+    assert MSG.search(str(eager.value)).group(0) == MSG.search(one[0]).group(0)     # the same words
 
 
 def test_every_index_bad_reports_the_first_and_the_lock_is_released():
