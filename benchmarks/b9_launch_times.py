@@ -15,6 +15,7 @@ import ctypes
 import ctypes.util
 import os
 import platform
+import re
 import sys
 import time
 from collections import OrderedDict
@@ -101,7 +102,7 @@ def family(n, st):
         beta = ctypes.cast(blk[10], ctypes.POINTER(ctypes.c_float))[0]
         flags = ctypes.string_at(blk[0], 1).decode() + ctypes.string_at(blk[1], 1).decode()
         return f"gemm {flags} {i32[0]}x{i32[1]}x{i32[2]} beta {beta:g}"
-    label = st.label.split(" gpt_model")[0]
+    label = re.sub(r"fused_\d+", "loop", st.label.split(" gpt_model")[0])     # one label per body, every layer
     return f"{st.kind} {label[:60]} {[list(s) for s in (st.shapes or [])[:2]]}"[:100]
 
 
