@@ -1,7 +1,10 @@
 """Issue 16 deliver 5: compiled B1 and B2 on a quiet machine, then with one core taken by a spinning process;
-eager B1 and B5 (``b1e``, ``b5e``: issue 28's eager thread policy) the same way.
+eager B1 and B5 (``b1e``, ``b5e``: issue 28's eager thread policy) the same way; compiled B9 and B11 (``b9``,
+``b11``: issue 32).  Each child also counts, per timed step, the pool rounds, the launches that shared another's
+round and the launches the pool's busy rule kept on the calling thread (``workpool.busy_held``: on a quiet run it
+should be 0).
 
-    python benchmarks/busy_machine.py [b1] [b2] [b1e] [b5e] [--steps N] [--hogs K] [--pin-hog]
+    python benchmarks/busy_machine.py [b1] [b2] [b1e] [b5e] [b9] [b11] [--steps N] [--hogs K] [--pin-hog]
 
 Each workload runs in its own fresh process (default settings, thread count included) twice: once quiet, once
 while ``K`` (default 1) hog processes spin (``while True: pass``), started before the child and killed after it.
@@ -46,6 +49,15 @@ if which in ("b1", "b1e", "b5e"):
     ok = bool(abs(got["loss"] - ref["loss"]) <= 1e-4 * max(1.0, abs(ref["loss"]))
               and np.abs(got["grad W3"] - ref["grad W3"]).max() <= 1e-3)
     run = step
+elif which == "b11":
+    import force_field as W
+    run, _, _, _ = W.torch_style(jg, "compiled", compile_=lambda f: jg.compile(f, backend="numba", background=False))
+    ok = bool(np.isfinite(float(run())))
+elif which == "b9":
+    import gpt_model
+    step9, x9, y9 = gpt_model.compiled_b9(jg)
+    ok = bool(np.isfinite(float(step9(x9, y9))))
+    run = lambda: step9(x9, y9)
 else:
     import b2_workload as B2
     x0, w0, b0 = B2.inputs()
@@ -57,17 +69,20 @@ else:
     run = lambda: f(x, w, b)
 for _ in range(10):
     run()
+from jitgrad.codegen.native import pool_pacer, threads, workpool
 ts = []
+r0, h0, j0 = workpool.rounds(), workpool.busy_held(), workpool.joined()
 for _ in range(steps):
     t0 = time.perf_counter(); run(); ts.append(time.perf_counter() - t0)
 ts = np.array(ts) * 1e3
-from jitgrad.codegen.native import pool_pacer, threads
+counted = {"rounds_per_step": (workpool.rounds() - r0) / steps, "joined_per_step": (workpool.joined() - j0) / steps,
+           "busy_held_per_step": (workpool.busy_held() - h0) / steps}
 from jitgrad.ir.ops import blas
 print("RESULT " + json.dumps({"median_ms": float(np.median(ts)), "p90_ms": float(np.percentile(ts, 90)),
                               "min_ms": float(ts.min()), "ok": ok, "layer": threads.layer(),
                               "pool_pacer": pool_pacer.POOL_PACER, "pool_backoffs": pool_pacer.STATS["pool_backoffs"],
                               "pool_held_calls": pool_pacer.STATS["held_calls"],
-                              "blas_backoffs": blas.STATS["blas_backoffs"],
+                              "blas_backoffs": blas.STATS["blas_backoffs"], **counted,
                               "threads": int(os.environ.get("NUMBA_NUM_THREADS") or len(os.sched_getaffinity(0)))}))
 '''
 

@@ -170,9 +170,15 @@ def measure_step(args):
     rounds = {}
     for s in settings:
         workpool.set_min_work(*s)
-        r0 = workpool.rounds()
+        r0, j0 = workpool.rounds(), workpool.joined()
         call()
         rounds[s] = workpool.rounds() - r0
+        joined = workpool.joined() - j0
+        if args.count:      # counted, not timed: the pool rounds a step wakes, and the launches that shared one
+            print(f"{args.step} min work 2^{int(np.log2(max(s[0], 1))):2d}, grain 2^{int(np.log2(max(s[1], 1))):2d}: "
+                  f"pool rounds a step {rounds[s]}, pooled launches that joined another's round {joined}")
+    if args.count:
+        return
     med = timed_pair(call, settings, args.reps)
     serial = med[(OFF, 0)]
     print(f"{args.step} step: serial (every loop on the calling thread) {serial * 1e3:8.3f} ms")
@@ -190,6 +196,7 @@ def main():
     ap.add_argument("--gain", type=float, default=0.1)
     ap.add_argument("--quick", action="store_true", help="fewer sizes (a smoke run)")
     ap.add_argument("--step", default="", help="b11, b1 or b9: time a whole compiled step at each pair of thresholds")
+    ap.add_argument("--count", action="store_true", help="with --step: count the pool rounds a step, time nothing")
     ap.add_argument("--works", type=int, nargs="+", default=[16, 18, 19, 20, 21, 23], help="powers of two of work")
     ap.add_argument("--grains", type=int, nargs="+", default=[10, 12, 15], help="powers of two of elements")
     args = ap.parse_args()

@@ -51,14 +51,18 @@ def b11_work(every=False):
     of one step, the serial part's share of the work and the speedup that share predicts at 2 threads."""
     from jitgrad.codegen.native import workpool
     call, fn, args = b11_step()
-    r0 = workpool.rounds()
+    r0, j0 = workpool.rounds(), workpool.joined()
     call()
     launches = launches_at_two(fn, args)
+    pooled, joined = sum(bool(l.parallel) for l in launches), sum(bool(l.joined) for l in launches)
     print(f"# B11 compiled step: {len(launches)} launches, pool rounds of one step {workpool.rounds() - r0} "
-          f"({workpool.threads()} workers); thresholds: work {workpool.min_work()}, grain {workpool.grain()}")
+          f"(and {workpool.joined() - j0} launches in another's round; {workpool.threads()} workers); records at 2 "
+          f"threads: {pooled} pooled launches, {joined} joined, {pooled - joined} rounds; thresholds: work "
+          f"{workpool.min_work()}, grain {workpool.grain()}")
     if every:
         for i, l in enumerate(launches):
-            print(f"{i:4d} {l.kind:7s} {where(l):12s} {l.work:11.0f} {l.elements:7d} {l.routine:11s} {l.label[:90]}")
+            print(f"{i:4d} {l.kind:7s} {where(l) + (' +' if l.joined else ''):12s} {l.work:11.0f} {l.elements:7d} "
+                  f"{l.routine:11s} {l.label[:90]}")
     parts = {}
     for l in launches:
         kind = "GEMM" if l.kind in ("gemm", "bgemm") else "loop"

@@ -18,6 +18,9 @@ os.environ.setdefault("JITGRAD_BACKEND", "interpret")
 # the worker pool's pacer (codegen/native/pool_pacer.py, off by default) would move the pool rounds tests count on
 # a shared test machine: off even where the environment turns it on; its own tests drive it through a given clock
 os.environ["JITGRAD_POOL_PACER"] = "0"
+# so would the pool's busy rule (launches on the calling thread while its spinners see a core taken: workpool.py),
+# on a machine other processes load: off, but where a test turns it on (its own tests script the clock)
+os.environ["JITGRAD_POOL_BUSY_HOLD"] = "0"
 
 # "ci" is derandomized: the same examples every run, so a CI result never depends on luck (use "dev" to explore)
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.filter_too_much]

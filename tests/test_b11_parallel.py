@@ -36,23 +36,32 @@ W = importlib.util.module_from_spec(spec); spec.loader.exec_module(W)
 call, fn, args, model = W.torch_style(jg, "compiled",
                                       compile_=lambda f: jg.compile(f, backend="numba", background=False))
 losses = [float(call()) for _ in range(3)]
-r0 = workpool.rounds()
+r0, j0 = workpool.rounds(), workpool.joined()
 losses.append(float(call()))
-rounds = workpool.rounds() - r0
+rounds, joined = workpool.rounds() - r0, workpool.joined() - j0
+# a threshold between the first pair loop's work and the next two's: the first of a shared round runs on the
+# calling thread, the second starts the round, the third joins it
+mid = workpool.set_min_work(1 << 20)
+r0, j0 = workpool.rounds(), workpool.joined()
+losses.append(float(call()))
+mid_rounds, mid_joined = workpool.rounds() - r0, workpool.joined() - j0
+mid_records = [bool(l.joined) for l in fn.launches(*args)]
+workpool.set_min_work(*mid)
 params = np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
 from jitgrad.jit.graph_code import compiled_graph
 e = fn._entry_for(args, {})
 at_two = compiled_graph(e.graph, e.gf.writes, e.gf.parallel, e.gf.disk_cache, e.gf.background).launches(workers=2)
 print(json.dumps({"at_two": [bool(l.parallel) for l in at_two], "losses": [x.hex() for x in losses], "params": params.astype(np.float64).tolist(),
-                  "hash": hashlib.sha1(params.tobytes()).hexdigest(), "rounds": rounds,
+                  "hash": hashlib.sha1(params.tobytes()).hexdigest(), "rounds": rounds, "joined": joined,
+                  "mid": [mid_rounds, mid_joined, mid_records],
                   "min_work": workpool.min_work(), "grain": workpool.grain(),
-                  "launches": [[l.kind, l.label, bool(l.parallel), l.work, l.elements, bool(l.gated)]
+                  "launches": [[l.kind, l.label, bool(l.parallel), l.work, l.elements, bool(l.gated), bool(l.joined)]
                                for l in fn.launches(*args)]}))
 '''
 
 
-def _b11_child(tmp_path, threads):
-    env = {**os.environ, "PYTHONPATH": str(REPO), "JITGRAD_CACHE_DIR": str(tmp_path / "cache"),
+def _b11_child(tmp_path, threads, **extra):
+    env = {**os.environ, **extra, "PYTHONPATH": str(REPO), "JITGRAD_CACHE_DIR": str(tmp_path / "cache"),
            "NUMBA_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": "1", "JITGRAD_BLAS_PACER": "0",
            "JITGRAD_POOL_PACER": "0", "JITGRAD_BACKGROUND_COMPILE": "0",
            "JITGRAD_PARALLEL_WORK": str(WORK), "JITGRAD_PARALLEL_GRAIN": str(GRAIN)}
@@ -75,7 +84,9 @@ def test_b11_step_runs_its_pair_loops_on_the_pool_with_the_same_results_at_one_a
     assert a["min_work"] == WORK and a["grain"] == GRAIN        # JITGRAD_PARALLEL_WORK / _GRAIN read
     par = [la for la in a["launches"] if la[2]]
     loops = [la for la in a["launches"] if la[0] in ("fused", "rows", "batch")]
-    assert a["rounds"] == len(par) >= 12 and one["rounds"] == 0
+    # each pooled launch wakes a round of its own or joins the one the launch before it started (round_groups)
+    assert a["rounds"] + a["joined"] == len(par) >= 12 and one["rounds"] == one["joined"] == 0
+    assert a["joined"] == sum(la[6] for la in a["launches"])
     assert not any(la[2] for la in one["launches"])
     labels = [la[1] for la in par]
     assert sum("getitem,getitem" in x for x in labels) == 2         # the pair gathers, forward and backward
@@ -86,7 +97,7 @@ def test_b11_step_runs_its_pair_loops_on_the_pool_with_the_same_results_at_one_a
     # least): it reaches the thresholds but never splits, and its record says so (a round per parallel record)
     adam = max((la for la in a["launches"] if la[0] == "batch" and "sqrt" in la[1]), key=lambda la: la[3])
     assert adam[3] >= WORK and not adam[2]
-    for kind, label, p, work, elements, gated in loops:
+    for kind, label, p, work, elements, gated, _ in loops:
         if not p and kind != "batch":
             assert work < WORK or elements < GRAIN, label
     pooled = sum(la[3] for la in par)
@@ -164,3 +175,27 @@ def test_mid_size_products_split_into_blocks_of_a_fixed_height(low_thresholds):
         g = jg.compile(lambda a, w: a @ w + 0.0, backend="numba")      # (another graph: laid out afresh)
         assert [x.kind for x in g.launches(a, w) if x.kind in ("gemm", "bgemm")] == ["gemm"]
         workpool.set_min_work(WORK, GRAIN)
+
+
+def test_b11_steps_share_pool_rounds_with_the_bits_of_separate_rounds(tmp_path):
+    """B11's pooled steps split the molecule axis into the same rows (8 molecules, 992 pairs, 256 atoms, the MLP's
+    256 rows in 8 blocks of 32: a chunk of 2 threads is half of each), so each run of them between serial steps
+    shares one pool round: the pair loops of a pass (gather, cutoff, Gaussian features) with the MLP's products
+    (blocks of rows) and their bias + tanh loops after them, and so on: 21 of the step's 28 pooled launches wake
+    no round, 7 rounds a step (``round_groups.py``).  A threshold (2^20) that leaves some of them on the calling
+    thread: those run the pending round first, the launches after them start a new one.  The bits are those of
+    separate rounds (``JITGRAD_JOIN_ROUNDS=0``), at both thresholds."""
+    if settings.default_threads() < 2 or not workpool.available():
+        pytest.skip("needs two cores and the worker pool")
+    a = _b11_child(tmp_path, 2)
+    off = _b11_child(tmp_path, 2, JITGRAD_JOIN_ROUNDS="0")
+    joined = [la for la in a["launches"] if la[6]]
+    assert a["joined"] == len(joined) == 21 and a["rounds"] == 7
+    assert off["rounds"] == 28 and off["joined"] == 0 and not any(la[6] for la in off["launches"])
+    names = [la[1].split("[")[0] for la in joined]
+    assert {"fused_2", "fused_3", "fused_11", "fused_12", "fused_20", "fused_21"} <= set(names)    # the pair loops
+    assert sum(la[0] == "bgemm" for la in joined) == 9          # products' blocks of rows in the rounds before them
+    mid_rounds, mid_joined, mid_records = a["mid"]
+    assert mid_joined == sum(mid_records) == 3 and mid_rounds == 7
+    assert off["mid"] == [10, 0, [False] * len(mid_records)]
+    assert a["losses"] == off["losses"] and a["hash"] == off["hash"]

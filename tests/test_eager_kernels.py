@@ -402,3 +402,37 @@ def test_anomaly_mode_sees_the_kernels_nan(sync):
         with pytest.raises(RuntimeError, match="GeluBackward0' returned nan"):
             y.backward(jg.tensor(g0))
     assert ek.COUNTS["native_calls"] == before + 1
+
+
+def test_eager_launches_read_their_own_pool_threshold(sync, monkeypatch):
+    """Eager kernels' launches compare their work with the eager threshold (``workpool.eager_min_work``), not the
+    compiled steps' (``min_work``): a compiled threshold out of reach leaves an eager add on the pool, an eager one
+    out of reach keeps it on the calling thread (same bits), and after each call the compiled threshold is back in
+    the globals the kernels read."""
+    from jitgrad.codegen.native import workpool
+    from jitgrad.ir import settings
+    monkeypatch.setattr(settings.STATE, "num_threads", 2)
+    n = PARALLEL_MIN + 77
+    rng = np.random.default_rng(5)
+    x, y = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+    X, Y = jg.tensor(x), jg.tensor(y)
+    (X + Y).numpy()                                     # (builds; the signature chooses its kernel)
+    compiled = workpool.set_min_work(1 << 62)
+    try:
+        r0 = workpool.rounds()
+        assert (X + Y).numpy().tobytes() == (x + y).tobytes()
+        if workpool.threads() >= 2:
+            assert workpool.rounds() - r0 == 1          # the eager threshold (the default) is reached
+        assert workpool.min_work() == 1 << 62           # the compiled one is back after the launch
+        workpool.set_min_work(*compiled)
+        eager = workpool.set_eager_min_work(1 << 62)
+        try:
+            r0 = workpool.rounds()
+            assert (X + Y).numpy().tobytes() == (x + y).tobytes()
+            assert workpool.rounds() == r0               # the eager threshold out of reach: the calling thread
+            assert (workpool.min_work(), workpool.grain()) == compiled
+            assert workpool.takes(n, 8.0) and not workpool.takes(n, 8.0, eager=True)
+        finally:
+            workpool.set_eager_min_work(*eager)
+    finally:
+        workpool.set_min_work(*compiled)

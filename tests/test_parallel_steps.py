@@ -224,17 +224,18 @@ step = jg.compile(gpt_model.make_step(jg, model, model, opt), backend="numba")
 g = jg.Generator().manual_seed(1)
 x, y = jg.randint(0, 65, (16, 64), generator=g), jg.randint(0, 65, (16, 64), generator=g)
 losses = [float(step(x, y)) for _ in range(2)]
-r0, c0 = workpool.rounds(), workpool.caller_rounds()
+r0, c0, j0 = workpool.rounds(), workpool.caller_rounds(), workpool.joined()
 losses.append(float(step(x, y)))
-rounds, caller = workpool.rounds() - r0, workpool.caller_rounds() - c0
+rounds, caller, joined = workpool.rounds() - r0, workpool.caller_rounds() - c0, workpool.joined() - j0
 ctl = blas_library.thread_control()
 launches = step.launches(x, y)
 params = np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
 print(json.dumps({"losses": losses, "params": hashlib.sha1(params.tobytes()).hexdigest(),
-                  "params_sum": float(params.astype(np.float64).sum()), "rounds": rounds,
+                  "params_sum": float(params.astype(np.float64).sum()), "rounds": rounds, "joined": joined,
                   "caller_rounds": caller, "queues": workpool.queues(), "workers": workpool.threads(),
                   "blas_threads": int(ctl[0]()) if ctl else None,
-                  "launches": [[l.kind, l.label, bool(l.parallel), int(l.threads)] for l in launches]}))
+                  "launches": [[l.kind, l.label, bool(l.parallel), int(l.threads), bool(l.joined)]
+                               for l in launches]}))
 '''
 
 
@@ -253,7 +254,8 @@ def test_b9_default_step_uses_both_workers_once_per_parallel_launch_with_one_thr
     """B9's step as users run it (default threshold, no ``parallel=`` override; two of its blocks), in fresh
     processes at 2 workers (twice) and at 1.  At 2 workers: every product runs on the pool (big GEMMs in blocks of
     OpenBLAS's unit, attention's batches one product per worker), each parallel launch wakes the workers exactly
-    once (the pool rounds of a step equal its parallel launches: nothing else launches on them) and the calling
+    once, or joins the round of the steps before it (the pool rounds of a step and the launches that joined one
+    equal its parallel launches: nothing else launches on them) and the calling
     thread runs one chunk of each itself (so a round wakes one worker), OpenBLAS is left
     on one thread (its own threads never run beside the pool's), and no launch runs more threads than the pool
     has.  At 1 worker nothing wakes a pool.  The bits: the same run to run, and the same at 1 and 2 workers (the
@@ -265,7 +267,9 @@ def test_b9_default_step_uses_both_workers_once_per_parallel_launch_with_one_thr
     par = [la for la in a["launches"] if la[2]]
     gemms = [la for la in a["launches"] if la[0] in ("gemm", "bgemm")]
     assert a["workers"] == 2 and one["workers"] in (0, 1)
-    assert a["rounds"] == len(par) and one["rounds"] == 0
+    # a launch that shares the round of the steps before it (round_groups.py; its record says so) wakes none
+    assert a["rounds"] + a["joined"] == len(par) and one["rounds"] == 0
+    assert a["joined"] == sum(la[4] for la in par) > 0
     # the calling thread runs a chunk of every round: each wakes the pool's one worker, not two
     assert a["caller_rounds"] == a["rounds"] and a["queues"] == 1
     assert not any(la[2] for la in one["launches"])

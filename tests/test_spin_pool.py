@@ -267,3 +267,52 @@ print(json.dumps({"v": v, "rounds": workpool.rounds() - r0, "spin": workpool.spi
     assert outs["spin"]["spin"] and not outs["workqueue"]["spin"]
     assert outs["spin"]["v"] == outs["workqueue"]["v"] and len(set(outs["spin"]["v"])) == 1
     assert outs["spin"]["rounds"] == outs["workqueue"]["rounds"] == 3
+
+
+def test_launches_stay_on_the_calling_thread_while_the_spinners_see_a_core_taken():
+    """The busy rule (``workpool.BUSY_HOLD``): once a spinner saw a gap (another process took its core), a compiled
+    step's gated launches run their chunks on the calling thread (no round: ``busy_held`` counts them, one
+    clock read each) until ``QUIET_NS`` after the sign, then take the pool again; the bits are the pooled ones.
+    The clock, the pool's and the kernels' (``workpool.CLOCK_ADDRESS``), is scripted: the first call whose spin
+    sees the gap flips it, the calls after it never wake the worker."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("needs two cores")
+    os.environ["JITGRAD_POOL_BUSY_HOLD"] = "1"      # (the test session turns it off: conftest.py)
+    os.environ["NUMBA_NUM_THREADS"] = "2"
+    try:
+        (out,) = _run("""
+from jitgrad.codegen.native import workpool
+workpool.CLOCK_ADDRESS = _engine.get_function_address("clock")
+import numpy as np, jitgrad as jg
+workpool.set_min_work(0, 0)
+f = jg.compile(lambda a: (a * 2.0).tanh() * a, backend="numba", background=False)     # (gated: decides per call)
+x = jg.tensor(np.linspace(-1, 1, 1 << 16))
+scripted_clock(0)
+pool.set_spin_ns(10**12)
+want = f(x).numpy().tobytes()
+def count(n, pause=0.0):
+    r0, h0 = workpool.rounds(), workpool.busy_held()
+    same = True
+    for _ in range(n):
+        same = same and f(x).numpy().tobytes() == want
+        time.sleep(pause)
+    return {"rounds": workpool.rounds() - r0, "held": workpool.busy_held() - h0, "same": same}
+quiet = count(5)
+scripted_clock(2 * spin_pool.GAP_NS)    # every read a gap: the first spin after a round sees its thread descheduled
+before = pool.stats()
+sign = count(3, 0.002)
+scripted_clock(0)
+held = count(10)
+advance(spin_pool.QUIET_NS)
+again = count(5)
+print(json.dumps({"quiet": quiet, "sign": sign, "busy": delta(before)["busy"], "held": held, "again": again,
+                  "threads": workpool.threads()}))
+""")
+    finally:
+        os.environ["JITGRAD_POOL_BUSY_HOLD"] = "0"
+        os.environ.pop("NUMBA_NUM_THREADS", None)
+    assert out["threads"] == 2
+    assert out["quiet"] == {"rounds": 5, "held": 0, "same": True}, out
+    assert out["busy"] >= 1 and out["sign"]["rounds"] == 1 and out["sign"]["held"] == 2, out
+    assert out["held"] == {"rounds": 0, "held": 10, "same": True}, out
+    assert out["again"] == {"rounds": 5, "held": 0, "same": True}, out

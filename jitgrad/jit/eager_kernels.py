@@ -28,7 +28,9 @@ kernels never carry nnan/ninf), and everything dispatch does around the impl (ve
 anomaly checks) is unchanged.
 
 Parallel: the compiled path's choice (``layout.Program.pool_choice``): where a loop of that size takes the pool
-now (``workpool.takes``: at least ``PARALLEL_GRAIN`` elements and elements x per-element cost >= ``min_work()``),
+now (``workpool.takes``), at the eager kernels' own thresholds (``workpool.eager_min_work``/``eager_grain``,
+``JITGRAD_EAGER_PARALLEL_WORK``/``_GRAIN``: an eager round wakes sleeping workers, a compiled step's next round
+finds them spinning, so the compiled thresholds can move without moving these),
 the parallel-capable kernel, which tests its work per call itself; ``torch.set_num_threads(1)`` keeps the serial
 kernel.  A parallel kernel splits its loop into one chunk per worker of the pool (``workpool.py``), and every
 element is computed by the same instructions whichever chunk holds it: the bits do not depend on the thread
@@ -252,7 +254,7 @@ def _parallel_pays(size: int, per_element: float) -> bool:
     on a pool this process can start (``torch.set_num_threads(1)`` is checked per call).  The kernel itself tests
     its work per call against the threshold then in force, so a changed threshold stays correct."""
     from ..codegen.native import workpool
-    return workpool.available() and workpool.takes(size, per_element)
+    return workpool.available() and workpool.takes(size, per_element, eager=True)
 
 
 def _structure(opname, dtypes, params, parallel, rows, row_length=None) -> _Structure:

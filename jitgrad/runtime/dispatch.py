@@ -15,6 +15,7 @@ from ..ir import dtypes as dt
 from ..ir.ops import OPS as _OPS, Aval, OpError
 from . import anomaly, forward_state, grad_mode, profiler_state
 from .bind_route import ROUTE as _ROUTE
+from .entry_source import make, record_label, record_source
 from .node import Node, _seq as _node_seq
 from .op_errors import forward_nan, op_error, with_user_line
 from .rule_entries import WEAK as _WEAK, avals_of as _avals, record_entry, rule_entry as _rule_entry, saved_inputs
@@ -293,142 +294,10 @@ def refresh_view(a, force=False):
     a._out_nr = 0
 
 
-def _record(op, params, args, hit, t):
-    """Give ``t`` a grad_fn Node; ``hit`` is the signature's entry from ``_rule_entry``.
-
-    The hot path of every recorded op: the node is built here slot by slot (no ``Node.__init__`` frame; every
-    slot of ``Node`` is set, tests/test_eager_budget.py checks it) and the user's line is found inline.  One or two
-    tensors (not inference tensors; views whose history is current, where refresh_view would change nothing) and
-    Python scalars take straight-line code; any other signature the general loop (``_edges``)."""
-    n = len(args)
-    nondiff = op.nondiff_inputs
-    a0 = args[0]
-    t0 = type(a0)
-    if (t0 is Tensor or t0 in _AS_TENSOR) and not a0._inference and n <= 2 and (
-            (b := a0._base) is None or ((g := a0.grad_fn) is None and b.grad_fn is None)
-            or g is not None and (g.view_args is None or b.grad_fn is g.view_base_fn)):
-        if nondiff and 0 in nondiff:
-            e0, n0 = _NO_EDGE, False
-        else:
-            gf = a0.grad_fn
-            if gf is not None:
-                e0, n0 = (gf, a0._out_nr), True
-            elif a0._requires_grad:
-                acc = a0._acc
-                e0, n0 = (acc if acc is not None else a0._accumulator(), 0), True
-            else:
-                e0, n0 = _NO_EDGE, False
-        if n == 1:
-            if not n0:
-                return
-            nf, needs = (e0,), _NEEDS_ONE
-        else:
-            a1 = args[1]
-            t1 = type(a1)
-            if t1 is float or t1 is int or t1 is bool:
-                e1, n1 = _NO_EDGE, False
-            elif (t1 is Tensor or t1 in _AS_TENSOR) and not a1._inference and (
-                    (b := a1._base) is None or ((g := a1.grad_fn) is None and b.grad_fn is None)
-                    or g is not None and (g.view_args is None or b.grad_fn is g.view_base_fn)):
-                if nondiff and 1 in nondiff:
-                    e1, n1 = _NO_EDGE, False
-                else:
-                    gf = a1.grad_fn
-                    if gf is not None:
-                        e1, n1 = (gf, a1._out_nr), True
-                    elif a1._requires_grad:
-                        acc = a1._acc
-                        e1, n1 = (acc if acc is not None else a1._accumulator(), 0), True
-                    else:
-                        e1, n1 = _NO_EDGE, False
-            else:
-                e1 = None       # another kind of argument: the general loop
-            if e1 is None:
-                nf, needs = _edges(op, args)
-            elif n0 or n1:
-                nf, needs = (e0, e1), (n0, n1)
-            else:
-                return
-    else:
-        nf, needs = _edges(op, args)
-    if nf is None:
-        return              # only inference tensors, or only they "required" grad: nothing to record
-    node = _new(OpNode)
-    node.op = op
-    node.params = params
-    node.next_functions = nf
-    node.needs_grad = needs
-    node.seq = _next(_node_seq)
-    node._freed = False
-    node._x = None          # (hooks, retained grads, packed values, anomaly's stack: node.NodeExtras, when set)
-    node.view_args = node.view_base_fn = node.torch_name = None
-    node.shapes = hit[4]
-    node.dtypes = hit[5]
-    node.plans = hit[11]
-    if op.saves_in:
-        # the inputs to save for this pattern of needs (an input whose gradient nobody needs may save nothing)
-        plans = hit[9]
-        saved = plans.get(needs)
-        if saved is None:
-            saved = plans[needs] = saved_inputs(op, n, needs)
-        ins = [None] * n
-        vers = []
-        for i in saved:
-            a = args[i]
-            ins[i] = a
-            if type(a) is Tensor or isinstance(a, Tensor):
-                if a._inference:
-                    raise RuntimeError(with_user_line(
-                        "Inference tensors cannot be saved for backward. Please do not use Tensors created in "
-                        "inference mode in computation tracked by autograd. To work around this, you can make a clone "
-                        "to get a normal tensor and use it in autograd, or use `jitgrad.no_grad()` instead of "
-                        f"`jitgrad.inference_mode()`. (op {op.name})"))
-                vers.append((i, a._vc[0]))
-        node.inputs = tuple(ins)
-        node.versions = vers
-    else:
-        node.inputs = hit[8]
-        node.versions = None
-    if op.saves_out:
-        # kept without its history (saved_output.py: no t -> node -> t cycle, the node dies with t)
-        s = _new(Tensor)
-        s._data, s._vc = t._data, t._vc
-        s._requires_grad = s._retains_grad = s._inference = False
-        s.grad_fn = s._grad = s._base = s._hooks = s._acc = s._view_origin = None
-        s._out_nr = 0
-        node.outputs = (s,)
-        node.out_versions = [(0, t._vc[0])]
-    else:
-        node.outputs = _NO_OUTPUT
-        node.out_versions = None
-    if _SH.stack and (not _DEPARTED or _TR.active is None):
-        pack_node(node)
-    node.out_meta = hit[7]
-    # the user's line (source.user_code_line, inline): the first frame outside the package above _bind's caller.
-    # (Its caller is the package's own code: starting above it makes one frame object fewer, and reads one less.)
-    try:
-        f = _getframe(3)
-    except ValueError:      # (_bind called from a module's top level)
-        f = _getframe(2)
-    while f is not None:
-        code = f.f_code
-        r = _internal_get(code.co_filename)
-        if r is None:
-            r = _internal(code)
-        if not r:
-            node._loc = (code, f.f_lasti)     # the line when asked (Node.loc): f_lineno walks the line table
-            break
-        f = f.f_back
-    else:
-        node._loc = None
-    if _AN.enabled:
-        node.stack = user_stack(3)
-        node.anomaly_parent = _AN.current
-    if t._base is not None:
-        # the parent weakly: the base's history after a write through this view reaches this node (a cycle)
-        node.view_args = (_weakref(args[0]), *args[1:])
-        node.view_base_fn = t._base.grad_fn
-    t.grad_fn = node
+# _record(op, params, args, hit, t): give ``t`` a grad_fn Node (``hit``: the signature's entry from ``_rule_entry``),
+# the hot path of every recorded op: its text is rendered by entry_source.py from the template the flat entries
+# (flat_bind.py) are rendered from, so both paths build a node from one text
+_record = make(record_source(), "_record", globals(), record_label())
 
 
 def _edges(op, args):

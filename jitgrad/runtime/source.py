@@ -33,21 +33,6 @@ def user_frame(depth: int = 2):
     return f
 
 
-def user_code_line(depth: int = 2):
-    """(code object, line) of the user's frame: the cheap form of ``user_loc`` for the eager hot path."""
-    f = sys._getframe(depth)
-    get = _INTERNAL.get
-    while f is not None:
-        code = f.f_code
-        r = get(code.co_filename)
-        if r is None:
-            r = _internal(code)
-        if not r:
-            return code, f.f_lineno
-        f = f.f_back
-    return None
-
-
 def line_at(code, lasti: int) -> int | None:
     """The source line of the instruction at byte offset ``lasti`` of ``code`` (a frame's ``f_lineno`` computed
     later: eager recording keeps ``f_lasti``, as reading ``f_lineno`` walks the line table on every op)."""

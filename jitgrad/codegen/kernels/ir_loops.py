@@ -163,7 +163,7 @@ class _Renderer:
         chunk = self._chunk_function(body[:n], loop)
         stop = self.value(loop.stop, {})
         gate = None if loop.gate is None else (self.value(loop.gate[0], {}), float(loop.gate[1]))
-        self._dispatch(chunk, stop, loop.reductions, 2 + len(loop.reductions), gate)
+        self._dispatch(chunk, stop, loop.reductions, 2 + len(loop.reductions), gate, _joins(body, n))
         self.block(body[n + 1:])
 
     def _chunk_function(self, prologue, loop):
@@ -193,7 +193,7 @@ class _Renderer:
             setattr(self, attr, v)
         return fn.ref
 
-    def _dispatch(self, chunk, n, reductions, width, gate=None):
+    def _dispatch(self, chunk, n, reductions, width, gate=None, joinable=False):
         b, I64 = self.b, T.I64
         m = self.module
         add = pool_abi.declare(m)[0]
@@ -204,6 +204,13 @@ class _Renderer:
             takes = b.op("and", T.I1, split, pool_abi.takes_pool(b, m, *gate))
             pooled, pace = pool_abi.paced(b, m, takes)
             work = pool_abi.work_of(b, *gate)
+        # a launch that does not join the pending round (if any) runs it first: its chunks may read what those wrote
+        joining = pool_abi.joining(b, m, pooled, pace) if joinable else T.FALSE
+        if joinable:
+            with b.if_then(b.op("xor", T.I1, joining, T.TRUE)):
+                pool_abi.flush(b, m)
+        else:
+            pool_abi.flush(b, m)
         # not pooled: a loop that sums runs the pooled launch's chunks here, in order (the same partial sums)
         ntasks = b.select(split if reductions else pooled, I64, nw, "1")
         tasks = b.alloca(I64, b.op("mul", I64, ntasks, str(width)))
@@ -227,12 +234,27 @@ class _Renderer:
             b.store(I64, b.op("sdiv", I64, b.op("mul", I64, n, t), ntasks), rec)
             b.store(I64, b.op("sdiv", I64, b.op("mul", I64, n, b.op("add", I64, t, "1")), ntasks),
                     b.gep(I64, rec, "1"))
-            with b.if_then(b.op("and", T.I1, pooled, pool_abi.queued(b, m, t))):
+            queue = b.op("and", T.I1, pooled, pool_abi.queued(b, m, t))
+            if joinable:
+                queue = b.op("and", T.I1, queue, b.op("xor", T.I1, joining, T.TRUE))
+            with b.if_then(queue):
                 b.call(T.VOID, add, [f"ptr {chunk}", f"ptr {rec}", "ptr null", "ptr null", f"ptr {a}"])
         each_task(fill)
 
-        def on_pool():      # chunk 0 on the calling thread when it is the caller's (pool_abi.round_)
+        def own_round():    # chunk 0 on the calling thread when it is the caller's (pool_abi.round_)
             pool_abi.round_(b, m, lambda: b.call(T.VOID, chunk, [f"ptr {tasks}", "ptr null", "ptr null", f"ptr {a}"]))
+
+        def on_pool():
+            if not joinable:
+                own_round()
+                return
+            with b.if_else(joining) as (then, other):
+                with then:
+                    pool_abi.count_join(b, m)
+                    each_task(lambda t, rec: pool_abi.join_chunk(
+                        b, m, chunk, t, [b.load(I64, rec), b.load(I64, b.gep(I64, rec, "1"))], a))
+                with other:
+                    own_round()
 
         def on_caller():
             each_task(lambda t, rec: b.call(T.VOID, chunk, [f"ptr {rec}", "ptr null", "ptr null", f"ptr {a}"]))
@@ -543,6 +565,20 @@ _EMIT = {"ptr": _Renderer._ptr, "load": _Renderer._load, "bin": _Renderer._binop
          "libm": _Renderer._libm, "table": _Renderer._table_load}
 
 
+def _joins(body, n) -> bool:
+    # a parallel kernel may queue its chunks into a round started by the launch before (pool_abi.joining) when
+    # nothing of it runs on the calling thread after the chunks (no partial sums to add); what it stores before
+    # them (a sum's output zeroed) the entry's grouping checks no earlier chunk of the round touches (round_groups)
+    return not body[n].reductions and not body[n + 1:]
+
+
+def joins_rounds(kir: ki.KernelIR) -> bool:
+    """Whether a parallel kernel's launch may queue its chunks into a pool round pending from launches before
+    it (``pool_abi.joining``: nothing of it runs on the calling thread after its chunks)."""
+    at = [n for n, s in enumerate(kir.body) if isinstance(s, ki.For) and s.parallel]
+    return bool(kir.parallel) and PARALLEL and len(at) == 1 and _joins(kir.body, at[0])
+
+
 # ---------------------------------------------------------------------------------------------------- the text
 def symbol(key: str) -> str:
     return f"jitgrad_kernel_{key[:24]}"
@@ -574,4 +610,4 @@ def render(kir: ki.KernelIR, key: str) -> str:
     return f"{HEADER}{key}\n{text}"
 
 
-__all__ = ["render", "Unsupported", "alias_md", "ALIAS_DOMAIN", "symbol", "HEADER", "INTERLEAVE", "lltype"]
+__all__ = ["render", "Unsupported", "alias_md", "ALIAS_DOMAIN", "symbol", "HEADER", "INTERLEAVE", "lltype", "joins_rounds"]

@@ -11,8 +11,8 @@ global an ``i64``.  Nothing here imports Numba or llvmlite.
 """
 from __future__ import annotations
 
-from ..native.workpool import CLOCK_ID, PACE_HELD, PACE_TIMED
-from .llvm_text import DOUBLE, I1, I32, I64, PTR, VOID, const
+from ..native.workpool import CLOCK_ID, JOIN_MAX, PACE_HELD, PACE_OFF, PACE_TIMED, RANGE_SLOTS
+from .llvm_text import DOUBLE, I1, I32, I64, PTR, VOID, Builder, const
 
 
 def declare(module) -> tuple:
@@ -68,6 +68,92 @@ def round_(b, module, run_first):
     b.call(VOID, sync, [])
 
 
+def _join_array(module, name, n):
+    return module.external("jitgrad_wq_" + name, f"[{n} x i64]")
+
+
+def flush(b, module):
+    """Emit ``flush()``: run the round launches queued into by joining (``join_chunks``), if any: count it, wake
+    the workers, run the caller's chunks in the order they were queued, wait.  A load and a test when none is
+    pending.  Each module gets the function once (internal)."""
+    name = "jitgrad_wq_flush_pending"
+    ref = f'@"{name}"'
+    if name not in module.symbols:
+        _, ready, sync = declare(module)
+        f = module.function(name, [], linkage="internal", attrs="nounwind noinline")
+        fb = Builder(f, f.block("entry"))
+        with fb.if_then(fb.icmp("ne", I64, _read(fb, module, "queued"), "0")):
+            fb.store(I64, "0", pool_global(module, "queued"))
+            count_round(fb, module)
+            _add(fb, module, "caller_rounds", "1")
+            fb.call(VOID, ready, [])
+            mine = _join_array(module, "mine", 3 * JOIN_MAX)
+            n = _read(fb, module, "nmine")
+            slot = fb.alloca(I64)
+            fb.store(I64, "0", slot)
+            head, body, done = f.block("head"), f.block("body"), f.block("done")
+            fb.branch(head)
+            fb.position_at_end(head)
+            j = fb.load(I64, slot)
+            fb.cbranch(fb.icmp("slt", I64, j, n), body, done)
+            fb.position_at_end(body)
+            at = fb.op("mul", I64, j, "3")
+            fn, args, data = (fb.cast("inttoptr", I64, fb.load(I64, fb.gep(I64, mine, fb.op("add", I64, at, str(k)))),
+                                      PTR) for k in range(3))
+            fb.call(VOID, fn, [f"ptr {args}", "ptr null", "ptr null", f"ptr {data}"])
+            fb.store(I64, fb.op("add", I64, j, "1"), slot)
+            fb.branch(head)
+            fb.position_at_end(done)
+            fb.store(I64, "0", pool_global(module, "nmine"))
+            fb.call(VOID, sync, [])
+            fb.store(I64, "0", pool_global(module, "nranges"))
+        fb.ret_void()
+    b.call(VOID, ref, [])
+
+
+def joining(b, module, pooled, pace=None):
+    """The ``i1`` that a launch that takes the pool (``pooled``) queues its chunks into the pending round instead
+    of running a round of its own: the entry asks it to (``jitgrad_wq_join``: its step shares a round with the
+    step before, ``round_groups.py``), and the pool's pacer is not timing launches (``pace``, a gated one's)."""
+    j = b.op("and", I1, pooled, b.icmp("ne", I64, _read(b, module, "join"), "0"))
+    if pace is not None:
+        j = b.op("and", I1, j, b.icmp("eq", I64, pace, str(PACE_OFF)))
+    return j
+
+
+def join_chunk(b, module, chunk, t, words, data):
+    """Queue chunk ``t`` (an int64 value) of a joining launch (``chunk``: its chunk function, ``words``: its task
+    record, ``[start, stop]`` and at most one more int64 value; ``data``: its argument block): the record goes to
+    the pool's own slots (the launch's records die with its frame), chunk 0 to the caller's list when the calling
+    thread runs one (``workpool.caller``), the others to the workers' queues (``add_task``, round robin from the
+    round's first queue: chunk t of every joined launch lands on the same worker)."""
+    ranges = _join_array(module, "ranges", RANGE_SLOTS)
+    r = _read(b, module, "nranges")
+    b.store(I64, b.op("add", I64, r, str(len(words))), pool_global(module, "nranges"))
+    rec = b.gep(I64, ranges, r)
+    for k, w in enumerate(words):
+        b.store(I64, w, b.gep(I64, rec, str(k)))
+    with b.if_else(queued(b, module, t)) as (then, other):
+        with then:
+            b.call(VOID, declare(module)[0], [f"ptr {chunk}", f"ptr {rec}", "ptr null", "ptr null", f"ptr {data}"])
+            _add(b, module, "queued", "1")
+        with other:
+            mine = _join_array(module, "mine", 3 * JOIN_MAX)
+            n = _read(b, module, "nmine")
+            b.store(I64, b.op("add", I64, n, "1"), pool_global(module, "nmine"))
+            at = b.op("mul", I64, n, "3")
+            for k, v in enumerate((b.cast("ptrtoint", PTR, chunk, I64), b.cast("ptrtoint", PTR, rec, I64),
+                                   b.cast("ptrtoint", PTR, data, I64))):
+                b.store(I64, v, b.gep(I64, mine, b.op("add", I64, at, str(k))))
+
+
+def count_join(b, module):
+    """Count a launch that queues its chunks into a round already pending (``workpool.joined``: the pooled
+    launches of a step are its rounds plus these)."""
+    with b.if_then(b.icmp("ne", I64, _read(b, module, "queued"), "0")):
+        _add(b, module, "joined", "1")
+
+
 def _clock_ns(b, module, ts):
     """Nanoseconds of the pool's clock (``workpool.CLOCK_ID`` through libc's ``clock_gettime``), an ``i64``;
     ``ts``: a ``[2 x i64]`` slot for the ``timespec``."""
@@ -86,10 +172,45 @@ def _add(b, module, name, value):
 
 def paced(b, module, takes):
     """``(pooled, pace)`` of a gated launch: ``pooled``, the ``i1`` that it wakes the workers (``takes``, its
-    threshold test, holds and the pool's pacer is not holding launches off the pool); ``pace``, the pacer's state
-    as read for this launch (``workpool.pace``), for ``launch``."""
+    threshold test, holds, the pool's pacer is not holding launches off the pool, and the pool's spinners have
+    not seen another process take a core lately: ``busy``); ``pace``, the pacer's state as read for this launch
+    (``workpool.pace``), for ``launch``."""
     pace = _read(b, module, "pace")
-    return b.op("and", I1, takes, b.icmp("ne", I64, pace, str(PACE_HELD))), pace
+    free = b.op("and", I1, takes, b.icmp("ne", I64, pace, str(PACE_HELD)))
+    held = b.call(I1, _busy_fn(module), [f"i1 {free}"])
+    return b.op("and", I1, free, b.op("xor", I1, held, "true")), pace
+
+
+def _busy_fn(module):
+    """``i1 busy(i1 takes)``, once per module: whether a launch that would take the pool (``takes``) stays on the
+    calling thread because the pool's spinners saw another process take a core (``spin_pool``: a spinner
+    descheduled, or spins that keep running out) less than ``spin_pool.QUIET_NS`` ago: its end is the global
+    ``busy_until`` (the pool's own, ``workpool.launch``; 0: no such sign).  Reads the clock only while that is
+    set; clears it (compare-and-swap: a spinner may set a new one meanwhile) once passed.  Counts the launches it
+    holds (``workpool.busy_held``)."""
+    name = "jitgrad_wq_busy_hold"
+    ref = f'@"{name}"'
+    if name not in module.symbols:
+        f = module.function(name, [I1], ret=I1, linkage="internal", attrs="nounwind noinline")
+        fb = Builder(f, f.block("entry"))
+        ts = fb.alloca("[2 x i64]")
+        check, clock, past, yes, no = (f.block(x) for x in ("check", "clock", "past", "yes", "no"))
+        fb.cbranch(f.args[0], check, no)
+        fb.position_at_end(check)
+        g = pool_global(module, "busy_until")
+        until = fb._def(f"load atomic i64, ptr {g} monotonic, align 8")
+        fb.cbranch(fb.icmp("eq", I64, until, "0"), no, clock)
+        fb.position_at_end(clock)
+        fb.cbranch(fb.icmp("slt", I64, _clock_ns(fb, module, ts), until), yes, past)
+        fb.position_at_end(past)
+        fb._def(f"cmpxchg ptr {g}, i64 {until}, i64 0 monotonic monotonic")
+        fb.branch(no)
+        fb.position_at_end(yes)
+        _add(fb, module, "busy_held", "1")
+        fb.ret(I1, "true")
+        fb.position_at_end(no)
+        fb.ret(I1, "false")
+    return ref
 
 
 def launch(b, module, pooled, takes, pace, work, on_pool, on_caller, alloca=None):
@@ -131,4 +252,4 @@ def work_of(b, elements, per_element: float):
 
 
 __all__ = ["declare", "pool_global", "reaches_min_work", "takes_pool", "count_round", "queued", "round_", "paced",
-           "launch", "work_of"]
+           "launch", "work_of", "flush", "joining", "join_chunk", "count_join"]

@@ -35,8 +35,8 @@ _BLOBS_MADE_HERE: set = set()   # kernel/entry keys compiled by this process (no
 _UNLINKED: dict = {}        # key -> objstore.Blob compiled for a forked build, linked when it ends (``link_compiled``)
 _QUICK: dict = {}           # kernel key -> address of its quick build's code in this process (until optimised)
 _lock = threading.RLock()
-KERNEL_EXTRA = ("cpu-kernel", 3)
-ENTRY_EXTRA = ("cpu-entry", 2)
+KERNEL_EXTRA = ("cpu-kernel", 4)     # 4: parallel kernels join a pending pool round (pool_abi.joining)
+ENTRY_EXTRA = ("cpu-entry", 3)       # 3: steps that share a pool round (round_groups.py)
 # kernels straight to LLVM IR where ir_loops can (JITGRAD_IR_LOOPS=0: every kernel through Numba, e.g. to compare)
 IR_LOOPS = os.environ.get("JITGRAD_IR_LOOPS", "1") != "0"
 GRAPH_EXTRA = ("cpu-graph", 1)

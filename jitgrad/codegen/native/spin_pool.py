@@ -502,6 +502,7 @@ class Pool:
         self._clock = ctypes.c_void_p.from_address(glob("jitgrad_pool_clock"))
         self._clock.value = ctypes.cast(ctypes.CDLL(None).clock_gettime, ctypes.c_void_p).value
         self._linger = ctypes.c_int32.from_address(glob("jitgrad_pool_linger_next"))
+        self.quiet_until = glob("jitgrad_pool_quiet_until")     # (its address: the busy rule, workpool.py)
         self._spin.value = spin_ns
 
     def start(self, workers: int) -> int:

@@ -71,6 +71,7 @@ import threading
 from ...ir.ops import blas as _blas
 from ...ir.symbolic import is_symbolic
 from . import pool_pacer as _pool_pacer
+from . import workpool as _workpool
 
 _configured = False
 _placed = False
@@ -106,7 +107,8 @@ LAUNCH_LOCK = _Launch()
 
 
 class _EagerLaunch:
-    """``with EAGER_LAUNCH:`` around an eager kernel's parallel launch: ``LAUNCH_LOCK``, and the pool's workers
+    """``with EAGER_LAUNCH:`` around an eager kernel's parallel launch: ``LAUNCH_LOCK``, the eager kernels' own
+    pool threshold in force (``workpool.eager_min_work``), and the pool's workers
     sleep at once after the round instead of spinning for the next (``spin_pool.Pool.set_linger``): Python and
     NumPy come next, often an OpenBLAS call whose own threads need the cores (B9 eager at 2 threads: a spinning
     worker made it 43-50 ms against 41-43 ms with workers that sleep)."""
@@ -117,14 +119,15 @@ class _EagerLaunch:
         LAUNCH_LOCK.__enter__()
         pool = self._spinning
         if pool is None:
-            from . import workpool
-            pool = self._spinning = workpool.spinning()
+            pool = self._spinning = _workpool.spinning()
         if pool is not None:
             pool.set_linger(False)
         self._pool = pool
+        self._compiled = _workpool.eager_thresholds(True)      # the eager kernels' own threshold for the launch
         return self
 
     def __exit__(self, *exc):
+        _workpool.eager_thresholds(False, self._compiled)
         if self._pool is not None:
             self._pool.set_linger(True)
         LAUNCH_LOCK.__exit__(*exc)

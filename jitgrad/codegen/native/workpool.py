@@ -84,7 +84,9 @@ from ...ir import settings
 SYMBOLS = ("jitgrad_wq_add_task", "jitgrad_wq_ready", "jitgrad_wq_synchronize", "jitgrad_wq_threads",
            "jitgrad_wq_caller", "jitgrad_wq_caller_rounds", "jitgrad_wq_min_work", "jitgrad_wq_grain",
            "jitgrad_wq_rounds", "jitgrad_wq_pace", "jitgrad_wq_clock", "jitgrad_wq_pool_ns", "jitgrad_wq_pool_work",
-           "jitgrad_wq_serial_ns", "jitgrad_wq_serial_work")
+           "jitgrad_wq_serial_ns", "jitgrad_wq_serial_work", "jitgrad_wq_join", "jitgrad_wq_can_join",
+           "jitgrad_wq_queued", "jitgrad_wq_joined", "jitgrad_wq_nmine", "jitgrad_wq_nranges", "jitgrad_wq_mine",
+           "jitgrad_wq_ranges", "jitgrad_wq_busy_until", "jitgrad_wq_busy_held")
 _lock = threading.Lock()
 _LIB = None
 _PRIVATE = False
@@ -118,8 +120,41 @@ PARALLEL_GRAIN = 1 << 15
 PARALLEL_WORK = 1 << 23
 _MIN_WORK = ctypes.c_int64(int(float(os.environ.get("JITGRAD_PARALLEL_WORK", PARALLEL_WORK))))
 _GRAIN = ctypes.c_int64(int(float(os.environ.get("JITGRAD_PARALLEL_GRAIN", PARALLEL_GRAIN))))
+# Eager kernels' launches (``jit/eager_kernels.py``) have a threshold of their own: an eager round wakes sleeping
+# workers (5-30 us: ``threads.EAGER_LAUNCH`` leaves them asleep after it, since Python and OpenBLAS come next, not
+# another round), so what pays for a compiled step's back-to-back rounds need not pay for one eager call.  The same
+# built kernels serve both: ``EAGER_LAUNCH`` puts these values in the globals the kernels read for the launch and
+# the compiled ones back after it (``eager_thresholds``).  JITGRAD_EAGER_PARALLEL_WORK / _GRAIN, ``set_eager_min_work``.
+EAGER_PARALLEL_WORK = PARALLEL_WORK
+EAGER_PARALLEL_GRAIN = PARALLEL_GRAIN
+_EAGER = [int(float(os.environ.get("JITGRAD_EAGER_PARALLEL_WORK", EAGER_PARALLEL_WORK))),
+          int(float(os.environ.get("JITGRAD_EAGER_PARALLEL_GRAIN", EAGER_PARALLEL_GRAIN)))]
 _ROUNDS = ctypes.c_int64(0)     # pool rounds launched by kernels built from IR and by entries (tests count them)
 _CALLER_ROUNDS = ctypes.c_int64(0)  # those of them in which the calling thread ran chunk 0
+# Launches that share one round (``codegen/program/round_groups.py``): while the entry sets JOIN, a kernel that takes
+# the pool queues its chunks into the round pending since the last one that did (workers' chunks with ``add_task``,
+# the caller's into MINE, each chunk's [start, stop) into RANGES: the kernel's own records die with its frame),
+# and the next step that does not join runs that round (``pool_abi.flush``).  CAN_JOIN: the pool runs a queue's
+# tasks in order (``spin_pool``, whose queues hold ``spin_pool.MAX_TASKS``; ``workqueue`` holds one).  JOIN_MAX
+# launches at most share a round.
+JOIN_MAX = 8
+_JOIN = ctypes.c_int64(0)
+_CAN_JOIN = ctypes.c_int64(0)
+_QUEUED = ctypes.c_int64(0)     # worker tasks queued in the pending round (0: none pending)
+_JOINED = ctypes.c_int64(0)     # launches that queued their chunks into a pending round (counted, for tests)
+_NMINE = ctypes.c_int64(0)
+_NRANGES = ctypes.c_int64(0)
+RANGE_SLOTS = 3 * JOIN_MAX * 257     # a task record of three words at most a chunk (a GEMM batch's: its routine too)
+_MINE = (ctypes.c_int64 * (3 * JOIN_MAX))()
+_RANGES = (ctypes.c_int64 * RANGE_SLOTS)()
+# The busy rule: while the pool's spinners saw another process take a core (``spin_pool``: a spinner descheduled,
+# or spins that keep outlasting their budget) in the last ``spin_pool.QUIET_NS``, gated launches run their chunks
+# on the calling thread (``pool_abi.paced``: one load a launch, a clock read only while the sign stands): a chunk on
+# the taken core would make every round wait for it.  Their global (``jitgrad_wq_busy_until``) is the spin pool's
+# own ``quiet_until``; JITGRAD_POOL_BUSY_HOLD=0 (or ``workqueue``) points it at a zero.  BUSY_HELD counts them.
+BUSY_HOLD = os.environ.get("JITGRAD_POOL_BUSY_HOLD", "1") != "0"
+_NOT_BUSY = ctypes.c_int64(0)
+_BUSY_HELD = ctypes.c_int64(0)
 # the pacer's state and counters (see the module docstring): gated launches read PACE at every call
 PACE_OFF, PACE_TIMED, PACE_HELD = 0, 1, 2
 _PACE = ctypes.c_int64(PACE_OFF)
@@ -152,9 +187,59 @@ def grain() -> int:
     return int(_GRAIN.value)
 
 
+def eager_min_work() -> int:
+    """``min_work()`` for eager kernels' launches (their own knob: ``EAGER_PARALLEL_WORK``)."""
+    return _EAGER[0]
+
+
+def eager_grain() -> int:
+    """``grain()`` for eager kernels' launches."""
+    return _EAGER[1]
+
+
+def set_eager_min_work(work: int, grain: int | None = None) -> tuple:
+    """Set ``eager_min_work()`` (and ``eager_grain()``, when given) for this process; returns the previous pair.
+    Compiled steps' thresholds (``set_min_work``) are not touched."""
+    prev = tuple(_EAGER)
+    _EAGER[0] = max(0, int(work))
+    if grain is not None:
+        _EAGER[1] = max(0, int(grain))
+    return prev
+
+
+def eager_thresholds(on: bool, prev=None):
+    """Put the eager thresholds in the globals the kernels read (``on``; returns what was there) or ``prev`` back
+    (``threads.EAGER_LAUNCH``, holding the launch lock, so no compiled launch sees them)."""
+    if on:
+        was = (_MIN_WORK.value, _GRAIN.value)
+        _MIN_WORK.value, _GRAIN.value = _EAGER
+        return was
+    _MIN_WORK.value, _GRAIN.value = prev
+    return None
+
+
 def rounds() -> int:
     """How many times kernels built from IR and entries woke the workers (one round per pooled launch)."""
     return int(_ROUNDS.value)
+
+
+def joined() -> int:
+    """How many pooled launches queued their chunks into a round another launch had queued into first
+    (``codegen/program/round_groups.py``): pooled launches that woke no round of their own, so a step's pooled
+    launches are its ``rounds()`` plus these."""
+    return int(_JOINED.value)
+
+
+def busy_held() -> int:
+    """How many gated launches ran on the calling thread because the pool's spinners saw another process take
+    a core lately (the busy rule, above)."""
+    return int(_BUSY_HELD.value)
+
+
+def can_join() -> bool:
+    """Whether launches can share a round on this process's pool (``spin_pool``, the calling thread one of the
+    threads)."""
+    return bool(_CAN_JOIN.value)
 
 
 def caller_rounds() -> int:
@@ -163,17 +248,19 @@ def caller_rounds() -> int:
     return int(_CALLER_ROUNDS.value)
 
 
-def takes(elements, per_element: float) -> bool:
+def takes(elements, per_element: float, eager: bool = False) -> bool:
     """Whether a parallel-capable loop of ``elements`` elements, each costing ``per_element``, takes the pool:
     the test the kernel makes per call (``ir_loops._Renderer._dispatch``), less the worker count and the pacer
-    (which holds launches off the pool only inside a paced graph's call: never between calls)."""
-    return elements >= _GRAIN.value and float(elements) * per_element >= float(_MIN_WORK.value)
+    (which holds launches off the pool only inside a paced graph's call: never between calls).  ``eager``: at
+    the eager kernels' thresholds (``eager_min_work``)."""
+    work, least = (_EAGER[0], _EAGER[1]) if eager else (_MIN_WORK.value, _GRAIN.value)
+    return elements >= least and float(elements) * per_element >= float(work)
 
 
 def takes_batch(macs, count, most: int) -> bool:
     """Whether a batch of ``count`` products of ``macs`` multiply-adds each takes the pool, each product on one
     thread: at least two, each at most ``most`` (OpenBLAS would thread a larger one itself), and work enough (the
-    entry's test, ``entry._batched_gemm_on_pool``)."""
+    entry's test, ``entry_gemms.gemm_batch_on_pool``)."""
     return count >= 2 and macs <= most and float(macs) * float(count) >= float(_MIN_WORK.value)
 
 
@@ -288,6 +375,8 @@ def available() -> bool:
 def _after_fork_in_child():
     global _lock
     _lock = threading.Lock()        # a thread of the parent may have held it (in ``launch``) at the fork
+    for pending in (_JOIN, _QUEUED, _NMINE, _NRANGES):     # (a round the parent's entry was queueing is not ours)
+        pending.value = 0
 
 
 if hasattr(os, "register_at_fork"):
@@ -346,6 +435,14 @@ def launch() -> int:
             ll.add_symbol("jitgrad_wq_pace", ctypes.addressof(_PACE))
             for name, counter in _TIMES.items():
                 ll.add_symbol("jitgrad_wq_" + name, ctypes.addressof(counter))
+            busy = spin.quiet_until if spin is not None and BUSY_HOLD else ctypes.addressof(_NOT_BUSY)
+            ll.add_symbol("jitgrad_wq_busy_until", busy)
+            ll.add_symbol("jitgrad_wq_busy_held", ctypes.addressof(_BUSY_HELD))
+            # one round for several launches needs queues that hold more than one task each, run in order
+            _CAN_JOIN.value = 1 if spin is not None and _CALLER.value else 0
+            for name, value in (("join", _JOIN), ("can_join", _CAN_JOIN), ("queued", _QUEUED), ("joined", _JOINED),
+                                ("nmine", _NMINE), ("nranges", _NRANGES), ("mine", _MINE), ("ranges", _RANGES)):
+                ll.add_symbol("jitgrad_wq_" + name, ctypes.addressof(value))
             clock = CLOCK_ADDRESS or ctypes.cast(ctypes.CDLL(None).clock_gettime, ctypes.c_void_p).value
             ll.add_symbol("jitgrad_wq_clock", clock)
     return int(_THREADS.value)
@@ -413,5 +510,7 @@ def run_on_each(fn) -> list:
 
 __all__ = ["available", "launch", "threads", "queues", "caller", "private", "run_on_each", "default_threads", "library",
            "spinning", "POOL", "SYMBOLS", "PARALLEL_GRAIN", "PARALLEL_WORK", "PRIVATE_POOL", "min_work", "set_min_work", "grain", "rounds",
+           "EAGER_PARALLEL_WORK", "EAGER_PARALLEL_GRAIN", "eager_min_work", "eager_grain", "set_eager_min_work",
+           "eager_thresholds", "joined", "can_join", "JOIN_MAX", "busy_held", "BUSY_HOLD",
            "caller_rounds", "takes", "takes_batch", "takes_split", "pace", "set_pace", "launch_times", "PACE_OFF",
            "PACE_TIMED", "PACE_HELD", "CLOCK_ID", "CLOCK_ADDRESS"]

@@ -27,7 +27,7 @@ from ...ir.interpret import ScopeTracker, run_eqn
 from ...ir import settings
 from ...ir.ops import blas, blas_library
 from ...ir.plan import Plan
-from . import batch_steps, batched_gemm, collective_steps, gemm_steps, loop_steps, region_steps
+from . import batch_steps, batched_gemm, collective_steps, gemm_steps, loop_steps, region_steps, round_groups
 from ..native import build_thread, graph_build, threads
 from .layout import Program
 from ..lowering import lower_plan, step_error
@@ -43,7 +43,8 @@ class Launch(NamedTuple):
     saw it; ``routine``: a matrix product's routine (``sgemm``/``dgemm``: BLAS; ``small_sgemm``/``small_dgemm``:
     ``kernels/small_gemm.py``); ``gated``: a parallel-capable step that decides per call, by its work, whether
     to take the pool; ``elements``: a gated loop's elements, which the per-call test compares with
-    ``workpool.grain()`` (0 for other steps)."""
+    ``workpool.grain()`` (0 for other steps); ``joined``: it runs in the pool round of a step before it (its chunks
+    queued into that round: ``round_groups.py``), so it wakes no round of its own."""
     label: str
     kind: str
     parallel: bool
@@ -52,6 +53,7 @@ class Launch(NamedTuple):
     routine: str = ""
     gated: bool = False
     elements: int = 0
+    joined: bool = False
 
 
 class CodegenWarning(UserWarning):
@@ -301,7 +303,10 @@ class CompiledGraph:
                                   gated))
             else:
                 out.append(Launch(st.label, st.kind, False, 1))
-        return out
+        pool_joins = workpool.can_join() or (bool(workers) and workpool.POOL == "spin" and workpool.PRIVATE_POOL)
+        joined = round_groups.launch_joins(round_groups.entry_joins(self.program),
+                                           [la.parallel for la in out], pool, pool_joins)
+        return [la._replace(joined=True) if j else la for la, j in zip(out, joined)]
 
     def step_error(self) -> Exception:
         """The error of the last call's first failing step, as eager mode raises it, naming the op, the shapes and

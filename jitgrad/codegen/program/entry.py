@@ -29,7 +29,9 @@ import numpy as np
 
 from ...ir.ops.blas import BLAS_THREADED_MACS
 from ..kernels import llvm_text as T, pool_abi
-from ..kernels.llvm_text import DOUBLE, I1, I32, I64, PTR, VOID
+from ..kernels.llvm_text import I1, I64, PTR, VOID
+from . import round_groups
+from .entry_gemms import gemm_batch, gemm_batch_on_pool, for_loop
 from .output_pool import MIN_BYTES, take as take_by_shape
 
 TUPLE_ITEMS = 3 * ctypes.sizeof(ctypes.c_void_p)     # PyTupleObject: refcnt, type, size, then ob_item[]
@@ -61,8 +63,6 @@ _CALLS = {"kernel": "call_kernel", "gemm": "call_gemm", "bgemm": "call_gemm_batc
           "sbgemm": "call_gemm_batched_on_pool"}
 HEADER = 5          # the step table's header words: patches, err slots, steps, n_checks, the err array's tuple index
 IE_OK, CHECKS_OK = 1, 2     # a record's guard bits: it runs only when no step raised / no anomaly check failed
-
-
 def _kind(st) -> str:
     if st.kind == "bgemm" and st.parallel:
         # its batch split between the pool's workers (gated: in the calls where that pays)
@@ -80,9 +80,11 @@ def _records(program, n_inputs: int, n_checks: int):
     errs = list(p.err_slots) if n_checks else []
     checked = bool(p.index_steps)
     steps = []
+    joins = round_groups.entry_joins(p)
     for n, st in enumerate(p.steps):
         # after a step that may raise, an in-place state update runs only when it did not
         guard = IE_OK if st.state_write and checked else 0
+        guard |= round_groups.guard_bits(joins.get(n))
         steps.append((_kind(st), n, st.block, guard, st.label))
     # an anomaly or a raising step leaves the user's state untouched
     guard = (CHECKS_OK if n_checks else 0) | (IE_OK if checked else 0)
@@ -113,7 +115,7 @@ def kinds_of(program) -> tuple:
 
 def _branches(kinds) -> list:
     """``(name, kinds)`` of each branch of the entry's loop: one per kind, but a gated batch of products and a
-    split GEMM share one (they differ in one test, made per step: ``_batched_gemm_on_pool``'s ``bounded``)."""
+    split GEMM share one (they differ in one test, made per step: ``gemm_batch_on_pool``'s ``bounded``)."""
     out = []
     for kind in kinds:
         if kind == "sbgemm" and out and out[-1][0] == "gbgemm":
@@ -148,6 +150,9 @@ def code_listing(program) -> str:
              "        kind, n, block, guard = S[k:k + 4]; k += 4",
              f"        if guard & {IE_OK} and IE[0] != 0 or guard & {CHECKS_OK} and ptr_i64(e)[0] != n_checks:",
              "            continue"]
+    joining = bool(round_groups.entry_joins(program))
+    if joining:
+        lines[-2:-2] = round_groups.listing(IE_OK | CHECKS_OK)
     branches = _branches(kinds)
     for j, (_, group) in enumerate(branches):
         test = "if" if j == 0 else "elif"
@@ -158,6 +163,8 @@ def code_listing(program) -> str:
         else:
             lines += [f"            {_call_text(kd)} if kind == {KINDS.index(kd)} else" for kd in group[:-1]]
             lines.append(f"            {_call_text(group[-1])}")
+    if joining:
+        lines += ["        join = 0", "    flush()"]
     return "# jitgrad.codegen.program.entry: a graph's C entry, emitted as LLVM IR (sizes come from the tables)\n" + \
         "\n".join(lines) + "\n"
 
@@ -172,6 +179,7 @@ def entry_source(program, n_inputs: int, n_checks: int) -> str:
         call = _call_text(kind).replace("F[n]", f"F[{n}]").replace("8 * block", str(8 * block))
         conds = (["IE[0] == 0"] if guard & IE_OK else []) + ([f"ptr_i64(e)[0] == {n_checks}"]
                                                             if guard & CHECKS_OK else [])
+        label += round_groups.label(guard)
         if conds:
             lines += [f"if {' and '.join(conds)}:", f"    {call}  # {label}"]
         else:
@@ -211,7 +219,7 @@ def entry_ir(program, n_inputs: int, n_checks: int, name: str) -> str:
         return k
 
     def loop(label, limit, body):
-        _for_loop(b, fn, i_v, label + "{}", "0", lambda i: b.icmp("slt", I64, i, limit), lambda i: body(),
+        for_loop(b, fn, i_v, label + "{}", "0", lambda i: b.icmp("slt", I64, i, limit), lambda i: body(),
                   lambda i: b.op("add", I64, i, "1"))
 
     def patch():
@@ -227,10 +235,14 @@ def entry_ir(program, n_inputs: int, n_checks: int, name: str) -> str:
     e = b.load(I64, e_v)
     loop("err", n_errs, lambda: b.store(I64, e, b.gep(I64, a, at(S, next_k(1)))))
 
+    joining = bool(round_groups.entry_joins(program))
+
     def step():
         k = next_k(4)
         kind, n, block, guard = (at(S, b.op("add", I64, k, str(j))) for j in range(4))
         run, check, check_e, read_e, done = (fn.block(x) for x in ("run", "guard", "guard_e", "read_e", "next"))
+        if joining:
+            guard = round_groups.emit_join(b, mod, guard, IE_OK | CHECKS_OK)
         b.cbranch(b.icmp("eq", I64, guard, "0"), run, check)
         b.position_at_end(check)
         ie_bad = b.op("and", I1, b.icmp("ne", I64, b.op("and", I64, guard, str(IE_OK)), "0"),
@@ -260,7 +272,11 @@ def entry_ir(program, n_inputs: int, n_checks: int, name: str) -> str:
         if not kinds:
             b.branch(done)
         b.position_at_end(done)
+        if joining:
+            b.store(I64, "0", pool_abi.pool_global(mod, "join"))
     loop("step", n_steps, step)
+    if joining:
+        pool_abi.flush(b, mod)
     b.ret_void()
     ab.branch(fn.blocks[1])
     return mod.text()
@@ -273,226 +289,21 @@ def _handler(b, ab, fn, kind, blk, target, bounded=None):
         b.call(VOID, b.cast("inttoptr", I64, target, PTR),
                [f"ptr {b.cast('inttoptr', I64, b.load(I64, b.gep(I64, blk, str(k))), PTR)}" for k in range(13)])
     elif kind == "bgemm":
-        _batched_gemm(b, ab, fn, blk, b.cast("inttoptr", I64, target, PTR))
+        gemm_batch(b, ab, fn, blk, b.cast("inttoptr", I64, target, PTR))
     elif kind in ("pbgemm", "gbgemm", "sbgemm", "gated"):
         # (the chunks' records are a dynamic alloca: the stack they take is given back after the step)
         save = b.call(PTR, fn.module.declare("llvm.stacksave", PTR, []), [])
-        _batched_gemm_on_pool(b, ab, fn, blk, target, kind, kind != "pbgemm",
+        gemm_batch_on_pool(b, ab, fn, blk, target, kind, kind != "pbgemm",
                               bounded if kind == "gated" else kind == "gbgemm")
         b.call(VOID, fn.module.declare("llvm.stackrestore", VOID, [PTR]), [f"ptr {save}"])
     else:
         b.call(VOID, b.cast("inttoptr", I64, target, PTR), [f"ptr {blk}"])
 
 
-def _for_loop(b, fn, slot, label, init, cond, body, step):
-    """``for (*slot = init; cond(*slot); *slot = step(*slot)) body(*slot)`` at ``b``, in blocks of ``fn`` named
-    ``label.format("_head")`` (``_body``, ``_done``)."""
-    head, inner, done = (fn.block(label.format(x)) for x in ("_head", "_body", "_done"))
-    b.store(I64, init, slot)
-    b.branch(head)
-    b.position_at_end(head)
-    b.cbranch(cond(b.load(I64, slot)), inner, done)
-    b.position_at_end(inner)
-    body(b.load(I64, slot))
-    b.store(I64, step(b.load(I64, slot)), slot)
-    b.branch(head)
-    b.position_at_end(done)
-
-
-def _ops_on(b, p):
-    """``(ld, st, add, mul)`` on int64 values at ``b`` (``p``: an i64 pointer; an index an int or a value)."""
-    def ld(k):
-        return b.load(I64, b.gep(I64, p, str(k)))
-
-    def st(k, v):
-        b.store(I64, v, b.gep(I64, p, str(k)))
-
-    def add(x, y):
-        return b.op("add", I64, str(x), str(y))
-
-    def mul(x, y):
-        return b.op("mul", I64, str(x), str(y))
-    return ld, st, add, mul
-
-
-def _batched_gemm(b, ab, fn, p, gemm):
-    """A ``bgemm`` step inline in the entry: the loop of ``abi.call_gemm_batched`` (its docstring has the block
-    layout) over every batch entry, pointing the scratch block's B, A, C at that entry's matrices (``ab``: the
-    builder of the entry block, where its slots are)."""
-    ld, st, add, mul = _ops_on(b, p)
-    nd = ld(13)
-    var = {name: ab.alloca(I64, name=name) for name in ("t", "d", "dd", "r", "ob", "oa", "oc", "total")}
-    s = add(14, mul(4, nd))
-    for k in range(13):
-        st(add(s, k), ld(k))
-    b0, a0, c0 = ld(6), ld(8), ld(11)
-
-    def loop(name, init, cond, body, step):
-        _for_loop(b, fn, var[name], f"{name}{{}}", init, cond, body, step)
-
-    b.store(I64, "1", var["total"])
-    loop("d", "0", lambda d: b.icmp("slt", I64, d, nd),
-         lambda d: b.store(I64, mul(b.load(I64, var["total"]), ld(add(14, d))), var["total"]), lambda d: add(d, 1))
-    total = b.load(I64, var["total"])
-
-    def entry_body(t):
-        b.store(I64, t, var["r"])
-        for o in ("ob", "oa", "oc"):
-            b.store(I64, "0", var[o])
-
-        def dim(d):
-            size = ld(add(14, d))
-            r = b.load(I64, var["r"])
-            j = b.op("srem", I64, r, size)
-            b.store(I64, b.op("sdiv", I64, r, size), var["r"])
-            for k, o in enumerate(("ob", "oa", "oc"), start=1):
-                stride = ld(add(add(14, mul(k, nd)), d))
-                b.store(I64, add(b.load(I64, var[o]), mul(j, stride)), var[o])
-        loop("dd", b.op("sub", I64, nd, "1"), lambda d: b.icmp("sge", I64, d, "0"), dim,
-             lambda d: b.op("sub", I64, d, "1"))
-        st(add(s, 6), add(b0, b.load(I64, var["ob"])))
-        st(add(s, 8), add(a0, b.load(I64, var["oa"])))
-        st(add(s, 11), add(c0, b.load(I64, var["oc"])))
-        args = [ld(add(s, k)) for k in range(13)]
-        _last_entry_size(b, args, b.icmp("eq", I64, t, b.op("sub", I64, total, "1")), ld(add(s, 13)),
-                         ld(add(s, 14)))
-        b.call(VOID, gemm, [f"ptr {b.cast('inttoptr', I64, x, PTR)}" for x in args])
-    loop("t", "0", lambda t: b.icmp("slt", I64, t, total), entry_body, lambda t: add(t, 1))
-
-
-def _last_entry_size(b, args, is_last, which, address):
-    """Point ``args``' m or n (index ``which``: 2 or 3; 0: neither) at ``address`` where ``is_last``: the last
-    batch entry's own size (``abi.call_gemm_batched``: a split GEMM's last block)."""
-    for k in (2, 3):
-        use = b.op("and", I1, is_last, b.icmp("eq", I64, which, str(k)))
-        args[k] = b.select(use, I64, address, args[k])
-
-
-def _gemm_chunk(mod):
-    """``chunk(task, dims, steps, p)``: the batch entries ``[task[0], task[1])`` of the ``bgemm`` block ``p``, each
-    one ``?gemm`` call (at address ``task[2]``) on the calling thread, its arguments read from the block with B,
-    A and C moved to that entry (no scratch slots: chunks run at once).  One function per entry module."""
-    name = mod.name + "_gemm_chunk"
-    if name in mod.symbols:
-        return f'@"{name}"'
-    fn = mod.function(name, [PTR] * 4, linkage="internal")
-    task, p = fn.args[0], fn.args[3]
-    b = T.Builder(fn, fn.block("entry"))
-    ld_p, _, add, mul = _ops_on(b, p)
-    ld_task = _ops_on(b, task)[0]
-    var = {v: b.alloca(I64, name=v) for v in ("t", "d", "r", "ob", "oa", "oc", "nd", "total")}
-    nd = ld_p(13)
-    gemm = b.cast("inttoptr", I64, ld_task(2), PTR)
-    fixed = [ld_p(k) for k in range(13)]
-    s = add(14, mul(4, nd))
-    which, address = ld_p(add(s, 13)), ld_p(add(s, 14))     # the last entry's own size
-
-    def loop(name, init, cond, body, step):
-        _for_loop(b, fn, var[name], f"{name}{{}}", init, cond, body, step)
-    b.store(I64, "1", var["total"])
-    loop("nd", "0", lambda d: b.icmp("slt", I64, d, nd),
-         lambda d: b.store(I64, mul(b.load(I64, var["total"]), ld_p(add(14, d))), var["total"]),
-         lambda d: add(d, 1))
-    final = b.op("sub", I64, b.load(I64, var["total"]), "1")
-
-    def entry_body(t):
-        b.store(I64, t, var["r"])
-        for o in ("ob", "oa", "oc"):
-            b.store(I64, "0", var[o])
-
-        def dim(d):
-            size = ld_p(add(14, d))
-            r = b.load(I64, var["r"])
-            j = b.op("srem", I64, r, size)
-            b.store(I64, b.op("sdiv", I64, r, size), var["r"])
-            for k, o in enumerate(("ob", "oa", "oc"), start=1):
-                stride = ld_p(add(add(14, mul(k, nd)), d))
-                b.store(I64, add(b.load(I64, var[o]), mul(j, stride)), var[o])
-        loop("d", b.op("sub", I64, nd, "1"), lambda d: b.icmp("sge", I64, d, "0"), dim,
-             lambda d: b.op("sub", I64, d, "1"))
-        args = list(fixed)
-        for k, o in ((6, "ob"), (8, "oa"), (11, "oc")):
-            args[k] = add(fixed[k], b.load(I64, var[o]))
-        _last_entry_size(b, args, b.icmp("eq", I64, t, final), which, address)
-        b.call(VOID, gemm, [f"ptr {b.cast('inttoptr', I64, x, PTR)}" for x in args])
-    loop("t", ld_task(0), lambda t: b.icmp("slt", I64, t, ld_task(1)), entry_body, lambda t: add(t, 1))
-    b.ret_void()
-    return fn.ref
-
-
-def _batched_gemm_on_pool(b, ab, fn, p, gemm_addr, n, gated=False, bounded=True):
-    """A parallel ``bgemm`` step: its batch entries split into one equal chunk per thread of a pooled launch (chunk
-    ``t`` of ``w``: ``[total * t / w, total * (t + 1) / w)``, fixed by the thread count, never by timing), each chunk's
-    products run one after the other on one thread (``_gemm_chunk``; chunk 0 on the calling thread itself when it is one
-    of them: ``pool_abi.round_``); all on the calling thread when the pool has one thread.  ``gated``: only in calls
-    where each product is at most ``BLAS_THREADED_MACS`` multiply-adds (m, n, k read from the block's parameters;
-    ``bounded=False``: any size, the blocks of a split GEMM; an ``i1`` value: bounded where it holds) and the batch's
-    (the last entry's at its own size: a split GEMM counts its whole product) reach the pool's minimum work
-    (``workpool.takes_batch``, ``takes_split``), and while the pool's pacer does not hold launches off the pool
-    (``pool_abi.launch``); else all on the calling thread.  The caller holds ``threads.LAUNCH_LOCK``
-    (``cpu.CompiledGraph``).  ``ab``: the entry block's builder (the step's slots); ``n``: a word its blocks' names
-    start with."""
-    mod = fn.module
-    add_task = pool_abi.declare(mod)[0]
-    chunk = _gemm_chunk(mod)
-    ld, _, add, mul = _ops_on(b, p)
-    nd = ld(13)
-    total_v, t_v = ab.alloca(I64, name=f"ptotal{n}"), ab.alloca(I64, name=f"ptask{n}")
-    b.store(I64, "1", total_v)
-    b.store(I64, "0", t_v)
-
-    def loop(name, limit, body):
-        _for_loop(b, fn, t_v, f"{name}{{}}{n}", "0", lambda t: b.icmp("slt", I64, t, limit), body,
-                  lambda t: add(t, 1))
-    loop("pdims", nd, lambda d: b.store(I64, mul(b.load(I64, total_v), ld(add(14, d))), total_v))
-    total = b.load(I64, total_v)
-    nw = b.load(I64, pool_abi.pool_global(mod, "threads"))
-    pooled = b.op("and", I1, b.icmp("sgt", I64, nw, "1"), b.icmp("sgt", I64, total, "1"))
-    takes, pace, work = pooled, None, None
-    if gated:       # slots 2, 3, 4: the addresses of the int32 sizes m, n, k (batched_gemm._emit_gemm_block)
-        def size(addr):
-            return b.cast("sext", I32, b.load(I32, b.cast("inttoptr", I64, addr, PTR)), I64)
-        macs = "1"
-        for k in (2, 3, 4):
-            macs = mul(macs, size(ld(k)))
-        # the last entry's multiply-adds with its own size (a split GEMM's last block: the whole product counts)
-        s = add(14, mul(4, nd))
-        args = [ld(k) for k in range(5)]
-        _last_entry_size(b, args, T.TRUE, ld(add(s, 13)), ld(add(s, 14)))
-        last = "1"
-        for k in (2, 3, 4):
-            last = mul(last, size(args[k]))
-        work = b.cast("sitofp", I64, add(mul(macs, b.op("sub", I64, total, "1")), last), DOUBLE)
-        takes = b.op("and", I1, pooled, pool_abi.reaches_min_work(b, mod, work))
-        if bounded is True:     # small products: only where OpenBLAS would not thread one itself
-            takes = b.op("and", I1, takes, b.icmp("sle", I64, macs, str(BLAS_THREADED_MACS)))
-        elif bounded is not False:      # (an i1 value: bounded in the steps where it holds)
-            small = b.icmp("sle", I64, macs, str(BLAS_THREADED_MACS))
-            takes = b.op("and", I1, takes, b.select(bounded, I1, small, T.TRUE))
-        pooled, pace = pool_abi.paced(b, mod, takes)
-    ntasks = b.select(pooled, I64, nw, "1")
-    tasks = b.alloca(I64, mul(ntasks, 3), name=f"ptasks{n}")
-
-    def fill(t):
-        rec = b.gep(I64, tasks, mul(t, 3))
-        b.store(I64, b.op("sdiv", I64, mul(total, t), ntasks), rec)
-        b.store(I64, b.op("sdiv", I64, mul(total, add(t, 1)), ntasks), b.gep(I64, rec, "1"))
-        b.store(I64, gemm_addr, b.gep(I64, rec, "2"))
-        with b.if_then(b.op("and", I1, pooled, pool_abi.queued(b, mod, t))):
-            b.call(VOID, add_task, [f"ptr {chunk}", f"ptr {rec}", "ptr null", "ptr null", f"ptr {p}"])
-    loop("pfill", ntasks, fill)
-
-    def on_pool():      # chunk 0 (the first record) on the calling thread when it is the caller's
-        pool_abi.round_(b, mod, lambda: b.call(VOID, chunk, [f"ptr {tasks}", "ptr null", "ptr null", f"ptr {p}"]))
-
-    def on_caller():
-        b.call(VOID, chunk, [f"ptr {tasks}", "ptr null", "ptr null", f"ptr {p}"])
-    pool_abi.launch(b, mod, pooled, takes, pace, work, on_pool, on_caller, ab)
-
-
 def has_pool_steps(program) -> bool:
-    """Whether the entry of ``program`` launches work on the pool itself (a parallel ``bgemm`` step)."""
-    return any(st.kind == "bgemm" and st.parallel for st in program.steps)
+    """Whether the entry of ``program`` launches work on the pool itself (a parallel ``bgemm`` step, or a round
+    that steps share: ``round_groups.entry_joins``)."""
+    return any(st.kind == "bgemm" and st.parallel for st in program.steps) or bool(round_groups.entry_joins(program))
 
 
 def compile_entry(program, n_inputs: int, n_checks: int, key: str):

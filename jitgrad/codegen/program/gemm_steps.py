@@ -133,6 +133,7 @@ def fold_update_into_gemm(prog: Program, g: Group) -> bool:
     prog.move_slot(c_slot, pp)      # (a split GEMM's blocks, its last one too, are at their offsets from it)
     st.label += " + update"
     st.state_write = True
+    st.rows = None                  # (its C moved: round_groups' rows were the old one's)
     places.state_place(o)
     return True
 
@@ -190,6 +191,7 @@ def fold_sum_into_gemm(prog: Program, g: Group) -> bool:
         dst = places[o] = p1
         places.hold(p1.root, o)
     prog.move_slot(slot2, dst)      # (a split GEMM's blocks, its last one too, are at their offsets from it)
+    st1.rows = st2.rows = None      # (C moved, the second adds into it: no shared round, round_groups.py)
     sc = np.float32 if o.aval.dtype.name == "float32" else np.float64
     prog.params[beta_off:beta_off + 8] = np.array([1.0], sc).tobytes().ljust(8, b"\0")
     st2.label += " + accumulate"
@@ -243,6 +245,7 @@ def fold_bias_into_gemm(prog: Program, g: Group) -> bool:
     sc = np.float32 if o.aval.dtype.name == "float32" else np.float64
     prog.params[beta_off:beta_off + 8] = np.array([1.0], sc).tobytes().ljust(8, b"\0")
     st.label += " + bias"
+    st.rows = None                  # (C filled before, added into: no shared round, round_groups.py)
     return True
 
 

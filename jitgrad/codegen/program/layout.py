@@ -130,7 +130,7 @@ class Step:
     """One call of the program: ``kind`` kernel | gemm | native (a fixed cfunc, e.g. an MPI call) | py (NumPy
     impl); ``block``: its slot in the table."""
     __slots__ = ("kind", "kernel", "block", "label", "eqn", "ins", "out", "shapes", "scope", "guarded", "gemm",
-                 "state_write", "native", "parallel", "work", "gate", "split", "fold", "units")
+                 "state_write", "native", "parallel", "work", "gate", "split", "fold", "units", "rows")
 
     def __init__(self, kind, kernel=None, label="", eqn=None, shapes=(), scope=()):
         self.kind, self.kernel, self.label, self.eqn, self.shapes, self.scope = kind, kernel, label, eqn, shapes, scope
@@ -146,6 +146,7 @@ class Step:
         self.split = False          # a big GEMM's rows split between the pool's workers (batched_gemm.split_rows)
         self.fold = None            # a GEMM block's (alpha offset, beta offset, C's slot), for an update folded in
         self.units = 0              # a batch kernel's units (batch_loops.plan_pieces): one never splits (0: not a batch)
+        self.rows = None            # a parallel loop's (split length, operand rows): round_groups.access_rows
 
 
 class Program:

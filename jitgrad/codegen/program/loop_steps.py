@@ -12,6 +12,7 @@ from ...ir.plan import Group, RowGroup
 from ...ir.symbolic import hint_of, known_equal, size_arg
 from .gemm_steps import fold_into_gemm
 from .layout import Program, Step, alias_classes, stride_class
+from .round_groups import access_rows
 from ..kernels.index_loops import gen_gather, gen_scatter
 from ..kernels.index_checks import adds_into_zeros
 from ..kernels.loops import COLUMN_CHUNKS, gen_group
@@ -57,6 +58,8 @@ def emit_group(prog: Program, g, op):
     if k.per_element is not None:
         st.gate = (op.size, k.per_element)
     st.block = len(prog.table)
+    if k.parallel:
+        st.rows = access_rows(g, op, own_rows)
     group_block(prog, g, op, k, scattered)
     st.state_write = op.in_place
     prog.add(st)

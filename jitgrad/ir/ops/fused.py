@@ -38,22 +38,6 @@ _or_reduce = np.logical_or.reduce
 _isfinite, _exp, _log, _subtract, _multiply, _divide = np.isfinite, np.exp, np.log, np.subtract, np.multiply, np.divide
 
 
-def _shifted(x, axis):
-    """x minus its max along ``axis``, as torch (and the composition) do: a row holding +inf, or all -inf, is nan
-    throughout."""
-    m = _max_reduce(x, axis, None, None, True)
-    if m.size <= _LISTED:
-        # every max finite: their sum as Python floats is (an overflow only takes the careful branch below)
-        t = sum(m.ravel().tolist())
-        finite = t - t == 0.0       # (an infinite or nan sum gives nan: isfinite without its call)
-    else:
-        finite = _finite(m)
-    if finite:
-        return x - m
-    with np.errstate(invalid="ignore"):        # inf - inf: nan on purpose, no warning
-        return x - m
-
-
 def _finite(m):
     """Whether every max in ``m`` (a reduction's fresh, contiguous result, of more than ``_LISTED`` values: callers
     tell fewer by their sum as Python floats, cheaper than any NumPy call) is finite."""
@@ -76,12 +60,15 @@ def _none_ignored(target, ignore_index):
     return not _or_reduce(target == ignore_index, axis=None)
 
 
-def _log_softmax_impl(x, axis):
-    # (_shifted and its short check inline: a frame fewer per loss; the reductions' arguments positional)
-    m = _max_reduce(x, axis, None, None, True)
+def _log_softmax_impl(x, axis, softmax=False):
+    """log_softmax's impl, and with ``softmax`` softmax's: x minus its max along ``axis``, as torch (and the
+    composition) do (a row holding +inf, or all -inf, is nan throughout), then the log-sum-exp's difference or the
+    normalised exponentials.  (One function: a loss's log_softmax takes no frame for the shift; softmax one.)"""
+    m = _max_reduce(x, axis, None, None, True)      # (the reductions' arguments positional)
     if m.size <= _LISTED:
+        # every max finite: their sum as Python floats is (an overflow only takes the careful branch below)
         t = sum(m.ravel().tolist())
-        finite = t - t == 0.0
+        finite = t - t == 0.0       # (an infinite or nan sum gives nan: isfinite without its call)
     else:
         finite = _finite(m)
     if finite:
@@ -89,12 +76,14 @@ def _log_softmax_impl(x, axis):
     else:
         with np.errstate(invalid="ignore"):        # inf - inf: nan on purpose, no warning
             s = x - m
+    if softmax:
+        e = _exp(s)
+        return _divide(e, _add_reduce(e, axis, None, None, True), out=e)
     return s - _log(_add_reduce(_exp(s), axis, None, None, True))
 
 
 def _softmax_impl(x, axis):
-    e = _exp(_shifted(x, axis))
-    return _divide(e, _add_reduce(e, axis, None, None, True), out=e)
+    return _log_softmax_impl(x, axis, True)
 
 
 def _log_softmax_vjp(c, g):
@@ -322,21 +311,9 @@ _UNSIGNED = {8: np.uint64, 4: np.uint32}
 _COUNTS: dict = {}      # (dtype, n) -> n as a scalar of that dtype (the mean's divisor, reused across calls)
 
 
-def _all_classes(target, n_cls, ignore_index):
-    """Whether every target (N,) is a class index in [0, n_cls) and none is ``ignore_index``: the common case, told
-    by one pass (a short target's Python list, else one reduction of the targets read unsigned, where a negative
-    one is huge).  A target out of range that is not ``ignore_index`` raises torch's error (here, so eager checks
-    the targets once per loss, not once in ``F.nll_loss`` and again here)."""
-    n = target.shape[0]
-    if not n:
-        return False
-    ignorable = 0 <= ignore_index < n_cls       # (else no target in range is ignore_index)
-    if n <= _LISTED:
-        tl = target.tolist()
-        if min(tl) >= 0 and max(tl) < n_cls:
-            return not ignorable or ignore_index not in tl
-    elif _max_reduce(target.view(_UNSIGNED[target.dtype.itemsize]), axis=None) < n_cls:
-        return not ignorable or _none_ignored(target, ignore_index)
+def _targets_checked(target, n_cls, ignore_index):
+    """False (nll's uncommon case), once every target (N,) that is not ``ignore_index`` is known to be a class index in
+    [0, n_cls): else torch's error, here, so eager checks the targets once per loss (not in ``F.nll_loss`` too)."""
     safe = np.where(target != ignore_index, target, 0)
     lo, hi = int(_min_reduce(safe, axis=None)), int(_max_reduce(safe, axis=None))
     if lo < 0 or hi >= n_cls:
@@ -347,12 +324,19 @@ def _all_classes(target, n_cls, ignore_index):
 def _nll_impl(logp, target, ignore_index, reduction):
     n, n_cls = logp.shape
     rows = _ARANGE[n] if n in _ARANGE else _rows(n)     # (_rows, inline)
-    if 0 < n <= _LISTED:     # (_all_classes' first case inline: a frame fewer per loss)
+    # the common case: every target a class index in [0, n_cls) and none ignore_index (ignorable only when in range),
+    # told by one pass: a short target's Python list, else one reduction of the targets read unsigned (where a
+    # negative one is huge); else _targets_checked's (a frame only there)
+    if 0 < n <= _LISTED:
         tl = target.tolist()
-        common = (min(tl) >= 0 and max(tl) < n_cls and not (0 <= ignore_index < n_cls and ignore_index in tl)
-                  or _all_classes(target, n_cls, ignore_index))
+        if min(tl) >= 0 and max(tl) < n_cls:
+            common = not 0 <= ignore_index < n_cls or ignore_index not in tl
+        else:
+            common = _targets_checked(target, n_cls, ignore_index)
+    elif n and _max_reduce(target.view(_UNSIGNED[target.dtype.itemsize]), axis=None) < n_cls:
+        common = not 0 <= ignore_index < n_cls or _none_ignored(target, ignore_index)
     else:
-        common = _all_classes(target, n_cls, ignore_index)
+        common = n != 0 and _targets_checked(target, n_cls, ignore_index)
     if common and reduction == "mean":
         # (add.reduce of a float array accumulates in its dtype: no dtype= needed, the same loop)
         key = (logp.dtype, n)
