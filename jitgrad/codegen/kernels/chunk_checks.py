@@ -34,6 +34,11 @@ def assigned(s) -> set:
     return out
 
 
+def claims(stmts) -> bool:
+    """Whether ``stmts`` record an error by a claim (``kernel_ir.Claim``: a parallel loop's index-error record)."""
+    return any(isinstance(s, ki.Claim) for s in _walk_stmts(stmts))
+
+
 def vars_read(stmts) -> set:
     """The variables the values of ``stmts`` read."""
     seen, out = set(), set()
@@ -81,4 +86,4 @@ def _vars_read_value(x) -> set:
     return {v.attr for v in ki.walk_values(x) if v.op == "var"}
 
 
-__all__ = ["stores", "assigned", "vars_read", "reduction_problem"]
+__all__ = ["stores", "assigned", "claims", "vars_read", "reduction_problem"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 
-from . import chunk_checks, kernel_ir as ki, llvm_text as T, pool_abi
+from . import chunk_checks, ir_claims, kernel_ir as ki, llvm_text as T, pool_abi
 
 
 class Unsupported(Exception):
@@ -310,7 +310,7 @@ class _Renderer:
                 with b.if_then(cond):
                     self.block(s.then)
         elif isinstance(s, ki.Claim):
-            self.claim(s)
+            ir_claims.lower(self, s)
         elif isinstance(s, ki.Continue):
             if not self._loops:
                 raise Unsupported("continue outside a loop")
@@ -320,38 +320,6 @@ class _Renderer:
             return
         else:
             raise Unsupported(f"statement {type(s).__name__}")
-
-    def claim(self, s: ki.Claim):
-        """``kernel_ir.Claim``: an atomic read of the key slot, and only when it is above this key (the error path's
-        one load and compare in a loop that meets many bad indices), an atomic min; when that lowered the slot, a
-        compare-and-swap spin on the lock slot, the body if the key slot still holds this key, the lock's release.
-        Its blocks are weighted rare (the spin's retry too), so the loop around keeps its registers for its own
-        work."""
-        b, I64 = self.b, T.I64
-        memo = {}
-        slot = b.gep(I64, self.value(s.ptr, memo), self.value(s.at, memo))
-        key = self.value(s.key, memo)
-        rare = ", !prof " + self.module.metadata('!"branch_weights", i32 1, i32 2000')
-        tried, spin, held, body, free, done = (self.fn.block("claim." + x) for x in
-                                               ("min", "spin", "held", "body", "free", "done"))
-        b.cbranch(b.icmp("sgt", I64, b.load_atomic(I64, slot), key), tried, done)
-        b.lines[-1] += rare
-        b.position_at_end(tried)
-        b.cbranch(b.icmp("sgt", I64, b.atomicrmw("min", I64, slot, key), key), spin, done)
-        b.position_at_end(spin)
-        lock = b.gep(I64, slot, "1")
-        b.cbranch(b.cmpxchg(I64, lock, "0", "1"), held, spin)
-        b.lines[-1] += ", !prof " + self.module.metadata('!"branch_weights", i32 2000, i32 1')
-        b.position_at_end(held)
-        b.cbranch(b.icmp("eq", I64, b.load_atomic(I64, slot), key), body, free)
-        b.position_at_end(body)
-        self.block(s.body)
-        if not b.block.terminated:
-            b.branch(free)
-        b.position_at_end(free)
-        b.store_atomic(I64, "0", lock)
-        b.branch(done)
-        b.position_at_end(done)
 
     def loop(self, s: ki.For, start, stop):
         b, I64 = self.b, T.I64
