@@ -17,11 +17,6 @@ import numpy as np  # noqa: E402
 
 import harness  # noqa: E402
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--torch-eager-ms", type=float, default=None, help="B9 PyTorch eager median, for the ratio")
-ap.add_argument("--repeat", type=int, default=30)
-args = ap.parse_args()
-
 V, T, L, H, C, B = 65, 64, 4, 4, 128, 16
 N, D = B * T, C // H
 
@@ -43,8 +38,25 @@ def best(fn, repeat):
     return min(harness.call_times(fn, repeat))
 
 
-def main():
+def products(rng):
+    """``((m, k, n), count, batch, a, b, call)`` for each of B9's products: random operands and the call the floor
+    times (``matmul2d``, or ``np.matmul`` over a batch of ``batch``)."""
     from jitgrad.ir.ops.blas import matmul2d
+    out = []
+    for (m, k, n), count in SHAPES:
+        nb = BATCHED.get((m, k, n), 0)
+        a = rng.standard_normal(((nb,) if nb else ()) + (m, k)).astype(np.float32)
+        b = rng.standard_normal(((nb,) if nb else ()) + (k, n)).astype(np.float32)
+        out.append(((m, k, n), count, nb, a, b, (lambda a=a, b=b: np.matmul(a, b)) if nb else
+                    (lambda a=a, b=b: matmul2d(a, b))))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--torch-eager-ms", type=float, default=None, help="B9 PyTorch eager median, for the ratio")
+    ap.add_argument("--repeat", type=int, default=30)
+    args = ap.parse_args()
     try:
         import torch
         torch.set_num_threads(1)
@@ -54,12 +66,8 @@ def main():
     total = {"openblas": 0.0, "torch": 0.0}
     macs = 0
     print(f"{'m x k @ k x n':>20s} {'per step':>8s} {'openblas us':>12s} {'GMAC/s':>7s} {'torch us':>9s} {'GMAC/s':>7s}")
-    for (m, k, n), count in SHAPES:
-        nb = BATCHED.get((m, k, n), 0)
-        a = rng.standard_normal(((nb,) if nb else ()) + (m, k)).astype(np.float32)
-        b = rng.standard_normal(((nb,) if nb else ()) + (k, n)).astype(np.float32)
+    for (m, k, n), count, nb, a, b, ours in products(rng):     # (a batch: NumPy's loop over one BLAS)
         ref = a.astype(np.float64) @ b.astype(np.float64)
-        ours = (lambda: np.matmul(a, b)) if nb else (lambda: matmul2d(a, b))    # NumPy's loop over one BLAS
         assert np.abs(ours() - ref).max() <= 1e-4 * np.abs(ref).max() * k ** 0.5, "sgemm result wrong"
         t_ob = best(ours, args.repeat)
         total["openblas"] += t_ob * count

@@ -31,3 +31,26 @@ def test_b2_breakdown_child_names_are_defined():
     finally:
         sys.path.pop(0)
     assert _undefined_globals(b2_breakdown._CHILD) == set()
+
+
+def test_b9_floor_scripts_names_are_defined():
+    for name in ("b9_launch_times.py", "b9_floor_ratio.py", "gemm_ceiling.py"):
+        with open(os.path.join(ROOT, "benchmarks", name)) as f:
+            assert _undefined_globals(f.read()) - {"__file__"} == set(), name
+
+
+def test_gemm_ceiling_products_importable():
+    """b9_floor_ratio.py times gemm_ceiling's products between B9's steps: importing the module runs nothing, and
+    its products are B9's (every shape, with its count per step and its batch)."""
+    import numpy as np
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import gemm_ceiling
+    finally:
+        sys.path.pop(0)
+    products = gemm_ceiling.products(np.random.default_rng(0))
+    assert [(mkn, count) for mkn, count, *_ in products] == gemm_ceiling.SHAPES
+    macs = sum(m * k * n * max(nb, 1) * count for (m, k, n), count, nb, *_ in products)
+    assert macs == 2_642_804_736        # "B9 step: 2.64 G multiply-adds"
+    for (m, k, n), _, nb, a, b, call in products[:2] + products[-1:]:
+        assert call().shape == ((nb,) if nb else ()) + (m, n)

@@ -11,8 +11,11 @@ The functions' zeros need no absolute fallback: every reduction here keeps relat
 The test kernels are compiled with the generated loops' fastmath flags (reassoc, arcp, afn, nsz, contract), to
 show the mathlib functions keep their own flags when inlined into such loops.
 """
+import ctypes
+import ctypes.util
 import itertools
 import math
+import platform
 import re
 
 import numpy as np
@@ -245,6 +248,55 @@ def test_denormal_inputs_and_outputs(dtype):
                 assert ulp_distance(got, ref.astype(np.float32)).max() <= 1, name
             else:
                 assert (np.abs(got - ref) <= 2 * tiny).all(), name
+
+
+_FE_UNDERFLOW, _FE_ALL = 0x10, 0x3D        # x86-64 glibc <fenv.h>
+_X86 = platform.machine() in ("x86_64", "AMD64")
+
+
+def _underflowed(run) -> bool:
+    """Whether ``run()`` raised the floating-point underflow flag (a product rounded to a subnormal or to zero)."""
+    libm = ctypes.CDLL(ctypes.util.find_library("m"))
+    libm.feclearexcept(_FE_ALL)
+    run()
+    return bool(libm.fetestexcept(_FE_UNDERFLOW))
+
+
+@pytest.mark.skipif(not _X86, reason="x86's <fenv.h> flag values")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_exp_at_its_zero_takes_no_underflowing_product(dtype):
+    """exp(x) at or below the input where it rounds to +0 (float32 -104, float64 -746, -inf: a causal softmax's
+    masked half) is +0 selected, not a product that underflows: on x86 each such lane took a microcode assist
+    (B9's masked softmax forward 230 -> 140 us a call).  Above it, a subnormal result still raises the flag."""
+    lo = -104.0 if dtype == np.float32 else -746.0
+    x = np.array([lo, lo * 1.5, -1e30, -np.inf] * 16, dtype)
+    for name in ("exp", "sigmoid"):
+        apply(name, x)
+        out = {}
+        assert not _underflowed(lambda: out.setdefault(name, apply(name, x))), name
+        assert (out[name] == 0).all() and not np.signbit(out[name]).any(), name
+    sub = np.full(64, -94.0 if dtype == np.float32 else -720.0, dtype)      # subnormal results: the flag works
+    assert _underflowed(lambda: apply("exp", sub))
+
+
+@pytest.mark.skipif(not _X86, reason="x86's <fenv.h> flag values")
+def test_compiled_causal_softmax_takes_no_underflowing_product():
+    """The compiled kernel (jitgrad's own LLVM rendering of the same scalar bodies): a causal softmax's -inf half
+    takes no underflowing product, and it equals NumPy's softmax."""
+    import jitgrad as jg
+    T = 64
+    mask = jg.tensor(np.tril(np.ones((T, T), np.float32)).reshape(1, 1, T, T))
+
+    def f(att):
+        return jg.softmax(att.masked_fill(mask == 0, float("-inf")) * 0.25, dim=-1)
+    x = np.random.default_rng(0).standard_normal((2, 2, T, T)).astype(np.float32)
+    step = jg.compile(f, background=False)
+    step(jg.tensor(x))
+    out = {}
+    assert not _underflowed(lambda: out.setdefault("y", step(jg.tensor(x)).numpy()))
+    z = np.where(np.tril(np.ones((T, T), bool)), x * np.float32(0.25), -np.inf)
+    e = np.exp(z - z.max(-1, keepdims=True))
+    np.testing.assert_allclose(out["y"], e / e.sum(-1, keepdims=True), rtol=2e-6, atol=1e-7)
 
 
 POW_SPECIALS = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 3.0, -3.0, 2.5, -2.5, INF, -INF, NAN, 1e30, -1e30,

@@ -8,8 +8,9 @@ becomes one of two native steps, never a NumPy host step:
   operand's batch dims and row dim walk memory as one dim (a contiguous ``[B, T, C]`` activation), the batch is
   just more rows: one ``?gemm`` with ``M = B * T``.  A ``Linear`` on 3-D input costs one GEMM, as in torch.
 - **batched**: otherwise a ``bgemm`` step: one ``?gemm`` argument block, the batch sizes and each operand's byte
-  stride per batch dim (0 for a broadcast dim), 13 scratch slots and the last entry's own size (a split GEMM's
-  last block: ``split_rows``); ``abi.call_gemm_batched`` loops over the
+  stride per batch dim (0 for a broadcast dim), 13 scratch slots, the last entry's own size (a split GEMM's
+  last block: ``split_rows``) and the item size to prefetch with (small products: each entry fetches the next
+  one's operands, ``batch_prefetch.py``); ``abi.call_gemm_batched`` loops over the
   batch inside the driver, pointing the scratch block's A, B, C at each matrix.  Operands are passed by leading
   dimension, so strided views (a head of a ``[B, T, 3C]`` projection, a transposed key) are read in place.
   When the products may be small (OpenBLAS runs each on one thread) and the batch may have work enough
@@ -294,6 +295,9 @@ def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k
             prog.table.append(last[0])
             prog.param_slots.append((len(prog.table), prog.put_param(last[1])))
             prog.table.append(0)
+        # the item size with which each entry prefetches the next one's operands (``batch_prefetch.py``): small
+        # products only (OpenBLAS packs its own blocks, which are too big to fetch ahead whole)
+        prog.table.append(item if routine.startswith("small_") else 0)
     prog.add(st)
     return st
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ...ir.ops.blas import BLAS_THREADED_MACS
 from ..kernels import llvm_text as T, pool_abi
+from . import batch_prefetch
 from ..kernels.llvm_text import DOUBLE, I1, I32, I64, PTR, VOID
 
 
@@ -47,11 +48,12 @@ def gemm_batch(b, ab, fn, p, gemm):
     builder of the entry block, where its slots are)."""
     ld, st, add, mul = _ops_on(b, p)
     nd = ld(13)
-    var = {name: ab.alloca(I64, name=name) for name in ("t", "d", "dd", "r", "ob", "oa", "oc", "total")}
+    var = {name: ab.alloca(I64, name=name) for name in ("t", "d", "dd", "r", "ob", "oa", "oc", "total", "pc", "pl")}
     s = add(14, mul(4, nd))
     for k in range(13):
         st(add(s, k), ld(k))
     b0, a0, c0 = ld(6), ld(8), ld(11)
+    item = ld(add(s, batch_prefetch.SLOT))
 
     def loop(name, init, cond, body, step):
         for_loop(b, fn, var[name], f"{name}{{}}", init, cond, body, step)
@@ -61,7 +63,7 @@ def gemm_batch(b, ab, fn, p, gemm):
          lambda d: b.store(I64, mul(b.load(I64, var["total"]), ld(add(14, d))), var["total"]), lambda d: add(d, 1))
     total = b.load(I64, var["total"])
 
-    def entry_body(t):
+    def addresses(t):      # B, A and C of batch entry t
         b.store(I64, t, var["r"])
         for o in ("ob", "oa", "oc"):
             b.store(I64, "0", var[o])
@@ -76,12 +78,17 @@ def gemm_batch(b, ab, fn, p, gemm):
                 b.store(I64, add(b.load(I64, var[o]), mul(j, stride)), var[o])
         loop("dd", b.op("sub", I64, nd, "1"), lambda d: b.icmp("sge", I64, d, "0"), dim,
              lambda d: b.op("sub", I64, d, "1"))
-        st(add(s, 6), add(b0, b.load(I64, var["ob"])))
-        st(add(s, 8), add(a0, b.load(I64, var["oa"])))
-        st(add(s, 11), add(c0, b.load(I64, var["oc"])))
+        return [add(base, b.load(I64, var[o])) for base, o in ((b0, "ob"), (a0, "oa"), (c0, "oc"))]
+
+    def entry_body(t):
+        for k, x in zip((6, 8, 11), addresses(t)):
+            st(add(s, k), x)
         args = [ld(add(s, k)) for k in range(13)]
         _last_entry_size(b, args, b.icmp("eq", I64, t, b.op("sub", I64, total, "1")), ld(add(s, 13)),
                          ld(add(s, 14)))
+        nxt = add(t, 1)
+        with b.if_then(b.op("and", I1, b.icmp("sgt", I64, item, "0"), b.icmp("slt", I64, nxt, total))):
+            batch_prefetch.prefetch_next(b, fn, (var["pc"], var["pl"]), args, addresses(nxt), item)
         b.call(VOID, gemm, [f"ptr {b.cast('inttoptr', I64, x, PTR)}" for x in args])
     loop("t", "0", lambda t: b.icmp("slt", I64, t, total), entry_body, lambda t: add(t, 1))
 
@@ -106,12 +113,13 @@ def _gemm_chunk(mod):
     b = T.Builder(fn, fn.block("entry"))
     ld_p, _, add, mul = _ops_on(b, p)
     ld_task = _ops_on(b, task)[0]
-    var = {v: b.alloca(I64, name=v) for v in ("t", "d", "r", "ob", "oa", "oc", "nd", "total")}
+    var = {v: b.alloca(I64, name=v) for v in ("t", "d", "r", "ob", "oa", "oc", "nd", "total", "pc", "pl")}
     nd = ld_p(13)
     gemm = b.cast("inttoptr", I64, ld_task(2), PTR)
     fixed = [ld_p(k) for k in range(13)]
     s = add(14, mul(4, nd))
     which, address = ld_p(add(s, 13)), ld_p(add(s, 14))     # the last entry's own size
+    item = ld_p(add(s, batch_prefetch.SLOT))
 
     def loop(name, init, cond, body, step):
         for_loop(b, fn, var[name], f"{name}{{}}", init, cond, body, step)
@@ -121,7 +129,7 @@ def _gemm_chunk(mod):
          lambda d: add(d, 1))
     final = b.op("sub", I64, b.load(I64, var["total"]), "1")
 
-    def entry_body(t):
+    def addresses(t):      # B, A and C of batch entry t
         b.store(I64, t, var["r"])
         for o in ("ob", "oa", "oc"):
             b.store(I64, "0", var[o])
@@ -136,10 +144,15 @@ def _gemm_chunk(mod):
                 b.store(I64, add(b.load(I64, var[o]), mul(j, stride)), var[o])
         loop("d", b.op("sub", I64, nd, "1"), lambda d: b.icmp("sge", I64, d, "0"), dim,
              lambda d: b.op("sub", I64, d, "1"))
+        return [add(fixed[k], b.load(I64, var[o])) for k, o in ((6, "ob"), (8, "oa"), (11, "oc"))]
+
+    def entry_body(t):
         args = list(fixed)
-        for k, o in ((6, "ob"), (8, "oa"), (11, "oc")):
-            args[k] = add(fixed[k], b.load(I64, var[o]))
+        args[6], args[8], args[11] = addresses(t)
         _last_entry_size(b, args, b.icmp("eq", I64, t, final), which, address)
+        nxt = add(t, 1)
+        with b.if_then(b.op("and", I1, b.icmp("sgt", I64, item, "0"), b.icmp("slt", I64, nxt, ld_task(1)))):
+            batch_prefetch.prefetch_next(b, fn, (var["pc"], var["pl"]), args, addresses(nxt), item)
         b.call(VOID, gemm, [f"ptr {b.cast('inttoptr', I64, x, PTR)}" for x in args])
     loop("t", ld_task(0), lambda t: b.icmp("slt", I64, t, ld_task(1)), entry_body, lambda t: add(t, 1))
     b.ret_void()

@@ -143,13 +143,6 @@ def _sigmoid(x):
 
 ew("sigmoid", _sigmoid, lambda c, g: (g * _out(c) * (1.0 - _out(c)),), lambda m, x: m.sigmoid(x), "float",
    saves_out=(0,))
-def _grad_named(t, name):
-    """Name the node of gradient ``t`` (recorded under create_graph) as torch names the one backward kernel it
-    computes with (``threshold_backward`` -> ThresholdBackwardBackward0); ``t`` has none when nothing recorded."""
-    gf = getattr(t, "grad_fn", None)
-    if gf is not None:
-        gf.torch_name = name
-    return t
 
 
 _maximum = np.maximum   # (bound once: NumPy's module __getattr__ leaves ``np.X`` reads unspecialised)
@@ -227,6 +220,31 @@ register(OpDef("threshold_backward", "elementwise", _threshold_backward_rule, _t
                eager_impl=_threshold_backward_signature,
                doc="threshold_backward(g, x, threshold): 0 where x <= threshold, else g (relu's pullback, as torch "
                    "computes it)"))
+def _threshold_rule(avals, params):
+    x, t, v = avals
+    if not (t.weak and v.weak):
+        raise OpError("threshold: the threshold and the value must be numbers")
+    if x.dtype is dt.bool_:
+        raise OpError("threshold: \"threshold_cpu\" not implemented for 'Bool'")
+    return [Aval(x.shape, x.dtype)]
+
+
+def _threshold(x, threshold, value):
+    """torch's threshold: ``value`` where ``x <= threshold``, else ``x`` (a NaN passes); both numbers are first
+    converted to x's dtype, as torch's kernel converts them (an integer x meets ``int(threshold)``)."""
+    d = x.dtype.type
+    return np.where(_less_equal(x, d(threshold)), d(value), x)
+
+
+def _threshold_vjp(c, g):
+    # torch's pullback: threshold_backward, whose node is ThresholdBackwardBackward0 (its double backward)
+    return (c.bind("threshold_backward", g, _in(c), _in(c, 1)), None, None)
+
+
+register(OpDef("threshold", "elementwise", _threshold_rule, _threshold, _ew_vjp(_threshold_vjp),
+               scalar=lambda m, x, t, v: m.select(x <= t, v, x), saves_in=(0, 1), nondiff_inputs=(1, 2),
+               grad_name="ThresholdBackward0",
+               doc="threshold(x, threshold, value): value where x <= threshold, else x (nn.functional.threshold)"))
 ew("abs", np.abs, lambda c, g: (g * _in(c).sign(),), lambda m, x: m.abs(x), saves_in=(0,), kind="nobool")
 
 
@@ -432,11 +450,6 @@ def _where_vjp(c, g):
     needs = c.needs_grad
     gx = g.where(cond, 0.0) if needs[1] else None
     gy = g.where(~cond, 0.0) if needs[2] else None
-    if getattr(c, "torch_name", None) == "ThresholdBackward0":
-        # nn.functional.threshold, where(x <= threshold, value, x): torch's threshold_backward
-        for gi in (gx, gy):
-            if gi is not None:
-                _grad_named(gi, "ThresholdBackwardBackward0")
     return None, gx, gy
 
 
