@@ -8,8 +8,8 @@ This agrees with the compiled kernels' erf to rounding (max error 2.5 ulp agains
 0.5 ulp).  float64 keeps SciPy's erf (gradcheck's precision).
 
 erf x = x P(x^2) on |x| < 0.92; erf x = 1 - exp(-x^2) H(1 / (1 + |x|/2)) beyond; the sign bit copied from x; nan
-stays nan.  (The compiled erf takes exp(x^2) erfc x beyond 0.92 as a degree-9 polynomial in |x|, without the
-divide; in NumPy the divide is one pass against that polynomial's 6 more Horner passes.  Both agree to rounding.)
+stays nan.  (The compiled erf takes exp(x^2) erfc x beyond 0.92 as a degree-8 polynomial in |x|, without the
+divide; in NumPy the divide is one pass against that polynomial's 5 more Horner passes.  Both agree to rounding.)
 Both branches are evaluated on every element of a block, then one is kept: NumPy has no per-element branch.  The
 slow NumPy loops are avoided (a masked ``copyto``, ``copysign`` and the NaN-propagating ``minimum`` cost 2-20x a
 multiply): the branch is picked with ``putmask`` and the sign is OR-ed in as a bit.  Beyond |x| = 4,
