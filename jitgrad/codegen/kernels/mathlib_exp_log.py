@@ -39,8 +39,9 @@ _F_A = (F(1.1283792), F(-0.37612632), F(0.112836875), F(-0.02685894), F(0.005199
 # ... and erfc x = exp(-x^2) Q(x - 2.46), Q a polynomial of degree 8 on 0.92 <= x <= 4 (absolute error of erfc
 # 5.2e-9, float32 coefficients), in its even and odd halves (two chains of 4 FMAs, not one of 8).  It replaced
 # H(1/(1 + x/2)), whose full-precision divide a lane the vector loop paid for: no divide now, 57 instructions a
-# 16-lane step against 53 with it, ~2% less time a call on the AMD host of 2026-11-30, and at most 1.19 ulp on that
-# branch (the divide form: 1.44).
+# 16-lane step against 53 with it, and at most 1.19 ulp on that branch (the divide form: 1.44).  On the AMD host of
+# 2026-11-30 (zmm divide ~5 cycles) the divide was under a tenth of a compiled erf loop's time, of which this form
+# saves about half (user CPU time, alternating processes); one chain of 8 FMAs saved no more.
 _F_Q_AT = F(2.46)
 _F_Q = (F(0.21382241), F(-0.07637304), F(0.025896894), F(-0.008575123), F(0.0023950848), F(-0.0007223439),
         F(0.00061696157), F(0.00027127744), F(0.00012369809))
