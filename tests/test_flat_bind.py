@@ -99,6 +99,12 @@ def _before_history(x):
     return v
 
 
+def _no_grad_view(y):
+    """A view made in no_grad of a tensor that requires no grad: a plain Tensor marked as made there."""
+    with jg.no_grad():
+        return y[:, :2]
+
+
 def _hooked(x):
     v = x.T
     v.register_hook(lambda g: g * 3.0)
@@ -121,6 +127,7 @@ VIEW_CALLS = {
     "view before history * 2": (lambda x, y, w: _before_history(x) * 2.0, "mul"),
     "2.0 * view before history": (lambda x, y, w: 2.0 * _before_history(x), "mul"),
     "hooked view * 2": (lambda x, y, w: _hooked(x) * 2.0, "mul"),
+    "no_grad view * slice": (lambda x, y, w: _no_grad_view(y) * x[:, 2:], "mul"),
 }
 
 

@@ -7,8 +7,9 @@ frame what ``dispatch._bind`` then ``dispatch._record`` do for the common call: 
 it) that is no inference tensor, the other argument at most a Python scalar, no thread tracing or in inference mode,
 anomaly mode off and ``dispatch._bind`` not wrapped (tools that spy on it still see every op).  It finds the
 signature's entry in dispatch's cache under dispatch's own key, calls the entry's impl and builds the output and its
-node as ``_bind`` / ``_record`` would, every slot the same.  Any other call (and a signature's first) goes through ``dispatch._bind``, so semantics are the general path's.
-Callers check ``bind_route.ROUTE.plain`` first (no profiler recording, no dual level open).
+node as ``_bind`` / ``_record`` would, every slot the same.  Any other call (and a signature's first) goes through
+``dispatch._bind``, so semantics are the general path's.  Callers check ``bind_route.ROUTE.plain`` first (no
+profiler recording, no dual level open).
 
 An entry is generated: its text is rendered from the op's table row (``nondiff_inputs``, ``saves_in``,
 ``saves_out``: read once, when the entry is made, never per call) by ``entry_source.flat_source``, from the template
