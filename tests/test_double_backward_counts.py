@@ -53,8 +53,9 @@ def test_b3_step_python_calls():
     for _ in range(3):      # warm the rule caches and the plans
         step()
     calls, c_calls = _count(step)
-    assert calls <= 192, f"B3 eager step made {calls} Python calls (189 when this threshold was set)"
-    assert c_calls <= 810, f"B3 eager step made {c_calls} C calls (802 when this threshold was set)"
+    # (180 -> 176: the first backward's two matmuls over views, W1.T and W2.T, take their flat entries)
+    assert calls <= 180, f"B3 eager step made {calls} Python calls (176 when this threshold was set)"
+    assert c_calls <= 750, f"B3 eager step made {c_calls} C calls (741 when this threshold was set)"
 
 
 def test_narrowed_gradients_are_the_full_ones():
@@ -118,7 +119,8 @@ def test_b3_step_at_size_counts(monkeypatch):
     read once per process: each large GEMM asked, ~12,000 instructions), and norm's backward makes no pass of
     NumPy's where (its per-row mask holds everywhere: a copy of ``x / n``).  On one thread (the eager GEMMs' row
     blocks add frames per thread).  Figures when set: 289 -> 230 Python calls (the thread count read once, the large
-    GEMMs' impl made per signature: eager_gemm._threaded_gemm; blas._gemm_rows' addresses inline); where's walk over the (256, 64) gradient was ~164,000
+    GEMMs' impl made per signature: eager_gemm._threaded_gemm; blas._gemm_rows' addresses inline; 221 -> 217: the
+    matmuls over views on their flat entries); where's walk over the (256, 64) gradient was ~164,000
     instructions a step."""
     from jitgrad.ir import settings
     from jitgrad.ir.ops import elementwise
@@ -143,7 +145,7 @@ def test_b3_step_at_size_counts(monkeypatch):
         sys.setprofile(None)
     assert not [f for f in files if f.endswith(("os.py", "<frozen os>", "_collections_abc.py",
                                                  "<frozen _collections_abc>"))]
-    assert len(files) <= 238, f"B3 eager step made {len(files)} Python calls (230 when this threshold was set)"
+    assert len(files) <= 225, f"B3 eager step made {len(files)} Python calls (217 when this threshold was set)"
     assert walks == [] and names.count("_where_row_mask") == 1
     # the BLAS calls (frames: dispatch keeps each signature's impl process-wide, so spies set now may miss them):
     # 5 GEMMs of 256 x 64 x 256 (PyTorch's 5) and 3 matrix-vector products as ?gemv (t @ W2, and W2's two

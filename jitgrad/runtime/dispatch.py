@@ -116,7 +116,8 @@ def _bind(op, args, params):
         key = (op, type(a0), d1.shape, d1.dtype)
         if params:
             key += (tuple(params.items()),)
-        need = a1._requires_grad or a1.grad_fn is not None
+        # (a view made before its base had a history, as above)
+        need = a1._requires_grad or a1.grad_fn is not None or a1._base is not None and a1._base.grad_fn is not None
     else:
         arrays = None
     if arrays is None:

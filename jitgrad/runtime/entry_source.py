@@ -29,8 +29,14 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 # ---- fragments (4-space indented at level 0; ``_at`` indents a filled one) -----------------------------------------
 
-# an input's edge: its grad_fn's output, or its accumulator (a leaf that requires grad); ``{none}`` otherwise
+# an input's edge: its grad_fn's output, or its accumulator (a leaf that requires grad); ``{none}`` otherwise.  A view
+# whose base was written in place (recorded) after the view was made first takes the base's new history
+# (dispatch.refresh_view; the test inline is refresh_view's own, so a current view costs no call)
 _EDGE = """\
+vb = {x}._base
+if vb is not None and ((gf := {x}.grad_fn) is None and vb.grad_fn is not None or gf is not None and (
+        gf.view_args is not None and vb.grad_fn is not gf.view_base_fn)):
+    refresh_view({x})
 gf = {x}.grad_fn
 if gf is not None:
     {edge} = (gf, {x}._out_nr){found}
@@ -209,7 +215,7 @@ def _make(_op):
         if _DEPARTED or _AN.enabled or _d._bind is not _BIND or not (ta is Tensor or ta in _AS_TENSOR):
             return _d._bind(_op, (a,), params or {{}})
         da = a._data
-        if type(da) is not _ndarray or a._base is not None or a._inference:
+        if type(da) is not _ndarray or a._inference:
             return _d._bind(_op, (a,), params or {{}})
         if params:
             try:
@@ -234,27 +240,31 @@ def _make(_op):
         tb = type(b)
         if ta is Tensor or ta in _AS_TENSOR:
             da = a._data
-            if type(da) is not _ndarray or a._base is not None or a._inference:
+            if type(da) is not _ndarray or a._inference:
                 return _d._bind(_op, (a, b), params or {{}})
             if tb is Tensor or tb in _AS_TENSOR:
                 db = b._data
-                if type(db) is not _ndarray or b._base is not None or b._inference:
+                if type(db) is not _ndarray or b._inference:
                     return _d._bind(_op, (a, b), params or {{}})
                 key = (_op, da.shape, da.dtype, db.shape, db.dtype)
-                need = a._requires_grad or a.grad_fn is not None or b._requires_grad or b.grad_fn is not None
+                need = (a._requires_grad or a.grad_fn is not None or b._requires_grad or b.grad_fn is not None
+                        or (va := a._base) is not None and va.grad_fn is not None
+                        or (va := b._base) is not None and va.grad_fn is not None)
             elif tb is float or tb is int or tb is bool:
                 db = b
                 key = (_op, da.shape, da.dtype, tb)
-                need = a._requires_grad or a.grad_fn is not None
+                need = a._requires_grad or a.grad_fn is not None or (va := a._base) is not None and \\
+                    va.grad_fn is not None
             else:
                 return _d._bind(_op, (a, b), params or {{}})
         elif (ta is float or ta is int) and tb is Tensor:      # 0.1 * t (dispatch._bind's key: Tensor itself)
             db = b._data
-            if type(db) is not _ndarray or b._base is not None or b._inference:
+            if type(db) is not _ndarray or b._inference:
                 return _d._bind(_op, (a, b), params or {{}})
             da = a
             key = (_op, ta, db.shape, db.dtype)
-            need = b._requires_grad or b.grad_fn is not None
+            need = b._requires_grad or b.grad_fn is not None or (va := b._base) is not None and \\
+                va.grad_fn is not None
         else:
             return _d._bind(_op, (a, b), params or {{}})
         if params:
@@ -332,15 +342,13 @@ def _record(op, params, args, hit, t):
 
     The hot path of every recorded op: the node is built here slot by slot and the user's line is found inline (the
     text is runtime/entry_source.py's, shared with the flat entries).  One or two tensors (not inference tensors;
-    views whose history is current, where refresh_view would change nothing) and Python scalars take straight-line
-    code; any other signature the general loop (``_edges``)."""
+    a view's history made current in its edge) and Python scalars take straight-line code; any other signature the
+    general loop (``_edges``)."""
     n = len(args)
     nondiff = op.nondiff_inputs
     a0 = args[0]
     t0 = type(a0)
-    if (t0 is Tensor or t0 in _AS_TENSOR) and not a0._inference and n <= 2 and (
-            (b := a0._base) is None or ((g := a0.grad_fn) is None and b.grad_fn is None)
-            or g is not None and (g.view_args is None or b.grad_fn is g.view_base_fn)):
+    if (t0 is Tensor or t0 in _AS_TENSOR) and not a0._inference and n <= 2:
         if nondiff and 0 in nondiff:
             e0, n0 = _NO_EDGE, False
         else:
@@ -353,9 +361,7 @@ def _record(op, params, args, hit, t):
             t1 = type(a1)
             if t1 is float or t1 is int or t1 is bool:
                 e1, n1 = _NO_EDGE, False
-            elif (t1 is Tensor or t1 in _AS_TENSOR) and not a1._inference and (
-                    (b := a1._base) is None or ((g := a1.grad_fn) is None and b.grad_fn is None)
-                    or g is not None and (g.view_args is None or b.grad_fn is g.view_base_fn)):
+            elif (t1 is Tensor or t1 in _AS_TENSOR) and not a1._inference:
                 if nondiff and 1 in nondiff:
                     e1, n1 = _NO_EDGE, False
                 else:

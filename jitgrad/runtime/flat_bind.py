@@ -3,12 +3,13 @@
 
 ``flat_entry(op, arity)`` returns a function of the op's one or two arguments (and its params) that does in one
 frame what ``dispatch._bind`` then ``dispatch._record`` do for the common call: every tensor a plain CPU tensor
-(``Tensor`` or a subclass dispatched as one) that is no view and no inference tensor, the other argument at most a
-Python scalar, no thread tracing or in inference mode, anomaly mode off and ``dispatch._bind`` not wrapped (tools
-that spy on it still see every op).  It finds the signature's entry in dispatch's cache under dispatch's own key,
-calls the entry's impl and builds the output and its node as ``_bind`` / ``_record`` would, every slot the same.
-Any other call (and a signature's first) goes through ``dispatch._bind``, so semantics are the general path's.
-Callers check ``bind_route.ROUTE.plain`` first (no profiler recording, no dual level open).
+(``Tensor`` or a subclass dispatched as one; a view too, its history made current in its edge as ``_record`` makes
+it) that is no inference tensor, the other argument at most a Python scalar, no thread tracing or in inference mode,
+anomaly mode off and ``dispatch._bind`` not wrapped (tools that spy on it still see every op).  It finds the
+signature's entry in dispatch's cache under dispatch's own key, calls the entry's impl and builds the output and its
+node as ``_bind`` / ``_record`` would, every slot the same.  Any other call (and a signature's first) goes through
+``dispatch._bind``, so semantics are the general path's.  Callers check ``bind_route.ROUTE.plain`` first (no
+profiler recording, no dual level open).
 
 An entry is generated: its text is rendered from the op's table row (``nondiff_inputs``, ``saves_in``,
 ``saves_out``: read once, when the entry is made, never per call) by ``entry_source.flat_source``, from the template
@@ -27,7 +28,7 @@ import numpy as np
 
 from ..ir.ops import OPS
 from . import anomaly, dispatch as _d, grad_mode
-from .dispatch import _NEEDS_ONE, _NO_EDGE, _NO_OUTPUT, _RULES, OpNode
+from .dispatch import _NEEDS_ONE, _NO_EDGE, _NO_OUTPUT, _RULES, OpNode, refresh_view
 from .entry_source import flat_label, flat_source, make, source_of
 from .node import _seq as _node_seq
 from .op_errors import op_error
