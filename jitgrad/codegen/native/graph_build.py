@@ -98,13 +98,14 @@ class GraphCode:
     def _kind(self, key):
         return "entry" if key == self.ekey else "kernel"
 
-    def _source(self, key):
-        """What compiles ``key``: a kernel's LLVM IR where ``ir_loops`` renders its IR, else its Numba text."""
+    def _source(self, key, quick=False):
+        """What compiles ``key``: a kernel's LLVM IR where ``ir_loops`` renders its IR (``quick``: the first tier's,
+        ``llvm_build.quick_text``), else its Numba text."""
         for k in self.kernels:
             if self.kkeys[k.key] == key:
                 if build.IR_LOOPS:
                     from . import llvm_build
-                    return llvm_build.compile_text(key, k.source, k.ir)
+                    return (llvm_build.quick_text if quick else llvm_build.compile_text)(key, k.source, k.ir)
                 return k.source
         raise KeyError(key)
 
@@ -380,7 +381,7 @@ class GraphCode:
         from . import llvm_build
         fast, slow = [], []
         for job in todo:
-            is_ir = job[0] == "kernel" and build.IR_LOOPS and llvm_build.translatable(job[1], self._source(job[1]))
+            is_ir = job[0] == "kernel" and build.IR_LOOPS and llvm_build.is_llvm(self._source(job[1], QUICK))
             (fast if is_ir else slow).append(job)
         # (quick builds: every IR kernel here, ~5x cheaper than O3; a build process would make the switch wait for it)
         helpers = min(cores - 1, len(fast) // THREAD_KERNELS) if cores > 1 and not QUICK else 0
@@ -421,7 +422,7 @@ class GraphCode:
         needs Numba)."""
         if key in build._ADDRESSES:
             return False
-        if build.compile_quick(key, self._source(key), tier) is None:
+        if build.compile_quick(key, self._source(key, quick=True), tier) is None:
             return False
         self.quick_keys.add(key)
         self.first_tier[key] = tier

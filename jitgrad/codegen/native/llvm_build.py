@@ -14,7 +14,7 @@ import os
 import threading
 import weakref
 
-from ..kernels import ir_loops, kernel_ir as ki
+from ..kernels import ir_loops, kernel_ir as ki, vector_loops
 
 # counted, so tests can check which path built what (``kernels_quick_minor`` / ``_vector``: of ``kernels_quick``)
 STATS = {"kernels_ir": 0, "kernels_quick": 0, "kernels_quick_minor": 0, "kernels_quick_vector": 0, "kernels_refused": 0,
@@ -34,6 +34,7 @@ if hasattr(os, "register_at_fork"):
 # key and source, and renders the IR (nothing parses the text)
 _IRS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 _TEXTS: dict = {}       # key -> LLVM IR text rendered by ``compile_text`` (compiled next, then dropped)
+_QUICK_TEXTS: dict = {}     # key -> the first tier's text (``quick_text``: vector loops), until its quick build
 
 
 def register(source: str, kir: ki.KernelIR) -> None:
@@ -71,9 +72,51 @@ def compile_text(key: str, source: str, kir: ki.KernelIR | None = None) -> str:
     return text
 
 
-def translatable(key: str, source: str) -> bool:
-    """Whether the kernel compiles without Numba."""
-    return is_llvm(compile_text(key, source))
+def quick_text(key: str, source: str, kir: ki.KernelIR | None = None) -> str:
+    """What the first tier compiles for kernel ``source`` (its IR ``kir``, else the one registered): its LLVM IR with
+    the innermost contiguous loops in vector blocks of the host's width (``vector_loops.py``, ``VECTOR_BITS``), else
+    as ``compile_text``."""
+    bits = vector_bits()
+    if is_llvm(source) or not bits:
+        return compile_text(key, source, kir)
+    with _lock:
+        text = _QUICK_TEXTS.get(key)
+    if text is not None:
+        return text
+    if kir is None:
+        kir = _IRS.get(source)
+    if kir is None:
+        return source
+    try:
+        text = vector_loops.render(kir, key, bits)
+    except ir_loops.Unsupported:
+        return compile_text(key, source, kir)
+    with _lock:
+        if len(_QUICK_TEXTS) > 512:
+            _QUICK_TEXTS.clear()
+        _QUICK_TEXTS[key] = text
+    return text
+
+
+def translatable(key: str, source: str, quick: bool = False) -> bool:
+    """Whether the kernel compiles without Numba (``quick``: rendering its first tier's text on the way)."""
+    return is_llvm(quick_text(key, source) if quick else compile_text(key, source))
+
+
+# The first tier's loops in vector blocks of this many bits (``vector_loops.py``; ``JITGRAD_QUICK_VECTOR_BITS=0``:
+# scalar loops, as the O3 build's text); None: the width of the vector registers of the CPU kernels are built for
+_env_bits = os.environ.get("JITGRAD_QUICK_VECTOR_BITS", "").strip()
+VECTOR_BITS = int(_env_bits) if _env_bits else None
+
+
+def vector_bits() -> int:
+    """``VECTOR_BITS``, by default from the features of the CPU kernels are built for (``cache._cpu``)."""
+    global VECTOR_BITS
+    if VECTOR_BITS is None:
+        from . import cache
+        feats = cache._cpu()[2].split(",")
+        VECTOR_BITS = 512 if "+avx512f" in feats else 256 if "+avx" in feats else 128
+    return VECTOR_BITS
 
 
 _TLS = threading.local()
@@ -121,6 +164,8 @@ def _tools(quick=False):
 
 def _optimised(text, quick=False):
     ll, ctx, tm = _tools(quick)
+    if quick == "vector" and vector_bits():
+        quick = True        # its loops are vector blocks already (``quick_text``): the quick passes
     if quick == "vector":
         text = text.replace(_INTERLEAVED, _NOT_INTERLEAVED)
     m = ll.parse_assembly(text, context=ctx)
@@ -153,11 +198,15 @@ def compile_kernel(key: str, source: str, elsewhere=None, quick=False):
     with ``object_code(key, text)`` that may compile the text in another process (``native/forked_llvm.py``;
     None: it did not, and this process does).  ``quick``: the quick build (``QUICK_PASSES``; "minor" or "vector":
     ``graph_build.first_tiers``'s, see ``CODEGEN_LEVEL``), whose text stays for the optimised build that follows."""
-    with _lock:
-        text = _TEXTS.get(key) if quick else _TEXTS.pop(key, None)
-    if text is None:
-        text = compile_text(key, source)
-        if not quick:
+    if quick:
+        text = quick_text(key, source)
+        with _lock:
+            _QUICK_TEXTS.pop(key, None)
+    else:
+        with _lock:
+            text = _TEXTS.pop(key, None)
+        if text is None:
+            text = compile_text(key, source)
             with _lock:
                 _TEXTS.pop(key, None)
     if not is_llvm(text):
