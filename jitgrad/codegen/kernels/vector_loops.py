@@ -1,53 +1,24 @@
 """Innermost loops rendered as vector IR (``<16 x float>`` ...) for the first build tier (issue 30).
 
 The first tier (``native/llvm_build.py``'s quick passes) runs no loop vectoriser: its loops were scalar, and a cold
-script's calls ran them until the O3 build landed.  Here the kernel's innermost loops are written in vector form
-by jitgrad itself, so cheap LLVM passes give vector code.  ``VectorRenderer`` is ``ir_loops``' renderer with one
-change: an innermost ``For`` (step 1, straight-line body of assignments and stores) whose operands are walked
-contiguously by its counter becomes a loop over blocks of ``width`` elements, then the scalar loop for the rest
-(the remainder, and the whole loop when a check below fails).
+script's calls ran them until the O3 build landed.  Here jitgrad writes a kernel's innermost contiguous loops in
+vector form itself, so cheap LLVM passes give vector code.  ``VectorRenderer`` is ``ir_loops``' renderer with one
+change: a loop ``vector_plan.plan_loop`` accepts becomes a loop over blocks of ``width`` elements, then the scalar
+loop for the rest (the remainder; all of it when a check of the plan fails before the loop).
 
-Each value of the body has a class (``_klass``): uniform (``U``: the same in every iteration, emitted as the scalar
-code computes it), the counter plus a uniform (``C``: a contiguous index, kept as its first lane), varying (``V``: a
-vector of ``width`` lanes) or lane-serial (``L``: it depends on a variable the loop carries from one iteration to
-the next, ``acc = acc + x``).  Lane-serial statements run after the block's vector statements, lane by lane in
-order, as scalar code on the lanes' values: a sum adds its terms in the scalar loop's order, so the bits are those
-of the scalar loop.  Every other operation is the scalar one applied per lane (same instruction, same fast-math
-flags), and what has no vector form (the C library's functions, table loads, integer ``//`` and ``%``) is run per
-lane.  Loads and stores whose index is not contiguous (strided, gathered) keep the loop scalar.
-
-Memory order: a block loads and stores all its lanes at once, which is the scalar order unless a store and another
-access of the block touch the same memory at different lanes.  Two accesses of different alias classes never do
-(the layout's promise, ``alias_scopes.py``), nor two at the same address expression; any other pair is checked
-before the loop (the same element, or ``width`` elements or more apart; a uniform access outside the range the
-stores cover), and the scalar loop runs all of it when a check fails.
+In a block, uniform values are the scalar code's, contiguous loads and stores are vector ones, every other
+operation is the scalar one applied per lane (same instruction, same fast-math flags: the scalar loop's bits), and
+what has no vector form (the C library's functions, table loads, integer ``//`` and ``%``) runs per lane.
+Lane-serial statements (a float sum) run after the block's vector statements, lane by lane in order, as scalar
+code on the lanes' values; exact reductions keep an accumulator per lane, combined after the loop.
 """
 from __future__ import annotations
 
 from . import ir_loops, kernel_ir as ki, llvm_text as T
+from .vector_plan import C, IDENTITY, L, U, V, Classes, Refuse, assigned_once, plan_loop
 
-U, C, V, L = 0, 1, 2, 3     # a value's class in a loop (see the module docstring)
-MAX_CHECKS = 8              # more pairs of accesses to check than this: the loop stays scalar
-MAX_WIDTH = 16              # lanes at most (bytes and bools: a serial sum over 64 lanes would be long)
 _BYTES = {ki.F32: 4, ki.F64: 8, ki.I64: 8, ki.I32: 4, ki.U8: 1, ki.U64: 8, ki.BOOL: 1}
 STATS = {"loops_vector": 0, "loops_scalar": 0}      # innermost loops rendered each way (for tests)
-
-
-class _Refuse(Exception):
-    """The loop stays scalar (the reason)."""
-
-
-def _widest(t) -> int:
-    return 8 if t == ki.BOOL else ki.BITS.get(t, 0) if not ki.is_ptr(t) else 0
-
-
-class _Plan:
-    """What the analysis found: lanes, carried variables, accesses to check, variables read after the loop."""
-    __slots__ = ("width", "carried", "checks", "live_out", "lanes")
-
-    def __init__(self, width, carried, checks, live_out, lanes):
-        self.width, self.carried, self.checks, self.live_out = width, carried, checks, live_out
-        self.lanes = lanes      # var -> the exact operation it reduces with, lane by lane (``_exact_reduction``)
 
 
 class VectorRenderer(ir_loops._Renderer):
@@ -57,113 +28,22 @@ class VectorRenderer(ir_loops._Renderer):
         super().__init__(name)
         self.bits = bits
         self._kernel_body = ()
-        self._once = self._accesses = self._widths = None
-        self._lanes = {}
+        self._once = None
 
     def kernel(self, k: ki.KernelIR) -> str:
         self._kernel_body = k.body
         return super().kernel(k)
 
-    # ---- analysis -----------------------------------------------------------------------------------------
-    def _klass(self, x, memo):
-        """``x``'s class (U, C, V, L) in the loop being planned or emitted (``self._ivar``, ``_carried``, ``_state``),
-        refusing what the vector loop cannot do; ``memo``: classes of this statement's values."""
-        got = memo.get(id(x))
-        if got is not None:
-            return got
-        op = x.op
-        if op == "const":
-            k = U
-        elif op == "var":
-            v = x.attr
-            k = C if v is self._ivar else V if v in self._lanes else L if v in self._carried else \
-                self._state.get(v, (U,))[0]
-        elif op == "load":
-            kp, kx = self._klass(x.args[0], memo), self._klass(x.args[1], memo)
-            if kp != U or kx > C:
-                raise _Refuse("load not contiguous" if kp == U and kx == V else "load's address")
-            k = V if kx == C else U
-            if self._accesses is not None:
-                self._accesses.append((False, x.args[0], x.args[1], kx, x.t, x.attr))
-        elif op == "ptr":
-            k = self._klass(x.args[0], memo)
-            if k != U:
-                raise _Refuse("varying pointer")
-        elif op == "param":
-            raise _Refuse("param")
-        else:
-            k = U
-            for a in x.args:
-                ka = self._klass(a, memo)
-                if ka > k:
-                    k = ka
-            if k == C:
-                ks = [self._klass(a, memo) for a in x.args]
-                if not (op == "bin" and x.t == ki.I64 and (x.attr == "+" and U in ks or x.attr == "-" and ks[1] == U)):
-                    k = V
-        memo[id(x)] = k
-        return k
-
-    def _plan(self, s: ki.For):
-        if s.step != 1:
-            raise _Refuse("step")
-        body = [st for st in s.body if not isinstance(st, ki.Comment)]
-        in_body, assigned, carried = _assigned_vars(body), set(), set()
-        for st in body:
-            if not isinstance(st, (ki.Assign, ki.Store)):
-                raise _Refuse(type(st).__name__)
-            carried.update(v for v in _reads(st) if v in in_body and v not in assigned)
-            if isinstance(st, ki.Assign):
-                assigned.add(st.var)
-        lanes = {}
-        for v in carried:
-            op = _exact_reduction(v, body)
-            if op is not None:
-                lanes[v] = op
-        carried -= set(lanes)
-        if self._once is None:
-            self._once = _assigned_once(self._kernel_body)
-        self._ivar, self._carried, self._state, self._lanes = s.var, carried, {}, lanes
-        self._accesses, self._widths = [], set()
-        accesses = []       # (store?, key, class of the index, type, alias, (pointer, index))
-        for st in body:
-            memo = {}
-            before = len(self._accesses)
-            if isinstance(st, ki.Assign):
-                k = self._klass(st.value, memo)
-                if st.var in carried or st.var in lanes:
-                    self._widths.add(_widest(st.var.t))
-            else:
-                kp, kx, kv = (self._klass(v, memo) for v in (st.ptr, st.idx, st.value))
-                if kp != U or kx != C:
-                    raise _Refuse("store not contiguous")
-                if kv == L:
-                    raise _Refuse("store of a carried value")
-                self._accesses.append((True, st.ptr, st.idx, kx, st.ptr.t.elem, st.alias))
-            key = _Keys(self._once, self._state, carried)       # addresses as this statement reads them
-            for store, ptr, idx, kx, t, alias in self._accesses[before:]:
-                accesses.append((store, (key(ptr), key(idx), t), kx, t, alias, (ptr, idx)))
-                if kx == C:
-                    self._widths.add(_widest(t))
-            if isinstance(st, ki.Assign):
-                self._state[st.var] = (L if st.var in carried else V if st.var in lanes else k, st.value)
-        if not any(k[0] != U for k in self._state.values()) and not any(a[0] for a in accesses):
-            raise _Refuse("nothing varies")
-        checks = _pairs(accesses, in_body)
-        width = max(2, min(MAX_WIDTH, self.bits // max(self._widths | {8})))
-        live = _live_after(self._kernel_body, s) & (in_body | {s.var})
-        return _Plan(width, carried, checks, live, lanes)
-
     # ---- emission -----------------------------------------------------------------------------------------
     def loop(self, s: ki.For, start, stop):
         plan = None
         if self.bits:
+            if self._once is None:
+                self._once = assigned_once(self._kernel_body)
             try:
-                plan = self._plan(s)
-            except _Refuse:
+                plan = plan_loop(s, self._kernel_body, self.bits, self._once)
+            except Refuse:
                 plan = None
-            finally:
-                self._accesses = self._widths = None
         if plan is None:
             STATS["loops_scalar"] += 1
             return super().loop(s, start, stop)
@@ -180,12 +60,11 @@ class VectorRenderer(ir_loops._Renderer):
         vend = b.op("add", I64, start, nv)
         if plan.checks:
             vend = b.select(self._checked(s, plan, start, nv), I64, vend, start)
-        self._ibase, self._ivar, self._carried, self._state = None, s.var, plan.carried, {}
-        self._lanes = plan.lanes
+        self._ibase, self._ivar, self._cls = None, s.var, Classes(s.var, plan.carried, plan.lanes)
         acc = {}
         for var, op in plan.lanes.items():      # a lane-parallel accumulator per exact reduction, at its identity
             acc[var] = self.alloca_b.alloca(self._vt(var.t), name=f"{var.name}.lanes")
-            b.store(self._vt(var.t), self._splat(var.t, _IDENTITY[op](var.t)), acc[var])
+            b.store(self._vt(var.t), self._splat(var.t, IDENTITY[op](var.t)), acc[var])
         counter = self.alloca_b.alloca(I64, name=f"{s.var.name}.vnext")
         b.store(I64, start, counter)
         name = s.var.name
@@ -197,7 +76,6 @@ class VectorRenderer(ir_loops._Renderer):
         b.position_at_end(body)
         b.store(I64, b.op("add", I64, i, str(W)), counter)
         self._ibase = i
-        self._accesses = self._widths = None
         self._texts = {var: b.load(self._vt(var.t), slot) for var, slot in acc.items()}
         deferred = []
         for st in s.body:
@@ -208,8 +86,8 @@ class VectorRenderer(ir_loops._Renderer):
                 self._store(st, memo, kmemo)
                 continue
             var = st.var
-            k = L if var in plan.carried else self._klass(st.value, kmemo)
-            self._state[var] = (k, None)
+            k = L if var in plan.carried else self._cls.of(st.value, kmemo)
+            self._cls.state[var] = (k, None)
             if k == L:
                 deferred.append((st, self._seeds(st.value, memo, kmemo)))
             elif k == U:
@@ -226,7 +104,7 @@ class VectorRenderer(ir_loops._Renderer):
                     memo[key] = (node, self._lane(node.t, k, text, lane))
                 b.store(ir_loops.lltype(st.var.t), self.value(st.value, memo), self.slot(st.var))
         for var in plan.live_out - set(plan.lanes):
-            k = C if var is s.var else self._state[var][0]
+            k = C if var is s.var else self._cls.state[var][0]
             if k in (C, V):
                 text = i if var is s.var else self._texts[var]
                 b.store(ir_loops.lltype(var.t), self._lane(var.t, k, text, W - 1), self.slot(var))
@@ -281,7 +159,7 @@ class VectorRenderer(ir_loops._Renderer):
             if id(n) in seen:
                 continue
             seen.add(id(n))
-            k = self._klass(n, kmemo)
+            k = self._cls.of(n, kmemo)
             if k == L:
                 if n.op != "var":
                     stack.extend(n.args)
@@ -316,7 +194,7 @@ class VectorRenderer(ir_loops._Renderer):
         got = memo.get(id(x))
         if got is not None:
             return got[1], got[2]
-        k = self._klass(x, kmemo)
+        k = self._cls.of(x, kmemo)
         if k == U:
             text = self.value(x, {})
         elif k == C:
@@ -462,183 +340,6 @@ _VEMIT = {"bin": VectorRenderer._v_bin, "cmp": VectorRenderer._v_cmp, "neg": Vec
           "cast": VectorRenderer._v_cast, "bitcast": VectorRenderer._v_bitcast, "intr": VectorRenderer._v_intr}
 
 
-# ---------------------------------------------------------------------------------------------------- accesses
-def _pairs(accesses, in_body):
-    """The pairs (store, access) of a loop that need a check before it (see the module docstring)."""
-    out, seen = [], set()
-    for s in accesses:
-        if not s[0]:
-            continue
-        for x in accesses:
-            if x is s:
-                continue
-            if s[4] is not None and x[4] is not None and s[4][1] == x[4][1] and s[4][0] != x[4][0]:
-                continue        # alias classes apart
-            if s[1] == x[1]:
-                continue        # the same element in every lane
-            pair = (s[1], x[1])
-            if pair in seen:
-                continue
-            seen.add(pair)
-            if any(n.op == "var" and n.attr in in_body for node in s[5] + x[5] for n in ki.walk_values(node)):
-                raise _Refuse("checked address from the loop's own variables")
-            out.append((s, x))
-    if len(out) > MAX_CHECKS:
-        raise _Refuse("too many accesses to check")
-    return out
-
-
-class _Keys:
-    """A structural key per value (for addresses): variables assigned once in the kernel stand for their values,
-    the loop's temporaries for their values at this point of its body (``state``)."""
-
-    def __init__(self, once, state, carried):
-        self.once, self.state, self.carried, self.memo = once, state, carried, {}
-
-    def __call__(self, x):
-        got = self.memo.get(id(x))
-        if got is not None:
-            return got[1]
-        if x.op == "var":
-            v = x.attr
-            if v in self.state:
-                k = ("var", id(v)) if v in self.carried else self(self.state[v][1])
-            elif v in self.once:
-                k = self(self.once[v])
-            else:
-                k = ("var", id(v))
-        elif x.op == "const":
-            k = ("const", x.t, x.attr)
-        else:
-            k = (x.op, x.t, x.attr if x.op in ("bin", "cmp", "intr", "libm") else None,
-                 tuple(self(a) for a in x.args))
-        self.memo[id(x)] = (x, k)
-        return k
-
-
-# ---------------------------------------------------------------------------------------------------- reductions
-def _ints_of(x):
-    """``x`` below value-preserving integer widenings (sext / zext casts)."""
-    while x.op == "cast" and x.t in ki.INTS and x.args[0].t in ki.INTS and ki.BITS[x.t] >= ki.BITS[x.args[0].t]:
-        x = x.args[0]
-    return x
-
-
-def _is(x, var) -> bool:
-    return x.op == "var" and x.attr is var
-
-
-def _same(a, c) -> bool:
-    return a is c or (a.op == "var" and c.op == "var" and a.attr is c.attr)
-
-
-def _exact_reduction(var, body):
-    """The exact associative operation (add, or, and, xor, smax, smin, umax, umin) ``var`` accumulates with, when its
-    one update in ``body`` is ``var = var OP e`` (integer widenings and a truncation back allowed) or a select of the
-    larger / smaller of ``var`` and ``e``, and nothing else in ``body`` reads it: its lanes may then reduce apart and
-    combine at the end, in any order, to the same bits.  None otherwise (float sums: their order is their bits)."""
-    t = var.t
-    if t not in ki.INTS and t != ki.BOOL:
-        return None
-    updates = [st for st in body if isinstance(st, ki.Assign) and st.var is var]
-    if len(updates) != 1 or any(var in _reads(st) for st in body if st is not updates[0]):
-        return None
-    x = updates[0].value
-    if x.op == "cast" and x.t == t and x.args[0].t in ki.INTS and t != ki.BOOL:
-        x = x.args[0]           # a truncation back to the variable's type: low bits of +, |, &, ^ are exact
-    if x.op == "bin" and x.attr in ("+", "|", "&", "^") and not (x.attr == "+" and x.t == ki.BOOL):
-        a, c = (_ints_of(y) for y in x.args)
-        if _is(a, var) != _is(c, var) and var not in _reads_values([c if _is(a, var) else a]):
-            return {"+": "add", "|": "or", "&": "and", "^": "xor"}[x.attr]
-        return None
-    if x.op != "select" or x.t != t or x.args[0].op != "cmp" or x.args[0].attr not in ("<", "<=", ">", ">="):
-        return None
-    cond, pick, other = x.args
-    a, c = (_ints_of(y) for y in cond.args)
-    if _is(a, var) == _is(c, var):
-        return None
-    e = c if _is(a, var) else a
-    if not ((_is(pick, var) and _same(_ints_of(other), e)) or (_is(other, var) and _same(_ints_of(pick), e))):
-        return None
-    if var in _reads_values([e]):
-        return None
-    greater = (cond.attr in (">", ">=")) == _is(c, var)    # the condition says e is the larger
-    larger = greater == _same(_ints_of(pick), e)           # the select keeps the larger
-    if t == ki.BOOL:
-        return "or" if larger else "and"
-    return ("u" if t in ki.UNSIGNED else "s") + ("max" if larger else "min")
-
-
-def _all_ones(t):
-    return "true" if t == ki.BOOL else "-1"
-
-
-_IDENTITY = {"add": lambda t: "0" if t != ki.BOOL else "false", "or": lambda t: "0" if t != ki.BOOL else "false",
-             "xor": lambda t: "0" if t != ki.BOOL else "false", "and": _all_ones, "umax": lambda t: "0",
-             "umin": _all_ones, "smax": lambda t: str(-(1 << (ki.BITS[t] - 1))),
-             "smin": lambda t: str((1 << (ki.BITS[t] - 1)) - 1)}
-
-
-# ---------------------------------------------------------------------------------------------------- variables
-def _reads(st):
-    """The variables statement ``st`` reads."""
-    out = []
-    for top in ki.statement_values([st]):
-        for x in ki.walk_values(top):
-            if x.op == "var":
-                out.append(x.attr)
-    return out
-
-
-def _assigned_vars(body):
-    return {st.var for st in body if isinstance(st, ki.Assign)}
-
-
-def _assigned_once(stmts) -> dict:
-    """Variables assigned exactly once in ``stmts`` (a kernel), and never by a loop: var -> its value."""
-    count, value, loops = {}, {}, set()
-
-    def walk(ss):
-        for st in ss:
-            if isinstance(st, ki.Assign):
-                count[st.var] = count.get(st.var, 0) + 1
-                value[st.var] = st.value
-            elif isinstance(st, ki.For):
-                loops.add(st.var)
-                walk(st.body)
-            elif isinstance(st, ki.If):
-                walk(st.then)
-                walk(st.orelse)
-    walk(stmts)
-    return {v: value[v] for v, n in count.items() if n == 1 and v not in loops}
-
-
-def _live_after(stmts, loop) -> set:
-    """Variables read anywhere in the kernel outside ``loop``'s body (may be read after it)."""
-    out = set()
-
-    def walk(ss):
-        for st in ss:
-            if st is loop:
-                out.update(_reads_values((st.start, st.stop)))
-                continue
-            if isinstance(st, ki.For):
-                out.update(_reads_values((st.start, st.stop)))
-                walk(st.body)
-            elif isinstance(st, ki.If):
-                out.update(_reads_values((st.cond,)))
-                walk(st.then)
-                walk(st.orelse)
-            else:
-                out.update(_reads(st))
-    walk(stmts)
-    return out
-
-
-def _reads_values(values):
-    return {x.attr for top in values for x in ki.walk_values(top) if x.op == "var"}
-
-
 def render(kir: ki.KernelIR, key: str, bits: int) -> str:
     """The kernel's LLVM IR (as ``ir_loops.render``) with its innermost contiguous loops in ``bits``-wide vector
     blocks (0: none), or ``ir_loops.Unsupported``."""
@@ -649,4 +350,4 @@ def render(kir: ki.KernelIR, key: str, bits: int) -> str:
     return f"{ir_loops.HEADER}{key}\n{text}"
 
 
-__all__ = ["render", "VectorRenderer", "STATS", "MAX_WIDTH"]
+__all__ = ["render", "VectorRenderer", "STATS"]
