@@ -99,6 +99,12 @@ def main():
     def phase_llvm():
         for key, text, q in builds:
             object_code0(key, text, q)
+            if per_kernel:      # one dump per kernel's build
+                ctl("-d", f"llvm_{q}_{key[:12]}_{text.count(chr(10) + '  ')}")
+
+    def ctl(*a):
+        subprocess.run(["callgrind_control", *a, str(os.getpid())], check=True, capture_output=True)
+    per_kernel = under_callgrind and os.environ.get("PER_KERNEL") == "1"
 
     def phase_steps():
         for _ in range(STEPS):
@@ -117,8 +123,6 @@ def main():
         if phase is None:
             phase = o3_steps()
         if under_callgrind:
-            def ctl(*a):
-                subprocess.run(["callgrind_control", *a, str(os.getpid())], check=True, capture_output=True)
             ctl("-z")
             ctl("-i", "on")
             phase()
