@@ -321,3 +321,39 @@ def test_a_programs_first_tier_computes_the_scalar_tiers_bits_and_o3s_where_noth
     assert vec["quick"] == scalar["quick"]          # every output of every call, sums and softmax rows included
     for quick, o3 in zip(vec["quick"], vec["o3"]):
         assert quick[:4] == o3[:4]                  # the elementwise outputs (O3 sums in lanes: other bits)
+
+
+def _dot(dtype, form):
+    """``acc += x * y`` (``form``: the product straight in the sum, through temporaries, or negated), as the sum
+    kernels are: the scalar code fuses the product into the sum (an FMA), and so does each lane."""
+    t = ki.OF_DTYPE[dtype]
+    b = ki.Builder()
+    n0, p0, p1, pr = b.let("n0", b.A[0]), b.let("p0", b.A[1].ptr(t)), b.let("p1", b.A[2].ptr(t)), b.A[3].ptr(t)
+    acc = b.let("acc", ki.cast(ki.const(0), t))
+    with b.loop("i0", n0) as i0:
+        x, y = b.let("x0", p0[i0]), b.let("x1", p1[i0])
+        if form == "direct":
+            b.set(acc.attr, acc + x * y)
+        elif form == "temporaries":
+            t0 = b.let("t0", x * y)
+            b.set(acc.attr, acc + b.let("rv", t0))
+        else:
+            b.set(acc.attr, acc + b.let("rv", -(x * y)))
+    b.store(pr, 0, acc)
+    return b.finish()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("form", ["direct", "temporaries", "negated"])
+def test_a_sum_of_products_fuses_per_lane_as_the_scalar_loop_does(dtype, form):
+    kir = _dot(dtype, form)
+    x, y = _inputs(dtype, 1100, 12), _inputs(dtype, 1100, 13)
+    addrs = _builds(kir)
+    for n in _lengths():
+        got = {}
+        for name, a in addrs.items():
+            r = np.zeros(1, dtype)
+            _CALL(a)(np.array([n, x.ctypes.data, y.ctypes.data, r.ctypes.data], np.int64).ctypes.data)
+            r[np.isnan(r)] = np.nan
+            got[name] = r.tobytes()
+        assert got["vector"] == got["scalar"] and got["vector256"] == got["scalar"], (form, n)

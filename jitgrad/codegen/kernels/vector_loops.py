@@ -15,7 +15,7 @@ code on the lanes' values; exact reductions keep an accumulator per lane, combin
 from __future__ import annotations
 
 from . import ir_loops, kernel_ir as ki, llvm_text as T
-from .vector_plan import C, IDENTITY, L, U, V, Classes, Refuse, assigned_once, plan_loop
+from .vector_plan import C, IDENTITY, L, U, V, Classes, Refuse, assigned_once, plan_loop, read_counts
 
 _BYTES = {ki.F32: 4, ki.F64: 8, ki.I64: 8, ki.I32: 4, ki.U8: 1, ki.U64: 8, ki.BOOL: 1}
 STATS = {"loops_vector": 0, "loops_scalar": 0}      # innermost loops rendered each way (for tests)
@@ -78,6 +78,7 @@ class VectorRenderer(ir_loops._Renderer):
         self._ibase = i
         self._texts = {var: b.load(self._vt(var.t), slot) for var, slot in acc.items()}
         deferred = []
+        self._reads = read_counts(s.body)
         for st in s.body:
             if isinstance(st, ki.Comment):
                 continue
@@ -87,7 +88,7 @@ class VectorRenderer(ir_loops._Renderer):
                 continue
             var = st.var
             k = L if var in plan.carried else self._cls.of(st.value, kmemo)
-            self._cls.state[var] = (k, None)
+            self._cls.state[var] = (k, st.value)
             if k == L:
                 deferred.append((st, self._seeds(st.value, memo, kmemo)))
             elif k == U:
@@ -98,10 +99,12 @@ class VectorRenderer(ir_loops._Renderer):
                 if var in acc:
                     b.store(self._vt(var.t), self._texts[var], acc[var])
         for lane in range(W):
-            for st, seeds in deferred:
+            for st, (seeds, per_lane) in deferred:
                 memo = {}
                 for key, (node, k, text) in seeds.items():
                     memo[key] = (node, self._lane(node.t, k, text, lane))
+                for node, expr in per_lane:
+                    memo[id(node)] = (node, self.value(expr, memo))
                 b.store(ir_loops.lltype(st.var.t), self.value(st.value, memo), self.slot(st.var))
         for var in plan.live_out - set(plan.lanes):
             k = C if var is s.var else self._cls.state[var][0]
@@ -152,8 +155,10 @@ class VectorRenderer(ir_loops._Renderer):
         return self.b.cast("ptrtoint", T.PTR, self.b.gep(lt, p, j), T.I64), _BYTES[t]
 
     def _seeds(self, x, memo, kmemo):
-        """A lane-serial value's inputs that are not lane-serial, emitted now: id -> (node, class, text)."""
-        seeds, stack, seen = {}, [x], set()
+        """A lane-serial value's inputs that are not lane-serial, emitted now (id -> (node, class, text)), and the
+        products it adds (``_contracted``), computed per lane from their own inputs: (node, its product)."""
+        seeds, per_lane, stack, seen = {}, [], [x], set()
+        parents = _parent_counts(x)
         while stack:
             n = stack.pop()
             if id(n) in seen:
@@ -163,9 +168,40 @@ class VectorRenderer(ir_loops._Renderer):
             if k == L:
                 if n.op != "var":
                     stack.extend(n.args)
+                    if n.op == "bin" and n.attr in "+-" and n.t in ki.FLOATS:
+                        for a in n.args:
+                            chain = self._contracted(a, parents)
+                            if chain is not None and id(a) not in seen:
+                                seen.add(id(a))
+                                per_lane.extend(reversed(chain))        # (innermost first)
+                                stack.extend(chain[-1][1].args)
                 continue
             seeds[id(n)] = (n,) + self._val(n, memo, kmemo)
-        return seeds
+        return seeds, per_lane
+
+    def _contracted(self, a, parents):
+        """When operand ``a`` of a lane-serial float sum is a product used nowhere else (through the loop's
+        temporaries; or its negation), the scalar code's instruction selection fuses the two into one FMA: then
+        ``a`` is computed per lane too, so the lane's sum fuses alike.  The chain (node, what computes it) from
+        ``a`` down to the product, outermost first; None otherwise."""
+        if self._cls.of(a, {}) == L or parents.get(id(a), 0) != 1:
+            return None
+        chain, n = [], a
+        while n.op == "var":
+            v = n.attr
+            got = self._cls.state.get(v)
+            if got is None or got[1] is None or self._reads.get(v, 0) != 1:
+                return None
+            chain.append((n, got[1]))
+            n = got[1]
+        if n.op == "neg" and n.t in ki.FLOATS:
+            inner = self._contracted(n.args[0], _parent_counts(n))
+            if inner is None:
+                return None
+            return chain + [(n, n)] + inner if chain else [(a, n)] + inner
+        if not (n.op == "bin" and n.attr == "*" and n.t in ki.FLOATS):
+            return None
+        return chain if chain else [(a, n)]
 
     def _lane(self, t, k, text, lane):
         """Lane ``lane`` of a value of class ``k`` (its text: a scalar, a first lane, a vector) as a scalar."""
@@ -333,6 +369,20 @@ class VectorRenderer(ir_loops._Renderer):
         name = f"llvm.{x.attr}.v{self.W}{ir_loops._INTRINSIC_SUFFIX[lt]}"
         fn = self.module.declare(name, vt, [vt] * len(args))
         return self.b.call(vt, fn, [f"{vt} {a}" for a in args])
+
+
+def _parent_counts(x) -> dict:
+    """How many operands of ``x``'s values (each once) are each value (by id): its uses in one statement."""
+    counts, seen, stack = {}, set(), [x]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        for a in n.args:
+            counts[id(a)] = counts.get(id(a), 0) + 1
+            stack.append(a)
+    return counts
 
 
 _VEMIT = {"bin": VectorRenderer._v_bin, "cmp": VectorRenderer._v_cmp, "neg": VectorRenderer._v_neg,

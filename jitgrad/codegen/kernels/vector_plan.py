@@ -267,6 +267,18 @@ def _reads(st):
     return out
 
 
+def read_counts(body) -> dict:
+    """How many times each variable is read in ``body`` (each statement's values once)."""
+    counts = {}
+    for st in body:
+        seen = set()
+        for top in ki.statement_values([st]):
+            for x in ki.walk_values(top, seen):
+                if x.op == "var":
+                    counts[x.attr] = counts.get(x.attr, 0) + 1
+    return counts
+
+
 def _assigned_vars(body):
     return {st.var for st in body if isinstance(st, ki.Assign)}
 
@@ -316,4 +328,4 @@ def _reads_values(values):
     return {x.attr for top in values for x in ki.walk_values(top) if x.op == "var"}
 
 
-__all__ = ["plan_loop", "Plan", "Classes", "Refuse", "assigned_once", "IDENTITY", "U", "C", "V", "L", "MAX_WIDTH"]
+__all__ = ["plan_loop", "read_counts", "Plan", "Classes", "Refuse", "assigned_once", "IDENTITY", "U", "C", "V", "L", "MAX_WIDTH"]
