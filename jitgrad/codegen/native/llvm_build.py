@@ -138,7 +138,10 @@ QUICK_SUFFIX = "_quick"     # the quick object's symbol: both builds of a kernel
 #   LLVM's O1 pipeline with the loop vectoriser, without unrolling and with its loops not interleaved (the text's
 #   interleave count set to 1: the vector body 4x smaller to emit): 0.36M a call, for ~2.7x the quick build's
 #   instructions (O3: ~4.8x).
-CODEGEN_LEVEL = {False: 3, True: 1, "vector": 1, "minor": 0}
+# (``JITGRAD_QUICK_CODEGEN_LEVEL``: the quick and vector tiers' level, 1 by default; 0 halves the LM's first-tier LLVM
+# work with vector text, but level 0's instruction selection fuses no FMAs: other bits than O3's)
+_QUICK_LEVEL = int(os.environ.get("JITGRAD_QUICK_CODEGEN_LEVEL", "1"))
+CODEGEN_LEVEL = {False: 3, True: _QUICK_LEVEL, "vector": _QUICK_LEVEL, "minor": 0}
 
 
 def _tools(quick=False):
