@@ -48,7 +48,8 @@ def first_tiers(keys, work) -> dict:
     instructions), from ``VECTOR_SHARE`` "vector" if its work is ``VECTOR_WORK`` or more (the LM's log-softmax and
     that one's backward, ~45% of a quick call's instructions, ~13% at "vector"; B5's two heaviest kernels, a few
     thousand instructions a call, stay "quick").  A kernel of unknown work (0: gathers, scatters, scans) is
-    "quick"."""
+    "quick".  (With the first tier's vector text, ``llvm_build.quick_text``, a "vector" kernel builds as a "quick"
+    one: its loops are vector already.)"""
     total = sum(work.get(k, 0.0) for k in keys)
 
     def tier(w):

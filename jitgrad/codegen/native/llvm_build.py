@@ -124,8 +124,10 @@ _INTERLEAVED = f'!"llvm.loop.interleave.count", i32 {ir_loops.INTERLEAVE}'     #
 _NOT_INTERLEAVED = '!"llvm.loop.interleave.count", i32 1'
 # The quick build (a background build's first tier, ``build.py``): promote the kernel's variables to registers
 # (its allocas), fold and simplify, then emit with the code generator's cheap level.  No loop passes, no
-# vectoriser: counted on the GPT step's 44 kernels (one thread), the LLVM work falls ~5x below O3's (scalar
-# loops, no interleaving), and the step's calls run ~1.8x O3's, still far under eager's.  The optimised build
+# vectoriser: its text has its innermost contiguous loops in vector blocks already (``quick_text``,
+# ``vector_loops.py``), so the code is vector anyway.  Counted under callgrind (AVX2) on ``variable_length.py``'s LM
+# step (``benchmarks/first_tier_counts.py``): a warm step on the first tier's code 4.43M -> 3.35M instructions
+# (O3's 2.99M: 1.48x -> 1.12x), the first tier's LLVM 976M -> 812M, its rendering 63M -> 98M.  The optimised build
 # replaces it kernel by kernel.
 QUICK_PASSES = ("sroa", "instruction_combine", "simplify_cfg")
 QUICK_SUFFIX = "_quick"     # the quick object's symbol: both builds of a kernel live in one process's engine
@@ -133,7 +135,8 @@ QUICK_SUFFIX = "_quick"     # the quick object's symbol: both builds of a kernel
 # - "minor" (a kernel doing a sliver of its graph's work): the quick passes, then the code generator's level 0 (fast
 #   instruction selection and register allocation): ~2.5x fewer instructions to build than level 1, for code that
 #   runs ~3x longer, which on a kernel doing under 1% of a call's work is noise;
-# - "vector" (a kernel doing most of it): what makes the quick code slow is scalar loops (its log-softmax kernel ran
+# - "vector" (a kernel doing most of it; with vector text, ``vector_bits()``, it is the quick build): with scalar
+#   text, what makes the quick code slow is scalar loops (its log-softmax kernel ran
 #   1.95M instructions a call quick, 0.33M at O3; scalar passes gave nothing: O1 without the vectoriser 1.86M), so
 #   LLVM's O1 pipeline with the loop vectoriser, without unrolling and with its loops not interleaved (the text's
 #   interleave count set to 1: the vector body 4x smaller to emit): 0.36M a call, for ~2.7x the quick build's
