@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import jitgrad as jg
-from jitgrad.codegen.kernels import ir_loops, kernel_ir as ki, llvm_text as T
+from jitgrad.codegen.kernels import ir_loops, kernel_ir as ki, llvm_text as T, vector_loops
 from jitgrad.codegen.native import llvm_build
 from jitgrad.codegen.kernels.math_table import MathCalls
 from jitgrad.codegen.program import entry
@@ -223,20 +223,27 @@ def test_interleave_setting_names_its_loop_ids(monkeypatch, interleave, corpus):
         assert '!"llvm.loop.interleave.count", i32 4' in text
 
 
-def test_the_first_tiers_vector_build_vectorises_what_the_quick_build_leaves_scalar():
-    """``llvm_build.CODEGEN_LEVEL``'s tiers on an exp loop: the quick build (and a minor kernel's) stays scalar, the
-    "vector" build runs the loop vectoriser with the loop not interleaved (one vector step a trip, not
-    ``ir_loops.INTERLEAVE``), the O3 build interleaves it; all three are the same kernel's code."""
-    text = ir_loops.render(_kernel_of(lambda b, xs: MathCalls("float32").exp(xs[0]), 1, (ki.F32,), ki.F32).ir,
-                           "2" * 64)
+def test_the_first_tiers_vector_build_vectorises_what_the_quick_build_leaves_scalar(monkeypatch):
+    """``llvm_build.CODEGEN_LEVEL``'s tiers on an exp loop.  With the first tier's scalar text
+    (``JITGRAD_QUICK_VECTOR_BITS=0``): the quick build (and a minor kernel's) stays scalar, the "vector" build runs the
+    loop vectoriser with the loop not interleaved (one vector step a trip, not ``ir_loops.INTERLEAVE``), the O3 build
+    interleaves it.  With vector text (``vector_loops.py``, the default), the quick passes alone give vector code, and
+    the "vector" tier is the quick build.  All are the same kernel's code."""
+    kir = _kernel_of(lambda b, xs: MathCalls("float32").exp(xs[0]), 1, (ki.F32,), ki.F32).ir
+    text = ir_loops.render(kir, "2" * 64)
     assert f'"llvm.loop.interleave.count", i32 {ir_loops.INTERLEAVE}' in text
 
-    def vector_ops(quick):
+    def vector_ops(quick, text=text):
         m, tm = llvm_build._optimised(text, quick)
         assert tm.target_data is not None and m.get_function(ir_loops.symbol("2" * 64))
         return [len(re.findall(r"fmul[^\n=]*<(\d+) x float>", str(m))), str(m)]
+    monkeypatch.setattr(llvm_build, "VECTOR_BITS", 0)
     (quick, _), (minor, _) = vector_ops(True), vector_ops("minor")
     (vector, vtext), (o3, _) = vector_ops("vector"), vector_ops(False)
     assert quick == minor == 0 and vector > 0 and o3 >= 2 * vector, (quick, minor, vector, o3)      # (O3: 60, 24)
     assert "vector.body" in vtext
     assert [llvm_build.CODEGEN_LEVEL[t] for t in (True, "minor", "vector", False)] == [1, 0, 1, 3]
+    monkeypatch.setattr(llvm_build, "VECTOR_BITS", 512)
+    vtext = vector_loops.render(kir, "2" * 64, 512)
+    (quick, qtext), (vector, _) = vector_ops(True, vtext), vector_ops("vector", vtext)
+    assert quick == vector > 0 and "vector.body" not in qtext, (quick, vector)

@@ -215,8 +215,9 @@ class Builder:
     def fcmp(self, pred: str, ty: str, a: str, b: str) -> str:
         return self._def(f"fcmp {pred} {ty} {a}, {b}")
 
-    def select(self, cond: str, ty: str, a: str, b: str) -> str:
-        return self._def(f"select i1 {cond}, {ty} {a}, {ty} {b}")
+    def select(self, cond: str, ty: str, a: str, b: str, cond_ty: str = I1) -> str:
+        """``cond ? a : b`` (``cond_ty``: ``<N x i1>`` picks by lane)."""
+        return self._def(f"select {cond_ty} {cond}, {ty} {a}, {ty} {b}")
 
     def cast(self, opcode: str, src: str, v: str, ty: str) -> str:
         """``opcode`` (sext, fptrunc, inttoptr ...) of ``v`` from ``src`` to ``ty``."""
@@ -229,6 +230,10 @@ class Builder:
     def vector_insert(self, vty: str, vec: str, ety: str, v: str, idx: str) -> str:
         """``vec`` (a ``vty``) with element ``idx`` set to ``v`` (an ``ety``)."""
         return self._def(f"insertelement {vty} {vec}, {ety} {v}, i32 {idx}")
+
+    def vector_extract(self, vty: str, vec: str, idx) -> str:
+        """Element ``idx`` of ``vec`` (a ``vty``)."""
+        return self._def(f"extractelement {vty} {vec}, i32 {idx}")
 
     def vector_shuffle(self, vty: str, a: str, b: str, mask: str, width: int) -> str:
         """The elements of ``a`` and ``b`` (``vty``) that ``mask`` (``<i32 ...>``, ``width`` of them) picks."""

@@ -48,7 +48,8 @@ def first_tiers(keys, work) -> dict:
     instructions), from ``VECTOR_SHARE`` "vector" if its work is ``VECTOR_WORK`` or more (the LM's log-softmax and
     that one's backward, ~45% of a quick call's instructions, ~13% at "vector"; B5's two heaviest kernels, a few
     thousand instructions a call, stay "quick").  A kernel of unknown work (0: gathers, scatters, scans) is
-    "quick"."""
+    "quick".  (With the first tier's vector text, ``llvm_build.quick_text``, a "vector" kernel builds as a "quick"
+    one: its loops are vector already.)"""
     total = sum(work.get(k, 0.0) for k in keys)
 
     def tier(w):
@@ -98,13 +99,14 @@ class GraphCode:
     def _kind(self, key):
         return "entry" if key == self.ekey else "kernel"
 
-    def _source(self, key):
-        """What compiles ``key``: a kernel's LLVM IR where ``ir_loops`` renders its IR, else its Numba text."""
+    def _source(self, key, quick=False):
+        """What compiles ``key``: a kernel's LLVM IR where ``ir_loops`` renders its IR (``quick``: the first tier's,
+        ``llvm_build.quick_text``), else its Numba text."""
         for k in self.kernels:
             if self.kkeys[k.key] == key:
                 if build.IR_LOOPS:
                     from . import llvm_build
-                    return llvm_build.compile_text(key, k.source, k.ir)
+                    return (llvm_build.quick_text if quick else llvm_build.compile_text)(key, k.source, k.ir)
                 return k.source
         raise KeyError(key)
 
@@ -380,7 +382,7 @@ class GraphCode:
         from . import llvm_build
         fast, slow = [], []
         for job in todo:
-            is_ir = job[0] == "kernel" and build.IR_LOOPS and llvm_build.translatable(job[1], self._source(job[1]))
+            is_ir = job[0] == "kernel" and build.IR_LOOPS and llvm_build.is_llvm(self._source(job[1], QUICK))
             (fast if is_ir else slow).append(job)
         # (quick builds: every IR kernel here, ~5x cheaper than O3; a build process would make the switch wait for it)
         helpers = min(cores - 1, len(fast) // THREAD_KERNELS) if cores > 1 and not QUICK else 0
@@ -421,7 +423,7 @@ class GraphCode:
         needs Numba)."""
         if key in build._ADDRESSES:
             return False
-        if build.compile_quick(key, self._source(key), tier) is None:
+        if build.compile_quick(key, self._source(key, quick=True), tier) is None:
             return False
         self.quick_keys.add(key)
         self.first_tier[key] = tier

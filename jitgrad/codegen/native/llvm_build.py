@@ -14,7 +14,7 @@ import os
 import threading
 import weakref
 
-from ..kernels import ir_loops, kernel_ir as ki
+from ..kernels import ir_loops, kernel_ir as ki, vector_loops
 
 # counted, so tests can check which path built what (``kernels_quick_minor`` / ``_vector``: of ``kernels_quick``)
 STATS = {"kernels_ir": 0, "kernels_quick": 0, "kernels_quick_minor": 0, "kernels_quick_vector": 0, "kernels_refused": 0,
@@ -34,6 +34,7 @@ if hasattr(os, "register_at_fork"):
 # key and source, and renders the IR (nothing parses the text)
 _IRS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 _TEXTS: dict = {}       # key -> LLVM IR text rendered by ``compile_text`` (compiled next, then dropped)
+_QUICK_TEXTS: dict = {}     # key -> the first tier's text (``quick_text``: vector loops), until its quick build
 
 
 def register(source: str, kir: ki.KernelIR) -> None:
@@ -71,9 +72,51 @@ def compile_text(key: str, source: str, kir: ki.KernelIR | None = None) -> str:
     return text
 
 
-def translatable(key: str, source: str) -> bool:
-    """Whether the kernel compiles without Numba."""
-    return is_llvm(compile_text(key, source))
+def quick_text(key: str, source: str, kir: ki.KernelIR | None = None) -> str:
+    """What the first tier compiles for kernel ``source`` (its IR ``kir``, else the one registered): its LLVM IR with
+    the innermost contiguous loops in vector blocks of the host's width (``vector_loops.py``, ``VECTOR_BITS``), else
+    as ``compile_text``."""
+    bits = vector_bits()
+    if is_llvm(source) or not bits:
+        return compile_text(key, source, kir)
+    with _lock:
+        text = _QUICK_TEXTS.get(key)
+    if text is not None:
+        return text
+    if kir is None:
+        kir = _IRS.get(source)
+    if kir is None:
+        return source
+    try:
+        text = vector_loops.render(kir, key, bits)
+    except ir_loops.Unsupported:
+        return compile_text(key, source, kir)
+    with _lock:
+        if len(_QUICK_TEXTS) > 512:
+            _QUICK_TEXTS.clear()
+        _QUICK_TEXTS[key] = text
+    return text
+
+
+def translatable(key: str, source: str, quick: bool = False) -> bool:
+    """Whether the kernel compiles without Numba (``quick``: rendering its first tier's text on the way)."""
+    return is_llvm(quick_text(key, source) if quick else compile_text(key, source))
+
+
+# The first tier's loops in vector blocks of this many bits (``vector_loops.py``; ``JITGRAD_QUICK_VECTOR_BITS=0``:
+# scalar loops, as the O3 build's text); None: the width of the vector registers of the CPU kernels are built for
+_env_bits = os.environ.get("JITGRAD_QUICK_VECTOR_BITS", "").strip()
+VECTOR_BITS = int(_env_bits) if _env_bits else None
+
+
+def vector_bits() -> int:
+    """``VECTOR_BITS``, by default from the features of the CPU kernels are built for (``cache._cpu``)."""
+    global VECTOR_BITS
+    if VECTOR_BITS is None:
+        from . import cache
+        feats = cache._cpu()[2].split(",")
+        VECTOR_BITS = 512 if "+avx512f" in feats else 256 if "+avx" in feats else 128
+    return VECTOR_BITS
 
 
 _TLS = threading.local()
@@ -81,8 +124,10 @@ _INTERLEAVED = f'!"llvm.loop.interleave.count", i32 {ir_loops.INTERLEAVE}'     #
 _NOT_INTERLEAVED = '!"llvm.loop.interleave.count", i32 1'
 # The quick build (a background build's first tier, ``build.py``): promote the kernel's variables to registers
 # (its allocas), fold and simplify, then emit with the code generator's cheap level.  No loop passes, no
-# vectoriser: counted on the GPT step's 44 kernels (one thread), the LLVM work falls ~5x below O3's (scalar
-# loops, no interleaving), and the step's calls run ~1.8x O3's, still far under eager's.  The optimised build
+# vectoriser: its text has its innermost contiguous loops in vector blocks already (``quick_text``,
+# ``vector_loops.py``), so the code is vector anyway.  Counted under callgrind (AVX2) on ``variable_length.py``'s LM
+# step (``benchmarks/first_tier_counts.py``): a warm step on the first tier's code 4.43M -> 3.35M instructions
+# (O3's 2.99M: 1.48x -> 1.12x), the first tier's LLVM 976M -> 812M, its rendering 63M -> 98M.  The optimised build
 # replaces it kernel by kernel.
 QUICK_PASSES = ("sroa", "instruction_combine", "simplify_cfg")
 QUICK_SUFFIX = "_quick"     # the quick object's symbol: both builds of a kernel live in one process's engine
@@ -90,12 +135,16 @@ QUICK_SUFFIX = "_quick"     # the quick object's symbol: both builds of a kernel
 # - "minor" (a kernel doing a sliver of its graph's work): the quick passes, then the code generator's level 0 (fast
 #   instruction selection and register allocation): ~2.5x fewer instructions to build than level 1, for code that
 #   runs ~3x longer, which on a kernel doing under 1% of a call's work is noise;
-# - "vector" (a kernel doing most of it): what makes the quick code slow is scalar loops (its log-softmax kernel ran
+# - "vector" (a kernel doing most of it; with vector text, ``vector_bits()``, it is the quick build): with scalar
+#   text, what makes the quick code slow is scalar loops (its log-softmax kernel ran
 #   1.95M instructions a call quick, 0.33M at O3; scalar passes gave nothing: O1 without the vectoriser 1.86M), so
 #   LLVM's O1 pipeline with the loop vectoriser, without unrolling and with its loops not interleaved (the text's
 #   interleave count set to 1: the vector body 4x smaller to emit): 0.36M a call, for ~2.7x the quick build's
 #   instructions (O3: ~4.8x).
-CODEGEN_LEVEL = {False: 3, True: 1, "vector": 1, "minor": 0}
+# (``JITGRAD_QUICK_CODEGEN_LEVEL``: the quick and vector tiers' level, 1 by default; 0 halves the LM's first-tier LLVM
+# work with vector text, but level 0's instruction selection fuses no FMAs: other bits than O3's)
+_QUICK_LEVEL = int(os.environ.get("JITGRAD_QUICK_CODEGEN_LEVEL", "1"))
+CODEGEN_LEVEL = {False: 3, True: _QUICK_LEVEL, "vector": _QUICK_LEVEL, "minor": 0}
 
 
 def _tools(quick=False):
@@ -121,6 +170,8 @@ def _tools(quick=False):
 
 def _optimised(text, quick=False):
     ll, ctx, tm = _tools(quick)
+    if quick == "vector" and vector_bits():
+        quick = True        # its loops are vector blocks already (``quick_text``): the quick passes
     if quick == "vector":
         text = text.replace(_INTERLEAVED, _NOT_INTERLEAVED)
     m = ll.parse_assembly(text, context=ctx)
@@ -153,11 +204,15 @@ def compile_kernel(key: str, source: str, elsewhere=None, quick=False):
     with ``object_code(key, text)`` that may compile the text in another process (``native/forked_llvm.py``;
     None: it did not, and this process does).  ``quick``: the quick build (``QUICK_PASSES``; "minor" or "vector":
     ``graph_build.first_tiers``'s, see ``CODEGEN_LEVEL``), whose text stays for the optimised build that follows."""
-    with _lock:
-        text = _TEXTS.get(key) if quick else _TEXTS.pop(key, None)
-    if text is None:
-        text = compile_text(key, source)
-        if not quick:
+    if quick:
+        text = quick_text(key, source)
+        with _lock:
+            _QUICK_TEXTS.pop(key, None)
+    else:
+        with _lock:
+            text = _TEXTS.pop(key, None)
+        if text is None:
+            text = compile_text(key, source)
             with _lock:
                 _TEXTS.pop(key, None)
     if not is_llvm(text):

@@ -1,0 +1,160 @@
+"""What a background build's first tier costs to build and what its code then runs (issue 30), counted, never timed.
+
+The workload runs as a script would on an empty cache (a background build, the optimised tier held back), with
+every kernel rendering and every LLVM build of the first tier recorded; once its calls run the first tier's code,
+these phases are counted, each alone: ``render`` (the first tier's kernels rendered again), ``quick_llvm`` (their
+LLVM builds again, each at its tier), ``quick_step`` (warm steps on the first tier's code), then, the optimised
+tier let through, ``o3_step`` (the same steps on the O3 code).  Under callgrind each phase is one dump; without it,
+Python calls.
+
+    JITGRAD_CACHE_DIR=$(mktemp -d) python benchmarks/first_tier_counts.py lm|nanogpt|b9
+    JITGRAD_CACHE_DIR=$(mktemp -d) JITGRAD_BLAS_CORETYPE=keep UNDER_CALLGRIND=1 \\
+        valgrind --tool=callgrind --instr-atstart=no python benchmarks/first_tier_counts.py lm   # then totals per dump
+
+``lm``: ``variable_length.py``'s embedding + linear step (its first two shapes, then the second again);
+``nanogpt``: its GPT step (the first two lengths); ``b9``: B9's step (one shape).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+os.environ.setdefault("JITGRAD_BUILD_FORKS", "0")
+STEPS = 3
+
+
+def workload(which):
+    """(calls to run first, the warm step to count, the compiled function)."""
+    import jitgrad as jg
+    import variable_length as V
+    if which == "lm":
+        call, f = V.jitgrad_step({})
+        data = V.shapes(50, 5)[:2]
+    elif which == "nanogpt":
+        call, f = V.gpt_step({})
+        data = V.gpt_shapes()[:2]
+    else:
+        import gpt_model
+        jg.manual_seed(0)
+        model = gpt_model.make_gpt(jg, 65, 64, 128, 4, 4, dropout=0.0, sdpa=False)
+        f = jg.compile(gpt_model.make_step(jg, model, model, gpt_model.make_optimizer(jg, model, lr=3e-4)))
+        g = jg.Generator().manual_seed(1)
+        x, y = jg.randint(0, 65, (16, 64), generator=g), jg.randint(0, 65, (16, 64), generator=g)
+        return [lambda: f(x, y)], (lambda: f(x, y)), f
+    first = [lambda i=i, t=t: call(i, t) for i, t in data]
+    return first, (lambda: call(*data[-1])), f
+
+
+def main():
+    which = sys.argv[1] if len(sys.argv) > 1 else "lm"
+    from jitgrad.codegen.kernels import ir_loops, vector_loops
+    from jitgrad.codegen.native import build_thread, llvm_build
+    gate = threading.Event()
+    build_thread.hold_optimising(gate)
+    renders, builds = [], []
+    render0, vrender0, object_code0 = ir_loops.render, vector_loops.render, llvm_build.object_code
+
+    def render(*a, **k):
+        renders.append((render0, a, k))
+        return render0(*a, **k)
+
+    def vrender(*a, **k):
+        renders.append((vrender0, a, k))
+        return vrender0(*a, **k)
+
+    def object_code(key, text, quick=False):
+        if quick:
+            builds.append((key, text, quick))
+        return object_code0(key, text, quick)
+    ir_loops.render, vector_loops.render, llvm_build.object_code = render, vrender, object_code
+    loops0 = dict(vector_loops.STATS)
+    first, step, f = workload(which)
+    for c in first:
+        c()
+    while f.stats.get("first_compiled_call") is None:       # calls until the first tier's code serves one
+        time.sleep(0.2)
+        step()
+    ir_loops.render, vector_loops.render, llvm_build.object_code = render0, vrender0, object_code0
+    built = {b[0] for b in builds}
+    quick_renders = [r for r in renders if r[1][1] in built]
+    tiers = {}
+    for _, _, q in builds:
+        tiers[str(q)] = tiers.get(str(q), 0) + 1
+    out = {"workload": which, "kernels_first_tier": len(builds), "tiers": tiers,
+           "first_tier_text_bytes": sum(len(t) for _, t, _ in builds),
+           "first_tier_llvm_lines": sum(t.count("\n  ") for _, t, _ in builds),
+           "loops": {k: vector_loops.STATS[k] - loops0[k] for k in loops0}}
+    under_callgrind = os.environ.get("UNDER_CALLGRIND") == "1"
+
+    def phase_render():
+        for fn, a, k in quick_renders:
+            fn(*a, **k)
+
+    def phase_llvm():
+        for key, text, q in builds:
+            object_code0(key, text, q)
+            if per_kernel:      # one dump per kernel's build
+                ctl("-d", f"llvm_{q}_{key[:12]}_{text.count(chr(10) + '  ')}")
+
+    def ctl(*a):
+        subprocess.run(["callgrind_control", *a, str(os.getpid())], check=True, capture_output=True)
+    per_kernel = under_callgrind and os.environ.get("PER_KERNEL") == "1"
+
+    def phase_steps():
+        for _ in range(STEPS):
+            step()
+
+    def o3_steps():
+        gate.set()
+        f.wait()
+        step()
+        step()
+        return phase_steps
+    step()
+    phases = (("render", phase_render), ("quick_llvm", phase_llvm), ("quick_step", phase_steps),
+              ("o3_step", None))
+    for name, phase in phases:
+        if phase is None:
+            phase = o3_steps()
+        if under_callgrind:
+            ctl("-z")
+            ctl("-i", "on")
+            phase()
+            ctl("-i", "off")
+            ctl("-d", name)
+            continue
+        calls = [0]
+
+        def prof(frame, event, arg):
+            if event == "call":
+                calls[0] += 1
+        sys.setprofile(prof)
+        phase()
+        sys.setprofile(None)
+        out[name + "_python_calls"] = calls[0]
+    out["steps"] = STEPS
+    if os.environ.get("KERNEL_MAP"):
+        from jitgrad.codegen.native import build
+        from jitgrad.jit.graph_code import _COMPILED
+        kmap = {}
+        for cg in list(_COMPILED.values()):
+            code = getattr(cg, "code", None)
+            for k in getattr(code, "kernels", ()):
+                key = code.kkeys[k.key]
+                for tag, table in (("quick", build._QUICK), ("o3", build._ADDRESSES)):
+                    if key in table:
+                        kmap["0x%016x" % table[key]] = [tag, code.first_tier.get(key), k.name,
+                                                        k.listing().replace("\n", " | ")[:300]]
+        with open(os.environ["KERNEL_MAP"], "w") as fh:
+            json.dump(kmap, fh, indent=1)
+    print("RESULT " + json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
