@@ -21,15 +21,32 @@ _addressof = ctypes.addressof
 _from_buffer = ctypes.c_char.from_buffer
 
 
+_MADE: dict = {}        # (m, k, n, dtype) -> its function: one per signature, however many callers ask
+_MADE_MAX = 4096
+
+
 def gemm_for_signature(m: int, k: int, n: int, dtype):
     """A function ``(x, y) -> x @ y`` for ``(m, k) @ (k, n)`` matrices of float ``dtype`` (float32 or float64)
     that ``blas.matmul2d`` runs as one single-threaded GEMM, or None where it does something else (fewer or more
-    multiply-adds, no raw GEMM)."""
+    multiply-adds, no raw GEMM).  One function per signature: a forward product and a pullback plan's step of the
+    same shapes share it (and a plan made from a rule's trace on symbolic sizes is seen to be the plan of the
+    rule's trace at those sizes: the same calls)."""
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64) or not blas.EAGER_MIN_MACS <= m * n * k <= blas.BLAS_THREADED_MACS:
         return None
-    if not blas.raw_gemm_ready():
-        return None
+    key = (m, k, n, dtype)
+    f = _MADE.get(key)
+    if f is None:
+        if not blas.raw_gemm_ready():
+            return None
+        if len(_MADE) >= _MADE_MAX:
+            _MADE.clear()
+        f = _MADE[key] = _gemm(m, k, n, dtype)
+    return f
+
+
+def _gemm(m, k, n, dtype):
+    """``gemm_for_signature``'s function, made."""
     gemm, one, zero = blas._raw_gemm(dtype)
     # per (x transposed, y transposed): C^T = op(y^T) op(x^T) in column-major, as blas._gemm_rows calls it
     arrays = tuple(blas._SIZES(n, m, k, k if ty else n, m if tx else k, n) for tx in (False, True)

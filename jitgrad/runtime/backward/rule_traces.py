@@ -534,16 +534,19 @@ def same_plan(p, q) -> bool:
     return True
 
 
-def _same_call(f, g) -> bool:
+def _same_call(f, g, depth=0) -> bool:
     """Whether two impls of plan steps are the same call: a view's method with its parameter, a function with its
-    arguments bound, or functions made
-    per signature (an index's key, a constant's fill) of one code over equal values."""
+    arguments bound, or functions made per signature (an index's key, a constant's fill, an eager kernel's call
+    with its NumPy fallback) of one code over equal values (functions among them compared alike)."""
     if type(f) is methodcaller and type(g) is methodcaller:
         return f.__reduce__() == g.__reduce__()
     if type(f) is partial and type(g) is partial:      # (a sum's reduce, its axes bound)
         return f.func is g.func and f.args == g.args and f.keywords == g.keywords
     code = getattr(f, "__code__", None)
     if code is None or code is not getattr(g, "__code__", None) or f.__closure__ is None or g.__closure__ is None:
+        return False
+    if f.__defaults__ is not g.__defaults__ and (f.__defaults__ is None or g.__defaults__ is None or not all(
+            a is b or same_value(a, b) for a, b in zip(f.__defaults__, g.__defaults__))):
         return False
     for x, y in zip(f.__closure__, g.__closure__):
         a, b = x.cell_contents, y.cell_contents
@@ -552,9 +555,15 @@ def _same_call(f, g) -> bool:
         if isinstance(a, (np.ndarray, np.generic)) and isinstance(b, (np.ndarray, np.generic)):
             if not same_value(np.asarray(a), np.asarray(b)):
                 return False
+        elif type(a) is type(b) is _FUNCTION and depth < 4:
+            if not _same_call(a, b, depth + 1):
+                return False
         elif not same_value(a, b):
             return False
     return True
+
+
+_FUNCTION = type(_same_call)
 
 
 def same_value(a, b) -> bool:
