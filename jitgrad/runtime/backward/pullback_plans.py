@@ -43,7 +43,8 @@ from ...ir.symbolic import SymFloat
 from ..op_errors import op_error
 from ..tensor import Tensor
 from . import rule_traces
-from .plan_layout import NO_PLAN as _NO_PLAN, Plan, finish as _finish, layout as _layout, plan_of as _plan
+from .plan_layout import NO_PLAN as _NO_PLAN, Plan, finish as _finish, layout as _layout, plan_of as _plan, \
+    step_avals as _step_avals
 from .rule_traces import COUNTS, record as _record, same_steps  # noqa: F401 - (COUNTS: the tests' count, read here)
 
 _UNSIZED = object()     # a form whose rule traces otherwise on symbolic sizes: traced per shape
@@ -238,9 +239,9 @@ def _signature_plan(node, vals, ngrads, nums):
 
 def _step_error(plan, vals, e):
     """The error of the step that raised ``e`` (the first with no result), as its bind would raise it."""
-    for step, (op, avals) in zip(plan.steps, plan.where):
-        if vals[step[5]] is None and op is not None:
-            return op_error(op, avals, e)
+    for step, where in zip(plan.steps, plan.where):
+        if vals[step[5]] is None and where[0] is not None:
+            return op_error(where[0], _step_avals(where), e)
     return e
 
 
