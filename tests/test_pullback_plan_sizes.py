@@ -318,10 +318,22 @@ def test_plan_check_compares_functions_made_per_signature_by_what_they_hold():
         def f(x, _k=np.float32(2)):
             return inner(x) + scale
         return f
-    same = rule_traces._same_call
+    from jitgrad.runtime.backward import trace_compare
+    same = trace_compare._same_call
     assert same(make(np.float32(1), 3.0), make(np.float32(1), 3.0))
     assert not same(make(np.float32(1), 3.0), make(np.float32(1), 4.0))
     assert not same(make(np.float32(1), 3.0), make(np.float32(2), 3.0))
     from jitgrad.ir.ops import eager_gemm
     f = eager_gemm.gemm_for_signature(40, 32, 64, np.float32)
     assert f is None or f is eager_gemm.gemm_for_signature(40, 32, 64, np.float32)
+
+
+def test_a_plan_steps_error_names_the_shapes_of_its_size():
+    """A step of a plan finished at a later size of its form raises as its bind would, with the shapes of that size
+    (the step's avals are made for the message only)."""
+    pullback_plans._PLANS.clear()
+    for n in (5, 7, 9):
+        x = jg.tensor(np.full((n, 3), 3e38, np.float32), requires_grad=True)
+        y = (x * x.detach()).sum()
+        with np.errstate(over="raise"), pytest.raises(RuntimeError, match=rf"mul: overflow .*float32\[{n}, 3\]"):
+            y.backward(jg.tensor(np.float32(3e38)))

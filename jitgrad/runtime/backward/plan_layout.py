@@ -9,14 +9,16 @@ from operator import attrgetter, itemgetter, methodcaller
 import numpy as np
 
 from ...ir.graph import Lit, Var
+from ...ir import dtypes as dt
 from ...ir.ops import Aval
 from ...ir.ops.reduce import _add_reduce, _sum_impl
 from ...ir.symbolic import SymFloat, concretize, has_symbols
 from ..dispatch import _rule_entry
-from ..rule_entries import by_form, signature_impl
+from ..rule_entries import WEAK, by_form, signature_impl
 from ..tensor import Tensor
 from . import rule_traces
 
+_FROM_NP = dt._FROM_NP
 NO_PLAN = object()      # a signature whose rule runs on tensors (pullback_plans._NO_PLAN)
 _FILL_MIN = 4096        # elements from which a constant of one value is made per call, not kept
 
@@ -27,12 +29,14 @@ class Plan:
     inputs, then saved outputs, then the saved numbers where ``numbers``), then ``pad`` (the constants, a slot per
     step from ``first`` on, and a None); ``pick`` takes the inputs' cotangents from it (a tuple, or the one value
     where ``single``); ``fresh``: the results that are (views of) constants, copied per call so that no caller
-    holds the plan's buffer; ``where``: each step's op, its inputs' avals as ``layout`` holds them and the sizes,
-    for an error's message (``step_avals``)."""
+    holds the plan's buffer; ``where``: each step's op (None for a made constant), for an error's message (its
+    inputs' avals read off the arrays it was called on: ``step_avals``); ``sizeless``: nothing in it depends on
+    the sizes it was finished at (no size in a param or constant, each impl its form's choice), so one Plan serves
+    every size its template serves."""
 
-    __slots__ = ("steps", "pad", "first", "pick", "single", "fresh", "where", "numbers")
+    __slots__ = ("steps", "pad", "first", "pick", "single", "fresh", "where", "numbers", "sizeless")
 
-    def __init__(self, steps, pad, first, results, fresh, where, numbers=False):
+    def __init__(self, steps, pad, first, results, fresh, where, numbers=False, sizeless=False):
         self.steps = steps
         self.pad = pad
         self.first = first
@@ -41,6 +45,7 @@ class Plan:
         self.fresh = fresh
         self.where = where
         self.numbers = numbers
+        self.sizeless = sizeless
 
 
 # view ops whose impl is ``lambda x, p: x.METHOD(p)`` (ir/ops/shape.py): op name -> (METHOD, the parameter)
@@ -170,10 +175,17 @@ def _avals(ins, values):
     return avals
 
 
-def step_avals(where):
-    """The input avals of a Plan's step from its ``where`` entry (op, ins, sizes): for an error's message."""
-    _, ins, values = where
-    return None if ins is None else _avals(ins, values)
+def step_avals(step, vals) -> list:
+    """The input avals of a Plan's ``step`` called on the values ``vals``: for an error's message."""
+    a = step[2]
+    avals = []
+    for i in ((a,) if type(a) is int else a):
+        v = vals[i]
+        if type(v) is np.ndarray:
+            avals.append(Aval(v.shape, _FROM_NP[v.dtype]))
+        else:
+            avals.append(WEAK.get(type(v)) or Aval(np.shape(v), _FROM_NP[np.asarray(v).dtype]))
+    return avals
 
 
 def finish(layout, ninputs, numbers, values=None):
@@ -190,7 +202,7 @@ def finish(layout, ninputs, numbers, values=None):
             # a big constant of one value (getitem's zeros of an embedding's shape): made per call, as the rule
             # makes it, not held by the plan for the life of the process
             steps.append((_filled(value), 3, (), None, value.dtype, ninputs + j))
-            where.append((None, None, None))
+            where.append(None)
             consts[j] = None
             from_const.discard(ninputs + j)
     for j, (op, ins, params, sym, args, n) in enumerate(ref):
@@ -231,11 +243,15 @@ def finish(layout, ninputs, numbers, values=None):
         else:
             kind, a = 0, tuple(args)
         steps.append((impl, kind, a, params, want, n))
-        where.append((op, ins, values))
+        where.append(op)
         if op.view and args[0] in from_const:
             from_const.add(n)
     fresh = tuple(j for j, r in enumerate(results) if r != nothing and r in from_const)
-    return Plan(tuple(steps), consts + [None] * (nothing - first + 1), first, results, fresh, tuple(where), numbers)
+    sizeless = values is not None and not any(sym for _, _, _, sym, _, _ in ref) and all(
+        k is not None and k[0] is not None for k in chosen) and not any(
+        op.eager_kernel is not None for op, *_ in ref) and all(not rule_traces.is_sized(c) for c in layout[0])
+    return Plan(tuple(steps), consts + [None] * (nothing - first + 1), first, results, fresh, tuple(where), numbers,
+                sizeless)
 
 
 __all__ = ["NO_PLAN", "Plan", "finish", "layout", "plan_of", "step_avals"]
