@@ -375,6 +375,9 @@ OP_SAMPLES: dict[str, list[Sample]] = {
     "threshold_backward": [Sample(_vjp_with_graph(lambda x: x.relu()),
                                   [a(0.0, -0.0, -1.0, 2.0, nan, inf, -inf, 1e-300, -1e-300),
                                    a(inf, nan, inf, nan, 1.0, 2.0, 3.0, -inf, nan)], "relu's vjp at (x, g)")],
+    # nn.functional.threshold: at the threshold itself (replaced, gradient 0), a nan (passes, with its gradient)
+    "threshold": [Sample(lambda m, x: m.nn.functional.threshold(x, 0.5, -2.0),
+                         [a(0.5, 0.5000001, -0.0, nan, inf, -inf, 1e-300, 2.0)], "threshold at 0.5, value -2")],
     "nll_loss": [Sample(lambda m, x: m.nn.functional.nll_loss(x, m.tensor([0, 1, 2, -100])),
                         [rows([-inf, 0.0, 1.0], [inf, nan, 2.0], [0.0, -0.0, -inf], [-inf, nan, 0.0])],
                         "inf/nan log-probabilities, an ignored row"),

@@ -413,7 +413,7 @@ def test_error_raised_inside_a_compiled_graph_names_the_op_and_the_user_line():
     with pytest.raises(IndexError) as exc:
         f(jg.tensor(12))
     msg = str(exc.value)
-    assert msg.startswith("getitem: index 12 is out of bounds for axis 0 with size 10")
+    assert msg.startswith("getitem: index 12 is out of bounds for dimension 0 with size 10")
     assert "float32[10], int64[]" in msg
     assert "test_compiled_safety.py" in msg and "lambda i: W[i] * 2" in msg
     with pytest.raises(IndexError) as eager:

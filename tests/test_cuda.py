@@ -132,6 +132,7 @@ CASES = {
     # relu's pullback (g broadcast against x, a threshold of its own): the scalar body's CUDA loop; x only
     # selects (no gradient of its own), so x is added for one
     "threshold_backward": (lambda g, x: _bind("threshold_backward", g, x, 0.25) + x, [(3,), (2, 3)], "any"),
+    "threshold": (lambda a: jg.nn.functional.threshold(a, 0.25, -0.7), [(2, 3)], "any"),
     "sum": (lambda a: a.sum(1), [(2, 3)], "any"), "amax": (lambda a: a.amax(1), [(2, 3)], "distinct"),
     "amin": (lambda a: a.amin(0), [(2, 3)], "distinct"), "prod": (lambda a: a.prod(1), [(2, 3)], "any"),
     "prod_others": (lambda a: a.prod(0), [(2, 3)], "any"), "norm2": (lambda a: a.norm(dim=1), [(2, 3)], "any"),
@@ -580,6 +581,44 @@ def test_sim_out_of_range_index_raises_after_the_step_and_updates_nothing():
                                   [3, -4])
     with pytest.raises(RuntimeError, match="floordiv: ZeroDivisionError"):
         fd(jg.tensor([7, 1], device="cuda"), jg.tensor([2, 0], device="cuda"))
+
+
+@sim
+def test_sim_bad_indices_met_at_once_report_the_first_in_launch_order():
+    """Threads of a gather launch meet bad indices at once (three blocks here, the simulator's threads racing): the
+    least key, the step id above the flat position, claims the record (``cuda_kernels.claim``), so the report is
+    the first bad position of the first failing step, whole, call after call, as eager mode's."""
+    x = jg.tensor(np.arange(5.0), device="cuda")
+    f = jg.compile(lambda i, j: x[i] * 2.0 + x[j])
+    good = np.arange(600) % 5
+    bad_i, bad_j = good.copy(), good.copy()
+    bad_i[[10, 300, 599]] = [40, 50, -60]
+    bad_j[[0, 500]] = [70, 80]
+    for i, j, want in ((bad_i, good, 40), (good, bad_j, 70), (bad_i, bad_j, 40)):
+        with pytest.raises(IndexError) as eager:
+            x.cpu()[jg.tensor(i)] * 2.0 + x.cpu()[jg.tensor(j)]
+        assert f"index {want} is out of bounds" in str(eager.value)
+        for _ in range(2):
+            with pytest.raises(IndexError, match=f"getitem: index {want} is out of bounds for dimension 0 with size 5"):
+                f(jg.tensor(i, device="cuda"), jg.tensor(j, device="cuda"))
+    np.testing.assert_array_equal(f(jg.tensor(good, device="cuda"), jg.tensor(good, device="cuda")).cpu().numpy(),
+                                  good * 3.0)
+
+
+@sim
+def test_sim_claim_keeps_the_least_key_met_last_whole():
+    """``cuda_kernels.claim`` alone: thread t records key n - t with fields naming t, so the least key is met last
+    (the simulator starts a block's threads in order); a first-come claim would keep thread 0's record, the claim
+    keeps thread n - 1's, every field its own, and frees the lock."""
+    from jitgrad.codegen.gpu.cuda import _dispatcher
+    from jitgrad.codegen.gpu.cuda_kernels import CudaKernel, claim
+    body = ["    i = cuda.grid(1)", "    if i < n:"] + claim("n - i", ["1", "i", "3 * i", "i % 7"], "        ")
+    kern = CudaKernel("claim", "\n".join(body), [("ierr", "int64[::1]"), ("n", "int64")])
+    from numba import cuda
+    n = 300
+    ierr = cuda.to_device(np.array([0, 0, 0, 0, np.iinfo(np.int64).max, 0], np.int64))
+    _dispatcher(kern)[2, 256](ierr, n)
+    assert ierr.copy_to_host().tolist() == [1, n - 1, 3 * (n - 1), (n - 1) % 7, 1, 0]
 
 
 # ---- compiled programs ----------------------------------------------------------------------------------------

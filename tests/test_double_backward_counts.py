@@ -7,9 +7,13 @@ weights, the second none for the data.  Figures when the thresholds were set (B3
 189 Python calls (871 -> 802 C calls), the first backward's matmuls 4 -> 2 (at B3's size, 7 -> 5 GEMMs of
 256 x 64 x 256 a step).
 """
+import sys
+
 import numpy as np
 
 import jitgrad as jg
+from jitgrad.ir import dtypes as dt
+from jitgrad.ir.ops import Aval
 from jitgrad.runtime.backward import graph_walk
 from jitgrad.runtime.node import Node
 from test_eager_overhead import _count, bound_ops  # noqa: F401 - the fixture: ops bound, in order
@@ -107,3 +111,92 @@ def test_b3_gradgradcheck():
         return d.mean() + 10 * ((gx.norm(dim=1) - 1) ** 2).mean()
     assert jg.autograd.gradcheck(penalty, (x, W1, b1, W2))
     assert jg.autograd.gradgradcheck(penalty, (x, W1, b1, W2))
+
+
+def test_b3_step_at_size_counts(monkeypatch):
+    """B3's own size (B=256, D=64, H=256): the Python calls of a warm step, no environment read (the thread count is
+    read once per process: each large GEMM asked, ~12,000 instructions), and norm's backward makes no pass of
+    NumPy's where (its per-row mask holds everywhere: a copy of ``x / n``).  On one thread (the eager GEMMs' row
+    blocks add frames per thread).  Figures when set: 289 -> 230 Python calls (the thread count read once, the large
+    GEMMs' impl made per signature: eager_gemm._threaded_gemm; blas._gemm_rows' addresses inline); where's walk over the (256, 64) gradient was ~164,000
+    instructions a step."""
+    from jitgrad.ir import settings
+    from jitgrad.ir.ops import elementwise
+    monkeypatch.setattr(settings.STATE, "num_threads", 1)
+    walks = []
+    where = elementwise._WHERE
+    monkeypatch.setattr(elementwise, "_WHERE", lambda *a: walks.append(1) or where(*a))
+    step, _ = _b3(B=256, D=64, Hd=256)
+    for _ in range(3):
+        step()
+    files = []
+    names = []
+
+    def prof(frame, event, arg):
+        if event == "call":
+            files.append(frame.f_code.co_filename)
+            names.append(frame.f_code.co_name)
+    sys.setprofile(prof)
+    try:
+        step()
+    finally:
+        sys.setprofile(None)
+    assert not [f for f in files if f.endswith(("os.py", "<frozen os>", "_collections_abc.py",
+                                                 "<frozen _collections_abc>"))]
+    assert len(files) <= 238, f"B3 eager step made {len(files)} Python calls (230 when this threshold was set)"
+    assert walks == [] and names.count("_where_row_mask") == 1
+    # the BLAS calls (frames: dispatch keeps each signature's impl process-wide, so spies set now may miss them):
+    # 5 GEMMs of 256 x 64 x 256 (PyTorch's 5) and 3 matrix-vector products as ?gemv (t @ W2, and W2's two
+    # gradients: blas_gemv.py), none a GEMM that packs a whole matrix for one column
+    assert names.count("_gemm_rows") == 5
+    assert names.count("gemv_one_signature") + names.count("matvec") == 3
+    assert names.count("gemm_one_thread") == 0
+
+
+def test_where_row_mask_same_bits():
+    """where with a condition smaller than x (broadcast per row) and a number: NumPy's bits, a fresh array."""
+    from jitgrad.ir.ops import elementwise
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((16, 8)).astype(np.float32)
+    for cond in (np.ones((16, 1), bool), rng.random((16, 1)) < 0.5, np.zeros((16, 1), bool), np.ones(8, bool)):
+        for xa in (x, np.asfortranarray(x)):
+            avals = [Aval(cond.shape, dt.bool_), Aval(xa.shape, dt.float32), Aval((), dt.float64, weak=True)]
+            f = elementwise._where_signature(avals, {})
+            assert f is elementwise._where_row_mask
+            r = f(cond, xa, 0.0)
+            ref = np.where(cond, xa, 0.0)
+            assert r.dtype == ref.dtype and r.tobytes(order="A") == ref.tobytes(order="A")
+            assert not np.shares_memory(r, xa)
+    # a full-size condition, or a y array of x's shape, keeps NumPy's where
+    same = [Aval((16, 8), dt.bool_), Aval((16, 8), dt.float32), Aval((), dt.float64, weak=True)]
+    assert elementwise._where_signature(same, {}) is elementwise._WHERE
+    arr = [Aval((16, 1), dt.bool_), Aval((16, 8), dt.float32), Aval((16, 8), dt.float32)]
+    assert elementwise._where_signature(arr, {}) is elementwise._WHERE
+    # through a tensor: gradients of a norm with a zero row (the mask fails there) are NumPy's where's
+    xt = jg.tensor(np.vstack([np.zeros((1, 8)), rng.standard_normal((7, 8))]), requires_grad=True)
+    xt.norm(dim=1).sum().backward()
+    xs = xt.detach().numpy()
+    n = np.linalg.norm(xs, axis=1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_allclose(xt.grad.numpy(), np.where(n != 0, xs / n, 0.0), rtol=1e-12)
+
+
+def test_b3_gradcheck_through_gemv():
+    """The penalty's first and second order where ``t @ W2`` and W2's gradients are ?gemv calls (blas_gemv.py:
+    at least ``EAGER_MIN_MACS`` multiply-adds, one column or row of output), in float64."""
+    from jitgrad.ir.ops import eager_gemm
+    # (128, 256) @ (256, 1) and its gradients' products: the signatures' impls are the ?gemv calls
+    assert eager_gemm.gemm_for_signature(128, 256, 1, np.float64).__name__ == "gemv_one_signature"
+    assert eager_gemm.gemm_for_signature(1, 128, 256, np.float64).__name__ == "gemv_one_signature"
+    rng = np.random.default_rng(3)
+    x = jg.tensor(rng.standard_normal((128, 4)), requires_grad=True)
+    W1 = jg.tensor(rng.standard_normal((4, 256)) * 0.5, requires_grad=True)
+    b1 = jg.tensor(rng.standard_normal(256) * 0.1, requires_grad=True)
+    W2 = jg.tensor(rng.standard_normal((256, 1)) * 0.5, requires_grad=True)
+
+    def penalty(W2, b1):
+        d = jg.tanh(x @ W1 + b1) @ W2
+        gx, = jg.autograd.grad(d.sum(), x, create_graph=True)
+        return d.mean() + 10 * ((gx.norm(dim=1) - 1) ** 2).mean()
+    assert jg.autograd.gradcheck(penalty, (W2, b1))
+    assert jg.autograd.gradgradcheck(lambda W2: penalty(W2, b1), (W2,))

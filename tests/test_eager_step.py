@@ -80,7 +80,8 @@ def test_embedding_backward_out_of_range_still_raises():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("m, k, n", [(32, 30, 200), (32, 200, 27), (200, 32, 27), (30, 32, 200), (64, 64, 64)])
+@pytest.mark.parametrize("m, k, n", [(32, 30, 200), (32, 200, 27), (200, 32, 27), (30, 32, 200), (64, 64, 64),
+                                     (256, 256, 1), (1, 256, 256)])
 def test_gemm_of_one_signature_is_matmul2ds_call(dtype, m, k, n):
     """A single-threaded GEMM's signature gets its call worked out once (``eager_gemm``): the same routine and
     arguments as ``blas.matmul2d``, so the same bits, for every operand layout (C- or F-ordered, neither,
@@ -100,10 +101,61 @@ def test_gemm_of_one_signature_is_matmul2ds_call(dtype, m, k, n):
             assert got.tobytes() == blas.matmul2d(x, y).tobytes()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_matvec_products_by_gemv(dtype, monkeypatch):
+    """A single-threaded product with one row or one column of output is one ?gemv call (blas_gemv.py: a GEMM packs
+    the whole matrix first), for every operand layout; larger ones (threaded GEMMs) and full products keep ?gemm."""
+    from jitgrad.ir.ops import blas, blas_gemv
+    calls = []
+    monkeypatch.setattr(blas, "matvec", lambda a, b: calls.append(a.shape + b.shape) or blas_gemv.matvec(a, b))
+    rng = np.random.default_rng(1)
+    t = rng.standard_normal((256, 256)).astype(dtype)
+    w = rng.standard_normal((256, 1)).astype(dtype)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    for a, b in ((t, w), (t.T, w), (w.T, t), (w.T, t.T), (np.broadcast_to(w.T, (1, 256)), t),
+                 (t, np.broadcast_to(w[:1], (256, 1)))):
+        got = blas.matmul2d(a, b)
+        assert got.shape == (a.shape[0], b.shape[1]) and got.flags.c_contiguous and got.dtype == dtype
+        np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), **tol)
+    assert len(calls) == 6
+    blas.matmul2d(t, t)                                                     # a full product: ?gemm
+    blas.matmul2d(rng.standard_normal((4096, 128)).astype(dtype), w[:128])  # 512k multiply-adds: threaded ?gemm
+    assert len(calls) == 6
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m, k, n", [(256, 64, 256), (256, 256, 64), (64, 256, 256), (4096, 128, 1), (96, 512, 80)])
+def test_threaded_gemm_of_one_signature(dtype, m, k, n):
+    """A GEMM over BLAS_THREADED_MACS gets matmul2d's own path per signature (row blocks on the eager threads, or
+    OpenBLAS's threads), without five frames a product: the same bits for every operand layout, at one thread and at
+    the configured count."""
+    from jitgrad.ir import settings
+    from jitgrad.ir.ops import blas, eager_gemm
+    f = eager_gemm.gemm_for_signature(m, k, n, dtype)
+    assert f is not None and f.__name__ == "gemm_threaded"
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    ro = a.copy()
+    ro.flags.writeable = False
+    was = settings.STATE.num_threads
+    try:
+        for threads in (was, 1):
+            settings.STATE.num_threads = threads
+            for x in (a, np.asfortranarray(a), np.repeat(a, 2, axis=1)[:, ::2], ro):
+                for y in (b, np.asfortranarray(b)):
+                    got = f(x, y)
+                    assert got.flags.c_contiguous and got.dtype == dtype and got.shape == (m, n)
+                    assert got.tobytes() == blas.matmul2d(x, y).tobytes()
+    finally:
+        settings.STATE.num_threads = was
+
+
 def test_gemm_of_one_signature_only_where_matmul2d_runs_one_call():
     from jitgrad.ir.ops import blas, eager_gemm
     assert eager_gemm.gemm_for_signature(8, 8, 8, np.float32) is None          # under EAGER_MIN_MACS: dot2d
-    assert eager_gemm.gemm_for_signature(128, 128, 128, np.float32) is None    # over BLAS_THREADED_MACS
+    assert eager_gemm.gemm_for_signature(128, 128, 128, np.float32).__name__ == "gemm_threaded"   # over
+    # BLAS_THREADED_MACS: matmul2d's threaded path without its frames (test_threaded_gemm_of_one_signature)
     assert eager_gemm.gemm_for_signature(32, 32, 64, np.int64) is None
     x = jg.tensor(np.ones((32, 30), np.float32), requires_grad=True)
     w = jg.tensor(np.ones((30, 200), np.float32), requires_grad=True)

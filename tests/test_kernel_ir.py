@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from jitgrad.codegen.native import cache, llvm_build, objload
-from jitgrad.codegen.kernels import ir_loops, kernel_interp, kernel_ir as ki, loops
+from jitgrad.codegen.kernels import ir_loops, kernel_interp, kernel_ir as ki, kernel_listing, loops
 from jitgrad.codegen.kernels.math_table import MathCalls
 from jitgrad.codegen.kernels.numba_render import Exprs
 from jitgrad.ir.ops.opdef import OPS
@@ -129,7 +129,7 @@ def test_random_programs_agree_across_renderers_and_the_interpreter(prog):
 
 def test_a_kernel_prints_readably():
     k = _kernel("float32", [("tanh", (0,)), ("mul", (0, 1))])
-    text = ki.format_kernel(k.ir)
+    text = kernel_listing.format_kernel(k.ir)
     assert text.splitlines()[0] == "kernel(A):"
     assert "for i0 in range(n0):" in text and "p0: f32* = ptr<f32>(A[1])" in text
     assert "t0: f32 = (tanh_f32(x1) * x1)" in text and "p2[i0] = t0" in text

@@ -180,7 +180,7 @@ def test_opdef_has_its_rules(name):
     elif op.family == "elementwise":
         assert callable(op.scalar), f"{name}: elementwise op without a scalar body"
         names = ["a", "b", "c"][:{"where": 3, "rand_uniform": 2, "rand_normal": 2, "tanh_backward": 2,
-                                   "threshold_backward": 3}.get(
+                                   "threshold_backward": 3, "threshold": 3}.get(
             name, 2 if name in BINARY_OPS else 1)]
         params = {"clamp": {"min": 0.0, "max": 1.0}, "cast": {"dtype": jg.float32},
                   "rand_uniform": {"shape": (2,), "dtype": jg.float32},
@@ -1236,6 +1236,7 @@ SMOKE = {
     "softmax_backward": lambda: SMOKE_softmax_backward(),
     "tanh_backward": lambda: SMOKE_tanh_backward(),
     "threshold_backward": lambda: SMOKE_threshold_backward(),
+    "threshold": lambda: _g(lambda a: jg.nn.functional.threshold(a, 0.25, -0.7), (2, 3)),
     "gelu_backward": lambda: SMOKE_gelu_backward(),
     "sdpa": lambda: _g(lambda q, k, v: jg.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
                        (2, 3, 2), (2, 4, 2), (2, 4, 3)),

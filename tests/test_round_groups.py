@@ -103,3 +103,18 @@ def test_a_gemms_blocks_of_rows_join_the_loop_that_wrote_their_rows_but_not_one_
     _, transposed = rg.gemm_rows(pa, ("T", 256), pb, pc, 8, 32, 64, 16)
     assert _joins([writes_a, SimpleNamespace(kind="bgemm", rows=(8, transposed), state_write=False, parallel=True,
                                              kernel=None)]) == {}
+
+
+def test_one_loop_that_claims_index_error_records_a_round():
+    """A loop whose chunks claim index-error records (``kernel_ir.Claim``) opens its claims on the calling thread
+    before its chunks: it shares a round with loops that record nothing, never with an earlier member that claims
+    too (whose chunks could still be recording into the same slots): that one starts a new round."""
+    def rows(src, dst):
+        return Access(src, 0, 512, 508, False, True), Access(dst, 0, 512, 508, True, True)
+    a, b, c, d = _step(8, *rows(IN, X)), _step(8, *rows(X, Y)), _step(8, *rows(Y, Z)), _step(8, *rows(Z, X))
+    b.kernel.claims = d.kernel.claims = True
+    claims = lambda k: getattr(k, "claims", False)      # noqa: E731
+    assert rg.joins([a, b, c], lambda k: True, claims) == {0: (True, 8), 1: (False, 8), 2: (False, 8)}
+    assert rg.joins([a, b, c, d], lambda k: True) == {k: (k == 0, 8) for k in range(4)}
+    assert rg.joins([a, b, c, d], lambda k: True, claims) == {0: (True, 8), 1: (False, 8), 2: (False, 8)}
+    assert rg.joins([b, c, d, a], lambda k: True, claims) == {0: (True, 8), 1: (False, 8), 2: (True, 8), 3: (False, 8)}

@@ -30,17 +30,32 @@ STATE = _Settings()
 
 def default_threads() -> int:
     """The thread count when none was set: ``NUMBA_NUM_THREADS``, else one per core this process may run on
-    (Numba's rule, so a pool Numba launches first has the same size)."""
-    env = os.environ.get("NUMBA_NUM_THREADS")
-    if env:
-        return max(1, int(env))
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:      # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+    (Numba's rule, so a pool Numba launches first has the same size).  Read once per process, as Numba reads it
+    once: every large eager GEMM asks (an environment read and a system call, ~12,000 instructions a call)."""
+    n = _DEFAULT[0]
+    if n is None:
+        env = os.environ.get("NUMBA_NUM_THREADS")
+        if env:
+            n = max(1, int(env))
+        else:
+            try:
+                n = max(1, len(os.sched_getaffinity(0)))
+            except AttributeError:      # pragma: no cover - not Linux
+                n = max(1, os.cpu_count() or 1)
+        _DEFAULT[0] = n
+    return n
+
+
+_DEFAULT = [None]       # default_threads' answer (a forked child reads its own)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _DEFAULT.__setitem__(0, None))
 
 
 def num_threads() -> int:
     """The intra-op thread count in effect (``torch.get_num_threads``)."""
     n = STATE.num_threads
-    return n if n is not None else default_threads()
+    if n is None:
+        n = _DEFAULT[0]     # (default_threads' answer, once read: no second frame per call)
+        if n is None:
+            n = default_threads()
+    return n

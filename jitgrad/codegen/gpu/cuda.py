@@ -27,6 +27,7 @@ from ...ir.plan import Plan
 from . import cuda_kernels as K
 from . import cuda_steps
 from .cuda_launches import Launches
+from ..kernels.index_checks import NO_KEY
 from ..lowering import lower_plan, step_error
 from ..places import Place, Root
 
@@ -116,7 +117,8 @@ class CudaGraph:
             env[id(r)] = a.reshape(-1) if a.size else cuda.device_array(1, r.dtype.np)
         err = cuda.to_device(np.zeros(2 * len(self.checks), np.int64)) if self.checks else None
         env["err"] = err
-        ierr = env["ierr"] = cuda.to_device(np.zeros(4, np.int64)) if self.index_steps else None
+        # [code, step id, index, dim, the least key claimed (cuda_kernels.claim), its lock]
+        ierr = env["ierr"] = cuda.to_device(np.array([0, 0, 0, 0, NO_KEY, 0], np.int64)) if self.index_steps else None
         bad_index = None        # read once, before the first write-back: an index out of range vetoes them
         failed = None
         timed = []      # (profiler range, start event, end event, host ns): kernels timed by CUDA events

@@ -119,8 +119,8 @@ def _body(g, ix, arrays_in, outslot, consts, check_ids, ind, red_out=None):
             seen = len(conds)
             expr = ex(ki.cast(scalar_expr(e, cd, od, ref, conds), ki.OF_DTYPE[od.name]))
             for cond in conds[seen:]:        # a zero integer divisor: recorded, raised by the host
-                lines += [f"{ind}if {ex(cond)}:", f"{ind}    if cuda.atomic.compare_and_swap(ierr, 0, 2) == 0:",
-                          f"{ind}        ierr[1] = gid{len(guards)}"]
+                gid = f"gid{len(guards)}"        # (every position records the same: the step id is the key)
+                lines += [f"{ind}if {ex(cond)}:"] + claim(f"{gid} << {KEY_SHIFT}", ["2", gid], ind + "    ")
                 guards.append(e)
         t = f"t{n}"
         lines.append(f"{ind}{t} = {expr}")
@@ -132,6 +132,24 @@ def _body(g, ix, arrays_in, outslot, consts, check_ids, ind, red_out=None):
         if e.outs[0] in outslot and e.outs[0] is not red_out:
             lines.append(f"{ind}p{outslot[e.outs[0]]}[{ix.at(outslot[e.outs[0]])}] = {t}")
     return lines, local, checks, guards, ex
+
+
+# a record's key: its step id (launch order) above its flat position in the launch
+KEY_SHIFT = 40
+
+
+def claim(key, fields, ind):
+    """Lines recording ``fields`` (``[code, step id, index, dim]``) in ``ierr`` as the first index error in launch
+    order, then the serial loop's order, as the CPU's parallel loops do (``kernel_ir.Claim``): an atomic min of the
+    record's ``key`` (``KEY_SHIFT``) into ierr[4] (the host starts it at the largest int64); when that lowered it,
+    the fields are stored under the lock ierr[5] (taken by compare-and-swap; a lane that misses it retries, so a
+    warp never waits on itself) if ierr[4] still is the key: the least key's record is written last, whole."""
+    body = [f"{ind}ikey = {key}", f"{ind}if cuda.atomic.min(ierr, 4, ikey) > ikey:", f"{ind}    held = False",
+            f"{ind}    while not held:", f"{ind}        if cuda.atomic.cas(ierr, 5, 0, 1) == 0:",
+            f"{ind}            if cuda.atomic.min(ierr, 4, ikey) == ikey:"]     # (an atomic read: it lowers nothing)
+    body += [f"{ind}                ierr[{n}] = {v}" for n, v in enumerate(fields)]
+    return body + [f"{ind}            cuda.threadfence()", f"{ind}            cuda.atomic.exch(ierr, 5, 0)",
+                   f"{ind}            held = True"]
 
 
 def _guard_params(guards):
@@ -291,8 +309,8 @@ def gen_gemm(d: dt.DType, nbatch: int, tile=16, settle=False) -> CudaKernel:
 
 def _bounds_checked(n, raw, size, access, ind):
     """Wrap negative indices, check each against its dim (``{size}{k}``) and do ``access`` only when all are in
-    range; the first failure claims ``ierr`` (compare-and-swap on ierr[0]) and records [1, sid, index, dim]; the
-    host raises IndexError after the step (as on the CPU, loops.py)."""
+    range; a failure at flat position ``i`` claims ``ierr`` (``claim``: the least position of the first failing
+    step wins) with [1, sid, index, dim]; the host raises IndexError after the step (as on the CPU, loops.py)."""
     body = []
     for k in range(n):
         body += [f"{ind}r{k} = int64({raw[k]})", f"{ind}j{k} = r{k} + {size}{k} if r{k} < 0 else r{k}"]
@@ -301,8 +319,7 @@ def _bounds_checked(n, raw, size, access, ind):
     for k in reversed(range(n)):
         body += [f"{ind}if j{k} < 0 or j{k} >= {size}{k}:", f"{ind}    bad = {k}", f"{ind}    bv = r{k}"]
     body += [f"{ind}if bad < 0:"] + [f"{ind}    {a}" for a in access]
-    body += [f"{ind}elif cuda.atomic.compare_and_swap(ierr, 0, 1) == 0:",
-             f"{ind}    ierr[1] = sid", f"{ind}    ierr[2] = bv", f"{ind}    ierr[3] = bad"]
+    body += [f"{ind}else:"] + claim(f"(sid << {KEY_SHIFT}) + i", ["1", "sid", "bv", "bad"], ind + "    ")
     return body
 
 
@@ -370,4 +387,4 @@ def gen_scan(op: str, x: dt.DType, out: dt.DType, rank: int, reverse: bool) -> C
     return CudaKernel("scan", "\n".join(body), params, label=op)
 
 
-__all__ = ["CudaKernel", "gen_group", "gen_finish", "gen_copy", "gen_check", "gen_gemm", "gen_gather", "gen_scatter", "gen_scan"]
+__all__ = ["CudaKernel", "claim", "KEY_SHIFT", "gen_group", "gen_finish", "gen_copy", "gen_check", "gen_gemm", "gen_gather", "gen_scatter", "gen_scan"]

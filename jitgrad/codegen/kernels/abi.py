@@ -65,6 +65,62 @@ def store(typingctx, ptr, idx, val):
     return types.void(ptr, idx, val), codegen
 
 
+def _as_i64(builder, v, t):
+    """An integer argument as an i64 (the slot indices and keys of the claims below)."""
+    if v.type.width == 64:
+        return v
+    return builder.sext(v, ir.IntType(64)) if t.signed else builder.zext(v, ir.IntType(64))
+
+
+def _slot(builder, args, sig):
+    return builder.gep(args[0], [_as_i64(builder, args[1], sig.args[1])])
+
+
+# ``kernel_ir.Claim`` in Numba's text (ir_loops.py writes the same atomics): ``if claim(p, at, key): lock(p, at + 1);
+# if holds(p, at, key): ...; unlock(p, at + 1)``
+@intrinsic
+def claim(typingctx, ptr, at, key):
+    """``ptr[at] = min(ptr[at], key)`` atomically; whether that lowered it."""
+    def codegen(context, builder, sig, args):
+        k = _as_i64(builder, args[2], sig.args[2])
+        return builder.icmp_signed(">", builder.atomic_rmw("min", _slot(builder, args, sig), k, "seq_cst"), k)
+    return types.boolean(ptr, at, key), codegen
+
+
+@intrinsic
+def holds(typingctx, ptr, at, key):
+    """Whether ``ptr[at]`` (read atomically) is ``key``."""
+    def codegen(context, builder, sig, args):
+        v = builder.load_atomic(_slot(builder, args, sig), "monotonic", 8)
+        return builder.icmp_signed("==", v, _as_i64(builder, args[2], sig.args[2]))
+    return types.boolean(ptr, at, key), codegen
+
+
+@intrinsic
+def lock(typingctx, ptr, at):
+    """Spin until a compare-and-swap takes ``ptr[at]`` from 0 to 1."""
+    def codegen(context, builder, sig, args):
+        slot = _slot(builder, args, sig)
+        spin, held = builder.append_basic_block("claim.spin"), builder.append_basic_block("claim.held")
+        builder.branch(spin)
+        builder.position_at_end(spin)
+        zero, one = ir.Constant(ir.IntType(64), 0), ir.Constant(ir.IntType(64), 1)
+        got = builder.extract_value(builder.cmpxchg(slot, zero, one, "acquire", "monotonic"), 1)
+        builder.cbranch(got, held, spin)
+        builder.position_at_end(held)
+        return context.get_dummy_value()
+    return types.void(ptr, at), codegen
+
+
+@intrinsic
+def unlock(typingctx, ptr, at):
+    """``ptr[at] = 0``, a release store."""
+    def codegen(context, builder, sig, args):
+        builder.store_atomic(ir.Constant(ir.IntType(64), 0), _slot(builder, args, sig), "release", 8)
+        return context.get_dummy_value()
+    return types.void(ptr, at), codegen
+
+
 # typed views of an address; bool data is read and written as bytes (0/1), like NumPy stores it
 ptr_f32 = _pointer_cast(types.float32, ir.FloatType())
 ptr_f64 = _pointer_cast(types.float64, ir.DoubleType())
@@ -173,4 +229,5 @@ def call_gemm_batched(fn, block):
 
 KERNEL_SIGNATURE = types.void(types.CPointer(types.int64))
 
-__all__ = ["call_kernel", "call_gemm", "call_gemm_batched", "prefetch", "ptr_f32", "ptr_f64", "ptr_i64", "ptr_i32", "ptr_b1", "ptr_u8", "KERNEL_SIGNATURE"]
+__all__ = ["call_kernel", "call_gemm", "call_gemm_batched", "claim", "holds", "lock", "unlock", "prefetch", "ptr_f32",
+           "ptr_f64", "ptr_i64", "ptr_i32", "ptr_b1", "ptr_u8", "KERNEL_SIGNATURE"]

@@ -14,11 +14,13 @@ def _walk_stmts(stmts):
         elif isinstance(s, ki.If):
             yield from _walk_stmts(s.then)
             yield from _walk_stmts(s.orelse)
+        elif isinstance(s, ki.Claim):
+            yield from _walk_stmts(s.body)
 
 
 def stores(s) -> bool:
     """Whether statement ``s`` (or one inside it) stores to memory."""
-    return any(isinstance(x, ki.Store) for x in _walk_stmts([s]))
+    return any(isinstance(x, (ki.Store, ki.Claim)) for x in _walk_stmts([s]))
 
 
 def assigned(s) -> set:
@@ -30,6 +32,11 @@ def assigned(s) -> set:
         elif isinstance(x, ki.For):
             out.add(x.var)
     return out
+
+
+def claims(stmts) -> bool:
+    """Whether ``stmts`` record an error by a claim (``kernel_ir.Claim``: a parallel loop's index-error record)."""
+    return any(isinstance(s, ki.Claim) for s in _walk_stmts(stmts))
 
 
 def vars_read(stmts) -> set:
@@ -79,4 +86,4 @@ def _vars_read_value(x) -> set:
     return {v.attr for v in ki.walk_values(x) if v.op == "var"}
 
 
-__all__ = ["stores", "assigned", "vars_read", "reduction_problem"]
+__all__ = ["stores", "assigned", "claims", "vars_read", "reduction_problem"]

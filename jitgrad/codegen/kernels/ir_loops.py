@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 
-from . import chunk_checks, kernel_ir as ki, llvm_text as T, pool_abi
+from . import chunk_checks, ir_claims, kernel_ir as ki, llvm_text as T, pool_abi
 
 
 class Unsupported(Exception):
@@ -309,6 +309,8 @@ class _Renderer:
             else:
                 with b.if_then(cond):
                     self.block(s.then)
+        elif isinstance(s, ki.Claim):
+            ir_claims.lower(self, s)
         elif isinstance(s, ki.Continue):
             if not self._loops:
                 raise Unsupported("continue outside a loop")

@@ -101,6 +101,12 @@ class Interpreter:
                         pass
             elif isinstance(s, ki.If):
                 self.block(s.then if self.value(s.cond, {}) else s.orelse)
+            elif isinstance(s, ki.Claim):     # (one thread: the atomics and the lock are plain steps)
+                memo = {}
+                ptr, at, key = (self.value(v, memo) for v in (s.ptr, s.at, s.key))
+                if _read(ptr, at) > key:
+                    _write(ptr, at, key)
+                    self.block(s.body)
             elif isinstance(s, ki.Continue):
                 raise _Continue()
 

@@ -14,10 +14,11 @@ of ``abi.py`` (sizes, then per operand its address and element strides).  Its pi
   the fast-math flags it was built under (``fastmath``): the kernel's, or mathlib's ``contract`` only.
 - **statements**: ``Assign`` (a kernel variable, ``Var``: loops and branches assign them), ``Store`` (with the
   operand's alias class: ``alias_scopes.py``), ``For`` (serial, or the parallel outer loop with its sum
-  reductions named), ``If`` and ``Continue``.
+  reductions named), ``If``, ``Continue`` and ``Claim`` (an atomic claim of a slot by the least key: a parallel
+  loop's first error record).
 
 ``Builder`` builds a kernel statement by statement (``with b.loop(...)``, ``with b.if_(...)``);
-``format_kernel`` prints one readably.  ``kernel_interp.py`` runs one (the reference), ``ir_loops.py``
+``kernel_listing.format_kernel`` prints one readably.  ``kernel_interp.py`` runs one (the reference), ``ir_loops.py``
 renders one to LLVM IR and ``numba_render.py`` to Numba-compilable text.  Nothing here imports Numba or
 llvmlite.
 """
@@ -385,6 +386,17 @@ class Continue:
     __slots__ = ()
 
 
+class Claim:
+    """``ptr[at] = min(ptr[at], key)`` atomically (signed int64 slots); when that lowered it, ``body`` runs holding the
+    spin lock ``ptr[at + 1]`` (0: free) if ``ptr[at]`` still is ``key``.  Of claims racing on one slot, the least
+    key's body runs last and alone, so what it stores is whole and the same at every thread count: a parallel loop's
+    first index error (``index_checks.record_index_error``).  A claim never lowers a slot to its own key twice."""
+    __slots__ = ("ptr", "at", "key", "body")
+
+    def __init__(self, ptr, at, key, body):
+        self.ptr, self.at, self.key, self.body = ptr, cast(val(at), I64), cast(val(key), I64), list(body)
+
+
 class Comment:
     __slots__ = ("text",)
 
@@ -531,39 +543,6 @@ def expr_text(x: Val) -> str:
     return f"{x.attr}({', '.join(a)})"
 
 
-def format_kernel(k: KernelIR) -> str:
-    """The kernel as indented pseudo-Python, one statement a line."""
-    lines = [f"kernel(A){' parallel' if k.parallel else ''}:"]
-
-    def block(stmts, ind):
-        for s in stmts:
-            if isinstance(s, Assign):
-                lines.append(f"{ind}{s.var.name}: {str(s.var.t)} = {expr_text(s.value)}")
-            elif isinstance(s, Store):
-                tag = f" !{s.alias[0]}/{s.alias[1]}" if s.alias else ""
-                lines.append(f"{ind}{expr_text(s.ptr)}[{expr_text(s.idx)}{tag}] = {expr_text(s.value)}")
-            elif isinstance(s, For):
-                rng = expr_text(s.stop) if (s.step == 1 and s.start.op == "const" and s.start.attr == 0) else \
-                    f"{expr_text(s.start)}, {expr_text(s.stop)}, {s.step}"
-                par = f" parallel sum({', '.join(v.name for v in s.reductions)})" if s.parallel else ""
-                if s.gate is not None:
-                    par += f" from work {expr_text(s.gate[0])} * {s.gate[1]!r}"
-                lines.append(f"{ind}for {s.var.name} in range({rng}){par}{' short' * s.short}:")
-                block(s.body, ind + "    ")
-            elif isinstance(s, If):
-                lines.append(f"{ind}if {expr_text(s.cond)}:")
-                block(s.then, ind + "    ")
-                if s.orelse:
-                    lines.append(f"{ind}else:")
-                    block(s.orelse, ind + "    ")
-            elif isinstance(s, Continue):
-                lines.append(f"{ind}continue")
-            elif isinstance(s, Comment):
-                lines.append(f"{ind}# {s.text}")
-    block(k.body, "    ")
-    return "\n".join(lines)
-
-
 def walk_values(x: Val, seen=None):
     """Every value ``x`` is built from (``x`` included), each once."""
     seen = set() if seen is None else seen
@@ -593,8 +572,11 @@ def statement_values(stmts):
             yield s.cond
             yield from statement_values(s.then)
             yield from statement_values(s.orelse)
+        elif isinstance(s, Claim):
+            yield from (s.ptr, s.at, s.key)
+            yield from statement_values(s.body)
 
 
 __all__ = ["KernelIR", "Builder", "Val", "Var", "Ptr", "const", "cast", "bitcast", "select", "not_", "and_", "or_",
-           "truth", "intrinsic", "libm", "lookup", "math_call", "param", "load", "read", "fastmath", "format_kernel",
+           "truth", "intrinsic", "libm", "lookup", "math_call", "param", "load", "read", "fastmath", "Claim",
            "promote", "F32", "F64", "I64", "I32", "U8", "U64", "BOOL", "KERNEL_FASTMATH", "MATHLIB_FASTMATH"]

@@ -9,7 +9,7 @@ makes an instruction takes the types it needs.  Names come from one counter per 
 the order they are made (as llvmlite's builder laid them out, so the code LLVM emits is the same).
 
 Only what jitgrad emits is here: integer, float and pointer scalars, arithmetic with fast-math flags, compares,
-casts, selects, loads and stores with metadata (alias scopes, loop IDs), calls (direct, through an address, with
+casts, selects, loads and stores with metadata (alias scopes, loop IDs), a few atomics, calls (direct, through an address, with
 fast-math flags), allocas, branches, ``if_then``/``if_else`` as llvmlite shaped them, declarations, external and
 constant globals, and metadata nodes (deduplicated; ``distinct`` ones for loop IDs).
 """
@@ -181,6 +181,22 @@ class Builder:
     def gep2(self, elem: str, ptr: str, first: str, idx: str, idx_ty: str = I64) -> str:
         """``&(*ptr)[idx]`` of an aggregate ``elem`` (its first index ``first``)."""
         return self._def(f"getelementptr {elem}, ptr {ptr}, {idx_ty} {first}, {idx_ty} {idx}")
+
+    # ---- atomics (8-byte aligned integers)
+    def atomicrmw(self, op: str, ty: str, ptr: str, v: str, order: str = "seq_cst") -> str:
+        """``*ptr = op(*ptr, v)`` atomically (op: min, max, add, xchg ...); returns the old value."""
+        return self._def(f"atomicrmw {op} ptr {ptr}, {ty} {v} {order}, align 8")
+
+    def cmpxchg(self, ty: str, ptr: str, cmp: str, new: str, order: str = "acquire", fail: str = "monotonic") -> str:
+        """``*ptr = new`` if ``*ptr == cmp``, atomically; returns whether it swapped (an ``i1``)."""
+        pair = self._def(f"cmpxchg ptr {ptr}, {ty} {cmp}, {ty} {new} {order} {fail}, align 8")
+        return self._def(f"extractvalue {{ {ty}, i1 }} {pair}, 1")
+
+    def load_atomic(self, ty: str, ptr: str, order: str = "monotonic") -> str:
+        return self._def(f"load atomic {ty}, ptr {ptr} {order}, align 8")
+
+    def store_atomic(self, ty: str, v: str, ptr: str, order: str = "release") -> None:
+        self.lines.append(f"  store atomic {ty} {v}, ptr {ptr} {order}, align 8")
 
     # ---- arithmetic
     def op(self, opcode: str, ty: str, a: str, b: str, flags: str = "") -> str:

@@ -138,7 +138,7 @@ class CompiledGraph:
         self._ws = None
         self.entry_address, self.call_lock = None, None     # (set with ``run``: sized.py binds them per sizes)
         # [1, step id, index, dim] after a gather/scatter met an index out of range (codegen/kernels/loops.py)
-        self._ierr = np.zeros(4, np.int64)
+        self._ierr = np.zeros(6, np.int64)     # kernels/index_checks.py: a record, then a parallel loop's claim
         self._busy = False
         self._lock = threading.Lock()
         self.on_ready = []       # callables(cg) run once its code is ready (from the thread that built it)
@@ -312,7 +312,7 @@ class CompiledGraph:
         """The error of the last call's first failing step, as eager mode raises it, naming the op, the shapes and
         the user's line: IndexError for an index out of range (gather/scatter), RuntimeError("ZeroDivisionError")
         for a zero integer divisor."""
-        code, sid, value, dim = (int(v) for v in self._ierr)
+        code, sid, value, dim = (int(v) for v in self._ierr[:4])
         return step_error(self.program.index_steps[sid], code, value, dim)
 
     def fail(self, e):

@@ -25,7 +25,7 @@ import os
 from typing import NamedTuple
 
 from ...ir.plan import RowGroup
-from ..kernels import ir_loops, pool_abi
+from ..kernels import chunk_checks, ir_loops, pool_abi
 from ..kernels.llvm_text import I1, I64
 from ..native.workpool import JOIN_MAX
 
@@ -129,14 +129,16 @@ def conflict(first, n_first, second, n_second) -> bool:
     return False
 
 
-def joins(steps, ir_built) -> dict:
+def joins(steps, ir_built, claims_of=lambda kernel: False) -> dict:
     """``{index: (head, divisor)}`` of the ``steps`` (``layout.Step``) that share a pool round: ``head``, the first
     of its group (it runs the round pending from earlier steps first), else it joins the round of the steps before
     it; ``divisor``, the gcd of the group's split lengths: they share the round only when the thread count divides
     it (then every chunk ``t`` is the same fraction ``[t / threads, (t + 1) / threads)`` of every split axis, so the
     rows a chunk of one step touches are the rows its namesake of another touches).  ``ir_built(kernel)``: whether
-    a kernel is built from IR (it honours a pending round)."""
-    groups, group = [], []
+    a kernel is built from IR (it honours a pending round); ``claims_of(kernel)``: whether its chunks claim
+    index-error records (``kernel_ir.Claim``): one such loop a group at most, since it opens its claims before its
+    chunks, on the calling thread, where an earlier member's chunks could still be recording into the same slots."""
+    groups, group, group_claims = [], [], False
     for k, st in enumerate(steps):
         rows = getattr(st, "rows", None)
         if st.kind == "kernel":
@@ -147,10 +149,13 @@ def joins(steps, ir_built) -> dict:
             group = []
             continue
         m, acc = rows
-        if group and len(group) < JOIN_MAX and not any(conflict(a, n, acc, m) for _, n, a in group):
+        claims = st.kind == "kernel" and claims_of(st.kernel)
+        if group and not (claims and group_claims) and len(group) < JOIN_MAX \
+                and not any(conflict(a, n, acc, m) for _, n, a in group):
             group.append((k, m, acc))
+            group_claims = group_claims or claims
         else:
-            group = [(k, m, acc)]
+            group, group_claims = [(k, m, acc)], claims
             groups.append(group)
     out = {}
     for group in groups:
@@ -209,7 +214,8 @@ def entry_joins(program) -> dict:
     if not JOIN_ROUNDS:
         return {}
     from ..native import llvm_build
-    return joins(program.steps, lambda k: ir_loops.joins_rounds(k.ir) and llvm_build.translatable(k.key, k.source))
+    return joins(program.steps, lambda k: ir_loops.joins_rounds(k.ir) and llvm_build.translatable(k.key, k.source),
+                 lambda k: chunk_checks.claims(k.ir.body))
 
 
 def launch_joins(joined, pooled, threads: int, pool_joins: bool) -> list:

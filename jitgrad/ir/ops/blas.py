@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import eager_threads as _eager_split
 from .. import settings
+from .blas_gemv import matvec
 from .blas_library import LIBRARY, gemm_address, info, load, thread_control
 
 # below this many multiply-adds the f2py call costs more than NumPy's own matmul saves
@@ -75,6 +76,13 @@ def matmul2d(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if "raw" in _GEMM:
         # C = A B computed as C^T = B^T A^T in column-major, written straight into a C-ordered result
         m, k, n = a.shape[0], a.shape[1], b.shape[1]
+        if (m == 1 or n == 1) and k and m * n * k <= BLAS_THREADED_MACS:
+            # one row or column of output: ?gemv, which packs nothing (blas_gemv.py)
+            if BlasPacer._current != 1:
+                BlasPacer.use(1)
+            c = matvec(a, b)
+            if c is not None:
+                return c
         c = np.empty((m, n), a.dtype)
         if m == 0 or n == 0:
             return c
@@ -147,12 +155,28 @@ def _gemm_rows(a, ta, lda, b, tb, ldb, c, r0, r1, c0=0, c1=None, add=False) -> N
     item = c.itemsize
     # A's row r0: r0 rows of lda down a C-ordered A, r0 elements along an F-ordered one (BLAS sees its transpose);
     # B's column c0 likewise
-    a_at = array_address(a if ta == b"N" else a.T) + r0 * (lda if ta == b"N" else 1) * item
-    b_at = array_address(b if tb == b"N" else b.T) + c0 * (1 if tb == b"N" else ldb) * item
+    # (array_address inline: three frames fewer a call)
+    x = a if ta == b"N" else a.T
+    try:
+        a_at = _addressof(_from_buffer(x))
+    except (TypeError, ValueError):     # read-only, or empty
+        a_at = x.ctypes.data
+    x = b if tb == b"N" else b.T
+    try:
+        b_at = _addressof(_from_buffer(x))
+    except (TypeError, ValueError):
+        b_at = x.ctypes.data
+    try:
+        c_at = _addressof(_from_buffer(c))
+    except (TypeError, ValueError):
+        c_at = c.ctypes.data
+    x = None
+    a_at += r0 * (lda if ta == b"N" else 1) * item
+    b_at += c0 * (1 if tb == b"N" else ldb) * item
     ints = _SIZES(c1 - c0, r1 - r0, k, ldb, lda, n)     # per call: the sizes (Fortran passes pointers)
     ad = _addressof(ints)
     gemm(tb, ta, ad, ad + 4, ad + 8, one, b_at, ad + 12, a_at, ad + 16, one if add else zero,
-         array_address(c) + (r0 * n + c0) * item, ad + 20)
+         c_at + (r0 * n + c0) * item, ad + 20)
 
 
 _SIZES = ctypes.c_int * 6

@@ -144,13 +144,6 @@ def _sigmoid(x):
 
 ew("sigmoid", _sigmoid, lambda c, g: (g * _out(c) * (1.0 - _out(c)),), lambda m, x: m.sigmoid(x), "float",
    saves_out=(0,))
-def _grad_named(t, name):
-    """Name the node of gradient ``t`` (recorded under create_graph) as torch names the one backward kernel it
-    computes with (``threshold_backward`` -> ThresholdBackwardBackward0); ``t`` has none when nothing recorded."""
-    gf = getattr(t, "grad_fn", None)
-    if gf is not None:
-        gf.torch_name = name
-    return t
 
 
 _maximum = np.maximum   # (bound once: NumPy's module __getattr__ leaves ``np.X`` reads unspecialised)
@@ -234,6 +227,31 @@ register(OpDef("threshold_backward", "elementwise", _threshold_backward_rule, _t
                eager_impl=_threshold_backward_signature,
                doc="threshold_backward(g, x, threshold): 0 where x <= threshold, else g (relu's pullback, as torch "
                    "computes it)"))
+def _threshold_rule(avals, params):
+    x, t, v = avals
+    if not (t.weak and v.weak):
+        raise OpError("threshold: the threshold and the value must be numbers")
+    if x.dtype is dt.bool_:
+        raise OpError("threshold: \"threshold_cpu\" not implemented for 'Bool'")
+    return [Aval(x.shape, x.dtype)]
+
+
+def _threshold(x, threshold, value):
+    """torch's threshold: ``value`` where ``x <= threshold``, else ``x`` (a NaN passes); both numbers are first
+    converted to x's dtype, as torch's kernel converts them (an integer x meets ``int(threshold)``)."""
+    d = x.dtype.type
+    return np.where(_less_equal(x, d(threshold)), d(value), x)
+
+
+def _threshold_vjp(c, g):
+    # torch's pullback: threshold_backward, whose node is ThresholdBackwardBackward0 (its double backward)
+    return (c.bind("threshold_backward", g, _in(c), _in(c, 1)), None, None)
+
+
+register(OpDef("threshold", "elementwise", _threshold_rule, _threshold, _ew_vjp(_threshold_vjp),
+               scalar=lambda m, x, t, v: m.select(x <= t, v, x), saves_in=(0, 1), nondiff_inputs=(1, 2),
+               grad_name="ThresholdBackward0",
+               doc="threshold(x, threshold, value): value where x <= threshold, else x (nn.functional.threshold)"))
 ew("abs", np.abs, lambda c, g: (g * _in(c).sign(),), lambda m, x: m.abs(x), saves_in=(0,), kind="nobool")
 
 
@@ -439,21 +457,34 @@ def _where_vjp(c, g):
     needs = c.needs_grad
     gx = g.where(cond, 0.0) if needs[1] else None
     gy = g.where(~cond, 0.0) if needs[2] else None
-    if getattr(c, "torch_name", None) == "ThresholdBackward0":
-        # nn.functional.threshold, where(x <= threshold, value, x): torch's threshold_backward
-        for gi in (gx, gy):
-            if gi is not None:
-                _grad_named(gi, "ThresholdBackwardBackward0")
     return None, gx, gy
 
 
+def _where_row_mask(c, x, y):
+    """``np.where(c, x, y)`` for a condition smaller than ``x`` (broadcast, a mask per row: norm's backward)
+    and ``y`` a number: where every condition holds, a copy of ``x``.  NumPy's where walks a broadcast
+    condition element by element (~10 instructions an element, 5-10x a copy); the copy has the same bits."""
+    if x.flags.c_contiguous and _ALL(c, None):
+        return x.copy()
+    return _WHERE(c, x, y)
+
+
 def _where_signature(avals, params):
-    """``eager_impl``: NumPy's where itself, with no ``__array_function__`` layer."""
-    return _WHERE_C
+    """``eager_impl``: ``_where_row_mask`` where the condition broadcasts (at most a quarter of the result's
+    elements), ``x`` is the result's shape and dtype and ``y`` a number; else NumPy's C where."""
+    c, x, y = avals
+    if c.dtype is dt.bool_ and not c.weak and not x.weak and (y.weak or y.shape == ()) and c.ndim <= x.ndim:
+        try:
+            out = broadcast_shapes("where", [a.shape for a in avals])
+            if out == x.shape and result_dtype([x, y]) is x.dtype and 4 * c.size <= x.size:
+                return _where_row_mask
+        except (OpError, TypeError):
+            pass
+    return _WHERE
 
 
-_where_signature.by_form = True
-
+_WHERE = _WHERE_C if _WHERE_C is not None else np.where
+_ALL = np.logical_and.reduce    # (ndarray.all is a Python function around it)
 
 register(OpDef("where", "elementwise", _where_rule, np.where, _ew_vjp(_where_vjp),
                scalar=lambda m, c, x, y: m.select(c, x, y), saves_in=(0,), nondiff_inputs=(0,),

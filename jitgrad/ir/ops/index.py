@@ -188,7 +188,10 @@ def _getitem_impl(x, *idx, spec, oob=None):
         # a trailing Ellipsis changes no result but one: for one element NumPy gives a 0-d view instead of a
         # scalar copy (torch's x[i] is a view), so x is indexed once whatever the result
         key += (Ellipsis,)
-    return x[key]
+    try:
+        return x[key]
+    except IndexError as e:     # NumPy's "axis" in torch's word, as compiled code's check says it (lowering.py)
+        raise IndexError(str(e).replace(" for axis ", " for dimension ", 1)) from None
 
 
 def _getitem_vjp(c, g):

@@ -1,6 +1,6 @@
 """erf, GELU and GELU's vjp of float32 arrays in NumPy for eager mode: the compiled kernels' algorithm
-(``codegen/kernels/mathlib_exp_log.py``'s ``erf_f32``), evaluated with NumPy's SIMD loops a cache-sized block at a
-time.
+(``codegen/kernels/mathlib_exp_log.py``'s ``erf_f32``) but for the tail's polynomial, evaluated with NumPy's SIMD
+loops a cache-sized block at a time.
 
 SciPy's ``erf`` on float32 goes element by element through a double-precision routine: ~12 ns an element, which
 made GELU (its forward and backward each take an erf) the costliest op of an eager GPT step after the GEMMs.
@@ -8,9 +8,11 @@ This agrees with the compiled kernels' erf to rounding (max error 2.5 ulp agains
 0.5 ulp).  float64 keeps SciPy's erf (gradcheck's precision).
 
 erf x = x P(x^2) on |x| < 0.92; erf x = 1 - exp(-x^2) H(1 / (1 + |x|/2)) beyond; the sign bit copied from x; nan
-stays nan.  Both branches are evaluated on every element of a block, then one is kept: NumPy has no per-element
-branch.  The slow NumPy loops are avoided (a masked ``copyto``, ``copysign`` and the NaN-propagating ``minimum``
-cost 2-20x a multiply): the branch is picked with ``putmask`` and the sign is OR-ed in as a bit.  Beyond |x| = 4,
+stays nan.  (The compiled erf takes exp(x^2) erfc x beyond 0.92 as a degree-8 polynomial in |x|, without the
+divide; in NumPy the divide is one pass against that polynomial's 5 more Horner passes.  Both agree to rounding.)
+Both branches are evaluated on every element of a block, then one is kept: NumPy has no per-element branch.  The
+slow NumPy loops are avoided (a masked ``copyto``, ``copysign`` and the NaN-propagating ``minimum`` cost 2-20x a
+multiply): the branch is picked with ``putmask`` and the sign is OR-ed in as a bit.  Beyond |x| = 4,
 where the compiled kernel clamps, both give 1 (exp(-x^2) H < 2^-25 there).
 
 GELU and its vjp run the same block loop around the erf, in the order their decompositions
@@ -23,7 +25,7 @@ import math
 import numpy as np
 
 _F = np.float32
-# the coefficients of mathlib_exp_log's _F_A and _F_B (the same float32 values)
+# the coefficients of mathlib_exp_log's _F_A (the same float32 values), and H's
 _A = tuple(_F(c) for c in (1.1283792, -0.37612632, 0.112836875, -0.02685894, 0.005199907, -0.0008130013,
                            8.316775e-05))
 _B = tuple(_F(c) for c in (0.0017120629, 0.2606605, 0.39347643, -0.05872, 0.6317423, -0.22910842))

@@ -79,7 +79,7 @@ def threshold(input, threshold, value, inplace=False, **torch_kw):
     """``value`` where ``x <= threshold``, else ``x`` (a NaN passes, with its gradient, as in torch)."""
     if torch_kw:       # keepdims=, out=, or a torch keyword jitgrad lacks (torch_kwargs.py)
         return torch_kwargs(threshold, 'threshold', (input, threshold, value, inplace), {}, torch_kw)
-    return _maybe_inplace(input, inplace, lambda x: named(F.where(x <= threshold, value, x), "ThresholdBackward0"))
+    return _maybe_inplace(input, inplace, lambda x: bind(O["threshold"], x, threshold, value))
 
 
 def threshold_(input, threshold_value, value, **torch_kw):

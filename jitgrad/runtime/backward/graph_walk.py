@@ -22,50 +22,56 @@ def toward(root_edges, cap_nodes, node_type):
     node with a needed child; execute = a node with a needed child (its vjp must run); deps = edges from executed
     nodes into each needed node; narrowed = ``{node: needs_grad}`` for the op nodes (``node_type``) some of whose
     inputs need a gradient but not in this backward (None when there are none): their rules run on ``ctx``.
-    One iterative post-order walk (the graph is acyclic, so a node's children are final when it is)."""
-    status = {}
-    needed = set()
+    One iterative post-order walk (the graph is acyclic, so a node's children are final when it is): a node is
+    pushed once to expand and again to finish (its status None meanwhile), and finishing it counts the edges
+    into its needed children, so no second pass over the executed nodes (~35% of a gradient penalty's walk)."""
+    status = {}         # node -> None while its children are walked, then whether it is needed
     execute = set()
-    stack = [(n, False) for n, _ in root_edges]
+    deps = {}
+    narrowed = None
+    stack = [n for n, _ in root_edges]
+    pop = stack.pop
+    push = stack.append
     while stack:
-        n, expanded = stack.pop()
-        if expanded:
-            for c, _ in n.next_functions:
-                if c is not None and status[c]:
-                    execute.add(n)
-                    break
-            r = n in execute or n in cap_nodes
-            status[n] = r
-            if r:
-                needed.add(n)
-            continue
+        n = pop()
         if n in status:
+            if status[n] is not None:       # (a node pushed by two parents, finished already)
+                continue
+            # finish: its children are final
+            run = cut = False
+            for c, _ in n.next_functions:
+                if c is not None:
+                    if status[c]:
+                        deps[c] += 1
+                        run = True
+                    else:
+                        cut = True
+            if run:
+                execute.add(n)
+                status[n] = True
+                deps[n] = 0
+                if cut and type(n) is node_type and type(n.op) is OpDef:   # (a joined node's stand-in: as recorded)
+                    old = n.needs_grad
+                    new = []
+                    for w, (c, _) in zip(old, n.next_functions):
+                        new.append(bool(w) and c is not None and bool(status[c]))
+                    new = tuple(new)
+                    if new != old:
+                        if narrowed is None:
+                            narrowed = {}
+                        narrowed[n] = new
+            elif n in cap_nodes:
+                status[n] = True
+                deps[n] = 0
+            else:
+                status[n] = False
             continue
-        status[n] = False
-        stack.append((n, True))
+        status[n] = None
+        push(n)
         for c, _ in n.next_functions:
             if c is not None and c not in status:
-                stack.append((c, False))
-    deps = dict.fromkeys(needed, 0)
-    narrowed = None
-    for n in execute:
-        cut = False
-        for c, _ in n.next_functions:
-            if c in deps:
-                deps[c] += 1
-            elif c is not None:
-                cut = True
-        if cut and type(n) is node_type and type(n.op) is OpDef:   # (a joined node's stand-in: as recorded)
-            old = n.needs_grad
-            new = []
-            for w, (c, _) in zip(old, n.next_functions):
-                new.append(bool(w) and c is not None and c in needed)
-            new = tuple(new)
-            if new != old:
-                if narrowed is None:
-                    narrowed = {}
-                narrowed[n] = new
-    return deps, needed, execute, narrowed
+                push(c)
+    return deps, deps.keys(), execute, narrowed
 
 
 def ctx(node, narrowed):
