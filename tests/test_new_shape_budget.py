@@ -8,12 +8,11 @@ pullback plans of the new signatures, each finished from its form's trace at the
 (``runtime/backward/pullback_plans.py``); no rule is traced.  Counted with ``sys.setprofile`` (Python-level calls
 and calls into C), never timed.
 
-Figures (2026-11-30, eager kernels built synchronously): Python + C calls of a new-length step / a repeated one
-2960 / 649 (4.6x, a matmul rule traced per length: a form's check took two GEMM functions made per signature for two
-calls) -> 1,750 / 687 (2.5x); nanoGPT-small (2 blocks of width 64) 16,042 / 7,802 -> about 13,900 / 7,700.
+Figures (2026-11-30, eager kernels built synchronously, ``sys.setprofile`` calls of a new-length step / the same
+step repeated): the LM 3,016 / 672 (4.5x: a matmul rule traced per length, the form's check having taken two GEMM
+functions made per signature for two calls) -> 1,745 / 672 (2.6x); nanoGPT-small (2 blocks of width 64, batch 8)
+15,869 / 7,527 -> 13,293 / 7,407.
 """
-
-import sys
 
 import numpy as np
 
