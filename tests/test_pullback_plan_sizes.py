@@ -256,3 +256,84 @@ def test_a_mean_over_more_sizes_than_values_are_planned_traces_once():
 
 def _plans_of_op(name):
     return [p for k, p in pullback_plans._PLANS.items() if k[0] is OPS[name]]
+
+
+def _lm_step_grads(emb, lin, b, t, seed):
+    rng = np.random.default_rng(seed)
+    idx, tgt = jg.tensor(rng.integers(0, 64, (b, t))), jg.tensor(rng.integers(0, 64, (b, t)))
+    return _lm_grads(emb, lin, idx, tgt), (idx, tgt)
+
+
+def test_a_per_signature_gemm_and_row_kernel_keep_one_trace_for_every_length(sync, monkeypatch):
+    """Issue 30's LM (embedding 64x32, linear 32->64, batch 8) at lengths whose weight gradient is a single-threaded
+    GEMM with its call worked out per signature (``eager_gemm``), and a layer_norm whose backward is an eager row
+    kernel: the first length traces the rules, the next nine none (each traced matmul's and layer_norm's rule
+    again before: the form's check took two functions made per signature for two calls); the gradients are the
+    rule's bits (create_graph=True) and those of plans traced per shape."""
+    from jitgrad.ir.ops import blas
+    if not blas.raw_gemm_ready():
+        pytest.skip("no raw GEMM here")
+    pullback_plans._PLANS.clear()
+    jg.manual_seed(0)
+    emb, lin = jg.nn.Embedding(64, 32), jg.nn.Linear(32, 64)
+    # (8 * 32 * 64 * T multiply-adds: within eager_gemm's range to 16, blas.matmul's after; no length equal to the
+    # batch or a width: one form)
+    lengths = range(9, 19)
+    counts, fast = [], []
+    for t in lengths:
+        before = _traces()
+        got, (idx, tgt) = _lm_step_grads(emb, lin, 8, t, t)
+        counts.append(_traces() - before)
+        B, T = idx.shape
+        loss = F.cross_entropy(lin(emb(idx)).view(B * T, -1), tgt.view(B * T))
+        rule = jg.autograd.grad(loss, [emb.weight, lin.weight, lin.bias], create_graph=True)
+        for a, r in zip(got, rule):
+            assert a.tobytes() == r.detach().numpy().tobytes()
+        fast.append(got)
+        x = jg.tensor(np.random.default_rng(t).standard_normal((8, t, 64)).astype(np.float32), requires_grad=True)
+        before = _traces()
+        (gx,) = jg.autograd.grad(F.layer_norm(x, (64,)).sum(), x)
+        counts[-1] += _traces() - before
+        (rx,) = jg.autograd.grad(F.layer_norm(x, (64,)).sum(), x, create_graph=True)
+        assert gx.numpy().tobytes() == rx.detach().numpy().tobytes()
+        fast[-1].append(gx.numpy())
+    assert counts[0] > 0 and not any(counts[1:]), counts
+    pullback_plans._PLANS.clear()
+    _concrete_only(monkeypatch)
+    for t, sized in zip(lengths, fast):
+        got, _ = _lm_step_grads(emb, lin, 8, t, t)
+        x = jg.tensor(np.random.default_rng(t).standard_normal((8, t, 64)).astype(np.float32), requires_grad=True)
+        got.append(jg.autograd.grad(F.layer_norm(x, (64,)).sum(), x)[0].numpy())
+        for a, b in zip(sized, got):
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def test_plan_check_compares_functions_made_per_signature_by_what_they_hold():
+    """``same_plan``'s step check: two functions of one code are one call when what they hold is equal, functions
+    they hold compared alike; a different value held (or default) is another call."""
+    def make(scale, inner_scale):
+        def inner(x):
+            return x * inner_scale
+
+        def f(x, _k=np.float32(2)):
+            return inner(x) + scale
+        return f
+    from jitgrad.runtime.backward import trace_compare
+    same = trace_compare._same_call
+    assert same(make(np.float32(1), 3.0), make(np.float32(1), 3.0))
+    assert not same(make(np.float32(1), 3.0), make(np.float32(1), 4.0))
+    assert not same(make(np.float32(1), 3.0), make(np.float32(2), 3.0))
+    from jitgrad.ir.ops import eager_gemm
+    f = eager_gemm.gemm_for_signature(40, 32, 64, np.float32)
+    assert f is None or f is eager_gemm.gemm_for_signature(40, 32, 64, np.float32)
+
+
+def test_a_plan_steps_error_names_the_shapes_of_its_size():
+    """A step of a plan finished at a later size of its form raises as its bind would, with the shapes of that size
+    (the step's avals are made for the message only)."""
+    pullback_plans._PLANS.clear()
+    for n in (5, 7, 9):
+        x = jg.tensor(np.full((n, 3), 3e38, np.float32), requires_grad=True)
+        y = (x * x.detach()).sum()
+        with np.errstate(over="raise"), pytest.raises(RuntimeError, match=rf"mul: overflow .*float32\[{n}, 3\]"):
+            y.backward(jg.tensor(np.float32(3e38)))

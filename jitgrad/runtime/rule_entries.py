@@ -40,13 +40,26 @@ def rule_entry(op, args, params, avals=None):
     except OpError as e:
         raise op_error(op, avals, e) from None
     want = out_avals[0].dtype.np
-    impl = (op.eager_impl(avals, params) if op.eager_impl is not None else None) or op.impl
+    impl = signature_impl(op, avals, params)
     if op.eager_kernel is not None:     # a native kernel over large arrays (jit/eager_kernels.py), NumPy otherwise
         impl = op.eager_kernel(avals, params, impl) or impl
     return (out_avals, avals, want, op.vjp is not None and np.dtype(want).kind == "f",
             tuple(a.shape for a in avals), tuple(a.dtype for a in avals), impl,
             ((out_avals[0].shape, out_avals[0].dtype),), (None,) * len(avals), {},
             exact_ufunc(impl, avals, params, out_avals, want), {})
+
+
+def signature_impl(op, avals, params):
+    """The NumPy callable of ``op``'s signature: ``OpDef.eager_impl``'s choice, else ``impl`` (before
+    ``eager_kernel``'s)."""
+    return (op.eager_impl(avals, params) if op.eager_impl is not None else None) or op.impl
+
+
+def by_form(op) -> bool:
+    """Whether ``signature_impl``'s answer for ``op`` is the same at every shape of a signature's form (the same
+    ranks, dtypes, params, sizes 0 and 1, equal sizes equal): ``op`` has no ``eager_impl``, or its chooser declares
+    that it reads nothing else (``by_form = True`` on the chooser: dtypes, ranks, which shapes are equal)."""
+    return op.eager_impl is None or getattr(op.eager_impl, "by_form", False)
 
 
 def exact_ufunc(impl, avals, params, out_avals, want) -> bool:

@@ -540,12 +540,24 @@ def blocks_exact(dtype, by_rows: bool, m: int, k: int, n: int, blocks) -> bool:
     load()
     with _UNIT_LOCK, _one_blas_thread():
         if key not in _EXACT:
-            rng = np.random.default_rng(m * 31 + k * 7 + n)
-            a = rng.standard_normal((m, k)).astype(dtype)
-            b = rng.standard_normal((k, n)).astype(dtype)
+            a, b = _probe_operands(np.dtype(dtype), m, k, n)
             whole = _by_blocks(a, b, [(0, m)], True)
             _EXACT[key] = _by_blocks(a, b, blocks, by_rows).tobytes() == whole.tobytes()
     return _EXACT[key]
+
+
+_PROBE_DRAWS: dict = {}     # dtype -> uniform draws in [-0.5, 0.5) that probe operands are views of
+
+
+def _probe_operands(dtype, m, k, n):
+    """``blocks_exact``'s operands: views of draws made once per dtype (any values show a sum's order; a variable
+    length loop meets a new shape at most calls, and draws per probe cost ~2M instructions a nanoGPT step)."""
+    need = m * k + k * n
+    pool = _PROBE_DRAWS.get(dtype)
+    if pool is None or pool.size < need:
+        pool = np.random.default_rng(7).standard_normal(max(need, 1 << 16)).astype(dtype)
+        _PROBE_DRAWS[dtype] = pool
+    return pool[:m * k].reshape(m, k), pool[m * k:need].reshape(k, n)
 
 
 def _rows_on_threads(a, ta, lda, b, tb, ldb, c, add=False) -> bool:

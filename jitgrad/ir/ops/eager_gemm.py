@@ -22,16 +22,33 @@ _addressof = ctypes.addressof
 _from_buffer = ctypes.c_char.from_buffer
 
 
+_MADE: dict = {}        # (m, k, n, dtype) -> its function: one per signature, however many callers ask
+_MADE_MAX = 4096
+
+
 def gemm_for_signature(m: int, k: int, n: int, dtype):
     """A function ``(x, y) -> x @ y`` for ``(m, k) @ (k, n)`` matrices of float ``dtype`` (float32 or float64)
     that ``blas.matmul2d`` runs as one single-threaded GEMM (or ``?gemv``), or as its threaded GEMM (over
     ``blas.BLAS_THREADED_MACS``: ``_threaded_gemm``); None where it does something else (fewer multiply-adds, no
-    raw GEMM)."""
+    raw GEMM).  One function per signature: a forward product and a pullback plan's step of the same shapes share
+    it (and a plan made from a rule's trace on symbolic sizes is seen to be the plan of the rule's trace at those
+    sizes: the same calls)."""
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64) or m * n * k < blas.EAGER_MIN_MACS or min(m, n, k) < 1:
         return None
-    if not blas.raw_gemm_ready():
-        return None
+    key = (m, k, n, dtype)
+    f = _MADE.get(key)
+    if f is None:
+        if not blas.raw_gemm_ready():
+            return None
+        if len(_MADE) >= _MADE_MAX:
+            _MADE.clear()
+        f = _MADE[key] = _gemm(m, k, n, dtype)
+    return f
+
+
+def _gemm(m, k, n, dtype):
+    """``gemm_for_signature``'s function, made."""
     if m * n * k > blas.BLAS_THREADED_MACS:
         return _threaded_gemm(m, n, dtype)
     pacer = blas.BlasPacer

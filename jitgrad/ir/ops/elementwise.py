@@ -92,6 +92,7 @@ def _float_signature(impl):
     """``eager_impl`` of a float-valued op: ``impl`` itself when every array input is floating (no cast to make)."""
     def for_signature(avals, params):
         return impl if all(a.weak or a.dtype.is_floating_point for a in avals) else None
+    for_signature.by_form = True        # (dtypes alone: the same for every shape of a form, runtime/rule_entries.py)
     return for_signature
 
 
@@ -165,6 +166,9 @@ def _relu_signature(avals, params):
     return lambda x: _maximum(x, zero)
 
 
+_relu_signature.by_form = True          # (its dtype alone)
+
+
 ew("relu", lambda x: _maximum(x, 0),     # (a Python 0 keeps x's dtype: NumPy's weak scalars, or its value)
    lambda c, g: (c.bind("threshold_backward", g, _out(c), 0),),     # torch's pullback, one kernel
    lambda m, x: m.max(x, m.lit(0)), saves_out=(0,), kind="nobool", out_as_mask=True, jvp=_relu_jvp,
@@ -206,6 +210,9 @@ def _threshold_backward_signature(avals, params):
         _putmask(out, _less_equal(x, zero if threshold == 0 else threshold), zero)
         return out
     return same_layout
+
+
+_threshold_backward_signature.by_form = True    # (dtypes, ranks and whether two shapes are equal: a form's)
 
 
 def _threshold_backward_vjp(c, h):

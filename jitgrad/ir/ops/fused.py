@@ -245,6 +245,9 @@ def _tanh_bwd_signature(avals, params):
     return same_layout
 
 
+_tanh_bwd_signature.by_form = True      # (dtypes, ranks and whether two shapes are equal: a form's)
+
+
 def _tanh_bwd_vjp(c, h):
     # z = g * (1 - y^2):  dz/dg . h = h * (1 - y^2);  dz/dy . h = -2 * h * g * y
     g, y = c.inputs

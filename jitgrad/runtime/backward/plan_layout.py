@@ -9,13 +9,16 @@ from operator import attrgetter, itemgetter, methodcaller
 import numpy as np
 
 from ...ir.graph import Lit, Var
+from ...ir import dtypes as dt
 from ...ir.ops import Aval
 from ...ir.ops.reduce import _add_reduce, _sum_impl
 from ...ir.symbolic import SymFloat, concretize, has_symbols
 from ..dispatch import _rule_entry
+from ..rule_entries import WEAK, by_form, signature_impl
 from ..tensor import Tensor
 from . import rule_traces
 
+_FROM_NP = dt._FROM_NP
 NO_PLAN = object()      # a signature whose rule runs on tensors (pullback_plans._NO_PLAN)
 _FILL_MIN = 4096        # elements from which a constant of one value is made per call, not kept
 
@@ -26,11 +29,14 @@ class Plan:
     inputs, then saved outputs, then the saved numbers where ``numbers``), then ``pad`` (the constants, a slot per
     step from ``first`` on, and a None); ``pick`` takes the inputs' cotangents from it (a tuple, or the one value
     where ``single``); ``fresh``: the results that are (views of) constants, copied per call so that no caller
-    holds the plan's buffer; ``where``: each step's op and input avals, for an error's message."""
+    holds the plan's buffer; ``where``: each step's op (None for a made constant), for an error's message (its
+    inputs' avals read off the arrays it was called on: ``step_avals``); ``sizeless``: nothing in it depends on
+    the sizes it was finished at (no size in a param or constant, each impl its form's choice), so one Plan serves
+    every size its template serves."""
 
-    __slots__ = ("steps", "pad", "first", "pick", "single", "fresh", "where", "numbers")
+    __slots__ = ("steps", "pad", "first", "pick", "single", "fresh", "where", "numbers", "sizeless")
 
-    def __init__(self, steps, pad, first, results, fresh, where, numbers=False):
+    def __init__(self, steps, pad, first, results, fresh, where, numbers=False, sizeless=False):
         self.steps = steps
         self.pad = pad
         self.first = first
@@ -39,6 +45,7 @@ class Plan:
         self.fresh = fresh
         self.where = where
         self.numbers = numbers
+        self.sizeless = sizeless
 
 
 # view ops whose impl is ``lambda x, p: x.METHOD(p)`` (ir/ops/shape.py): op name -> (METHOD, the parameter)
@@ -146,16 +153,44 @@ def layout(tr, res, slot_of, ninputs, nresults, number_slot, sized=False):
         slot[e.outs[0]] = n
         n += 1
     results = [n if v is None else ninputs + v[1] if type(v) is tuple else slot[v] for v in want]
-    return consts, steps, results, first, n
+    # per step, once a finish has made its entry: (its NumPy callable where that is its form's choice
+    # (rule_entries.by_form), else None; its result's dtype), so finishing at other sizes runs no shape rule and
+    # asks by_form ops nothing (a sized layout is one template's: its guards hold wherever it is finished)
+    return consts, steps, results, first, n, [None] * len(steps)
 
 
 def _no_spec(shape):
     return None
 
 
+def _avals(ins, values):
+    """A step's input avals at the sizes ``values`` (``layout``'s ``ins``)."""
+    avals = []
+    for lit, a, spec in ins:
+        if spec is None:
+            avals.append(a if lit else Aval(a[0], a[1]))
+        else:
+            shape = rule_traces.shape_at(spec, values)
+            avals.append(Aval(shape, a.dtype, a.weak) if lit else Aval(shape, a[1]))
+    return avals
+
+
+def step_avals(step, vals) -> list:
+    """The input avals of a Plan's ``step`` called on the values ``vals``: for an error's message."""
+    a = step[2]
+    avals = []
+    for i in ((a,) if type(a) is int else a):
+        v = vals[i]
+        if type(v) is np.ndarray:
+            avals.append(Aval(v.shape, _FROM_NP[v.dtype]))
+        else:
+            avals.append(WEAK.get(type(v)) or Aval(np.shape(v), _FROM_NP[np.asarray(v).dtype]))
+    return avals
+
+
 def finish(layout, ninputs, numbers, values=None):
     """The Plan of ``layout`` (at the sizes ``values``, where it was laid out from a trace on symbolic sizes)."""
-    consts, ref, results, first, nothing = layout
+    consts, ref, results, first, nothing, chosen = layout
     if values is not None:
         consts = [rule_traces.concrete(c, values) for c in consts]
     else:
@@ -167,21 +202,29 @@ def finish(layout, ninputs, numbers, values=None):
             # a big constant of one value (getitem's zeros of an embedding's shape): made per call, as the rule
             # makes it, not held by the plan for the life of the process
             steps.append((_filled(value), 3, (), None, value.dtype, ninputs + j))
-            where.append((None, None))
+            where.append(None)
             consts[j] = None
             from_const.discard(ninputs + j)
-    for op, ins, params, sym, args, n in ref:
-        avals = []
-        for lit, a, spec in ins:
-            if spec is None:
-                avals.append(a if lit else Aval(a[0], a[1]))
-            else:
-                shape = rule_traces.shape_at(spec, values)
-                avals.append(Aval(shape, a.dtype, a.weak) if lit else Aval(shape, a[1]))
+    for j, (op, ins, params, sym, args, n) in enumerate(ref):
         if sym:
             params = concretize(params, values)
-        entry = _rule_entry(op, None, params, avals)
-        impl = entry[6]
+        known = chosen[j]
+        if known is None:
+            # the signature's entry as eager dispatch makes it (its shape rule checked once per layout)
+            avals = _avals(ins, values)
+            entry = _rule_entry(op, None, params, avals)
+            impl, want = entry[6], entry[2]
+            chosen[j] = (signature_impl(op, avals, params) if by_form(op) else None, want)
+        else:
+            # later sizes: the result's dtype is the form's, and so is the impl where by_form; the rest chosen as
+            # rule_entry chooses (signature_impl, then eager_kernel), at these sizes
+            impl, want = known
+            if impl is None or op.eager_kernel is not None:
+                avals = _avals(ins, values)
+                if impl is None:
+                    impl = signature_impl(op, avals, params)
+                if op.eager_kernel is not None:
+                    impl = op.eager_kernel(avals, params, impl) or impl
         method = _METHOD_STEPS.get(op.name)
         if method is _PERMUTE and impl is op.impl and len(args) == 1 and tuple(params["perm"]) == (1, 0):
             impl, kind, a = _TRANSPOSED, 1, args[0]     # a matrix's transpose: its ``.T`` (no argument to parse)
@@ -199,12 +242,16 @@ def finish(layout, ninputs, numbers, values=None):
             kind, a = 4, tuple(args)
         else:
             kind, a = 0, tuple(args)
-        steps.append((impl, kind, a, params, entry[2], n))
-        where.append((op, entry[1]))
+        steps.append((impl, kind, a, params, want, n))
+        where.append(op)
         if op.view and args[0] in from_const:
             from_const.add(n)
     fresh = tuple(j for j, r in enumerate(results) if r != nothing and r in from_const)
-    return Plan(tuple(steps), consts + [None] * (nothing - first + 1), first, results, fresh, tuple(where), numbers)
+    sizeless = values is not None and not any(sym for _, _, _, sym, _, _ in ref) and all(
+        k is not None and k[0] is not None for k in chosen) and not any(
+        op.eager_kernel is not None for op, *_ in ref) and all(not rule_traces.is_sized(c) for c in layout[0])
+    return Plan(tuple(steps), consts + [None] * (nothing - first + 1), first, results, fresh, tuple(where), numbers,
+                sizeless)
 
 
-__all__ = ["NO_PLAN", "Plan", "finish", "layout", "plan_of"]
+__all__ = ["NO_PLAN", "Plan", "finish", "layout", "plan_of", "step_avals"]

@@ -43,8 +43,10 @@ from ...ir.symbolic import SymFloat
 from ..op_errors import op_error
 from ..tensor import Tensor
 from . import rule_traces
-from .plan_layout import NO_PLAN as _NO_PLAN, Plan, finish as _finish, layout as _layout, plan_of as _plan
-from .rule_traces import COUNTS, record as _record, same_steps  # noqa: F401 - (COUNTS: the tests' count, read here)
+from .plan_layout import NO_PLAN as _NO_PLAN, Plan, finish as _finish, layout as _layout, plan_of as _plan, \
+    step_avals as _step_avals
+from .rule_traces import COUNTS, record as _record  # noqa: F401 - (COUNTS: the tests' count, read here)
+from .trace_compare import same_plan, same_steps
 
 _UNSIZED = object()     # a form whose rule traces otherwise on symbolic sizes: traced per shape
 _DECLINED = object()    # a form whose rule declines its saved numbers as symbols: planned per value
@@ -238,9 +240,9 @@ def _signature_plan(node, vals, ngrads, nums):
 
 def _step_error(plan, vals, e):
     """The error of the step that raised ``e`` (the first with no result), as its bind would raise it."""
-    for step, (op, avals) in zip(plan.steps, plan.where):
+    for step, op in zip(plan.steps, plan.where):
         if vals[step[5]] is None and op is not None:
-            return op_error(op, avals, e)
+            return op_error(op, _step_avals(step, vals), e)
     return e
 
 
@@ -319,7 +321,7 @@ def _traced(node, vals, ngrads, numbers, form, mode, trace=True, want_plan=False
     values = rule_traces.values_of(sizes)
     if templates is not None and templates is not _UNSIZED:
         for t in templates:
-            if t.env.holds(values):
+            if t.holds(values):
                 if want_plan and numbers is None:
                     plan = _template_plan(t, values, len(vals), len(node.next_functions))
                     if plan is not _NO_PLAN:
@@ -337,7 +339,11 @@ def _traced(node, vals, ngrads, numbers, form, mode, trace=True, want_plan=False
 
 
 def _template_plan(t, values, ninputs, nresults):
-    """The Plan of template ``t`` at the sizes ``values``: its layout (made once) finished at them."""
+    """The Plan of template ``t`` at the sizes ``values``: its layout (made once) finished at them (one Plan for
+    every size where nothing in it depends on them: ``Plan.sizeless``)."""
+    shared = t.layouts.get((ninputs, nresults, None))
+    if shared is not None:
+        return shared
     layout = t.layouts.get((ninputs, nresults))
     if layout is None:
         try:
@@ -348,9 +354,12 @@ def _template_plan(t, values, ninputs, nresults):
     if layout is _NO_PLAN:
         return _NO_PLAN
     try:
-        return _finish(layout, ninputs, False, values)
+        plan = _finish(layout, ninputs, False, values)
     except Exception:
         return _NO_PLAN
+    if plan.sizeless:
+        t.layouts[(ninputs, nresults, None)] = plan
+    return plan
 
 
 def _new_template(node, vals, ngrads, numbers, form, skey, values):
@@ -377,7 +386,7 @@ def _new_template(node, vals, ngrads, numbers, form, skey, values):
             here, concrete = concrete, _record(node, vals, ngrads, numbers)
             nres = len(node.next_functions)
             if concrete is None or type(concrete[1]) not in (tuple, list) or not same_steps(concrete, here, (), ()) \
-                    or numbers is None and not rule_traces.same_plan(_plan(*concrete, len(vals), nres),
+                    or numbers is None and not same_plan(_plan(*concrete, len(vals), nres),
                                                                      _template_plan(t, values, len(vals), nres)):
                 t = None
             else:

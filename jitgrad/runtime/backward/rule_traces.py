@@ -2,7 +2,7 @@
 compared step by step.
 
 ``record`` traces a rule (``tracer.Trace`` with ``fused``: a fused op stays one op, as eager dispatch runs it) on
-stand-ins of the arrays: a rule the plan cannot hold declines (None): one that reads a value (the tracer refuses:
+stand-ins of the arrays (``trace_compare`` compares two traces): a rule the plan cannot hold declines (None): one that reads a value (the tracer refuses:
 ``TracedValueError``), meets a tensor from outside its context, warns, or fails in any other way while traced.  Only
 the tracing thread's warnings count (``_WARNED``), and another thread's warning is handled as if no trace ran.
 ``COUNTS["traces"]`` counts the rules traced (tests check that later steps trace none).
@@ -16,11 +16,8 @@ sizes put in), so the plan built from it is the plan a trace on those shapes wou
 """
 from __future__ import annotations
 
-import struct
 import threading
 import warnings
-from functools import partial
-from operator import methodcaller
 
 import numpy as np
 
@@ -35,7 +32,6 @@ from .. import grad_mode
 from ..dispatch import _bind
 from ..tensor import Tensor
 
-_bits = struct.Struct("<d").pack
 _FROM_NP = dt._FROM_NP
 _GM = grad_mode.STATE
 COUNTS = {"traces": 0}
@@ -70,21 +66,25 @@ def form(shapes, arrays, params, nums=None):
     mark, or None (a float, a bool, an int below 2: traced on its value)."""
     index = {}
     out = []
+    done = {}       # a shape met before in this signature -> its form (a saved input's shape is the node's)
     for group in (shapes, [a.shape for a in arrays]):       # (plain loops: a new shape's cost, on the hot path)
         forms = []
         for s in group:
             if s is None:
                 forms.append(None)
                 continue
-            f = []
-            for n in s:
-                if n >= 2:
-                    k = index.get(n)
-                    if k is None:
-                        k = index[n] = len(index)
-                    n = -1 - k
-                f.append(n)
-            forms.append(tuple(f))
+            f = done.get(s)
+            if f is None:
+                f = []
+                for n in s:
+                    if n >= 2:
+                        k = index.get(n)
+                        if k is None:
+                            k = index[n] = len(index)
+                        n = -1 - k
+                    f.append(n)
+                f = done[s] = tuple(f)
+            forms.append(f)
         out.append(tuple(forms))
     marks = None
     if nums is not None:
@@ -153,11 +153,16 @@ class Template:
     constants of one value it made of symbolic shapes, its results, the stand-ins' slots, the ids of the constants
     it made (kept alive in ``keep``), and the symbols of the saved numbers it was traced on (or None)."""
 
-    __slots__ = ("env", "specs", "eqns", "fills", "res", "slots", "created", "keep", "numbers", "layouts")
+    __slots__ = ("env", "specs", "eqns", "fills", "res", "slots", "created", "keep", "numbers", "layouts", "checks")
 
     def __init__(self, env, recorded, numbers):
         tr, res, slot_of = recorded
         self.env, self.created, self.keep, self.numbers = env, tr.created, tr.keep, numbers
+        # the guards a size of the form could break (``holds``): the others hold at every size of it
+        # (None: one is on a float, which ShapeEnv.holds evaluates)
+        self.checks = None if any(p[:1] == ("float",) for p, _, _ in env.guards) else [
+            (p, symbolic.COMPARISONS[op], expected) for p, op, expected in env.guards
+            if not _implied(p, op, expected, env.hints)]
         self.layouts = {}       # (inputs, results) -> pullback_plans' layout of its plan (made on first use)
         index = {}
         specs = self.specs = []
@@ -183,6 +188,43 @@ class Template:
             self.eqns.append((e.op, ins, [at(v) for v in e.outs], e.params, has_symbols(e.params)))
         self.res = [(0, at(r._data)) if type(r) is Tensor and type(r._data) is Var else (1, r) for r in res] \
             if type(res) in (tuple, list) else None
+
+
+    def holds(self, values) -> bool:
+        """Whether the trace serves the sizes ``values``: every guard a size of the form could break holds."""
+        if self.checks is None:
+            return self.env.holds(values)
+        for p, cmp, expected in self.checks:
+            if cmp(evaluate(p, values), 0) != expected:
+                return False
+        return True
+
+
+def _implied(p, op, expected, names) -> bool:
+    """Whether guard ``(p op 0) == expected`` holds at every size of its trace's form, whose symbols (``names``)
+    are each at least 2 (sizes 0 and 1 are no symbols) and two symbols never equal (equal sizes are one symbol):
+    a polynomial whose terms all grow with every symbol (all non-constant coefficients of one sign) has that sign
+    everywhere if it has it where every symbol is 2; ``s_i - s_j`` is never 0."""
+    if type(p) is not tuple or not p or p[0] == "float":
+        return False
+    signs = set()
+    least = 0
+    for m, c in p:
+        for a in m:
+            if a not in names:
+                return False        # (a floordiv or mod atom, or another symbol: not decided here)
+        if m:
+            signs.add(c > 0)
+        least += c * 2 ** len(m)
+    if signs == {True} and least > 0:
+        sign = 1
+    elif signs == {False} and least < 0:
+        sign = -1
+    elif len(p) == 2 and sorted(c for _, c in p) == [-1, 1] and all(len(m) == 1 for m, _ in p) and op in ("==", "!="):
+        sign = 1                    # (nonzero: the only question == and != ask)
+    else:
+        return False
+    return symbolic.COMPARISONS[op](sign, 0) == expected
 
 
 def _dim(d):
@@ -304,6 +346,12 @@ def concrete(x, values):
     if t is SymInt or t is SymFloat or (t is not np.ndarray and has_symbols(x)):
         return concretize(x, values)
     return x
+
+
+def is_sized(x) -> bool:
+    """Whether a constant of a trace on symbolic sizes takes the sizes (``concrete`` makes it anew per size)."""
+    t = type(x)
+    return t is Fill or t is SymInt or t is SymFloat or (t is not np.ndarray and has_symbols(x))
 
 
 def shape_spec(shape):
@@ -461,111 +509,3 @@ def _watch_warnings():
         except ValueError:
             pass
         filters.insert(0, _WARNED)
-
-
-def same_steps(concrete, symbolic, nums, syms) -> bool:
-    """Whether two traces of a rule (on the saved numbers ``nums`` and on the symbols ``syms``) are the same steps,
-    each symbol where its number is: then the symbolic trace is the rule's for every value of the numbers.  (With
-    no numbers: a rule's concrete trace and its symbolic sizes' instance at the same sizes, a value given to both
-    the same object.)"""
-    tc, rc, slot_c = concrete
-    ts, rs, slot_s = symbolic
-    if len(tc.eqns) != len(ts.eqns) or len(rc) != len(rs):
-        return False
-    by_slot = {i: v for v, i in slot_c.items()}
-    var = {v: by_slot[i] for v, i in slot_s.items()}       # symbolic trace's Var -> the concrete trace's
-    sym_at = {id(s): i for i, s in enumerate(syms)}
-    for ec, es in zip(tc.eqns, ts.eqns):
-        if ec.op is not es.op or len(ec.ins) != len(es.ins) or len(ec.outs) != len(es.outs):
-            return False
-        try:
-            if ec.params != es.params:
-                return False
-        except Exception:           # (a symbol in a param decides, and raises; arrays compare elementwise)
-            return False
-        for a, b in zip(ec.ins, es.ins):
-            if type(b) is Var:
-                if var.get(b) is not a:
-                    return False
-            elif type(a) is not Lit or not a.aval == b.aval:
-                return False
-            elif a.value is b.value:
-                continue
-            elif type(b.value) is SymFloat:
-                i = sym_at.get(id(b.value))
-                if i is None or type(a.value) is not float or _bits(a.value) != _bits(nums[i]):
-                    return False        # (a number computed from a symbol: the plan would need its expression)
-            elif not same_value(a.value, b.value):
-                return False
-        var.update(zip(es.outs, ec.outs))
-    for a, b in zip(rc, rs):
-        if a is None or b is None:
-            if a is not b:
-                return False
-        elif type(a) is not Tensor or type(b) is not Tensor:
-            return False
-        elif type(b._data) is Var:
-            if var.get(b._data) is not a._data:
-                return False
-        elif not same_value(a._data, b._data):
-            return False
-    return True
-
-
-def same_plan(p, q) -> bool:
-    """Whether two plans make the same calls: the same steps (impls, arguments' slots, params, casts), constants
-    (bit for bit) and results (the plan of a rule's trace on its shapes and that of its form's trace there)."""
-    if not hasattr(p, "steps") or not hasattr(q, "steps"):      # (no plan: the rule runs)
-        return p is q
-    if len(p.steps) != len(q.steps) or len(p.pad) != len(q.pad) or (p.first, p.single, p.fresh, p.numbers) != \
-            (q.first, q.single, q.fresh, q.numbers) or p.pick.__reduce__() != q.pick.__reduce__():
-        return False
-    for a, b in zip(p.pad, q.pad):
-        if (a is None) != (b is None) or a is not None and not same_value(a, b):
-            return False
-    for (fa, *ra), (fb, *rb) in zip(p.steps, q.steps):
-        try:
-            if ra != rb:
-                return False
-        except Exception:       # (params holding arrays)
-            return False
-        if fa is not fb and not _same_call(fa, fb):
-            return False
-    return True
-
-
-def _same_call(f, g) -> bool:
-    """Whether two impls of plan steps are the same call: a view's method with its parameter, a function with its
-    arguments bound, or functions made
-    per signature (an index's key, a constant's fill) of one code over equal values."""
-    if type(f) is methodcaller and type(g) is methodcaller:
-        return f.__reduce__() == g.__reduce__()
-    if type(f) is partial and type(g) is partial:      # (a sum's reduce, its axes bound)
-        return f.func is g.func and f.args == g.args and f.keywords == g.keywords
-    code = getattr(f, "__code__", None)
-    if code is None or code is not getattr(g, "__code__", None) or f.__closure__ is None or g.__closure__ is None:
-        return False
-    for x, y in zip(f.__closure__, g.__closure__):
-        a, b = x.cell_contents, y.cell_contents
-        if a is b:
-            continue
-        if isinstance(a, (np.ndarray, np.generic)) and isinstance(b, (np.ndarray, np.generic)):
-            if not same_value(np.asarray(a), np.asarray(b)):
-                return False
-        elif not same_value(a, b):
-            return False
-    return True
-
-
-def same_value(a, b) -> bool:
-    """Whether two literals of traces are the same value, bit for bit."""
-    if type(a) is not type(b):
-        return False
-    if type(a) is np.ndarray:
-        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
-    if type(a) is float:
-        return _bits(a) == _bits(b)
-    try:
-        return bool(a == b)
-    except Exception:
-        return False
