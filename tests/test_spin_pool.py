@@ -274,7 +274,8 @@ def test_launches_stay_on_the_calling_thread_while_the_spinners_see_a_core_taken
     step's gated launches run their chunks on the calling thread (no round: ``busy_held`` counts them, one
     clock read each) until ``QUIET_NS`` after the sign, then take the pool again; the bits are the pooled ones.
     The clock, the pool's and the kernels' (``workpool.CLOCK_ADDRESS``), is scripted: the first call whose spin
-    sees the gap flips it, the calls after it never wake the worker."""
+    sees the gap flips it (or the spinning worker sees it first, before any call), the calls after it never wake
+    the worker."""
     if (os.cpu_count() or 1) < 2:
         pytest.skip("needs two cores")
     os.environ["JITGRAD_POOL_BUSY_HOLD"] = "1"      # (the test session turns it off: conftest.py)
@@ -298,8 +299,8 @@ def count(n, pause=0.0):
         time.sleep(pause)
     return {"rounds": workpool.rounds() - r0, "held": workpool.busy_held() - h0, "same": same}
 quiet = count(5)
-scripted_clock(2 * spin_pool.GAP_NS)    # every read a gap: the first spin after a round sees its thread descheduled
 before = pool.stats()
+scripted_clock(2 * spin_pool.GAP_NS)    # every read a gap: the next spin sees its thread descheduled
 sign = count(3, 0.002)
 scripted_clock(0)
 held = count(10)
@@ -313,6 +314,7 @@ print(json.dumps({"quiet": quiet, "sign": sign, "busy": delta(before)["busy"], "
         os.environ.pop("NUMBA_NUM_THREADS", None)
     assert out["threads"] == 2
     assert out["quiet"] == {"rounds": 5, "held": 0, "same": True}, out
-    assert out["busy"] >= 1 and out["sign"]["rounds"] == 1 and out["sign"]["held"] == 2, out
+    # the worker, spinning, may see the gap before the first call (all 3 held) or in that call's round (1 pooled)
+    assert out["busy"] >= 1 and out["sign"]["rounds"] <= 1 and out["sign"]["rounds"] + out["sign"]["held"] == 3, out
     assert out["held"] == {"rounds": 0, "held": 10, "same": True}, out
     assert out["again"] == {"rounds": 5, "held": 0, "same": True}, out
