@@ -151,8 +151,10 @@ _RANGES = (ctypes.c_int64 * RANGE_SLOTS)()
 # or spins that keep outlasting their budget) in the last ``spin_pool.QUIET_NS``, gated launches run their chunks
 # on the calling thread (``pool_abi.paced``: one load a launch, a clock read only while the sign stands): a chunk on
 # the taken core would make every round wait for it.  Their global (``jitgrad_wq_busy_until``) is the spin pool's
-# own ``quiet_until``; JITGRAD_POOL_BUSY_HOLD=0 (or ``workqueue``) points it at a zero.  BUSY_HELD counts them.
-BUSY_HOLD = os.environ.get("JITGRAD_POOL_BUSY_HOLD", "1") != "0"
+# own ``quiet_until``; unless JITGRAD_POOL_BUSY_HOLD=1 (or with ``workqueue``) it points at a zero.  BUSY_HELD counts
+# them.  Off by default: on a quiet machine the spinners' miss sign fires too (spins outlasting their budget in a
+# step's serial stretches), and holding then made B9 at 2 threads 17 -> 31 ms and B11 hold all 28 launches a step.
+BUSY_HOLD = os.environ.get("JITGRAD_POOL_BUSY_HOLD", "0") == "1"
 _NOT_BUSY = ctypes.c_int64(0)
 _BUSY_HELD = ctypes.c_int64(0)
 # the pacer's state and counters (see the module docstring): gated launches read PACE at every call
