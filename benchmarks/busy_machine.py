@@ -138,14 +138,14 @@ def stop_hogs(procs):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("workloads", nargs="*", default=["b1", "b2"],
-                    help="b1, b2 (compiled), b1e, b5e (eager B1, eager B5)")
+                    help="b1, b2, b9, b11 (compiled), b1e, b5e (eager B1, eager B5)")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--hogs", type=int, default=1)
     ap.add_argument("--pin-hog", action="store_true")
     a = ap.parse_args(argv)
-    bad = set(a.workloads) - {"b1", "b2", "b1e", "b5e"}
+    bad = set(a.workloads) - {"b1", "b2", "b9", "b11", "b1e", "b5e"}
     if bad:
-        ap.error(f"unknown workloads {sorted(bad)}: choose from b1, b2, b1e, b5e")
+        ap.error(f"unknown workloads {sorted(bad)}: choose from b1, b2, b9, b11, b1e, b5e")
     busy = others_cpu()
     print(f"CPUs other processes used in the last second: {busy:.2f} of {os.cpu_count()}"
           + ("  (NOT QUIET: the quiet figures below are not quiet)" if busy > 0.1 else ""), flush=True)
