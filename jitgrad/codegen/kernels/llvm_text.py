@@ -294,5 +294,20 @@ class Builder:
         self.position_at_end(end)
 
 
+def for_loop(b, fn, slot, label, init, cond, body, step):
+    """``for (*slot = init; cond(*slot); *slot = step(*slot)) body(*slot)`` at builder ``b``, in blocks of ``fn``
+    named ``label.format("_head")`` (``_body``, ``_done``); ``slot``: an i64 alloca; values are i64."""
+    head, inner, done = (fn.block(label.format(x)) for x in ("_head", "_body", "_done"))
+    b.store(I64, init, slot)
+    b.branch(head)
+    b.position_at_end(head)
+    b.cbranch(cond(b.load(I64, slot)), inner, done)
+    b.position_at_end(inner)
+    body(b.load(I64, slot))
+    b.store(I64, step(b.load(I64, slot)), slot)
+    b.branch(head)
+    b.position_at_end(done)
+
+
 __all__ = ["Module", "Function", "Block", "Builder", "const", "VOID", "I1", "I8", "I32", "I64", "FLOAT", "DOUBLE",
-           "PTR", "TRUE", "FALSE"]
+           "PTR", "TRUE", "FALSE", "for_loop"]

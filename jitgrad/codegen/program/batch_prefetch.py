@@ -16,7 +16,7 @@ The block's slot after the last entry's size holds the item size to prefetch wit
 """
 from __future__ import annotations
 
-from ..kernels.llvm_text import I1, I8, I32, I64, PTR, VOID
+from ..kernels.llvm_text import I1, I8, I32, I64, PTR, VOID, for_loop
 
 LINE = 64               # bytes a prefetch fetches
 MAX_LINES = 2048        # 128 KiB of operands: more is not "small", and would crowd out the current product's lines
@@ -56,27 +56,13 @@ def prefetch_next(b, fn, slots, args, addrs, item):
             def column(c, base=base, stride=stride, length=length, write=write):
                 start = b.op("add", I64, base, b.op("mul", I64, c, stride))
                 end = b.op("add", I64, start, length)
-                _loop(b, fn, slots[1], "pf_line{}", b.op("and", I64, start, str(-LINE)),
+                for_loop(b, fn, slots[1], "pf_line{}", b.op("and", I64, start, str(-LINE)),
                       lambda a: b.icmp("slt", I64, a, end),
                       lambda a: b.call(VOID, pf, [f"ptr {b.cast('inttoptr', I64, a, PTR)}", f"i32 {write}", "i32 3",
                                                   "i32 1"]),
                       lambda a: b.op("add", I64, a, str(LINE)))
-            _loop(b, fn, slots[0], "pf_col{}", "0", lambda c, cols=cols: b.icmp("slt", I64, c, cols), column,
+            for_loop(b, fn, slots[0], "pf_col{}", "0", lambda c, cols=cols: b.icmp("slt", I64, c, cols), column,
                   lambda c: b.op("add", I64, c, "1"))
-
-
-def _loop(b, fn, slot, label, init, cond, body, step):
-    """``for (*slot = init; cond(*slot); *slot = step(*slot)) body(*slot)`` in blocks of ``fn`` named ``label``."""
-    head, inner, done = (fn.block(label.format(x)) for x in ("_head", "_body", "_done"))
-    b.store(I64, init, slot)
-    b.branch(head)
-    b.position_at_end(head)
-    b.cbranch(cond(b.load(I64, slot)), inner, done)
-    b.position_at_end(inner)
-    body(b.load(I64, slot))
-    b.store(I64, step(b.load(I64, slot)), slot)
-    b.branch(head)
-    b.position_at_end(done)
 
 
 __all__ = ["prefetch_next", "LINE", "MAX_LINES", "SLOT"]

@@ -29,9 +29,9 @@ import numpy as np
 
 from ...ir.ops.blas import BLAS_THREADED_MACS
 from ..kernels import llvm_text as T, pool_abi
-from ..kernels.llvm_text import I1, I64, PTR, VOID
+from ..kernels.llvm_text import I1, I64, PTR, VOID, for_loop
 from . import round_groups
-from .entry_gemms import gemm_batch, gemm_batch_on_pool, for_loop
+from .entry_gemms import gemm_batch, gemm_batch_on_pool
 from .output_pool import MIN_BYTES, take as take_by_shape
 
 TUPLE_ITEMS = 3 * ctypes.sizeof(ctypes.c_void_p)     # PyTupleObject: refcnt, type, size, then ob_item[]

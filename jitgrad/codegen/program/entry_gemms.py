@@ -8,22 +8,7 @@ from __future__ import annotations
 from ...ir.ops.blas import BLAS_THREADED_MACS
 from ..kernels import llvm_text as T, pool_abi
 from . import batch_prefetch
-from ..kernels.llvm_text import DOUBLE, I1, I32, I64, PTR, VOID
-
-
-def for_loop(b, fn, slot, label, init, cond, body, step):
-    """``for (*slot = init; cond(*slot); *slot = step(*slot)) body(*slot)`` at ``b``, in blocks of ``fn`` named
-    ``label.format("_head")`` (``_body``, ``_done``)."""
-    head, inner, done = (fn.block(label.format(x)) for x in ("_head", "_body", "_done"))
-    b.store(I64, init, slot)
-    b.branch(head)
-    b.position_at_end(head)
-    b.cbranch(cond(b.load(I64, slot)), inner, done)
-    b.position_at_end(inner)
-    body(b.load(I64, slot))
-    b.store(I64, step(b.load(I64, slot)), slot)
-    b.branch(head)
-    b.position_at_end(done)
+from ..kernels.llvm_text import DOUBLE, I1, I32, I64, PTR, VOID, for_loop
 
 
 def _ops_on(b, p):
@@ -245,4 +230,4 @@ def gemm_batch_on_pool(b, ab, fn, p, gemm_addr, n, gated=False, bounded=True):
     pool_abi.launch(b, mod, pooled, takes, pace, work, on_pool, on_caller, ab)
 
 
-__all__ = ["for_loop", "gemm_batch", "gemm_batch_on_pool"]
+__all__ = ["gemm_batch", "gemm_batch_on_pool"]
