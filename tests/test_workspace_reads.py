@@ -25,7 +25,8 @@ def _poison(byte):
     """Fill every compiled graph's workspace with ``byte``; returns the workspaces."""
     out = []
     for o in gc.get_objects():
-        if isinstance(o, cpu.CompiledGraph) and getattr(o, "_ws", None) is not None:
+        # (type(), not isinstance: gc's objects include weak proxies whose referent may be gone)
+        if type(o) is cpu.CompiledGraph and getattr(o, "_ws", None) is not None:
             o._ws.fill(byte)
             out.append(o._ws)
     return out
