@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -27,6 +26,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 os.environ.setdefault("JITGRAD_BUILD_FORKS", "0")
 STEPS = 3
+
+from render_counts import callgrind_ctl, count_phase  # noqa: E402
 
 
 def workload(which):
@@ -102,8 +103,7 @@ def main():
             if per_kernel:      # one dump per kernel's build
                 ctl("-d", f"llvm_{q}_{key[:12]}_{text.count(chr(10) + '  ')}")
 
-    def ctl(*a):
-        subprocess.run(["callgrind_control", *a, str(os.getpid())], check=True, capture_output=True)
+    ctl = callgrind_ctl
     per_kernel = under_callgrind and os.environ.get("PER_KERNEL") == "1"
 
     def phase_steps():
@@ -122,22 +122,7 @@ def main():
     for name, phase in phases:
         if phase is None:
             phase = o3_steps()
-        if under_callgrind:
-            ctl("-z")
-            ctl("-i", "on")
-            phase()
-            ctl("-i", "off")
-            ctl("-d", name)
-            continue
-        calls = [0]
-
-        def prof(frame, event, arg):
-            if event == "call":
-                calls[0] += 1
-        sys.setprofile(prof)
-        phase()
-        sys.setprofile(None)
-        out[name + "_python_calls"] = calls[0]
+        count_phase(out, name, phase, under_callgrind)
     out["steps"] = STEPS
     if os.environ.get("KERNEL_MAP"):
         from jitgrad.codegen.native import build

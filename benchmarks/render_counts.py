@@ -24,6 +24,32 @@ sys.path.insert(0, HERE)
 os.environ.setdefault("JITGRAD_BUILD_FORKS", "0")       # every kernel and entry rendered in this process
 
 
+def callgrind_ctl(*a):
+    """``callgrind_control`` on this process (``-z`` zero, ``-i on|off`` collect, ``-d NAME`` dump)."""
+    subprocess.run(["callgrind_control", *a, str(os.getpid())], check=True, capture_output=True)
+
+
+def count_phase(out, name, phase, under_callgrind):
+    """Run ``phase()`` once, counted: under callgrind its instructions alone, dumped as ``name``; otherwise its
+    Python calls, into ``out[name + "_python_calls"]``."""
+    if under_callgrind:
+        callgrind_ctl("-z")
+        callgrind_ctl("-i", "on")
+        phase()
+        callgrind_ctl("-i", "off")
+        callgrind_ctl("-d", name)
+        return
+    calls = [0]
+
+    def prof(frame, event, arg):
+        if event == "call":
+            calls[0] += 1
+    sys.setprofile(prof)
+    phase()
+    sys.setprofile(None)
+    out[name + "_python_calls"] = calls[0]
+
+
 class Recorder:
     """Records the arguments of every kernel and entry rendering while a build runs (wraps the two functions for
     the build's duration, then puts them back)."""
@@ -103,24 +129,7 @@ def main():
            "kernel_text_bytes": sum(len(t) for _, t in texts), "entry_text_bytes": sum(len(t) for t in etexts)}
     for name, phase in (("render", render), ("quick_llvm", quick_llvm), ("entry_render", entry_render),
                         ("entry_llvm", entry_llvm)):
-        if under_callgrind:
-            def ctl(*a):
-                subprocess.run(["callgrind_control", *a, str(os.getpid())], check=True, capture_output=True)
-            ctl("-z")
-            ctl("-i", "on")
-            phase()
-            ctl("-i", "off")
-            ctl("-d", name)
-            continue
-        calls = [0]
-
-        def prof(frame, event, arg):
-            if event == "call":
-                calls[0] += 1
-        sys.setprofile(prof)
-        phase()
-        sys.setprofile(None)
-        out[name + "_python_calls"] = calls[0]
+        count_phase(out, name, phase, under_callgrind)
     print("RESULT " + json.dumps(out))
 
 

@@ -48,13 +48,11 @@ def is_llvm(text: str) -> bool:
     return text.startswith(ir_loops.HEADER)
 
 
-def compile_text(key: str, source: str, kir: ki.KernelIR | None = None) -> str:
-    """What compiles kernel ``source`` (keyed ``key``; its IR ``kir``, else the one registered for ``source``):
-    its LLVM IR text when this renderer lowers its IR, else ``source`` itself (Numba compiles it)."""
-    if is_llvm(source):
-        return source
+def _rendered(texts: dict, key: str, source: str, kir, render, fallback):
+    """``render(kir)`` of kernel ``source`` (its IR ``kir``, else the one registered), cached in ``texts`` by
+    ``key``; ``source`` itself when no IR is known, ``fallback()`` when the renderer refuses the IR."""
     with _lock:
-        text = _TEXTS.get(key)
+        text = texts.get(key)
     if text is not None:
         return text
     if kir is None:
@@ -62,14 +60,22 @@ def compile_text(key: str, source: str, kir: ki.KernelIR | None = None) -> str:
     if kir is None:
         return source
     try:
-        text = ir_loops.render(kir, key)
+        text = render(kir)
     except ir_loops.Unsupported:
-        return source
+        return fallback(kir)
     with _lock:
-        if len(_TEXTS) > 512:
-            _TEXTS.clear()
-        _TEXTS[key] = text
+        if len(texts) > 512:
+            texts.clear()
+        texts[key] = text
     return text
+
+
+def compile_text(key: str, source: str, kir: ki.KernelIR | None = None) -> str:
+    """What compiles kernel ``source`` (keyed ``key``; its IR ``kir``, else the one registered for ``source``):
+    its LLVM IR text when this renderer lowers its IR, else ``source`` itself (Numba compiles it)."""
+    if is_llvm(source):
+        return source
+    return _rendered(_TEXTS, key, source, kir, lambda k: ir_loops.render(k, key), lambda k: source)
 
 
 def quick_text(key: str, source: str, kir: ki.KernelIR | None = None) -> str:
@@ -79,10 +85,8 @@ def quick_text(key: str, source: str, kir: ki.KernelIR | None = None) -> str:
     bits = vector_bits()
     if is_llvm(source) or not bits:
         return compile_text(key, source, kir)
-    with _lock:
-        text = _QUICK_TEXTS.get(key)
-    if text is not None:
-        return text
+    return _rendered(_QUICK_TEXTS, key, source, kir, lambda k: vector_loops.render(k, key, bits),
+                     lambda k: compile_text(key, source, k))
     if kir is None:
         kir = _IRS.get(source)
     if kir is None:
