@@ -21,23 +21,9 @@ import jitgrad.nn.functional as F
 from jitgrad.runtime import dispatch
 from jitgrad.runtime.backward import pullback_plans
 from test_eager_overhead import _count
+from test_symbolic_shapes import _lm_step
 
 V, C, B = 64, 32, 8
-
-
-def _lm():
-    jg.manual_seed(0)
-    emb, lin = jg.nn.Embedding(V, C), jg.nn.Linear(C, V)
-    opt = jg.optim.Adam(list(emb.parameters()) + list(lin.parameters()), lr=1e-2)
-
-    def step(idx, tgt):
-        opt.zero_grad()
-        b, t = idx.shape
-        loss = F.cross_entropy(lin(emb(idx)).view(b * t, V), tgt.view(b * t))
-        loss.backward()
-        opt.step()
-        return loss.detach()
-    return step
 
 
 def _batch(t, seed):
@@ -47,7 +33,7 @@ def _batch(t, seed):
 
 def test_a_new_length_costs_at_most_three_repeated_steps_and_traces_no_rule(sync):
     pullback_plans._PLANS.clear()
-    step = _lm()
+    step = _lm_step(V, C)
     for t in range(11, 21):         # (no length equal to the batch or a width: one form)
         step(*_batch(t, t))
     for t in range(21, 26):
