@@ -197,12 +197,20 @@ def _hvp_rev_rev(f, ps, ts):
     return jf.grad(lambda *p: sum((gi * vi).sum() for gi, vi in zip(g(*p), ts)), argnums=tuple(range(6)))(*ps)
 
 
+def _no_background_builds():
+    """Wait for the build thread to go idle: tracemalloc counts every thread's allocations, and a build an earlier
+    test queued in this process renders its LLVM text (hundreds of kB of Python strings) while a peak is taken."""
+    from jitgrad.codegen.native import build_thread
+    assert build_thread.wait_background(300)
+
+
 def _peak_bytes(fn):
     """Peak bytes allocated while ``fn()`` runs, the cycle collector off: values kept alive only by reference
     cycles count until the call returns, as they do whenever the collector does not happen to run."""
     import gc
     import tracemalloc
     fn()
+    _no_background_builds()
     gc.collect()
     gc.disable()
     tracemalloc.start()
@@ -280,6 +288,7 @@ def test_eager_matmul_jvp_in_a_plain_backward_makes_one_array():
         dx, dy = fwAD.make_dual(x, tx), fwAD.make_dual(y, ty)
         dx @ dy
         with jg.no_grad():
+            _no_background_builds()
             tracemalloc.start()
             try:
                 out = dx @ dy
