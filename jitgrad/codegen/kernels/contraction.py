@@ -20,6 +20,7 @@ from . import kernel_ir as ki
 
 # operands that no build fuses into a sum anyway: nothing to fence
 _PLAIN = ("const", "var", "load", "param")
+_CARRIED = (True, None)
 
 
 def fences(loop: ki.For) -> dict:
@@ -32,20 +33,49 @@ def fences(loop: ki.For) -> dict:
     _assigned_below(loop.body, inner, top=True)
     assigned = inner | {st.var for st in loop.body if isinstance(st, ki.Assign)}
     lv = loop.var
+    memo = {}           # id(value) -> whether it varies, for one statement (its variables' states are fixed there)
+
+    def varies(x):      # (one call a value: rendering counts its Python calls)
+        got = memo.get(id(x))
+        if got is not None:
+            return got
+        op = x.op
+        if op == "const":
+            r = False
+        elif op == "var":
+            v = x.attr
+            # (a variable of the body not assigned yet is carried from the previous iteration)
+            r = v is lv or v in inner or (v in assigned and own.get(v, _CARRIED)[0])
+        else:
+            r = False
+            for a in x.args:
+                if varies(a):
+                    r = True
+            if r and op == "bin" and x.attr in ("+", "-") and x.t in ki.FLOATS:
+                at = [j for j, a in enumerate(x.args) if not memo[id(a)] and _computed(a, own)]
+                if at:
+                    out[id(x)] = at
+        memo[id(x)] = r
+        return r
 
     def walk(stmts):
         for st in stmts:
-            if isinstance(st, ki.For):
-                continue
-            if isinstance(st, ki.If):
-                _mark(st.cond, out, own, assigned, inner, lv)
+            memo.clear()
+            if isinstance(st, ki.Assign):
+                r = varies(st.value)
+                if st.var not in inner:
+                    own[st.var] = (r, st.value)
+            elif isinstance(st, ki.Store):
+                varies(st.ptr)
+                varies(st.idx)
+                varies(st.value)
+            elif isinstance(st, ki.If):
+                varies(st.cond)
                 walk(st.then)
                 walk(st.orelse)
-                continue
-            for top in ki.statement_values([st]):
-                _mark(top, out, own, assigned, inner, lv)
-            if isinstance(st, ki.Assign) and st.var not in inner:
-                own[st.var] = (_varies(st.value, {}, own, assigned, inner, lv), st.value)
+            elif not isinstance(st, (ki.For, ki.Comment)):
+                for top in ki.statement_values([st]):
+                    varies(top)
     walk(loop.body)
     return out
 
@@ -70,38 +100,13 @@ def _assigned_below(stmts, into, top):
             _assigned_below(st.orelse, into, False)
 
 
-def _varies(x, memo, own, assigned, inner, lv) -> bool:
-    got = memo.get(id(x))
-    if got is not None:
-        return got
-    if x.op == "const":
-        r = False
-    elif x.op == "var":
-        v = x.attr
-        # (a variable of the body not assigned yet is carried from the previous iteration)
-        r = v is lv or v in inner or (v in assigned and own.get(v, (True,))[0])
-    else:
-        r = any(_varies(a, memo, own, assigned, inner, lv) for a in x.args)
-    memo[id(x)] = r
-    return r
-
-
 def _computed(x, own) -> bool:
     """Whether ``x`` is computed in the body (through its temporaries): an operation a sum could fuse with."""
-    while x.op == "var" and x.attr in own:
+    for _ in range(len(own)):          # (bounded: ``t = t`` would not end)
+        if x.op != "var" or x.attr not in own:
+            break
         x = own[x.attr][1]
     return x.op not in _PLAIN
-
-
-def _mark(top, out, own, assigned, inner, lv):
-    memo = {}
-    for x in ki.walk_values(top):
-        if x.op == "bin" and x.attr in ("+", "-") and x.t in ki.FLOATS \
-                and _varies(x, memo, own, assigned, inner, lv):
-            at = [j for j, a in enumerate(x.args)
-                  if not _varies(a, memo, own, assigned, inner, lv) and _computed(a, own)]
-            if at:
-                out[id(x)] = at
 
 
 __all__ = ["fences", "fence"]
