@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 
-from . import chunk_checks, ir_claims, kernel_ir as ki, llvm_text as T, pool_abi
+from . import chunk_checks, contraction, ir_claims, kernel_ir as ki, llvm_text as T, pool_abi
 
 
 class Unsupported(Exception):
@@ -107,6 +107,8 @@ class _Renderer:
         self.module = T.Module(name)
         self._tables = {}
         self._loop_md = {}
+        self._fences = {}       # id(sum) -> operands fenced from contraction in the loop being rendered (contraction.py)
+        self._fences_of = {}    # id(loop) -> its fences (the first tier renders a loop twice: vector, then scalar)
         self._start_function(name, [T.PTR])
 
     def _start_function(self, name, arg_types, linkage=""):
@@ -338,7 +340,9 @@ class _Renderer:
         for outer in self._loops:
             outer[1] = False                # it contains this loop: not innermost
         self._loops.append([head, True, []])
+        outer_fences = self.enter_fences(s)
         self.block(s.body)
+        self._fences = outer_fences
         if not b.block.terminated:
             b.branch(head)
             self._loops[-1][2].append((b.lines, len(b.lines) - 1))
@@ -348,6 +352,13 @@ class _Renderer:
             for lines, k in back_edges:
                 lines[k] += md
         b.position_at_end(done)
+
+    def enter_fences(self, s: ki.For) -> dict:
+        """Make loop ``s``'s fences (``contraction.fences``) the active ones; returns those they replace."""
+        if id(s) not in self._fences_of:        # (s kept with them: its id stays its own)
+            self._fences_of[id(s)] = (s, contraction.fences(s))
+        outer, self._fences = self._fences, self._fences_of[id(s)][1]
+        return outer
 
     def _loop_id(self, count: int) -> str:
         """``, !llvm.loop !N``: a distinct loop ID asking LLVM to interleave ``count`` times (one per module)."""
@@ -475,6 +486,9 @@ class _Renderer:
             f = _FLOAT_BIN.get(op)
             if f is None:
                 raise Unsupported(f"float {op}")
+            fenced = self._fences.get(id(x))
+            if fenced:          # an operand the loop does not vary: never fused into this sum (contraction.py)
+                args = [contraction.fence(self.module, self.b, lt, a) if j in fenced else a for j, a in enumerate(args)]
             return self.b.op(f, lt, args[0], args[1], _flags(x.fm))
         if op in ("//", "%"):
             if t != ki.I64:
