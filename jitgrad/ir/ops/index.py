@@ -182,7 +182,7 @@ def index_range_error(shape, spec, idx) -> IndexError | None:
         a = np.asarray(idx[k])
         if not shapes[k] and not -sizes[k] <= int(a) < sizes[k]:
             return IndexError(f"index {int(a)} is out of bounds for dimension "
-                                f"{index_dim(spec, shapes, k)} with size {sizes[k]}")
+                              f"{index_dim(spec, shapes, k)} with size {sizes[k]}")
     ks = [k for k in order if shapes[k]]
     if not ks:
         return None
@@ -195,7 +195,7 @@ def index_range_error(shape, spec, idx) -> IndexError | None:
     j = int(np.argmax(bad[:, at]))
     k = ks[j]
     return IndexError(f"index {int(arrays[j].reshape(-1)[at])} is out of bounds for dimension "
-                        f"{index_dim(spec, shapes, k)} with size {sizes[k]}")
+                      f"{index_dim(spec, shapes, k)} with size {sizes[k]}")
 
 
 def single_tensor_axis(spec, ndim: int, n_index: int):
