@@ -99,6 +99,22 @@ def test_ctx_copies_every_slot():
     assert graph_walk.ctx(node, {}) is node and graph_walk.ctx(node, None) is node
 
 
+def test_ctx_copies_a_slot_added_later():
+    """The copy is rendered from the node's class: a slot added (here by a subclass) is copied too."""
+    class Wider(Node):
+        __slots__ = ("extra",)
+    x = jg.tensor(np.ones((2, 3)), requires_grad=True)
+    W = jg.tensor(np.ones((3, 2)), requires_grad=True)
+    node = (x @ W).grad_fn
+    wide = object.__new__(Wider)
+    for s in Node.__slots__:
+        if s != "__weakref__":
+            setattr(wide, s, getattr(node, s))
+    wide.extra = marker = object()
+    c = graph_walk.ctx(wide, {wide: (False, True)})
+    assert type(c) is Wider and c.extra is marker and c.op is node.op and c.needs_grad == (False, True)
+
+
 def test_b3_gradgradcheck():
     rng = np.random.default_rng(3)
     x = jg.tensor(rng.standard_normal((4, 3)), requires_grad=True)
