@@ -11,19 +11,17 @@ Two kinds of function are rendered from it and compiled (``compile``, once per d
 
 Both are built from the same fragments below (an input's edge, the node's slots, the inputs and output it saves, the
 walk to the user's line), so a node has one source whichever path made it; ``tests/test_flat_bind.py`` compares the
-two paths' nodes field by field.  A made function's text is kept in ``linecache`` and in a file (``_on_disk``), under
-a name inside the package, so tracebacks and ``inspect.getsource`` show it and the walk to the user's line skips it
-as jitgrad's own code.  ``python -m jitgrad entry add 2`` prints an op's entry; ``python -m jitgrad entry record`` prints ``_record``.
+two paths' nodes field by field.  A made function's text is kept in ``linecache`` under a file name inside the
+package, so tracebacks and ``inspect.getsource`` show it and the walk to the user's line skips it as jitgrad's own
+code.  ``python -m jitgrad entry add 2`` prints an op's entry; ``python -m jitgrad entry record`` prints ``_record``.
 
 This module renders and compiles text only: the names the text reads are the globals of the module that makes the
 function (``make``), so it imports nothing of jitgrad.
 """
 from __future__ import annotations
 
-import hashlib
 import linecache
 import os
-import re
 from types import CodeType, FunctionType
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -418,9 +416,7 @@ def make(text: str, name: str, namespace: dict, label: str):
     hit = _CODES.get(text)
     if hit is None:
         # (a name inside the package: the frame walks that look for the user's line skip it as jitgrad's own)
-        base = re.sub(r"[^\w ,;=+.-]", "", label)
-        filename = os.path.join(_HERE, "generated", f"{base} {hashlib.sha1(text.encode()).hexdigest()[:8]}.src")
-        _on_disk(filename, text)
+        filename = os.path.join(_HERE, f"<generated {label}>")
         hit = _CODES[text] = (filename, compile(text, filename, "exec", dont_inherit=True))
         SOURCES[filename] = text
     filename, module = hit
@@ -428,27 +424,6 @@ def make(text: str, name: str, namespace: dict, label: str):
     linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
     code = next(c for c in module.co_consts if type(c) is CodeType and c.co_name == name)
     return FunctionType(code, namespace, name)
-
-
-def _on_disk(filename: str, text: str) -> None:
-    """``text`` in the file ``filename`` (once a process per text; rewritten only when it differs): CPython 3.11's
-    default traceback printer (an uncaught exception in a script) reads a frame's line from its file on disk, never
-    from ``linecache``.  A read-only install keeps no file: ``traceback``, IPython and ``inspect`` still read the
-    ``linecache`` entry."""
-    try:
-        with open(filename, encoding="utf-8") as f:
-            if f.read() == text:
-                return
-    except OSError:
-        pass
-    try:
-        os.makedirs(os.path.dirname(filename), exist_ok=True)
-        tmp = f"{filename}.{os.getpid()}.tmp"       # (written whole, then renamed: processes may race)
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, filename)
-    except OSError:
-        pass
 
 
 def source_of(fn) -> str | None:
