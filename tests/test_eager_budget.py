@@ -62,6 +62,10 @@ OP_BUDGETS = [
     ("matmul with grad", lambda x, y, w: lambda: x @ y, (3, 10)),
     ("sum of every element, with grad (12 Python calls when it was not flat)", lambda x, y, w: lambda: x.sum(),
      (4, 10)),
+    ("mean of every element, with grad (14 Python calls when its sum took bind)", lambda x, y, w: lambda: x.mean(),
+     (13, 24)),
+    ("norm over a dim, with grad (16 with np.sum's wrapper and bind)", lambda x, y, w: lambda: x.norm(dim=1),
+     (11, 19)),
     ("basic index (slice)", lambda x, y, w: lambda: y[2:5], (4, 6)),
     ("basic index (int), with grad", lambda x, y, w: lambda: x[3], (5, 12)),
 ]

@@ -70,6 +70,7 @@ CASES = [
     ("gelu", lambda x: F.gelu(x, approximate="tanh"), 1),
     ("gelu_backward", _gelu_backward, 2),
     ("tanh_backward", lambda g, y: dispatch.bind(OPS["tanh_backward"], g, y), 2),
+    ("tanh", lambda x: jg.tanh(x), 1),
 ]
 
 

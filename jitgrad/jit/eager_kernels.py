@@ -475,6 +475,7 @@ if hasattr(os, "register_at_fork"):
 published("OpDef.eager_kernel", name="gelu")(elementwise_chooser("gelu"))
 published("OpDef.eager_kernel", name="gelu_backward")(elementwise_chooser("gelu_backward"))
 published("OpDef.eager_kernel", name="tanh_backward")(elementwise_chooser("tanh_backward"))
+published("OpDef.eager_kernel", name="tanh")(elementwise_chooser("tanh"))
 published("OpDef.eager_kernel", name="add")(pooled_chooser("add"))
 published("OpDef.eager_kernel", name="sub")(pooled_chooser("sub"))
 published("OpDef.eager_kernel", name="mul")(pooled_chooser("mul"))
