@@ -20,10 +20,12 @@ thread's own ``schedstat`` file (opened once per thread, found again by its thre
 worker started again or a forked child's, reopens it) and a ``gettid``.  Over the window since its last sample a
 thread is *crowded* when it waited at least 1/``SHARE`` of the window (``SHARE`` 4: a quarter; one spinning
 process on its core makes it about a half) and its waits averaged at least ``MIN_WAIT_NS`` (a slice, not a
-wake-up: a sleeping pool's threads wait for every wake-up, so a mean of microseconds is a quiet machine's, and
-so the sign, once up, does not hold itself up).  A crowded sample sets ``quiet_until`` to ``QUIET_NS`` later
-(``stats()['busy']`` counts it): waits sleep at once until then, and the busy rule (``workpool.BUSY_HOLD``)
-keeps gated launches on the calling thread.  So a long serial stretch alone, however many spins it makes run
+wake-up: a pool that sleeps at every wait makes its threads wait for every wake-up, tens of microseconds here,
+which is a quiet machine's).  A crowded sample sets ``quiet_until`` to ``QUIET_NS`` later (``stats()['busy']``
+counts it): waits sleep at once until then, and the busy rule (``workpool.BUSY_HOLD``) keeps gated launches on
+the calling thread.  Samples taken while the sign stands only move the window: a sleeping pool's wake-ups (on a
+virtual machine whose idle cores wake slowly, maybe a slice's length) must not hold the sign up, so it lapses
+and the next windows, spinning again, judge afresh.  So a long serial stretch alone, however many spins it makes run
 out, never raises it; a thread whose core is shared does, within one or two windows.
 
 Where the file is missing or unreadable (no ``/proc``, a kernel without ``CONFIG_SCHED_INFO``) samples read
@@ -190,7 +192,10 @@ got:
   store i64 %runs, ptr %ln
   %fresh = icmp ne i32 %r, 0
   %first = icmp eq i64 %t0, 0
-  %base = or i1 %fresh, %first
+  %until0 = load atomic i64, ptr @jitgrad_pool_quiet_until monotonic, align 8
+  %standing = icmp slt i64 %now, %until0
+  %b1 = or i1 %fresh, %first
+  %base = or i1 %b1, %standing
   br i1 %base, label %out, label %judge
 judge:
   %window = sub i64 %now, %t0
