@@ -14,7 +14,7 @@ import jitgrad as jg
 import jitgrad.nn.functional as F
 from jitgrad.codegen.native import build
 from jitgrad.codegen.kernels.loops import PARALLEL_MIN
-from jitgrad.codegen.native.workpool import PARALLEL_GRAIN
+from jitgrad.codegen.native.workpool import EAGER_PARALLEL_GRAIN
 from jitgrad.ir.ops import OPS
 from jitgrad.jit import eager_kernels as ek
 from jitgrad.jit import graph_code
@@ -77,7 +77,7 @@ CASES = [
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_native_gives_the_compiled_kernels_bits(sync, case, dtype):
     name, fn, nin = CASES[case]
-    for n in (MIN, MIN + 1, PARALLEL_GRAIN - 1, PARALLEL_GRAIN + 3):
+    for n in (MIN, MIN + 1, EAGER_PARALLEL_GRAIN - 1, EAGER_PARALLEL_GRAIN + 3):
         x, g = _inputs(n, dtype, seed=n)
         arrays = (g, x) if nin == 2 else (x,)
         with np.errstate(all="ignore"):
