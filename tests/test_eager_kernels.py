@@ -75,7 +75,7 @@ CASES = [
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("case", range(len(CASES)))
-def test_native_gives_the_compiled_kernels_bits(sync, case, dtype):
+def test_native_gives_the_compiled_kernels_bits(sync, high_thresholds, case, dtype):
     name, fn, nin = CASES[case]
     for n in (MIN, MIN + 1, EAGER_PARALLEL_GRAIN - 1, EAGER_PARALLEL_GRAIN + 3):
         x, g = _inputs(n, dtype, seed=n)
@@ -119,7 +119,7 @@ def _row_inputs(shape, dtype, seed=0):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("case", range(len(ROW_CASES)))
-def test_row_kernels_give_the_compiled_kernels_bits(sync, case, dtype):
+def test_row_kernels_give_the_compiled_kernels_bits(sync, high_thresholds, case, dtype):
     name, fn, nin, impl_params = ROW_CASES[case]
     for shape in ((MIN // 64, 64), (16, 4, 64, 64), (7, MIN // 7 + 1), (3 * MIN + 1,)):
         x, g = _row_inputs(shape, dtype, seed=len(shape))
