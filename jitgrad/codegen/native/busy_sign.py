@@ -3,9 +3,10 @@
 A spinning pool (``spin_pool.py``) must stop spinning when a core is taken: a spinner then takes half a core from
 the thread it waits for.  What says so is the time a pool thread was *runnable but not running*: Linux counts it
 per thread (``/proc/thread-self/schedstat``: time on a core, time waiting in the run queue, times run).  Sharing a
-core with a process that spins, a thread waits about half the time, in slices of milliseconds (counted on this
-2-core host, a 1 s spin: 55% of the wall time waiting, 3.4 ms a wait, against 3% and 0.2 ms with only the other
-users' short tasks); on a quiet machine it waits only for a wake-up (microseconds), whatever the step does.
+core with a process that spins, a thread waits about half the time, in slices of milliseconds (read on this
+2-core host, a thread spinning 1 s: pinned with a spinning process, 55% of the wall time waiting, 4.4 ms a wait;
+beside other users' short tasks, 3% and 0.2 ms; the number of involuntary switches, ~150, was the same in both,
+so it is no sign); on a quiet machine it waits only for a wake-up (microseconds), whatever the step does.
 
 What this sign replaces did not tell them apart: a spin that outlasted its budget ("spins run out") counted as a
 busy core whether the wait was long because a core was taken or because the step had a long serial stretch (a
