@@ -29,8 +29,8 @@ from ..native import llvm_build
 
 # the kernel IR's generators: a change to what they build changes every kernel's text, hence its key
 GENERATOR_VERSION = 2       # 2: parallel loops take the pool by their work per call (For.gate)
-PARALLEL_MIN = 1 << 20      # elements from which every loop takes the pool at the default threshold (each element
-                            # costs at least layout.MIN_ELEMENT_COST: workpool.PARALLEL_WORK / 8)
+PARALLEL_MIN = 1 << 20      # elements from which every loop takes the pool at any threshold up to 2^23 (the eager
+                            # kernels'; each element costs at least layout.MIN_ELEMENT_COST: 2^23 / 8)
 FASTMATH = set(ki.KERNEL_FASTMATH)     # never nnan/ninf: NaN checks must survive
 
 # elementwise ops whose scalar body also takes the element's row-major index in the iteration space (the random
