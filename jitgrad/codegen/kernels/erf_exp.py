@@ -88,8 +88,22 @@ class _Block:
 
 def share_exp(kir: ki.KernelIR) -> int:
     """Rewrite ``kir`` in place (see the module docstring); returns how many erfs now take a kernel's exp."""
+    if not _has_erf(kir.body):
+        return 0            # (most kernels: no walk over their statements)
     counts = _assign_counts(kir.body, {})
     return _rewrite(kir.body, lambda v: counts.get(v) == 1)
+
+
+def _is_erf(s) -> bool:
+    return isinstance(s, ki.Assign) and s.value.op == "math" and s.value.attr[0] == "erf"
+
+
+def _has_erf(stmts) -> bool:
+    for s in stmts:
+        if _is_erf(s) or (isinstance(s, (ki.For, ki.Claim)) and _has_erf(s.body)) \
+                or (isinstance(s, ki.If) and (_has_erf(s.then) or _has_erf(s.orelse))):
+            return True
+    return False
 
 
 def _rewrite(stmts, once) -> int:
@@ -101,11 +115,10 @@ def _rewrite(stmts, once) -> int:
             done += _rewrite(s.then, once) + _rewrite(s.orelse, once)
         elif isinstance(s, ki.Claim):
             done += _rewrite(s.body, once)
-    b = _Block(stmts, once)
-    for s in list(stmts):
-        v = s.value if isinstance(s, ki.Assign) else None
-        if v is None or v.op != "math" or v.attr[0] != "erf":
-            continue
+    erfs = [s for s in stmts if _is_erf(s)]
+    b = _Block(stmts, once) if erfs else None
+    for s in erfs:
+        v = s.value
         u, prec = v.args[0], v.attr[1]
         if not _stable(u, once):
             continue
