@@ -19,7 +19,7 @@ import numpy as np
 from ...ir import dtypes as dt
 from ...ir.graph import Lit, Var
 from ...ir.ops.opdef import result_dtype
-from . import kernel_ir as ki, kernel_listing
+from . import kernel_ir as ki, kernel_listing, erf_exp
 from .kernel_ir import BOOL, I64, U8, cast, const, load, read, select
 from .index_checks import record_index_error, adds_into_zeros, by_checked, by_index, claim_keys, index_once, open_claims
 from .ordered_keys import row_minmax
@@ -64,6 +64,7 @@ class Kernel:
                  label="", guards=(), alias=None, per_element=None):
         self.kind = kind
         self.ir = kir
+        erf_exp.share_exp(kir)      # one exp for erf and its derivative
         self.rank = rank
         self.operands = list(operands)
         self.classes = list(classes)
