@@ -1,0 +1,77 @@
+"""Eager ``x @ y`` counted, never timed: instructions of one call per shape on the small-product kernel
+(``jit/eager_gemm_kernel.py``) and on SciPy's OpenBLAS (``JITGRAD_EAGER_GEMM_KERNEL=0``), each in its own process
+under callgrind (one thread, OpenBLAS on its Haswell kernels: ``JITGRAD_BLAS_CORETYPE=keep``; the kernel as
+LLVM builds it for the CPU valgrind shows, 256-bit vectors), instrumentation on around ``CALLS`` warm calls per shape.
+What decides ``eager_gemm_kernel.MAX_MACS`` (with timings: instructions do not see cache misses).
+
+    python benchmarks/eager_gemm_counts.py
+"""
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+
+CALLS = 3
+# (m, k, n, y transposed): B3's products among them (256 x 64 x 256 and its transposes; gh @ W1.T copies W1.T)
+SHAPES = ((32, 32, 32, False), (64, 64, 64, False), (128, 128, 128, False), (256, 64, 256, False),
+          (256, 256, 64, True), (64, 256, 256, False), (256, 256, 256, False), (512, 256, 512, False),
+          (512, 512, 512, False), (1024, 512, 1024, False))
+
+
+def under_callgrind():
+    import numpy as np
+    import jitgrad as jg
+    rng = np.random.default_rng(0)
+    pid = str(os.getpid())
+    for m, k, n, ty in SHAPES:
+        x = jg.tensor(rng.standard_normal((m, k), dtype=np.float32))
+        y = rng.standard_normal((n, k) if ty else (k, n), dtype=np.float32)
+        y = jg.tensor(y).T if ty else jg.tensor(y)
+        for _ in range(3):
+            x @ y
+        subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)
+        for _ in range(CALLS):
+            x @ y
+        subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
+        subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
+
+
+def _counts(kernel: bool) -> dict:
+    out = tempfile.mkdtemp(prefix="eager-gemm-counts-")
+    env = dict(os.environ, NUMBA_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
+               JITGRAD_BLAS_CORETYPE=os.environ.get("JITGRAD_BLAS_CORETYPE", "keep"), JITGRAD_EAGER_KERNELS="sync",
+               JITGRAD_EAGER_GEMM_KERNEL="1" if kernel else "0")
+    subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                    f"--callgrind-out-file={os.path.join(out, 'cg.out')}", sys.executable, os.path.abspath(__file__),
+                    "--under-callgrind"], env=env, check=True, capture_output=True, timeout=3600)
+    found = {}
+    # one dump per shape, in order (cg.out.1, cg.out.2, ...; the exit's dump, instrumentation off, is cg.out)
+    dumps = sorted(glob.glob(os.path.join(out, "cg.out.*")), key=lambda p: int(p.rsplit(".", 1)[1].split("-")[0]))
+    for path, shape in zip(dumps, SHAPES):
+        with open(path) as f:
+            for line in f:
+                if line.startswith(("totals:", "summary:")):
+                    found[shape] = int(line.split()[1]) / CALLS
+                    break
+    return found
+
+
+def main():
+    k, b = _counts(True), _counts(False)
+    print(f"# eager x @ y, float32, instructions a call (callgrind, 1 thread, {CALLS} calls)")
+    print("| m x k x n | multiply-adds | OpenBLAS path | kernel path | kernel / OpenBLAS |\n| --- | --- | --- | --- | --- |")
+    for m, kk, n, ty in SHAPES:
+        key = (m, kk, n, ty)
+        if key in k and key in b:
+            print(f"| {m}x{kk}x{n}{' (y.T)' if ty else ''} | {m * kk * n:,} | {b[key]:,.0f} | {k[key]:,.0f} "
+                  f"| {k[key] / b[key]:.2f} |")
+
+
+if __name__ == "__main__":
+    if "--under-callgrind" in sys.argv:
+        under_callgrind()
+    else:
+        main()
