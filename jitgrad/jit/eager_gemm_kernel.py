@@ -7,8 +7,8 @@ kernels, 2026-11-30): 8.06M instructions a step in OpenBLAS (1.09M packing, 0.73
 against 5.96M in the small kernel, which reads its operands in place and holds tiles of C in registers.
 
 Served (the ``matmul`` OpDef's ``eager_kernel`` chooser, so eager dispatch and pullback plans both ask it once per
-signature): ``(m, k) @ (k, n)`` of one float dtype with ``m, n >= 2`` (``?gemv`` keeps the one-row and one-column
-products: ``ir/ops/blas_gemv.py``) and from ``blas.EAGER_MIN_MACS`` to ``MAX_MACS`` multiply-adds (measured:
+signature): ``(m, k) @ (k, n)`` of one float dtype with ``m, n, k >= 2`` (``?gemv`` keeps the one-row and
+one-column products, ``ir/ops/blas_gemv.py``; ``matmul``'s impl its outer products) and from ``blas.EAGER_MIN_MACS`` to ``MAX_MACS`` multiply-adds (measured:
 ``benchmarks/eager_gemm_counts.py``).  The kernel hands a product over its own ``small_gemm.MAX_MACS`` to BLAS,
 so a call is cut into blocks of rows under it; each element of C is one sum over ``p`` ascending whichever
 block or thread computes it, so the cut changes no bits.  A transposed right operand (``g @ W.T``) the kernel
@@ -150,7 +150,7 @@ def _product(m: int, k: int, n: int, dtype, fallback):
             spans[key] = got
         return got
 
-    def rows(fn, one, zero, ta, tb, pa, pb, pc, step_b, cut):
+    def kernel_rows(fn, one, zero, ta, tb, pa, pb, pc, step_b, cut):
         for s0, ad in cut:
             fn(ta, tb, ad, ad + 4, ad + 8, one, pa, ad + 12, pb + s0 * step_b, ad + 16, zero, pc + s0 * n * item,
                ad + 20)
@@ -210,10 +210,12 @@ def _product(m: int, k: int, n: int, dtype, fallback):
         pc = _addressof(_from_buffer(c))
         threads = eager_threads.split_threads(parts) if parts >= 2 and state.num_threads != 1 else 1
         if threads < 2:
-            rows(fn, one, zero, ta, tb, pa, pb, pc, step_b, whole[lda, ldb])
+            for s0, ad in whole[lda, ldb]:      # (kernel_rows inline: a frame fewer a product)
+                fn(ta, tb, ad, ad + 4, ad + 8, one, pa, ad + 12, pb + s0 * step_b, ad + 16, zero,
+                   pc + s0 * n * item, ad + 20)
         else:
-            eager_threads.run_split([(rows, (fn, one, zero, ta, tb, pa, pb, pc, step_b, blocks(r0, r1, lda, ldb)))
-                                     for r0, r1 in _cut(m, threads)])
+            eager_threads.run_split([(kernel_rows, (fn, one, zero, ta, tb, pa, pb, pc, step_b,
+                                                    blocks(r0, r1, lda, ldb))) for r0, r1 in _cut(m, threads)])
         counts["kernel_calls"] += 1
         return c
     return gemm_small_kernel
@@ -222,7 +224,7 @@ def _product(m: int, k: int, n: int, dtype, fallback):
 @published("OpDef.eager_kernel", name="matmul")
 def matmul_eager_kernel(avals, params, fallback):
     """The small-product kernel of eager ``matmul`` (``eager_gemm_kernel.py``): for two float matrices of one
-    dtype, ``m, n >= 2``, from ``MIN_MACS`` to ``MAX_MACS`` multiply-adds; else None."""
+    dtype, ``m, n, k >= 2``, from ``MIN_MACS`` to ``MAX_MACS`` multiply-adds; else None."""
     if not (ENABLED and eager_kernels.ENABLED) or len(avals) != 2:
         return None
     x, y = avals
@@ -230,7 +232,9 @@ def matmul_eager_kernel(avals, params, fallback):
             or x.weak or y.weak:
         return None
     (m, k), n = x.shape, y.shape[1]
-    if not all(type(s) is int for s in (m, k, n)) or m < 2 or n < 2 or k < 1 or not MIN_MACS <= m * k * n <= MAX_MACS:
+    if not all(type(s) is int for s in (m, k, n)) or min(m, k, n) < 2:
+        return None
+    if not MIN_MACS <= m * k * n <= MAX_MACS:
         return None
     return _product(m, k, n, x.dtype.np, fallback)
 
