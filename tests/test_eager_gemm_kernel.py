@@ -15,9 +15,7 @@ from jitgrad.runtime import dispatch
 @pytest.fixture
 def linked():
     """The kernel linked in this process (built or loaded now if no earlier call asked for it)."""
-    egk.LINK.request()
-    assert ek.wait(300)
-    assert egk.LINK.state == "ready", egk.LINK.error
+    assert egk.link(), egk.LINK.error
     yield
 
 

@@ -245,4 +245,13 @@ def linked() -> bool:
     return LINK.fns is not None
 
 
-__all__ = ["matmul_eager_kernel", "linked", "LINK", "COUNTS", "ENABLED", "MIN_MACS", "MAX_MACS"]
+def link() -> bool:
+    """Link the kernel now, in the calling thread (tests, benchmarks: without waiting for the build thread's other
+    jobs); whether it is linked."""
+    if LINK.fns is None:
+        LINK.state = "queued"
+        LINK._build(False)
+    return linked()
+
+
+__all__ = ["matmul_eager_kernel", "linked", "link", "LINK", "COUNTS", "ENABLED", "MIN_MACS", "MAX_MACS"]
