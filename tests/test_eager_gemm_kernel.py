@@ -11,6 +11,8 @@ from jitgrad.ir.ops import OPS
 from jitgrad.jit import eager_gemm_kernel as egk, eager_kernels as ek
 from jitgrad.runtime import dispatch
 
+pytestmark = pytest.mark.skipif(not (egk.ENABLED and ek.ENABLED), reason="eager kernels turned off")
+
 
 @pytest.fixture
 def linked():
