@@ -4,7 +4,8 @@ than SciPy's OpenBLAS.
 An OpenBLAS ``?gemm`` call packs both operands into its blocked layout and clears C (beta = 0) before its
 multiply-add loop, whatever the size.  Counted on B3's five 256 x 64 x 256-class products (callgrind, Haswell
 kernels, 2026-11-30): 8.06M instructions a step in OpenBLAS (1.09M packing, 0.73M clearing C, 5.42M multiply-adds)
-against 5.96M in the small kernel, which reads its operands in place and holds tiles of C in registers.
+against 5.96M in the small kernel, which reads its operands in place and holds tiles of C in registers; B3's warm
+step 10.64M -> 9.09M instructions (``benchmarks/b3_counts.py --instructions``).
 
 Served (the ``matmul`` OpDef's ``eager_kernel`` chooser, so eager dispatch and pullback plans both ask it once per
 signature): ``(m, k) @ (k, n)`` of one float dtype with ``m, n, k >= 2`` (``?gemv`` keeps the one-row and
