@@ -251,7 +251,7 @@ def object_code(key: str, text: str, quick=False):
     obj = tm.emit_object(m)
     # the C library's functions it calls (atan2, nextafter; LLVM may add memset) and, for a parallel kernel, the
     # pool's (``workpool.SYMBOLS``): resolved from the process when the object is linked (``objload.load``)
-    needs = objload.external_symbols(m)
+    needs = objload.declared_symbols(text)
     return objstore.Blob(key, name, obj, needs)
 
 
