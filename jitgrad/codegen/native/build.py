@@ -119,6 +119,41 @@ def compile_quick(key: str, source: str, tier: str = "quick"):
         return _ADDRESSES.get(key) or _QUICK[key]
 
 
+def compile_quick_all(jobs, go=None) -> dict:
+    """``compile_quick`` for a graph's first tier at once (``jobs``: (key, source, tier), an iterable that may render
+    each source as it is taken): its kernels' texts, then one LLVM module per pipeline (``llvm_build.quick_objects``:
+    at most two, the "minor" kernels' and the rest), each linked.  Key -> address of each kernel served (its
+    optimised code when this process has it, else its quick code); those Numba must compile are left out, and so
+    is what was not built when ``go()`` turned False (asked after each rendering and before each module: a dropped
+    build, an exiting process)."""
+    from . import llvm_build, objload
+    out, groups = {}, {}
+    for key, source, tier in jobs:
+        addr = _ADDRESSES.get(key) or _QUICK.get(key)
+        if addr is not None:
+            out[key] = addr
+            continue
+        quick = True if tier == "quick" else tier
+        text = llvm_build.first_tier_text(key, source)
+        if not llvm_build.is_llvm(text):
+            llvm_build.STATS["kernels_refused"] += 1
+        else:
+            groups.setdefault(llvm_build.pipeline(quick), []).append((key, text, quick))
+        if go is not None and not go():
+            return out
+    for group in groups.values():
+        if go is not None and not go():
+            break
+        addrs = objload.load_module(*llvm_build.quick_objects(group))
+        with _lock:
+            for (key, _, _), addr in zip(group, addrs):
+                if key not in _QUICK:
+                    _QUICK[key] = addr
+                    COUNTS["kernels_quick"] += 1
+                out[key] = _ADDRESSES.get(key) or _QUICK[key]
+    return out
+
+
 def compile_numba(key: str, source: str, kind: str) -> int:
     """Compile ``source`` (a kernel's or an entry's module) with Numba in this process; keeps its object code
     for the disk (``_BLOBS``) and returns the address of its code."""

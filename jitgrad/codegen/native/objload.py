@@ -109,19 +109,43 @@ class UnresolvedSymbols(RuntimeError):
     """An object file needs symbols this process does not have: it is rebuilt, never linked half-resolved."""
 
 
+def _resolve(needs) -> None:
+    """Every symbol of ``needs`` found in the process (the pool's or Numba's runtime started for them), else
+    ``UnresolvedSymbols``: linking an object whose symbol is missing would abort the process."""
+    if needs and _missing(needs):
+        if any(s in workpool.SYMBOLS for s in needs):
+            workpool.launch()                  # a parallel kernel built without Numba: the pool's symbols
+        if _missing(needs):
+            numba_runtime()
+        missing = _missing(needs)
+        if missing:
+            raise UnresolvedSymbols(f"object code needs symbols this process lacks: {missing[:8]}")
+
+
+def load_module(data: bytes, symbols, needs) -> list:
+    """Link one object (``data``, needing ``needs``) that defines several ``symbols`` (a first tier's kernels,
+    ``llvm_build.quick_objects``): their addresses, in order."""
+    ll = _ll()
+    with _lock:
+        _resolve(sorted(set(needs)))
+        ee = _engine()
+        ee.add_object_file(ll.ObjectFileRef.from_data(data))
+        ee.finalize_object()
+        out = []
+        for sym in symbols:
+            addr = ee.get_function_address(sym)
+            if not addr:
+                raise UnresolvedSymbols(f"an object does not define {sym}")
+            out.append(addr)
+        STATS["objects_loaded"] += 1
+        return out
+
+
 def load(blobs) -> dict:
     """Link ``blobs`` (``objstore.Blob``) into this process: ``{blob.name: address of blob.symbol}``."""
     ll = _ll()
     with _lock:
-        needs = sorted({s for b in blobs for s in b.needs})
-        if needs and _missing(needs):
-            if any(s in workpool.SYMBOLS for s in needs):
-                workpool.launch()                  # a parallel kernel built without Numba: the pool's symbols
-            if _missing(needs):
-                numba_runtime()
-            missing = _missing(needs)
-            if missing:
-                raise UnresolvedSymbols(f"object code needs symbols this process lacks: {missing[:8]}")
+        _resolve(sorted({s for b in blobs for s in b.needs}))
         ee = _engine()
         for b in blobs:
             ee.add_object_file(ll.ObjectFileRef.from_data(b.data))
@@ -166,4 +190,4 @@ if hasattr(os, "register_at_fork"):
                         after_in_child=_after_fork_in_child)
 
 
-__all__ = ["load", "external_symbols", "declared_symbols", "numba_runtime", "UnresolvedSymbols", "STATS"]
+__all__ = ["load", "load_module", "external_symbols", "declared_symbols", "numba_runtime", "UnresolvedSymbols", "STATS"]
