@@ -24,6 +24,13 @@ STATS = {"loops_vector": 0, "loops_scalar": 0}      # innermost loops rendered e
 class VectorRenderer(ir_loops._Renderer):
     """``ir_loops``' renderer whose innermost contiguous loops run ``bits``-wide vector blocks first."""
 
+    # A parallel kernel's first tier never takes the worker pool: it runs the chunks a launch that does not take
+    # it runs (a loop that sums: one per thread of the pool, in order), so its values are the pooled launch's.
+    # The launch's test, pacer, joins and rounds were most of a small parallel kernel's text, and LLVM's work on
+    # them most of its first build (the LM step of ``variable_length.py``: 14 of its 24 kernels).  Its optimised
+    # build, which follows, takes the pool.
+    POOL = False
+
     def __init__(self, name, bits: int):
         super().__init__(name)
         self.bits = bits
