@@ -53,18 +53,43 @@ def hold_optimising(gate) -> None:
 def queue_background(cg, priority: int = FIRST) -> None:
     """Run ``cg._build(True)`` on the build thread (started on first use), after the jobs queued before it at the
     same or a lower ``priority``."""
+    _put(cg, priority, True)
+
+
+def _put(job, priority, tracked):
     global _QUEUE, _SEQ
     import queue
     with _lock:
         if _QUEUE is None:
             _QUEUE = queue.PriorityQueue()
             threading.Thread(target=_worker, args=(_QUEUE,), daemon=True, name="jitgrad-compile").start()
-        _QUEUED.append(cg)
+        if tracked:
+            _QUEUED.append(job)
         _SEQ += 1
-        _QUEUE.put((priority, _SEQ, cg, cache._configured_dir()))
+        _QUEUE.put((priority, _SEQ, job, cache._configured_dir()))
 
 
 _SEQ = 0        # jobs queued so far (equal priorities run in this order)
+
+
+class _Call:
+    """A job that is a plain call (``queue_call``)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def _build(self, background):
+        try:
+            self.fn()
+        except Exception:   # noqa: BLE001 - a warm-up only: whoever needs its result makes it again, and says why
+            pass
+
+
+def queue_call(fn, priority: int = FIRST) -> None:
+    """Run ``fn()`` on the build thread, as a job of ``priority`` (its exceptions are dropped: for work whose
+    result its users would otherwise make themselves, made early so that it is off their path).  Not a build:
+    ``wait_background`` does not wait for it, nor does an exiting process hand it on."""
+    _put(_Call(fn), priority, False)
 
 
 def _worker(q):
@@ -137,5 +162,5 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-__all__ = ["FIRST", "OPTIMISE", "EAGER", "queue_background", "wait_background", "hold_builds", "hold_optimising",
+__all__ = ["FIRST", "OPTIMISE", "EAGER", "queue_background", "queue_call", "wait_background", "hold_builds", "hold_optimising",
            "compiling", "stopping", "stop", "BuildStopped"]
