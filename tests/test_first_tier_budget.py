@@ -69,3 +69,35 @@ def test_the_lm_steps_first_tier_is_two_modules_of_bounded_size_and_few_calls_in
         assert len({q == "minor" for _, q in m}) == 1, out
     assert sum(n for n, _ in kernels) <= 7000, out       # 8,649 with the pool's launch code in its parallel kernels
     assert out["calls"] <= 600, out                       # 2,742 with a module a kernel
+
+
+def test_the_first_tiers_module_computes_each_kernels_own_builds_bits_and_leaves_llvms_options_as_they_were():
+    """A first-tier module (``llvm_build.quick_objects``: kernels linked into one module, emitted without loop strength
+    reduction) against each kernel built alone at the same tier (with it): the same bits at every length, and an
+    optimised build after it emits the same object code as before it (the option is put back)."""
+    import ctypes
+    import numpy as np
+    from jitgrad.codegen.kernels import ir_loops, vector_loops
+    from jitgrad.codegen.native import llvm_build, objload
+    from test_vector_loops import _dot, _inputs
+    bits = llvm_build.vector_bits()
+    kernels = {(dtype, form): _dot(dtype, form) for dtype in ("float32", "float64") for form in ("direct", "negated")}
+    keys = {k: f"{n + 10:x}" * 64 for n, k in enumerate(kernels)}       # (symbols: their first 24 digits)
+    o3 = llvm_build.object_code(keys["float32", "direct"], ir_loops.render(kernels["float32", "direct"],
+                                                                          keys["float32", "direct"])).data
+    jobs = [(keys[k], vector_loops.render(kir, keys[k], bits), True) for k, kir in kernels.items()]
+    together = dict(zip(kernels, objload.load_module(*llvm_build.quick_objects(jobs))))
+    alone = {k: objload.load([llvm_build.object_code(key, text, quick=True)])[key]
+             for k, (key, text, _) in zip(kernels, jobs)}
+    call = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    for (dtype, form), address in together.items():
+        x, y = _inputs(dtype, 300, 1), _inputs(dtype, 300, 2)
+        for n in (0, 1, 15, 16, 17, 33, 255, 300):
+            got = []
+            for a in (address, alone[dtype, form]):
+                r = np.zeros(1, dtype)
+                call(a)(np.array([n, x.ctypes.data, y.ctypes.data, r.ctypes.data], np.int64).ctypes.data)
+                got.append(r.tobytes())
+            assert got[0] == got[1], (dtype, form, n)
+    assert llvm_build.object_code(keys["float32", "direct"], ir_loops.render(
+        kernels["float32", "direct"], keys["float32", "direct"])).data == o3

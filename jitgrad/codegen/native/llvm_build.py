@@ -10,6 +10,7 @@ and the disk cache keeps; ``forked_llvm.py`` may run the same in another process
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import weakref
@@ -280,7 +281,8 @@ def quick_objects(jobs):
         symbols.append(sym + QUICK_SUFFIX)
     from . import objload
     m, tm = _optimised(texts, jobs[0][2])
-    obj = tm.emit_object(m)
+    with _without_lsr(pipeline(jobs[0][2]) is True):
+        obj = tm.emit_object(m)
     needs = sorted({s for t in texts for s in objload.declared_symbols(t)})
     with _lock:
         STATS["kernels_quick"] += len(jobs)
@@ -289,6 +291,25 @@ def quick_objects(jobs):
             if tier in ("minor", "vector"):
                 STATS["kernels_quick_" + tier] += 1
     return obj, symbols, needs
+
+
+@contextlib.contextmanager
+def _without_lsr(on=True):
+    """The code generator's loop strength reduction off for one emission (``on``): the first tier's quick pipeline
+    at level 1, where it was ~12% of the LM step's first-tier LLVM (it rewrites induction variables and addresses,
+    never a value: the same bits).  LLVM has it as a process-wide option only, so it is set and put back under
+    llvmlite's lock, which no other thread's LLVM call passes meanwhile."""
+    if not on:
+        yield
+        return
+    from llvmlite.binding import ffi
+    ll = _tools(True)[0]
+    with ffi.lib._lock:
+        ll.set_option("jitgrad", "-disable-lsr=true")
+        try:
+            yield
+        finally:
+            ll.set_option("jitgrad", "-disable-lsr=false")
 
 
 def quick_object(text: str) -> bytes:
