@@ -25,6 +25,7 @@ FIRST, OPTIMISE, EAGER = 0, 1, 2   # job priorities (see the module docstring)
 _lock = threading.Lock()
 _QUEUE = None               # the thread's job queue (None until the first background build)
 _QUEUED: list = []          # CompiledGraphs queued or building
+_CALLS: list = []           # ``queue_call``'s jobs queued or running
 _STOP = threading.Event()   # set at exit: the thread stops between kernels
 _IN_KERNEL = threading.Lock()   # held while the thread compiles one kernel (``stop`` waits for it)
 _GATE = None                # a threading.Event a background build waits for before it starts (``hold_builds``)
@@ -63,8 +64,7 @@ def _put(job, priority, tracked):
         if _QUEUE is None:
             _QUEUE = queue.PriorityQueue()
             threading.Thread(target=_worker, args=(_QUEUE,), daemon=True, name="jitgrad-compile").start()
-        if tracked:
-            _QUEUED.append(job)
+        (_QUEUED if tracked else _CALLS).append(job)
         _SEQ += 1
         _QUEUE.put((priority, _SEQ, job, cache._configured_dir()))
 
@@ -87,8 +87,8 @@ class _Call:
 
 def queue_call(fn, priority: int = FIRST) -> None:
     """Run ``fn()`` on the build thread, as a job of ``priority`` (its exceptions are dropped: for work whose
-    result its users would otherwise make themselves, made early so that it is off their path).  Not a build:
-    ``wait_background`` does not wait for it, nor does an exiting process hand it on."""
+    result its users would otherwise make themselves, made early so that it is off their path).  Not a build: an
+    exiting process does not hand it on (``wait_background`` waits for it too)."""
     _put(_Call(fn), priority, False)
 
 
@@ -103,10 +103,11 @@ def _worker(q):
                 with cache.pinned_dir(root):
                     job._build(True)
         finally:
-            try:
-                _QUEUED.remove(job)
-            except ValueError:
-                pass
+            for jobs in (_QUEUED, _CALLS):
+                try:
+                    jobs.remove(job)
+                except ValueError:
+                    pass
             q.task_done()
 
 
@@ -115,7 +116,7 @@ def wait_background(timeout: float | None = None) -> bool:
     first.  (``f.wait()`` waits for one function's build; this for all of them, e.g. before a test that counts the
     cache's work.)"""
     deadline = None if timeout is None else time.monotonic() + timeout
-    while _QUEUED:
+    while _QUEUED or _CALLS:
         if deadline is not None and time.monotonic() >= deadline:
             return False
         time.sleep(0.005)
@@ -152,6 +153,7 @@ def _after_fork_in_child():
     _lock = threading.Lock()
     _IN_KERNEL = threading.Lock()
     _QUEUE = None
+    _CALLS.clear()
     for cg in _QUEUED:
         if cg.error is None and (cg.run is None or getattr(cg, "optimising", False)):
             cg.pending = True
