@@ -38,7 +38,7 @@ class VectorRenderer(ir_loops._Renderer):
         self._once = None
 
     def kernel(self, k: ki.KernelIR) -> str:
-        self._kernel_body = k.body
+        self._kernel_body, self._read_memo = k.body, {}
         return super().kernel(k)
 
     # ---- emission -----------------------------------------------------------------------------------------
@@ -48,7 +48,7 @@ class VectorRenderer(ir_loops._Renderer):
             if self._once is None:
                 self._once = assigned_once(self._kernel_body)
             try:
-                plan = plan_loop(s, self._kernel_body, self.bits, self._once)
+                plan = plan_loop(s, self._kernel_body, self.bits, self._once, self._read_memo)
             except Refuse:
                 plan = None
         if plan is None:
@@ -113,7 +113,8 @@ class VectorRenderer(ir_loops._Renderer):
                 for node, expr in per_lane:
                     memo[id(node)] = (node, self.value(expr, memo))
                 b.store(ir_loops.lltype(st.var.t), self.value(st.value, memo), self.slot(st.var))
-        for var in plan.live_out - set(plan.lanes):
+        order = [s.var] + [st.var for st in s.body if isinstance(st, ki.Assign)]     # (the text's order fixed)
+        for var in dict.fromkeys(v for v in order if v in plan.live_out and v not in plan.lanes):
             k = C if var is s.var else self._cls.state[var][0]
             if k in (C, V):
                 text = i if var is s.var else self._texts[var]
