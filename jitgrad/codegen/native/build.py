@@ -119,8 +119,9 @@ def compile_quick_all(jobs, go=None) -> dict:
         text = llvm_build.first_tier_text(key, source)
         if not llvm_build.is_llvm(text):
             llvm_build.STATS["kernels_refused"] += 1
-        else:
-            groups.setdefault(llvm_build.pipeline(quick), []).append((key, text, quick))
+        else:       # (LLVM's O1 pipeline, a "vector" kernel's with scalar text, has module passes: a module each)
+            pipe = llvm_build.pipeline(quick)
+            groups.setdefault(key if pipe == "vector" else pipe, []).append((key, text, quick))
         if go is not None and not go():
             return out
     for group in groups.values():
