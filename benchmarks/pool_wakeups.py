@@ -7,8 +7,8 @@ context switches from ``/proc/self/task/*/status`` (voluntary: the thread slept,
 nonvoluntary: the scheduler took its core), split between the calling thread and the others; the serial stretches
 between two rounds (the work, in the plan's cost units, of the launches between two pooled ones: what the pool's
 spin must outlast); on jitgrad's own pool (``spin_pool.py``, the default) its counters per step: the futex sleeps
-of the workers and of the caller (each with its wake call), the waits a spin ended, the spins cut short by a
-descheduled spinner (``busy``).
+of the workers and of the caller (each with its wake call), the waits a spin ended, the busy signs raised
+(``busy``: a pool thread crowded off its core, ``busy_sign.py``) and the run-queue samples taken (``samples``).
 
     NUMBA_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 JITGRAD_BACKGROUND_COMPILE=0 python benchmarks/pool_wakeups.py
     ... --steps 20 --layers 4 --json

@@ -45,6 +45,17 @@ def _fresh_state():
 
 
 @pytest.fixture
+def high_thresholds():
+    """The compiled steps' pool thresholds at the eager kernels' (2^23 work, 2^15 elements) for one test: for tests
+    of something else (the kernel eager and compiled mode share, grouping, a GEMM's bias fold) whose sizes sit
+    between the two pairs, where the compiled default would put a loop or a product on the pool."""
+    from jitgrad.codegen.native import workpool
+    prev = workpool.set_min_work(workpool.EAGER_PARALLEL_WORK, workpool.EAGER_PARALLEL_GRAIN)
+    yield
+    workpool.set_min_work(*prev)
+
+
+@pytest.fixture
 def sync(monkeypatch):
     """Eager kernels built at their first call (no background build to wait for), signatures chosen afresh."""
     from jitgrad.jit import eager_kernels

@@ -116,10 +116,10 @@ def test_b11_step_runs_its_pair_loops_on_the_pool_with_the_same_results_at_one_a
 
 def test_the_element_cost_floor_is_a_cost_not_the_threshold():
     """A measured threshold moves which loops take the pool, never what a loop costs: ``layout.MIN_ELEMENT_COST``
-    is a float32 read and written (8 bytes), whatever ``workpool.PARALLEL_WORK`` is; at the default threshold
-    every loop of ``loops.PARALLEL_MIN`` elements reaches it."""
+    is a float32 read and written (8 bytes), whatever ``workpool.PARALLEL_WORK`` is; at the default thresholds,
+    compiled and eager, every loop of ``loops.PARALLEL_MIN`` elements reaches it."""
     assert layout.MIN_ELEMENT_COST == 8.0
-    assert PARALLEL_MIN * layout.MIN_ELEMENT_COST >= workpool.PARALLEL_WORK
+    assert PARALLEL_MIN * layout.MIN_ELEMENT_COST >= max(workpool.PARALLEL_WORK, workpool.EAGER_PARALLEL_WORK)
 
 
 def _threshold_script():
@@ -155,7 +155,8 @@ def test_mid_size_products_split_into_blocks_of_a_fixed_height(low_thresholds):
     """B11's products, too small for a cut with one call's bits, reach a lowered threshold: over OpenBLAS's
     threading threshold they run as blocks of 32 rows on the pool (one single-threaded BLAS call each), under it as
     a batch of the same blocks through jitgrad's small kernel; the blocks' height is the product's (never the
-    workers'), and the results agree with eager mode.  At the default threshold each stays one call."""
+    workers'), and the results agree with eager mode.  At a threshold over their work (the eager kernels' default)
+    each stays one call."""
     import jitgrad as jg
     from jitgrad.ir.ops import blas
     rng = np.random.default_rng(3)
@@ -171,7 +172,7 @@ def test_mid_size_products_split_into_blocks_of_a_fixed_height(low_thresholds):
         assert l.kind == "bgemm" and label in l.label and l.gated, l
         assert l.parallel == (settings.default_threads() > 1 and workpool.available())
         np.testing.assert_allclose(out, (a @ w).numpy(), rtol=1e-5, atol=1e-5)
-        workpool.set_min_work(workpool.PARALLEL_WORK, workpool.PARALLEL_GRAIN)
+        workpool.set_min_work(workpool.EAGER_PARALLEL_WORK, workpool.EAGER_PARALLEL_GRAIN)
         g = jg.compile(lambda a, w: a @ w + 0.0, backend="numba")      # (another graph: laid out afresh)
         assert [x.kind for x in g.launches(a, w) if x.kind in ("gemm", "bgemm")] == ["gemm"]
         workpool.set_min_work(WORK, GRAIN)

@@ -605,6 +605,47 @@ def test_sim_bad_indices_met_at_once_report_the_first_in_launch_order():
                                   good * 3.0)
 
 
+def test_index_keys_order_steps_then_positions_of_any_size():
+    """Each step that records index errors gets a key base past every earlier step's positions (``Launches.
+    index_step``): a step of 2^41 positions (past the old 40-bit shift) keeps its keys below the next step's, and
+    a program whose positions an int64 key cannot order is refused with a clear error."""
+    from jitgrad.codegen.gpu.cuda_launches import Launches
+    from jitgrad.codegen.kernels.index_checks import NO_KEY
+    cg = Launches.__new__(Launches)
+    cg.index_steps, cg.key_next = [], 0
+    e = type("E", (), {"op": type("Op", (), {"name": "getitem"})})()
+    assert cg.index_step(e, 2 ** 41) == (0, 0)
+    assert cg.index_step(e) == (1, 2 ** 41)             # a guard: one key
+    assert cg.index_step(e, 5) == (2, 2 ** 41 + 1)
+    with pytest.raises(ValueError, match="getitem: the program's index checks span"):
+        cg.index_step(e, NO_KEY)
+    assert len(cg.index_steps) == 3
+
+
+@sim
+def test_sim_keys_past_40_bits_report_the_first_step(monkeypatch):
+    """Key bases far past 2^40 (``Launches.key_next`` started at 2^62): the gather kernels' keys (base + position)
+    still order the records, so the first launch's first bad position is reported, as eager mode's."""
+    from jitgrad.codegen.gpu import cuda_launches
+    init = cuda_launches.Launches.__init__
+
+    def high(self, *a, **k):
+        init(self, *a, **k)
+        self.key_next = 2 ** 62
+    monkeypatch.setattr(cuda_launches.Launches, "__init__", high)
+    x = jg.tensor(np.arange(5.0), device="cuda")
+    f = jg.compile(lambda i, j: x[i] * 2.0 + x[j])
+    bad_i, bad_j = np.arange(600) % 5, np.arange(600) % 5
+    bad_i[[300, 599]] = [40, 50]
+    bad_j[[0, 10]] = [70, 80]
+    for _ in range(2):
+        with pytest.raises(IndexError, match="getitem: index 40 is out of bounds for dimension 0 with size 5"):
+            f(jg.tensor(bad_i, device="cuda"), jg.tensor(bad_j, device="cuda"))
+    good = np.arange(600) % 5
+    np.testing.assert_array_equal(f(jg.tensor(good, device="cuda"), jg.tensor(good, device="cuda")).cpu().numpy(),
+                                  good * 3.0)
+
+
 @sim
 def test_sim_claim_keeps_the_least_key_met_last_whole():
     """``cuda_kernels.claim`` alone: thread t records key n - t with fields naming t, so the least key is met last

@@ -99,6 +99,22 @@ def test_ctx_copies_every_slot():
     assert graph_walk.ctx(node, {}) is node and graph_walk.ctx(node, None) is node
 
 
+def test_ctx_copies_a_slot_added_later():
+    """The copy is rendered from the node's class: a slot added (here by a subclass) is copied too."""
+    class Wider(Node):
+        __slots__ = ("extra",)
+    x = jg.tensor(np.ones((2, 3)), requires_grad=True)
+    W = jg.tensor(np.ones((3, 2)), requires_grad=True)
+    node = (x @ W).grad_fn
+    wide = object.__new__(Wider)
+    for s in Node.__slots__:
+        if s != "__weakref__":
+            setattr(wide, s, getattr(node, s))
+    wide.extra = marker = object()
+    c = graph_walk.ctx(wide, {wide: (False, True)})
+    assert type(c) is Wider and c.extra is marker and c.op is node.op and c.needs_grad == (False, True)
+
+
 def test_b3_gradgradcheck():
     rng = np.random.default_rng(3)
     x = jg.tensor(rng.standard_normal((4, 3)), requires_grad=True)
@@ -202,3 +218,49 @@ def test_b3_gradcheck_through_gemv():
         return d.mean() + 10 * ((gx.norm(dim=1) - 1) ** 2).mean()
     assert jg.autograd.gradcheck(penalty, (W2, b1))
     assert jg.autograd.gradgradcheck(lambda W2: penalty(W2, b1), (W2,))
+
+
+def test_b3_step_native_kernels_at_size(sync):
+    """B3's size: the forward's tanh and the three tanh_backward (the first backward's, and in the second its own
+    gradient's and tanh's) run the compiled path's native kernels, no NumPy fallback (3 calls before tanh had
+    one).  Figures when set (callgrind, 1 thread, ``benchmarks/b3_counts.py --instructions``): NumPy's float32 tanh
+    on AVX2 was ~811,000 instructions a step, the kernel ~355,000; the step 11.09M -> 10.65M."""
+    from jitgrad.ir import settings
+    from jitgrad.jit import eager_kernels as ek
+    settings_threads = settings.STATE.num_threads
+    settings.STATE.num_threads = 1
+    try:
+        step, (x, W1, b1, W2) = _b3(B=256, D=64, Hd=256)
+        for _ in range(3):
+            step()
+        before = dict(ek.COUNTS)
+        step()
+        after = dict(ek.COUNTS)
+    finally:
+        settings.STATE.num_threads = settings_threads
+    assert after["native_calls"] - before["native_calls"] == 4
+    assert after["numpy_calls"] == before["numpy_calls"]
+    assert after["kernels_compiled"] + after["kernels_loaded"] == before["kernels_compiled"] + before["kernels_loaded"]
+    # the forward's tanh is the kernel's (the compiled path's bits), close to NumPy's
+    xa, W1a, b1a = (t.detach().numpy() for t in (x, W1, b1))
+    t = jg.tanh(x @ W1 + b1).detach().numpy()
+    np.testing.assert_allclose(t, np.tanh(xa @ W1a + b1a), rtol=1e-6, atol=1e-6)
+
+
+def test_norm2_sums_without_numpy_wrappers():
+    """norm's impl reduces with the ufunc itself (np.sum's Python layer is four frames a call), with np.sum's bits."""
+    x = np.random.default_rng(5).standard_normal((33, 17)).astype(np.float32)
+    t = jg.tensor(x)
+    files = []
+
+    def prof(frame, event, arg):
+        if event == "call":
+            files.append(frame.f_code.co_filename)
+    sys.setprofile(prof)
+    try:
+        r = t.norm(dim=1)
+    finally:
+        sys.setprofile(None)
+    assert not [f for f in files if "numpy" in f], files
+    assert r.numpy().tobytes() == np.sqrt(np.sum(x * x, axis=1)).tobytes()
+    assert t.norm().numpy().tobytes() == np.asarray(np.sqrt(np.sum(x * x))).tobytes()

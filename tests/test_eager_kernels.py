@@ -14,7 +14,7 @@ import jitgrad as jg
 import jitgrad.nn.functional as F
 from jitgrad.codegen.native import build
 from jitgrad.codegen.kernels.loops import PARALLEL_MIN
-from jitgrad.codegen.native.workpool import PARALLEL_GRAIN
+from jitgrad.codegen.native.workpool import EAGER_PARALLEL_GRAIN
 from jitgrad.ir.ops import OPS
 from jitgrad.jit import eager_kernels as ek
 from jitgrad.jit import graph_code
@@ -70,14 +70,15 @@ CASES = [
     ("gelu", lambda x: F.gelu(x, approximate="tanh"), 1),
     ("gelu_backward", _gelu_backward, 2),
     ("tanh_backward", lambda g, y: dispatch.bind(OPS["tanh_backward"], g, y), 2),
+    ("tanh", lambda x: jg.tanh(x), 1),
 ]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("case", range(len(CASES)))
-def test_native_gives_the_compiled_kernels_bits(sync, case, dtype):
+def test_native_gives_the_compiled_kernels_bits(sync, high_thresholds, case, dtype):
     name, fn, nin = CASES[case]
-    for n in (MIN, MIN + 1, PARALLEL_GRAIN - 1, PARALLEL_GRAIN + 3):
+    for n in (MIN, MIN + 1, EAGER_PARALLEL_GRAIN - 1, EAGER_PARALLEL_GRAIN + 3):
         x, g = _inputs(n, dtype, seed=n)
         arrays = (g, x) if nin == 2 else (x,)
         with np.errstate(all="ignore"):
@@ -119,7 +120,7 @@ def _row_inputs(shape, dtype, seed=0):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("case", range(len(ROW_CASES)))
-def test_row_kernels_give_the_compiled_kernels_bits(sync, case, dtype):
+def test_row_kernels_give_the_compiled_kernels_bits(sync, high_thresholds, case, dtype):
     name, fn, nin, impl_params = ROW_CASES[case]
     for shape in ((MIN // 64, 64), (16, 4, 64, 64), (7, MIN // 7 + 1), (3 * MIN + 1,)):
         x, g = _row_inputs(shape, dtype, seed=len(shape))

@@ -113,10 +113,10 @@ def test_an_index_out_of_range_in_a_fused_loop_raises_and_writes_nothing():
     np.testing.assert_allclose(cf(x, good).numpy(), (x[:, good] * 2.0).sum(-1).numpy())
     assert any(g.gathers for g in fusion_plan(_graph(cf)).groups)
     before = w.numpy().copy()
-    with pytest.raises(IndexError, match=r"index 3 is out of bounds for dimension 1 with size 3"):
+    with pytest.raises(IndexError, match=r"index 3 is out of bounds for dimension 0 with size 3"):
         cf(x, jg.tensor(np.array([0, 3, 1])))
     np.testing.assert_array_equal(w.numpy(), before)        # the update is written back only on success
-    with pytest.raises(IndexError, match=r"index -4 is out of bounds for dimension 1 with size 3"):
+    with pytest.raises(IndexError, match=r"index -4 is out of bounds for dimension 0 with size 3"):
         cf(x, jg.tensor(np.array([0, -4, 1])))
     # the range-checked ops raise eager mode's error (torch's type and text) from a fused scatter-add and gather
     src = jg.tensor(np.ones((2, 3)))

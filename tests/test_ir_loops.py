@@ -375,7 +375,7 @@ def _scope_names(ir_text, pattern):
             for m in re.finditer(pattern + r".*!alias.scope (![0-9]+), !noalias (![0-9]+)", ir_text)]
 
 
-def test_alias_scoped_loop_from_ir_carries_scopes_and_needs_no_overlap_check(fresh_cache):
+def test_alias_scoped_loop_from_ir_carries_scopes_and_needs_no_overlap_check(fresh_cache, high_thresholds):
     """A fused loop with 5 inputs and 5 outputs in 10 alias classes (alias_scopes.py), built by ir_loops: every
     access carries Numba's scoped-noalias metadata for its class (scope: its class; noalias: the 9 others), the
     vector loop has no runtime overlap check (no ``vector.memcheck``) and no scalar fallback copy, and the vector

@@ -169,6 +169,24 @@ def test_kernels_render_to_text_llvm_verifies(corpus):
     assert kinds == {"alias", "loop", "fastmath", "paced"}
 
 
+def test_the_busy_rule_is_rendered_only_where_it_is_on(corpus, monkeypatch):
+    """A gated launch tests the busy rule (a call of ``jitgrad_wq_busy_hold``) only where ``workpool.BUSY_HOLD``
+    is on when the kernel is rendered; the setting is part of the kernels' and entries' keys."""
+    from jitgrad.codegen.native import build, workpool
+    gated = [kir for kir in corpus if kir.parallel and "jitgrad_wq_clock" in ir_loops.render(kir, "0" * 64)]
+    assert gated
+    texts, extras = {}, {}
+    for on in (False, True):
+        monkeypatch.setattr(workpool, "BUSY_HOLD", on)
+        texts[on] = [ir_loops.render(kir, f"{n:064x}") for n, kir in enumerate(gated)]
+        extras[on] = (build.kernel_extra(), build.entry_extra())
+        for text in texts[on]:
+            _verified(text)
+    assert not any("jitgrad_wq_busy_hold" in t for t in texts[False])
+    assert all("@\"jitgrad_wq_busy_hold\"(i1" in t for t in texts[True])
+    assert extras[False][0] != extras[True][0] and extras[False][1] != extras[True][1]
+
+
 def _python_calls(fn):
     n = [0]
 

@@ -63,7 +63,7 @@ def _loops(launches):
 
 
 @pytest.mark.parametrize("kind", sorted(OPTIMIZERS))
-def test_an_update_over_many_parameters_is_a_few_launches_and_the_same_bits(kind, monkeypatch):
+def test_an_update_over_many_parameters_is_a_few_launches_and_the_same_bits(kind, monkeypatch, high_thresholds):
     """Grouped: a bounded few batch launches where the ungrouped program launched one loop (or more) per
     parameter; every parameter and loss bit-identical to the ungrouped program's, and equal to eager mode's."""
     n = len(SHAPES)
@@ -305,7 +305,7 @@ def _update_kernels(kind, n):
 
 
 @pytest.mark.parametrize("kind", sorted(OPTIMIZERS))
-def test_an_updates_kernels_do_not_grow_with_the_number_of_parameters(kind):
+def test_an_updates_kernels_do_not_grow_with_the_number_of_parameters(kind, high_thresholds):
     """4 or 40 parameters: the same kernels, of the same LLVM IR size (each batch kernel's loop runs over a table
     of its members' argument blocks; Adam's per-parameter step-count scalars, which fusion had put side by side
     in straight-line loops, one ``pow`` per parameter, are members of a batch too)."""

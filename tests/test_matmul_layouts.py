@@ -289,7 +289,7 @@ def test_a_sum_of_two_split_products_accumulates_their_last_rows_too(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_a_bias_that_no_loop_takes_in_folds_into_its_gemm(dtype, monkeypatch):
+def test_a_bias_that_no_loop_takes_in_folds_into_its_gemm(dtype, monkeypatch, high_thresholds):
     """``(x @ W + b) @ V`` (attention's qkv: the biased product read by products only): C filled with the bias
     before the GEMM, which accumulates onto it (beta = 1), no add loop; bit for bit the program with the add loop
     (the fold turned off), and equal to NumPy.  Not folded past ``BIAS_FOLD_MAX_K`` terms, nor when the product

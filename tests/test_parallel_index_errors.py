@@ -160,3 +160,34 @@ def test_claim_renders_alike_in_llvm_numba_and_the_interpreter(parallel):
             ie = np.array([0, 0, 0, 0, NO_KEY, 0], np.int64)
             run(np.array([x.size, x.ctypes.data, ie.ctypes.data], np.int64))
             assert ie.tolist() == [1, 0, -5, 0, 3, 0]
+
+
+def _two_gathers(v, k1, k2):
+    return jg.tensor(X)[k1] * 2.0 + jg.tensor(X)[k2] + v        # two gathers fused into one loop over (64, 4096)
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_two_gathers_in_one_loop_report_eagers_first_op_not_the_loops_first_element(parallel):
+    """The second gather bad at row 3, the first at row 40 (and row 50): eager mode meets the first op's first, so
+    compiled code reports it too (each record's key: its op's place in the program, then its outer index), serial
+    and parallel, at one thread and at two; only the second bad, the second's."""
+    b1, b2 = K.copy(), K.copy()
+    b1[40, 7], b1[50, 0] = 6000, 6500
+    b2[3, 9] = 9000
+    prev = jg.get_num_threads()
+    try:
+        for threads in (1, 2):
+            jg.set_num_threads(threads)
+            f = jg.compile(_two_gathers, backend="numba", parallel=parallel, background=False)
+            for k1, k2, want in ((b1, b2, "6000"), (K, b2, "9000"), (b1, K, "6000")):
+                args = (jg.tensor(V), jg.tensor(k1), jg.tensor(k2))
+                assert _eager_error(_two_gathers, args)[0] == want
+                for _ in range(2):
+                    with pytest.raises(IndexError) as e:
+                        f(*args)
+                    assert MSG.search(str(e.value)).group(1) == want, (threads, str(e.value))
+            launches = [ln for ln in f.launches(*args) if "getitem" in ln.label]
+            assert len(launches) == 1 and "getitem" in launches[0].label.split("getitem", 1)[1]    # one loop, both
+            assert launches[0].parallel == (parallel and threads == 2 and _pool())
+    finally:
+        jg.set_num_threads(prev)

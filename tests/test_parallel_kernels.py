@@ -247,9 +247,10 @@ def test_numba_built_parallel_kernels_run_beside_the_pool(tmp_path):
     assert out["sin"] == pytest.approx(float((np.tanh(xs) * 3 + xs.astype(np.float32) // 0.75).sum()), abs=1e-2)
 
 
-def test_parallel_by_work_not_only_by_size():
-    """Default thread choice (counted): a long transcendental chain over 2^17 elements is worth waking the
-    workers, a plain add over the same elements is not, and neither is anything below the grain size."""
+def test_parallel_by_work_not_only_by_size(high_thresholds):
+    """The thread choice by work (counted, at a threshold between the two loops' work: the eager kernels' 2^23):
+    a long transcendental chain over 2^17 elements is worth waking the workers, a plain add over the same
+    elements is not, and neither is anything below the grain size."""
     from jitgrad.jit.graph_code import compiled_graph
 
     def chain(a):

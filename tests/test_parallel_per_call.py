@@ -118,20 +118,22 @@ def test_a_threshold_set_at_run_time_moves_calls_off_the_pool_and_changes_no_bit
 
 @two_workers
 def test_symbolic_loops_take_the_pool_by_their_size_at_the_default_threshold(min_work):
-    """The same bound program: a small size runs every gated loop on the calling thread, a large one takes the
-    pool (no new lowering for it)."""
+    """The same bound program: a small size (under the grain) runs every gated loop on the calling thread, a
+    large one takes the pool (no new lowering for it)."""
     min_work(workpool.PARALLEL_WORK, workpool.PARALLEL_GRAIN)
     f = jg.compile(lambda v: (jg.tanh(v) * jg.sigmoid(v) * 2.0).exp(), backend="numba", background=False,
                    dynamic=True)
     rounds = {}
-    for n in (1000, 2000, 3000, 1 << 20, 5000):
+    small = [workpool.PARALLEL_GRAIN // 4, workpool.PARALLEL_GRAIN // 2, workpool.PARALLEL_GRAIN - 3,
+             workpool.PARALLEL_GRAIN - 1]
+    for n in small[:3] + [1 << 20] + small[3:]:
         v = jg.tensor(np.linspace(-1, 1, n, dtype=np.float32))
         before = workpool.rounds()
         np.testing.assert_allclose(f(v).numpy(), np.exp(np.tanh(v.numpy()) / (1 + np.exp(-v.numpy())) * 2.0),
                                    rtol=1e-5)
         rounds[n] = workpool.rounds() - before
     assert f.stats["shape_lowerings"] == 1 and f.stats["shape_bindings"] == 4, f.stats
-    assert rounds[1 << 20] == 1 and rounds[3000] == rounds[5000] == 0, rounds
+    assert rounds[1 << 20] == 1 and rounds[small[2]] == rounds[small[3]] == 0, rounds
 
 
 @two_workers

@@ -359,8 +359,11 @@ def _child(threads_: int) -> dict:
     if threads_ not in _RESULTS:
         # (OpenBLAS at the same count: a GEMM the pool does not split is left to OpenBLAS, whose last bits
         # depend on its thread count, and whose own pacer would move that count by the real clock)
+        # (the counts below are the launches that reach 2^23 / 2^15, the eager kernels' thresholds: the split GEMM
+        # and the sum, B1's five GEMMs; the compiled default would pool the smaller loops too)
         env = dict(os.environ, PYTHONPATH=str(REPO), NUMBA_NUM_THREADS=str(threads_),
-                   OPENBLAS_NUM_THREADS=str(threads_), JITGRAD_POOL_PACER="1")
+                   OPENBLAS_NUM_THREADS=str(threads_), JITGRAD_POOL_PACER="1",
+                   JITGRAD_PARALLEL_WORK=str(1 << 23), JITGRAD_PARALLEL_GRAIN=str(1 << 15))
         r = subprocess.run([sys.executable, "-c", _CHILD, str(REPO / "benchmarks")], env=env, capture_output=True,
                            text=True, timeout=600)
         assert r.returncode == 0, r.stderr[-3000:]

@@ -1,8 +1,9 @@
 """jitgrad's own worker pool (``codegen/native/spin_pool.py``): its protocol, counted, never timed.
 
 Each check runs in a fresh process (one pool per process) under a timeout, so a lost wake-up fails as a hang.  The
-clock the spinners read is scripted (a ctypes function), so whether a wait spins or sleeps is fixed by the test,
-not by the machine's load (but for a worker that loses its core at the wrong moment: margins noted)."""
+clock the spinners read and the run-queue wait their busy sign samples (``busy_sign.py``) are scripted (native
+functions), so whether a wait spins or sleeps is fixed by the test, not by the machine's load (but for a worker
+that loses its core at the wrong moment: margins noted); the tests of the real reader say so."""
 import json
 import os
 import subprocess
@@ -41,11 +42,37 @@ define i32 @clock(i32 %kind, ptr %ts) {
   %p = getelementptr i64, ptr %ts, i64 1
   store i64 %ns, ptr %p
   ret i32 0
+}
+@frac = global i64 0
+@per = global i64 0
+define i32 @runq(i64 %slot, ptr %out) {
+  %t = load atomic i64, ptr @t monotonic, align 8
+  %f = load atomic i64, ptr @frac monotonic, align 8
+  %m = mul i64 %t, %f
+  %w = udiv i64 %m, 256
+  %p = load atomic i64, ptr @per monotonic, align 8
+  %none = icmp eq i64 %p, 0
+  %p1 = select i1 %none, i64 1, i64 %p
+  %n = udiv i64 %w, %p1
+  %runs = select i1 %none, i64 0, i64 %n
+  store i64 0, ptr %out
+  %o1 = getelementptr i64, ptr %out, i64 1
+  store i64 %w, ptr %o1
+  %o2 = getelementptr i64, ptr %out, i64 2
+  store i64 %runs, ptr %o2
+  ret i32 0
 }'''), ll.Target.from_default_triple().create_target_machine())
 _engine.finalize_object()
 _step = ctypes.c_int64.from_address(_engine.get_global_value_address("step"))
 _t = ctypes.c_int64.from_address(_engine.get_global_value_address("t"))
 pool.set_clock(_engine.get_function_address("clock"))
+# the scripted run queue: a thread has waited frac/256 of the scripted clock's time, in waits of ``per`` ns
+_frac = ctypes.c_int64.from_address(_engine.get_global_value_address("frac"))
+_per = ctypes.c_int64.from_address(_engine.get_global_value_address("per"))
+pool.set_run_queue(_engine.get_function_address("runq"))
+
+def scripted_run_queue(frac, per_ns):
+    _frac.value, _per.value = frac, per_ns
 
 def scripted_clock(step_ns):
     _step.value = step_ns
@@ -107,8 +134,8 @@ scripted_clock(0)
 pool.set_spin_ns(10**9)
 pool.start(1)
 before = pool.stats(); rounds(20, 1); print(json.dumps(delta(before)))
-scripted_clock(spin_pool.GAP_NS // 8)    # (the clock is shared: another spinner's reads add steps between two)
-pool.set_spin_ns(spin_pool.GAP_NS // 16)
+scripted_clock(25_000)          # (the clock is shared: another spinner's reads add steps between two)
+pool.set_spin_ns(12_500)
 rounds(1, 1)
 before = pool.stats(); rounds(5, 1, 0.005); print(json.dumps(delta(before)))
 pool.set_spin_ns(0)
@@ -126,51 +153,121 @@ before = pool.stats(); rounds(20, 1, 0.005); print(json.dumps(delta(before)))
         assert s["worker_wakes"] > 0 and s["busy"] == 0, s
 
 
-def test_a_descheduled_spinner_makes_the_waits_of_the_next_quiet_period_sleep_at_once():
-    """A gap over ``GAP_NS`` between two clock reads of a spin (the thread lost its core: the machine is busy)
-    counts ``busy``, and every wait for the next ``QUIET_NS`` does not spin, however long the spin is and however
-    many rounds run (the clock stands still: 40 rounds); once the clock has passed it, waits spin again."""
+def test_a_thread_crowded_off_its_core_makes_the_waits_of_the_next_quiet_period_sleep_at_once():
+    """A pool thread that waited in the run queue a quarter of a sample window or more, in waits of a taken core's
+    slices (scripted: half the time, 2 ms a wait), raises the busy sign (``busy``): every wait for the next
+    ``QUIET_NS`` does not spin, however long the spin is and however many rounds run (the clock stands still: 40
+    rounds); once the clock has passed it, and the run queue is quiet, waits spin again."""
     outs = _run("""
+from jitgrad.codegen.native import busy_sign
 pool.set_spin_ns(10**12)
 scripted_clock(0)
 pool.start(1)
 rounds(1, 1)
 before = pool.stats()
-scripted_clock(2 * spin_pool.GAP_NS)    # (the worker, spinning, may see the gap at once)
-rounds(2, 1); print(json.dumps(delta(before)))
+scripted_run_queue(128, 2_000_000)
+scripted_clock(busy_sign.SAMPLE_NS // 4)    # a sample is due every few clock reads of a spin
+rounds(4, 1, 0.002); print(json.dumps(delta(before)))
 scripted_clock(0)
 before = pool.stats(); rounds(40, 1); print(json.dumps(delta(before)))
-advance(spin_pool.QUIET_NS)
+scripted_run_queue(0, 0)
+advance(busy_sign.QUIET_NS)
 rounds(1, 1)
 before = pool.stats(); rounds(10, 1); print(json.dumps(delta(before)))
 """)
     busy, quiet, again = outs
-    assert busy["busy"] >= 1, busy
+    assert busy["busy"] >= 1 and busy["samples"] >= 2, busy
     assert quiet["spins"] == 0 and quiet["busy"] == 0 and quiet["rounds"] == 40, quiet
-    assert again["spin_hits"] == 10 and again["worker_sleeps"] == 0, again
+    assert again["spin_hits"] == 10 and again["worker_sleeps"] == 0 and again["busy"] == 0, again
 
 
-def test_waits_that_keep_outlasting_their_spin_make_the_next_waits_sleep():
-    """``MISS_LIMIT`` more spins that ran out than ended in time (a core shared with another process: no gap, but
-    the waits outlast the spin, each spin taking a core from the thread waited for) count ``busy`` once, and the
-    waits of the next ``QUIET_NS`` do not spin."""
+def test_long_serial_stretches_and_wake_ups_never_raise_the_busy_sign():
+    """Spins that keep outlasting their budget (the step's serial stretches: every wait of 40 rounds on both
+    sides, the scripted clock passing the spin at its first read) raise no busy sign, and the next waits spin
+    again; nor do wake-ups (a quarter of the time waiting, but 10 us a wait: a sleeping pool's), nor a small share
+    of long waits (an eighth).  The samples were taken (``samples``): the sign was asked, and said no."""
     outs = _run("""
-slow = TASK(lambda a, d, s, x: time.sleep(0.001))   # the caller's wait outlasts its spin too (a hit forgives a miss)
+slow = TASK(lambda a, d, s, x: time.sleep(0.001))   # the caller's wait outlasts its spin too
 def slow_rounds(n):
     for _ in range(n):
         add(ctypes.cast(slow, ctypes.c_void_p), None, None, None, None)
         ready()
         sync()
         time.sleep(0.002)
-scripted_clock(spin_pool.GAP_NS // 8)
-pool.set_spin_ns(spin_pool.GAP_NS // 16)
+scripted_clock(500_000)
+pool.set_spin_ns(250_000)
 pool.start(1)
-before = pool.stats(); slow_rounds(spin_pool.MISS_LIMIT); print(json.dumps(delta(before)))
-before = pool.stats(); rounds(10, 1, 0.002); print(json.dumps(delta(before)))
+for frac, per in ((0, 0), (64, 10_000), (32, 2_000_000)):
+    scripted_run_queue(frac, per)
+    before = pool.stats(); slow_rounds(40); print(json.dumps(delta(before)))
+scripted_clock(0)
+rounds(1, 1)                    # (wakes the worker that slept after the last slow round: it spins from now on)
+before = pool.stats(); rounds(10, 1); print(json.dumps(delta(before)))
 """)
-    missing, quiet = outs
-    assert missing["busy"] == 1, missing                # (two waits a round: the limit is reached in the rounds)
-    assert quiet["spins"] == 0 and quiet["busy"] == 0 and quiet["rounds"] == 10, quiet
+    *stretches, after = outs
+    for d in stretches:
+        # (a worker that loses its core for 2 ms finds the next round there without spinning: a margin of 8)
+        assert d["busy"] == 0 and d["spins"] >= 72 and d["spin_hits"] <= 8 and d["samples"] >= 4, d
+    assert after["busy"] == 0 and after["spin_hits"] == 10 and after["worker_sleeps"] == 0, after
+
+
+def test_the_run_queue_reader_reads_the_calling_threads_schedstat():
+    """The native reader (``Pool.run_queue``: the busy sign's, for the calling thread) parses the thread's own
+    ``/proc/thread-self/schedstat``: each of its three counts lies between Python's reads of that file before
+    and after it; another thread reads its own."""
+    if not os.path.exists("/proc/thread-self/schedstat"):
+        pytest.skip("no per-thread schedstat")
+    (out,) = _run("""
+def py():
+    with open("/proc/thread-self/schedstat") as f:
+        return [int(v) for v in f.read().split()]
+pool.set_run_queue(None)
+ok = []
+for _ in range(20):
+    a = py(); n = pool.run_queue(); b = py()
+    ok.append(n is not None and all(x <= y <= z for x, y, z in zip(a, n, b)))
+    x = 0
+    for i in range(20000):
+        x += i
+other = {}
+def there():
+    a = py(); other["n"] = pool.run_queue(); b = py()
+    other["ok"] = all(x <= y <= z for x, y, z in zip(a, other["n"], b))
+t = threading.Thread(target=there); t.start(); t.join()
+print(json.dumps({"ok": ok, "other": other["ok"], "moved": pool.run_queue()[0] > other["n"][0]}))
+""")
+    assert all(out["ok"]) and out["other"] and out["moved"], out
+
+
+def test_a_core_shared_with_a_spinning_process_raises_the_busy_sign():
+    """The real sign (the threads' own schedstat, the real clock): the calling thread pinned to one core with a
+    process that spins there, waiting in ``synchronize`` (spinning) for a worker's 2 ms tasks, waits about half
+    the time in the run queue: the sign stands within 0.4 s."""
+    if len(os.sched_getaffinity(0)) < 2 or not os.path.exists("/proc/thread-self/schedstat"):
+        pytest.skip("needs two cores and per-thread schedstat")
+    (out,) = _run("""
+import subprocess, sys
+pool.set_run_queue(None)
+pool.set_clock(ctypes.cast(ctypes.CDLL(None).clock_gettime, ctypes.c_void_p).value)
+core = sorted(os.sched_getaffinity(0))[-1]
+hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+try:
+    os.sched_setaffinity(hog.pid, {core})
+    os.sched_setaffinity(0, {core})
+    pool.set_spin_ns(10**9)
+    pool.start(1)
+    slow = TASK(lambda a, d, s, x: time.sleep(0.002))
+    before = pool.stats()
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 0.4 and pool.stats()["busy"] == before["busy"]:
+        add(ctypes.cast(slow, ctypes.c_void_p), None, None, None, None)
+        ready()
+        sync()
+finally:
+    hog.kill(); hog.wait()
+print(json.dumps(delta(before)))
+""")
+    assert out["busy"] >= 1 and out["samples"] >= 2, out
 
 
 def test_rounds_started_without_linger_leave_their_workers_asleep_at_once():
@@ -270,12 +367,12 @@ print(json.dumps({"v": v, "rounds": workpool.rounds() - r0, "spin": workpool.spi
 
 
 def test_launches_stay_on_the_calling_thread_while_the_spinners_see_a_core_taken():
-    """The busy rule (``workpool.BUSY_HOLD``): once a spinner saw a gap (another process took its core), a compiled
-    step's gated launches run their chunks on the calling thread (no round: ``busy_held`` counts them, one
-    clock read each) until ``QUIET_NS`` after the sign, then take the pool again; the bits are the pooled ones.
-    The clock, the pool's and the kernels' (``workpool.CLOCK_ADDRESS``), is scripted: the first call whose spin
-    sees the gap flips it (or the spinning worker sees it first, before any call), the calls after it never wake
-    the worker."""
+    """The busy rule (``workpool.BUSY_HOLD``): once a pool thread's sample saw it crowded off its core (another
+    process took it: scripted, half the time waiting in 2 ms waits), a compiled step's gated launches run their
+    chunks on the calling thread (no round: ``busy_held`` counts them, one clock read each) until ``QUIET_NS``
+    after the sign, then take the pool again; the bits are the pooled ones.  The clock, the pool's and the
+    kernels' (``workpool.CLOCK_ADDRESS``), is scripted: the first call whose spin samples the crowding flips it
+    (or the spinning worker samples it first, before any call), the calls after it never wake the worker."""
     if (os.cpu_count() or 1) < 2:
         pytest.skip("needs two cores")
     os.environ["JITGRAD_POOL_BUSY_HOLD"] = "1"      # (the test session turns it off: conftest.py)
@@ -300,11 +397,14 @@ def count(n, pause=0.0):
     return {"rounds": workpool.rounds() - r0, "held": workpool.busy_held() - h0, "same": same}
 quiet = count(5)
 before = pool.stats()
-scripted_clock(2 * spin_pool.GAP_NS)    # every read a gap: the next spin sees its thread descheduled
+from jitgrad.codegen.native import busy_sign
+scripted_run_queue(128, 2_000_000)
+scripted_clock(busy_sign.SAMPLE_NS // 4)    # a sample due every few clock reads of a spin, each one crowded
 sign = count(3, 0.002)
 scripted_clock(0)
 held = count(10)
-advance(spin_pool.QUIET_NS)
+scripted_run_queue(0, 0)
+advance(busy_sign.QUIET_NS)
 again = count(5)
 print(json.dumps({"quiet": quiet, "sign": sign, "busy": delta(before)["busy"], "held": held, "again": again,
                   "threads": workpool.threads()}))
@@ -318,3 +418,43 @@ print(json.dumps({"quiet": quiet, "sign": sign, "busy": delta(before)["busy"], "
     assert out["busy"] >= 1 and out["sign"]["rounds"] <= 1 and out["sign"]["rounds"] + out["sign"]["held"] == 3, out
     assert out["held"] == {"rounds": 0, "held": 10, "same": True}, out
     assert out["again"] == {"rounds": 5, "held": 0, "same": True}, out
+
+
+def test_a_fresh_process_finds_its_worker_spinning_from_its_first_steps():
+    """A fresh process's first 40 calls of a small compiled step (two pooled launches a call, one round each), with
+    a serial stretch after each call that outlasts the spin (the scripted clock jumps 1 ms while the worker spins:
+    its spin runs out and it sleeps), on a quiet run queue (scripted, as the clock: on the real clock this loaded
+    machine's preemptions, not the protocol, would decide which spins run out): no busy sign, so each call's first
+    round wakes the worker (``worker_wakes``) and its second finds it spinning (``spin_hits``).  The old sign
+    (spins that ran out) counted the stretches' misses against the hits."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("needs two cores")
+    os.environ["NUMBA_NUM_THREADS"] = "2"
+    os.environ["JITGRAD_JOIN_ROUNDS"] = "0"
+    try:
+        (out,) = _run("""
+scripted_clock(0)
+scripted_run_queue(0, 0)
+from jitgrad.codegen.native import workpool
+import numpy as np, jitgrad as jg
+workpool.set_min_work(0, 0)
+def step(a):
+    y = (a * 2.0).tanh()
+    return (y * y.sum()).exp()
+f = jg.compile(step, backend="numba", background=False)
+x = jg.tensor(np.linspace(-1, 1, 1 << 14, dtype=np.float32))
+f(x)                    # (the first call also places the workers: a round of its own)
+before, r0 = pool.stats(), workpool.rounds()
+for _ in range(40):
+    f(x)
+    advance(1_000_000)
+    time.sleep(0.002)
+print(json.dumps({**delta(before), "launched": workpool.rounds() - r0}))
+""")
+    finally:
+        os.environ.pop("NUMBA_NUM_THREADS", None)
+        os.environ.pop("JITGRAD_JOIN_ROUNDS", None)
+    assert out["launched"] == 80 and out["rounds"] == 80, out
+    assert out["busy"] == 0 and out["samples"] >= 4, out
+    # (a worker descheduled between a round's end and its spin's first clock read misses the jump: it spins on)
+    assert out["worker_wakes"] <= 40 and out["spin_hits"] >= 40, out

@@ -1223,7 +1223,10 @@ def test_legacy_tensor_constructor_uses_the_default_float_dtype():
 
 _MIXED_KEYS = [(1, slice(None), [2, 0]), (slice(None), [2, 0], None, 1), (1, Ellipsis, [2, 0]),
                ([1, 0], slice(None), 1), (1, [2, 0]), (0, slice(None), [2, 0], 3), ([1, 0], 1, slice(1, 3), [2, 0]),
-               (1, slice(None), [[2, 0], [1, 1]])]
+               (1, slice(None), [[2, 0], [1, 1]]),
+               # a bool mask of two dims stands for two of x's dims: the integer selects along the third
+               ([[True, False, True], [False, True, True]], 1), ([[True, False, True], [False, True, True]], 1, 3),
+               ([[True, False, True], [False, True, True]], slice(None), 2)]
 
 
 @pytest.mark.parametrize("key", _MIXED_KEYS, ids=str)

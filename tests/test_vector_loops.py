@@ -3,9 +3,9 @@ loops written as vector blocks by jitgrad's own renderer, so the quick LLVM pass
 
 Counted and compared, never timed: the vector text compiled at the first tier's level computes the bits of the
 scalar text (every dtype, every math function, every remainder length 0..width+1, sums in the scalar loop's order,
-exact reductions in lanes, stores over loads at every distance), and those of O3 where O3 sums nothing; which loops
-were rendered vector; loops that are not contiguous stay scalar; a compiled program's first-tier calls give the
-bits of its O3 calls.
+exact reductions in lanes, stores over loads at every distance, sums that take a product the loop does not vary), and
+those of O3 where O3 sums nothing; which loops were rendered vector; loops that are not contiguous stay scalar; a
+compiled program's first-tier calls give the bits of its O3 calls.
 """
 import ctypes
 import json
@@ -377,3 +377,52 @@ def test_a_sum_of_products_fuses_per_lane_as_the_scalar_loop_does(dtype, form):
             r[np.isnan(r)] = np.nan
             got[name] = r.tobytes()
         assert got["vector"] == got["scalar"] and got["vector256"] == got["scalar"], (form, n)
+
+
+def _uniform_terms(dtype, form):
+    """``out[i] = x[i] OP u1*u2`` with ``u1``, ``u2`` read before the loop (``form`` says how the product enters the
+    sum), and ``acc`` summing ``u1*u2`` (``sum``) or ``u1`` (``sum_uniform``), stored at ``out[n]``."""
+    t = ki.OF_DTYPE[dtype]
+    b = ki.Builder()
+    n0, p0, pu, po = (b.let(name, b.A[j] if j == 0 else b.A[j].ptr(t)) for j, name in enumerate(("n0", "p0", "pu",
+                                                                                                  "po")))
+    u1, u2 = b.let("u1", pu[0]), b.let("u2", pu[1])
+    acc = b.let("acc", ki.cast(ki.const(0), t))
+    with b.loop("i0", n0) as i0:
+        x = b.let("x0", p0[i0])
+        r = {"add": lambda: x + u1 * u2, "sub": lambda: x - u1 * u2, "product_first": lambda: u1 * u2 - x,
+             "negated": lambda: x + -(u1 * u2), "temporary": lambda: x + b.let("t0", u1 * u2),
+             "two_products": lambda: x * u1 + u1 * u2}.get(form, lambda: x)()
+        if form.startswith("sum"):
+            b.set(acc.attr, acc + (u1 * u2 if form == "sum" else u1))
+        b.store(po, i0, b.let("r", r))
+    b.store(po, n0, acc)
+    return b.finish()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("form", ["add", "sub", "product_first", "negated", "temporary", "two_products", "sum",
+                                  "sum_uniform"])
+def test_a_product_the_loop_does_not_vary_fuses_alike_in_every_tier(dtype, form):
+    """A sum that varies with the loop takes a product that does not (``x[i] + u1*u2``) without an FMA in every
+    tier (codegen/kernels/contraction.py): the scalar loop fused the two, O3 (which computes the product before the
+    loop) and the vector blocks (which broadcast it) did not, so an element's bits depended on the tier, and on the
+    first tier's part that ran it (a vector block, the remainder, or the scalar loop when the overlap check fails).
+    A lane-serial sum of a uniform term, too, adds in the scalar loop's order (each lane's sum apart)."""
+    kir = _uniform_terms(dtype, form)
+    addrs = _builds(kir)
+    rng = np.random.default_rng(14)
+    x = (rng.standard_normal(1100) * 3).astype(dtype)
+    u = (rng.standard_normal(2) * 3).astype(dtype)
+    for n in _lengths():
+        got = {}
+        for name, a in addrs.items():
+            out = np.zeros(n + 1, dtype)
+            _CALL(a)(np.array([n, x.ctypes.data, u.ctypes.data, out.ctypes.data], np.int64).ctypes.data)
+            got[name] = out.tobytes() if not form.startswith("sum") else (out.tobytes(), out[:n].tobytes())
+        for name in ("vector", "vector256"):
+            assert got[name] == got["scalar"], (name, n)
+        if form.startswith("sum"):      # (O3 sums in lanes: the elementwise part only)
+            assert got["o3"][1] == got["scalar"][1], n
+        else:
+            assert got["o3"] == got["scalar"], n

@@ -33,7 +33,7 @@ target, in a step module the target's assembly imports (``cpu.py``: ``STEP_MODUL
 """
 from __future__ import annotations
 
-from ..ir.ops.index import oob_error, tensor_axis
+from ..ir.ops.index import index_dim, oob_error, tensor_axis
 from ..ir.plan import Group, LoopBatch
 
 KINDS = ("fused", "batch", "view", "gemm", "gather", "scatter", "scatter_reduce", "region", "row_gather", "row_scatter", "scan",
@@ -114,16 +114,19 @@ def index_error(e, value: int, dim: int) -> IndexError:
     x = e.ins[0]
     oob = e.params.get("oob")
     if oob is not None:         # a range-checked index (ir/ops/index.py): torch's text for the op that bound it
-        ax = tensor_axis(e.params["spec"], dim)
+        ax = tensor_axis(e.params["spec"], dim, x.aval.ndim)
         err = oob_error(oob, value, ax, x.aval.shape[ax])
         if e.loc is not None:
             err.args = (f"{err.args[0]}\n  at {e.loc.where()} in {e.loc.function}: {e.loc.text}",)
         return err
     idx = e.ins[1:] if e.op.name == "getitem" else e.ins[2:]
     what = "indexing" if e.op.name == "getitem" else "index assignment"
-    if "spec" in e.params:      # the loops record which index tensor met it; the message names x's dim
-        dim = tensor_axis(e.params["spec"], dim)
-    msg = (f"{e.op.name}: index {value} is out of bounds for dimension {dim} with size {x.aval.shape[dim]} "
+    name_dim = dim
+    if "spec" in e.params:      # the loops record which index tensor met it; torch names it as index_dim does
+        spec = e.params["spec"]
+        name_dim = index_dim(spec, [v.aval.shape for v in idx], dim)
+        dim = tensor_axis(spec, dim, x.aval.ndim)
+    msg = (f"{e.op.name}: index {value} is out of bounds for dimension {name_dim} with size {x.aval.shape[dim]} "
            f"({what} of a tensor of shape {list(x.aval.shape)} with index tensors of shapes "
            f"{[list(v.aval.shape) for v in idx]}; compiled code, no state was updated)")
     if e.loc is not None:

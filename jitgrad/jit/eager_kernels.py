@@ -70,7 +70,7 @@ SYNC = _MODE == "sync"
 MIN_ELEMENTS = int(os.environ.get("JITGRAD_EAGER_KERNEL_MIN", "4096"))
 # From this many elements a one-ufunc op (add, sub, mul) runs its kernel: where the compiled path's rule puts every
 # loop on the pool at the default threshold (``loops.PARALLEL_MIN``: each element costs at least
-# ``layout.MIN_ELEMENT_COST``, and that many elements reach ``workpool.PARALLEL_WORK``; a test keeps them equal; not
+# ``layout.MIN_ELEMENT_COST``, and that many elements reach ``workpool.EAGER_PARALLEL_WORK``; a test keeps them equal; not
 # imported: the chooser runs at a signature's first call, and codegen's kernel modules take ~0.3 s to import).
 POOLED_MIN = int(os.environ.get("JITGRAD_EAGER_POOLED_MIN", 1 << 20))
 # From this many elements a uniform draw runs its kernel.  NumPy's Philox (``ir/philox.py``) is ~100 ufunc calls a
@@ -475,6 +475,7 @@ if hasattr(os, "register_at_fork"):
 published("OpDef.eager_kernel", name="gelu")(elementwise_chooser("gelu"))
 published("OpDef.eager_kernel", name="gelu_backward")(elementwise_chooser("gelu_backward"))
 published("OpDef.eager_kernel", name="tanh_backward")(elementwise_chooser("tanh_backward"))
+published("OpDef.eager_kernel", name="tanh")(elementwise_chooser("tanh"))
 published("OpDef.eager_kernel", name="add")(pooled_chooser("add"))
 published("OpDef.eager_kernel", name="sub")(pooled_chooser("sub"))
 published("OpDef.eager_kernel", name="mul")(pooled_chooser("mul"))

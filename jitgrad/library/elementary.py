@@ -229,6 +229,7 @@ def nonzero(input, *, as_tuple=False, **torch_kw):
 # ---- reductions -----------------------------------------------------------------------------------
 _SUM = O["sum"]
 _SUM_FLAT = flat_entry(_SUM, 1)
+_NORM2_FLAT = flat_entry(O["norm2"], 1)
 _EVERY_AXIS = [tuple(range(n)) for n in range(64)]     # (dims_arg's axes for dim=None, made once)
 
 
@@ -267,7 +268,8 @@ def mean(input, dim=None, keepdim=False, *, dtype=None, **torch_kw):
     n = 1
     for a in axes:
         n *= input.shape[a]
-    s = bind(O["sum"], input, axes=axes, keepdims=bool(keepdim))
+    params = {"axes": axes, "keepdims": bool(keepdim)}     # (sum's flat entry: one frame, not bind's three)
+    s = _SUM_FLAT(input, params) if _ROUTE.plain else bind(O["sum"], input, **params)
     # mean of nothing is nan; "+ nan" (not "* nan") keeps the derivative w.r.t. the incoming gradient finite
     # (it is a sum over no elements), as torch's expand-then-divide backward does
     return _fresh(s / n if n else s + math.nan, input, "MeanBackward0" if dim is None else "MeanBackward1")
@@ -440,7 +442,8 @@ def _norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     if dtype is not None:
         input = input.to(dtype)
     if p in ("fro", 2, 2.0, None):
-        return bind(O["norm2"], input, axes=_axes("norm", input, dim), keepdims=bool(keepdim))
+        params = {"axes": _axes("norm", input, dim), "keepdims": bool(keepdim)}
+        return _NORM2_FLAT(input, params) if _ROUTE.plain else bind(O["norm2"], input, **params)
     if p == math.inf:
         return amax(abs(input), dim if dim is not None else (), keepdim)
     if p == -math.inf:

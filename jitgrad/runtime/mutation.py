@@ -434,9 +434,22 @@ def ints_before_tensors(key):
         return None
     if not any(_int_key(k) for k in key) or any(isinstance(k, (bool, np.bool_)) for k in key):
         return None
-    first = tuple(slice(None) if _advanced(k) else k for k in key)
+    first = []
+    for k in key:       # a bool mask of n dims stands for n dims of x (x[mask2d, 1]: 1 selects along x's third)
+        if _advanced(k):
+            first += [slice(None)] * (_mask_ndim(k) or 1)
+        else:
+            first.append(k)
     rest = tuple(k if _advanced(k) or k is Ellipsis else slice(None) for k in key if not _int_key(k))
-    return first, rest
+    return tuple(first), rest
+
+
+def _mask_ndim(k) -> int:
+    """The dims of x that key element ``k`` (an index list, array or tensor) consumes when it is a bool mask of two or
+    more dims, else 0."""
+    if isinstance(k, (list, range)):
+        return 0
+    return k.ndim if k.ndim > 1 and str(k.dtype).endswith("bool") else 0
 
 
 def parse_index(key, t):

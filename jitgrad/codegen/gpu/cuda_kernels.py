@@ -119,8 +119,8 @@ def _body(g, ix, arrays_in, outslot, consts, check_ids, ind, red_out=None):
             seen = len(conds)
             expr = ex(ki.cast(scalar_expr(e, cd, od, ref, conds), ki.OF_DTYPE[od.name]))
             for cond in conds[seen:]:        # a zero integer divisor: recorded, raised by the host
-                gid = f"gid{len(guards)}"        # (every position records the same: the step id is the key)
-                lines += [f"{ind}if {ex(cond)}:"] + claim(f"{gid} << {KEY_SHIFT}", ["2", gid], ind + "    ")
+                gid = f"gid{len(guards)}"        # (every position records the same key: the step's base)
+                lines += [f"{ind}if {ex(cond)}:"] + claim(f"gkb{len(guards)}", ["2", gid], ind + "    ")
                 guards.append(e)
         t = f"t{n}"
         lines.append(f"{ind}{t} = {expr}")
@@ -134,14 +134,11 @@ def _body(g, ix, arrays_in, outslot, consts, check_ids, ind, red_out=None):
     return lines, local, checks, guards, ex
 
 
-# a record's key: its step id (launch order) above its flat position in the launch
-KEY_SHIFT = 40
-
-
 def claim(key, fields, ind):
     """Lines recording ``fields`` (``[code, step id, index, dim]``) in ``ierr`` as the first index error in launch
     order, then the serial loop's order, as the CPU's parallel loops do (``kernel_ir.Claim``): an atomic min of the
-    record's ``key`` (``KEY_SHIFT``) into ierr[4] (the host starts it at the largest int64); when that lowered it,
+    record's ``key`` (its step's key base, ``Launches.index_step``, plus its flat position) into ierr[4] (the host
+    starts it at the largest int64); when that lowered it,
     the fields are stored under the lock ierr[5] (taken by compare-and-swap; a lane that misses it retries, so a
     warp never waits on itself) if ierr[4] still is the key: the least key's record is written last, whole."""
     body = [f"{ind}ikey = {key}", f"{ind}if cuda.atomic.min(ierr, 4, ikey) > ikey:", f"{ind}    held = False",
@@ -153,7 +150,8 @@ def claim(key, fields, ind):
 
 
 def _guard_params(guards):
-    return ([("ierr", "int64[::1]")] + [(f"gid{k}", "int64") for k in range(len(guards))]) if guards else []
+    return ([("ierr", "int64[::1]")] + [(f"{p}{k}", "int64") for k in range(len(guards)) for p in ("gid", "gkb")]) \
+        if guards else []
 
 
 def _count(t, cid, ind):
@@ -319,7 +317,7 @@ def _bounds_checked(n, raw, size, access, ind):
     for k in reversed(range(n)):
         body += [f"{ind}if j{k} < 0 or j{k} >= {size}{k}:", f"{ind}    bad = {k}", f"{ind}    bv = r{k}"]
     body += [f"{ind}if bad < 0:"] + [f"{ind}    {a}" for a in access]
-    body += [f"{ind}else:"] + claim(f"(sid << {KEY_SHIFT}) + i", ["1", "sid", "bv", "bad"], ind + "    ")
+    body += [f"{ind}else:"] + claim("kb + i", ["1", "sid", "bv", "bad"], ind + "    ")
     return body
 
 
@@ -333,7 +331,7 @@ def gen_gather(x: dt.DType, idx, rank: int) -> CudaKernel:
     ix.operand(n, x)        # the output (contiguous over the output's dims)
     params = [("n", "int64")] + ix.params + [("px", arr_t(x)), ("ox", "int64")]
     params += [(f"sx{k}", "int64") for k in range(n)] + [(f"nx{k}", "int64") for k in range(n)]
-    params += [("ierr", "int64[::1]"), ("sid", "int64")]
+    params += [("ierr", "int64[::1]"), ("sid", "int64"), ("kb", "int64")]
     ind = "        "
     body = ["    i = cuda.grid(1)", "    step = cuda.gridsize(1)", "    while i < n:"]
     body += ix.unravel("i", list(range(rank)), ind)
@@ -353,7 +351,7 @@ def gen_scatter(out: dt.DType, v: dt.DType, idx, rank: int, accumulate: bool) ->
         ix.operand(k + 1, d)
     params = [("n", "int64")] + ix.params + [("po", arr_t(out)), ("oo", "int64")]
     params += [(f"so{k}", "int64") for k in range(n)] + [(f"no{k}", "int64") for k in range(n)]
-    params += [("ierr", "int64[::1]"), ("sid", "int64")]
+    params += [("ierr", "int64[::1]"), ("sid", "int64"), ("kb", "int64")]
     ind = "        "
     body = ["    i = cuda.grid(1)", "    step = cuda.gridsize(1)", "    while i < n:"]
     body += ix.unravel("i", list(range(rank)), ind)
@@ -387,4 +385,4 @@ def gen_scan(op: str, x: dt.DType, out: dt.DType, rank: int, reverse: bool) -> C
     return CudaKernel("scan", "\n".join(body), params, label=op)
 
 
-__all__ = ["CudaKernel", "claim", "KEY_SHIFT", "gen_group", "gen_finish", "gen_copy", "gen_check", "gen_gemm", "gen_gather", "gen_scatter", "gen_scan"]
+__all__ = ["CudaKernel", "claim", "gen_group", "gen_finish", "gen_copy", "gen_check", "gen_gemm", "gen_gather", "gen_scatter", "gen_scan"]

@@ -12,6 +12,7 @@ import numpy as np
 
 from ...ir.plan import Group
 from . import cuda_kernels as K
+from ..kernels.index_checks import NO_KEY
 from ..places import Place, Places, bcast_strides, coalesce
 
 
@@ -39,7 +40,21 @@ class Launches:
         self.steps, self.kernels = [], {}
         self.native = True
         self.index_steps = []       # eqns of the bounds-checked steps (gather, scatter), by step id
+        self.key_next = 0           # the next step's key base (index_step)
         self.outputs = []
+
+    def index_step(self, e, n: int = 1) -> tuple:
+        """Eqn ``e`` as the next step that records index errors (a gather or scatter over ``n`` flat positions, or
+        a guarded eqn): its (step id, key base).  A record's key is the base plus its flat position, and each
+        step's bases start past every earlier step's positions, so the least key is the first error in launch
+        order, then in position order, for positions of any size (``cuda_kernels.claim``)."""
+        sid, kb = len(self.index_steps), self.key_next
+        self.key_next += max(int(n), 1)
+        if self.key_next >= NO_KEY:
+            raise ValueError(f"{e.op.name}: the program's index checks span {self.key_next} positions, more than "
+                             "an int64 error key can order")
+        self.index_steps.append(e)
+        return sid, kb
 
     def place(self, v) -> Place:
         return self.places.place(v)

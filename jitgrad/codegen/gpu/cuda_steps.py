@@ -32,8 +32,7 @@ def fused_group(cg: Launches, g: Group):
     if kern.guards:         # zero integer divisors: the index-error array, one step id per guard
         tail += ["ierr"]
         for e in kern.guards:
-            tail.append(len(cg.index_steps))
-            cg.index_steps.append(e)
+            tail += cg.index_step(e)
     label = f"{g.name} {g.lines()}".strip()
     scope = g.all_eqns[0].scope
     if red is None:
@@ -134,8 +133,7 @@ def gather(cg: Launches, e):
     for v in idx:
         args += cg.operand(cg.place(v), bcast_strides(cg.place(v), it))
     args += cg.operand(po, c_strides(it)) + [px.root, px.offset] + list(px.strides) + list(px.shape)
-    cg.launch(kern, n, args + ["ierr", len(cg.index_steps)], "gather", e.scope)
-    cg.index_steps.append(e)
+    cg.launch(kern, n, args + ["ierr", *cg.index_step(e, n)], "gather", e.scope)
 
 
 @emits("scatter", target="cuda")
@@ -154,8 +152,7 @@ def scatter(cg: Launches, e):
     for iv in idx:
         args += cg.operand(cg.place(iv), bcast_strides(cg.place(iv), it))
     args += [po.root, po.offset] + list(po.strides) + list(po.shape)
-    cg.launch(kern, n, args + ["ierr", len(cg.index_steps)], "scatter", e.scope)
-    cg.index_steps.append(e)
+    cg.launch(kern, n, args + ["ierr", *cg.index_step(e, n)], "scatter", e.scope)
 
 
 @emits("scan", target="cuda")

@@ -43,6 +43,19 @@ def open_claims(b, IE):
     return ki.Store(ie, const(KEY_AT), select(ie[0] == 0, const(NO_KEY), const(-1)))
 
 
+def claim_keys(g, outer, n_outer, parallel):
+    """The claim key of each index access's record in group ``g``'s loop (its gathers, then its scatters), or None
+    where a plain first record keeps the loop's order (a serial loop with one such access).  Eager mode runs the
+    ops one after the other, so the first bad index it meets is the first op's: the key is the op's place in the
+    program (``g.all_eqns``), then the loop's outer index ``outer`` (of ``n_outer``: a parallel loop's chunks run
+    ranges of it, in order), so the least key is eager's record at any thread count."""
+    ops = list(g.gathers) + list(g.scatters)
+    if not ops or not parallel and len(ops) < 2:
+        return None
+    order = sorted(range(len(ops)), key=lambda n: g.all_eqns.index(ops[n]))
+    return [const(order.index(n)) * n_outer + outer if len(ops) > 1 else outer for n in range(len(ops))]
+
+
 def by_index(b, index, j, axis, IE, k, access, otherwise=(), key=None):
     """Statements of one access by an index (a fused loop's gather load or scatter store): ``index`` (the
     value read at the loop's position from operand ``j``), wrapped when negative (Python's indexing), checked
@@ -94,4 +107,4 @@ def adds_into_zeros(e) -> bool:
     return isinstance(b, Lit) and not np.any(b.value)
 
 
-__all__ = ["record_index_error", "open_claims", "KEY_AT", "NO_KEY", "by_index", "index_once", "by_checked", "adds_into_zeros"]
+__all__ = ["record_index_error", "open_claims", "claim_keys", "KEY_AT", "NO_KEY", "by_index", "index_once", "by_checked", "adds_into_zeros"]

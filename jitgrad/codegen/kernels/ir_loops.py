@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 
-from . import chunk_checks, ir_claims, kernel_ir as ki, llvm_text as T, pool_abi
+from . import chunk_checks, contraction, ir_claims, kernel_ir as ki, llvm_text as T, pool_abi
 
 
 class Unsupported(Exception):
@@ -107,6 +107,8 @@ class _Renderer:
         self.module = T.Module(name)
         self._tables = {}
         self._loop_md = {}
+        self._fences = {}       # id(sum) -> operands fenced from contraction in the loop being rendered (contraction.py)
+        self._fences_of = {}    # id(loop) -> its fences (the first tier renders a loop twice: vector, then scalar)
         self._start_function(name, [T.PTR])
 
     def _start_function(self, name, arg_types, linkage=""):
@@ -127,6 +129,7 @@ class _Renderer:
         self.alloca_b.branch(self.body0)
 
     _STATE = ("fn", "entry", "b", "alloca_b", "body0", "slots", "arg_block", "_loops")
+    POOL = True     # whether a parallel kernel may take the worker pool (the first tier's never does: vector_loops)
 
     def kernel(self, k: ki.KernelIR) -> str:
         if k.parallel:
@@ -193,18 +196,16 @@ class _Renderer:
             setattr(self, attr, v)
         return fn.ref
 
-    POOL = True     # whether a parallel kernel may take the worker pool (the first tier's never does: vector_loops)
-
     def _dispatch(self, chunk, n, reductions, width, gate=None, joinable=False):
         b, I64 = self.b, T.I64
         m = self.module
         add = pool_abi.declare(m)[0] if self.POOL else None
         nw = b.load(I64, pool_abi.pool_global(m, "threads"))
         split = b.op("and", T.I1, b.icmp("sgt", I64, nw, "1"), b.icmp("sgt", I64, n, "1"))
-        takes, pooled, pace, work = split, split, None, None
-        if not self.POOL:           # the launch's test and the pool's code left out: a launch that does not take it
-            pooled, joinable = T.FALSE, False
-        elif gate is not None:      # the threshold per call, and the pool's pacer (pool_abi.launch)
+        # (not POOL: the launch's test and the pool's code left out, a launch that does not take it)
+        takes, pooled, pace, work = split, split if self.POOL else T.FALSE, None, None
+        joinable = joinable and self.POOL
+        if gate is not None and self.POOL:      # the threshold per call, and the pool's pacer (pool_abi.launch)
             takes = b.op("and", T.I1, split, pool_abi.takes_pool(b, m, *gate))
             pooled, pace = pool_abi.paced(b, m, takes)
             work = pool_abi.work_of(b, *gate)
@@ -216,10 +217,7 @@ class _Renderer:
         else:
             pool_abi.flush(b, m)
         # not pooled: a loop that sums runs the pooled launch's chunks here, in order (the same partial sums)
-        if reductions:
-            ntasks = b.select(split, I64, nw, "1")
-        else:
-            ntasks = b.select(pooled, I64, nw, "1") if self.POOL else "1"
+        ntasks = b.select(split if reductions else pooled, I64, nw, "1") if reductions or self.POOL else "1"
         tasks = b.alloca(I64, b.op("mul", I64, ntasks, str(width)))
         a = self.fn.args[0]
 
@@ -267,10 +265,7 @@ class _Renderer:
 
         def on_caller():
             each_task(lambda t, rec: b.call(T.VOID, chunk, [f"ptr {rec}", "ptr null", "ptr null", f"ptr {a}"]))
-        if self.POOL:
-            pool_abi.launch(b, m, pooled, takes, pace, work, on_pool, on_caller, self.alloca_b)
-        else:
-            on_caller()
+        pool_abi.launch(b, m, pooled, takes, pace, work, on_pool, on_caller, self.alloca_b) if self.POOL else on_caller()
         if reductions:
             def combine(t, rec):
                 for j, r in enumerate(reductions):
@@ -350,7 +345,9 @@ class _Renderer:
         for outer in self._loops:
             outer[1] = False                # it contains this loop: not innermost
         self._loops.append([head, True, []])
+        outer_fences = self.enter_fences(s)
         self.block(s.body)
+        self._fences = outer_fences
         if not b.block.terminated:
             b.branch(head)
             self._loops[-1][2].append((b.lines, len(b.lines) - 1))
@@ -360,6 +357,13 @@ class _Renderer:
             for lines, k in back_edges:
                 lines[k] += md
         b.position_at_end(done)
+
+    def enter_fences(self, s: ki.For) -> dict:
+        """Make loop ``s``'s fences (``contraction.fences``) the active ones; returns those they replace."""
+        if id(s) not in self._fences_of:        # (s kept with them: its id stays its own)
+            self._fences_of[id(s)] = (s, contraction.fences(s))
+        outer, self._fences = self._fences, self._fences_of[id(s)][1]
+        return outer
 
     def _loop_id(self, count: int) -> str:
         """``, !llvm.loop !N``: a distinct loop ID asking LLVM to interleave ``count`` times (one per module)."""
@@ -487,6 +491,9 @@ class _Renderer:
             f = _FLOAT_BIN.get(op)
             if f is None:
                 raise Unsupported(f"float {op}")
+            fenced = self._fences.get(id(x))
+            if fenced:          # an operand the loop does not vary: never fused into this sum (contraction.py)
+                args = [contraction.fence(self.module, self.b, lt, a) if j in fenced else a for j, a in enumerate(args)]
             return self.b.op(f, lt, args[0], args[1], _flags(x.fm))
         if op in ("//", "%"):
             if t != ki.I64:

@@ -19,9 +19,9 @@ import numpy as np
 from ...ir import dtypes as dt
 from ...ir.graph import Lit, Var
 from ...ir.ops.opdef import result_dtype
-from . import kernel_ir as ki, kernel_listing
+from . import kernel_ir as ki, kernel_listing, erf_exp
 from .kernel_ir import BOOL, I64, U8, cast, const, load, read, select
-from .index_checks import record_index_error, adds_into_zeros, by_checked, by_index, index_once, open_claims
+from .index_checks import record_index_error, adds_into_zeros, by_checked, by_index, claim_keys, index_once, open_claims
 from .ordered_keys import row_minmax
 from .math_table import MathCalls
 from .numba_render import module_text
@@ -29,8 +29,8 @@ from ..native import llvm_build
 
 # the kernel IR's generators: a change to what they build changes every kernel's text, hence its key
 GENERATOR_VERSION = 2       # 2: parallel loops take the pool by their work per call (For.gate)
-PARALLEL_MIN = 1 << 20      # elements from which every loop takes the pool at the default threshold (each element
-                            # costs at least layout.MIN_ELEMENT_COST: workpool.PARALLEL_WORK / 8)
+PARALLEL_MIN = 1 << 20      # elements from which every loop takes the pool at any threshold up to 2^23 (the eager
+                            # kernels'; each element costs at least layout.MIN_ELEMENT_COST: 2^23 / 8)
 FASTMATH = set(ki.KERNEL_FASTMATH)     # never nnan/ninf: NaN checks must survive
 
 # elementwise ops whose scalar body also takes the element's row-major index in the iteration space (the random
@@ -64,6 +64,7 @@ class Kernel:
                  label="", guards=(), alias=None, per_element=None):
         self.kind = kind
         self.ir = kir
+        erf_exp.share_exp(kir)      # one exp for erf and its derivative
         self.rank = rank
         self.operands = list(operands)
         self.classes = list(classes)
@@ -447,7 +448,7 @@ def group_loop(b, g, classes, parallel, check_ids=None, rank=None, red_axes=None
     IX = nest.slot
     if axes:
         nest.slot += 1 + len(axes)
-    key = nest.i(0) if axes and parallel and rank else None     # chunks record at once: the least outer index wins
+    keys = claim_keys(g, nest.i(0) if rank else const(0), nest.n[0] if rank else 1, parallel and rank)
     first_idx = len(arrays_in)
     # every index the same along the innermost axis (it broadcasts there): each is read and checked once per run
     # of that axis, before it, not at every element (B11's pair indices over x, y, z: a third of the checks)
@@ -459,7 +460,7 @@ def group_loop(b, g, classes, parallel, check_ids=None, rank=None, red_axes=None
         for n, j in enumerate(idx_ops):
             e = gathers[n] if n < len(gathers) else scatters[n - len(gathers)]
             stmts, off, ok = index_once(b, _load(j, nest, e.ins[1 if n < len(gathers) else 2].aval.dtype), j,
-                                        axes[n], IX, n, nest.n[rank - 1] > 0, key)
+                                        axes[n], IX, n, nest.n[rank - 1] > 0, keys and keys[n])
             hoisted += stmts
             once[j] = (off, ok)
     local, checks, guards = {}, [], []
@@ -491,7 +492,7 @@ def group_loop(b, g, classes, parallel, check_ids=None, rank=None, red_axes=None
                     b.emit(by_checked(b, once[jx - 1][1], once[jx - 1][0], access, zero))
                 else:
                     b.emit(by_index(b, _load(jx - 1, nest, e.ins[1].aval.dtype), jx - 1, axes[q], IX, q, access,
-                                    zero, key))
+                                    zero, keys and keys[q]))
                 t = read(tv)
             else:
                 seen = len(guards)
@@ -522,8 +523,8 @@ def group_loop(b, g, classes, parallel, check_ids=None, rank=None, red_axes=None
                 b.emit(by_checked(b, once[ji][1], once[ji][0], access))
             else:
                 b.emit(by_index(b, _load(ji, nest, e.ins[2].aval.dtype), ji, axes[len(gathers) + q], IX,
-                                len(gathers) + q, access, key=key))
-    pre, post, row_pre, row_post = list(clear) + ([open_claims(b, IX)] if key is not None else []), [], list(hoisted), []
+                                len(gathers) + q, access, key=keys and keys[len(gathers) + q]))
+    pre, post, row_pre, row_post = list(clear) + ([open_claims(b, IX)] if keys else []), [], list(hoisted), []
     if red is not None:
         od = red.outs[0].aval.dtype
         T = _T(od)

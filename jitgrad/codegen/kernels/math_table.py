@@ -75,6 +75,9 @@ MATH = _rows(
     MathFn("log1p", 1, "({T}(math.log1p({0})) if {0} > -1 else ({T}(-math.inf) if {0} == -1 else {T}(math.nan)))"),
     MathFn("tanh", 1, "{T}(math.tanh({0}))"),
     MathFn("erf", 1, "{T}(math.erf({0}))"),
+    # erf x given e = exp(-x^2), which the kernel computes anyway (``erf_exp.py``, CPU kernels only); CUDA's erf
+    # needs no e (e is NaN only where x is)
+    MathFn("erf_exp", 2, "({T}(math.erf({0})) if {1} == {1} else {T}({1}))"),
     MathFn("sin", 1, "({T}(math.sin({0})) if math.isfinite({0}) else {T}(math.nan))"),
     MathFn("cos", 1, "({T}(math.cos({0})) if math.isfinite({0}) else {T}(math.nan))"),
     MathFn("tan", 1, "({T}(math.tan({0})) if math.isfinite({0}) else {T}(math.nan))"),

@@ -208,13 +208,33 @@ def log1p_f32(x):
 @_def
 def erf_f32(x):
     x = f32(x)
+    ac = select(abs(x) < f32(4.0), abs(x), f32(4.0))             # erf(3.92) rounds to 1
+    return _erf_f32(x, ac, _exp_normal_f32(-(ac * ac)))          # ac is never NaN: -16 <= -ac^2 <= 0
+
+
+# A kernel that needs both erf x and exp(-x^2) (GELU's backward: erf's vjp is exp(-x^2) 2/sqrt(pi)) passes its exp
+# to erf (``erf_exp.py`` rewrites ``erf(x)`` beside ``exp(-(x*x))``), and computes one exp an element instead of
+# two.  Same bits as erf_f32: below the clamp e is the exp erf_f32 computes (exp_f32 and _exp_normal_f32 agree
+# there), beyond it both give 1.  Beyond the clamp e is not used (0 selected): exp(-x^2) turns subnormal there,
+# and a subnormal product takes a microcode assist a lane on x86.
+@_def
+def erf_exp_f32(x, e):
+    """erf x given e = exp_f32(-(x*x)), computed by the caller."""
+    x = f32(x)
+    live = abs(x) < f32(4.0)
+    return _erf_f32(x, select(live, abs(x), f32(4.0)), select(live, f32(e), _F0))
+
+
+@_def
+def _erf_f32(x, ac, e):
+    """erf x from ac = min(|x|, 4) and e = exp(-ac^2) (or anything whose product with Q(ac) rounds 1 - it to 1
+    where |x| >= 4)."""
     a = abs(x)
     z = a * a
     p = _F_A[6]
     for i in range(5, -1, -1):
         p = p * z + _F_A[i]
     small = a * p
-    ac = select(a < f32(4.0), a, f32(4.0))                      # erf(3.92) rounds to 1
     u = ac - _F_Q_AT
     v = u * u
     qe = _F_Q[8]
@@ -224,7 +244,7 @@ def erf_f32(x):
     for i in (5, 3, 1):
         qo = qo * v + _F_Q[i]
     q = qo * u + qe
-    large = _F1 - _exp_normal_f32(-(ac * ac)) * q                # ac is never NaN: -16 <= -ac^2 <= 0
+    large = _F1 - e * q
     y = select(a < f32(0.92), small, large)
     y = i32_as_f32(i32(f32_as_i32(y) | (f32_as_i32(x) & i32(-2147483648))))
     return select(x != x, x, y)
@@ -346,18 +366,32 @@ def log1p_f64(x):
 @_def
 def erf_f64(x):
     x = f64(x)
+    ac = select(abs(x) < 6.0, abs(x), 6.0)                  # erf(5.93) rounds to 1
+    return _erf_f64(x, ac, exp_f64(-(ac * ac)))
+
+
+@_def
+def erf_exp_f64(x, e):
+    """erf x given e = exp_f64(-(x*x)), computed by the caller (see erf_exp_f32)."""
+    x = f64(x)
+    live = abs(x) < 6.0
+    return _erf_f64(x, select(live, abs(x), 6.0), select(live, f64(e), 0.0))
+
+
+@_def
+def _erf_f64(x, ac, e):
+    """erf x from ac = min(|x|, 6) and e = exp(-ac^2) (as _erf_f32)."""
     a = abs(x)
     z = a * a
     p = _D_A[11]
     for i in range(10, -1, -1):
         p = p * z + _D_A[i]
     small = a * p
-    ac = select(a < 6.0, a, 6.0)                            # erf(5.93) rounds to 1
     t = 1.0 / (1.0 + 0.5 * ac)
     h = _D_B[12]
     for i in range(11, -1, -1):
         h = h * t + _D_B[i]
-    large = 1.0 - exp_f64(-(ac * ac)) * h
+    large = 1.0 - e * h
     y = select(a < 1.0, small, large)
     y = i64_as_f64(f64_as_i64(y) | (f64_as_i64(x) & i64(-9223372036854775808)))
     return select(x != x, x, y)

@@ -11,6 +11,7 @@ global an ``i64``.  Nothing here imports Numba or llvmlite.
 """
 from __future__ import annotations
 
+from ..native import workpool
 from ..native.workpool import CLOCK_ID, JOIN_MAX, PACE_HELD, PACE_OFF, PACE_TIMED, RANGE_SLOTS
 from .llvm_text import DOUBLE, I1, I32, I64, PTR, VOID, Builder, const
 
@@ -172,19 +173,22 @@ def _add(b, module, name, value):
 
 def paced(b, module, takes):
     """``(pooled, pace)`` of a gated launch: ``pooled``, the ``i1`` that it wakes the workers (``takes``, its
-    threshold test, holds, the pool's pacer is not holding launches off the pool, and the pool's spinners have
-    not seen another process take a core lately: ``busy``); ``pace``, the pacer's state as read for this launch
-    (``workpool.pace``), for ``launch``."""
+    threshold test, holds, the pool's pacer is not holding launches off the pool, and, under the busy rule
+    (``workpool.BUSY_HOLD``), the pool's threads have not seen another process take a core lately: ``busy``);
+    ``pace``, the pacer's state as read for this launch (``workpool.pace``), for ``launch``.  Without the busy
+    rule no test is emitted at all: the setting is part of every kernel's and entry's key (``build.py``)."""
     pace = _read(b, module, "pace")
     free = b.op("and", I1, takes, b.icmp("ne", I64, pace, str(PACE_HELD)))
+    if not workpool.BUSY_HOLD:
+        return free, pace
     held = b.call(I1, _busy_fn(module), [f"i1 {free}"])
     return b.op("and", I1, free, b.op("xor", I1, held, "true")), pace
 
 
 def _busy_fn(module):
     """``i1 busy(i1 takes)``, once per module: whether a launch that would take the pool (``takes``) stays on the
-    calling thread because the pool's spinners saw another process take a core (``spin_pool``: a spinner
-    descheduled, or spins that keep running out) less than ``spin_pool.QUIET_NS`` ago: its end is the global
+    calling thread because a pool thread saw another process take a core (``busy_sign.py``: crowded off its core)
+    less than ``busy_sign.QUIET_NS`` ago: its end is the global
     ``busy_until`` (the pool's own, ``workpool.launch``; 0: no such sign).  Reads the clock only while that is
     set; clears it (compare-and-swap: a spinner may set a new one meanwhile) once passed.  Counts the launches it
     holds (``workpool.busy_held``)."""

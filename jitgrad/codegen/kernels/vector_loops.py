@@ -10,11 +10,13 @@ In a block, uniform values are the scalar code's, contiguous loads and stores ar
 operation is the scalar one applied per lane (same instruction, same fast-math flags: the scalar loop's bits), and
 what has no vector form (the C library's functions, table loads, integer ``//`` and ``%``) runs per lane.
 Lane-serial statements (a float sum) run after the block's vector statements, lane by lane in order, as scalar
-code on the lanes' values; exact reductions keep an accumulator per lane, combined after the loop.
+code on the lanes' values, each lane's result fenced from the next (``contraction.fence``); exact reductions keep an
+accumulator per lane, combined after the loop.  A uniform value a varying sum takes is fenced from it in every tier
+(``contraction.py``): the scalar loop fused it where the blocks could not.
 """
 from __future__ import annotations
 
-from . import ir_loops, kernel_ir as ki, llvm_text as T
+from . import contraction, ir_loops, kernel_ir as ki, llvm_text as T
 from .vector_plan import C, IDENTITY, L, U, V, Classes, Refuse, assigned_once, plan_loop, read_counts
 
 _BYTES = {ki.F32: 4, ki.F64: 8, ki.I64: 8, ki.I32: 4, ki.U8: 1, ki.U64: 8, ki.BOOL: 1}
@@ -55,7 +57,9 @@ class VectorRenderer(ir_loops._Renderer):
             STATS["loops_scalar"] += 1
             return super().loop(s, start, stop)
         STATS["loops_vector"] += 1
+        outer_fences = self.enter_fences(s)     # (a lane-serial sum's lanes fence as the scalar loop does)
         rest = self._vector_loop(s, plan, start, stop)
+        self._fences = outer_fences
         return super().loop(s, rest, stop)
 
     def _vector_loop(self, s, plan, start, stop):
@@ -112,7 +116,10 @@ class VectorRenderer(ir_loops._Renderer):
                     memo[key] = (node, self._lane(node.t, k, text, lane))
                 for node, expr in per_lane:
                     memo[id(node)] = (node, self.value(expr, memo))
-                b.store(ir_loops.lltype(st.var.t), self.value(st.value, memo), self.slot(st.var))
+                lt, v = ir_loops.lltype(st.var.t), self.value(st.value, memo)
+                # each lane's float sum apart from the next's: the code generator reassociates a chain of sums
+                # (``acc + u`` over the lanes of one uniform ``u``), which the scalar loop, one sum an iteration, never is
+                b.store(lt, contraction.fence(self.module, b, lt, v) if st.var.t in ki.FLOATS else v, self.slot(st.var))
         order = [s.var] + [st.var for st in s.body if isinstance(st, ki.Assign)]     # (the text's order fixed)
         for var in dict.fromkeys(v for v in order if v in plan.live_out and v not in plan.lanes):
             k = C if var is s.var else self._cls.state[var][0]

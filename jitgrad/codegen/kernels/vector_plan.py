@@ -89,8 +89,9 @@ class Classes:
 
 def plan_loop(s: ki.For, kernel_body, bits: int, once: dict, reads: dict | None = None) -> Plan:
     """The plan of innermost loop ``s`` of a kernel (``kernel_body``; ``once``: its ``assigned_once``; ``reads``: a
-    memo of what its statements read, kept for the kernel's loops) for vector blocks of ``bits``, or ``Refuse``.  The lanes: the bits over the widest of the loop's contiguous loads and stores
-    and carried variables, as LLVM's loop vectoriser picks them."""
+    memo of what its statements read, kept for the kernel's loops) for vector blocks of ``bits``, or ``Refuse``.
+    The lanes: the bits over the widest of the loop's contiguous loads and stores and carried variables, as LLVM's
+    loop vectoriser picks them."""
     if s.step != 1:
         raise Refuse("step")
     body = [st for st in s.body if not isinstance(st, ki.Comment)]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import threading
 
-from . import cache, numba_build, objstore
+from . import cache, numba_build, objstore, workpool
 from .numba_build import numba_cache_dir, numba_default_dir  # noqa: F401  (Numba's side: numba_build.py)
 
 _ADDRESSES: dict = {}       # kernel/entry key -> address of its code in this process
@@ -52,11 +52,18 @@ def kernel_extra():
     """What besides its text a kernel's key covers (``cache.cache_key``'s ``extra``)."""
     # which compiler builds a kernel is part of its key: the two paths' object code is never mixed up
     from ..kernels.ir_loops import INTERLEAVE
-    return KERNEL_EXTRA + (("lean-llvm", numba_build.LEAN_LLVM), ("ir-loops", IR_LOOPS), ("interleave", INTERLEAVE))
+    return KERNEL_EXTRA + (("lean-llvm", numba_build.LEAN_LLVM), ("ir-loops", IR_LOOPS), ("interleave", INTERLEAVE),
+                           ("busy-hold", workpool.BUSY_HOLD))
+
+
+def entry_extra():
+    """What besides its text an entry's key covers: gated launches test the busy rule only where it is on
+    (``pool_abi.paced``), so the code differs with it."""
+    return ENTRY_EXTRA + (("busy-hold", workpool.BUSY_HOLD),)
 
 
 def entry_key(source: str) -> str:
-    return cache.cache_key(source, extra=ENTRY_EXTRA)
+    return cache.cache_key(source, extra=entry_extra())
 
 
 def graph_key(kernel_keys, ekey) -> str:

@@ -19,7 +19,7 @@ def _read_job(kind, key, path):
         if not src.startswith(f"{HEADER}{key}\n"):
             raise SystemExit(f"jitgrad build: {path} does not match its key; not compiled")
         return src
-    extra = build.kernel_extra() if kind == "kernel" else build.ENTRY_EXTRA
+    extra = build.kernel_extra() if kind == "kernel" else build.entry_extra()
     if cache.cache_key(src, extra=extra) != key:
         raise SystemExit(f"jitgrad build: {path} does not match its key; not compiled")
     return src

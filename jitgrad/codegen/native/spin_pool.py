@@ -24,14 +24,14 @@ sleeps (``csleep``).  Each announce-then-check pair is sequentially consistent a
 change-then-check, so a wake-up is never lost.  Chunks are whatever the caller queued: who runs them, and whether
 anyone spun, changes no result bit.
 
-**A busy machine: stop spinning.**  Two signs, either of which makes every wait for the next ``QUIET_NS`` (a quarter
-of a second) sleep at once (counted: ``stats()['busy']``): a spinning thread reads the clock every 32 ``pause``s, and a
-gap of over ``GAP_NS`` between two reads means it was descheduled; and ``MISS_LIMIT`` more spins ran out than ended
-in time (with one core taken by another process a spinner is rarely descheduled within its spin, but the waits
-outlast it, and each such spin took a core from the thread it waits for).  So a core taken by another process
-costs us about what the sleeping pool costs (the pacer's rule: at most 2x).  ``JITGRAD_POOL_SPIN`` (microseconds,
-default ``SPIN_US``) sets the spin; 0 sleeps at once, as ``workqueue`` does; ``JITGRAD_POOL=workqueue`` keeps
-Numba's library altogether (``workpool.py``).
+**A busy machine: stop spinning.**  Each waiting thread samples its own run-queue wait now and then
+(``busy_sign.py``); when another process shares its core (a quarter of a window waited, in slices, not
+wake-ups), every wait for the next ``QUIET_NS`` (a quarter of a second) sleeps at once (counted:
+``stats()['busy']``), and a spin under way stops.  A spin that outlasts its budget only sleeps for that wait: a
+long serial stretch of the step is not a busy core.  So a core taken by another process costs us about what the
+sleeping pool costs (the pacer's rule: at most 2x).  ``JITGRAD_POOL_SPIN`` (microseconds, default ``SPIN_US``)
+sets the spin; 0 sleeps at once, as ``workqueue`` does; ``JITGRAD_POOL=workqueue`` keeps Numba's library
+altogether (``workpool.py``).
 
 **Fork and exit.**  A forked child has no workers: ``forget`` (registered with ``os.register_at_fork``) resets the
 state and the child's first ``ready`` starts new ones.  ``stop`` (registered with ``atexit``) ends the workers and
@@ -46,23 +46,18 @@ import platform
 import sys
 import threading
 
+from .busy_sign import QUIET_NS, source as _sign_source
+
 MAX_QUEUES = 256        # workers at most (the pool's size is the machine's cores less one)
 MAX_TASKS = 16          # queued tasks per worker per round; more run on the calling thread at ``add_task``
 # how long a thread spins before it sleeps, microseconds (JITGRAD_POOL_SPIN): of the serial stretches between two
 # of B9's 106 rounds a step (counted from its launch records), 14 are over ~50 us and none over ~190 us: a 250 us
 # spin lets about none pay a wake-up.  OpenBLAS's threads spin ~400 us after a call (threads.py).
 SPIN_US = 250
-GAP_NS = 200_000        # a gap this long between two clock reads of a spin: the thread was descheduled
-# how long waits sleep at once after a spinner saw such a gap: a time, not a count of rounds (64 rounds were 0.6 of
-# B9's steps but 13 of B1's); one core taken, counted: B1 busy/quiet 1.4-1.5x at 0.5 s, 1.7-2.0x at 0.1 s
-QUIET_NS = 250_000_000
-# spins that run out (the wait outlasted the spin) less those that did not, up to which the pool keeps spinning:
-# with one core taken by another process, a spinner is rarely descheduled within its spin (no gap), but its waits
-# outlast it (B1, counted: 4.1 spins a step, 0.7 of them in time), and each such spin took a core's 250 us from the
-# thread it waits for; on a quiet machine nearly every spin ends in time (B9: 105 of 106 rounds, B1: 5 of 5)
-MISS_LIMIT = 16
 STAT_NAMES = ("worker_sleeps", "worker_wakes", "caller_sleeps", "caller_wakes", "rounds", "busy", "spin_hits",
-              "spins")
+              "spins", "samples")
+CALLER_SLOT = MAX_QUEUES        # the busy sign's sampling slot of whichever thread waits in ``synchronize``
+PROBE_SLOT = MAX_QUEUES + 1     # ``Pool.run_queue``'s
 _FUTEX = {"x86_64": 202, "AMD64": 202, "aarch64": 98, "arm64": 98}
 _PAUSE = {"x86_64": "call void @llvm.x86.sse2.pause()", "AMD64": "call void @llvm.x86.sse2.pause()",
           "aarch64": 'call void asm sideeffect "yield", ""()', "arm64": 'call void asm sideeffect "yield", ""()'}
@@ -88,7 +83,6 @@ def _source(machine: str) -> str:
 @jitgrad_pool_wsleep = global i32 0, align 64
 @jitgrad_pool_csleep = global i32 0, align 64
 @jitgrad_pool_quiet_until = global i64 0, align 64
-@jitgrad_pool_misses = global i32 0, align 64
 @jitgrad_pool_linger_next = global i32 1, align 64
 @jitgrad_pool_linger = global i32 1
 @jitgrad_pool_nq = global i32 0, align 64
@@ -137,14 +131,16 @@ define internal i64 @now() {{
   ret i64 %t
 }}
 
-; spin until *w != seen (zero false) or *w == 0 (zero true): 1 when it happened within the spin, else 0
-define internal i1 @spin(ptr %w, i32 %seen, i1 %zero) {{
+; spin until *w != seen (zero false) or *w == 0 (zero true): 1 when it happened within the spin, else 0; %slot:
+; the waiting thread's busy-sign slot (busy_sign.py), sampled at the spin's clock reads
+define internal i1 @spin(ptr %w, i32 %seen, i1 %zero, i64 %slot) {{
 entry:
   %budget = load i64, ptr @jitgrad_pool_spin_ns
   %off = icmp eq i64 %budget, 0
   br i1 %off, label %once, label %check
 check:
   %t0 = call i64 @now()
+  call void @busy_check(i64 %slot, i64 %t0)
   %until = load atomic i64, ptr @jitgrad_pool_quiet_until monotonic, align 8
   %busy = icmp slt i64 %t0, %until
   br i1 %busy, label %once, label %start
@@ -159,7 +155,6 @@ start:
   br label %loop
 loop:
   %i = phi i64 [0, %start], [%i1, %next], [%i1, %tick]
-  %last = phi i64 [%t0, %start], [%last, %next], [%t, %tick]
   %v = load atomic i32, ptr %w acquire, align 4
   %z = icmp eq i32 %v, 0
   %n = icmp ne i32 %v, %seen
@@ -175,40 +170,18 @@ next:
   br label %loop
 clock:
   %t = call i64 @now()
-  %gap = sub i64 %t, %last
-  %jumped = icmp sgt i64 %gap, {GAP_NS}
-  br i1 %jumped, label %descheduled, label %spent
-descheduled:
-  %quiet = add i64 %t, {QUIET_NS}
-  store atomic i64 %quiet, ptr @jitgrad_pool_quiet_until monotonic, align 8
-  call void @stat(i32 5)
-  ret i1 0
-spent:
+  call void @busy_check(i64 %slot, i64 %t)
+  %until2 = load atomic i64, ptr @jitgrad_pool_quiet_until monotonic, align 8
+  %signed = icmp slt i64 %t, %until2
   %el = sub i64 %t, %t0
   %over = icmp sgt i64 %el, %budget
-  br i1 %over, label %miss, label %tick
+  %stop = or i1 %signed, %over
+  br i1 %stop, label %missed, label %tick
 tick:
   br label %loop
-miss:
-  %runs_out = atomicrmw add ptr @jitgrad_pool_misses, i32 1 monotonic
-  %many = icmp sge i32 %runs_out, {MISS_LIMIT - 1}
-  br i1 %many, label %give_up, label %missed
-give_up:
-  store atomic i32 0, ptr @jitgrad_pool_misses monotonic, align 4
-  %quiet2 = add i64 %t, {QUIET_NS}
-  store atomic i64 %quiet2, ptr @jitgrad_pool_quiet_until monotonic, align 8
-  call void @stat(i32 5)
-  ret i1 0
 missed:
   ret i1 0
 hit:
-  %h = load atomic i32, ptr @jitgrad_pool_misses monotonic, align 4
-  %owed = icmp sgt i32 %h, 0
-  br i1 %owed, label %forgive, label %done
-forgive:
-  %f = atomicrmw sub ptr @jitgrad_pool_misses, i32 1 monotonic
-  br label %done
-done:
   ret i1 1
 }}
 
@@ -253,7 +226,7 @@ wait:
   %at_once = icmp eq i32 %linger, 0
   br i1 %at_once, label %sleep, label %spin
 spin:
-  %ok = call i1 @spin(ptr @jitgrad_pool_gen, i32 %seen, i1 0)
+  %ok = call i1 @spin(ptr @jitgrad_pool_gen, i32 %seen, i1 0, i64 %idx)
   br i1 %ok, label %hit, label %sleep
 hit:
   call void @stat(i32 6)
@@ -399,7 +372,7 @@ out:
 
 define void @jitgrad_pool_synchronize() {{
 entry:
-  %ok = call i1 @spin(ptr @jitgrad_pool_pending, i32 0, i1 1)
+  %ok = call i1 @spin(ptr @jitgrad_pool_pending, i32 0, i1 1, i64 {CALLER_SLOT})
   br i1 %ok, label %out, label %announce
 announce:
   store atomic i32 1, ptr @jitgrad_pool_csleep seq_cst, align 4
@@ -474,12 +447,11 @@ entry:
   store i32 0, ptr @jitgrad_pool_started
   store i32 0, ptr @jitgrad_pool_pivot
   store i64 0, ptr @jitgrad_pool_quiet_until
-  store i32 0, ptr @jitgrad_pool_misses
   call void @llvm.memset.p0.i64(ptr @jitgrad_pool_counts, i8 0, i64 {4 * MAX_QUEUES}, i1 0)
   ret void
 }}
 declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
-"""
+{_sign_source(machine, MAX_QUEUES + 2)}"""
 
 
 class Pool:
@@ -503,6 +475,9 @@ class Pool:
         self._clock.value = ctypes.cast(ctypes.CDLL(None).clock_gettime, ctypes.c_void_p).value
         self._linger = ctypes.c_int32.from_address(glob("jitgrad_pool_linger_next"))
         self.quiet_until = glob("jitgrad_pool_quiet_until")     # (its address: the busy rule, workpool.py)
+        self._run_queue = ctypes.c_void_p.from_address(glob("jitgrad_pool_run_queue"))
+        self._read_run_queue = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p)(
+            fn("read_run_queue"))
         self._spin.value = spin_ns
 
     def start(self, workers: int) -> int:
@@ -543,10 +518,24 @@ class Pool:
         """The ``clock_gettime``-like function spinners read (tests script it)."""
         self._clock.value = int(address)
 
+    def set_run_queue(self, address: int | None) -> None:
+        """The function waiting threads read their run-queue wait through (``busy_sign.py``: ``i32 (i64 slot,
+        i64 *out)``, filling time on a core, time waiting and times run; 0, 1 for a new thread's baseline, -1 for
+        nothing); None: the thread's own ``schedstat`` again.  Tests script it."""
+        self._run_queue.value = int(address) if address else ctypes.cast(self._read_run_queue, ctypes.c_void_p).value
+
+    def run_queue(self):
+        """The calling thread's ``(time on a core, time waiting to run, times run)`` as the busy sign reads them
+        (nanoseconds; ``busy_sign.py``), or None where they cannot be read."""
+        out = (ctypes.c_int64 * 3)()
+        if self._read_run_queue(PROBE_SLOT, ctypes.addressof(out)) < 0:
+            return None
+        return tuple(int(v) for v in out)
+
     def stats(self) -> dict:
         """Cumulative counts: worker futex sleeps and the caller's wake calls for them, the caller's sleeps and
-        the workers' wake calls for it, rounds, busy cores seen by spinners, waits that ended in their spin (or
-        found the round already there), waits that spun."""
+        the workers' wake calls for it, rounds, busy signs raised (``busy_sign.py``), waits that ended in their spin
+        (or found the round already there), waits that spun, run-queue samples taken."""
         return {name: int(self._stats[i]) for i, name in enumerate(STAT_NAMES)}
 
 
@@ -596,5 +585,5 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-__all__ = ["Pool", "build", "spin_setting", "MAX_QUEUES", "MAX_TASKS", "SPIN_US", "GAP_NS", "QUIET_NS",
+__all__ = ["Pool", "build", "spin_setting", "MAX_QUEUES", "MAX_TASKS", "SPIN_US", "QUIET_NS",
            "STAT_NAMES"]

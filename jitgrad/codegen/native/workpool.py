@@ -101,32 +101,35 @@ _THREADS = ctypes.c_int64(0)    # the global the kernels read (its address is th
 _CALLER = ctypes.c_int64(0)     # 1: the calling thread runs chunk 0 of a pooled launch (jitgrad_wq_caller)
 _QUEUES = 0                     # the pool's worker queues (threads() - caller)
 
-# A loop takes the pool when its work pays for waking the workers (one wake-up round, ~5-30 us): at least
-# PARALLEL_GRAIN elements (PyTorch's grain size) and elements x per-element cost >= PARALLEL_WORK, about 160 us of
-# one core's work (ir/plan.py's cost unit runs at ~0.02 ns on one core of this kind of machine: B2's loop, ~26
-# units, 0.53 ns an element).  Every element costs at least ``layout.MIN_ELEMENT_COST`` (8), so from 2^20
-# elements (``loops.PARALLEL_MIN``) every loop takes the pool.
-# Measured 2026-11-24, quiet, 2 cores (benchmarks/parallel_threshold.py, min / median): waking the workers costs
-# ~5 us at best and ~30 us typically; a 3-op tanh/sigmoid loop of 524,288 float32 188 / 190 us serial, 109 / 141
-# us parallel; of 262,144, 103 / 104 vs 64 / 92 us (kept serial); x + 1 never gains below 1M elements.
-# The same rule holds for row kernels (their work counts every pass over the row: loop_steps.py) and for a batch
-# of small products (work = multiply-adds).  benchmarks/parallel_threshold.py measures every kind in alternation
-# and proposes the threshold; its 2026-11-29 run (load average 8.8 on 2 cores: no free second core) found no size
-# that gained, so the quiet figure above stands until a quiet run says otherwise.  JITGRAD_PARALLEL_WORK sets it
-# for a process (``set_min_work`` at run time), and JITGRAD_PARALLEL_GRAIN the grain.  Both figures were measured
-# on the old pool's 5-30 us wake; the spinning pool hands a round to a spinning worker in ~1 us, so the script's
-# small cases (B11's pair loops: a few thousand elements, tens of units each) say whether lower ones pay now.
-PARALLEL_GRAIN = 1 << 15
-PARALLEL_WORK = 1 << 23
+# A loop takes the pool when its work pays for handing it to the workers: at least PARALLEL_GRAIN elements and
+# elements x per-element cost >= PARALLEL_WORK (ir/plan.py's cost unit runs at ~0.02 ns on one core of this kind
+# of machine: B2's loop, ~26 units, 0.53 ns an element; 2^17 units is ~2.6 us of one core's work).  Every element
+# costs at least ``layout.MIN_ELEMENT_COST`` (8), so from 2^20 elements (``loops.PARALLEL_MIN``) every loop takes
+# the pool at any threshold up to 2^23.  A compiled step's rounds come back to back and its workers spin between
+# them (``spin_pool``: a round handed to a spinning worker in ~1 us), so the threshold is the step's, measured
+# (``benchmarks/parallel_threshold.py --step b11|b9|b1``, alternating settings in one process, quiet, 2 cores,
+# 2026-11-30): B11 1.66x at 2^17 / 2^11 (0.199 against 0.329 ms serial; 0 rounds at 2^23 / 2^15, 1.0x), B9 and B1
+# faster at 2^16-2^21 than at 2^23 (B9 18.96-19.11 against 19.7-19.8 ms, B1 2.54 against 2.63 ms).  Lower
+# thresholds needed a busy sign that a step's serial stretches do not raise (``busy_sign.py``): the old one sent
+# a fresh process's workers to sleep for its first ~600 B11 steps (0.44-0.53 ms, slower than one thread).
+# Counted at 2 threads, pooled launches a step (rounds + joined) at 2^23 / 2^15 -> 2^17 / 2^11: B11 0 -> 7 + 21,
+# B1 5 -> 12 + 1, B2 1 -> 1, B9 81 + 25 -> 98 + 26.  JITGRAD_PARALLEL_WORK / JITGRAD_PARALLEL_GRAIN set them for a
+# process (``set_min_work`` at run time).
+PARALLEL_GRAIN = 1 << 11
+PARALLEL_WORK = 1 << 17
 _MIN_WORK = ctypes.c_int64(int(float(os.environ.get("JITGRAD_PARALLEL_WORK", PARALLEL_WORK))))
 _GRAIN = ctypes.c_int64(int(float(os.environ.get("JITGRAD_PARALLEL_GRAIN", PARALLEL_GRAIN))))
 # Eager kernels' launches (``jit/eager_kernels.py``) have a threshold of their own: an eager round wakes sleeping
 # workers (5-30 us: ``threads.EAGER_LAUNCH`` leaves them asleep after it, since Python and OpenBLAS come next, not
-# another round), so what pays for a compiled step's back-to-back rounds need not pay for one eager call.  The same
-# built kernels serve both: ``EAGER_LAUNCH`` puts these values in the globals the kernels read for the launch and
-# the compiled ones back after it (``eager_thresholds``).  JITGRAD_EAGER_PARALLEL_WORK / _GRAIN, ``set_eager_min_work``.
-EAGER_PARALLEL_WORK = PARALLEL_WORK
-EAGER_PARALLEL_GRAIN = PARALLEL_GRAIN
+# another round), so what pays for a compiled step's back-to-back rounds need not pay for one eager call: about
+# 160 us of one core's work and PyTorch's grain (measured 2026-11-24, quiet, 2 cores, on the sleeping pool: waking
+# the workers costs ~5 us at best and ~30 us typically; a 3-op tanh/sigmoid loop of 524,288 float32 188 / 190 us
+# serial, 109 / 141 us parallel; of 262,144, 103 / 104 vs 64 / 92 us; x + 1 never gains below 1M elements).  The
+# same built kernels serve both: ``EAGER_LAUNCH`` puts these values in the globals the kernels read for the launch
+# and the compiled ones back after it (``eager_thresholds``).  JITGRAD_EAGER_PARALLEL_WORK / _GRAIN,
+# ``set_eager_min_work``.
+EAGER_PARALLEL_WORK = 1 << 23
+EAGER_PARALLEL_GRAIN = 1 << 15
 _EAGER = [int(float(os.environ.get("JITGRAD_EAGER_PARALLEL_WORK", EAGER_PARALLEL_WORK))),
           int(float(os.environ.get("JITGRAD_EAGER_PARALLEL_GRAIN", EAGER_PARALLEL_GRAIN)))]
 _ROUNDS = ctypes.c_int64(0)     # pool rounds launched by kernels built from IR and by entries (tests count them)
@@ -147,14 +150,15 @@ _NRANGES = ctypes.c_int64(0)
 RANGE_SLOTS = 3 * JOIN_MAX * 257     # a task record of three words at most a chunk (a GEMM batch's: its routine too)
 _MINE = (ctypes.c_int64 * (3 * JOIN_MAX))()
 _RANGES = (ctypes.c_int64 * RANGE_SLOTS)()
-# The busy rule: while the pool's spinners saw another process take a core (``spin_pool``: a spinner descheduled,
-# or spins that keep outlasting their budget) in the last ``spin_pool.QUIET_NS``, gated launches run their chunks
-# on the calling thread (``pool_abi.paced``: one load a launch, a clock read only while the sign stands): a chunk on
-# the taken core would make every round wait for it.  Their global (``jitgrad_wq_busy_until``) is the spin pool's
-# own ``quiet_until``; unless JITGRAD_POOL_BUSY_HOLD=1 (or with ``workqueue``) it points at a zero.  BUSY_HELD counts
-# them.  Off by default: on a quiet machine the spinners' miss sign fires too (spins outlasting their budget in a
-# step's serial stretches), and holding then made B9 at 2 threads 17 -> 31 ms and B11 hold all 28 launches a step.
-BUSY_HOLD = os.environ.get("JITGRAD_POOL_BUSY_HOLD", "0") == "1"
+# The busy rule: while a pool thread saw another process take its core (``busy_sign.py``: it waited in the run
+# queue a quarter of a sample window, in a taken core's slices) in the last ``busy_sign.QUIET_NS``, gated launches
+# run their chunks on the calling thread (``pool_abi.paced``: one load a launch, a clock read only while the sign
+# stands): a chunk on the taken core would make every round wait for it.  Their global (``jitgrad_wq_busy_until``)
+# is the spin pool's own ``quiet_until`` (with ``workqueue``, a zero).  BUSY_HELD counts them.  On by default
+# (JITGRAD_POOL_BUSY_HOLD=0 turns it off; the kernels then test nothing: ``pool_abi.paced``).  It was off while the
+# sign was "spins that ran out": a step's serial stretches raised that on a quiet machine, and holding then made
+# B9 at 2 threads 17 -> 31 ms; a step's own stretches do not raise the run-queue sign.
+BUSY_HOLD = os.environ.get("JITGRAD_POOL_BUSY_HOLD", "1") == "1"
 _NOT_BUSY = ctypes.c_int64(0)
 _BUSY_HELD = ctypes.c_int64(0)
 # the pacer's state and counters (see the module docstring): gated launches read PACE at every call

@@ -65,6 +65,7 @@ def _index_shape(name, x: Aval, idx_avals, spec):
             raise OpError(f"{name}: tensors used as indices must be long, int or bool tensors, got {a.dtype.name}")
     if has_symbols((x.shape, [a.shape for a in idx_avals], spec)):
         return _symbolic_index_shape(name, x, idx_avals, spec)
+    _check_ints(name, x.shape, spec)
     # zero-stride stand-ins: NumPy computes the result shape (and raises on bad indices) without data
     dummy = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), x.shape, (0,) * x.ndim)
     idx = np_index(spec, [np.zeros(a.shape, np.intp) for a in idx_avals])
@@ -75,20 +76,41 @@ def _index_shape(name, x: Aval, idx_avals, spec):
                            f"{e}") from None
 
 
+def _check_ints(name, shape, spec):
+    """torch's errors for a key's integers, which it applies left to right before any index tensor: too many
+    indices, or an integer out of range, whose "dimension" is its position in the key (``x[..., 7]``: 1)."""
+    consumed = sum(1 for s in spec if s is not None and s is not Ellipsis and type(s) is not bool)
+    if consumed > len(shape):
+        raise IndexOpError(f"{name}: too many indices for tensor of dimension {len(shape)}")
+    dim = 0
+    for pos, s in enumerate(spec):
+        if s is None or type(s) is bool:
+            continue
+        if s is Ellipsis:
+            dim += len(shape) - consumed
+            continue
+        if type(s) is not tuple and not -shape[dim] <= s < shape[dim]:
+            raise IndexOpError(f"{name}: index {s} is out of bounds for dimension {pos} with size {shape[dim]}")
+        dim += 1
+
+
 def _symbolic_index_shape(name, x: Aval, idx_avals, spec):
     """NumPy's result shape of ``x[spec]`` with symbolic sizes: decisions on sizes (bounds, slice clamps) are
     comparisons, guarded by the trace (ir/symbolic.py)."""
     consumed = sum(1 for s in spec if s is not None and s is not Ellipsis)
     if consumed > x.ndim:
-        raise IndexOpError(f"{name}: too many indices for a tensor of shape {fmt_shape(x.shape)}")
-    full = []
-    for s in spec:
-        full.extend([("slice", None, None, None)] * (x.ndim - consumed) if s is Ellipsis else [s])
+        raise IndexOpError(f"{name}: too many indices for tensor of dimension {x.ndim}")
+    full, at_pos = [], []       # (at_pos: each entry's position in the key, torch's "dimension" of an integer)
+    for pos, s in enumerate(spec):
+        more = [("slice", None, None, None)] * (x.ndim - consumed) if s is Ellipsis else [s]
+        full.extend(more)
+        at_pos.extend([pos] * len(more))
     if Ellipsis not in spec:
         full.extend([("slice", None, None, None)] * (x.ndim - consumed))
+        at_pos.extend([len(spec)] * (x.ndim - consumed))
     adv = any(type(s) is tuple and s[0] == "tensor" for s in full)
     out, adv_at, dim, groups, prev = [], None, 0, 0, False
-    for s in full:
+    for s, pos in zip(full, at_pos):
         if s is None:
             out.append(1)
             prev = False
@@ -100,7 +122,7 @@ def _symbolic_index_shape(name, x: Aval, idx_avals, spec):
             prev = False
             continue
         if type(s) is not tuple and not (-size <= s < size):
-            raise IndexOpError(f"{name}: index {s} is out of bounds for dimension {dim - 1} with size {size}")
+            raise IndexOpError(f"{name}: index {s} is out of bounds for dimension {pos} with size {size}")
         if type(s) is tuple or adv:         # with index tensors, an int index is one too (NumPy's rule)
             if not prev:
                 groups += 1
@@ -126,15 +148,54 @@ def _slice_len(size, start, stop, step):
     return n if n > 0 else 0        # (a symbolic length: guarded positive)
 
 
-def tensor_axis(spec, k: int) -> int:
-    """The dimension of the indexed tensor that index tensor ``k`` of ``spec`` indexes (no Ellipsis)."""
+def tensor_axis(spec, k: int, ndim: int = 0) -> int:
+    """The dimension of the indexed tensor (of ``ndim`` dims: needed where ``spec`` has an Ellipsis) that index
+    tensor ``k`` of ``spec`` indexes."""
     ax = 0
     for s in spec:
         if type(s) is tuple and s[0] == "tensor" and s[1] == k:
             return ax
-        if s is not None:
+        if s is Ellipsis:
+            ax += ndim - sum(1 for t in spec if t is not None and t is not Ellipsis and type(t) is not bool)
+        elif s is not None and type(s) is not bool:
             ax += 1
     return k
+
+
+def index_dim(spec, shapes, k: int) -> int:
+    """torch's "dimension" in the error for index tensor ``k`` of ``spec`` (``shapes``: the index tensors' shapes):
+    a 0-d one is an integer, applied first, named by its position in the key; the others are named by their number
+    among the rest (``x[:, idx]``: 0), not by the dimension of x they index."""
+    if len(shapes[k]) == 0:
+        return next(p for p, s in enumerate(spec) if type(s) is tuple and s[0] == "tensor" and s[1] == k)
+    return sum(1 for j in range(k) if len(shapes[j]))
+
+
+def index_range_error(shape, spec, idx) -> IndexError | None:
+    """torch's error for the first index out of range of a key's index tensors ``idx`` (arrays), None when all are
+    in range: the 0-d ones first (integers, in key order), then element by element of the broadcast index, each
+    element's tensors in order (torch's order, which a compiled loop over the result follows too)."""
+    sizes = [shape[tensor_axis(spec, k, len(shape))] for k in range(len(idx))]
+    shapes = [np.shape(a) for a in idx]
+    order = [k for k in range(len(idx)) if not shapes[k]] + [k for k in range(len(idx)) if shapes[k]]
+    for k in order:
+        a = np.asarray(idx[k])
+        if not shapes[k] and not -sizes[k] <= int(a) < sizes[k]:
+            return IndexError(f"index {int(a)} is out of bounds for dimension "
+                              f"{index_dim(spec, shapes, k)} with size {sizes[k]}")
+    ks = [k for k in order if shapes[k]]
+    if not ks:
+        return None
+    arrays = np.broadcast_arrays(*[np.asarray(idx[k]) for k in ks])
+    bad = np.stack([((a < -sizes[k]) | (a >= sizes[k])).reshape(-1) for k, a in zip(ks, arrays)])
+    hit = bad.any(axis=0)
+    if not hit.any():
+        return None
+    at = int(np.argmax(hit))
+    j = int(np.argmax(bad[:, at]))
+    k = ks[j]
+    return IndexError(f"index {int(arrays[j].reshape(-1)[at])} is out of bounds for dimension "
+                      f"{index_dim(spec, shapes, k)} with size {sizes[k]}")
 
 
 def single_tensor_axis(spec, ndim: int, n_index: int):
@@ -168,7 +229,7 @@ def oob_error(oob, value: int, axis: int, size: int) -> Exception:
 
 def _check_range(shape, idx, spec, oob):
     for k, a in enumerate(idx):
-        ax = tensor_axis(spec, k)
+        ax = tensor_axis(spec, k, len(shape))
         size = shape[ax]
         bad = ((a < 0) if oob[1] else (a < -size)) | (a >= size)
         if bad.any():
@@ -190,8 +251,8 @@ def _getitem_impl(x, *idx, spec, oob=None):
         key += (Ellipsis,)
     try:
         return x[key]
-    except IndexError as e:     # NumPy's "axis" in torch's word, as compiled code's check says it (lowering.py)
-        raise IndexError(str(e).replace(" for axis ", " for dimension ", 1)) from None
+    except IndexError as e:     # torch's text and order, as compiled code's check says it (lowering.py)
+        raise (index_range_error(x.shape, spec, idx) or e) from None
 
 
 def _getitem_vjp(c, g):
@@ -249,13 +310,16 @@ def _index_put_impl(x, v, *idx, spec, accumulate, oob=None):
     out = np.array(x, copy=True)
     ix = np_index(spec, idx)
     v = np.asarray(v).astype(out.dtype, copy=False)
-    if accumulate:
-        if _is_basic(spec):
-            out[ix] += v
+    try:
+        if accumulate:
+            if _is_basic(spec):
+                out[ix] += v
+            else:
+                np.add.at(out, ix, np.broadcast_to(v, out[ix].shape))
         else:
-            np.add.at(out, ix, np.broadcast_to(v, out[ix].shape))
-    else:
-        out[ix] = v
+            out[ix] = v
+    except IndexError as e:     # torch's text and order (NumPy names x's axis, array by array)
+        raise (index_range_error(out.shape, spec, idx) or e) from None
     return out
 
 
@@ -312,11 +376,14 @@ def _index_put_for_signature(avals, params):
         v = np.asarray(v).astype(out.dtype, copy=False)
         if v.shape != region:
             v = np.broadcast_to(v, region)
-        if tiled is not None:
-            at = starts.take(i.reshape(-1)).repeat(row)
-            at += tiled
-        else:
-            at = (np.take(starts, i).reshape(-1, 1) + cols).reshape(-1)
+        try:
+            if tiled is not None:
+                at = starts.take(i.reshape(-1)).repeat(row)
+                at += tiled
+            else:
+                at = (np.take(starts, i).reshape(-1, 1) + cols).reshape(-1)
+        except IndexError as e:     # torch's text (NumPy's names an axis)
+            raise (index_range_error(x.shape, spec, (i,)) or e) from None
         np.add.at(out.reshape(-1), at, v.reshape(-1))
         return out
     return index_put_rows

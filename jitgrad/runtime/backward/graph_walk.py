@@ -10,10 +10,10 @@ maybe on another thread, may need more)."""
 from __future__ import annotations
 
 from ...ir.ops.opdef import OpDef
-from ..node import Node
+from ..entry_source import make
 from ..rule_entries import saved_inputs
 
-_SLOTS = tuple(s for s in Node.__slots__ if s != "__weakref__")
+_COPIERS: dict = {}     # node class -> (its slots but __weakref__ and needs_grad, the function copying them)
 _KEEP: dict = {}        # (op, number of inputs, needs_grad) -> the inputs a node recorded so saves (few: ops x needs)
 
 
@@ -74,6 +74,22 @@ def toward(root_edges, cap_nodes, node_type):
     return deps, deps.keys(), execute, narrowed
 
 
+def _copier(cls):
+    """``cls``'s slots (its bases' too) but ``__weakref__`` and ``needs_grad``, and a function copying them from one
+    node to another in one tuple assignment, rendered from the class (once a class), so a new slot is never
+    missed."""
+    slots = []
+    for k in reversed(cls.__mro__):
+        own = k.__dict__.get("__slots__", ())
+        for name in (own,) if type(own) is str else own:
+            if name not in ("__weakref__", "needs_grad", "__dict__") and name not in slots:
+                slots.append(name)
+    lhs, rhs = ", ".join(f"c.{s}" for s in slots), ", ".join(f"node.{s}" for s in slots)
+    text = f"def copy_slots(c, node):\n    ({lhs},) = ({rhs},)\n" if slots else "def copy_slots(c, node):\n    pass\n"
+    hit = _COPIERS[cls] = (tuple(slots), make(text, "copy_slots", {}, f"graph_walk copy of {cls.__name__}'s slots"))
+    return hit
+
+
 def ctx(node, narrowed):
     """What ``node``'s rule runs on: the node, or where this backward needs fewer of its inputs' gradients
     (``narrowed``, from :func:`toward`), a copy of it that says so in ``needs_grad``.  Made as the node runs, so
@@ -81,15 +97,13 @@ def ctx(node, narrowed):
     needs = narrowed.get(node) if narrowed is not None else None
     if needs is None:
         return node
-    c = object.__new__(type(node))
-    try:    # every slot but __weakref__ (tests/test_double_backward_counts.py checks that none is missed)
-        (c.op, c.params, c.inputs, c.outputs, c.shapes, c.dtypes, c.next_functions, c.versions, c.out_versions,
-         c.out_meta, c._loc, c.seq, c._freed, c.view_args, c.view_base_fn, c.torch_name, c._x, c.plans) = (
-            node.op, node.params, node.inputs, node.outputs, node.shapes, node.dtypes, node.next_functions,
-            node.versions, node.out_versions, node.out_meta, node._loc, node.seq, node._freed, node.view_args,
-            node.view_base_fn, node.torch_name, node._x, node.plans)
+    cls = type(node)
+    c = object.__new__(cls)
+    slots, copy = _COPIERS.get(cls) or _copier(cls)
+    try:
+        copy(c, node)
     except AttributeError:      # (a slot never set: a node not made by dispatch._record)
-        for s in _SLOTS:
+        for s in slots:
             try:
                 setattr(c, s, getattr(node, s))
             except AttributeError:

@@ -1,0 +1,90 @@
+"""An index out of range says what torch 2.13 says, eagerly and compiled, with the user's line: an integer is named
+by its position in the key (``x[..., 7]``: dimension 1), an index tensor by its number among the key's tensors
+(``x[:, idx]``: dimension 0); with several bad, the first integer, else the first element of the broadcast index
+(its tensors in order).  The expected texts are torch's, copied from torch 2.13 on CPU."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jitgrad as jg
+
+X = jg.tensor(np.arange(60, dtype=np.float32).reshape(3, 4, 5))
+
+
+def _i(v):
+    return jg.tensor(np.array(v, dtype=np.int64))
+
+
+# (key builder, torch 2.13's message)
+CASES = [
+    (lambda: (slice(None), 7), "index 7 is out of bounds for dimension 1 with size 4"),
+    (lambda: 7, "index 7 is out of bounds for dimension 0 with size 3"),
+    (lambda: (Ellipsis, 7), "index 7 is out of bounds for dimension 1 with size 5"),
+    (lambda: (1, 9), "index 9 is out of bounds for dimension 1 with size 4"),
+    (lambda: (9, 1), "index 9 is out of bounds for dimension 0 with size 3"),
+    (lambda: (slice(None), -9), "index -9 is out of bounds for dimension 1 with size 4"),
+    (lambda: (None, 7), "index 7 is out of bounds for dimension 1 with size 3"),
+    (lambda: (slice(None), None, 7), "index 7 is out of bounds for dimension 2 with size 4"),
+    (lambda: (Ellipsis, 1, 7), "index 7 is out of bounds for dimension 2 with size 5"),
+    (lambda: (1, 2, 9), "index 9 is out of bounds for dimension 2 with size 5"),
+    (lambda: (slice(None), _i(7)), "index 7 is out of bounds for dimension 1 with size 4"),
+    (lambda: (Ellipsis, _i(7)), "index 7 is out of bounds for dimension 1 with size 5"),
+    (lambda: (slice(None), _i([1, 7])), "index 7 is out of bounds for dimension 0 with size 4"),
+    (lambda: (Ellipsis, _i([1, 7])), "index 7 is out of bounds for dimension 0 with size 5"),
+    (lambda: (_i([0, 1]), _i([1, 7])), "index 7 is out of bounds for dimension 1 with size 4"),
+    (lambda: (_i([0, 1]), slice(None), _i([1, 7])), "index 7 is out of bounds for dimension 1 with size 5"),
+    (lambda: (None, slice(None), _i([1, 7])), "index 7 is out of bounds for dimension 0 with size 4"),
+    (lambda: (_i([0, 7]), _i([9, 1])), "index 9 is out of bounds for dimension 1 with size 4"),
+    (lambda: (_i([[0, 7]]), _i([[9], [1]])), "index 9 is out of bounds for dimension 1 with size 4"),
+    (lambda: (slice(None), _i([1, -7])), "index -7 is out of bounds for dimension 0 with size 4"),
+    (lambda: (1, _i([1, 7])), "index 7 is out of bounds for dimension 0 with size 4"),
+    (lambda: (_i([0, 7]), 9), "index 9 is out of bounds for dimension 1 with size 4"),
+    (lambda: (slice(None), slice(None), slice(None), 1), "too many indices for tensor of dimension 3"),
+]
+
+
+def _first_line(fn, *args):
+    with pytest.raises(IndexError) as e:
+        fn(*args)
+    return str(e.value)
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_eager_getitem_says_torchs_words(case):
+    key, want = CASES[case]
+    msg = _first_line(lambda: X[key()])
+    assert msg.startswith(f"getitem: {want} ("), msg
+    assert "test_index_error_text.py" in msg        # the user's line
+
+
+@pytest.mark.parametrize("case", [0, 2, 6, 12, 13, 14, 15, 17, 18, 19])
+def test_compiled_getitem_says_what_eager_says(case):
+    key, want = CASES[case]
+    k = key()
+    ks = k if type(k) is tuple else (k,)
+    tensors = [v for v in ks if isinstance(v, jg.Tensor)]
+
+    def f(x, *ts):
+        it = iter(ts)
+        return x[tuple(next(it) if isinstance(v, jg.Tensor) else v for v in ks)] * 2.0
+    g = jg.compile(f, backend="numba", background=False)
+    msg = _first_line(g, X, *tensors)
+    assert msg.startswith(f"getitem: {want} ("), msg
+    assert "test_index_error_text.py" in msg
+
+
+def test_index_put_says_torchs_words_eager_and_compiled():
+    """``x.index_put_((i, j), v)`` with both indices bad: torch's first element's second index, dimension 1."""
+    def f(x, i, j):
+        return x.index_put((i, j), jg.ones(2, 5), accumulate=True)
+    args = (X, _i([0, 7]), _i([9, 1]))
+    want = "index_put: index 9 is out of bounds for dimension 1 with size 4 ("
+    assert _first_line(f, *args).startswith(want)
+    assert _first_line(jg.compile(f, backend="numba", background=False), *args).startswith(want)
+
+
+def test_index_put_rows_says_torchs_words():
+    """The eager row path of ``x.index_put_((i,), v, accumulate=True)`` (NumPy's take) names torch's dimension."""
+    msg = _first_line(lambda: X.index_put((_i([0, 7]),), jg.ones(2, 4, 5), accumulate=True))
+    assert msg.startswith("index_put: index 7 is out of bounds for dimension 0 with size 3 ("), msg
