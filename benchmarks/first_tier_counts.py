@@ -1,7 +1,9 @@
 """What a background build's first tier costs to build and what its code then runs (issue 30), counted, never timed.
 
 The workload runs as a script would on an empty cache (a background build, the optimised tier held back), with
-every kernel rendering and every LLVM build of the first tier recorded; once its calls run the first tier's code,
+every kernel rendering and every LLVM module of the first tier recorded, and the build thread's calls into LLVM
+counted (``build_thread_llvm_calls``: each one gives the GIL up and waits to take it back from the calls running
+meanwhile); once its calls run the first tier's code,
 these phases are counted, each alone: ``render`` (the first tier's kernels rendered again), ``quick_llvm`` (their
 LLVM builds again, each at its tier), ``quick_step`` (warm steps on the first tier's code), then, the optimised
 tier let through, ``o3_step`` (the same steps on the O3 code).  Under callgrind each phase is one dump; without it,
@@ -52,14 +54,29 @@ def workload(which):
     return first, (lambda: call(*data[-1])), f
 
 
+def _count_llvm_calls(thread):
+    """A counter ([n]) of llvmlite's calls into LLVM from the thread named ``thread``, from now on: each gives the
+    GIL up and takes it back, which on the build thread means waiting for the calls that run meanwhile."""
+    from llvmlite.binding import ffi
+    n, call0 = [0], ffi._lib_fn_wrapper.__call__
+
+    def call(self, *a, **k):
+        if threading.current_thread().name == thread:
+            n[0] += 1
+        return call0(self, *a, **k)
+    ffi._lib_fn_wrapper.__call__ = call
+    return n
+
+
 def main():
     which = sys.argv[1] if len(sys.argv) > 1 else "lm"
     from jitgrad.codegen.kernels import ir_loops, vector_loops
     from jitgrad.codegen.native import build_thread, llvm_build
     gate = threading.Event()
     build_thread.hold_optimising(gate)
-    renders, builds = [], []
-    render0, vrender0, object_code0 = ir_loops.render, vector_loops.render, llvm_build.object_code
+    renders, modules = [], []
+    render0, vrender0, quick_objects0 = ir_loops.render, vector_loops.render, llvm_build.quick_objects
+    calls = _count_llvm_calls("jitgrad-compile")
 
     def render(*a, **k):
         renders.append((render0, a, k))
@@ -69,11 +86,10 @@ def main():
         renders.append((vrender0, a, k))
         return vrender0(*a, **k)
 
-    def object_code(key, text, quick=False):
-        if quick:
-            builds.append((key, text, quick))
-        return object_code0(key, text, quick)
-    ir_loops.render, vector_loops.render, llvm_build.object_code = render, vrender, object_code
+    def quick_objects(jobs):
+        modules.append(list(jobs))
+        return quick_objects0(jobs)
+    ir_loops.render, vector_loops.render, llvm_build.quick_objects = render, vrender, quick_objects
     loops0 = dict(vector_loops.STATS)
     first, step, f = workload(which)
     for c in first:
@@ -81,13 +97,16 @@ def main():
     while f.stats.get("first_compiled_call") is None:       # calls until the first tier's code serves one
         time.sleep(0.2)
         step()
-    ir_loops.render, vector_loops.render, llvm_build.object_code = render0, vrender0, object_code0
+    llvm_calls = calls[0]
+    ir_loops.render, vector_loops.render, llvm_build.quick_objects = render0, vrender0, quick_objects0
+    builds = [job for jobs in modules for job in jobs]
     built = {b[0] for b in builds}
     quick_renders = [r for r in renders if r[1][1] in built]
     tiers = {}
     for _, _, q in builds:
         tiers[str(q)] = tiers.get(str(q), 0) + 1
-    out = {"workload": which, "kernels_first_tier": len(builds), "tiers": tiers,
+    out = {"workload": which, "kernels_first_tier": len(builds), "modules_first_tier": len(modules), "tiers": tiers,
+           "build_thread_llvm_calls": llvm_calls,
            "first_tier_text_bytes": sum(len(t) for _, t, _ in builds),
            "first_tier_llvm_lines": sum(t.count("\n  ") for _, t, _ in builds),
            "loops": {k: vector_loops.STATS[k] - loops0[k] for k in loops0}}
@@ -98,10 +117,10 @@ def main():
             fn(*a, **k)
 
     def phase_llvm():
-        for key, text, q in builds:
-            object_code0(key, text, q)
-            if per_kernel:      # one dump per kernel's build
-                ctl("-d", f"llvm_{q}_{key[:12]}_{text.count(chr(10) + '  ')}")
+        for jobs in modules:
+            quick_objects0(jobs)
+            if per_kernel:      # one dump per module's build
+                ctl("-d", f"llvm_{jobs[0][2]}_{len(jobs)}_{sum(t.count(chr(10) + '  ') for _, t, _ in jobs)}")
 
     ctl = callgrind_ctl
     per_kernel = under_callgrind and os.environ.get("PER_KERNEL") == "1"

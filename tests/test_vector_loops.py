@@ -20,7 +20,8 @@ import pytest
 
 from jitgrad.codegen.kernels import ir_loops, kernel_ir as ki, vector_loops
 from jitgrad.codegen.kernels.math_table import MathCalls
-from jitgrad.codegen.native import llvm_build, objload
+from jitgrad.codegen.native import llvm_build, objload, workpool
+from jitgrad.ir import settings
 
 REPO = Path(__file__).resolve().parents[1]
 _CALL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -289,13 +290,18 @@ PROGRAM = textwrap.dedent("""
                 jg.tensor(rng.integers(0, 2, n * 4).astype(bool)))
         f(*args)
         calls.append(args)
+    from jitgrad.codegen.native import workpool
+    r0 = workpool.rounds() + workpool.joined()
     quick = [[r.numpy().tobytes().hex() for r in f(*args)] for args in calls]
     loops, kernels_quick = dict(vector_loops.STATS), f.stats["kernels_quick"]
+    r1 = workpool.rounds() + workpool.joined()
     gate.set()
     f.wait()
+    r2 = workpool.rounds() + workpool.joined()
     o3 = [[r.numpy().tobytes().hex() for r in f(*args)] for args in calls]
     print(json.dumps({"loops": loops, "kernels_quick": kernels_quick, "quick": quick, "o3": o3,
-                      "optimising": f.stats["graphs_optimising"]}))
+                      "optimising": f.stats["graphs_optimising"], "pooled": [r1 - r0, workpool.rounds() +
+                                                                           workpool.joined() - r2]}))
 """)
 
 
@@ -321,6 +327,20 @@ def test_a_programs_first_tier_computes_the_scalar_tiers_bits_and_o3s_where_noth
     assert vec["quick"] == scalar["quick"]          # every output of every call, sums and softmax rows included
     for quick, o3 in zip(vec["quick"], vec["o3"]):
         assert quick[:4] == o3[:4]                  # the elementwise outputs (O3 sums in lanes: other bits)
+
+
+def test_the_first_tier_never_takes_the_pool_and_computes_the_pooled_launchs_bits(tmp_path):
+    # two workers and thresholds every loop reaches: the scalar first tier (the optimised build's text through the
+    # quick passes) runs its parallel kernels on the pool; the vector first tier runs the same chunks on the calling
+    # thread (a sum: one chunk per worker, in order), with the same bits; its optimised build takes the pool
+    if settings.default_threads() < 2 or not workpool.available():
+        pytest.skip("needs two cores and the worker pool")
+    pool = dict(NUMBA_NUM_THREADS="2", JITGRAD_PARALLEL_WORK="1", JITGRAD_PARALLEL_GRAIN="2", JITGRAD_POOL_PACER="0")
+    vec = _program(tmp_path / "vector", **pool)
+    scalar = _program(tmp_path / "scalar", JITGRAD_QUICK_VECTOR_BITS="0", JITGRAD_QUICK_VECTOR_SHARE="2", **pool)
+    assert vec["pooled"][0] == 0 and vec["pooled"][1] > 0, vec["pooled"]
+    assert scalar["pooled"][0] > 0, scalar["pooled"]
+    assert vec["quick"] == scalar["quick"]
 
 
 def _dot(dtype, form):

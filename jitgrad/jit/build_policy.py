@@ -82,6 +82,8 @@ def pending_build(gf, inputs, plan, call=None):
     from .graph_code import compiled_graph
     if BUILD_AFTER_CALL is not None:
         _hold_builds()
+    if gf.background and not _warm[0]:
+        _warm_up()
     cg = compiled_graph(graph_for(gf, plan), gf.writes, gf.parallel, gf.disk_cache, gf.background)
     attach(cg, gf.stats)
     if BUILD_AFTER_CALL is not None and call is not None and call > BUILD_AFTER_CALL and cg.run is None:
@@ -90,6 +92,26 @@ def pending_build(gf, inputs, plan, call=None):
     if cg.run is not None or cg.error is not None:
         return None
     return cg
+
+
+_warm = [False]
+
+
+def _warm_up():
+    """Once a process, at its first call that may build in the background: the build thread starts the worker
+    pool (its code compiled, its threads started: the first tier's kernels need its symbols linked) and links the
+    size fill (a symbolic lowering's first compiled call needs it), ~50 ms of LLVM and thread starts together,
+    while this thread lays the graph out and serves the call, instead of on the way to the first compiled call.
+    (The pool starts anyway with the first code that needs it; on a warm cache the size fill may go unused.)"""
+    from ..codegen.native import build_thread, workpool
+    from ..codegen.program.size_fill import size_fill
+    _warm[0] = True
+
+    def warm():
+        if workpool.available():
+            workpool.launch()
+        size_fill()
+    build_thread.queue_call(warm)
 
 
 def release_held(call) -> bool:

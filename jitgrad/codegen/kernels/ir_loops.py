@@ -129,6 +129,7 @@ class _Renderer:
         self.alloca_b.branch(self.body0)
 
     _STATE = ("fn", "entry", "b", "alloca_b", "body0", "slots", "arg_block", "_loops")
+    POOL = True     # whether a parallel kernel may take the worker pool (the first tier's never does: vector_loops)
 
     def kernel(self, k: ki.KernelIR) -> str:
         if k.parallel:
@@ -198,11 +199,13 @@ class _Renderer:
     def _dispatch(self, chunk, n, reductions, width, gate=None, joinable=False):
         b, I64 = self.b, T.I64
         m = self.module
-        add = pool_abi.declare(m)[0]
+        add = pool_abi.declare(m)[0] if self.POOL else None
         nw = b.load(I64, pool_abi.pool_global(m, "threads"))
         split = b.op("and", T.I1, b.icmp("sgt", I64, nw, "1"), b.icmp("sgt", I64, n, "1"))
-        takes, pooled, pace, work = split, split, None, None
-        if gate is not None:        # the threshold per call, and the pool's pacer (pool_abi.launch)
+        # (not POOL: the launch's test and the pool's code left out, a launch that does not take it)
+        takes, pooled, pace, work = split, split if self.POOL else T.FALSE, None, None
+        joinable = joinable and self.POOL
+        if gate is not None and self.POOL:      # the threshold per call, and the pool's pacer (pool_abi.launch)
             takes = b.op("and", T.I1, split, pool_abi.takes_pool(b, m, *gate))
             pooled, pace = pool_abi.paced(b, m, takes)
             work = pool_abi.work_of(b, *gate)
@@ -214,7 +217,7 @@ class _Renderer:
         else:
             pool_abi.flush(b, m)
         # not pooled: a loop that sums runs the pooled launch's chunks here, in order (the same partial sums)
-        ntasks = b.select(split if reductions else pooled, I64, nw, "1")
+        ntasks = b.select(split if reductions else pooled, I64, nw, "1") if reductions or self.POOL else "1"
         tasks = b.alloca(I64, b.op("mul", I64, ntasks, str(width)))
         a = self.fn.args[0]
 
@@ -236,6 +239,8 @@ class _Renderer:
             b.store(I64, b.op("sdiv", I64, b.op("mul", I64, n, t), ntasks), rec)
             b.store(I64, b.op("sdiv", I64, b.op("mul", I64, n, b.op("add", I64, t, "1")), ntasks),
                     b.gep(I64, rec, "1"))
+            if not self.POOL:
+                return
             queue = b.op("and", T.I1, pooled, pool_abi.queued(b, m, t))
             if joinable:
                 queue = b.op("and", T.I1, queue, b.op("xor", T.I1, joining, T.TRUE))
@@ -260,7 +265,7 @@ class _Renderer:
 
         def on_caller():
             each_task(lambda t, rec: b.call(T.VOID, chunk, [f"ptr {rec}", "ptr null", "ptr null", f"ptr {a}"]))
-        pool_abi.launch(b, m, pooled, takes, pace, work, on_pool, on_caller, self.alloca_b)
+        pool_abi.launch(b, m, pooled, takes, pace, work, on_pool, on_caller, self.alloca_b) if self.POOL else on_caller()
         if reductions:
             def combine(t, rec):
                 for j, r in enumerate(reductions):

@@ -26,6 +26,13 @@ STATS = {"loops_vector": 0, "loops_scalar": 0}      # innermost loops rendered e
 class VectorRenderer(ir_loops._Renderer):
     """``ir_loops``' renderer whose innermost contiguous loops run ``bits``-wide vector blocks first."""
 
+    # A parallel kernel's first tier never takes the worker pool: it runs the chunks a launch that does not take
+    # it runs (a loop that sums: one per thread of the pool, in order), so its values are the pooled launch's.
+    # The launch's test, pacer, joins and rounds were most of a small parallel kernel's text, and LLVM's work on
+    # them most of its first build (the LM step of ``variable_length.py``: 14 of its 24 kernels).  Its optimised
+    # build, which follows, takes the pool.
+    POOL = False
+
     def __init__(self, name, bits: int):
         super().__init__(name)
         self.bits = bits
@@ -33,7 +40,7 @@ class VectorRenderer(ir_loops._Renderer):
         self._once = None
 
     def kernel(self, k: ki.KernelIR) -> str:
-        self._kernel_body = k.body
+        self._kernel_body, self._read_memo = k.body, {}
         return super().kernel(k)
 
     # ---- emission -----------------------------------------------------------------------------------------
@@ -43,7 +50,7 @@ class VectorRenderer(ir_loops._Renderer):
             if self._once is None:
                 self._once = assigned_once(self._kernel_body)
             try:
-                plan = plan_loop(s, self._kernel_body, self.bits, self._once)
+                plan = plan_loop(s, self._kernel_body, self.bits, self._once, self._read_memo)
             except Refuse:
                 plan = None
         if plan is None:
@@ -113,7 +120,8 @@ class VectorRenderer(ir_loops._Renderer):
                 # each lane's float sum apart from the next's: the code generator reassociates a chain of sums
                 # (``acc + u`` over the lanes of one uniform ``u``), which the scalar loop, one sum an iteration, never is
                 b.store(lt, contraction.fence(self.module, b, lt, v) if st.var.t in ki.FLOATS else v, self.slot(st.var))
-        for var in plan.live_out - set(plan.lanes):
+        order = [s.var] + [st.var for st in s.body if isinstance(st, ki.Assign)]     # (the text's order fixed)
+        for var in dict.fromkeys(v for v in order if v in plan.live_out and v not in plan.lanes):
             k = C if var is s.var else self._cls.state[var][0]
             if k in (C, V):
                 text = i if var is s.var else self._texts[var]

@@ -87,10 +87,11 @@ class Classes:
         return k
 
 
-def plan_loop(s: ki.For, kernel_body, bits: int, once: dict) -> Plan:
-    """The plan of innermost loop ``s`` of a kernel (``kernel_body``; ``once``: its ``assigned_once``) for vector
-    blocks of ``bits``, or ``Refuse``.  The lanes: the bits over the widest of the loop's contiguous loads and stores
-    and carried variables, as LLVM's loop vectoriser picks them."""
+def plan_loop(s: ki.For, kernel_body, bits: int, once: dict, reads: dict | None = None) -> Plan:
+    """The plan of innermost loop ``s`` of a kernel (``kernel_body``; ``once``: its ``assigned_once``; ``reads``: a
+    memo of what its statements read, kept for the kernel's loops) for vector blocks of ``bits``, or ``Refuse``.
+    The lanes: the bits over the widest of the loop's contiguous loads and stores and carried variables, as LLVM's
+    loop vectoriser picks them."""
     if s.step != 1:
         raise Refuse("step")
     body = [st for st in s.body if not isinstance(st, ki.Comment)]
@@ -135,7 +136,7 @@ def plan_loop(s: ki.For, kernel_body, bits: int, once: dict) -> Plan:
         raise Refuse("nothing varies")
     checks = _pairs(accesses, in_body)
     width = max(2, min(MAX_WIDTH, bits // max(widths | {8})))
-    live = _live_after(kernel_body, s) & (in_body | {s.var})
+    live = _live_after(kernel_body, s, {} if reads is None else reads) & (in_body | {s.var})
     return Plan(width, carried, checks, live, lanes)
 
 
@@ -302,24 +303,34 @@ def assigned_once(stmts) -> dict:
     return {v: value[v] for v, n in count.items() if n == 1 and v not in loops}
 
 
-def _live_after(stmts, loop) -> set:
-    """Variables read anywhere in the kernel outside ``loop``'s body (may be read after it)."""
+def _live_after(stmts, loop, memo) -> set:
+    """Variables read anywhere in the kernel outside ``loop``'s body (may be read after it).  ``memo``: id of a
+    statement -> what it reads (itself, not its blocks), for the kernel's statements (alive while it renders): each
+    of its innermost loops asks, and walking every value of the kernel for each was a quarter of its rendering."""
     out = set()
+
+    def reads(st):
+        got = memo.get(id(st))
+        if got is None:
+            if isinstance(st, ki.For):
+                got = _reads_values((st.start, st.stop))
+            elif isinstance(st, ki.If):
+                got = _reads_values((st.cond,))
+            else:
+                got = set(_reads(st))
+            memo[id(st)] = got
+        return got
 
     def walk(ss):
         for st in ss:
+            out.update(reads(st))
             if st is loop:
-                out.update(_reads_values((st.start, st.stop)))
                 continue
             if isinstance(st, ki.For):
-                out.update(_reads_values((st.start, st.stop)))
                 walk(st.body)
             elif isinstance(st, ki.If):
-                out.update(_reads_values((st.cond,)))
                 walk(st.then)
                 walk(st.orelse)
-            else:
-                out.update(_reads(st))
     walk(stmts)
     return out
 

@@ -14,7 +14,7 @@ graph's build (which kernels, where, in which order) is ``graph_build.py``'s.
 - **One builder per key across processes** (``obtain``): a builder holds ``objstore.BuildLock(key)`` while it
   compiles; others wait for it and load its result.
 - **A full disk** or an unusable cache directory: what this process compiled is used from memory.
-- **Quick code** (``compile_quick``): a background build's first tier (``graph_build.py``) links a kernel built
+- **Quick code** (``compile_quick_all``): a background build's first tier (``graph_build.py``) links kernels built
   with ``llvm_build.QUICK_PASSES`` (a few cheap passes, no vectoriser; ~5x less LLVM work than O3), kept in
   memory only and by another symbol (``_QUICK``), until its optimised build is linked (``_ADDRESSES``).  The cache
   never holds quick code.
@@ -107,23 +107,41 @@ def link_compiled() -> None:
         _load_blobs(blobs)
 
 
-def compile_quick(key: str, source: str, tier: str = "quick"):
-    """The address of kernel ``key``'s code for a background build's first tier: its optimised code when this
-    process has it, else its quick build (compiled and linked now, kept in memory only; ``tier``: "quick", "minor"
-    or "vector", ``graph_build.first_tiers``); None when Numba must compile the kernel (no quick build)."""
-    addr = _ADDRESSES.get(key) or _QUICK.get(key)
-    if addr is not None:
-        return addr
-    from . import llvm_build
-    blob = llvm_build.compile_kernel(key, source, quick=True if tier == "quick" else tier)
-    if blob is None:
-        return None
-    from . import objload
-    with _lock:
-        if key not in _QUICK:
-            _QUICK[key] = objload.load([blob])[key]
-            COUNTS["kernels_quick"] += 1
-        return _ADDRESSES.get(key) or _QUICK[key]
+def compile_quick_all(jobs, go=None) -> dict:
+    """A background build's first tier for a graph's kernels (``jobs``: (key, source, tier), tier "quick", "minor" or
+    "vector": ``graph_build.first_tiers``; an iterable that may render each source as it is taken): their texts,
+    then one LLVM module per pipeline (``llvm_build.quick_objects``: at most two, the "minor" kernels' and the
+    rest), each linked now and kept in memory only (``_QUICK``).  Key -> address of each kernel served (its
+    optimised code when this process has it, else its quick code); those Numba must compile are left out, and so
+    is what was not built when ``go()`` turned False (asked after each rendering and before each module: a dropped
+    build, an exiting process)."""
+    from . import llvm_build, objload
+    out, groups = {}, {}
+    for key, source, tier in jobs:
+        addr = _ADDRESSES.get(key) or _QUICK.get(key)
+        if addr is not None:
+            out[key] = addr
+            continue
+        quick = True if tier == "quick" else tier
+        text = llvm_build.first_tier_text(key, source)
+        if not llvm_build.is_llvm(text):
+            llvm_build.STATS["kernels_refused"] += 1
+        else:       # (LLVM's O1 pipeline, a "vector" kernel's with scalar text, has module passes: a module each)
+            pipe = llvm_build.pipeline(quick)
+            groups.setdefault(key if pipe == "vector" else pipe, []).append((key, text, quick))
+        if go is not None and not go():
+            return out
+    for group in groups.values():
+        if go is not None and not go():
+            break
+        addrs = objload.load_module(*llvm_build.quick_objects(group))
+        with _lock:
+            for (key, _, _), addr in zip(group, addrs):
+                if key not in _QUICK:
+                    _QUICK[key] = addr
+                    COUNTS["kernels_quick"] += 1
+                out[key] = _ADDRESSES.get(key) or _QUICK[key]
+    return out
 
 
 def compile_numba(key: str, source: str, kind: str) -> int:

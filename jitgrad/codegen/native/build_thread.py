@@ -25,6 +25,7 @@ FIRST, OPTIMISE, EAGER = 0, 1, 2   # job priorities (see the module docstring)
 _lock = threading.Lock()
 _QUEUE = None               # the thread's job queue (None until the first background build)
 _QUEUED: list = []          # CompiledGraphs queued or building
+_CALLS: list = []           # ``queue_call``'s jobs queued or running
 _STOP = threading.Event()   # set at exit: the thread stops between kernels
 _IN_KERNEL = threading.Lock()   # held while the thread compiles one kernel (``stop`` waits for it)
 _GATE = None                # a threading.Event a background build waits for before it starts (``hold_builds``)
@@ -53,18 +54,42 @@ def hold_optimising(gate) -> None:
 def queue_background(cg, priority: int = FIRST) -> None:
     """Run ``cg._build(True)`` on the build thread (started on first use), after the jobs queued before it at the
     same or a lower ``priority``."""
+    _put(cg, priority, True)
+
+
+def _put(job, priority, tracked):
     global _QUEUE, _SEQ
     import queue
     with _lock:
         if _QUEUE is None:
             _QUEUE = queue.PriorityQueue()
             threading.Thread(target=_worker, args=(_QUEUE,), daemon=True, name="jitgrad-compile").start()
-        _QUEUED.append(cg)
+        (_QUEUED if tracked else _CALLS).append(job)
         _SEQ += 1
-        _QUEUE.put((priority, _SEQ, cg, cache._configured_dir()))
+        _QUEUE.put((priority, _SEQ, job, cache._configured_dir()))
 
 
 _SEQ = 0        # jobs queued so far (equal priorities run in this order)
+
+
+class _Call:
+    """A job that is a plain call (``queue_call``)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def _build(self, background):
+        try:
+            self.fn()
+        except Exception:   # noqa: BLE001 - a warm-up only: whoever needs its result makes it again, and says why
+            pass
+
+
+def queue_call(fn, priority: int = FIRST) -> None:
+    """Run ``fn()`` on the build thread, as a job of ``priority`` (its exceptions are dropped: for work whose
+    result its users would otherwise make themselves, made early so that it is off their path).  Not a build: an
+    exiting process does not hand it on (``wait_background`` waits for it too)."""
+    _put(_Call(fn), priority, False)
 
 
 def _worker(q):
@@ -78,10 +103,11 @@ def _worker(q):
                 with cache.pinned_dir(root):
                     job._build(True)
         finally:
-            try:
-                _QUEUED.remove(job)
-            except ValueError:
-                pass
+            for jobs in (_QUEUED, _CALLS):
+                try:
+                    jobs.remove(job)
+                except ValueError:
+                    pass
             q.task_done()
 
 
@@ -90,7 +116,7 @@ def wait_background(timeout: float | None = None) -> bool:
     first.  (``f.wait()`` waits for one function's build; this for all of them, e.g. before a test that counts the
     cache's work.)"""
     deadline = None if timeout is None else time.monotonic() + timeout
-    while _QUEUED:
+    while _QUEUED or _CALLS:
         if deadline is not None and time.monotonic() >= deadline:
             return False
         time.sleep(0.005)
@@ -127,6 +153,7 @@ def _after_fork_in_child():
     _lock = threading.Lock()
     _IN_KERNEL = threading.Lock()
     _QUEUE = None
+    _CALLS.clear()
     for cg in _QUEUED:
         if cg.error is None and (cg.run is None or getattr(cg, "optimising", False)):
             cg.pending = True
@@ -137,5 +164,5 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-__all__ = ["FIRST", "OPTIMISE", "EAGER", "queue_background", "wait_background", "hold_builds", "hold_optimising",
+__all__ = ["FIRST", "OPTIMISE", "EAGER", "queue_background", "queue_call", "wait_background", "hold_builds", "hold_optimising",
            "compiling", "stopping", "stop", "BuildStopped"]

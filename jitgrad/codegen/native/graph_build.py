@@ -10,11 +10,11 @@ who compiles which kernel (``build.py`` holds each kernel's code by key).
   that asked for it exits.  Builds still queued at exit are handed to build processes then (``_spawn_leftovers``).
   No build process is started for a key someone else is building (its build lock is held).
 - **Two tiers in a background build** (``QUICK``): the kernels this process compiles are first built quickly
-  (``build.compile_quick``; by kernel, ``first_tiers``: those doing a sliver of the work more cheaply still, those
-  doing most of it with the loop vectoriser) and linked, so the caller's calls switch to compiled code that much
-  sooner; the same kernels are then built at O3 (``optimise``, after every other graph's quick build on the build
-  thread), written to disk and swapped in kernel by kernel.  A run that exits before the optimised build hands it to build
-  processes, as any unfinished build.
+  (``build.compile_quick_all``: one LLVM module per pipeline; by kernel, ``first_tiers``: those doing a sliver of
+  the work more cheaply still, those doing most of it with the loop vectoriser) and linked, so the caller's calls
+  switch to compiled code that much sooner; the same kernels are then built at O3 (``optimise``, after every other
+  graph's quick build on the build thread), written to disk and swapped in kernel by kernel.  A run that exits
+  before the optimised build hands it to build processes, as any unfinished build.
 """
 from __future__ import annotations
 
@@ -410,24 +410,30 @@ class GraphCode:
                 self.spawned = True
                 sent |= {j[1] for j in jobs}
         self.elsewhere |= sent
+        if QUICK and mine:
+            with build_thread.compiling() as go:
+                if go and not self.dropped:
+                    self._quick([j[1] for j in mine], tiers)
+            mine = [j for j in mine if j[1] not in self.quick_keys]
         for job in mine:
             with build_thread.compiling() as go:
                 if not go or self.dropped:      # exiting (what is left goes to build processes, ``_spawn_leftovers``)
                     break                       # or dropped (``CompiledGraph.drop``)
-                if not (QUICK and self._quick(job[1], tiers.get(job[1], "quick"))):
-                    self._obtain(job[1])
+                self._obtain(job[1])
         return procs
 
-    def _quick(self, key, tier="quick") -> bool:
-        """Kernel ``key`` served by quick code (``build.compile_quick``; ``tier``: ``first_tiers``'s; False when it
-        needs Numba)."""
-        if key in build._ADDRESSES:
-            return False
-        if build.compile_quick(key, self._source(key, quick=True), tier) is None:
-            return False
-        self.quick_keys.add(key)
-        self.first_tier[key] = tier
-        return True
+    def _quick(self, keys, tiers):
+        """The first tier: kernels ``keys`` served by quick code (``build.compile_quick_all``, the graph's kernels
+        in one LLVM module per pipeline; ``tiers``: ``first_tiers``'s), but those this process has optimised code
+        for and those that need Numba; it stops between two kernels' renderings once the build is dropped or the
+        process exits."""
+        keys = [k for k in keys if k not in build._ADDRESSES]
+        jobs = ((k, self._source(k, quick=True), tiers.get(k, "quick")) for k in keys)     # (rendered as taken)
+        got = build.compile_quick_all(jobs, lambda: not (self.dropped or build_thread.stopping()))
+        for key in keys:
+            if key in got and key not in build._ADDRESSES:
+                self.quick_keys.add(key)
+                self.first_tier[key] = tiers.get(key, "quick")
 
     def _obtain(self, key, elsewhere=None):
         if key in build._ADDRESSES:

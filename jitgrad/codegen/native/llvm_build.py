@@ -10,15 +10,18 @@ and the disk cache keeps; ``forked_llvm.py`` may run the same in another process
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import weakref
 
 from ..kernels import ir_loops, kernel_ir as ki, vector_loops
 
-# counted, so tests can check which path built what (``kernels_quick_minor`` / ``_vector``: of ``kernels_quick``)
+# counted, so tests can check which path built what (``kernels_quick_minor`` / ``_vector``: of ``kernels_quick``;
+# ``modules_first_tier``: the LLVM modules those were built in, ``quick_objects``; ``modules_quick``: jitgrad's own
+# modules through the quick pipeline, ``quick_object``)
 STATS = {"kernels_ir": 0, "kernels_quick": 0, "kernels_quick_minor": 0, "kernels_quick_vector": 0, "kernels_refused": 0,
-         "modules_quick": 0}
+         "modules_first_tier": 0, "modules_quick": 0}
 _lock = threading.Lock()
 
 
@@ -87,18 +90,13 @@ def quick_text(key: str, source: str, kir: ki.KernelIR | None = None) -> str:
         return compile_text(key, source, kir)
     return _rendered(_QUICK_TEXTS, key, source, kir, lambda k: vector_loops.render(k, key, bits),
                      lambda k: compile_text(key, source, k))
-    if kir is None:
-        kir = _IRS.get(source)
-    if kir is None:
-        return source
-    try:
-        text = vector_loops.render(kir, key, bits)
-    except ir_loops.Unsupported:
-        return compile_text(key, source, kir)
+
+
+def first_tier_text(key: str, source: str) -> str:
+    """``quick_text`` for a build that compiles it now: not kept (the optimised build renders its own text)."""
+    text = quick_text(key, source)
     with _lock:
-        if len(_QUICK_TEXTS) > 512:
-            _QUICK_TEXTS.clear()
-        _QUICK_TEXTS[key] = text
+        _QUICK_TEXTS.pop(key, None)
     return text
 
 
@@ -172,13 +170,27 @@ def _tools(quick=False):
     return t
 
 
-def _optimised(text, quick=False):
+def pipeline(quick):
+    """The passes and code generator level a build of tier ``quick`` (False: O3; True, "minor", "vector": the first
+    tier's, ``CODEGEN_LEVEL``) goes through, as the tier that names them: a "vector" kernel with vector text
+    (``vector_bits()``) is a quick one.  Kernels of one pipeline build as one module (``quick_objects``)."""
+    return True if quick == "vector" and vector_bits() else quick
+
+
+def _optimised(texts, quick=False):
+    """``texts`` (LLVM IR; one str, or several, each linked into the first) as one module of this thread's context
+    for ``quick``, verified and optimised: (module, target machine)."""
     ll, ctx, tm = _tools(quick)
-    if quick == "vector" and vector_bits():
-        quick = True        # its loops are vector blocks already (``quick_text``): the quick passes
-    if quick == "vector":
-        text = text.replace(_INTERLEAVED, _NOT_INTERLEAVED)
-    m = ll.parse_assembly(text, context=ctx)
+    quick = pipeline(quick)     # (a "vector" kernel's loops are vector blocks already: the quick passes)
+    m = None
+    for text in (texts,) if isinstance(texts, str) else texts:
+        if quick == "vector":
+            text = text.replace(_INTERLEAVED, _NOT_INTERLEAVED)
+        part = ll.parse_assembly(text, context=ctx)
+        if m is None:
+            m = part
+        else:
+            m.link_in(part)
     m.triple = ll.get_process_triple()
     m.data_layout = str(tm.target_data)
     m.verify()
@@ -209,9 +221,7 @@ def compile_kernel(key: str, source: str, elsewhere=None, quick=False):
     None: it did not, and this process does).  ``quick``: the quick build (``QUICK_PASSES``; "minor" or "vector":
     ``graph_build.first_tiers``'s, see ``CODEGEN_LEVEL``), whose text stays for the optimised build that follows."""
     if quick:
-        text = quick_text(key, source)
-        with _lock:
-            _QUICK_TEXTS.pop(key, None)
+        text = first_tier_text(key, source)
     else:
         with _lock:
             text = _TEXTS.pop(key, None)
@@ -251,8 +261,55 @@ def object_code(key: str, text: str, quick=False):
     obj = tm.emit_object(m)
     # the C library's functions it calls (atan2, nextafter; LLVM may add memset) and, for a parallel kernel, the
     # pool's (``workpool.SYMBOLS``): resolved from the process when the object is linked (``objload.load``)
-    needs = objload.external_symbols(m)
+    needs = objload.declared_symbols(text)
     return objstore.Blob(key, name, obj, needs)
+
+
+def quick_objects(jobs):
+    """A first tier's kernels ``jobs`` ((key, LLVM IR text, tier) of one ``pipeline``) compiled as one module:
+    (object code, each job's symbol, the symbols the object needs).  Each kernel's function is the one its own
+    module would give (the passes work function by function, the code generator too), under its quick symbol
+    (``QUICK_SUFFIX``).  One module, not one per kernel: a module costs the code generator's set-up (~3 ms at level
+    1) and some forty calls into LLVM, and on the build thread each call gives the GIL up and waits to take it back
+    from the calls that run meanwhile (``graph_build.py``: a background build's first tier)."""
+    texts, symbols = [], []
+    for key, text, _ in jobs:
+        if not text.startswith(f"{ir_loops.HEADER}{key}\n"):
+            raise ValueError(f"kernel {key}: its LLVM IR names another key")
+        sym = ir_loops.symbol(key)
+        texts.append(text.replace(f'@"{sym}"', f'@"{sym}{QUICK_SUFFIX}"'))
+        symbols.append(sym + QUICK_SUFFIX)
+    from . import objload
+    m, tm = _optimised(texts, jobs[0][2])
+    with _without_lsr(pipeline(jobs[0][2]) is True):
+        obj = tm.emit_object(m)
+    needs = sorted({s for t in texts for s in objload.declared_symbols(t)})
+    with _lock:
+        STATS["kernels_quick"] += len(jobs)
+        STATS["modules_first_tier"] += 1
+        for _, _, tier in jobs:
+            if tier in ("minor", "vector"):
+                STATS["kernels_quick_" + tier] += 1
+    return obj, symbols, needs
+
+
+@contextlib.contextmanager
+def _without_lsr(on=True):
+    """The code generator's loop strength reduction off for one emission (``on``): the first tier's quick pipeline
+    at level 1, where it was ~12% of the LM step's first-tier LLVM (it rewrites induction variables and addresses,
+    never a value: the same bits).  LLVM has it as a process-wide option only, so it is set and put back under
+    llvmlite's lock, which no other thread's LLVM call passes meanwhile."""
+    if not on:
+        yield
+        return
+    from llvmlite.binding import ffi
+    ll = _tools(True)[0]
+    with ffi.lib._lock:
+        ll.set_option("jitgrad", "-disable-lsr=true")
+        try:
+            yield
+        finally:
+            ll.set_option("jitgrad", "-disable-lsr=false")
 
 
 def quick_object(text: str) -> bytes:
@@ -272,6 +329,7 @@ def assembly(kir: ki.KernelIR, key: str = "0" * 64) -> str:
     return tm.emit_assembly(m)
 
 
-__all__ = ["register", "is_llvm", "compile_text", "translatable", "compile_kernel", "object_code", "quick_object",
+__all__ = ["register", "is_llvm", "compile_text", "quick_text", "translatable", "compile_kernel", "object_code",
+           "quick_objects", "quick_object", "pipeline", "first_tier_text",
            "assembly", "STATS",
            "QUICK_PASSES", "CODEGEN_LEVEL"]

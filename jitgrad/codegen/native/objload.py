@@ -19,6 +19,7 @@ the lock around the fork), and the child gets a fresh lock.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 
@@ -29,6 +30,8 @@ _ENGINE = None
 _LL = None
 _RUNTIME = False
 STATS = {"objects_loaded": 0, "numba_runtime": 0}
+# symbols found in the process once: they stay (nothing unregisters one), so each is searched for once a process
+_RESOLVED: set = set()
 
 
 def _ll():
@@ -57,9 +60,30 @@ def external_symbols(module) -> list:
                   | {g.name for g in module.global_variables if g.is_declaration})
 
 
+# a ``declare`` line or an external global of LLVM IR text (``codegen/kernels/llvm_text.py`` writes both)
+_DECLARED = re.compile(r'^(?:declare [^@\n]*@"?([^"(\s]+)"?\(|@"?([^"\s=]+)"? = external global )', re.M)
+
+
+def declared_symbols(text: str) -> list:
+    """``external_symbols`` of the module LLVM IR ``text`` parses to, read from the text: its ``declare`` lines and
+    external globals, LLVM's intrinsics left out.  Not one call into LLVM per function and global of the module:
+    on the build thread each such call gives the GIL up and waits to take it back from the calls running
+    meanwhile (a kernel declares some twenty of the worker pool's globals).  What LLVM's passes and code generator
+    add (``memset``, a libm function for a folded call) is the C library's, which every process has."""
+    return sorted({n for a, b in _DECLARED.findall(text) for n in (a or b,) if not n.startswith("llvm.")})
+
+
 def _missing(needs) -> list:
     ll = _ll()
-    return [s for s in needs if not s.startswith("llvm.") and ll.address_of_symbol(s) is None]
+    miss = []
+    for s in needs:
+        if s in _RESOLVED or s.startswith("llvm."):
+            continue
+        if ll.address_of_symbol(s) is None:
+            miss.append(s)
+        else:
+            _RESOLVED.add(s)
+    return miss
 
 
 def numba_runtime() -> None:
@@ -85,19 +109,43 @@ class UnresolvedSymbols(RuntimeError):
     """An object file needs symbols this process does not have: it is rebuilt, never linked half-resolved."""
 
 
+def _resolve(needs) -> None:
+    """Every symbol of ``needs`` found in the process (the pool's or Numba's runtime started for them), else
+    ``UnresolvedSymbols``: linking an object whose symbol is missing would abort the process."""
+    if needs and _missing(needs):
+        if any(s in workpool.SYMBOLS for s in needs):
+            workpool.launch()                  # a parallel kernel built without Numba: the pool's symbols
+        if _missing(needs):
+            numba_runtime()
+        missing = _missing(needs)
+        if missing:
+            raise UnresolvedSymbols(f"object code needs symbols this process lacks: {missing[:8]}")
+
+
+def load_module(data: bytes, symbols, needs) -> list:
+    """Link one object (``data``, needing ``needs``) that defines several ``symbols`` (a first tier's kernels,
+    ``llvm_build.quick_objects``): their addresses, in order."""
+    ll = _ll()
+    with _lock:
+        _resolve(sorted(set(needs)))
+        ee = _engine()
+        ee.add_object_file(ll.ObjectFileRef.from_data(data))
+        ee.finalize_object()
+        out = []
+        for sym in symbols:
+            addr = ee.get_function_address(sym)
+            if not addr:
+                raise UnresolvedSymbols(f"an object does not define {sym}")
+            out.append(addr)
+        STATS["objects_loaded"] += 1
+        return out
+
+
 def load(blobs) -> dict:
     """Link ``blobs`` (``objstore.Blob``) into this process: ``{blob.name: address of blob.symbol}``."""
     ll = _ll()
     with _lock:
-        needs = sorted({s for b in blobs for s in b.needs})
-        if needs and _missing(needs):
-            if any(s in workpool.SYMBOLS for s in needs):
-                workpool.launch()                  # a parallel kernel built without Numba: the pool's symbols
-            if _missing(needs):
-                numba_runtime()
-            missing = _missing(needs)
-            if missing:
-                raise UnresolvedSymbols(f"object code needs symbols this process lacks: {missing[:8]}")
+        _resolve(sorted({s for b in blobs for s in b.needs}))
         ee = _engine()
         for b in blobs:
             ee.add_object_file(ll.ObjectFileRef.from_data(b.data))
@@ -142,4 +190,4 @@ if hasattr(os, "register_at_fork"):
                         after_in_child=_after_fork_in_child)
 
 
-__all__ = ["load", "external_symbols", "numba_runtime", "UnresolvedSymbols", "STATS"]
+__all__ = ["load", "load_module", "external_symbols", "declared_symbols", "numba_runtime", "UnresolvedSymbols", "STATS"]
