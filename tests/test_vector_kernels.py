@@ -122,11 +122,12 @@ def _five_by_five(a, b, c, d, e):
     return a * b + c, b * c - d, c * d + e, d * e * a, (a + e) * 0.5
 
 
-def test_operands_known_not_to_alias_need_no_runtime_overlap_checks():
+def test_operands_known_not_to_alias_need_no_runtime_overlap_checks(high_thresholds):
     """A fused loop reads and writes its operands through accesses tagged with scoped-noalias metadata (one
     scope per buffer, codegen/kernels/alias_scopes.py): LLVM then vectorises with no runtime overlap checks and keeps
     no scalar fallback copy of the loop (before: 35 pointer-difference compares for 5 inputs and 5 outputs,
-    and a second, scalar loop for when they overlap)."""
+    and a second, scalar loop for when they overlap).  A serial loop (``high_thresholds``): at the compiled pool
+    thresholds 4096 elements take the pool, and the Numba source's ``prange`` outlines the body (its own copies)."""
     rng = np.random.default_rng(0)
     args = [jg.tensor(rng.standard_normal(4096, dtype=np.float32)) for _ in range(5)]
     f = jg.compile(_five_by_five, backend="numba")

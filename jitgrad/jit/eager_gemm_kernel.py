@@ -130,6 +130,22 @@ def _cut(m: int, parts: int) -> list:
     return spans
 
 
+def _sizes_address(n, rows, k, lda, ldb) -> int:
+    """The address of a block's sizes (int32 n, rows, k, lda, ldb, ldc), one array per tuple in the process: two
+    callables made for one signature (a pullback plan's form checked against its trace at these sizes,
+    ``runtime/backward/trace_compare.py``) then hold equal values and compare as the same call."""
+    key = (n, rows, k, lda, ldb)
+    got = _SIZE_ADDRESSES.get(key)
+    if got is None:
+        arr = blas._SIZES(n, rows, k, lda, ldb, n)
+        _KEEP.append(arr)
+        got = _SIZE_ADDRESSES[key] = _addressof(arr)
+    return got
+
+
+_SIZE_ADDRESSES: dict = {}
+
+
 def _product(m: int, k: int, n: int, dtype, fallback):
     """The callable of one ``(m, k) @ (k, n)`` signature of float ``dtype``: the kernel once linked, else
     ``fallback``."""
@@ -146,9 +162,7 @@ def _product(m: int, k: int, n: int, dtype, fallback):
         if got is None:
             got = []
             for s0 in range(r0, r1, block):
-                arr = blas._SIZES(n, min(s0 + block, r1) - s0, k, lda, ldb, n)
-                _KEEP.append(arr)
-                got.append((s0, _addressof(arr)))
+                got.append((s0, _sizes_address(n, min(s0 + block, r1) - s0, k, lda, ldb)))
             spans[key] = got
         return got
 
