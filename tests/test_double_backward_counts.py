@@ -14,7 +14,6 @@ import numpy as np
 import jitgrad as jg
 from jitgrad.ir import dtypes as dt
 from jitgrad.ir.ops import Aval
-from jitgrad.jit import eager_gemm_kernel as egk, eager_kernels as ek
 from jitgrad.runtime.backward import graph_walk
 from jitgrad.runtime.node import Node
 from test_eager_overhead import _count, bound_ops  # noqa: F401 - the fixture: ops bound, in order
@@ -166,10 +165,8 @@ def test_b3_step_at_size_counts(monkeypatch):
     assert walks == [] and names.count("_where_row_mask") == 1
     # the BLAS calls (frames: dispatch keeps each signature's impl process-wide, so spies set now may miss them):
     # 5 GEMMs of 256 x 64 x 256 (PyTorch's 5) and 3 matrix-vector products as ?gemv (t @ W2, and W2's two
-    # gradients: blas_gemv.py), none a GEMM that packs a whole matrix for one column.  The GEMMs run the small-product
-    # kernel once it is linked (jit/eager_gemm_kernel.py, its calls inline), OpenBLAS before (_gemm_rows)
-    assert names.count("gemm_small_kernel") == (5 if egk.ENABLED and ek.ENABLED else 0)
-    assert names.count("_gemm_rows") in ((0, 5) if egk.linked() else (5,))
+    # gradients: blas_gemv.py), none a GEMM that packs a whole matrix for one column
+    assert names.count("_gemm_rows") == 5
     assert names.count("gemv_one_signature") + names.count("matvec") == 3
     assert names.count("gemm_one_thread") == 0
 

@@ -11,8 +11,6 @@ import pytest
 import jitgrad as jg
 from jitgrad.ir import eager_threads, settings
 from jitgrad.ir.ops import blas, blas_library
-from jitgrad.jit import eager_gemm_kernel
-from jitgrad.runtime import dispatch
 
 # (rows, k, n): rows a multiple of float32's unit (12) and of float64's (2) or not, K past OpenBLAS's K block
 SHAPES = [(256, 784, 512), (257, 300, 100), (100, 500, 300), (784, 256, 512), (73, 1000, 64), (999, 64, 70),
@@ -124,8 +122,7 @@ def test_eager_matmul_of_tensors_splits_and_keeps_its_bits(two_threads):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("m, k, n", SHAPES + [(64, 500, 700)])
-def test_compiled_split_gemm_bits_are_one_threads_on_the_pool_or_held(two_threads, request, monkeypatch, m, k, n,
-                                                                      dtype):
+def test_compiled_split_gemm_bits_are_one_threads_on_the_pool_or_held(two_threads, request, m, k, n, dtype):
     """A compiled GEMM split on the pool (blocks starting at multiples of OpenBLAS's unit, the last one as high as
     the rows left, all in one launch): the same bits whether the blocks run on the pool's workers or are held on
     the calling thread (the pool pacer's hold), at ``set_num_threads(1)`` (one call, not split), and eagerly: one
@@ -167,12 +164,7 @@ def test_compiled_split_gemm_bits_are_one_threads_on_the_pool_or_held(two_thread
     want = _one_thread_whole(a, b).tobytes()
     assert pooled.tobytes() == held.tobytes() == single.tobytes() == want
     if blas.row_blocks(m, dtype, 1) is not None:    # eager splits by rows only
-        # (eager's OpenBLAS path: products in eager_gemm_kernel's range run the small-product kernel once it is
-        # linked, whose sums are not OpenBLAS's)
-        monkeypatch.setattr(eager_gemm_kernel, "ENABLED", False)
-        dispatch._RULES.clear()
         assert (ta @ tb).numpy().tobytes() == want
-        dispatch._RULES.clear()
 
 
 def test_eager_gemm_too_small_for_two_blocks_runs_whole_on_one_thread(two_threads):
