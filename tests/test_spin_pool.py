@@ -185,7 +185,9 @@ def test_long_serial_stretches_and_wake_ups_never_raise_the_busy_sign():
     """Spins that keep outlasting their budget (the step's serial stretches: every wait of 40 rounds on both
     sides, the scripted clock passing the spin at its first read) raise no busy sign, and the next waits spin
     again; nor do wake-ups (a quarter of the time waiting, but 10 us a wait: a sleeping pool's), nor a small share
-    of long waits (an eighth).  The samples were taken (``samples``): the sign was asked, and said no."""
+    of long waits (an eighth), nor slow wake-ups (a quarter in waits of 0.5 ms, as an idle vCPU of this virtual
+    machine wakes: every window here holds a futex sleep, whose wake-up waits whatever the load, so it is not
+    judged).  The samples were taken (``samples``): the sign was asked, and said no."""
     outs = _run("""
 slow = TASK(lambda a, d, s, x: time.sleep(0.001))   # the caller's wait outlasts its spin too
 def slow_rounds(n):
@@ -197,7 +199,7 @@ def slow_rounds(n):
 scripted_clock(500_000)
 pool.set_spin_ns(250_000)
 pool.start(1)
-for frac, per in ((0, 0), (64, 10_000), (32, 2_000_000)):
+for frac, per in ((0, 0), (64, 10_000), (32, 2_000_000), (64, 500_000)):
     scripted_run_queue(frac, per)
     before = pool.stats(); slow_rounds(40); print(json.dumps(delta(before)))
 scripted_clock(0)

@@ -26,8 +26,11 @@ which is a quiet machine's).  A crowded sample sets ``quiet_until`` to ``QUIET_N
 counts it): waits sleep at once until then, and the busy rule (``workpool.BUSY_HOLD``) keeps gated launches on
 the calling thread.  Samples taken while the sign stands only move the window: a sleeping pool's wake-ups (on a
 virtual machine whose idle cores wake slowly, maybe a slice's length) must not hold the sign up, so it lapses
-and the next windows, spinning again, judge afresh.  So a long serial stretch alone, however many spins it makes run
-out, never raises it; a thread whose core is shared does, within one or two windows.
+and the next windows, spinning again, judge afresh.  A window in which the thread slept (a futex wait: ``busy_slept``) only moves the window too: its
+wake-up waited in the run queue whatever the load (on this virtual machine an idle vCPU's wake-up waited 0.2-0.5 ms,
+measured in B1's quiet runs: a sign that then stood for all 300 steps, 4.9 of ~5 launches a step held), so only
+windows a thread spent runnable, spinning or working, are judged.  So a long serial stretch alone, however many
+spins it makes run out, never raises it; a thread whose core is shared does, within one or two windows.
 
 Where the file is missing or unreadable (no ``/proc``, a kernel without ``CONFIG_SCHED_INFO``) samples read
 nothing and the sign never stands: the pool spins as on a quiet machine.  The reader is a function pointer
@@ -55,7 +58,7 @@ def source(machine: str, slots: int) -> str:
     path = "".join(f"\\{c:02X}" for c in _PATH)
     return f"""
 @jitgrad_pool_rq_files = global [{slots} x [2 x i64]] zeroinitializer, align 64    ; per slot: fd + 1, thread id
-@jitgrad_pool_rq_last = global [{slots} x [4 x i64]] zeroinitializer, align 64     ; clock, waited, runs, (pad)
+@jitgrad_pool_rq_last = global [{slots} x [4 x i64]] zeroinitializer, align 64     ; clock, waited, runs, slept
 @jitgrad_pool_run_queue = global ptr @read_run_queue
 @rq_path = private constant [{len(_PATH)} x i8] c"{path}"
 
@@ -170,6 +173,15 @@ out:
   ret void
 }}
 
+; a thread of this slot slept (a futex wait): its next sample only moves the window (see the module docstring)
+define internal void @busy_slept(i64 %slot) alwaysinline {{
+entry:
+  %last = getelementptr [{slots} x [4 x i64]], ptr @jitgrad_pool_rq_last, i64 0, i64 %slot
+  %fp = getelementptr [4 x i64], ptr %last, i64 0, i64 3
+  store i64 1, ptr %fp
+  ret void
+}}
+
 define internal void @busy_sample(ptr %last, i64 %slot, i64 %now) noinline {{
 entry:
   %v = alloca [3 x i64]
@@ -195,8 +207,13 @@ got:
   %first = icmp eq i64 %t0, 0
   %until0 = load atomic i64, ptr @jitgrad_pool_quiet_until monotonic, align 8
   %standing = icmp slt i64 %now, %until0
+  %sp = getelementptr [4 x i64], ptr %last, i64 0, i64 3
+  %sf = load i64, ptr %sp
+  store i64 0, ptr %sp
+  %slept = icmp ne i64 %sf, 0
   %b1 = or i1 %fresh, %first
-  %base = or i1 %b1, %standing
+  %b2 = or i1 %b1, %slept
+  %base = or i1 %b2, %standing
   br i1 %base, label %out, label %judge
 judge:
   %window = sub i64 %now, %t0

@@ -239,6 +239,7 @@ sleep:
 do_sleep:
   call void @stat(i32 0)
   call void @futex_wait(ptr @jitgrad_pool_gen, i32 %seen)
+  call void @busy_slept(i64 %idx)
   br label %awake
 awake:
   %o2 = atomicrmw sub ptr @jitgrad_pool_wsleep, i32 1 seq_cst
@@ -384,6 +385,7 @@ head:
 sleep:
   call void @stat(i32 2)
   call void @futex_wait(ptr @jitgrad_pool_pending, i32 %p)
+  call void @busy_slept(i64 {CALLER_SLOT})
   br label %head
 clear:
   store atomic i32 0, ptr @jitgrad_pool_csleep seq_cst, align 4
