@@ -113,7 +113,9 @@ _QUEUES = 0                     # the pool's worker queues (threads() - caller)
 # processes at default settings (quiet, 2026-12-01) 2^17 / 2^11 made B9 at 2 threads 17 -> 30-32 ms and B1's
 # 2-thread speedup 1.68x -> 1.27x, busy rule on or off: the run-queue busy sign (``busy_sign.py``) stands on this
 # quiet machine too (B1 held 4.9 of its ~5 gated launches a step, B11 all 28), so lower thresholds wait for a sign
-# that does not.  Counted at 2 threads, pooled launches a step (rounds + joined) at 2^23 / 2^15 -> 2^17 / 2^11:
+# that does not.  With a sleep's window unjudged (its wake-up's wait was most of that) and the rule on, 2^17 / 2^11
+# gave B11 1.49-1.64x and B1 1.82-1.92x, but B9 at 2 threads ran 29.5-67 ms in 4 of 12 fresh processes (16.3-17.4
+# otherwise): held by a sign that still stood, or a worker woken every round.  Counted at 2 threads, pooled launches a step (rounds + joined) at 2^23 / 2^15 -> 2^17 / 2^11:
 # B11 0 -> 7 + 21, B1 5 -> 12 + 1, B2 1 -> 1, B9 81 + 25 -> 98 + 26.  JITGRAD_PARALLEL_WORK /
 # JITGRAD_PARALLEL_GRAIN set them for a process (``set_min_work`` at run time).
 PARALLEL_GRAIN = 1 << 15
