@@ -100,9 +100,9 @@ def first_tier_text(key: str, source: str) -> str:
     return text
 
 
-def translatable(key: str, source: str, quick: bool = False) -> bool:
-    """Whether the kernel compiles without Numba (``quick``: rendering its first tier's text on the way)."""
-    return is_llvm(quick_text(key, source) if quick else compile_text(key, source))
+def translatable(key: str, source: str) -> bool:
+    """Whether the kernel compiles without Numba."""
+    return is_llvm(compile_text(key, source))
 
 
 # The first tier's loops in vector blocks of this many bits (``vector_loops.py``; ``JITGRAD_QUICK_VECTOR_BITS=0``:
@@ -215,32 +215,22 @@ def _optimised(texts, quick=False):
     return m, tm
 
 
-def compile_kernel(key: str, source: str, elsewhere=None, quick=False):
-    """The kernel's object code (``objstore.Blob``), or None when Numba must compile it.  ``elsewhere``: an object
-    with ``object_code(key, text)`` that may compile the text in another process (``native/forked_llvm.py``;
-    None: it did not, and this process does).  ``quick``: the quick build (``QUICK_PASSES``; "minor" or "vector":
-    ``graph_build.first_tiers``'s, see ``CODEGEN_LEVEL``), whose text stays for the optimised build that follows."""
-    if quick:
-        text = first_tier_text(key, source)
-    else:
+def compile_kernel(key: str, source: str, elsewhere=None):
+    """The kernel's optimised object code (``objstore.Blob``), or None when Numba must compile it.  ``elsewhere``:
+    an object with ``object_code(key, text)`` that may compile the text in another process
+    (``native/forked_llvm.py``; None: it did not, and this process does).  (A first tier's kernels build together:
+    ``quick_objects``.)"""
+    with _lock:
+        text = _TEXTS.pop(key, None)
+    if text is None:
+        text = compile_text(key, source)
         with _lock:
-            text = _TEXTS.pop(key, None)
-        if text is None:
-            text = compile_text(key, source)
-            with _lock:
-                _TEXTS.pop(key, None)
+            _TEXTS.pop(key, None)
     if not is_llvm(text):
         STATS["kernels_refused"] += 1
         return None
     if not text.startswith(f"{ir_loops.HEADER}{key}\n"):
         raise ValueError(f"kernel {key}: its LLVM IR names another key")
-    if quick:
-        blob = object_code(key, text, quick=quick)
-        with _lock:
-            STATS["kernels_quick"] += 1
-            if quick in ("minor", "vector"):
-                STATS["kernels_quick_" + quick] += 1
-        return blob
     blob = elsewhere.object_code(key, text) if elsewhere is not None else None
     if blob is None:
         blob = object_code(key, text)

@@ -76,10 +76,15 @@ def _index_shape(name, x: Aval, idx_avals, spec):
                            f"{e}") from None
 
 
+def _consumed(spec) -> int:
+    """The dims of the indexed tensor that ``spec``'s entries but an Ellipsis index (None and bools index none)."""
+    return sum(1 for s in spec if s is not None and s is not Ellipsis and type(s) is not bool)
+
+
 def _check_ints(name, shape, spec):
     """torch's errors for a key's integers, which it applies left to right before any index tensor: too many
     indices, or an integer out of range, whose "dimension" is its position in the key (``x[..., 7]``: 1)."""
-    consumed = sum(1 for s in spec if s is not None and s is not Ellipsis and type(s) is not bool)
+    consumed = _consumed(spec)
     if consumed > len(shape):
         raise IndexOpError(f"{name}: too many indices for tensor of dimension {len(shape)}")
     dim = 0
@@ -156,7 +161,7 @@ def tensor_axis(spec, k: int, ndim: int = 0) -> int:
         if type(s) is tuple and s[0] == "tensor" and s[1] == k:
             return ax
         if s is Ellipsis:
-            ax += ndim - sum(1 for t in spec if t is not None and t is not Ellipsis and type(t) is not bool)
+            ax += ndim - _consumed(spec)
         elif s is not None and type(s) is not bool:
             ax += 1
     return k
