@@ -152,6 +152,8 @@ class CompiledGraph:
                                          self._entry_build)
         if background is None:
             background = os.environ.get("JITGRAD_BACKGROUND_COMPILE", "1") != "0"
+        if settings.STATE.deterministic:
+            background = False      # no switch whose timing reaches the bits (``use_deterministic_algorithms``)
         t0 = time.perf_counter()
         if self.code.try_load():
             # every kernel and the entry are compiled (on disk or in this process): linking them takes
