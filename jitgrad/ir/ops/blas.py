@@ -242,10 +242,8 @@ def small_gemm_is_dot(a_ndim, b_ndim, a_dtype, b_dtype) -> bool:
 # another process took a core, and the next calls run on one thread for a while (``BlasPacer``; eager GEMMs paced
 # per size class).  Idle workers sleep after ~0.4 ms (``OPENBLAS_THREAD_TIMEOUT``, set by ``import jitgrad``).
 BLAS_THREADED_MACS = 65536 * 4
-# An eager GEMM's row blocks each do at least this many multiply-adds (``_rows_on_threads``; fewer: the whole
-# product on this thread, the same bits).  A block handed to an eager thread wakes it from sleep: ~10 us on bare
-# metal, 0.2-0.5 ms where an idle vCPU must be woken (this project's 2-vCPU VM), against ~10 us of work per 2^20
-# multiply-adds.  JITGRAD_EAGER_SPLIT_MACS sets it (measured: BENCHMARKS.md).
+# an eager GEMM's row blocks (``_rows_on_threads``) each do at least this many multiply-adds: a block wakes a
+# sleeping eager thread, 0.2-0.5 ms on an idle vCPU of a VM (JITGRAD_EAGER_SPLIT_MACS; measured: BENCHMARKS.md)
 EAGER_SPLIT_MACS = int(float(os.environ.get("JITGRAD_EAGER_SPLIT_MACS", 1 << 22)))
 BLAS_PACER = os.environ.get("JITGRAD_BLAS_PACER", "0") == "1"
 STATS = {"blas_backoffs": 0}    # drops to one thread (counted, for tests)
@@ -578,8 +576,7 @@ def _rows_on_threads(a, ta, lda, b, tb, ldb, c, add=False) -> bool:
         if row_blocks(m, c.dtype, 1) is None:
             parts = 0
         else:
-            # each block at least EAGER_SPLIT_MACS (a hand-off to a sleeping thread costs a wake-up), and over
-            # OpenBLAS's small-matrix path (else the whole product on one thread)
+            # each block at least EAGER_SPLIT_MACS and over OpenBLAS's small-matrix path (else one call)
             parts = min(m // MIN_BLOCK_ROWS, max(1, m * c.shape[1] * a.shape[1] // EAGER_SPLIT_MACS))
         _CUTS[key] = parts
     if not parts:
