@@ -242,8 +242,7 @@ def small_gemm_is_dot(a_ndim, b_ndim, a_dtype, b_dtype) -> bool:
 # another process took a core, and the next calls run on one thread for a while (``BlasPacer``; eager GEMMs paced
 # per size class).  Idle workers sleep after ~0.4 ms (``OPENBLAS_THREAD_TIMEOUT``, set by ``import jitgrad``).
 BLAS_THREADED_MACS = 65536 * 4
-# an eager GEMM's row blocks (``_rows_on_threads``) each do at least this many multiply-adds: a block wakes a
-# sleeping eager thread, 0.2-0.5 ms on an idle vCPU of a VM (JITGRAD_EAGER_SPLIT_MACS; measured: BENCHMARKS.md)
+# multiply-adds an eager GEMM's row block does at least: each wakes a sleeping thread, 0.2-0.5 ms on a VM's idle vCPU
 EAGER_SPLIT_MACS = int(float(os.environ.get("JITGRAD_EAGER_SPLIT_MACS", 1 << 22)))
 BLAS_PACER = os.environ.get("JITGRAD_BLAS_PACER", "0") == "1"
 STATS = {"blas_backoffs": 0}    # drops to one thread (counted, for tests)
