@@ -170,14 +170,14 @@ EXIT_SCRIPT = textwrap.dedent("""
         print(json.dumps({"counts": build.COUNTS, "stats": {k: v for k, v in f.stats.items()
                           if isinstance(v, (int, float, str, type(None)))}}))
         sys.exit(0)
+    from jitgrad.codegen.program import cpu
     one_done = threading.Event()
-    obtain = graph_build.GraphCode._obtain
+    swap = cpu.CompiledGraph._swap
 
-    def watched(self, key):         # the build thread: tell the script when it has compiled a kernel (optimised:
-        obtain(self, key)           # after the quick build's switch)
-        if key != self.ekey:
-            one_done.set()
-    graph_build.GraphCode._obtain = watched
+    def watched(self, key, address):    # the build thread: tell the script when a kernel's optimised code is in
+        swap(self, key, address)        # (after the quick build's switch; built here or by a forked child)
+        one_done.set()
+    cpu.CompiledGraph._swap = watched
     f = jg.compile(step, backend="numba")
     f(x)                            # eager; the build starts on the build thread
     assert one_done.wait(300)

@@ -41,7 +41,8 @@ ENTRY_EXTRA = ("cpu-entry", 3)       # 3: steps that share a pool round (round_g
 IR_LOOPS = os.environ.get("JITGRAD_IR_LOOPS", "1") != "0"
 GRAPH_EXTRA = ("cpu-graph", 1)
 COUNTS = {"kernels_compiled": 0, "kernels_ir": 0, "kernels_quick": 0, "kernels_loaded": 0, "drivers_compiled": 0,
-          "drivers_loaded": 0, "build_processes": 0, "forked_compilers": 0, "graph_files_loaded": 0, "graph_files_assembled": 0}
+          "drivers_loaded": 0, "build_processes": 0, "forked_compilers": 0, "graph_files_loaded": 0, "graph_files_assembled": 0,
+          "forked_tiers": 0}
 
 
 def kernel_key(kernel) -> str:
@@ -142,6 +143,47 @@ def compile_quick_all(jobs, go=None) -> dict:
                     COUNTS["kernels_quick"] += 1
                 out[key] = _ADDRESSES.get(key) or _QUICK[key]
     return out
+
+
+def object_for(key: str, source: str, disk: bool = True):
+    """Kernel ``key``'s optimised object code (``objstore.Blob``, from LLVM IR ``source``) compiled under its build
+    lock and written to disk, or read from disk when another process wrote it first, and not linked: what a forked
+    child builds for its parent (``forked_llvm.ForkedTier``).  (blob, whether it was compiled here); (None, False)
+    when another process holds its lock or Numba must compile it (the parent's ``obtain`` takes over)."""
+    from . import llvm_build
+    use_disk = disk and cache.cache_dir() is not None
+    lock = objstore.BuildLock(key) if use_disk else None
+    if lock is not None and not lock.acquire(block=False):
+        return None, False
+    try:
+        if use_disk:
+            got = objstore.read(key)
+            if got and [b.name for b in got] == [key]:
+                return got[0], False
+        blob = llvm_build.compile_kernel(key, source)
+        if blob is not None and use_disk:
+            objstore.write(key, [blob])
+        return blob, blob is not None
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def link_forked(made) -> None:
+    """Link the object code a forked child built for this process (``made``: (blob, compiled) pairs, as
+    ``object_for`` returned them there), counted as this process's compiles or loads."""
+    from . import llvm_build
+    with _lock:
+        fresh = {b.name: (b, c) for b, c in made if b.name not in _ADDRESSES}
+        _load_blobs([b for b, _ in fresh.values()])
+        for key, (b, compiled) in fresh.items():
+            if compiled:
+                _BLOBS_MADE_HERE.add(key)
+                COUNTS["kernels_compiled"] += 1
+                COUNTS["kernels_ir"] += 1
+                llvm_build.STATS["kernels_ir"] += 1
+            else:
+                COUNTS["kernels_loaded"] += 1
 
 
 def compile_numba(key: str, source: str, kind: str) -> int:

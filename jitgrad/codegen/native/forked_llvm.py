@@ -189,6 +189,91 @@ class ForkedCompiler:
             pass
 
 
+class ForkedTier:
+    """A forked child that builds ``keys`` one after the other (``make(key)`` -> ``(blob, compiled)``, run in the
+    child: ``build.object_for``) and sends each result back, in order, then exits.  A background build's optimised
+    tier (``graph_build.GraphCode.optimise``) goes this way: the child renders the kernels' LLVM IR from the state
+    the fork copied and runs LLVM, so the parent's build thread neither runs that Python nor gives up and takes
+    back the GIL around each of LLVM's calls (hundreds a graph) while the caller's calls run; it only waits on a
+    pipe and links what lands.  The child closes the descriptors it inherited but its pipe (a build lock a thread
+    here holds stays this process's alone) and stops once its parent is gone."""
+
+    def __init__(self, keys, make):
+        from . import objload
+        objload._ll()                       # llvmlite initialised before the fork: the child inherits it
+        r, w = os.pipe()
+        parent = os.getpid()
+        try:
+            with warnings.catch_warnings():     # (3.12+ warns on any fork of a process with threads)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+        except OSError:
+            os.close(r)
+            os.close(w)
+            raise
+        if pid == 0:                        # the child
+            code = 0
+            try:
+                os.close(r)
+                os.closerange(3, w)
+                os.closerange(w + 1, 1 << 16)
+                for key in keys:
+                    if os.getppid() != parent:
+                        break
+                    try:
+                        blob, compiled = make(key)
+                        reply = (key, None, None, None, False) if blob is None else \
+                            (key, blob.data, blob.symbol, list(blob.needs), compiled)
+                    except Exception as e:  # noqa: BLE001 - the parent builds it itself
+                        reply = (key, None, f"{type(e).__name__}: {e}", None, False)
+                    _write(w, pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+            except BaseException:   # noqa: BLE001 - the parent sees the pipe close and builds the rest
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(w)
+        self.pid, self._r = pid, r
+        self.left = list(keys)
+        STATS["forked"] += 1
+
+    def replies(self):
+        """Lists of ``(key, (blob, compiled) or None)`` in the keys' order as they land (what landed together in
+        one list; None: the parent builds that one); ends early if the child dies or stays silent
+        ``REPLY_TIMEOUT_S``."""
+        from . import objstore
+        while self.left and self._r is not None:
+            got = []
+            while self.left:
+                # (select and os.read release the GIL: the caller's calls go on meanwhile)
+                if not select.select([self._r], [], [], REPLY_TIMEOUT_S if not got else 0)[0]:
+                    if not got:
+                        self.close(kill=True)
+                    break
+                msg = _message(self._r)
+                if msg is None or msg[0] != self.left[0]:
+                    self.close(kill=True)
+                    break
+                key, data, symbol, needs, compiled = msg
+                self.left.pop(0)
+                got.append((key, None if data is None else (objstore.Blob(key, symbol, data, needs), compiled)))
+                STATS["kernels" if data is not None else "failed"] += 1
+            if got:
+                yield got
+
+    def close(self, kill=False) -> None:
+        """Stop reading (the child stops at its next result) and reap it (``kill``: at once)."""
+        if self._r is None:
+            return
+        os.close(self._r)
+        self._r = None
+        try:
+            if kill:
+                os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except (ChildProcessError, ProcessLookupError):
+            pass
+
+
 class ForkedCompilers:
     """A few forked compilers; ``object_code`` and ``entry_code`` hand a job to one that is idle, else return
     None."""
@@ -224,4 +309,4 @@ class ForkedCompilers:
             child.close()
 
 
-__all__ = ["ForkedCompiler", "ForkedCompilers", "for_build", "available", "FORK_KERNELS", "FORKS", "STATS"]
+__all__ = ["ForkedCompiler", "ForkedCompilers", "ForkedTier", "for_build", "available", "FORK_KERNELS", "FORKS", "STATS"]

@@ -37,6 +37,11 @@ QUICK = os.environ.get("JITGRAD_QUICK_BUILD", "1") != "0"
 MINOR_SHARE = float(os.environ.get("JITGRAD_QUICK_MINOR_SHARE", "0.01"))
 VECTOR_SHARE = float(os.environ.get("JITGRAD_QUICK_VECTOR_SHARE", "0.25"))
 VECTOR_WORK = float(os.environ.get("JITGRAD_QUICK_VECTOR_WORK", str(1 << 19)))
+# a background build's optimised tier is built by a forked child (``forked_llvm.ForkedTier``) where the platform
+# forks: the build thread then runs none of its Python (the LLVM IR's rendering) and makes a handful of LLVM calls
+# (linking) instead of hundreds, each a GIL hand-off against the calls running on the quick code meanwhile (the LM
+# step of ``variable_length.py``: ~48k Python calls and 768 LLVM calls on the build thread)
+FORKED_TIER = os.environ.get("JITGRAD_FORKED_TIER", "1") != "0"
 
 
 def first_tiers(keys, work) -> dict:
@@ -293,7 +298,8 @@ class GraphCode:
         keys = [k for k in self._keys() if k in self.quick_keys]
         if work:        # (stable: equal work keeps the graph's order)
             keys.sort(key=lambda k: (self.first_tier.get(k) == "vector", -work.get(k, 0.0)))
-        for key in keys:
+        self._optimise_forked([k for k in keys if k != self.ekey], swap)
+        for key in [k for k in keys if k in self.quick_keys]:      # (what no forked child built)
             with build_thread.compiling() as go:
                 if not go:
                     raise build_thread.BuildStopped
@@ -302,6 +308,30 @@ class GraphCode:
             swap(key, build._ADDRESSES[key])
         with build._lock:
             self.assemble()
+
+    def _optimise_forked(self, keys, swap):
+        """``optimise``'s kernels ``keys`` (in that order) built by a forked child (``forked_llvm.ForkedTier``,
+        ``FORKED_TIER``): each linked and swapped in as it lands; what it did not build stays in ``quick_keys``."""
+        if not (FORKED_TIER and keys and forked_llvm.available()) or build_thread.stopping():
+            return
+        try:
+            child = forked_llvm.ForkedTier(keys, lambda key: build.object_for(key, self._source(key), self.disk))
+        except OSError:         # no more processes or memory: built here
+            return
+        build.COUNTS["forked_tiers"] += 1
+        try:
+            for got in child.replies():
+                build.link_forked([made for _, made in got if made is not None])
+                for key, made in got:
+                    if made is None or key not in build._ADDRESSES:
+                        continue
+                    (self.compiled_keys if made[1] else self.loaded_keys).add(key)
+                    self.quick_keys.discard(key)
+                    swap(key, build._ADDRESSES[key])
+                if build_thread.stopping():
+                    raise build_thread.BuildStopped
+        finally:
+            child.close()
 
     def _build_here(self, todo, cores, forked=None):
         """A synchronous build: kernels that translate to LLVM IR (``ir_loops``) compile here, each handed to a
