@@ -195,8 +195,10 @@ class ForkedTier:
     tier (``graph_build.GraphCode.optimise``) goes this way: the child renders the kernels' LLVM IR from the state
     the fork copied and runs LLVM, so the parent's build thread neither runs that Python nor gives up and takes
     back the GIL around each of LLVM's calls (hundreds a graph) while the caller's calls run; it only waits on a
-    pipe and links what lands.  The child closes the descriptors it inherited but its pipe (a build lock a thread
-    here holds stays this process's alone) and stops once its parent is gone."""
+    pipe and links what lands.  Made on a calling thread at a call's start (``build_thread.on_caller``: a fork runs
+    every library's fork handlers, OpenBLAS's stop its threads), never mid-call.  The child closes the descriptors
+    it inherited but its pipe (a build lock a thread here holds stays this process's alone) and stops once its
+    parent is gone."""
 
     def __init__(self, keys, make):
         from . import objload

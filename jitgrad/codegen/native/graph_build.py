@@ -42,6 +42,7 @@ VECTOR_WORK = float(os.environ.get("JITGRAD_QUICK_VECTOR_WORK", str(1 << 19)))
 # (linking) instead of hundreds, each a GIL hand-off against the calls running on the quick code meanwhile (the LM
 # step of ``variable_length.py``: ~48k Python calls and 768 LLVM calls on the build thread)
 FORKED_TIER = os.environ.get("JITGRAD_FORKED_TIER", "1") != "0"
+FORK_WAIT = 0.2     # seconds the build thread waits for a call to fork its child (``build_thread.on_caller``)
 
 
 def first_tiers(keys, work) -> dict:
@@ -314,9 +315,13 @@ class GraphCode:
         ``FORKED_TIER``): each linked and swapped in as it lands; what it did not build stays in ``quick_keys``."""
         if not (FORKED_TIER and keys and forked_llvm.available()) or build_thread.stopping():
             return
-        try:
-            child = forked_llvm.ForkedTier(keys, lambda key: build.object_for(key, self._source(key), self.disk))
-        except OSError:         # no more processes or memory: built here
+        root = cache._configured_dir()      # (the build's: the child forks from another thread)
+
+        def make(key):
+            with cache.pinned_dir(root):
+                return build.object_for(key, self._source(key), self.disk)
+        child = build_thread.on_caller(lambda: forked_llvm.ForkedTier(keys, make), FORK_WAIT)
+        if child is None:       # no call came (or no more processes, or memory): built here
             return
         build.COUNTS["forked_tiers"] += 1
         try:
