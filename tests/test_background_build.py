@@ -480,3 +480,46 @@ def test_the_first_tier_builds_each_kernel_by_its_share_and_every_tier_computes_
     # 2**16-element sum
     assert out["quick"] == pytest.approx(out["eager"], rel=1e-5) and out["optimised"] == pytest.approx(
         out["eager"], rel=1e-5), out
+
+
+# a background build dropped (``CompiledGraph.drop``: a retrace made its sizes symbolic) as it starts, PHASE=start
+# (after its cache lookup), or after its first kernel's rendering, PHASE=render
+DROP_SCRIPT = textwrap.dedent("""
+    import json, os, threading
+    import numpy as np, jitgrad as jg
+    from jitgrad.codegen.native import build, build_thread, graph_build, llvm_build
+""" + STEP + """
+    renders, try_load, source = [], graph_build.GraphCode.try_load, graph_build.GraphCode._source
+
+    def looked_up(self):
+        found = try_load(self)
+        if os.environ["PHASE"] == "start" and threading.current_thread().name == "jitgrad-compile":
+            self.dropped = True
+        return found
+
+    def rendered(self, key, quick=False):
+        renders.append(key)
+        if os.environ["PHASE"] == "render":
+            self.dropped = True
+        return source(self, key, quick)
+    graph_build.GraphCode.try_load, graph_build.GraphCode._source = looked_up, rendered
+    f = jg.compile(step, backend="numba")
+    f(jg.tensor(np.ones((2, 4), np.float32)))       # eager; the build starts on the build thread
+    f.wait()                                         # (until it stops: dropped)
+    build_thread.wait_background()
+    print(json.dumps({"renders": len(renders), "counts": build.COUNTS, "llvm": llvm_build.STATS}))
+""")
+
+
+@pytest.mark.parametrize("phase", ["start", "render"])
+def test_a_dropped_build_stops_before_its_next_kernel(tmp_path, phase):
+    """A build no call will run stops at its next kernel: dropped as it starts, it compiles no entry and renders
+    nothing; dropped after its first kernel's rendering, it renders no other and builds no LLVM module (before,
+    it compiled its entry and rendered every kernel: the LM step's static trace, 42k Python calls on the build
+    thread while the call that dropped it retraced)."""
+    out = _run(DROP_SCRIPT, _env(tmp_path, PHASE=phase))
+    c, ll = out["counts"], out["llvm"]
+    assert out["renders"] == (0 if phase == "start" else 1), out
+    assert c["kernels_quick"] == c["kernels_compiled"] == 0 and ll["modules_first_tier"] == 0, out
+    if phase == "start":
+        assert c["drivers_compiled"] == 0, out

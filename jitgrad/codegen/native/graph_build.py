@@ -249,6 +249,8 @@ class GraphCode:
                 self.disk and objstore.exists(k))), cores, self.entry_build)
             build.COUNTS["forked_compilers"] += len(forked.children) if forked is not None else 0
         procs = []
+        if background and self.dropped:     # (before its entry's LLVM: a retrace dropped it as it started)
+            raise build_thread.BuildStopped
         try:
             if forked is None:
                 self.ensure_entry()
@@ -417,6 +419,8 @@ class GraphCode:
         from . import llvm_build
         fast, slow = [], []
         for job in todo:
+            if self.dropped:        # (each test renders the kernel: a dropped build stops between two)
+                return []
             is_ir = job[0] == "kernel" and build.IR_LOOPS and llvm_build.is_llvm(self._source(job[1], QUICK))
             (fast if is_ir else slow).append(job)
         # (quick builds: every IR kernel here, ~5x cheaper than O3; a build process would make the switch wait for it)
