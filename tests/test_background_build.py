@@ -523,3 +523,71 @@ def test_a_dropped_build_stops_before_its_next_kernel(tmp_path, phase):
     assert c["kernels_quick"] == c["kernels_compiled"] == 0 and ll["modules_first_tier"] == 0, out
     if phase == "start":
         assert c["drivers_compiled"] == 0, out
+
+
+# the optimised tier, held until the first tier serves calls, then let through: what the build thread did for it
+FORKED_SCRIPT = textwrap.dedent("""
+    import json, threading
+    import numpy as np, jitgrad as jg
+    from llvmlite.binding import ffi
+    from jitgrad.codegen.native import build, build_thread, graph_build
+    rng = np.random.default_rng(3)
+    W1 = jg.tensor(rng.standard_normal((16, 32), dtype=np.float32))
+    W2 = jg.tensor(rng.standard_normal((32, 4), dtype=np.float32))
+    x = jg.tensor(rng.standard_normal((64, 16), dtype=np.float32))
+
+    def step(x):
+        h = jg.tanh(x @ W1) * jg.sigmoid(x @ W1)
+        return (jg.exp(h @ W2 * 0.1).sum(dim=1).log()).mean()
+    seen, on = {"llvm": 0, "renders": 0}, [False]
+    call0, source = ffi._lib_fn_wrapper.__call__, graph_build.GraphCode._source
+
+    def counted(self, *a, **k):
+        if on[0] and threading.current_thread().name == "jitgrad-compile":
+            seen["llvm"] += 1
+        return call0(self, *a, **k)
+
+    def rendered(self, key, quick=False):
+        if on[0] and threading.current_thread().name == "jitgrad-compile":
+            seen["renders"] += 1
+        return source(self, key, quick)
+    optimise = graph_build.GraphCode.optimise
+
+    def optimising(self, *a, **k):  # (the kernels' tier; the small products' module is the process's own)
+        on[0] = True
+        try:
+            return optimise(self, *a, **k)
+        finally:
+            on[0] = False
+    ffi._lib_fn_wrapper.__call__, graph_build.GraphCode._source = counted, rendered
+    graph_build.GraphCode.optimise = optimising
+    gate = threading.Event()
+    build_thread.hold_optimising(gate)
+    f = jg.compile(step, backend="numba")
+    f(x)
+    f(x)                            # (JITGRAD_BUILD_AFTER_CALL=1: waits for the first tier's switch)
+    gate.set()
+    f.wait()                        # (a call, or this wait, forks the optimised tier's child)
+    build_thread.wait_background()
+    out = float(f(x).numpy())
+    print(json.dumps({"seen": seen, "out": out, "counts": build.COUNTS,
+                      "stats": {k: f.stats[k] for k in ("kernels_quick", "graphs_optimising")}}))
+""")
+
+
+def test_the_optimised_tier_is_built_by_a_forked_child(tmp_path):
+    """The optimised tier of a background build (on Linux): its kernels rendered and compiled by a child forked at
+    a call's start (``forked_llvm.ForkedTier``); the build thread renders none of them and makes a few LLVM calls
+    a kernel (linking) instead of tens (here 5 against 34; the LM step of ``variable_length.py``: 768 -> 132 LLVM calls, 47.9k ->
+    1.9k Python calls).  The same object code: the same bits as the tier built on the build thread."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("forks on Linux only")
+    forked = _run(FORKED_SCRIPT, _env(tmp_path / "a", JITGRAD_BUILD_AFTER_CALL=1))
+    here = _run(FORKED_SCRIPT, _env(tmp_path / "b", JITGRAD_BUILD_AFTER_CALL=1, JITGRAD_FORKED_TIER=0))
+    n = forked["stats"]["kernels_quick"]
+    assert n >= 3 and forked["stats"]["graphs_optimising"] == 0 == here["stats"]["graphs_optimising"], forked
+    assert forked["counts"]["forked_tiers"] == 1 and here["counts"]["forked_tiers"] == 0, forked
+    assert forked["counts"]["kernels_ir"] == here["counts"]["kernels_ir"] == n, (forked, here)
+    assert forked["seen"]["renders"] == 0 and here["seen"]["renders"] == n, (forked, here)
+    assert forked["seen"]["llvm"] <= 6 * n and here["seen"]["llvm"] >= 20 * n, (forked, here)      # (linking only)
+    assert forked["out"] == here["out"]
