@@ -13,7 +13,8 @@ who compiles which kernel (``build.py`` holds each kernel's code by key).
   (``build.compile_quick_all``: one LLVM module per pipeline; by kernel, ``first_tiers``: those doing a sliver of
   the work more cheaply still, those doing most of it with the loop vectoriser) and linked, so the caller's calls
   switch to compiled code that much sooner; the same kernels are then built at O3 (``optimise``, after every other
-  graph's quick build on the build thread), written to disk and swapped in kernel by kernel.  A run that exits
+  graph's quick build on the build thread; by a child forked at a call's start where the platform forks,
+  ``forked_llvm.ForkedTier``), written to disk and swapped in kernel by kernel.  A run that exits
   before the optimised build hands it to build processes, as any unfinished build.
 """
 from __future__ import annotations
