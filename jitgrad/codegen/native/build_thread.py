@@ -115,9 +115,10 @@ def on_caller(fn, timeout: float):
 
 def serve_caller() -> None:
     """At a compiled function's call start, or in ``wait``: run the build thread's request (``on_caller``) if
-    there is one and the process runs no other Python thread than this one and the build thread (another thread
-    could be inside a library's call when ``fn`` forks)."""
-    if not CALLER_JOBS or threading.active_count() > 2 or threading.current_thread().name == "jitgrad-compile":
+    there is one and the process runs no other Python thread than this one, the build thread and jitgrad's eager
+    helpers (idle between two calls: ``ir/eager_threads.py``); another thread could be inside a library's call
+    when ``fn`` forks."""
+    if not CALLER_JOBS or threading.current_thread().name == "jitgrad-compile" or not _others_idle():
         return
     with _lock:
         if not CALLER_JOBS:
@@ -129,6 +130,14 @@ def serve_caller() -> None:
         req["out"] = None
     finally:
         req["done"].set()
+
+
+def _others_idle() -> bool:
+    if threading.active_count() <= 2:
+        return True
+    me = threading.current_thread()
+    return all(t is me or t.name == "jitgrad-compile" or t.name.startswith("jitgrad-eager-")
+               for t in threading.enumerate())
 
 
 def _worker(q):
