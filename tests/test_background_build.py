@@ -517,7 +517,7 @@ def test_a_dropped_build_stops_before_its_next_kernel(tmp_path, phase):
     nothing; dropped after its first kernel's rendering, it renders no other and builds no LLVM module (before,
     it compiled its entry and rendered every kernel: the LM step's static trace, 42k Python calls on the build
     thread while the call that dropped it retraced)."""
-    out = _run(DROP_SCRIPT, _env(tmp_path, PHASE=phase))
+    out = _run(DROP_SCRIPT, _env(tmp_path, PHASE=phase, JITGRAD_FORKED_TIER=0))     # (renders on the build thread)
     c, ll = out["counts"], out["llvm"]
     assert out["renders"] == (0 if phase == "start" else 1), out
     assert c["kernels_quick"] == c["kernels_compiled"] == 0 and ll["modules_first_tier"] == 0, out
@@ -539,7 +539,7 @@ FORKED_SCRIPT = textwrap.dedent("""
     def step(x):
         h = jg.tanh(x @ W1) * jg.sigmoid(x @ W1)
         return (jg.exp(h @ W2 * 0.1).sum(dim=1).log()).mean()
-    seen, on = {"llvm": 0, "renders": 0}, [False]
+    seen, on = {"llvm": 0, "renders": 0, "first_renders": 0}, [False]
     call0, source = ffi._lib_fn_wrapper.__call__, graph_build.GraphCode._source
 
     def counted(self, *a, **k):
@@ -548,8 +548,8 @@ FORKED_SCRIPT = textwrap.dedent("""
         return call0(self, *a, **k)
 
     def rendered(self, key, quick=False):
-        if on[0] and threading.current_thread().name == "jitgrad-compile":
-            seen["renders"] += 1
+        if threading.current_thread().name == "jitgrad-compile":
+            seen["renders" if on[0] else "first_renders"] += 1
         return source(self, key, quick)
     optimise = graph_build.GraphCode.optimise
 
@@ -565,21 +565,22 @@ FORKED_SCRIPT = textwrap.dedent("""
     build_thread.hold_optimising(gate)
     f = jg.compile(step, backend="numba")
     f(x)
-    f(x)                            # (JITGRAD_BUILD_AFTER_CALL=1: waits for the first tier's switch)
+    quick = float(f(x).numpy())     # (JITGRAD_BUILD_AFTER_CALL=1: waits for the first tier's switch; quick code)
     gate.set()
     f.wait()                        # (a call, or this wait, forks the optimised tier's child)
     build_thread.wait_background()
     out = float(f(x).numpy())
-    print(json.dumps({"seen": seen, "out": out, "counts": build.COUNTS,
+    print(json.dumps({"seen": seen, "quick": quick, "out": out, "counts": build.COUNTS,
                       "stats": {k: f.stats[k] for k in ("kernels_quick", "graphs_optimising")}}))
 """)
 
 
-def test_the_optimised_tier_is_built_by_a_forked_child(tmp_path):
-    """The optimised tier of a background build (on Linux): its kernels rendered and compiled by a child forked at
-    a call's start (``forked_llvm.ForkedTier``); the build thread renders none of them and makes a few LLVM calls
-    a kernel (linking) instead of tens (here 5 against 34; the LM step of ``variable_length.py``: 768 -> 132 LLVM calls, 47.9k ->
-    1.9k Python calls).  The same object code: the same bits as the tier built on the build thread."""
+def test_both_tiers_are_built_by_forked_children(tmp_path):
+    """A background build's two tiers (on Linux): each rendered and compiled by a child forked at a call's start
+    (``forked_llvm.ForkedTier``); the build thread renders none of the kernels and, for the optimised tier, makes
+    a few LLVM calls a kernel (linking) instead of tens (here 5 against 34; the LM step of ``variable_length.py``:
+    768 -> 132 LLVM calls, 47.9k -> 1.9k Python calls).  The same object code: the same bits as the tiers built
+    on the build thread."""
     if not sys.platform.startswith("linux"):
         pytest.skip("forks on Linux only")
     forked = _run(FORKED_SCRIPT, _env(tmp_path / "a", JITGRAD_BUILD_AFTER_CALL=1))
@@ -587,6 +588,11 @@ def test_the_optimised_tier_is_built_by_a_forked_child(tmp_path):
     n = forked["stats"]["kernels_quick"]
     assert n >= 3 and forked["stats"]["graphs_optimising"] == 0 == here["stats"]["graphs_optimising"], forked
     assert forked["counts"]["forked_tiers"] == 1 and here["counts"]["forked_tiers"] == 0, forked
+    # (the first tier too: its kernels rendered and built in a child forked at call 2's wait)
+    assert forked["counts"]["forked_first_tiers"] == 1 and here["counts"]["forked_first_tiers"] == 0, forked
+    assert forked["seen"]["first_renders"] == 0 and here["seen"]["first_renders"] >= n, (forked, here)
+    assert forked["counts"]["kernels_quick"] == here["counts"]["kernels_quick"] == n, (forked, here)
+    assert forked["quick"] == here["quick"]
     assert forked["counts"]["kernels_ir"] == here["counts"]["kernels_ir"] == n, (forked, here)
     assert forked["seen"]["renders"] == 0 and here["seen"]["renders"] == n, (forked, here)
     assert forked["seen"]["llvm"] <= 6 * n and here["seen"]["llvm"] >= 20 * n, (forked, here)      # (linking only)

@@ -42,7 +42,7 @@ IR_LOOPS = os.environ.get("JITGRAD_IR_LOOPS", "1") != "0"
 GRAPH_EXTRA = ("cpu-graph", 1)
 COUNTS = {"kernels_compiled": 0, "kernels_ir": 0, "kernels_quick": 0, "kernels_loaded": 0, "drivers_compiled": 0,
           "drivers_loaded": 0, "build_processes": 0, "forked_compilers": 0, "graph_files_loaded": 0, "graph_files_assembled": 0,
-          "forked_tiers": 0}
+          "forked_tiers": 0, "forked_first_tiers": 0}
 
 
 def kernel_key(kernel) -> str:
@@ -116,7 +116,16 @@ def compile_quick_all(jobs, go=None) -> dict:
     optimised code when this process has it, else its quick code); those Numba must compile are left out, and so
     is what was not built when ``go()`` turned False (asked after each rendering and before each module: a dropped
     build, an exiting process)."""
-    from . import llvm_build, objload
+    out, modules = quick_modules(jobs, go)
+    out.update(link_quick(modules))
+    return out
+
+
+def quick_modules(jobs, go=None):
+    """``compile_quick_all``'s rendering and LLVM, nothing linked (a forked child's share of a first tier,
+    ``graph_build.GraphCode._first_tier_forked``): (key -> address of the kernels this process has code for
+    already, [(keys, tiers, ``llvm_build.quick_objects``' answer)] for one module each of the rest)."""
+    from . import llvm_build
     out, groups = {}, {}
     for key, source, tier in jobs:
         addr = _ADDRESSES.get(key) or _QUICK.get(key)
@@ -131,13 +140,27 @@ def compile_quick_all(jobs, go=None) -> dict:
             pipe = llvm_build.pipeline(quick)
             groups.setdefault(key if pipe == "vector" else pipe, []).append((key, text, quick))
         if go is not None and not go():
-            return out
+            return out, []
+    modules = []
     for group in groups.values():
         if go is not None and not go():
             break
-        addrs = objload.load_module(*llvm_build.quick_objects(group))
+        modules.append(([k for k, _, _ in group], [q for _, _, q in group], llvm_build.quick_objects(group)))
+    return out, modules
+
+
+def link_quick(modules, elsewhere=False) -> dict:
+    """Link ``quick_modules``' modules: key -> address of each kernel's code (its optimised code when this process
+    has it, else the quick code just linked, ``_QUICK``); ``elsewhere``: built by a forked child (counted here
+    as ``llvm_build.quick_objects`` counts its own)."""
+    from . import llvm_build, objload
+    out = {}
+    for keys, tiers, built in modules:
+        addrs = objload.load_module(*built)
+        if elsewhere:
+            llvm_build.count_first_tier(tiers)
         with _lock:
-            for (key, _, _), addr in zip(group, addrs):
+            for key, addr in zip(keys, addrs):
                 if key not in _QUICK:
                     _QUICK[key] = addr
                     COUNTS["kernels_quick"] += 1

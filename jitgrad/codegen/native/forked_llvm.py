@@ -33,6 +33,7 @@ FORK_KERNELS = 6
 FORKS = int(os.environ.get("JITGRAD_BUILD_FORKS", "3"))
 REPLY_TIMEOUT_S = 60.0       # one kernel takes well under a second: a child silent this long is stuck (killed, and
 #                              its job compiled here)
+POLL_S = 0.05                # a ForkedTier's parent asks whether to stop waiting this often
 
 
 def available() -> bool:
@@ -190,8 +191,8 @@ class ForkedCompiler:
 
 
 class ForkedTier:
-    """A forked child that builds ``keys`` one after the other (``make(key)`` -> ``(blob, compiled)``, run in the
-    child: ``build.object_for``) and sends each result back, in order, then exits.  A background build's optimised
+    """A forked child that builds ``keys`` one after the other (``make(key)``, run in the child: e.g.
+    ``build.object_for``; what it returns is pickled) and sends each result back, in order, then exits.  A background build's optimised
     tier (``graph_build.GraphCode.optimise``) goes this way: the child renders the kernels' LLVM IR from the state
     the fork copied and runs LLVM, so the parent's build thread neither runs that Python nor gives up and takes
     back the GIL around each of LLVM's calls (hundreds a graph) while the caller's calls run; it only waits on a
@@ -223,11 +224,9 @@ class ForkedTier:
                     if os.getppid() != parent:
                         break
                     try:
-                        blob, compiled = make(key)
-                        reply = (key, None, None, None, False) if blob is None else \
-                            (key, blob.data, blob.symbol, list(blob.needs), compiled)
-                    except Exception as e:  # noqa: BLE001 - the parent builds it itself
-                        reply = (key, None, f"{type(e).__name__}: {e}", None, False)
+                        reply = (key, make(key))
+                    except Exception:   # noqa: BLE001 - the parent builds it itself
+                        reply = (key, None)
                     _write(w, pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
             except BaseException:   # noqa: BLE001 - the parent sees the pipe close and builds the rest
                 code = 1
@@ -238,27 +237,29 @@ class ForkedTier:
         self.left = list(keys)
         STATS["forked"] += 1
 
-    def replies(self):
-        """Lists of ``(key, (blob, compiled) or None)`` in the keys' order as they land (what landed together in
-        one list; None: the parent builds that one); ends early if the child dies or stays silent
-        ``REPLY_TIMEOUT_S``."""
-        from . import objstore
+    def replies(self, stop=None):
+        """Lists of ``(key, what make(key) returned, or None: the parent builds that one)`` in the keys' order as
+        they land (what landed together in one list); ends early if the child dies or stays silent
+        ``REPLY_TIMEOUT_S``, or once ``stop()`` (asked every ``POLL_S`` while waiting) is true (the child killed)."""
         while self.left and self._r is not None:
-            got = []
+            got, waited = [], 0.0
             while self.left:
                 # (select and os.read release the GIL: the caller's calls go on meanwhile)
-                if not select.select([self._r], [], [], REPLY_TIMEOUT_S if not got else 0)[0]:
-                    if not got:
+                if not select.select([self._r], [], [], POLL_S if not got else 0)[0]:
+                    if got:
+                        break
+                    waited += POLL_S
+                    if waited >= REPLY_TIMEOUT_S or (stop is not None and stop()):
                         self.close(kill=True)
-                    break
+                        break
+                    continue
                 msg = _message(self._r)
                 if msg is None or msg[0] != self.left[0]:
                     self.close(kill=True)
                     break
-                key, data, symbol, needs, compiled = msg
                 self.left.pop(0)
-                got.append((key, None if data is None else (objstore.Blob(key, symbol, data, needs), compiled)))
-                STATS["kernels" if data is not None else "failed"] += 1
+                got.append(msg)
+                STATS["kernels" if msg[1] is not None else "failed"] += 1
             if got:
                 yield got
 

@@ -328,7 +328,7 @@ class GraphCode:
             return
         build.COUNTS["forked_tiers"] += 1
         try:
-            for got in child.replies():
+            for got in child.replies():     # (at exit: the child finishes its kernel, for the next run)
                 build.link_forked([made for _, made in got if made is not None])
                 for key, made in got:
                     if made is None or key not in build._ADDRESSES:
@@ -418,11 +418,15 @@ class GraphCode:
         (each costs ~``IR_STARTUP`` kernels' time to start Python, so this thread keeps that many more); the
         rest compile here, one at a time, each under its build lock.  Returns the build processes started."""
         from . import llvm_build
+        forked = self._first_tier_forked(todo, work) if QUICK else None
         fast, slow = [], []
         for job in todo:
-            if self.dropped:        # (each test renders the kernel: a dropped build stops between two)
+            if forked is not None:
+                is_ir = job[1] in forked[0]
+            elif self.dropped:      # (each test renders the kernel: a dropped build stops between two)
                 return []
-            is_ir = job[0] == "kernel" and build.IR_LOOPS and llvm_build.is_llvm(self._source(job[1], QUICK))
+            else:
+                is_ir = job[0] == "kernel" and build.IR_LOOPS and llvm_build.is_llvm(self._source(job[1], QUICK))
             (fast if is_ir else slow).append(job)
         # (quick builds: every IR kernel here, ~5x cheaper than O3; a build process would make the switch wait for it)
         helpers = min(cores - 1, len(fast) // THREAD_KERNELS) if cores > 1 and not QUICK else 0
@@ -435,7 +439,7 @@ class GraphCode:
             shares += _split(slow, min(cores, len(slow)))
         if away:
             shares += _split(away, helpers)
-        tiers = first_tiers([j[1] for j in mine], work) if QUICK else {}
+        tiers = (forked[1] if forked is not None else first_tiers([j[1] for j in mine], work)) if QUICK else {}
         procs, sent = [], set()
         for share in shares:
             jobs = []
@@ -452,7 +456,9 @@ class GraphCode:
         self.elsewhere |= sent
         if QUICK and mine:
             with build_thread.compiling() as go:
-                if go and not self.dropped:
+                if go and not self.dropped and forked is not None:
+                    self._link_first_tier(forked[2], [j[1] for j in mine], tiers)
+                elif go and not self.dropped:
                     self._quick([j[1] for j in mine], tiers)
             mine = [j for j in mine if j[1] not in self.quick_keys]
         for job in mine:
@@ -461,6 +467,42 @@ class GraphCode:
                     break                       # or dropped (``CompiledGraph.drop``)
                 self._obtain(job[1])
         return procs
+
+    def _first_tier_forked(self, todo, work):
+        """The first tier's rendering and LLVM (``_build_in_background``: which of ``todo``'s kernels translate,
+        their tiers, ``build.quick_modules``) in a child forked at a call's start (``forked_llvm.ForkedTier``,
+        ``FORKED_TIER``), so that the calls served eagerly or interpreted meanwhile keep the GIL (the LM step of
+        ``variable_length.py``: ~55k Python calls and 234 LLVM calls on the build thread, nanoGPT's ~222k and
+        344): (the IR kernels' keys, their tiers, the modules built), or None (built here)."""
+        from . import llvm_build
+        if not (FORKED_TIER and todo and build.IR_LOOPS and forked_llvm.available()) or self.dropped or \
+                build_thread.stopping():
+            return None
+
+        def make(_):
+            ir = [k for kind, k, _ in todo if kind == "kernel" and llvm_build.is_llvm(self._source(k, True))]
+            tiers = first_tiers(ir, work)
+            keys = [k for k in ir if k not in build._ADDRESSES]
+            return ir, tiers, build.quick_modules((k, self._source(k, True), tiers.get(k, "quick")) for k in keys)[1]
+        child = build_thread.on_caller(lambda: forked_llvm.ForkedTier(["first tier"], make), FORK_WAIT)
+        if child is None:       # no call came (or no more processes, or memory): built here
+            return None
+        build.COUNTS["forked_first_tiers"] += 1
+        try:
+            for got in child.replies(lambda: self.dropped or build_thread.stopping()):
+                return got[0][1]
+        finally:
+            child.close()
+        return None
+
+    def _link_first_tier(self, modules, keys, tiers):
+        """``_quick`` for the modules a forked child built (``_first_tier_forked``): linked, and those of ``keys``
+        this process has no optimised code for served by quick code."""
+        got = build.link_quick(modules, elsewhere=True)
+        for key in keys:
+            if (got.get(key) or build._QUICK.get(key)) is not None and key not in build._ADDRESSES:
+                self.quick_keys.add(key)
+                self.first_tier[key] = tiers.get(key, "quick")
 
     def _quick(self, keys, tiers):
         """The first tier: kernels ``keys`` served by quick code (``build.compile_quick_all``, the graph's kernels
