@@ -41,6 +41,12 @@ def available() -> bool:
     return hasattr(os, "fork") and sys.platform.startswith("linux")
 
 
+def tier_forks_ok() -> bool:
+    """Whether a background build's tiers may fork (``ForkedTier``): a cheap, safe fork here and no MPI in the
+    process (an MPI library may warn about, or break on, a fork of a rank)."""
+    return available() and "mpi4py.MPI" not in sys.modules
+
+
 def for_build(kernels: int, cores: int, entry_build=None):
     """Forked compilers for a synchronous build of ``kernels`` kernels on ``cores`` cores (forked before the
     build's threads start; ``entry_build`` as ``ForkedCompiler``), or None: too few kernels, no core to spare, or
@@ -312,4 +318,4 @@ class ForkedCompilers:
             child.close()
 
 
-__all__ = ["ForkedCompiler", "ForkedCompilers", "ForkedTier", "for_build", "available", "FORK_KERNELS", "FORKS", "STATS"]
+__all__ = ["ForkedCompiler", "ForkedCompilers", "ForkedTier", "for_build", "available", "tier_forks_ok", "FORK_KERNELS", "FORKS", "STATS"]

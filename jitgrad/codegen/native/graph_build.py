@@ -316,7 +316,7 @@ class GraphCode:
     def _optimise_forked(self, keys, swap):
         """``optimise``'s kernels ``keys`` (in that order) built by a forked child (``forked_llvm.ForkedTier``,
         ``FORKED_TIER``): each linked and swapped in as it lands; what it did not build stays in ``quick_keys``."""
-        if not (FORKED_TIER and keys and forked_llvm.available()) or build_thread.stopping():
+        if not (FORKED_TIER and keys and forked_llvm.tier_forks_ok()) or build_thread.stopping():
             return
         root = cache._configured_dir()      # (the build's: the child forks from another thread)
 
@@ -475,7 +475,7 @@ class GraphCode:
         ``variable_length.py``: ~55k Python calls and 234 LLVM calls on the build thread, nanoGPT's ~222k and
         344): (the IR kernels' keys, their tiers, the modules built), or None (built here)."""
         from . import llvm_build
-        if not (FORKED_TIER and todo and build.IR_LOOPS and forked_llvm.available()) or self.dropped or \
+        if not (FORKED_TIER and todo and build.IR_LOOPS and forked_llvm.tier_forks_ok()) or self.dropped or \
                 build_thread.stopping():
             return None
 
