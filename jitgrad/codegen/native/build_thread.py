@@ -167,6 +167,7 @@ def wait_background(timeout: float | None = None) -> bool:
     while _QUEUED or _CALLS:
         if deadline is not None and time.monotonic() >= deadline:
             return False
+        serve_caller()      # (a tier's fork: ``on_caller``)
         time.sleep(0.005)
     return True
 

@@ -416,7 +416,8 @@ class GraphCode:
         """A background build's share-out (see ``build``): Numba's jobs and, for a graph of more than
         ``THREAD_KERNELS`` IR kernels on a machine with cores to spare, a tail of its IR jobs go to build processes
         (each costs ~``IR_STARTUP`` kernels' time to start Python, so this thread keeps that many more); the
-        rest compile here, one at a time, each under its build lock.  Returns the build processes started."""
+        rest compile here, one at a time, each under its build lock (the first tier's rendering and LLVM in a
+        forked child, ``_first_tier_forked``, where the platform forks).  Returns the build processes started."""
         from . import llvm_build
         forked = self._first_tier_forked(todo, work) if QUICK else None
         fast, slow = [], []
