@@ -336,6 +336,7 @@ class CompiledGraph:
                 break
             if (self.run is not None and build_thread.stopping()) or (self.run is None and self.code.dropped):
                 break
+            build_thread.serve_caller()     # (the optimised tier's fork: graph_build.GraphCode.optimise)
             time.sleep(0.005)
         return self.run is not None
 
