@@ -88,3 +88,41 @@ def test_index_put_rows_says_torchs_words():
     """The eager row path of ``x.index_put_((i,), v, accumulate=True)`` (NumPy's take) names torch's dimension."""
     msg = _first_line(lambda: X.index_put((_i([0, 7]),), jg.ones(2, 4, 5), accumulate=True))
     assert msg.startswith("index_put: index 7 is out of bounds for dimension 0 with size 3 ("), msg
+
+
+def _m(v):
+    return jg.tensor(np.array(v, dtype=bool))
+
+
+M2 = np.ones((3, 4), bool)
+M2[0, 1] = False
+# keys whose integers torch applies before a mask (mutation.ints_before_tensors splits them): an integer is still
+# named by its position in the key, a mask of n dims being one position; torch 2.13's texts
+SPLIT_CASES = [
+    (lambda: (_m(M2), 7), "index 7 is out of bounds for dimension 1 with size 5"),
+    (lambda: (_m(M2), -6), "index -6 is out of bounds for dimension 1 with size 5"),
+    (lambda: (_m([True, False, True]), 7), "index 7 is out of bounds for dimension 1 with size 4"),
+    (lambda: (7, _m([True, True, False, True])), "index 7 is out of bounds for dimension 0 with size 3"),
+    (lambda: (Ellipsis, _m(M2), 7), "index 7 is out of bounds for dimension 2 with size 5"),
+    (lambda: (_m(M2), None, 7), "index 7 is out of bounds for dimension 2 with size 5"),
+    (lambda: (None, _m(M2), 9), "index 9 is out of bounds for dimension 2 with size 5"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(SPLIT_CASES)))
+def test_integers_beside_masks_are_named_by_their_place_in_the_key(case):
+    key, want = SPLIT_CASES[case]
+    k = key()
+    tensors = [v for v in k if isinstance(v, jg.Tensor)]
+
+    def f(x, *ts):
+        it = iter(ts)
+        return x[tuple(next(it) if isinstance(v, jg.Tensor) else v for v in k)] * 2.0
+
+    def write(x, *ts):
+        it = iter(ts)
+        x.clone()[tuple(next(it) if isinstance(v, jg.Tensor) else v for v in k)] = 1.0
+    for g in (f, jg.compile(f, backend="numba", background=False), write):
+        msg = _first_line(g, X, *tensors)
+        assert msg.startswith(f"getitem: {want} ("), msg
+        assert "test_index_error_text.py" in msg

@@ -7,13 +7,14 @@ import numpy as np
 
 from ..declarations import published
 from ..ir.dtypes import torch_scalar_name
-from ..ir.ops import OPS as O
+from ..ir.ops import OPS as O, Aval
+from ..ir.ops.index import IndexOpError
 from ..ir.symbolic import SymInt
 from ..tracer import STATE as _TR
 from ..tracer.trace import DEPARTED as _DEPARTED
 from . import forward_state, grad_mode, saved_mutation
 from .grad_names import getitem_name
-from .op_errors import with_user_line
+from .op_errors import op_error, with_user_line
 from .view_inplace import INFERENCE_VIEW, INFERENCE_VIEW_MSG, NO_GRAD_VIEW, NO_GRAD_VIEW_MSG, custom_fn_view_msg, \
     view_of_view_msg
 from .view_writes import inplace_on_view, traced_write
@@ -244,7 +245,11 @@ class InPlaceOps:
                 return r
         split = ints_before_tensors(key)
         if split is not None:
-            return self[split[0]][split[1]]
+            try:
+                head = self[split[0]]
+            except IndexError as e:
+                raise split_int_error(self, key, e) from None
+            return head[split[1]]
         spec, idx = parse_index(key, self)
         r = _dispatch._bind(_GETITEM, (self, *idx), {"spec": spec}) if _ROUTE.plain else \
             _bind(_GETITEM, self, *idx, spec=spec)
@@ -265,7 +270,11 @@ class InPlaceOps:
             return
         split = ints_before_tensors(key)
         if split is not None:
-            self[split[0]][split[1]] = value      # through the view, as torch writes it (select, then index_put_)
+            try:
+                head = self[split[0]]
+            except IndexError as e:
+                raise split_int_error(self, key, e) from None
+            head[split[1]] = value      # through the view, as torch writes it (select, then index_put_)
             return
         spec, idx = parse_index(key, self)
         if self._requires_grad and self.grad_fn is None and _GM.grad_enabled and not idx and any(
@@ -442,6 +451,26 @@ def ints_before_tensors(key):
             first.append(k)
     rest = tuple(k if _advanced(k) or k is Ellipsis else slice(None) for k in key if not _int_key(k))
     return tuple(first), rest
+
+
+def split_int_error(t, key, e: IndexError) -> IndexError:
+    """torch's error for a key that ``ints_before_tensors`` split, whose first part (the integers) raised ``e``:
+    an integer out of range is named by its position in ``key``, where a mask of n dims is one position and so is
+    a bool (``x[m2d, 7]``: dimension 1), not by its position in the first part (a slice per dim of a mask, no bool).
+    ``e`` itself for any other error (too many indices)."""
+    shape = t.shape
+    widths = [0 if k is None or type(k) is bool else (_mask_ndim(k) or 1) if _advanced(k) else 1 for k in key]
+    spread = len(shape) - sum(w for k, w in zip(key, widths) if k is not Ellipsis)      # the dims ... stands for
+    dim = 0
+    for pos, (k, w) in enumerate(zip(key, widths)):
+        if k is Ellipsis:
+            dim += spread
+            continue
+        if _int_key(k) and dim < len(shape) and not -shape[dim] <= k < shape[dim]:
+            return op_error(_GETITEM, [Aval(tuple(shape), t.dtype)], IndexOpError(
+                f"index {int(k)} is out of bounds for dimension {pos} with size {shape[dim]}"))
+        dim += w
+    return e
 
 
 def _mask_ndim(k) -> int:
