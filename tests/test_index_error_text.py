@@ -96,8 +96,8 @@ def _m(v):
 
 M2 = np.ones((3, 4), bool)
 M2[0, 1] = False
-# keys whose integers torch applies before a mask (mutation.ints_before_tensors splits them): an integer is still
-# named by its position in the key, a mask of n dims being one position; torch 2.13's texts
+# keys whose integers torch applies before a mask or a bool (mutation.ints_before_tensors splits them): an integer is
+# still named by its position in the key, a mask of n dims and a bool being one position each; torch 2.13's texts
 SPLIT_CASES = [
     (lambda: (_m(M2), 7), "index 7 is out of bounds for dimension 1 with size 5"),
     (lambda: (_m(M2), -6), "index -6 is out of bounds for dimension 1 with size 5"),
@@ -106,11 +106,18 @@ SPLIT_CASES = [
     (lambda: (Ellipsis, _m(M2), 7), "index 7 is out of bounds for dimension 2 with size 5"),
     (lambda: (_m(M2), None, 7), "index 7 is out of bounds for dimension 2 with size 5"),
     (lambda: (None, _m(M2), 9), "index 9 is out of bounds for dimension 2 with size 5"),
+    (lambda: (True, _m(M2), 7), "index 7 is out of bounds for dimension 2 with size 5"),
+    (lambda: (_m(M2), True, 7), "index 7 is out of bounds for dimension 2 with size 5"),
+    (lambda: (_i([0, 2]), True, 7), "index 7 is out of bounds for dimension 2 with size 4"),
+    (lambda: (True, True, 9), "index 9 is out of bounds for dimension 2 with size 3"),
+    (lambda: (True, 3, 9), "index 3 is out of bounds for dimension 1 with size 3"),
+    (lambda: (Ellipsis, True, 9), "index 9 is out of bounds for dimension 2 with size 5"),
+    (lambda: (1, slice(None), True, 9), "index 9 is out of bounds for dimension 3 with size 5"),
 ]
 
 
 @pytest.mark.parametrize("case", range(len(SPLIT_CASES)))
-def test_integers_beside_masks_are_named_by_their_place_in_the_key(case):
+def test_integers_beside_masks_and_bools_are_named_by_their_place_in_the_key(case):
     key, want = SPLIT_CASES[case]
     k = key()
     tensors = [v for v in k if isinstance(v, jg.Tensor)]

@@ -430,26 +430,28 @@ def _int_key(k) -> bool:
 
 
 def ints_before_tensors(key):
-    """torch's order for an index mixing integers and index tensors (``x[1, :, idx]``): the integers select first
-    (a view), then the tensors index what is left.  NumPy counts an integer beside an index array as one more
-    advanced index, which moves the result's dims to the front when a slice separates them (shape (2, 3) where
-    torch gives (3, 2)).  Returns the two keys to apply in turn, or None when the key needs no split."""
+    """torch's order for an index mixing integers and index tensors or bools (``x[1, :, idx]``, ``x[1, :, True]``):
+    the integers select first (a view), then the tensors and bools index what is left.  NumPy counts an integer
+    beside an index array (or a bool, an index over a new dim of size 1 or 0) as one more advanced index, which moves
+    the result's dims to the front when a slice separates them (shape (2, 3) where torch gives (3, 2)).  Returns the
+    two keys to apply in turn, or None when the key needs no split."""
     if type(key) is not tuple:
         return None
     for k in key:       # (_advanced inline: no frame per key element for a key of ints and slices)
-        if isinstance(k, _ADVANCED):
+        if isinstance(k, _ADVANCED) or type(k) is bool:
             break
     else:
         return None
-    if not any(_int_key(k) for k in key) or any(isinstance(k, (bool, np.bool_)) for k in key):
+    if not any(_int_key(k) for k in key):
         return None
     first = []
     for k in key:       # a bool mask of n dims stands for n dims of x (x[mask2d, 1]: 1 selects along x's third)
         if _advanced(k):
             first += [slice(None)] * (_mask_ndim(k) or 1)
-        else:
+        elif type(k) is not bool:       # (a bool indexes no dim of x: it goes with the tensors)
             first.append(k)
-    rest = tuple(k if _advanced(k) or k is Ellipsis else slice(None) for k in key if not _int_key(k))
+    rest = tuple(k if _advanced(k) or k is Ellipsis or type(k) is bool else slice(None)
+                 for k in key if not _int_key(k))
     return tuple(first), rest
 
 

@@ -101,8 +101,9 @@ def _check_ints(name, shape, spec):
 
 def _symbolic_index_shape(name, x: Aval, idx_avals, spec):
     """NumPy's result shape of ``x[spec]`` with symbolic sizes: decisions on sizes (bounds, slice clamps) are
-    comparisons, guarded by the trace (ir/symbolic.py)."""
-    consumed = sum(1 for s in spec if s is not None and s is not Ellipsis)
+    comparisons, guarded by the trace (ir/symbolic.py).  A Python bool indexes no dim of x: it is an advanced index
+    of shape (1,) (True) or (0,) (False) over a new dim, as NumPy treats it."""
+    consumed = _consumed(spec)
     if consumed > x.ndim:
         raise IndexOpError(f"{name}: too many indices for tensor of dimension {x.ndim}")
     full, at_pos = [], []       # (at_pos: each entry's position in the key, torch's "dimension" of an integer)
@@ -113,29 +114,30 @@ def _symbolic_index_shape(name, x: Aval, idx_avals, spec):
     if Ellipsis not in spec:
         full.extend([("slice", None, None, None)] * (x.ndim - consumed))
         at_pos.extend([len(spec)] * (x.ndim - consumed))
-    adv = any(type(s) is tuple and s[0] == "tensor" for s in full)
+    adv = any(type(s) is bool or type(s) is tuple and s[0] == "tensor" for s in full)
     out, adv_at, dim, groups, prev = [], None, 0, 0, False
     for s, pos in zip(full, at_pos):
         if s is None:
             out.append(1)
             prev = False
             continue
-        size = x.shape[dim]
-        dim += 1
-        if type(s) is tuple and s[0] == "slice":
-            out.append(_slice_len(size, s[1], s[2], s[3]))
-            prev = False
-            continue
-        if type(s) is not tuple and not (-size <= s < size):
-            raise IndexOpError(f"{name}: index {s} is out of bounds for dimension {pos} with size {size}")
-        if type(s) is tuple or adv:         # with index tensors, an int index is one too (NumPy's rule)
+        if type(s) is not bool:
+            size = x.shape[dim]
+            dim += 1
+            if type(s) is tuple and s[0] == "slice":
+                out.append(_slice_len(size, s[1], s[2], s[3]))
+                prev = False
+                continue
+            if type(s) is not tuple and not (-size <= s < size):
+                raise IndexOpError(f"{name}: index {s} is out of bounds for dimension {pos} with size {size}")
+        if type(s) is tuple or adv:         # with index tensors or bools, an int index is one too (NumPy's rule)
             if not prev:
                 groups += 1
                 if adv_at is None:
                     adv_at = len(out)
             prev = True
     if adv:
-        bshape = broadcast_shapes(name, [a.shape for a in idx_avals])
+        bshape = broadcast_shapes(name, [a.shape for a in idx_avals] + [(int(s),) for s in spec if type(s) is bool])
         at = adv_at if groups == 1 else 0
         out[at:at] = list(bshape)
     return tuple(out)
