@@ -11,18 +11,22 @@ Two kinds of function are rendered from it and compiled (``compile``, once per d
 
 Both are built from the same fragments below (an input's edge, the node's slots, the inputs and output it saves, the
 walk to the user's line), so a node has one source whichever path made it; ``tests/test_flat_bind.py`` compares the
-two paths' nodes field by field.  A made function's text is kept in ``linecache`` under a file name inside the
-package, so tracebacks and ``inspect.getsource`` show it and the walk to the user's line skips it as jitgrad's own
-code.  ``python -m jitgrad entry add 2`` prints an op's entry; ``python -m jitgrad entry record`` prints ``_record``.
+two paths' nodes field by field.  A made function's text is kept in ``linecache`` and in a file of the cache
+directory (``generated_files.py``: CPython's default traceback printer reads a frame's line from its file), so
+tracebacks and ``inspect.getsource`` show it; the walk to the user's line skips it as jitgrad's own code
+(``ir/own_code.py``).  ``python -m jitgrad entry add 2`` prints an op's entry; ``python -m jitgrad entry record``
+prints ``_record``.
 
 This module renders and compiles text only: the names the text reads are the globals of the module that makes the
-function (``make``), so it imports nothing of jitgrad.
+function (``make``), so it imports nothing of jitgrad but the module that puts its texts on disk.
 """
 from __future__ import annotations
 
 import linecache
 import os
 from types import CodeType, FunctionType
+
+from .generated_files import on_disk
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -411,12 +415,14 @@ SOURCES: dict = {}      # file name -> text, of every text compiled here (the pr
 
 def make(text: str, name: str, namespace: dict, label: str):
     """The function ``name`` that ``text`` defines, its globals ``namespace`` (the dict of the module it serves, so it
-    reads that module's names as the module's own functions do).  The text is kept in ``linecache`` under ``label``'s
-    file name, for tracebacks and ``inspect.getsource``."""
+    reads that module's names as the module's own functions do).  The text is kept in ``linecache`` under its file
+    name, for tracebacks and ``inspect.getsource``, and in that file when the cache directory takes it
+    (``generated_files.on_disk``; its name starts with ``label``)."""
     hit = _CODES.get(text)
     if hit is None:
-        # (a name inside the package: the frame walks that look for the user's line skip it as jitgrad's own)
-        filename = os.path.join(_HERE, f"<generated {label}>")
+        # a file in the cache directory (the default traceback printer reads lines from files), else a name inside
+        # the package; either way the frame walks that look for the user's line skip it as jitgrad's own code
+        filename = on_disk(text, label) or os.path.join(_HERE, f"<generated {label}>")
         hit = _CODES[text] = (filename, compile(text, filename, "exec", dont_inherit=True))
         SOURCES[filename] = text
     filename, module = hit
