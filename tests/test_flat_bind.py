@@ -15,7 +15,8 @@ import pytest
 import jitgrad as jg
 import jitgrad.nn.functional as F
 from jitgrad.runtime import dispatch, flat_bind
-from jitgrad.runtime.entry_source import flat_source, record_source, source_of
+from jitgrad.runtime.entry_source import flat_source, record_source
+from jitgrad.runtime.generated_code import source_of
 from jitgrad.runtime.flat_bind import flat_entry, installed
 from jitgrad.ir.ops import OPS
 from test_eager_overhead import _count
@@ -382,7 +383,7 @@ def _overflow_script(tmp_path, cache):
 
 def test_an_uncaught_error_through_an_entry_shows_its_generated_line(tmp_path):
     """CPython 3.11's default hook prints a script's uncaught exception reading each frame's line from its file, not
-    from ``linecache``: the generated entry's text is in a file of the cache directory (``generated_files``), so the
+    from ``linecache``: the generated entry's text is in a file of the cache directory (``generated_code``), so the
     line shows, there and in ``traceback.print_exc()``; jitgrad's error still names the user's line."""
     cache = tmp_path / "cache"
     lines = _overflow_script(tmp_path, cache)
@@ -427,7 +428,7 @@ def test_import_compiles_only_records_text():
     """``import jitgrad`` compiles one generated text (dispatch._record's); an entry's text is compiled at its first
     call (the parser's work for the ~7 texts the published surface uses is ~50M instructions, +6% on an import)."""
     code = ("import jitgrad as jg, numpy as np\n"
-            "from jitgrad.runtime import entry_source as E\n"
+            "from jitgrad.runtime import generated_code as E\n"
             "n = len(E.SOURCES)\n"
             "x = jg.tensor(np.ones(2, np.float32), requires_grad=True)\n"
             "x * x, x * x, x + x\n"

@@ -1,6 +1,6 @@
 """Which code is jitgrad's own, for the frame walks that look for the user's line (runtime/source.py, unbacked.py)
 and for the compiled functions' guards on the user's functions (jit/python_values.py): the files inside the package,
-and the texts jitgrad generates and compiles at run time whose file is elsewhere (runtime/generated_files.py writes
+and the texts jitgrad generates and compiles at run time whose file is elsewhere (runtime/generated_code.py writes
 them to the cache directory, so that CPython's default traceback printer, which reads a frame's line from its file,
 shows their lines)."""
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The generated eager entries: one template for the straight-line code that binds an op and records its node.
 
-Two kinds of function are rendered from it and compiled (``compile``, once per distinct text):
+Two kinds of function are rendered from it (and compiled by ``generated_code.make``, once per distinct text):
 
 - ``flat_source(op, arity)``: primitive ``op``'s flat entry point over one or two arguments (``flat_bind.py``),
   rendered from the op's table row (which inputs it differentiates, whether it saves inputs or its output): the text
@@ -11,24 +11,13 @@ Two kinds of function are rendered from it and compiled (``compile``, once per d
 
 Both are built from the same fragments below (an input's edge, the node's slots, the inputs and output it saves, the
 walk to the user's line), so a node has one source whichever path made it; ``tests/test_flat_bind.py`` compares the
-two paths' nodes field by field.  A made function's text is kept in ``linecache`` and in a file of the cache
-directory (``generated_files.py``: CPython's default traceback printer reads a frame's line from its file), so
-tracebacks and ``inspect.getsource`` show it; the walk to the user's line skips it as jitgrad's own code
-(``ir/own_code.py``).  ``python -m jitgrad entry add 2`` prints an op's entry; ``python -m jitgrad entry record``
-prints ``_record``.
+two paths' nodes field by field.  ``python -m jitgrad entry add 2`` prints an op's entry; ``python -m jitgrad entry
+record`` prints ``_record``.
 
-This module renders and compiles text only: the names the text reads are the globals of the module that makes the
-function (``make``), so it imports nothing of jitgrad but the module that puts its texts on disk.
+This module renders text only: the names the text reads are the globals of the module that makes the function
+(``generated_code.make``), so it imports nothing of jitgrad.
 """
 from __future__ import annotations
-
-import linecache
-import os
-from types import CodeType, FunctionType
-
-from .generated_files import on_disk
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 # ---- fragments (4-space indented at level 0; ``_at`` indents a filled one) -----------------------------------------
@@ -407,34 +396,4 @@ def record_source() -> str:
             traced=" and (not _DEPARTED or _TR.active is None)", depth=3, depth_1=2)))
 
 
-# ---- compiling ------------------------------------------------------------------------------------------------------
-
-_CODES: dict = {}       # text -> (its file name, its module's code): each distinct text is compiled once
-SOURCES: dict = {}      # file name -> text, of every text compiled here (the printer's)
-
-
-def make(text: str, name: str, namespace: dict, label: str):
-    """The function ``name`` that ``text`` defines, its globals ``namespace`` (the dict of the module it serves, so it
-    reads that module's names as the module's own functions do).  The text is kept in ``linecache`` under its file
-    name, for tracebacks and ``inspect.getsource``, and in that file when the cache directory takes it
-    (``generated_files.on_disk``; its name starts with ``label``)."""
-    hit = _CODES.get(text)
-    if hit is None:
-        # a file in the cache directory (the default traceback printer reads lines from files), else a name inside
-        # the package; either way the frame walks that look for the user's line skip it as jitgrad's own code
-        filename = on_disk(text, label) or os.path.join(_HERE, f"<generated {label}>")
-        hit = _CODES[text] = (filename, compile(text, filename, "exec", dont_inherit=True))
-        SOURCES[filename] = text
-    filename, module = hit
-    # (mtime None: linecache.checkcache keeps the entry)
-    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
-    code = next(c for c in module.co_consts if type(c) is CodeType and c.co_name == name)
-    return FunctionType(code, namespace, name)
-
-
-def source_of(fn) -> str | None:
-    """The generated text of a function made here (of the entry an op's factory made), else None."""
-    return SOURCES.get(fn.__code__.co_filename)
-
-
-__all__ = ["flat_source", "flat_label", "record_source", "record_label", "make", "source_of", "SOURCES"]
+__all__ = ["flat_source", "flat_label", "record_source", "record_label"]

@@ -1,11 +1,17 @@
-"""Generated texts on disk, in the cache directory, so that tracebacks show their lines.
+"""Generated Python code: a rendered text compiled into functions, its text kept where tracebacks read it.
 
-CPython 3.11's default traceback printer (an uncaught exception in a script) reads a frame's line from the frame's
-file, never from ``linecache``: a frame in a generated entry (runtime/entry_source.py) showed no line.  Each text is
-written once, to ``<cache dir>/generated/<label>-<digest of the text>.py``: a temporary file, then linked to its name
-(the first writer wins; a file already there is used when its bytes are the text's).  Nothing already in the cache
-directory is ever rewritten or removed.  Without a usable cache directory (missing and not creatable, read-only, not
-private to the user) or a usable file, ``on_disk`` says None and the text lives in ``linecache`` only, as before.
+``make`` compiles each distinct text once (the eager entries and ``dispatch._record``, rendered by
+``entry_source.py``; ``backward/graph_walk.py``'s slot copier) and makes its functions over the globals of the
+module each serves.  The text goes into ``linecache`` (``traceback``, ``inspect.getsource``) and into a file of the
+cache directory: CPython 3.11's default traceback printer (an uncaught exception in a script) reads a frame's line
+from the frame's file, never from ``linecache``, so a frame in a generated entry showed no line.  Either way the
+walks to the user's line skip it as jitgrad's own code (``ir/own_code.py``).
+
+Each text is written once, to ``<cache dir>/generated/<label>-<digest of the text>.py``: a temporary file, then
+linked to its name (the first writer wins; a file already there is used when its bytes are the text's).  Nothing
+already in the cache directory is ever rewritten or removed.  Without a usable cache directory (missing and not
+creatable, read-only, not private to the user) or a usable file, the text lives in ``linecache`` only, under a name
+inside the package.
 
 The directory is the compiled code's (codegen/native/cache.py): ``JITGRAD_CACHE_DIR``, default ``~/.cache/jitgrad``,
 created 0o700, refused when it is not the user's own or is group- or other-writable.  Eager runtime/ does not import
@@ -14,12 +20,17 @@ codegen/, so those rules are restated here.
 from __future__ import annotations
 
 import hashlib
+import linecache
 import os
 import re
 import stat
+from types import CodeType, FunctionType
 
 from ..ir.own_code import add_generated
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_CODES: dict = {}       # text -> (its file name, its module's code): each distinct text is compiled once
+SOURCES: dict = {}      # file name -> text, of every text compiled here (the printer's)
 _DIRS: dict = {}        # cache directory -> its generated/ directory, None when unusable (judged once a process)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
@@ -125,4 +136,28 @@ def on_disk(text: str, label: str) -> str | None:
     return path
 
 
-__all__ = ["on_disk"]
+def make(text: str, name: str, namespace: dict, label: str):
+    """The function ``name`` that ``text`` defines, its globals ``namespace`` (the dict of the module it serves, so it
+    reads that module's names as the module's own functions do).  The text is kept in ``linecache`` under its file
+    name, for tracebacks and ``inspect.getsource``, and in that file when the cache directory takes it (``on_disk``;
+    its name starts with ``label``)."""
+    hit = _CODES.get(text)
+    if hit is None:
+        # a file in the cache directory (the default traceback printer reads lines from files), else a name inside
+        # the package; either way the frame walks that look for the user's line skip it as jitgrad's own code
+        filename = on_disk(text, label) or os.path.join(_HERE, f"<generated {label}>")
+        hit = _CODES[text] = (filename, compile(text, filename, "exec", dont_inherit=True))
+        SOURCES[filename] = text
+    filename, module = hit
+    # (mtime None: linecache.checkcache keeps the entry)
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+    code = next(c for c in module.co_consts if type(c) is CodeType and c.co_name == name)
+    return FunctionType(code, namespace, name)
+
+
+def source_of(fn) -> str | None:
+    """The generated text of a function made here (of the entry an op's factory made), else None."""
+    return SOURCES.get(fn.__code__.co_filename)
+
+
+__all__ = ["make", "source_of", "on_disk", "SOURCES"]
