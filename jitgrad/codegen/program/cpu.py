@@ -462,6 +462,8 @@ class CompiledGraph:
                         with np.errstate(all="ignore"):
                             res = run_eqn(e, vals) if e.op.nout == 1 else e.op.impl(*vals, **e.params)
                     except IndexError as err:      # raised before any state write-back ran
+                        if self._ierr[0]:       # an earlier step's bad index comes first (eager met it first)
+                            raise self.step_error() from None
                         where = f"\n  at {e.loc.where()} in {e.loc.function}: {e.loc.text}" if e.loc else ""
                         raise IndexError(f"{e.op.name}: {err} (shapes {[list(v.shape) for v in vals]}; compiled "
                                          f"code, no state was updated){where}") from None
