@@ -310,6 +310,8 @@ def _program(tmp_path, **env_extra):
     env = {k: v for k, v in os.environ.items() if k not in ("JITGRAD_BACKGROUND_COMPILE", "JITGRAD_BACKEND")}
     env.update(JITGRAD_CACHE_DIR=str(tmp_path / "cache"), JITGRAD_BUILD_AFTER_CALL="1", PYTHONPATH=str(REPO),
                JITGRAD_QUICK_MINOR_SHARE="0", **env_extra)   # (level 0's code generator contracts no FMAs)
+    # the loops rendered are counted in this process: its tiers built here, not by forked children
+    env.setdefault("JITGRAD_FORKED_TIER", "0")
     r = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, timeout=600,
                        cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
