@@ -8,6 +8,7 @@ import sys
 
 from ..graph import Graph, format_graph, verify
 from ..plan import Plan
+from .causal import triangular_products
 from .cse import cse
 from .dce import dce
 from .fuse import plan as _fuse
@@ -53,14 +54,16 @@ def fusion_plan(g: Graph, rowwise: bool | None = None, indexed: bool = True, bat
     ``JITGRAD_GROUP_LOOPS=0``; a target that cannot emit batches, CUDA, plans without).  ``rowwise``: whether to merge (a target
     that cannot emit row kernels, CUDA, plans without); None: yes, unless ``JITGRAD_ROWWISE=0`` (to compare the
     plain loops).  ``indexed``: gathers and scatter-adds by an index join the loops around them (CUDA plans
-    without)."""
+    without).  The plan carries which products a causal mask halves (``causal.py``: ``Plan.triangles``)."""
     p = _fuse(lift_split_reshapes(g), indexed)
     if rowwise is None:
         rowwise = os.environ.get("JITGRAD_ROWWISE", "1") != "0"
     p = merge_row_chains(p) if rowwise else p
     if batched is None:
         batched = loop_batches.batching()
-    return loop_batches.batch_loops(p) if batched else p
+    p = loop_batches.batch_loops(p) if batched else p
+    p.triangles = triangular_products(p.graph)
+    return p
 
 
 __all__ = ["cse", "dce", "simplify", "transpose", "jvp", "split_linear", "run_pipeline", "PIPELINE", "dump", "active_vars", "fusion_plan"]

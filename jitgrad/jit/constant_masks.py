@@ -1,0 +1,57 @@
+"""Triangular masks a compiled graph holds as constants: a captured tensor that is a causal mask (nanoGPT's
+``tril(ones(T, T))`` buffer, or the triangle ``tril``/``triu`` build inside a trace) is folded into the graph as a
+literal, so the graph itself shows which of attention's products are half-needed (``ir/passes/causal.py``) and the
+small-product kernels skip the other half.
+
+The fold holds only while the tensor is the same array at the same version: a guard per mask retraces a call after
+an in-place write to it (``copy_``, ``fill_``, ``load_state_dict``) or a new ``.data``.  Writes that bypass the
+version counter (through ``.numpy()``) are not seen, as torch's own version checks do not see them.
+"""
+from __future__ import annotations
+
+import weakref
+
+from ..ir.graph import Graph, Lit
+from ..ir.passes import causal
+
+WHAT = "a triangular mask the compiled graph holds as a constant was written in place or replaced"
+
+
+def _unchanged(t, arr, version):
+    ref = weakref.ref(t)
+
+    def same() -> bool:
+        x = ref()
+        return x is not None and x._data is arr and x._vc[0] == version
+    return same
+
+
+def fold_masks(raw: Graph, entry) -> Graph:
+    """``raw`` with each captured triangular mask (read, never written, no grad) replaced in its eqns by a literal
+    of its value; a guard per mask on ``entry`` (its array and version unchanged)."""
+    if not causal.ENABLED:
+        return raw
+    written = {ci for ci, _ in entry.writes}
+    lits = {}
+    guards, what = list(entry.guards), dict(entry.guard_what)     # (a template's instances share its lists)
+    for k, (c, src) in enumerate(zip(entry.captured, entry.grad_src)):
+        t = c.ref()
+        if src is not None or k in written or t is None or t.requires_grad or c.var not in raw.inputs:
+            continue
+        arr = t._data
+        if causal.triangle_kind(arr) is None:
+            continue
+        frozen = arr.copy()
+        frozen.flags.writeable = False
+        lits[c.var] = Lit(frozen, c.var.aval)
+        what[len(guards)] = WHAT
+        guards.append((_unchanged(t, arr, t._vc[0]), True))
+    if not lits:
+        return raw
+    entry.guards, entry.guard_what = guards, what
+    eqns = [e.replace(ins=[lits.get(v, v) if not isinstance(v, Lit) else v for v in e.ins])
+            if any(not isinstance(v, Lit) and v in lits for v in e.ins) else e for e in raw.eqns]
+    return Graph(raw.inputs, eqns, raw.outputs)
+
+
+__all__ = ["fold_masks"]
