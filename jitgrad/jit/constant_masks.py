@@ -31,7 +31,7 @@ def fold_masks(raw: Graph, entry) -> Graph:
     of its value; a guard per mask on ``entry`` (its array and version unchanged)."""
     if not causal.ENABLED:
         return raw
-    written = {ci for ci, _ in entry.writes}
+    written = {ci - entry.n_args for ci, _ in entry.writes}      # (indices among the arguments and captured)
     lits = {}
     guards, what = list(entry.guards), dict(entry.guard_what)     # (a template's instances share its lists)
     for k, (c, src) in enumerate(zip(entry.captured, entry.grad_src)):
