@@ -318,6 +318,42 @@ def routine(blas_name: str, macs: int, triangle: str | None = None) -> str:
     return f"small_{blas_name}" + (f"_{triangle}" if triangle else "")
 
 
+def macs(triangle: str | None, m: int, n: int, k: int, name: str = "sgemm", wide: bool | None = None) -> int:
+    """The multiply-adds kernel ``name`` (``m``, ``n``, ``k`` in its column-major terms) does for variant
+    ``triangle`` (None: the whole product, ``m n k``): its tiles walked as ``_emit`` walks them.  ``wide``: 512-bit
+    tiles (None: this CPU's)."""
+    if triangle is None:
+        return m * n * k
+    if wide is None:
+        from ..native import cache
+        wide = "+avx512f" in cache._cpu()[2].split(",")
+    rows_tiles = [r * w for r, w in (TILE_ROWS_WIDE if wide else TILE_ROWS)[name]]
+    total, j = 0, 0
+    for ncols in TILE_COLUMNS_WIDE if wide else TILE_COLUMNS:
+        while j + ncols <= n:
+            lo, hi = 0, m
+            if triangle == "rows_le_col":
+                hi = min(m, j + ncols)
+            elif triangle == "rows_ge_col":
+                lo = min(j, m)
+            i = lo
+            for span in rows_tiles:
+                while i + span <= hi:
+                    p_lo, p_hi = 0, k
+                    if triangle == "p_le_col":
+                        p_hi = min(k, j + ncols)
+                    elif triangle == "p_ge_col":
+                        p_lo = min(j, k)
+                    elif triangle == "p_le_row":
+                        p_hi = min(k, i + span)
+                    elif triangle == "p_ge_row":
+                        p_lo = min(i, k)
+                    total += span * ncols * max(0, p_hi - p_lo)
+                    i += span
+            j += ncols
+    return total
+
+
 def blas_routine(name: str) -> str:
     """The BLAS routine (``sgemm``/``dgemm``) a kernel name (``sgemm``, ``sgemm_p_le_col`` ...) stands in for."""
     return name.partition("_")[0]
@@ -398,6 +434,6 @@ def address(name: str, blas_address) -> int:
     return addr
 
 
-__all__ = ["small_gemm_ir", "address", "linked", "routine", "blas_routine", "TRIANGLES", "SMALL_MACS", "MAX_MACS", "PACK_MAX", "TILE_ROWS", "TILE_ROWS_WIDE", "TILE_COLUMNS",
+__all__ = ["small_gemm_ir", "address", "linked", "routine", "blas_routine", "macs", "TRIANGLES", "SMALL_MACS", "MAX_MACS", "PACK_MAX", "TILE_ROWS", "TILE_ROWS_WIDE", "TILE_COLUMNS",
            "TILE_COLUMNS_WIDE",
            "NAMES", "STATS"]

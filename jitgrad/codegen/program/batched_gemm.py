@@ -277,6 +277,8 @@ def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k
     routine = "sgemm" if f32 else "dgemm"
     if not split:
         routine = small_gemm.routine(routine, work, triangle)
+    if triangle and routine.startswith("small_") and all(type(x) is int for x in (m, n, k)):
+        work = float(small_gemm.macs(triangle, n, m, k, "sgemm" if f32 else "dgemm"))      # the kernel's own (its m is C's columns)
     how = "small kernel" if routine.startswith("small_") else "BLAS"
     how += f", {triangle}" if triangle and routine.startswith("small_") else ""
     label = f"matmul ({how})" if kind == "gemm" else f"matmul (batched, {how})"

@@ -73,6 +73,8 @@ def gemm(prog: Program, e) -> bool:
     work = float(hint_of(m * n * k))    # multiply-adds
     tri = KERNEL_TRIANGLE.get(prog.triangles.get(out)) if a.aval.ndim == b.aval.ndim == 2 else None
     routine = small_gemm.routine("sgemm" if f32 else "dgemm", work, tri)
+    if tri and routine.startswith("small_") and all(type(x) is int for x in (m, n, k)):
+        work = float(small_gemm.macs(tri, n, m, k, "sgemm" if f32 else "dgemm"))         # the kernel's own (its m is C's columns)
     st = Step("gemm", label=("matmul (small kernel" + (f", {tri})" if tri else ")")) if routine.startswith("small_")
               else "matmul (BLAS)", eqn=e,
               shapes=[list(a.aval.shape), list(b.aval.shape)], scope=e.scope)
