@@ -93,6 +93,8 @@ def small_gemm_ir(fma: bool = True, wide: bool = False, triangles: bool = False)
 def _emit(mod, name, fma, tile_rows, tile_columns, tri=None):
     t = T.FLOAT if name == "sgemm" else T.DOUBLE
     fn = mod.function(NAMES[name] + (f"_{tri}" if tri else ""), [PTR] * 13)
+    if tri in ("p_le_row", "p_ge_row"):
+        tile_rows = tile_rows[1:]       # a p range per tile of rows: one vector of rows, not the widest tile
     fallback = mod.declare(_FALLBACK[name], T.VOID, [PTR] * 13)
     args = fn.args
     # the stack buffer for a transposed A, every loop counter and accumulator: allocas of the first block (mem2reg
@@ -328,6 +330,8 @@ def macs(triangle: str | None, m: int, n: int, k: int, name: str = "sgemm", wide
         from ..native import cache
         wide = "+avx512f" in cache._cpu()[2].split(",")
     rows_tiles = [r * w for r, w in (TILE_ROWS_WIDE if wide else TILE_ROWS)[name]]
+    if triangle in ("p_le_row", "p_ge_row"):
+        rows_tiles = rows_tiles[1:]
     total, j = 0, 0
     for ncols in TILE_COLUMNS_WIDE if wide else TILE_COLUMNS:
         while j + ncols <= n:
