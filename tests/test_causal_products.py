@@ -224,3 +224,46 @@ def test_gradcheck_through_causal_products_float64(monkeypatch):
     assert routines == ["small_dgemm_p_le_col", "small_dgemm_rows_le_col"], routines
     assert jg.autograd.gradcheck(cf, (q, k, v))
     assert jg.autograd.gradgradcheck(cf, (q, k, v))
+
+
+def test_sizes_that_vary_keep_the_mask_guard(monkeypatch):
+    """A symbolic trace's instances (one per length) fold the buffer too; its guard is the template's, checked at
+    every call, so an in-place write to the mask still retraces."""
+    monkeypatch.setattr(causal, "ENABLED", True)
+    mask = _causal_buffer()
+    f = _attention(mask)
+    cf = jg.compile(f, backend="numba", background=False, dynamic=True)
+    for t in (T, T - 4, T - 2):
+        qkv = _qkv(t=t)
+        got = [x.numpy().copy() for x in cf(*qkv)]
+        for x in qkv:
+            x.grad = None
+        for a, b in zip(got, f(*qkv)):
+            np.testing.assert_allclose(a, b.numpy(), rtol=1e-5, atol=1e-5)
+    with jg.no_grad():
+        mask.fill_(1.0)
+    qkv = _qkv(t=T - 4)
+    got = [x.numpy().copy() for x in cf(*qkv)]
+    for x in qkv:
+        x.grad = None
+    for a, b in zip(got, f(*qkv)):
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_one_head_without_batch_dims(monkeypatch):
+    """2-D products (one head, no batch): the plain ``gemm`` step takes the variants too, with the same bits."""
+    mask = jg.tril(jg.ones(T, T))
+
+    def f(q, k, v):
+        att = (q @ k.T).masked_fill(mask == 0, float("-inf"))
+        return jg.nn.functional.softmax(att, dim=-1) @ v
+    rng = np.random.default_rng(4)
+    q, k, v = (jg.tensor(rng.standard_normal((T, D)).astype(np.float32)) for _ in range(3))
+    out = {}
+    for on in (True, False):
+        monkeypatch.setattr(causal, "ENABLED", on)
+        cf = jg.compile(f, backend="numba", background=False)
+        out[on] = (cf(q, k, v).numpy(), sorted(x.routine for x in cf.launches(q, k, v) if x.kind == "gemm"))
+    assert out[True][1] == ["small_sgemm_p_le_col", "small_sgemm_rows_le_col"], out[True][1]
+    assert out[False][1] == ["small_sgemm", "small_sgemm"]
+    np.testing.assert_array_equal(out[True][0], out[False][0])

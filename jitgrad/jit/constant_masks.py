@@ -23,17 +23,20 @@ def _unchanged(t, arr, version):
     def same() -> bool:
         x = ref()
         return x is not None and x._data is arr and x._vc[0] == version
+    same.mask_key = (id(t), id(arr), version)
     return same
 
 
 def fold_masks(raw: Graph, entry) -> Graph:
     """``raw`` with each captured triangular mask (read, never written, no grad) replaced in its eqns by a literal
-    of its value; a guard per mask on ``entry`` (its array and version unchanged)."""
+    of its value; a guard per mask on ``entry`` (its array and version unchanged).  The guards go into the entry's
+    own list, which a symbolic template shares with the instances built from it (``symbolic_entries._concrete``):
+    a call checks the template's guards, so each mask's guard is added once."""
     if not causal.ENABLED:
         return raw
     written = {ci - entry.n_args for ci, _ in entry.writes}      # (indices among the arguments and captured)
     lits = {}
-    guards, what = list(entry.guards), dict(entry.guard_what)     # (a template's instances share its lists)
+    have = {getattr(fn, "mask_key", None) for fn, _ in entry.guards}
     for k, (c, src) in enumerate(zip(entry.captured, entry.grad_src)):
         t = c.ref()
         if src is not None or k in written or t is None or t.requires_grad or c.var not in raw.inputs:
@@ -44,11 +47,12 @@ def fold_masks(raw: Graph, entry) -> Graph:
         frozen = arr.copy()
         frozen.flags.writeable = False
         lits[c.var] = Lit(frozen, c.var.aval)
-        what[len(guards)] = WHAT
-        guards.append((_unchanged(t, arr, t._vc[0]), True))
+        guard = _unchanged(t, arr, t._vc[0])
+        if guard.mask_key not in have:
+            entry.guard_what[len(entry.guards)] = WHAT
+            entry.guards.append((guard, True))
     if not lits:
         return raw
-    entry.guards, entry.guard_what = guards, what
     eqns = [e.replace(ins=[lits.get(v, v) if not isinstance(v, Lit) else v for v in e.ins])
             if any(not isinstance(v, Lit) and v in lits for v in e.ins) else e for e in raw.eqns]
     return Graph(raw.inputs, eqns, raw.outputs)
