@@ -112,8 +112,8 @@ def test_multiply_adds_of_the_variants(wide):
 def test_compiled_attention_skips_the_masked_half_with_the_same_bits(monkeypatch):
     """All six products of attention's forward and backward run a triangular variant (their launch records
     say which, and their multiply-adds), with the bits of the whole products; == the interpreter and eager."""
-    f = _attention(_causal_buffer())
-    qkv = _qkv()
+    f = _attention(_causal_buffer(2 * T))
+    qkv = _qkv(t=2 * T)
     got, launches, _ = _run(f, qkv, True, monkeypatch)
     want, whole, _ = _run(f, qkv, False, monkeypatch)
     tris = sorted(x.routine[len("small_sgemm_"):] for x in launches)
@@ -121,7 +121,7 @@ def test_compiled_attention_skips_the_masked_half_with_the_same_bits(monkeypatch
     assert tris.count("rows_le_col") == 2, tris     # the scores and their gradient dO v^T
     assert [x.routine for x in whole] == ["small_sgemm"] * 6
     skipped = sum(w.work - x.work for w, x in zip(whole, launches))
-    assert 0.3 * sum(w.work for w in whole) < skipped < 0.5 * sum(w.work for w in whole), skipped
+    assert 0.2 * sum(w.work for w in whole) < skipped < 0.5 * sum(w.work for w in whole), skipped
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
     interp = jg.compile(f, backend="interpret")

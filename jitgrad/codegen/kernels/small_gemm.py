@@ -259,22 +259,29 @@ def _emit(mod, name, fma, tile_rows, tile_columns, tri=None):
     def unread(j, ncols, lo, hi):
         """C's rows ``[lo, hi)`` of columns ``[j, j + ncols)``, which a ``rows_*`` variant does not compute: 0, or
         ``beta C`` (C is read only where ``beta != 0``, as BLAS reads it)."""
-        def row(r):
-            for q in range(ncols):
-                ptr = b.gep(t, C, add(r, mul(add(j, str(q)), ldc)))
-                with b.if_else(beta_zero) as (then, other):
-                    with then:
-                        b.store(t, zero_t, ptr)
-                    with other:
-                        b.store(t, b.op("fmul", t, b.load(t, ptr), beta), ptr)
-        loop(f"unread{ncols}", lo, hi, row)
+        def fill(scaled):
+            def row(r):
+                for q in range(ncols):
+                    ptr = b.gep(t, C, add(r, mul(add(j, str(q)), ldc)))
+                    b.store(t, b.op("fmul", t, b.load(t, ptr), beta) if scaled else zero_t, ptr)
+            loop(f"unread{ncols}{'b' if scaled else ''}", lo, hi, row)
+        with b.if_else(beta_zero) as (then, other):
+            with then:
+                fill(False)
+            with other:
+                fill(True)
+
+    # a rows_* variant's cut at the diagonal, rounded out to a vector of rows (the narrowest vector tile), so the
+    # rows near the diagonal run in vector tiles, not one row at a time
+    vec = tile_rows[-2][0] * tile_rows[-2][1]
 
     def columns(j, ncols):
         lo, hi = "0", m         # the rows computed: all, or a triangular variant's side of the diagonal
         if tri == "rows_le_col":
-            hi = least(m, add(j, str(ncols)))
+            up = b.op("mul", I64, b.op("sdiv", I64, add(j, str(ncols + vec - 1)), str(vec)), str(vec))
+            hi = least(m, up)
         elif tri == "rows_ge_col":
-            lo = least(j, m)
+            lo = least(b.op("mul", I64, b.op("sdiv", I64, j, str(vec)), str(vec)), m)
         b.store(I64, lo, rows)
         for nvec, width in tile_rows:
             counted(f"rows{nvec}x{width}x{ncols}", rows, hi, nvec * width,
@@ -336,10 +343,11 @@ def macs(triangle: str | None, m: int, n: int, k: int, name: str = "sgemm", wide
     for ncols in TILE_COLUMNS_WIDE if wide else TILE_COLUMNS:
         while j + ncols <= n:
             lo, hi = 0, m
+            vec = rows_tiles[-2]
             if triangle == "rows_le_col":
-                hi = min(m, j + ncols)
+                hi = min(m, -(-(j + ncols) // vec) * vec)
             elif triangle == "rows_ge_col":
-                lo = min(j, m)
+                lo = min(j // vec * vec, m)
             i = lo
             for span in rows_tiles:
                 while i + span <= hi:
