@@ -27,6 +27,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 os.environ.setdefault("JITGRAD_BUILD_FORKS", "0")
+os.environ.setdefault("JITGRAD_FORKED_TIER", "0")       # (the tiers built on the build thread, where this counts them)
 STEPS = 3
 
 from render_counts import callgrind_ctl, count_phase  # noqa: E402

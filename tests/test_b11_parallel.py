@@ -106,6 +106,10 @@ def test_b11_step_runs_its_pair_loops_on_the_pool_with_the_same_results_at_one_a
     # its own pairs only (``loop_steps.scatters_own_rows``), in the serial order (before: serial, the largest
     # serial loop, 7.9% of the step's instructions)
     assert any("index_put" in la[1] and la[2] for la in a["launches"])
+    # the last layer (64 -> 1) and its gradients, products with one result column or row, are loops
+    # (``ir/passes/unit_products.py``; before: five small-kernel GEMMs on the calling thread, 1.6% of the step's
+    # instructions): every GEMM left is a pooled batch of blocks
+    assert all(la[0] == "bgemm" and la[2] for la in a["launches"] if la[0] in ("gemm", "bgemm"))
     # the records a one-thread process gives for two threads (``launches(workers=2)``) are the two-thread run's
     assert one["at_two"] == [la[2] for la in a["launches"]] == a["at_two"]
     assert a["losses"] == b["losses"] and a["hash"] == b["hash"]
@@ -182,21 +186,27 @@ def test_b11_steps_share_pool_rounds_with_the_bits_of_separate_rounds(tmp_path):
     """B11's pooled steps split the molecule axis into the same rows (8 molecules, 992 pairs, 256 atoms, the MLP's
     256 rows in 8 blocks of 32: a chunk of 2 threads is half of each), so each run of them between serial steps
     shares one pool round: the pair loops of a pass (gather, cutoff, Gaussian features) with the MLP's products
-    (blocks of rows) and their bias + tanh loops after them, and so on: 21 of the step's 28 pooled launches wake
-    no round, 7 rounds a step (``round_groups.py``).  A threshold (2^20) that leaves some of them on the calling
-    thread: those run the pending round first, the launches after them start a new one.  The bits are those of
-    separate rounds (``JITGRAD_JOIN_ROUNDS=0``), at both thresholds."""
+    (blocks of rows) and their bias + tanh loops after them, and so on: 23 of the step's 31 pooled launches wake
+    no round, 8 rounds a step (``round_groups.py``).  A sum over the rows (fixed chunks, ``loops.chunked_rows``)
+    joins the round before it as its last launch and runs it before adding its partial rows: the force pass's
+    bias-gradient sum closes its round.  A threshold (2^20) that leaves some of them on the calling thread: those
+    run the pending round first, the launches after them start a new one.  The bits are those of separate rounds
+    (``JITGRAD_JOIN_ROUNDS=0``), at both thresholds, and of one thread."""
     if settings.default_threads() < 2 or not workpool.available():
         pytest.skip("needs two cores and the worker pool")
     a = _b11_child(tmp_path, 2)
     off = _b11_child(tmp_path, 2, JITGRAD_JOIN_ROUNDS="0")
     joined = [la for la in a["launches"] if la[6]]
-    assert a["joined"] == len(joined) == 21 and a["rounds"] == 7
-    assert off["rounds"] == 28 and off["joined"] == 0 and not any(la[6] for la in off["launches"])
+    assert a["joined"] == len(joined) == 23 and a["rounds"] == 8
+    assert off["rounds"] == 31 and off["joined"] == 0 and not any(la[6] for la in off["launches"])
     names = [la[1].split("[")[0] for la in joined]
-    assert {"fused_2", "fused_3", "fused_11", "fused_12", "fused_20", "fused_21"} <= set(names)    # the pair loops
+    assert {"fused_2", "fused_3", "fused_12", "fused_13", "fused_21", "fused_22"} <= set(names)    # the pair loops
+    closing = [la for la in joined if la[1].startswith("fused_25[sum]")]
+    assert len(closing) == 1 and closing[0][2]      # a sum over rows, pooled, the last launch of its round
     assert sum(la[0] == "bgemm" for la in joined) == 9          # products' blocks of rows in the rounds before them
     mid_rounds, mid_joined, mid_records = a["mid"]
     assert mid_joined == sum(mid_records) == 3 and mid_rounds == 7
     assert off["mid"] == [10, 0, [False] * len(mid_records)]
     assert a["losses"] == off["losses"] and a["hash"] == off["hash"]
+    one = _b11_child(tmp_path, 1)
+    assert one["losses"] == a["losses"] and one["hash"] == a["hash"]

@@ -170,14 +170,14 @@ EXIT_SCRIPT = textwrap.dedent("""
         print(json.dumps({"counts": build.COUNTS, "stats": {k: v for k, v in f.stats.items()
                           if isinstance(v, (int, float, str, type(None)))}}))
         sys.exit(0)
+    from jitgrad.codegen.program import cpu
     one_done = threading.Event()
-    obtain = graph_build.GraphCode._obtain
+    swap = cpu.CompiledGraph._swap
 
-    def watched(self, key):         # the build thread: tell the script when it has compiled a kernel (optimised:
-        obtain(self, key)           # after the quick build's switch)
-        if key != self.ekey:
-            one_done.set()
-    graph_build.GraphCode._obtain = watched
+    def watched(self, key, address):    # the build thread: tell the script when a kernel's optimised code is in
+        swap(self, key, address)        # (after the quick build's switch; built here or by a forked child)
+        one_done.set()
+    cpu.CompiledGraph._swap = watched
     f = jg.compile(step, backend="numba")
     f(x)                            # eager; the build starts on the build thread
     assert one_done.wait(300)
@@ -480,3 +480,120 @@ def test_the_first_tier_builds_each_kernel_by_its_share_and_every_tier_computes_
     # 2**16-element sum
     assert out["quick"] == pytest.approx(out["eager"], rel=1e-5) and out["optimised"] == pytest.approx(
         out["eager"], rel=1e-5), out
+
+
+# a background build dropped (``CompiledGraph.drop``: a retrace made its sizes symbolic) as it starts, PHASE=start
+# (after its cache lookup), or after its first kernel's rendering, PHASE=render
+DROP_SCRIPT = textwrap.dedent("""
+    import json, os, threading
+    import numpy as np, jitgrad as jg
+    from jitgrad.codegen.native import build, build_thread, graph_build, llvm_build
+""" + STEP + """
+    renders, try_load, source = [], graph_build.GraphCode.try_load, graph_build.GraphCode._source
+
+    def looked_up(self):
+        found = try_load(self)
+        if os.environ["PHASE"] == "start" and threading.current_thread().name == "jitgrad-compile":
+            self.dropped = True
+        return found
+
+    def rendered(self, key, quick=False):
+        renders.append(key)
+        if os.environ["PHASE"] == "render":
+            self.dropped = True
+        return source(self, key, quick)
+    graph_build.GraphCode.try_load, graph_build.GraphCode._source = looked_up, rendered
+    f = jg.compile(step, backend="numba")
+    f(jg.tensor(np.ones((2, 4), np.float32)))       # eager; the build starts on the build thread
+    f.wait()                                         # (until it stops: dropped)
+    build_thread.wait_background()
+    print(json.dumps({"renders": len(renders), "counts": build.COUNTS, "llvm": llvm_build.STATS}))
+""")
+
+
+@pytest.mark.parametrize("phase", ["start", "render"])
+def test_a_dropped_build_stops_before_its_next_kernel(tmp_path, phase):
+    """A build no call will run stops at its next kernel: dropped as it starts, it compiles no entry and renders
+    nothing; dropped after its first kernel's rendering, it renders no other and builds no LLVM module (before,
+    it compiled its entry and rendered every kernel: the LM step's static trace, 42k Python calls on the build
+    thread while the call that dropped it retraced)."""
+    out = _run(DROP_SCRIPT, _env(tmp_path, PHASE=phase, JITGRAD_FORKED_TIER=0))     # (renders on the build thread)
+    c, ll = out["counts"], out["llvm"]
+    assert out["renders"] == (0 if phase == "start" else 1), out
+    assert c["kernels_quick"] == c["kernels_compiled"] == 0 and ll["modules_first_tier"] == 0, out
+    if phase == "start":
+        assert c["drivers_compiled"] == 0, out
+
+
+# the optimised tier, held until the first tier serves calls, then let through: what the build thread did for it
+FORKED_SCRIPT = textwrap.dedent("""
+    import json, threading
+    import numpy as np, jitgrad as jg
+    from llvmlite.binding import ffi
+    from jitgrad.codegen.native import build, build_thread, graph_build
+    rng = np.random.default_rng(3)
+    W1 = jg.tensor(rng.standard_normal((16, 32), dtype=np.float32))
+    W2 = jg.tensor(rng.standard_normal((32, 4), dtype=np.float32))
+    x = jg.tensor(rng.standard_normal((64, 16), dtype=np.float32))
+
+    def step(x):
+        h = jg.tanh(x @ W1) * jg.sigmoid(x @ W1)
+        return (jg.exp(h @ W2 * 0.1).sum(dim=1).log()).mean()
+    seen, on = {"llvm": 0, "renders": 0, "first_renders": 0}, [False]
+    call0, source = ffi._lib_fn_wrapper.__call__, graph_build.GraphCode._source
+
+    def counted(self, *a, **k):
+        if on[0] and threading.current_thread().name == "jitgrad-compile":
+            seen["llvm"] += 1
+        return call0(self, *a, **k)
+
+    def rendered(self, key, quick=False):
+        if threading.current_thread().name == "jitgrad-compile":
+            seen["renders" if on[0] else "first_renders"] += 1
+        return source(self, key, quick)
+    optimise = graph_build.GraphCode.optimise
+
+    def optimising(self, *a, **k):  # (the kernels' tier; the small products' module is the process's own)
+        on[0] = True
+        try:
+            return optimise(self, *a, **k)
+        finally:
+            on[0] = False
+    ffi._lib_fn_wrapper.__call__, graph_build.GraphCode._source = counted, rendered
+    graph_build.GraphCode.optimise = optimising
+    gate = threading.Event()
+    build_thread.hold_optimising(gate)
+    f = jg.compile(step, backend="numba")
+    f(x)
+    quick = float(f(x).numpy())     # (JITGRAD_BUILD_AFTER_CALL=1: waits for the first tier's switch; quick code)
+    gate.set()
+    f.wait()                        # (a call, or this wait, forks the optimised tier's child)
+    build_thread.wait_background()
+    out = float(f(x).numpy())
+    print(json.dumps({"seen": seen, "quick": quick, "out": out, "counts": build.COUNTS,
+                      "stats": {k: f.stats[k] for k in ("kernels_quick", "graphs_optimising")}}))
+""")
+
+
+def test_both_tiers_are_built_by_forked_children(tmp_path):
+    """A background build's two tiers (on Linux): each rendered and compiled by a child forked at a call's start
+    (``forked_llvm.ForkedTier``); the build thread renders none of the kernels and, for the optimised tier, makes
+    a few LLVM calls a kernel (linking) instead of tens (here 5 against 34; the LM step of ``variable_length.py``:
+    768 -> 132 LLVM calls, 47.9k -> 1.9k Python calls).  The same object code: the same bits as the tiers built
+    on the build thread."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("forks on Linux only")
+    forked = _run(FORKED_SCRIPT, _env(tmp_path / "a", JITGRAD_BUILD_AFTER_CALL=1))
+    here = _run(FORKED_SCRIPT, _env(tmp_path / "b", JITGRAD_BUILD_AFTER_CALL=1, JITGRAD_FORKED_TIER=0))
+    n = forked["stats"]["kernels_quick"]
+    assert n >= 3 and forked["stats"]["graphs_optimising"] == 0 == here["stats"]["graphs_optimising"], forked
+    assert forked["counts"]["forked_tiers"] == 1 and here["counts"]["forked_tiers"] == 0, forked
+    # (the first tier too: its kernels rendered and built in a child forked at call 2's wait)
+    assert forked["counts"]["forked_first_tiers"] == 1 and here["counts"]["forked_first_tiers"] == 0, forked
+    assert forked["seen"]["first_renders"] == 0 and here["seen"]["first_renders"] >= n, (forked, here)
+    assert forked["counts"]["kernels_quick"] == here["counts"]["kernels_quick"] == n, (forked, here)
+    assert forked["quick"] == here["quick"]
+    assert forked["counts"]["kernels_ir"] == here["counts"]["kernels_ir"] == n, (forked, here)
+    assert forked["seen"]["renders"] == 0 and here["seen"]["renders"] == n, (forked, here)
+    assert forked["seen"]["llvm"] <= 6 * n and here["seen"]["llvm"] >= 20 * n, (forked, here)      # (linking only)
+    assert forked["out"] == here["out"]

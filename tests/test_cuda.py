@@ -620,6 +620,12 @@ def test_index_keys_order_steps_then_positions_of_any_size():
     with pytest.raises(ValueError, match="getitem: the program's index checks span"):
         cg.index_step(e, NO_KEY)
     assert len(cg.index_steps) == 3
+    # a symbolic size (CUDA programs are laid out per concrete shape): refused naming the op, nothing recorded
+    from jitgrad.ir.symbolic import ShapeEnv
+    n, at = ShapeEnv().symbol(6, "B") * 4, cg.key_next
+    with pytest.raises(NotImplementedError, match="getitem: a CUDA program's index checks need each step's size"):
+        cg.index_step(e, n)
+    assert len(cg.index_steps) == 3 and cg.key_next == at
 
 
 @sim

@@ -15,7 +15,8 @@ import pytest
 import jitgrad as jg
 import jitgrad.nn.functional as F
 from jitgrad.runtime import dispatch, flat_bind
-from jitgrad.runtime.entry_source import flat_source, record_source, source_of
+from jitgrad.runtime.entry_source import flat_source, record_source
+from jitgrad.runtime.generated_code import source_of
 from jitgrad.runtime.flat_bind import flat_entry, installed
 from jitgrad.ir.ops import OPS
 from test_eager_overhead import _count
@@ -358,11 +359,76 @@ def test_a_traceback_through_an_entry_shows_its_generated_line():
     assert "in flat_mul" in text and "raise op_error(_op, hit[1], e) from None" in text
 
 
+_OVERFLOW = ("import traceback\n"
+             "import numpy as np, jitgrad as jg\n"
+             "q = jg.tensor(np.full(3, 3e38, np.float32))\n"
+             "q * 2.0\n"
+             "try:\n"
+             "    with np.errstate(over='raise'):\n"
+             "        q * 10.0\n"
+             "except RuntimeError:\n"
+             "    traceback.print_exc()\n"
+             "with np.errstate(over='raise'):\n"
+             "    q * 10.0\n")
+
+
+def _overflow_script(tmp_path, cache):
+    script = tmp_path / "overflow.py"
+    script.write_text(_OVERFLOW)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "JITGRAD_CACHE_DIR": str(cache)})
+    assert r.returncode == 1 and r.stderr.count("RuntimeError: mul: overflow") == 2, r.stderr
+    return r.stderr.splitlines()
+
+
+def test_an_uncaught_error_through_an_entry_shows_its_generated_line(tmp_path):
+    """CPython 3.11's default hook prints a script's uncaught exception reading each frame's line from its file, not
+    from ``linecache``: the generated entry's text is in a file of the cache directory (``generated_code``), so the
+    line shows, there and in ``traceback.print_exc()``; jitgrad's error still names the user's line."""
+    cache = tmp_path / "cache"
+    lines = _overflow_script(tmp_path, cache)
+    at = [n for n, line in enumerate(lines) if line.endswith(", in flat_mul")]
+    assert len(at) == 2 and all(lines[n + 1].strip() == "raise op_error(_op, hit[1], e) from None" for n in at), lines
+    assert all(str(cache / "generated") in lines[n] for n in at), lines
+    assert sum(line.endswith("overflow.py:7 in <module>: q * 10.0") for line in lines) == 1, lines
+    assert sum(line.endswith("overflow.py:11 in <module>: q * 10.0") for line in lines) == 1, lines
+    assert (cache / "generated").stat().st_mode & 0o777 == 0o700
+    files = sorted((cache / "generated").iterdir())
+    assert files and all(f.name.endswith(".py") for f in files)
+    # a second process finds each text in place and writes nothing
+    stamps = {f: f.stat().st_mtime_ns for f in files}
+    _overflow_script(tmp_path, cache)
+    assert sorted((cache / "generated").iterdir()) == files and all(f.stat().st_mtime_ns == stamps[f] for f in files)
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes into read-only directories")
+def test_a_read_only_cache_directory_keeps_entries_in_memory(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o500)
+    lines = _overflow_script(tmp_path, cache)
+    assert not any(str(cache) in line for line in lines) and not list(cache.iterdir())
+    assert sum(line.endswith(", in flat_mul") for line in lines) == 2, lines
+
+
+def test_an_unusable_cache_directory_keeps_entries_in_memory(tmp_path):
+    # the cache directory is a file, or generated/ inside it is a link: nothing is written, nothing there is touched
+    (tmp_path / "file").write_text("not a directory")
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    (tmp_path / "elsewhere").mkdir()
+    (cache / "generated").symlink_to(tmp_path / "elsewhere")
+    for c in (tmp_path / "file", cache):
+        lines = _overflow_script(tmp_path, c)
+        assert sum(line.endswith(", in flat_mul") for line in lines) == 2, lines
+        assert not any("/generated/" in line for line in lines), lines
+    assert (tmp_path / "file").read_text() == "not a directory" and not list((tmp_path / "elsewhere").iterdir())
+
+
 def test_import_compiles_only_records_text():
     """``import jitgrad`` compiles one generated text (dispatch._record's); an entry's text is compiled at its first
     call (the parser's work for the ~7 texts the published surface uses is ~50M instructions, +6% on an import)."""
     code = ("import jitgrad as jg, numpy as np\n"
-            "from jitgrad.runtime import entry_source as E\n"
+            "from jitgrad.runtime import generated_code as E\n"
             "n = len(E.SOURCES)\n"
             "x = jg.tensor(np.ones(2, np.float32), requires_grad=True)\n"
             "x * x, x * x, x + x\n"

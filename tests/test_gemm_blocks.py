@@ -49,9 +49,31 @@ def two_threads(monkeypatch):
     monkeypatch.setattr(eager_threads._PACER, "left", 0)
     monkeypatch.setattr(eager_threads._PACER, "hold", eager_threads._Pacer.HOLD)
     monkeypatch.setattr(blas, "BLAS_PACER", False)
+    # these products are a few million multiply-adds: split at the smallest part the policy allows, whatever the
+    # default part (EAGER_SPLIT_MACS); cuts are cached per shape, so made afresh
+    monkeypatch.setattr(blas, "EAGER_SPLIT_MACS", blas.BLAS_THREADED_MACS)
+    monkeypatch.setattr(blas, "_CUTS", {})
     yield
     settings.STATE.num_threads = before
     blas.BlasPacer.use(blas.all_threads())
+
+
+def test_a_product_under_two_split_parts_runs_whole_on_the_calling_thread(two_threads, monkeypatch):
+    """An eager GEMM over OpenBLAS's threaded size but under two ``EAGER_SPLIT_MACS`` parts (a hand-off wakes a
+    sleeping thread: 0.2-0.5 ms on a VM's idle vCPU, more than B3's 4M-multiply-add products take) runs as one
+    single-threaded call here; twice the part splits in two.  Counted; the bits are one thread's either way."""
+    monkeypatch.setattr(blas, "EAGER_SPLIT_MACS", 1 << 22)
+    a = np.ones((256, 64), np.float32)
+    b = np.ones((64, 256), np.float32)      # 2^22 multiply-adds: one part
+    if blas.row_blocks(256, np.float32, 1) is None:
+        pytest.skip("not split on this BLAS")
+    s0 = dict(blas.STATS)
+    assert (blas.matmul2d(a, b) == 64).all()
+    assert blas.STATS["gemm_whole_one_thread"] - s0["gemm_whole_one_thread"] == 1
+    assert blas.STATS["gemm_split_calls"] == s0["gemm_split_calls"]
+    b2 = np.ones((64, 512), np.float32)     # 2^23: two parts
+    assert (blas.matmul2d(a, b2) == 64).all()
+    assert blas.STATS["gemm_split_calls"] - s0["gemm_split_calls"] == 1
 
 
 def test_the_units_found_reproduce_the_probe_products():

@@ -451,3 +451,14 @@ def test_simplify_composes_permute_chains():
     assert s.outputs[1] is x
     vals = _random_inputs(g)
     _same(interpret(s, vals), interpret(g, vals))
+
+
+def test_cse_keeps_apart_params_and_literals_equal_only_across_kinds():
+    # True == 1 and 0.0 == -0.0 in Python: x[True] (a new dim) is not x[1] (a select), x * -0.0 is not x * 0.0
+    x = jg.tensor(np.arange(12, dtype=np.float32).reshape(3, 4) - 5)
+    f = jg.compile(lambda x: (x[1, :] * 2.0, x[True, :] * 2.0, x * 0.0, x * -0.0), backend="interpret",
+                   background=False)
+    a, b, z, nz = f(x)
+    assert tuple(a.shape) == (4,) and tuple(b.shape) == (1, 3, 4)
+    assert np.array_equal(np.signbit(z.numpy()), x.numpy() < 0)
+    assert np.array_equal(np.signbit(nz.numpy()), x.numpy() >= 0)

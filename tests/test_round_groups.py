@@ -118,3 +118,40 @@ def test_one_loop_that_claims_index_error_records_a_round():
     assert rg.joins([a, b, c, d], lambda k: True) == {k: (k == 0, 8) for k in range(4)}
     assert rg.joins([a, b, c, d], lambda k: True, claims) == {0: (True, 8), 1: (False, 8), 2: (False, 8)}
     assert rg.joins([b, c, d, a], lambda k: True, claims) == {0: (True, 8), 1: (False, 8), 2: (True, 8), 3: (False, 8)}
+
+
+def test_a_loop_that_adds_partial_rows_after_its_chunks_joins_a_round_as_its_last_launch():
+    """``closes_of``: a loop with statements after its chunks (a sum over rows: partial rows added in chunk order,
+    ``chunk_checks.round_share`` "closes") joins the group before it and runs the round itself; the next loop starts
+    a new group, and such a loop heads none."""
+    a = _step(8, Access(IN, 0, 0, 0, False, False), Access(X, 0, 512, 508, True, True))
+    closing = _step(32, Access(X, 0, 128, 124, False, True), Access(Y, 0, 64, 60, True, True))
+    c = _step(8, Access(X, 0, 512, 508, False, True), Access(Z, 0, 512, 508, True, True))
+    closes = lambda k: k is closing.kernel
+    assert rg.joins([a, closing, c], lambda k: True, closes_of=closes) == {0: (True, 8), 1: (False, 8)}
+    # first of a run, or after a conflict, it shares no round: the loop after it heads the next group
+    assert rg.joins([closing, a, c], lambda k: True, closes_of=closes) == {1: (True, 8), 2: (False, 8)}
+    # (its chunks and an earlier member's: the same conflicts as any member's)
+    clash = _step(32, Access(X, 0, 0, 0, True, False))
+    assert rg.joins([a, clash], lambda k: True, closes_of=lambda k: k is clash.kernel) == {}
+
+
+def test_column_rows_regroup_the_rows_of_a_fixed_chunk_and_add_the_partial_rows(monkeypatch):
+    """``column_rows``: a sum over 256 rows in 32 fixed chunks walks 8 rows a position (so it shares rows with a
+    loop over the 256 rows, or 8 molecules of 32), writes row ``c`` of its partial buffer, and its sum (written
+    after the round) counts as written anywhere; rows that 32 does not divide share no round."""
+    from jitgrad.ir.plan import Group
+    size = 4
+    got = {"rows": (256, [Access(X, 0, 64 * size, 63 * size, False, True), Access(Z, 0, 0, 0, True, False, True)])}
+    partial = SimpleNamespace(root=Y, offset=0, shape=(32 * 64,), dtype=SimpleNamespace(np=SimpleNamespace(itemsize=4)))
+    # (the rows of each operand as access_rows gives them for a loop with sums over its split axis)
+    monkeypatch.setattr(rg, "access_rows", lambda g, op, own_rows, columns=False: got["rows"] if columns else None)
+    n, acc = rg.column_rows(Group.__new__(Group), None, [partial], 32)
+    assert n == 32
+    assert acc[0] == Access(X, 0, 8 * 64 * size, 8 * 64 * size - size, False, True)
+    assert acc[1] == Access(Z, 0, 0, 0, True, False, True)
+    assert acc[2] == Access(Y, 0, 64 * size, 64 * size - 1, True, True)
+    loop = _step(8, Access(IN, 0, 0, 0, False, False), Access(X, 0, 32 * 64 * size, 32 * 64 * size - size, True, True))
+    assert rg.conflict(loop.rows[1], 8, acc, 32) is False
+    got["rows"] = (250, got["rows"][1])
+    assert rg.column_rows(Group.__new__(Group), None, [partial], 32) is None

@@ -9,6 +9,13 @@
   inter-op thread pool.
 - ``matmul_precision`` (``torch.set_float32_matmul_precision``): recorded and reported only; float32 matmuls on
   the CPU are computed in float32 whatever it says (as torch's CPU matmuls; TF32/bfloat16 passes are GPU things).
+- ``deterministic`` / ``deterministic_warn_only`` (``torch.use_deterministic_algorithms``): results that do not
+  depend on when a build finishes.  By default a compiled function serves its first calls eagerly (or on the
+  interpreter) while its code builds and switches at the first call after the code is ready, and an eager op
+  switches from NumPy to its native kernel once the kernel is linked; eager, interpreted and compiled code round
+  reductions and fused multiply-adds differently, so the switch's timing reaches the last bits.  With the flag, a
+  compiled function builds before its first call (as ``background=False``) and eager kernels build at their first
+  call (as ``JITGRAD_EAGER_KERNELS=sync``): for a fixed thread count, the same bits run to run.
 """
 from __future__ import annotations
 
@@ -16,13 +23,16 @@ import os
 
 
 class _Settings:
-    __slots__ = ("num_threads", "num_interop_threads", "interop_set", "matmul_precision")
+    __slots__ = ("num_threads", "num_interop_threads", "interop_set", "matmul_precision", "deterministic",
+                 "deterministic_warn_only")
 
     def __init__(self):
         self.num_threads = None
         self.num_interop_threads = None
         self.interop_set = False
         self.matmul_precision = "highest"
+        self.deterministic = False
+        self.deterministic_warn_only = False
 
 
 STATE = _Settings()

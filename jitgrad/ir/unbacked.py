@@ -12,7 +12,7 @@ Python's decisions on it are of two kinds:
   :class:`DataDependentSizeError`, naming the user's line and where the size came from.
 
 The graph keeps the symbol until ``ir/passes/bounded_sizes.py`` gives every such value its bound's size, padded,
-with the count the run computed.  Imports nothing of jitgrad.
+with the count the run computed.  Imports nothing of jitgrad but ``own_code`` (which frames are jitgrad's).
 """
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ import itertools
 import os
 import sys
 
-_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+from .own_code import own_file
+
 _HERE = (os.path.abspath(__file__), os.path.join(os.path.dirname(os.path.abspath(__file__)), "symbolic.py"))
 _names = itertools.count()
 _ORIGINS: dict = {}         # symbol name -> what made it (for error messages)
@@ -56,7 +57,7 @@ def user_site(api=False) -> str:
     """``file:line (text)`` of the first frame outside jitgrad, or "an unknown line"; with ``api``, prefixed by
     the jitgrad function that line called (``reshape() at f.py:3 (...)``), when it called one."""
     f, called = sys._getframe(1), None
-    while f is not None and f.f_code.co_filename.startswith(_PKG):
+    while f is not None and own_file(f.f_code.co_filename):
         # (a decision the user's own code made goes through SymInt's operators: no jitgrad function to name)
         called = None if os.path.abspath(f.f_code.co_filename) in _HERE else f.f_code.co_name
         f = f.f_back
@@ -74,7 +75,7 @@ def decided_by_library() -> bool:
     f = sys._getframe(1)
     while f is not None and os.path.abspath(f.f_code.co_filename) in _HERE:
         f = f.f_back
-    return f is not None and f.f_code.co_filename.startswith(_PKG)
+    return f is not None and own_file(f.f_code.co_filename)
 
 
 def origin_of(names) -> str:

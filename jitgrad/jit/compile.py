@@ -30,6 +30,8 @@ from ..tracer import STATE as _TR, TraceError, TracedValueError, flatten, unflat
 from ..runtime import anomaly, grad_mode
 from ..runtime.traced import layout_key
 from . import build_policy
+from ..codegen.native import build_thread as _build_thread
+from ..codegen.native.build_thread import CALLER_JOBS as _BUILD_REQUESTS
 from .constant_masks import fold_masks
 from .graph_function import GraphFunction
 from .introspection import Introspection
@@ -160,6 +162,8 @@ class CompiledFunction(Introspection, Signatures):
 
     def _call(self, args, kwargs):
         self.stats["calls"] += 1
+        if _BUILD_REQUESTS:             # the build thread asks this thread for a fork (build_thread.on_caller)
+            _build_thread.serve_caller()
         if _TR.active is not None or _FS.active is not None:     # traced by a caller: trace through it; a dual
             return self.fn(*args, **kwargs)     # level open (func.jvp): only eager ops carry its tangents through
         with _trace_mod.TRACE_LOCK:     # no call reads a tensor another thread is tracing

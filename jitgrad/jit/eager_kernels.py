@@ -119,12 +119,13 @@ class _Structure:
         self.run = self.pending = self.code = None
 
     def request(self) -> None:
-        """Build (or load) the kernel: now when ``SYNC``, else on the build thread (once)."""
+        """Build (or load) the kernel: now when ``SYNC`` (or under ``use_deterministic_algorithms``), else on the
+        build thread (once)."""
         with _lock:
             if self.state != "new":
                 return
             self.state = "queued"
-        if SYNC:
+        if SYNC or settings.STATE.deterministic:
             self._build(False)
             return
         from ..codegen.native import build_thread
@@ -399,9 +400,9 @@ def _call_for(opname, dtypes, params, aval, dims, fallback, row_length=None):
         fn = st.fn
         if fn is None:
             if st.state == "new":
-                if SYNC or st.spent >= REQUEST_AFTER_S:
+                if SYNC or settings.STATE.deterministic or st.spent >= REQUEST_AFTER_S:
                     st.request()
-                    fn = st.fn      # (built now when SYNC)
+                    fn = st.fn      # (built now when SYNC or deterministic)
                 else:
                     counts["numpy_calls"] += 1
                     t0 = perf_counter()

@@ -30,6 +30,8 @@ import types
 
 import numpy as np
 
+from ..ir.own_code import own_file
+
 _MISSING = object()
 _SCALARS = (bool, int, float, complex, str, bytes, type(None))
 _MAX_DEPTH = 4
@@ -39,7 +41,6 @@ _MAX_GUARDS = 512          # a bound on the walk, so a huge object graph cannot 
 _LIB_ROOTS = frozenset(sys.stdlib_module_names) | {"numpy", "numba", "scipy", "torch", "jax", "llvmlite",
                                                     "pytest", "_pytest", "hypothesis", "IPython", "ipykernel",
                                                     "jitgrad"}
-_JG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # library types that are plain records of user values: their attributes are walked as a user object's
 _RECORD_TYPES = (types.SimpleNamespace, argparse.Namespace)
 _SKIP_METHODS = {"__init__", "__repr__", "extra_repr", "__setstate__", "__getstate__", "state_dict",
@@ -147,7 +148,7 @@ class DynamicValue:
 
 def _is_library_file(path: str) -> bool:
     return not path or path.startswith("<frozen") or "site-packages" in path or "dist-packages" in path \
-        or path.startswith(_JG_DIR) or path.startswith(os.path.dirname(os.__file__))
+        or own_file(path) or path.startswith(os.path.dirname(os.__file__))
 
 
 def _is_user_function(f) -> bool:

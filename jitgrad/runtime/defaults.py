@@ -128,27 +128,37 @@ def get_float32_matmul_precision() -> str:
     return settings.STATE.matmul_precision
 
 
-_DETERMINISTIC = {"mode": False, "warn_only": False}
-
-
 @published("jitgrad")
 def use_deterministic_algorithms(mode, *, warn_only=False) -> None:
-    """Record torch's deterministic-algorithms flag.  jitgrad's CPU kernels are deterministic already for a given
-    thread count (parallel loops split work in fixed chunks, scatter-adds accumulate in order), so nothing
-    changes."""
+    """Ask for results that are the same bits run to run (torch's flag).  jitgrad's kernels are deterministic for a
+    given thread count already (parallel loops split work in fixed chunks, scatter-adds accumulate in order); what
+    varies by default is *when* a call switches to code that finished building in the background, and eager,
+    interpreted and compiled code round reductions differently.  With ``mode=True`` a compiled function builds its
+    code before its first call (``background=False``) and eager ops build their native kernels at their first call,
+    so two runs of a script give identical results (``ir/settings.py``).  The first call of each new graph then
+    waits for its build.
+
+    Example::
+
+        >>> import jitgrad as jg
+        >>> jg.use_deterministic_algorithms(True)
+        >>> jg.are_deterministic_algorithms_enabled()
+        True
+        >>> jg.use_deterministic_algorithms(False)
+    """
     if not isinstance(mode, bool):
         raise TypeError(f"_set_deterministic_algorithms(): argument 'mode' (position 1) must be bool, not "
                         f"{type(mode).__name__}")
-    _DETERMINISTIC["mode"], _DETERMINISTIC["warn_only"] = mode, bool(warn_only)
+    settings.STATE.deterministic, settings.STATE.deterministic_warn_only = mode, bool(warn_only)
 
 
 @published("jitgrad")
 def are_deterministic_algorithms_enabled() -> bool:
     """The flag :func:`use_deterministic_algorithms` set (False by default)."""
-    return _DETERMINISTIC["mode"]
+    return settings.STATE.deterministic
 
 
 @published("jitgrad")
 def is_deterministic_algorithms_warn_only_enabled() -> bool:
     """The ``warn_only`` flag :func:`use_deterministic_algorithms` set."""
-    return _DETERMINISTIC["warn_only"]
+    return settings.STATE.deterministic_warn_only

@@ -15,7 +15,8 @@ from ..ir import dtypes as dt
 from ..ir.ops import OPS as _OPS, Aval, OpError
 from . import anomaly, forward_state, grad_mode, profiler_state
 from .bind_route import ROUTE as _ROUTE
-from .entry_source import make, record_label, record_source
+from .entry_source import record_label, record_source
+from .generated_code import make
 from .node import Node, _seq as _node_seq
 from .op_errors import forward_nan, op_error, with_user_line
 from .rule_entries import WEAK as _WEAK, avals_of as _avals, record_entry, rule_entry as _rule_entry, saved_inputs

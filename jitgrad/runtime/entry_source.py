@@ -1,6 +1,6 @@
 """The generated eager entries: one template for the straight-line code that binds an op and records its node.
 
-Two kinds of function are rendered from it and compiled (``compile``, once per distinct text):
+Two kinds of function are rendered from it (and compiled by ``generated_code.make``, once per distinct text):
 
 - ``flat_source(op, arity)``: primitive ``op``'s flat entry point over one or two arguments (``flat_bind.py``),
   rendered from the op's table row (which inputs it differentiates, whether it saves inputs or its output): the text
@@ -11,20 +11,13 @@ Two kinds of function are rendered from it and compiled (``compile``, once per d
 
 Both are built from the same fragments below (an input's edge, the node's slots, the inputs and output it saves, the
 walk to the user's line), so a node has one source whichever path made it; ``tests/test_flat_bind.py`` compares the
-two paths' nodes field by field.  A made function's text is kept in ``linecache`` under a file name inside the
-package, so tracebacks and ``inspect.getsource`` show it and the walk to the user's line skips it as jitgrad's own
-code.  ``python -m jitgrad entry add 2`` prints an op's entry; ``python -m jitgrad entry record`` prints ``_record``.
+two paths' nodes field by field.  ``python -m jitgrad entry add 2`` prints an op's entry; ``python -m jitgrad entry
+record`` prints ``_record``.
 
-This module renders and compiles text only: the names the text reads are the globals of the module that makes the
-function (``make``), so it imports nothing of jitgrad.
+This module renders text only: the names the text reads are the globals of the module that makes the function
+(``generated_code.make``), so it imports nothing of jitgrad.
 """
 from __future__ import annotations
-
-import linecache
-import os
-from types import CodeType, FunctionType
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 # ---- fragments (4-space indented at level 0; ``_at`` indents a filled one) -----------------------------------------
@@ -403,32 +396,4 @@ def record_source() -> str:
             traced=" and (not _DEPARTED or _TR.active is None)", depth=3, depth_1=2)))
 
 
-# ---- compiling ------------------------------------------------------------------------------------------------------
-
-_CODES: dict = {}       # text -> (its file name, its module's code): each distinct text is compiled once
-SOURCES: dict = {}      # file name -> text, of every text compiled here (the printer's)
-
-
-def make(text: str, name: str, namespace: dict, label: str):
-    """The function ``name`` that ``text`` defines, its globals ``namespace`` (the dict of the module it serves, so it
-    reads that module's names as the module's own functions do).  The text is kept in ``linecache`` under ``label``'s
-    file name, for tracebacks and ``inspect.getsource``."""
-    hit = _CODES.get(text)
-    if hit is None:
-        # (a name inside the package: the frame walks that look for the user's line skip it as jitgrad's own)
-        filename = os.path.join(_HERE, f"<generated {label}>")
-        hit = _CODES[text] = (filename, compile(text, filename, "exec", dont_inherit=True))
-        SOURCES[filename] = text
-    filename, module = hit
-    # (mtime None: linecache.checkcache keeps the entry)
-    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
-    code = next(c for c in module.co_consts if type(c) is CodeType and c.co_name == name)
-    return FunctionType(code, namespace, name)
-
-
-def source_of(fn) -> str | None:
-    """The generated text of a function made here (of the entry an op's factory made), else None."""
-    return SOURCES.get(fn.__code__.co_filename)
-
-
-__all__ = ["flat_source", "flat_label", "record_source", "record_label", "make", "source_of", "SOURCES"]
+__all__ = ["flat_source", "flat_label", "record_source", "record_label"]

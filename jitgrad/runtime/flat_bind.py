@@ -29,7 +29,8 @@ import numpy as np
 from ..ir.ops import OPS
 from . import anomaly, dispatch as _d, grad_mode
 from .dispatch import _NEEDS_ONE, _NO_EDGE, _NO_OUTPUT, _RULES, OpNode, refresh_view
-from .entry_source import flat_label, flat_source, make, source_of
+from .entry_source import flat_label, flat_source
+from .generated_code import make, source_of
 from .node import _seq as _node_seq
 from .op_errors import op_error
 from .rule_entries import saved_inputs

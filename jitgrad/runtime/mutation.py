@@ -7,19 +7,20 @@ import numpy as np
 
 from ..declarations import published
 from ..ir.dtypes import torch_scalar_name
-from ..ir.ops import OPS as O
+from ..ir.ops import OPS as O, Aval
+from ..ir.ops.index import IndexOpError, index_range_error, int_key_error
 from ..ir.symbolic import SymInt
 from ..tracer import STATE as _TR
 from ..tracer.trace import DEPARTED as _DEPARTED
 from . import forward_state, grad_mode, saved_mutation
 from .grad_names import getitem_name
-from .op_errors import with_user_line
+from .op_errors import op_error, with_user_line
 from .view_inplace import INFERENCE_VIEW, INFERENCE_VIEW_MSG, NO_GRAD_VIEW, NO_GRAD_VIEW_MSG, custom_fn_view_msg, \
     view_of_view_msg
 from .view_writes import inplace_on_view, traced_write
 from .traced import is_traced, traced_mask, traced_payload
 from .symbolic_values import bounded_nonzero_here, nonzero as symbolic_nonzero
-from .devices import backend_of_payload, copy_payload
+from .devices import backend_of_payload, copy_payload, to_host
 from . import dispatch as _dispatch
 from .dispatch import bind as _bind
 from .bind_route import ROUTE as _ROUTE
@@ -244,7 +245,11 @@ class InPlaceOps:
                 return r
         split = ints_before_tensors(key)
         if split is not None:
-            return self[split[0]][split[1]]
+            try:
+                head = self[split[0]]
+            except IndexError as e:
+                raise split_int_error(self, key, e) from None
+            return head[split[1]]
         spec, idx = parse_index(key, self)
         r = _dispatch._bind(_GETITEM, (self, *idx), {"spec": spec}) if _ROUTE.plain else \
             _bind(_GETITEM, self, *idx, spec=spec)
@@ -265,7 +270,13 @@ class InPlaceOps:
             return
         split = ints_before_tensors(key)
         if split is not None:
-            self[split[0]][split[1]] = value      # through the view, as torch writes it (select, then index_put_)
+            try:
+                head = self[split[0]]
+            except IndexError as e:
+                raise split_int_error(self, key, e) from None
+            head[split[1]] = value      # through the view, as torch writes it (select, then index_put_)
+            if any(isinstance(k, (Tensor, np.ndarray)) for k in split[0]):
+                self[split[0]] = head       # (selected by a 0-d index tensor, head is a copy: written back)
             return
         spec, idx = parse_index(key, self)
         if self._requires_grad and self.grad_fn is None and _GM.grad_enabled and not idx and any(
@@ -301,6 +312,8 @@ class InPlaceOps:
                 if region is not None:    # torch's words, not NumPy's "could not broadcast input array"
                     e = RuntimeError(f"shape mismatch: value tensor of shape {list(np.shape(v))} cannot be "
                                      f"broadcast to indexing result of shape {region}")
+            if isinstance(e, IndexError):     # torch's words and order, not NumPy's ("for axis 1")
+                e = int_key_error(self.shape, spec) or index_range_error(self.shape, spec, [i._data for i in idx]) or e
             raise type(e)(with_user_line(f"index_put: {e} (tensor {self.dtype.name}{list(self.shape)})")) from None
         self._vc[0] += 1
 
@@ -420,28 +433,70 @@ def _int_key(k) -> bool:
     return isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_))
 
 
+def _int_like(k) -> bool:
+    """An integer or a 0-d integer index tensor (or array): torch selects by both, in key order, before it indexes
+    by the key's other tensors and bools."""
+    if isinstance(k, (Tensor, np.ndarray)):
+        return k.ndim == 0 and not str(k.dtype).endswith("bool")
+    return _int_key(k)
+
+
 def ints_before_tensors(key):
-    """torch's order for an index mixing integers and index tensors (``x[1, :, idx]``): the integers select first
-    (a view), then the tensors index what is left.  NumPy counts an integer beside an index array as one more
-    advanced index, which moves the result's dims to the front when a slice separates them (shape (2, 3) where
-    torch gives (3, 2)).  Returns the two keys to apply in turn, or None when the key needs no split."""
+    """torch's order for an index mixing integers (or 0-d index tensors) with index tensors or bools (``x[1, :, idx]``,
+    ``x[1, :, True]``): the integers select first (a view), then the tensors and bools index what is left.  NumPy
+    counts an integer beside an index array (or a bool, an index over a new dim of size 1 or 0) as one more advanced
+    index, which moves the result's dims to the front when a slice separates them (shape (2, 3) where torch gives
+    (3, 2)).  Returns the two keys to apply in turn, or None when the key needs no split."""
     if type(key) is not tuple:
         return None
     for k in key:       # (_advanced inline: no frame per key element for a key of ints and slices)
-        if isinstance(k, _ADVANCED):
+        if isinstance(k, _ADVANCED) or type(k) is bool:
             break
     else:
         return None
-    if not any(_int_key(k) for k in key) or any(isinstance(k, (bool, np.bool_)) for k in key):
+    ints = [_int_like(k) for k in key]
+    if not any(ints) or all(i or not _advanced(k) and type(k) is not bool for k, i in zip(key, ints)):
         return None
     first = []
-    for k in key:       # a bool mask of n dims stands for n dims of x (x[mask2d, 1]: 1 selects along x's third)
-        if _advanced(k):
-            first += [slice(None)] * (_mask_ndim(k) or 1)
-        else:
+    for k, i in zip(key, ints):     # a bool mask of n dims stands for n dims of x (x[mask2d, 1]: 1 selects along x's third)
+        if i:
             first.append(k)
-    rest = tuple(k if _advanced(k) or k is Ellipsis else slice(None) for k in key if not _int_key(k))
+        elif _advanced(k):
+            first += [slice(None)] * (_mask_ndim(k) or 1)
+        elif type(k) is not bool:       # (a bool indexes no dim of x: it goes with the tensors)
+            first.append(k)
+    rest = tuple(k if _advanced(k) or k is Ellipsis or type(k) is bool else slice(None)
+                 for k, i in zip(key, ints) if not i)
     return tuple(first), rest
+
+
+def split_int_error(t, key, e: IndexError) -> IndexError:
+    """torch's error for a key that ``ints_before_tensors`` split, whose first part (the integers and 0-d index
+    tensors) raised ``e``: the first one out of range in key order, named by its position in ``key``, where a mask
+    of n dims is one position and so is a bool (``x[m2d, 7]``: dimension 1), not by its position in the first part
+    (a slice per dim of a mask, no bool).  ``e`` itself for any other error (too many indices)."""
+    shape = t.shape
+    widths = [0 if k is None or type(k) is bool else 1 if _int_like(k) else (_mask_ndim(k) or 1) if _advanced(k)
+              else 1 for k in key]
+    spread = len(shape) - sum(w for k, w in zip(key, widths) if k is not Ellipsis)      # the dims ... stands for
+    dim = 0
+    for pos, (k, w) in enumerate(zip(key, widths)):
+        if k is Ellipsis:
+            dim += spread
+            continue
+        v = _int_value(k) if dim < len(shape) and _int_like(k) else None
+        if v is not None and not -shape[dim] <= v < shape[dim]:
+            return op_error(_GETITEM, [Aval(tuple(shape), t.dtype)], IndexOpError(
+                f"index {v} is out of bounds for dimension {pos} with size {shape[dim]}"))
+        dim += w
+    return e
+
+
+def _int_value(k):
+    """The value of an integer-like key element, None for a traced tensor (no value until the step runs)."""
+    if isinstance(k, Tensor):
+        return None if is_traced(k) else int(to_host(k._data))
+    return int(k)
 
 
 def _mask_ndim(k) -> int:

@@ -1,15 +1,15 @@
-"""Finding the user's line: the first frame outside the jitgrad package."""
+"""Finding the user's line: the first frame outside jitgrad's own code (the package, and the generated texts' files:
+``ir/own_code.py``)."""
 from __future__ import annotations
 
-import os
 import sys
 import traceback
 
 from ..ir.graph import SourceLoc, cell_label
+from ..ir.own_code import PKG, own_file
 
-_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # modules of the package that are *user code* (they call jitgrad like a user would)
-_USER_MODULES = (_PKG + "demo.py", _PKG + "bench.py")
+_USER_MODULES = (PKG + "demo.py", PKG + "bench.py")
 
 
 # a code object's file name -> is it jitgrad's own code.  Keyed by the name (whose hash a str caches) because every
@@ -22,7 +22,7 @@ def _internal(code) -> bool:
     fn = code.co_filename
     r = _INTERNAL.get(fn)
     if r is None:
-        r = _INTERNAL[fn] = fn.startswith(_PKG) and not fn.startswith(_USER_MODULES)
+        r = _INTERNAL[fn] = own_file(fn) and not fn.startswith(_USER_MODULES)
     return r
 
 

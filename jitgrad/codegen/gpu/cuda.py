@@ -148,7 +148,14 @@ class CudaGraph:
                     else:
                         _dispatcher(st.kernel)[st.grid, st.block](*args)
                 elif st.kind == "host":
-                    self._run_host(st, env, cuda)
+                    try:
+                        self._run_host(st, env, cuda)
+                    except IndexError:      # an earlier step's bad index comes first (eager met it first)
+                        bad_index = ierr.copy_to_host() if ierr is not None else None
+                        if bad_index is None or not bad_index[0]:
+                            raise
+                        raise step_error(self.index_steps[int(bad_index[1])],
+                                         *(int(v) for v in bad_index[[0, 2, 3]])) from None
         if timed:
             cuda.synchronize()
             for cm, ev0, ev1, host_ns in timed:

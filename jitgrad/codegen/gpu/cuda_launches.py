@@ -47,7 +47,11 @@ class Launches:
         """Eqn ``e`` as the next step that records index errors (a gather or scatter over ``n`` flat positions, or
         a guarded eqn): its (step id, key base).  A record's key is the base plus its flat position, and each
         step's bases start past every earlier step's positions, so the least key is the first error in launch
-        order, then in position order, for positions of any size (``cuda_kernels.claim``)."""
+        order, then in position order, for positions of any size (``cuda_kernels.claim``).  CUDA programs are laid
+        out per concrete shape (their grids too): a symbolic ``n`` is refused, naming the op."""
+        if not isinstance(n, (int, np.integer)):
+            raise NotImplementedError(f"{e.op.name}: a CUDA program's index checks need each step's size when the "
+                                      f"program is laid out, got the symbolic size {n}")
         sid, kb = len(self.index_steps), self.key_next
         self.key_next += max(int(n), 1)
         if self.key_next >= NO_KEY:

@@ -87,3 +87,15 @@ def _vars_read_value(x) -> set:
 
 
 __all__ = ["stores", "assigned", "claims", "vars_read", "reduction_problem"]
+
+
+def round_share(body, n):
+    """How the launch of parallel loop ``body[n]`` may share a pool round pending from launches before it
+    (``pool_abi.joining``): "joins" when nothing of it runs on the calling thread after its chunks (what it stores
+    before them, a sum's output zeroed, the entry's grouping checks no earlier chunk of the round touches:
+    ``round_groups``); "closes" when statements after its chunks read what they wrote (a column sum's partial
+    rows added in chunk order, ``loops.chunked_rows``) and it has no partial sums of its own: it queues its chunks
+    as the round's last launch and runs the round (``pool_abi.flush``) before those statements; else None."""
+    if body[n].reductions:
+        return None
+    return "closes" if body[n + 1:] else "joins"

@@ -166,7 +166,9 @@ class _Renderer:
         chunk = self._chunk_function(body[:n], loop)
         stop = self.value(loop.stop, {})
         gate = None if loop.gate is None else (self.value(loop.gate[0], {}), float(loop.gate[1]))
-        self._dispatch(chunk, stop, loop.reductions, 2 + len(loop.reductions), gate, _joins(body, n))
+        share = chunk_checks.round_share(body, n)
+        self._dispatch(chunk, stop, loop.reductions, 2 + len(loop.reductions), gate, share is not None,
+                       share == "closes")
         self.block(body[n + 1:])
 
     def _chunk_function(self, prologue, loop):
@@ -196,7 +198,7 @@ class _Renderer:
             setattr(self, attr, v)
         return fn.ref
 
-    def _dispatch(self, chunk, n, reductions, width, gate=None, joinable=False):
+    def _dispatch(self, chunk, n, reductions, width, gate=None, joinable=False, closes=False):
         b, I64 = self.b, T.I64
         m = self.module
         add = pool_abi.declare(m)[0] if self.POOL else None
@@ -260,6 +262,8 @@ class _Renderer:
                     pool_abi.count_join(b, m)
                     each_task(lambda t, rec: pool_abi.join_chunk(
                         b, m, chunk, t, [b.load(I64, rec), b.load(I64, b.gep(I64, rec, "1"))], a))
+                    if closes:      # the statements after the chunks read what they wrote: the round runs now
+                        pool_abi.flush(b, m)
                 with other:
                     own_round()
 
@@ -552,18 +556,11 @@ _EMIT = {"ptr": _Renderer._ptr, "load": _Renderer._load, "bin": _Renderer._binop
          "libm": _Renderer._libm, "table": _Renderer._table_load}
 
 
-def _joins(body, n) -> bool:
-    # a parallel kernel may queue its chunks into a round started by the launch before (pool_abi.joining) when
-    # nothing of it runs on the calling thread after the chunks (no partial sums to add); what it stores before
-    # them (a sum's output zeroed) the entry's grouping checks no earlier chunk of the round touches (round_groups)
-    return not body[n].reductions and not body[n + 1:]
-
-
-def joins_rounds(kir: ki.KernelIR) -> bool:
-    """Whether a parallel kernel's launch may queue its chunks into a pool round pending from launches before
-    it (``pool_abi.joining``: nothing of it runs on the calling thread after its chunks)."""
+def round_share(kir: ki.KernelIR):
+    """How a parallel kernel's launch may share a pool round pending from launches before it
+    (``chunk_checks.round_share``): "joins", "closes" or None."""
     at = [n for n, s in enumerate(kir.body) if isinstance(s, ki.For) and s.parallel]
-    return bool(kir.parallel) and PARALLEL and len(at) == 1 and _joins(kir.body, at[0])
+    return chunk_checks.round_share(kir.body, at[0]) if kir.parallel and PARALLEL and len(at) == 1 else None
 
 
 # ---------------------------------------------------------------------------------------------------- the text
@@ -597,4 +594,4 @@ def render(kir: ki.KernelIR, key: str) -> str:
     return f"{HEADER}{key}\n{text}"
 
 
-__all__ = ["render", "Unsupported", "alias_md", "ALIAS_DOMAIN", "symbol", "HEADER", "INTERLEAVE", "lltype", "joins_rounds"]
+__all__ = ["render", "Unsupported", "alias_md", "ALIAS_DOMAIN", "symbol", "HEADER", "INTERLEAVE", "lltype", "round_share"]

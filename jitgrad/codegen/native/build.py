@@ -41,7 +41,8 @@ ENTRY_EXTRA = ("cpu-entry", 3)       # 3: steps that share a pool round (round_g
 IR_LOOPS = os.environ.get("JITGRAD_IR_LOOPS", "1") != "0"
 GRAPH_EXTRA = ("cpu-graph", 1)
 COUNTS = {"kernels_compiled": 0, "kernels_ir": 0, "kernels_quick": 0, "kernels_loaded": 0, "drivers_compiled": 0,
-          "drivers_loaded": 0, "build_processes": 0, "forked_compilers": 0, "graph_files_loaded": 0, "graph_files_assembled": 0}
+          "drivers_loaded": 0, "build_processes": 0, "forked_compilers": 0, "graph_files_loaded": 0, "graph_files_assembled": 0,
+          "forked_tiers": 0, "forked_first_tiers": 0}
 
 
 def kernel_key(kernel) -> str:
@@ -115,7 +116,16 @@ def compile_quick_all(jobs, go=None) -> dict:
     optimised code when this process has it, else its quick code); those Numba must compile are left out, and so
     is what was not built when ``go()`` turned False (asked after each rendering and before each module: a dropped
     build, an exiting process)."""
-    from . import llvm_build, objload
+    out, modules = quick_modules(jobs, go)
+    out.update(link_quick(modules))
+    return out
+
+
+def quick_modules(jobs, go=None):
+    """``compile_quick_all``'s rendering and LLVM, nothing linked (a forked child's share of a first tier,
+    ``graph_build.GraphCode._first_tier_forked``): (key -> address of the kernels this process has code for
+    already, [(keys, tiers, ``llvm_build.quick_objects``' answer)] for one module each of the rest)."""
+    from . import llvm_build
     out, groups = {}, {}
     for key, source, tier in jobs:
         addr = _ADDRESSES.get(key) or _QUICK.get(key)
@@ -130,18 +140,73 @@ def compile_quick_all(jobs, go=None) -> dict:
             pipe = llvm_build.pipeline(quick)
             groups.setdefault(key if pipe == "vector" else pipe, []).append((key, text, quick))
         if go is not None and not go():
-            return out
+            return out, []
+    modules = []
     for group in groups.values():
         if go is not None and not go():
             break
-        addrs = objload.load_module(*llvm_build.quick_objects(group))
+        modules.append(([k for k, _, _ in group], [q for _, _, q in group], llvm_build.quick_objects(group)))
+    return out, modules
+
+
+def link_quick(modules, elsewhere=False) -> dict:
+    """Link ``quick_modules``' modules: key -> address of each kernel's code (its optimised code when this process
+    has it, else the quick code just linked, ``_QUICK``); ``elsewhere``: built by a forked child (counted here
+    as ``llvm_build.quick_objects`` counts its own)."""
+    from . import llvm_build, objload
+    out = {}
+    for keys, tiers, built in modules:
+        addrs = objload.load_module(*built)
+        if elsewhere:
+            llvm_build.count_first_tier(tiers)
         with _lock:
-            for (key, _, _), addr in zip(group, addrs):
+            for key, addr in zip(keys, addrs):
                 if key not in _QUICK:
                     _QUICK[key] = addr
                     COUNTS["kernels_quick"] += 1
                 out[key] = _ADDRESSES.get(key) or _QUICK[key]
     return out
+
+
+def object_for(key: str, source: str, disk: bool = True):
+    """Kernel ``key``'s optimised object code (``objstore.Blob``, from LLVM IR ``source``) compiled under its build
+    lock and written to disk, or read from disk when another process wrote it first, and not linked: what a forked
+    child builds for its parent (``forked_llvm.ForkedTier``).  (blob, whether it was compiled here); (None, False)
+    when another process holds its lock or Numba must compile it (the parent's ``obtain`` takes over)."""
+    from . import llvm_build
+    use_disk = disk and cache.cache_dir() is not None
+    lock = objstore.BuildLock(key) if use_disk else None
+    if lock is not None and not lock.acquire(block=False):
+        return None, False
+    try:
+        if use_disk:
+            got = objstore.read(key)
+            if got and [b.name for b in got] == [key]:
+                return got[0], False
+        blob = llvm_build.compile_kernel(key, source)
+        if blob is not None and use_disk:
+            objstore.write(key, [blob])
+        return blob, blob is not None
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def link_forked(made) -> None:
+    """Link the object code a forked child built for this process (``made``: (blob, compiled) pairs, as
+    ``object_for`` returned them there), counted as this process's compiles or loads."""
+    from . import llvm_build
+    with _lock:
+        fresh = {b.name: (b, c) for b, c in made if b.name not in _ADDRESSES}
+        _load_blobs([b for b, _ in fresh.values()])
+        for key, (b, compiled) in fresh.items():
+            if compiled:
+                _BLOBS_MADE_HERE.add(key)
+                COUNTS["kernels_compiled"] += 1
+                COUNTS["kernels_ir"] += 1
+                llvm_build.STATS["kernels_ir"] += 1
+            else:
+                COUNTS["kernels_loaded"] += 1
 
 
 def compile_numba(key: str, source: str, kind: str) -> int:

@@ -92,6 +92,54 @@ def queue_call(fn, priority: int = FIRST) -> None:
     _put(_Call(fn), priority, False)
 
 
+CALLER_JOBS: list = []      # the build thread's request for a calling thread (``on_caller``): at most one
+
+
+def on_caller(fn, timeout: float):
+    """Run ``fn()`` on the next thread that calls a compiled function, at its call's start (``serve_caller``), and
+    return what it returned; None when no call took it within ``timeout`` seconds (nor a ``wait``).  For a fork
+    (``graph_build.GraphCode.optimise``): forked from the build thread, the fork runs every library's fork handlers
+    while the calling thread may be inside one of those libraries: OpenBLAS stops its threads for a fork, and a
+    threaded GEMM then waits forever for them.  At a call's start the calling thread is inside none."""
+    req = {"fn": fn, "done": threading.Event(), "out": None}
+    with _lock:
+        CALLER_JOBS[:] = [req]
+    if not req["done"].wait(timeout):
+        with _lock:
+            if CALLER_JOBS and CALLER_JOBS[0] is req:      # no call took it: withdrawn
+                CALLER_JOBS.clear()
+                return None
+        req["done"].wait()
+    return req["out"]
+
+
+def serve_caller() -> None:
+    """At a compiled function's call start, or in ``wait``: run the build thread's request (``on_caller``) if
+    there is one and the process runs no other Python thread than this one, the build thread and jitgrad's eager
+    helpers (idle between two calls: ``ir/eager_threads.py``); another thread could be inside a library's call
+    when ``fn`` forks."""
+    if not CALLER_JOBS or threading.current_thread().name == "jitgrad-compile" or not _others_idle():
+        return
+    with _lock:
+        if not CALLER_JOBS:
+            return
+        req = CALLER_JOBS.pop()
+    try:
+        req["out"] = req["fn"]()
+    except Exception:   # noqa: BLE001 - the build thread does the work itself
+        req["out"] = None
+    finally:
+        req["done"].set()
+
+
+def _others_idle() -> bool:
+    if threading.active_count() <= 2:
+        return True
+    me = threading.current_thread()
+    return all(t is me or t.name == "jitgrad-compile" or t.name.startswith("jitgrad-eager-")
+               for t in threading.enumerate())
+
+
 def _worker(q):
     while True:
         priority, _, job, root = q.get()
@@ -119,6 +167,7 @@ def wait_background(timeout: float | None = None) -> bool:
     while _QUEUED or _CALLS:
         if deadline is not None and time.monotonic() >= deadline:
             return False
+        serve_caller()      # (a tier's fork: ``on_caller``)
         time.sleep(0.005)
     return True
 
@@ -154,6 +203,7 @@ def _after_fork_in_child():
     _IN_KERNEL = threading.Lock()
     _QUEUE = None
     _CALLS.clear()
+    CALLER_JOBS.clear()
     for cg in _QUEUED:
         if cg.error is None and (cg.run is None or getattr(cg, "optimising", False)):
             cg.pending = True
@@ -164,5 +214,5 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-__all__ = ["FIRST", "OPTIMISE", "EAGER", "queue_background", "queue_call", "wait_background", "hold_builds", "hold_optimising",
+__all__ = ["FIRST", "OPTIMISE", "EAGER", "queue_background", "queue_call", "on_caller", "serve_caller", "wait_background", "hold_builds", "hold_optimising",
            "compiling", "stopping", "stop", "BuildStopped"]

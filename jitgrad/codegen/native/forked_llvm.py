@@ -33,11 +33,18 @@ FORK_KERNELS = 6
 FORKS = int(os.environ.get("JITGRAD_BUILD_FORKS", "3"))
 REPLY_TIMEOUT_S = 60.0       # one kernel takes well under a second: a child silent this long is stuck (killed, and
 #                              its job compiled here)
+POLL_S = 0.05                # a ForkedTier's parent asks whether to stop waiting this often
 
 
 def available() -> bool:
     """Whether this platform forks cheaply and safely enough (Linux)."""
     return hasattr(os, "fork") and sys.platform.startswith("linux")
+
+
+def tier_forks_ok() -> bool:
+    """Whether a background build's tiers may fork (``ForkedTier``): a cheap, safe fork here and no MPI in the
+    process (an MPI library may warn about, or break on, a fork of a rank)."""
+    return available() and "mpi4py.MPI" not in sys.modules
 
 
 def for_build(kernels: int, cores: int, entry_build=None):
@@ -189,6 +196,93 @@ class ForkedCompiler:
             pass
 
 
+class ForkedTier:
+    """A forked child that builds ``keys`` one after the other (``make(key)``, run in the child: e.g.
+    ``build.object_for``; what it returns is pickled) and sends each result back, in order, then exits.  A background build's optimised
+    tier (``graph_build.GraphCode.optimise``) goes this way: the child renders the kernels' LLVM IR from the state
+    the fork copied and runs LLVM, so the parent's build thread neither runs that Python nor gives up and takes
+    back the GIL around each of LLVM's calls (hundreds a graph) while the caller's calls run; it only waits on a
+    pipe and links what lands.  Made on a calling thread at a call's start (``build_thread.on_caller``: a fork runs
+    every library's fork handlers, OpenBLAS's stop its threads), never mid-call.  The child closes the descriptors
+    it inherited but its pipe (a build lock a thread here holds stays this process's alone) and stops once its
+    parent is gone."""
+
+    def __init__(self, keys, make):
+        from . import objload
+        objload._ll()                       # llvmlite initialised before the fork: the child inherits it
+        r, w = os.pipe()
+        parent = os.getpid()
+        try:
+            with warnings.catch_warnings():     # (3.12+ warns on any fork of a process with threads)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+        except OSError:
+            os.close(r)
+            os.close(w)
+            raise
+        if pid == 0:                        # the child
+            code = 0
+            try:
+                os.close(r)
+                os.closerange(3, w)
+                os.closerange(w + 1, 1 << 16)
+                for key in keys:
+                    if os.getppid() != parent:
+                        break
+                    try:
+                        reply = (key, make(key))
+                    except Exception:   # noqa: BLE001 - the parent builds it itself
+                        reply = (key, None)
+                    _write(w, pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+            except BaseException:   # noqa: BLE001 - the parent sees the pipe close and builds the rest
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(w)
+        self.pid, self._r = pid, r
+        self.left = list(keys)
+        STATS["forked"] += 1
+
+    def replies(self, stop=None):
+        """Lists of ``(key, what make(key) returned, or None: the parent builds that one)`` in the keys' order as
+        they land (what landed together in one list); ends early if the child dies or stays silent
+        ``REPLY_TIMEOUT_S``, or once ``stop()`` (asked every ``POLL_S`` while waiting) is true (the child killed)."""
+        while self.left and self._r is not None:
+            got, waited = [], 0.0
+            while self.left:
+                # (select and os.read release the GIL: the caller's calls go on meanwhile)
+                if not select.select([self._r], [], [], POLL_S if not got else 0)[0]:
+                    if got:
+                        break
+                    waited += POLL_S
+                    if waited >= REPLY_TIMEOUT_S or (stop is not None and stop()):
+                        self.close(kill=True)
+                        break
+                    continue
+                msg = _message(self._r)
+                if msg is None or msg[0] != self.left[0]:
+                    self.close(kill=True)
+                    break
+                self.left.pop(0)
+                got.append(msg)
+                STATS["kernels" if msg[1] is not None else "failed"] += 1
+            if got:
+                yield got
+
+    def close(self, kill=False) -> None:
+        """Stop reading (the child stops at its next result) and reap it (``kill``: at once)."""
+        if self._r is None:
+            return
+        os.close(self._r)
+        self._r = None
+        try:
+            if kill:
+                os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except (ChildProcessError, ProcessLookupError):
+            pass
+
+
 class ForkedCompilers:
     """A few forked compilers; ``object_code`` and ``entry_code`` hand a job to one that is idle, else return
     None."""
@@ -224,4 +318,4 @@ class ForkedCompilers:
             child.close()
 
 
-__all__ = ["ForkedCompiler", "ForkedCompilers", "for_build", "available", "FORK_KERNELS", "FORKS", "STATS"]
+__all__ = ["ForkedCompiler", "ForkedCompilers", "ForkedTier", "for_build", "available", "tier_forks_ok", "FORK_KERNELS", "FORKS", "STATS"]

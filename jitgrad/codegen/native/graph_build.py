@@ -13,7 +13,8 @@ who compiles which kernel (``build.py`` holds each kernel's code by key).
   (``build.compile_quick_all``: one LLVM module per pipeline; by kernel, ``first_tiers``: those doing a sliver of
   the work more cheaply still, those doing most of it with the loop vectoriser) and linked, so the caller's calls
   switch to compiled code that much sooner; the same kernels are then built at O3 (``optimise``, after every other
-  graph's quick build on the build thread), written to disk and swapped in kernel by kernel.  A run that exits
+  graph's quick build on the build thread; by a child forked at a call's start where the platform forks,
+  ``forked_llvm.ForkedTier``), written to disk and swapped in kernel by kernel.  A run that exits
   before the optimised build hands it to build processes, as any unfinished build.
 """
 from __future__ import annotations
@@ -37,6 +38,12 @@ QUICK = os.environ.get("JITGRAD_QUICK_BUILD", "1") != "0"
 MINOR_SHARE = float(os.environ.get("JITGRAD_QUICK_MINOR_SHARE", "0.01"))
 VECTOR_SHARE = float(os.environ.get("JITGRAD_QUICK_VECTOR_SHARE", "0.25"))
 VECTOR_WORK = float(os.environ.get("JITGRAD_QUICK_VECTOR_WORK", str(1 << 19)))
+# a background build's optimised tier is built by a forked child (``forked_llvm.ForkedTier``) where the platform
+# forks: the build thread then runs none of its Python (the LLVM IR's rendering) and makes a handful of LLVM calls
+# (linking) instead of hundreds, each a GIL hand-off against the calls running on the quick code meanwhile (the LM
+# step of ``variable_length.py``: ~48k Python calls and 768 LLVM calls on the build thread)
+FORKED_TIER = os.environ.get("JITGRAD_FORKED_TIER", "1") != "0"
+FORK_WAIT = 0.2     # seconds the build thread waits for a call to fork its child (``build_thread.on_caller``)
 
 
 def first_tiers(keys, work) -> dict:
@@ -243,6 +250,8 @@ class GraphCode:
                 self.disk and objstore.exists(k))), cores, self.entry_build)
             build.COUNTS["forked_compilers"] += len(forked.children) if forked is not None else 0
         procs = []
+        if background and self.dropped:     # (before its entry's LLVM: a retrace dropped it as it started)
+            raise build_thread.BuildStopped
         try:
             if forked is None:
                 self.ensure_entry()
@@ -293,7 +302,8 @@ class GraphCode:
         keys = [k for k in self._keys() if k in self.quick_keys]
         if work:        # (stable: equal work keeps the graph's order)
             keys.sort(key=lambda k: (self.first_tier.get(k) == "vector", -work.get(k, 0.0)))
-        for key in keys:
+        self._optimise_forked([k for k in keys if k != self.ekey], swap)
+        for key in [k for k in keys if k in self.quick_keys]:      # (what no forked child built)
             with build_thread.compiling() as go:
                 if not go:
                     raise build_thread.BuildStopped
@@ -302,6 +312,34 @@ class GraphCode:
             swap(key, build._ADDRESSES[key])
         with build._lock:
             self.assemble()
+
+    def _optimise_forked(self, keys, swap):
+        """``optimise``'s kernels ``keys`` (in that order) built by a forked child (``forked_llvm.ForkedTier``,
+        ``FORKED_TIER``): each linked and swapped in as it lands; what it did not build stays in ``quick_keys``."""
+        if not (FORKED_TIER and keys and forked_llvm.tier_forks_ok()) or build_thread.stopping():
+            return
+        root = cache._configured_dir()      # (the build's: the child forks from another thread)
+
+        def make(key):
+            with cache.pinned_dir(root):
+                return build.object_for(key, self._source(key), self.disk)
+        child = build_thread.on_caller(lambda: forked_llvm.ForkedTier(keys, make), FORK_WAIT)
+        if child is None:       # no call came (or no more processes, or memory): built here
+            return
+        build.COUNTS["forked_tiers"] += 1
+        try:
+            for got in child.replies():     # (at exit: the child finishes its kernel, for the next run)
+                build.link_forked([made for _, made in got if made is not None])
+                for key, made in got:
+                    if made is None or key not in build._ADDRESSES:
+                        continue
+                    (self.compiled_keys if made[1] else self.loaded_keys).add(key)
+                    self.quick_keys.discard(key)
+                    swap(key, build._ADDRESSES[key])
+                if build_thread.stopping():
+                    raise build_thread.BuildStopped
+        finally:
+            child.close()
 
     def _build_here(self, todo, cores, forked=None):
         """A synchronous build: kernels that translate to LLVM IR (``ir_loops``) compile here, each handed to a
@@ -378,11 +416,18 @@ class GraphCode:
         """A background build's share-out (see ``build``): Numba's jobs and, for a graph of more than
         ``THREAD_KERNELS`` IR kernels on a machine with cores to spare, a tail of its IR jobs go to build processes
         (each costs ~``IR_STARTUP`` kernels' time to start Python, so this thread keeps that many more); the
-        rest compile here, one at a time, each under its build lock.  Returns the build processes started."""
+        rest compile here, one at a time, each under its build lock (the first tier's rendering and LLVM in a
+        forked child, ``_first_tier_forked``, where the platform forks).  Returns the build processes started."""
         from . import llvm_build
+        forked = self._first_tier_forked(todo, work) if QUICK else None
         fast, slow = [], []
         for job in todo:
-            is_ir = job[0] == "kernel" and build.IR_LOOPS and llvm_build.is_llvm(self._source(job[1], QUICK))
+            if forked is not None:
+                is_ir = job[1] in forked[0]
+            elif self.dropped:      # (each test renders the kernel: a dropped build stops between two)
+                return []
+            else:
+                is_ir = job[0] == "kernel" and build.IR_LOOPS and llvm_build.is_llvm(self._source(job[1], QUICK))
             (fast if is_ir else slow).append(job)
         # (quick builds: every IR kernel here, ~5x cheaper than O3; a build process would make the switch wait for it)
         helpers = min(cores - 1, len(fast) // THREAD_KERNELS) if cores > 1 and not QUICK else 0
@@ -395,7 +440,7 @@ class GraphCode:
             shares += _split(slow, min(cores, len(slow)))
         if away:
             shares += _split(away, helpers)
-        tiers = first_tiers([j[1] for j in mine], work) if QUICK else {}
+        tiers = (forked[1] if forked is not None else first_tiers([j[1] for j in mine], work)) if QUICK else {}
         procs, sent = [], set()
         for share in shares:
             jobs = []
@@ -412,7 +457,9 @@ class GraphCode:
         self.elsewhere |= sent
         if QUICK and mine:
             with build_thread.compiling() as go:
-                if go and not self.dropped:
+                if go and not self.dropped and forked is not None:
+                    self._link_first_tier(forked[2], [j[1] for j in mine], tiers)
+                elif go and not self.dropped:
                     self._quick([j[1] for j in mine], tiers)
             mine = [j for j in mine if j[1] not in self.quick_keys]
         for job in mine:
@@ -421,6 +468,42 @@ class GraphCode:
                     break                       # or dropped (``CompiledGraph.drop``)
                 self._obtain(job[1])
         return procs
+
+    def _first_tier_forked(self, todo, work):
+        """The first tier's rendering and LLVM (``_build_in_background``: which of ``todo``'s kernels translate,
+        their tiers, ``build.quick_modules``) in a child forked at a call's start (``forked_llvm.ForkedTier``,
+        ``FORKED_TIER``), so that the calls served eagerly or interpreted meanwhile keep the GIL (the LM step of
+        ``variable_length.py``: ~55k Python calls and 234 LLVM calls on the build thread, nanoGPT's ~222k and
+        344): (the IR kernels' keys, their tiers, the modules built), or None (built here)."""
+        from . import llvm_build
+        if not (FORKED_TIER and todo and build.IR_LOOPS and forked_llvm.tier_forks_ok()) or self.dropped or \
+                build_thread.stopping():
+            return None
+
+        def make(_):
+            ir = [k for kind, k, _ in todo if kind == "kernel" and llvm_build.is_llvm(self._source(k, True))]
+            tiers = first_tiers(ir, work)
+            keys = [k for k in ir if k not in build._ADDRESSES]
+            return ir, tiers, build.quick_modules((k, self._source(k, True), tiers.get(k, "quick")) for k in keys)[1]
+        child = build_thread.on_caller(lambda: forked_llvm.ForkedTier(["first tier"], make), FORK_WAIT)
+        if child is None:       # no call came (or no more processes, or memory): built here
+            return None
+        build.COUNTS["forked_first_tiers"] += 1
+        try:
+            for got in child.replies(lambda: self.dropped or build_thread.stopping()):
+                return got[0][1]
+        finally:
+            child.close()
+        return None
+
+    def _link_first_tier(self, modules, keys, tiers):
+        """``_quick`` for the modules a forked child built (``_first_tier_forked``): linked, and those of ``keys``
+        this process has no optimised code for served by quick code."""
+        got = build.link_quick(modules, elsewhere=True)
+        for key in keys:
+            if (got.get(key) or build._QUICK.get(key)) is not None and key not in build._ADDRESSES:
+                self.quick_keys.add(key)
+                self.first_tier[key] = tiers.get(key, "quick")
 
     def _quick(self, keys, tiers):
         """The first tier: kernels ``keys`` served by quick code (``build.compile_quick_all``, the graph's kernels

@@ -274,13 +274,19 @@ def quick_objects(jobs):
     with _without_lsr(pipeline(jobs[0][2]) is True):
         obj = tm.emit_object(m)
     needs = sorted({s for t in texts for s in objload.declared_symbols(t)})
+    count_first_tier([tier for _, _, tier in jobs])
+    return obj, symbols, needs
+
+
+def count_first_tier(tiers) -> None:
+    """Count one first-tier module of kernels of ``tiers`` (``quick_objects``; ``build.link_quick`` for one a forked
+    child built)."""
     with _lock:
-        STATS["kernels_quick"] += len(jobs)
+        STATS["kernels_quick"] += len(tiers)
         STATS["modules_first_tier"] += 1
-        for _, _, tier in jobs:
+        for tier in tiers:
             if tier in ("minor", "vector"):
                 STATS["kernels_quick_" + tier] += 1
-    return obj, symbols, needs
 
 
 @contextlib.contextmanager
@@ -320,6 +326,6 @@ def assembly(kir: ki.KernelIR, key: str = "0" * 64) -> str:
 
 
 __all__ = ["register", "is_llvm", "compile_text", "quick_text", "translatable", "compile_kernel", "object_code",
-           "quick_objects", "quick_object", "pipeline", "first_tier_text",
+           "quick_objects", "quick_object", "pipeline", "count_first_tier", "first_tier_text",
            "assembly", "STATS",
            "QUICK_PASSES", "CODEGEN_LEVEL"]

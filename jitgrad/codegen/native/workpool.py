@@ -109,17 +109,21 @@ _QUEUES = 0                     # the pool's worker queues (threads() - caller)
 # them (``spin_pool``: a round handed to a spinning worker in ~1 us), so the threshold is the step's, measured
 # (``benchmarks/parallel_threshold.py --step b11|b9|b1``, alternating settings in one process, quiet, 2 cores,
 # 2026-11-30): B11 1.66x at 2^17 / 2^11 (0.199 against 0.329 ms serial; 0 rounds at 2^23 / 2^15, 1.0x), B9 and B1
-# faster at 2^16-2^21 than at 2^23 (B9 18.96-19.11 against 19.7-19.8 ms, B1 2.54 against 2.63 ms).  But in fresh
-# processes at default settings (quiet, 2026-12-01) 2^17 / 2^11 made B9 at 2 threads 17 -> 30-32 ms and B1's
-# 2-thread speedup 1.68x -> 1.27x, busy rule on or off: the run-queue busy sign (``busy_sign.py``) stands on this
-# quiet machine too (B1 held 4.9 of its ~5 gated launches a step, B11 all 28), so lower thresholds wait for a sign
-# that does not.  With a sleep's window unjudged (its wake-up's wait was most of that) and the rule on, 2^17 / 2^11
-# gave B11 1.49-1.64x and B1 1.82-1.92x, but B9 at 2 threads ran 29.5-67 ms in 4 of 12 fresh processes (16.3-17.4
-# otherwise): held by a sign that still stood, or a worker woken every round.  Counted at 2 threads, pooled launches a step (rounds + joined) at 2^23 / 2^15 -> 2^17 / 2^11:
-# B11 0 -> 7 + 21, B1 5 -> 12 + 1, B2 1 -> 1, B9 81 + 25 -> 98 + 26.  JITGRAD_PARALLEL_WORK /
+# faster at 2^16-2^21 than at 2^23 (B9 18.96-19.11 against 19.7-19.8 ms, B1 2.54 against 2.63 ms).  In fresh
+# processes that needed a busy sign that stays down on a quiet machine: neither "spins ran out" (a step's serial
+# stretches raised it) nor the run-queue sign as first built (a sleeping worker's own wake-ups, 0.2-0.5 ms on this
+# VM, raised it) did; with windows that held a sleep not judged (``busy_sign.py``), 2^17 / 2^11 and the busy rule
+# gave (quiet, fresh processes, warm cache, 2026-12-01) B11 1.49-1.64x, B1 1.82-1.92x, B9 at 2 threads 16.4-16.9 ms
+# (the old pair's 16.3-19.3), and one core busy B1 / B2 / B9 / B11 1.87 / 1.55 / 1.90 / 1.63x (without the rule B9
+# busy went 4.78x).  The 29.5 and 67 ms B9 runs once read as "bad modes" of these thresholds were the first process
+# after a change of the kernels' keys (the thresholds are in them): an empty cache for them, so ``b9_gpt.py``'s
+# five warm-up steps ran eagerly and on the first tier (which never uses the pool) while the build ran; the same
+# process on a fresh cache dir gives 44 ms, the next ones 16.5.  Counted at 2 threads, pooled launches a step
+# (rounds + joined) at 2^23 / 2^15 -> 2^17 / 2^11: B11 0 -> 7 + 21, B1 5 -> 12 + 1, B2 1 -> 1, B9 81 + 25 ->
+# 98 + 26.  JITGRAD_PARALLEL_WORK /
 # JITGRAD_PARALLEL_GRAIN set them for a process (``set_min_work`` at run time).
-PARALLEL_GRAIN = 1 << 15
-PARALLEL_WORK = 1 << 23
+PARALLEL_GRAIN = 1 << 11
+PARALLEL_WORK = 1 << 17
 _MIN_WORK = ctypes.c_int64(int(float(os.environ.get("JITGRAD_PARALLEL_WORK", PARALLEL_WORK))))
 _GRAIN = ctypes.c_int64(int(float(os.environ.get("JITGRAD_PARALLEL_GRAIN", PARALLEL_GRAIN))))
 # Eager kernels' launches (``jit/eager_kernels.py``) have a threshold of their own: an eager round wakes sleeping
@@ -157,12 +161,11 @@ _RANGES = (ctypes.c_int64 * RANGE_SLOTS)()
 # queue a quarter of a sample window, in a taken core's slices) in the last ``busy_sign.QUIET_NS``, gated launches
 # run their chunks on the calling thread (``pool_abi.paced``: one load a launch, a clock read only while the sign
 # stands): a chunk on the taken core would make every round wait for it.  Their global (``jitgrad_wq_busy_until``)
-# is the spin pool's own ``quiet_until`` (with ``workqueue``, a zero).  BUSY_HELD counts them.  Off by default
-# (JITGRAD_POOL_BUSY_HOLD=1 turns it on; off, the kernels test nothing: ``pool_abi.paced``).  Off while the sign
-# stands on a quiet machine: it was "spins that ran out" (a step's serial stretches raised it; holding made B9 at
-# 2 threads 17 -> 31 ms), and the run-queue sign that replaced it stands there too (above: B1 held 4.9 of ~5
-# launches a step, B9 13 of ~100, quiet, 2026-12-01).
-BUSY_HOLD = os.environ.get("JITGRAD_POOL_BUSY_HOLD", "0") == "1"
+# is the spin pool's own ``quiet_until`` (with ``workqueue``, a zero).  BUSY_HELD counts them.  On by default
+# (JITGRAD_POOL_BUSY_HOLD=0 turns it off; off, the kernels test nothing: ``pool_abi.paced``).  Without it, at the
+# thresholds above, B9 with one core taken went 4.78x its quiet step; with it 1.90x.  It was off while its sign stood
+# on a quiet machine ("spins that ran out", then the run-queue sign before it left sleeps' windows unjudged).
+BUSY_HOLD = os.environ.get("JITGRAD_POOL_BUSY_HOLD", "1") == "1"
 _NOT_BUSY = ctypes.c_int64(0)
 _BUSY_HELD = ctypes.c_int64(0)
 # the pacer's state and counters (see the module docstring): gated launches read PACE at every call

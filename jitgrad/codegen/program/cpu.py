@@ -152,6 +152,8 @@ class CompiledGraph:
                                          self._entry_build)
         if background is None:
             background = os.environ.get("JITGRAD_BACKGROUND_COMPILE", "1") != "0"
+        if settings.STATE.deterministic:
+            background = False      # no switch whose timing reaches the bits (``use_deterministic_algorithms``)
         t0 = time.perf_counter()
         if self.code.try_load():
             # every kernel and the entry are compiled (on disk or in this process): linking them takes
@@ -334,6 +336,7 @@ class CompiledGraph:
                 break
             if (self.run is not None and build_thread.stopping()) or (self.run is None and self.code.dropped):
                 break
+            build_thread.serve_caller()     # (the optimised tier's fork: graph_build.GraphCode.optimise)
             time.sleep(0.005)
         return self.run is not None
 
@@ -459,6 +462,8 @@ class CompiledGraph:
                         with np.errstate(all="ignore"):
                             res = run_eqn(e, vals) if e.op.nout == 1 else e.op.impl(*vals, **e.params)
                     except IndexError as err:      # raised before any state write-back ran
+                        if self._ierr[0]:       # an earlier step's bad index comes first (eager met it first)
+                            raise self.step_error() from None
                         where = f"\n  at {e.loc.where()} in {e.loc.function}: {e.loc.text}" if e.loc else ""
                         raise IndexError(f"{e.op.name}: {err} (shapes {[list(v.shape) for v in vals]}; compiled "
                                          f"code, no state was updated){where}") from None

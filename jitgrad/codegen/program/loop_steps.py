@@ -12,7 +12,7 @@ from ...ir.plan import Group, RowGroup
 from ...ir.symbolic import hint_of, known_equal, size_arg
 from .gemm_steps import fold_into_gemm
 from .layout import Program, Step, alias_classes, stride_class
-from .round_groups import access_rows
+from .round_groups import access_rows, column_rows
 from ..kernels.index_loops import gen_gather, gen_scatter
 from ..kernels.index_checks import adds_into_zeros
 from ..kernels.loops import COLUMN_CHUNKS, gen_group
@@ -60,7 +60,9 @@ def emit_group(prog: Program, g, op):
     st.block = len(prog.table)
     if k.parallel:
         st.rows = access_rows(g, op, own_rows)
-    group_block(prog, g, op, k, scattered)
+    partials = group_block(prog, g, op, k, scattered)
+    if k.parallel and partials:         # column sums over fixed chunks of rows (``loops.chunked_rows``)
+        st.rows = column_rows(g, op, partials, COLUMN_CHUNKS)
     st.state_write = op.in_place
     prog.add(st)
 
@@ -151,12 +153,15 @@ def group_block(prog: Program, g, op, k, scattered=()):
     if g.reduce is not None:
         prog.table.append(size_arg(math.prod(g.reduce.outs[0].aval.shape)))
     # each fixed chunk of rows sums its columns into a partial row of its own (``loops.chunked_rows``)
+    partials = []
     if isinstance(g, RowGroup) and k.parallel and g.columns:
         for e in g.columns:
-            prog.slot_addr(prog.places.scratch((COLUMN_CHUNKS * size_arg(shape[-1]),), e.outs[0].aval.dtype))
+            partials.append(prog.places.scratch((COLUMN_CHUNKS * size_arg(shape[-1]),), e.outs[0].aval.dtype))
+            prog.slot_addr(partials[-1])
     elif not isinstance(g, RowGroup) and k.parallel and g.reduce is not None and len(shape) == 2 \
             and tuple(op.red_axes) == (0,):
-        prog.slot_addr(prog.places.scratch((COLUMN_CHUNKS * size_arg(shape[-1]),), g.reduce.outs[0].aval.dtype))
+        partials.append(prog.places.scratch((COLUMN_CHUNKS * size_arg(shape[-1]),), g.reduce.outs[0].aval.dtype))
+        prog.slot_addr(partials[-1])
     if k.checks:
         prog.err_slots.append(len(prog.table))
         prog.table.append(0)
@@ -167,6 +172,7 @@ def group_block(prog: Program, g, op, k, scattered=()):
         for e in k.guards:
             prog.table.append(len(prog.index_steps))
             prog.index_steps.append(e)
+    return partials
 
 
 @emits("view", target="cpu")

@@ -46,13 +46,14 @@ class Access(NamedTuple):
     cleared: bool = False       # zeroed whole before the loop (a sum's or a scatter's output: ``loops.gen_group``)
 
 
-def access_rows(g, op, own_rows: bool):
+def access_rows(g, op, own_rows: bool, columns: bool = False):
     """``(n, accesses)`` of group ``g``'s loop over its placed operands ``op`` (``places.Places.group``): the
-    length of the axis the pool splits and each operand's ``Access``; None when the step can share no round."""
+    length of the axis the pool splits and each operand's ``Access``; None when the step can share no round.
+    ``columns``: sums over the split axis are allowed (``column_rows`` regroups its rows)."""
     shape = op.shape
-    if not shape or type(shape[0]) is not int or shape[0] < 2 or 0 in tuple(op.red_axes or ()):
+    if not shape or type(shape[0]) is not int or shape[0] < 2 or (0 in tuple(op.red_axes or ()) and not columns):
         return None
-    if isinstance(g, RowGroup) and g.columns:
+    if isinstance(g, RowGroup) and g.columns and not columns:
         return None         # column sums: fixed chunks of rows, partial rows added after the loop
     n_in = len(op.in_places)
     scattered = len(op.out_places) - len(g.scatters)
@@ -76,6 +77,26 @@ def access_rows(g, op, own_rows: bool):
         out.append(Access(p.root, start, strides[0] * size if local else 0, reach * size if local else 0,
                           written, local, cleared))
     return shape[0], out
+
+
+def column_rows(g, op, partials, chunks: int):
+    """``(chunks, accesses)`` of loop ``g`` with column sums (a row kernel's, or a sum over the rows) split into ``chunks`` fixed chunks of rows
+    (``loops.chunked_rows``): position ``c`` of its parallel loop runs rows ``[c q, (c + 1) q)`` (``q``: the rows
+    over ``chunks``; None unless that divides) and writes row ``c`` of each partial buffer (``partials``: places
+    of ``chunks`` x row length).  Its column sums are written after its chunks, once the kernel ran the round
+    (``chunk_checks.round_share``: it closes the round it joins); they count as written anywhere in their buffers."""
+    got = access_rows(g, op, False, columns=True)
+    if got is None or got[0] % chunks:
+        return None
+    q = got[0] // chunks
+    acc = [a._replace(row=a.row * q, reach=a.reach + a.row * (q - 1)) if a.local else a for a in got[1]]
+    for p in partials:
+        if not all(type(x) is int for x in (p.offset, *p.shape)):
+            return None
+        size = p.dtype.np.itemsize
+        row = p.shape[0] // chunks * size
+        acc.append(Access(p.root, p.offset * size, row, row - 1, True, True))
+    return chunks, acc
 
 
 def gemm_rows(pa, flag_a, pb, pc, blocks: int, h: int, n: int, k: int):
@@ -129,7 +150,7 @@ def conflict(first, n_first, second, n_second) -> bool:
     return False
 
 
-def joins(steps, ir_built, claims_of=lambda kernel: False) -> dict:
+def joins(steps, ir_built, claims_of=lambda kernel: False, closes_of=lambda kernel: False) -> dict:
     """``{index: (head, divisor)}`` of the ``steps`` (``layout.Step``) that share a pool round: ``head``, the first
     of its group (it runs the round pending from earlier steps first), else it joins the round of the steps before
     it; ``divisor``, the gcd of the group's split lengths: they share the round only when the thread count divides
@@ -137,7 +158,9 @@ def joins(steps, ir_built, claims_of=lambda kernel: False) -> dict:
     rows a chunk of one step touches are the rows its namesake of another touches).  ``ir_built(kernel)``: whether
     a kernel is built from IR (it honours a pending round); ``claims_of(kernel)``: whether its chunks claim
     index-error records (``kernel_ir.Claim``): one such loop a group at most, since it opens its claims before its
-    chunks, on the calling thread, where an earlier member's chunks could still be recording into the same slots."""
+    chunks, on the calling thread, where an earlier member's chunks could still be recording into the same slots.
+    ``closes_of(kernel)``: whether it runs the round it joins before statements after its chunks
+    (``chunk_checks.round_share``): such a step joins a group as its last member and heads none."""
     groups, group, group_claims = [], [], False
     for k, st in enumerate(steps):
         rows = getattr(st, "rows", None)
@@ -150,10 +173,15 @@ def joins(steps, ir_built, claims_of=lambda kernel: False) -> dict:
             continue
         m, acc = rows
         claims = st.kind == "kernel" and claims_of(st.kernel)
+        closes = st.kind == "kernel" and closes_of(st.kernel)
         if group and not (claims and group_claims) and len(group) < JOIN_MAX \
                 and not any(conflict(a, n, acc, m) for _, n, a in group):
             group.append((k, m, acc))
             group_claims = group_claims or claims
+            if closes:
+                group = []
+        elif closes:
+            group = []
         else:
             group, group_claims = [(k, m, acc)], claims
             groups.append(group)
@@ -214,8 +242,9 @@ def entry_joins(program) -> dict:
     if not JOIN_ROUNDS:
         return {}
     from ..native import llvm_build
-    return joins(program.steps, lambda k: ir_loops.joins_rounds(k.ir) and llvm_build.translatable(k.key, k.source),
-                 lambda k: chunk_checks.claims(k.ir.body))
+    return joins(program.steps,
+                 lambda k: ir_loops.round_share(k.ir) is not None and llvm_build.translatable(k.key, k.source),
+                 lambda k: chunk_checks.claims(k.ir.body), lambda k: ir_loops.round_share(k.ir) == "closes")
 
 
 def launch_joins(joined, pooled, threads: int, pool_joins: bool) -> list:
@@ -236,5 +265,5 @@ def launch_joins(joined, pooled, threads: int, pool_joins: bool) -> list:
     return out
 
 
-__all__ = ["Access", "access_rows", "conflict", "joins", "entry_joins", "launch_joins", "gemm_rows", "guard_bits", "label", "listing", "emit_join",
+__all__ = ["Access", "access_rows", "column_rows", "conflict", "joins", "entry_joins", "launch_joins", "gemm_rows", "guard_bits", "label", "listing", "emit_join",
            "JOIN_ROUNDS", "JOIN", "HEAD", "DIVISOR_SHIFT"]

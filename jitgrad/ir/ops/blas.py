@@ -242,6 +242,8 @@ def small_gemm_is_dot(a_ndim, b_ndim, a_dtype, b_dtype) -> bool:
 # another process took a core, and the next calls run on one thread for a while (``BlasPacer``; eager GEMMs paced
 # per size class).  Idle workers sleep after ~0.4 ms (``OPENBLAS_THREAD_TIMEOUT``, set by ``import jitgrad``).
 BLAS_THREADED_MACS = 65536 * 4
+# multiply-adds an eager GEMM's row block does at least: each wakes a sleeping thread, 0.2-0.5 ms on a VM's idle vCPU
+EAGER_SPLIT_MACS = int(float(os.environ.get("JITGRAD_EAGER_SPLIT_MACS", 1 << 22)))
 BLAS_PACER = os.environ.get("JITGRAD_BLAS_PACER", "0") == "1"
 STATS = {"blas_backoffs": 0}    # drops to one thread (counted, for tests)
 
@@ -573,9 +575,8 @@ def _rows_on_threads(a, ta, lda, b, tb, ldb, c, add=False) -> bool:
         if row_blocks(m, c.dtype, 1) is None:
             parts = 0
         else:
-            # each block at least the work OpenBLAS itself would give a thread (a hand-off to a thread costs
-            # ~10 us), and over OpenBLAS's small-matrix path (else the whole product on one thread)
-            parts = min(m // MIN_BLOCK_ROWS, m * c.shape[1] * a.shape[1] // BLAS_THREADED_MACS)
+            # each block at least EAGER_SPLIT_MACS and over OpenBLAS's small-matrix path (else one call)
+            parts = min(m // MIN_BLOCK_ROWS, max(1, m * c.shape[1] * a.shape[1] // EAGER_SPLIT_MACS))
         _CUTS[key] = parts
     if not parts:
         return False

@@ -82,11 +82,17 @@ def _consumed(spec) -> int:
 
 
 def _check_ints(name, shape, spec):
-    """torch's errors for a key's integers, which it applies left to right before any index tensor: too many
+    e = int_key_error(shape, spec)
+    if e is not None:
+        raise IndexOpError(f"{name}: {e}")
+
+
+def int_key_error(shape, spec) -> IndexError | None:
+    """torch's error for a key's integers, which it applies left to right before any index tensor: too many
     indices, or an integer out of range, whose "dimension" is its position in the key (``x[..., 7]``: 1)."""
     consumed = _consumed(spec)
     if consumed > len(shape):
-        raise IndexOpError(f"{name}: too many indices for tensor of dimension {len(shape)}")
+        return IndexError(f"too many indices for tensor of dimension {len(shape)}")
     dim = 0
     for pos, s in enumerate(spec):
         if s is None or type(s) is bool:
@@ -95,14 +101,16 @@ def _check_ints(name, shape, spec):
             dim += len(shape) - consumed
             continue
         if type(s) is not tuple and not -shape[dim] <= s < shape[dim]:
-            raise IndexOpError(f"{name}: index {s} is out of bounds for dimension {pos} with size {shape[dim]}")
+            return IndexError(f"index {s} is out of bounds for dimension {pos} with size {shape[dim]}")
         dim += 1
+    return None
 
 
 def _symbolic_index_shape(name, x: Aval, idx_avals, spec):
     """NumPy's result shape of ``x[spec]`` with symbolic sizes: decisions on sizes (bounds, slice clamps) are
-    comparisons, guarded by the trace (ir/symbolic.py)."""
-    consumed = sum(1 for s in spec if s is not None and s is not Ellipsis)
+    comparisons, guarded by the trace (ir/symbolic.py).  A Python bool indexes no dim of x: it is an advanced index
+    of shape (1,) (True) or (0,) (False) over a new dim, as NumPy treats it."""
+    consumed = _consumed(spec)
     if consumed > x.ndim:
         raise IndexOpError(f"{name}: too many indices for tensor of dimension {x.ndim}")
     full, at_pos = [], []       # (at_pos: each entry's position in the key, torch's "dimension" of an integer)
@@ -113,29 +121,30 @@ def _symbolic_index_shape(name, x: Aval, idx_avals, spec):
     if Ellipsis not in spec:
         full.extend([("slice", None, None, None)] * (x.ndim - consumed))
         at_pos.extend([len(spec)] * (x.ndim - consumed))
-    adv = any(type(s) is tuple and s[0] == "tensor" for s in full)
+    adv = any(type(s) is bool or type(s) is tuple and s[0] == "tensor" for s in full)
     out, adv_at, dim, groups, prev = [], None, 0, 0, False
     for s, pos in zip(full, at_pos):
         if s is None:
             out.append(1)
             prev = False
             continue
-        size = x.shape[dim]
-        dim += 1
-        if type(s) is tuple and s[0] == "slice":
-            out.append(_slice_len(size, s[1], s[2], s[3]))
-            prev = False
-            continue
-        if type(s) is not tuple and not (-size <= s < size):
-            raise IndexOpError(f"{name}: index {s} is out of bounds for dimension {pos} with size {size}")
-        if type(s) is tuple or adv:         # with index tensors, an int index is one too (NumPy's rule)
+        if type(s) is not bool:
+            size = x.shape[dim]
+            dim += 1
+            if type(s) is tuple and s[0] == "slice":
+                out.append(_slice_len(size, s[1], s[2], s[3]))
+                prev = False
+                continue
+            if type(s) is not tuple and not (-size <= s < size):
+                raise IndexOpError(f"{name}: index {s} is out of bounds for dimension {pos} with size {size}")
+        if type(s) is tuple or adv:         # with index tensors or bools, an int index is one too (NumPy's rule)
             if not prev:
                 groups += 1
                 if adv_at is None:
                     adv_at = len(out)
             prev = True
     if adv:
-        bshape = broadcast_shapes(name, [a.shape for a in idx_avals])
+        bshape = broadcast_shapes(name, [a.shape for a in idx_avals] + [(int(s),) for s in spec if type(s) is bool])
         at = adv_at if groups == 1 else 0
         out[at:at] = list(bshape)
     return tuple(out)
@@ -169,37 +178,31 @@ def tensor_axis(spec, k: int, ndim: int = 0) -> int:
 
 def index_dim(spec, shapes, k: int) -> int:
     """torch's "dimension" in the error for index tensor ``k`` of ``spec`` (``shapes``: the index tensors' shapes):
-    a 0-d one is an integer, applied first, named by its position in the key; the others are named by their number
-    among the rest (``x[:, idx]``: 0), not by the dimension of x they index."""
+    its number among the key's tensors (``x[:, idx]``: 0), not the dimension of x it indexes; a key of 0-d ones only
+    (integers, which torch selects by) names them by their position in the key (``x[i, None, j]``: j is 2).  A key
+    mixing 0-d and other index tensors reaches an op only from ``index_put_``, whose indices are all tensors (a key
+    selects by its 0-d tensors first: ``mutation.ints_before_tensors``), so both rules agree there."""
     if len(shapes[k]) == 0:
         return next(p for p, s in enumerate(spec) if type(s) is tuple and s[0] == "tensor" and s[1] == k)
-    return sum(1 for j in range(k) if len(shapes[j]))
+    return k
 
 
 def index_range_error(shape, spec, idx) -> IndexError | None:
     """torch's error for the first index out of range of a key's index tensors ``idx`` (arrays), None when all are
-    in range: the 0-d ones first (integers, in key order), then element by element of the broadcast index, each
-    element's tensors in order (torch's order, which a compiled loop over the result follows too)."""
+    in range: element by element of the broadcast index, each element's tensors in order (torch's order, which a
+    compiled loop over the result follows too)."""
     sizes = [shape[tensor_axis(spec, k, len(shape))] for k in range(len(idx))]
     shapes = [np.shape(a) for a in idx]
-    order = [k for k in range(len(idx)) if not shapes[k]] + [k for k in range(len(idx)) if shapes[k]]
-    for k in order:
-        a = np.asarray(idx[k])
-        if not shapes[k] and not -sizes[k] <= int(a) < sizes[k]:
-            return IndexError(f"index {int(a)} is out of bounds for dimension "
-                              f"{index_dim(spec, shapes, k)} with size {sizes[k]}")
-    ks = [k for k in order if shapes[k]]
-    if not ks:
+    if not idx:
         return None
-    arrays = np.broadcast_arrays(*[np.asarray(idx[k]) for k in ks])
-    bad = np.stack([((a < -sizes[k]) | (a >= sizes[k])).reshape(-1) for k, a in zip(ks, arrays)])
+    arrays = np.broadcast_arrays(*[np.asarray(a) for a in idx])
+    bad = np.stack([((a < -sizes[k]) | (a >= sizes[k])).reshape(-1) for k, a in enumerate(arrays)])
     hit = bad.any(axis=0)
     if not hit.any():
         return None
     at = int(np.argmax(hit))
-    j = int(np.argmax(bad[:, at]))
-    k = ks[j]
-    return IndexError(f"index {int(arrays[j].reshape(-1)[at])} is out of bounds for dimension "
+    k = int(np.argmax(bad[:, at]))
+    return IndexError(f"index {int(arrays[k].reshape(-1)[at])} is out of bounds for dimension "
                       f"{index_dim(spec, shapes, k)} with size {sizes[k]}")
 
 

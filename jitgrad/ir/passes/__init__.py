@@ -16,6 +16,7 @@ from . import loop_batches
 from .row_chains import merge_row_chains
 from .simplify import simplify
 from .split_axes import lift_split_reshapes
+from .unit_products import unit_products
 from .transpose import transpose, active_vars, Transposed  # noqa: F401
 from .jvp import jvp, split_linear, Linear  # noqa: F401
 
@@ -54,7 +55,11 @@ def fusion_plan(g: Graph, rowwise: bool | None = None, indexed: bool = True, bat
     ``JITGRAD_GROUP_LOOPS=0``; a target that cannot emit batches, CUDA, plans without).  ``rowwise``: whether to merge (a target
     that cannot emit row kernels, CUDA, plans without); None: yes, unless ``JITGRAD_ROWWISE=0`` (to compare the
     plain loops).  ``indexed``: gathers and scatter-adds by an index join the loops around them (CUDA plans
-    without).  The plan carries which products a causal mask halves (``causal.py``: ``Plan.triangles``)."""
+    without).  Matrix products with a unit dimension become multiplies and sums first (``unit_products.py``),
+    unless ``JITGRAD_UNIT_PRODUCTS=0``.  The plan carries which products a causal mask halves (``causal.py``:
+    ``Plan.triangles``)."""
+    if os.environ.get("JITGRAD_UNIT_PRODUCTS", "1") != "0":
+        g = unit_products(g)
     p = _fuse(lift_split_reshapes(g), indexed)
     if rowwise is None:
         rowwise = os.environ.get("JITGRAD_ROWWISE", "1") != "0"

@@ -12,18 +12,31 @@ import numpy as np
 from ..graph import Graph, Lit
 
 
+def _exact(v):
+    """``v`` as a key that equals another only for the same value of the same kind: Python's ``True == 1`` and
+    ``0.0 == -0.0`` would merge ``x[True]`` with ``x[1]`` (an index spec) or ``x * -0.0`` with ``x * 0.0``."""
+    t = type(v)
+    if t is bool:
+        return ("bool", v)
+    if t is float:
+        return ("float", v.hex())
+    if t is tuple:
+        return tuple(_exact(a) for a in v)
+    return v
+
+
 def _key_of(v):
     if isinstance(v, Lit):
         val = v.value
         if isinstance(val, np.ndarray):
             return ("arr", id(val))
-        return ("lit", type(val).__name__, val, v.aval.dtype.name, v.aval.weak)
+        return ("lit", type(val).__name__, _exact(val), v.aval.dtype.name, v.aval.weak)
     return ("var", id(v))
 
 
 def _params_key(p):
     try:
-        k = tuple(sorted(p.items()))
+        k = tuple(sorted((n, _exact(v)) for n, v in p.items()))
         hash(k)
         return k
     except TypeError:

@@ -10,7 +10,7 @@ maybe on another thread, may need more)."""
 from __future__ import annotations
 
 from ...ir.ops.opdef import OpDef
-from ..entry_source import make
+from ..generated_code import make
 from ..rule_entries import saved_inputs
 
 _COPIERS: dict = {}     # node class -> (its slots but __weakref__ and needs_grad, the function copying them)
