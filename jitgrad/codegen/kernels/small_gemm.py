@@ -260,11 +260,23 @@ def _emit(mod, name, fma, tile_rows, tile_columns, tri=None):
         """C's rows ``[lo, hi)`` of columns ``[j, j + ncols)``, which a ``rows_*`` variant does not compute: 0, or
         ``beta C`` (C is read only where ``beta != 0``, as BLAS reads it)."""
         def fill(scaled):
+            cols = [b.gep(t, C, mul(add(j, str(q)), ldc)) for q in range(ncols)]
+            n_vec = b.op("sdiv", I64, b.op("sub", I64, hi, lo), str(vec))
+            vty, vzero = f"<{vec} x {t}>", "zeroinitializer"
+
+            def vrow(v):        # a vector of rows of each column at a time, then the rows left one by one
+                r = add(lo, mul(v, str(vec)))
+                for col in cols:
+                    ptr = b.gep(t, col, r)
+                    _store(b, t, b.op("fmul", vty, _load(b, t, ptr, vec), splat(beta, vec)) if scaled else vzero,
+                           ptr, vec)
+            loop(f"unreadv{ncols}{'b' if scaled else ''}", "0", n_vec, vrow)
+
             def row(r):
-                for q in range(ncols):
-                    ptr = b.gep(t, C, add(r, mul(add(j, str(q)), ldc)))
+                for col in cols:
+                    ptr = b.gep(t, col, r)
                     b.store(t, b.op("fmul", t, b.load(t, ptr), beta) if scaled else zero_t, ptr)
-            loop(f"unread{ncols}{'b' if scaled else ''}", lo, hi, row)
+            loop(f"unread{ncols}{'b' if scaled else ''}", add(lo, mul(n_vec, str(vec))), hi, row)
         with b.if_else(beta_zero) as (then, other):
             with then:
                 fill(False)
