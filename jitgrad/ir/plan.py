@@ -192,6 +192,7 @@ class Plan:
     def __init__(self, graph: Graph, steps):
         self.graph = graph
         self.steps = steps
+        self.triangles = {}     # a matmul's result -> the half of it needed (passes/causal.py)
 
     @property
     def groups(self):

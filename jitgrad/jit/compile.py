@@ -32,6 +32,7 @@ from ..runtime.traced import layout_key
 from . import build_policy
 from ..codegen.native import build_thread as _build_thread
 from ..codegen.native.build_thread import CALLER_JOBS as _BUILD_REQUESTS
+from .constant_masks import fold_masks
 from .graph_function import GraphFunction
 from .introspection import Introspection
 from .lazy_functions import refuse_lazy, refuse_lazy_result
@@ -367,6 +368,7 @@ class CompiledFunction(Introspection, Signatures):
 
     def _build(self, e: _Entry, raw: Graph, out_diff):
         e.raw_graph = raw
+        raw = fold_masks(raw, e)        # causal masks as literals: the products they halve (ir/passes/causal.py)
         with _phase("compile/passes"):
             e.graph = run_pipeline(raw, getattr(self.fn, "__name__", "compiled"), transposable=any(out_diff))
         # payload write-backs happen inside the call (into the inputs' buffers); those outputs stay arrays

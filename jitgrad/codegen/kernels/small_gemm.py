@@ -24,6 +24,15 @@ kernel table holds).  How it computes:
 - what it does not take goes to the BLAS routine itself (``fallback``: products of more than ``MAX_MACS``
   multiply-adds, a transposed ``A`` too big to pack, ``alpha == 0``).
 
+Triangular variants (``TRIANGLES``, a second module linked on first use): the same signature and tiles, for a
+product the graph proved half-needed (``ir/passes/causal.py``: attention under a causal mask).  ``p_le_col``
+(``p_ge_col``, ``p_le_row``, ``p_ge_row``): op(B)'s (op(A)'s) other side of the diagonal is zero, so each tile
+sums ``p`` only up to (from) its last (first) column (row); ``rows_le_col`` (``rows_ge_col``): C's elements below
+(above) the diagonal are never read, so each tile of columns computes only the rows up to (from) its last (first)
+column and stores 0 (``beta C`` where ``beta != 0``) in the others.  A tile's sum still runs ``p`` ascending and
+leaves out only terms that are exact zeros, so every element computed has the full kernel's bits (the sign of a
+zero result aside); BLAS's fallback computes it all, which is just as right.
+
 One LLVM module (no Numba), written as text and compiled by llvmlite once per machine and kept in the disk cache of compiled code;
 a process links it on first use (``address``).
 """
@@ -50,6 +59,9 @@ TILE_COLUMNS_WIDE = (6, 3, 1)
 MAX_MACS = 1 << 21      # bigger products go to BLAS (its packing and cache blocking pay off there)
 PACK_MAX = 8192         # elements of a transposed A copied to the stack (32 KiB float32)
 NAMES = {"sgemm": "jitgrad_small_sgemm", "dgemm": "jitgrad_small_dgemm"}
+# the triangular variants (see the module's text), in BLAS's column-major terms: C(r, c) = sum_p op(A)(r, p)
+# op(B)(p, c)
+TRIANGLES = ("p_le_col", "p_ge_col", "p_le_row", "p_ge_row", "rows_le_col", "rows_ge_col")
 _FALLBACK = {"sgemm": "jitgrad_blas_sgemm", "dgemm": "jitgrad_blas_dgemm"}
 # products up to this many multiply-adds (by their sizes' hints) call this kernel rather than BLAS: the size below
 # which OpenBLAS runs a product on one thread anyway (ir/ops/blas.py's BLAS_THREADED_MACS)
@@ -62,23 +74,27 @@ _LOCK = threading.Lock()
 _ADDRESSES: dict = {}
 
 
-def small_gemm_ir(fma: bool = True, wide: bool = False) -> str:
+def small_gemm_ir(fma: bool = True, wide: bool = False, triangles: bool = False) -> str:
     """The module's LLVM IR: ``jitgrad_small_sgemm`` and ``jitgrad_small_dgemm`` (BLAS's signature), each calling
     its BLAS routine (an external symbol, ``jitgrad_blas_?gemm``) for what it does not take.  ``fma``: the CPU
     has fused multiply-add (``llvm.fma`` per step; else a multiply and an add, which LLVM may still contract).
     ``wide``: 512-bit vectors (``TILE_ROWS_WIDE`` x ``TILE_COLUMNS_WIDE``).  Every element of C is the same sum in the same order at
-    either width (one accumulator per element, ``p`` ascending), so both give the same bits.  Written as text
+    either width (one accumulator per element, ``p`` ascending), so both give the same bits.  ``triangles``: the
+    other module, the ``TRIANGLES`` variants of both (``jitgrad_small_sgemm_p_le_col`` ...).  Written as text
     (``llvm_text``)."""
-    mod = T.Module("jitgrad_small_gemm")
+    mod = T.Module("jitgrad_small_gemm_tri" if triangles else "jitgrad_small_gemm")
     for name in ("sgemm", "dgemm"):
-        _emit(mod, name, fma, (TILE_ROWS_WIDE if wide else TILE_ROWS)[name],
-              TILE_COLUMNS_WIDE if wide else TILE_COLUMNS)
+        for tri in TRIANGLES if triangles else (None,):
+            _emit(mod, name, fma, (TILE_ROWS_WIDE if wide else TILE_ROWS)[name],
+                  TILE_COLUMNS_WIDE if wide else TILE_COLUMNS, tri)
     return mod.text()
 
 
-def _emit(mod, name, fma, tile_rows, tile_columns):
+def _emit(mod, name, fma, tile_rows, tile_columns, tri=None):
     t = T.FLOAT if name == "sgemm" else T.DOUBLE
-    fn = mod.function(NAMES[name], [PTR] * 13)
+    fn = mod.function(NAMES[name] + (f"_{tri}" if tri else ""), [PTR] * 13)
+    if tri in ("p_le_row", "p_ge_row"):
+        tile_rows = tile_rows[1:]       # a p range per tile of rows: one vector of rows, not the widest tile
     fallback = mod.declare(_FALLBACK[name], T.VOID, [PTR] * 13)
     args = fn.args
     # the stack buffer for a transposed A, every loop counter and accumulator: allocas of the first block (mem2reg
@@ -100,6 +116,9 @@ def _emit(mod, name, fma, tile_rows, tile_columns):
 
     def add(x, y):
         return b.op("add", I64, x, y)
+
+    def least(x, y):
+        return b.select(b.icmp("slt", I64, x, y), I64, x, y)
 
     def int_arg(k):
         return b.cast("sext", T.I32, b.load(T.I32, args[k]), I64)
@@ -192,6 +211,16 @@ def _emit(mod, name, fma, tile_rows, tile_columns):
             for a in row:
                 b.store(vty, zero, a)
         arow = b.gep(t, A, i)
+        # the p range a triangular variant sums: the terms outside are exact zeros for every element of the tile
+        p_lo, p_hi = "0", k
+        if tri == "p_le_col":
+            p_hi = least(k, add(j, str(ncols)))
+        elif tri == "p_ge_col":
+            p_lo = least(j, k)
+        elif tri == "p_le_row":
+            p_hi = least(k, add(i, str(nvec * width)))
+        elif tri == "p_ge_row":
+            p_lo = least(i, k)
 
         def step(p):
             bs = [splat(b_elem(p, add(j, str(q))), width) for q in range(ncols)]
@@ -202,7 +231,7 @@ def _emit(mod, name, fma, tile_rows, tile_columns):
                     acc = b.load(vty, a)
                     b.store(vty, b.call(vty, fma_of(vty, width), [f"{vty} {x}", f"{vty} {bq}", f"{vty} {acc}"])
                             if fma else b.op("fadd", vty, acc, b.op("fmul", vty, x, bq, fm), fm), a)
-        loop(f"p{nvec}x{width}x{ncols}", "0", k, step)
+        loop(f"p{nvec}x{width}x{ncols}", p_lo, p_hi, step)
         al, be = splat(alpha, width), splat(beta, width)
         cols = [b.gep(t, C, add(i, mul(add(j, str(q)), ldc))) for q in range(ncols)]
         with b.if_else(beta_zero) as (then, other):
@@ -227,11 +256,52 @@ def _emit(mod, name, fma, tile_rows, tile_columns):
             b.store(I64, add(b.load(I64, done_slot), str(span)), done_slot)
         loop(name, "0", b.op("sdiv", I64, b.op("sub", I64, total, b.load(I64, done_slot)), str(span)), each)
 
+    def unread(j, ncols, lo, hi):
+        """C's rows ``[lo, hi)`` of columns ``[j, j + ncols)``, which a ``rows_*`` variant does not compute: 0, or
+        ``beta C`` (C is read only where ``beta != 0``, as BLAS reads it)."""
+        def fill(scaled):
+            cols = [b.gep(t, C, mul(add(j, str(q)), ldc)) for q in range(ncols)]
+            n_vec = b.op("sdiv", I64, b.op("sub", I64, hi, lo), str(vec))
+            vty, vzero = f"<{vec} x {t}>", "zeroinitializer"
+
+            def vrow(v):        # a vector of rows of each column at a time, then the rows left one by one
+                r = add(lo, mul(v, str(vec)))
+                for col in cols:
+                    ptr = b.gep(t, col, r)
+                    _store(b, t, b.op("fmul", vty, _load(b, t, ptr, vec), splat(beta, vec)) if scaled else vzero,
+                           ptr, vec)
+            loop(f"unreadv{ncols}{'b' if scaled else ''}", "0", n_vec, vrow)
+
+            def row(r):
+                for col in cols:
+                    ptr = b.gep(t, col, r)
+                    b.store(t, b.op("fmul", t, b.load(t, ptr), beta) if scaled else zero_t, ptr)
+            loop(f"unread{ncols}{'b' if scaled else ''}", add(lo, mul(n_vec, str(vec))), hi, row)
+        with b.if_else(beta_zero) as (then, other):
+            with then:
+                fill(False)
+            with other:
+                fill(True)
+
+    # a rows_* variant's cut at the diagonal, rounded out to a vector of rows (the narrowest vector tile), so the
+    # rows near the diagonal run in vector tiles, not one row at a time
+    vec = tile_rows[-2][0] * tile_rows[-2][1]
+
     def columns(j, ncols):
-        b.store(I64, "0", rows)
+        lo, hi = "0", m         # the rows computed: all, or a triangular variant's side of the diagonal
+        if tri == "rows_le_col":
+            up = b.op("mul", I64, b.op("sdiv", I64, add(j, str(ncols + vec - 1)), str(vec)), str(vec))
+            hi = least(m, up)
+        elif tri == "rows_ge_col":
+            lo = least(b.op("mul", I64, b.op("sdiv", I64, j, str(vec)), str(vec)), m)
+        b.store(I64, lo, rows)
         for nvec, width in tile_rows:
-            counted(f"rows{nvec}x{width}x{ncols}", rows, m, nvec * width,
+            counted(f"rows{nvec}x{width}x{ncols}", rows, hi, nvec * width,
                     lambda i, nvec=nvec, width=width: tile(i, j, nvec, width, ncols))
+        if tri == "rows_le_col":
+            unread(j, ncols, hi, m)
+        elif tri == "rows_ge_col":
+            unread(j, ncols, "0", lo)
 
     b.store(I64, "0", cols_done)
     for ncols in tile_columns:
@@ -260,17 +330,66 @@ def _store(b, t, val, ptr, width):
         b.store(f"<{width} x {t}>", val, ptr, f", align {_elem_bytes(t)}")
 
 
-def routine(blas_name: str, macs: int) -> str:
+def routine(blas_name: str, macs: int, triangle: str | None = None) -> str:
     """The routine a product of ``macs`` multiply-adds calls: ``blas_name`` (``sgemm``/``dgemm``), or this module's
-    kernel for it (``small_sgemm``/``small_dgemm``; ``JITGRAD_SMALL_GEMM=0``: never)."""
-    return f"small_{blas_name}" if ENABLED and macs <= SMALL_MACS else blas_name
+    kernel for it (``small_sgemm``/``small_dgemm``; ``JITGRAD_SMALL_GEMM=0``: never); ``triangle`` (one of
+    ``TRIANGLES``): the product needs only that side (``small_sgemm_p_le_col`` ...; BLAS computes it all)."""
+    if not (ENABLED and macs <= SMALL_MACS):
+        return blas_name
+    return f"small_{blas_name}" + (f"_{triangle}" if triangle else "")
 
 
-def _object_code() -> bytes:
+def macs(triangle: str | None, m: int, n: int, k: int, name: str = "sgemm", wide: bool | None = None) -> int:
+    """The multiply-adds kernel ``name`` (``m``, ``n``, ``k`` in its column-major terms) does for variant
+    ``triangle`` (None: the whole product, ``m n k``): its tiles walked as ``_emit`` walks them.  ``wide``: 512-bit
+    tiles (None: this CPU's)."""
+    if triangle is None:
+        return m * n * k
+    if wide is None:
+        from ..native import cache
+        wide = "+avx512f" in cache._cpu()[2].split(",")
+    rows_tiles = [r * w for r, w in (TILE_ROWS_WIDE if wide else TILE_ROWS)[name]]
+    if triangle in ("p_le_row", "p_ge_row"):
+        rows_tiles = rows_tiles[1:]
+    total, j = 0, 0
+    for ncols in TILE_COLUMNS_WIDE if wide else TILE_COLUMNS:
+        while j + ncols <= n:
+            lo, hi = 0, m
+            vec = rows_tiles[-2]
+            if triangle == "rows_le_col":
+                hi = min(m, -(-(j + ncols) // vec) * vec)
+            elif triangle == "rows_ge_col":
+                lo = min(j // vec * vec, m)
+            i = lo
+            for span in rows_tiles:
+                while i + span <= hi:
+                    p_lo, p_hi = 0, k
+                    if triangle == "p_le_col":
+                        p_hi = min(k, j + ncols)
+                    elif triangle == "p_ge_col":
+                        p_lo = min(j, k)
+                    elif triangle == "p_le_row":
+                        p_hi = min(k, i + span)
+                    elif triangle == "p_ge_row":
+                        p_lo = min(i, k)
+                    total += span * ncols * max(0, p_hi - p_lo)
+                    i += span
+            j += ncols
+    return total
+
+
+def blas_routine(name: str) -> str:
+    """The BLAS routine (``sgemm``/``dgemm``) a kernel name (``sgemm``, ``sgemm_p_le_col`` ...) stands in for."""
+    return name.partition("_")[0]
+
+
+def _object_code(triangles: bool = False) -> bytes:
     """The module's object code for this machine: from the disk cache when built before (its key covers this
-    file's source, through the codegen digest, and the CPU), else built now (~0.3-0.6 s of LLVM) and stored."""
+    file's source, through the codegen digest, and the CPU), else built now (~0.3-0.6 s of LLVM) and stored.
+    ``triangles``: the triangular variants' module."""
     from ..native import cache, objload, objstore
-    key = cache.cache_key("jitgrad.codegen.kernels.small_gemm", extra=("small-gemm-module",))
+    key = cache.cache_key("jitgrad.codegen.kernels.small_gemm",
+                          extra=("small-gemm-module",) + (("triangles",) if triangles else ()))
     if cache.cache_dir() is not None:
         blobs = objstore.read(key, warn=False)
         if blobs and len(blobs) == 1:
@@ -278,7 +397,7 @@ def _object_code() -> bytes:
     ll = objload._ll()
     triple, cpu, features = cache._cpu()
     feats = features.split(",")
-    m = ll.parse_assembly(small_gemm_ir(fma="+fma" in feats, wide="+avx512f" in feats))
+    m = ll.parse_assembly(small_gemm_ir(fma="+fma" in feats, wide="+avx512f" in feats, triangles=triangles))
     m.triple = triple
     m.verify()
     tm = ll.Target.from_triple(triple).create_target_machine(cpu=cpu, features=features, opt=2,
@@ -295,36 +414,50 @@ def _object_code() -> bytes:
             fpm.run(f, pb)
     data = tm.emit_object(m)
     STATS["modules_built"] += 1
-    objstore.write(key, [objstore.Blob("jitgrad_small_gemm", NAMES["sgemm"], data, list(_FALLBACK.values()))])
+    objstore.write(key, [objstore.Blob(_module(triangles), _first(triangles), data, list(_FALLBACK.values()))])
     return data
 
 
-def linked() -> bool:
-    """Whether the module is linked into this process (``address`` costs nothing more)."""
-    return bool(_ADDRESSES)
+def _module(triangles: bool) -> str:
+    return "jitgrad_small_gemm_tri" if triangles else "jitgrad_small_gemm"
+
+
+def _first(triangles: bool) -> str:
+    return NAMES["sgemm"] + (f"_{TRIANGLES[0]}" if triangles else "")
+
+
+def linked(name: str | None = None) -> bool:
+    """Whether the module (the one of kernel ``name``: ``sgemm``, ``sgemm_p_le_col`` ...) is linked into this
+    process (``address`` costs nothing more)."""
+    return bool(_ADDRESSES) if name is None else name in _ADDRESSES
 
 
 def address(name: str, blas_address) -> int:
-    """The address of ``jitgrad_small_<name>`` (``name``: ``sgemm`` or ``dgemm``), the module linked into this
-    process on first use; ``blas_address(name)``: the BLAS routine it hands big products to."""
+    """The address of ``jitgrad_small_<name>`` (``name``: ``sgemm`` or ``dgemm``, or a triangular variant,
+    ``sgemm_p_le_col`` ...), its module linked into this process on first use; ``blas_address(name)``: the BLAS
+    routine it hands big products to."""
     addr = _ADDRESSES.get(name)
     if addr is None:
+        triangles = name not in NAMES
         with _LOCK:
-            if not _ADDRESSES:
+            if name not in _ADDRESSES:
                 from ..native import objload, objstore
                 ll = objload._ll()
-                for nm, sym in _FALLBACK.items():
-                    ll.add_symbol(sym, blas_address(nm))
-                objload.load([objstore.Blob("jitgrad_small_gemm", NAMES["sgemm"], _object_code(),
+                if not _ADDRESSES:
+                    for nm, sym in _FALLBACK.items():
+                        ll.add_symbol(sym, blas_address(nm))
+                objload.load([objstore.Blob(_module(triangles), _first(triangles), _object_code(triangles),
                                             list(_FALLBACK.values()))])
                 ee = objload._engine()
                 for nm, sym in NAMES.items():
-                    _ADDRESSES[nm] = ee.get_function_address(sym)
+                    for tri in TRIANGLES if triangles else (None,):
+                        full = nm + (f"_{tri}" if tri else "")
+                        _ADDRESSES[full] = ee.get_function_address(sym + (f"_{tri}" if tri else ""))
                 STATS["modules_loaded"] += 1
             addr = _ADDRESSES[name]
     return addr
 
 
-__all__ = ["small_gemm_ir", "address", "linked", "routine", "SMALL_MACS", "MAX_MACS", "PACK_MAX", "TILE_ROWS", "TILE_ROWS_WIDE", "TILE_COLUMNS",
+__all__ = ["small_gemm_ir", "address", "linked", "routine", "blas_routine", "macs", "TRIANGLES", "SMALL_MACS", "MAX_MACS", "PACK_MAX", "TILE_ROWS", "TILE_ROWS_WIDE", "TILE_COLUMNS",
            "TILE_COLUMNS_WIDE",
            "NAMES", "STATS"]

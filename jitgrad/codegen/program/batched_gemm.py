@@ -39,6 +39,12 @@ MAX_BATCH_DIMS = 6
 # the ``?gemm`` argument a ``bgemm`` block's last entry may size on its own (``abi.call_gemm_batched``): BLAS's
 # ``n`` is C's rows (C^T is what BLAS computes), its ``m`` C's columns
 LAST_ROWS, LAST_COLUMNS = 3, 2
+# a product's needed half (``Plan.triangles``, row-major ``C = A B``) as the small kernel's variant (column-major
+# ``C^T = B^T A^T``: its rows are C's columns, its B is A transposed), and as the same half of ``C^T = B^T A^T``
+KERNEL_TRIANGLE = {"a_lower": "p_le_col", "a_upper": "p_ge_col", "b_lower": "p_ge_row", "b_upper": "p_le_row",
+                   "out_lower": "rows_le_col", "out_upper": "rows_ge_col"}
+TRANSPOSED_TRIANGLE = {"a_lower": "b_upper", "a_upper": "b_lower", "b_lower": "a_upper", "b_upper": "a_lower",
+                       "out_lower": "out_upper", "out_upper": "out_lower"}
 
 
 def _gemm_flag(strides, rows, cols):
@@ -96,8 +102,10 @@ def batched_gemm(prog: Program, e) -> bool:
                     prog.gemm_outs[out] = (st, prog.places.n, st.fold[0], st.fold[1], st.fold[2])
                 return True
     pc = (len(bs) <= MAX_BATCH_DIMS and permuted_c(prog, out)) or prog.places.assign(out)
+    tri = prog.triangles.get(out)       # each product whole (never cut in blocks here): its half may be skipped
     if pc.strides[-1] != 1:         # C column-major (``_writable``): C^T = B^T A^T, written row-major
         pa, pb, sa, sb, pc, m, n = _transposed(pb), _transposed(pa), sb, sa, _transposed(pc), n, m
+        tri = TRANSPOSED_TRIANGLE.get(tri)
     flag_a = _gemm_flag(pa.strides[-2:], m, k)
     flag_b = _gemm_flag(pb.strides[-2:], k, n)
     sc = list(pc.strides[:-2])
@@ -105,7 +113,7 @@ def batched_gemm(prog: Program, e) -> bool:
     if len(shape) > MAX_BATCH_DIMS:
         return False
     st = _emit_gemm_block(prog, e, "bgemm", pa, flag_a, pb, flag_b, pc, m, n, k, (shape, cb, ca, cc),
-                          ldc=pc.strides[-2])
+                          ldc=pc.strides[-2], triangle=KERNEL_TRIANGLE.get(tri))
     # one level of parallelism: the batch is split between the pool's workers only when OpenBLAS runs each
     # product on the calling thread (below its threading threshold), so no product starts BLAS threads of its own
     count = math.prod(shape)
@@ -247,12 +255,13 @@ def row_blocks(prog: Program, e, pa, flag_a, pb, flag_b, pc, m, n, k) -> bool:
 
 
 def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k, batch, ldc=None, split=False,
-                     last=None):
+                     last=None, triangle=None):
     """Append a ``?gemm`` argument block (``C = A B`` row-major, i.e. ``C^T = B^T A^T`` column-major: B goes
     first) and, for ``bgemm``, the batch sizes, byte strides, scratch slots and the last entry's size; ``ldc``:
     C's row stride when it is not ``n`` (a block of C's columns); ``split``: the blocks of a split GEMM (always
     OpenBLAS's routine); ``last``: ``(argument, size)``, the last batch entry's own C rows (``LAST_ROWS``) or
-    columns (``LAST_COLUMNS``) where they differ from the others' (a split GEMM's rows left)."""
+    columns (``LAST_COLUMNS``) where they differ from the others' (a split GEMM's rows left); ``triangle``: the
+    small kernel's variant for a product the plan found half-needed (``KERNEL_TRIANGLE``)."""
     out = e.outs[0]
     ta, lda = flag_a
     tb, ldb = flag_b
@@ -267,8 +276,11 @@ def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k
     # a split GEMM's blocks are all OpenBLAS's (a small last block on another kernel would change its bits)
     routine = "sgemm" if f32 else "dgemm"
     if not split:
-        routine = small_gemm.routine(routine, work)
+        routine = small_gemm.routine(routine, work, triangle)
+    if triangle and routine.startswith("small_") and all(type(x) is int for x in (m, n, k)):
+        work = float(small_gemm.macs(triangle, n, m, k, "sgemm" if f32 else "dgemm"))      # the kernel's own (its m is C's columns)
     how = "small kernel" if routine.startswith("small_") else "BLAS"
+    how += f", {triangle}" if triangle and routine.startswith("small_") else ""
     label = f"matmul ({how})" if kind == "gemm" else f"matmul (batched, {how})"
     st = Step(kind, label=label, eqn=e, shapes=[list(v.aval.shape) for v in e.ins], scope=e.scope)
     st.work, st.gemm = work, routine
@@ -302,4 +314,4 @@ def _emit_gemm_block(prog: Program, e, kind, pa, flag_a, pb, flag_b, pc, m, n, k
     return st
 
 
-__all__ = ["batched_gemm", "permuted_c", "split_rows", "row_blocks", "MAX_BATCH_DIMS"]
+__all__ = ["batched_gemm", "permuted_c", "split_rows", "row_blocks", "MAX_BATCH_DIMS", "KERNEL_TRIANGLE"]

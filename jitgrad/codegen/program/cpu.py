@@ -83,8 +83,8 @@ def blas_address(name: str, quick=False) -> int:
     quick build's (see ``CompiledGraph._optimise``), which takes BLAS's routine while the small GEMMs' module is
     not linked yet (building it costs a cold process ~0.3-0.6 s, most of it Python) and swaps it in later."""
     if name.startswith("small_"):
-        if quick and not small_gemm.linked():
-            return blas_library.gemm_address(name[6:])
+        if quick and not small_gemm.linked(name[6:]):
+            return blas_library.gemm_address(small_gemm.blas_routine(name[6:]))
         return small_gemm.address(name[6:], blas_library.gemm_address)
     return blas_library.gemm_address(name)
 

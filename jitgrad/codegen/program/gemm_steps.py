@@ -12,7 +12,7 @@ import numpy as np
 from ...ir.graph import Lit, Var
 from ...ir.symbolic import hint_of
 from ...ir.plan import Group
-from .batched_gemm import batched_gemm, row_blocks, split_rows
+from .batched_gemm import KERNEL_TRIANGLE, batched_gemm, row_blocks, split_rows
 from ..kernels import small_gemm
 from .layout import Program, Step
 from ..lowering import emits
@@ -71,8 +71,12 @@ def gemm(prog: Program, e) -> bool:
                        ("lda", ldb), ("ldb", lda), ("beta", zero), ("ldc", max(n, 1))):
         offs[name] = prog.put_param(data)
     work = float(hint_of(m * n * k))    # multiply-adds
-    routine = small_gemm.routine("sgemm" if f32 else "dgemm", work)
-    st = Step("gemm", label="matmul (small kernel)" if routine.startswith("small_") else "matmul (BLAS)", eqn=e,
+    tri = KERNEL_TRIANGLE.get(prog.triangles.get(out)) if a.aval.ndim == b.aval.ndim == 2 else None
+    routine = small_gemm.routine("sgemm" if f32 else "dgemm", work, tri)
+    if tri and routine.startswith("small_") and all(type(x) is int for x in (m, n, k)):
+        work = float(small_gemm.macs(tri, n, m, k, "sgemm" if f32 else "dgemm"))         # the kernel's own (its m is C's columns)
+    st = Step("gemm", label=("matmul (small kernel" + (f", {tri})" if tri else ")")) if routine.startswith("small_")
+              else "matmul (BLAS)", eqn=e,
               shapes=[list(a.aval.shape), list(b.aval.shape)], scope=e.scope)
     st.work, st.gemm = work, routine
     st.block = len(prog.table)

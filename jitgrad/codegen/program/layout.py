@@ -156,6 +156,7 @@ class Program:
     def __init__(self, plan, writes=(), parallel=None, check_ids=None):
         self.graph = graph = plan.graph
         self.plan_steps = plan.steps     # emitters may look ahead at a value's readers (batched_gemm.permuted_c)
+        self.triangles = plan.triangles  # products a causal mask halves (ir/passes/causal.py): batched_gemm
         self.region_chains = None        # id(index_put) -> its ZeroChain (region_steps.zero_chain), found once
         self.check_ids = check_ids or {}
         self.parallel = parallel

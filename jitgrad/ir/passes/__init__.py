@@ -8,6 +8,7 @@ import sys
 
 from ..graph import Graph, format_graph, verify
 from ..plan import Plan
+from .causal import triangular_products
 from .cse import cse
 from .dce import dce
 from .fuse import plan as _fuse
@@ -55,7 +56,8 @@ def fusion_plan(g: Graph, rowwise: bool | None = None, indexed: bool = True, bat
     that cannot emit row kernels, CUDA, plans without); None: yes, unless ``JITGRAD_ROWWISE=0`` (to compare the
     plain loops).  ``indexed``: gathers and scatter-adds by an index join the loops around them (CUDA plans
     without).  Matrix products with a unit dimension become multiplies and sums first (``unit_products.py``),
-    unless ``JITGRAD_UNIT_PRODUCTS=0``."""
+    unless ``JITGRAD_UNIT_PRODUCTS=0``.  The plan carries which products a causal mask halves (``causal.py``:
+    ``Plan.triangles``)."""
     if os.environ.get("JITGRAD_UNIT_PRODUCTS", "1") != "0":
         g = unit_products(g)
     p = _fuse(lift_split_reshapes(g), indexed)
@@ -64,7 +66,9 @@ def fusion_plan(g: Graph, rowwise: bool | None = None, indexed: bool = True, bat
     p = merge_row_chains(p) if rowwise else p
     if batched is None:
         batched = loop_batches.batching()
-    return loop_batches.batch_loops(p) if batched else p
+    p = loop_batches.batch_loops(p) if batched else p
+    p.triangles = triangular_products(p.graph)
+    return p
 
 
 __all__ = ["cse", "dce", "simplify", "transpose", "jvp", "split_linear", "run_pipeline", "PIPELINE", "dump", "active_vars", "fusion_plan"]
