@@ -449,11 +449,15 @@ def _gpt_loss(vocab=65, context=8, width=16, heads=2, layers=2, batch=2):
     return (lambda *p: jf.functional_call(model, dict(zip(names, p)), (x, y))), ps, ts
 
 
-def test_compiled_gpt_jvp_and_hvp_counted():
+def test_compiled_gpt_jvp_and_hvp_counted(monkeypatch):
     """B13 on B9's GPT (tangents on every parameter): every product of f has both operands varying, so the jvp is
     3x f's GEMMs and multiply-adds exactly; forward over reverse runs reverse over reverse's GEMMs and
     multiply-adds in fewer loops and copies.  No weight's HVP is a transposed view copied into its output (8 copies
-    here before simplify wrote ``(x^T g_t + x_t^T g)^T`` as products of transposes).  Values against eager."""
+    here before simplify wrote ``(x^T g_t + x_t^T g)^T`` as products of transposes).  Values against eager.
+    Counted with every product whole (``JITGRAD_CAUSAL=0``): the causal mask's triangular products skip other
+    shares of f's and of the tangents' products."""
+    from jitgrad.ir.passes import causal
+    monkeypatch.setattr(causal, "ENABLED", False)
     f, ps, ts = _gpt_loss()
     k = len(ps)
     jvp_f = lambda *a: jf.jvp(f, a[:k], a[k:])                                       # noqa: E731
