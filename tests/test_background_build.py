@@ -583,7 +583,7 @@ def test_both_tiers_are_built_by_forked_children(tmp_path):
     on the build thread."""
     if not sys.platform.startswith("linux"):
         pytest.skip("forks on Linux only")
-    forked = _run(FORKED_SCRIPT, _env(tmp_path / "a", JITGRAD_BUILD_AFTER_CALL=1))
+    forked = _run(FORKED_SCRIPT, _env(tmp_path / "a", JITGRAD_BUILD_AFTER_CALL=1, JITGRAD_FORKED_TIER=1))
     here = _run(FORKED_SCRIPT, _env(tmp_path / "b", JITGRAD_BUILD_AFTER_CALL=1, JITGRAD_FORKED_TIER=0))
     n = forked["stats"]["kernels_quick"]
     assert n >= 3 and forked["stats"]["graphs_optimising"] == 0 == here["stats"]["graphs_optimising"], forked
