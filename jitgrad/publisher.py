@@ -33,7 +33,7 @@ from .library.tensor_info import printing, queries, type_info  # noqa: F401
 from .cuda import seeding  # noqa: F401
 from .library.torch_names import TORCH_FUNCTIONS
 from .nn import functional as _nn_functional, torch_level as _torch_level  # noqa: F401
-from .jit import eager_kernels  # noqa: F401
+from .jit import eager_kernels, pooled_gemm  # noqa: F401
 from .ir.ops import OPS
 
 PUBLISHED: dict = {}    # ("jitgrad" | "Tensor" | "OpDef.eager_kernel", name) -> its Declaration, once published

@@ -20,7 +20,7 @@ import jitgrad as jg
 from jitgrad.codegen.native import workpool
 from jitgrad.ir import eager_threads, settings
 from jitgrad.ir.ops import OPS, blas, stacked_gemm
-from jitgrad.jit import eager_kernels as ek
+from jitgrad.jit import eager_kernels as ek, pooled_gemm
 from jitgrad.optim import multi_tensor
 from jitgrad.runtime import dispatch
 from jitgrad.runtime.backward import pullback_plans
@@ -41,7 +41,9 @@ class _QuietClock:
 
 
 def _counters():
-    return (blas.STATS["gemm_split_calls"], stacked_gemm.STATS["split_calls"], workpool.rounds(),
+    # (a big GEMM's row blocks run on the eager threads, or on the pool: ``jit/pooled_gemm.py``)
+    return (blas.STATS["gemm_split_calls"] + pooled_gemm.STATS["pooled_calls"], stacked_gemm.STATS["split_calls"],
+            workpool.rounds(),
             multi_tensor.STATS["split_steps"])
 
 

@@ -448,7 +448,8 @@ def test_small_eager_gemms_run_on_one_blas_thread():
     library on one thread even after a large one ran on two; a large one split into blocks of rows runs them
     with OpenBLAS on one thread (its threads: the blocks'), one too thin to split on every OpenBLAS thread;
     ``set_num_threads(1)`` wins."""
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="2", NUMBA_NUM_THREADS="2")
+    # (the blocks on the eager threads, whose calls the spy sees: ``test_pooled_gemm.py`` counts the pool's)
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="2", NUMBA_NUM_THREADS="2", JITGRAD_POOLED_GEMM="0")
     env.pop("JITGRAD_BLAS_PACER", None)
     r = subprocess.run([sys.executable, "-c", _EAGER_GEMM_THREADS], env=env, capture_output=True, text=True,
                        timeout=300)

@@ -99,6 +99,19 @@ class _Launch:
     def __exit__(self, *exc):
         self._lock.release()
 
+    def enter_now(self) -> bool:
+        """``__enter__`` if no launch holds the lock now (True), else nothing (False): for a caller that has
+        another way to run its work (an eager GEMM's one call) and must never wait on, or deadlock with, a launch."""
+        if not self._lock.acquire(False):
+            return False
+        if not _placed:
+            try:
+                place_workers()
+            except BaseException:
+                self._lock.release()
+                raise
+        return True
+
     def _after_fork_in_child(self):
         self._lock = threading.Lock()       # a thread of the parent may have held it at the fork
 

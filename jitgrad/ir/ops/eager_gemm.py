@@ -102,22 +102,7 @@ def _threaded_gemm(m: int, n: int, dtype):
     shape = (m, n)
 
     def gemm_threaded(x, y):
-        f = x.flags
-        if f.c_contiguous:
-            tx, ldx = _N, x.shape[1]
-        elif f.f_contiguous:
-            tx, ldx = _T, m
-        else:
-            x = np.ascontiguousarray(x)
-            tx, ldx = _N, x.shape[1]
-        f = y.flags
-        if f.c_contiguous:
-            ty, ldy = _N, n
-        elif f.f_contiguous:
-            ty, ldy = _T, y.shape[0]
-        else:
-            y = np.ascontiguousarray(y)
-            ty, ldy = _N, n
+        x, tx, ldx, y, ty, ldy = operands(x, y, m, n)
         c = np.empty(shape, dtype)
         # (blas's functions read per call, as matmul2d reads them: a spy set on them sees these calls too)
         if not blas.BLAS_PACER and blas._rows_on_threads(x, tx, ldx, y, ty, ldy, c):
@@ -128,4 +113,26 @@ def _threaded_gemm(m: int, n: int, dtype):
     return gemm_threaded
 
 
-__all__ = ["gemm_for_signature"]
+def operands(x, y, m: int, n: int):
+    """``(x, tx, ldx, y, ty, ldy)`` as ``blas._gemm_rows`` takes the operands of an ``(m, k) @ (k, n)`` product:
+    a C-ordered array (an F-ordered one's transpose view, a strided one copied), its flag and leading dimension."""
+    f = x.flags
+    if f.c_contiguous:
+        tx, ldx = _N, x.shape[1]
+    elif f.f_contiguous:
+        tx, ldx = _T, m
+    else:
+        x = np.ascontiguousarray(x)
+        tx, ldx = _N, x.shape[1]
+    f = y.flags
+    if f.c_contiguous:
+        ty, ldy = _N, n
+    elif f.f_contiguous:
+        ty, ldy = _T, y.shape[0]
+    else:
+        y = np.ascontiguousarray(y)
+        ty, ldy = _N, n
+    return x, tx, ldx, y, ty, ldy
+
+
+__all__ = ["gemm_for_signature", "operands"]

@@ -1,0 +1,168 @@
+"""One GEMM's blocks of rows on the worker pool, for eager products (``jit/pooled_gemm.py``).
+
+Eager code used to split a big GEMM between Python threads (``ir/eager_threads.py``): each block woke a sleeping
+thread, and on a VM an idle vCPU takes 0.2-0.5 ms to wake, more than a B3 product's whole block (~25 us of its
+~45 us on one core).  The pool's workers (``spin_pool.py``) spin ~250 us after a round before they sleep, and an
+eager step's GEMMs come closer than that (B3: 3-135 us apart, counted 2026-12-01), so a block handed to them
+starts at once.  Here one native call does the whole hand-off without the GIL: it queues blocks 1.. on the
+workers (``add_task``), starts the round (``ready``), runs block 0 on the calling thread and waits for the round
+(``synchronize``).  Each block is one single-threaded ``?gemm`` call whose thirteen Fortran arguments (pointers)
+sit in a row of an ``int64`` array, so whoever runs a block, the call is the one ``blas._gemm_rows`` makes.
+
+Written in LLVM IR (compiled once per process by llvmlite's MCJIT, ~1 ms), like the pool itself: no C compiler.
+Only on jitgrad's own pool with the calling thread one of its threads (``workpool.caller()``): ``workqueue``'s
+workers would take every block and the caller would only wait.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+
+from . import workpool
+
+ARGS = 13           # a ?gemm call's arguments, each a pointer (Fortran)
+ROW = ARGS + 2      # a block's row: its call's arguments, then A's and C's byte offsets for the block
+_SOURCE = """
+define void @jitgrad_gemm_block(ptr %row, ptr %dims, ptr %steps, ptr %gemm) {{
+entry:
+{loads}
+  call void %gemm({params})
+  ret void
+}}
+
+define void @jitgrad_gemm_blocks(ptr %rows, i64 %n, ptr %gemm, ptr %add, ptr %ready, ptr %sync, i64 %a, i64 %b,
+                                 i64 %c) {{
+entry:
+  br label %fill
+fill:               ; each row's operand and result addresses: the call's, plus the block's offsets
+  %j = phi i64 [0, %entry], [%jn, %fill]
+  %jat = mul i64 %j, {row_bytes}
+  %r = getelementptr i8, ptr %rows, i64 %jat
+  %ra = getelementptr i64, ptr %r, i64 8
+  %rb = getelementptr i64, ptr %r, i64 6
+  %rc = getelementptr i64, ptr %r, i64 11
+  %oa = getelementptr i64, ptr %r, i64 {args}
+  %oc = getelementptr i64, ptr %r, i64 {args1}
+  %da = load i64, ptr %oa
+  %dc = load i64, ptr %oc
+  %va = add i64 %a, %da
+  %vc = add i64 %c, %dc
+  store i64 %va, ptr %ra
+  store i64 %b, ptr %rb
+  store i64 %vc, ptr %rc
+  %jn = add i64 %j, 1
+  %jmore = icmp slt i64 %jn, %n
+  br i1 %jmore, label %fill, label %head0
+head0:
+  br label %head
+head:
+  %i = phi i64 [1, %head0], [%next, %queue]
+  %more = icmp slt i64 %i, %n
+  br i1 %more, label %queue, label %run
+queue:
+  %at = mul i64 %i, {row_bytes}
+  %row = getelementptr i8, ptr %rows, i64 %at
+  call void %add(ptr @jitgrad_gemm_block, ptr %row, ptr null, ptr null, ptr %gemm)
+  %next = add i64 %i, 1
+  br label %head
+run:
+  call void %ready()
+  call void @jitgrad_gemm_block(ptr %rows, ptr null, ptr null, ptr %gemm)
+  call void %sync()
+  ret void
+}}
+"""
+# rounds run, and their blocks (counted, for tests)
+STATS = {"rounds": 0, "blocks": 0}
+
+
+def _source() -> str:
+    loads = []
+    for i in range(ARGS):
+        loads.append(f"  %g{i} = getelementptr i64, ptr %row, i64 {i}")
+        loads.append(f"  %p{i} = load ptr, ptr %g{i}")
+    return _SOURCE.replace("{args}", str(ARGS)).replace("{args1}", str(ARGS + 1)).format(
+        loads="\n".join(loads), params=", ".join(f"ptr %p{i}" for i in range(ARGS)), row_bytes=8 * ROW)
+
+
+class _Runner:
+    """The compiled hand-off, bound to the running pool's three functions."""
+
+    def __init__(self, engine, funcs):
+        self._engine = engine       # keeps the code mapped
+        fn = engine.get_function_address("jitgrad_gemm_blocks")
+        i64 = ctypes.c_int64
+        self._run = ctypes.CFUNCTYPE(None, i64, i64, i64, i64, i64, i64, i64, i64, i64)(fn)
+        self.funcs = funcs
+
+    def run(self, rows_address: int, n: int, gemm: int, a: int, b: int, c: int) -> None:
+        """Run the ``n`` (>= 2) ``?gemm`` calls of the rows at ``rows_address`` (``n`` x ``ROW`` int64: each the
+        call's arguments, then A's and C's byte offsets) through routine ``gemm``, with ``a``, ``b`` and ``c`` the
+        operands' and result's addresses (written into the rows first: argument 8 = ``a`` + A's offset, 6 = ``b``,
+        11 = ``c`` + C's offset): row 0 on this thread, the others on the pool's workers; returns when all are
+        done.  The caller holds ``threads.LAUNCH_LOCK`` (the rows are rewritten per call)."""
+        add, ready, sync = self.funcs
+        self._run(rows_address, n, gemm, add, ready, sync, a, b, c)
+        STATS["rounds"] += 1
+        STATS["blocks"] += n
+
+
+_lock = threading.Lock()
+_RUNNER: list = []
+
+
+def runner():
+    """The hand-off (built once per process), or None where blocks cannot go to the pool: not jitgrad's own pool,
+    no calling-thread chunk (one thread), no llvmlite."""
+    if not _RUNNER:
+        with _lock:
+            if not _RUNNER:
+                _RUNNER.append(_build())
+    return _RUNNER[0]
+
+
+def _build():
+    if workpool.spinning() is None and workpool.POOL == "spin" and workpool.available():
+        workpool.launch()       # (starts jitgrad's pool: ``spinning`` answers for a launched one)
+    if workpool.spinning() is None or not workpool.caller() or workpool.queues() < 1:
+        return None
+    try:
+        import llvmlite.binding as ll
+    except ImportError:     # pragma: no cover - llvmlite is a dependency
+        return None
+    ll.initialize_native_target()
+    ll.initialize_native_asmprinter()
+    mod = ll.parse_assembly(_source())
+    mod.verify()
+    tm = ll.Target.from_default_triple().create_target_machine(opt=2)
+    engine = ll.create_mcjit_compiler(mod, tm)
+    engine.finalize_object()
+    pool = workpool.spinning()
+    return _Runner(engine, (pool.add_task, pool.ready, pool.synchronize))
+
+
+def busy() -> bool:
+    """Whether the pool's busy sign stands now (``busy_sign.py``: a pool thread saw another process take its
+    core lately): then a GEMM's blocks run on the calling thread, as gated launches do (``workpool``'s busy
+    rule)."""
+    if not _QUIET:
+        pool = workpool.spinning()
+        if pool is None or not workpool.BUSY_HOLD:
+            return False
+        _QUIET.append(ctypes.c_int64.from_address(pool.quiet_until))
+    until = _QUIET[0].value
+    return until > 0 and _clock(_CLOCK) < until
+
+
+_QUIET: list = []       # the pool's quiet_until, as an int64 (once a pool runs)
+_clock = time.clock_gettime_ns
+_CLOCK = workpool.CLOCK_ID
+
+
+def threads() -> int:
+    """The threads a pooled GEMM's blocks run on (the calling thread and the pool's workers)."""
+    return workpool.threads()
+
+
+__all__ = ["runner", "threads", "busy", "ARGS", "ROW", "STATS"]

@@ -1,0 +1,138 @@
+"""Eager matmuls over OpenBLAS's threading threshold as blocks of rows on the worker pool.
+
+``blas.matmul2d`` splits such a product into blocks of C's rows, each a single-threaded OpenBLAS call starting at
+a multiple of OpenBLAS's row unit (so the result has one call's bits, ``blas.row_blocks``), and ran the blocks on
+Python threads (``ir/eager_threads.py``).  Each block then woke a sleeping thread: 0.2-0.5 ms on this VM's idle
+vCPUs, more than the work of a B3 product's block (~25 us), so products under ``blas.EAGER_SPLIT_MACS`` were not
+split at all and B3's eager step ran its five 4.2M multiply-add products on one core (275 of its 660 us, counted
+2026-12-01).  Here the blocks go to the pool's workers in one native call (``codegen/native/gemm_blocks.py``), and
+the workers spin ~250 us after each round, longer than the gaps between an eager step's products, so they are
+awake when the next product comes.  The blocks and their bits are ``matmul2d``'s: only who runs them changes.
+
+The seam is the one of ``eager_kernels.py``: a chooser published into the ``matmul`` OpDef's ``eager_kernel``
+slot, asked once per signature (2-D operands of one float dtype, concrete sizes) for the callable eager dispatch
+keeps; forward products and pullback plans' products alike.  Per call the product runs on the calling thread
+alone (``fallback``: ``matmul2d``'s own path, the same bits) when ``set_num_threads(1)``, while the pool's busy
+sign stands (another process holds a core: ``gemm_blocks.busy``), or while a compiled launch holds the pool.
+``JITGRAD_POOLED_GEMM=0`` turns the path off.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numpy as np
+
+from ..codegen.native import gemm_blocks
+from ..codegen.native.threads import LAUNCH_LOCK
+from ..declarations import published
+from ..ir import settings
+from ..ir.ops import blas
+from ..ir.ops.eager_gemm import operands
+
+ENABLED = os.environ.get("JITGRAD_POOLED_GEMM", "1") != "0"
+_N = b"N"
+# the transpose flags' bytes, at addresses that live as long as the process (a block's row points at them)
+_FLAG = {f: ctypes.create_string_buffer(f) for f in (b"N", b"T")}
+_FLAG_AT = {f: ctypes.addressof(b) for f, b in _FLAG.items()}
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+STATS = {"pooled_calls": 0, "one_thread_calls": 0}   # counted, for tests
+_from_buffer = ctypes.c_char.from_buffer
+_addressof = ctypes.addressof
+
+
+@published("OpDef.eager_kernel", name="matmul")
+def matmul_eager_kernel(avals, params, fallback):
+    """The pooled GEMM of eager ``matmul`` for a signature it serves (``(..., m, k) @ (k, n)`` of one float dtype,
+    more multiply-adds than OpenBLAS threads at, rows enough for blocks), else None (``fallback`` serves it)."""
+    if not ENABLED or len(avals) != 2:
+        return None
+    x, y = avals
+    if x.ndim < 2 or y.ndim != 2 or x.dtype is not y.dtype or x.dtype.np not in _FLOATS:
+        return None
+    if any(type(d) is not int for d in x.shape + y.shape):
+        return None
+    k, (k2, n) = x.shape[-1], y.shape
+    m = 1
+    for d in x.shape[:-1]:      # (..., m, k) @ (k, n): a Linear layer on a batch of sequences, one GEMM over all rows
+        m *= d
+    if k != k2 or k < 2 or m * n * k <= blas.BLAS_THREADED_MACS:
+        return None
+    dtype = x.dtype.np
+    if blas.BLAS_PACER or not blas.raw_gemm_ready() or blas.row_blocks(m, dtype, 2, n * k) is None:
+        return None
+    if gemm_blocks.runner() is None:
+        return None
+    return _pooled(m, k, n, dtype, fallback, x.shape[:-1] + (n,) if x.ndim > 2 else None)
+
+
+def _pooled(m: int, k: int, n: int, dtype, fallback, folded):
+    """The callable of one signature: ``(x, y) -> x @ y``; ``folded``: the result's shape when ``x`` has more than
+    two dims (its leading ones folded into rows: a view of a C-ordered ``x``, else ``fallback``)."""
+    gemm = blas.gemm_address("sgemm" if dtype == np.float32 else "dgemm")
+    _, one, zero = blas._raw_gemm(dtype)
+    item = dtype.itemsize
+    shape = (m, n)
+    run = gemm_blocks.runner().run
+    busy = gemm_blocks.busy
+    use = blas.BlasPacer.use
+    state = settings.STATE
+    pool_threads = gemm_blocks.threads()
+    # (x's flag, y's flag, threads) -> (the blocks' rows, their address, how many), or None: one call.  The rows
+    # are rewritten by each call (its addresses), under the launch lock: one buffer per plan is enough
+    plans: dict = {}
+    sizes_kept = []         # the size arrays the rows point at
+
+    def plan(tx, ldx, ty, ldy, threads):
+        blocks = blas.row_blocks(m, dtype, threads, n * k)
+        if not blocks or len(blocks) < 2 or not blas.blocks_exact(dtype, True, m, k, n, blocks):
+            return None
+        rows = np.zeros((len(blocks), gemm_blocks.ROW), np.int64)
+        for i, (r0, r1) in enumerate(blocks):
+            # blas._gemm_rows' call: C^T = op(y^T) op(x^T) column-major, x's rows [r0, r1); the addresses of
+            # x, y and C (arguments 8, 6, 11) are the call's, x's and C's plus the offsets after the arguments
+            sizes = blas._SIZES(n, r1 - r0, k, ldy, ldx, n)
+            sizes_kept.append(sizes)
+            ad = _addressof(sizes)
+            rows[i] = (_FLAG_AT[ty], _FLAG_AT[tx], ad, ad + 4, ad + 8, one, 0, ad + 12, 0, ad + 16, zero, 0,
+                       ad + 20, r0 * (ldx if tx == _N else 1) * item, r0 * n * item)
+        return rows, _addressof(_from_buffer(rows)), len(blocks)
+
+    def gemm_pooled(x, y):
+        threads = state.num_threads or pool_threads
+        if threads < 2 or busy():
+            STATS["one_thread_calls"] += 1
+            return fallback(x, y)
+        if folded is not None:
+            if not x.flags.c_contiguous:
+                STATS["one_thread_calls"] += 1
+                return fallback(x, y)
+            x = x.reshape(m, k)
+        x, tx, ldx, y, ty, ldy = operands(x, y, m, n)
+        key = (tx, ty, min(threads, pool_threads))
+        p = plans.get(key, False)
+        if p is False:
+            p = plans[key] = plan(tx, ldx, ty, ldy, key[2])
+        if p is None or not LAUNCH_LOCK.enter_now():
+            STATS["one_thread_calls"] += 1
+            return fallback(x, y)
+        try:
+            c = np.empty(shape, dtype)
+            use(1)      # each block on one OpenBLAS thread (a no-op when it is already)
+            run(p[1], p[2], gemm, _address(x), _address(y), _addressof(_from_buffer(c)))
+        finally:
+            LAUNCH_LOCK.__exit__(None, None, None)
+        STATS["pooled_calls"] += 1
+        return c if folded is None else c.reshape(folded)
+    gemm_pooled.__name__ = "matmul_pooled"
+    return gemm_pooled
+
+
+def _address(a) -> int:
+    try:
+        return _addressof(_from_buffer(a))
+    except (TypeError, ValueError):     # read-only
+        return a.ctypes.data
+
+
+__all__ = ["matmul_eager_kernel", "ENABLED", "STATS"]

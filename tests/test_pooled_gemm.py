@@ -1,0 +1,201 @@
+"""Eager matmuls over OpenBLAS's threading threshold as row blocks on the worker pool (``jit/pooled_gemm.py``,
+``codegen/native/gemm_blocks.py``): the bits of one single-threaded OpenBLAS call whoever runs the blocks, forward
+and backward, and the calling thread alone (the same bits) at one thread, while the pool's busy sign stands, and
+while a launch holds the pool.  Counted, never timed."""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import jitgrad as jg
+from jitgrad.codegen.native import gemm_blocks, workpool
+from jitgrad.codegen.native.threads import LAUNCH_LOCK
+from jitgrad.ir import settings
+from jitgrad.ir.ops import blas, blas_library
+from jitgrad.jit import pooled_gemm
+from jitgrad.runtime import dispatch
+from jitgrad.runtime.backward import pullback_plans
+
+
+def _choose_afresh():
+    """Signatures' and pullback plans' callables chosen again (they keep what the chooser gave)."""
+    dispatch._RULES.clear()
+    pullback_plans._PLANS.clear()
+
+# (rows, k, n): rows a multiple of float32's unit or not, K past OpenBLAS's K block; B3's products
+SHAPES = [(256, 64, 256), (256, 256, 64), (300, 96, 700), (257, 300, 100), (999, 64, 70)]
+
+
+def _one_call(a, b):
+    """``a @ b`` as one single-threaded OpenBLAS call of the whole product: the reference bits."""
+    blas.BlasPacer.use(1)
+    c = np.empty((a.shape[0], b.shape[1]), a.dtype)
+    aa, ta, lda = blas._raw_operand(a)
+    bb, tb, ldb = blas._raw_operand(b)
+    blas._gemm_rows(aa, ta, lda, bb, tb, ldb, c, 0, a.shape[0])
+    return c
+
+
+@pytest.fixture
+def pooled(monkeypatch):
+    if settings.default_threads() < 2 or not blas.raw_gemm_ready() or blas.block_unit(np.float32) is None:
+        pytest.skip("needs two cores and OpenBLAS's row unit")
+    if gemm_blocks.runner() is None:
+        pytest.skip("no pool to run blocks on here")
+    before = settings.STATE.num_threads
+    jg.set_num_threads(2)
+    monkeypatch.setattr(blas, "BLAS_PACER", False)
+    monkeypatch.setattr(pooled_gemm, "ENABLED", True)
+    _choose_afresh()
+    yield
+    _choose_afresh()
+    settings.STATE.num_threads = before
+    blas.BlasPacer.use(blas.all_threads())
+
+
+def _counts():
+    return pooled_gemm.STATS["pooled_calls"], pooled_gemm.STATS["one_thread_calls"], gemm_blocks.STATS["rounds"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m, k, n", SHAPES)
+def test_pooled_product_has_one_calls_bits(pooled, m, k, n, dtype):
+    """``x @ y`` on the pool: one round, two blocks at least, OpenBLAS on one thread, and the bits of one call."""
+    rng = np.random.default_rng(m + k + n)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    want = _one_call(a, b)
+    p0, _, r0 = _counts()
+    b0 = gemm_blocks.STATS["blocks"]
+    got = (jg.tensor(a) @ jg.tensor(b)).numpy()
+    if blas.row_blocks(m, dtype, 2, n * k) is None:
+        pytest.skip("too few rows for two blocks of this dtype")
+    assert got.tobytes() == want.tobytes()
+    p1, _, r1 = _counts()
+    assert (p1 - p0, r1 - r0) == (1, 1)
+    assert gemm_blocks.STATS["blocks"] - b0 >= 2
+    assert blas_library.thread_control()[0]() == 1
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-3)
+
+
+def test_layouts_and_a_batch_of_rows(pooled):
+    """Transposed views (F-ordered operands, BLAS's flags), a batch of sequences folded into rows (a view of a
+    C-ordered x), and a non-contiguous batch (not folded: the one-thread path), all with one call's bits."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((96, 300)).astype(np.float32)       # a.T: (300, 96), F-ordered
+    b = rng.standard_normal((700, 96)).astype(np.float32)       # b.T: (96, 700), F-ordered
+    want = _one_call(np.ascontiguousarray(a.T), np.ascontiguousarray(b.T))
+    p0, _, _ = _counts()
+    assert (jg.tensor(a).T @ jg.tensor(b).T).numpy().tobytes() == want.tobytes()
+    assert _counts()[0] - p0 == 1
+    x = rng.standard_normal((4, 75, 96)).astype(np.float32)
+    w = rng.standard_normal((96, 700)).astype(np.float32)
+    p0, o0, _ = _counts()
+    y = (jg.tensor(x) @ jg.tensor(w)).numpy()
+    assert y.shape == (4, 75, 700) and _counts()[0] - p0 == 1
+    assert y.tobytes() == _one_call(x.reshape(300, 96), w).reshape(4, 75, 700).tobytes()
+    xs = jg.tensor(np.ascontiguousarray(x.transpose(1, 0, 2))).transpose(0, 1)     # (4, 75, 96), not C-ordered
+    p0, o0, _ = _counts()
+    ys = (xs @ jg.tensor(w)).numpy()
+    assert _counts()[:2] == (p0, o0 + 1)
+    np.testing.assert_allclose(ys, x.astype(np.float64) @ w.astype(np.float64), rtol=1e-4, atol=1e-3)
+
+
+def test_gradients_through_pooled_products(pooled):
+    """B3's gradient penalty (a product's gradient's gradient): every big product on the pool, and the loss and
+    gradients the same bits as with the pooled path off."""
+    rng = np.random.default_rng(0)
+    x0 = rng.standard_normal((256, 64)).astype(np.float32)
+    w10 = (rng.standard_normal((64, 256)) * 0.1).astype(np.float32)
+    w20 = (rng.standard_normal((256, 1)) * 0.1).astype(np.float32)
+
+    def step():
+        x = jg.tensor(x0, requires_grad=True)
+        w1, w2 = jg.tensor(w10, requires_grad=True), jg.tensor(w20, requires_grad=True)
+        d = jg.tanh(x @ w1) @ w2
+        gx, = jg.autograd.grad(d.sum(), x, create_graph=True)
+        loss = d.mean() + 10 * ((gx.norm(dim=1) - 1) ** 2).mean()
+        g1, g2 = jg.autograd.grad(loss, [w1, w2])
+        return b"".join(t.detach().numpy().tobytes() for t in (loss, g1, g2))
+    p0, _, _ = _counts()
+    on = step()
+    assert _counts()[0] - p0 == 5       # x @ w1, gx = u @ w1.T, and three in the second gradient
+    pooled_gemm.ENABLED = False
+    _choose_afresh()
+    p0, _, _ = _counts()
+    off = step()
+    assert _counts()[0] == p0
+    assert on == off
+
+
+def test_one_thread_busy_sign_and_a_held_pool_keep_the_calling_thread(pooled, monkeypatch):
+    """``set_num_threads(1)``, the pool's busy sign standing, and a launch holding the pool (another thread's):
+    the product runs on the calling thread (no round, no wait for the lock) with the same bits."""
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((256, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 256)).astype(np.float32)
+    ta, tb = jg.tensor(a), jg.tensor(b)
+    want = (ta @ tb).numpy().tobytes()
+    assert want == _one_call(a, b).tobytes()
+
+    def on_caller():
+        p0, o0, r0 = _counts()
+        got = (ta @ tb).numpy().tobytes()
+        assert _counts() == (p0, o0 + 1, r0) and got == want
+
+    jg.set_num_threads(1)
+    on_caller()
+    jg.set_num_threads(2)
+    monkeypatch.setattr(workpool, "BUSY_HOLD", True)    # (tests turn the rule off: conftest.py)
+    monkeypatch.setattr(gemm_blocks, "_QUIET", [])
+    quiet = ctypes.c_int64.from_address(workpool.spinning().quiet_until)
+    before = quiet.value
+    quiet.value = time.clock_gettime_ns(workpool.CLOCK_ID) + 60 * 10 ** 9     # the sign stands for a minute
+    try:
+        on_caller()
+    finally:
+        quiet.value = before
+    # (the real sign off again: on a loaded test machine it may stand)
+    monkeypatch.setattr(workpool, "BUSY_HOLD", False)
+    monkeypatch.setattr(gemm_blocks, "_QUIET", [])
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with LAUNCH_LOCK:
+            held.set()
+            release.wait(60)
+    t = threading.Thread(target=hold)
+    t.start()
+    try:
+        assert held.wait(60)
+        on_caller()
+    finally:
+        release.set()
+        t.join()
+    p0, _, _ = _counts()
+    assert (ta @ tb).numpy().tobytes() == want and _counts()[0] == p0 + 1      # the pool again
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_pooled_products_in_a_forked_child(pooled):
+    """A forked child has no workers: its first round starts new ones, and its products keep their bits."""
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((256, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 256)).astype(np.float32)
+    want = (jg.tensor(a) @ jg.tensor(b)).numpy().tobytes()
+    pid = os.fork()
+    if pid == 0:        # pragma: no cover - the child
+        code = 1
+        try:
+            p0 = pooled_gemm.STATS["pooled_calls"]
+            ok = all((jg.tensor(a) @ jg.tensor(b)).numpy().tobytes() == want for _ in range(3))
+            code = 0 if ok and pooled_gemm.STATS["pooled_calls"] == p0 + 3 else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
