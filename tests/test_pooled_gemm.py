@@ -15,7 +15,7 @@ import pytest
 import jitgrad as jg
 from jitgrad.codegen.native import gemm_blocks, workpool
 from jitgrad.codegen.native.threads import LAUNCH_LOCK
-from jitgrad.ir import settings
+from jitgrad.ir import eager_threads, settings
 from jitgrad.ir.ops import blas, blas_library
 from jitgrad.jit import pooled_gemm
 from jitgrad.runtime import dispatch
@@ -28,6 +28,7 @@ def _choose_afresh():
     pullback_plans._PLANS.clear()
 
 # (rows, k, n): rows a multiple of float32's unit or not, K past OpenBLAS's K block; B3's products
+_REAL_NOTE = eager_threads._Pacer.note
 SHAPES = [(256, 64, 256), (256, 256, 64), (300, 96, 700), (257, 300, 100), (999, 64, 70)]
 
 
@@ -51,6 +52,9 @@ def pooled(monkeypatch):
     jg.set_num_threads(2)
     monkeypatch.setattr(blas, "BLAS_PACER", False)
     monkeypatch.setattr(pooled_gemm, "ENABLED", True)
+    # the pacer reads wall times, which a loaded test machine stretches: off (its own test scripts them)
+    monkeypatch.setattr(eager_threads._PACER, "left", 0)
+    monkeypatch.setattr(eager_threads._Pacer, "note", lambda self, own, whole: None)
     _choose_afresh()
     yield
     _choose_afresh()
@@ -199,3 +203,41 @@ def test_pooled_products_in_a_forked_child(pooled):
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_long_wait_for_the_blocks_holds_them_on_the_calling_thread(pooled, monkeypatch):
+    """The eager splits' pacer (``eager_threads.note_split``): a call whose other blocks finished long after the
+    caller's own (another process took the worker's core) makes the next ``HOLD`` products one call each on the
+    calling thread (the same bits); a wait that was a sleeping worker's wake-up (under ``WAKE_S``) holds nothing."""
+    monkeypatch.setattr(eager_threads._Pacer, "note", _REAL_NOTE)
+    monkeypatch.setattr(eager_threads, "_PACER", eager_threads._Pacer())
+    runner = gemm_blocks.runner()
+    real = runner.run
+    script = []
+
+    def scripted(*args):
+        real(*args)             # (the product itself)
+        return script.pop(0)
+    monkeypatch.setattr(runner, "run", scripted)
+    _choose_afresh()
+    rng = np.random.default_rng(13)
+    a = rng.standard_normal((256, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 256)).astype(np.float32)
+    ta, tb = jg.tensor(a), jg.tensor(b)
+    want = _one_call(a, b).tobytes()
+
+    def product():
+        p0, o0, _ = _counts()
+        assert (ta @ tb).numpy().tobytes() == want
+        p1, o1, _ = _counts()
+        return "pool" if p1 > p0 else "caller" if o1 > o0 else "?"
+    script.append((25e-6, 0.6e-3, True))           # a worker's wake-up: excused
+    assert product() == "pool"
+    script.append((25e-6, 30e-6, False))
+    assert product() == "pool"
+    script.append((25e-6, 4e-3, False))            # a scheduler slice's wait: held
+    assert product() == "pool"
+    held = [product() for _ in range(eager_threads._Pacer.HOLD)]
+    assert held == ["caller"] * eager_threads._Pacer.HOLD and not script
+    script.append((25e-6, 30e-6, False))
+    assert product() == "pool"                     # then the pool again

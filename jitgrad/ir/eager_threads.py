@@ -136,6 +136,13 @@ def run_split(tasks) -> None:
         _PACER.note(t1 - t0, t2 - t0)
 
 
+def note_split(own: float, whole: float) -> None:
+    """A split call run elsewhere (an eager GEMM's blocks on the worker pool: ``jit/pooled_gemm.py``) took
+    ``whole`` seconds, the calling thread's own part ``own``: the pacer's reading, as for the eager threads'
+    splits (a long wait for the others makes ``split_threads`` answer 1 for a while)."""
+    _PACER.note(own, whole)
+
+
 def threads_for(elements: int) -> int:
     """How many threads an eager parallel call over ``elements`` elements uses (1: run it serially)."""
     return split_threads(elements // MIN_CHUNK)
@@ -155,4 +162,4 @@ def split_threads(parts: int) -> int:
     return n
 
 
-__all__ = ["run_split", "threads_for", "split_threads", "MIN_CHUNK", "STATS"]
+__all__ = ["run_split", "note_split", "threads_for", "split_threads", "MIN_CHUNK", "STATS"]

@@ -11,9 +11,10 @@ awake when the next product comes.  The blocks and their bits are ``matmul2d``'s
 
 The seam is the one of ``eager_kernels.py``: a chooser published into the ``matmul`` OpDef's ``eager_kernel``
 slot, asked once per signature (2-D operands of one float dtype, concrete sizes) for the callable eager dispatch
-keeps; forward products and pullback plans' products alike.  Per call the product runs on the calling thread
-alone (``fallback``: ``matmul2d``'s own path, the same bits) when ``set_num_threads(1)``, while the pool's busy
-sign stands (another process holds a core: ``gemm_blocks.busy``), or while a compiled launch holds the pool.
+keeps; forward products and pullback plans' products alike.  Per call the product is one call on the calling
+thread (the same bits) at ``set_num_threads(1)``, while the pool's busy sign stands (another process holds a core:
+``gemm_blocks.busy``), while the eager splits' pacer holds splits (a call whose blocks finished long after the
+caller's own: ``eager_threads.note_split``) and while a launch holds the pool (another thread's compiled call).
 ``JITGRAD_POOLED_GEMM=0`` turns the path off.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 from ..codegen.native import gemm_blocks
 from ..codegen.native.threads import LAUNCH_LOCK
 from ..declarations import published
-from ..ir import settings
+from ..ir import eager_threads, settings
 from ..ir.ops import blas
 from ..ir.ops.eager_gemm import operands
 
@@ -36,6 +37,10 @@ _N = b"N"
 _FLAG = {f: ctypes.create_string_buffer(f) for f in (b"N", b"T")}
 _FLAG_AT = {f: ctypes.addressof(b) for f, b in _FLAG.items()}
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+# what a round that woke a sleeping worker may wait for the wake-up alone, not counted against the pool by the
+# pacer: an idle vCPU of this VM wakes in 0.2-0.5 ms; a core taken by another process costs scheduler slices
+# (1.5-4 ms here), so a taken core still shows
+WAKE_S = 0.75e-3
 STATS = {"pooled_calls": 0, "one_thread_calls": 0}   # counted, for tests
 _from_buffer = ctypes.c_char.from_buffer
 _addressof = ctypes.addressof
@@ -76,6 +81,7 @@ def _pooled(m: int, k: int, n: int, dtype, fallback, folded):
     run = gemm_blocks.runner().run
     busy = gemm_blocks.busy
     use = blas.BlasPacer.use
+    split_threads, note = eager_threads.split_threads, eager_threads.note_split
     state = settings.STATE
     pool_threads = gemm_blocks.threads()
     # (x's flag, y's flag, threads) -> (the blocks' rows, their address, how many), or None: one call.  The rows
@@ -100,28 +106,30 @@ def _pooled(m: int, k: int, n: int, dtype, fallback, folded):
 
     def gemm_pooled(x, y):
         threads = state.num_threads or pool_threads
-        if threads < 2 or busy():
+        if threads < 2 or (folded is not None and not x.flags.c_contiguous):
             STATS["one_thread_calls"] += 1
-            return fallback(x, y)
+            return fallback(x, y)       # (one call; or a batch that does not fold into rows)
         if folded is not None:
-            if not x.flags.c_contiguous:
-                STATS["one_thread_calls"] += 1
-                return fallback(x, y)
             x = x.reshape(m, k)
         x, tx, ldx, y, ty, ldy = operands(x, y, m, n)
-        key = (tx, ty, min(threads, pool_threads))
+        c = np.empty(shape, dtype)
+        # one thread while the pool's busy sign stands, and while the eager splits' pacer holds them (a call
+        # waited long for its other blocks: another process took a core)
+        key = (tx, ty, 1 if busy() else split_threads(min(threads, pool_threads)))
         p = plans.get(key, False)
         if p is False:
-            p = plans[key] = plan(tx, ldx, ty, ldy, key[2])
+            p = plans[key] = plan(tx, ldx, ty, ldy, key[2]) if key[2] > 1 else None
         if p is None or not LAUNCH_LOCK.enter_now():
             STATS["one_thread_calls"] += 1
-            return fallback(x, y)
+            use(1)
+            blas._gemm_rows(x, tx, ldx, y, ty, ldy, c, 0, m)      # one call: the blocks' bits
+            return c if folded is None else c.reshape(folded)
         try:
-            c = np.empty(shape, dtype)
             use(1)      # each block on one OpenBLAS thread (a no-op when it is already)
-            run(p[1], p[2], gemm, _address(x), _address(y), _addressof(_from_buffer(c)))
+            own, whole, woke = run(p[1], p[2], gemm, _address(x), _address(y), _addressof(_from_buffer(c)))
         finally:
             LAUNCH_LOCK.__exit__(None, None, None)
+        note(own, whole - WAKE_S if woke else whole)
         STATS["pooled_calls"] += 1
         return c if folded is None else c.reshape(folded)
     gemm_pooled.__name__ = "matmul_pooled"

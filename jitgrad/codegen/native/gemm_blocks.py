@@ -31,9 +31,25 @@ entry:
   ret void
 }}
 
-define void @jitgrad_gemm_blocks(ptr %rows, i64 %n, ptr %gemm, ptr %add, ptr %ready, ptr %sync, i64 %a, i64 %b,
-                                 i64 %c) {{
+declare i32 @clock_gettime(i32, ptr)
+
+define internal i64 @now() {{
 entry:
+  %ts = alloca [2 x i64]
+  call i32 @clock_gettime(i32 1, ptr %ts)
+  %s = load i64, ptr %ts
+  %nsp = getelementptr i64, ptr %ts, i64 1
+  %ns = load i64, ptr %nsp
+  %s9 = mul i64 %s, 1000000000
+  %t = add i64 %s9, %ns
+  ret i64 %t
+}}
+
+; times[0]: nanoseconds until the caller's own block was done, times[1]: until every block was
+define void @jitgrad_gemm_blocks(ptr %rows, i64 %n, ptr %gemm, ptr %add, ptr %ready, ptr %sync, i64 %a, i64 %b,
+                                 i64 %c, ptr %times) {{
+entry:
+  %t0 = call i64 @now()
   br label %fill
 fill:               ; each row's operand and result addresses: the call's, plus the block's offsets
   %j = phi i64 [0, %entry], [%jn, %fill]
@@ -69,7 +85,14 @@ queue:
 run:
   call void %ready()
   call void @jitgrad_gemm_block(ptr %rows, ptr null, ptr null, ptr %gemm)
+  %t1 = call i64 @now()
   call void %sync()
+  %t2 = call i64 @now()
+  %own = sub i64 %t1, %t0
+  %whole = sub i64 %t2, %t0
+  store i64 %own, ptr %times
+  %wp = getelementptr i64, ptr %times, i64 1
+  store i64 %whole, ptr %wp
   ret void
 }}
 """
@@ -89,23 +112,31 @@ def _source() -> str:
 class _Runner:
     """The compiled hand-off, bound to the running pool's three functions."""
 
-    def __init__(self, engine, funcs):
+    def __init__(self, engine, funcs, wakes):
         self._engine = engine       # keeps the code mapped
         fn = engine.get_function_address("jitgrad_gemm_blocks")
         i64 = ctypes.c_int64
-        self._run = ctypes.CFUNCTYPE(None, i64, i64, i64, i64, i64, i64, i64, i64, i64)(fn)
+        self._run = ctypes.CFUNCTYPE(None, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64)(fn)
         self.funcs = funcs
+        self.times = (ctypes.c_int64 * 2)()     # the last call's (own block, whole) nanoseconds
+        self._wakes = wakes                     # the pool's count of wake calls for sleeping workers
+        self._times = ctypes.addressof(self.times)
 
-    def run(self, rows_address: int, n: int, gemm: int, a: int, b: int, c: int) -> None:
+    def run(self, rows_address: int, n: int, gemm: int, a: int, b: int, c: int):
         """Run the ``n`` (>= 2) ``?gemm`` calls of the rows at ``rows_address`` (``n`` x ``ROW`` int64: each the
         call's arguments, then A's and C's byte offsets) through routine ``gemm``, with ``a``, ``b`` and ``c`` the
         operands' and result's addresses (written into the rows first: argument 8 = ``a`` + A's offset, 6 = ``b``,
         11 = ``c`` + C's offset): row 0 on this thread, the others on the pool's workers; returns when all are
-        done.  The caller holds ``threads.LAUNCH_LOCK`` (the rows are rewritten per call)."""
+        done.  The caller holds ``threads.LAUNCH_LOCK`` (the rows are rewritten per call).  Returns the seconds
+        until the caller's own block was done and until every block was (a pacer's reading: equal blocks finish
+        together on free cores), and whether the round woke a sleeping worker (its wake-up is in the wait)."""
         add, ready, sync = self.funcs
-        self._run(rows_address, n, gemm, add, ready, sync, a, b, c)
+        w0 = self._wakes.value
+        self._run(rows_address, n, gemm, add, ready, sync, a, b, c, self._times)
         STATS["rounds"] += 1
         STATS["blocks"] += n
+        t = self.times
+        return t[0] * 1e-9, t[1] * 1e-9, self._wakes.value != w0
 
 
 _lock = threading.Lock()
@@ -139,7 +170,7 @@ def _build():
     engine = ll.create_mcjit_compiler(mod, tm)
     engine.finalize_object()
     pool = workpool.spinning()
-    return _Runner(engine, (pool.add_task, pool.ready, pool.synchronize))
+    return _Runner(engine, (pool.add_task, pool.ready, pool.synchronize), pool.counter("worker_wakes"))
 
 
 def busy() -> bool:

@@ -534,6 +534,10 @@ class Pool:
             return None
         return tuple(int(v) for v in out)
 
+    def counter(self, name: str):
+        """One of ``stats()``'s counters as a live ``c_int64`` (a read without building the dict)."""
+        return ctypes.c_int64.from_address(ctypes.addressof(self._stats) + 8 * STAT_NAMES.index(name))
+
     def stats(self) -> dict:
         """Cumulative counts: worker futex sleeps and the caller's wake calls for them, the caller's sleeps and
         the workers' wake calls for it, rounds, busy signs raised (``busy_sign.py``), waits that ended in their spin
