@@ -28,7 +28,7 @@ def _choose_afresh():
     pullback_plans._PLANS.clear()
 
 # (rows, k, n): rows a multiple of float32's unit or not, K past OpenBLAS's K block; B3's products
-_REAL_NOTE = eager_threads._Pacer.note
+_REAL_NOTE = eager_threads.note_split
 SHAPES = [(256, 64, 256), (256, 256, 64), (300, 96, 700), (257, 300, 100), (999, 64, 70)]
 
 
@@ -54,7 +54,7 @@ def pooled(monkeypatch):
     monkeypatch.setattr(pooled_gemm, "ENABLED", True)
     # the pacer reads wall times, which a loaded test machine stretches: off (its own test scripts them)
     monkeypatch.setattr(eager_threads._PACER, "left", 0)
-    monkeypatch.setattr(eager_threads._Pacer, "note", lambda self, own, whole: None)
+    monkeypatch.setattr(eager_threads, "note_split", lambda own, whole: None)
     _choose_afresh()
     yield
     _choose_afresh()
@@ -209,7 +209,7 @@ def test_a_long_wait_for_the_blocks_holds_them_on_the_calling_thread(pooled, mon
     """The eager splits' pacer (``eager_threads.note_split``): a call whose other blocks finished long after the
     caller's own (another process took the worker's core) makes the next ``HOLD`` products one call each on the
     calling thread (the same bits); a wait that was a sleeping worker's wake-up (under ``WAKE_S``) holds nothing."""
-    monkeypatch.setattr(eager_threads._Pacer, "note", _REAL_NOTE)
+    monkeypatch.setattr(eager_threads, "note_split", _REAL_NOTE)
     monkeypatch.setattr(eager_threads, "_PACER", eager_threads._Pacer())
     runner = gemm_blocks.runner()
     real = runner.run

@@ -81,7 +81,7 @@ def _pooled(m: int, k: int, n: int, dtype, fallback, folded):
     run = gemm_blocks.runner().run
     busy = gemm_blocks.busy
     use = blas.BlasPacer.use
-    split_threads, note = eager_threads.split_threads, eager_threads.note_split
+    split_threads = eager_threads.split_threads
     state = settings.STATE
     pool_threads = gemm_blocks.threads()
     # (x's flag, y's flag, threads) -> (the blocks' rows, their address, how many), or None: one call.  The rows
@@ -129,7 +129,7 @@ def _pooled(m: int, k: int, n: int, dtype, fallback, folded):
             own, whole, woke = run(p[1], p[2], gemm, _address(x), _address(y), _addressof(_from_buffer(c)))
         finally:
             LAUNCH_LOCK.__exit__(None, None, None)
-        note(own, whole - WAKE_S if woke else whole)
+        eager_threads.note_split(own, whole - WAKE_S if woke else whole)     # (read per call: tests script it)
         STATS["pooled_calls"] += 1
         return c if folded is None else c.reshape(folded)
     gemm_pooled.__name__ = "matmul_pooled"
