@@ -337,6 +337,25 @@ def test_clear_removes_only_our_files(tmp_path):
     assert cache.store_entry(key, LONG_SRC) == cache.entry_path(key)
 
 
+def test_clear_removes_the_generated_entries_texts(tmp_path, monkeypatch):
+    """``clear`` also removes the generated eager entries' texts (``runtime/generated_code.py``), and only those."""
+    from jitgrad.runtime import generated_code
+    root = tmp_path / "cache"
+    monkeypatch.setattr(generated_code, "_DIRS", {})
+    path = generated_code.on_disk("def f():\n    return 1\n", "flat entry over 1 argument")
+    assert path is not None and os.path.dirname(path) == str(root / "generated")
+    gen = root / "generated"
+    (gen / ".k2j_x9ab.tmp").write_text("half written")         # a temporary file of a write cut short
+    (gen / "notes.py").write_text("mine")                      # not named as ours: kept
+    assert cache.clear() >= 2
+    assert not os.path.exists(path) and not (gen / ".k2j_x9ab.tmp").exists()
+    assert (gen / "notes.py").read_text() == "mine"
+    (gen / "notes.py").unlink()
+    monkeypatch.setattr(generated_code, "_DIRS", {})
+    assert generated_code.on_disk("def f():\n    return 1\n", "flat entry over 1 argument") == path   # again
+    assert cache.clear() == 1 and not gen.exists()
+
+
 def test_codegen_layering():
     """codegen imports only jitgrad.ir (and this module needs none of jitgrad)."""
     tree = ast.parse(Path(cache.__file__).read_text())

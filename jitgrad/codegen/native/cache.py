@@ -515,7 +515,21 @@ def clear(directory: Path | str | None = None) -> int:
             os.rmdir(numba_dir)
         except OSError:
             pass
+    # the generated eager entries' texts (runtime/generated_code.py: ``<label>-<32 hex digits>.py``, and the
+    # temporary files of their atomic writes), which tracebacks read: a process that made them keeps its functions
+    gen_dir = root / "generated"
+    if os.path.isdir(gen_dir) and not os.path.islink(gen_dir):
+        for e in list(os.scandir(gen_dir)):
+            if not e.is_dir(follow_symlinks=False) and _GENERATED_RE.fullmatch(e.name):
+                unlink(Path(e.path))
+        try:
+            os.rmdir(gen_dir)
+        except OSError:
+            pass
     return removed
+
+
+_GENERATED_RE = re.compile(r"[A-Za-z0-9_.-]{0,40}-[0-9a-f]{32}\.py|\.[A-Za-z0-9_]+\.tmp")
 
 
 def _after_fork_in_child():
