@@ -194,3 +194,20 @@ def test_a_key_selects_by_its_0d_index_tensors_first():
     expect[1][:, [0, 2]] = v.numpy()
     for g in (write, jg.compile(write, background=False)):
         assert np.array_equal(g(X, z, n, v).numpy(), expect)
+
+
+@pytest.mark.parametrize("where", ["getitem", "setitem", "index_put_", "compiled"])
+def test_index_tensors_that_do_not_broadcast_say_torchs_words(where):
+    """Index tensors whose shapes do not broadcast: torch 2.13's IndexError text (copied from it), not NumPy's
+    ("indexing arrays ... (3,) (2,)", or a ValueError from a write), with the op's name and the user's line."""
+    x = jg.zeros(4, 5)
+    i, j = _i([0, 1, 2]), _i([0, 1])
+    run = {"getitem": lambda: x[i, j],
+           "setitem": lambda: x.__setitem__((i, j), 1.0),
+           "index_put_": lambda: x.index_put_((i, j), jg.tensor(1.0)),
+           "compiled": lambda: jg.compile(lambda a, p, q: a[p, q] * 2)(x, i, j)}[where]
+    with pytest.raises(IndexError) as info:
+        run()
+    text = str(info.value)
+    assert "shape mismatch: indexing tensors could not be broadcast together with shapes [3], [2]" in text, text
+    assert "test_index_error_text.py" in text and "indexing arrays" not in text, text

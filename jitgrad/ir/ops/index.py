@@ -66,6 +66,13 @@ def _index_shape(name, x: Aval, idx_avals, spec):
     if has_symbols((x.shape, [a.shape for a in idx_avals], spec)):
         return _symbolic_index_shape(name, x, idx_avals, spec)
     _check_ints(name, x.shape, spec)
+    if len(idx_avals) > 1:
+        shapes = [a.shape for a in idx_avals]
+        try:
+            np.broadcast_shapes(*shapes)
+        except ValueError:      # (torch's words, not NumPy's "indexing arrays ... (3,) (2,)")
+            raise IndexOpError(f"{name}: shape mismatch: indexing tensors could not be broadcast together with shapes "
+                               f"{', '.join(fmt_shape(s) for s in shapes)}") from None
     # zero-stride stand-ins: NumPy computes the result shape (and raises on bad indices) without data
     dummy = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), x.shape, (0,) * x.ndim)
     idx = np_index(spec, [np.zeros(a.shape, np.intp) for a in idx_avals])
@@ -188,14 +195,18 @@ def index_dim(spec, shapes, k: int) -> int:
 
 
 def index_range_error(shape, spec, idx) -> IndexError | None:
-    """torch's error for the first index out of range of a key's index tensors ``idx`` (arrays), None when all are
-    in range: element by element of the broadcast index, each element's tensors in order (torch's order, which a
+    """torch's error for the first index out of range of a key's index tensors ``idx`` (arrays) (or for index
+    tensors whose shapes do not broadcast), None when all are in range: element by element of the broadcast index, each element's tensors in order (torch's order, which a
     compiled loop over the result follows too)."""
     sizes = [shape[tensor_axis(spec, k, len(shape))] for k in range(len(idx))]
     shapes = [np.shape(a) for a in idx]
     if not idx:
         return None
-    arrays = np.broadcast_arrays(*[np.asarray(a) for a in idx])
+    try:
+        arrays = np.broadcast_arrays(*[np.asarray(a) for a in idx])
+    except ValueError:
+        return IndexError("shape mismatch: indexing tensors could not be broadcast together with shapes "
+                          + ", ".join(fmt_shape(s) for s in shapes))
     bad = np.stack([((a < -sizes[k]) | (a >= sizes[k])).reshape(-1) for k, a in enumerate(arrays)])
     hit = bad.any(axis=0)
     if not hit.any():
