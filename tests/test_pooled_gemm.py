@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import jitgrad as jg
-from jitgrad.codegen.native import gemm_blocks, workpool
+from jitgrad.codegen.native import build_thread, gemm_blocks, workpool
 from jitgrad.codegen.native.threads import LAUNCH_LOCK
 from jitgrad.ir import eager_threads, settings
 from jitgrad.ir.ops import blas, blas_library
@@ -138,8 +138,9 @@ def test_gradients_through_pooled_products(pooled):
 
 
 def test_one_thread_busy_sign_and_a_held_pool_keep_the_calling_thread(pooled, monkeypatch):
-    """``set_num_threads(1)``, the pool's busy sign standing, and a launch holding the pool (another thread's):
-    the product runs on the calling thread (no round, no wait for the lock) with the same bits."""
+    """``set_num_threads(1)``, a build on the build thread (two cores), the pool's busy sign standing, and a
+    launch holding the pool (another thread's): the product runs on the calling thread (no round, no wait for the
+    lock) with the same bits."""
     rng = np.random.default_rng(9)
     a = rng.standard_normal((256, 64)).astype(np.float32)
     b = rng.standard_normal((64, 256)).astype(np.float32)
@@ -155,6 +156,9 @@ def test_one_thread_busy_sign_and_a_held_pool_keep_the_calling_thread(pooled, mo
     jg.set_num_threads(1)
     on_caller()
     jg.set_num_threads(2)
+    with monkeypatch.context() as m:        # a build on the build thread takes the second core
+        m.setattr(build_thread, "_QUEUED", [object()])
+        on_caller()
     monkeypatch.setattr(workpool, "BUSY_HOLD", True)    # (tests turn the rule off: conftest.py)
     monkeypatch.setattr(gemm_blocks, "_QUIET", [])
     quiet = ctypes.c_int64.from_address(workpool.spinning().quiet_until)

@@ -15,7 +15,8 @@ keeps; forward products and pullback plans' products alike.  Per call the produc
 thread (the same bits) at ``set_num_threads(1)``, while the pool's busy sign stands (another process holds a core:
 ``gemm_blocks.busy``), while the eager splits' pacer holds splits (a call whose blocks finished long after the
 caller's own: ``eager_threads.note_split``) and while a launch holds the pool (another thread's compiled call).
-``JITGRAD_POOLED_GEMM=0`` turns the path off.
+While the build thread works (a script's first steps run eagerly while their compiled code builds) the blocks
+leave it a core.  ``JITGRAD_POOLED_GEMM=0`` turns the path off.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import os
 
 import numpy as np
 
-from ..codegen.native import gemm_blocks
+from ..codegen.native import build_thread, gemm_blocks
 from ..codegen.native.threads import LAUNCH_LOCK
 from ..declarations import published
 from ..ir import eager_threads, settings
@@ -82,6 +83,7 @@ def _pooled(m: int, k: int, n: int, dtype, fallback, folded):
     busy = gemm_blocks.busy
     use = blas.BlasPacer.use
     split_threads = eager_threads.split_threads
+    building = build_thread.busy
     state = settings.STATE
     pool_threads = gemm_blocks.threads()
     # (x's flag, y's flag, threads) -> (the blocks' rows, their address, how many), or None: one call.  The rows
@@ -114,8 +116,9 @@ def _pooled(m: int, k: int, n: int, dtype, fallback, folded):
         x, tx, ldx, y, ty, ldy = operands(x, y, m, n)
         c = np.empty(shape, dtype)
         # one thread while the pool's busy sign stands, and while the eager splits' pacer holds them (a call
-        # waited long for its other blocks: another process took a core)
-        key = (tx, ty, 1 if busy() else split_threads(min(threads, pool_threads)))
+        # waited long for its other blocks: another process took a core); a core fewer while the build thread
+        # works (a script's first steps run eagerly while their compiled code builds: the build must not wait)
+        key = (tx, ty, 1 if busy() else split_threads(min(threads, pool_threads) - building()))
         p = plans.get(key, False)
         if p is False:
             p = plans[key] = plan(tx, ldx, ty, ldy, key[2]) if key[2] > 1 else None

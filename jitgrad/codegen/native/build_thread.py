@@ -172,6 +172,11 @@ def wait_background(timeout: float | None = None) -> bool:
     return True
 
 
+def busy() -> bool:
+    """Whether a build is queued or running on the build thread (it takes a core while it runs)."""
+    return bool(_QUEUED or _CALLS)
+
+
 @contextlib.contextmanager
 def compiling():
     """``with compiling() as go:`` around one kernel the build thread compiles; ``go`` is False once the process
