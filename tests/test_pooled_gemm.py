@@ -21,6 +21,8 @@ from jitgrad.jit import pooled_gemm
 from jitgrad.runtime import dispatch
 from jitgrad.runtime.backward import pullback_plans
 
+from gemm_reference import one_call as _one_call  # noqa: E402 - the reference bits
+
 
 def _choose_afresh():
     """Signatures' and pullback plans' callables chosen again (they keep what the chooser gave)."""
@@ -30,16 +32,6 @@ def _choose_afresh():
 # (rows, k, n): rows a multiple of float32's unit or not, K past OpenBLAS's K block; B3's products
 _REAL_NOTE = eager_threads.note_split
 SHAPES = [(256, 64, 256), (256, 256, 64), (300, 96, 700), (257, 300, 100), (999, 64, 70)]
-
-
-def _one_call(a, b):
-    """``a @ b`` as one single-threaded OpenBLAS call of the whole product: the reference bits."""
-    blas.BlasPacer.use(1)
-    c = np.empty((a.shape[0], b.shape[1]), a.dtype)
-    aa, ta, lda = blas._raw_operand(a)
-    bb, tb, ldb = blas._raw_operand(b)
-    blas._gemm_rows(aa, ta, lda, bb, tb, ldb, c, 0, a.shape[0])
-    return c
 
 
 @pytest.fixture

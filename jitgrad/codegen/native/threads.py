@@ -88,13 +88,17 @@ class _Launch:
 
     def __enter__(self):
         self._lock.acquire()
+        self._placed_or_released()
+        return self
+
+    def _placed_or_released(self):
+        """The workers placed once the lock is held (the lock released again if placing them fails)."""
         if not _placed:
             try:
                 place_workers()
             except BaseException:
                 self._lock.release()
                 raise
-        return self
 
     def __exit__(self, *exc):
         self._lock.release()
@@ -104,12 +108,7 @@ class _Launch:
         another way to run its work (an eager GEMM's one call) and must never wait on, or deadlock with, a launch."""
         if not self._lock.acquire(False):
             return False
-        if not _placed:
-            try:
-                place_workers()
-            except BaseException:
-                self._lock.release()
-                raise
+        self._placed_or_released()
         return True
 
     def _after_fork_in_child(self):
