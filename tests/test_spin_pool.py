@@ -460,3 +460,67 @@ print(json.dumps({**delta(before), "launched": workpool.rounds() - r0}))
     assert out["busy"] == 0 and out["samples"] >= 4, out
     # (a worker descheduled between a round's end and its spin's first clock read misses the jump: it spins on)
     assert out["worker_wakes"] <= 40 and out["spin_hits"] >= 40, out
+
+
+def test_a_round_whose_worker_finishes_late_raises_the_busy_sign():
+    """``synchronize``'s wait against the caller's own chunk (scripted clock: the caller's chunk and the worker's
+    task each move it): a worker done about when the caller (or up to ``LATE_SHARE`` x later, plus ``LATE_NS``)
+    raises nothing; one a scheduler slice late raises the sign (``late``, ``busy``: the next waits sleep at once);
+    after a wake-up of a sleeping worker ``WAKE_NS`` more is excused; ``JITGRAD_POOL_LATE=0`` (``_late``) judges
+    nothing."""
+    outs = _run("""
+from jitgrad.codegen.native import busy_sign as bs
+late = []
+def slow(a, d, s, x):
+    advance(late[0])
+late_task = TASK(slow)
+def round_(own_ns, late_ns):
+    late[:] = [late_ns]
+    add(ctypes.cast(late_task, ctypes.c_void_p), None, None, None, None)
+    ready()
+    advance(own_ns)         # the caller's chunk 0
+    sync()
+pool.set_spin_ns(10**12)
+scripted_clock(0)           # the clock moves only where advance() moves it
+pool.start(1)
+rounds(1, 1)
+ms = 1_000_000
+out = {}
+for name, own, wait in (("even", ms, ms), ("triangle", ms, 3 * ms + bs.LATE_NS - 1000), ("slice", 100_000, 4 * ms)):
+    before = pool.stats(); round_(own, wait); out[name] = delta(before)
+    advance(bs.QUIET_NS)    # (a raised sign lapses)
+pool.set_spin_ns(0)         # workers sleep after each round: the next one wakes them
+rounds(1, 1)
+before = pool.stats(); round_(100_000, bs.LATE_NS + bs.WAKE_NS // 2); out["woken"] = delta(before)
+before = pool.stats(); round_(100_000, bs.LATE_NS + 2 * bs.WAKE_NS); out["woken, a slice"] = delta(before)
+advance(bs.QUIET_NS)
+pool.set_spin_ns(10**12)
+rounds(1, 1)
+pool._late.value = 0
+before = pool.stats(); round_(100_000, 8 * ms); out["off"] = delta(before)
+print(json.dumps(out))
+""")
+    (out,) = outs
+    for name in ("even", "triangle", "woken", "off"):
+        assert out[name]["late"] == 0 and out[name]["busy"] == 0, (name, out[name])
+    for name in ("slice", "woken, a slice"):
+        assert out[name]["late"] == 1 and out[name]["busy"] == 1, (name, out[name])
+    assert out["woken"]["worker_wakes"] == 1, out["woken"]
+
+
+def test_a_set_up_task_on_each_worker_raises_no_sign():
+    """``workpool.run_on_each`` (the workers' set-up: the caller runs no chunk, its wait is the tasks') leaves the
+    busy sign as it was, however long the tasks take."""
+    (out,) = _run("""
+from jitgrad.codegen.native import workpool
+from jitgrad.codegen.native.threads import LAUNCH_LOCK
+pool.set_clock(ctypes.cast(ctypes.CDLL(None).clock_gettime, ctypes.c_void_p).value)     # the real clock
+workpool.launch()
+p = workpool.spinning()
+quiet = ctypes.c_int64.from_address(p.quiet_until)
+before, q0 = p.stats(), quiet.value
+with LAUNCH_LOCK:
+    workpool.run_on_each(lambda i: time.sleep(0.02))
+print(json.dumps({"q": quiet.value == q0, "late": p.stats()["late"] - before["late"], "q0": q0}))
+""")
+    assert out["q"], out

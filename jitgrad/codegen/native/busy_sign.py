@@ -32,6 +32,15 @@ measured in B1's quiet runs: a sign that then stood for all 300 steps, 4.9 of ~5
 windows a thread spent runnable, spinning or working, are judged.  So a long serial stretch alone, however many
 spins it makes run out, never raises it; a thread whose core is shared does, within one or two windows.
 
+**A late round.**  A worker whose core another process took also overruns its spin and sleeps at every
+descheduling, so its own windows are mostly not judged (they held a sleep).  The caller sees it another way: it
+runs chunk 0 of each round between ``ready`` and ``synchronize``, and a worker on a free core finishes its chunk
+about when the caller does.  So ``synchronize`` compares its wait with the caller's own chunk: a wait over
+``LATE_SHARE`` times the own chunk (chunks of a triangle differ up to 3x) plus ``LATE_NS`` (more than this VM's
+wake-up of a sleeping worker, 0.2-0.5 ms; ``WAKE_NS`` more when ``ready`` had to wake one) is a slice lost to
+another process, and raises the sign as a crowded sample does (``stats()['late']`` counts it).
+``JITGRAD_POOL_LATE=0`` turns the rule off.
+
 Where the file is missing or unreadable (no ``/proc``, a kernel without ``CONFIG_SCHED_INFO``) samples read
 nothing and the sign never stands: the pool spins as on a quiet machine.  The reader is a function pointer
 (``jitgrad_pool_run_queue``), so tests script what a thread waited (``Pool.set_run_queue``).
@@ -46,6 +55,10 @@ MIN_WAIT_NS = 100_000   # ... in waits of this much on average (a taken core's s
 # how long waits sleep at once after a crowded sample: a time, not a count of rounds (64 rounds were 0.6 of
 # B9's steps but 13 of B1's); one core taken, counted: B1 busy/quiet 1.4-1.5x at 0.5 s, 1.7-2.0x at 0.1 s
 QUIET_NS = 250_000_000
+# a late round (above): the caller waited more than LATE_SHARE x its own chunk + LATE_NS (+ WAKE_NS after a wake-up)
+LATE_SHARE = 3
+LATE_NS = 1_000_000
+WAKE_NS = 750_000
 _GETTID = {"x86_64": 186, "AMD64": 186, "aarch64": 178, "arm64": 178}
 _PATH = b"/proc/thread-self/schedstat\x00"
 O_RDONLY_CLOEXEC = 0x80000      # O_RDONLY | O_CLOEXEC (the same on x86-64 and AArch64)
@@ -60,6 +73,9 @@ def source(machine: str, slots: int) -> str:
 @jitgrad_pool_rq_files = global [{slots} x [2 x i64]] zeroinitializer, align 64    ; per slot: fd + 1, thread id
 @jitgrad_pool_rq_last = global [{slots} x [4 x i64]] zeroinitializer, align 64     ; clock, waited, runs, slept
 @jitgrad_pool_run_queue = global ptr @read_run_queue
+@jitgrad_pool_late_on = global i32 1
+@jitgrad_pool_late_t0 = global i64 0        ; when the round in flight started (``ready``)
+@jitgrad_pool_late_woke = global i32 0      ; whether its ``ready`` woke a sleeping worker
 @rq_path = private constant [{len(_PATH)} x i8] c"{path}"
 
 declare i32 @open(ptr, i32, ...)
@@ -235,7 +251,45 @@ busy:
 out:
   ret void
 }}
+
+; ``ready`` starts a round (%woke: it woke a sleeping worker)
+define internal void @late_round(i1 %woke) alwaysinline {{
+entry:
+  %t = call i64 @now()
+  store i64 %t, ptr @jitgrad_pool_late_t0
+  %w = zext i1 %woke to i32
+  store i32 %w, ptr @jitgrad_pool_late_woke
+  ret void
+}}
+
+; ``synchronize`` entered at %ts waited until now for the round ``late_round`` started
+define internal void @late_check(i64 %ts) noinline {{
+entry:
+  %on = load i32, ptr @jitgrad_pool_late_on
+  %off = icmp eq i32 %on, 0
+  br i1 %off, label %out, label %judge
+judge:
+  %now = call i64 @now()
+  %t0 = load i64, ptr @jitgrad_pool_late_t0
+  %own = sub i64 %ts, %t0
+  %wait = sub i64 %now, %ts
+  %w = load i32, ptr @jitgrad_pool_late_woke
+  %woke = icmp ne i32 %w, 0
+  %excuse = select i1 %woke, i64 {LATE_NS + WAKE_NS}, i64 {LATE_NS}
+  %share = mul i64 %own, {LATE_SHARE}
+  %limit = add i64 %share, %excuse
+  %late = icmp sgt i64 %wait, %limit
+  br i1 %late, label %busy, label %out
+busy:
+  %until = add i64 %now, {QUIET_NS}
+  store atomic i64 %until, ptr @jitgrad_pool_quiet_until monotonic, align 8
+  call void @stat(i32 5)
+  call void @stat(i32 9)
+  br label %out
+out:
+  ret void
+}}
 """
 
 
-__all__ = ["source", "SAMPLE_NS", "SHARE", "MIN_WAIT_NS", "QUIET_NS"]
+__all__ = ["source", "SAMPLE_NS", "SHARE", "MIN_WAIT_NS", "QUIET_NS", "LATE_SHARE", "LATE_NS", "WAKE_NS"]

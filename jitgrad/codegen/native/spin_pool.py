@@ -55,7 +55,7 @@ MAX_TASKS = 16          # queued tasks per worker per round; more run on the cal
 # spin lets about none pay a wake-up.  OpenBLAS's threads spin ~400 us after a call (threads.py).
 SPIN_US = 250
 STAT_NAMES = ("worker_sleeps", "worker_wakes", "caller_sleeps", "caller_wakes", "rounds", "busy", "spin_hits",
-              "spins", "samples")
+              "spins", "samples", "late")
 CALLER_SLOT = MAX_QUEUES        # the busy sign's sampling slot of whichever thread waits in ``synchronize``
 PROBE_SLOT = MAX_QUEUES + 1     # ``Pool.run_queue``'s
 _FUTEX = {"x86_64": 202, "AMD64": 202, "aarch64": 98, "arm64": 98}
@@ -362,6 +362,7 @@ round:
   %o = atomicrmw add ptr @jitgrad_pool_gen, i32 1 seq_cst
   %w = load atomic i32, ptr @jitgrad_pool_wsleep seq_cst, align 4
   %asleep = icmp sgt i32 %w, 0
+  call void @late_round(i1 %asleep)
   br i1 %asleep, label %wake, label %out
 wake:
   call void @stat(i32 1)
@@ -373,6 +374,7 @@ out:
 
 define void @jitgrad_pool_synchronize() {{
 entry:
+  %ts = call i64 @now()
   %ok = call i1 @spin(ptr @jitgrad_pool_pending, i32 0, i1 1, i64 {CALLER_SLOT})
   br i1 %ok, label %out, label %announce
 announce:
@@ -391,6 +393,7 @@ clear:
   store atomic i32 0, ptr @jitgrad_pool_csleep seq_cst, align 4
   br label %out
 out:
+  call void @late_check(i64 %ts)
   ret void
 }}
 
@@ -481,6 +484,8 @@ class Pool:
         self._read_run_queue = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p)(
             fn("read_run_queue"))
         self._spin.value = spin_ns
+        self._late = ctypes.c_int32.from_address(glob("jitgrad_pool_late_on"))
+        self._late.value = 0 if os.environ.get("JITGRAD_POOL_LATE", "1") == "0" else 1
 
     def start(self, workers: int) -> int:
         """Start ``workers`` threads (once; a no-op while they run) and return how many run."""

@@ -512,10 +512,16 @@ def run_on_each(fn) -> list:
     cb = _TASK(task)
     add = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                            ctypes.c_void_p)(_FUNCS[0])
+    spin = spinning()
+    if spin is not None:    # (the caller runs no chunk here: its wait is the tasks', not a late round's)
+        late, quiet = spin.counter("late"), ctypes.c_int64.from_address(spin.quiet_until)
+        late0, quiet0 = late.value, quiet.value
     for i in range(n):                  # one task per queue: ``ready`` wakes them all
         add(ctypes.cast(cb, ctypes.c_void_p), i, None, None, None)
     ctypes.CFUNCTYPE(None)(_FUNCS[1])()
     ctypes.CFUNCTYPE(None)(_FUNCS[2])()
+    if spin is not None and late.value != late0:
+        quiet.value = quiet0
     if errors:
         raise errors[0]
     return results
