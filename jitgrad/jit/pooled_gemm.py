@@ -10,8 +10,8 @@ the workers spin ~250 us after each round, longer than the gaps between an eager
 awake when the next product comes.  The blocks and their bits are ``matmul2d``'s: only who runs them changes.
 
 The seam is the one of ``eager_kernels.py``: a chooser published into the ``matmul`` OpDef's ``eager_kernel``
-slot, asked once per signature (2-D operands of one float dtype, concrete sizes) for the callable eager dispatch
-keeps; forward products and pullback plans' products alike.  Per call the product is one call on the calling
+slot, asked once per signature (``(..., m, k) @ (k, n)`` of one float dtype, concrete sizes) for the callable
+eager dispatch keeps; forward products and pullback plans' products alike.  Per call the product is one call on the calling
 thread (the same bits) at ``set_num_threads(1)``, while the pool's busy sign stands (another process holds a core:
 ``gemm_blocks.busy``), while the eager splits' pacer holds splits (a call whose blocks finished long after the
 caller's own: ``eager_threads.note_split``) and while a launch holds the pool (another thread's compiled call).
@@ -25,7 +25,7 @@ import os
 
 import numpy as np
 
-from ..codegen.native import build_thread, gemm_blocks
+from ..codegen.native import build_thread, busy_sign, gemm_blocks
 from ..codegen.native.threads import LAUNCH_LOCK
 from ..declarations import published
 from ..ir import eager_threads, settings
@@ -39,9 +39,9 @@ _FLAG = {f: ctypes.create_string_buffer(f) for f in (b"N", b"T")}
 _FLAG_AT = {f: ctypes.addressof(b) for f, b in _FLAG.items()}
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 # what a round that woke a sleeping worker may wait for the wake-up alone, not counted against the pool by the
-# pacer: an idle vCPU of this VM wakes in 0.2-0.5 ms; a core taken by another process costs scheduler slices
-# (1.5-4 ms here), so a taken core still shows
-WAKE_S = 0.75e-3
+# pacer (the late-round sign's excuse): an idle vCPU of this VM wakes in 0.2-0.5 ms; a core taken by another
+# process costs scheduler slices (1.5-4 ms here), so a taken core still shows
+WAKE_S = busy_sign.WAKE_NS * 1e-9
 STATS = {"pooled_calls": 0, "one_thread_calls": 0}   # counted, for tests
 _from_buffer = ctypes.c_char.from_buffer
 _addressof = ctypes.addressof
