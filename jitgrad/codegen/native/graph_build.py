@@ -254,12 +254,16 @@ class GraphCode:
                 self.disk and objstore.exists(k))), cores, self.entry_build)
             build.COUNTS["forked_compilers"] += len(forked.children) if forked is not None else 0
         procs = []
-        if background and self.dropped:     # (before its entry's LLVM: a retrace dropped it as it started)
+        if background and self.dropped:     # (a retrace dropped it as it started)
             raise build_thread.BuildStopped
         try:
-            if forked is None:
+            # a background build makes its entry last (``_obtain`` below, before the switch as before): one dropped
+            # meanwhile (the first trace of a step whose second call made its sizes symbolic) stops between two
+            # renderings with no LLVM work done, ahead of the build that makes the step switch
+            here = forked is None and not background
+            if here:
                 self.ensure_entry()
-            todo = self.pending_jobs(sources=False, entry=forked is None)
+            todo = self.pending_jobs(sources=False, entry=here)
             if todo is None and background and QUICK:      # no disk cache: its kernels built quickly first too
                 todo = [(self._kind(k), k, None) for k in self.missing() if k != self.ekey]
             busy = [j for j in todo or () if objstore.BuildLock(j[1]).held_elsewhere()]   # someone builds them: wait
@@ -446,6 +450,8 @@ class GraphCode:
             shares += _split(away, helpers)
         tiers = (forked[1] if forked is not None else first_tiers([j[1] for j in mine], work)) if QUICK else {}
         procs, sent = [], set()
+        if shares:      # (a build process writes the graph's file once all its objects are on disk: the entry too)
+            self.ensure_entry(load=False)
         for share in shares:
             jobs = []
             for kind, key, _ in share:
