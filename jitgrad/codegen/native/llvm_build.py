@@ -170,6 +170,19 @@ def _tools(quick=False):
     return t
 
 
+_LAYOUTS: dict = {}
+
+
+def _data_layout(tm, cpu) -> str:
+    """The data layout of the target machines for ``cpu`` (``cache._cpu()``: the same at every level), asked of LLVM
+    once a process: four calls into LLVM a module fewer, each a GIL hand-off of the build thread's against the
+    calls running meanwhile."""
+    layout = _LAYOUTS.get(cpu)
+    if layout is None:
+        layout = _LAYOUTS[cpu] = str(tm.target_data)
+    return layout
+
+
 def pipeline(quick):
     """The passes and code generator level a build of tier ``quick`` (False: O3; True, "minor", "vector": the first
     tier's, ``CODEGEN_LEVEL``) goes through, as the tier that names them: a "vector" kernel with vector text
@@ -191,8 +204,10 @@ def _optimised(texts, quick=False):
             m = part
         else:
             m.link_in(part)
-    m.triple = ll.get_process_triple()
-    m.data_layout = str(tm.target_data)
+    from . import cache
+    cpu = cache._cpu()
+    m.triple = cpu[0]
+    m.data_layout = _data_layout(tm, cpu)
     m.verify()
     if quick == "vector":
         pto = ll.create_pipeline_tuning_options(speed_level=1)
