@@ -83,14 +83,19 @@ def one(which):
         if "finished_counts" in j:
             j["py"], j["llvm"] = (b - a for a, b in zip(j.pop("started_counts"), j.pop("finished_counts")))
         j.pop("queued_counts", None)
+    # the jobs the build thread started before the build that made the step switch finished (the lowering's first
+    # build; a static step's first build)
+    last = max((n for n, ev in enumerate(events) if ev["event"] == "finished" and ev["job"].startswith("first build")
+                and (ev["job"] == "first build (lowering)" or not any(e["job"] == "first build (lowering)"
+                                                                       for e in events))), default=len(events))
+    ahead = list(dict.fromkeys(ev["job"] for ev in events[:last] if ev["event"] == "started"))
     half = len(data) // 2
     switch = f.stats["first_compiled_call"]
     return {"workload": which, "calls": len(data), "slow": sum(p in ("eager", "interpreted") for p in paths),
             "switch": switch, "optimised_from": f.stats.get("first_optimised_call"),
             "first_half": dict(Counter(paths[:half])), "second_half": dict(Counter(paths[half:])),
             "traces": f.stats["traces"], "dropped": f.stats.get("builds_dropped", 0),
-            "before_switch": [j["job"] for j in jobs.values() if isinstance(j.get("started"), int)
-                              and switch is not None and j["started"] < switch],
+            "before_switch": ahead,
             "jobs": list(jobs.values())}
 
 
