@@ -10,7 +10,7 @@ IR they hold, and llvmlite's calls on the build thread up to the switch (the war
 
 Figures (2026-12-01, AVX-512 host; ``benchmarks/first_tier_counts.py lm`` counts the same): LLVM modules 24 -> 2,
 its IR 8,649 -> 6,136 instructions (a parallel kernel's first tier runs its chunks on the calling thread: no pool
-launch code), llvmlite calls on the build thread 2,742 -> ~350 (a module a pipeline, a kernel's external symbols
+launch code), llvmlite calls on the build thread 2,742 -> ~320 (a module a pipeline, a kernel's external symbols
 read from its text, each symbol looked up once a process); under callgrind the first tier's LLVM 1,123M -> 538M
 instructions (the level-1 module without loop strength reduction too).
 """

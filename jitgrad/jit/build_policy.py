@@ -111,7 +111,7 @@ def _warm_up():
         if workpool.available():
             workpool.launch()
         size_fill()
-    build_thread.queue_call(warm)
+    build_thread.queue_call(warm, label="warm-up")
 
 
 def release_held(call) -> bool:

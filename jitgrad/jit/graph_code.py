@@ -51,8 +51,10 @@ def sized_graph(graph: Graph, env, writes=(), parallel=None, disk_cache=True, ba
         program = lay_out(plan, tuple(writes), parallel, checks)
     finally:
         symbolic.ACTIVE.env = prev
-    return CompiledGraph(plan, writes, parallel=parallel, disk_cache=disk_cache, background=background,
-                         program=program)
+    cg = CompiledGraph(plan, writes, parallel=parallel, disk_cache=disk_cache, background=background,
+                       program=program)
+    cg.label = "lowering"       # (the build thread's job log: ``build_thread.log_jobs``)
+    return cg
 
 
 def cuda_graph(graph: Graph, writes=(), config=None):

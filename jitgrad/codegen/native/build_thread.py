@@ -11,6 +11,10 @@ Jobs run by priority, then in the order they came: first builds (``FIRST``: a gr
 interpreted until it is done), then the optimised tier of quick builds (``OPTIMISE``: their calls run compiled
 already), then eager mode's kernels (``EAGER``, ``jit/eager_kernels.py``: a compiled function's first call runs
 eagerly and asks for them before its own build is queued, which they would otherwise delay).
+
+The job log (``log_jobs``): each job's queueing, start and end, stamped with a caller's clock (a compiled step's
+call counter, never the time), so that which job held a step's switch back is counted (``benchmarks/
+build_thread_counts.py``, ``tests/test_build_order.py``).
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ _STOP = threading.Event()   # set at exit: the thread stops between kernels
 _IN_KERNEL = threading.Lock()   # held while the thread compiles one kernel (``stop`` waits for it)
 _GATE = None                # a threading.Event a background build waits for before it starts (``hold_builds``)
 _OPT_GATE = None            # the same for the optimised tier's jobs (``hold_optimising``)
+_LOG = None                 # (events, clock) while jobs are logged (``log_jobs``)
 
 
 class BuildStopped(Exception):
@@ -51,6 +56,38 @@ def hold_optimising(gate) -> None:
     _OPT_GATE = gate
 
 
+def log_jobs(clock=None):
+    """Log the build thread's jobs from now on (``clock``: a function whose value stamps each event, e.g. a compiled
+    step's ``lambda: f.stats["calls"]``) and return the list the events go to: dicts ``{"event": "queued" |
+    "started" | "finished", "job": job_label(...), "priority", "seq": the job's number, "at": clock()}``, in the
+    order they happened.  ``log_jobs(None)`` stops logging (returns None)."""
+    global _LOG
+    _LOG = None if clock is None else ([], clock)
+    return None if _LOG is None else _LOG[0]
+
+
+def job_label(job, priority: int) -> str:
+    """What a job is, in words: "warm-up" (a ``queue_call``'s, by its ``label``), "first build" or "optimised tier"
+    of a graph (with its ``label``: "lowering" for a symbolic trace's), "eager kernel <op>"."""
+    if isinstance(job, _Call):
+        return job.label
+    if priority == EAGER:
+        return f"eager kernel {getattr(job, 'op', '?')}"
+    what = "optimised tier" if priority == OPTIMISE else "first build"
+    label = getattr(job, "label", None)
+    return f"{what} ({label})" if label else what
+
+
+def _log(event, job, priority, seq):
+    log = _LOG
+    if log is not None:
+        try:
+            at = log[1]()
+        except Exception:   # noqa: BLE001 - a log stamp never fails a build
+            at = None
+        log[0].append({"event": event, "job": job_label(job, priority), "priority": priority, "seq": seq, "at": at})
+
+
 def queue_background(cg, priority: int = FIRST) -> None:
     """Run ``cg._build(True)`` on the build thread (started on first use), after the jobs queued before it at the
     same or a lower ``priority``."""
@@ -67,6 +104,7 @@ def _put(job, priority, tracked):
         (_QUEUED if tracked else _CALLS).append(job)
         _SEQ += 1
         _QUEUE.put((priority, _SEQ, job, cache._configured_dir()))
+        _log("queued", job, priority, _SEQ)
 
 
 _SEQ = 0        # jobs queued so far (equal priorities run in this order)
@@ -75,8 +113,8 @@ _SEQ = 0        # jobs queued so far (equal priorities run in this order)
 class _Call:
     """A job that is a plain call (``queue_call``)."""
 
-    def __init__(self, fn):
-        self.fn = fn
+    def __init__(self, fn, label="call"):
+        self.fn, self.label = fn, label
 
     def _build(self, background):
         try:
@@ -85,11 +123,12 @@ class _Call:
             pass
 
 
-def queue_call(fn, priority: int = FIRST) -> None:
+def queue_call(fn, priority: int = FIRST, label: str = "call") -> None:
     """Run ``fn()`` on the build thread, as a job of ``priority`` (its exceptions are dropped: for work whose
     result its users would otherwise make themselves, made early so that it is off their path).  Not a build: an
-    exiting process does not hand it on (``wait_background`` waits for it too)."""
-    _put(_Call(fn), priority, False)
+    exiting process does not hand it on (``wait_background`` waits for it too).  ``label``: its name in the job
+    log (``log_jobs``)."""
+    _put(_Call(fn, label), priority, False)
 
 
 CALLER_JOBS: list = []      # the build thread's request for a calling thread (``on_caller``): at most one
@@ -142,7 +181,8 @@ def _others_idle() -> bool:
 
 def _worker(q):
     while True:
-        priority, _, job, root = q.get()
+        priority, seq, job, root = q.get()
+        _log("started", job, priority, seq)
         try:
             for gate in (_GATE, _OPT_GATE if priority == OPTIMISE else None):
                 while gate is not None and not gate.wait(0.05) and not _STOP.is_set():
@@ -151,6 +191,7 @@ def _worker(q):
                 with cache.pinned_dir(root):
                     job._build(True)
         finally:
+            _log("finished", job, priority, seq)
             for jobs in (_QUEUED, _CALLS):
                 try:
                     jobs.remove(job)
@@ -219,5 +260,5 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-__all__ = ["FIRST", "OPTIMISE", "EAGER", "queue_background", "queue_call", "on_caller", "serve_caller", "wait_background", "hold_builds", "hold_optimising",
+__all__ = ["FIRST", "OPTIMISE", "EAGER", "queue_background", "queue_call", "log_jobs", "job_label", "on_caller", "serve_caller", "wait_background", "hold_builds", "hold_optimising",
            "compiling", "stopping", "stop", "BuildStopped"]

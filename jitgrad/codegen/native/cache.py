@@ -194,13 +194,22 @@ def _dist_version(name: str) -> str:
 
 def _cpu() -> tuple:
     """(triple, cpu name, cpu features), honouring Numba's NUMBA_CPU_NAME / NUMBA_CPU_FEATURES overrides."""
-    import llvmlite.binding as ll
-    name = os.environ.get("NUMBA_CPU_NAME") or ll.get_host_cpu_name()
-    feats = os.environ.get("NUMBA_CPU_FEATURES")
-    if not feats:
+    triple, name, feats = _host()
+    return triple, os.environ.get("NUMBA_CPU_NAME") or name, os.environ.get("NUMBA_CPU_FEATURES") or feats
+
+
+_HOST = []
+
+
+def _host() -> tuple:
+    """The process's triple and the host's cpu name and features, asked of LLVM once a process: each call into
+    LLVM gives the GIL up and takes it back (a background build asks per module, while calls run)."""
+    if not _HOST:
+        import llvmlite.binding as ll
         f = ll.get_host_cpu_features()
-        feats = f.flatten() if hasattr(f, "flatten") else str(f)
-    return ll.get_process_triple(), name, feats
+        _HOST.append((ll.get_process_triple(), ll.get_host_cpu_name(),
+                      f.flatten() if hasattr(f, "flatten") else str(f)))
+    return _HOST[0]
 
 
 # the packages whose source decides what a cached program is and means: codegen (generated source imports from

@@ -41,11 +41,12 @@ VECTOR_WORK = float(os.environ.get("JITGRAD_QUICK_VECTOR_WORK", str(1 << 19)))
 # a background build's optimised tier is built by a forked child (``forked_llvm.ForkedTier``) where the platform
 # forks: the build thread then runs none of its Python (the LLVM IR's rendering) and makes a handful of LLVM calls
 # (linking) instead of hundreds, each a GIL hand-off against the calls running on the quick code meanwhile (the LM
-# step of ``variable_length.py``: ~48k Python calls and 768 LLVM calls on the build thread).  Off by default
-# (JITGRAD_FORKED_TIER=1 turns it on): timed in fresh processes on empty caches (quiet, 2026-12-01) it showed no
-# gain: LM new/rep 7.55x and 8.07x against 1.11x in-process, nanoGPT 1.90x and 8.23x against 1.14x; the in-process
-# tiers then spread as widely (LM 1.3-11x in 14 runs, the session's starting code 0.24-1.57x), so the figure says
-# nothing either way, and a fork inside a user's process waits for one that does
+# step of ``variable_length.py``: ~48k Python calls and 466 LLVM calls on the build thread, 768 before the host and
+# a pass builder were asked for once a process).  Off by default (JITGRAD_FORKED_TIER=1 turns it on): timed in
+# fresh processes on empty caches (quiet, 2026-12-01) it showed no gain: LM new/rep 7.55x and 8.07x against 1.11x
+# in-process, nanoGPT 1.90x and 8.23x against 1.14x; the in-process tiers then spread as widely (LM 1.3-11x in 14
+# runs, the session's starting code 0.24-1.57x), so the figure says nothing either way, and a fork inside a user's
+# process waits for one that does
 FORKED_TIER = os.environ.get("JITGRAD_FORKED_TIER", "0") == "1"
 FORK_WAIT = 0.2     # seconds the build thread waits for a call to fork its child (``build_thread.on_caller``)
 
@@ -254,12 +255,16 @@ class GraphCode:
                 self.disk and objstore.exists(k))), cores, self.entry_build)
             build.COUNTS["forked_compilers"] += len(forked.children) if forked is not None else 0
         procs = []
-        if background and self.dropped:     # (before its entry's LLVM: a retrace dropped it as it started)
+        if background and self.dropped:     # (a retrace dropped it as it started)
             raise build_thread.BuildStopped
         try:
-            if forked is None:
+            # a background build makes its entry last (``_obtain`` below, before the switch as before): one dropped
+            # meanwhile (the first trace of a step whose second call made its sizes symbolic) stops between two
+            # renderings with no LLVM work done, ahead of the build that makes the step switch
+            here = forked is None and not background
+            if here:
                 self.ensure_entry()
-            todo = self.pending_jobs(sources=False, entry=forked is None)
+            todo = self.pending_jobs(sources=False, entry=here)
             if todo is None and background and QUICK:      # no disk cache: its kernels built quickly first too
                 todo = [(self._kind(k), k, None) for k in self.missing() if k != self.ekey]
             busy = [j for j in todo or () if objstore.BuildLock(j[1]).held_elsewhere()]   # someone builds them: wait
@@ -446,6 +451,8 @@ class GraphCode:
             shares += _split(away, helpers)
         tiers = (forked[1] if forked is not None else first_tiers([j[1] for j in mine], work)) if QUICK else {}
         procs, sent = [], set()
+        if shares:      # (a build process writes the graph's file once all its objects are on disk: the entry too)
+            self.ensure_entry(load=False)
         for share in shares:
             jobs = []
             for kind, key, _ in share:
@@ -477,8 +484,8 @@ class GraphCode:
         """The first tier's rendering and LLVM (``_build_in_background``: which of ``todo``'s kernels translate,
         their tiers, ``build.quick_modules``) in a child forked at a call's start (``forked_llvm.ForkedTier``,
         ``FORKED_TIER``), so that the calls served eagerly or interpreted meanwhile keep the GIL (the LM step of
-        ``variable_length.py``: ~55k Python calls and 234 LLVM calls on the build thread, nanoGPT's ~222k and
-        344): (the IR kernels' keys, their tiers, the modules built), or None (built here)."""
+        ``variable_length.py``: ~55k Python calls and 213 LLVM calls on the build thread, nanoGPT's ~222k and
+        308): (the IR kernels' keys, their tiers, the modules built), or None (built here)."""
         from . import llvm_build
         if not (FORKED_TIER and todo and build.IR_LOOPS and forked_llvm.tier_forks_ok()) or self.dropped or \
                 build_thread.stopping():

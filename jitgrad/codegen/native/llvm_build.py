@@ -170,6 +170,19 @@ def _tools(quick=False):
     return t
 
 
+_LAYOUTS: dict = {}
+
+
+def _data_layout(tm, cpu) -> str:
+    """The data layout of the target machines for ``cpu`` (``cache._cpu()``: the same at every level), asked of LLVM
+    once a process: four calls into LLVM a module fewer, each a GIL hand-off of the build thread's against the
+    calls running meanwhile."""
+    layout = _LAYOUTS.get(cpu)
+    if layout is None:
+        layout = _LAYOUTS[cpu] = str(tm.target_data)
+    return layout
+
+
 def pipeline(quick):
     """The passes and code generator level a build of tier ``quick`` (False: O3; True, "minor", "vector": the first
     tier's, ``CODEGEN_LEVEL``) goes through, as the tier that names them: a "vector" kernel with vector text
@@ -191,28 +204,43 @@ def _optimised(texts, quick=False):
             m = part
         else:
             m.link_in(part)
-    m.triple = ll.get_process_triple()
-    m.data_layout = str(tm.target_data)
+    from . import cache
+    cpu = cache._cpu()
+    m.triple = cpu[0]
+    m.data_layout = _data_layout(tm, cpu)
     m.verify()
-    if quick == "vector":
-        pto = ll.create_pipeline_tuning_options(speed_level=1)
-        pto.loop_vectorization, pto.slp_vectorization = True, False
-        pto.loop_unrolling = pto.loop_interleaving = False
-        pb = ll.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(m, pb)
-        return m, tm
-    if quick:
+    if quick and quick != "vector":
         pm = ll.create_new_module_pass_manager()
         for name in QUICK_PASSES:
             getattr(pm, f"add_{name}_pass")()
-        pm.run(m, ll.create_pass_builder(tm, ll.create_pipeline_tuning_options(speed_level=0)))
+        pm.run(m, _pass_builder(ll, tm, quick))
         return m, tm
-    pto = ll.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_vectorization = True       # Numba's defaults (NUMBA_LOOP_VECTORIZE=1, NUMBA_SLP_VECTORIZE=0)
-    pto.slp_vectorization = False
-    pb = ll.create_pass_builder(tm, pto)
+    pb = _pass_builder(ll, tm, quick)
     pb.getModulePassManager().run(m, pb)
     return m, tm
+
+
+def _pass_builder(ll, tm, quick):
+    """This thread's pass builder for the pipeline ``quick`` (``pipeline``'s answer) on its target machine ``tm``,
+    made once: a run builds its analyses afresh (the same code whichever module came before), and each pass
+    builder made per module cost six calls into LLVM, each a GIL hand-off of the build thread's against the calls
+    running meanwhile."""
+    name = f"pb_{quick}"
+    pb = getattr(_TLS, name, None)
+    if pb is None or pb._tm is not tm:
+        if quick == "vector":
+            pto = ll.create_pipeline_tuning_options(speed_level=1)
+            pto.loop_vectorization, pto.slp_vectorization = True, False
+            pto.loop_unrolling = pto.loop_interleaving = False
+        elif quick:
+            pto = ll.create_pipeline_tuning_options(speed_level=0)
+        else:
+            pto = ll.create_pipeline_tuning_options(speed_level=3)
+            pto.loop_vectorization = True       # Numba's defaults (NUMBA_LOOP_VECTORIZE=1, NUMBA_SLP_VECTORIZE=0)
+            pto.slp_vectorization = False
+        pb = ll.create_pass_builder(tm, pto)
+        setattr(_TLS, name, pb)
+    return pb
 
 
 def compile_kernel(key: str, source: str, elsewhere=None):

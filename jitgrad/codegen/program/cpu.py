@@ -146,6 +146,7 @@ class CompiledGraph:
         # code is swapped in, then ``on_optimised``'s callables(cg) run (from the build thread)
         self.optimising = False
         self.on_optimised = []
+        self.label = "graph"     # what it is in the build thread's job log ("lowering": ``jit/graph_code.sized_graph``)
         # (the entry's identity: its listing with the step table, one entry per graph as its files and counts
         # assume, though graphs of the same step kinds compile to the same code: ``entry.code_listing``)
         self.code = graph_build.GraphCode(self.kernels, self.driver_source if self.nopython else None, disk_cache,
