@@ -39,6 +39,8 @@ def two_threads(monkeypatch):
     jg.set_num_threads(2)
     monkeypatch.setattr(eager_threads, "time", _Clock)
     monkeypatch.setattr(eager_threads, "note_split", lambda own, whole: None)     # (the pool's GEMMs' own clock)
+    from jitgrad.jit import pooled_gemm
+    monkeypatch.setattr(pooled_gemm, "WAKE_MACS", 0)    # (a worker found asleep: its own test, test_pooled_gemm)
     monkeypatch.setattr(eager_threads._PACER, "left", 0)
     monkeypatch.setattr(eager_threads._PACER, "hold", eager_threads._Pacer.HOLD)
     monkeypatch.setattr(blas, "BLAS_PACER", False)

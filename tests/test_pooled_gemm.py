@@ -47,6 +47,9 @@ def pooled(monkeypatch):
     # the pacer reads wall times, which a loaded test machine stretches: off (its own test scripts them)
     monkeypatch.setattr(eager_threads._PACER, "left", 0)
     monkeypatch.setattr(eager_threads, "note_split", lambda own, whole: None)
+    # a loaded test machine raises the pool's busy signs, whose waits sleep at once: a product would find the
+    # worker asleep and run alone (``WAKE_MACS``); the rule's own test scripts the signs
+    monkeypatch.setattr(pooled_gemm, "WAKE_MACS", 0)
     _choose_afresh()
     yield
     _choose_afresh()
@@ -237,3 +240,45 @@ def test_a_long_wait_for_the_blocks_holds_them_on_the_calling_thread(pooled, mon
     assert held == ["caller"] * eager_threads._Pacer.HOLD and not script
     script.append((25e-6, 30e-6, False))
     assert product() == "pool"                     # then the pool again
+
+
+def test_a_worker_found_asleep_is_nudged_and_the_product_runs_alone(pooled, monkeypatch):
+    """A product under ``WAKE_MACS`` that finds the worker asleep (after a long stretch of other work) runs on the
+    calling thread (its round would wait for the wake-up) and nudges the worker awake; the next one finds it
+    spinning and runs on the pool.  The same bits either way.  (The busy signs scripted off: a raised sign makes
+    every wait sleep at once.)"""
+    import llvmlite.binding as ll
+    pool, runner = workpool.spinning(), gemm_blocks.runner()
+    engine = ll.create_mcjit_compiler(ll.parse_assembly("define i32 @none(i64 %s, ptr %o) {\n  ret i32 -1\n}"),
+                                      ll.Target.from_default_triple().create_target_machine())
+    engine.finalize_object()
+    quiet = ctypes.c_int64.from_address(pool.quiet_until)
+    late, spin = pool._late.value, pool.spin_ns()
+    pool.set_run_queue(engine.get_function_address("none"))     # (nothing to read: that sign never stands)
+    pool._late.value = 0
+    quiet.value = 0
+    monkeypatch.setattr(pooled_gemm, "WAKE_MACS", 1 << 27)
+    _choose_afresh()
+    try:
+        rng = np.random.default_rng(17)
+        a = rng.standard_normal((256, 64)).astype(np.float32)
+        b = rng.standard_normal((64, 256)).astype(np.float32)
+        ta, tb = jg.tensor(a), jg.tensor(b)
+        want = _one_call(a, b).tobytes()
+        pool.set_spin_ns(0)             # the worker sleeps after the next round
+        while not runner.asleep():      # (the first product found it awake, or nudged it)
+            assert (ta @ tb).numpy().tobytes() == want
+            time.sleep(0.01)
+        pool.set_spin_ns(10 ** 13)      # (once woken, it spins until the next round)
+        p0, o0, r0 = _counts()
+        n0 = gemm_blocks.STATS["nudges"]
+        assert (ta @ tb).numpy().tobytes() == want
+        assert _counts() == (p0, o0 + 1, r0) and gemm_blocks.STATS["nudges"] == n0 + 1
+        deadline = time.monotonic() + 30
+        while runner.asleep() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert (ta @ tb).numpy().tobytes() == want and _counts()[0] == p0 + 1
+    finally:
+        pool.set_spin_ns(spin)
+        pool.set_run_queue(None)
+        pool._late.value = late

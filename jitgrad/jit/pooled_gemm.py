@@ -15,6 +15,8 @@ eager dispatch keeps; forward products and pullback plans' products alike.  Per 
 thread (the same bits) at ``set_num_threads(1)``, while the pool's busy sign stands (another process holds a core:
 ``gemm_blocks.busy``), while the eager splits' pacer holds splits (a call whose blocks finished long after the
 caller's own: ``eager_threads.note_split``) and while a launch holds the pool (another thread's compiled call).
+A product under ``WAKE_MACS`` that finds a worker asleep (after a long stretch of other work) runs alone too, and
+nudges the worker awake for the next one: its round would wait for the wake-up, longer than its block.
 While the build thread works (a script's first steps run eagerly while their compiled code builds) the blocks
 leave it a core.  ``JITGRAD_POOLED_GEMM=0`` turns the path off.
 """
@@ -42,6 +44,10 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 # pacer (the late-round sign's excuse): an idle vCPU of this VM wakes in 0.2-0.5 ms; a core taken by another
 # process costs scheduler slices (1.5-4 ms here), so a taken core still shows
 WAKE_S = busy_sign.WAKE_NS * 1e-9
+# a product with fewer multiply-adds than this that finds a worker asleep runs on the calling thread alone and nudges
+# the worker awake for the next one (``gemm_blocks``): its block (~90 GMAC/s a core here) would take less than the
+# wake-up it waits for (0.2-0.5 ms on this VM), so the round would be slower than one call
+WAKE_MACS = int(float(os.environ.get("JITGRAD_POOLED_WAKE_MACS", 1 << 27)))
 STATS = {"pooled_calls": 0, "one_thread_calls": 0}   # counted, for tests
 _from_buffer = ctypes.c_char.from_buffer
 _addressof = ctypes.addressof
@@ -79,7 +85,9 @@ def _pooled(m: int, k: int, n: int, dtype, fallback, folded):
     _, one, zero = blas._raw_gemm(dtype)
     item = dtype.itemsize
     shape = (m, n)
-    run = gemm_blocks.runner().run
+    runner = gemm_blocks.runner()
+    run, asleep, nudge = runner.run, runner.asleep, runner.nudge
+    macs = m * n * k
     busy = gemm_blocks.busy
     use = blas.BlasPacer.use
     split_threads = eager_threads.split_threads
@@ -122,6 +130,9 @@ def _pooled(m: int, k: int, n: int, dtype, fallback, folded):
         p = plans.get(key, False)
         if p is False:
             p = plans[key] = plan(tx, ldx, ty, ldy, key[2]) if key[2] > 1 else None
+        if p is not None and macs < WAKE_MACS and asleep():     # (the module's value: tests set it)
+            nudge()         # (awake for the next product; this one would wait for the wake-up)
+            p = None
         if p is None or not LAUNCH_LOCK.enter_now():
             STATS["one_thread_calls"] += 1
             use(1)

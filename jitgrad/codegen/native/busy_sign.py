@@ -47,6 +47,8 @@ nothing and the sign never stands: the pool spins as on a quiet machine.  The re
 """
 from __future__ import annotations
 
+import os
+
 # a thread samples its run-queue wait at most once per SAMPLE_NS: a window long enough to hold a few of a shared
 # core's slices (1.5-4 ms here), so one short preemption on a quiet machine is a small share of it
 SAMPLE_NS = 8_000_000
@@ -60,6 +62,7 @@ QUIET_NS = 250_000_000
 # over the blips of a quiet machine's own short tasks (0.2 ms waits)
 LATE_SHARE = 3
 LATE_NS = 2_000_000
+LATE_ON = 0 if os.environ.get("JITGRAD_POOL_LATE", "1") == "0" else 1
 WAKE_NS = 750_000
 _GETTID = {"x86_64": 186, "AMD64": 186, "aarch64": 178, "arm64": 178}
 _PATH = b"/proc/thread-self/schedstat\x00"
@@ -75,7 +78,7 @@ def source(machine: str, slots: int) -> str:
 @jitgrad_pool_rq_files = global [{slots} x [2 x i64]] zeroinitializer, align 64    ; per slot: fd + 1, thread id
 @jitgrad_pool_rq_last = global [{slots} x [4 x i64]] zeroinitializer, align 64     ; clock, waited, runs, slept
 @jitgrad_pool_run_queue = global ptr @read_run_queue
-@jitgrad_pool_late_on = global i32 1
+@jitgrad_pool_late_on = global i32 {LATE_ON}
 @jitgrad_pool_late_t0 = global i64 0        ; when the round in flight started (``ready``)
 @jitgrad_pool_late_woke = global i32 0      ; whether its ``ready`` woke a sleeping worker
 @rq_path = private constant [{len(_PATH)} x i8] c"{path}"

@@ -16,10 +16,11 @@ workers would take every block and the caller would only wait.
 from __future__ import annotations
 
 import ctypes
+import platform
 import threading
 import time
 
-from . import workpool
+from . import spin_pool, workpool
 
 ARGS = 13           # a ?gemm call's arguments, each a pointer (Fortran)
 ROW = ARGS + 2      # a block's row: its call's arguments, then A's and C's byte offsets for the block
@@ -32,6 +33,15 @@ entry:
 }}
 
 declare i32 @clock_gettime(i32, ptr)
+declare i64 @syscall(i64, ...)
+
+; wake the pool's sleeping workers without a round (FUTEX_WAKE_PRIVATE on its round counter): a woken worker finds
+; no new round and spins again for the pool's spin before it sleeps (spin_pool's worker loop)
+define void @jitgrad_gemm_nudge(ptr %gen) {{
+entry:
+  %r = call i64 (i64, ...) @syscall(i64 {futex}, ptr %gen, i64 129, i64 2147483647)
+  ret void
+}}
 
 define internal i64 @now() {{
 entry:
@@ -96,8 +106,8 @@ run:
   ret void
 }}
 """
-# rounds run, and their blocks (counted, for tests)
-STATS = {"rounds": 0, "blocks": 0}
+# rounds run, their blocks, and nudges of sleeping workers (counted, for tests)
+STATS = {"rounds": 0, "blocks": 0, "nudges": 0}
 
 
 def _source() -> str:
@@ -106,21 +116,37 @@ def _source() -> str:
         loads.append(f"  %g{i} = getelementptr i64, ptr %row, i64 {i}")
         loads.append(f"  %p{i} = load ptr, ptr %g{i}")
     return _SOURCE.replace("{args}", str(ARGS)).replace("{args1}", str(ARGS + 1)).format(
-        loads="\n".join(loads), params=", ".join(f"ptr %p{i}" for i in range(ARGS)), row_bytes=8 * ROW)
+        loads="\n".join(loads), params=", ".join(f"ptr %p{i}" for i in range(ARGS)), row_bytes=8 * ROW,
+        futex=spin_pool.FUTEX[platform.machine()])
 
 
 class _Runner:
     """The compiled hand-off, bound to the running pool's three functions."""
 
-    def __init__(self, engine, funcs, wakes):
+    def __init__(self, engine, funcs, wakes, pool):
         self._engine = engine       # keeps the code mapped
         fn = engine.get_function_address("jitgrad_gemm_blocks")
         i64 = ctypes.c_int64
         self._run = ctypes.CFUNCTYPE(None, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64)(fn)
         self.funcs = funcs
+        self._nudge = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(engine.get_function_address("jitgrad_gemm_nudge"))
         self.times = (ctypes.c_int64 * 2)()     # the last call's (own block, whole) nanoseconds
         self._wakes = wakes                     # the pool's count of wake calls for sleeping workers
+        at = pool.addresses
+        self._gen = at["gen"]
+        self._wsleep, self._started = (ctypes.c_int32.from_address(at[n]) for n in ("wsleep", "started"))
         self._times = ctypes.addressof(self.times)
+
+    def asleep(self) -> bool:
+        """Whether a worker of the pool sleeps now (a round would wait for its wake-up: 0.2-0.5 ms on this VM); a
+        pool with no workers yet (a forked child's) is not asleep: its first round starts them."""
+        return self._wsleep.value > 0 and self._started.value != 0
+
+    def nudge(self) -> None:
+        """Wake the sleeping workers without a round: they spin for the pool's spin again, so a product that
+        follows within it finds them awake (no lock needed: no round starts)."""
+        self._nudge(self._gen)
+        STATS["nudges"] += 1
 
     def run(self, rows_address: int, n: int, gemm: int, a: int, b: int, c: int):
         """Run the ``n`` (>= 2) ``?gemm`` calls of the rows at ``rows_address`` (``n`` x ``ROW`` int64: each the
@@ -170,7 +196,7 @@ def _build():
     engine = ll.create_mcjit_compiler(mod, tm)
     engine.finalize_object()
     pool = workpool.spinning()
-    return _Runner(engine, (pool.add_task, pool.ready, pool.synchronize), pool.counter("worker_wakes"))
+    return _Runner(engine, (pool.add_task, pool.ready, pool.synchronize), pool.counter("worker_wakes"), pool)
 
 
 def busy() -> bool:

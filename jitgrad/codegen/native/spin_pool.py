@@ -58,7 +58,7 @@ STAT_NAMES = ("worker_sleeps", "worker_wakes", "caller_sleeps", "caller_wakes", 
               "spins", "samples", "late")
 CALLER_SLOT = MAX_QUEUES        # the busy sign's sampling slot of whichever thread waits in ``synchronize``
 PROBE_SLOT = MAX_QUEUES + 1     # ``Pool.run_queue``'s
-_FUTEX = {"x86_64": 202, "AMD64": 202, "aarch64": 98, "arm64": 98}
+FUTEX = {"x86_64": 202, "AMD64": 202, "aarch64": 98, "arm64": 98}
 _PAUSE = {"x86_64": "call void @llvm.x86.sse2.pause()", "AMD64": "call void @llvm.x86.sse2.pause()",
           "aarch64": 'call void asm sideeffect "yield", ""()', "arm64": 'call void asm sideeffect "yield", ""()'}
 
@@ -72,7 +72,7 @@ def spin_setting() -> int:
 
 
 def _source(machine: str) -> str:
-    futex = _FUTEX[machine]
+    futex = FUTEX[machine]
     pause = _PAUSE[machine]
     declare_pause = "declare void @llvm.x86.sse2.pause()" if "llvm.x86" in pause else ""
     nstats = len(STAT_NAMES)
@@ -481,11 +481,10 @@ class Pool:
         self._linger = ctypes.c_int32.from_address(glob("jitgrad_pool_linger_next"))
         self.quiet_until = glob("jitgrad_pool_quiet_until")     # (its address: the busy rule, workpool.py)
         self._run_queue = ctypes.c_void_p.from_address(glob("jitgrad_pool_run_queue"))
-        self._read_run_queue = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p)(
-            fn("read_run_queue"))
+        self._read_run_queue = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p)(fn("read_run_queue"))
         self._spin.value = spin_ns
-        self._late = ctypes.c_int32.from_address(glob("jitgrad_pool_late_on"))
-        self._late.value = 0 if os.environ.get("JITGRAD_POOL_LATE", "1") == "0" else 1
+        self._late = ctypes.c_int32.from_address(glob("jitgrad_pool_late_on"))     # (busy_sign.LATE_ON; tests set it)
+        self.addresses = {n: glob("jitgrad_pool_" + n) for n in ("gen", "wsleep", "started")}     # (gemm_blocks)
 
     def start(self, workers: int) -> int:
         """Start ``workers`` threads (once; a no-op while they run) and return how many run."""
@@ -567,7 +566,7 @@ def build() -> Pool | None:
 
 def _build():
     machine = platform.machine()
-    if not sys.platform.startswith("linux") or machine not in _FUTEX:
+    if not sys.platform.startswith("linux") or machine not in FUTEX:
         return None
     try:
         import llvmlite.binding as ll
@@ -597,4 +596,4 @@ if hasattr(os, "register_at_fork"):
 
 
 __all__ = ["Pool", "build", "spin_setting", "MAX_QUEUES", "MAX_TASKS", "SPIN_US", "QUIET_NS",
-           "STAT_NAMES"]
+           "STAT_NAMES", "FUTEX"]
