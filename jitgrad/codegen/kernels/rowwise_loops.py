@@ -31,6 +31,8 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None, per_element=None,
     is the last (``red_axes`` must say so).  ``classes``/``alias``/``per_element``/``short``: as for
     ``loops.gen_group`` (``short``: the rows are)."""
     r = rank
+    # passes that stop each row at the diagonal (``RowGroup.diagonal``: a causal mask's known half)
+    diagonal = getattr(g, "diagonal", None) if r >= 2 and not g.columns else None
     if r < 1 or tuple(red_axes or ()) != (r - 1,):
         raise ValueError(f"gen_rows: {g.name}: expected the row axis last, got reduced axes {red_axes} of rank {r}")
     # rows would race on a column sum: with one outer dim, each of COLUMN_CHUNKS fixed chunks of rows sums its
@@ -117,9 +119,18 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None, per_element=None,
                 for v in ps.stores:
                     b.emit([_store(slot_of[v], nest, v.aval.dtype, local[v])])
             b.emit(init)
-            f = ki.For(b.var(f"i{r - 1}", I64), const(0), nest.n[r - 1], short=short)
+            stop = nest.n[r - 1]
+            if diagonal and diagonal[p]:
+                # the row's index in its n x n block: the innermost of the dims merged into dim r - 2
+                stop = b.let(f"diag{p}", ki.select(nest.i(r - 2) % stop + 1 < stop, nest.i(r - 2) % stop + 1, stop))
+            f = ki.For(b.var(f"i{r - 1}", I64), const(0), stop, short=short)
             f.body += inner
             b.emit([f] + after)
+            if diagonal and diagonal[p] and ps.stores:      # above the diagonal: the zeros they are known to be
+                z = ki.For(b.var(f"i{r - 1}", I64), stop, nest.n[r - 1], short=short)
+                z.body += [_store(slot_of[v], nest, v.aval.dtype, cast(const(0), _T(v.aval.dtype)))
+                           for v in ps.stores]
+                b.emit([z])
             for e in ps.reductions:
                 if e not in columns:
                     local[e.outs[0]] = read(b.var(f"a{order[e]}", _T(e.outs[0].aval.dtype)))
