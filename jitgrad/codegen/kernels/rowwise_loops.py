@@ -25,6 +25,10 @@ from .ordered_keys import row_minmax
 from .loops import (BCAST, Kernel, chunked_rows, _compute_dtype, _load, _store, _stored, _T, group_nest, load_at, reduce_init,
                     scalar_expr, store_at, value_ref)
 
+# a row pass bounded at the diagonal runs whole blocks of this many elements (a multiple of every vector width:
+# 16 float32 lanes at 512 bits), so its vector loop has no remainder
+DIAGONAL_BLOCK = 16
+
 
 def gen_rows(g, classes, parallel, rank, red_axes, alias=None, per_element=None, short=False) -> Kernel:
     """The kernel of row group ``g`` over iteration rank ``rank`` (after the layout merged dims), whose row axis
@@ -119,15 +123,19 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None, per_element=None,
                 for v in ps.stores:
                     b.emit([_store(slot_of[v], nest, v.aval.dtype, local[v])])
             b.emit(init)
-            stop = nest.n[r - 1]
-            if diagonal and diagonal[p]:
-                # the row's index in its n x n block: the innermost of the dims merged into dim r - 2
-                stop = b.let(f"diag{p}", ki.select(nest.i(r - 2) % stop + 1 < stop, nest.i(r - 2) % stop + 1, stop))
-            f = ki.For(b.var(f"i{r - 1}", I64), const(0), stop, short=short)
+            stop, bounded = nest.n[r - 1], bool(diagonal and diagonal[p])
+            if bounded:
+                # past the row's index in its n x n block (the innermost of the dims merged into dim r - 2),
+                # rounded up to DIAGONAL_BLOCK: whole vector steps, each element beyond the diagonal computed as
+                # the whole row computes it
+                up = (nest.i(r - 2) % stop + DIAGONAL_BLOCK) // DIAGONAL_BLOCK * DIAGONAL_BLOCK
+                stop = b.let(f"diag{p}", ki.select(up < stop, up, stop))
+            # (a bounded loop is not interleaved: LLVM's interleaved vector body needs a whole row's trip count)
+            f = ki.For(b.var(f"i{r - 1}", I64), const(0), stop, short=short or bounded)
             f.body += inner
             b.emit([f] + after)
             if diagonal and diagonal[p] and ps.stores:      # above the diagonal: the zeros they are known to be
-                z = ki.For(b.var(f"i{r - 1}", I64), stop, nest.n[r - 1], short=short)
+                z = ki.For(b.var(f"i{r - 1}", I64), stop, nest.n[r - 1], short=True)
                 z.body += [_store(slot_of[v], nest, v.aval.dtype, cast(const(0), _T(v.aval.dtype)))
                            for v in ps.stores]
                 b.emit([z])
