@@ -138,8 +138,6 @@ class RowGroup(Group):
         self.columns = list(columns)        # accumulated row by row into their outputs (the kernel is then serial)
         self.reduce = RowOutput(designated, len(shape) - 1, like)
         self.cost = cost
-        # per pass, whether it stops each row at the diagonal (a causal mask's known half: passes/causal.py)
-        self.diagonal = None
 
     @property
     def all_eqns(self):

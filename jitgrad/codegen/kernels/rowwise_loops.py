@@ -25,18 +25,12 @@ from .ordered_keys import row_minmax
 from .loops import (BCAST, Kernel, chunked_rows, _compute_dtype, _load, _store, _stored, _T, group_nest, load_at, reduce_init,
                     scalar_expr, store_at, value_ref)
 
-# a row pass bounded at the diagonal runs whole blocks of this many elements (a multiple of every vector width:
-# 16 float32 lanes at 512 bits), so its vector loop has no remainder
-DIAGONAL_BLOCK = 16
-
 
 def gen_rows(g, classes, parallel, rank, red_axes, alias=None, per_element=None, short=False) -> Kernel:
     """The kernel of row group ``g`` over iteration rank ``rank`` (after the layout merged dims), whose row axis
     is the last (``red_axes`` must say so).  ``classes``/``alias``/``per_element``/``short``: as for
     ``loops.gen_group`` (``short``: the rows are)."""
     r = rank
-    # passes that stop each row at the diagonal (``RowGroup.diagonal``: a causal mask's known half)
-    diagonal = getattr(g, "diagonal", None) if r >= 2 and not g.columns else None
     if r < 1 or tuple(red_axes or ()) != (r - 1,):
         raise ValueError(f"gen_rows: {g.name}: expected the row axis last, got reduced axes {red_axes} of rank {r}")
     # rows would race on a column sum: with one outer dim, each of COLUMN_CHUNKS fixed chunks of rows sums its
@@ -123,22 +117,9 @@ def gen_rows(g, classes, parallel, rank, red_axes, alias=None, per_element=None,
                 for v in ps.stores:
                     b.emit([_store(slot_of[v], nest, v.aval.dtype, local[v])])
             b.emit(init)
-            stop, bounded = nest.n[r - 1], bool(diagonal and diagonal[p])
-            if bounded:
-                # past the row's index in its n x n block (the innermost of the dims merged into dim r - 2),
-                # rounded up to DIAGONAL_BLOCK: whole vector steps, each element beyond the diagonal computed as
-                # the whole row computes it
-                up = (nest.i(r - 2) % stop + DIAGONAL_BLOCK) // DIAGONAL_BLOCK * DIAGONAL_BLOCK
-                stop = b.let(f"diag{p}", ki.select(up < stop, up, stop))
-            # (a bounded loop is not interleaved: LLVM's interleaved vector body needs a whole row's trip count)
-            f = ki.For(b.var(f"i{r - 1}", I64), const(0), stop, short=short or bounded)
+            f = ki.For(b.var(f"i{r - 1}", I64), const(0), nest.n[r - 1], short=short)
             f.body += inner
             b.emit([f] + after)
-            if diagonal and diagonal[p] and ps.stores:      # above the diagonal: the zeros they are known to be
-                z = ki.For(b.var(f"i{r - 1}", I64), stop, nest.n[r - 1], short=True)
-                z.body += [_store(slot_of[v], nest, v.aval.dtype, cast(const(0), _T(v.aval.dtype)))
-                           for v in ps.stores]
-                b.emit([z])
             for e in ps.reductions:
                 if e not in columns:
                     local[e.outs[0]] = read(b.var(f"a{order[e]}", _T(e.outs[0].aval.dtype)))

@@ -8,7 +8,7 @@ import sys
 
 from ..graph import Graph, format_graph, verify
 from ..plan import Plan
-from . import causal
+from .causal import triangular_products
 from .cse import cse
 from .dce import dce
 from .fuse import plan as _fuse
@@ -67,7 +67,7 @@ def fusion_plan(g: Graph, rowwise: bool | None = None, indexed: bool = True, bat
     if batched is None:
         batched = loop_batches.batching()
     p = loop_batches.batch_loops(p) if batched else p
-    causal.mark_plan(p)
+    p.triangles = triangular_products(p.graph)
     return p
 
 

@@ -29,7 +29,6 @@ import os
 import numpy as np
 
 from ..graph import Graph, Lit
-from ..plan import RowGroup
 
 # ``JITGRAD_CAUSAL=0``: no product is marked (every one computed whole, as before; to compare)
 ENABLED = os.environ.get("JITGRAD_CAUSAL", "1") != "0"
@@ -226,25 +225,17 @@ def _discards(u, v, n, const, facts, dead) -> bool:
     return False
 
 
-def _analysis(g: Graph):
-    """``(constants, facts)`` of a graph that holds a triangular mask, else None (or ``ENABLED`` off)."""
+def triangular_products(g: Graph) -> dict:
+    """Var (a ``matmul``'s result) -> which half it needs: ``"out_lower"``, ``"a_lower"``, ``"a_upper"``,
+    ``"b_lower"``, ``"b_upper"`` (see the module's text).  Empty where the graph holds no triangular mask (or
+    ``ENABLED`` is off)."""
     if not ENABLED:
-        return None
+        return {}
     const = _constants(g)
     conds = [e.ins[0] for e in g.eqns if e.op.name == "where" and e.ins]
     if not any(triangle_kind(np.asarray(x.value) if type(x) is Lit else const.get(x)) for x in conds):
-        return None
-    return const, _facts(g, const, {v: e for e in g.eqns for v in e.outs})
-
-
-def triangular_products(g: Graph, analysis=False) -> dict:
-    """Var (a ``matmul``'s result) -> which half it needs: ``"out_lower"``, ``"a_lower"``, ``"a_upper"``,
-    ``"b_lower"``, ``"b_upper"`` (see the module's text).  Empty where the graph holds no triangular mask (or
-    ``ENABLED`` is off).  ``analysis``: ``_analysis(g)``, when already made."""
-    found = _analysis(g) if analysis is False else analysis
-    if found is None:
         return {}
-    const, facts = found
+    facts = _facts(g, const, {v: e for e in g.eqns for v in e.outs})
     dead = _dead_uppers(g, const, facts)
     out = {}
     for e in g.eqns:
@@ -264,31 +255,4 @@ def triangular_products(g: Graph, analysis=False) -> dict:
     return out
 
 
-def row_diagonal(grp, facts) -> tuple | None:
-    """Which passes of row group ``grp`` (a ``RowGroup`` over ``n x n`` rows) may stop each row at the diagonal
-    (``RowGroup.diagonal``, one bool a pass), else None: a pass whose reductions are all maxima of values known
-    -inf above the diagonal (they never win) and whose stores are all of values known zero there (the kernel
-    stores 0 without computing them).  A pass that sums runs whole rows: a sum's order is its bits, so it is
-    left as it was.  The elements computed are the whole row's, bit for bit, for finite inputs (the causal
-    softmax forward, ``exp(-inf - max) / s`` = 0, and its backward's masked gradient)."""
-    shape = grp.shape
-    if len(shape) < 2 or type(shape[-1]) is not int or shape[-1] != shape[-2] or shape[-1] < 2 or grp.columns:
-        return None
-    out = tuple(all(e.op.name == "amax" and "ninf" in facts.get(e.ins[0], ()) for e in ps.reductions)
-                and all("zu" in facts.get(v, ()) for v in ps.stores) for ps in grp.passes)
-    return out if any(out) else None
-
-
-def mark_plan(p) -> None:
-    """The causal facts a plan carries: ``p.triangles`` (``triangular_products``) and each row group's
-    ``diagonal`` (``row_diagonal``)."""
-    found = _analysis(p.graph)
-    p.triangles = triangular_products(p.graph, found)
-    if found is None:
-        return
-    for grp in p.groups:
-        if isinstance(grp, RowGroup):
-            grp.diagonal = row_diagonal(grp, found[1])
-
-
-__all__ = ["triangular_products", "triangle_kind", "row_diagonal", "mark_plan"]
+__all__ = ["triangular_products", "triangle_kind"]
