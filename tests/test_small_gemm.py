@@ -211,3 +211,20 @@ def test_512_bit_tiles_give_the_256_bit_bits(dt):
         for routine, out in zip((wide, narrow), got):
             _gemm(routine, dt, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, out, ldc)
         np.testing.assert_array_equal(got[0], got[1], err_msg=f"{ta}{tb} {m}x{n}x{k}")
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_a_transposed_gives_the_bits_of_a_copied_first(dt):
+    """A transposed A is packed (blocks transposed in registers, the edges one element at a time) before the same
+    tiles run: every element of C has the bits of the product with op(A) copied out beforehand (``N``), for
+    attention's shapes and every remainder of the blocks' rows and columns."""
+    routine = small_gemm.address("sgemm" if dt == np.float32 else "dgemm", blas_library.gemm_address)
+    rng = np.random.default_rng(3)
+    shapes = [(64, 64, 32), (64, 32, 64)] + [tuple(int(v) for v in rng.integers(1, 70, 3)) for _ in range(30)]
+    for i, (m, n, k) in enumerate(shapes):
+        A, lda, B, ldb, C, ldc = _case(dt, "T", "N", m, n, k, i % 3, i)
+        copied = np.ascontiguousarray(_view(A, k, m, lda).T).ravel(order="F")      # op(A), column-major, ld m
+        got = [C.copy(), C.copy()]
+        _gemm(routine, dt, "T", "N", m, n, k, 1.0, A, lda, B, ldb, 0.0, got[0], ldc)
+        _gemm(routine, dt, "N", "N", m, n, k, 1.0, copied, m, B, ldb, 0.0, got[1], ldc)
+        np.testing.assert_array_equal(got[0], got[1], err_msg=f"{m}x{n}x{k}")

@@ -174,10 +174,21 @@ def _emit(mod, name, fma, tile_rows, tile_columns, tri=None):
     b.store(PTR, A0, a_slot)
     b.store(I64, lda0, lda_slot)
     with b.if_then(ta):
-        def pack_row(i):           # op(A)[i, p] = A[p + i * lda]  ->  packed[i + p * m]
-            src = b.gep(t, A0, mul(i, lda0))
-            loop("pp", "0", k, lambda p: b.store(t, b.load(t, b.gep(t, src, p)), b.gep(t, pack, add(i, mul(p, m)))))
-        loop("pi", "0", m, pack_row)
+        # blocks of sq x sq elements moved as sq vectors and transposed in registers (shuffles); the edges
+        # element by element.  A copy: the product's bits do not depend on how it is made
+        sq = 32 // _elem_bytes(t)
+        m_sq = mul(b.op("sdiv", I64, m, str(sq)), str(sq))
+        k_sq = mul(b.op("sdiv", I64, k, str(sq)), str(sq))
+
+        def pack_one(i, p):        # op(A)[i, p] = A[p + i * lda]  ->  packed[i + p * m]
+            b.store(t, b.load(t, b.gep(t, A0, add(p, mul(i, lda0)))), b.gep(t, pack, add(i, mul(p, m))))
+
+        def pack_rows(i0):
+            loop("pb", "0", k_sq, lambda p0: _transpose_block(b, t, sq, b.gep(t, A0, add(p0, mul(i0, lda0))), lda0,
+                                                              b.gep(t, pack, add(i0, mul(p0, m))), m), step=sq)
+            loop("pe", k_sq, k, lambda p: loop("pq", "0", str(sq), lambda q: pack_one(add(i0, q), p)))
+        loop("pi", "0", m_sq, pack_rows, step=sq)
+        loop("pr", m_sq, m, lambda i: loop("pp", "0", k, lambda p: pack_one(i, p)))
         b.store(PTR, pack, a_slot)
         b.store(I64, m, lda_slot)
     A, lda = b.load(PTR, a_slot), b.load(I64, lda_slot)
@@ -315,6 +326,26 @@ def _emit(mod, name, fma, tile_rows, tile_columns, tri=None):
 
 def _elem_bytes(t) -> int:
     return 4 if t == T.FLOAT else 8
+
+
+def _transpose_block(b, t, sq, src, ld_src, dst, ld_dst):
+    """``dst[r + c * ld_dst] = src[c + r * ld_src]`` for ``r, c < sq``: ``sq`` row vectors loaded, transposed by
+    ``log2(sq)`` rounds of two-vector shuffles (each swaps one bit of the row index with that of the column
+    index), stored as ``sq`` vectors.  Replaces ``sq * sq`` scalar loads and stores (a transposed A's packing:
+    attention's scores and ``dO V^T``)."""
+    rows = [_load(b, t, b.gep(t, src, b.op("mul", I64, str(r), ld_src)), sq) for r in range(sq)]
+    vty = f"<{sq} x {t}>"
+    h = sq // 2
+    while h:
+        low = "<" + ", ".join(f"i32 {c if not c & h else sq + c - h}" for c in range(sq)) + ">"
+        high = "<" + ", ".join(f"i32 {c + h if not c & h else sq + c}" for c in range(sq)) + ">"
+        for i in range(sq):
+            if not i & h:
+                rows[i], rows[i | h] = (b.vector_shuffle(vty, rows[i], rows[i | h], low, sq),
+                                        b.vector_shuffle(vty, rows[i], rows[i | h], high, sq))
+        h //= 2
+    for c in range(sq):
+        _store(b, t, rows[c], b.gep(t, dst, b.op("mul", I64, str(c), ld_dst)), sq)
 
 
 def _load(b, t, ptr, width):
