@@ -45,9 +45,12 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 # process costs scheduler slices (1.5-4 ms here), so a taken core still shows
 WAKE_S = busy_sign.WAKE_NS * 1e-9
 # a product with fewer multiply-adds than this that finds a worker asleep runs on the calling thread alone and nudges
-# the worker awake for the next one (``gemm_blocks``): its block (~90 GMAC/s a core here) would take less than the
-# wake-up it waits for (0.2-0.5 ms on this VM), so the round would be slower than one call
-WAKE_MACS = int(float(os.environ.get("JITGRAD_POOLED_WAKE_MACS", 1 << 27)))
+# the worker awake for the next one (``gemm_blocks``): a round waits for the wake-up (0.2-0.5 ms on this VM) and
+# then the worker's block (~90 GMAC/s a core here), one call for the whole product; at 2^25 (0.36 ms alone) about
+# even.  Timed (quiet, 2026-12-01, fresh processes): B9 eager 48-49 ms at 2^27 (its 67M products alone after every
+# eager kernel's round, whose worker sleeps at once), 39.0-39.7 at 2^25, 40.1 at 0 (always a round); B1 eager 5.5,
+# 4.0, 3.6 ms; B3 (4.2M products, workers awake between them) 1.10-1.13x PyTorch with the rule, 1.10-1.15x at 0
+WAKE_MACS = int(float(os.environ.get("JITGRAD_POOLED_WAKE_MACS", 1 << 25)))
 STATS = {"pooled_calls": 0, "one_thread_calls": 0}   # counted, for tests
 _from_buffer = ctypes.c_char.from_buffer
 _addressof = ctypes.addressof
