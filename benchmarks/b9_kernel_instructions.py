@@ -28,13 +28,7 @@ def counted_steps(out_dir, steps):
     sys.path.insert(0, HERE)
     import jitgrad
     import gpt_model
-    from jitgrad.jit.graph_code import compiled_graph
-    jitgrad.set_num_threads(1)
-    step, x, y = gpt_model.compiled_b9(jitgrad)
-    for _ in range(3):
-        step(x, y)
-    e = [e for es in step._cache.values() for e in es][0]
-    cg = compiled_graph(e.graph, e.gf.writes, e.gf.parallel)
+    step, x, y, cg = gpt_model.warm_b9(jitgrad)
     with open(os.path.join(out_dir, "map.json"), "w") as f:
         json.dump({"pid": os.getpid(), "addresses": [int(a) for a in cg.F],
                    "launches": [[x.kind, x.routine, x.label] for x in step.launches(x, y)]}, f)

@@ -121,3 +121,15 @@ def compiled_b9(lib):
     x, y = lib.randint(0, 65, (16, 64), generator=g), lib.randint(0, 65, (16, 64), generator=g)
     step(x, y)
     return step, x, y
+
+
+def warm_b9(lib, threads: int = 1, warm: int = 3):
+    """``compiled_b9`` at ``threads`` threads, called ``warm`` more times, and its compiled graph (the program's
+    launches, the kernels' addresses): ``(step, x, y, graph)``, for scripts that count a warm step's work."""
+    from jitgrad.jit.graph_code import compiled_graph
+    lib.set_num_threads(threads)
+    step, x, y = compiled_b9(lib)
+    for _ in range(warm):
+        step(x, y)
+    e = [e for es in step._cache.values() for e in es][0]
+    return step, x, y, compiled_graph(e.graph, e.gf.writes, e.gf.parallel)
