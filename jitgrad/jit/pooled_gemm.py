@@ -89,6 +89,7 @@ def _pooled(m: int, k: int, n: int, dtype, fallback, folded):
     item = dtype.itemsize
     shape = (m, n)
     runner = gemm_blocks.runner()
+    address = blas.array_address
     run, asleep, nudge = runner.run, runner.asleep, runner.nudge
     macs = m * n * k
     busy = gemm_blocks.busy
@@ -143,7 +144,7 @@ def _pooled(m: int, k: int, n: int, dtype, fallback, folded):
             return c if folded is None else c.reshape(folded)
         try:
             use(1)      # each block on one OpenBLAS thread (a no-op when it is already)
-            own, whole, woke = run(p[1], p[2], gemm, _address(x), _address(y), _addressof(_from_buffer(c)))
+            own, whole, woke = run(p[1], p[2], gemm, address(x), address(y), _addressof(_from_buffer(c)))
         finally:
             LAUNCH_LOCK.__exit__(None, None, None)
         eager_threads.note_split(own, whole - WAKE_S if woke else whole)     # (read per call: tests script it)
@@ -151,13 +152,6 @@ def _pooled(m: int, k: int, n: int, dtype, fallback, folded):
         return c if folded is None else c.reshape(folded)
     gemm_pooled.__name__ = "matmul_pooled"
     return gemm_pooled
-
-
-def _address(a) -> int:
-    try:
-        return _addressof(_from_buffer(a))
-    except (TypeError, ValueError):     # read-only
-        return a.ctypes.data
 
 
 __all__ = ["matmul_eager_kernel", "ENABLED", "STATS"]
