@@ -35,7 +35,10 @@ Policy (knobs in parentheses):
   process to the next). Before the first launch of a process (and again in a forked child, whose workers are new
   threads) each worker pins itself to its own core of the process's affinity mask (``place_workers``).  With one core
   taken by another process, the worker on that core shares it and the loop takes at most its 1-thread time (2x), which
-  is the proportional slowdown the policy aims for.  TBB and OpenMP layers place their own threads and are left alone.
+  is the proportional slowdown the policy aims for.  The caller, never pinned, may still be run by Linux on a
+  worker's core and left there (2 processes in 5, the LM step of ``benchmarks/variable_length.py``: every call 3.5x
+  slower, time-sliced with its worker); each launch asks where the caller runs (one vDSO call) and moves that worker
+  to the core no worker has (``keep_apart``).  TBB and OpenMP layers place their own threads and are left alone.
 
 - **The pool's launches stay on the calling thread while the cores are contended** (``pool_pacer.py``;
   ``JITGRAD_POOL_PACER=1`` turns it on: off by default until a quiet machine's run counts what it holds). With one
@@ -76,7 +79,10 @@ from . import workpool as _workpool
 _configured = False
 _placed = False
 PIN = os.environ.get("JITGRAD_PIN_THREADS", "1") != "0"
-STATS = {"placements": 0}       # worker placements (counted, for tests)
+STATS = {"placements": 0, "moves": 0}   # worker placements, workers moved off the caller's core (for tests)
+_PINS: dict = {}        # core -> the native id of the worker pinned there (``place_workers``)
+_CORES: tuple = ()      # the process's affinity mask when they were placed
+_getcpu = None          # libc's ``sched_getcpu`` (~70 ns through ctypes)
 
 
 class _Launch:
@@ -92,13 +98,16 @@ class _Launch:
         return self
 
     def _placed_or_released(self):
-        """The workers placed once the lock is held (the lock released again if placing them fails)."""
+        """The workers placed once the lock is held (the lock released again if placing them fails), and kept off
+        the calling thread's core (``keep_apart``)."""
         if not _placed:
             try:
                 place_workers()
             except BaseException:
                 self._lock.release()
                 raise
+        if _PINS:
+            keep_apart()
 
     def __exit__(self, *exc):
         self._lock.release()
@@ -185,10 +194,48 @@ def place_workers() -> list:
     def pin(i):
         core = cores[(i + first) % len(cores)]
         os.sched_setaffinity(0, {core})     # 0: the calling thread
-        return (i, core)
+        return (i, core, threading.get_native_id())
     placed = workpool.run_on_each(pin)
     STATS["placements"] += 1
-    return sorted(placed)
+    _watch_caller(cores, placed)
+    return sorted((i, core) for i, core, _ in placed)
+
+
+def _watch_caller(cores, placed) -> None:
+    global _getcpu, _CORES
+    _PINS.clear()
+    if len(placed) >= len(cores):       # no core left for the caller: nothing to keep apart
+        return
+    try:
+        import ctypes
+        fn = ctypes.CDLL(None).sched_getcpu
+    except (OSError, AttributeError):   # pragma: no cover - not glibc/musl
+        return
+    fn.restype, fn.argtypes = ctypes.c_int, ()
+    _getcpu, _CORES = fn, tuple(cores)
+    _PINS.update({core: tid for _, core, tid in placed})
+
+
+def keep_apart() -> None:
+    """Move the worker pinned to the calling thread's core to a core no worker has (called at each launch, under
+    ``LAUNCH_LOCK``).  The caller is never pinned, so Linux may run it on a worker's core and leave it there:
+    measured on 2 cores (the LM step of ``benchmarks/variable_length.py``, a round a call), 2 processes in 5 ran
+    their caller on the worker's core for every call, which then took 0.47-0.50 ms against 0.13-0.14 ms (the worker,
+    woken or spinning after its round, time-sliced with the caller: ~60 involuntary switches per 100 calls).  Where
+    the caller runs now is one vDSO call; a move (a system call) only when it sits on a worker's core."""
+    cpu = _getcpu()
+    tid = _PINS.get(cpu)
+    if tid is None:
+        return
+    free = [c for c in _CORES if c not in _PINS]
+    try:
+        os.sched_setaffinity(tid, {free[0]})
+    except OSError:     # the worker is gone (the pool stopped): place them again at the next launch
+        _PINS.clear()
+        return
+    del _PINS[cpu]
+    _PINS[free[0]] = tid
+    STATS["moves"] += 1
 
 
 class CallGuard:
@@ -266,6 +313,7 @@ def call_guard(parallel: bool, blas: bool, single_blas: bool = False, paced: boo
 def _after_fork_in_child():
     global _placed
     _placed = False                 # the child's workqueue starts new worker threads, unpinned
+    _PINS.clear()
     LAUNCH_LOCK._after_fork_in_child()
 
 
