@@ -42,10 +42,11 @@ def _kernels(f, *args):
 
 
 def _asm(kernel) -> str:
-    """The kernel's x86 assembly, compiled here (not loaded from the cache, which keeps no assembly)."""
-    ns = {"CACHE_ENABLED": False}
-    exec(compile(kernel.source, f"<{kernel.name}>", "exec"), ns)
-    return ns["kernel"]._library.get_asm_str()
+    """The kernel's x86 assembly as its optimised build compiles it (its IR's LLVM text, the host's target
+    machine), compiled here: the cache keeps no assembly."""
+    from jitgrad.codegen.native import llvm_build
+    assert kernel.ir is not None, "the kernel has no IR: it would build with Numba"
+    return llvm_build.assembly(kernel.ir)
 
 
 def _loops(asm: str):

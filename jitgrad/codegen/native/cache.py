@@ -207,8 +207,16 @@ def _host() -> tuple:
     if not _HOST:
         import llvmlite.binding as ll
         f = ll.get_host_cpu_features()
-        _HOST.append((ll.get_process_triple(), ll.get_host_cpu_name(),
-                      f.flatten() if hasattr(f, "flatten") else str(f)))
+        feats = f.flatten() if hasattr(f, "flatten") else str(f)
+        # LLVM tunes Intel's AVX-512 cores to prefer 256-bit vectors (the loop vectoriser's width); jitgrad's
+        # first tier writes the host's full width already (``llvm_build.vector_bits``), and at the full width
+        # the optimised build's kernels ran B2 at 1.18x its memory floor against 1.43x, B9's GELU kernels 2.5
+        # against 3.1 ms (a Xeon reported as "rocketlake", 2026-12-01), and batched and lone reductions kept
+        # equal bits (tests/test_loop_batches.py, which failed at 256).  A different feature string is a
+        # different cache key: code built for one width never loads for the other.
+        if "+avx512f" in feats.split(","):
+            feats += ",-prefer-256-bit"
+        _HOST.append((ll.get_process_triple(), ll.get_host_cpu_name(), feats))
     return _HOST[0]
 
 
