@@ -473,15 +473,22 @@ def test_a_round_whose_worker_finishes_late_raises_the_busy_sign():
     nothing."""
     outs = _run("""
 from jitgrad.codegen.native import busy_sign as bs
-late = []
+import threading
+late, chunk_done = [], threading.Event()
 def slow(a, d, s, x):
+    # the worker's time passes once the caller is waiting: on the one scripted clock, time it spent while the
+    # caller's chunk ran would count as the caller's (a woken worker under load took the GIL in between)
+    chunk_done.wait()
+    time.sleep(0.005)
     advance(late[0])
 late_task = TASK(slow)
 def round_(own_ns, late_ns):
     late[:] = [late_ns]
+    chunk_done.clear()
     add(ctypes.cast(late_task, ctypes.c_void_p), None, None, None, None)
     ready()
     advance(own_ns)         # the caller's chunk 0
+    chunk_done.set()
     sync()
 pool.set_spin_ns(10**12)
 scripted_clock(0)           # the clock moves only where advance() moves it
