@@ -2,10 +2,12 @@
 loops written as vector blocks by jitgrad's own renderer, so the quick LLVM passes give vector code.
 
 Counted and compared, never timed: the vector text compiled at the first tier's level computes the bits of the
-scalar text (every dtype, every math function, every remainder length 0..width+1, sums in the scalar loop's order,
-exact reductions in lanes, stores over loads at every distance, sums that take a product the loop does not vary), and
-those of O3 where O3 sums nothing; which loops were rendered vector; loops that are not contiguous stay scalar; a
-compiled program's first-tier calls give the bits of its O3 calls.
+scalar text (every dtype, every math function, every remainder length 0..width+1, exact reductions in lanes, stores
+over loads at every distance, sums that take a product the loop does not vary), and those of O3 where O3 sums
+nothing; float sums run in lanes (``vector_plan.LANE_SUMS``: the scalar sums' values to rounding, as O3's), or with
+``JITGRAD_QUICK_LANE_SUMS=0`` in the scalar loop's order, to its bits; which loops were rendered vector; loops that
+are not contiguous stay scalar; a compiled program's first-tier calls give the bits of its O3 calls where nothing
+sums.
 """
 import ctypes
 import json
@@ -18,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jitgrad.codegen.kernels import ir_loops, kernel_ir as ki, vector_loops
+from jitgrad.codegen.kernels import ir_loops, kernel_ir as ki, vector_loops, vector_plan
 from jitgrad.codegen.kernels.math_table import MathCalls
 from jitgrad.codegen.native import llvm_build, objload, workpool
 from jitgrad.ir import settings
@@ -91,12 +93,25 @@ def vector_loops_width():
     return min(16, llvm_build.vector_bits() // 32)
 
 
-def _compare(kir, ins, odt, o3_equal=True):
+def _compare(kir, ins, odt, o3_equal=True, close=False):
+    """Every build's outputs equal the scalar text's, bit for bit (``close``: the last element, a sum, to rounding)."""
     addrs = _builds(kir)
     for n in _lengths():
         got = {name: _run(a, ins, n, np.dtype(odt)) for name, a in addrs.items()}
         for name in ("vector", "vector256") + (("o3",) if o3_equal else ()):
-            assert got[name] == got["scalar"], (name, n)
+            if not close:
+                assert got[name] == got["scalar"], (name, n)
+                continue
+            size = np.dtype(odt).itemsize
+            assert got[name][:-size] == got["scalar"][:-size], (name, n)
+            a, c = (np.frombuffer(got[k][-size:], odt)[0] for k in (name, "scalar"))
+            assert np.isclose(a, c, rtol=1e-5 if size == 4 else 1e-12, atol=0, equal_nan=True), (name, n, a, c)
+
+
+@pytest.fixture
+def serial_sums(monkeypatch):
+    """The first tier's float sums in the scalar loop's order (``JITGRAD_QUICK_LANE_SUMS=0``)."""
+    monkeypatch.setattr(vector_plan, "LANE_SUMS", False)
 
 
 FLOAT_FNS = ["exp", "log", "tanh", "erf", "sin", "cos", "sigmoid", "sqrt", "expm1", "log1p", "atan", "lgamma",
@@ -117,11 +132,17 @@ BINARY = {"div": lambda m, x, y: x / y, "pow": lambda m, x, y: m.pow(x, y), "ata
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("fn", sorted(BINARY))
-def test_binary_float_bodies_and_their_sums_in_the_scalar_order(dtype, fn):
+def test_binary_float_bodies_and_their_sums(dtype, fn, monkeypatch):
     ins = [_inputs(dtype, 1100, 3), _inputs(dtype, 1100, 4)]
     _compare(_elementwise(BINARY[fn], dtype), ins, dtype)
-    # a sum of them: the first tier adds in the scalar loop's order (O3 adds in lanes: other bits)
+    # a sum of them: in lanes by default, as O3 adds (its value to rounding, the elementwise outputs to the bit)
+    before = vector_loops.STATS["sums_in_lanes"]
+    _compare(_elementwise(BINARY[fn], dtype, sums=True), ins, dtype, close=True)
+    assert vector_loops.STATS["sums_in_lanes"] == before + 2     # (the host's width and AVX2's)
+    # ... or in the scalar loop's order, to its bits (O3 adds in lanes: other bits)
+    monkeypatch.setattr(vector_plan, "LANE_SUMS", False)
     _compare(_elementwise(BINARY[fn], dtype, sums=True), ins, dtype, o3_equal=False)
+    assert vector_loops.STATS["sums_in_lanes"] == before + 2
 
 
 INT_FNS = {"arith": lambda m, x, y: x * 3 - y + (x & y) ^ (y >> 2), "floordiv": lambda m, x, y: x // (y | 1),
@@ -318,17 +339,27 @@ def _program(tmp_path, **env_extra):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def _close(a_hex, c_hex, dtype):
+    a, c = (np.frombuffer(bytes.fromhex(h), dtype) for h in (a_hex, c_hex))
+    return a.shape == c.shape and np.allclose(a, c, rtol=1e-5, atol=1e-6)
+
+
 def test_a_programs_first_tier_computes_the_scalar_tiers_bits_and_o3s_where_nothing_sums(tmp_path):
+    # the first tier's sums in the scalar order (``JITGRAD_QUICK_LANE_SUMS=0``), and in lanes (the default)
+    serial = _program(tmp_path / "serial", JITGRAD_QUICK_LANE_SUMS="0")
     vec = _program(tmp_path / "vector")
     # the scalar first tier, every kernel through the quick passes (``JITGRAD_QUICK_VECTOR_SHARE``: none through LLVM's
     # loop vectoriser, whose sums run in lanes)
     scalar = _program(tmp_path / "scalar", JITGRAD_QUICK_VECTOR_BITS="0", JITGRAD_QUICK_VECTOR_SHARE="2")
-    assert vec["kernels_quick"] >= 3 and vec["loops"]["loops_vector"] >= 3, vec
+    assert serial["kernels_quick"] >= 3 and serial["loops"]["loops_vector"] >= 3, serial
+    assert serial["loops"]["sums_in_lanes"] == 0 and vec["loops"]["sums_in_lanes"] >= 2, vec   # the sum, softmax's
     assert scalar["loops"]["loops_vector"] == 0, scalar
-    assert vec["optimising"] == 0, vec
-    assert vec["quick"] == scalar["quick"]          # every output of every call, sums and softmax rows included
-    for quick, o3 in zip(vec["quick"], vec["o3"]):
-        assert quick[:4] == o3[:4]                  # the elementwise outputs (O3 sums in lanes: other bits)
+    assert serial["optimising"] == vec["optimising"] == 0, vec
+    assert serial["quick"] == scalar["quick"]       # every output of every call, sums and softmax rows included
+    for quick, lanes, o3 in zip(serial["quick"], vec["quick"], vec["o3"]):
+        assert quick[:4] == lanes[:4] == o3[:4]     # the elementwise outputs (O3 sums in lanes: other bits)
+        assert all(_close(a, c, np.float32) for a, c in zip(lanes[4:], quick[4:]))     # the sums', to rounding
+        assert all(_close(a, c, np.float32) for a, c in zip(lanes[4:], o3[4:]))
 
 
 def test_the_first_tier_never_takes_the_pool_and_computes_the_pooled_launchs_bits(tmp_path):
@@ -338,7 +369,8 @@ def test_the_first_tier_never_takes_the_pool_and_computes_the_pooled_launchs_bit
     if settings.default_threads() < 2 or not workpool.available():
         pytest.skip("needs two cores and the worker pool")
     pool = dict(NUMBA_NUM_THREADS="2", JITGRAD_PARALLEL_WORK="1", JITGRAD_PARALLEL_GRAIN="2", JITGRAD_POOL_PACER="0")
-    vec = _program(tmp_path / "vector", **pool)
+    # (its sums in the scalar order: in lanes, a chunk's sum has the bits of its lanes, not the scalar chunk's)
+    vec = _program(tmp_path / "vector", JITGRAD_QUICK_LANE_SUMS="0", **pool)
     scalar = _program(tmp_path / "scalar", JITGRAD_QUICK_VECTOR_BITS="0", JITGRAD_QUICK_VECTOR_SHARE="2", **pool)
     assert vec["pooled"][0] == 0 and vec["pooled"][1] > 0, vec["pooled"]
     assert scalar["pooled"][0] > 0, scalar["pooled"]
@@ -367,7 +399,7 @@ def _dot(dtype, form):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("form", ["direct", "temporaries", "negated"])
-def test_a_sum_of_products_fuses_per_lane_as_the_scalar_loop_does(dtype, form):
+def test_a_sum_of_products_fuses_per_lane_as_the_scalar_loop_does(dtype, form, serial_sums):
     kir = _dot(dtype, form)
     x, y = _inputs(dtype, 1100, 12), _inputs(dtype, 1100, 13)
     addrs = _builds(kir)
@@ -379,6 +411,31 @@ def test_a_sum_of_products_fuses_per_lane_as_the_scalar_loop_does(dtype, form):
             r[np.isnan(r)] = np.nan
             got[name] = r.tobytes()
         assert got["vector"] == got["scalar"] and got["vector256"] == got["scalar"], (form, n)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_float_sums_run_in_lanes_to_the_scalar_sums_value(dtype):
+    """A float sum in lanes (the default): an accumulator a lane, reassociated at the end as O3's vectorised sums
+    are; its value the scalar loop's to rounding at every remainder, an empty sum +0.0."""
+    kir = _dot(dtype, "direct")
+    rng = np.random.default_rng(15)
+    x, y = (rng.standard_normal(1100).astype(dtype) for _ in range(2))
+    before = vector_loops.STATS["sums_in_lanes"]
+    addrs = _builds(kir)
+    assert vector_loops.STATS["sums_in_lanes"] == before + 2
+    rtol = 1e-5 if dtype == "float32" else 1e-12
+    for n in _lengths():
+        got = {}
+        for name, a in addrs.items():
+            r = np.full(1, 7, dtype)
+            _CALL(a)(np.array([n, x.ctypes.data, y.ctypes.data, r.ctypes.data], np.int64).ctypes.data)
+            got[name] = r[0]
+        exact = float(np.dot(x[:n].astype(np.float64), y[:n].astype(np.float64)))
+        for name in ("vector", "vector256", "o3"):
+            assert np.isclose(got[name], got["scalar"], rtol=rtol, atol=rtol), (name, n)
+            assert np.isclose(got[name], exact, rtol=rtol, atol=rtol * 10), (name, n)
+        if n == 0:
+            assert all(np.signbit(v) == np.signbit(0.0) and v == 0 for v in got.values()), got
 
 
 def _uniform_terms(dtype, form):
@@ -405,7 +462,7 @@ def _uniform_terms(dtype, form):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("form", ["add", "sub", "product_first", "negated", "temporary", "two_products", "sum",
                                   "sum_uniform"])
-def test_a_product_the_loop_does_not_vary_fuses_alike_in_every_tier(dtype, form):
+def test_a_product_the_loop_does_not_vary_fuses_alike_in_every_tier(dtype, form, serial_sums):
     """A sum that varies with the loop takes a product that does not (``x[i] + u1*u2``) without an FMA in every
     tier (codegen/kernels/contraction.py): the scalar loop fused the two, O3 (which computes the product before the
     loop) and the vector blocks (which broadcast it) did not, so an element's bits depended on the tier, and on the

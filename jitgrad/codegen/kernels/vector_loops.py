@@ -9,9 +9,11 @@ loop for the rest (the remainder; all of it when a check of the plan fails befor
 In a block, uniform values are the scalar code's, contiguous loads and stores are vector ones, every other
 operation is the scalar one applied per lane (same instruction, same fast-math flags: the scalar loop's bits), and
 what has no vector form (the C library's functions, table loads, integer ``//`` and ``%``) runs per lane.
-Lane-serial statements (a float sum) run after the block's vector statements, lane by lane in order, as scalar
-code on the lanes' values, each lane's result fenced from the next (``contraction.fence``); exact reductions keep an
-accumulator per lane, combined after the loop.  A uniform value a varying sum takes is fenced from it in every tier
+Lane-serial statements (what a carried variable feeds, other than a sum) run after the block's vector statements,
+lane by lane in order, as scalar code on the lanes' values, each lane's result fenced from the next
+(``contraction.fence``); exact reductions and float sums keep an accumulator per lane, combined after the loop (a
+float sum's lanes with a reassociating ``llvm.vector.reduce.fadd``, as O3's vectorised sums: ``vector_plan.
+LANE_SUMS``).  A uniform value a varying sum takes is fenced from it in every tier
 (``contraction.py``): the scalar loop fused it where the blocks could not.
 """
 from __future__ import annotations
@@ -20,7 +22,7 @@ from . import contraction, ir_loops, kernel_ir as ki, llvm_text as T
 from .vector_plan import C, IDENTITY, L, U, V, Classes, Refuse, assigned_once, plan_loop, read_counts
 
 _BYTES = {ki.F32: 4, ki.F64: 8, ki.I64: 8, ki.I32: 4, ki.U8: 1, ki.U64: 8, ki.BOOL: 1}
-STATS = {"loops_vector": 0, "loops_scalar": 0}      # innermost loops rendered each way (for tests)
+STATS = {"loops_vector": 0, "loops_scalar": 0, "sums_in_lanes": 0}   # loops rendered each way, float sums in lanes
 
 
 class VectorRenderer(ir_loops._Renderer):
@@ -130,6 +132,14 @@ class VectorRenderer(ir_loops._Renderer):
         b.position_at_end(done)
         for var, op in plan.lanes.items():      # the lanes' results, then the value from before the loop
             vt, lt = self._vt(var.t), ir_loops.lltype(var.t)
+            if op == "fadd":
+                STATS["sums_in_lanes"] += 1
+                red = self.module.declare(f"llvm.vector.reduce.fadd.v{W}{ir_loops._INTRINSIC_SUFFIX[lt]}", lt,
+                                          [lt, vt])
+                flags = ir_loops._flags(ki.KERNEL_FASTMATH)
+                part = b.call(lt, red, [f"{lt} 0.0", f"{vt} {b.load(vt, acc[var])}"], flags)
+                b.store(lt, b.op("fadd", lt, b.load(lt, self.slot(var)), part, flags), self.slot(var))
+                continue
             red = self.module.declare(f"llvm.vector.reduce.{op}.v{W}{ir_loops._INTRINSIC_SUFFIX[lt]}", lt, [vt])
             part = b.call(lt, red, [f"{vt} {b.load(vt, acc[var])}"])
             b.store(lt, self._combine(op, lt, b.load(lt, self.slot(var)), part), self.slot(var))

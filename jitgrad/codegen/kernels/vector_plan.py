@@ -4,10 +4,11 @@ A loop qualifies when it steps by 1, its body is straight-line (assignments and 
 that varies with it is contiguous in its counter.  Each value of the body then has a class (``Classes.of``):
 uniform (``U``: the same in every iteration, emitted as the scalar code computes it), the counter plus a uniform
 (``C``: a contiguous index, kept as its first lane), varying (``V``: a vector of ``width`` lanes) or lane-serial
-(``L``: it depends on a variable the loop carries from one iteration to the next, ``acc = acc + x``, which runs lane
-by lane in the scalar loop's order: a float sum's order is its bits).  A carried integer that reduces with an exact
-associative operation (a sum, ``|``, ``&``, ``^``, the larger or smaller: ``exact_reduction``; max over floats is
-one, through ordered keys) reduces in the lanes apart instead, combined at the end to the same bits.
+(``L``: it depends on a variable the loop carries from one iteration to the next, which runs lane by lane in the
+scalar loop's order).  A carried integer that reduces with an exact associative operation (a sum, ``|``, ``&``,
+``^``, the larger or smaller: ``exact_reduction``; max over floats is one, through ordered keys) reduces in the lanes
+apart instead, combined at the end to the same bits; so does a float sum (``float_sum``, ``LANE_SUMS``), to the bits
+of that order (reassociated, as the optimised build's sums are).
 
 Memory order: a block loads and stores all its lanes at once, which is the scalar order unless a store and another
 access touch the same memory at different lanes of a block.  Two accesses of different alias classes never do (the
@@ -17,11 +18,19 @@ the stores cover), and the scalar loop runs all of it when a check fails.
 """
 from __future__ import annotations
 
+import os
+
 from . import kernel_ir as ki
 
 U, C, V, L = 0, 1, 2, 3     # a value's class in a loop (see the module docstring)
 MAX_CHECKS = 8              # more pairs of accesses to check than this: the loop stays scalar
 MAX_WIDTH = 16              # lanes at most (bytes and bools: a serial sum over 64 lanes would be long)
+# A float sum ``acc = acc + e`` sums in the lanes apart, combined at the end (``float_sum``), as the optimised
+# build's vectorised sums do (its additions carry ``reassoc``): in the scalar order (``JITGRAD_QUICK_LANE_SUMS=0``)
+# each lane waits for the one before, and nanoGPT's first tier (``benchmarks/variable_length.py``, 2026-12-01) ran its
+# row sums (LayerNorm, softmax's backward, the optimiser's norms) 2-3x slower than O3: a step 3.3 ms against O3's
+# 2.8 ms, 2.8 ms in lanes.  The first tier's sums then have other bits than the scalar text's, as O3's always had.
+LANE_SUMS = os.environ.get("JITGRAD_QUICK_LANE_SUMS", "1") != "0"
 
 
 class Refuse(Exception):
@@ -105,6 +114,8 @@ def plan_loop(s: ki.For, kernel_body, bits: int, once: dict, reads: dict | None 
     lanes = {}
     for v in carried:
         op = exact_reduction(v, body)
+        if op is None and LANE_SUMS:
+            op = float_sum(v, body)
         if op is not None:
             lanes[v] = op
     carried -= set(lanes)
@@ -247,14 +258,33 @@ def exact_reduction(var, body):
     return ("u" if t in ki.UNSIGNED else "s") + ("max" if larger else "min")
 
 
+def float_sum(var, body):
+    """"fadd" when float ``var``'s one update in ``body`` is ``var = var + e`` (``e`` not reading it) and nothing
+    else in ``body`` reads it: its lanes then sum apart, combined at the end (reassociated, as the optimised build's
+    vectorised sums are), else None."""
+    if var.t not in ki.FLOATS:
+        return None
+    updates = [st for st in body if isinstance(st, ki.Assign) and st.var is var]
+    if len(updates) != 1 or any(var in _reads(st) for st in body if st is not updates[0]):
+        return None
+    x = updates[0].value
+    if x.op != "bin" or x.attr != "+" or x.t != var.t:
+        return None
+    a, c = x.args
+    if _is(a, var) == _is(c, var) or var in _reads_values([c if _is(a, var) else a]):
+        return None
+    return "fadd"
+
+
 def _all_ones(t):
     return "true" if t == ki.BOOL else "-1"
 
 
-IDENTITY = {"add": lambda t: "0" if t != ki.BOOL else "false", "or": lambda t: "0" if t != ki.BOOL else "false",
-             "xor": lambda t: "0" if t != ki.BOOL else "false", "and": _all_ones, "umax": lambda t: "0",
-             "umin": _all_ones, "smax": lambda t: str(-(1 << (ki.BITS[t] - 1))),
-             "smin": lambda t: str((1 << (ki.BITS[t] - 1)) - 1)}
+IDENTITY = {"fadd": lambda t: "0.0",      # (``nsz``: a sum of no element's sign of zero is not kept)
+            "add": lambda t: "0" if t != ki.BOOL else "false", "or": lambda t: "0" if t != ki.BOOL else "false",
+            "xor": lambda t: "0" if t != ki.BOOL else "false", "and": _all_ones, "umax": lambda t: "0",
+            "umin": _all_ones, "smax": lambda t: str(-(1 << (ki.BITS[t] - 1))),
+            "smin": lambda t: str((1 << (ki.BITS[t] - 1)) - 1)}
 
 
 # ---------------------------------------------------------------------------------------------------- variables
@@ -339,4 +369,5 @@ def _reads_values(values):
     return {x.attr for top in values for x in ki.walk_values(top) if x.op == "var"}
 
 
-__all__ = ["plan_loop", "read_counts", "Plan", "Classes", "Refuse", "assigned_once", "IDENTITY", "U", "C", "V", "L", "MAX_WIDTH"]
+__all__ = ["plan_loop", "read_counts", "Plan", "Classes", "Refuse", "assigned_once", "IDENTITY", "U", "C", "V", "L", "MAX_WIDTH",
+           "float_sum", "LANE_SUMS"]
