@@ -227,11 +227,13 @@ def keep_apart() -> None:
     tid = _PINS.get(cpu)
     if tid is None:
         return
+    global _placed
     free = [c for c in _CORES if c not in _PINS]
     try:
         os.sched_setaffinity(tid, {free[0]})
-    except OSError:     # the worker is gone (the pool stopped): place them again at the next launch
+    except OSError:     # the worker is gone (the pool stopped and started anew): place the new ones next launch
         _PINS.clear()
+        _placed = False
         return
     del _PINS[cpu]
     _PINS[free[0]] = tid
