@@ -221,6 +221,14 @@ def _same(a, c) -> bool:
     return a is c or (a.op == "var" and c.op == "var" and a.attr is c.attr)
 
 
+def _only_update(var, body):
+    """The value of ``var``'s one assignment in ``body`` when nothing else in ``body`` reads it, else None."""
+    updates = [st for st in body if isinstance(st, ki.Assign) and st.var is var]
+    if len(updates) != 1 or any(var in _reads(st) for st in body if st is not updates[0]):
+        return None
+    return updates[0].value
+
+
 def exact_reduction(var, body):
     """The exact associative operation (add, or, and, xor, smax, smin, umax, umin) ``var`` accumulates with, when its
     one update in ``body`` is ``var = var OP e`` (integer widenings and a truncation back allowed) or a select of the
@@ -229,10 +237,9 @@ def exact_reduction(var, body):
     t = var.t
     if t not in ki.INTS and t != ki.BOOL:
         return None
-    updates = [st for st in body if isinstance(st, ki.Assign) and st.var is var]
-    if len(updates) != 1 or any(var in _reads(st) for st in body if st is not updates[0]):
+    x = _only_update(var, body)
+    if x is None:
         return None
-    x = updates[0].value
     if x.op == "cast" and x.t == t and x.args[0].t in ki.INTS and t != ki.BOOL:
         x = x.args[0]           # a truncation back to the variable's type: low bits of +, |, &, ^ are exact
     if x.op == "bin" and x.attr in ("+", "|", "&", "^") and not (x.attr == "+" and x.t == ki.BOOL):
@@ -262,13 +269,8 @@ def float_sum(var, body):
     """"fadd" when float ``var``'s one update in ``body`` is ``var = var + e`` (``e`` not reading it) and nothing
     else in ``body`` reads it: its lanes then sum apart, combined at the end (reassociated, as the optimised build's
     vectorised sums are), else None."""
-    if var.t not in ki.FLOATS:
-        return None
-    updates = [st for st in body if isinstance(st, ki.Assign) and st.var is var]
-    if len(updates) != 1 or any(var in _reads(st) for st in body if st is not updates[0]):
-        return None
-    x = updates[0].value
-    if x.op != "bin" or x.attr != "+" or x.t != var.t:
+    x = _only_update(var, body) if var.t in ki.FLOATS else None
+    if x is None or x.op != "bin" or x.attr != "+" or x.t != var.t:
         return None
     a, c = x.args
     if _is(a, var) == _is(c, var) or var in _reads_values([c if _is(a, var) else a]):

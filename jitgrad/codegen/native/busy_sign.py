@@ -260,7 +260,7 @@ out:
 ; ``ready`` starts a round (%woke: it woke a sleeping worker)
 define internal void @late_round(i1 %woke) alwaysinline {{
 entry:
-  %t = call i64 @now()
+  %t = call i64 @jitgrad_pool_now()
   store i64 %t, ptr @jitgrad_pool_late_t0
   %w = zext i1 %woke to i32
   store i32 %w, ptr @jitgrad_pool_late_woke
@@ -274,7 +274,7 @@ entry:
   %off = icmp eq i32 %on, 0
   br i1 %off, label %out, label %judge
 judge:
-  %now = call i64 @now()
+  %now = call i64 @jitgrad_pool_now()
   %t0 = load i64, ptr @jitgrad_pool_late_t0
   %own = sub i64 %ts, %t0
   %wait = sub i64 %now, %ts

@@ -16,11 +16,10 @@ workers would take every block and the caller would only wait.
 from __future__ import annotations
 
 import ctypes
-import platform
 import threading
 import time
 
-from . import spin_pool, workpool
+from . import workpool
 
 ARGS = 13           # a ?gemm call's arguments, each a pointer (Fortran)
 ROW = ARGS + 2      # a block's row: its call's arguments, then A's and C's byte offsets for the block
@@ -32,34 +31,12 @@ entry:
   ret void
 }}
 
-declare i32 @clock_gettime(i32, ptr)
-declare i64 @syscall(i64, ...)
-
-; wake the pool's sleeping workers without a round (FUTEX_WAKE_PRIVATE on its round counter): a woken worker finds
-; no new round and spins again for the pool's spin before it sleeps (spin_pool's worker loop)
-define void @jitgrad_gemm_nudge(ptr %gen) {{
-entry:
-  %r = call i64 (i64, ...) @syscall(i64 {futex}, ptr %gen, i64 129, i64 2147483647)
-  ret void
-}}
-
-define internal i64 @now() {{
-entry:
-  %ts = alloca [2 x i64]
-  call i32 @clock_gettime(i32 1, ptr %ts)
-  %s = load i64, ptr %ts
-  %nsp = getelementptr i64, ptr %ts, i64 1
-  %ns = load i64, ptr %nsp
-  %s9 = mul i64 %s, 1000000000
-  %t = add i64 %s9, %ns
-  ret i64 %t
-}}
-
-; times[0]: nanoseconds until the caller's own block was done, times[1]: until every block was
+; times[0]: nanoseconds until the caller's own block was done, times[1]: until every block was (%now: the pool's
+; clock, ``spin_pool.Pool.now``)
 define void @jitgrad_gemm_blocks(ptr %rows, i64 %n, ptr %gemm, ptr %add, ptr %ready, ptr %sync, i64 %a, i64 %b,
-                                 i64 %c, ptr %times) {{
+                                 i64 %c, ptr %times, ptr %now) {{
 entry:
-  %t0 = call i64 @now()
+  %t0 = call i64 %now()
   br label %fill
 fill:               ; each row's operand and result addresses: the call's, plus the block's offsets
   %j = phi i64 [0, %entry], [%jn, %fill]
@@ -95,9 +72,9 @@ queue:
 run:
   call void %ready()
   call void @jitgrad_gemm_block(ptr %rows, ptr null, ptr null, ptr %gemm)
-  %t1 = call i64 @now()
+  %t1 = call i64 %now()
   call void %sync()
-  %t2 = call i64 @now()
+  %t2 = call i64 %now()
   %own = sub i64 %t1, %t0
   %whole = sub i64 %t2, %t0
   store i64 %own, ptr %times
@@ -116,36 +93,31 @@ def _source() -> str:
         loads.append(f"  %g{i} = getelementptr i64, ptr %row, i64 {i}")
         loads.append(f"  %p{i} = load ptr, ptr %g{i}")
     return _SOURCE.replace("{args}", str(ARGS)).replace("{args1}", str(ARGS + 1)).format(
-        loads="\n".join(loads), params=", ".join(f"ptr %p{i}" for i in range(ARGS)), row_bytes=8 * ROW,
-        futex=spin_pool.FUTEX[platform.machine()])
+        loads="\n".join(loads), params=", ".join(f"ptr %p{i}" for i in range(ARGS)), row_bytes=8 * ROW)
 
 
 class _Runner:
     """The compiled hand-off, bound to the running pool's three functions."""
 
-    def __init__(self, engine, funcs, wakes, pool):
+    def __init__(self, engine, pool):
         self._engine = engine       # keeps the code mapped
         fn = engine.get_function_address("jitgrad_gemm_blocks")
         i64 = ctypes.c_int64
-        self._run = ctypes.CFUNCTYPE(None, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64)(fn)
-        self.funcs = funcs
-        self._nudge = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(engine.get_function_address("jitgrad_gemm_nudge"))
+        self._run = ctypes.CFUNCTYPE(None, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64)(fn)
+        self.funcs = (pool.add_task, pool.ready, pool.synchronize)
         self.times = (ctypes.c_int64 * 2)()     # the last call's (own block, whole) nanoseconds
-        self._wakes = wakes                     # the pool's count of wake calls for sleeping workers
-        at = pool.addresses
-        self._gen = at["gen"]
-        self._wsleep, self._started = (ctypes.c_int32.from_address(at[n]) for n in ("wsleep", "started"))
-        self._times = ctypes.addressof(self.times)
+        self._wakes = pool.counter("worker_wakes")      # the pool's count of wake calls for sleeping workers
+        self._pool, self._times = pool, ctypes.addressof(self.times)
 
     def asleep(self) -> bool:
         """Whether a worker of the pool sleeps now (a round would wait for its wake-up: 0.2-0.5 ms on this VM); a
         pool with no workers yet (a forked child's) is not asleep: its first round starts them."""
-        return self._wsleep.value > 0 and self._started.value != 0
+        return self._pool.wsleep.value > 0 and self._pool.workers() != 0
 
     def nudge(self) -> None:
-        """Wake the sleeping workers without a round: they spin for the pool's spin again, so a product that
-        follows within it finds them awake (no lock needed: no round starts)."""
-        self._nudge(self._gen)
+        """Wake the sleeping workers without a round (``spin_pool.Pool.nudge``): they spin for the pool's spin
+        again, so a product that follows within it finds them awake (no lock needed: no round starts)."""
+        self._pool.nudge()
         STATS["nudges"] += 1
 
     def run(self, rows_address: int, n: int, gemm: int, a: int, b: int, c: int):
@@ -158,7 +130,7 @@ class _Runner:
         together on free cores), and whether the round woke a sleeping worker (its wake-up is in the wait)."""
         add, ready, sync = self.funcs
         w0 = self._wakes.value
-        self._run(rows_address, n, gemm, add, ready, sync, a, b, c, self._times)
+        self._run(rows_address, n, gemm, add, ready, sync, a, b, c, self._times, self._pool.now)
         STATS["rounds"] += 1
         STATS["blocks"] += n
         t = self.times
@@ -195,8 +167,7 @@ def _build():
     tm = ll.Target.from_default_triple().create_target_machine(opt=2)
     engine = ll.create_mcjit_compiler(mod, tm)
     engine.finalize_object()
-    pool = workpool.spinning()
-    return _Runner(engine, (pool.add_task, pool.ready, pool.synchronize), pool.counter("worker_wakes"), pool)
+    return _Runner(engine, workpool.spinning())
 
 
 def busy() -> bool:

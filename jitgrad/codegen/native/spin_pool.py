@@ -24,23 +24,24 @@ sleeps (``csleep``).  Each announce-then-check pair is sequentially consistent a
 change-then-check, so a wake-up is never lost.  Chunks are whatever the caller queued: who runs them, and whether
 anyone spun, changes no result bit.
 
-**A busy machine: stop spinning.**  Each waiting thread samples its own run-queue wait now and then
-(``busy_sign.py``); when another process shares its core (a quarter of a window waited, in slices, not
-wake-ups), every wait for the next ``QUIET_NS`` (a quarter of a second) sleeps at once (counted:
-``stats()['busy']``), and a spin under way stops.  A spin that outlasts its budget only sleeps for that wait: a
-long serial stretch of the step is not a busy core.  So a core taken by another process costs us about what the
-sleeping pool costs (the pacer's rule: at most 2x).  ``JITGRAD_POOL_SPIN`` (microseconds, default ``SPIN_US``)
-sets the spin; 0 sleeps at once, as ``workqueue`` does; ``JITGRAD_POOL=workqueue`` keeps Numba's library
-altogether (``workpool.py``).
+**A busy machine: stop spinning.**  Each waiting thread samples its own run-queue wait now and then (``busy_sign.py``);
+when another process shares its core (a quarter of a window waited, in slices, not wake-ups), every wait for the next
+``QUIET_NS`` (a quarter of a second) sleeps at once (counted: ``stats()['busy']``), and a spin under way stops.  A spin
+that outlasts its budget only sleeps for that wait: a long serial stretch of the step is not a busy core.  So a core
+taken by another process costs us about what the sleeping pool costs (the pacer's rule: at most 2x).
+``JITGRAD_POOL_SPIN`` (microseconds, default ``SPIN_US``) sets the spin; 0 sleeps at once, as ``workqueue`` does;
+``JITGRAD_POOL=workqueue`` keeps Numba's library altogether (``workpool.py``).
 
-**Fork and exit.**  A forked child has no workers: ``forget`` (registered with ``os.register_at_fork``) resets the
-state and the child's first ``ready`` starts new ones.  ``stop`` (registered with ``atexit``) ends the workers and
-joins them, when no round is in flight; a later ``ready`` starts them again.
+**Fork and exit.**  A forked child has no workers: ``forget`` (run at ``os.register_at_fork``) resets the state and
+the child's first ``ready`` starts new ones.  ``stop`` (run ``atexit``) ends the workers and joins them, when no round
+is in flight; a later ``ready`` starts them again.  ``gemm_blocks`` reads the pool's clock (``Pool.now``) and wakes
+its workers without a round (``Pool.nudge``).
 """
 from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
 import os
 import platform
 import sys
@@ -58,7 +59,7 @@ STAT_NAMES = ("worker_sleeps", "worker_wakes", "caller_sleeps", "caller_wakes", 
               "spins", "samples", "late")
 CALLER_SLOT = MAX_QUEUES        # the busy sign's sampling slot of whichever thread waits in ``synchronize``
 PROBE_SLOT = MAX_QUEUES + 1     # ``Pool.run_queue``'s
-FUTEX = {"x86_64": 202, "AMD64": 202, "aarch64": 98, "arm64": 98}
+_FUTEX = {"x86_64": 202, "AMD64": 202, "aarch64": 98, "arm64": 98}
 _PAUSE = {"x86_64": "call void @llvm.x86.sse2.pause()", "AMD64": "call void @llvm.x86.sse2.pause()",
           "aarch64": 'call void asm sideeffect "yield", ""()', "arm64": 'call void asm sideeffect "yield", ""()'}
 
@@ -72,7 +73,7 @@ def spin_setting() -> int:
 
 
 def _source(machine: str) -> str:
-    futex = FUTEX[machine]
+    futex = _FUTEX[machine]
     pause = _PAUSE[machine]
     declare_pause = "declare void @llvm.x86.sse2.pause()" if "llvm.x86" in pause else ""
     nstats = len(STAT_NAMES)
@@ -113,13 +114,13 @@ define internal void @futex_wait(ptr %w, i32 %v) {{
   ret void
 }}
 
-define internal void @futex_wake(ptr %w, i32 %n) {{
+define void @jitgrad_pool_futex_wake(ptr %w, i32 %n) {{
   %n64 = zext i32 %n to i64
   %r = call i64 (i64, ...) @syscall(i64 {futex}, ptr %w, i64 129, i64 %n64)
   ret void
 }}
 
-define internal i64 @now() {{
+define i64 @jitgrad_pool_now() {{
   %ts = alloca [2 x i64]
   %f = load ptr, ptr @jitgrad_pool_clock
   %r = call i32 %f(i32 1, ptr %ts)
@@ -139,7 +140,7 @@ entry:
   %off = icmp eq i64 %budget, 0
   br i1 %off, label %once, label %check
 check:
-  %t0 = call i64 @now()
+  %t0 = call i64 @jitgrad_pool_now()
   call void @busy_check(i64 %slot, i64 %t0)
   %until = load atomic i64, ptr @jitgrad_pool_quiet_until monotonic, align 8
   %busy = icmp slt i64 %t0, %until
@@ -169,7 +170,7 @@ pause:
 next:
   br label %loop
 clock:
-  %t = call i64 @now()
+  %t = call i64 @jitgrad_pool_now()
   call void @busy_check(i64 %slot, i64 %t)
   %until2 = load atomic i64, ptr @jitgrad_pool_quiet_until monotonic, align 8
   %signed = icmp slt i64 %t, %until2
@@ -264,7 +265,7 @@ check_caller:
   br i1 %asleep, label %wake_caller, label %finished
 wake_caller:
   call void @stat(i32 3)
-  call void @futex_wake(ptr @jitgrad_pool_pending, i32 1)
+  call void @jitgrad_pool_futex_wake(ptr @jitgrad_pool_pending, i32 1)
   br label %finished
 finished:
   br label %wait
@@ -366,7 +367,7 @@ round:
   br i1 %asleep, label %wake, label %out
 wake:
   call void @stat(i32 1)
-  call void @futex_wake(ptr @jitgrad_pool_gen, i32 2147483647)
+  call void @jitgrad_pool_futex_wake(ptr @jitgrad_pool_gen, i32 2147483647)
   br label %out
 out:
   ret void
@@ -374,7 +375,7 @@ out:
 
 define void @jitgrad_pool_synchronize() {{
 entry:
-  %ts = call i64 @now()
+  %ts = call i64 @jitgrad_pool_now()
   %ok = call i1 @spin(ptr @jitgrad_pool_pending, i32 0, i1 1, i64 {CALLER_SLOT})
   br i1 %ok, label %out, label %announce
 announce:
@@ -424,7 +425,7 @@ check:
 go:
   store atomic i32 1, ptr @jitgrad_pool_stop_flag seq_cst, align 4
   %o = atomicrmw add ptr @jitgrad_pool_gen, i32 1 seq_cst
-  call void @futex_wake(ptr @jitgrad_pool_gen, i32 2147483647)
+  call void @jitgrad_pool_futex_wake(ptr @jitgrad_pool_gen, i32 2147483647)
   %n = load i32, ptr @jitgrad_pool_nq
   br label %head
 head:
@@ -484,7 +485,9 @@ class Pool:
         self._read_run_queue = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p)(fn("read_run_queue"))
         self._spin.value = spin_ns
         self._late = ctypes.c_int32.from_address(glob("jitgrad_pool_late_on"))     # (busy_sign.LATE_ON; tests set it)
-        self.addresses = {n: glob("jitgrad_pool_" + n) for n in ("gen", "wsleep", "started")}     # (gemm_blocks)
+        wake = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32)(fn("jitgrad_pool_futex_wake"))
+        self.now, self.nudge = fn("jitgrad_pool_now"), functools.partial(wake, glob("jitgrad_pool_gen"), 2**31 - 1)
+        self.wsleep = ctypes.c_int32.from_address(glob("jitgrad_pool_wsleep"))
 
     def start(self, workers: int) -> int:
         """Start ``workers`` threads (once; a no-op while they run) and return how many run."""
@@ -554,8 +557,7 @@ _POOL = None
 
 
 def build() -> Pool | None:
-    """The pool (compiled once per process), or None where it cannot run (not Linux, no futex number known for
-    this machine, no llvmlite)."""
+    """The pool (compiled once per process), or None where it cannot (not Linux, no futex number known, no llvmlite)."""
     global _POOL
     if _POOL is None:
         with _lock:
@@ -566,7 +568,7 @@ def build() -> Pool | None:
 
 def _build():
     machine = platform.machine()
-    if not sys.platform.startswith("linux") or machine not in FUTEX:
+    if not sys.platform.startswith("linux") or machine not in _FUTEX:
         return None
     try:
         import llvmlite.binding as ll
@@ -595,5 +597,4 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-__all__ = ["Pool", "build", "spin_setting", "MAX_QUEUES", "MAX_TASKS", "SPIN_US", "QUIET_NS",
-           "STAT_NAMES", "FUTEX"]
+__all__ = ["Pool", "build", "spin_setting", "MAX_QUEUES", "MAX_TASKS", "SPIN_US", "QUIET_NS", "STAT_NAMES"]
