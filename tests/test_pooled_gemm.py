@@ -282,3 +282,85 @@ def test_a_worker_found_asleep_is_nudged_and_the_product_runs_alone(pooled, monk
         pool.set_spin_ns(spin)
         pool.set_run_queue(None)
         pool._late.value = late
+
+
+def _stack_counts():
+    return (pooled_gemm.STATS["stacked_calls"], pooled_gemm.STATS["stacked_one_thread"], gemm_blocks.STATS["rounds"],
+            gemm_blocks.STATS["blocks"], eager_threads.STATS["split_calls"])
+
+
+def _attention_operands(dtype, seed=3):
+    """B9's attention operands as a model makes them: q and k heads of one (B, T, 3C) projection, so k.mT's
+    (batch, head) axes are not one evenly strided axis, and each matrix has a leading dimension past its width."""
+    rng = np.random.default_rng(seed)
+    qkv = rng.standard_normal((16, 64, 3 * 128)).astype(dtype)
+    q, k, _ = (qkv[..., i * 128:(i + 1) * 128].reshape(16, 64, 4, 32).transpose(0, 2, 1, 3) for i in range(3))
+    return q, k
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_attention_stacks_run_on_the_pool_with_one_matmuls_bits(pooled, dtype):
+    """Attention's (batch, head) products (``q @ k.mT``, ``att @ v``): one pool round, each thread a run of the
+    stack's matrices, no Python thread, the bits of one ``np.matmul``; at one thread the calling thread alone runs
+    ``np.matmul`` (the same bits)."""
+    q, k = _attention_operands(dtype)
+    want = np.matmul(q, k.transpose(0, 1, 3, 2))
+    s0 = _stack_counts()
+    got = (jg.tensor(q) @ jg.tensor(k).transpose(-2, -1)).numpy()
+    s1 = _stack_counts()
+    assert got.tobytes() == want.tobytes()
+    assert [b - a for a, b in zip(s0, s1)] == [1, 0, 1, 2, 0]      # one pooled stack, one round of two blocks
+    att = np.ascontiguousarray(want[..., :32])                      # (16, 4, 64, 32) @ k: (.., 32, 64)... as att @ v
+    v = np.ascontiguousarray(k)
+    assert (jg.tensor(att.transpose(0, 1, 3, 2)) @ jg.tensor(v)).numpy().tobytes() == np.matmul(
+        att.transpose(0, 1, 3, 2), v).tobytes()
+    jg.set_num_threads(1)
+    s0 = _stack_counts()
+    one = (jg.tensor(q) @ jg.tensor(k).transpose(-2, -1)).numpy()
+    s1 = _stack_counts()
+    assert one.tobytes() == want.tobytes()
+    assert (s1[0] - s0[0], s1[2] - s0[2], s1[4] - s0[4]) == (0, 0, 0)
+
+
+def test_attention_gradients_match_the_python_thread_split(pooled):
+    """Forward and backward of ``softmax(q @ k.mT) @ v`` with the stacks on the pool and with them split between
+    the eager Python threads (``JITGRAD_POOLED_STACKS=0``): the same bits, and the pooled run splits nothing on
+    Python threads."""
+    q0, k0 = _attention_operands(np.float32, seed=4)
+
+    def run():
+        q = jg.tensor(np.ascontiguousarray(q0), requires_grad=True)
+        k = jg.tensor(np.ascontiguousarray(k0), requires_grad=True)
+        att = jg.softmax(q @ k.transpose(-2, -1) * 0.1, dim=-1)
+        y = att @ k
+        (y * y).sum().backward()
+        return b"".join(t.numpy().tobytes() for t in (y.detach(), q.grad, k.grad))
+    s0 = _stack_counts()
+    on = run()
+    s1 = _stack_counts()
+    assert s1[0] - s0[0] >= 4 and s1[4] == s0[4]         # two products forward, their gradients' on the pool
+    pooled_gemm.STACKS = False
+    try:
+        off = run()
+    finally:
+        pooled_gemm.STACKS = True
+    assert _stack_counts()[0] == s1[0]
+    assert on == off
+
+
+def test_stack_views_addressed_by_rows_and_a_broadcast_matrix_that_is_not(pooled):
+    """Every other matrix of a stack (its leading axes strided, not one even axis) is addressed by rows: on the
+    pool with one ``np.matmul``'s bits.  A matrix broadcast along its columns (a stride of 0) is not: the eager
+    impl runs it, with NumPy's values."""
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((8, 4, 64, 64)).astype(np.float32)
+    b = rng.standard_normal((8, 4, 64, 32)).astype(np.float32)
+    s0 = _stack_counts()
+    got = (jg.tensor(a)[::2, 1:] @ jg.tensor(b)[1::2, :3]).numpy()
+    assert got.tobytes() == np.matmul(a[::2, 1:], b[1::2, :3]).tobytes()
+    assert _stack_counts()[0] == s0[0] + 1
+    col = rng.standard_normal((8, 4, 64, 1)).astype(np.float32)
+    got = (jg.tensor(a) @ jg.tensor(col).expand(8, 4, 64, 64)).numpy()
+    want = np.matmul(a.astype(np.float64), np.broadcast_to(col, (8, 4, 64, 64)).astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    assert _stack_counts()[0] == s0[0] + 1

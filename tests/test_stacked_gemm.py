@@ -10,6 +10,7 @@ import pytest
 import jitgrad as jg
 from jitgrad.ir import eager_threads, settings
 from jitgrad.ir.ops import linalg, stacked_gemm
+from jitgrad.jit import pooled_gemm
 
 
 class _Clock:
@@ -31,6 +32,7 @@ def two_threads(monkeypatch):
     monkeypatch.setattr(eager_threads, "note_split", lambda own, whole: None)     # (the pool's GEMMs' own clock)
     monkeypatch.setattr(eager_threads._PACER, "left", 0)
     monkeypatch.setattr(eager_threads._PACER, "hold", eager_threads._Pacer.HOLD)
+    monkeypatch.setattr(pooled_gemm, "STACKS", False)       # (the pool's own path: tests/test_pooled_gemm.py)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

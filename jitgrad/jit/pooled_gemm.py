@@ -1,4 +1,5 @@
-"""Eager matmuls over OpenBLAS's threading threshold as blocks of rows on the worker pool.
+"""Eager matmuls over OpenBLAS's threading threshold as blocks of rows on the worker pool, and stacks of small
+products (attention's (batch, head) products) as runs of their matrices there.
 
 ``blas.matmul2d`` splits such a product into blocks of C's rows, each a single-threaded OpenBLAS call starting at
 a multiple of OpenBLAS's row unit (so the result has one call's bits, ``blas.row_blocks``), and ran the blocks on
@@ -19,6 +20,17 @@ A product under ``WAKE_MACS`` that finds a worker asleep (after a long stretch o
 nudges the worker awake for the next one: its round would wait for the wake-up, longer than its block.
 While the build thread works (a script's first steps run eagerly while their compiled code builds) the blocks
 leave it a core.  ``JITGRAD_POOLED_GEMM=0`` turns the path off.
+
+A stack (``stacked_gemm.splits``: one batch shape, each product too small for OpenBLAS's own threads) is one
+``?gemm`` call per matrix, each addressed by its own row's offsets (any strided stack of C- or F-laid matrices:
+attention's ``k.mT`` cut from a fused QKV projection needs no copy), a run of the matrices per thread, in the same
+native call (``_stacked``).  NumPy runs a stack as one call of its own OpenBLAS per matrix, and SciPy's is another
+build, so each layout's calls are first tried against ``np.matmul`` on random operands (``_stack_exact``): a
+layout whose bits differ keeps NumPy's call, and one thread runs ``np.matmul`` itself.  It replaces the eager
+Python threads' split (``ir/ops/stacked_gemm.py``, still the path with ``JITGRAD_POOLED_STACKS=0``), whose
+hand-off (a sleeping thread's wake-up, then the GIL) made the split slower than one thread on the Intel host (a
+part of 200-350 us, the whole call 550-1200 us) and tripped the eager pacer, which then held the step's big
+products on one thread as well (B9 eager, 30 steps: 1-14 pacer trips against 7-41, 2026-12-01).
 """
 from __future__ import annotations
 
@@ -31,10 +43,12 @@ from ..codegen.native import build_thread, busy_sign, gemm_blocks
 from ..codegen.native.threads import LAUNCH_LOCK
 from ..declarations import published
 from ..ir import eager_threads, settings
-from ..ir.ops import blas
+from ..ir.ops import blas, stacked_gemm
 from ..ir.ops.eager_gemm import operands
 
 ENABLED = os.environ.get("JITGRAD_POOLED_GEMM", "1") != "0"
+# stacks of small products on the pool (read per call; off: ``stacked_gemm``'s split between Python threads)
+STACKS = os.environ.get("JITGRAD_POOLED_STACKS", "1") != "0"
 _N = b"N"
 # the transpose flags' bytes, at addresses that live as long as the process (a block's row points at them)
 _FLAG = {f: ctypes.create_string_buffer(f) for f in (b"N", b"T")}
@@ -51,7 +65,7 @@ WAKE_S = busy_sign.WAKE_NS * 1e-9
 # eager kernel's round, whose worker sleeps at once), 39.0-39.7 at 2^25, 40.1 at 0 (always a round); B1 eager 5.5,
 # 4.0, 3.6 ms; B3 (4.2M products, workers awake between them) 1.10-1.13x PyTorch with the rule, 1.10-1.15x at 0
 WAKE_MACS = int(float(os.environ.get("JITGRAD_POOLED_WAKE_MACS", 1 << 25)))
-STATS = {"pooled_calls": 0, "one_thread_calls": 0}   # counted, for tests
+STATS = {"pooled_calls": 0, "one_thread_calls": 0, "stacked_calls": 0, "stacked_one_thread": 0}   # counted
 _from_buffer = ctypes.c_char.from_buffer
 _addressof = ctypes.addressof
 
@@ -59,14 +73,17 @@ _addressof = ctypes.addressof
 @published("OpDef.eager_kernel", name="matmul")
 def matmul_eager_kernel(avals, params, fallback):
     """The pooled GEMM of eager ``matmul`` for a signature it serves (``(..., m, k) @ (k, n)`` of one float dtype,
-    more multiply-adds than OpenBLAS threads at, rows enough for blocks), else None (``fallback`` serves it)."""
+    more multiply-adds than OpenBLAS threads at, rows enough for blocks; or a stack of small products:
+    ``_stack_kernel``), else None (``fallback`` serves it)."""
     if not ENABLED or len(avals) != 2:
         return None
     x, y = avals
-    if x.ndim < 2 or y.ndim != 2 or x.dtype is not y.dtype or x.dtype.np not in _FLOATS:
+    if x.ndim < 2 or y.ndim < 2 or x.dtype is not y.dtype or x.dtype.np not in _FLOATS:
         return None
     if any(type(d) is not int for d in x.shape + y.shape):
         return None
+    if y.ndim != 2:
+        return _stack_kernel(x, y, fallback)
     k, (k2, n) = x.shape[-1], y.shape
     m = 1
     for d in x.shape[:-1]:      # (..., m, k) @ (k, n): a Linear layer on a batch of sequences, one GEMM over all rows
@@ -115,7 +132,7 @@ def _pooled(m: int, k: int, n: int, dtype, fallback, folded):
             sizes_kept.append(sizes)
             ad = _addressof(sizes)
             rows[i] = (_FLAG_AT[ty], _FLAG_AT[tx], ad, ad + 4, ad + 8, one, 0, ad + 12, 0, ad + 16, zero, 0,
-                       ad + 20, r0 * (ldx if tx == _N else 1) * item, r0 * n * item)
+                       ad + 20, r0 * (ldx if tx == _N else 1) * item, 0, r0 * n * item)
         return rows, _addressof(_from_buffer(rows)), len(blocks)
 
     def gemm_pooled(x, y):
@@ -152,6 +169,123 @@ def _pooled(m: int, k: int, n: int, dtype, fallback, folded):
         return c if folded is None else c.reshape(folded)
     gemm_pooled.__name__ = "matmul_pooled"
     return gemm_pooled
+
+
+def _stack_kernel(x, y, fallback):
+    """The pooled stack of ``x @ y`` (avals): attention's (batch, head) products, a stack ``stacked_gemm.splits``
+    accepts (one batch shape, each product too small for OpenBLAS's threads), else None."""
+    dtype = x.dtype.np
+    if not stacked_gemm.splits(x.shape, y.shape, dtype, dtype) or not blas.raw_gemm_ready():
+        return None
+    if x.shape[-2] * x.shape[-1] * y.shape[-1] < blas.EAGER_MIN_MACS:
+        return None         # (tiny matrices: a BLAS call each costs more than their work; NumPy loops them itself)
+    if gemm_blocks.runner() is None:
+        return None
+    return _stacked(x.shape[:-2], x.shape[-2], x.shape[-1], y.shape[-1], dtype, fallback)
+
+
+def _stack_exact(dtype, m, k, n, tx, ldx, ty, ldy) -> bool:
+    """Whether one ``?gemm`` call per matrix (as the pooled stack makes them) gives ``np.matmul``'s bits for a stack
+    of (m, k) @ (k, n) products laid out so (NumPy calls its own OpenBLAS per matrix, SciPy's is another build):
+    tried on random operands once per layout, before the layout's first pooled call."""
+    rng = np.random.default_rng(11)
+
+    def laid(r, c, flag, ld):
+        if flag == _N:
+            return rng.standard_normal((2, r, ld)).astype(dtype)[:, :, :c]
+        return rng.standard_normal((2, c, ld)).astype(dtype)[:, :, :r].transpose(0, 2, 1)
+    a, b = laid(m, k, tx, ldx), laid(k, n, ty, ldy)
+    out = np.empty((2, m, n), dtype)
+    blas.BlasPacer.use(1)
+    for i in range(2):
+        blas._gemm_rows(a[i], tx, ldx, b[i], ty, ldy, out[i], 0, m)
+    return out.tobytes() == np.matmul(a, b).tobytes()
+
+
+def _layout(a, item: int):
+    """The BLAS flag and leading dimension of stack ``a``'s matrices (one unit stride, the other a whole number of
+    elements past the row or column), or None (``fallback`` runs such a stack)."""
+    r, c = a.shape[-2], a.shape[-1]
+    s0, s1 = a.strides[-2], a.strides[-1]
+    if s1 == item and s0 % item == 0 and s0 >= c * item:
+        return _N, s0 // item
+    if s0 == item and s1 % item == 0 and s1 >= r * item:
+        return b"T", s1 // item
+    return None
+
+
+def _stacked(lead, m: int, k: int, n: int, dtype, fallback):
+    """The callable of one stack signature: ``(x, y) -> x @ y``, the (m, k) @ (k, n) products of a stack of shape
+    ``lead``, each one single-threaded ``?gemm`` call (``np.matmul``'s bits: ``_stack_exact``), runs of them on the
+    pool's threads, as ``gemm_pooled`` runs a big product's row blocks (the same rules for one thread)."""
+    gemm = blas.gemm_address("sgemm" if dtype == np.float32 else "dgemm")
+    _, one, zero = blas._raw_gemm(dtype)
+    item = dtype.itemsize
+    runner = gemm_blocks.runner()
+    address = blas.array_address
+    run, asleep, nudge = runner.run, runner.asleep, runner.nudge
+    count = int(np.prod(lead))
+    shape = tuple(lead) + (m, n)
+    macs = count * m * n * k
+    busy = gemm_blocks.busy
+    use = blas.BlasPacer.use
+    split_threads = eager_threads.split_threads
+    building = build_thread.busy
+    state = settings.STATE
+    pool_threads = gemm_blocks.threads()
+    index = np.indices(lead).reshape(len(lead), count).T        # each matrix's index in the stack
+    plans: dict = {}        # the operands' strides -> (the rows, their address) or None; rewritten per call (lock)
+    sizes_kept = []
+
+    def plan(xs, ys, tx, ldx, ty, ldy):
+        if not _stack_exact(dtype, m, k, n, tx, ldx, ty, ldy):
+            return None
+        sizes = blas._SIZES(n, m, k, ldy, ldx, n)
+        sizes_kept.append(sizes)
+        ad = _addressof(sizes)
+        rows = np.zeros((count, gemm_blocks.ROW), np.int64)
+        # blas._gemm_rows' call for each matrix: C_i^T = op(y_i^T) op(x_i^T), column-major, at its offsets
+        rows[:] = (_FLAG_AT[ty], _FLAG_AT[tx], ad, ad + 4, ad + 8, one, 0, ad + 12, 0, ad + 16, zero, 0, ad + 20,
+                   0, 0, 0)
+        rows[:, -3] = index @ np.array(xs, np.int64)
+        rows[:, -2] = index @ np.array(ys, np.int64)
+        rows[:, -1] = np.arange(count) * (m * n * item)
+        return rows, _addressof(_from_buffer(rows))
+
+    def stack_pooled(x, y):
+        threads = state.num_threads or pool_threads
+        lx = _layout(x, item) if threads >= 2 and STACKS else None
+        ly = _layout(y, item) if lx is not None else None
+        if ly is None or x.dtype != dtype or y.dtype != dtype or min(x.strides[:-2] + y.strides[:-2]) < 0:
+            STATS["stacked_one_thread"] += 1
+            return fallback(x, y)       # (one thread, or a layout the rows cannot address)
+        t = 1 if busy() else split_threads(min(threads, pool_threads, count) - building())
+        if t > 1 and macs < WAKE_MACS and asleep():
+            nudge()         # (awake for the next product; this one would wait for the wake-up)
+            t = 1
+        if t < 2 or not LAUNCH_LOCK.enter_now():
+            STATS["stacked_one_thread"] += 1
+            return np.matmul(x, y)      # (``_stack_exact``'s bits, once a layout has been tried)
+        try:
+            key = x.strides[:-2] + y.strides[:-2] + lx + ly
+            p = plans.get(key, False)
+            if p is False:
+                p = plans[key] = plan(x.strides[:-2], y.strides[:-2], *lx, *ly)
+            if p is not None:
+                c = np.empty(shape, dtype)
+                use(1)
+                own, whole, woke = run(p[1], count, gemm, address(x), address(y), _addressof(_from_buffer(c)),
+                                       -(-count // t))
+        finally:
+            LAUNCH_LOCK.__exit__(None, None, None)
+        if p is None:
+            STATS["stacked_one_thread"] += 1
+            return fallback(x, y)
+        eager_threads.note_split(own, whole - WAKE_S if woke else whole)
+        STATS["stacked_calls"] += 1
+        return c
+    stack_pooled.__name__ = "matmul_stack_pooled"
+    return stack_pooled
 
 
 __all__ = ["matmul_eager_kernel", "ENABLED", "STATS"]

@@ -1,4 +1,5 @@
-"""One GEMM's blocks of rows on the worker pool, for eager products (``jit/pooled_gemm.py``).
+"""One GEMM's blocks of rows, or a stack's small products in runs of matrices, on the worker pool, for eager
+products (``jit/pooled_gemm.py``).
 
 Eager code used to split a big GEMM between Python threads (``ir/eager_threads.py``): each block woke a sleeping
 thread, and on a VM an idle vCPU takes 0.2-0.5 ms to wake, more than a B3 product's whole block (~25 us of its
@@ -6,8 +7,9 @@ thread, and on a VM an idle vCPU takes 0.2-0.5 ms to wake, more than a B3 produc
 eager step's GEMMs come closer than that (B3: 3-135 us apart, counted 2026-12-01), so a block handed to them
 starts at once.  Here one native call does the whole hand-off without the GIL: it queues blocks 1.. on the
 workers (``add_task``), starts the round (``ready``), runs block 0 on the calling thread and waits for the round
-(``synchronize``).  Each block is one single-threaded ``?gemm`` call whose thirteen Fortran arguments (pointers)
-sit in a row of an ``int64`` array, so whoever runs a block, the call is the one ``blas._gemm_rows`` makes.
+(``synchronize``).  Each call is one single-threaded ``?gemm`` whose thirteen Fortran arguments (pointers) sit in a
+row of an ``int64`` array, so whoever runs it, the call is the one ``blas._gemm_rows`` makes; a block is one row (a
+GEMM's rows) or a run of consecutive rows (a stack's matrices, each row offsetting A, B and C on its own).
 
 Written in LLVM IR (compiled once per process by llvmlite's MCJIT, ~1 ms), like the pool itself: no C compiler.
 Only on jitgrad's own pool with the calling thread one of its threads (``workpool.caller()``): ``workqueue``'s
@@ -22,23 +24,37 @@ import time
 from . import workpool
 
 ARGS = 13           # a ?gemm call's arguments, each a pointer (Fortran)
-ROW = ARGS + 2      # a block's row: its call's arguments, then A's and C's byte offsets for the block
+ROW = ARGS + 3      # a call's row: its arguments, then A's, B's and C's byte offsets for the call
+# A task runs a block: ``%count`` (a count passed in the pool's pointer-sized slot, >= 1) consecutive rows' calls.
+# A GEMM's row blocks are one call each; a stack of small products (attention's (batch, head) products) gives
+# each thread a run of its matrices.
 _SOURCE = """
-define void @jitgrad_gemm_block(ptr %row, ptr %dims, ptr %steps, ptr %gemm) {{
+define void @jitgrad_gemm_block(ptr %row, ptr %count, ptr %steps, ptr %gemm) {{
 entry:
+  %cnt = ptrtoint ptr %count to i64
+  br label %call
+call:
+  %j = phi i64 [0, %entry], [%jn, %call]
+  %jat = mul i64 %j, {row_bytes}
+  %r = getelementptr i8, ptr %row, i64 %jat
 {loads}
   call void %gemm({params})
+  %jn = add i64 %j, 1
+  %jmore = icmp slt i64 %jn, %cnt
+  br i1 %jmore, label %call, label %done
+done:
   ret void
 }}
 
-; times[0]: nanoseconds until the caller's own block was done, times[1]: until every block was (%now: the pool's
-; clock, ``spin_pool.Pool.now``)
+; the rows' calls in blocks of %per rows (the last one shorter), block 0 on the calling thread; times[0]:
+; nanoseconds until the caller's own block was done, times[1]: until every block was (%now: the pool's clock,
+; ``spin_pool.Pool.now``)
 define void @jitgrad_gemm_blocks(ptr %rows, i64 %n, ptr %gemm, ptr %add, ptr %ready, ptr %sync, i64 %a, i64 %b,
-                                 i64 %c, ptr %times, ptr %now) {{
+                                 i64 %c, ptr %times, ptr %now, i64 %per) {{
 entry:
   %t0 = call i64 %now()
   br label %fill
-fill:               ; each row's operand and result addresses: the call's, plus the block's offsets
+fill:               ; each row's operand and result addresses: the call's, plus the row's offsets
   %j = phi i64 [0, %entry], [%jn, %fill]
   %jat = mul i64 %j, {row_bytes}
   %r = getelementptr i8, ptr %rows, i64 %jat
@@ -46,13 +62,16 @@ fill:               ; each row's operand and result addresses: the call's, plus 
   %rb = getelementptr i64, ptr %r, i64 6
   %rc = getelementptr i64, ptr %r, i64 11
   %oa = getelementptr i64, ptr %r, i64 {args}
-  %oc = getelementptr i64, ptr %r, i64 {args1}
+  %ob = getelementptr i64, ptr %r, i64 {args1}
+  %oc = getelementptr i64, ptr %r, i64 {args2}
   %da = load i64, ptr %oa
+  %db = load i64, ptr %ob
   %dc = load i64, ptr %oc
   %va = add i64 %a, %da
+  %vb = add i64 %b, %db
   %vc = add i64 %c, %dc
   store i64 %va, ptr %ra
-  store i64 %b, ptr %rb
+  store i64 %vb, ptr %rb
   store i64 %vc, ptr %rc
   %jn = add i64 %j, 1
   %jmore = icmp slt i64 %jn, %n
@@ -60,24 +79,31 @@ fill:               ; each row's operand and result addresses: the call's, plus 
 head0:
   br label %head
 head:
-  %i = phi i64 [1, %head0], [%next, %queue]
+  %i = phi i64 [%per, %head0], [%next, %queue]
   %more = icmp slt i64 %i, %n
   br i1 %more, label %queue, label %run
 queue:
   %at = mul i64 %i, {row_bytes}
   %row = getelementptr i8, ptr %rows, i64 %at
-  call void %add(ptr @jitgrad_gemm_block, ptr %row, ptr null, ptr null, ptr %gemm)
-  %next = add i64 %i, 1
+  %left = sub i64 %n, %i
+  %short = icmp slt i64 %left, %per
+  %cnt = select i1 %short, i64 %left, i64 %per
+  %cntp = inttoptr i64 %cnt to ptr
+  call void %add(ptr @jitgrad_gemm_block, ptr %row, ptr %cntp, ptr null, ptr %gemm)
+  %next = add i64 %i, %per
   br label %head
 run:
   call void %ready()
-  call void @jitgrad_gemm_block(ptr %rows, ptr null, ptr null, ptr %gemm)
+  %mine = icmp slt i64 %n, %per
+  %own = select i1 %mine, i64 %n, i64 %per
+  %ownp = inttoptr i64 %own to ptr
+  call void @jitgrad_gemm_block(ptr %rows, ptr %ownp, ptr null, ptr %gemm)
   %t1 = call i64 %now()
   call void %sync()
   %t2 = call i64 %now()
-  %own = sub i64 %t1, %t0
+  %ownt = sub i64 %t1, %t0
   %whole = sub i64 %t2, %t0
-  store i64 %own, ptr %times
+  store i64 %ownt, ptr %times
   %wp = getelementptr i64, ptr %times, i64 1
   store i64 %whole, ptr %wp
   ret void
@@ -90,9 +116,10 @@ STATS = {"rounds": 0, "blocks": 0, "nudges": 0}
 def _source() -> str:
     loads = []
     for i in range(ARGS):
-        loads.append(f"  %g{i} = getelementptr i64, ptr %row, i64 {i}")
+        loads.append(f"  %g{i} = getelementptr i64, ptr %r, i64 {i}")
         loads.append(f"  %p{i} = load ptr, ptr %g{i}")
-    return _SOURCE.replace("{args}", str(ARGS)).replace("{args1}", str(ARGS + 1)).format(
+    return _SOURCE.replace("{args}", str(ARGS)).replace("{args1}", str(ARGS + 1)).replace(
+        "{args2}", str(ARGS + 2)).format(
         loads="\n".join(loads), params=", ".join(f"ptr %p{i}" for i in range(ARGS)), row_bytes=8 * ROW)
 
 
@@ -103,7 +130,7 @@ class _Runner:
         self._engine = engine       # keeps the code mapped
         fn = engine.get_function_address("jitgrad_gemm_blocks")
         i64 = ctypes.c_int64
-        self._run = ctypes.CFUNCTYPE(None, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64)(fn)
+        self._run = ctypes.CFUNCTYPE(None, *([i64] * 12))(fn)
         self.funcs = (pool.add_task, pool.ready, pool.synchronize)
         self.times = (ctypes.c_int64 * 2)()     # the last call's (own block, whole) nanoseconds
         self._wakes = pool.counter("worker_wakes")      # the pool's count of wake calls for sleeping workers
@@ -120,19 +147,20 @@ class _Runner:
         self._pool.nudge()
         STATS["nudges"] += 1
 
-    def run(self, rows_address: int, n: int, gemm: int, a: int, b: int, c: int):
+    def run(self, rows_address: int, n: int, gemm: int, a: int, b: int, c: int, per: int = 1):
         """Run the ``n`` (>= 2) ``?gemm`` calls of the rows at ``rows_address`` (``n`` x ``ROW`` int64: each the
-        call's arguments, then A's and C's byte offsets) through routine ``gemm``, with ``a``, ``b`` and ``c`` the
-        operands' and result's addresses (written into the rows first: argument 8 = ``a`` + A's offset, 6 = ``b``,
-        11 = ``c`` + C's offset): row 0 on this thread, the others on the pool's workers; returns when all are
-        done.  The caller holds ``threads.LAUNCH_LOCK`` (the rows are rewritten per call).  Returns the seconds
-        until the caller's own block was done and until every block was (a pacer's reading: equal blocks finish
-        together on free cores), and whether the round woke a sleeping worker (its wake-up is in the wait)."""
+        call's arguments, then A's, B's and C's byte offsets) through routine ``gemm``, with ``a``, ``b`` and ``c``
+        the operands' and result's addresses (written into the rows first: argument 8 = ``a`` + A's offset, 6 =
+        ``b`` + B's, 11 = ``c`` + C's), in blocks of ``per`` rows: block 0 on this thread, the others on the
+        pool's workers (``per`` < ``n``); returns when all are done.  The caller holds ``threads.LAUNCH_LOCK``
+        (the rows are rewritten per call).  Returns the seconds until the caller's own block was done and until
+        every block was (a pacer's reading: equal blocks finish together on free cores), and whether the round
+        woke a sleeping worker (its wake-up is in the wait)."""
         add, ready, sync = self.funcs
         w0 = self._wakes.value
-        self._run(rows_address, n, gemm, add, ready, sync, a, b, c, self._times, self._pool.now)
+        self._run(rows_address, n, gemm, add, ready, sync, a, b, c, self._times, self._pool.now, per)
         STATS["rounds"] += 1
-        STATS["blocks"] += n
+        STATS["blocks"] += -(-n // per)
         t = self.times
         return t[0] * 1e-9, t[1] * 1e-9, self._wakes.value != w0
 

@@ -1,5 +1,6 @@
 """Stacks of small products in eager mode (attention's ``q @ k.mT`` and ``att @ v`` over (batch, head)), split over
-their leading axis between the eager threads (``ir/eager_threads.py``; issue 32, item 3).
+their leading axis between the eager threads (``ir/eager_threads.py``; issue 32, item 3) where jitgrad's pool does
+not run them (``jit/pooled_gemm.py`` serves them first: one ``?gemm`` per matrix on the pool's threads).
 
 NumPy runs a stack as a loop of one single-threaded BLAS call per matrix, on one thread.  Here each eager thread
 runs one ``np.matmul`` of its part of the leading axis into its slice of the result.  NumPy computes every matrix by
