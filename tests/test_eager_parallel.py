@@ -41,8 +41,9 @@ class _QuietClock:
 
 
 def _counters():
-    # (a big GEMM's row blocks run on the eager threads, or on the pool: ``jit/pooled_gemm.py``)
-    return (blas.STATS["gemm_split_calls"] + pooled_gemm.STATS["pooled_calls"], stacked_gemm.STATS["split_calls"],
+    # (a big GEMM's row blocks and a stack's matrices run on the eager threads, or on the pool: ``jit/pooled_gemm.py``)
+    return (blas.STATS["gemm_split_calls"] + pooled_gemm.STATS["pooled_calls"],
+            stacked_gemm.STATS["split_calls"] + pooled_gemm.STATS["stacked_calls"],
             workpool.rounds(),
             multi_tensor.STATS["split_steps"])
 
