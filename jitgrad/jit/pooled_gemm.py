@@ -98,6 +98,14 @@ def matmul_eager_kernel(avals, params, fallback):
     return _pooled(m, k, n, dtype, fallback, x.shape[:-1] + (n,) if x.ndim > 2 else None)
 
 
+def _block_threads(most: int) -> int:
+    """The threads a pooled product's blocks run on now, at most ``most``: one while the pool's busy sign stands
+    and while the eager splits' pacer holds them (a call waited long for its other blocks: another process took a
+    core); a core fewer while the build thread works (a script's first steps run eagerly while their compiled code
+    builds: the build must not wait)."""
+    return 1 if gemm_blocks.busy() else eager_threads.split_threads(most - build_thread.busy())
+
+
 def _pooled(m: int, k: int, n: int, dtype, fallback, folded):
     """The callable of one signature: ``(x, y) -> x @ y``; ``folded``: the result's shape when ``x`` has more than
     two dims (its leading ones folded into rows: a view of a C-ordered ``x``, else ``fallback``)."""
@@ -109,10 +117,7 @@ def _pooled(m: int, k: int, n: int, dtype, fallback, folded):
     address = blas.array_address
     run, asleep, nudge = runner.run, runner.asleep, runner.nudge
     macs = m * n * k
-    busy = gemm_blocks.busy
     use = blas.BlasPacer.use
-    split_threads = eager_threads.split_threads
-    building = build_thread.busy
     state = settings.STATE
     pool_threads = gemm_blocks.threads()
     # (x's flag, y's flag, threads) -> (the blocks' rows, their address, how many), or None: one call.  The rows
@@ -144,10 +149,7 @@ def _pooled(m: int, k: int, n: int, dtype, fallback, folded):
             x = x.reshape(m, k)
         x, tx, ldx, y, ty, ldy = operands(x, y, m, n)
         c = np.empty(shape, dtype)
-        # one thread while the pool's busy sign stands, and while the eager splits' pacer holds them (a call
-        # waited long for its other blocks: another process took a core); a core fewer while the build thread
-        # works (a script's first steps run eagerly while their compiled code builds: the build must not wait)
-        key = (tx, ty, 1 if busy() else split_threads(min(threads, pool_threads) - building()))
+        key = (tx, ty, _block_threads(min(threads, pool_threads)))
         p = plans.get(key, False)
         if p is False:
             p = plans[key] = plan(tx, ldx, ty, ldy, key[2]) if key[2] > 1 else None
@@ -227,10 +229,7 @@ def _stacked(lead, m: int, k: int, n: int, dtype, fallback):
     count = int(np.prod(lead))
     shape = tuple(lead) + (m, n)
     macs = count * m * n * k
-    busy = gemm_blocks.busy
     use = blas.BlasPacer.use
-    split_threads = eager_threads.split_threads
-    building = build_thread.busy
     state = settings.STATE
     pool_threads = gemm_blocks.threads()
     index = np.indices(lead).reshape(len(lead), count).T        # each matrix's index in the stack
@@ -259,7 +258,7 @@ def _stacked(lead, m: int, k: int, n: int, dtype, fallback):
         if ly is None or x.dtype != dtype or y.dtype != dtype or min(x.strides[:-2] + y.strides[:-2]) < 0:
             STATS["stacked_one_thread"] += 1
             return fallback(x, y)       # (one thread, or a layout the rows cannot address)
-        t = 1 if busy() else split_threads(min(threads, pool_threads, count) - building())
+        t = _block_threads(min(threads, pool_threads, count))
         if t > 1 and macs < WAKE_MACS and asleep():
             nudge()         # (awake for the next product; this one would wait for the wake-up)
             t = 1
