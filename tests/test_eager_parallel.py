@@ -113,7 +113,7 @@ def quiet_split(monkeypatch):
     if settings.default_threads() < 2:
         pytest.skip("needs two cores")
     monkeypatch.setattr(eager_threads, "time", _QuietClock)
-    monkeypatch.setattr(eager_threads, "note_split", lambda own, whole: None)     # (the pool's GEMMs' own clock)
+    monkeypatch.setattr(eager_threads, "note_split", lambda own, whole, allowed=None: None)     # (the pool's GEMMs' own clock)
     monkeypatch.setattr(pooled_gemm, "WAKE_MACS", 0)    # (a worker found asleep: its own test, test_pooled_gemm)
     monkeypatch.setattr(eager_threads._PACER, "left", 0)
     monkeypatch.setattr(eager_threads._PACER, "hold", eager_threads._Pacer.HOLD)

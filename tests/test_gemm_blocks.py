@@ -38,7 +38,7 @@ def two_threads(monkeypatch):
     before = settings.STATE.num_threads
     jg.set_num_threads(2)
     monkeypatch.setattr(eager_threads, "time", _Clock)
-    monkeypatch.setattr(eager_threads, "note_split", lambda own, whole: None)     # (the pool's GEMMs' own clock)
+    monkeypatch.setattr(eager_threads, "note_split", lambda own, whole, allowed=None: None)     # (the pool's GEMMs' own clock)
     from jitgrad.jit import pooled_gemm
     monkeypatch.setattr(pooled_gemm, "WAKE_MACS", 0)    # (a worker found asleep: its own test, test_pooled_gemm)
     monkeypatch.setattr(eager_threads._PACER, "left", 0)

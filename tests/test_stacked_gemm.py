@@ -29,7 +29,7 @@ def two_threads(monkeypatch):
         pytest.skip("needs two cores")
     monkeypatch.setattr(settings.STATE, "num_threads", 2)
     monkeypatch.setattr(eager_threads, "time", _Clock)
-    monkeypatch.setattr(eager_threads, "note_split", lambda own, whole: None)     # (the pool's GEMMs' own clock)
+    monkeypatch.setattr(eager_threads, "note_split", lambda own, whole, allowed=None: None)     # (the pool's GEMMs' own clock)
     monkeypatch.setattr(eager_threads._PACER, "left", 0)
     monkeypatch.setattr(eager_threads._PACER, "hold", eager_threads._Pacer.HOLD)
     monkeypatch.setattr(pooled_gemm, "STACKS", False)       # (the pool's own path: tests/test_pooled_gemm.py)

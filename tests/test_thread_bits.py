@@ -108,7 +108,7 @@ script = [(1000, 1.0), (1000, 1.0), (5000, 5.0), (2000, 2.0), (2000, 2.0), (5000
 if sys.argv[1] == "steady":     # nothing contended: the pacers never move
     script = [(1000, 1.0)] * len(script)
     # (the pool's eager GEMM blocks read a native clock, not these: their notes to the pacer are dropped here)
-    eager_threads.note_split = lambda own, whole: None
+    eager_threads.note_split = lambda own, whole, allowed=None: None
 compiled, eager, blas_threads, rounds, losses, eager_updates = [], [], [], [], [], []
 for pool_tick, blas_seconds in script * 2:
     TICK[0], FakeTime.seconds = pool_tick, blas_seconds

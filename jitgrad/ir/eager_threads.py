@@ -92,8 +92,8 @@ class _Pacer:
         self.left = 0
         self.hold = self.HOLD
 
-    def note(self, own: float, whole: float) -> None:
-        if whole > self.SLOW * own + 50e-6:
+    def note(self, own: float, whole: float, allowed: float | None = None) -> None:
+        if whole > (self.SLOW * own + 50e-6 if allowed is None else allowed):
             self.left = self.hold
             self.hold = min(self.hold * 2, self.MAX_HOLD)
             STATS["contended"] += 1
@@ -136,11 +136,13 @@ def run_split(tasks) -> None:
         _PACER.note(t1 - t0, t2 - t0)
 
 
-def note_split(own: float, whole: float) -> None:
+def note_split(own: float, whole: float, allowed: float | None = None) -> None:
     """A split call run elsewhere (an eager GEMM's blocks on the worker pool: ``jit/pooled_gemm.py``) took
     ``whole`` seconds, the calling thread's own part ``own``: the pacer's reading, as for the eager threads'
-    splits (a long wait for the others makes ``split_threads`` answer 1 for a while)."""
-    _PACER.note(own, whole)
+    splits (a long wait for the others makes ``split_threads`` answer 1 for a while).  ``allowed``: the longest
+    call that is not a taken core, where the caller's own rule knows it (the pool's late-round rule for its
+    rounds), instead of the pacer's ``SLOW`` x ``own``."""
+    _PACER.note(own, whole, allowed)
 
 
 def threads_for(elements: int) -> int:

@@ -54,10 +54,16 @@ _N = b"N"
 _FLAG = {f: ctypes.create_string_buffer(f) for f in (b"N", b"T")}
 _FLAG_AT = {f: ctypes.addressof(b) for f, b in _FLAG.items()}
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-# what a round that woke a sleeping worker may wait for the wake-up alone, not counted against the pool by the
-# pacer (the late-round sign's excuse): an idle vCPU of this VM wakes in 0.2-0.5 ms; a core taken by another
-# process costs scheduler slices (1.5-4 ms here), so a taken core still shows
+# A round's blocks run on the pool, so the pacer judges a round by the pool's own late-round rule (``busy_sign``):
+# late when the caller waited more than LATE_SHARE x its own block + LATE_S, + WAKE_S when the round woke a
+# sleeping worker (an idle vCPU wakes in 0.2-0.5 ms).  A core taken by another process costs scheduler slices
+# (1.5-4.4 ms measured), so a taken core still shows.  The pacer's own rule for Python threads' splits (2.5 x the
+# own part + 50 us) held a quiet host's blips: on the Intel host of 2026-12-01 one back-to-back 1024x128 @ 128x512
+# product's block in a few hundred finished ~1.3 ms late (663 us own at the median), and each such blip held the
+# next 32-1024 products on one thread.
 WAKE_S = busy_sign.WAKE_NS * 1e-9
+LATE_S = busy_sign.LATE_NS * 1e-9
+LATE_SHARE = busy_sign.LATE_SHARE
 # a product with fewer multiply-adds than this that finds a worker asleep runs on the calling thread alone and nudges
 # the worker awake for the next one (``gemm_blocks``): a round waits for the wake-up (0.2-0.5 ms on this VM) and
 # then the worker's block (~90 GMAC/s a core here), one call for the whole product; at 2^25 (0.36 ms alone) about
@@ -96,6 +102,11 @@ def matmul_eager_kernel(avals, params, fallback):
     if gemm_blocks.runner() is None:
         return None
     return _pooled(m, k, n, dtype, fallback, x.shape[:-1] + (n,) if x.ndim > 2 else None)
+
+
+def _allowed(own: float, woke: bool) -> float:
+    """The longest wait for a round's blocks that is not a taken core (the pool's late-round rule)."""
+    return LATE_SHARE * own + LATE_S + (WAKE_S if woke else 0.0)
 
 
 def _block_threads(most: int) -> int:
@@ -166,7 +177,7 @@ def _pooled(m: int, k: int, n: int, dtype, fallback, folded):
             own, whole, woke = run(p[1], p[2], gemm, address(x), address(y), _addressof(_from_buffer(c)))
         finally:
             LAUNCH_LOCK.__exit__(None, None, None)
-        eager_threads.note_split(own, whole - WAKE_S if woke else whole)     # (read per call: tests script it)
+        eager_threads.note_split(own, whole, _allowed(own, woke))     # (read per call: tests script it)
         STATS["pooled_calls"] += 1
         return c if folded is None else c.reshape(folded)
     gemm_pooled.__name__ = "matmul_pooled"
@@ -280,7 +291,7 @@ def _stacked(lead, m: int, k: int, n: int, dtype, fallback):
         if p is None:
             STATS["stacked_one_thread"] += 1
             return fallback(x, y)
-        eager_threads.note_split(own, whole - WAKE_S if woke else whole)
+        eager_threads.note_split(own, whole, _allowed(own, woke))
         STATS["stacked_calls"] += 1
         return c
     stack_pooled.__name__ = "matmul_stack_pooled"
