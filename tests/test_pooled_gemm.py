@@ -305,6 +305,30 @@ def _attention_operands(dtype, seed=3):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_stacks_call_numpys_own_openblas(dtype):
+    """A stack's per-matrix calls go to NumPy's own OpenBLAS (``blas_library.numpy_gemm``: the library
+    ``np.matmul`` calls, whose kernels jitgrad leaves alone), not SciPy's: on an AVX-512 AMD host jitgrad switches
+    SciPy's to other kernels than NumPy's, and no stack gave ``np.matmul``'s bits there.  Its Fortran call (its own
+    integer width) gives one ``np.matmul``'s bits for a B9 attention matrix."""
+    found = blas_library.numpy_gemm("sgemm" if dtype == np.float32 else "dgemm")
+    if found is None:
+        pytest.skip("NumPy has no OpenBLAS of its own here (not a wheel's numpy.libs)")
+    address, width = found
+    assert width in (4, 8) and address != blas.gemm_address("sgemm" if dtype == np.float32 else "dgemm")
+    q, k = _attention_operands(dtype)
+    x, y = np.ascontiguousarray(q[0, 0]), np.ascontiguousarray(k[0, 0].T)     # (64, 32) @ (32, 64)
+    c = np.empty((64, 64), dtype)
+    sizes = ((ctypes.c_int64 if width == 8 else ctypes.c_int) * 6)(64, 64, 32, 64, 32, 64)
+    at = [ctypes.addressof(sizes) + width * i for i in range(6)]
+    one, zero = (np.ones(1, dtype), np.zeros(1, dtype))
+    flag = ctypes.c_char(b"N")
+    ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 13)(address)(        # C^T = y^T x^T, column-major
+        ctypes.addressof(flag), ctypes.addressof(flag), at[0], at[1], at[2], one.ctypes.data, y.ctypes.data, at[3],
+        x.ctypes.data, at[4], zero.ctypes.data, c.ctypes.data, at[5])
+    assert c.tobytes() == np.matmul(q[:1, :1], k[:1, :1].transpose(0, 1, 3, 2))[0, 0].tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_attention_stacks_run_on_the_pool_with_one_matmuls_bits(pooled, dtype):
     """Attention's (batch, head) products (``q @ k.mT``, ``att @ v``): one pool round, each thread a run of the
     stack's matrices, no Python thread, the bits of one ``np.matmul``; at one thread the calling thread alone runs

@@ -12,10 +12,10 @@ awake when the next product comes.  The blocks and their bits are ``matmul2d``'s
 
 The seam is the one of ``eager_kernels.py``: a chooser published into the ``matmul`` OpDef's ``eager_kernel``
 slot, asked once per signature (``(..., m, k) @ (k, n)`` of one float dtype, concrete sizes) for the callable
-eager dispatch keeps; forward products and pullback plans' products alike.  Per call the product is one call on the calling
-thread (the same bits) at ``set_num_threads(1)``, while the pool's busy sign stands (another process holds a core:
-``gemm_blocks.busy``), while the eager splits' pacer holds splits (a call whose blocks finished long after the
-caller's own: ``eager_threads.note_split``) and while a launch holds the pool (another thread's compiled call).
+eager dispatch keeps; forward products and pullback plans' products alike.  Per call the product is one call on the
+calling thread (the same bits) at ``set_num_threads(1)``, while the pool's busy sign stands (another process holds
+a core: ``gemm_blocks.busy``), while the eager splits' pacer holds splits (a call whose blocks finished long after
+the caller's own: ``eager_threads.note_split``) and while a launch holds the pool (another thread's compiled call).
 A product under ``WAKE_MACS`` that finds a worker asleep (after a long stretch of other work) runs alone too, and
 nudges the worker awake for the next one: its round would wait for the wake-up, longer than its block.
 While the build thread works (a script's first steps run eagerly while their compiled code builds) the blocks
@@ -24,13 +24,15 @@ leave it a core.  ``JITGRAD_POOLED_GEMM=0`` turns the path off.
 A stack (``stacked_gemm.splits``: one batch shape, each product too small for OpenBLAS's own threads) is one
 ``?gemm`` call per matrix, each addressed by its own row's offsets (any strided stack of C- or F-laid matrices:
 attention's ``k.mT`` cut from a fused QKV projection needs no copy), a run of the matrices per thread, in the same
-native call (``_stacked``).  NumPy runs a stack as one call of its own OpenBLAS per matrix, and SciPy's is another
-build, so each layout's calls are first tried against ``np.matmul`` on random operands (``_stack_exact``): a
-layout whose bits differ keeps NumPy's call, and one thread runs ``np.matmul`` itself.  It replaces the eager
-Python threads' split (``ir/ops/stacked_gemm.py``, still the path with ``JITGRAD_POOLED_STACKS=0``), whose
-hand-off (a sleeping thread's wake-up, then the GIL) made the split slower than one thread on the Intel host (a
-part of 200-350 us, the whole call 550-1200 us) and tripped the eager pacer, which then held the step's big
-products on one thread as well (B9 eager, 30 steps: 1-14 pacer trips against 7-41, 2026-12-01).
+native call (``_stacked``).  NumPy runs a stack as one call of its own OpenBLAS per matrix, so the stack calls that
+library too (``blas_library.numpy_gemm``; SciPy's is another build, whose kernels jitgrad may switch: on the AMD
+hosts they never gave NumPy's bits), and each layout's calls are first tried against ``np.matmul`` on random
+operands (``_stack_exact``): a layout whose bits differ keeps NumPy's call, and one thread runs ``np.matmul``.  It
+replaces the eager Python threads' split (``ir/ops/stacked_gemm.py``, still the path with
+``JITGRAD_POOLED_STACKS=0``), whose hand-off (a sleeping thread's wake-up, then the GIL) made the split slower than
+one thread on the Intel host (a part of 200-350 us, the whole call 550-1200 us) and tripped the eager pacer, which
+then held the step's big products on one thread as well (B9 eager, 30 steps: 1-14 pacer trips against 7-41,
+2026-12-01).
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ from ..codegen.native import build_thread, busy_sign, gemm_blocks
 from ..codegen.native.threads import LAUNCH_LOCK
 from ..declarations import published
 from ..ir import eager_threads, settings
-from ..ir.ops import blas, stacked_gemm
+from ..ir.ops import blas, blas_library, stacked_gemm
 from ..ir.ops.eager_gemm import operands
 
 ENABLED = os.environ.get("JITGRAD_POOLED_GEMM", "1") != "0"
@@ -197,10 +199,11 @@ def _stack_kernel(x, y, fallback):
     return _stacked(x.shape[:-2], x.shape[-2], x.shape[-1], y.shape[-1], dtype, fallback)
 
 
-def _stack_exact(dtype, m, k, n, tx, ldx, ty, ldy) -> bool:
-    """Whether one ``?gemm`` call per matrix (as the pooled stack makes them) gives ``np.matmul``'s bits for a stack
-    of (m, k) @ (k, n) products laid out so (NumPy calls its own OpenBLAS per matrix, SciPy's is another build):
-    tried on random operands once per layout, before the layout's first pooled call."""
+def _stack_exact(dtype, m, k, n, tx, ldx, ty, ldy, row, gemm) -> bool:
+    """Whether one ``?gemm`` call per matrix (``row``'s call of ``gemm``, as the pooled stack makes them) gives
+    ``np.matmul``'s bits for a stack of (m, k) @ (k, n) products laid out so (NumPy calls its own OpenBLAS per matrix;
+    ``numpy_gemm`` is that library where NumPy has one): tried on random operands once per layout, before the
+    layout's first pooled call."""
     rng = np.random.default_rng(11)
 
     def laid(r, c, flag, ld):
@@ -209,9 +212,11 @@ def _stack_exact(dtype, m, k, n, tx, ldx, ty, ldy) -> bool:
         return rng.standard_normal((2, c, ld)).astype(dtype)[:, :, :r].transpose(0, 2, 1)
     a, b = laid(m, k, tx, ldx), laid(k, n, ty, ldy)
     out = np.empty((2, m, n), dtype)
-    blas.BlasPacer.use(1)
-    for i in range(2):
-        blas._gemm_rows(a[i], tx, ldx, b[i], ty, ldy, out[i], 0, m)
+    call = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 13)(gemm)
+    args = [int(v) for v in row[:13]]
+    for i in range(2):      # (C^T = op(y^T) op(x^T): y's matrix is BLAS's A)
+        args[6], args[8], args[11] = b[i].ctypes.data, a[i].ctypes.data, out[i].ctypes.data
+        call(*args)
     return out.tobytes() == np.matmul(a, b).tobytes()
 
 
@@ -231,7 +236,9 @@ def _stacked(lead, m: int, k: int, n: int, dtype, fallback):
     """The callable of one stack signature: ``(x, y) -> x @ y``, the (m, k) @ (k, n) products of a stack of shape
     ``lead``, each one single-threaded ``?gemm`` call (``np.matmul``'s bits: ``_stack_exact``), runs of them on the
     pool's threads, as ``gemm_pooled`` runs a big product's row blocks (the same rules for one thread)."""
-    gemm = blas.gemm_address("sgemm" if dtype == np.float32 else "dgemm")
+    name = "sgemm" if dtype == np.float32 else "dgemm"
+    # NumPy's own OpenBLAS where it has one (np.matmul's kernels), else SciPy's; its integers' width
+    gemm, width = blas_library.numpy_gemm(name) or (blas.gemm_address(name), 4)
     _, one, zero = blas._raw_gemm(dtype)
     item = dtype.itemsize
     runner = gemm_blocks.runner()
@@ -248,15 +255,15 @@ def _stacked(lead, m: int, k: int, n: int, dtype, fallback):
     sizes_kept = []
 
     def plan(xs, ys, tx, ldx, ty, ldy):
-        if not _stack_exact(dtype, m, k, n, tx, ldx, ty, ldy):
-            return None
-        sizes = blas._SIZES(n, m, k, ldy, ldx, n)
-        sizes_kept.append(sizes)
-        ad = _addressof(sizes)
+        sizes = ((ctypes.c_int64 if width == 8 else ctypes.c_int) * 6)(n, m, k, ldy, ldx, n)
+        at = [_addressof(sizes) + width * i for i in range(6)]
         rows = np.zeros((count, gemm_blocks.ROW), np.int64)
         # blas._gemm_rows' call for each matrix: C_i^T = op(y_i^T) op(x_i^T), column-major, at its offsets
-        rows[:] = (_FLAG_AT[ty], _FLAG_AT[tx], ad, ad + 4, ad + 8, one, 0, ad + 12, 0, ad + 16, zero, 0, ad + 20,
+        rows[:] = (_FLAG_AT[ty], _FLAG_AT[tx], at[0], at[1], at[2], one, 0, at[3], 0, at[4], zero, 0, at[5],
                    0, 0, 0)
+        if not _stack_exact(dtype, m, k, n, tx, ldx, ty, ldy, rows[0], gemm):
+            return None
+        sizes_kept.append(sizes)
         rows[:, -3] = index @ np.array(xs, np.int64)
         rows[:, -2] = index @ np.array(ys, np.int64)
         rows[:, -1] = np.arange(count) * (m * n * item)
