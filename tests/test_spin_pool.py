@@ -91,6 +91,12 @@ def rounds(n, per_round, pause=0.0):
 def delta(before):
     after = pool.stats()
     return {k: after[k] - before[k] for k in after}
+
+def sign_came_back():   # the next sign holds QUIET_NS (a taken core's: the last one lapsed just now, as long)
+    from jitgrad.codegen.native.busy_sign import QUIET_NS
+    glob = pool._engine.get_global_value_address
+    ctypes.c_int64.from_address(glob("jitgrad_pool_quiet_hold")).value = QUIET_NS
+    ctypes.c_int64.from_address(glob("jitgrad_pool_quiet_last")).value = _t.value
 """
 
 
@@ -166,6 +172,7 @@ scripted_clock(0)
 pool.start(1)
 rounds(1, 1)
 before = pool.stats()
+sign_came_back()            # (a first sign holds an eighth of it: the scripted clock's reads could pass that)
 scripted_run_queue(128, 2_000_000)
 scripted_clock(busy_sign.SAMPLE_NS // 4)    # a sample is due every few clock reads of a spin
 rounds(4, 1, 0.002); print(json.dumps(delta(before)))
@@ -403,6 +410,7 @@ def count(n, pause=0.0):
 quiet = count(5)
 before = pool.stats()
 from jitgrad.codegen.native import busy_sign
+sign_came_back()
 scripted_run_queue(128, 2_000_000)
 scripted_clock(busy_sign.SAMPLE_NS // 4)    # a sample due every few clock reads of a spin, each one crowded
 sign = count(3, 0.002)
@@ -465,13 +473,8 @@ print(json.dumps({**delta(before), "launched": workpool.rounds() - r0}))
     assert out["worker_wakes"] <= 40 and out["spin_hits"] >= 40, out
 
 
-def test_a_round_whose_worker_finishes_late_raises_the_busy_sign():
-    """``synchronize``'s wait against the caller's own chunk (scripted clock: the caller's chunk and the worker's
-    task each move it): a worker done about when the caller (or up to ``LATE_SHARE`` x later, plus ``LATE_NS``)
-    raises nothing; one a scheduler slice late raises the sign (``late``, ``busy``: the next waits sleep at once);
-    after a wake-up of a sleeping worker ``WAKE_NS`` more is excused; ``JITGRAD_POOL_LATE=0`` (``_late``) judges
-    nothing."""
-    outs = _run("""
+# a round whose worker's task takes ``late_ns`` of the scripted clock after the caller's own chunk took ``own_ns``
+_LATE_ROUNDS = """
 from jitgrad.codegen.native import busy_sign as bs
 import threading
 late, chunk_done = [], threading.Event()
@@ -495,6 +498,16 @@ scripted_clock(0)           # the clock moves only where advance() moves it
 pool.start(1)
 rounds(1, 1)
 ms = 1_000_000
+"""
+
+
+def test_a_round_whose_worker_finishes_late_raises_the_busy_sign():
+    """``synchronize``'s wait against the caller's own chunk (scripted clock: the caller's chunk and the worker's
+    task each move it): a worker done about when the caller (or up to ``LATE_SHARE`` x later, plus ``LATE_NS``)
+    raises nothing; one a scheduler slice late raises the sign (``late``, ``busy``: the next waits sleep at once);
+    after a wake-up of a sleeping worker ``WAKE_NS`` more is excused; ``JITGRAD_POOL_LATE=0`` (``_late``) judges
+    nothing."""
+    outs = _run(_LATE_ROUNDS + """
 out = {}
 for name, own, wait in (("even", ms, ms), ("triangle", ms, 3 * ms + bs.LATE_NS - 1000), ("slice", 100_000, 4 * ms)):
     before = pool.stats(); round_(own, wait); out[name] = delta(before)
@@ -534,3 +547,40 @@ with LAUNCH_LOCK:
 print(json.dumps({"q": quiet.value == q0, "late": p.stats()["late"] - before["late"], "q0": q0}))
 """)
     assert out["q"], out
+
+
+def test_a_sign_that_comes_back_holds_twice_as_long_and_a_lone_one_an_eighth():
+    """The sign's hold (``busy_sign.raise_sign``; late rounds raise it, scripted clock): ``QUIET_MIN_NS`` for a sign
+    after a quiet stretch; each sign raised less than ``REPEAT`` holds after the last one lapsed holds twice the
+    last, up to ``QUIET_NS`` (a taken core's: it raises the sign again at each lapse); a sign raised while one
+    stands keeps its hold; after ``REPEAT`` holds of quiet the next holds ``QUIET_MIN_NS`` again."""
+    (out,) = _run(_LATE_ROUNDS + """
+hold = ctypes.c_int64.from_address(pool._engine.get_global_value_address("jitgrad_pool_quiet_hold"))
+until = ctypes.c_int64.from_address(pool.quiet_until)
+seen = []
+def late_round(name):
+    before = pool.stats()
+    round_(100_000, 8 * ms)
+    seen.append((name, hold.value, until.value - _t.value, delta(before)["late"]))
+late_round("first")
+advance(hold.value)                 # lapsed just now
+late_round("again")
+late_round("standing")
+advance(hold.value + 1000)
+late_round("third")
+for _ in range(3):
+    advance(hold.value)
+    late_round("capped")
+advance((bs.REPEAT + 1) * hold.value)
+late_round("after quiet")
+print(json.dumps({"seen": seen, "min": bs.QUIET_MIN_NS, "max": bs.QUIET_NS}))
+""")
+    lo, hi = out["min"], out["max"]
+    seen = {}
+    for name, hold, left, late in out["seen"]:
+        assert late == 1 and left == hold, (name, hold, left, late)     # every round late; the sign holds its hold
+        seen.setdefault(name, []).append(hold)
+    assert seen["first"] == [lo] and seen["again"] == [2 * lo] and seen["standing"] == [2 * lo], seen
+    # the standing sign's lapse is measured from its extended end: the third sign doubles again
+    assert seen["third"] == [4 * lo] and seen["capped"] == [8 * lo, hi, hi] and 8 * lo == hi, seen
+    assert seen["after quiet"] == [lo], seen

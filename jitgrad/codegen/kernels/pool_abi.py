@@ -188,7 +188,7 @@ def paced(b, module, takes):
 def _busy_fn(module):
     """``i1 busy(i1 takes)``, once per module: whether a launch that would take the pool (``takes``) stays on the
     calling thread because a pool thread saw another process take a core (``busy_sign.py``: crowded off its core)
-    less than ``busy_sign.QUIET_NS`` ago: its end is the global
+    within the sign's hold (``busy_sign.raise_sign``): its end is the global
     ``busy_until`` (the pool's own, ``workpool.launch``; 0: no such sign).  Reads the clock only while that is
     set; clears it (compare-and-swap: a spinner may set a new one meanwhile) once passed.  Counts the launches it
     holds (``workpool.busy_held``)."""

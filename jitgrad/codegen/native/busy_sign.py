@@ -22,15 +22,18 @@ worker started again or a forked child's, reopens it) and a ``gettid``.  Over th
 thread is *crowded* when it waited at least 1/``SHARE`` of the window (``SHARE`` 4: a quarter; one spinning
 process on its core makes it about a half) and its waits averaged at least ``MIN_WAIT_NS`` (a slice, not a
 wake-up: a pool that sleeps at every wait makes its threads wait for every wake-up, tens of microseconds here,
-which is a quiet machine's).  A crowded sample sets ``quiet_until`` to ``QUIET_NS`` later (``stats()['busy']``
-counts it): waits sleep at once until then, and the busy rule (``workpool.BUSY_HOLD``) keeps gated launches on
-the calling thread.  Samples taken while the sign stands only move the window: a sleeping pool's wake-ups (on a
-virtual machine whose idle cores wake slowly, maybe a slice's length) must not hold the sign up, so it lapses
-and the next windows, spinning again, judge afresh.  A window in which the thread slept (a futex wait: ``busy_slept``) only moves the window too: its
-wake-up waited in the run queue whatever the load (on this virtual machine an idle vCPU's wake-up waited 0.2-0.5 ms,
-measured in B1's quiet runs: a sign that then stood for all 300 steps, 4.9 of ~5 launches a step held), so only
-windows a thread spent runnable, spinning or working, are judged.  So a long serial stretch alone, however many
-spins it makes run out, never raises it; a thread whose core is shared does, within one or two windows.
+which is a quiet machine's).  A crowded sample sets ``quiet_until`` a hold later (``stats()['busy']`` counts it):
+waits sleep at once until then, and the busy rule (``workpool.BUSY_HOLD``) keeps gated launches on the calling
+thread.  The hold is ``QUIET_MIN_NS`` after a quiet stretch and doubles, up to ``QUIET_NS``, each time the sign comes
+back within ``REPEAT`` holds of lapsing (``raise_sign``): a taken core soon holds it a quarter of a second, a quiet
+host's lone blip an eighth of that.  Samples taken while the sign stands only move the window: a sleeping pool's
+wake-ups (on a virtual machine whose idle cores wake slowly, maybe a slice's length) must not hold the sign up, so
+it lapses and the next windows, spinning again, judge afresh.  A window in which the thread slept (a futex wait:
+``busy_slept``) only moves the window too: its wake-up waited in the run queue whatever the load (on this virtual
+machine an idle vCPU's wake-up waited 0.2-0.5 ms, measured in B1's quiet runs: a sign that then stood for all 300
+steps, 4.9 of ~5 launches a step held), so only windows a thread spent runnable, spinning or working, are judged.
+So a long serial stretch alone, however many spins it makes run out, never raises it; a thread whose core is shared
+does, within one or two windows.
 
 **A late round.**  A worker whose core another process took also overruns its spin and sleeps at every
 descheduling, so its own windows are mostly not judged (they held a sleep).  The caller sees it another way: it
@@ -55,8 +58,14 @@ SAMPLE_NS = 8_000_000
 SHARE = 4               # crowded: waited at least 1/SHARE of a window ...
 MIN_WAIT_NS = 100_000   # ... in waits of this much on average (a taken core's slices, not wake-ups of microseconds)
 # how long waits sleep at once after a crowded sample: a time, not a count of rounds (64 rounds were 0.6 of
-# B9's steps but 13 of B1's); one core taken, counted: B1 busy/quiet 1.4-1.5x at 0.5 s, 1.7-2.0x at 0.1 s
+# B9's steps but 13 of B1's); one core taken, counted: B1 busy/quiet 1.4-1.5x at 0.5 s, 1.7-2.0x at 0.1 s.
+# A sign after a quiet stretch holds QUIET_MIN_NS; one raised again less than REPEAT holds after the last lapsed
+# holds twice as long, up to QUIET_NS: a taken core raises it again within a round or a sample of each lapse, so
+# it soon holds QUIET_NS, while a quiet host's lone blip (B9 at 2 threads, 300 quiet steps: 6 signs, 4 of them
+# late rounds) holds an eighth of that, not a quarter of a second of steps on one thread
 QUIET_NS = 250_000_000
+QUIET_MIN_NS = QUIET_NS // 8
+REPEAT = 4
 # a late round (above): the caller waited more than LATE_SHARE x its own chunk + LATE_NS (+ WAKE_NS after a wake-up);
 # LATE_NS under the slice a spinning process leaves a thread that shares its core (4.4 ms measured here, above),
 # over the blips of a quiet machine's own short tasks (0.2 ms waits)
@@ -78,6 +87,8 @@ def source(machine: str, slots: int) -> str:
 @jitgrad_pool_rq_files = global [{slots} x [2 x i64]] zeroinitializer, align 64    ; per slot: fd + 1, thread id
 @jitgrad_pool_rq_last = global [{slots} x [4 x i64]] zeroinitializer, align 64     ; clock, waited, runs, slept
 @jitgrad_pool_run_queue = global ptr @read_run_queue
+@jitgrad_pool_quiet_hold = global i64 {QUIET_MIN_NS}    ; the last sign's hold (``raise_sign``)
+@jitgrad_pool_quiet_last = global i64 0     ; and its end (``quiet_until``, which the kernels clear once passed)
 @jitgrad_pool_late_on = global i32 {LATE_ON}
 @jitgrad_pool_late_t0 = global i64 0        ; when the round in flight started (``ready``)
 @jitgrad_pool_late_woke = global i32 0      ; whether its ``ready`` woke a sleeping worker
@@ -249,11 +260,44 @@ judge:
   %crowded = and i1 %c1, %pos
   br i1 %crowded, label %busy, label %out
 busy:
-  %until = add i64 %now, {QUIET_NS}
-  store atomic i64 %until, ptr @jitgrad_pool_quiet_until monotonic, align 8
-  call void @stat(i32 5)
+  call void @raise_sign(i64 %now)
   br label %out
 out:
+  ret void
+}}
+
+; raise the sign at %now (counted: ``busy``) for a hold: QUIET_MIN_NS after a quiet stretch, twice the last hold
+; (at most QUIET_NS) when the last sign lapsed less than REPEAT holds ago, the last hold while one still stands
+define internal void @raise_sign(i64 %now) noinline {{
+entry:
+  %until0 = load i64, ptr @jitgrad_pool_quiet_last
+  %hold0 = load i64, ptr @jitgrad_pool_quiet_hold
+  %gap = sub i64 %now, %until0
+  %standing = icmp slt i64 %gap, 0
+  %near = mul i64 %hold0, {REPEAT}
+  %close = icmp slt i64 %gap, %near
+  %never = icmp eq i64 %until0, 0
+  %notnever = xor i1 %never, 1
+  %recent = and i1 %close, %notnever
+  %twice = shl i64 %hold0, 1
+  %big = icmp sgt i64 %twice, {QUIET_NS}
+  %grown = select i1 %big, i64 {QUIET_NS}, i64 %twice
+  %next = select i1 %recent, i64 %grown, i64 {QUIET_MIN_NS}
+  %hold = select i1 %standing, i64 %hold0, i64 %next
+  store i64 %hold, ptr @jitgrad_pool_quiet_hold
+  %until = add i64 %now, %hold
+  store i64 %until, ptr @jitgrad_pool_quiet_last
+  store atomic i64 %until, ptr @jitgrad_pool_quiet_until monotonic, align 8
+  call void @stat(i32 5)
+  ret void
+}}
+
+; a forked child: no sign, no hold
+define internal void @sign_forget() {{
+entry:
+  store i64 0, ptr @jitgrad_pool_quiet_until
+  store i64 0, ptr @jitgrad_pool_quiet_last
+  store i64 {QUIET_MIN_NS}, ptr @jitgrad_pool_quiet_hold
   ret void
 }}
 
@@ -286,9 +330,7 @@ judge:
   %late = icmp sgt i64 %wait, %limit
   br i1 %late, label %busy, label %out
 busy:
-  %until = add i64 %now, {QUIET_NS}
-  store atomic i64 %until, ptr @jitgrad_pool_quiet_until monotonic, align 8
-  call void @stat(i32 5)
+  call void @raise_sign(i64 %now)
   call void @stat(i32 9)
   br label %out
 out:
@@ -297,4 +339,5 @@ out:
 """
 
 
-__all__ = ["source", "SAMPLE_NS", "SHARE", "MIN_WAIT_NS", "QUIET_NS", "LATE_SHARE", "LATE_NS", "WAKE_NS"]
+__all__ = ["source", "SAMPLE_NS", "SHARE", "MIN_WAIT_NS", "QUIET_NS", "QUIET_MIN_NS", "REPEAT", "LATE_SHARE", "LATE_NS",
+           "WAKE_NS"]

@@ -25,9 +25,9 @@ change-then-check, so a wake-up is never lost.  Chunks are whatever the caller q
 anyone spun, changes no result bit.
 
 **A busy machine: stop spinning.**  Each waiting thread samples its own run-queue wait now and then (``busy_sign.py``);
-when another process shares its core (a quarter of a window waited, in slices, not wake-ups), every wait for the next
-``QUIET_NS`` (a quarter of a second) sleeps at once (counted: ``stats()['busy']``), and a spin under way stops.  A spin
-that outlasts its budget only sleeps for that wait: a long serial stretch of the step is not a busy core.  So a core
+when another process shares its core (a quarter of a window waited, in slices, not wake-ups), every wait for a hold
+(31 ms, doubling to a quarter of a second as the sign comes back) sleeps at once (``stats()['busy']``) and a spin
+under way stops.  A spin that outlasts its budget sleeps for that wait only: a serial stretch is no busy core.  A core
 taken by another process costs us about what the sleeping pool costs (the pacer's rule: at most 2x).
 ``JITGRAD_POOL_SPIN`` (microseconds, default ``SPIN_US``) sets the spin; 0 sleeps at once, as ``workqueue`` does;
 ``JITGRAD_POOL=workqueue`` keeps Numba's library altogether (``workpool.py``).
@@ -452,7 +452,7 @@ define void @jitgrad_pool_forget() {{
 entry:
   store i32 0, ptr @jitgrad_pool_started
   store i32 0, ptr @jitgrad_pool_pivot
-  store i64 0, ptr @jitgrad_pool_quiet_until
+  call void @sign_forget()
   call void @llvm.memset.p0.i64(ptr @jitgrad_pool_counts, i8 0, i64 {4 * MAX_QUEUES}, i1 0)
   ret void
 }}

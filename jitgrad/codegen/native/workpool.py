@@ -158,7 +158,7 @@ RANGE_SLOTS = 3 * JOIN_MAX * 257     # a task record of three words at most a ch
 _MINE = (ctypes.c_int64 * (3 * JOIN_MAX))()
 _RANGES = (ctypes.c_int64 * RANGE_SLOTS)()
 # The busy rule: while a pool thread saw another process take its core (``busy_sign.py``: it waited in the run
-# queue a quarter of a sample window, in a taken core's slices) in the last ``busy_sign.QUIET_NS``, gated launches
+# queue a quarter of a sample window, in a taken core's slices) within the sign's hold (``busy_sign``), gated launches
 # run their chunks on the calling thread (``pool_abi.paced``: one load a launch, a clock read only while the sign
 # stands): a chunk on the taken core would make every round wait for it.  Their global (``jitgrad_wq_busy_until``)
 # is the spin pool's own ``quiet_until`` (with ``workqueue``, a zero).  BUSY_HELD counts them.  On by default
