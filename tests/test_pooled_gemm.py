@@ -304,58 +304,68 @@ def _attention_operands(dtype, seed=3):
     return q, k
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_stacks_call_numpys_own_openblas(dtype):
-    """A stack's per-matrix calls go to NumPy's own OpenBLAS (``blas_library.numpy_gemm``: the library
-    ``np.matmul`` calls, whose kernels jitgrad leaves alone), not SciPy's: on an AVX-512 AMD host jitgrad switches
-    SciPy's to other kernels than NumPy's, and no stack gave ``np.matmul``'s bits there.  Its Fortran call (its own
-    integer width) gives one ``np.matmul``'s bits for a B9 attention matrix."""
-    found = blas_library.numpy_gemm("sgemm" if dtype == np.float32 else "dgemm")
-    if found is None:
-        pytest.skip("NumPy has no OpenBLAS of its own here (not a wheel's numpy.libs)")
-    address, width = found
-    assert width in (4, 8) and address != blas.gemm_address("sgemm" if dtype == np.float32 else "dgemm")
-    q, k = _attention_operands(dtype)
-    x, y = np.ascontiguousarray(q[0, 0]), np.ascontiguousarray(k[0, 0].T)     # (64, 32) @ (32, 64)
-    c = np.empty((64, 64), dtype)
-    sizes = ((ctypes.c_int64 if width == 8 else ctypes.c_int) * 6)(64, 64, 32, 64, 32, 64)
-    at = [ctypes.addressof(sizes) + width * i for i in range(6)]
-    one, zero = (np.ones(1, dtype), np.zeros(1, dtype))
-    flag = ctypes.c_char(b"N")
-    ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 13)(address)(        # C^T = y^T x^T, column-major
-        ctypes.addressof(flag), ctypes.addressof(flag), at[0], at[1], at[2], one.ctypes.data, y.ctypes.data, at[3],
-        x.ctypes.data, at[4], zero.ctypes.data, c.ctypes.data, at[5])
-    assert c.tobytes() == np.matmul(q[:1, :1], k[:1, :1].transpose(0, 1, 3, 2))[0, 0].tobytes()
+def _per_matrix(x, y):
+    """Each matrix's own 2-D product through jitgrad's BLAS (``blas.matmul2d``: one call, one thread), stacked."""
+    blas.BlasPacer.use(1)
+    lead = x.shape[:-2]
+    out = np.empty(lead + (x.shape[-2], y.shape[-1]), x.dtype)
+    for i in np.ndindex(*lead):
+        out[i] = blas.matmul2d(x[i], y[i])
+    return out
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_attention_stacks_run_on_the_pool_with_one_matmuls_bits(pooled, dtype):
+def test_attention_stacks_run_on_the_pool_with_each_matrix_its_own_products_bits(pooled, dtype):
     """Attention's (batch, head) products (``q @ k.mT``, ``att @ v``): one pool round, each thread a run of the
-    stack's matrices, no Python thread, the bits of one ``np.matmul``; at one thread the calling thread alone runs
-    ``np.matmul`` (the same bits)."""
+    stack's matrices, no Python thread, each matrix the bits of its own 2-D product (``x[i] @ y[i]``); at one
+    thread the calling thread runs the same calls alone (no round): the same bits.  NumPy's stack is close (its
+    own OpenBLAS may run other kernels: an AVX-512 AMD host's NumPy runs Haswell's)."""
     q, k = _attention_operands(dtype)
-    want = np.matmul(q, k.transpose(0, 1, 3, 2))
+    want = _per_matrix(q, k.transpose(0, 1, 3, 2))
     s0 = _stack_counts()
     got = (jg.tensor(q) @ jg.tensor(k).transpose(-2, -1)).numpy()
     s1 = _stack_counts()
     assert got.tobytes() == want.tobytes()
     assert [b - a for a, b in zip(s0, s1)] == [1, 0, 1, 2, 0]      # one pooled stack, one round of two blocks
+    np.testing.assert_allclose(got, np.matmul(q, k.transpose(0, 1, 3, 2)), rtol=1e-5 if dtype == np.float32 else
+                               1e-12, atol=1e-4 if dtype == np.float32 else 1e-12)
     att = np.ascontiguousarray(want[..., :32])                      # (16, 4, 64, 32) @ k: (.., 32, 64)... as att @ v
     v = np.ascontiguousarray(k)
-    assert (jg.tensor(att.transpose(0, 1, 3, 2)) @ jg.tensor(v)).numpy().tobytes() == np.matmul(
+    assert (jg.tensor(att.transpose(0, 1, 3, 2)) @ jg.tensor(v)).numpy().tobytes() == _per_matrix(
         att.transpose(0, 1, 3, 2), v).tobytes()
     jg.set_num_threads(1)
-    s0 = _stack_counts()
+    s0, a0 = _stack_counts(), gemm_blocks.STATS["alone"]
     one = (jg.tensor(q) @ jg.tensor(k).transpose(-2, -1)).numpy()
     s1 = _stack_counts()
     assert one.tobytes() == want.tobytes()
-    assert (s1[0] - s0[0], s1[2] - s0[2], s1[4] - s0[4]) == (0, 0, 0)
+    assert [b - a for a, b in zip(s0, s1)] == [0, 1, 0, 0, 0] and gemm_blocks.STATS["alone"] == a0 + 1
 
 
-def test_attention_gradients_match_the_python_thread_split(pooled):
-    """Forward and backward of ``softmax(q @ k.mT) @ v`` with the stacks on the pool and with them split between
-    the eager Python threads (``JITGRAD_POOLED_STACKS=0``): the same bits, and the pooled run splits nothing on
-    Python threads."""
+def test_a_stack_the_pool_cannot_take_runs_the_same_calls_alone(pooled, monkeypatch):
+    """A stack whose workers sleep (under ``WAKE_MACS``), or while another thread's launch holds the pool, runs its
+    calls on the calling thread alone, with the pooled run's bits."""
+    q, k = _attention_operands(np.float32, seed=5)
+    want = (jg.tensor(q) @ jg.tensor(k).transpose(-2, -1)).numpy().tobytes()
+    monkeypatch.setattr(pooled_gemm, "WAKE_MACS", 1 << 62)
+    monkeypatch.setattr(gemm_blocks._Runner, "asleep", lambda self: True)
+    monkeypatch.setattr(gemm_blocks._Runner, "nudge", lambda self: None)
+    s0 = _stack_counts()
+    assert (jg.tensor(q) @ jg.tensor(k).transpose(-2, -1)).numpy().tobytes() == want
+    monkeypatch.setattr(pooled_gemm, "WAKE_MACS", 0)
+    with LAUNCH_LOCK:
+        held = threading.Thread(target=lambda: out.append((jg.tensor(q) @ jg.tensor(k).transpose(-2, -1)).numpy()))
+        out = []
+        held.start()
+        held.join()
+    assert out[0].tobytes() == want
+    s1 = _stack_counts()
+    assert [b - a for a, b in zip(s0, s1)] == [0, 2, 0, 0, 0]
+
+
+def test_attention_gradients_at_one_and_two_threads(pooled):
+    """Forward and backward of ``softmax(q @ k.mT) @ v`` with the stacks on the pool and at one thread: the same
+    bits, and the pooled run splits nothing on Python threads; with them split between the eager Python threads
+    (``JITGRAD_POOLED_STACKS=0``: NumPy's stacks) the values are close."""
     q0, k0 = _attention_operands(np.float32, seed=4)
 
     def run():
@@ -369,28 +379,32 @@ def test_attention_gradients_match_the_python_thread_split(pooled):
     on = run()
     s1 = _stack_counts()
     assert s1[0] - s0[0] >= 4 and s1[4] == s0[4]         # two products forward, their gradients' on the pool
+    jg.set_num_threads(1)
+    assert run() == on
+    assert _stack_counts()[0] == s1[0] and _stack_counts()[1] - s1[1] >= 4
+    jg.set_num_threads(2)
     pooled_gemm.STACKS = False
     try:
         off = run()
     finally:
         pooled_gemm.STACKS = True
     assert _stack_counts()[0] == s1[0]
-    assert on == off
+    np.testing.assert_allclose(np.frombuffer(off, np.float32), np.frombuffer(on, np.float32), rtol=1e-4, atol=1e-4)
 
 
 def test_stack_views_addressed_by_rows_and_a_broadcast_matrix_that_is_not(pooled):
     """Every other matrix of a stack (its leading axes strided, not one even axis) is addressed by rows: on the
-    pool with one ``np.matmul``'s bits.  A matrix broadcast along its columns (a stride of 0) is not: the eager
-    impl runs it, with NumPy's values."""
+    pool, each matrix its own product's bits.  A matrix broadcast along its columns (a stride of 0) is not: the
+    eager impl runs it, with NumPy's values (counted: ``stacked_numpy``)."""
     rng = np.random.default_rng(6)
     a = rng.standard_normal((8, 4, 64, 64)).astype(np.float32)
     b = rng.standard_normal((8, 4, 64, 32)).astype(np.float32)
-    s0 = _stack_counts()
+    s0, n0 = _stack_counts(), pooled_gemm.STATS["stacked_numpy"]
     got = (jg.tensor(a)[::2, 1:] @ jg.tensor(b)[1::2, :3]).numpy()
-    assert got.tobytes() == np.matmul(a[::2, 1:], b[1::2, :3]).tobytes()
+    assert got.tobytes() == _per_matrix(a[::2, 1:], b[1::2, :3]).tobytes()
     assert _stack_counts()[0] == s0[0] + 1
     col = rng.standard_normal((8, 4, 64, 1)).astype(np.float32)
     got = (jg.tensor(a) @ jg.tensor(col).expand(8, 4, 64, 64)).numpy()
     want = np.matmul(a.astype(np.float64), np.broadcast_to(col, (8, 4, 64, 64)).astype(np.float64))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
-    assert _stack_counts()[0] == s0[0] + 1
+    assert _stack_counts()[0] == s0[0] + 1 and pooled_gemm.STATS["stacked_numpy"] == n0 + 1

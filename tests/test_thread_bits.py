@@ -233,8 +233,9 @@ def test_eager_big_gemm_bits_do_not_depend_on_the_thread_count():
 
 
 def test_eager_stack_of_small_products_bits_do_not_depend_on_the_thread_count():
-    """Attention's (batch, head) products in eager mode, split over the leading axis between the eager threads (or
-    one ``np.matmul`` while held or at one thread): one hash at one and two threads."""
+    """Attention's (batch, head) products in eager mode, runs of their matrices on the pool (or all of them on the
+    calling thread: at one thread, while held, or with no pool at all; the same calls): one hash at one and two
+    threads."""
     _needs(2)
     assert len({_child(w, t)["eager"][0][4] for w, t in [(1, 1), (1, 2), (2, 2)]}) == 1
 

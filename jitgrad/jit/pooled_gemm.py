@@ -24,15 +24,17 @@ leave it a core.  ``JITGRAD_POOLED_GEMM=0`` turns the path off.
 A stack (``stacked_gemm.splits``: one batch shape, each product too small for OpenBLAS's own threads) is one
 ``?gemm`` call per matrix, each addressed by its own row's offsets (any strided stack of C- or F-laid matrices:
 attention's ``k.mT`` cut from a fused QKV projection needs no copy), a run of the matrices per thread, in the same
-native call (``_stacked``).  NumPy runs a stack as one call of its own OpenBLAS per matrix, so the stack calls that
-library too (``blas_library.numpy_gemm``; SciPy's is another build, whose kernels jitgrad may switch: on the AMD
-hosts they never gave NumPy's bits), and each layout's calls are first tried against ``np.matmul`` on random
-operands (``_stack_exact``): a layout whose bits differ keeps NumPy's call, and one thread runs ``np.matmul``.  It
-replaces the eager Python threads' split (``ir/ops/stacked_gemm.py``, still the path with
-``JITGRAD_POOLED_STACKS=0``), whose hand-off (a sleeping thread's wake-up, then the GIL) made the split slower than
-one thread on the Intel host (a part of 200-350 us, the whole call 550-1200 us) and tripped the eager pacer, which
-then held the step's big products on one thread as well (B9 eager, 30 steps: 1-14 pacer trips against 7-41,
-2026-12-01).
+native call (``_stacked``); at one thread, or when the pool is not to be used, the calling thread runs the same calls
+alone (``Runner.alone``), so a stack's bits never depend on the thread count, and each matrix has the bits of its
+own 2-D product (``x[i] @ y[i]``, as torch promises for ``bmm``).  The calls are jitgrad's BLAS (SciPy's OpenBLAS,
+whose kernels ``blas_library`` may switch to AVX-512), not NumPy's: on an AVX-512 AMD host NumPy's runs its Haswell
+kernels, which took 113-157 us for B9's (16, 4) stack of 64x32 @ 32x64 at two threads where SciPy's took 47-54 us
+(``np.matmul`` at one thread: 174-215 us; 2026-12-02).  A layout the rows cannot address (a broadcast matrix, a
+negative stride) runs ``fallback``: NumPy's stack, its bits, for that layout always.  It replaces the eager Python
+threads' split (``ir/ops/stacked_gemm.py``, still the path, with NumPy's bits, under ``JITGRAD_POOLED_STACKS=0``),
+whose hand-off (a sleeping thread's wake-up, then the GIL) made the split slower than one thread on the Intel host
+(a part of 200-350 us, the whole call 550-1200 us) and tripped the eager pacer, which then held the step's big
+products on one thread as well (B9 eager, 30 steps: 1-14 pacer trips against 7-41, 2026-12-01).
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ from ..codegen.native import build_thread, busy_sign, gemm_blocks
 from ..codegen.native.threads import LAUNCH_LOCK
 from ..declarations import published
 from ..ir import eager_threads, settings
-from ..ir.ops import blas, blas_library, stacked_gemm
+from ..ir.ops import blas, stacked_gemm
 from ..ir.ops.eager_gemm import operands
 
 ENABLED = os.environ.get("JITGRAD_POOLED_GEMM", "1") != "0"
@@ -73,7 +75,8 @@ LATE_SHARE = busy_sign.LATE_SHARE
 # eager kernel's round, whose worker sleeps at once), 39.0-39.7 at 2^25, 40.1 at 0 (always a round); B1 eager 5.5,
 # 4.0, 3.6 ms; B3 (4.2M products, workers awake between them) 1.10-1.13x PyTorch with the rule, 1.10-1.15x at 0
 WAKE_MACS = int(float(os.environ.get("JITGRAD_POOLED_WAKE_MACS", 1 << 25)))
-STATS = {"pooled_calls": 0, "one_thread_calls": 0, "stacked_calls": 0, "stacked_one_thread": 0}   # counted
+# counted, for tests: products pooled and alone; stacks pooled, alone, and on ``fallback`` (NumPy's stack)
+STATS = {"pooled_calls": 0, "one_thread_calls": 0, "stacked_calls": 0, "stacked_one_thread": 0, "stacked_numpy": 0}
 _from_buffer = ctypes.c_char.from_buffer
 _addressof = ctypes.addressof
 
@@ -194,30 +197,9 @@ def _stack_kernel(x, y, fallback):
         return None
     if x.shape[-2] * x.shape[-1] * y.shape[-1] < blas.EAGER_MIN_MACS:
         return None         # (tiny matrices: a BLAS call each costs more than their work; NumPy loops them itself)
-    if gemm_blocks.runner() is None:
+    if gemm_blocks.alone() is None:
         return None
     return _stacked(x.shape[:-2], x.shape[-2], x.shape[-1], y.shape[-1], dtype, fallback)
-
-
-def _stack_exact(dtype, m, k, n, tx, ldx, ty, ldy, row, gemm) -> bool:
-    """Whether one ``?gemm`` call per matrix (``row``'s call of ``gemm``, as the pooled stack makes them) gives
-    ``np.matmul``'s bits for a stack of (m, k) @ (k, n) products laid out so (NumPy calls its own OpenBLAS per matrix;
-    ``numpy_gemm`` is that library where NumPy has one): tried on random operands once per layout, before the
-    layout's first pooled call."""
-    rng = np.random.default_rng(11)
-
-    def laid(r, c, flag, ld):
-        if flag == _N:
-            return rng.standard_normal((2, r, ld)).astype(dtype)[:, :, :c]
-        return rng.standard_normal((2, c, ld)).astype(dtype)[:, :, :r].transpose(0, 2, 1)
-    a, b = laid(m, k, tx, ldx), laid(k, n, ty, ldy)
-    out = np.empty((2, m, n), dtype)
-    call = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 13)(gemm)
-    args = [int(v) for v in row[:13]]
-    for i in range(2):      # (C^T = op(y^T) op(x^T): y's matrix is BLAS's A)
-        args[6], args[8], args[11] = b[i].ctypes.data, a[i].ctypes.data, out[i].ctypes.data
-        call(*args)
-    return out.tobytes() == np.matmul(a, b).tobytes()
 
 
 def _layout(a, item: int):
@@ -234,16 +216,14 @@ def _layout(a, item: int):
 
 def _stacked(lead, m: int, k: int, n: int, dtype, fallback):
     """The callable of one stack signature: ``(x, y) -> x @ y``, the (m, k) @ (k, n) products of a stack of shape
-    ``lead``, each one single-threaded ``?gemm`` call (``np.matmul``'s bits: ``_stack_exact``), runs of them on the
-    pool's threads, as ``gemm_pooled`` runs a big product's row blocks (the same rules for one thread)."""
-    name = "sgemm" if dtype == np.float32 else "dgemm"
-    # NumPy's own OpenBLAS where it has one (np.matmul's kernels), else SciPy's; its integers' width
-    gemm, width = blas_library.numpy_gemm(name) or (blas.gemm_address(name), 4)
+    ``lead``, each one single-threaded ``?gemm`` call of jitgrad's BLAS (each matrix the bits of its own 2-D
+    product), runs of them on the pool's threads, as ``gemm_pooled`` runs a big product's row blocks (the same rules
+    for one thread), else all of them on the calling thread (``Runner.alone``: the same calls)."""
+    gemm = blas.gemm_address("sgemm" if dtype == np.float32 else "dgemm")
     _, one, zero = blas._raw_gemm(dtype)
     item = dtype.itemsize
-    runner = gemm_blocks.runner()
+    runner, alone = gemm_blocks.runner(), gemm_blocks.alone()     # (no pool: every call alone, the same calls)
     address = blas.array_address
-    run, asleep, nudge = runner.run, runner.asleep, runner.nudge
     count = int(np.prod(lead))
     shape = tuple(lead) + (m, n)
     macs = count * m * n * k
@@ -251,55 +231,50 @@ def _stacked(lead, m: int, k: int, n: int, dtype, fallback):
     state = settings.STATE
     pool_threads = gemm_blocks.threads()
     index = np.indices(lead).reshape(len(lead), count).T        # each matrix's index in the stack
-    plans: dict = {}        # the operands' strides -> (the rows, their address) or None; rewritten per call (lock)
+    plans: dict = {}        # the operands' strides and layouts -> (the rows, their address)
     sizes_kept = []
 
     def plan(xs, ys, tx, ldx, ty, ldy):
-        sizes = ((ctypes.c_int64 if width == 8 else ctypes.c_int) * 6)(n, m, k, ldy, ldx, n)
-        at = [_addressof(sizes) + width * i for i in range(6)]
+        sizes = blas._SIZES(n, m, k, ldy, ldx, n)
+        sizes_kept.append(sizes)
+        ad = _addressof(sizes)
         rows = np.zeros((count, gemm_blocks.ROW), np.int64)
         # blas._gemm_rows' call for each matrix: C_i^T = op(y_i^T) op(x_i^T), column-major, at its offsets
-        rows[:] = (_FLAG_AT[ty], _FLAG_AT[tx], at[0], at[1], at[2], one, 0, at[3], 0, at[4], zero, 0, at[5],
+        rows[:] = (_FLAG_AT[ty], _FLAG_AT[tx], ad, ad + 4, ad + 8, one, 0, ad + 12, 0, ad + 16, zero, 0, ad + 20,
                    0, 0, 0)
-        if not _stack_exact(dtype, m, k, n, tx, ldx, ty, ldy, rows[0], gemm):
-            return None
-        sizes_kept.append(sizes)
         rows[:, -3] = index @ np.array(xs, np.int64)
         rows[:, -2] = index @ np.array(ys, np.int64)
         rows[:, -1] = np.arange(count) * (m * n * item)
         return rows, _addressof(_from_buffer(rows))
 
     def stack_pooled(x, y):
-        threads = state.num_threads or pool_threads
-        lx = _layout(x, item) if threads >= 2 and STACKS else None
+        lx = _layout(x, item) if STACKS else None
         ly = _layout(y, item) if lx is not None else None
         if ly is None or x.dtype != dtype or y.dtype != dtype or min(x.strides[:-2] + y.strides[:-2]) < 0:
-            STATS["stacked_one_thread"] += 1
-            return fallback(x, y)       # (one thread, or a layout the rows cannot address)
-        t = _block_threads(min(threads, pool_threads, count))
-        if t > 1 and macs < WAKE_MACS and asleep():
-            nudge()         # (awake for the next product; this one would wait for the wake-up)
-            t = 1
-        if t < 2 or not LAUNCH_LOCK.enter_now():
-            STATS["stacked_one_thread"] += 1
-            return np.matmul(x, y)      # (``_stack_exact``'s bits, once a layout has been tried)
-        try:
-            key = x.strides[:-2] + y.strides[:-2] + lx + ly
-            p = plans.get(key, False)
-            if p is False:
-                p = plans[key] = plan(x.strides[:-2], y.strides[:-2], *lx, *ly)
-            if p is not None:
-                c = np.empty(shape, dtype)
-                use(1)
-                own, whole, woke = run(p[1], count, gemm, address(x), address(y), _addressof(_from_buffer(c)),
-                                       -(-count // t))
-        finally:
-            LAUNCH_LOCK.__exit__(None, None, None)
+            STATS["stacked_numpy"] += 1
+            return fallback(x, y)       # (a layout the rows cannot address: NumPy's stack, its bits)
+        key = x.strides[:-2] + y.strides[:-2] + lx + ly
+        p = plans.get(key)
         if p is None:
-            STATS["stacked_one_thread"] += 1
-            return fallback(x, y)
-        eager_threads.note_split(own, whole, _allowed(own, woke))
-        STATS["stacked_calls"] += 1
+            p = plans[key] = plan(x.strides[:-2], y.strides[:-2], *lx, *ly)
+        c = np.empty(shape, dtype)
+        threads = state.num_threads or pool_threads
+        t = _block_threads(min(threads, pool_threads, count)) if threads >= 2 and runner is not None else 1
+        if t > 1 and macs < WAKE_MACS and runner.asleep():
+            runner.nudge()      # (awake for the next product; this one would wait for the wake-up)
+            t = 1
+        use(1)
+        if t > 1 and LAUNCH_LOCK.enter_now():
+            try:
+                own, whole, woke = runner.run(p[1], count, gemm, address(x), address(y),
+                                              _addressof(_from_buffer(c)), -(-count // t))
+            finally:
+                LAUNCH_LOCK.__exit__(None, None, None)
+            eager_threads.note_split(own, whole, _allowed(own, woke))
+            STATS["stacked_calls"] += 1
+            return c
+        alone(p[1], count, gemm, address(x), address(y), _addressof(_from_buffer(c)))
+        STATS["stacked_one_thread"] += 1
         return c
     stack_pooled.__name__ = "matmul_stack_pooled"
     return stack_pooled

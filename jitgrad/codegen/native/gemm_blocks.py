@@ -46,6 +46,24 @@ done:
   ret void
 }}
 
+; the rows' calls on the calling thread alone, no round: the operands' addresses added as it goes, the rows only
+; read (no lock: a pooled call of the same rows may be filling them meanwhile)
+define void @jitgrad_gemm_rows(ptr %rows, i64 %n, ptr %gemm, i64 %a, i64 %b, i64 %c) {{
+entry:
+  br label %call
+call:
+  %j = phi i64 [0, %entry], [%jn, %call]
+  %jat = mul i64 %j, {row_bytes}
+  %r = getelementptr i8, ptr %rows, i64 %jat
+{alone_loads}
+  call void %gemm({params})
+  %jn = add i64 %j, 1
+  %jmore = icmp slt i64 %jn, %n
+  br i1 %jmore, label %call, label %done
+done:
+  ret void
+}}
+
 ; the rows' calls in blocks of %per rows (the last one shorter), block 0 on the calling thread; times[0]:
 ; nanoseconds until the caller's own block was done, times[1]: until every block was (%now: the pool's clock,
 ; ``spin_pool.Pool.now``)
@@ -109,18 +127,30 @@ run:
   ret void
 }}
 """
-# rounds run, their blocks, and nudges of sleeping workers (counted, for tests)
-STATS = {"rounds": 0, "blocks": 0, "nudges": 0}
+# rounds run, their blocks, nudges of sleeping workers, and calls run alone (counted, for tests)
+STATS = {"rounds": 0, "blocks": 0, "nudges": 0, "alone": 0}
 
 
 def _source() -> str:
-    loads = []
+    loads, alone = [], []
     for i in range(ARGS):
         loads.append(f"  %g{i} = getelementptr i64, ptr %r, i64 {i}")
         loads.append(f"  %p{i} = load ptr, ptr %g{i}")
+    # on the calling thread alone: B's, A's and C's addresses (arguments 6, 8, 11) from the call's and the row's
+    # offsets, the rest loaded as the pool's blocks load them
+    added = {6: ("b", ARGS + 1), 8: ("a", ARGS), 11: ("c", ARGS + 2)}
+    for i in range(ARGS):
+        alone.append(f"  %g{i} = getelementptr i64, ptr %r, i64 {added[i][1] if i in added else i}")
+        if i in added:
+            alone.append(f"  %o{i} = load i64, ptr %g{i}")
+            alone.append(f"  %v{i} = add i64 %{added[i][0]}, %o{i}")
+            alone.append(f"  %p{i} = inttoptr i64 %v{i} to ptr")
+        else:
+            alone.append(f"  %p{i} = load ptr, ptr %g{i}")
     return _SOURCE.replace("{args}", str(ARGS)).replace("{args1}", str(ARGS + 1)).replace(
         "{args2}", str(ARGS + 2)).format(
-        loads="\n".join(loads), params=", ".join(f"ptr %p{i}" for i in range(ARGS)), row_bytes=8 * ROW)
+        loads="\n".join(loads), alone_loads="\n".join(alone), params=", ".join(f"ptr %p{i}" for i in range(ARGS)),
+        row_bytes=8 * ROW)
 
 
 class _Runner:
@@ -165,8 +195,26 @@ class _Runner:
         return t[0] * 1e-9, t[1] * 1e-9, self._wakes.value != w0
 
 
+
+class _Alone:
+    """The rows' calls on the calling thread alone (``jitgrad_gemm_rows``): no pool needed."""
+
+    def __init__(self, engine):
+        self._engine = engine
+        fn = engine.get_function_address("jitgrad_gemm_rows")
+        self._call = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 6))(fn)
+
+    def __call__(self, rows_address: int, n: int, gemm: int, a: int, b: int, c: int) -> None:
+        """Run the ``n`` calls :meth:`_Runner.run` would run, on the calling thread, with no round and no lock (the
+        rows are only read): the same calls, so the same bits, where the pool is not to be used or not there."""
+        self._call(rows_address, n, gemm, a, b, c)
+        STATS["alone"] += 1
+
+
 _lock = threading.Lock()
 _RUNNER: list = []
+_ENGINE: list = []
+_ENGINE_LOCK = threading.Lock()     # (apart from ``_lock``: ``runner``'s build compiles under that one)
 
 
 def runner():
@@ -179,11 +227,22 @@ def runner():
     return _RUNNER[0]
 
 
-def _build():
-    if workpool.spinning() is None and workpool.POOL == "spin" and workpool.available():
-        workpool.launch()       # (starts jitgrad's pool: ``spinning`` answers for a launched one)
-    if workpool.spinning() is None or not workpool.caller() or workpool.queues() < 1:
-        return None
+def alone():
+    """The calling thread's runner of a stack's rows (:class:`_Alone`), or None without llvmlite: whatever the
+    pool, so a stack's calls are the same at any thread count."""
+    return _ENGINE[0][1] if _engine() else None
+
+
+def _engine():
+    """``(engine, _Alone)``, compiled once per process, or None without llvmlite."""
+    if not _ENGINE:
+        with _ENGINE_LOCK:
+            if not _ENGINE:
+                _ENGINE.append(_compile())
+    return _ENGINE[0]
+
+
+def _compile():
     try:
         import llvmlite.binding as ll
     except ImportError:     # pragma: no cover - llvmlite is a dependency
@@ -195,7 +254,16 @@ def _build():
     tm = ll.Target.from_default_triple().create_target_machine(opt=2)
     engine = ll.create_mcjit_compiler(mod, tm)
     engine.finalize_object()
-    return _Runner(engine, workpool.spinning())
+    return engine, _Alone(engine)
+
+
+def _build():
+    if workpool.spinning() is None and workpool.POOL == "spin" and workpool.available():
+        workpool.launch()       # (starts jitgrad's pool: ``spinning`` answers for a launched one)
+    if workpool.spinning() is None or not workpool.caller() or workpool.queues() < 1:
+        return None
+    built = _engine()
+    return None if built is None else _Runner(built[0], workpool.spinning())
 
 
 def busy() -> bool:
@@ -221,4 +289,4 @@ def threads() -> int:
     return workpool.threads()
 
 
-__all__ = ["runner", "threads", "busy", "ARGS", "ROW", "STATS"]
+__all__ = ["runner", "alone", "threads", "busy", "ARGS", "ROW", "STATS"]

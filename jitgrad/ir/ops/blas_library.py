@@ -149,30 +149,6 @@ def thread_control():
     return get, set_
 
 
-def numpy_gemm(name: str):
-    """``(address, int_bytes)`` of the Fortran-ABI ``sgemm``/``dgemm`` of NumPy's own OpenBLAS (the library
-    ``np.matmul`` calls, a wheel's ``numpy.libs/libscipy_openblas*``; ``int_bytes`` 8 for its ILP64 build), or None
-    where NumPy has no such library.  jitgrad never changes its kernels, so a call of it runs ``np.matmul``'s
-    kernels where :func:`load` gave SciPy's others (an AVX-512 AMD host: NumPy's Haswell, SciPy's SkylakeX)."""
-    key = ("numpy", name)
-    if key not in LIBRARY:
-        found = None
-        if sys.platform.startswith("linux"):
-            import numpy
-            base = os.path.dirname(os.path.dirname(numpy.__file__))
-            for path in sorted(glob.glob(os.path.join(base, "numpy.libs", "libscipy_openblas*.so*"))):
-                lib = ctypes.CDLL(path)
-                for sym, width in ((f"scipy_{name}_64_", 8), (f"scipy_{name}_", 4)):
-                    fn = getattr(lib, sym, None)
-                    if fn is not None:
-                        found = (ctypes.cast(fn, ctypes.c_void_p).value, width)
-                        break
-                if found:
-                    break
-        LIBRARY[key] = found
-    return LIBRARY[key]
-
-
 def gemm_address(name: str) -> int:
     """Address of SciPy's Fortran-ABI ``sgemm``/``dgemm`` (compiled graphs call it directly)."""
     addr = LIBRARY.get("addresses", {}).get(name)
