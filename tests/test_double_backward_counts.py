@@ -172,11 +172,13 @@ def test_b3_step_at_size_counts(monkeypatch):
 
 
 def test_where_row_mask_same_bits():
-    """where with a condition smaller than x (broadcast per row) and a number: NumPy's bits, a fresh array."""
+    """where with a condition smaller than x (broadcast per row) and a number, or a number and a y (masked_fill):
+    NumPy's bits and layout, a fresh array."""
     from jitgrad.ir.ops import elementwise
     rng = np.random.default_rng(4)
     x = rng.standard_normal((16, 8)).astype(np.float32)
-    for cond in (np.ones((16, 1), bool), rng.random((16, 1)) < 0.5, np.zeros((16, 1), bool), np.ones(8, bool)):
+    for cond in (np.ones((16, 1), bool), rng.random((16, 1)) < 0.5, np.zeros((16, 1), bool), np.ones(8, bool),
+                 rng.random(8) < 0.5):
         for xa in (x, np.asfortranarray(x)):
             avals = [Aval(cond.shape, dt.bool_), Aval(xa.shape, dt.float32), Aval((), dt.float64, weak=True)]
             f = elementwise._where_signature(avals, {})
@@ -185,6 +187,19 @@ def test_where_row_mask_same_bits():
             ref = np.where(cond, xa, 0.0)
             assert r.dtype == ref.dtype and r.tobytes(order="A") == ref.tobytes(order="A")
             assert not np.shares_memory(r, xa)
+    # a number where a smaller condition holds (masked_fill: B9's causal mask), on C- and F-ordered arrays
+    for cond in (np.tril(np.ones((8, 8), bool))[None], rng.random((1, 8)) < 0.5, np.zeros((1, 8), bool)):
+        ya = rng.standard_normal((4, 8, 8)).astype(np.float32)
+        ya[0, 0, 0] = np.nan
+        for yv in (ya, np.asfortranarray(ya), ya[:, :, ::-1]):
+            avals = [Aval(cond.shape, dt.bool_), Aval((), dt.float64, weak=True), Aval(yv.shape, dt.float32)]
+            f = elementwise._where_signature(avals, {})
+            assert f is elementwise._where_fill
+            for value in (-np.inf, 0.1, 0.0):
+                r = f(cond, value, yv)
+                ref = np.where(cond, value, yv)
+                assert r.dtype == ref.dtype and r.tobytes(order="A") == ref.tobytes(order="A")
+                assert not np.shares_memory(r, yv)
     # a full-size condition, or a y array of x's shape, keeps NumPy's where
     same = [Aval((16, 8), dt.bool_), Aval((16, 8), dt.float32), Aval((), dt.float64, weak=True)]
     assert elementwise._where_signature(same, {}) is elementwise._WHERE
