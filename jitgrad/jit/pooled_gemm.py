@@ -137,7 +137,7 @@ def _pooled(m: int, k: int, n: int, dtype, fallback, folded):
     state = settings.STATE
     pool_threads = gemm_blocks.threads()
     # (x's flag, y's flag, threads) -> (the blocks' rows, their address, how many), or None: one call.  The rows
-    # are rewritten by each call (its addresses), under the launch lock: one buffer per plan is enough
+    # are only read (each call adds its operands' addresses to their offsets): one buffer per plan serves every call
     plans: dict = {}
     sizes_kept = []         # the size arrays the rows point at
 

@@ -27,11 +27,20 @@ ARGS = 13           # a ?gemm call's arguments, each a pointer (Fortran)
 ROW = ARGS + 3      # a call's row: its arguments, then A's, B's and C's byte offsets for the call
 # A task runs a block: ``%count`` (a count passed in the pool's pointer-sized slot, >= 1) consecutive rows' calls.
 # A GEMM's row blocks are one call each; a stack of small products (attention's (batch, head) products) gives
-# each thread a run of its matrices.
+# each thread a run of its matrices.  The rows are only read: each call's B, A and C (arguments 6, 8, 11) are the
+# addresses in ``%ctx`` plus the row's offsets, so one plan's rows serve concurrent calls.
 _SOURCE = """
-define void @jitgrad_gemm_block(ptr %row, ptr %count, ptr %steps, ptr %gemm) {{
+; %ctx: the routine, then A's, B's and C's addresses (the operands' and the result's)
+define void @jitgrad_gemm_block(ptr %row, ptr %count, ptr %ctx, ptr %unused) {{
 entry:
   %cnt = ptrtoint ptr %count to i64
+  %gemm = load ptr, ptr %ctx
+  %ap = getelementptr i64, ptr %ctx, i64 1
+  %a = load i64, ptr %ap
+  %bp = getelementptr i64, ptr %ctx, i64 2
+  %b = load i64, ptr %bp
+  %cp = getelementptr i64, ptr %ctx, i64 3
+  %c = load i64, ptr %cp
   br label %call
 call:
   %j = phi i64 [0, %entry], [%jn, %call]
@@ -46,58 +55,40 @@ done:
   ret void
 }}
 
-; the rows' calls on the calling thread alone, no round: the operands' addresses added as it goes, the rows only
-; read (no lock: a pooled call of the same rows may be filling them meanwhile)
+define internal ptr @context(ptr %ctx, ptr %gemm, i64 %a, i64 %b, i64 %c) alwaysinline {{
+entry:
+  store ptr %gemm, ptr %ctx
+  %ap = getelementptr i64, ptr %ctx, i64 1
+  store i64 %a, ptr %ap
+  %bp = getelementptr i64, ptr %ctx, i64 2
+  store i64 %b, ptr %bp
+  %cp = getelementptr i64, ptr %ctx, i64 3
+  store i64 %c, ptr %cp
+  ret ptr %ctx
+}}
+
+; the rows' calls on the calling thread alone: no round, no lock
 define void @jitgrad_gemm_rows(ptr %rows, i64 %n, ptr %gemm, i64 %a, i64 %b, i64 %c) {{
 entry:
-  br label %call
-call:
-  %j = phi i64 [0, %entry], [%jn, %call]
-  %jat = mul i64 %j, {row_bytes}
-  %r = getelementptr i8, ptr %rows, i64 %jat
-{alone_loads}
-  call void %gemm({params})
-  %jn = add i64 %j, 1
-  %jmore = icmp slt i64 %jn, %n
-  br i1 %jmore, label %call, label %done
-done:
+  %mem = alloca [4 x i64]
+  %ctx = call ptr @context(ptr %mem, ptr %gemm, i64 %a, i64 %b, i64 %c)
+  %np = inttoptr i64 %n to ptr
+  call void @jitgrad_gemm_block(ptr %rows, ptr %np, ptr %ctx, ptr null)
   ret void
 }}
 
 ; the rows' calls in blocks of %per rows (the last one shorter), block 0 on the calling thread; times[0]:
 ; nanoseconds until the caller's own block was done, times[1]: until every block was (%now: the pool's clock,
-; ``spin_pool.Pool.now``)
+; ``spin_pool.Pool.now``); the context lives on this frame until the round is over
 define void @jitgrad_gemm_blocks(ptr %rows, i64 %n, ptr %gemm, ptr %add, ptr %ready, ptr %sync, i64 %a, i64 %b,
                                  i64 %c, ptr %times, ptr %now, i64 %per) {{
 entry:
   %t0 = call i64 %now()
-  br label %fill
-fill:               ; each row's operand and result addresses: the call's, plus the row's offsets
-  %j = phi i64 [0, %entry], [%jn, %fill]
-  %jat = mul i64 %j, {row_bytes}
-  %r = getelementptr i8, ptr %rows, i64 %jat
-  %ra = getelementptr i64, ptr %r, i64 8
-  %rb = getelementptr i64, ptr %r, i64 6
-  %rc = getelementptr i64, ptr %r, i64 11
-  %oa = getelementptr i64, ptr %r, i64 {args}
-  %ob = getelementptr i64, ptr %r, i64 {args1}
-  %oc = getelementptr i64, ptr %r, i64 {args2}
-  %da = load i64, ptr %oa
-  %db = load i64, ptr %ob
-  %dc = load i64, ptr %oc
-  %va = add i64 %a, %da
-  %vb = add i64 %b, %db
-  %vc = add i64 %c, %dc
-  store i64 %va, ptr %ra
-  store i64 %vb, ptr %rb
-  store i64 %vc, ptr %rc
-  %jn = add i64 %j, 1
-  %jmore = icmp slt i64 %jn, %n
-  br i1 %jmore, label %fill, label %head0
-head0:
+  %mem = alloca [4 x i64]
+  %ctx = call ptr @context(ptr %mem, ptr %gemm, i64 %a, i64 %b, i64 %c)
   br label %head
 head:
-  %i = phi i64 [%per, %head0], [%next, %queue]
+  %i = phi i64 [%per, %entry], [%next, %queue]
   %more = icmp slt i64 %i, %n
   br i1 %more, label %queue, label %run
 queue:
@@ -107,7 +98,7 @@ queue:
   %short = icmp slt i64 %left, %per
   %cnt = select i1 %short, i64 %left, i64 %per
   %cntp = inttoptr i64 %cnt to ptr
-  call void %add(ptr @jitgrad_gemm_block, ptr %row, ptr %cntp, ptr null, ptr %gemm)
+  call void %add(ptr @jitgrad_gemm_block, ptr %row, ptr %cntp, ptr %ctx, ptr null)
   %next = add i64 %i, %per
   br label %head
 run:
@@ -115,7 +106,7 @@ run:
   %mine = icmp slt i64 %n, %per
   %own = select i1 %mine, i64 %n, i64 %per
   %ownp = inttoptr i64 %own to ptr
-  call void @jitgrad_gemm_block(ptr %rows, ptr %ownp, ptr null, ptr %gemm)
+  call void @jitgrad_gemm_block(ptr %rows, ptr %ownp, ptr %ctx, ptr null)
   %t1 = call i64 %now()
   call void %sync()
   %t2 = call i64 %now()
@@ -132,25 +123,18 @@ STATS = {"rounds": 0, "blocks": 0, "nudges": 0, "alone": 0}
 
 
 def _source() -> str:
-    loads, alone = [], []
-    for i in range(ARGS):
-        loads.append(f"  %g{i} = getelementptr i64, ptr %r, i64 {i}")
-        loads.append(f"  %p{i} = load ptr, ptr %g{i}")
-    # on the calling thread alone: B's, A's and C's addresses (arguments 6, 8, 11) from the call's and the row's
-    # offsets, the rest loaded as the pool's blocks load them
+    # each call's arguments from its row, B's, A's and C's (arguments 6, 8, 11) the context's plus the row's offsets
     added = {6: ("b", ARGS + 1), 8: ("a", ARGS), 11: ("c", ARGS + 2)}
+    loads = []
     for i in range(ARGS):
-        alone.append(f"  %g{i} = getelementptr i64, ptr %r, i64 {added[i][1] if i in added else i}")
+        loads.append(f"  %g{i} = getelementptr i64, ptr %r, i64 {added[i][1] if i in added else i}")
         if i in added:
-            alone.append(f"  %o{i} = load i64, ptr %g{i}")
-            alone.append(f"  %v{i} = add i64 %{added[i][0]}, %o{i}")
-            alone.append(f"  %p{i} = inttoptr i64 %v{i} to ptr")
+            loads += [f"  %o{i} = load i64, ptr %g{i}", f"  %v{i} = add i64 %{added[i][0]}, %o{i}",
+                      f"  %p{i} = inttoptr i64 %v{i} to ptr"]
         else:
-            alone.append(f"  %p{i} = load ptr, ptr %g{i}")
-    return _SOURCE.replace("{args}", str(ARGS)).replace("{args1}", str(ARGS + 1)).replace(
-        "{args2}", str(ARGS + 2)).format(
-        loads="\n".join(loads), alone_loads="\n".join(alone), params=", ".join(f"ptr %p{i}" for i in range(ARGS)),
-        row_bytes=8 * ROW)
+            loads.append(f"  %p{i} = load ptr, ptr %g{i}")
+    return _SOURCE.format(loads="\n".join(loads), params=", ".join(f"ptr %p{i}" for i in range(ARGS)),
+                          row_bytes=8 * ROW)
 
 
 class _Runner:
@@ -180,10 +164,10 @@ class _Runner:
     def run(self, rows_address: int, n: int, gemm: int, a: int, b: int, c: int, per: int = 1):
         """Run the ``n`` (>= 2) ``?gemm`` calls of the rows at ``rows_address`` (``n`` x ``ROW`` int64: each the
         call's arguments, then A's, B's and C's byte offsets) through routine ``gemm``, with ``a``, ``b`` and ``c``
-        the operands' and result's addresses (written into the rows first: argument 8 = ``a`` + A's offset, 6 =
-        ``b`` + B's, 11 = ``c`` + C's), in blocks of ``per`` rows: block 0 on this thread, the others on the
+        the operands' and result's addresses (each call's argument 8 is ``a`` + A's offset, 6 ``b`` + B's, 11
+        ``c`` + C's; the rows are only read), in blocks of ``per`` rows: block 0 on this thread, the others on the
         pool's workers (``per`` < ``n``); returns when all are done.  The caller holds ``threads.LAUNCH_LOCK``
-        (the rows are rewritten per call).  Returns the seconds until the caller's own block was done and until
+        (one round at a time).  Returns the seconds until the caller's own block was done and until
         every block was (a pacer's reading: equal blocks finish together on free cores), and whether the round
         woke a sleeping worker (its wake-up is in the wait)."""
         add, ready, sync = self.funcs
@@ -217,14 +201,19 @@ _ENGINE: list = []
 _ENGINE_LOCK = threading.Lock()     # (apart from ``_lock``: ``runner``'s build compiles under that one)
 
 
+def _once(cell: list, lock, make):
+    """``make()``, called once per process (``cell`` keeps it)."""
+    if not cell:
+        with lock:
+            if not cell:
+                cell.append(make())
+    return cell[0]
+
+
 def runner():
     """The hand-off (built once per process), or None where blocks cannot go to the pool: not jitgrad's own pool,
     no calling-thread chunk (one thread), no llvmlite."""
-    if not _RUNNER:
-        with _lock:
-            if not _RUNNER:
-                _RUNNER.append(_build())
-    return _RUNNER[0]
+    return _once(_RUNNER, _lock, _build)
 
 
 def alone():
@@ -235,11 +224,7 @@ def alone():
 
 def _engine():
     """``(engine, _Alone)``, compiled once per process, or None without llvmlite."""
-    if not _ENGINE:
-        with _ENGINE_LOCK:
-            if not _ENGINE:
-                _ENGINE.append(_compile())
-    return _ENGINE[0]
+    return _once(_ENGINE, _ENGINE_LOCK, _compile)
 
 
 def _compile():
