@@ -24,17 +24,18 @@ leave it a core.  ``JITGRAD_POOLED_GEMM=0`` turns the path off.
 A stack (``stacked_gemm.splits``: one batch shape, each product too small for OpenBLAS's own threads) is one
 ``?gemm`` call per matrix, each addressed by its own row's offsets (any strided stack of C- or F-laid matrices:
 attention's ``k.mT`` cut from a fused QKV projection needs no copy), a run of the matrices per thread, in the same
-native call (``_stacked``); at one thread, or when the pool is not to be used, the calling thread runs the same calls
-alone (``Runner.alone``), so a stack's bits never depend on the thread count, and each matrix has the bits of its
-own 2-D product (``x[i] @ y[i]``, as torch promises for ``bmm``).  The calls are jitgrad's BLAS (SciPy's OpenBLAS,
-whose kernels ``blas_library`` may switch to AVX-512), not NumPy's: on an AVX-512 AMD host NumPy's runs its Haswell
-kernels, which took 113-157 us for B9's (16, 4) stack of 64x32 @ 32x64 at two threads where SciPy's took 47-54 us
-(``np.matmul`` at one thread: 174-215 us; 2026-12-02).  A layout the rows cannot address (a broadcast matrix, a
-negative stride) runs ``fallback``: NumPy's stack, its bits, for that layout always.  It replaces the eager Python
-threads' split (``ir/ops/stacked_gemm.py``, still the path, with NumPy's bits, under ``JITGRAD_POOLED_STACKS=0``),
-whose hand-off (a sleeping thread's wake-up, then the GIL) made the split slower than one thread on the Intel host
-(a part of 200-350 us, the whole call 550-1200 us) and tripped the eager pacer, which then held the step's big
-products on one thread as well (B9 eager, 30 steps: 1-14 pacer trips against 7-41, 2026-12-01).
+native call (``_stacked``); at one thread, or when the pool is not to be used, the calling thread runs the same
+calls alone (``gemm_blocks.alone``), so a stack's bits never depend on the thread count, and each matrix has the
+bits of its own 2-D product (``x[i] @ y[i]``, as torch promises for ``bmm``).  The calls are jitgrad's BLAS
+(SciPy's OpenBLAS, whose kernels ``blas_library`` may switch to AVX-512), not NumPy's: on an AVX-512 AMD host
+NumPy's runs its Haswell kernels, which took 113-157 us for B9's (16, 4) stack of 64x32 @ 32x64 at two threads
+where SciPy's took 47-54 us (``np.matmul`` at one thread: 174-215 us; 2026-12-02).  A layout the rows cannot
+address (a broadcast matrix, a negative stride) runs ``fallback``: NumPy's stack, its bits, for that layout always.
+It replaces the eager Python threads' split (``ir/ops/stacked_gemm.py``, still the path, with NumPy's bits, under
+``JITGRAD_POOLED_STACKS=0``), whose hand-off (a sleeping thread's wake-up, then the GIL) made the split slower than
+one thread on the Intel host (a part of 200-350 us, the whole call 550-1200 us) and tripped the eager pacer, which
+then held the step's big products on one thread as well (B9 eager, 30 steps: 1-14 pacer trips against 7-41,
+2026-12-01).
 """
 from __future__ import annotations
 
@@ -218,7 +219,7 @@ def _stacked(lead, m: int, k: int, n: int, dtype, fallback):
     """The callable of one stack signature: ``(x, y) -> x @ y``, the (m, k) @ (k, n) products of a stack of shape
     ``lead``, each one single-threaded ``?gemm`` call of jitgrad's BLAS (each matrix the bits of its own 2-D
     product), runs of them on the pool's threads, as ``gemm_pooled`` runs a big product's row blocks (the same rules
-    for one thread), else all of them on the calling thread (``Runner.alone``: the same calls)."""
+    for one thread), else all of them on the calling thread (``gemm_blocks.alone``: the same calls)."""
     gemm = blas.gemm_address("sgemm" if dtype == np.float32 else "dgemm")
     _, one, zero = blas._raw_gemm(dtype)
     item = dtype.itemsize
