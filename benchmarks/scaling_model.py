@@ -3,10 +3,11 @@ predicted at 4, 8, 16 and 64 cores, for jitgrad and PyTorch side by side.
 
 Each configuration runs in fresh processes, 1 and 2 threads alternating (1, 2, 1, 2, ... so load drifts hit both
 alike), with the thread count set for every library (NUMBA_NUM_THREADS, OPENBLAS_NUM_THREADS, OMP_NUM_THREADS,
-torch.set_num_threads); the figure per thread count is the median of the processes' median steps.  Amdahl's model
-fitted to the two points: ``T(n) = S + P / n`` with ``P = 2 (T1 - T2)`` and ``S = T1 - P`` (S at least 0); the
-prediction is an upper bound on the speedup when more threads also cost more wake-ups.  Say the load average
-with the figures (printed first): on a loaded machine the second thread is not a free core.
+torch.set_num_threads); the figure per thread count is the median of the processes' median steps, and each
+round's pair gives a speedup of its own (their range: how far the host's drift moves it).  Amdahl's model fitted
+to the two points: ``T(n) = S + P / n`` with ``P = 2 (T1 - T2)`` and ``S = T1 - P`` (S at least 0); the prediction
+is an upper bound on the speedup when more threads also cost more wake-ups.  Say the load average with the
+figures (printed first): on a loaded machine the second thread is not a free core.
 
     python benchmarks/scaling_model.py [--rounds 3] [--steps 30] [--only b9]
     python benchmarks/scaling_model.py --work       # B9's compiled step by its launch records (counted, no clock)
@@ -143,9 +144,9 @@ def main():
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, load average "
           f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}; {args.rounds} rounds of fresh processes, 1 and 2 "
           f"threads alternating, {args.steps} steps each")
-    print("| workload | 1 thread | 2 threads | speedup | serial S | parallel P | "
+    print("| workload | 1 thread | 2 threads | speedup | a round's speedup | serial S | parallel P | "
           + " | ".join(f"{n} cores" for n in PREDICT) + " |")
-    print("| --- " * (6 + len(PREDICT)) + "|")
+    print("| --- " * (7 + len(PREDICT)) + "|")
     for workload, lib, mode in CONFIGS:
         if args.only and workload != args.only:
             continue
@@ -157,8 +158,10 @@ def main():
         p = max(2 * (t1 - t2), 0.0)
         s = max(t1 - p, 0.0)
         pred = " | ".join(f"{s + p / n:.3g} ms" for n in PREDICT)
-        print(f"| {workload.upper()} {lib} {mode} | {t1:.3g} ms | {t2:.3g} ms | {t1 / t2:.2f}x | {s:.3g} ms | "
-              f"{p:.3g} ms | {pred} |", flush=True)
+        # (each round's pair of processes, side by side in time: how far a noisy host moves the ratio)
+        pairs = [a / b for a, b in zip(got[1], got[2])]
+        print(f"| {workload.upper()} {lib} {mode} | {t1:.3g} ms | {t2:.3g} ms | {t1 / t2:.2f}x | "
+              f"{min(pairs):.2f}-{max(pairs):.2f}x | {s:.3g} ms | {p:.3g} ms | {pred} |", flush=True)
 
 
 if __name__ == "__main__":
