@@ -270,8 +270,8 @@ out:
 ; (at most QUIET_NS) when the last sign lapsed less than REPEAT holds ago, the last hold while one still stands
 define internal void @raise_sign(i64 %now) noinline {{
 entry:
-  %until0 = load i64, ptr @jitgrad_pool_quiet_last
-  %hold0 = load i64, ptr @jitgrad_pool_quiet_hold
+  %until0 = load atomic i64, ptr @jitgrad_pool_quiet_last monotonic, align 8     ; (any pool thread may raise it)
+  %hold0 = load atomic i64, ptr @jitgrad_pool_quiet_hold monotonic, align 8
   %gap = sub i64 %now, %until0
   %standing = icmp slt i64 %gap, 0
   %near = mul i64 %hold0, {REPEAT}
@@ -284,9 +284,9 @@ entry:
   %grown = select i1 %big, i64 {QUIET_NS}, i64 %twice
   %next = select i1 %recent, i64 %grown, i64 {QUIET_MIN_NS}
   %hold = select i1 %standing, i64 %hold0, i64 %next
-  store i64 %hold, ptr @jitgrad_pool_quiet_hold
+  store atomic i64 %hold, ptr @jitgrad_pool_quiet_hold monotonic, align 8
   %until = add i64 %now, %hold
-  store i64 %until, ptr @jitgrad_pool_quiet_last
+  store atomic i64 %until, ptr @jitgrad_pool_quiet_last monotonic, align 8
   store atomic i64 %until, ptr @jitgrad_pool_quiet_until monotonic, align 8
   call void @stat(i32 5)
   ret void
