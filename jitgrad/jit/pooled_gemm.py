@@ -259,6 +259,7 @@ def _stacked(lead, m: int, k: int, n: int, dtype, fallback):
         if p is None:
             p = plans[key] = plan(x.strides[:-2], y.strides[:-2], *lx, *ly)
         c = np.empty(shape, dtype)
+        at = (address(x), address(y), _addressof(_from_buffer(c)))
         threads = state.num_threads or pool_threads
         t = _block_threads(min(threads, pool_threads, count)) if threads >= 2 and runner is not None else 1
         if t > 1 and macs < WAKE_MACS and runner.asleep():
@@ -267,14 +268,13 @@ def _stacked(lead, m: int, k: int, n: int, dtype, fallback):
         use(1)
         if t > 1 and LAUNCH_LOCK.enter_now():
             try:
-                own, whole, woke = runner.run(p[1], count, gemm, address(x), address(y),
-                                              _addressof(_from_buffer(c)), -(-count // t))
+                own, whole, woke = runner.run(p[1], count, gemm, *at, -(-count // t))
             finally:
                 LAUNCH_LOCK.__exit__(None, None, None)
             eager_threads.note_split(own, whole, _allowed(own, woke))
             STATS["stacked_calls"] += 1
             return c
-        alone(p[1], count, gemm, address(x), address(y), _addressof(_from_buffer(c)))
+        alone(p[1], count, gemm, *at)
         STATS["stacked_one_thread"] += 1
         return c
     stack_pooled.__name__ = "matmul_stack_pooled"

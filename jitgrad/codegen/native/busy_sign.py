@@ -66,6 +66,7 @@ MIN_WAIT_NS = 100_000   # ... in waits of this much on average (a taken core's s
 QUIET_NS = 250_000_000
 QUIET_MIN_NS = QUIET_NS // 8
 REPEAT = 4
+LONG_AGO = -(1 << 62)   # the last sign's end before any sign: every clock (a scripted one at 0 too) is long after it
 # a late round (above): the caller waited more than LATE_SHARE x its own chunk + LATE_NS (+ WAKE_NS after a wake-up);
 # LATE_NS under the slice a spinning process leaves a thread that shares its core (4.4 ms measured here, above),
 # over the blips of a quiet machine's own short tasks (0.2 ms waits)
@@ -88,7 +89,7 @@ def source(machine: str, slots: int) -> str:
 @jitgrad_pool_rq_last = global [{slots} x [4 x i64]] zeroinitializer, align 64     ; clock, waited, runs, slept
 @jitgrad_pool_run_queue = global ptr @read_run_queue
 @jitgrad_pool_quiet_hold = global i64 {QUIET_MIN_NS}    ; the last sign's hold (``raise_sign``)
-@jitgrad_pool_quiet_last = global i64 0     ; and its end (``quiet_until``, which the kernels clear once passed)
+@jitgrad_pool_quiet_last = global i64 {LONG_AGO}     ; and its end (``quiet_until``, which the kernels clear)
 @jitgrad_pool_late_on = global i32 {LATE_ON}
 @jitgrad_pool_late_t0 = global i64 0        ; when the round in flight started (``ready``)
 @jitgrad_pool_late_woke = global i32 0      ; whether its ``ready`` woke a sleeping worker
@@ -275,10 +276,7 @@ entry:
   %gap = sub i64 %now, %until0
   %standing = icmp slt i64 %gap, 0
   %near = mul i64 %hold0, {REPEAT}
-  %close = icmp slt i64 %gap, %near
-  %never = icmp eq i64 %until0, 0
-  %notnever = xor i1 %never, 1
-  %recent = and i1 %close, %notnever
+  %recent = icmp slt i64 %gap, %near
   %twice = shl i64 %hold0, 1
   %big = icmp sgt i64 %twice, {QUIET_NS}
   %grown = select i1 %big, i64 {QUIET_NS}, i64 %twice
@@ -296,7 +294,7 @@ entry:
 define internal void @sign_forget() {{
 entry:
   store i64 0, ptr @jitgrad_pool_quiet_until
-  store i64 0, ptr @jitgrad_pool_quiet_last
+  store i64 {LONG_AGO}, ptr @jitgrad_pool_quiet_last
   store i64 {QUIET_MIN_NS}, ptr @jitgrad_pool_quiet_hold
   ret void
 }}

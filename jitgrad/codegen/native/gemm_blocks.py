@@ -219,7 +219,8 @@ def runner():
 def alone():
     """The calling thread's runner of a stack's rows (:class:`_Alone`), or None without llvmlite: whatever the
     pool, so a stack's calls are the same at any thread count."""
-    return _ENGINE[0][1] if _engine() else None
+    built = _engine()
+    return None if built is None else built[1]
 
 
 def _engine():

@@ -460,6 +460,13 @@ def _where_vjp(c, g):
     return None, gx, gy
 
 
+def _copy_writing(arr, value, where):
+    """A copy of ``arr`` with ``value`` written where ``where`` holds (broadcast): ``np.where``'s values."""
+    out = arr.copy()
+    np.copyto(out, value, where=where)
+    return out
+
+
 def _where_row_mask(c, x, y):
     """``np.where(c, x, y)`` for a condition smaller than ``x`` (broadcast, a mask per row: norm's backward)
     and ``y`` a number: where every condition holds, a copy of ``x``; else a copy of ``x`` with ``y`` written where
@@ -468,21 +475,13 @@ def _where_row_mask(c, x, y):
     (16, 4, 64, 64) under a (64, 64) mask: 207 -> 121 us)."""
     if not x.flags.c_contiguous:
         return _WHERE(c, x, y)      # (NumPy's where keeps an F-ordered x's order)
-    if _ALL(c, None):
-        return x.copy()
-    out = x.copy()
-    np.copyto(out, y, where=~c)
-    return out
+    return x.copy() if _ALL(c, None) else _copy_writing(x, y, ~c)
 
 
 def _where_fill(c, x, y):
     """``np.where(c, x, y)`` for a condition smaller than ``y`` and ``x`` a number (``masked_fill``: B9's causal
     mask, 223 -> 132 us): a copy of ``y`` with ``x`` written where the condition holds; the same values."""
-    if not y.flags.c_contiguous:
-        return _WHERE(c, x, y)
-    out = y.copy()
-    np.copyto(out, x, where=c)
-    return out
+    return _copy_writing(y, x, c) if y.flags.c_contiguous else _WHERE(c, x, y)
 
 
 def _where_signature(avals, params):
@@ -490,15 +489,15 @@ def _where_signature(avals, params):
     the result's elements), one of ``x`` and ``y`` is the result's shape and dtype and the other a number; else
     NumPy's C where."""
     c, x, y = avals
-    if c.dtype is dt.bool_ and not c.weak and c.ndim <= max(x.ndim, y.ndim) and 4 * c.size <= max(x.size, y.size):
-        for arr, num, impl in ((x, y, _where_row_mask), (y, x, _where_fill)):
-            if not arr.weak and (num.weak or num.shape == ()):
-                try:
-                    out = broadcast_shapes("where", [a.shape for a in avals])
-                    if out == arr.shape and result_dtype([x, y]) is arr.dtype:
-                        return impl
-                except (OpError, TypeError):
-                    pass
+    if c.dtype is not dt.bool_ or c.weak or c.ndim > max(x.ndim, y.ndim) or 4 * c.size > max(x.size, y.size):
+        return _WHERE
+    try:
+        shape, dtype = broadcast_shapes("where", [a.shape for a in avals]), result_dtype([x, y])
+    except (OpError, TypeError):
+        return _WHERE
+    for arr, num, impl in ((x, y, _where_row_mask), (y, x, _where_fill)):
+        if not arr.weak and (num.weak or num.shape == ()) and shape == arr.shape and dtype is arr.dtype:
+            return impl
     return _WHERE
 
 
