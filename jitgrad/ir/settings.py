@@ -2,7 +2,9 @@
 
 - ``num_threads`` (``torch.set_num_threads``): the intra-op thread count.  It sets OpenBLAS's thread count at once
   (eager and compiled matmuls: the count ``ir/ops/blas.all_threads`` sets for large GEMMs); with 1,
-  graphs compiled from then on plan every loop serial (``codegen/program/layout.py``).  The worker pool of parallel
+  graphs compiled from then on plan every loop serial (``codegen/program/layout.py``), and those compiled before
+  keep their launches off the pool from their next call (``codegen/native/workpool.follow_threads``: the same
+  chunks on the calling thread, the same bits).  The worker pool of parallel
   compiled kernels (``codegen/native/workpool.py``) keeps its size (``default_threads()``, Numba's rule: Numba's own
   parallel kernels may run on the same pool and assume that size).  ``None``: not set.
 - ``num_interop_threads`` (``torch.set_num_interop_threads``): recorded and reported only; jitgrad runs no

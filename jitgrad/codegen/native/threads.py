@@ -18,7 +18,8 @@ Policy (knobs in parentheses):
 - **Threads: one per core this process may run on** (``os.sched_getaffinity``), Numba's default, or
   ``NUMBA_NUM_THREADS``, the calling thread one of them: it runs chunk 0 of each pooled launch, the pool's workers the
   others (``workpool.launch``).  ``torch.set_num_threads`` (``ir/settings.py``) sets OpenBLAS's count at once and, at
-  1, keeps graphs compiled later serial; it does not resize the pool.  A kernel runs serially unless its work pays for
+  1, keeps graphs compiled later serial and those compiled before off the pool from their next call
+  (``workpool.follow_threads``); it does not resize the pool.  A kernel runs serially unless its work pays for
   waking the threads (``workpool.py``: ``PARALLEL_GRAIN``, ``PARALLEL_WORK``, tested by each parallel-capable kernel
   per call).
 - **OpenBLAS workers sleep soon when idle** (``OPENBLAS_THREAD_TIMEOUT``, set to 20 by ``import jitgrad``
@@ -71,6 +72,7 @@ import os
 import sys
 import threading
 
+from ...ir import settings as _settings
 from ...ir.ops import blas as _blas
 from ...ir.symbolic import is_symbolic
 from . import pool_pacer as _pool_pacer
@@ -98,8 +100,10 @@ class _Launch:
         return self
 
     def _placed_or_released(self):
-        """The workers placed once the lock is held (the lock released again if placing them fails), and kept off
-        the calling thread's core (``keep_apart``)."""
+        """The workers placed once the lock is held (the lock released again if placing them fails), kept off
+        the calling thread's core (``keep_apart``), and the launches' thresholds in step with ``set_num_threads``
+        (``workpool.follow_threads``: at one thread a graph laid out for the pool keeps off it)."""
+        _workpool.follow_threads(_settings.STATE.num_threads)
         if not _placed:
             try:
                 place_workers()

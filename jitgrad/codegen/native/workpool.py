@@ -126,6 +126,13 @@ PARALLEL_GRAIN = 1 << 11
 PARALLEL_WORK = 1 << 17
 _MIN_WORK = ctypes.c_int64(int(float(os.environ.get("JITGRAD_PARALLEL_WORK", PARALLEL_WORK))))
 _GRAIN = ctypes.c_int64(int(float(os.environ.get("JITGRAD_PARALLEL_GRAIN", PARALLEL_GRAIN))))
+# ``set_num_threads(1)`` after a graph was laid out for the pool: at every launch (``follow_threads``, under the
+# launch lock) the globals above read NEVER, so no gated launch (every loop, batch and split GEMM a default layout
+# makes) reaches its threshold: each runs the chunks it would hand out on the calling thread, the same bits, and
+# the workers sleep.  ``_SET`` keeps the thresholds set (``set_min_work``), back in the globals at more threads.
+NEVER = 1 << 62
+_SET = [int(_MIN_WORK.value), int(_GRAIN.value)]
+_ONE_THREAD = [False]
 # Eager kernels' launches (``jit/eager_kernels.py``) have a threshold of their own: an eager round wakes sleeping
 # workers (5-30 us: ``threads.EAGER_LAUNCH`` leaves them asleep after it, since Python and OpenBLAS come next, not
 # another round), so what pays for a compiled step's back-to-back rounds need not pay for one eager call: about
@@ -181,23 +188,46 @@ CLOCK_ADDRESS = None
 
 
 def min_work() -> int:
-    """The work (the plan's cost units) from which a parallel kernel or batch hands its chunks to the workers."""
-    return int(_MIN_WORK.value)
+    """The work (the plan's cost units) from which a parallel kernel or batch hands its chunks to the workers (at
+    more than one thread: ``follow_threads``)."""
+    return _SET[0]
 
 
 def set_min_work(work: int, grain: int | None = None) -> tuple:
     """Set ``min_work()`` (and ``grain()``, when given) for this process: built kernels read them at every call.
     Returns the previous ``(min_work, grain)``."""
-    prev = (int(_MIN_WORK.value), int(_GRAIN.value))
-    _MIN_WORK.value = max(0, int(work))
+    prev = tuple(_SET)
+    _SET[0] = max(0, int(work))
     if grain is not None:
-        _GRAIN.value = max(0, int(grain))
+        _SET[1] = max(0, int(grain))
+    _publish()
     return prev
 
 
 def grain() -> int:
     """The fewest elements a parallel loop hands to the workers."""
-    return int(_GRAIN.value)
+    return _SET[1]
+
+
+def _publish() -> None:
+    """The thresholds the launches read: ``_SET``'s, or NEVER while ``set_num_threads(1)`` stands."""
+    _MIN_WORK.value, _GRAIN.value = (NEVER, NEVER) if _ONE_THREAD[0] else _SET
+
+
+def follow_threads(n: int) -> None:
+    """Keep the launches in step with ``set_num_threads`` (``n``: its count, 0 when unset), called holding
+    ``threads.LAUNCH_LOCK`` before each launch: at one thread no gated launch takes the pool (a graph laid out for
+    it runs its chunks on the calling thread, with the same bits), at more they take it again.  Numba's own
+    parallel kernels (``workpool`` builds none; ``threads.py``'s layer) follow through Numba's thread mask, which
+    is the calling thread's."""
+    one = n == 1
+    if one is _ONE_THREAD[0]:
+        return
+    _ONE_THREAD[0] = one
+    _publish()
+    numba_pool = sys.modules.get("numba.np.ufunc.parallel")
+    if numba_pool is not None and getattr(numba_pool, "_is_initialized", False):
+        numba_pool.set_num_threads(1 if one else numba_pool.NUM_THREADS)
 
 
 def eager_min_work() -> int:
@@ -261,12 +291,18 @@ def caller_rounds() -> int:
     return int(_CALLER_ROUNDS.value)
 
 
+def _thresholds():
+    """``(min_work, grain)`` a compiled launch compares with now: NEVER at ``set_num_threads(1)``, read from the
+    setting itself (the globals follow it only at the next launch)."""
+    return (NEVER, NEVER) if settings.STATE.num_threads == 1 else _SET
+
+
 def takes(elements, per_element: float, eager: bool = False) -> bool:
     """Whether a parallel-capable loop of ``elements`` elements, each costing ``per_element``, takes the pool:
     the test the kernel makes per call (``ir_loops._Renderer._dispatch``), less the worker count and the pacer
     (which holds launches off the pool only inside a paced graph's call: never between calls).  ``eager``: at
     the eager kernels' thresholds (``eager_min_work``)."""
-    work, least = (_EAGER[0], _EAGER[1]) if eager else (_MIN_WORK.value, _GRAIN.value)
+    work, least = (_EAGER[0], _EAGER[1]) if eager else _thresholds()
     return elements >= least and float(elements) * per_element >= float(work)
 
 
@@ -274,14 +310,14 @@ def takes_batch(macs, count, most: int) -> bool:
     """Whether a batch of ``count`` products of ``macs`` multiply-adds each takes the pool, each product on one
     thread: at least two, each at most ``most`` (OpenBLAS would thread a larger one itself), and work enough (the
     entry's test, ``entry_gemms.gemm_batch_on_pool``)."""
-    return count >= 2 and macs <= most and float(macs) * float(count) >= float(_MIN_WORK.value)
+    return count >= 2 and macs <= most and float(macs) * float(count) >= float(_thresholds()[0])
 
 
 def takes_split(macs, blocks) -> bool:
     """Whether a GEMM of ``macs`` multiply-adds split into ``blocks`` blocks of rows (``batched_gemm.split_rows``)
     takes the pool: two blocks at least, and the whole product's work enough (the entry's test, the last block at
     its own height)."""
-    return blocks >= 2 and float(macs) >= float(_MIN_WORK.value)
+    return blocks >= 2 and float(macs) >= float(_thresholds()[0])
 
 
 def pace() -> int:
@@ -529,6 +565,7 @@ def run_on_each(fn) -> list:
 
 __all__ = ["available", "launch", "threads", "queues", "caller", "private", "run_on_each", "default_threads", "library",
            "spinning", "POOL", "SYMBOLS", "PARALLEL_GRAIN", "PARALLEL_WORK", "PRIVATE_POOL", "min_work", "set_min_work", "grain", "rounds",
+           "follow_threads", "NEVER",
            "EAGER_PARALLEL_WORK", "EAGER_PARALLEL_GRAIN", "eager_min_work", "eager_grain", "set_eager_min_work",
            "eager_thresholds", "joined", "can_join", "JOIN_MAX", "busy_held", "BUSY_HOLD",
            "caller_rounds", "takes", "takes_batch", "takes_split", "pace", "set_pace", "launch_times", "PACE_OFF",
