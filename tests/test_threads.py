@@ -213,48 +213,6 @@ def test_the_calling_thread_runs_a_chunk_of_every_pooled_launch(threads):
     assert shared["sums"] == out["sums"]            # the same chunks, whoever runs them
 
 
-_LATER_ONE = """
-import json, numpy as np, jitgrad as jg
-from jitgrad.codegen.native import workpool
-rng = np.random.default_rng(0)
-x = jg.tensor(rng.standard_normal((2048, 256)).astype(np.float32))
-w = jg.tensor(rng.standard_normal((256, 256)).astype(np.float32) / 16)
-# a GEMM big enough to split between the workers, a loop and a row reduction over 2^19 elements: all gated launches
-f = jg.compile(lambda x, w: ((x @ w).tanh() * 2.0 + x).softmax(-1).sum(0), backend="numba", background=False)
-out = {}
-for threads in (2, 1, 2):
-    jg.set_num_threads(threads)
-    f(x, w)
-    pool = workpool.spinning()
-    r0, s0 = workpool.rounds(), pool.stats()
-    got = [f(x, w).numpy().tobytes().hex() for _ in range(3)]
-    s1 = pool.stats()
-    out.setdefault(str(threads), []).append({
-        "rounds": workpool.rounds() - r0, "worker_wakes": s1["worker_wakes"] - s0["worker_wakes"],
-        "spins": s1["spins"] - s0["spins"], "bits": sorted(set(got)),
-        "parallel": sum(bool(l.parallel) for l in f.launches(x, w))})
-print(json.dumps(out))
-"""
-
-
-def test_set_num_threads_1_keeps_a_graph_built_for_the_pool_off_it():
-    """Counted: a graph compiled at two threads, then ``set_num_threads(1)`` (torch's intra-op count, which a user
-    lowers to share the cores with other processes): its next calls start no pool round and wake no worker (the
-    workers spin for nothing either), and its launch records say so; the results keep their bits (the chunks the
-    pool would have run, on the calling thread).  Back at two threads the same launches take the pool again."""
-    env = dict(os.environ, JITGRAD_BACKGROUND_COMPILE="0", NUMBA_NUM_THREADS="2")
-    env.pop("JITGRAD_POOL", None)
-    env.pop("JITGRAD_PRIVATE_POOL", None)
-    r = subprocess.run([sys.executable, "-c", _LATER_ONE], env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    (one,), (two, again) = out["1"], out["2"]
-    assert two["rounds"] >= 3 and two["parallel"] >= 2, two     # the GEMM's blocks and the rows pooled (one round)
-    assert one["rounds"] == one["worker_wakes"] == one["spins"] == one["parallel"] == 0, one
-    assert again["rounds"] == two["rounds"] and again["parallel"] == two["parallel"], again
-    assert len(two["bits"]) == 1 and one["bits"] == two["bits"] == again["bits"]
-
-
 def test_blas_pacer_drops_to_one_thread_while_calls_show_contention(monkeypatch):
     """The policy, driven by a fake clock and a fake OpenBLAS (counted, not timed): calls at their usual speed
     keep every BLAS thread; one call 3x slower than the best puts BLAS on one thread for HOLD calls; a slow retry

@@ -465,6 +465,8 @@ def launch() -> int:
                 _CALLER.value = 1 if n >= 2 else 0
                 _FUNCS = (spin.add_task, spin.ready, spin.synchronize)
             else:
+                if not _PRIVATE:        # Numba's own instance: its kernels split into Numba's count of chunks
+                    n = settings.numba_threads()
                 mine = _PRIVATE and n >= 2
                 # a no-op when Numba (sharing the library) launched its pool first
                 ctypes.CFUNCTYPE(None, ctypes.c_int)(lib.launch_threads)(n - 1 if mine else n)

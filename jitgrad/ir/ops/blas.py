@@ -246,6 +246,9 @@ BLAS_THREADED_MACS = 65536 * 4
 EAGER_SPLIT_MACS = int(float(os.environ.get("JITGRAD_EAGER_SPLIT_MACS", 1 << 22)))
 BLAS_PACER = os.environ.get("JITGRAD_BLAS_PACER", "0") == "1"
 STATS = {"blas_backoffs": 0}    # drops to one thread (counted, for tests)
+# the variables OpenBLAS takes its thread count from; with none set it takes every core, and a process that shares
+# the machine's cores with the others of its job (``settings.core_share``: ``mpiexec -n 4``) uses its share
+_OPENBLAS_COUNTS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 
 
 class BlasPacer:
@@ -284,6 +287,8 @@ class BlasPacer:
         cls._control = ctl or False
         if ctl:
             cls._max = cls._current = max(1, int(ctl[0]()))
+            if not any(os.environ.get(k) for k in _OPENBLAS_COUNTS):
+                cls._max = min(cls._max, settings.core_share())     # (it took every core: this process's share)
 
     @classmethod
     def use(cls, n: int) -> None:
