@@ -82,7 +82,7 @@ O_RDONLY_CLOEXEC = 0x80000      # O_RDONLY | O_CLOEXEC (the same on x86-64 and A
 def source(machine: str, slots: int) -> str:
     """LLVM IR text: the readers' state for ``slots`` threads, the default reader and ``@busy_check(i64 slot,
     i64 now)``, which a waiting thread calls with its slot and the clock; it needs the pool's globals
-    ``@jitgrad_pool_quiet_until`` and ``@stat`` (``spin_pool._source``)."""
+    ``@jitgrad_pool_quiet_until`` and ``@stat`` (``spin_pool_ir.source``)."""
     path = "".join(f"\\{c:02X}" for c in _PATH)
     return f"""
 @jitgrad_pool_rq_files = global [{slots} x [2 x i64]] zeroinitializer, align 64    ; per slot: fd + 1, thread id
