@@ -80,8 +80,9 @@ def test_mpiexec_ranks_share_the_cores():
     except SystemExit:
         pytest.skip("no mpiexec")
     e = {k: v for k, v in os.environ.items() if k not in _VARS}
-    r = subprocess.run([mpiexec, "-n", "2", sys.executable, "-c", "import jitgrad as jg; print('n', jg.get_num_threads())"],
-                       env=e, capture_output=True, text=True, timeout=300)
+    probe = "import jitgrad as jg; print('n', jg.get_num_threads())"
+    r = subprocess.run([mpiexec, "-n", "2", sys.executable, "-c", probe], env=e, capture_output=True, text=True,
+                       timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     got = sorted(int(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("n "))
     want = max(1, _cores() // 2) if _unbound() else _cores()
@@ -130,3 +131,53 @@ def test_set_num_threads_1_keeps_a_graph_built_for_the_pool_off_it():
     assert len(two["bits"]) == 1 and one["bits"] == two["bits"] == again["bits"]
 
 
+
+
+_FEWER = """
+import json, os, threading, numpy as np, jitgrad as jg
+from jitgrad.codegen.native import workpool
+main = threading.get_native_id()
+
+
+def on_cpu():       # each other thread's time on a core so far (ns): a parked worker's never moves
+    return {t: int(open(f"/proc/self/task/{t}/schedstat").read().split()[0]) for t in os.listdir("/proc/self/task")
+            if int(t) != main}
+
+
+workpool.set_min_work(0, 0)         # every call of the loop a pool round
+x = jg.tensor(np.linspace(-1, 1, 1 << 18).astype(np.float32))
+f = jg.compile(lambda a: ((a * 2.0).tanh() * a).exp(), backend="numba", background=False)
+f(x)
+out = []
+for n in (3, 2, 3):
+    jg.set_num_threads(n)
+    for _ in range(3):
+        f(x)        # (a worker parks at the first round after the count fell)
+    pool = workpool.spinning()
+    s0, c0, r0 = pool.stats(), on_cpu(), workpool.rounds()
+    bits = sorted({f(x).numpy().tobytes().hex() for _ in range(20)})
+    s1, c1 = pool.stats(), on_cpu()
+    out.append({"n": n, "rounds": workpool.rounds() - r0, "ran": sum(c1[t] > c0.get(t, c1[t]) for t in c1),
+                "parks": s1["parks"] - s0["parks"], "active": pool.active(), "workers": pool.workers(),
+                "bits": bits, "threads": max(la.threads for la in f.launches(x))})
+print(json.dumps(out))
+"""
+
+
+def test_set_num_threads_below_the_pool_parks_the_workers_it_leaves_out():
+    """Counted: a pool of three threads (two workers and the caller), then ``set_num_threads(2)``: one worker
+    takes part in the rounds and the other sleeps through them (its time on a core does not move, it parked
+    once), every chunk still runs (the calling thread takes the parked worker's share), the launch records say
+    two threads, and the bits are the same; back at three both workers take part again."""
+    e = dict(os.environ, JITGRAD_BACKGROUND_COMPILE="0", NUMBA_NUM_THREADS="3", JITGRAD_POOL_BUSY_HOLD="0")
+    for k in ("JITGRAD_POOL", "JITGRAD_PRIVATE_POOL"):
+        e.pop(k, None)
+    r = subprocess.run([sys.executable, "-c", _FEWER], env=e, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    three, two, again = json.loads(r.stdout.strip().splitlines()[-1])
+    assert three["workers"] == 2 and three["active"] == 2 and three["rounds"] == 20 and three["ran"] == 2, three
+    assert three["threads"] == 3
+    assert two["active"] == 1 and two["rounds"] == 20 and two["ran"] == 1 and two["parks"] == 0, two
+    assert two["threads"] == 2
+    assert again["active"] == 2 and again["rounds"] == 20 and again["ran"] == 2 and again["threads"] == 3, again
+    assert len(three["bits"]) == 1 and three["bits"] == two["bits"] == again["bits"]

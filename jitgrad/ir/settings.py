@@ -4,8 +4,9 @@
   (eager and compiled matmuls: the count ``ir/ops/blas.all_threads`` sets for large GEMMs); with 1,
   graphs compiled from then on plan every loop serial (``codegen/program/layout.py``), and those compiled before
   keep their launches off the pool from their next call (``codegen/native/workpool.follow_threads``: the same
-  chunks on the calling thread, the same bits).  The worker pool of parallel
-  compiled kernels (``codegen/native/workpool.py``) keeps its size (``default_threads()``: ``NUMBA_NUM_THREADS``,
+  chunks on the calling thread, the same bits); with ``n`` under the pool's size, ``n - 1`` of its workers take
+  part in the rounds from the next launch and the others sleep (the same chunks, the same bits).  The worker pool
+  of parallel compiled kernels (``codegen/native/workpool.py``) keeps its size (``default_threads()``: ``NUMBA_NUM_THREADS``,
   ``OMP_NUM_THREADS`` or the cores, shared between a launcher's processes).  ``None``: not set.
 - ``num_interop_threads`` (``torch.set_num_interop_threads``): recorded and reported only; jitgrad runs no
   inter-op thread pool.

@@ -72,9 +72,9 @@ def _positive_int(name, n) -> int:
 
 @published("jitgrad")
 def set_num_threads(int, /) -> None:     # noqa: A002  (torch's parameter name)
-    """Set the intra-op thread count: OpenBLAS's threads now (eager and compiled matmuls); 1 also keeps graphs
-    compiled afterwards serial, and those compiled before off the worker pool from their next call.  The pool of
-    parallel compiled kernels keeps its size (``ir/settings.py`` has the details)."""
+    """Set the intra-op thread count: OpenBLAS's threads now (eager and compiled matmuls), and the threads of the
+    worker pool's rounds from the next launch on (1: graphs compiled afterwards serial, those compiled before off
+    the pool).  The pool keeps its size; the workers left out sleep (``ir/settings.py`` has the details)."""
     n = _positive_int("set_num_threads", int)
     settings.STATE.num_threads = n
     from ..ir.ops import blas

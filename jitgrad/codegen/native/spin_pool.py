@@ -24,6 +24,15 @@ sleeps (``csleep``).  Each announce-then-check pair is sequentially consistent a
 change-then-check, so a wake-up is never lost.  Chunks are whatever the caller queued: who runs them, and whether
 anyone spun, changes no result bit.
 
+**Fewer threads than workers** (``set_num_threads(n)`` under the pool's size at run time: ``Pool.set_active``,
+between rounds).  The first ``active`` workers take part; ``ready`` counts only them in ``pending``; the ``k``-th task
+queued since ``ready`` (chunk ``k mod nq + 1`` of its launch, every launch queueing one per queue) goes to queue
+``(k mod nq) mod (active + 1)``, so chunk ``i`` of launches sharing a round stays on one thread, in order, and queue
+``active`` (a parked worker's) is the calling thread's share, run in ``synchronize`` before it waits.  A worker at
+or past ``active`` that sees a round start parks (``park``: a futex wait on ``active`` itself, no spin) without
+touching ``pending``; ``set_active`` records the round count (``active_gen``) before it raises ``active`` and wakes
+the parked, which resume from that count, so a round started before one wakes still counts it.
+
 **A busy machine: stop spinning.**  Each waiting thread samples its own run-queue wait now and then (``busy_sign.py``);
 when another process shares its core (a quarter of a window waited, in slices, not wake-ups), every wait for a hold
 (31 ms, doubling to a quarter of a second as the sign comes back) sleeps at once (``stats()['busy']``) and a spin
@@ -74,9 +83,11 @@ class Pool:
         self._start = ctypes.CFUNCTYPE(None, ctypes.c_int32)(fn("jitgrad_pool_start"))
         self._stop = ctypes.CFUNCTYPE(ctypes.c_int32)(fn("jitgrad_pool_stop"))
         self._forget = ctypes.CFUNCTYPE(None)(fn("jitgrad_pool_forget"))
+        self._set_active = ctypes.CFUNCTYPE(None, ctypes.c_int32)(fn("jitgrad_pool_set_active"))
         glob = engine.get_global_value_address
         self._spin = ctypes.c_int64.from_address(glob("jitgrad_pool_spin_ns"))
         self._nq = ctypes.c_int32.from_address(glob("jitgrad_pool_nq"))
+        self._active = ctypes.c_int32.from_address(glob("jitgrad_pool_active"))
         self._started = ctypes.c_int32.from_address(glob("jitgrad_pool_started"))
         self._stats = (ctypes.c_int64 * len(STAT_NAMES)).from_address(glob("jitgrad_pool_stats"))
         self._clock = ctypes.c_void_p.from_address(glob("jitgrad_pool_clock"))
@@ -99,6 +110,17 @@ class Pool:
     def workers(self) -> int:
         """The workers of a started pool (its queues), else 0."""
         return int(self._nq.value) if self._started.value else 0
+
+    def set_active(self, workers: int | None) -> None:
+        """How many workers take part in the rounds from now on (None: all): ``set_num_threads(n)`` below the
+        pool's size at run time (``workpool.follow_threads``).  The chunks stay as many: the other workers' share
+        goes round to those taking part and the calling thread, and the others sleep (``park``) until the count
+        rises.  Between rounds only (under ``threads.LAUNCH_LOCK``)."""
+        self._set_active(MAX_QUEUES if workers is None else max(0, min(int(workers), MAX_QUEUES)))
+
+    def active(self) -> int:
+        """The workers taking part in rounds (at most ``workers()``)."""
+        return min(int(self._active.value), self.workers())
 
     def stop(self) -> bool:
         """End and join the workers unless a round is in flight; a later round starts them again."""

@@ -9,7 +9,7 @@ from .busy_sign import source as sign_source
 MAX_QUEUES = 256        # workers at most (the pool's size is the machine's cores less one)
 MAX_TASKS = 16          # queued tasks per worker per round; more run on the calling thread at ``add_task``
 STAT_NAMES = ("worker_sleeps", "worker_wakes", "caller_sleeps", "caller_wakes", "rounds", "busy", "spin_hits",
-              "spins", "samples", "late")
+              "spins", "samples", "late", "parks")
 CALLER_SLOT = MAX_QUEUES        # the busy sign's sampling slot of whichever thread waits in ``synchronize``
 PROBE_SLOT = MAX_QUEUES + 1     # ``Pool.run_queue``'s
 FUTEX = {"x86_64": 202, "AMD64": 202, "aarch64": 98, "arm64": 98}
@@ -35,6 +35,8 @@ def source(machine: str) -> str:
 @jitgrad_pool_linger = global i32 1
 @jitgrad_pool_nq = global i32 0, align 64
 @jitgrad_pool_pivot = global i32 0
+@jitgrad_pool_active = global i32 {MAX_QUEUES}, align 64
+@jitgrad_pool_active_gen = global i32 0
 @jitgrad_pool_started = global i32 0
 @jitgrad_pool_stop_flag = global i32 0
 @jitgrad_pool_spin_ns = global i64 0
@@ -164,12 +166,43 @@ done:
   ret void
 }}
 
+; a worker that takes no part while ``active`` (``jitgrad_pool_set_active``) is at most its index sleeps here, on
+; ``active`` itself, until it rises past it or the pool stops; it never spins for rounds that are not its own
+define internal void @park(i64 %idx) {{
+entry:
+  br label %head
+head:
+  %a = load atomic i32, ptr @jitgrad_pool_active seq_cst, align 4
+  %a64 = sext i32 %a to i64
+  %in = icmp slt i64 %idx, %a64
+  %stop = load atomic i32, ptr @jitgrad_pool_stop_flag seq_cst, align 4
+  %stopping = icmp ne i32 %stop, 0
+  %leave = or i1 %in, %stopping
+  br i1 %leave, label %out, label %sleep
+sleep:
+  call void @futex_wait(ptr @jitgrad_pool_active, i32 %a)
+  br label %head
+out:
+  ret void
+}}
+
+; how many workers take part in the rounds from now on (workers 0 .. a-1; the calling thread takes the share of the
+; others): between rounds only.  A worker leaving its park resumes from the round count at this call, so it takes
+; part in the next round even when that starts before it wakes
+define void @jitgrad_pool_set_active(i32 %a) {{
+  %g = load atomic i32, ptr @jitgrad_pool_gen seq_cst, align 4
+  store atomic i32 %g, ptr @jitgrad_pool_active_gen seq_cst, align 4
+  store atomic i32 %a, ptr @jitgrad_pool_active seq_cst, align 4
+  call void @jitgrad_pool_futex_wake(ptr @jitgrad_pool_active, i32 2147483647)
+  ret void
+}}
+
 define internal ptr @worker(ptr %arg) {{
 entry:
   %idx = ptrtoint ptr %arg to i64
   br label %wait
 wait:
-  %seen = phi i32 [0, %entry], [%seen, %slept], [%g, %finished]
+  %seen = phi i32 [0, %entry], [%seen, %slept], [%g, %finished], [%resume, %parked]
   %linger = load atomic i32, ptr @jitgrad_pool_linger monotonic, align 4
   %at_once = icmp eq i32 %linger, 0
   br i1 %at_once, label %sleep, label %spin
@@ -200,7 +233,19 @@ work:
   %g = load atomic i32, ptr @jitgrad_pool_gen acquire, align 4
   %stop = load atomic i32, ptr @jitgrad_pool_stop_flag acquire, align 4
   %stopping = icmp ne i32 %stop, 0
-  br i1 %stopping, label %exit, label %run
+  br i1 %stopping, label %exit, label %part
+part:
+  %a = load atomic i32, ptr @jitgrad_pool_active seq_cst, align 4
+  %a64 = sext i32 %a to i64
+  %out = icmp sge i64 %idx, %a64
+  br i1 %out, label %park, label %run
+park:
+  call void @stat(i32 10)
+  call void @park(i64 %idx)
+  br label %parked
+parked:
+  %resume = load atomic i32, ptr @jitgrad_pool_active_gen seq_cst, align 4
+  br label %wait
 run:
   call void @run_queue(i64 %idx)
   %r = atomicrmw sub ptr @jitgrad_pool_pending, i32 1 seq_cst
@@ -257,7 +302,12 @@ entry:
   %none = icmp sle i32 %n, 0
   br i1 %none, label %inline, label %queue
 queue:
-  %q = load i32, ptr @jitgrad_pool_pivot
+  %k = load i32, ptr @jitgrad_pool_pivot
+  %act = load i32, ptr @jitgrad_pool_active
+  %a = call i32 @llvm.smin.i32(i32 %act, i32 %n)
+  %slot = urem i32 %k, %n
+  %a1 = add i32 %a, 1
+  %q = urem i32 %slot, %a1
   %q64 = zext i32 %q to i64
   %cp = getelementptr [{MAX_QUEUES} x i32], ptr @jitgrad_pool_counts, i64 0, i64 %q64
   %c = load i32, ptr %cp
@@ -279,10 +329,8 @@ store:
   store ptr %data, ptr %p4
   %c1 = add i32 %c, 1
   store i32 %c1, ptr %cp
-  %q1 = add i32 %q, 1
-  %wrap = icmp sge i32 %q1, %n
-  %q2 = select i1 %wrap, i32 0, i32 %q1
-  store i32 %q2, ptr @jitgrad_pool_pivot
+  %k1 = add i32 %k, 1
+  store i32 %k1, ptr @jitgrad_pool_pivot
   ret void
 inline:
   call void %fn(ptr %args, ptr %dims, ptr %steps, ptr %data)
@@ -303,7 +351,9 @@ go:
   %none = icmp sle i32 %n, 0
   br i1 %none, label %out, label %round
 round:
-  store i32 %n, ptr @jitgrad_pool_pending
+  %act = load i32, ptr @jitgrad_pool_active
+  %a = call i32 @llvm.smin.i32(i32 %act, i32 %n)
+  store i32 %a, ptr @jitgrad_pool_pending
   %ln = load i32, ptr @jitgrad_pool_linger_next
   store atomic i32 %ln, ptr @jitgrad_pool_linger monotonic, align 4
   call void @stat(i32 4)
@@ -322,6 +372,15 @@ out:
 
 define void @jitgrad_pool_synchronize() {{
 entry:
+  %act = load i32, ptr @jitgrad_pool_active
+  %n = load i32, ptr @jitgrad_pool_nq
+  %share = icmp slt i32 %act, %n
+  br i1 %share, label %mine, label %timed
+mine:                   ; the calling thread's share of the tasks while workers are parked (add_task)
+  %a64 = sext i32 %act to i64
+  call void @run_queue(i64 %a64)
+  br label %timed
+timed:
   %ts = call i64 @jitgrad_pool_now()
   %ok = call i1 @spin(ptr @jitgrad_pool_pending, i32 0, i1 1, i64 {CALLER_SLOT})
   br i1 %ok, label %out, label %announce
@@ -373,6 +432,7 @@ go:
   store atomic i32 1, ptr @jitgrad_pool_stop_flag seq_cst, align 4
   %o = atomicrmw add ptr @jitgrad_pool_gen, i32 1 seq_cst
   call void @jitgrad_pool_futex_wake(ptr @jitgrad_pool_gen, i32 2147483647)
+  call void @jitgrad_pool_futex_wake(ptr @jitgrad_pool_active, i32 2147483647)
   %n = load i32, ptr @jitgrad_pool_nq
   br label %head
 head:

@@ -19,7 +19,8 @@ Policy (knobs in parentheses):
   ``NUMBA_NUM_THREADS``, the calling thread one of them: it runs chunk 0 of each pooled launch, the pool's workers the
   others (``workpool.launch``).  ``torch.set_num_threads`` (``ir/settings.py``) sets OpenBLAS's count at once and, at
   1, keeps graphs compiled later serial and those compiled before off the pool from their next call
-  (``workpool.follow_threads``); it does not resize the pool.  A kernel runs serially unless its work pays for
+  (``workpool.follow_threads``); under the pool's size it parks the workers left out (``spin_pool``'s
+  ``set_active``: the same chunks, the same bits).  A kernel runs serially unless its work pays for
   waking the threads (``workpool.py``: ``PARALLEL_GRAIN``, ``PARALLEL_WORK``, tested by each parallel-capable kernel
   per call).
 - **OpenBLAS workers sleep soon when idle** (``OPENBLAS_THREAD_TIMEOUT``, set to 20 by ``import jitgrad``

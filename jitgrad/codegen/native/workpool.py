@@ -133,6 +133,7 @@ _GRAIN = ctypes.c_int64(int(float(os.environ.get("JITGRAD_PARALLEL_GRAIN", PARAL
 NEVER = 1 << 62
 _SET = [int(_MIN_WORK.value), int(_GRAIN.value)]
 _ONE_THREAD = [False]
+_LIMIT = [None]         # the workers ``follow_threads`` let take part (None: all)
 # Eager kernels' launches (``jit/eager_kernels.py``) have a threshold of their own: an eager round wakes sleeping
 # workers (5-30 us: ``threads.EAGER_LAUNCH`` leaves them asleep after it, since Python and OpenBLAS come next, not
 # another round), so what pays for a compiled step's back-to-back rounds need not pay for one eager call: about
@@ -214,20 +215,25 @@ def _publish() -> None:
     _MIN_WORK.value, _GRAIN.value = (NEVER, NEVER) if _ONE_THREAD[0] else _SET
 
 
-def follow_threads(n: int) -> None:
-    """Keep the launches in step with ``set_num_threads`` (``n``: its count, 0 when unset), called holding
+def follow_threads(n) -> None:
+    """Keep the launches in step with ``set_num_threads`` (``n``: its count, None or 0 when unset), called holding
     ``threads.LAUNCH_LOCK`` before each launch: at one thread no gated launch takes the pool (a graph laid out for
-    it runs its chunks on the calling thread, with the same bits), at more they take it again.  Numba's own
-    parallel kernels (``workpool`` builds none; ``threads.py``'s layer) follow through Numba's thread mask, which
-    is the calling thread's."""
+    it runs its chunks on the calling thread, with the same bits); at ``n`` under the pool's size ``n - 1`` of
+    jitgrad's workers take part in its rounds (``spin_pool.Pool.set_active``: the same chunks, the others' share
+    on those and the calling thread, the rest asleep).  Numba's own parallel kernels (``threads.py``'s layer)
+    follow through Numba's thread mask, which is the calling thread's."""
     one = n == 1
-    if one is _ONE_THREAD[0]:
+    limit = n - 1 if n and n > 1 else None
+    if one is _ONE_THREAD[0] and limit == _LIMIT[0]:
         return
-    _ONE_THREAD[0] = one
+    _ONE_THREAD[0], _LIMIT[0] = one, limit
     _publish()
+    spin = _spin_pool()
+    if spin is not None:
+        spin.set_active(limit)
     numba_pool = sys.modules.get("numba.np.ufunc.parallel")
     if numba_pool is not None and getattr(numba_pool, "_is_initialized", False):
-        numba_pool.set_num_threads(1 if one else numba_pool.NUM_THREADS)
+        numba_pool.set_num_threads(min(n, numba_pool.NUM_THREADS) if n else numba_pool.NUM_THREADS)
 
 
 def eager_min_work() -> int:

@@ -274,8 +274,8 @@ class CompiledGraph:
         from ..native import workpool
         from ...ir.symbolic import concretize, hint_of
         pool = workers or workpool.threads() or workpool.default_threads()
-        if settings.STATE.num_threads == 1 and not workers:
-            pool = 1
+        if settings.STATE.num_threads and not workers:      # (set_num_threads: at most so many, at run time too)
+            pool = min(pool, settings.STATE.num_threads)
         ctl = blas_library.thread_control()
         blas_n = max(1, int(ctl[0]())) if ctl else 1
 
