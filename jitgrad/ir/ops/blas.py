@@ -23,10 +23,9 @@ import time
 
 import numpy as np
 
-from .. import eager_threads as _eager_split
-from .. import settings
+from .. import eager_threads as _eager_split, settings
 from .blas_gemv import matvec
-from .blas_library import LIBRARY, gemm_address, info, load, thread_control
+from .blas_library import LIBRARY, gemm_address, info, load, thread_control, told_count
 
 # below this many multiply-adds the f2py call costs more than NumPy's own matmul saves
 EAGER_MIN_MACS = 32 * 32 * 32
@@ -246,9 +245,6 @@ BLAS_THREADED_MACS = 65536 * 4
 EAGER_SPLIT_MACS = int(float(os.environ.get("JITGRAD_EAGER_SPLIT_MACS", 1 << 22)))
 BLAS_PACER = os.environ.get("JITGRAD_BLAS_PACER", "0") == "1"
 STATS = {"blas_backoffs": 0}    # drops to one thread (counted, for tests)
-# the variables OpenBLAS takes its thread count from; with none set it takes every core, and a process that shares
-# the machine's cores with the others of its job (``settings.core_share``: ``mpiexec -n 4``) uses its share
-_OPENBLAS_COUNTS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 
 
 class BlasPacer:
@@ -263,8 +259,8 @@ class BlasPacer:
     median of 7-69 ms on two BLAS threads, and to 12 ms on one thread.  So a call slower than ``SLOW`` times the
     best at that thread count means contention, and the next ``HOLD`` calls run BLAS on one thread (doubled each
     time a retry on all threads is slow again, at most ``MAX_HOLD``), then one call tries all threads again.  The
-    thread count is process-wide; the pacer takes the count OpenBLAS had when it first ran (``OPENBLAS_NUM_THREADS``,
-    cores) as its maximum, and ``torch.set_num_threads``'s count when one is set."""
+    thread count is process-wide; the pacer's maximum is the count OpenBLAS had when it first ran (untold, the
+    process's share of the cores: ``told_count``), and ``torch.set_num_threads``'s count when one is set."""
     SLOW = 3.0
     HOLD = 32
     MAX_HOLD = 1024
@@ -287,8 +283,7 @@ class BlasPacer:
         cls._control = ctl or False
         if ctl:
             cls._max = cls._current = max(1, int(ctl[0]()))
-            if not any(os.environ.get(k) for k in _OPENBLAS_COUNTS):
-                cls._max = min(cls._max, settings.core_share())     # (it took every core: this process's share)
+            cls._max = cls._max if told_count() else min(cls._max, settings.core_share())
 
     @classmethod
     def use(cls, n: int) -> None:

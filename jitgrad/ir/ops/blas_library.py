@@ -149,6 +149,11 @@ def thread_control():
     return get, set_
 
 
+def told_count() -> bool:
+    """Whether OpenBLAS was told its thread count (its variables); else it took every core."""
+    return any(os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"))
+
+
 def gemm_address(name: str) -> int:
     """Address of SciPy's Fortran-ABI ``sgemm``/``dgemm`` (compiled graphs call it directly)."""
     addr = LIBRARY.get("addresses", {}).get(name)
