@@ -10,6 +10,7 @@ is an upper bound on the speedup when more threads also cost more wake-ups.  Say
 figures (printed first): on a loaded machine the second thread is not a free core.
 
     python benchmarks/scaling_model.py [--rounds 3] [--steps 30] [--only b9]
+    python benchmarks/scaling_model.py --in-process --rounds 6     # B9 compiled, set_num_threads(1) / (all) alternating
     python benchmarks/scaling_model.py --work       # B9's compiled step by its launch records (counted, no clock)
     python benchmarks/scaling_model.py --work --launches    # ... and every launch record, one a line
     python benchmarks/scaling_model.py --work b11 [--launches]     # B11's (force field) compiled step
@@ -95,6 +96,36 @@ def b9_work(every=False):
         print(f"| {where} | {kind} | {n} | {w / 2 ** 20:.1f} |")
 
 
+def b9_in_process(rounds, steps):
+    """B9's compiled step built at the pool's size, then ``set_num_threads(1)`` and the pool's size alternating in
+    blocks of ``steps`` steps in this one process (a diagnostic, not a user's figure: both counts see the host's
+    same minutes, which fresh processes minutes apart do not; the one-thread step runs the two-thread layout, its
+    split GEMMs' blocks one after the other on the calling thread, so its speedup reads a little high)."""
+    import numpy as np
+    import harness as H
+    import jitgrad
+    import gpt_model
+    from jitgrad.codegen.native import workpool
+    step, x, y = gpt_model.compiled_b9(jitgrad)
+    n = workpool.default_threads()
+    times = {1: [], n: []}
+    print(f"# B9 compiled in one process, set_num_threads(1) and ({n}) alternating, {steps} steps a block")
+    for r in range(rounds):
+        row = {}
+        for t in (1, n):
+            jitgrad.set_num_threads(t)
+            r0 = workpool.rounds()
+            row[t] = statistics.median(H.call_times(lambda: step(x, y), steps, warmup=2)) * 1e3
+            times[t].append(row[t])
+            row[f"rounds{t}"] = (workpool.rounds() - r0) / (steps + 2)
+        print(f"round {r}: 1 thread {row[1]:.2f} ms ({row['rounds1']:.0f} pool rounds a step), {n} threads "
+              f"{row[n]:.2f} ms ({row[f'rounds{n}']:.0f}): {row[1] / row[n]:.2f}x", flush=True)
+    one, many = float(np.median(times[1])), float(np.median(times[n]))
+    each = [a / b for a, b in zip(times[1], times[n])]
+    print(f"median: 1 thread {one:.2f} ms, {n} threads {many:.2f} ms, {one / many:.2f}x (rounds "
+          f"{min(each):.2f}-{max(each):.2f}x)")
+
+
 def run(workload, lib, mode, threads, steps):
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads),
                OMP_NUM_THREADS=str(threads), JITGRAD_BACKGROUND_COMPILE="0")
@@ -123,7 +154,12 @@ def main():
     ap.add_argument("--instructions", action="store_true", help="with --work b11: instructions per launch")
     ap.add_argument("--per-thread", action="store_true", help="with --work b11: instructions per thread, 2 threads")
     ap.add_argument("--under-callgrind", help=argparse.SUPPRESS)
+    ap.add_argument("--in-process", action="store_true",
+                    help="B9 compiled, 1 and all threads alternating in one process")
     args = ap.parse_args()
+    if args.in_process:
+        b9_in_process(args.rounds, args.steps)
+        return
     if args.work == "b11":
         import step_work
         if args.under_callgrind:
