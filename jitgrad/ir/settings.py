@@ -6,8 +6,9 @@
   keep their launches off the pool from their next call (``codegen/native/workpool.follow_threads``: the same
   chunks on the calling thread, the same bits); with ``n`` under the pool's size, ``n - 1`` of its workers take
   part in the rounds from the next launch and the others sleep (the same chunks, the same bits).  The worker pool
-  of parallel compiled kernels (``codegen/native/workpool.py``) keeps its size (``default_threads()``: ``NUMBA_NUM_THREADS``,
-  ``OMP_NUM_THREADS`` or the cores, shared between a launcher's processes).  ``None``: not set.
+  of parallel compiled kernels (``codegen/native/workpool.py``) keeps its size (``default_threads()``:
+  ``NUMBA_NUM_THREADS``, ``OMP_NUM_THREADS`` or the cores, shared between a launcher's processes).  ``None``: not
+  set.
 - ``num_interop_threads`` (``torch.set_num_interop_threads``): recorded and reported only; jitgrad runs no
   inter-op thread pool.
 - ``matmul_precision`` (``torch.set_float32_matmul_precision``): recorded and reported only; float32 matmuls on
