@@ -111,15 +111,15 @@ def b9_in_process(rounds, steps):
     times = {1: [], n: []}
     print(f"# B9 compiled in one process, set_num_threads(1) and ({n}) alternating, {steps} steps a block")
     for r in range(rounds):
-        row = {}
+        ms, pooled = {}, {}
         for t in (1, n):
             jitgrad.set_num_threads(t)
             r0 = workpool.rounds()
-            row[t] = statistics.median(H.call_times(lambda: step(x, y), steps, warmup=2)) * 1e3
-            times[t].append(row[t])
-            row[f"rounds{t}"] = (workpool.rounds() - r0) / (steps + 2)
-        print(f"round {r}: 1 thread {row[1]:.2f} ms ({row['rounds1']:.0f} pool rounds a step), {n} threads "
-              f"{row[n]:.2f} ms ({row[f'rounds{n}']:.0f}): {row[1] / row[n]:.2f}x", flush=True)
+            ms[t] = statistics.median(H.call_times(lambda: step(x, y), steps, warmup=2)) * 1e3
+            times[t].append(ms[t])
+            pooled[t] = (workpool.rounds() - r0) / (steps + 2)
+        print(f"round {r}: 1 thread {ms[1]:.2f} ms ({pooled[1]:.0f} pool rounds a step), {n} threads "
+              f"{ms[n]:.2f} ms ({pooled[n]:.0f}): {ms[1] / ms[n]:.2f}x", flush=True)
     one, many = float(np.median(times[1])), float(np.median(times[n]))
     each = [a / b for a, b in zip(times[1], times[n])]
     print(f"median: 1 thread {one:.2f} ms, {n} threads {many:.2f} ms, {one / many:.2f}x (rounds "

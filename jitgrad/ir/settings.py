@@ -89,8 +89,10 @@ LOCAL_PROCESS_COUNTS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_
 def _count(text):
     """A positive thread or process count from an environment variable's text, else None (unset, empty, not a
     number: ``OMP_NUM_THREADS="4,2"``'s nested form counts its first level)."""
+    if not text:
+        return None
     try:
-        n = int(str(text).split(",")[0])
+        n = int(text.split(",")[0])
     except ValueError:
         return None
     return n if n >= 1 else None

@@ -132,8 +132,7 @@ _GRAIN = ctypes.c_int64(int(float(os.environ.get("JITGRAD_PARALLEL_GRAIN", PARAL
 # the workers sleep.  ``_SET`` keeps the thresholds set (``set_min_work``), back in the globals at more threads.
 NEVER = 1 << 62
 _SET = [int(_MIN_WORK.value), int(_GRAIN.value)]
-_ONE_THREAD = [False]
-_LIMIT = [None]         # the workers ``follow_threads`` let take part (None: all)
+_FOLLOWED = [None]      # the ``set_num_threads`` count the globals and the pool's active workers follow now
 # Eager kernels' launches (``jit/eager_kernels.py``) have a threshold of their own: an eager round wakes sleeping
 # workers (5-30 us: ``threads.EAGER_LAUNCH`` leaves them asleep after it, since Python and OpenBLAS come next, not
 # another round), so what pays for a compiled step's back-to-back rounds need not pay for one eager call: about
@@ -211,8 +210,8 @@ def grain() -> int:
 
 
 def _publish() -> None:
-    """The thresholds the launches read: ``_SET``'s, or NEVER while ``set_num_threads(1)`` stands."""
-    _MIN_WORK.value, _GRAIN.value = (NEVER, NEVER) if _ONE_THREAD[0] else _SET
+    """The thresholds the launches read: ``_SET``'s, or NEVER while ``set_num_threads(1)`` is followed."""
+    _MIN_WORK.value, _GRAIN.value = _thresholds(_FOLLOWED[0])
 
 
 def follow_threads(n) -> None:
@@ -222,15 +221,13 @@ def follow_threads(n) -> None:
     jitgrad's workers take part in its rounds (``spin_pool.Pool.set_active``: the same chunks, the others' share
     on those and the calling thread, the rest asleep).  Numba's own parallel kernels (``threads.py``'s layer)
     follow through Numba's thread mask, which is the calling thread's."""
-    one = n == 1
-    limit = n - 1 if n and n > 1 else None
-    if one is _ONE_THREAD[0] and limit == _LIMIT[0]:
+    if n == _FOLLOWED[0]:
         return
-    _ONE_THREAD[0], _LIMIT[0] = one, limit
+    _FOLLOWED[0] = n
     _publish()
     spin = _spin_pool()
     if spin is not None:
-        spin.set_active(limit)
+        spin.set_active(n - 1 if n and n > 1 else None)
     numba_pool = sys.modules.get("numba.np.ufunc.parallel")
     if numba_pool is not None and getattr(numba_pool, "_is_initialized", False):
         numba_pool.set_num_threads(min(n, numba_pool.NUM_THREADS) if n else numba_pool.NUM_THREADS)
@@ -297,10 +294,10 @@ def caller_rounds() -> int:
     return int(_CALLER_ROUNDS.value)
 
 
-def _thresholds():
-    """``(min_work, grain)`` a compiled launch compares with now: NEVER at ``set_num_threads(1)``, read from the
-    setting itself (the globals follow it only at the next launch)."""
-    return (NEVER, NEVER) if settings.STATE.num_threads == 1 else _SET
+def _thresholds(n):
+    """``(min_work, grain)`` a compiled launch compares with at ``set_num_threads(n)``: NEVER at one thread.  The
+    Python-side tests pass the setting itself (the globals follow it only at the next launch)."""
+    return (NEVER, NEVER) if n == 1 else tuple(_SET)
 
 
 def takes(elements, per_element: float, eager: bool = False) -> bool:
@@ -308,7 +305,7 @@ def takes(elements, per_element: float, eager: bool = False) -> bool:
     the test the kernel makes per call (``ir_loops._Renderer._dispatch``), less the worker count and the pacer
     (which holds launches off the pool only inside a paced graph's call: never between calls).  ``eager``: at
     the eager kernels' thresholds (``eager_min_work``)."""
-    work, least = (_EAGER[0], _EAGER[1]) if eager else _thresholds()
+    work, least = (_EAGER[0], _EAGER[1]) if eager else _thresholds(settings.STATE.num_threads)
     return elements >= least and float(elements) * per_element >= float(work)
 
 
@@ -316,14 +313,15 @@ def takes_batch(macs, count, most: int) -> bool:
     """Whether a batch of ``count`` products of ``macs`` multiply-adds each takes the pool, each product on one
     thread: at least two, each at most ``most`` (OpenBLAS would thread a larger one itself), and work enough (the
     entry's test, ``entry_gemms.gemm_batch_on_pool``)."""
-    return count >= 2 and macs <= most and float(macs) * float(count) >= float(_thresholds()[0])
+    work = _thresholds(settings.STATE.num_threads)[0]
+    return count >= 2 and macs <= most and float(macs) * float(count) >= float(work)
 
 
 def takes_split(macs, blocks) -> bool:
     """Whether a GEMM of ``macs`` multiply-adds split into ``blocks`` blocks of rows (``batched_gemm.split_rows``)
     takes the pool: two blocks at least, and the whole product's work enough (the entry's test, the last block at
     its own height)."""
-    return blocks >= 2 and float(macs) >= float(_thresholds()[0])
+    return blocks >= 2 and float(macs) >= float(_thresholds(settings.STATE.num_threads)[0])
 
 
 def pace() -> int:
