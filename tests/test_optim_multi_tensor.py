@@ -169,11 +169,20 @@ def test_fused_and_foreach_keywords_as_torch(name):
                                   lambda ps: jg.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3)],
                          ids=["adamw", "adam_l2", "sgd_nesterov"])
 def test_multi_tensor_split_between_threads_bit_identical(monkeypatch, make):
-    """Big parameters: the update is split between eager threads by parameter; the bits are those of one thread."""
+    """Big parameters: the update is split between threads (SGD's NumPy rule between eager threads by parameter,
+    Adam's native pass in pieces on the worker pool); the bits are those of one thread."""
+    from jitgrad.codegen.native import gemm_blocks
     from jitgrad.ir import eager_threads, settings
     from jitgrad.ir.eager_threads import MIN_CHUNK
+    from jitgrad.optim import adam_native
+    if settings.default_threads() < 2 or gemm_blocks.runner() is None:
+        pytest.skip("needs two cores and jitgrad's pool")
     monkeypatch.setattr(eager_threads._PACER, "left", 0)        # (a loaded machine must not make it serial)
     monkeypatch.setattr(eager_threads._Pacer, "SLOW", float("inf"))
+    monkeypatch.setattr(gemm_blocks, "busy", lambda: False)
+
+    def splits():
+        return multi_tensor.STATS["split_steps"] + adam_native.STATS["pooled"]
 
     def run(threads):
         monkeypatch.setattr(settings.STATE, "num_threads", threads)
@@ -181,12 +190,12 @@ def test_multi_tensor_split_between_threads_bit_identical(monkeypatch, make):
         ps = [jg.nn.Parameter(jg.tensor(rng.standard_normal(s, dtype=np.float32)))
               for s in [(MIN_CHUNK // 64, 96), (MIN_CHUNK // 32,), (MIN_CHUNK // 64, 64), (3, 5), ()]]
         opt = make(ps)
-        before = multi_tensor.STATS["split_steps"]
+        before = splits()
         for _ in range(4):
             for p in ps:
                 p.grad = jg.tensor(rng.standard_normal(tuple(p.shape), dtype=np.float32))
             opt.step()
-        return [p.detach().numpy().copy() for p in ps], multi_tensor.STATS["split_steps"] - before
+        return [p.detach().numpy().copy() for p in ps], splits() - before
     one, split1 = run(1)
     two, split2 = run(2)
     assert split1 == 0 and split2 >= 3        # (SGD's first step makes its momentum buffers per parameter)

@@ -90,7 +90,9 @@ class Rule:
     - ``bumps(group)``: version bumps, one per tensor of ``(param, *state, *scalar_state[1:])``: the in-place
       writes the per-parameter path makes to each;
     - ``arrays(work, consts, scratch)``: the arithmetic on ``(param, grad, *state arrays, scalars)`` entries, in
-      the per-parameter path's order, one parameter after another.
+      the per-parameter path's order, one parameter after another;
+    - ``native(work, consts)``, optional: the same arithmetic with the same bits in one native pass over the
+      entries it serves (``adam_native.py``), returning the others, which ``arrays`` then updates.
 
     The scalars come from the optimiser's ``_multi_tensor_scalars(group, scalar_state_tensors)``: ``(scalars,
     new values of scalar_state[1:])``, computed with the tensor ops of its per-parameter loop (so the bits are
@@ -98,13 +100,13 @@ class Rule:
     values before any array is updated, so the scalars must not alias the state: ``.to(dtype)`` may return
     the tensor itself)."""
 
-    __slots__ = ("scalar_state", "state", "consts", "bumps", "arrays")
+    __slots__ = ("scalar_state", "state", "consts", "bumps", "arrays", "native")
 
-    def __init__(self, scalar_state, state, consts, bumps, arrays):
+    def __init__(self, scalar_state, state, consts, bumps, arrays, native=None):
         if not callable(state):
             state = (lambda names: lambda group: names)(tuple(state))
         self.scalar_state, self.state = tuple(scalar_state), state
-        self.consts, self.bumps, self.arrays = consts, bumps, arrays
+        self.consts, self.bumps, self.arrays, self.native = consts, bumps, arrays, native
 
 
 _DTYPE = operator.attrgetter("dtype")
@@ -114,8 +116,8 @@ _DATA = operator.attrgetter("_data")
 def run_rule(opt, group, rule) -> bool:
     """One update of ``group`` in place by ``rule``; False (nothing done) when the group needs the general path
     (an option the rule declines, a gradient or state tensor that is not a plain array of the parameter's
-    dtype and shape, a state tensor still to be made, a parameter listed twice).  ``opt._state_for(p, group)`` makes or returns a
-    parameter's state (not called when the rule has none)."""
+    dtype and shape, a state tensor still to be made, a parameter listed twice).  ``opt._state_for(p, group)``
+    makes or returns a parameter's state (not called when the rule has none)."""
     consts = rule.consts(group)
     if consts is None:
         return False
@@ -173,7 +175,10 @@ def run_rule(opt, group, rule) -> bool:
         work.append((p._data, g, *map(_DATA, arrs), sc))
         for t, b in zip((p, *arrs, *zs[1:]), bumps):
             t._vc[0] += b
-    _split_by_size(opt, work, lambda part, scratch: rule.arrays(part, consts, scratch))
+    if rule.native is not None:
+        work = rule.native(work, consts)
+    if work:
+        _split_by_size(opt, work, lambda part, scratch: rule.arrays(part, consts, scratch))
     return True
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import adam_native
 from .multi_tensor import Rule
 
 _F64 = np.float64
@@ -153,7 +154,7 @@ def _adam_arrays(work, consts, scratch):
 
 
 ADAM = Rule(("step",), lambda group: ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"] else ()),
-            _adam_consts, lambda group: _adam_like_bumps(group, 1) + (1,), _adam_arrays)
+            _adam_consts, lambda group: _adam_like_bumps(group, 1) + (1,), _adam_arrays, adam_native.update)
 
 
 # --- RMSprop --------------------------------------------------------------------------------------------------
