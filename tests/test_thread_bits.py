@@ -7,8 +7,8 @@ BLAS pacer's ``time.perf_counter``, the pool's kernel clock ``workpool.CLOCK_ADD
 and hashes every output of many calls: compiled GEMMs that OpenBLAS threads itself (one pool worker, OpenBLAS on
 two threads: the case where the bits used to move, with OpenBLAS's thread count switched by the BLAS pacer), split
 GEMMs, a full sum (the pool's partial sums), an optimiser update as multi-tensor batches, and in eager mode the
-GEMMs (SciPy's OpenBLAS, and NumPy's for small and batched products), the sum and a multi-tensor update split
-between threads.
+GEMMs (SciPy's OpenBLAS, and NumPy's for small and batched products), the sum, SGD's multi-tensor update split
+between threads and AdamW's native pass in pieces on the pool.
 """
 from __future__ import annotations
 
@@ -82,9 +82,12 @@ z = jg.tensor(rng.standard_normal((512, 512)).astype(np.float32))
 params = [jg.nn.Parameter(jg.tensor(rng.standard_normal(s).astype(np.float32))) for s in
           [(64, 32), (32,), (48, 16), (128,), (90, 40), (200,)] * 3]
 opt = jg.optim.AdamW(params, lr=1e-2, weight_decay=0.1)
-# an eager multi-tensor update split between threads by parameter (eager_threads.py)
+# an eager multi-tensor update split between threads by parameter (SGD's NumPy rule: eager_threads.py), and AdamW's
+# native pass in pieces on the pool (optim/adam_native.py)
 eager_params = [jg.nn.Parameter(jg.tensor(rng.standard_normal(s).astype(np.float32))) for s in [(256, 256)] * 4]
-eager_opt = jg.optim.AdamW(eager_params, lr=1e-2, weight_decay=0.1)
+eager_opt = jg.optim.SGD(eager_params, lr=1e-2, momentum=0.9, weight_decay=0.1)
+adam_params = [jg.nn.Parameter(jg.tensor(rng.standard_normal(s).astype(np.float32))) for s in [(300, 200)] * 3]
+adam_opt = jg.optim.AdamW(adam_params, lr=1e-2, weight_decay=0.1)
 
 
 def step(x, w, z):
@@ -119,10 +122,12 @@ for pool_tick, blas_seconds in script * 2:
     blas_threads.append(get_threads())
     compiled.append([digest(o.numpy()) for o in out[:2]])
     losses.append(digest(out[2].numpy()))
-    sum(((p * 0.7).sin() * p).sum() for p in eager_params).backward()
+    sum(((p * 0.7).sin() * p).sum() for p in eager_params + adam_params).backward()
     eager_opt.step()
     eager_opt.zero_grad(set_to_none=True)
-    eager_updates.append(digest(np.concatenate([p.detach().numpy().ravel() for p in eager_params])))
+    adam_opt.step()
+    adam_opt.zero_grad(set_to_none=True)
+    eager_updates.append(digest(np.concatenate([p.detach().numpy().ravel() for p in eager_params + adam_params])))
     # eager: the GEMM on SciPy's OpenBLAS, a small one and a batched one on NumPy's, the sum on the pool
     eager.append([digest((x @ w).numpy()), digest((x[:20, :30] @ w[:30, :10]).numpy()),
                   digest((z.reshape(8, 64, 512) @ z.reshape(8, 512, 64)).numpy()),
