@@ -80,7 +80,8 @@ def test_mpiexec_ranks_share_the_cores():
     except SystemExit:
         pytest.skip("no mpiexec")
     e = {k: v for k, v in os.environ.items() if k not in _VARS}
-    probe = "import jitgrad as jg; print('n', jg.get_num_threads())"
+    # (one write per rank: the pieces of two ranks' prints interleaved, "nn 1" then " 1")
+    probe = "import os, jitgrad as jg; os.write(1, f'n {jg.get_num_threads()}\\n'.encode())"
     r = subprocess.run([mpiexec, "-n", "2", sys.executable, "-c", probe], env=e, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]

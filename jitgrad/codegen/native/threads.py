@@ -96,15 +96,21 @@ class _Launch:
         self._lock = threading.Lock()
 
     def __enter__(self):
+        return self.enter(False)
+
+    def enter(self, eager: bool):
+        """``__enter__`` for a compiled call's launches or (``eager``) an eager one's."""
         self._lock.acquire()
-        self._placed_or_released()
+        self._placed_or_released(eager)
         return self
 
-    def _placed_or_released(self):
+    def _placed_or_released(self, eager: bool):
         """The workers placed once the lock is held (the lock released again if placing them fails), kept off
-        the calling thread's core (``keep_apart``), and the launches' thresholds in step with ``set_num_threads``
-        (``workpool.follow_threads``: at one thread a graph laid out for the pool keeps off it)."""
+        the calling thread's core (``keep_apart``), the launches' thresholds in step with ``set_num_threads``
+        (``workpool.follow_threads``: at one thread a graph laid out for the pool keeps off it), and the pool's
+        spin the one for the launch's kind (``workpool.spin_for``: eager rounds spin longer)."""
         _workpool.follow_threads(_settings.STATE.num_threads)
+        _workpool.spin_for(eager)
         if not _placed:
             try:
                 place_workers()
@@ -118,11 +124,12 @@ class _Launch:
         self._lock.release()
 
     def enter_now(self) -> bool:
-        """``__enter__`` if no launch holds the lock now (True), else nothing (False): for a caller that has
-        another way to run its work (an eager GEMM's one call) and must never wait on, or deadlock with, a launch."""
+        """``enter(True)`` if no launch holds the lock now (True), else nothing (False): for an eager caller that
+        has another way to run its work (an eager GEMM's one call) and must never wait on, or deadlock with, a
+        launch."""
         if not self._lock.acquire(False):
             return False
-        self._placed_or_released()
+        self._placed_or_released(True)
         return True
 
     def _after_fork_in_child(self):
@@ -133,29 +140,18 @@ LAUNCH_LOCK = _Launch()
 
 
 class _EagerLaunch:
-    """``with EAGER_LAUNCH:`` around an eager kernel's parallel launch: ``LAUNCH_LOCK``, the eager kernels' own
-    pool threshold in force (``workpool.eager_min_work``), and the pool's workers
-    sleep at once after the round instead of spinning for the next (``spin_pool.Pool.set_linger``): Python and
-    NumPy come next, often an OpenBLAS call whose own threads need the cores (B9 eager at 2 threads: a spinning
-    worker made it 43-50 ms against 41-43 ms with workers that sleep)."""
-
-    _spinning = None        # jitgrad's pool once a launch found it on (it stays for the process; forks keep it)
+    """``with EAGER_LAUNCH:`` around an eager kernel's parallel launch: ``LAUNCH_LOCK`` for an eager launch (the
+    workers spin ``workpool.EAGER_SPIN_US`` after it, for the eager product that comes next), with the eager
+    kernels' own pool threshold in force (``workpool.eager_min_work``).  (Their workers used to sleep at once after
+    the round, when eager GEMMs ran on OpenBLAS's own threads, which needed the core; now those run on the pool.)"""
 
     def __enter__(self):
-        LAUNCH_LOCK.__enter__()
-        pool = self._spinning
-        if pool is None:
-            pool = self._spinning = _workpool.spinning()
-        if pool is not None:
-            pool.set_linger(False)
-        self._pool = pool
+        LAUNCH_LOCK.enter(True)
         self._compiled = _workpool.eager_thresholds(True)      # the eager kernels' own threshold for the launch
         return self
 
     def __exit__(self, *exc):
         _workpool.eager_thresholds(False, self._compiled)
-        if self._pool is not None:
-            self._pool.set_linger(True)
         LAUNCH_LOCK.__exit__(*exc)
 
 
