@@ -213,15 +213,16 @@ def test_one_ufunc_ops_take_the_kernel_where_the_pool_takes_every_loop(sync, mon
                 # an eager round leaves its worker spinning the eager spin (EAGER_LAUNCH: the next eager product
                 # finds it awake), then asleep; a compiled call's launch puts the pool's own spin back
                 import time
+                from jitgrad.codegen.native import threads
                 from jitgrad.codegen.native.threads import LAUNCH_LOCK
                 s0 = pool.stats()
                 X + Y
-                assert pool.spin_ns() == workpool._EAGER_SPIN[0] >= workpool._EAGER_SPIN[1]
+                assert pool.spin_ns() == threads._EAGER_SPIN[0] >= threads._EAGER_SPIN[1]
                 time.sleep(0.01)        # (longer than the eager spin: the worker's spin has run out by now)
                 d = {k: v - s0[k] for k, v in pool.stats().items()}
                 assert d["worker_sleeps"] == 1 and d["spins"] == 2, d      # the caller's spin and the worker's
                 with LAUNCH_LOCK:
-                    assert pool.spin_ns() == workpool._EAGER_SPIN[1]
+                    assert pool.spin_ns() == threads._EAGER_SPIN[1]
         hit = dispatch._RULES[(OPS["add"], (n,), np.dtype(dtype), (n,), np.dtype(dtype))]
         assert (hit[6] is OPS["add"].impl) != native
 

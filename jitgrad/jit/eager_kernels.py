@@ -34,8 +34,8 @@ finds them spinning, so the compiled thresholds can move without moving these),
 the parallel-capable kernel, which tests its work per call itself; ``torch.set_num_threads(1)`` keeps the serial
 kernel.  A parallel kernel splits its loop into one chunk per worker of the pool (``workpool.py``), and every
 element is computed by the same instructions whichever chunk holds it: the bits do not depend on the thread
-count.  Calls take ``threads.EAGER_LAUNCH`` (one parallel launch at a time per process; its workers sleep
-after it).
+count.  Calls take ``threads.EAGER_LAUNCH`` (one parallel launch at a time per process; its workers spin the
+eager spin after it, for the eager product that comes next).
 
 Knobs: ``JITGRAD_EAGER_KERNELS=0`` turns the path off (every eager op runs its NumPy impl); ``=sync`` builds a
 kernel in the calling thread at its first call (tests, benchmarks that must not time NumPy calls);

@@ -6,8 +6,8 @@ after the other), so here a worker that finished its chunk watches the round cou
 ``pause`` between reads) before it sleeps, and so does the caller waiting for it: a round that starts within the
 spin costs no system call.  Why (counted 2026-11-30, callgrind per thread, warm B9 steps at 2 threads on
 ``workqueue``): the instructions allowed 1.95x, and what the measured 1.43-1.51x lost (~50 us a round) was those
-two wake-ups.  An eager kernel's round is followed by Python and NumPy work, not another round: ``set_linger(False)``
-makes the workers of the rounds started then sleep at once, leaving the core to OpenBLAS's threads.
+two wake-ups.  ``set_linger(False)`` makes the workers of the rounds started then sleep at once (eager kernels'
+rounds did while eager GEMMs ran on OpenBLAS's own threads; now eager rounds spin longer: ``threads.spin_for``).
 
 Same C interface as ``workqueue`` (``add_task``: a task on the next queue, round robin; ``ready``: start the round;
 ``synchronize``: wait for every queue), so kernels and entries need no change: ``workpool`` registers these

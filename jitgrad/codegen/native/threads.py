@@ -88,6 +88,37 @@ _CORES: tuple = ()      # the process's affinity mask when they were placed
 _getcpu = None          # libc's ``sched_getcpu`` (~70 ns through ctypes)
 
 
+# How long the pool's threads spin after an eager round (a pooled GEMM's blocks, a stack's runs, an eager kernel's
+# chunks, Adam's pieces) before they sleep, microseconds (JITGRAD_POOL_EAGER_SPIN; never more than 0 when
+# JITGRAD_POOL_SPIN is 0).  An eager round is followed by Python and NumPy, and the next eager product comes
+# 0.3-2 ms later, past a compiled step's 250 us spin: with it, 25 of B9 eager's ~75 products a step found the worker
+# asleep, ran on one thread and nudged it (2026-12-02, Intel host, 2 threads).  Spinning 1 ms: 0-1.3 of them,
+# step 53.9-54.7 ms against 58-61 ms; 4 ms: the spin's own run-queue samples raised the busy sign, and 2-13 products
+# ran alone again.  Compiled calls put the pool's own spin back (``LAUNCH_LOCK``).
+EAGER_SPIN_US = 1000
+_EAGER_SPIN = [None, None]      # [the eager spin in ns, the pool's own], once a pool runs
+_SPIN_EAGER = [False]           # whether the pool spins the eager spin now
+
+
+def spin_for(eager: bool) -> None:
+    """Give the pool's threads the eager spin (``eager``) or the pool's own, from the next wait on (under
+    ``LAUNCH_LOCK``: the launch about to run decides; nothing when the pool is not jitgrad's)."""
+    if _SPIN_EAGER[0] is eager:
+        return
+    pool = _workpool.spinning()
+    if pool is None:
+        return
+    if _EAGER_SPIN[1] is None:
+        own = pool.spin_ns()
+        try:
+            eager_ns = int(float(os.environ.get("JITGRAD_POOL_EAGER_SPIN", EAGER_SPIN_US)) * 1000)
+        except ValueError:
+            eager_ns = EAGER_SPIN_US * 1000
+        _EAGER_SPIN[:] = [max(own, eager_ns) if own > 0 else 0, own]
+    pool.set_spin_ns(_EAGER_SPIN[0] if eager else _EAGER_SPIN[1])
+    _SPIN_EAGER[0] = eager
+
+
 class _Launch:
     """``with LAUNCH_LOCK:`` around a parallel launch: one launch at a time per process, and the workers placed
     (``place_workers``) before this process's first launch and a forked child's first."""
@@ -108,9 +139,9 @@ class _Launch:
         """The workers placed once the lock is held (the lock released again if placing them fails), kept off
         the calling thread's core (``keep_apart``), the launches' thresholds in step with ``set_num_threads``
         (``workpool.follow_threads``: at one thread a graph laid out for the pool keeps off it), and the pool's
-        spin the one for the launch's kind (``workpool.spin_for``: eager rounds spin longer)."""
+        spin the one for the launch's kind (``spin_for``: eager rounds spin longer)."""
         _workpool.follow_threads(_settings.STATE.num_threads)
-        _workpool.spin_for(eager)
+        spin_for(eager)
         if not _placed:
             try:
                 place_workers()
@@ -141,7 +172,7 @@ LAUNCH_LOCK = _Launch()
 
 class _EagerLaunch:
     """``with EAGER_LAUNCH:`` around an eager kernel's parallel launch: ``LAUNCH_LOCK`` for an eager launch (the
-    workers spin ``workpool.EAGER_SPIN_US`` after it, for the eager product that comes next), with the eager
+    workers spin ``EAGER_SPIN_US`` after it, for the eager product that comes next), with the eager
     kernels' own pool threshold in force (``workpool.eager_min_work``).  (Their workers used to sleep at once after
     the round, when eager GEMMs ran on OpenBLAS's own threads, which needed the core; now those run on the pool.)"""
 
@@ -341,4 +372,4 @@ def layer() -> str | None:
 
 
 __all__ = ["configure", "layer", "place_workers", "call_guard", "blas_threaded", "CallGuard", "LAUNCH_LOCK",
-           "EAGER_LAUNCH", "PIN", "STATS"]
+           "EAGER_LAUNCH", "EAGER_SPIN_US", "spin_for", "PIN", "STATS"]

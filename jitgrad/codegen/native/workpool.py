@@ -253,37 +253,6 @@ def set_eager_min_work(work: int, grain: int | None = None) -> tuple:
     return prev
 
 
-# How long the pool's threads spin after an eager round (a pooled GEMM's blocks, a stack's runs, an eager kernel's
-# chunks, Adam's pieces) before they sleep, microseconds (JITGRAD_POOL_EAGER_SPIN; never more than 0 when
-# JITGRAD_POOL_SPIN is 0).  An eager round is followed by Python and NumPy, and the next eager product comes
-# 0.3-2 ms later, past a compiled step's 250 us spin: with it, 25 of B9 eager's ~75 products a step found the worker
-# asleep, ran on one thread and nudged it (2026-12-02, Intel host, 2 threads).  Spinning 1 ms: 0-1.3 of them,
-# step 53.9-54.7 ms against 58-61 ms; 4 ms: the spin's own run-queue samples raised the busy sign, and 2-13 products
-# ran alone again.  Compiled calls put the pool's own spin back (``threads.LAUNCH_LOCK``).
-EAGER_SPIN_US = 1000
-_EAGER_SPIN = [None, None]      # [the eager spin in ns, the pool's own], once a pool runs
-_SPIN_EAGER = [False]           # whether the pool spins the eager spin now
-
-
-def spin_for(eager: bool) -> None:
-    """Give the pool's threads the eager spin (``eager``) or the pool's own, from the next wait on (under
-    ``threads.LAUNCH_LOCK``: the launch about to run decides; nothing when the pool is not jitgrad's)."""
-    if _SPIN_EAGER[0] is eager:
-        return
-    pool = spinning()
-    if pool is None:
-        return
-    if _EAGER_SPIN[1] is None:
-        own = pool.spin_ns()
-        try:
-            eager_ns = int(float(os.environ.get("JITGRAD_POOL_EAGER_SPIN", EAGER_SPIN_US)) * 1000)
-        except ValueError:
-            eager_ns = EAGER_SPIN_US * 1000
-        _EAGER_SPIN[:] = [max(own, eager_ns) if own > 0 else 0, own]
-    pool.set_spin_ns(_EAGER_SPIN[0] if eager else _EAGER_SPIN[1])
-    _SPIN_EAGER[0] = eager
-
-
 def eager_thresholds(on: bool, prev=None):
     """Put the eager thresholds in the globals the kernels read (``on``; returns what was there) or ``prev`` back
     (``threads.EAGER_LAUNCH``, holding the launch lock, so no compiled launch sees them)."""
@@ -604,7 +573,6 @@ __all__ = ["available", "launch", "threads", "queues", "caller", "private", "run
            "spinning", "POOL", "SYMBOLS", "PARALLEL_GRAIN", "PARALLEL_WORK", "PRIVATE_POOL", "min_work", "set_min_work", "grain", "rounds",
            "follow_threads", "NEVER",
            "EAGER_PARALLEL_WORK", "EAGER_PARALLEL_GRAIN", "eager_min_work", "eager_grain", "set_eager_min_work",
-           "EAGER_SPIN_US", "spin_for",
            "eager_thresholds", "joined", "can_join", "JOIN_MAX", "busy_held", "BUSY_HOLD",
            "caller_rounds", "takes", "takes_batch", "takes_split", "pace", "set_pace", "launch_times", "PACE_OFF",
            "PACE_TIMED", "PACE_HELD", "CLOCK_ID", "CLOCK_ADDRESS"]
