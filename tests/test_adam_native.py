@@ -19,6 +19,13 @@ CONSTS = {
     "adam_maximize": (0, None, 0.5, 0.1, 0.9, 1e-8, True, False),
     "adamw_maximize": (0, np.asarray(1 - 1e-2 * 0.3), 0.2, 0.01, 0.99, 1e-3, True, False),
 }
+@pytest.fixture(autouse=True)
+def _every_group(monkeypatch):
+    """The pass built, and serving groups of any size (these tests' groups are small)."""
+    assert adam_native.build() is not None
+    monkeypatch.setattr(adam_native, "MIN_ELEMENTS", 0)
+
+
 # sizes with a vector loop's tail (not a multiple of its lanes), one element, and two big enough to span pieces
 SIZES = [(5, 7), (7,), (3, 1, 2), (1,), (300, 129), (1000,), (17, 33)]
 
@@ -139,3 +146,22 @@ def test_adamw_steps_through_the_pass_match_the_per_parameter_path(monkeypatch):
     assert passes == 10 and none == 0        # (two groups a step)
     for a, b in zip(fast, slow):
         np.testing.assert_array_equal(a, b)
+
+
+def test_small_groups_keep_the_numpy_rule_and_the_build_waits_for_a_big_one(monkeypatch):
+    """Under ``MIN_ELEMENTS`` a group never asks for the pass; the first big one queues its build on the build
+    thread and runs the NumPy rule meanwhile (a first step does not wait for LLVM); once built, the pass serves."""
+    from jitgrad.codegen.native import build_thread
+    from jitgrad.jit import eager_kernels
+    monkeypatch.setattr(adam_native, "MIN_ELEMENTS", 1000)
+    monkeypatch.setattr(adam_native, "_BUILT", [])
+    monkeypatch.setattr(adam_native, "_QUEUED", [])
+    monkeypatch.setattr(eager_kernels, "SYNC", False)
+    monkeypatch.setenv("JITGRAD_BACKGROUND_COMPILE", "1")
+    rng = np.random.default_rng(3)
+    small = [tuple(e) for e in _entries(rng, 1.0, [(10, 10)])]
+    assert adam_native.update(small, CONSTS["adamw"]) == small and not adam_native._QUEUED
+    big = [tuple(e) for e in _entries(rng, 1.0, [(40, 40)])]
+    assert adam_native.update(big, CONSTS["adamw"]) == big and adam_native._QUEUED
+    assert build_thread.wait_background(60)
+    assert adam_native._BUILT and adam_native.update(big, CONSTS["adamw"]) == []

@@ -21,6 +21,7 @@ Every element is computed by the same instructions whichever piece and thread it
 depend on the thread count.  The pass serves float32 parameters of at least one dimension with C-contiguous
 gradients and moments, without ``amsgrad`` and under NumPy's default error settings (the loop raises no floating-
 point warning); anything else, and a 0-d parameter (whose NumPy denominator stays float64), runs the NumPy rule.
+It serves a group from ``MIN_ELEMENTS`` elements, once its build (on the build thread) is done.
 ``JITGRAD_NATIVE_ADAM=0`` turns it off.
 """
 from __future__ import annotations
@@ -35,8 +36,12 @@ from ..codegen.native import build_thread, gemm_blocks, workpool
 from ..codegen.native.threads import LAUNCH_LOCK
 from ..ir import eager_threads, settings
 from ..ir.eager_threads import _DEFAULT_ERR
+from ..jit import eager_kernels
 
 ENABLED = os.environ.get("JITGRAD_NATIVE_ADAM", "1").strip().lower() not in ("0", "off", "false", "no")
+# from this many elements in a group the pass serves it (JITGRAD_NATIVE_ADAM_MIN): below, the NumPy rule takes
+# under ~0.3 ms a step, and a script that never reaches it never builds the pass
+MIN_ELEMENTS = int(os.environ.get("JITGRAD_NATIVE_ADAM_MIN", 1 << 16))
 # the plan's cost of an element (bytes moved, 28, plus its operations': a division and a square root), as the
 # compiled step's Adam loop is costed (B11's: 56.75): the pool takes an update of elements x PER_ELEMENT >= the
 # eager kernels' threshold (``workpool.takes(..., eager=True)``)
@@ -216,11 +221,29 @@ class _Native:
 
 
 _BUILT: list = []
+_QUEUED: list = []
 _LOCK = threading.Lock()
 
 
 def _native():
-    """The compiled pass (once per process), or None without llvmlite."""
+    """The compiled pass, or None while it is not built: the first ask queues its build on the build thread
+    (``codegen/native/build_thread.py``, ~40-80 ms of LLVM, which a first step should not wait for; the NumPy rule
+    updates meanwhile, with the same bits), or builds it here under ``JITGRAD_EAGER_KERNELS=sync`` and
+    ``JITGRAD_BACKGROUND_COMPILE=0``."""
+    if _BUILT:
+        return _BUILT[0]
+    if eager_kernels.SYNC or os.environ.get("JITGRAD_BACKGROUND_COMPILE", "1") == "0":
+        return build()
+    with _LOCK:
+        if _QUEUED:
+            return None
+        _QUEUED.append(True)
+    build_thread.queue_call(build, build_thread.EAGER, "Adam's native pass")
+    return None
+
+
+def build():
+    """Compile the pass now, once per process (tests, benchmarks); returns it, or None without llvmlite."""
     if not _BUILT:
         with _LOCK:
             if not _BUILT:
@@ -290,7 +313,7 @@ def update(work, consts) -> list:
                 total += pd.size
                 continue
         rest += (w,)
-    if not mine:
+    if not mine or total < MIN_ELEMENTS:
         return work
     native = _native()
     if native is None:
@@ -356,4 +379,4 @@ def _segments(mine, total: int, threads: int):
     return np.array(rows, np.int64).reshape(-1, ROW), np.array(starts, np.int64)
 
 
-__all__ = ["update", "ENABLED", "PER_ELEMENT", "STATS"]
+__all__ = ["update", "build", "ENABLED", "MIN_ELEMENTS", "PER_ELEMENT", "STATS"]
