@@ -4,8 +4,8 @@ The NumPy rule (``multi_tensor_rules._adam_arrays``) makes 14 ufunc passes over 
 on one thread (or parameters split between Python threads): B9's AdamW step (52 parameters, 0.8M float32) took
 4.7 ms at one thread and 3.6-3.8 ms at two on the Intel host of 2026-12-02, through this pass 2.8 and 1.8-2.1 ms
 (the rest is the driver's per-parameter checks, state and version bumps).  Here each element is read once and its
-parameter and two moments written once, by a loop written in LLVM IR (compiled once per process by llvmlite's MCJIT, like
-``codegen/native/gemm_blocks.py``), and the elements are cut into one piece per thread of the pool.
+parameter and two moments written once, by a loop written in LLVM IR (compiled once per process by llvmlite's
+MCJIT, like ``codegen/native/gemm_blocks.py``), and the elements are cut into one piece per thread of the pool.
 
 **The same bits as the NumPy rule**, so as the per-parameter path (``tests/test_optim_multi_tensor.py`` compares
 them): the loop does the rule's operations in its order, each rounded as NumPy rounds it, with no fast-math flag
