@@ -82,6 +82,30 @@ def test_pooled_product_has_one_calls_bits(pooled, m, k, n, dtype):
     np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_wide_product_splits_its_columns(pooled, monkeypatch, dtype):
+    """C wider than tall (a weight's gradient, x^T g: 128 x 1024 @ 1024 x 512, x^T a transposed view): blocks of
+    C's columns, so each call packs its own columns of the big operand, with one call's bits; a tall one splits
+    its rows."""
+    if blas.block_unit(dtype, False) is None:
+        pytest.skip("no column unit for this dtype")
+    tried = []
+    real = blas.blocks_exact
+    monkeypatch.setattr(blas, "blocks_exact", lambda *a: tried.append(a[1]) or real(*a))
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1024, 128)).astype(dtype)
+    g = rng.standard_normal((1024, 512)).astype(dtype)
+    p0, _, r0 = _counts()
+    got = (jg.tensor(x).T @ jg.tensor(g)).numpy()
+    assert got.tobytes() == _one_call(np.ascontiguousarray(x.T), g).tobytes()
+    assert _counts()[0] - p0 == 1 and _counts()[2] - r0 == 1
+    assert tried[:1] == [False]
+    tried.clear()
+    tall = (jg.tensor(g).T @ jg.tensor(x)).numpy()          # 512 x 1024 @ 1024 x 128
+    assert tall.tobytes() == _one_call(np.ascontiguousarray(g.T), x).tobytes()
+    assert tried[:1] == [True]
+
+
 def test_layouts_and_a_batch_of_rows(pooled):
     """Transposed views (F-ordered operands, BLAS's flags), a batch of sequences folded into rows (a view of a
     C-ordered x), and a non-contiguous batch (not folded: the one-thread path), all with one call's bits."""

@@ -1,5 +1,5 @@
-"""Eager matmuls over OpenBLAS's threading threshold as blocks of rows on the worker pool, and stacks of small
-products (attention's (batch, head) products) as runs of their matrices there.
+"""Eager matmuls over OpenBLAS's threading threshold as blocks of rows (or columns) on the worker pool, and stacks
+of small products (attention's (batch, head) products) as runs of their matrices there.
 
 ``blas.matmul2d`` splits such a product into blocks of C's rows, each a single-threaded OpenBLAS call starting at
 a multiple of OpenBLAS's row unit (so the result has one call's bits, ``blas.row_blocks``), and ran the blocks on
@@ -7,8 +7,10 @@ Python threads (``ir/eager_threads.py``).  Each block then woke a sleeping threa
 vCPUs, more than the work of a B3 product's block (~25 us), so products under ``blas.EAGER_SPLIT_MACS`` were not
 split at all and B3's eager step ran its five 4.2M multiply-add products on one core (275 of its 660 us, counted
 2026-12-01).  Here the blocks go to the pool's workers in one native call (``codegen/native/gemm_blocks.py``), and
-the workers spin ~250 us after each round, longer than the gaps between an eager step's products, so they are
-awake when the next product comes.  The blocks and their bits are ``matmul2d``'s: only who runs them changes.
+the workers spin after each round (1 ms after an eager one: ``threads.spin_for``), longer than most gaps between
+an eager step's products, so they are awake when the next product comes.  Where C is wider than tall the blocks
+are of its columns, as the compiled path cuts (each call packs the operand its blocks share: by rows, both threads
+packed all of a weight gradient's 2 MB operand).  The bits are one call's: only who runs the blocks changes.
 
 The seam is the one of ``eager_kernels.py``: a chooser published into the ``matmul`` OpDef's ``eager_kernel``
 slot, asked once per signature (``(..., m, k) @ (k, n)`` of one float dtype, concrete sizes) for the callable
@@ -143,18 +145,31 @@ def _pooled(m: int, k: int, n: int, dtype, fallback, folded):
     sizes_kept = []         # the size arrays the rows point at
 
     def plan(tx, ldx, ty, ldy, threads):
-        blocks = blas.row_blocks(m, dtype, threads, n * k)
-        if not blocks or len(blocks) < 2 or not blas.blocks_exact(dtype, True, m, k, n, blocks):
+        # each call packs the operand its blocks share: blocks of C's columns (all of x, y's columns) when C is
+        # wider than tall, as the compiled path cuts (``batched_gemm``), else of its rows; the other way when that
+        # one has no exact cut.  B9's weight gradients (128 x 1024 @ 1024 x 512) by rows: both threads packed all
+        # 2 MB of y, 1.19x at two threads; by columns 1.6-1.8x (2026-12-02)
+        for by_rows in (n <= m, n > m):
+            blocks = blas.row_blocks(m if by_rows else n, dtype, threads, (n if by_rows else m) * k, by_rows)
+            if blocks and len(blocks) >= 2 and blas.blocks_exact(dtype, by_rows, m, k, n, blocks):
+                break
+        else:
             return None
         rows = np.zeros((len(blocks), gemm_blocks.ROW), np.int64)
-        for i, (r0, r1) in enumerate(blocks):
-            # blas._gemm_rows' call: C^T = op(y^T) op(x^T) column-major, x's rows [r0, r1); the addresses of
-            # x, y and C (arguments 8, 6, 11) are the call's, x's and C's plus the offsets after the arguments
-            sizes = blas._SIZES(n, r1 - r0, k, ldy, ldx, n)
+        for i, (s0, s1) in enumerate(blocks):
+            # blas._gemm_rows' call: C^T = op(y^T) op(x^T) column-major, x's rows [s0, s1) or y's columns; the
+            # addresses of x, y and C (arguments 8, 6, 11) are the call's, x's, y's and C's plus the offsets after
+            # the arguments
+            if by_rows:
+                sizes = blas._SIZES(n, s1 - s0, k, ldy, ldx, n)
+                offsets = (s0 * (ldx if tx == _N else 1) * item, 0, s0 * n * item)
+            else:
+                sizes = blas._SIZES(s1 - s0, m, k, ldy, ldx, n)
+                offsets = (0, s0 * (1 if ty == _N else ldy) * item, s0 * item)
             sizes_kept.append(sizes)
             ad = _addressof(sizes)
             rows[i] = (_FLAG_AT[ty], _FLAG_AT[tx], ad, ad + 4, ad + 8, one, 0, ad + 12, 0, ad + 16, zero, 0,
-                       ad + 20, r0 * (ldx if tx == _N else 1) * item, 0, r0 * n * item)
+                       ad + 20) + offsets
         return rows, _addressof(_from_buffer(rows)), len(blocks)
 
     def gemm_pooled(x, y):

@@ -499,15 +499,15 @@ def _one_blas_thread():
             BlasPacer.use(before)
 
 
-def row_blocks(rows, dtype, parts: int, per_row=None):
-    """Blocks ``[(r0, r1)]`` of a big GEMM's ``rows`` rows for ``parts`` threads, each at least ``MIN_BLOCK_ROWS``
-    rows and starting at a multiple of the row unit (the last one takes what is left; one block when ``parts`` is
-    1), or None when the product is not split at all (no unit, or fewer rows than two blocks): then OpenBLAS
+def row_blocks(rows, dtype, parts: int, per_row=None, by_rows=True):
+    """Blocks ``[(r0, r1)]`` of a big GEMM's ``rows`` rows (``by_rows=False``: columns) for ``parts`` threads, each
+    ``MIN_BLOCK_ROWS`` at least and starting at a multiple of the unit (the last one takes what is left; one block
+    when ``parts`` is 1), or None when not split at all (no unit, or fewer rows than two blocks): then OpenBLAS
     threads it itself.  ``per_row``: the multiply-adds of one row (``n k``), when given every block is over
     ``SMALL_PATH_MACS`` (``cut``).  Whether it is None depends on the shape and dtype only, never on ``parts``."""
     if type(rows) is not int or rows < 2 * MIN_BLOCK_ROWS:
         return None
-    u = block_unit(dtype)
+    u = block_unit(dtype, by_rows)
     if u is None:
         return None
     low = least_height(u, per_row)
