@@ -220,7 +220,7 @@ def test_one_ufunc_ops_take_the_kernel_where_the_pool_takes_every_loop(sync, mon
                 assert pool.spin_ns() == threads._EAGER_SPIN[0] >= threads._EAGER_SPIN[1]
                 time.sleep(0.01)        # (longer than the eager spin: the worker's spin has run out by now)
                 d = {k: v - s0[k] for k, v in pool.stats().items()}
-                assert d["worker_sleeps"] == 1 and d["spins"] == 2, d      # the caller's spin and the worker's
+                assert d["worker_sleeps"] == 1, d       # (how each wait ended, in its spin or not, is the load's)
                 with LAUNCH_LOCK:
                     assert pool.spin_ns() == threads._EAGER_SPIN[1]
         hit = dispatch._RULES[(OPS["add"], (n,), np.dtype(dtype), (n,), np.dtype(dtype))]
