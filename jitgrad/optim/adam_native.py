@@ -32,7 +32,7 @@ import threading
 
 import numpy as np
 
-from ..codegen.native import build_thread, gemm_blocks, workpool
+from ..codegen.native import build_thread, gemm_blocks, ir_engine, workpool
 from ..codegen.native.threads import LAUNCH_LOCK
 from ..ir import eager_threads, settings
 from ..ir.eager_threads import _DEFAULT_ERR
@@ -253,20 +253,10 @@ def build():
 
 def _compile():
     try:
-        import llvmlite.binding as ll
+        # the host's vectors; no FMA (the NumPy rule's bits, which the tests check on an FMA host)
+        return _Native(ir_engine.compile_module(_source(), host=True))
     except ImportError:     # pragma: no cover - llvmlite is a dependency
         return None
-    ll.initialize_native_target()
-    ll.initialize_native_asmprinter()
-    mod = ll.parse_assembly(_source())
-    mod.verify()
-    # the host's vectors; the target machine's default FP-op fusion fuses no plain fmul/fadd pair (no FMA: the
-    # NumPy rule's bits, which the tests check on an FMA host)
-    tm = ll.Target.from_default_triple().create_target_machine(opt=2, cpu=ll.get_host_cpu_name(),
-                                                               features=ll.get_host_cpu_features().flatten())
-    engine = ll.create_mcjit_compiler(mod, tm)
-    engine.finalize_object()
-    return _Native(engine)
 
 
 def _f32_bits(x) -> int:

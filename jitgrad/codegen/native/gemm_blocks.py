@@ -21,7 +21,7 @@ import ctypes
 import threading
 import time
 
-from . import workpool
+from . import ir_engine, workpool
 
 ARGS = 13           # a ?gemm call's arguments, each a pointer (Fortran)
 ROW = ARGS + 3      # a call's row: its arguments, then A's, B's and C's byte offsets for the call
@@ -230,16 +230,9 @@ def _engine():
 
 def _compile():
     try:
-        import llvmlite.binding as ll
+        engine = ir_engine.compile_module(_source())
     except ImportError:     # pragma: no cover - llvmlite is a dependency
         return None
-    ll.initialize_native_target()
-    ll.initialize_native_asmprinter()
-    mod = ll.parse_assembly(_source())
-    mod.verify()
-    tm = ll.Target.from_default_triple().create_target_machine(opt=2)
-    engine = ll.create_mcjit_compiler(mod, tm)
-    engine.finalize_object()
     return engine, _Alone(engine)
 
 

@@ -57,6 +57,7 @@ import sys
 import threading
 
 from .busy_sign import QUIET_NS
+from . import ir_engine
 from .spin_pool_ir import MAX_QUEUES, MAX_TASKS, PROBE_SLOT, STAT_NAMES, FUTEX, source
 
 # how long a thread spins before it sleeps, microseconds (JITGRAD_POOL_SPIN): of the serial stretches between two
@@ -195,16 +196,9 @@ def _build():
     if not sys.platform.startswith("linux") or machine not in FUTEX:
         return None
     try:
-        import llvmlite.binding as ll
+        engine = ir_engine.compile_module(source(machine))
     except ImportError:
         return None
-    ll.initialize_native_target()
-    ll.initialize_native_asmprinter()
-    mod = ll.parse_assembly(source(machine))
-    mod.verify()
-    tm = ll.Target.from_default_triple().create_target_machine(opt=2)
-    engine = ll.create_mcjit_compiler(mod, tm)
-    engine.finalize_object()
     pool = Pool(engine, spin_setting())
     atexit.register(pool.stop)
     return pool
