@@ -289,17 +289,20 @@ def update(work, consts) -> list:
     mine, rest = [], []
     last, bits = None, None
     total = 0
-    for w in work:
-        if len(w) == 5:
-            pd, g, m, v, sc = w
-            if sc is not last:
-                last, bits = sc, _bits(sc)
-            if bits is not None and pd.dtype is _F32 and pd.ndim and pd.size and pd.flags.c_contiguous \
-                    and g.flags.c_contiguous and m.flags.c_contiguous and v.flags.c_contiguous \
-                    and pd.flags.writeable and m.flags.writeable and v.flags.writeable:
-                # (run_rule checked each is an ndarray of pd's dtype and shape)
-                mine += ((pd.__array_interface__["data"][0], g.__array_interface__["data"][0],
-                          m.__array_interface__["data"][0], v.__array_interface__["data"][0], pd.size) + bits,)
+    for w in work:      # (five entries each: amsgrad's sixth declined above)
+        pd, g, m, v, sc = w
+        if sc is not last:
+            last, bits = sc, _bits(sc)
+        if bits is not None and pd.dtype is _F32 and pd.ndim and pd.size and pd.flags.c_contiguous \
+                and g.flags.c_contiguous and m.flags.c_contiguous and v.flags.c_contiguous \
+                and pd.flags.writeable and m.flags.writeable and v.flags.writeable:
+            # (run_rule checked each is an ndarray of pd's dtype and shape; one read of each element and one
+            # write: the rule's order only where no two of them are the same buffer)
+            a = (pd.__array_interface__["data"][0], g.__array_interface__["data"][0],
+                 m.__array_interface__["data"][0], v.__array_interface__["data"][0])
+            if a[0] != a[1] and a[0] != a[2] and a[0] != a[3] and a[1] != a[2] and a[1] != a[3] \
+                    and a[2] != a[3]:
+                mine += (a + (pd.size,) + bits,)
                 total += pd.size
                 continue
         rest += (w,)
