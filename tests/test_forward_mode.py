@@ -206,29 +206,27 @@ def _no_background_builds():
 
 def _peak_bytes(fn):
     """Peak bytes allocated while ``fn()`` runs, the cycle collector off: values kept alive only by reference
-    cycles count until the call returns, as they do whenever the collector does not happen to run.  Eager kernels
-    are built at their first call (``SYNC``), in the warm-up: by default a structure asks for its build once its
-    calls spent a while in NumPy, a clock that can put the request in the measured call, whose peak then counts
-    the build thread's LLVM text (tracemalloc counts every thread).  Forward over reverse once peaked 110 kB over
-    reverse over reverse in a full run (2026-12-02), never alone; this was the one clock in the measured call."""
+    cycles count until the call returns, as they do whenever the collector does not happen to run.  The warm-up
+    runs with the build thread idle, as the measured call does, and twice: a pooled GEMM's plan is made per thread
+    count, which is one while the build thread works or the eager pacer holds splits (``pooled_gemm.
+    _block_threads``), so a warm-up beside an earlier test's build made no two-thread plan and the measured call
+    made it, with its one-time probe of the cut's bits (110 kB: forward over reverse over the line in 2 CI runs
+    of 9, 2026-12-02; scripted, a busy warm-up adds 410 kB to the peak)."""
     import gc
     import tracemalloc
-    from jitgrad.jit import eager_kernels
-    sync, eager_kernels.SYNC = eager_kernels.SYNC, True
+    _no_background_builds()
+    fn()
+    fn()
+    _no_background_builds()
+    gc.collect()
+    gc.disable()
+    tracemalloc.start()
     try:
         fn()
-        _no_background_builds()
-        gc.collect()
-        gc.disable()
-        tracemalloc.start()
-        try:
-            fn()
-            return tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-            gc.enable()
+        return tracemalloc.get_traced_memory()[1]
     finally:
-        eager_kernels.SYNC = sync
+        tracemalloc.stop()
+        gc.enable()
 
 
 def test_eager_forward_over_reverse_makes_no_reference_cycles():
