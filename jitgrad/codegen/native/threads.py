@@ -93,8 +93,8 @@ _getcpu = None          # libc's ``sched_getcpu`` (~70 ns through ctypes)
 # JITGRAD_POOL_SPIN is 0).  An eager round is followed by Python and NumPy, and the next eager product comes
 # 0.3-2 ms later, past a compiled step's 250 us spin: with it, 25 of B9 eager's ~75 products a step found the worker
 # asleep, ran on one thread and nudged it (2026-12-02, Intel host, 2 threads).  Spinning 1 ms: 0-1.3 of them,
-# step 53.9-54.7 ms against 58-61 ms; 4 ms: the spin's own run-queue samples raised the busy sign, and 2-13 products
-# ran alone again.  Compiled calls put the pool's own spin back (``LAUNCH_LOCK``).
+# step 53.9-54.7 ms against 58-61 ms; 4 ms: 2-13 products ran alone again (likely the busy sign, raised by a long
+# spin's run-queue samples; not counted).  Compiled calls put the pool's own spin back (``LAUNCH_LOCK``).
 EAGER_SPIN_US = 1000
 _EAGER_SPIN = [None, None]      # [the eager spin in ns, the pool's own], once a pool runs
 _SPIN_EAGER = [False]           # whether the pool spins the eager spin now
