@@ -209,7 +209,7 @@ def _peak_bytes(fn):
     cycles count until the call returns, as they do whenever the collector does not happen to run.  The warm-up
     runs with the build thread idle, as the measured call does, and twice: a pooled GEMM's plan is made per thread
     count, which is one while the build thread works or the eager pacer holds splits (``pooled_gemm.
-    _block_threads``), so a warm-up beside an earlier test's build made no two-thread plan and the measured call
+    block_threads``), so a warm-up beside an earlier test's build made no two-thread plan and the measured call
     made it, with its one-time probe of the cut's bits (110 kB: forward over reverse over the line in 2 CI runs
     of 9, 2026-12-02; scripted, a busy warm-up adds 410 kB to the peak)."""
     import gc

@@ -117,7 +117,7 @@ def _allowed(own: float, woke: bool) -> float:
     return LATE_SHARE * own + LATE_S + (WAKE_S if woke else 0.0)
 
 
-def _block_threads(most: int) -> int:
+def block_threads(most: int) -> int:
     """The threads a pooled product's blocks run on now, at most ``most``: one while the pool's busy sign stands
     and while the eager splits' pacer holds them (a call waited long for its other blocks: another process took a
     core); a core fewer while the build thread works (a script's first steps run eagerly while their compiled code
@@ -181,7 +181,7 @@ def _pooled(m: int, k: int, n: int, dtype, fallback, folded):
             x = x.reshape(m, k)
         x, tx, ldx, y, ty, ldy = operands(x, y, m, n)
         c = np.empty(shape, dtype)
-        key = (tx, ty, _block_threads(min(threads, pool_threads)))
+        key = (tx, ty, block_threads(min(threads, pool_threads)))
         p = plans.get(key, False)
         if p is False:
             p = plans[key] = plan(tx, ldx, ty, ldy, key[2]) if key[2] > 1 else None
@@ -276,7 +276,7 @@ def _stacked(lead, m: int, k: int, n: int, dtype, fallback):
         c = np.empty(shape, dtype)
         at = (address(x), address(y), _addressof(_from_buffer(c)))
         threads = state.num_threads or pool_threads
-        t = _block_threads(min(threads, pool_threads, count)) if threads >= 2 and runner is not None else 1
+        t = block_threads(min(threads, pool_threads, count)) if threads >= 2 and runner is not None else 1
         if t > 1 and macs < WAKE_MACS and runner.asleep():
             runner.nudge()      # (awake for the next product; this one would wait for the wake-up)
             t = 1
@@ -296,4 +296,4 @@ def _stacked(lead, m: int, k: int, n: int, dtype, fallback):
     return stack_pooled
 
 
-__all__ = ["matmul_eager_kernel", "ENABLED", "STATS"]
+__all__ = ["matmul_eager_kernel", "block_threads", "ENABLED", "STATS"]

@@ -34,9 +34,9 @@ import numpy as np
 
 from ..codegen.native import build_thread, gemm_blocks, ir_engine, workpool
 from ..codegen.native.threads import LAUNCH_LOCK
-from ..ir import eager_threads, settings
+from ..ir import settings
 from ..ir.eager_threads import _DEFAULT_ERR
-from ..jit import eager_kernels
+from ..jit import eager_kernels, pooled_gemm
 
 ENABLED = os.environ.get("JITGRAD_NATIVE_ADAM", "1").strip().lower() not in ("0", "off", "false", "no")
 # from this many elements in a group the pass serves it (JITGRAD_NATIVE_ADAM_MIN): below, the NumPy rule takes
@@ -336,24 +336,19 @@ def update(work, consts) -> list:
 
 
 def _threads(total: int) -> int:
-    """The threads an update of ``total`` elements runs on: one below the eager kernels' threshold, on no
-    jitgrad pool, at ``set_num_threads(1)``, while the pool's busy sign stands or the eager splits' pacer holds
-    splits; a core fewer while the build thread works."""
-    if not workpool.takes(total, PER_ELEMENT, eager=True) or gemm_blocks.runner() is None or gemm_blocks.busy():
+    """The threads an update of ``total`` elements runs on: one below the eager kernels' threshold or on no
+    jitgrad pool, else the pooled eager GEMMs' rule (``pooled_gemm.block_threads``: ``set_num_threads``, the busy
+    sign, the eager pacer, a core for the build thread)."""
+    if not workpool.takes(total, PER_ELEMENT, eager=True) or gemm_blocks.runner() is None:
         return 1
-    most = min(settings.STATE.num_threads or workpool.threads(), workpool.threads())
-    return eager_threads.split_threads(most - build_thread.busy())
+    return pooled_gemm.block_threads(min(settings.STATE.num_threads or workpool.threads(), workpool.threads()))
 
 
 def _segments(mine, total: int, threads: int):
     """``(rows, starts)``: the parameters' elements (``mine``: p, g, m, v addresses, elements, the two scalars'
     bits) as segments, a row each (``ROW`` int64), cut into ``threads`` pieces of about equal elements (a parameter
     may span two), piece k the rows ``starts[k]`` to ``starts[k + 1] - 1``."""
-    if threads < 2:
-        rows = np.array(mine, np.int64)
-        return np.concatenate([rows, np.zeros((len(rows), ROW - rows.shape[1]), np.int64)], axis=1), \
-            np.array([0, len(rows)], np.int64)
-    per = -(-total // threads)
+    per = -(-total // max(threads, 1))
     rows, starts = [], [0]
     room = per
     for p, g, m, v, n, sb, bb in mine:

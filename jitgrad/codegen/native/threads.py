@@ -141,7 +141,8 @@ class _Launch:
         (``workpool.follow_threads``: at one thread a graph laid out for the pool keeps off it), and the pool's
         spin the one for the launch's kind (``spin_for``: eager rounds spin longer)."""
         _workpool.follow_threads(_settings.STATE.num_threads)
-        spin_for(eager)
+        if _SPIN_EAGER[0] is not eager:
+            spin_for(eager)
         if not _placed:
             try:
                 place_workers()

@@ -133,15 +133,14 @@ _GRAIN = ctypes.c_int64(int(float(os.environ.get("JITGRAD_PARALLEL_GRAIN", PARAL
 NEVER = 1 << 62
 _SET = [int(_MIN_WORK.value), int(_GRAIN.value)]
 _FOLLOWED = [None]      # the ``set_num_threads`` count the globals and the pool's active workers follow now
-# Eager kernels' launches (``jit/eager_kernels.py``) have a threshold of their own: an eager round wakes sleeping
-# workers (5-30 us: ``threads.EAGER_LAUNCH`` leaves them asleep after it, since Python and OpenBLAS come next, not
-# another round), so what pays for a compiled step's back-to-back rounds need not pay for one eager call: about
-# 160 us of one core's work and PyTorch's grain (measured 2026-11-24, quiet, 2 cores, on the sleeping pool: waking
-# the workers costs ~5 us at best and ~30 us typically; a 3-op tanh/sigmoid loop of 524,288 float32 188 / 190 us
-# serial, 109 / 141 us parallel; of 262,144, 103 / 104 vs 64 / 92 us; x + 1 never gains below 1M elements).  The
-# same built kernels serve both: ``EAGER_LAUNCH`` puts these values in the globals the kernels read for the launch
-# and the compiled ones back after it (``eager_thresholds``).  JITGRAD_EAGER_PARALLEL_WORK / _GRAIN,
-# ``set_eager_min_work``.
+# Eager kernels' launches (``jit/eager_kernels.py``) have a threshold of their own: an eager round may wake sleeping
+# workers (5-30 us: after ``threads.EAGER_LAUNCH`` they spin 1 ms, ``threads.spin_for``, then sleep), so what pays for a
+# compiled step's back-to-back rounds need not pay for one eager call: about 160 us of one core's work and PyTorch's
+# grain (measured 2026-11-24, quiet, 2 cores, on the sleeping pool: waking the workers costs ~5 us at best and ~30 us
+# typically; a 3-op tanh/sigmoid loop of 524,288 float32 188 / 190 us serial, 109 / 141 us parallel; of 262,144, 103 /
+# 104 vs 64 / 92 us; x + 1 never gains below 1M elements).  The same built kernels serve both: ``EAGER_LAUNCH`` puts
+# these values in the globals the kernels read for the launch and the compiled ones back after it
+# (``eager_thresholds``).  JITGRAD_EAGER_PARALLEL_WORK / _GRAIN, ``set_eager_min_work``.
 EAGER_PARALLEL_WORK = 1 << 23
 EAGER_PARALLEL_GRAIN = 1 << 15
 _EAGER = [int(float(os.environ.get("JITGRAD_EAGER_PARALLEL_WORK", EAGER_PARALLEL_WORK))),
